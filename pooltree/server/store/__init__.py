@@ -1,0 +1,47 @@
+"""Persistent state of the live scheduler behind one ``Store`` interface (SQLite default, PostgreSQL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from pooltree.server.store.base import JobRecord, OperationFilter, OperationRecord, Store, StoreError
+from pooltree.server.store.sqlite import SqliteStore
+
+__all__ = [
+    "JobRecord",
+    "OperationFilter",
+    "OperationRecord",
+    "SqliteStore",
+    "Store",
+    "StoreError",
+    "open_store",
+]
+
+
+def open_store(url: str) -> Store:
+    """A store from a URL: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``postgresql://...``.
+
+    A bare file path is taken as SQLite.
+    """
+    if not isinstance(url, str) or not url:
+        raise StoreError(f"store URL must be a non-empty string, got {url!r}", attributes={"field": "store"})
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme == "sqlite":
+        path = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
+        if not path:
+            raise StoreError(
+                f"SQLite store URL must look like sqlite:///path/to/file.db, got {url!r}",
+                attributes={"field": "store"},
+            )
+        return SqliteStore(Path(path), url=url)
+    if scheme in ("postgresql", "postgres"):
+        from pooltree.server.store.postgres import PostgresStore
+
+        return PostgresStore(url)
+    if scheme == "":
+        return SqliteStore(Path(url))
+    raise StoreError(
+        f"unknown store URL scheme {scheme!r} in {url!r}; use sqlite:///path.db or postgresql://...",
+        attributes={"field": "store"},
+    )

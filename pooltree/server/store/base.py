@@ -1,0 +1,270 @@
+"""The persistence interface of the live scheduler: what survives a restart, independent of the database.
+
+Everything is stored as JSON text (``inf`` included, which PostgreSQL ``jsonb`` would reject), so SQLite and
+PostgreSQL keep byte-for-byte the same documents and one test suite pins both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltree.errors import PooltreeError
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(PooltreeError):
+    """The store cannot be opened or used (bad URL, unreachable database, schema mismatch)."""
+
+
+def dump_json(value: Any) -> str:
+    """Canonical JSON text of a stored document (sorted keys, ``Infinity`` allowed)."""
+    return json.dumps(value, sort_keys=True, allow_nan=True, ensure_ascii=True, separators=(",", ":"))
+
+
+def load_json(text: str) -> Any:
+    return json.loads(text)
+
+
+@dataclass
+class OperationRecord:
+    """One operation as the scheduler persists it.
+
+    ``start_time``/``finish_time`` are seconds since the epoch; ``document`` holds everything else the
+    operations layer wants back (brief spec, result, events, progress, alerts, ...).
+    """
+
+    id: str
+    type: str
+    state: str
+    user: str
+    pool: str | None
+    start_time: float
+    finish_time: float | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+    runtime_parameters: dict[str, Any] = field(default_factory=dict)
+    document: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return dump_json(
+            {"spec": self.spec, "runtime_parameters": self.runtime_parameters, "document": self.document}
+        )
+
+
+@dataclass
+class JobRecord:
+    """One job of an operation: state, the node it runs on and where its stderr can be read."""
+
+    operation_id: str
+    id: str
+    state: str
+    address: str = ""
+    start_time: float = 0.0
+    finish_time: float | None = None
+    stderr_ref: str | None = None
+    document: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OperationFilter:
+    """Filters of ``list_operations``: every given field must match; times bound ``start_time``.
+
+    ``cursor_time`` with ``cursor_direction`` (``past``: older than the cursor, newest first;
+    ``future``: newer than the cursor, oldest first) pages through the history.
+    """
+
+    state: str | None = None
+    user: str | None = None
+    pool: str | None = None
+    type: str | None = None
+    from_time: float | None = None
+    to_time: float | None = None
+    cursor_time: float | None = None
+    cursor_direction: str = "past"
+    limit: int = 100
+
+    def __post_init__(self) -> None:
+        if self.cursor_direction not in ("past", "future"):
+            raise PooltreeError(
+                f"cursor_direction: expected 'past' or 'future', got {self.cursor_direction!r}",
+                attributes={"field": "cursor_direction"},
+            )
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 0:
+            raise PooltreeError(
+                f"limit: expected a non-negative integer, got {self.limit!r}", attributes={"field": "limit"}
+            )
+        for name in ("from_time", "to_time", "cursor_time"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int | float) or math.isnan(value)):
+                raise PooltreeError(f"{name}: expected seconds, got {value!r}", attributes={"field": name})
+
+
+class Store(ABC):
+    """What the scheduler persists: Cypress nodes, key-value settings, operations, jobs and mutation ids.
+
+    Implementations are safe to call from several threads; every method is one transaction.
+    """
+
+    url: str
+
+    # Cypress nodes: canonical path -> record (type, id, attributes, value, times).
+    @abstractmethod
+    def load_nodes(self) -> dict[str, dict[str, Any]]:
+        """All stored Cypress node records."""
+
+    @abstractmethod
+    def save_nodes(self, upserts: Mapping[str, Mapping[str, Any]], deletes: Iterable[str]) -> None:
+        """Write changed nodes and delete removed ones atomically (all or nothing)."""
+
+    # Key-value settings.
+    @abstractmethod
+    def get_value(self, key: str, default: Any = None) -> Any: ...
+
+    @abstractmethod
+    def set_value(self, key: str, value: Any) -> None: ...
+
+    @abstractmethod
+    def delete_value(self, key: str) -> bool:
+        """Remove a key; True if it existed."""
+
+    # Operations.
+    @abstractmethod
+    def put_operation(self, record: OperationRecord) -> None:
+        """Insert or replace an operation."""
+
+    @abstractmethod
+    def get_operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    @abstractmethod
+    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
+        """Operations matching ``query``, ordered by start time (newest first for ``past``)."""
+
+    @abstractmethod
+    def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
+        """How many operations match ``query`` ignoring cursor and limit."""
+
+    @abstractmethod
+    def delete_operation(self, operation_id: str) -> bool:
+        """Remove an operation and its jobs; True if it existed."""
+
+    # Jobs.
+    @abstractmethod
+    def put_job(self, record: JobRecord) -> None: ...
+
+    @abstractmethod
+    def get_job(self, operation_id: str, job_id: str) -> JobRecord | None: ...
+
+    @abstractmethod
+    def list_jobs(self, operation_id: str, state: str | None = None) -> list[JobRecord]:
+        """Jobs of one operation ordered by start time, optionally of one state."""
+
+    # Mutation ids (idempotent retries of volatile commands).
+    @abstractmethod
+    def get_mutation(self, mutation_id: str) -> tuple[bool, Any]:
+        """``(True, saved response)`` if the mutation was already applied, else ``(False, None)``."""
+
+    @abstractmethod
+    def remember_mutation(self, mutation_id: str, response: Any, now: float) -> None: ...
+
+    @abstractmethod
+    def forget_mutations(self, older_than: float) -> int:
+        """Drop mutation ids remembered before ``older_than``; returns how many were dropped."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def operation_from_row(row: tuple[Any, ...]) -> OperationRecord:
+    """An ``OperationRecord`` from a row ``(id, type, state, user, pool, start, finish, json)``."""
+    body = load_json(row[7])
+    return OperationRecord(
+        id=row[0],
+        type=row[1],
+        state=row[2],
+        user=row[3],
+        pool=row[4],
+        start_time=float(row[5]),
+        finish_time=None if row[6] is None else float(row[6]),
+        spec=body.get("spec", {}),
+        runtime_parameters=body.get("runtime_parameters", {}),
+        document=body.get("document", {}),
+    )
+
+
+def job_from_row(row: tuple[Any, ...]) -> JobRecord:
+    """A ``JobRecord`` from a row ``(operation_id, id, state, address, start, finish, stderr_ref, json)``."""
+    return JobRecord(
+        operation_id=row[0],
+        id=row[1],
+        state=row[2],
+        address=row[3],
+        start_time=float(row[4]),
+        finish_time=None if row[5] is None else float(row[5]),
+        stderr_ref=row[6],
+        document=load_json(row[7]),
+    )
+
+
+def operation_where(query: OperationFilter, placeholder: str) -> tuple[str, list[Any]]:
+    """SQL ``WHERE`` clause (without cursor) and its arguments for an operation filter."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    for column, value in (
+        ("state", query.state),
+        ("user_name", query.user),
+        ("pool", query.pool),
+        ("type", query.type),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = {placeholder}")
+            args.append(value)
+    if query.from_time is not None:
+        clauses.append(f"start_time >= {placeholder}")
+        args.append(float(query.from_time))
+    if query.to_time is not None:
+        clauses.append(f"start_time <= {placeholder}")
+        args.append(float(query.to_time))
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
+
+
+def operation_page_sql(query: OperationFilter, placeholder: str) -> tuple[str, list[Any]]:
+    """``SELECT`` of one page of operations for ``query`` in the store's common schema."""
+    where, args = operation_where(query, placeholder)
+    if query.cursor_time is not None:
+        op = "<" if query.cursor_direction == "past" else ">"
+        where += (" AND " if where else " WHERE ") + f"start_time {op} {placeholder}"
+        args.append(float(query.cursor_time))
+    order = "DESC" if query.cursor_direction == "past" else "ASC"
+    sql = (
+        "SELECT id, type, state, user_name, pool, start_time, finish_time, body FROM operations"
+        f"{where} ORDER BY start_time {order}, id {order} LIMIT {placeholder}"
+    )
+    args.append(query.limit)
+    return sql, args
+
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS cypress_nodes (path TEXT PRIMARY KEY, record TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS operations (id TEXT PRIMARY KEY, type TEXT NOT NULL, state TEXT NOT NULL,"
+    " user_name TEXT NOT NULL, pool TEXT, start_time DOUBLE PRECISION NOT NULL,"
+    " finish_time DOUBLE PRECISION, body TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS operations_start ON operations (start_time)",
+    "CREATE TABLE IF NOT EXISTS jobs (operation_id TEXT NOT NULL, id TEXT NOT NULL, state TEXT NOT NULL,"
+    " address TEXT NOT NULL, start_time DOUBLE PRECISION NOT NULL, finish_time DOUBLE PRECISION,"
+    " stderr_ref TEXT, body TEXT NOT NULL, PRIMARY KEY (operation_id, id))",
+    "CREATE TABLE IF NOT EXISTS mutations (id TEXT PRIMARY KEY, created DOUBLE PRECISION NOT NULL,"
+    " response TEXT NOT NULL)",
+)

@@ -1,0 +1,206 @@
+"""One SQL implementation of ``Store`` shared by SQLite and PostgreSQL; subclasses supply the connection."""
+
+from __future__ import annotations
+
+import threading
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+from pooltree.server.store.base import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    JobRecord,
+    OperationFilter,
+    OperationRecord,
+    Store,
+    StoreError,
+    dump_json,
+    job_from_row,
+    load_json,
+    operation_from_row,
+    operation_page_sql,
+    operation_where,
+)
+
+
+class SqlStore(Store):
+    """``Store`` over a DB-API connection; every public method runs in one transaction under a lock."""
+
+    placeholder = "?"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """A context manager yielding a cursor inside one transaction (commit on success)."""
+
+    def _init_schema(self) -> None:
+        with self._lock, self._transaction() as cur:
+            for statement in SCHEMA:
+                cur.execute(statement)
+            cur.execute(self._q("SELECT value FROM meta WHERE key = ?"), ("schema_version",))
+            row = cur.fetchone()
+            if row is None:
+                cur.execute(
+                    self._q("INSERT INTO meta (key, value) VALUES (?, ?)"),
+                    ("schema_version", str(SCHEMA_VERSION)),
+                )
+            elif int(row[0]) != SCHEMA_VERSION:
+                raise StoreError(
+                    f"store {self.url} has schema version {row[0]}, this pooltree expects {SCHEMA_VERSION}",
+                    attributes={"url": self.url},
+                )
+
+    def _q(self, sql: str) -> str:
+        return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
+
+    def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock, self._transaction() as cur:
+            cur.execute(self._q(sql), tuple(args))
+            return [tuple(row) for row in cur.fetchall()]
+
+    # Cypress nodes.
+    def load_nodes(self) -> dict[str, dict[str, Any]]:
+        return {
+            path: load_json(record) for path, record in self._rows("SELECT path, record FROM cypress_nodes")
+        }
+
+    def save_nodes(self, upserts: Mapping[str, Mapping[str, Any]], deletes: Iterable[str]) -> None:
+        with self._lock, self._transaction() as cur:
+            for path in deletes:
+                cur.execute(self._q("DELETE FROM cypress_nodes WHERE path = ?"), (path,))
+            for path, record in upserts.items():
+                cur.execute(
+                    self._q(
+                        "INSERT INTO cypress_nodes (path, record) VALUES (?, ?)"
+                        " ON CONFLICT (path) DO UPDATE SET record = excluded.record"
+                    ),
+                    (path, dump_json(dict(record))),
+                )
+
+    # Key-value settings.
+    def get_value(self, key: str, default: Any = None) -> Any:
+        rows = self._rows("SELECT value FROM kv WHERE key = ?", (key,))
+        return load_json(rows[0][0]) if rows else default
+
+    def set_value(self, key: str, value: Any) -> None:
+        with self._lock, self._transaction() as cur:
+            cur.execute(
+                self._q(
+                    "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                ),
+                (key, dump_json(value)),
+            )
+
+    def delete_value(self, key: str) -> bool:
+        with self._lock, self._transaction() as cur:
+            cur.execute(self._q("DELETE FROM kv WHERE key = ?"), (key,))
+            return bool(cur.rowcount)
+
+    # Operations.
+    def put_operation(self, record: OperationRecord) -> None:
+        with self._lock, self._transaction() as cur:
+            cur.execute(
+                self._q(
+                    "INSERT INTO operations (id, type, state, user_name, pool, start_time, finish_time, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET type = excluded.type,"
+                    " state = excluded.state, user_name = excluded.user_name, pool = excluded.pool,"
+                    " start_time = excluded.start_time, finish_time = excluded.finish_time, body = excluded.body"
+                ),
+                (
+                    record.id,
+                    record.type,
+                    record.state,
+                    record.user,
+                    record.pool,
+                    float(record.start_time),
+                    None if record.finish_time is None else float(record.finish_time),
+                    record.to_json(),
+                ),
+            )
+
+    def get_operation(self, operation_id: str) -> OperationRecord | None:
+        rows = self._rows(
+            "SELECT id, type, state, user_name, pool, start_time, finish_time, body FROM operations WHERE id = ?",
+            (operation_id,),
+        )
+        return operation_from_row(rows[0]) if rows else None
+
+    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
+        sql, args = operation_page_sql(query, "?")
+        return [operation_from_row(row) for row in self._rows(sql, args)]
+
+    def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
+        where, args = operation_where(query, "?")
+        return int(self._rows(f"SELECT COUNT(*) FROM operations{where}", args)[0][0])
+
+    def delete_operation(self, operation_id: str) -> bool:
+        with self._lock, self._transaction() as cur:
+            cur.execute(self._q("DELETE FROM jobs WHERE operation_id = ?"), (operation_id,))
+            cur.execute(self._q("DELETE FROM operations WHERE id = ?"), (operation_id,))
+            return bool(cur.rowcount)
+
+    # Jobs.
+    def put_job(self, record: JobRecord) -> None:
+        with self._lock, self._transaction() as cur:
+            cur.execute(
+                self._q(
+                    "INSERT INTO jobs (operation_id, id, state, address, start_time, finish_time, stderr_ref, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (operation_id, id) DO UPDATE SET"
+                    " state = excluded.state, address = excluded.address, start_time = excluded.start_time,"
+                    " finish_time = excluded.finish_time, stderr_ref = excluded.stderr_ref, body = excluded.body"
+                ),
+                (
+                    record.operation_id,
+                    record.id,
+                    record.state,
+                    record.address,
+                    float(record.start_time),
+                    None if record.finish_time is None else float(record.finish_time),
+                    record.stderr_ref,
+                    dump_json(record.document),
+                ),
+            )
+
+    def get_job(self, operation_id: str, job_id: str) -> JobRecord | None:
+        rows = self._rows(
+            "SELECT operation_id, id, state, address, start_time, finish_time, stderr_ref, body FROM jobs"
+            " WHERE operation_id = ? AND id = ?",
+            (operation_id, job_id),
+        )
+        return job_from_row(rows[0]) if rows else None
+
+    def list_jobs(self, operation_id: str, state: str | None = None) -> list[JobRecord]:
+        sql = (
+            "SELECT operation_id, id, state, address, start_time, finish_time, stderr_ref, body FROM jobs"
+            " WHERE operation_id = ?"
+        )
+        args: list[Any] = [operation_id]
+        if state is not None:
+            sql += " AND state = ?"
+            args.append(state)
+        return [job_from_row(row) for row in self._rows(sql + " ORDER BY start_time, id", args)]
+
+    # Mutation ids.
+    def get_mutation(self, mutation_id: str) -> tuple[bool, Any]:
+        rows = self._rows("SELECT response FROM mutations WHERE id = ?", (mutation_id,))
+        return (True, load_json(rows[0][0])) if rows else (False, None)
+
+    def remember_mutation(self, mutation_id: str, response: Any, now: float) -> None:
+        with self._lock, self._transaction() as cur:
+            cur.execute(
+                self._q(
+                    "INSERT INTO mutations (id, created, response) VALUES (?, ?, ?)"
+                    " ON CONFLICT (id) DO UPDATE SET created = excluded.created, response = excluded.response"
+                ),
+                (mutation_id, float(now), dump_json(response)),
+            )
+
+    def forget_mutations(self, older_than: float) -> int:
+        with self._lock, self._transaction() as cur:
+            cur.execute(self._q("DELETE FROM mutations WHERE created < ?"), (float(older_than),))
+            return int(cur.rowcount)
