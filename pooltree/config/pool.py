@@ -1,0 +1,194 @@
+"""Pool options (``scheduler_pool`` attributes) with the seeds' defaults and the master-side checks on one pool.
+
+Unset optional options are ``None``: the pool tree runtime resolves them (operation count limits from the tree's
+``*_per_pool`` defaults; starvation tolerance/timeout, aggressive starvation, preemption flags and the
+non-preemptible usage threshold from the nearest ancestor that sets them, then the tree).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from pooltree.config.base import (
+    ConfigModel,
+    Duration,
+    GuaranteeResources,
+    LimitResources,
+    Resources,
+    TagFilterText,
+    invalid,
+)
+
+PoolMode = Literal["fair_share", "fifo"]
+FifoSortParameter = Literal["start_time", "weight", "pending_job_count", "pending_allocation_count"]
+IntegralGuaranteeType = Literal["none", "burst", "relaxed"]
+
+DEFAULT_FIFO_SORT_PARAMETERS: tuple[FifoSortParameter, ...] = ("weight", "start_time")
+
+
+class PoolIntegralGuaranteesConfig(ConfigModel):
+    """Pool ``integral_guarantees``: burst or relaxed guarantees fed by an accumulated resource volume."""
+
+    guarantee_type: IntegralGuaranteeType = "none"
+    burst_guarantee_resources: GuaranteeResources = Field(default_factory=Resources.zero)
+    resource_flow: GuaranteeResources = Field(default_factory=Resources.zero)
+    relaxed_share_multiplier_limit: float | None = Field(default=None, ge=1.0, le=10.0)
+    """``None`` → the tree's ``integral_guarantees.relaxed_share_multiplier_limit`` (3)."""
+    can_accept_free_volume: bool = True
+    should_distribute_free_volume_among_children: bool | None = None
+    """``None`` → the tree's ``should_distribute_free_volume_among_children``."""
+
+    @model_validator(mode="after")
+    def _relaxed_has_no_burst(self) -> PoolIntegralGuaranteesConfig:
+        if self.guarantee_type == "relaxed" and any(self.burst_guarantee_resources.vector > 0):
+            raise invalid(
+                'burst guarantees are not allowed for pools with guarantee_type "relaxed"',
+                "burst_guarantee_resources",
+            )
+        return self
+
+    @property
+    def is_integral(self) -> bool:
+        """Whether the pool itself receives integral guarantees (type burst or relaxed)."""
+        return self.guarantee_type != "none"
+
+    @property
+    def has_integral_resources(self) -> bool:
+        """Whether the pool configures any integral resources (type, burst guarantee or resource flow)."""
+        return (
+            self.is_integral
+            or bool(self.burst_guarantee_resources.specified)
+            or bool(self.resource_flow.specified)
+        )
+
+
+class EphemeralSubpoolConfig(ConfigModel):
+    """``ephemeral_subpool_config``: what ephemeral subpools ``pool$user`` of this pool get."""
+
+    mode: PoolMode = "fair_share"
+    max_running_operation_count: int | None = Field(default=None, ge=0)
+    max_operation_count: int | None = Field(default=None, ge=0)
+    resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
+
+    @model_validator(mode="after")
+    def _counts_consistent(self) -> EphemeralSubpoolConfig:
+        check_operation_counts(self.max_operation_count, self.max_running_operation_count)
+        return self
+
+
+class OffloadingPoolSettings(ConfigModel):
+    """One entry of ``offloading_settings``: the pool of another tree that takes part of this pool's jobs."""
+
+    pool: str = Field(min_length=1)
+    weight: float | None = Field(default=None, ge=0)
+    resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
+
+
+def check_operation_counts(max_operation_count: int | None, max_running_operation_count: int | None) -> None:
+    """YTsaurus check: ``max_operation_count`` ≥ ``max_running_operation_count`` when both are set."""
+    if (
+        max_operation_count is not None
+        and max_running_operation_count is not None
+        and max_operation_count < max_running_operation_count
+    ):
+        raise invalid(
+            '"max_operation_count" must be greater than or equal to "max_running_operation_count", '
+            f"but {max_operation_count} < {max_running_operation_count}",
+            "max_running_operation_count",
+        )
+
+
+class PoolConfig(ConfigModel):
+    """Every option of a pool (seeds: pool-tree configuration, preemption, operation count limits)."""
+
+    ALIASES: ClassVar[dict[str, str]] = {
+        "min_share_resources": "strong_guarantee_resources",
+        "fair_share_preemption_timeout": "fair_share_starvation_timeout",
+    }
+
+    weight: float | None = Field(default=None, ge=0)
+    """``None`` → inferred from guarantees (tree multiplier) or 1.0."""
+    strong_guarantee_resources: GuaranteeResources = Field(default_factory=Resources.zero)
+    resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
+    max_share_ratio: float | None = Field(default=None, ge=0, le=1)
+    mode: PoolMode = "fair_share"
+    max_running_operation_count: int | None = Field(default=None, ge=0)
+    """``None`` → tree ``max_running_operation_count_per_pool`` (50)."""
+    max_operation_count: int | None = Field(default=None, ge=0)
+    """``None`` → tree ``max_operation_count_per_pool`` (50)."""
+    fifo_sort_parameters: tuple[FifoSortParameter, ...] = Field(
+        default=DEFAULT_FIFO_SORT_PARAMETERS, min_length=1
+    )
+    forbid_immediate_operations: bool = False
+    create_ephemeral_subpools: bool = False
+    ephemeral_subpool_config: EphemeralSubpoolConfig | None = None
+    offloading_settings: dict[str, OffloadingPoolSettings] = Field(default_factory=dict)
+    config_preset: str | None = None
+    config_presets: tuple[str, ...] = ()
+    integral_guarantees: PoolIntegralGuaranteesConfig = Field(default_factory=PoolIntegralGuaranteesConfig)
+    scheduling_tag_filter: TagFilterText = ""
+    fair_share_starvation_tolerance: float | None = Field(default=None, ge=0, le=1)
+    fair_share_starvation_timeout: Duration | None = None
+    enable_aggressive_starvation: bool | None = None
+    allow_aggressive_preemption: bool | None = None
+    allow_normal_preemption: bool | None = None
+    non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
+    enable_lightweight_operations: bool = False
+    compute_promised_guarantee_fair_share: bool = False
+    enable_priority_strong_guarantee_adjustment: bool = False
+    enable_priority_strong_guarantee_adjustment_donorship: bool = False
+    infer_children_weights_from_historic_usage: bool = False
+    allow_gang_operations: bool | None = None
+    abc: dict[str, Any] | None = None
+    """Free-form accounting metadata (``{id, slug, name}`` in YTsaurus); kept as is."""
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolConfig:
+        check_operation_counts(self.max_operation_count, self.max_running_operation_count)
+        if self.config_preset is not None and self.config_presets:
+            raise invalid(
+                '"config_preset" and "config_presets" cannot be specified together', "config_presets"
+            )
+        return self
+
+    @property
+    def presets(self) -> tuple[str, ...]:
+        """Names of the presets applied to this pool, in application order."""
+        if self.config_preset is not None:
+            return (self.config_preset,)
+        return self.config_presets
+
+    @property
+    def effective_max_share_ratio(self) -> float:
+        return 1.0 if self.max_share_ratio is None else self.max_share_ratio
+
+    @property
+    def has_strong_guarantee(self) -> bool:
+        return bool(self.strong_guarantee_resources.specified)
+
+    def limits_vector(self) -> Any:
+        """The specified ``resource_limits`` vector (``inf`` where unset)."""
+        return self.resource_limits.vector
+
+    def is_fifo(self) -> bool:
+        return self.mode == "fifo"
+
+
+PRESET_FORBIDDEN_OPTIONS = frozenset({"config_preset", "config_presets"})
+
+
+def validate_preset(content: Any, path: str) -> dict[str, Any]:
+    """Check a preset as pool options (presets cannot name presets); return its plain content."""
+    from pooltree.errors import ConfigError, join_path
+
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(path, f"a preset must be a map of pool options, got {type(content).__name__}")
+    for key in content:
+        if key in PRESET_FORBIDDEN_OPTIONS:
+            raise ConfigError(join_path(path, str(key)), "a preset cannot refer to other presets")
+    PoolConfig.parse(content, path)
+    return dict(content)

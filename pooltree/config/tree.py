@@ -1,0 +1,196 @@
+"""Pool tree options (the ``config`` attribute of a ``scheduler_pool_tree``) with YTsaurus defaults.
+
+Durations are float seconds; resource maps are :class:`~pooltree.config.base.Resources`. Defaults follow
+yt-semantics.md §c, §e.6 and §f (tree-level operation count defaults 50000/2000 for the root and 50/50 per pool).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import Field, field_validator, model_validator
+
+from pooltree.config.base import (
+    ConfigModel,
+    Duration,
+    GuaranteeResources,
+    TagFilterText,
+    as_validation_error,
+    invalid,
+)
+from pooltree.config.pool import validate_preset
+from pooltree.config.tags import TagFilter
+from pooltree.errors import ConfigError
+from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector
+
+ROOT_POOL = "<Root>"
+MAX_GRACEFUL_PREEMPTION_TIMEOUT = 600.0
+
+ResourceName = Literal["user_slots", "cpu", "gpu", "memory", "network"]
+
+
+class TreeIntegralGuaranteesConfig(ConfigModel):
+    """Tree ``integral_guarantees``: how accumulated volume turns into integral guarantees."""
+
+    smooth_period: Duration = 60.0
+    pool_capacity_saturation_period: Duration = 86400.0
+    relaxed_share_multiplier_limit: float = Field(default=3.0, ge=1.0, le=10.0)
+
+    @field_validator("smooth_period", "pool_capacity_saturation_period")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be positive")
+        return value
+
+
+class PoolTreeConfig(ConfigModel):
+    """Every tree option the seeds list plus the starvation, preemption and limit options of YTsaurus."""
+
+    ALIASES: ClassVar[dict[str, str]] = {
+        "nodes_filter": "node_tag_filter",
+        "max_ephemeral_pool_per_user": "max_ephemeral_pools_per_user",
+        "infer_weight_from_strong_guarantee_share_multiplier": "infer_weight_from_guarantees_share_multiplier",
+        "infer_weight_from_min_share_ratio_multiplier": "infer_weight_from_guarantees_share_multiplier",
+        "fair_share_preemption_timeout": "fair_share_starvation_timeout",
+        "fair_share_aggressive_preemption_timeout": "fair_share_aggressive_starvation_timeout",
+        "max_unpreemptible_running_job_count": "max_unpreemptible_running_allocation_count",
+        "job_interrupt_timeout": "allocation_preemption_timeout",
+        "job_graceful_interrupt_timeout": "allocation_graceful_preemption_timeout",
+        "job_count_preemption_timeout_coefficient": "allocation_count_preemption_timeout_coefficient",
+        "min_spare_job_resources_on_node": "min_spare_allocation_resources_on_node",
+        "schedule_jobs_timeout": "schedule_allocations_timeout",
+    }
+
+    # Nodes, resources, pools.
+    node_tag_filter: TagFilterText = ""
+    main_resource: ResourceName = "cpu"
+    max_operation_count: int = Field(default=50000, ge=0)
+    max_operation_count_per_pool: int = Field(default=50, ge=0)
+    max_running_operation_count: int = Field(default=2000, ge=0)
+    max_running_operation_count_per_pool: int = Field(default=50, ge=0)
+    default_parent_pool: str = Field(default=ROOT_POOL, min_length=1)
+    forbid_immediate_operations_in_root: bool = True
+    max_ephemeral_pools_per_user: int = Field(default=1, ge=0)
+    ephemeral_pool_name_regex: str = "[-_a-z0-9:A-Z]+"
+    use_user_default_parent_pool_map: bool = False
+    infer_weight_from_guarantees_share_multiplier: float | None = Field(default=None, ge=1.0)
+    integral_guarantees: TreeIntegralGuaranteesConfig = Field(default_factory=TreeIntegralGuaranteesConfig)
+    should_distribute_free_volume_among_children: bool = False
+    pool_config_presets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    # Starvation (yt-semantics §c).
+    fair_share_starvation_timeout: Duration = 30.0
+    fair_share_starvation_tolerance: float = Field(default=0.8, ge=0.0, le=1.0)
+    fair_share_aggressive_starvation_timeout: Duration = 120.0
+    enable_aggressive_starvation: bool = False
+    enable_pool_starvation: bool = True
+    non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
+    max_unpreemptible_running_allocation_count: int | None = Field(default=None, ge=0)
+    allocation_count_preemption_timeout_coefficient: float = Field(default=1.0, ge=1.0)
+
+    # Preemption (yt-semantics §d, §e).
+    preemptive_scheduling_backoff: Duration = 5.0
+    preemption_satisfaction_threshold: float = Field(default=1.0, gt=0.0)
+    aggressive_preemption_satisfaction_threshold: float = Field(default=0.2, ge=0.0)
+    allocation_preemption_timeout: Duration = 10.0
+    allocation_graceful_preemption_timeout: Duration = 60.0
+    enable_conditional_preemption: bool = True
+    preemption_check_starvation: bool = True
+    preemption_check_satisfaction: bool = True
+    min_spare_allocation_resources_on_node: GuaranteeResources | None = None
+    scheduling_preemption_priority_scope: Literal["operation_and_ancestors", "operation_only"] = (
+        "operation_and_ancestors"
+    )
+    allow_aggressive_preemption_for_gang_operations: bool = True
+    enable_step_function_for_gang_operations: bool = False
+    enable_guarantee_priority_scheduling: bool = False
+
+    # Scheduling order and timing (yt-semantics §e.6, §b.1).
+    fifo_pool_scheduling_order: Literal["satisfaction", "fifo"] = "satisfaction"
+    use_pool_satisfaction_for_scheduling: bool = False
+    min_child_heap_size: int = Field(default=16, ge=1)
+    node_reconnection_timeout: Duration = 300.0
+    schedule_allocations_timeout: Duration = 40.0
+
+    @field_validator("main_resource", mode="before")
+    @classmethod
+    def _canonical_resource(cls, value: Any) -> Any:
+        return RESOURCE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("ephemeral_pool_name_regex")
+    @classmethod
+    def _valid_regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise ValueError(f"invalid regular expression: {error}") from None
+        return value
+
+    @field_validator("pool_config_presets", mode="before")
+    @classmethod
+    def _valid_presets(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a map of preset name → pool options, got {type(value).__name__}")
+        checked: dict[str, dict[str, Any]] = {}
+        for name, content in value.items():
+            try:
+                checked[str(name)] = validate_preset(content, str(name))
+            except ConfigError as error:
+                raise as_validation_error(error) from None
+        return checked
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolTreeConfig:
+        if self.aggressive_preemption_satisfaction_threshold > self.preemption_satisfaction_threshold:
+            raise invalid(
+                "aggressive_preemption_satisfaction_threshold must not exceed preemption_satisfaction_threshold, "
+                f"but {self.aggressive_preemption_satisfaction_threshold} > {self.preemption_satisfaction_threshold}",
+                "aggressive_preemption_satisfaction_threshold",
+            )
+        if self.fair_share_aggressive_starvation_timeout < self.fair_share_starvation_timeout:
+            raise invalid(
+                "fair_share_aggressive_starvation_timeout must be greater than or equal to "
+                f"fair_share_starvation_timeout, but {self.fair_share_aggressive_starvation_timeout:g}s < "
+                f"{self.fair_share_starvation_timeout:g}s",
+                "fair_share_aggressive_starvation_timeout",
+            )
+        if self.allocation_graceful_preemption_timeout > MAX_GRACEFUL_PREEMPTION_TIMEOUT:
+            raise invalid(
+                "allocation_graceful_preemption_timeout must not exceed 10 minutes, "
+                f"got {self.allocation_graceful_preemption_timeout:g}s",
+                "allocation_graceful_preemption_timeout",
+            )
+        return self
+
+    @property
+    def tag_filter(self) -> TagFilter:
+        """The parsed ``node_tag_filter``."""
+        return TagFilter.parse(self.node_tag_filter)
+
+    @property
+    def main_resource_index(self) -> int:
+        return RESOURCES.index(self.main_resource)
+
+    def effective_non_preemptible_resource_usage_threshold(self) -> Vector:
+        """Tree-level threshold vector (§c): set resources as given, unset ones infinite; all-zero if nothing set.
+
+        ``user_slots`` falls back to ``max_unpreemptible_running_allocation_count`` when the map leaves it out.
+        """
+        specified: dict[str, float] = {}
+        if self.non_preemptible_resource_usage_threshold is not None:
+            threshold = self.non_preemptible_resource_usage_threshold
+            specified = {name: threshold[name] for name in threshold.specified}
+        if "user_slots" not in specified and self.max_unpreemptible_running_allocation_count is not None:
+            specified["user_slots"] = float(self.max_unpreemptible_running_allocation_count)
+        if not specified:
+            return np.zeros(len(RESOURCES))
+        vector = np.full(len(RESOURCES), math.inf)
+        for name, amount in specified.items():
+            vector[RESOURCES.index(name)] = amount
+        return vector
