@@ -1,0 +1,559 @@
+"""The exec-node job executor: each job a real process group in its own sandbox, measured and policed.
+
+``JobExecutor`` starts ``/bin/sh -c <command>`` in a new session (so the job's process group and session are
+its own), with stdout/stderr written to files next to the job's sandbox. One sampler task measures every
+running job's process tree each ``memory_sample_period`` seconds and hands the numbers to the node memory
+arbitration (a pure policy): jobs above ``memory_limit`` fail with "Memory limit exceeded", and on an
+overdrafted node jobs above their reserve are aborted with ``resource_overdraft``. ``interrupt`` delivers the
+operation's ``interruption_signal`` and kills the job if it does not finish within the timeout; ``abort`` sends
+SIGTERM, then SIGKILL after a short grace. Every path ends by killing whatever is left of the job's processes.
+
+``job_proxy/max_memory`` is the size of the executor's own bookkeeping for the job (its record, measured with
+``sys.getsizeof``); the shared interpreter is not split between jobs, and there is no separate proxy process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
+from pooltree.node.job import (
+    JOB_START_FAILED,
+    RESOURCE_OVERDRAFT_REASON,
+    JobResult,
+    JobSpec,
+    JobState,
+    MemoryTrack,
+    abort_error,
+    exit_error,
+    job_statistics,
+    memory_limit_error,
+    yt_error,
+)
+from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter
+
+DEFAULT_STDERR_LIMIT = 10 * 1024 * 1024
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+NODE_SHUTDOWN_REASON = "node_shutdown"
+
+FinishListener = Callable[[JobResult], None]
+
+
+@dataclass
+class _Verdict:
+    """A decision taken before the process exits (kill for memory, abort, interruption timeout)."""
+
+    state: JobState
+    error: dict
+    abort_reason: str | None = None
+
+
+@dataclass
+class _Job:
+    """The executor's bookkeeping for one running job."""
+
+    spec: JobSpec
+    directory: Path
+    sandbox: Path
+    start_time: float
+    start_mono: float
+    process: asyncio.subprocess.Process | None = None
+    phase: str = "running"
+    verdict: _Verdict | None = None
+    interruption_reason: str | None = None
+    memory: MemorySample | None = None
+    max_memory: float = 0.0
+    cumulative_max_memory: float = 0.0
+    job_proxy_max_memory: float = 0.0
+    last_sample_mono: float | None = None
+    exit_mono: float | None = None
+    supervisor: asyncio.Task | None = None
+    killer: asyncio.Task | None = None
+    done: asyncio.Future[JobResult] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+def _bookkeeping_bytes(job: _Job) -> int:
+    """The executor-side memory for one job: its record and the objects it holds directly."""
+    return sys.getsizeof(job) + sum(sys.getsizeof(value) for value in vars(job).values())
+
+
+def job_environment(spec: JobSpec, sandbox: Path) -> dict[str, str]:
+    """A minimal safe environment, the operation's own variables over it, then the YT_* job identity."""
+    env = {
+        "PATH": SAFE_PATH,
+        "HOME": str(sandbox),
+        "TMPDIR": str(sandbox / "tmp"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "SHELL": "/bin/sh",
+        "PWD": str(sandbox),
+    }
+    env.update(spec.environment)
+    env.update(
+        {
+            "YT_JOB_ID": spec.job_id,
+            "YT_OPERATION_ID": spec.operation_id,
+            "YT_JOB_INDEX": str(spec.job_index),
+            "YT_TASK_JOB_INDEX": str(spec.job_index),
+            "YT_JOB_COOKIE": str(spec.job_index),
+            "YT_TASK_NAME": spec.task_name,
+        }
+    )
+    if spec.memory_limit is not None:
+        env["YT_JOB_MEMORY_LIMIT"] = str(int(spec.memory_limit))
+    return env
+
+
+def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+
+
+class JobExecutor:
+    """Runs jobs as process groups, measures their memory, enforces limits, interrupts and aborts them."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        node_memory_limit: float = math.inf,
+        memory_sample_period: float = 0.2,
+        abort_grace: float = 1.0,
+        stderr_limit: int = DEFAULT_STDERR_LIMIT,
+        memory_meter: str = "auto",
+        cgroup_parent: Path | str = DEFAULT_CGROUP_PARENT,
+        overdraft_policy: OverdraftPolicy = arbitrate_node_memory,
+        clock: Callable[[], float] = time.time,
+        on_finish: FinishListener | None = None,
+    ):
+        if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
+            raise ConfigError(
+                "memory_sample_period", f"must be between 0.01 and 60 seconds, got {memory_sample_period!r}"
+            )
+        if not (isinstance(abort_grace, int | float) and 0 <= abort_grace <= 600):
+            raise ConfigError("abort_grace", f"must be between 0 and 600 seconds, got {abort_grace!r}")
+        if isinstance(stderr_limit, bool) or not isinstance(stderr_limit, int) or stderr_limit <= 0:
+            raise ConfigError("stderr_limit", f"must be a positive number of bytes, got {stderr_limit!r}")
+        if math.isnan(node_memory_limit) or node_memory_limit < 0:
+            raise ConfigError(
+                "node_memory_limit", f"must be a non-negative number of bytes, got {node_memory_limit!r}"
+            )
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.node_memory_limit = float(node_memory_limit)
+        self.memory_sample_period = float(memory_sample_period)
+        self.abort_grace = float(abort_grace)
+        self.stderr_limit = stderr_limit
+        self.meter: JobMemoryMeter
+        self.meter, self.meter_reason = make_meter(memory_meter, Path(cgroup_parent))
+        self._policy = overdraft_policy
+        self._clock = clock
+        self._listeners: list[FinishListener] = [on_finish] if on_finish else []
+        self._running: dict[str, _Job] = {}
+        self._results: dict[str, JobResult] = {}
+        self._sampler: asyncio.Task | None = None
+        self._closed = False
+
+    # ----------------------------------------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> JobExecutor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    def add_listener(self, listener: FinishListener) -> None:
+        """Call ``listener(result)`` as soon as any job finishes (the agent's extra heartbeat hook)."""
+        self._listeners.append(listener)
+
+    async def start(self, spec: JobSpec) -> None:
+        """Create the job's sandbox and launch its command; a launch failure becomes a failed result."""
+        if self._closed:
+            raise PooltreeError(
+                "executor is shut down; cannot start jobs", attributes={"job_id": spec.job_id}
+            )
+        if spec.job_id in self._running or spec.job_id in self._results:
+            raise PooltreeError(
+                f"job {spec.job_id} is already known to this node", attributes={"job_id": spec.job_id}
+            )
+        directory = self.root / spec.job_id
+        if directory.exists():
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+        sandbox = directory / "sandbox"
+        (sandbox / "tmp").mkdir(parents=True)
+        job = _Job(
+            spec=spec,
+            directory=directory,
+            sandbox=sandbox,
+            start_time=self._clock(),
+            start_mono=time.monotonic(),
+        )
+        self._running[spec.job_id] = job
+        try:
+            self.meter.prepare(spec.job_id, spec.memory_limit)
+            with open(directory / "stdout", "wb") as stdout, open(directory / "stderr", "wb") as stderr:
+                job.process = await asyncio.create_subprocess_exec(
+                    *self.meter.argv(spec.job_id, spec.command),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=sandbox,
+                    env=job_environment(spec, sandbox),
+                    start_new_session=True,
+                )
+        except OSError as error:
+            job.verdict = _Verdict(
+                JobState.FAILED,
+                yt_error(JOB_START_FAILED, "Failed to start user job", {"reason": str(error)}),
+            )
+            job.supervisor = asyncio.create_task(self._finish(job, None))
+            return
+        self.meter.attach(spec.job_id, job.process.pid)
+        job.supervisor = asyncio.create_task(self._supervise(job))
+        if self._sampler is None or self._sampler.done():
+            self._sampler = asyncio.create_task(self._sample_loop())
+
+    def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
+        """Ask the job to finish: send its interruption_signal and abort it with ``reason`` after ``timeout``.
+
+        A job exiting 0 within the timeout completes (with ``interruption_reason``); any other ending is an
+        abort with ``reason``. A job without an interruption_signal cannot be interrupted and is aborted now.
+        """
+        job = self._get_running(job_id)
+        if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0):
+            raise ConfigError(
+                "timeout", f"interruption timeout must be a non-negative number of seconds, got {timeout!r}"
+            )
+        if job.phase != "running" or job.exit_mono is not None:
+            return
+        sig = job.spec.interruption_signal
+        if sig is None:
+            self.abort(
+                job_id, reason, {"interruption": "unsupported: the operation has no interruption_signal"}
+            )
+            return
+        job.phase = "interrupting"
+        job.interruption_reason = reason
+        self._signal(job, sig)
+        job.killer = asyncio.create_task(self._interruption_deadline(job, float(timeout), reason))
+
+    def abort(self, job_id: str, reason: str, attributes: Mapping[str, Any] | None = None) -> None:
+        """Abort the job with ``reason``: SIGTERM to its processes, SIGKILL after ``abort_grace``."""
+        job = self._get_running(job_id)
+        if job.verdict is not None or job.exit_mono is not None:
+            return
+        job.verdict = _Verdict(JobState.ABORTED, abort_error(reason, attributes), reason)
+        job.phase = "aborting"
+        if job.killer is not None:
+            job.killer.cancel()
+        self._signal(job, signal.SIGTERM)
+        job.killer = asyncio.create_task(self._kill_after(job, self.abort_grace))
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobResult:
+        """The job's result, waiting for it to finish (``asyncio.TimeoutError`` after ``timeout``)."""
+        if job_id in self._results:
+            return self._results[job_id]
+        job = self._get_running(job_id)
+        return await asyncio.wait_for(asyncio.shield(job.done), timeout)
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Kill every running job (aborted, ``node_shutdown``) and wait for their results; idempotent."""
+        self._closed = True
+        for job_id, job in list(self._running.items()):
+            if job.verdict is None:
+                job.verdict = _Verdict(
+                    JobState.ABORTED, abort_error(NODE_SHUTDOWN_REASON), NODE_SHUTDOWN_REASON
+                )
+            await self._kill_tree(self._running.get(job_id) or job)
+        pending = [job.supervisor for job in self._running.values() if job.supervisor is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+
+    # ----------------------------------------------------------------------------------------------- queries
+
+    def running_job_ids(self) -> list[str]:
+        return sorted(self._running)
+
+    def result(self, job_id: str) -> JobResult | None:
+        return self._results.get(job_id)
+
+    def spec(self, job_id: str) -> JobSpec | None:
+        job = self._running.get(job_id)
+        return job.spec if job else None
+
+    def phase(self, job_id: str) -> str | None:
+        """``running``, ``interrupting`` or ``aborting`` for a running job; None otherwise."""
+        job = self._running.get(job_id)
+        return job.phase if job else None
+
+    def memory_usage(self, job_id: str) -> float:
+        """The job's last measured memory (bytes); 0 before the first sample."""
+        job = self._running.get(job_id)
+        return job.memory.current if job and job.memory else 0.0
+
+    def running_statistics(self, job_id: str) -> dict[str, float]:
+        """Statistics of a running job so far (same names as the final ones)."""
+        job = self._get_running(job_id)
+        elapsed = time.monotonic() - job.start_mono
+        return job_statistics(job.spec, self._track(job), total_seconds=elapsed, exec_seconds=elapsed)
+
+    def stderr(self, job_id: str, limit: int | None = None) -> bytes:
+        """The tail of the job's stderr, at most ``limit`` (default ``stderr_limit``) bytes."""
+        return self._tail(job_id, "stderr", limit)
+
+    def stdout(self, job_id: str, limit: int | None = None) -> bytes:
+        """The tail of the job's stdout, at most ``limit`` (default ``stderr_limit``) bytes."""
+        return self._tail(job_id, "stdout", limit)
+
+    def forget(self, job_id: str) -> None:
+        """Drop a finished job's result and its directory (stdout, stderr, a kept sandbox)."""
+        if job_id in self._running:
+            raise PooltreeError(f"job {job_id} is still running", attributes={"job_id": job_id})
+        self._results.pop(job_id, None)
+        shutil.rmtree(self.root / job_id, ignore_errors=True)
+
+    # ----------------------------------------------------------------------------------------------- internals
+
+    def _get_running(self, job_id: str) -> _Job:
+        job = self._running.get(job_id)
+        if job is None:
+            raise PooltreeError(
+                f"no running job {job_id} on this node", code=1135, attributes={"job_id": job_id}
+            )
+        return job
+
+    def _tail(self, job_id: str, name: str, limit: int | None) -> bytes:
+        if job_id not in self._running and job_id not in self._results:
+            raise PooltreeError(f"no job {job_id} on this node", code=1135, attributes={"job_id": job_id})
+        limit = self.stderr_limit if limit is None else limit
+        try:
+            with open(self.root / job_id / name, "rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(size - limit, 0))
+                return handle.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def _track(self, job: _Job) -> MemoryTrack:
+        job.job_proxy_max_memory = max(job.job_proxy_max_memory, _bookkeeping_bytes(job))
+        return MemoryTrack(job.max_memory, job.cumulative_max_memory, job.job_proxy_max_memory)
+
+    def _signal(self, job: _Job, sig: signal.Signals) -> None:
+        """Deliver ``sig`` to the job's process group and to every member process found."""
+        if job.process is not None and job.process.returncode is None:
+            _send(job.process.pid, sig, group=True)
+        for pid in self.meter.members(job.spec.job_id):
+            _send(pid, sig, group=False)
+
+    async def _kill_tree(self, job: _Job, rounds: int = 100) -> None:
+        """SIGKILL the job's group and members until none is left (bounded: ``rounds`` × 20 ms)."""
+        for _ in range(rounds):
+            self._signal(job, signal.SIGKILL)
+            if not self._live_members(job):
+                return
+            await asyncio.sleep(0.02)
+
+    def _live_members(self, job: _Job) -> list[int]:
+        alive = []
+        for pid in self.meter.members(job.spec.job_id):
+            try:
+                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.Error:
+                continue
+        if job.process is not None and job.process.returncode is None and job.process.pid not in alive:
+            alive.append(job.process.pid)
+        return alive
+
+    async def _kill_after(self, job: _Job, grace: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(job.done), grace)
+            return
+        await self._kill_tree(job)
+
+    async def _interruption_deadline(self, job: _Job, timeout: float, reason: str) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(job.done), timeout)
+            return
+        if job.verdict is None:
+            job.verdict = _Verdict(
+                JobState.ABORTED,
+                abort_error(reason, {"interruption_timeout": timeout, "interruption": "timed out"}),
+                reason,
+            )
+            job.phase = "aborting"
+        await self._kill_tree(job)
+
+    async def _supervise(self, job: _Job) -> None:
+        assert job.process is not None
+        returncode = await job.process.wait()
+        job.exit_mono = time.monotonic()
+        await self._kill_tree(job)
+        await self._finish(job, returncode)
+
+    async def _finish(self, job: _Job, returncode: int | None) -> None:
+        """Turn the exit into a result, clean up the sandbox, publish the result to waiters and listeners."""
+        spec = job.spec
+        if job.killer is not None and job.killer is not asyncio.current_task():
+            job.killer.cancel()
+        if job.memory is not None and job.memory.limit_hit and job.verdict is None and returncode != 0:
+            job.verdict = _Verdict(
+                JobState.FAILED,
+                memory_limit_error(spec.memory_limit or 0, job.memory.peak, list(job.memory.pids)),
+            )
+        interruption_reason = None
+        state: JobState
+        error: dict | None = None
+        abort_reason: str | None = None
+        if job.verdict is not None:
+            state, error, abort_reason = job.verdict.state, job.verdict.error, job.verdict.abort_reason
+        elif returncode == 0:
+            state = JobState.COMPLETED
+            interruption_reason = job.interruption_reason
+        elif job.interruption_reason is not None:
+            state, abort_reason = JobState.ABORTED, job.interruption_reason
+            error = abort_error(abort_reason, {"interruption": "job did not exit 0"})
+            error["inner_errors"].append(exit_error(returncode if returncode is not None else -9))
+        else:
+            state, error = JobState.FAILED, exit_error(returncode if returncode is not None else -9)
+        self.meter.release(spec.job_id)
+        finish_mono = time.monotonic()
+        exec_end = job.exit_mono if job.exit_mono is not None else finish_mono
+        stats = job_statistics(
+            spec,
+            self._track(job),
+            total_seconds=finish_mono - job.start_mono,
+            exec_seconds=exec_end - job.start_mono,
+        )
+        stderr_size = await asyncio.to_thread(self._cap_output, job.directory / "stderr")
+        await asyncio.to_thread(self._cap_output, job.directory / "stdout")
+        if not spec.keep_sandbox:
+            await asyncio.to_thread(shutil.rmtree, job.sandbox, True)
+        result = JobResult(
+            job_id=spec.job_id,
+            operation_id=spec.operation_id,
+            task_name=spec.task_name,
+            state=state,
+            start_time=job.start_time,
+            finish_time=job.start_time + (finish_mono - job.start_mono),
+            exit_code=returncode,
+            error=error,
+            abort_reason=abort_reason,
+            interruption_reason=interruption_reason,
+            statistics=stats,
+            stderr_size=stderr_size,
+        )
+        self._results[spec.job_id] = result
+        del self._running[spec.job_id]
+        job.done.set_result(result)
+        for listener in list(self._listeners):
+            listener(result)
+
+    def _cap_output(self, path: Path) -> int:
+        """Keep only the last ``stderr_limit`` bytes of a finished job's output file; returns its size."""
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if size <= self.stderr_limit:
+            return size
+        with open(path, "rb") as handle:
+            handle.seek(size - self.stderr_limit)
+            tail = handle.read()
+        path.write_bytes(tail)
+        return len(tail)
+
+    async def _sample_loop(self) -> None:
+        while self._running:
+            self.sample_now()
+            await asyncio.sleep(self.memory_sample_period)
+
+    def sample_now(self) -> None:
+        """Measure every running job once and enforce memory_limit and the node memory limit."""
+        active = [job for job in self._running.values() if job.process is not None and job.exit_mono is None]
+        if not active:
+            return
+        now = time.monotonic()
+        samples = self.meter.sample([job.spec.job_id for job in active])
+        views: list[JobMemoryUsage] = []
+        for job in active:
+            sample = samples.get(job.spec.job_id)
+            if sample is None:
+                continue
+            job.memory = sample
+            if job.last_sample_mono is not None:
+                job.cumulative_max_memory += job.max_memory * (now - job.last_sample_mono)
+            job.last_sample_mono = now
+            job.max_memory = max(job.max_memory, sample.peak, sample.current)
+            if job.verdict is not None:
+                continue
+            if sample.limit_hit:
+                self._fail_for_memory(job, sample.peak, sample.pids)
+                continue
+            views.append(
+                JobMemoryUsage(
+                    job_id=job.spec.job_id,
+                    usage=sample.current,
+                    reserve=job.spec.memory_reserve,
+                    memory_limit=job.spec.memory_limit,
+                    start_time=job.start_time,
+                )
+            )
+        decision = self._policy(self.node_memory_limit, views)
+        for job_id in decision.memory_limit_exceeded:
+            job = self._running[job_id]
+            assert job.memory is not None
+            self._fail_for_memory(job, job.memory.current, job.memory.pids)
+        node_usage = sum(view.usage for view in views)
+        for job_id in decision.resource_overdraft:
+            job = self._running[job_id]
+            if job.verdict is not None:
+                continue
+            usage = job.memory.current if job.memory else 0.0
+            job.verdict = _Verdict(
+                JobState.ABORTED,
+                abort_error(
+                    RESOURCE_OVERDRAFT_REASON,
+                    {
+                        "usage": int(usage),
+                        "reserve": int(job.spec.memory_reserve),
+                        "node_memory_usage": int(node_usage),
+                        "node_memory_limit": self.node_memory_limit,
+                    },
+                ),
+                RESOURCE_OVERDRAFT_REASON,
+            )
+            job.phase = "aborting"
+            job.killer = asyncio.create_task(self._kill_tree(job))
+
+    def _fail_for_memory(self, job: _Job, usage: float, pids: tuple[int, ...]) -> None:
+        job.verdict = _Verdict(
+            JobState.FAILED, memory_limit_error(job.spec.memory_limit or 0, usage, list(pids))
+        )
+        job.phase = "aborting"
+        if job.killer is not None:
+            job.killer.cancel()
+        job.killer = asyncio.create_task(self._kill_tree(job))

@@ -1,0 +1,327 @@
+"""Job specs, results, YT-shaped errors and statistics for the exec-node agent.
+
+Pure data and pure functions: no processes, no clock. The executor fills these in; the agent turns them into
+heartbeat reports. Error codes follow YTsaurus (``NJobProxy::EErrorCode``, ``NExecNode::EErrorCode``,
+``EProcessErrorCode``) so a YT client prints familiar errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import signal as signal_module
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pooltree.errors import ConfigError, join_path
+from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, zeros
+
+# YTsaurus error codes the node reports.
+MEMORY_LIMIT_EXCEEDED = 1200
+USER_JOB_FAILED = 1205
+ABORT_BY_SCHEDULER = 1101
+RESOURCE_OVERDRAFT = 1102
+JOB_START_FAILED = 1120
+PROCESS_NON_ZERO_EXIT_CODE = 10000
+PROCESS_SIGNAL = 10001
+
+RESOURCE_OVERDRAFT_REASON = "resource_overdraft"
+
+_JOB_SPEC_FIELDS = frozenset(
+    {
+        "job_id",
+        "operation_id",
+        "command",
+        "environment",
+        "memory_limit",
+        "memory_reserve",
+        "job_proxy_memory_reserve",
+        "job_proxy_estimated_memory",
+        "interruption_signal",
+        "task_name",
+        "job_index",
+        "keep_sandbox",
+        "resources",
+    }
+)
+
+
+class JobState(enum.StrEnum):
+    """Job states as YTsaurus names them in ``list_jobs``."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+def parse_signal(value: Any, path: str) -> signal_module.Signals:
+    """A signal from its name (``SIGINT``, ``INT``) or number; the field path is named on error."""
+    if isinstance(value, bool):
+        raise ConfigError(path, f"expected a signal name like SIGINT, got {value!r}")
+    if isinstance(value, int):
+        try:
+            return signal_module.Signals(value)
+        except ValueError:
+            raise ConfigError(path, f"unknown signal number {value}") from None
+    if isinstance(value, str):
+        name = value.strip().upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        try:
+            return signal_module.Signals[name]
+        except KeyError:
+            raise ConfigError(path, f"unknown signal {value!r} (use a name like SIGINT or SIGUSR1)") from None
+    raise ConfigError(path, f"expected a signal name like SIGINT, got {type(value).__name__}")
+
+
+def _optional_size(value: Any, path: str) -> float | None:
+    return None if value is None else parse_size(value, path)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What the scheduler asks a node to run: one job of one operation's task.
+
+    ``memory_reserve`` is the user job's reserve the scheduler counted (memory_limit × digest factor);
+    ``memory_limit`` is the user's hard limit (exceeding it fails the job). ``resources`` is the allocation's
+    resource vector the node counts as usage; its memory defaults to the user job and job proxy reserves.
+    """
+
+    job_id: str
+    operation_id: str
+    command: str
+    environment: Mapping[str, str] = field(default_factory=dict)
+    memory_limit: float | None = None
+    memory_reserve: float = 0.0
+    job_proxy_memory_reserve: float = 0.0
+    job_proxy_estimated_memory: float = 0.0
+    interruption_signal: signal_module.Signals | None = None
+    task_name: str = "main"
+    job_index: int = 0
+    keep_sandbox: bool = False
+    resources: Vector = field(default_factory=zeros)
+
+    def __post_init__(self) -> None:
+        for name in ("job_id", "operation_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(name, f"expected a non-empty string, got {value!r}")
+            if "/" in value or value in (".", "..") or "\0" in value:
+                raise ConfigError(name, f"{value!r} cannot be used as a sandbox directory name")
+        if not isinstance(self.command, str) or not self.command.strip():
+            raise ConfigError("command", f"expected a non-empty shell command, got {self.command!r}")
+        if not isinstance(self.task_name, str) or not self.task_name:
+            raise ConfigError("task_name", f"expected a non-empty string, got {self.task_name!r}")
+        for key, value in self.environment.items():
+            path = join_path("environment", str(key))
+            if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+                raise ConfigError(
+                    path, "environment variable names must be non-empty strings without '=' or NUL"
+                )
+            if not isinstance(value, str) or "\0" in value:
+                raise ConfigError(path, f"expected a string value without NUL, got {value!r}")
+        if self.memory_limit is not None and not (math.isfinite(self.memory_limit) and self.memory_limit > 0):
+            raise ConfigError(
+                "memory_limit", f"must be a positive number of bytes, got {self.memory_limit!r}"
+            )
+        for name in ("memory_reserve", "job_proxy_memory_reserve", "job_proxy_estimated_memory"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(name, f"must be a non-negative number of bytes, got {value!r}")
+        if self.memory_limit is not None and self.memory_reserve > self.memory_limit:
+            raise ConfigError(
+                "memory_reserve",
+                f"reserve {self.memory_reserve:.0f} exceeds memory_limit {self.memory_limit:.0f}",
+            )
+        if isinstance(self.job_index, bool) or not isinstance(self.job_index, int) or self.job_index < 0:
+            raise ConfigError("job_index", f"expected a non-negative integer, got {self.job_index!r}")
+        if self.resources.shape != (len(RESOURCES),) or not np.all(np.isfinite(self.resources)):
+            raise ConfigError(
+                "resources", "expected a finite vector of user_slots, cpu, gpu, memory, network"
+            )
+
+    @property
+    def total_memory_reserve(self) -> float:
+        """The memory the scheduler counted for this job: user job plus job proxy reserve."""
+        return self.memory_reserve + self.job_proxy_memory_reserve
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "start") -> JobSpec:
+        """A spec from a heartbeat-response map; unknown keys and bad values name their field."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(path, f"expected a map describing a job, got {type(data).__name__}")
+        unknown = sorted(set(map(str, data)) - _JOB_SPEC_FIELDS)
+        if unknown:
+            raise ConfigError(
+                join_path(path, unknown[0]),
+                f"unknown job field; known: {', '.join(sorted(_JOB_SPEC_FIELDS))}",
+            )
+        for required in ("job_id", "operation_id", "command"):
+            if required not in data:
+                raise ConfigError(join_path(path, required), "required field is missing")
+        kwargs: dict[str, Any] = {k: data[k] for k in ("job_id", "operation_id", "command") if k in data}
+        if "environment" in data:
+            env = data["environment"]
+            if not isinstance(env, Mapping):
+                raise ConfigError(join_path(path, "environment"), f"expected a map, got {type(env).__name__}")
+            kwargs["environment"] = dict(env)
+        kwargs["memory_limit"] = _optional_size(data.get("memory_limit"), join_path(path, "memory_limit"))
+        for name in ("memory_reserve", "job_proxy_memory_reserve", "job_proxy_estimated_memory"):
+            if name in data:
+                kwargs[name] = parse_size(data[name], join_path(path, name))
+        if data.get("interruption_signal") is not None:
+            kwargs["interruption_signal"] = parse_signal(
+                data["interruption_signal"], join_path(path, "interruption_signal")
+            )
+        for name, kind in (("task_name", str), ("job_index", int), ("keep_sandbox", bool)):
+            if name in data:
+                value = data[name]
+                if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                    raise ConfigError(join_path(path, name), f"expected {kind.__name__}, got {value!r}")
+                kwargs[name] = value
+        resources = parse_resources(data.get("resources"), join_path(path, "resources"))
+        if "resources" not in data or resources[USER_SLOTS] == 0:
+            resources[USER_SLOTS] = 1.0
+        if data.get("resources") is None or "memory" not in data["resources"]:
+            resources[MEMORY] = kwargs.get("memory_reserve", 0.0) + kwargs.get(
+                "job_proxy_memory_reserve", 0.0
+            )
+        kwargs["resources"] = resources
+        try:
+            return cls(**kwargs)
+        except ConfigError as error:
+            raise ConfigError(join_path(path, error.path), error.reason) from None
+
+
+def yt_error(
+    code: int, message: str, attributes: Mapping[str, Any] | None = None, inner: list[dict] | None = None
+) -> dict:
+    """An error in the YTsaurus wire shape: ``{code, message, attributes, inner_errors}``."""
+    return {
+        "code": code,
+        "message": message,
+        "attributes": dict(attributes or {}),
+        "inner_errors": list(inner or []),
+    }
+
+
+def exit_error(returncode: int) -> dict:
+    """ "User job failed" wrapping the process error for a non-zero exit code or a fatal signal."""
+    if returncode < 0:
+        number = -returncode
+        try:
+            name = signal_module.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        inner = yt_error(
+            PROCESS_SIGNAL, f"Process terminated by signal {number}", {"signal": number, "signal_name": name}
+        )
+    else:
+        inner = yt_error(
+            PROCESS_NON_ZERO_EXIT_CODE, f"Process exited with code {returncode}", {"exit_code": returncode}
+        )
+    return yt_error(USER_JOB_FAILED, "User job failed", {}, [inner])
+
+
+def memory_limit_error(limit: float, usage: float, pids: list[int]) -> dict:
+    """The failure of a job whose process tree went above its ``memory_limit``."""
+    return yt_error(
+        MEMORY_LIMIT_EXCEEDED,
+        "Memory limit exceeded",
+        {"limit": int(limit), "usage": int(usage), "processes": sorted(pids)},
+    )
+
+
+def abort_error(reason: str, attributes: Mapping[str, Any] | None = None) -> dict:
+    """The error of an aborted job: resource overdraft gets its own code, the rest are scheduler aborts."""
+    attrs = {"abort_reason": reason, **dict(attributes or {})}
+    if reason == RESOURCE_OVERDRAFT_REASON:
+        return yt_error(RESOURCE_OVERDRAFT, "Job aborted due to resource overdraft", attrs)
+    return yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", attrs)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The outcome of one job, as the node reports it once and the scheduler stores it."""
+
+    job_id: str
+    operation_id: str
+    task_name: str
+    state: JobState
+    start_time: float
+    finish_time: float
+    exit_code: int | None = None
+    error: dict | None = None
+    abort_reason: str | None = None
+    interruption_reason: str | None = None
+    statistics: Mapping[str, float] = field(default_factory=dict)
+    stderr_size: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON/YSON-serialisable map of the result."""
+        out: dict[str, Any] = {
+            "job_id": self.job_id,
+            "operation_id": self.operation_id,
+            "task_name": self.task_name,
+            "state": str(self.state),
+            "start_time": self.start_time,
+            "finish_time": self.finish_time,
+            "statistics": dict(self.statistics),
+            "stderr_size": self.stderr_size,
+        }
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
+        if self.error is not None:
+            out["error"] = self.error
+        if self.abort_reason is not None:
+            out["abort_reason"] = self.abort_reason
+        if self.interruption_reason is not None:
+            out["interruption_reason"] = self.interruption_reason
+        return out
+
+
+@dataclass(frozen=True)
+class MemoryTrack:
+    """What the executor measured about one job's memory, in bytes and byte-seconds."""
+
+    max_memory: float = 0.0
+    cumulative_max_memory: float = 0.0
+    job_proxy_max_memory: float = 0.0
+
+
+def job_statistics(
+    spec: JobSpec, track: MemoryTrack, *, total_seconds: float, exec_seconds: float
+) -> dict[str, float]:
+    """Job statistics under their YTsaurus names (``user_job/max_memory``, ``time/total`` in ms, ...).
+
+    Cumulative ``*_memory_reserve`` and ``*_estimated_memory`` are the value times the exec time;
+    ``user_job/cumulative_max_memory`` integrates the running peak over the samples (bytes × seconds).
+    """
+    exec_seconds = max(exec_seconds, 0.0)
+    stats: dict[str, float] = {
+        "user_job/max_memory": round(track.max_memory),
+        "user_job/memory_reserve": round(spec.memory_reserve),
+        "user_job/cumulative_memory_reserve": round(spec.memory_reserve * exec_seconds),
+        "user_job/cumulative_max_memory": round(track.cumulative_max_memory),
+        "job_proxy/max_memory": round(track.job_proxy_max_memory),
+        "job_proxy/memory_reserve": round(spec.job_proxy_memory_reserve),
+        "job_proxy/estimated_memory": round(spec.job_proxy_estimated_memory),
+        "job_proxy/cumulative_memory_reserve": round(spec.job_proxy_memory_reserve * exec_seconds),
+        "job_proxy/cumulative_max_memory": round(track.job_proxy_max_memory * exec_seconds),
+        "job_proxy/cumulative_estimated_memory": round(spec.job_proxy_estimated_memory * exec_seconds),
+        "time/total": round(max(total_seconds, 0.0) * 1000.0),
+        "time/exec": round(exec_seconds * 1000.0),
+    }
+    if spec.memory_limit is not None:
+        stats["user_job/memory_limit"] = round(spec.memory_limit)
+    return stats
+
+
+def sandbox_path(root: Path, job_id: str) -> Path:
+    """The job's own directory under the node's slot root (holds ``sandbox/``, ``stdout``, ``stderr``)."""
+    return root / job_id

@@ -1,0 +1,302 @@
+"""Memory of a job's whole process tree: a per-job cgroup v2 when the node may create one, else psutil.
+
+Both meters answer the same questions for the executor: how to launch the job so it is tracked, how much memory
+the job uses now and at its peak, and which processes belong to it (so every one of them can be killed).
+
+* ``CgroupMeter`` puts each job in ``<parent>/job-<id>``: usage is ``memory.current`` minus reclaimable
+  ``inactive_file`` (page cache the kernel drops before it runs out of memory), ``memory.max`` holds
+  ``memory_limit`` so the kernel enforces it between samples, and ``memory.events: oom_kill`` reveals that it did.
+* ``ProcessTreeMeter`` sums RSS over the job's session (``start_new_session`` makes the job's root the session
+  leader) plus every descendant ever seen, and takes each process's ``VmHWM`` (its own peak RSS) into the
+  peak, so a short spike of one process between two samples is still counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from pooltree.errors import ConfigError
+
+DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
+DEFAULT_CGROUP_PARENT = DEFAULT_CGROUP_ROOT / "pooltree"
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """One measurement of a job: bytes in use now, the best known peak so far, the member processes."""
+
+    current: float
+    peak: float
+    pids: tuple[int, ...]
+    limit_hit: bool = False
+
+
+class JobMemoryMeter(Protocol):
+    """What the executor needs from a memory backend."""
+
+    name: str
+
+    def prepare(self, job_id: str, memory_limit: float | None) -> None: ...
+
+    def argv(self, job_id: str, command: str) -> list[str]: ...
+
+    def attach(self, job_id: str, pid: int) -> None: ...
+
+    def sample(self, job_ids: list[str]) -> dict[str, MemorySample]: ...
+
+    def members(self, job_id: str) -> list[int]: ...
+
+    def release(self, job_id: str) -> None: ...
+
+
+def _read_hwm(pid: int) -> int:
+    """``VmHWM`` (peak resident set) of one process in bytes; 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
+
+
+@dataclass
+class _TreeJob:
+    root: int
+    known: dict[int, float] = field(default_factory=dict)  # pid -> create_time, guards against pid reuse
+    peak: float = 0.0
+
+
+class ProcessTreeMeter:
+    """psutil fallback: RSS summed over the job's session and all descendants seen."""
+
+    name = "psutil"
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _TreeJob] = {}
+
+    def prepare(self, job_id: str, memory_limit: float | None) -> None:
+        """Nothing to set up before launch; the session is created by the executor."""
+
+    def argv(self, job_id: str, command: str) -> list[str]:
+        return ["/bin/sh", "-c", command]
+
+    def attach(self, job_id: str, pid: int) -> None:
+        self._jobs[job_id] = _TreeJob(root=pid)
+        self._remember(self._jobs[job_id], pid)
+
+    @staticmethod
+    def _remember(job: _TreeJob, pid: int) -> None:
+        with contextlib.suppress(psutil.Error):
+            job.known.setdefault(pid, psutil.Process(pid).create_time())
+
+    def _collect(self, job_ids: list[str]) -> dict[str, list[psutil.Process]]:
+        """Current member processes of each job: session members, descendants, and known pids still alive."""
+        wanted = {job_id: self._jobs[job_id] for job_id in job_ids if job_id in self._jobs}
+        by_session = {job.root: job_id for job_id, job in wanted.items()}
+        found: dict[str, dict[int, psutil.Process]] = {job_id: {} for job_id in wanted}
+        for proc in psutil.process_iter():
+            try:
+                sid = os.getsid(proc.pid)
+            except OSError:
+                continue
+            owner = by_session.get(sid)
+            if owner is not None:
+                found[owner][proc.pid] = proc
+        for job_id, job in wanted.items():
+            for pid, created in list(job.known.items()):
+                try:
+                    proc = psutil.Process(pid)
+                    if proc.create_time() != created:
+                        del job.known[pid]
+                        continue
+                    found[job_id][pid] = proc
+                    for child in proc.children(recursive=True):
+                        found[job_id][child.pid] = child
+                except psutil.Error:
+                    job.known.pop(pid, None)
+            for pid in found[job_id]:
+                self._remember(job, pid)
+        return {job_id: list(procs.values()) for job_id, procs in found.items()}
+
+    def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
+        out: dict[str, MemorySample] = {}
+        for job_id, procs in self._collect(job_ids).items():
+            current = 0.0
+            largest_hwm = 0.0
+            pids: list[int] = []
+            for proc in procs:
+                try:
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    current += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+                pids.append(proc.pid)
+                largest_hwm = max(largest_hwm, _read_hwm(proc.pid))
+            job = self._jobs[job_id]
+            job.peak = max(job.peak, current, largest_hwm)
+            out[job_id] = MemorySample(current=current, peak=job.peak, pids=tuple(sorted(pids)))
+        return out
+
+    def members(self, job_id: str) -> list[int]:
+        procs = self._collect([job_id]).get(job_id, [])
+        return sorted(p.pid for p in procs)
+
+    def release(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    if text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _read_keyed(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+def probe_cgroup_v2(parent: Path = DEFAULT_CGROUP_PARENT) -> str | None:
+    """Why per-job cgroup v2 memory accounting is unusable under ``parent``, or None when it works.
+
+    Checks that the hierarchy offers the memory controller, that ``parent`` exists or can be created, that
+    memory can be enabled for its children, and that a probe child really gets ``memory.current``.
+    """
+    hierarchy = parent.parent
+    controllers = hierarchy / "cgroup.controllers"
+    try:
+        offered = controllers.read_text().split()
+    except OSError as error:
+        return f"no cgroup v2 hierarchy at {hierarchy} ({error.strerror or error})"
+    if "memory" not in offered:
+        return f"{controllers} does not offer the memory controller"
+    try:
+        parent.mkdir(exist_ok=True)
+        subtree = parent / "cgroup.subtree_control"
+        if "memory" not in subtree.read_text().split():
+            subtree.write_text("+memory")
+    except OSError as error:
+        return f"cannot enable the memory controller under {parent} ({error.strerror or error})"
+    probe = parent / f"probe-{os.getpid()}"
+    try:
+        probe.mkdir(exist_ok=True)
+    except OSError as error:
+        return f"cannot create a child cgroup under {parent} ({error.strerror or error})"
+    try:
+        if not (probe / "memory.current").exists():
+            return f"child cgroups under {parent} have no memory.current"
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.rmdir()
+
+
+class CgroupMeter:
+    """Per-job cgroup v2 under a delegated parent: exact tree accounting and kernel-enforced memory_limit."""
+
+    name = "cgroup_v2"
+
+    def __init__(self, parent: Path = DEFAULT_CGROUP_PARENT):
+        self.parent = parent
+        self._peaks: dict[str, float] = {}
+
+    def _path(self, job_id: str) -> Path:
+        return self.parent / f"job-{job_id}"
+
+    def prepare(self, job_id: str, memory_limit: float | None) -> None:
+        path = self._path(job_id)
+        path.mkdir(exist_ok=True)
+        if memory_limit is not None:
+            (path / "memory.max").write_text(str(int(memory_limit)))
+        with contextlib.suppress(OSError):
+            (path / "memory.swap.max").write_text("0")
+        self._peaks[job_id] = 0.0
+
+    def argv(self, job_id: str, command: str) -> list[str]:
+        # The wrapper shell moves itself into the job's cgroup, then execs the user's command: every process of
+        # the job is born inside the cgroup.
+        procs = str(self._path(job_id) / "cgroup.procs")
+        return ["/bin/sh", "-c", 'echo 0 > "$0" || exit 125; exec /bin/sh -c "$1"', procs, command]
+
+    def attach(self, job_id: str, pid: int) -> None:
+        """The wrapper joins the cgroup itself; nothing to do here."""
+
+    def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
+        out: dict[str, MemorySample] = {}
+        for job_id in job_ids:
+            path = self._path(job_id)
+            current = _read_int(path / "memory.current") or 0
+            inactive_file = _read_keyed(path / "memory.stat").get("inactive_file", 0)
+            working_set = max(current - inactive_file, 0)
+            self._peaks[job_id] = max(self._peaks.get(job_id, 0.0), float(working_set))
+            oom_kills = _read_keyed(path / "memory.events").get("oom_kill", 0)
+            out[job_id] = MemorySample(
+                current=float(working_set),
+                peak=self._peaks[job_id],
+                pids=tuple(self.members(job_id)),
+                limit_hit=oom_kills > 0,
+            )
+        return out
+
+    def members(self, job_id: str) -> list[int]:
+        try:
+            text = (self._path(job_id) / "cgroup.procs").read_text()
+        except OSError:
+            return []
+        return sorted(int(line) for line in text.split() if line.isdigit())
+
+    def release(self, job_id: str) -> None:
+        path = self._path(job_id)
+        with contextlib.suppress(OSError):
+            (path / "cgroup.kill").write_text("1")
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                for pid in self.members(job_id):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        self._peaks.pop(job_id, None)
+
+
+def make_meter(mode: str = "auto", cgroup_parent: Path = DEFAULT_CGROUP_PARENT) -> tuple[JobMemoryMeter, str]:
+    """The memory meter for ``mode`` (``auto``, ``cgroup``, ``psutil``) and a sentence on why it was chosen."""
+    if mode not in ("auto", "cgroup", "psutil"):
+        raise ConfigError("memory_meter", f"unknown mode {mode!r}; use auto, cgroup or psutil")
+    if mode == "psutil":
+        return ProcessTreeMeter(), "psutil requested"
+    reason = probe_cgroup_v2(cgroup_parent)
+    if reason is None:
+        return CgroupMeter(cgroup_parent), f"cgroup v2 under {cgroup_parent}"
+    if mode == "cgroup":
+        raise ConfigError("memory_meter", f"cgroup v2 is unavailable: {reason}")
+    return ProcessTreeMeter(), f"psutil fallback: {reason}"
