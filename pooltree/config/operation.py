@@ -1,0 +1,315 @@
+"""The scheduler-relevant part of an operation spec, with YTsaurus defaults.
+
+Unknown spec keys are not errors: YTsaurus accepts them and reports them in the ``unrecognized_spec``
+operation attribute, so :meth:`OperationSpec.unrecognized_spec` returns them (nested as in the spec). Keys that
+YTsaurus knows but the scheduler model does not use (table paths, formats, files...) are accepted silently.
+A known key with a bad value is a ConfigError naming its path.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from pooltree.config.base import ConfigModel, LimitResources, Resources, Size, TagFilterText, invalid
+
+PreemptionMode = Literal["normal", "graceful"]
+
+DEFAULT_MEMORY_LIMIT = 512 * 1024**2
+MAX_DIGEST_BUCKETS = 1000
+
+# YTsaurus spec keys the scheduler model does not interpret; they are not "unrecognized".
+KNOWN_SPEC_KEYS = frozenset(
+    {
+        "acl",
+        "alias",
+        "annotations",
+        "auto_merge",
+        "core_table_path",
+        "data_size_per_job",
+        "data_weight_per_job",
+        "description",
+        "input_table_paths",
+        "job_io",
+        "map_job_io",
+        "max_data_weight_per_job",
+        "max_stderr_count",
+        "output_table_paths",
+        "owners",
+        "reduce_by",
+        "reduce_job_io",
+        "secure_vault",
+        "sort_by",
+        "sort_job_io",
+        "started_by",
+        "stderr_table_path",
+        "table_writer",
+        "time_limit",
+        "ordered",
+        "partition_count",
+        "job_node_account",
+        "intermediate_data_account",
+        "tentative_pool_trees",
+    }
+)
+KNOWN_USER_JOB_KEYS = frozenset(
+    {
+        "check_input_fully_consumed",
+        "copy_files",
+        "docker_image",
+        "enable_core_dump",
+        "file_paths",
+        "format",
+        "input_format",
+        "job_time_limit",
+        "layer_paths",
+        "output_format",
+        "output_table_paths",
+        "restart_completed_jobs",
+        "use_yamr_descriptors",
+        "network_project",
+        "max_stderr_size",
+        "custom_statistics_count_limit",
+        "disk_request",
+        "disk_space_limit",
+        "make_rootfs_writable",
+        "set_container_cpu_limit",
+    }
+)
+
+
+def _check_signal(value: str | None) -> str | None:
+    if value is None:
+        return None
+    name = value if value.startswith("SIG") else f"SIG{value}"
+    if name not in signal.Signals.__members__:
+        raise ValueError(f"unknown signal {value!r} (use a name such as SIGINT or SIGUSR1)")
+    return value
+
+
+class SpecModel(ConfigModel):
+    """Base of spec models: unknown keys are kept (``model_extra``) instead of failing."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = frozenset()
+
+    def unrecognized(self) -> dict[str, Any]:
+        """Unknown keys of this model and of nested spec models, nested like the spec."""
+        found: dict[str, Any] = {
+            key: value for key, value in (self.model_extra or {}).items() if key not in self.KNOWN_EXTRA
+        }
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            nested: dict[str, Any] = {}
+            if isinstance(value, SpecModel):
+                nested = value.unrecognized()
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, SpecModel) and (inner := item.unrecognized()):
+                        nested[key] = inner
+            if nested:
+                found[name] = nested
+        return found
+
+
+class TmpfsVolume(SpecModel):
+    size: Size
+    path: str = Field(min_length=1)
+
+
+class UserJobSpec(SpecModel):
+    """A user job (``mapper``, ``reducer`` or a vanilla task): command, limits and memory digest options."""
+
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_USER_JOB_KEYS
+
+    command: str
+    memory_limit: Size = float(DEFAULT_MEMORY_LIMIT)
+    cpu_limit: float = Field(default=1.0, ge=0)
+    gpu_limit: int = Field(default=0, ge=0)
+    tmpfs_size: Size | None = None
+    tmpfs_path: str | None = None
+    tmpfs_volumes: tuple[TmpfsVolume, ...] = ()
+    environment: dict[str, str] = Field(default_factory=dict)
+    interruption_signal: str | None = None
+    restart_exit_code: int | None = None
+    user_job_memory_digest_default_value: float | None = Field(default=None, gt=0, le=1)
+    """``None`` → the operation spec's value."""
+    user_job_memory_digest_lower_bound: float | None = Field(default=None, gt=0, le=1)
+    """``None`` → the operation spec's value."""
+    memory_reserve_factor: float | None = Field(default=None, gt=0, le=1)
+
+    _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
+
+    @model_validator(mode="after")
+    def _check_tmpfs(self) -> UserJobSpec:
+        if self.tmpfs_size is not None and self.tmpfs_path is None and not self.tmpfs_volumes:
+            raise invalid("tmpfs_size requires tmpfs_path", "tmpfs_path")
+        if self.tmpfs_total_size > self.memory_limit:
+            raise invalid(
+                f"total tmpfs size {self.tmpfs_total_size:.0f} must not exceed memory_limit {self.memory_limit:.0f}",
+                "tmpfs_size" if self.tmpfs_size is not None else "tmpfs_volumes",
+            )
+        return self
+
+    @property
+    def tmpfs_total_size(self) -> float:
+        return (self.tmpfs_size or 0.0) + sum(volume.size for volume in self.tmpfs_volumes)
+
+    def memory_digest_parameters(self, spec: OperationSpec) -> tuple[float, float]:
+        """(lower bound, default value) of the user job memory digest after YTsaurus normalization (§g.2).
+
+        ``memory_reserve_factor`` (job, else operation) sets both; tmpfs raises both to the tmpfs fraction
+        of ``memory_limit``; the default is never below the lower bound.
+        """
+        lower = _first(self.user_job_memory_digest_lower_bound, spec.user_job_memory_digest_lower_bound)
+        default = _first(self.user_job_memory_digest_default_value, spec.user_job_memory_digest_default_value)
+        factor = _first(self.memory_reserve_factor, spec.memory_reserve_factor)
+        if factor is not None:
+            lower = default = factor
+        if self.memory_limit > 0 and self.tmpfs_total_size > 0:
+            fraction = self.tmpfs_total_size / self.memory_limit
+            default = min(1.0, max(default, fraction))
+            lower = min(1.0, max(lower, fraction))
+        return lower, max(lower, default)
+
+
+def _first(value: Any, fallback: Any) -> Any:
+    return fallback if value is None else value
+
+
+class VanillaTaskSpec(UserJobSpec):
+    """One task of a vanilla operation (``tasks.<name>``)."""
+
+    job_count: int = Field(ge=1)
+
+
+class LogDigestConfig(ConfigModel):
+    """A log digest's bounds (``job_proxy_memory_digest``)."""
+
+    lower_bound: float = Field(default=0.5, gt=0)
+    upper_bound: float = Field(default=2.0, gt=0)
+    default_value: float | None = Field(default=1.0, gt=0)
+    relative_precision: float = Field(default=0.01, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> LogDigestConfig:
+        if self.upper_bound < self.lower_bound:
+            raise invalid(
+                f"upper_bound {self.upper_bound} is less than lower_bound {self.lower_bound}", "upper_bound"
+            )
+        if self.upper_bound > self.lower_bound:
+            buckets = math.log(self.upper_bound / self.lower_bound) / math.log(1 + self.relative_precision)
+            if buckets > MAX_DIGEST_BUCKETS:
+                raise invalid(
+                    f"the digest would need {buckets:.0f} buckets, more than {MAX_DIGEST_BUCKETS}",
+                    "relative_precision",
+                )
+        return self
+
+
+class TreeSchedulingOptions(SpecModel):
+    """``scheduling_options_per_pool_tree.<tree>``: per-tree overrides of pool, weight and limits."""
+
+    pool: str | None = Field(default=None, min_length=1)
+    weight: float | None = Field(default=None, ge=0)
+    resource_limits: LimitResources | None = None
+    max_share_ratio: float | None = Field(default=None, ge=0, le=1)
+
+
+class OperationSpec(SpecModel):
+    """The operation spec options the scheduler reads (pool placement, weights, limits, preemption, memory)."""
+
+    ALIASES: ClassVar[dict[str, str]] = {"max_unpreemptible_job_count": "max_unpreemptible_allocation_count"}
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_SPEC_KEYS
+
+    pool: str | None = Field(default=None, min_length=1)
+    """``None`` → the user name (YTsaurus)."""
+    pool_trees: tuple[str, ...] | None = Field(default=None, min_length=1)
+    """``None`` → the default pool tree."""
+    weight: float | None = Field(default=None, ge=0)
+    resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
+    max_share_ratio: float | None = Field(default=None, ge=0, le=1)
+    scheduling_options_per_pool_tree: dict[str, TreeSchedulingOptions] = Field(default_factory=dict)
+    preemption_mode: PreemptionMode = "normal"
+    scheduling_tag_filter: TagFilterText = ""
+    interruption_signal: str | None = None
+    title: str | None = None
+    enable_aggressive_starvation: bool = False
+    max_unpreemptible_allocation_count: int | None = None
+    apply_specified_resource_limits_to_demand: bool = False
+    is_gang: bool = False
+    max_failed_job_count: int = Field(default=10, ge=0)
+    job_count: int | None = Field(default=None, ge=0)
+    user_job_memory_digest_default_value: float = Field(default=0.5, gt=0, le=1)
+    user_job_memory_digest_lower_bound: float = Field(default=0.05, gt=0, le=1)
+    memory_reserve_factor: float | None = Field(default=None, gt=0, le=1)
+    job_proxy_memory_digest: LogDigestConfig = Field(default_factory=LogDigestConfig)
+    tasks: dict[str, VanillaTaskSpec] = Field(default_factory=dict)
+    mapper: UserJobSpec | None = None
+    reducer: UserJobSpec | None = None
+
+    _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
+
+    @field_validator("pool_trees")
+    @classmethod
+    def _unique_trees(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError(f"pool trees are listed more than once: {list(value)}")
+        return value
+
+    @field_validator("max_unpreemptible_allocation_count")
+    @classmethod
+    def _only_zero(cls, value: int | None) -> int | None:
+        if value is not None and value != 0:
+            raise ValueError(f"only 0 is supported, got {value}")
+        return value
+
+    def unrecognized_spec(self) -> dict[str, Any]:
+        """Spec keys pooltree does not know, nested as in the spec (YTsaurus ``unrecognized_spec``)."""
+        return self.unrecognized()
+
+    def pool_trees_or(self, default_tree: str | None) -> tuple[str, ...]:
+        """The trees the operation runs in: ``pool_trees`` or the default tree."""
+        if self.pool_trees is not None:
+            return self.pool_trees
+        return (default_tree,) if default_tree is not None else ()
+
+    def pool_for_tree(self, tree: str, user: str) -> str:
+        """The pool named for ``tree``: per-tree option, else ``pool``, else the user name."""
+        options = self.scheduling_options_per_pool_tree.get(tree)
+        if options is not None and options.pool is not None:
+            return options.pool
+        return self.pool if self.pool is not None else user
+
+    def weight_for_tree(self, tree: str) -> float | None:
+        """Per-tree weight, else the spec weight; ``None`` → inferred or 1.0 by the runtime."""
+        options = self.scheduling_options_per_pool_tree.get(tree)
+        if options is not None and options.weight is not None:
+            return options.weight
+        return self.weight
+
+    def resource_limits_for_tree(self, tree: str) -> Resources:
+        """Per-tree ``resource_limits`` if given, else the spec's (unset resources unlimited)."""
+        options = self.scheduling_options_per_pool_tree.get(tree)
+        if options is not None and options.resource_limits is not None:
+            return options.resource_limits
+        return self.resource_limits
+
+    def max_share_ratio_for_tree(self, tree: str) -> float:
+        options = self.scheduling_options_per_pool_tree.get(tree)
+        if options is not None and options.max_share_ratio is not None:
+            return options.max_share_ratio
+        return 1.0 if self.max_share_ratio is None else self.max_share_ratio
+
+    def user_jobs(self) -> dict[str, UserJobSpec]:
+        """Every user job of the spec by name: vanilla tasks, ``mapper``, ``reducer``."""
+        jobs: dict[str, UserJobSpec] = dict(self.tasks)
+        if self.mapper is not None:
+            jobs.setdefault("mapper", self.mapper)
+        if self.reducer is not None:
+            jobs.setdefault("reducer", self.reducer)
+        return jobs
