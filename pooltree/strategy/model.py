@@ -1,0 +1,257 @@
+"""Domain objects of the scheduling strategy: allocations, exec nodes, heartbeats and their results.
+
+Everything here is plain data; the rules live in the other modules of :mod:`pooltree.strategy`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pooltree.resources import Vector, zeros
+
+
+class SchedulingStatus(enum.StrEnum):
+    """Whether an element gets its fair share (with tolerance): ``normal`` or ``below_fair_share``."""
+
+    NORMAL = "normal"
+    BELOW_FAIR_SHARE = "below_fair_share"
+
+
+class StarvationStatus(enum.StrEnum):
+    """How long an element has been below its fair share."""
+
+    NON_STARVING = "non_starving"
+    STARVING = "starving"
+    AGGRESSIVELY_STARVING = "aggressively_starving"
+
+
+class PreemptionStatus(enum.StrEnum):
+    """Class of an allocation within its operation's start order (§d)."""
+
+    NON_PREEMPTIBLE = "non_preemptible"
+    AGGRESSIVELY_PREEMPTIBLE = "aggressively_preemptible"
+    PREEMPTIBLE = "preemptible"
+
+
+PREEMPTION_STATUS_RANK: dict[PreemptionStatus, int] = {
+    PreemptionStatus.NON_PREEMPTIBLE: 0,
+    PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE: 1,
+    PreemptionStatus.PREEMPTIBLE: 2,
+}
+
+
+class PreemptionLevel(enum.IntEnum):
+    """How preemptible an allocation is in a preemptive stage (§e.3); larger is more preemptible."""
+
+    NON_PREEMPTIBLE = 0
+    AGGRESSIVELY_PREEMPTIBLE = 1
+    PREEMPTIBLE = 2
+
+
+class PreemptionPriority(enum.IntEnum):
+    """Operation preemption priority: which preemptive stage may start its allocations."""
+
+    NONE = 0
+    NORMAL = 1
+    AGGRESSIVE = 2
+
+
+class SchedulingStage(enum.StrEnum):
+    """Heartbeat stages in the order they run."""
+
+    GRACEFUL_PREEMPTION = "graceful_preemption"
+    REGULAR_MEDIUM_PRIORITY = "regular_medium_priority"
+    PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
+    PREEMPTIVE_NORMAL = "preemptive_normal"
+    OVERCOMMIT = "overcommit"
+
+
+class AbortReason(enum.StrEnum):
+    """Why an allocation was stopped by the scheduler (PRODUCT.md §4 ``aborted_job_count_by_reason`` keys)."""
+
+    PREEMPTION = "preemption"
+    AGGRESSIVE_PREEMPTION = "aggressive_preemption"
+    GRACEFUL_PREEMPTION = "graceful_preemption"
+    RESOURCE_OVERCOMMIT = "resource_overcommit"
+    RESOURCE_LIMITS_VIOLATED = "resource_limits_violated"
+    SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
+
+
+class DeactivationReason(enum.StrEnum):
+    """Why an operation was skipped while scheduling on a node (orchid ``deactivation_reasons``)."""
+
+    NO_AVAILABLE_DEMAND = "no_available_demand"
+    MIN_NEEDED_RESOURCES_UNSATISFIED = "min_needed_resources_unsatisfied"
+    RESOURCE_LIMITS_EXCEEDED = "resource_limits_exceeded"
+    SCHEDULING_TAG_FILTER_MISMATCH = "scheduling_tag_filter_mismatch"
+    FAIR_SHARE_EXCEEDED = "fair_share_exceeded"
+    NO_CANDIDATE_ALLOCATIONS = "no_candidate_allocations"
+    NOT_SCHEDULABLE = "not_schedulable"
+    SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
+
+
+class Allocation:
+    """One allocation (a running job slot) of an operation on an exec node.
+
+    ``resources`` is the usage the scheduler accounts for it. ``payload`` belongs to the operation controller
+    (task name, input range, ...). Once preempted, ``preemption`` records why and the allocation's usage no
+    longer counts (the node still runs it until it reports it finished).
+    """
+
+    __slots__ = (
+        "id",
+        "interruptible",
+        "interruption_signal",
+        "node_address",
+        "operation_id",
+        "payload",
+        "preemption",
+        "preemption_status",
+        "resources",
+        "start_time",
+        "task",
+    )
+
+    def __init__(
+        self,
+        id: str,
+        operation_id: str,
+        resources: Vector,
+        *,
+        task: str = "",
+        payload: Any = None,
+        interruptible: bool = False,
+        interruption_signal: str | None = None,
+        node_address: str = "",
+        start_time: float = 0.0,
+    ):
+        self.id = id
+        self.operation_id = operation_id
+        self.resources = np.asarray(resources, dtype=float)
+        self.task = task
+        self.payload = payload
+        self.interruptible = interruptible
+        self.interruption_signal = interruption_signal
+        self.node_address = node_address
+        self.start_time = start_time
+        self.preemption_status = PreemptionStatus.PREEMPTIBLE
+        self.preemption: PreemptionRecord | None = None
+
+    @property
+    def preempted(self) -> bool:
+        return self.preemption is not None
+
+    def __repr__(self) -> str:
+        return f"Allocation({self.id!r}, op={self.operation_id!r}, node={self.node_address!r})"
+
+
+@dataclass
+class PreemptionRecord:
+    """A decision to stop an allocation: reason, timeout for the node, preemptor and the §e.4 explanation."""
+
+    allocation_id: str
+    operation_id: str
+    node_address: str
+    reason: AbortReason
+    timeout: float
+    explanation: str
+    stage: SchedulingStage
+    time: float
+    preemptor_allocation_id: str | None = None
+    preemptor_operation_id: str | None = None
+    interruption_signal: str | None = None
+    interruptible: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allocation_id": self.allocation_id,
+            "operation_id": self.operation_id,
+            "node_address": self.node_address,
+            "reason": self.reason.value,
+            "timeout": self.timeout,
+            "explanation": self.explanation,
+            "stage": self.stage.value,
+            "time": self.time,
+            "preemptor_allocation_id": self.preemptor_allocation_id,
+            "preemptor_operation_id": self.preemptor_operation_id,
+            "interruption_signal": self.interruption_signal,
+        }
+
+
+class ExecNode:
+    """Scheduler-side view of an exec node: limits, tags, running allocations and their accounted usage."""
+
+    __slots__ = (
+        "address",
+        "allocations",
+        "last_preemptive_scheduling_time",
+        "resource_limits",
+        "tags",
+        "usage",
+    )
+
+    def __init__(self, address: str, resource_limits: Vector, tags: frozenset[str] | Sequence[str] = ()):
+        self.address = address
+        self.resource_limits = np.asarray(resource_limits, dtype=float)
+        self.tags = frozenset(tags)
+        self.allocations: dict[str, Allocation] = {}
+        self.usage: Vector = zeros()
+        self.last_preemptive_scheduling_time: float | None = None
+
+    @property
+    def free_resources(self) -> Vector:
+        return self.resource_limits - self.usage
+
+    def __repr__(self) -> str:
+        return f"ExecNode({self.address!r}, allocations={len(self.allocations)})"
+
+
+@dataclass
+class FinishedAllocation:
+    """A node's report that an allocation ended.
+
+    ``state`` is ``completed``, ``failed`` or ``aborted``; ``processed_fraction`` tells a map-like controller how
+    much of the job's input was processed when an interrupted job completed early.
+    """
+
+    allocation_id: str
+    state: str = "completed"
+    processed_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in ("completed", "failed", "aborted"):
+            raise ValueError(
+                f"finished allocation {self.allocation_id}: state must be completed, failed or aborted"
+            )
+
+
+@dataclass
+class NodeHeartbeat:
+    """What a node tells the scheduler: its limits, tags, usage of running allocations, finished allocations."""
+
+    address: str
+    resource_limits: Vector
+    tags: frozenset[str] = frozenset()
+    running: Mapping[str, Vector] | None = None
+    finished: Sequence[FinishedAllocation] = ()
+
+
+@dataclass
+class HeartbeatResult:
+    """What the scheduler answers: allocations to start and allocations to preempt (with reason and timeout)."""
+
+    address: str
+    allocations_to_start: list[Allocation] = field(default_factory=list)
+    allocations_to_preempt: list[PreemptionRecord] = field(default_factory=list)
+    preemptive_scheduling_performed: bool = False
+    scheduled_with_preemption: str | None = None
+    schedule_attempts: int = 0
+
+    @property
+    def preempted_ids(self) -> list[str]:
+        return [record.allocation_id for record in self.allocations_to_preempt]

@@ -1,0 +1,182 @@
+"""Per-operation preemption classes of allocations (yt-semantics §d).
+
+An operation's running allocations are kept in start order, split into three consecutive lists:
+NonPreemptible | AggressivelyPreemptible | Preemptible. A boundary moves so that an allocation stays in the
+left (less preemptible) class iff the usage of everything before it is still below the bound, so the allocation
+that crosses the boundary belongs to the less preemptible class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.strategy.model import Allocation, PreemptionStatus
+from pooltree.strategy.shares import EPSILON, strictly_dominates_non_blocked
+
+_INF = math.inf
+
+
+class PreemptibleLists:
+    """The three ordered allocation lists of one operation and their cumulative usage (absolute, as floats)."""
+
+    __slots__ = (
+        "_lists",
+        "_usage",
+        "aggressive_threshold",
+        "blocked",
+        "dirty",
+        "fair_share",
+        "non_preemptible_threshold",
+        "preemptible",
+        "threshold",
+        "total",
+    )
+
+    def __init__(self) -> None:
+        self._lists: tuple[deque[Allocation], deque[Allocation], deque[Allocation]] = (
+            deque(),
+            deque(),
+            deque(),
+        )
+        self._usage: list[list[float]] = [[0.0] * RESOURCE_COUNT for _ in range(3)]
+        self.fair_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
+        self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
+        self.total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
+        self.non_preemptible_threshold: tuple[float, ...] | None = None
+        self.aggressive_threshold = 0.2
+        self.threshold = 1.0
+        self.preemptible = True
+        self.dirty = False
+
+    def configure(
+        self,
+        fair_share: Sequence[float],
+        demand_share: Sequence[float],
+        total: Sequence[float],
+        non_preemptible_threshold: Vector | None,
+        aggressive_threshold: float,
+        threshold: float,
+    ) -> None:
+        """Publish a new fair share and thresholds; the caller rebalances afterwards."""
+        self.fair_share = tuple(float(x) for x in fair_share)
+        demand = tuple(float(x) for x in demand_share)
+        self.blocked = tuple(f >= d for f, d in zip(self.fair_share, demand, strict=True))
+        self.total = tuple(float(x) for x in total)
+        self.non_preemptible_threshold = (
+            None if non_preemptible_threshold is None else tuple(float(x) for x in non_preemptible_threshold)
+        )
+        self.aggressive_threshold = aggressive_threshold
+        self.threshold = threshold
+        fs_is_demand = all(abs(f - d) <= EPSILON for f, d in zip(self.fair_share, demand, strict=True))
+        demand_is_zero = all(d <= EPSILON for d in demand)
+        self.preemptible = not (fs_is_demand and not demand_is_zero)
+
+    def __len__(self) -> int:
+        return sum(len(lst) for lst in self._lists)
+
+    def __iter__(self) -> Iterator[Allocation]:
+        for lst in self._lists:
+            yield from lst
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "non_preemptible": len(self._lists[0]),
+            "aggressively_preemptible": len(self._lists[1]),
+            "preemptible": len(self._lists[2]),
+        }
+
+    def usage(self, index: int) -> list[float]:
+        return list(self._usage[index])
+
+    def add(self, allocation: Allocation) -> None:
+        """Append a new allocation as Preemptible and rebalance."""
+        allocation.preemption_status = PreemptionStatus.PREEMPTIBLE
+        self._lists[2].append(allocation)
+        _add(self._usage[2], allocation.resources)
+        self.rebalance()
+
+    def remove(self, allocation: Allocation) -> bool:
+        """Drop a finished or preempted allocation and rebalance; False if it was not listed."""
+        first = _STATUSES.index(allocation.preemption_status)
+        for index in (first, *(i for i in range(3) if i != first)):
+            try:
+                self._lists[index].remove(allocation)
+            except ValueError:
+                continue
+            _sub(self._usage[index], allocation.resources)
+            self.rebalance()
+            return True
+        return False
+
+    def update_usage(self, allocation: Allocation, resources: Vector) -> None:
+        """Replace an allocation's accounted usage in place (keeps its start-order position) and rebalance."""
+        index = _STATUSES.index(allocation.preemption_status)
+        _sub(self._usage[index], allocation.resources)
+        allocation.resources = resources
+        _add(self._usage[index], resources)
+        self.rebalance()
+
+    def _below(self, prefix: list[float], bound: tuple[float, ...]) -> bool:
+        threshold = self.non_preemptible_threshold
+        if threshold is not None and all(t > p for t, p in zip(threshold, prefix, strict=True)):
+            return True
+        if bound[0] == _INF:
+            return True
+        share = [p / t if t > 0 else 0.0 for p, t in zip(prefix, self.total, strict=True)]
+        return strictly_dominates_non_blocked(bound, share, self.blocked)
+
+    def _balance(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> None:
+        left_list, right_list = self._lists[left], self._lists[left + 1]
+        left_usage, right_usage = self._usage[left], self._usage[left + 1]
+        right_status = _STATUSES[left + 1]
+        left_status = _STATUSES[left]
+        while left_list:
+            last = left_list[-1]
+            without = [c - r for c, r in zip(cumulative, last.resources, strict=True)]
+            if self._below(without, bound):
+                break
+            left_list.pop()
+            right_list.appendleft(last)
+            last.preemption_status = right_status
+            _sub(left_usage, last.resources)
+            _add(right_usage, last.resources)
+            cumulative[:] = without
+        while right_list and self._below(cumulative, bound):
+            head = right_list.popleft()
+            left_list.append(head)
+            head.preemption_status = left_status
+            _sub(right_usage, head.resources)
+            _add(left_usage, head.resources)
+            _add(cumulative, head.resources)
+
+    def rebalance(self) -> None:
+        """Two passes of both boundaries so that large threshold changes propagate."""
+        aggressive_bound = tuple(f * self.aggressive_threshold for f in self.fair_share)
+        if self.preemptible:
+            normal_bound = tuple(f * self.threshold for f in self.fair_share)
+        else:
+            normal_bound = (_INF,) * RESOURCE_COUNT
+        for _ in range(2):
+            self._balance(0, aggressive_bound, list(self._usage[0]))
+            cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
+            self._balance(1, normal_bound, cumulative)
+
+
+_STATUSES = (
+    PreemptionStatus.NON_PREEMPTIBLE,
+    PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE,
+    PreemptionStatus.PREEMPTIBLE,
+)
+
+
+def _add(target: list[float], values: Vector) -> None:
+    for index in range(RESOURCE_COUNT):
+        target[index] += float(values[index])
+
+
+def _sub(target: list[float], values: Vector) -> None:
+    for index in range(RESOURCE_COUNT):
+        target[index] -= float(values[index])

@@ -1,0 +1,1253 @@
+"""The per-tree scheduling strategy: starvation, preemptible lists and the node heartbeat stages.
+
+`TreeScheduler` owns the mutable state of one pool tree between fair-share updates: per-element current usage,
+starvation timestamps, each operation's allocation lists, and the exec nodes. A fair-share update publishes a new
+`SchedulingTree` (:meth:`TreeScheduler.publish`); node heartbeats (:meth:`TreeScheduler.process_heartbeat`) then run
+the stages of yt-semantics §e: graceful preemption, regular scheduling, preemptive scheduling (aggressive, then
+normal) and node overcommit.
+
+Hot path: choosing the best leaf operation uses one lazy min-heap of children per pool, keyed by satisfaction
+(or FIFO index). Starting an allocation only re-keys the operation and its ancestors; operations deactivated on
+one node are popped aside and restored after the heartbeat. Nothing recomputes the whole tree per allocation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pooltree.errors import PooltreeError
+from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
+from pooltree.strategy.model import (
+    PREEMPTION_STATUS_RANK,
+    AbortReason,
+    Allocation,
+    DeactivationReason,
+    ExecNode,
+    FinishedAllocation,
+    HeartbeatResult,
+    NodeHeartbeat,
+    PreemptionLevel,
+    PreemptionPriority,
+    PreemptionRecord,
+    PreemptionStatus,
+    SchedulingStage,
+    SchedulingStatus,
+    StarvationStatus,
+)
+from pooltree.strategy.preemptible import PreemptibleLists
+from pooltree.strategy.shares import (
+    EPSILON,
+    INFINITE_SATISFACTION_RATIO,
+    blocked_mask,
+    local_satisfaction_ratio,
+    scheduling_status,
+)
+from pooltree.strategy.snapshot import ROOT_ID, EffectiveSettings, ElementSpec, SchedulingTree
+
+_INF = math.inf
+_FIT_EPSILON = 1e-9
+
+
+class OperationController(Protocol):
+    """What the strategy asks of an operation controller (see :mod:`pooltree.controllers.operations`)."""
+
+    @property
+    def pending_allocation_count(self) -> int: ...
+
+    @property
+    def needed_resources(self) -> Vector: ...
+
+    @property
+    def min_needed_resources(self) -> Vector: ...
+
+    def schedule_allocation(
+        self, node: ExecNode, available_resources: Vector, now: float
+    ) -> Allocation | None: ...
+
+    def on_allocation_finished(
+        self,
+        allocation: Allocation,
+        state: str,
+        now: float,
+        *,
+        processed_fraction: float | None = None,
+        preemption: PreemptionRecord | None = None,
+    ) -> None: ...
+
+
+@dataclass
+class StarvationState:
+    """Per-element starvation bookkeeping that survives fair-share updates."""
+
+    status: StarvationStatus = StarvationStatus.NON_STARVING
+    below_fair_share_since: float | None = None
+    starving_since: float | None = None
+
+
+@dataclass
+class OperationRuntime:
+    """Strategy-side state of one registered operation."""
+
+    id: str
+    controller: OperationController
+    lists: PreemptibleLists = field(default_factory=PreemptibleLists)
+    usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
+    deactivation_reasons: Counter[str] = field(default_factory=Counter)
+    preemption_priority: PreemptionPriority = PreemptionPriority.NONE
+    preempted_allocation_count: int = 0
+
+
+class _Element:
+    """One pool or operation in the published tree, with its dynamic scheduling attributes."""
+
+    __slots__ = (
+        "active",
+        "blocked",
+        "children",
+        "demand_share",
+        "depth",
+        "excluded",
+        "fair_share",
+        "fifo_key",
+        "heap",
+        "id",
+        "inactive_reason",
+        "index",
+        "is_op",
+        "limited",
+        "limits",
+        "op",
+        "parent",
+        "sat",
+        "settings",
+        "spec",
+        "starvation",
+        "status",
+        "tag_cache",
+        "usage",
+        "use_fifo",
+        "version",
+    )
+
+    def __init__(self, spec: ElementSpec, index: int, settings: EffectiveSettings):
+        self.id = spec.id
+        self.spec = spec
+        self.index = index
+        self.settings = settings
+        self.is_op = spec.is_operation
+        self.parent: _Element | None = None
+        self.children: list[_Element] = []
+        self.depth = 0
+        self.usage = [0.0] * RESOURCE_COUNT
+        self.fair_share: tuple[float, ...] = tuple(float(x) for x in spec.fair_share)
+        self.demand_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
+        self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
+        limits = spec.specified_resource_limits
+        self.limits: tuple[float, ...] | None = (
+            None if limits is None or not np.any(np.isfinite(limits)) else tuple(float(x) for x in limits)
+        )
+        self.limited: tuple[_Element, ...] = ()
+        self.sat = INFINITE_SATISFACTION_RATIO
+        self.fifo_key = float(spec.fifo_index)
+        self.use_fifo = False
+        self.version = 0
+        self.active = False
+        self.excluded = -1
+        self.heap: list[tuple[float, int, int, _Element]] = []
+        self.status = SchedulingStatus.NORMAL
+        self.starvation = StarvationStatus.NON_STARVING
+        self.op: OperationRuntime | None = None
+        self.inactive_reason: DeactivationReason | None = None
+        self.tag_cache: dict[frozenset[str], bool] = {}
+
+
+@dataclass
+class _Analysis:
+    """Result of §e.3 for one node and one preemptive stage."""
+
+    target: PreemptionPriority
+    unconditional: list[Allocation] = field(default_factory=list)
+    conditional: dict[str, list[Allocation]] = field(default_factory=dict)
+    discount: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
+    ancestor_discount: dict[str, list[float]] = field(default_factory=dict)
+    conditional_discount: dict[str, list[float]] = field(default_factory=dict)
+
+
+class _Pass:
+    """Heartbeat-local bookkeeping: entries popped aside for deactivated operations, restored afterwards."""
+
+    __slots__ = ("popped", "serial", "touched")
+
+    def __init__(self, serial: int):
+        self.serial = serial
+        self.popped: list[tuple[list, tuple]] = []
+        self.touched: set[_Element] = set()
+
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+class TreeScheduler:
+    """Scheduling strategy of one pool tree (pure: time is passed in; deterministic)."""
+
+    def __init__(self, tree: SchedulingTree, *, event_sink: EventSink | None = None):
+        self.tree = tree
+        self.config = tree.config
+        self.nodes: dict[str, ExecNode] = {}
+        self.operations: dict[str, OperationRuntime] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self.starvation: dict[str, StarvationState] = {}
+        self._elements: dict[str, _Element] = {}
+        self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
+        self._serial = 0
+        self._event_sink = event_sink
+        self.last_update_time: float | None = None
+        self.publish(tree, now=None)
+
+    # ------------------------------------------------------------------ operations
+
+    def register_operation(self, operation_id: str, controller: OperationController) -> None:
+        """Attach a controller; the operation becomes schedulable once a published tree contains it."""
+        if operation_id in self.operations:
+            raise PooltreeError(f"operation {operation_id} is already registered in tree {self.tree.name}")
+        runtime = OperationRuntime(operation_id, controller)
+        self.operations[operation_id] = runtime
+        element = self._elements.get(operation_id)
+        if element is not None and element.is_op:
+            element.op = runtime
+            element.usage = runtime.usage
+            self._configure_lists(element)
+            self._refresh_leaf(element)
+
+    def unregister_operation(self, operation_id: str) -> list[Allocation]:
+        """Forget an operation; returns its still-running allocations so the caller can abort them on their nodes."""
+        runtime = self.operations.pop(operation_id, None)
+        if runtime is None:
+            raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
+        element = self._elements.get(operation_id)
+        running = [a for a in self.allocations.values() if a.operation_id == operation_id]
+        for allocation in running:
+            if not allocation.preempted:
+                self._release(allocation, runtime, element)
+                node = self.nodes.get(allocation.node_address)
+                if node is not None:
+                    _sub_np(node.usage, allocation.resources)
+            self.allocations.pop(allocation.id, None)
+            node = self.nodes.get(allocation.node_address)
+            if node is not None:
+                node.allocations.pop(allocation.id, None)
+        if element is not None:
+            element.op = None
+            element.usage = [0.0] * RESOURCE_COUNT
+            self._refresh_leaf(element)
+        return running
+
+    def operation_usage(self, operation_id: str) -> Vector:
+        runtime = self.operations.get(operation_id)
+        return np.zeros(RESOURCE_COUNT) if runtime is None else np.array(runtime.usage)
+
+    # ------------------------------------------------------------------ fair-share update
+
+    def publish(self, tree: SchedulingTree, now: float | None) -> None:
+        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
+        self.tree = tree
+        self.config = tree.config
+        total = tuple(float(x) for x in tree.total_resources)
+        elements: dict[str, _Element] = {}
+        for index, element_id in enumerate(tree.order):
+            spec = tree.elements[element_id]
+            element = _Element(spec, index, tree.effective[element_id])
+            if spec.parent is not None:
+                parent = elements[spec.parent]
+                element.parent = parent
+                element.depth = parent.depth + 1
+                parent.children.append(element)
+                element.use_fifo = parent.spec.fifo and self.config.fifo_pool_scheduling_order == "fifo"
+            if element.is_op:
+                element.op = self.operations.get(element_id)
+                if element.op is not None:
+                    element.usage = element.op.usage
+            elements[element_id] = element
+        self._elements = elements
+        self._total = total
+        # usage bottom-up and demand shares
+        for element_id in reversed(tree.order):
+            element = elements[element_id]
+            if element.is_op:
+                if element.spec.demand_share is not None:
+                    element.demand_share = tuple(float(x) for x in element.spec.demand_share)
+                else:
+                    needed = element.op.controller.needed_resources if element.op is not None else np.zeros(5)
+                    element.demand_share = tuple(
+                        (u + float(n)) / t if t > 0 else 0.0
+                        for u, n, t in zip(element.usage, needed, total, strict=True)
+                    )
+            else:
+                usage = [0.0] * RESOURCE_COUNT
+                demand = [0.0] * RESOURCE_COUNT
+                for child in element.children:
+                    for r in range(RESOURCE_COUNT):
+                        usage[r] += child.usage[r]
+                        demand[r] += child.demand_share[r]
+                element.usage = usage
+                element.demand_share = (
+                    tuple(demand)
+                    if element.spec.demand_share is None
+                    else tuple(float(x) for x in element.spec.demand_share)
+                )
+            element.blocked = blocked_mask(element.fair_share, element.demand_share)
+        for element_id in tree.order:
+            element = elements[element_id]
+            chain = []
+            cursor: _Element | None = element
+            while cursor is not None:
+                if cursor.limits is not None:
+                    chain.append(cursor)
+                cursor = cursor.parent
+            element.limited = tuple(chain)
+        if now is not None:
+            self._update_starvation(now)
+            self.last_update_time = now
+        self._update_priorities()
+        for element in elements.values():
+            if element.is_op and element.op is not None:
+                self._configure_lists(element)
+        self._rebuild_heaps()
+
+    def _usage_share(self, element: _Element) -> list[float]:
+        return [u / t if t > 0 else 0.0 for u, t in zip(element.usage, self._total, strict=True)]
+
+    def _update_starvation(self, now: float) -> None:
+        config = self.config
+        for element_id in self.tree.order:
+            element = self._elements[element_id]
+            spec = element.spec
+            if spec.scheduling_status is not None:
+                status = SchedulingStatus(spec.scheduling_status)
+            else:
+                schedulable = spec.schedulable and (not element.is_op or element.op is not None)
+                status = scheduling_status(
+                    self._usage_share(element),
+                    element.fair_share,
+                    element.demand_share,
+                    element.settings.starvation_tolerance,
+                    is_operation=element.is_op,
+                    schedulable=schedulable,
+                )
+            if element.parent is None:
+                status = SchedulingStatus.NORMAL
+            element.status = status
+            state = self.starvation.setdefault(element_id, StarvationState())
+            if (
+                element.parent is None
+                or (not element.is_op and not config.enable_pool_starvation)
+                or status == SchedulingStatus.NORMAL
+            ):
+                state.status = StarvationStatus.NON_STARVING
+                state.below_fair_share_since = None
+                state.starving_since = None
+            elif state.below_fair_share_since is None:
+                state.below_fair_share_since = now
+            else:
+                timeout = element.settings.starvation_timeout
+                aggressive_timeout = config.fair_share_aggressive_starvation_timeout
+                if element.is_op and element.op is not None:
+                    pending = element.op.controller.pending_allocation_count
+                    factor = pending / config.allocation_count_preemption_timeout_coefficient
+                    if factor < 1.0:
+                        timeout *= factor
+                        aggressive_timeout *= factor
+                since = state.below_fair_share_since
+                previous = state.status
+                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
+                    state.status = StarvationStatus.AGGRESSIVELY_STARVING
+                elif now > since + timeout:
+                    state.status = StarvationStatus.STARVING
+                if previous == StarvationStatus.NON_STARVING and state.status != previous:
+                    state.starving_since = now
+            element.starvation = state.status
+        for stale in set(self.starvation) - set(self._elements):
+            del self.starvation[stale]
+
+    def _update_priorities(self) -> None:
+        """Operation preemption priority from starving ancestors-or-self (§e.2, scheduling_preemption_priority_scope)."""
+        by_priority: dict[PreemptionPriority, list[_Element]] = {
+            PreemptionPriority.NORMAL: [],
+            PreemptionPriority.AGGRESSIVE: [],
+        }
+        own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
+        for element_id in self.tree.order:
+            element = self._elements[element_id]
+            if not element.is_op:
+                continue
+            element.starvation = self.starvation.get(element_id, StarvationState()).status
+            statuses = [element.starvation]
+            if not own_only:
+                cursor = element.parent
+                while cursor is not None:
+                    statuses.append(cursor.starvation)
+                    cursor = cursor.parent
+            if StarvationStatus.AGGRESSIVELY_STARVING in statuses:
+                priority = PreemptionPriority.AGGRESSIVE
+            elif StarvationStatus.STARVING in statuses:
+                priority = PreemptionPriority.NORMAL
+            else:
+                priority = PreemptionPriority.NONE
+            if element.op is not None:
+                element.op.preemption_priority = priority
+            if priority != PreemptionPriority.NONE:
+                by_priority[priority].append(element)
+        self._ops_by_priority = by_priority
+
+    def _priority(self, element: _Element) -> PreemptionPriority:
+        return element.op.preemption_priority if element.op is not None else PreemptionPriority.NONE
+
+    def _configure_lists(self, element: _Element) -> None:
+        config = self.config
+        runtime = element.op
+        assert runtime is not None
+        runtime.lists.configure(
+            element.fair_share,
+            element.demand_share,
+            self._total,
+            element.settings.non_preemptible_threshold,
+            config.aggressive_preemption_satisfaction_threshold,
+            config.preemption_satisfaction_threshold,
+        )
+        runtime.lists.rebalance()
+
+    # ------------------------------------------------------------------ best leaf selection
+
+    def _key(self, element: _Element) -> float:
+        return element.fifo_key if element.use_fifo else element.sat
+
+    def _op_activity(self, element: _Element) -> DeactivationReason | None:
+        runtime = element.op
+        if runtime is None or not element.spec.schedulable:
+            return DeactivationReason.NOT_SCHEDULABLE
+        if runtime.controller.pending_allocation_count <= 0:
+            return DeactivationReason.NO_AVAILABLE_DEMAND
+        if element.spec.preemption_mode == "graceful" and element.status == SchedulingStatus.NORMAL:
+            return DeactivationReason.FAIR_SHARE_EXCEEDED
+        return None
+
+    def _rebuild_heaps(self) -> None:
+        order = self.tree.order
+        for element_id in reversed(order):
+            element = self._elements[element_id]
+            element.version += 1
+            if element.is_op:
+                element.sat = local_satisfaction_ratio(
+                    self._usage_share(element), element.fair_share, element.blocked
+                )
+                element.inactive_reason = self._op_activity(element)
+                element.active = element.inactive_reason is None
+                if (
+                    element.inactive_reason
+                    in (
+                        DeactivationReason.FAIR_SHARE_EXCEEDED,
+                        DeactivationReason.NO_AVAILABLE_DEMAND,
+                    )
+                    and element.op is not None
+                ):
+                    element.op.deactivation_reasons[element.inactive_reason.value] += 1
+            else:
+                heap = [
+                    (self._key(child), child.index, child.version, child)
+                    for child in element.children
+                    if child.active
+                ]
+                heapq.heapify(heap)
+                element.heap = heap
+                if heap:
+                    element.active = True
+                    element.sat = heap[0][3].sat
+                else:
+                    element.active = False
+                    element.sat = INFINITE_SATISFACTION_RATIO
+
+    def _peek(self, composite: _Element, current: _Pass | None) -> _Element | None:
+        heap = composite.heap
+        while heap:
+            entry = heap[0]
+            child = entry[3]
+            if entry[2] != child.version or not child.active:
+                heapq.heappop(heap)
+                continue
+            if current is not None and child.excluded == current.serial:
+                current.popped.append((heap, heapq.heappop(heap)))
+                continue
+            return child
+        return None
+
+    def _recompute(self, composite: _Element, current: _Pass | None) -> bool:
+        best = self._peek(composite, current)
+        active = best is not None
+        sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
+        if active == composite.active and sat == composite.sat:
+            return False
+        composite.active = active
+        composite.sat = sat
+        composite.version += 1
+        parent = composite.parent
+        if parent is not None and active:
+            heapq.heappush(parent.heap, (self._key(composite), composite.index, composite.version, composite))
+        return True
+
+    def _propagate(self, element: _Element, current: _Pass | None) -> None:
+        parent = element.parent
+        while parent is not None:
+            if current is not None:
+                current.touched.add(parent)
+            if not self._recompute(parent, current):
+                return
+            parent = parent.parent
+
+    def _refresh_leaf(self, element: _Element, current: _Pass | None = None) -> None:
+        """Re-key an operation after its usage or demand changed and propagate to the root."""
+        element.sat = local_satisfaction_ratio(
+            self._usage_share(element), element.fair_share, element.blocked
+        )
+        element.inactive_reason = self._op_activity(element)
+        element.active = element.inactive_reason is None
+        element.version += 1
+        parent = element.parent
+        if parent is not None and element.active:
+            heapq.heappush(parent.heap, (self._key(element), element.index, element.version, element))
+        self._propagate(element, current)
+
+    def _best_leaf(self, current: _Pass) -> _Element | None:
+        element = self._elements[ROOT_ID]
+        while not element.is_op:
+            child = self._peek(element, current)
+            if child is None:
+                if element.parent is None:
+                    return None
+                # stale composite: recompute it and start again from the root
+                current.touched.add(element)
+                self._recompute(element, current)
+                self._propagate(element, current)
+                element = self._elements[ROOT_ID]
+                continue
+            element = child
+        return element
+
+    def _exclude(self, element: _Element, current: _Pass) -> None:
+        element.excluded = current.serial
+        self._propagate(element, current)
+
+    def _finish_pass(self, current: _Pass) -> None:
+        for heap, entry in current.popped:
+            heapq.heappush(heap, entry)
+        self._serial += 1
+        for composite in sorted(current.touched, key=lambda e: -e.depth):
+            if self._recompute(composite, None):
+                self._propagate(composite, None)
+
+    def _new_pass(self) -> _Pass:
+        self._serial += 1
+        return _Pass(self._serial)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
+        """Run one node heartbeat through every stage and return what to start and what to preempt."""
+        node = self._sync_node(heartbeat, now)
+        result = HeartbeatResult(address=node.address)
+        self._graceful_preemption(node, now, result)
+        self._regular_scheduling(node, now, result)
+        last = node.last_preemptive_scheduling_time
+        if last is None or now > last + self.config.preemptive_scheduling_backoff:
+            node.last_preemptive_scheduling_time = now
+            result.preemptive_scheduling_performed = True
+            self._preemptive_scheduling(node, now, result)
+        self._abort_for_overcommit(node, now, result)
+        return result
+
+    def _sync_node(self, heartbeat: NodeHeartbeat, now: float) -> ExecNode:
+        node = self.nodes.get(heartbeat.address)
+        if node is None:
+            node = ExecNode(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
+            self.nodes[heartbeat.address] = node
+        else:
+            node.resource_limits = np.asarray(heartbeat.resource_limits, dtype=float)
+            node.tags = frozenset(heartbeat.tags)
+        for finished in heartbeat.finished:
+            self.finish_allocation(finished, now)
+        if heartbeat.running is not None:
+            reported = heartbeat.running
+            for allocation in list(node.allocations.values()):
+                if allocation.id not in reported:
+                    self.finish_allocation(FinishedAllocation(allocation.id, "aborted"), now)
+                    continue
+                usage = np.asarray(reported[allocation.id], dtype=float)
+                if not allocation.preempted and not np.array_equal(usage, allocation.resources):
+                    self._change_usage(allocation, usage)
+        return node
+
+    def add_node(self, address: str, resource_limits: Vector, tags: Iterable[str] = ()) -> ExecNode:
+        """Register a node before its first heartbeat (the simulator and tests use this)."""
+        node = ExecNode(address, resource_limits, frozenset(tags))
+        self.nodes[address] = node
+        return node
+
+    def finish_allocation(self, finished: FinishedAllocation, now: float) -> Allocation | None:
+        """A node reported an allocation ended: release its usage (unless preempted already) and tell its controller."""
+        allocation = self.allocations.pop(finished.allocation_id, None)
+        if allocation is None:
+            return None
+        node = self.nodes.get(allocation.node_address)
+        runtime = self.operations.get(allocation.operation_id)
+        element = self._elements.get(allocation.operation_id)
+        if not allocation.preempted:
+            if node is not None:
+                _sub_np(node.usage, allocation.resources)
+            if runtime is not None:
+                self._release(allocation, runtime, element)
+        if node is not None:
+            node.allocations.pop(allocation.id, None)
+        if runtime is not None:
+            runtime.controller.on_allocation_finished(
+                allocation,
+                finished.state,
+                now,
+                processed_fraction=finished.processed_fraction,
+                preemption=allocation.preemption,
+            )
+            if element is not None and element.op is runtime:
+                self._refresh_leaf(element)
+        self._emit(
+            {
+                "event": "allocation_finished"
+                if finished.state == "completed"
+                else "allocation_" + finished.state,
+                "time": now,
+                "allocation_id": allocation.id,
+                "operation_id": allocation.operation_id,
+                "node": allocation.node_address,
+                "state": finished.state,
+                "reason": allocation.preemption.reason.value if allocation.preemption else None,
+                "preemptor_operation_id": allocation.preemption.preemptor_operation_id
+                if allocation.preemption
+                else None,
+            }
+        )
+        return allocation
+
+    def _release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
+        runtime.lists.remove(allocation)
+        _sub_list(runtime.usage, allocation.resources)
+        if element is not None and element.op is runtime:
+            cursor: _Element | None = element
+            while cursor is not None:
+                if cursor is not element:
+                    _sub_list(cursor.usage, allocation.resources)
+                cursor = cursor.parent
+            element.usage = runtime.usage
+
+    def _charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
+        _add_list(runtime.usage, allocation.resources)
+        cursor = element.parent
+        while cursor is not None:
+            _add_list(cursor.usage, allocation.resources)
+            cursor = cursor.parent
+        element.usage = runtime.usage
+        runtime.lists.add(allocation)
+
+    def _change_usage(self, allocation: Allocation, usage: Vector) -> None:
+        node = self.nodes[allocation.node_address]
+        delta = usage - allocation.resources
+        node.usage += delta
+        runtime = self.operations.get(allocation.operation_id)
+        if runtime is None:
+            allocation.resources = usage
+            return
+        element = self._elements.get(allocation.operation_id)
+        _add_list(runtime.usage, delta)
+        if element is not None and element.op is runtime:
+            cursor = element.parent
+            while cursor is not None:
+                _add_list(cursor.usage, delta)
+                cursor = cursor.parent
+            element.usage = runtime.usage
+        runtime.lists.update_usage(allocation, usage)
+        if element is not None and element.op is runtime:
+            self._refresh_leaf(element)
+
+    # -------------------------------------------------------------- stage 1: graceful preemption
+
+    def _graceful_preemption(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        for allocation in list(node.allocations.values()):
+            if allocation.preempted:
+                continue
+            element = self._elements.get(allocation.operation_id)
+            if element is None or element.spec.preemption_mode != "graceful":
+                continue
+            if allocation.preemption_status != PreemptionStatus.PREEMPTIBLE:
+                continue
+            self._preempt(
+                allocation,
+                node,
+                now,
+                result,
+                reason=AbortReason.GRACEFUL_PREEMPTION,
+                timeout=self.config.allocation_graceful_preemption_timeout,
+                explanation="Preempted due to graceful preemption: operation usage exceeds its fair share",
+                stage=SchedulingStage.GRACEFUL_PREEMPTION,
+            )
+
+    # -------------------------------------------------------------- stage 2: regular scheduling
+
+    def _can_start_more(self, node: ExecNode, discount: list[float] | None = None) -> bool:
+        spare = self.config.min_spare_allocation_resources_on_node
+        limits = node.resource_limits
+        usage = node.usage
+        for r in range(RESOURCE_COUNT):
+            if limits[r] <= 0:
+                continue
+            free = limits[r] - usage[r] + (discount[r] if discount is not None else 0.0)
+            if free + _FIT_EPSILON < spare[r]:
+                return False
+        return True
+
+    def _regular_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        current = self._new_pass()
+        attempts = 0
+        limit = self.config.max_schedule_attempts_per_heartbeat
+        try:
+            while attempts < limit and self._can_start_more(node):
+                leaf = self._best_leaf(current)
+                if leaf is None:
+                    break
+                attempts += 1
+                allocation, reason = self._try_schedule(leaf, node, now, None, None)
+                if allocation is None:
+                    assert leaf.op is not None and reason is not None
+                    leaf.op.deactivation_reasons[reason.value] += 1
+                    self._exclude(leaf, current)
+                    continue
+                self._started(
+                    allocation, leaf, node, now, result, SchedulingStage.REGULAR_MEDIUM_PRIORITY, current
+                )
+        finally:
+            self._finish_pass(current)
+        result.schedule_attempts += attempts
+
+    def _tag_matches(self, element: _Element, node: ExecNode) -> bool:
+        tag_filter = element.spec.scheduling_tag_filter
+        if tag_filter is None:
+            return True
+        cached = element.tag_cache.get(node.tags)
+        if cached is None:
+            if hasattr(tag_filter, "matches"):
+                cached = bool(tag_filter.matches(node.tags))
+            elif callable(tag_filter):
+                cached = bool(tag_filter(node.tags))
+            else:
+                raise PooltreeError(
+                    f"operation {element.id}: scheduling_tag_filter must be a filter object or a callable"
+                )
+            element.tag_cache[node.tags] = cached
+        return cached
+
+    def _try_schedule(
+        self,
+        element: _Element,
+        node: ExecNode,
+        now: float,
+        discount: list[float] | None,
+        ancestor_discount: dict[str, list[float]] | None,
+    ) -> tuple[Allocation | None, DeactivationReason | None]:
+        """One attempt of §e.2: checks, then the controller call with the available resources."""
+        runtime = element.op
+        if runtime is None:
+            return None, DeactivationReason.NOT_SCHEDULABLE
+        if not self._tag_matches(element, node):
+            return None, DeactivationReason.SCHEDULING_TAG_FILTER_MISMATCH
+        controller = runtime.controller
+        if controller.pending_allocation_count <= 0:
+            return None, DeactivationReason.NO_AVAILABLE_DEMAND
+        limits = node.resource_limits
+        usage = node.usage
+        available = [
+            float(limits[r] - usage[r]) + (discount[r] if discount is not None else 0.0)
+            for r in range(RESOURCE_COUNT)
+        ]
+        min_needed = controller.min_needed_resources
+        for r in range(RESOURCE_COUNT):
+            if min_needed[r] > available[r] + _FIT_EPSILON:
+                return None, DeactivationReason.MIN_NEEDED_RESOURCES_UNSATISFIED
+        for limited in element.limited:
+            assert limited.limits is not None
+            extra = ancestor_discount.get(limited.id) if ancestor_discount is not None else None
+            for r in range(RESOURCE_COUNT):
+                room = limited.limits[r] - limited.usage[r] + (extra[r] if extra is not None else 0.0)
+                if min_needed[r] > room + _FIT_EPSILON:
+                    return None, DeactivationReason.RESOURCE_LIMITS_EXCEEDED
+                available[r] = min(available[r], room)
+        available_vector = np.array(available)
+        allocation = controller.schedule_allocation(node, available_vector, now)
+        if allocation is None:
+            return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
+        if np.any(allocation.resources > available_vector + _FIT_EPSILON):
+            controller.on_allocation_finished(allocation, "aborted", now)
+            return None, DeactivationReason.SCHEDULING_RESOURCE_OVERCOMMIT
+        return allocation, None
+
+    def _started(
+        self,
+        allocation: Allocation,
+        element: _Element,
+        node: ExecNode,
+        now: float,
+        result: HeartbeatResult,
+        stage: SchedulingStage,
+        current: _Pass | None,
+    ) -> None:
+        runtime = element.op
+        assert runtime is not None
+        allocation.node_address = node.address
+        allocation.start_time = now
+        if allocation.interruption_signal is None:
+            allocation.interruption_signal = element.spec.interruption_signal
+        node.allocations[allocation.id] = allocation
+        _add_np(node.usage, allocation.resources)
+        self.allocations[allocation.id] = allocation
+        self._charge(allocation, runtime, element)
+        self._refresh_leaf(element, current)
+        result.allocations_to_start.append(allocation)
+        self._emit(
+            {
+                "event": "allocation_started",
+                "time": now,
+                "allocation_id": allocation.id,
+                "operation_id": allocation.operation_id,
+                "node": node.address,
+                "stage": stage.value,
+                "resources": {name: float(allocation.resources[i]) for i, name in enumerate(RESOURCES)},
+            }
+        )
+
+    # -------------------------------------------------------------- stage 3: preemptive scheduling
+
+    def _preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
+        status = allocation.preemption_status
+        if status == PreemptionStatus.NON_PREEMPTIBLE:
+            return PreemptionLevel.NON_PREEMPTIBLE
+        if status == PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE:
+            if element.settings.allow_aggressive_preemption:
+                return PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE
+            return PreemptionLevel.NON_PREEMPTIBLE
+        return PreemptionLevel.PREEMPTIBLE
+
+    def _local_satisfaction(self, element: _Element) -> float:
+        return local_satisfaction_ratio(self._usage_share(element), element.fair_share, element.blocked)
+
+    def _blocking_ancestor(self, element: _Element, target: PreemptionPriority) -> _Element | None:
+        """FindPreemptionBlockingAncestor (§e.3): the element that protects this operation's allocations."""
+        if element.spec.preemption_mode == "graceful":
+            return element
+        if (
+            target == PreemptionPriority.NORMAL
+            and not element.settings.normal_preemption_allowed_by_ancestors
+        ):
+            return element
+        config = self.config
+        cursor: _Element | None = element
+        while cursor is not None and cursor.parent is not None:
+            if config.preemption_check_starvation and cursor.starvation != StarvationStatus.NON_STARVING:
+                return cursor
+            if config.preemption_check_satisfaction:
+                if cursor.settings.allow_aggressive_preemption and target >= PreemptionPriority.AGGRESSIVE:
+                    threshold = config.aggressive_preemption_satisfaction_threshold
+                else:
+                    threshold = config.preemption_satisfaction_threshold
+                if self._local_satisfaction(cursor) < threshold + EPSILON:
+                    return cursor
+            cursor = cursor.parent
+        return None
+
+    def _analyze(self, node: ExecNode, target: PreemptionPriority, min_level: PreemptionLevel) -> _Analysis:
+        analysis = _Analysis(target)
+        blockers: dict[str, _Element | None] = {}
+        enable_conditional = self.config.enable_conditional_preemption
+        for allocation in node.allocations.values():
+            if allocation.preempted:
+                continue
+            element = self._elements.get(allocation.operation_id)
+            if element is None or element.op is None:
+                continue
+            if self._preemption_level(allocation, element) < min_level:
+                continue
+            if element.id in blockers:
+                blocker = blockers[element.id]
+            else:
+                blocker = blockers[element.id] = self._blocking_ancestor(element, target)
+            if blocker is None:
+                analysis.unconditional.append(allocation)
+                _add_list(analysis.discount, allocation.resources)
+                for limited in element.limited:
+                    _add_list(
+                        analysis.ancestor_discount.setdefault(limited.id, [0.0] * RESOURCE_COUNT),
+                        allocation.resources,
+                    )
+            elif (
+                blocker is not element
+                and enable_conditional
+                and allocation.preemption_status == PreemptionStatus.PREEMPTIBLE
+            ):
+                analysis.conditional.setdefault(blocker.id, []).append(allocation)
+                _add_list(
+                    analysis.conditional_discount.setdefault(blocker.id, [0.0] * RESOURCE_COUNT),
+                    allocation.resources,
+                )
+        return analysis
+
+    def _best_among(self, candidates: list[_Element]) -> _Element | None:
+        """Best leaf of the subtree spanned by the candidates, by the same comparator as regular scheduling."""
+        if not candidates:
+            return None
+        children: dict[_Element, set[_Element]] = {}
+        for element in candidates:
+            cursor = element
+            while cursor.parent is not None:
+                children.setdefault(cursor.parent, set()).add(cursor)
+                cursor = cursor.parent
+        memo: dict[_Element, tuple[float, _Element]] = {}
+        sats = {element: self._local_satisfaction(element) for element in candidates}
+
+        def best(element: _Element) -> tuple[float, _Element]:
+            if element.is_op:
+                return sats[element], element
+            if element in memo:
+                return memo[element]
+            options = []
+            for child in children[element]:
+                sat, leaf = best(child)
+                key = child.fifo_key if child.use_fifo else sat
+                options.append((key, child.index, sat, leaf))
+            _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1]))
+            memo[element] = (sat, leaf)
+            return memo[element]
+
+        return best(self._elements[ROOT_ID])[1]
+
+    def _preemptive_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        stages = (
+            (
+                SchedulingStage.PREEMPTIVE_AGGRESSIVE,
+                PreemptionPriority.AGGRESSIVE,
+                PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE,
+            ),
+            (SchedulingStage.PREEMPTIVE_NORMAL, PreemptionPriority.NORMAL, PreemptionLevel.PREEMPTIBLE),
+        )
+        for stage, target, min_level in stages:
+            targets = [
+                e
+                for e in self._ops_by_priority.get(target, [])
+                if e.op is not None and self._op_activity(e) is None
+            ]
+            force = stage == SchedulingStage.PREEMPTIVE_NORMAL
+            if not targets and not force:
+                continue
+            analysis = self._analyze(node, target, min_level)
+            started = None
+            if targets and (analysis.unconditional or analysis.conditional or self._can_start_more(node)):
+                started = self._schedule_with_preemption(node, now, targets, analysis, stage, result)
+            self._preempt_after_scheduling(node, now, analysis, started, stage, result)
+            if started is not None:
+                result.scheduled_with_preemption = started[0].id
+                return
+
+    def _schedule_with_preemption(
+        self,
+        node: ExecNode,
+        now: float,
+        targets: list[_Element],
+        analysis: _Analysis,
+        stage: SchedulingStage,
+        result: HeartbeatResult,
+    ) -> tuple[Allocation, _Element] | None:
+        remaining = list(targets)
+        attempts = 0
+        while remaining and attempts < self.config.max_schedule_attempts_per_heartbeat:
+            leaf = self._best_among(remaining)
+            if leaf is None:
+                return None
+            attempts += 1
+            discount = list(analysis.discount)
+            cursor = leaf.parent
+            while cursor is not None:
+                extra = analysis.conditional_discount.get(cursor.id)
+                if extra is not None:
+                    _add_list(discount, extra)
+                cursor = cursor.parent
+            if not self._can_start_more(node, discount):
+                result.schedule_attempts += attempts
+                return None
+            allocation, reason = self._try_schedule(leaf, node, now, discount, analysis.ancestor_discount)
+            if allocation is None:
+                assert leaf.op is not None and reason is not None
+                leaf.op.deactivation_reasons[reason.value] += 1
+                remaining.remove(leaf)
+                continue
+            result.schedule_attempts += attempts
+            self._started(allocation, leaf, node, now, result, stage, None)
+            return allocation, leaf
+        result.schedule_attempts += attempts
+        return None
+
+    def _preempt_after_scheduling(
+        self,
+        node: ExecNode,
+        now: float,
+        analysis: _Analysis,
+        started: tuple[Allocation, _Element] | None,
+        stage: SchedulingStage,
+        result: HeartbeatResult,
+    ) -> None:
+        """§e.4: preempt the minimal set (Preemptible first, latest first) so the node fits; then limit violators."""
+        conditional: set[str] = set()
+        candidates = list(analysis.unconditional)
+        if started is not None:
+            cursor = started[1].parent
+            while cursor is not None:
+                for allocation in analysis.conditional.get(cursor.id, ()):
+                    candidates.append(allocation)
+                    conditional.add(allocation.id)
+                cursor = cursor.parent
+        candidates.sort(
+            key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time), reverse=True
+        )
+        target = analysis.target
+        reason = (
+            AbortReason.AGGRESSIVE_PREEMPTION
+            if target == PreemptionPriority.AGGRESSIVE
+            else AbortReason.PREEMPTION
+        )
+        for allocation in candidates:
+            if _fits(node.usage, node.resource_limits):
+                break
+            if allocation.preempted:
+                continue
+            element = self._elements[allocation.operation_id]
+            if started is not None:
+                preemptor, preemptor_element = started
+                priority = self._priority(preemptor_element)
+                text = (
+                    f"Preempted to start allocation {preemptor.id} of operation {preemptor.operation_id}; "
+                    f"this allocation had status {allocation.preemption_status.value} and level "
+                    f"{self._preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
+                    f"was {priority.name.lower()}, and scheduling stage target priority was {target.name.lower()}"
+                )
+                if allocation.id in conditional:
+                    text += "; this allocation was conditionally preemptible"
+                self._preempt(
+                    allocation,
+                    node,
+                    now,
+                    result,
+                    reason=reason,
+                    timeout=self.config.allocation_preemption_timeout,
+                    explanation=text,
+                    stage=stage,
+                    preemptor=preemptor,
+                )
+            else:
+                self._preempt(
+                    allocation,
+                    node,
+                    now,
+                    result,
+                    reason=reason,
+                    timeout=self.config.allocation_preemption_timeout,
+                    explanation="Node resource limits violated",
+                    stage=stage,
+                )
+        for allocation in analysis.unconditional:
+            if allocation.preempted:
+                continue
+            element = self._elements[allocation.operation_id]
+            violated = self._violated_limits(element)
+            if violated is None:
+                continue
+            if violated is element:
+                text = f"Preempted due to violation of resource limits of operation {element.id}"
+            else:
+                text = f'Preempted due to violation of limits on pool "{violated.id}"'
+            self._preempt(
+                allocation,
+                node,
+                now,
+                result,
+                reason=AbortReason.RESOURCE_LIMITS_VIOLATED,
+                timeout=self.config.allocation_preemption_timeout,
+                explanation=text,
+                stage=stage,
+            )
+
+    def _violated_limits(self, element: _Element) -> _Element | None:
+        for limited in element.limited:
+            assert limited.limits is not None
+            if any(u > lim + _FIT_EPSILON for u, lim in zip(limited.usage, limited.limits, strict=True)):
+                return limited
+        return None
+
+    # -------------------------------------------------------------- stage 4: node overcommit
+
+    def _abort_for_overcommit(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        if _fits(node.usage, node.resource_limits):
+            return
+        running = [a for a in node.allocations.values() if not a.preempted]
+        running.sort(key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time))
+        kept = np.zeros(RESOURCE_COUNT)
+        for allocation in running:
+            candidate = kept + allocation.resources
+            if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
+                kept = candidate
+                continue
+            self._preempt(
+                allocation,
+                node,
+                now,
+                result,
+                reason=AbortReason.RESOURCE_OVERCOMMIT,
+                timeout=self.config.allocation_preemption_timeout,
+                explanation="Preempted due to node resource ovecommit",
+                stage=SchedulingStage.OVERCOMMIT,
+            )
+
+    # -------------------------------------------------------------- preemption
+
+    def _preempt(
+        self,
+        allocation: Allocation,
+        node: ExecNode,
+        now: float,
+        result: HeartbeatResult,
+        *,
+        reason: AbortReason,
+        timeout: float,
+        explanation: str,
+        stage: SchedulingStage,
+        preemptor: Allocation | None = None,
+    ) -> PreemptionRecord:
+        """Stop accounting the allocation now and ask the node to stop it within ``timeout``."""
+        record = PreemptionRecord(
+            allocation_id=allocation.id,
+            operation_id=allocation.operation_id,
+            node_address=node.address,
+            reason=reason,
+            timeout=timeout,
+            explanation=explanation,
+            stage=stage,
+            time=now,
+            preemptor_allocation_id=preemptor.id if preemptor is not None else None,
+            preemptor_operation_id=preemptor.operation_id if preemptor is not None else None,
+            interruption_signal=allocation.interruption_signal,
+            interruptible=allocation.interruptible,
+        )
+        runtime = self.operations.get(allocation.operation_id)
+        element = self._elements.get(allocation.operation_id)
+        _sub_np(node.usage, allocation.resources)
+        if runtime is not None:
+            self._release(allocation, runtime, element)
+            runtime.preempted_allocation_count += 1
+        allocation.preemption = record
+        if element is not None and element.op is runtime and runtime is not None:
+            self._refresh_leaf(element)
+        result.allocations_to_preempt.append(record)
+        event = {"event": "allocation_preempted", **record.to_dict()}
+        self._emit(event)
+        return record
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self._event_sink is not None:
+            self._event_sink(event)
+
+    # -------------------------------------------------------------- views
+
+    def element_view(self, element_id: str) -> dict[str, Any]:
+        """Strategy fields of one element for the orchid (starvation, status, preemption counts, reasons)."""
+        element = self._elements.get(element_id)
+        if element is None:
+            raise PooltreeError(f"no element {element_id} in tree {self.tree.name}", code=500)
+        state = self.starvation.get(element_id, StarvationState())
+        lowest = _lowest(element, lambda e: e.starvation != StarvationStatus.NON_STARVING)
+        lowest_aggressive = _lowest(element, lambda e: e.starvation == StarvationStatus.AGGRESSIVELY_STARVING)
+        view: dict[str, Any] = {
+            "scheduling_status": element.status.value,
+            "starvation_status": state.status.value,
+            "below_fair_share_since": state.below_fair_share_since,
+            "starving_since": state.starving_since,
+            "lowest_starving_ancestor": lowest,
+            "lowest_aggressively_starving_ancestor": lowest_aggressive,
+            "local_satisfaction_ratio": self._local_satisfaction(element),
+            "effective_fair_share_starvation_tolerance": element.settings.starvation_tolerance,
+            "effective_fair_share_starvation_timeout": element.settings.starvation_timeout,
+            "effective_aggressive_starvation_enabled": element.settings.aggressive_starvation_enabled,
+            "effective_aggressive_preemption_allowed": element.settings.allow_aggressive_preemption,
+            "resource_usage": {name: element.usage[i] for i, name in enumerate(RESOURCES)},
+        }
+        runtime = element.op
+        if element.is_op and runtime is not None:
+            counts = runtime.lists.counts()
+            view.update(
+                {
+                    "preemptible_allocation_count": counts["preemptible"],
+                    "aggressively_preemptible_allocation_count": counts["aggressively_preemptible"],
+                    "non_preemptible_allocation_count": counts["non_preemptible"],
+                    "running_allocation_count": len(runtime.lists),
+                    "preempted_allocation_count": runtime.preempted_allocation_count,
+                    "deactivation_reasons": dict(runtime.deactivation_reasons),
+                    "preemption_priority": runtime.preemption_priority.name.lower(),
+                    "preemption_mode": element.spec.preemption_mode,
+                    "allocation_preemption_timeout": self.config.allocation_preemption_timeout,
+                    "allocation_graceful_preemption_timeout": self.config.allocation_graceful_preemption_timeout,
+                }
+            )
+        return view
+
+    def starvation_status(self, element_id: str) -> StarvationStatus:
+        return self.starvation.get(element_id, StarvationState()).status
+
+    def element_usage(self, element_id: str) -> Vector:
+        return np.array(self._elements[element_id].usage)
+
+
+def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | None:
+    cursor: _Element | None = element
+    while cursor is not None:
+        if predicate(cursor):
+            return cursor.id
+        cursor = cursor.parent
+    return None
+
+
+def _fits(usage: Vector, limits: Vector) -> bool:
+    return bool(np.all(usage <= limits + _FIT_EPSILON))
+
+
+def _add_list(target: list[float], values: Any) -> None:
+    for r in range(RESOURCE_COUNT):
+        target[r] += float(values[r])
+
+
+def _sub_list(target: list[float], values: Any) -> None:
+    for r in range(RESOURCE_COUNT):
+        target[r] -= float(values[r])
+
+
+def _add_np(target: Vector, values: Vector) -> None:
+    target += values
+
+
+def _sub_np(target: Vector, values: Vector) -> None:
+    target -= values

@@ -1,0 +1,333 @@
+"""The strategy's input: tree options (`StrategyConfig`) and a snapshot of the pool tree (`SchedulingTree`).
+
+A `SchedulingTree` is built once per fair-share update from the tree runtime and the fair-share results (see
+:func:`pooltree.strategy.build.scheduling_tree_from_runtime`) or directly by tests. It holds the element
+tree with parent links, each element's published fair share and demand share, FIFO flags and order, specified
+resource limits and the *effective* starvation/preemption settings, resolved top-down here (an element's own
+value if set, else its parent's; the root takes the tree options).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from pooltree.errors import ConfigError, join_path
+from pooltree.resources import (
+    CPU,
+    MEMORY,
+    RESOURCE_COUNT,
+    USER_SLOTS,
+    Vector,
+    parse_duration,
+    parse_resources,
+    unlimited,
+    zeros,
+)
+from pooltree.strategy.model import SchedulingStatus
+
+ROOT_ID = "<Root>"
+
+_DURATION_FIELDS = (
+    "fair_share_starvation_timeout",
+    "fair_share_aggressive_starvation_timeout",
+    "preemptive_scheduling_backoff",
+    "allocation_preemption_timeout",
+    "allocation_graceful_preemption_timeout",
+)
+
+
+def _default_min_spare() -> Vector:
+    spare = zeros()
+    spare[USER_SLOTS] = 1
+    spare[CPU] = 1
+    spare[MEMORY] = 256 * 1024 * 1024
+    return spare
+
+
+@dataclass
+class StrategyConfig:
+    """Tree options the strategy reads, with YTsaurus defaults (yt-semantics §c, §d, §e.6). Durations in seconds."""
+
+    fair_share_starvation_tolerance: float = 0.8
+    fair_share_starvation_timeout: float = 30.0
+    fair_share_aggressive_starvation_timeout: float = 120.0
+    enable_aggressive_starvation: bool = False
+    non_preemptible_resource_usage_threshold: Vector | None = None
+    max_unpreemptible_running_allocation_count: int | None = None
+    preemption_satisfaction_threshold: float = 1.0
+    aggressive_preemption_satisfaction_threshold: float = 0.2
+    preemptive_scheduling_backoff: float = 5.0
+    allocation_preemption_timeout: float = 10.0
+    allocation_graceful_preemption_timeout: float = 60.0
+    min_spare_allocation_resources_on_node: Vector = field(default_factory=_default_min_spare)
+    fifo_pool_scheduling_order: str = "satisfaction"
+    scheduling_preemption_priority_scope: str = "operation_and_ancestors"
+    enable_conditional_preemption: bool = True
+    preemption_check_starvation: bool = True
+    preemption_check_satisfaction: bool = True
+    allocation_count_preemption_timeout_coefficient: float = 1.0
+    enable_pool_starvation: bool = True
+    max_schedule_attempts_per_heartbeat: int = 10_000
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, path: str = "config") -> None:
+        """Raise ConfigError naming the field for any out-of-range option."""
+        if not 0.0 <= self.fair_share_starvation_tolerance <= 1.0:
+            raise ConfigError(join_path(path, "fair_share_starvation_tolerance"), "must be in [0, 1]")
+        for name in _DURATION_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or math.isnan(value) or value < 0:
+                raise ConfigError(join_path(path, name), f"must be a non-negative duration, got {value!r}")
+        if self.fair_share_aggressive_starvation_timeout < self.fair_share_starvation_timeout:
+            raise ConfigError(
+                join_path(path, "fair_share_aggressive_starvation_timeout"),
+                "must not be less than fair_share_starvation_timeout",
+            )
+        if not self.preemption_satisfaction_threshold > 0:
+            raise ConfigError(join_path(path, "preemption_satisfaction_threshold"), "must be positive")
+        if (
+            not 0
+            <= self.aggressive_preemption_satisfaction_threshold
+            <= self.preemption_satisfaction_threshold
+        ):
+            raise ConfigError(
+                join_path(path, "aggressive_preemption_satisfaction_threshold"),
+                "must be non-negative and not greater than preemption_satisfaction_threshold",
+            )
+        if self.fifo_pool_scheduling_order not in ("fifo", "satisfaction"):
+            raise ConfigError(join_path(path, "fifo_pool_scheduling_order"), "must be fifo or satisfaction")
+        if self.scheduling_preemption_priority_scope not in ("operation_only", "operation_and_ancestors"):
+            raise ConfigError(
+                join_path(path, "scheduling_preemption_priority_scope"),
+                "must be operation_only or operation_and_ancestors",
+            )
+        if not self.allocation_count_preemption_timeout_coefficient >= 1.0:
+            raise ConfigError(
+                join_path(path, "allocation_count_preemption_timeout_coefficient"), "must be at least 1"
+            )
+        if self.max_unpreemptible_running_allocation_count is not None and (
+            self.max_unpreemptible_running_allocation_count < 0
+        ):
+            raise ConfigError(join_path(path, "max_unpreemptible_running_allocation_count"), "must be >= 0")
+        if self.max_schedule_attempts_per_heartbeat < 1:
+            raise ConfigError(join_path(path, "max_schedule_attempts_per_heartbeat"), "must be positive")
+
+    def tree_non_preemptible_threshold(self) -> Vector | None:
+        """Tree-level threshold vector (absolute), user_slots defaulting to max_unpreemptible_running_allocation_count."""
+        threshold = (
+            None
+            if self.non_preemptible_resource_usage_threshold is None
+            else self.non_preemptible_resource_usage_threshold.copy()
+        )
+        if self.max_unpreemptible_running_allocation_count is not None:
+            if threshold is None:
+                threshold = unlimited()
+            if math.isinf(threshold[USER_SLOTS]):
+                threshold[USER_SLOTS] = float(self.max_unpreemptible_running_allocation_count)
+        return threshold
+
+    @classmethod
+    def from_options(cls, options: Any, path: str = "config") -> StrategyConfig:
+        """Read the options this class knows from a mapping or an attribute object (e.g. the tree config model).
+
+        Durations given as numbers are taken as seconds when the source is an object (already parsed) and as
+        YTsaurus milliseconds when the source is a raw mapping; strings with units are parsed either way.
+        """
+        raw_mapping = isinstance(options, Mapping)
+        values: dict[str, Any] = {}
+        for spec in fields(cls):
+            name = spec.name
+            value = options.get(name) if raw_mapping else getattr(options, name, None)
+            if value is None:
+                continue
+            field_path = join_path(path, name)
+            if name in _DURATION_FIELDS:
+                if hasattr(value, "total_seconds"):
+                    value = float(value.total_seconds())
+                elif isinstance(value, str) or raw_mapping:
+                    value = parse_duration(value, field_path)
+                else:
+                    value = float(value)
+            elif name in (
+                "non_preemptible_resource_usage_threshold",
+                "min_spare_allocation_resources_on_node",
+            ):
+                value = _as_vector(value, field_path, missing=math.inf if name.startswith("non") else 0.0)
+            elif hasattr(value, "value") and not isinstance(value, int | float | bool | str):
+                value = value.value
+            values[name] = value
+        config = cls(**values)
+        config.validate(path)
+        return config
+
+
+def _as_vector(value: Any, path: str, missing: float) -> Vector:
+    if isinstance(value, np.ndarray):
+        return value.astype(float)
+    if hasattr(value, "model_dump"):
+        value = {k: v for k, v in value.model_dump().items() if v is not None}
+    return parse_resources(value, path, missing=missing)
+
+
+@dataclass
+class ElementSpec:
+    """One pool or operation in a snapshot. Optional settings left ``None`` are inherited from the parent.
+
+    Shares are fractions of the tree's total resources; ``specified_resource_limits`` and
+    ``non_preemptible_resource_usage_threshold`` are absolute (inf = unlimited / unset).
+    ``demand_share`` may be left ``None``: pools then sum their children, operations take (usage + needed)/total.
+    """
+
+    id: str
+    parent: str | None
+    kind: str = "pool"
+    fair_share: Vector = field(default_factory=zeros)
+    demand_share: Vector | None = None
+    scheduling_status: SchedulingStatus | None = None
+    specified_resource_limits: Vector | None = None
+    weight: float = 1.0
+    fifo: bool = False
+    fifo_index: int = 0
+    schedulable: bool = True
+    start_time: float = 0.0
+    fair_share_starvation_tolerance: float | None = None
+    fair_share_starvation_timeout: float | None = None
+    enable_aggressive_starvation: bool | None = None
+    non_preemptible_resource_usage_threshold: Vector | None = None
+    allow_normal_preemption: bool | None = None
+    allow_aggressive_preemption: bool | None = None
+    preemption_mode: str = "normal"
+    scheduling_tag_filter: Callable[[frozenset[str]], bool] | Any | None = None
+    interruption_signal: str | None = None
+
+    @property
+    def is_operation(self) -> bool:
+        return self.kind == "operation"
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """Settings of one element after top-down inheritance."""
+
+    starvation_tolerance: float
+    starvation_timeout: float
+    aggressive_starvation_enabled: bool
+    non_preemptible_threshold: Vector | None
+    allow_aggressive_preemption: bool
+    normal_preemption_allowed_by_ancestors: bool
+
+
+class SchedulingTree:
+    """Validated, immutable-by-convention snapshot of one pool tree for the strategy."""
+
+    def __init__(
+        self,
+        total_resources: Vector,
+        elements: Iterable[ElementSpec],
+        config: StrategyConfig | None = None,
+        name: str = "default",
+    ):
+        self.name = name
+        self.config = config or StrategyConfig()
+        self.total_resources = np.asarray(total_resources, dtype=float)
+        if self.total_resources.shape != (RESOURCE_COUNT,) or np.any(self.total_resources < 0):
+            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
+        self.elements: dict[str, ElementSpec] = {}
+        for element in elements:
+            path = f"elements.{element.id}"
+            if element.id in self.elements:
+                raise ConfigError(path, "element id is given twice")
+            if element.kind not in ("pool", "operation"):
+                raise ConfigError(join_path(path, "kind"), "must be pool or operation")
+            if element.preemption_mode not in ("normal", "graceful"):
+                raise ConfigError(join_path(path, "preemption_mode"), "must be normal or graceful")
+            self.elements[element.id] = element
+        if ROOT_ID not in self.elements:
+            self.elements[ROOT_ID] = ElementSpec(id=ROOT_ID, parent=None, fair_share=np.ones(RESOURCE_COUNT))
+        self.children: dict[str, list[str]] = {element_id: [] for element_id in self.elements}
+        for element in self.elements.values():
+            if element.id == ROOT_ID:
+                if element.parent is not None:
+                    raise ConfigError(f"elements.{ROOT_ID}.parent", "the root has no parent")
+                continue
+            parent = self.elements.get(element.parent or "")
+            if parent is None:
+                raise ConfigError(f"elements.{element.id}.parent", f"unknown parent {element.parent!r}")
+            if parent.is_operation:
+                raise ConfigError(f"elements.{element.id}.parent", f"parent {parent.id!r} is an operation")
+            self.children[parent.id].append(element.id)
+        self.order: list[str] = []
+        self.depth: dict[str, int] = {ROOT_ID: 0}
+        stack = [ROOT_ID]
+        while stack:
+            element_id = stack.pop()
+            self.order.append(element_id)
+            for child in self.children[element_id]:
+                self.depth[child] = self.depth[element_id] + 1
+                stack.append(child)
+        if len(self.order) != len(self.elements):
+            unreachable = sorted(set(self.elements) - set(self.order))
+            raise ConfigError(f"elements.{unreachable[0]}.parent", "element is not reachable from the root")
+        self.effective: dict[str, EffectiveSettings] = {}
+        self._resolve_settings()
+
+    def _resolve_settings(self) -> None:
+        config = self.config
+        for element_id in self.order:
+            spec = self.elements[element_id]
+            parent = self.effective.get(spec.parent) if spec.parent is not None else None
+            if parent is None:
+                base = EffectiveSettings(
+                    starvation_tolerance=config.fair_share_starvation_tolerance,
+                    starvation_timeout=config.fair_share_starvation_timeout,
+                    aggressive_starvation_enabled=config.enable_aggressive_starvation,
+                    non_preemptible_threshold=config.tree_non_preemptible_threshold(),
+                    allow_aggressive_preemption=True,
+                    normal_preemption_allowed_by_ancestors=True,
+                )
+            else:
+                base = parent
+            threshold = base.non_preemptible_threshold
+            if spec.non_preemptible_resource_usage_threshold is not None:
+                threshold = np.asarray(spec.non_preemptible_resource_usage_threshold, dtype=float)
+            own_normal = spec.allow_normal_preemption is not False
+            self.effective[element_id] = EffectiveSettings(
+                starvation_tolerance=_pick(spec.fair_share_starvation_tolerance, base.starvation_tolerance)
+                if not spec.is_operation
+                else base.starvation_tolerance,
+                starvation_timeout=_pick(spec.fair_share_starvation_timeout, base.starvation_timeout)
+                if not spec.is_operation
+                else base.starvation_timeout,
+                aggressive_starvation_enabled=_pick(
+                    spec.enable_aggressive_starvation, base.aggressive_starvation_enabled
+                ),
+                non_preemptible_threshold=threshold,
+                allow_aggressive_preemption=_pick(
+                    spec.allow_aggressive_preemption, base.allow_aggressive_preemption
+                ),
+                normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors
+                and own_normal,
+            )
+
+    def ancestors(self, element_id: str) -> list[str]:
+        """Proper ancestors from the parent up to and including the root."""
+        out = []
+        parent = self.elements[element_id].parent
+        while parent is not None:
+            out.append(parent)
+            parent = self.elements[parent].parent
+        return out
+
+    def operations(self) -> list[str]:
+        return [element_id for element_id in self.order if self.elements[element_id].is_operation]
+
+
+def _pick(own: Any, inherited: Any) -> Any:
+    return inherited if own is None else own
