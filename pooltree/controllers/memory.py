@@ -1,0 +1,755 @@
+"""Per-task job memory reserves from the user-job and job-proxy log digests (YTsaurus controller agent).
+
+A task keeps two digests of memory *ratios*: the user job's peak over its ``memory_limit`` and the job proxy's
+peak over its estimate. The reserve the scheduler counts for a new allocation is
+
+    footprint + job_proxy_estimate × job_proxy_factor + memory_limit × user_job_factor
+
+where each factor is a quantile (0.95 by default) of its digest. Samples come from completed jobs and from jobs
+aborted with ``resource_overdraft``; failed jobs ("Memory limit exceeded") add nothing. Everything here is pure:
+no clock, no I/O, deterministic (see memory-digest.md §1.5 and yt-semantics.md §g).
+
+Choices where the sources are silent, all documented on the names below:
+
+* the overdraft bump (``ratio × 1.1``, "docs") applies to the process that is blamed for the overdraft (the one
+  above its reserve; if neither is, the one with the smaller free gap); the other process adds its plain ratio;
+* the job proxy ratio is ``max_memory / (estimate + footprint)`` (yt-semantics §g.2), and the job proxy counts as
+  above its reserve when ``max_memory > estimate × factor + footprint``;
+* the job proxy estimate, when not given, comes from :func:`estimate_job_proxy_memory` (a fixed per-table model).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pooltree.digest import LogDigest
+from pooltree.errors import ConfigError, PooltreeError, join_path
+from pooltree.resources import parse_size
+
+OverdraftSampleVariant = Literal["docs", "code", "newest"]
+OVERDRAFT_SAMPLE_VARIANTS: tuple[str, ...] = ("docs", "code", "newest")
+
+MiB = 1024.0**2
+DEFAULT_MEMORY_LIMIT = 512 * MiB
+DEFAULT_FOOTPRINT_MEMORY = 16 * MiB
+JOB_PROXY_BASE_MEMORY = 64 * MiB
+JOB_PROXY_INPUT_TABLE_MEMORY = 16 * MiB
+JOB_PROXY_OUTPUT_TABLE_MEMORY = 32 * MiB
+
+MEMORY_LIMIT_EXCEEDED = "Memory limit exceeded"
+RESOURCE_OVERDRAFT = "resource_overdraft"
+
+
+def _number(value: Any, path: str, *, low: float, high: float, low_open: bool = False) -> float:
+    """A finite number within ``[low, high]`` (``(low, high]`` when ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(path, f"expected a number, got {value!r}")
+    number = float(value)
+    below = number <= low if low_open else number < low
+    if not math.isfinite(number) or below or number > high:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise ConfigError(path, f"must be in {interval}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class MemoryDigestSettings:
+    """Controller-agent options of the memory digests (YTsaurus names and defaults).
+
+    ``overdraft_sample_variant`` picks the sample an overdraft-aborted job adds for the blamed process:
+    ``"docs"`` (default, the seeds' wording) ``ratio × F``; ``"code"`` (older controller) ``max(ratio, factor × F)``;
+    ``"newest"`` (newest ``task.cpp``) ``max(ratio, factor × F)`` only when ``ratio ≥ 1`` and the plain ratio
+    otherwise; ``F = memory_digest_resource_overdraft_factor``.
+    ``user_job_reserve_margin`` is a pooltree opt-in (1.0 = YTsaurus): the user-job factor is
+    ``min(quantile × margin, 1)``.
+    """
+
+    user_job_memory_digest_precision: float = 0.01
+    user_job_memory_reserve_quantile: float = 0.95
+    job_proxy_memory_reserve_quantile: float = 0.95
+    memory_digest_resource_overdraft_factor: float = 1.1
+    user_job_resource_overdraft_memory_multiplier: float | None = None
+    job_proxy_resource_overdraft_memory_multiplier: float | None = None
+    overdraft_sample_variant: OverdraftSampleVariant = "docs"
+    ignore_memory_reserve_factor_less_than_one: bool = False
+    footprint_memory: float = DEFAULT_FOOTPRINT_MEMORY
+    user_job_reserve_margin: float = 1.0
+
+    def __post_init__(self) -> None:
+        _number(
+            self.user_job_memory_digest_precision,
+            "user_job_memory_digest_precision",
+            low=0,
+            high=1,
+            low_open=True,
+        )
+        _number(self.user_job_memory_reserve_quantile, "user_job_memory_reserve_quantile", low=0, high=1)
+        _number(self.job_proxy_memory_reserve_quantile, "job_proxy_memory_reserve_quantile", low=0, high=1)
+        _number(
+            self.memory_digest_resource_overdraft_factor,
+            "memory_digest_resource_overdraft_factor",
+            low=1,
+            high=10,
+        )
+        for name in (
+            "user_job_resource_overdraft_memory_multiplier",
+            "job_proxy_resource_overdraft_memory_multiplier",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                _number(value, name, low=1, high=100)
+        if self.overdraft_sample_variant not in OVERDRAFT_SAMPLE_VARIANTS:
+            raise ConfigError(
+                "overdraft_sample_variant",
+                f"must be one of {', '.join(OVERDRAFT_SAMPLE_VARIANTS)}, got {self.overdraft_sample_variant!r}",
+            )
+        if not isinstance(self.ignore_memory_reserve_factor_less_than_one, bool):
+            raise ConfigError("ignore_memory_reserve_factor_less_than_one", "expected a boolean")
+        _number(self.footprint_memory, "footprint_memory", low=0, high=math.inf)
+        _number(self.user_job_reserve_margin, "user_job_reserve_margin", low=1, high=10)
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any] | None, path: str = "controller_agent"
+    ) -> MemoryDigestSettings:
+        """Settings from a config map; unknown keys are rejected with their path."""
+        data = dict(data or {})
+        if "memory_digest_resource_overdraft_factor" not in data and "resource_overdraft_factor" in data:
+            data["memory_digest_resource_overdraft_factor"] = data.pop("resource_overdraft_factor")
+        known = set(cls.__dataclass_fields__)
+        for key in data:
+            if key not in known:
+                raise ConfigError(
+                    join_path(path, key), f"unknown memory digest option; known: {', '.join(sorted(known))}"
+                )
+        if "footprint_memory" in data:
+            data["footprint_memory"] = parse_size(
+                data["footprint_memory"], join_path(path, "footprint_memory")
+            )
+        try:
+            return cls(**data)
+        except ConfigError as error:
+            raise ConfigError(join_path(path, error.path), error.reason) from None
+
+
+def estimate_job_proxy_memory(input_table_count: int = 1, output_table_count: int = 1) -> float:
+    """The job proxy's expected memory from the job's configuration, in bytes.
+
+    Shaped like YTsaurus's estimate (a base plus reader buffers per input table and writer windows per output
+    table); the constants are pooltree's: 64 MiB + 16 MiB per input table + 32 MiB per output table.
+    """
+    for name, value in (("input_table_count", input_table_count), ("output_table_count", output_table_count)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(name, f"expected a table count >= 0, got {value!r}")
+    return (
+        JOB_PROXY_BASE_MEMORY
+        + input_table_count * JOB_PROXY_INPUT_TABLE_MEMORY
+        + output_table_count * JOB_PROXY_OUTPUT_TABLE_MEMORY
+    )
+
+
+@dataclass(frozen=True)
+class TaskMemoryOptions:
+    """A task's memory options from the operation spec, already normalized (YTsaurus rules of §g.2).
+
+    Build with :meth:`from_spec`; the constructor expects normalized values.
+    """
+
+    memory_limit: float
+    user_job_digest_lower_bound: float
+    user_job_digest_default_value: float
+    tmpfs_size: float
+    job_proxy_digest_lower_bound: float
+    job_proxy_digest_upper_bound: float
+    job_proxy_digest_default_value: float
+    job_proxy_digest_precision: float
+    job_proxy_memory: float
+    footprint_memory: float
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Mapping[str, Any] | None = None,
+        settings: MemoryDigestSettings | None = None,
+        *,
+        path: str = "spec",
+    ) -> TaskMemoryOptions:
+        """Normalize a user-job spec: ``memory_limit`` (512Mi), ``user_job_memory_digest_default_value`` (0.5),
+        ``user_job_memory_digest_lower_bound`` (0.05), ``memory_reserve_factor`` (pins both), ``tmpfs_size`` or
+        ``tmpfs_volumes`` (raise both to tmpfs/limit), ``job_proxy_memory_digest`` ({0.5, 2.0, 1.0}),
+        ``footprint_memory``, ``job_proxy_memory`` (else estimated from ``input_table_count`` and
+        ``output_table_count``)."""
+        settings = settings or MemoryDigestSettings()
+        spec = dict(spec or {})
+        known = {
+            "memory_limit",
+            "user_job_memory_digest_default_value",
+            "user_job_memory_digest_lower_bound",
+            "memory_reserve_factor",
+            "tmpfs_size",
+            "tmpfs_volumes",
+            "job_proxy_memory_digest",
+            "footprint_memory",
+            "job_proxy_memory",
+            "input_table_count",
+            "output_table_count",
+        }
+        for key in spec:
+            if key not in known:
+                raise ConfigError(
+                    join_path(path, key), f"unknown memory option; known: {', '.join(sorted(known))}"
+                )
+
+        memory_limit = parse_size(
+            spec.get("memory_limit", DEFAULT_MEMORY_LIMIT), join_path(path, "memory_limit")
+        )
+        if memory_limit <= 0:
+            raise ConfigError(join_path(path, "memory_limit"), "must be > 0")
+        default = _number(
+            spec.get("user_job_memory_digest_default_value", 0.5),
+            join_path(path, "user_job_memory_digest_default_value"),
+            low=0,
+            high=1,
+            low_open=True,
+        )
+        lower = _number(
+            spec.get("user_job_memory_digest_lower_bound", 0.05),
+            join_path(path, "user_job_memory_digest_lower_bound"),
+            low=0,
+            high=1,
+            low_open=True,
+        )
+        factor = spec.get("memory_reserve_factor")
+        if factor is not None:
+            factor = _number(factor, join_path(path, "memory_reserve_factor"), low=0, high=1, low_open=True)
+            if factor == 1.0 or not settings.ignore_memory_reserve_factor_less_than_one:
+                lower = default = factor
+
+        tmpfs_size = cls._tmpfs_total(spec, path)
+        if tmpfs_size > memory_limit:
+            raise ConfigError(
+                join_path(path, "tmpfs_size" if "tmpfs_size" in spec else "tmpfs_volumes"),
+                f"total tmpfs size {tmpfs_size:.0f} bytes exceeds memory_limit {memory_limit:.0f} bytes; "
+                "tmpfs lives inside the job's memory",
+            )
+        tmpfs_fraction = tmpfs_size / memory_limit
+        default = min(1.0, max(default, tmpfs_fraction))
+        lower = min(1.0, max(lower, tmpfs_fraction))
+        default = max(lower, default)
+
+        jp_path = join_path(path, "job_proxy_memory_digest")
+        jp = spec.get("job_proxy_memory_digest") or {}
+        if not isinstance(jp, Mapping):
+            raise ConfigError(jp_path, f"expected a map, got {type(jp).__name__}")
+        for key in jp:
+            if key not in ("lower_bound", "upper_bound", "default_value", "relative_precision"):
+                raise ConfigError(join_path(jp_path, key), "unknown log digest option")
+        jp_lower = float(jp.get("lower_bound", 0.5))
+        jp_upper = float(jp.get("upper_bound", 2.0))
+        jp_default = float(jp.get("default_value", 1.0))
+        jp_precision = float(jp.get("relative_precision", settings.user_job_memory_digest_precision))
+        LogDigest(jp_lower, jp_upper, jp_precision, jp_default, path=jp_path)  # validates the digest config
+
+        footprint = parse_size(
+            spec.get("footprint_memory", settings.footprint_memory), join_path(path, "footprint_memory")
+        )
+        if "job_proxy_memory" in spec:
+            job_proxy_memory = parse_size(spec["job_proxy_memory"], join_path(path, "job_proxy_memory"))
+        else:
+            try:
+                job_proxy_memory = estimate_job_proxy_memory(
+                    spec.get("input_table_count", 1), spec.get("output_table_count", 1)
+                )
+            except ConfigError as error:
+                raise ConfigError(join_path(path, error.path), error.reason) from None
+        return cls(
+            memory_limit=memory_limit,
+            user_job_digest_lower_bound=lower,
+            user_job_digest_default_value=default,
+            tmpfs_size=tmpfs_size,
+            job_proxy_digest_lower_bound=jp_lower,
+            job_proxy_digest_upper_bound=jp_upper,
+            job_proxy_digest_default_value=jp_default,
+            job_proxy_digest_precision=jp_precision,
+            job_proxy_memory=job_proxy_memory,
+            footprint_memory=footprint,
+        )
+
+    @staticmethod
+    def _tmpfs_total(spec: Mapping[str, Any], path: str) -> float:
+        total = 0.0
+        if "tmpfs_size" in spec:
+            total += parse_size(spec["tmpfs_size"], join_path(path, "tmpfs_size"))
+        volumes = spec.get("tmpfs_volumes") or []
+        if not isinstance(volumes, list):
+            raise ConfigError(join_path(path, "tmpfs_volumes"), "expected a list of {size, path} maps")
+        for index, volume in enumerate(volumes):
+            volume_path = join_path(join_path(path, "tmpfs_volumes"), index)
+            if not isinstance(volume, Mapping) or "size" not in volume:
+                raise ConfigError(volume_path, "expected a map with a size")
+            total += parse_size(volume["size"], join_path(volume_path, "size"))
+        return total
+
+
+@dataclass(frozen=True)
+class JobMemoryReserve:
+    """The memory reserve one job starts with (factors and bytes); ``restarted`` marks a dedicated reserve."""
+
+    cookie: Hashable | None
+    user_job_reserve_factor: float
+    job_proxy_reserve_factor: float
+    memory_limit: float
+    job_proxy_estimate: float
+    footprint_memory: float
+    restarted: bool = False
+
+    @property
+    def user_job_memory_reserve(self) -> float:
+        """Bytes reserved for the user process: ``memory_limit × user_job_factor``."""
+        return self.memory_limit * self.user_job_reserve_factor
+
+    @property
+    def job_proxy_memory_reserve(self) -> float:
+        """Bytes reserved for the job proxy: ``estimate × job_proxy_factor``."""
+        return self.job_proxy_estimate * self.job_proxy_reserve_factor
+
+    @property
+    def memory_demand(self) -> float:
+        """The allocation's memory demand: footprint + job proxy reserve + user job reserve."""
+        return self.footprint_memory + self.job_proxy_memory_reserve + self.user_job_memory_reserve
+
+
+@dataclass(frozen=True)
+class RestartReserve:
+    """Dedicated factors for the re-run of an output cookie after ``resource_overdraft`` (``None``: use the digest)."""
+
+    user_job_reserve_factor: float | None
+    job_proxy_reserve_factor: float | None
+    overdraft_count: int
+
+
+@dataclass(frozen=True)
+class WarmStartState:
+    """What a warm start carries over: the bucket counters of both digests (and their layout).
+
+    Nothing else is carried: not the restart reserves, not running jobs, not the spec's default value.
+    """
+
+    user_job_digest: dict[str, Any]
+    job_proxy_digest: dict[str, Any]
+
+
+def _scaled_counts(buckets: list[int], limit: int) -> list[int]:
+    """Counters scaled down to at most ``limit`` samples (largest remainder), keeping the shape."""
+    total = sum(buckets)
+    if total <= limit:
+        return list(buckets)
+    exact = [count * limit / total for count in buckets]
+    scaled = [int(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: (scaled[i] - exact[i], -i))
+    for i in order[: limit - sum(scaled)]:
+        scaled[i] += 1
+    return scaled
+
+
+class TaskMemoryReserve:
+    """Memory reserves of one task (job type): two digests, the reserves of running jobs, restart reserves.
+
+    Typical flow: ``start_job(cookie)`` → run → ``on_job_completed`` / ``on_job_aborted_resource_overdraft`` /
+    ``on_job_failed`` / ``on_job_aborted``.
+    """
+
+    def __init__(
+        self,
+        options: TaskMemoryOptions | None = None,
+        settings: MemoryDigestSettings | None = None,
+        *,
+        warm_start: WarmStartState | None = None,
+    ):
+        self.settings = settings or MemoryDigestSettings()
+        self.options = options or TaskMemoryOptions.from_spec({}, self.settings)
+        o = self.options
+        self.user_job_digest = LogDigest(
+            o.user_job_digest_lower_bound,
+            1.0,
+            self.settings.user_job_memory_digest_precision,
+            o.user_job_digest_default_value,
+            path="user_job_memory_digest",
+        )
+        self.job_proxy_digest = LogDigest(
+            o.job_proxy_digest_lower_bound,
+            o.job_proxy_digest_upper_bound,
+            o.job_proxy_digest_precision,
+            o.job_proxy_digest_default_value,
+            path="job_proxy_memory_digest",
+        )
+        self.warm_started = False
+        if warm_start is not None:
+            self.warm_started = self._apply_warm_start(warm_start)
+        self._running: dict[Hashable, JobMemoryReserve] = {}
+        self._restarts: dict[Hashable, RestartReserve] = {}
+        self.resource_overdraft_count = 0
+
+    def _apply_warm_start(self, state: WarmStartState) -> bool:
+        """Load carried counters where the digest layout (bounds, precision) is unchanged; report success."""
+        loaded = False
+        for digest, saved in (
+            (self.user_job_digest, state.user_job_digest),
+            (self.job_proxy_digest, state.job_proxy_digest),
+        ):
+            previous = LogDigest.from_state(saved, path="warm_start")
+            if previous.sample_count and (
+                previous.lower_bound,
+                previous.upper_bound,
+                previous.relative_precision,
+            ) == (digest.lower_bound, digest.upper_bound, digest.relative_precision):
+                digest.merge(previous)
+                loaded = True
+        return loaded
+
+    # Reserve selection.
+
+    def user_job_reserve_factor(self) -> float:
+        """The user-job factor for a new job: the digest quantile (× the opt-in margin), at most 1."""
+        factor = self.user_job_digest.get_quantile(self.settings.user_job_memory_reserve_quantile)
+        return min(factor * self.settings.user_job_reserve_margin, 1.0)
+
+    def job_proxy_reserve_factor(self) -> float:
+        """The job-proxy factor for a new job: the job-proxy digest quantile."""
+        return self.job_proxy_digest.get_quantile(self.settings.job_proxy_memory_reserve_quantile)
+
+    def memory_demand(self, cookie: Hashable | None = None) -> float:
+        """Allocation memory demand in bytes for the next job (of ``cookie``, honouring a restart reserve)."""
+        return self._make_reserve(cookie).memory_demand
+
+    def reserve_for_restart(self, cookie: Hashable) -> RestartReserve | None:
+        """The dedicated reserve the re-run of ``cookie`` gets after an overdraft abort, if any."""
+        return self._restarts.get(cookie)
+
+    def _make_reserve(self, cookie: Hashable | None) -> JobMemoryReserve:
+        restart = self._restarts.get(cookie) if cookie is not None else None
+        uj = self.user_job_reserve_factor()
+        jp = self.job_proxy_reserve_factor()
+        if restart is not None:
+            uj = restart.user_job_reserve_factor if restart.user_job_reserve_factor is not None else uj
+            jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
+        return JobMemoryReserve(
+            cookie=cookie,
+            user_job_reserve_factor=uj,
+            job_proxy_reserve_factor=jp,
+            memory_limit=self.options.memory_limit,
+            job_proxy_estimate=self.options.job_proxy_memory,
+            footprint_memory=self.options.footprint_memory,
+            restarted=restart is not None,
+        )
+
+    def start_job(self, cookie: Hashable | None = None) -> JobMemoryReserve:
+        """Pick and remember the reserve of a job being started for ``cookie``."""
+        reserve = self._make_reserve(cookie)
+        if cookie is not None:
+            self._running[cookie] = reserve
+        return reserve
+
+    def running_reserve(self, cookie: Hashable) -> JobMemoryReserve | None:
+        """The reserve a running job of ``cookie`` was started with."""
+        return self._running.get(cookie)
+
+    # Samples.
+
+    def _user_job_ratio(self, max_memory: float) -> float:
+        return max_memory / self.options.memory_limit
+
+    def _job_proxy_ratio(self, max_memory: float) -> float:
+        return max_memory / (self.options.job_proxy_memory + self.options.footprint_memory)
+
+    @staticmethod
+    def _check_memory(value: float | None, name: str) -> float | None:
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not value >= 0
+            or math.isinf(value)
+        ):
+            raise ConfigError(name, f"expected a finite number of bytes >= 0, got {value!r}")
+        return float(value)
+
+    def on_job_completed(
+        self,
+        user_job_max_memory: float | None,
+        job_proxy_max_memory: float | None = None,
+        *,
+        cookie: Hashable | None = None,
+    ) -> None:
+        """A completed job adds its plain ratios; it also ends the cookie's dedicated restart reserve."""
+        user = self._check_memory(user_job_max_memory, "user_job/max_memory")
+        proxy = self._check_memory(job_proxy_max_memory, "job_proxy/max_memory")
+        if user is not None:
+            self.user_job_digest.add_sample(self._user_job_ratio(user))
+        if proxy is not None:
+            self.job_proxy_digest.add_sample(self._job_proxy_ratio(proxy))
+        if cookie is not None:
+            self._running.pop(cookie, None)
+            self._restarts.pop(cookie, None)
+
+    def on_job_failed(self, cookie: Hashable | None = None, error: str = MEMORY_LIMIT_EXCEEDED) -> None:
+        """A failed job (e.g. "Memory limit exceeded") adds no sample; the cookie is no longer running."""
+        if cookie is not None:
+            self._running.pop(cookie, None)
+
+    def on_job_aborted(self, cookie: Hashable | None = None, reason: str = "other") -> None:
+        """An abort for any reason other than ``resource_overdraft`` adds no sample."""
+        if reason == RESOURCE_OVERDRAFT:
+            raise PooltreeError("use on_job_aborted_resource_overdraft for resource_overdraft aborts")
+        if cookie is not None:
+            self._running.pop(cookie, None)
+
+    def _overdraft_sample(self, ratio: float, factor: float) -> float:
+        bump = self.settings.memory_digest_resource_overdraft_factor
+        variant = self.settings.overdraft_sample_variant
+        if variant == "docs":
+            return ratio * bump
+        if variant == "code" or ratio >= 1.0:
+            return max(ratio, factor * bump)
+        return ratio
+
+    def on_job_aborted_resource_overdraft(
+        self,
+        cookie: Hashable | None,
+        user_job_max_memory: float,
+        job_proxy_max_memory: float | None = None,
+        *,
+        reserve: JobMemoryReserve | None = None,
+    ) -> RestartReserve | None:
+        """A job aborted with ``resource_overdraft``: add bumped samples and give the re-run a dedicated reserve.
+
+        ``reserve`` is what the job ran with (by default the one remembered by ``start_job(cookie)``, else the
+        current factors). The blamed process (above its reserve; if neither is, the smaller free gap) adds the
+        bumped sample of the configured variant and gets, for the re-run, ``min(factor × multiplier, upper)``
+        on the cookie's first overdraft when a multiplier is configured, otherwise the upper bound.
+        """
+        user = self._check_memory(user_job_max_memory, "user_job/max_memory")
+        proxy = self._check_memory(job_proxy_max_memory, "job_proxy/max_memory")
+        if reserve is None:
+            reserve = self._running.get(cookie) if cookie is not None else None
+        if reserve is None:
+            reserve = self._make_reserve(cookie)
+        if cookie is not None:
+            self._running.pop(cookie, None)
+        self.resource_overdraft_count += 1
+
+        user_gap = reserve.user_job_memory_reserve - (user or 0.0)
+        proxy_gap = reserve.job_proxy_memory_reserve + reserve.footprint_memory - (proxy or 0.0)
+        blame_user = user is not None and user_gap < 0
+        blame_proxy = proxy is not None and proxy_gap < 0
+        if not blame_user and not blame_proxy:
+            if proxy is not None and (user is None or proxy_gap < user_gap):
+                blame_proxy = True
+            else:
+                blame_user = True
+
+        if user is not None:
+            ratio = self._user_job_ratio(user)
+            sample = self._overdraft_sample(ratio, reserve.user_job_reserve_factor) if blame_user else ratio
+            self.user_job_digest.add_sample(sample)
+        if proxy is not None:
+            ratio = self._job_proxy_ratio(proxy)
+            sample = self._overdraft_sample(ratio, reserve.job_proxy_reserve_factor) if blame_proxy else ratio
+            self.job_proxy_digest.add_sample(sample)
+
+        if cookie is None:
+            return None
+        previous = self._restarts.get(cookie)
+        first = previous is None
+        uj_factor = previous.user_job_reserve_factor if previous else None
+        jp_factor = previous.job_proxy_reserve_factor if previous else None
+        if blame_user:
+            uj_factor = self._restart_factor(
+                reserve.user_job_reserve_factor,
+                1.0,
+                self.settings.user_job_resource_overdraft_memory_multiplier,
+                first,
+            )
+        if blame_proxy:
+            jp_factor = self._restart_factor(
+                reserve.job_proxy_reserve_factor,
+                self.job_proxy_digest.upper_bound,
+                self.settings.job_proxy_resource_overdraft_memory_multiplier,
+                first,
+            )
+        restart = RestartReserve(uj_factor, jp_factor, (previous.overdraft_count if previous else 0) + 1)
+        self._restarts[cookie] = restart
+        return restart
+
+    @staticmethod
+    def _restart_factor(factor: float, upper: float, multiplier: float | None, first: bool) -> float:
+        if first and multiplier is not None:
+            return min(factor * multiplier, upper)
+        return upper
+
+    # Warm start.
+
+    def warm_start_state(self, max_samples: int | None = None) -> WarmStartState:
+        """The state a later operation may start from (counters only; at most ``max_samples`` per digest)."""
+        states = []
+        for digest in (self.user_job_digest, self.job_proxy_digest):
+            state = digest.to_state()
+            if max_samples is not None:
+                state["buckets"] = _scaled_counts(state["buckets"], max_samples)
+                state["sample_count"] = sum(state["buckets"])
+            states.append(state)
+        return WarmStartState(states[0], states[1])
+
+
+WarmStartKey = tuple[str, str, str]
+
+
+@dataclass
+class MemoryDigestWarmStartStore:
+    """Opt-in warm start: digest counters of finished operations, keyed by (user, pool, task command or title).
+
+    Bounded to ``capacity`` keys with least-recently-used eviction. ``max_carried_samples`` scales the carried
+    counters down (keeping their shape) so the new operation's own samples take over quickly.
+    """
+
+    capacity: int = 1024
+    max_carried_samples: int | None = None
+    _entries: OrderedDict[WarmStartKey, WarmStartState] = field(default_factory=OrderedDict, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
+            raise ConfigError("capacity", f"expected an integer >= 1, got {self.capacity!r}")
+        if self.max_carried_samples is not None and (
+            isinstance(self.max_carried_samples, bool)
+            or not isinstance(self.max_carried_samples, int)
+            or self.max_carried_samples < 1
+        ):
+            raise ConfigError(
+                "max_carried_samples", f"expected an integer >= 1, got {self.max_carried_samples!r}"
+            )
+
+    @staticmethod
+    def key(user: str, pool: str, task: str) -> WarmStartKey:
+        """The warm-start key; every part must be a non-empty string."""
+        for name, value in (("user", user), ("pool", pool), ("task", task)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(name, f"expected a non-empty string, got {value!r}")
+        return (user, pool, task)
+
+    def remember(self, user: str, pool: str, task: str, reserve: TaskMemoryReserve) -> bool:
+        """Keep a finished operation's digests under its key (skipped when it has no samples)."""
+        key = self.key(user, pool, task)
+        if reserve.user_job_digest.sample_count == 0 and reserve.job_proxy_digest.sample_count == 0:
+            return False
+        self._entries[key] = reserve.warm_start_state(self.max_carried_samples)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return True
+
+    def lookup(self, user: str, pool: str, task: str) -> WarmStartState | None:
+        """The carried state for a new operation with this key, or ``None`` (cold start)."""
+        key = self.key(user, pool, task)
+        state = self._entries.get(key)
+        if state is not None:
+            self._entries.move_to_end(key)
+        return state
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def keys(self) -> list[WarmStartKey]:
+        """Keys from least to most recently used."""
+        return list(self._entries)
+
+
+# Node-side arbitration.
+
+
+@dataclass(frozen=True)
+class JobMemory:
+    """One job on a node: its reserve, current usage and user ``memory_limit`` (bytes), start time (seconds)."""
+
+    id: str
+    reserve: float
+    usage: float
+    memory_limit: float
+    start_time: float
+
+    @property
+    def overdraft(self) -> float:
+        """Bytes above the reserve (0 when within it)."""
+        return max(self.usage - self.reserve, 0.0)
+
+
+@dataclass(frozen=True)
+class OverdraftVictims:
+    """The node's decision: jobs failed with "Memory limit exceeded", jobs aborted with ``resource_overdraft``."""
+
+    failed: list[JobMemory]
+    aborted: list[JobMemory]
+    usage_after: float
+    fits: bool
+
+    @property
+    def failure_error(self) -> str:
+        return MEMORY_LIMIT_EXCEEDED
+
+    @property
+    def abort_reason(self) -> str:
+        return RESOURCE_OVERDRAFT
+
+
+def select_overdraft_victims(
+    node_memory_limit: float,
+    jobs: Iterable[JobMemory],
+    order: Literal["largest_overdraft", "latest_started"] = "largest_overdraft",
+) -> OverdraftVictims:
+    """Decide which jobs a node stops when memory runs short.
+
+    1. Every job whose usage exceeds its ``memory_limit`` fails with "Memory limit exceeded", whatever the node's
+       state; its memory is freed.
+    2. A job above its reserve keeps running while the node's total usage fits ``node_memory_limit``.
+    3. Otherwise jobs above their reserve are aborted with ``resource_overdraft`` until usage fits. Order
+       ``"largest_overdraft"`` (default): the largest usage − reserve first, so the fewest jobs die; ties go to
+       the latest-started job (least work lost), then the job id. ``"latest_started"``: latest start first,
+       ties by the larger overdraft, then id. Jobs within their reserve are never aborted here (``fits`` is
+       false if even that does not suffice).
+    """
+    limit = _number(node_memory_limit, "node_memory_limit", low=0, high=math.inf)
+    jobs = list(jobs)
+    for index, job in enumerate(jobs):
+        for name in ("reserve", "usage", "memory_limit", "start_time"):
+            value = getattr(job, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(f"jobs[{index}].{name}", f"expected a finite number >= 0, got {value!r}")
+    if order not in ("largest_overdraft", "latest_started"):
+        raise ConfigError("order", f"must be largest_overdraft or latest_started, got {order!r}")
+
+    failed = [job for job in jobs if job.usage > job.memory_limit]
+    failed_ids = {id(job) for job in failed}
+    survivors = [job for job in jobs if id(job) not in failed_ids]
+    usage = sum(job.usage for job in survivors)
+    aborted: list[JobMemory] = []
+    if usage > limit:
+        candidates = [job for job in survivors if job.usage > job.reserve]
+        if order == "largest_overdraft":
+            candidates.sort(key=lambda job: (-job.overdraft, -job.start_time, job.id))
+        else:
+            candidates.sort(key=lambda job: (-job.start_time, -job.overdraft, job.id))
+        for job in candidates:
+            if usage <= limit:
+                break
+            aborted.append(job)
+            usage -= job.usage
+    return OverdraftVictims(failed=failed, aborted=aborted, usage_after=usage, fits=usage <= limit)
