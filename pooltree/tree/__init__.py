@@ -8,6 +8,7 @@
 """
 
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
+from pooltree.tree.fair_share_input import build_fair_share_input, tree_total_resources, update_settings
 from pooltree.tree.lifecycle import (
     FINAL_STATES,
     TRANSITIONS,
@@ -18,6 +19,7 @@ from pooltree.tree.lifecycle import (
 )
 from pooltree.tree.pool_tree import (
     TOO_MANY_OPERATIONS_CODE,
+    EffectiveParameters,
     ParametersUpdate,
     PoolPlacement,
     PoolTree,
@@ -31,6 +33,7 @@ __all__ = [
     "ROOT_POOL_NAME",
     "TOO_MANY_OPERATIONS_CODE",
     "TRANSITIONS",
+    "EffectiveParameters",
     "InvalidOperationStateError",
     "Operation",
     "OperationEvent",
@@ -44,4 +47,7 @@ __all__ = [
     "TooManyOperationsError",
     "TreeOperation",
     "TreeRegistration",
+    "build_fair_share_input",
+    "tree_total_resources",
+    "update_settings",
 ]

@@ -25,7 +25,15 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import PooltreeError
-from pooltree.resources import Vector, parse_resources, resources_to_dict, unlimited
+from pooltree.resources import (
+    RESOURCE_COUNT,
+    RESOURCES,
+    USER_SLOTS,
+    Vector,
+    parse_resources,
+    resources_to_dict,
+    unlimited,
+)
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
 
 TOO_MANY_OPERATIONS_CODE = 202
@@ -82,6 +90,38 @@ def _limits_vector(value: Any) -> Vector:
     if vector is not None:
         return np.array(vector, dtype=float)
     return parse_resources(value, "resource_limits", missing=math.inf)
+
+
+def _threshold_vector(threshold: Any) -> Vector:
+    """§c: a threshold with any resource set is absolute with unset resources infinite; else all zero."""
+    specified = getattr(threshold, "specified", None)
+    if not specified:
+        return np.zeros(RESOURCE_COUNT)
+    vector = np.full(RESOURCE_COUNT, math.inf)
+    for name in specified:
+        vector[RESOURCES.index(name)] = threshold[name]
+    return vector
+
+
+def _spec_option(spec: Any, name: str, default: Any) -> Any:
+    """An operation spec option from an ``OperationSpec`` or a plain map (``None`` → ``default``)."""
+    if spec is None:
+        return default
+    value = spec.get(name, default) if isinstance(spec, Mapping) else getattr(spec, name, default)
+    return default if value is None else value
+
+
+@dataclass(slots=True)
+class EffectiveParameters:
+    """Starvation and preemption parameters after top-down inheritance (orchid ``effective_*``)."""
+
+    fair_share_starvation_tolerance: float
+    fair_share_starvation_timeout: float
+    aggressive_starvation_enabled: bool
+    fair_share_aggressive_starvation_timeout: float
+    non_preemptible_resource_usage_threshold: Vector
+    aggressive_preemption_allowed: bool
+    normal_preemption_allowed: bool
 
 
 def _check_weight(weight: Any, path: str) -> float | None:
@@ -823,39 +863,56 @@ class PoolTree:
 
     # ------------------------------------------------------------------------------- effective parameters
 
-    def effective_parameters(self, pool_name: str) -> dict[str, Any]:
-        """Starvation and preemption parameters of a pool resolved top-down (§c): own value, else parent's."""
-        chain = list(reversed(self.pool(pool_name).path))
+    def effective_parameters(self, pool_name: str) -> EffectiveParameters:
+        """Starvation and preemption parameters of a pool resolved top-down (§c): own value, else the parent's.
+
+        Ephemeral pools set none of them, so they inherit from their parent. The root takes the tree config.
+        """
+        chain = reversed(self.pool(pool_name).path)
         cfg = self.config
-        tree_threshold = getattr(cfg, "non_preemptible_resource_usage_threshold", None)
-        values: dict[str, Any] = {
-            "fair_share_starvation_tolerance": float(_option(cfg, "fair_share_starvation_tolerance", 0.8)),
-            "fair_share_starvation_timeout": float(_option(cfg, "fair_share_starvation_timeout", 30.0)),
-            "aggressive_starvation_enabled": bool(_option(cfg, "enable_aggressive_starvation", False)),
-            "fair_share_aggressive_starvation_timeout": float(
-                _option(cfg, "fair_share_aggressive_starvation_timeout", 120.0)
+        params = EffectiveParameters(
+            fair_share_starvation_tolerance=float(cfg.fair_share_starvation_tolerance),
+            fair_share_starvation_timeout=float(cfg.fair_share_starvation_timeout),
+            aggressive_starvation_enabled=bool(cfg.enable_aggressive_starvation),
+            fair_share_aggressive_starvation_timeout=float(cfg.fair_share_aggressive_starvation_timeout),
+            non_preemptible_resource_usage_threshold=np.array(
+                cfg.effective_non_preemptible_resource_usage_threshold(), dtype=float
             ),
-            "non_preemptible_resource_usage_threshold": tree_threshold,
-            "aggressive_preemption_allowed": bool(_option(cfg, "allow_aggressive_preemption", True)),
-            "normal_preemption_allowed": bool(_option(cfg, "allow_normal_preemption", True)),
-        }
-        own_names = {
-            "fair_share_starvation_tolerance": "fair_share_starvation_tolerance",
-            "fair_share_starvation_timeout": "fair_share_starvation_timeout",
-            "aggressive_starvation_enabled": "enable_aggressive_starvation",
-            "non_preemptible_resource_usage_threshold": "non_preemptible_resource_usage_threshold",
-            "aggressive_preemption_allowed": "allow_aggressive_preemption",
-            "normal_preemption_allowed": "allow_normal_preemption",
-        }
-        for element in chain[1:]:
+            aggressive_preemption_allowed=bool(_option(cfg, "allow_aggressive_preemption", True)),
+            normal_preemption_allowed=bool(_option(cfg, "allow_normal_preemption", True)),
+        )
+        for element in chain:
             config = element.config
             if config is None:
                 continue
-            for key, option in own_names.items():
-                value = getattr(config, option, None)
-                if value is not None:
-                    values[key] = value
-        return values
+            if config.fair_share_starvation_tolerance is not None:
+                params.fair_share_starvation_tolerance = float(config.fair_share_starvation_tolerance)
+            if config.fair_share_starvation_timeout is not None:
+                params.fair_share_starvation_timeout = float(config.fair_share_starvation_timeout)
+            if config.enable_aggressive_starvation is not None:
+                params.aggressive_starvation_enabled = bool(config.enable_aggressive_starvation)
+            if config.allow_aggressive_preemption is not None:
+                params.aggressive_preemption_allowed = bool(config.allow_aggressive_preemption)
+            if config.allow_normal_preemption is not None:
+                params.normal_preemption_allowed = bool(config.allow_normal_preemption)
+            threshold = config.non_preemptible_resource_usage_threshold
+            if threshold is not None:
+                params.non_preemptible_resource_usage_threshold = _threshold_vector(threshold)
+        return params
+
+    def operation_effective_parameters(self, operation_id: str) -> EffectiveParameters:
+        """An operation inherits its pool's parameters; the spec may enable aggressive starvation and lower the
+        non-preemptible ``user_slots`` threshold (``max_unpreemptible_allocation_count``)."""
+        op = self.operation(operation_id)
+        params = self.effective_parameters(op.pool.name)
+        if _spec_option(op.spec, "enable_aggressive_starvation", False):
+            params.aggressive_starvation_enabled = True
+        cap = _spec_option(op.spec, "max_unpreemptible_allocation_count", None)
+        if cap is not None:
+            threshold = params.non_preemptible_resource_usage_threshold.copy()
+            threshold[USER_SLOTS] = min(threshold[USER_SLOTS], float(cap))
+            params.non_preemptible_resource_usage_threshold = threshold
+        return params
 
     # ------------------------------------------------------------------------------------------------ orchid
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltree.config import nodes_of_trees
 from pooltree.errors import PooltreeError
 from pooltree.tree.lifecycle import OperationLifecycle, OperationState
 from pooltree.tree.pool_tree import (
@@ -416,6 +417,13 @@ class PoolTrees:
         for tree in self.trees.values():
             activated.extend(tree.try_run_all_pending_operations())
         return self._on_activated(activated, now)
+
+    def node_sets(self, nodes: Mapping[str, Iterable[str]]) -> dict[str, list[str]]:
+        """Node addresses of each tree, chosen by the trees' ``node_tag_filter`` (node address → tags).
+
+        A node matching two trees is a ConfigError (trees must not share nodes); one matching none is unused.
+        """
+        return nodes_of_trees({name: tree.config.tag_filter for name, tree in self.trees.items()}, nodes)
 
     # ------------------------------------------------------------------------------------------------ orchid
 
