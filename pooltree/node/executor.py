@@ -120,6 +120,19 @@ def job_environment(spec: JobSpec, sandbox: Path) -> dict[str, str]:
     return env
 
 
+def shell_script(spec: JobSpec) -> str:
+    """The script ``/bin/sh -c`` runs: the command, behind a no-op trap for the interruption signal.
+
+    The trap keeps the wrapper shell alive when the signal reaches the whole job, so the job's exit status is
+    its command's; programs the shell starts get the default disposition back on exec.
+    """
+    sig = spec.interruption_signal
+    if sig is None:
+        return spec.command
+    assert isinstance(sig, signal.Signals)
+    return f"trap : {sig.name.removeprefix('SIG')}\n{spec.command}"
+
+
 def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if group:
@@ -212,7 +225,7 @@ class JobExecutor:
             self.meter.prepare(spec.job_id, spec.memory_limit)
             with open(directory / "stdout", "wb") as stdout, open(directory / "stderr", "wb") as stderr:
                 job.process = await asyncio.create_subprocess_exec(
-                    *self.meter.argv(spec.job_id, spec.command),
+                    *self.meter.argv(spec.job_id, shell_script(spec)),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=stdout,
                     stderr=stderr,

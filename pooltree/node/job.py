@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import ConfigError, join_path
-from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, zeros
+from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, vector
 
 # YTsaurus error codes the node reports.
 MEMORY_LIMIT_EXCEEDED = 1200
@@ -100,13 +100,21 @@ class JobSpec:
     memory_reserve: float = 0.0
     job_proxy_memory_reserve: float = 0.0
     job_proxy_estimated_memory: float = 0.0
-    interruption_signal: signal_module.Signals | None = None
+    interruption_signal: signal_module.Signals | str | int | None = None
     task_name: str = "main"
     job_index: int = 0
     keep_sandbox: bool = False
-    resources: Vector = field(default_factory=zeros)
+    resources: Vector | None = None
 
     def __post_init__(self) -> None:
+        if self.interruption_signal is not None and not isinstance(
+            self.interruption_signal, signal_module.Signals
+        ):
+            object.__setattr__(
+                self, "interruption_signal", parse_signal(self.interruption_signal, "interruption_signal")
+            )
+        if self.resources is None:
+            object.__setattr__(self, "resources", vector(user_slots=1, memory=self.total_memory_reserve))
         for name in ("job_id", "operation_id"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
@@ -140,9 +148,14 @@ class JobSpec:
             )
         if isinstance(self.job_index, bool) or not isinstance(self.job_index, int) or self.job_index < 0:
             raise ConfigError("job_index", f"expected a non-negative integer, got {self.job_index!r}")
-        if self.resources.shape != (len(RESOURCES),) or not np.all(np.isfinite(self.resources)):
+        if (
+            not isinstance(self.resources, np.ndarray)
+            or self.resources.shape != (len(RESOURCES),)
+            or not np.all(np.isfinite(self.resources))
+            or np.any(self.resources < 0)
+        ):
             raise ConfigError(
-                "resources", "expected a finite vector of user_slots, cpu, gpu, memory, network"
+                "resources", "expected a non-negative finite vector of user_slots, cpu, gpu, memory, network"
             )
 
     @property
@@ -184,14 +197,15 @@ class JobSpec:
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                     raise ConfigError(join_path(path, name), f"expected {kind.__name__}, got {value!r}")
                 kwargs[name] = value
-        resources = parse_resources(data.get("resources"), join_path(path, "resources"))
-        if "resources" not in data or resources[USER_SLOTS] == 0:
-            resources[USER_SLOTS] = 1.0
-        if data.get("resources") is None or "memory" not in data["resources"]:
-            resources[MEMORY] = kwargs.get("memory_reserve", 0.0) + kwargs.get(
-                "job_proxy_memory_reserve", 0.0
-            )
-        kwargs["resources"] = resources
+        if data.get("resources") is not None:
+            resources = parse_resources(data["resources"], join_path(path, "resources"))
+            given = {str(key) for key in data["resources"]}
+            if "user_slots" not in given:
+                resources[USER_SLOTS] = 1.0
+            if not given & {"memory", "user_memory"}:
+                reserve = kwargs.get("memory_reserve", 0.0) + kwargs.get("job_proxy_memory_reserve", 0.0)
+                resources[MEMORY] = reserve
+            kwargs["resources"] = resources
         try:
             return cls(**kwargs)
         except ConfigError as error:
