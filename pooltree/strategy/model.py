@@ -166,6 +166,7 @@ class PreemptionRecord:
     preemptor_operation_id: str | None = None
     interruption_signal: str | None = None
     interruptible: bool = False
+    allocation_status: PreemptionStatus = PreemptionStatus.PREEMPTIBLE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +181,7 @@ class PreemptionRecord:
             "preemptor_allocation_id": self.preemptor_allocation_id,
             "preemptor_operation_id": self.preemptor_operation_id,
             "interruption_signal": self.interruption_signal,
+            "allocation_status": self.allocation_status.value,
         }
 
 
@@ -216,12 +218,16 @@ class FinishedAllocation:
     """A node's report that an allocation ended.
 
     ``state`` is ``completed``, ``failed`` or ``aborted``; ``processed_fraction`` tells a map-like controller how
-    much of the job's input was processed when an interrupted job completed early.
+    much of the job's input was processed when an interrupted job completed early. ``abort_reason`` is the
+    node's own reason (e.g. ``resource_overdraft``) and the two ``*_max_memory`` peaks feed memory digests.
     """
 
     allocation_id: str
     state: str = "completed"
     processed_fraction: float | None = None
+    abort_reason: str | None = None
+    user_job_max_memory: float | None = None
+    job_proxy_max_memory: float | None = None
 
     def __post_init__(self) -> None:
         if self.state not in ("completed", "failed", "aborted"):

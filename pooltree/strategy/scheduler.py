@@ -72,14 +72,9 @@ class OperationController(Protocol):
     ) -> Allocation | None: ...
 
     def on_allocation_finished(
-        self,
-        allocation: Allocation,
-        state: str,
-        now: float,
-        *,
-        processed_fraction: float | None = None,
-        preemption: PreemptionRecord | None = None,
-    ) -> None: ...
+        self, allocation: Allocation, finished: FinishedAllocation, now: float
+    ) -> None:
+        """The allocation ended (``allocation.preemption`` tells whether the scheduler asked it to stop)."""
 
 
 @dataclass
@@ -614,13 +609,7 @@ class TreeScheduler:
         if node is not None:
             node.allocations.pop(allocation.id, None)
         if runtime is not None:
-            runtime.controller.on_allocation_finished(
-                allocation,
-                finished.state,
-                now,
-                processed_fraction=finished.processed_fraction,
-                preemption=allocation.preemption,
-            )
+            runtime.controller.on_allocation_finished(allocation, finished, now)
             if element is not None and element.op is runtime:
                 self._refresh_leaf(element)
         self._emit(
@@ -797,7 +786,11 @@ class TreeScheduler:
         if allocation is None:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
         if np.any(allocation.resources > available_vector + _FIT_EPSILON):
-            controller.on_allocation_finished(allocation, "aborted", now)
+            controller.on_allocation_finished(
+                allocation,
+                FinishedAllocation(allocation.id, "aborted", abort_reason="scheduling_resource_overcommit"),
+                now,
+            )
             return None, DeactivationReason.SCHEDULING_RESOURCE_OVERCOMMIT
         return allocation, None
 
@@ -1071,8 +1064,8 @@ class TreeScheduler:
                     explanation="Node resource limits violated",
                     stage=stage,
                 )
-        for allocation in analysis.unconditional:
-            if allocation.preempted:
+        for allocation in candidates:
+            if allocation.preempted or allocation.id in conditional:
                 continue
             element = self._elements[allocation.operation_id]
             violated = self._violated_limits(element)
@@ -1153,6 +1146,7 @@ class TreeScheduler:
             preemptor_operation_id=preemptor.operation_id if preemptor is not None else None,
             interruption_signal=allocation.interruption_signal,
             interruptible=allocation.interruptible,
+            allocation_status=allocation.preemption_status,
         )
         runtime = self.operations.get(allocation.operation_id)
         element = self._elements.get(allocation.operation_id)

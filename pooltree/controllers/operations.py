@@ -1,0 +1,358 @@
+"""Operation controllers: vanilla and map-like operations behind the interface the strategy calls.
+
+The strategy asks a controller for one allocation that fits what a node offers
+(``schedule_allocation(node, available_resources, now)``) and reports back when the allocation ends
+(``on_allocation_finished``). Controllers own the job bookkeeping:
+
+* **vanilla**: tasks of ``job_count`` long-running jobs; a job that was aborted or preempted is restarted
+  (returns to pending); the operation completes when every job completed on its own.
+* **map-like**: a pool of pending jobs over input; an interrupted job that completes early hands the unprocessed
+  part of its input back as a new pending job; an aborted or failed job returns to pending whole.
+
+An allocation's memory is the task's memory unless the task carries a
+:class:`~pooltree.controllers.memory.TaskMemoryReserve`, whose reserve then defines the memory demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pooltree.controllers.memory import RESOURCE_OVERDRAFT, TaskMemoryReserve
+from pooltree.errors import ConfigError, PooltreeError, join_path
+from pooltree.resources import MEMORY, RESOURCE_COUNT, Vector, parse_resources
+from pooltree.strategy.model import Allocation, ExecNode, FinishedAllocation
+
+_FIT_EPSILON = 1e-9
+
+
+@dataclass
+class TaskSpec:
+    """One task (job type) of an operation: how many jobs and what each job's allocation needs."""
+
+    name: str
+    job_count: int
+    resources: Vector
+    interruptible: bool = False
+    memory_reserve: TaskMemoryReserve | None = None
+    duration: Any = None
+
+    def __post_init__(self) -> None:
+        self.resources = np.asarray(self.resources, dtype=float)
+        if (
+            self.resources.shape != (RESOURCE_COUNT,)
+            or np.any(self.resources < 0)
+            or np.any(~np.isfinite(self.resources))
+        ):
+            raise ConfigError(f"tasks.{self.name}.resources", "must be 5 finite non-negative amounts")
+        if isinstance(self.job_count, bool) or not isinstance(self.job_count, int) or self.job_count < 0:
+            raise ConfigError(
+                f"tasks.{self.name}.job_count", f"must be a non-negative integer, got {self.job_count!r}"
+            )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], path: str = "tasks[0]") -> TaskSpec:
+        """Parse ``{name, job_count, resources: {...}, interruptible, duration}`` (PRODUCT.md §4 workload tasks)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(path, f"expected a map, got {type(data).__name__}")
+        name = data.get("name", "main")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(join_path(path, "name"), "must be a non-empty string")
+        job_count = data.get("job_count", 1)
+        if isinstance(job_count, bool) or not isinstance(job_count, int) or job_count < 0:
+            raise ConfigError(
+                join_path(path, "job_count"), f"must be a non-negative integer, got {job_count!r}"
+            )
+        interruptible = data.get("interruptible", False)
+        if not isinstance(interruptible, bool):
+            raise ConfigError(join_path(path, "interruptible"), "must be a boolean")
+        resources = parse_resources(data.get("resources"), join_path(path, "resources"))
+        return cls(name, job_count, resources, interruptible=interruptible, duration=data.get("duration"))
+
+
+@dataclass
+class Job:
+    """One unit of work of a task; ``fraction`` is the share of the original job's input it covers."""
+
+    task: str
+    index: int
+    fraction: float = 1.0
+    attempt: int = 0
+
+
+@dataclass
+class _TaskState:
+    spec: TaskSpec
+    pending: deque[Job] = field(default_factory=deque)
+    running: int = 0
+    completed: int = 0
+
+
+class OperationControllerBase:
+    """Shared bookkeeping: pending jobs per task, allocation ids, counters by outcome."""
+
+    kind = "base"
+
+    def __init__(
+        self, operation_id: str, tasks: Sequence[TaskSpec], *, interruption_signal: str | None = None
+    ):
+        if not tasks:
+            raise ConfigError(f"operations.{operation_id}.tasks", "an operation needs at least one task")
+        names = [task.name for task in tasks]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"operations.{operation_id}.tasks", "task names must be unique")
+        self.operation_id = operation_id
+        self.interruption_signal = interruption_signal
+        self._tasks: dict[str, _TaskState] = {}
+        for task in tasks:
+            state = _TaskState(task)
+            state.pending.extend(Job(task.name, index) for index in range(task.job_count))
+            self._tasks[task.name] = state
+        self._next_allocation = 0
+        self._running: dict[str, Job] = {}
+        self.completed_job_count = 0
+        self.failed_job_count = 0
+        self.aborted_job_count_by_reason: Counter[str] = Counter()
+        self.interrupted_job_count = 0
+        self.preempted_job_count = 0
+        self._refresh()
+
+    # -- what the strategy reads
+
+    @property
+    def pending_allocation_count(self) -> int:
+        return self._pending_count
+
+    @property
+    def needed_resources(self) -> Vector:
+        return self._needed
+
+    @property
+    def min_needed_resources(self) -> Vector:
+        return self._min_needed
+
+    @property
+    def running_allocation_count(self) -> int:
+        return len(self._running)
+
+    @property
+    def is_completed(self) -> bool:
+        return self._pending_count == 0 and not self._running and self._all_done()
+
+    def _all_done(self) -> bool:
+        return True
+
+    def _allocation_resources(self, state: _TaskState, job: Job) -> Vector:
+        resources = state.spec.resources.copy()
+        reserve = state.spec.memory_reserve
+        if reserve is not None:
+            resources[MEMORY] = reserve.memory_demand((job.task, job.index))
+        return resources
+
+    def _refresh(self) -> None:
+        """Recompute pending count, needed and min needed resources (called whenever pending jobs change)."""
+        count = 0
+        needed = np.zeros(RESOURCE_COUNT)
+        min_needed: Vector | None = None
+        for state in self._tasks.values():
+            if not state.pending:
+                continue
+            count += len(state.pending)
+            per_job = state.spec.resources
+            if state.spec.memory_reserve is not None:
+                per_job = per_job.copy()
+                per_job[MEMORY] = state.spec.memory_reserve.memory_demand()
+            needed += per_job * len(state.pending)
+            min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
+        self._pending_count = count
+        self._needed = needed
+        self._min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
+
+    # -- the strategy's calls
+
+    def schedule_allocation(
+        self, node: ExecNode, available_resources: Vector, now: float
+    ) -> Allocation | None:
+        """Take the first pending job (tasks in declaration order) whose allocation fits ``available_resources``."""
+        for state in self._tasks.values():
+            if not state.pending:
+                continue
+            job = state.pending[0]
+            resources = self._allocation_resources(state, job)
+            if np.any(resources > available_resources + _FIT_EPSILON):
+                continue
+            state.pending.popleft()
+            state.running += 1
+            if state.spec.memory_reserve is not None:
+                state.spec.memory_reserve.start_job((job.task, job.index))
+            self._next_allocation += 1
+            allocation = Allocation(
+                f"{self.operation_id}/{self._next_allocation}",
+                self.operation_id,
+                resources,
+                task=state.spec.name,
+                payload=job,
+                interruptible=state.spec.interruptible or self.interruption_signal is not None,
+                interruption_signal=self.interruption_signal,
+                node_address=node.address,
+                start_time=now,
+            )
+            self._running[allocation.id] = job
+            self._refresh()
+            return allocation
+        return None
+
+    def on_allocation_finished(
+        self, allocation: Allocation, finished: FinishedAllocation, now: float
+    ) -> None:
+        """Account the outcome and return work to pending as the operation type requires."""
+        job = self._running.pop(allocation.id, None)
+        if job is None:
+            raise PooltreeError(
+                f"operation {self.operation_id}: allocation {allocation.id} is not running",
+                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
+            )
+        state = self._tasks[job.task]
+        state.running -= 1
+        if allocation.preemption is not None:
+            self.preempted_job_count += 1
+        self._feed_memory(state, job, finished)
+        if finished.state == "completed":
+            self._on_completed(state, job, allocation, finished)
+        elif finished.state == "failed":
+            self.failed_job_count += 1
+            self._requeue(state, job)
+        else:
+            reason = (
+                allocation.preemption.reason.value
+                if allocation.preemption is not None
+                else (finished.abort_reason or "other")
+            )
+            self.aborted_job_count_by_reason[reason] += 1
+            self._requeue(state, job)
+        self._refresh()
+
+    def _feed_memory(self, state: _TaskState, job: Job, finished: FinishedAllocation) -> None:
+        reserve = state.spec.memory_reserve
+        if reserve is None:
+            return
+        cookie = (job.task, job.index)
+        if finished.state == "completed":
+            reserve.on_job_completed(
+                finished.user_job_max_memory, finished.job_proxy_max_memory, cookie=cookie
+            )
+        elif finished.state == "failed":
+            reserve.on_job_failed(cookie)
+        elif finished.abort_reason == RESOURCE_OVERDRAFT and finished.user_job_max_memory is not None:
+            reserve.on_job_aborted_resource_overdraft(
+                cookie=cookie,
+                user_job_max_memory=finished.user_job_max_memory,
+                job_proxy_max_memory=finished.job_proxy_max_memory,
+            )
+        else:
+            reason = (
+                finished.abort_reason if finished.abort_reason not in (None, RESOURCE_OVERDRAFT) else "other"
+            )
+            reserve.on_job_aborted(cookie, reason)
+
+    def _requeue(self, state: _TaskState, job: Job) -> None:
+        state.pending.append(Job(job.task, job.index, job.fraction, job.attempt + 1))
+
+    def _on_completed(
+        self, state: _TaskState, job: Job, allocation: Allocation, finished: FinishedAllocation
+    ) -> None:
+        state.completed += 1
+        self.completed_job_count += 1
+
+    def progress(self) -> dict[str, Any]:
+        """Counters for reports (PRODUCT.md §4 per-operation summary)."""
+        return {
+            "type": self.kind,
+            "pending_job_count": self._pending_count,
+            "running_job_count": len(self._running),
+            "completed_job_count": self.completed_job_count,
+            "failed_job_count": self.failed_job_count,
+            "interrupted_job_count": self.interrupted_job_count,
+            "preempted_job_count": self.preempted_job_count,
+            "aborted_job_count_by_reason": dict(self.aborted_job_count_by_reason),
+        }
+
+
+class VanillaController(OperationControllerBase):
+    """Vanilla operation: long-running jobs, restarted when aborted or preempted; done when all jobs completed."""
+
+    kind = "vanilla"
+
+    def _on_completed(
+        self, state: _TaskState, job: Job, allocation: Allocation, finished: FinishedAllocation
+    ) -> None:
+        if allocation.preemption is not None:
+            # a job that finished because the scheduler asked it to (interruption, graceful preemption)
+            # did not finish its work: the service instance is started again when resources allow
+            self.interrupted_job_count += 1
+            self._requeue(state, job)
+            return
+        super()._on_completed(state, job, allocation, finished)
+
+
+class MapController(OperationControllerBase):
+    """Map-like operation: interrupted jobs hand their unprocessed input back as a new pending job."""
+
+    kind = "map"
+
+    def _on_completed(
+        self, state: _TaskState, job: Job, allocation: Allocation, finished: FinishedAllocation
+    ) -> None:
+        processed = finished.processed_fraction
+        if allocation.preemption is not None and processed is not None:
+            if not 0.0 <= processed <= 1.0 or math.isnan(processed):
+                raise PooltreeError(
+                    f"allocation {allocation.id}: processed_fraction must be within [0, 1], got {processed!r}"
+                )
+            self.interrupted_job_count += 1
+            remaining = job.fraction * (1.0 - processed)
+            if remaining > 1e-12:
+                state.pending.append(Job(job.task, job.index, remaining, job.attempt + 1))
+                self.completed_job_count += 1
+                return
+        super()._on_completed(state, job, allocation, finished)
+
+    @property
+    def processed_fraction_pending(self) -> float:
+        """Total input (in original-job units) still waiting to run."""
+        return sum(job.fraction for state in self._tasks.values() for job in state.pending)
+
+
+def make_controller(
+    operation_id: str,
+    operation_type: str,
+    tasks: Sequence[TaskSpec | Mapping[str, Any]],
+    *,
+    interruption_signal: str | None = None,
+) -> OperationControllerBase:
+    """Controller for an operation type: ``vanilla`` or a map-like type (``map``, ``reduce``, ``map_reduce``, ...)."""
+    parsed = [
+        task
+        if isinstance(task, TaskSpec)
+        else TaskSpec.from_mapping(task, f"operations.{operation_id}.tasks[{i}]")
+        for i, task in enumerate(tasks)
+    ]
+    if operation_type == "vanilla":
+        return VanillaController(operation_id, parsed, interruption_signal=interruption_signal)
+    if operation_type in (
+        "map",
+        "reduce",
+        "map_reduce",
+        "merge",
+        "sort",
+        "erase",
+        "join_reduce",
+        "remote_copy",
+    ):
+        return MapController(operation_id, parsed, interruption_signal=interruption_signal)
+    raise ConfigError(f"operations.{operation_id}.type", f"unknown operation type {operation_type!r}")
