@@ -1,22 +1,28 @@
-"""Node memory arbitration: which jobs fail for their memory_limit and which are aborted for resource_overdraft.
+"""Node memory arbitration: the executor's plug for the controller's pure policy.
 
-The executor measures and kills; the decision is this one pure call, so the controller's policy can be plugged
-in instead (``JobExecutor(overdraft_policy=...)``). The rule (seeds, job-memory-digest): a job above its
-``memory_limit`` fails with "Memory limit exceeded"; a job above its reserve keeps running while the node has
-free memory; when the jobs together use more than the node's memory limit, jobs above their reserve are
-aborted with ``resource_overdraft``, newest first, until the rest fit.
+The executor measures and kills; the decision is one pure call, ``select_overdraft_victims`` from
+``pooltree.controllers.memory`` (jobs above ``memory_limit`` fail with "Memory limit exceeded"; a job above its
+reserve keeps running while the node has free memory; when the jobs together use more than the node's memory
+limit, jobs above their reserve are aborted with ``resource_overdraft`` until the rest fit). Another policy can
+be passed as ``JobExecutor(overdraft_policy=...)``.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from pooltree.controllers.memory import JobMemory, select_overdraft_victims
+
+# The controller's policy takes finite numbers only; "no limit" becomes the largest float.
+_NO_LIMIT = sys.float_info.max
 
 
 @dataclass(frozen=True)
 class JobMemoryUsage:
-    """A running job as the arbitration sees it (bytes; ``start_time`` orders victims)."""
+    """A running job as the arbitration sees it (bytes; ``start_time`` in seconds breaks ties)."""
 
     job_id: str
     usage: float
@@ -27,7 +33,7 @@ class JobMemoryUsage:
 
 @dataclass(frozen=True)
 class ArbitrationDecision:
-    """Jobs to fail with "Memory limit exceeded" and jobs to abort with ``resource_overdraft``."""
+    """Jobs to fail with "Memory limit exceeded" and jobs to abort with ``resource_overdraft``, in order."""
 
     memory_limit_exceeded: tuple[str, ...] = ()
     resource_overdraft: tuple[str, ...] = ()
@@ -37,23 +43,21 @@ OverdraftPolicy = Callable[[float, Sequence[JobMemoryUsage]], ArbitrationDecisio
 
 
 def arbitrate_node_memory(node_memory_limit: float, jobs: Sequence[JobMemoryUsage]) -> ArbitrationDecision:
-    """The default policy: memory_limit failures first, then overdraft aborts, newest job first."""
-    if math.isnan(node_memory_limit) or node_memory_limit < 0:
-        raise ValueError(f"node_memory_limit must be a non-negative number, got {node_memory_limit!r}")
-    failed = tuple(
-        job.job_id for job in jobs if job.memory_limit is not None and job.usage > job.memory_limit
+    """The default policy: the controller's ``select_overdraft_victims`` (largest overdraft first)."""
+    victims = select_overdraft_victims(
+        _NO_LIMIT if math.isinf(node_memory_limit) else node_memory_limit,
+        [
+            JobMemory(
+                id=job.job_id,
+                reserve=job.reserve,
+                usage=job.usage,
+                memory_limit=_NO_LIMIT if job.memory_limit is None else job.memory_limit,
+                start_time=max(job.start_time, 0.0),
+            )
+            for job in jobs
+        ],
     )
-    survivors = [job for job in jobs if job.job_id not in failed]
-    total = sum(job.usage for job in survivors)
-    aborted: list[str] = []
-    if total > node_memory_limit:
-        candidates = sorted(
-            (job for job in survivors if job.usage > job.reserve),
-            key=lambda job: (-job.start_time, job.job_id),
-        )
-        for job in candidates:
-            if total <= node_memory_limit:
-                break
-            aborted.append(job.job_id)
-            total -= job.usage
-    return ArbitrationDecision(memory_limit_exceeded=failed, resource_overdraft=tuple(aborted))
+    return ArbitrationDecision(
+        memory_limit_exceeded=tuple(job.id for job in victims.failed),
+        resource_overdraft=tuple(job.id for job in victims.aborted),
+    )

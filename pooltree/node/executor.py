@@ -77,9 +77,7 @@ class _Job:
     interruption_reason: str | None = None
     memory: MemorySample | None = None
     max_memory: float = 0.0
-    cumulative_max_memory: float = 0.0
     job_proxy_max_memory: float = 0.0
-    last_sample_mono: float | None = None
     exit_mono: float | None = None
     supervisor: asyncio.Task | None = None
     killer: asyncio.Task | None = None
@@ -372,7 +370,7 @@ class JobExecutor:
 
     def _track(self, job: _Job) -> MemoryTrack:
         job.job_proxy_max_memory = max(job.job_proxy_max_memory, _bookkeeping_bytes(job))
-        return MemoryTrack(job.max_memory, job.cumulative_max_memory, job.job_proxy_max_memory)
+        return MemoryTrack(job.max_memory, job.job_proxy_max_memory)
 
     def _signal(self, job: _Job, sig: signal.Signals) -> None:
         """Deliver ``sig`` to the job's process group and to every member process found."""
@@ -509,7 +507,6 @@ class JobExecutor:
         active = [job for job in self._running.values() if job.process is not None and job.exit_mono is None]
         if not active:
             return
-        now = time.monotonic()
         samples = self.meter.sample([job.spec.job_id for job in active])
         views: list[JobMemoryUsage] = []
         for job in active:
@@ -517,9 +514,6 @@ class JobExecutor:
             if sample is None:
                 continue
             job.memory = sample
-            if job.last_sample_mono is not None:
-                job.cumulative_max_memory += job.max_memory * (now - job.last_sample_mono)
-            job.last_sample_mono = now
             job.max_memory = max(job.max_memory, sample.peak, sample.current)
             if job.verdict is not None:
                 continue

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, vector
 
@@ -301,38 +302,33 @@ class JobResult:
 
 @dataclass(frozen=True)
 class MemoryTrack:
-    """What the executor measured about one job's memory, in bytes and byte-seconds."""
+    """What the executor measured about one job's memory: the user job's and the job proxy's peaks (bytes)."""
 
     max_memory: float = 0.0
-    cumulative_max_memory: float = 0.0
     job_proxy_max_memory: float = 0.0
 
 
 def job_statistics(
     spec: JobSpec, track: MemoryTrack, *, total_seconds: float, exec_seconds: float
 ) -> dict[str, float]:
-    """Job statistics under their YTsaurus names (``user_job/max_memory``, ``time/total`` in ms, ...).
-
-    Cumulative ``*_memory_reserve`` and ``*_estimated_memory`` are the value times the exec time;
-    ``user_job/cumulative_max_memory`` integrates the running peak over the samples (bytes × seconds).
-    """
+    """Job statistics under their YTsaurus names: memory in bytes, ``cumulative_*`` in bytes × seconds (the
+    value times the exec time, as the controller's statistics define them), ``time/total`` and ``time/exec`` in
+    milliseconds."""
     exec_seconds = max(exec_seconds, 0.0)
     stats: dict[str, float] = {
         "user_job/max_memory": round(track.max_memory),
         "user_job/memory_reserve": round(spec.memory_reserve),
-        "user_job/cumulative_memory_reserve": round(spec.memory_reserve * exec_seconds),
-        "user_job/cumulative_max_memory": round(track.cumulative_max_memory),
         "job_proxy/max_memory": round(track.job_proxy_max_memory),
         "job_proxy/memory_reserve": round(spec.job_proxy_memory_reserve),
         "job_proxy/estimated_memory": round(spec.job_proxy_estimated_memory),
-        "job_proxy/cumulative_memory_reserve": round(spec.job_proxy_memory_reserve * exec_seconds),
-        "job_proxy/cumulative_max_memory": round(track.job_proxy_max_memory * exec_seconds),
-        "job_proxy/cumulative_estimated_memory": round(spec.job_proxy_estimated_memory * exec_seconds),
-        "time/total": round(max(total_seconds, 0.0) * 1000.0),
-        "time/exec": round(exec_seconds * 1000.0),
     }
     if spec.memory_limit is not None:
         stats["user_job/memory_limit"] = round(spec.memory_limit)
+    for cumulative, base in CUMULATIVE_STATISTICS.items():
+        if base in stats:
+            stats[cumulative] = round(stats[base] * exec_seconds)
+    stats["time/total"] = round(max(total_seconds, 0.0) * 1000.0)
+    stats["time/exec"] = round(exec_seconds * 1000.0)
     return stats
 
 

@@ -34,7 +34,12 @@ def test_memory_limit_is_checked_before_overdraft():
     assert decision.resource_overdraft == (), "after a's failure the node fits b"
 
 
-def test_overdraft_aborts_newest_jobs_above_reserve_first():
+def test_overdraft_aborts_the_largest_overdraft_first():
+    jobs = [usage("small", 300, 100, start=2), usage("large", 700, 100, start=1)]
+    assert arbitrate_node_memory(900, jobs).resource_overdraft == ("large",)
+
+
+def test_overdraft_ties_go_to_the_newest_job():
     jobs = [
         usage("old", 500, 100, start=1),
         usage("new", 500, 100, start=2),
