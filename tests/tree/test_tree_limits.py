@@ -77,7 +77,9 @@ def test_activation_requeues_to_a_still_violating_pool():
 def test_too_many_operations_error_walks_to_the_root():
     document = seed_document(config={"max_operation_count": 7})
     document["physical"]["pools"]["project-root"]["pools"]["project-backup"]["max_operation_count"] = 3
-    document["physical"]["pools"]["project-root"]["pools"]["project-backup"]["max_running_operation_count"] = 2
+    document["physical"]["pools"]["project-root"]["pools"]["project-backup"][
+        "max_running_operation_count"
+    ] = 2
     trees = make_trees(document)
     for i in range(3):
         start(trees, f"b{i}", "project-backup")
@@ -130,14 +132,18 @@ def test_pool_change_checks_and_messages():
     start(trees, "b0", "project-backup")
     start(trees, "b1", "project-backup")
     start(trees, "a0", "project-adhoc")
-    with pytest.raises(PooltreeError, match='^Max running operation count of pool "project-backup" violated$'):
+    with pytest.raises(
+        PooltreeError, match=r'^Max running operation count of pool "project-backup" violated$'
+    ):
         trees.update_operation_parameters("a0", {"pool": "project-backup"}, now=1)
     assert trees.trees["physical"].operation("a0").pool.name == "project-adhoc"
     document = seed_document()
     document["physical"]["pools"]["project-root"]["pools"]["project-backup"]["max_operation_count"] = 2
-    document["physical"]["pools"]["project-root"]["pools"]["project-backup"]["max_running_operation_count"] = 2
+    document["physical"]["pools"]["project-root"]["pools"]["project-backup"][
+        "max_running_operation_count"
+    ] = 2
     trees.apply_config(definitions(document))
-    with pytest.raises(PooltreeError, match='^Max operation count of pool "project-backup" violated$'):
+    with pytest.raises(PooltreeError, match=r'^Max operation count of pool "project-backup" violated$'):
         trees.update_operation_parameters("a0", {"pool": "project-backup"}, now=2)
     # A running operation moving inside project-root is not re-checked against project-root itself.
     for i in range(1, 7):

@@ -38,7 +38,9 @@ SEED_POOLS: dict[str, Any] = {
 }
 
 
-def seed_document(config: dict[str, Any] | None = None, extra_pools: dict[str, Any] | None = None) -> dict[str, Any]:
+def seed_document(
+    config: dict[str, Any] | None = None, extra_pools: dict[str, Any] | None = None
+) -> dict[str, Any]:
     pools = copy.deepcopy(SEED_POOLS)
     pools.update(copy.deepcopy(extra_pools or {}))
     return {"physical": {"config": dict(config or {}), "pools": pools}}
@@ -56,7 +58,15 @@ def make_tree(document: dict[str, Any], name: str = "physical", **kwargs: Any) -
     return PoolTree(parse_pool_trees(document)[name], **kwargs)
 
 
-def start(trees: PoolTrees, op_id: str, pool: str | None = None, *, user: str = "alice", now: float = 0.0, **spec: Any):
+def start(
+    trees: PoolTrees,
+    op_id: str,
+    pool: str | None = None,
+    *,
+    user: str = "alice",
+    now: float = 0.0,
+    **spec: Any,
+):
     if pool is not None:
         spec["pool"] = pool
     operation_type = spec.pop("type", "map")
