@@ -207,7 +207,10 @@ def cypress_dump_to_pool_trees(document: Any, path: str = "//sys/pool_trees") ->
 
     Tree nodes carry the tree config in their ``config`` attribute; pool nodes carry pool options as
     attributes and child pools as map entries. Cypress system attributes (id, type, ...) are dropped.
+    Accepts plain documents (``$attributes``/``$value``) or values straight from ``yt.yson``.
     """
+    if isinstance(document, yson.YsonType):
+        document = from_yson(document)
     _, trees = split_attributes(document)
     if trees is None:
         return {}
@@ -233,6 +236,10 @@ def cypress_dump_to_pool_trees(document: Any, path: str = "//sys/pool_trees") ->
 
 def cypress_default_tree(document: Any) -> str | None:
     """The ``default_tree`` attribute of a ``//sys/pool_trees`` dump, if present."""
+    if isinstance(document, yson.YsonType):
+        document = from_yson(document)
+    if isinstance(document, yson.YsonType):
+        document = from_yson(document)
     attributes, _ = split_attributes(document)
     value = attributes.get("default_tree")
     return None if value is None else str(value)
