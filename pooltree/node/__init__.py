@@ -4,6 +4,7 @@
 heartbeat response turns into starts, interruptions and aborts.
 """
 
+from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.arbitration import (
     ArbitrationDecision,
     JobMemoryUsage,
@@ -22,9 +23,11 @@ __all__ = [
     "JobResult",
     "JobSpec",
     "JobState",
+    "NodeAgent",
     "OverdraftPolicy",
     "ProcessTreeMeter",
     "arbitrate_node_memory",
+    "detect_resource_limits",
     "job_environment",
     "make_meter",
     "probe_cgroup_v2",

@@ -320,6 +320,11 @@ class JobExecutor:
         job = self._running.get(job_id)
         return job.phase if job else None
 
+    def start_time(self, job_id: str) -> float | None:
+        """When a running job started (executor clock, seconds); None for unknown or finished jobs."""
+        job = self._running.get(job_id)
+        return job.start_time if job else None
+
     def memory_usage(self, job_id: str) -> float:
         """The job's last measured memory (bytes); 0 before the first sample."""
         job = self._running.get(job_id)
