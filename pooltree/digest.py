@@ -370,7 +370,10 @@ class HistogramDigest:
         if value != value:  # NaN
             return
         clamped = min(max(float(value), self.lower_bound), self.upper_bound)
-        bucket = min(round((clamped - self.lower_bound) / self.absolute_precision), self.bucket_count - 1)
+        # std::round: halves away from zero (Python's round() would round halves to even)
+        bucket = min(
+            math.floor((clamped - self.lower_bound) / self.absolute_precision + 0.5), self.bucket_count - 1
+        )
         self._buckets[bucket] += 1
         self._sample_count += 1
         i = bucket + 1
