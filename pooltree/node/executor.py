@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import shutil
@@ -49,6 +50,8 @@ from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySa
 DEFAULT_STDERR_LIMIT = 10 * 1024 * 1024
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_SHUTDOWN_REASON = "node_shutdown"
+
+_log = logging.getLogger(__name__)
 
 FinishListener = Callable[[JobResult], None]
 
@@ -455,7 +458,10 @@ class JobExecutor:
             error["inner_errors"].append(exit_error(returncode if returncode is not None else -9))
         else:
             state, error = JobState.FAILED, exit_error(returncode if returncode is not None else -9)
-        self.meter.release(spec.job_id)
+        try:
+            self.meter.release(spec.job_id)
+        except OSError:
+            _log.exception("cannot release the memory accounting of job %s", spec.job_id)
         finish_mono = time.monotonic()
         exec_end = job.exit_mono if job.exit_mono is not None else finish_mono
         stats = job_statistics(
@@ -464,8 +470,12 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
-        stderr_size = await asyncio.to_thread(self._cap_output, job.directory / "stderr")
-        await asyncio.to_thread(self._cap_output, job.directory / "stdout")
+        stderr_size = 0
+        try:
+            stderr_size = await asyncio.to_thread(self._cap_output, job.directory / "stderr")
+            await asyncio.to_thread(self._cap_output, job.directory / "stdout")
+        except OSError:
+            _log.exception("cannot cap the output files of job %s", spec.job_id)
         if not spec.keep_sandbox:
             await asyncio.to_thread(shutil.rmtree, job.sandbox, True)
         result = JobResult(
@@ -504,7 +514,10 @@ class JobExecutor:
 
     async def _sample_loop(self) -> None:
         while self._running:
-            self.sample_now()
+            try:
+                self.sample_now()
+            except Exception:  # a failed sample must not stop enforcement for the other jobs
+                _log.exception("memory sampling failed; retrying in %.2f s", self.memory_sample_period)
             await asyncio.sleep(self.memory_sample_period)
 
     def sample_now(self) -> None:

@@ -100,33 +100,40 @@ class ProcessTreeMeter:
             job.known.setdefault(pid, psutil.Process(pid).create_time())
 
     def _collect(self, job_ids: list[str]) -> dict[str, list[psutil.Process]]:
-        """Current member processes of each job: session members, descendants, and known pids still alive."""
+        """Current member processes of each job: session members, known pids still alive, and all their
+        descendants. One pass over the process table serves every job."""
         wanted = {job_id: self._jobs[job_id] for job_id in job_ids if job_id in self._jobs}
-        by_session = {job.root: job_id for job_id, job in wanted.items()}
-        found: dict[str, dict[int, psutil.Process]] = {job_id: {} for job_id in wanted}
-        for proc in psutil.process_iter():
+        if not wanted:
+            return {}
+        table: dict[int, tuple[psutil.Process, float, int]] = {}
+        children: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid", "create_time"]):
             try:
                 sid = os.getsid(proc.pid)
             except OSError:
                 continue
-            owner = by_session.get(sid)
-            if owner is not None:
-                found[owner][proc.pid] = proc
+            table[proc.pid] = (proc, proc.info["create_time"], sid)
+            children.setdefault(proc.info["ppid"], []).append(proc.pid)
+        found: dict[str, list[psutil.Process]] = {}
         for job_id, job in wanted.items():
+            seeds = [pid for pid, (_, _, sid) in table.items() if sid == job.root]
             for pid, created in list(job.known.items()):
-                try:
-                    proc = psutil.Process(pid)
-                    if proc.create_time() != created:
-                        del job.known[pid]
-                        continue
-                    found[job_id][pid] = proc
-                    for child in proc.children(recursive=True):
-                        found[job_id][child.pid] = child
-                except psutil.Error:
-                    job.known.pop(pid, None)
-            for pid in found[job_id]:
-                self._remember(job, pid)
-        return {job_id: list(procs.values()) for job_id, procs in found.items()}
+                if pid in table and table[pid][1] == created:
+                    seeds.append(pid)
+                else:
+                    del job.known[pid]
+            members: set[int] = set()
+            stack = seeds
+            while stack:
+                pid = stack.pop()
+                if pid in members or pid not in table:
+                    continue
+                members.add(pid)
+                stack.extend(children.get(pid, ()))
+            for pid in members:
+                job.known.setdefault(pid, table[pid][1])
+            found[job_id] = [table[pid][0] for pid in sorted(members)]
+        return found
 
     def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
         out: dict[str, MemorySample] = {}
