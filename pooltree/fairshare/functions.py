@@ -1,0 +1,444 @@
+"""Batched piecewise-linear fair-share functions (yt-semantics §b.5), vectorised with numpy.
+
+A ``FunctionBatch`` holds many monotone vector functions at once as ragged arrays: function ``i`` owns
+points ``offsets[i]:offsets[i+1]`` with arguments ``x`` (non-decreasing) and values ``y`` (rows of 5).
+A jump is two consecutive points with the same ``x`` (left value first, right value second). Functions are
+left-continuous: at a jump the first point is the value. The left end is trimmed (the value at ``x = 0``
+is the right limit, as YTsaurus's ``TrimLeft``), the right end is trimmed to its left limit.
+
+FairShareBySuggestion batches also carry ``f``: the fit factor ``MaxFitFactorBySuggestion(s)`` at every
+point, so one batch answers both FSBS(s) and MFFBS(s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+R = 5
+# Tolerances: values above a limit by less than this are treated as at the limit (float noise of sums).
+LIMIT_TOLERANCE = 1e-12
+# Near-collinear points are merged when the deviation is below this (CompressFunctionEpsilon).
+COMPRESS_EPSILON = 1e-12
+
+
+@dataclass(slots=True)
+class FunctionBatch:
+    """Ragged batch of piecewise-linear functions (see module docstring)."""
+
+    offsets: np.ndarray  # (n + 1,) int64
+    x: np.ndarray  # (K,)
+    y: np.ndarray  # (K, 5)
+    f: np.ndarray | None = None  # (K,) fit factor along FSBS, None for FSBFF batches
+
+    @property
+    def size(self) -> int:
+        return len(self.offsets) - 1
+
+    def owners(self) -> np.ndarray:
+        """Function index of every point."""
+        return np.repeat(np.arange(self.size), np.diff(self.offsets))
+
+    def function(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Points of one function (for tests and diagnostics)."""
+        lo, hi = self.offsets[i], self.offsets[i + 1]
+        return self.x[lo:hi], self.y[lo:hi], None if self.f is None else self.f[lo:hi]
+
+
+def _offsets_from_counts(counts: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+def gather(batch: FunctionBatch, rows: np.ndarray) -> FunctionBatch:
+    """A new batch with functions ``rows`` of ``batch`` in the given order."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts = batch.offsets[rows]
+    lengths = batch.offsets[rows + 1] - starts
+    offsets = _offsets_from_counts(lengths)
+    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    return FunctionBatch(offsets, batch.x[index], batch.y[index], None if batch.f is None else batch.f[index])
+
+
+def concatenate(batches: list[FunctionBatch]) -> FunctionBatch:
+    """All functions of ``batches`` in one batch, in order."""
+    if len(batches) == 1:
+        return batches[0]
+    counts = np.concatenate([np.diff(b.offsets) for b in batches])
+    with_f = all(b.f is not None for b in batches)
+    return FunctionBatch(
+        _offsets_from_counts(counts),
+        np.concatenate([b.x for b in batches]),
+        np.concatenate([b.y for b in batches]),
+        np.concatenate([b.f for b in batches]) if with_f else None,  # type: ignore[misc]
+    )
+
+
+def operation_fair_share_by_fit_factor(
+    usage_share: np.ndarray, demand_share: np.ndarray, step: np.ndarray
+) -> FunctionBatch:
+    """Operations' FSBFF on [0, 2], all at once (closed form, b.5).
+
+    On [0, 1] component r is ``min(usage_r, f * maxUsage)``; on [1, 2] it grows linearly from usage to demand.
+    Where ``step`` is set (gang operations with the step function enabled): 0 on [0, 1], demand from f = 1 on.
+    """
+    n = len(usage_share)
+    u, d = usage_share, demand_share
+    max_usage = u.max(axis=1) if n else np.zeros(0)
+    has_usage = max_usage > 0
+    sorted_usage = np.sort(u, axis=1)
+    previous = np.concatenate([np.zeros((n, 1)), sorted_usage[:, :-1]], axis=1)
+    xs = np.zeros((n, 9))
+    ys = np.zeros((n, 9, R))
+    valid = np.zeros((n, 9), dtype=bool)
+    valid[:, 0] = True
+    safe_max = np.where(has_usage, max_usage, 1.0)
+    xs[:, 1:6] = sorted_usage / safe_max[:, None]
+    ys[:, 1:6, :] = np.minimum(sorted_usage[:, :, None], u[:, None, :])
+    valid[:, 1:6] = (sorted_usage > previous) & has_usage[:, None] & ~step[:, None]
+    xs[:, 6] = 1.0
+    valid[:, 6] = ~has_usage | step
+    xs[:, 7] = 1.0
+    ys[:, 7] = d
+    valid[:, 7] = step
+    xs[:, 8] = 2.0
+    ys[:, 8] = d
+    valid[:, 8] = True
+    offsets = _offsets_from_counts(valid.sum(axis=1))
+    return FunctionBatch(offsets, xs[valid], ys[valid])
+
+
+def _envelope_breakpoints(
+    h0: np.ndarray, slope: np.ndarray, t_max: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Breakpoints t in (0, t_max) of max over lines ``h0 + t * slope`` (rows are segments).
+
+    Walks the upper envelope from t = 0: from the current top line, the next top line is the steeper line
+    that crosses it first. Returns (row index, t) pairs sorted by row then t.
+    """
+    rows_out: list[np.ndarray] = []
+    ts_out: list[np.ndarray] = []
+    m, lines = h0.shape
+    if m == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    rows = np.arange(m)
+    # Current top line at t = 0: highest value, ties broken by the steepest slope.
+    top = h0.max(axis=1, keepdims=True)
+    at_top = h0 >= top
+    current = np.argmax(np.where(at_top, slope, -np.inf), axis=1)
+    t_now = np.zeros(m)
+    for _ in range(lines):
+        if len(rows) == 0:
+            break
+        cur_h = h0[rows, current]
+        cur_s = slope[rows, current]
+        steeper = slope[rows] > cur_s[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = (cur_h[:, None] - h0[rows]) / (slope[rows] - cur_s[:, None])
+        cross = np.where(steeper & (cross >= t_now[:, None]), cross, np.inf)
+        best = cross.min(axis=1)
+        # Among lines crossing at the same point, continue with the steepest.
+        ties = cross <= best[:, None]
+        nxt = np.argmax(np.where(ties, slope[rows], -np.inf), axis=1)
+        go = best < t_max[rows]
+        go &= best > 0
+        keep_going = best < t_max[rows]
+        if np.any(go):
+            rows_out.append(rows[go])
+            ts_out.append(best[go])
+        current = nxt[keep_going]
+        t_now = best[keep_going]
+        rows = rows[keep_going]
+    if not rows_out:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    r = np.concatenate(rows_out)
+    t = np.concatenate(ts_out)
+    order = np.lexsort((t, r))
+    return r[order], t[order]
+
+
+def fair_share_by_suggestion(
+    fsbff: FunctionBatch, guarantee_share: np.ndarray, limits_share: np.ndarray
+) -> FunctionBatch:
+    """FSBS = FSBFF ∘ MFFBS on [0, 1] for every function of the batch, with MFFBS carried in ``f``.
+
+    MFFBS(s) is the largest fit factor whose FSBFF stays within ``min(guarantee_r + s, limit_r)`` in every
+    resource (limits and guarantees clamped to the function's range first, as in YTsaurus). Equivalently the
+    graph of FSBS is the FSBFF curve re-parametrised by ``sigma(f) = max(0, max_r FSBFF_r(f) - guarantee_r)``
+    and cut where the curve first exceeds the limits. Jumps of FSBFF become "wait, then jump" (the value
+    stays at the left limit until the suggestion covers the right limit); flat parts of sigma become jumps
+    of FSBS whose left value is taken (left-continuity).
+    """
+    n = fsbff.size
+    offsets, x, y = fsbff.offsets, fsbff.x, fsbff.y
+    first = offsets[:-1]
+    last = offsets[1:] - 1
+    value_left, value_right = y[first], y[last]
+    limit = np.minimum(np.maximum(limits_share, value_left), value_right)
+    guarantee = np.minimum(np.maximum(guarantee_share, value_left), limit)
+
+    owner = np.repeat(np.arange(n), np.diff(offsets))
+    count = len(x)
+    point_index = np.arange(count)
+    # Cut the curve at the first point that exceeds the limits.
+    exceeds = np.any(y > limit[owner] + LIMIT_TOLERANCE, axis=1)
+    first_exceeding = np.minimum.reduceat(np.where(exceeds, point_index, count), first)
+    cut = first_exceeding < count
+    keep_point = point_index < np.where(cut, first_exceeding, count)[owner]
+
+    # Segments j -> j + 1 whose start is kept.
+    seg = np.flatnonzero(keep_point[:-1] & (owner[:-1] == owner[1:]))
+    seg_owner = owner[seg]
+    seg_end_kept = keep_point[seg + 1]
+    xa, xb = x[seg], x[seg + 1]
+    ya, yb = y[seg], y[seg + 1]
+    dy = yb - ya
+    vertical = xb == xa
+    g_seg = guarantee[seg_owner]
+    l_seg = limit[seg_owner]
+    # Parameter range of every kept segment: 1, or up to the limit crossing for a cut tilted segment.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_cross = np.where(yb > l_seg + LIMIT_TOLERANCE, (l_seg - ya) / dy, np.inf)
+    t_max = np.where(seg_end_kept, 1.0, np.clip(t_cross.min(axis=1), 0.0, 1.0))
+    t_max = np.where(~seg_end_kept & vertical, 0.0, t_max)
+    tilted = ~vertical & (t_max > 0)
+
+    # Breakpoints of sigma inside tilted segments (only where the top resource changes).
+    tilted_idx = np.flatnonzero(tilted)
+    h0 = np.concatenate([ya[tilted_idx] - g_seg[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1)
+    slopes = np.concatenate([dy[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1)
+    top_start = np.argmax(h0, axis=1)
+    h1 = h0 + slopes * t_max[tilted_idx, None]
+    top_end = np.argmax(h1, axis=1)
+    changes = np.flatnonzero(top_start != top_end)
+    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[tilted_idx[changes]])
+    bp_seg = tilted_idx[changes[bp_rows]] if len(bp_rows) else np.zeros(0, dtype=np.int64)
+
+    # Extra points: breakpoints (t), cut ends of tilted segments (t = t_max), vertical "wait" points.
+    cut_tilted = np.flatnonzero(~seg_end_kept & tilted)
+    vert_full = np.flatnonzero(vertical & seg_end_kept)
+    extra_seg = np.concatenate([bp_seg, cut_tilted, vert_full])
+    extra_t = np.concatenate([bp_t, t_max[cut_tilted], np.full(len(vert_full), 0.5)])
+    extra_kind = np.concatenate(
+        [np.zeros(len(bp_seg), np.int8), np.zeros(len(cut_tilted), np.int8), np.ones(len(vert_full), np.int8)]
+    )
+    order = np.lexsort((extra_t, extra_seg))
+    extra_seg, extra_t, extra_kind = extra_seg[order], extra_t[order], extra_kind[order]
+
+    # Points of the path: segment starts, extras, then the last point of every uncut function.
+    # Everything is keyed by the position of its segment in ``seg``.
+    nseg = len(seg)
+    ends = last[~cut]
+    end_pos = np.searchsorted(seg, ends - 1)  # the segment that ends there (functions have ≥ 2 points)
+    key = np.concatenate([np.arange(nseg), extra_seg, end_pos])
+    merge = np.argsort(key, kind="stable")
+    t_all = np.concatenate([np.zeros(nseg), extra_t, np.ones(len(ends))])[merge]
+    kind = np.concatenate([np.zeros(nseg, np.int8), extra_kind, np.full(len(ends), 2, np.int8)])[merge]
+    seg_pos = key[merge]
+    src = np.concatenate([seg, seg[extra_seg], ends])[merge]
+    point_owner = seg_owner[seg_pos]
+
+    is_seg_point = kind == 0
+    sp = np.where(is_seg_point, seg_pos, 0)
+    t_col = t_all[:, None]
+    lo = t_all < 0.5
+    interp = np.where(lo[:, None], ya[sp] + dy[sp] * t_col, yb[sp] - dy[sp] * (1.0 - t_col))
+    values = np.where((t_all == 0)[:, None], y[src], interp)
+    values = np.where((kind == 2)[:, None], y[src], values)
+    fits = np.where(kind == 0, np.where(t_all == 0, x[src], xa[sp] + (xb[sp] - xa[sp]) * t_all), x[src])
+    # Vertical "wait" point: value stays at the left limit, suggestion already at the right limit.
+    wait = kind == 1
+    sigma_values = values.copy()
+    if np.any(wait):
+        values[wait] = ya[seg_pos[wait]]
+        fits[wait] = xa[seg_pos[wait]]
+        sigma_values[wait] = yb[seg_pos[wait]]
+    s = np.maximum(0.0, (sigma_values - guarantee[point_owner]).max(axis=1))
+
+    # Extend to s = 1 with the last value.
+    counts = np.bincount(point_owner, minlength=n)
+    out_offsets = _offsets_from_counts(counts)
+    last_out = out_offsets[1:] - 1
+    need_tail = s[last_out] < 1.0
+    tail_owner = np.flatnonzero(need_tail)
+    insert_at = out_offsets[1:][need_tail]
+    s = np.insert(s, insert_at, 1.0)
+    values = np.insert(values, insert_at, values[last_out[need_tail]], axis=0)
+    fits = np.insert(fits, insert_at, fits[last_out[need_tail]])
+    counts[tail_owner] += 1
+    return compress(FunctionBatch(_offsets_from_counts(counts), s, values, fits))
+
+
+def compress(batch: FunctionBatch) -> FunctionBatch:
+    """Drop redundant points: trim both ends, keep only the limits of every jump, merge collinear points."""
+    x, y, f = batch.x, batch.y, batch.f
+    n = batch.size
+    count = len(x)
+    owner = np.repeat(np.arange(n), np.diff(batch.offsets))
+    same_next = np.zeros(count, dtype=bool)
+    same_next[:-1] = (owner[:-1] == owner[1:]) & (x[:-1] == x[1:])
+    same_prev = np.zeros(count, dtype=bool)
+    same_prev[1:] = same_next[:-1]
+    first = batch.offsets[:-1]
+    last = batch.offsets[1:] - 1
+    at_left_end = x == x[first][owner]
+    at_right_end = x == x[last][owner]
+    drop = same_prev & same_next  # interior of a jump
+    drop |= at_left_end & same_next  # trim left: keep the last point at the left end
+    drop |= at_right_end & same_prev  # trim right: keep the first point at the right end
+    keep = ~drop
+    x, y, owner = x[keep], y[keep], owner[keep]
+    f = None if f is None else f[keep]
+    # Equal consecutive points.
+    count = len(x)
+    dup = np.zeros(count, dtype=bool)
+    dup[1:] = (owner[1:] == owner[:-1]) & (x[1:] == x[:-1]) & np.all(y[1:] == y[:-1], axis=1)
+    if f is not None:
+        dup[1:] &= f[1:] == f[:-1]
+    if np.any(dup):
+        keep = ~dup
+        x, y, owner = x[keep], y[keep], owner[keep]
+        f = None if f is None else f[keep]
+        count = len(x)
+    # Collinear interior points (strictly increasing x around them).
+    if count > 2:
+        mid = np.zeros(count, dtype=bool)
+        inner = (owner[1:-1] == owner[:-2]) & (owner[1:-1] == owner[2:])
+        x0, x1, x2 = x[:-2], x[1:-1], x[2:]
+        inner &= (x0 < x1) & (x1 < x2)
+        span = x2 - x0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.where(inner, (x1 - x0) / np.where(span > 0, span, 1.0), 0.0)
+        dev = np.abs(y[1:-1] - (y[:-2] + (y[2:] - y[:-2]) * w[:, None])).max(axis=1)
+        ok = inner & (dev <= COMPRESS_EPSILON)
+        if f is not None:
+            ok &= np.abs(f[1:-1] - (f[:-2] + (f[2:] - f[:-2]) * w)) <= COMPRESS_EPSILON
+        mid[1:-1] = ok
+        if np.any(mid):
+            keep = ~mid
+            x, y, owner = x[keep], y[keep], owner[keep]
+            f = None if f is None else f[keep]
+    counts = np.bincount(owner, minlength=n)
+    return FunctionBatch(_offsets_from_counts(counts), x, y, f)
+
+
+def sum_functions(
+    children: FunctionBatch,
+    parent_slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right_bound: np.ndarray,
+) -> FunctionBatch:
+    """Pools' FSBFF: for every parent slot p, the sum over its children c of ``FSBS_c((f - shift_c) / scale_c)``.
+
+    Child c's function (on [0, 1]) is placed on ``[shift_c, shift_c + scale_c]`` and extended constantly on
+    both sides (its left value is 0 for FIFO children, which have no guarantees). ``scale_c = inf`` means the
+    child stays at its left value (zero weight). Result on ``[0, right_bound_p]``, computed by merging the
+    breakpoints of all children: slope changes and jumps are summed per position and integrated.
+    """
+    m = len(right_bound)
+    n = children.size
+    x, y = children.x, children.y
+    owner = np.repeat(np.arange(n), np.diff(children.offsets))
+    first = children.offsets[:-1]
+    init = np.zeros((m, R))
+    np.add.at(init, parent_slot, y[first])
+
+    finite = np.isfinite(scale)[owner]
+    seg = np.flatnonzero((owner[:-1] == owner[1:]) & finite[:-1])
+    so = owner[seg]
+    xa = x[seg] * scale[so] + shift[so]
+    xb = x[seg + 1] * scale[so] + shift[so]
+    dy = y[seg + 1] - y[seg]
+    dx = xb - xa
+    # Near-vertical pieces are jumps: their huge slopes would only add rounding noise to the running sums.
+    jump = dx <= 1e-13 * np.maximum(1.0, np.abs(xb))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(jump[:, None], 0.0, dy / np.where(jump, 1.0, dx)[:, None])
+    ps = parent_slot[so]
+    tilted = ~jump
+    ev_pos = np.concatenate([xa[tilted], xb[tilted], xa[jump], np.zeros(m), right_bound])
+    ev_parent = np.concatenate([ps[tilted], ps[tilted], ps[jump], np.arange(m), np.arange(m)])
+    zeros_m = np.zeros((m, R))
+    ev_slope = np.concatenate(
+        [slope[tilted], -slope[tilted], np.zeros((int(jump.sum()), R)), zeros_m, zeros_m]
+    )
+    ev_jump = np.concatenate(
+        [np.zeros((int(tilted.sum()), R)), np.zeros((int(tilted.sum()), R)), dy[jump], zeros_m, zeros_m]
+    )
+    order = np.lexsort((ev_pos, ev_parent))
+    ev_pos, ev_parent = ev_pos[order], ev_parent[order]
+    ev_slope, ev_jump = ev_slope[order], ev_jump[order]
+    new_group = np.ones(len(ev_pos), dtype=bool)
+    new_group[1:] = (ev_pos[1:] != ev_pos[:-1]) | (ev_parent[1:] != ev_parent[:-1])
+    starts = np.flatnonzero(new_group)
+    gx = ev_pos[starts]
+    gp = ev_parent[starts]
+    gslope = np.add.reduceat(ev_slope, starts, axis=0)
+    gjump = np.add.reduceat(ev_jump, starts, axis=0)
+    groups = len(starts)
+    parent_first = np.ones(groups, dtype=bool)
+    parent_first[1:] = gp[1:] != gp[:-1]
+    # Slope after each group: cumulative within the parent.
+    cs = np.cumsum(gslope, axis=0)
+    base_index = np.maximum.accumulate(np.where(parent_first, np.arange(groups), 0))
+    base = np.where((base_index > 0)[:, None], cs[base_index - 1], 0.0)
+    slope_after = cs - base
+    dxg = np.zeros(groups)
+    dxg[:-1] = gx[1:] - gx[:-1]
+    parent_last = np.ones(groups, dtype=bool)
+    parent_last[:-1] = parent_first[1:]
+    dxg[parent_last] = 0.0
+    increment = gjump + slope_after * dxg[:, None]
+    ci = np.cumsum(increment, axis=0)
+    ci_base = np.where((base_index > 0)[:, None], ci[base_index - 1], 0.0)
+    inclusive = ci - ci_base
+    left = init[gp] + inclusive - increment
+    right = left + gjump
+    has_jump = np.any(gjump != 0, axis=1)
+    reps = 1 + has_jump.astype(np.int64)
+    out_x = np.repeat(gx, reps)
+    out_y = np.repeat(left, reps, axis=0)
+    pos = np.cumsum(reps) - 1
+    out_y[pos[has_jump]] = right[has_jump]
+    counts = np.bincount(np.repeat(gp, reps), minlength=m)
+    return compress(FunctionBatch(_offsets_from_counts(counts), out_x, out_y))
+
+
+def evaluate(batch: FunctionBatch, rows: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values (and fit factors, for FSBS batches) of functions ``rows`` at arguments ``s`` (left-continuous)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    s = np.asarray(s, dtype=float)
+    lo = batch.offsets[rows].copy()
+    hi = batch.offsets[rows + 1] - 1
+    start = lo.copy()
+    x = batch.x
+    # First point with x >= s (or the last point).
+    while True:
+        active = lo < hi
+        if not np.any(active):
+            break
+        mid = (lo + hi) // 2
+        ge = x[mid] >= s
+        hi = np.where(active & ge, mid, hi)
+        lo = np.where(active & ~ge, mid + 1, lo)
+    k = lo
+    prev = np.maximum(k - 1, start)
+    xk, xp = x[k], x[prev]
+    exact = (xk <= s) | (k == start)
+    span = xk - xp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.clip(np.where(span > 0, (s - xp) / np.where(span > 0, span, 1.0), 1.0), 0.0, 1.0)
+    t = np.where(exact, 1.0, t)
+    yk, yp = batch.y[k], batch.y[prev]
+    tc = t[:, None]
+    values = np.where(tc < 0.5, yp + (yk - yp) * tc, yk - (yk - yp) * (1.0 - tc))
+    values = np.where(exact[:, None], yk, values)
+    fits = None
+    if batch.f is not None:
+        fk, fp = batch.f[k], batch.f[prev]
+        fits = np.where(t < 0.5, fp + (fk - fp) * t, fk - (fk - fp) * (1.0 - t))
+        fits = np.where(exact, fk, fits)
+    return values, fits

@@ -1,0 +1,154 @@
+"""Input and output model of the pure fair-share update.
+
+The pool-tree runtime converts configs and operations into this model; the update reads it and returns a
+``FairShareResult``. Plain dataclasses (no validation framework) keep construction cheap: the update runs
+every fair-share period over thousands of elements. Vectors are numpy arrays of 5 in the order
+``user_slots, cpu, gpu, memory, network``; absolute vectors use tree units, share vectors are fractions of
+the tree's total resources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pooltree.errors import PooltreeError
+from pooltree.resources import Vector, unlimited, zeros
+
+ROOT_ID = "<Root>"
+GUARANTEE_TYPES = ("none", "burst", "relaxed")
+POOL_MODES = ("fair_share", "fifo")
+FIFO_SORT_PARAMETERS = ("weight", "start_time", "pending_job_count", "pending_allocation_count")
+
+
+@dataclass(eq=False)
+class IntegralGuarantees:
+    """Pool ``integral_guarantees``: burst or relaxed integral guarantee with a resource flow."""
+
+    guarantee_type: str = "none"  # "none" | "burst" | "relaxed"
+    burst_guarantee_resources: Vector = field(default_factory=zeros)  # absolute
+    resource_flow: Vector = field(default_factory=zeros)  # absolute per second
+    relaxed_share_multiplier_limit: float | None = None  # None -> tree setting
+    can_accept_free_volume: bool = True
+    should_distribute_free_volume_among_children: bool = False
+
+
+@dataclass(eq=False)
+class Element:
+    """What pools and operations share: identity, weight, limits and the effective starvation tolerance."""
+
+    id: str  # pool name (unique per tree; root is "<Root>") or operation id
+    weight: float | None = None  # None -> inferred (b.6) or 1.0
+    specified_resource_limits: Vector = field(default_factory=unlimited)  # absolute; inf = unset
+    max_share_ratio: float = 1.0
+    tag_filter_resource_limits: Vector | None = None  # limits of nodes matching the tag filter; None = totals
+    starvation_tolerance: float = 0.8  # effective fair_share_starvation_tolerance
+
+
+@dataclass(eq=False)
+class Operation(Element):
+    """A running (or pending/suspended) operation: a leaf of the pool tree."""
+
+    usage: Vector = field(default_factory=zeros)  # absolute
+    demand: Vector = field(default_factory=zeros)  # absolute, includes usage
+    start_time: float = 0.0
+    pending_allocation_count: int = 0
+    schedulable: bool = True  # False: not running or suspended -> demand := usage (b.1)
+    is_gang: bool = False
+    apply_specified_resource_limits_to_demand: bool = False
+
+
+@dataclass(eq=False)
+class Pool(Element):
+    """A pool: a composite element whose children are pools and operations."""
+
+    children: list[Element] = field(default_factory=list)
+    mode: str = "fair_share"  # "fair_share" | "fifo"
+    strong_guarantee_resources: Vector = field(default_factory=zeros)  # explicit values (0 where unset)
+    specified_guarantee_resources: frozenset[str] = frozenset()  # names of resources set explicitly
+    integral_guarantees: IntegralGuarantees = field(default_factory=IntegralGuarantees)
+    fifo_sort_parameters: tuple[str, ...] = ("weight", "start_time")
+    compute_promised_guarantee_fair_share: bool = False
+    allow_gang_step_function: bool = True
+
+
+@dataclass(eq=False)
+class UpdateSettings:
+    """Tree-level settings the update needs (from the pool tree config)."""
+
+    main_resource: str = "cpu"
+    infer_weight_from_guarantees_share_multiplier: float | None = None
+    integral_smooth_period: float = 60.0  # seconds
+    integral_pool_capacity_saturation_period: float = 86400.0  # seconds
+    relaxed_share_multiplier_limit: float = 3.0
+    enable_step_function_for_gang_operations: bool = False
+    fifo_pool_scheduling_order: str = (
+        "satisfaction"  # "satisfaction" | "fifo" (post-update satisfaction, e.2)
+    )
+
+
+@dataclass(eq=False)
+class UpdateState:
+    """Carried from one update to the next (integral guarantees)."""
+
+    previous_update_time: float | None = None
+    accumulated_resource_volume: dict[str, Vector] = field(default_factory=dict)  # per integral pool
+    last_integral_share_ratio: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class DetailedFairShare:
+    """Fair share split into the strong-guarantee, integral-guarantee and weight-proportional parts."""
+
+    strong_guarantee: Vector
+    integral_guarantee: Vector
+    weight_proportional: Vector
+    total: Vector
+
+
+@dataclass(eq=False, slots=True)
+class ElementResult:
+    """Everything the update computed for one pool or operation (shares are fractions of tree totals)."""
+
+    id: str
+    is_operation: bool
+    parent: str | None
+    resource_usage: Vector
+    resource_demand: Vector
+    usage_share: Vector
+    demand_share: Vector
+    limits_share: Vector
+    resource_limits: Vector
+    strong_guarantee_share: Vector
+    inferred_strong_guarantee_resources: Vector
+    estimated_guarantee_share: Vector
+    proposed_integral_share: Vector
+    fair_share: Vector
+    detailed_fair_share: DetailedFairShare
+    limited_demand_share: Vector
+    promised_guarantee_fair_share: DetailedFairShare | None
+    dominant_resource: str
+    weight: float
+    satisfaction_ratio: float
+    local_satisfaction_ratio: float
+    scheduling_status: str
+    fifo_index: int | None
+    burst_ratio: float
+    resource_flow_ratio: float
+    total_burst_ratio: float
+    total_resource_flow_ratio: float
+    accumulated_resource_volume: Vector | None
+    integral_pool_capacity: Vector | None
+
+    @property
+    def effective_strong_guarantee_resources(self) -> Vector:
+        """Orchid alias of ``inferred_strong_guarantee_resources``."""
+        return self.inferred_strong_guarantee_resources
+
+
+@dataclass(eq=False)
+class FairShareResult:
+    """Result of one update: per-element results, the state for the next update and alerts."""
+
+    elements: dict[str, ElementResult]
+    state: UpdateState
+    errors: list[PooltreeError] = field(default_factory=list)

@@ -1,0 +1,1077 @@
+"""One fair-share update of a pool tree (yt-semantics §b, steps in the order of b.2).
+
+The element tree is flattened once in breadth-first order, so the children of every pool are contiguous
+and every depth level is a contiguous range: per-element rules then run as numpy operations over whole
+levels, and fair-share functions are built level by level in ``FunctionBatch`` objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.fairshare import functions as fn
+from pooltree.fairshare.model import (
+    FIFO_SORT_PARAMETERS,
+    GUARANTEE_TYPES,
+    POOL_MODES,
+    DetailedFairShare,
+    Element,
+    ElementResult,
+    FairShareResult,
+    Operation,
+    Pool,
+    UpdateSettings,
+    UpdateState,
+)
+from pooltree.fairshare.status import BELOW_FAIR_SHARE, NORMAL, is_below_fair_share, local_satisfaction_ratio
+from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
+
+EPSILON = 1e-9  # "nearly dominates" inside the update (newest vector_hdrf Epsilon)
+GUARANTEES_OVERCOMMIT = 29000
+NESTED_PROMISED_GUARANTEE_POOLS = 29001
+
+
+def floating_point_inverse_lower_bound(lo: float, hi: float, predicate: Callable[[float], bool]) -> float:
+    """Largest x in [lo, hi] with a monotone predicate true (bisection to double precision, bounded)."""
+    if predicate(hi):
+        return hi
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if mid <= lo or mid >= hi:
+            break
+        if predicate(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def adjust_proposed_integral_share(limits: Vector, strong: Vector, proposed: Vector) -> Vector:
+    """Make strong + proposed fit into limits when it overshoots by rounding (b.9)."""
+    if np.all(limits >= strong + proposed):
+        return proposed
+    proposed = np.maximum(limits - strong, 0.0)
+    for r in range(RESOURCE_COUNT):
+        for _ in range(32):
+            if limits[r] >= strong[r] + proposed[r]:
+                break
+            proposed[r] = np.nextafter(proposed[r], 0.0)
+    return proposed
+
+
+def _share(x: np.ndarray, total: np.ndarray) -> np.ndarray:
+    positive = total > 0
+    return np.where(positive, x / np.where(positive, total, 1.0), 0.0)
+
+
+@dataclass(eq=False)
+class _Tree:
+    """The element tree in breadth-first order with per-element input arrays."""
+
+    elements: list[Element]
+    ids: list[str]
+    parent: np.ndarray
+    depth: np.ndarray
+    child_start: np.ndarray
+    child_count: np.ndarray
+    is_op: np.ndarray
+    level_start: np.ndarray  # level d occupies [level_start[d], level_start[d + 1])
+
+    def children(self, i: int) -> range:
+        start = int(self.child_start[i])
+        return range(start, start + int(self.child_count[i]))
+
+    def subtree(self, i: int) -> np.ndarray:
+        """Indices of i and its descendants, sorted (so levels stay in breadth-first order)."""
+        out = [i]
+        k = 0
+        while k < len(out):
+            out.extend(self.children(out[k]))
+            k += 1
+        return np.array(sorted(out), dtype=np.int64)
+
+
+def _path(element: Element, field_name: str) -> str:
+    kind = "operations" if isinstance(element, Operation) else "pools"
+    return f"{kind}.{element.id}.{field_name}"
+
+
+def _vector(element: Element, field_name: str, value: object, *, allow_inf: bool = False) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if arr.shape != (RESOURCE_COUNT,):
+        raise ConfigError(_path(element, field_name), f"expected a vector of {RESOURCE_COUNT} resources")
+    if np.any(np.isnan(arr)) or np.any(arr < 0) or (not allow_inf and not np.all(np.isfinite(arr))):
+        raise ConfigError(
+            _path(element, field_name), f"resources must be non-negative and finite, got {arr.tolist()}"
+        )
+    return arr
+
+
+def _flatten(root: Pool) -> _Tree:
+    if not isinstance(root, Pool):
+        raise ConfigError("pools", "the root must be a Pool")
+    elements: list[Element] = [root]
+    parent = [-1]
+    depth = [0]
+    child_start: list[int] = []
+    child_count: list[int] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(elements):
+        e = elements[i]
+        if e.id in seen:
+            raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
+        seen.add(e.id)
+        if isinstance(e, Pool):
+            child_start.append(len(elements))
+            child_count.append(len(e.children))
+            d = depth[i] + 1
+            for c in e.children:
+                if not isinstance(c, Pool | Operation):
+                    raise ConfigError(_path(e, "children"), f"child {c!r} is neither a Pool nor an Operation")
+                elements.append(c)
+                parent.append(i)
+                depth.append(d)
+        elif isinstance(e, Operation):
+            child_start.append(len(elements))
+            child_count.append(0)
+        else:
+            raise ConfigError("pools", f"element {e!r} is neither a Pool nor an Operation")
+        i += 1
+    depth_arr = np.array(depth, dtype=np.int64)
+    levels = int(depth_arr.max()) + 1
+    level_start = np.searchsorted(depth_arr, np.arange(levels + 1))
+    return _Tree(
+        elements=elements,
+        ids=[e.id for e in elements],
+        parent=np.array(parent, dtype=np.int64),
+        depth=depth_arr,
+        child_start=np.array(child_start, dtype=np.int64),
+        child_count=np.array(child_count, dtype=np.int64),
+        is_op=np.array([isinstance(e, Operation) for e in elements]),
+        level_start=level_start,
+    )
+
+
+def _sum_children_into(tree: _Tree, values: np.ndarray, *, skip: np.ndarray | None = None) -> None:
+    """values[p] = Σ values[children of p] for every pool with children, bottom-up (in place)."""
+    for d in range(len(tree.level_start) - 3, -1, -1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        parents = np.arange(lo, hi)
+        parents = parents[tree.child_count[parents] > 0]
+        if skip is not None:
+            parents = parents[~skip[parents]]
+        if len(parents) == 0:
+            continue
+        clo = tree.level_start[d + 1]
+        chi = tree.level_start[d + 2]
+        block = values[clo:chi]
+        sums = np.add.reduceat(block, tree.child_start[parents] - clo, axis=0)
+        values[parents] = sums
+
+
+class _Update:
+    """State of one update run; methods follow the steps of b.2."""
+
+    def __init__(
+        self, root: Pool, total: Vector, settings: UpdateSettings, now: float, state: UpdateState | None
+    ):
+        self.settings = settings
+        self.now = float(now)
+        self.state = state or UpdateState()
+        self.errors: list[PooltreeError] = []
+        self.total = np.asarray(total, dtype=float)
+        if (
+            self.total.shape != (RESOURCE_COUNT,)
+            or not np.all(np.isfinite(self.total))
+            or np.any(self.total < 0)
+        ):
+            raise ConfigError("total_resources", "expected 5 non-negative finite resource amounts")
+        if settings.main_resource not in RESOURCES:
+            raise ConfigError("settings.main_resource", f"unknown resource {settings.main_resource!r}")
+        m = settings.infer_weight_from_guarantees_share_multiplier
+        if m is not None and not (math.isfinite(m) and m >= 1.0):
+            raise ConfigError(
+                "settings.infer_weight_from_guarantees_share_multiplier", "must be a number ≥ 1"
+            )
+        if settings.integral_smooth_period <= 0:
+            raise ConfigError("settings.integral_smooth_period", "must be positive")
+        if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
+            raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
+        self.tree = _flatten(root)
+        self._read_inputs()
+
+    # ---- inputs (b.1) -------------------------------------------------------------------------------
+    def _read_inputs(self) -> None:
+        tree = self.tree
+        n = len(tree.elements)
+        total = self.total
+        zeros5 = np.zeros(RESOURCE_COUNT)
+        usage, demand, specified, tag, strong = [], [], [], [], []
+        spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
+        weight_cfg = np.full(n, np.nan)
+        msr = np.ones(n)
+        tol = np.ones(n)
+        self.fifo = np.zeros(n, dtype=bool)
+        self.schedulable = np.ones(n, dtype=bool)
+        self.step = np.zeros(n, dtype=bool)
+        self.integral_type = np.zeros(n, dtype=np.int8)
+        apply_limits = np.zeros(n, dtype=bool)
+        main = RESOURCES.index(self.settings.main_resource)
+        for i, e in enumerate(tree.elements):
+            if e.weight is not None:
+                if not (isinstance(e.weight, int | float) and math.isfinite(e.weight) and e.weight >= 0):
+                    raise ConfigError(
+                        _path(e, "weight"), f"must be a non-negative finite number, got {e.weight!r}"
+                    )
+                weight_cfg[i] = e.weight
+            if not (0.0 <= e.max_share_ratio <= 1.0):
+                raise ConfigError(
+                    _path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}"
+                )
+            msr[i] = e.max_share_ratio
+            if not (0.0 <= e.starvation_tolerance <= 1.0):
+                raise ConfigError(
+                    _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
+                )
+            tol[i] = e.starvation_tolerance
+            specified.append(e.specified_resource_limits)
+            tag.append(total if e.tag_filter_resource_limits is None else e.tag_filter_resource_limits)
+            if isinstance(e, Operation):
+                usage.append(e.usage)
+                demand.append(e.demand)
+                strong.append(zeros5)
+                self.schedulable[i] = e.schedulable
+                self.step[i] = e.is_gang
+                apply_limits[i] = e.apply_specified_resource_limits_to_demand
+            else:
+                assert isinstance(e, Pool)
+                usage.append(zeros5)
+                demand.append(zeros5)
+                strong.append(e.strong_guarantee_resources)
+                if e.mode not in POOL_MODES:
+                    raise ConfigError(
+                        _path(e, "mode"), f"must be one of {', '.join(POOL_MODES)}, got {e.mode!r}"
+                    )
+                self.fifo[i] = e.mode == "fifo"
+                for name in e.specified_guarantee_resources:
+                    if name not in RESOURCES:
+                        raise ConfigError(
+                            _path(e, "specified_guarantee_resources"), f"unknown resource {name!r}"
+                        )
+                    spec_mask[i, RESOURCES.index(name)] = True
+                ig = e.integral_guarantees
+                if ig.guarantee_type not in GUARANTEE_TYPES:
+                    raise ConfigError(
+                        _path(e, "integral_guarantees.guarantee_type"),
+                        f"must be one of {', '.join(GUARANTEE_TYPES)}, got {ig.guarantee_type!r}",
+                    )
+                self.integral_type[i] = GUARANTEE_TYPES.index(ig.guarantee_type)
+                if self.fifo[i]:
+                    for c in e.children:
+                        if isinstance(c, Pool):
+                            raise ConfigError(
+                                _path(e, "mode"), f"a fifo pool cannot contain pools (child {c.id!r})"
+                            )
+                if not e.fifo_sort_parameters or any(
+                    p not in FIFO_SORT_PARAMETERS for p in e.fifo_sort_parameters
+                ):
+                    raise ConfigError(
+                        _path(e, "fifo_sort_parameters"),
+                        f"must be a non-empty list of {', '.join(FIFO_SORT_PARAMETERS)}",
+                    )
+        # Element 0 is the root; its own limits are the totals.
+        self.usage = np.array(usage, dtype=float)
+        self.demand = np.array(demand, dtype=float)
+        self.specified_limits = np.array(specified, dtype=float)
+        self.tag_limits = np.array(tag, dtype=float)
+        self.strong_config = np.array(strong, dtype=float)
+        for name, arr, allow_inf in (
+            ("usage", self.usage, False),
+            ("demand", self.demand, False),
+            ("specified_resource_limits", self.specified_limits, True),
+            ("tag_filter_resource_limits", self.tag_limits, True),
+            ("strong_guarantee_resources", self.strong_config, False),
+        ):
+            bad = np.isnan(arr) | (arr < 0) | (~np.isfinite(arr) if not allow_inf else False)
+            rows = np.flatnonzero(np.any(bad, axis=1))
+            if len(rows):
+                e = tree.elements[int(rows[0])]
+                raise ConfigError(
+                    _path(e, name), f"resources must be non-negative numbers, got {arr[rows[0]].tolist()}"
+                )
+        short = np.flatnonzero(np.any(self.demand < self.usage, axis=1) & tree.is_op)
+        if len(short):
+            e = tree.elements[int(short[0])]
+            raise ConfigError(
+                _path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)"
+            )
+        # Pools specify their main resource whenever they specify a strong guarantee (master validation).
+        self.spec_mask = spec_mask
+        self.spec_mask[:, main] = True
+        self.weight_cfg = weight_cfg
+        self.max_share_ratio = msr
+        self.tolerance = tol
+        self.apply_limits = apply_limits
+
+    # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
+    def compute_attributes(self) -> None:
+        tree, total = self.tree, self.total
+        is_op = tree.is_op
+        # Operation demand (b.1).
+        demand = self.demand
+        not_running = is_op & ~self.schedulable
+        demand[not_running] = self.usage[not_running]
+        lim = self.apply_limits & is_op
+        if np.any(lim):
+            needed = np.maximum(np.minimum(demand[lim], self.specified_limits[lim]) - self.usage[lim], 0.0)
+            demand[lim] = self.usage[lim] + needed
+        _sum_children_into(tree, self.usage)
+        _sum_children_into(tree, demand)
+        limits = np.minimum(
+            np.minimum(self.tag_limits, total * self.max_share_ratio[:, None]), self.specified_limits
+        )
+        limits[0] = total
+        self.resource_limits = limits
+        self.limits_share = _share(np.minimum(limits, total), total)
+        self.usage_share = _share(self.usage, total)
+        self.demand_share = _share(demand, total)
+        # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
+        basis = np.where(np.any(self.usage > 0, axis=1)[:, None], self.usage_share, self.demand_share)
+        basis = np.where(total > 0, basis, 0.0)
+        best = np.argmax(basis, axis=1)
+        best = np.where(basis.max(axis=1) > 0, best, RESOURCES.index("cpu"))
+        self.dominant = best
+
+    # ---- b.3 ----------------------------------------------------------------------------------------
+    def infer_strong_guarantees(self) -> None:
+        tree = self.tree
+        main = RESOURCES.index(self.settings.main_resource)
+        inferred = self.strong_config.copy()
+        inferred[0] = self.total
+        for d in range(len(tree.level_start) - 2):
+            lo, hi = tree.level_start[d], tree.level_start[d + 1]
+            parents = np.arange(lo, hi)
+            parents = parents[tree.child_count[parents] > 0]
+            if len(parents) == 0:
+                continue
+            clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
+            children = np.arange(clo, chi)
+            par = tree.parent[children]
+            seg = tree.child_start[parents] - clo
+            explicit = self.strong_config[children]
+            explicit_sum = np.add.reduceat(explicit, seg, axis=0)
+            parent_inferred = inferred[parents]
+            residual = np.maximum(parent_inferred - explicit_sum, 0.0)
+            p_main = inferred[par, main]
+            ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
+            implicit_mask = ~self.spec_mask[children]
+            implicit_mask[:, main] = False
+            implicit = np.where(implicit_mask, ratio[:, None] * inferred[par], 0.0)
+            implicit_sum = np.add.reduceat(implicit, seg, axis=0)
+            scale = np.ones_like(implicit_sum)
+            over = (implicit_sum > residual) & (parents != 0)[:, None]
+            scale[over] = residual[over] / implicit_sum[over]
+            slot = np.repeat(np.arange(len(parents)), tree.child_count[parents])
+            implicit = implicit * scale[slot]
+            inferred[children] = np.where(implicit_mask, implicit, explicit)
+        self.inferred = inferred
+
+    # ---- b.2 step 4 (cumulative integral attributes) --------------------------------------------------
+    def compute_integral_ratios(self) -> None:
+        tree, total = self.tree, self.total
+        n = len(tree.elements)
+        self.burst_ratio = np.zeros(n)
+        self.flow_ratio = np.zeros(n)
+        self.integral_pools = np.flatnonzero(self.integral_type > 0)
+        for i in self.integral_pools:
+            ig = tree.elements[i].integral_guarantees  # type: ignore[attr-defined]
+            burst = _vector(
+                tree.elements[i],
+                "integral_guarantees.burst_guarantee_resources",
+                ig.burst_guarantee_resources,
+            )
+            flow = _vector(tree.elements[i], "integral_guarantees.resource_flow", ig.resource_flow)
+            positive = total > 0
+            self.burst_ratio[i] = float(np.max(burst[positive] / total[positive], initial=0.0))
+            self.flow_ratio[i] = float(np.max(flow[positive] / total[positive], initial=0.0))
+        if len(self.integral_pools):
+            # Burst, then relaxed pools, each in depth-first pre-order (InitIntegralPoolLists).
+            order = self._preorder_rank()
+            ranked = sorted(self.integral_pools.tolist(), key=lambda i: order[i])
+            self.burst_pools = [i for i in ranked if self.integral_type[i] == 1]
+            self.relaxed_pools = [i for i in ranked if self.integral_type[i] == 2]
+        else:
+            self.burst_pools, self.relaxed_pools = [], []
+        self.total_burst_ratio = self.burst_ratio.copy()
+        self.total_flow_ratio = self.flow_ratio.copy()
+        both = np.stack([self.total_burst_ratio, self.total_flow_ratio], axis=1)
+        _sum_children_into_with_own(tree, both)
+        self.total_burst_ratio, self.total_flow_ratio = both[:, 0].copy(), both[:, 1].copy()
+
+    def _preorder_rank(self) -> dict[int, int]:
+        tree = self.tree
+        rank: dict[int, int] = {}
+        stack = [0]
+        while stack:
+            i = stack.pop()
+            rank[i] = len(rank)
+            stack.extend(reversed(tree.children(i)))
+        return rank
+
+    # ---- b.7 volume accounting ----------------------------------------------------------------------
+    def consume_and_refill(self) -> None:
+        tree, total, st = self.tree, self.total, self.state
+        n = len(tree.elements)
+        self.volume: dict[int, np.ndarray] = {}
+        self.last_ratio: dict[int, float] = {}
+        self.capacity: dict[int, np.ndarray] = {}
+        overflow = np.zeros((n, RESOURCE_COUNT))
+        acceptable = np.zeros((n, RESOURCE_COUNT))
+        period = self.settings.integral_pool_capacity_saturation_period
+        for i in self.integral_pools:
+            pid = tree.ids[i]
+            volume = np.array(st.accumulated_resource_volume.get(pid, np.zeros(RESOURCE_COUNT)), dtype=float)
+            self.last_ratio[i] = float(st.last_integral_share_ratio.get(pid, 0.0))
+            capacity = total * self.flow_ratio[i] * period
+            self.capacity[i] = capacity
+            if st.previous_update_time is not None and np.any(total != 0):
+                dt = self.now - st.previous_update_time
+                old = volume.copy()
+                volume = volume + total * dt * self.flow_ratio[i] - total * dt * self.last_ratio[i]
+                volume = np.maximum(volume, 0.0)
+                upper = np.maximum(old, capacity)
+                overflow[i] = np.maximum(volume - upper, 0.0)
+                if tree.elements[i].integral_guarantees.can_accept_free_volume:  # type: ignore[attr-defined]
+                    acceptable[i] = np.maximum(capacity - volume, 0.0)
+                volume = np.minimum(volume, upper)
+            self.volume[i] = volume
+        if len(self.integral_pools) and st.previous_update_time is not None:
+            self._distribute_free_volume(overflow, acceptable)
+
+    def _distribute_free_volume(self, overflow: np.ndarray, acceptable: np.ndarray) -> None:
+        """Overflow of integral pools flows up through plain pools and, where enabled, down to hungry pools."""
+        tree = self.tree
+        children_overflow = np.zeros_like(overflow)
+
+        def pool_children(i: int) -> list[int]:
+            return [c for c in tree.children(i) if not tree.is_op[c]]
+
+        def gather(i: int) -> None:
+            if self.integral_type[i] > 0:
+                return
+            kids = pool_children(i)
+            for c in kids:
+                gather(c)
+            child_acceptable = np.zeros(RESOURCE_COUNT)
+            for c in kids:
+                children_overflow[i] += overflow[c]
+                child_acceptable += acceptable[c]
+            diff = children_overflow[i] - child_acceptable
+            can_accept = i != 0 and tree.elements[i].integral_guarantees.can_accept_free_volume  # type: ignore[attr-defined]
+            overflow[i] = np.where(diff > 0, diff, 0.0)
+            acceptable[i] = np.where(diff > 0, 0.0, -diff if can_accept else 0.0)
+
+        gather(0)
+        accepted = np.zeros_like(overflow)
+
+        def distribute(i: int) -> None:
+            free = accepted[i].copy()
+            if self.integral_type[i] > 0:
+                self.volume[i] = self.volume[i] + free
+                return
+            element = tree.elements[i]
+            should = i != 0 and element.integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
+            kids = pool_children(i)
+            if should and not (np.all(free == 0) and np.all(children_overflow[i] == 0)):
+                free = free + children_overflow[i]
+                for r in range(RESOURCE_COUNT):
+                    if free[r] == 0:
+                        continue
+                    hungry = [
+                        c for c in kids if acceptable[c, r] > EPSILON and self.total_flow_ratio[c] > EPSILON
+                    ]
+                    weight_sum = sum(self.total_flow_ratio[c] for c in hungry)
+                    hungry.sort(key=lambda c: acceptable[c, r] / self.total_flow_ratio[c])
+                    k = 0
+                    while k < len(hungry):
+                        c = hungry[k]
+                        suggested = free[r] * (self.total_flow_ratio[c] / weight_sum)
+                        if suggested < acceptable[c, r]:
+                            break
+                        accepted[c, r] = acceptable[c, r]
+                        free[r] -= acceptable[c, r]
+                        weight_sum -= self.total_flow_ratio[c]
+                        k += 1
+                    for c in hungry[k:]:
+                        accepted[c, r] = free[r] * (self.total_flow_ratio[c] / weight_sum)
+            for c in kids:
+                distribute(c)
+
+        distribute(0)
+
+    def volume_ratio(self, i: int) -> float:
+        total = self.total
+        positive = total > 0
+        if not np.any(positive):
+            return 0.0
+        return (
+            float(np.min(self.volume[i][positive] / total[positive])) / self.settings.integral_smooth_period
+        )
+
+    # ---- b.4 ----------------------------------------------------------------------------------------
+    def adjust_guarantees(self) -> None:
+        tree, total = self.tree, self.total
+        sgs = _share(self.inferred, total)
+        top = (
+            np.arange(tree.level_start[1], tree.level_start[2])
+            if len(tree.level_start) > 2
+            else np.zeros(0, int)
+        )
+        sgs[0] = sgs[top].sum(axis=0)
+        strong_total = self.inferred[top].sum(axis=0)
+        flow = total * self.total_flow_ratio[0]
+        burst = total * self.total_burst_ratio[0]
+        attrs = {
+            "total_cluster_resources": total.tolist(),
+            "total_strong_guarantee_resources": strong_total.tolist(),
+        }
+        if not np.all(total >= strong_total + flow):
+            self.errors.append(
+                PooltreeError(
+                    "Strong guarantees and resource flows exceed total cluster resources",
+                    code=GUARANTEES_OVERCOMMIT,
+                    attributes={**attrs, "total_resource_flow": flow.tolist()},
+                )
+            )
+        if not np.all(total >= strong_total + burst):
+            self.errors.append(
+                PooltreeError(
+                    "Strong guarantees and burst guarantees exceed total cluster resources",
+                    code=GUARANTEES_OVERCOMMIT,
+                    attributes={**attrs, "total_burst_resources": burst.tolist()},
+                )
+            )
+            burst_sum = sum(self.burst_ratio[i] for i in self.burst_pools)
+            root_sgs = sgs[0].copy()
+            factor = floating_point_inverse_lower_bound(
+                0.0, 1.0, lambda f: bool(np.all(root_sgs * f + burst_sum * f <= 1.0))
+            )
+            sgs[0] = root_sgs * factor
+            for i in self.burst_pools:
+                self.burst_ratio[i] *= factor
+        # Top-down: own guarantee within own limits, children's sum within own guarantee.
+        ls = self.limits_share
+        for d in range(len(tree.level_start) - 1):
+            lo, hi = tree.level_start[d], tree.level_start[d + 1]
+            pools = np.arange(lo, hi)
+            pools = pools[~tree.is_op[pools]]
+            sgs[pools] = np.minimum(sgs[pools], ls[pools])
+            parents = pools[tree.child_count[pools] > 0]
+            if len(parents) == 0 or d + 2 > len(tree.level_start) - 1:
+                continue
+            clo = tree.level_start[d + 1]
+            sums = np.add.reduceat(
+                sgs[clo : tree.level_start[d + 2]], tree.child_start[parents] - clo, axis=0
+            )
+            over = np.flatnonzero(np.any(sums > sgs[parents], axis=1))
+            for k in over:
+                p = int(parents[k])
+                kids = np.array(tree.children(p))
+                child_sgs = sgs[kids].copy()
+                available = np.maximum(sgs[p], 0.0)
+                factor = floating_point_inverse_lower_bound(
+                    0.0, 1.0, lambda f, cs=child_sgs, av=available: bool(np.all((cs * f).sum(axis=0) <= av))
+                )
+                sgs[kids] = child_sgs * factor
+        self.sgs = sgs
+
+    # ---- b.6 ----------------------------------------------------------------------------------------
+    def compute_weights(self) -> None:
+        tree = self.tree
+        weight = np.where(np.isnan(self.weight_cfg), 1.0, self.weight_cfg)
+        multiplier = self.settings.infer_weight_from_guarantees_share_multiplier
+        if multiplier is not None:
+            g = self.sgs.max(axis=1) + self.total_flow_ratio
+            unset = np.isnan(self.weight_cfg)
+            unset[0] = False
+            gp = g[np.maximum(tree.parent, 0)]
+            ok = (g >= EPSILON) & (gp >= EPSILON)
+            inferred = np.where(ok, multiplier * g / np.where(ok, gp, 1.0), 1.0)
+            weight = np.where(unset, inferred, weight)
+        weight[0] = 1.0
+        self.weight = weight
+        # FIFO order (b.6) of operations in FIFO pools.
+        n = len(tree.elements)
+        self.fifo_rank = np.zeros(n, dtype=np.int64)
+        self.fifo_index: dict[int, int] = {}
+        for p in np.flatnonzero(self.fifo):
+            pool = tree.elements[p]
+            kids = list(tree.children(int(p)))
+            params = pool.fifo_sort_parameters  # type: ignore[attr-defined]
+
+            def key(c: int, params: tuple[str, ...] = params) -> tuple[float, ...]:
+                op = tree.elements[c]
+                out = []
+                for name in params:
+                    if name == "weight":
+                        out.append(-weight[c])
+                    elif name == "start_time":
+                        out.append(op.start_time)  # type: ignore[attr-defined]
+                    else:
+                        out.append(op.pending_allocation_count)  # type: ignore[attr-defined]
+                return tuple(out)
+
+            for rank, c in enumerate(sorted(kids, key=key)):
+                self.fifo_rank[c] = rank
+                self.fifo_index[c] = rank
+
+    def compute_estimated_guarantees(self) -> None:
+        tree = self.tree
+        egs = np.zeros_like(self.sgs)
+        egs[0] = self.sgs[0]
+        for d in range(len(tree.level_start) - 2):
+            lo, hi = tree.level_start[d], tree.level_start[d + 1]
+            parents = np.arange(lo, hi)
+            parents = parents[tree.child_count[parents] > 0]
+            if len(parents) == 0:
+                continue
+            clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
+            children = np.arange(clo, chi)
+            slot = np.repeat(np.arange(len(parents)), tree.child_count[parents])
+            seg = tree.child_start[parents] - clo
+            want = self.sgs[children] + self.total_flow_ratio[children, None]
+            budget = egs[parents][slot]
+            prefix = np.cumsum(want, axis=0)
+            base = np.where((seg > 0)[:, None], prefix[np.maximum(seg - 1, 0)], 0.0)
+            incl = prefix - base[slot]
+            excl = incl - want
+            # Sequential "min(want, still undistributed)" over the children, as prefix sums.
+            got = np.minimum(incl, budget) - np.minimum(excl, budget)
+            undistributed = egs[parents] - np.add.reduceat(got, seg, axis=0)
+            weights = self.weight[children]
+            wsum = np.add.reduceat(weights, seg)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                part = np.where(wsum[slot] > 0, weights / wsum[slot], 0.0)
+            egs[children] = got + undistributed[slot] * part[:, None]
+        self.egs = egs
+
+    # ---- functions (b.5) ----------------------------------------------------------------------------
+    def build_functions(
+        self, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+    ) -> tuple[fn.FunctionBatch, np.ndarray]:
+        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up; returns batch and row map."""
+        tree = self.tree
+        n = len(tree.elements)
+        batches: list[fn.FunctionBatch] = []
+        batch_of = np.full(n, -1, dtype=np.int64)
+        row_of = np.full(n, -1, dtype=np.int64)
+        ops = elements[tree.is_op[elements]]
+        if len(ops):
+            step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
+            allow = (
+                np.array(
+                    [tree.elements[int(p)].allow_gang_step_function for p in tree.parent[ops]]  # type: ignore[attr-defined]
+                )
+                if np.any(step)
+                else np.zeros(len(ops), dtype=bool)
+            )
+            step &= allow
+            fsbff = fn.operation_fair_share_by_fit_factor(self.usage_share[ops], self.demand_share[ops], step)
+            batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops]))
+            batch_of[ops] = 0
+            row_of[ops] = np.arange(len(ops))
+        pools = elements[~tree.is_op[elements]]
+        height = np.zeros(n, dtype=np.int64)
+        for d in range(len(tree.level_start) - 2, -1, -1):
+            lo, hi = tree.level_start[d], tree.level_start[d + 1]
+            parents = np.arange(lo, hi)
+            parents = parents[tree.child_count[parents] > 0]
+            if len(parents) and d + 1 < len(tree.level_start) - 1:
+                clo = tree.level_start[d + 1]
+                chi = tree.level_start[d + 2]
+                hmax = np.maximum.reduceat(height[clo:chi], tree.child_start[parents] - clo)
+                height[parents] = hmax + 1
+        height[pools[tree.child_count[pools] == 0]] = 1
+        for h in np.unique(height[pools]):
+            level = pools[height[pools] == h]
+            counts = tree.child_count[level]
+            kids = (
+                np.concatenate(
+                    [np.arange(tree.child_start[p], tree.child_start[p] + tree.child_count[p]) for p in level]
+                )
+                if counts.sum()
+                else np.zeros(0, dtype=np.int64)
+            )
+            slot = np.repeat(np.arange(len(level)), counts)
+            parent_of = tree.parent[kids]
+            fifo_child = self.fifo[parent_of]
+            w = self.weight[kids]
+            positive = w > EPSILON
+            min_w = np.full(len(level), np.inf)
+            np.minimum.at(min_w, slot[positive], w[positive])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
+            scale = np.where(fifo_child, 1.0, scale)
+            shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
+            right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+            # Gather children's FSBS from the batches they live in.
+            parts, part_slot, part_scale, part_shift = [], [], [], []
+            for b in np.unique(batch_of[kids]):
+                sel = batch_of[kids] == b
+                parts.append(fn.gather(batches[int(b)], row_of[kids[sel]]))
+                part_slot.append(slot[sel])
+                part_scale.append(scale[sel])
+                part_shift.append(shift[sel])
+            if parts:
+                children = fn.concatenate(parts)
+                fsbff = fn.sum_functions(
+                    children,
+                    np.concatenate(part_slot),
+                    np.concatenate(part_scale),
+                    np.concatenate(part_shift),
+                    right,
+                )
+            else:
+                empty = fn.FunctionBatch(
+                    np.zeros(1, dtype=np.int64), np.zeros(0), np.zeros((0, RESOURCE_COUNT))
+                )
+                fsbff = fn.sum_functions(empty, np.zeros(0, np.int64), np.zeros(0), np.zeros(0), right)
+            batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
+            batch_of[level] = len(batches) - 1
+            row_of[level] = np.arange(len(level))
+        # One batch, rows by element.
+        combined = fn.concatenate(batches)
+        base = np.concatenate([[0], np.cumsum([b.size for b in batches])]).astype(np.int64)
+        rows = np.full(n, -1, dtype=np.int64)
+        has = batch_of >= 0
+        rows[has] = base[batch_of[has]] + row_of[has]
+        return combined, rows
+
+    def distribute(
+        self, fsbs: fn.FunctionBatch, rows: np.ndarray, start: np.ndarray, suggestion: np.ndarray
+    ) -> np.ndarray:
+        """ComputeAndSetFairShare top-down from ``start`` elements with scalar suggestions; returns FS (N, 5)."""
+        tree = self.tree
+        fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
+        current = np.asarray(start, dtype=np.int64)
+        s = np.asarray(suggestion, dtype=float)
+        values, fits = fn.evaluate(fsbs, rows[current], s)
+        while len(current):
+            fs[current] = values
+            pools = ~tree.is_op[current] & (tree.child_count[current] > 0)
+            parents = current[pools]
+            if len(parents) == 0:
+                break
+            target = values[pools]
+            fit = fits[pools]  # type: ignore[index]
+            counts = tree.child_count[parents]
+            kids = np.concatenate(
+                [np.arange(tree.child_start[p], tree.child_start[p] + tree.child_count[p]) for p in parents]
+            )
+            slot = np.repeat(np.arange(len(parents)), counts)
+            ks = self._child_suggestions(parents, kids, slot, fit)
+            kv, kf = fn.evaluate(fsbs, rows[kids], ks)
+            seg = np.concatenate([[0], np.cumsum(counts)[:-1]])
+            sums = np.add.reduceat(kv, seg, axis=0)
+            bad = np.flatnonzero(np.any(sums > target + EPSILON, axis=1))
+            for k in bad:
+                sel = np.flatnonzero(slot == k)
+                p_arr = parents[k : k + 1]
+                sub_kids = kids[sel]
+                zero_slot = np.zeros(len(sel), dtype=np.int64)
+
+                def fits_target(
+                    f: float, p_arr=p_arr, sub_kids=sub_kids, zero_slot=zero_slot, bound=target[k] + EPSILON
+                ) -> bool:
+                    sug = self._child_suggestions(p_arr, sub_kids, zero_slot, np.array([f]))
+                    v, _ = fn.evaluate(fsbs, rows[sub_kids], sug)
+                    return bool(np.all(v.sum(axis=0) <= bound))
+
+                f_new = floating_point_inverse_lower_bound(0.0, float(fit[k]), fits_target)
+                sug = self._child_suggestions(p_arr, sub_kids, zero_slot, np.array([f_new]))
+                v, f2 = fn.evaluate(fsbs, rows[sub_kids], sug)
+                ks[sel], kv[sel], kf[sel] = sug, v, f2  # type: ignore[index]
+            current, values, fits = kids, kv, kf
+        return fs
+
+    def _child_suggestions(
+        self, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray
+    ) -> np.ndarray:
+        """Children's suggestions from the parent's fit factor: min(1, f·w/w_min), or FIFO unit steps."""
+        f = fit[slot]
+        fifo = self.fifo[parents][slot]
+        w = self.weight[kids]
+        positive = w > EPSILON
+        min_w = np.full(len(parents), np.inf)
+        np.minimum.at(min_w, slot[positive], w[positive])
+        with np.errstate(invalid="ignore"):
+            normal = np.minimum(1.0, np.where(positive, f * (w / min_w[slot]), 0.0))
+        fifo_s = np.clip(f - self.fifo_rank[kids], 0.0, 1.0)
+        return np.where(fifo, fifo_s, normal)
+
+
+def _sum_children_into_with_own(tree: _Tree, values: np.ndarray) -> None:
+    """values[p] += Σ values[children of p], bottom-up (subtree totals of own values)."""
+    for d in range(len(tree.level_start) - 3, -1, -1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        parents = np.arange(lo, hi)
+        parents = parents[tree.child_count[parents] > 0]
+        if len(parents) == 0:
+            continue
+        clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
+        values[parents] += np.add.reduceat(values[clo:chi], tree.child_start[parents] - clo, axis=0)
+
+
+def _hierarchical_available(upd: _Update, i: int, guarantee: np.ndarray) -> np.ndarray:
+    """min over the element and its non-root ancestors of (limits share − guarantee share)."""
+    result = np.ones(RESOURCE_COUNT)
+    tree = upd.tree
+    while i > 0:
+        result = np.minimum(result, upd.limits_share[i] - guarantee[i])
+        i = int(tree.parent[i])
+    return np.maximum(result, 0.0)
+
+
+def _increase_integral(upd: _Update, i: int, delta: np.ndarray, pis: np.ndarray) -> None:
+    """Add ``delta`` to the proposed integral share of the pool and every ancestor (root may overcommit)."""
+    tree = upd.tree
+    while i >= 0:
+        increased = pis[i] + delta
+        if i != 0:
+            increased = adjust_proposed_integral_share(upd.limits_share[i], upd.sgs[i], increased)
+        pis[i] = increased
+        i = int(tree.parent[i])
+
+
+def _integral_shares(upd: _Update) -> np.ndarray:
+    """Burst then relaxed pools' proposed integral shares (b.7); also sets their LastShareRatio."""
+    tree = upd.tree
+    pis = np.zeros((len(tree.elements), RESOURCE_COUNT))
+    for b in upd.burst_pools:
+        ratio = min(upd.burst_ratio[b], upd.volume_ratio(b))
+        proposed = np.minimum(np.full(RESOURCE_COUNT, ratio), _hierarchical_available(upd, b, upd.sgs + pis))
+        proposed = adjust_proposed_integral_share(upd.limits_share[b], upd.sgs[b], proposed)
+        pis[b] = proposed
+        subtree = tree.subtree(b)
+        fsbs, rows = upd.build_functions(subtree, upd.sgs + pis, upd.limits_share)
+        pis[b] = 0.0
+        within, _ = fn.evaluate(fsbs, rows[[b]], np.zeros(1))
+        integral = np.maximum(within[0] - upd.sgs[b], 0.0)
+        _increase_integral(upd, b, integral, pis)
+        upd.last_ratio[b] = float(integral.max())
+    relaxed = [r for r in upd.relaxed_pools if upd.volume_ratio(r) != 0]
+    for r in upd.relaxed_pools:
+        if r not in relaxed:
+            upd.last_ratio[r] = upd.last_ratio.get(r, 0.0)
+    if not relaxed:
+        return pis
+    top = list(tree.children(0))
+    guarantee = upd.sgs + pis
+    available = np.maximum(1.0 - np.minimum(guarantee[top], upd.demand_share[top]).sum(axis=0), 0.0)
+    weights = np.array([upd.volume_ratio(r) for r in relaxed])
+    limits = upd.limits_share.copy()
+    for r, w in zip(relaxed, weights, strict=True):
+        pool = tree.elements[r]
+        multiplier = pool.integral_guarantees.relaxed_share_multiplier_limit  # type: ignore[attr-defined]
+        if multiplier is None:
+            multiplier = upd.settings.relaxed_share_multiplier_limit
+        cap = min(w, upd.flow_ratio[r] * multiplier)
+        limits[r] = np.minimum(limits[r], upd.sgs[r] + cap)
+    elements = np.unique(np.concatenate([tree.subtree(r) for r in relaxed]))
+    fsbs, rows = upd.build_functions(elements, guarantee, limits)
+    weights = weights / weights.min()
+    relaxed_rows = rows[relaxed]
+    strong = upd.sgs[relaxed]
+
+    def shares(f: float) -> np.ndarray:
+        values, _ = fn.evaluate(fsbs, relaxed_rows, np.minimum(1.0, f * weights))
+        return np.maximum(values - strong, 0.0)
+
+    fit = floating_point_inverse_lower_bound(
+        0.0, 1.0, lambda f: bool(np.all(shares(f).sum(axis=0) <= available))
+    )
+    integral = shares(fit)
+    for k, r in enumerate(relaxed):
+        limited = np.minimum(integral[k], _hierarchical_available(upd, r, upd.sgs + pis))
+        _increase_integral(upd, r, limited, pis)
+        upd.last_ratio[r] = float(limited.max())
+    return pis
+
+
+def _detailed(total: np.ndarray, strong: np.ndarray, integral: np.ndarray) -> tuple[np.ndarray, ...]:
+    sg = np.minimum(total, strong)
+    ig = np.minimum(total - sg, integral)
+    return sg, ig, total - sg - ig
+
+
+def update_fair_share(
+    root: Pool,
+    total_resources: Vector,
+    settings: UpdateSettings,
+    now: float,
+    state: UpdateState | None = None,
+) -> FairShareResult:
+    """Run one fair-share update (yt-semantics §b) and compute statuses (§c) for every element.
+
+    ``now`` is the update time in seconds (any epoch; only differences to ``state.previous_update_time``
+    matter). Raises ``ConfigError`` naming the field for bad input; guarantee overcommit is reported as
+    alerts in ``FairShareResult.errors``.
+    """
+    upd = _Update(root, total_resources, settings, now, state)
+    tree = upd.tree
+    n = len(tree.elements)
+    # b.2 step 1: nested promised-guarantee pools.
+    promised_pools = [
+        i for i in range(n) if not tree.is_op[i] and tree.elements[i].compute_promised_guarantee_fair_share
+    ]  # type: ignore[attr-defined]
+    promised_flag = np.zeros(n, dtype=bool)
+    promised_flag[promised_pools] = True
+    nested = []
+    for i in promised_pools:
+        p = int(tree.parent[i])
+        while p >= 0:
+            if promised_flag[p]:
+                nested.append(i)
+                break
+            p = int(tree.parent[p])
+    if nested:
+        upd.errors.append(
+            PooltreeError(
+                "Found pools with enabled promised guarantee fair share computation which are nested inside other such pools",
+                code=NESTED_PROMISED_GUARANTEE_POOLS,
+                attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
+            )
+        )
+    # Steps 2-6.
+    upd.compute_attributes()
+    upd.infer_strong_guarantees()
+    upd.compute_integral_ratios()
+    upd.consume_and_refill()
+    upd.adjust_guarantees()
+    upd.compute_weights()
+    upd.compute_estimated_guarantees()
+    # Step 7: integral guarantees.
+    pis = _integral_shares(upd) if len(upd.integral_pools) else np.zeros((n, RESOURCE_COUNT))
+    guarantee = upd.sgs + pis
+    # Step 8: functions and the top-down distribution from the root with suggestion 1.
+    fsbs, rows = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
+    fs = upd.distribute(fsbs, rows, np.array([0]), np.ones(1))
+    limited_demand, _ = fn.evaluate(fsbs, rows, np.ones(n))
+    # Step 9: promised guarantee fair share.
+    promised = None
+    outermost = [i for i in promised_pools if i not in nested]
+    if outermost:
+        promised = np.full((n, RESOURCE_COUNT), np.nan)
+        for i in outermost:
+            part = upd.distribute(fsbs, rows, np.array([i]), np.zeros(1))
+            sub = tree.subtree(i)
+            promised[sub] = part[sub]
+    # Step 10: root fair share = sum of children.
+    top = np.array(list(tree.children(0)), dtype=np.int64)
+    strong_part, integral_part, weight_part = _detailed(fs, upd.sgs, pis)
+    if len(top):
+        fs[0] = fs[top].sum(axis=0)
+        used_strong = strong_part[top].sum(axis=0)
+    else:
+        fs[0] = 0.0
+        used_strong = np.zeros(RESOURCE_COUNT)
+    root_sg, root_ig, root_wp = _detailed(fs[0], used_strong, pis[0])
+    strong_part[0], integral_part[0], weight_part[0] = root_sg, root_ig, root_wp
+    return _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+
+
+def _results(
+    upd: _Update,
+    fs: np.ndarray,
+    strong_part: np.ndarray,
+    integral_part: np.ndarray,
+    weight_part: np.ndarray,
+    limited_demand: np.ndarray,
+    promised: np.ndarray | None,
+    pis: np.ndarray,
+) -> FairShareResult:
+    tree = upd.tree
+    n = len(tree.elements)
+    is_op = tree.is_op
+    # Statuses (§c), computed with usage at update.
+    below = is_below_fair_share(
+        fs, upd.usage_share, upd.demand_share, upd.tolerance, is_operation=is_op, schedulable=upd.schedulable
+    )
+    below = np.asarray(below)
+    below[0] = False
+    local = np.asarray(local_satisfaction_ratio(fs, upd.usage_share, upd.demand_share))
+    # Post-update satisfaction: pools take their best schedulable child's (smaller satisfaction first).
+    satisfaction = local.copy()
+    schedulable = upd.schedulable.copy()
+    fifo_order = upd.settings.fifo_pool_scheduling_order == "fifo"
+    for d in range(len(tree.level_start) - 3, -1, -1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        for p in range(lo, hi):
+            if is_op[p]:
+                continue
+            kids = [c for c in tree.children(p) if schedulable[c]]
+            schedulable[p] = bool(kids)
+            if not kids:
+                continue
+            if fifo_order and upd.fifo[p]:
+                best = min(kids, key=lambda c: upd.fifo_rank[c])
+            else:
+                best = min(kids, key=lambda c: satisfaction[c])
+            satisfaction[p] = satisfaction[best]
+    empty_pools = ~is_op & (tree.child_count == 0)
+    schedulable[empty_pools] = False
+    statuses = np.where(below, BELOW_FAIR_SHARE, NORMAL)
+    dominant_names = [RESOURCES[k] for k in upd.dominant]
+    parent_ids = [None] + [tree.ids[p] for p in tree.parent[1:]]
+    integral_set = set(upd.integral_pools.tolist())
+    elements: dict[str, ElementResult] = {}
+    for i in range(n):
+        prom = None
+        if promised is not None and not np.isnan(promised[i, 0]):
+            total_p = promised[i]
+            sg, ig, wp = _detailed(total_p, upd.sgs[i], pis[i])
+            prom = DetailedFairShare(sg, ig, wp, total_p)
+        in_integral = i in integral_set
+        elements[tree.ids[i]] = ElementResult(
+            id=tree.ids[i],
+            is_operation=bool(is_op[i]),
+            parent=parent_ids[i],
+            resource_usage=upd.usage[i],
+            resource_demand=upd.demand[i],
+            usage_share=upd.usage_share[i],
+            demand_share=upd.demand_share[i],
+            limits_share=upd.limits_share[i],
+            resource_limits=upd.resource_limits[i],
+            strong_guarantee_share=upd.sgs[i],
+            inferred_strong_guarantee_resources=upd.inferred[i],
+            estimated_guarantee_share=upd.egs[i],
+            proposed_integral_share=pis[i],
+            fair_share=fs[i],
+            detailed_fair_share=DetailedFairShare(strong_part[i], integral_part[i], weight_part[i], fs[i]),
+            limited_demand_share=limited_demand[i],
+            promised_guarantee_fair_share=prom,
+            dominant_resource=dominant_names[i],
+            weight=float(upd.weight[i]),
+            satisfaction_ratio=float(satisfaction[i]),
+            local_satisfaction_ratio=float(local[i]),
+            scheduling_status=str(statuses[i]),
+            fifo_index=upd.fifo_index.get(i),
+            burst_ratio=float(upd.burst_ratio[i]),
+            resource_flow_ratio=float(upd.flow_ratio[i]),
+            total_burst_ratio=float(upd.total_burst_ratio[i]),
+            total_resource_flow_ratio=float(upd.total_flow_ratio[i]),
+            accumulated_resource_volume=upd.volume[i] if in_integral else None,
+            integral_pool_capacity=upd.capacity[i] if in_integral else None,
+        )
+    new_state = UpdateState(
+        previous_update_time=upd.now,
+        accumulated_resource_volume={tree.ids[i]: upd.volume[i] for i in upd.integral_pools},
+        last_integral_share_ratio={tree.ids[i]: upd.last_ratio.get(i, 0.0) for i in upd.integral_pools},
+    )
+    return FairShareResult(elements=elements, state=new_state, errors=upd.errors)
