@@ -292,12 +292,12 @@ class JobExecutor:
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Kill every running job (aborted, ``node_shutdown``) and wait for their results; idempotent."""
         self._closed = True
-        for job_id, job in list(self._running.items()):
-            if job.verdict is None:
+        for job in list(self._running.values()):
+            if job.verdict is None and job.exit_mono is None:
                 job.verdict = _Verdict(
                     JobState.ABORTED, abort_error(NODE_SHUTDOWN_REASON), NODE_SHUTDOWN_REASON
                 )
-            await self._kill_tree(self._running.get(job_id) or job)
+            await self._kill_tree(job)
         pending = [job.supervisor for job in self._running.values() if job.supervisor is not None]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
