@@ -184,7 +184,10 @@ class OperationControllerBase:
                 continue
             job = state.pending[0]
             resources = self._allocation_resources(state, job)
-            if np.any(resources > available_resources + _FIT_EPSILON):
+            if any(
+                float(resources[r]) > float(available_resources[r]) + _FIT_EPSILON
+                for r in range(RESOURCE_COUNT)
+            ):
                 continue
             state.pending.popleft()
             state.running += 1

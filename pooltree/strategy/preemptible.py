@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import Allocation, PreemptionStatus
-from pooltree.strategy.shares import EPSILON, strictly_dominates_non_blocked
+from pooltree.strategy.shares import EPSILON
 
 _INF = math.inf
 
@@ -23,6 +23,8 @@ class PreemptibleLists:
     """The three ordered allocation lists of one operation and their cumulative usage (absolute, as floats)."""
 
     __slots__ = (
+        "_all_blocked",
+        "_inverse_total",
         "_lists",
         "_usage",
         "aggressive_threshold",
@@ -45,6 +47,8 @@ class PreemptibleLists:
         self.fair_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
         self.total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
+        self._inverse_total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
+        self._all_blocked = True
         self.non_preemptible_threshold: tuple[float, ...] | None = None
         self.aggressive_threshold = 0.2
         self.threshold = 1.0
@@ -65,6 +69,8 @@ class PreemptibleLists:
         demand = tuple(float(x) for x in demand_share)
         self.blocked = tuple(f >= d for f, d in zip(self.fair_share, demand, strict=True))
         self.total = tuple(float(x) for x in total)
+        self._inverse_total = tuple(1.0 / t if t > 0 else 0.0 for t in self.total)
+        self._all_blocked = all(self.blocked)
         self.non_preemptible_threshold = (
             None if non_preemptible_threshold is None else tuple(float(x) for x in non_preemptible_threshold)
         )
@@ -92,11 +98,24 @@ class PreemptibleLists:
         return list(self._usage[index])
 
     def add(self, allocation: Allocation) -> None:
-        """Append a new allocation as Preemptible and rebalance."""
+        """Append a new allocation as Preemptible and rebalance.
+
+        Prefix usage only grows along the start order, so once some allocation is Preemptible every later one is
+        too: with a non-empty Preemptible list the new tail needs no rebalancing at all, and otherwise only the
+        AggressivelyPreemptible | Preemptible boundary can move (onto the new allocation).
+        """
         allocation.preemption_status = PreemptionStatus.PREEMPTIBLE
+        had_preemptible = bool(self._lists[2])
         self._lists[2].append(allocation)
         _add(self._usage[2], allocation.resources)
-        self.rebalance()
+        if had_preemptible:
+            return
+        aggressive_bound = tuple(f * self.aggressive_threshold for f in self.fair_share)
+        cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
+        if self._lists[1] or not self._below(cumulative, aggressive_bound):
+            self._balance(1, self._normal_bound(), cumulative)
+        else:
+            self.rebalance()
 
     def remove(self, allocation: Allocation) -> bool:
         """Drop a finished or preempted allocation and rebalance; False if it was not listed."""
@@ -120,13 +139,19 @@ class PreemptibleLists:
         self.rebalance()
 
     def _below(self, prefix: list[float], bound: tuple[float, ...]) -> bool:
+        """below(P, B) of §d: under the non-preemptible usage threshold, or B strictly dominates share(P)."""
         threshold = self.non_preemptible_threshold
         if threshold is not None and all(t > p for t, p in zip(threshold, prefix, strict=True)):
             return True
         if bound[0] == _INF:
             return True
-        share = [p / t if t > 0 else 0.0 for p, t in zip(prefix, self.total, strict=True)]
-        return strictly_dominates_non_blocked(bound, share, self.blocked)
+        inverse = self._inverse_total
+        if self._all_blocked:
+            return any(b > p * i for b, p, i in zip(bound, prefix, inverse, strict=True))
+        for b, p, i, is_blocked in zip(bound, prefix, inverse, self.blocked, strict=True):
+            if not is_blocked and not b > p * i:
+                return False
+        return True
 
     def _balance(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> None:
         left_list, right_list = self._lists[left], self._lists[left + 1]
@@ -152,13 +177,15 @@ class PreemptibleLists:
             _add(left_usage, head.resources)
             _add(cumulative, head.resources)
 
+    def _normal_bound(self) -> tuple[float, ...]:
+        if self.preemptible:
+            return tuple(f * self.threshold for f in self.fair_share)
+        return (_INF,) * RESOURCE_COUNT
+
     def rebalance(self) -> None:
         """Two passes of both boundaries so that large threshold changes propagate."""
         aggressive_bound = tuple(f * self.aggressive_threshold for f in self.fair_share)
-        if self.preemptible:
-            normal_bound = tuple(f * self.threshold for f in self.fair_share)
-        else:
-            normal_bound = (_INF,) * RESOURCE_COUNT
+        normal_bound = self._normal_bound()
         for _ in range(2):
             self._balance(0, aggressive_bound, list(self._usage[0]))
             cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]

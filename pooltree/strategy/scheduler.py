@@ -785,7 +785,8 @@ class TreeScheduler:
         allocation = controller.schedule_allocation(node, available_vector, now)
         if allocation is None:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
-        if np.any(allocation.resources > available_vector + _FIT_EPSILON):
+        resources = allocation.resources
+        if any(float(resources[r]) > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
             controller.on_allocation_finished(
                 allocation,
                 FinishedAllocation(allocation.id, "aborted", abort_reason="scheduling_resource_overcommit"),
@@ -816,17 +817,18 @@ class TreeScheduler:
         self._charge(allocation, runtime, element)
         self._refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
-        self._emit(
-            {
-                "event": "allocation_started",
-                "time": now,
-                "allocation_id": allocation.id,
-                "operation_id": allocation.operation_id,
-                "node": node.address,
-                "stage": stage.value,
-                "resources": {name: float(allocation.resources[i]) for i, name in enumerate(RESOURCES)},
-            }
-        )
+        if self._event_sink is not None:
+            self._emit(
+                {
+                    "event": "allocation_started",
+                    "time": now,
+                    "allocation_id": allocation.id,
+                    "operation_id": allocation.operation_id,
+                    "node": node.address,
+                    "stage": stage.value,
+                    "resources": {name: float(allocation.resources[i]) for i, name in enumerate(RESOURCES)},
+                }
+            )
 
     # -------------------------------------------------------------- stage 3: preemptive scheduling
 
