@@ -1,0 +1,437 @@
+"""The ASGI app: ``/api/v4`` discovery and commands from one ``CommandRegistry``, YT errors, auth, mutation ids.
+
+Run it with uvicorn: ``uvicorn.run(create_app(open_store("sqlite:///state.db")), host="127.0.0.1", port=...)``.
+Later layers add commands (``start_operation``, ...) with ``registry.register`` and never touch the routing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from pooltree.errors import PooltreeError
+from pooltree.server.cypress import Cypress, OrchidProvider, Validator
+from pooltree.server.protocol import (
+    AUTHENTICATION_ERROR,
+    Format,
+    YtError,
+    content_type_format,
+    decode_parameters,
+    decompress_body,
+    encode_structured,
+    error_json,
+    error_to_dict,
+    header_text,
+    parameter_error,
+    parse_format,
+    parse_header_format,
+    parse_structured,
+    strip_attributes,
+)
+from pooltree.server.store import Store
+
+log = logging.getLogger(__name__)
+
+DATA_TYPES = ("null", "structured", "binary", "tabular")
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class CommandDescriptor:
+    """One advertised command, exactly as ``GET /api/v4`` lists it."""
+
+    name: str
+    input_type: str = "null"
+    output_type: str = "structured"
+    is_volatile: bool = False
+    is_heavy: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "input_type": self.input_type,
+            "output_type": self.output_type,
+            "is_volatile": self.is_volatile,
+            "is_heavy": self.is_heavy,
+        }
+
+    @property
+    def method(self) -> str:
+        """The HTTP method the official client uses for this command."""
+        if self.input_type != "null":
+            return "PUT"
+        return "POST" if self.is_volatile else "GET"
+
+
+@dataclass
+class CommandContext:
+    """Everything a command handler gets: decoded parameters, decoded input, the user."""
+
+    name: str
+    parameters: dict[str, Any]
+    input: Any = None
+    user: str = "root"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request_id: str = ""
+
+    def param(self, name: str, default: Any = _MISSING) -> Any:
+        """A parameter value; a missing required one is a YT error naming it."""
+        if name in self.parameters and self.parameters[name] is not None:
+            return self.parameters[name]
+        if default is _MISSING:
+            raise YtError(f"Missing required parameter {name!r}", attributes={"parameter": name})
+        return default
+
+    def str_param(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.param(name, default)
+        if value is not default and not isinstance(value, str):
+            raise parameter_error(name, f"expected a string, got {type(value).__name__}")
+        return value
+
+    def bool_param(self, name: str, default: bool = False) -> bool:
+        value = self.param(name, default)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise parameter_error(name, f"expected a boolean, got {value!r}")
+
+    def int_param(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.param(name, default)
+        if value is default:
+            return value
+        if isinstance(value, str):
+            try:
+                value = int(value)
+            except ValueError as error:
+                raise parameter_error(name, f"expected an integer, got {value!r}") from error
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise parameter_error(name, f"expected an integer, got {value!r}")
+        return value
+
+    def list_param(self, name: str, default: Any = None) -> Any:
+        value = self.param(name, default)
+        if value is default:
+            return value
+        if not isinstance(value, list) or not all(isinstance(strip_attributes(v), str) for v in value):
+            raise parameter_error(name, "expected a list of strings")
+        return [strip_attributes(v) for v in value]
+
+
+Handler = Callable[[CommandContext], Any]
+
+
+class CommandRegistry:
+    """Commands by name: what discovery advertises is exactly what routing serves."""
+
+    def __init__(self) -> None:
+        self._commands: dict[str, tuple[CommandDescriptor, Handler]] = {}
+
+    def register(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        input_type: str = "null",
+        output_type: str = "structured",
+        is_volatile: bool = False,
+        is_heavy: bool = False,
+        replace: bool = False,
+    ) -> CommandDescriptor:
+        """Add a command; ``replace`` allows overriding an existing one on purpose."""
+        for what, value in (("input_type", input_type), ("output_type", output_type)):
+            if value not in DATA_TYPES:
+                raise PooltreeError(
+                    f"{what} of command {name!r} must be one of {', '.join(DATA_TYPES)}, got {value!r}"
+                )
+        if not name or not name.replace("_", "").isalnum():
+            raise PooltreeError(f"command name must be letters, digits and underscores, got {name!r}")
+        if name in self._commands and not replace:
+            raise PooltreeError(f"command {name!r} is already registered")
+        descriptor = CommandDescriptor(name, input_type, output_type, is_volatile, is_heavy)
+        self._commands[name] = (descriptor, handler)
+        return descriptor
+
+    def lookup(self, name: str) -> tuple[CommandDescriptor, Handler] | None:
+        return self._commands.get(name)
+
+    def descriptors(self) -> list[CommandDescriptor]:
+        return [
+            descriptor for descriptor, _ in sorted(self._commands.values(), key=lambda item: item[0].name)
+        ]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._commands
+
+
+class CommandProvider(Protocol):
+    """A later layer (operations, jobs, transactions) that adds its commands to the registry."""
+
+    def register_commands(self, registry: CommandRegistry) -> None: ...
+
+
+def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> None:
+    """``get``, ``list``, ``exists``, ``set``, ``create``, ``remove`` with the v4 response shapes."""
+
+    def only_value(ctx: CommandContext, value: Any) -> Any:
+        return value if ctx.bool_param("return_only_value", False) else {"value": value}
+
+    def get(ctx: CommandContext) -> Any:
+        return only_value(ctx, cypress.get(ctx.str_param("path"), attributes=ctx.list_param("attributes")))
+
+    def list_(ctx: CommandContext) -> Any:
+        value = cypress.list(
+            ctx.str_param("path"),
+            attributes=ctx.list_param("attributes"),
+            max_size=ctx.int_param("max_size", None),
+        )
+        return only_value(ctx, value)
+
+    def exists(ctx: CommandContext) -> Any:
+        return {"value": cypress.exists(ctx.str_param("path"))}
+
+    def set_(ctx: CommandContext) -> None:
+        cypress.set(
+            ctx.str_param("path"),
+            ctx.input,
+            recursive=ctx.bool_param("recursive"),
+            force=ctx.bool_param("force"),
+        )
+
+    def create(ctx: CommandContext) -> Any:
+        path = ctx.str_param("path", None)
+        attributes = ctx.param("attributes", None)
+        if attributes is not None and not isinstance(attributes, dict):
+            raise parameter_error("attributes", "expected a map")
+        object_id = cypress.create(
+            ctx.str_param("type"),
+            path,
+            attributes=attributes,
+            recursive=ctx.bool_param("recursive"),
+            ignore_existing=ctx.bool_param("ignore_existing"),
+            force=ctx.bool_param("force"),
+        )
+        return {"node_id": object_id} if path is not None else {"object_id": object_id}
+
+    def remove(ctx: CommandContext) -> None:
+        cypress.remove(
+            ctx.str_param("path"), recursive=ctx.bool_param("recursive"), force=ctx.bool_param("force")
+        )
+
+    registry.register("get", get)
+    registry.register("list", list_)
+    registry.register("exists", exists)
+    registry.register("set", set_, input_type="structured", output_type="null", is_volatile=True)
+    registry.register("create", create, is_volatile=True)
+    registry.register("remove", remove, output_type="null", is_volatile=True)
+
+
+def _user_of(headers: Mapping[str, str]) -> str:
+    raw = headers.get("x-started-by")
+    if not raw:
+        return "root"
+    try:
+        fmt = parse_header_format(headers.get("x-yt-header-format"))
+        value = strip_attributes(parse_structured(raw.encode("latin-1", "replace"), fmt, "X-Started-By"))
+    except YtError:
+        return "root"
+    user = value.get("user") if isinstance(value, dict) else None
+    return user if isinstance(user, str) and user else "root"
+
+
+class YtApi:
+    """The request pipeline shared by every command."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: CommandRegistry,
+        *,
+        token: str | None,
+        host: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.token = token
+        self.host = host
+        self.clock = clock
+
+    def error_response(self, error: BaseException, request_id: str) -> Response:
+        body = error_to_dict(error, host=self.host, now=self.clock())
+        status = 401 if body["code"] == AUTHENTICATION_ERROR else 400
+        text = error_json(body)
+        headers = {
+            "X-YT-Error": text,
+            "X-YT-Response-Code": str(body["code"]),
+            "X-YT-Response-Message": header_text(body["message"]),
+            "X-YT-Request-Id": request_id,
+            "X-YT-Proxy": self.host,
+        }
+        return Response(text, status_code=status, media_type="application/json", headers=headers)
+
+    def check_token(self, request: Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        if not header:
+            raise YtError(
+                "Client is missing credentials: send Authorization: OAuth <token>", code=AUTHENTICATION_ERROR
+            )
+        if scheme.lower() not in ("oauth", "bearer") or not hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode()
+        ):
+            raise YtError("Authentication failed: the token is not valid", code=AUTHENTICATION_ERROR)
+
+    async def discovery(self, request: Request) -> Response:
+        body = json.dumps([d.to_json() for d in self.registry.descriptors()])
+        return Response(body, media_type="application/json")
+
+    async def hosts(self, request: Request) -> Response:
+        return Response("[]", media_type="application/json")
+
+    async def command(self, request: Request) -> Response:
+        request_id = secrets.token_hex(8)
+        try:
+            return await self._command(request, request_id)
+        except PooltreeError as error:
+            return self.error_response(error, request_id)
+        except Exception as error:
+            log.exception(
+                "command %s failed unexpectedly (request %s)", request.path_params.get("command"), request_id
+            )
+            wrapped = YtError(f"Internal error while executing the command: {type(error).__name__}: {error}")
+            return self.error_response(wrapped, request_id)
+
+    async def _command(self, request: Request, request_id: str) -> Response:
+        self.check_token(request)
+        name = request.path_params["command"]
+        found = self.registry.lookup(name)
+        if found is None:
+            raise YtError(f'Command "{name}" is not supported by api/v4', attributes={"command": name})
+        descriptor, handler = found
+        if descriptor.input_type != "null" and request.method != "PUT":
+            raise YtError(f'Command "{name}" takes input and must be sent with PUT, not {request.method}')
+        if descriptor.is_volatile and request.method == "GET":
+            raise YtError(f'Command "{name}" changes state and must be sent with POST, not GET')
+        body = await self._read_body(request)
+        params = decode_parameters(
+            request.headers.get("x-yt-parameters"),
+            request.headers.get("x-yt-header-format"),
+            body if descriptor.input_type == "null" else None,
+            request.headers.get("content-type"),
+            dict(request.query_params),
+        )
+        ctx = CommandContext(
+            name, params, user=_user_of(request.headers), headers=request.headers, request_id=request_id
+        )
+        if descriptor.input_type == "structured":
+            fmt = parse_format(params["input_format"], "input_format") if "input_format" in params else None
+            ctx.input = parse_structured(
+                body, fmt or content_type_format(request.headers.get("content-type")), "input"
+            )
+        elif descriptor.input_type != "null":
+            ctx.input = body
+        mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
+        if mutation_id is not None:
+            seen, saved = await run_in_threadpool(self.store.get_mutation, str(mutation_id))
+            if seen:
+                if not ctx.bool_param("retry", False):
+                    raise YtError(
+                        f'Duplicate request is not marked as "retry" (mutation_id {mutation_id})',
+                        attributes={"mutation_id": str(mutation_id)},
+                    )
+                return self._output(descriptor, saved, params, request_id)
+        result = await run_in_threadpool(handler, ctx)
+        if mutation_id is not None and descriptor.output_type in ("structured", "null"):
+            await run_in_threadpool(self.store.remember_mutation, str(mutation_id), result, self.clock())
+        return self._output(descriptor, result, params, request_id)
+
+    @staticmethod
+    async def _read_body(request: Request) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise YtError(f"Request body is larger than {MAX_BODY_BYTES} bytes")
+            chunks.append(chunk)
+        return decompress_body(b"".join(chunks), request.headers.get("content-encoding"))
+
+    def _output(
+        self, descriptor: CommandDescriptor, result: Any, params: dict[str, Any], request_id: str
+    ) -> Response:
+        headers = {"X-YT-Request-Id": request_id, "X-YT-Proxy": self.host}
+        if descriptor.output_type == "null":
+            return Response(b"", headers=headers)
+        if descriptor.output_type in ("binary", "tabular"):
+            if isinstance(result, bytes | bytearray):
+                return Response(bytes(result), media_type="application/octet-stream", headers=headers)
+            if isinstance(result, Iterable) and not isinstance(result, str | Mapping):
+                return StreamingResponse(iter(result), media_type="application/octet-stream", headers=headers)
+            raise YtError(f"Command {descriptor.name} produced {type(result).__name__} instead of bytes")
+        fmt = (
+            parse_format(params["output_format"], "output_format")
+            if "output_format" in params
+            else Format("json")
+        )
+        data, content_type = encode_structured(result, fmt)
+        return Response(data, media_type=content_type, headers=headers)
+
+
+def create_app(
+    store: Store,
+    *,
+    token: str | None = None,
+    orchid: OrchidProvider | None = None,
+    operations: CommandProvider | None = None,
+    validator: Validator | None = None,
+    host: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Starlette:
+    """The scheduler's HTTP API over ``store``; ``app.state`` holds ``store``, ``cypress`` and ``registry``."""
+    cypress = Cypress(store, validator=validator, orchid=orchid, clock=clock)
+    registry = CommandRegistry()
+    register_cypress_commands(registry, cypress)
+    registry.register("get_current_user", lambda ctx: {"user": ctx.user})
+    if operations is not None:
+        operations.register_commands(registry)
+    api = YtApi(store, registry, token=token, host=host or socket.gethostname(), clock=clock)
+
+    async def api_versions(request: Request) -> Response:
+        return Response('["v4"]', media_type="application/json")
+
+    async def not_found(request: Request) -> Response:
+        return api.error_response(YtError(f"Unknown endpoint {request.url.path}; use /api/v4/<command>"), "")
+
+    routes = [
+        Route("/api", api_versions, methods=["GET"]),
+        Route("/api/v4", api.discovery, methods=["GET"]),
+        Route("/api/v4/", api.discovery, methods=["GET"]),
+        Route("/hosts", api.hosts, methods=["GET"]),
+        Route("/api/v4/{command}", api.command, methods=["GET", "POST", "PUT"]),
+        Route("/{rest:path}", not_found, methods=["GET", "POST", "PUT", "DELETE"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.store = store
+    app.state.cypress = cypress
+    app.state.registry = registry
+    app.state.api = api
+    return app

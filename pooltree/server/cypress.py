@@ -1,0 +1,882 @@
+"""A small virtual Cypress: ``//sys/pool_trees`` with pool trees and pools, generic nodes, and the orchid.
+
+Pool trees are ``scheduler_pool_tree`` nodes under ``//sys/pool_trees`` (tree options in ``@config``), pools are
+nested ``scheduler_pool`` nodes whose attributes are pool options. Every mutation is applied to a copy of the
+tree; if it touches ``//sys/pool_trees`` the resulting pool trees document is validated as a whole, and only a
+valid state is written to the store and becomes current, so a rejected change leaves the last good state.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server.protocol import (
+    ALREADY_EXISTS,
+    RESOLVE_ERROR,
+    YtError,
+    format_datetime,
+    resolve_error,
+)
+from pooltree.server.store import Store
+from pooltree.server.ypath import YPath, join_tokens, parse_ypath
+
+log = logging.getLogger(__name__)
+
+ROOT_POOL = "<Root>"
+POOL_TREES = ("sys", "pool_trees")
+POOL_TREES_PATH = "//sys/pool_trees"
+ORCHID_PATH = ("sys", "scheduler", "orchid")
+COMPOSITE_TYPES = frozenset({"map_node", "scheduler_pool_tree", "scheduler_pool"})
+SCALAR_TYPES = frozenset(
+    {"string_node", "int64_node", "uint64_node", "double_node", "boolean_node", "list_node", "document"}
+)
+CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES
+SYSTEM_ATTRIBUTES = frozenset(
+    {
+        "id",
+        "type",
+        "name",
+        "path",
+        "parent_id",
+        "creation_time",
+        "modification_time",
+        "account",
+        "resource_usage",
+        "child_count",
+        "value",
+    }
+)
+POOL_OBJECT_KEYS = ("name", "pool_tree", "parent_name")
+NAME_RE = re.compile(r"^[-_a-zA-Z0-9:]+$")
+_PROTECTED = (
+    (),
+    ("sys",),
+    POOL_TREES,
+    ("sys", "scheduler"),
+    ORCHID_PATH,
+)
+_BOOTSTRAP: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((), "map_node"),
+    (("sys",), "map_node"),
+    (POOL_TREES, "map_node"),
+    (("sys", "scheduler"), "map_node"),
+    (ORCHID_PATH, "orchid"),
+    (("tmp",), "map_node"),
+)
+
+Validator = Callable[[dict[str, Any]], Any]
+
+
+class OrchidProvider(Protocol):
+    """The live scheduler view under ``//sys/scheduler/orchid``; raises ``LookupError`` for a missing path."""
+
+    def get(self, path_tokens: Sequence[str]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class PoolTreesChange:
+    """What a committed mutation did to the pool trees, for the scheduler to apply."""
+
+    trees: dict[str, dict[str, Any]]
+    """The whole new pool trees document ``{tree: {config, pools}}``."""
+    changed: frozenset[str]
+    """Trees added or changed."""
+    removed: frozenset[str]
+    default_tree: str | None
+    """``//sys/pool_trees/@default_tree`` (None when unset)."""
+    parsed: Any = None
+    """What the validator returned for ``trees`` (``parse_pool_trees`` gives the tree definitions)."""
+
+
+Listener = Callable[[PoolTreesChange], None]
+
+
+def default_validator() -> Validator:
+    """``pooltree.config.parse_pool_trees``: the one validator of pool tree documents."""
+    from pooltree.config import parse_pool_trees
+
+    return parse_pool_trees
+
+
+def new_id() -> str:
+    """A YT-style GUID: four lowercase hex groups."""
+    return "-".join(f"{secrets.randbits(32):x}" for _ in range(4))
+
+
+@dataclass
+class Node:
+    """One Cypress node: type, user attributes, a value (scalar nodes) or children (composite nodes)."""
+
+    id: str
+    type: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    value: Any = None
+    children: dict[str, Node] = field(default_factory=dict)
+    creation_time: float = 0.0
+    modification_time: float = 0.0
+
+    def record(self) -> dict[str, Any]:
+        """What the store keeps for this node (children are separate records)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": self.type,
+            "attributes": self.attributes,
+            "creation_time": self.creation_time,
+            "modification_time": self.modification_time,
+        }
+        if self.type in SCALAR_TYPES:
+            out["value"] = self.value
+        return out
+
+
+def _walk(node: Node, tokens: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Node]]:
+    yield tokens, node
+    for name, child in node.children.items():
+        yield from _walk(child, (*tokens, name))
+
+
+def _flatten(root: Node) -> dict[str, dict[str, Any]]:
+    return {join_tokens(tokens): node.record() for tokens, node in _walk(root)}
+
+
+def _scalar_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean_node"
+    if isinstance(value, int):
+        return "uint64_node" if value > 2**63 - 1 else "int64_node"
+    if isinstance(value, float):
+        return "double_node"
+    if isinstance(value, str):
+        return "string_node"
+    if isinstance(value, list):
+        return "list_node"
+    return "document"
+
+
+def _under_pool_trees(tokens: tuple[str, ...]) -> bool:
+    return tokens[:2] == POOL_TREES
+
+
+def _check_name(kind: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise YtError(
+            f"{kind} name must be a non-empty string, got {name!r}", attributes={"name": repr(name)}
+        )
+    if name == ROOT_POOL or not NAME_RE.match(name):
+        raise YtError(
+            f'{kind} name "{name}" is invalid: use letters, digits, "-", "_" and ":" ("{ROOT_POOL}" and "$" are reserved)',
+            attributes={"name": name},
+        )
+    return name
+
+
+def _lookup_nested(value: Any, keys: Sequence[str], path: str) -> Any:
+    for key in keys:
+        if isinstance(value, dict) and key in value:
+            value = value[key]
+        elif isinstance(value, list) and _is_index(key, len(value)):
+            value = value[int(key)]
+        else:
+            raise resolve_error(path, f'Node has no child with key "{key}"')
+    return value
+
+
+def _is_index(key: str, size: int) -> bool:
+    try:
+        index = int(key)
+    except ValueError:
+        return False
+    return -size <= index < size
+
+
+class Cypress:
+    """The virtual Cypress over a ``Store``; thread-safe, mutations are validated and atomic."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        validator: Validator | None = None,
+        orchid: OrchidProvider | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._validator = validator if validator is not None else default_validator()
+        self.orchid = orchid
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self._root = self._load()
+        self._parsed = self._validate(self.pool_trees_document(self._root), self.default_tree_attribute())
+
+    # Loading and bootstrapping.
+
+    def _load(self) -> Node:
+        records = self._store.load_nodes()
+        nodes: dict[tuple[str, ...], Node] = {}
+        for path in sorted(records, key=lambda p: (p.count("/"), p)):
+            record = records[path]
+            tokens = parse_ypath(path).tokens
+            node = Node(
+                id=record["id"],
+                type=record["type"],
+                attributes=dict(record.get("attributes") or {}),
+                value=record.get("value"),
+                creation_time=float(record.get("creation_time", 0.0)),
+                modification_time=float(record.get("modification_time", 0.0)),
+            )
+            nodes[tokens] = node
+            if tokens:
+                parent = nodes.get(tokens[:-1])
+                if parent is None:
+                    raise PooltreeError(
+                        f"store holds node {path} without its parent", attributes={"path": path}
+                    )
+                parent.children[tokens[-1]] = node
+        now = self._clock()
+        missing: dict[str, dict[str, Any]] = {}
+        for tokens, node_type in _BOOTSTRAP:
+            if tokens not in nodes:
+                node = Node(new_id(), node_type, creation_time=now, modification_time=now)
+                nodes[tokens] = node
+                if tokens:
+                    nodes[tokens[:-1]].children[tokens[-1]] = node
+                missing[join_tokens(tokens)] = node.record()
+        if missing:
+            self._store.save_nodes(missing, [])
+        for node in nodes.values():
+            node.children = dict(sorted(node.children.items()))
+        return nodes[()]
+
+    # Listeners and the pool trees document.
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call ``listener`` after every committed change of the pool trees (in commit order)."""
+        self._listeners.append(listener)
+
+    @property
+    def parsed_pool_trees(self) -> Any:
+        """What the validator returned for the current (last good) pool trees."""
+        return self._parsed
+
+    def pool_trees_document(self, root: Node | None = None) -> dict[str, dict[str, Any]]:
+        """The current pool trees as ``{tree: {"config": {...}, "pools": {pool: {...options, "pools": ...}}}}``."""
+        trees_node = self._node_at(root or self._root, POOL_TREES)
+        return {name: self._tree_document(tree) for name, tree in trees_node.children.items()}
+
+    @staticmethod
+    def _tree_document(tree: Node) -> dict[str, Any]:
+        def pool_doc(pool: Node) -> dict[str, Any]:
+            doc = copy.deepcopy(pool.attributes)
+            if pool.children:
+                doc["pools"] = {name: pool_doc(child) for name, child in pool.children.items()}
+            return doc
+
+        config = copy.deepcopy(tree.attributes.get("config", {}))
+        return {"config": config, "pools": {name: pool_doc(child) for name, child in tree.children.items()}}
+
+    def default_tree_attribute(self, root: Node | None = None) -> str | None:
+        value = self._node_at(root or self._root, POOL_TREES).attributes.get("default_tree")
+        return value if isinstance(value, str) else None
+
+    def default_tree(self) -> str:
+        """``@default_tree`` of ``//sys/pool_trees``, or the only tree; a resolve error when neither exists."""
+        with self._lock:
+            configured = self.default_tree_attribute()
+            if configured is not None:
+                return configured
+            trees = list(self._node_at(self._root, POOL_TREES).children)
+        if len(trees) == 1:
+            return trees[0]
+        raise resolve_error(
+            "//sys/scheduler/orchid/scheduler/default_pool_tree",
+            "Default pool tree is not configured: set //sys/pool_trees/@default_tree",
+        )
+
+    def _validate(self, trees: dict[str, dict[str, Any]], default_tree: Any) -> Any:
+        if default_tree is not None and (not isinstance(default_tree, str) or default_tree not in trees):
+            raise YtError(
+                f"Invalid pool trees configuration: default tree {default_tree!r} is not a pool tree "
+                f"(trees: {', '.join(trees) or 'none'})",
+                attributes={"path": f"{POOL_TREES_PATH}/@default_tree"},
+            )
+        try:
+            return self._validator(copy.deepcopy(trees))
+        except ConfigError as error:
+            attributes: dict[str, Any] = {"field": error.path, "reason": error.reason}
+            cypress_path = cypress_path_of_field(error.path)
+            if cypress_path:
+                attributes["path"] = cypress_path
+            raise YtError(
+                f"Invalid pool trees configuration: {error.message}",
+                attributes=attributes,
+                inner_errors=[error],
+            ) from error
+        except PooltreeError as error:
+            raise YtError(
+                f"Invalid pool trees configuration: {error.message}", code=error.code, inner_errors=[error]
+            ) from error
+
+    # Resolution helpers.
+
+    def _node_at(self, root: Node, tokens: tuple[str, ...]) -> Node:
+        node = root
+        for token in tokens:
+            node = node.children[token]
+        return node
+
+    def _resolve_tokens(self, root: Node, ypath: YPath) -> tuple[str, ...]:
+        if ypath.object_id is None:
+            return ypath.tokens
+        for tokens, node in _walk(root):
+            if node.id == ypath.object_id:
+                return tokens + ypath.tokens
+        raise resolve_error(ypath.text, f"No such object {ypath.object_id}")
+
+    def _find(self, root: Node, tokens: tuple[str, ...], text: str) -> tuple[Node | None, tuple[str, ...]]:
+        """The node at ``tokens``, or the orchid node with the tokens below it; resolve error if missing."""
+        node = root
+        for index, token in enumerate(tokens):
+            if node.type == "orchid":
+                return None, tokens[index:]
+            child = node.children.get(token)
+            if child is None:
+                if node.type not in COMPOSITE_TYPES:
+                    raise resolve_error(
+                        text, f"Node {join_tokens(tokens[:index])} of type {node.type} has no children"
+                    )
+                raise resolve_error(
+                    text, f'Node {join_tokens(tokens[:index])} has no child with key "{token}"'
+                )
+            node = child
+        if node.type == "orchid":
+            return None, ()
+        return node, ()
+
+    # Reads.
+
+    def get(self, path: str, *, attributes: Sequence[str] | None = None) -> Any:
+        """The value at ``path`` (``@attr`` paths give attributes); ``attributes`` decorates every node."""
+        ypath = parse_ypath(path)
+        with self._lock:
+            root = self._root
+            tokens = self._resolve_tokens(root, ypath)
+            node, rest = self._find(root, tokens, ypath.text)
+            if node is None:
+                return self._orchid_get(rest, ypath)
+            if ypath.attribute is not None:
+                return copy.deepcopy(self._attribute(node, tokens, ypath))
+            return self._value(node, tokens, list(attributes) if attributes else None)
+
+    def list(self, path: str, *, attributes: Sequence[str] | None = None, max_size: int | None = None) -> Any:
+        """Child names (or attribute names for ``/@``), sorted, with ``<incomplete=%true>`` past ``max_size``."""
+        ypath = parse_ypath(path)
+        with self._lock:
+            root = self._root
+            tokens = self._resolve_tokens(root, ypath)
+            node, rest = self._find(root, tokens, ypath.text)
+            if node is None:
+                value = self._orchid_get(rest, ypath)
+                if not isinstance(value, dict):
+                    raise YtError(
+                        f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text}
+                    )
+                names: list[Any] = sorted(value)
+            elif ypath.attribute is not None:
+                value = self._attribute(node, tokens, ypath)
+                if not isinstance(value, dict):
+                    raise YtError(
+                        f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text}
+                    )
+                names = sorted(value)
+            else:
+                if node.type not in COMPOSITE_TYPES:
+                    raise YtError(
+                        f"Cannot list node {ypath.text} of type {node.type}",
+                        attributes={"path": ypath.text, "type": node.type},
+                    )
+                names = list(node.children)
+                if attributes:
+                    names = [
+                        self._decorate(name, child, (*tokens, name), list(attributes))
+                        for name, child in node.children.items()
+                    ]
+        if max_size is not None and len(names) > max_size:
+            return {"$attributes": {"incomplete": True}, "$value": names[: max(0, max_size)]}
+        return names
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.get(path)
+        except YtError as error:
+            if error.code == RESOLVE_ERROR:
+                return False
+            raise
+        return True
+
+    def _orchid_get(self, tokens: tuple[str, ...], ypath: YPath) -> Any:
+        if ypath.attribute is not None:
+            raise resolve_error(ypath.text, "Orchid nodes have no attributes")
+        if tokens == ("scheduler", "default_pool_tree"):
+            return self.default_tree()
+        if self.orchid is None:
+            if tokens in ((), ("scheduler",)):
+                value: dict[str, Any] = {"default_pool_tree": self._default_or_none()}
+                return {"scheduler": value} if not tokens else value
+            raise resolve_error(ypath.text, "The scheduler orchid is not available on this server")
+        try:
+            value = self.orchid.get(list(tokens))
+        except LookupError as error:
+            raise resolve_error(ypath.text, f"No orchid entry at /{'/'.join(tokens)}: {error}") from error
+        if tokens == ("scheduler",) and isinstance(value, dict):
+            value = {**value, "default_pool_tree": value.get("default_pool_tree", self._default_or_none())}
+        return value
+
+    def _default_or_none(self) -> str | None:
+        try:
+            return self.default_tree()
+        except YtError:
+            return None
+
+    def _system_attributes(self, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            "id": node.id,
+            "type": node.type,
+            "name": tokens[-1] if tokens else "",
+            "path": join_tokens(tokens),
+            "creation_time": format_datetime(node.creation_time),
+            "modification_time": format_datetime(node.modification_time),
+            "account": "sys",
+            "resource_usage": {"node_count": 1, "chunk_count": 0, "disk_space": 0, "tablet_count": 0},
+        }
+        if tokens:
+            attrs["parent_id"] = self._node_at(self._root, tokens[:-1]).id if self._has(tokens[:-1]) else None
+        if node.type in COMPOSITE_TYPES:
+            attrs["child_count"] = len(node.children)
+        if node.type in SCALAR_TYPES:
+            attrs["value"] = copy.deepcopy(node.value)
+        return attrs
+
+    def _has(self, tokens: tuple[str, ...]) -> bool:
+        try:
+            self._node_at(self._root, tokens)
+        except KeyError:
+            return False
+        return True
+
+    def _all_attributes(self, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
+        return {**self._system_attributes(node, tokens), **copy.deepcopy(node.attributes)}
+
+    def _attribute(self, node: Node, tokens: tuple[str, ...], ypath: YPath) -> Any:
+        keys = ypath.attribute or ()
+        if not keys:
+            return self._all_attributes(node, tokens)
+        name = keys[0]
+        if name in node.attributes:
+            value = node.attributes[name]
+        else:
+            system = self._system_attributes(node, tokens)
+            if name not in system:
+                raise resolve_error(ypath.text, f'Attribute "{name}" is not found')
+            value = system[name]
+        return _lookup_nested(value, keys[1:], ypath.text)
+
+    def _value(self, node: Node, tokens: tuple[str, ...], attributes: list[str] | None) -> Any:
+        if node.type in COMPOSITE_TYPES:
+            value: Any = {
+                name: self._value(child, (*tokens, name), attributes) for name, child in node.children.items()
+            }
+        elif node.type == "orchid":
+            value = None
+        else:
+            value = copy.deepcopy(node.value)
+        return self._decorate(value, node, tokens, attributes) if attributes else value
+
+    def _decorate(self, value: Any, node: Node, tokens: tuple[str, ...], attributes: list[str]) -> Any:
+        every = self._all_attributes(node, tokens)
+        return {"$attributes": {k: every[k] for k in attributes if k in every}, "$value": value}
+
+    # Mutations.
+
+    def _mutate(self, change: Callable[[Node, float], Any]) -> Any:
+        with self._lock:
+            now = self._clock()
+            candidate = copy.deepcopy(self._root)
+            result = change(candidate, now)
+            before, after = _flatten(self._root), _flatten(candidate)
+            upserts = {path: record for path, record in after.items() if before.get(path) != record}
+            deletes = [path for path in before if path not in after]
+            if not upserts and not deletes:
+                return result
+            touched = [*upserts, *deletes]
+            event: PoolTreesChange | None = None
+            if any(p == POOL_TREES_PATH or p.startswith(POOL_TREES_PATH + "/") for p in touched):
+                old_trees = self.pool_trees_document(self._root)
+                new_trees = self.pool_trees_document(candidate)
+                default_tree = self.default_tree_attribute(candidate)
+                parsed = self._validate(new_trees, default_tree)
+                event = PoolTreesChange(
+                    trees=new_trees,
+                    changed=frozenset(n for n, doc in new_trees.items() if old_trees.get(n) != doc),
+                    removed=frozenset(set(old_trees) - set(new_trees)),
+                    default_tree=default_tree,
+                    parsed=parsed,
+                )
+            self._store.save_nodes(upserts, deletes)
+            self._root = candidate
+            if event is not None:
+                self._parsed = event.parsed
+                for listener in list(self._listeners):
+                    try:
+                        listener(event)
+                    except Exception:
+                        log.exception("pool trees listener %r failed", listener)
+            return result
+
+    def set(self, path: str, value: Any, *, recursive: bool = False, force: bool = False) -> None:
+        """Set a node value or an attribute (``path/@name/key``)."""
+        ypath = parse_ypath(path)
+
+        def change(root: Node, now: float) -> None:
+            tokens = self._resolve_tokens(root, ypath)
+            node, _ = self._find_for_write(root, tokens, ypath, missing_ok=ypath.attribute is None)
+            if ypath.attribute is not None:
+                assert node is not None
+                self._set_attribute(node, ypath, copy.deepcopy(value), recursive)
+                node.modification_time = now
+                return
+            if node is not None:
+                if node.type not in ("map_node", *SCALAR_TYPES) or tokens in _PROTECTED:
+                    raise YtError(
+                        f"Cannot set the value of {ypath.text} (a {node.type}); set its attributes "
+                        f"({ypath.text}/@<name>) instead",
+                        attributes={"path": ypath.text, "type": node.type},
+                    )
+                parent = self._node_at(root, tokens[:-1])
+                replacement = self._build(value, now)
+                replacement.attributes = node.attributes if replacement.type == node.type else {}
+                parent.children[tokens[-1]] = replacement
+                parent.modification_time = now
+                return
+            parent = self._parent_for_create(root, tokens, ypath, recursive, now, "map_node")
+            parent.children[tokens[-1]] = self._build(value, now)
+            parent.children = dict(sorted(parent.children.items()))
+            parent.modification_time = now
+
+        self._mutate(change)
+
+    def _find_for_write(
+        self, root: Node, tokens: tuple[str, ...], ypath: YPath, *, missing_ok: bool
+    ) -> tuple[Node | None, tuple[str, ...]]:
+        for index in range(len(tokens) + 1):
+            if self._is_orchid(root, tokens[:index]):
+                raise YtError(f"{ypath.text} is read-only: the orchid reflects the scheduler state")
+        try:
+            return self._find(root, tokens, ypath.text)
+        except YtError:
+            if missing_ok and tokens:
+                return None, ()
+            raise
+
+    def _is_orchid(self, root: Node, tokens: tuple[str, ...]) -> bool:
+        node = root
+        for token in tokens:
+            if node.type == "orchid" or token not in node.children:
+                return node.type == "orchid"
+            node = node.children[token]
+        return node.type == "orchid"
+
+    def _set_attribute(self, node: Node, ypath: YPath, value: Any, recursive: bool) -> None:
+        keys = ypath.attribute or ()
+        if not keys:
+            if not isinstance(value, dict):
+                raise YtError(
+                    f"Setting {ypath.text} needs a map of attributes", attributes={"path": ypath.text}
+                )
+            clash = sorted(set(value) & SYSTEM_ATTRIBUTES)
+            if clash:
+                raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": ypath.text})
+            node.attributes = value
+            return
+        name = keys[0]
+        if name in SYSTEM_ATTRIBUTES:
+            raise YtError(
+                f'Attribute "{name}" cannot be set', attributes={"path": ypath.text, "attribute": name}
+            )
+        if len(keys) == 1:
+            node.attributes[name] = value
+            return
+        if name not in node.attributes:
+            if not recursive:
+                raise resolve_error(ypath.text, f'Attribute "{name}" is not found')
+            node.attributes[name] = {}
+        target = node.attributes[name]
+        for key in keys[1:-1]:
+            if isinstance(target, dict):
+                if key not in target:
+                    if not recursive:
+                        raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
+                    target[key] = {}
+                target = target[key]
+            elif isinstance(target, list) and _is_index(key, len(target)):
+                target = target[int(key)]
+            else:
+                raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
+        last = keys[-1]
+        if isinstance(target, dict):
+            target[last] = value
+        elif isinstance(target, list) and _is_index(last, len(target)):
+            target[int(last)] = value
+        else:
+            raise resolve_error(ypath.text, f'Cannot set key "{last}" inside a {type(target).__name__}')
+
+    def _build(self, value: Any, now: float) -> Node:
+        if isinstance(value, dict) and not ("$value" in value and set(value) <= {"$value", "$attributes"}):
+            node = Node(new_id(), "map_node", creation_time=now, modification_time=now)
+            for name in sorted(value):
+                node.children[name] = self._build(value[name], now)
+            return node
+        return Node(new_id(), _scalar_type(value), value=value, creation_time=now, modification_time=now)
+
+    def _parent_for_create(
+        self, root: Node, tokens: tuple[str, ...], ypath: YPath, recursive: bool, now: float, node_type: str
+    ) -> Node:
+        if not tokens:
+            raise YtError(
+                "The root node already exists", code=ALREADY_EXISTS, attributes={"path": ypath.text}
+            )
+        parent = root
+        for index, token in enumerate(tokens[:-1]):
+            child = parent.children.get(token)
+            if child is None:
+                if not recursive:
+                    raise resolve_error(
+                        ypath.text, f'Node {join_tokens(tokens[:index])} has no child with key "{token}"'
+                    )
+                if _under_pool_trees(tokens[: index + 1]):
+                    raise YtError(
+                        f"Cannot create intermediate nodes inside {POOL_TREES_PATH}: create pool trees and pools "
+                        "one level at a time",
+                        attributes={"path": ypath.text},
+                    )
+                child = Node(new_id(), "map_node", creation_time=now, modification_time=now)
+                parent.children[token] = child
+                parent.children = dict(sorted(parent.children.items()))
+            parent = child
+        parent_tokens = tokens[:-1]
+        if parent.type not in COMPOSITE_TYPES:
+            raise YtError(
+                f"Cannot create {ypath.text}: its parent is a {parent.type}", attributes={"path": ypath.text}
+            )
+        if parent_tokens == POOL_TREES and node_type != "scheduler_pool_tree":
+            raise YtError(
+                f"Only scheduler_pool_tree nodes can be created in {POOL_TREES_PATH}, not {node_type}",
+                attributes={"path": ypath.text, "type": node_type},
+            )
+        if parent.type in ("scheduler_pool_tree", "scheduler_pool") and node_type != "scheduler_pool":
+            raise YtError(
+                f"Only scheduler_pool nodes can be created inside a pool tree, not {node_type}",
+                attributes={"path": ypath.text, "type": node_type},
+            )
+        if node_type == "scheduler_pool_tree" and parent_tokens != POOL_TREES:
+            raise YtError(
+                f"scheduler_pool_tree nodes live directly in {POOL_TREES_PATH}",
+                attributes={"path": ypath.text},
+            )
+        if node_type == "scheduler_pool" and parent.type not in ("scheduler_pool_tree", "scheduler_pool"):
+            raise YtError(
+                "scheduler_pool nodes live inside a pool tree (//sys/pool_trees/<tree>/...)",
+                attributes={"path": ypath.text},
+            )
+        return parent
+
+    def create(
+        self,
+        node_type: str,
+        path: str | None = None,
+        *,
+        attributes: dict[str, Any] | None = None,
+        recursive: bool = False,
+        ignore_existing: bool = False,
+        force: bool = False,
+    ) -> str:
+        """Create a node or object; returns its id. Pools and trees may be given by attributes instead of path."""
+        if node_type not in CREATABLE_TYPES:
+            raise YtError(
+                f'Cannot create objects of type "{node_type}"; supported: {", ".join(sorted(CREATABLE_TYPES))}',
+                attributes={"type": node_type},
+            )
+        attrs = copy.deepcopy(attributes or {})
+        if not isinstance(attrs, dict):
+            raise YtError("Parameter 'attributes' must be a map", attributes={"parameter": "attributes"})
+
+        def change(root: Node, now: float) -> str:
+            tokens, text = self._create_target(root, node_type, path, attrs)
+            existing: Node | None = None
+            try:
+                existing, _ = self._find(root, tokens, text)
+            except YtError:
+                existing = None
+            if existing is not None:
+                if ignore_existing and existing.type == node_type:
+                    return existing.id
+                if not force or tokens in _PROTECTED or node_type != existing.type:
+                    raise YtError(
+                        f"Node {text} already exists",
+                        code=ALREADY_EXISTS,
+                        attributes={"path": text, "type": existing.type},
+                    )
+            parent = self._parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
+            if node_type == "scheduler_pool":
+                _check_name("Pool", tokens[-1])
+                tree = self._node_at(root, tokens[:3])
+                holder = next(
+                    (
+                        join_tokens(t)
+                        for t, n in _walk(tree, tokens[:3])
+                        if t != tokens and t[-1] == tokens[-1] and len(t) > 3
+                    ),
+                    None,
+                )
+                if holder is not None:
+                    raise YtError(
+                        f'Pool "{tokens[-1]}" already exists in pool tree "{tokens[2]}" at {holder}',
+                        code=ALREADY_EXISTS,
+                        attributes={"pool": tokens[-1], "pool_tree": tokens[2], "path": holder},
+                    )
+            elif node_type == "scheduler_pool_tree":
+                _check_name("Pool tree", tokens[-1])
+            node = Node(new_id(), node_type, creation_time=now, modification_time=now)
+            if node_type in SCALAR_TYPES:
+                node.value = attrs.pop("value", None)
+            clash = sorted(set(attrs) & SYSTEM_ATTRIBUTES)
+            if clash:
+                raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": text})
+            node.attributes = attrs
+            parent.children[tokens[-1]] = node
+            parent.children = dict(sorted(parent.children.items()))
+            parent.modification_time = now
+            return node.id
+
+        return str(self._mutate(change))
+
+    def _create_target(
+        self, root: Node, node_type: str, path: str | None, attrs: dict[str, Any]
+    ) -> tuple[tuple[str, ...], str]:
+        """Where a new node goes; consumes ``name``/``pool_tree``/``parent_name`` of object-style creation."""
+        if path is not None:
+            ypath = parse_ypath(path)
+            if ypath.attribute is not None:
+                raise YtError(f"Cannot create a node at attribute path {path}", attributes={"path": path})
+            tokens = self._resolve_tokens(root, ypath)
+            return tokens, join_tokens(tokens)
+        if node_type == "scheduler_pool_tree":
+            name = _check_name("Pool tree", attrs.pop("name", None))
+            return (*POOL_TREES, name), f"{POOL_TREES_PATH}/{name}"
+        if node_type != "scheduler_pool":
+            raise YtError(f"Creating a {node_type} needs a path", attributes={"parameter": "path"})
+        missing = [key for key in ("name", "pool_tree") if key not in attrs]
+        if missing:
+            raise YtError(
+                f'Attribute "{missing[0]}" is required to create a scheduler_pool '
+                "(attributes={name=...; pool_tree=...; parent_name=...})",
+                attributes={"attribute": missing[0]},
+            )
+        name = _check_name("Pool", attrs.pop("name"))
+        tree_name = attrs.pop("pool_tree")
+        parent_name = attrs.pop("parent_name", None)
+        trees = self._node_at(root, POOL_TREES)
+        if not isinstance(tree_name, str) or tree_name not in trees.children:
+            raise YtError(
+                f'Pool tree "{tree_name}" does not exist',
+                code=RESOLVE_ERROR,
+                attributes={"pool_tree": str(tree_name)},
+            )
+        tree_tokens = (*POOL_TREES, tree_name)
+        if parent_name in (None, ROOT_POOL):
+            return (*tree_tokens, name), join_tokens((*tree_tokens, name))
+        for tokens, node in _walk(trees.children[tree_name], tree_tokens):
+            if len(tokens) > 3 and tokens[-1] == parent_name and node.type == "scheduler_pool":
+                return (*tokens, name), join_tokens((*tokens, name))
+        raise YtError(
+            f'Parent pool "{parent_name}" does not exist in pool tree "{tree_name}"',
+            code=RESOLVE_ERROR,
+            attributes={"pool_tree": tree_name, "parent_name": str(parent_name)},
+        )
+
+    def remove(self, path: str, *, recursive: bool = False, force: bool = False) -> None:
+        """Remove a node (``recursive`` for non-empty composites) or an attribute; ``force`` ignores absence."""
+        ypath = parse_ypath(path)
+
+        def change(root: Node, now: float) -> None:
+            try:
+                tokens = self._resolve_tokens(root, ypath)
+                node, _ = self._find_for_write(root, tokens, ypath, missing_ok=False)
+            except YtError as error:
+                if force and error.code == RESOLVE_ERROR:
+                    return
+                raise
+            assert node is not None
+            if ypath.attribute is not None:
+                self._remove_attribute(node, ypath, force)
+                node.modification_time = now
+                return
+            if tokens in _PROTECTED:
+                raise YtError(f"Node {ypath.text} cannot be removed", attributes={"path": ypath.text})
+            if node.children and not recursive:
+                raise YtError(
+                    f"Cannot remove non-empty composite node {ypath.text} without recursive=%true",
+                    attributes={"path": ypath.text, "child_count": len(node.children)},
+                )
+            parent = self._node_at(root, tokens[:-1])
+            del parent.children[tokens[-1]]
+            parent.modification_time = now
+
+        self._mutate(change)
+
+    def _remove_attribute(self, node: Node, ypath: YPath, force: bool) -> None:
+        keys = ypath.attribute or ()
+        if not keys:
+            node.attributes = {}
+            return
+        if keys[0] in SYSTEM_ATTRIBUTES and keys[0] not in node.attributes:
+            raise YtError(f'Attribute "{keys[0]}" cannot be removed', attributes={"path": ypath.text})
+        try:
+            holder: Any = node.attributes
+            for key in keys[:-1]:
+                holder = holder[int(key)] if isinstance(holder, list) else holder[key]
+            if isinstance(holder, list):
+                del holder[int(keys[-1])]
+            else:
+                del holder[keys[-1]]
+        except (KeyError, IndexError, ValueError, TypeError) as error:
+            if force:
+                return
+            raise resolve_error(ypath.text, f'Attribute "{"/".join(keys)}" is not found') from error
+
+
+def cypress_path_of_field(field_path: str) -> str | None:
+    """``pool_trees.physical.pools.a.pools.b.weight`` -> ``//sys/pool_trees/physical/a/b/@weight``."""
+    parts = re.split(r"\.|(?=\[)", field_path)
+    if parts and parts[0] == "pool_trees":
+        parts = parts[1:]
+    if not parts or not parts[0]:
+        return None
+    tokens = [parts[0]]
+    rest = parts[1:]
+    while len(rest) >= 2 and rest[0] == "pools":
+        tokens.append(rest[1])
+        rest = rest[2:]
+    path = f"{POOL_TREES_PATH}/" + "/".join(tokens)
+    if rest:
+        path += "/@" + "/".join(part.strip("[]") for part in rest)
+    return path

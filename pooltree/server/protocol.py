@@ -1,0 +1,423 @@
+"""The YTsaurus HTTP API v4 wire protocol: parameters, formats, ``encode_utf8``, YT errors.
+
+Values travel inside the server as plain Python (dict, list, str, int, float, bool, None). A YSON value with
+attributes is represented with the YT JSON convention ``{"$attributes": {...}, "$value": v}``, so it survives
+JSON storage and prints the same way in JSON output; YSON output turns it back into ``<attrs>value``.
+Pure functions only: the app module does the I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import yt.yson as yson
+from yt.yson.yson_types import YsonBoolean, YsonEntity, YsonStringProxy
+
+from pooltree.errors import ConfigError, PooltreeError
+
+# YTsaurus error codes the official client acts on (yt-http-api.md §5).
+GENERIC_ERROR = 1
+RESOLVE_ERROR = 500
+ALREADY_EXISTS = 501
+AUTHENTICATION_ERROR = 900
+AUTHORIZATION_ERROR = 901
+NO_SUCH_OPERATION = 1915
+NO_SUCH_JOB = 203
+NO_SUCH_TRANSACTION = 11000
+
+YSON_CONTENT_TYPES = {
+    "text": "application/x-yt-yson-text",
+    "pretty": "application/x-yt-yson-pretty",
+    "binary": "application/x-yt-yson-binary",
+}
+DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+class YtError(PooltreeError):
+    """An error answered to the client in the YT error format, with optional nested causes."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int = GENERIC_ERROR,
+        attributes: dict[str, Any] | None = None,
+        inner_errors: list[BaseException | dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(message, code=code, attributes=attributes)
+        self.inner_errors: list[BaseException | dict[str, Any]] = list(inner_errors or [])
+
+
+def resolve_error(path: str, reason: str) -> YtError:
+    """YT code 500 "Error resolving path P" with the concrete reason as the inner error."""
+    return YtError(
+        f"Error resolving path {path}",
+        code=RESOLVE_ERROR,
+        attributes={"path": path},
+        inner_errors=[YtError(reason, code=RESOLVE_ERROR)],
+    )
+
+
+def parameter_error(name: str, reason: str) -> YtError:
+    """A bad request parameter, named in the message and in ``attributes.parameter``."""
+    return YtError(f"Error parsing parameter {name!r}: {reason}", attributes={"parameter": name})
+
+
+def format_datetime(seconds: float) -> str:
+    """YT timestamp text: ``2026-11-22T10:25:21.643455Z`` (fractional seconds are mandatory for the client)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime(DATETIME_FORMAT)
+
+
+# Plain values <-> YSON / JSON.
+
+
+def is_attributed(value: Any) -> bool:
+    """True for the ``{"$attributes": ..., "$value": ...}`` form of an attributed value."""
+    return isinstance(value, dict) and "$value" in value and set(value) <= {"$value", "$attributes", "$type"}
+
+
+def strip_attributes(value: Any) -> Any:
+    """The bare value of a possibly attributed value (``<a=1>"x"`` -> ``"x"``)."""
+    while is_attributed(value):
+        value = value["$value"]
+    return value
+
+
+def attributes_of(value: Any) -> dict[str, Any]:
+    """The attributes of a possibly attributed value (``{}`` for a bare one)."""
+    return dict(value.get("$attributes") or {}) if is_attributed(value) else {}
+
+
+def from_yson(value: Any) -> Any:
+    """Plain Python from parsed ``yt.yson`` objects; attributes become the ``$attributes`` form."""
+    attributes = getattr(value, "attributes", None)
+    if isinstance(value, YsonEntity) or value is None:
+        plain: Any = None
+    elif isinstance(value, YsonBoolean | bool):
+        plain = bool(value)
+    elif isinstance(value, YsonStringProxy):
+        plain = yson.get_bytes(value).decode("utf-8", "surrogateescape")
+    elif isinstance(value, bytes):
+        plain = value.decode("utf-8", "surrogateescape")
+    elif isinstance(value, str):
+        plain = str(value)
+    elif isinstance(value, int):
+        plain = int(value)
+    elif isinstance(value, float):
+        plain = float(value)
+    elif isinstance(value, Mapping):
+        plain = {_key(k): from_yson(v) for k, v in value.items()}
+    elif isinstance(value, list | tuple):
+        plain = [from_yson(v) for v in value]
+    else:
+        raise YtError(f"Unsupported YSON value of type {type(value).__name__}")
+    if attributes:
+        return {"$attributes": {_key(k): from_yson(v) for k, v in attributes.items()}, "$value": plain}
+    return plain
+
+
+def _key(key: Any) -> str:
+    if isinstance(key, YsonStringProxy):
+        return yson.get_bytes(key).decode("utf-8", "surrogateescape")
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "surrogateescape")
+    return str(key)
+
+
+def normalize(value: Any) -> Any:
+    """Plain JSON-like Python from handler results (numpy scalars/arrays, tuples, sets, bytes)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    if isinstance(value, Mapping):
+        return {_key(k): normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value) if isinstance(value, set | frozenset) else value
+        return [normalize(v) for v in items]
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):  # numpy scalars and arrays
+        return normalize(tolist())
+    raise YtError(f"Cannot encode a value of type {type(value).__name__}")
+
+
+def _to_yson(value: Any) -> Any:
+    if is_attributed(value):
+        return yson.to_yson_type(
+            _to_yson(value["$value"]), attributes=_to_yson(value.get("$attributes") or {})
+        )
+    if isinstance(value, dict):
+        return {_yson_str(k): _to_yson(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_yson(v) for v in value]
+    if isinstance(value, str):
+        return _yson_str(value)
+    return value
+
+
+def _yson_str(text: str) -> str | bytes:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape")
+
+
+def _map_strings(value: Any, convert: Any) -> Any:
+    if isinstance(value, str):
+        return convert(value)
+    if isinstance(value, dict):
+        return {convert(k): _map_strings(v, convert) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_map_strings(v, convert) for v in value]
+    return value
+
+
+def utf8_to_code_points(value: Any) -> Any:
+    """``encode_utf8`` for output: every string becomes one code point per UTF-8 byte."""
+    return _map_strings(value, lambda s: s.encode("utf-8", "surrogateescape").decode("latin-1"))
+
+
+def code_points_to_utf8(value: Any, what: str = "value") -> Any:
+    """``encode_utf8`` for input: strings of code points 0..255 are the bytes of a UTF-8 string."""
+
+    def convert(text: str) -> str:
+        try:
+            raw = text.encode("latin-1")
+        except UnicodeEncodeError as error:
+            raise YtError(
+                f"{what}: JSON string {text!r} has characters above U+00FF; with encode_utf8 (the default) "
+                "every character must stand for one byte of UTF-8",
+                attributes={"field": what},
+            ) from error
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise YtError(
+                f"{what}: JSON string {text!r} is not valid UTF-8 under encode_utf8",
+                attributes={"field": what},
+            ) from error
+
+    return _map_strings(value, convert)
+
+
+# Formats.
+
+
+@dataclass(frozen=True)
+class Format:
+    """A YT format: ``name`` (``json``, ``yson``, ...) and its attributes (``format``, ``encode_utf8``, ...)."""
+
+    name: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def yson_style(self) -> str:
+        style = str(self.attributes.get("format", "binary" if self.name == "yson" else "text"))
+        if style not in YSON_CONTENT_TYPES:
+            raise YtError(f"Unknown YSON format style {style!r}; expected text, pretty or binary")
+        return style
+
+    @property
+    def encode_utf8(self) -> bool:
+        return bool(self.attributes.get("encode_utf8", True))
+
+
+def parse_format(value: Any, what: str = "format") -> Format:
+    """A ``Format`` from a parameter value: ``"json"``, ``<format=pretty>yson`` or the ``$attributes`` form."""
+    name = strip_attributes(value)
+    if not isinstance(name, str) or not name:
+        raise parameter_error(what, f"expected a format name such as json or yson, got {name!r}")
+    attributes = attributes_of(value)
+    return Format(name, {k: strip_attributes(v) for k, v in attributes.items()})
+
+
+def parse_header_format(text: str | None) -> Format:
+    """The ``X-YT-Header-Format`` value (YSON text such as ``<format=text>yson``); YSON text if absent."""
+    if not text:
+        return Format("yson", {"format": "text"})
+    try:
+        return parse_format(from_yson(yson.loads(text.encode("latin-1"))), "X-YT-Header-Format")
+    except (yson.YsonError, UnicodeEncodeError) as error:
+        raise YtError(f"Cannot parse X-YT-Header-Format {text!r}: {_first_line(error)}") from error
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def parse_structured(data: bytes, fmt: Format | None, what: str) -> Any:
+    """A value from bytes in ``fmt``; without a format, JSON or YSON is recognised by content."""
+    if fmt is None:
+        fmt = _sniff_format(data)
+    if fmt.name == "json":
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise YtError(f"Cannot parse {what} as JSON: {error}", attributes={"field": what}) from error
+        return code_points_to_utf8(value, what) if fmt.encode_utf8 else value
+    if fmt.name == "yson":
+        try:
+            return from_yson(yson.loads(data))
+        except yson.YsonError as error:
+            raise YtError(
+                f"Cannot parse {what} as YSON: {_first_line(error)}", attributes={"field": what}
+            ) from error
+    raise YtError(
+        f"Format {fmt.name!r} is not supported for {what}; use json or yson", attributes={"field": what}
+    )
+
+
+def _sniff_format(data: bytes) -> Format:
+    try:
+        json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return Format("yson")
+    return Format("json")
+
+
+def content_type_format(content_type: str | None) -> Format | None:
+    """The format a request ``Content-Type`` names, or None when it names none."""
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind == "application/json":
+        return Format("json")
+    if kind.startswith("application/x-yt-yson"):
+        return Format("yson")
+    return None
+
+
+def decompress_body(data: bytes, content_encoding: str | None) -> bytes:
+    """Undo ``Content-Encoding`` (the client labels zlib streams as gzip, so accept both)."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    if encoding in ("gzip", "deflate", "x-gzip"):
+        try:
+            return zlib.decompress(data, 47) if encoding != "deflate" else zlib.decompress(data)
+        except zlib.error as error:
+            raise YtError(f"Cannot decompress request body ({encoding}): {error}") from error
+    raise YtError(f"Unsupported Content-Encoding {encoding!r}; use identity, gzip or deflate")
+
+
+def decode_parameters(
+    header_value: str | None,
+    header_format: str | None,
+    body: bytes | None = None,
+    content_type: str | None = None,
+    query: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Command parameters from the query string, ``X-YT-Parameters`` and (for POST) the body, in that order.
+
+    Top-level scalars lose their attributes (the client sends ``job_id=<address=..>"id"``); ``*_format``
+    parameters keep theirs, because the attributes are the format options.
+    """
+    params: dict[str, Any] = dict(query or {})
+    if header_value:
+        fmt = parse_header_format(header_format)
+        raw = header_value.encode("latin-1", "replace")  # header bytes arrive latin-1 decoded
+        params.update(_parameter_map(parse_structured(raw, fmt, "X-YT-Parameters"), "X-YT-Parameters"))
+    if body:
+        value = parse_structured(body, content_type_format(content_type), "request body")
+        params.update(_parameter_map(value, "request body"))
+    return {k: v if k.endswith("_format") else strip_attributes(v) for k, v in params.items()}
+
+
+def _parameter_map(value: Any, what: str) -> dict[str, Any]:
+    value = strip_attributes(value)
+    if not isinstance(value, dict):
+        raise YtError(
+            f"{what} must be a map of parameters, got {type(value).__name__}", attributes={"field": what}
+        )
+    return value
+
+
+def encode_structured(value: Any, fmt: Format) -> tuple[bytes, str]:
+    """Bytes and content type of a structured result in the requested output format."""
+    value = normalize(value)
+    if fmt.name == "json":
+        pretty = fmt.attributes.get("format") == "pretty"
+        if fmt.encode_utf8:
+            text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=4 if pretty else None)
+        else:
+            text = json.dumps(value, ensure_ascii=False, indent=4 if pretty else None)
+        return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"
+    if fmt.name == "yson":
+        style = fmt.yson_style
+        data = yson.dumps(_to_yson(value), yson_format=style)
+        if style == "pretty":
+            data += b"\n"
+        return data, YSON_CONTENT_TYPES[style]
+    raise YtError(
+        f"Output format {fmt.name!r} is not supported for structured output; use json or yson",
+        attributes={"parameter": "output_format"},
+    )
+
+
+# Errors.
+
+
+def error_to_dict(error: BaseException | Mapping[str, Any], *, host: str, now: float) -> dict[str, Any]:
+    """The YT error JSON of an exception: code, message, attributes (with host and datetime), inner errors."""
+    if isinstance(error, Mapping):
+        out = dict(error)
+        attrs = dict(out.get("attributes") or {})
+        attrs.setdefault("host", host)
+        attrs.setdefault("datetime", format_datetime(now))
+        out["attributes"] = attrs
+        out.setdefault("code", GENERIC_ERROR)
+        out.setdefault("message", "")
+        out["inner_errors"] = [error_to_dict(e, host=host, now=now) for e in out.get("inner_errors") or []]
+        return out
+    attributes: dict[str, Any] = {"host": host, "datetime": format_datetime(now)}
+    inner: list[Any] = []
+    if isinstance(error, PooltreeError):
+        code, message = int(error.code), error.message
+        attributes.update(_safe_attributes(error.attributes))
+        if isinstance(error, ConfigError):
+            attributes.setdefault("field", error.path)
+            attributes.setdefault("reason", error.reason)
+        inner = list(getattr(error, "inner_errors", []))
+    else:
+        code, message = GENERIC_ERROR, f"{type(error).__name__}: {error}"
+    return {
+        "code": code if code != 0 else GENERIC_ERROR,
+        "message": message,
+        "attributes": attributes,
+        "inner_errors": [error_to_dict(e, host=host, now=now) for e in inner],
+    }
+
+
+def _safe_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return normalize(dict(attributes))
+    except YtError:
+        return {str(k): repr(v) for k, v in attributes.items()}
+
+
+def error_json(error: Mapping[str, Any]) -> str:
+    """Compact ASCII JSON of an error (safe for the ``X-YT-Error`` header; ``inf`` spelled as strings)."""
+    return json.dumps(_finite(error), ensure_ascii=True, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def header_text(text: str, limit: int = 1000) -> str:
+    """A one-line ASCII rendering of ``text`` for an HTTP header value."""
+    flat = " ".join(text.split())
+    return flat.encode("ascii", "backslashreplace").decode("ascii")[:limit]
