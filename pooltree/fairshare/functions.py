@@ -142,8 +142,8 @@ def _envelope_breakpoints(
         # Among lines crossing at the same point, continue with the steepest.
         ties = cross <= best[:, None]
         nxt = np.argmax(np.where(ties, slope[rows], -np.inf), axis=1)
-        go = best < t_max[rows]
-        go &= best > 0
+        # Breakpoints within 1e-12 of a segment end would only add near-duplicate points.
+        go = (best < t_max[rows] - 1e-12) & (best > 1e-12)
         keep_going = best < t_max[rows]
         if np.any(go):
             rows_out.append(rows[go])
@@ -302,7 +302,16 @@ def compress(batch: FunctionBatch) -> FunctionBatch:
         x, y, owner = x[keep], y[keep], owner[keep]
         f = None if f is None else f[keep]
         count = len(x)
-    # Collinear interior points (strictly increasing x around them).
+    counts = np.bincount(owner, minlength=n)
+    return compress_collinear(FunctionBatch(_offsets_from_counts(counts), x, y, f))
+
+
+def compress_collinear(batch: FunctionBatch) -> FunctionBatch:
+    """Merge near-collinear interior points (deviation ≤ COMPRESS_EPSILON in values and fit factors)."""
+    x, y, f = batch.x, batch.y, batch.f
+    n = batch.size
+    count = len(x)
+    owner = np.repeat(np.arange(n), np.diff(batch.offsets))
     if count > 2:
         mid = np.zeros(count, dtype=bool)
         inner = (owner[1:-1] == owner[:-2]) & (owner[1:-1] == owner[2:])
@@ -317,7 +326,28 @@ def compress(batch: FunctionBatch) -> FunctionBatch:
             ok &= np.abs(f[1:-1] - (f[:-2] + (f[2:] - f[:-2]) * w)) <= COMPRESS_EPSILON
         mid[1:-1] = ok
         if np.any(mid):
-            keep = ~mid
+            # Within a run of collinear candidates drop every other one, then look again: two neighbours
+            # that are each collinear with the other cannot both go (they may be a near-duplicate pair).
+            run_start = mid & ~np.concatenate([[False], mid[:-1]])
+            run_id = np.cumsum(run_start)
+            position = np.arange(count) - np.flatnonzero(run_start)[np.maximum(run_id - 1, 0)]
+            drop_now = mid & (position % 2 == 0)
+            keep = ~drop_now
+            odd_left = np.any(mid & ~drop_now)
+            compressed = (
+                compress_collinear(
+                    FunctionBatch(
+                        _offsets_from_counts(np.bincount(owner[keep], minlength=n)),
+                        x[keep],
+                        y[keep],
+                        None if f is None else f[keep],
+                    )
+                )
+                if odd_left
+                else None
+            )
+            if compressed is not None:
+                return compressed
             x, y, owner = x[keep], y[keep], owner[keep]
             f = None if f is None else f[keep]
     counts = np.bincount(owner, minlength=n)
