@@ -1,0 +1,207 @@
+"""`SchedulerCore`: the one object the simulator and the live service drive for a pool tree.
+
+It holds the pool tree runtime (``pooltree.tree.PoolTree``: pools, count limits, pending queues), the operation
+controllers, the exec nodes and fair-share state, and the strategy (`TreeScheduler`). Data flows one way per update:
+operations and usage → fair-share input → fair-share update → `SchedulingTree` → heartbeats → events.
+The fair-share update is injected (``fair_share``), by default ``pooltree.fairshare.update_fair_share``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from pooltree.errors import PooltreeError
+from pooltree.resources import Vector, zeros
+from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatResult, NodeHeartbeat
+from pooltree.strategy.scheduler import OperationController, TreeScheduler
+from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+
+FairShareFunction = Callable[..., Any]
+"""``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
+
+
+def _default_fair_share() -> FairShareFunction:
+    try:
+        module = importlib.import_module("pooltree.fairshare")
+        return module.update_fair_share
+    except (ImportError, AttributeError) as error:
+        raise PooltreeError(
+            "pooltree.fairshare.update_fair_share is not available; pass fair_share= to SchedulerCore"
+        ) from error
+
+
+class SchedulerCore:
+    """Scheduler of one pool tree: register operations, update fair share, process node heartbeats, emit events."""
+
+    def __init__(
+        self,
+        pool_tree: Any,
+        *,
+        fair_share: FairShareFunction | None = None,
+        event_sink: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.pool_tree = pool_tree
+        self.config = StrategyConfig.from_options(pool_tree.config, f"pool_trees.{pool_tree.name}.config")
+        self._fair_share = fair_share
+        self._event_sink = event_sink
+        self.events: list[dict[str, Any]] = []
+        self.controllers: dict[str, OperationController] = {}
+        self.node_tags: dict[str, frozenset[str]] = {}
+        self.node_limits: dict[str, Vector] = {}
+        self.fair_share_state: Any = None
+        self.last_result: Any = None
+        self.strategy = TreeScheduler(
+            SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        event.setdefault("tree", self.pool_tree.name)
+        self.events.append(event)
+        if self._event_sink is not None:
+            self._event_sink(event)
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        """Events since the last call (operation and allocation events, in order)."""
+        events, self.events = self.events, []
+        return events
+
+    # ------------------------------------------------------------------ nodes
+
+    def add_node(self, address: str, resource_limits: Vector, tags: Iterable[str] = ()) -> None:
+        """Register an exec node (its limits count towards the tree's total resources)."""
+        self.node_limits[address] = np.asarray(resource_limits, dtype=float)
+        self.node_tags[address] = frozenset(tags)
+        self.strategy.add_node(address, resource_limits, tags)
+
+    def remove_node(self, address: str, now: float) -> list[Allocation]:
+        """Forget a node; its allocations are reported aborted to their controllers."""
+        node = self.strategy.nodes.get(address)
+        lost = []
+        if node is not None:
+            for allocation_id in list(node.allocations):
+                allocation = self.strategy.finish_allocation(
+                    FinishedAllocation(allocation_id, "aborted", abort_reason="node_offline"), now
+                )
+                if allocation is not None:
+                    lost.append(allocation)
+            del self.strategy.nodes[address]
+        self.node_limits.pop(address, None)
+        self.node_tags.pop(address, None)
+        return lost
+
+    @property
+    def total_resources(self) -> Vector:
+        total = zeros()
+        for limits in self.node_limits.values():
+            total = total + limits
+        return total
+
+    # ------------------------------------------------------------------ operations
+
+    def register_operation(
+        self,
+        operation_id: str,
+        controller: OperationController,
+        *,
+        user: str,
+        operation_type: str = "map",
+        pool: str | None = None,
+        weight: float | None = None,
+        resource_limits: Any = None,
+        spec: Any = None,
+        now: float = 0.0,
+    ) -> str:
+        """Admit an operation into the tree (count limits apply) and attach its controller; returns its state."""
+        op = self.pool_tree.register_operation(
+            operation_id,
+            user=user,
+            operation_type=operation_type,
+            pool=pool,
+            weight=weight,
+            resource_limits=resource_limits,
+            spec=spec,
+            now=now,
+        )
+        self.controllers[operation_id] = controller
+        self.strategy.register_operation(operation_id, controller)
+        state = "running" if op.running else "pending"
+        self._emit(
+            {"event": "operation_started", "time": now, "operation_id": operation_id, "pool": op.pool.name}
+        )
+        self._emit(
+            {"event": f"operation_{state}", "time": now, "operation_id": operation_id, "pool": op.pool.name}
+        )
+        return state
+
+    def unregister_operation(
+        self, operation_id: str, now: float, *, state: str = "completed"
+    ) -> list[Allocation]:
+        """Remove a finished operation; returns allocations still on nodes (to abort there). Activates pending ones."""
+        if operation_id not in self.controllers:
+            raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
+        running = self.strategy.unregister_operation(operation_id)
+        del self.controllers[operation_id]
+        activated = self.pool_tree.unregister_operation(operation_id)
+        self._emit({"event": f"operation_{state}", "time": now, "operation_id": operation_id})
+        for other in activated:
+            self._emit({"event": "operation_running", "time": now, "operation_id": other})
+        return running
+
+    def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
+        controller = self.controllers.get(operation_id)
+        if controller is None:
+            return None
+        return self.strategy.operation_usage(operation_id), np.asarray(
+            controller.needed_resources, dtype=float
+        )
+
+    # ------------------------------------------------------------------ fair share and heartbeats
+
+    def update_fair_share(self, now: float) -> Any:
+        """Run the fair-share update on current usage and demand and publish it to the strategy.
+
+        Operations whose controllers report completion are unregistered first (event ``operation_completed``).
+        """
+        for operation_id, controller in list(self.controllers.items()):
+            if getattr(controller, "is_completed", False):
+                self.unregister_operation(operation_id, now)
+        from pooltree.tree import build_fair_share_input
+
+        nodes = {address: (self.node_tags[address], limits) for address, limits in self.node_limits.items()}
+        root, settings = build_fair_share_input(self.pool_tree, self._resources, nodes=nodes)
+        function = self._fair_share or _default_fair_share()
+        total = self.total_resources
+        result = function(root, total, settings, now, self.fair_share_state)
+        self.fair_share_state = getattr(result, "state", None)
+        self.last_result = result
+        tree = scheduling_tree_from_runtime(self.pool_tree, result, total, self.config)
+        self.strategy.publish(tree, now)
+        return result
+
+    def process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
+        """Node heartbeat: finished allocations in, allocations to start and to preempt out."""
+        if heartbeat.address not in self.node_limits:
+            self.add_node(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
+        else:
+            self.node_limits[heartbeat.address] = np.asarray(heartbeat.resource_limits, dtype=float)
+            self.node_tags[heartbeat.address] = frozenset(heartbeat.tags)
+        return self.strategy.process_heartbeat(heartbeat, now)
+
+    def on_allocation_finished(self, finished: FinishedAllocation, now: float) -> Allocation | None:
+        """An allocation ended outside a heartbeat (e.g. the simulator's job-finish event)."""
+        return self.strategy.finish_allocation(finished, now)
+
+    def operation_view(self, operation_id: str) -> dict[str, Any]:
+        """Strategy orchid fields of one operation plus its controller's progress."""
+        view = self.strategy.element_view(operation_id)
+        controller = self.controllers.get(operation_id)
+        if controller is not None and hasattr(controller, "progress"):
+            view["progress"] = controller.progress()
+        return view
