@@ -97,3 +97,47 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'state' / 'pooltree.db'}"
     return str(request.getfixturevalue("fresh_postgres_url"))
+
+
+class ServerThread:
+    """uvicorn serving an ASGI app on 127.0.0.1 in a background thread (bounded start and stop)."""
+
+    def __init__(self, app: object) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start within 20 s")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture
+def serve() -> Iterator[object]:
+    """``serve(app)`` starts uvicorn for ``app`` and returns its base URL; stopped after the test."""
+    started: list[ServerThread] = []
+
+    def start(app: object) -> str:
+        server = ServerThread(app).__enter__()
+        started.append(server)
+        return server.url
+
+    yield start
+    for server in started:
+        server.__exit__()
