@@ -44,13 +44,11 @@ def test_normal_preemptive_stage_never_preempts_non_preemptible(fills, shares, t
     fair.update({"late": shares[5], "late-op": shares[5], "parent": sum(shares[: len(fills)])})
     kit.set_fair_share(fair)
     kit.publish(1)
-    statuses_before = {a.id: a.preemption_status for a in kit.scheduler.allocations.values()}
     for t in (10.0, 20.0):
         for result in kit.round(t):
             for record in result.allocations_to_preempt:
                 if record.stage == SchedulingStage.PREEMPTIVE_NORMAL:
                     assert record.allocation_status.value == "preemptible"
-                    assert record.allocation_id in statuses_before
     for node in kit.scheduler.nodes.values():
         assert np.all(node.usage <= node.resource_limits + 1e-9)
 
