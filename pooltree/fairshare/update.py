@@ -687,7 +687,7 @@ class _Update:
             batch_of[ops] = 0
             row_of[ops] = np.arange(len(ops))
         pools = elements[~tree.is_op[elements]]
-        height = np.zeros(n, dtype=np.int64)
+        height = np.where(tree.is_op, 0, 1).astype(np.int64)
         for d in range(len(tree.level_start) - 2, -1, -1):
             lo, hi = tree.level_start[d], tree.level_start[d + 1]
             parents = np.arange(lo, hi)
@@ -697,7 +697,6 @@ class _Update:
                 chi = tree.level_start[d + 2]
                 hmax = np.maximum.reduceat(height[clo:chi], tree.child_start[parents] - clo)
                 height[parents] = hmax + 1
-        height[pools[tree.child_count[pools] == 0]] = 1
         for h in np.unique(height[pools]):
             level = pools[height[pools] == h]
             counts = tree.child_count[level]
