@@ -37,7 +37,6 @@ from pooltree.server.protocol import (
     header_text,
     parameter_error,
     parse_format,
-    parse_header_format,
     parse_structured,
     strip_attributes,
 )
@@ -247,8 +246,7 @@ def _user_of(headers: Mapping[str, str]) -> str:
     if not raw:
         return "root"
     try:
-        fmt = parse_header_format(headers.get("x-yt-header-format"))
-        value = strip_attributes(parse_structured(raw.encode("latin-1", "replace"), fmt, "X-Started-By"))
+        value = strip_attributes(parse_structured(raw.encode("latin-1", "replace"), None, "X-Started-By"))
     except YtError:
         return "root"
     user = value.get("user") if isinstance(value, dict) else None

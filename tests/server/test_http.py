@@ -1,0 +1,217 @@
+"""The HTTP layer over a real uvicorn on 127.0.0.1: discovery, error format, auth, mutation ids, fuzzing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pooltree.server import CommandContext, CommandRegistry, create_app, open_store
+
+YSON_HEADER = {"X-YT-Header-Format": "<format=text>yson"}
+
+
+class Extra:
+    """A later layer plugging commands into the registry (as the operations layer will)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def register_commands(self, registry: CommandRegistry) -> None:
+        def bump(ctx: CommandContext) -> dict[str, object]:
+            self.calls += 1
+            return {"calls": self.calls}
+
+        def crash(ctx: CommandContext) -> None:
+            raise RuntimeError("unexpected")
+
+        def stderr(ctx: CommandContext) -> bytes:
+            return b"line 1\nline 2\n"
+
+        registry.register("bump", bump, is_volatile=True)
+        registry.register("crash", crash)
+        registry.register("get_job_stderr", stderr, output_type="binary", is_heavy=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path, serve: Callable[[object], str]) -> tuple[str, Extra]:
+    extra = Extra()
+    app = create_app(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), operations=extra, host="test-proxy")
+    return serve(app), extra
+
+
+def call(
+    base: str, method: str, command: str, params: dict[str, object] | str | None = None, **kw: object
+) -> httpx.Response:
+    headers = dict(kw.pop("headers", {}) or {})  # type: ignore[call-overload]
+    if params is not None:
+        headers["X-YT-Parameters"] = params if isinstance(params, str) else json.dumps(params)
+        headers.setdefault("X-YT-Header-Format", "json")
+    return httpx.request(method, f"{base}/api/v4/{command}", headers=headers, timeout=10, **kw)  # type: ignore[arg-type]
+
+
+def assert_yt_error(response: httpx.Response, code: int, status: int = 400) -> dict[str, object]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["code"] == code
+    assert int(response.headers["X-YT-Response-Code"]) == code
+    assert json.loads(response.headers["X-YT-Error"]) == body
+    assert response.headers["X-YT-Response-Message"]
+    assert body["attributes"]["host"] == "test-proxy" and body["attributes"]["datetime"].endswith("Z")
+    return body
+
+
+def test_discovery_hosts_and_registry(server: tuple[str, Extra]) -> None:
+    base, _ = server
+    commands = {c["name"]: c for c in httpx.get(f"{base}/api/v4", timeout=10).json()}
+    assert set(commands) >= {"get", "list", "exists", "set", "create", "remove", "get_current_user", "bump"}
+    assert commands["set"] == {
+        "name": "set",
+        "input_type": "structured",
+        "output_type": "null",
+        "is_volatile": True,
+        "is_heavy": False,
+    }
+    assert commands["get_job_stderr"]["output_type"] == "binary" and commands["get_job_stderr"]["is_heavy"]
+    assert httpx.get(f"{base}/hosts", params={"address_type": "http"}, timeout=10).json() == []
+    stderr = call(base, "GET", "get_job_stderr", {"job_id": "j"})
+    assert (
+        stderr.content == b"line 1\nline 2\n" and stderr.headers["content-type"] == "application/octet-stream"
+    )
+
+
+def test_error_format_and_codes(server: tuple[str, Extra]) -> None:
+    base, _ = server
+    body = assert_yt_error(call(base, "GET", "get", {"path": "//nope"}), 500)
+    assert body["message"] == "Error resolving path //nope" and body["inner_errors"][0]["code"] == 500
+    assert_yt_error(call(base, "GET", "no_such_command", {}), 1)
+    assert_yt_error(call(base, "GET", "get", {}), 1)  # missing path
+    assert_yt_error(call(base, "GET", "get", "{path=", headers=YSON_HEADER), 1)
+    assert_yt_error(call(base, "GET", "get", {"path": 5}), 1)
+    assert_yt_error(call(base, "GET", "get", {"path": "//sys", "output_format": "dsv"}), 1)
+    assert_yt_error(call(base, "GET", "create", {"type": "map_node"}), 1)  # volatile over GET
+    assert_yt_error(call(base, "POST", "set", {"path": "//tmp/x"}), 1)  # input needs PUT
+    assert_yt_error(call(base, "PUT", "set", {"path": "//tmp/x", "input_format": "json"}, content=b"{bad"), 1)
+    crash = assert_yt_error(call(base, "GET", "crash", {}), 1)
+    assert "RuntimeError: unexpected" in str(crash["message"])
+    assert_yt_error(httpx.get(f"{base}/elsewhere", timeout=10), 1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    command=st.sampled_from(["get", "list", "exists", "set", "create", "remove", "bump"]),
+    method=st.sampled_from(["GET", "POST", "PUT"]),
+    header=st.one_of(
+        st.none(),
+        st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=40).map(str.strip),
+    ),
+    header_format=st.sampled_from([None, "json", "yson", "<format=text>yson", "junk<"]),
+    body=st.binary(max_size=40),
+)
+def test_malformed_requests_never_get_5xx(
+    server: tuple[str, Extra],
+    command: str,
+    method: str,
+    header: str | None,
+    header_format: str | None,
+    body: bytes,
+) -> None:
+    base, _ = server
+    headers = {}
+    if header is not None:
+        headers["X-YT-Parameters"] = header
+    if header_format is not None:
+        headers["X-YT-Header-Format"] = header_format
+    response = httpx.request(method, f"{base}/api/v4/{command}", headers=headers, content=body, timeout=10)
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        assert int(response.headers["X-YT-Response-Code"]) != 0 and "code" in response.json()
+
+
+def test_mutation_ids_deduplicate_retries(server: tuple[str, Extra]) -> None:
+    base, extra = server
+    params = {"mutation_id": "1-2-3-4", "retry": False}
+    assert call(base, "POST", "bump", params).json() == {"calls": 1}
+    assert call(base, "POST", "bump", {**params, "retry": True}).json() == {"calls": 1}
+    assert extra.calls == 1
+    assert_yt_error(call(base, "POST", "bump", params), 1)
+    assert call(base, "POST", "bump", {"mutation_id": "5-6-7-8"}).json() == {"calls": 2}
+    created = call(base, "POST", "create", {"type": "map_node", "path": "//tmp/d", "mutation_id": "a-b-c-d"})
+    again = call(
+        base,
+        "POST",
+        "create",
+        {"type": "map_node", "path": "//tmp/d", "mutation_id": "a-b-c-d", "retry": True},
+    )
+    assert created.json() == again.json() and "node_id" in created.json()
+
+
+def test_post_body_parameters_and_outputs(server: tuple[str, Extra]) -> None:
+    base, _ = server
+    response = httpx.post(
+        f"{base}/api/v4/create",
+        content=b'{type="scheduler_pool_tree";attributes={name="physical"};output_format=<format=text>yson}',
+        headers={"Content-Type": "application/x-yt-yson-text"},
+        timeout=10,
+    )
+    assert response.status_code == 200 and response.content.startswith(b'{"object_id"=')
+    assert call(base, "GET", "get", {"path": "//sys/pool_trees"}).json() == {"value": {"physical": {}}}
+    assert call(base, "GET", "get", {"path": "//sys/pool_trees", "return_only_value": True}).json() == {
+        "physical": {}
+    }
+    got = call(
+        base,
+        "GET",
+        "get",
+        {
+            "path": "//sys/pool_trees",
+            "output_format": {"$value": "yson", "$attributes": {"format": "pretty"}},
+            "return_only_value": True,
+        },
+    )
+    assert got.content == b'{\n    "physical" = {\n    };\n}\n'
+    assert call(base, "GET", "exists", {"path": "//sys/pool_trees/physical"}).json() == {"value": True}
+    assert call(
+        base, "GET", "get_current_user", {}, headers={"X-Started-By": '{"user"="alice";"pid"=1}'}
+    ).json() == {"user": "alice"}
+    assert call(base, "GET", "get_current_user", {}).json() == {"user": "root"}
+    put = call(
+        base, "PUT", "set", {"path": "//tmp/k", "input_format": "json"}, content='"\u00d0\u00ba"'.encode()
+    )
+    assert put.status_code == 200 and put.content == b""
+    assert (
+        call(
+            base,
+            "GET",
+            "get",
+            {
+                "path": "//tmp/k",
+                "return_only_value": True,
+                "output_format": {"$value": "json", "$attributes": {"encode_utf8": False}},
+            },
+        ).content.decode()
+        == '"к"'
+    )
+
+
+def test_token_auth(tmp_path: Path, serve: Callable[[object], str]) -> None:
+    base = serve(create_app(open_store(f"sqlite:///{tmp_path / 'a.db'}"), token="s3cret", host="test-proxy"))
+    assert httpx.get(f"{base}/api/v4", timeout=10).status_code == 200
+    assert httpx.get(f"{base}/hosts", timeout=10).status_code == 200
+    assert_yt_error(call(base, "GET", "get", {"path": "//sys"}), 900, status=401)
+    assert_yt_error(
+        call(base, "GET", "get", {"path": "//sys"}, headers={"Authorization": "OAuth wrong"}), 900, status=401
+    )
+    ok = call(
+        base,
+        "GET",
+        "get",
+        {"path": "//sys/pool_trees", "return_only_value": True},
+        headers={"Authorization": "OAuth s3cret"},
+    )
+    assert ok.status_code == 200 and ok.json() == {}
