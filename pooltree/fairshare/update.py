@@ -414,15 +414,18 @@ class _Update:
         _sum_children_into_with_own(tree, both)
         self.total_burst_ratio, self.total_flow_ratio = both[:, 0].copy(), both[:, 1].copy()
 
-    def _preorder_rank(self) -> dict[int, int]:
+    def _preorder_rank(self) -> dict[int, tuple[int, ...]]:
+        """Depth-first pre-order keys of the integral pools: their root paths compare lexicographically."""
         tree = self.tree
-        rank: dict[int, int] = {}
-        stack = [0]
-        while stack:
-            i = stack.pop()
-            rank[i] = len(rank)
-            stack.extend(reversed(tree.children(i)))
-        return rank
+        keys: dict[int, tuple[int, ...]] = {}
+        for i in self.integral_pools.tolist():
+            path = []
+            j = i
+            while j > 0:
+                path.append(j)
+                j = int(tree.parent[j])
+            keys[i] = tuple(reversed(path))
+        return keys
 
     # ---- b.7 volume accounting ----------------------------------------------------------------------
     def consume_and_refill(self) -> None:
@@ -451,7 +454,13 @@ class _Update:
                     acceptable[i] = np.maximum(capacity - volume, 0.0)
                 volume = np.minimum(volume, upper)
             self.volume[i] = volume
-        if len(self.integral_pools) and st.previous_update_time is not None:
+        # Free volume only ever reaches integral pools through a pool that distributes it.
+        distributing = any(
+            e.integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
+            for i, e in enumerate(tree.elements)
+            if not tree.is_op[i] and i != 0
+        )
+        if len(self.integral_pools) and st.previous_update_time is not None and distributing:
             self._distribute_free_volume(overflow, acceptable)
 
     def _distribute_free_volume(self, overflow: np.ndarray, acceptable: np.ndarray) -> None:
