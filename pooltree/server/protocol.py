@@ -186,25 +186,20 @@ def utf8_to_code_points(value: Any) -> Any:
     return _map_strings(value, lambda s: s.encode("utf-8", "surrogateescape").decode("latin-1"))
 
 
-def code_points_to_utf8(value: Any, what: str = "value") -> Any:
-    """``encode_utf8`` for input: strings of code points 0..255 are the bytes of a UTF-8 string."""
+def code_points_to_utf8(value: Any) -> Any:
+    """``encode_utf8`` for input: strings of code points 0..255 are the bytes of a UTF-8 string.
+
+    A string that cannot be in that form (a code point above U+00FF, or bytes that are not UTF-8) is plain
+    Unicode JSON, as the CLI sends for ``yt set PATH '"мир"'``; it is kept as it is.
+    """
 
     def convert(text: str) -> str:
+        if text.isascii():
+            return text
         try:
-            raw = text.encode("latin-1")
-        except UnicodeEncodeError as error:
-            raise YtError(
-                f"{what}: JSON string {text!r} has characters above U+00FF; with encode_utf8 (the default) "
-                "every character must stand for one byte of UTF-8",
-                attributes={"field": what},
-            ) from error
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise YtError(
-                f"{what}: JSON string {text!r} is not valid UTF-8 under encode_utf8",
-                attributes={"field": what},
-            ) from error
+            return text.encode("latin-1").decode("utf-8")
+        except (UnicodeEncodeError, UnicodeDecodeError):
+            return text
 
     return _map_strings(value, convert)
 
@@ -263,7 +258,7 @@ def parse_structured(data: bytes, fmt: Format | None, what: str) -> Any:
             value = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise YtError(f"Cannot parse {what} as JSON: {error}", attributes={"field": what}) from error
-        return code_points_to_utf8(value, what) if fmt.encode_utf8 else value
+        return code_points_to_utf8(value) if fmt.encode_utf8 else value
     if fmt.name == "yson":
         try:
             return from_yson(yson.loads(data))
