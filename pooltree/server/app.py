@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 DATA_TYPES = ("null", "structured", "binary", "tabular")
 MAX_BODY_BYTES = 64 * 1024 * 1024
+MUTATION_TTL = 3600.0
+"""Seconds a mutation id is remembered (client retries end within 2 minutes)."""
+MUTATION_PRUNE_PERIOD = 60.0
 _MISSING: Any = object()
 
 
@@ -270,6 +273,7 @@ class YtApi:
         self.token = token
         self.host = host
         self.clock = clock
+        self._last_prune = float("-inf")
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         body = error_to_dict(error, host=self.host, now=self.clock())
@@ -359,8 +363,16 @@ class YtApi:
                 return self._output(descriptor, saved, params, request_id)
         result = await run_in_threadpool(handler, ctx)
         if mutation_id is not None and descriptor.output_type in ("structured", "null"):
-            await run_in_threadpool(self.store.remember_mutation, str(mutation_id), result, self.clock())
+            await run_in_threadpool(self._remember, str(mutation_id), result)
         return self._output(descriptor, result, params, request_id)
+
+    def _remember(self, mutation_id: str, result: Any) -> None:
+        """Save a mutation's response for retries; drop ids older than ``MUTATION_TTL`` now and then."""
+        now = self.clock()
+        self.store.remember_mutation(mutation_id, result, now)
+        if now - self._last_prune >= MUTATION_PRUNE_PERIOD:
+            self._last_prune = now
+            self.store.forget_mutations(now - MUTATION_TTL)
 
     @staticmethod
     async def _read_body(request: Request) -> bytes:
@@ -403,9 +415,17 @@ def create_app(
     validator: Validator | None = None,
     host: str | None = None,
     clock: Callable[[], float] = time.time,
+    cypress: Cypress | None = None,
 ) -> Starlette:
-    """The scheduler's HTTP API over ``store``; ``app.state`` holds ``store``, ``cypress`` and ``registry``."""
-    cypress = Cypress(store, validator=validator, orchid=orchid, clock=clock)
+    """The scheduler's HTTP API over ``store``; ``app.state`` holds ``store``, ``cypress`` and ``registry``.
+
+    Pass a ready ``cypress`` (built over the same store) when the scheduler must subscribe to pool tree
+    changes before the first request; otherwise one is created with ``validator`` and ``orchid``.
+    """
+    if cypress is None:
+        cypress = Cypress(store, validator=validator, orchid=orchid, clock=clock)
+    elif orchid is not None:
+        cypress.orchid = orchid
     registry = CommandRegistry()
     register_cypress_commands(registry, cypress)
     registry.register("get_current_user", lambda ctx: {"user": ctx.user})

@@ -215,3 +215,14 @@ def test_token_auth(tmp_path: Path, serve: Callable[[object], str]) -> None:
         headers={"Authorization": "OAuth s3cret"},
     )
     assert ok.status_code == 200 and ok.json() == {}
+
+
+def test_old_mutation_ids_are_pruned(tmp_path: Path, serve: Callable[[object], str]) -> None:
+    now = [1000.0]
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    base = serve(create_app(store, clock=lambda: now[0], host="test-proxy"))
+    call(base, "POST", "create", {"type": "map_node", "path": "//tmp/a", "mutation_id": "old"})
+    now[0] += 7200
+    call(base, "POST", "create", {"type": "map_node", "path": "//tmp/b", "mutation_id": "new"})
+    assert store.get_mutation("old") == (False, None)
+    assert store.get_mutation("new")[0] is True
