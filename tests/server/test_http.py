@@ -226,3 +226,16 @@ def test_old_mutation_ids_are_pruned(tmp_path: Path, serve: Callable[[object], s
     call(base, "POST", "create", {"type": "map_node", "path": "//tmp/b", "mutation_id": "new"})
     assert store.get_mutation("old") == (False, None)
     assert store.get_mutation("new")[0] is True
+
+
+def test_binary_yson_set_body(server: tuple[str, Extra]) -> None:
+    import struct
+
+    base, _ = server
+    params = '{path="//tmp/w";input_format=<format=binary>yson;mutation_id="b-1";retry=%false}'
+    put = call(base, "PUT", "set", params, headers=YSON_HEADER, content=b"\x03" + struct.pack("<d", 5.0))
+    assert put.status_code == 200, put.text
+    got = call(base, "GET", "get", '{path="//tmp/w";return_only_value=%true;output_format=<format=binary>yson}',
+               headers=YSON_HEADER)  # fmt: skip
+    assert got.headers["content-type"] == "application/x-yt-yson-binary"
+    assert got.content == b"\x03" + struct.pack("<d", 5.0)
