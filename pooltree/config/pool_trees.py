@@ -9,6 +9,7 @@ children's guarantee sums, integral pools without integral children.
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,7 +234,7 @@ def parse_pool_tree(name: str, document: Any, path: str) -> PoolTreeDefinition:
 
     pools: dict[str, PoolDefinition] = {}
     children_of: dict[str, list[str]] = {}
-    pending: list[tuple[str, str, Any, str, str]] = []  # (name, parent, options, path, full_path)
+    pending: deque[tuple[str, str, Any, str, str]] = deque()  # (name, parent, options, path, full_path)
 
     def enqueue(children: Any, parent: str, parent_full_path: str, children_path: str) -> None:
         if children is None:
@@ -250,7 +251,7 @@ def parse_pool_tree(name: str, document: Any, path: str) -> PoolTreeDefinition:
     enqueue(document.get("pools"), ROOT_POOL, "", join_path(path, "pools"))
     first_path: dict[str, str] = {}
     while pending:
-        pool_name, parent, options, pool_path, full_path = pending.pop(0)
+        pool_name, parent, options, pool_path, full_path = pending.popleft()
         _check_pool_name(pool_name, pool_path)
         if pool_name in first_path:
             raise ConfigError(
