@@ -53,7 +53,9 @@ def parse_size(value: Any, path: str = "") -> float:
     elif isinstance(value, str):
         match = _SIZE_RE.match(value)
         if not match:
-            raise ConfigError(path, f"cannot parse size {value!r} (use bytes or a suffix like 512Mi, 64Gi, 1T)")
+            raise ConfigError(
+                path, f"cannot parse size {value!r} (use bytes or a suffix like 512Mi, 64Gi, 1T)"
+            )
         number = float(match.group(1)) * 1024 ** _SIZE_POWERS[match.group(2).upper()]
     else:
         raise ConfigError(path, f"expected a size, got {type(value).__name__}")
@@ -71,7 +73,9 @@ def parse_duration(value: Any, path: str = "") -> float:
     elif isinstance(value, str):
         match = _DURATION_RE.match(value)
         if not match:
-            raise ConfigError(path, f"cannot parse duration {value!r} (use milliseconds or a unit: 250ms, 30s, 5m, 1h, 1d)")
+            raise ConfigError(
+                path, f"cannot parse duration {value!r} (use milliseconds or a unit: 250ms, 30s, 5m, 1h, 1d)"
+            )
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()]
     else:
         raise ConfigError(path, f"expected a duration, got {type(value).__name__}")
@@ -99,7 +103,9 @@ def parse_resources(value: Any, path: str = "", *, missing: float = 0.0) -> Vect
     if value is None:
         return np.full(RESOURCE_COUNT, missing)
     if not isinstance(value, Mapping):
-        raise ConfigError(path, f"expected a map of resources ({', '.join(RESOURCES)}), got {type(value).__name__}")
+        raise ConfigError(
+            path, f"expected a map of resources ({', '.join(RESOURCES)}), got {type(value).__name__}"
+        )
     result = np.full(RESOURCE_COUNT, missing)
     seen: set[str] = set()
     for raw_key, amount in value.items():
@@ -140,7 +146,7 @@ def resources_to_dict(x: Vector, *, drop_infinite: bool = False) -> dict[str, fl
         elif name == "cpu":
             out[name] = round(amount, 2)
         else:
-            out[name] = int(round(amount))
+            out[name] = round(amount)
     return out
 
 

@@ -1,0 +1,172 @@
+"""The ``pooltree`` command: a thin shell over the core (config → tree runtime → fair-share update → orchid view)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.tree import Tree
+
+from pooltree.config import load_snapshot
+from pooltree.config.snapshot import Snapshot
+from pooltree.errors import PooltreeError
+from pooltree.fairshare import update_fair_share
+from pooltree.fairshare.model import UpdateState
+from pooltree.orchid import ROOT, tree_view
+from pooltree.tree.fair_share_input import build_fair_share_input
+from pooltree.tree.registry import PoolTrees
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="pooltree: the YTsaurus scheduler model.")
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    yaml = "yaml"
+    table = "table"
+
+
+def _fail(message: str) -> None:
+    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code=1)
+
+
+def _register(snapshot: Snapshot) -> PoolTrees:
+    trees = PoolTrees(snapshot.pool_trees, default_tree=snapshot.default_pool_tree)
+    for op in sorted(snapshot.operations, key=lambda o: (o.start_time, o.id)):
+        trees.register_operation(op.id, op.spec, user=op.user, operation_type=op.type, now=op.start_time)
+    return trees
+
+
+def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, Any]:
+    tree = trees.tree(name)
+    resources = {
+        op.id: (op.resource_usage, op.resource_demand - op.resource_usage)
+        for op in snapshot.operations
+        if name in trees.operation(op.id).trees
+    }
+    root, settings = build_fair_share_input(tree, resources)
+    update = snapshot.fair_share_update
+    now = update.now if update else max((op.start_time for op in snapshot.operations), default=0.0)
+    state = None
+    if update is not None:
+        state = UpdateState(
+            previous_update_time=update.previous_update_time,
+            accumulated_resource_volume=dict(update.accumulated_resource_volume),
+        )
+    total = snapshot.tree_total_resources[name]
+    return update_fair_share(root, total, settings, now, state), total
+
+
+def _bar(value: float, width: int = 10) -> str:
+    filled = max(0, min(width, round(value * width)))
+    return "█" * filled + "·" * (width - filled)
+
+
+def _print_table(view: dict[str, Any]) -> None:
+    console = Console()
+    for tree_name, tree in view["pool_trees"].items():
+        pools, operations = tree["pools"], tree["operations"]
+        header = f"[bold]{tree_name}[/]  pools={tree['pool_count']}  operations={len(operations)}"
+        nodes: dict[str, Tree] = {ROOT: Tree(header)}
+        children: dict[str, list[str]] = {}
+        for name, pool in pools.items():
+            if pool["parent"] is not None:
+                children.setdefault(pool["parent"], []).append(name)
+        for op_id, op in operations.items():
+            children.setdefault(op["pool"], []).append(op_id)
+
+        def line(name: str, element: dict[str, Any], is_pool: bool) -> str:
+            fs, usage = element["fair_share_ratio"], element["usage_ratio"]
+            label = f"[cyan]{name}[/]" if is_pool else f"[green]{name}[/]"
+            extra = (
+                f" ops {element['running_operation_count']}/{element['operation_count']}"
+                if is_pool
+                else (" [yellow]pending[/]" if "pending_pool" in element else "")
+            )
+            return (
+                f"{label} fair {fs:6.3f} {_bar(fs)} usage {usage:6.3f} {_bar(usage)} "
+                f"demand {element['demand_ratio']:6.3f} [{element['dominant_resource']}] "
+                f"{element['scheduling_status']}{extra}"
+            )
+
+        order = [ROOT]
+        while order:
+            name = order.pop(0)
+            for child in children.get(name, []):
+                is_pool = child in pools
+                element = pools[child] if is_pool else operations[child]
+                nodes[child] = nodes[name].add(line(child, element, is_pool))
+                if is_pool:
+                    order.append(child)
+        console.print(nodes[ROOT])
+
+
+@app.command("fair-share")
+def fair_share(
+    snapshot_path: Path = typer.Argument(
+        ..., metavar="SNAPSHOT", help="Snapshot file (.yaml/.yml, .json, .yson)."
+    ),
+    output_format: OutputFormat = typer.Option(OutputFormat.json, "--format", help="Output format."),
+    tree: str | None = typer.Option(None, "--tree", help="Only this pool tree."),
+    timings: bool = typer.Option(False, "--timings", help="Add parse/build/update timings."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Run the update K times; report the median."),
+) -> None:
+    """Run one fair-share update on a snapshot and print the scheduler's view (orchid layout)."""
+    try:
+        started = time.perf_counter()
+        snapshot = load_snapshot(snapshot_path)
+        parsed = time.perf_counter()
+        trees = _register(snapshot)
+        built = time.perf_counter()
+        names = [tree] if tree is not None else list(snapshot.pool_trees)
+        if tree is not None and tree not in snapshot.pool_trees:
+            _fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
+        view: dict[str, Any] = {"pool_trees": {}}
+        durations: list[float] = []
+        for _ in range(repeat):
+            begin = time.perf_counter()
+            results = {name: _update_tree(snapshot, trees, name) for name in names}
+            durations.append(time.perf_counter() - begin)
+        for name, (result, total) in results.items():
+            view["pool_trees"][name] = tree_view(trees.tree(name), result, total)
+            if result.errors:
+                view["pool_trees"][name]["alerts"] = [str(error) for error in result.errors]
+    except PooltreeError as error:
+        _fail(str(error))
+        return
+    if timings:
+        view["timings"] = {
+            "parse_s": parsed - started,
+            "build_s": built - parsed,
+            "update_s": statistics.median(durations),
+            "repeat": repeat,
+        }
+    if output_format is OutputFormat.table:
+        _print_table(view)
+        if timings:
+            Console().print(view["timings"])
+    elif output_format is OutputFormat.yaml:
+        sys.stdout.write(yaml.safe_dump(view, sort_keys=False))
+    else:
+        sys.stdout.write(json.dumps(view, indent=2) + "\n")
+
+
+@app.callback()
+def _main() -> None:
+    """pooltree: hierarchical fair-share pool trees, preemption, memory digests."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

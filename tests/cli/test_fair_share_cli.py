@@ -1,0 +1,56 @@
+"""`pooltree fair-share` end to end: a real subprocess on the seeds' example and on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pooltree.cli", "fair-share", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def test_example_json_has_orchid_fields_and_consistent_shares() -> None:
+    done = run("examples/project-root.yaml", "--timings")
+    assert done.returncode == 0, done.stderr
+    view = json.loads(done.stdout)
+    tree = view["pool_trees"]["physical"]
+    pools, operations = tree["pools"], tree["operations"]
+    assert {"<Root>", "project-root", "project-adhoc", "project-batch", "project-backup"} <= set(pools)
+    for element in [*pools.values(), *operations.values()]:
+        for key in (
+            "fair_share_ratio",
+            "usage_ratio",
+            "demand_ratio",
+            "detailed_fair_share",
+            "scheduling_status",
+            "starvation_status",
+            "dominant_resource",
+            "satisfaction_ratio",
+            "parent",
+        ):
+            assert key in element
+        assert element["fair_share_ratio"] <= element["demand_ratio"] + 1e-9
+    children = [p for p in pools.values() if p["parent"] == "project-root"]
+    assert sum(p["fair_share_ratio"] for p in children) <= pools["project-root"]["fair_share_ratio"] + 1e-9
+    assert pools["project-root"]["max_running_operation_count"] == 10
+    assert view["timings"]["update_s"] > 0
+
+
+def test_table_and_bad_input(tmp_path: Path) -> None:
+    assert run("examples/project-root.yaml", "--format", "table").returncode == 0
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {total_resources: {cpu: 10}}\npool_trees: {t: {pools: {a: {weight: -1}}}}\n")
+    done = run(str(bad))
+    assert done.returncode != 0
+    assert "weight" in done.stderr and done.stdout == ""
