@@ -142,6 +142,13 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
+def _process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
 class JobExecutor:
     """Runs jobs as process groups, measures their memory, enforces limits, interrupts and aborts them."""
 
@@ -381,10 +388,18 @@ class JobExecutor:
         return MemoryTrack(job.max_memory, job.job_proxy_max_memory)
 
     def _signal(self, job: _Job, sig: signal.Signals) -> None:
-        """Deliver ``sig`` to the job's process group and to every member process found."""
+        """Deliver ``sig`` once to every process of the job: its process group, then members that left it.
+
+        A process must not get the signal twice: a program that handles the first interruption signal and
+        starts exiting restores the default disposition, and a second copy would kill it (exit 130).
+        """
+        group = None
         if job.process is not None and job.process.returncode is None:
-            _send(job.process.pid, sig, group=True)
+            group = job.process.pid
+            _send(group, sig, group=True)
         for pid in self.meter.members(job.spec.job_id):
+            if group is not None and _process_group(pid) == group:
+                continue
             _send(pid, sig, group=False)
 
     async def _kill_tree(self, job: _Job, rounds: int = 100) -> None:

@@ -144,7 +144,7 @@ def test_preempt_and_abort_from_a_response(tmp_path):
     assert summary["interrupted"] == ["gentle"] and summary["aborted"] == ["victim"]
     assert summary["skipped"] == ["gone"]
     reports = {r["job_id"]: r for r in heartbeat["finished_jobs"]}
-    assert reports["gentle"]["state"] == "completed"
+    assert reports["gentle"]["state"] == "completed", json.dumps(reports["gentle"], default=str)
     assert reports["gentle"]["interruption_reason"] == "graceful_preemption"
     assert reports["victim"]["state"] == "aborted" and reports["victim"]["abort_reason"] == "preemption"
     assert heartbeat["running_jobs"] == []
