@@ -1,4 +1,4 @@
-"""The ``pooltree`` command: a thin shell over the core (config → tree runtime → fair-share update → orchid view)."""
+"""``pooltree fair-share``: one fair-share update on a snapshot (config → tree runtime → fair-share update → orchid)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import yaml
 from rich.console import Console
 from rich.tree import Tree
 
+from pooltree.cli.app import app, fail
 from pooltree.config import load_snapshot
 from pooltree.config.snapshot import Snapshot
 from pooltree.errors import PooltreeError
@@ -24,18 +25,11 @@ from pooltree.orchid import ROOT, tree_view
 from pooltree.tree.fair_share_input import build_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="pooltree: the YTsaurus scheduler model.")
-
 
 class OutputFormat(StrEnum):
     json = "json"
     yaml = "yaml"
     table = "table"
-
-
-def _fail(message: str) -> None:
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code=1)
 
 
 def _register(snapshot: Snapshot) -> PoolTrees:
@@ -128,7 +122,7 @@ def fair_share(
         built = time.perf_counter()
         names = [tree] if tree is not None else list(snapshot.pool_trees)
         if tree is not None and tree not in snapshot.pool_trees:
-            _fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
+            fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
         view: dict[str, Any] = {"pool_trees": {}}
         durations: list[float] = []
         for _ in range(repeat):
@@ -140,7 +134,7 @@ def fair_share(
             if result.errors:
                 view["pool_trees"][name]["alerts"] = [str(error) for error in result.errors]
     except PooltreeError as error:
-        _fail(str(error))
+        fail(str(error))
         return
     if timings:
         view["timings"] = {
@@ -157,16 +151,3 @@ def fair_share(
         sys.stdout.write(yaml.safe_dump(view, sort_keys=False))
     else:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
-
-
-@app.callback()
-def _main() -> None:
-    """pooltree: hierarchical fair-share pool trees, preemption, memory digests."""
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()
