@@ -1,0 +1,93 @@
+"""Prometheus metrics of the live scheduler, read from the last fair-share views at scrape time.
+
+One ``CollectorRegistry`` per service (never the global one), so several services in one process (tests) do not
+collide. Per tree, pool and operation: fair share, usage, demand (dominant ratios), starvation; per pool running
+and pending operation counts; per tree and reason the preemptions so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from pooltree.server.live import LiveScheduler
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class SchedulerCollector(Collector):
+    """Builds the metric families from ``LiveScheduler.views`` under its lock."""
+
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+
+    def collect(self) -> Iterator[Metric]:
+        pool_gauges = {
+            key: GaugeMetricFamily(
+                f"pooltree_pool_{key}", f"Pool {key.replace('_', ' ')}", labels=["tree", "pool"]
+            )
+            for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
+        }
+        pool_starving = GaugeMetricFamily(
+            "pooltree_pool_starving", "1 if the pool is starving", labels=["tree", "pool"]
+        )
+        running = GaugeMetricFamily(
+            "pooltree_pool_running_operations",
+            "Running operations in the pool subtree",
+            labels=["tree", "pool"],
+        )
+        pending = GaugeMetricFamily(
+            "pooltree_pool_pending_operations", "Operations the pool holds pending", labels=["tree", "pool"]
+        )
+        op_gauges = {
+            key: GaugeMetricFamily(
+                f"pooltree_operation_{key}",
+                f"Operation {key.replace('_', ' ')}",
+                labels=["tree", "operation"],
+            )
+            for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
+        }
+        op_starving = GaugeMetricFamily(
+            "pooltree_operation_starving", "1 if the operation is starving", labels=["tree", "operation"]
+        )
+        preemptions = CounterMetricFamily(
+            "pooltree_preemptions", "Allocations preempted by the scheduler", labels=["tree", "reason"]
+        )
+        nodes = GaugeMetricFamily("pooltree_nodes", "Exec nodes heard from")
+        with self.scheduler.lock:
+            for tree, view in self.scheduler.views.items():
+                for name, pool in view.get("pools", {}).items():
+                    for key, gauge in pool_gauges.items():
+                        gauge.add_metric([tree, name], float(pool.get(key, 0.0)))
+                    pool_starving.add_metric([tree, name], _starving(pool.get("starvation_status")))
+                    running.add_metric([tree, name], float(pool.get("running_operation_count", 0)))
+                    pending.add_metric([tree, name], float(pool.get("pending_operation_count", 0)))
+                for op_id, op in view.get("operations", {}).items():
+                    for key, gauge in op_gauges.items():
+                        gauge.add_metric([tree, op_id], float(op.get(key, 0.0)))
+                    op_starving.add_metric([tree, op_id], _starving(op.get("starvation_status")))
+            for (tree, reason), count in sorted(self.scheduler.preemptions.items()):
+                preemptions.add_metric([tree, reason], float(count))
+            nodes.add_metric([], float(len(self.scheduler.nodes)))
+        yield from pool_gauges.values()
+        yield from (pool_starving, running, pending)
+        yield from op_gauges.values()
+        yield from (op_starving, preemptions, nodes)
+
+
+def _starving(status: object) -> float:
+    return 1.0 if status in ("starving", "aggressively_starving") else 0.0
+
+
+def make_registry(scheduler: LiveScheduler) -> CollectorRegistry:
+    """A fresh registry with the scheduler's collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector(scheduler))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,493 @@
+"""Operation and job commands of the HTTP API (yt-http-api.md §6–§7): the attribute maps the ``yt`` client reads.
+
+``OperationCommands(scheduler, clock)`` is a ``CommandProvider``: ``register_commands(registry)`` adds
+``start_operation``, ``get_operation``, ``list_operations``, ``abort_operation``, ``complete_operation``,
+``suspend_operation``, ``resume_operation``, ``update_operation_parameters``, ``list_jobs``, ``get_job`` and
+``get_job_stderr``. Live operations are read from ``LiveScheduler``; finished ones of earlier runs from the store.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server.app import CommandContext, CommandRegistry
+from pooltree.server.live import NO_SUCH_JOB, NO_SUCH_OPERATION, LiveJob, LiveOperation, LiveScheduler
+from pooltree.server.protocol import YtError, parameter_error
+from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
+
+BRIEF_ATTRIBUTES = (
+    "id",
+    "type",
+    "operation_type",
+    "state",
+    "authenticated_user",
+    "start_time",
+    "finish_time",
+    "brief_spec",
+    "brief_progress",
+    "suspended",
+    "pool",
+    "runtime_parameters",
+)
+
+
+def iso_time(seconds: float | None) -> str | None:
+    """``%Y-%m-%dT%H:%M:%S.%fZ``, the format the client parses (a fraction is mandatory)."""
+    if seconds is None:
+        return None
+    moment = dt.datetime.fromtimestamp(float(seconds), tz=dt.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: Any, name: str) -> float | None:
+    """Seconds from an ISO time string or a number (list_operations ``from_time``/``to_time``/``cursor_time``)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) / (1000.0 if value > 1e11 else 1.0)
+    if isinstance(value, str):
+        try:
+            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as error:
+            raise parameter_error(name, f"expected an ISO 8601 time, got {value!r}") from error
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return moment.timestamp()
+    raise parameter_error(name, f"expected a time, got {type(value).__name__}")
+
+
+def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
+    if error is not None:
+        return {"error": error}
+    if state == "aborted":
+        return {"error": {"code": 1, "message": "Operation aborted", "attributes": {}, "inner_errors": []}}
+    return {"error": {"code": 0, "message": "", "attributes": {}, "inner_errors": []}}
+
+
+class OperationCommands:
+    """The operation and job commands over a ``LiveScheduler``."""
+
+    def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float]) -> None:
+        self.scheduler = scheduler
+        self.clock = clock
+
+    # ------------------------------------------------------------------ attribute maps
+
+    def _live_attributes(self, op: LiveOperation) -> dict[str, Any]:
+        scheduler = self.scheduler
+        now = self.clock()
+        progress_jobs = scheduler.progress(op)
+        pool = next(iter(op.pools.values()), None)
+        scheduling_info: dict[str, Any] = {}
+        for tree in op.trees:
+            info: dict[str, Any] = {"pool": op.pools.get(tree)}
+            view = scheduler.views.get(tree, {}).get("operations", {}).get(op.id)
+            if view is not None:
+                for key in ("fair_share_ratio", "usage_ratio", "demand_ratio", "weight", "starvation_status"):
+                    if key in view:
+                        info[key] = view[key]
+            if op.id in scheduler.registry.operations and tree in scheduler.registry.trees:
+                try:
+                    placement = scheduler.registry.trees[tree].operation_orchid(op.id)
+                except PooltreeError:
+                    placement = {}
+                for key in ("pending_pool", "pending_reason", "pending_position", "running"):
+                    if key in placement:
+                        info[key] = placement[key]
+            scheduling_info[tree] = info
+        registered = scheduler.registry.operations.get(op.id)
+        alerts = {key: dict(value) for key, value in (registered.alerts.items() if registered else [])}
+        return self._attributes(
+            op.id,
+            op.type,
+            op.state,
+            op.user,
+            op.start_time,
+            op.finish_time,
+            op.spec,
+            op.model.unrecognized_spec(),
+            op.runtime_parameters,
+            op.suspended,
+            pool,
+            progress_jobs,
+            now,
+            op.error,
+            op.events,
+            alerts,
+            list(op.model.tasks),
+            op.trees,
+            scheduling_info,
+        )
+
+    def _stored_attributes(self, record: OperationRecord) -> dict[str, Any]:
+        doc = record.document
+        jobs = dict(doc.get("progress") or {})
+        for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+            jobs.setdefault(key, 0)
+        return self._attributes(
+            record.id,
+            record.type,
+            record.state,
+            record.user,
+            record.start_time,
+            record.finish_time,
+            record.spec,
+            {},
+            record.runtime_parameters,
+            bool(doc.get("suspended")),
+            record.pool,
+            jobs,
+            record.finish_time or record.start_time,
+            doc.get("error"),
+            list(doc.get("state_events") or []),
+            {},
+            list((record.spec.get("tasks") or {}).keys())
+            if isinstance(record.spec.get("tasks"), dict)
+            else [],
+            list(doc.get("trees") or []),
+            {},
+        )
+
+    @staticmethod
+    def _attributes(
+        operation_id: str,
+        operation_type: str,
+        state: str,
+        user: str,
+        start_time: float,
+        finish_time: float | None,
+        spec: dict[str, Any],
+        unrecognized: dict[str, Any],
+        runtime_parameters: dict[str, Any],
+        suspended: bool,
+        pool: str | None,
+        jobs: dict[str, Any],
+        build_time: float,
+        error: dict[str, Any] | None,
+        events: list[dict[str, Any]],
+        alerts: dict[str, Any],
+        task_names: list[str],
+        trees: list[str],
+        scheduling_info: dict[str, Any],
+    ) -> dict[str, Any]:
+        title = spec.get("title") if isinstance(spec.get("title"), str) else None
+        attributes: dict[str, Any] = {
+            "id": operation_id,
+            "type": operation_type,
+            "operation_type": operation_type,
+            "state": state,
+            "authenticated_user": user,
+            "start_time": iso_time(start_time),
+            "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
+            "spec": spec,
+            "full_spec": spec,
+            "provided_spec": spec,
+            "unrecognized_spec": unrecognized,
+            "runtime_parameters": {
+                "owners": [],
+                "acl": [],
+                "annotations": {},
+                **runtime_parameters,
+            },
+            "suspended": suspended,
+            "pool": pool,
+            "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
+            "progress": {
+                "jobs": dict(jobs),
+                "build_time": iso_time(build_time),
+                "scheduling_info_per_pool_tree": scheduling_info,
+            },
+            "events": [{"state": e["state"], "time": iso_time(e["time"])} for e in events],
+            "alerts": alerts,
+            "task_names": task_names,
+        }
+        if finish_time is not None:
+            attributes["finish_time"] = iso_time(finish_time)
+        if state in ("completed", "failed", "aborted"):
+            attributes["result"] = _error_result(error, state)
+        return attributes
+
+    def operation_attributes(self, operation_id: str) -> dict[str, Any]:
+        """The full attribute map of one operation (live or stored)."""
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None:
+                return self._live_attributes(op)
+        record = self.scheduler.store.get_operation(operation_id)
+        if record is None:
+            raise YtError(
+                f"No such operation {operation_id}",
+                code=NO_SUCH_OPERATION,
+                attributes={"operation_id": operation_id},
+            )
+        return self._stored_attributes(record)
+
+    @staticmethod
+    def _select(attributes: dict[str, Any], wanted: list[str] | None) -> dict[str, Any]:
+        if wanted is None:
+            return attributes
+        return {key: attributes[key] for key in wanted if key in attributes}
+
+    # ------------------------------------------------------------------ handlers
+
+    def _operation_id(self, ctx: CommandContext) -> str:
+        value = ctx.param("operation_id", None)
+        if value is None:
+            value = ctx.param("operation_alias", None)
+        if value is None:
+            raise YtError(
+                "Missing required parameter 'operation_id'", attributes={"parameter": "operation_id"}
+            )
+        if not isinstance(value, str) or not value:
+            raise parameter_error("operation_id", "expected a non-empty string")
+        return value
+
+    def start_operation(self, ctx: CommandContext) -> dict[str, Any]:
+        operation_type = ctx.str_param("operation_type")
+        spec = ctx.param("spec")
+        if not isinstance(spec, dict):
+            raise parameter_error("spec", f"expected a map, got {type(spec).__name__}")
+        try:
+            op = self.scheduler.start_operation(operation_type, spec, ctx.user, self.clock())
+        except ConfigError as error:
+            raise YtError(
+                f"Invalid operation spec: {error.message}",
+                attributes={"field": error.path, "reason": error.reason},
+                inner_errors=[error],
+            ) from error
+        return {"operation_id": op.id}
+
+    def get_operation(self, ctx: CommandContext) -> dict[str, Any]:
+        attributes = self.operation_attributes(self._operation_id(ctx))
+        return self._select(attributes, ctx.list_param("attributes"))
+
+    def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
+        limit = ctx.int_param("limit", 100)
+        if limit < 0 or limit > 1000:
+            raise parameter_error("limit", "must be between 0 and 1000")
+        direction = ctx.str_param("cursor_direction", "past")
+        if direction not in ("past", "future"):
+            raise parameter_error("cursor_direction", "expected past or future")
+        filters = {name: ctx.str_param(name, None) for name in ("state", "user", "pool", "type")}
+        text = ctx.str_param("filter", None)
+        base = OperationFilter(
+            user=filters["user"],
+            type=filters["type"],
+            from_time=parse_time(ctx.param("from_time", None), "from_time"),
+            to_time=parse_time(ctx.param("to_time", None), "to_time"),
+            cursor_time=parse_time(ctx.param("cursor_time", None), "cursor_time"),
+            cursor_direction=direction,
+            limit=1_000_000,
+        )
+        records = self.scheduler.store.list_operations(base)
+        items: list[dict[str, Any]] = []
+        for record in records:
+            try:
+                items.append(self.operation_attributes(record.id))
+            except YtError:
+                continue
+        if filters["pool"] is not None:
+            items = [
+                i
+                for i in items
+                if i.get("pool") == filters["pool"]
+                or filters["pool"]
+                in {
+                    o.get("pool")
+                    for o in i["runtime_parameters"].get("scheduling_options_per_pool_tree", {}).values()
+                }
+            ]
+        if text:
+            needle = text.lower()
+            items = [
+                i
+                for i in items
+                if needle
+                in f"{i['id']} {i['authenticated_user']} {i.get('pool')} {i['brief_spec'].get('title')}".lower()
+            ]
+        state_counts = Counter(i["state"] for i in items)
+        if filters["state"] is not None:
+            items = [i for i in items if i["state"] == filters["state"]]
+        result = {
+            "operations": [{k: i[k] for k in BRIEF_ATTRIBUTES if k in i} for i in items[:limit]],
+            "incomplete": len(items) > limit,
+            "pool_counts": dict(Counter(i.get("pool") or "" for i in items)),
+            "user_counts": dict(Counter(i["authenticated_user"] for i in items)),
+            "state_counts": dict(state_counts),
+            "type_counts": dict(Counter(i["type"] for i in items)),
+            "failed_jobs_count": sum(1 for i in items if i["brief_progress"]["jobs"].get("failed")),
+        }
+        return result
+
+    def _finish(self, ctx: CommandContext, final: str) -> None:
+        operation_id = self._operation_id(ctx)
+        error = None
+        if final == "aborted":
+            message = ctx.str_param("abort_message", None)
+            error = {
+                "code": 1,
+                "message": message or "Operation aborted by user request",
+                "attributes": {"user": ctx.user},
+                "inner_errors": [],
+            }
+        self._known(operation_id)
+        self.scheduler.finish_operation(operation_id, final, self.clock(), error=error)
+
+    def _known(self, operation_id: str) -> None:
+        if operation_id not in self.scheduler.operations:
+            record = self.scheduler.store.get_operation(operation_id)
+            if record is None:
+                raise YtError(
+                    f"No such operation {operation_id}",
+                    code=NO_SUCH_OPERATION,
+                    attributes={"operation_id": operation_id},
+                )
+            raise YtError(
+                f"Operation {operation_id} has already finished ({record.state})",
+                attributes={"operation_id": operation_id, "state": record.state},
+            )
+
+    def abort_operation(self, ctx: CommandContext) -> None:
+        self._finish(ctx, "aborted")
+
+    def complete_operation(self, ctx: CommandContext) -> None:
+        self._finish(ctx, "completed")
+
+    def suspend_operation(self, ctx: CommandContext) -> None:
+        operation_id = self._operation_id(ctx)
+        self._known(operation_id)
+        self.scheduler.suspend_operation(
+            operation_id, self.clock(), abort_running_jobs=ctx.bool_param("abort_running_jobs", False)
+        )
+
+    def resume_operation(self, ctx: CommandContext) -> None:
+        operation_id = self._operation_id(ctx)
+        self._known(operation_id)
+        self.scheduler.resume_operation(operation_id, self.clock())
+
+    def update_operation_parameters(self, ctx: CommandContext) -> None:
+        operation_id = self._operation_id(ctx)
+        parameters = ctx.param("parameters")
+        self._known(operation_id)
+        try:
+            self.scheduler.update_operation_parameters(operation_id, parameters, self.clock())
+        except ConfigError as error:
+            raise YtError(
+                f"Invalid operation parameters: {error.message}",
+                attributes={"field": error.path, "reason": error.reason},
+                inner_errors=[error],
+            ) from error
+
+    # ------------------------------------------------------------------ jobs
+
+    def _jobs(self, operation_id: str) -> list[LiveJob]:
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None:
+                return sorted(op.jobs.values(), key=lambda j: (j.start_time, j.id))
+        if self.scheduler.store.get_operation(operation_id) is None:
+            raise YtError(
+                f"No such operation {operation_id}",
+                code=NO_SUCH_OPERATION,
+                attributes={"operation_id": operation_id},
+            )
+        return [LiveJob.from_record(r) for r in self.scheduler.store.list_jobs(operation_id)]
+
+    @staticmethod
+    def job_attributes(job: LiveJob) -> dict[str, Any]:
+        """A job as ``list_jobs`` / ``get_job`` return it."""
+        attributes: dict[str, Any] = {
+            "id": job.id,
+            "job_id": job.id,
+            "operation_id": job.operation_id,
+            "type": "vanilla",
+            "job_type": "vanilla",
+            "state": job.state,
+            "address": job.address,
+            "task_name": job.task_name,
+            "job_index": job.job_index,
+            "pool_tree": job.tree,
+            "start_time": iso_time(job.start_time),
+            "stderr_size": job.stderr_size,
+            "statistics": job.statistics,
+        }
+        if job.finish_time is not None:
+            attributes["finish_time"] = iso_time(job.finish_time)
+        if job.error is not None:
+            attributes["error"] = job.error
+        if job.exit_code is not None:
+            attributes["exit_code"] = job.exit_code
+        if job.abort_reason is not None:
+            attributes["abort_reason"] = job.abort_reason
+        if job.interruption_reason is not None:
+            attributes["interruption_reason"] = job.interruption_reason
+        return attributes
+
+    def list_jobs(self, ctx: CommandContext) -> dict[str, Any]:
+        operation_id = self._operation_id(ctx)
+        jobs = self._jobs(operation_id)
+        state_counts = Counter(j.state for j in jobs)
+        state = ctx.str_param("job_state", None)
+        address = ctx.str_param("address", None)
+        if state is not None:
+            jobs = [j for j in jobs if j.state == state]
+        if address is not None:
+            jobs = [j for j in jobs if j.address == address]
+        offset = ctx.int_param("offset", 0)
+        limit = ctx.int_param("limit", 1000)
+        if offset < 0 or limit < 0:
+            raise parameter_error("limit" if limit < 0 else "offset", "must be non-negative")
+        page = jobs[offset : offset + limit]
+        return {
+            "jobs": [self.job_attributes(j) for j in page],
+            "cypress_job_count": len(jobs),
+            "controller_agent_job_count": len(jobs),
+            "scheduler_job_count": len(jobs),
+            "archive_job_count": 0,
+            "type_counts": {"vanilla": len(jobs)},
+            "state_counts": dict(state_counts),
+            "errors": [],
+        }
+
+    def _job(self, ctx: CommandContext) -> LiveJob:
+        operation_id = self._operation_id(ctx)
+        job_id = ctx.str_param("job_id")
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None and job_id in op.jobs:
+                return op.jobs[job_id]
+        record: JobRecord | None = self.scheduler.store.get_job(operation_id, job_id)
+        if record is None:
+            raise YtError(
+                f"No such job {job_id} in operation {operation_id}",
+                code=NO_SUCH_JOB,
+                attributes={"job_id": job_id, "operation_id": operation_id},
+            )
+        return LiveJob.from_record(record)
+
+    def get_job(self, ctx: CommandContext) -> dict[str, Any]:
+        return self.job_attributes(self._job(ctx))
+
+    def get_job_stderr(self, ctx: CommandContext) -> bytes:
+        job = self._job(ctx)
+        return job.stderr.encode("utf-8", "replace")
+
+    def register_commands(self, registry: CommandRegistry) -> None:
+        registry.register("start_operation", self.start_operation, is_volatile=True)
+        registry.register("get_operation", self.get_operation)
+        registry.register("list_operations", self.list_operations)
+        for name, handler in (
+            ("abort_operation", self.abort_operation),
+            ("complete_operation", self.complete_operation),
+            ("suspend_operation", self.suspend_operation),
+            ("resume_operation", self.resume_operation),
+            ("update_operation_parameters", self.update_operation_parameters),
+        ):
+            registry.register(name, handler, output_type="null", is_volatile=True)
+        registry.register("list_jobs", self.list_jobs)
+        registry.register("get_job", self.get_job)
+        registry.register("get_job_stderr", self.get_job_stderr, output_type="binary")

@@ -1,0 +1,282 @@
+"""The live scheduler service: HTTP API + node heartbeats + periodic fair-share updates + revival, on one store.
+
+``SchedulerService(store)`` wires Cypress (pool trees), ``LiveScheduler`` (operations, jobs, nodes), the
+operation/job commands, the live orchid, ``GET /metrics`` and ``POST /internal/node_heartbeat`` into one Starlette
+app. ``await start()`` revives operations from the store and starts the background loops; ``await stop()`` ends
+them. ``serve(store_url, ...)`` runs it all under uvicorn on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import uvicorn
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server.app import create_app
+from pooltree.server.cypress import Cypress, PoolTreesChange
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
+from pooltree.server.operations import OperationCommands
+from pooltree.server.protocol import YtError
+from pooltree.server.store import Store, open_store
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TREE = "default"
+MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
+LOOP_TICK = 0.05
+
+
+class LiveOrchid:
+    """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout)."""
+
+    def __init__(self, scheduler: LiveScheduler, cypress_default: Callable[[], str | None]) -> None:
+        self.scheduler = scheduler
+        self.cypress_default = cypress_default
+
+    def get(self, path_tokens: Sequence[str]) -> Any:
+        with self.scheduler.lock:
+            pool_trees = {
+                name: {
+                    "pools": view["pools"],
+                    "operations": view["operations"],
+                    "resource_limits": view["resource_limits"],
+                    "resource_usage": view["resource_usage"],
+                    "pool_count": view["pool_count"],
+                }
+                for name, view in self.scheduler.views.items()
+            }
+            root: dict[str, Any] = {
+                "scheduler": {
+                    "pool_trees": pool_trees,
+                    "default_pool_tree": self.cypress_default(),
+                    "nodes": {
+                        address: {
+                            "resource_limits": list(map(float, node.resource_limits)),
+                            "trees": list(node.trees),
+                            "last_seen": node.last_seen,
+                        }
+                        for address, node in self.scheduler.nodes.items()
+                    },
+                }
+            }
+            value: Any = root
+            for token in path_tokens:
+                if not isinstance(value, dict) or token not in value:
+                    raise LookupError(f"no key {token!r}")
+                value = value[token]
+            return json.loads(json.dumps(value, default=float))
+
+
+class SchedulerService:
+    """One scheduler: the Starlette ``app``, ``start()`` (revival + loops) and ``stop()``."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str | None = None,
+        clock: Callable[[], float] = time.time,
+        node_heartbeat_timeout: float = 60.0,
+        create_default_tree: bool = False,
+        heartbeat_period: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.token = token
+        self.clock = clock
+        self.create_default_tree = create_default_tree
+        self.scheduler = LiveScheduler(
+            store, node_heartbeat_timeout=node_heartbeat_timeout, heartbeat_period=heartbeat_period
+        )
+        self.cypress = Cypress(store, clock=clock)
+        self.orchid = LiveOrchid(self.scheduler, self._default_tree)
+        self.cypress.orchid = self.orchid
+        self.cypress.subscribe(self._on_pool_trees)
+        self.scheduler.apply_pool_trees(
+            self.cypress.parsed_pool_trees or {}, self.cypress.default_tree_attribute(), clock()
+        )
+        self.commands = OperationCommands(self.scheduler, clock)
+        self.metrics = make_registry(self.scheduler)
+        self.app = create_app(store, token=token, operations=self.commands, clock=clock, cypress=self.cypress)
+        api = self.app.state.api
+        self._api = api
+        self.app.router.routes[0:0] = [
+            Route("/internal/node_heartbeat", self._heartbeat, methods=["POST"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
+        ]
+        self.app.state.service = self
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    def _default_tree(self) -> str | None:
+        try:
+            return self.cypress.default_tree()
+        except YtError:
+            return None
+
+    def _on_pool_trees(self, change: PoolTreesChange) -> None:
+        try:
+            self.scheduler.apply_pool_trees(change.parsed or {}, change.default_tree, self.clock())
+        except PooltreeError as error:
+            log.warning("pool trees change not applied to the running scheduler: %s", error.message)
+
+    # ------------------------------------------------------------------ HTTP endpoints
+
+    async def _heartbeat(self, request: Request) -> Response:
+        request_id = secrets.token_hex(8)
+        try:
+            self._api.check_token(request)
+            body = await request.body()
+            if len(body) > MAX_HEARTBEAT_BYTES:
+                raise YtError(f"Heartbeat is larger than {MAX_HEARTBEAT_BYTES} bytes")
+            try:
+                data = json.loads(body or b"null")
+            except (ValueError, UnicodeDecodeError) as error:
+                raise YtError(
+                    f"Heartbeat is not valid JSON: {error}", attributes={"field": "heartbeat"}
+                ) from error
+            try:
+                heartbeat = parse_heartbeat(data)
+            except ConfigError as error:
+                raise YtError(
+                    f"Malformed node heartbeat: {error.message}",
+                    attributes={"field": error.path, "reason": error.reason},
+                ) from error
+            response = await run_in_threadpool(self.scheduler.process_heartbeat, heartbeat, self.clock())
+            return JSONResponse(response)
+        except PooltreeError as error:
+            return self._api.error_response(error, request_id)
+        except Exception as error:
+            log.exception("node heartbeat failed unexpectedly (request %s)", request_id)
+            return self._api.error_response(
+                YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
+                request_id,
+            )
+
+    async def _metrics(self, request: Request) -> Response:
+        data = await run_in_threadpool(render, self.metrics)
+        return Response(data, media_type=CONTENT_TYPE)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Create the default tree if asked, revive operations from the store, start the background loops."""
+        if self.started:
+            return
+        self.started = True
+        if self.create_default_tree and not self.scheduler.registry.trees:
+            await run_in_threadpool(
+                self.cypress.create, "scheduler_pool_tree", f"//sys/pool_trees/{DEFAULT_TREE}"
+            )
+        now = self.clock()
+        revived = await run_in_threadpool(self.scheduler.revive, now)
+        if revived:
+            log.info("revived %d operations", len(revived))
+        for tree in list(self.scheduler.cores):
+            await run_in_threadpool(self.scheduler.update_fair_share, tree, now)
+        self._tasks = [
+            asyncio.create_task(self._fair_share_loop(), name="fair-share"),
+            asyncio.create_task(self._sweep_loop(), name="node-sweep"),
+        ]
+
+    async def stop(self) -> None:
+        """Stop the background loops (state is already in the store)."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        self.started = False
+
+    async def _fair_share_loop(self) -> None:
+        while True:
+            now = self.clock()
+            for tree in list(self.scheduler.cores):
+                try:
+                    period = self.scheduler.fair_share_update_period(tree)
+                    if now - self.scheduler.last_update.get(tree, float("-inf")) >= period:
+                        await run_in_threadpool(self.scheduler.update_fair_share, tree, now)
+                except PooltreeError as error:
+                    log.warning("fair-share update of tree %s failed: %s", tree, error.message)
+                except KeyError:
+                    continue
+            await asyncio.sleep(LOOP_TICK)
+
+    async def _sweep_loop(self) -> None:
+        period = min(1.0, max(self.scheduler.node_heartbeat_timeout / 4, LOOP_TICK))
+        while True:
+            await asyncio.sleep(period)
+            gone = await run_in_threadpool(self.scheduler.sweep_nodes, self.clock())
+            if gone:
+                log.warning("nodes timed out: %s", ", ".join(gone))
+
+
+async def serve(
+    store_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    create_default_tree: bool = False,
+    node_heartbeat_timeout: float = 60.0,
+    on_ready: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything."""
+    store = open_store(store_url)
+    service: SchedulerService | None = None
+    server: uvicorn.Server | None = None
+    server_task: asyncio.Task[None] | None = None
+    try:
+        service = SchedulerService(
+            store,
+            token=token,
+            create_default_tree=create_default_tree,
+            node_heartbeat_timeout=node_heartbeat_timeout,
+        )
+        await service.start()
+        config = uvicorn.Config(
+            service.app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
+        )
+        server = uvicorn.Server(config)
+        server_task = asyncio.create_task(server.serve(), name="uvicorn")
+        for _ in range(2000):
+            if server.started or server_task.done():
+                break
+            await asyncio.sleep(0.005)
+        if not server.started:
+            if server_task.done():
+                server_task.result()
+            raise PooltreeError(f"scheduler HTTP server did not start on {host}:{port}")
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        if on_ready is not None:
+            on_ready(f"http://{host}:{bound}")
+        if stop is None:
+            await server_task
+        else:
+            stop_wait = asyncio.create_task(stop.wait())
+            await asyncio.wait({stop_wait, server_task}, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+    finally:
+        if server is not None:
+            server.should_exit = True
+        if server_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(server_task), 10.0)
+        if service is not None:
+            await service.stop()
+        store.close()

@@ -1,0 +1,146 @@
+"""Test harness: a real scheduler (``serve`` under uvicorn on 127.0.0.1) and real ``NodeAgent``s in one background
+event loop, driven from the test thread with httpx, ``yt.wrapper.YtClient`` and the ``yt`` CLI.
+
+Every wait is bounded; ``stop()`` ends agents (their jobs are killed) and the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pooltree.node.agent import NodeAgent
+from pooltree.node.executor import JobExecutor
+from pooltree.resources import vector
+from pooltree.server.service import serve
+
+GIB = 1024**3
+
+
+class Loop:
+    """An asyncio loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
+        return self.submit(coroutine).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+class Scheduler:
+    """``serve(store_url)`` running in the loop until ``stop()``."""
+
+    def __init__(self, loop: Loop, store_url: str, **kwargs: Any) -> None:
+        self.loop = loop
+        ready: concurrent.futures.Future[str] = concurrent.futures.Future()
+        self._stop: asyncio.Event | None = None
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            await serve(store_url, on_ready=ready.set_result, stop=self._stop, **kwargs)
+
+        self.task = loop.submit(main())
+        try:
+            self.url = ready.result(timeout=30)
+        except concurrent.futures.TimeoutError:
+            if self.task.done():
+                self.task.result()
+            raise
+
+    def stop(self) -> None:
+        stop = self._stop
+        if stop is not None:
+            self.loop.loop.call_soon_threadsafe(stop.set)
+        self.task.result(timeout=30)
+
+
+class Node:
+    """A ``NodeAgent`` with a real ``JobExecutor`` heartbeating to ``scheduler_url`` (switchable)."""
+
+    def __init__(
+        self,
+        loop: Loop,
+        root: Path,
+        address: str,
+        scheduler_url: str,
+        *,
+        slots: int = 2,
+        token: str | None = None,
+        period: float = 0.1,
+    ) -> None:
+        self.loop = loop
+        self.scheduler_url = scheduler_url
+        self.period = period
+        self.token = token
+        self.heartbeats = 0
+        self.errors: list[str] = []
+        self.paused = False
+
+        async def build() -> NodeAgent:
+            executor = JobExecutor(
+                root / address, memory_meter="psutil", memory_sample_period=0.1, abort_grace=0.5
+            )
+            return NodeAgent(
+                address, executor, vector(user_slots=slots, cpu=slots, memory=8 * GIB, network=100)
+            )
+
+        self.agent: NodeAgent = loop.run(build())
+        self._running = True
+        self.task = loop.submit(self._loop())
+
+    async def _loop(self) -> None:
+        headers = {"Authorization": f"OAuth {self.token}"} if self.token else {}
+        async with httpx.AsyncClient(timeout=10) as client:
+            while self._running:
+                if not self.paused:
+                    try:
+                        response = await client.post(
+                            f"{self.scheduler_url}/internal/node_heartbeat",
+                            json=self.agent.build_heartbeat(),
+                            headers=headers,
+                        )
+                        if response.status_code == 200:
+                            body = response.json()
+                            body.pop("heartbeat_period", None)
+                            await self.agent.apply_response_map(body)
+                            self.heartbeats += 1
+                        else:
+                            self.errors.append(response.text)
+                    except httpx.HTTPError as error:
+                        self.errors.append(str(error))
+                await self.agent.wait_for_heartbeat_needed(self.period)
+
+    def stop(self) -> None:
+        self._running = False
+        try:
+            self.task.result(timeout=15)
+        finally:
+            self.loop.run(self.agent.shutdown())
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, period: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(period)
+    raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")
