@@ -1,0 +1,279 @@
+"""The live scheduler end to end: real uvicorn on 127.0.0.1, real SQLite, real NodeAgents running /bin/sh jobs,
+and the official client (``yt.wrapper.YtClient`` and the ``yt`` CLI)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yt.wrapper as ytw
+
+sys.path.insert(0, str(Path(__file__).parent))
+from live_cluster import Loop, Node, Scheduler, wait_for
+
+YT = str(Path(sys.executable).parent / "yt")
+ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
+
+
+class Cluster:
+    """One scheduler on a SQLite file plus nodes; everything stopped by ``close()``."""
+
+    def __init__(self, root: Path, *, nodes: int = 1, slots: int = 2, **kwargs: object) -> None:
+        self.root = root
+        self.db = f"sqlite:///{root / 'state.db'}"
+        self.kwargs = {"create_default_tree": True, **kwargs}
+        self.loop = Loop()
+        self.scheduler: Scheduler | None = Scheduler(self.loop, self.db, **self.kwargs)
+        self.nodes = [
+            Node(self.loop, root / "nodes", f"node{i}", self.url, slots=slots, token=kwargs.get("token"))  # type: ignore[arg-type]
+            for i in range(nodes)
+        ]
+
+    @property
+    def url(self) -> str:
+        assert self.scheduler is not None
+        return self.scheduler.url
+
+    def restart_scheduler(self) -> None:
+        assert self.scheduler is not None
+        self.scheduler.stop()
+        self.scheduler = Scheduler(self.loop, self.db, **{**self.kwargs, "create_default_tree": False})
+        for node in self.nodes:
+            node.scheduler_url = self.url
+
+    def client(self) -> ytw.YtClient:
+        return ytw.YtClient(proxy=self.url, config={"proxy": {"enable_proxy_discovery": False}})
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
+        env.update(HOME=str(self.root), YT_PROXY=self.url)
+        result = subprocess.run([YT, *args], env=env, capture_output=True, text=True, timeout=60)
+        if check:
+            assert result.returncode == 0, f"yt {' '.join(args)} failed:\n{result.stderr}"
+        return result
+
+    def close(self) -> None:
+        try:
+            for node in self.nodes:
+                node.stop()
+        finally:
+            if self.scheduler is not None:
+                self.scheduler.stop()
+            self.loop.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def vanilla(command: str, job_count: int = 1, **spec: object) -> ytw.VanillaSpecBuilder:
+    builder = ytw.VanillaSpecBuilder().begin_task("main").command(command).job_count(job_count).end_task()
+    if spec:
+        builder = builder.spec(spec)
+    return builder
+
+
+def state(client: ytw.YtClient, op_id: str) -> str:
+    return str(client.get_operation(op_id, attributes=["state"])["state"])
+
+
+def test_vanilla_runs_jobs_with_client_and_orchid_and_metrics(cluster: Cluster) -> None:
+    client = cluster.client()
+    op = client.run_operation(vanilla("echo out; echo err-$YT_JOB_INDEX >&2", 3), sync=False)
+    op.wait(timeout=30_000)
+    info = client.get_operation(op.id)
+    assert info["state"] == "completed"
+    assert info["brief_progress"]["jobs"]["completed"] == 3
+    assert info["type"] == "vanilla" and info["start_time"].endswith("Z")
+    assert info["events"][0]["state"] == "starting"
+    jobs = client.list_jobs(op.id)["jobs"]
+    assert len(jobs) == 3 and {j["state"] for j in jobs} == {"completed"}
+    assert {j["address"] for j in jobs} == {"node0"}
+    job = client.get_job(op.id, jobs[0]["id"])
+    assert job["statistics"]["user_job/memory_limit"] == 512 * 1024**2
+    stderr = client.get_job_stderr(op.id, job["id"]).read()
+    assert stderr == f"err-{job['job_index']}\n".encode()
+    pools = client.get(f"{ORCHID}/default/pools")
+    assert "<Root>" in pools and "fair_share_ratio" in pools["<Root>"]
+    listed = client.list_operations()["operations"]
+    assert [o["id"] for o in listed] == [op.id]
+    metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    assert 'pooltree_pool_fair_share_ratio{pool="<Root>",tree="default"}' in metrics
+    assert "pooltree_pool_running_operations" in metrics and "pooltree_nodes 1.0" in metrics
+
+
+def test_cli_vanilla_success_and_failure(cluster: Cluster) -> None:
+    done = cluster.cli("vanilla", "--tasks", '{main={command="echo ok"; job_count=2}}')
+    assert "completed" in done.stderr
+    failed = cluster.cli(
+        "vanilla",
+        "--tasks",
+        '{main={command="echo boom >&2; exit 3"; job_count=1}}',
+        "--spec",
+        "{max_failed_job_count=2}",
+        check=False,
+    )
+    assert failed.returncode != 0
+    assert "Failed jobs limit exceeded" in failed.stderr
+    assert "Process exited with code 3" in failed.stderr
+    assert "boom" in failed.stderr
+    client = cluster.client()
+    failed_ops = client.list_operations(state="failed")["operations"]
+    assert len(failed_ops) == 1
+    op = client.get_operation(failed_ops[0]["id"])
+    assert op["result"]["error"]["message"] == "Failed jobs limit exceeded"
+    assert op["brief_progress"]["jobs"]["failed"] == 2
+    failed_jobs = client.list_jobs(op["id"], job_state="failed")["jobs"]
+    assert len(failed_jobs) == 2 and failed_jobs[0]["error"]["message"] == "User job failed"
+
+
+def test_pending_abort_suspend_and_parameters(cluster: Cluster) -> None:
+    client = cluster.client()
+    client.create(
+        "scheduler_pool",
+        attributes={"name": "small", "pool_tree": "default", "max_running_operation_count": 1},
+    )
+    client.create("scheduler_pool", attributes={"name": "other", "pool_tree": "default"})
+    first = client.run_operation(vanilla("sleep 30", 1, pool="small"), sync=False)
+    second = client.run_operation(vanilla("sleep 30", 1, pool="small"), sync=False)
+    wait_for(lambda: state(client, first.id) == "running")
+    assert state(client, second.id) == "pending"
+    shown = cluster.cli("get-operation", second.id).stdout
+    assert '"state" = "pending"' in shown and "Max running operation count" in shown
+    wait_for(lambda: client.get_operation(first.id)["brief_progress"]["jobs"]["running"] == 1)
+
+    cluster.cli("suspend-op", first.id)
+    assert client.get_operation(first.id, attributes=["suspended"])["suspended"]
+    cluster.cli("resume-op", first.id)
+
+    with pytest.raises(ytw.YtResponseError) as bad:
+        client.update_operation_parameters(first.id, {"weight": -1})
+    assert "weight" in str(bad.value)
+    client.update_operation_parameters(second.id, {"pool": "other"})
+    wait_for(lambda: state(client, second.id) == "running")
+    params = client.get_operation(second.id)["runtime_parameters"]["scheduling_options_per_pool_tree"]
+    assert params["default"]["pool"] == "other"
+
+    cluster.cli("abort-op", first.id)
+    info = client.get_operation(first.id)
+    assert info["state"] == "aborted" and info["result"]["error"]["code"] != 0
+    node = cluster.nodes[0]
+    wait_for(lambda: not _running_jobs(node, first.id))
+    client.abort_operation(second.id)
+    wait_for(lambda: not node.agent.executor.running_job_ids())
+    jobs = client.list_jobs(first.id)["jobs"]
+    assert jobs and all(j["state"] == "aborted" for j in jobs)
+
+
+def _running_jobs(node: Node, operation_id: str) -> list[str]:
+    executor = node.agent.executor
+    return [
+        j
+        for j in executor.running_job_ids()
+        if (spec := executor.spec(j)) and spec.operation_id == operation_id
+    ]
+
+
+def test_revival_keeps_running_jobs(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    try:
+        client = cluster.client()
+        op = client.run_operation(vanilla("sleep 2; echo done", 2), sync=False)
+        node = cluster.nodes[0]
+        wait_for(lambda: len(_running_jobs(node, op.id)) == 2)
+        before = set(_running_jobs(node, op.id))
+        cluster.restart_scheduler()
+        client = cluster.client()
+        assert state(client, op.id) in ("running", "pending")
+        wait_for(lambda: state(client, op.id) == "completed", timeout=30)
+        jobs = client.list_jobs(op.id)["jobs"]
+        assert {j["id"] for j in jobs} == before
+        assert all(j["state"] == "completed" for j in jobs)
+        assert client.get_job_stderr(op.id, jobs[0]["id"]).read() == b""
+    finally:
+        cluster.close()
+
+
+def test_node_timeout_reschedules(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, nodes=2, slots=1, node_heartbeat_timeout=1.0)
+    try:
+        client = cluster.client()
+        op = client.run_operation(vanilla("sleep 60", 1), sync=False)
+        wait_for(lambda: client.list_jobs(op.id, job_state="running")["jobs"])
+        first = client.list_jobs(op.id, job_state="running")["jobs"][0]
+        silent = next(n for n in cluster.nodes if n.agent.address == first["address"])
+        silent.paused = True
+        wait_for(
+            lambda: [
+                j for j in client.list_jobs(op.id, job_state="running")["jobs"] if j["id"] != first["id"]
+            ],
+            timeout=20,
+        )
+        lost = client.get_job(op.id, first["id"])
+        assert lost["state"] == "aborted" and lost["abort_reason"] == "node_offline"
+        assert client.get_operation(op.id)["brief_progress"]["jobs"]["lost"] == 1
+        silent.paused = False
+        # the revived node still runs the old job: the scheduler tells it to abort it
+        wait_for(lambda: not silent.agent.executor.running_job_ids(), timeout=20)
+        client.abort_operation(op.id)
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b"{not json", "heartbeat"),
+        (b"[]", "heartbeat"),
+        (b"{}", "node_address"),
+        (b'{"node_address": "n", "resource_limits": 5}', "resource_limits"),
+        (b'{"node_address": "n", "resource_limits": {"cpu": -1}}', "resource_limits"),
+        (
+            b'{"node_address": "n", "resource_limits": {}, "running_jobs": [{"job_id": 1}]}',
+            "running_jobs[0].job_id",
+        ),
+        (
+            b'{"node_address": "n", "resource_limits": {}, "finished_jobs": [{"job_id": "j", "operation_id": "o",'
+            b' "state": "lost"}]}',
+            "finished_jobs[0].state",
+        ),
+        (b'{"node_address": "n", "resource_limits": {}, "tags": "gpu"}', "tags"),
+    ],
+)
+def test_malformed_heartbeats_are_400_yt_errors(cluster: Cluster, body: bytes, field: str) -> None:
+    response = httpx.post(f"{cluster.url}/internal/node_heartbeat", content=body, timeout=10)
+    assert response.status_code == 400, response.text
+    error = response.json()
+    assert error["code"] != 0 and error["attributes"]["field"].startswith(field.split("[")[0])
+    assert error["attributes"]["field"] == field or field == "heartbeat" or field == "resource_limits"
+
+
+def test_bad_requests_and_token(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, nodes=1, token="secret")
+    try:
+        assert wait_for(lambda: cluster.nodes[0].heartbeats > 0)
+        response = httpx.post(f"{cluster.url}/internal/node_heartbeat", json={}, timeout=10)
+        assert response.status_code == 401
+        client = ytw.YtClient(
+            proxy=cluster.url, token="secret", config={"proxy": {"enable_proxy_discovery": False}}
+        )
+        with pytest.raises(ytw.YtResponseError) as error:
+            client.run_operation(
+                ytw.VanillaSpecBuilder().begin_task("main").command("true").job_count(0).end_task()
+            )
+        assert "job_count" in str(error.value)
+        with pytest.raises(ytw.YtResponseError) as missing:
+            client.get_operation("1-2-3-4")
+        assert missing.value.error["code"] == 1915
+        op = client.run_operation(vanilla("true", 1), sync=True)
+        assert state(client, op.id) == "completed"
+    finally:
+        cluster.close()
