@@ -23,7 +23,7 @@ from pooltree.controllers.operations import Job, TaskSpec, VanillaController
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.orchid import tree_view
-from pooltree.resources import Vector, resources_to_dict, vector
+from pooltree.resources import Vector, parse_duration, resources_to_dict, vector
 from pooltree.server.heartbeats import FinishedJobReport, HeartbeatRequest
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, Store
 from pooltree.strategy.core import SchedulerCore
@@ -352,16 +352,17 @@ class LiveScheduler:
             self._on_activated(activated, now)
 
     def fair_share_update_period(self, tree: str) -> float:
+        """``fair_share_update_period`` of the tree config (YTsaurus milliseconds or a unit string), 1 s default."""
         config = self.registry.trees[tree].config
         value = getattr(config, "fair_share_update_period", None)
-        if value is None and getattr(config, "model_extra", None):
-            value = config.model_extra.get("fair_share_update_period")
+        if value is None:
+            value = (getattr(config, "model_extra", None) or {}).get("fair_share_update_period")
+        if value is None:
+            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
         try:
-            period = float(value) if value is not None else DEFAULT_FAIR_SHARE_UPDATE_PERIOD
-        except (TypeError, ValueError):
-            period = DEFAULT_FAIR_SHARE_UPDATE_PERIOD
-        # YTsaurus gives the period in milliseconds; small values are seconds already.
-        return period / 1000.0 if period > 60 else max(period, 0.05)
+            return max(parse_duration(value, f"pool_trees.{tree}.config.fair_share_update_period"), 0.05)
+        except ConfigError:
+            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
 
     # ------------------------------------------------------------------ persistence
 
