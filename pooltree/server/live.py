@@ -292,6 +292,22 @@ def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
     return tasks
 
 
+def _without_task_titles(unrecognized: dict[str, Any]) -> dict[str, Any]:
+    """``unrecognized_spec`` minus ``tasks.<name>.title``, which the Python client adds to every task."""
+    tasks = unrecognized.get("tasks")
+    if not isinstance(tasks, dict):
+        return unrecognized
+    cleaned = {}
+    for name, keys in tasks.items():
+        rest = {k: v for k, v in keys.items() if k != "title"} if isinstance(keys, dict) else keys
+        if rest:
+            cleaned[name] = rest
+    out = {k: v for k, v in unrecognized.items() if k != "tasks"}
+    if cleaned:
+        out["tasks"] = cleaned
+    return out
+
+
 def _runtime_parameters(registry: PoolTrees, operation_id: str, trees: list[str]) -> dict[str, Any]:
     per_tree: dict[str, Any] = {}
     for name in trees:
@@ -377,6 +393,8 @@ class LiveScheduler:
             "aborted_jobs": op.aborted_jobs,
             "lost_jobs": op.lost_jobs,
             "failed_job_count": op.controller.failed_job_count,
+            "unrecognized_spec": _without_task_titles(op.model.unrecognized_spec()),
+            "alerts": self.alerts(op),
         }
         pool = next(iter(op.pools.values()), None)
         self.store.put_operation(
@@ -525,6 +543,8 @@ class LiveScheduler:
             op.events.append({"state": intermediate, "time": now})
             self._set_state(op, final, now)
             self._on_activated(activated, now)
+            # a finished operation is served from the store from now on
+            del self.operations[operation_id]
 
     def _abort_on_node(self, allocation: Allocation, reason: str, now: float) -> None:
         job_id = self.allocation_jobs.pop(allocation.id, None)
@@ -536,6 +556,7 @@ class LiveScheduler:
         node = self.nodes.get(job.address)
         if node is not None:
             node.aborts.append({"job_id": job.id, "reason": reason})
+        self.jobs.pop(job.id, None)
         if job.state == "running":
             job.state = "aborted"
             job.finish_time = now
@@ -804,6 +825,7 @@ class LiveScheduler:
             return
         if job.state != "running":
             return
+        self.jobs.pop(job.id, None)
         job.state = report.state
         job.finish_time = report.finish_time or now
         job.error = report.error
@@ -839,6 +861,7 @@ class LiveScheduler:
             op.controller.on_allocation_finished(allocation, finished, now)
 
     def _mark_lost(self, job: LiveJob, now: float) -> None:
+        self.jobs.pop(job.id, None)
         job.state = "aborted"
         job.finish_time = now
         job.abort_reason = "node_offline"
@@ -967,6 +990,13 @@ class LiveScheduler:
         self._sync_state(op, now)
 
     # ------------------------------------------------------------------ views
+
+    def alerts(self, op: LiveOperation) -> dict[str, Any]:
+        registered = self.registry.operations.get(op.id)
+        return {key: dict(value) for key, value in registered.alerts.items()} if registered else {}
+
+    def unrecognized_spec(self, op: LiveOperation) -> dict[str, Any]:
+        return _without_task_titles(op.model.unrecognized_spec())
 
     def progress(self, op: LiveOperation) -> dict[str, Any]:
         """Job counts as ``brief_progress.jobs`` needs them (running, completed, pending, failed, aborted, lost)."""

@@ -99,8 +99,7 @@ class OperationCommands:
                     if key in placement:
                         info[key] = placement[key]
             scheduling_info[tree] = info
-        registered = scheduler.registry.operations.get(op.id)
-        alerts = {key: dict(value) for key, value in (registered.alerts.items() if registered else [])}
+        alerts = scheduler.alerts(op)
         return self._attributes(
             op.id,
             op.type,
@@ -109,7 +108,7 @@ class OperationCommands:
             op.start_time,
             op.finish_time,
             op.spec,
-            op.model.unrecognized_spec(),
+            scheduler.unrecognized_spec(op),
             op.runtime_parameters,
             op.suspended,
             pool,
@@ -136,7 +135,7 @@ class OperationCommands:
             record.start_time,
             record.finish_time,
             record.spec,
-            {},
+            dict(doc.get("unrecognized_spec") or {}),
             record.runtime_parameters,
             bool(doc.get("suspended")),
             record.pool,
@@ -144,7 +143,7 @@ class OperationCommands:
             record.finish_time or record.start_time,
             doc.get("error"),
             list(doc.get("state_events") or []),
-            {},
+            {k: v for k, v in (doc.get("alerts") or {}).items() if k != "operation_pending"},
             list((record.spec.get("tasks") or {}).keys())
             if isinstance(record.spec.get("tasks"), dict)
             else [],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -23,9 +23,11 @@ ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
 class Cluster:
     """One scheduler on a SQLite file plus nodes; everything stopped by ``close()``."""
 
-    def __init__(self, root: Path, *, nodes: int = 1, slots: int = 2, **kwargs: object) -> None:
+    def __init__(
+        self, root: Path, *, nodes: int = 1, slots: int = 2, db: str | None = None, **kwargs: object
+    ) -> None:
         self.root = root
-        self.db = f"sqlite:///{root / 'state.db'}"
+        self.db = db or f"sqlite:///{root / 'state.db'}"
         self.kwargs = {"create_default_tree": True, **kwargs}
         self.loop = Loop()
         self.scheduler: Scheduler | None = Scheduler(self.loop, self.db, **self.kwargs)
@@ -39,9 +41,12 @@ class Cluster:
         assert self.scheduler is not None
         return self.scheduler.url
 
-    def restart_scheduler(self) -> None:
+    def restart_scheduler(self, while_down: Callable[[], object] | None = None) -> None:
         assert self.scheduler is not None
         self.scheduler.stop()
+        self.scheduler = None
+        if while_down is not None:
+            while_down()
         self.scheduler = Scheduler(self.loop, self.db, **{**self.kwargs, "create_default_tree": False})
         for node in self.nodes:
             node.scheduler_url = self.url
@@ -198,6 +203,27 @@ def test_revival_keeps_running_jobs(tmp_path: Path) -> None:
         assert {j["id"] for j in jobs} == before
         assert all(j["state"] == "completed" for j in jobs)
         assert client.get_job_stderr(op.id, jobs[0]["id"]).read() == b""
+    finally:
+        cluster.close()
+
+
+def test_revival_collects_jobs_finished_while_down(tmp_path: Path, store_url: str) -> None:
+    cluster = Cluster(tmp_path, db=store_url)
+    try:
+        client = cluster.client()
+        op = client.run_operation(vanilla("sleep 1; echo done >&2", 2), sync=False)
+        node = cluster.nodes[0]
+        wait_for(lambda: len(_running_jobs(node, op.id)) == 2)
+        before = set(_running_jobs(node, op.id))
+        cluster.restart_scheduler(
+            while_down=lambda: wait_for(lambda: not node.agent.executor.running_job_ids())
+        )
+        client = cluster.client()
+        wait_for(lambda: state(client, op.id) == "completed", timeout=30)
+        jobs = client.list_jobs(op.id)["jobs"]
+        assert {j["id"] for j in jobs} == before
+        assert client.get_job_stderr(op.id, jobs[1]["id"]).read() == b"done\n"
+        assert client.get_operation(op.id)["brief_progress"]["jobs"]["completed"] == 2
     finally:
         cluster.close()
 
