@@ -115,9 +115,9 @@ class PoolConfig(ConfigModel):
     max_share_ratio: float | None = Field(default=None, ge=0, le=1)
     mode: PoolMode = "fair_share"
     max_running_operation_count: int | None = Field(default=None, ge=0)
-    """``None`` → tree ``max_running_operation_count_per_pool`` (50)."""
+    """``None`` → tree ``max_running_operation_count_per_pool`` (default 8, the seeds' pool table)."""
     max_operation_count: int | None = Field(default=None, ge=0)
-    """``None`` → tree ``max_operation_count_per_pool`` (50)."""
+    """``None`` → tree ``max_operation_count_per_pool`` (default 50, the seeds' pool table)."""
     fifo_sort_parameters: tuple[FifoSortParameter, ...] = Field(
         default=DEFAULT_FIFO_SORT_PARAMETERS, min_length=1
     )

@@ -1,7 +1,8 @@
 """Pool tree options (the ``config`` attribute of a ``scheduler_pool_tree``) with YTsaurus defaults.
 
 Durations are float seconds; resource maps are :class:`~pooltree.config.base.Resources`. Defaults follow
-yt-semantics.md §c, §e.6 and §f (tree-level operation count defaults 50000/2000 for the root and 50/50 per pool).
+yt-semantics.md §c, §e.6 and §f; operation count limits: 50000 total / 2000 running for the root (§f), per pool
+8 running / 50 total (the seeds' pool table, which wins over §f's per-pool running default 50).
 """
 
 from __future__ import annotations
@@ -68,10 +69,14 @@ class PoolTreeConfig(ConfigModel):
     # Nodes, resources, pools.
     node_tag_filter: TagFilterText = ""
     main_resource: ResourceName = "cpu"
+    # Tree-wide limits are the root's (yt-semantics §f: 50000 total, 2000 running). The per-pool defaults apply to
+    # every pool without its own value; they follow the seeds' pool table (max_running_operation_count 8,
+    # max_operation_count 50), which wins over the tree default 50 that yt-semantics §f gives for the running one.
+    # An explicit tree option still overrides both.
     max_operation_count: int = Field(default=50000, ge=0)
     max_operation_count_per_pool: int = Field(default=50, ge=0)
     max_running_operation_count: int = Field(default=2000, ge=0)
-    max_running_operation_count_per_pool: int = Field(default=50, ge=0)
+    max_running_operation_count_per_pool: int = Field(default=8, ge=0)
     default_parent_pool: str = Field(default=ROOT_POOL, min_length=1)
     forbid_immediate_operations_in_root: bool = True
     max_ephemeral_pools_per_user: int = Field(default=1, ge=0)

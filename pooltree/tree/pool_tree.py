@@ -150,9 +150,10 @@ class PoolTree:
         self._registration_counter = 0
         self._pending_counter = 0
         cfg = self.config
+        # Pool defaults from the seeds' pool table (running 8, total 50); see PoolTreeConfig for why seeds win.
         self._max_operation_count_per_pool = int(_option(cfg, "max_operation_count_per_pool", 50))
         self._max_running_operation_count_per_pool = int(
-            _option(cfg, "max_running_operation_count_per_pool", 50)
+            _option(cfg, "max_running_operation_count_per_pool", 8)
         )
         regex = _option(cfg, "ephemeral_pool_name_regex", DEFAULT_EPHEMERAL_POOL_NAME_REGEX)
         self._ephemeral_name_re = re.compile(regex)

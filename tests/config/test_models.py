@@ -23,7 +23,7 @@ def test_tree_defaults_follow_ytsaurus() -> None:
     assert config.tag_filter.is_empty
     assert config.main_resource == "cpu"
     assert (config.max_operation_count, config.max_running_operation_count) == (50000, 2000)
-    assert (config.max_operation_count_per_pool, config.max_running_operation_count_per_pool) == (50, 50)
+    assert (config.max_operation_count_per_pool, config.max_running_operation_count_per_pool) == (50, 8)
     assert config.default_parent_pool == "<Root>"
     assert config.forbid_immediate_operations_in_root is True
     assert config.max_ephemeral_pools_per_user == 1

@@ -82,6 +82,9 @@ def test_project_example_structure() -> None:
 
 
 def test_operation_count_defaults_come_from_the_tree() -> None:
+    # Without tree options a pool gets the seeds' pool table defaults: 8 running, 50 in total.
+    plain = parse_one(project_tree())
+    assert (plain.max_running_operation_count("research"), plain.max_operation_count("research")) == (8, 50)
     doc = project_tree()
     doc["physical"]["config"]["max_running_operation_count_per_pool"] = 7
     tree = parse_one(doc)

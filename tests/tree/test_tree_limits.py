@@ -118,6 +118,20 @@ def test_tree_defaults_apply_to_pools_without_own_limits():
         start(trees, "p2", "plain")
 
 
+def test_seeds_pool_defaults_run_eight_and_admit_fifty():
+    """The seeds' pool table: a pool without its own limits runs 8 operations and holds at most 50."""
+    trees = make_trees(seed_document(extra_pools={"plain": {}}))
+    states = [start(trees, f"p{i}", "plain", now=i).state for i in range(50)]
+    assert states.count(OperationState.RUNNING) == 8
+    assert counts(trees, "plain")[:2] == (8, 50)
+    assert counts(trees, "plain")[2] == [f"p{i}" for i in range(8, 50)]
+    alert = trees.operation("p8").alerts["operation_pending"]
+    assert alert["attributes"] == {"pool": "plain", "limit": 8, "pool_tree": "physical"}
+    with pytest.raises(TooManyOperationsError, match='operations 50 for pool "plain" in tree "physical"'):
+        start(trees, "p50", "plain")
+    assert trees.complete_operation("p0", now=60) == ["p8"]
+
+
 def test_pending_operation_leaving_does_not_activate_others():
     trees = make_trees(seed_document())
     for i in range(4):
