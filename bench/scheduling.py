@@ -18,6 +18,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from pooltree.resources import vector
 from pooltree.strategy import (
     ROOT_ID,
     ElementSpec,
+    HeartbeatResult,
     NodeHeartbeat,
     SchedulingTree,
     StrategyConfig,
@@ -67,17 +69,17 @@ def build(nodes: int, operations: int, pools: int, starving_pools: int):
     return scheduler, elements, total, node_limits, addresses, per_op, config
 
 
-def run_once(nodes: int, operations: int, pools: int, starving_pools: int) -> dict[str, float]:
+def phases(
+    nodes: int, operations: int, pools: int, starving_pools: int
+) -> Iterator[Iterator[HeartbeatResult]]:
+    """The two benchmark phases, each a lazy stream of heartbeat results (setup runs before a phase is yielded).
+
+    tests/strategy/test_golden_trace.py replays this at a small scale and compares every decision to a golden file.
+    """
     scheduler, elements, total, node_limits, addresses, per_op, config = build(
         nodes, operations, pools, starving_pools
     )
-    started = 0
-    begin = time.perf_counter()
-    for address in addresses:
-        started += len(
-            scheduler.process_heartbeat(NodeHeartbeat(address, node_limits), 0.0).allocations_to_start
-        )
-    fill_seconds = time.perf_counter() - begin
+    yield (scheduler.process_heartbeat(NodeHeartbeat(address, node_limits), 0.0) for address in addresses)
 
     # steady state: new pools get half the cluster's fair share, taken proportionally from everyone else
     scale = 0.5
@@ -101,11 +103,20 @@ def run_once(nodes: int, operations: int, pools: int, starving_pools: int) -> di
     tree = SchedulingTree(total, shrunk, config)
     scheduler.publish(tree, now=1.0)
     scheduler.publish(tree, now=100.0)  # past the starvation timeout
+    yield (scheduler.process_heartbeat(NodeHeartbeat(address, node_limits), 100.0) for address in addresses)
+
+
+def run_once(nodes: int, operations: int, pools: int, starving_pools: int) -> dict[str, float]:
+    fill, steady = phases(nodes, operations, pools, starving_pools)
+    started = 0
+    begin = time.perf_counter()
+    for result in fill:
+        started += len(result.allocations_to_start)
+    fill_seconds = time.perf_counter() - begin
     decisions = 0
     preemptive_heartbeats = 0
     begin = time.perf_counter()
-    for address in addresses:
-        result = scheduler.process_heartbeat(NodeHeartbeat(address, node_limits), 100.0)
+    for result in steady:
         preemptive_heartbeats += result.preemptive_scheduling_performed
         decisions += len(result.allocations_to_preempt) + (result.scheduled_with_preemption is not None)
     steady_seconds = time.perf_counter() - begin
