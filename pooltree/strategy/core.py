@@ -198,6 +198,80 @@ class SchedulerCore:
         """An allocation ended outside a heartbeat (e.g. the simulator's job-finish event)."""
         return self.strategy.finish_allocation(finished, now)
 
+    # ------------------------------------------------------------------ simulator hooks (exact heartbeat skipping)
+
+    def heartbeat_is_noop(
+        self, address: str, now: float, pending_min_needed: Callable[[], Vector | None]
+    ) -> bool:
+        """Whether a heartbeat of ``address`` at ``now`` that reports nothing provably starts and preempts nothing.
+
+        Sufficient conditions, stage by stage (yt-semantics §e.1): the node fits its limits (no overcommit abort);
+        it runs no allocation of a graceful-mode operation (graceful pass); it cannot start more, or no operation's
+        min needed resources fit its free resources (``pending_min_needed`` returns the componentwise minimum over
+        operations with pending allocations, or ``None`` when there are none; a lower bound is enough); and, if the
+        preemptive stages are due, no operation is starving and no element violates its resource limits. A
+        simulator may then call :meth:`skip_heartbeat` instead of :meth:`process_heartbeat`.
+        """
+        strategy = self.strategy
+        node = strategy.nodes.get(address)
+        if node is None:
+            return False
+        limits = node.resource_limits
+        usage = node.usage
+        if np.any(usage > limits + 1e-9):
+            return False
+        elements = strategy._elements
+        for allocation in node.allocations.values():
+            if allocation.preempted:
+                continue
+            element = elements.get(allocation.operation_id)
+            if element is not None and element.spec.preemption_mode == "graceful":
+                return False
+        if strategy._can_start_more(node):
+            needed = pending_min_needed()
+            if needed is not None and np.all(needed <= limits - usage + 1e-9):
+                return False
+        last = node.last_preemptive_scheduling_time
+        due = last is None or now > last + self.config.preemptive_scheduling_backoff
+        return not (due and (any(strategy._ops_by_priority.values()) or self.limits_violated()))
+
+    def limits_violated(self) -> bool:
+        """Whether some pool or operation uses more than its specified resource limits."""
+        strategy = self.strategy
+        return any(
+            strategy._violated_limits(element) is not None
+            for element in strategy._elements.values()
+            if element.limits is not None
+        )
+
+    def republish(self, now: float) -> None:
+        """Publish the last fair-share result again at ``now`` so starvation clocks advance.
+
+        Identical to :meth:`update_fair_share` when no allocation started or finished, no operation or node was
+        added or removed since the last update and no pool has integral guarantees (the fair-share function then
+        depends on ``now`` only through integral volumes); a simulator uses it to skip recomputing shares.
+        """
+        if self.last_result is None:
+            self.update_fair_share(now)
+            return
+        self.strategy.publish(self.strategy.tree, now)
+
+    def can_start_more(self, address: str) -> bool:
+        """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""
+        node = self.strategy.nodes.get(address)
+        return node is not None and self.strategy._can_start_more(node)
+
+    def has_starving_operations(self) -> bool:
+        """Whether the published tree has operations with a preemption priority (targets of preemptive stages)."""
+        return any(self.strategy._ops_by_priority.values())
+
+    def skip_heartbeat(self, address: str, now: float) -> None:
+        """Account a heartbeat that :meth:`heartbeat_is_noop` proved empty: only the preemptive backoff moves."""
+        node = self.strategy.nodes[address]
+        last = node.last_preemptive_scheduling_time
+        if last is None or now > last + self.config.preemptive_scheduling_backoff:
+            node.last_preemptive_scheduling_time = now
+
     def operation_view(self, operation_id: str) -> dict[str, Any]:
         """Strategy orchid fields of one operation plus its controller's progress."""
         view = self.strategy.element_view(operation_id)

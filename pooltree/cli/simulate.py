@@ -1,0 +1,131 @@
+"""``pooltree simulate`` (what-if runs, PRODUCT.md §4) and ``pooltree workload generate`` (synthetic traces)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from pooltree.cli.app import app, fail
+from pooltree.errors import PooltreeError
+from pooltree.resources import parse_duration, parse_size
+
+workload_app = typer.Typer(no_args_is_help=True, help="Workload traces for the simulator.")
+app.add_typer(workload_app, name="workload")
+
+
+@app.command("simulate")
+def simulate(
+    scenario: Path = typer.Argument(..., help="Scenario file (.yaml/.yml, .json or .yson)."),
+    out: Path = typer.Option(
+        ..., "--out", help="Directory for summary.json, operations.csv, timeline.csv, ..."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Random seed (default: the scenario's, else 0)."),
+    until: str | None = typer.Option(None, "--until", help="Stop at this simulated time (30m, 2h, 1d)."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip report.html and the PNG plots."),
+) -> None:
+    """Run SCENARIO on a simulated clock with the scheduler core and write the reports to --out."""
+    from pooltree.sim import load_scenario, run_to_directory
+
+    try:
+        loaded = load_scenario(scenario)
+        horizon = parse_duration(until, "--until") if until is not None else None
+        if seed is not None and seed < 0:
+            raise PooltreeError("--seed: expected an integer >= 0")
+    except PooltreeError as error:
+        fail(error.message)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]simulating[/]"),
+        BarColumn(),
+        TextColumn("{task.fields[clock]}"),
+        TextColumn("{task.fields[ops]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("run", total=1.0, clock="", ops="")
+
+        def report(now: float, horizon_: float, done: int, total: int) -> None:
+            fraction = max(done / total if total else 0.0, now / horizon_ if horizon_ > 0 else 0.0)
+            progress.update(
+                task, completed=min(1.0, fraction), clock=f"t={now:,.0f}s", ops=f"{done}/{total} operations"
+            )
+
+        try:
+            result = run_to_directory(
+                loaded, out, seed=seed, until=horizon, progress=report, plots=not no_plots
+            )
+        except PooltreeError as error:
+            fail(error.message)
+        except OSError as error:
+            fail(f"{out}: {error.strerror or error}")
+        progress.update(task, completed=1.0)
+    glob = result.summary["global"]
+    states: dict[str, int] = {}
+    for operation in result.summary["operations"]:
+        states[operation["state"]] = states.get(operation["state"], 0) + 1
+    typer.echo(
+        json.dumps(
+            {
+                "out": str(out),
+                "simulated_time": glob["simulated_time"],
+                "wall_time": glob["wall_time"],
+                "operations": states,
+                "preempted_allocation_count": glob["preempted_allocation_count"],
+            }
+        )
+    )
+
+
+@workload_app.command("generate")
+def generate(
+    out: Path = typer.Option(..., "--out", help="Trace file to write (.csv or .jsonl)."),
+    rate: list[str] = typer.Option(
+        ..., "--rate", help="POOL=OPERATIONS_PER_HOUR (repeat for each pool), e.g. --rate batch=20"
+    ),
+    hours: float = typer.Option(1.0, "--hours", help="Length of the trace in hours."),
+    job_count: float = typer.Option(20.0, "--job-count", help="Median jobs per operation (lognormal)."),
+    job_count_sigma: float = typer.Option(1.0, "--job-count-sigma"),
+    cpu: float = typer.Option(1.0, "--cpu", help="Cores per job."),
+    memory: str = typer.Option("4Gi", "--memory", help="Memory per job."),
+    duration: str = typer.Option("5m", "--duration", help="Median job duration."),
+    duration_sigma: float = typer.Option(0.5, "--duration-sigma"),
+    interruptible_fraction: float = typer.Option(0.0, "--interruptible-fraction"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write a synthetic workload trace: Poisson arrivals per pool, lognormal job counts and durations."""
+    from pooltree.sim.workload import WorkloadParameters, generate_workload, write_trace
+
+    try:
+        rates: dict[str, float] = {}
+        for item in rate:
+            pool, sep, value = item.partition("=")
+            if not sep or not pool:
+                raise PooltreeError(f"--rate {item!r}: expected POOL=OPERATIONS_PER_HOUR")
+            try:
+                rates[pool] = float(value)
+            except ValueError:
+                raise PooltreeError(f"--rate {item!r}: {value!r} is not a number") from None
+        params = WorkloadParameters(
+            rates=rates,
+            hours=hours,
+            job_count=job_count,
+            job_count_sigma=job_count_sigma,
+            cpu=cpu,
+            memory=parse_size(memory, "--memory"),
+            duration=parse_duration(duration, "--duration"),
+            duration_sigma=duration_sigma,
+            interruptible_fraction=interruptible_fraction,
+            seed=seed,
+        )
+        operations = generate_workload(params)
+        write_trace(operations, out)
+    except PooltreeError as error:
+        fail(error.message)
+    except OSError as error:
+        fail(f"{out}: {error.strerror or error}")
+    typer.echo(json.dumps({"out": str(out), "operations": len(operations)}))
