@@ -107,14 +107,16 @@ def phases(
 
 
 def run_once(nodes: int, operations: int, pools: int, starving_pools: int) -> dict[str, float]:
-    fill, steady = phases(nodes, operations, pools, starving_pools)
+    stream = phases(nodes, operations, pools, starving_pools)  # consume lazily: each phase's setup runs on next()
     started = 0
+    fill = next(stream)
     begin = time.perf_counter()
     for result in fill:
         started += len(result.allocations_to_start)
     fill_seconds = time.perf_counter() - begin
     decisions = 0
     preemptive_heartbeats = 0
+    steady = next(stream)
     begin = time.perf_counter()
     for result in steady:
         preemptive_heartbeats += result.preemptive_scheduling_performed
