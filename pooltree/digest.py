@@ -8,8 +8,8 @@ sample sits in the last bucket. The bucketing and the quantile rule are bit-for-
 ``ln(v/L) / ln(step)`` truncated and then clamped, and bucket edges are built by repeated multiplication.
 
 The only departure is speed: instead of walking the buckets on every query, the counters are mirrored in a
-Fenwick tree, so both an insert and a query take O(log buckets) steps and return exactly what the linear walk
-would return.
+Fenwick tree (``_BucketCounts``, shared by both digests), so both an insert and a query take O(log buckets)
+steps and return exactly what the linear walk would return.
 """
 
 from __future__ import annotations
@@ -48,6 +48,61 @@ def _fenwick_top(size: int) -> int:
     return top
 
 
+class _BucketCounts:
+    """Bucket counters mirrored in a Fenwick tree: the bucket logic both digests share.
+
+    ``add`` counts one sample in a bucket and ``prefix_below`` finds how many leading buckets hold fewer than
+    ``threshold`` samples (the bucket the running count first reaches it is the next one); both take
+    O(log size) steps and answer exactly what a linear walk over the counters would.
+    """
+
+    __slots__ = ("_top", "_tree", "counts", "size", "total")
+
+    def __init__(self, size: int):
+        self.size = size
+        self._top = _fenwick_top(size)
+        self.load([0] * size)
+
+    def load(self, counts: list[int]) -> None:
+        """Replace every counter (length ``size``) and rebuild the tree in O(size)."""
+        size = self.size
+        tree = [0] * (size + 1)
+        for i in range(1, size + 1):
+            tree[i] += counts[i - 1]
+            parent = i + (i & -i)
+            if parent <= size:
+                tree[parent] += tree[i]
+        self.counts = list(counts)
+        self._tree = tree
+        self.total = sum(counts)
+
+    def add(self, bucket: int) -> None:
+        """Count one sample in ``bucket`` (0-based, already clamped into range)."""
+        self.counts[bucket] += 1
+        self.total += 1
+        tree = self._tree
+        size = self.size
+        i = bucket + 1
+        while i <= size:
+            tree[i] += 1
+            i += i & -i
+
+    def prefix_below(self, threshold: float) -> int:
+        """The largest ``k`` such that buckets ``0 … k−1`` together hold fewer than ``threshold`` samples."""
+        tree = self._tree
+        size = self.size
+        pos = 0
+        acc = 0
+        step = self._top
+        while step:
+            nxt = pos + step
+            if nxt <= size and acc + tree[nxt] < threshold:
+                pos = nxt
+                acc += tree[nxt]
+            step >>= 1
+        return pos
+
+
 class LogDigest:
     """YTsaurus ``TLogDigest``: geometric buckets between ``lower_bound`` and ``upper_bound``.
 
@@ -56,12 +111,9 @@ class LogDigest:
     """
 
     __slots__ = (
-        "_buckets",
+        "_counts",
         "_edges",
         "_log_step",
-        "_sample_count",
-        "_top",
-        "_tree",
         "bucket_count",
         "default_value",
         "lower_bound",
@@ -120,20 +172,17 @@ class LogDigest:
         for _ in range(self.bucket_count - 1):
             edges.append(edges[-1] * step)
         self._edges = edges
-        self._top = _fenwick_top(self.bucket_count)
-        self._buckets = [0] * self.bucket_count
-        self._tree = [0] * (self.bucket_count + 1)
-        self._sample_count = 0
+        self._counts = _BucketCounts(self.bucket_count)
 
     @property
     def sample_count(self) -> int:
         """Number of accepted samples."""
-        return self._sample_count
+        return self._counts.total
 
     @property
     def buckets(self) -> tuple[int, ...]:
         """A copy of the bucket counters, lowest bucket first."""
-        return tuple(self._buckets)
+        return tuple(self._counts.counts)
 
     def bucket_index(self, value: float) -> int | None:
         """Bucket a sample goes to, or ``None`` if YTsaurus discards it (v ≤ 0, NaN, ±inf, out of int32)."""
@@ -154,51 +203,33 @@ class LogDigest:
     def add_sample(self, value: float) -> None:
         """Count one sample; invalid values are dropped silently, as in YTsaurus."""
         bucket = self.bucket_index(value)
-        if bucket is None:
-            return
-        self._buckets[bucket] += 1
-        self._sample_count += 1
-        tree = self._tree
-        size = self.bucket_count
-        i = bucket + 1
-        while i <= size:
-            tree[i] += 1
-            i += i & -i
+        if bucket is not None:
+            self._counts.add(bucket)
 
     def get_quantile(self, q: float) -> float:
         """The α-quantile: upper edge of the bucket holding the ⌈α·N⌉-th sample; default while empty."""
         q = _check_quantile(q)
-        count = self._sample_count
+        count = self._counts.total
         if count == 0:
             return self.default_value
         threshold = q * count
         if threshold <= 0:
             return self.lower_bound
-        # Largest prefix length `pos` whose count is still below the threshold; the YTsaurus walk stops
-        # at bucket pos + 1 and answers its lower edge, which is the upper edge of bucket pos.
-        tree = self._tree
-        size = self.bucket_count
-        pos = 0
-        acc = 0
-        step = self._top
-        while step:
-            nxt = pos + step
-            if nxt <= size and acc + tree[nxt] < threshold:
-                pos = nxt
-                acc += tree[nxt]
-            step >>= 1
-        k = pos + 1
-        return self._edges[k] if k < size else self.upper_bound
+        # Buckets 0 … pos−1 hold fewer than the threshold; the YTsaurus walk stops at bucket pos + 1 and
+        # answers its lower edge, which is the upper edge of bucket pos.
+        k = self._counts.prefix_below(threshold) + 1
+        return self._edges[k] if k < self.bucket_count else self.upper_bound
 
     def get_quantile_linear(self, q: float) -> float:
         """The same quantile by the literal YTsaurus bucket walk (reference for tests)."""
         q = _check_quantile(q)
-        if self._sample_count == 0:
+        total = self._counts.total
+        if total == 0:
             return self.default_value
         value = self.lower_bound
         running = 0
-        for count in self._buckets:
-            if running >= q * self._sample_count:
+        for count in self._counts.counts:
+            if running >= q * total:
                 return value
             running += count
             value *= self.step
@@ -206,9 +237,7 @@ class LogDigest:
 
     def reset(self) -> None:
         """Forget every sample (YTsaurus ``Reset``)."""
-        self._buckets = [0] * self.bucket_count
-        self._tree = [0] * (self.bucket_count + 1)
-        self._sample_count = 0
+        self._counts.load([0] * self.bucket_count)
 
     def _same_layout(self, other: LogDigest) -> bool:
         return (
@@ -227,19 +256,7 @@ class LogDigest:
                     "other": other.config() if isinstance(other, LogDigest) else None,
                 },
             )
-        self._load_counts([a + b for a, b in zip(self._buckets, other._buckets, strict=True)])
-
-    def _load_counts(self, buckets: list[int]) -> None:
-        size = self.bucket_count
-        tree = [0] * (size + 1)
-        for i in range(1, size + 1):
-            tree[i] += buckets[i - 1]
-            parent = i + (i & -i)
-            if parent <= size:
-                tree[parent] += tree[i]
-        self._buckets = list(buckets)
-        self._tree = tree
-        self._sample_count = sum(buckets)
+        self._counts.load([a + b for a, b in zip(self._counts.counts, other._counts.counts, strict=True)])
 
     def config(self) -> dict[str, float]:
         """The digest's configuration as a YTsaurus ``TLogDigestConfig`` map."""
@@ -256,7 +273,7 @@ class LogDigest:
 
     def to_state(self) -> dict[str, Any]:
         """Plain-data state (config plus counters) for snapshots and warm starts."""
-        return {**self.config(), "sample_count": self._sample_count, "buckets": list(self._buckets)}
+        return {**self.config(), "sample_count": self._counts.total, "buckets": list(self._counts.counts)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], *, path: str = "") -> LogDigest:
@@ -285,11 +302,11 @@ class LogDigest:
                 raise ConfigError(
                     join_path(join_path(path, "buckets"), index), f"expected a count >= 0, got {count!r}"
                 )
-        digest._load_counts(list(buckets))
-        if "sample_count" in state and state["sample_count"] != digest._sample_count:
+        digest._counts.load(list(buckets))
+        if "sample_count" in state and state["sample_count"] != digest._counts.total:
             raise ConfigError(
                 join_path(path, "sample_count"),
-                f"is {state['sample_count']!r} but the buckets hold {digest._sample_count}",
+                f"is {state['sample_count']!r} but the buckets hold {digest._counts.total}",
             )
         return digest
 
@@ -297,7 +314,7 @@ class LogDigest:
         return (
             f"LogDigest(lower_bound={self.lower_bound!r}, upper_bound={self.upper_bound!r}, "
             f"relative_precision={self.relative_precision!r}, default_value={self.default_value!r}, "
-            f"sample_count={self._sample_count})"
+            f"sample_count={self._counts.total})"
         )
 
 
@@ -309,10 +326,7 @@ class HistogramDigest:
     """
 
     __slots__ = (
-        "_buckets",
-        "_sample_count",
-        "_top",
-        "_tree",
+        "_counts",
         "absolute_precision",
         "bucket_count",
         "default_value",
@@ -356,14 +370,12 @@ class HistogramDigest:
         self.absolute_precision = step
         self.default_value = default
         self.bucket_count = count
-        self._top = _fenwick_top(count)
-        self._buckets = [0] * count
-        self._tree = [0] * (count + 1)
-        self._sample_count = 0
+        self._counts = _BucketCounts(count)
 
     @property
     def sample_count(self) -> int:
-        return self._sample_count
+        """Number of accepted samples."""
+        return self._counts.total
 
     def add_sample(self, value: float) -> None:
         """Clamp into ``[L, U]`` and count; NaN is dropped."""
@@ -374,33 +386,19 @@ class HistogramDigest:
         bucket = min(
             math.floor((clamped - self.lower_bound) / self.absolute_precision + 0.5), self.bucket_count - 1
         )
-        self._buckets[bucket] += 1
-        self._sample_count += 1
-        i = bucket + 1
-        while i <= self.bucket_count:
-            self._tree[i] += 1
-            i += i & -i
+        self._counts.add(bucket)
 
     def get_quantile(self, q: float) -> float:
         """``L + i·step`` for the first bucket whose running count reaches ``α·N``; default while empty."""
         q = _check_quantile(q)
-        if self._sample_count == 0:
+        total = self._counts.total
+        if total == 0:
             return self.default_value
-        threshold = q * self._sample_count
-        pos = 0
-        acc = 0
-        step = self._top
-        while step:
-            nxt = pos + step
-            if nxt <= self.bucket_count and acc + self._tree[nxt] < threshold:
-                pos = nxt
-                acc += self._tree[nxt]
-            step >>= 1
+        pos = self._counts.prefix_below(q * total)
         if pos >= self.bucket_count:
             return self.upper_bound
         return self.lower_bound + pos * self.absolute_precision
 
     def reset(self) -> None:
-        self._buckets = [0] * self.bucket_count
-        self._tree = [0] * (self.bucket_count + 1)
-        self._sample_count = 0
+        """Forget every sample."""
+        self._counts.load([0] * self.bucket_count)

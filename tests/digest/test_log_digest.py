@@ -178,3 +178,25 @@ def test_histogram_digest_against_oracle(values: list[float]) -> None:
     for q in (0.1, 0.5, 0.95):
         exact = clamped[max(math.ceil(q * len(values)), 1) - 1]
         assert abs(digest.get_quantile(q) - exact) <= 0.0005 + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    counts=st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=70),
+    threshold=st.floats(min_value=0.0, max_value=400.0, allow_nan=False),
+)
+def test_shared_bucket_counts_prefix_matches_linear_walk(counts: list[int], threshold: float) -> None:
+    from pooltree.digest import _BucketCounts
+
+    tree = _BucketCounts(len(counts))
+    for bucket, count in enumerate(counts):
+        for _ in range(count):
+            tree.add(bucket)
+    assert tree.total == sum(counts) and tree.counts == counts
+    prefix, running = 0, 0
+    while prefix < len(counts) and running + counts[prefix] < threshold:
+        running += counts[prefix]
+        prefix += 1
+    assert tree.prefix_below(threshold) == prefix
+    tree.load(list(reversed(counts)))
+    assert tree.counts == list(reversed(counts)) and tree.total == sum(counts)
