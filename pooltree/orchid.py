@@ -1,4 +1,12 @@
-"""The read-only scheduler view (orchid layout of PRODUCT.md §3), built from the tree runtime and a fair-share result."""
+"""The read-only scheduler view (orchid layout of PRODUCT.md §3), built from the tree runtime and a fair-share result.
+
+Starvation is the strategy's (yt-semantics §c, :class:`pooltree.strategy.TreeScheduler`): a caller that keeps a
+strategy across updates (the live service, the simulator) passes it and its history shows; a one-off snapshot uses
+:func:`snapshot_strategy`, i.e. the first update the strategy sees. In that first update an element below its fair
+share only gets ``below_fair_share_since = now`` and stays ``non_starving``: being ``starving`` needs time below
+fair share longer than ``fair_share_starvation_timeout``, and the snapshot format (PRODUCT.md §2) carries no such
+history.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,25 @@ import numpy as np
 
 from pooltree.fairshare.model import FairShareResult
 from pooltree.resources import Vector, resources_to_dict, share_to_dict
+from pooltree.strategy import TreeScheduler
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.tree.pool_tree import PoolTree
 
 ROOT = "<Root>"
+
+STRATEGY_FIELDS = (
+    "scheduling_status",
+    "starvation_status",
+    "below_fair_share_since",
+    "starving_since",
+    "lowest_starving_ancestor",
+    "lowest_aggressively_starving_ancestor",
+    "effective_fair_share_starvation_tolerance",
+    "effective_fair_share_starvation_timeout",
+    "effective_aggressive_starvation_enabled",
+    "effective_aggressive_preemption_allowed",
+)
+"""Strategy fields taken into the view (usage stays the fair-share result's: a snapshot has no allocations)."""
 
 
 def _ratio(x: Vector) -> float:
@@ -47,21 +71,47 @@ def _element_view(result: Any) -> dict[str, Any]:
     }
 
 
-def tree_view(tree: PoolTree, result: FairShareResult, total_resources: Vector) -> dict[str, Any]:
-    """One tree in the orchid layout: pools (including ``<Root>``) and operations with shares and counters."""
+def snapshot_strategy(
+    tree: PoolTree, result: FairShareResult, total_resources: Vector, now: float
+) -> TreeScheduler:
+    """The strategy after its first update at ``now`` on this tree and result (statuses, starvation bookkeeping)."""
+    scheduler = TreeScheduler(scheduling_tree_from_runtime(tree, result, total_resources))
+    scheduler.publish(scheduler.tree, now)
+    return scheduler
+
+
+def tree_view(
+    tree: PoolTree,
+    result: FairShareResult,
+    total_resources: Vector,
+    strategy: TreeScheduler | None = None,
+) -> dict[str, Any]:
+    """One tree in the orchid layout: pools (including ``<Root>``) and operations with shares and counters.
+
+    With ``strategy`` the starvation fields (:data:`STRATEGY_FIELDS`) are the strategy's; without it every element
+    reads ``non_starving`` (callers that have a strategy overlay its view themselves). Tree ``alerts`` list the
+    fair-share update's errors and the tree's own alerts; pending operations carry their ``operation_pending``
+    alert under ``alerts``.
+    """
     pools: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     for element_id, element in result.elements.items():
         view = _element_view(element)
+        if strategy is not None:
+            extra = strategy.element_view(element_id)
+            view.update((key, extra[key]) for key in STRATEGY_FIELDS if key in extra)
         if element.is_operation:
             operations[element_id] = {**tree.operation_orchid(element_id), **view}
         else:
             pools[element_id] = {**tree.pool_orchid(element_id), **view}
     root = result.elements[ROOT]
+    alerts = [str(error) for error in result.errors]
+    alerts.extend(f"{name}: {message}" for name, message in tree.alerts.items())
     return {
         "resource_limits": resources_to_dict(total_resources),
         "resource_usage": resources_to_dict(root.resource_usage),
         "pool_count": len(pools) - 1,
         "pools": pools,
         "operations": operations,
+        "alerts": alerts,
     }

@@ -13,6 +13,7 @@ from typing import Any
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 from pooltree.cli.app import app, fail
@@ -21,7 +22,7 @@ from pooltree.config.snapshot import Snapshot
 from pooltree.errors import PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
-from pooltree.orchid import ROOT, tree_view
+from pooltree.orchid import ROOT, snapshot_strategy, tree_view
 from pooltree.tree.fair_share_input import build_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
@@ -39,6 +40,12 @@ def _register(snapshot: Snapshot) -> PoolTrees:
     return trees
 
 
+def _snapshot_now(snapshot: Snapshot) -> float:
+    """The update time: ``fair_share_update.now``, else the latest operation start."""
+    update = snapshot.fair_share_update
+    return update.now if update else max((op.start_time for op in snapshot.operations), default=0.0)
+
+
 def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, Any]:
     tree = trees.tree(name)
     resources = {
@@ -48,7 +55,7 @@ def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, 
     }
     root, settings = build_fair_share_input(tree, resources)
     update = snapshot.fair_share_update
-    now = update.now if update else max((op.start_time for op in snapshot.operations), default=0.0)
+    now = _snapshot_now(snapshot)
     state = None
     if update is not None:
         state = UpdateState(
@@ -62,6 +69,31 @@ def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, 
 def _bar(value: float, width: int = 10) -> str:
     filled = max(0, min(width, round(value * width)))
     return "█" * filled + "·" * (width - filled)
+
+
+def _status_suffix(element: dict[str, Any]) -> str:
+    status = element["starvation_status"]
+    return "" if status == "non_starving" else f" [red]{status}[/]"
+
+
+def _pool_counts(pool: dict[str, Any]) -> str:
+    """Running/limit, lightweight running, total/limit and the pool's pending queue."""
+    text = (
+        f" ops running {pool['running_operation_count']}/{pool['max_running_operation_count']}"
+        f" total {pool['operation_count']}/{pool['max_operation_count']}"
+    )
+    if pool["lightweight_running_operation_count"]:
+        text += f" lightweight {pool['lightweight_running_operation_count']}"
+    if pool["pending_operation_ids"]:
+        text += " queue " + escape("[" + ", ".join(pool["pending_operation_ids"]) + "]")
+    return text
+
+
+def _operation_placement(op: dict[str, Any]) -> str:
+    """Where a pending operation waits (pool and 1-based queue position); lightweight ones say so."""
+    if "pending_pool" in op:
+        return f" [yellow]pending in {escape(op['pending_pool'])} #{op['pending_position'] + 1}[/]"
+    return " lightweight" if op.get("lightweight") else ""
 
 
 def _print_table(view: dict[str, Any]) -> None:
@@ -79,16 +111,12 @@ def _print_table(view: dict[str, Any]) -> None:
 
         def line(name: str, element: dict[str, Any], is_pool: bool) -> str:
             fs, usage = element["fair_share_ratio"], element["usage_ratio"]
-            label = f"[cyan]{name}[/]" if is_pool else f"[green]{name}[/]"
-            extra = (
-                f" ops {element['running_operation_count']}/{element['operation_count']}"
-                if is_pool
-                else (" [yellow]pending[/]" if "pending_pool" in element else "")
-            )
+            label = f"[cyan]{escape(name)}[/]" if is_pool else f"[green]{escape(name)}[/]"
             return (
                 f"{label} fair {fs:6.3f} {_bar(fs)} usage {usage:6.3f} {_bar(usage)} "
-                f"demand {element['demand_ratio']:6.3f} [{element['dominant_resource']}] "
-                f"{element['scheduling_status']}{extra}"
+                f"demand {element['demand_ratio']:6.3f} {escape('[' + element['dominant_resource'] + ']')} "
+                f"{element['scheduling_status']}{_status_suffix(element)}"
+                + (_pool_counts(element) if is_pool else _operation_placement(element))
             )
 
         order = [ROOT]
@@ -101,6 +129,15 @@ def _print_table(view: dict[str, Any]) -> None:
                 if is_pool:
                     order.append(child)
         console.print(nodes[ROOT])
+        for alert in tree["alerts"]:
+            console.print(f"[yellow]alert:[/] {escape(alert)}", highlight=False)
+        for op_id, op in operations.items():
+            for kind, alert in op.get("alerts", {}).items():
+                attributes = ", ".join(f"{key}={value}" for key, value in alert["attributes"].items())
+                console.print(
+                    f"[yellow]{escape(kind)}[/] {escape(op_id)}: {escape(alert['message'])} ({escape(attributes)})",
+                    highlight=False,
+                )
 
 
 @app.command("fair-share")
@@ -129,10 +166,11 @@ def fair_share(
             begin = time.perf_counter()
             results = {name: _update_tree(snapshot, trees, name) for name in names}
             durations.append(time.perf_counter() - begin)
+        now = _snapshot_now(snapshot)
         for name, (result, total) in results.items():
-            view["pool_trees"][name] = tree_view(trees.tree(name), result, total)
-            if result.errors:
-                view["pool_trees"][name]["alerts"] = [str(error) for error in result.errors]
+            pool_tree = trees.tree(name)
+            strategy = snapshot_strategy(pool_tree, result, total, now)
+            view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
         fail(str(error))
         return

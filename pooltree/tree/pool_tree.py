@@ -960,6 +960,7 @@ class PoolTree:
             "offloading": op.offloading,
             "running": op.running,
             "suspended": op.suspended,
+            "alerts": {},
         }
         if not op.running and op.pending_pool is not None:
             holder = op.pending_pool
@@ -973,6 +974,11 @@ class PoolTree:
                     f"position {position + 1} of {len(holder.pending)} in its queue"
                 ),
             )
+            if op.alert is not None:
+                info["alerts"][OPERATION_PENDING_ALERT] = {
+                    "message": op.alert["message"],
+                    "attributes": dict(op.alert["attributes"]),
+                }
         return info
 
     def orchid(self) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""Bad snapshots through `pooltree fair-share`: non-zero exit, one message naming the path, no partial output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = "cluster: {total_resources: {cpu: 10, user_slots: 10}}\n"
+
+CASES = [
+    pytest.param(
+        "unknown.yaml",
+        CLUSTER + "pool_trees: {t: {pools: {a: {wieght: 1}}}}\n",
+        ["pool_trees.t.pools.a.wieght:", "unknown option"],
+        id="unknown-option",
+    ),
+    pytest.param(
+        "unknown-tree-option.yaml",
+        CLUSTER + "pool_trees: {t: {config: {max_operations: 3}, pools: {a: {}}}}\n",
+        ["pool_trees.t.config.max_operations:", "unknown option"],
+        id="unknown-tree-option",
+    ),
+    pytest.param(
+        "wrong-type.yaml",
+        CLUSTER + "pool_trees: {t: {pools: {a: {max_running_operation_count: many}}}}\n",
+        ["pool_trees.t.pools.a.max_running_operation_count:", "integer"],
+        id="wrong-type",
+    ),
+    pytest.param(
+        "negative-limit.yaml",
+        CLUSTER + "pool_trees: {t: {pools: {a: {resource_limits: {cpu: -1}}}}}\n",
+        ["pool_trees.t.pools.a.resource_limits.cpu:", "non-negative"],
+        id="negative-resource-limit",
+    ),
+    pytest.param(
+        "negative-usage.yaml",
+        CLUSTER
+        + "pool_trees: {t: {pools: {a: {}}}}\n"
+        + "operations: [{id: o1, spec: {pool: a}, resource_usage: {cpu: -2}}]\n",
+        ["operations[0].resource_usage.cpu:", "non-negative"],
+        id="negative-usage",
+    ),
+    pytest.param(
+        "duplicate.yaml",
+        CLUSTER + "pool_trees: {t: {pools: {a: {pools: {x: {}}}, b: {pools: {x: {}}}}}}\n",
+        ["pool_trees.t.pools.b.pools.x:", 'Duplicate pool "x"', "pool_trees.t.pools.a.pools.x"],
+        id="duplicate-pool",
+    ),
+    pytest.param(
+        "other-tree.yaml",
+        CLUSTER
+        + "default_pool_tree: t\n"
+        + "pool_trees: {t: {pools: {a: {}}}, g: {pools: {gp: {}}}}\n"
+        + "operations: [{id: o1, spec: {pool: gp}, resource_demand: {cpu: 1}}]\n",
+        ["operations[0].spec.pool:", 'pool "gp" is a configured pool of tree "g"'],
+        id="pool-of-another-tree",
+    ),
+    pytest.param(
+        "broken.yaml",
+        "cluster: {total_resources: {cpu: 10}\npool_trees: [\n",
+        ["broken.yaml:", "invalid YAML at line 2"],
+        id="unparsable-yaml",
+    ),
+    pytest.param(
+        "broken.json",
+        '{"cluster": {"total_resources": {"cpu": 10}}, "pool_trees": ',
+        ["broken.json:", "invalid JSON"],
+        id="unparsable-json",
+    ),
+    pytest.param(
+        "broken.yson",
+        "{cluster={total_resources={cpu=10}}; pool_trees=",
+        ["broken.yson:"],
+        id="unparsable-yson",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), CASES)
+def test_bad_snapshot_fails_with_one_message(
+    tmp_path: Path, name: str, text: str, expected: list[str]
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "pooltree.cli", "fair-share", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert done.returncode != 0
+    assert done.stdout == ""
+    # The console may wrap a long message; compare with white space folded.
+    message = " ".join(done.stderr.split())
+    assert message.startswith("error: ") and message.count("error:") == 1, message
+    assert "Traceback" not in done.stderr
+    for fragment in expected:
+        assert fragment in message, message

@@ -1,0 +1,191 @@
+"""`pooltree fair-share` shows operation counts, pending queues, pending alerts and starvation (real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+QUEUES_SNAPSHOT: dict[str, Any] = {
+    "cluster": {"total_resources": {"user_slots": 100, "cpu": 100, "memory": "100Gi"}},
+    "pool_trees": {
+        "physical": {
+            "pools": {
+                "project": {
+                    "max_running_operation_count": 3,
+                    "pools": {
+                        "adhoc": {"max_running_operation_count": 2},
+                        "batch": {},
+                    },
+                },
+                "light": {"mode": "fifo", "enable_lightweight_operations": True},
+            }
+        }
+    },
+    "operations": [
+        # adhoc runs 2 (its limit); a2 waits in adhoc's queue.
+        *(
+            {"id": f"a{i}", "type": "map", "user": "alice", "start_time": i, "spec": {"pool": "adhoc"}}
+            for i in range(3)
+        ),
+        # project runs 3 (its limit) after b0; b1 and b2 wait in project's queue.
+        *(
+            {"id": f"b{i}", "type": "map", "user": "bob", "start_time": 10 + i, "spec": {"pool": "batch"}}
+            for i in range(3)
+        ),
+        # Lightweight: vanilla in a FIFO pool with the flag; never pending, not a running operation.
+        {"id": "v0", "type": "vanilla", "user": "carol", "start_time": 20, "spec": {"pool": "light"}},
+        {"id": "m0", "type": "map", "user": "carol", "start_time": 21, "spec": {"pool": "light"}},
+    ],
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pooltree.cli", "fair-share", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+
+
+def write(tmp_path: Path, snapshot: dict[str, Any], name: str = "snapshot.json") -> Path:
+    for op in snapshot.get("operations", []):
+        op.setdefault("resource_demand", {"cpu": 5, "user_slots": 1})
+    path = tmp_path / name
+    path.write_text(json.dumps(snapshot))
+    return path
+
+
+def test_counts_queues_and_pending_placement_in_json_and_yaml(tmp_path: Path) -> None:
+    path = write(tmp_path, json.loads(json.dumps(QUEUES_SNAPSHOT)))
+    done = run(str(path))
+    assert done.returncode == 0, done.stderr
+    tree = json.loads(done.stdout)["pool_trees"]["physical"]
+    pools, operations = tree["pools"], tree["operations"]
+
+    def counts(pool: str) -> tuple[int, int, int, list[str]]:
+        info = pools[pool]
+        return (
+            info["running_operation_count"],
+            info["lightweight_running_operation_count"],
+            info["operation_count"],
+            info["pending_operation_ids"],
+        )
+
+    assert counts("adhoc") == (2, 0, 3, ["a2"])
+    assert counts("batch") == (1, 0, 3, [])
+    assert counts("project") == (3, 0, 6, ["b1", "b2"])
+    assert counts("light") == (1, 1, 2, [])
+    assert counts("<Root>") == (4, 1, 8, [])
+    assert (
+        pools["project"]["max_running_operation_count"],
+        pools["batch"]["max_running_operation_count"],
+    ) == (
+        3,
+        8,
+    )
+    assert pools["batch"]["max_operation_count"] == 50
+
+    # A pending operation names the pool whose limit holds it and its (0-based) place in that queue.
+    assert (operations["a2"]["pending_pool"], operations["a2"]["pending_position"]) == ("adhoc", 0)
+    assert (operations["b2"]["pending_pool"], operations["b2"]["pending_position"]) == ("project", 1)
+    assert operations["b2"]["pool"] == "batch"
+    assert operations["b2"]["alerts"]["operation_pending"] == {
+        "message": "Max running operation count violated",
+        "attributes": {"pool": "project", "limit": 3, "pool_tree": "physical"},
+    }
+    for op_id in ("a0", "b0", "v0", "m0"):
+        assert "pending_pool" not in operations[op_id]
+        assert operations[op_id]["alerts"] == {}
+    assert operations["v0"]["lightweight"] is True and operations["m0"]["lightweight"] is False
+
+    as_yaml = run(str(path), "--format", "yaml")
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert yaml.safe_load(as_yaml.stdout)["pool_trees"]["physical"] == tree
+
+
+def test_table_shows_counts_queues_and_pending_alerts(tmp_path: Path) -> None:
+    path = write(tmp_path, json.loads(json.dumps(QUEUES_SNAPSHOT)))
+    done = run(str(path), "--format", "table")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+
+    def line_of(name: str) -> str:
+        return next(line for line in lines if f" {name} fair" in line)
+
+    assert "ops running 3/3 total 6/50 queue [b1, b2]" in line_of("project")
+    assert "ops running 2/2 total 3/50 queue [a2]" in line_of("adhoc")
+    assert "ops running 1/8 total 2/50 lightweight 1" in line_of("light")
+    assert "pending in project #2" in line_of("b2")
+    assert "pending in adhoc #1" in line_of("a2")
+    assert "lightweight" in line_of("v0")
+    assert (
+        "operation_pending b2: Max running operation count violated (pool=project, limit=3, pool_tree=physical)"
+        in done.stdout
+    )
+
+
+def starvation_snapshot(tolerance_b: float | None) -> dict[str, Any]:
+    b: dict[str, Any] = {} if tolerance_b is None else {"fair_share_starvation_tolerance": tolerance_b}
+    return {
+        "cluster": {"total_resources": {"user_slots": 100, "cpu": 100, "memory": "100Gi"}},
+        "pool_trees": {
+            "physical": {
+                "config": {"fair_share_starvation_timeout": "30s"},
+                "pools": {"a": {}, "b": {**b, "fair_share_starvation_timeout": "10s"}},
+            }
+        },
+        "operations": [
+            {
+                "id": f"op-{pool}",
+                "type": "map",
+                "user": "u",
+                "start_time": 0,
+                "spec": {"pool": pool},
+                "resource_usage": {"cpu": usage},
+                "resource_demand": {"cpu": 100},
+            }
+            for pool, usage in (("a", 45), ("b", 45))
+        ],
+        "fair_share_update": {"now": 200, "previous_update_time": 190},
+    }
+
+
+def test_starvation_status_comes_from_the_strategy(tmp_path: Path) -> None:
+    # Both pools get fair share 0.5 and use 0.45: the default tolerance 0.8 (bound 0.4) says normal, b's own
+    # tolerance 1.0 (bound 0.5) says below fair share. One snapshot is the strategy's first update: b becomes
+    # below fair share since `now` and is not starving yet (that needs more than b's 10 s timeout below it).
+    done = run(str(write(tmp_path, starvation_snapshot(1.0))))
+    assert done.returncode == 0, done.stderr
+    tree = json.loads(done.stdout)["pool_trees"]["physical"]
+    pools, operations = tree["pools"], tree["operations"]
+    assert abs(pools["b"]["fair_share_ratio"] - 0.5) < 1e-6
+    assert pools["a"]["scheduling_status"] == "normal"
+    assert pools["a"]["below_fair_share_since"] is None
+    assert pools["b"]["scheduling_status"] == "below_fair_share"
+    assert pools["b"]["below_fair_share_since"] == 200
+    assert pools["b"]["effective_fair_share_starvation_tolerance"] == 1.0
+    assert pools["b"]["effective_fair_share_starvation_timeout"] == 10.0
+    assert pools["a"]["effective_fair_share_starvation_timeout"] == 30.0
+    assert operations["op-b"]["scheduling_status"] == "below_fair_share"
+    assert operations["op-a"]["scheduling_status"] == "normal"
+    for element in [*pools.values(), *operations.values()]:
+        assert element["starvation_status"] == "non_starving"
+        assert element["lowest_starving_ancestor"] is None
+    assert pools["<Root>"]["scheduling_status"] == "normal"
+
+    # Without b's own tolerance both pools use the tree's 0.8 and nothing is below fair share.
+    default = run(str(write(tmp_path, starvation_snapshot(None), "default.json")))
+    assert default.returncode == 0, default.stderr
+    pools = json.loads(default.stdout)["pool_trees"]["physical"]["pools"]
+    assert {p["scheduling_status"] for p in pools.values()} == {"normal"}
