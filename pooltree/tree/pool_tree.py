@@ -397,6 +397,17 @@ class PoolTree:
                 },
             )
 
+    def _check_placement(self, placement: PoolPlacement, user: str) -> PoolElement:
+        """Checks shared by a start and a pool change: forbidden immediate operations and the ephemeral pool limit.
+
+        Returns where the count checks start: the pool, or the parent of a pool still to be created.
+        """
+        self._check_immediate(placement)
+        self._check_ephemeral_limit(placement, user)
+        start = placement.pool if placement.pool is not None else placement.parent
+        assert start is not None
+        return start
+
     def _check_operation_count(self, start: PoolElement) -> None:
         for element in start.path:
             if element.operation_count >= element.max_operation_count:
@@ -433,12 +444,17 @@ class PoolTree:
                 attributes={"operation_id": operation_id, "pool_tree": self.name},
             )
         placement = self.resolve_pool(pool, user)
-        self._check_immediate(placement)
-        self._check_ephemeral_limit(placement, user)
-        start = placement.pool if placement.pool is not None else placement.parent
-        assert start is not None
-        self._check_operation_count(start)
+        self._check_operation_count(self._check_placement(placement, user))
         return placement
+
+    def _placement_pool(self, placement: PoolPlacement, user: str) -> PoolElement:
+        """The placement's pool, creating its ephemeral pool (owned by ``user``) when it does not exist yet."""
+        if placement.pool is not None:
+            return placement.pool
+        assert placement.parent is not None
+        return self._pools.get(placement.pool_name) or self._new_ephemeral_pool(
+            placement.pool_name, placement.parent, user, in_default_parent=placement.in_default_parent
+        )
 
     def commit_registration(
         self,
@@ -454,12 +470,7 @@ class PoolTree:
         offloading: bool = False,
     ) -> TreeOperation:
         """Attach a validated operation: running, lightweight or pending in the lowest violating pool."""
-        pool = placement.pool
-        if pool is None:
-            assert placement.parent is not None
-            pool = self._pools.get(placement.pool_name) or self._new_ephemeral_pool(
-                placement.pool_name, placement.parent, user, in_default_parent=placement.in_default_parent
-            )
+        pool = self._placement_pool(placement, user)
         self._registration_counter += 1
         op = TreeOperation(
             operation_id,
@@ -681,56 +692,27 @@ class PoolTree:
         op.resource_limits = update.resource_limits
         return activated
 
-    def update_operation_parameters(
-        self,
-        operation_id: str,
-        *,
-        pool: str | None = None,
-        weight: Any = None,
-        resource_limits: Any = None,
-    ) -> list[str]:
-        """Change the pool, weight or resource limits of an operation in this tree (validated first)."""
-        update = self.prepare_parameters_update(
-            operation_id, pool=pool, weight=weight, resource_limits=resource_limits
-        )
-        return self.commit_parameters_update(update)
-
     def _validate_pool_change(self, op: TreeOperation, placement: PoolPlacement) -> None:
-        self._check_immediate(placement)
-        self._check_ephemeral_limit(placement, op.user)
-        start = placement.pool if placement.pool is not None else placement.parent
-        assert start is not None
+        """§f: every pool of the new path (only the part not shared with the old one for a running operation)."""
+        start = self._check_placement(placement, op.user)
         lightweight_in_new = self._is_lightweight(op.operation_type, placement.pool)
         for element in self.pools_to_validate_on_pool_change(op, start):
             if element.operation_count >= element.max_operation_count:
-                raise PooltreeError(
-                    f'Max operation count of pool "{element.name}" violated',
-                    attributes={
-                        "pool": element.name,
-                        "pool_tree": self.name,
-                        "limit": element.max_operation_count,
-                    },
-                )
-            if (
+                what, limit = "Max operation count", element.max_operation_count
+            elif (
                 not lightweight_in_new
                 and element.running_operation_count >= element.max_running_operation_count
             ):
-                raise PooltreeError(
-                    f'Max running operation count of pool "{element.name}" violated',
-                    attributes={
-                        "pool": element.name,
-                        "pool_tree": self.name,
-                        "limit": element.max_running_operation_count,
-                    },
-                )
+                what, limit = "Max running operation count", element.max_running_operation_count
+            else:
+                continue
+            raise PooltreeError(
+                f'{what} of pool "{element.name}" violated',
+                attributes={"pool": element.name, "pool_tree": self.name, "limit": limit},
+            )
 
     def _move(self, op: TreeOperation, placement: PoolPlacement) -> list[str]:
-        new_pool = placement.pool
-        if new_pool is None:
-            assert placement.parent is not None
-            new_pool = self._pools.get(placement.pool_name) or self._new_ephemeral_pool(
-                placement.pool_name, placement.parent, op.user, in_default_parent=placement.in_default_parent
-            )
+        new_pool = self._placement_pool(placement, op.user)
         old_pool = op.pool
         was_running = op.running
         self._detach(op)

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pooltree.cli", "fair-share", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-    )
+from clikit import run_fair_share
 
 
 def test_example_json_has_orchid_fields_and_consistent_shares() -> None:
-    done = run("examples/project-root.yaml", "--timings")
+    done = run_fair_share("examples/project-root.yaml", "--timings")
     assert done.returncode == 0, done.stderr
     view = json.loads(done.stdout)
     tree = view["pool_trees"]["physical"]
@@ -48,9 +36,9 @@ def test_example_json_has_orchid_fields_and_consistent_shares() -> None:
 
 
 def test_table_and_bad_input(tmp_path: Path) -> None:
-    assert run("examples/project-root.yaml", "--format", "table").returncode == 0
+    assert run_fair_share("examples/project-root.yaml", "--format", "table").returncode == 0
     bad = tmp_path / "bad.yaml"
     bad.write_text("cluster: {total_resources: {cpu: 10}}\npool_trees: {t: {pools: {a: {weight: -1}}}}\n")
-    done = run(str(bad))
+    done = run_fair_share(str(bad))
     assert done.returncode != 0
     assert "weight" in done.stderr and done.stdout == ""

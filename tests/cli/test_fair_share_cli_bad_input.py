@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clikit import run_fair_share
 
-ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "cluster: {total_resources: {cpu: 10, user_slots: 10}}\n"
 
 CASES = [
@@ -87,14 +84,7 @@ def test_bad_snapshot_fails_with_one_message(
 ) -> None:
     path = tmp_path / name
     path.write_text(text)
-    done = subprocess.run(
-        [sys.executable, "-m", "pooltree.cli", "fair-share", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+    done = run_fair_share(str(path))
     assert done.returncode != 0
     assert done.stdout == ""
     # The console may wrap a long message; compare with white space folded.

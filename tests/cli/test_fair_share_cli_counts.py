@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
+from clikit import run_fair_share
 
 QUEUES_SNAPSHOT: dict[str, Any] = {
     "cluster": {"total_resources": {"user_slots": 100, "cpu": 100, "memory": "100Gi"}},
@@ -47,17 +43,6 @@ QUEUES_SNAPSHOT: dict[str, Any] = {
 }
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pooltree.cli", "fair-share", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "250"},
-    )
-
-
 def write(tmp_path: Path, snapshot: dict[str, Any], name: str = "snapshot.json") -> Path:
     for op in snapshot.get("operations", []):
         op.setdefault("resource_demand", {"cpu": 5, "user_slots": 1})
@@ -68,7 +53,7 @@ def write(tmp_path: Path, snapshot: dict[str, Any], name: str = "snapshot.json")
 
 def test_counts_queues_and_pending_placement_in_json_and_yaml(tmp_path: Path) -> None:
     path = write(tmp_path, json.loads(json.dumps(QUEUES_SNAPSHOT)))
-    done = run(str(path))
+    done = run_fair_share(str(path))
     assert done.returncode == 0, done.stderr
     tree = json.loads(done.stdout)["pool_trees"]["physical"]
     pools, operations = tree["pools"], tree["operations"]
@@ -109,14 +94,14 @@ def test_counts_queues_and_pending_placement_in_json_and_yaml(tmp_path: Path) ->
         assert operations[op_id]["alerts"] == {}
     assert operations["v0"]["lightweight"] is True and operations["m0"]["lightweight"] is False
 
-    as_yaml = run(str(path), "--format", "yaml")
+    as_yaml = run_fair_share(str(path), "--format", "yaml")
     assert as_yaml.returncode == 0, as_yaml.stderr
     assert yaml.safe_load(as_yaml.stdout)["pool_trees"]["physical"] == tree
 
 
 def test_table_shows_counts_queues_and_pending_alerts(tmp_path: Path) -> None:
     path = write(tmp_path, json.loads(json.dumps(QUEUES_SNAPSHOT)))
-    done = run(str(path), "--format", "table")
+    done = run_fair_share(str(path), "--format", "table")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
 
@@ -165,7 +150,7 @@ def test_starvation_status_comes_from_the_strategy(tmp_path: Path) -> None:
     # Both pools get fair share 0.5 and use 0.45: the default tolerance 0.8 (bound 0.4) says normal, b's own
     # tolerance 1.0 (bound 0.5) says below fair share. One snapshot is the strategy's first update: b becomes
     # below fair share since `now` and is not starving yet (that needs more than b's 10 s timeout below it).
-    done = run(str(write(tmp_path, starvation_snapshot(1.0))))
+    done = run_fair_share(str(write(tmp_path, starvation_snapshot(1.0))))
     assert done.returncode == 0, done.stderr
     tree = json.loads(done.stdout)["pool_trees"]["physical"]
     pools, operations = tree["pools"], tree["operations"]
@@ -185,7 +170,7 @@ def test_starvation_status_comes_from_the_strategy(tmp_path: Path) -> None:
     assert pools["<Root>"]["scheduling_status"] == "normal"
 
     # Without b's own tolerance both pools use the tree's 0.8 and nothing is below fair share.
-    default = run(str(write(tmp_path, starvation_snapshot(None), "default.json")))
+    default = run_fair_share(str(write(tmp_path, starvation_snapshot(None), "default.json")))
     assert default.returncode == 0, default.stderr
     pools = json.loads(default.stdout)["pool_trees"]["physical"]["pools"]
     assert {p["scheduling_status"] for p in pools.values()} == {"normal"}

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from treekit import seed_document
 
 from pooltree.config import ROOT_POOL, PoolTreeDefinition, parse_pool_trees, resolve_default_tree
 from pooltree.errors import ConfigError
@@ -13,40 +14,7 @@ from pooltree.errors import ConfigError
 
 def project_tree() -> dict[str, Any]:
     """The seeds' project example beside a research pool."""
-    return {
-        "physical": {
-            "config": {"main_resource": "cpu"},
-            "pools": {
-                "project-root": {
-                    "strong_guarantee_resources": {"cpu": 100},
-                    "weight": 1,
-                    "max_running_operation_count": 10,
-                    "max_operation_count": 50,
-                    "pools": {
-                        "project-adhoc": {
-                            "strong_guarantee_resources": {"cpu": 80},
-                            "weight": 1,
-                            "max_running_operation_count": 10,
-                            "max_operation_count": 50,
-                        },
-                        "project-batch": {
-                            "strong_guarantee_resources": {"cpu": 0},
-                            "weight": 10,
-                            "max_running_operation_count": 4,
-                            "max_operation_count": 50,
-                        },
-                        "project-backup": {
-                            "strong_guarantee_resources": {"cpu": 20},
-                            "weight": 1,
-                            "max_running_operation_count": 2,
-                            "max_operation_count": 50,
-                        },
-                    },
-                },
-                "research": None,
-            },
-        }
-    }
+    return seed_document(config={"main_resource": "cpu"}, extra_pools={"research": None})
 
 
 def parse_one(doc: dict[str, Any]) -> PoolTreeDefinition:

@@ -1,0 +1,22 @@
+"""Runs ``pooltree fair-share`` as a real subprocess for the CLI tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_fair_share(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pooltree.cli fair-share ARGS`` from the repo root, bounded in time, with a wide console."""
+    return subprocess.run(
+        [sys.executable, "-m", "pooltree.cli", "fair-share", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "250"},
+    )
