@@ -120,6 +120,9 @@ class OperationControllerBase:
         self.aborted_job_count_by_reason: Counter[str] = Counter()
         self.interrupted_job_count = 0
         self.preempted_job_count = 0
+        self._needed_cache: Vector | None = None
+        self._min_signature: tuple[bool, ...] | None = None
+        self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
         self._refresh()
 
     # -- what the strategy reads
@@ -154,24 +157,55 @@ class OperationControllerBase:
             resources[MEMORY] = reserve.memory_demand((job.task, job.index))
         return resources
 
+    def _per_job(self, state: _TaskState) -> Vector:
+        per_job = state.spec.resources
+        if state.spec.memory_reserve is not None:
+            per_job = per_job.copy()
+            per_job[MEMORY] = state.spec.memory_reserve.memory_demand()
+        return per_job
+
     def _refresh(self) -> None:
-        """Recompute pending count, needed and min needed resources (called whenever pending jobs change)."""
+        """Set pending count, needed and min needed resources (called whenever pending jobs change).
+
+        Called once per started allocation, so it does the least it can: the count exactly; ``_needed`` lazily
+        (computed on first read, see the property); ``_min_needed`` again only when the set of tasks with pending
+        jobs changed or a task's per-job memory comes from a reserve. Subclasses may adjust all three afterwards.
+        """
         count = 0
-        needed = np.zeros(RESOURCE_COUNT)
-        min_needed: Vector | None = None
+        with_pending: list[bool] = []
+        reserves = False
         for state in self._tasks.values():
-            if not state.pending:
-                continue
-            count += len(state.pending)
-            per_job = state.spec.resources
-            if state.spec.memory_reserve is not None:
-                per_job = per_job.copy()
-                per_job[MEMORY] = state.spec.memory_reserve.memory_demand()
-            needed += per_job * len(state.pending)
-            min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
+            pending = len(state.pending)
+            count += pending
+            with_pending.append(pending > 0)
+            reserves = reserves or state.spec.memory_reserve is not None
         self._pending_count = count
-        self._needed = needed
-        self._min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
+        self._needed_cache = None
+        signature = tuple(with_pending)
+        if reserves or signature != self._min_signature:
+            min_needed: Vector | None = None
+            for state in self._tasks.values():
+                if state.pending:
+                    per_job = self._per_job(state)
+                    min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
+            self._base_min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
+            self._min_signature = signature
+        self._min_needed = self._base_min_needed
+
+    @property
+    def _needed(self) -> Vector:
+        """Total resources of all pending jobs (summed on demand: only fair-share updates read it)."""
+        if self._needed_cache is None:
+            needed = np.zeros(RESOURCE_COUNT)
+            for state in self._tasks.values():
+                if state.pending:
+                    needed += self._per_job(state) * len(state.pending)
+            self._needed_cache = needed
+        return self._needed_cache
+
+    @_needed.setter
+    def _needed(self, value: Vector) -> None:
+        self._needed_cache = value
 
     # -- the strategy's calls
 
@@ -179,15 +213,14 @@ class OperationControllerBase:
         self, node: ExecNode, available_resources: Vector, now: float
     ) -> Allocation | None:
         """Take the first pending job (tasks in declaration order) whose allocation fits ``available_resources``."""
+        available = np.asarray(available_resources, dtype=float).tolist()
         for state in self._tasks.values():
             if not state.pending:
                 continue
             job = state.pending[0]
             resources = self._allocation_resources(state, job)
-            if any(
-                float(resources[r]) > float(available_resources[r]) + _FIT_EPSILON
-                for r in range(RESOURCE_COUNT)
-            ):
+            amounts = resources.tolist()
+            if any(amounts[r] > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
                 continue
             state.pending.popleft()
             state.running += 1

@@ -100,10 +100,14 @@ class Allocation:
 
     ``resources`` is the usage the scheduler accounts for it. ``payload`` belongs to the operation controller
     (task name, input range, ...). Once preempted, ``preemption`` records why and the allocation's usage no
-    longer counts (the node still runs it until it reports it finished).
+    longer counts (the node still runs it until it reports it finished). ``amounts`` mirrors ``resources`` as a
+    tuple of Python floats for the heartbeat hot path; replace ``resources`` (never mutate it in place) so the two
+    stay equal.
     """
 
     __slots__ = (
+        "_resources",
+        "amounts",
         "id",
         "interruptible",
         "interruption_signal",
@@ -112,7 +116,6 @@ class Allocation:
         "payload",
         "preemption",
         "preemption_status",
-        "resources",
         "start_time",
         "task",
     )
@@ -132,7 +135,7 @@ class Allocation:
     ):
         self.id = id
         self.operation_id = operation_id
-        self.resources = np.asarray(resources, dtype=float)
+        self.resources = resources
         self.task = task
         self.payload = payload
         self.interruptible = interruptible
@@ -141,6 +144,15 @@ class Allocation:
         self.start_time = start_time
         self.preemption_status = PreemptionStatus.PREEMPTIBLE
         self.preemption: PreemptionRecord | None = None
+
+    @property
+    def resources(self) -> Vector:
+        return self._resources
+
+    @resources.setter
+    def resources(self, value: Vector) -> None:
+        self._resources = np.asarray(value, dtype=float)
+        self.amounts: tuple[float, ...] = tuple(self._resources.tolist())
 
     @property
     def preempted(self) -> bool:

@@ -23,9 +23,12 @@ class PreemptibleLists:
     """The three ordered allocation lists of one operation and their cumulative usage (absolute, as floats)."""
 
     __slots__ = (
+        "_aggressive_bound",
         "_all_blocked",
         "_inverse_total",
         "_lists",
+        "_normal",
+        "_open",
         "_usage",
         "aggressive_threshold",
         "blocked",
@@ -49,11 +52,14 @@ class PreemptibleLists:
         self.total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
         self._inverse_total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
         self._all_blocked = True
+        self._open: tuple[int, ...] = ()
         self.non_preemptible_threshold: tuple[float, ...] | None = None
         self.aggressive_threshold = 0.2
         self.threshold = 1.0
         self.preemptible = True
         self.dirty = False
+        self._aggressive_bound: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
+        self._normal: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
 
     def configure(
         self,
@@ -79,6 +85,12 @@ class PreemptibleLists:
         fs_is_demand = all(abs(f - d) <= EPSILON for f, d in zip(self.fair_share, demand, strict=True))
         demand_is_zero = all(d <= EPSILON for d in demand)
         self.preemptible = not (fs_is_demand and not demand_is_zero)
+        self._open = tuple(r for r, is_blocked in enumerate(self.blocked) if not is_blocked)
+        # the two bounds are fixed until the next configure: compute them once
+        self._aggressive_bound = tuple(f * aggressive_threshold for f in self.fair_share)
+        self._normal = (
+            tuple(f * threshold for f in self.fair_share) if self.preemptible else (_INF,) * RESOURCE_COUNT
+        )
 
     def __len__(self) -> int:
         return sum(len(lst) for lst in self._lists)
@@ -107,35 +119,45 @@ class PreemptibleLists:
         allocation.preemption_status = PreemptionStatus.PREEMPTIBLE
         had_preemptible = bool(self._lists[2])
         self._lists[2].append(allocation)
-        _add(self._usage[2], allocation.resources)
+        _add(self._usage[2], allocation.amounts)
         if had_preemptible:
             return
-        aggressive_bound = tuple(f * self.aggressive_threshold for f in self.fair_share)
         cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
-        if self._lists[1] or not self._below(cumulative, aggressive_bound):
-            self._balance(1, self._normal_bound(), cumulative)
+        if self._lists[1] or not self._below(cumulative, self._aggressive_bound):
+            self._balance(1, self._normal, cumulative)
         else:
             self.rebalance()
 
     def remove(self, allocation: Allocation) -> bool:
-        """Drop a finished or preempted allocation and rebalance; False if it was not listed."""
+        """Drop a finished or preempted allocation and rebalance; False if it was not listed.
+
+        Incremental: removing lowers the prefix usage of later allocations only, so boundaries can only move
+        towards the Preemptible end. A Preemptible allocation has nothing after it in a less preemptible class
+        and the prefix before the Preemptible head is unchanged, so its removal needs no rebalancing at all.
+        Victims are usually the latest started, so the search starts from the tail.
+        """
         first = _STATUSES.index(allocation.preemption_status)
         for index in (first, *(i for i in range(3) if i != first)):
-            try:
-                self._lists[index].remove(allocation)
-            except ValueError:
-                continue
-            _sub(self._usage[index], allocation.resources)
-            self.rebalance()
+            listed = self._lists[index]
+            if listed and listed[-1] is allocation:
+                listed.pop()
+            else:
+                try:
+                    listed.remove(allocation)
+                except ValueError:
+                    continue
+            _sub(self._usage[index], allocation.amounts)
+            if index != 2:
+                self.rebalance()
             return True
         return False
 
     def update_usage(self, allocation: Allocation, resources: Vector) -> None:
         """Replace an allocation's accounted usage in place (keeps its start-order position) and rebalance."""
         index = _STATUSES.index(allocation.preemption_status)
-        _sub(self._usage[index], allocation.resources)
+        _sub(self._usage[index], allocation.amounts)
         allocation.resources = resources
-        _add(self._usage[index], resources)
+        _add(self._usage[index], allocation.amounts)
         self.rebalance()
 
     def _below(self, prefix: list[float], bound: tuple[float, ...]) -> bool:
@@ -148,8 +170,8 @@ class PreemptibleLists:
         inverse = self._inverse_total
         if self._all_blocked:
             return any(b > p * i for b, p, i in zip(bound, prefix, inverse, strict=True))
-        for b, p, i, is_blocked in zip(bound, prefix, inverse, self.blocked, strict=True):
-            if not is_blocked and not b > p * i:
+        for r in self._open:  # noqa: SIM110 (a plain loop: no generator on the hot path)
+            if not bound[r] > prefix[r] * inverse[r]:
                 return False
         return True
 
@@ -160,32 +182,27 @@ class PreemptibleLists:
         left_status = _STATUSES[left]
         while left_list:
             last = left_list[-1]
-            without = [c - r for c, r in zip(cumulative, last.resources, strict=True)]
+            without = [c - r for c, r in zip(cumulative, last.amounts, strict=True)]
             if self._below(without, bound):
                 break
             left_list.pop()
             right_list.appendleft(last)
             last.preemption_status = right_status
-            _sub(left_usage, last.resources)
-            _add(right_usage, last.resources)
+            _sub(left_usage, last.amounts)
+            _add(right_usage, last.amounts)
             cumulative[:] = without
         while right_list and self._below(cumulative, bound):
             head = right_list.popleft()
             left_list.append(head)
             head.preemption_status = left_status
-            _sub(right_usage, head.resources)
-            _add(left_usage, head.resources)
-            _add(cumulative, head.resources)
-
-    def _normal_bound(self) -> tuple[float, ...]:
-        if self.preemptible:
-            return tuple(f * self.threshold for f in self.fair_share)
-        return (_INF,) * RESOURCE_COUNT
+            _sub(right_usage, head.amounts)
+            _add(left_usage, head.amounts)
+            _add(cumulative, head.amounts)
 
     def rebalance(self) -> None:
         """Two passes of both boundaries so that large threshold changes propagate."""
-        aggressive_bound = tuple(f * self.aggressive_threshold for f in self.fair_share)
-        normal_bound = self._normal_bound()
+        aggressive_bound = self._aggressive_bound
+        normal_bound = self._normal
         for _ in range(2):
             self._balance(0, aggressive_bound, list(self._usage[0]))
             cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
@@ -199,11 +216,12 @@ _STATUSES = (
 )
 
 
-def _add(target: list[float], values: Vector) -> None:
+def _add(target: list[float], values: Sequence[float]) -> None:
+    """target += values, in place, on Python floats (values is an allocation's ``amounts``)."""
     for index in range(RESOURCE_COUNT):
-        target[index] += float(values[index])
+        target[index] += values[index]
 
 
-def _sub(target: list[float], values: Vector) -> None:
+def _sub(target: list[float], values: Sequence[float]) -> None:
     for index in range(RESOURCE_COUNT):
-        target[index] -= float(values[index])
+        target[index] -= values[index]

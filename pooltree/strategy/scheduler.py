@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -254,6 +254,7 @@ class TreeScheduler:
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
         self.tree = tree
         self.config = tree.config
+        self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())
         total = tuple(float(x) for x in tree.total_resources)
         elements: dict[str, _Element] = {}
         for index, element_id in enumerate(tree.order):
@@ -632,20 +633,21 @@ class TreeScheduler:
 
     def _release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
         runtime.lists.remove(allocation)
-        _sub_list(runtime.usage, allocation.resources)
+        amounts = allocation.amounts
+        _sub_list(runtime.usage, amounts)
         if element is not None and element.op is runtime:
-            cursor: _Element | None = element
+            cursor = element.parent
             while cursor is not None:
-                if cursor is not element:
-                    _sub_list(cursor.usage, allocation.resources)
+                _sub_list(cursor.usage, amounts)
                 cursor = cursor.parent
             element.usage = runtime.usage
 
     def _charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
-        _add_list(runtime.usage, allocation.resources)
+        amounts = allocation.amounts
+        _add_list(runtime.usage, amounts)
         cursor = element.parent
         while cursor is not None:
-            _add_list(cursor.usage, allocation.resources)
+            _add_list(cursor.usage, amounts)
             cursor = cursor.parent
         element.usage = runtime.usage
         runtime.lists.add(allocation)
@@ -659,11 +661,12 @@ class TreeScheduler:
             allocation.resources = usage
             return
         element = self._elements.get(allocation.operation_id)
-        _add_list(runtime.usage, delta)
+        delta_amounts = delta.tolist()
+        _add_list(runtime.usage, delta_amounts)
         if element is not None and element.op is runtime:
             cursor = element.parent
             while cursor is not None:
-                _add_list(cursor.usage, delta)
+                _add_list(cursor.usage, delta_amounts)
                 cursor = cursor.parent
             element.usage = runtime.usage
         runtime.lists.update_usage(allocation, usage)
@@ -695,9 +698,9 @@ class TreeScheduler:
     # -------------------------------------------------------------- stage 2: regular scheduling
 
     def _can_start_more(self, node: ExecNode, discount: list[float] | None = None) -> bool:
-        spare = self.config.min_spare_allocation_resources_on_node
-        limits = node.resource_limits
-        usage = node.usage
+        spare = self._spare
+        limits = node.resource_limits.tolist()
+        usage = node.usage.tolist()
         for r in range(RESOURCE_COUNT):
             if limits[r] <= 0:
                 continue
@@ -763,13 +766,13 @@ class TreeScheduler:
         controller = runtime.controller
         if controller.pending_allocation_count <= 0:
             return None, DeactivationReason.NO_AVAILABLE_DEMAND
-        limits = node.resource_limits
-        usage = node.usage
-        available = [
-            float(limits[r] - usage[r]) + (discount[r] if discount is not None else 0.0)
-            for r in range(RESOURCE_COUNT)
-        ]
-        min_needed = controller.min_needed_resources
+        limits = node.resource_limits.tolist()
+        usage = node.usage.tolist()
+        if discount is None:
+            available = [limit - used for limit, used in zip(limits, usage, strict=True)]
+        else:
+            available = [limits[r] - usage[r] + discount[r] for r in range(RESOURCE_COUNT)]
+        min_needed = controller.min_needed_resources.tolist()
         for r in range(RESOURCE_COUNT):
             if min_needed[r] > available[r] + _FIT_EPSILON:
                 return None, DeactivationReason.MIN_NEEDED_RESOURCES_UNSATISFIED
@@ -785,8 +788,8 @@ class TreeScheduler:
         allocation = controller.schedule_allocation(node, available_vector, now)
         if allocation is None:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
-        resources = allocation.resources
-        if any(float(resources[r]) > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
+        amounts = allocation.amounts
+        if any(amounts[r] > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
             controller.on_allocation_finished(
                 allocation,
                 FinishedAllocation(allocation.id, "aborted", abort_reason="scheduling_resource_overcommit"),
@@ -887,11 +890,11 @@ class TreeScheduler:
                 blocker = blockers[element.id] = self._blocking_ancestor(element, target)
             if blocker is None:
                 analysis.unconditional.append(allocation)
-                _add_list(analysis.discount, allocation.resources)
+                _add_list(analysis.discount, allocation.amounts)
                 for limited in element.limited:
                     _add_list(
                         analysis.ancestor_discount.setdefault(limited.id, [0.0] * RESOURCE_COUNT),
-                        allocation.resources,
+                        allocation.amounts,
                     )
             elif (
                 blocker is not element
@@ -901,7 +904,7 @@ class TreeScheduler:
                 analysis.conditional.setdefault(blocker.id, []).append(allocation)
                 _add_list(
                     analysis.conditional_discount.setdefault(blocker.id, [0.0] * RESOURCE_COUNT),
-                    allocation.resources,
+                    allocation.amounts,
                 )
         return analysis
 
@@ -1231,14 +1234,15 @@ def _fits(usage: Vector, limits: Vector) -> bool:
     return bool(np.all(usage <= limits + _FIT_EPSILON))
 
 
-def _add_list(target: list[float], values: Any) -> None:
+def _add_list(target: list[float], values: Sequence[float]) -> None:
+    """target += values on Python floats (an allocation's ``amounts`` or a discount list)."""
     for r in range(RESOURCE_COUNT):
-        target[r] += float(values[r])
+        target[r] += values[r]
 
 
-def _sub_list(target: list[float], values: Any) -> None:
+def _sub_list(target: list[float], values: Sequence[float]) -> None:
     for r in range(RESOURCE_COUNT):
-        target[r] -= float(values[r])
+        target[r] -= values[r]
 
 
 def _add_np(target: Vector, values: Vector) -> None:
