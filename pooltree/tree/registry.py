@@ -27,13 +27,15 @@ from pooltree.tree.pool_tree import (
 )
 
 _UNSET: Any = object()
+_STARTING, _PENDING, _RUNNING = OperationState.STARTING, OperationState.PENDING, OperationState.RUNNING
 
 
 def _spec_value(spec: Any, name: str, default: Any = None) -> Any:
     """A spec option from an ``OperationSpec`` model or a plain map."""
     if spec is None:
         return default
-    if isinstance(spec, Mapping):
+    # dict first: the abstract Mapping check is slow and this runs several times per operation start.
+    if type(spec) is dict or isinstance(spec, Mapping):
         value = spec.get(name, default)
     else:
         value = getattr(spec, name, default)
@@ -231,20 +233,26 @@ class PoolTrees:
 
     def _refresh_state(self, op: Operation, now: float) -> None:
         """Pending while any tree holds the operation; running once every tree runs it."""
-        trees = [self.trees[name].operation(op.id) for name in op.trees]
-        pending = [t for t in trees if not t.running]
-        if pending:
+        held = None
+        for name in op.trees:
+            tree_op = self.trees[name].operation(op.id)
+            if not tree_op.running:
+                held = tree_op
+                break
+        lifecycle = op.lifecycle
+        state = lifecycle.state
+        if held is not None:
             op.alerts["operation_pending"] = {
                 "message": "Max running operation count violated",
-                "attributes": dict(pending[0].alert["attributes"]) if pending[0].alert else {},
+                "attributes": dict(held.alert["attributes"]) if held.alert else {},
             }
-        else:
+            if state is _STARTING:
+                lifecycle.move(_PENDING, now)
+            return
+        if op.alerts:
             op.alerts.pop("operation_pending", None)
-        state = op.lifecycle.state
-        if pending and state is OperationState.STARTING:
-            op.lifecycle.move(OperationState.PENDING, now)
-        elif not pending and state in (OperationState.STARTING, OperationState.PENDING):
-            op.lifecycle.move(OperationState.RUNNING, now)
+        if state is _STARTING or state is _PENDING:
+            lifecycle.move(_RUNNING, now)
 
     def _on_activated(self, operation_ids: Iterable[str], now: float) -> list[str]:
         """Refresh operations some tree just activated; return those that became running overall."""
