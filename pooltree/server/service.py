@@ -48,6 +48,9 @@ class LiveOrchid:
         self.cypress_default = cypress_default
 
     def get(self, path_tokens: Sequence[str]) -> Any:
+        # Cypress calls this under its own lock: read the default tree first, so the lock order is always
+        # Cypress, then scheduler (a pool trees change takes them in that order too).
+        default_tree = self.cypress_default()
         with self.scheduler.lock:
             pool_trees = {
                 name: {
@@ -62,7 +65,7 @@ class LiveOrchid:
             root: dict[str, Any] = {
                 "scheduler": {
                     "pool_trees": pool_trees,
-                    "default_pool_tree": self.cypress_default(),
+                    "default_pool_tree": default_tree,
                     "nodes": {
                         address: {
                             "resource_limits": list(map(float, node.resource_limits)),
