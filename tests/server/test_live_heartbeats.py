@@ -1,0 +1,115 @@
+"""Heartbeat parsing and processing without HTTP: any JSON value is either a valid heartbeat or a ConfigError
+naming a field; valid ones never crash the scheduler (unknown jobs are aborted, unknown reports acknowledged)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pooltree.config import parse_pool_trees
+from pooltree.errors import ConfigError
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.store import open_store
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 10**12), st.floats(allow_nan=False), st.text(max_size=6)
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+job_keys = st.sampled_from(
+    ["job_id", "operation_id", "task_name", "state", "start_time", "finish_time", "exit_code", "error",
+     "statistics", "stderr", "stderr_size", "resource_usage", "memory_usage", "abort_reason"]
+)  # fmt: skip
+jobs = st.lists(
+    st.dictionaries(job_keys, st.one_of(json_values, st.sampled_from(["completed", "j1"])), max_size=8)
+)
+heartbeats = st.fixed_dictionaries(
+    {"node_address": st.one_of(st.just("n1"), json_values), "resource_limits": st.one_of(
+        st.just({"user_slots": 2, "cpu": 2, "memory": 1 << 30}), json_values)},
+    optional={"running_jobs": st.one_of(jobs, json_values), "finished_jobs": st.one_of(jobs, json_values),
+              "tags": st.one_of(st.just(["a"]), json_values)},
+)  # fmt: skip
+
+
+@pytest.fixture
+def scheduler(tmp_path: Path) -> LiveScheduler:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    live.start_operation("vanilla", {"tasks": {"main": {"command": "true", "job_count": 3}}}, "alice", 1.0)
+    return live
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(heartbeats, json_values))
+def test_any_heartbeat_is_parsed_or_rejected_by_field(scheduler: LiveScheduler, data: object) -> None:
+    try:
+        heartbeat = parse_heartbeat(data)
+    except ConfigError as error:
+        assert error.path
+        return
+    response = scheduler.process_heartbeat(heartbeat, 2.0)
+    assert set(response) == {"start", "preempt", "abort", "acknowledge", "heartbeat_period"}
+    assert response["acknowledge"] == [report.job_id for report in heartbeat.finished]
+    unknown = {job.job_id for job in heartbeat.running} - set(scheduler.jobs)
+    assert unknown <= {entry["job_id"] for entry in response["abort"]}
+
+
+def test_start_then_finish_cycle(scheduler: LiveScheduler) -> None:
+    limits = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+    first = scheduler.process_heartbeat(
+        parse_heartbeat({"node_address": "n1", "resource_limits": limits}), 2.0
+    )
+    assert len(first["start"]) == 2 and all(spec["command"] == "true" for spec in first["start"])
+    running = [
+        {"job_id": spec["job_id"], "operation_id": spec["operation_id"], "resource_usage": spec["resources"]}
+        for spec in first["start"]
+    ]
+    finished = [
+        {
+            **running[0],
+            "state": "failed",
+            "error": {"code": 1205, "message": "User job failed"},
+            "stderr": "x",
+        }
+    ]
+    second = scheduler.process_heartbeat(
+        parse_heartbeat(
+            {
+                "node_address": "n1",
+                "resource_limits": limits,
+                "running_jobs": running[1:],
+                "finished_jobs": finished,
+            }
+        ),
+        3.0,
+    )
+    assert second["acknowledge"] == [running[0]["job_id"]]
+    assert len(second["start"]) == 1  # the failed job's slot is reused for the retry
+    op = next(iter(scheduler.operations.values()))
+    assert op.controller.failed_job_count == 1
+    assert scheduler.store.get_job(op.id, running[0]["job_id"]).document["stderr"] == "x"  # type: ignore[union-attr]
+
+
+def test_pending_operation_is_aborted_and_the_next_one_runs(tmp_path: Path) -> None:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    trees = {"default": {"config": {}, "pools": {"p": {"max_running_operation_count": 1}}}}
+    live.apply_pool_trees(parse_pool_trees(trees), None, 0.0)
+    spec = {"pool": "p", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    first, second, third = (live.start_operation("vanilla", spec, "alice", 1.0) for _ in range(3))
+    assert (first.state, second.state, third.state) == ("running", "pending", "pending")
+    live.finish_operation(second.id, "aborted", 2.0)
+    assert [e["state"] for e in second.events][-2:] == ["aborting", "aborted"]
+    assert third.state == "pending"
+    live.finish_operation(first.id, "completed", 3.0)
+    assert third.state == "running"
+    stored = live.store.get_operation(second.id)
+    assert stored is not None and stored.state == "aborted" and stored.finish_time == 2.0
