@@ -436,12 +436,11 @@ class Simulation:
             elif kind == "job":
                 _, job_id, token, what = payload
                 job = self.jobs.get(job_id)
-                if job is not None and job.token == token:
-                    if what == _JOB_PEAK:
-                        self._memory_peak(job)
-                    else:
-                        assert job.end_finished is not None
-                        self._finish_job(job, job.end_finished)
+                if job is not None and what == _JOB_PEAK:
+                    self._memory_peak(job)
+                elif job is not None and job.token == token:
+                    assert job.end_finished is not None
+                    self._finish_job(job, job.end_finished)
             elif kind == "update":
                 self._fair_share_update(payload[1])
             elif kind == "arrive":

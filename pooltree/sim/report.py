@@ -150,7 +150,10 @@ def write_report(result: SimulationResult, out: Path) -> list[str]:
                 linestyle=":",
             )
             axis.set_title(pool if len(result.pool_series) == 1 else f"{tree}/{pool}", fontsize=9)
-            axis.set_ylim(bottom=0)
+            top = max(
+                [p[1] for p in points] + [p[2] for p in points] + [min(1.0, p[3]) for p in points] + [0.05]
+            )
+            axis.set_ylim(0, top * 1.1)
             axis.grid(alpha=0.3)
         for axis in list(axes.flat)[len(chosen) :]:
             axis.set_visible(False)
