@@ -19,7 +19,7 @@ from rich.tree import Tree
 from pooltree.cli.app import app, fail
 from pooltree.config import load_snapshot
 from pooltree.config.snapshot import Snapshot
-from pooltree.errors import PooltreeError
+from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
 from pooltree.orchid import ROOT, snapshot_strategy, tree_view
@@ -34,9 +34,24 @@ class OutputFormat(StrEnum):
 
 
 def _register(snapshot: Snapshot) -> PoolTrees:
+    """Start the snapshot's operations in start-time order; a start the tree refuses names the operation's pool.
+
+    A snapshot is one moment of a real cluster, so an operation its own limits would have refused (too many
+    operations, a forbidden pool, too many ephemeral pools) is an error in the snapshot, not a partial result.
+    """
     trees = PoolTrees(snapshot.pool_trees, default_tree=snapshot.default_pool_tree)
-    for op in sorted(snapshot.operations, key=lambda o: (o.start_time, o.id)):
-        trees.register_operation(op.id, op.spec, user=op.user, operation_type=op.type, now=op.start_time)
+    ordered = sorted(enumerate(snapshot.operations), key=lambda item: (item[1].start_time, item[1].id))
+    for index, op in ordered:
+        try:
+            trees.register_operation(op.id, op.spec, user=op.user, operation_type=op.type, now=op.start_time)
+        except ConfigError:
+            raise
+        except PooltreeError as error:
+            raise ConfigError(
+                f"operations[{index}].spec.pool",
+                f"operation {op.id} cannot start: {error.message}",
+                attributes=error.attributes,
+            ) from error
     return trees
 
 
@@ -159,7 +174,7 @@ def fair_share(
         built = time.perf_counter()
         names = [tree] if tree is not None else list(snapshot.pool_trees)
         if tree is not None and tree not in snapshot.pool_trees:
-            fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
+            fail(escape(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}"))
         view: dict[str, Any] = {"pool_trees": {}}
         durations: list[float] = []
         for _ in range(repeat):
@@ -172,8 +187,7 @@ def fair_share(
             strategy = snapshot_strategy(pool_tree, result, total, now)
             view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
-        fail(str(error))
-        return
+        fail(escape(str(error)))
     if timings:
         view["timings"] = {
             "parse_s": parsed - started,

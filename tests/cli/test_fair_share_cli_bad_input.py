@@ -58,6 +58,31 @@ CASES = [
         id="pool-of-another-tree",
     ),
     pytest.param(
+        "too-many.yaml",
+        CLUSTER
+        + "pool_trees: {t: {pools: {a: {max_operation_count: 1, max_running_operation_count: 1}}}}\n"
+        + "operations: [{id: o1, spec: {pool: a}}, {id: o2, spec: {pool: a}}]\n",
+        [
+            "operations[1].spec.pool: operation o2 cannot start:",
+            'Limit for the number of concurrent operations 1 for pool "a" in tree "t" has been reached',
+        ],
+        id="too-many-operations",
+    ),
+    pytest.param(
+        "ephemeral.yaml",
+        CLUSTER
+        + "pool_trees: {t: {pools: {a: {}}}}\n"
+        + "operations: [{id: o1, user: u, spec: {pool: x}}, {id: o2, user: u, spec: {pool: y}}]\n",
+        ["operations[1].spec.pool:", 'limit for number of ephemeral pools 1 for user "u"', "pools are [x]"],
+        id="ephemeral-pool-limit",
+    ),
+    pytest.param(
+        "root.yaml",
+        CLUSTER + "pool_trees: {t: {pools: {a: {}}}}\noperations: [{id: o1, spec: {pool: <Root>}}]\n",
+        ["operations[0].spec.pool:", 'Starting operations immediately in pool "<Root>" is forbidden'],
+        id="operation-in-root",
+    ),
+    pytest.param(
         "broken.yaml",
         "cluster: {total_resources: {cpu: 10}\npool_trees: [\n",
         ["broken.yaml:", "invalid YAML at line 2"],
@@ -93,3 +118,9 @@ def test_bad_snapshot_fails_with_one_message(
     assert "Traceback" not in done.stderr
     for fragment in expected:
         assert fragment in message, message
+
+
+def test_unknown_tree_option_names_the_known_trees() -> None:
+    done = run_fair_share("examples/project-root.yaml", "--tree", "gpu")
+    assert done.returncode != 0 and done.stdout == ""
+    assert " ".join(done.stderr.split()) == "error: --tree: unknown pool tree 'gpu'; known: physical"
