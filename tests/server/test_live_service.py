@@ -138,6 +138,10 @@ def test_cli_vanilla_success_and_failure(cluster: Cluster) -> None:
     assert op["brief_progress"]["jobs"]["failed"] == 2
     failed_jobs = client.list_jobs(op["id"], job_state="failed")["jobs"]
     assert len(failed_jobs) == 2 and failed_jobs[0]["error"]["message"] == "User job failed"
+    listed = cluster.cli("list-jobs", op["id"]).stdout
+    assert failed_jobs[0]["id"] in listed and '"state" = "failed"' in listed
+    assert cluster.cli("get-job-stderr", failed_jobs[0]["id"], op["id"]).stdout == "boom\n"
+    assert op["id"] in cluster.cli("list-operations", "--state", "failed").stdout
 
 
 def test_pending_abort_suspend_and_parameters(cluster: Cluster) -> None:
