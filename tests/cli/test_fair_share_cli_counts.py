@@ -174,3 +174,22 @@ def test_starvation_status_comes_from_the_strategy(tmp_path: Path) -> None:
     assert default.returncode == 0, default.stderr
     pools = json.loads(default.stdout)["pool_trees"]["physical"]["pools"]
     assert {p["scheduling_status"] for p in pools.values()} == {"normal"}
+
+
+def test_queues_example_shows_who_holds_each_pending_operation() -> None:
+    done = run_fair_share("examples/project-root-queues.yaml")
+    assert done.returncode == 0, done.stderr
+    tree = json.loads(done.stdout)["pool_trees"]["physical"]
+    pools, operations = tree["pools"], tree["operations"]
+    assert pools["project-root"]["pending_operation_ids"] == ["batch-3"]
+    assert pools["project-backup"]["pending_operation_ids"] == ["backup-3", "backup-4"]
+    assert pools["project-batch"]["pending_operation_ids"] == []
+    assert (pools["project-root"]["running_operation_count"], pools["project-root"]["operation_count"]) == (
+        10,
+        13,
+    )
+    assert pools["tools"]["lightweight_running_operation_count"] == 1
+    assert pools["tools"]["running_operation_count"] == 0
+    holders = {op_id: op.get("pending_pool") for op_id, op in operations.items() if "pending_pool" in op}
+    assert holders == {"batch-3": "project-root", "backup-3": "project-backup", "backup-4": "project-backup"}
+    assert operations["backup-4"]["pending_position"] == 1
