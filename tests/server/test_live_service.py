@@ -158,6 +158,12 @@ def test_pending_abort_suspend_and_parameters(cluster: Cluster) -> None:
     shown = cluster.cli("get-operation", second.id).stdout
     assert '"state" = "pending"' in shown and "Max running operation count" in shown
     wait_for(lambda: client.get_operation(first.id)["brief_progress"]["jobs"]["running"] == 1)
+    orchid_ops = wait_for(lambda: client.get(f"{ORCHID}/default/operations"))
+    assert orchid_ops[first.id]["pool"] == "small" and "fair_share_ratio" in orchid_ops[first.id]
+    assert client.get(f"{ORCHID}/default/pools/small/pending_operation_count") == 1
+    metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    assert 'pooltree_pool_pending_operations{pool="small",tree="default"} 1.0' in metrics
+    assert f'pooltree_operation_usage_ratio{{operation="{first.id}",tree="default"}}' in metrics
 
     cluster.cli("suspend-op", first.id)
     assert client.get_operation(first.id, attributes=["suspended"])["suspended"]
@@ -199,9 +205,13 @@ def test_revival_keeps_running_jobs(tmp_path: Path) -> None:
         node = cluster.nodes[0]
         wait_for(lambda: len(_running_jobs(node, op.id)) == 2)
         before = set(_running_jobs(node, op.id))
+        client.update_operation_parameters(op.id, {"weight": 3})
         cluster.restart_scheduler()
         client = cluster.client()
         assert state(client, op.id) in ("running", "pending")
+        params = client.get_operation(op.id)["runtime_parameters"]["scheduling_options_per_pool_tree"]
+        assert float(params["default"]["weight"]) == 3.0
+        assert "reviving" in [e["state"] for e in client.get_operation(op.id)["events"]]
         wait_for(lambda: state(client, op.id) == "completed", timeout=30)
         jobs = client.list_jobs(op.id)["jobs"]
         assert {j["id"] for j in jobs} == before
