@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import Allocation, PreemptionStatus
 from pooltree.strategy.shares import EPSILON
+from pooltree.strategy.shares import add_floats as _add
+from pooltree.strategy.shares import sub_floats as _sub
 
 _INF = math.inf
 
@@ -214,14 +216,3 @@ _STATUSES = (
     PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE,
     PreemptionStatus.PREEMPTIBLE,
 )
-
-
-def _add(target: list[float], values: Sequence[float]) -> None:
-    """target += values, in place, on Python floats (values is an allocation's ``amounts``)."""
-    for index in range(RESOURCE_COUNT):
-        target[index] += values[index]
-
-
-def _sub(target: list[float], values: Sequence[float]) -> None:
-    for index in range(RESOURCE_COUNT):
-        target[index] -= values[index]

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pooltree.errors import PooltreeError
+from pooltree.fairshare.status import is_below_fair_share
 from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
 from pooltree.strategy.model import (
     PREEMPTION_STATUS_RANK,
@@ -47,12 +48,17 @@ from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
     local_satisfaction_ratio,
-    scheduling_status,
 )
+from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, EffectiveSettings, ElementSpec, SchedulingTree
 
 _INF = math.inf
 _FIT_EPSILON = 1e-9
+_GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTION)
+_GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
+_OVERCOMMIT = (AbortReason.RESOURCE_OVERCOMMIT, SchedulingStage.OVERCOMMIT)
+_OVERCOMMIT_TEXT = "Preempted due to node resource ovecommit"  # sic: the YTsaurus text
 
 
 class OperationController(Protocol):
@@ -320,23 +326,43 @@ class TreeScheduler:
     def _usage_share(self, element: _Element) -> list[float]:
         return [u / t if t > 0 else 0.0 for u, t in zip(element.usage, self._total, strict=True)]
 
+    def _computed_statuses(self) -> dict[str, SchedulingStatus]:
+        """§c statuses of the elements the snapshot gives none for, by the fair-share update's own rule, at once."""
+        pending = [
+            element
+            for element_id in self.tree.order
+            if (element := self._elements[element_id]).spec.scheduling_status is None
+        ]
+        if not pending:
+            return {}
+        below = is_below_fair_share(
+            np.array([element.fair_share for element in pending]),
+            np.array([self._usage_share(element) for element in pending]),
+            np.array([element.demand_share for element in pending]),
+            np.array([element.settings.starvation_tolerance for element in pending]),
+            is_operation=np.array([element.is_op for element in pending]),
+            schedulable=np.array(
+                [
+                    element.spec.schedulable and (not element.is_op or element.op is not None)
+                    for element in pending
+                ]
+            ),
+        )
+        return {
+            element.id: SchedulingStatus.BELOW_FAIR_SHARE if flag else SchedulingStatus.NORMAL
+            for element, flag in zip(pending, np.atleast_1d(below).tolist(), strict=True)
+        }
+
     def _update_starvation(self, now: float) -> None:
         config = self.config
+        computed = self._computed_statuses()
         for element_id in self.tree.order:
             element = self._elements[element_id]
             spec = element.spec
             if spec.scheduling_status is not None:
                 status = SchedulingStatus(spec.scheduling_status)
             else:
-                schedulable = spec.schedulable and (not element.is_op or element.op is not None)
-                status = scheduling_status(
-                    self._usage_share(element),
-                    element.fair_share,
-                    element.demand_share,
-                    element.settings.starvation_tolerance,
-                    is_operation=element.is_op,
-                    schedulable=schedulable,
-                )
+                status = computed[element_id]
             if element.parent is None:
                 status = SchedulingStatus.NORMAL
             element.status = status
@@ -631,25 +657,28 @@ class TreeScheduler:
         )
         return allocation
 
-    def _release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
-        runtime.lists.remove(allocation)
-        amounts = allocation.amounts
-        _sub_list(runtime.usage, amounts)
+    def _account(
+        self,
+        runtime: OperationRuntime,
+        element: _Element | None,
+        amounts: Sequence[float],
+        apply: Callable[[list[float], Sequence[float]], None],
+    ) -> None:
+        """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
+        apply(runtime.usage, amounts)
         if element is not None and element.op is runtime:
             cursor = element.parent
             while cursor is not None:
-                _sub_list(cursor.usage, amounts)
+                apply(cursor.usage, amounts)
                 cursor = cursor.parent
             element.usage = runtime.usage
 
+    def _release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
+        runtime.lists.remove(allocation)
+        self._account(runtime, element, allocation.amounts, _sub_list)
+
     def _charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
-        amounts = allocation.amounts
-        _add_list(runtime.usage, amounts)
-        cursor = element.parent
-        while cursor is not None:
-            _add_list(cursor.usage, amounts)
-            cursor = cursor.parent
-        element.usage = runtime.usage
+        self._account(runtime, element, allocation.amounts, _add_list)
         runtime.lists.add(allocation)
 
     def _change_usage(self, allocation: Allocation, usage: Vector) -> None:
@@ -661,14 +690,7 @@ class TreeScheduler:
             allocation.resources = usage
             return
         element = self._elements.get(allocation.operation_id)
-        delta_amounts = delta.tolist()
-        _add_list(runtime.usage, delta_amounts)
-        if element is not None and element.op is runtime:
-            cursor = element.parent
-            while cursor is not None:
-                _add_list(cursor.usage, delta_amounts)
-                cursor = cursor.parent
-            element.usage = runtime.usage
+        self._account(runtime, element, delta.tolist(), _add_list)
         runtime.lists.update_usage(allocation, usage)
         if element is not None and element.op is runtime:
             self._refresh_leaf(element)
@@ -684,16 +706,8 @@ class TreeScheduler:
                 continue
             if allocation.preemption_status != PreemptionStatus.PREEMPTIBLE:
                 continue
-            self._preempt(
-                allocation,
-                node,
-                now,
-                result,
-                reason=AbortReason.GRACEFUL_PREEMPTION,
-                timeout=self.config.allocation_graceful_preemption_timeout,
-                explanation="Preempted due to graceful preemption: operation usage exceeds its fair share",
-                stage=SchedulingStage.GRACEFUL_PREEMPTION,
-            )
+            timeout = self.config.allocation_graceful_preemption_timeout
+            self._preempt(allocation, node, now, result, _GRACEFUL, _GRACEFUL_TEXT, timeout=timeout)
 
     # -------------------------------------------------------------- stage 2: regular scheduling
 
@@ -848,7 +862,19 @@ class TreeScheduler:
     def _local_satisfaction(self, element: _Element) -> float:
         return local_satisfaction_ratio(self._usage_share(element), element.fair_share, element.blocked)
 
-    def _blocking_ancestor(self, element: _Element, target: PreemptionPriority) -> _Element | None:
+    def _current_satisfaction(self, element: _Element, memo: dict[_Element, float]) -> float:
+        """Local satisfaction without recomputing: an operation keeps its own up to date (``sat`` is refreshed on
+        every usage change); a pool's is memoised for the duration of one analysis, while usage stands still."""
+        if element.is_op:
+            return element.sat
+        value = memo.get(element)
+        if value is None:
+            value = memo[element] = self._local_satisfaction(element)
+        return value
+
+    def _blocking_ancestor(
+        self, element: _Element, target: PreemptionPriority, memo: dict[_Element, float]
+    ) -> _Element | None:
         """FindPreemptionBlockingAncestor (§e.3): the element that protects this operation's allocations."""
         if element.spec.preemption_mode == "graceful":
             return element
@@ -867,7 +893,7 @@ class TreeScheduler:
                     threshold = config.aggressive_preemption_satisfaction_threshold
                 else:
                     threshold = config.preemption_satisfaction_threshold
-                if self._local_satisfaction(cursor) < threshold + EPSILON:
+                if self._current_satisfaction(cursor, memo) < threshold + EPSILON:
                     return cursor
             cursor = cursor.parent
         return None
@@ -875,6 +901,7 @@ class TreeScheduler:
     def _analyze(self, node: ExecNode, target: PreemptionPriority, min_level: PreemptionLevel) -> _Analysis:
         analysis = _Analysis(target)
         blockers: dict[str, _Element | None] = {}
+        memo: dict[_Element, float] = {}
         enable_conditional = self.config.enable_conditional_preemption
         for allocation in node.allocations.values():
             if allocation.preempted:
@@ -887,7 +914,7 @@ class TreeScheduler:
             if element.id in blockers:
                 blocker = blockers[element.id]
             else:
-                blocker = blockers[element.id] = self._blocking_ancestor(element, target)
+                blocker = blockers[element.id] = self._blocking_ancestor(element, target, memo)
             if blocker is None:
                 analysis.unconditional.append(allocation)
                 _add_list(analysis.discount, allocation.amounts)
@@ -919,7 +946,7 @@ class TreeScheduler:
                 children.setdefault(cursor.parent, set()).add(cursor)
                 cursor = cursor.parent
         memo: dict[_Element, tuple[float, _Element]] = {}
-        sats = {element: self._local_satisfaction(element) for element in candidates}
+        sats = {element: element.sat for element in candidates}  # operations keep ``sat`` current
 
         def best(element: _Element) -> tuple[float, _Element]:
             if element.is_op:
@@ -1030,45 +1057,25 @@ class TreeScheduler:
             if target == PreemptionPriority.AGGRESSIVE
             else AbortReason.PREEMPTION
         )
+        preemptor = started[0] if started is not None else None
         for allocation in candidates:
             if _fits(node.usage, node.resource_limits):
                 break
             if allocation.preempted:
                 continue
-            element = self._elements[allocation.operation_id]
+            text = "Node resource limits violated"
             if started is not None:
-                preemptor, preemptor_element = started
-                priority = self._priority(preemptor_element)
+                element = self._elements[allocation.operation_id]
+                priority = self._priority(started[1])
                 text = (
-                    f"Preempted to start allocation {preemptor.id} of operation {preemptor.operation_id}; "
+                    f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
                     f"this allocation had status {allocation.preemption_status.value} and level "
                     f"{self._preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
                     f"was {priority.name.lower()}, and scheduling stage target priority was {target.name.lower()}"
                 )
                 if allocation.id in conditional:
                     text += "; this allocation was conditionally preemptible"
-                self._preempt(
-                    allocation,
-                    node,
-                    now,
-                    result,
-                    reason=reason,
-                    timeout=self.config.allocation_preemption_timeout,
-                    explanation=text,
-                    stage=stage,
-                    preemptor=preemptor,
-                )
-            else:
-                self._preempt(
-                    allocation,
-                    node,
-                    now,
-                    result,
-                    reason=reason,
-                    timeout=self.config.allocation_preemption_timeout,
-                    explanation="Node resource limits violated",
-                    stage=stage,
-                )
+            self._preempt(allocation, node, now, result, (reason, stage), text, preemptor=preemptor)
         for allocation in candidates:
             if allocation.preempted or allocation.id in conditional:
                 continue
@@ -1080,16 +1087,7 @@ class TreeScheduler:
                 text = f"Preempted due to violation of resource limits of operation {element.id}"
             else:
                 text = f'Preempted due to violation of limits on pool "{violated.id}"'
-            self._preempt(
-                allocation,
-                node,
-                now,
-                result,
-                reason=AbortReason.RESOURCE_LIMITS_VIOLATED,
-                timeout=self.config.allocation_preemption_timeout,
-                explanation=text,
-                stage=stage,
-            )
+            self._preempt(allocation, node, now, result, (AbortReason.RESOURCE_LIMITS_VIOLATED, stage), text)
 
     def _violated_limits(self, element: _Element) -> _Element | None:
         for limited in element.limited:
@@ -1111,16 +1109,7 @@ class TreeScheduler:
             if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
                 kept = candidate
                 continue
-            self._preempt(
-                allocation,
-                node,
-                now,
-                result,
-                reason=AbortReason.RESOURCE_OVERCOMMIT,
-                timeout=self.config.allocation_preemption_timeout,
-                explanation="Preempted due to node resource ovecommit",
-                stage=SchedulingStage.OVERCOMMIT,
-            )
+            self._preempt(allocation, node, now, result, _OVERCOMMIT, _OVERCOMMIT_TEXT)
 
     # -------------------------------------------------------------- preemption
 
@@ -1130,14 +1119,20 @@ class TreeScheduler:
         node: ExecNode,
         now: float,
         result: HeartbeatResult,
-        *,
-        reason: AbortReason,
-        timeout: float,
+        why: tuple[AbortReason, SchedulingStage],
         explanation: str,
-        stage: SchedulingStage,
+        *,
+        timeout: float | None = None,
         preemptor: Allocation | None = None,
     ) -> PreemptionRecord:
-        """Stop accounting the allocation now and ask the node to stop it within ``timeout``."""
+        """Stop accounting the allocation now and ask the node to stop it within ``timeout``.
+
+        ``why`` is the abort reason and the stage deciding it; ``timeout`` defaults to allocation_preemption_timeout
+        (interruptible allocations get that long to finish), graceful preemption passes its own.
+        """
+        reason, stage = why
+        if timeout is None:
+            timeout = self.config.allocation_preemption_timeout
         record = PreemptionRecord(
             allocation_id=allocation.id,
             operation_id=allocation.operation_id,
@@ -1232,17 +1227,6 @@ def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | N
 
 def _fits(usage: Vector, limits: Vector) -> bool:
     return bool(np.all(usage <= limits + _FIT_EPSILON))
-
-
-def _add_list(target: list[float], values: Sequence[float]) -> None:
-    """target += values on Python floats (an allocation's ``amounts`` or a discount list)."""
-    for r in range(RESOURCE_COUNT):
-        target[r] += values[r]
-
-
-def _sub_list(target: list[float], values: Sequence[float]) -> None:
-    for r in range(RESOURCE_COUNT):
-        target[r] -= values[r]
 
 
 def _add_np(target: Vector, values: Vector) -> None:

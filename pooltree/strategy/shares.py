@@ -1,18 +1,35 @@
-"""Share comparisons the strategy needs (yt-semantics §c, §e.2), on plain Python floats for speed.
+"""Share arithmetic the strategy needs on the heartbeat hot path (yt-semantics §e.2), on plain Python floats.
 
-The strategy evaluates these per allocation on the heartbeat hot path, so they avoid numpy temporaries:
-a 5-element Python loop is several times faster than the equivalent numpy expression.
+The rules themselves have one definition, :mod:`pooltree.fairshare.status` (numpy, vectorised over elements):
+the strategy uses it directly where it evaluates them once per fair-share update (scheduling statuses). Per
+allocation it needs the local satisfaction ratio of one element, where numpy temporaries would cost several times
+more than a 5-element loop; :func:`local_satisfaction_ratio` here is that rule's float twin, and
+``tests/strategy/test_shares_agree.py`` proves the two agree on every branch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pooltree.strategy.model import SchedulingStatus
+from pooltree.fairshare.status import (
+    INFINITE_SATISFACTION_RATIO,
+    RATIO_COMPARISON_PRECISION,
+    RATIO_COMPUTATION_PRECISION,
+)
+from pooltree.resources import RESOURCE_COUNT
 
-SMALL_EPSILON = 1e-9
-EPSILON = 1e-4
-INFINITE_SATISFACTION_RATIO = 1e9
+__all__ = [
+    "EPSILON",
+    "INFINITE_SATISFACTION_RATIO",
+    "SMALL_EPSILON",
+    "add_floats",
+    "blocked_mask",
+    "local_satisfaction_ratio",
+    "sub_floats",
+]
+
+SMALL_EPSILON = RATIO_COMPUTATION_PRECISION
+EPSILON = RATIO_COMPARISON_PRECISION
 
 Floats = Sequence[float]
 
@@ -22,23 +39,11 @@ def blocked_mask(fair_share: Floats, demand_share: Floats) -> tuple[bool, ...]:
     return tuple(f >= d for f, d in zip(fair_share, demand_share, strict=True))
 
 
-def strictly_dominates_non_blocked(lhs: Floats, rhs: Floats, blocked: Sequence[bool]) -> bool:
-    """All blocked: some lhs_r > rhs_r. Otherwise lhs_r > rhs_r for every non-blocked r."""
-    if all(blocked):
-        return any(a > b for a, b in zip(lhs, rhs, strict=True))
-    return all(a > b for a, b, is_blocked in zip(lhs, rhs, blocked, strict=True) if not is_blocked)
-
-
-def strictly_dominates(lhs: Floats, rhs: Floats) -> bool:
-    return all(a > b for a, b in zip(lhs, rhs, strict=True))
-
-
-def dominates(lhs: Floats, rhs: Floats) -> bool:
-    return all(a >= b for a, b in zip(lhs, rhs, strict=True))
-
-
 def local_satisfaction_ratio(usage_share: Floats, fair_share: Floats, blocked: Sequence[bool]) -> float:
-    """How satisfied an element is with current usage relative to its fair share (§e.2); smaller is hungrier."""
+    """How satisfied an element is with current usage relative to its fair share (§e.2); smaller is hungrier.
+
+    Same rule and results as :func:`pooltree.fairshare.status.local_satisfaction_ratio` for one element.
+    """
     if all(f <= SMALL_EPSILON for f in fair_share):
         return INFINITE_SATISFACTION_RATIO
     over = False
@@ -68,23 +73,13 @@ def local_satisfaction_ratio(usage_share: Floats, fair_share: Floats, blocked: S
     return best
 
 
-def scheduling_status(
-    usage_share: Floats,
-    fair_share: Floats,
-    demand_share: Floats,
-    tolerance: float,
-    *,
-    is_operation: bool,
-    schedulable: bool = True,
-) -> SchedulingStatus:
-    """Normal or BelowFairShare per §c: below iff min(FS × tolerance, Demand) strictly dominates (non-blocked) usage."""
-    if is_operation:
-        if not schedulable:
-            return SchedulingStatus.NORMAL
-        if all(f + EPSILON >= d for f, d in zip(fair_share, demand_share, strict=True)):
-            tolerance = 1.0
-    bound = [min(f * tolerance, d) for f, d in zip(fair_share, demand_share, strict=True)]
-    blocked = blocked_mask(fair_share, demand_share)
-    if strictly_dominates_non_blocked(bound, usage_share, blocked):
-        return SchedulingStatus.BELOW_FAIR_SHARE
-    return SchedulingStatus.NORMAL
+def add_floats(target: list[float], values: Floats) -> None:
+    """target += values in place (an allocation's ``amounts``, a delta or a discount)."""
+    for r in range(RESOURCE_COUNT):
+        target[r] += values[r]
+
+
+def sub_floats(target: list[float], values: Floats) -> None:
+    """target -= values in place."""
+    for r in range(RESOURCE_COUNT):
+        target[r] -= values[r]

@@ -74,6 +74,7 @@ class GoldenScenario:
             ElementSpec(id="research", parent=ROOT_ID, fair_share_starvation_tolerance=1.0),
         ]
         self.limited_cpu = 20.0
+        self.shares: dict[str, np.ndarray] = {}
         self.ops: dict[str, dict[str, Any]] = {}
         self.controllers: dict[str, Any] = {}
         self.scheduler = TreeScheduler(self._tree({}), event_sink=self.events.append)
@@ -192,26 +193,31 @@ class GoldenScenario:
             "attempts": result.schedule_attempts,
         }
 
+    def run_step(self, step: int) -> list[dict[str, Any]]:
+        """One time unit: maybe new operations and fair shares, a publish, heartbeats of a random node subset."""
+        rng = self.rng
+        trace: list[dict[str, Any]] = []
+        now = float(step)
+        if step % 4 == 0 or rng.random() < 0.1:
+            for _ in range(rng.randint(0, 3)):
+                self.add_operation(now)
+            self.shares = self._fair_shares()
+            self.limited_cpu = rng.choice([8.0, 20.0, 30.0])
+        self.scheduler.publish(self._tree(self.shares), now)
+        addresses = list(self.node_limits)
+        rng.shuffle(addresses)
+        for address in addresses[: rng.randint(6, 12)]:
+            trace.append(self.heartbeat(address, now + rng.random() * 0.5))
+        trace.extend(self.events)
+        self.events.clear()
+        if step % 10 == 9:
+            trace.append({"views": {op_id: self.scheduler.element_view(op_id) for op_id in self.ops}})
+        return trace
+
     def run(self, steps: int) -> list[dict[str, Any]]:
         trace: list[dict[str, Any]] = []
-        rng = self.rng
-        shares: dict[str, np.ndarray] = {}
         for step in range(steps):
-            now = float(step)
-            if step % 4 == 0 or rng.random() < 0.1:
-                for _ in range(rng.randint(0, 3)):
-                    self.add_operation(now)
-                shares = self._fair_shares()
-                self.limited_cpu = rng.choice([8.0, 20.0, 30.0])
-            self.scheduler.publish(self._tree(shares), now)
-            addresses = list(self.node_limits)
-            rng.shuffle(addresses)
-            for address in addresses[: rng.randint(6, 12)]:
-                trace.append(self.heartbeat(address, now + rng.random() * 0.5))
-            trace.extend(self.events)
-            self.events.clear()
-            if step % 10 == 9:
-                trace.append({"views": {op_id: self.scheduler.element_view(op_id) for op_id in self.ops}})
+            trace.extend(self.run_step(step))
         return trace
 
 

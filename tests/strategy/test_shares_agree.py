@@ -1,0 +1,54 @@
+"""The strategy's float fast path for local satisfaction agrees with the fair-share update's numpy rule.
+
+pooltree/fairshare/status.py holds the one definition of the §c/§e.2 rules; pooltree/strategy/shares.py keeps a
+float twin of local_satisfaction_ratio for the heartbeat hot path. These properties pin them together on every
+branch (zero fair share, usage above fair share, all resources blocked, some blocked).
+"""
+
+import numpy as np
+from golden_trace import GoldenScenario
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pooltree.fairshare import status
+from pooltree.strategy import shares
+
+# small grids make ties, zeros and equalities (the branch boundaries) common
+_value = st.sampled_from([0.0, 0.0, 1e-10, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 1.0])
+_vector = st.lists(_value, min_size=5, max_size=5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(usage=_vector, fair=_vector, demand=_vector)
+def test_local_satisfaction_ratio_fast_path_equals_fairshare_rule(usage, fair, demand):
+    blocked = shares.blocked_mask(fair, demand)
+    fast = shares.local_satisfaction_ratio(usage, fair, blocked)
+    rule = status.local_satisfaction_ratio(np.array(fair), np.array(usage), np.array(demand))
+    assert fast == rule
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(_vector, _vector, _vector), min_size=1, max_size=6))
+def test_vectorised_rule_equals_per_element_calls(rows):
+    """The strategy evaluates the status rule for all elements at once; row by row gives the same answers."""
+    fair = np.array([r[0] for r in rows])
+    usage = np.array([r[1] for r in rows])
+    demand = np.array([r[2] for r in rows])
+    stacked = np.atleast_1d(status.is_below_fair_share(fair, usage, demand, np.full(len(rows), 0.8)))
+    for index in range(len(rows)):
+        single = status.is_below_fair_share(fair[index], usage[index], demand[index], 0.8)
+        assert bool(stacked[index]) == single
+
+
+def test_operations_keep_their_satisfaction_current_through_heartbeats():
+    """Preemptive stages read an operation's cached ``sat``: it must equal a fresh computation at all times."""
+    scenario = GoldenScenario(seed=5)
+    scheduler = scenario.scheduler
+    checked = 0
+    for step in range(25):
+        scenario.run_step(step)
+        for element in scheduler._elements.values():
+            if element.is_op:
+                assert element.sat == scheduler._local_satisfaction(element), element.id
+                checked += 1
+    assert checked > 100
