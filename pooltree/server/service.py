@@ -269,7 +269,8 @@ async def serve(
         if on_ready is not None:
             on_ready(f"http://{host}:{bound}")
         if stop is None:
-            await server_task
+            # shielded: cancelling serve() must let uvicorn shut down (close its sockets) in ``finally``
+            await asyncio.shield(server_task)
         else:
             stop_wait = asyncio.create_task(stop.wait())
             await asyncio.wait({stop_wait, server_task}, return_when=asyncio.FIRST_COMPLETED)

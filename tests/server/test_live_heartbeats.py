@@ -3,8 +3,11 @@ naming a field; valid ones never crash the scheduler (unknown jobs are aborted, 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +16,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.errors import ConfigError
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
+from pooltree.server.service import serve
 from pooltree.server.store import open_store
 
 scalars = st.one_of(
@@ -113,3 +117,32 @@ def test_pending_operation_is_aborted_and_the_next_one_runs(tmp_path: Path) -> N
     assert third.state == "running"
     stored = live.store.get_operation(second.id)
     assert stored is not None and stored.state == "aborted" and stored.finish_time == 2.0
+
+
+def test_serve_stops_on_event_and_on_cancellation(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+
+    async def run(cancel: bool) -> str:
+        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            serve(url, create_default_tree=True, on_ready=ready.set_result, stop=None if cancel else stop)
+        )
+        base = await asyncio.wait_for(ready, 30)
+        async with httpx.AsyncClient(timeout=10) as client:
+            assert (await client.get(f"{base}/api/v4/get", params={"path": "//sys/pool_trees"})).json() == {
+                "value": {"default": {}}
+            }
+            assert (await client.get(f"{base}/metrics")).status_code == 200
+        if cancel:
+            task.cancel()
+        else:
+            stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 30)
+        return base
+
+    for cancel in (False, True):
+        base = asyncio.run(run(cancel))
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{base}/api", timeout=2)
