@@ -17,5 +17,7 @@ def _main() -> None:
 
 def fail(message: str) -> NoReturn:
     """Print ``message`` as an error on stderr and exit with status 1."""
-    Console(stderr=True).print(f"[bold red]error:[/] {message}", highlight=False)
+    console = Console(stderr=True, soft_wrap=True, highlight=False)
+    console.print("[bold red]error:[/] ", end="")
+    console.print(message, markup=False)
     raise typer.Exit(code=1)
