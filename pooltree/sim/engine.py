@@ -142,7 +142,9 @@ class _TreeState:
     series_interval: float = 1.0
     last_series: float | None = None
     last_sample: float | None = None
-    integrals: dict[str, dict[str, float]] = field(default_factory=dict)
+    matrix: np.ndarray | None = None
+    """Per pool (in ``pools`` order): 1, fair share, usage, demand ratios, below-fair-share and starving flags."""
+    acc: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
     usage_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
     total_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
     preempted_by_pool: Counter[str] = field(default_factory=Counter)
@@ -890,17 +892,27 @@ class Simulation:
         for element_id, element in result.elements.items():
             state = starvation.get(element_id)
             values[element_id] = (
-                float(np.max(element.fair_share)),
-                float(np.max(element.usage_share)),
-                float(np.max(element.demand_share)),
+                max(element.fair_share.tolist()),
+                max(element.usage_share.tolist()),
+                max(element.demand_share.tolist()),
                 element.scheduling_status,
                 state.status.value if state is not None else "non_starving",
             )
-        tree.last_values = values
-        for element_id, element in result.elements.items():
             if not element.is_operation and element_id not in tree.pool_set:
                 tree.pool_set.add(element_id)
                 tree.pools.append(element_id)
+        tree.last_values = values
+        matrix = np.zeros((len(tree.pools), 6))
+        matrix[:, 0] = 1.0
+        for row, pool in enumerate(tree.pools):
+            held = values.get(pool)
+            if held is not None:
+                matrix[row, 1:4] = held[:3]
+                matrix[row, 4] = held[3] == "below_fair_share"
+                matrix[row, 5] = held[4] != "non_starving"
+        tree.matrix = matrix
+        if tree.acc.shape[0] < len(tree.pools):
+            tree.acc = np.vstack([tree.acc, np.zeros((len(tree.pools) - tree.acc.shape[0], 6))])
         root = result.elements.get(ROOT)
         if root is not None:
             tree.last_root = (np.array(root.resource_usage, dtype=float), tree.core.total_resources)
@@ -910,19 +922,8 @@ class Simulation:
         for tree in self.trees.values():
             if tree.last_sample is not None and now > tree.last_sample:
                 dt = now - tree.last_sample
-                for pool in tree.pools:
-                    values = tree.last_values.get(pool)
-                    acc = tree.integrals.setdefault(pool, Counter())
-                    acc["time"] += dt
-                    if values is None:
-                        continue
-                    acc["fair_share"] += values[0] * dt
-                    acc["usage"] += values[1] * dt
-                    acc["demand"] += values[2] * dt
-                    if values[3] == "below_fair_share":
-                        acc["below_fair_share_time"] += dt
-                    if values[4] != "non_starving":
-                        acc["starving_time"] += dt
+                if tree.matrix is not None:
+                    tree.acc += tree.matrix * dt
                 if tree.last_root is not None:
                     usage, total = tree.last_root
                     tree.usage_integral += usage * dt
@@ -1029,16 +1030,16 @@ class Simulation:
             utilization_usage += tree.usage_integral
             utilization_total += tree.total_integral
             series[tree.name] = tree.series
-            for pool in tree.pools:
-                acc = tree.integrals.get(pool, Counter())
-                span = acc.get("time", 0.0)
+            for row, pool in enumerate(tree.pools):
+                acc = tree.acc[row].tolist() if row < tree.acc.shape[0] else [0.0] * 6
+                span = acc[0]
                 key = f"{tree.name}/{pool}" if multi else pool
                 pools[key] = {
-                    "mean_fair_share_ratio": round(acc.get("fair_share", 0.0) / span, 6) if span else 0.0,
-                    "mean_usage_ratio": round(acc.get("usage", 0.0) / span, 6) if span else 0.0,
-                    "mean_demand_ratio": round(acc.get("demand", 0.0) / span, 6) if span else 0.0,
-                    "starving_time": round(acc.get("starving_time", 0.0), 6),
-                    "below_fair_share_time": round(acc.get("below_fair_share_time", 0.0), 6),
+                    "mean_fair_share_ratio": round(acc[1] / span, 6) if span else 0.0,
+                    "mean_usage_ratio": round(acc[2] / span, 6) if span else 0.0,
+                    "mean_demand_ratio": round(acc[3] / span, 6) if span else 0.0,
+                    "starving_time": round(acc[5], 6),
+                    "below_fair_share_time": round(acc[4], 6),
                     "preempted_allocation_count": tree.preempted_by_pool.get(pool, 0)
                     if pool != ROOT
                     else sum(self.preemptions_by_reason.values()),

@@ -1,0 +1,230 @@
+"""Benchmark the simulator end to end; prints one JSON object.
+
+The issue's target size is 1,000 nodes (16 cpu, 64 GiB), 24 simulated hours, ~20,000 operations and ~500,000
+jobs in a 100-pool tree with a 1 s fair-share update period and a 1 s heartbeat period. The default here is a
+scaled-down slice of that workload (same per-node load, pools and periods) that runs in a few minutes; use
+--nodes/--hours/--operations to scale, and --scaling to add 2-3 points along nodes and along jobs.
+
+The workload keeps the cluster about 70% busy on average with Poisson arrivals over 100 pools (weights 1-3,
+a third of them with guarantees), lognormal job counts (median ``jobs/operations``) and lognormal durations
+sized for that load. Outputs are not written (the engine is measured, not the disk); wall time is split into
+the fair-share updates, node heartbeats processed by the core, and the engine itself.
+
+Usage: .venv/bin/python bench/simulate.py [--nodes 100] [--hours 1] [--operations N] [--jobs N] [--scaling]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pooltree.sim import Simulation, parse_scenario
+from pooltree.strategy.core import SchedulerCore
+
+TARGET = {"nodes": 1000, "hours": 24.0, "operations": 20_000, "jobs": 500_000, "pools": 100}
+LOAD = 0.7
+
+
+def scenario_document(
+    nodes: int, hours: float, operations: int, jobs: int, pools: int, period: float, seed: int
+) -> dict:
+    """A synthetic scenario at the given scale (deterministic for ``seed``)."""
+    import random
+
+    rng = random.Random(seed)
+    pool_map: dict[str, Any] = {}
+    guarantee_cpu = 16 * nodes * 0.5 / max(1, pools // 3)
+    for index in range(pools):
+        config: dict[str, Any] = {
+            "weight": 1 + index % 3,
+            "max_running_operation_count": 50,
+            "max_operation_count": 500,
+        }
+        if index % 3 == 0:
+            config["strong_guarantee_resources"] = {"cpu": round(guarantee_cpu, 2)}
+        pool_map[f"pool-{index:03d}"] = config
+    horizon = hours * 3600.0
+    jobs_per_op = max(1.0, jobs / operations)
+    mean_duration = LOAD * 16 * nodes * horizon / jobs
+    sigma_jobs, sigma_duration = 1.0, 0.6
+    ops = []
+    for index in range(operations):
+        submit = rng.uniform(0, horizon * 0.9)
+        count = max(1, round(jobs_per_op * math.exp(sigma_jobs * rng.gauss(0, 1) - sigma_jobs**2 / 2)))
+        ops.append(
+            {
+                "id": f"op-{index:05d}",
+                "submit_time": round(submit, 3),
+                "user": f"user-{index % 37}",
+                "spec": {"pool": f"pool-{rng.randrange(pools):03d}"},
+                "tasks": [
+                    {
+                        "job_count": count,
+                        "resources": {"cpu": 1, "memory": "4Gi", "user_slots": 1},
+                        "duration": {
+                            "distribution": "lognormal",
+                            "median": f"{mean_duration * math.exp(-(sigma_duration**2) / 2):.3f}s",
+                            "sigma": sigma_duration,
+                        },
+                    }
+                ],
+            }
+        )
+    return {
+        "seed": seed,
+        "until": f"{horizon:.0f}s",
+        "scheduler": {"fair_share_update_period": f"{period:g}s", "node_heartbeat_period": "1s"},
+        "report": {"event_log": False, "timeline_operations": False},
+        "cluster": {
+            "nodes": [
+                {
+                    "address": "node",
+                    "count": nodes,
+                    "resource_limits": {"cpu": 16, "memory": "64Gi", "user_slots": 16},
+                }
+            ]
+        },
+        "pool_trees": {"physical": {"config": {"fair_share_starvation_timeout": "30s"}, "pools": pool_map}},
+        "operations": ops,
+    }
+
+
+class _Timers:
+    """Wall time spent inside the core's fair-share updates and heartbeats (patched for the measurement)."""
+
+    def __init__(self) -> None:
+        self.update = 0.0
+        self.heartbeat = 0.0
+        self._originals = (
+            SchedulerCore.update_fair_share,
+            SchedulerCore.republish,
+            SchedulerCore.process_heartbeat,
+        )
+
+    def __enter__(self) -> _Timers:
+        update, republish, heartbeat = self._originals
+        timers = self
+
+        def timed(function, attribute):
+            def wrapper(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    setattr(timers, attribute, getattr(timers, attribute) + time.perf_counter() - start)
+
+            return wrapper
+
+        SchedulerCore.update_fair_share = timed(update, "update")
+        SchedulerCore.republish = timed(republish, "update")
+        SchedulerCore.process_heartbeat = timed(heartbeat, "heartbeat")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        SchedulerCore.update_fair_share, SchedulerCore.republish, SchedulerCore.process_heartbeat = (
+            self._originals
+        )
+
+
+def measure(
+    nodes: int, hours: float, operations: int, jobs: int, pools: int, period: float, seed: int
+) -> dict:
+    scenario = parse_scenario(
+        scenario_document(nodes, hours, operations, jobs, pools, period, seed), source="bench"
+    )
+    with _Timers() as timers:
+        start = time.perf_counter()
+        result = Simulation(scenario).run()
+        wall = time.perf_counter() - start
+    summary = result.summary
+    simulated = summary["global"]["simulated_time"]
+    started_jobs = sum(op["completed_job_count"] for op in summary["operations"])
+    engine = summary["engine"]
+    return {
+        "nodes": nodes,
+        "hours": hours,
+        "operations": operations,
+        "jobs": sum(op.job_count for op in scenario.operations),
+        "completed_jobs": started_jobs,
+        "pools": pools,
+        "fair_share_update_period_s": period,
+        "wall_s": round(wall, 2),
+        "simulated_s": simulated,
+        "speedup": round(simulated / wall, 1),
+        "wall_fair_share_update_s": round(timers.update, 2),
+        "wall_heartbeats_s": round(timers.heartbeat, 2),
+        "wall_engine_s": round(wall - timers.update - timers.heartbeat, 2),
+        "fair_share_update_ms": round(1000 * timers.update / max(1, engine["fair_share_updates"]), 2),
+        "utilization_cpu": summary["global"]["utilization"]["cpu"],
+        **engine,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--hours", type=float, default=1.0)
+    parser.add_argument(
+        "--operations", type=int, default=None, help="default: the target's rate scaled to nodes and hours"
+    )
+    parser.add_argument("--jobs", type=int, default=None, help="default: 25 jobs per operation")
+    parser.add_argument("--pools", type=int, default=100)
+    parser.add_argument("--fair-share-period", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--scaling", action="store_true", help="also measure 2-3 points along nodes and jobs")
+    args = parser.parse_args()
+    scale = (args.nodes / TARGET["nodes"]) * (args.hours / TARGET["hours"])
+    operations = args.operations or max(1, round(TARGET["operations"] * scale))
+    jobs = args.jobs or operations * TARGET["jobs"] // TARGET["operations"]
+    base = measure(args.nodes, args.hours, operations, jobs, args.pools, args.fair_share_period, args.seed)
+    output: dict[str, Any] = {
+        "name": "simulate",
+        "parameters": vars(args) | {"operations": operations, "jobs": jobs},
+        "result": base,
+    }
+    if args.scaling:
+        output["scaling_nodes"] = [
+            measure(
+                n,
+                args.hours,
+                max(1, round(operations * n / args.nodes)),
+                round(jobs * n / args.nodes),
+                args.pools,
+                args.fair_share_period,
+                args.seed,
+            )
+            for n in (args.nodes // 2, args.nodes * 2)
+        ]
+        output["scaling_jobs"] = [
+            measure(
+                args.nodes,
+                args.hours,
+                operations,
+                jobs * factor,
+                args.pools,
+                args.fair_share_period,
+                args.seed,
+            )
+            for factor in (2, 4)
+        ]
+    output["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    output["machine"] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(output, indent=1))
+
+
+if __name__ == "__main__":
+    main()
