@@ -174,7 +174,7 @@ def fair_share(
         built = time.perf_counter()
         names = [tree] if tree is not None else list(snapshot.pool_trees)
         if tree is not None and tree not in snapshot.pool_trees:
-            fail(escape(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}"))
+            fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
         view: dict[str, Any] = {"pool_trees": {}}
         durations: list[float] = []
         for _ in range(repeat):
@@ -187,7 +187,7 @@ def fair_share(
             strategy = snapshot_strategy(pool_tree, result, total, now)
             view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
-        fail(escape(str(error)))
+        fail(str(error))
     if timings:
         view["timings"] = {
             "parse_s": parsed - started,
