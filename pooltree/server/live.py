@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.config import OperationSpec, nodes_of_trees
+from pooltree.config import OperationSpec, VanillaTaskSpec, nodes_of_trees
+from pooltree.controllers.memory import JobMemoryReserve, TaskMemoryOptions, TaskMemoryReserve
 from pooltree.controllers.operations import Job, TaskSpec, VanillaController
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -64,7 +65,7 @@ class LiveVanillaController(VanillaController):
         had_pending = self._pending_count > 0
         for jobs in self._reserved.values():
             for job, _ in jobs.values():
-                resources = self._tasks[job.task].spec.resources
+                resources = self._allocation_resources(self._tasks[job.task], job)
                 self._pending_count += 1
                 self._needed = self._needed + resources
                 self._min_needed = (
@@ -122,12 +123,15 @@ class LiveVanillaController(VanillaController):
 
     def _adopt(self, job: Job, node_address: str, now: float) -> Allocation:
         state = self._tasks[job.task]
+        resources = self._allocation_resources(state, job)
+        if state.spec.memory_reserve is not None:
+            state.spec.memory_reserve.start_job((job.task, job.index))
         state.running += 1
         self._next_allocation += 1
         allocation = Allocation(
             f"{self.operation_id}/{self._next_allocation}",
             self.operation_id,
-            state.spec.resources.copy(),
+            resources,
             task=job.task,
             payload=job,
             interruptible=state.spec.interruptible or self.interruption_signal is not None,
@@ -162,6 +166,13 @@ class LiveVanillaController(VanillaController):
             self._refresh()
             return allocation
         return super().schedule_allocation(node, available_resources, now)
+
+    def running_memory_reserve(self, task: str, index: int) -> JobMemoryReserve | None:
+        """The memory reserve a running job of ``task`` / ``index`` was started with."""
+        state = self._tasks.get(task)
+        if state is None or state.spec.memory_reserve is None:
+            return None
+        return state.spec.memory_reserve.running_reserve((task, index))
 
     @property
     def reserved_count(self) -> int:
@@ -280,15 +291,47 @@ class NodeState:
     memory_meter: str | None = None
 
 
+def task_memory_reserve(name: str, task: VanillaTaskSpec, model: OperationSpec) -> TaskMemoryReserve:
+    """The task's memory reserve from its digests (memory-digest.md): a vanilla job has no tables, so its job
+    proxy estimate is the base one."""
+    lower, default = task.memory_digest_parameters(model)
+    digest = model.job_proxy_memory_digest
+    job_proxy = {
+        key: value
+        for key, value in (
+            ("lower_bound", digest.lower_bound),
+            ("upper_bound", digest.upper_bound),
+            ("default_value", digest.default_value),
+            ("relative_precision", digest.relative_precision),
+        )
+        if value is not None
+    }
+    options: dict[str, Any] = {
+        "memory_limit": task.memory_limit,
+        "user_job_memory_digest_default_value": default,
+        "user_job_memory_digest_lower_bound": lower,
+        "job_proxy_memory_digest": job_proxy,
+        "input_table_count": 0,
+        "output_table_count": 0,
+    }
+    if task.tmpfs_total_size > 0:
+        options["tmpfs_size"] = task.tmpfs_total_size
+    return TaskMemoryReserve(TaskMemoryOptions.from_spec(options, path=f"spec.tasks.{name}"))
+
+
 def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
-    """Controller tasks from a vanilla spec: each job's allocation is 1 slot, its cpu/gpu and memory limit."""
+    """Controller tasks from a vanilla spec: each job's allocation is 1 slot, its cpu/gpu and its memory
+    reserve (the digest-driven share of ``memory_limit`` plus the job proxy's)."""
     if not model.tasks:
         raise ConfigError("spec.tasks", "a vanilla operation needs at least one task")
     tasks = []
     for name, task in model.tasks.items():
         resources = vector(user_slots=1, cpu=task.cpu_limit, gpu=task.gpu_limit, memory=task.memory_limit)
         interruptible = (task.interruption_signal or model.interruption_signal) is not None
-        tasks.append(TaskSpec(name, task.job_count, resources, interruptible=interruptible))
+        reserve = task_memory_reserve(name, task, model)
+        tasks.append(
+            TaskSpec(name, task.job_count, resources, interruptible=interruptible, memory_reserve=reserve)
+        )
     return tasks
 
 
@@ -776,6 +819,11 @@ class LiveScheduler:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
+        reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
+        if reserve is not None:
+            spec["memory_reserve"] = min(reserve.user_job_memory_reserve, float(task.memory_limit))
+            spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
+            spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
         return spec
 
     def _on_started(

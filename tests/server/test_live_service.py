@@ -104,6 +104,9 @@ def test_vanilla_runs_jobs_with_client_and_orchid_and_metrics(cluster: Cluster) 
     assert {j["address"] for j in jobs} == {"node0"}
     job = client.get_job(op.id, jobs[0]["id"])
     assert job["statistics"]["user_job/memory_limit"] == 512 * 1024**2
+    # the reserve comes from the memory digest: default factor 0.5 of memory_limit; base job proxy estimate
+    assert job["statistics"]["user_job/memory_reserve"] == 256 * 1024**2
+    assert job["statistics"]["job_proxy/estimated_memory"] == 64 * 1024**2
     stderr = client.get_job_stderr(op.id, job["id"]).read()
     assert stderr == f"err-{job['job_index']}\n".encode()
     pools = client.get(f"{ORCHID}/default/pools")
