@@ -77,6 +77,7 @@ KNOWN_USER_JOB_KEYS = frozenset(
         "disk_space_limit",
         "make_rootfs_writable",
         "set_container_cpu_limit",
+        "title",
     }
 )
 

@@ -335,22 +335,6 @@ def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
     return tasks
 
 
-def _without_task_titles(unrecognized: dict[str, Any]) -> dict[str, Any]:
-    """``unrecognized_spec`` minus ``tasks.<name>.title``, which the Python client adds to every task."""
-    tasks = unrecognized.get("tasks")
-    if not isinstance(tasks, dict):
-        return unrecognized
-    cleaned = {}
-    for name, keys in tasks.items():
-        rest = {k: v for k, v in keys.items() if k != "title"} if isinstance(keys, dict) else keys
-        if rest:
-            cleaned[name] = rest
-    out = {k: v for k, v in unrecognized.items() if k != "tasks"}
-    if cleaned:
-        out["tasks"] = cleaned
-    return out
-
-
 def _runtime_parameters(registry: PoolTrees, operation_id: str, trees: list[str]) -> dict[str, Any]:
     per_tree: dict[str, Any] = {}
     for name in trees:
@@ -436,7 +420,7 @@ class LiveScheduler:
             "aborted_jobs": op.aborted_jobs,
             "lost_jobs": op.lost_jobs,
             "failed_job_count": op.controller.failed_job_count,
-            "unrecognized_spec": _without_task_titles(op.model.unrecognized_spec()),
+            "unrecognized_spec": op.model.unrecognized_spec(),
             "alerts": self.alerts(op),
         }
         pool = next(iter(op.pools.values()), None)
@@ -1044,7 +1028,7 @@ class LiveScheduler:
         return {key: dict(value) for key, value in registered.alerts.items()} if registered else {}
 
     def unrecognized_spec(self, op: LiveOperation) -> dict[str, Any]:
-        return _without_task_titles(op.model.unrecognized_spec())
+        return op.model.unrecognized_spec()
 
     def progress(self, op: LiveOperation) -> dict[str, Any]:
         """Job counts as ``brief_progress.jobs`` needs them (running, completed, pending, failed, aborted, lost)."""
