@@ -471,6 +471,15 @@ def parse_scenario(document: Any, *, base_dir: Path | None = None, source: str =
         )
     if not operations:
         raise ConfigError("operations", "the workload is empty: give operations or workload_file")
+    if document.get("until") is None:
+        for index, operation in enumerate(operations):
+            endless = any(task.duration is None for task in operation.tasks) and operation.lifetime is None
+            if endless:
+                raise ConfigError(
+                    f"operations[{index}].lifetime" if index < len(operations_doc or []) else "until",
+                    f"operation {operation.id} runs services until it is completed: give it a lifetime "
+                    "or give the scenario an until",
+                )
     seed = document.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("seed", f"expected an integer >= 0, got {seed!r}")

@@ -221,3 +221,18 @@ def test_generator_rejects_bad_parameters():
     with pytest.raises(ConfigError) as info:
         generate_workload(WorkloadParameters(rates={"a": 1}, duration_sigma=9))
     assert info.value.path == "duration_sigma"
+
+
+@pytest.mark.parametrize("name", ["sim-project-root.yaml", "sim-chyt-clique.yaml", "sim-from-dump.yaml"])
+def test_examples_are_valid_scenarios(name):
+    scenario = load_scenario(Path(__file__).resolve().parents[2] / "examples" / name)
+    assert scenario.operations and scenario.until is not None
+
+
+def test_endless_services_need_a_lifetime_or_until():
+    document = project_document()
+    document.pop("until")
+    document["operations"][1] = {"id": "svc", "type": "vanilla", "tasks": [{"resources": {"cpu": 1}}]}
+    assert _error(document).path == "operations[1].lifetime"
+    document["operations"][1]["lifetime"] = "1h"
+    assert parse_scenario(document).horizon() == 480 + 7 * 86400
