@@ -235,6 +235,40 @@ class LogDigest:
             value *= self.step
         return self.upper_bound
 
+    def predictive_reserve(self, overdraft_cost: float) -> float:
+        """The bucket upper edge *r* minimising ``r + overdraft_cost × (samples above r + 1) / (N + 1)``.
+
+        ``(samples above r + 1) / (N + 1)`` is the chance that one more exchangeable sample lands above the
+        largest sample at or below *r*; ``upper_bound`` costs itself alone (the limit cannot be overdrafted).
+        A pooltree extension (not in YTsaurus); the default value while empty. Walks down only while a lower
+        edge could still be cheaper, so a query touches the upper tail only.
+        """
+        cost = _check_positive_number(overdraft_cost, "overdraft_cost")
+        total = self._counts.total
+        if total == 0:
+            return self.default_value
+        counts = self._counts.counts
+        edges = self._edges
+        last = self.bucket_count - 1
+        best_value = self.upper_bound
+        best = self.upper_bound
+        above = counts[last]  # samples in the last bucket sit at or beyond the upper bound
+        per_sample = cost / (total + 1)
+        floor = self.lower_bound
+        # Buckets above the largest sample's bucket only lower the candidate edge down to that bucket's edge.
+        highest = min(self._counts.prefix_below(total), last)
+        for k in range(min(highest, last - 1), -1, -1):
+            penalty = per_sample * (above + 1)
+            if floor + penalty >= best:
+                break
+            count = counts[k]
+            if count:
+                candidate = edges[k + 1] + penalty
+                if candidate < best:
+                    best, best_value = candidate, edges[k + 1]
+                above += count
+        return best_value
+
     def reset(self) -> None:
         """Forget every sample (YTsaurus ``Reset``)."""
         self._counts.load([0] * self.bucket_count)

@@ -32,6 +32,8 @@ from pooltree.resources import parse_size
 
 OverdraftSampleVariant = Literal["docs", "code", "newest"]
 OVERDRAFT_SAMPLE_VARIANTS: tuple[str, ...] = ("docs", "code", "newest")
+ReserveRule = Literal["quantile", "overdraft_cost"]
+RESERVE_RULES: tuple[str, ...] = ("quantile", "overdraft_cost")
 
 MiB = 1024.0**2
 DEFAULT_MEMORY_LIMIT = 512 * MiB
@@ -66,6 +68,11 @@ class MemoryDigestSettings:
     otherwise; ``F = memory_digest_resource_overdraft_factor``.
     ``user_job_reserve_margin`` is a pooltree opt-in (1.0 = YTsaurus): the user-job factor is
     ``min(quantile × margin, 1)``.
+    ``user_job_reserve_rule`` is a pooltree opt-in: ``"quantile"`` (YTsaurus) answers the digest quantile;
+    ``"overdraft_cost"`` answers the bucket edge *r* minimising ``r + user_job_overdraft_cost × P(next job > r)``
+    with ``P = (samples above r + 1) / (N + 1)`` (the chance that the next of exchangeable jobs beats the
+    sample order statistic below *r*) and ``P = 0`` at the limit. A tight task thus gets a high quantile almost
+    free, a wide one a lower quantile: the reserve an overdraft is worth ``user_job_overdraft_cost × limit``.
     """
 
     user_job_memory_digest_precision: float = 0.01
@@ -78,6 +85,8 @@ class MemoryDigestSettings:
     ignore_memory_reserve_factor_less_than_one: bool = False
     footprint_memory: float = DEFAULT_FOOTPRINT_MEMORY
     user_job_reserve_margin: float = 1.0
+    user_job_reserve_rule: ReserveRule = "quantile"
+    user_job_overdraft_cost: float = 2.0
 
     def __post_init__(self) -> None:
         _number(
@@ -111,6 +120,12 @@ class MemoryDigestSettings:
             raise ConfigError("ignore_memory_reserve_factor_less_than_one", "expected a boolean")
         _number(self.footprint_memory, "footprint_memory", low=0, high=math.inf)
         _number(self.user_job_reserve_margin, "user_job_reserve_margin", low=1, high=10)
+        if self.user_job_reserve_rule not in RESERVE_RULES:
+            raise ConfigError(
+                "user_job_reserve_rule",
+                f"must be one of {', '.join(RESERVE_RULES)}, got {self.user_job_reserve_rule!r}",
+            )
+        _number(self.user_job_overdraft_cost, "user_job_overdraft_cost", low=0, high=1000, low_open=True)
 
     @classmethod
     def from_mapping(
@@ -248,10 +263,15 @@ class TaskMemoryOptions:
         for key in jp:
             if key not in ("lower_bound", "upper_bound", "default_value", "relative_precision"):
                 raise ConfigError(join_path(jp_path, key), "unknown log digest option")
-        jp_lower = float(jp.get("lower_bound", 0.5))
-        jp_upper = float(jp.get("upper_bound", 2.0))
-        jp_default = float(jp.get("default_value", 1.0))
-        jp_precision = float(jp.get("relative_precision", settings.user_job_memory_digest_precision))
+        jp_lower, jp_upper, jp_default, jp_precision = (
+            _number(jp.get(key, fallback), join_path(jp_path, key), low=0, high=math.inf, low_open=True)
+            for key, fallback in (
+                ("lower_bound", 0.5),
+                ("upper_bound", 2.0),
+                ("default_value", 1.0),
+                ("relative_precision", settings.user_job_memory_digest_precision),
+            )
+        )
         LogDigest(jp_lower, jp_upper, jp_precision, jp_default, path=jp_path)  # validates the digest config
 
         footprint = parse_size(
@@ -343,6 +363,14 @@ class WarmStartState:
     job_proxy_digest: dict[str, Any]
 
 
+def overdraft_cost_reserve(digest: LogDigest, overdraft_cost: float) -> float:
+    """The ``"overdraft_cost"`` rule on a digest: see :meth:`LogDigest.predictive_reserve`."""
+    try:
+        return digest.predictive_reserve(overdraft_cost)
+    except ConfigError as error:
+        raise ConfigError("user_job_overdraft_cost", error.reason) from None
+
+
 def _scaled_counts(buckets: list[int], limit: int) -> list[int]:
     """Counters scaled down to at most ``limit`` samples (largest remainder), keeping the shape."""
     total = sum(buckets)
@@ -369,7 +397,11 @@ class TaskMemoryReserve:
         settings: MemoryDigestSettings | None = None,
         *,
         warm_start: WarmStartState | None = None,
+        cold_start_prior: LogDigest | None = None,
     ):
+        """``warm_start`` merges a previous run's counters; ``cold_start_prior`` (pooltree opt-in, e.g.
+        :meth:`MemoryDigestWarmStartStore.cluster_prior`) replaces the default value while the user-job digest
+        is empty: the reserve rule is applied to it instead."""
         self.settings = settings or MemoryDigestSettings()
         self.options = options or TaskMemoryOptions.from_spec({}, self.settings)
         o = self.options
@@ -387,6 +419,11 @@ class TaskMemoryReserve:
             o.job_proxy_digest_default_value,
             path="job_proxy_memory_digest",
         )
+        if cold_start_prior is not None and not isinstance(cold_start_prior, LogDigest):
+            raise ConfigError(
+                "cold_start_prior", f"expected a LogDigest, got {type(cold_start_prior).__name__}"
+            )
+        self.cold_start_prior = cold_start_prior
         self.warm_started = False
         if warm_start is not None:
             self.warm_started = self._apply_warm_start(warm_start)
@@ -414,9 +451,20 @@ class TaskMemoryReserve:
     # Reserve selection.
 
     def user_job_reserve_factor(self) -> float:
-        """The user-job factor for a new job: the digest quantile (× the opt-in margin), at most 1."""
-        factor = self.user_job_digest.get_quantile(self.settings.user_job_memory_reserve_quantile)
-        return min(factor * self.settings.user_job_reserve_margin, 1.0)
+        """The user-job factor for a new job: the configured rule on the digest (× the opt-in margin), ≤ 1.
+
+        While the digest is empty the answer is the default value, or, with a cold-start prior, the rule
+        applied to the prior (never below the task's lower bound).
+        """
+        digest = self.user_job_digest
+        lower = digest.lower_bound
+        if digest.sample_count == 0 and self.cold_start_prior is not None:
+            digest = self.cold_start_prior
+        if self.settings.user_job_reserve_rule == "overdraft_cost":
+            factor = overdraft_cost_reserve(digest, self.settings.user_job_overdraft_cost)
+        else:
+            factor = digest.get_quantile(self.settings.user_job_memory_reserve_quantile)
+        return min(max(factor, lower) * self.settings.user_job_reserve_margin, 1.0)
 
     def job_proxy_reserve_factor(self) -> float:
         """The job-proxy factor for a new job: the job-proxy digest quantile."""
@@ -594,11 +642,22 @@ class TaskMemoryReserve:
 
     # Warm start.
 
-    def warm_start_state(self, max_samples: int | None = None) -> WarmStartState:
-        """The state a later operation may start from (counters only; at most ``max_samples`` per digest)."""
+    def warm_start_state(self, max_samples: int | None = None, scale: float = 1.0) -> WarmStartState:
+        """The state a later operation may start from (counters only; at most ``max_samples`` per digest).
+
+        ``scale`` ≥ 1 moves the user-job counters up by that factor (whole buckets), a safety margin for the
+        drift between runs of the same task.
+        """
+        _number(scale, "scale", low=1, high=10)
         states = []
         for digest in (self.user_job_digest, self.job_proxy_digest):
             state = digest.to_state()
+            if digest is self.user_job_digest and scale > 1.0:
+                shift = round(math.log(scale) / math.log(digest.step))
+                moved = [0] * digest.bucket_count
+                for index, count in enumerate(state["buckets"]):
+                    moved[min(index + shift, digest.bucket_count - 1)] += count
+                state["buckets"] = moved
             if max_samples is not None:
                 state["buckets"] = _scaled_counts(state["buckets"], max_samples)
                 state["sample_count"] = sum(state["buckets"])
@@ -614,12 +673,20 @@ class MemoryDigestWarmStartStore:
     """Opt-in warm start: digest counters of finished operations, keyed by (user, pool, task command or title).
 
     Bounded to ``capacity`` keys with least-recently-used eviction. ``max_carried_samples`` scales the carried
-    counters down (keeping their shape) so the new operation's own samples take over quickly.
+    counters down (keeping their shape) so the new operation's own samples take over quickly;
+    ``carried_scale`` (≥ 1) moves the carried user-job counters up by that factor (runs of a task drift).
+
+    It also keeps a cluster-wide prior for tasks never seen: every remembered operation adds its user-job
+    counters (at most ``max_carried_samples`` of them, at their buckets' middles) to one digest on
+    ``[0.05, 1]``; :meth:`cluster_prior` hands it out once it holds ``min_prior_samples``.
     """
 
     capacity: int = 1024
     max_carried_samples: int | None = None
+    carried_scale: float = 1.0
+    min_prior_samples: int = 200
     _entries: OrderedDict[WarmStartKey, WarmStartState] = field(default_factory=OrderedDict, repr=False)
+    _prior: LogDigest = field(default_factory=lambda: LogDigest(0.05, 1.0, 0.01, 1.0), repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
@@ -631,6 +698,15 @@ class MemoryDigestWarmStartStore:
         ):
             raise ConfigError(
                 "max_carried_samples", f"expected an integer >= 1, got {self.max_carried_samples!r}"
+            )
+        _number(self.carried_scale, "carried_scale", low=1, high=10)
+        if (
+            isinstance(self.min_prior_samples, bool)
+            or not isinstance(self.min_prior_samples, int)
+            or self.min_prior_samples < 1
+        ):
+            raise ConfigError(
+                "min_prior_samples", f"expected an integer >= 1, got {self.min_prior_samples!r}"
             )
 
     @staticmethod
@@ -646,8 +722,17 @@ class MemoryDigestWarmStartStore:
         key = self.key(user, pool, task)
         if reserve.user_job_digest.sample_count == 0 and reserve.job_proxy_digest.sample_count == 0:
             return False
-        self._entries[key] = reserve.warm_start_state(self.max_carried_samples)
+        self._entries[key] = reserve.warm_start_state(self.max_carried_samples, self.carried_scale)
         self._entries.move_to_end(key)
+        user = reserve.user_job_digest
+        counts = user.buckets
+        if self.max_carried_samples is not None:
+            counts = _scaled_counts(list(counts), self.max_carried_samples)
+        for index, count in enumerate(counts):
+            # the bucket's geometric middle (the last bucket: the limit) lands in the same bucket of the prior
+            middle = user.lower_bound * user.step ** (index + 0.5) if index < user.bucket_count - 1 else 1.0
+            for _ in range(count):
+                self._prior.add_sample(min(middle, 1.0))
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return True
@@ -659,6 +744,12 @@ class MemoryDigestWarmStartStore:
         if state is not None:
             self._entries.move_to_end(key)
         return state
+
+    def cluster_prior(self) -> LogDigest | None:
+        """A copy of the cluster-wide user-job prior, or ``None`` while it holds fewer than ``min_prior_samples``."""
+        if self._prior.sample_count < self.min_prior_samples:
+            return None
+        return self._prior.copy()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -112,6 +112,11 @@ def test_memory_reserve_factor_alias() -> None:
             {"job_proxy_memory_digest": {"lower_bound": 0.5, "upper_bound": 2.0, "default_value": 3.0}},
             "spec.job_proxy_memory_digest.default_value",
         ),
+        ({"job_proxy_memory_digest": {"lower_bound": "half"}}, "spec.job_proxy_memory_digest.lower_bound"),
+        (
+            {"job_proxy_memory_digest": {"relative_precision": -1}},
+            "spec.job_proxy_memory_digest.relative_precision",
+        ),
         ({"memroy_limit": 1}, "spec.memroy_limit"),
         ({"output_table_count": -1}, "spec.output_table_count"),
     ],
