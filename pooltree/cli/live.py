@@ -1,0 +1,473 @@
+"""``pooltree scheduler``, ``pooltree node`` and ``pooltree local``: the live cluster's processes.
+
+``scheduler`` serves the YTsaurus HTTP API and node heartbeats on one store (SQLite file or PostgreSQL URL) and
+prints ``listening on URL`` on stdout once it accepts connections. ``node`` runs one exec-node agent heartbeating
+to a scheduler. ``local`` starts one scheduler (creating pool tree ``default``) and N nodes as child processes,
+prints the proxy address, and stops them all on SIGINT/SIGTERM (SIGTERM first, bounded wait, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import math
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+
+from pooltree.cli.app import app, fail
+from pooltree.config.documents import load_document
+from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.agent import detect_resource_limits
+from pooltree.node.service import parse_resources_option, parse_tags, run_node
+
+DEFAULT_DATA = Path(".pooltree")
+READY_PREFIX = "listening on "
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+
+log = logging.getLogger("pooltree.cli.live")
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _install_stop_handlers(stop: asyncio.Event) -> None:
+    """SIGINT and SIGTERM set ``stop`` (a clean shutdown instead of a traceback)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail early with a clear message when ``host:port`` cannot be bound (busy or not a local address)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise PooltreeError(f"port {port} on {host} is already in use") from None
+            raise PooltreeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
+
+
+def check_port_option(port: int) -> int:
+    if not 0 <= port <= 65535:
+        raise PooltreeError(f"--port must be between 0 and 65535, got {port}")
+    return port
+
+
+def store_url_for(store: str | None, data: Path) -> str:
+    """``--store`` as given, else a SQLite file under ``--data``."""
+    if store:
+        return store
+    data.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(data / 'scheduler.db').resolve()}"
+
+
+# ----------------------------------------------------------------------------------------- pool trees from --config
+
+
+def pool_trees_from_document(document: Any, source: str) -> tuple[dict[str, Any], str | None]:
+    """``{pool_trees: {...}, default_pool_tree: ...}`` (the snapshot shape) or a bare ``{tree: {config, pools}}``."""
+    if not isinstance(document, dict):
+        raise ConfigError(source, f"expected a map of pool trees, got {type(document).__name__}")
+    if "pool_trees" in document:
+        trees = document["pool_trees"]
+        default = document.get("default_pool_tree")
+        if default is not None and not isinstance(default, str):
+            raise ConfigError(f"{source}.default_pool_tree", f"expected a tree name, got {default!r}")
+        return trees, default
+    return document, None
+
+
+def load_config_into_store(store_url: str, config: Path) -> list[str]:
+    """Write the pool trees of ``config`` into the store's Cypress when it holds no tree yet; returns the trees.
+
+    The whole document is validated first, so a bad file changes nothing; a store that already has trees is left
+    as it is (the persisted state wins over the file).
+    """
+    from pooltree.server.cypress import Cypress
+    from pooltree.server.store import open_store
+
+    trees, default = pool_trees_from_document(load_document(config), str(config))
+    parse_pool_trees(trees, "pool_trees")
+    if default is not None and default not in trees:
+        raise ConfigError("default_pool_tree", f"no pool tree named {default!r} in {config}")
+    store = open_store(store_url)
+    try:
+        cypress = Cypress(store)
+        if cypress.pool_trees_document():
+            log.info("the store already has pool trees; %s is not loaded", config)
+            return []
+        for tree_name, tree in trees.items():
+            tree = tree or {}
+            cypress.create(
+                "scheduler_pool_tree",
+                f"//sys/pool_trees/{tree_name}",
+                attributes={"config": dict(tree.get("config") or {})},
+            )
+            pending: list[tuple[str, str, dict[str, Any]]] = [
+                (tree_name, name, pool or {}) for name, pool in (tree.get("pools") or {}).items()
+            ]
+            while pending:
+                parent_path, name, pool = pending.pop(0)
+                path = f"{parent_path}/{name}"
+                options = {key: value for key, value in pool.items() if key != CHILDREN_KEY}
+                cypress.create("scheduler_pool", f"//sys/pool_trees/{path}", attributes=options)
+                pending.extend(
+                    (path, child, sub or {}) for child, sub in (pool.get(CHILDREN_KEY) or {}).items()
+                )
+        if default is not None:
+            cypress.set("//sys/pool_trees/@default_tree", default)
+        return list(trees)
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------------------------------- scheduler
+
+
+@app.command("scheduler")
+def scheduler_command(
+    store: str = typer.Option(
+        None,
+        "--store",
+        help="Store URL: a SQLite path / sqlite:///file.db or postgresql://... (default: under --data).",
+    ),
+    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Directory for the default SQLite store."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(0, "--port", help="Port to listen on; 0 picks a free one."),
+    token: str = typer.Option(
+        None, "--token", help="Require 'Authorization: OAuth <token>' on every request."
+    ),
+    config: Path = typer.Option(
+        None,
+        "--config",
+        help="Pool trees document (YAML/JSON/YSON) loaded at start if the store has no tree.",
+    ),
+    create_default_tree: bool = typer.Option(
+        False, "--create-default-tree", help="Create pool tree 'default' if the store has no tree."
+    ),
+    node_heartbeat_timeout: float = typer.Option(
+        60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
+    ),
+) -> None:
+    """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
+    _setup_logging()
+    try:
+        check_port_option(port)
+        if not (math.isfinite(node_heartbeat_timeout) and node_heartbeat_timeout > 0):
+            raise PooltreeError(
+                f"--node-heartbeat-timeout must be positive seconds, got {node_heartbeat_timeout}"
+            )
+        check_port_free(host, port)
+        url = store_url_for(store, data)
+        if config is not None:
+            loaded = load_config_into_store(url, config)
+            if loaded:
+                log.info("loaded pool trees %s from %s", ", ".join(loaded), config)
+    except PooltreeError as error:
+        fail(error.message)
+    try:
+        asyncio.run(_run_scheduler(url, host, port, token, create_default_tree, node_heartbeat_timeout))
+    except PooltreeError as error:
+        fail(error.message)
+    except SystemExit as error:
+        if error.code not in (0, None):
+            fail(f"scheduler HTTP server failed to start on {host}:{port}")
+        raise
+
+
+async def _run_scheduler(
+    store_url: str, host: str, port: int, token: str | None, create_default_tree: bool, timeout: float
+) -> None:
+    from pooltree.server.service import serve
+
+    stop = asyncio.Event()
+    _install_stop_handlers(stop)
+
+    def ready(url: str) -> None:
+        print(f"{READY_PREFIX}{url}", flush=True)
+
+    await serve(
+        store_url,
+        host=host,
+        port=port,
+        token=token,
+        create_default_tree=create_default_tree,
+        node_heartbeat_timeout=timeout,
+        on_ready=ready,
+        stop=stop,
+    )
+    log.info("scheduler stopped")
+
+
+# ------------------------------------------------------------------------------------------------- node
+
+
+def parse_node_resources(text: str | None) -> dict[str, Any] | None:
+    """``--resources`` text → the override map, validated now (so a typo fails before anything starts)."""
+    if not text:
+        return None
+    overrides = parse_resources_option(text, "--resources")
+    detect_resource_limits(overrides, "--resources")
+    return overrides
+
+
+@app.command("node")
+def node_command(
+    scheduler: str = typer.Option(..., "--scheduler", help="Scheduler URL, e.g. http://127.0.0.1:8000."),
+    resources: str = typer.Option(
+        None, "--resources", help="Resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4' (others detected)."
+    ),
+    tags: str = typer.Option("", "--tags", help="Node tags, comma separated (for node_tag_filter)."),
+    root: Path = typer.Option(
+        None, "--root", help="Directory for job sandboxes (default .pooltree/node-ADDRESS)."
+    ),
+    address: str = typer.Option(
+        None, "--address", help="Node address reported to the scheduler (default: host)."
+    ),
+    token: str = typer.Option(None, "--token", help="Token sent as 'Authorization: OAuth <token>'."),
+    memory_meter: str = typer.Option("auto", "--memory-meter", help="auto, cgroup or psutil."),
+) -> None:
+    """Run one exec node: heartbeats to the scheduler, runs its jobs as local processes."""
+    _setup_logging()
+    from pooltree.node.service import default_address
+
+    try:
+        overrides = parse_node_resources(resources)
+        tag_list = parse_tags(tags, "--tags")
+        if not scheduler.startswith(("http://", "https://")):
+            raise ConfigError("--scheduler", f"expected an http:// or https:// URL, got {scheduler!r}")
+        if memory_meter not in ("auto", "cgroup", "psutil"):
+            raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
+        node_address = address or default_address()
+        root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
+        asyncio.run(_run_node(scheduler, root_dir, node_address, overrides, tag_list, token, memory_meter))
+    except PooltreeError as error:
+        fail(error.message)
+
+
+async def _run_node(
+    scheduler: str,
+    root_dir: Path,
+    address: str,
+    resources: dict[str, Any] | None,
+    tags: Sequence[str],
+    token: str | None,
+    memory_meter: str,
+) -> None:
+    stop = asyncio.Event()
+    _install_stop_handlers(stop)
+    log.info("node %s heartbeating to %s (sandboxes under %s)", address, scheduler, root_dir)
+    stats = await run_node(
+        scheduler,
+        root_dir=root_dir,
+        address=address,
+        resources=resources,
+        tags=tags,
+        token=token,
+        stop=stop,
+        memory_meter=memory_meter,
+    )
+    log.info("node %s stopped after %d heartbeats (%d failed)", address, stats.heartbeats, stats.failures)
+
+
+# ------------------------------------------------------------------------------------------------- local
+
+
+class LocalCluster:
+    """One scheduler and N node processes (``sys.executable -m pooltree.cli ...``) under one data directory."""
+
+    def __init__(
+        self,
+        data: Path,
+        *,
+        nodes: int = 2,
+        port: int = 0,
+        node_resources: str | None = None,
+        node_heartbeat_timeout: float = 60.0,
+        memory_meter: str = "auto",
+    ) -> None:
+        self.data = data
+        self.nodes = nodes
+        self.port = port
+        self.node_resources = node_resources
+        self.node_heartbeat_timeout = node_heartbeat_timeout
+        self.memory_meter = memory_meter
+        self.scheduler: asyncio.subprocess.Process | None = None
+        self.node_processes: list[asyncio.subprocess.Process] = []
+        self.url: str | None = None
+
+    @staticmethod
+    def _command(*args: str) -> list[str]:
+        return [sys.executable, "-m", "pooltree.cli", *args]
+
+    async def start(self) -> str:
+        """Start the scheduler, wait for its URL and API, start the nodes; returns the proxy URL."""
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.scheduler = await asyncio.create_subprocess_exec(
+            *self._command(
+                "scheduler",
+                "--data",
+                str(self.data),
+                "--port",
+                str(self.port),
+                "--create-default-tree",
+                "--node-heartbeat-timeout",
+                str(self.node_heartbeat_timeout),
+            ),
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.url = await self._read_ready_line(self.scheduler)
+        for index in range(self.nodes):
+            address = f"node-{index}"
+            args = ["node", "--scheduler", self.url, "--address", address]
+            args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
+            if self.node_resources:
+                args += ["--resources", self.node_resources]
+            self.node_processes.append(
+                await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
+            )
+        await self._wait_api(self.url)
+        return self.url
+
+    async def _read_ready_line(self, process: asyncio.subprocess.Process) -> str:
+        assert process.stdout is not None
+        try:
+            async with asyncio.timeout(START_TIMEOUT):
+                while True:
+                    line = await process.stdout.readline()
+                    if not line:
+                        code = await process.wait()
+                        raise PooltreeError(f"the scheduler exited with status {code} before listening")
+                    text = line.decode("utf-8", "replace").strip()
+                    if text.startswith(READY_PREFIX):
+                        return text[len(READY_PREFIX) :]
+        except TimeoutError:
+            raise PooltreeError(f"the scheduler did not start within {START_TIMEOUT:.0f} s") from None
+
+    async def _wait_api(self, url: str) -> None:
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            for _ in range(200):
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(f"{url}/api/v4")).status_code == 200:
+                        return
+                await asyncio.sleep(0.05)
+        raise PooltreeError(f"the scheduler at {url} does not answer /api/v4")
+
+    def exited(self) -> str | None:
+        """A description of the first child that has exited, or None while all run."""
+        if self.scheduler is not None and self.scheduler.returncode is not None:
+            return f"the scheduler exited with status {self.scheduler.returncode}"
+        for index, process in enumerate(self.node_processes):
+            if process.returncode is not None:
+                return f"node-{index} exited with status {process.returncode}"
+        return None
+
+    async def stop(self) -> None:
+        """Nodes first (they abort their jobs and report), then the scheduler; SIGKILL after a bounded wait."""
+        await _terminate(self.node_processes)
+        if self.scheduler is not None:
+            await _terminate([self.scheduler])
+
+
+async def _terminate(processes: Sequence[asyncio.subprocess.Process]) -> None:
+    alive = [process for process in processes if process.returncode is None]
+    for process in alive:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    if not alive:
+        return
+    _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive], timeout=STOP_TIMEOUT)
+    for process in alive:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+    for task in pending:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 5.0)
+
+
+@app.command("local")
+def local_command(
+    nodes: int = typer.Option(2, "--nodes", help="Number of exec nodes."),
+    port: int = typer.Option(0, "--port", help="Scheduler port; 0 picks a free one."),
+    data: Path = typer.Option(
+        DEFAULT_DATA, "--data", help="State directory: SQLite store and node sandboxes."
+    ),
+    node_resources: str = typer.Option(
+        None, "--node-resources", help="Each node's resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4'."
+    ),
+    node_heartbeat_timeout: float = typer.Option(
+        60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
+    ),
+    memory_meter: str = typer.Option(
+        "auto", "--memory-meter", help="Nodes' memory meter: auto, cgroup, psutil."
+    ),
+) -> None:
+    """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
+    _setup_logging()
+    try:
+        if not 0 <= nodes <= 64:
+            raise ConfigError("--nodes", f"must be between 0 and 64, got {nodes}")
+        check_port_option(port)
+        check_port_free("127.0.0.1", port)
+        parse_node_resources(node_resources)
+        if memory_meter not in ("auto", "cgroup", "psutil"):
+            raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
+        if not (math.isfinite(node_heartbeat_timeout) and node_heartbeat_timeout > 0):
+            raise ConfigError(
+                "--node-heartbeat-timeout", f"must be positive seconds, got {node_heartbeat_timeout}"
+            )
+        cluster = LocalCluster(
+            data,
+            nodes=nodes,
+            port=port,
+            node_resources=node_resources,
+            node_heartbeat_timeout=node_heartbeat_timeout,
+            memory_meter=memory_meter,
+        )
+        code = asyncio.run(_run_local(cluster))
+    except PooltreeError as error:
+        fail(error.message)
+    if code:
+        raise typer.Exit(code)
+
+
+async def _run_local(cluster: LocalCluster, echo: Callable[[str], None] = print) -> int:
+    stop = asyncio.Event()
+    _install_stop_handlers(stop)
+    try:
+        url = await cluster.start()
+        echo(f"pooltree local: scheduler at {url} with {cluster.nodes} nodes; state in {cluster.data}")
+        echo(f"  yt --proxy {url} list //sys/pool_trees/default")
+        echo(f"  export YT_PROXY={url}")
+        sys.stdout.flush()
+        while not stop.is_set():
+            gone = cluster.exited()
+            if gone is not None:
+                log.error("%s; stopping the cluster", gone)
+                return 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        return 0
+    finally:
+        await cluster.stop()

@@ -1,0 +1,288 @@
+"""The exec-node heartbeat loop over HTTP: ``NodeAgent`` maps carried to the scheduler and back.
+
+``run_node(scheduler_url, root_dir=...)`` builds a ``JobExecutor`` and a ``NodeAgent`` and runs ``NodeLoop``:
+build heartbeat → ``POST /internal/node_heartbeat`` → apply the response → wait for the scheduler's
+``heartbeat_period`` or for ``heartbeat_needed`` (set when a job finishes, so the freed slot is offered at once and
+job start latency is not bound to the period). While the scheduler is unreachable or answers with an error, jobs
+keep running and heartbeats are retried with bounded exponential backoff; the first heartbeat that gets through
+carries every running job and every unacknowledged finished report, which is how the node re-registers after a
+scheduler restart (revival). On stop the agent aborts its jobs (``node_shutdown``) and sends one last heartbeat
+with their reports if the scheduler answers within a short deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.agent import NodeAgent, detect_resource_limits
+from pooltree.node.executor import JobExecutor
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_PATH = "/internal/node_heartbeat"
+BACKOFF_INITIAL = 0.05
+BACKOFF_CAP = 2.0
+REQUEST_TIMEOUT = 10.0
+FINAL_HEARTBEAT_TIMEOUT = 3.0
+MIN_PERIOD = 0.01
+MAX_PERIOD = 60.0
+_NUMBER_RE = re.compile(r"^\s*[0-9]+(?:\.[0-9]*)?\s*$|^\s*\.[0-9]+\s*$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+
+
+def parse_resources_option(text: str, path: str = "resources") -> dict[str, Any]:
+    """``'cpu=4,memory=8Gi,user_slots=4'`` → ``{"cpu": 4.0, "memory": "8Gi", "user_slots": 4.0}``.
+
+    Numbers become floats, other values (memory sizes like ``8Gi``) stay strings for ``parse_resources``, which
+    names the bad field. Empty text means "detect everything".
+    """
+    if not isinstance(text, str):
+        raise ConfigError(path, f"expected text like 'cpu=4,memory=8Gi', got {text!r}")
+    result: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name or not value:
+            raise ConfigError(path, f"expected name=value pairs separated by commas, got {item!r}")
+        if name in result:
+            raise ConfigError(f"{path}.{name}", "resource is given twice")
+        result[name] = float(value) if _NUMBER_RE.match(value) else value
+    return result
+
+
+def parse_tags(tags: Iterable[str] | str, path: str = "tags") -> tuple[str, ...]:
+    """Node tags from ``'a,b'`` or a list; each a non-empty word of letters, digits and ``_.:/-``."""
+    items = tags.split(",") if isinstance(tags, str) else list(tags)
+    out: list[str] = []
+    for index, tag in enumerate(items):
+        if not isinstance(tag, str):
+            raise ConfigError(f"{path}[{index}]", f"expected a tag string, got {tag!r}")
+        tag = tag.strip()
+        if not tag:
+            if isinstance(tags, str):
+                continue
+            raise ConfigError(f"{path}[{index}]", "a tag must not be empty")
+        if not _TAG_RE.match(tag):
+            raise ConfigError(f"{path}[{index}]", f"tag {tag!r} may only hold letters, digits and _.:/-")
+        if tag not in out:
+            out.append(tag)
+    return tuple(out)
+
+
+def backoff_delay(failures: int, *, initial: float = BACKOFF_INITIAL, cap: float = BACKOFF_CAP) -> float:
+    """Delay before the retry after ``failures`` consecutive failed heartbeats: doubling, capped at ``cap``."""
+    if failures <= 0:
+        return 0.0
+    return min(cap, initial * 2.0 ** min(failures - 1, 30))
+
+
+@dataclass
+class NodeLoopStats:
+    """What the loop did, for logs and tests."""
+
+    heartbeats: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    registrations: int = 0
+    """Times the scheduler answered after being unreachable (the first contact counts as one)."""
+    started_jobs: int = 0
+    last_error: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def record_error(self, message: str) -> None:
+        self.failures += 1
+        self.consecutive_failures += 1
+        self.last_error = message
+        self.errors.append(message)
+        del self.errors[:-20]
+
+
+class NodeLoop:
+    """Carries one ``NodeAgent``'s heartbeats to a scheduler over one ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        agent: NodeAgent,
+        scheduler_url: str,
+        *,
+        tags: Iterable[str] = (),
+        token: str | None = None,
+        heartbeat_period: float = 1.0,
+        backoff_cap: float = BACKOFF_CAP,
+    ) -> None:
+        if not isinstance(scheduler_url, str) or not scheduler_url.startswith(("http://", "https://")):
+            raise ConfigError("scheduler", f"expected an http:// or https:// URL, got {scheduler_url!r}")
+        check_period(heartbeat_period, "heartbeat_period")
+        self.agent = agent
+        self.scheduler_url = scheduler_url.rstrip("/")
+        self.tags = parse_tags(tags)
+        self.token = token
+        self.period = float(heartbeat_period)
+        self.backoff_cap = backoff_cap
+        self.stats = NodeLoopStats()
+        self.connected = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"OAuth {self.token}"} if self.token else {}
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        body = self.agent.build_heartbeat()
+        if self.tags:
+            body["tags"] = list(self.tags)
+        return body
+
+    async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
+        """One heartbeat round trip; True if the scheduler answered and its response was applied."""
+        try:
+            response = await client.post(
+                self.scheduler_url + HEARTBEAT_PATH,
+                json=self.heartbeat_body(),
+                headers=self.headers,
+                timeout=timeout,
+            )
+        except httpx.HTTPError as error:
+            self._failed(f"scheduler {self.scheduler_url} unreachable: {type(error).__name__}: {error}")
+            return False
+        if response.status_code != 200:
+            self._failed(f"heartbeat rejected with HTTP {response.status_code}: {_error_message(response)}")
+            return False
+        try:
+            body = response.json()
+        except ValueError as error:
+            self._failed(f"heartbeat response is not JSON: {error}")
+            return False
+        if not isinstance(body, dict):
+            self._failed(f"heartbeat response is not a map: {type(body).__name__}")
+            return False
+        period = body.pop("heartbeat_period", None)
+        try:
+            summary = await self.agent.apply_response_map(body)
+        except PooltreeError as error:
+            self._failed(f"heartbeat response not applied: {error.message}")
+            return False
+        if period is not None:
+            try:
+                self.period = check_period(period, "heartbeat_period")
+            except ConfigError as error:
+                log.warning("ignoring the scheduler's %s", error.message)
+        if not self.connected:
+            self.stats.registrations += 1
+            if self.stats.heartbeats:
+                log.info("scheduler %s is back; node re-registered", self.scheduler_url)
+        self.connected = True
+        self.stats.heartbeats += 1
+        self.stats.consecutive_failures = 0
+        self.stats.started_jobs += len(summary["started"])
+        return True
+
+    def _failed(self, message: str) -> None:
+        if self.connected or self.stats.consecutive_failures == 0:
+            log.warning("%s (retrying with backoff)", message)
+        self.connected = False
+        self.stats.record_error(message)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Heartbeat until ``stop`` is set; never raises for scheduler failures (they are retried)."""
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT) as client:
+            while not stop.is_set():
+                ok = await self.heartbeat_once(client)
+                if stop.is_set():
+                    break
+                if ok:
+                    await _wait_any(stop, self.agent.heartbeat_needed, self.period)
+                else:
+                    delay = backoff_delay(self.stats.consecutive_failures, cap=self.backoff_cap)
+                    await _wait_any(stop, None, delay)
+
+    async def final_heartbeat(self, timeout: float = FINAL_HEARTBEAT_TIMEOUT) -> bool:
+        """One last heartbeat (after the jobs were aborted) so the scheduler learns their fate at once."""
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            return await self.heartbeat_once(client, timeout=timeout)
+
+
+def check_period(value: Any, path: str) -> float:
+    """A heartbeat period in seconds within [0.01, 60]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(path, f"expected seconds, got {value!r}")
+    if not MIN_PERIOD <= value <= MAX_PERIOD:
+        raise ConfigError(path, f"must be between {MIN_PERIOD} and {MAX_PERIOD} seconds, got {value!r}")
+    return float(value)
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The YT error message of a failed response, or the start of its body."""
+    with contextlib.suppress(ValueError):
+        body = response.json()
+        if isinstance(body, dict) and isinstance(body.get("message"), str):
+            return body["message"]
+    return response.text[:200]
+
+
+async def _wait_any(stop: asyncio.Event, other: asyncio.Event | None, timeout: float) -> None:
+    """Wait until ``stop`` or ``other`` is set, or ``timeout`` seconds pass."""
+    if timeout <= 0:
+        return
+    waiters = [asyncio.ensure_future(stop.wait())]
+    if other is not None:
+        waiters.append(asyncio.ensure_future(other.wait()))
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+
+
+def default_address() -> str:
+    """The node's address when none is given: the host name."""
+    return socket.gethostname() or "localhost"
+
+
+async def run_node(
+    scheduler_url: str,
+    *,
+    root_dir: str | Path,
+    address: str | None = None,
+    resources: Mapping[str, Any] | None = None,
+    tags: Iterable[str] = (),
+    token: str | None = None,
+    heartbeat_period: float = 1.0,
+    stop: asyncio.Event | None = None,
+    memory_meter: str = "auto",
+    on_ready: Any = None,
+) -> NodeLoopStats:
+    """Run one exec node until ``stop`` is set (or the task is cancelled); returns the loop's statistics.
+
+    ``resources`` overrides detected limits (a map as in configs: ``{"cpu": 4, "memory": "8Gi"}``).
+    ``on_ready(loop)`` is called with the ``NodeLoop`` before the first heartbeat. On exit every job is aborted
+    (``node_shutdown``) and one last heartbeat reports them.
+    """
+    limits = detect_resource_limits(resources)
+    node_loop: NodeLoop | None = None
+    executor = JobExecutor(Path(root_dir), memory_meter=memory_meter)
+    stop = stop if stop is not None else asyncio.Event()
+    try:
+        agent = NodeAgent(address or default_address(), executor, limits)
+        node_loop = NodeLoop(agent, scheduler_url, tags=tags, token=token, heartbeat_period=heartbeat_period)
+        if on_ready is not None:
+            on_ready(node_loop)
+        await node_loop.run(stop)
+    finally:
+        await executor.shutdown()
+        if node_loop is not None and node_loop.agent.unacknowledged_job_ids():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(node_loop.final_heartbeat())
+    return node_loop.stats
