@@ -27,8 +27,7 @@ from pooltree.controllers.memory import RESOURCE_OVERDRAFT, TaskMemoryReserve
 from pooltree.errors import ConfigError, PooltreeError, join_path
 from pooltree.resources import MEMORY, RESOURCE_COUNT, Vector, parse_resources
 from pooltree.strategy.model import Allocation, ExecNode, FinishedAllocation
-
-_FIT_EPSILON = 1e-9
+from pooltree.strategy.shares import fits_floats
 
 
 @dataclass
@@ -213,14 +212,17 @@ class OperationControllerBase:
         self, node: ExecNode, available_resources: Vector, now: float
     ) -> Allocation | None:
         """Take the first pending job (tasks in declaration order) whose allocation fits ``available_resources``."""
-        available = np.asarray(available_resources, dtype=float).tolist()
+        available = (
+            available_resources.tolist()
+            if isinstance(available_resources, np.ndarray)
+            else [float(x) for x in available_resources]
+        )
         for state in self._tasks.values():
             if not state.pending:
                 continue
             job = state.pending[0]
             resources = self._allocation_resources(state, job)
-            amounts = resources.tolist()
-            if any(amounts[r] > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
+            if not fits_floats(resources.tolist(), available):
                 continue
             state.pending.popleft()
             state.running += 1

@@ -47,6 +47,7 @@ from pooltree.strategy.shares import (
     EPSILON,
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
+    fits_floats,
     local_satisfaction_ratio,
 )
 from pooltree.strategy.shares import add_floats as _add_list
@@ -712,9 +713,11 @@ class TreeScheduler:
     # -------------------------------------------------------------- stage 2: regular scheduling
 
     def _can_start_more(self, node: ExecNode, discount: list[float] | None = None) -> bool:
+        return self._has_spare(node.resource_limits.tolist(), node.usage.tolist(), discount)
+
+    def _has_spare(self, limits: list[float], usage: list[float], discount: list[float] | None) -> bool:
+        """min_spare_allocation_resources_on_node: free (+ discount) covers the spare in every resource the node has."""
         spare = self._spare
-        limits = node.resource_limits.tolist()
-        usage = node.usage.tolist()
         for r in range(RESOURCE_COUNT):
             if limits[r] <= 0:
                 continue
@@ -727,13 +730,16 @@ class TreeScheduler:
         current = self._new_pass()
         attempts = 0
         limit = self.config.max_schedule_attempts_per_heartbeat
+        # the node's vectors as floats for the whole pass; ``usage`` follows ``node.usage`` step by step
+        limits = node.resource_limits.tolist()
+        usage = node.usage.tolist()
         try:
-            while attempts < limit and self._can_start_more(node):
+            while attempts < limit and self._has_spare(limits, usage, None):
                 leaf = self._best_leaf(current)
                 if leaf is None:
                     break
                 attempts += 1
-                allocation, reason = self._try_schedule(leaf, node, now, None, None)
+                allocation, reason = self._try_schedule(leaf, node, now, None, None, (limits, usage))
                 if allocation is None:
                     assert leaf.op is not None and reason is not None
                     leaf.op.deactivation_reasons[reason.value] += 1
@@ -742,6 +748,7 @@ class TreeScheduler:
                 self._started(
                     allocation, leaf, node, now, result, SchedulingStage.REGULAR_MEDIUM_PRIORITY, current
                 )
+                _add_list(usage, allocation.amounts)
         finally:
             self._finish_pass(current)
         result.schedule_attempts += attempts
@@ -770,8 +777,12 @@ class TreeScheduler:
         now: float,
         discount: list[float] | None,
         ancestor_discount: dict[str, list[float]] | None,
+        node_floats: tuple[list[float], list[float]] | None = None,
     ) -> tuple[Allocation | None, DeactivationReason | None]:
-        """One attempt of §e.2: checks, then the controller call with the available resources."""
+        """One attempt of §e.2: checks, then the controller call with the available resources.
+
+        ``node_floats`` are the node's limits and usage as float lists when the caller keeps them current.
+        """
         runtime = element.op
         if runtime is None:
             return None, DeactivationReason.NOT_SCHEDULABLE
@@ -780,8 +791,10 @@ class TreeScheduler:
         controller = runtime.controller
         if controller.pending_allocation_count <= 0:
             return None, DeactivationReason.NO_AVAILABLE_DEMAND
-        limits = node.resource_limits.tolist()
-        usage = node.usage.tolist()
+        if node_floats is None:
+            limits, usage = node.resource_limits.tolist(), node.usage.tolist()
+        else:
+            limits, usage = node_floats
         if discount is None:
             available = [limit - used for limit, used in zip(limits, usage, strict=True)]
         else:
@@ -802,8 +815,7 @@ class TreeScheduler:
         allocation = controller.schedule_allocation(node, available_vector, now)
         if allocation is None:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
-        amounts = allocation.amounts
-        if any(amounts[r] > available[r] + _FIT_EPSILON for r in range(RESOURCE_COUNT)):
+        if not fits_floats(allocation.amounts, available):
             controller.on_allocation_finished(
                 allocation,
                 FinishedAllocation(allocation.id, "aborted", abort_reason="scheduling_resource_overcommit"),
@@ -829,7 +841,7 @@ class TreeScheduler:
         if allocation.interruption_signal is None:
             allocation.interruption_signal = element.spec.interruption_signal
         node.allocations[allocation.id] = allocation
-        _add_np(node.usage, allocation.resources)
+        node.usage += allocation.resources
         self.allocations[allocation.id] = allocation
         self._charge(allocation, runtime, element)
         self._refresh_leaf(element, current)
@@ -1227,10 +1239,6 @@ def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | N
 
 def _fits(usage: Vector, limits: Vector) -> bool:
     return bool(np.all(usage <= limits + _FIT_EPSILON))
-
-
-def _add_np(target: Vector, values: Vector) -> None:
-    target += values
 
 
 def _sub_np(target: Vector, values: Vector) -> None:

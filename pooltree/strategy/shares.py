@@ -24,6 +24,7 @@ __all__ = [
     "SMALL_EPSILON",
     "add_floats",
     "blocked_mask",
+    "fits_floats",
     "local_satisfaction_ratio",
     "sub_floats",
 ]
@@ -44,33 +45,36 @@ def local_satisfaction_ratio(usage_share: Floats, fair_share: Floats, blocked: S
 
     Same rule and results as :func:`pooltree.fairshare.status.local_satisfaction_ratio` for one element.
     """
-    if all(f <= SMALL_EPSILON for f in fair_share):
+    if max(fair_share) <= SMALL_EPSILON:  # every component nearly zero (shares are never NaN)
         return INFINITE_SATISFACTION_RATIO
-    over = False
     for u, f in zip(usage_share, fair_share, strict=True):
         if u > f:
-            over = True
             break
-    if over:
+    else:
+        if all(blocked):
+            worst = INFINITE_SATISFACTION_RATIO
+            for u, f in zip(usage_share, fair_share, strict=True):
+                ratio = 1.0 if f == 0.0 else u / f
+                if ratio < worst:
+                    worst = ratio
+            return worst
         best = 0.0
-        for u, f in zip(usage_share, fair_share, strict=True):
-            if f == 0.0:
-                ratio = 0.0 if u == 0.0 else INFINITE_SATISFACTION_RATIO
-            else:
+        for u, f, is_blocked in zip(usage_share, fair_share, blocked, strict=True):
+            if not is_blocked and f != 0.0:
                 ratio = u / f
-            best = max(best, ratio)
-        return min(best, INFINITE_SATISFACTION_RATIO)
-    if all(blocked):
-        worst = INFINITE_SATISFACTION_RATIO
-        for u, f in zip(usage_share, fair_share, strict=True):
-            ratio = 1.0 if f == 0.0 else u / f
-            worst = min(worst, ratio)
-        return worst
+                if ratio > best:
+                    best = ratio
+        return best
+    # some usage above the fair share
     best = 0.0
-    for u, f, is_blocked in zip(usage_share, fair_share, blocked, strict=True):
-        if not is_blocked and f != 0.0:
-            best = max(best, u / f)
-    return best
+    for u, f in zip(usage_share, fair_share, strict=True):
+        if f == 0.0:
+            ratio = 0.0 if u == 0.0 else INFINITE_SATISFACTION_RATIO
+        else:
+            ratio = u / f
+        if ratio > best:
+            best = ratio
+    return min(best, INFINITE_SATISFACTION_RATIO)
 
 
 def add_floats(target: list[float], values: Floats) -> None:
@@ -83,3 +87,11 @@ def sub_floats(target: list[float], values: Floats) -> None:
     """target -= values in place."""
     for r in range(RESOURCE_COUNT):
         target[r] -= values[r]
+
+
+def fits_floats(amounts: Floats, available: Floats, epsilon: float = 1e-9) -> bool:
+    """Every amount fits what is available (up to ``epsilon``): the per-allocation fit check."""
+    for r in range(RESOURCE_COUNT):  # noqa: SIM110 (a plain loop: no generator per allocation)
+        if amounts[r] > available[r] + epsilon:
+            return False
+    return True
