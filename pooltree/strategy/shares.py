@@ -34,6 +34,9 @@ EPSILON = RATIO_COMPARISON_PRECISION
 
 Floats = Sequence[float]
 
+if RESOURCE_COUNT != 5:  # the unrolled helpers below spell out the five resources
+    raise ImportError(f"pooltree.strategy.shares expects 5 resources, got {RESOURCE_COUNT}")
+
 
 def blocked_mask(fair_share: Floats, demand_share: Floats) -> tuple[bool, ...]:
     """Resource r is blocked when the fair share already covers the demand: FS_r >= Demand_r."""
@@ -78,15 +81,21 @@ def local_satisfaction_ratio(usage_share: Floats, fair_share: Floats, blocked: S
 
 
 def add_floats(target: list[float], values: Floats) -> None:
-    """target += values in place (an allocation's ``amounts``, a delta or a discount)."""
-    for r in range(RESOURCE_COUNT):
-        target[r] += values[r]
+    """target += values in place (an allocation's ``amounts``, a delta or a discount); unrolled for speed."""
+    target[0] += values[0]
+    target[1] += values[1]
+    target[2] += values[2]
+    target[3] += values[3]
+    target[4] += values[4]
 
 
 def sub_floats(target: list[float], values: Floats) -> None:
-    """target -= values in place."""
-    for r in range(RESOURCE_COUNT):
-        target[r] -= values[r]
+    """target -= values in place; unrolled for speed."""
+    target[0] -= values[0]
+    target[1] -= values[1]
+    target[2] -= values[2]
+    target[3] -= values[3]
+    target[4] -= values[4]
 
 
 def fits_floats(amounts: Floats, available: Floats, epsilon: float = 1e-9) -> bool:
