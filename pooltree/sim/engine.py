@@ -889,7 +889,15 @@ class Simulation:
         result = tree.core.last_result
         starvation = tree.core.strategy.starvation
         values = {}
-        for element_id, element in result.elements.items():
+        elements = result.elements
+        if self.timeline_sink is not None and self.timeline_operations:
+            ids: Any = elements
+        else:
+            ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
+        for element_id in ids:
+            element = elements.get(element_id)
+            if element is None:
+                continue
             state = starvation.get(element_id)
             values[element_id] = (
                 max(element.fair_share.tolist()),
