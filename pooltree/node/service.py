@@ -28,6 +28,7 @@ import httpx
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.executor import JobExecutor
+from pooltree.resources import resources_to_dict, zeros
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,8 @@ class NodeLoop:
         self.backoff_cap = backoff_cap
         self.stats = NodeLoopStats()
         self.connected = False
+        self.draining = False
+        """Set for the final heartbeat: zero resource limits, so the scheduler starts nothing more here."""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -142,6 +145,8 @@ class NodeLoop:
         body = self.agent.build_heartbeat()
         if self.tags:
             body["tags"] = list(self.tags)
+        if self.draining:
+            body["resource_limits"] = resources_to_dict(zeros())
         return body
 
     async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
@@ -168,6 +173,9 @@ class NodeLoop:
             self._failed(f"heartbeat response is not a map: {type(body).__name__}")
             return False
         period = body.pop("heartbeat_period", None)
+        if self.draining and body.get("start"):
+            log.warning("the scheduler offered %d jobs to a node that is stopping", len(body["start"]))
+            body["start"] = []
         try:
             summary = await self.agent.apply_response_map(body)
         except PooltreeError as error:
@@ -208,7 +216,9 @@ class NodeLoop:
                     await _wait_any(stop, None, delay)
 
     async def final_heartbeat(self, timeout: float = FINAL_HEARTBEAT_TIMEOUT) -> bool:
-        """One last heartbeat (after the jobs were aborted) so the scheduler learns their fate at once."""
+        """One last heartbeat (after the jobs were aborted) so the scheduler learns their fate at once; it reports
+        zero resource limits, so the scheduler does not place the aborted jobs' replacements here."""
+        self.draining = True
         async with httpx.AsyncClient(timeout=timeout) as client:
             return await self.heartbeat_once(client, timeout=timeout)
 
@@ -282,7 +292,7 @@ async def run_node(
         await node_loop.run(stop)
     finally:
         await executor.shutdown()
-        if node_loop is not None and node_loop.agent.unacknowledged_job_ids():
+        if node_loop is not None and node_loop.stats.heartbeats:
             with contextlib.suppress(Exception):
                 await asyncio.shield(node_loop.final_heartbeat())
     return node_loop.stats

@@ -1,0 +1,163 @@
+"""Scheduler and nodes as separate ``pooltree scheduler`` / ``pooltree node`` processes: kill -9 and restart the
+scheduler mid-operation, kill a node and see its job rescheduled, SIGTERM a node (jobs reported at once),
+``--config`` loading, token auth, and the CLI's clear errors."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from live_procs import PYTHON, Procs, client, free_port, state, vanilla, wait_for, yt_cli
+
+
+def running_jobs(yt, op_id: str) -> list[dict]:
+    return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
+
+
+def test_scheduler_killed_and_restarted_mid_operation(tmp_path: Path) -> None:
+    procs = Procs(tmp_path)
+    try:
+        port = free_port()
+        scheduler, url = procs.scheduler(tmp_path / "data", port)
+        procs.node(url, "n1")
+        yt = client(url)
+        op_id = yt.run_operation(vanilla("sleep 3", 2), sync=False).id
+        wait_for(lambda: len(running_jobs(yt, op_id)) == 2)
+        before = {job["id"] for job in running_jobs(yt, op_id)}
+        procs.stop(scheduler, signal.SIGKILL)
+        scheduler, url2 = procs.scheduler(tmp_path / "data", port)
+        assert url2 == url
+        wait_for(lambda: state(yt, op_id) == "completed", timeout=30)
+        jobs = yt.list_jobs(op_id)["jobs"]
+        assert {job["id"] for job in jobs} == before
+        assert {job["state"] for job in jobs} == {"completed"}
+    finally:
+        procs.close()
+
+
+def test_killed_node_jobs_rescheduled_elsewhere(tmp_path: Path) -> None:
+    procs = Procs(tmp_path)
+    try:
+        _, url = procs.scheduler(tmp_path / "data", 0, "--node-heartbeat-timeout", "2")
+        nodes = {name: procs.node(url, name, "user_slots=1,cpu=1,memory=2Gi") for name in ("n1", "n2")}
+        yt = client(url)
+        wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2)
+        op_id = yt.run_operation(vanilla("sleep 2", 1), sync=False).id
+        first = wait_for(lambda: running_jobs(yt, op_id))[0]
+        procs.stop(nodes[first["address"]], signal.SIGKILL)
+        wait_for(lambda: state(yt, op_id) == "completed", timeout=30)
+        jobs = {job["state"]: job for job in yt.list_jobs(op_id)["jobs"]}
+        assert jobs["aborted"]["id"] == first["id"] and jobs["aborted"]["address"] == first["address"]
+        assert jobs["completed"]["address"] != first["address"]
+    finally:
+        procs.close()
+
+
+def test_sigterm_node_reports_aborted_jobs_at_once(tmp_path: Path) -> None:
+    procs = Procs(tmp_path)
+    try:
+        _, url = procs.scheduler(tmp_path / "data", 0)
+        nodes = {name: procs.node(url, name, "user_slots=1,cpu=1,memory=2Gi") for name in ("n1", "n2")}
+        yt = client(url)
+        wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2)
+        op_id = yt.run_operation(vanilla("sleep 30", 1), sync=False).id
+        first = wait_for(lambda: running_jobs(yt, op_id))[0]
+        assert procs.stop(nodes[first["address"]], signal.SIGTERM) == 0
+        # the node heartbeat timeout is 60 s: only the final heartbeat can make this happen within 10 s
+        aborted = wait_for(lambda: yt.list_jobs(op_id, job_state="aborted")["jobs"], timeout=10)[0]
+        assert aborted["id"] == first["id"]
+        job = yt.get_job(op_id, first["id"])
+        assert "node_shutdown" in str(job)
+        second = wait_for(lambda: running_jobs(yt, op_id), timeout=10)[0]
+        assert second["address"] != first["address"]
+        yt.abort_operation(op_id)
+    finally:
+        procs.close()
+
+
+def test_scheduler_config_file_and_token(tmp_path: Path) -> None:
+    config = tmp_path / "trees.yaml"
+    config.write_text(
+        "pool_trees:\n"
+        "  physical:\n"
+        "    config: {main_resource: cpu}\n"
+        "    pools:\n"
+        "      research: {weight: 2, pools: {adhoc: {max_running_operation_count: 3}}}\n"
+        "default_pool_tree: physical\n"
+    )
+    procs = Procs(tmp_path)
+    try:
+        process = procs.spawn(
+            "scheduler", "--data", str(tmp_path / "data"), "--config", str(config), "--token", "s3"
+        )
+        url = procs.read_until(process, "listening on ").split()[-1]
+        procs.spawn(
+            "node", "--scheduler", url, "--address", "n1", "--root", str(tmp_path / "n1"), "--token", "s3",
+            "--resources", "user_slots=1,cpu=1,memory=1Gi", "--tags", "ssd,fast",
+        )  # fmt: skip
+        yt = client(url)
+        yt.config["token"] = "s3"
+        assert yt.get("//sys/pool_trees/@default_tree") == "physical"
+        assert float(yt.get("//sys/pool_trees/physical/research/@weight")) == 2.0
+        assert yt.get("//sys/pool_trees/physical/research/adhoc/@max_running_operation_count") == 3
+        op_id = yt.run_operation(vanilla("true", 1, pool="adhoc"), sync=False).id
+        wait_for(lambda: state(yt, op_id) == "completed", timeout=20)
+        anonymous = yt_cli(url, tmp_path, "list", "//sys/pool_trees", check=False)
+        assert anonymous.returncode != 0
+    finally:
+        procs.close()
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "pooltree.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_cli_errors_are_clear(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for command in (
+            ["scheduler", "--data", str(tmp_path)],
+            ["local", "--data", str(tmp_path), "--nodes", "0"],
+        ):
+            result = run_cli(*command, "--port", str(port))
+            assert result.returncode == 1
+            assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+            assert "Traceback" not in result.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("physical:\n  pools:\n    a: {weight: -2}\n")
+    result = run_cli("scheduler", "--data", str(tmp_path), "--config", str(bad))
+    assert result.returncode == 1 and "pool_trees.physical.pools.a.weight" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("resources", "message"),
+    [
+        ("cpu=four", "--resources.cpu"),
+        ("cpu", "name=value"),
+        ("disk=3", "unknown resource 'disk'"),
+        ("memory=lots", "--resources.memory"),
+    ],
+)
+def test_bad_node_resources(tmp_path: Path, resources: str, message: str) -> None:
+    result = run_cli(
+        "node", "--scheduler", "http://127.0.0.1:9", "--root", str(tmp_path), "--resources", resources
+    )
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    result = run_cli("local", "--data", str(tmp_path), "--node-resources", resources)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
