@@ -1,7 +1,11 @@
 """The exec-node job executor: each job a real process group in its own sandbox, measured and policed.
 
 ``JobExecutor`` starts ``/bin/sh -c <command>`` in a new session (so the job's process group and session are
-its own), with stdout/stderr written to files next to the job's sandbox. One sampler task measures every
+its own), with stdout/stderr written to files next to the job's sandbox. The filesystem work and the launch run
+in a worker thread, so the event loop (heartbeats, other jobs) never waits on the disk; the exit is noticed
+through a pidfd on the loop, the job's process group is killed while the root is still an unreaped zombie (so its
+id cannot have been reused), and one scan of the process table per batch of exits finds whatever escaped the
+group. One sampler task measures every
 running job's process tree each ``memory_sample_period`` seconds and hands the numbers to the node memory
 arbitration (a pure policy): jobs above ``memory_limit`` fail with "Memory limit exceeded", and on an
 overdrafted node jobs above their reserve are aborted with ``resource_overdraft``. ``interrupt`` delivers the
@@ -21,14 +25,13 @@ import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
@@ -74,7 +77,7 @@ class _Job:
     sandbox: Path
     start_time: float
     start_mono: float
-    process: asyncio.subprocess.Process | None = None
+    process: subprocess.Popen | None = None
     phase: str = "running"
     verdict: _Verdict | None = None
     interruption_reason: str | None = None
@@ -142,6 +145,19 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
+def _remove_job_directory(directory: Path) -> None:
+    """Remove a finished job's directory: usually just its stdout and stderr, so no tree walk is needed."""
+    try:
+        for name in ("stdout", "stderr"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return
+    except OSError:  # a kept sandbox or files the job left behind
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _process_group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -192,6 +208,8 @@ class JobExecutor:
         self._running: dict[str, _Job] = {}
         self._results: dict[str, JobResult] = {}
         self._sampler: asyncio.Task | None = None
+        self._sweeper: asyncio.Task | None = None
+        self._sweep_waiting: dict[str, asyncio.Future[list[int] | None]] = {}
         self._closed = False
 
     # ----------------------------------------------------------------------------------------------- lifecycle
@@ -217,10 +235,7 @@ class JobExecutor:
                 f"job {spec.job_id} is already known to this node", attributes={"job_id": spec.job_id}
             )
         directory = self.root / spec.job_id
-        if directory.exists():
-            await asyncio.to_thread(shutil.rmtree, directory, True)
         sandbox = directory / "sandbox"
-        (sandbox / "tmp").mkdir(parents=True)
         job = _Job(
             spec=spec,
             directory=directory,
@@ -229,19 +244,11 @@ class JobExecutor:
             start_mono=time.monotonic(),
         )
         self._running[spec.job_id] = job
+        argv = self.meter.argv(spec.job_id, shell_script(spec))
+        env = job_environment(spec, sandbox)
         try:
-            self.meter.prepare(spec.job_id, spec.memory_limit)
-            with open(directory / "stdout", "wb") as stdout, open(directory / "stderr", "wb") as stderr:
-                job.process = await asyncio.create_subprocess_exec(
-                    *self.meter.argv(spec.job_id, shell_script(spec)),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    cwd=sandbox,
-                    env=job_environment(spec, sandbox),
-                    start_new_session=True,
-                )
-        except OSError as error:
+            job.process = await asyncio.to_thread(self._launch, job, argv, env)
+        except (OSError, subprocess.SubprocessError) as error:
             job.verdict = _Verdict(
                 JobState.FAILED,
                 yt_error(JOB_START_FAILED, "Failed to start user job", {"reason": str(error)}),
@@ -252,6 +259,23 @@ class JobExecutor:
         job.supervisor = asyncio.create_task(self._supervise(job))
         if self._sampler is None or self._sampler.done():
             self._sampler = asyncio.create_task(self._sample_loop())
+
+    def _launch(self, job: _Job, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """Worker thread: a fresh sandbox, the output files, the meter's setup, then the process itself."""
+        if job.directory.exists():
+            shutil.rmtree(job.directory, ignore_errors=True)
+        (job.sandbox / "tmp").mkdir(parents=True)
+        self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
+        with open(job.directory / "stdout", "wb") as stdout, open(job.directory / "stderr", "wb") as stderr:
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=job.sandbox,
+                env=env,
+                start_new_session=True,
+            )
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
         """Ask the job to finish: send its interruption_signal and abort it with ``reason`` after ``timeout``.
@@ -359,7 +383,7 @@ class JobExecutor:
         if job_id in self._running:
             raise PooltreeError(f"job {job_id} is still running", attributes={"job_id": job_id})
         self._results.pop(job_id, None)
-        shutil.rmtree(self.root / job_id, ignore_errors=True)
+        _remove_job_directory(self.root / job_id)
 
     # ----------------------------------------------------------------------------------------------- internals
 
@@ -387,17 +411,18 @@ class JobExecutor:
         job.job_proxy_max_memory = max(job.job_proxy_max_memory, _bookkeeping_bytes(job))
         return MemoryTrack(job.max_memory, job.job_proxy_max_memory)
 
-    def _signal(self, job: _Job, sig: signal.Signals) -> None:
+    def _signal(self, job: _Job, sig: signal.Signals, members: list[int] | None = None) -> None:
         """Deliver ``sig`` once to every process of the job: its process group, then members that left it.
 
         A process must not get the signal twice: a program that handles the first interruption signal and
         starts exiting restores the default disposition, and a second copy would kill it (exit 130).
+        ``members`` saves a scan when the caller has just listed them.
         """
         group = None
         if job.process is not None and job.process.returncode is None:
             group = job.process.pid
             _send(group, sig, group=True)
-        for pid in self.meter.members(job.spec.job_id):
+        for pid in self.meter.members(job.spec.job_id) if members is None else members:
             if group is not None and _process_group(pid) == group:
                 continue
             _send(pid, sig, group=False)
@@ -405,19 +430,15 @@ class JobExecutor:
     async def _kill_tree(self, job: _Job, rounds: int = 100) -> None:
         """SIGKILL the job's group and members until none is left (bounded: ``rounds`` × 20 ms)."""
         for _ in range(rounds):
-            self._signal(job, signal.SIGKILL)
-            if not self._live_members(job):
+            alive = self._live_members(job)
+            if not alive:
                 return
+            self._signal(job, signal.SIGKILL, alive)
             await asyncio.sleep(0.02)
 
     def _live_members(self, job: _Job) -> list[int]:
-        alive = []
-        for pid in self.meter.members(job.spec.job_id):
-            try:
-                if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.Error:
-                continue
+        """The job's processes that are not zombies yet (one scan), with the root while it is unreaped."""
+        alive = self.meter.leftovers([job.spec.job_id]).get(job.spec.job_id, [])
         if job.process is not None and job.process.returncode is None and job.process.pid not in alive:
             alive.append(job.process.pid)
         return alive
@@ -442,11 +463,72 @@ class JobExecutor:
         await self._kill_tree(job)
 
     async def _supervise(self, job: _Job) -> None:
-        assert job.process is not None
-        returncode = await job.process.wait()
+        """Wait for the root to exit, make sure nothing of the job is left, then publish the result."""
+        returncode = await self._wait_exit(job)
         job.exit_mono = time.monotonic()
-        await self._kill_tree(job)
+        leftovers = await self._sweep(job)
+        if leftovers is None or leftovers:
+            await self._kill_tree(job)
         await self._finish(job, returncode)
+
+    async def _wait_exit(self, job: _Job) -> int | None:
+        """The root's exit status (``-signal`` when killed by one), as ``asyncio.subprocess`` reports it.
+
+        The exit is noticed without reaping (a pidfd on the loop, or ``waitid(WNOWAIT)`` in a thread where
+        pidfds are missing); the job's process group is SIGKILLed while the root is still a zombie, because
+        until it is reaped its pid, and so the group id, cannot belong to anyone else.
+        """
+        assert job.process is not None
+        pid = job.process.pid
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is not None:
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            try:
+                await exited
+            finally:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+        else:
+            with contextlib.suppress(ChildProcessError):
+                await asyncio.to_thread(os.waitid, os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        _send(pid, signal.SIGKILL, group=True)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped elsewhere; the status is lost
+            job.process.returncode = -signal.SIGKILL
+            return None
+        job.process.returncode = os.waitstatus_to_exitcode(status)
+        return job.process.returncode
+
+    def _sweep(self, job: _Job) -> asyncio.Future[list[int] | None]:
+        """The job's processes still alive after its exit, from a scan shared by every exit of this moment.
+
+        None means the scan failed, and the caller falls back to killing round by round.
+        """
+        found: asyncio.Future[list[int] | None] = asyncio.get_running_loop().create_future()
+        self._sweep_waiting[job.spec.job_id] = found
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep_loop())
+        return found
+
+    async def _sweep_loop(self) -> None:
+        await asyncio.sleep(0)  # exits noticed in this loop iteration join the same scan
+        while self._sweep_waiting:
+            batch, self._sweep_waiting = self._sweep_waiting, {}
+            leftovers: dict[str, list[int]] | None
+            try:
+                leftovers = self.meter.leftovers(list(batch))
+            except Exception:  # one failed scan must not leave jobs unfinished
+                _log.exception("cannot list the processes left by %d finished jobs", len(batch))
+                leftovers = None
+            for job_id, found in batch.items():
+                if not found.done():
+                    found.set_result(None if leftovers is None else leftovers.get(job_id, []))
 
     async def _finish(self, job: _Job, returncode: int | None) -> None:
         """Turn the exit into a result, clean up the sandbox, publish the result to waiters and listeners."""
@@ -473,10 +555,6 @@ class JobExecutor:
             error["inner_errors"].append(exit_error(returncode if returncode is not None else -9))
         else:
             state, error = JobState.FAILED, exit_error(returncode if returncode is not None else -9)
-        try:
-            self.meter.release(spec.job_id)
-        except OSError:
-            _log.exception("cannot release the memory accounting of job %s", spec.job_id)
         finish_mono = time.monotonic()
         exec_end = job.exit_mono if job.exit_mono is not None else finish_mono
         stats = job_statistics(
@@ -485,14 +563,7 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
-        stderr_size = 0
-        try:
-            stderr_size = await asyncio.to_thread(self._cap_output, job.directory / "stderr")
-            await asyncio.to_thread(self._cap_output, job.directory / "stdout")
-        except OSError:
-            _log.exception("cannot cap the output files of job %s", spec.job_id)
-        if not spec.keep_sandbox:
-            await asyncio.to_thread(shutil.rmtree, job.sandbox, True)
+        stderr_size = await asyncio.to_thread(self._clean_up, job)
         result = JobResult(
             job_id=spec.job_id,
             operation_id=spec.operation_id,
@@ -512,6 +583,27 @@ class JobExecutor:
         job.done.set_result(result)
         for listener in list(self._listeners):
             listener(result)
+
+    def _clean_up(self, job: _Job) -> int:
+        """Worker thread: release the job's accounting, cap its output files, drop its sandbox; the stderr size."""
+        spec = job.spec
+        try:
+            self.meter.release(spec.job_id)
+        except OSError:
+            _log.exception("cannot release the memory accounting of job %s", spec.job_id)
+        stderr_size = 0
+        try:
+            stderr_size = self._cap_output(job.directory / "stderr")
+            self._cap_output(job.directory / "stdout")
+        except OSError:
+            _log.exception("cannot cap the output files of job %s", spec.job_id)
+        if not spec.keep_sandbox:
+            try:  # the usual sandbox: just the empty tmp directory
+                os.rmdir(job.sandbox / "tmp")
+                os.rmdir(job.sandbox)
+            except OSError:
+                shutil.rmtree(job.sandbox, ignore_errors=True)
+        return stderr_size
 
     def _cap_output(self, path: Path) -> int:
         """Keep only the last ``stderr_limit`` bytes of a finished job's output file; returns its size."""

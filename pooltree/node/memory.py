@@ -6,7 +6,7 @@ the job uses now and at its peak, and which processes belong to it (so every one
 * ``CgroupMeter`` puts each job in ``<parent>/job-<id>``: usage is ``memory.current`` minus reclaimable
   ``inactive_file`` (page cache the kernel drops before it runs out of memory), ``memory.max`` holds
   ``memory_limit`` so the kernel enforces it between samples, and ``memory.events: oom_kill`` reveals that it did.
-* ``ProcessTreeMeter`` sums RSS over the job's session (``start_new_session`` makes the job's root the session
+* ``ProcessTreeMeter`` (named ``psutil`` for compatibility; it reads ``/proc`` directly) sums RSS over the job's session (``start_new_session`` makes the job's root the session
   leader) plus every descendant ever seen, and takes each process's ``VmHWM`` (its own peak RSS) into the
   peak, so a short spike of one process between two samples is still counted.
 """
@@ -20,8 +20,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
-
-import psutil
 
 from pooltree.errors import ConfigError
 
@@ -54,30 +52,96 @@ class JobMemoryMeter(Protocol):
 
     def members(self, job_id: str) -> list[int]: ...
 
+    def leftovers(self, job_ids: list[str]) -> dict[str, list[int]]: ...
+
     def release(self, job_id: str) -> None: ...
 
 
-def _read_hwm(pid: int) -> int:
-    """``VmHWM`` (peak resident set) of one process in bytes; 0 when unreadable."""
+@dataclass(frozen=True)
+class ProcessEntry:
+    """One process as ``/proc/<pid>/stat`` shows it: enough to build the job trees in one pass."""
+
+    ppid: int
+    pgid: int
+    sid: int
+    start_ticks: int  # start time since boot in clock ticks: with the pid, the process's identity
+    zombie: bool
+
+
+def read_process(pid: int) -> ProcessEntry | None:
+    """``/proc/<pid>/stat`` of one process; None when it is gone or unreadable."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        # The command name is in parentheses and may hold spaces or ')': the fields start after the last ')'.
+        fields = data[data.rindex(b")") + 2 :].split(maxsplit=20)
+        return ProcessEntry(
+            ppid=int(fields[1]),
+            pgid=int(fields[2]),
+            sid=int(fields[3]),
+            start_ticks=int(fields[19]),
+            zombie=fields[0] in (b"Z", b"X"),
+        )
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def scan_processes() -> dict[int, ProcessEntry]:
+    """Every process of the machine, read straight from ``/proc`` (one small read per process).
+
+    This is the hot path of every job exit, so it avoids psutil's per-process objects and caches.
+    """
+    table: dict[int, ProcessEntry] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            entry = read_process(int(name))
+            if entry is not None:
+                table[int(name)] = entry
+    return table
+
+
+def read_memory(pid: int) -> tuple[int, int] | None:
+    """``(VmRSS, VmHWM)`` of a live process in bytes from one read of ``/proc/<pid>/status``; None for a
+    zombie or a process that is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0
-    return 0
+            text = handle.read()
+    except OSError:
+        return None
+    rss = hwm = None
+    for line in text.splitlines():
+        if line.startswith(b"State:"):
+            if line.split()[1:2] in ([b"Z"], [b"X"]):
+                return None
+        elif line.startswith(b"VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith(b"VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+    if rss is None:  # kernel threads and exiting processes have no memory lines
+        return None
+    return rss, hwm or 0
 
 
 @dataclass
 class _TreeJob:
     root: int
-    known: dict[int, float] = field(default_factory=dict)  # pid -> create_time, guards against pid reuse
+    known: dict[int, int] = field(default_factory=dict)  # pid -> start ticks, guards against pid reuse
     peak: float = 0.0
 
 
 class ProcessTreeMeter:
-    """psutil fallback: RSS summed over the job's session and all descendants seen."""
+    """Fallback without cgroups: RSS summed over the job's session and all descendants seen.
+
+    The process table is read straight from ``/proc`` (``scan_processes``); one pass serves every job asked
+    about, so a node's sampler and its exit sweeps cost one scan each however many jobs they cover.
+    """
 
     name = "psutil"
 
@@ -91,37 +155,33 @@ class ProcessTreeMeter:
         return ["/bin/sh", "-c", command]
 
     def attach(self, job_id: str, pid: int) -> None:
-        self._jobs[job_id] = _TreeJob(root=pid)
-        self._remember(self._jobs[job_id], pid)
+        job = _TreeJob(root=pid)
+        entry = read_process(pid)
+        if entry is not None:
+            job.known[pid] = entry.start_ticks
+        self._jobs[job_id] = job
 
-    @staticmethod
-    def _remember(job: _TreeJob, pid: int) -> None:
-        with contextlib.suppress(psutil.Error):
-            job.known.setdefault(pid, psutil.Process(pid).create_time())
-
-    def _collect(self, job_ids: list[str]) -> dict[str, list[psutil.Process]]:
+    def _collect(self, job_ids: list[str]) -> dict[str, list[tuple[int, ProcessEntry]]]:
         """Current member processes of each job: session members, known pids still alive, and all their
         descendants. One pass over the process table serves every job."""
-        wanted = {job_id: self._jobs[job_id] for job_id in job_ids if job_id in self._jobs}
+        wanted = {job_id: job for job_id in job_ids if (job := self._jobs.get(job_id)) is not None}
         if not wanted:
             return {}
-        table: dict[int, tuple[psutil.Process, float, int]] = {}
+        table = scan_processes()
         children: dict[int, list[int]] = {}
-        for proc in psutil.process_iter(["ppid", "create_time"]):
-            try:
-                sid = os.getsid(proc.pid)
-            except OSError:
-                continue
-            table[proc.pid] = (proc, proc.info["create_time"], sid)
-            children.setdefault(proc.info["ppid"], []).append(proc.pid)
-        found: dict[str, list[psutil.Process]] = {}
+        sessions: dict[int, list[int]] = {}
+        for pid, entry in table.items():
+            children.setdefault(entry.ppid, []).append(pid)
+            sessions.setdefault(entry.sid, []).append(pid)
+        found: dict[str, list[tuple[int, ProcessEntry]]] = {}
         for job_id, job in wanted.items():
-            seeds = [pid for pid, (_, _, sid) in table.items() if sid == job.root]
-            for pid, created in list(job.known.items()):
-                if pid in table and table[pid][1] == created:
+            seeds = list(sessions.get(job.root, ()))
+            for pid, started in list(job.known.items()):
+                entry = table.get(pid)
+                if entry is not None and entry.start_ticks == started:
                     seeds.append(pid)
                 else:
-                    del job.known[pid]
+                    job.known.pop(pid, None)
             members: set[int] = set()
             stack = seeds
             while stack:
@@ -131,8 +191,8 @@ class ProcessTreeMeter:
                 members.add(pid)
                 stack.extend(children.get(pid, ()))
             for pid in members:
-                job.known.setdefault(pid, table[pid][1])
-            found[job_id] = [table[pid][0] for pid in sorted(members)]
+                job.known.setdefault(pid, table[pid].start_ticks)
+            found[job_id] = [(pid, table[pid]) for pid in sorted(members)]
         return found
 
     def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
@@ -141,23 +201,32 @@ class ProcessTreeMeter:
             current = 0.0
             largest_hwm = 0.0
             pids: list[int] = []
-            for proc in procs:
-                try:
-                    if proc.status() == psutil.STATUS_ZOMBIE:
-                        continue
-                    current += proc.memory_info().rss
-                except psutil.Error:
+            for pid, entry in procs:
+                if entry.zombie:
                     continue
-                pids.append(proc.pid)
-                largest_hwm = max(largest_hwm, _read_hwm(proc.pid))
-            job = self._jobs[job_id]
+                memory = read_memory(pid)
+                if memory is None:
+                    continue
+                rss, hwm = memory
+                current += rss
+                pids.append(pid)
+                largest_hwm = max(largest_hwm, hwm)
+            job = self._jobs.get(job_id)
+            if job is None:  # released meanwhile
+                continue
             job.peak = max(job.peak, current, largest_hwm)
-            out[job_id] = MemorySample(current=current, peak=job.peak, pids=tuple(sorted(pids)))
+            out[job_id] = MemorySample(current=current, peak=job.peak, pids=tuple(pids))
         return out
 
     def members(self, job_id: str) -> list[int]:
-        procs = self._collect([job_id]).get(job_id, [])
-        return sorted(p.pid for p in procs)
+        return [pid for pid, _ in self._collect([job_id]).get(job_id, [])]
+
+    def leftovers(self, job_ids: list[str]) -> dict[str, list[int]]:
+        """Processes of each job that are still alive (zombies excluded), from one scan for all of them."""
+        return {
+            job_id: [pid for pid, entry in procs if not entry.zombie]
+            for job_id, procs in self._collect(job_ids).items()
+        }
 
     def release(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
@@ -276,6 +345,18 @@ class CgroupMeter:
         except OSError:
             return []
         return sorted(int(line) for line in text.split() if line.isdigit())
+
+    def leftovers(self, job_ids: list[str]) -> dict[str, list[int]]:
+        """Processes still in each job's cgroup (the kernel drops them from ``cgroup.procs`` as they exit)."""
+        out: dict[str, list[int]] = {}
+        for job_id in job_ids:
+            alive = []
+            for pid in self.members(job_id):
+                entry = read_process(pid)
+                if entry is not None and not entry.zombie:
+                    alive.append(pid)
+            out[job_id] = alive
+        return out
 
     def release(self, job_id: str) -> None:
         path = self._path(job_id)
