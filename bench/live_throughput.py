@@ -1,0 +1,251 @@
+"""Benchmark the live cluster end to end; prints one JSON object.
+
+Starts ``pooltree local --nodes 4`` (real scheduler and node processes on 127.0.0.1, SQLite under a temporary
+directory), submits ``--operations`` vanilla operations of ``--jobs`` jobs of ``true`` each through
+``yt.wrapper.YtClient`` (all submitted back to back), waits (bounded) until every operation has completed and
+reads the jobs back with ``list_jobs``. Reported per run:
+
+* ``jobs_per_second``: jobs completed / (last job finish - first operation start), server timestamps;
+* ``start_to_running_ms`` p50/p99: job start time - its operation's start time (the scheduling latency the
+  user sees, including queueing behind the other operations' jobs while slots are busy);
+* ``first_job_latency_ms`` p50/p99: the first job of each operation - the operation's start (pure scheduling
+  latency: a node heartbeat has to come, so it is bounded by the heartbeat period unless a job finishes);
+* ``get_operation_ms`` p50/p99: ``--clients`` concurrent httpx clients (asyncio) each sending sequential
+  ``get_operation`` requests for ``--get-seconds`` seconds (bounded count too) after the operations finished.
+
+The whole run is repeated ``--repeat`` times; the median run by jobs/s is the headline, every run is listed.
+
+Usage: .venv/bin/python bench/live_throughput.py [--nodes 4] [--operations 10] [--jobs 100] [--clients 50]
+       [--node-resources 'user_slots=8,cpu=8'] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yt.wrapper as ytw
+
+RUN_TIMEOUT = 600.0
+MAX_REQUESTS_PER_CLIENT = 2000
+
+
+def _quantile_ms(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of seconds ``values`` in milliseconds."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return round(ordered[index] * 1000, 1)
+
+
+def _ts(value: Any) -> float:
+    """A YT timestamp (``2026-11-22T10:25:21.643455Z``) or seconds as float seconds."""
+    if isinstance(value, int | float):
+        return float(value)
+    return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+class Local:
+    """``pooltree local`` in a child process; ``close()`` sends SIGINT and waits (bounded), then kills."""
+
+    def __init__(self, data: Path, nodes: int, node_resources: str | None) -> None:
+        args = [sys.executable, "-m", "pooltree.cli", "local", "--nodes", str(nodes), "--data", str(data)]
+        if node_resources:
+            args += ["--node-resources", node_resources]
+        self.log = open(data.parent / "local.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        self.url = self._read_url(60.0)
+
+    def _read_url(self, timeout: float) -> str:
+        found: list[str] = []
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for raw in iter(self.process.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace")
+                if "scheduler at " in line and not found:
+                    found.append(line.split("scheduler at ", 1)[1].split()[0])
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found and time.monotonic() < deadline and self.process.poll() is None:
+            time.sleep(0.05)
+        if not found:
+            self.close()
+            raise RuntimeError("pooltree local did not print its address")
+        return found[0]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+
+
+def _wait_nodes(client: ytw.YtClient, nodes: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(client.get("//sys/scheduler/orchid/scheduler/nodes")) >= nodes:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"fewer than {nodes} nodes registered within 60 s")
+
+
+async def _get_operation_load(url: str, op_ids: list[str], clients: int, seconds: float) -> dict[str, Any]:
+    """``clients`` concurrent sequential requesters for ``seconds``; per-request latencies in seconds."""
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+
+    async def requester(client: httpx.AsyncClient, index: int) -> None:
+        nonlocal errors
+        for count in range(MAX_REQUESTS_PER_CLIENT):
+            if time.monotonic() >= deadline:
+                return
+            op_id = op_ids[(index + count) % len(op_ids)]
+            began = time.perf_counter()
+            response = await client.get(
+                f"{url}/api/v4/get_operation",
+                params={"operation_id": op_id},
+                headers={"X-YT-Output-Format": '"json"'},
+            )
+            latencies.append(time.perf_counter() - began)
+            if response.status_code != 200:
+                errors += 1
+
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        began = time.monotonic()
+        await asyncio.gather(*(requester(client, i) for i in range(clients)))
+        elapsed = time.monotonic() - began
+    return {
+        "requests": len(latencies),
+        "errors": errors,
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "p50_ms": _quantile_ms(latencies, 0.5),
+        "p99_ms": _quantile_ms(latencies, 0.99),
+        "max_ms": _quantile_ms(latencies, 1.0),
+    }
+
+
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="pooltree-bench-") as tmp:
+        local = Local(Path(tmp) / "data", args.nodes, args.node_resources)
+        try:
+            client = ytw.YtClient(proxy=local.url, config={"proxy": {"enable_proxy_discovery": False}})
+            _wait_nodes(client, args.nodes)
+            spec = ytw.VanillaSpecBuilder().begin_task("main").command("true").job_count(args.jobs).end_task()
+            submit_began = time.time()
+            op_ids = [client.run_operation(spec, sync=False).id for _ in range(args.operations)]
+            submit_seconds = time.time() - submit_began
+            deadline = time.monotonic() + RUN_TIMEOUT
+            pending = set(op_ids)
+            while pending and time.monotonic() < deadline:
+                for op_id in list(pending):
+                    op_state = client.get_operation(op_id, attributes=["state"])["state"]
+                    if op_state in ("completed", "failed", "aborted"):
+                        if op_state != "completed":
+                            raise RuntimeError(f"operation {op_id} ended {op_state}")
+                        pending.discard(op_id)
+                time.sleep(0.2)
+            if pending:
+                raise RuntimeError(f"{len(pending)} operations unfinished after {RUN_TIMEOUT} s")
+            op_start = {op_id: _ts(client.get_operation(op_id)["start_time"]) for op_id in op_ids}
+            to_running: list[float] = []
+            first_job: list[float] = []
+            finishes: list[float] = []
+            for op_id in op_ids:
+                jobs = client.list_jobs(op_id, limit=1000)["jobs"]
+                completed = [job for job in jobs if job["state"] == "completed"]
+                if len(completed) != args.jobs:
+                    raise RuntimeError(f"operation {op_id}: {len(completed)} completed jobs of {args.jobs}")
+                starts = [_ts(job["start_time"]) - op_start[op_id] for job in completed]
+                to_running += starts
+                first_job.append(min(starts))
+                finishes += [_ts(job["finish_time"]) for job in completed]
+            total_jobs = args.jobs * args.operations
+            span = max(finishes) - min(op_start.values())
+            load = asyncio.run(_get_operation_load(local.url, op_ids, args.clients, args.get_seconds))
+        finally:
+            local.close()
+    return {
+        "jobs": total_jobs,
+        "seconds": round(span, 3),
+        "jobs_per_second": round(total_jobs / span, 1),
+        "submit_seconds": round(submit_seconds, 3),
+        "start_to_running_ms": {"p50": _quantile_ms(to_running, 0.5), "p99": _quantile_ms(to_running, 0.99)},
+        "first_job_latency_ms": {"p50": _quantile_ms(first_job, 0.5), "p99": _quantile_ms(first_job, 0.99)},
+        "get_operation": load,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--operations", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--get-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--node-resources", default=None, help="e.g. 'user_slots=8,cpu=8' (default: detected)"
+    )
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    runs = [run_once(args) for _ in range(max(1, args.repeat))]
+    rates = [run["jobs_per_second"] for run in runs]
+    median_run = sorted(runs, key=lambda run: run["jobs_per_second"])[len(runs) // 2]
+    print(
+        json.dumps(
+            {
+                "name": "live_throughput",
+                "parameters": {
+                    "nodes": args.nodes,
+                    "operations": args.operations,
+                    "jobs_per_operation": args.jobs,
+                    "command": "true",
+                    "clients": args.clients,
+                    "get_seconds": args.get_seconds,
+                    "node_resources": args.node_resources or "detected",
+                    "repeat": len(runs),
+                },
+                "median": median_run,
+                "jobs_per_second": {"median": statistics.median(rates), "min": min(rates), "max": max(rates)},
+                "runs": runs,
+                "targets": {"jobs_per_second": 200, "get_operation_p99_ms": 50},
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "platform": platform.platform(),
+                    "python": platform.python_version(),
+                },
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
