@@ -9,6 +9,7 @@ the tree's total resources.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pooltree.errors import PooltreeError
@@ -149,6 +150,6 @@ class ElementResult:
 class FairShareResult:
     """Result of one update: per-element results, the state for the next update and alerts."""
 
-    elements: dict[str, ElementResult]
+    elements: Mapping[str, ElementResult]  # id -> result (a lazy ``ElementResults`` view from the update)
     state: UpdateState
     errors: list[PooltreeError] = field(default_factory=list)
