@@ -19,7 +19,9 @@ SIGTERM, then SIGKILL after a short grace. Every path ends by killing whatever i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -53,6 +55,8 @@ from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySa
 DEFAULT_STDERR_LIMIT = 10 * 1024 * 1024
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_SHUTDOWN_REASON = "node_shutdown"
+TRASH_DIRECTORY = ".trash"
+CLEANUP_THREADS = 4
 
 _log = logging.getLogger(__name__)
 
@@ -145,19 +149,6 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
-def _remove_job_directory(directory: Path) -> None:
-    """Remove a finished job's directory: usually just its stdout and stderr, so no tree walk is needed."""
-    try:
-        for name in ("stdout", "stderr"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(directory / name)
-        os.rmdir(directory)
-    except FileNotFoundError:
-        return
-    except OSError:  # a kept sandbox or files the job left behind
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 def _process_group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -196,6 +187,16 @@ class JobExecutor:
             )
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        # Deleting a directory costs milliseconds of disk latency; finished sandboxes and forgotten jobs are
+        # renamed into the trash (microseconds) and deleted by a few background threads.
+        self._trash = self.root / TRASH_DIRECTORY
+        shutil.rmtree(self._trash, ignore_errors=True)  # left over by an earlier executor on this root
+        self._trash.mkdir()
+        self._trash_names = itertools.count()
+        self._cleaner = concurrent.futures.ThreadPoolExecutor(
+            CLEANUP_THREADS, thread_name_prefix="pooltree-node-cleanup"
+        )
+        self._removals: set[concurrent.futures.Future] = set()
         self.node_memory_limit = float(node_memory_limit)
         self.memory_sample_period = float(memory_sample_period)
         self.abort_grace = float(abort_grace)
@@ -263,7 +264,7 @@ class JobExecutor:
     def _launch(self, job: _Job, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         """Worker thread: a fresh sandbox, the output files, the meter's setup, then the process itself."""
         if job.directory.exists():
-            shutil.rmtree(job.directory, ignore_errors=True)
+            self._discard(job.directory)
         (job.sandbox / "tmp").mkdir(parents=True)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         with open(job.directory / "stdout", "wb") as stdout, open(job.directory / "stderr", "wb") as stderr:
@@ -336,6 +337,10 @@ class JobExecutor:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
+        removals = [asyncio.wrap_future(future) for future in list(self._removals)]
+        if removals:
+            await asyncio.wait(removals, timeout=timeout)
+        self._cleaner.shutdown(wait=False)
 
     # ----------------------------------------------------------------------------------------------- queries
 
@@ -383,7 +388,7 @@ class JobExecutor:
         if job_id in self._running:
             raise PooltreeError(f"job {job_id} is still running", attributes={"job_id": job_id})
         self._results.pop(job_id, None)
-        _remove_job_directory(self.root / job_id)
+        self._discard(self.root / job_id)
 
     # ----------------------------------------------------------------------------------------------- internals
 
@@ -598,12 +603,26 @@ class JobExecutor:
         except OSError:
             _log.exception("cannot cap the output files of job %s", spec.job_id)
         if not spec.keep_sandbox:
-            try:  # the usual sandbox: just the empty tmp directory
-                os.rmdir(job.sandbox / "tmp")
-                os.rmdir(job.sandbox)
-            except OSError:
-                shutil.rmtree(job.sandbox, ignore_errors=True)
+            self._discard(job.sandbox)
         return stderr_size
+
+    def _discard(self, path: Path) -> None:
+        """Make ``path`` disappear now (a rename into the trash) and delete it in the background; any thread."""
+        target = self._trash / f"{next(self._trash_names)}-{path.name}"
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:
+            return
+        except OSError:  # not renamable (another filesystem, permissions): delete in place
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        try:
+            removal = self._cleaner.submit(shutil.rmtree, target, True)
+        except RuntimeError:  # the executor is shut down: nobody is waiting, delete here
+            shutil.rmtree(target, ignore_errors=True)
+            return
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
 
     def _cap_output(self, path: Path) -> int:
         """Keep only the last ``stderr_limit`` bytes of a finished job's output file; returns its size."""

@@ -122,6 +122,10 @@ class JobSpec:
                 raise ConfigError(name, f"expected a non-empty string, got {value!r}")
             if "/" in value or value in (".", "..") or "\0" in value:
                 raise ConfigError(name, f"{value!r} cannot be used as a sandbox directory name")
+        if self.job_id.startswith("."):
+            raise ConfigError(
+                "job_id", f"{self.job_id!r}: names starting with '.' are the node's own directories"
+            )
         if not isinstance(self.command, str) or not self.command.strip():
             raise ConfigError("command", f"expected a non-empty shell command, got {self.command!r}")
         if not isinstance(self.task_name, str) or not self.task_name:

@@ -89,24 +89,6 @@ def read_process(pid: int) -> ProcessEntry | None:
         return None
 
 
-def scan_processes() -> dict[int, ProcessEntry]:
-    """Every process of the machine, read straight from ``/proc`` (one small read per process).
-
-    This is the hot path of every job exit, so it avoids psutil's per-process objects and caches.
-    """
-    table: dict[int, ProcessEntry] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        if name.isdigit():
-            entry = read_process(int(name))
-            if entry is not None:
-                table[int(name)] = entry
-    return table
-
-
 def read_memory(pid: int) -> tuple[int, int] | None:
     """``(VmRSS, VmHWM)`` of a live process in bytes from one read of ``/proc/<pid>/status``; None for a
     zombie or a process that is gone."""
@@ -139,14 +121,19 @@ class _TreeJob:
 class ProcessTreeMeter:
     """Fallback without cgroups: RSS summed over the job's session and all descendants seen.
 
-    The process table is read straight from ``/proc`` (``scan_processes``); one pass serves every job asked
-    about, so a node's sampler and its exit sweeps cost one scan each however many jobs they cover.
+    The process table is read straight from ``/proc``; one pass serves every job asked about, so a node's
+    sampler and its exit sweeps cost one scan each however many jobs they cover. A scan skips the processes
+    it already knows to be foreign: one that belongs to no job of this node (not in a job's session, not a
+    descendant of a member, not a known member) can never join one later (a session is only entered at
+    birth, and a new job's session is new), so only members, newcomers and this process's own children (job
+    roots not yet attached) are read again. ``/proc/<pid>`` inode numbers tell a reused pid apart.
     """
 
     name = "psutil"
 
     def __init__(self) -> None:
         self._jobs: dict[str, _TreeJob] = {}
+        self._foreign: dict[int, int] = {}  # pid -> inode of its /proc directory
 
     def prepare(self, job_id: str, memory_limit: float | None) -> None:
         """Nothing to set up before launch; the session is created by the executor."""
@@ -161,20 +148,44 @@ class ProcessTreeMeter:
             job.known[pid] = entry.start_ticks
         self._jobs[job_id] = job
 
+    def _scan(self) -> tuple[dict[int, ProcessEntry], dict[int, int]]:
+        """The processes that are not known foreigners, and the inode of each one's ``/proc`` directory."""
+        table: dict[int, ProcessEntry] = {}
+        inodes: dict[int, int] = {}
+        foreign: dict[int, int] = {}
+        try:
+            listing = os.scandir("/proc")
+        except OSError:
+            return table, inodes
+        with listing:
+            for item in listing:
+                if not item.name.isdigit():
+                    continue
+                pid = int(item.name)
+                inode = item.inode()
+                if self._foreign.get(pid) == inode:
+                    foreign[pid] = inode
+                    continue
+                entry = read_process(pid)
+                if entry is not None:
+                    table[pid] = entry
+                    inodes[pid] = inode
+        self._foreign = foreign  # foreigners that exited are forgotten
+        return table, inodes
+
     def _collect(self, job_ids: list[str]) -> dict[str, list[tuple[int, ProcessEntry]]]:
         """Current member processes of each job: session members, known pids still alive, and all their
         descendants. One pass over the process table serves every job."""
-        wanted = {job_id: job for job_id in job_ids if (job := self._jobs.get(job_id)) is not None}
-        if not wanted:
+        if not any(job_id in self._jobs for job_id in job_ids):
             return {}
-        table = scan_processes()
+        table, inodes = self._scan()
         children: dict[int, list[int]] = {}
         sessions: dict[int, list[int]] = {}
         for pid, entry in table.items():
             children.setdefault(entry.ppid, []).append(pid)
             sessions.setdefault(entry.sid, []).append(pid)
-        found: dict[str, list[tuple[int, ProcessEntry]]] = {}
-        for job_id, job in wanted.items():
+        members_of: dict[str, set[int]] = {}
+        for job_id, job in list(self._jobs.items()):  # every job, so that foreigners are told apart
             seeds = list(sessions.get(job.root, ()))
             for pid, started in list(job.known.items()):
                 entry = table.get(pid)
@@ -192,8 +203,18 @@ class ProcessTreeMeter:
                 stack.extend(children.get(pid, ()))
             for pid in members:
                 job.known.setdefault(pid, table[pid].start_ticks)
-            found[job_id] = [(pid, table[pid]) for pid in sorted(members)]
-        return found
+            members_of[job_id] = members
+        ours = set().union(*members_of.values()) if members_of else set()
+        me = os.getpid()
+        launching = {pid for pid, entry in table.items() if entry.ppid == me}  # roots maybe not attached yet
+        for pid, entry in table.items():
+            if pid not in ours and pid not in launching and entry.sid not in launching:
+                self._foreign[pid] = inodes[pid]
+        return {
+            job_id: [(pid, table[pid]) for pid in sorted(members_of[job_id])]
+            for job_id in job_ids
+            if job_id in members_of
+        }
 
     def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
         out: dict[str, MemorySample] = {}
