@@ -70,6 +70,16 @@ def _share(x: np.ndarray, total: np.ndarray) -> np.ndarray:
     return np.where(positive, x / np.where(positive, total, 1.0), 0.0)
 
 
+@dataclass(eq=False, slots=True)
+class _Level:
+    """Pools of one depth level that have children, and those children (contiguous in breadth-first order)."""
+
+    parents: np.ndarray
+    children: np.ndarray  # the whole next level, in parent order
+    seg: np.ndarray  # start of every parent's children within ``children``
+    slot: np.ndarray  # position in ``parents`` of every child's parent
+
+
 @dataclass(eq=False)
 class _Tree:
     """The element tree in breadth-first order with per-element input arrays."""
@@ -86,6 +96,27 @@ class _Tree:
     def children(self, i: int) -> range:
         start = int(self.child_start[i])
         return range(start, start + int(self.child_count[i]))
+
+    def parent_levels(self, *, bottom_up: bool = False) -> list[_Level]:
+        """Every depth level that has pools with children, with its children's contiguous block (top-down)."""
+        levels = []
+        for d in range(len(self.level_start) - 2):
+            lo, hi = self.level_start[d], self.level_start[d + 1]
+            parents = np.arange(lo, hi)
+            parents = parents[self.child_count[parents] > 0]
+            if len(parents) == 0:
+                continue
+            clo, chi = int(self.level_start[d + 1]), int(self.level_start[d + 2])
+            counts = self.child_count[parents]
+            levels.append(
+                _Level(
+                    parents=parents,
+                    children=np.arange(clo, chi),
+                    seg=self.child_start[parents] - clo,
+                    slot=np.repeat(np.arange(len(parents)), counts),
+                )
+            )
+        return levels[::-1] if bottom_up else levels
 
     def subtree(self, i: int) -> np.ndarray:
         """Indices of i and its descendants, sorted (so levels stay in breadth-first order)."""
@@ -159,21 +190,14 @@ def _flatten(root: Pool) -> _Tree:
     )
 
 
-def _sum_children_into(tree: _Tree, values: np.ndarray, *, skip: np.ndarray | None = None) -> None:
-    """values[p] = Σ values[children of p] for every pool with children, bottom-up (in place)."""
-    for d in range(len(tree.level_start) - 3, -1, -1):
-        lo, hi = tree.level_start[d], tree.level_start[d + 1]
-        parents = np.arange(lo, hi)
-        parents = parents[tree.child_count[parents] > 0]
-        if skip is not None:
-            parents = parents[~skip[parents]]
-        if len(parents) == 0:
-            continue
-        clo = tree.level_start[d + 1]
-        chi = tree.level_start[d + 2]
-        block = values[clo:chi]
-        sums = np.add.reduceat(block, tree.child_start[parents] - clo, axis=0)
-        values[parents] = sums
+def _sum_children_into(tree: _Tree, values: np.ndarray, *, own: bool = False) -> None:
+    """Bottom-up, in place: values[p] = Σ values[children of p] (``own``: values[p] += that sum, subtree totals)."""
+    for level in tree.parent_levels(bottom_up=True):
+        sums = np.add.reduceat(values[level.children], level.seg, axis=0)
+        if own:
+            values[level.parents] += sums
+        else:
+            values[level.parents] = sums
 
 
 class _Update:
@@ -355,16 +379,9 @@ class _Update:
         main = RESOURCES.index(self.settings.main_resource)
         inferred = self.strong_config.copy()
         inferred[0] = self.total
-        for d in range(len(tree.level_start) - 2):
-            lo, hi = tree.level_start[d], tree.level_start[d + 1]
-            parents = np.arange(lo, hi)
-            parents = parents[tree.child_count[parents] > 0]
-            if len(parents) == 0:
-                continue
-            clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
-            children = np.arange(clo, chi)
+        for level in tree.parent_levels():
+            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
             par = tree.parent[children]
-            seg = tree.child_start[parents] - clo
             explicit = self.strong_config[children]
             explicit_sum = np.add.reduceat(explicit, seg, axis=0)
             parent_inferred = inferred[parents]
@@ -378,7 +395,6 @@ class _Update:
             scale = np.ones_like(implicit_sum)
             over = (implicit_sum > residual) & (parents != 0)[:, None]
             scale[over] = residual[over] / implicit_sum[over]
-            slot = np.repeat(np.arange(len(parents)), tree.child_count[parents])
             implicit = implicit * scale[slot]
             inferred[children] = np.where(implicit_mask, implicit, explicit)
         self.inferred = inferred
@@ -412,7 +428,7 @@ class _Update:
         self.total_burst_ratio = self.burst_ratio.copy()
         self.total_flow_ratio = self.flow_ratio.copy()
         both = np.stack([self.total_burst_ratio, self.total_flow_ratio], axis=1)
-        _sum_children_into_with_own(tree, both)
+        _sum_children_into(tree, both, own=True)
         self.total_burst_ratio, self.total_flow_ratio = both[:, 0].copy(), both[:, 1].copy()
 
     def _preorder_rank(self) -> dict[int, tuple[int, ...]]:
@@ -645,16 +661,8 @@ class _Update:
         tree = self.tree
         egs = np.zeros_like(self.sgs)
         egs[0] = self.sgs[0]
-        for d in range(len(tree.level_start) - 2):
-            lo, hi = tree.level_start[d], tree.level_start[d + 1]
-            parents = np.arange(lo, hi)
-            parents = parents[tree.child_count[parents] > 0]
-            if len(parents) == 0:
-                continue
-            clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
-            children = np.arange(clo, chi)
-            slot = np.repeat(np.arange(len(parents)), tree.child_count[parents])
-            seg = tree.child_start[parents] - clo
+        for level in tree.parent_levels():
+            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
             want = self.sgs[children] + self.total_flow_ratio[children, None]
             budget = egs[parents][slot]
             prefix = np.cumsum(want, axis=0)
@@ -823,18 +831,6 @@ class _Update:
             normal = np.minimum(1.0, np.where(positive, f * (w / min_w[slot]), 0.0))
         fifo_s = np.clip(f - self.fifo_rank[kids], 0.0, 1.0)
         return np.where(fifo, fifo_s, normal)
-
-
-def _sum_children_into_with_own(tree: _Tree, values: np.ndarray) -> None:
-    """values[p] += Σ values[children of p], bottom-up (subtree totals of own values)."""
-    for d in range(len(tree.level_start) - 3, -1, -1):
-        lo, hi = tree.level_start[d], tree.level_start[d + 1]
-        parents = np.arange(lo, hi)
-        parents = parents[tree.child_count[parents] > 0]
-        if len(parents) == 0:
-            continue
-        clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
-        values[parents] += np.add.reduceat(values[clo:chi], tree.child_start[parents] - clo, axis=0)
 
 
 def _hierarchical_available(upd: _Update, i: int, guarantee: np.ndarray) -> np.ndarray:
