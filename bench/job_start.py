@@ -4,8 +4,9 @@ One executor in one asyncio loop starts ``--jobs`` jobs of ``--command`` (defaul
 ``--slots`` running at a time (as an exec node with that many user slots would), waits for every result and
 forgets it (as the agent does once the scheduler acknowledges it). Per job it records:
 
-* ``start``: how long ``await executor.start(spec)`` took (sandbox, output files, process launch);
-* ``start_to_running``: from the start call until the job's process exists (``start`` returned with a pid);
+* ``start``: how long ``await executor.start(spec)`` took (what a node's heartbeat handler waits for);
+* ``start_to_running``: from the start call until the job's process exists (``wait_running`` returned its pid:
+  sandbox, output files and the fork are done);
 * ``start_to_finished``: from the start call until the finish listener got the job's result (the moment the
   agent would ask for an extra heartbeat).
 
@@ -66,9 +67,11 @@ async def _run_once(root: Path, jobs: int, slots: int, command: str, meter: str)
             began = time.perf_counter()
             await executor.start(spec)
             started = time.perf_counter()
+            await executor.wait_running(job_id, 60)
+            running = time.perf_counter()
             result = await executor.wait(job_id, 60)
             start_durations.append(started - began)
-            to_running.append(started - began)
+            to_running.append(running - began)
             to_finished.append(finished_at[job_id] - began)
             states[result.state.value] = states.get(result.state.value, 0) + 1
             if result.state is not JobState.COMPLETED:

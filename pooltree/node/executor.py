@@ -94,6 +94,9 @@ class _Job:
     done: asyncio.Future[JobResult] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+    launched: asyncio.Future[int | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 def _bookkeeping_bytes(job: _Job) -> int:
@@ -226,7 +229,13 @@ class JobExecutor:
         self._listeners.append(listener)
 
     async def start(self, spec: JobSpec) -> None:
-        """Create the job's sandbox and launch its command; a launch failure becomes a failed result."""
+        """Accept the job and begin launching it; returns at once, without waiting for the disk or the fork.
+
+        The job is running (for ``running_job_ids``, ``interrupt``, ``abort``) from this moment; the sandbox,
+        the output files and the process are made in a worker thread (``wait_running`` waits for that). A
+        launch failure becomes a failed result; an abort or interruption that came first is applied as soon as
+        the process exists.
+        """
         if self._closed:
             raise PooltreeError(
                 "executor is shut down; cannot start jobs", attributes={"job_id": spec.job_id}
@@ -236,36 +245,61 @@ class JobExecutor:
                 f"job {spec.job_id} is already known to this node", attributes={"job_id": spec.job_id}
             )
         directory = self.root / spec.job_id
-        sandbox = directory / "sandbox"
         job = _Job(
             spec=spec,
             directory=directory,
-            sandbox=sandbox,
+            sandbox=directory / "sandbox",
             start_time=self._clock(),
             start_mono=time.monotonic(),
         )
         self._running[spec.job_id] = job
-        argv = self.meter.argv(spec.job_id, shell_script(spec))
-        env = job_environment(spec, sandbox)
-        try:
-            job.process = await asyncio.to_thread(self._launch, job, argv, env)
-        except (OSError, subprocess.SubprocessError) as error:
-            job.verdict = _Verdict(
-                JobState.FAILED,
-                yt_error(JOB_START_FAILED, "Failed to start user job", {"reason": str(error)}),
-            )
-            job.supervisor = asyncio.create_task(self._finish(job, None))
-            return
-        self.meter.attach(spec.job_id, job.process.pid)
-        job.supervisor = asyncio.create_task(self._supervise(job))
+        job.supervisor = asyncio.create_task(self._run(job))
         if self._sampler is None or self._sampler.done():
             self._sampler = asyncio.create_task(self._sample_loop())
 
+    async def wait_running(self, job_id: str, timeout: float | None = None) -> int | None:
+        """The pid of the job's root process once it is launched; None when the launch failed or the job has
+        already finished (``asyncio.TimeoutError`` after ``timeout``)."""
+        job = self._running.get(job_id)
+        if job is None:
+            if job_id in self._results:
+                return None
+            job = self._get_running(job_id)
+        return await asyncio.wait_for(asyncio.shield(job.launched), timeout)
+
+    async def _run(self, job: _Job) -> None:
+        """Launch the job in a worker thread, then supervise it to its result."""
+        spec = job.spec
+        argv = self.meter.argv(spec.job_id, shell_script(spec))
+        env = job_environment(spec, job.sandbox)
+        try:
+            job.process = await asyncio.to_thread(self._launch, job, argv, env)
+        except (OSError, subprocess.SubprocessError) as error:
+            job.launched.set_result(None)
+            if job.verdict is None:
+                job.verdict = _Verdict(
+                    JobState.FAILED,
+                    yt_error(JOB_START_FAILED, "Failed to start user job", {"reason": str(error)}),
+                )
+            await self._finish(job, None)
+            return
+        self.meter.attach(spec.job_id, job.process.pid)
+        job.launched.set_result(job.process.pid)
+        if job.verdict is not None:  # aborted (or the node shut down) while launching
+            self._signal(job, signal.SIGKILL, [])
+        elif job.phase == "interrupting" and spec.interruption_signal is not None:
+            self._signal(job, spec.interruption_signal, [])
+        await self._supervise(job)
+
     def _launch(self, job: _Job, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         """Worker thread: a fresh sandbox, the output files, the meter's setup, then the process itself."""
-        if job.directory.exists():
+        try:
+            job.directory.mkdir()
+        except FileExistsError:  # left by an earlier run of this node
             self._discard(job.directory)
-        (job.sandbox / "tmp").mkdir(parents=True)
+            job.directory.mkdir()
+        job.sandbox.mkdir()
+        (job.sandbox / "tmp").mkdir()
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         with open(job.directory / "stdout", "wb") as stdout, open(job.directory / "stderr", "wb") as stderr:
             return subprocess.Popen(

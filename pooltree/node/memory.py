@@ -142,11 +142,8 @@ class ProcessTreeMeter:
         return ["/bin/sh", "-c", command]
 
     def attach(self, job_id: str, pid: int) -> None:
-        job = _TreeJob(root=pid)
-        entry = read_process(pid)
-        if entry is not None:
-            job.known[pid] = entry.start_ticks
-        self._jobs[job_id] = job
+        """Track the job from its root: the session it leads (the root's pid stays ours until reaped)."""
+        self._jobs[job_id] = _TreeJob(root=pid)
 
     def _scan(self) -> tuple[dict[int, ProcessEntry], dict[int, int]]:
         """The processes that are not known foreigners, and the inode of each one's ``/proc`` directory."""
