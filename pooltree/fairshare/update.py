@@ -34,6 +34,7 @@ from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
 
 EPSILON = 1e-9  # "nearly dominates" inside the update (newest vector_hdrf Epsilon)
 GUARANTEES_OVERCOMMIT = 29000
+_DEFAULT_FIFO_SORT = ("weight", "start_time")
 NESTED_PROMISED_GUARANTEE_POOLS = 29001
 
 
@@ -144,6 +145,24 @@ def _vector(element: Element, field_name: str, value: object, *, allow_inf: bool
     return arr
 
 
+def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
+    """Rows of 5 resources as an (n, 5) float array; a row of another shape is an error naming its element."""
+    try:
+        arr = np.array(rows, dtype=float)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.shape != (len(rows), RESOURCE_COUNT):
+        for e, row in zip(elements, rows, strict=True):
+            try:
+                ok = np.shape(np.asarray(row, dtype=float)) == (RESOURCE_COUNT,)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ConfigError(_path(e, field_name), f"expected a vector of {RESOURCE_COUNT} resources")
+        arr = np.array(rows, dtype=float).reshape(len(rows), RESOURCE_COUNT)
+    return arr
+
+
 def _flatten(root: Pool) -> _Tree:
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
@@ -233,89 +252,97 @@ class _Update:
 
     # ---- inputs (b.1) -------------------------------------------------------------------------------
     def _read_inputs(self) -> None:
+        """Gather every element's inputs into arrays (one comprehension per attribute), then validate them."""
         tree = self.tree
-        n = len(tree.elements)
+        elements = tree.elements
+        n = len(elements)
         total = self.total
-        zeros5 = np.zeros(RESOURCE_COUNT)
-        usage, demand, specified, tag, strong = [], [], [], [], []
-        spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
-        weight_cfg = np.full(n, np.nan)
-        msr = np.ones(n)
-        tol = np.ones(n)
-        self.fifo = np.zeros(n, dtype=bool)
+        is_op = tree.is_op
+        op_idx = np.flatnonzero(is_op)
+        pool_idx = np.flatnonzero(~is_op)
+        ops: list[Operation] = [elements[i] for i in op_idx]  # type: ignore[misc]
+        pools: list[Pool] = [elements[i] for i in pool_idx]  # type: ignore[misc]
+        main = RESOURCES.index(self.settings.main_resource)
+        weights = [e.weight for e in elements]
+        weight_cfg = np.array([np.nan if w is None else w for w in weights], dtype=object)
+        for i, w in enumerate(weight_cfg):
+            if w is np.nan:
+                continue
+            if not (isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0):
+                raise ConfigError(
+                    _path(elements[i], "weight"), f"must be a non-negative finite number, got {weights[i]!r}"
+                )
+        weight_cfg = weight_cfg.astype(float)
+        msr = np.array([e.max_share_ratio for e in elements], dtype=float)
+        bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
+        if len(bad):
+            e = elements[int(bad[0])]
+            raise ConfigError(_path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}")
+        tol = np.array([e.starvation_tolerance for e in elements], dtype=float)
+        bad = np.flatnonzero(~((tol >= 0.0) & (tol <= 1.0)))
+        if len(bad):
+            e = elements[int(bad[0])]
+            raise ConfigError(
+                _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
+            )
+        specified = [e.specified_resource_limits for e in elements]
+        tag = [
+            total if e.tag_filter_resource_limits is None else e.tag_filter_resource_limits for e in elements
+        ]
+        usage = np.zeros((n, RESOURCE_COUNT))
+        demand = np.zeros((n, RESOURCE_COUNT))
+        strong = np.zeros((n, RESOURCE_COUNT))
         self.schedulable = np.ones(n, dtype=bool)
         self.step = np.zeros(n, dtype=bool)
-        self.integral_type = np.zeros(n, dtype=np.int8)
         apply_limits = np.zeros(n, dtype=bool)
-        main = RESOURCES.index(self.settings.main_resource)
-        for i, e in enumerate(tree.elements):
-            if e.weight is not None:
-                if not (isinstance(e.weight, int | float) and math.isfinite(e.weight) and e.weight >= 0):
-                    raise ConfigError(
-                        _path(e, "weight"), f"must be a non-negative finite number, got {e.weight!r}"
-                    )
-                weight_cfg[i] = e.weight
-            if not (0.0 <= e.max_share_ratio <= 1.0):
-                raise ConfigError(
-                    _path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}"
-                )
-            msr[i] = e.max_share_ratio
-            if not (0.0 <= e.starvation_tolerance <= 1.0):
-                raise ConfigError(
-                    _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
-                )
-            tol[i] = e.starvation_tolerance
-            specified.append(e.specified_resource_limits)
-            tag.append(total if e.tag_filter_resource_limits is None else e.tag_filter_resource_limits)
-            if isinstance(e, Operation):
-                usage.append(e.usage)
-                demand.append(e.demand)
-                strong.append(zeros5)
-                self.schedulable[i] = e.schedulable
-                self.step[i] = e.is_gang
-                apply_limits[i] = e.apply_specified_resource_limits_to_demand
-            else:
-                assert isinstance(e, Pool)
-                usage.append(zeros5)
-                demand.append(zeros5)
-                strong.append(e.strong_guarantee_resources)
-                if e.mode not in POOL_MODES:
-                    raise ConfigError(
-                        _path(e, "mode"), f"must be one of {', '.join(POOL_MODES)}, got {e.mode!r}"
-                    )
-                self.fifo[i] = e.mode == "fifo"
-                for name in e.specified_guarantee_resources:
-                    if name not in RESOURCES:
-                        raise ConfigError(
-                            _path(e, "specified_guarantee_resources"), f"unknown resource {name!r}"
-                        )
-                    spec_mask[i, RESOURCES.index(name)] = True
-                ig = e.integral_guarantees
-                if ig.guarantee_type not in GUARANTEE_TYPES:
+        if ops:
+            usage[op_idx] = _stack(ops, "usage", [e.usage for e in ops])
+            demand[op_idx] = _stack(ops, "demand", [e.demand for e in ops])
+            self.schedulable[op_idx] = [e.schedulable for e in ops]
+            self.step[op_idx] = [e.is_gang for e in ops]
+            apply_limits[op_idx] = [e.apply_specified_resource_limits_to_demand for e in ops]
+        strong[pool_idx] = _stack(
+            pools, "strong_guarantee_resources", [e.strong_guarantee_resources for e in pools]
+        )
+        self.fifo = np.zeros(n, dtype=bool)
+        self.integral_type = np.zeros(n, dtype=np.int8)
+        spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
+        for i, e in zip(pool_idx.tolist(), pools, strict=True):
+            if e.mode not in POOL_MODES:
+                raise ConfigError(_path(e, "mode"), f"must be one of {', '.join(POOL_MODES)}, got {e.mode!r}")
+            self.fifo[i] = e.mode == "fifo"
+            for name in e.specified_guarantee_resources:
+                if name not in RESOURCES:
+                    raise ConfigError(_path(e, "specified_guarantee_resources"), f"unknown resource {name!r}")
+                spec_mask[i, RESOURCES.index(name)] = True
+            guarantee_type = e.integral_guarantees.guarantee_type
+            if guarantee_type != "none":
+                if guarantee_type not in GUARANTEE_TYPES:
                     raise ConfigError(
                         _path(e, "integral_guarantees.guarantee_type"),
-                        f"must be one of {', '.join(GUARANTEE_TYPES)}, got {ig.guarantee_type!r}",
+                        f"must be one of {', '.join(GUARANTEE_TYPES)}, got {guarantee_type!r}",
                     )
-                self.integral_type[i] = GUARANTEE_TYPES.index(ig.guarantee_type)
-                if self.fifo[i]:
-                    for c in e.children:
-                        if isinstance(c, Pool):
-                            raise ConfigError(
-                                _path(e, "mode"), f"a fifo pool cannot contain pools (child {c.id!r})"
-                            )
-                if not e.fifo_sort_parameters or any(
-                    p not in FIFO_SORT_PARAMETERS for p in e.fifo_sort_parameters
-                ):
-                    raise ConfigError(
-                        _path(e, "fifo_sort_parameters"),
-                        f"must be a non-empty list of {', '.join(FIFO_SORT_PARAMETERS)}",
-                    )
+                self.integral_type[i] = GUARANTEE_TYPES.index(guarantee_type)
+            if self.fifo[i]:
+                for c in e.children:
+                    if isinstance(c, Pool):
+                        raise ConfigError(
+                            _path(e, "mode"), f"a fifo pool cannot contain pools (child {c.id!r})"
+                        )
+            params = e.fifo_sort_parameters
+            if params != _DEFAULT_FIFO_SORT and (
+                not params or any(p not in FIFO_SORT_PARAMETERS for p in params)
+            ):
+                raise ConfigError(
+                    _path(e, "fifo_sort_parameters"),
+                    f"must be a non-empty list of {', '.join(FIFO_SORT_PARAMETERS)}",
+                )
         # Element 0 is the root; its own limits are the totals.
-        self.usage = np.array(usage, dtype=float)
-        self.demand = np.array(demand, dtype=float)
-        self.specified_limits = np.array(specified, dtype=float)
-        self.tag_limits = np.array(tag, dtype=float)
-        self.strong_config = np.array(strong, dtype=float)
+        self.usage = usage
+        self.demand = demand
+        self.specified_limits = _stack(elements, "specified_resource_limits", specified)
+        self.tag_limits = _stack(elements, "tag_filter_resource_limits", tag)
+        self.strong_config = strong
         for name, arr, allow_inf in (
             ("usage", self.usage, False),
             ("demand", self.demand, False),
