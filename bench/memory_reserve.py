@@ -1,7 +1,8 @@
 """Memory-reserve policy benchmark: the synthetic trace model of memory-digest.md §4–5.
 
 Prints ONE JSON object: per policy, overall and per family, reserve/used, rel_slack, overdraft, warm_od (jobs
-started after the first wave), aborted, over_limit and retry_cost; plus digest insert/query timings.
+started after the first wave), aborted, over_limit, retry_cost and the retry escalation figures; the
+frontiers; digest insert/query timings.
 
 The YTsaurus rows run the real ``pooltree.controllers.memory.TaskMemoryReserve`` (and so the real ``LogDigest``).
 
@@ -15,7 +16,18 @@ Extension for warm start (§4 is silent on recurrence): with probability ``--rep
 re-runs an earlier operation's task (same user/pool/command key): same family and shape parameters, the median
 jittered by lognormal σ 0.1, fresh job count, concurrency and job draws.
 
-Run: ``.venv/bin/python bench/memory_reserve.py [--operations 1500] [--seed 7] [--quick]``.
+Beyond the policies, each main run reports three frontiers of (reserve/used, overdraft) computed on the same
+jobs (see :func:`frontiers`): the per-operation quantile oracle (q = 0.5 … 1), the distribution oracle (each
+job sized knowing its operation's true generating distribution, by minimising r + λ·P(overdraft): an upper
+bound for every policy that does not see the job's own peak), and that oracle with a blind first wave for tasks
+never seen. Retry escalation is reported per policy (the re-run's reserve for three rules, and
+``reserve/used_with_retries``); ``--low-p-abort`` reruns some policies with node arbitration (p_abort < 1).
+
+The model gives no per-job signal (no input size, no task index within an operation): a bimodal operation's
+heavy jobs are drawn at random, so no policy can tell a heavy job before it runs.
+
+Run: ``.venv/bin/python bench/memory_reserve.py [--operations 1500] [--seed 7] [--quick] [--plot out.png]``
+(default ≈ 60–90 s on 2 cores; ``--all-policies-every-run`` for every policy on every run).
 """
 
 from __future__ import annotations
@@ -31,11 +43,13 @@ import time
 import timeit
 from bisect import insort
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import itertools
 
 from pooltree.controllers.memory import (
     JobMemoryReserve,
@@ -60,6 +74,8 @@ class Operation:
     tmpfs: float
     u: np.ndarray
     c: int
+    shape: dict[str, float] = field(default_factory=dict)
+    first_of_task: bool = True
 
 
 def _shape(rng: np.random.Generator, family: str) -> dict[str, float]:
@@ -94,7 +110,9 @@ def generate_trace(operations: int, seed: int, repeat: float) -> tuple[list[Oper
     tasks: list[tuple[str, dict[str, float], float]] = []
     ops: list[Operation] = []
     for _ in range(operations):
+        first = True
         if tasks and rng.random() < repeat:
+            first = False
             key = int(rng.integers(len(tasks)))
             family, shape, tmpfs = tasks[key]
             shape = dict(shape)
@@ -107,7 +125,8 @@ def generate_trace(operations: int, seed: int, repeat: float) -> tuple[list[Oper
             tasks.append((family, shape, tmpfs))
         n = int(np.clip(round(rng.lognormal(math.log(80), 1.2)), 5, 3000))
         c = int(np.clip(round(rng.lognormal(math.log(30), 0.8)), 1, n))
-        ops.append(Operation(key=key, family=family, tmpfs=tmpfs, u=_jobs(rng, family, shape, n), c=c))
+        u = _jobs(rng, family, shape, n)
+        ops.append(Operation(key, family, tmpfs, u, c, shape=shape, first_of_task=first))
     total = sum(len(op.u) for op in ops)
     abort_draws = np.random.default_rng(seed + 1_000_003).random(total)
     return ops, abort_draws
@@ -136,6 +155,7 @@ class YtDigest:
         settings: MemoryDigestSettings,
         default: float = 0.5,
         store: MemoryDigestWarmStartStore | None = None,
+        cold_prior: bool = False,
     ):
         spec = {
             "memory_limit": LIMIT,
@@ -145,7 +165,10 @@ class YtDigest:
         self.store = store
         self.key = ("user", "pool", f"task-{op.key}")
         warm = store.lookup(*self.key) if store is not None else None
-        self.task = TaskMemoryReserve(TaskMemoryOptions.from_spec(spec, settings), settings, warm_start=warm)
+        prior = store.cluster_prior() if store is not None and warm is None and cold_prior else None
+        self.task = TaskMemoryReserve(
+            TaskMemoryOptions.from_spec(spec, settings), settings, warm_start=warm, cold_start_prior=prior
+        )
         self._factor = self.task.user_job_reserve_factor()
 
     def reserve(self) -> float:
@@ -246,6 +269,10 @@ def simulate(
         "aborted",
         "over_limit",
         "retry",
+        "retry_limit",
+        "retry_peak",
+        "retry_x2",
+        "retry_x2_od",
     )
     acc = {name: dict.fromkeys(keys, 0.0) for name in ("all", *FAMILIES)}
     offset = 0
@@ -258,7 +285,8 @@ def simulate(
         reserves = [0.0] * n
         aborted_flags = [False] * n
         failed = [False] * n
-        sum_r = slack = retry = 0.0
+        sum_r = slack = retry = retry_peak = retry_x2 = 0.0
+        retry_x2_od = 0
         overdraft = warm_overdraft = aborted = over_limit = 0
         for j in range(n):
             k = j - c
@@ -281,6 +309,12 @@ def simulate(
                     aborted += 1
                     aborted_flags[j] = True
                     retry += 0.5 * r
+                    # Retry escalation variants (the re-run's own reserve; not part of sum_r):
+                    # limit (YTsaurus default), the aborted attempt's peak × 1.1, the attempt's reserve × 2.
+                    retry_peak += min(1.1 * u, 1.0)
+                    retry_x2 += min(2.0 * r, 1.0)
+                    if u > min(2.0 * r, 1.0):
+                        retry_x2_od += 1
         # Jobs still running at the end finish; their samples reach the policy (matters for warm start).
         for k in range(max(n - c, 0), n):
             if not failed[k]:
@@ -299,6 +333,10 @@ def simulate(
             "aborted": aborted,
             "over_limit": over_limit,
             "retry": retry,
+            "retry_limit": float(aborted),
+            "retry_peak": retry_peak,
+            "retry_x2": retry_x2,
+            "retry_x2_od": retry_x2_od,
         }
         for group in ("all", op.family):
             for name, value in values.items():
@@ -315,6 +353,12 @@ def _metrics(a: dict[str, float]) -> dict[str, float]:
         "aborted": round(a["aborted"] / a["jobs"], 4),
         "over_limit": round(a["over_limit"] / a["jobs"], 4),
         "retry_cost": round(a["retry"] / a["sum_u"], 4),
+        # reserve × time when an aborted attempt holds r for half its run and its re-run holds the limit
+        "reserve/used_with_retries": round((a["sum_r"] - a["retry"] + a["retry_limit"]) / a["sum_u"], 3),
+        "retry_reserve_limit": round(a["retry_limit"] / a["sum_u"], 4),
+        "retry_reserve_peak_x1.1": round(a["retry_peak"] / a["sum_u"], 4),
+        "retry_reserve_x2": round(a["retry_x2"] / a["sum_u"], 4),
+        "retry_x2_overdraft_again": round(a["retry_x2_od"] / a["aborted"], 4) if a["aborted"] else 0.0,
         "jobs": int(a["jobs"]),
     }
 
@@ -326,12 +370,26 @@ def policies() -> dict[str, Callable[[], Callable[[Operation], object]]]:
         settings = MemoryDigestSettings(**{k: v for k, v in kw.items() if k != "default"})
         return lambda: lambda op: YtDigest(op, settings, default=kw.get("default", 0.5))
 
-    def improved(quantile: float = 0.95):
+    def improved_v1(quantile: float = 0.95):
         settings = MemoryDigestSettings(
             overdraft_sample_variant="docs", user_job_memory_reserve_quantile=quantile
         )
         store = MemoryDigestWarmStartStore(capacity=100_000, max_carried_samples=IMPROVED_CARRIED)
         return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT, store=store)
+
+    def improved(cost: float = IMPROVED_OVERDRAFT_COST, warm: bool = True, window: int = IMPROVED_WINDOW):
+        settings = MemoryDigestSettings(
+            overdraft_sample_variant="docs",
+            user_job_reserve_rule="overdraft_cost",
+            user_job_overdraft_cost=cost,
+            user_job_recent_window=window,
+        )
+        store = MemoryDigestWarmStartStore(
+            capacity=100_000, max_carried_samples=IMPROVED_CARRIED, carried_scale=IMPROVED_CARRIED_SCALE
+        )
+        if not warm:
+            return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT)
+        return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT, store=store, cold_prior=True)
 
     return {
         "fixed_user_limit": lambda: Fixed,
@@ -345,13 +403,49 @@ def policies() -> dict[str, Callable[[], Callable[[Operation], object]]]:
         "vpa_p90x1.15_half_life_50": lambda: lambda op: VpaLike(op, half_life=50.0),
         "oracle_true_p95": lambda: OracleP95,
         "oracle_per_job": lambda: None,
+        "pooltree_improved_v1_quantile_warm": improved_v1,
+        "pooltree_improved_v1_p99": lambda: improved_v1(0.99),
+        "improved_no_history": lambda: improved(warm=False),
+        "improved_no_window": lambda: improved(window=0),
+        "overdraft_cost_1.5": lambda: improved(1.5),
+        "overdraft_cost_3": lambda: improved(3.0),
         "pooltree_improved": improved,
-        "pooltree_improved_p99": lambda: improved(0.99),
     }
 
 
+# Which policies each run of the default invocation covers (keeps it short; --all-policies-every-run: all).
+REFERENCE_POLICIES = (  # the rows of memory-digest.md §5.4
+    "fixed_user_limit",
+    "yt_p95_code",
+    "yt_p95_exact_samples_code",
+    "yt_p95_docs",
+    "yt_p95_newest",
+    "yt_p99_code",
+    "yt_p95_default_1.0_code",
+    "vpa_p90x1.15",
+    "vpa_p90x1.15_half_life_50",
+    "oracle_true_p95",
+    "oracle_per_job",
+)
+CORE_POLICIES = (
+    "fixed_user_limit",
+    "yt_p95_code",
+    "yt_p95_docs",
+    "vpa_p90x1.15",
+    "oracle_true_p95",
+    "pooltree_improved_v1_quantile_warm",
+    "pooltree_improved",
+)
+IMPROVED_POLICIES = ("pooltree_improved_v1_quantile_warm", "pooltree_improved_v1_p99", "pooltree_improved")
+SWEEP_POLICIES = ("overdraft_cost_1.5", "overdraft_cost_3")  # ablations: improved_no_window/_no_history
+ABORT_POLICIES = ("yt_p95_code", "pooltree_improved")
+
+
 IMPROVED_CARRIED = 50  # carried samples: enough to size the first wave, few enough to be outvoted quickly
-IMPROVED_DEFAULT = 1.0  # a task never seen before starts at its full limit (cautious first wave)
+IMPROVED_DEFAULT = 1.0  # a task never seen, before the cluster prior fills, starts at its full limit
+IMPROVED_OVERDRAFT_COST = 2.0  # an overdraft is worth 2 × memory_limit of reserve (the overdraft_cost rule)
+IMPROVED_WINDOW = 40
+IMPROVED_CARRIED_SCALE = 1.1  # carried samples move up 10 %: runs of a task drift (σ 0.1 in this trace)
 
 
 class PerJobOracle:
@@ -365,6 +459,140 @@ class PerJobOracle:
 
     def observe(self, u: float, aborted: bool, r: float) -> None:
         pass
+
+
+# Frontiers: what the best policies of a family can reach on this trace (evaluated on the realised jobs).
+
+GOAL = {"reserve/used": 1.25, "overdraft": 0.02}
+FRONTIER_QUANTILES = (0.5, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0)
+FRONTIER_COSTS = (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.7, 2.0, 2.5, 3.0, 5.0, 10.0)
+_GRID = np.concatenate([np.geomspace(0.02, 1.0, 600)[:-1], [1.0]])
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _exceed(r: np.ndarray, median: float, sigma: float) -> np.ndarray:
+    """P(u > r) for a lognormal job peak with this median and log-sd."""
+    z = (np.log(r) - math.log(median)) / (sigma * math.sqrt(2.0))
+    return 0.5 * (1.0 - _erf(z).astype(float))
+
+
+def _segments(op: Operation, chunks: int = 20) -> list[tuple[slice, np.ndarray]]:
+    """Per run of jobs with one known distribution: P(r < u ≤ 1) on the reserve grid (drift: 20 chunks)."""
+    shape, n, sigma = op.shape, len(op.u), op.shape["sigma"]
+
+    def overdraft(mixture: list[tuple[float, float]]) -> np.ndarray:
+        at_limit = sum(w * float(_exceed(np.array([1.0]), mu, sigma)[0]) for mu, w in mixture)
+        above = sum(w * _exceed(_GRID, mu, sigma) for mu, w in mixture)
+        return np.clip(above - at_limit, 0.0, 1.0)
+
+    if op.family == "bimodal":
+        light = shape["m"] * shape["b"]
+        return [(slice(0, n), overdraft([(light, 1 - shape["h"]), (light * shape["a"], shape["h"])]))]
+    if op.family == "drift":
+        g, out = shape["g"], []
+        edges = np.linspace(0, n, min(chunks, n) + 1).astype(int)
+        for a, b in itertools.pairwise(edges):
+            if b > a:
+                ramp = 1 + (g - 1) * ((a + b - 1) / 2) / max(n - 1, 1)
+                out.append((slice(a, b), overdraft([(shape["m"] * ramp * 2 / (1 + g), 1.0)])))
+        return out
+    return [(slice(0, n), overdraft([(shape["m"], 1.0)]))]
+
+
+def _evaluate(ops: list[Operation], reserves: list[np.ndarray]) -> tuple[float, float]:
+    sum_r = sum_u = 0.0
+    overdraft = jobs = 0
+    for op, r in zip(ops, reserves, strict=True):
+        sum_r += float(r.sum())
+        sum_u += float(op.u.sum())
+        overdraft += int(np.sum((op.u > r) & (op.u <= 1.0)))
+        jobs += len(op.u)
+    return round(sum_r / sum_u, 4), round(overdraft / jobs, 4)
+
+
+def frontiers(ops: list[Operation]) -> dict:
+    """Three frontiers of (reserve/used, overdraft):
+
+    * ``oracle_quantile``: every job of an operation gets the same quantile q of that operation's realised peaks
+      (peeks at the whole operation; the family the brief names);
+    * ``oracle_distribution``: each job gets the r minimising ``r + λ·P(r < u ≤ 1)`` under its operation's true
+      generating distribution (including the drift ramp position): the best any policy that does not see the
+      job's own peak can do in expectation, with perfect knowledge of the task;
+    * ``oracle_distribution_cold``: the same, but the first wave of a task never seen before only knows the
+      pooled peaks of the whole trace (generous: a policy would learn this prior from earlier operations).
+    """
+    quantile = []
+    for q in FRONTIER_QUANTILES:
+        reserves = []
+        for op in ops:
+            value = float(np.quantile(op.u, q, method="inverted_cdf"))
+            reserves.append(np.full(len(op.u), min(max(value, op.tmpfs), 1.0)))
+        quantile.append([q, *_evaluate(ops, reserves)])
+    segments = [_segments(op) for op in ops]
+    pooled = np.concatenate([op.u for op in ops])
+    within = np.sort(pooled[pooled <= 1.0])
+    population = (len(within) - np.searchsorted(within, _GRID, side="right")) / len(pooled)
+    curves: dict[str, list] = {"oracle_distribution": [], "oracle_distribution_cold": []}
+    for cost in FRONTIER_COSTS:
+        known, cold = [], []
+        for op, parts in zip(ops, segments, strict=True):
+            r = np.empty(len(op.u))
+            for part, overdraft in parts:
+                total = _GRID + cost * overdraft
+                total[op.tmpfs > _GRID] = np.inf
+                r[part] = _GRID[int(np.argmin(total))]
+            known.append(r)
+            if op.first_of_task:
+                total = _GRID + cost * population
+                total[op.tmpfs > _GRID] = np.inf
+                r = r.copy()
+                r[: op.c] = _GRID[int(np.argmin(total))]
+            cold.append(r)
+        curves["oracle_distribution"].append([cost, *_evaluate(ops, known)])
+        curves["oracle_distribution_cold"].append([cost, *_evaluate(ops, cold)])
+    out = {"oracle_quantile": quantile, **curves}
+    summary = {}
+    for name, points in out.items():
+        ordered = sorted(points, key=lambda p: p[2])
+        ru, od = [p[1] for p in ordered], [p[2] for p in ordered]
+        summary[name] = {
+            "reserve_used_at_2pct_overdraft": round(float(np.interp(0.02, od, ru)), 3),
+            "overdraft_at_reserve_used_1.25": round(float(np.interp(1.25, ru[::-1], od[::-1])), 4),
+            "reaches_goal": any(p[1] <= GOAL["reserve/used"] and p[2] <= GOAL["overdraft"] for p in points),
+        }
+    out["summary"] = summary
+    return out
+
+
+def plot(result: dict, path: str) -> None:
+    """Frontiers and policy points of the first run, with the goal, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = list(result["runs"].items())
+    fig, axes = plt.subplots(1, len(runs), figsize=(7 * len(runs), 5.5), squeeze=False)
+    for ax, (name, run_result) in zip(axes[0], runs, strict=True):
+        for curve, points in run_result.get("frontier", {}).items():
+            if curve in ("summary", "seconds"):
+                continue
+            ordered = sorted(points, key=lambda p: p[2])
+            ax.plot([100 * p[2] for p in ordered], [p[1] for p in ordered], marker=".", label=curve)
+        for policy, metrics in run_result["policies"].items():
+            m = metrics["all"]
+            if m["overdraft"] <= 0.2 and m["reserve/used"] <= 1.8:
+                ax.scatter(100 * m["overdraft"], m["reserve/used"], s=18)
+                ax.annotate(policy, (100 * m["overdraft"], m["reserve/used"]), fontsize=6)
+        ax.add_patch(plt.Rectangle((0, 0.9), 100 * GOAL["overdraft"], GOAL["reserve/used"] - 0.9, alpha=0.15))
+        ax.set_xlabel("overdraft, % of jobs")
+        ax.set_ylabel("reserve / used")
+        ax.set_title(name)
+        ax.set_xlim(0, 20)
+        ax.set_ylim(0.9, 1.8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def digest_timings(repeats: int) -> dict[str, float]:
@@ -386,7 +614,14 @@ def digest_timings(repeats: int) -> dict[str, float]:
     }
 
 
-def run(operations: int, seed: int, p_abort: float, repeat: float, only: list[str] | None) -> dict:
+def run(
+    operations: int,
+    seed: int,
+    p_abort: float,
+    repeat: float,
+    only: list[str] | None,
+    with_frontier: bool = True,
+) -> dict:
     ops, draws = generate_trace(operations, seed, repeat)
     first_wave = sum(min(op.c, len(op.u)) for op in ops) / sum(len(op.u) for op in ops)
     results = {}
@@ -397,12 +632,17 @@ def run(operations: int, seed: int, p_abort: float, repeat: float, only: list[st
         started = time.perf_counter()
         results[name] = simulate(ops, draws, make, p_abort)
         results[name]["all"]["seconds"] = round(time.perf_counter() - started, 2)
-    return {
+    out = {
         "operations": operations,
         "jobs": int(sum(len(op.u) for op in ops)),
         "first_wave_share": round(first_wave, 4),
         "policies": results,
     }
+    if with_frontier:
+        started = time.perf_counter()
+        out["frontier"] = frontiers(ops)
+        out["frontier"]["seconds"] = round(time.perf_counter() - started, 2)
+    return out
 
 
 def main() -> None:
@@ -410,45 +650,92 @@ def main() -> None:
     parser.add_argument("--operations", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
-        "--extra-seed", type=int, default=11, help="second seed reported alongside (-1: none)"
+        "--extra-seed", type=int, default=11, help="second seed, core policies only (-1: none)"
     )
     parser.add_argument("--p-abort", type=float, default=1.0)
+    parser.add_argument(
+        "--low-p-abort", type=float, default=0.3, help="node arbitration run (core policies, -1: none)"
+    )
     parser.add_argument(
         "--repeat", type=float, default=0.5, help="share of operations re-running an earlier task"
     )
     parser.add_argument("--quick", action="store_true", help="300 operations, one seed, fewer timing repeats")
     parser.add_argument("--only", nargs="*", help="policy names to run")
+    parser.add_argument("--all-policies-every-run", action="store_true", help="longer: no core-only runs")
+    parser.add_argument("--plot", help="write the frontier plot (PNG) to this path")
     args = parser.parse_args()
     if args.operations < 1 or not 0 <= args.p_abort <= 1 or not 0 <= args.repeat < 1:
         parser.error("--operations must be >= 1, --p-abort in [0, 1], --repeat in [0, 1)")
     operations = 300 if args.quick else args.operations
-    seeds = [args.seed] if args.quick or args.extra_seed < 0 else [args.seed, args.extra_seed]
+    every = args.all_policies_every_run
+
+    def pick(*groups: tuple[str, ...]) -> list[str] | None:
+        if args.only:
+            return list(args.only)
+        return None if every else list(dict.fromkeys(name for group in groups for name in group))
+
     started = time.perf_counter()
+    seed, extra, main_repeat = args.seed, args.extra_seed, args.repeat
+    plan: list[tuple[str, int, float, float, list[str] | None]] = [
+        (f"seed{seed}_repeat0.0", seed, args.p_abort, 0.0, pick(REFERENCE_POLICIES, IMPROVED_POLICIES))
+    ]
+    if main_repeat > 0:
+        plan.append(
+            (
+                f"seed{seed}_repeat{main_repeat}",
+                seed,
+                args.p_abort,
+                main_repeat,
+                pick(CORE_POLICIES, IMPROVED_POLICIES, SWEEP_POLICIES),
+            )
+        )
+    if not args.quick and extra >= 0:
+        plan.append((f"seed{extra}_repeat0.0", extra, args.p_abort, 0.0, pick(CORE_POLICIES)))
+        if every and main_repeat > 0:
+            plan.append((f"seed{extra}_repeat{main_repeat}", extra, args.p_abort, main_repeat, None))
+    if not args.quick and args.low_p_abort >= 0:
+        plan.append(
+            (
+                f"seed{seed}_repeat{main_repeat}_p_abort{args.low_p_abort}",
+                seed,
+                args.low_p_abort,
+                main_repeat,
+                pick(ABORT_POLICIES),
+            )
+        )
+    runs = {
+        name: run(operations, run_seed, p_abort, repeat, names, with_frontier=p_abort == args.p_abort)
+        for name, run_seed, p_abort, repeat, names in plan
+    }
     out = {
         "name": "memory_reserve",
         "parameters": {
             "operations": operations,
-            "seeds": seeds,
+            "seed": args.seed,
+            "extra_seed": None if args.quick else args.extra_seed,
             "p_abort": args.p_abort,
+            "low_p_abort": None if args.quick else args.low_p_abort,
             "repeat": args.repeat,
-            "improved_policy": "real TaskMemoryReserve, docs bump, default 1.0 for a task never seen, warm start "
-            f"from the same task's previous operation via MemoryDigestWarmStartStore (at most {IMPROVED_CARRIED} "
-            "carried samples); _p99 uses quantile 0.99",
+            "goal": GOAL,
+            "improved_policy": "real TaskMemoryReserve: overdraft_cost rule (r minimising r + "
+            f"{IMPROVED_OVERDRAFT_COST}·P(next job > r), P = (samples above r + 1)/(N + 1)), the larger of the rule on "
+            f"all samples and on the last {IMPROVED_WINDOW} (change detection), docs bump; warm start "
+            f"from the same task's previous operation (at most {IMPROVED_CARRIED} carried samples, moved up "
+            f"×{IMPROVED_CARRIED_SCALE}); a task never seen starts from the cluster prior of earlier operations "
+            f"(default {IMPROVED_DEFAULT} until the prior holds 200 samples)",
         },
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
         },
-        "digest_timings": digest_timings(3 if args.quick else 7),
-        "runs": {
-            f"seed{seed}_repeat{repeat}": run(operations, seed, args.p_abort, repeat, args.only)
-            for seed in seeds
-            for repeat in sorted({0.0, args.repeat})
-        },
+        "digest_timings": digest_timings(3 if args.quick else 5),
+        "runs": runs,
     }
     out["seconds"] = round(time.perf_counter() - started, 1)
-    print(json.dumps(out))
+    print(json.dumps(out), flush=True)
+    if args.plot:
+        plot({"runs": {k: v for k, v in runs.items() if "frontier" in v}}, args.plot)
 
 
 if __name__ == "__main__":
