@@ -87,6 +87,24 @@ class _BucketCounts:
             tree[i] += 1
             i += i & -i
 
+    def remove(self, bucket: int) -> None:
+        """Uncount one sample from ``bucket`` (which must hold one)."""
+        self.counts[bucket] -= 1
+        self.total -= 1
+        tree = self._tree
+        size = self.size
+        i = bucket + 1
+        while i <= size:
+            tree[i] -= 1
+            i += i & -i
+
+    def copy(self) -> _BucketCounts:
+        """An independent copy (no rebuild)."""
+        twin = _BucketCounts.__new__(_BucketCounts)
+        twin.size, twin.total, twin._top = self.size, self.total, self._top
+        twin.counts, twin._tree = list(self.counts), list(self._tree)
+        return twin
+
     def prefix_below(self, threshold: float) -> int:
         """The largest ``k`` such that buckets ``0 … k−1`` together hold fewer than ``threshold`` samples."""
         tree = self._tree
@@ -206,6 +224,15 @@ class LogDigest:
         if bucket is not None:
             self._counts.add(bucket)
 
+    def discard_sample(self, value: float) -> bool:
+        """Uncount one earlier sample of this value (a pooltree extension for sliding windows; YTsaurus never
+        removes samples). Returns whether a sample was removed (invalid values and empty buckets: no)."""
+        bucket = self.bucket_index(value)
+        if bucket is None or self._counts.counts[bucket] == 0:
+            return False
+        self._counts.remove(bucket)
+        return True
+
     def get_quantile(self, q: float) -> float:
         """The α-quantile: upper edge of the bucket holding the ⌈α·N⌉-th sample; default while empty."""
         q = _check_quantile(q)
@@ -254,7 +281,9 @@ class LogDigest:
         best = self.upper_bound
         above = counts[last]  # samples in the last bucket sit at or beyond the upper bound
         per_sample = cost / (total + 1)
-        floor = self.lower_bound
+        # No candidate lies below the upper edge of the lowest non-empty bucket.
+        lowest = self._counts.prefix_below(1)
+        floor = edges[lowest + 1] if lowest < last else self.upper_bound
         # Buckets above the largest sample's bucket only lower the candidate edge down to that bucket's edge.
         highest = min(self._counts.prefix_below(total), last)
         for k in range(min(highest, last - 1), -1, -1):
@@ -302,8 +331,13 @@ class LogDigest:
         }
 
     def copy(self) -> LogDigest:
-        """An independent digest with the same configuration and counters."""
-        return LogDigest.from_state(self.to_state())
+        """An independent digest with the same configuration and counters (the edges list is shared: it is
+        never modified)."""
+        twin = LogDigest.__new__(LogDigest)
+        for name in LogDigest.__slots__:
+            setattr(twin, name, getattr(self, name))
+        twin._counts = self._counts.copy()
+        return twin
 
     def to_state(self) -> dict[str, Any]:
         """Plain-data state (config plus counters) for snapshots and warm starts."""

@@ -21,7 +21,7 @@ Choices where the sources are silent, all documented on the names below:
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -73,6 +73,9 @@ class MemoryDigestSettings:
     with ``P = (samples above r + 1) / (N + 1)`` (the chance that the next of exchangeable jobs beats the
     sample order statistic below *r*) and ``P = 0`` at the limit. A tight task thus gets a high quantile almost
     free, a wide one a lower quantile: the reserve an overdraft is worth ``user_job_overdraft_cost × limit``.
+    ``user_job_recent_window`` (pooltree opt-in, 0 = off) is change detection for drifting tasks: a second
+    digest holds the last W user-job samples, and once it has ``min(W, 10)`` of them the factor is the larger
+    of the rule on all samples and the rule on the recent ones (usage that rises is followed within W jobs).
     """
 
     user_job_memory_digest_precision: float = 0.01
@@ -87,6 +90,7 @@ class MemoryDigestSettings:
     user_job_reserve_margin: float = 1.0
     user_job_reserve_rule: ReserveRule = "quantile"
     user_job_overdraft_cost: float = 2.0
+    user_job_recent_window: int = 0
 
     def __post_init__(self) -> None:
         _number(
@@ -126,6 +130,9 @@ class MemoryDigestSettings:
                 f"must be one of {', '.join(RESERVE_RULES)}, got {self.user_job_reserve_rule!r}",
             )
         _number(self.user_job_overdraft_cost, "user_job_overdraft_cost", low=0, high=1000, low_open=True)
+        window = self.user_job_recent_window
+        if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= 100_000:
+            raise ConfigError("user_job_recent_window", f"expected an integer in [0, 100000], got {window!r}")
 
     @classmethod
     def from_mapping(
@@ -429,6 +436,17 @@ class TaskMemoryReserve:
             self.warm_started = self._apply_warm_start(warm_start)
         self._running: dict[Hashable, JobMemoryReserve] = {}
         self._restarts: dict[Hashable, RestartReserve] = {}
+        window = self.settings.user_job_recent_window
+        self._recent: deque[float] = deque()
+        self.recent_user_job_digest: LogDigest | None = None
+        if window:
+            self.recent_user_job_digest = LogDigest(
+                o.user_job_digest_lower_bound,
+                1.0,
+                self.settings.user_job_memory_digest_precision,
+                o.user_job_digest_default_value,
+                path="user_job_memory_digest",
+            )
         self.resource_overdraft_count = 0
 
     def _apply_warm_start(self, state: WarmStartState) -> bool:
@@ -460,11 +478,16 @@ class TaskMemoryReserve:
         lower = digest.lower_bound
         if digest.sample_count == 0 and self.cold_start_prior is not None:
             digest = self.cold_start_prior
-        if self.settings.user_job_reserve_rule == "overdraft_cost":
-            factor = overdraft_cost_reserve(digest, self.settings.user_job_overdraft_cost)
-        else:
-            factor = digest.get_quantile(self.settings.user_job_memory_reserve_quantile)
+        factor = self._apply_rule(digest)
+        recent = self.recent_user_job_digest
+        if recent is not None and recent.sample_count >= min(self.settings.user_job_recent_window, 10):
+            factor = max(factor, self._apply_rule(recent))
         return min(max(factor, lower) * self.settings.user_job_reserve_margin, 1.0)
+
+    def _apply_rule(self, digest: LogDigest) -> float:
+        if self.settings.user_job_reserve_rule == "overdraft_cost":
+            return overdraft_cost_reserve(digest, self.settings.user_job_overdraft_cost)
+        return digest.get_quantile(self.settings.user_job_memory_reserve_quantile)
 
     def job_proxy_reserve_factor(self) -> float:
         """The job-proxy factor for a new job: the job-proxy digest quantile."""
@@ -538,7 +561,7 @@ class TaskMemoryReserve:
         user = self._check_memory(user_job_max_memory, "user_job/max_memory")
         proxy = self._check_memory(job_proxy_max_memory, "job_proxy/max_memory")
         if user is not None:
-            self.user_job_digest.add_sample(self._user_job_ratio(user))
+            self._add_user_job_sample(self._user_job_ratio(user))
         if proxy is not None:
             self.job_proxy_digest.add_sample(self._job_proxy_ratio(proxy))
         if cookie is not None:
@@ -556,6 +579,15 @@ class TaskMemoryReserve:
             raise PooltreeError("use on_job_aborted_resource_overdraft for resource_overdraft aborts")
         if cookie is not None:
             self._running.pop(cookie, None)
+
+    def _add_user_job_sample(self, value: float) -> None:
+        self.user_job_digest.add_sample(value)
+        recent = self.recent_user_job_digest
+        if recent is not None and recent.bucket_index(value) is not None:
+            recent.add_sample(value)
+            self._recent.append(value)
+            if len(self._recent) > self.settings.user_job_recent_window:
+                recent.discard_sample(self._recent.popleft())
 
     def _overdraft_sample(self, ratio: float, factor: float) -> float:
         bump = self.settings.memory_digest_resource_overdraft_factor
@@ -604,7 +636,7 @@ class TaskMemoryReserve:
         if user is not None:
             ratio = self._user_job_ratio(user)
             sample = self._overdraft_sample(ratio, reserve.user_job_reserve_factor) if blame_user else ratio
-            self.user_job_digest.add_sample(sample)
+            self._add_user_job_sample(sample)
         if proxy is not None:
             ratio = self._job_proxy_ratio(proxy)
             sample = self._overdraft_sample(ratio, reserve.job_proxy_reserve_factor) if blame_proxy else ratio

@@ -133,3 +133,43 @@ def test_carried_scale_moves_warm_start_up() -> None:
     assert info.value.path == "carried_scale"
     with pytest.raises(ConfigError):
         MemoryDigestWarmStartStore(min_prior_samples=0)
+
+
+def test_recent_window_follows_rising_usage() -> None:
+    plain = MemoryDigestSettings()
+    windowed = MemoryDigestSettings(user_job_recent_window=20)
+    a = TaskMemoryReserve(TaskMemoryOptions.from_spec({"memory_limit": "1Gi"}, plain), plain)
+    b = TaskMemoryReserve(TaskMemoryOptions.from_spec({"memory_limit": "1Gi"}, windowed), windowed)
+    for i in range(200):  # usage ramps from 0.2 to 0.8 of the limit
+        ratio = 0.2 + 0.6 * i / 199
+        a.on_job_completed(ratio * GiB)
+        b.on_job_completed(ratio * GiB)
+    assert b.recent_user_job_digest is not None and b.recent_user_job_digest.sample_count == 20
+    # all 200 samples: p95 is the 190th (≈ 0.77); the last 20: p95 is their 19th (≈ 0.797)
+    assert a.user_job_reserve_factor() < 0.78 < b.user_job_reserve_factor()
+    assert b.user_job_reserve_factor() == b.recent_user_job_digest.get_quantile(0.95)
+    assert b.user_job_digest.sample_count == 200
+    with pytest.raises(ConfigError) as info:
+        MemoryDigestSettings(user_job_recent_window=-1)
+    assert info.value.path == "user_job_recent_window"
+
+
+def test_recent_window_never_lowers_the_reserve_below_the_whole_digest() -> None:
+    windowed = MemoryDigestSettings(user_job_recent_window=10)
+    t = TaskMemoryReserve(TaskMemoryOptions.from_spec({"memory_limit": "1Gi"}, windowed), windowed)
+    for i in range(100):  # usage falls: the all-time quantile keeps the reserve
+        t.on_job_completed((0.8 - 0.6 * i / 99) * GiB)
+    assert t.user_job_reserve_factor() == pytest.approx(t.user_job_digest.get_quantile(0.95))
+
+
+def test_discard_sample_and_copy() -> None:
+    digest = LogDigest(0.05, 1.0, 0.01, 0.5)
+    for v in (0.1, 0.2, 0.2, 0.7):
+        digest.add_sample(v)
+    twin = digest.copy()
+    assert digest.discard_sample(0.7) and digest.get_quantile(1.0) < 0.3
+    assert not digest.discard_sample(0.7) and not digest.discard_sample(-1.0)
+    assert digest.sample_count == 3 and digest.get_quantile(1.0) == digest.get_quantile_linear(1.0)
+    assert twin.sample_count == 4 and twin.get_quantile(1.0) > 0.7  # the copy is independent
+    twin.add_sample(0.9)
+    assert digest.sample_count == 3 and twin.to_state()["sample_count"] == 5
