@@ -378,15 +378,10 @@ def policies() -> dict[str, Callable[[], Callable[[Operation], object]]]:
         return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT, store=store)
 
     def improved(cost: float = IMPROVED_OVERDRAFT_COST, warm: bool = True, window: int = IMPROVED_WINDOW):
-        settings = MemoryDigestSettings(
-            overdraft_sample_variant="docs",
-            user_job_reserve_rule="overdraft_cost",
-            user_job_overdraft_cost=cost,
-            user_job_recent_window=window,
+        settings = MemoryDigestSettings.pooltree_improved(
+            user_job_overdraft_cost=cost, user_job_recent_window=window
         )
-        store = MemoryDigestWarmStartStore(
-            capacity=100_000, max_carried_samples=IMPROVED_CARRIED, carried_scale=IMPROVED_CARRIED_SCALE
-        )
+        store = MemoryDigestWarmStartStore.pooltree_improved(capacity=100_000)
         if not warm:
             return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT)
         return lambda op: YtDigest(op, settings, default=IMPROVED_DEFAULT, store=store, cold_prior=True)
@@ -443,9 +438,12 @@ ABORT_POLICIES = ("yt_p95_code", "pooltree_improved")
 
 IMPROVED_CARRIED = 50  # carried samples: enough to size the first wave, few enough to be outvoted quickly
 IMPROVED_DEFAULT = 1.0  # a task never seen, before the cluster prior fills, starts at its full limit
-IMPROVED_OVERDRAFT_COST = 2.0  # an overdraft is worth 2 × memory_limit of reserve (the overdraft_cost rule)
-IMPROVED_WINDOW = 40
-IMPROVED_CARRIED_SCALE = 1.1  # carried samples move up 10 %: runs of a task drift (σ 0.1 in this trace)
+_PRESET = MemoryDigestSettings.pooltree_improved()
+IMPROVED_OVERDRAFT_COST = _PRESET.user_job_overdraft_cost  # an overdraft is worth 2 × memory_limit of reserve
+IMPROVED_WINDOW = _PRESET.user_job_recent_window  # change detection over the last 40 samples
+IMPROVED_CARRIED_SCALE = (
+    MemoryDigestWarmStartStore.pooltree_improved().carried_scale
+)  # runs drift (σ 0.1 here)
 
 
 class PerJobOracle:

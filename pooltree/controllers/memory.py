@@ -135,6 +135,24 @@ class MemoryDigestSettings:
             raise ConfigError("user_job_recent_window", f"expected an integer in [0, 100000], got {window!r}")
 
     @classmethod
+    def pooltree_improved(cls, **overrides: Any) -> MemoryDigestSettings:
+        """pooltree's improved policy (opt-in; the defaults stay YTsaurus): the docs bump, the
+        ``overdraft_cost`` rule with cost 2 and change detection over the last 40 samples.
+
+        Chosen by ``bench/memory_reserve.py``: on the memory-digest.md §5 trace it needs less reserve than the
+        quantile rule at equal overdraft (see pooltree/controllers/ARCHITECTURE.md). Pair it with
+        :meth:`MemoryDigestWarmStartStore.pooltree_improved` for warm starts and the cluster prior.
+        """
+        values: dict[str, Any] = {
+            "overdraft_sample_variant": "docs",
+            "user_job_reserve_rule": "overdraft_cost",
+            "user_job_overdraft_cost": 2.0,
+            "user_job_recent_window": 40,
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
     def from_mapping(
         cls, data: Mapping[str, Any] | None, path: str = "controller_agent"
     ) -> MemoryDigestSettings:
@@ -740,6 +758,11 @@ class MemoryDigestWarmStartStore:
             raise ConfigError(
                 "min_prior_samples", f"expected an integer >= 1, got {self.min_prior_samples!r}"
             )
+
+    @classmethod
+    def pooltree_improved(cls, capacity: int = 1024) -> MemoryDigestWarmStartStore:
+        """The store of pooltree's improved policy: at most 50 carried samples, moved up ×1.1."""
+        return cls(capacity=capacity, max_carried_samples=50, carried_scale=1.1)
 
     @staticmethod
     def key(user: str, pool: str, task: str) -> WarmStartKey:

@@ -173,3 +173,21 @@ def test_discard_sample_and_copy() -> None:
     assert twin.sample_count == 4 and twin.get_quantile(1.0) > 0.7  # the copy is independent
     twin.add_sample(0.9)
     assert digest.sample_count == 3 and twin.to_state()["sample_count"] == 5
+
+
+def test_pooltree_improved_presets() -> None:
+    settings = MemoryDigestSettings.pooltree_improved()
+    assert (
+        settings.user_job_reserve_rule,
+        settings.user_job_overdraft_cost,
+        settings.user_job_recent_window,
+    ) == (
+        "overdraft_cost",
+        2.0,
+        40,
+    )
+    assert settings.overdraft_sample_variant == "docs"
+    assert MemoryDigestSettings().user_job_reserve_rule == "quantile"  # the default stays YTsaurus
+    assert MemoryDigestSettings.pooltree_improved(user_job_overdraft_cost=3.0).user_job_overdraft_cost == 3.0
+    store = MemoryDigestWarmStartStore.pooltree_improved()
+    assert (store.max_carried_samples, store.carried_scale) == (50, 1.1)
