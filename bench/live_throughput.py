@@ -11,7 +11,10 @@ reads the jobs back with ``list_jobs``. Reported per run:
 * ``first_job_latency_ms`` p50/p99: the first job of each operation - the operation's start (pure scheduling
   latency: a node heartbeat has to come, so it is bounded by the heartbeat period unless a job finishes);
 * ``get_operation_ms`` p50/p99: ``--clients`` concurrent httpx clients (asyncio) each sending sequential
-  ``get_operation`` requests for ``--get-seconds`` seconds (bounded count too) after the operations finished.
+  ``get_operation`` requests for ``--get-seconds`` seconds (bounded count too) after the operations finished;
+  ``get_operation_one_client`` is the same with one client first (the service time without queueing). The
+  headline uses plain asyncio keep-alive connections; ``get_operation_httpx`` repeats it with one shared
+  ``httpx.AsyncClient``, whose own CPU cost dominates at 50 concurrent requests on a 2-core machine.
 
 The whole run is repeated ``--repeat`` times; the median run by jobs/s is the headline, every run is listed.
 
@@ -143,6 +146,71 @@ async def _get_operation_load(url: str, op_ids: list[str], clients: int, seconds
         await asyncio.gather(*(requester(client, i) for i in range(clients)))
         elapsed = time.monotonic() - began
     return {
+        "client": "httpx.AsyncClient",
+        "requests": len(latencies),
+        "errors": errors,
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "p50_ms": _quantile_ms(latencies, 0.5),
+        "p99_ms": _quantile_ms(latencies, 0.99),
+        "max_ms": _quantile_ms(latencies, 1.0),
+    }
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
+    }
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size = int((await reader.readline()).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                return status
+    await reader.readexactly(int(headers.get("content-length", "0")))
+    return status
+
+
+async def _get_operation_load_raw(
+    url: str, op_ids: list[str], clients: int, seconds: float
+) -> dict[str, Any]:
+    """Like ``_get_operation_load`` over plain asyncio keep-alive connections (one per client): httpx's own
+    per-request CPU cost on this 2-core machine is larger than the server's, so it would measure the client."""
+    host, port = url.removeprefix("http://").split(":")
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def requester(index: int) -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for count in range(MAX_REQUESTS_PER_CLIENT):
+                if time.monotonic() >= deadline:
+                    return
+                op_id = op_ids[(index + count) % len(op_ids)]
+                request = (
+                    f"GET /api/v4/get_operation?operation_id={op_id} HTTP/1.1\r\nHost: {host}\r\n"
+                    'X-YT-Output-Format: "json"\r\n\r\n'
+                ).encode()
+                began = time.perf_counter()
+                writer.write(request)
+                await writer.drain()
+                status = await asyncio.wait_for(_read_response(reader), 30)
+                latencies.append(time.perf_counter() - began)
+                if status != 200:
+                    errors += 1
+        finally:
+            writer.close()
+
+    began = time.monotonic()
+    await asyncio.gather(*(requester(i) for i in range(clients)))
+    elapsed = time.monotonic() - began
+    return {
+        "client": "asyncio keep-alive",
         "requests": len(latencies),
         "errors": errors,
         "requests_per_second": round(len(latencies) / elapsed, 1),
@@ -189,7 +257,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 finishes += [_ts(job["finish_time"]) for job in completed]
             total_jobs = args.jobs * args.operations
             span = max(finishes) - min(op_start.values())
-            load = asyncio.run(_get_operation_load(local.url, op_ids, args.clients, args.get_seconds))
+            single = asyncio.run(_get_operation_load_raw(local.url, op_ids, 1, min(2.0, args.get_seconds)))
+            load = asyncio.run(_get_operation_load_raw(local.url, op_ids, args.clients, args.get_seconds))
+            load_httpx = asyncio.run(_get_operation_load(local.url, op_ids, args.clients, args.get_seconds))
         finally:
             local.close()
     return {
@@ -200,6 +270,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         "start_to_running_ms": {"p50": _quantile_ms(to_running, 0.5), "p99": _quantile_ms(to_running, 0.99)},
         "first_job_latency_ms": {"p50": _quantile_ms(first_job, 0.5), "p99": _quantile_ms(first_job, 0.99)},
         "get_operation": load,
+        "get_operation_one_client": single,
+        "get_operation_httpx": load_httpx,
     }
 
 
