@@ -1,16 +1,24 @@
 """The exec-node job executor: each job a real process group in its own sandbox, measured and policed.
 
 ``JobExecutor`` starts ``/bin/sh -c <command>`` in a new session (so the job's process group and session are
-its own), with stdout/stderr written to files next to the job's sandbox. The filesystem work and the launch run
-in a worker thread, so the event loop (heartbeats, other jobs) never waits on the disk; the exit is noticed
-through a pidfd on the loop, the job's process group is killed while the root is still an unreaped zombie (so its
-id cannot have been reused), and one scan of the process table per batch of exits finds whatever escaped the
-group. One sampler task measures every
+its own), with stdout/stderr written to files next to the job's sandbox. One sampler task measures every
 running job's process tree each ``memory_sample_period`` seconds and hands the numbers to the node memory
 arbitration (a pure policy): jobs above ``memory_limit`` fail with "Memory limit exceeded", and on an
 overdrafted node jobs above their reserve are aborted with ``resource_overdraft``. ``interrupt`` delivers the
 operation's ``interruption_signal`` and kills the job if it does not finish within the timeout; ``abort`` sends
 SIGTERM, then SIGKILL after a short grace. Every path ends by killing whatever is left of the job's processes.
+
+Per-job costs are kept off the event loop (heartbeats and the other jobs share it):
+
+* ``start`` only registers the job; the sandbox, the output files and the fork run on launcher threads
+  (``wait_running`` waits for them). An abort or interruption that arrives first is applied once the process
+  exists.
+* The exit is noticed through a pidfd on the loop. The job's process group is SIGKILLed while the root is still
+  an unreaped zombie (until it is reaped, its pid, and so the group id, cannot belong to anyone else), then one
+  scan of the process table per batch of exits finds members that left the group; only if some are alive does
+  the executor fall back to killing round by round.
+* Deleting a directory costs milliseconds of disk latency: a finished sandbox (before its result is published)
+  and a forgotten job's directory are renamed into ``<root>/.trash`` and deleted by background threads.
 
 ``job_proxy/max_memory`` is the size of the executor's own bookkeeping for the job (its record, measured with
 ``sys.getsizeof``); the shared interpreter is not split between jobs, and there is no separate proxy process.
@@ -57,6 +65,7 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_SHUTDOWN_REASON = "node_shutdown"
 TRASH_DIRECTORY = ".trash"
 CLEANUP_THREADS = 4
+LAUNCH_THREADS = 4
 
 _log = logging.getLogger(__name__)
 
@@ -200,6 +209,11 @@ class JobExecutor:
             CLEANUP_THREADS, thread_name_prefix="pooltree-node-cleanup"
         )
         self._removals: set[concurrent.futures.Future] = set()
+        # Sandboxes, output files and forks of new jobs, and the cleanup of finished ones, on threads of their
+        # own: they never queue behind the node's other blocking work (or the slow deletions above).
+        self._launcher = concurrent.futures.ThreadPoolExecutor(
+            LAUNCH_THREADS, thread_name_prefix="pooltree-node-launch"
+        )
         self.node_memory_limit = float(node_memory_limit)
         self.memory_sample_period = float(memory_sample_period)
         self.abort_grace = float(abort_grace)
@@ -273,7 +287,9 @@ class JobExecutor:
         argv = self.meter.argv(spec.job_id, shell_script(spec))
         env = job_environment(spec, job.sandbox)
         try:
-            job.process = await asyncio.to_thread(self._launch, job, argv, env)
+            job.process = await asyncio.get_running_loop().run_in_executor(
+                self._launcher, self._launch, job, argv, env
+            )
         except (OSError, subprocess.SubprocessError) as error:
             job.launched.set_result(None)
             if job.verdict is None:
@@ -375,6 +391,7 @@ class JobExecutor:
         if removals:
             await asyncio.wait(removals, timeout=timeout)
         self._cleaner.shutdown(wait=False)
+        self._launcher.shutdown(wait=False)
 
     # ----------------------------------------------------------------------------------------------- queries
 
@@ -602,7 +619,7 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
-        stderr_size = await asyncio.to_thread(self._clean_up, job)
+        stderr_size = await asyncio.get_running_loop().run_in_executor(self._launcher, self._clean_up, job)
         result = JobResult(
             job_id=spec.job_id,
             operation_id=spec.operation_id,

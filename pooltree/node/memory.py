@@ -1,4 +1,4 @@
-"""Memory of a job's whole process tree: a per-job cgroup v2 when the node may create one, else psutil.
+"""Memory of a job's whole process tree: a per-job cgroup v2 when the node may create one, else ``/proc``.
 
 Both meters answer the same questions for the executor: how to launch the job so it is tracked, how much memory
 the job uses now and at its peak, and which processes belong to it (so every one of them can be killed).
@@ -6,9 +6,10 @@ the job uses now and at its peak, and which processes belong to it (so every one
 * ``CgroupMeter`` puts each job in ``<parent>/job-<id>``: usage is ``memory.current`` minus reclaimable
   ``inactive_file`` (page cache the kernel drops before it runs out of memory), ``memory.max`` holds
   ``memory_limit`` so the kernel enforces it between samples, and ``memory.events: oom_kill`` reveals that it did.
-* ``ProcessTreeMeter`` (named ``psutil`` for compatibility; it reads ``/proc`` directly) sums RSS over the job's session (``start_new_session`` makes the job's root the session
-  leader) plus every descendant ever seen, and takes each process's ``VmHWM`` (its own peak RSS) into the
-  peak, so a short spike of one process between two samples is still counted.
+* ``ProcessTreeMeter`` (still named ``psutil``, the name configs and heartbeats use; it reads ``/proc``
+  directly, which is several times cheaper) sums RSS over the job's session (``start_new_session`` makes the
+  job's root the session leader) plus every descendant ever seen, and takes each process's ``VmHWM`` (its own
+  peak RSS) into the peak, so a short spike of one process between two samples is still counted.
 """
 
 from __future__ import annotations
