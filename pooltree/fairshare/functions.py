@@ -21,6 +21,8 @@ R = 5
 LIMIT_TOLERANCE = 1e-12
 # Near-collinear points are merged when the deviation is below this (CompressFunctionEpsilon).
 COMPRESS_EPSILON = 1e-12
+# Suggestions below this are rounding noise of (value − guarantee) and count as 0.
+ZERO_SUGGESTION = 1e-15
 
 
 @dataclass(slots=True)
@@ -256,6 +258,9 @@ def fair_share_by_suggestion(
         fits[wait] = xa[seg_pos[wait]]
         sigma_values[wait] = yb[seg_pos[wait]]
     s = np.maximum(0.0, (sigma_values - guarantee[point_owner]).max(axis=1))
+    # Suggestions within rounding noise of 0 are 0: the value at s = 0 is then the right limit there (the
+    # guarantee), whatever order the children's sums were accumulated in.
+    s[s < ZERO_SUGGESTION] = 0.0
 
     # Extend to s = 1 with the last value.
     counts = np.bincount(point_owner, minlength=n)

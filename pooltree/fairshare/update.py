@@ -248,6 +248,7 @@ class _Update:
         if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
         self.tree = _flatten(root)
+        self._base_functions: tuple[fn.FunctionBatch, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._read_inputs()
 
     # ---- inputs (b.1) -------------------------------------------------------------------------------
@@ -710,12 +711,32 @@ class _Update:
     def build_functions(
         self, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
     ) -> tuple[fn.FunctionBatch, np.ndarray]:
-        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up; returns batch and row map."""
+        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up; returns batch and row map.
+
+        The first build over the whole tree with the strong guarantees and limits shares is kept as the base:
+        later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
+        and their ancestors, and take every other function from the base.
+        """
         tree = self.tree
         n = len(tree.elements)
         batches: list[fn.FunctionBatch] = []
         batch_of = np.full(n, -1, dtype=np.int64)
         row_of = np.full(n, -1, dtype=np.int64)
+        base = self._base_functions
+        if base is not None:
+            base_fsbs, base_rows, base_guarantee, base_limits = base
+            member = np.zeros(n, dtype=bool)
+            member[elements] = True
+            dirty = member & (
+                np.any(guarantee != base_guarantee, axis=1) | np.any(limits != base_limits, axis=1)
+            )
+            for level in tree.parent_levels(bottom_up=True):
+                kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
+                dirty[level.parents] |= kids_dirty & member[level.parents]
+            batches.append(base_fsbs)
+            batch_of[:] = 0
+            row_of[:] = base_rows
+            elements = np.flatnonzero(dirty)
         ops = elements[tree.is_op[elements]]
         if len(ops):
             step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
@@ -729,7 +750,7 @@ class _Update:
             step &= allow
             fsbff = fn.operation_fair_share_by_fit_factor(self.usage_share[ops], self.demand_share[ops], step)
             batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops]))
-            batch_of[ops] = 0
+            batch_of[ops] = len(batches) - 1
             row_of[ops] = np.arange(len(ops))
         pools = elements[~tree.is_op[elements]]
         height = np.where(tree.is_op, 0, 1).astype(np.int64)
@@ -791,10 +812,12 @@ class _Update:
             row_of[level] = np.arange(len(level))
         # One batch, rows by element.
         combined = fn.concatenate(batches)
-        base = np.concatenate([[0], np.cumsum([b.size for b in batches])]).astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum([b.size for b in batches])]).astype(np.int64)
         rows = np.full(n, -1, dtype=np.int64)
         has = batch_of >= 0
-        rows[has] = base[batch_of[has]] + row_of[has]
+        rows[has] = offsets[batch_of[has]] + row_of[has]
+        if self._base_functions is None and len(elements) == n:
+            self._base_functions = (combined, rows, guarantee.copy(), limits.copy())
         return combined, rows
 
     def distribute(
@@ -989,7 +1012,11 @@ def update_fair_share(
     upd.compute_weights()
     upd.compute_estimated_guarantees()
     # Step 7: integral guarantees.
-    pis = _integral_shares(upd) if len(upd.integral_pools) else np.zeros((n, RESOURCE_COUNT))
+    pis = np.zeros((n, RESOURCE_COUNT))
+    if len(upd.integral_pools):
+        # The base functions (strong guarantees only); integral stages rebuild just the pools they change.
+        upd.build_functions(np.arange(n), upd.sgs, upd.limits_share)
+        pis = _integral_shares(upd)
     guarantee = upd.sgs + pis
     # Step 8: functions and the top-down distribution from the root with suggestion 1.
     fsbs, rows = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
