@@ -790,6 +790,19 @@ class Simulation:
         tree.pending_ops.discard(op.spec.id)
         self.active_ops -= 1
         for allocation in leftover:
+            self._emit(
+                {
+                    "event": "allocation_finished" if state == "completed" else "allocation_aborted",
+                    "time": self.now,
+                    "allocation_id": allocation.id,
+                    "operation_id": op.spec.id,
+                    "node": allocation.node_address,
+                    "state": "completed" if state == "completed" else "aborted",
+                    "reason": f"operation_{state}",
+                    "preemptor_operation_id": None,
+                    "tree": op.tree,
+                }
+            )
             job = self.jobs.get(allocation.id)
             if job is not None:
                 self._drop_job(job, "aborted" if state != "completed" else "completed")

@@ -111,11 +111,11 @@ def test_same_seed_gives_identical_outputs(mixed, tmp_path):
 
 def test_another_seed_changes_the_run(mixed, tmp_path):
     summary, _ = mixed
-    other = run(mixed_document(seed=12), tmp_path)
+    other = run(mixed_document(seed=12, until="30m"), tmp_path)
     assert _comparable(other) != _comparable(summary)
 
 
-def crowded_document() -> dict[str, Any]:
+def crowded_document(until: str = "30m") -> dict[str, Any]:
     """Every job peaks above its reserve: nodes run out of memory and abort jobs with resource_overdraft."""
     return mixed_document(
         operations=[
@@ -141,11 +141,12 @@ def crowded_document() -> dict[str, Any]:
             },
         ],
         node_failures=[{"address": "n-2", "at": "150s", "duration": "1m"}],
+        until=until,
     )
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: mixed_document(until="11m"), crowded_document], ids=["mixed", "crowded"]
+    "make", [lambda: mixed_document(until="10m"), lambda: crowded_document("6m")], ids=["mixed", "crowded"]
 )
 def test_skipping_heartbeats_and_updates_is_exact(make, tmp_path):
     document = make()
