@@ -4,10 +4,12 @@ scheduler mid-operation, kill a node and see its job rescheduled, SIGTERM a node
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,27 +18,41 @@ sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import PYTHON, Procs, client, free_port, state, vanilla, wait_for, yt_cli
 
 
+def _ts(text: str) -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
 def running_jobs(yt, op_id: str) -> list[dict]:
     return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
 
 
 def test_scheduler_killed_and_restarted_mid_operation(tmp_path: Path) -> None:
+    """Job 0 finishes while the scheduler is down (its report is re-sent), job 1 is still running at the restart
+    (re-attached): the operation completes with the same two jobs and nothing re-run."""
     procs = Procs(tmp_path)
     try:
         port = free_port()
         scheduler, url = procs.scheduler(tmp_path / "data", port)
-        procs.node(url, "n1")
+        node = procs.node(url, "n1")
         yt = client(url)
-        op_id = yt.run_operation(vanilla("sleep 3", 2), sync=False).id
+        command = 'if [ "$YT_JOB_INDEX" = 0 ]; then sleep 0.5; else sleep 7; fi'
+        op_id = yt.run_operation(vanilla(command, 2), sync=False).id
         wait_for(lambda: len(running_jobs(yt, op_id)) == 2)
         before = {job["id"] for job in running_jobs(yt, op_id)}
         procs.stop(scheduler, signal.SIGKILL)
+        time.sleep(1.5)
+        restarted_at = time.time()
         scheduler, url2 = procs.scheduler(tmp_path / "data", port)
         assert url2 == url
         wait_for(lambda: state(yt, op_id) == "completed", timeout=30)
         jobs = yt.list_jobs(op_id)["jobs"]
         assert {job["id"] for job in jobs} == before
         assert {job["state"] for job in jobs} == {"completed"}
+        finished = sorted(_ts(job["finish_time"]) for job in jobs)
+        assert finished[0] < restarted_at < finished[1]
+        log = next(tmp_path.glob("proc-*-node.log")).read_text()
+        assert "unreachable" in log and "re-registered" in log
+        assert node.poll() is None
     finally:
         procs.close()
 
