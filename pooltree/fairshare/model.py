@@ -70,6 +70,9 @@ class Pool(Element):
     fifo_sort_parameters: tuple[str, ...] = ("weight", "start_time")
     compute_promised_guarantee_fair_share: bool = False
     allow_gang_step_function: bool = True
+    # Priority tier of guarantee shrinking (b.4): kept before regular siblings; needs a donor ancestor (29002).
+    enable_priority_strong_guarantee_adjustment: bool = False
+    enable_priority_strong_guarantee_adjustment_donorship: bool = False
 
 
 @dataclass(eq=False)

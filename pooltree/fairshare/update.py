@@ -36,6 +36,7 @@ EPSILON = 1e-9  # "nearly dominates" inside the update (newest vector_hdrf Epsil
 GUARANTEES_OVERCOMMIT = 29000
 _DEFAULT_FIFO_SORT = ("weight", "start_time")
 NESTED_PROMISED_GUARANTEE_POOLS = 29001
+PRIORITY_POOLS_WITHOUT_DONOR = 29002
 
 
 def floating_point_inverse_lower_bound(lo: float, hi: float, predicate: Callable[[float], bool]) -> float:
@@ -637,13 +638,34 @@ class _Update:
             for k in over:
                 p = int(parents[k])
                 kids = np.array(tree.children(p))
-                child_sgs = sgs[kids].copy()
-                available = np.maximum(sgs[p], 0.0)
-                factor = floating_point_inverse_lower_bound(
-                    0.0, 1.0, lambda f, cs=child_sgs, av=available: bool(np.all((cs * f).sum(axis=0) <= av))
-                )
-                sgs[kids] = child_sgs * factor
+                sgs[kids] = _shrink_guarantees(sgs[kids].copy(), self.priority[kids], np.maximum(sgs[p], 0.0))
         self.sgs = sgs
+
+    def validate_priority_pools(self) -> None:
+        """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
+        tree = self.tree
+        n = len(tree.elements)
+        flagged = np.zeros(n, dtype=bool)
+        donor = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(~tree.is_op):
+            pool = tree.elements[i]
+            flagged[i] = bool(pool.enable_priority_strong_guarantee_adjustment)  # type: ignore[attr-defined]
+            donor[i] = bool(pool.enable_priority_strong_guarantee_adjustment_donorship)  # type: ignore[attr-defined]
+        # Whether some strict ancestor is a donor, top-down.
+        donor_above = np.zeros(n, dtype=bool)
+        for level in tree.parent_levels():
+            parents_donor = donor_above[level.parents] | donor[level.parents]
+            donor_above[level.children] = parents_donor[level.slot]
+        orphans = np.flatnonzero(flagged & ~donor_above)
+        if len(orphans):
+            self.errors.append(
+                PooltreeError(
+                    "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
+                    code=PRIORITY_POOLS_WITHOUT_DONOR,
+                    attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
+                )
+            )
+        self.priority = flagged & donor_above
 
     # ---- b.6 ----------------------------------------------------------------------------------------
     def compute_weights(self) -> None:
@@ -883,6 +905,33 @@ class _Update:
         return np.where(fifo, fifo_s, normal)
 
 
+def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:
+    """Largest f in [0, 1] with Σ shares × f ≤ available in every resource (binary search, b.4)."""
+    return floating_point_inverse_lower_bound(
+        0.0, 1.0, lambda f: bool(np.all((shares * f).sum(axis=0) <= available))
+    )
+
+
+def _shrink_guarantees(child_sgs: np.ndarray, priority: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Children's guarantees fitted into the parent's (b.4 tiers).
+
+    Priority-tier children keep theirs and the regular tier is scaled into what is left; if the priority tier
+    alone overflows, it is scaled and the regular tier gets nothing. Without priority children: one scaling.
+    """
+    if not np.any(priority):
+        return child_sgs * _guarantee_fit_factor(child_sgs, available)
+    out = child_sgs.copy()
+    first = child_sgs[priority]
+    first_sum = first.sum(axis=0)
+    if np.all(first_sum <= available):
+        rest = child_sgs[~priority]
+        out[~priority] = rest * _guarantee_fit_factor(rest, np.maximum(available - first_sum, 0.0))
+    else:
+        out[priority] = first * _guarantee_fit_factor(first, available)
+        out[~priority] = 0.0
+    return out
+
+
 def _hierarchical_available(upd: _Update, i: int, guarantee: np.ndarray) -> np.ndarray:
     """min over the element and its non-root ancestors of (limits share − guarantee share)."""
     result = np.ones(RESOURCE_COUNT)
@@ -1003,6 +1052,7 @@ def update_fair_share(
                 attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
             )
         )
+    upd.validate_priority_pools()
     # Steps 2-6.
     upd.compute_attributes()
     upd.infer_strong_guarantees()

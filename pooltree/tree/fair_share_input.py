@@ -174,6 +174,12 @@ def _pool_element(
         compute_promised_guarantee_fair_share=bool(config.compute_promised_guarantee_fair_share)
         if config
         else False,
+        enable_priority_strong_guarantee_adjustment=bool(
+            config is not None and config.enable_priority_strong_guarantee_adjustment
+        ),
+        enable_priority_strong_guarantee_adjustment_donorship=bool(
+            config is not None and config.enable_priority_strong_guarantee_adjustment_donorship
+        ),
     )
 
 
