@@ -37,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -209,6 +210,8 @@ class JobExecutor:
             CLEANUP_THREADS, thread_name_prefix="pooltree-node-cleanup"
         )
         self._removals: set[concurrent.futures.Future] = set()
+        self._forgetting: dict[str, concurrent.futures.Future] = {}
+        self._forgetting_lock = threading.Lock()
         # Sandboxes, output files and forks of new jobs, and the cleanup of finished ones, on threads of their
         # own: they never queue behind the node's other blocking work (or the slow deletions above).
         self._launcher = concurrent.futures.ThreadPoolExecutor(
@@ -309,6 +312,10 @@ class JobExecutor:
 
     def _launch(self, job: _Job, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         """Worker thread: a fresh sandbox, the output files, the meter's setup, then the process itself."""
+        with self._forgetting_lock:
+            forgetting = self._forgetting.get(job.spec.job_id)
+        if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
+            concurrent.futures.wait([forgetting])
         try:
             job.directory.mkdir()
         except FileExistsError:  # left by an earlier run of this node
@@ -387,9 +394,11 @@ class JobExecutor:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
-        removals = [asyncio.wrap_future(future) for future in list(self._removals)]
-        if removals:
-            await asyncio.wait(removals, timeout=timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._removals and loop.time() < deadline:  # a forget's rename adds its deletion meanwhile
+            removals = [asyncio.wrap_future(future) for future in list(self._removals)]
+            await asyncio.wait(removals, timeout=max(deadline - loop.time(), 0.0))
         self._cleaner.shutdown(wait=False)
         self._launcher.shutdown(wait=False)
 
@@ -435,11 +444,30 @@ class JobExecutor:
         return self._tail(job_id, "stdout", limit)
 
     def forget(self, job_id: str) -> None:
-        """Drop a finished job's result and its directory (stdout, stderr, a kept sandbox)."""
+        """Drop a finished job's result now and its directory (stdout, stderr, a kept sandbox) in the background.
+
+        The directory is renamed into the trash on a cleanup thread, off the event loop; starting a job with
+        the same id waits for that rename, and ``shutdown`` waits for every deletion.
+        """
         if job_id in self._running:
             raise PooltreeError(f"job {job_id} is still running", attributes={"job_id": job_id})
         self._results.pop(job_id, None)
-        self._discard(self.root / job_id)
+        directory = self.root / job_id
+        try:
+            removal = self._cleaner.submit(self._discard, directory)
+        except RuntimeError:  # shut down: no background threads any more
+            self._discard(directory)
+            return
+        with self._forgetting_lock:
+            self._forgetting[job_id] = removal
+        self._removals.add(removal)
+        removal.add_done_callback(self._removals.discard)
+        removal.add_done_callback(lambda done: self._forgotten(job_id, done))
+
+    def _forgotten(self, job_id: str, removal: concurrent.futures.Future) -> None:
+        with self._forgetting_lock:
+            if self._forgetting.get(job_id) is removal:
+                del self._forgetting[job_id]
 
     # ----------------------------------------------------------------------------------------------- internals
 

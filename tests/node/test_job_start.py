@@ -52,7 +52,7 @@ def test_many_short_jobs_complete_and_leave_a_clean_root(tmp_path):
             assert ex.stdout(f"job-{index}") == b"out\n" and ex.stderr(f"job-{index}") == b"err\n"
             assert not (tmp_path / "slots" / f"job-{index}" / "sandbox").exists()
             ex.forget(f"job-{index}")
-            assert not (tmp_path / "slots" / f"job-{index}").exists(), "forget removes the directory at once"
+            assert ex.result(f"job-{index}") is None
             return result.state
 
         states = await asyncio.gather(*(one(index) for index in range(jobs)))
@@ -183,3 +183,19 @@ def test_meter_finds_members_born_after_earlier_scans():
         process.wait()
     meter.release("job-late")
     assert meter.leftovers(["job-late"]) == {}
+
+
+def test_a_forgotten_job_id_can_start_again(tmp_path):
+    # forget deletes in the background; a new start of the same id must not lose its fresh directory to it.
+    async def scenario():
+        async with executor(tmp_path) as ex:
+            outputs = []
+            for round_index in range(20):
+                await ex.start(spec("job-again", f"echo round {round_index}"))
+                result = await ex.wait("job-again", 10)
+                outputs.append((result.state, ex.stdout("job-again")))
+                ex.forget("job-again")
+            return outputs
+
+    outputs = run(scenario())
+    assert outputs == [(JobState.COMPLETED, f"round {index}\n".encode()) for index in range(20)]
