@@ -199,3 +199,19 @@ def test_a_forgotten_job_id_can_start_again(tmp_path):
 
     outputs = run(scenario())
     assert outputs == [(JobState.COMPLETED, f"round {index}\n".encode()) for index in range(20)]
+
+
+def test_exit_is_noticed_without_pidfds(tmp_path, monkeypatch):
+    # Kernels before 5.3 have no pidfd_open: the exit is awaited with waitid(WNOWAIT) in a thread instead,
+    # and the job's group is still killed before the root is reaped.
+    monkeypatch.delattr(os, "pidfd_open")
+
+    async def scenario():
+        async with executor(tmp_path) as ex:
+            await ex.start(spec("job-nopidfd", "sleep 304 & echo $!; exit 7"))
+            result = await ex.wait("job-nopidfd", 10)
+            return result, int(ex.stdout("job-nopidfd").split()[0])
+
+    result, pid = run(scenario())
+    assert result.state is JobState.FAILED and result.exit_code == 7
+    assert gone(pid)
