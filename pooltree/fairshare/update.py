@@ -94,6 +94,7 @@ class _Tree:
     child_count: np.ndarray
     is_op: np.ndarray
     level_start: np.ndarray  # level d occupies [level_start[d], level_start[d + 1])
+    _levels: list[_Level] | None = None
 
     def children(self, i: int) -> range:
         start = int(self.child_start[i])
@@ -101,6 +102,11 @@ class _Tree:
 
     def parent_levels(self, *, bottom_up: bool = False) -> list[_Level]:
         """Every depth level that has pools with children, with its children's contiguous block (top-down)."""
+        if self._levels is None:
+            self._levels = self._parent_levels()
+        return self._levels[::-1] if bottom_up else self._levels
+
+    def _parent_levels(self) -> list[_Level]:
         levels = []
         for d in range(len(self.level_start) - 2):
             lo, hi = self.level_start[d], self.level_start[d + 1]
@@ -118,16 +124,15 @@ class _Tree:
                     slot=np.repeat(np.arange(len(parents)), counts),
                 )
             )
-        return levels[::-1] if bottom_up else levels
+        return levels
 
     def subtree(self, i: int) -> np.ndarray:
         """Indices of i and its descendants, sorted (so levels stay in breadth-first order)."""
-        out = [i]
-        k = 0
-        while k < len(out):
-            out.extend(self.children(out[k]))
-            k += 1
-        return np.array(sorted(out), dtype=np.int64)
+        inside = np.zeros(len(self.ids), dtype=bool)
+        inside[i] = True
+        for level in self.parent_levels():
+            inside[level.children] |= inside[level.parents][level.slot]
+        return np.flatnonzero(inside)
 
 
 def _path(element: Element, field_name: str) -> str:
@@ -165,48 +170,58 @@ def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
 
 
 def _flatten(root: Pool) -> _Tree:
+    """Breadth-first order, built level by level: every pool's children are appended as one block."""
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
     elements: list[Element] = [root]
-    parent = [-1]
-    depth = [0]
-    child_start: list[int] = []
+    parent: list[int] = [-1]
     child_count: list[int] = []
-    seen: set[str] = set()
-    i = 0
-    while i < len(elements):
-        e = elements[i]
-        if e.id in seen:
-            raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
-        seen.add(e.id)
-        if isinstance(e, Pool):
-            child_start.append(len(elements))
-            child_count.append(len(e.children))
-            d = depth[i] + 1
-            for c in e.children:
-                if not isinstance(c, Pool | Operation):
-                    raise ConfigError(_path(e, "children"), f"child {c!r} is neither a Pool nor an Operation")
-                elements.append(c)
-                parent.append(i)
-                depth.append(d)
-        elif isinstance(e, Operation):
-            child_start.append(len(elements))
-            child_count.append(0)
-        else:
-            raise ConfigError("pools", f"element {e!r} is neither a Pool nor an Operation")
-        i += 1
-    depth_arr = np.array(depth, dtype=np.int64)
-    levels = int(depth_arr.max()) + 1
-    level_start = np.searchsorted(depth_arr, np.arange(levels + 1))
+    is_op: list[bool] = [False]
+    level_start = [0]
+    lo = 0
+    while lo < len(elements):
+        hi = len(elements)
+        level_start.append(hi)
+        for i in range(lo, hi):
+            if is_op[i]:
+                child_count.append(0)
+                continue
+            children = elements[i].children  # type: ignore[attr-defined]
+            child_count.append(len(children))
+            if not children:
+                continue
+            kinds = [isinstance(c, Operation) for c in children]
+            for c, op in zip(children, kinds, strict=True):
+                if not op and not isinstance(c, Pool):
+                    raise ConfigError(
+                        _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
+                    )
+            elements.extend(children)
+            parent.extend([i] * len(children))
+            is_op.extend(kinds)
+        lo = hi
+    if level_start[-1] == level_start[-2]:
+        level_start.pop()
+    ids = [e.id for e in elements]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        for e in elements:
+            if e.id in seen:
+                raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
+            seen.add(e.id)
+    counts = np.array(child_count, dtype=np.int64)
+    starts = np.concatenate([[1], 1 + np.cumsum(counts)[:-1]]).astype(np.int64)
+    level_arr = np.array(level_start, dtype=np.int64)
+    depth = np.repeat(np.arange(len(level_arr) - 1), np.diff(level_arr))
     return _Tree(
         elements=elements,
-        ids=[e.id for e in elements],
+        ids=ids,
         parent=np.array(parent, dtype=np.int64),
-        depth=depth_arr,
-        child_start=np.array(child_start, dtype=np.int64),
-        child_count=np.array(child_count, dtype=np.int64),
-        is_op=np.array([isinstance(e, Operation) for e in elements]),
-        level_start=level_start,
+        depth=depth,
+        child_start=starts,
+        child_count=counts,
+        is_op=np.array(is_op, dtype=bool),
+        level_start=level_arr,
     )
 
 
@@ -502,9 +517,8 @@ class _Update:
             self.volume[i] = volume
         # Free volume only ever reaches integral pools through a pool that distributes it.
         distributing = any(
-            e.integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
-            for i, e in enumerate(tree.elements)
-            if not tree.is_op[i] and i != 0
+            tree.elements[i].integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
+            for i in np.flatnonzero(~tree.is_op)[1:].tolist()
         )
         if len(self.integral_pools) and st.previous_update_time is not None and distributing:
             self._distribute_free_volume(overflow, acceptable)
