@@ -101,7 +101,8 @@ class PoolTreeConfig(ConfigModel):
     preemptive_scheduling_backoff: Duration = 5.0
     preemption_satisfaction_threshold: float = Field(default=1.0, gt=0.0)
     aggressive_preemption_satisfaction_threshold: float = Field(default=0.2, ge=0.0)
-    allocation_preemption_timeout: Duration = 10.0
+    # The CHYT seed: the standard interruption_timeout is 15 s (yt-semantics said 10 s; the seeds win).
+    allocation_preemption_timeout: Duration = 15.0
     allocation_graceful_preemption_timeout: Duration = 60.0
     enable_conditional_preemption: bool = True
     preemption_check_starvation: bool = True

@@ -62,7 +62,7 @@ class StrategyConfig:
     preemption_satisfaction_threshold: float = 1.0
     aggressive_preemption_satisfaction_threshold: float = 0.2
     preemptive_scheduling_backoff: float = 5.0
-    allocation_preemption_timeout: float = 10.0
+    allocation_preemption_timeout: float = 15.0
     allocation_graceful_preemption_timeout: float = 60.0
     min_spare_allocation_resources_on_node: Vector = field(default_factory=_default_min_spare)
     fifo_pool_scheduling_order: str = "satisfaction"

@@ -39,7 +39,9 @@ def test_tree_defaults_follow_ytsaurus() -> None:
     assert config.enable_aggressive_starvation is False
     assert config.preemption_satisfaction_threshold == 1.0
     assert config.aggressive_preemption_satisfaction_threshold == 0.2
-    assert config.allocation_preemption_timeout == 10.0
+    assert (
+        config.allocation_preemption_timeout == 15.0
+    )  # the CHYT seed: the standard interruption timeout is 15 s
     assert config.allocation_graceful_preemption_timeout == 60.0
     assert config.enable_pool_starvation and config.enable_conditional_preemption
     assert config.preemption_check_starvation and config.preemption_check_satisfaction
