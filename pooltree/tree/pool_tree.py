@@ -648,11 +648,17 @@ class PoolTree:
     # ------------------------------------------------------------------------------------ runtime parameters
 
     def pools_to_validate_on_pool_change(
-        self, op: TreeOperation, new_start: PoolElement
+        self, op: TreeOperation, new_start: PoolElement, *, lightweight_in_new: bool = False
     ) -> list[PoolElement]:
-        """New path pools to check (§f): all of them for a pending operation, else only the non-shared part."""
+        """New path pools to check (§f): all of them for a pending operation, else only the non-shared part.
+
+        A running operation that is lightweight where it is but not in the new pool starts counting toward the
+        running limits of the shared ancestors too, so the whole new path is checked for it.
+        """
         new_path = list(new_start.path)
         if not op.running:
+            return new_path
+        if op.lightweight and not lightweight_in_new:
             return new_path
         old_path = list(op.pool.path)
         while new_path and old_path and new_path[-1] is old_path[-1]:
@@ -696,7 +702,9 @@ class PoolTree:
         """§f: every pool of the new path (only the part not shared with the old one for a running operation)."""
         start = self._check_placement(placement, op.user)
         lightweight_in_new = self._is_lightweight(op.operation_type, placement.pool)
-        for element in self.pools_to_validate_on_pool_change(op, start):
+        for element in self.pools_to_validate_on_pool_change(
+            op, start, lightweight_in_new=lightweight_in_new
+        ):
             if element.operation_count >= element.max_operation_count:
                 what, limit = "Max operation count", element.max_operation_count
             elif (

@@ -171,3 +171,17 @@ def test_user_default_parent_pool_map_and_invalid_default_parent():
     start(trees, "h1", user="hank")  # q is FIFO → falls back; the default parent does not exist → root
     assert tree.pool_orchid("hank")["parent"] == "<Root>"
     assert "invalid_default_parent_pool" in tree.alerts
+
+
+def test_lightweight_operation_moving_to_a_regular_pool_is_checked_on_shared_ancestors():
+    """A running lightweight operation starts counting toward the shared ancestors' running limits when it moves
+    out of its lightweight pool, so a full ancestor refuses the move (found by the stateful test)."""
+    trees = make_trees(seed_document({"max_running_operation_count": 1}, extra_pools=LIGHT))
+    start(trees, "a0", "project-adhoc")
+    start(trees, "v0", "light", type="vanilla")
+    assert trees.trees["physical"].operation("v0").lightweight
+    with pytest.raises(PooltreeError, match=r'^Max running operation count of pool "<Root>" violated$'):
+        trees.update_operation_parameters("v0", {"pool": "project-batch"}, now=1)
+    tree = trees.trees["physical"]
+    assert tree.operation("v0").pool.name == "light" and tree.operation("v0").running
+    assert tree.pool("<Root>").running_operation_count == 1
