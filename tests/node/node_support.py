@@ -6,7 +6,12 @@ import asyncio
 import shlex
 import sys
 from collections.abc import Awaitable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from pooltree.node import JobExecutor, JobSpec
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -37,3 +42,23 @@ async def wait_for_output(executor, job_id: str, text: bytes, timeout: float = 1
         if loop.time() > deadline:
             raise AssertionError(f"job {job_id} did not print {text!r} within {timeout} s")
         await asyncio.sleep(0.02)
+
+
+def spec(job_id: str, command: str, operation_id: str = "op-1", **kwargs: Any) -> JobSpec:
+    """A job spec of operation ``operation_id`` running ``command``."""
+    return JobSpec(job_id=job_id, operation_id=operation_id, command=command, **kwargs)
+
+
+def executor(tmp_path: Path, **kwargs: Any) -> JobExecutor:
+    """An executor under ``tmp_path/slots`` sampling memory every 50 ms with the portable meter."""
+    kwargs.setdefault("memory_sample_period", 0.05)
+    kwargs.setdefault("memory_meter", "psutil")
+    return JobExecutor(tmp_path / "slots", **kwargs)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (no such process, or a zombie not yet reaped)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-from node_support import MiB, allocate, py, run, wait_for_output
+from node_support import MiB, allocate, executor, gone, py, run, spec, wait_for_output
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.node import JobExecutor, JobSpec, JobState
+from pooltree.node import JobExecutor, JobState
 from pooltree.node.job import ABORT_BY_SCHEDULER, MEMORY_LIMIT_EXCEEDED, RESOURCE_OVERDRAFT, USER_JOB_FAILED
 
 INTERRUPTIBLE = py(
@@ -22,23 +21,6 @@ INTERRUPTIBLE = py(
 STUBBORN = py(
     "import signal, time\nsignal.signal(signal.SIGUSR1, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(30)\n"
 )
-
-
-def spec(job_id: str, command: str, **kwargs) -> JobSpec:
-    return JobSpec(job_id=job_id, operation_id="op-1", command=command, **kwargs)
-
-
-def executor(tmp_path: Path, **kwargs) -> JobExecutor:
-    kwargs.setdefault("memory_sample_period", 0.05)
-    kwargs.setdefault("memory_meter", "psutil")
-    return JobExecutor(tmp_path / "slots", **kwargs)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_completed_job_captures_stdout_stderr_and_environment(tmp_path):

@@ -10,32 +10,13 @@ import asyncio
 import os
 import subprocess
 import time
-from pathlib import Path
 
-import psutil
 import pytest
-from node_support import py, run
+from node_support import executor, gone, py, run, spec
 
 from pooltree.errors import ConfigError
-from pooltree.node import JobExecutor, JobSpec, JobState
+from pooltree.node import JobState
 from pooltree.node.memory import ProcessTreeMeter, read_memory, read_process
-
-
-def spec(job_id: str, command: str, **kwargs) -> JobSpec:
-    return JobSpec(job_id=job_id, operation_id="op-fast", command=command, **kwargs)
-
-
-def executor(tmp_path: Path, **kwargs) -> JobExecutor:
-    kwargs.setdefault("memory_sample_period", 0.05)
-    kwargs.setdefault("memory_meter", "psutil")
-    return JobExecutor(tmp_path / "slots", **kwargs)
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_many_short_jobs_complete_and_leave_a_clean_root(tmp_path):
