@@ -276,7 +276,7 @@ def fair_share_by_suggestion(
     return compress(FunctionBatch(_offsets_from_counts(counts), s, values, fits))
 
 
-def compress(batch: FunctionBatch) -> FunctionBatch:
+def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:
     """Drop redundant points: trim both ends, keep only the limits of every jump, merge collinear points."""
     x, y, f = batch.x, batch.y, batch.f
     n = batch.size
@@ -308,7 +308,8 @@ def compress(batch: FunctionBatch) -> FunctionBatch:
         f = None if f is None else f[keep]
         count = len(x)
     counts = np.bincount(owner, minlength=n)
-    return compress_collinear(FunctionBatch(_offsets_from_counts(counts), x, y, f))
+    trimmed = FunctionBatch(_offsets_from_counts(counts), x, y, f)
+    return compress_collinear(trimmed) if collinear else trimmed
 
 
 def compress_collinear(batch: FunctionBatch) -> FunctionBatch:
@@ -439,7 +440,7 @@ def sum_functions(
     pos = np.cumsum(reps) - 1
     out_y[pos[has_jump]] = right[has_jump]
     counts = np.bincount(np.repeat(gp, reps), minlength=m)
-    return compress(FunctionBatch(_offsets_from_counts(counts), out_x, out_y))
+    return compress(FunctionBatch(_offsets_from_counts(counts), out_x, out_y), collinear=False)
 
 
 def evaluate(batch: FunctionBatch, rows: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
