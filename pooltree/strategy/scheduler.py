@@ -7,7 +7,7 @@ the stages of yt-semantics §e: graceful preemption, regular scheduling, preempt
 normal) and node overcommit.
 
 Hot path: choosing the best leaf operation uses one lazy min-heap of children per pool, keyed by satisfaction
-(or FIFO index). Starting an allocation only re-keys the operation and its ancestors; operations deactivated on
+(or FIFO index); equal keys go to the child served least recently, then tree order. Starting an allocation only re-keys the operation and its ancestors; operations deactivated on
 one node are popped aside and restored after the heartbeat. Nothing recomputes the whole tree per allocation.
 """
 
@@ -123,6 +123,8 @@ class _Element:
         "inactive_reason",
         "index",
         "is_op",
+        "keyed_start",
+        "last_start",
         "limited",
         "limits",
         "op",
@@ -160,9 +162,14 @@ class _Element:
         self.fifo_key = float(spec.fifo_index)
         self.use_fifo = False
         self.version = 0
+        self.last_start = 0
+        """Serial of the latest allocation started in this subtree: equal satisfactions go to the one served least
+        recently, so operations whose allocations finish together take turns instead of one always losing."""
+        self.keyed_start = 0
+        """``last_start`` as it is in this element's current entry of its parent's heap."""
         self.active = False
         self.excluded = -1
-        self.heap: list[tuple[float, int, int, _Element]] = []
+        self.heap: list[tuple[float, int, int, int, _Element]] = []
         self.status = SchedulingStatus.NORMAL
         self.starvation = StarvationStatus.NON_STARVING
         self.op: OperationRuntime | None = None
@@ -209,6 +216,7 @@ class TreeScheduler:
         self._elements: dict[str, _Element] = {}
         self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
         self._serial = 0
+        self._start_serial = 0
         self._event_sink = event_sink
         self.last_update_time: float | None = None
         self.publish(tree, now=None)
@@ -263,10 +271,14 @@ class TreeScheduler:
         self.config = tree.config
         self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())
         total = tuple(float(x) for x in tree.total_resources)
+        previous = getattr(self, "_elements", {})
         elements: dict[str, _Element] = {}
         for index, element_id in enumerate(tree.order):
             spec = tree.elements[element_id]
             element = _Element(spec, index, tree.effective[element_id])
+            before = previous.get(element_id)
+            if before is not None:
+                element.last_start = before.last_start
             if spec.parent is not None:
                 parent = elements[spec.parent]
                 element.parent = parent
@@ -482,16 +494,16 @@ class TreeScheduler:
                 ):
                     element.op.deactivation_reasons[element.inactive_reason.value] += 1
             else:
-                heap = [
-                    (self._key(child), child.index, child.version, child)
-                    for child in element.children
-                    if child.active
-                ]
+                heap = []
+                for child in element.children:
+                    if child.active:
+                        child.keyed_start = child.last_start
+                        heap.append((self._key(child), child.last_start, child.index, child.version, child))
                 heapq.heapify(heap)
                 element.heap = heap
                 if heap:
                     element.active = True
-                    element.sat = heap[0][3].sat
+                    element.sat = heap[0][4].sat
                 else:
                     element.active = False
                     element.sat = INFINITE_SATISFACTION_RATIO
@@ -500,8 +512,8 @@ class TreeScheduler:
         heap = composite.heap
         while heap:
             entry = heap[0]
-            child = entry[3]
-            if entry[2] != child.version or not child.active:
+            child = entry[4]
+            if entry[3] != child.version or not child.active:
                 heapq.heappop(heap)
                 continue
             if current is not None and child.excluded == current.serial:
@@ -514,14 +526,18 @@ class TreeScheduler:
         best = self._peek(composite, current)
         active = best is not None
         sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
-        if active == composite.active and sat == composite.sat:
+        if (
+            active == composite.active
+            and sat == composite.sat
+            and composite.keyed_start == composite.last_start
+        ):
             return False
         composite.active = active
         composite.sat = sat
         composite.version += 1
         parent = composite.parent
         if parent is not None and active:
-            heapq.heappush(parent.heap, (self._key(composite), composite.index, composite.version, composite))
+            self._push(parent, composite)
         return True
 
     def _propagate(self, element: _Element, current: _Pass | None) -> None:
@@ -543,8 +559,13 @@ class TreeScheduler:
         element.version += 1
         parent = element.parent
         if parent is not None and element.active:
-            heapq.heappush(parent.heap, (self._key(element), element.index, element.version, element))
+            self._push(parent, element)
         self._propagate(element, current)
+
+    def _push(self, parent: _Element, child: _Element) -> None:
+        """A fresh heap entry for ``child``: (key, least recently served first, tree order, version)."""
+        child.keyed_start = child.last_start
+        heapq.heappush(parent.heap, (self._key(child), child.last_start, child.index, child.version, child))
 
     def _best_leaf(self, current: _Pass) -> _Element | None:
         element = self._elements[ROOT_ID]
@@ -843,6 +864,11 @@ class TreeScheduler:
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         self.allocations[allocation.id] = allocation
+        self._start_serial += 1
+        cursor: _Element | None = element
+        while cursor is not None:
+            cursor.last_start = self._start_serial
+            cursor = cursor.parent
         self._charge(allocation, runtime, element)
         self._refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
@@ -969,8 +995,8 @@ class TreeScheduler:
             for child in children[element]:
                 sat, leaf = best(child)
                 key = child.fifo_key if child.use_fifo else sat
-                options.append((key, child.index, sat, leaf))
-            _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1]))
+                options.append((key, child.last_start, child.index, sat, leaf))
+            _, _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1], o[2]))
             memo[element] = (sat, leaf)
             return memo[element]
 
