@@ -80,14 +80,18 @@ def row_all(m: np.ndarray) -> np.ndarray:
     return m[:, 0] & m[:, 1] & m[:, 2] & m[:, 3] & m[:, 4]
 
 
-def sort_by_group(key: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Order by ``group`` then ``key`` (as ``np.lexsort((key, group))``, ties kept in input order).
+def sort_by_group(key: np.ndarray, group: np.ndarray, *, stable: bool = True) -> np.ndarray:
+    """Order by ``group`` then ``key`` (as ``np.lexsort((key, group))``).
 
-    Two stable passes: the key sort, then a stable integer sort of the groups, which numpy does much faster
-    than ``lexsort`` on float keys.
+    Two passes: the key sort, then a stable integer sort of the groups (a radix sort when the group ids fit
+    in 16 bits), which numpy does much faster than ``lexsort`` on float keys. ``stable=False`` lets equal
+    (group, key) pairs come in any (deterministic) order, for callers that only sum such ties.
     """
-    by_key = np.argsort(key, kind="stable")
-    return by_key[np.argsort(group[by_key], kind="stable")]
+    by_key = np.argsort(key, kind="stable" if stable else "quicksort")
+    groups = group[by_key]
+    if len(groups) and groups.min() >= 0 and groups.max() < 1 << 16:
+        groups = groups.astype(np.uint16)
+    return by_key[np.argsort(groups, kind="stable")]
 
 
 def _offsets_from_counts(counts: np.ndarray) -> np.ndarray:
@@ -446,7 +450,7 @@ def sum_functions(
     ev_jump = np.concatenate(
         [np.zeros((int(tilted.sum()), R)), np.zeros((int(tilted.sum()), R)), dy[jump], zeros_m, zeros_m]
     )
-    order = sort_by_group(ev_pos, ev_parent)
+    order = sort_by_group(ev_pos, ev_parent, stable=False)  # equal positions are summed
     ev_pos, ev_parent = ev_pos[order], ev_parent[order]
     ev_slope, ev_jump = ev_slope[order], ev_jump[order]
     new_group = np.ones(len(ev_pos), dtype=bool)
