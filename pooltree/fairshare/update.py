@@ -169,6 +169,24 @@ def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
     return arr
 
 
+def _weights(elements: list[Element], weights: list[Any]) -> np.ndarray:
+    """Configured weights as floats (NaN where unset); a bad weight is an error naming its element."""
+    kinds = set(map(type, weights))
+    if kinds <= {float, int, type(None)}:
+        arr = np.array(weights, dtype=float)  # None becomes NaN
+        unset = weights.count(None)
+        if int(np.isnan(arr).sum()) == unset and bool(
+            np.all(np.isnan(arr) | (np.isfinite(arr) & (arr >= 0)))
+        ):
+            return arr
+    for e, w in zip(elements, weights, strict=True):
+        if w is None:
+            continue
+        if not (isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0):
+            raise ConfigError(_path(e, "weight"), f"must be a non-negative finite number, got {w!r}")
+    return np.array([np.nan if w is None else float(w) for w in weights], dtype=float)
+
+
 def _flatten(root: Pool) -> _Tree:
     """Breadth-first order, built level by level: every pool's children are appended as one block."""
     if not isinstance(root, Pool):
@@ -277,19 +295,11 @@ class _Update:
         is_op = tree.is_op
         op_idx = np.flatnonzero(is_op)
         pool_idx = np.flatnonzero(~is_op)
-        ops: list[Operation] = [elements[i] for i in op_idx]  # type: ignore[misc]
-        pools: list[Pool] = [elements[i] for i in pool_idx]  # type: ignore[misc]
+        ops: list[Operation] = [elements[i] for i in op_idx.tolist()]  # type: ignore[misc]
+        pools: list[Pool] = [elements[i] for i in pool_idx.tolist()]  # type: ignore[misc]
         main = RESOURCES.index(self.settings.main_resource)
         weights = [e.weight for e in elements]
-        weight_cfg = np.array([np.nan if w is None else w for w in weights], dtype=object)
-        for i, w in enumerate(weight_cfg):
-            if w is np.nan:
-                continue
-            if not (isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0):
-                raise ConfigError(
-                    _path(elements[i], "weight"), f"must be a non-negative finite number, got {weights[i]!r}"
-                )
-        weight_cfg = weight_cfg.astype(float)
+        weight_cfg = _weights(elements, weights)
         msr = np.array([e.max_share_ratio for e in elements], dtype=float)
         bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
         if len(bad):
@@ -303,9 +313,8 @@ class _Update:
                 _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
             )
         specified = [e.specified_resource_limits for e in elements]
-        tag = [
-            total if e.tag_filter_resource_limits is None else e.tag_filter_resource_limits for e in elements
-        ]
+        tag_rows = [e.tag_filter_resource_limits for e in elements]
+        tagged = [i for i, row in enumerate(tag_rows) if row is not None]
         usage = np.zeros((n, RESOURCE_COUNT))
         demand = np.zeros((n, RESOURCE_COUNT))
         strong = np.zeros((n, RESOURCE_COUNT))
@@ -358,7 +367,11 @@ class _Update:
         self.usage = usage
         self.demand = demand
         self.specified_limits = _stack(elements, "specified_resource_limits", specified)
-        self.tag_limits = _stack(elements, "tag_filter_resource_limits", tag)
+        self.tag_limits = np.tile(total, (n, 1))
+        if tagged:
+            self.tag_limits[tagged] = _stack(
+                [elements[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
+            )
         self.strong_config = strong
         for name, arr, allow_inf in (
             ("usage", self.usage, False),
