@@ -1,15 +1,34 @@
-"""Build the strategy's `SchedulingTree` from the pool tree runtime and one fair-share result."""
+"""Build the strategy's `SchedulingTree` from the pool tree runtime and one fair-share result.
+
+Per update only the shares change for most elements; the rest of an element's spec (parent, limits, starvation and
+preemption options, effective thresholds, tag filter) is a function of the pool tree's immutable configuration
+objects. A `BuildCache` keeps those static parts keyed by the exact objects they were computed from (configs and
+specs are frozen models, `Resources` vectors are immutable), so an unchanged element costs one key comparison.
+Shares are read in bulk from the result's arrays (``result.elements.arrays`` / ``.index``) when it offers them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from pooltree.config import TagFilter
-from pooltree.resources import Vector
+from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, StrategyConfig
+
+_SPEC_FIELDS = (
+    "scheduling_tag_filter",
+    "enable_aggressive_starvation",
+    "max_unpreemptible_allocation_count",
+    "preemption_mode",
+    "interruption_signal",
+)
+"""The operation spec fields the static part reads (here and in ``operation_effective_parameters``)."""
+_BELOW = SchedulingStatus.BELOW_FAIR_SHARE
+_NORMAL = SchedulingStatus.NORMAL
 
 
 def _option(source: Any, name: str, default: Any = None) -> Any:
@@ -19,13 +38,150 @@ def _option(source: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
+def _spec_values(spec: Any) -> tuple[Any, ...]:
+    """The `_SPEC_FIELDS` values of an operation spec (a frozen model or a plain map), for the cache key."""
+    if spec is None:
+        return ()
+    if isinstance(spec, Mapping):
+        return tuple(spec.get(name) for name in _SPEC_FIELDS)
+    return tuple(getattr(spec, name, None) for name in _SPEC_FIELDS)
+
+
+def _frozen(array: Vector | None) -> Vector | None:
+    """A read-only copy: cached vectors are shared by the specs of many updates, nobody may change them."""
+    if array is None:
+        return None
+    out = np.array(array, dtype=float)
+    out.flags.writeable = False
+    return out
+
+
 def _limits(config: Any) -> Vector | None:
     limits = _option(config, "resource_limits")
     vector = getattr(limits, "vector", limits)
     if vector is None:
         return None
     array = np.asarray(vector, dtype=float)
-    return array if np.any(np.isfinite(array)) else None
+    return _frozen(array) if np.any(np.isfinite(array)) else None
+
+
+class BuildCache:
+    """Static spec parts of pools and operations from previous builds, keyed by the objects they depend on.
+
+    Owned by one `SchedulerCore` (one pool tree); entries of elements gone from the tree are dropped per build.
+    """
+
+    def __init__(self) -> None:
+        self.pools: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.operations: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+
+
+class _Shares:
+    """Per-element published values of one fair-share result: (fair_share, demand_share, status, weight, fifo)."""
+
+    def __init__(self, elements: Mapping[str, Any]):
+        arrays = getattr(elements, "arrays", None)
+        index = getattr(elements, "index", None)
+        self._elements = elements
+        self._index: Mapping[str, int] | None = None
+        if isinstance(arrays, Mapping) and isinstance(index, Mapping):
+            # one copy of each array: specs hold row views, independent of the result object
+            self._fair_share = np.array(arrays["fair_share"], dtype=float)
+            self._demand_share = np.array(arrays["demand_share"], dtype=float)
+            self._below = np.asarray(arrays["below"], dtype=bool).tolist()
+            self._weight = np.asarray(arrays["weight"], dtype=float).tolist()
+            self._fifo = arrays["fifo_index"]
+            self._index = index
+
+    def get(self, element_id: str) -> tuple[Vector, Vector, SchedulingStatus, float, int] | None:
+        index = self._index
+        if index is not None:
+            i = index.get(element_id)
+            if i is None:
+                return None
+            fifo = self._fifo.get(i)
+            return (
+                self._fair_share[i],
+                self._demand_share[i],
+                _BELOW if self._below[i] else _NORMAL,
+                self._weight[i],
+                int(fifo or 0),
+            )
+        share = self._elements.get(element_id)
+        if share is None:
+            return None
+        return (
+            np.array(share.fair_share, dtype=float),
+            np.array(share.demand_share, dtype=float),
+            SchedulingStatus(share.scheduling_status),
+            float(share.weight),
+            int(share.fifo_index or 0),
+        )
+
+
+def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
+    pool_config = pool.config if pool.config is not None else pool.ephemeral_config
+    threshold = _option(pool_config, "non_preemptible_resource_usage_threshold")
+    return {
+        "id": ROOT_ID if pool.is_root else pool_name,
+        "parent": None if pool.is_root else (ROOT_ID if pool.parent.is_root else pool.parent.name),
+        "kind": "pool",
+        "specified_resource_limits": None if pool.is_root else _limits(pool_config),
+        "fifo": pool.mode == "fifo",
+        "fair_share_starvation_tolerance": None
+        if pool.is_root
+        else _option(pool_config, "fair_share_starvation_tolerance"),
+        "fair_share_starvation_timeout": None
+        if pool.is_root
+        else _option(pool_config, "fair_share_starvation_timeout"),
+        "enable_aggressive_starvation": _option(pool_config, "enable_aggressive_starvation"),
+        "non_preemptible_resource_usage_threshold": None
+        if pool.is_root or threshold is None
+        else _frozen(pool_tree.effective_parameters(pool_name).non_preemptible_resource_usage_threshold),
+        "allow_normal_preemption": _option(pool_config, "allow_normal_preemption"),
+        "allow_aggressive_preemption": _option(pool_config, "allow_aggressive_preemption"),
+    }
+
+
+def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
+    spec = op.spec
+    tag_text = str(_option(spec, "scheduling_tag_filter", "") or "")
+    tag_filter = (
+        TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
+    )
+    params = pool_tree.operation_effective_parameters(op_id)
+    return {
+        "id": op_id,
+        "parent": ROOT_ID if op.pool.is_root else op.pool.name,
+        "kind": "operation",
+        "specified_resource_limits": _limits({"resource_limits": op.resource_limits}),
+        "schedulable": bool(op.running and not op.suspended),
+        "start_time": float(op.start_time),
+        "enable_aggressive_starvation": True
+        if _option(spec, "enable_aggressive_starvation", False)
+        else None,
+        "non_preemptible_resource_usage_threshold": _frozen(params.non_preemptible_resource_usage_threshold),
+        "preemption_mode": str(_option(spec, "preemption_mode", "normal")),
+        "scheduling_tag_filter": tag_filter,
+        "interruption_signal": _option(spec, "interruption_signal"),
+    }
+
+
+def _cached(
+    store: dict[str, tuple[tuple[Any, ...], dict[str, Any]]],
+    seen: set[str],
+    name: str,
+    key: tuple[Any, ...],
+    compute: Any,
+) -> dict[str, Any]:
+    seen.add(name)
+    entry = store.get(name)
+    # tuple equality tests identity first, so unchanged objects compare in O(length)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    static = compute()
+    store[name] = (key, static)
+    return static
 
 
 def scheduling_tree_from_runtime(
@@ -33,74 +189,114 @@ def scheduling_tree_from_runtime(
     result: Any,
     total_resources: Vector,
     config: StrategyConfig | None = None,
+    *,
+    cache: BuildCache | None = None,
 ) -> SchedulingTree:
     """Snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a FairShareResult).
 
     Pools pass their own starvation/preemption options (the snapshot resolves inheritance); operations pass
     their spec's preemption mode, scheduling tag filter, interruption signal and effective non-preemptible
-    usage threshold. Elements missing from ``result`` get zero fair share.
+    usage threshold. Elements missing from ``result`` get zero fair share. ``cache`` (kept by the caller between
+    updates of the same tree) skips recomputing the static part of elements whose configuration is unchanged.
     """
     name = pool_tree.name
     config = config or StrategyConfig.from_options(pool_tree.config, f"pool_trees.{name}.config")
-    shares = result.elements
+    cache = cache if cache is not None else BuildCache()
+    shares = _Shares(result.elements)
+    tree_config = pool_tree.config
     elements: list[ElementSpec] = []
+    # chain[pool name]: the configuration objects its effective parameters are resolved from (root first)
+    chain: dict[str, tuple[Any, ...]] = {}
+    seen: set[str] = set()
     for pool_name, pool in pool_tree.pools.items():
+        parent = pool.parent
+        parent_chain = (tree_config,) if parent is None else chain.get(parent.name)
+        if parent_chain is None:  # parent listed after the child: resolve its chain on the spot
+            parent_chain = _chain(parent, tree_config)
+        own_chain = (*parent_chain, pool.config)
+        chain[pool_name] = own_chain
+        key = (
+            pool,
+            pool.config,
+            pool.ephemeral_config,
+            pool.mode,
+            pool.is_root,
+            parent,
+            None if parent is None else parent.name,
+            own_chain,
+        )
+        static = _cached(
+            cache.pools,
+            seen,
+            pool_name,
+            key,
+            lambda pool_name=pool_name, pool=pool: _pool_static(pool_tree, pool_name, pool),
+        )
         share = shares.get(pool_name)
-        pool_config = pool.config if pool.config is not None else pool.ephemeral_config
-        element_id = ROOT_ID if pool.is_root else pool_name
-        threshold = _option(pool_config, "non_preemptible_resource_usage_threshold")
-        elements.append(
-            ElementSpec(
-                id=element_id,
-                parent=None if pool.is_root else (ROOT_ID if pool.parent.is_root else pool.parent.name),
-                kind="pool",
-                fair_share=np.array(share.fair_share, dtype=float) if share is not None else np.zeros(5),
-                demand_share=np.array(share.demand_share, dtype=float) if share is not None else None,
-                scheduling_status=SchedulingStatus(share.scheduling_status) if share is not None else None,
-                specified_resource_limits=None if pool.is_root else _limits(pool_config),
-                fifo=pool.mode == "fifo",
-                fair_share_starvation_tolerance=None
-                if pool.is_root
-                else _option(pool_config, "fair_share_starvation_tolerance"),
-                fair_share_starvation_timeout=None
-                if pool.is_root
-                else _option(pool_config, "fair_share_starvation_timeout"),
-                enable_aggressive_starvation=_option(pool_config, "enable_aggressive_starvation"),
-                non_preemptible_resource_usage_threshold=None
-                if pool.is_root or threshold is None
-                else pool_tree.effective_parameters(pool_name).non_preemptible_resource_usage_threshold,
-                allow_normal_preemption=_option(pool_config, "allow_normal_preemption"),
-                allow_aggressive_preemption=_option(pool_config, "allow_aggressive_preemption"),
+        if share is None:
+            elements.append(ElementSpec(**static, fair_share=np.zeros(RESOURCE_COUNT)))
+        else:
+            fair_share, demand_share, status, _, _ = share
+            elements.append(
+                ElementSpec(
+                    **static, fair_share=fair_share, demand_share=demand_share, scheduling_status=status
+                )
             )
-        )
+    _forget(cache.pools, seen)
+    seen = set()
     for op_id, op in pool_tree.operations.items():
-        share = shares.get(op_id)
+        op_pool = op.pool
+        pool_chain = chain.get(op_pool.name)
+        if pool_chain is None:
+            pool_chain = _chain(op_pool, tree_config)
         spec = op.spec
-        tag_text = str(_option(spec, "scheduling_tag_filter", "") or "")
-        tag_filter = (
-            TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
+        key = (
+            op,
+            _spec_values(spec),
+            tuple(np.asarray(op.resource_limits, dtype=float).tolist()),
+            op_pool,
+            op.running,
+            op.suspended,
+            op.start_time,
+            pool_chain,
         )
-        params = pool_tree.operation_effective_parameters(op_id)
-        elements.append(
-            ElementSpec(
-                id=op_id,
-                parent=ROOT_ID if op.pool.is_root else op.pool.name,
-                kind="operation",
-                fair_share=np.array(share.fair_share, dtype=float) if share is not None else np.zeros(5),
-                demand_share=np.array(share.demand_share, dtype=float) if share is not None else None,
-                scheduling_status=SchedulingStatus(share.scheduling_status) if share is not None else None,
-                specified_resource_limits=_limits({"resource_limits": op.resource_limits}),
-                weight=float(share.weight) if share is not None else 1.0,
-                fifo_index=int(share.fifo_index or 0) if share is not None else 0,
-                schedulable=bool(op.running and not op.suspended),
-                start_time=float(op.start_time),
-                enable_aggressive_starvation=True
-                if _option(spec, "enable_aggressive_starvation", False)
-                else None,
-                non_preemptible_resource_usage_threshold=params.non_preemptible_resource_usage_threshold,
-                preemption_mode=str(_option(spec, "preemption_mode", "normal")),
-                scheduling_tag_filter=tag_filter,
-                interruption_signal=_option(spec, "interruption_signal"),
+        static = _cached(
+            cache.operations,
+            seen,
+            op_id,
+            key,
+            lambda op_id=op_id, op=op: _operation_static(pool_tree, op_id, op),
+        )
+        share = shares.get(op_id)
+        if share is None:
+            elements.append(ElementSpec(**static, fair_share=np.zeros(RESOURCE_COUNT)))
+        else:
+            fair_share, demand_share, status, weight, fifo_index = share
+            elements.append(
+                ElementSpec(
+                    **static,
+                    fair_share=fair_share,
+                    demand_share=demand_share,
+                    scheduling_status=status,
+                    weight=weight,
+                    fifo_index=fifo_index,
+                )
             )
-        )
+    _forget(cache.operations, seen)
     return SchedulingTree(total_resources, elements, config, name=name)
+
+
+def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:
+    """Configuration objects of ``pool`` and its ancestors, root first, after the tree's config."""
+    configs = []
+    cursor = pool
+    while cursor is not None:
+        configs.append(cursor.config)
+        cursor = cursor.parent
+    return (tree_config, *reversed(configs))
+
+
+def _forget(store: dict[str, Any], seen: set[str]) -> None:
+    if len(store) > len(seen):
+        for stale in [name for name in store if name not in seen]:
+            del store[stale]

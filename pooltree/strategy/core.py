@@ -16,7 +16,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.resources import Vector, zeros
-from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatResult, NodeHeartbeat
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
@@ -55,6 +55,7 @@ class SchedulerCore:
         self.node_limits: dict[str, Vector] = {}
         self.fair_share_state: Any = None
         self.last_result: Any = None
+        self._build_cache = BuildCache()
         self.strategy = TreeScheduler(
             SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
         )
@@ -181,7 +182,9 @@ class SchedulerCore:
         result = function(root, total, settings, now, self.fair_share_state)
         self.fair_share_state = getattr(result, "state", None)
         self.last_result = result
-        tree = scheduling_tree_from_runtime(self.pool_tree, result, total, self.config)
+        tree = scheduling_tree_from_runtime(
+            self.pool_tree, result, total, self.config, cache=self._build_cache
+        )
         self.strategy.publish(tree, now)
         return result
 
