@@ -430,26 +430,32 @@ def sum_functions(
 
     finite = np.isfinite(scale)[owner]
     seg = np.flatnonzero((owner[:-1] == owner[1:]) & finite[:-1])
-    so = owner[seg]
-    xa = x[seg] * scale[so] + shift[so]
-    xb = x[seg + 1] * scale[so] + shift[so]
+    # Position of every point of a finite-scale child on the parent's axis.
+    pts = np.flatnonzero(finite)
+    po = owner[pts]
+    pos = np.zeros(len(x))
+    pos[pts] = x[pts] * scale[po] + shift[po]
+    xa = pos[seg]
+    xb = pos[seg + 1]
     dy = y[seg + 1] - y[seg]
     dx = xb - xa
     # Near-vertical pieces are jumps: their huge slopes would only add rounding noise to the running sums.
     jump = dx <= 1e-13 * np.maximum(1.0, np.abs(xb))
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = np.where(jump[:, None], 0.0, dy / np.where(jump, 1.0, dx)[:, None])
-    ps = parent_slot[so]
-    tilted = ~jump
-    ev_pos = np.concatenate([xa[tilted], xb[tilted], xa[jump], np.zeros(m), right_bound])
-    ev_parent = np.concatenate([ps[tilted], ps[tilted], ps[jump], np.arange(m), np.arange(m)])
+    # One event per child point: the slope change there (next piece's slope minus the previous one's)
+    # and the jump that starts there. Points where neither changes add nothing to the sum.
+    change = np.zeros((len(x), R))
+    change[seg] = slope
+    change[seg + 1] -= slope
+    jumps = np.zeros((len(x), R))
+    jumps[seg[jump]] = dy[jump]
+    active = np.flatnonzero(row_any(change != 0) | row_any(jumps != 0))
     zeros_m = np.zeros((m, R))
-    ev_slope = np.concatenate(
-        [slope[tilted], -slope[tilted], np.zeros((int(jump.sum()), R)), zeros_m, zeros_m]
-    )
-    ev_jump = np.concatenate(
-        [np.zeros((int(tilted.sum()), R)), np.zeros((int(tilted.sum()), R)), dy[jump], zeros_m, zeros_m]
-    )
+    ev_pos = np.concatenate([pos[active], np.zeros(m), right_bound])
+    ev_parent = np.concatenate([parent_slot[owner[active]], np.arange(m), np.arange(m)])
+    ev_slope = np.concatenate([change[active], zeros_m, zeros_m])
+    ev_jump = np.concatenate([jumps[active], zeros_m, zeros_m])
     order = sort_by_group(ev_pos, ev_parent, stable=False)  # equal positions are summed
     ev_pos, ev_parent = ev_pos[order], ev_parent[order]
     ev_slope, ev_jump = ev_slope[order], ev_jump[order]
