@@ -288,18 +288,21 @@ def fair_share_by_suggestion(
     src = np.concatenate([seg, seg[extra_seg], ends])[merge]
     point_owner = seg_owner[seg_pos]
 
-    is_seg_point = kind == 0
-    sp = np.where(is_seg_point, seg_pos, 0)
-    t_col = t_all[:, None]
-    lo = t_all < 0.5
-    interp = np.where(lo[:, None], ya[sp] + dy[sp] * t_col, yb[sp] - dy[sp] * (1.0 - t_col))
-    values = np.where((t_all == 0)[:, None], y[src], interp)
-    values = np.where((kind == 2)[:, None], y[src], values)
-    fits = np.where(kind == 0, np.where(t_all == 0, x[src], xa[sp] + (xb[sp] - xa[sp]) * t_all), x[src])
+    # Segment starts and function ends are existing points; only points inside a segment are interpolated.
+    values = y[src]
+    fits = x[src]
+    inside = np.flatnonzero((kind == 0) & (t_all != 0))
+    if len(inside):
+        sp = seg_pos[inside]
+        t_in = t_all[inside]
+        t_col = t_in[:, None]
+        values[inside] = np.where(t_col < 0.5, ya[sp] + dy[sp] * t_col, yb[sp] - dy[sp] * (1.0 - t_col))
+        fits[inside] = xa[sp] + (xb[sp] - xa[sp]) * t_in
     # Vertical "wait" point: value stays at the left limit, suggestion already at the right limit.
-    wait = kind == 1
-    sigma_values = values.copy()
-    if np.any(wait):
+    wait = np.flatnonzero(kind == 1)
+    sigma_values = values
+    if len(wait):
+        sigma_values = values.copy()
         values[wait] = ya[seg_pos[wait]]
         fits[wait] = xa[seg_pos[wait]]
         sigma_values[wait] = yb[seg_pos[wait]]
