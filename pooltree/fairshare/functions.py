@@ -208,7 +208,11 @@ def _envelope_breakpoints(
 
 
 def fair_share_by_suggestion(
-    fsbff: FunctionBatch, guarantee_share: np.ndarray, limits_share: np.ndarray
+    fsbff: FunctionBatch,
+    guarantee_share: np.ndarray,
+    limits_share: np.ndarray,
+    *,
+    merge_collinear: bool = True,
 ) -> FunctionBatch:
     """FSBS = FSBFF ∘ MFFBS on [0, 1] for every function of the batch, with MFFBS carried in ``f``.
 
@@ -218,6 +222,9 @@ def fair_share_by_suggestion(
     and cut where the curve first exceeds the limits. Jumps of FSBFF become "wait, then jump" (the value
     stays at the left limit until the suggestion covers the right limit); flat parts of sigma become jumps
     of FSBS whose left value is taken (left-continuity).
+
+    ``merge_collinear=False`` skips the collinear pass of ``compress`` (operations' functions, built from
+    the closed form, almost never have collinear points: 8 of 56,000 in the 1k/10k benchmark).
     """
     n = fsbff.size
     offsets, x, y = fsbff.offsets, fsbff.x, fsbff.y
@@ -322,7 +329,7 @@ def fair_share_by_suggestion(
     values = np.insert(values, insert_at, values[last_out[need_tail]], axis=0)
     fits = np.insert(fits, insert_at, fits[last_out[need_tail]])
     counts[tail_owner] += 1
-    return compress(FunctionBatch(_offsets_from_counts(counts), s, values, fits))
+    return compress(FunctionBatch(_offsets_from_counts(counts), s, values, fits), collinear=merge_collinear)
 
 
 def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:

@@ -798,7 +798,9 @@ class _Update:
             )
             step &= allow
             fsbff = fn.operation_fair_share_by_fit_factor(self.usage_share[ops], self.demand_share[ops], step)
-            batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops]))
+            batches.append(
+                fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops], merge_collinear=False)
+            )
             batch_of[ops] = len(batches) - 1
             row_of[ops] = np.arange(len(ops))
         pools = elements[~tree.is_op[elements]]
