@@ -243,6 +243,17 @@ def _flatten(root: Pool) -> _Tree:
     )
 
 
+def _child_ranges(tree: _Tree, pools: np.ndarray) -> np.ndarray:
+    """Children of ``pools``, pool by pool (each pool's children are one contiguous block)."""
+    counts = tree.child_count[pools]
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    block = np.zeros(len(pools) + 1, dtype=np.int64)
+    np.cumsum(counts, out=block[1:])
+    return np.repeat(tree.child_start[pools] - block[:-1], counts) + np.arange(total)
+
+
 def _sum_children_into(tree: _Tree, values: np.ndarray, *, own: bool = False) -> None:
     """Bottom-up, in place: values[p] = Σ values[children of p] (``own``: values[p] += that sum, subtree totals)."""
     for level in tree.parent_levels(bottom_up=True):
@@ -817,13 +828,7 @@ class _Update:
         for h in np.unique(height[pools]):
             level = pools[height[pools] == h]
             counts = tree.child_count[level]
-            kids = (
-                np.concatenate(
-                    [np.arange(tree.child_start[p], tree.child_start[p] + tree.child_count[p]) for p in level]
-                )
-                if counts.sum()
-                else np.zeros(0, dtype=np.int64)
-            )
+            kids = _child_ranges(tree, level)
             slot = np.repeat(np.arange(len(level)), counts)
             parent_of = tree.parent[kids]
             fifo_child = self.fifo[parent_of]
@@ -889,9 +894,7 @@ class _Update:
             target = values[pools]
             fit = fits[pools]  # type: ignore[index]
             counts = tree.child_count[parents]
-            kids = np.concatenate(
-                [np.arange(tree.child_start[p], tree.child_start[p] + tree.child_count[p]) for p in parents]
-            )
+            kids = _child_ranges(tree, parents)
             slot = np.repeat(np.arange(len(parents)), counts)
             ks = self._child_suggestions(parents, kids, slot, fit)
             kv, kf = fn.evaluate(fsbs, rows[kids], ks)
