@@ -901,12 +901,35 @@ class Simulation:
         """Remember the values published at ``now`` (they hold until the next update)."""
         result = tree.core.last_result
         starvation = tree.core.strategy.starvation
-        values = {}
+        values: dict[str, tuple[float, float, float, str, str]] = {}
         elements = result.elements
         if self.timeline_sink is not None and self.timeline_operations:
             ids: Any = elements
         else:
             ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
+            arrays = getattr(elements, "arrays", None)
+            index = getattr(elements, "index", None)
+            if arrays is not None and index is not None:
+                # pools only, read from the update's arrays in one pass (same values as the per-element path)
+                present = [element_id for element_id in ids if element_id in index]
+                rows = [index[element_id] for element_id in present]
+                fair = arrays["fair_share"][rows].tolist()
+                usage = arrays["usage_share"][rows].tolist()
+                demand = arrays["demand_share"][rows].tolist()
+                below = arrays["below"][rows].tolist()
+                for k, element_id in enumerate(present):
+                    state = starvation.get(element_id)
+                    values[element_id] = (
+                        max(fair[k]),
+                        max(usage[k]),
+                        max(demand[k]),
+                        "below_fair_share" if below[k] else "normal",
+                        state.status.value if state is not None else "non_starving",
+                    )
+                    if element_id not in tree.pool_set:
+                        tree.pool_set.add(element_id)
+                        tree.pools.append(element_id)
+                ids = ()
         for element_id in ids:
             element = elements.get(element_id)
             if element is None:
@@ -934,9 +957,16 @@ class Simulation:
         tree.matrix = matrix
         if tree.acc.shape[0] < len(tree.pools):
             tree.acc = np.vstack([tree.acc, np.zeros((len(tree.pools) - tree.acc.shape[0], 6))])
-        root = result.elements.get(ROOT)
-        if root is not None:
-            tree.last_root = (np.array(root.resource_usage, dtype=float), tree.core.total_resources)
+        index = getattr(elements, "index", None)
+        arrays = getattr(elements, "arrays", None)
+        if index is not None and arrays is not None:
+            if ROOT in index:
+                usage_row = np.array(arrays["resource_usage"][index[ROOT]], dtype=float)
+                tree.last_root = (usage_row, tree.core.total_resources)
+        else:
+            root = elements.get(ROOT)
+            if root is not None:
+                tree.last_root = (np.array(root.resource_usage, dtype=float), tree.core.total_resources)
 
     def _sample(self, now: float, *, final: bool = False) -> None:
         """Integrate the values held since the previous sample (time-weighted means, starving time)."""
