@@ -193,33 +193,36 @@ def _flatten(root: Pool) -> _Tree:
         raise ConfigError("pools", "the root must be a Pool")
     elements: list[Element] = [root]
     parent: list[int] = [-1]
-    child_count: list[int] = []
+    pool_counts: list[tuple[int, int]] = []  # (pool index, number of children); operations have none
     is_op: list[bool] = [False]
     level_start = [0]
-    lo = 0
-    while lo < len(elements):
-        hi = len(elements)
-        level_start.append(hi)
-        for i in range(lo, hi):
-            if is_op[i]:
-                child_count.append(0)
-                continue
+    level_pools = [0]
+    while level_pools:
+        level_start.append(len(elements))
+        next_pools: list[int] = []
+        for i in level_pools:
             children = elements[i].children  # type: ignore[attr-defined]
-            child_count.append(len(children))
             if not children:
                 continue
+            count = len(children)
+            pool_counts.append((i, count))
+            base = len(elements)
             kinds = [isinstance(c, Operation) for c in children]
-            for c, op in zip(children, kinds, strict=True):
-                if not op and not isinstance(c, Pool):
-                    raise ConfigError(
-                        _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
-                    )
+            if not all(kinds):
+                for k, (c, op) in enumerate(zip(children, kinds, strict=True)):
+                    if op:
+                        continue
+                    if not isinstance(c, Pool):
+                        raise ConfigError(
+                            _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
+                        )
+                    next_pools.append(base + k)
             elements.extend(children)
-            parent.extend([i] * len(children))
+            parent.extend([i] * count)
             is_op.extend(kinds)
-        lo = hi
-    if level_start[-1] == level_start[-2]:
-        level_start.pop()
+        level_pools = next_pools
+    if len(elements) > level_start[-1]:
+        level_start.append(len(elements))
     ids = [e.id for e in elements]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
@@ -227,7 +230,10 @@ def _flatten(root: Pool) -> _Tree:
             if e.id in seen:
                 raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
             seen.add(e.id)
-    counts = np.array(child_count, dtype=np.int64)
+    counts = np.zeros(len(elements), dtype=np.int64)
+    if pool_counts:
+        index, number = zip(*pool_counts, strict=True)
+        counts[list(index)] = number
     starts = np.concatenate([[1], 1 + np.cumsum(counts)[:-1]]).astype(np.int64)
     level_arr = np.array(level_start, dtype=np.int64)
     depth = np.repeat(np.arange(len(level_arr) - 1), np.diff(level_arr))
@@ -800,14 +806,11 @@ class _Update:
         ops = elements[tree.is_op[elements]]
         if len(ops):
             step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
-            allow = (
-                np.array(
-                    [tree.elements[int(p)].allow_gang_step_function for p in tree.parent[ops]]  # type: ignore[attr-defined]
-                )
-                if np.any(step)
-                else np.zeros(len(ops), dtype=bool)
-            )
-            step &= allow
+            gang = np.flatnonzero(step)
+            step[gang] = [
+                tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
+                for p in tree.parent[ops[gang]].tolist()
+            ]
             fsbff = fn.operation_fair_share_by_fit_factor(self.usage_share[ops], self.demand_share[ops], step)
             batches.append(
                 fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops], merge_collinear=False)
