@@ -19,7 +19,7 @@ reads the jobs back with ``list_jobs``. Reported per run:
 The whole run is repeated ``--repeat`` times; the median run by jobs/s is the headline, every run is listed.
 
 Usage: .venv/bin/python bench/live_throughput.py [--nodes 4] [--operations 10] [--jobs 100] [--clients 50]
-       [--node-resources 'user_slots=8,cpu=8'] [--repeat 1]
+       [--node-resources 'user_slots=8,cpu=8'] [--repeat 1] [--heartbeat-period 0.1]
 """
 
 from __future__ import annotations
@@ -69,8 +69,12 @@ def _ts(value: Any) -> float:
 class Local:
     """``pooltree local`` in a child process; ``close()`` sends SIGINT and waits (bounded), then kills."""
 
-    def __init__(self, data: Path, nodes: int, node_resources: str | None) -> None:
+    def __init__(
+        self, data: Path, nodes: int, node_resources: str | None, heartbeat_period: float | None = None
+    ) -> None:
         args = [sys.executable, "-m", "pooltree.cli", "local", "--nodes", str(nodes), "--data", str(data)]
+        if heartbeat_period is not None:
+            args += ["--heartbeat-period", str(heartbeat_period)]
         if node_resources:
             args += ["--node-resources", node_resources]
         self.log = open(data.parent / "local.log", "wb")  # noqa: SIM115
@@ -222,7 +226,7 @@ async def _get_operation_load_raw(
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-bench-") as tmp:
-        local = Local(Path(tmp) / "data", args.nodes, args.node_resources)
+        local = Local(Path(tmp) / "data", args.nodes, args.node_resources, args.heartbeat_period)
         try:
             client = ytw.YtClient(proxy=local.url, config={"proxy": {"enable_proxy_discovery": False}})
             _wait_nodes(client, args.nodes)
@@ -286,6 +290,9 @@ def main() -> None:
         "--node-resources", default=None, help="e.g. 'user_slots=8,cpu=8' (default: detected)"
     )
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--heartbeat-period", type=float, default=None, help="idle node heartbeat period (default: the CLI's)"
+    )
     args = parser.parse_args()
     runs = [run_once(args) for _ in range(max(1, args.repeat))]
     rates = [run["jobs_per_second"] for run in runs]
@@ -302,6 +309,7 @@ def main() -> None:
                     "clients": args.clients,
                     "get_seconds": args.get_seconds,
                     "node_resources": args.node_resources or "detected",
+                    "heartbeat_period": args.heartbeat_period or "default",
                     "repeat": len(runs),
                 },
                 "median": median_run,

@@ -38,6 +38,8 @@ OPERATION_FAILED = 1
 DEFAULT_HEARTBEAT_PERIOD = 1.0
 DEFAULT_FAIR_SHARE_UPDATE_PERIOD = 1.0
 LOST_AFTER_MISSED_HEARTBEATS = 2
+MAX_STALE_TREE_ROUNDS = 16
+"""Bound on publishes per call when activations cascade; what is left waits for the periodic update."""
 ACTIVE_STATES = ("starting", "pending", "running", "completing", "aborting", "failing")
 
 
@@ -374,6 +376,9 @@ class LiveScheduler:
         self.strategy_views: dict[str, dict[str, dict[str, Any]]] = {}
         self.preemptions: Counter[tuple[str, str]] = Counter()
         self.last_update: dict[str, float] = {}
+        self._stale_trees: set[str] = set()
+        """Trees with newly activated operations, published before the next heartbeat is scheduled."""
+        self._updating = False
         self.listeners: list[Callable[[str, str], None]] = []
 
     # ------------------------------------------------------------------ pool trees
@@ -393,6 +398,7 @@ class LiveScheduler:
                     del self.cores[name]
                     self.views.pop(name, None)
             self._on_activated(activated, now)
+            self._refresh_stale_trees(now)
 
     def fair_share_update_period(self, tree: str) -> float:
         """``fair_share_update_period`` of the tree config (YTsaurus milliseconds or a unit string), 1 s default."""
@@ -461,6 +467,20 @@ class LiveScheduler:
             op = self.operations.get(operation_id)
             if op is not None:
                 self._sync_state(op, now)
+                self._stale_trees.update(op.trees)
+
+    def _refresh_stale_trees(self, now: float) -> None:
+        """Publish the trees where operations were activated (another one finished, a limit was raised) now
+        instead of at the next periodic update: the strategy only schedules operations of a published tree, so
+        otherwise the freed capacity idles for up to a fair-share period plus a node heartbeat period."""
+        if self._updating:
+            return
+        for _ in range(MAX_STALE_TREE_ROUNDS):
+            if not self._stale_trees:
+                return
+            tree = self._stale_trees.pop()
+            if tree in self.cores:
+                self._update_tree(tree, now)
 
     # ------------------------------------------------------------------ operations
 
@@ -572,6 +592,7 @@ class LiveScheduler:
             self._on_activated(activated, now)
             # a finished operation is served from the store from now on
             del self.operations[operation_id]
+            self._refresh_stale_trees(now)
 
     def _abort_on_node(self, allocation: Allocation, reason: str, now: float) -> None:
         job_id = self.allocation_jobs.pop(allocation.id, None)
@@ -633,6 +654,7 @@ class LiveScheduler:
             self._on_activated(activated, now)
             self._sync_state(op, now)
             self._save_operation(op)
+            self._refresh_stale_trees(now)
 
     def _check_completion(self, op: LiveOperation, now: float) -> None:
         if op.is_final:
@@ -668,6 +690,14 @@ class LiveScheduler:
             self._update_tree(tree, now)
 
     def _update_tree(self, tree: str, now: float) -> None:
+        self._stale_trees.discard(tree)
+        updating, self._updating = self._updating, True
+        try:
+            self._publish_tree(tree, now)
+        finally:
+            self._updating = updating
+
+    def _publish_tree(self, tree: str, now: float) -> None:
         core = self.cores[tree]
         for operation_id, controller in list(core.controllers.items()):
             op = self.operations.get(operation_id)
@@ -743,6 +773,13 @@ class LiveScheduler:
                     job.missed_heartbeats += 1
                     if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
                         self._lose_allocation(job, now)
+            # Completion first: a finished operation frees its pool's running slot, and the operation activated
+            # in its place is published and scheduled in this same heartbeat.
+            for operation_id in touched:
+                op = self.operations.get(operation_id)
+                if op is not None:
+                    self._check_completion(op, now)
+            self._refresh_stale_trees(now)
             start: list[dict[str, Any]] = []
             for tree in node.trees:
                 core = self.cores[tree]
@@ -764,10 +801,6 @@ class LiveScheduler:
                     else:
                         target.aborts.append({"job_id": job_id, "reason": record.reason.value})
                 self._drain(core)
-            for operation_id in touched:
-                op = self.operations.get(operation_id)
-                if op is not None:
-                    self._check_completion(op, now)
             response = {
                 "start": start,
                 "preempt": node.preempts,

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.service import check_period
 from pooltree.server.app import create_app
 from pooltree.server.cypress import Cypress, PoolTreesChange
 from pooltree.server.heartbeats import parse_heartbeat
@@ -236,10 +237,15 @@ async def serve(
     token: str | None = None,
     create_default_tree: bool = False,
     node_heartbeat_timeout: float = 60.0,
+    heartbeat_period: float = 1.0,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything."""
+    """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
+
+    ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
+    """
+    check_period(heartbeat_period, "heartbeat_period")
     store = open_store(store_url)
     service: SchedulerService | None = None
     server: uvicorn.Server | None = None
@@ -250,6 +256,7 @@ async def serve(
             token=token,
             create_default_tree=create_default_tree,
             node_heartbeat_timeout=node_heartbeat_timeout,
+            heartbeat_period=heartbeat_period,
         )
         await service.start()
         config = uvicorn.Config(

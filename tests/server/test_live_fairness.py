@@ -84,3 +84,25 @@ def test_operation_started_later_gets_the_next_free_slot(tmp_path: Path) -> None
     late = live.start_operation("vanilla", spec, "alice", 0.3)
     started = _run(live, steps=10, job_duration=0.2, update_period=0.1, running=running, start=0.3)
     assert abs(started[late.id] - started[first.id]) <= 1, started
+
+
+def test_activated_operation_starts_in_the_heartbeat_that_finished_the_previous_one(tmp_path: Path) -> None:
+    """max_running_operation_count 1: the pending operation is activated when the first completes, and its jobs
+    start in that same heartbeat (no waiting for the periodic fair-share update and another node heartbeat)."""
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    trees = {"default": {"config": {}, "pools": {"p": {"max_running_operation_count": 1}}}}
+    live.apply_pool_trees(parse_pool_trees(trees), None, 0.0)
+    spec = {"pool": "p", "tasks": {"main": {"command": "true", "job_count": 2}}}
+    first = live.start_operation("vanilla", spec, "alice", 0.0)
+    second = live.start_operation("vanilla", spec, "alice", 0.0)
+    assert second.state == "pending"
+    response = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 0.1)
+    assert {s["operation_id"] for s in response["start"]} == {first.id}
+    finished = [
+        {"job_id": s["job_id"], "operation_id": s["operation_id"], "state": "completed"}
+        for s in response["start"]
+    ]
+    heartbeat = {"node_address": "n1", "resource_limits": LIMITS, "finished_jobs": finished}
+    response = live.process_heartbeat(parse_heartbeat(heartbeat), 0.2)
+    assert first.state == "completed" and second.state == "running"
+    assert [s["operation_id"] for s in response["start"]] == [second.id, second.id]
