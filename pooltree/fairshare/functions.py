@@ -332,6 +332,107 @@ def fair_share_by_suggestion(
     return compress(FunctionBatch(_offsets_from_counts(counts), s, values, fits), collinear=merge_collinear)
 
 
+def operation_fair_share_by_suggestion(
+    usage_share: np.ndarray,
+    demand_share: np.ndarray,
+    step: np.ndarray,
+    guarantee_share: np.ndarray,
+    limits_share: np.ndarray,
+) -> FunctionBatch:
+    """Operations' FSBS (with MFFBS in ``f``), the closed form where it applies, the generic one elsewhere.
+
+    For an operation with usage u (max component M > 0), no guarantee and usage within its limits, sigma
+    is f·M on [0, 1] (the top resource is always the one at M), so FSBS(s) = min(u, s) with fit s / M up
+    to s = M; from there it follows u + t·(d − u) with s = max_r of that (upper envelope of five lines),
+    fit 1 + t, until t = 1 or the first resource reaches its limit; then it stays. The points are exactly
+    those ``fair_share_by_suggestion`` finds on ``operation_fair_share_by_fit_factor`` (same formulas, so
+    the same floating-point values); gang steps, zero usage, usage over a limit and operations with a
+    guarantee take the generic path.
+    """
+    n = len(usage_share)
+    u, d = usage_share, demand_share
+    max_usage = row_max(u) if n else np.zeros(0)
+    limit = np.minimum(np.maximum(limits_share, 0.0), d)
+    simple = ~step & (max_usage > 0) & ~row_any(u > limit + LIMIT_TOLERANCE) & ~row_any(guarantee_share != 0)
+    if not np.all(simple):
+        hard = np.flatnonzero(~simple)
+        generic = fair_share_by_suggestion(
+            operation_fair_share_by_fit_factor(u[hard], d[hard], step[hard]),
+            guarantee_share[hard],
+            limits_share[hard],
+            merge_collinear=False,
+        )
+        if len(hard) == n:
+            return generic
+        easy = np.flatnonzero(simple)
+        closed = _simple_operation_fsbs(u[easy], d[easy], max_usage[easy], limit[easy])
+        # Interleave back into operation order.
+        order = np.argsort(np.concatenate([easy, hard]), kind="stable")
+        return gather(concatenate([closed, generic]), order)
+    return _simple_operation_fsbs(u, d, max_usage, limit)
+
+
+def _simple_operation_fsbs(
+    u: np.ndarray, d: np.ndarray, max_usage: np.ndarray, limit: np.ndarray
+) -> FunctionBatch:
+    """Closed-form FSBS of operations with usage, no guarantee and usage within limits (see above)."""
+    n = len(u)
+    rows = np.arange(n)
+    # Phase 1: s = 0 and every distinct positive usage value v (fit v / M, value min(u, v)).
+    sorted_usage = np.sort(u, axis=1)
+    previous = np.concatenate([np.zeros((n, 1)), sorted_usage[:, :-1]], axis=1)
+    distinct = sorted_usage > previous
+    p1_s = np.concatenate([np.zeros((n, 1)), sorted_usage], axis=1)
+    p1_f = np.concatenate([np.zeros((n, 1)), sorted_usage / max_usage[:, None]], axis=1)
+    p1_y = np.concatenate([np.zeros((n, 1, R)), np.minimum(sorted_usage[:, :, None], u[:, None, :])], axis=1)
+    p1_valid = np.concatenate([np.ones((n, 1), dtype=bool), distinct], axis=1)
+    # Phase 2: the piece from (1, u) to (2, d), cut where the first resource passes its limit.
+    dy = d - u
+    over = d > limit + LIMIT_TOLERANCE
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_cross = np.where(over, (limit - u) / dy, np.inf)
+    cut = row_any(over)
+    t_max = np.where(cut, np.clip(row_min(t_cross), 0.0, 1.0), 1.0)
+    h0 = np.concatenate([u, np.zeros((n, 1))], axis=1)
+    slopes = np.concatenate([dy, np.zeros((n, 1))], axis=1)
+    top_start = np.argmax(h0, axis=1)
+    top_end = np.argmax(h0 + slopes * t_max[:, None], axis=1)
+    changes = np.flatnonzero(top_start != top_end)
+    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[changes])
+    bp_rows = changes[bp_rows] if len(bp_rows) else np.zeros(0, dtype=np.int64)
+    # Cut end (t_max inside (0, 1)): interpolated; uncut end: the demand itself.
+    cut_end = np.flatnonzero(cut & (t_max > 0))
+    end_rows = np.concatenate([bp_rows, cut_end])
+    end_t = np.concatenate([bp_t, t_max[cut_end]])
+    t_col = end_t[:, None]
+    ya, dyr = u[end_rows], dy[end_rows]
+    mid_y = np.where(t_col < 0.5, ya + dyr * t_col, d[end_rows] - dyr * (1.0 - t_col))
+    uncut = np.flatnonzero(~cut)
+    # All points keyed by (operation, rank): phase 1 ranks 0..5, phase 2 ranks 6 + t, the demand 7.5.
+    p1_rows = np.repeat(rows[:, None], 6, axis=1)[p1_valid]
+    p1_rank = np.broadcast_to(np.arange(6, dtype=float), (n, 6))[p1_valid]
+    owner = np.concatenate([p1_rows, end_rows, uncut])
+    rank = np.concatenate([p1_rank, 6.0 + end_t, np.full(len(uncut), 7.5)])
+    y = np.concatenate([p1_y[p1_valid], mid_y, d[uncut]])
+    f = np.concatenate([p1_f[p1_valid], 1.0 + end_t, np.full(len(uncut), 2.0)])
+    s = np.concatenate([p1_s[p1_valid], row_max(mid_y), row_max(d[uncut])])
+    order = sort_by_group(rank, owner)
+    owner, y, f, s = owner[order], y[order], f[order], s[order]
+    s = np.maximum(s, 0.0)
+    s[s < ZERO_SUGGESTION] = 0.0
+    # Extend to s = 1 with the last value.
+    counts = np.bincount(owner, minlength=n)
+    out_offsets = _offsets_from_counts(counts)
+    last_out = out_offsets[1:] - 1
+    need_tail = s[last_out] < 1.0
+    insert_at = out_offsets[1:][need_tail]
+    s = np.insert(s, insert_at, 1.0)
+    y = np.insert(y, insert_at, y[last_out[need_tail]], axis=0)
+    f = np.insert(f, insert_at, f[last_out[need_tail]])
+    counts[need_tail] += 1
+    return compress(FunctionBatch(_offsets_from_counts(counts), s, y, f), collinear=False)
+
+
 def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:
     """Drop redundant points: trim both ends, keep only the limits of every jump, merge collinear points."""
     x, y, f = batch.x, batch.y, batch.f

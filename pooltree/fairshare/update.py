@@ -811,9 +811,10 @@ class _Update:
                 tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
                 for p in tree.parent[ops[gang]].tolist()
             ]
-            fsbff = fn.operation_fair_share_by_fit_factor(self.usage_share[ops], self.demand_share[ops], step)
             batches.append(
-                fn.fair_share_by_suggestion(fsbff, guarantee[ops], limits[ops], merge_collinear=False)
+                fn.operation_fair_share_by_suggestion(
+                    self.usage_share[ops], self.demand_share[ops], step, guarantee[ops], limits[ops]
+                )
             )
             batch_of[ops] = len(batches) - 1
             row_of[ops] = np.arange(len(ops))

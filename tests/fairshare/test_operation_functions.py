@@ -1,0 +1,61 @@
+"""The closed-form operation FSBS equals the generic FSBFF → FSBS construction point for point."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pooltree.fairshare import functions as fn
+
+
+def _random_operations(seed: int, n: int) -> tuple[np.ndarray, ...]:
+    """Usage/demand shares with ties and zeros, some limits below demand or usage, gang and guaranteed ops."""
+    rng = np.random.default_rng(seed)
+    per_job = rng.choice([0.0, 0.001, 0.002, 0.004], size=(n, 5))
+    jobs = rng.integers(0, 50, n)[:, None]
+    running = (rng.random((n, 1)) * (jobs + 1)).astype(int)
+    usage = per_job * running
+    demand = per_job * jobs
+    limits = np.where(rng.random((n, 5)) < 0.2, rng.random((n, 5)) * 0.1, 1.0)
+    at_usage = rng.random(n) < 0.05
+    limits[at_usage] = np.maximum(usage[at_usage], demand[at_usage] * 0.5)
+    step = rng.random(n) < 0.05
+    guarantee = np.zeros((n, 5))
+    guarantee[rng.random(n) < 0.03] = 0.01
+    return usage, demand, step, guarantee, limits
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 300))
+def test_closed_form_matches_generic(seed: int, n: int) -> None:
+    usage, demand, step, guarantee, limits = _random_operations(seed, n)
+    closed = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
+    generic = fn.fair_share_by_suggestion(
+        fn.operation_fair_share_by_fit_factor(usage, demand, step), guarantee, limits, merge_collinear=False
+    )
+    assert np.array_equal(closed.offsets, generic.offsets)
+    assert np.array_equal(closed.x, generic.x)
+    assert np.array_equal(closed.y, generic.y)
+    assert np.array_equal(closed.f, generic.f)
+
+
+def test_limit_exactly_at_usage_and_equal_usage_demand() -> None:
+    """Edge rows: the limit equals usage (cut at t = 0), demand equals usage, and a tie of top resources."""
+    usage = np.array([[0.1, 0.2, 0.0, 0.2, 0.0], [0.1, 0.1, 0.0, 0.0, 0.0], [0.3, 0.3, 0.3, 0.3, 0.3]])
+    demand = np.array([[0.2, 0.4, 0.0, 0.3, 0.0], [0.1, 0.1, 0.0, 0.0, 0.0], [0.5, 0.4, 0.6, 0.3, 0.3]])
+    limits = np.array([[1.0, 0.2, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0], [0.45, 1.0, 1.0, 1.0, 1.0]])
+    step = np.zeros(3, dtype=bool)
+    guarantee = np.zeros((3, 5))
+    closed = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
+    generic = fn.fair_share_by_suggestion(
+        fn.operation_fair_share_by_fit_factor(usage, demand, step), guarantee, limits, merge_collinear=False
+    )
+    assert np.array_equal(closed.offsets, generic.offsets)
+    assert np.array_equal(closed.x, generic.x) and np.array_equal(closed.y, generic.y)
+    # First row: cut where cpu reaches 0.2, i.e. at usage: FSBS(1) is the usage.
+    values, fits = fn.evaluate(closed, np.array([0, 1, 2]), np.ones(3))
+    assert np.allclose(values[0], usage[0])
+    assert np.allclose(values[1], usage[1]) and fits is not None and fits[1] == 2.0
+    # Third row: user_slots limit 0.45 cuts the growth at t = 0.75.
+    assert np.allclose(values[2], usage[2] + 0.75 * (demand[2] - usage[2]))
