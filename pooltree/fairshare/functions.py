@@ -596,14 +596,18 @@ def sum_functions(
     inclusive = ci - ci_base
     left = init[gp] + inclusive - increment
     right = left + gjump
+    # A jump is two points (left and right limit), trimmed as ``compress`` does: at x = 0 only the right
+    # limit is kept, at the right bound only the left one. Positions are distinct within a parent, so no
+    # other point is redundant.
     has_jump = row_any(gjump != 0)
-    reps = 1 + has_jump.astype(np.int64)
+    both = has_jump & ~parent_first & ~parent_last
+    reps = 1 + both.astype(np.int64)
     out_x = np.repeat(gx, reps)
-    out_y = np.repeat(left, reps, axis=0)
+    out_y = np.repeat(np.where((has_jump & parent_first)[:, None], right, left), reps, axis=0)
     pos = np.cumsum(reps) - 1
-    out_y[pos[has_jump]] = right[has_jump]
+    out_y[pos[both]] = right[both]
     counts = np.bincount(np.repeat(gp, reps), minlength=m)
-    return compress(FunctionBatch(_offsets_from_counts(counts), out_x, out_y), collinear=False)
+    return FunctionBatch(_offsets_from_counts(counts), out_x, out_y)
 
 
 def evaluate(batch: FunctionBatch, rows: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
