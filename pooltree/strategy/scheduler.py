@@ -55,6 +55,28 @@ from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, EffectiveSettings, ElementSpec, SchedulingTree
 
 _INF = math.inf
+
+
+def _lists_state(lists: PreemptibleLists) -> tuple[Any, ...]:
+    """Class sizes and usage sums of preemptible lists. The three lists are consecutive segments of one
+    start-ordered sequence, so equal sizes mean the same split (and statuses); with equal sums, the same state."""
+    counts = lists.counts()
+    return (
+        counts["non_preemptible"],
+        counts["aggressively_preemptible"],
+        counts["preemptible"],
+        lists.usage(0),
+        lists.usage(1),
+        lists.usage(2),
+    )
+
+
+def _floats(values: Any) -> list[float]:
+    """Python floats of a vector (numpy array or sequence): ``tolist`` where possible, same values as float(x)."""
+    tolist = getattr(values, "tolist", None)
+    return [float(x) for x in (tolist() if tolist is not None else values)]
+
+
 _FIT_EPSILON = 1e-9
 _GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTION)
 _GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
@@ -104,6 +126,11 @@ class OperationRuntime:
     deactivation_reasons: Counter[str] = field(default_factory=Counter)
     preemption_priority: PreemptionPriority = PreemptionPriority.NONE
     preempted_allocation_count: int = 0
+    lists_key: tuple[Any, ...] | None = None
+    """The arguments of the last ``lists.configure``: an equal publish need not configure again."""
+    lists_settled: bool = False
+    """The last publish's rebalance moved nothing and no allocation was added, removed or resized since: with
+    equal ``lists_key`` the next rebalance would see the very same state and move nothing either."""
 
 
 class _Element:
@@ -150,12 +177,12 @@ class _Element:
         self.children: list[_Element] = []
         self.depth = 0
         self.usage = [0.0] * RESOURCE_COUNT
-        self.fair_share: tuple[float, ...] = tuple(float(x) for x in spec.fair_share)
+        self.fair_share: tuple[float, ...] = tuple(_floats(spec.fair_share))
         self.demand_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
-        limits = spec.specified_resource_limits
+        limits = None if spec.specified_resource_limits is None else _floats(spec.specified_resource_limits)
         self.limits: tuple[float, ...] | None = (
-            None if limits is None or not np.any(np.isfinite(limits)) else tuple(float(x) for x in limits)
+            None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
         )
         self.limited: tuple[_Element, ...] = ()
         self.sat = INFINITE_SATISFACTION_RATIO
@@ -272,6 +299,7 @@ class TreeScheduler:
         self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())
         total = tuple(float(x) for x in tree.total_resources)
         previous = getattr(self, "_elements", {})
+        fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
         elements: dict[str, _Element] = {}
         for index, element_id in enumerate(tree.order):
             spec = tree.elements[element_id]
@@ -279,12 +307,17 @@ class TreeScheduler:
             before = previous.get(element_id)
             if before is not None:
                 element.last_start = before.last_start
+            own = (element,) if element.limits is not None else ()
             if spec.parent is not None:
                 parent = elements[spec.parent]
                 element.parent = parent
                 element.depth = parent.depth + 1
                 parent.children.append(element)
-                element.use_fifo = parent.spec.fifo and self.config.fifo_pool_scheduling_order == "fifo"
+                element.use_fifo = parent.spec.fifo and fifo_order
+                # limited elements on the path to the root, nearest first (parents precede children in order)
+                element.limited = own + parent.limited
+            else:
+                element.limited = own
             if element.is_op:
                 element.op = self.operations.get(element_id)
                 if element.op is not None:
@@ -297,7 +330,7 @@ class TreeScheduler:
             element = elements[element_id]
             if element.is_op:
                 if element.spec.demand_share is not None:
-                    element.demand_share = tuple(float(x) for x in element.spec.demand_share)
+                    element.demand_share = tuple(_floats(element.spec.demand_share))
                 else:
                     needed = element.op.controller.needed_resources if element.op is not None else np.zeros(5)
                     element.demand_share = tuple(
@@ -315,18 +348,9 @@ class TreeScheduler:
                 element.demand_share = (
                     tuple(demand)
                     if element.spec.demand_share is None
-                    else tuple(float(x) for x in element.spec.demand_share)
+                    else tuple(_floats(element.spec.demand_share))
                 )
             element.blocked = blocked_mask(element.fair_share, element.demand_share)
-        for element_id in tree.order:
-            element = elements[element_id]
-            chain = []
-            cursor: _Element | None = element
-            while cursor is not None:
-                if cursor.limits is not None:
-                    chain.append(cursor)
-                cursor = cursor.parent
-            element.limited = tuple(chain)
         if now is not None:
             self._update_starvation(now)
             self.last_update_time = now
@@ -448,15 +472,26 @@ class TreeScheduler:
         config = self.config
         runtime = element.op
         assert runtime is not None
-        runtime.lists.configure(
+        threshold = element.settings.non_preemptible_threshold
+        key = (
             element.fair_share,
             element.demand_share,
             self._total,
-            element.settings.non_preemptible_threshold,
+            None if threshold is None else tuple(_floats(threshold)),
             config.aggressive_preemption_satisfaction_threshold,
             config.preemption_satisfaction_threshold,
         )
-        runtime.lists.rebalance()
+        lists = runtime.lists
+        if key != runtime.lists_key:
+            # configure is a function of these arguments only: equal ones would leave the lists as they are
+            lists.configure(*key)
+            runtime.lists_key = key
+            runtime.lists_settled = False
+        elif runtime.lists_settled:
+            return
+        before = _lists_state(lists)
+        lists.rebalance()
+        runtime.lists_settled = _lists_state(lists) == before
 
     # ------------------------------------------------------------------ best leaf selection
 
@@ -696,11 +731,13 @@ class TreeScheduler:
             element.usage = runtime.usage
 
     def _release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
+        runtime.lists_settled = False
         runtime.lists.remove(allocation)
         self._account(runtime, element, allocation.amounts, _sub_list)
 
     def _charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
         self._account(runtime, element, allocation.amounts, _add_list)
+        runtime.lists_settled = False
         runtime.lists.add(allocation)
 
     def _change_usage(self, allocation: Allocation, usage: Vector) -> None:
@@ -713,6 +750,7 @@ class TreeScheduler:
             return
         element = self._elements.get(allocation.operation_id)
         self._account(runtime, element, delta.tolist(), _add_list)
+        runtime.lists_settled = False
         runtime.lists.update_usage(allocation, usage)
         if element is not None and element.op is runtime:
             self._refresh_leaf(element)
