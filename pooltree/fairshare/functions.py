@@ -556,20 +556,22 @@ def sum_functions(
         slope = np.where(jump[:, None], 0.0, dy / np.where(jump, 1.0, dx)[:, None])
     # One event per child point: the slope change there (next piece's slope minus the previous one's)
     # and the jump that starts there. Points where neither changes add nothing to the sum.
-    change = np.zeros((len(x), R))
+    # Row K (one past the last point) stays zero: the parents' bound events read it.
+    count = len(x)
+    change = np.zeros((count + 1, R))
     change[seg] = slope
-    change[seg + 1] -= slope
-    jumps = np.zeros((len(x), R))
+    before = np.zeros((count + 1, R))
+    before[seg + 1] = slope
+    change -= before
+    jumps = np.zeros((count + 1, R))
     jumps[seg[jump]] = dy[jump]
-    active = np.flatnonzero(row_any(change != 0) | row_any(jumps != 0))
-    zeros_m = np.zeros((m, R))
+    active = np.flatnonzero(row_any(change[:count] != 0) | row_any(jumps[:count] != 0))
     ev_pos = np.concatenate([pos[active], np.zeros(m), right_bound])
     ev_parent = np.concatenate([parent_slot[owner[active]], np.arange(m), np.arange(m)])
-    ev_slope = np.concatenate([change[active], zeros_m, zeros_m])
-    ev_jump = np.concatenate([jumps[active], zeros_m, zeros_m])
+    ev_src = np.concatenate([active, np.full(2 * m, count)])
     order = sort_by_group(ev_pos, ev_parent, stable=False)  # equal positions are summed
-    ev_pos, ev_parent = ev_pos[order], ev_parent[order]
-    ev_slope, ev_jump = ev_slope[order], ev_jump[order]
+    ev_pos, ev_parent, ev_src = ev_pos[order], ev_parent[order], ev_src[order]
+    ev_slope, ev_jump = change[ev_src], jumps[ev_src]
     new_group = np.ones(len(ev_pos), dtype=bool)
     new_group[1:] = (ev_pos[1:] != ev_pos[:-1]) | (ev_parent[1:] != ev_parent[:-1])
     starts = np.flatnonzero(new_group)
