@@ -73,6 +73,8 @@ def _lists_state(lists: PreemptibleLists) -> tuple[Any, ...]:
 
 def _floats(values: Any) -> list[float]:
     """Python floats of a vector (numpy array or sequence): ``tolist`` where possible, same values as float(x)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values.tolist()  # already Python floats
     tolist = getattr(values, "tolist", None)
     return [float(x) for x in (tolist() if tolist is not None else values)]
 
