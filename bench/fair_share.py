@@ -160,6 +160,8 @@ def main() -> None:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        # Wall time on a shared machine depends on the others' load; CPU time much less.
+        "load_average_before": [round(v, 2) for v in os.getloadavg()],
     }
     if args.scales:
         results = [
