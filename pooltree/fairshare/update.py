@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -170,19 +169,6 @@ def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
     return arr
 
 
-def _flags(elements: list[Any], field_name: str) -> np.ndarray:
-    """One boolean attribute of every element as an array."""
-    return np.fromiter(map(attrgetter(field_name), elements), dtype=bool, count=len(elements))
-
-
-def _floats(elements: list[Any], field_name: str) -> np.ndarray:
-    """One numeric attribute of every element as a float array (None and other odd values as numpy reads them)."""
-    try:
-        return np.fromiter(map(attrgetter(field_name), elements), dtype=float, count=len(elements))
-    except (TypeError, ValueError):
-        return np.array([getattr(e, field_name) for e in elements], dtype=float)
-
-
 def _weights(elements: list[Element], weights: list[Any]) -> np.ndarray:
     """Configured weights as floats (NaN where unset); a bad weight is an error naming its element."""
     kinds = set(map(type, weights))
@@ -331,12 +317,12 @@ class _Update:
         main = RESOURCES.index(self.settings.main_resource)
         weights = [e.weight for e in elements]
         weight_cfg = _weights(elements, weights)
-        msr = _floats(elements, "max_share_ratio")
+        msr = np.array([e.max_share_ratio for e in elements], dtype=float)
         bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
         if len(bad):
             e = elements[int(bad[0])]
             raise ConfigError(_path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}")
-        tol = _floats(elements, "starvation_tolerance")
+        tol = np.array([e.starvation_tolerance for e in elements], dtype=float)
         bad = np.flatnonzero(~((tol >= 0.0) & (tol <= 1.0)))
         if len(bad):
             e = elements[int(bad[0])]
@@ -355,9 +341,11 @@ class _Update:
         if ops:
             usage[op_idx] = _stack(ops, "usage", [e.usage for e in ops])
             demand[op_idx] = _stack(ops, "demand", [e.demand for e in ops])
-            self.schedulable[op_idx] = _flags(ops, "schedulable")
-            self.step[op_idx] = _flags(ops, "is_gang")
-            apply_limits[op_idx] = _flags(ops, "apply_specified_resource_limits_to_demand")
+            self.schedulable[op_idx] = np.array([e.schedulable for e in ops], dtype=bool)
+            self.step[op_idx] = np.array([e.is_gang for e in ops], dtype=bool)
+            apply_limits[op_idx] = np.array(
+                [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
+            )
         strong[pool_idx] = _stack(
             pools, "strong_guarantee_resources", [e.strong_guarantee_resources for e in pools]
         )
