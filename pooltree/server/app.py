@@ -53,6 +53,21 @@ _MISSING: Any = object()
 
 
 @dataclass(frozen=True)
+class Encoded:
+    """A structured result already encoded in the requested output format (handlers that cache their answer)."""
+
+    data: bytes
+    content_type: str
+
+
+def output_format(params: Mapping[str, Any]) -> Format:
+    """The structured output format a request asks for (``output_format``, JSON by default)."""
+    if "output_format" in params:
+        return parse_format(params["output_format"], "output_format")
+    return Format("json")
+
+
+@dataclass(frozen=True)
 class CommandDescriptor:
     """One advertised command, exactly as ``GET /api/v4`` lists it."""
 
@@ -144,6 +159,7 @@ class CommandRegistry:
 
     def __init__(self) -> None:
         self._commands: dict[str, tuple[CommandDescriptor, Handler]] = {}
+        self._fast: dict[str, Callable[[CommandContext], Any]] = {}
 
     def register(
         self,
@@ -155,8 +171,13 @@ class CommandRegistry:
         is_volatile: bool = False,
         is_heavy: bool = False,
         replace: bool = False,
+        fast: Callable[[CommandContext], Any] | None = None,
     ) -> CommandDescriptor:
-        """Add a command; ``replace`` allows overriding an existing one on purpose."""
+        """Add a command; ``replace`` allows overriding an existing one on purpose.
+
+        ``fast(ctx)`` runs on the event loop before ``handler`` goes to the threadpool: it must never block (no
+        locks waited for, no I/O) and returns the result, or None to fall back to ``handler``.
+        """
         for what, value in (("input_type", input_type), ("output_type", output_type)):
             if value not in DATA_TYPES:
                 raise PooltreeError(
@@ -168,7 +189,14 @@ class CommandRegistry:
             raise PooltreeError(f"command {name!r} is already registered")
         descriptor = CommandDescriptor(name, input_type, output_type, is_volatile, is_heavy)
         self._commands[name] = (descriptor, handler)
+        if fast is not None:
+            self._fast[name] = fast
+        else:
+            self._fast.pop(name, None)
         return descriptor
+
+    def fast_handler(self, name: str) -> Callable[[CommandContext], Any] | None:
+        return self._fast.get(name)
 
     def lookup(self, name: str) -> tuple[CommandDescriptor, Handler] | None:
         return self._commands.get(name)
@@ -351,6 +379,11 @@ class YtApi:
             )
         elif descriptor.input_type != "null":
             ctx.input = body
+        fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
+        if fast is not None:
+            result = fast(ctx)
+            if result is not None:
+                return self._output(descriptor, result, params, request_id)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
         if mutation_id is not None:
             seen, saved = await run_in_threadpool(self.store.get_mutation, str(mutation_id))
@@ -397,12 +430,9 @@ class YtApi:
             if isinstance(result, Iterable) and not isinstance(result, str | Mapping):
                 return StreamingResponse(iter(result), media_type="application/octet-stream", headers=headers)
             raise YtError(f"Command {descriptor.name} produced {type(result).__name__} instead of bytes")
-        fmt = (
-            parse_format(params["output_format"], "output_format")
-            if "output_format" in params
-            else Format("json")
-        )
-        data, content_type = encode_structured(result, fmt)
+        if isinstance(result, Encoded):
+            return Response(result.data, media_type=result.content_type, headers=headers)
+        data, content_type = encode_structured(result, output_format(params))
         return Response(data, media_type=content_type, headers=headers)
 
 

@@ -273,6 +273,8 @@ class LiveOperation:
     jobs: dict[str, LiveJob] = field(default_factory=dict)
     aborted_jobs: int = 0
     lost_jobs: int = 0
+    revision: int = 0
+    """Bumped on every change the attribute map shows (state, jobs, parameters), so readers can cache it."""
 
     @property
     def is_final(self) -> bool:
@@ -379,6 +381,7 @@ class LiveScheduler:
         self._stale_trees: set[str] = set()
         """Trees with newly activated operations, published before the next heartbeat is scheduled."""
         self._updating = False
+        self._job_writes: dict[tuple[str, str], JobRecord] | None = None
         self.listeners: list[Callable[[str, str], None]] = []
 
     # ------------------------------------------------------------------ pool trees
@@ -415,7 +418,20 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ persistence
 
+    def _put_job(self, record: JobRecord) -> None:
+        """Write a job through to the store; inside a heartbeat the writes go out together before it answers."""
+        if self._job_writes is None:
+            self.store.put_job(record)
+        else:
+            self._job_writes[(record.operation_id, record.id)] = record
+
+    def _touch(self, operation_id: str) -> None:
+        op = self.operations.get(operation_id)
+        if op is not None:
+            op.revision += 1
+
     def _save_operation(self, op: LiveOperation) -> None:
+        op.revision += 1
         document = {
             "state_events": op.events,
             "error": op.error,
@@ -601,6 +617,7 @@ class LiveScheduler:
             self._abort_on_node_by_job(job, reason, now)
 
     def _abort_on_node_by_job(self, job: LiveJob, reason: str, now: float) -> None:
+        self._touch(job.operation_id)
         node = self.nodes.get(job.address)
         if node is not None:
             node.aborts.append({"job_id": job.id, "reason": reason})
@@ -610,7 +627,7 @@ class LiveScheduler:
             job.finish_time = now
             job.abort_reason = reason
             job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": reason})
-            self.store.put_job(job.record())
+            self._put_job(job.record())
 
     def suspend_operation(self, operation_id: str, now: float, *, abort_running_jobs: bool = False) -> None:
         with self.lock:
@@ -736,81 +753,90 @@ class LiveScheduler:
     def process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
         """One node heartbeat: store finished jobs, re-attach revived ones, schedule, preempt; the response map."""
         with self.lock:
-            node = self.nodes.get(heartbeat.address)
-            if node is None:
-                node = NodeState(heartbeat.address, now, heartbeat.resource_limits)
-                self.nodes[heartbeat.address] = node
-            node.last_seen = now
-            node.resource_limits = heartbeat.resource_limits
-            node.tags = heartbeat.tags
-            node.memory_meter = heartbeat.memory_meter
-            self.expected_nodes.pop(heartbeat.address, None)
-            node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
-            acknowledge: list[str] = []
-            touched: set[str] = set()
-            for report in heartbeat.finished:
-                self._on_finished_report(node, report, now, touched)
-                acknowledge.append(report.job_id)
-            running_ids = {job.job_id for job in heartbeat.running}
-            # Reservations (revived jobs) this node did not confirm go back to pending.
-            for op in self.operations.values():
-                if heartbeat.address in op.controller._reserved:
-                    for job_id in op.controller.release(heartbeat.address, keep=running_ids):
-                        job = self.jobs.get(job_id)
-                        if job is not None and job.state == "running":
-                            self._mark_lost(job, now)
-            # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
-            for job_id in running_ids:
-                job = self.jobs.get(job_id)
-                if job is None or job.state != "running" or job.address != heartbeat.address:
-                    node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+            self._job_writes = {}
+            try:
+                return self._process_heartbeat(heartbeat, now)
+            finally:
+                writes, self._job_writes = self._job_writes, None
+                self.store.put_jobs(list(writes.values()))
+
+    def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
+        """The body of ``process_heartbeat`` (lock held, job writes collected)."""
+        node = self.nodes.get(heartbeat.address)
+        if node is None:
+            node = NodeState(heartbeat.address, now, heartbeat.resource_limits)
+            self.nodes[heartbeat.address] = node
+        node.last_seen = now
+        node.resource_limits = heartbeat.resource_limits
+        node.tags = heartbeat.tags
+        node.memory_meter = heartbeat.memory_meter
+        self.expected_nodes.pop(heartbeat.address, None)
+        node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        acknowledge: list[str] = []
+        touched: set[str] = set()
+        for report in heartbeat.finished:
+            self._on_finished_report(node, report, now, touched)
+            acknowledge.append(report.job_id)
+        running_ids = {job.job_id for job in heartbeat.running}
+        # Reservations (revived jobs) this node did not confirm go back to pending.
+        for op in self.operations.values():
+            if heartbeat.address in op.controller._reserved:
+                for job_id in op.controller.release(heartbeat.address, keep=running_ids):
+                    job = self.jobs.get(job_id)
+                    if job is not None and job.state == "running":
+                        self._mark_lost(job, now)
+        # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
+        for job_id in running_ids:
+            job = self.jobs.get(job_id)
+            if job is None or job.state != "running" or job.address != heartbeat.address:
+                node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+            else:
+                job.missed_heartbeats = 0
+        for job in list(self.jobs.values()):
+            if job.address == heartbeat.address and job.state == "running" and job.id not in running_ids:
+                if job.id in acknowledge:
+                    continue
+                job.missed_heartbeats += 1
+                if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
+                    self._lose_allocation(job, now)
+        # Completion first: a finished operation frees its pool's running slot, and the operation activated
+        # in its place is published and scheduled in this same heartbeat.
+        for operation_id in touched:
+            op = self.operations.get(operation_id)
+            if op is not None:
+                self._check_completion(op, now)
+        self._refresh_stale_trees(now)
+        start: list[dict[str, Any]] = []
+        for tree in node.trees:
+            core = self.cores[tree]
+            result = core.process_heartbeat(
+                NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
+            )
+            for allocation in result.allocations_to_start:
+                spec = self._on_started(tree, allocation, node, now)
+                if spec is not None:
+                    start.append(spec)
+            for record in result.allocations_to_preempt:
+                job_id = self.allocation_jobs.get(record.allocation_id)
+                self.preemptions[(tree, record.reason.value)] += 1
+                if job_id is None:
+                    continue
+                target = self.nodes.get(record.node_address, node)
+                if record.interruptible and record.timeout > 0:
+                    target.preempts.append([job_id, record.reason.value, float(record.timeout)])
                 else:
-                    job.missed_heartbeats = 0
-            for job in list(self.jobs.values()):
-                if job.address == heartbeat.address and job.state == "running" and job.id not in running_ids:
-                    if job.id in acknowledge:
-                        continue
-                    job.missed_heartbeats += 1
-                    if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
-                        self._lose_allocation(job, now)
-            # Completion first: a finished operation frees its pool's running slot, and the operation activated
-            # in its place is published and scheduled in this same heartbeat.
-            for operation_id in touched:
-                op = self.operations.get(operation_id)
-                if op is not None:
-                    self._check_completion(op, now)
-            self._refresh_stale_trees(now)
-            start: list[dict[str, Any]] = []
-            for tree in node.trees:
-                core = self.cores[tree]
-                result = core.process_heartbeat(
-                    NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
-                )
-                for allocation in result.allocations_to_start:
-                    spec = self._on_started(tree, allocation, node, now)
-                    if spec is not None:
-                        start.append(spec)
-                for record in result.allocations_to_preempt:
-                    job_id = self.allocation_jobs.get(record.allocation_id)
-                    self.preemptions[(tree, record.reason.value)] += 1
-                    if job_id is None:
-                        continue
-                    target = self.nodes.get(record.node_address, node)
-                    if record.interruptible and record.timeout > 0:
-                        target.preempts.append([job_id, record.reason.value, float(record.timeout)])
-                    else:
-                        target.aborts.append({"job_id": job_id, "reason": record.reason.value})
-                self._drain(core)
-            response = {
-                "start": start,
-                "preempt": node.preempts,
-                "abort": node.aborts,
-                "acknowledge": acknowledge,
-                "heartbeat_period": self.heartbeat_period,
-            }
-            node.preempts = []
-            node.aborts = []
-            return response
+                    target.aborts.append({"job_id": job_id, "reason": record.reason.value})
+            self._drain(core)
+        response = {
+            "start": start,
+            "preempt": node.preempts,
+            "abort": node.aborts,
+            "acknowledge": acknowledge,
+            "heartbeat_period": self.heartbeat_period,
+        }
+        node.preempts = []
+        node.aborts = []
+        return response
 
     def _job_spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
         task = op.model.tasks[job.task_name]
@@ -849,6 +875,7 @@ class LiveScheduler:
         op = self.operations.get(allocation.operation_id)
         if op is None:
             return None
+        op.revision += 1
         revived = op.controller.revived_allocations.pop(allocation.id, None)
         if revived is not None and revived in self.jobs:
             job = self.jobs[revived]
@@ -871,7 +898,7 @@ class LiveScheduler:
         self.jobs[job.id] = job
         op.jobs[job.id] = job
         self.allocation_jobs[allocation.id] = job.id
-        self.store.put_job(job.record())
+        self._put_job(job.record())
         return self._job_spec(op, job, allocation)
 
     def _on_finished_report(
@@ -879,6 +906,9 @@ class LiveScheduler:
     ) -> None:
         job = self.jobs.get(report.job_id)
         op = self.operations.get(report.operation_id)
+        self._touch(report.operation_id)
+        if job is not None and job.operation_id != report.operation_id:
+            self._touch(job.operation_id)
         if job is None and op is not None:
             reserved = op.controller.reserved_job_ids(node.address)
             if report.job_id in reserved:
@@ -900,7 +930,7 @@ class LiveScheduler:
         job.statistics = report.statistics
         job.stderr = report.stderr
         job.stderr_size = report.stderr_size
-        self.store.put_job(job.record())
+        self._put_job(job.record())
         if op is None:
             return
         touched.add(op.id)
@@ -926,12 +956,13 @@ class LiveScheduler:
             op.controller.on_allocation_finished(allocation, finished, now)
 
     def _mark_lost(self, job: LiveJob, now: float) -> None:
+        self._touch(job.operation_id)
         self.jobs.pop(job.id, None)
         job.state = "aborted"
         job.finish_time = now
         job.abort_reason = "node_offline"
         job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": "node_offline"})
-        self.store.put_job(job.record())
+        self._put_job(job.record())
         op = self.operations.get(job.operation_id)
         if op is not None:
             op.lost_jobs += 1

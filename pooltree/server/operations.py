@@ -9,14 +9,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
-from collections.abc import Callable
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.server.app import CommandContext, CommandRegistry
+from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.live import NO_SUCH_JOB, NO_SUCH_OPERATION, LiveJob, LiveOperation, LiveScheduler
-from pooltree.server.protocol import YtError, parameter_error
+from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
 
 BRIEF_ATTRIBUTES = (
@@ -33,6 +34,21 @@ BRIEF_ATTRIBUTES = (
     "pool",
     "runtime_parameters",
 )
+FINISHED_CACHE_SIZE = 4096
+"""Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
+ENCODINGS_PER_OPERATION = 8
+"""Distinct (output format, attribute list) encodings kept per operation."""
+
+
+class _Attributes:
+    """An operation's attribute map as of ``fingerprint``, and its encodings per (format, attribute list)."""
+
+    __slots__ = ("attributes", "encoded", "fingerprint")
+
+    def __init__(self, fingerprint: Hashable, attributes: dict[str, Any]) -> None:
+        self.fingerprint = fingerprint
+        self.attributes = attributes
+        self.encoded: dict[Hashable, Encoded] = {}
 
 
 def iso_time(seconds: float | None) -> str | None:
@@ -74,6 +90,93 @@ class OperationCommands:
     def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float]) -> None:
         self.scheduler = scheduler
         self.clock = clock
+        self._live: dict[str, _Attributes] = {}
+        self._finished: OrderedDict[str, _Attributes] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
+
+    # ------------------------------------------------------------------ cached attribute maps
+
+    def _fingerprint(self, op: LiveOperation) -> Hashable | None:
+        """What a live operation's attribute map depends on, or None when it must be rebuilt on every read (a
+        pending operation's queue position moves with other operations)."""
+        if op.state == "pending":
+            return None
+        controller = op.controller
+        last_update = self.scheduler.last_update
+        return (
+            op.revision,
+            op.state,
+            op.suspended,
+            len(op.events),
+            len(op.jobs),
+            op.aborted_jobs,
+            op.lost_jobs,
+            controller.pending_allocation_count,
+            controller.completed_job_count,
+            controller.failed_job_count,
+            controller.reserved_count,
+            tuple(last_update.get(tree) for tree in op.trees),
+        )
+
+    def _cached(self, operation_id: str) -> _Attributes | None:
+        """The cached attribute map if it is current; never blocks (runs on the event loop, without the lock)."""
+        op = self.scheduler.operations.get(operation_id)
+        if op is None:
+            return self._finished.get(operation_id)
+        entry = self._live.get(operation_id)
+        if entry is None or entry.fingerprint is None or entry.fingerprint != self._fingerprint(op):
+            return None
+        return entry
+
+    def _entry(self, operation_id: str) -> _Attributes:
+        """The attribute map, rebuilt if anything it shows changed (live) or read once from the store (finished)."""
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None:
+                fingerprint = self._fingerprint(op)
+                entry = self._live.get(operation_id)
+                if entry is None or fingerprint is None or entry.fingerprint != fingerprint:
+                    entry = _Attributes(fingerprint, self._live_attributes(op))
+                    self._live[operation_id] = entry
+                    if len(self._live) > 2 * len(self.scheduler.operations) + 64:
+                        for stale in [i for i in self._live if i not in self.scheduler.operations]:
+                            del self._live[stale]
+                return entry
+        with self._cache_lock:
+            self._live.pop(operation_id, None)
+            entry = self._finished.get(operation_id)
+            if entry is not None:
+                self._finished.move_to_end(operation_id)
+                return entry
+        record = self.scheduler.store.get_operation(operation_id)
+        if record is None:
+            raise YtError(
+                f"No such operation {operation_id}",
+                code=NO_SUCH_OPERATION,
+                attributes={"operation_id": operation_id},
+            )
+        entry = _Attributes(None, self._stored_attributes(record))
+        if record.state in ("completed", "failed", "aborted"):
+            with self._cache_lock:
+                self._finished[operation_id] = entry
+                while len(self._finished) > FINISHED_CACHE_SIZE:
+                    self._finished.popitem(last=False)
+        return entry
+
+    def _encoded(self, entry: _Attributes, ctx: CommandContext) -> Encoded:
+        """``entry`` in the requested format and attribute selection, encoded once per change."""
+        wanted = ctx.list_param("attributes")
+        key = (repr(ctx.parameters.get("output_format")), None if wanted is None else tuple(map(str, wanted)))
+        found = entry.encoded.get(key)
+        if found is None:
+            data, content_type = encode_structured(
+                self._select(entry.attributes, wanted), output_format(ctx.parameters)
+            )
+            found = Encoded(data, content_type)
+            if len(entry.encoded) < ENCODINGS_PER_OPERATION:  # never evicted: readers on other threads
+                entry.encoded[key] = found
+        return found
 
     # ------------------------------------------------------------------ attribute maps
 
@@ -211,19 +314,8 @@ class OperationCommands:
         return attributes
 
     def operation_attributes(self, operation_id: str) -> dict[str, Any]:
-        """The full attribute map of one operation (live or stored)."""
-        with self.scheduler.lock:
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None:
-                return self._live_attributes(op)
-        record = self.scheduler.store.get_operation(operation_id)
-        if record is None:
-            raise YtError(
-                f"No such operation {operation_id}",
-                code=NO_SUCH_OPERATION,
-                attributes={"operation_id": operation_id},
-            )
-        return self._stored_attributes(record)
+        """The full attribute map of one operation (live or stored); callers must not modify it (it is cached)."""
+        return self._entry(operation_id).attributes
 
     @staticmethod
     def _select(attributes: dict[str, Any], wanted: list[str] | None) -> dict[str, Any]:
@@ -260,9 +352,13 @@ class OperationCommands:
             ) from error
         return {"operation_id": op.id}
 
-    def get_operation(self, ctx: CommandContext) -> dict[str, Any]:
-        attributes = self.operation_attributes(self._operation_id(ctx))
-        return self._select(attributes, ctx.list_param("attributes"))
+    def get_operation(self, ctx: CommandContext) -> Encoded:
+        return self._encoded(self._entry(self._operation_id(ctx)), ctx)
+
+    def get_operation_fast(self, ctx: CommandContext) -> Encoded | None:
+        """``get_operation`` on the event loop when the cached map is current (no lock, no store, no thread)."""
+        entry = self._cached(self._operation_id(ctx))
+        return None if entry is None else self._encoded(entry, ctx)
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
         limit = ctx.int_param("limit", 100)
@@ -477,7 +573,7 @@ class OperationCommands:
 
     def register_commands(self, registry: CommandRegistry) -> None:
         registry.register("start_operation", self.start_operation, is_volatile=True)
-        registry.register("get_operation", self.get_operation)
+        registry.register("get_operation", self.get_operation, fast=self.get_operation_fast)
         registry.register("list_operations", self.list_operations)
         for name, handler in (
             ("abort_operation", self.abort_operation),

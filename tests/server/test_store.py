@@ -155,3 +155,20 @@ def test_bad_urls(tmp_path: Path) -> None:
     plain = open_store(str(tmp_path / "plain.db"))
     assert plain.get_value("x") is None
     plain.close()
+
+
+def test_put_jobs_writes_a_batch_and_the_last_version_wins(store_url: str) -> None:
+    """``put_jobs`` (one transaction per heartbeat) stores what ``put_job`` one by one would."""
+    with open_store(store_url) as store:
+        store.put_operation(_op(1))
+        store.put_jobs([])
+        store.put_jobs(
+            [
+                JobRecord("op-1", "a", "running", "n1", 1.0),
+                JobRecord("op-1", "b", "completed", "n1", 1.0, 2.0, None, {"exit_code": 0}),
+            ]
+        )
+        store.put_jobs([JobRecord("op-1", "a", "failed", "n1", 1.0, 3.0, None, {"exit_code": 1})])
+        jobs = {job.id: job for job in store.list_jobs("op-1")}
+        assert jobs["a"].state == "failed" and jobs["a"].document == {"exit_code": 1}
+        assert jobs["b"].state == "completed" and jobs["b"].finish_time == 2.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +155,11 @@ class Store(ABC):
     # Jobs.
     @abstractmethod
     def put_job(self, record: JobRecord) -> None: ...
+
+    def put_jobs(self, records: Sequence[JobRecord]) -> None:
+        """Several job upserts; SQL stores write them in one transaction (a heartbeat's starts and finishes)."""
+        for record in records:
+            self.put_job(record)
 
     @abstractmethod
     def get_job(self, operation_id: str, job_id: str) -> JobRecord | None: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -145,26 +145,35 @@ class SqlStore(Store):
             return bool(cur.rowcount)
 
     # Jobs.
+    _PUT_JOB = (
+        "INSERT INTO jobs (operation_id, id, state, address, start_time, finish_time, stderr_ref, body)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (operation_id, id) DO UPDATE SET"
+        " state = excluded.state, address = excluded.address, start_time = excluded.start_time,"
+        " finish_time = excluded.finish_time, stderr_ref = excluded.stderr_ref, body = excluded.body"
+    )
+
+    @staticmethod
+    def _job_row(record: JobRecord) -> tuple[Any, ...]:
+        return (
+            record.operation_id,
+            record.id,
+            record.state,
+            record.address,
+            float(record.start_time),
+            None if record.finish_time is None else float(record.finish_time),
+            record.stderr_ref,
+            dump_json(record.document),
+        )
+
     def put_job(self, record: JobRecord) -> None:
         with self._lock, self._transaction() as cur:
-            cur.execute(
-                self._q(
-                    "INSERT INTO jobs (operation_id, id, state, address, start_time, finish_time, stderr_ref, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (operation_id, id) DO UPDATE SET"
-                    " state = excluded.state, address = excluded.address, start_time = excluded.start_time,"
-                    " finish_time = excluded.finish_time, stderr_ref = excluded.stderr_ref, body = excluded.body"
-                ),
-                (
-                    record.operation_id,
-                    record.id,
-                    record.state,
-                    record.address,
-                    float(record.start_time),
-                    None if record.finish_time is None else float(record.finish_time),
-                    record.stderr_ref,
-                    dump_json(record.document),
-                ),
-            )
+            cur.execute(self._q(self._PUT_JOB), self._job_row(record))
+
+    def put_jobs(self, records: Sequence[JobRecord]) -> None:
+        if not records:
+            return
+        with self._lock, self._transaction() as cur:
+            cur.executemany(self._q(self._PUT_JOB), [self._job_row(record) for record in records])
 
     def get_job(self, operation_id: str, job_id: str) -> JobRecord | None:
         rows = self._rows(

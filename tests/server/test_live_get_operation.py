@@ -1,0 +1,121 @@
+"""get_operation from the cached, encoded attribute map (issue 7): every change shows in the next read, the
+cached answer is the one a fresh build gives, and finished operations are served without the store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yt.yson as yson
+
+from pooltree.server.app import CommandContext
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import open_store
+
+LIMITS = {"user_slots": 1, "cpu": 1, "memory": 4 << 30}
+
+
+def _get(url: str, operation_id: str, **parameters: Any) -> Any:
+    headers = {
+        "X-YT-Output-Format": '"json"',
+        "X-YT-Header-Format": '"json"',
+        "X-YT-Parameters": json.dumps({"operation_id": operation_id, **parameters}),
+    }
+    response = httpx.get(f"{url}/api/v4/get_operation", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _fresh(service: SchedulerService, operation_id: str) -> dict[str, Any]:
+    """The attribute map built from scratch, bypassing the cache."""
+    live = service.scheduler
+    with live.lock:
+        op = live.operations.get(operation_id)
+        if op is not None:
+            return service.commands._live_attributes(op)
+    record = live.store.get_operation(operation_id)
+    assert record is not None
+    return service.commands._stored_attributes(record)
+
+
+def _same(cached: dict[str, Any], fresh: dict[str, Any]) -> None:
+    """Equal except the build times (the cached map carries the time it was built)."""
+    for attributes in (cached, fresh):
+        for key in ("brief_progress", "progress"):
+            attributes.get(key, {}).pop("build_time", None)
+    assert cached == fresh
+
+
+def test_every_change_is_visible_and_matches_a_fresh_build(
+    tmp_path: Path, serve: Callable[[object], str]
+) -> None:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    url = serve(service.app)
+    live = service.scheduler
+    op = live.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 2}}}, "alice", 1.0
+    )
+
+    first = _get(url, op.id)
+    assert first["state"] == "running" and first["brief_progress"]["jobs"]["pending"] == 2
+    _same(first, _fresh(service, op.id))
+    ctx = CommandContext("get_operation", {"operation_id": op.id})
+    assert service.commands.get_operation_fast(ctx) is not None  # current: served on the event loop
+
+    started = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 2.0)
+    assert service.commands.get_operation_fast(ctx) is None  # a job started: the cached map is stale
+    second = _get(url, op.id)
+    assert (
+        second["brief_progress"]["jobs"]["running"] == 1 and second["brief_progress"]["jobs"]["pending"] == 1
+    )
+    _same(second, _fresh(service, op.id))
+
+    job = started["start"][0]
+    finished = {"job_id": job["job_id"], "operation_id": op.id, "state": "completed"}
+    live.process_heartbeat(
+        parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS, "finished_jobs": [finished]}), 3.0
+    )
+    third = _get(url, op.id)
+    assert (
+        third["brief_progress"]["jobs"]["completed"] == 1 and third["brief_progress"]["jobs"]["running"] == 1
+    )
+    _same(third, _fresh(service, op.id))
+
+    live.update_fair_share("default", 4.0)
+    assert service.commands.get_operation_fast(ctx) is None  # a fair-share update refreshes the shares shown
+    _get(url, op.id)
+
+    # selections and formats are encoded separately and agree with the full map
+    assert _get(url, op.id, attributes=["state", "id"]) == {"state": "running", "id": op.id}
+    response = httpx.get(
+        f"{url}/api/v4/get_operation",
+        headers={
+            "X-YT-Header-Format": '"json"',
+            "X-YT-Parameters": json.dumps({"operation_id": op.id, "output_format": "yson"}),
+        },
+        timeout=10,
+    )
+    assert yson.loads(response.content)["state"] == "running"
+
+    live.finish_operation(op.id, "aborted", 5.0)
+    final = _get(url, op.id)
+    assert final["state"] == "aborted" and "finish_time" in final
+    _same(final, _fresh(service, op.id))
+    assert service.commands.get_operation_fast(ctx) is not None  # finished: cached, no store read
+
+
+def test_unknown_operation_is_an_error(tmp_path: Path, serve: Callable[[object], str]) -> None:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    url = serve(service.app)
+    response = httpx.get(
+        f"{url}/api/v4/get_operation",
+        params={"operation_id": "1-2-3-4"},
+        headers={"X-YT-Output-Format": '"json"'},
+    )
+    assert response.status_code != 200
+    assert "No such operation" in response.headers.get("X-YT-Error", response.text)
