@@ -1,4 +1,4 @@
-"""The closed-form operation FSBS equals the generic FSBFF → FSBS construction point for point."""
+"""Operation functions and pool sums: closed form vs generic construction, sums vs pointwise sums."""
 
 from __future__ import annotations
 
@@ -59,3 +59,32 @@ def test_limit_exactly_at_usage_and_equal_usage_demand() -> None:
     assert np.allclose(values[1], usage[1]) and fits is not None and fits[1] == 2.0
     # Third row: user_slots limit 0.45 cuts the growth at t = 0.75.
     assert np.allclose(values[2], usage[2] + 0.75 * (demand[2] - usage[2]))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 120), st.integers(1, 8))
+def test_pool_sum_equals_pointwise_sum_of_children(seed: int, n: int, parents: int) -> None:
+    """FSBFF of pools (sum_functions) at random fit factors equals the sum of the children's FSBS there."""
+    usage, demand, step, guarantee, limits = _random_operations(seed, n)
+    children = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
+    rng = np.random.default_rng(seed + 1)
+    slot = np.sort(rng.integers(0, parents, n))
+    fifo = np.arange(parents) % 3 == 2
+    scale = np.where(fifo[slot], 1.0, rng.choice([1.0, 0.5, 0.2, np.inf], n))
+    rank = np.zeros(n)
+    for p in np.flatnonzero(fifo):
+        members = np.flatnonzero(slot == p)
+        rank[members] = np.arange(len(members))
+    shift = np.where(fifo[slot], rank, 0.0)
+    right = np.where(fifo, np.maximum(np.bincount(slot, minlength=parents), 1).astype(float), 1.0)
+    pools = fn.sum_functions(children, slot, scale, shift, right)
+    for p in range(parents):
+        members = np.flatnonzero(slot == p)
+        for f in rng.random(5) * right[p]:
+            with np.errstate(invalid="ignore"):
+                s = np.where(
+                    np.isfinite(scale[members]), np.clip((f - shift[members]) / scale[members], 0, 1), 0
+                )
+            values, _ = fn.evaluate(children, members, s)
+            got, _ = fn.evaluate(pools, np.array([p]), np.array([f]))
+            assert np.allclose(got[0], values.sum(axis=0), atol=1e-9), (p, f)
