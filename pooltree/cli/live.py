@@ -13,9 +13,12 @@ import contextlib
 import errno
 import logging
 import math
+import os
+import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -248,6 +251,95 @@ async def _run_scheduler(
 
 # ------------------------------------------------------------------------------------------------- node
 
+ORPHAN_KILL_TIMEOUT = 5.0
+"""Seconds to wait for killed leftover job processes to exit before the node goes on regardless."""
+
+
+def _inside(path: str, root: str) -> bool:
+    path = path.removesuffix(" (deleted)")
+    return path == root or path.startswith(root + os.sep)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return True  # gone
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
+def processes_in_sandboxes(root: Path) -> list[int]:
+    """Live processes that run in a sandbox under ``root``: their cwd, ``HOME`` or ``PWD`` (a job's environment
+    points both at its sandbox) lies under it. Read from /proc; processes we may not inspect are skipped."""
+    root_text = str(root.resolve())
+    own = {os.getpid(), os.getppid()}
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in entries:
+        if not name.isdigit() or int(name) in own:
+            continue
+        pid = int(name)
+        try:
+            if _inside(os.readlink(f"/proc/{pid}/cwd"), root_text):
+                found.append(pid)
+                continue
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environment = handle.read()
+        except OSError:
+            continue
+        for variable in environment.split(b"\0"):
+            if variable.startswith((b"HOME=", b"PWD=")):
+                value = variable.split(b"=", 1)[1].decode("utf-8", "replace")
+                if _inside(value, root_text):
+                    found.append(pid)
+                    break
+    return [pid for pid in found if not _is_zombie(pid)]
+
+
+def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list[int], int]:
+    """Before a node starts on ``root``: SIGKILL the job processes an earlier node left running there (their
+    whole process groups; jobs run in sessions of their own) and remove the leftover job directories.
+
+    Returns (killed pids, removed directories). The wait for the processes to exit is bounded by ``timeout``.
+    """
+    if not root.is_dir():
+        return [], 0
+    own_group = os.getpgrp()
+    killed = processes_in_sandboxes(root)
+    for pid in killed:
+        try:
+            group = os.getpgid(pid)
+            if group == pid and group != own_group:  # a job: the leader of its own session, take it all
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            log.warning("cannot kill leftover job process %d under %s: permission denied", pid, root)
+    deadline = time.monotonic() + timeout
+    waiting = list(killed)
+    for _ in range(int(timeout / 0.02) + 1):
+        waiting = [pid for pid in waiting if not _is_zombie(pid)]
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    if waiting:
+        log.warning("leftover job processes still alive after %.1f s: %s", timeout, waiting)
+    removed = 0
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return killed, removed
+
 
 def parse_node_resources(text: str | None) -> dict[str, Any] | None:
     """``--resources`` text → the override map, validated now (so a typo fails before anything starts)."""
@@ -287,6 +379,15 @@ def node_command(
             raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
         node_address = address or default_address()
         root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
+        killed, removed = kill_orphans(root_dir)
+        if killed or removed:
+            log.warning(
+                "node %s: killed %d job processes and removed %d job directories left under %s by an earlier node",
+                node_address,
+                len(killed),
+                removed,
+                root_dir,
+            )
         asyncio.run(_run_node(scheduler, root_dir, node_address, overrides, tag_list, token, memory_meter))
     except PooltreeError as error:
         fail(error.message)

@@ -1,0 +1,121 @@
+"""A node started on a root with leftovers of a SIGKILLed node kills their job processes and removes the job
+directories before heartbeating (issue 7); real processes throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pooltree.cli.live import kill_orphans, processes_in_sandboxes
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def _leftover_job(root: Path, job_id: str) -> subprocess.Popen[bytes]:
+    """What an executor leaves behind: <root>/<job>/sandbox and a job in its own session, with a child that
+    moved elsewhere (found through its process group / HOME)."""
+    sandbox = root / job_id / "sandbox"
+    (sandbox / "tmp").mkdir(parents=True)
+    (root / job_id / "stderr").write_bytes(b"")
+    environment = {**os.environ, "HOME": str(sandbox), "PWD": str(sandbox)}
+    return subprocess.Popen(
+        ["sh", "-c", "(cd /; exec sleep 60) & sleep 60"],
+        cwd=sandbox,
+        env=environment,
+        start_new_session=True,
+    )
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    stat = handle.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if int(fields[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_kill_orphans_kills_the_job_groups_and_removes_the_directories(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    jobs = [_leftover_job(root, f"job-{i}") for i in range(2)]
+    bystander = subprocess.Popen(["sleep", "60"], cwd=tmp_path, start_new_session=True)
+    try:
+        assert _wait(lambda: all(_children(job.pid) for job in jobs))
+        children = [child for job in jobs for child in _children(job.pid)]
+        assert set(processes_in_sandboxes(root)) >= {job.pid for job in jobs}
+        killed, removed = kill_orphans(root)
+        assert {job.pid for job in jobs} <= set(killed)
+        assert removed == 2 and list(root.iterdir()) == []
+        for job in jobs:
+            assert job.wait(5) == -signal.SIGKILL
+        assert _wait(lambda: not any(_alive(child) for child in children))
+        assert _alive(bystander.pid)  # a process outside the root is left alone
+        assert kill_orphans(root) == ([], 0)
+    finally:
+        for process in [*jobs, bystander]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+
+def test_pooltree_node_cleans_its_root_before_heartbeating(tmp_path: Path) -> None:
+    """``pooltree node`` on the root of a SIGKILLed node (scheduler unreachable: it keeps retrying)."""
+    root = tmp_path / "node"
+    job = _leftover_job(root, "job-1")
+    node = None
+    try:
+        assert _wait(lambda: bool(_children(job.pid)))
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pooltree.cli",
+                "node",
+                "--scheduler",
+                "http://127.0.0.1:9",
+                "--root",
+                str(root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        assert job.wait(30) == -signal.SIGKILL
+        assert _wait(lambda: not (root / "job-1").exists())
+        node.send_signal(signal.SIGINT)
+        _, stderr = node.communicate(timeout=30)
+        # the job's shell, its sleep and the child that left the sandbox (found by HOME)
+        assert b"killed 3 job processes and removed 1 job directories" in stderr
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait(5)
+        if node is not None and node.poll() is None:
+            node.kill()
+            node.wait(5)
