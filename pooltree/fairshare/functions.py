@@ -377,7 +377,6 @@ def _simple_operation_fsbs(
 ) -> FunctionBatch:
     """Closed-form FSBS of operations with usage, no guarantee and usage within limits (see above)."""
     n = len(u)
-    rows = np.arange(n)
     # Phase 1: s = 0 and every distinct positive usage value v (fit v / M, value min(u, v)).
     sorted_usage = np.sort(u, axis=1)
     previous = np.concatenate([np.zeros((n, 1)), sorted_usage[:, :-1]], axis=1)
@@ -400,37 +399,59 @@ def _simple_operation_fsbs(
     changes = np.flatnonzero(top_start != top_end)
     bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[changes])
     bp_rows = changes[bp_rows] if len(bp_rows) else np.zeros(0, dtype=np.int64)
-    # Cut end (t_max inside (0, 1)): interpolated; uncut end: the demand itself.
+    # Phase 2 points: breakpoints, then the end (cut end at t_max inside (0, 1) interpolated, or the
+    # demand itself when uncut); the cut at t_max = 0 ends the function at the top usage.
     cut_end = np.flatnonzero(cut & (t_max > 0))
-    end_rows = np.concatenate([bp_rows, cut_end])
-    end_t = np.concatenate([bp_t, t_max[cut_end]])
-    t_col = end_t[:, None]
-    ya, dyr = u[end_rows], dy[end_rows]
-    mid_y = np.where(t_col < 0.5, ya + dyr * t_col, d[end_rows] - dyr * (1.0 - t_col))
+    t_cut = t_max[cut_end]
     uncut = np.flatnonzero(~cut)
-    # All points keyed by (operation, rank): phase 1 ranks 0..5, phase 2 ranks 6 + t, the demand 7.5.
-    p1_rows = np.repeat(rows[:, None], 6, axis=1)[p1_valid]
-    p1_rank = np.broadcast_to(np.arange(6, dtype=float), (n, 6))[p1_valid]
-    owner = np.concatenate([p1_rows, end_rows, uncut])
-    rank = np.concatenate([p1_rank, 6.0 + end_t, np.full(len(uncut), 7.5)])
-    y = np.concatenate([p1_y[p1_valid], mid_y, d[uncut]])
-    f = np.concatenate([p1_f[p1_valid], 1.0 + end_t, np.full(len(uncut), 2.0)])
-    s = np.concatenate([p1_s[p1_valid], row_max(mid_y), row_max(d[uncut])])
-    order = sort_by_group(rank, owner)
-    owner, y, f, s = owner[order], y[order], f[order], s[order]
-    s = np.maximum(s, 0.0)
-    s[s < ZERO_SUGGESTION] = 0.0
+    mid_rows = np.concatenate([bp_rows, cut_end])
+    t_col = np.concatenate([bp_t, t_cut])[:, None]
+    ya, dyr = u[mid_rows], dy[mid_rows]
+    mid_y = np.where(t_col < 0.5, ya + dyr * t_col, d[mid_rows] - dyr * (1.0 - t_col))
+    # Output positions without sorting: phase 1 points, breakpoints (sorted by row then t), end, tail.
+    p1_count = p1_valid.sum(axis=1)
+    bp_count = np.bincount(bp_rows, minlength=n)
+    has_end = np.zeros(n, dtype=bool)
+    has_end[cut_end] = True
+    has_end[uncut] = True
+    last_s = np.where(has_end, 0.0, max_usage)
+    last_s[cut_end] = row_max(mid_y[len(bp_rows) :])
+    last_s[uncut] = row_max(d[uncut])
+    last_s = np.maximum(last_s, 0.0)
+    last_s[last_s < ZERO_SUGGESTION] = 0.0
+    need_tail = last_s < 1.0
+    counts = p1_count + bp_count + has_end + need_tail
+    offsets = _offsets_from_counts(counts)
+    total = int(offsets[-1])
+    out_s = np.empty(total)
+    out_f = np.empty(total)
+    out_y = np.empty((total, R))
+    p1_pos = (offsets[:-1, None] + np.cumsum(p1_valid, axis=1) - 1)[p1_valid]
+    out_s[p1_pos] = p1_s[p1_valid]
+    out_f[p1_pos] = p1_f[p1_valid]
+    out_y[p1_pos] = p1_y[p1_valid]
+    if len(bp_rows):
+        rank = np.arange(len(bp_rows)) - np.searchsorted(bp_rows, bp_rows)
+        bp_pos = offsets[bp_rows] + p1_count[bp_rows] + rank
+        out_s[bp_pos] = row_max(mid_y[: len(bp_rows)])
+        out_f[bp_pos] = 1.0 + bp_t
+        out_y[bp_pos] = mid_y[: len(bp_rows)]
+    end_pos = offsets[:-1] + p1_count + bp_count
+    out_s[end_pos[cut_end]] = row_max(mid_y[len(bp_rows) :])
+    out_f[end_pos[cut_end]] = 1.0 + t_cut
+    out_y[end_pos[cut_end]] = mid_y[len(bp_rows) :]
+    out_s[end_pos[uncut]] = row_max(d[uncut])
+    out_f[end_pos[uncut]] = 2.0
+    out_y[end_pos[uncut]] = d[uncut]
+    np.maximum(out_s, 0.0, out=out_s)
+    out_s[out_s < ZERO_SUGGESTION] = 0.0
     # Extend to s = 1 with the last value.
-    counts = np.bincount(owner, minlength=n)
-    out_offsets = _offsets_from_counts(counts)
-    last_out = out_offsets[1:] - 1
-    need_tail = s[last_out] < 1.0
-    insert_at = out_offsets[1:][need_tail]
-    s = np.insert(s, insert_at, 1.0)
-    y = np.insert(y, insert_at, y[last_out[need_tail]], axis=0)
-    f = np.insert(f, insert_at, f[last_out[need_tail]])
-    counts[need_tail] += 1
-    return compress(FunctionBatch(_offsets_from_counts(counts), s, y, f), collinear=False)
+    tail = np.flatnonzero(need_tail)
+    tail_pos = offsets[1:][tail] - 1
+    out_s[tail_pos] = 1.0
+    out_f[tail_pos] = out_f[tail_pos - 1]
+    out_y[tail_pos] = out_y[tail_pos - 1]
+    return compress(FunctionBatch(offsets, out_s, out_y, out_f), collinear=False)
 
 
 def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:
