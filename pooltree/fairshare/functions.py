@@ -383,8 +383,8 @@ def _simple_operation_fsbs(
     distinct = sorted_usage > previous
     p1_s = np.concatenate([np.zeros((n, 1)), sorted_usage], axis=1)
     p1_f = np.concatenate([np.zeros((n, 1)), sorted_usage / max_usage[:, None]], axis=1)
-    p1_y = np.concatenate([np.zeros((n, 1, R)), np.minimum(sorted_usage[:, :, None], u[:, None, :])], axis=1)
     p1_valid = np.concatenate([np.ones((n, 1), dtype=bool), distinct], axis=1)
+    p1_rows = np.nonzero(p1_valid)[0]
     # Phase 2: the piece from (1, u) to (2, d), cut where the first resource passes its limit.
     dy = d - u
     over = d > limit + LIMIT_TOLERANCE
@@ -427,9 +427,10 @@ def _simple_operation_fsbs(
     out_f = np.empty(total)
     out_y = np.empty((total, R))
     p1_pos = (offsets[:-1, None] + np.cumsum(p1_valid, axis=1) - 1)[p1_valid]
-    out_s[p1_pos] = p1_s[p1_valid]
+    p1_values = p1_s[p1_valid]
+    out_s[p1_pos] = p1_values
     out_f[p1_pos] = p1_f[p1_valid]
-    out_y[p1_pos] = p1_y[p1_valid]
+    out_y[p1_pos] = np.minimum(p1_values[:, None], u[p1_rows])
     if len(bp_rows):
         rank = np.arange(len(bp_rows)) - np.searchsorted(bp_rows, bp_rows)
         bp_pos = offsets[bp_rows] + p1_count[bp_rows] + rank
@@ -471,9 +472,10 @@ def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:
     drop = same_prev & same_next  # interior of a jump
     drop |= at_left_end & same_next  # trim left: keep the last point at the left end
     drop |= at_right_end & same_prev  # trim right: keep the first point at the right end
-    keep = ~drop
-    x, y, owner = x[keep], y[keep], owner[keep]
-    f = None if f is None else f[keep]
+    if np.any(drop):
+        keep = ~drop
+        x, y, owner = x[keep], y[keep], owner[keep]
+        f = None if f is None else f[keep]
     # Equal consecutive points.
     count = len(x)
     dup = np.zeros(count, dtype=bool)
@@ -485,8 +487,10 @@ def compress(batch: FunctionBatch, *, collinear: bool = True) -> FunctionBatch:
         x, y, owner = x[keep], y[keep], owner[keep]
         f = None if f is None else f[keep]
         count = len(x)
-    counts = np.bincount(owner, minlength=n)
-    trimmed = FunctionBatch(_offsets_from_counts(counts), x, y, f)
+    if len(x) == len(batch.x):
+        trimmed = batch  # nothing dropped
+    else:
+        trimmed = FunctionBatch(_offsets_from_counts(np.bincount(owner, minlength=n)), x, y, f)
     return compress_collinear(trimmed) if collinear else trimmed
 
 
