@@ -382,6 +382,8 @@ class LiveScheduler:
         """Trees with newly activated operations, published before the next heartbeat is scheduled."""
         self._updating = False
         self._job_writes: dict[tuple[str, str], JobRecord] | None = None
+        self.durations: dict[str, tuple[int, float, float]] = {}
+        """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
 
     # ------------------------------------------------------------------ pool trees
@@ -417,6 +419,11 @@ class LiveScheduler:
             return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
 
     # ------------------------------------------------------------------ persistence
+
+    def record_duration(self, work: str, seconds: float) -> None:
+        """Account one heartbeat / fair-share update that took ``seconds`` (the service measures)."""
+        count, total, longest = self.durations.get(work, (0, 0.0, 0.0))
+        self.durations[work] = (count + 1, total + seconds, max(longest, seconds))
 
     def _put_job(self, record: JobRecord) -> None:
         """Write a job through to the store; inside a heartbeat the writes go out together before it answers."""

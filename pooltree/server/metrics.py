@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 from pooltree.server.live import LiveScheduler
@@ -76,6 +76,20 @@ class SchedulerCollector(Collector):
         yield from (pool_starving, running, pending)
         yield from op_gauges.values()
         yield from (op_starving, preemptions, nodes)
+        durations = SummaryMetricFamily(
+            "pooltree_scheduler_work_seconds",
+            "Time the scheduler spent per node heartbeat / fair-share update (lock wait included)",
+            labels=["work"],
+        )
+        longest = GaugeMetricFamily(
+            "pooltree_scheduler_work_max_seconds",
+            "Longest single heartbeat / fair-share update",
+            labels=["work"],
+        )
+        for work, (count, total, maximum) in sorted(dict(self.scheduler.durations).items()):
+            durations.add_metric([work], count_value=count, sum_value=total)
+            longest.add_metric([work], maximum)
+        yield from (durations, longest)
 
 
 def _starving(status: object) -> float:

@@ -159,7 +159,9 @@ class SchedulerService:
                     f"Malformed node heartbeat: {error.message}",
                     attributes={"field": error.path, "reason": error.reason},
                 ) from error
-            response = await run_in_threadpool(self.scheduler.process_heartbeat, heartbeat, self.clock())
+            response = await run_in_threadpool(
+                self._timed, "heartbeat", self.scheduler.process_heartbeat, heartbeat, self.clock()
+            )
             return JSONResponse(response)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
@@ -169,6 +171,16 @@ class SchedulerService:
                 YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
                 request_id,
             )
+
+    def _timed(self, work: str, function: Callable[..., Any], *args: Any) -> Any:
+        """Run ``function`` (on a worker thread) and account its wall time under ``work``."""
+        began = time.perf_counter()
+        try:
+            return function(*args)
+        finally:
+            seconds = time.perf_counter() - began
+            with self.scheduler.lock:
+                self.scheduler.record_duration(work, seconds)
 
     async def _metrics(self, request: Request) -> Response:
         data = await run_in_threadpool(render, self.metrics)
@@ -213,7 +225,9 @@ class SchedulerService:
                 try:
                     period = self.scheduler.fair_share_update_period(tree)
                     if now - self.scheduler.last_update.get(tree, float("-inf")) >= period:
-                        await run_in_threadpool(self.scheduler.update_fair_share, tree, now)
+                        await run_in_threadpool(
+                            self._timed, "fair_share_update", self.scheduler.update_fair_share, tree, now
+                        )
                 except PooltreeError as error:
                     log.warning("fair-share update of tree %s failed: %s", tree, error.message)
                 except KeyError:

@@ -119,3 +119,19 @@ def test_unknown_operation_is_an_error(tmp_path: Path, serve: Callable[[object],
     )
     assert response.status_code != 200
     assert "No such operation" in response.headers.get("X-YT-Error", response.text)
+
+
+def test_heartbeat_time_is_measured_and_exported(tmp_path: Path, serve: Callable[[object], str]) -> None:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    url = serve(service.app)
+    for _ in range(3):
+        response = httpx.post(
+            f"{url}/internal/node_heartbeat",
+            json={"node_address": "n1", "resource_limits": LIMITS},
+            timeout=10,
+        )
+        assert response.status_code == 200, response.text
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    assert 'pooltree_scheduler_work_seconds_count{work="heartbeat"} 3.0' in metrics
+    count, total, longest = service.scheduler.durations["heartbeat"]
+    assert count == 3 and 0 < longest <= total
