@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pooltree.fairshare.functions import row_all, row_any, row_max, row_min
+
 INFINITE_SATISFACTION_RATIO = 1e9
 RATIO_COMPUTATION_PRECISION = 1e-9  # "nearly zero" fair share
 RATIO_COMPARISON_PRECISION = 1e-4  # "fair share ≈ demand" for operations' status
@@ -28,8 +30,8 @@ def strictly_dominates_non_blocked(
     lhs, rhs = np.asarray(lhs, dtype=float), np.asarray(rhs, dtype=float)
     blocked = _blocked(fair_share, demand_share)
     greater = lhs > rhs
-    all_blocked = np.all(blocked, axis=-1)
-    result = np.where(all_blocked, np.any(greater, axis=-1), np.all(greater | blocked, axis=-1))
+    all_blocked = row_all(blocked)
+    result = np.where(all_blocked, row_any(greater), row_all(greater | blocked))
     return bool(result) if result.ndim == 0 else result
 
 
@@ -52,7 +54,7 @@ def is_below_fair_share(
     ds = np.asarray(demand_share, dtype=float)
     tol = np.asarray(tolerance, dtype=float)
     is_op = np.asarray(is_operation)
-    full = np.all(fs + RATIO_COMPARISON_PRECISION >= ds, axis=-1)
+    full = row_all(fs + RATIO_COMPARISON_PRECISION >= ds)
     tol = np.where(is_op & full, 1.0, tol)
     bound = np.minimum(fs * np.asarray(tol)[..., None], ds)
     below = np.asarray(strictly_dominates_non_blocked(bound, us, fs, ds))
@@ -69,19 +71,19 @@ def local_satisfaction_ratio(
     ds = np.asarray(demand_share, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(fs > 0, us / np.where(fs > 0, fs, 1.0), np.nan)
-    zero_fs = np.all(fs <= RATIO_COMPUTATION_PRECISION, axis=-1)
-    over = np.any(us > fs, axis=-1)
+    zero_fs = row_all(fs <= RATIO_COMPUTATION_PRECISION)
+    over = row_any(us > fs)
     # Some usage above fair share: max ratio, 0/0 = 0, x/0 = 1e9.
     over_ratio = np.where(fs > 0, ratio, np.where(us > 0, INFINITE_SATISFACTION_RATIO, 0.0))
-    over_value = np.minimum(over_ratio.max(axis=-1), INFINITE_SATISFACTION_RATIO)
+    over_value = np.minimum(row_max(over_ratio), INFINITE_SATISFACTION_RATIO)
     blocked = _blocked(fs, ds)
-    all_blocked = np.all(blocked, axis=-1)
+    all_blocked = row_all(blocked)
     # All blocked: min ratio with 0/0 = 1 and x/0 = 1.
     blocked_ratio = np.where(fs > 0, ratio, 1.0)
-    blocked_value = blocked_ratio.min(axis=-1)
+    blocked_value = row_min(blocked_ratio)
     # Otherwise: max over non-blocked resources with FS != 0 (0 if none).
     regular = np.where(~blocked & (fs != 0), np.nan_to_num(ratio, nan=0.0), -np.inf)
-    regular_value = regular.max(axis=-1)
+    regular_value = row_max(regular)
     regular_value = np.where(np.isfinite(regular_value), regular_value, 0.0)
     result = np.where(
         zero_fs,

@@ -400,13 +400,13 @@ class _Update:
             ("strong_guarantee_resources", self.strong_config, False),
         ):
             bad = np.isnan(arr) | (arr < 0) | (~np.isfinite(arr) if not allow_inf else False)
-            rows = np.flatnonzero(np.any(bad, axis=1))
+            rows = np.flatnonzero(fn.row_any(bad))
             if len(rows):
                 e = tree.elements[int(rows[0])]
                 raise ConfigError(
                     _path(e, name), f"resources must be non-negative numbers, got {arr[rows[0]].tolist()}"
                 )
-        short = np.flatnonzero(np.any(self.demand < self.usage, axis=1) & tree.is_op)
+        short = np.flatnonzero(fn.row_any(self.demand < self.usage) & tree.is_op)
         if len(short):
             e = tree.elements[int(short[0])]
             raise ConfigError(
@@ -443,10 +443,10 @@ class _Update:
         self.usage_share = _share(self.usage, total)
         self.demand_share = _share(demand, total)
         # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
-        basis = np.where(np.any(self.usage > 0, axis=1)[:, None], self.usage_share, self.demand_share)
+        basis = np.where(fn.row_any(self.usage > 0)[:, None], self.usage_share, self.demand_share)
         basis = np.where(total > 0, basis, 0.0)
         best = np.argmax(basis, axis=1)
-        best = np.where(basis.max(axis=1) > 0, best, RESOURCES.index("cpu"))
+        best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
         self.dominant = best
 
     # ---- b.3 ----------------------------------------------------------------------------------------
@@ -680,7 +680,7 @@ class _Update:
             sums = np.add.reduceat(
                 sgs[clo : tree.level_start[d + 2]], tree.child_start[parents] - clo, axis=0
             )
-            over = np.flatnonzero(np.any(sums > sgs[parents], axis=1))
+            over = np.flatnonzero(fn.row_any(sums > sgs[parents]))
             for k in over:
                 p = int(parents[k])
                 kids = np.array(tree.children(p))
@@ -719,7 +719,7 @@ class _Update:
         weight = np.where(np.isnan(self.weight_cfg), 1.0, self.weight_cfg)
         multiplier = self.settings.infer_weight_from_guarantees_share_multiplier
         if multiplier is not None:
-            g = self.sgs.max(axis=1) + self.total_flow_ratio
+            g = fn.row_max(self.sgs) + self.total_flow_ratio
             unset = np.isnan(self.weight_cfg)
             unset[0] = False
             gp = g[np.maximum(tree.parent, 0)]
@@ -795,9 +795,7 @@ class _Update:
             base_fsbs, base_rows, base_guarantee, base_limits = base
             member = np.zeros(n, dtype=bool)
             member[elements] = True
-            dirty = member & (
-                np.any(guarantee != base_guarantee, axis=1) | np.any(limits != base_limits, axis=1)
-            )
+            dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
             for level in tree.parent_levels(bottom_up=True):
                 kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
                 dirty[level.parents] |= kids_dirty & member[level.parents]
@@ -906,7 +904,7 @@ class _Update:
             kv, kf = fn.evaluate(fsbs, rows[kids], ks)
             seg = np.concatenate([[0], np.cumsum(counts)[:-1]])
             sums = np.add.reduceat(kv, seg, axis=0)
-            bad = np.flatnonzero(np.any(sums > target + EPSILON, axis=1))
+            bad = np.flatnonzero(fn.row_any(sums > target + EPSILON))
             for k in bad:
                 sel = np.flatnonzero(slot == k)
                 p_arr = parents[k : k + 1]
