@@ -343,9 +343,8 @@ class TreeScheduler:
                 usage = [0.0] * RESOURCE_COUNT
                 demand = [0.0] * RESOURCE_COUNT
                 for child in element.children:
-                    for r in range(RESOURCE_COUNT):
-                        usage[r] += child.usage[r]
-                        demand[r] += child.demand_share[r]
+                    _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
+                    _add_list(demand, child.demand_share)
                 element.usage = usage
                 element.demand_share = (
                     tuple(demand)
