@@ -53,6 +53,8 @@ from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatRes
 from pooltree.tree import PoolTree
 
 ROOT = "<Root>"
+_RECORD_ARRAYS = frozenset({"fair_share", "usage_share", "demand_share", "below"})
+"""Fair-share result arrays `_record` reads in bulk (else it reads ElementResults one by one)."""
 NODE_EVENT, JOB_EVENT, OPERATION_EVENT, FAIR_SHARE_EVENT, HEARTBEAT_EVENT = range(5)
 _JOB_PEAK, _JOB_END = 0, 1
 _MASK64 = (1 << 64) - 1
@@ -909,7 +911,7 @@ class Simulation:
             ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
             arrays = getattr(elements, "arrays", None)
             index = getattr(elements, "index", None)
-            if arrays is not None and index is not None:
+            if arrays is not None and index is not None and arrays.keys() >= _RECORD_ARRAYS:
                 # pools only, read from the update's arrays in one pass (same values as the per-element path)
                 present = [element_id for element_id in ids if element_id in index]
                 rows = [index[element_id] for element_id in present]
@@ -959,7 +961,7 @@ class Simulation:
             tree.acc = np.vstack([tree.acc, np.zeros((len(tree.pools) - tree.acc.shape[0], 6))])
         index = getattr(elements, "index", None)
         arrays = getattr(elements, "arrays", None)
-        if index is not None and arrays is not None:
+        if index is not None and arrays is not None and "resource_usage" in arrays:
             if ROOT in index:
                 usage_row = np.array(arrays["resource_usage"][index[ROOT]], dtype=float)
                 tree.last_root = (usage_row, tree.core.total_resources)

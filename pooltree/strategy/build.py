@@ -27,6 +27,8 @@ _SPEC_FIELDS = (
     "interruption_signal",
 )
 """The operation spec fields the static part reads (here and in ``operation_effective_parameters``)."""
+_ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
+"""Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
 _BELOW = SchedulingStatus.BELOW_FAIR_SHARE
 _NORMAL = SchedulingStatus.NORMAL
 
@@ -84,7 +86,7 @@ class _Shares:
         index = getattr(elements, "index", None)
         self._elements = elements
         self._index: Mapping[str, int] | None = None
-        if isinstance(arrays, Mapping) and isinstance(index, Mapping):
+        if isinstance(arrays, Mapping) and isinstance(index, Mapping) and arrays.keys() >= _ARRAY_KEYS:
             # one copy of each array: specs hold row views, independent of the result object
             self._fair_share = np.array(arrays["fair_share"], dtype=float)
             self._demand_share = np.array(arrays["demand_share"], dtype=float)
