@@ -146,6 +146,16 @@ def load_config_into_store(store_url: str, config: Path) -> list[str]:
 # ------------------------------------------------------------------------------------------------- scheduler
 
 
+NODE_HEARTBEAT_TIMEOUT_OPTION = typer.Option(
+    60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
+)
+HEARTBEAT_PERIOD_OPTION = typer.Option(
+    1.0,
+    "--heartbeat-period",
+    help="Seconds between an idle node's heartbeats (nodes with finished jobs heartbeat at once).",
+)
+
+
 @app.command("scheduler")
 def scheduler_command(
     store: str = typer.Option(
@@ -167,14 +177,8 @@ def scheduler_command(
     create_default_tree: bool = typer.Option(
         False, "--create-default-tree", help="Create pool tree 'default' if the store has no tree."
     ),
-    node_heartbeat_timeout: float = typer.Option(
-        60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
-    ),
-    heartbeat_period: float = typer.Option(
-        1.0,
-        "--heartbeat-period",
-        help="Seconds between an idle node's heartbeats (nodes with finished jobs heartbeat at once).",
-    ),
+    node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
+    heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
@@ -549,17 +553,11 @@ def local_command(
     node_resources: str = typer.Option(
         None, "--node-resources", help="Each node's resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4'."
     ),
-    node_heartbeat_timeout: float = typer.Option(
-        60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
-    ),
+    node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
     memory_meter: str = typer.Option(
         "auto", "--memory-meter", help="Nodes' memory meter: auto, cgroup, psutil."
     ),
-    heartbeat_period: float = typer.Option(
-        1.0,
-        "--heartbeat-period",
-        help="Seconds between an idle node's heartbeats (nodes with finished jobs heartbeat at once).",
-    ),
+    heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
 ) -> None:
     """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
     _setup_logging()

@@ -48,6 +48,13 @@ def new_guid() -> str:
     return "-".join(f"{secrets.randbits(32):x}" for _ in range(4))
 
 
+def no_such_operation(operation_id: str) -> PooltreeError:
+    """The YT error for an unknown operation id (code 1915, ``attributes.operation_id``)."""
+    return PooltreeError(
+        f"No such operation {operation_id}", code=NO_SUCH_OPERATION, attributes={"operation_id": operation_id}
+    )
+
+
 class LiveVanillaController(VanillaController):
     """Vanilla controller that can re-attach jobs an agent kept running across a scheduler restart.
 
@@ -579,11 +586,7 @@ class LiveScheduler:
     def operation(self, operation_id: str) -> LiveOperation:
         op = self.operations.get(operation_id)
         if op is None:
-            raise PooltreeError(
-                f"No such operation {operation_id}",
-                code=NO_SUCH_OPERATION,
-                attributes={"operation_id": operation_id},
-            )
+            raise no_such_operation(operation_id)
         return op
 
     def finish_operation(

@@ -16,7 +16,7 @@ from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
-from pooltree.server.live import NO_SUCH_JOB, NO_SUCH_OPERATION, LiveJob, LiveOperation, LiveScheduler
+from pooltree.server.live import NO_SUCH_JOB, LiveJob, LiveOperation, LiveScheduler, no_such_operation
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
 
@@ -151,11 +151,7 @@ class OperationCommands:
                 return entry
         record = self.scheduler.store.get_operation(operation_id)
         if record is None:
-            raise YtError(
-                f"No such operation {operation_id}",
-                code=NO_SUCH_OPERATION,
-                attributes={"operation_id": operation_id},
-            )
+            raise no_such_operation(operation_id)
         entry = _Attributes(None, self._stored_attributes(record))
         if record.state in ("completed", "failed", "aborted"):
             with self._cache_lock:
@@ -436,11 +432,7 @@ class OperationCommands:
         if operation_id not in self.scheduler.operations:
             record = self.scheduler.store.get_operation(operation_id)
             if record is None:
-                raise YtError(
-                    f"No such operation {operation_id}",
-                    code=NO_SUCH_OPERATION,
-                    attributes={"operation_id": operation_id},
-                )
+                raise no_such_operation(operation_id)
             raise YtError(
                 f"Operation {operation_id} has already finished ({record.state})",
                 attributes={"operation_id": operation_id, "state": record.state},
@@ -485,11 +477,7 @@ class OperationCommands:
             if op is not None:
                 return sorted(op.jobs.values(), key=lambda j: (j.start_time, j.id))
         if self.scheduler.store.get_operation(operation_id) is None:
-            raise YtError(
-                f"No such operation {operation_id}",
-                code=NO_SUCH_OPERATION,
-                attributes={"operation_id": operation_id},
-            )
+            raise no_such_operation(operation_id)
         return [LiveJob.from_record(r) for r in self.scheduler.store.list_jobs(operation_id)]
 
     @staticmethod

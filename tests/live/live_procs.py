@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +32,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, period: float = 0.1) -> Any:
-    """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(period)
-    raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")
 
 
 def _read_lines(stream: Any, sink: queue.Queue[str]) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_procs import PYTHON, Procs, client, free_port, state, vanilla, wait_for, yt_cli
+from live_procs import PYTHON, Procs, client, free_port, state, vanilla, yt_cli
+from polling import wait_for
 
 
 def _ts(text: str) -> float:

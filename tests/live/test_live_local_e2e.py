@@ -15,7 +15,8 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_procs import ORCHID, Procs, client, state, vanilla, wait_for, yt_cli
+from live_procs import ORCHID, Procs, client, state, vanilla, yt_cli
+from polling import wait_for
 
 
 class Local:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_procs import Procs, client, free_port, state, vanilla, wait_for
+from live_procs import Procs, client, free_port, state, vanilla
+from polling import wait_for
 
 
 def _server_fixtures():  # the PostgreSQL fixture lives with the store tests; loaded under its own name

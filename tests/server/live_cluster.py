@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -132,15 +131,3 @@ class Node:
             self.task.result(timeout=15)
         finally:
             self.loop.run(self.agent.shutdown())
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, period: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(period)
-    raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")

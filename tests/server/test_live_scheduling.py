@@ -10,7 +10,7 @@ import httpx
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import wait_for
+from polling import wait_for
 from test_live_service import Cluster, vanilla
 
 FAST_PREEMPTION = {

@@ -14,7 +14,8 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import Loop, Node, Scheduler, wait_for
+from live_cluster import Loop, Node, Scheduler
+from polling import wait_for
 
 YT = str(Path(sys.executable).parent / "yt")
 ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
