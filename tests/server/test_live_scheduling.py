@@ -53,16 +53,21 @@ def test_graceful_interruption_with_signal(tmp_path: Path) -> None:
     try:
         client = cluster.client()
         _two_pools(client)
-        command = "trap 'echo interrupted >&2; exit 0' INT; sleep 60 & wait"
+        # Each job says it is ready once its trap is installed: "running" only means the process exists, and a
+        # signal arriving before the trap would end the job differently.
+        command = (
+            f"trap 'echo interrupted >&2; exit 0' INT; touch {tmp_path}/ready.$YT_JOB_ID; sleep 60 & wait"
+        )
         greedy = client.run_operation(vanilla(command, 2, pool="a", interruption_signal="SIGINT"), sync=False)
         wait_for(lambda: len(client.list_jobs(greedy.id, job_state="running")["jobs"]) == 2)
+        wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2)
         starving = client.run_operation(vanilla("sleep 60", 1, pool="b"), sync=False)
         wait_for(lambda: client.list_jobs(starving.id, job_state="running")["jobs"], timeout=20)
         finished = wait_for(
             lambda: [j for j in client.list_jobs(greedy.id)["jobs"] if j["state"] != "running"]
         )
         assert len(finished) == 1
-        assert finished[0]["interruption_reason"] == "preemption"
+        assert finished[0].get("interruption_reason") == "preemption", finished[0]
         assert client.get_job_stderr(greedy.id, finished[0]["id"]).read() == b"interrupted\n"
         # an interrupted vanilla job is not done: the operation still waits for it
         assert client.get_operation(greedy.id)["brief_progress"]["jobs"]["pending"] == 1
