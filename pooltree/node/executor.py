@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import itertools
 import logging
 import math
@@ -162,6 +163,26 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
+@functools.cache
+def default_signals_prefix() -> list[str]:
+    """``env --default-signal`` when the system's env supports it, else nothing.
+
+    A node started in the background by a non-interactive shell (or under ``nohup``) inherits SIGINT and SIGQUIT
+    ignored, and a shell started with a signal ignored can never trap it: the job could not honour its
+    interruption_signal. Jobs therefore start with every signal at its default disposition, as YTsaurus jobs do.
+    """
+    env = shutil.which("env")
+    if env is None:
+        return []
+    try:
+        probe = subprocess.run(
+            [env, "--default-signal", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [env, "--default-signal"] if probe.returncode == 0 else []
+
+
 def _process_group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -287,7 +308,7 @@ class JobExecutor:
     async def _run(self, job: _Job) -> None:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
-        argv = self.meter.argv(spec.job_id, shell_script(spec))
+        argv = default_signals_prefix() + self.meter.argv(spec.job_id, shell_script(spec))
         env = job_environment(spec, job.sandbox)
         try:
             job.process = await asyncio.get_running_loop().run_in_executor(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import psutil
@@ -173,6 +174,32 @@ def test_interruption_with_handler_completes(tmp_path):
     assert result.state is JobState.COMPLETED
     assert result.interruption_reason == "preemption"
     assert b"bye" in stdout
+
+
+def test_shell_trap_works_when_the_node_was_started_with_sigint_ignored(tmp_path):
+    """A node started in the background by a non-interactive shell inherits SIGINT ignored; a shell job started
+    with a signal ignored cannot trap it. Jobs start with default dispositions, so the trap still works."""
+
+    async def scenario():
+        async with executor(tmp_path) as ex:
+            await ex.start(
+                spec(
+                    "job-t",
+                    "trap 'echo bye; exit 0' INT; echo ready; sleep 30 & wait",
+                    interruption_signal="SIGINT",
+                )
+            )
+            await wait_for_output(ex, "job-t", b"ready")
+            ex.interrupt("job-t", timeout=5, reason="preemption")
+            return await ex.wait("job-t", 10), ex.stdout("job-t")
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result, stdout = run(scenario())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert result.state is JobState.COMPLETED, result.error
+    assert result.interruption_reason == "preemption" and b"bye" in stdout
 
 
 def test_interruption_ignored_is_aborted_after_timeout(tmp_path):
