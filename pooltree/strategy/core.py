@@ -53,6 +53,7 @@ class SchedulerCore:
         self.controllers: dict[str, OperationController] = {}
         self.node_tags: dict[str, frozenset[str]] = {}
         self.node_limits: dict[str, Vector] = {}
+        self._total_resources: Vector | None = None
         self.fair_share_state: Any = None
         self.last_result: Any = None
         self._build_cache = BuildCache()
@@ -79,6 +80,7 @@ class SchedulerCore:
         """Register an exec node (its limits count towards the tree's total resources)."""
         self.node_limits[address] = np.asarray(resource_limits, dtype=float)
         self.node_tags[address] = frozenset(tags)
+        self._total_resources = None
         self.strategy.add_node(address, resource_limits, tags)
 
     def remove_node(self, address: str, now: float) -> list[Allocation]:
@@ -95,14 +97,19 @@ class SchedulerCore:
             del self.strategy.nodes[address]
         self.node_limits.pop(address, None)
         self.node_tags.pop(address, None)
+        self._total_resources = None
         return lost
 
     @property
     def total_resources(self) -> Vector:
-        total = zeros()
-        for limits in self.node_limits.values():
-            total = total + limits
-        return total
+        """The sum of the nodes' resource limits, kept until a node is added, removed or changes its limits."""
+        if self._total_resources is None:
+            total = zeros()
+            for limits in self.node_limits.values():
+                total = total + limits
+            total.setflags(write=False)
+            self._total_resources = total
+        return self._total_resources
 
     # ------------------------------------------------------------------ operations
 
@@ -193,7 +200,10 @@ class SchedulerCore:
         if heartbeat.address not in self.node_limits:
             self.add_node(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
         else:
-            self.node_limits[heartbeat.address] = np.asarray(heartbeat.resource_limits, dtype=float)
+            limits = np.asarray(heartbeat.resource_limits, dtype=float)
+            if not np.array_equal(limits, self.node_limits[heartbeat.address]):
+                self._total_resources = None
+            self.node_limits[heartbeat.address] = limits
             self.node_tags[heartbeat.address] = frozenset(heartbeat.tags)
         return self.strategy.process_heartbeat(heartbeat, now)
 
