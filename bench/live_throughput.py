@@ -59,6 +59,19 @@ def _quantile_ms(values: list[float], q: float) -> float | None:
     return round(ordered[index] * 1000, 1)
 
 
+def _latency_report(client: str, latencies: list[float], errors: int, elapsed: float) -> dict[str, Any]:
+    """Requests, errors, rate and latency quantiles of one load run."""
+    return {
+        "client": client,
+        "requests": len(latencies),
+        "errors": errors,
+        "requests_per_second": round(len(latencies) / elapsed, 1),
+        "p50_ms": _quantile_ms(latencies, 0.5),
+        "p99_ms": _quantile_ms(latencies, 0.99),
+        "max_ms": _quantile_ms(latencies, 1.0),
+    }
+
+
 def _ts(value: Any) -> float:
     """A YT timestamp (``2026-11-22T10:25:21.643455Z``) or seconds as float seconds."""
     if isinstance(value, int | float):
@@ -149,15 +162,7 @@ async def _get_operation_load(url: str, op_ids: list[str], clients: int, seconds
         began = time.monotonic()
         await asyncio.gather(*(requester(client, i) for i in range(clients)))
         elapsed = time.monotonic() - began
-    return {
-        "client": "httpx.AsyncClient",
-        "requests": len(latencies),
-        "errors": errors,
-        "requests_per_second": round(len(latencies) / elapsed, 1),
-        "p50_ms": _quantile_ms(latencies, 0.5),
-        "p99_ms": _quantile_ms(latencies, 0.99),
-        "max_ms": _quantile_ms(latencies, 1.0),
-    }
+    return _latency_report("httpx.AsyncClient", latencies, errors, elapsed)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
@@ -213,15 +218,7 @@ async def _get_operation_load_raw(
     began = time.monotonic()
     await asyncio.gather(*(requester(i) for i in range(clients)))
     elapsed = time.monotonic() - began
-    return {
-        "client": "asyncio keep-alive",
-        "requests": len(latencies),
-        "errors": errors,
-        "requests_per_second": round(len(latencies) / elapsed, 1),
-        "p50_ms": _quantile_ms(latencies, 0.5),
-        "p99_ms": _quantile_ms(latencies, 0.99),
-        "max_ms": _quantile_ms(latencies, 1.0),
-    }
+    return _latency_report("asyncio keep-alive", latencies, errors, elapsed)
 
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
