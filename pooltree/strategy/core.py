@@ -246,7 +246,7 @@ class SchedulerCore:
                 return False
         last = node.last_preemptive_scheduling_time
         due = last is None or now > last + self.config.preemptive_scheduling_backoff
-        return not (due and (any(strategy._ops_by_priority.values()) or self.limits_violated()))
+        return not (due and (self.has_starving_operations() or self.limits_violated()))
 
     def limits_violated(self) -> bool:
         """Whether some pool or operation uses more than its specified resource limits."""
