@@ -233,14 +233,9 @@ class SchedulerCore:
         usage = node.usage
         if np.any(usage > limits + 1e-9):
             return False
-        elements = strategy._elements
-        for allocation in node.allocations.values():
-            if allocation.preempted:
-                continue
-            element = elements.get(allocation.operation_id)
-            if element is not None and element.spec.preemption_mode == "graceful":
-                return False
-        if strategy._can_start_more(node):
+        if strategy.runs_graceful_allocations(node):
+            return False
+        if strategy.can_start_more(node):
             needed = pending_min_needed()
             if needed is not None and np.all(needed <= limits - usage + 1e-9):
                 return False
@@ -250,12 +245,7 @@ class SchedulerCore:
 
     def limits_violated(self) -> bool:
         """Whether some pool or operation uses more than its specified resource limits."""
-        strategy = self.strategy
-        return any(
-            strategy._violated_limits(element) is not None
-            for element in strategy._elements.values()
-            if element.limits is not None
-        )
+        return self.strategy.limits_violated()
 
     def republish(self, now: float) -> None:
         """Publish the last fair-share result again at ``now`` so starvation clocks advance.
@@ -272,11 +262,11 @@ class SchedulerCore:
     def can_start_more(self, address: str) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""
         node = self.strategy.nodes.get(address)
-        return node is not None and self.strategy._can_start_more(node)
+        return node is not None and self.strategy.can_start_more(node)
 
     def has_starving_operations(self) -> bool:
         """Whether the published tree has operations with a preemption priority (targets of preemptive stages)."""
-        return any(self.strategy._ops_by_priority.values())
+        return self.strategy.has_preemption_targets()
 
     def skip_heartbeat(self, address: str, now: float) -> None:
         """Account a heartbeat that :meth:`heartbeat_is_noop` proved empty: only the preemptive backoff moves."""

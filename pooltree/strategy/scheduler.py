@@ -1292,6 +1292,34 @@ class TreeScheduler:
     def element_usage(self, element_id: str) -> Vector:
         return np.array(self._elements[element_id].usage)
 
+    # ------------------------------------------------- queries for callers that skip heartbeats
+
+    def runs_graceful_allocations(self, node: ExecNode) -> bool:
+        """Whether the node runs a (not yet preempted) allocation of an operation in graceful preemption mode."""
+        for allocation in node.allocations.values():
+            if allocation.preempted:
+                continue
+            element = self._elements.get(allocation.operation_id)
+            if element is not None and element.spec.preemption_mode == "graceful":
+                return True
+        return False
+
+    def can_start_more(self, node: ExecNode) -> bool:
+        """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""
+        return self._can_start_more(node)
+
+    def has_preemption_targets(self) -> bool:
+        """Whether the published tree has operations with a preemption priority (starving ones)."""
+        return any(self._ops_by_priority.values())
+
+    def limits_violated(self) -> bool:
+        """Whether some pool or operation uses more than its specified resource limits."""
+        return any(
+            self._violated_limits(element) is not None
+            for element in self._elements.values()
+            if element.limits is not None
+        )
+
 
 def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | None:
     cursor: _Element | None = element
