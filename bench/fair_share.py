@@ -27,6 +27,7 @@ from pooltree.fairshare import (
     UpdateState,
     update_fair_share,
 )
+from pooltree.fairshare.functions import compiled_kernels_active, use_compiled_kernels
 from pooltree.resources import vector
 
 GIB = 1024.0**3
@@ -155,13 +156,23 @@ def main() -> None:
     parser.add_argument("--operations", type=int, default=10000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--scales", action="store_true", help="run 100/1k, 1k/10k and 5k/50k")
+    parser.add_argument(
+        "--numpy", action="store_true", help="run the numpy reference instead of the compiled function passes"
+    )
     args = parser.parse_args()
+    with use_compiled_kernels(not args.numpy):
+        report(args)
+
+
+def report(args: argparse.Namespace) -> None:
     machine = {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         # Wall time on a shared machine depends on the others' load; CPU time much less.
         "load_average_before": [round(v, 2) for v in os.getloadavg()],
+        # The compiled function passes (pooltree/fairshare/_kernels.c); False: the numpy reference ran.
+        "compiled_kernels": compiled_kernels_active(),
     }
     if args.scales:
         results = [

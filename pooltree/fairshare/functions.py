@@ -8,13 +8,46 @@ is the right limit, as YTsaurus's ``TrimLeft``), the right end is trimmed to its
 
 FairShareBySuggestion batches also carry ``f``: the fit factor ``MaxFitFactorBySuggestion(s)`` at every
 point, so one batch answers both FSBS(s) and MFFBS(s).
+
+The two per-level passes, ``sum_functions`` and ``fair_share_by_suggestion``, also exist compiled
+(``_kernels.c``, built at install time when a C compiler is there): the same rules function by function in
+one pass instead of ~40 numpy passes over the whole level. The numpy versions here are the reference;
+``use_compiled_kernels(False)`` switches back to them (tests run both and compare).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+
+try:
+    from pooltree.fairshare import _kernels  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: the numpy reference runs
+    _kernels = None
+
+COMPILED_KERNELS_AVAILABLE = _kernels is not None
+_use_compiled = COMPILED_KERNELS_AVAILABLE
+
+
+@contextmanager
+def use_compiled_kernels(enabled: bool) -> Iterator[None]:
+    """Run the block with (or without) the compiled passes; restores the previous choice afterwards."""
+    global _use_compiled
+    previous = _use_compiled
+    _use_compiled = enabled and COMPILED_KERNELS_AVAILABLE
+    try:
+        yield
+    finally:
+        _use_compiled = previous
+
+
+def compiled_kernels_active() -> bool:
+    """Whether the compiled passes are in use (built, and not switched off)."""
+    return _use_compiled
+
 
 R = 5
 # Tolerances: values above a limit by less than this are treated as at the limit (float noise of sums).
@@ -46,6 +79,84 @@ class FunctionBatch:
         """Points of one function (for tests and diagnostics)."""
         lo, hi = self.offsets[i], self.offsets[i + 1]
         return self.x[lo:hi], self.y[lo:hi], None if self.f is None else self.f[lo:hi]
+
+
+class FunctionTable:
+    """Functions of many elements kept in several batches, without copying them into one.
+
+    Element i's function is row ``row_of[i]`` of ``batches[batch_of[i]]`` (``batch_of[i] = -1``: none).
+    """
+
+    __slots__ = ("batch_of", "batches", "row_of")
+
+    def __init__(self, batches: list[FunctionBatch], batch_of: np.ndarray, row_of: np.ndarray):
+        self.batches = [
+            FunctionBatch(
+                np.ascontiguousarray(b.offsets, dtype=np.int64),
+                np.ascontiguousarray(b.x, dtype=float),
+                np.ascontiguousarray(b.y, dtype=float),
+                None if b.f is None else np.ascontiguousarray(b.f, dtype=float),
+            )
+            for b in batches
+        ]
+        self.batch_of = batch_of
+        self.row_of = row_of
+
+    def sources(self, *, with_f: bool) -> tuple[tuple[np.ndarray, ...], ...]:
+        """The batches as the compiled passes take them: (offsets, x, y[, f]) tuples."""
+        if with_f:
+            return tuple((b.offsets, b.x, b.y, b.f) for b in self.batches)  # type: ignore[misc]
+        return tuple((b.offsets, b.x, b.y) for b in self.batches)
+
+    def offsets_of(self, batch: np.ndarray, row: np.ndarray) -> np.ndarray:
+        """(2, k): start and end of the points of functions (batch[k], row[k])."""
+        out = np.zeros((2, len(batch)), dtype=np.int64)
+        for b in np.unique(batch):
+            sel = batch == b
+            offsets = self.batches[int(b)].offsets
+            out[0, sel] = offsets[row[sel]]
+            out[1, sel] = offsets[row[sel] + 1]
+        return out
+
+    def gather(self, elements: np.ndarray) -> FunctionBatch:
+        """The functions of ``elements`` copied into one batch, in that order."""
+        batch = self.batch_of[elements]
+        parts, order = [], []
+        for b in np.unique(batch):
+            sel = np.flatnonzero(batch == b)
+            parts.append(gather(self.batches[int(b)], self.row_of[elements[sel]]))
+            order.append(sel)
+        if not parts:
+            return FunctionBatch(np.zeros(1, dtype=np.int64), np.zeros(0), np.zeros((0, R)))
+        combined = concatenate(parts)
+        return gather(combined, np.argsort(np.concatenate(order), kind="stable"))
+
+    def evaluate(self, elements: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Values and fit factors of the (FSBS) functions of ``elements`` at ``s`` (see ``evaluate``)."""
+        elements = np.asarray(elements, dtype=np.int64)
+        s = np.broadcast_to(np.asarray(s, dtype=float), elements.shape)
+        batch = self.batch_of[elements]
+        row = self.row_of[elements]
+        if _use_compiled:
+            values = np.empty((len(elements), R))
+            fits = np.empty(len(elements))
+            _kernels.evaluate(
+                self.sources(with_f=True),
+                np.ascontiguousarray(batch),
+                np.ascontiguousarray(row),
+                np.ascontiguousarray(s),
+                values,
+                fits,
+            )
+            return values, fits
+        values = np.zeros((len(elements), R))
+        fits = np.zeros(len(elements))
+        for b in np.unique(batch):
+            sel = np.flatnonzero(batch == b)
+            v, f = evaluate(self.batches[int(b)], row[sel], s[sel])
+            values[sel] = v
+            fits[sel] = f
+        return values, fits
 
 
 def row_max(a: np.ndarray) -> np.ndarray:
@@ -216,6 +327,43 @@ def fair_share_by_suggestion(
 ) -> FunctionBatch:
     """FSBS = FSBFF ∘ MFFBS on [0, 1] for every function of the batch, with MFFBS carried in ``f``.
 
+    Runs the compiled pass when active, else ``fair_share_by_suggestion_numpy`` (the reference).
+    """
+    if not _use_compiled or fsbff.size == 0:
+        return fair_share_by_suggestion_numpy(
+            fsbff, guarantee_share, limits_share, merge_collinear=merge_collinear
+        )
+    n = fsbff.size
+    offsets = np.ascontiguousarray(fsbff.offsets, dtype=np.int64)
+    capacity = (R + 4) * len(fsbff.x) + 2 * n
+    out_offsets = np.empty(n + 1, dtype=np.int64)
+    out_s = np.empty(capacity)
+    out_y = np.empty((capacity, R))
+    out_f = np.empty(capacity)
+    total = _kernels.fair_share_by_suggestion(
+        offsets,
+        np.ascontiguousarray(fsbff.x, dtype=float),
+        np.ascontiguousarray(fsbff.y, dtype=float),
+        np.ascontiguousarray(np.broadcast_to(guarantee_share, (n, R)), dtype=float),
+        np.ascontiguousarray(np.broadcast_to(limits_share, (n, R)), dtype=float),
+        merge_collinear,
+        out_offsets,
+        out_s,
+        out_y,
+        out_f,
+    )
+    return FunctionBatch(out_offsets, out_s[:total], out_y[:total], out_f[:total])
+
+
+def fair_share_by_suggestion_numpy(
+    fsbff: FunctionBatch,
+    guarantee_share: np.ndarray,
+    limits_share: np.ndarray,
+    *,
+    merge_collinear: bool = True,
+) -> FunctionBatch:
+    """The numpy reference of ``fair_share_by_suggestion``, for a whole batch at once.
+
     MFFBS(s) is the largest fit factor whose FSBFF stays within ``min(guarantee_r + s, limit_r)`` in every
     resource (limits and guarantees clamped to the function's range first, as in YTsaurus). Equivalently the
     graph of FSBS is the FSBFF curve re-parametrised by ``sigma(f) = max(0, max_r FSBFF_r(f) - guarantee_r)``
@@ -347,10 +495,19 @@ def operation_fair_share_by_suggestion(
     fit 1 + t, until t = 1 or the first resource reaches its limit; then it stays. The points are exactly
     those ``fair_share_by_suggestion`` finds on ``operation_fair_share_by_fit_factor`` (same formulas, so
     the same floating-point values); gang steps, zero usage, usage over a limit and operations with a
-    guarantee take the generic path.
+    guarantee take the generic path. With the compiled passes active every operation takes the generic
+    path: the compiled pass is faster than this closed form in numpy.
     """
     n = len(usage_share)
     u, d = usage_share, demand_share
+    if _use_compiled and n:
+        # The compiled generic pass is faster than the numpy closed form, and gives the same points.
+        return fair_share_by_suggestion(
+            operation_fair_share_by_fit_factor(u, d, step),
+            guarantee_share,
+            limits_share,
+            merge_collinear=False,
+        )
     max_usage = row_max(u) if n else np.zeros(0)
     limit = np.minimum(np.maximum(limits_share, 0.0), d)
     simple = ~step & (max_usage > 0) & ~row_any(u > limit + LIMIT_TOLERANCE) & ~row_any(guarantee_share != 0)
@@ -543,6 +700,56 @@ def compress_collinear(batch: FunctionBatch) -> FunctionBatch:
 
 
 def sum_functions(
+    children: FunctionBatch,
+    parent_slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right_bound: np.ndarray,
+) -> FunctionBatch:
+    """Pools' FSBFF (see ``sum_functions_numpy``): the compiled pass when active, else the numpy reference."""
+    if not _use_compiled:
+        return sum_functions_numpy(children, parent_slot, scale, shift, right_bound)
+    table = FunctionTable([children], np.zeros(children.size, np.int64), np.arange(children.size))
+    return sum_children(table, np.arange(children.size), parent_slot, scale, shift, right_bound)
+
+
+def sum_children(
+    table: FunctionTable,
+    children: np.ndarray,
+    parent_slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right_bound: np.ndarray,
+) -> FunctionBatch:
+    """``sum_functions`` over the functions of elements ``children`` kept in ``table`` (no copy of them)."""
+    children = np.asarray(children, dtype=np.int64)
+    if not _use_compiled:
+        batch = table.gather(children)
+        return sum_functions_numpy(batch, parent_slot, scale, shift, right_bound)
+    m = len(right_bound)
+    source = table.batch_of[children]
+    row = table.row_of[children]
+    points = int(np.sum(np.diff(table.offsets_of(source, row), axis=0))) if len(children) else 0
+    capacity = 2 * (points + 2 * m)
+    out_offsets = np.empty(m + 1, dtype=np.int64)
+    out_x = np.empty(capacity)
+    out_y = np.empty((capacity, R))
+    total = _kernels.sum_functions(
+        table.sources(with_f=False),
+        np.ascontiguousarray(source, dtype=np.int64),
+        np.ascontiguousarray(row, dtype=np.int64),
+        np.ascontiguousarray(parent_slot, dtype=np.int64),
+        np.ascontiguousarray(scale, dtype=float),
+        np.ascontiguousarray(shift, dtype=float),
+        np.ascontiguousarray(right_bound, dtype=float),
+        out_offsets,
+        out_x,
+        out_y,
+    )
+    return FunctionBatch(out_offsets, out_x[:total], out_y[:total])
+
+
+def sum_functions_numpy(
     children: FunctionBatch,
     parent_slot: np.ndarray,
     scale: np.ndarray,

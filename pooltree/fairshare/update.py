@@ -299,7 +299,7 @@ class _Update:
         if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
         self.tree = _flatten(root)
-        self._base_functions: tuple[fn.FunctionBatch, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
         self._read_inputs()
 
     # ---- inputs (b.1) -------------------------------------------------------------------------------
@@ -778,12 +778,13 @@ class _Update:
     # ---- functions (b.5) ----------------------------------------------------------------------------
     def build_functions(
         self, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
-    ) -> tuple[fn.FunctionBatch, np.ndarray]:
-        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up; returns batch and row map.
+    ) -> fn.FunctionTable:
+        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up, as a table by element.
 
         The first build over the whole tree with the strong guarantees and limits shares is kept as the base:
         later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
-        and their ancestors, and take every other function from the base.
+        and their ancestors, and take every other function from the base (the table refers to the base's
+        batches; nothing is copied).
         """
         tree = self.tree
         n = len(tree.elements)
@@ -792,16 +793,16 @@ class _Update:
         row_of = np.full(n, -1, dtype=np.int64)
         base = self._base_functions
         if base is not None:
-            base_fsbs, base_rows, base_guarantee, base_limits = base
+            base_table, base_guarantee, base_limits = base
             member = np.zeros(n, dtype=bool)
             member[elements] = True
             dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
             for level in tree.parent_levels(bottom_up=True):
                 kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
                 dirty[level.parents] |= kids_dirty & member[level.parents]
-            batches.append(base_fsbs)
-            batch_of[:] = 0
-            row_of[:] = base_rows
+            batches.extend(base_table.batches)
+            batch_of[:] = base_table.batch_of
+            row_of[:] = base_table.row_of
             elements = np.flatnonzero(dirty)
         ops = elements[tree.is_op[elements]]
         if len(ops):
@@ -845,50 +846,24 @@ class _Update:
             scale = np.where(fifo_child, 1.0, scale)
             shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
             right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
-            # Gather children's FSBS from the batches they live in.
-            parts, part_slot, part_scale, part_shift = [], [], [], []
-            for b in np.unique(batch_of[kids]):
-                sel = batch_of[kids] == b
-                parts.append(fn.gather(batches[int(b)], row_of[kids[sel]]))
-                part_slot.append(slot[sel])
-                part_scale.append(scale[sel])
-                part_shift.append(shift[sel])
-            if parts:
-                children = fn.concatenate(parts)
-                fsbff = fn.sum_functions(
-                    children,
-                    np.concatenate(part_slot),
-                    np.concatenate(part_scale),
-                    np.concatenate(part_shift),
-                    right,
-                )
-            else:
-                empty = fn.FunctionBatch(
-                    np.zeros(1, dtype=np.int64), np.zeros(0), np.zeros((0, RESOURCE_COUNT))
-                )
-                fsbff = fn.sum_functions(empty, np.zeros(0, np.int64), np.zeros(0), np.zeros(0), right)
+            fsbff = fn.sum_children(
+                fn.FunctionTable(batches, batch_of, row_of), kids, slot, scale, shift, right
+            )
             batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
             batch_of[level] = len(batches) - 1
             row_of[level] = np.arange(len(level))
-        # One batch, rows by element.
-        combined = fn.concatenate(batches)
-        offsets = np.concatenate([[0], np.cumsum([b.size for b in batches])]).astype(np.int64)
-        rows = np.full(n, -1, dtype=np.int64)
-        has = batch_of >= 0
-        rows[has] = offsets[batch_of[has]] + row_of[has]
+        table = fn.FunctionTable(batches, batch_of, row_of)
         if self._base_functions is None and len(elements) == n:
-            self._base_functions = (combined, rows, guarantee.copy(), limits.copy())
-        return combined, rows
+            self._base_functions = (table, guarantee.copy(), limits.copy())
+        return table
 
-    def distribute(
-        self, fsbs: fn.FunctionBatch, rows: np.ndarray, start: np.ndarray, suggestion: np.ndarray
-    ) -> np.ndarray:
+    def distribute(self, table: fn.FunctionTable, start: np.ndarray, suggestion: np.ndarray) -> np.ndarray:
         """ComputeAndSetFairShare top-down from ``start`` elements with scalar suggestions; returns FS (N, 5)."""
         tree = self.tree
         fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
         current = np.asarray(start, dtype=np.int64)
         s = np.asarray(suggestion, dtype=float)
-        values, fits = fn.evaluate(fsbs, rows[current], s)
+        values, fits = table.evaluate(current, s)
         while len(current):
             fs[current] = values
             pools = ~tree.is_op[current] & (tree.child_count[current] > 0)
@@ -901,7 +876,7 @@ class _Update:
             kids = _child_ranges(tree, parents)
             slot = np.repeat(np.arange(len(parents)), counts)
             ks = self._child_suggestions(parents, kids, slot, fit)
-            kv, kf = fn.evaluate(fsbs, rows[kids], ks)
+            kv, kf = table.evaluate(kids, ks)
             seg = np.concatenate([[0], np.cumsum(counts)[:-1]])
             sums = np.add.reduceat(kv, seg, axis=0)
             bad = np.flatnonzero(fn.row_any(sums > target + EPSILON))
@@ -915,12 +890,12 @@ class _Update:
                     f: float, p_arr=p_arr, sub_kids=sub_kids, zero_slot=zero_slot, bound=target[k] + EPSILON
                 ) -> bool:
                     sug = self._child_suggestions(p_arr, sub_kids, zero_slot, np.array([f]))
-                    v, _ = fn.evaluate(fsbs, rows[sub_kids], sug)
+                    v, _ = table.evaluate(sub_kids, sug)
                     return bool(np.all(v.sum(axis=0) <= bound))
 
                 f_new = floating_point_inverse_lower_bound(0.0, float(fit[k]), fits_target)
                 sug = self._child_suggestions(p_arr, sub_kids, zero_slot, np.array([f_new]))
-                v, f2 = fn.evaluate(fsbs, rows[sub_kids], sug)
+                v, f2 = table.evaluate(sub_kids, sug)
                 ks[sel], kv[sel], kf[sel] = sug, v, f2  # type: ignore[index]
             current, values, fits = kids, kv, kf
         return fs
@@ -999,9 +974,9 @@ def _integral_shares(upd: _Update) -> np.ndarray:
         proposed = adjust_proposed_integral_share(upd.limits_share[b], upd.sgs[b], proposed)
         pis[b] = proposed
         subtree = tree.subtree(b)
-        fsbs, rows = upd.build_functions(subtree, upd.sgs + pis, upd.limits_share)
+        table = upd.build_functions(subtree, upd.sgs + pis, upd.limits_share)
         pis[b] = 0.0
-        within, _ = fn.evaluate(fsbs, rows[[b]], np.zeros(1))
+        within, _ = table.evaluate(np.array([b]), np.zeros(1))
         integral = np.maximum(within[0] - upd.sgs[b], 0.0)
         _increase_integral(upd, b, integral, pis)
         upd.last_ratio[b] = float(integral.max())
@@ -1024,13 +999,13 @@ def _integral_shares(upd: _Update) -> np.ndarray:
         cap = min(w, upd.flow_ratio[r] * multiplier)
         limits[r] = np.minimum(limits[r], upd.sgs[r] + cap)
     elements = np.unique(np.concatenate([tree.subtree(r) for r in relaxed]))
-    fsbs, rows = upd.build_functions(elements, guarantee, limits)
+    table = upd.build_functions(elements, guarantee, limits)
     weights = weights / weights.min()
-    relaxed_rows = rows[relaxed]
+    relaxed_elements = np.array(relaxed, dtype=np.int64)
     strong = upd.sgs[relaxed]
 
     def shares(f: float) -> np.ndarray:
-        values, _ = fn.evaluate(fsbs, relaxed_rows, np.minimum(1.0, f * weights))
+        values, _ = table.evaluate(relaxed_elements, np.minimum(1.0, f * weights))
         return np.maximum(values - strong, 0.0)
 
     fit = floating_point_inverse_lower_bound(
@@ -1105,16 +1080,16 @@ def update_fair_share(
         pis = _integral_shares(upd)
     guarantee = upd.sgs + pis
     # Step 8: functions and the top-down distribution from the root with suggestion 1.
-    fsbs, rows = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
-    fs = upd.distribute(fsbs, rows, np.array([0]), np.ones(1))
-    limited_demand, _ = fn.evaluate(fsbs, rows, np.ones(n))
+    table = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
+    fs = upd.distribute(table, np.array([0]), np.ones(1))
+    limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
     # Step 9: promised guarantee fair share.
     promised = None
     outermost = [i for i in promised_pools if i not in nested]
     if outermost:
         promised = np.full((n, RESOURCE_COUNT), np.nan)
         for i in outermost:
-            part = upd.distribute(fsbs, rows, np.array([i]), np.zeros(1))
+            part = upd.distribute(table, np.array([i]), np.zeros(1))
             sub = tree.subtree(i)
             promised[sub] = part[sub]
     # Step 10: root fair share = sum of children.
@@ -1175,7 +1150,7 @@ class ElementResults(Mapping[str, ElementResult]):
     def __init__(self, arrays: dict[str, Any], ids: list[str], parent: np.ndarray, is_op: np.ndarray):
         self.arrays = arrays
         self.ids = ids
-        self.index = {eid: i for i, eid in enumerate(ids)}
+        self.index = dict(zip(ids, range(len(ids)), strict=True))
         self._parent = parent
         self._is_op = is_op
         self._cache: dict[int, ElementResult] = {}
