@@ -34,7 +34,10 @@ def test_closed_form_matches_generic(seed: int, n: int) -> None:
     with fn.use_compiled_kernels(False):
         closed = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
         generic_numpy = fn.fair_share_by_suggestion(
-            fn.operation_fair_share_by_fit_factor(usage, demand, step), guarantee, limits, merge_collinear=False
+            fn.operation_fair_share_by_fit_factor(usage, demand, step),
+            guarantee,
+            limits,
+            merge_collinear=False,
         )
     generic_compiled = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
     for generic in (generic_numpy, generic_compiled):
