@@ -766,6 +766,59 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------------------------------------------- */
+/* read_vectors                                                                                          */
+
+/*
+ * Copy rows that are C-contiguous float64 vectors of R (numpy arrays, as the input model holds them) into
+ * out (len(rows) × R). Returns -1 when every row was copied, else the index of the first row that is not
+ * such a vector: the caller then converts and validates the rows the slow way. Reading the vectors through
+ * the buffer protocol touches each row once, where numpy's generic conversion of a list of arrays inspects
+ * every item several times.
+ */
+static PyObject *read_vectors(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *rows_object, *out_object;
+    if (!PyArg_ParseTuple(args, "OO", &rows_object, &out_object)) return NULL;
+    PyObject *rows = PySequence_Fast(rows_object, "rows must be a sequence");
+    if (!rows) return NULL;
+    Buffer out;
+    memset(&out, 0, sizeof(out));
+    if (take(out_object, &out, 1, 8, "out") != 0) {
+        Py_DECREF(rows);
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(rows);
+    if (ITEMS(out, double) != count * R) {
+        release(&out, 1);
+        Py_DECREF(rows);
+        PyErr_SetString(PyExc_ValueError, "read_vectors: out must hold len(rows) x 5 numbers");
+        return NULL;
+    }
+    double *target = DATA(out, double);
+    PyObject **items = PySequence_Fast_ITEMS(rows);
+    Py_ssize_t first_bad = -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_buffer view;
+        if (!PyObject_CheckBuffer(items[i]) ||
+            PyObject_GetBuffer(items[i], &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+            PyErr_Clear();
+            first_bad = i;
+            break;
+        }
+        int ok = view.ndim == 1 && view.shape != NULL && view.shape[0] == R && view.itemsize == 8 &&
+                 view.format != NULL && strcmp(view.format, "d") == 0;
+        if (ok) memcpy(&target[i * R], view.buf, R * sizeof(double));
+        PyBuffer_Release(&view);
+        if (!ok) {
+            first_bad = i;
+            break;
+        }
+    }
+    release(&out, 1);
+    Py_DECREF(rows);
+    return PyLong_FromSsize_t(first_bad);
+}
+
 static PyMethodDef methods[] = {
     {"sum_functions", sum_functions, METH_VARARGS,
      "sum_functions(sources, child_source, child_row, parent_slot, scale, shift, right_bound, out_offsets, "
@@ -776,6 +829,9 @@ static PyMethodDef methods[] = {
     {"fair_share_by_suggestion", fair_share_by_suggestion, METH_VARARGS,
      "fair_share_by_suggestion(offsets, x, y, guarantee, limits, merge_collinear, out_offsets, out_s, out_y, "
      "out_f) -> points written"},
+    {"read_vectors", read_vectors, METH_VARARGS,
+     "read_vectors(rows, out) -> -1 when every row was a float64 vector of 5 (copied into out), else the "
+     "index of the first row that was not"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,37 +17,14 @@ one pass instead of ~40 numpy passes over the whole level. The numpy versions he
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-try:
-    from pooltree.fairshare import _kernels  # type: ignore[attr-defined]
-except ImportError:  # no C compiler at install time: the numpy reference runs
-    _kernels = None
-
-COMPILED_KERNELS_AVAILABLE = _kernels is not None
-_use_compiled = COMPILED_KERNELS_AVAILABLE
-
-
-@contextmanager
-def use_compiled_kernels(enabled: bool) -> Iterator[None]:
-    """Run the block with (or without) the compiled passes; restores the previous choice afterwards."""
-    global _use_compiled
-    previous = _use_compiled
-    _use_compiled = enabled and COMPILED_KERNELS_AVAILABLE
-    try:
-        yield
-    finally:
-        _use_compiled = previous
-
-
-def compiled_kernels_active() -> bool:
-    """Whether the compiled passes are in use (built, and not switched off)."""
-    return _use_compiled
-
+from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE as COMPILED_KERNELS_AVAILABLE
+from pooltree.fairshare.compiled import compiled_kernels_active as compiled_kernels_active
+from pooltree.fairshare.compiled import kernels
+from pooltree.fairshare.compiled import use_compiled_kernels as use_compiled_kernels
 
 R = 5
 # Tolerances: values above a limit by less than this are treated as at the limit (float noise of sums).
@@ -137,10 +114,11 @@ class FunctionTable:
         s = np.broadcast_to(np.asarray(s, dtype=float), elements.shape)
         batch = self.batch_of[elements]
         row = self.row_of[elements]
-        if _use_compiled:
+        module = kernels()
+        if module is not None:
             values = np.empty((len(elements), R))
             fits = np.empty(len(elements))
-            _kernels.evaluate(
+            module.evaluate(
                 self.sources(with_f=True),
                 np.ascontiguousarray(batch),
                 np.ascontiguousarray(row),
@@ -329,7 +307,8 @@ def fair_share_by_suggestion(
 
     Runs the compiled pass when active, else ``fair_share_by_suggestion_numpy`` (the reference).
     """
-    if not _use_compiled or fsbff.size == 0:
+    module = kernels()
+    if module is None or fsbff.size == 0:
         return fair_share_by_suggestion_numpy(
             fsbff, guarantee_share, limits_share, merge_collinear=merge_collinear
         )
@@ -340,7 +319,7 @@ def fair_share_by_suggestion(
     out_s = np.empty(capacity)
     out_y = np.empty((capacity, R))
     out_f = np.empty(capacity)
-    total = _kernels.fair_share_by_suggestion(
+    total = module.fair_share_by_suggestion(
         offsets,
         np.ascontiguousarray(fsbff.x, dtype=float),
         np.ascontiguousarray(fsbff.y, dtype=float),
@@ -500,7 +479,7 @@ def operation_fair_share_by_suggestion(
     """
     n = len(usage_share)
     u, d = usage_share, demand_share
-    if _use_compiled and n:
+    if n and compiled_kernels_active():
         # The compiled generic pass is faster than the numpy closed form, and gives the same points.
         return fair_share_by_suggestion(
             operation_fair_share_by_fit_factor(u, d, step),
@@ -707,7 +686,7 @@ def sum_functions(
     right_bound: np.ndarray,
 ) -> FunctionBatch:
     """Pools' FSBFF (see ``sum_functions_numpy``): the compiled pass when active, else the numpy reference."""
-    if not _use_compiled:
+    if not compiled_kernels_active():
         return sum_functions_numpy(children, parent_slot, scale, shift, right_bound)
     table = FunctionTable([children], np.zeros(children.size, np.int64), np.arange(children.size))
     return sum_children(table, np.arange(children.size), parent_slot, scale, shift, right_bound)
@@ -723,7 +702,8 @@ def sum_children(
 ) -> FunctionBatch:
     """``sum_functions`` over the functions of elements ``children`` kept in ``table`` (no copy of them)."""
     children = np.asarray(children, dtype=np.int64)
-    if not _use_compiled:
+    module = kernels()
+    if module is None:
         batch = table.gather(children)
         return sum_functions_numpy(batch, parent_slot, scale, shift, right_bound)
     m = len(right_bound)
@@ -734,7 +714,7 @@ def sum_children(
     out_offsets = np.empty(m + 1, dtype=np.int64)
     out_x = np.empty(capacity)
     out_y = np.empty((capacity, R))
-    total = _kernels.sum_functions(
+    total = module.sum_functions(
         table.sources(with_f=False),
         np.ascontiguousarray(source, dtype=np.int64),
         np.ascontiguousarray(row, dtype=np.int64),

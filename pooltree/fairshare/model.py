@@ -2,7 +2,8 @@
 
 The pool-tree runtime converts configs and operations into this model; the update reads it and returns a
 ``FairShareResult``. Plain dataclasses (no validation framework) keep construction cheap: the update runs
-every fair-share period over thousands of elements. Vectors are numpy arrays of 5 in the order
+every fair-share period over thousands of elements. Elements use ``__slots__``: the update reads every
+attribute of every element, and with 50,000 of them slot reads stay in far fewer cache lines than dicts. Vectors are numpy arrays of 5 in the order
 ``user_slots, cpu, gpu, memory, network``; absolute vectors use tree units, share vectors are fractions of
 the tree's total resources.
 """
@@ -33,7 +34,7 @@ class IntegralGuarantees:
     should_distribute_free_volume_among_children: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Element:
     """What pools and operations share: identity, weight, limits and the effective starvation tolerance."""
 
@@ -45,7 +46,7 @@ class Element:
     starvation_tolerance: float = 0.8  # effective fair_share_starvation_tolerance
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Operation(Element):
     """A running (or pending/suspended) operation: a leaf of the pool tree."""
 
@@ -58,7 +59,7 @@ class Operation(Element):
     apply_specified_resource_limits_to_demand: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pool(Element):
     """A pool: a composite element whose children are pools and operations."""
 

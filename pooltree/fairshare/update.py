@@ -16,6 +16,7 @@ import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare.compiled import read_vectors
 from pooltree.fairshare.model import (
     FIFO_SORT_PARAMETERS,
     GUARANTEE_TYPES,
@@ -153,6 +154,9 @@ def _vector(element: Element, field_name: str, value: object, *, allow_inf: bool
 
 def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
     """Rows of 5 resources as an (n, 5) float array; a row of another shape is an error naming its element."""
+    fast = read_vectors(rows)  # every row a float64 numpy vector of 5 (the usual case): one compiled copy
+    if fast is not None:
+        return fast
     try:
         arr = np.array(rows, dtype=float)
     except (TypeError, ValueError):

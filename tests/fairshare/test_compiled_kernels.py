@@ -201,3 +201,26 @@ def test_bad_buffers_are_refused_not_read() -> None:
         _kernels.evaluate((good,), np.array([0]), np.array([5]), np.zeros(1), np.empty((1, 5)), np.empty(1))
     with pytest.raises(TypeError, match="sources"):
         _kernels.evaluate([good], np.array([0]), np.array([0]), np.zeros(1), np.empty((1, 5)), np.empty(1))
+
+
+def test_read_vectors_copies_float_vectors_and_refuses_anything_else() -> None:
+    """The fast input path takes only float64 vectors of 5; anything else goes to the validating slow path."""
+    from pooltree.fairshare.compiled import read_vectors
+
+    rows = [np.arange(5, dtype=float) * k for k in range(100)]
+    assert np.array_equal(read_vectors(rows), np.array(rows))
+    assert np.array_equal(read_vectors(tuple(rows)), np.array(rows))
+    assert read_vectors([]) is not None and read_vectors([]).shape == (0, 5)
+    for odd in (
+        [0.0, 1.0, 2.0, 3.0, 4.0],  # a list
+        np.arange(5),  # integers
+        np.zeros(4),  # too short
+        np.zeros((5, 1)),  # not a vector
+        np.zeros(10)[::2],  # not contiguous
+        np.zeros(5, dtype=np.float32),
+        "12345",
+        None,
+    ):
+        assert read_vectors([*rows[:3], odd, *rows[3:]]) is None, odd
+    with fn.use_compiled_kernels(False):
+        assert read_vectors(rows) is None
