@@ -499,6 +499,28 @@ static void sift_down(Cursor **heap, int64_t size, int64_t i) {
 }
 
 /*
+ * Write the points of one group of a sum at `position` with value `left` before it and `jump` there: the
+ * left limit, and also the right limit at a jump, except that the first group (at 0) keeps only its right
+ * limit and the last one (the right bound) only its left limit. Returns -1 when out of capacity.
+ */
+static int emit_group(double position, const double *left, const double *jump, int first, int last,
+                      double *out_x, double *out_y, int64_t *written, Py_ssize_t capacity) {
+    int has_jump = 0;
+    for (int r = 0; r < R; r++) has_jump |= jump[r] != 0.0;
+    int both = has_jump && !first && !last;
+    if (*written + 1 + both > capacity) return -1;
+    out_x[*written] = position;
+    for (int r = 0; r < R; r++) out_y[*written * R + r] = has_jump && first ? left[r] + jump[r] : left[r];
+    (*written)++;
+    if (both) {
+        out_x[*written] = position;
+        for (int r = 0; r < R; r++) out_y[*written * R + r] = left[r] + jump[r];
+        (*written)++;
+    }
+    return 0;
+}
+
+/*
  * For every parent slot p: the sum over its children c of FSBS_c((f - shift_c) / scale_c) on [0, right_p],
  * each child placed on [shift_c, shift_c + scale_c] and constant outside (scale_c = inf: the child stays at
  * its left value). Same rules as functions.sum_functions_numpy: one event per child point (slope change and
@@ -612,26 +634,11 @@ static PyObject *sum_functions(PyObject *Py_UNUSED(module), PyObject *args) {
             }
             if (next_position != group_position) {
                 /* Close the current group: its points, then the value at the next position. */
-                int has_jump = 0;
-                double left[R];
-                for (int r = 0; r < R; r++) {
-                    slope_now[r] += group_slope[r];
-                    left[r] = value[r];
-                    has_jump |= group_jump[r] != 0.0;
-                }
-                if (written + 2 > capacity) {
+                for (int r = 0; r < R; r++) slope_now[r] += group_slope[r];
+                if (emit_group(group_position, value, group_jump, first_group, 0, out_x, out_y, &written,
+                               capacity) != 0) {
                     overflow = 1;
                     break;
-                }
-                out_x[written] = group_position;
-                for (int r = 0; r < R; r++) {
-                    out_y[written * R + r] = has_jump && first_group ? left[r] + group_jump[r] : left[r];
-                }
-                written++;
-                if (has_jump && !first_group) {
-                    out_x[written] = group_position;
-                    for (int r = 0; r < R; r++) out_y[written * R + r] = left[r] + group_jump[r];
-                    written++;
                 }
                 double dx = next_position - group_position;
                 for (int r = 0; r < R; r++) {
@@ -659,18 +666,10 @@ static PyObject *sum_functions(PyObject *Py_UNUSED(module), PyObject *args) {
             }
         }
         if (overflow) break;
-        /* The last group: its left limit only (a jump there is trimmed), unless it is also the first. */
-        int has_jump = 0;
-        for (int r = 0; r < R; r++) has_jump |= group_jump[r] != 0.0;
-        if (written + 1 > capacity) {
+        if (emit_group(group_position, value, group_jump, first_group, 1, out_x, out_y, &written, capacity) != 0) {
             overflow = 1;
             break;
         }
-        out_x[written] = group_position;
-        for (int r = 0; r < R; r++) {
-            out_y[written * R + r] = has_jump && first_group ? value[r] + group_jump[r] : value[r];
-        }
-        written++;
         out_offsets[p + 1] = written;
     }
     free(child_start), free(children), free(cursors), free(heap);

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_operation_functions import _random_operations
+from test_operation_functions import _random_operations, _random_parents
 
 from pooltree.fairshare import functions as fn
 
@@ -102,15 +102,8 @@ def test_pool_functions_match_numpy(seed: int, n: int, parents: int) -> None:
     with fn.use_compiled_kernels(False):
         children = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
     rng = np.random.default_rng(seed + 7)
-    slot = rng.integers(0, parents, n)  # children of a parent need not be contiguous
-    fifo = np.arange(parents) % 3 == 2
-    scale = np.where(fifo[slot], 1.0, rng.choice([1.0, 0.5, 0.2, np.inf], n))
-    rank = np.zeros(n)
-    for p in np.flatnonzero(fifo):
-        members = np.flatnonzero(slot == p)
-        rank[members] = np.arange(len(members))
-    shift = np.where(fifo[slot], rank, 0.0)
-    right = np.where(fifo, np.maximum(np.bincount(slot, minlength=parents), 1).astype(float), 1.0)
+    # Children of a parent need not be contiguous.
+    slot, scale, shift, right = _random_parents(rng, n, parents, contiguous=False)
     reference = fn.sum_functions_numpy(children, slot, scale, shift, right)
     compiled = fn.sum_functions(children, slot, scale, shift, right)
     assert np.array_equal(compiled.offsets, reference.offsets)
@@ -170,33 +163,18 @@ def test_bad_buffers_are_refused_not_read() -> None:
             np.empty((9, 5)),
             np.empty(9),
         )
-    with pytest.raises(ValueError, match="inconsistent"):
-        _kernels.sum_functions(
-            ((offsets, x, y),),
-            np.zeros(1, np.int64),
-            np.zeros(1, np.int64),
-            np.zeros(1, np.int64),
-            np.ones(1),
-            np.zeros(1),
-            np.ones(1),
-            np.empty(2, np.int64),
-            np.empty(9),
-            np.empty((9, 5)),
-        )
     good = (offsets, np.zeros(3), y, np.zeros(3))
+
+    def sum_one_child(source: tuple[np.ndarray, ...], row: int) -> None:
+        one, zero = np.ones(1), np.zeros(1)
+        slot = np.zeros(1, np.int64)
+        outputs = (np.empty(2, np.int64), np.empty(9), np.empty((9, 5)))
+        _kernels.sum_functions((source,), slot, np.array([row]), slot, one, zero, one, *outputs)
+
+    with pytest.raises(ValueError, match="inconsistent"):
+        sum_one_child((offsets, x, y), 0)
     with pytest.raises(ValueError, match="bad child source"):
-        _kernels.sum_functions(
-            (good[:3],),
-            np.zeros(1, np.int64),
-            np.array([1]),
-            np.zeros(1, np.int64),
-            np.ones(1),
-            np.zeros(1),
-            np.ones(1),
-            np.empty(2, np.int64),
-            np.empty(9),
-            np.empty((9, 5)),
-        )
+        sum_one_child(good[:3], 1)
     with pytest.raises(ValueError, match="bad source or row"):
         _kernels.evaluate((good,), np.array([0]), np.array([5]), np.zeros(1), np.empty((1, 5)), np.empty(1))
     with pytest.raises(TypeError, match="sources"):

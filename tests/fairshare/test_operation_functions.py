@@ -26,6 +26,24 @@ def _random_operations(seed: int, n: int) -> tuple[np.ndarray, ...]:
     return usage, demand, step, guarantee, limits
 
 
+def _random_parents(
+    rng: np.random.Generator, n: int, parents: int, *, contiguous: bool
+) -> tuple[np.ndarray, ...]:
+    """Parent slot, scale, shift of n children and the parents' right bounds (every third parent is FIFO)."""
+    slot = rng.integers(0, parents, n)
+    if contiguous:
+        slot = np.sort(slot)
+    fifo = np.arange(parents) % 3 == 2
+    scale = np.where(fifo[slot], 1.0, rng.choice([1.0, 0.5, 0.2, np.inf], n))
+    rank = np.zeros(n)
+    for p in np.flatnonzero(fifo):
+        members = np.flatnonzero(slot == p)
+        rank[members] = np.arange(len(members))
+    shift = np.where(fifo[slot], rank, 0.0)
+    right = np.where(fifo, np.maximum(np.bincount(slot, minlength=parents), 1).astype(float), 1.0)
+    return slot, scale, shift, right
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(1, 300))
 def test_closed_form_matches_generic(seed: int, n: int) -> None:
@@ -76,15 +94,7 @@ def test_pool_sum_equals_pointwise_sum_of_children(seed: int, n: int, parents: i
     usage, demand, step, guarantee, limits = _random_operations(seed, n)
     children = fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
     rng = np.random.default_rng(seed + 1)
-    slot = np.sort(rng.integers(0, parents, n))
-    fifo = np.arange(parents) % 3 == 2
-    scale = np.where(fifo[slot], 1.0, rng.choice([1.0, 0.5, 0.2, np.inf], n))
-    rank = np.zeros(n)
-    for p in np.flatnonzero(fifo):
-        members = np.flatnonzero(slot == p)
-        rank[members] = np.arange(len(members))
-    shift = np.where(fifo[slot], rank, 0.0)
-    right = np.where(fifo, np.maximum(np.bincount(slot, minlength=parents), 1).astype(float), 1.0)
+    slot, scale, shift, right = _random_parents(rng, n, parents, contiguous=True)
     pools = fn.sum_functions(children, slot, scale, shift, right)
     for p in range(parents):
         members = np.flatnonzero(slot == p)
