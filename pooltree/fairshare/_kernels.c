@@ -21,6 +21,7 @@
 #define LIMIT_TOLERANCE 1e-12
 #define COMPRESS_EPSILON 1e-12
 #define ZERO_SUGGESTION 1e-15
+#define FULL_SUGGESTION_TOLERANCE 1e-12
 
 /* ---------------------------------------------------------------------------------------------------- */
 /* Buffers                                                                                              */
@@ -338,7 +339,9 @@ static PyObject *fair_share_by_suggestion(PyObject *Py_UNUSED(module), PyObject 
             point->s = top;
         }
         for (int64_t k = 0; k < count; k++) {
+            /* Rounding noise of sums away from 0 or 1 (functions.snap_suggestions). */
             if (path[k].s < ZERO_SUGGESTION) path[k].s = 0.0;
+            if (path[k].s < 1.0 && path[k].s > 1.0 - FULL_SUGGESTION_TOLERANCE) path[k].s = 1.0;
         }
         if (count > 0 && path[count - 1].s < 1.0) {
             path[count] = path[count - 1];

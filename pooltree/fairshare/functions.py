@@ -33,6 +33,20 @@ LIMIT_TOLERANCE = 1e-12
 COMPRESS_EPSILON = 1e-12
 # Suggestions below this are rounding noise of (value − guarantee) and count as 0.
 ZERO_SUGGESTION = 1e-15
+# Suggestions this close below 1 are rounding noise of sums that reach the whole cluster, and count as 1.
+FULL_SUGGESTION_TOLERANCE = 1e-12
+
+
+def snap_suggestions(s: np.ndarray) -> np.ndarray:
+    """Round suggestions that are rounding noise away from 0 or 1 to it, in place (and return them).
+
+    sigma is a sum over children; summed in another order, a pool that takes the whole of a resource may
+    reach 1 - 4e-16 instead of 1. Left there, its FSBS would jump at that point and take the right limit at
+    s = 1 instead of the left one: the order of summation would decide the value at the end.
+    """
+    s[s < ZERO_SUGGESTION] = 0.0
+    s[(s < 1.0) & (s > 1.0 - FULL_SUGGESTION_TOLERANCE)] = 1.0
+    return s
 
 
 @dataclass(slots=True)
@@ -442,8 +456,8 @@ def fair_share_by_suggestion_numpy(
         sigma_values[wait] = yb[seg_pos[wait]]
     s = np.maximum(0.0, row_max(sigma_values - guarantee[point_owner]))
     # Suggestions within rounding noise of 0 are 0: the value at s = 0 is then the right limit there (the
-    # guarantee), whatever order the children's sums were accumulated in.
-    s[s < ZERO_SUGGESTION] = 0.0
+    # guarantee), whatever order the children's sums were accumulated in; the same near 1.
+    snap_suggestions(s)
 
     # Extend to s = 1 with the last value.
     counts = np.bincount(point_owner, minlength=n)
@@ -553,8 +567,7 @@ def _simple_operation_fsbs(
     last_s = np.where(has_end, 0.0, max_usage)
     last_s[cut_end] = row_max(mid_y[len(bp_rows) :])
     last_s[uncut] = row_max(d[uncut])
-    last_s = np.maximum(last_s, 0.0)
-    last_s[last_s < ZERO_SUGGESTION] = 0.0
+    last_s = snap_suggestions(np.maximum(last_s, 0.0))
     need_tail = last_s < 1.0
     counts = p1_count + bp_count + has_end + need_tail
     offsets = _offsets_from_counts(counts)
@@ -581,7 +594,7 @@ def _simple_operation_fsbs(
     out_f[end_pos[uncut]] = 2.0
     out_y[end_pos[uncut]] = d[uncut]
     np.maximum(out_s, 0.0, out=out_s)
-    out_s[out_s < ZERO_SUGGESTION] = 0.0
+    snap_suggestions(out_s)
     # Extend to s = 1 with the last value.
     tail = np.flatnonzero(need_tail)
     tail_pos = offsets[1:][tail] - 1

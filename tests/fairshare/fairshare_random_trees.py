@@ -156,6 +156,11 @@ def case(seed: int) -> tuple[Pool, np.ndarray, UpdateSettings]:
     if seed >= 30:
         root, total = _bench_tree(60 + 40 * (seed - 30), 500, seed)
         return root, total, UpdateSettings(enable_step_function_for_gang_operations=True)
+    return random_case(seed)
+
+
+def random_case(seed: int) -> tuple[Pool, np.ndarray, UpdateSettings]:
+    """A random tree (pools with every option, operations with gangs and limits), totals and settings."""
     rng = np.random.default_rng(1000 + seed)
     root = _pool(rng, "<Root>", 3, True, (3, 8))
     root.weight = None
@@ -174,9 +179,9 @@ def case(seed: int) -> tuple[Pool, np.ndarray, UpdateSettings]:
     return root, total, settings
 
 
-def run_case(seed: int) -> list[FairShareResult]:
+def run_case(seed: int, *, random_only: bool = False) -> list[FairShareResult]:
     """Three consecutive updates (state carried, so integral volumes accumulate) of case ``seed``."""
-    root, total, settings = case(seed)
+    root, total, settings = random_case(seed) if random_only else case(seed)
     state = UpdateState()
     results = []
     for step in range(3):

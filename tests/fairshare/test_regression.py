@@ -51,3 +51,32 @@ def test_matches_recorded_results(seed: int, kernels: str) -> None:
         path.write_bytes(gzip.compress(json.dumps(actual, sort_keys=True).encode(), mtime=0))
     expected = json.loads(gzip.decompress(path.read_bytes()))
     _compare(actual, expected, f"case {seed}")
+
+
+# Exact comparisons of usage with fair share (§e.2: "u_r > FS_r"), so a difference of one rounding step in
+# the fair share may flip them where usage equals fair share; every other field is compared to 1e-9.
+AT_USAGE_BOUNDARY = ("satisfaction_ratio", "local_satisfaction_ratio", "scheduling_status")
+
+
+def _without_boundary_fields(results: list[Any]) -> list[Any]:
+    for result in results:
+        for fields in result["elements"].values():
+            for name in AT_USAGE_BOUNDARY:
+                fields.pop(name)
+    return results
+
+
+@pytest.mark.parametrize("seed", range(100, 120))
+def test_compiled_and_numpy_updates_agree_on_random_trees(seed: int) -> None:
+    """Beyond the recorded cases: whole updates on 20 more random trees give the same results both ways.
+
+    Fixed seeds, not hypothesis: in about 1 random tree in 600 two children's jumps land within one
+    rounding step of each other, and the numpy reference (its sums accumulate over a whole level, so they
+    carry ~1e-16 more noise) orders them differently from the compiled pass, which changes a pool's fair
+    share there (seed 578 of ``random_case``). The compiled order is the exact one in that case.
+    """
+    runs = []
+    for compiled in (True, False):
+        with fn.use_compiled_kernels(compiled):
+            runs.append(json.loads(json.dumps([snapshot(r) for r in run_case(seed, random_only=True)])))
+    _compare(_without_boundary_fields(runs[0]), _without_boundary_fields(runs[1]), f"seed {seed}")
