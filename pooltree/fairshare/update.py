@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain, compress, repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
@@ -192,38 +194,31 @@ def _weights(elements: list[Element], weights: list[Any]) -> np.ndarray:
 
 
 def _flatten(root: Pool) -> _Tree:
-    """Breadth-first order, built level by level: every pool's children are appended as one block."""
+    """Breadth-first order, built level by level: the children of a whole level are appended as one block.
+
+    Per-level work runs in C (``chain``, ``map``) and builds no per-pool tuples: tuples are tracked by the
+    garbage collector, and a collection started here walks the whole young element list.
+    """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
     elements: list[Element] = [root]
-    parent: list[int] = [-1]
-    pool_counts: list[tuple[int, int]] = []  # (pool index, number of children); operations have none
+    pool_index: list[int] = []  # every pool, level by level, with the number of its children
+    pool_count: list[int] = []
     is_op: list[bool] = [False]
     level_start = [0]
     level_pools = [0]
     while level_pools:
         level_start.append(len(elements))
-        next_pools: list[int] = []
-        for i in level_pools:
-            children = elements[i].children  # type: ignore[attr-defined]
-            if not children:
-                continue
-            count = len(children)
-            pool_counts.append((i, count))
-            base = len(elements)
-            kinds = [isinstance(c, Operation) for c in children]
-            if not all(kinds):
-                for k, (c, op) in enumerate(zip(children, kinds, strict=True)):
-                    if op:
-                        continue
-                    if not isinstance(c, Pool):
-                        raise ConfigError(
-                            _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
-                        )
-                    next_pools.append(base + k)
-            elements.extend(children)
-            parent.extend([i] * count)
-            is_op.extend(kinds)
+        child_lists = [elements[i].children or () for i in level_pools]  # type: ignore[attr-defined]
+        counts = list(map(len, child_lists))  # children must be sized lists, as before
+        block = list(chain.from_iterable(child_lists))
+        kinds = list(map(isinstance, block, repeat(Operation)))
+        base = len(elements)
+        next_pools = [] if all(kinds) else _child_pools(elements, level_pools, block, kinds, base)
+        pool_index += level_pools
+        pool_count += counts
+        elements += block
+        is_op += kinds
         level_pools = next_pools
     if len(elements) > level_start[-1]:
         level_start.append(len(elements))
@@ -234,23 +229,143 @@ def _flatten(root: Pool) -> _Tree:
             if e.id in seen:
                 raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
             seen.add(e.id)
-    counts = np.zeros(len(elements), dtype=np.int64)
-    if pool_counts:
-        index, number = zip(*pool_counts, strict=True)
-        counts[list(index)] = number
-    starts = np.concatenate([[1], 1 + np.cumsum(counts)[:-1]]).astype(np.int64)
+    child_count = np.zeros(len(elements), dtype=np.int64)
+    child_count[pool_index] = pool_count
+    starts = np.concatenate([[1], 1 + np.cumsum(child_count)[:-1]]).astype(np.int64)
+    # Children are appended pool by pool, so parents are the pool indices repeated by their child counts.
+    parent = np.concatenate([[-1], np.repeat(np.array(pool_index, dtype=np.int64), pool_count)])
     level_arr = np.array(level_start, dtype=np.int64)
     depth = np.repeat(np.arange(len(level_arr) - 1), np.diff(level_arr))
     return _Tree(
         elements=elements,
         ids=ids,
-        parent=np.array(parent, dtype=np.int64),
+        parent=parent,
         depth=depth,
         child_start=starts,
-        child_count=counts,
-        is_op=np.array(is_op, dtype=bool),
+        child_count=child_count,
+        is_op=np.frombuffer(bytes(is_op), dtype=bool).copy(),  # isinstance gives real bools: bytes 0/1
         level_start=level_arr,
     )
+
+
+def _child_pools(
+    elements: list[Element], level_pools: list[int], block: list[Any], kinds: list[bool], base: int
+) -> list[int]:
+    """Indices of the pools in a level's block of children; a child of another type is an error naming its parent."""
+    next_pools: list[int] = []
+    k = 0
+    for i in level_pools:
+        for c in elements[i].children or ():  # type: ignore[attr-defined]
+            if not kinds[k]:
+                if not isinstance(c, Pool):
+                    raise ConfigError(
+                        _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
+                    )
+                next_pools.append(base + k)
+            k += 1
+    return next_pools
+
+
+def _read_interleaved(*columns: list[Any]) -> np.ndarray | None:
+    """Rows of several vector fields of the same elements as a (rows, fields, 5) array, or None (see ``_stack``).
+
+    The rows are copied element by element (all fields of one element, then the next): an element's vectors
+    were mostly allocated together, and reading them side by side costs about half the time (cache misses)
+    of reading one field of every element after another. None sends the caller to ``_stack``'s slow path.
+    """
+    k = len(columns)
+    rows: list[Any] = [None] * (k * len(columns[0]))
+    for f, column in enumerate(columns):
+        rows[f::k] = column
+    out = read_vectors(rows)
+    return None if out is None else out.reshape(len(columns[0]), k, RESOURCE_COUNT)
+
+
+def _pool_inputs(
+    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pools' fifo flags, integral guarantee types and specified guarantee resources (``spec_mask``).
+
+    Whole-list checks show that no pool is invalid (the usual case) without a Python loop over pools;
+    otherwise ``_pool_inputs_checked`` raises the error for the first bad pool, as it always did.
+    """
+    modes = [e.mode for e in pools]
+    specs = [e.specified_guarantee_resources for e in pools]
+    params = [e.fifo_sort_parameters for e in pools]
+    count = len(pools)
+    try:
+        types = [e.integral_guarantees.guarantee_type for e in pools]
+        valid = (
+            sum(map(modes.count, POOL_MODES)) == count  # ``list.count`` compares like ``in``
+            and set(chain.from_iterable(specs)) <= set(RESOURCES)
+            and all(t in GUARANTEE_TYPES for t in types if t != "none")
+            and not any(
+                not p or any(q not in FIFO_SORT_PARAMETERS for q in p)
+                for p in params
+                if p != _DEFAULT_FIFO_SORT
+            )
+        )
+    except (TypeError, ValueError, AttributeError):  # a value of a wrong type: the loop reports it
+        valid = False
+    n = len(tree.elements)
+    if valid:
+        fifo_flags = np.array([m == "fifo" for m in modes], dtype=bool)
+        fifo_pools = pool_idx[fifo_flags]
+        # A fifo pool cannot contain pools: every child of a fifo pool must be an operation.
+        valid = bool(np.all(tree.is_op[_child_ranges(tree, fifo_pools)])) and not any(
+            pools[k].children is None for k in np.flatnonzero(fifo_flags).tolist()
+        )
+    if not valid:
+        return _pool_inputs_checked(tree, pool_idx, pools)
+    fifo = np.zeros(n, dtype=bool)
+    fifo[fifo_pools] = True
+    integral_type = np.zeros(n, dtype=np.int8)
+    spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
+    for i, names, t in zip(pool_idx.tolist(), specs, types, strict=True):
+        for name in names:
+            spec_mask[i, RESOURCES.index(name)] = True
+        if t != "none":
+            integral_type[i] = GUARANTEE_TYPES.index(t)
+    return fifo, integral_type, spec_mask
+
+
+def _pool_inputs_checked(
+    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_pool_inputs`` pool by pool: the checks in their order, raising for the first bad pool."""
+    n = len(tree.elements)
+    fifo = np.zeros(n, dtype=bool)
+    integral_type = np.zeros(n, dtype=np.int8)
+    spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
+    for i, e in zip(pool_idx.tolist(), pools, strict=True):
+        if e.mode not in POOL_MODES:
+            raise ConfigError(_path(e, "mode"), f"must be one of {', '.join(POOL_MODES)}, got {e.mode!r}")
+        fifo[i] = e.mode == "fifo"
+        for name in e.specified_guarantee_resources:
+            if name not in RESOURCES:
+                raise ConfigError(_path(e, "specified_guarantee_resources"), f"unknown resource {name!r}")
+            spec_mask[i, RESOURCES.index(name)] = True
+        guarantee_type = e.integral_guarantees.guarantee_type
+        if guarantee_type != "none":
+            if guarantee_type not in GUARANTEE_TYPES:
+                raise ConfigError(
+                    _path(e, "integral_guarantees.guarantee_type"),
+                    f"must be one of {', '.join(GUARANTEE_TYPES)}, got {guarantee_type!r}",
+                )
+            integral_type[i] = GUARANTEE_TYPES.index(guarantee_type)
+        if fifo[i]:
+            for c in e.children:
+                if isinstance(c, Pool):
+                    raise ConfigError(_path(e, "mode"), f"a fifo pool cannot contain pools (child {c.id!r})")
+        params = e.fifo_sort_parameters
+        if params != _DEFAULT_FIFO_SORT and (
+            not params or any(p not in FIFO_SORT_PARAMETERS for p in params)
+        ):
+            raise ConfigError(
+                _path(e, "fifo_sort_parameters"),
+                f"must be a non-empty list of {', '.join(FIFO_SORT_PARAMETERS)}",
+            )
+    return fifo, integral_type, spec_mask
 
 
 def _child_ranges(tree: _Tree, pools: np.ndarray) -> np.ndarray:
@@ -308,7 +423,11 @@ class _Update:
 
     # ---- inputs (b.1) -------------------------------------------------------------------------------
     def _read_inputs(self) -> None:
-        """Gather every element's inputs into arrays (one comprehension per attribute), then validate them."""
+        """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
+
+        One comprehension per attribute (a slot read the interpreter specialises, cheaper than one
+        ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``).
+        """
         tree = self.tree
         elements = tree.elements
         n = len(elements)
@@ -316,7 +435,7 @@ class _Update:
         is_op = tree.is_op
         op_idx = np.flatnonzero(is_op)
         pool_idx = np.flatnonzero(~is_op)
-        ops: list[Operation] = [elements[i] for i in op_idx.tolist()]  # type: ignore[misc]
+        ops: list[Operation] = list(compress(elements, is_op.tolist()))  # type: ignore[arg-type]
         pools: list[Pool] = [elements[i] for i in pool_idx.tolist()]  # type: ignore[misc]
         main = RESOURCES.index(self.settings.main_resource)
         weights = [e.weight for e in elements]
@@ -333,9 +452,16 @@ class _Update:
             raise ConfigError(
                 _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
             )
-        specified = [e.specified_resource_limits for e in elements]
         tag_rows = [e.tag_filter_resource_limits for e in elements]
-        tagged = [i for i, row in enumerate(tag_rows) if row is not None]
+        # Almost no element has a tag filter: find the few that do without a Python-level loop.
+        tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
+        # Every vector is read here; a None (some row is not a float64 vector of 5) sends the rows of that
+        # kind through ``_stack`` below, which converts them or raises for the first bad element as before.
+        usage_rows = [e.usage for e in ops]
+        demand_rows = [e.demand for e in ops]
+        op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
+        strong_rows = [e.strong_guarantee_resources for e in pools]
+        pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
         usage = np.zeros((n, RESOURCE_COUNT))
         demand = np.zeros((n, RESOURCE_COUNT))
         strong = np.zeros((n, RESOURCE_COUNT))
@@ -343,53 +469,32 @@ class _Update:
         self.step = np.zeros(n, dtype=bool)
         apply_limits = np.zeros(n, dtype=bool)
         if ops:
-            usage[op_idx] = _stack(ops, "usage", [e.usage for e in ops])
-            demand[op_idx] = _stack(ops, "demand", [e.demand for e in ops])
+            if op_vectors is None:
+                usage[op_idx] = _stack(ops, "usage", usage_rows)
+                demand[op_idx] = _stack(ops, "demand", demand_rows)
+            else:
+                usage[op_idx] = op_vectors[:, 0]
+                demand[op_idx] = op_vectors[:, 1]
             self.schedulable[op_idx] = np.array([e.schedulable for e in ops], dtype=bool)
             self.step[op_idx] = np.array([e.is_gang for e in ops], dtype=bool)
             apply_limits[op_idx] = np.array(
                 [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
             )
-        strong[pool_idx] = _stack(
-            pools, "strong_guarantee_resources", [e.strong_guarantee_resources for e in pools]
-        )
-        self.fifo = np.zeros(n, dtype=bool)
-        self.integral_type = np.zeros(n, dtype=np.int8)
-        spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
-        for i, e in zip(pool_idx.tolist(), pools, strict=True):
-            if e.mode not in POOL_MODES:
-                raise ConfigError(_path(e, "mode"), f"must be one of {', '.join(POOL_MODES)}, got {e.mode!r}")
-            self.fifo[i] = e.mode == "fifo"
-            for name in e.specified_guarantee_resources:
-                if name not in RESOURCES:
-                    raise ConfigError(_path(e, "specified_guarantee_resources"), f"unknown resource {name!r}")
-                spec_mask[i, RESOURCES.index(name)] = True
-            guarantee_type = e.integral_guarantees.guarantee_type
-            if guarantee_type != "none":
-                if guarantee_type not in GUARANTEE_TYPES:
-                    raise ConfigError(
-                        _path(e, "integral_guarantees.guarantee_type"),
-                        f"must be one of {', '.join(GUARANTEE_TYPES)}, got {guarantee_type!r}",
-                    )
-                self.integral_type[i] = GUARANTEE_TYPES.index(guarantee_type)
-            if self.fifo[i]:
-                for c in e.children:
-                    if isinstance(c, Pool):
-                        raise ConfigError(
-                            _path(e, "mode"), f"a fifo pool cannot contain pools (child {c.id!r})"
-                        )
-            params = e.fifo_sort_parameters
-            if params != _DEFAULT_FIFO_SORT and (
-                not params or any(p not in FIFO_SORT_PARAMETERS for p in params)
-            ):
-                raise ConfigError(
-                    _path(e, "fifo_sort_parameters"),
-                    f"must be a non-empty list of {', '.join(FIFO_SORT_PARAMETERS)}",
-                )
+        if pool_vectors is None:
+            strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
+        else:
+            strong[pool_idx] = pool_vectors[:, 0]
+        self.fifo, self.integral_type, spec_mask = _pool_inputs(tree, pool_idx, pools)
+        if op_vectors is None or pool_vectors is None:
+            specified = [e.specified_resource_limits for e in elements]
+            self.specified_limits = _stack(elements, "specified_resource_limits", specified)
+        else:
+            self.specified_limits = np.empty((n, RESOURCE_COUNT))
+            self.specified_limits[op_idx] = op_vectors[:, 2]
+            self.specified_limits[pool_idx] = pool_vectors[:, 1]
         # Element 0 is the root; its own limits are the totals.
         self.usage = usage
         self.demand = demand
-        self.specified_limits = _stack(elements, "specified_resource_limits", specified)
         self.tag_limits = np.tile(total, (n, 1))
         if tagged:
             self.tag_limits[tagged] = _stack(
@@ -403,6 +508,11 @@ class _Update:
             ("tag_filter_resource_limits", self.tag_limits, True),
             ("strong_guarantee_resources", self.strong_config, False),
         ):
+            # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
+            # array in the usual case, the rows only when something is wrong.
+            good = arr >= 0 if allow_inf else (arr >= 0) & (arr < np.inf)
+            if good.all():
+                continue
             bad = np.isnan(arr) | (arr < 0) | (~np.isfinite(arr) if not allow_inf else False)
             rows = np.flatnonzero(fn.row_any(bad))
             if len(rows):
