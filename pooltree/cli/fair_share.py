@@ -81,6 +81,10 @@ def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, 
     return update_fair_share(root, total, settings, now, state), total
 
 
+# Width of the table when stdout is not a terminal (long enough for every element's line).
+TABLE_WIDTH_OFF_TERMINAL = 400
+
+
 def _bar(value: float, width: int = 10) -> str:
     filled = max(0, min(width, round(value * width)))
     return "█" * filled + "·" * (width - filled)
@@ -113,6 +117,10 @@ def _operation_placement(op: dict[str, Any]) -> str:
 
 def _print_table(view: dict[str, Any]) -> None:
     console = Console()
+    if not console.is_terminal:
+        # Piped or redirected: rich would wrap at 80 columns and split an element's line in two; one line
+        # per element keeps the file readable and greppable (a terminal still wraps at its own width).
+        console = Console(width=max(console.width, TABLE_WIDTH_OFF_TERMINAL))
     for tree_name, tree in view["pool_trees"].items():
         pools, operations = tree["pools"], tree["operations"]
         header = f"[bold]{tree_name}[/]  pools={tree['pool_count']}  operations={len(operations)}"

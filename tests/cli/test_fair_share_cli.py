@@ -42,3 +42,19 @@ def test_table_and_bad_input(tmp_path: Path) -> None:
     done = run_fair_share(str(bad))
     assert done.returncode != 0
     assert "weight" in done.stderr and done.stdout == ""
+
+
+def test_piped_table_has_one_line_per_element() -> None:
+    """Redirected output is not wrapped at 80 columns: every pool and operation is one whole line."""
+    view = json.loads(run_fair_share("examples/project-root.yaml").stdout)["pool_trees"]["physical"]
+    done = run_fair_share("examples/project-root.yaml", "--format", "table", wide_console=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    shown = [name for name in [*view["pools"], *view["operations"]] if name != "<Root>"]
+    assert len(lines) == 1 + len(shown)  # the tree's header, then one line each
+    for name in shown:
+        (line,) = [text for text in lines if f" {name} fair " in text]
+        element = view["pools"].get(name) or view["operations"][name]
+        assert f"fair {element['fair_share_ratio']:6.3f}" in line
+        assert f"demand {element['demand_ratio']:6.3f}" in line
+        assert element["scheduling_status"] in line
