@@ -1,7 +1,8 @@
 """Benchmark of one full fair-share update on a synthetic 3-level pool tree.
 
 Prints ONE JSON object: parameters, median/min/max seconds per update over the runs, machine info.
-``--scales`` runs 100/1,000, 1,000/10,000 and 5,000/50,000 pools/operations and prints them together.
+``--scales`` runs 100/1,000, 1,000/10,000 and 5,000/50,000 pools/operations and prints them together,
+with how the time grows with the number of elements (per step, and the exponent of a fitted power law).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import platform
 import statistics
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +166,27 @@ def main() -> None:
         report(args)
 
 
+def growth(results: list[dict]) -> dict:
+    """How the median time grows with the number of elements: per step and as a fitted power law.
+
+    ``exponent`` is the least-squares slope of log(time) over log(elements): 1.0 is linear growth.
+    """
+    steps = [
+        {
+            "from_elements": a["elements"],
+            "to_elements": b["elements"],
+            "elements_ratio": round(b["elements"] / a["elements"], 3),
+            "time_ratio": round(b["median_seconds"] / a["median_seconds"], 3),
+        }
+        for a, b in pairwise(results)
+    ]
+    x = np.log([r["elements"] for r in results])
+    y = np.log([r["median_seconds"] for r in results])
+    exponent = float(np.polyfit(x, y, 1)[0]) if len(results) > 1 else float("nan")
+    per_element = [round(r["median_seconds"] / r["elements"] * 1e6, 2) for r in results]
+    return {"steps": steps, "exponent": round(exponent, 3), "median_microseconds_per_element": per_element}
+
+
 def report(args: argparse.Namespace) -> None:
     machine = {
         "platform": platform.platform(),
@@ -179,7 +202,16 @@ def report(args: argparse.Namespace) -> None:
             run(p, o, max(5, args.runs if p <= 1000 else 5))
             for p, o in ((100, 1000), (1000, 10000), (5000, 50000))
         ]
-        print(json.dumps({"name": "fair_share_update", "scales": results, "machine": machine}))
+        print(
+            json.dumps(
+                {
+                    "name": "fair_share_update",
+                    "scales": results,
+                    "growth": growth(results),
+                    "machine": machine,
+                }
+            )
+        )
     else:
         out = run(args.pools, args.operations, max(5, args.runs))
         print(
