@@ -31,16 +31,67 @@ typedef struct {
     int held;
 } Buffer;
 
-static int take(PyObject *object, Buffer *buffer, int writable, Py_ssize_t itemsize, const char *name) {
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+/* Item kinds of the buffers: native float64 ('d') and native int64 ('l' or 'q' of 8 bytes). */
+#define FLOAT64 'd'
+#define INT64 'q'
+
+/* Whether a buffer format string (struct module syntax) is one native item of `kind`. */
+static int native_format(const char *format, Py_ssize_t itemsize, char kind) {
+    if (format == NULL || itemsize != 8) return 0;
+    if (format[0] == '@' || format[0] == '=') format++;
+#if PY_LITTLE_ENDIAN
+    else if (format[0] == '<') format++;
+#else
+    else if (format[0] == '>' || format[0] == '!') format++;
+#endif
+    if (format[0] == '\0' || format[1] != '\0') return 0;
+    return kind == FLOAT64 ? format[0] == 'd' : format[0] == 'q' || format[0] == 'l';
+}
+
+/* Take a C-contiguous, aligned buffer of native float64 or int64 items (any shape); -1 with an error set. */
+static int take(PyObject *object, Buffer *buffer, int writable, char kind, const char *name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(object, &buffer->view, flags) != 0) {
         return -1;
     }
     buffer->held = 1;
-    if (buffer->view.len % itemsize != 0) {
-        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not made of %zd-byte items", name,
-                     buffer->view.len, itemsize);
+    if (!native_format(buffer->view.format, buffer->view.itemsize, kind)) {
+        PyErr_Format(PyExc_ValueError, "%s: expected native %s items, got format '%s'", name,
+                     kind == FLOAT64 ? "float64" : "int64",
+                     buffer->view.format ? buffer->view.format : "B");
         return -1;
+    }
+    if (buffer->view.len % 8 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes is not made of 8-byte items", name,
+                     buffer->view.len);
+        return -1;
+    }
+    if ((uintptr_t)buffer->view.buf % 8 != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer is not 8-byte aligned", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int overlap(const Buffer *a, const Buffer *b) {
+    if (!a->held || !b->held || a->view.len == 0 || b->view.len == 0) return 0;
+    const char *a0 = a->view.buf, *b0 = b->view.buf;
+    return a0 < b0 + b->view.len && b0 < a0 + a->view.len;
+}
+
+/*
+ * Outputs are written while inputs are still read (and were checked before): an output sharing memory with
+ * any other buffer could change checked sizes and offsets under the pass. -1 with an error set if one does.
+ */
+static int check_disjoint(const Buffer *outputs, int output_count, const Buffer *others, Py_ssize_t other_count,
+                          const char *name) {
+    for (int i = 0; i < output_count; i++) {
+        for (Py_ssize_t j = 0; j < other_count; j++) {
+            if (&outputs[i] != &others[j] && overlap(&outputs[i], &others[j])) {
+                PyErr_Format(PyExc_ValueError, "%s: an output buffer shares memory with another argument", name);
+                return -1;
+            }
+        }
     }
     return 0;
 }
@@ -191,11 +242,16 @@ static PyObject *fair_share_by_suggestion(PyObject *Py_UNUSED(module), PyObject 
     static const char *names[9] = {"offsets", "x", "y", "guarantee", "limits",
                                    "out_offsets", "out_s", "out_y", "out_f"};
     static const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+    static const char kinds[9] = {INT64, FLOAT64, FLOAT64, FLOAT64, FLOAT64, INT64, FLOAT64, FLOAT64, FLOAT64};
     for (int i = 0; i < 9; i++) {
-        if (take(objects[i], &b[i], writable[i], 8, names[i]) != 0) {
+        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) {
             release(b, 9);
             return NULL;
         }
+    }
+    if (check_disjoint(&b[5], 4, b, 9, "fair_share_by_suggestion") != 0) {
+        release(b, 9);
+        return NULL;
     }
     const int64_t *offsets = DATA(b[0], int64_t);
     const double *x = DATA(b[1], double);
@@ -406,7 +462,10 @@ static int take_sources(PyObject *tuple, int with_f, Source **sources_out, Buffe
         }
         *count_out = k + 1;
         for (int i = 0; i < width; i++) {
-            if (take(PyTuple_GET_ITEM(item, i), &buffers[k * width + i], 0, 8, "source") != 0) return -1;
+            if (take(PyTuple_GET_ITEM(item, i), &buffers[k * width + i], 0, i == 0 ? INT64 : FLOAT64,
+                     "source") != 0) {
+                return -1;
+            }
         }
         Source *s = &sources[k];
         s->offsets = DATA(buffers[k * width], int64_t);
@@ -546,9 +605,14 @@ static PyObject *sum_functions(PyObject *Py_UNUSED(module), PyObject *args) {
     static const char *names[9] = {"child_source", "child_row", "parent_slot", "scale", "shift",
                                    "right_bound",  "out_offsets", "out_x",     "out_y"};
     static const int writable[9] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
+    static const char kinds[9] = {INT64, INT64, INT64, FLOAT64, FLOAT64, FLOAT64, INT64, FLOAT64, FLOAT64};
     if (take_sources(source_tuple, 0, &sources, &source_buffers, &source_count) != 0) goto fail;
     for (int i = 0; i < 9; i++) {
-        if (take(objects[i], &b[i], writable[i], 8, names[i]) != 0) goto fail;
+        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) goto fail;
+    }
+    if (check_disjoint(&b[6], 3, b, 9, "sum_functions") != 0 ||
+        check_disjoint(&b[6], 3, source_buffers, source_count * 3, "sum_functions") != 0) {
+        goto fail;
     }
     const int64_t *child_source = DATA(b[0], int64_t);
     const int64_t *child_row = DATA(b[1], int64_t);
@@ -709,9 +773,14 @@ static PyObject *evaluate(PyObject *Py_UNUSED(module), PyObject *args) {
     memset(b, 0, sizeof(b));
     static const char *names[5] = {"source_of", "row_of", "s", "out_values", "out_fits"};
     static const int writable[5] = {0, 0, 0, 1, 1};
+    static const char kinds[5] = {INT64, INT64, FLOAT64, FLOAT64, FLOAT64};
     if (take_sources(source_tuple, 1, &sources, &source_buffers, &source_count) != 0) goto fail;
     for (int i = 0; i < 5; i++) {
-        if (take(objects[i], &b[i], writable[i], 8, names[i]) != 0) goto fail;
+        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) goto fail;
+    }
+    if (check_disjoint(&b[3], 2, b, 5, "evaluate") != 0 ||
+        check_disjoint(&b[3], 2, source_buffers, source_count * 4, "evaluate") != 0) {
+        goto fail;
     }
     const int64_t *source_of = DATA(b[0], int64_t);
     const int64_t *row_of = DATA(b[1], int64_t);
@@ -781,11 +850,12 @@ fail:
 static PyObject *read_vectors(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *rows_object, *out_object;
     if (!PyArg_ParseTuple(args, "OO", &rows_object, &out_object)) return NULL;
-    PyObject *rows = PySequence_Fast(rows_object, "rows must be a sequence");
+    /* A tuple of our own: getting a row's buffer may run Python code, which must not resize the rows. */
+    PyObject *rows = PySequence_Tuple(rows_object);
     if (!rows) return NULL;
     Buffer out;
     memset(&out, 0, sizeof(out));
-    if (take(out_object, &out, 1, 8, "out") != 0) {
+    if (take(out_object, &out, 1, FLOAT64, "out") != 0) {
         Py_DECREF(rows);
         return NULL;
     }

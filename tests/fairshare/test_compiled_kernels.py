@@ -202,3 +202,72 @@ def test_read_vectors_copies_float_vectors_and_refuses_anything_else() -> None:
         assert read_vectors([*rows[:3], odd, *rows[3:]]) is None, odd
     with fn.use_compiled_kernels(False):
         assert read_vectors(rows) is None
+
+
+def _fsbs_arguments(functions: int) -> dict[str, object]:
+    """Consistent arguments of the compiled fair_share_by_suggestion for one-point functions."""
+    return {
+        "offsets": np.arange(functions + 1, dtype=np.int64),
+        "x": np.zeros(functions),
+        "y": np.zeros((functions, 5)),
+        "guarantee": np.zeros((functions, 5)),
+        "limits": np.ones((functions, 5)),
+        "merge_collinear": True,
+        "out_offsets": np.empty(functions + 1, np.int64),
+        "out_s": np.empty(9 * functions + 2),
+        "out_y": np.empty((9 * functions + 2, 5)),
+        "out_f": np.empty(9 * functions + 2),
+    }
+
+
+def test_misused_buffers_are_refused_not_reinterpreted() -> None:
+    """Wrong item types, unaligned buffers and outputs sharing memory with inputs raise ValueError.
+
+    Found under AddressSanitizer/UBSan: an output aliasing the offsets changed them after they were checked
+    (reads past the points), and unaligned or float32 buffers were read as float64.
+    """
+    from pooltree.fairshare import _kernels  # type: ignore[attr-defined]
+
+    args = _fsbs_arguments(4)
+    assert _kernels.fair_share_by_suggestion(*args.values()) > 0  # the consistent call works
+    unaligned = np.zeros(8 * 4 + 1, np.uint8)[1:].view(np.float64)
+    for name, bad, message in (
+        ("x", np.zeros(8, np.float32), "float64"),  # 32 bytes, as four float64 would be
+        ("offsets", np.arange(5, dtype=np.int32), "int64"),
+        ("y", np.zeros((4, 5), dtype=">f8"), "float64"),  # foreign byte order
+        ("x", unaligned, "aligned"),
+        ("out_offsets", args["offsets"], "shares memory"),  # the output is the offsets being read
+        ("out_f", args["out_s"], "shares memory"),
+        ("out_s", args["x"], "shares memory"),
+    ):
+        call = {**args, name: bad}
+        with pytest.raises(ValueError, match=message):
+            _kernels.fair_share_by_suggestion(*call.values())
+    assert np.array_equal(args["offsets"], np.arange(5))  # nothing was written into an input
+
+    source = (np.arange(4, dtype=np.int64), np.zeros(3), np.zeros((3, 5)))
+    slots = np.arange(3, dtype=np.int64)
+    ones = np.ones(3)
+    with pytest.raises(ValueError, match="shares memory"):  # a sum's output offsets are a source's offsets
+        _kernels.sum_functions(
+            (source,),
+            np.zeros(3, np.int64),
+            slots,
+            slots,
+            ones,
+            ones,
+            ones,
+            source[0],
+            np.empty(20),
+            np.empty((20, 5)),
+        )
+    shared = np.zeros(2)
+    with pytest.raises(ValueError, match="shares memory"):  # fit factors written over the rows to read
+        _kernels.evaluate(
+            ((*source, np.zeros(3)),),
+            np.zeros(1, np.int64),
+            shared.view(np.int64)[:1],
+            np.zeros(1),
+            np.empty((1, 5)),
+            shared[:1],
+        )
