@@ -3,9 +3,9 @@
 The pool-tree runtime converts configs and operations into this model; the update reads it and returns a
 ``FairShareResult``. Plain dataclasses (no validation framework) keep construction cheap: the update runs
 every fair-share period over thousands of elements. Elements use ``__slots__``: the update reads every
-attribute of every element, and with 50,000 of them slot reads stay in far fewer cache lines than dicts. Vectors are numpy arrays of 5 in the order
-``user_slots, cpu, gpu, memory, network``; absolute vectors use tree units, share vectors are fractions of
-the tree's total resources.
+attribute of every element, and with 50,000 of them slot reads stay in far fewer cache lines than dicts.
+Vectors are numpy arrays of 5 in the order ``user_slots, cpu, gpu, memory, network``; absolute vectors use
+tree units, share vectors are fractions of the tree's total resources.
 """
 
 from __future__ import annotations
