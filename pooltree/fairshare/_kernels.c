@@ -96,6 +96,18 @@ static int check_disjoint(const Buffer *outputs, int output_count, const Buffer 
     return 0;
 }
 
+/*
+ * Take a function's `count` buffer arguments, the outputs last (from `first_output` on, writable), and check
+ * that no output shares memory with another argument. -1 with an error set; the caller releases `b`.
+ */
+static int take_arguments(PyObject *const *objects, Buffer *b, int count, int first_output,
+                          const char *const *names, const char *kinds, const char *function) {
+    for (int i = 0; i < count; i++) {
+        if (take(objects[i], &b[i], i >= first_output, kinds[i], names[i]) != 0) return -1;
+    }
+    return check_disjoint(&b[first_output], count - first_output, b, count, function);
+}
+
 static void release(Buffer *buffers, int count) {
     for (int i = 0; i < count; i++) {
         if (buffers[i].held) {
@@ -241,15 +253,8 @@ static PyObject *fair_share_by_suggestion(PyObject *Py_UNUSED(module), PyObject 
     memset(b, 0, sizeof(b));
     static const char *names[9] = {"offsets", "x", "y", "guarantee", "limits",
                                    "out_offsets", "out_s", "out_y", "out_f"};
-    static const int writable[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
     static const char kinds[9] = {INT64, FLOAT64, FLOAT64, FLOAT64, FLOAT64, INT64, FLOAT64, FLOAT64, FLOAT64};
-    for (int i = 0; i < 9; i++) {
-        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) {
-            release(b, 9);
-            return NULL;
-        }
-    }
-    if (check_disjoint(&b[5], 4, b, 9, "fair_share_by_suggestion") != 0) {
+    if (take_arguments(objects, b, 9, 5, names, kinds, "fair_share_by_suggestion") != 0) {
         release(b, 9);
         return NULL;
     }
@@ -604,13 +609,9 @@ static PyObject *sum_functions(PyObject *Py_UNUSED(module), PyObject *args) {
     memset(b, 0, sizeof(b));
     static const char *names[9] = {"child_source", "child_row", "parent_slot", "scale", "shift",
                                    "right_bound",  "out_offsets", "out_x",     "out_y"};
-    static const int writable[9] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
     static const char kinds[9] = {INT64, INT64, INT64, FLOAT64, FLOAT64, FLOAT64, INT64, FLOAT64, FLOAT64};
-    if (take_sources(source_tuple, 0, &sources, &source_buffers, &source_count) != 0) goto fail;
-    for (int i = 0; i < 9; i++) {
-        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) goto fail;
-    }
-    if (check_disjoint(&b[6], 3, b, 9, "sum_functions") != 0 ||
+    if (take_sources(source_tuple, 0, &sources, &source_buffers, &source_count) != 0 ||
+        take_arguments(objects, b, 9, 6, names, kinds, "sum_functions") != 0 ||
         check_disjoint(&b[6], 3, source_buffers, source_count * 3, "sum_functions") != 0) {
         goto fail;
     }
@@ -772,13 +773,9 @@ static PyObject *evaluate(PyObject *Py_UNUSED(module), PyObject *args) {
     Buffer b[5];
     memset(b, 0, sizeof(b));
     static const char *names[5] = {"source_of", "row_of", "s", "out_values", "out_fits"};
-    static const int writable[5] = {0, 0, 0, 1, 1};
     static const char kinds[5] = {INT64, INT64, FLOAT64, FLOAT64, FLOAT64};
-    if (take_sources(source_tuple, 1, &sources, &source_buffers, &source_count) != 0) goto fail;
-    for (int i = 0; i < 5; i++) {
-        if (take(objects[i], &b[i], writable[i], kinds[i], names[i]) != 0) goto fail;
-    }
-    if (check_disjoint(&b[3], 2, b, 5, "evaluate") != 0 ||
+    if (take_sources(source_tuple, 1, &sources, &source_buffers, &source_count) != 0 ||
+        take_arguments(objects, b, 5, 3, names, kinds, "evaluate") != 0 ||
         check_disjoint(&b[3], 2, source_buffers, source_count * 4, "evaluate") != 0) {
         goto fail;
     }
@@ -910,6 +907,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "pooltree.fairshare._kernels",
     "Compiled per-function passes of the fair-share function build (see functions.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
