@@ -18,7 +18,7 @@ from pooltree.fairshare import functions as fn
 
 
 def test_the_compiled_kernels_are_built() -> None:
-    """The install builds them (setup.py); without them the update runs on numpy at about half the speed."""
+    """The install builds them (setup.py); without them the update runs on numpy, ~2.5x slower."""
     assert fn.COMPILED_KERNELS_AVAILABLE, "pooltree.fairshare._kernels was not built (no C compiler?)"
     assert fn.compiled_kernels_active()
     with fn.use_compiled_kernels(False):
