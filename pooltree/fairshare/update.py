@@ -286,53 +286,8 @@ def _pool_inputs(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pools' fifo flags, integral guarantee types and specified guarantee resources (``spec_mask``).
 
-    Whole-list checks show that no pool is invalid (the usual case) without a Python loop over pools;
-    otherwise ``_pool_inputs_checked`` raises the error for the first bad pool, as it always did.
+    The checks run pool by pool in a fixed order and raise for the first bad pool.
     """
-    modes = [e.mode for e in pools]
-    specs = [e.specified_guarantee_resources for e in pools]
-    params = [e.fifo_sort_parameters for e in pools]
-    count = len(pools)
-    try:
-        types = [e.integral_guarantees.guarantee_type for e in pools]
-        valid = (
-            sum(map(modes.count, POOL_MODES)) == count  # ``list.count`` compares like ``in``
-            and set(chain.from_iterable(specs)) <= set(RESOURCES)
-            and all(t in GUARANTEE_TYPES for t in types if t != "none")
-            and not any(
-                not p or any(q not in FIFO_SORT_PARAMETERS for q in p)
-                for p in params
-                if p != _DEFAULT_FIFO_SORT
-            )
-        )
-    except (TypeError, ValueError, AttributeError):  # a value of a wrong type: the loop reports it
-        valid = False
-    n = len(tree.elements)
-    if valid:
-        fifo_flags = np.array([m == "fifo" for m in modes], dtype=bool)
-        fifo_pools = pool_idx[fifo_flags]
-        # A fifo pool cannot contain pools: every child of a fifo pool must be an operation.
-        valid = bool(np.all(tree.is_op[_child_ranges(tree, fifo_pools)])) and not any(
-            pools[k].children is None for k in np.flatnonzero(fifo_flags).tolist()
-        )
-    if not valid:
-        return _pool_inputs_checked(tree, pool_idx, pools)
-    fifo = np.zeros(n, dtype=bool)
-    fifo[fifo_pools] = True
-    integral_type = np.zeros(n, dtype=np.int8)
-    spec_mask = np.zeros((n, RESOURCE_COUNT), dtype=bool)
-    for i, names, t in zip(pool_idx.tolist(), specs, types, strict=True):
-        for name in names:
-            spec_mask[i, RESOURCES.index(name)] = True
-        if t != "none":
-            integral_type[i] = GUARANTEE_TYPES.index(t)
-    return fifo, integral_type, spec_mask
-
-
-def _pool_inputs_checked(
-    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``_pool_inputs`` pool by pool: the checks in their order, raising for the first bad pool."""
     n = len(tree.elements)
     fifo = np.zeros(n, dtype=bool)
     integral_type = np.zeros(n, dtype=np.int8)
