@@ -1,0 +1,285 @@
+"""Node heartbeats and jobs: finished reports, re-attachment, scheduling answers, lost jobs, the node sweep.
+
+A mixin of ``LiveScheduler`` (``scheduler.py``); it reads and writes the scheduler's state under its lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pooltree.config import nodes_of_trees
+from pooltree.controllers.operations import Job
+from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
+from pooltree.resources import resources_to_dict
+from pooltree.server.heartbeats import FinishedJobReport, HeartbeatRequest
+from pooltree.server.live.model import (
+    LOST_AFTER_MISSED_HEARTBEATS,
+    LiveJob,
+    LiveOperation,
+    NodeState,
+    new_guid,
+)
+from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat
+
+
+class LiveJobs:
+    """Heartbeats and jobs of ``LiveScheduler``."""
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def _trees_of_node(self, address: str, tags: frozenset[str]) -> list[str]:
+        filters = {name: tree.config.tag_filter for name, tree in self.registry.trees.items()}
+        sets = nodes_of_trees(filters, {address: tags})
+        return [name for name, addresses in sets.items() if address in addresses]
+
+    def process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
+        """One node heartbeat: store finished jobs, re-attach revived ones, schedule, preempt; the response map."""
+        with self.lock:
+            self._job_writes = {}
+            try:
+                return self._process_heartbeat(heartbeat, now)
+            finally:
+                writes, self._job_writes = self._job_writes, None
+                self.store.put_jobs(list(writes.values()))
+
+    def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
+        """The body of ``process_heartbeat`` (lock held, job writes collected)."""
+        node = self.nodes.get(heartbeat.address)
+        if node is None:
+            node = NodeState(heartbeat.address, now, heartbeat.resource_limits)
+            self.nodes[heartbeat.address] = node
+        node.last_seen = now
+        node.resource_limits = heartbeat.resource_limits
+        node.tags = heartbeat.tags
+        node.memory_meter = heartbeat.memory_meter
+        self.expected_nodes.pop(heartbeat.address, None)
+        node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        acknowledge: list[str] = []
+        touched: set[str] = set()
+        for report in heartbeat.finished:
+            self._on_finished_report(node, report, now, touched)
+            acknowledge.append(report.job_id)
+        running_ids = {job.job_id for job in heartbeat.running}
+        # Reservations (revived jobs) this node did not confirm go back to pending.
+        for op in self.operations.values():
+            if heartbeat.address in op.controller._reserved:
+                for job_id in op.controller.release(heartbeat.address, keep=running_ids):
+                    job = self.jobs.get(job_id)
+                    if job is not None and job.state == "running":
+                        self._mark_lost(job, now)
+        # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
+        for job_id in running_ids:
+            job = self.jobs.get(job_id)
+            if job is None or job.state != "running" or job.address != heartbeat.address:
+                node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+            else:
+                job.missed_heartbeats = 0
+        for job in list(self.jobs.values()):
+            if job.address == heartbeat.address and job.state == "running" and job.id not in running_ids:
+                if job.id in acknowledge:
+                    continue
+                job.missed_heartbeats += 1
+                if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
+                    self._lose_allocation(job, now)
+        # Completion first: a finished operation frees its pool's running slot, and the operation activated
+        # in its place is published and scheduled in this same heartbeat.
+        for operation_id in touched:
+            op = self.operations.get(operation_id)
+            if op is not None:
+                self._check_completion(op, now)
+        self._refresh_stale_trees(now)
+        start: list[dict[str, Any]] = []
+        for tree in node.trees:
+            core = self.cores[tree]
+            result = core.process_heartbeat(
+                NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
+            )
+            for allocation in result.allocations_to_start:
+                spec = self._on_started(tree, allocation, node, now)
+                if spec is not None:
+                    start.append(spec)
+            for record in result.allocations_to_preempt:
+                job_id = self.allocation_jobs.get(record.allocation_id)
+                self.preemptions[(tree, record.reason.value)] += 1
+                if job_id is None:
+                    continue
+                target = self.nodes.get(record.node_address, node)
+                if record.interruptible and record.timeout > 0:
+                    target.preempts.append([job_id, record.reason.value, float(record.timeout)])
+                else:
+                    target.aborts.append({"job_id": job_id, "reason": record.reason.value})
+            self._drain(core)
+        response = {
+            "start": start,
+            "preempt": node.preempts,
+            "abort": node.aborts,
+            "acknowledge": acknowledge,
+            "heartbeat_period": self.heartbeat_period,
+        }
+        node.preempts = []
+        node.aborts = []
+        return response
+
+    def _job_spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
+        task = op.model.tasks[job.task_name]
+        environment = dict(task.environment)
+        environment.update(
+            {
+                "YT_OPERATION_ID": op.id,
+                "YT_JOB_ID": job.id,
+                "YT_JOB_INDEX": str(job.job_index),
+                "YT_TASK_NAME": job.task_name,
+            }
+        )
+        signal = task.interruption_signal or op.model.interruption_signal
+        spec: dict[str, Any] = {
+            "job_id": job.id,
+            "operation_id": op.id,
+            "task_name": job.task_name,
+            "job_index": job.job_index,
+            "command": task.command,
+            "environment": environment,
+            "memory_limit": float(task.memory_limit),
+            "resources": resources_to_dict(allocation.resources),
+        }
+        if signal is not None:
+            spec["interruption_signal"] = signal
+        reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
+        if reserve is not None:
+            spec["memory_reserve"] = min(reserve.user_job_memory_reserve, float(task.memory_limit))
+            spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
+            spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
+        return spec
+
+    def _on_started(
+        self, tree: str, allocation: Allocation, node: NodeState, now: float
+    ) -> dict[str, Any] | None:
+        op = self.operations.get(allocation.operation_id)
+        if op is None:
+            return None
+        op.revision += 1
+        revived = op.controller.revived_allocations.pop(allocation.id, None)
+        if revived is not None and revived in self.jobs:
+            job = self.jobs[revived]
+            job.allocation_id = allocation.id
+            job.tree = tree
+            job.missed_heartbeats = 0
+            self.allocation_jobs[allocation.id] = job.id
+            return None
+        payload = allocation.payload
+        job = LiveJob(
+            id=new_guid(),
+            operation_id=op.id,
+            task_name=allocation.task or "main",
+            job_index=payload.index if isinstance(payload, Job) else 0,
+            address=node.address,
+            tree=tree,
+            start_time=now,
+            allocation_id=allocation.id,
+        )
+        self.jobs[job.id] = job
+        op.jobs[job.id] = job
+        self.allocation_jobs[allocation.id] = job.id
+        self._put_job(job.record())
+        return self._job_spec(op, job, allocation)
+
+    def _on_finished_report(
+        self, node: NodeState, report: FinishedJobReport, now: float, touched: set[str]
+    ) -> None:
+        job = self.jobs.get(report.job_id)
+        op = self.operations.get(report.operation_id)
+        self._touch(report.operation_id)
+        if job is not None and job.operation_id != report.operation_id:
+            self._touch(job.operation_id)
+        if job is None and op is not None:
+            reserved = op.controller.reserved_job_ids(node.address)
+            if report.job_id in reserved:
+                task, index = reserved[report.job_id]
+                job = LiveJob(report.job_id, op.id, task, index, node.address, "", report.start_time)
+                self.jobs[job.id] = job
+                op.jobs[job.id] = job
+        if job is None:
+            return
+        if job.state != "running":
+            return
+        self.jobs.pop(job.id, None)
+        job.state = report.state
+        job.finish_time = report.finish_time or now
+        job.error = report.error
+        job.exit_code = report.exit_code
+        job.abort_reason = report.abort_reason
+        job.interruption_reason = report.interruption_reason
+        job.statistics = report.statistics
+        job.stderr = report.stderr
+        job.stderr_size = report.stderr_size
+        self._put_job(job.record())
+        if op is None:
+            return
+        touched.add(op.id)
+        if report.state == "aborted":
+            op.aborted_jobs += 1
+        finished = FinishedAllocation(
+            job.allocation_id or job.id,
+            report.state,
+            abort_reason=report.abort_reason,
+            user_job_max_memory=report.statistics.get("user_job/max_memory"),
+            job_proxy_max_memory=report.statistics.get("job_proxy/max_memory"),
+        )
+        if job.allocation_id is not None:
+            self.allocation_jobs.pop(job.allocation_id, None)
+            core = self.cores.get(job.tree)
+            if core is not None and core.on_allocation_finished(finished, now) is not None:
+                return
+            # preempted or detached allocations: the strategy already forgot them
+            return
+        allocation = op.controller.adopt_finished(node.address, job.id, now)
+        if allocation is not None:
+            finished.allocation_id = allocation.id
+            op.controller.on_allocation_finished(allocation, finished, now)
+
+    def _mark_lost(self, job: LiveJob, now: float) -> None:
+        self._touch(job.operation_id)
+        self.jobs.pop(job.id, None)
+        job.state = "aborted"
+        job.finish_time = now
+        job.abort_reason = "node_offline"
+        job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": "node_offline"})
+        self._put_job(job.record())
+        op = self.operations.get(job.operation_id)
+        if op is not None:
+            op.lost_jobs += 1
+            op.aborted_jobs += 1
+
+    def _lose_allocation(self, job: LiveJob, now: float) -> None:
+        """A job its node stopped reporting: abort its allocation (the controller restarts the job)."""
+        self._mark_lost(job, now)
+        if job.allocation_id is not None:
+            self.allocation_jobs.pop(job.allocation_id, None)
+            core = self.cores.get(job.tree)
+            if core is not None:
+                core.on_allocation_finished(
+                    FinishedAllocation(job.allocation_id, "aborted", abort_reason="node_offline"), now
+                )
+
+    def sweep_nodes(self, now: float) -> list[str]:
+        """Nodes silent for ``node_heartbeat_timeout``: their allocations are aborted (``node_offline``)."""
+        with self.lock:
+            gone = [a for a, n in self.nodes.items() if now - n.last_seen > self.node_heartbeat_timeout]
+            for address in gone:
+                for core in self.cores.values():
+                    for allocation in core.remove_node(address, now):
+                        job_id = self.allocation_jobs.pop(allocation.id, None)
+                        job = self.jobs.get(job_id) if job_id else None
+                        if job is not None and job.state == "running":
+                            self._mark_lost(job, now)
+                    self._drain(core)
+                del self.nodes[address]
+            expired = [a for a, t in self.expected_nodes.items() if now - t > self.node_heartbeat_timeout]
+            for address in expired:
+                del self.expected_nodes[address]
+                for op in self.operations.values():
+                    for job_id in op.controller.release(address):
+                        job = self.jobs.get(job_id)
+                        if job is not None and job.state == "running":
+                            self._mark_lost(job, now)
+            return gone + expired

@@ -1,0 +1,348 @@
+"""The live scheduler's records: operations, jobs, nodes, and the vanilla controller that re-attaches jobs.
+
+Constants and small helpers shared by the scheduler's parts (``scheduler.py``, ``jobs.py``, ``revival.py``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pooltree.config import OperationSpec, VanillaTaskSpec
+from pooltree.controllers.memory import JobMemoryReserve, TaskMemoryOptions, TaskMemoryReserve
+from pooltree.controllers.operations import Job, TaskSpec, VanillaController
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.resources import Vector, resources_to_dict, vector
+from pooltree.server.store import JobRecord
+from pooltree.strategy.model import Allocation, ExecNode
+from pooltree.tree import PoolTrees
+
+NO_SUCH_OPERATION = 1915
+NO_SUCH_JOB = 1916
+OPERATION_FAILED = 1
+DEFAULT_HEARTBEAT_PERIOD = 1.0
+DEFAULT_FAIR_SHARE_UPDATE_PERIOD = 1.0
+LOST_AFTER_MISSED_HEARTBEATS = 2
+MAX_STALE_TREE_ROUNDS = 16
+"""Bound on publishes per call when activations cascade; what is left waits for the periodic update."""
+ACTIVE_STATES = ("starting", "pending", "running", "completing", "aborting", "failing")
+
+
+def new_guid() -> str:
+    """A YTsaurus-looking id: four hex groups."""
+    return "-".join(f"{secrets.randbits(32):x}" for _ in range(4))
+
+
+def no_such_operation(operation_id: str) -> PooltreeError:
+    """The YT error for an unknown operation id (code 1915, ``attributes.operation_id``)."""
+    return PooltreeError(
+        f"No such operation {operation_id}", code=NO_SUCH_OPERATION, attributes={"operation_id": operation_id}
+    )
+
+
+class LiveVanillaController(VanillaController):
+    """Vanilla controller that can re-attach jobs an agent kept running across a scheduler restart.
+
+    A revived running job is *reserved* for its node: it counts as demand but only that node's next
+    ``schedule_allocation`` call takes it (so the strategy charges its usage again, with no second copy started
+    elsewhere). ``release(node)`` returns reservations the node did not confirm to the pending queue.
+    """
+
+    def __init__(self, operation_id: str, tasks: list[TaskSpec], *, interruption_signal: str | None = None):
+        self._reserved: dict[str, dict[tuple[str, int], tuple[Job, str]]] = {}
+        super().__init__(operation_id, tasks, interruption_signal=interruption_signal)
+        self.revived_allocations: dict[str, str] = {}
+        """allocation id → job id of re-attached jobs (the agent already runs them)."""
+
+    def _refresh(self) -> None:
+        super()._refresh()
+        had_pending = self._pending_count > 0
+        for jobs in self._reserved.values():
+            for job, _ in jobs.values():
+                resources = self._allocation_resources(self._tasks[job.task], job)
+                self._pending_count += 1
+                self._needed = self._needed + resources
+                self._min_needed = (
+                    np.minimum(self._min_needed, resources) if had_pending else resources.copy()
+                )
+                had_pending = True
+
+    def _take_pending(self, task: str, index: int) -> Job | None:
+        state = self._tasks.get(task)
+        if state is None:
+            return None
+        for job in state.pending:
+            if job.index == index:
+                state.pending.remove(job)
+                return job
+        return None
+
+    def mark_completed(self, task: str, index: int) -> bool:
+        """A job that completed in an earlier scheduler run: count it, never run it again."""
+        job = self._take_pending(task, index)
+        if job is None:
+            return False
+        state = self._tasks[task]
+        state.completed += 1
+        self.completed_job_count += 1
+        self._refresh()
+        return True
+
+    def reserve(self, node_address: str, task: str, index: int, job_id: str) -> bool:
+        """A job the store says runs on ``node_address``: hold it for re-attachment by that node."""
+        job = self._take_pending(task, index)
+        if job is None:
+            return False
+        self._reserved.setdefault(node_address, {})[(task, index)] = (job, job_id)
+        self._refresh()
+        return True
+
+    def reserved_job_ids(self, node_address: str) -> dict[str, tuple[str, int]]:
+        return {job_id: key for key, (_, job_id) in self._reserved.get(node_address, {}).items()}
+
+    def release(self, node_address: str, keep: set[str] | frozenset[str] = frozenset()) -> list[str]:
+        """Return reserved jobs of a node (except ``keep`` job ids) to pending; returns their job ids."""
+        jobs = self._reserved.get(node_address, {})
+        released = []
+        for key, (job, job_id) in list(jobs.items()):
+            if job_id in keep:
+                continue
+            del jobs[key]
+            self._tasks[job.task].pending.appendleft(job)
+            released.append(job_id)
+        if not jobs:
+            self._reserved.pop(node_address, None)
+        self._refresh()
+        return released
+
+    def _adopt(self, job: Job, node_address: str, now: float) -> Allocation:
+        state = self._tasks[job.task]
+        resources = self._allocation_resources(state, job)
+        if state.spec.memory_reserve is not None:
+            state.spec.memory_reserve.start_job((job.task, job.index))
+        state.running += 1
+        self._next_allocation += 1
+        allocation = Allocation(
+            f"{self.operation_id}/{self._next_allocation}",
+            self.operation_id,
+            resources,
+            task=job.task,
+            payload=job,
+            interruptible=state.spec.interruptible or self.interruption_signal is not None,
+            interruption_signal=self.interruption_signal,
+            node_address=node_address,
+            start_time=now,
+        )
+        self._running[allocation.id] = job
+        return allocation
+
+    def adopt_finished(self, node_address: str, job_id: str, now: float) -> Allocation | None:
+        """A reserved job that the node reports finished: an allocation for ``on_allocation_finished``."""
+        for key, (job, reserved_id) in list(self._reserved.get(node_address, {}).items()):
+            if reserved_id == job_id:
+                del self._reserved[node_address][key]
+                allocation = self._adopt(job, node_address, now)
+                self._refresh()
+                return allocation
+        return None
+
+    def schedule_allocation(
+        self, node: ExecNode, available_resources: Vector, now: float
+    ) -> Allocation | None:
+        reserved = self._reserved.get(node.address)
+        if reserved:
+            key, (job, job_id) = next(iter(reserved.items()))
+            del reserved[key]
+            if not reserved:
+                del self._reserved[node.address]
+            allocation = self._adopt(job, node.address, now)
+            self.revived_allocations[allocation.id] = job_id
+            self._refresh()
+            return allocation
+        return super().schedule_allocation(node, available_resources, now)
+
+    def running_memory_reserve(self, task: str, index: int) -> JobMemoryReserve | None:
+        """The memory reserve a running job of ``task`` / ``index`` was started with."""
+        state = self._tasks.get(task)
+        if state is None or state.spec.memory_reserve is None:
+            return None
+        return state.spec.memory_reserve.running_reserve((task, index))
+
+    @property
+    def reserved_count(self) -> int:
+        return sum(len(jobs) for jobs in self._reserved.values())
+
+
+@dataclass
+class LiveJob:
+    """One job: an allocation of an operation on a node, and what the node reported about it."""
+
+    id: str
+    operation_id: str
+    task_name: str
+    job_index: int
+    address: str
+    tree: str
+    start_time: float
+    allocation_id: str | None = None
+    state: str = "running"
+    finish_time: float | None = None
+    error: dict[str, Any] | None = None
+    exit_code: int | None = None
+    abort_reason: str | None = None
+    interruption_reason: str | None = None
+    statistics: dict[str, Any] = field(default_factory=dict)
+    stderr: str = ""
+    stderr_size: int = 0
+    missed_heartbeats: int = 0
+
+    def record(self) -> JobRecord:
+        document = {
+            "task_name": self.task_name,
+            "job_index": self.job_index,
+            "tree": self.tree,
+            "error": self.error,
+            "exit_code": self.exit_code,
+            "abort_reason": self.abort_reason,
+            "interruption_reason": self.interruption_reason,
+            "statistics": self.statistics,
+            "stderr": self.stderr,
+            "stderr_size": self.stderr_size,
+        }
+        return JobRecord(
+            self.operation_id,
+            self.id,
+            self.state,
+            self.address,
+            self.start_time,
+            self.finish_time,
+            None,
+            document,
+        )
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> LiveJob:
+        doc = record.document
+        return cls(
+            id=record.id,
+            operation_id=record.operation_id,
+            task_name=doc.get("task_name", "main"),
+            job_index=int(doc.get("job_index", 0)),
+            address=record.address,
+            tree=doc.get("tree", ""),
+            start_time=record.start_time,
+            state=record.state,
+            finish_time=record.finish_time,
+            error=doc.get("error"),
+            exit_code=doc.get("exit_code"),
+            abort_reason=doc.get("abort_reason"),
+            interruption_reason=doc.get("interruption_reason"),
+            statistics=dict(doc.get("statistics") or {}),
+            stderr=doc.get("stderr") or "",
+            stderr_size=int(doc.get("stderr_size") or 0),
+        )
+
+
+@dataclass
+class LiveOperation:
+    """An operation of this scheduler: the raw spec, the validated model, its controller and its jobs."""
+
+    id: str
+    user: str
+    type: str
+    spec: dict[str, Any]
+    model: OperationSpec
+    controller: LiveVanillaController
+    start_time: float
+    state: str = "starting"
+    finish_time: float | None = None
+    suspended: bool = False
+    runtime_parameters: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    trees: list[str] = field(default_factory=list)
+    pools: dict[str, str] = field(default_factory=dict)
+    jobs: dict[str, LiveJob] = field(default_factory=dict)
+    aborted_jobs: int = 0
+    lost_jobs: int = 0
+    revision: int = 0
+    """Bumped on every change the attribute map shows (state, jobs, parameters), so readers can cache it."""
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in ("completed", "failed", "aborted")
+
+
+@dataclass
+class NodeState:
+    """An exec node as the service tracks it between heartbeats."""
+
+    address: str
+    last_seen: float
+    resource_limits: Vector
+    tags: frozenset[str] = frozenset()
+    trees: list[str] = field(default_factory=list)
+    aborts: list[dict[str, str]] = field(default_factory=list)
+    preempts: list[list[Any]] = field(default_factory=list)
+    memory_meter: str | None = None
+
+
+def task_memory_reserve(name: str, task: VanillaTaskSpec, model: OperationSpec) -> TaskMemoryReserve:
+    """The task's memory reserve from its digests (memory-digest.md): a vanilla job has no tables, so its job
+    proxy estimate is the base one."""
+    lower, default = task.memory_digest_parameters(model)
+    digest = model.job_proxy_memory_digest
+    job_proxy = {
+        key: value
+        for key, value in (
+            ("lower_bound", digest.lower_bound),
+            ("upper_bound", digest.upper_bound),
+            ("default_value", digest.default_value),
+            ("relative_precision", digest.relative_precision),
+        )
+        if value is not None
+    }
+    options: dict[str, Any] = {
+        "memory_limit": task.memory_limit,
+        "user_job_memory_digest_default_value": default,
+        "user_job_memory_digest_lower_bound": lower,
+        "job_proxy_memory_digest": job_proxy,
+        "input_table_count": 0,
+        "output_table_count": 0,
+    }
+    if task.tmpfs_total_size > 0:
+        options["tmpfs_size"] = task.tmpfs_total_size
+    return TaskMemoryReserve(TaskMemoryOptions.from_spec(options, path=f"spec.tasks.{name}"))
+
+
+def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
+    """Controller tasks from a vanilla spec: each job's allocation is 1 slot, its cpu/gpu and its memory
+    reserve (the digest-driven share of ``memory_limit`` plus the job proxy's)."""
+    if not model.tasks:
+        raise ConfigError("spec.tasks", "a vanilla operation needs at least one task")
+    tasks = []
+    for name, task in model.tasks.items():
+        resources = vector(user_slots=1, cpu=task.cpu_limit, gpu=task.gpu_limit, memory=task.memory_limit)
+        interruptible = (task.interruption_signal or model.interruption_signal) is not None
+        reserve = task_memory_reserve(name, task, model)
+        tasks.append(
+            TaskSpec(name, task.job_count, resources, interruptible=interruptible, memory_reserve=reserve)
+        )
+    return tasks
+
+
+def _runtime_parameters(registry: PoolTrees, operation_id: str, trees: list[str]) -> dict[str, Any]:
+    per_tree: dict[str, Any] = {}
+    for name in trees:
+        tree_op = registry.trees[name].operation(operation_id)
+        entry: dict[str, Any] = {"pool": tree_op.pool.name}
+        if tree_op.weight is not None:
+            entry["weight"] = float(tree_op.weight)
+        limits = resources_to_dict(tree_op.resource_limits, drop_infinite=True)
+        if limits:
+            entry["resource_limits"] = limits
+        per_tree[name] = entry
+    return per_tree

@@ -1,0 +1,463 @@
+"""The live scheduler's state: pool trees with one ``SchedulerCore`` each, operations, jobs, exec nodes.
+
+``LiveScheduler`` is driven by the service (commands, node heartbeats, the periodic fair-share update and the node
+timeout sweep); time is passed in as seconds. Operations register in ``PoolTrees`` (admission, count limits,
+pending queues); their controller (``LiveVanillaController``) is attached to the ``SchedulerCore`` of every tree
+they run in. Every state change is written through to the ``Store`` so a restarted scheduler revives operations,
+and the jobs agents still run are re-attached (not restarted) on the agents' first heartbeats.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pooltree.config import OperationSpec
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
+from pooltree.orchid import tree_view
+from pooltree.resources import parse_duration
+from pooltree.server.live.jobs import LiveJobs
+from pooltree.server.live.model import (
+    DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
+    DEFAULT_HEARTBEAT_PERIOD,
+    MAX_STALE_TREE_ROUNDS,
+    OPERATION_FAILED,
+    LiveJob,
+    LiveOperation,
+    LiveVanillaController,
+    NodeState,
+    _runtime_parameters,
+    build_tasks,
+    new_guid,
+    no_such_operation,
+)
+from pooltree.server.live.revival import LiveRevival
+from pooltree.server.store import JobRecord, OperationRecord, Store
+from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.model import Allocation
+from pooltree.tree import PoolTrees
+from pooltree.tree.lifecycle import OperationState
+
+
+class LiveScheduler(LiveJobs, LiveRevival):
+    """All scheduler state behind one lock; every public method is safe to call from any thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        node_heartbeat_timeout: float = 60.0,
+        heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD,
+    ) -> None:
+        self.store = store
+        self.node_heartbeat_timeout = node_heartbeat_timeout
+        self.heartbeat_period = heartbeat_period
+        self.lock = threading.RLock()
+        self.registry = PoolTrees({})
+        self.cores: dict[str, SchedulerCore] = {}
+        self.operations: dict[str, LiveOperation] = {}
+        self.jobs: dict[str, LiveJob] = {}
+        self.allocation_jobs: dict[str, str] = {}
+        self.nodes: dict[str, NodeState] = {}
+        self.expected_nodes: dict[str, float] = {}
+        self.views: dict[str, dict[str, Any]] = {}
+        self.strategy_views: dict[str, dict[str, dict[str, Any]]] = {}
+        self.preemptions: Counter[tuple[str, str]] = Counter()
+        self.last_update: dict[str, float] = {}
+        self._stale_trees: set[str] = set()
+        """Trees with newly activated operations, published before the next heartbeat is scheduled."""
+        self._updating = False
+        self._job_writes: dict[tuple[str, str], JobRecord] | None = None
+        self.durations: dict[str, tuple[int, float, float]] = {}
+        """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
+        self.listeners: list[Callable[[str, str], None]] = []
+
+    # ------------------------------------------------------------------ pool trees
+
+    def apply_pool_trees(self, definitions: Mapping[str, Any], default_tree: str | None, now: float) -> None:
+        """Apply the last good pool trees document (from Cypress) to the runtime."""
+        with self.lock:
+            activated = self.registry.apply_config(definitions, default_tree, now)
+            for name, tree in self.registry.trees.items():
+                core = self.cores.get(name)
+                if core is None or core.pool_tree is not tree:
+                    self.cores[name] = SchedulerCore(tree)
+                else:
+                    core.config = type(core.config).from_options(tree.config, f"pool_trees.{name}.config")
+            for name in list(self.cores):
+                if name not in self.registry.trees:
+                    del self.cores[name]
+                    self.views.pop(name, None)
+            self._on_activated(activated, now)
+            self._refresh_stale_trees(now)
+
+    def fair_share_update_period(self, tree: str) -> float:
+        """``fair_share_update_period`` of the tree config (YTsaurus milliseconds or a unit string), 1 s default."""
+        config = self.registry.trees[tree].config
+        value = getattr(config, "fair_share_update_period", None)
+        if value is None:
+            value = (getattr(config, "model_extra", None) or {}).get("fair_share_update_period")
+        if value is None:
+            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
+        try:
+            return max(parse_duration(value, f"pool_trees.{tree}.config.fair_share_update_period"), 0.05)
+        except ConfigError:
+            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
+
+    # ------------------------------------------------------------------ persistence
+
+    def record_duration(self, work: str, seconds: float) -> None:
+        """Account one heartbeat / fair-share update that took ``seconds`` (the service measures)."""
+        count, total, longest = self.durations.get(work, (0, 0.0, 0.0))
+        self.durations[work] = (count + 1, total + seconds, max(longest, seconds))
+
+    def _put_job(self, record: JobRecord) -> None:
+        """Write a job through to the store; inside a heartbeat the writes go out together before it answers."""
+        if self._job_writes is None:
+            self.store.put_job(record)
+        else:
+            self._job_writes[(record.operation_id, record.id)] = record
+
+    def _touch(self, operation_id: str) -> None:
+        op = self.operations.get(operation_id)
+        if op is not None:
+            op.revision += 1
+
+    def _save_operation(self, op: LiveOperation) -> None:
+        op.revision += 1
+        document = {
+            "state_events": op.events,
+            "error": op.error,
+            "suspended": op.suspended,
+            "trees": op.trees,
+            "pools": op.pools,
+            "progress": self.progress(op),
+            "aborted_jobs": op.aborted_jobs,
+            "lost_jobs": op.lost_jobs,
+            "failed_job_count": op.controller.failed_job_count,
+            "unrecognized_spec": op.model.unrecognized_spec(),
+            "alerts": self.alerts(op),
+        }
+        pool = next(iter(op.pools.values()), None)
+        self.store.put_operation(
+            OperationRecord(
+                op.id,
+                op.type,
+                op.state,
+                op.user,
+                pool,
+                op.start_time,
+                op.finish_time,
+                spec=op.spec,
+                runtime_parameters=op.runtime_parameters,
+                document=document,
+            )
+        )
+
+    def _set_state(self, op: LiveOperation, state: str, now: float) -> None:
+        if op.state == state:
+            return
+        op.state = state
+        op.events.append({"state": state, "time": now})
+        if state in ("completed", "failed", "aborted"):
+            op.finish_time = now
+        self._save_operation(op)
+        for listener in self.listeners:
+            listener(op.id, state)
+
+    def _sync_state(self, op: LiveOperation, now: float) -> None:
+        registered = self.registry.operations.get(op.id)
+        if registered is not None:
+            op.suspended = registered.suspended
+            self._set_state(op, registered.state.value, now)
+
+    def _on_activated(self, operation_ids: list[str], now: float) -> None:
+        for operation_id in operation_ids:
+            op = self.operations.get(operation_id)
+            if op is not None:
+                self._sync_state(op, now)
+                self._stale_trees.update(op.trees)
+
+    def _refresh_stale_trees(self, now: float) -> None:
+        """Publish the trees where operations were activated (another one finished, a limit was raised) now
+        instead of at the next periodic update: the strategy only schedules operations of a published tree, so
+        otherwise the freed capacity idles for up to a fair-share period plus a node heartbeat period."""
+        if self._updating:
+            return
+        for _ in range(MAX_STALE_TREE_ROUNDS):
+            if not self._stale_trees:
+                return
+            tree = self._stale_trees.pop()
+            if tree in self.cores:
+                self._update_tree(tree, now)
+
+    # ------------------------------------------------------------------ operations
+
+    def start_operation(
+        self,
+        operation_type: str,
+        spec: Any,
+        user: str,
+        now: float,
+        *,
+        operation_id: str | None = None,
+    ) -> LiveOperation:
+        """Validate the spec, admit the operation in its trees and attach its controller."""
+        if operation_type != "vanilla":
+            raise PooltreeError(
+                f'Operation type "{operation_type}" is not supported; this scheduler runs vanilla operations',
+                attributes={"operation_type": operation_type},
+            )
+        if not isinstance(spec, Mapping):
+            raise ConfigError("spec", f"expected a map, got {type(spec).__name__}")
+        model = OperationSpec.parse(dict(spec), "spec")
+        operation_id = operation_id or new_guid()
+        tasks = build_tasks(operation_id, model)
+        with self.lock:
+            controller = LiveVanillaController(
+                operation_id, tasks, interruption_signal=model.interruption_signal
+            )
+            registered = self.registry.register_operation(
+                operation_id, model, user=user, operation_type=operation_type, now=now
+            )
+            op = LiveOperation(
+                operation_id,
+                user,
+                operation_type,
+                dict(spec),
+                model,
+                controller,
+                start_time=now,
+                events=[{"state": "starting", "time": now}],
+                trees=list(registered.trees),
+            )
+            self._attach(op)
+            self.operations[operation_id] = op
+            op.runtime_parameters = {
+                "scheduling_options_per_pool_tree": _runtime_parameters(self.registry, op.id, op.trees)
+            }
+            op.pools = {
+                name: opts["pool"]
+                for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
+            }
+            self._save_operation(op)
+            self._sync_state(op, now)
+            for name in op.trees:
+                self._update_tree(name, now)
+            return op
+
+    def _attach(self, op: LiveOperation) -> None:
+        for name in op.trees:
+            core = self.cores[name]
+            core.controllers[op.id] = op.controller
+            core.strategy.register_operation(op.id, op.controller)
+
+    def _detach(self, op: LiveOperation) -> list[Allocation]:
+        running: list[Allocation] = []
+        for name in op.trees:
+            core = self.cores.get(name)
+            if core is None or op.id not in core.controllers:
+                continue
+            running.extend(core.strategy.unregister_operation(op.id))
+            del core.controllers[op.id]
+        return running
+
+    def operation(self, operation_id: str) -> LiveOperation:
+        op = self.operations.get(operation_id)
+        if op is None:
+            raise no_such_operation(operation_id)
+        return op
+
+    def finish_operation(
+        self, operation_id: str, final: str, now: float, *, error: dict[str, Any] | None = None
+    ) -> None:
+        """Complete, abort or fail an operation: its running jobs are aborted on their nodes."""
+        with self.lock:
+            op = self.operation(operation_id)
+            if op.is_final:
+                raise PooltreeError(
+                    f"Operation {operation_id} has already finished ({op.state})",
+                    attributes={"operation_id": operation_id, "state": op.state},
+                )
+            reason = (
+                "operation_" + {"completed": "completed", "aborted": "aborted", "failed": "failed"}[final]
+            )
+            for allocation in self._detach(op):
+                self._abort_on_node(allocation, reason, now)
+            for node in list(op.controller._reserved):
+                for job_id in op.controller.release(node):
+                    job = self.jobs.get(job_id)
+                    if job is not None:
+                        self._abort_on_node_by_job(job, reason, now)
+            op.error = error
+            activated = self.registry.finish_operation(operation_id, OperationState(final), now)
+            intermediate = {"completed": "completing", "aborted": "aborting", "failed": "failing"}[final]
+            op.events.append({"state": intermediate, "time": now})
+            self._set_state(op, final, now)
+            self._on_activated(activated, now)
+            # a finished operation is served from the store from now on
+            del self.operations[operation_id]
+            self._refresh_stale_trees(now)
+
+    def _abort_on_node(self, allocation: Allocation, reason: str, now: float) -> None:
+        job_id = self.allocation_jobs.pop(allocation.id, None)
+        job = self.jobs.get(job_id) if job_id else None
+        if job is not None:
+            self._abort_on_node_by_job(job, reason, now)
+
+    def _abort_on_node_by_job(self, job: LiveJob, reason: str, now: float) -> None:
+        self._touch(job.operation_id)
+        node = self.nodes.get(job.address)
+        if node is not None:
+            node.aborts.append({"job_id": job.id, "reason": reason})
+        self.jobs.pop(job.id, None)
+        if job.state == "running":
+            job.state = "aborted"
+            job.finish_time = now
+            job.abort_reason = reason
+            job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": reason})
+            self._put_job(job.record())
+
+    def suspend_operation(self, operation_id: str, now: float, *, abort_running_jobs: bool = False) -> None:
+        with self.lock:
+            op = self.operation(operation_id)
+            self.registry.suspend_operation(operation_id)
+            op.suspended = True
+            if abort_running_jobs:
+                for job in list(op.jobs.values()):
+                    if job.state == "running" and job.allocation_id is not None:
+                        node = self.nodes.get(job.address)
+                        if node is not None:
+                            node.aborts.append({"job_id": job.id, "reason": "operation_suspended"})
+            self._save_operation(op)
+
+    def resume_operation(self, operation_id: str, now: float) -> None:
+        with self.lock:
+            op = self.operation(operation_id)
+            self.registry.resume_operation(operation_id)
+            op.suspended = False
+            self._save_operation(op)
+
+    def update_operation_parameters(self, operation_id: str, parameters: Any, now: float) -> None:
+        """Pool, weight and resource limits per tree; validated in every tree first, the last good kept."""
+        with self.lock:
+            op = self.operation(operation_id)
+            if op.is_final:
+                raise PooltreeError(
+                    f"Operation {operation_id} has already finished ({op.state})",
+                    attributes={"operation_id": operation_id},
+                )
+            if not isinstance(parameters, Mapping):
+                raise ConfigError("parameters", f"expected a map, got {type(parameters).__name__}")
+            activated = self.registry.update_operation_parameters(operation_id, parameters, now)
+            per_tree = _runtime_parameters(self.registry, op.id, op.trees)
+            op.runtime_parameters = {
+                **{k: v for k, v in op.runtime_parameters.items() if k != "scheduling_options_per_pool_tree"},
+                **{k: parameters[k] for k in ("owners", "acl", "annotations") if k in parameters},
+                "scheduling_options_per_pool_tree": per_tree,
+            }
+            op.pools = {name: opts["pool"] for name, opts in per_tree.items()}
+            self._on_activated(activated, now)
+            self._sync_state(op, now)
+            self._save_operation(op)
+            self._refresh_stale_trees(now)
+
+    def _check_completion(self, op: LiveOperation, now: float) -> None:
+        if op.is_final:
+            return
+        limit = op.model.max_failed_job_count
+        failed = op.controller.failed_job_count
+        if failed > 0 and failed >= limit:
+            last = next(
+                (j for j in reversed(list(op.jobs.values())) if j.state == "failed" and j.error is not None),
+                None,
+            )
+            inner = [last.error] if last is not None and last.error is not None else []
+            error = yt_error(
+                OPERATION_FAILED,
+                "Failed jobs limit exceeded",
+                {"max_failed_job_count": limit, "failed_job_count": failed, "operation_id": op.id},
+                inner,
+            )
+            self.finish_operation(op.id, "failed", now, error=error)
+        elif op.controller.is_completed and op.state == "running":
+            self.finish_operation(op.id, "completed", now)
+
+    # ------------------------------------------------------------------ fair share
+
+    def update_fair_share(self, tree: str, now: float) -> None:
+        """The periodic update of one tree: finish completed operations, recompute shares, refresh the views."""
+        with self.lock:
+            if tree not in self.cores:
+                return
+            for op in list(self.operations.values()):
+                if tree in op.trees:
+                    self._check_completion(op, now)
+            self._update_tree(tree, now)
+
+    def _update_tree(self, tree: str, now: float) -> None:
+        self._stale_trees.discard(tree)
+        updating, self._updating = self._updating, True
+        try:
+            self._publish_tree(tree, now)
+        finally:
+            self._updating = updating
+
+    def _publish_tree(self, tree: str, now: float) -> None:
+        core = self.cores[tree]
+        for operation_id, controller in list(core.controllers.items()):
+            op = self.operations.get(operation_id)
+            if op is not None and not op.is_final and getattr(controller, "is_completed", False):
+                self.finish_operation(operation_id, "completed", now)
+        result = core.update_fair_share(now)
+        self.last_update[tree] = now
+        view = tree_view(core.pool_tree, result, core.total_resources)
+        strategy: dict[str, dict[str, Any]] = {}
+        for section in ("pools", "operations"):
+            for element_id, entry in view[section].items():
+                try:
+                    extra = core.strategy.element_view(element_id)
+                except PooltreeError:
+                    continue
+                if section == "operations":
+                    controller = core.controllers.get(element_id)
+                    if controller is not None:
+                        extra["progress"] = controller.progress()
+                entry.update(extra)
+                strategy[element_id] = extra
+        self.views[tree] = view
+        self.strategy_views[tree] = strategy
+        self._drain(core)
+
+    def _drain(self, core: SchedulerCore) -> None:
+        core.drain_events()
+
+    # ------------------------------------------------------------------ views
+
+    def alerts(self, op: LiveOperation) -> dict[str, Any]:
+        registered = self.registry.operations.get(op.id)
+        return {key: dict(value) for key, value in registered.alerts.items()} if registered else {}
+
+    def unrecognized_spec(self, op: LiveOperation) -> dict[str, Any]:
+        return op.model.unrecognized_spec()
+
+    def progress(self, op: LiveOperation) -> dict[str, Any]:
+        """Job counts as ``brief_progress.jobs`` needs them (running, completed, pending, failed, aborted, lost)."""
+        controller = op.controller
+        running = sum(1 for j in op.jobs.values() if j.state == "running")
+        pending = controller.pending_allocation_count if not op.is_final else 0
+        if op.is_final:
+            running = 0
+        completed = controller.completed_job_count
+        return {
+            "running": running,
+            "completed": completed,
+            "pending": max(pending - controller.reserved_count, 0),
+            "failed": controller.failed_job_count,
+            "aborted": op.aborted_jobs,
+            "lost": op.lost_jobs,
+            "total": running + completed + max(pending - controller.reserved_count, 0),
+        }
