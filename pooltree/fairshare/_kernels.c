@@ -316,6 +316,17 @@ static PyObject *fair_share_by_suggestion(PyObject *Py_UNUSED(module), PyObject 
                 }
             }
         }
+        /* A jump whose right limit lands on a limit that the next point crosses is not taken: MFFBS stays
+         * at the jump (functions._drop_jump_onto_limit). */
+        if (end_kept <= last && end_kept - 2 >= first && x[end_kept - 1] == x[end_kept - 2]) {
+            for (int r = 0; r < R; r++) {
+                if (y[end_kept * R + r] > limit[r] + LIMIT_TOLERANCE &&
+                    y[(end_kept - 1) * R + r] >= limit[r] - LIMIT_TOLERANCE) {
+                    end_kept -= 1;
+                    break;
+                }
+            }
+        }
         int cut = end_kept <= last;
         int64_t count = 0;
         for (int64_t j = first; j < last && j < end_kept; j++) {

@@ -348,6 +348,32 @@ def fair_share_by_suggestion(
     return FunctionBatch(out_offsets, out_s[:total], out_y[:total], out_f[:total])
 
 
+def _drop_jump_onto_limit(
+    first_exceeding: np.ndarray, first: np.ndarray, x: np.ndarray, y: np.ndarray, limit: np.ndarray
+) -> None:
+    """Cut a jump whose right limit lands on a limit that the curve then crosses (in place).
+
+    In YTsaurus, MFFBS_r beyond limit_r is the right limit of the transposed FSBFF_r at limit_r. When
+    FSBFF_r jumps onto limit_r at fit factor f* and rises above it right after, that right limit is f*
+    itself: MFFBS never passes f* and FSBS keeps the jump's left value up to s = 1
+    (``TestNonContinuousFairShareFunctionIsLeftContinuous``: a pool under a 40-cpu parent keeps 0.14 cpu,
+    not 0.4). Only when FSBFF_r stays at the limit after the jump (a flat part) does MFFBS pass f* and FSBS
+    take the right value. So the jump's right point counts as above the limits when the next point
+    crosses the limit in a resource the right point already reached (within the tolerance).
+    """
+    count = len(x)
+    j = first_exceeding - 1
+    candidate = np.flatnonzero((first_exceeding < count) & (j - 1 >= first))
+    if len(candidate) == 0:
+        return
+    right, nxt = j[candidate], first_exceeding[candidate]
+    jump = x[right] == x[right - 1]
+    lim = limit[candidate]
+    onto = row_any((y[nxt] > lim + LIMIT_TOLERANCE) & (y[right] >= lim - LIMIT_TOLERANCE))
+    hit = candidate[jump & onto]
+    first_exceeding[hit] -= 1
+
+
 def fair_share_by_suggestion_numpy(
     fsbff: FunctionBatch,
     guarantee_share: np.ndarray,
@@ -381,6 +407,7 @@ def fair_share_by_suggestion_numpy(
     # Cut the curve at the first point that exceeds the limits.
     exceeds = row_any(y > limit[owner] + LIMIT_TOLERANCE)
     first_exceeding = np.minimum.reduceat(np.where(exceeds, point_index, count), first)
+    _drop_jump_onto_limit(first_exceeding, first, x, y, limit)
     cut = first_exceeding < count
     keep_point = point_index < np.where(cut, first_exceeding, count)[owner]
 
