@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.fairshare.model import FairShareResult
 from pooltree.resources import Vector, resources_to_dict, share_to_dict
 from pooltree.strategy import TreeScheduler
@@ -105,8 +106,7 @@ def tree_view(
         else:
             pools[element_id] = {**tree.pool_orchid(element_id), **view}
     root = result.elements[ROOT]
-    alerts = [str(error) for error in result.errors]
-    alerts.extend(f"{name}: {message}" for name, message in tree.alerts.items())
+    alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
     return {
         "resource_limits": resources_to_dict(total_resources),
         "resource_usage": resources_to_dict(root.resource_usage),

@@ -138,6 +138,10 @@ class OperationControllerBase:
     def min_needed_resources(self) -> Vector:
         return self._min_needed
 
+    def pending_task_resources(self) -> dict[str, Vector]:
+        """Per task with pending jobs: the resources one of its jobs needs (for "can any node ever fit it")."""
+        return {name: self._per_job(state) for name, state in self._tasks.items() if state.pending}
+
     @property
     def running_allocation_count(self) -> int:
         return len(self._running)

@@ -464,6 +464,11 @@ class Cypress:
             attrs["child_count"] = len(node.children)
         if node.type in SCALAR_TYPES:
             attrs["value"] = copy.deepcopy(node.value)
+        if tokens == ORCHID_PATH[:2] and self.orchid is not None:
+            try:  # //sys/scheduler/@alerts: the scheduler's alerts, as the orchid serves them
+                attrs["alerts"] = self.orchid.get(["scheduler", "alerts"])
+            except LookupError:
+                attrs["alerts"] = []
         return attrs
 
     def _has(self, tokens: tuple[str, ...]) -> bool:

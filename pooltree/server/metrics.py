@@ -57,7 +57,16 @@ class SchedulerCollector(Collector):
             "pooltree_preemptions", "Allocations preempted by the scheduler", labels=["tree", "reason"]
         )
         nodes = GaugeMetricFamily("pooltree_nodes", "Exec nodes heard from")
+        alerts = GaugeMetricFamily(
+            "pooltree_alerts",
+            "Alerts holding now, by scope (scheduler, operation) and type",
+            labels=["scope", "type"],
+        )
         with self.scheduler.lock:
+            for (scope, kind), count in sorted(
+                self.scheduler.alert_center.counts(self.scheduler.now).items()
+            ):
+                alerts.add_metric([scope, kind], float(count))
             for tree, view in self.scheduler.views.items():
                 for name, pool in view.get("pools", {}).items():
                     for key, gauge in pool_gauges.items():
@@ -75,7 +84,7 @@ class SchedulerCollector(Collector):
         yield from pool_gauges.values()
         yield from (pool_starving, running, pending)
         yield from op_gauges.values()
-        yield from (op_starving, preemptions, nodes)
+        yield from (op_starving, preemptions, nodes, alerts)
         durations = SummaryMetricFamily(
             "pooltree_scheduler_work_seconds",
             "Time the scheduler spent per node heartbeat / fair-share update (lock wait included)",

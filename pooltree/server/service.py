@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.service import check_period
 from pooltree.server.app import create_app
@@ -60,11 +61,13 @@ class LiveOrchid:
                     "resource_limits": view["resource_limits"],
                     "resource_usage": view["resource_usage"],
                     "pool_count": view["pool_count"],
+                    "alerts": self.scheduler.alert_center.tree_alerts(name),
                 }
                 for name, view in self.scheduler.views.items()
             }
             root: dict[str, Any] = {
                 "scheduler": {
+                    "alerts": self.scheduler.scheduler_alerts(),
                     "pool_trees": pool_trees,
                     "default_pool_tree": default_tree,
                     "nodes": {
@@ -97,13 +100,17 @@ class SchedulerService:
         node_heartbeat_timeout: float = 60.0,
         create_default_tree: bool = False,
         heartbeat_period: float = 1.0,
+        alert_settings: AlertSettings | None = None,
     ) -> None:
         self.store = store
         self.token = token
         self.clock = clock
         self.create_default_tree = create_default_tree
         self.scheduler = LiveScheduler(
-            store, node_heartbeat_timeout=node_heartbeat_timeout, heartbeat_period=heartbeat_period
+            store,
+            node_heartbeat_timeout=node_heartbeat_timeout,
+            heartbeat_period=heartbeat_period,
+            alert_settings=alert_settings,
         )
         self.cypress = Cypress(store, clock=clock)
         self.orchid = LiveOrchid(self.scheduler, self._default_tree)
@@ -252,6 +259,7 @@ async def serve(
     create_default_tree: bool = False,
     node_heartbeat_timeout: float = 60.0,
     heartbeat_period: float = 1.0,
+    alert_settings: AlertSettings | None = None,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
@@ -271,6 +279,7 @@ async def serve(
             create_default_tree=create_default_tree,
             node_heartbeat_timeout=node_heartbeat_timeout,
             heartbeat_period=heartbeat_period,
+            alert_settings=alert_settings,
         )
         await service.start()
         config = uvicorn.Config(

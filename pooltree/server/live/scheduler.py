@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pooltree.alerts import AlertSettings, SchedulerAlerts
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -51,6 +52,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         *,
         node_heartbeat_timeout: float = 60.0,
         heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD,
+        alert_settings: AlertSettings | None = None,
     ) -> None:
         self.store = store
         self.node_heartbeat_timeout = node_heartbeat_timeout
@@ -74,6 +76,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.durations: dict[str, tuple[int, float, float]] = {}
         """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
+        self.alert_center = SchedulerAlerts(self, alert_settings)
+        self.now = 0.0
+        """The latest time a command, heartbeat or update brought (alerts read at other times use it)."""
 
     # ------------------------------------------------------------------ pool trees
 
@@ -393,10 +398,14 @@ class LiveScheduler(LiveJobs, LiveRevival):
         with self.lock:
             if tree not in self.cores:
                 return
+            self.now = max(self.now, now)
             for op in list(self.operations.values()):
                 if tree in op.trees:
                     self._check_completion(op, now)
             self._update_tree(tree, now)
+            for operation_id, error in self.alert_center.operations_to_fail(now, tree):
+                if operation_id in self.operations:
+                    self.finish_operation(operation_id, "failed", now, error=error)
 
     def _update_tree(self, tree: str, now: float) -> None:
         self._stale_trees.discard(tree)
@@ -437,9 +446,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     # ------------------------------------------------------------------ views
 
-    def alerts(self, op: LiveOperation) -> dict[str, Any]:
-        registered = self.registry.operations.get(op.id)
-        return {key: dict(value) for key, value in registered.alerts.items()} if registered else {}
+    def alerts(self, op: LiveOperation, now: float | None = None) -> dict[str, Any]:
+        """The operation's ``alerts`` attribute (see ``pooltree.server.alerts``)."""
+        return self.alert_center.operation_alerts(op, self.now if now is None else now)
+
+    def scheduler_alerts(self) -> list[dict[str, Any]]:
+        """``//sys/scheduler/@alerts``: every scheduler-level alert holding now."""
+        return self.alert_center.scheduler_alerts()
 
     def unrecognized_spec(self, op: LiveOperation) -> dict[str, Any]:
         return op.model.unrecognized_spec()

@@ -1,0 +1,359 @@
+"""Alerts of the live scheduler, YTsaurus style: one place that says what is wrong, computed from current state.
+
+Every alert is a YT error (``{code, message, attributes, inner_errors}``) whose ``attributes.alert_type`` names it.
+They are recomputed from the scheduler's state whenever they are read (and at every fair-share update, which is
+when time-based ones can start to hold), so each alert clears as soon as its cause goes:
+
+scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
+  ``update_fair_share``: the fair-share update's pool configuration issues of a tree (guarantees overcommitted,
+  29000; nested promised-guarantee pools, 29001; priority pools without a donor, 29002) and the tree's own alerts
+  (an invalid default parent pool), as inner errors, as YTsaurus's ``UpdateFairShare`` alert wraps them.
+  ``pool_tree_without_nodes``: a tree that no exec node matches (its operations can never run).
+  ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
+  ``unrecognized_config_options``: pool tree options pooltree accepts but does not implement (read from the
+  tree config's ``unrecognized_options()`` when the config layer provides it).
+  ``store_trouble``: the store's health accessor reports an error.
+  The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
+
+operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's operation ``@alerts``)
+  ``operation_pending``: held by a running-operation count limit (pool, limit, pool_tree).
+  ``no_online_node_to_schedule_job``: no exec node of the operation's trees can ever fit one job of a task
+  (code 4410, YTsaurus's ``NoOnlineNodeToScheduleJob``, attributes ``task_name``, ``needed_resources``,
+  ``pool_tree``). As YTsaurus's controller does once its cached maximum node resources are refreshed
+  (``max_available_exec_node_resources_update_period``, 10 s), the operation fails with that error after
+  ``AlertSettings.unschedulable_operation_timeout`` seconds of the alert holding, and only when the tree has at
+  least ``safe_online_node_count`` nodes (so a cluster still starting its nodes does not fail operations).
+  ``operation_starving``: starving in a tree for longer than ``AlertSettings.starving_operation_timeout``.
+  ``unrecognized_spec``: spec keys pooltree does not know (the ``unrecognized_spec`` attribute lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pooltree.config.tags import TagFilter
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.resources import RESOURCES, resources_to_dict
+
+if TYPE_CHECKING:
+    from pooltree.server.live import LiveOperation, LiveScheduler
+    from pooltree.tree.pool_tree import PoolTree
+
+GENERIC_ERROR = 1
+NO_ONLINE_NODE_TO_SCHEDULE_JOB = 4410
+"""YTsaurus ``NControllerAgent::EErrorCode::NoOnlineNodeToScheduleJob``."""
+
+UPDATE_FAIR_SHARE = "update_fair_share"
+POOL_TREE_WITHOUT_NODES = "pool_tree_without_nodes"
+NODES_WITHOUT_POOL_TREE = "nodes_without_pool_tree"
+UNRECOGNIZED_CONFIG_OPTIONS = "unrecognized_config_options"
+STORE_TROUBLE = "store_trouble"
+OPERATION_PENDING = "operation_pending"
+NO_ONLINE_NODE = "no_online_node_to_schedule_job"
+OPERATION_STARVING = "operation_starving"
+UNRECOGNIZED_SPEC = "unrecognized_spec"
+
+SCHEDULER_ALERT_TYPES = (
+    UPDATE_FAIR_SHARE,
+    POOL_TREE_WITHOUT_NODES,
+    NODES_WITHOUT_POOL_TREE,
+    UNRECOGNIZED_CONFIG_OPTIONS,
+    STORE_TROUBLE,
+)
+OPERATION_ALERT_TYPES = (OPERATION_PENDING, NO_ONLINE_NODE, OPERATION_STARVING, UNRECOGNIZED_SPEC)
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """Thresholds of the time-based alerts (seconds)."""
+
+    starving_operation_timeout: float = 300.0
+    unschedulable_operation_timeout: float = 10.0
+    safe_online_node_count: int = 1
+
+
+def yt_error(
+    code: int,
+    message: str,
+    attributes: Mapping[str, Any] | None = None,
+    inner: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An error in the YTsaurus wire shape."""
+    return {
+        "code": code,
+        "message": message,
+        "attributes": dict(attributes or {}),
+        "inner_errors": list(inner or []),
+    }
+
+
+def alert(alert_type: str, message: str, attributes: Mapping[str, Any] | None = None, *, code: int = 1,
+          inner: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:  # fmt: skip
+    """One alert as a YT error carrying its type in ``attributes.alert_type``."""
+    return yt_error(code, message, {"alert_type": alert_type, **dict(attributes or {})}, list(inner))
+
+
+def _error_dict(error: PooltreeError) -> dict[str, Any]:
+    return yt_error(error.code or GENERIC_ERROR, error.message, dict(error.attributes or {}))
+
+
+# ---------------------------------------------------------------------- pure pieces (shared with the CLI)
+
+
+def fair_share_issues(pool_tree: PoolTree, errors: Iterable[PooltreeError]) -> list[dict[str, Any]]:
+    """The fair-share update's errors and the tree's own alerts as YT errors (what ``pooltree fair-share`` prints
+    as the tree's alerts, see :func:`pooltree.orchid.tree_view`)."""
+    issues = [_error_dict(error) for error in errors]
+    issues.extend(
+        yt_error(GENERIC_ERROR, message, {"alert_type": name}) for name, message in pool_tree.alerts.items()
+    )
+    return issues
+
+
+def issue_text(issue: Mapping[str, Any]) -> str:
+    """One line for a person: the tree's own alerts keep their ``name: message`` form."""
+    name = issue.get("attributes", {}).get("alert_type")
+    return f"{name}: {issue['message']}" if name else str(issue["message"])
+
+
+def unschedulable_task(
+    tasks: Mapping[str, np.ndarray], node_limits: Iterable[np.ndarray]
+) -> tuple[str, np.ndarray] | None:
+    """The first task (with pending jobs) whose one job fits no node's limits, or None (also when there are no
+    nodes: that is the tree's alert, not the operation's)."""
+    limits = [np.asarray(limit, dtype=float) for limit in node_limits]
+    if not limits:
+        return None
+    stacked = np.vstack(limits)
+    for name, needed in tasks.items():
+        if not bool(np.any(np.all(stacked + 1e-9 >= needed, axis=1))):
+            return name, needed
+    return None
+
+
+def starving_for(view: Mapping[str, Any] | None, now: float) -> float | None:
+    """Seconds the element has been starving (strategy view), or None when it is not starving."""
+    if not view or view.get("starvation_status") in (None, "non_starving"):
+        return None
+    since = view.get("starving_since")
+    return max(now - float(since), 0.0) if since is not None else None
+
+
+# ---------------------------------------------------------------------- the live scheduler's alerts
+
+
+class SchedulerAlerts:
+    """Alerts of one ``LiveScheduler``; every method expects the scheduler's lock to be held."""
+
+    def __init__(self, scheduler: LiveScheduler, settings: AlertSettings | None = None) -> None:
+        self.scheduler = scheduler
+        self.settings = settings or AlertSettings()
+        self.unschedulable_since: dict[str, float] = {}
+        """operation id → when it was first seen that no node fits it (cleared when a node fits)."""
+        self.store_health: Any = None
+        """A callable returning None (healthy) or an error message / mapping; set by the service."""
+
+    # -- trees
+
+    def tree_alerts(self, tree: str) -> list[dict[str, Any]]:
+        scheduler = self.scheduler
+        core = scheduler.cores.get(tree)
+        if core is None:
+            return []
+        alerts: list[dict[str, Any]] = []
+        result = core.last_result
+        issues = fair_share_issues(core.pool_tree, result.errors if result is not None else ())
+        if issues:
+            alerts.append(
+                alert(
+                    UPDATE_FAIR_SHARE,
+                    f'Found pool configuration issues during fair share update in tree "{tree}"',
+                    {"pool_tree": tree},
+                    inner=issues,
+                )
+            )
+        if not any(tree in node.trees for node in scheduler.nodes.values()):
+            alerts.append(
+                alert(
+                    POOL_TREE_WITHOUT_NODES,
+                    f'Pool tree "{tree}" has no exec nodes: its operations cannot run',
+                    {"pool_tree": tree, "node_tag_filter": core.pool_tree.config.tag_filter.text},
+                )
+            )
+        unrecognized = _unrecognized_options(core.pool_tree)
+        if unrecognized:
+            alerts.append(
+                alert(
+                    UNRECOGNIZED_CONFIG_OPTIONS,
+                    f'Pool tree "{tree}" has options the scheduler does not implement; they have no effect',
+                    {"pool_tree": tree, "unrecognized": unrecognized},
+                )
+            )
+        return alerts
+
+    # -- the whole scheduler
+
+    def scheduler_alerts(self) -> list[dict[str, Any]]:
+        scheduler = self.scheduler
+        alerts: list[dict[str, Any]] = []
+        for tree in sorted(scheduler.cores):
+            alerts.extend(self.tree_alerts(tree))
+        orphans = sorted(address for address, node in scheduler.nodes.items() if not node.trees)
+        if orphans and scheduler.cores:
+            alerts.append(
+                alert(
+                    NODES_WITHOUT_POOL_TREE,
+                    "Found nodes that do not match any pool tree",
+                    {"node_addresses": orphans, "node_count": len(orphans)},
+                )
+            )
+        trouble = self._store_trouble()
+        if trouble is not None:
+            alerts.append(trouble)
+        return alerts
+
+    def _store_trouble(self) -> dict[str, Any] | None:
+        health = self.store_health
+        if health is None:
+            return None
+        try:
+            problem = health()
+        except Exception as error:  # a failing health check is itself trouble
+            problem = f"{type(error).__name__}: {error}"
+        if not problem:
+            return None
+        if isinstance(problem, Mapping):
+            message = str(problem.get("message", "Store is unhealthy"))
+            attributes = {k: v for k, v in problem.items() if k != "message"}
+        else:
+            message, attributes = str(problem), {}
+        return alert(STORE_TROUBLE, f"Store trouble: {message}", attributes)
+
+    # -- operations
+
+    def operation_alerts(self, op: LiveOperation, now: float) -> dict[str, dict[str, Any]]:
+        """The operation's ``alerts`` attribute (alert type → YT error)."""
+        scheduler = self.scheduler
+        alerts: dict[str, dict[str, Any]] = {}
+        registered = scheduler.registry.operations.get(op.id)
+        if registered is not None:
+            for key, value in registered.alerts.items():
+                kind = OPERATION_PENDING if key == OPERATION_PENDING else key
+                alerts[key] = alert(kind, value.get("message", key), value.get("attributes"))
+        unfit = self._unfit(op)
+        if unfit is not None:
+            alerts[NO_ONLINE_NODE] = unfit
+        for tree in op.trees:
+            seconds = starving_for(scheduler.strategy_views.get(tree, {}).get(op.id), now)
+            if seconds is not None and seconds >= self.settings.starving_operation_timeout:
+                alerts[OPERATION_STARVING] = alert(
+                    OPERATION_STARVING,
+                    f'Operation has been starving for {seconds:.0f} s in tree "{tree}"',
+                    {
+                        "pool_tree": tree,
+                        "pool": op.pools.get(tree),
+                        "starving_seconds": round(seconds, 1),
+                        "threshold_seconds": self.settings.starving_operation_timeout,
+                    },
+                )
+                break
+        unrecognized = op.model.unrecognized_spec()
+        if unrecognized:
+            alerts[UNRECOGNIZED_SPEC] = alert(
+                UNRECOGNIZED_SPEC,
+                "Operation spec has options the scheduler does not know; they have no effect",
+                {"unrecognized_spec": unrecognized},
+            )
+        return alerts
+
+    def _unfit(self, op: LiveOperation) -> dict[str, Any] | None:
+        """The ``no_online_node_to_schedule_job`` error when no node of some tree of ``op`` fits a pending job."""
+        if op.is_final or op.controller.pending_allocation_count == 0:
+            return None
+        tasks = op.controller.pending_task_resources()
+        try:
+            tag_filter = TagFilter.parse(op.model.scheduling_tag_filter or "", "spec.scheduling_tag_filter")
+        except ConfigError:
+            tag_filter = TagFilter("")
+        for tree in op.trees:
+            nodes = [
+                node
+                for node in self.scheduler.nodes.values()
+                if tree in node.trees and tag_filter.matches(node.tags)
+            ]
+            in_tree = sum(1 for node in self.scheduler.nodes.values() if tree in node.trees)
+            if in_tree < max(self.settings.safe_online_node_count, 1):
+                continue
+            found = unschedulable_task(tasks, [node.resource_limits for node in nodes]) if nodes else None
+            if not nodes:
+                found = next(iter(tasks.items()), None)
+            if found is None:
+                continue
+            name, needed = found
+            largest = np.max(np.vstack([n.resource_limits for n in nodes]), axis=0) if nodes else None
+            attributes: dict[str, Any] = {
+                "task_name": name,
+                "needed_resources": resources_to_dict(needed),
+                "pool_tree": tree,
+                "node_count": len(nodes),
+            }
+            if largest is not None:
+                attributes["max_node_resources"] = resources_to_dict(largest)
+                short = [RESOURCES[i] for i in range(len(RESOURCES)) if needed[i] > largest[i] + 1e-9]
+                attributes["unsatisfied_resources"] = short
+            if tag_filter.text:
+                attributes["scheduling_tag_filter"] = tag_filter.text
+            return yt_error(
+                NO_ONLINE_NODE_TO_SCHEDULE_JOB,
+                "No online node can satisfy the resource demand",
+                {"alert_type": NO_ONLINE_NODE, **attributes},
+            )
+        return None
+
+    def operations_to_fail(self, now: float, tree: str) -> list[tuple[str, dict[str, Any]]]:
+        """Operations of ``tree`` no node has fit for ``unschedulable_operation_timeout``: (id, the error to fail
+        them with). Called after each fair-share update of ``tree``."""
+        failing: list[tuple[str, dict[str, Any]]] = []
+        for op in list(self.scheduler.operations.values()):
+            if tree not in op.trees:
+                continue
+            unfit = None if op.is_final or op.state == "pending" else self._unfit(op)
+            if unfit is None:
+                self.unschedulable_since.pop(op.id, None)
+                continue
+            since = self.unschedulable_since.setdefault(op.id, now)
+            if now - since >= self.settings.unschedulable_operation_timeout:
+                error = dict(unfit)
+                error["attributes"] = {k: v for k, v in unfit["attributes"].items() if k != "alert_type"}
+                failing.append((op.id, error))
+        for stale in [i for i in self.unschedulable_since if i not in self.scheduler.operations]:
+            del self.unschedulable_since[stale]
+        return failing
+
+    # -- counts for /metrics
+
+    def counts(self, now: float) -> dict[tuple[str, str], int]:
+        """(scope, alert type) → how many alerts hold now (scope ``scheduler`` or ``operation``)."""
+        counts: dict[tuple[str, str], int] = {("scheduler", kind): 0 for kind in SCHEDULER_ALERT_TYPES}
+        counts.update({("operation", kind): 0 for kind in OPERATION_ALERT_TYPES})
+        for item in self.scheduler_alerts():
+            key = ("scheduler", item["attributes"]["alert_type"])
+            counts[key] = counts.get(key, 0) + 1
+        for op in self.scheduler.operations.values():
+            for kind in self.operation_alerts(op, now):
+                key = ("operation", kind)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+def _unrecognized_options(pool_tree: PoolTree) -> dict[str, Any]:
+    """Tree options accepted but not implemented, from the config layer when it reports them."""
+    found: dict[str, Any] = {}
+    reporter = getattr(pool_tree.config, "unrecognized_options", None)
+    if callable(reporter):
+        found.update(reporter() or {})
+    return found

@@ -1,0 +1,242 @@
+"""Alerts of the live scheduler (pooltree/alerts.py): each one appears when its cause holds and clears when the
+cause goes; ``//sys/scheduler/@alerts``, the orchid and ``/metrics`` show them; an operation no node can ever fit
+fails with YTsaurus's ``NoOnlineNodeToScheduleJob`` (4410) after the timeout. Driven without processes: the
+``LiveScheduler`` gets heartbeats and updates at injected times; the HTTP part goes through the ASGI app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pooltree.alerts import AlertSettings
+from pooltree.config import parse_pool_trees
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import open_store
+
+GIB = 1 << 30
+
+
+def live(tmp_path: Path, trees: dict[str, Any], **settings: Any) -> LiveScheduler:
+    scheduler = LiveScheduler(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), alert_settings=AlertSettings(**settings)
+    )
+    scheduler.apply_pool_trees(parse_pool_trees(trees), None, 0.0)
+    return scheduler
+
+
+def heartbeat(scheduler: LiveScheduler, address: str, now: float, cpu: float = 4, **extra: Any) -> dict:
+    data = {
+        "node_address": address,
+        "resource_limits": {"user_slots": 4, "cpu": cpu, "memory": 8 * GIB, **extra.pop("limits", {})},
+        **extra,
+    }
+    return scheduler.process_heartbeat(parse_heartbeat(data), now)
+
+
+def update(scheduler: LiveScheduler, now: float) -> None:
+    for tree in list(scheduler.cores):
+        scheduler.update_fair_share(tree, now)
+
+
+def types(alerts: list[dict[str, Any]]) -> list[str]:
+    return [a["attributes"]["alert_type"] for a in alerts]
+
+
+def vanilla(job_count: int = 1, **task: Any) -> dict[str, Any]:
+    return {"tasks": {"main": {"command": "sleep 100", "job_count": job_count, **task}}}
+
+
+def test_guarantees_overcommitted_appears_and_clears(tmp_path: Path) -> None:
+    big = {"default": {"config": {}, "pools": {"a": {"strong_guarantee_resources": {"cpu": 100000}}}}}
+    scheduler = live(tmp_path, big)
+    heartbeat(scheduler, "n1", 1.0)
+    update(scheduler, 1.0)
+    alerts = scheduler.scheduler_alerts()
+    assert types(alerts) == ["update_fair_share"]
+    inner = alerts[0]["inner_errors"]
+    assert {e["code"] for e in inner} == {29000}
+    assert alerts[0]["attributes"]["pool_tree"] == "default"
+    assert scheduler.alert_center.tree_alerts("default") == alerts
+    small = {"default": {"config": {}, "pools": {"a": {"strong_guarantee_resources": {"cpu": 2}}}}}
+    scheduler.apply_pool_trees(parse_pool_trees(small), None, 2.0)
+    update(scheduler, 2.0)
+    assert scheduler.scheduler_alerts() == []
+
+
+def test_tree_without_nodes_and_nodes_without_tree(tmp_path: Path) -> None:
+    trees = {"gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {}}}
+    scheduler = live(tmp_path, trees)
+    update(scheduler, 0.5)
+    assert types(scheduler.scheduler_alerts()) == ["pool_tree_without_nodes"]
+    heartbeat(scheduler, "plain", 1.0)
+    update(scheduler, 1.0)
+    alerts = scheduler.scheduler_alerts()
+    assert types(alerts) == ["pool_tree_without_nodes", "nodes_without_pool_tree"]
+    assert alerts[1]["attributes"]["node_addresses"] == ["plain"]
+    heartbeat(scheduler, "plain", 2.0, tags=["gpu"])
+    update(scheduler, 2.0)
+    assert scheduler.scheduler_alerts() == []
+
+
+def test_operation_pending_names_pool_and_limit_and_clears(tmp_path: Path) -> None:
+    trees = {"default": {"config": {}, "pools": {"small": {"max_running_operation_count": 1}}}}
+    scheduler = live(tmp_path, trees)
+    heartbeat(scheduler, "n1", 0.5)
+    first = scheduler.start_operation("vanilla", {**vanilla(), "pool": "small"}, "alice", 1.0)
+    second = scheduler.start_operation("vanilla", {**vanilla(), "pool": "small"}, "alice", 1.0)
+    assert scheduler.alerts(first) == {}
+    pending = scheduler.alerts(second)["operation_pending"]
+    assert pending["attributes"]["pool"] == "small"
+    assert pending["attributes"]["limit"] == 1
+    assert pending["attributes"]["alert_type"] == "operation_pending"
+    assert pending["message"] == "Max running operation count violated"
+    scheduler.finish_operation(first.id, "aborted", 2.0)
+    assert "operation_pending" not in scheduler.alerts(second)
+
+
+def test_operation_no_node_fits_alerts_then_fails_with_4410(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}}, unschedulable_operation_timeout=5.0)
+    heartbeat(scheduler, "n1", 0.5, cpu=2)
+    op = scheduler.start_operation("vanilla", vanilla(cpu_limit=64), "alice", 1.0)
+    update(scheduler, 1.0)
+    error = scheduler.alerts(op)["no_online_node_to_schedule_job"]
+    assert error["code"] == 4410
+    assert error["message"] == "No online node can satisfy the resource demand"
+    assert error["attributes"]["task_name"] == "main"
+    assert error["attributes"]["needed_resources"]["cpu"] == 64
+    assert error["attributes"]["unsatisfied_resources"] == ["cpu"]
+    update(scheduler, 4.0)
+    assert op.id in scheduler.operations and op.state == "running"
+    update(scheduler, 6.5)
+    assert op.id not in scheduler.operations
+    record = scheduler.store.get_operation(op.id)
+    assert record is not None and record.state == "failed"
+    assert record.document["error"]["code"] == 4410
+    assert record.document["error"]["attributes"]["needed_resources"]["cpu"] == 64
+
+
+def test_no_node_fits_clears_when_a_big_enough_node_comes(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}}, unschedulable_operation_timeout=5.0)
+    heartbeat(scheduler, "n1", 0.5, cpu=2)
+    op = scheduler.start_operation("vanilla", vanilla(gpu_limit=1, cpu_limit=1), "alice", 1.0)
+    update(scheduler, 1.0)
+    assert scheduler.alerts(op)["no_online_node_to_schedule_job"]["attributes"]["unsatisfied_resources"] == [
+        "gpu"
+    ]
+    heartbeat(scheduler, "gpu-node", 3.0, limits={"gpu": 1})
+    update(scheduler, 3.0)
+    assert "no_online_node_to_schedule_job" not in scheduler.alerts(op)
+    update(scheduler, 10.0)
+    assert op.id in scheduler.operations
+
+
+def test_no_node_fits_waits_for_safe_online_node_count(tmp_path: Path) -> None:
+    scheduler = live(
+        tmp_path,
+        {"default": {"config": {}, "pools": {}}},
+        unschedulable_operation_timeout=1.0,
+        safe_online_node_count=2,
+    )
+    heartbeat(scheduler, "n1", 0.5, cpu=2)
+    op = scheduler.start_operation("vanilla", vanilla(cpu_limit=64), "alice", 1.0)
+    update(scheduler, 1.0)
+    update(scheduler, 5.0)
+    assert "no_online_node_to_schedule_job" not in scheduler.alerts(op)
+    assert op.id in scheduler.operations
+
+
+def test_starving_operation_alert_after_threshold(tmp_path: Path) -> None:
+    trees = {
+        "default": {
+            "config": {"fair_share_starvation_timeout": 1000, "fair_share_starvation_tolerance": 1.0},
+            "pools": {"a": {}, "b": {}},
+        }
+    }
+    scheduler = live(tmp_path, trees, starving_operation_timeout=10.0)
+    heartbeat(scheduler, "n1", 0.5, cpu=4)
+    hog = scheduler.start_operation("vanilla", {**vanilla(4, cpu_limit=1), "pool": "a"}, "alice", 1.0)
+    heartbeat(scheduler, "n1", 1.1)
+    update(scheduler, 1.2)
+    late = scheduler.start_operation("vanilla", {**vanilla(4, cpu_limit=1), "pool": "b"}, "bob", 2.0)
+    update(scheduler, 3.0)
+    update(scheduler, 5.0)
+    view = scheduler.strategy_views["default"][late.id]
+    assert view["starvation_status"] != "non_starving", view
+    assert "operation_starving" not in scheduler.alerts(late, now=5.0)
+    update(scheduler, 20.0)
+    starving = scheduler.alerts(late, now=20.0)["operation_starving"]
+    assert starving["attributes"]["pool"] == "b"
+    assert starving["attributes"]["starving_seconds"] >= 10.0
+    scheduler.finish_operation(hog.id, "aborted", 21.0)
+    heartbeat(scheduler, "n1", 21.5)
+    update(scheduler, 22.0)
+    assert "operation_starving" not in scheduler.alerts(late, now=22.0)
+
+
+def test_unrecognized_spec_alert(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}})
+    op = scheduler.start_operation("vanilla", {**vanilla(), "frobnicate": True}, "alice", 1.0)
+    alert = scheduler.alerts(op)["unrecognized_spec"]
+    assert alert["attributes"]["unrecognized_spec"] == {"frobnicate": True}
+
+
+def test_store_trouble_appears_and_clears(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}})
+    heartbeat(scheduler, "n1", 0.5)
+    problem: list[str] = ["database is locked"]
+    scheduler.alert_center.store_health = lambda: problem[0] if problem else None
+    alerts = scheduler.scheduler_alerts()
+    assert types(alerts) == ["store_trouble"]
+    assert "database is locked" in alerts[0]["message"]
+    problem.clear()
+    assert scheduler.scheduler_alerts() == []
+
+
+@pytest.mark.anyio
+async def test_alerts_in_cypress_orchid_operation_and_metrics(tmp_path: Path) -> None:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    await service.start()
+    transport = httpx.ASGITransport(app=service.app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+
+            async def get(path: str) -> Any:
+                response = await client.get("/api/v4/get", params={"path": path})
+                assert response.status_code == 200, response.text
+                return response.json()["value"]
+
+            assert types(await get("//sys/scheduler/@alerts")) == ["pool_tree_without_nodes"]
+            assert types(await get("//sys/scheduler/orchid/scheduler/alerts")) == ["pool_tree_without_nodes"]
+            tree_alerts = await get("//sys/scheduler/orchid/scheduler/pool_trees/default/alerts")
+            assert types(tree_alerts) == ["pool_tree_without_nodes"]
+            metrics = (await client.get("/metrics")).text
+            assert 'pooltree_alerts{scope="scheduler",type="pool_tree_without_nodes"} 1.0' in metrics
+            now = service.clock()
+            heartbeat(service.scheduler, "n1", now)
+            service.scheduler.update_fair_share("default", now)
+            assert await get("//sys/scheduler/@alerts") == []
+            metrics = (await client.get("/metrics")).text
+            assert 'pooltree_alerts{scope="scheduler",type="pool_tree_without_nodes"} 0.0' in metrics
+            response = await client.post(
+                "/api/v4/start_operation",
+                json={"operation_type": "vanilla", "spec": vanilla(cpu_limit=64)},
+            )
+            operation_id = response.json()["operation_id"]
+            service.scheduler.update_fair_share("default", service.clock())
+            response = await client.get("/api/v4/get_operation", params={"operation_id": operation_id})
+            assert response.json()["alerts"]["no_online_node_to_schedule_job"]["code"] == 4410
+            metrics = (await client.get("/metrics")).text
+            assert 'pooltree_alerts{scope="operation",type="no_online_node_to_schedule_job"} 1.0' in metrics
+    finally:
+        await service.stop()
+        service.store.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
