@@ -508,6 +508,11 @@ class OperationCommands:
             attributes["abort_reason"] = job.abort_reason
         if job.interruption_reason is not None:
             attributes["interruption_reason"] = job.interruption_reason
+        if job.interruption_info is not None:
+            attributes["interruption_info"] = job.interruption_info
+            attributes["preemption_reason"] = job.interruption_info.get("preemption_reason")
+            if "preempted_for" in job.interruption_info:
+                attributes["preempted_for"] = job.interruption_info["preempted_for"]
         return attributes
 
     def list_jobs(self, ctx: CommandContext) -> dict[str, Any]:

@@ -80,6 +80,9 @@ class LiveOrchid:
                     },
                 }
             }
+            if list(path_tokens[:2]) == ["scheduler", "event_log"]:
+                # read only when asked for: it holds up to EVENT_LOG_SIZE events
+                root["scheduler"]["event_log"] = list(self.scheduler.event_log)
             value: Any = root
             for token in path_tokens:
                 if not isinstance(value, dict) or token not in value:

@@ -15,6 +15,7 @@ from pooltree.alerts import AlertSettings
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
+from pooltree.server.operations import OperationCommands
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -240,3 +241,42 @@ async def test_alerts_in_cypress_orchid_operation_and_metrics(tmp_path: Path) ->
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
+    trees = {
+        "default": {
+            "config": {"fair_share_starvation_timeout": 1000, "fair_share_starvation_tolerance": 1.0},
+            "pools": {"a": {}, "b": {}},
+        }
+    }
+    scheduler = live(tmp_path, trees)
+    heartbeat(scheduler, "n1", 0.5, cpu=4)
+    hog = scheduler.start_operation("vanilla", {**vanilla(4, cpu_limit=1), "pool": "a"}, "alice", 1.0)
+    started = heartbeat(scheduler, "n1", 1.1)["start"]
+    running = [{"job_id": s["job_id"], "operation_id": hog.id, "state": "running"} for s in started]
+    assert len(running) == 4
+    late = scheduler.start_operation("vanilla", {**vanilla(4, cpu_limit=1), "pool": "b"}, "bob", 2.0)
+    preempted: list[str] = []
+    for step in range(3, 12):
+        update(scheduler, float(step))
+        answer = heartbeat(scheduler, "n1", step + 0.5, running_jobs=running)
+        preempted += [a["job_id"] for a in answer["abort"]] + [p[0] for p in answer["preempt"]]
+        if preempted:
+            break
+    assert preempted, "no preemption happened"
+    job = hog.jobs[preempted[0]]
+    attributes = OperationCommands.job_attributes(job)
+    info = attributes["interruption_info"]
+    assert info["interruption_reason"] == "preemption"
+    assert info["preempted_for"]["operation_id"] == late.id
+    assert attributes["preempted_for"]["operation_id"] == late.id
+    assert isinstance(attributes["preemption_reason"], str) and attributes["preemption_reason"]
+    stored = scheduler.store.get_job(hog.id, job.id)
+    assert (
+        stored is not None
+        and stored.document["interruption_info"]["preempted_for"]["operation_id"] == late.id
+    )
+    events = [e for e in scheduler.event_log if e["event"] == "allocation_preempted"]
+    assert events and events[0]["job_id"] == job.id
+    assert events[0]["preempted_for"]["operation_id"] == late.id

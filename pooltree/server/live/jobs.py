@@ -19,7 +19,7 @@ from pooltree.server.live.model import (
     NodeState,
     new_guid,
 )
-from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat
+from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
 
 
 class LiveJobs:
@@ -103,6 +103,7 @@ class LiveJobs:
                 self.preemptions[(tree, record.reason.value)] += 1
                 if job_id is None:
                     continue
+                self._note_preemption(job_id, record)
                 target = self.nodes.get(record.node_address, node)
                 if record.interruptible and record.timeout > 0:
                     target.preempts.append([job_id, record.reason.value, float(record.timeout)])
@@ -119,6 +120,30 @@ class LiveJobs:
         node.preempts = []
         node.aborts = []
         return response
+
+    def _note_preemption(self, job_id: str, record: PreemptionRecord) -> None:
+        """Keep why the job was preempted and for whom (YTsaurus ``interruption_info``) on the job and its record."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        info: dict[str, Any] = {
+            "interruption_reason": "preemption",
+            "preemption_reason": record.explanation,
+            "abort_reason": record.reason.value,
+            "stage": record.stage.value,
+            "time": record.time,
+        }
+        if record.interruptible and record.timeout > 0:
+            info["interruption_timeout"] = float(record.timeout)
+        if record.preemptor_operation_id is not None:
+            info["preempted_for"] = {
+                "operation_id": record.preemptor_operation_id,
+                "allocation_id": record.preemptor_allocation_id,
+                "job_id": self.allocation_jobs.get(record.preemptor_allocation_id or ""),
+            }
+        job.interruption_info = info
+        self._touch(job.operation_id)
+        self._put_job(job.record())
 
     def _job_spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
         task = op.model.tasks[job.task_name]

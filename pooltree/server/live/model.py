@@ -198,6 +198,9 @@ class LiveJob:
     stderr: str = ""
     stderr_size: int = 0
     missed_heartbeats: int = 0
+    interruption_info: dict[str, Any] | None = None
+    """Set when the scheduler preempts the job (YTsaurus's ``interruption_info``: ``interruption_reason``,
+    ``interruption_timeout``, ``preemption_reason``, ``preempted_for``)."""
 
     def record(self) -> JobRecord:
         document = {
@@ -211,6 +214,7 @@ class LiveJob:
             "statistics": self.statistics,
             "stderr": self.stderr,
             "stderr_size": self.stderr_size,
+            "interruption_info": self.interruption_info,
         }
         return JobRecord(
             self.operation_id,
@@ -243,6 +247,7 @@ class LiveJob:
             statistics=dict(doc.get("statistics") or {}),
             stderr=doc.get("stderr") or "",
             stderr_size=int(doc.get("stderr_size") or 0),
+            interruption_info=doc.get("interruption_info"),
         )
 
 

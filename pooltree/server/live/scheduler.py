@@ -10,7 +10,7 @@ and the jobs agents still run are re-attached (not restarted) on the agents' fir
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +41,9 @@ from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 from pooltree.tree import PoolTrees
 from pooltree.tree.lifecycle import OperationState
+
+EVENT_LOG_SIZE = 2_000
+"""Events kept in memory for the orchid's ``event_log`` and the web UI (oldest dropped first)."""
 
 
 class LiveScheduler(LiveJobs, LiveRevival):
@@ -77,6 +80,10 @@ class LiveScheduler(LiveJobs, LiveRevival):
         """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
         self.alert_center = SchedulerAlerts(self, alert_settings)
+        self.event_log: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG_SIZE)
+        """The latest scheduler events (operations started/finished, allocations started/finished/preempted)."""
+        self.update_listeners: list[Callable[[str, float], None]] = []
+        """Called with (tree, now) after every fair-share update of a tree (the web UI's history samples)."""
         self.now = 0.0
         """The latest time a command, heartbeat or update brought (alerts read at other times use it)."""
 
@@ -440,9 +447,26 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.views[tree] = view
         self.strategy_views[tree] = strategy
         self._drain(core)
+        for listener in self.update_listeners:
+            listener(tree, now)
 
     def _drain(self, core: SchedulerCore) -> None:
-        core.drain_events()
+        """Keep the core's events in the bounded event log (orchid ``scheduler/event_log``); a preempted
+        allocation's event names its job and, YTsaurus style, ``preempted_for`` (operation, allocation, job)."""
+        for event in core.drain_events():
+            allocation_id = event.get("allocation_id")
+            if allocation_id is not None:
+                job_id = self.allocation_jobs.get(allocation_id)
+                if job_id is not None:
+                    event["job_id"] = job_id
+            if event.get("event") == "allocation_preempted" and event.get("preemptor_operation_id"):
+                preemptor = event.get("preemptor_allocation_id")
+                event["preempted_for"] = {
+                    "operation_id": event["preemptor_operation_id"],
+                    "allocation_id": preemptor,
+                    "job_id": self.allocation_jobs.get(preemptor or ""),
+                }
+            self.event_log.append(event)
 
     # ------------------------------------------------------------------ views
 
