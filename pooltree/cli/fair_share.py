@@ -19,6 +19,7 @@ from rich.tree import Tree
 from pooltree.cli.app import app, fail
 from pooltree.config import load_snapshot
 from pooltree.config.snapshot import Snapshot
+from pooltree.config.support import unsupported_options
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
@@ -163,6 +164,21 @@ def _print_table(view: dict[str, Any]) -> None:
                 )
 
 
+def _warn_unsupported(snapshot: Snapshot, names: list[str]) -> None:
+    """The "unsupported options" alert on stderr: options the snapshot sets that pooltree ignores."""
+    entries = unsupported_options(
+        [snapshot.pool_trees[name] for name in names],
+        [(op.id, op.spec) for op in snapshot.operations if set(op.pool_trees) & set(names)],
+    )
+    if not entries:
+        return
+    sys.stderr.write(
+        f"warning: {len(entries)} option(s) accepted but not implemented by pooltree (no effect):\n"
+    )
+    for entry in entries:
+        sys.stderr.write(f"  {entry['path']}: {entry['reason']}\n")
+
+
 @app.command("fair-share")
 def fair_share(
     snapshot_path: Path = typer.Argument(
@@ -196,6 +212,7 @@ def fair_share(
             view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
         fail(str(error))
+    _warn_unsupported(snapshot, names)
     if timings:
         view["timings"] = {
             "parse_s": parsed - started,

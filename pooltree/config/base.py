@@ -1,7 +1,9 @@
 """Building blocks shared by every configuration model: resource maps, durations and error translation.
 
-Every model derives from :class:`ConfigModel`: unknown options are rejected (``extra="forbid"``), the
-YTsaurus aliases of an option are accepted (``ALIASES``) and pydantic errors become one
+Every model derives from :class:`ConfigModel`: unknown options are rejected with the closest known option
+named (``extra="forbid"``; YTsaurus options pooltree does not implement are accepted through
+``ACCEPTED_EXTRA``, see ``support.py``), the YTsaurus aliases of an option are accepted (``ALIASES``) and
+pydantic errors become one
 :class:`~pooltree.errors.ConfigError` whose path names the offending option.
 Options the user set explicitly (directly or through a preset) are in ``model_fields_set``, so inheriting
 components can tell "unset" from "set to the default".
@@ -17,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError, core_schema
 
+from pooltree.config.support import unknown_option_reason
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import (
@@ -210,6 +213,9 @@ class ConfigModel(BaseModel):
     ALIASES: ClassVar[Mapping[str, str]] = {}
     """Old or alternative YTsaurus option names → canonical field name."""
 
+    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset()
+    """YTsaurus options accepted without a field (kept in ``model_extra``; needs ``extra="allow"``)."""
+
     @model_validator(mode="before")
     @classmethod
     def _apply_aliases(cls, data: Any) -> Any:
@@ -231,6 +237,13 @@ class ConfigModel(BaseModel):
                 )
             result[canonical] = value
             written_as[canonical] = key
+        if cls.model_config.get("extra") != "allow" or cls.ACCEPTED_EXTRA:
+            known = set(cls.model_fields) | cls.ACCEPTED_EXTRA
+            for key in result:
+                if key not in known:
+                    raise invalid(
+                        unknown_option_reason(written_as[key], known | set(cls.ALIASES)), written_as[key]
+                    )
         return result
 
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pooltree.config.base import ConfigModel, LimitResources, Resources, Size, TagFilterText, invalid
+from pooltree.config.support import SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
 
 PreemptionMode = Literal["normal", "graceful"]
 
@@ -125,7 +126,7 @@ class TmpfsVolume(SpecModel):
 class UserJobSpec(SpecModel):
     """A user job (``mapper``, ``reducer`` or a vanilla task): command, limits and memory digest options."""
 
-    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_USER_JOB_KEYS
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_USER_JOB_KEYS | frozenset(USER_JOB_UNSUPPORTED)
 
     command: str
     memory_limit: Size = float(DEFAULT_MEMORY_LIMIT)
@@ -222,10 +223,18 @@ class TreeSchedulingOptions(SpecModel):
 
 
 class OperationSpec(SpecModel):
-    """The operation spec options the scheduler reads (pool placement, weights, limits, preemption, memory)."""
+    """The operation spec options the scheduler reads (pool placement, weights, limits, preemption, memory).
 
-    ALIASES: ClassVar[dict[str, str]] = {"max_unpreemptible_job_count": "max_unpreemptible_allocation_count"}
-    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_SPEC_KEYS
+    YTsaurus strategy options that pooltree does not implement (``support.SPEC_UNSUPPORTED``) are recognized
+    (not in ``unrecognized_spec``) and reported by ``support.unsupported_spec_options``.
+    """
+
+    ALIASES: ClassVar[dict[str, str]] = {
+        "max_unpreemptible_job_count": "max_unpreemptible_allocation_count",
+        "max_unpreemptable_job_count": "max_unpreemptible_allocation_count",
+        "fair_share_options_per_pool_tree": "scheduling_options_per_pool_tree",
+    }
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_SPEC_KEYS | frozenset(SPEC_UNSUPPORTED)
 
     pool: str | None = Field(default=None, min_length=1)
     """``None`` → the user name (YTsaurus)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from pooltree.config.base import (
     ConfigModel,
@@ -20,6 +20,7 @@ from pooltree.config.base import (
     TagFilterText,
     invalid,
 )
+from pooltree.config.support import POOL_ALIASES, POOL_UNSUPPORTED
 
 PoolMode = Literal["fair_share", "fifo"]
 FifoSortParameter = Literal["start_time", "weight", "pending_job_count", "pending_allocation_count"]
@@ -103,7 +104,11 @@ def check_operation_counts(max_operation_count: int | None, max_running_operatio
 class PoolConfig(ConfigModel):
     """Every option of a pool (seeds: pool-tree configuration, preemption, operation count limits)."""
 
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(POOL_UNSUPPORTED)
+
     ALIASES: ClassVar[dict[str, str]] = {
+        **POOL_ALIASES,
         "min_share_resources": "strong_guarantee_resources",
         "fair_share_preemption_timeout": "fair_share_starvation_timeout",
     }

@@ -12,7 +12,7 @@ import re
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from pooltree.config.base import (
     ConfigModel,
@@ -23,6 +23,7 @@ from pooltree.config.base import (
     invalid,
 )
 from pooltree.config.pool import validate_preset
+from pooltree.config.support import TREE_ALIASES, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError
 from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector
@@ -49,9 +50,17 @@ class TreeIntegralGuaranteesConfig(ConfigModel):
 
 
 class PoolTreeConfig(ConfigModel):
-    """Every tree option the seeds list plus the starvation, preemption and limit options of YTsaurus."""
+    """Every tree option the seeds list plus the starvation, preemption and limit options of YTsaurus.
+
+    The other YTsaurus tree options are accepted and kept in ``model_extra`` (``support.TREE_UNSUPPORTED``);
+    ``support.unsupported_options`` reports the ones an input sets.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(TREE_UNSUPPORTED)
 
     ALIASES: ClassVar[dict[str, str]] = {
+        **TREE_ALIASES,
         "nodes_filter": "node_tag_filter",
         "max_ephemeral_pool_per_user": "max_ephemeral_pools_per_user",
         "infer_weight_from_strong_guarantee_share_multiplier": "infer_weight_from_guarantees_share_multiplier",

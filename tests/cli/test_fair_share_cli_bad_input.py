@@ -124,3 +124,23 @@ def test_unknown_tree_option_names_the_known_trees() -> None:
     done = run_fair_share("examples/project-root.yaml", "--tree", "gpu")
     assert done.returncode != 0 and done.stdout == ""
     assert " ".join(done.stderr.split()) == "error: --tree: unknown pool tree 'gpu'; known: physical"
+
+
+def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
+    path = tmp_path / "production.yaml"
+    path.write_text(
+        CLUSTER
+        + "pool_trees: {t: {config: {enable_improved_fair_share_by_fit_factor_computation: true},"
+        + " pools: {a: {enable_detailed_logs: true}}}}\n"
+        + "operations: [{id: op1, spec: {pool: a, tentative_pool_trees: [x]}}]\n"
+    )
+    done = run_fair_share(str(path))
+    assert done.returncode == 0, done.stderr
+    assert '"pool_trees"' in done.stdout
+    assert "3 option(s) accepted but not implemented" in done.stderr
+    for fragment in (
+        "pool_trees.t.config.enable_improved_fair_share_by_fit_factor_computation:",
+        "pool_trees.t.pools.a.enable_detailed_logs:",
+        "operations.op1.spec.tentative_pool_trees:",
+    ):
+        assert fragment in done.stderr, done.stderr

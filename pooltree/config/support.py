@@ -1,0 +1,260 @@
+"""Which YTsaurus options pooltree implements, which it accepts without implementing, and the alert about them.
+
+YTsaurus's pool tree config (``TStrategyTreeConfig``), pool config (``TPoolConfig`` with its schedulable,
+preemption and integral-guarantee parts) and strategy operation spec (``TStrategyOperationSpec``) accept more
+options than pooltree models. A dump of a production cluster carries them, so refusing them would refuse the
+dump. Every YTsaurus option listed here is accepted; an option that pooltree does not implement, when the input
+sets it, is reported by :func:`unsupported_options` (the "unsupported options" alert: the live orchid, the
+``pooltree fair-share`` stderr and the simulator summary show it). A name that is neither a pooltree nor a
+YTsaurus option is an error that names the closest known option (:func:`closest_option`).
+
+The lists were taken from YTsaurus's public scheduler code (``yt/yt/server/scheduler/strategy/config.h``,
+``yt/yt/ytlib/scheduler/config.cpp``); old names YTsaurus still accepts are aliases in the models.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
+SEGMENTS = "scheduling segments / GPU scheduling policy are not modelled"
+TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
+NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
+PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
+IMPROVED_FSBFF = "the improved fair-share-by-fit-factor computation is not implemented; the plain sum is used"
+
+# Tree options: YTsaurus name -> why pooltree does not implement it.
+TREE_UNSUPPORTED: dict[str, str] = {
+    "enable_unrecognized_alert": "pooltree refuses unknown options instead (the error names the closest one)",
+    "heartbeat_tree_scheduling_info_log_period": PROFILING,
+    "update_preemptible_list_duration_logging_threshold": PROFILING,
+    "enable_operations_profiling": PROFILING,
+    "custom_profiling_tag_filter": PROFILING,
+    "enable_by_user_profiling": PROFILING,
+    "enable_resource_tree_structure_lock_profiling": PROFILING,
+    "enable_resource_tree_usage_lock_profiling": PROFILING,
+    "enable_pools_vector_profiling": PROFILING,
+    "enable_operations_vector_profiling": PROFILING,
+    "sparsify_fair_share_profiling": PROFILING,
+    "profiled_pool_resources": PROFILING,
+    "profiled_operation_resources": PROFILING,
+    "metering_tags": PROFILING,
+    "max_event_log_pool_batch_size": PROFILING,
+    "max_event_log_operation_batch_size": PROFILING,
+    "enable_scheduled_and_preempted_resources_profiling": PROFILING,
+    "per_pool_satisfaction_digest": PROFILING,
+    "per_pool_satisfaction_profiling_quantiles": PROFILING,
+    "enable_detailed_logs_for_starving_operations": PROFILING,
+    "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
+    "tentative_tree_saturation_deactivation_period": TENTATIVE,
+    "non_tentative_operation_types": TENTATIVE,
+    "packing": "packing of allocations onto nodes is not modelled",
+    "best_allocation_share_update_period": "operations' best allocation share is not modelled",
+    "allow_preemption_from_starving_operations": "not modelled (starving operations' allocations are preemptible "
+    "by the usual rules)",
+    "scheduling_segments": SEGMENTS,
+    "gpu_scheduling_policy": SEGMENTS,
+    "policy_kind": SEGMENTS,
+    "ssd_priority_preemption": "SSD priority preemption is not modelled",
+    "default_gpu_full_host_preemption": SEGMENTS,
+    "enable_limiting_ancestor_check": "limiting-ancestor deactivation is not modelled",
+    "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
+    "enable_fair_share_truncation_in_fifo_pool": "fair-share truncation of gang operations in FIFO pools is not "
+    "implemented",
+    "use_resource_usage_with_precommit": PERFORMANCE,
+    "allowed_resource_usage_staleness": PERFORMANCE,
+    "cached_allocation_preemption_statuses_update_period": PERFORMANCE,
+    "enable_resource_usage_snapshot": PERFORMANCE,
+    "accumulated_resource_usage_update_period": PERFORMANCE,
+    "accumulated_resource_distribution_update_period": PERFORMANCE,
+    "running_allocation_statistics_update_period": PERFORMANCE,
+    "check_operation_for_liveness_in_preschedule": PERFORMANCE,
+    "batch_operation_scheduling": PERFORMANCE,
+    "max_schedulable_element_count_in_fifo_pool": "not modelled (every schedulable child of a FIFO pool is "
+    "considered)",
+    "fail_remote_copy_on_missing_resource_limits": "remote copy operations are not modelled",
+    "required_resource_limits_for_remote_copy": "remote copy operations are not modelled",
+    "testing_options": "YTsaurus testing options",
+    "enable_preliminary_resource_limits_check": "YTsaurus testing options",
+    "enable_resource_tree_random_sleeps": "YTsaurus testing options",
+    "necessary_resources_for_operation": NODE_LIMITS,
+    "min_job_resource_limits": NODE_LIMITS,
+    "max_job_resource_limits": NODE_LIMITS,
+    "guaranteed_job_resources": NODE_LIMITS,
+    "min_node_resource_limits": NODE_LIMITS,
+    "min_node_resource_limits_check_period": NODE_LIMITS,
+    "allow_single_job_large_gpu_operations_in_multiple_trees": SEGMENTS,
+    "enable_absolute_fair_share_starvation_tolerance": "not implemented (the tolerance is relative, as in the "
+    "seeds)",
+    "consider_allocation_on_fair_share_bound_preemptible": "not implemented (an allocation that crosses the fair "
+    "share bound stays non-preemptible)",
+    "enable_scheduling_tags": "scheduling tag filters are always enabled",
+    "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
+    "max_discretized_steps": "discretized (staircase) fair share is not implemented",
+    "enable_improved_fair_share_by_fit_factor_computation": IMPROVED_FSBFF,
+    "enable_improved_fair_share_by_fit_factor_computation_distribution_gap": IMPROVED_FSBFF,
+    "consider_single_allocation_vanilla_operations_as_gang": "single-allocation vanilla operations are gang only "
+    "when their spec says is_gang",
+    "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
+    "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",
+    "min_share_preemption_timeout": "an old YTsaurus option with no effect today",
+    "min_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
+    # Modelled options without an effect yet (fields of PoolTreeConfig, reported when set).
+    "enable_guarantee_priority_scheduling": "guarantee-priority scheduling stages are not implemented",
+    "use_pool_satisfaction_for_scheduling": "pools are ordered by their best child's satisfaction (YTsaurus's "
+    "default); the pool's own satisfaction is not used",
+    "node_reconnection_timeout": "the scheduler does not wait for reconnecting nodes before using total limits",
+    "schedule_allocations_timeout": "a heartbeat's scheduling is not time-limited (the core is not timed)",
+    "min_child_heap_size": PERFORMANCE,
+}
+
+TREE_ALIASES: dict[str, str] = {
+    "update_preemptable_list_duration_logging_threshold": "update_preemptible_list_duration_logging_threshold",
+    "best_allocation_ratio_update_period": "best_allocation_share_update_period",
+    "waiting_job_timeout": "waiting_for_resources_on_node_timeout",
+    "truncate_fifo_pool_unsatisfied_child_fair_share": "enable_fair_share_truncation_in_fifo_pool",
+    "cached_job_preemption_statuses_update_period": "cached_allocation_preemption_statuses_update_period",
+    "running_job_statistics_update_period": "running_allocation_statistics_update_period",
+    "prioritized_regular_scheduling": "batch_operation_scheduling",
+    "max_unpreemptable_running_job_count": "max_unpreemptible_running_allocation_count",
+    "total_resource_limits_consider_delay": "node_reconnection_timeout",
+}
+
+POOL_UNSUPPORTED: dict[str, str] = {
+    "historic_usage_config": "weights inferred from historic usage are not implemented",
+    "infer_children_weights_from_historic_usage": "weights inferred from historic usage are not implemented",
+    "allowed_profiling_tags": PROFILING,
+    "enable_by_user_profiling": PROFILING,
+    "enable_detailed_logs": PROFILING,
+    "metering_tags": PROFILING,
+    "custom_profiling_tag_filter": PROFILING,
+    "enable_fair_share_truncation_in_fifo_pool": TREE_UNSUPPORTED[
+        "enable_fair_share_truncation_in_fifo_pool"
+    ],
+    "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",
+    "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
+    "min_share_preemption_timeout": "an old YTsaurus option with no effect today",
+    "historic_usage_aggregation_period": "weights inferred from historic usage are not implemented",
+    "allow_idle_cpu_policy": "the idle CPU policy is not modelled",
+    "redirect_to_cluster": "redirecting operations to another cluster is not modelled",
+    "resource_limits_overcommit_tolerance": "resource limits are enforced without an overcommit tolerance",
+}
+
+POOL_ALIASES: dict[str, str] = {
+    "scheduling_tag": "scheduling_tag_filter",
+    "allow_aggressive_starvation_preemption": "allow_aggressive_preemption",
+    "truncate_fifo_pool_unsatisfied_child_fair_share": "enable_fair_share_truncation_in_fifo_pool",
+}
+
+# Strategy options of an operation spec that pooltree does not implement.
+SPEC_UNSUPPORTED: dict[str, str] = {
+    "tentative_pool_trees": TENTATIVE,
+    "use_default_tentative_pool_trees": TENTATIVE,
+    "tentative_tree_eligibility": TENTATIVE,
+    "schedule_in_single_tree": "schedule_in_single_tree is not implemented: the operation runs in all its trees",
+    "max_concurrent_schedule_job_calls": PERFORMANCE,
+    "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
+    "update_preemptable_jobs_list_logging_period": PROFILING,
+    "custom_profiling_tag": PROFILING,
+    "max_speculative_job_count_per_task": "speculative jobs are not modelled",
+    "scheduling_segment": SEGMENTS,
+    "scheduling_segment_data_centers": SEGMENTS,
+    "scheduling_segment_modules": SEGMENTS,
+    "enable_limiting_ancestor_check": TREE_UNSUPPORTED["enable_limiting_ancestor_check"],
+    "fair_share_starvation_tolerance": "per-operation starvation tolerance is not implemented (the pool's applies)",
+    "fair_share_starvation_timeout": "per-operation starvation timeout is not implemented (the pool's applies)",
+    "time_limit": "operation time limits are not enforced",
+}
+
+# Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.
+USER_JOB_UNSUPPORTED: dict[str, str] = {
+    "job_time_limit": "job time limits are not enforced",
+}
+
+
+@dataclass(frozen=True)
+class UnsupportedOption:
+    """One option that the input sets and pooltree accepts without implementing it."""
+
+    path: str
+    option: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "option": self.option, "reason": self.reason}
+
+
+def closest_option(name: str, known: Iterable[str]) -> str | None:
+    """The known option most like ``name`` (difflib), or None when nothing is close."""
+    found = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_option_reason(name: str, known: Iterable[str]) -> str:
+    """``unknown option 'x'`` plus the closest known option when there is one."""
+    suggestion = closest_option(name, known)
+    reason = f"unknown option {name!r}"
+    return reason if suggestion is None else f"{reason}; did you mean {suggestion!r}?"
+
+
+def _set_options(config: Any, unsupported: Mapping[str, str], path: str) -> list[UnsupportedOption]:
+    found: list[UnsupportedOption] = []
+    explicit = set(getattr(config, "model_fields_set", ())) | set(getattr(config, "model_extra", None) or {})
+    for name in sorted(explicit):
+        if name in unsupported:
+            found.append(UnsupportedOption(f"{path}.{name}" if path else name, name, unsupported[name]))
+    return found
+
+
+def unsupported_tree_options(definition: Any, path: str = "") -> list[UnsupportedOption]:
+    """Unimplemented options set in one ``PoolTreeDefinition``: its config, then its pools in order."""
+    prefix = path or f"pool_trees.{definition.name}"
+    found = _set_options(definition.config, TREE_UNSUPPORTED, f"{prefix}.config")
+    for name, pool in definition.pools.items():
+        found.extend(_set_options(pool.config, POOL_UNSUPPORTED, f"{prefix}.pools.{name}"))
+    return found
+
+
+def unsupported_spec_options(spec: Any, path: str = "spec") -> list[UnsupportedOption]:
+    """Unimplemented strategy options set in an operation spec (and in its user jobs)."""
+    found = _set_options(spec, SPEC_UNSUPPORTED, path)
+    user_jobs = getattr(spec, "user_jobs", None)
+    if user_jobs is not None:
+        for name, job in user_jobs().items():
+            where = f"{path}.tasks.{name}" if name in getattr(spec, "tasks", {}) else f"{path}.{name}"
+            found.extend(_set_options(job, USER_JOB_UNSUPPORTED, where))
+    return found
+
+
+def unsupported_options(
+    trees: Mapping[str, Any] | Iterable[Any], operations: Iterable[tuple[str, Any]] = ()
+) -> list[dict[str, str]]:
+    """The "unsupported options" alert: every option set in the input that pooltree accepts but ignores.
+
+    ``trees`` are ``PoolTreeDefinition`` objects (a mapping by name or an iterable); ``operations`` are
+    ``(operation id, OperationSpec)`` pairs. Each entry is ``{"path", "option", "reason"}``.
+    """
+    definitions = trees.values() if isinstance(trees, Mapping) else trees
+    found: list[UnsupportedOption] = []
+    for definition in definitions:
+        found.extend(unsupported_tree_options(definition))
+    for operation_id, spec in operations:
+        found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec"))
+    return [item.to_dict() for item in found]
+
+
+UNSUPPORTED_OPTIONS_ALERT = "unsupported_options"
+
+
+def unsupported_options_alert(entries: list[dict[str, str]]) -> dict[str, Any] | None:
+    """The alert (YTsaurus error shape) for ``unsupported_options`` entries, or None when there are none."""
+    if not entries:
+        return None
+    return {
+        "code": 1,
+        "message": "Options are accepted but not implemented by pooltree; they have no effect",
+        "attributes": {"alert_type": UNSUPPORTED_OPTIONS_ALERT, "options": entries},
+    }
