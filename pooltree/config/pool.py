@@ -109,6 +109,7 @@ class PoolConfig(ConfigModel):
 
     ALIASES: ClassVar[dict[str, str]] = {
         **POOL_ALIASES,
+        "allow_gang_operations": "always_allow_gang_operations",
         "min_share_resources": "strong_guarantee_resources",
         "fair_share_preemption_timeout": "fair_share_starvation_timeout",
     }
@@ -145,7 +146,12 @@ class PoolConfig(ConfigModel):
     enable_priority_strong_guarantee_adjustment: bool = False
     enable_priority_strong_guarantee_adjustment_donorship: bool = False
     infer_children_weights_from_historic_usage: bool = False
-    allow_gang_operations: bool | None = None
+    always_allow_gang_operations: bool = False
+    """Gang operations may run here even in fair_share mode (tree ``allow_gang_operations_only_in_fifo_pools``)."""
+    enable_step_function_for_gang_operations: bool = True
+    enable_fair_share_truncation_in_fifo_pool: bool | None = None
+    """``None`` → the tree's option: a FIFO pool truncates the fair share of unsatisfied gang operations."""
+    """Whether gang operations in this pool get the step fair-share function (when the tree enables it)."""
     abc: dict[str, Any] | None = None
     """Free-form accounting metadata (``{id, slug, name}`` in YTsaurus); kept as is."""
 

@@ -62,8 +62,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "default_gpu_full_host_preemption": SEGMENTS,
     "enable_limiting_ancestor_check": "limiting-ancestor deactivation is not modelled",
     "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
-    "enable_fair_share_truncation_in_fifo_pool": "fair-share truncation of gang operations in FIFO pools is not "
-    "implemented",
     "use_resource_usage_with_precommit": PERFORMANCE,
     "allowed_resource_usage_staleness": PERFORMANCE,
     "cached_allocation_preemption_statuses_update_period": PERFORMANCE,
@@ -131,9 +129,6 @@ POOL_UNSUPPORTED: dict[str, str] = {
     "enable_detailed_logs": PROFILING,
     "metering_tags": PROFILING,
     "custom_profiling_tag_filter": PROFILING,
-    "enable_fair_share_truncation_in_fifo_pool": TREE_UNSUPPORTED[
-        "enable_fair_share_truncation_in_fifo_pool"
-    ],
     "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "min_share_preemption_timeout": "an old YTsaurus option with no effect today",

@@ -122,6 +122,10 @@ class PoolTreeConfig(ConfigModel):
     )
     allow_aggressive_preemption_for_gang_operations: bool = True
     enable_step_function_for_gang_operations: bool = False
+    allow_gang_operations_only_in_fifo_pools: bool = False
+    enable_fair_share_truncation_in_fifo_pool: bool = False
+    """YTsaurus's rule on where gang operations may run; the default (false: anywhere) is pooltree's choice,
+    YTsaurus's own default could not be confirmed from its public code."""
     enable_guarantee_priority_scheduling: bool = False
 
     # Scheduling order and timing (yt-semantics §e.6, §b.1).

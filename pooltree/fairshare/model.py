@@ -71,6 +71,10 @@ class Pool(Element):
     fifo_sort_parameters: tuple[str, ...] = ("weight", "start_time")
     compute_promised_guarantee_fair_share: bool = False
     allow_gang_step_function: bool = True
+    # YTsaurus enable_fair_share_truncation_in_fifo_pool (pool option, else the tree's): in a FIFO pool, a gang
+    # operation whose fair share does not cover its demand gets no fair share at all (its allocations become
+    # preemptible), and its ancestors lose what it had.
+    enable_fair_share_truncation_in_fifo_pool: bool = False
     # Priority tier of guarantee shrinking (b.4): kept before regular siblings; needs a donor ancestor (29002).
     enable_priority_strong_guarantee_adjustment: bool = False
     enable_priority_strong_guarantee_adjustment_donorship: bool = False

@@ -1151,6 +1151,7 @@ def update_fair_share(
     # Step 8: functions and the top-down distribution from the root with suggestion 1.
     table = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
     fs = upd.distribute(table, np.array([0]), np.ones(1))
+    _truncate_unsatisfied_gangs_in_fifo_pools(upd, fs)
     limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
     # Step 9: promised guarantee fair share.
     promised = None
@@ -1173,6 +1174,37 @@ def update_fair_share(
     root_sg, root_ig, root_wp = _detailed(fs[0], used_strong, pis[0])
     strong_part[0], integral_part[0], weight_part[0] = root_sg, root_ig, root_wp
     return _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+
+
+def _truncate_unsatisfied_gangs_in_fifo_pools(upd: _Update, fs: np.ndarray) -> None:
+    """YTsaurus ``TruncateFairShareInFifoPools`` (in place): in FIFO pools with truncation enabled, a gang
+    operation with a non-zero fair share that does not cover its demand (within ``EPSILON``) gets zero; every
+    ancestor loses the truncated amounts of its subtree (never below zero)."""
+    tree = upd.tree
+    pools = [
+        p
+        for p in np.flatnonzero(upd.fifo).tolist()
+        if tree.elements[p].enable_fair_share_truncation_in_fifo_pool  # type: ignore[attr-defined]
+    ]
+    if not pools:
+        return
+    truncated = np.zeros_like(fs)
+    for p in pools:
+        for c in tree.children(p):
+            op = tree.elements[c]
+            if not tree.is_op[c] or not op.is_gang:  # type: ignore[attr-defined]
+                continue
+            share = fs[c]
+            if not np.any(share != 0.0) or np.all(share + EPSILON >= upd.demand_share[c]):
+                continue
+            truncated[c] = share
+            fs[c] = 0.0
+    # Ancestors (deepest first, so every pool has its subtree's total) lose what their subtrees lost.
+    for level in tree.parent_levels(bottom_up=True):
+        sums = np.add.reduceat(truncated[level.children], level.seg, axis=0)
+        truncated[level.parents] += sums
+        changed = level.parents[fn.row_any(sums != 0.0)]
+        fs[changed] = np.maximum(fs[changed] - sums[fn.row_any(sums != 0.0)], 0.0)
 
 
 def _post_update_satisfaction(upd: _Update, local: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ _SPEC_FIELDS = (
     "max_unpreemptible_allocation_count",
     "preemption_mode",
     "interruption_signal",
+    "is_gang",
 )
 """The operation spec fields the static part reads (here and in ``operation_effective_parameters``)."""
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
@@ -152,6 +153,10 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
         TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
     )
     params = pool_tree.operation_effective_parameters(op_id)
+    is_gang = bool(_option(spec, "is_gang", False))
+    # YTsaurus IsAggressivePreemptionAllowed: a gang operation is not aggressively preemptible unless the tree
+    # allows it (allow_aggressive_preemption_for_gang_operations, default true); otherwise it inherits.
+    gang_aggressive = bool(getattr(pool_tree.config, "allow_aggressive_preemption_for_gang_operations", True))
     return {
         "id": op_id,
         "parent": ROOT_ID if op.pool.is_root else op.pool.name,
@@ -166,6 +171,8 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
         "preemption_mode": str(_option(spec, "preemption_mode", "normal")),
         "scheduling_tag_filter": tag_filter,
         "interruption_signal": _option(spec, "interruption_signal"),
+        "is_gang": is_gang,
+        "allow_aggressive_preemption": False if is_gang and not gang_aggressive else None,
     }
 
 

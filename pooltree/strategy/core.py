@@ -95,6 +95,7 @@ class SchedulerCore:
                 if allocation is not None:
                     lost.append(allocation)
             del self.strategy.nodes[address]
+        self.strategy.drop_queued_preemptions(address)
         self.node_limits.pop(address, None)
         self.node_tags.pop(address, None)
         self._total_resources = None
@@ -227,7 +228,7 @@ class SchedulerCore:
         """
         strategy = self.strategy
         node = strategy.nodes.get(address)
-        if node is None:
+        if node is None or strategy.has_queued_preemptions(address):
             return False
         limits = node.resource_limits
         usage = node.usage

@@ -80,6 +80,8 @@ class AbortReason(enum.StrEnum):
     RESOURCE_OVERCOMMIT = "resource_overcommit"
     RESOURCE_LIMITS_VIOLATED = "resource_limits_violated"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
+    OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
+    """Another allocation of the same gang operation was preempted or aborted: the gang restarts as a whole."""
 
 
 class DeactivationReason(enum.StrEnum):

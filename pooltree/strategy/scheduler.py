@@ -248,6 +248,9 @@ class TreeScheduler:
         self._start_serial = 0
         self._event_sink = event_sink
         self.last_update_time: float | None = None
+        self._queued_preemptions: dict[str, HeartbeatResult] = {}
+        """Preemptions decided for a node outside its heartbeat (a gang restarting as a whole), delivered in the
+        node's next heartbeat answer."""
         self.publish(tree, now=None)
 
     # ------------------------------------------------------------------ operations
@@ -641,6 +644,11 @@ class TreeScheduler:
         """Run one node heartbeat through every stage and return what to start and what to preempt."""
         node = self._sync_node(heartbeat, now)
         result = HeartbeatResult(address=node.address)
+        queued = self._queued_preemptions.pop(node.address, None)
+        if queued is not None:
+            result.allocations_to_preempt.extend(
+                record for record in queued.allocations_to_preempt if record.allocation_id in node.allocations
+            )
         self._graceful_preemption(node, now, result)
         self._regular_scheduling(node, now, result)
         last = node.last_preemptive_scheduling_time
@@ -686,13 +694,17 @@ class TreeScheduler:
         node = self.nodes.get(allocation.node_address)
         runtime = self.operations.get(allocation.operation_id)
         element = self._elements.get(allocation.operation_id)
+        lost_gang_member = False
         if not allocation.preempted:
             if node is not None:
                 _sub_np(node.usage, allocation.resources)
             if runtime is not None:
                 self._release(allocation, runtime, element)
+            lost_gang_member = finished.state == "aborted" and element is not None and element.spec.is_gang
         if node is not None:
             node.allocations.pop(allocation.id, None)
+        if lost_gang_member:
+            self._restart_gang(allocation, "was aborted", now)
         if runtime is not None:
             runtime.controller.on_allocation_finished(allocation, finished, now)
             if element is not None and element.op is runtime:
@@ -1182,6 +1194,8 @@ class TreeScheduler:
         running.sort(key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time))
         kept = np.zeros(RESOURCE_COUNT)
         for allocation in running:
+            if allocation.preempted:  # stopped with its gang by an earlier preemption of this loop
+                continue
             candidate = kept + allocation.resources
             if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
                 kept = candidate
@@ -1237,7 +1251,62 @@ class TreeScheduler:
         result.allocations_to_preempt.append(record)
         event = {"event": "allocation_preempted", **record.to_dict()}
         self._emit(event)
+        if (
+            element is not None
+            and element.spec.is_gang
+            and reason is not AbortReason.OPERATION_INCARNATION_CHANGED
+        ):
+            self._restart_gang(allocation, f"was preempted ({reason.value})", now, stage, result)
         return record
+
+    def _restart_gang(
+        self,
+        trigger: Allocation,
+        what: str,
+        now: float,
+        stage: SchedulingStage = SchedulingStage.PREEMPTIVE_NORMAL,
+        result: HeartbeatResult | None = None,
+    ) -> None:
+        """All-or-nothing: one allocation of a gang operation was preempted or aborted, so all the others stop.
+
+        Allocations on the heartbeat's own node go into ``result``; the others are released now and delivered
+        in their nodes' next heartbeat answers (abort reason ``operation_incarnation_changed``, no timeout).
+        """
+        runtime = self.operations.get(trigger.operation_id)
+        if runtime is None:
+            return
+        explanation = (
+            f"gang operation {trigger.operation_id}: its allocation {trigger.id} {what}, so every allocation of "
+            "the gang is stopped (a gang runs all its allocations or none)"
+        )
+        for other in list(runtime.lists):
+            node = self.nodes.get(other.node_address)
+            if node is None or other.preempted:
+                continue
+            if result is not None and node.address == result.address:
+                target = result
+            else:
+                target = self._queued_preemptions.setdefault(
+                    node.address, HeartbeatResult(address=node.address)
+                )
+            self._preempt(
+                other,
+                node,
+                now,
+                target,
+                (AbortReason.OPERATION_INCARNATION_CHANGED, stage),
+                explanation,
+                timeout=0.0,
+            )
+
+    def has_queued_preemptions(self, address: str) -> bool:
+        """Whether preemptions wait for the node's next heartbeat (a gang restarting as a whole)."""
+        queued = self._queued_preemptions.get(address)
+        return queued is not None and bool(queued.allocations_to_preempt)
+
+    def drop_queued_preemptions(self, address: str) -> None:
+        """Forget what was queued for a node that left the cluster."""
+        self._queued_preemptions.pop(address, None)
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._event_sink is not None:

@@ -206,6 +206,8 @@ class ElementSpec:
     preemption_mode: str = "normal"
     scheduling_tag_filter: Callable[[frozenset[str]], bool] | Any | None = None
     interruption_signal: str | None = None
+    is_gang: bool = False
+    """A gang operation (spec ``is_gang``): all its allocations are preempted together."""
 
     @property
     def is_operation(self) -> bool:

@@ -180,6 +180,12 @@ def _pool_element(
         enable_priority_strong_guarantee_adjustment_donorship=bool(
             config is not None and config.enable_priority_strong_guarantee_adjustment_donorship
         ),
+        allow_gang_step_function=config is None or bool(config.enable_step_function_for_gang_operations),
+        enable_fair_share_truncation_in_fifo_pool=bool(
+            tree.config.enable_fair_share_truncation_in_fifo_pool
+            if config is None or config.enable_fair_share_truncation_in_fifo_pool is None
+            else config.enable_fair_share_truncation_in_fifo_pool
+        ),
     )
 
 

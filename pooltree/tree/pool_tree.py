@@ -436,16 +436,53 @@ class PoolTree:
 
     # ----------------------------------------------------------------------------------------- registration
 
-    def prepare_registration(self, operation_id: str, *, user: str, pool: str | None = None) -> PoolPlacement:
-        """Validate a new operation against this tree (names, forbidden pools, ephemeral and count limits)."""
+    def prepare_registration(
+        self, operation_id: str, *, user: str, pool: str | None = None, is_gang: bool = False
+    ) -> PoolPlacement:
+        """Validate a new operation against this tree (names, forbidden pools, gang rules, ephemeral and count
+        limits)."""
         if operation_id in self._operations:
             raise PooltreeError(
                 f"Operation {operation_id} is already registered in tree {self.name!r}",
                 attributes={"operation_id": operation_id, "pool_tree": self.name},
             )
         placement = self.resolve_pool(pool, user)
+        if is_gang:
+            self._check_gang(placement)
         self._check_operation_count(self._check_placement(placement, user))
         return placement
+
+    def _check_gang(self, placement: PoolPlacement) -> None:
+        """YTsaurus ``AreGangOperationsAllowed``: with the tree's ``allow_gang_operations_only_in_fifo_pools``, a
+        gang operation may run only in a FIFO pool (a pool creating ephemeral subpools counts with its subpools'
+        mode) or a pool with ``always_allow_gang_operations``."""
+        if not _option(self.config, "allow_gang_operations_only_in_fifo_pools", False):
+            return
+        pool = placement.pool
+        always = False
+        if pool is None:  # a new ephemeral pool: default configured, mode from its parent's subpool config
+            parent = placement.parent
+            sub = None if parent is None or parent.config is None else parent.config.ephemeral_subpool_config
+            mode = "fair_share" if sub is None else sub.mode
+            name = placement.pool_name
+        elif pool.is_root:
+            return
+        else:
+            config = pool.config
+            if config is not None and config.create_ephemeral_subpools:
+                sub = config.ephemeral_subpool_config
+                mode = "fair_share" if sub is None else sub.mode
+            else:
+                mode = pool.mode
+            always = bool(config is not None and config.always_allow_gang_operations)
+            name = pool.name
+        if mode != "fifo" and not always:
+            raise PooltreeError(
+                f'Gang operations are allowed only in FIFO pools in tree "{self.name}", and pool "{name}" is in '
+                f"{mode} mode (the tree sets allow_gang_operations_only_in_fifo_pools; a pool may set "
+                "always_allow_gang_operations)",
+                attributes={"pool": name, "pool_tree": self.name, "pool_mode": mode},
+            )
 
     def _placement_pool(self, placement: PoolPlacement, user: str) -> PoolElement:
         """The placement's pool, creating its ephemeral pool (owned by ``user``) when it does not exist yet."""
@@ -504,7 +541,8 @@ class PoolTree:
         """Validate and attach one operation (``TooManyOperationsError`` etc. leave the tree unchanged)."""
         checked_weight = _check_weight(weight, "weight")
         limits = _limits_vector(resource_limits)
-        placement = self.prepare_registration(operation_id, user=user, pool=pool)
+        is_gang = bool(_spec_option(spec, "is_gang", False))
+        placement = self.prepare_registration(operation_id, user=user, pool=pool, is_gang=is_gang)
         return self.commit_registration(
             operation_id,
             placement,

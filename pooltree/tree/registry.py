@@ -24,6 +24,7 @@ from pooltree.tree.pool_tree import (
     PoolTree,
     _check_weight,
     _limits_vector,
+    _spec_option,
 )
 
 _UNSET: Any = object()
@@ -165,11 +166,14 @@ class PoolTrees:
                 f"Operation {operation_id} already exists", attributes={"operation_id": operation_id}
             )
         registrations = self.registrations_for(spec, user)
+        is_gang = bool(_spec_option(spec, "is_gang", False))
         prepared: list[tuple[TreeRegistration, PoolPlacement, float | None, Any]] = []
         for reg in registrations:
             weight = _check_weight(reg.weight, f"scheduling_options_per_pool_tree.{reg.tree}.weight")
             limits = _limits_vector(reg.resource_limits)
-            placement = self.trees[reg.tree].prepare_registration(operation_id, user=user, pool=reg.pool)
+            placement = self.trees[reg.tree].prepare_registration(
+                operation_id, user=user, pool=reg.pool, is_gang=is_gang
+            )
             prepared.append((reg, placement, weight, limits))
         extra, offloading_alerts = self._offloading_registrations(operation_id, user, prepared)
         prepared.extend(extra)
