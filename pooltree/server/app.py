@@ -264,6 +264,16 @@ def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> No
             ctx.str_param("path"), recursive=ctx.bool_param("recursive"), force=ctx.bool_param("force")
         )
 
+    def move(ctx: CommandContext) -> Any:
+        node_id = cypress.move(
+            ctx.str_param("source_path"),
+            ctx.str_param("destination_path"),
+            recursive=ctx.bool_param("recursive"),
+            force=ctx.bool_param("force"),
+        )
+        return {"node_id": node_id}
+
+    registry.register("move", move, is_volatile=True)
     registry.register("get", get)
     registry.register("list", list_)
     registry.register("exists", exists)
@@ -355,7 +365,9 @@ class YtApi:
         name = request.path_params["command"]
         found = self.registry.lookup(name)
         if found is None:
-            raise YtError(f'Command "{name}" is not supported by api/v4', attributes={"command": name})
+            from pooltree.server.batch import unsupported_command
+
+            raise unsupported_command(name)
         descriptor, handler = found
         if descriptor.input_type != "null" and request.method != "PUT":
             raise YtError(f'Command "{name}" takes input and must be sent with PUT, not {request.method}')
@@ -396,10 +408,10 @@ class YtApi:
                 return self._output(descriptor, saved, params, request_id)
         result = await run_in_threadpool(handler, ctx)
         if mutation_id is not None and descriptor.output_type in ("structured", "null"):
-            await run_in_threadpool(self._remember, str(mutation_id), result)
+            await run_in_threadpool(self.remember, str(mutation_id), result)
         return self._output(descriptor, result, params, request_id)
 
-    def _remember(self, mutation_id: str, result: Any) -> None:
+    def remember(self, mutation_id: str, result: Any) -> None:
         """Save a mutation's response for retries; drop ids older than ``MUTATION_TTL`` now and then."""
         now = self.clock()
         self.store.remember_mutation(mutation_id, result, now)
@@ -462,6 +474,10 @@ def create_app(
     if operations is not None:
         operations.register_commands(registry)
     api = YtApi(store, registry, token=token, host=host or socket.gethostname(), clock=clock)
+    from pooltree.server.batch import register_batch_command, register_unsupported_commands
+
+    register_unsupported_commands(registry)
+    register_batch_command(registry, host=api.host, clock=clock, remember=api.remember)
 
     async def api_versions(request: Request) -> Response:
         return Response('["v4"]', media_type="application/json")

@@ -11,14 +11,40 @@ from __future__ import annotations
 import copy
 import logging
 import re
-import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
+    BOOTSTRAP,
+    COMPOSITE_TYPES,
+    CREATABLE_TYPES,
+    ORCHID_PATH,
+    POOL_OBJECT_KEYS,
+    POOL_TREES,
+    POOL_TREES_PATH,
+    PROTECTED,
+    ROOT_POOL,
+    SCALAR_TYPES,
+    SYSTEM_ATTRIBUTES,
+    Listener,
+    Node,
+    OrchidProvider,
+    PoolTreesChange,
+    Validator,
+    check_name,
+    default_validator,
+    flatten,
+    is_index,
+    lookup_nested,
+    new_id,
+    scalar_type,
+    under_pool_trees,
+    walk,
+)
+from pooltree.server.pool_rules import check_disjoint_trees
 from pooltree.server.protocol import (
     ALREADY_EXISTS,
     RESOLVE_ERROR,
@@ -27,175 +53,10 @@ from pooltree.server.protocol import (
     resolve_error,
 )
 from pooltree.server.store import Store
+from pooltree.server.tree_options import split_pool_attributes, strict_types
 from pooltree.server.ypath import YPath, join_tokens, parse_ypath
 
 log = logging.getLogger(__name__)
-
-ROOT_POOL = "<Root>"
-POOL_TREES = ("sys", "pool_trees")
-POOL_TREES_PATH = "//sys/pool_trees"
-ORCHID_PATH = ("sys", "scheduler", "orchid")
-COMPOSITE_TYPES = frozenset({"map_node", "scheduler_pool_tree", "scheduler_pool"})
-SCALAR_TYPES = frozenset(
-    {"string_node", "int64_node", "uint64_node", "double_node", "boolean_node", "list_node", "document"}
-)
-CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES
-SYSTEM_ATTRIBUTES = frozenset(
-    {
-        "id",
-        "type",
-        "name",
-        "path",
-        "parent_id",
-        "creation_time",
-        "modification_time",
-        "account",
-        "resource_usage",
-        "child_count",
-        "value",
-    }
-)
-POOL_OBJECT_KEYS = ("name", "pool_tree", "parent_name")
-NAME_RE = re.compile(r"^[-_a-zA-Z0-9:]+$")
-_PROTECTED = (
-    (),
-    ("sys",),
-    POOL_TREES,
-    ("sys", "scheduler"),
-    ORCHID_PATH,
-)
-_BOOTSTRAP: tuple[tuple[tuple[str, ...], str], ...] = (
-    ((), "map_node"),
-    (("sys",), "map_node"),
-    (POOL_TREES, "map_node"),
-    (("sys", "scheduler"), "map_node"),
-    (ORCHID_PATH, "orchid"),
-    (("tmp",), "map_node"),
-)
-
-Validator = Callable[[dict[str, Any]], Any]
-
-
-class OrchidProvider(Protocol):
-    """The live scheduler view under ``//sys/scheduler/orchid``; raises ``LookupError`` for a missing path."""
-
-    def get(self, path_tokens: Sequence[str]) -> Any: ...
-
-
-@dataclass(frozen=True)
-class PoolTreesChange:
-    """What a committed mutation did to the pool trees, for the scheduler to apply."""
-
-    trees: dict[str, dict[str, Any]]
-    """The whole new pool trees document ``{tree: {config, pools}}``."""
-    changed: frozenset[str]
-    """Trees added or changed."""
-    removed: frozenset[str]
-    default_tree: str | None
-    """``//sys/pool_trees/@default_tree`` (None when unset)."""
-    parsed: Any = None
-    """What the validator returned for ``trees`` (``parse_pool_trees`` gives the tree definitions)."""
-
-
-Listener = Callable[[PoolTreesChange], None]
-
-
-def default_validator() -> Validator:
-    """``pooltree.config.parse_pool_trees``: the one validator of pool tree documents."""
-    from pooltree.config import parse_pool_trees
-
-    return parse_pool_trees
-
-
-def new_id() -> str:
-    """A YT-style GUID: four lowercase hex groups."""
-    return "-".join(f"{secrets.randbits(32):x}" for _ in range(4))
-
-
-@dataclass
-class Node:
-    """One Cypress node: type, user attributes, a value (scalar nodes) or children (composite nodes)."""
-
-    id: str
-    type: str
-    attributes: dict[str, Any] = field(default_factory=dict)
-    value: Any = None
-    children: dict[str, Node] = field(default_factory=dict)
-    creation_time: float = 0.0
-    modification_time: float = 0.0
-
-    def record(self) -> dict[str, Any]:
-        """What the store keeps for this node (children are separate records)."""
-        out: dict[str, Any] = {
-            "id": self.id,
-            "type": self.type,
-            "attributes": self.attributes,
-            "creation_time": self.creation_time,
-            "modification_time": self.modification_time,
-        }
-        if self.type in SCALAR_TYPES:
-            out["value"] = self.value
-        return out
-
-
-def _walk(node: Node, tokens: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Node]]:
-    yield tokens, node
-    for name, child in node.children.items():
-        yield from _walk(child, (*tokens, name))
-
-
-def _flatten(root: Node) -> dict[str, dict[str, Any]]:
-    return {join_tokens(tokens): node.record() for tokens, node in _walk(root)}
-
-
-def _scalar_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean_node"
-    if isinstance(value, int):
-        return "uint64_node" if value > 2**63 - 1 else "int64_node"
-    if isinstance(value, float):
-        return "double_node"
-    if isinstance(value, str):
-        return "string_node"
-    if isinstance(value, list):
-        return "list_node"
-    return "document"
-
-
-def _under_pool_trees(tokens: tuple[str, ...]) -> bool:
-    return tokens[:2] == POOL_TREES
-
-
-def _check_name(kind: str, name: Any) -> str:
-    if not isinstance(name, str) or not name:
-        raise YtError(
-            f"{kind} name must be a non-empty string, got {name!r}", attributes={"name": repr(name)}
-        )
-    if name == ROOT_POOL or not NAME_RE.match(name):
-        raise YtError(
-            f'{kind} name "{name}" is invalid: use letters, digits, "-", "_" and ":" ("{ROOT_POOL}" and "$" are reserved)',
-            attributes={"name": name},
-        )
-    return name
-
-
-def _lookup_nested(value: Any, keys: Sequence[str], path: str) -> Any:
-    for key in keys:
-        if isinstance(value, dict) and key in value:
-            value = value[key]
-        elif isinstance(value, list) and _is_index(key, len(value)):
-            value = value[int(key)]
-        else:
-            raise resolve_error(path, f'Node has no child with key "{key}"')
-    return value
-
-
-def _is_index(key: str, size: int) -> bool:
-    try:
-        index = int(key)
-    except ValueError:
-        return False
-    return -size <= index < size
 
 
 class Cypress:
@@ -216,7 +77,9 @@ class Cypress:
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
         self._root = self._load()
-        self._parsed = self._validate(self.pool_trees_document(self._root), self.default_tree_attribute())
+        self._parsed = self._validate(
+            self.pool_trees_document(self._root), self.default_tree_attribute(), disjoint=False
+        )
 
     # Loading and bootstrapping.
 
@@ -244,7 +107,7 @@ class Cypress:
                 parent.children[tokens[-1]] = node
         now = self._clock()
         missing: dict[str, dict[str, Any]] = {}
-        for tokens, node_type in _BOOTSTRAP:
+        for tokens, node_type in BOOTSTRAP:
             if tokens not in nodes:
                 node = Node(new_id(), node_type, creation_time=now, modification_time=now)
                 nodes[tokens] = node
@@ -255,6 +118,8 @@ class Cypress:
             self._store.save_nodes(missing, [])
         for node in nodes.values():
             node.children = dict(sorted(node.children.items()))
+            if node.type == "scheduler_pool_tree":
+                node.attributes.setdefault("config", {})
         return nodes[()]
 
     # Listeners and the pool trees document.
@@ -276,7 +141,7 @@ class Cypress:
     @staticmethod
     def _tree_document(tree: Node) -> dict[str, Any]:
         def pool_doc(pool: Node) -> dict[str, Any]:
-            doc = copy.deepcopy(pool.attributes)
+            doc = split_pool_attributes(copy.deepcopy(pool.attributes))[0]
             if pool.children:
                 doc["pools"] = {name: pool_doc(child) for name, child in pool.children.items()}
             return doc
@@ -302,7 +167,9 @@ class Cypress:
             "Default pool tree is not configured: set //sys/pool_trees/@default_tree",
         )
 
-    def _validate(self, trees: dict[str, dict[str, Any]], default_tree: Any) -> Any:
+    def _validate(self, trees: dict[str, dict[str, Any]], default_tree: Any, *, disjoint: bool = True) -> Any:
+        """The validator's result for ``trees``; ``disjoint`` also refuses trees whose node sets would overlap
+        (off when loading: a stored state is served as it is, the heartbeat check names a node in two trees)."""
         if default_tree is not None and (not isinstance(default_tree, str) or default_tree not in trees):
             raise YtError(
                 f"Invalid pool trees configuration: default tree {default_tree!r} is not a pool tree "
@@ -310,7 +177,8 @@ class Cypress:
                 attributes={"path": f"{POOL_TREES_PATH}/@default_tree"},
             )
         try:
-            return self._validator(copy.deepcopy(trees))
+            strict_types(trees)
+            parsed = self._validator(copy.deepcopy(trees))
         except ConfigError as error:
             attributes: dict[str, Any] = {"field": error.path, "reason": error.reason}
             cypress_path = cypress_path_of_field(error.path)
@@ -325,6 +193,14 @@ class Cypress:
             raise YtError(
                 f"Invalid pool trees configuration: {error.message}", code=error.code, inner_errors=[error]
             ) from error
+        if disjoint and isinstance(parsed, dict):
+            filters = {
+                name: definition.config.tag_filter
+                for name, definition in parsed.items()
+                if hasattr(getattr(definition, "config", None), "tag_filter")
+            }
+            check_disjoint_trees(filters)
+        return parsed
 
     # Resolution helpers.
 
@@ -337,7 +213,7 @@ class Cypress:
     def _resolve_tokens(self, root: Node, ypath: YPath) -> tuple[str, ...]:
         if ypath.object_id is None:
             return ypath.tokens
-        for tokens, node in _walk(root):
+        for tokens, node in walk(root):
             if node.id == ypath.object_id:
                 return tokens + ypath.tokens
         raise resolve_error(ypath.text, f"No such object {ypath.object_id}")
@@ -469,6 +345,9 @@ class Cypress:
                 attrs["alerts"] = self.orchid.get(["scheduler", "alerts"])
             except LookupError:
                 attrs["alerts"] = []
+        if node.type == "scheduler_pool" and len(tokens) > 3:
+            attrs["parent_name"] = tokens[-2] if len(tokens) > 4 else ROOT_POOL
+            attrs["pool_tree"] = tokens[2]
         return attrs
 
     def _has(self, tokens: tuple[str, ...]) -> bool:
@@ -493,7 +372,7 @@ class Cypress:
             if name not in system:
                 raise resolve_error(ypath.text, f'Attribute "{name}" is not found')
             value = system[name]
-        return _lookup_nested(value, keys[1:], ypath.text)
+        return lookup_nested(value, keys[1:], ypath.text)
 
     def _value(self, node: Node, tokens: tuple[str, ...], attributes: list[str] | None) -> Any:
         if node.type in COMPOSITE_TYPES:
@@ -517,7 +396,7 @@ class Cypress:
             now = self._clock()
             candidate = copy.deepcopy(self._root)
             result = change(candidate, now)
-            before, after = _flatten(self._root), _flatten(candidate)
+            before, after = flatten(self._root), flatten(candidate)
             upserts = {path: record for path, record in after.items() if before.get(path) != record}
             deletes = [path for path in before if path not in after]
             if not upserts and not deletes:
@@ -554,13 +433,16 @@ class Cypress:
         def change(root: Node, now: float) -> None:
             tokens = self._resolve_tokens(root, ypath)
             node, _ = self._find_for_write(root, tokens, ypath, missing_ok=ypath.attribute is None)
+            if ypath.attribute == ("parent_name",) and node is not None and node.type == "scheduler_pool":
+                self._move_node(root, node, tokens, self._pool_target(root, tokens, value), False, False, now)
+                return
             if ypath.attribute is not None:
                 assert node is not None
                 self._set_attribute(node, ypath, copy.deepcopy(value), recursive)
                 node.modification_time = now
                 return
             if node is not None:
-                if node.type not in ("map_node", *SCALAR_TYPES) or tokens in _PROTECTED:
+                if node.type not in ("map_node", *SCALAR_TYPES) or tokens in PROTECTED:
                     raise YtError(
                         f"Cannot set the value of {ypath.text} (a {node.type}); set its attributes "
                         f"({ypath.text}/@<name>) instead",
@@ -578,6 +460,25 @@ class Cypress:
             parent.modification_time = now
 
         self._mutate(change)
+
+    def _pool_target(self, root: Node, tokens: tuple[str, ...], parent_name: Any) -> tuple[str, ...]:
+        """Where pool ``tokens`` goes when its ``@parent_name`` becomes ``parent_name``."""
+        tree_tokens = tokens[:3]
+        if parent_name == ROOT_POOL:
+            return (*tree_tokens, tokens[-1])
+        if not isinstance(parent_name, str):
+            raise YtError(
+                f"Attribute parent_name must be a pool name, got {parent_name!r}",
+                attributes={"path": join_tokens(tokens) + "/@parent_name"},
+            )
+        for found, node in walk(self._node_at(root, tree_tokens), tree_tokens):
+            if len(found) > 3 and found[-1] == parent_name and node.type == "scheduler_pool":
+                return (*found, tokens[-1])
+        raise YtError(
+            f'Parent pool "{parent_name}" does not exist in pool tree "{tokens[2]}"',
+            code=RESOLVE_ERROR,
+            attributes={"pool_tree": tokens[2], "parent_name": parent_name},
+        )
 
     def _find_for_write(
         self, root: Node, tokens: tuple[str, ...], ypath: YPath, *, missing_ok: bool
@@ -632,14 +533,14 @@ class Cypress:
                         raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
                     target[key] = {}
                 target = target[key]
-            elif isinstance(target, list) and _is_index(key, len(target)):
+            elif isinstance(target, list) and is_index(key, len(target)):
                 target = target[int(key)]
             else:
                 raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
         last = keys[-1]
         if isinstance(target, dict):
             target[last] = value
-        elif isinstance(target, list) and _is_index(last, len(target)):
+        elif isinstance(target, list) and is_index(last, len(target)):
             target[int(last)] = value
         else:
             raise resolve_error(ypath.text, f'Cannot set key "{last}" inside a {type(target).__name__}')
@@ -650,7 +551,7 @@ class Cypress:
             for name in sorted(value):
                 node.children[name] = self._build(value[name], now)
             return node
-        return Node(new_id(), _scalar_type(value), value=value, creation_time=now, modification_time=now)
+        return Node(new_id(), scalar_type(value), value=value, creation_time=now, modification_time=now)
 
     def _parent_for_create(
         self, root: Node, tokens: tuple[str, ...], ypath: YPath, recursive: bool, now: float, node_type: str
@@ -667,7 +568,7 @@ class Cypress:
                     raise resolve_error(
                         ypath.text, f'Node {join_tokens(tokens[:index])} has no child with key "{token}"'
                     )
-                if _under_pool_trees(tokens[: index + 1]):
+                if under_pool_trees(tokens[: index + 1]):
                     raise YtError(
                         f"Cannot create intermediate nodes inside {POOL_TREES_PATH}: create pool trees and pools "
                         "one level at a time",
@@ -715,6 +616,10 @@ class Cypress:
         force: bool = False,
     ) -> str:
         """Create a node or object; returns its id. Pools and trees may be given by attributes instead of path."""
+        if node_type in ("table", "replicated_table", "chaos_replicated_table", "table_collocation"):
+            from pooltree.server.batch import UNSUPPORTED
+
+            raise YtError(f'Cannot create a "{node_type}": {UNSUPPORTED}', attributes={"type": node_type})
         if node_type not in CREATABLE_TYPES:
             raise YtError(
                 f'Cannot create objects of type "{node_type}"; supported: {", ".join(sorted(CREATABLE_TYPES))}',
@@ -734,7 +639,7 @@ class Cypress:
             if existing is not None:
                 if ignore_existing and existing.type == node_type:
                     return existing.id
-                if not force or tokens in _PROTECTED or node_type != existing.type:
+                if not force or tokens in PROTECTED or node_type != existing.type:
                     raise YtError(
                         f"Node {text} already exists",
                         code=ALREADY_EXISTS,
@@ -742,12 +647,12 @@ class Cypress:
                     )
             parent = self._parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
             if node_type == "scheduler_pool":
-                _check_name("Pool", tokens[-1])
+                check_name("Pool", tokens[-1])
                 tree = self._node_at(root, tokens[:3])
                 holder = next(
                     (
                         join_tokens(t)
-                        for t, n in _walk(tree, tokens[:3])
+                        for t, n in walk(tree, tokens[:3])
                         if t != tokens and t[-1] == tokens[-1] and len(t) > 3
                     ),
                     None,
@@ -759,7 +664,14 @@ class Cypress:
                         attributes={"pool": tokens[-1], "pool_tree": tokens[2], "path": holder},
                     )
             elif node_type == "scheduler_pool_tree":
-                _check_name("Pool tree", tokens[-1])
+                check_name("Pool tree", tokens[-1])
+                if not isinstance(attrs.setdefault("config", {}), dict):
+                    raise YtError(
+                        f'Attribute "config" of pool tree "{tokens[-1]}" must be a map of tree options',
+                        attributes={"path": f"{text}/@config"},
+                    )
+                if not parent.children and "default_tree" not in parent.attributes:
+                    parent.attributes["default_tree"] = tokens[-1]  # the first tree becomes the default
             node = Node(new_id(), node_type, creation_time=now, modification_time=now)
             if node_type in SCALAR_TYPES:
                 node.value = attrs.pop("value", None)
@@ -785,7 +697,7 @@ class Cypress:
             tokens = self._resolve_tokens(root, ypath)
             return tokens, join_tokens(tokens)
         if node_type == "scheduler_pool_tree":
-            name = _check_name("Pool tree", attrs.pop("name", None))
+            name = check_name("Pool tree", attrs.pop("name", None))
             return (*POOL_TREES, name), f"{POOL_TREES_PATH}/{name}"
         if node_type != "scheduler_pool":
             raise YtError(f"Creating a {node_type} needs a path", attributes={"parameter": "path"})
@@ -796,7 +708,7 @@ class Cypress:
                 "(attributes={name=...; pool_tree=...; parent_name=...})",
                 attributes={"attribute": missing[0]},
             )
-        name = _check_name("Pool", attrs.pop("name"))
+        name = check_name("Pool", attrs.pop("name"))
         tree_name = attrs.pop("pool_tree")
         parent_name = attrs.pop("parent_name", None)
         trees = self._node_at(root, POOL_TREES)
@@ -809,7 +721,7 @@ class Cypress:
         tree_tokens = (*POOL_TREES, tree_name)
         if parent_name in (None, ROOT_POOL):
             return (*tree_tokens, name), join_tokens((*tree_tokens, name))
-        for tokens, node in _walk(trees.children[tree_name], tree_tokens):
+        for tokens, node in walk(trees.children[tree_name], tree_tokens):
             if len(tokens) > 3 and tokens[-1] == parent_name and node.type == "scheduler_pool":
                 return (*tokens, name), join_tokens((*tokens, name))
         raise YtError(
@@ -817,6 +729,88 @@ class Cypress:
             code=RESOLVE_ERROR,
             attributes={"pool_tree": tree_name, "parent_name": str(parent_name)},
         )
+
+    def move(self, source: str, destination: str, *, recursive: bool = False, force: bool = False) -> str:
+        """Move (or rename) a node; pools move within their tree (YTsaurus rules), the whole tree is validated."""
+        src, dst = parse_ypath(source), parse_ypath(destination)
+        if src.attribute is not None or dst.attribute is not None:
+            raise YtError("Attributes cannot be moved; move the node", attributes={"path": source})
+
+        def change(root: Node, now: float) -> str:
+            source_tokens = self._resolve_tokens(root, src)
+            node, _ = self._find_for_write(root, source_tokens, src, missing_ok=False)
+            assert node is not None
+            return self._move_node(
+                root, node, source_tokens, self._resolve_tokens(root, dst), recursive, force, now
+            )
+
+        return str(self._mutate(change))
+
+    def _move_node(
+        self,
+        root: Node,
+        node: Node,
+        source: tuple[str, ...],
+        target: tuple[str, ...],
+        recursive: bool,
+        force: bool,
+        now: float,
+    ) -> str:
+        text, target_text = join_tokens(source), join_tokens(target)
+        if source in PROTECTED:
+            raise YtError(f"Node {text} cannot be moved", attributes={"path": text})
+        if target[: len(source)] == source:
+            raise YtError(
+                f"Cannot move {text} into itself or its own descendant {target_text}",
+                attributes={"source_path": text, "destination_path": target_text},
+            )
+        if node.type == "scheduler_pool_tree":
+            raise YtError(
+                f"Pool tree {text} cannot be moved or renamed: operations and @default_tree refer to it by name",
+                attributes={"path": text},
+            )
+        if node.type == "scheduler_pool":
+            if target[:3] != source[:3] or len(target) < 4:
+                raise YtError(
+                    f'Pool "{source[-1]}" cannot be moved out of pool tree "{source[2]}" (to {target_text})',
+                    attributes={"pool": source[-1], "pool_tree": source[2], "destination_path": target_text},
+                )
+            check_name("Pool", target[-1])
+            holder = next(
+                (
+                    join_tokens(t)
+                    for t, _ in walk(self._node_at(root, source[:3]), source[:3])
+                    if len(t) > 3 and t[-1] == target[-1] and t != source
+                ),
+                None,
+            )
+            if holder is not None and holder != target_text:
+                raise YtError(
+                    f'Pool "{target[-1]}" already exists in pool tree "{source[2]}" at {holder}',
+                    code=ALREADY_EXISTS,
+                    attributes={"pool": target[-1], "pool_tree": source[2], "path": holder},
+                )
+        try:
+            existing, _ = self._find(root, target, target_text)
+        except YtError:
+            existing = None
+        if existing is not None and (
+            not force or target in PROTECTED or existing.type in ("scheduler_pool_tree", "scheduler_pool")
+        ):
+            raise YtError(
+                f"Node {target_text} already exists",
+                code=ALREADY_EXISTS,
+                attributes={"path": target_text},
+            )
+        parent = self._parent_for_create(root, target, parse_ypath(target_text), recursive, now, node.type)
+        old_parent = self._node_at(root, source[:-1])
+        del old_parent.children[source[-1]]
+        old_parent.modification_time = now
+        parent.children[target[-1]] = node
+        parent.children = dict(sorted(parent.children.items()))
+        parent.modification_time = now
+        node.modification_time = now
+        return node.id
 
     def remove(self, path: str, *, recursive: bool = False, force: bool = False) -> None:
         """Remove a node (``recursive`` for non-empty composites) or an attribute; ``force`` ignores absence."""
@@ -835,7 +829,7 @@ class Cypress:
                 self._remove_attribute(node, ypath, force)
                 node.modification_time = now
                 return
-            if tokens in _PROTECTED:
+            if tokens in PROTECTED:
                 raise YtError(f"Node {ypath.text} cannot be removed", attributes={"path": ypath.text})
             if node.children and not recursive:
                 raise YtError(

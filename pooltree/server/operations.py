@@ -17,6 +17,7 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.live import NO_SUCH_JOB, LiveJob, LiveOperation, LiveScheduler, no_such_operation
+from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
 
@@ -82,6 +83,19 @@ def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
     if state == "aborted":
         return {"error": {"code": 1, "message": "Operation aborted", "attributes": {}, "inner_errors": []}}
     return {"error": {"code": 0, "message": "", "attributes": {}, "inner_errors": []}}
+
+
+def check_pool_names(spec: dict[str, Any], field: str) -> None:
+    """YTsaurus's pool name rules for ``pool`` and ``scheduling_options_per_pool_tree/<tree>/pool``."""
+    if spec.get("pool") is not None:
+        check_pool_name(spec["pool"], field=f"{field}.pool")
+    per_tree = spec.get("scheduling_options_per_pool_tree")
+    if isinstance(per_tree, dict):
+        for tree, options in per_tree.items():
+            if isinstance(options, dict) and options.get("pool") is not None:
+                check_pool_name(
+                    options["pool"], field=f"{field}.scheduling_options_per_pool_tree.{tree}.pool"
+                )
 
 
 class OperationCommands:
@@ -338,6 +352,7 @@ class OperationCommands:
         spec = ctx.param("spec")
         if not isinstance(spec, dict):
             raise parameter_error("spec", f"expected a map, got {type(spec).__name__}")
+        check_pool_names(spec, "spec")
         try:
             op = self.scheduler.start_operation(operation_type, spec, ctx.user, self.clock())
         except ConfigError as error:
@@ -459,6 +474,8 @@ class OperationCommands:
     def update_operation_parameters(self, ctx: CommandContext) -> None:
         operation_id = self._operation_id(ctx)
         parameters = ctx.param("parameters")
+        if isinstance(parameters, dict):
+            check_pool_names(parameters, "parameters")
         self._known(operation_id)
         try:
             self.scheduler.update_operation_parameters(operation_id, parameters, self.clock())

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import uvicorn
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -26,6 +27,7 @@ from starlette.routing import Route
 from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.service import check_period
+from pooltree.resources import RESOURCES
 from pooltree.server.app import create_app
 from pooltree.server.cypress import Cypress, PoolTreesChange
 from pooltree.server.heartbeats import parse_heartbeat
@@ -34,12 +36,28 @@ from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError
 from pooltree.server.store import Store, open_store
+from pooltree.server.tree_options import effective_config
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TREE = "default"
 MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
+
+
+def resource_map(values: Any) -> dict[str, float]:
+    """A resource vector as YTsaurus labels it (``{user_slots, cpu, gpu, memory, network}``)."""
+    return {name: float(amount) for name, amount in zip(RESOURCES, values, strict=True)}
+
+
+def tree_orchid(tree: Any) -> dict[str, Any]:
+    """The tree's effective ``config`` and ``user_to_ephemeral_pools`` (YTsaurus orchid names)."""
+    if tree is None:
+        return {}
+    return {
+        "config": effective_config(tree.config),
+        "user_to_ephemeral_pools": tree.user_to_ephemeral_pools(),
+    }
 
 
 class LiveOrchid:
@@ -54,6 +72,7 @@ class LiveOrchid:
         # Cypress, then scheduler (a pool trees change takes them in that order too).
         default_tree = self.cypress_default()
         with self.scheduler.lock:
+            trees = self.scheduler.registry.trees
             pool_trees = {
                 name: {
                     "pools": view["pools"],
@@ -62,17 +81,25 @@ class LiveOrchid:
                     "resource_usage": view["resource_usage"],
                     "pool_count": view["pool_count"],
                     "alerts": self.scheduler.alert_center.tree_alerts(name),
+                    **tree_orchid(trees.get(name)),
                 }
                 for name, view in self.scheduler.views.items()
             }
+            cluster_limits = np.zeros(len(RESOURCES))
+            for node in self.scheduler.nodes.values():
+                cluster_limits += np.asarray(node.resource_limits, dtype=float)
             root: dict[str, Any] = {
                 "scheduler": {
                     "alerts": self.scheduler.scheduler_alerts(),
                     "pool_trees": pool_trees,
                     "default_pool_tree": default_tree,
+                    "cluster": {
+                        "resource_limits": resource_map(cluster_limits),
+                        "node_count": len(self.scheduler.nodes),
+                    },
                     "nodes": {
                         address: {
-                            "resource_limits": list(map(float, node.resource_limits)),
+                            "resource_limits": resource_map(node.resource_limits),
                             "trees": list(node.trees),
                             "last_seen": node.last_seen,
                         }

@@ -244,6 +244,10 @@ class PoolTree:
             self._user_ephemeral_pools.setdefault(user, []).append(name)
         return pool
 
+    def user_to_ephemeral_pools(self) -> dict[str, list[str]]:
+        """Each user's ephemeral pools in the default parent (the orchid's ``user_to_ephemeral_pools``)."""
+        return {user: list(names) for user, names in sorted(self._user_ephemeral_pools.items())}
+
     def _remove_if_empty_ephemeral(self, pool: PoolElement) -> None:
         """Drop empty ephemeral pools, recursively upward."""
         while pool.is_ephemeral and pool.is_empty():

@@ -61,7 +61,9 @@ def test_local_prints_proxy_and_creates_default_tree(local: Local) -> None:
     assert local.cli("list", "//sys/pool_trees").split() == ["default"]
     nodes = local.yt.get("//sys/scheduler/orchid/scheduler/nodes")
     assert sorted(nodes) == ["node-0", "node-1"]
-    assert nodes["node-0"]["resource_limits"][0] == 2.0
+    assert nodes["node-0"]["resource_limits"]["user_slots"] == 2.0  # labelled, as YTsaurus shows resources
+    cluster = local.yt.get("//sys/scheduler/orchid/scheduler/cluster/resource_limits")
+    assert cluster["user_slots"] == 2 * nodes["node-0"]["resource_limits"]["user_slots"]
 
 
 def test_pools_and_attributes_with_cli(local: Local) -> None:

@@ -54,7 +54,14 @@ def test_tree_get_list_exists_and_attributes(cypress: Cypress) -> None:
 
 def test_default_tree_and_orchid(cypress: Cypress) -> None:
     assert cypress.get("//sys/scheduler/orchid/scheduler/default_pool_tree") == "physical"  # the only tree
-    cypress.create("scheduler_pool_tree", f"{TREES}/gpu")
+    assert cypress.get(f"{TREES}/@default_tree") == "physical"  # set when the first tree was created
+    with pytest.raises(YtError, match='"gpu" and "physical" would share nodes'):
+        cypress.create("scheduler_pool_tree", f"{TREES}/gpu")  # two empty filters: every node in both
+    cypress.set(f"{TREES}/physical/@config/node_tag_filter", "!gpu")
+    cypress.create("scheduler_pool_tree", f"{TREES}/gpu", attributes={"config": {"node_tag_filter": "gpu"}})
+    assert cypress.get(f"{TREES}/gpu/@config") == {"node_tag_filter": "gpu"}
+    assert cypress.get("//sys/scheduler/orchid/scheduler/default_pool_tree") == "physical"
+    cypress.remove(f"{TREES}/@default_tree")
     with pytest.raises(YtError) as info:
         cypress.get("//sys/scheduler/orchid/scheduler/default_pool_tree")
     assert info.value.code == RESOLVE_ERROR
@@ -165,7 +172,7 @@ def test_generic_nodes(cypress: Cypress) -> None:
     with pytest.raises(YtError) as info:
         cypress.create("map_node", "//tmp/cache/new")
     assert info.value.code == ALREADY_EXISTS
-    with pytest.raises(YtError, match="Cannot create objects of type"):
+    with pytest.raises(YtError, match='Cannot create a "table": pooltree is a scheduler'):
         cypress.create("table", "//tmp/t")
     with pytest.raises(YtError) as info:
         cypress.set("//tmp/missing/x", 1)
@@ -184,7 +191,10 @@ def test_listener_sees_committed_changes_only(cypress: Cypress) -> None:
     assert event.changed == frozenset({"physical"}) and not event.removed
     assert event.trees["physical"]["pools"]["project-root"]["weight"] == 2.0
     assert "physical" in event.parsed  # what parse_pool_trees returned
-    cypress.create("scheduler_pool_tree", attributes={"name": "other"})
+    cypress.set(f"{TREES}/physical/@config/node_tag_filter", "!other")
+    cypress.create(
+        "scheduler_pool_tree", attributes={"name": "other", "config": {"node_tag_filter": "other"}}
+    )
     cypress.remove(f"{TREES}/other")
     assert events[-1].removed == frozenset({"other"})
 

@@ -220,7 +220,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
         """Validate the spec, admit the operation in its trees and attach its controller."""
         if operation_type != "vanilla":
             raise PooltreeError(
-                f'Operation type "{operation_type}" is not supported; this scheduler runs vanilla operations',
+                f'Operation type "{operation_type}" is not supported: pooltree is a scheduler that runs vanilla '
+                "operations (yt vanilla, run_operation with a VanillaSpecBuilder); map, reduce, sort, merge and "
+                "other data-processing operations and table I/O are not available",
                 attributes={"operation_type": operation_type},
             )
         if not isinstance(spec, Mapping):

@@ -1,0 +1,158 @@
+"""The official client against a live scheduler, as a YTsaurus user drives it (issue 15): tree ``@config``, the
+default tree, pool moves and custom attributes, YTsaurus's type and name rules, disjoint trees, batches and the
+answer to commands pooltree does not serve."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yt.wrapper as ytw
+
+sys.path.insert(0, str(Path(__file__).parent))
+from polling import wait_for
+from test_live_service import Cluster, vanilla
+
+TREES = "//sys/pool_trees"
+ORCHID = "//sys/scheduler/orchid/scheduler"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path, slots=2)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _orchid_pool(client: ytw.YtClient, pool: str) -> dict:
+    path = f"{ORCHID}/pool_trees/default/pools/{pool}"
+    wait_for(lambda: client.exists(path))
+    return client.get(path)
+
+
+def test_tree_config_is_there_settable_key_by_key_and_in_the_orchid(cluster: Cluster) -> None:
+    client = cluster.client()
+    assert client.get(f"{TREES}/default/@config") == {}
+    assert client.get(f"{TREES}/@default_tree") == "default"  # set when the first tree was created
+    cluster.cli("set", f"{TREES}/default/@config/max_running_operation_count_per_pool", "3")
+    cluster.cli("set", f"{TREES}/default/@config/fair_share_starvation_timeout", "5000")
+    assert client.get(f"{TREES}/default/@config") == {
+        "max_running_operation_count_per_pool": 3,
+        "fair_share_starvation_timeout": 5000,
+    }
+    # the orchid shows the effective config: what was set plus every default, durations in milliseconds
+    config_path = f"{ORCHID}/pool_trees/default/config"
+    wait_for(lambda: client.get(config_path)["max_running_operation_count_per_pool"] == 3)
+    effective = client.get(config_path)
+    assert effective["fair_share_starvation_timeout"] == 5000
+    assert effective["fair_share_starvation_tolerance"] == 0.8 and effective["main_resource"] == "cpu"
+    # validated as a whole: a bad value is refused and the last good config stays, in Cypress and the scheduler
+    bad = cluster.cli(
+        "set", f"{TREES}/default/@config/fair_share_aggressive_starvation_timeout", "1000", check=False
+    )
+    assert bad.returncode != 0 and "fair_share_aggressive_starvation_timeout" in bad.stderr
+    assert "fair_share_aggressive_starvation_timeout" not in client.get(f"{TREES}/default/@config")
+    flag = cluster.cli("set", f"{TREES}/default/@config/max_operation_count", "%true", check=False)
+    assert flag.returncode != 0 and "expected integer, got boolean" in flag.stderr
+    assert client.get(config_path)["max_operation_count"] == 50000
+
+
+def test_overlapping_trees_are_refused_and_scheduling_goes_on(cluster: Cluster) -> None:
+    client = cluster.client()
+    refused = cluster.cli("create", "scheduler_pool_tree", "--attributes", "{name=gpu}", check=False)
+    assert refused.returncode != 0
+    assert 'Pool trees "default" and "gpu" would share nodes' in refused.stderr
+    assert not client.exists(f"{TREES}/gpu")
+    client.set(f"{TREES}/default/@config/node_tag_filter", "!gpu")
+    client.create("scheduler_pool_tree", attributes={"name": "gpu", "config": {"node_tag_filter": "gpu"}})
+    widened = cluster.cli("set", f"{TREES}/gpu/@config/node_tag_filter", '"gpu | ssd"', check=False)
+    assert widened.returncode != 0 and "would share nodes: a node with {ssd}" in widened.stderr
+    assert client.get(f"{TREES}/gpu/@config/node_tag_filter") == "gpu"
+    # the node (no tags) stays in "default" only: its heartbeats are served and jobs run
+    op = client.run_operation(vanilla("true", 1), sync=False)
+    op.wait(timeout=30_000)
+    assert client.get_operation(op.id)["state"] == "completed"
+    assert not any("several pool trees" in error for node in cluster.nodes for error in node.errors)
+
+
+def test_pool_move_parent_name_and_operation_counts(cluster: Cluster) -> None:
+    client = cluster.client()
+    for name, parent in (("p1", None), ("p2", None), ("child", "p1")):
+        attributes = {"name": name, "pool_tree": "default", **({"parent_name": parent} if parent else {})}
+        client.create("scheduler_pool", attributes=attributes)
+    op = client.run_operation(vanilla("sleep 60", 1, pool="child"), sync=False)
+    wait_for(lambda: _orchid_pool(client, "p1")["running_operation_count"] == 1)
+    cluster.cli("move", f"{TREES}/default/p1/child", f"{TREES}/default/p2/child")
+    assert client.get(f"{TREES}/default/p2/child/@parent_name") == "p2"
+    wait_for(lambda: _orchid_pool(client, "p2")["running_operation_count"] == 1)
+    assert _orchid_pool(client, "p1")["running_operation_count"] == 0
+    client.set(f"{TREES}/default/p2/child/@parent_name", "p1")  # a move too
+    assert client.list(f"{TREES}/default/p1") == ["child"] and client.list(f"{TREES}/default/p2") == []
+    wait_for(lambda: _orchid_pool(client, "p1")["running_operation_count"] == 1)
+    # YTsaurus's refusals: into its own subtree, out of the tree, onto an existing pool name
+    into_self = cluster.cli("move", f"{TREES}/default/p1", f"{TREES}/default/p1/child/p1", check=False)
+    assert into_self.returncode != 0 and "own descendant" in into_self.stderr
+    client.set("//tmp/x", 1)
+    out = cluster.cli("move", f"{TREES}/default/p2", "//tmp/p2", check=False)
+    assert out.returncode != 0 and "cannot be moved out of pool tree" in out.stderr
+    clash = cluster.cli("move", f"{TREES}/default/p2", f"{TREES}/default/p1/child", check=False)
+    assert clash.returncode != 0 and "already exists" in clash.stderr
+    client.abort_operation(op.id)
+
+
+def test_custom_attributes_types_and_names(cluster: Cluster) -> None:
+    client = cluster.client()
+    client.create(
+        "scheduler_pool", attributes={"name": "research", "pool_tree": "default", "owner_team": "ml"}
+    )
+    cluster.cli("set", f"{TREES}/default/research/@cost_center", "{id=42; tags=[a; b]}")
+    assert client.get(f"{TREES}/default/research/@owner_team") == "ml"
+    assert client.get(f"{TREES}/default/research/@cost_center/tags") == ["a", "b"]
+    attributes = client.get(f"{TREES}/default/research/@")
+    assert (
+        attributes["cost_center"] == {"id": 42, "tags": ["a", "b"]} and attributes["type"] == "scheduler_pool"
+    )
+    wrong = cluster.cli("set", f"{TREES}/default/research/@max_running_operation_count", "%true", check=False)
+    assert wrong.returncode != 0 and "expected integer, got boolean" in wrong.stderr
+    text = cluster.cli("set", f"{TREES}/default/research/@weight", '"2"', check=False)
+    assert text.returncode != 0 and "expected double, got string" in text.stderr
+    long_name = "p" * 101
+    too_long = cluster.cli("create", "scheduler_pool", "--attributes", f"{{name={long_name};pool_tree=default}}",
+                           check=False)  # fmt: skip
+    assert too_long.returncode != 0 and "is too long" in too_long.stderr
+    assert client.list(f"{TREES}/default") == ["research"]
+    client.create("scheduler_pool", attributes={"name": "p" * 100, "pool_tree": "default"})
+    op = client.run_operation(vanilla("sleep 60", 1, pool="research"), sync=False)
+    with pytest.raises(ytw.YtResponseError, match="must match regular expression"):
+        client.update_operation_parameters(
+            op.id, {"scheduling_options_per_pool_tree": {"default": {"pool": "bad$pool"}}}
+        )
+    with pytest.raises(ytw.YtResponseError, match="must match regular expression"):
+        client.run_operation(vanilla("true", 1, pool="a$b"), sync=False)
+    client.abort_operation(op.id)
+
+
+def test_batches_and_unsupported_commands(cluster: Cluster) -> None:
+    client = cluster.client()
+    batch = client.create_batch_client()
+    made = batch.create("map_node", "//tmp/b", recursive=True)
+    present = batch.exists("//sys/pool_trees/default")
+    missing = batch.get("//tmp/nowhere")
+    batch.commit_batch()
+    assert made.is_ok() and bool(present.get_result())
+    assert not missing.is_ok() and "Error resolving path //tmp/nowhere" in str(missing.get_error())
+    assert client.exists("//tmp/b")
+    for args in (
+        ("map", "cat", "--src", "//tmp/in", "--dst", "//tmp/out"),
+        ("create", "table", "//tmp/t"),
+    ):
+        result = cluster.cli(*args, check=False)
+        assert result.returncode != 0
+        assert "pooltree is a scheduler" in result.stderr and "vanilla operations" in result.stderr, (
+            result.stderr
+        )
+        assert "not supported by api/v4" not in result.stderr
