@@ -80,6 +80,7 @@ def store_url_for(store: str | None, data: Path) -> str:
     if store:
         return store
     data.mkdir(parents=True, exist_ok=True)
+    data.chmod(0o700)  # the scheduler's files are the daemon's alone (jobs run under other uids)
     return f"sqlite:///{(data / 'scheduler.db').resolve()}"
 
 

@@ -47,6 +47,7 @@ from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
+from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
     RESOURCE_OVERDRAFT_REASON,
@@ -60,7 +61,7 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
-from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter
+from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
 
 DEFAULT_STDERR_LIMIT = 10 * 1024 * 1024
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -183,6 +184,11 @@ def default_signals_prefix() -> list[str]:
     return [env, "--default-signal"] if probe.returncode == 0 else []
 
 
+def _private_output(path: Path) -> Any:
+    """A new output file only the node's user can read (0600): jobs of other uids never see it."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
+
+
 def _process_group(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -206,6 +212,7 @@ class JobExecutor:
         overdraft_policy: OverdraftPolicy = arbitrate_node_memory,
         clock: Callable[[], float] = time.time,
         on_finish: FinishListener | None = None,
+        isolation: str | JobIsolation = "auto",
     ):
         if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
             raise ConfigError(
@@ -244,6 +251,12 @@ class JobExecutor:
         self.stderr_limit = stderr_limit
         self.meter: JobMemoryMeter
         self.meter, self.meter_reason = make_meter(memory_meter, Path(cgroup_parent))
+        self.isolation = (
+            isolation if isinstance(isolation, JobIsolation) else JobIsolation(self.root, mode=isolation)
+        )
+        self.isolation.prepare_root()
+        if self.isolation.warning:
+            _log.warning("%s", self.isolation.warning)
         self._policy = overdraft_policy
         self._clock = clock
         self._listeners: list[FinishListener] = [on_finish] if on_finish else []
@@ -308,13 +321,13 @@ class JobExecutor:
     async def _run(self, job: _Job) -> None:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
-        argv = default_signals_prefix() + self.meter.argv(spec.job_id, shell_script(spec))
         env = job_environment(spec, job.sandbox)
         try:
             job.process = await asyncio.get_running_loop().run_in_executor(
-                self._launcher, self._launch, job, argv, env
+                self._launcher, self._launch, job, env
             )
-        except (OSError, subprocess.SubprocessError) as error:
+        except (OSError, subprocess.SubprocessError, PooltreeError) as error:
+            self.isolation.release(spec.job_id)
             job.launched.set_result(None)
             if job.verdict is None:
                 job.verdict = _Verdict(
@@ -331,8 +344,11 @@ class JobExecutor:
             self._signal(job, spec.interruption_signal, [])
         await self._supervise(job)
 
-    def _launch(self, job: _Job, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        """Worker thread: a fresh sandbox, the output files, the meter's setup, then the process itself."""
+    def _launch(self, job: _Job, env: dict[str, str]) -> subprocess.Popen:
+        """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process.
+
+        The fork happens on this long-lived launcher thread: the sandbox's parent-death signal is tied to it.
+        """
         with self._forgetting_lock:
             forgetting = self._forgetting.get(job.spec.job_id)
         if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
@@ -344,8 +360,17 @@ class JobExecutor:
             job.directory.mkdir()
         job.sandbox.mkdir()
         (job.sandbox / "tmp").mkdir()
+        slot = self.isolation.acquire(job.spec.job_id)
+        self.isolation.prepare(job.directory, job.sandbox, slot)
+        job_argv = self.isolation.wrap(
+            [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)], job.sandbox, slot
+        )
+        argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
-        with open(job.directory / "stdout", "wb") as stdout, open(job.directory / "stderr", "wb") as stderr:
+        with (
+            _private_output(job.directory / "stdout") as stdout,
+            _private_output(job.directory / "stderr") as stderr,
+        ):
             return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
@@ -523,12 +548,29 @@ class JobExecutor:
         starts exiting restores the default disposition, and a second copy would kill it (exit 130).
         ``members`` saves a scan when the caller has just listed them.
         """
+        if sig != signal.SIGKILL and self.isolation.wrapper_depth:
+            self._signal_inside(job, sig, members)
+            return
         group = None
         if job.process is not None and job.process.returncode is None:
             group = job.process.pid
             _send(group, sig, group=True)
         for pid in self.meter.members(job.spec.job_id) if members is None else members:
             if group is not None and _process_group(pid) == group:
+                continue
+            _send(pid, sig, group=False)
+
+    def _signal_inside(self, job: _Job, sig: signal.Signals, members: list[int] | None) -> None:
+        """A catchable signal for a sandboxed job: to every process of the job but the sandbox's own (the
+        monitor would die of it and take the job down with SIGKILL; pid 1 of the namespace ignores it)."""
+        if job.process is None or job.process.returncode is not None:
+            return
+        root = job.process.pid
+        for pid in self.meter.members(job.spec.job_id) if members is None else members:
+            if pid == root:
+                continue
+            entry = read_process(pid)
+            if entry is None or entry.ppid == root:
                 continue
             _send(pid, sig, group=False)
 
@@ -607,7 +649,7 @@ class JobExecutor:
         except ChildProcessError:  # reaped elsewhere; the status is lost
             job.process.returncode = -signal.SIGKILL
             return None
-        job.process.returncode = os.waitstatus_to_exitcode(status)
+        job.process.returncode = self.isolation.exit_code(os.waitstatus_to_exitcode(status))
         return job.process.returncode
 
     def _sweep(self, job: _Job) -> asyncio.Future[list[int] | None]:
@@ -696,6 +738,7 @@ class JobExecutor:
             self.meter.release(spec.job_id)
         except OSError:
             _log.exception("cannot release the memory accounting of job %s", spec.job_id)
+        self.isolation.release(spec.job_id)  # every process of the job is gone: its uid may be reused
         stderr_size = 0
         try:
             stderr_size = self._cap_output(job.directory / "stderr")

@@ -45,7 +45,7 @@ class JobMemoryMeter(Protocol):
 
     def prepare(self, job_id: str, memory_limit: float | None) -> None: ...
 
-    def argv(self, job_id: str, command: str) -> list[str]: ...
+    def argv(self, job_id: str, job_argv: list[str]) -> list[str]: ...
 
     def attach(self, job_id: str, pid: int) -> None: ...
 
@@ -139,8 +139,8 @@ class ProcessTreeMeter:
     def prepare(self, job_id: str, memory_limit: float | None) -> None:
         """Nothing to set up before launch; the session is created by the executor."""
 
-    def argv(self, job_id: str, command: str) -> list[str]:
-        return ["/bin/sh", "-c", command]
+    def argv(self, job_id: str, job_argv: list[str]) -> list[str]:
+        return list(job_argv)
 
     def attach(self, job_id: str, pid: int) -> None:
         """Track the job from its root: the session it leads (the root's pid stays ours until reaped)."""
@@ -332,11 +332,11 @@ class CgroupMeter:
             (path / "memory.swap.max").write_text("0")
         self._peaks[job_id] = 0.0
 
-    def argv(self, job_id: str, command: str) -> list[str]:
-        # The wrapper shell moves itself into the job's cgroup, then execs the user's command: every process of
-        # the job is born inside the cgroup.
+    def argv(self, job_id: str, job_argv: list[str]) -> list[str]:
+        # The wrapper shell moves itself into the job's cgroup (as the node's user, before any sandbox or uid
+        # switch), then execs the job's argv: every process of the job is born inside the cgroup.
         procs = str(self._path(job_id) / "cgroup.procs")
-        return ["/bin/sh", "-c", 'echo 0 > "$0" || exit 125; exec /bin/sh -c "$1"', procs, command]
+        return ["/bin/sh", "-c", 'echo 0 > "$0" || exit 125; shift; exec "$@"', procs, "--", *job_argv]
 
     def attach(self, job_id: str, pid: int) -> None:
         """The wrapper joins the cgroup itself; nothing to do here."""

@@ -15,6 +15,7 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
+from job_python import JOB_PYTHON
 from live_procs import ORCHID, Procs, client, state, vanilla, yt_cli
 from polling import wait_for
 
@@ -134,7 +135,7 @@ def test_running_limit_pending_then_abort(local: Local) -> None:
 
 
 def test_job_over_memory_limit_fails(local: Local) -> None:
-    command = f"{sys.executable} -c 'import time; x = b\"x\" * (300 * 1024 * 1024); time.sleep(10)'"
+    command = f"{JOB_PYTHON} -c 'import time; x = b\"x\" * (300 * 1024 * 1024); time.sleep(10)'"
     builder = (
         ytw.VanillaSpecBuilder()
         .begin_task("main")

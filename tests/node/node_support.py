@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import sys
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+from job_python import JOB_PYTHON
 
 from pooltree.node import JobExecutor, JobSpec
 
@@ -24,7 +24,7 @@ def run(coro: Awaitable[T], timeout: float = 20.0) -> T:
 
 def py(code: str) -> str:
     """A shell command running ``code`` with this interpreter."""
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"
+    return f"{shlex.quote(JOB_PYTHON)} -c {shlex.quote(code)}"
 
 
 def allocate(mib: int, hold: float) -> str:

@@ -49,7 +49,7 @@ def test_many_short_jobs_complete_and_leave_a_clean_root(tmp_path):
 
 def test_start_returns_before_the_launch_and_wait_running_gives_the_root_pid(tmp_path):
     async def scenario():
-        async with executor(tmp_path) as ex:
+        async with executor(tmp_path, isolation="none") as ex:  # $$ must be the host's pid
             began = time.monotonic()
             await ex.start(spec("job-pid", "echo $$"))
             returned = time.monotonic() - began
@@ -104,7 +104,7 @@ def test_process_in_another_group_of_the_session_is_killed_at_exit(tmp_path):
     )
 
     async def scenario():
-        async with executor(tmp_path, memory_sample_period=30) as ex:
+        async with executor(tmp_path, memory_sample_period=30, isolation="none") as ex:  # host pids
             await ex.start(spec("job-group", command))
             result = await ex.wait("job-group", 10)
             return result, int(ex.stdout("job-group").split()[0])
@@ -188,7 +188,7 @@ def test_exit_is_noticed_without_pidfds(tmp_path, monkeypatch):
     monkeypatch.delattr(os, "pidfd_open")
 
     async def scenario():
-        async with executor(tmp_path) as ex:
+        async with executor(tmp_path, isolation="none") as ex:  # the pid printed is the host's
             await ex.start(spec("job-nopidfd", "sleep 304 & echo $!; exit 7"))
             result = await ex.wait("job-nopidfd", 10)
             return result, int(ex.stdout("job-nopidfd").split()[0])

@@ -10,6 +10,7 @@ import httpx
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
+from job_python import JOB_PYTHON
 from polling import wait_for
 from test_live_service import Cluster, vanilla
 
@@ -55,12 +56,10 @@ def test_graceful_interruption_with_signal(tmp_path: Path) -> None:
         _two_pools(client)
         # Each job says it is ready once its trap is installed: "running" only means the process exists, and a
         # signal arriving before the trap would end the job differently.
-        command = (
-            f"trap 'echo interrupted >&2; exit 0' INT; touch {tmp_path}/ready.$YT_JOB_ID; sleep 60 & wait"
-        )
+        command = "trap 'echo interrupted >&2; exit 0' INT; touch ready; sleep 60 & wait"  # "ready" lands in the job's own sandbox: the only place outside its tmp a job may write
         greedy = client.run_operation(vanilla(command, 2, pool="a", interruption_signal="SIGINT"), sync=False)
         wait_for(lambda: len(client.list_jobs(greedy.id, job_state="running")["jobs"]) == 2)
-        wait_for(lambda: len(list(tmp_path.glob("ready.*"))) == 2)
+        wait_for(lambda: len(list(tmp_path.glob("nodes/*/*/sandbox/ready"))) == 2)
         starving = client.run_operation(vanilla("sleep 60", 1, pool="b"), sync=False)
         wait_for(lambda: client.list_jobs(starving.id, job_state="running")["jobs"], timeout=20)
         finished = wait_for(
@@ -81,7 +80,7 @@ def test_job_over_memory_limit_fails(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     try:
         client = cluster.client()
-        command = f"{sys.executable} -c 'import time; x = b\"x\" * (300 * 1024 * 1024); time.sleep(5)'"
+        command = f"{JOB_PYTHON} -c 'import time; x = b\"x\" * (300 * 1024 * 1024); time.sleep(5)'"
         builder = (
             ytw.VanillaSpecBuilder()
             .begin_task("main")

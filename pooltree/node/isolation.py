@@ -1,0 +1,339 @@
+"""Jobs cannot touch the node: a per-slot unprivileged uid and a bubblewrap sandbox around every job.
+
+How a job is started when the node runs as root and ``bwrap`` works (mode ``bwrap+uid``, the default there)::
+
+    [memory meter's wrapper, as root] → bwrap (monitor, as root) → bwrap (pid 1 of the job's namespace)
+        → setpriv --reuid SLOT_UID --regid SLOT_UID --clear-groups --no-new-privs (caps and bounding set emptied)
+        → env --default-signal → /bin/sh -c COMMAND
+
+* **Per-slot uid.** Like YTsaurus's exec node (slot user = ``start_uid`` + slot index), each running job gets a
+  uid of its own from a range (``DEFAULT_UID_BASE`` …): no ``/etc/passwd`` entry is needed, and a uid that has
+  one is never used. A slot is held through an ``flock`` on ``/run/pooltree/slots/<uid>.lock``, so several nodes
+  on one host never hand out the same uid, and a node that dies releases its slots with its file descriptors.
+  Two jobs therefore never share a uid: one cannot read the other's 0700 sandbox nor signal its processes, and
+  none can read the daemon's 0600/0700 files (scheduler data dir and database, token, node root).
+* **bubblewrap** (a well-kept Debian package, the sandbox Flatpak uses) sets the rest up before the uid drops:
+  the whole filesystem read-only (``--ro-bind / /``), the node's root directory hidden behind an empty tmpfs
+  with only the job's own sandbox bound back (writable), ``/tmp``, ``/var/tmp`` and ``/dev/shm`` bound to the
+  sandbox's ``tmp``, a minimal ``/dev``, a new PID namespace with its own ``/proc`` (the job sees and can signal
+  only its own processes; the node's environment and command line are out of sight), a new IPC namespace and a
+  new session. Writes outside the sandbox and its tmp fail with "Read-only file system" or EACCES.
+* **Jobs die with their node** (``--die-with-parent``): the monitor gets ``PR_SET_PDEATHSIG(SIGKILL)`` towards
+  the node and the namespace's pid 1 towards the monitor; when pid 1 of a PID namespace dies the kernel kills
+  every process in it, however it daemonized (double fork, ``setsid``). A process group (the old scheme) is not
+  enough: a job that left its group survived a ``kill -9`` of the node and ran twice once rescheduled. cgroup v2
+  cannot do this alone (nobody is left to write ``cgroup.kill`` when the node dies) and on many hosts it is not
+  delegated; the PID namespace needs nothing but the bwrap binary. ``PR_SET_PDEATHSIG`` fires when the *thread*
+  that forked exits: the executor forks on its long-lived launcher threads, which end only at shutdown.
+
+Without root (mode ``bwrap``) bwrap still gives the namespaces, the read-only filesystem, the private tmp and the
+hidden node root (through an unprivileged user namespace), but the job keeps the node's uid: it can read every
+file the node's user can. Without bwrap (mode ``uid`` as root, ``none`` otherwise) the loss is bigger; the node
+says which at start in one warning line (``JobIsolation.warning``).
+
+The wrapper processes (monitor and pid 1) are the executor's to signal only with SIGKILL: other signals (the
+operation's ``interruption_signal``, SIGTERM on abort) go to the job's own processes, because the monitor would
+die of them and take the job down at once. bwrap reports a job killed by signal N as exit code 128 + N;
+``exit_code`` turns it back into ``-N`` (an explicit ``exit 137`` is read as SIGKILL, as shells read it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import functools
+import logging
+import os
+import pwd
+import shutil
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pooltree.errors import ConfigError, PooltreeError
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_UID_BASE = 1_990_000_000
+"""First slot uid: far above the ranges distributions give to people (1000…) and containers (100000 + 65536 × n
+for the usual sub-uid ranges), below 2^31 so every tool prints it as a plain positive number."""
+DEFAULT_UID_COUNT = 65_536
+DEFAULT_LOCK_DIR = Path("/run/pooltree/slots")
+MODES = ("auto", "bwrap+uid", "bwrap", "uid", "none")
+
+
+class Mode(enum.StrEnum):
+    BWRAP_UID = "bwrap+uid"
+    BWRAP = "bwrap"
+    UID = "uid"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The identity one running job holds: a uid (and the group of the same number) and its lock."""
+
+    uid: int
+    gid: int
+    lock_fd: int | None = None
+
+
+@functools.cache
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def setpriv_path() -> str | None:
+    return shutil.which("setpriv")
+
+
+def probe_bwrap(bwrap: str | None = None) -> str | None:
+    """Why bubblewrap cannot sandbox jobs here, or None when a PID-namespace sandbox really starts."""
+    bwrap = bwrap or bwrap_path()
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    argv = [bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc"]
+    argv += ["--dev", "/dev", "--", "/bin/true"]
+    try:
+        probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"bwrap does not start: {error}"
+    if probe.returncode != 0:
+        detail = probe.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"bwrap cannot create a sandbox here: {detail[-1] if detail else f'exit {probe.returncode}'}"
+    return None
+
+
+class JobIsolation:
+    """Chooses the isolation the host allows and applies it to each job: slot uid, directories, argv.
+
+    ``mode``: ``auto`` (the strongest available), or one of ``bwrap+uid``, ``bwrap``, ``uid``, ``none`` (a mode
+    the host cannot give is refused with the reason). ``root`` is the node's slot directory.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        mode: str = "auto",
+        uid_base: int = DEFAULT_UID_BASE,
+        uid_count: int = DEFAULT_UID_COUNT,
+        lock_dir: Path = DEFAULT_LOCK_DIR,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigError("isolation", f"unknown mode {mode!r}; use {', '.join(MODES)}")
+        for name, value, low in (("uid_base", uid_base, 1000), ("uid_count", uid_count, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(name, f"expected an integer of at least {low}, got {value!r}")
+        if uid_base + uid_count > 2**31 - 1:
+            raise ConfigError("uid_count", f"uids {uid_base}+{uid_count} go beyond 2^31 - 1")
+        self.root = root
+        self.uid_base = uid_base
+        self.uid_count = uid_count
+        self.lock_dir = lock_dir
+        self._slots: dict[str, Slot] = {}
+        self._lock = threading.Lock()
+        self._next = 0
+        is_root = os.geteuid() == 0
+        bwrap_reason = probe_bwrap() if mode in ("auto", "bwrap+uid", "bwrap") else "not requested"
+        setpriv = setpriv_path()
+        if mode == "auto":
+            if is_root and bwrap_reason is None and setpriv is not None:
+                mode = Mode.BWRAP_UID
+            elif bwrap_reason is None:
+                mode = Mode.BWRAP
+            elif is_root:
+                mode = Mode.UID
+            else:
+                mode = Mode.NONE
+        elif mode in ("bwrap+uid", "uid") and not is_root:
+            raise ConfigError(
+                "isolation", f"{mode} needs the node to run as root (it runs as uid {os.geteuid()})"
+            )
+        elif mode in ("bwrap+uid", "bwrap") and bwrap_reason is not None:
+            raise ConfigError("isolation", f"{mode} is unavailable: {bwrap_reason}")
+        elif mode == "bwrap+uid" and setpriv is None:
+            raise ConfigError("isolation", "bwrap+uid needs setpriv (util-linux)")
+        self.mode = Mode(mode)
+        self.bwrap = bwrap_path() if self.mode in (Mode.BWRAP_UID, Mode.BWRAP) else None
+        self.setpriv = setpriv
+        if self.per_slot_uid:
+            self.lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.warning = self._lost(bwrap_reason, is_root)
+
+    # ------------------------------------------------------------------------------------------ what it gives
+
+    @property
+    def per_slot_uid(self) -> bool:
+        return self.mode in (Mode.BWRAP_UID, Mode.UID)
+
+    @property
+    def sandboxed(self) -> bool:
+        """bwrap is in front of the job: monitor + pid 1 wrap it, and it dies with the node."""
+        return self.bwrap is not None
+
+    @property
+    def wrapper_depth(self) -> int:
+        """How many processes stand between the executor and the job's shell (monitor and pid 1 under bwrap)."""
+        return 2 if self.sandboxed else 0
+
+    def describe(self) -> str:
+        parts = {
+            Mode.BWRAP_UID: "per-slot uid + bubblewrap (read-only /, private /tmp, PID namespace, dies with node)",
+            Mode.BWRAP: "bubblewrap (read-only /, private /tmp, PID namespace, dies with node), node's uid",
+            Mode.UID: "per-slot uid only",
+            Mode.NONE: "none",
+        }
+        return f"job isolation: {parts[self.mode]}"
+
+    def _lost(self, bwrap_reason: str | None, is_root: bool) -> str | None:
+        """One line naming what the jobs can do here that they could not under ``bwrap+uid``; None if nothing."""
+        lost: list[str] = []
+        if not self.per_slot_uid:
+            who = f"uid {os.geteuid()}"
+            if not is_root:
+                who += " (the node is not root, so it cannot switch jobs to per-slot uids)"
+            lost.append(
+                f"jobs run as the node's own {who}: they can read every file that user can (scheduler data "
+                "and token if they share it) and signal the node's processes"
+                + ("" if self.sandboxed else " and each other")
+            )
+        if not self.sandboxed:
+            lost.append(
+                "without bubblewrap "
+                f"({bwrap_reason or 'disabled'}) jobs can write world-writable directories such as /tmp, see "
+                "every process on the host, and a job that leaves its process group survives a kill -9 of the node"
+            )
+        if not lost:
+            return None
+        return "job isolation is reduced (" + self.mode.value + "): " + "; ".join(lost)
+
+    # ------------------------------------------------------------------------------------------ slots
+
+    def acquire(self, job_id: str) -> Slot | None:
+        """A free slot uid for ``job_id`` (held until ``release``); None when jobs keep the node's uid."""
+        if not self.per_slot_uid:
+            return None
+        with self._lock:
+            for step in range(self.uid_count):
+                uid = self.uid_base + (self._next + step) % self.uid_count
+                if any(slot.uid == uid for slot in self._slots.values()):
+                    continue
+                if _has_passwd_entry(uid):
+                    continue
+                fd = _try_lock(self.lock_dir / f"{uid}.lock")
+                if fd is None:  # held by another node on this host
+                    continue
+                self._next = (uid - self.uid_base + 1) % self.uid_count
+                slot = Slot(uid=uid, gid=uid, lock_fd=fd)
+                self._slots[job_id] = slot
+                return slot
+        raise PooltreeError(
+            f"no free job uid in {self.uid_base}..{self.uid_base + self.uid_count - 1}",
+            attributes={"job_id": job_id},
+        )
+
+    def release(self, job_id: str) -> None:
+        """Give the job's uid back (after every process of the job is gone)."""
+        with self._lock:
+            slot = self._slots.pop(job_id, None)
+        if slot is not None and slot.lock_fd is not None:
+            os.close(slot.lock_fd)
+
+    def slot(self, job_id: str) -> Slot | None:
+        return self._slots.get(job_id)
+
+    # ------------------------------------------------------------------------------------------ directories
+
+    def prepare_root(self) -> None:
+        """The node's slot root: the daemon's, not listable by jobs (0711: a uid-only job must pass through)."""
+        with contextlib.suppress(OSError):
+            os.chmod(self.root, 0o711 if self.mode == Mode.UID else 0o700)
+
+    def prepare(self, directory: Path, sandbox: Path, slot: Slot | None) -> None:
+        """Worker thread: the job's directory stays the daemon's, 0711 (the way to the sandbox, nothing to list;
+        its stdout/stderr are 0600); the sandbox and its tmp belong to the slot's uid, 0700."""
+        os.chmod(directory, 0o711)
+        if slot is None:
+            return
+        for path in (sandbox, sandbox / "tmp"):
+            os.chown(path, slot.uid, slot.gid)
+            os.chmod(path, 0o700)
+
+    # ------------------------------------------------------------------------------------------ argv
+
+    def wrap(self, argv: Sequence[str], sandbox: Path, slot: Slot | None) -> list[str]:
+        """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses."""
+        inner = list(argv)
+        if slot is not None:
+            assert self.setpriv is not None
+            inner = [
+                self.setpriv,
+                f"--reuid={slot.uid}",
+                f"--regid={slot.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+                *inner,
+            ]
+        if self.bwrap is None:
+            return inner
+        tmp = str(sandbox / "tmp")
+        box = sandbox.resolve()
+        outer = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
+        outer += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for private in ("/tmp", "/var/tmp", "/dev/shm"):  # first: the node root may lie under /tmp
+            outer += ["--bind", tmp, private]
+        mask = self._mask(box)
+        outer += ["--tmpfs", str(mask)]
+        for between in reversed(box.parents):  # the way from the mask down to the sandbox, traversable
+            if mask in between.parents:
+                outer += ["--perms", "0711", "--dir", str(between)]
+        outer += ["--bind", str(box), str(box), "--chdir", str(box), "--"]
+        return outer + inner
+
+    def _mask(self, box: Path) -> Path:
+        """What the sandbox hides behind an empty tmpfs: the node's root (every other job, the node's files), or
+        the outermost directory above it that other users cannot enter (its contents were out of the job's
+        reach anyway), so the job can still reach its sandbox at the same path as the node sees it."""
+        root = self.root.resolve()
+        for ancestor in reversed(root.parents):
+            if ancestor == Path("/"):
+                continue
+            try:
+                closed = not os.stat(ancestor).st_mode & 0o001
+            except OSError:
+                closed = True
+            if closed:
+                return ancestor
+        return root
+
+    def exit_code(self, returncode: int | None) -> int | None:
+        """The job's exit status as ``subprocess`` reports it: bwrap's 128 + N for a signal N becomes -N."""
+        if self.sandboxed and returncode is not None and 128 < returncode <= 128 + 64:
+            return -(returncode - 128)
+        return returncode
+
+
+def _has_passwd_entry(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
