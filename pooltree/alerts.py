@@ -357,3 +357,142 @@ def _unrecognized_options(pool_tree: PoolTree) -> dict[str, Any]:
     if callable(reporter):
         found.update(reporter() or {})
     return found
+
+
+# ---------------------------------------------------------------------- why an operation's allocations wait
+
+
+def explain_pending(scheduler: LiveScheduler, op: LiveOperation, tree: str) -> dict[str, Any] | None:
+    """Why ``op`` has pending allocations in ``tree`` (None when it has none): the first reason that holds of
+    the running-operation count limit (pool, limit, queue position), no node fitting a job, the scheduling tag
+    filter matching no node, a resource limit of the operation or a pool on its path (pool, resource, usage,
+    limit), its fair share reached (with its position among the pool's operations by satisfaction), or no node
+    with enough free resources now. Expects the scheduler's lock to be held."""
+    if op.is_final or (op.controller.pending_allocation_count == 0 and op.state != "pending"):
+        return None
+    pool_tree = scheduler.registry.trees.get(tree)
+    if pool_tree is not None and op.id in scheduler.registry.operations:
+        try:
+            placement = pool_tree.operation_orchid(op.id)
+        except PooltreeError:
+            placement = {}
+        if "pending_pool" in placement:
+            return {
+                "reason": "max_running_operation_count",
+                "message": placement["pending_reason"],
+                "pool": placement["pending_pool"],
+                "queue_position": placement["pending_position"] + 1,
+            }
+    tag_filter_text = op.model.scheduling_tag_filter or ""
+    in_tree = [node for node in scheduler.nodes.values() if tree in node.trees]
+    if tag_filter_text:
+        try:
+            tag_filter = TagFilter.parse(tag_filter_text, "spec.scheduling_tag_filter")
+        except ConfigError:
+            tag_filter = TagFilter("")
+        if in_tree and not any(tag_filter.matches(node.tags) for node in in_tree):
+            return {
+                "reason": "scheduling_tag_filter",
+                "message": f'No node of tree "{tree}" has tags matching "{tag_filter_text}"',
+                "scheduling_tag_filter": tag_filter_text,
+            }
+    unfit = scheduler.alert_center._unfit(op)
+    if unfit is not None and unfit["attributes"].get("pool_tree") == tree:
+        attributes = unfit["attributes"]
+        return {
+            "reason": "no_node_fits",
+            "message": f'No node can fit a job of task "{attributes["task_name"]}" '
+            f"(short of {', '.join(attributes.get('unsatisfied_resources', [])) or 'matching nodes'})",
+            "task_name": attributes["task_name"],
+            "needed_resources": attributes["needed_resources"],
+        }
+    view = scheduler.views.get(tree, {})
+    op_view = view.get("operations", {}).get(op.id)
+    if op_view is None:
+        return {"reason": "not_published", "message": "Waiting for the next fair-share update"}
+    needed = op.controller.min_needed_resources
+    limited = _limiting_element(pool_tree, view, op.id, needed)
+    if limited is not None:
+        return limited
+    if float(op_view.get("usage_ratio", 0.0)) + 1e-9 >= float(op_view.get("fair_share_ratio", 0.0)):
+        parent = op_view.get("parent")
+        siblings = sorted(
+            (
+                (float(v.get("satisfaction_ratio", 0.0)), op_id)
+                for op_id, v in view.get("operations", {}).items()
+                if v.get("parent") == parent
+            ),
+        )
+        position = next((i for i, (_, op_id) in enumerate(siblings) if op_id == op.id), 0) + 1
+        return {
+            "reason": "fair_share_reached",
+            "message": (
+                f"Usage {op_view.get('usage_ratio', 0.0):.1%} has reached the fair share "
+                f"{op_view.get('fair_share_ratio', 0.0):.1%} (strong guarantee "
+                f"{_dominant(op_view, 'strong_guarantee'):.1%}, weight {op_view.get('weight', 1.0):g}); "
+                f'position {position} of {len(siblings)} in pool "{parent}" by satisfaction'
+            ),
+            "pool": parent,
+            "queue_position": position,
+        }
+    core = scheduler.cores.get(tree)
+    nodes = list(core.strategy.nodes.values()) if core is not None else []
+    if not any(bool(np.all(node.free_resources() + 1e-9 >= needed)) for node in nodes):
+        return {
+            "reason": "no_free_resources",
+            "message": "Below its fair share, but no node has enough free resources now "
+            "(waiting for jobs to finish or for preemption once starving)",
+        }
+    return {"reason": "waiting_for_heartbeat", "message": "Waiting for a node heartbeat to start allocations"}
+
+
+def _dominant(view: Mapping[str, Any], part: str) -> float:
+    detailed = view.get("detailed_fair_share", {}).get(part, {})
+    return max((float(v) for v in detailed.values()), default=0.0)
+
+
+def _limiting_element(
+    pool_tree: PoolTree | None, view: Mapping[str, Any], operation_id: str, needed: np.ndarray
+) -> dict[str, Any] | None:
+    """The operation itself or the lowest pool on its path whose configured ``resource_limits`` one more job
+    would exceed (usage from the last fair-share view)."""
+    if pool_tree is None:
+        return None
+    try:
+        tree_op = pool_tree.operation(operation_id)
+    except PooltreeError:
+        return None
+    operations = view.get("operations", {})
+    pools = view.get("pools", {})
+    chain: list[tuple[str | None, Any, Mapping[str, Any]]] = [
+        (None, np.asarray(tree_op.resource_limits, dtype=float), operations.get(operation_id, {}))
+    ]
+    pool = tree_op.pool
+    while pool is not None:
+        config = pool.config
+        if config is not None:
+            chain.append(
+                (pool.name, np.asarray(config.resource_limits.vector, dtype=float), pools.get(pool.name, {}))
+            )
+        pool = pool.parent
+    for name, limits, element in chain:
+        usage = element.get("resource_usage") or {}
+        for index, resource in enumerate(RESOURCES):
+            limit = float(limits[index])
+            if not np.isfinite(limit) or needed[index] <= 0:
+                continue
+            used = float(usage.get(resource, 0.0))
+            if used + float(needed[index]) > limit + 1e-9:
+                who = "the operation" if name is None else f'pool "{name}"'
+                return {
+                    "reason": "resource_limits",
+                    "message": (
+                        f"Resource limit of {who} reached: {resource} usage {used:g} + {float(needed[index]):g} "
+                        f"needed > limit {limit:g}"
+                    ),
+                    "pool": name,
+                    "resource": resource,
+                    "usage": used,
+                    "limit": limit,
+                }
+    return None

@@ -14,6 +14,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.live import NO_SUCH_JOB, LiveJob, LiveOperation, LiveScheduler, no_such_operation
@@ -211,6 +212,9 @@ class OperationCommands:
                 for key in ("pending_pool", "pending_reason", "pending_position", "running"):
                     if key in placement:
                         info[key] = placement[key]
+            explanation = explain_pending(scheduler, op, tree)
+            if explanation is not None:
+                info["pending_allocations_reason"] = explanation
             scheduling_info[tree] = info
         alerts = scheduler.alerts(op)
         return self._attributes(

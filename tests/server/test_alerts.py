@@ -280,3 +280,44 @@ def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
     events = [e for e in scheduler.event_log if e["event"] == "allocation_preempted"]
     assert events and events[0]["job_id"] == job.id
     assert events[0]["preempted_for"]["operation_id"] == late.id
+
+
+def explanation(scheduler: LiveScheduler, op: Any, tree: str = "default") -> dict[str, Any] | None:
+    from pooltree.alerts import explain_pending
+
+    return explain_pending(scheduler, op, tree)
+
+
+def test_pending_explanations_name_the_limit(tmp_path: Path) -> None:
+    trees = {
+        "default": {
+            "config": {},
+            "pools": {
+                "capped": {"resource_limits": {"cpu": 1}},
+                "free": {},
+                "one": {"max_running_operation_count": 1},
+            },
+        }
+    }
+    scheduler = live(tmp_path, trees)
+    heartbeat(scheduler, "n1", 0.5, cpu=4, tags=["ssd"])
+    capped = scheduler.start_operation("vanilla", {**vanilla(3, cpu_limit=1), "pool": "capped"}, "a", 1.0)
+    tagged = scheduler.start_operation(
+        "vanilla", {**vanilla(1, cpu_limit=1), "pool": "free", "scheduling_tag_filter": "gpu"}, "a", 1.0
+    )
+    first = scheduler.start_operation("vanilla", {**vanilla(1), "pool": "one"}, "a", 1.0)
+    queued = scheduler.start_operation("vanilla", {**vanilla(1), "pool": "one"}, "a", 1.0)
+    big = scheduler.start_operation("vanilla", {**vanilla(1, cpu_limit=8), "pool": "free"}, "a", 1.0)
+    heartbeat(scheduler, "n1", 1.5, tags=["ssd"])
+    update(scheduler, 2.0)
+    reason = explanation(scheduler, capped)
+    assert reason is not None and reason["reason"] == "resource_limits", reason
+    assert (reason["pool"], reason["resource"], reason["limit"]) == ("capped", "cpu", 1.0)
+    reason = explanation(scheduler, tagged)
+    assert reason is not None and reason["reason"] == "scheduling_tag_filter", reason
+    reason = explanation(scheduler, queued)
+    assert reason is not None and reason["reason"] == "max_running_operation_count"
+    assert (reason["pool"], reason["queue_position"]) == ("one", 1)
+    reason = explanation(scheduler, big)
+    assert reason is not None and reason["reason"] == "no_node_fits"
+    assert explanation(scheduler, first) is None
