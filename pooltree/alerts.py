@@ -437,7 +437,7 @@ def explain_pending(scheduler: LiveScheduler, op: LiveOperation, tree: str) -> d
         }
     core = scheduler.cores.get(tree)
     nodes = list(core.strategy.nodes.values()) if core is not None else []
-    if not any(bool(np.all(node.free_resources() + 1e-9 >= needed)) for node in nodes):
+    if not any(bool(np.all(node.resource_limits - node.usage + 1e-9 >= needed)) for node in nodes):
         return {
             "reason": "no_free_resources",
             "message": "Below its fair share, but no node has enough free resources now "

@@ -37,6 +37,7 @@ from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError
 from pooltree.server.store import Store, open_store
 from pooltree.server.tree_options import effective_config
+from pooltree.web.app import WebUI
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,8 @@ class SchedulerService:
             Route("/internal/node_heartbeat", self._heartbeat, methods=["POST"]),
             Route("/metrics", self._metrics, methods=["GET"]),
         ]
+        self.web = WebUI(self)
+        self.app.router.routes[0:0] = self.web.routes()
         self.app.state.service = self
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False

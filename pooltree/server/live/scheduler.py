@@ -81,6 +81,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.listeners: list[Callable[[str, str], None]] = []
         self.alert_center = SchedulerAlerts(self, alert_settings)
         self.event_log: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG_SIZE)
+        self.event_count = 0
+        """Events ever appended to ``event_log`` (readers find the new ones by it)."""
         """The latest scheduler events (operations started/finished, allocations started/finished/preempted)."""
         self.update_listeners: list[Callable[[str, float], None]] = []
         """Called with (tree, now) after every fair-share update of a tree (the web UI's history samples)."""
@@ -469,6 +471,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
                     "job_id": self.allocation_jobs.get(preemptor or ""),
                 }
             self.event_log.append(event)
+            self.event_count += 1
 
     # ------------------------------------------------------------------ views
 

@@ -1,0 +1,545 @@
+"""The scheduler's web UI: Scheduling, Operations (and one operation), History and Nodes pages.
+
+``WebUI(service)`` adds its routes in front of the API catch-all. Pages are Jinja2 templates; each page's body is
+a fragment the page re-fetches with htmx every few seconds (``hx-trigger="every 3s"``), so numbers move without a
+reload. Every script is served from the installed packages: ``/static/htmx.min.js`` (vendored here with its
+license) and ``/static/plotly.min.js`` (from Plotly's Python package). Charts are built with Plotly's Python API.
+
+Authentication: with a token configured, a page needs ``Authorization: OAuth <token>`` (as every API call) or the
+``pooltree_token`` cookie the login form at ``/login`` sets; otherwise it answers the login form (401). The
+operation page lives at the URL the ``yt`` client prints: ``/?page=operation&mode=detail&id=<id>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Callable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import plotly
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from pooltree.alerts import explain_pending
+from pooltree.errors import PooltreeError
+from pooltree.resources import RESOURCES, format_size, resources_to_dict
+from pooltree.server.store import OperationFilter
+from pooltree.web.charts import history_figure
+from pooltree.web.history import PoolHistory
+
+if TYPE_CHECKING:
+    from pooltree.server.service import SchedulerService
+
+COOKIE = "pooltree_token"
+REFRESH = "3s"
+MAX_LISTED_OPERATIONS = 200
+STATIC = Path(str(resources.files("pooltree.web") / "static"))
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+# ---------------------------------------------------------------------- formatting for people
+
+
+def percent(value: Any) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return f"{number * 100:.1f}%"
+
+
+def amount(resource: str, value: Any) -> str:
+    """A resource amount rounded for people (memory in binary units, cpu with at most 2 decimals)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    if math.isinf(number):
+        return "∞"
+    if resource == "memory":
+        return format_size(number)
+    if number == int(number):
+        return str(int(number))
+    return f"{number:.2f}".rstrip("0").rstrip(".")
+
+
+def when(seconds: Any) -> str:
+    if seconds is None:
+        return "–"
+    try:
+        moment = dt.datetime.fromtimestamp(float(seconds), tz=dt.UTC)
+    except (TypeError, ValueError, OverflowError):
+        return str(seconds)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def ago(seconds: Any, now: float) -> str:
+    try:
+        delta = max(now - float(seconds), 0.0)
+    except (TypeError, ValueError):
+        return "–"
+    if delta < 60:
+        return f"{delta:.1f} s ago"
+    if delta < 3600:
+        return f"{delta / 60:.1f} min ago"
+    return f"{delta / 3600:.1f} h ago"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("pooltree.web", "templates"), autoescape=select_autoescape(["html"])
+    )
+    env.filters["percent"] = percent
+    env.filters["amount"] = amount
+    env.filters["amount_of"] = lambda value, resource: amount(resource, value)
+    env.filters["when"] = when
+    env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    env.globals["RESOURCES"] = RESOURCES
+    env.globals["REFRESH"] = REFRESH
+    return env
+
+
+# ---------------------------------------------------------------------- the UI
+
+
+class WebUI:
+    """Pages over one ``SchedulerService``."""
+
+    def __init__(self, service: SchedulerService, *, history: PoolHistory | None = None) -> None:
+        self.service = service
+        self.scheduler = service.scheduler
+        self.commands = service.commands
+        self.env = _environment()
+        self.history = history or PoolHistory()
+        self.history.attach(self.scheduler)
+
+    def routes(self) -> list[Route]:
+        page = self._page
+        return [
+            Route("/", page(self.index), methods=["GET"]),
+            Route("/ui/", page(self.index), methods=["GET"]),
+            Route("/scheduling", page(self.scheduling), methods=["GET"]),
+            Route("/operations", page(self.operations), methods=["GET"]),
+            Route("/operation/{operation_id}", page(self.operation), methods=["GET"]),
+            Route("/history", page(self.history_page), methods=["GET"]),
+            Route("/nodes", page(self.nodes), methods=["GET"]),
+            Route("/job_stderr", page(self.job_stderr), methods=["GET"]),
+            Route("/login", self.login_form, methods=["GET"]),
+            Route("/login", self.login, methods=["POST"]),
+            Route("/logout", self.logout, methods=["POST", "GET"]),
+            Route("/static/{name}", self.static, methods=["GET"]),
+        ]
+
+    # -- auth
+
+    def _authenticated(self, request: Request) -> bool:
+        token = self.service.token
+        if token is None:
+            return True
+        api = self.service.app.state.api
+        header = request.headers.get("authorization")
+        cookie = request.cookies.get(COOKIE)
+        if not header and cookie:
+            header = f"OAuth {cookie}"
+        if not header:
+            return False
+        try:
+            api.check_token(_HeaderOnly({"authorization": header}))
+        except PooltreeError:
+            return False
+        return True
+
+    def _page(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            if not self._authenticated(request):
+                html = self.env.get_template("login.html").render(
+                    page="login", next=str(request.url.path) + ("?" + request.url.query if request.url.query else ""),
+                    error=bool(request.cookies.get(COOKIE) or request.headers.get("authorization")),
+                )  # fmt: skip
+                return HTMLResponse(html, status_code=401)
+            try:
+                return await run_in_threadpool(handler, request)
+            except PooltreeError as error:
+                html = self.env.get_template("error.html").render(page="error", message=error.message)
+                return HTMLResponse(html, status_code=404 if error.code == 1915 else 400)
+
+        return endpoint
+
+    async def login_form(self, request: Request) -> Response:
+        html = self.env.get_template("login.html").render(
+            page="login", next=request.query_params.get("next", "/"), error=False
+        )
+        return HTMLResponse(html)
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        token = str(form.get("token", "")).strip()
+        target = str(form.get("next", "/")) or "/"
+        if not target.startswith("/") or target.startswith("//"):
+            target = "/"
+        probe = _HeaderOnly({"authorization": f"OAuth {token}"})
+        try:
+            if self.service.token is not None:
+                self.service.app.state.api.check_token(probe)
+        except PooltreeError:
+            html = self.env.get_template("login.html").render(page="login", next=target, error=True)
+            return HTMLResponse(html, status_code=401)
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "plotly.min.js":
+            return FileResponse(PLOTLY_JS, media_type="text/javascript")
+        allowed = {p.name for p in STATIC.iterdir() if p.is_file()}
+        if name not in allowed:
+            return PlainTextResponse("not found", status_code=404)
+        media = (
+            "text/javascript"
+            if name.endswith(".js")
+            else "text/css"
+            if name.endswith(".css")
+            else "text/plain"
+        )
+        return FileResponse(STATIC / name, media_type=media)
+
+    # -- rendering
+
+    def _render(self, request: Request, template: str, fragment: str, **context: Any) -> Response:
+        """The whole page, or only its refreshing fragment when htmx asks (``HX-Request``)."""
+        context.setdefault("now", self.service.clock())
+        name = fragment if request.headers.get("hx-request") else template
+        html = self.env.get_template(name).render(request=request, body_template=fragment, **context)
+        return HTMLResponse(html)
+
+    def index(self, request: Request) -> Response:
+        params = request.query_params
+        if params.get("page") == "operation" and params.get("id"):
+            return self._operation(request, params["id"])
+        if params.get("page") in ("operations", "history", "nodes"):
+            return {"operations": self.operations, "history": self.history_page, "nodes": self.nodes}[
+                params["page"]
+            ](request)
+        return self.scheduling(request)
+
+    # -- Scheduling
+
+    def _tree_name(self, request: Request) -> str | None:
+        trees = sorted(self.scheduler.views)
+        wanted = request.query_params.get("tree")
+        if wanted in trees:
+            return wanted
+        default = self.service._default_tree()
+        return default if default in trees else (trees[0] if trees else None)
+
+    def scheduling(self, request: Request) -> Response:
+        with self.scheduler.lock:
+            tree = self._tree_name(request)
+            trees = sorted(self.scheduler.views)
+            rows: list[dict[str, Any]] = []
+            tree_alerts: list[dict[str, Any]] = []
+            summary: dict[str, Any] = {}
+            if tree is not None:
+                view = self.scheduler.views[tree]
+                rows = _pool_rows(self.scheduler, tree, view)
+                tree_alerts = self.scheduler.alert_center.tree_alerts(tree)
+                summary = {
+                    "resource_limits": view["resource_limits"],
+                    "resource_usage": view["resource_usage"],
+                    "pool_count": view["pool_count"],
+                    "operation_count": len(view["operations"]),
+                }
+            scheduler_alerts = [
+                a
+                for a in self.scheduler.scheduler_alerts()
+                if a["attributes"].get("pool_tree") in (None, tree)
+            ]
+            operation_alerts = [
+                (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
+            ]
+        return self._render(
+            request,
+            "scheduling.html",
+            "scheduling_body.html",
+            page="scheduling",
+            tree=tree,
+            trees=trees,
+            rows=rows,
+            alerts=_unique(tree_alerts + scheduler_alerts),
+            operation_alerts=operation_alerts,
+            summary=summary,
+        )
+
+    # -- Operations
+
+    def operations(self, request: Request) -> Response:
+        params = request.query_params
+        state = params.get("state") or None
+        pool = params.get("pool") or None
+        user = params.get("user") or None
+        records = self.scheduler.store.list_operations(
+            OperationFilter(user=user, state=state, limit=MAX_LISTED_OPERATIONS)
+        )
+        items: list[dict[str, Any]] = []
+        for record in records:
+            try:
+                attributes = self.commands.operation_attributes(record.id)
+            except PooltreeError:
+                continue
+            pools = {
+                options.get("pool")
+                for options in attributes["runtime_parameters"]
+                .get("scheduling_options_per_pool_tree", {})
+                .values()
+            }
+            if pool is not None and pool != attributes.get("pool") and pool not in pools:
+                continue
+            items.append(self._operation_row(attributes))
+        return self._render(
+            request,
+            "operations.html",
+            "operations_body.html",
+            page="operations",
+            operations=items,
+            filters={"state": state or "", "pool": pool or "", "user": user or ""},
+            states=["running", "pending", "completed", "failed", "aborted"],
+        )
+
+    def _operation_row(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        shares: dict[str, Any] = {}
+        with self.scheduler.lock:
+            for tree, view in self.scheduler.views.items():
+                op_view = view["operations"].get(attributes["id"])
+                if op_view is not None:
+                    shares[tree] = {
+                        "fair_share_ratio": op_view.get("fair_share_ratio", 0.0),
+                        "usage_ratio": op_view.get("usage_ratio", 0.0),
+                        "demand_ratio": op_view.get("demand_ratio", 0.0),
+                        "starvation_status": op_view.get("starvation_status", "non_starving"),
+                    }
+        return {
+            "id": attributes["id"],
+            "state": attributes["state"],
+            "user": attributes["authenticated_user"],
+            "pool": attributes.get("pool"),
+            "title": attributes["brief_spec"].get("title"),
+            "start_time": attributes["start_time"],
+            "jobs": attributes["brief_progress"]["jobs"],
+            "alerts": attributes.get("alerts", {}),
+            "shares": shares,
+        }
+
+    def operation(self, request: Request) -> Response:
+        return self._operation(request, request.path_params["operation_id"])
+
+    def _operation(self, request: Request, operation_id: str) -> Response:
+        attributes = self.commands.operation_attributes(operation_id)
+        jobs = [self.commands.job_attributes(job) for job in self.commands._jobs(operation_id)]
+        explanations: dict[str, Any] = {}
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None:
+                for tree in op.trees:
+                    reason = explain_pending(self.scheduler, op, tree)
+                    if reason is not None:
+                        explanations[tree] = reason
+            shares = {
+                tree: view["operations"][operation_id]
+                for tree, view in self.scheduler.views.items()
+                if operation_id in view["operations"]
+            }
+            preempting = [
+                e
+                for e in self.scheduler.event_log
+                if e.get("event") == "allocation_preempted"
+                and e.get("preemptor_operation_id") == operation_id
+            ]
+        preempted = [j for j in jobs if j.get("interruption_info")]
+        return self._render(
+            request,
+            "operation.html",
+            "operation_body.html",
+            page="operations",
+            op=attributes,
+            jobs=jobs,
+            explanations=explanations,
+            shares=shares,
+            preempted=preempted,
+            preempting=preempting,
+            error=(attributes.get("result") or {}).get("error"),
+        )
+
+    def job_stderr(self, request: Request) -> Response:
+        operation_id = request.query_params.get("operation_id", "")
+        job_id = request.query_params.get("job_id", "")
+        for job in self.commands._jobs(operation_id):
+            if job.id == job_id:
+                return PlainTextResponse(job.stderr)
+        return PlainTextResponse(f"no job {job_id} in operation {operation_id}", status_code=404)
+
+    # -- History
+
+    def history_page(self, request: Request) -> Response:
+        with self.scheduler.lock:
+            tree = self._tree_name(request)
+            trees = sorted(self.scheduler.views)
+        pools = self.history.pools(tree) if tree else []
+        pool = request.query_params.get("pool")
+        if pool not in pools:
+            pool = "<Root>" if "<Root>" in pools else (pools[0] if pools else None)
+        chart = ""
+        series: dict[str, Any] = {}
+        if tree is not None and pool is not None:
+            series = self.history.series(tree, pool)
+            chart = history_figure(series, f"{tree} / {pool}")
+        return self._render(
+            request,
+            "history.html",
+            "history_body.html",
+            page="history",
+            tree=tree,
+            trees=trees,
+            pool=pool,
+            pools=pools,
+            chart=chart,
+            samples=len(series.get("time", [])),
+            preemptions=series.get("preemptions", []),
+            period=self.history.period,
+            size=self.history.size,
+        )
+
+    # -- Nodes
+
+    def nodes(self, request: Request) -> Response:
+        now = self.service.clock()
+        rows: list[dict[str, Any]] = []
+        with self.scheduler.lock:
+            for address, node in sorted(self.scheduler.nodes.items()):
+                usage = None
+                for tree in node.trees:
+                    core = self.scheduler.cores.get(tree)
+                    exec_node = core.strategy.nodes.get(address) if core is not None else None
+                    if exec_node is not None:
+                        usage = exec_node.usage if usage is None else usage + exec_node.usage
+                running = sum(1 for job in self.scheduler.jobs.values() if job.address == address)
+                rows.append(
+                    {
+                        "address": address,
+                        "limits": {r: float(node.resource_limits[i]) for i, r in enumerate(RESOURCES)},
+                        "usage": {
+                            r: float(usage[i]) if usage is not None else 0.0 for i, r in enumerate(RESOURCES)
+                        },
+                        "tags": sorted(node.tags),
+                        "trees": list(node.trees),
+                        "last_seen": node.last_seen,
+                        "last_seen_ago": ago(node.last_seen, now),
+                        "running_jobs": running,
+                    }
+                )
+        return self._render(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)
+
+
+class _HeaderOnly:
+    """What ``YtApi.check_token`` reads of a request: its headers."""
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self.headers = headers
+
+
+def _unique(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    result = []
+    for item in alerts:
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            result.append(item)
+    return result
+
+
+def _pool_rows(scheduler: Any, tree: str, view: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Pools depth-first (as YTsaurus's Scheduling page lists them), each with its operations below it."""
+    pools = view["pools"]
+    operations = view["operations"]
+    children: dict[str | None, list[str]] = {}
+    for name, pool in pools.items():
+        children.setdefault(pool.get("parent"), []).append(name)
+    op_children: dict[str, list[str]] = {}
+    for op_id, op in operations.items():
+        op_children.setdefault(op.get("parent") or op.get("pool"), []).append(op_id)
+    pool_tree = scheduler.registry.trees.get(tree)
+    rows: list[dict[str, Any]] = []
+
+    def visit(name: str, depth: int, parent: str | None) -> None:
+        pool = pools[name]
+        config = None
+        if pool_tree is not None:
+            try:
+                config = pool_tree.pool(name).config
+            except (PooltreeError, KeyError):
+                config = None
+        integral = config.integral_guarantees if config is not None else None
+        limits = config.resource_limits.to_dict() if config is not None else {}
+        rows.append(
+            {
+                "kind": "pool",
+                "id": name,
+                "parent": parent,
+                "depth": depth,
+                "has_children": bool(children.get(name) or op_children.get(name)),
+                "view": pool,
+                "integral_type": integral.guarantee_type if integral is not None else "none",
+                "limits": limits,
+                "running": pool.get("running_operation_count", 0),
+                "max_running": pool.get("max_running_operation_count"),
+                "total": pool.get("operation_count", 0),
+                "max_total": pool.get("max_operation_count"),
+                "pending": pool.get("pending_operation_count", 0),
+            }
+        )
+        for child in sorted(children.get(name, [])):
+            visit(child, depth + 1, name)
+        for op_id in sorted(op_children.get(name, [])):
+            op = operations[op_id]
+            live = scheduler.operations.get(op_id)
+            op_limits: dict[str, Any] = {}
+            if pool_tree is not None:
+                try:
+                    op_limits = resources_to_dict(
+                        pool_tree.operation(op_id).resource_limits, drop_infinite=True
+                    )
+                except PooltreeError:
+                    op_limits = {}
+            rows.append(
+                {
+                    "kind": "operation",
+                    "id": op_id,
+                    "parent": name,
+                    "depth": depth + 1,
+                    "has_children": False,
+                    "view": op,
+                    "user": op.get("user"),
+                    "limits": op_limits,
+                    "alerts": sorted(scheduler.alerts(live)) if live is not None else [],
+                    "state": live.state if live is not None else "",
+                    "explanation": explain_pending(scheduler, live, tree) if live is not None else None,
+                }
+            )
+
+    roots = [name for name, pool in pools.items() if pool.get("parent") is None]
+    for root in sorted(roots):
+        visit(root, 0, None)
+    return rows
