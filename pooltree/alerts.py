@@ -10,8 +10,8 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   (an invalid default parent pool), as inner errors, as YTsaurus's ``UpdateFairShare`` alert wraps them.
   ``pool_tree_without_nodes``: a tree that no exec node matches (its operations can never run).
   ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
-  ``unrecognized_config_options``: pool tree options pooltree accepts but does not implement (read from the
-  tree config's ``unrecognized_options()`` when the config layer provides it).
+  ``unsupported_options``: pool tree and pool options pooltree accepts but does not implement (the config
+  layer's ``support.unsupported_options``, the same alert ``pooltree fair-share`` prints).
   ``store_trouble``: the store's health accessor reports an error.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
@@ -24,6 +24,7 @@ operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's o
   ``AlertSettings.unschedulable_operation_timeout`` seconds of the alert holding, and only when the tree has at
   least ``safe_online_node_count`` nodes (so a cluster still starting its nodes does not fail operations).
   ``operation_starving``: starving in a tree for longer than ``AlertSettings.starving_operation_timeout``.
+  ``unsupported_options``: spec options accepted but not implemented (``support.unsupported_options``).
   ``unrecognized_spec``: spec keys pooltree does not know (the ``unrecognized_spec`` attribute lists them).
 """
 
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pooltree.config.support import UNSUPPORTED_OPTIONS_ALERT, unsupported_options, unsupported_options_alert
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.resources import RESOURCES, resources_to_dict
@@ -50,7 +52,7 @@ NO_ONLINE_NODE_TO_SCHEDULE_JOB = 4410
 UPDATE_FAIR_SHARE = "update_fair_share"
 POOL_TREE_WITHOUT_NODES = "pool_tree_without_nodes"
 NODES_WITHOUT_POOL_TREE = "nodes_without_pool_tree"
-UNRECOGNIZED_CONFIG_OPTIONS = "unrecognized_config_options"
+UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
@@ -61,10 +63,16 @@ SCHEDULER_ALERT_TYPES = (
     UPDATE_FAIR_SHARE,
     POOL_TREE_WITHOUT_NODES,
     NODES_WITHOUT_POOL_TREE,
-    UNRECOGNIZED_CONFIG_OPTIONS,
+    UNSUPPORTED_OPTIONS,
     STORE_TROUBLE,
 )
-OPERATION_ALERT_TYPES = (OPERATION_PENDING, NO_ONLINE_NODE, OPERATION_STARVING, UNRECOGNIZED_SPEC)
+OPERATION_ALERT_TYPES = (
+    OPERATION_PENDING,
+    NO_ONLINE_NODE,
+    OPERATION_STARVING,
+    UNSUPPORTED_OPTIONS,
+    UNRECOGNIZED_SPEC,
+)
 
 
 @dataclass(frozen=True)
@@ -184,15 +192,10 @@ class SchedulerAlerts:
                     {"pool_tree": tree, "node_tag_filter": core.pool_tree.config.tag_filter.text},
                 )
             )
-        unrecognized = _unrecognized_options(core.pool_tree)
-        if unrecognized:
-            alerts.append(
-                alert(
-                    UNRECOGNIZED_CONFIG_OPTIONS,
-                    f'Pool tree "{tree}" has options the scheduler does not implement; they have no effect',
-                    {"pool_tree": tree, "unrecognized": unrecognized},
-                )
-            )
+        unsupported = unsupported_options_alert(unsupported_options([core.pool_tree.definition]))
+        if unsupported is not None:
+            unsupported["attributes"]["pool_tree"] = tree
+            alerts.append(unsupported)
         return alerts
 
     # -- the whole scheduler
@@ -261,6 +264,9 @@ class SchedulerAlerts:
                     },
                 )
                 break
+        unsupported = unsupported_options_alert(unsupported_options([], [(op.id, op.model)]))
+        if unsupported is not None:
+            alerts[UNSUPPORTED_OPTIONS] = unsupported
         unrecognized = op.model.unrecognized_spec()
         if unrecognized:
             alerts[UNRECOGNIZED_SPEC] = alert(
@@ -348,15 +354,6 @@ class SchedulerAlerts:
                 key = ("operation", kind)
                 counts[key] = counts.get(key, 0) + 1
         return counts
-
-
-def _unrecognized_options(pool_tree: PoolTree) -> dict[str, Any]:
-    """Tree options accepted but not implemented, from the config layer when it reports them."""
-    found: dict[str, Any] = {}
-    reporter = getattr(pool_tree.config, "unrecognized_options", None)
-    if callable(reporter):
-        found.update(reporter() or {})
-    return found
 
 
 # ---------------------------------------------------------------------- why an operation's allocations wait

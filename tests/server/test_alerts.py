@@ -321,3 +321,16 @@ def test_pending_explanations_name_the_limit(tmp_path: Path) -> None:
     reason = explanation(scheduler, big)
     assert reason is not None and reason["reason"] == "no_node_fits"
     assert explanation(scheduler, first) is None
+
+
+def test_unsupported_tree_options_alert_appears_and_clears(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {"enable_by_user_profiling": True}, "pools": {}}})
+    heartbeat(scheduler, "n1", 0.5)
+    update(scheduler, 1.0)
+    alerts = scheduler.scheduler_alerts()
+    assert types(alerts) == ["unsupported_options"]
+    assert alerts[0]["attributes"]["pool_tree"] == "default"
+    assert alerts[0]["attributes"]["options"][0]["option"] == "enable_by_user_profiling"
+    scheduler.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 2.0)
+    update(scheduler, 2.0)
+    assert scheduler.scheduler_alerts() == []
