@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import plotly
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -179,9 +180,12 @@ class WebUI:
         return HTMLResponse(html)
 
     async def login(self, request: Request) -> Response:
-        form = await request.form()
-        token = str(form.get("token", "")).strip()
-        target = str(form.get("next", "/")) or "/"
+        body = await request.body()
+        if len(body) > 64 * 1024:
+            return PlainTextResponse("login form too large", status_code=413)
+        form = parse_qs(body.decode("utf-8", "replace"))  # urlencoded, as the form posts it
+        token = (form.get("token") or [""])[0].strip()
+        target = (form.get("next") or ["/"])[0] or "/"
         if not target.startswith("/") or target.startswith("//"):
             target = "/"
         probe = _HeaderOnly({"authorization": f"OAuth {token}"})

@@ -33,6 +33,9 @@
     const d = event.target;
     if (d.dataset && d.dataset.key) { if (d.open) { openDetails.add(d.dataset.key); } else { openDetails.delete(d.dataset.key); } }
   }, true);
-  document.addEventListener("htmx:afterSwap", function (event) { apply(event.target); });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    event.target.dataset.swapped = String(Date.now());  // tests and people can tell a refresh happened
+    apply(event.target);
+  });
   document.addEventListener("DOMContentLoaded", function () { apply(document); });
 })();
