@@ -8,7 +8,6 @@ matplotlib's Agg backend (no display needed).
 from __future__ import annotations
 
 import csv
-import html
 import json
 import math
 from collections import defaultdict
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pooltree.sim.engine import ROOT, ProgressCallback, Simulation, SimulationResult
+from pooltree.sim.report_page import report_html
 from pooltree.sim.scenario import Scenario
 
 OPERATIONS_CSV_COLUMNS = (
@@ -203,53 +203,5 @@ def write_report(result: SimulationResult, out: Path) -> list[str]:
     figure.savefig(out / "preemptions.png", dpi=90)
     plt.close(figure)
     names.append("preemptions.png")
-    (out / "report.html").write_text(_html(result, names), encoding="utf-8")
+    (out / "report.html").write_text(report_html(result, out, names, chosen), encoding="utf-8")
     return names
-
-
-def _html(result: SimulationResult, images: list[str]) -> str:
-    summary = result.summary
-    glob = summary["global"]
-    rows = []
-    for pool, values in summary["pools"].items():
-        rows.append(
-            "<tr>"
-            + "".join(
-                f"<td>{html.escape(str(x))}</td>"
-                for x in (
-                    pool,
-                    values["mean_fair_share_ratio"],
-                    values["mean_usage_ratio"],
-                    values["starving_time"],
-                    values["below_fair_share_time"],
-                    values["preempted_allocation_count"],
-                )
-            )
-            + "</tr>"
-        )
-    states: dict[str, int] = defaultdict(int)
-    for operation in summary["operations"]:
-        states[operation["state"]] += 1
-    utilization = ", ".join(f"{k} {v:.1%}" for k, v in glob["utilization"].items() if v)
-    pictures = "\n".join(
-        f'<p><img src="{html.escape(name)}" alt="{html.escape(name)}"></p>' for name in images
-    )
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>pooltree simulation report</title>
-<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child{{text-align:left}}</style></head>
-<body>
-<h1>pooltree simulation: {html.escape(str(summary["scenario"]))}</h1>
-<p>Seed {summary["seed"]}; simulated {glob["simulated_time"]:.0f} s in {glob["wall_time"]:.1f} s of wall time;
-{glob["operation_count"]} operations ({", ".join(f"{k}: {v}" for k, v in sorted(states.items()))});
-utilization: {html.escape(utilization or "none")}; preempted allocations: {glob["preempted_allocation_count"]};
-wasted job time: {glob["wasted_job_time"]:.0f} s.</p>
-<h2>Pools</h2>
-<table><tr><th>pool</th><th>mean fair share</th><th>mean usage</th><th>starving, s</th>
-<th>below fair share, s</th><th>preempted allocations</th></tr>
-{"".join(rows)}
-</table>
-<h2>Plots</h2>
-{pictures}
-</body></html>
-"""

@@ -107,14 +107,17 @@ def fair_share_figure(
                 hovertemplate="%{text}<extra>preemption</extra>",
             )
         )
+    # demand can be many times the cluster: clip the axis so fair share and usage stay readable
+    top = max([float(v) for v in (*fair_share, *usage)] + [min(float(v), 1.0) for v in demand] + [0.05])
+    clipped = max((float(v) for v in demand), default=0.0) > top * 1.1
     figure.update_layout(
         title={"text": title, "x": 0.01},
         height=height,
         margin={"l": 50, "r": 20, "t": 40, "b": 40},
         yaxis={
             "tickformat": ".0%",
-            "rangemode": "tozero",
-            "title": "share of the cluster (dominant resource)",
+            "range": [0, top * 1.1],
+            "title": "dominant share" + (" (demand clipped)" if clipped else ""),
         },
         xaxis={"title": "time" if as_dates else "seconds"},
         legend={"orientation": "h", "y": -0.2},
