@@ -30,6 +30,7 @@ operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's o
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -162,6 +163,7 @@ class SchedulerAlerts:
         self.settings = settings or AlertSettings()
         self.unschedulable_since: dict[str, float] = {}
         """operation id → when it was first seen that no node fits it (cleared when a node fits)."""
+        self._unsupported: dict[str, tuple[Any, dict[str, Any] | None]] = {}
         self.store_health: Any = None
         """A callable returning None (healthy) or an error message / mapping; set by the service."""
 
@@ -192,11 +194,22 @@ class SchedulerAlerts:
                     {"pool_tree": tree, "node_tag_filter": core.pool_tree.config.tag_filter.text},
                 )
             )
-        unsupported = unsupported_options_alert(unsupported_options([core.pool_tree.definition]))
+        unsupported = self._unsupported_tree_options(tree, core.pool_tree.definition)
         if unsupported is not None:
-            unsupported["attributes"]["pool_tree"] = tree
             alerts.append(unsupported)
         return alerts
+
+    def _unsupported_tree_options(self, tree: str, definition: Any) -> dict[str, Any] | None:
+        """The tree's ``unsupported_options`` alert, computed once per tree definition (a config change makes a
+        new definition object)."""
+        cached = self._unsupported.get(tree)
+        if cached is None or cached[0] is not definition:
+            found = unsupported_options_alert(unsupported_options([definition]))
+            if found is not None:
+                found["attributes"]["pool_tree"] = tree
+            cached = (definition, found)
+            self._unsupported[tree] = cached
+        return copy.deepcopy(cached[1])
 
     # -- the whole scheduler
 

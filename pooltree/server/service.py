@@ -72,6 +72,12 @@ class LiveOrchid:
         # Cypress calls this under its own lock: read the default tree first, so the lock order is always
         # Cypress, then scheduler (a pool trees change takes them in that order too).
         default_tree = self.cypress_default()
+        tokens = list(path_tokens)
+
+        def wanted(*prefix: str) -> bool:
+            """Whether the path reaches ``prefix`` (alerts are computed only for reads that include them)."""
+            return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
+
         with self.scheduler.lock:
             trees = self.scheduler.registry.trees
             pool_trees = {
@@ -81,17 +87,18 @@ class LiveOrchid:
                     "resource_limits": view["resource_limits"],
                     "resource_usage": view["resource_usage"],
                     "pool_count": view["pool_count"],
-                    "alerts": self.scheduler.alert_center.tree_alerts(name),
                     **tree_orchid(trees.get(name)),
                 }
                 for name, view in self.scheduler.views.items()
             }
+            for name, tree in pool_trees.items():
+                if wanted("scheduler", "pool_trees", name, "alerts"):
+                    tree["alerts"] = self.scheduler.alert_center.tree_alerts(name)
             cluster_limits = np.zeros(len(RESOURCES))
             for node in self.scheduler.nodes.values():
                 cluster_limits += np.asarray(node.resource_limits, dtype=float)
             root: dict[str, Any] = {
                 "scheduler": {
-                    "alerts": self.scheduler.scheduler_alerts(),
                     "pool_trees": pool_trees,
                     "default_pool_tree": default_tree,
                     "cluster": {
@@ -108,6 +115,8 @@ class LiveOrchid:
                     },
                 }
             }
+            if wanted("scheduler", "alerts"):
+                root["scheduler"]["alerts"] = self.scheduler.scheduler_alerts()
             if list(path_tokens[:2]) == ["scheduler", "event_log"]:
                 # read only when asked for: it holds up to EVENT_LOG_SIZE events
                 root["scheduler"]["event_log"] = list(self.scheduler.event_log)
