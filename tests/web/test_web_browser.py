@@ -217,7 +217,7 @@ def test_operations_nodes_and_history_pages(cluster: Cluster, operations: dict, 
     page.goto(cluster.url + "/nodes")
     nodes = cluster.yt.get("//sys/scheduler/orchid/scheduler/nodes")
     for address, node in nodes.items():
-        assert cell(page, f"node-{address}", "res-cpu").endswith(f"/ {node['resource_limits'][1]:g}")
+        assert cell(page, f"node-{address}", "res-cpu").endswith(f"/ {node['resource_limits']['cpu']:g}")
         assert "default" in cell(page, f"node-{address}", "trees")
     shot(page, "nodes")
     page.goto(cluster.url + "/history?tree=default&pool=research")
