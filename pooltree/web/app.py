@@ -71,6 +71,17 @@ def amount(resource: str, value: Any) -> str:
     return f"{number:.2f}".rstrip("0").rstrip(".")
 
 
+def attribute(value: Any) -> str:
+    """An error or alert attribute for people: resource maps with units, lists joined, numbers rounded."""
+    if isinstance(value, Mapping) and value and all(key in RESOURCES for key in value):
+        return ", ".join(f"{key} {amount(key, v)}" for key, v in value.items() if v)
+    if isinstance(value, list | tuple) and all(isinstance(item, str | int | float) for item in value):
+        return ", ".join(str(item) for item in value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return json.dumps(value, default=str) if isinstance(value, Mapping | list) else str(value)
+
+
 def when(seconds: Any) -> str:
     if seconds is None:
         return "–"
@@ -101,6 +112,7 @@ def _environment() -> Environment:
     env.filters["amount"] = amount
     env.filters["amount_of"] = lambda value, resource: amount(resource, value)
     env.filters["when"] = when
+    env.filters["attribute"] = attribute
     env.filters["tojson_pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
     env.globals["RESOURCES"] = RESOURCES
     env.globals["REFRESH"] = REFRESH

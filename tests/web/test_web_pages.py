@@ -124,3 +124,81 @@ def test_history_is_bounded() -> None:
     series = history.series("t", "<Root>")
     assert series["time"] == [7.0, 8.0, 9.0]
     assert series["usage"] == [0.5, 0.5, 0.5]
+
+
+def _heartbeat(service: SchedulerService, address: str, now: float, **extra: object) -> dict:
+    from pooltree.server.heartbeats import parse_heartbeat
+
+    data = {
+        "node_address": address,
+        "resource_limits": {"user_slots": 4, "cpu": 4, "memory": 8 << 30},
+        **extra,
+    }
+    return service.scheduler.process_heartbeat(parse_heartbeat(data), now)
+
+
+@pytest.fixture
+async def open_service(tmp_path: Path) -> AsyncIterator[SchedulerService]:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'open.sqlite'}"))
+    try:
+        yield service
+    finally:
+        service.store.close()
+
+
+@pytest.mark.anyio
+async def test_trees_switch_and_show_their_alerts(open_service: SchedulerService) -> None:
+    from pooltree.config import parse_pool_trees
+
+    trees = {
+        "cpu": {"config": {"node_tag_filter": "!gpu"}, "pools": {"batch": {"weight": 2}}},
+        "gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {"training": {}}},
+    }
+    scheduler = open_service.scheduler
+    scheduler.apply_pool_trees(parse_pool_trees(trees), "cpu", 1.0)
+    _heartbeat(open_service, "n1", 1.0)
+    for tree in ("cpu", "gpu"):
+        scheduler.update_fair_share(tree, 1.5)
+    async with client(open_service) as web:
+        cpu = (await web.get("/?page=scheduling&tree=cpu")).text
+        assert (
+            'id="tree-name">cpu<' in cpu and 'id="pool-batch"' in cpu and "pool_tree_without_nodes" not in cpu
+        )
+        gpu = (await web.get("/?page=scheduling&tree=gpu")).text
+        assert 'id="tree-name">gpu<' in gpu and 'id="pool-training"' in gpu
+        assert 'data-alert-type="pool_tree_without_nodes"' in gpu
+        assert '<option value="gpu" selected>' in gpu
+
+
+@pytest.mark.anyio
+async def test_operation_page_names_the_preemptor(open_service: SchedulerService) -> None:
+    from pooltree.config import parse_pool_trees
+
+    trees = {
+        "default": {
+            "config": {"fair_share_starvation_timeout": 1000, "fair_share_starvation_tolerance": 1.0},
+            "pools": {"a": {}, "b": {}},
+        }
+    }
+    scheduler = open_service.scheduler
+    scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+    _heartbeat(open_service, "n1", 0.5)
+    task = {"main": {"command": "sleep 100", "job_count": 4, "cpu_limit": 1}}
+    hog = scheduler.start_operation("vanilla", {"tasks": task, "pool": "a"}, "alice", 1.0)
+    started = _heartbeat(open_service, "n1", 1.1)["start"]
+    running = [{"job_id": s["job_id"], "operation_id": hog.id, "state": "running"} for s in started]
+    late = scheduler.start_operation("vanilla", {"tasks": task, "pool": "b"}, "bob", 2.0)
+    preempted = False
+    for step in range(3, 12):
+        scheduler.update_fair_share("default", float(step))
+        answer = _heartbeat(open_service, "n1", step + 0.5, running_jobs=running)
+        if answer["abort"] or answer["preempt"]:
+            preempted = True
+            break
+    assert preempted
+    async with client(open_service) as web:
+        page = (await web.get(f"/?page=operation&mode=detail&id={hog.id}")).text
+        table = page.split('id="preemptions"')[1].split("</table>")[0]
+        assert f"id={late.id}" in table
+        preemptor = (await web.get(f"/?page=operation&mode=detail&id={late.id}")).text
+        assert "took from " + hog.id in preemptor
