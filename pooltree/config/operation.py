@@ -14,7 +14,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from pooltree.config.base import ConfigModel, LimitResources, Resources, Size, TagFilterText, invalid
+from pooltree.config.base import (
+    ConfigModel,
+    Duration,
+    LimitResources,
+    Resources,
+    Size,
+    TagFilterText,
+    invalid,
+)
 from pooltree.config.support import SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
 
 PreemptionMode = Literal["normal", "graceful"]
@@ -48,7 +56,6 @@ KNOWN_SPEC_KEYS = frozenset(
         "started_by",
         "stderr_table_path",
         "table_writer",
-        "time_limit",
         "ordered",
         "partition_count",
         "job_node_account",
@@ -65,7 +72,6 @@ KNOWN_USER_JOB_KEYS = frozenset(
         "file_paths",
         "format",
         "input_format",
-        "job_time_limit",
         "layer_paths",
         "output_format",
         "output_table_paths",
@@ -143,6 +149,8 @@ class UserJobSpec(SpecModel):
     user_job_memory_digest_lower_bound: float | None = Field(default=None, gt=0, le=1)
     """``None`` → the operation spec's value."""
     memory_reserve_factor: float | None = Field(default=None, gt=0, le=1)
+    job_time_limit: Duration | None = None
+    """A job running longer is stopped with YTsaurus's "Job time limit exceeded" (1202); seconds."""
 
     _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
 
@@ -252,6 +260,8 @@ class OperationSpec(SpecModel):
     max_unpreemptible_allocation_count: int | None = None
     apply_specified_resource_limits_to_demand: bool = False
     is_gang: bool = False
+    time_limit: Duration | None = None
+    """An operation running longer fails with "Operation is running for too long, aborted"; seconds."""
     max_failed_job_count: int = Field(default=10, ge=0)
     job_count: int | None = Field(default=None, ge=0)
     user_job_memory_digest_default_value: float = Field(default=0.5, gt=0, le=1)

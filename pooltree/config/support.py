@@ -161,13 +161,10 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "enable_limiting_ancestor_check": TREE_UNSUPPORTED["enable_limiting_ancestor_check"],
     "fair_share_starvation_tolerance": "per-operation starvation tolerance is not implemented (the pool's applies)",
     "fair_share_starvation_timeout": "per-operation starvation timeout is not implemented (the pool's applies)",
-    "time_limit": "operation time limits are not enforced",
 }
 
 # Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.
-USER_JOB_UNSUPPORTED: dict[str, str] = {
-    "job_time_limit": "job time limits are not enforced",
-}
+USER_JOB_UNSUPPORTED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)

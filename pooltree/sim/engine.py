@@ -514,6 +514,8 @@ class Simulation:
             job = self.jobs.get(record.allocation_id)
             if job is not None:
                 self._preempted(job, record)
+        if result.allocations_to_preempt:
+            self._wake_queued(tree)
         for op in touched.values():
             assert op.controller is not None
             if op.controller.pending_allocation_count == 0:
@@ -617,6 +619,8 @@ class Simulation:
         finished = self._with_memory(job, finished)
         tree.core.on_allocation_finished(finished, self.now)
         tree.changed = True
+        if finished.state == "aborted":
+            self._wake_queued(tree)  # a lost gang allocation stops the rest of its gang
         self._drop_job(job, finished.state)
         node = job.node
         if node.alive:
@@ -837,6 +841,7 @@ class Simulation:
                 touched[job.op.spec.id] = job.op
         for op_id in sorted(touched):
             self._after_job_change(touched[op_id], demand_may_grow=True)
+        self._wake_queued(tree)
 
     def _node_restored(self, failure: Any) -> None:
         node = self.node_by_address[failure.address]
@@ -864,6 +869,7 @@ class Simulation:
             self._last_timeline = now
         for tree in self.trees.values():
             core = tree.core
+            self._enforce_time_limits(tree, now)
             identical = (
                 self.skip_updates and core.last_result is not None and not tree.changed and not tree.integral
             )
@@ -892,6 +898,25 @@ class Simulation:
             self._timeline(tree, now, emit)
         next_time = (index + 1) * self.update_period
         self._push(next_time, FAIR_SHARE_EVENT, index + 1, 0, ("update", index + 1))
+
+    def _enforce_time_limits(self, tree: _TreeState, now: float) -> None:
+        """Operations past their time_limit fail; jobs past their job_time_limit stop (SchedulerCore rules)."""
+        for operation_id, error in tree.core.enforce_time_limits(now):
+            op = self.op_by_id.get(operation_id)
+            if op is not None and op.state in ("running", "pending"):
+                op.error = error["message"]
+                self._finish_operation(op, "failed")
+        self._wake_queued(tree)
+
+    def _wake_queued(self, tree: _TreeState) -> None:
+        """Nodes with stops decided outside their heartbeats (gangs, job time limits) beat again soon."""
+        queued = tree.core.nodes_with_queued_preemptions()
+        if queued:
+            tree.changed = True
+            for address in queued:
+                node = self.node_by_address.get(address)
+                if node is not None:
+                    self._wake(node)
 
     def _arm_timers(self, tree: _TreeState) -> None:
         """Starving operations appeared: sleeping nodes wake when their preemptive stages are due."""

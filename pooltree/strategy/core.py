@@ -17,9 +17,21 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.resources import Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
-from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatResult, NodeHeartbeat
+from pooltree.strategy.model import (
+    AbortReason,
+    Allocation,
+    FinishedAllocation,
+    HeartbeatResult,
+    NodeHeartbeat,
+)
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.strategy.time_limits import (
+    job_time_limit,
+    job_time_limit_error,
+    operation_time_limit,
+    operation_time_limit_error,
+)
 
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
@@ -243,6 +255,44 @@ class SchedulerCore:
         last = node.last_preemptive_scheduling_time
         due = last is None or now > last + self.config.preemptive_scheduling_backoff
         return not (due and (self.has_starving_operations() or self.limits_violated()))
+
+    def enforce_time_limits(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """Apply ``time_limit`` and ``job_time_limit`` at ``now`` (pooltree/strategy/time_limits.py).
+
+        Allocations running longer than their job's ``job_time_limit`` are stopped (abort reason
+        ``job_time_limit_exceeded``, error 1202, delivered in their nodes' next heartbeats). Returns the
+        operations running longer than their ``time_limit`` with YTsaurus's error; the caller fails them (the
+        live service and the simulator both call this on every fair-share period).
+        """
+        failed: list[tuple[str, dict[str, Any]]] = []
+        for operation_id in list(self.controllers):
+            op = self.pool_tree.operations.get(operation_id)
+            if op is None:
+                continue
+            limit = operation_time_limit(op.spec)
+            if limit is not None and now - op.start_time > limit:
+                failed.append((operation_id, operation_time_limit_error(limit, operation_id)))
+                continue
+            runtime = self.strategy.operations.get(operation_id)
+            if runtime is None or op.spec is None:
+                continue
+            for allocation in list(runtime.lists):
+                job_limit = job_time_limit(op.spec, allocation.task)
+                if job_limit is None or now - allocation.start_time <= job_limit or allocation.preempted:
+                    continue
+                self.strategy.stop_allocation(
+                    allocation,
+                    AbortReason.JOB_TIME_LIMIT_EXCEEDED,
+                    f"Job time limit exceeded: the job ran {now - allocation.start_time:g}s, its job_time_limit "
+                    f"is {job_limit:g}s",
+                    now,
+                    error=job_time_limit_error(job_limit),
+                )
+        return failed
+
+    def nodes_with_queued_preemptions(self) -> list[str]:
+        """Nodes whose next heartbeat answer carries stops decided outside their heartbeats (gangs, time limits)."""
+        return self.strategy.nodes_with_queued_preemptions()
 
     def limits_violated(self) -> bool:
         """Whether some pool or operation uses more than its specified resource limits."""

@@ -80,6 +80,8 @@ class AbortReason(enum.StrEnum):
     RESOURCE_OVERCOMMIT = "resource_overcommit"
     RESOURCE_LIMITS_VIOLATED = "resource_limits_violated"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
+    JOB_TIME_LIMIT_EXCEEDED = "job_time_limit_exceeded"
+    """The job ran longer than its ``job_time_limit`` (YTsaurus error 1202 "Job time limit exceeded")."""
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
     """Another allocation of the same gang operation was preempted or aborted: the gang restarts as a whole."""
 
@@ -181,9 +183,12 @@ class PreemptionRecord:
     interruption_signal: str | None = None
     interruptible: bool = False
     allocation_status: PreemptionStatus = PreemptionStatus.PREEMPTIBLE
+    error: dict[str, Any] | None = None
+    """The YTsaurus error the job ends with, when the stop has one (job time limit)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"error": self.error} if self.error is not None else {}),
             "allocation_id": self.allocation_id,
             "operation_id": self.operation_id,
             "node_address": self.node_address,

@@ -1289,7 +1289,7 @@ class TreeScheduler:
                 target = self._queued_preemptions.setdefault(
                     node.address, HeartbeatResult(address=node.address)
                 )
-            self._preempt(
+            record = self._preempt(
                 other,
                 node,
                 now,
@@ -1298,6 +1298,35 @@ class TreeScheduler:
                 explanation,
                 timeout=0.0,
             )
+            record.interruptible = False  # aborted at once, never interrupted to finish its work
+
+    def stop_allocation(
+        self, allocation: Allocation, reason: AbortReason, explanation: str, now: float, error: Any = None
+    ) -> PreemptionRecord | None:
+        """Stop a running allocation outside a heartbeat (job time limit): released now, delivered to its node
+        in its next heartbeat answer with no timeout. A gang operation's other allocations stop with it."""
+        node = self.nodes.get(allocation.node_address)
+        if node is None or allocation.preempted:
+            return None
+        target = self._queued_preemptions.setdefault(node.address, HeartbeatResult(address=node.address))
+        record = self._preempt(
+            allocation,
+            node,
+            now,
+            target,
+            (reason, SchedulingStage.PREEMPTIVE_NORMAL),
+            explanation,
+            timeout=0.0,
+        )
+        record.error = error
+        record.interruptible = False  # aborted at once, never interrupted to finish its work
+        return record
+
+    def nodes_with_queued_preemptions(self) -> list[str]:
+        """Nodes whose next heartbeat answer carries preemptions decided outside their heartbeats."""
+        return [
+            address for address, queued in self._queued_preemptions.items() if queued.allocations_to_preempt
+        ]
 
     def has_queued_preemptions(self, address: str) -> bool:
         """Whether preemptions wait for the node's next heartbeat (a gang restarting as a whole)."""

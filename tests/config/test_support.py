@@ -111,5 +111,6 @@ def test_spec_strategy_options_are_recognized_and_reported() -> None:
     assert spec.unrecognized_spec() == {"my_own_key": 1}
     paths = [item.path for item in unsupported_spec_options(spec)]
     assert "spec.tentative_pool_trees" in paths and "spec.scheduling_segment" in paths
-    assert "spec.tasks.main.job_time_limit" in paths
+    assert "spec.tasks.main.job_time_limit" not in paths  # implemented: the job is stopped past it
+    assert spec.tasks["main"].job_time_limit == 1.0  # milliseconds in, seconds kept
     assert set(SPEC_UNSUPPORTED) >= {"tentative_pool_trees", "schedule_in_single_tree"}

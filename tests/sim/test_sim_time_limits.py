@@ -1,0 +1,65 @@
+"""The simulator applies the core's time limits and gang rules (same SchedulerCore as the live service)."""
+
+from __future__ import annotations
+
+from simkit import events, job, run
+
+
+def _document(spec: dict, *, duration: str = "10m", job_count: int = 4) -> dict:
+    return {
+        "seed": 1,
+        "until": "5m",
+        "scheduler": {"fair_share_update_period": "1s", "node_heartbeat_period": "1s"},
+        "cluster": {
+            "nodes": [
+                {"address": "n", "count": 2, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": "8Gi"}}
+            ]
+        },
+        "pool_trees": {"t": {"pools": {"a": {}}}},
+        "operations": [
+            {
+                "id": "op",
+                "submit_time": 0,
+                "spec": {"pool": "a", **spec},
+                "tasks": [
+                    {"job_count": job_count, "resources": job(cpu=1, memory="1Gi"), "duration": duration}
+                ],
+            }
+        ],
+    }
+
+
+def test_an_operation_past_its_time_limit_fails_with_ytsaurus_error(tmp_path) -> None:
+    summary = run(_document({"time_limit": 60000}), tmp_path)
+    op = summary["operations"][0]
+    assert op["state"] == "failed"
+    assert 60.0 < op["finish_time"] <= 62.0
+    errors = [e for e in events(tmp_path) if e["event"] == "operation_error"]
+    assert errors and errors[0]["error"] == "Operation is running for too long, aborted"
+
+
+def test_without_a_time_limit_the_operation_runs_on(tmp_path) -> None:
+    summary = run(_document({}), tmp_path)
+    assert summary["operations"][0]["state"] in ("running", "completed")
+    assert not [e for e in events(tmp_path) if e["event"] == "operation_error"]
+
+
+def test_a_node_failure_restarts_a_whole_gang(tmp_path) -> None:
+    document = _document({"is_gang": True}, job_count=8)
+    document["cluster"]["nodes"][0]["count"] = 3  # 12 slots: the gang's 8 jobs spread over the nodes
+    document["node_failures"] = [{"address": "n-1", "at": "30s", "duration": "10m"}]
+    run(document, tmp_path)
+    log = events(tmp_path)
+    lost_on_node = [e for e in log if e["event"] == "allocation_aborted" and e["time"] == 30.0]
+    restarted = [
+        e
+        for e in log
+        if e["event"] == "allocation_preempted" and e["reason"] == "operation_incarnation_changed"
+    ]
+    assert lost_on_node and restarted
+    # Every allocation running at the failure stopped: those on the failed node and, with them, the others.
+    running_before = {
+        e["allocation_id"] for e in log if e["event"] == "allocation_started" and e["time"] < 30.0
+    }
+    stopped = {e["allocation_id"] for e in lost_on_node} | {e["allocation_id"] for e in restarted}
+    assert running_before <= stopped
