@@ -104,6 +104,8 @@ class LiveJobs:
                 if job_id is None:
                     continue
                 self._note_preemption(job_id, record)
+                if record.error is not None and job_id in self.jobs:  # job time limit: YTsaurus's error 1202
+                    self.jobs[job_id].error = record.error
                 target = self.nodes.get(record.node_address, node)
                 if record.interruptible and record.timeout > 0:
                     target.preempts.append([job_id, record.reason.value, float(record.timeout)])

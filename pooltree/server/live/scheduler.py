@@ -413,6 +413,12 @@ class LiveScheduler(LiveJobs, LiveRevival):
             for op in list(self.operations.values()):
                 if tree in op.trees:
                     self._check_completion(op, now)
+            # time_limit / job_time_limit (the core's rule): jobs past their limit are stopped at their nodes'
+            # next heartbeats, operations past theirs fail.
+            for operation_id, error in self.cores[tree].enforce_time_limits(now):
+                op = self.operations.get(operation_id)
+                if op is not None and not op.is_final:
+                    self.finish_operation(operation_id, "failed", now, error=error)
             self._update_tree(tree, now)
             for operation_id, error in self.alert_center.operations_to_fail(now, tree):
                 if operation_id in self.operations:
