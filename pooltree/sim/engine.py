@@ -646,6 +646,14 @@ class Simulation:
     def _memory_peak(self, job: _Job) -> None:
         job.memory_now = job.peak_total
         node = job.node
+        if job.memory_now > float(job.allocation.reserve[MEMORY]):
+            # The node reports memory above the reserve: the scheduler counts it (SchedulerCore.report_usage).
+            tree = self.trees[node.tree]
+            usage = np.array(job.allocation.reserve, dtype=float)
+            usage[MEMORY] = job.memory_now
+            if tree.core.report_usage(job.allocation.id, usage):
+                tree.changed = True
+                self._wake(node)
         limit = float(node.limits[MEMORY])
         jobs = [self.jobs[j] for j in sorted(node.jobs, key=lambda j: self.jobs[j].serial)]
         usage = sum(j.memory_now for j in jobs)
@@ -657,7 +665,7 @@ class Simulation:
             [
                 JobMemory(
                     j.allocation.id,
-                    float(j.allocation.resources[MEMORY]),
+                    float(j.allocation.reserve[MEMORY]),
                     j.memory_now,
                     j.memory_limit_total,
                     j.start,

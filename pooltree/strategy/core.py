@@ -290,6 +290,11 @@ class SchedulerCore:
                 )
         return failed
 
+    def report_usage(self, allocation_id: str, reported: Vector) -> bool:
+        """A node-reported usage of one allocation; it counts where it exceeds the reserve (see
+        ``TreeScheduler.report_usage``). Returns whether the accounted usage changed."""
+        return self.strategy.report_usage(allocation_id, reported)
+
     def nodes_with_queued_preemptions(self) -> list[str]:
         """Nodes whose next heartbeat answer carries stops decided outside their heartbeats (gangs, time limits)."""
         return self.strategy.nodes_with_queued_preemptions()

@@ -120,6 +120,7 @@ class Allocation:
         "payload",
         "preemption",
         "preemption_status",
+        "reserve",
         "start_time",
         "task",
     )
@@ -140,6 +141,9 @@ class Allocation:
         self.id = id
         self.operation_id = operation_id
         self.resources = resources
+        self.reserve: Vector = self.resources
+        """What the allocation was started with (the controller's reserve); node reports above it raise
+        ``resources`` (``usage_above_reserve``), never below it."""
         self.task = task
         self.payload = payload
         self.interruptible = interruptible

@@ -1300,6 +1300,22 @@ class TreeScheduler:
             )
             record.interruptible = False  # aborted at once, never interrupted to finish its work
 
+    def report_usage(self, allocation_id: str, reported: Vector) -> bool:
+        """A node reports what an allocation uses: it counts when above the reserve (``usage_above_reserve``).
+
+        The new usage goes into the operation's and its pools' usage (fair share, starvation), the node's usage
+        (fit of new allocations, overcommit aborts at the next heartbeat) and the preemptible lists. Returns
+        whether the accounted usage changed.
+        """
+        allocation = self.allocations.get(allocation_id)
+        if allocation is None or allocation.preempted or allocation.node_address not in self.nodes:
+            return False
+        usage = usage_above_reserve(allocation.reserve, reported)
+        if np.array_equal(usage, allocation.resources):
+            return False
+        self._change_usage(allocation, usage)
+        return True
+
     def stop_allocation(
         self, allocation: Allocation, reason: AbortReason, explanation: str, now: float, error: Any = None
     ) -> PreemptionRecord | None:
@@ -1417,6 +1433,15 @@ class TreeScheduler:
             for element in self._elements.values()
             if element.limits is not None
         )
+
+
+def usage_above_reserve(reserve: Vector, reported: Vector) -> Vector:
+    """An allocation's usage from a node report: the reported amount where it exceeds the reserve, else the reserve.
+
+    The seeds: the memory reserve is a lower bound of what a job uses; nodes measure the rest. YTsaurus's node
+    raises an allocation's resource usage to the job's measured memory above the reserve.
+    """
+    return np.maximum(np.asarray(reserve, dtype=float), np.asarray(reported, dtype=float))
 
 
 def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | None:

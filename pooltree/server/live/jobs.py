@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pooltree.config import nodes_of_trees
 from pooltree.controllers.operations import Job
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
-from pooltree.resources import resources_to_dict
+from pooltree.resources import MEMORY, resources_to_dict
 from pooltree.server.heartbeats import FinishedJobReport, HeartbeatRequest
 from pooltree.server.live.model import (
     LOST_AFTER_MISSED_HEARTBEATS,
@@ -74,6 +76,16 @@ class LiveJobs:
                 node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
             else:
                 job.missed_heartbeats = 0
+        # Measured memory above a job's reserve counts as its allocation's usage (SchedulerCore.report_usage).
+        for report in heartbeat.running:
+            job = self.jobs.get(report.job_id)
+            if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
+                continue
+            core = self.cores.get(job.tree)
+            if core is not None:
+                reported = np.array(report.resource_usage, dtype=float)
+                reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
+                core.report_usage(job.allocation_id, reported)
         for job in list(self.jobs.values()):
             if job.address == heartbeat.address and job.state == "running" and job.id not in running_ids:
                 if job.id in acknowledge:
