@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.alerts import fair_share_issues, issue_text
+from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
 from pooltree.resources import Vector, resources_to_dict, share_to_dict
 from pooltree.strategy import TreeScheduler
@@ -96,15 +97,22 @@ def tree_view(
     """
     pools: dict[str, Any] = {}
     operations: dict[str, Any] = {}
+    positions = tree.pending_positions()
     for element_id, element in result.elements.items():
         view = _element_view(element)
         if strategy is not None:
             extra = strategy.element_view(element_id)
             view.update((key, extra[key]) for key in STRATEGY_FIELDS if key in extra)
-        if element.is_operation:
-            operations[element_id] = {**tree.operation_orchid(element_id), **view}
-        else:
-            pools[element_id] = {**tree.pool_orchid(element_id), **view}
+        # A view may be built after the update it shows (the live service builds it when read): an element the
+        # tree has dropped since (a finished operation, an emptied ephemeral pool) keeps its shares only.
+        try:
+            if element.is_operation:
+                placement = tree.operation_orchid(element_id, position=positions.get(element_id))
+            else:
+                placement = tree.pool_orchid(element_id)
+        except PooltreeError:
+            placement = {}
+        (operations if element.is_operation else pools)[element_id] = {**placement, **view}
     root = result.elements[ROOT]
     alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
     return {

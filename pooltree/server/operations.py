@@ -18,6 +18,8 @@ from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.live import NO_SUCH_JOB, LiveJob, LiveOperation, LiveScheduler, no_such_operation
+from pooltree.server.live.counts import CountFilter, CountKey, count_key
+from pooltree.server.live.counts import counters as counts_of
 from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
@@ -40,6 +42,8 @@ FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
 """Distinct (output format, attribute list) encodings kept per operation."""
+ALL = 1 << 62
+"""A store query limit that means every matching row."""
 
 
 class _Attributes:
@@ -78,6 +82,13 @@ def parse_time(value: Any, name: str) -> float | None:
     raise parameter_error(name, f"expected a time, got {type(value).__name__}")
 
 
+def _filter_factors(record: OperationRecord) -> str:
+    """The text ``list_operations``'s ``filter`` searches (lower case): id, user, state, type, pools and title."""
+    title = record.spec.get("title") if isinstance(record.spec.get("title"), str) else ""
+    pools = " ".join(count_key(record).pools)
+    return f"{record.id} {record.user} {record.state} {record.type} {pools} {title}".lower()
+
+
 def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
     if error is not None:
         return {"error": error}
@@ -112,13 +123,41 @@ class OperationCommands:
 
     # ------------------------------------------------------------------ cached attribute maps
 
-    def _fingerprint(self, op: LiveOperation) -> Hashable | None:
-        """What a live operation's attribute map depends on, or None when it must be rebuilt on every read (a
-        pending operation's queue position moves with other operations)."""
-        if op.state == "pending":
+    def _placement(self, op: LiveOperation) -> Hashable | None:
+        """What a pending operation's placement shows (queue, position, queue length, the pool's running count) in
+        each tree, read without the scheduler's lock; None if it moved while being read."""
+        placement = []
+        trees = self.scheduler.registry.trees
+        try:
+            for name in op.trees:
+                tree_op = trees[name].operations.get(op.id)
+                holder = None if tree_op is None else tree_op.pending_pool
+                if holder is None:
+                    placement.append((name, tree_op is not None and tree_op.running))
+                    continue
+                position = list(holder.pending).index(op.id)
+                placement.append(
+                    (
+                        name,
+                        holder.name,
+                        position,
+                        len(holder.pending),
+                        holder.running_operation_count,
+                        holder.max_running_operation_count,
+                    )
+                )
+        except (KeyError, ValueError, RuntimeError):
             return None
+        return tuple(placement)
+
+    def _fingerprint(self, op: LiveOperation) -> Hashable | None:
+        """What a live operation's attribute map depends on (for a pending one also its place in the queues), or
+        None when that cannot be told now."""
         controller = op.controller
         last_update = self.scheduler.last_update
+        placement = self._placement(op) if op.state == "pending" else ()
+        if placement is None:
+            return None
         return (
             op.revision,
             op.state,
@@ -132,6 +171,7 @@ class OperationCommands:
             controller.failed_job_count,
             controller.reserved_count,
             tuple(last_update.get(tree) for tree in op.trees),
+            placement,
         )
 
     def _cached(self, operation_id: str) -> _Attributes | None:
@@ -144,27 +184,61 @@ class OperationCommands:
             return None
         return entry
 
+    def _pending_entry(self, op: LiveOperation) -> _Attributes | None:
+        """A pending operation's map built without the scheduler's lock (a fair-share update may hold it for long
+        with many operations queued); None if the operation changed while it was read (then built under the lock).
+        A pending operation has no jobs, so the map is its record, its placement and the last published shares."""
+        fingerprint = self._fingerprint(op)
+        if fingerprint is None:
+            return None
+        entry = self._live.get(op.id)
+        if entry is not None and entry.fingerprint == fingerprint:
+            return entry
+        try:
+            attributes = self._live_attributes(op)
+        except (KeyError, ValueError, RuntimeError, PooltreeError):
+            return None
+        if op.state != "pending" or self._fingerprint(op) != fingerprint:
+            return None
+        entry = _Attributes(fingerprint, attributes)
+        self._live[op.id] = entry
+        return entry
+
     def _entry(self, operation_id: str) -> _Attributes:
-        """The attribute map, rebuilt if anything it shows changed (live) or read once from the store (finished)."""
-        with self.scheduler.lock:
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None:
-                fingerprint = self._fingerprint(op)
-                entry = self._live.get(operation_id)
-                if entry is None or fingerprint is None or entry.fingerprint != fingerprint:
-                    entry = _Attributes(fingerprint, self._live_attributes(op))
-                    self._live[operation_id] = entry
-                    if len(self._live) > 2 * len(self.scheduler.operations) + 64:
-                        for stale in [i for i in self._live if i not in self.scheduler.operations]:
-                            del self._live[stale]
-                return entry
+        """The attribute map, rebuilt if anything it shows changed (live) or read once from the store (finished).
+
+        Only live operations need the scheduler's lock (and pending ones not even that); stored ones are read
+        from the store."""
+        op = self.scheduler.operations.get(operation_id)
+        if op is not None and op.state == "pending":
+            pending = self._pending_entry(op)
+            if pending is not None:
+                return pending
+        if op is not None:
+            with self.scheduler.lock:
+                op = self.scheduler.operations.get(operation_id)
+                if op is not None:
+                    fingerprint = self._fingerprint(op)
+                    entry = self._live.get(operation_id)
+                    if entry is None or fingerprint is None or entry.fingerprint != fingerprint:
+                        entry = _Attributes(fingerprint, self._live_attributes(op))
+                        self._live[operation_id] = entry
+                        if len(self._live) > 2 * len(self.scheduler.operations) + 64:
+                            for stale in [i for i in self._live if i not in self.scheduler.operations]:
+                                del self._live[stale]
+                    return entry
+        return self._stored_entry(operation_id)
+
+    def _stored_entry(self, operation_id: str, record: OperationRecord | None = None) -> _Attributes:
+        """A finished (or not live) operation's map: the LRU of finished maps, else ``record`` or the store."""
         with self._cache_lock:
             self._live.pop(operation_id, None)
             entry = self._finished.get(operation_id)
             if entry is not None:
                 self._finished.move_to_end(operation_id)
                 return entry
-        record = self.scheduler.store.get_operation(operation_id)
+        if record is None:
+            record = self.scheduler.store.get_operation(operation_id)
         if record is None:
             raise no_such_operation(operation_id)
         entry = _Attributes(None, self._stored_attributes(record))
@@ -199,11 +273,9 @@ class OperationCommands:
         scheduling_info: dict[str, Any] = {}
         for tree in op.trees:
             info: dict[str, Any] = {"pool": op.pools.get(tree)}
-            view = scheduler.views.get(tree, {}).get("operations", {}).get(op.id)
-            if view is not None:
-                for key in ("fair_share_ratio", "usage_ratio", "demand_ratio", "weight", "starvation_status"):
-                    if key in view:
-                        info[key] = view[key]
+            shares = scheduler.operation_shares(tree, op.id)
+            if shares is not None:
+                info.update(shares)
             if op.id in scheduler.registry.operations and tree in scheduler.registry.trees:
                 try:
                     placement = scheduler.registry.trees[tree].operation_orchid(op.id)
@@ -376,6 +448,13 @@ class OperationCommands:
         return None if entry is None else self._encoded(entry, ctx)
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
+        """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
+        of every operation matching the filters.
+
+        The page is one indexed store query of ``limit + 1`` rows; the counters come from the in-memory counts
+        (``LiveScheduler.counts``), so a call costs the page, not the number of operations. Time bounds
+        (``from_time``/``to_time``), ``filter`` text and ``with_failed_jobs`` are not columns of the index: with
+        them the matching rows are read and counted (the cost grows with how many match)."""
         limit = ctx.int_param("limit", 100)
         if limit < 0 or limit > 1000:
             raise parameter_error("limit", "must be between 0 and 1000")
@@ -384,54 +463,91 @@ class OperationCommands:
             raise parameter_error("cursor_direction", "expected past or future")
         filters = {name: ctx.str_param(name, None) for name in ("state", "user", "pool", "type")}
         text = ctx.str_param("filter", None)
-        base = OperationFilter(
+        with_failed_jobs = ctx.param("with_failed_jobs", None)
+        if with_failed_jobs is not None and not isinstance(with_failed_jobs, bool):
+            with_failed_jobs = ctx.bool_param("with_failed_jobs", False)
+        from_time = parse_time(ctx.param("from_time", None), "from_time")
+        to_time = parse_time(ctx.param("to_time", None), "to_time")
+        cursor_time = parse_time(ctx.param("cursor_time", None), "cursor_time")
+        count_filter = CountFilter(
+            state=filters["state"],
             user=filters["user"],
+            pool=filters["pool"],
             type=filters["type"],
-            from_time=parse_time(ctx.param("from_time", None), "from_time"),
-            to_time=parse_time(ctx.param("to_time", None), "to_time"),
-            cursor_time=parse_time(ctx.param("cursor_time", None), "cursor_time"),
-            cursor_direction=direction,
-            limit=1_000_000,
+            with_failed_jobs=with_failed_jobs,
         )
-        records = self.scheduler.store.list_operations(base)
+        store = self.scheduler.store
+        if from_time is None and to_time is None and not text and with_failed_jobs is None:
+            page = store.list_operations(
+                OperationFilter(
+                    state=filters["state"],
+                    user=filters["user"],
+                    pool=filters["pool"],
+                    type=filters["type"],
+                    cursor_time=cursor_time,
+                    cursor_direction=direction,
+                    limit=limit + 1,
+                )
+            )
+            counters = self.scheduler.counts.counters(count_filter)
+        else:
+            page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
         items: list[dict[str, Any]] = []
-        for record in records:
+        for record in page[:limit]:
             try:
-                items.append(self.operation_attributes(record.id))
+                attributes = self._brief(record)
             except YtError:
                 continue
-        if filters["pool"] is not None:
-            items = [
-                i
-                for i in items
-                if i.get("pool") == filters["pool"]
-                or filters["pool"]
-                in {
-                    o.get("pool")
-                    for o in i["runtime_parameters"].get("scheduling_options_per_pool_tree", {}).values()
-                }
-            ]
+            items.append({k: attributes[k] for k in BRIEF_ATTRIBUTES if k in attributes})
+        return {"operations": items, "incomplete": len(page) > limit, **counters}
+
+    def _brief(self, record: OperationRecord) -> dict[str, Any]:
+        """A listed operation's attribute map: the live one (current state and progress) or the stored one."""
+        if record.id in self.scheduler.operations:
+            return self.operation_attributes(record.id)
+        return self._stored_entry(record.id, record).attributes
+
+    def _scan(
+        self,
+        count_filter: CountFilter,
+        text: str | None,
+        from_time: float | None,
+        to_time: float | None,
+        cursor_time: float | None,
+        direction: str,
+        limit: int,
+    ) -> tuple[list[OperationRecord], dict[str, Any]]:
+        """Filters the index cannot answer: read the operations in the time range, count and page them here."""
+        records = self.scheduler.store.list_operations(
+            OperationFilter(from_time=from_time, to_time=to_time, cursor_direction=direction, limit=ALL)
+        )
         if text:
             needle = text.lower()
-            items = [
-                i
-                for i in items
-                if needle
-                in f"{i['id']} {i['authenticated_user']} {i.get('pool')} {i['brief_spec'].get('title')}".lower()
-            ]
-        state_counts = Counter(i["state"] for i in items)
-        if filters["state"] is not None:
-            items = [i for i in items if i["state"] == filters["state"]]
-        result = {
-            "operations": [{k: i[k] for k in BRIEF_ATTRIBUTES if k in i} for i in items[:limit]],
-            "incomplete": len(items) > limit,
-            "pool_counts": dict(Counter(i.get("pool") or "" for i in items)),
-            "user_counts": dict(Counter(i["authenticated_user"] for i in items)),
-            "state_counts": dict(state_counts),
-            "type_counts": dict(Counter(i["type"] for i in items)),
-            "failed_jobs_count": sum(1 for i in items if i["brief_progress"]["jobs"].get("failed")),
-        }
-        return result
+            records = [r for r in records if needle in _filter_factors(r)]
+        groups: Counter[CountKey] = Counter(count_key(r) for r in records)
+        counters = counts_of(groups.items(), count_filter)
+        page = []
+        for record in records:
+            if cursor_time is not None and (
+                record.start_time >= cursor_time if direction == "past" else record.start_time <= cursor_time
+            ):
+                continue
+            key = count_key(record)
+            if (
+                (count_filter.state is not None and key.state != count_filter.state)
+                or (count_filter.user is not None and key.user != count_filter.user)
+                or (count_filter.pool is not None and count_filter.pool not in key.pools)
+                or (count_filter.type is not None and key.type != count_filter.type)
+                or (
+                    count_filter.with_failed_jobs is not None
+                    and key.has_failed_jobs != count_filter.with_failed_jobs
+                )
+            ):
+                continue
+            page.append(record)
+            if len(page) > limit:
+                break
+        return page, counters
 
     def _finish(self, ctx: CommandContext, final: str) -> None:
         operation_id = self._operation_id(ctx)

@@ -273,7 +273,7 @@ class SchedulerService:
             for tree in list(self.scheduler.cores):
                 try:
                     period = self.scheduler.fair_share_update_period(tree)
-                    if now - self.scheduler.last_update.get(tree, float("-inf")) >= period:
+                    if self.scheduler.needs_update(tree, now, period):
                         await run_in_threadpool(
                             self._timed, "fair_share_update", self.scheduler.update_fair_share, tree, now
                         )

@@ -978,8 +978,14 @@ class PoolTree:
             "user": pool.created_by_user,
         }
 
-    def operation_orchid(self, operation_id: str) -> dict[str, Any]:
-        """An operation's placement in this tree; a pending one names the pool holding it and its position."""
+    def pending_positions(self) -> dict[str, int]:
+        """Every pending operation's position in its queue (one pass; ``operation_orchid`` per operation would
+        look each one up in its queue)."""
+        return {op_id: i for pool in self._pools.values() for i, op_id in enumerate(pool.pending)}
+
+    def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
+        """An operation's placement in this tree; a pending one names the pool holding it and its position
+        (``position`` when the caller already knows it)."""
         op = self.operation(operation_id)
         info: dict[str, Any] = {
             "pool": op.pool.name,
@@ -996,7 +1002,8 @@ class PoolTree:
         }
         if not op.running and op.pending_pool is not None:
             holder = op.pending_pool
-            position = list(holder.pending).index(op.id)
+            if position is None:
+                position = list(holder.pending).index(op.id)
             info.update(
                 pending_pool=holder.name,
                 pending_position=position,

@@ -103,9 +103,14 @@ class LiveJobs:
         start: list[dict[str, Any]] = []
         for tree in node.trees:
             core = self.cores[tree]
+            limits_before = core.node_limits.get(heartbeat.address)
             result = core.process_heartbeat(
                 NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
             )
+            if limits_before is None or not np.array_equal(
+                limits_before, core.node_limits[heartbeat.address]
+            ):
+                self.mark_dirty(tree)  # the tree's total resources changed
             for allocation in result.allocations_to_start:
                 spec = self._on_started(tree, allocation, node, now)
                 if spec is not None:
@@ -305,7 +310,9 @@ class LiveJobs:
         with self.lock:
             gone = [a for a, n in self.nodes.items() if now - n.last_seen > self.node_heartbeat_timeout]
             for address in gone:
-                for core in self.cores.values():
+                for tree, core in self.cores.items():
+                    if address in core.node_limits:
+                        self.mark_dirty(tree)
                     for allocation in core.remove_node(address, now):
                         job_id = self.allocation_jobs.pop(allocation.id, None)
                         job = self.jobs.get(job_id) if job_id else None

@@ -25,6 +25,8 @@ NO_SUCH_JOB = 1916
 OPERATION_FAILED = 1
 DEFAULT_HEARTBEAT_PERIOD = 1.0
 DEFAULT_FAIR_SHARE_UPDATE_PERIOD = 1.0
+MIN_FAIR_SHARE_UPDATE_PERIOD = 0.05
+"""Shortest fair-share update period the live service runs (its loop ticks every 50 ms)."""
 LOST_AFTER_MISSED_HEARTBEATS = 2
 MAX_STALE_TREE_ROUNDS = 16
 """Bound on publishes per call when activations cascade; what is left waits for the periodic update."""

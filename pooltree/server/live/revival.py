@@ -48,6 +48,7 @@ class LiveRevival:
             "error": yt_error(OPERATION_FAILED, f"Operation could not be revived: {error.message}"),
         }
         self.store.put_operation(record)
+        self.counts.put(record, final=True)
 
     def _revive_one(self, record: OperationRecord, now: float) -> None:
         model = OperationSpec.parse(dict(record.spec), "spec")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pooltree.alerts import AlertSettings, SchedulerAlerts
@@ -19,12 +19,13 @@ from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.orchid import tree_view
-from pooltree.resources import parse_duration
+from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.jobs import LiveJobs
 from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
     DEFAULT_HEARTBEAT_PERIOD,
     MAX_STALE_TREE_ROUNDS,
+    MIN_FAIR_SHARE_UPDATE_PERIOD,
     OPERATION_FAILED,
     LiveJob,
     LiveOperation,
@@ -36,7 +37,7 @@ from pooltree.server.live.model import (
     no_such_operation,
 )
 from pooltree.server.live.revival import LiveRevival
-from pooltree.server.store import JobRecord, OperationRecord, Store
+from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, Store
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 from pooltree.tree import PoolTrees
@@ -44,6 +45,8 @@ from pooltree.tree.lifecycle import OperationState
 
 EVENT_LOG_SIZE = 2_000
 """Events kept in memory for the orchid's ``event_log`` and the web UI (oldest dropped first)."""
+FINAL_STATES = ("completed", "failed", "aborted")
+ALL_OPERATIONS = 1 << 62
 
 
 class LiveScheduler(LiveJobs, LiveRevival):
@@ -68,12 +71,18 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.allocation_jobs: dict[str, str] = {}
         self.nodes: dict[str, NodeState] = {}
         self.expected_nodes: dict[str, float] = {}
-        self.views: dict[str, dict[str, Any]] = {}
-        self.strategy_views: dict[str, dict[str, dict[str, Any]]] = {}
+        self.views = TreeViews(self)
+        """Orchid views of the last published update per tree, built when first read after it (lock held)."""
+        self.strategy_views = StrategyViews(self)
         self.preemptions: Counter[tuple[str, str]] = Counter()
         self.last_update: dict[str, float] = {}
+        self.fair_share_updates: Counter[str] = Counter()
+        """Full fair-share updates run per tree (the periodic ones and those events asked for)."""
         self._stale_trees: set[str] = set()
-        """Trees with newly activated operations, published before the next heartbeat is scheduled."""
+        """Trees with operations that can run now: published before the next heartbeat is scheduled and by the
+        service's loop without waiting for the period."""
+        self._dirty: set[str] = set()
+        """Trees whose fair-share inputs changed since their last update: published at the next period."""
         self._updating = False
         self._job_writes: dict[tuple[str, str], JobRecord] | None = None
         self.durations: dict[str, tuple[int, float, float]] = {}
@@ -88,6 +97,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
         """Called with (tree, now) after every fair-share update of a tree (the web UI's history samples)."""
         self.now = 0.0
         """The latest time a command, heartbeat or update brought (alerts read at other times use it)."""
+        self.counts = OperationCounts()
+        """Operations per state/user/pools/type for ``list_operations`` counters (every stored operation)."""
+        self.counts.load(
+            store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
+        )
 
     # ------------------------------------------------------------------ pool trees
 
@@ -104,22 +118,19 @@ class LiveScheduler(LiveJobs, LiveRevival):
             for name in list(self.cores):
                 if name not in self.registry.trees:
                     del self.cores[name]
-                    self.views.pop(name, None)
+                    self.views.forget(name)
+            self._dirty.update(self.cores)
             self._on_activated(activated, now)
             self._refresh_stale_trees(now)
 
     def fair_share_update_period(self, tree: str) -> float:
-        """``fair_share_update_period`` of the tree config (YTsaurus milliseconds or a unit string), 1 s default."""
+        """The tree's ``fair_share_update_period`` (config seconds; YTsaurus milliseconds or a unit string in the
+        document), 1 s by default, never below ``MIN_FAIR_SHARE_UPDATE_PERIOD``."""
         config = self.registry.trees[tree].config
         value = getattr(config, "fair_share_update_period", None)
         if value is None:
-            value = (getattr(config, "model_extra", None) or {}).get("fair_share_update_period")
-        if value is None:
             return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
-        try:
-            return max(parse_duration(value, f"pool_trees.{tree}.config.fair_share_update_period"), 0.05)
-        except ConfigError:
-            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
+        return max(float(value), MIN_FAIR_SHARE_UPDATE_PERIOD)
 
     # ------------------------------------------------------------------ persistence
 
@@ -156,20 +167,20 @@ class LiveScheduler(LiveJobs, LiveRevival):
             "alerts": self.alerts(op),
         }
         pool = next(iter(op.pools.values()), None)
-        self.store.put_operation(
-            OperationRecord(
-                op.id,
-                op.type,
-                op.state,
-                op.user,
-                pool,
-                op.start_time,
-                op.finish_time,
-                spec=op.spec,
-                runtime_parameters=op.runtime_parameters,
-                document=document,
-            )
+        record = OperationRecord(
+            op.id,
+            op.type,
+            op.state,
+            op.user,
+            pool,
+            op.start_time,
+            op.finish_time,
+            spec=op.spec,
+            runtime_parameters=op.runtime_parameters,
+            document=document,
         )
+        self.store.put_operation(record)
+        self.counts.put(record, final=op.is_final)
 
     def _set_state(self, op: LiveOperation, state: str, now: float) -> None:
         if op.state == state:
@@ -261,8 +272,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
             }
             self._save_operation(op)
             self._sync_state(op, now)
-            for name in op.trees:
-                self._update_tree(name, now)
+            # No fair-share update per start (its cost grows with the operations in the tree): an operation that
+            # can run now is published before the next heartbeat schedules and by the service loop at once; a
+            # pending one changes no share and is published by the next periodic update.
+            if registered.state is OperationState.RUNNING:
+                self._stale_trees.update(op.trees)
+            else:
+                self._dirty.update(op.trees)
             return op
 
     def _attach(self, op: LiveOperation) -> None:
@@ -313,6 +329,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             intermediate = {"completed": "completing", "aborted": "aborting", "failed": "failing"}[final]
             op.events.append({"state": intermediate, "time": now})
             self._set_state(op, final, now)
+            self._dirty.update(op.trees)
             self._on_activated(activated, now)
             # a finished operation is served from the store from now on
             del self.operations[operation_id]
@@ -342,6 +359,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             op = self.operation(operation_id)
             self.registry.suspend_operation(operation_id)
             op.suspended = True
+            self._dirty.update(op.trees)
             if abort_running_jobs:
                 for job in list(op.jobs.values()):
                     if job.state == "running" and job.allocation_id is not None:
@@ -355,6 +373,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             op = self.operation(operation_id)
             self.registry.resume_operation(operation_id)
             op.suspended = False
+            self._dirty.update(op.trees)
             self._save_operation(op)
 
     def update_operation_parameters(self, operation_id: str, parameters: Any, now: float) -> None:
@@ -376,6 +395,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 "scheduling_options_per_pool_tree": per_tree,
             }
             op.pools = {name: opts["pool"] for name, opts in per_tree.items()}
+            self._dirty.update(op.trees)
             self._on_activated(activated, now)
             self._sync_state(op, now)
             self._save_operation(op)
@@ -405,7 +425,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
     # ------------------------------------------------------------------ fair share
 
     def update_fair_share(self, tree: str, now: float) -> None:
-        """The periodic update of one tree: finish completed operations, recompute shares, refresh the views."""
+        """The periodic update of one tree: finish completed operations, recompute shares, publish."""
         with self.lock:
             if tree not in self.cores:
                 return
@@ -424,8 +444,38 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 if operation_id in self.operations:
                     self.finish_operation(operation_id, "failed", now, error=error)
 
+    def needs_update(self, tree: str, now: float, period: float) -> bool:
+        """Whether ``tree`` is due an update: at once when operations wait to run (stale); at its period when
+        its inputs changed (dirty), when operations run in it (usage, demand and starvation move with time) or
+        when a pool has integral guarantees (volumes accumulate with time). A tree holding only pending
+        operations and no change would recompute the same shares, so it is left alone."""
+        if tree in self._stale_trees:
+            return True
+        last = self.last_update.get(tree)
+        if last is None:
+            return True
+        if now - last < period:
+            return False
+        if tree in self._dirty:
+            return True
+        pool_tree = self.registry.trees.get(tree)
+        if pool_tree is None:
+            return False
+        root = pool_tree.root
+        if root.running_operation_count or root.lightweight_running_operation_count:
+            return True
+        return any(
+            pool.config is not None and pool.config.integral_guarantees.guarantee_type != "none"
+            for pool in pool_tree.pools.values()
+        )
+
+    def mark_dirty(self, tree: str) -> None:
+        """Inputs of ``tree`` changed outside the operation commands (nodes): publish at the next period."""
+        self._dirty.add(tree)
+
     def _update_tree(self, tree: str, now: float) -> None:
         self._stale_trees.discard(tree)
+        self._dirty.discard(tree)
         updating, self._updating = self._updating, True
         try:
             self._publish_tree(tree, now)
@@ -438,27 +488,33 @@ class LiveScheduler(LiveJobs, LiveRevival):
             op = self.operations.get(operation_id)
             if op is not None and not op.is_final and getattr(controller, "is_completed", False):
                 self.finish_operation(operation_id, "completed", now)
-        result = core.update_fair_share(now)
+        core.update_fair_share(now)
+        self.fair_share_updates[tree] += 1
         self.last_update[tree] = now
-        view = tree_view(core.pool_tree, result, core.total_resources)
-        strategy: dict[str, dict[str, Any]] = {}
-        for section in ("pools", "operations"):
-            for element_id, entry in view[section].items():
-                try:
-                    extra = core.strategy.element_view(element_id)
-                except PooltreeError:
-                    continue
-                if section == "operations":
-                    controller = core.controllers.get(element_id)
-                    if controller is not None:
-                        extra["progress"] = controller.progress()
-                entry.update(extra)
-                strategy[element_id] = extra
-        self.views[tree] = view
-        self.strategy_views[tree] = strategy
+        self.views.forget(tree)
         self._drain(core)
         for listener in self.update_listeners:
             listener(tree, now)
+
+    def operation_shares(self, tree: str, operation_id: str) -> dict[str, Any] | None:
+        """One operation's shares and starvation in the last published update of ``tree`` (lock held), or
+        None when that update did not include it (started since)."""
+        core = self.cores.get(tree)
+        result = core.last_result if core is not None else None
+        if result is None or operation_id not in result.elements:
+            return None
+        element = result.elements[operation_id]
+        view: dict[str, Any] = {
+            "fair_share_ratio": float(max(element.fair_share, default=0.0)),
+            "usage_ratio": float(max(element.usage_share, default=0.0)),
+            "demand_ratio": float(max(element.demand_share, default=0.0)),
+            "weight": float(element.weight),
+        }
+        try:
+            view["starvation_status"] = core.strategy.element_view(operation_id)["starvation_status"]
+        except (PooltreeError, KeyError):
+            view["starvation_status"] = "non_starving"
+        return view
 
     def _drain(self, core: SchedulerCore) -> None:
         """Keep the core's events in the bounded event log (orchid ``scheduler/event_log``); a preempted
@@ -509,3 +565,92 @@ class LiveScheduler(LiveJobs, LiveRevival):
             "lost": op.lost_jobs,
             "total": running + completed + max(pending - controller.reserved_count, 0),
         }
+
+
+class TreeViews(Mapping[str, dict[str, Any]]):
+    """``tree → orchid view`` of the last published fair-share update, built on first read and kept until the
+    next update of that tree. Building a view costs per element of the tree (shares, placement, strategy
+    fields), far more than the update at thousands of pending operations, so it is paid only when read (the
+    orchid, ``/metrics``). Read with the scheduler's lock held."""
+
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+        self._built: dict[str, dict[str, Any]] = {}
+
+    def forget(self, tree: str) -> None:
+        self._built.pop(tree, None)
+
+    def _published(self) -> list[str]:
+        return [name for name, core in self.scheduler.cores.items() if core.last_result is not None]
+
+    def __getitem__(self, tree: str) -> dict[str, Any]:
+        view = self._built.get(tree)
+        if view is not None:
+            return view
+        core = self.scheduler.cores.get(tree)
+        if core is None or core.last_result is None:
+            raise KeyError(tree)
+        view = tree_view(core.pool_tree, core.last_result, core.total_resources)
+        for section in ("pools", "operations"):
+            for element_id, entry in view[section].items():
+                try:
+                    extra = core.strategy.element_view(element_id)
+                except PooltreeError:
+                    continue
+                if section == "operations":
+                    controller = core.controllers.get(element_id)
+                    if controller is not None:
+                        extra["progress"] = controller.progress()
+                entry.update(extra)
+        self._built[tree] = view
+        return view
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._published())
+
+    def __len__(self) -> int:
+        return len(self._published())
+
+
+class StrategyViews(Mapping[str, "ElementStrategyViews"]):
+    """``tree → element id → strategy fields`` (starvation, satisfaction, ...) of the published tree, each read
+    from the strategy when looked up (one element costs one element)."""
+
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+
+    def __getitem__(self, tree: str) -> ElementStrategyViews:
+        core = self.scheduler.cores.get(tree)
+        if core is None or core.last_result is None:
+            raise KeyError(tree)
+        return ElementStrategyViews(core)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(name for name, core in self.scheduler.cores.items() if core.last_result is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class ElementStrategyViews(Mapping[str, dict[str, Any]]):
+    """The strategy fields of the elements of one published tree, read when looked up."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+
+    def __getitem__(self, element_id: str) -> dict[str, Any]:
+        result = self.core.last_result
+        if result is None or element_id not in result.elements:
+            raise KeyError(element_id)
+        try:
+            return self.core.strategy.element_view(element_id)
+        except PooltreeError:
+            raise KeyError(element_id) from None
+
+    def __iter__(self) -> Iterator[str]:
+        result = self.core.last_result
+        return iter(result.elements if result is not None else ())
+
+    def __len__(self) -> int:
+        result = self.core.last_result
+        return len(result.elements) if result is not None else 0

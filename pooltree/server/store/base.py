@@ -267,6 +267,12 @@ SCHEMA = (
     " user_name TEXT NOT NULL, pool TEXT, start_time DOUBLE PRECISION NOT NULL,"
     " finish_time DOUBLE PRECISION, body TEXT NOT NULL)",
     "CREATE INDEX IF NOT EXISTS operations_start ON operations (start_time)",
+    # list_operations pages newest first by (start_time, id), optionally of one state / user / pool / type.
+    "CREATE INDEX IF NOT EXISTS operations_start_id ON operations (start_time, id)",
+    "CREATE INDEX IF NOT EXISTS operations_state_start ON operations (state, start_time, id)",
+    "CREATE INDEX IF NOT EXISTS operations_user_start ON operations (user_name, start_time, id)",
+    "CREATE INDEX IF NOT EXISTS operations_pool_start ON operations (pool, start_time, id)",
+    "CREATE INDEX IF NOT EXISTS operations_type_start ON operations (type, start_time, id)",
     "CREATE TABLE IF NOT EXISTS jobs (operation_id TEXT NOT NULL, id TEXT NOT NULL, state TEXT NOT NULL,"
     " address TEXT NOT NULL, start_time DOUBLE PRECISION NOT NULL, finish_time DOUBLE PRECISION,"
     " stderr_ref TEXT, body TEXT NOT NULL, PRIMARY KEY (operation_id, id))",

@@ -1,0 +1,198 @@
+"""Issue 13: the work of a request does not grow with the queue.
+
+Starting operations into a pool with running limit 0 runs no fair-share update per start (counted by
+``LiveScheduler.fair_share_updates``), the queued operations still run once the limit is raised, and
+``list_operations`` pages with one indexed store query and takes its counters from the in-memory counts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pooltree.config import parse_pool_trees
+from pooltree.server.app import CommandContext
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.operations import OperationCommands
+from pooltree.server.store import OperationFilter, OperationRecord, Store, open_store
+
+LIMITS = {"user_slots": 4, "cpu": 4, "memory": 8 << 30}
+SPEC = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+
+
+def _trees(limit: int) -> dict[str, Any]:
+    pools = {"queue": {"max_running_operation_count": limit, "max_operation_count": 1000}, "other": {}}
+    return parse_pool_trees({"default": {"config": {"fair_share_update_period": 500}, "pools": pools}})
+
+
+def test_starts_into_a_full_pool_run_no_update_and_run_when_the_limit_is_raised(tmp_path: Path) -> None:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live.apply_pool_trees(_trees(0), None, 0.0)
+    assert live.fair_share_update_period("default") == 0.5
+    live.update_fair_share("default", 0.0)
+    assert live.fair_share_updates["default"] == 1
+    ops = [live.start_operation("vanilla", SPEC, "alice", 0.01 * i) for i in range(200)]
+    assert {op.state for op in ops} == {"pending"}
+    assert live.fair_share_updates["default"] == 1  # 200 starts, no update
+    # the queued operations are published by the next periodic update, not before its period
+    assert not live.needs_update("default", 0.3, 0.5)
+    assert live.needs_update("default", 0.6, 0.5)
+    live.update_fair_share("default", 0.6)
+    assert live.fair_share_updates["default"] == 2
+    assert len(live.views["default"]["operations"]) == 200
+    # nothing changed and nothing runs: the same shares would be computed again
+    assert not live.needs_update("default", 5.0, 0.5)
+
+    live.apply_pool_trees(_trees(3), None, 6.0)
+    assert [op.state for op in ops[:4]] == ["running", "running", "running", "pending"]
+    response = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 6.1)
+    assert {start["operation_id"] for start in response["start"]} == {op.id for op in ops[:3]}
+    assert live.needs_update("default", 6.7, 0.5)  # operations run: usage moves with time
+
+
+def test_an_operation_that_can_run_starts_in_the_next_heartbeat(tmp_path: Path) -> None:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live.apply_pool_trees(_trees(0), None, 0.0)
+    live.update_fair_share("default", 0.0)
+    op = live.start_operation("vanilla", {**SPEC, "pool": "other"}, "alice", 0.1)
+    assert op.state == "running" and live.fair_share_updates["default"] == 1
+    assert live.needs_update("default", 0.11, 0.5)  # due at once, not at the period
+    response = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 0.2)
+    assert [start["operation_id"] for start in response["start"]] == [op.id]
+    assert live.fair_share_updates["default"] == 2
+
+
+class CountingStore:
+    """A store wrapper that records how many operation rows each listing read."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.rows_read: list[int] = []
+
+    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
+        records = self._store.list_operations(query)
+        self.rows_read.append(len(records))
+        return records
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+STATES = ("completed", "failed", "aborted")
+
+
+def _stored(count: int, seed: int) -> list[OperationRecord]:
+    rng = random.Random(seed)
+    records = []
+    for i in range(count):
+        pool = rng.choice(["a", "b", "c"])
+        failed = rng.random() < 0.2
+        records.append(
+            OperationRecord(
+                f"op-{i:05d}",
+                rng.choice(["vanilla", "map"]),
+                rng.choice(STATES),
+                rng.choice(["alice", "bob", "carol"]),
+                pool,
+                1000.0 + i,
+                1000.5 + i,
+                spec={"title": f"job {i}"},
+                document={"pools": {"default": pool}, "progress": {"failed": 1 if failed else 0}},
+            )
+        )
+    return records
+
+
+def _expected_counters(records: list[OperationRecord], filters: dict[str, Any]) -> dict[str, Any]:
+    """YTsaurus's counting rule by brute force: a counter counts what fails no filter but its own."""
+    dims = {
+        "pool": lambda r: r.pool,
+        "user": lambda r: r.user,
+        "state": lambda r: r.state,
+        "type": lambda r: r.type,
+    }
+    counts: dict[str, Counter[str]] = {name: Counter() for name in dims}
+    failed = 0
+    for record in records:
+        failing = [name for name, get in dims.items() if filters.get(name) not in (None, get(record))]
+        has_failed = bool(record.document["progress"]["failed"])
+        for name, get in dims.items():
+            if not failing or failing == [name]:
+                counts[name][get(record)] += 1
+        if not failing and has_failed:
+            failed += 1
+    return {
+        "pool_counts": dict(counts["pool"]),
+        "user_counts": dict(counts["user"]),
+        "state_counts": dict(counts["state"]),
+        "type_counts": dict(counts["type"]),
+        "failed_jobs_count": failed,
+    }
+
+
+@pytest.mark.parametrize(
+    "filters", [{}, {"state": "failed"}, {"user": "bob", "pool": "c"}, {"type": "map", "state": "aborted"}]
+)
+def test_list_operations_pages_and_counts_without_reading_every_operation(
+    tmp_path: Path, filters: dict[str, Any]
+) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    records = _stored(1500, seed=len(filters))
+    for record in records:
+        store.put_operation(record)
+    counting = CountingStore(store)
+    live = LiveScheduler(counting)  # type: ignore[arg-type]
+    commands = OperationCommands(live, lambda: 10_000.0)
+    counting.rows_read.clear()
+
+    matching = [r for r in records if all(getattr(r, k) == v for k, v in filters.items())]
+    matching.sort(key=lambda r: (r.start_time, r.id), reverse=True)
+    seen: list[str] = []
+    cursor: float | None = None
+    while True:
+        parameters = {**filters, "limit": 100}
+        if cursor is not None:
+            parameters["cursor_time"] = cursor
+        page = commands.list_operations(CommandContext("list_operations", parameters))
+        assert {k: page[k] for k in _expected_counters(records, filters)} == _expected_counters(
+            records, filters
+        )
+        ids = [o["id"] for o in page["operations"]]
+        seen.extend(ids)
+        assert len(ids) <= 100
+        if not page["incomplete"]:
+            break
+        assert len(ids) == 100
+        cursor = min(float(records[int(i.split("-")[1])].start_time) for i in ids)
+    assert seen == [r.id for r in matching]
+    assert max(counting.rows_read) <= 101  # one page (+1 to tell incomplete) per call, never the whole table
+
+
+def test_list_operations_counts_follow_live_operations(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    for record in _stored(50, seed=7):
+        store.put_operation(record)
+    live = LiveScheduler(store)
+    live.apply_pool_trees(_trees(0), None, 0.0)
+    commands = OperationCommands(live, lambda: 10_000.0)
+    ops = [live.start_operation("vanilla", SPEC, "dave", 5000.0 + i) for i in range(5)]
+    listed = commands.list_operations(CommandContext("list_operations", {"user": "dave", "limit": 3}))
+    assert [o["id"] for o in listed["operations"]] == [op.id for op in reversed(ops)][:3]
+    assert listed["incomplete"] and listed["state_counts"] == {"pending": 5}
+    assert listed["pool_counts"] == {"queue": 5}
+    live.finish_operation(ops[0].id, "aborted", 6000.0)
+    listed = commands.list_operations(CommandContext("list_operations", {"user": "dave", "state": "pending"}))
+    assert listed["state_counts"] == {"pending": 4, "aborted": 1}
+    assert len(listed["operations"]) == 4 and not listed["incomplete"]
+    assert listed["user_counts"] == {"dave": 4}  # every pending operation, of any user
+    # a restarted scheduler counts what the store holds
+    again = OperationCommands(LiveScheduler(store), lambda: 10_000.0)
+    counted = again.list_operations(CommandContext("list_operations", {"user": "dave"}))
+    assert counted["state_counts"] == {"pending": 4, "aborted": 1}
+    text = again.list_operations(CommandContext("list_operations", {"filter": "JOB 1"}))
+    assert {o["id"] for o in text["operations"]} == {f"op-{i:05d}" for i in (1, *range(10, 20))}
