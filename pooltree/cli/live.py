@@ -3,7 +3,9 @@
 ``scheduler`` serves the YTsaurus HTTP API and node heartbeats on one store (SQLite file or PostgreSQL URL) and
 prints ``listening on URL`` on stdout once it accepts connections. ``node`` runs one exec-node agent heartbeating
 to a scheduler. ``local`` starts one scheduler (creating pool tree ``default``) and N nodes as child processes,
-prints the proxy address, and stops them all on SIGINT/SIGTERM (SIGTERM first, bounded wait, then SIGKILL).
+prints the proxy address, restarts a node that dies (the others and the scheduler keep running; a node in a crash
+loop is left down with a log line naming it), and stops them all on SIGINT/SIGTERM (SIGTERM first, bounded wait,
+then SIGKILL). The scheduler's death stops the cluster.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ DEFAULT_DATA = Path(".pooltree")
 READY_PREFIX = "listening on "
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
+SUPERVISE_PERIOD = 0.5
+"""Seconds between ``pooltree local``'s checks of its children."""
+NODE_RESTART_BACKOFF = 0.5
+NODE_RESTART_MAX_BACKOFF = 10.0
+"""A dead node is restarted after 0.5 s, doubling with each death in the window, at most 10 s."""
+NODE_RESTART_LIMIT = 5
+NODE_RESTART_WINDOW = 60.0
+"""A node that died this many times within the window is left down (a crash loop, not a one-off death)."""
 
 log = logging.getLogger("pooltree.cli.live")
 
@@ -450,6 +460,12 @@ class LocalCluster:
         self.scheduler: asyncio.subprocess.Process | None = None
         self.node_processes: list[asyncio.subprocess.Process] = []
         self.url: str | None = None
+        self.node_exits: list[list[float]] = []
+        """Per node, the monotonic times it exited unexpectedly (restarts are bounded by these)."""
+        self.given_up: set[int] = set()
+        """Nodes that kept dying and are no longer restarted (the cluster goes on without them)."""
+        self._restart_at: dict[int, float] = {}
+        self._stopping = False
 
     @staticmethod
     def _command(*args: str) -> list[str]:
@@ -476,16 +492,21 @@ class LocalCluster:
         )
         self.url = await self._read_ready_line(self.scheduler)
         for index in range(self.nodes):
-            address = f"node-{index}"
-            args = ["node", "--scheduler", self.url, "--address", address]
-            args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
-            if self.node_resources:
-                args += ["--resources", self.node_resources]
-            self.node_processes.append(
-                await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
-            )
+            self.node_processes.append(await self._start_node(index))
+            self.node_exits.append([])
         await self._wait_api(self.url)
         return self.url
+
+    async def _start_node(self, index: int) -> asyncio.subprocess.Process:
+        """Start node ``node-INDEX`` (the same address and sandbox root each time: a restarted node kills the
+        job processes its predecessor left there before it heartbeats)."""
+        assert self.url is not None
+        address = f"node-{index}"
+        args = ["node", "--scheduler", self.url, "--address", address]
+        args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
+        if self.node_resources:
+            args += ["--resources", self.node_resources]
+        return await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
 
     async def _read_ready_line(self, process: asyncio.subprocess.Process) -> str:
         assert process.stdout is not None
@@ -512,19 +533,59 @@ class LocalCluster:
         raise PooltreeError(f"the scheduler at {url} does not answer /api/v4")
 
     def exited(self) -> str | None:
-        """A description of the first child that has exited, or None while all run."""
+        """A description of the scheduler's exit, or None while it runs (nodes are supervised by ``supervise``)."""
         if self.scheduler is not None and self.scheduler.returncode is not None:
-            return f"the scheduler exited with status {self.scheduler.returncode}"
-        for index, process in enumerate(self.node_processes):
-            if process.returncode is not None:
-                return f"node-{index} exited with status {process.returncode}"
+            return f"the scheduler exited with {_exit_status(self.scheduler.returncode)}"
         return None
+
+    async def supervise(self, now: float | None = None) -> list[str]:
+        """Restart nodes that died (after a short backoff growing with repeated deaths); a node that died
+        ``NODE_RESTART_LIMIT`` times within ``NODE_RESTART_WINDOW`` seconds is left down and the cluster goes on
+        with the others. Returns what happened, one line per event, for the log."""
+        if self._stopping:
+            return []
+        now = time.monotonic() if now is None else now
+        events: list[str] = []
+        for index, process in enumerate(self.node_processes):
+            if process.returncode is None or index in self.given_up:
+                continue
+            if index not in self._restart_at:
+                exits = [t for t in self.node_exits[index] if now - t < NODE_RESTART_WINDOW] + [now]
+                self.node_exits[index] = exits
+                status = _exit_status(process.returncode)
+                if len(exits) >= NODE_RESTART_LIMIT:
+                    self.given_up.add(index)
+                    running = self.nodes - len(self.given_up)
+                    events.append(
+                        f"node-{index} exited with {status} ({len(exits)} times in {NODE_RESTART_WINDOW:.0f} s); "
+                        f"not restarting it, the cluster goes on with {running} of {self.nodes} nodes"
+                    )
+                    continue
+                delay = min(NODE_RESTART_BACKOFF * 2 ** (len(exits) - 1), NODE_RESTART_MAX_BACKOFF)
+                self._restart_at[index] = now + delay
+                events.append(f"node-{index} exited with {status}; restarting it in {delay:.1f} s")
+            if now >= self._restart_at[index]:
+                del self._restart_at[index]
+                self.node_processes[index] = await self._start_node(index)
+                events.append(f"node-{index} restarted (pid {self.node_processes[index].pid})")
+        return events
 
     async def stop(self) -> None:
         """Nodes first (they abort their jobs and report), then the scheduler; SIGKILL after a bounded wait."""
+        self._stopping = True
         await _terminate(self.node_processes)
         if self.scheduler is not None:
             await _terminate([self.scheduler])
+
+
+def _exit_status(code: int) -> str:
+    """``status 3`` or ``signal SIGKILL`` (asyncio reports death by a signal as a negative return code)."""
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"status {code}"
 
 
 async def _terminate(processes: Sequence[asyncio.subprocess.Process]) -> None:
@@ -605,8 +666,10 @@ async def _run_local(cluster: LocalCluster, echo: Callable[[str], None] = print)
             if gone is not None:
                 log.error("%s; stopping the cluster", gone)
                 return 1
+            for event in await cluster.supervise():
+                log.warning("%s", event)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
+                await asyncio.wait_for(stop.wait(), SUPERVISE_PERIOD)
         return 0
     finally:
         await cluster.stop()

@@ -270,8 +270,10 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 name: opts["pool"]
                 for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
             }
-            self._save_operation(op)
-            self._sync_state(op, now)
+            saved = op.revision
+            self._sync_state(op, now)  # saves the operation in its state after admission (pending or running)
+            if op.revision == saved:
+                self._save_operation(op)
             # No fair-share update per start (its cost grows with the operations in the tree): an operation that
             # can run now is published before the next heartbeat schedules and by the service loop at once; a
             # pending one changes no share and is published by the next periodic update.

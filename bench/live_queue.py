@@ -1,0 +1,424 @@
+"""Benchmark the live scheduler with a long queue; prints one JSON object.
+
+Starts ``pooltree local --nodes 1`` (real scheduler and node processes on 127.0.0.1, SQLite under a temporary
+directory) and creates pool ``queue`` with ``max_running_operation_count`` 0, so every operation started into it
+stays pending and the queue only grows. Two phases:
+
+* ``queue``: ``--operations`` (10,000) vanilla operations started into ``queue`` by ``--clients`` (8) processes,
+  each with its own ``yt.wrapper.YtClient`` sending ``start_operation`` (``run_operation(sync=False)`` would add
+  three requests per start: ``get_operation`` and two ``get``s of ``//sys/@local_mode_*``). The clients together
+  offer ``--rate`` starts per second (100: the 10,000 in 100 s; open loop, so a slow answer does not slow the
+  offered load and hide itself); ``--rate 0`` sends back to back, which measures the closed-loop queueing of 8
+  clients on the server's throughput instead. Reported: the median
+  start latency of the first and of the last 1,000 starts (in the order they were sent), their ratio, the
+  seconds until all were accepted, and how many fair-share updates the scheduler ran meanwhile (``/metrics``).
+  Targets: last-1,000 median <= 1.5x the first-1,000 median and <= 20 ms; all accepted within 120 s.
+* ``mixed``: over the cluster now holding those operations, ``--mixed-clients`` (50) concurrent clients for
+  ``--mixed-seconds`` (30) each send requests back to back: 60% ``get_operation`` (a random known operation),
+  25% ``list_operations`` (newest 100; a third with ``state=pending``, a third paging with ``cursor_time``),
+  15% ``start_operation`` (into ``queue``). The same mix runs first with one client. Reported per command:
+  count, errors, 5xx, p50/p99; requests/s with 1 and with N clients. Targets: get_operation p99 <= 50 ms,
+  list_operations p99 <= 200 ms, no 5xx, requests/s with N clients >= with 1.
+
+The load generators are separate processes (``--load-processes``) speaking HTTP/1.1 over plain asyncio keep-alive
+connections: on a 2-core machine httpx's or yt.wrapper's own per-request CPU would otherwise be what is measured
+(see bench/live_throughput.py). They share the machine with the scheduler, so the figures are for the pair;
+``machine`` reports the load average before and after (the machine may be shared with other work).
+
+Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
+       [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import platform
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import yt.wrapper as ytw
+
+POOL = "queue"
+ACCEPT_TARGET_SECONDS = 120.0
+MIX = (("get_operation", 0.60), ("list_operations", 0.25), ("start_operation", 0.15))
+START_PARAMETERS = json.dumps(
+    {
+        "operation_type": "vanilla",
+        "spec": {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}},
+    }
+)
+
+
+def _ms(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of seconds ``values``, in milliseconds."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] * 1000, 2)
+
+
+def _median_ms(values: list[float]) -> float | None:
+    return round(statistics.median(values) * 1000, 2) if values else None
+
+
+class Local:
+    """``pooltree local`` in a child process; ``close()`` sends SIGINT and waits (bounded), then kills."""
+
+    def __init__(self, data: Path, nodes: int) -> None:
+        args = [sys.executable, "-m", "pooltree.cli", "local", "--nodes", str(nodes), "--data", str(data)]
+        args += ["--node-resources", "user_slots=2,cpu=2,memory=4Gi"]
+        self.log = open(data.parent / "local.log", "wb")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        found: list[str] = []
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for raw in iter(self.process.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace")
+                if "scheduler at " in line and not found:
+                    found.append(line.split("scheduler at ", 1)[1].split()[0])
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not found and time.monotonic() < deadline and self.process.poll() is None:
+            time.sleep(0.05)
+        if not found:
+            self.close()
+            raise RuntimeError("pooltree local did not print its address")
+        self.url = found[0]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+
+
+def _client(url: str) -> ytw.YtClient:
+    return ytw.YtClient(proxy=url, config={"proxy": {"enable_proxy_discovery": False}})
+
+
+def _fair_share_updates(url: str) -> int | None:
+    """Fair-share updates the scheduler ran so far (``pooltree_scheduler_work_seconds_count``)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    match = re.search(r'pooltree_scheduler_work_seconds_count\{work="fair_share_update"\} ([0-9.e+]+)', text)
+    return int(float(match.group(1))) if match else 0
+
+
+# ------------------------------------------------------------------------------------------------ queue phase
+
+
+def _starter(url: str, count: int, began: float, interval: float, out: Any) -> None:
+    """One client process: ``count`` ``start_operation`` calls through ``yt.wrapper`` (one request each), sent
+    every ``interval`` seconds (0: back to back); (send time since ``began``, latency, operation id) each."""
+    from yt.wrapper.driver import make_formatted_request
+
+    client = _client(url)
+    spec = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}}
+    results = []
+    next_send = time.time()
+    for _ in range(count):
+        if interval > 0:
+            pause = next_send - time.time()
+            if pause > 0:
+                time.sleep(pause)
+            next_send += interval
+        sent = time.time()
+        answer = make_formatted_request(
+            "start_operation", {"operation_type": "vanilla", "spec": spec}, format=None, client=client
+        )
+        results.append((sent - began, time.time() - sent, answer["operation_id"]))
+    out.put(results)
+
+
+def run_queue(url: str, operations: int, clients: int, rate: float) -> tuple[dict[str, Any], list[str]]:
+    updates_before = _fair_share_updates(url)
+    began = time.time()
+    out: Any = mp.Queue()
+    share = [operations // clients + (1 if i < operations % clients else 0) for i in range(clients)]
+    interval = clients / rate if rate > 0 else 0.0
+    workers = [mp.Process(target=_starter, args=(url, n, began, interval, out)) for n in share]
+    for worker in workers:
+        worker.start()
+    results = []
+    for _ in workers:
+        results.extend(out.get(timeout=3600))
+    for worker in workers:
+        worker.join(60)
+    accepted_seconds = max(sent + latency for sent, latency, _ in results)
+    results.sort()
+    latencies = [latency for _, latency, _ in results]
+    window = min(1000, len(latencies) // 2)
+    first, last = latencies[:window], latencies[-window:]
+    first_median, last_median = statistics.median(first), statistics.median(last)
+    return (
+        {
+            "operations": len(results),
+            "clients": clients,
+            "offered_starts_per_second": rate or "back to back",
+            "accepted_seconds": round(accepted_seconds, 2),
+            "starts_per_second": round(len(results) / accepted_seconds, 1),
+            "window": window,
+            "first_median_ms": round(first_median * 1000, 2),
+            "last_median_ms": round(last_median * 1000, 2),
+            "last_over_first": round(last_median / first_median, 3),
+            "first_p99_ms": _ms(first, 0.99),
+            "last_p99_ms": _ms(last, 0.99),
+            "all_p50_ms": _ms(latencies, 0.5),
+            "all_p99_ms": _ms(latencies, 0.99),
+            "fair_share_updates": (_fair_share_updates(url) or 0) - (updates_before or 0),
+            "targets": {
+                "last_median_ms_max": 20.0,
+                "last_over_first_max": 1.5,
+                "accepted_seconds_max": ACCEPT_TARGET_SECONDS,
+            },
+            "met": last_median * 1000 <= 20.0
+            and last_median <= 1.5 * first_median
+            and accepted_seconds <= ACCEPT_TARGET_SECONDS,
+        },
+        [op_id for _, _, op_id in results],
+    )
+
+
+# ------------------------------------------------------------------------------------------------ mixed phase
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size = int((await reader.readline()).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                return status
+    await reader.readexactly(int(headers.get("content-length", "0")))
+    return status
+
+
+def _request(host: str, command: str, op_ids: list[str], starts: list[str], rng: random.Random) -> bytes:
+    if command == "get_operation":
+        query = f"operation_id={rng.choice(op_ids)}"
+        return (
+            f"GET /api/v4/get_operation?{query} HTTP/1.1\r\nHost: {host}\r\n"
+            'X-YT-Output-Format: "json"\r\n\r\n'
+        ).encode()
+    if command == "list_operations":
+        kind = rng.randrange(3)
+        query = "limit=100"
+        if kind == 1:
+            query += "&state=pending"
+        elif kind == 2:
+            query += f"&cursor_time={rng.choice(starts)}"
+        return (
+            f"GET /api/v4/list_operations?{query} HTTP/1.1\r\nHost: {host}\r\n"
+            'X-YT-Output-Format: "json"\r\n\r\n'
+        ).encode()
+    return (
+        f"POST /api/v4/start_operation HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+        f'X-YT-Header-Format: "json"\r\nX-YT-Output-Format: "json"\r\nX-YT-Parameters: {START_PARAMETERS}\r\n\r\n'
+    ).encode()
+
+
+async def _mixed_clients(
+    url: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
+) -> dict[str, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    rng = random.Random(seed)
+    latencies: dict[str, list[float]] = {name: [] for name, _ in MIX}
+    errors: dict[str, int] = {name: 0 for name, _ in MIX}
+    server_errors: dict[str, int] = {name: 0 for name, _ in MIX}
+    names = [name for name, _ in MIX]
+    weights = [weight for _, weight in MIX]
+    deadline = time.monotonic() + seconds
+
+    async def client() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.monotonic() < deadline:
+                command = rng.choices(names, weights)[0]
+                request = _request(host, command, op_ids, starts, rng)
+                began = time.perf_counter()
+                writer.write(request)
+                await writer.drain()
+                status = await asyncio.wait_for(_read_response(reader), 60)
+                latencies[command].append(time.perf_counter() - began)
+                if status >= 400:
+                    errors[command] += 1
+                if status >= 500:
+                    server_errors[command] += 1
+        finally:
+            writer.close()
+
+    began = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return {
+        "elapsed": time.monotonic() - began,
+        "latencies": latencies,
+        "errors": errors,
+        "server_errors": server_errors,
+    }
+
+
+def _mixed_worker(
+    url: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int, out: Any
+) -> None:
+    out.put(asyncio.run(_mixed_clients(url, clients, seconds, op_ids, starts, seed)))
+
+
+def run_mixed(
+    url: str, clients: int, seconds: float, processes: int, op_ids: list[str], starts: list[str]
+) -> dict[str, Any]:
+    processes = max(1, min(processes, clients))
+    share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    out: Any = mp.Queue()
+    workers = [
+        mp.Process(target=_mixed_worker, args=(url, n, seconds, op_ids, starts, i, out))
+        for i, n in enumerate(share)
+    ]
+    for worker in workers:
+        worker.start()
+    parts = [out.get(timeout=seconds + 600) for _ in workers]
+    for worker in workers:
+        worker.join(60)
+    elapsed = max(part["elapsed"] for part in parts)
+    commands: dict[str, Any] = {}
+    total = 0
+    for name, _ in MIX:
+        values = [v for part in parts for v in part["latencies"][name]]
+        total += len(values)
+        commands[name] = {
+            "requests": len(values),
+            "errors": sum(part["errors"][name] for part in parts),
+            "server_errors": sum(part["server_errors"][name] for part in parts),
+            "p50_ms": _ms(values, 0.5),
+            "p99_ms": _ms(values, 0.99),
+            "max_ms": _ms(values, 1.0),
+        }
+    return {
+        "clients": clients,
+        "processes": processes,
+        "seconds": round(elapsed, 2),
+        "requests": total,
+        "requests_per_second": round(total / elapsed, 1),
+        "commands": commands,
+    }
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--operations", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=100.0,
+        help="starts per second offered by all clients together (open loop); 0: each client back to back",
+    )
+    parser.add_argument("--mode", choices=("both", "queue", "mixed"), default="both")
+    parser.add_argument("--mixed-clients", type=int, default=50)
+    parser.add_argument("--mixed-seconds", type=float, default=30.0)
+    parser.add_argument("--single-seconds", type=float, default=10.0)
+    parser.add_argument("--load-processes", type=int, default=4)
+    args = parser.parse_args()
+    machine_before = {"uptime": _uptime(), "loadavg": os.getloadavg()}
+    report: dict[str, Any] = {
+        "name": "live_queue",
+        "parameters": {
+            "operations": args.operations,
+            "clients": args.clients,
+            "rate": args.rate,
+            "mode": args.mode,
+            "mixed_clients": args.mixed_clients,
+            "mixed_seconds": args.mixed_seconds,
+            "single_client_seconds": args.single_seconds,
+            "load_processes": args.load_processes,
+            "store": "sqlite",
+            "nodes": 1,
+            "pool": f"{POOL} (max_running_operation_count 0)",
+        },
+    }
+    with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
+        local = Local(Path(tmp) / "data", nodes=1)
+        try:
+            client = _client(local.url)
+            client.create(
+                "scheduler_pool",
+                attributes={
+                    "name": POOL,
+                    "pool_tree": "default",
+                    "max_running_operation_count": 0,
+                    "max_operation_count": 100_000,
+                },
+            )
+            report["queue"], op_ids = run_queue(local.url, args.operations, args.clients, args.rate)
+            if args.mode in ("both", "mixed"):
+                listed = client.list_operations(limit=1000)["operations"]
+                starts = [o["start_time"] for o in listed]
+                single = run_mixed(local.url, 1, args.single_seconds, 1, op_ids, starts)
+                many = run_mixed(
+                    local.url, args.mixed_clients, args.mixed_seconds, args.load_processes, op_ids, starts
+                )
+                commands = many["commands"]
+                report["mixed"] = {
+                    "operations_held": client.list_operations(limit=0)["state_counts"],
+                    "one_client": single,
+                    "many_clients": many,
+                    "targets": {
+                        "get_operation_p99_ms_max": 50.0,
+                        "list_operations_p99_ms_max": 200.0,
+                        "server_errors": 0,
+                        "requests_per_second_many_over_one_min": 1.0,
+                    },
+                    "met": (commands["get_operation"]["p99_ms"] or 0) <= 50.0
+                    and (commands["list_operations"]["p99_ms"] or 0) <= 200.0
+                    and sum(c["server_errors"] for c in commands.values()) == 0
+                    and many["requests_per_second"] >= single["requests_per_second"],
+                }
+        finally:
+            local.close()
+    report["machine"] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "before": machine_before,
+        "after": {"uptime": _uptime(), "loadavg": os.getloadavg()},
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
