@@ -34,6 +34,7 @@ from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
 from pooltree.node.service import check_period, parse_resources_option, parse_tags, run_node
+from pooltree.server.live.model import check_update_period
 
 DEFAULT_DATA = Path(".pooltree")
 READY_PREFIX = "listening on "
@@ -160,6 +161,11 @@ def load_config_into_store(store_url: str, config: Path) -> list[str]:
 NODE_HEARTBEAT_TIMEOUT_OPTION = typer.Option(
     60.0, "--node-heartbeat-timeout", help="Seconds without heartbeats before a node's jobs are aborted."
 )
+FAIR_SHARE_UPDATE_PERIOD_OPTION = typer.Option(
+    1.0,
+    "--fair-share-update-period",
+    help="Seconds between fair-share updates of a tree with running operations or changes (10 ms to 60 s).",
+)
 HEARTBEAT_PERIOD_OPTION = typer.Option(
     1.0,
     "--heartbeat-period",
@@ -190,6 +196,7 @@ def scheduler_command(
     ),
     node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
+    fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
@@ -200,6 +207,7 @@ def scheduler_command(
                 f"--node-heartbeat-timeout must be positive seconds, got {node_heartbeat_timeout}"
             )
         check_period(heartbeat_period, "--heartbeat-period")
+        check_update_period(fair_share_update_period, "--fair-share-update-period")
         check_port_free(host, port)
         url = store_url_for(store, data)
         if config is not None:
@@ -211,7 +219,14 @@ def scheduler_command(
     try:
         _run_fast(
             _run_scheduler(
-                url, host, port, token, create_default_tree, node_heartbeat_timeout, heartbeat_period
+                url,
+                host,
+                port,
+                token,
+                create_default_tree,
+                node_heartbeat_timeout,
+                heartbeat_period,
+                fair_share_update_period,
             )
         )
     except PooltreeError as error:
@@ -241,6 +256,7 @@ async def _run_scheduler(
     create_default_tree: bool,
     timeout: float,
     heartbeat_period: float = 1.0,
+    fair_share_update_period: float = 1.0,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -258,6 +274,7 @@ async def _run_scheduler(
         create_default_tree=create_default_tree,
         node_heartbeat_timeout=timeout,
         heartbeat_period=heartbeat_period,
+        fair_share_update_period=fair_share_update_period,
         on_ready=ready,
         stop=stop,
     )
@@ -449,9 +466,11 @@ class LocalCluster:
         node_heartbeat_timeout: float = 60.0,
         memory_meter: str = "auto",
         heartbeat_period: float = 1.0,
+        fair_share_update_period: float = 1.0,
     ) -> None:
         self.data = data
         self.heartbeat_period = heartbeat_period
+        self.fair_share_update_period = fair_share_update_period
         self.nodes = nodes
         self.port = port
         self.node_resources = node_resources
@@ -486,6 +505,8 @@ class LocalCluster:
                 str(self.node_heartbeat_timeout),
                 "--heartbeat-period",
                 str(self.heartbeat_period),
+                "--fair-share-update-period",
+                str(self.fair_share_update_period),
             ),
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
@@ -620,6 +641,7 @@ def local_command(
         "auto", "--memory-meter", help="Nodes' memory meter: auto, cgroup, psutil."
     ),
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
+    fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
 ) -> None:
     """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
     _setup_logging()
@@ -636,6 +658,7 @@ def local_command(
                 "--node-heartbeat-timeout", f"must be positive seconds, got {node_heartbeat_timeout}"
             )
         check_period(heartbeat_period, "--heartbeat-period")
+        check_update_period(fair_share_update_period, "--fair-share-update-period")
         cluster = LocalCluster(
             data,
             nodes=nodes,
@@ -644,6 +667,7 @@ def local_command(
             node_heartbeat_timeout=node_heartbeat_timeout,
             memory_meter=memory_meter,
             heartbeat_period=heartbeat_period,
+            fair_share_update_period=fair_share_update_period,
         )
         code = asyncio.run(_run_local(cluster))
     except PooltreeError as error:

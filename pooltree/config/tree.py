@@ -134,8 +134,6 @@ class PoolTreeConfig(ConfigModel):
     min_child_heap_size: int = Field(default=16, ge=1)
     node_reconnection_timeout: Duration = 300.0
     schedule_allocations_timeout: Duration = 40.0
-    # The live scheduler's fair-share update period (YTsaurus default 1000 ms); the simulator steps by its own.
-    fair_share_update_period: Duration = Field(default=1.0, gt=0.0)
 
     @field_validator("main_resource", mode="before")
     @classmethod

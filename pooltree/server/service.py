@@ -141,6 +141,7 @@ class SchedulerService:
         create_default_tree: bool = False,
         heartbeat_period: float = 1.0,
         alert_settings: AlertSettings | None = None,
+        fair_share_update_period: float = 1.0,
     ) -> None:
         self.store = store
         self.token = token
@@ -151,6 +152,7 @@ class SchedulerService:
             node_heartbeat_timeout=node_heartbeat_timeout,
             heartbeat_period=heartbeat_period,
             alert_settings=alert_settings,
+            fair_share_update_period=fair_share_update_period,
         )
         self.cypress = Cypress(store, clock=clock)
         self.orchid = LiveOrchid(self.scheduler, self._default_tree)
@@ -281,7 +283,7 @@ class SchedulerService:
                     log.warning("fair-share update of tree %s failed: %s", tree, error.message)
                 except KeyError:
                     continue
-            await asyncio.sleep(LOOP_TICK)
+            await asyncio.sleep(min(LOOP_TICK, self.scheduler.update_period))
 
     async def _sweep_loop(self) -> None:
         period = min(1.0, max(self.scheduler.node_heartbeat_timeout / 4, LOOP_TICK))
@@ -302,6 +304,7 @@ async def serve(
     node_heartbeat_timeout: float = 60.0,
     heartbeat_period: float = 1.0,
     alert_settings: AlertSettings | None = None,
+    fair_share_update_period: float = 1.0,
     on_ready: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
@@ -322,6 +325,7 @@ async def serve(
             node_heartbeat_timeout=node_heartbeat_timeout,
             heartbeat_period=heartbeat_period,
             alert_settings=alert_settings,
+            fair_share_update_period=fair_share_update_period,
         )
         await service.start()
         config = uvicorn.Config(

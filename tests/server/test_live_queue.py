@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pooltree.config import parse_pool_trees
+from pooltree.errors import ConfigError
 from pooltree.server.app import CommandContext
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
@@ -27,11 +28,11 @@ SPEC = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
 
 def _trees(limit: int) -> dict[str, Any]:
     pools = {"queue": {"max_running_operation_count": limit, "max_operation_count": 1000}, "other": {}}
-    return parse_pool_trees({"default": {"config": {"fair_share_update_period": 500}, "pools": pools}})
+    return parse_pool_trees({"default": {"config": {}, "pools": pools}})
 
 
 def test_starts_into_a_full_pool_run_no_update_and_run_when_the_limit_is_raised(tmp_path: Path) -> None:
-    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), fair_share_update_period=0.5)
     live.apply_pool_trees(_trees(0), None, 0.0)
     assert live.fair_share_update_period("default") == 0.5
     live.update_fair_share("default", 0.0)
@@ -53,6 +54,13 @@ def test_starts_into_a_full_pool_run_no_update_and_run_when_the_limit_is_raised(
     response = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 6.1)
     assert {start["operation_id"] for start in response["start"]} == {op.id for op in ops[:3]}
     assert live.needs_update("default", 6.7, 0.5)  # operations run: usage moves with time
+
+
+def test_the_update_period_is_checked(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    for bad in (0.0, 0.001, 61.0, True):
+        with pytest.raises(ConfigError, match="fair_share_update_period"):
+            LiveScheduler(store, fair_share_update_period=bad)  # type: ignore[arg-type]
 
 
 def test_an_operation_that_can_run_starts_in_the_next_heartbeat(tmp_path: Path) -> None:

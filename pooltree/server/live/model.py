@@ -25,12 +25,28 @@ NO_SUCH_JOB = 1916
 OPERATION_FAILED = 1
 DEFAULT_HEARTBEAT_PERIOD = 1.0
 DEFAULT_FAIR_SHARE_UPDATE_PERIOD = 1.0
-MIN_FAIR_SHARE_UPDATE_PERIOD = 0.05
-"""Shortest fair-share update period the live service runs (its loop ticks every 50 ms)."""
+"""YTsaurus's ``fair_share_update_period`` (strategy config): 1000 ms by default, 10 ms to 60 s."""
+MIN_FAIR_SHARE_UPDATE_PERIOD = 0.01
+MAX_FAIR_SHARE_UPDATE_PERIOD = 60.0
 LOST_AFTER_MISSED_HEARTBEATS = 2
 MAX_STALE_TREE_ROUNDS = 16
 """Bound on publishes per call when activations cascade; what is left waits for the periodic update."""
 ACTIVE_STATES = ("starting", "pending", "running", "completing", "aborting", "failing")
+
+
+def check_update_period(value: float, name: str) -> float:
+    """``fair_share_update_period`` in seconds, within YTsaurus's range (10 ms to 60 s)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not MIN_FAIR_SHARE_UPDATE_PERIOD <= value <= MAX_FAIR_SHARE_UPDATE_PERIOD
+    ):
+        raise ConfigError(
+            name,
+            f"must be seconds between {MIN_FAIR_SHARE_UPDATE_PERIOD} and {MAX_FAIR_SHARE_UPDATE_PERIOD}, "
+            f"got {value!r}",
+        )
+    return float(value)
 
 
 def new_guid() -> str:

@@ -25,7 +25,6 @@ from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
     DEFAULT_HEARTBEAT_PERIOD,
     MAX_STALE_TREE_ROUNDS,
-    MIN_FAIR_SHARE_UPDATE_PERIOD,
     OPERATION_FAILED,
     LiveJob,
     LiveOperation,
@@ -33,6 +32,7 @@ from pooltree.server.live.model import (
     NodeState,
     _runtime_parameters,
     build_tasks,
+    check_update_period,
     new_guid,
     no_such_operation,
 )
@@ -58,11 +58,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
         *,
         node_heartbeat_timeout: float = 60.0,
         heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD,
+        fair_share_update_period: float = DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
         alert_settings: AlertSettings | None = None,
     ) -> None:
         self.store = store
         self.node_heartbeat_timeout = node_heartbeat_timeout
         self.heartbeat_period = heartbeat_period
+        self.update_period = check_update_period(fair_share_update_period, "fair_share_update_period")
         self.lock = threading.RLock()
         self.registry = PoolTrees({})
         self.cores: dict[str, SchedulerCore] = {}
@@ -124,13 +126,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
             self._refresh_stale_trees(now)
 
     def fair_share_update_period(self, tree: str) -> float:
-        """The tree's ``fair_share_update_period`` (config seconds; YTsaurus milliseconds or a unit string in the
-        document), 1 s by default, never below ``MIN_FAIR_SHARE_UPDATE_PERIOD``."""
-        config = self.registry.trees[tree].config
-        value = getattr(config, "fair_share_update_period", None)
-        if value is None:
-            return DEFAULT_FAIR_SHARE_UPDATE_PERIOD
-        return max(float(value), MIN_FAIR_SHARE_UPDATE_PERIOD)
+        """The period of ``tree``'s fair-share update: the scheduler's ``fair_share_update_period`` (YTsaurus has
+        it in the strategy config, one value for every tree, not in a tree's config)."""
+        return self.update_period
 
     # ------------------------------------------------------------------ persistence
 
