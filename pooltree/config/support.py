@@ -24,7 +24,6 @@ SEGMENTS = "scheduling segments / GPU scheduling policy are not modelled"
 TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
-IMPROVED_FSBFF = "the improved fair-share-by-fit-factor computation is not implemented; the plain sum is used"
 
 # Tree options: YTsaurus name -> why pooltree does not implement it.
 TREE_UNSUPPORTED: dict[str, str] = {
@@ -92,8 +91,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_scheduling_tags": "scheduling tag filters are always enabled",
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
-    "enable_improved_fair_share_by_fit_factor_computation": IMPROVED_FSBFF,
-    "enable_improved_fair_share_by_fit_factor_computation_distribution_gap": IMPROVED_FSBFF,
     "consider_single_allocation_vanilla_operations_as_gang": "single-allocation vanilla operations are gang only "
     "when their spec says is_gang",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",

@@ -122,6 +122,8 @@ class PoolTreeConfig(ConfigModel):
     )
     allow_aggressive_preemption_for_gang_operations: bool = True
     enable_step_function_for_gang_operations: bool = False
+    enable_improved_fair_share_by_fit_factor_computation: bool = False
+    enable_improved_fair_share_by_fit_factor_computation_distribution_gap: bool = False
     allow_gang_operations_only_in_fifo_pools: bool = False
     enable_fair_share_truncation_in_fifo_pool: bool = False
     """YTsaurus's rule on where gang operations may run; the default (false: anywhere) is pooltree's choice,

@@ -90,6 +90,8 @@ class UpdateSettings:
     integral_pool_capacity_saturation_period: float = 86400.0  # seconds
     relaxed_share_multiplier_limit: float = 3.0
     enable_step_function_for_gang_operations: bool = False
+    enable_improved_fair_share_by_fit_factor_computation: bool = False
+    enable_improved_fair_share_by_fit_factor_computation_distribution_gap: bool = False
     fifo_pool_scheduling_order: str = (
         "satisfaction"  # "satisfaction" | "fifo" (post-update satisfaction, e.2)
     )

@@ -18,6 +18,7 @@ import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare import improved
 from pooltree.fairshare.compiled import read_vectors
 from pooltree.fairshare.model import (
     FIFO_SORT_PARAMETERS,
@@ -915,9 +916,14 @@ class _Update:
             scale = np.where(fifo_child, 1.0, scale)
             shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
             right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
-            fsbff = fn.sum_children(
-                fn.FunctionTable(batches, batch_of, row_of), kids, slot, scale, shift, right
-            )
+            if self.settings.enable_improved_fair_share_by_fit_factor_computation:
+                fsbff = _improved_sums(
+                    fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right
+                )
+            else:
+                fsbff = fn.sum_children(
+                    fn.FunctionTable(batches, batch_of, row_of), kids, slot, scale, shift, right
+                )
             batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
             batch_of[level] = len(batches) - 1
             row_of[level] = np.arange(len(level))
@@ -969,6 +975,38 @@ class _Update:
             current, values, fits = kids, kv, kf
         return fs
 
+    def distribute_improved(self, table: fn.FunctionTable) -> np.ndarray:
+        """The improved top-down pass (``improved.py``): every pool splits its target among its children."""
+        tree = self.tree
+        fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
+        root_value, _ = table.evaluate(np.array([0]), np.ones(1))
+        gap = self.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
+        stack: list[tuple[int, np.ndarray]] = [(0, root_value[0])]
+        while stack:
+            p, target = stack.pop()
+            fs[p] = target
+            if tree.is_op[p] or tree.child_count[p] == 0:
+                continue
+            kids = np.arange(int(tree.child_start[p]), int(tree.child_start[p]) + int(tree.child_count[p]))
+            parents = np.array([p])
+            slot = np.zeros(len(kids), dtype=np.int64)
+
+            def values(f: float, parents=parents, kids=kids, slot=slot) -> np.ndarray:
+                suggestions = self._child_suggestions(parents, kids, slot, np.array([f]))
+                return table.evaluate(kids, suggestions)[0]
+
+            fit_range = float(len(kids)) if self.fifo[p] else 1.0
+            chosen = improved.split_target(
+                values,
+                target,
+                fit_range,
+                EPSILON,
+                distribution_gap=gap,
+                inverse_lower_bound=floating_point_inverse_lower_bound,
+            )
+            stack.extend(zip(kids.tolist(), chosen, strict=True))
+        return fs
+
     def _child_suggestions(
         self, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray
     ) -> np.ndarray:
@@ -983,6 +1021,34 @@ class _Update:
             normal = np.minimum(1.0, np.where(positive, f * (w / min_w[slot]), 0.0))
         fifo_s = np.clip(f - self.fifo_rank[kids], 0.0, 1.0)
         return np.where(fifo, fifo_s, normal)
+
+
+def _improved_sums(
+    table: fn.FunctionTable,
+    count: int,
+    kids: np.ndarray,
+    slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right: np.ndarray,
+) -> fn.FunctionBatch:
+    """FSBFF of ``count`` pools (children ``kids`` grouped by ``slot``) with simultaneous jumps split in steps."""
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    for k in range(count):
+        sel = np.flatnonzero(slot == k)
+        children = []
+        for c in kids[sel].tolist():
+            batch = table.batches[int(table.batch_of[c])]
+            row = int(table.row_of[c])
+            lo, hi = int(batch.offsets[row]), int(batch.offsets[row + 1])
+            children.append((batch.x[lo:hi], batch.y[lo:hi]))
+        x, y = improved.improved_sum(children, scale[sel], shift[sel], float(right[k]))
+        xs.append(x)
+        ys.append(y)
+    counts = np.array([len(x) for x in xs], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return fn.FunctionBatch(offsets, np.concatenate(xs), np.concatenate(ys).reshape(-1, RESOURCE_COUNT))
 
 
 def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:
@@ -1150,7 +1216,10 @@ def update_fair_share(
     guarantee = upd.sgs + pis
     # Step 8: functions and the top-down distribution from the root with suggestion 1.
     table = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
-    fs = upd.distribute(table, np.array([0]), np.ones(1))
+    if settings.enable_improved_fair_share_by_fit_factor_computation:
+        fs = upd.distribute_improved(table)
+    else:
+        fs = upd.distribute(table, np.array([0]), np.ones(1))
     _truncate_unsatisfied_gangs_in_fifo_pools(upd, fs)
     limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
     # Step 9: promised guarantee fair share.

@@ -38,6 +38,12 @@ def update_settings(tree: PoolTree) -> UpdateSettings:
         ),
         relaxed_share_multiplier_limit=float(cfg.integral_guarantees.relaxed_share_multiplier_limit),
         enable_step_function_for_gang_operations=bool(cfg.enable_step_function_for_gang_operations),
+        enable_improved_fair_share_by_fit_factor_computation=bool(
+            cfg.enable_improved_fair_share_by_fit_factor_computation
+        ),
+        enable_improved_fair_share_by_fit_factor_computation_distribution_gap=bool(
+            cfg.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
+        ),
         fifo_pool_scheduling_order=cfg.fifo_pool_scheduling_order,
     )
 

@@ -130,7 +130,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
     path = tmp_path / "production.yaml"
     path.write_text(
         CLUSTER
-        + "pool_trees: {t: {config: {enable_improved_fair_share_by_fit_factor_computation: true},"
+        + "pool_trees: {t: {config: {scheduling_segments: {mode: large_gpu}},"
         + " pools: {a: {enable_detailed_logs: true}}}}\n"
         + "operations: [{id: op1, spec: {pool: a, tentative_pool_trees: [x]}}]\n"
     )
@@ -139,7 +139,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
     assert '"pool_trees"' in done.stdout
     assert "3 option(s) accepted but not implemented" in done.stderr
     for fragment in (
-        "pool_trees.t.config.enable_improved_fair_share_by_fit_factor_computation:",
+        "pool_trees.t.config.scheduling_segments:",
         "pool_trees.t.pools.a.enable_detailed_logs:",
         "operations.op1.spec.tentative_pool_trees:",
     ):
