@@ -2,7 +2,8 @@
 
 One ``CollectorRegistry`` per service (never the global one), so several services in one process (tests) do not
 collide. Per tree, pool and operation: fair share, usage, demand (dominant ratios), starvation; per pool running
-and pending operation counts; per tree and reason the preemptions so far.
+and pending operation counts; per tree and reason the preemptions so far; per scope (scheduler, operation) and
+type the alerts holding now (``pooltree_alerts``, see ``pooltree/alerts.py``).
 """
 
 from __future__ import annotations

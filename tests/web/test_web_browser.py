@@ -161,15 +161,19 @@ def test_scheduling_page_matches_the_orchid(cluster: Cluster, operations: dict, 
     assert cell(page, "pool-adhoc", "pending-ops") == "1"
     assert page.locator(f'tr[id="operation-{research_op}"]').is_visible()
     shot(page, "scheduling")
-    # pools collapse and expand, and stay so across the htmx refresh
-    page.locator('tr[id="pool-research"] button.toggle').click()
-    assert page.locator(f'tr[id="operation-{research_op}"]').is_hidden()
+    # pools collapse and expand, and stay so across the htmx refresh. The button is clicked from a script: a
+    # mouse click can land on the old row while the refresh swaps the body (Playwright resolves, then clicks).
+    toggle = "document.querySelector('tr[id=\"pool-research\"] button.toggle').click()"
+    row = page.locator(f'tr[id="operation-{research_op}"]')
+    page.evaluate(toggle)
+    assert row.is_hidden()
+    swapped = page.evaluate("document.querySelector('#page-body').dataset.swapped || ''")
     page.wait_for_function(
-        "document.querySelector('#page-body').dataset.swapped !== undefined", timeout=10_000
+        f"(document.querySelector('#page-body').dataset.swapped || '') !== '{swapped}'", timeout=10_000
     )
-    assert page.locator(f'tr[id="operation-{research_op}"]').is_hidden()
-    page.locator('tr[id="pool-research"] button.toggle').click()
-    assert page.locator(f'tr[id="operation-{research_op}"]').is_visible()
+    assert row.is_hidden()
+    page.evaluate(toggle)
+    assert row.is_visible()
 
 
 def test_operation_link_from_the_client_explains_pending(
