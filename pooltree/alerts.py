@@ -164,6 +164,8 @@ class SchedulerAlerts:
         self.unschedulable_since: dict[str, float] = {}
         """operation id → when it was first seen that no node fits it (cleared when a node fits)."""
         self._unsupported: dict[str, tuple[Any, dict[str, Any] | None]] = {}
+        self._ranks_view: Any = None
+        self._ranks: dict[str | None, dict[str, int]] = {}
         self.store_health: Any = None
         """A callable returning None (healthy) or an error message / mapping; set by the service."""
 
@@ -210,6 +212,23 @@ class SchedulerAlerts:
             cached = (definition, found)
             self._unsupported[tree] = cached
         return copy.deepcopy(cached[1])
+
+    def sibling_ranks(self, view: Mapping[str, Any], parent: str | None) -> dict[str, int]:
+        """0-based position of each operation of ``parent`` by satisfaction ratio in one published view, kept
+        while that view is current (a page explaining every operation of a pool sorts it once)."""
+        if self._ranks_view is not view:
+            self._ranks_view = view
+            self._ranks = {}
+        found = self._ranks.get(parent)
+        if found is None:
+            ordered = sorted(
+                (float(v.get("satisfaction_ratio", 0.0)), op_id)
+                for op_id, v in view.get("operations", {}).items()
+                if v.get("parent") == parent
+            )
+            found = {op_id: index for index, (_, op_id) in enumerate(ordered)}
+            self._ranks[parent] = found
+        return found
 
     # -- the whole scheduler
 
@@ -426,14 +445,9 @@ def explain_pending(scheduler: LiveScheduler, op: LiveOperation, tree: str) -> d
         return limited
     if float(op_view.get("usage_ratio", 0.0)) + 1e-9 >= float(op_view.get("fair_share_ratio", 0.0)):
         parent = op_view.get("parent")
-        siblings = sorted(
-            (
-                (float(v.get("satisfaction_ratio", 0.0)), op_id)
-                for op_id, v in view.get("operations", {}).items()
-                if v.get("parent") == parent
-            ),
-        )
-        position = next((i for i, (_, op_id) in enumerate(siblings) if op_id == op.id), 0) + 1
+        ranks = scheduler.alert_center.sibling_ranks(view, parent)
+        position = ranks.get(op.id, 0) + 1
+        siblings = ranks
         return {
             "reason": "fair_share_reached",
             "message": (

@@ -334,3 +334,16 @@ def test_unsupported_tree_options_alert_appears_and_clears(tmp_path: Path) -> No
     scheduler.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 2.0)
     update(scheduler, 2.0)
     assert scheduler.scheduler_alerts() == []
+
+
+def test_pending_explanation_fair_share_reached_with_position(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {"shared": {}}}})
+    heartbeat(scheduler, "n1", 0.5, cpu=4)
+    first = scheduler.start_operation("vanilla", {**vanilla(10, cpu_limit=1), "pool": "shared"}, "a", 1.0)
+    second = scheduler.start_operation("vanilla", {**vanilla(10, cpu_limit=1), "pool": "shared"}, "b", 1.0)
+    heartbeat(scheduler, "n1", 1.5)
+    update(scheduler, 2.0)
+    reasons = [explanation(scheduler, op) for op in (first, second)]
+    assert all(r is not None and r["reason"] == "fair_share_reached" for r in reasons), reasons
+    assert sorted(r["queue_position"] for r in reasons) == [1, 2]  # type: ignore[index]
+    assert all(r["pool"] == "shared" for r in reasons)  # type: ignore[index]
