@@ -33,9 +33,11 @@
     const d = event.target;
     if (d.dataset && d.dataset.key) { if (d.open) { openDetails.add(d.dataset.key); } else { openDetails.delete(d.dataset.key); } }
   }, true);
-  document.addEventListener("htmx:afterSwap", function (event) {
-    event.target.dataset.swapped = String(Date.now());  // tests and people can tell a refresh happened
+  // After "settle": htmx copies the server's class attributes back onto rows that keep their id, which would
+  // undo the collapsed state applied right after the swap.
+  document.addEventListener("htmx:afterSettle", function (event) {
     apply(event.target);
+    event.target.dataset.swapped = String(Date.now());  // tests and people can tell a refresh happened
   });
   document.addEventListener("DOMContentLoaded", function () { apply(document); });
 })();
