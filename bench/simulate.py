@@ -99,6 +99,67 @@ def scenario_document(
     }
 
 
+def teams_scenario_document(
+    nodes: int, hours: float, operations: int, teams: int, per_team: int, period: float, seed: int
+) -> dict:
+    """The issue-16 shape: ``teams`` × ``per_team`` leaf pools, map operations with 5–35 jobs of 60–1,800 s.
+
+    Operations arrive uniformly over the first 90% of the horizon, each in a random leaf pool, with
+    ``job_count`` uniform in 5..35 and job durations uniform in 60..1,800 s (1 cpu, 4 GiB, 1 slot each).
+    Team pools have weights 1–3, every second team a cpu guarantee (half the cluster spread over them).
+    """
+    import random
+
+    rng = random.Random(seed)
+    guaranteed = max(1, teams // 2)
+    pool_map: dict[str, Any] = {}
+    for team in range(teams):
+        team_pools = {
+            f"team-{team:02d}-{leaf}": {"weight": 1 + leaf % 2, "max_running_operation_count": 50}
+            for leaf in range(per_team)
+        }
+        config: dict[str, Any] = {"weight": 1 + team % 3, "pools": team_pools}
+        if team % 2 == 0:
+            config["strong_guarantee_resources"] = {"cpu": round(16 * nodes * 0.5 / guaranteed, 2)}
+        pool_map[f"team-{team:02d}"] = config
+    horizon = hours * 3600.0
+    ops = []
+    for index in range(operations):
+        team, leaf = rng.randrange(teams), rng.randrange(per_team)
+        ops.append(
+            {
+                "id": f"op-{index:05d}",
+                "submit_time": round(rng.uniform(0, horizon * 0.9), 3),
+                "user": f"user-{index % 37}",
+                "spec": {"pool": f"team-{team:02d}-{leaf}"},
+                "tasks": [
+                    {
+                        "job_count": rng.randint(5, 35),
+                        "resources": {"cpu": 1, "memory": "4Gi", "user_slots": 1},
+                        "duration": {"distribution": "uniform", "min": "60s", "max": "1800s"},
+                    }
+                ],
+            }
+        )
+    return {
+        "seed": seed,
+        "until": f"{horizon:.0f}s",
+        "scheduler": {"fair_share_update_period": f"{period:g}s", "node_heartbeat_period": "1s"},
+        "report": {"event_log": False, "timeline_operations": False},
+        "cluster": {
+            "nodes": [
+                {
+                    "address": "node",
+                    "count": nodes,
+                    "resource_limits": {"cpu": 16, "memory": "64Gi", "user_slots": 16},
+                }
+            ]
+        },
+        "pool_trees": {"physical": {"config": {"fair_share_starvation_timeout": "30s"}, "pools": pool_map}},
+        "operations": ops,
+    }
+
+
 class _Timers:
     """Wall time spent inside the core's fair-share updates and heartbeats (patched for the measurement)."""
 

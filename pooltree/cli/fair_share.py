@@ -24,7 +24,11 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
 from pooltree.orchid import ROOT, snapshot_strategy, tree_view
-from pooltree.tree.fair_share_input import build_fair_share_input
+from pooltree.resources import zeros
+from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
 
@@ -62,24 +66,60 @@ def _snapshot_now(snapshot: Snapshot) -> float:
     return update.now if update else max((op.start_time for op in snapshot.operations), default=0.0)
 
 
-def _update_tree(snapshot: Snapshot, trees: PoolTrees, name: str) -> tuple[Any, Any]:
-    tree = trees.tree(name)
-    resources = {
-        op.id: (op.resource_usage, op.resource_demand - op.resource_usage)
-        for op in snapshot.operations
-        if name in trees.operation(op.id).trees
-    }
-    root, settings = build_fair_share_input(tree, resources)
-    update = snapshot.fair_share_update
-    now = _snapshot_now(snapshot)
-    state = None
-    if update is not None:
-        state = UpdateState(
-            previous_update_time=update.previous_update_time,
-            accumulated_resource_volume=dict(update.accumulated_resource_volume),
+class _TreeStep:
+    """The per-period step of one tree as the live service pays it: input from the tree runtime (kept in a
+    `FairShareInputCache`), the fair-share update, and publishing to a strategy (`BuildCache` + `publish`).
+
+    ``--repeat`` runs this step K times on one `_TreeStep`, so from the second run on the caches hold, as they do
+    from one period to the next in the service; ``update_first_s`` reports the first (cold) run.
+    """
+
+    def __init__(self, snapshot: Snapshot, trees: PoolTrees, name: str):
+        self.snapshot = snapshot
+        self.name = name
+        self.tree = trees.tree(name)
+        self.resources = {
+            op.id: (op.resource_usage, op.resource_demand - op.resource_usage)
+            for op in snapshot.operations
+            if name in trees.operation(op.id).trees
+        }
+        self.total = snapshot.tree_total_resources[name]
+        self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
+        self.input_cache = FairShareInputCache()
+        self.build_cache = BuildCache()
+        self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
+        self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
+
+    def run(self) -> Any:
+        begin = time.perf_counter()
+        root, settings = build_fair_share_input(self.tree, self.resources, cache=self.input_cache)
+        built = time.perf_counter()
+        update = self.snapshot.fair_share_update
+        now = _snapshot_now(self.snapshot)
+        state = None
+        if update is not None:
+            state = UpdateState(
+                previous_update_time=update.previous_update_time,
+                accumulated_resource_volume=dict(update.accumulated_resource_volume),
+            )
+        result = update_fair_share(root, self.total, settings, now, state)
+        updated = time.perf_counter()
+        published = scheduling_tree_from_runtime(
+            self.tree, result, self.total, self.config, cache=self.build_cache
         )
-    total = snapshot.tree_total_resources[name]
-    return update_fair_share(root, total, settings, now, state), total
+        self.strategy.publish(published, now)
+        done = time.perf_counter()
+        self.split["input_s"].append(built - begin)
+        self.split["fair_share_s"].append(updated - built)
+        self.split["publish_s"].append(done - updated)
+        return result
+
+
+def _split(steps: dict[str, _TreeStep]) -> dict[str, list[list[float]]]:
+    """Per part of the step (input, fair share, publish): each tree's durations, run by run."""
+    return {
+        key: [step.split[key] for step in steps.values()] for key in ("input_s", "fair_share_s", "publish_s")
+    }
 
 
 # Width of the table when stdout is not a terminal (long enough for every element's line).
@@ -201,13 +241,16 @@ def fair_share(
             fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
         view: dict[str, Any] = {"pool_trees": {}}
         durations: list[float] = []
+        steps = {name: _TreeStep(snapshot, trees, name) for name in names}
+        results: dict[str, Any] = {}
         for _ in range(repeat):
             begin = time.perf_counter()
-            results = {name: _update_tree(snapshot, trees, name) for name in names}
+            results = {name: step.run() for name, step in steps.items()}
             durations.append(time.perf_counter() - begin)
         now = _snapshot_now(snapshot)
-        for name, (result, total) in results.items():
+        for name, result in results.items():
             pool_tree = trees.tree(name)
+            total = steps[name].total
             strategy = snapshot_strategy(pool_tree, result, total, now)
             view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
@@ -218,6 +261,11 @@ def fair_share(
             "parse_s": parsed - started,
             "build_s": built - parsed,
             "update_s": statistics.median(durations),
+            "update_first_s": durations[0],
+            **{
+                key: statistics.median(sum(values) for values in zip(*parts, strict=True))
+                for key, parts in _split(steps).items()
+            },
             "repeat": repeat,
         }
     if output_format is OutputFormat.table:

@@ -9,7 +9,10 @@ Shares are read in bulk from the result's arrays (``result.elements.arrays`` / `
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
@@ -41,10 +44,28 @@ def _option(source: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _spec_values(spec: Any) -> tuple[Any, ...]:
-    """The `_SPEC_FIELDS` values of an operation spec (a frozen model or a plain map), for the cache key."""
+_FROZEN_TYPES: dict[type, bool] = {}
+
+
+def _is_frozen(spec: Any) -> bool:
+    """Whether ``spec`` is a frozen model (pydantic ``frozen=True``); memoised per type (isinstance against the
+    ``Mapping`` ABC costs about a microsecond, and this runs for every operation on every update)."""
+    kind = type(spec)
+    frozen = _FROZEN_TYPES.get(kind)
+    if frozen is None:
+        config = getattr(kind, "model_config", None)
+        frozen = bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
+        _FROZEN_TYPES[kind] = frozen
+    return frozen
+
+
+def _spec_values(spec: Any) -> Any:
+    """What the cache key holds of an operation spec: a frozen model itself (it cannot change, and tuple
+    equality tests identity first), else the `_SPEC_FIELDS` values (a plain map may change in place)."""
     if spec is None:
         return ()
+    if _is_frozen(spec):
+        return spec
     if isinstance(spec, Mapping):
         return tuple(spec.get(name) for name in _SPEC_FIELDS)
     return tuple(getattr(spec, name, None) for name in _SPEC_FIELDS)
@@ -72,11 +93,33 @@ class BuildCache:
     """Static spec parts of pools and operations from previous builds, keyed by the objects they depend on.
 
     Owned by one `SchedulerCore` (one pool tree); entries of elements gone from the tree are dropped per build.
+    ``last`` is the previous build's sequence of static parts, its config and tree: when the next build yields
+    the very same static objects in the same order, the tree's structure is unchanged and the new tree shares
+    the previous one's validated structure and resolved settings (`SchedulingTree.with_shares`).
     """
 
     def __init__(self) -> None:
         self.pools: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.operations: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.last: tuple[list[dict[str, Any]], StrategyConfig, SchedulingTree] | None = None
+
+
+_SPEC_DEFAULTS: dict[str, Any] = {
+    spec_field.name: spec_field.default
+    for spec_field in dataclass_fields(ElementSpec)
+    if spec_field.default is not MISSING
+}
+"""Defaults of `ElementSpec`'s fields with plain defaults (``fair_share`` is always given here)."""
+
+
+def _spec(static: dict[str, Any], **shares: Any) -> ElementSpec:
+    """``ElementSpec(**static, **shares)`` without the keyword-argument call (one per element per update)."""
+    spec = object.__new__(ElementSpec)
+    values = spec.__dict__
+    values.update(_SPEC_DEFAULTS)
+    values.update(static)
+    values.update(shares)
+    return spec
 
 
 class _Shares:
@@ -214,6 +257,7 @@ def scheduling_tree_from_runtime(
     shares = _Shares(result.elements)
     tree_config = pool_tree.config
     elements: list[ElementSpec] = []
+    statics: list[dict[str, Any]] = []
     # chain[pool name]: the configuration objects its effective parameters are resolved from (root first)
     chain: dict[str, tuple[Any, ...]] = {}
     seen: set[str] = set()
@@ -241,49 +285,54 @@ def scheduling_tree_from_runtime(
             key,
             lambda pool_name=pool_name, pool=pool: _pool_static(pool_tree, pool_name, pool),
         )
+        statics.append(static)
         share = shares.get(pool_name)
         if share is None:
-            elements.append(ElementSpec(**static, fair_share=np.zeros(RESOURCE_COUNT)))
+            elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
         else:
             fair_share, demand_share, status, _, _ = share
             elements.append(
-                ElementSpec(
-                    **static, fair_share=fair_share, demand_share=demand_share, scheduling_status=status
-                )
+                _spec(static, fair_share=fair_share, demand_share=demand_share, scheduling_status=status)
             )
     _forget(cache.pools, seen)
     seen = set()
+    operations = cache.operations
     for op_id, op in pool_tree.operations.items():
         op_pool = op.pool
         pool_chain = chain.get(op_pool.name)
         if pool_chain is None:
             pool_chain = _chain(op_pool, tree_config)
         spec = op.spec
+        limits = op.resource_limits
         key = (
             op,
             _spec_values(spec),
-            tuple(np.asarray(op.resource_limits, dtype=float).tolist()),
+            tuple(
+                limits.tolist() if type(limits) is np.ndarray else np.asarray(limits, dtype=float).tolist()
+            ),
             op_pool,
             op.running,
             op.suspended,
             op.start_time,
             pool_chain,
         )
-        static = _cached(
-            cache.operations,
-            seen,
-            op_id,
-            key,
-            lambda op_id=op_id, op=op: _operation_static(pool_tree, op_id, op),
-        )
+        seen.add(op_id)
+        entry = operations.get(op_id)
+        # tuple equality tests identity first, so unchanged objects compare in O(length)
+        if entry is not None and entry[0] == key:
+            static = entry[1]
+        else:
+            static = _operation_static(pool_tree, op_id, op)
+            operations[op_id] = (key, static)
+        statics.append(static)
         share = shares.get(op_id)
         if share is None:
-            elements.append(ElementSpec(**static, fair_share=np.zeros(RESOURCE_COUNT)))
+            elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
         else:
             fair_share, demand_share, status, weight, fifo_index = share
             elements.append(
-                ElementSpec(
-                    **static,
+                _spec(
+                    static,
                     fair_share=fair_share,
                     demand_share=demand_share,
                     scheduling_status=status,
@@ -292,7 +341,19 @@ def scheduling_tree_from_runtime(
                 )
             )
     _forget(cache.operations, seen)
-    return SchedulingTree(total_resources, elements, config, name=name)
+    last = cache.last
+    if (
+        last is not None
+        and last[1] is config
+        and last[2].name == name
+        and len(last[0]) == len(statics)
+        and all(map(operator.is_, last[0], statics))
+    ):
+        tree = last[2].with_shares(total_resources, elements)
+    else:
+        tree = SchedulingTree(total_resources, elements, config, name=name)
+    cache.last = (statics, config, tree)
+    return tree
 
 
 def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:

@@ -33,6 +33,9 @@ from pooltree.strategy.time_limits import (
     operation_time_limit_error,
 )
 
+_ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
+"""Strategy events after which an operation's controller may report completion."""
+
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
 
@@ -66,9 +69,16 @@ class SchedulerCore:
         self.node_tags: dict[str, frozenset[str]] = {}
         self.node_limits: dict[str, Vector] = {}
         self._total_resources: Vector | None = None
+        self._nodes_view: dict[str, tuple[frozenset[str], Vector]] | None = None
         self.fair_share_state: Any = None
         self.last_result: Any = None
         self._build_cache = BuildCache()
+        self._input_cache: Any = None
+        self._registration_order: dict[str, int] = {}
+        self._registrations = 0
+        self._may_have_completed: set[str] = set()
+        """Operations registered, or with an allocation ended, since the last update: only these can have
+        become completed (a controller completes when its last allocation ends), so only these are checked."""
         self.strategy = TreeScheduler(
             SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
         )
@@ -76,6 +86,11 @@ class SchedulerCore:
     # ------------------------------------------------------------------ events
 
     def _emit(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind in _ALLOCATION_END_EVENTS:
+            operation_id = event.get("operation_id")
+            if operation_id in self._registration_order:
+                self._may_have_completed.add(operation_id)
         event.setdefault("tree", self.pool_tree.name)
         self.events.append(event)
         if self._event_sink is not None:
@@ -93,6 +108,7 @@ class SchedulerCore:
         self.node_limits[address] = np.asarray(resource_limits, dtype=float)
         self.node_tags[address] = frozenset(tags)
         self._total_resources = None
+        self._nodes_view = None
         self.strategy.add_node(address, resource_limits, tags)
 
     def remove_node(self, address: str, now: float) -> list[Allocation]:
@@ -111,6 +127,7 @@ class SchedulerCore:
         self.node_limits.pop(address, None)
         self.node_tags.pop(address, None)
         self._total_resources = None
+        self._nodes_view = None
         return lost
 
     @property
@@ -151,6 +168,9 @@ class SchedulerCore:
             now=now,
         )
         self.controllers[operation_id] = controller
+        self._registrations += 1
+        self._registration_order[operation_id] = self._registrations
+        self._may_have_completed.add(operation_id)
         self.strategy.register_operation(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
@@ -169,6 +189,8 @@ class SchedulerCore:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
         del self.controllers[operation_id]
+        self._registration_order.pop(operation_id, None)
+        self._may_have_completed.discard(operation_id)
         activated = self.pool_tree.unregister_operation(operation_id)
         self._emit({"event": f"operation_{state}", "time": now, "operation_id": operation_id})
         for other in activated:
@@ -190,13 +212,14 @@ class SchedulerCore:
 
         Operations whose controllers report completion are unregistered first (event ``operation_completed``).
         """
-        for operation_id, controller in list(self.controllers.items()):
-            if getattr(controller, "is_completed", False):
-                self.unregister_operation(operation_id, now)
-        from pooltree.tree import build_fair_share_input
+        self.unregister_completed(now)
+        from pooltree.tree import FairShareInputCache, build_fair_share_input
 
-        nodes = {address: (self.node_tags[address], limits) for address, limits in self.node_limits.items()}
-        root, settings = build_fair_share_input(self.pool_tree, self._resources, nodes=nodes)
+        if self._input_cache is None:
+            self._input_cache = FairShareInputCache()
+        root, settings = build_fair_share_input(
+            self.pool_tree, self._resources, nodes=self.nodes_view, cache=self._input_cache
+        )
         function = self._fair_share or _default_fair_share()
         total = self.total_resources
         result = function(root, total, settings, now, self.fair_share_state)
@@ -208,6 +231,31 @@ class SchedulerCore:
         self.strategy.publish(tree, now)
         return result
 
+    def unregister_completed(self, now: float) -> list[str]:
+        """Unregister the operations whose controllers report completion (in registration order).
+
+        Only operations registered or with an allocation ended since the last call are asked: a controller
+        becomes completed when its last allocation ends, so no other operation can have changed its answer.
+        """
+        candidates, self._may_have_completed = self._may_have_completed, set()
+        order = self._registration_order
+        done = []
+        for operation_id in sorted(candidates, key=order.__getitem__):
+            controller = self.controllers.get(operation_id)
+            if controller is not None and getattr(controller, "is_completed", False):
+                self.unregister_operation(operation_id, now)
+                done.append(operation_id)
+        return done
+
+    @property
+    def nodes_view(self) -> dict[str, tuple[frozenset[str], Vector]]:
+        """Node address → (tags, limits), the same object until a node is added, removed or changes."""
+        if self._nodes_view is None:
+            self._nodes_view = {
+                address: (self.node_tags[address], limits) for address, limits in self.node_limits.items()
+            }
+        return self._nodes_view
+
     def process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
         """Node heartbeat: finished allocations in, allocations to start and to preempt out."""
         if heartbeat.address not in self.node_limits:
@@ -216,8 +264,12 @@ class SchedulerCore:
             limits = np.asarray(heartbeat.resource_limits, dtype=float)
             if not np.array_equal(limits, self.node_limits[heartbeat.address]):
                 self._total_resources = None
+                self._nodes_view = None
+            tags = frozenset(heartbeat.tags)
+            if tags != self.node_tags[heartbeat.address]:
+                self._nodes_view = None
             self.node_limits[heartbeat.address] = limits
-            self.node_tags[heartbeat.address] = frozenset(heartbeat.tags)
+            self.node_tags[heartbeat.address] = tags
         return self.strategy.process_heartbeat(heartbeat, now)
 
     def on_allocation_finished(self, finished: FinishedAllocation, now: float) -> Allocation | None:
@@ -242,15 +294,20 @@ class SchedulerCore:
         node = strategy.nodes.get(address)
         if node is None or strategy.has_queued_preemptions(address):
             return False
-        limits = node.resource_limits
-        usage = node.usage
-        if np.any(usage > limits + 1e-9):
-            return False
+        # Python floats of the 5-vectors: the same float operations as the numpy forms, without their overhead
+        limits = node.resource_limits.tolist()
+        usage = node.usage.tolist()
+        for used, limit in zip(usage, limits, strict=True):
+            if used > limit + 1e-9:
+                return False
         if strategy.runs_graceful_allocations(node):
             return False
         if strategy.can_start_more(node):
             needed = pending_min_needed()
-            if needed is not None and np.all(needed <= limits - usage + 1e-9):
+            if needed is not None and all(
+                n <= limit - used + 1e-9
+                for n, limit, used in zip(needed.tolist(), limits, usage, strict=True)
+            ):
                 return False
         last = node.last_preemptive_scheduling_time
         due = last is None or now > last + self.config.preemptive_scheduling_backoff

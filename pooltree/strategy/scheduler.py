@@ -141,6 +141,7 @@ class _Element:
     __slots__ = (
         "active",
         "blocked",
+        "blocked_for",
         "children",
         "demand_share",
         "depth",
@@ -164,6 +165,7 @@ class _Element:
         "starvation",
         "status",
         "tag_cache",
+        "threshold_key",
         "usage",
         "use_fifo",
         "version",
@@ -182,6 +184,12 @@ class _Element:
         self.fair_share: tuple[float, ...] = tuple(_floats(spec.fair_share))
         self.demand_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
+        self.blocked_for: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        """The (fair share, demand share) ``blocked`` was computed from."""
+        threshold = settings.non_preemptible_threshold
+        self.threshold_key: tuple[float, ...] | None = (
+            None if threshold is None else tuple(_floats(threshold))
+        )
         limits = None if spec.specified_resource_limits is None else _floats(spec.specified_resource_limits)
         self.limits: tuple[float, ...] | None = (
             None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
@@ -305,6 +313,54 @@ class TreeScheduler:
         total = tuple(float(x) for x in tree.total_resources)
         previous = getattr(self, "_elements", {})
         fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
+        if previous and tree.skeleton is getattr(self, "_skeleton", None):
+            elements = self._reuse_elements(tree)
+        else:
+            elements = self._new_elements(tree, previous, fifo_order)
+        self._skeleton = tree.skeleton
+        self._elements = elements
+        self._total = total
+        # usage bottom-up and demand shares
+        for element_id in reversed(tree.order):
+            element = elements[element_id]
+            if element.is_op:
+                if element.spec.demand_share is not None:
+                    element.demand_share = tuple(_floats(element.spec.demand_share))
+                else:
+                    needed = element.op.controller.needed_resources if element.op is not None else np.zeros(5)
+                    element.demand_share = tuple(
+                        (u + float(n)) / t if t > 0 else 0.0
+                        for u, n, t in zip(element.usage, needed, total, strict=True)
+                    )
+            else:
+                usage = [0.0] * RESOURCE_COUNT
+                if element.spec.demand_share is None:
+                    demand = [0.0] * RESOURCE_COUNT
+                    for child in element.children:
+                        _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
+                        _add_list(demand, child.demand_share)
+                    element.demand_share = tuple(demand)
+                else:
+                    for child in element.children:
+                        _add_list(usage, child.usage)
+                    element.demand_share = tuple(_floats(element.spec.demand_share))
+                element.usage = usage
+            shares = (element.fair_share, element.demand_share)
+            if shares != element.blocked_for:  # a function of these two only
+                element.blocked = blocked_mask(*shares)
+                element.blocked_for = shares
+        if now is not None:
+            self._update_starvation(now)
+            self.last_update_time = now
+        self._update_priorities()
+        for element in elements.values():
+            if element.is_op and element.op is not None:
+                self._configure_lists(element)
+        self._rebuild_heaps()
+
+    def _new_elements(
+        self, tree: SchedulingTree, previous: dict[str, _Element], fifo_order: bool
+    ) -> dict[str, _Element]:
         elements: dict[str, _Element] = {}
         for index, element_id in enumerate(tree.order):
             spec = tree.elements[element_id]
@@ -328,41 +384,39 @@ class TreeScheduler:
                 if element.op is not None:
                     element.usage = element.op.usage
             elements[element_id] = element
-        self._elements = elements
-        self._total = total
-        # usage bottom-up and demand shares
-        for element_id in reversed(tree.order):
-            element = elements[element_id]
+        return elements
+
+    def _reuse_elements(self, tree: SchedulingTree) -> dict[str, _Element]:
+        """The previous publish's elements, for a tree of the same structure (``tree.skeleton``).
+
+        Everything an `_Element` derives from the structure and static settings (parent, children, depth,
+        limits, limited ancestors, FIFO use, effective settings, tag matches) is kept; everything a new
+        element would start with is reset to the same values, and its spec, fair share and FIFO key taken from
+        the new tree, so the rest of :meth:`publish` computes exactly what it computes on new elements.
+        """
+        elements = self._elements
+        specs = tree.elements
+        operations = self.operations
+        normal = SchedulingStatus.NORMAL
+        non_starving = StarvationStatus.NON_STARVING
+        for element_id, element in elements.items():
+            spec = specs[element_id]
+            element.spec = spec
+            element.fair_share = tuple(_floats(spec.fair_share))
+            element.fifo_key = float(spec.fifo_index)
+            element.sat = INFINITE_SATISFACTION_RATIO
+            element.keyed_start = 0
+            element.active = False
+            element.excluded = -1
+            element.heap = []
+            element.status = normal
+            element.starvation = non_starving
+            element.inactive_reason = None
             if element.is_op:
-                if element.spec.demand_share is not None:
-                    element.demand_share = tuple(_floats(element.spec.demand_share))
-                else:
-                    needed = element.op.controller.needed_resources if element.op is not None else np.zeros(5)
-                    element.demand_share = tuple(
-                        (u + float(n)) / t if t > 0 else 0.0
-                        for u, n, t in zip(element.usage, needed, total, strict=True)
-                    )
-            else:
-                usage = [0.0] * RESOURCE_COUNT
-                demand = [0.0] * RESOURCE_COUNT
-                for child in element.children:
-                    _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
-                    _add_list(demand, child.demand_share)
-                element.usage = usage
-                element.demand_share = (
-                    tuple(demand)
-                    if element.spec.demand_share is None
-                    else tuple(_floats(element.spec.demand_share))
-                )
-            element.blocked = blocked_mask(element.fair_share, element.demand_share)
-        if now is not None:
-            self._update_starvation(now)
-            self.last_update_time = now
-        self._update_priorities()
-        for element in elements.values():
-            if element.is_op and element.op is not None:
-                self._configure_lists(element)
-        self._rebuild_heaps()
+                runtime = operations.get(element_id)
+                element.op = runtime
+                element.usage = runtime.usage if runtime is not None else [0.0] * RESOURCE_COUNT
+        return elements
 
     def _usage_share(self, element: _Element) -> list[float]:
         return [u / t if t > 0 else 0.0 for u, t in zip(element.usage, self._total, strict=True)]
@@ -446,27 +500,36 @@ class TreeScheduler:
             PreemptionPriority.AGGRESSIVE: [],
         }
         own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
+        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
+        starving = StarvationStatus.STARVING
+        # per pool: the most severe starvation status among the pool and its ancestors (parents come first)
+        severity: dict[str, int] = {}
+        none_rank, normal_rank, aggressive_rank = 0, 1, 2
+        elements = self._elements
         for element_id in self.tree.order:
-            element = self._elements[element_id]
-            if not element.is_op:
-                continue
-            element.starvation = self.starvation.get(element_id, StarvationState()).status
-            statuses = [element.starvation]
-            if not own_only:
-                cursor = element.parent
-                while cursor is not None:
-                    statuses.append(cursor.starvation)
-                    cursor = cursor.parent
-            if StarvationStatus.AGGRESSIVELY_STARVING in statuses:
-                priority = PreemptionPriority.AGGRESSIVE
-            elif StarvationStatus.STARVING in statuses:
-                priority = PreemptionPriority.NORMAL
+            element = elements[element_id]
+            if element.is_op:
+                element.starvation = self.starvation.get(element_id, StarvationState()).status
+                own = element.starvation
+                rank = aggressive_rank if own == aggressive else normal_rank if own == starving else none_rank
+                if not own_only and element.parent is not None:
+                    rank = max(rank, severity[element.parent.id])
+                if rank == aggressive_rank:
+                    priority = PreemptionPriority.AGGRESSIVE
+                elif rank == normal_rank:
+                    priority = PreemptionPriority.NORMAL
+                else:
+                    priority = PreemptionPriority.NONE
+                if element.op is not None:
+                    element.op.preemption_priority = priority
+                if priority != PreemptionPriority.NONE:
+                    by_priority[priority].append(element)
             else:
-                priority = PreemptionPriority.NONE
-            if element.op is not None:
-                element.op.preemption_priority = priority
-            if priority != PreemptionPriority.NONE:
-                by_priority[priority].append(element)
+                own = element.starvation
+                rank = aggressive_rank if own == aggressive else normal_rank if own == starving else none_rank
+                if element.parent is not None:
+                    rank = max(rank, severity[element.parent.id])
+                severity[element_id] = rank
         self._ops_by_priority = by_priority
 
     def _priority(self, element: _Element) -> PreemptionPriority:
@@ -476,12 +539,11 @@ class TreeScheduler:
         config = self.config
         runtime = element.op
         assert runtime is not None
-        threshold = element.settings.non_preemptible_threshold
         key = (
             element.fair_share,
             element.demand_share,
             self._total,
-            None if threshold is None else tuple(_floats(threshold)),
+            element.threshold_key,
             config.aggressive_preemption_satisfaction_threshold,
             config.preemption_satisfaction_threshold,
         )

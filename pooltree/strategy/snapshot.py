@@ -227,7 +227,13 @@ class EffectiveSettings:
 
 
 class SchedulingTree:
-    """Validated, immutable-by-convention snapshot of one pool tree for the strategy."""
+    """Validated, immutable-by-convention snapshot of one pool tree for the strategy.
+
+    ``skeleton`` identifies the structure (element ids, parents, kinds and the static settings the effective
+    settings are resolved from): two trees with the same ``skeleton`` object differ only in their shares and
+    statuses, which lets the strategy keep its per-element objects across publishes (see
+    :meth:`with_shares`).
+    """
 
     def __init__(
         self,
@@ -241,6 +247,7 @@ class SchedulingTree:
         self.total_resources = np.asarray(total_resources, dtype=float)
         if self.total_resources.shape != (RESOURCE_COUNT,) or np.any(self.total_resources < 0):
             raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
+        self.skeleton: object = object()
         self.elements: dict[str, ElementSpec] = {}
         for element in elements:
             path = f"elements.{element.id}"
@@ -317,6 +324,31 @@ class SchedulingTree:
                 normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors
                 and own_normal,
             )
+
+    def with_shares(self, total_resources: Vector, elements: list[ElementSpec]) -> SchedulingTree:
+        """A tree with this tree's structure and new element specs (same ids, same order as ``self.order``'s
+        source list, same static fields; only shares, statuses, weights and FIFO indices may differ).
+
+        The caller guarantees the structure is unchanged (``build.scheduling_tree_from_runtime`` checks that
+        every static part is the very object of the previous build); validation, ordering and settings
+        resolution are then shared instead of redone.
+        """
+        tree = object.__new__(SchedulingTree)
+        tree.name = self.name
+        tree.config = self.config
+        total = np.asarray(total_resources, dtype=float)
+        if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
+            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
+        tree.total_resources = total
+        tree.skeleton = self.skeleton
+        tree.elements = {element.id: element for element in elements}
+        if ROOT_ID not in tree.elements:
+            tree.elements[ROOT_ID] = self.elements[ROOT_ID]
+        tree.children = self.children
+        tree.order = self.order
+        tree.depth = self.depth
+        tree.effective = self.effective
+        return tree
 
     def ancestors(self, element_id: str) -> list[str]:
         """Proper ancestors from the parent up to and including the root."""

@@ -8,7 +8,12 @@
 """
 
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
-from pooltree.tree.fair_share_input import build_fair_share_input, tree_total_resources, update_settings
+from pooltree.tree.fair_share_input import (
+    FairShareInputCache,
+    build_fair_share_input,
+    tree_total_resources,
+    update_settings,
+)
 from pooltree.tree.lifecycle import (
     FINAL_STATES,
     TRANSITIONS,
@@ -34,6 +39,7 @@ __all__ = [
     "TOO_MANY_OPERATIONS_CODE",
     "TRANSITIONS",
     "EffectiveParameters",
+    "FairShareInputCache",
     "InvalidOperationStateError",
     "Operation",
     "OperationEvent",

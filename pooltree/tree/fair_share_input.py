@@ -49,29 +49,67 @@ def update_settings(tree: PoolTree) -> UpdateSettings:
 
 
 class _TagLimits:
-    """Sum of node limits matching a tree filter AND an element filter (cached per filter text)."""
+    """Sum of node limits matching a tree filter AND an element filter (cached per filter text).
+
+    The nodes are read only when some element has a tag filter (most trees have none), so building the input
+    does not walk every node of a large cluster each period.
+    """
 
     def __init__(self, nodes: NodeResources | None):
-        self._nodes = {
-            address: (frozenset(tags), np.asarray(limits, dtype=float))
-            for address, (tags, limits) in (nodes or {}).items()
-        }
+        self._source = nodes
+        self._nodes: dict[str, tuple[frozenset[str], Vector]] | None = None
         self._cache: dict[str, Vector] = {}
 
     def limits(self, filter_text: str) -> Vector | None:
-        if not filter_text or not self._nodes:
+        if not filter_text or not self._source:
             return None
         cached = self._cache.get(filter_text)
         if cached is None:
             tag_filter = TagFilter.parse(filter_text, "scheduling_tag_filter")
             if tag_filter.is_empty:
                 return None
+            if self._nodes is None:
+                self._nodes = {
+                    address: (frozenset(tags), np.asarray(limits, dtype=float))
+                    for address, (tags, limits) in self._source.items()
+                }
             cached = zeros()
             for tags, limits in self._nodes.values():
                 if tag_filter.matches(tags):
                     cached = cached + limits
             self._cache[filter_text] = cached
         return cached.copy()
+
+
+class FairShareInputCache:
+    """Model objects of the previous builds of one tree, reused while their static inputs are unchanged.
+
+    Kept by the caller between updates of the same tree (``SchedulerCore`` keeps one per tree). An operation's
+    ``Operation`` object is rebuilt only when something it is computed from changes (its registration, pool,
+    running/suspended flags, weight, limits, spec object, start time, inherited tolerance or the node set);
+    otherwise only its usage, demand and pending count are written into it. Pools likewise keep their ``Pool``
+    object and get a fresh ``children`` list. Specs given as plain maps (which may be changed in place) are
+    never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
+    objects gives the same result as building new ones.
+    """
+
+    def __init__(self) -> None:
+        self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
+        self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
+        self.tags: _TagLimits | None = None
+        self.settings: tuple[Any, UpdateSettings] | None = None
+
+    def tag_limits(self, nodes: NodeResources | None) -> _TagLimits:
+        if self.tags is None or self.tags._source is not nodes:
+            self.tags = _TagLimits(nodes)
+        return self.tags
+
+    def forget(self, pools: set[str], operations: set[str]) -> None:
+        """Drop entries of elements that are no longer in the tree."""
+        for store, seen in ((self.pools, pools), (self.operations, operations)):
+            if len(store) > len(seen):
+                for stale in [name for name in store if name not in seen]:
+                    del store[stale]
 
 
 def _resources_of(source: OperationResources, operation_id: str) -> tuple[Vector, Vector]:
@@ -96,12 +134,9 @@ def _tree_option(spec: Any, tree: str, name: str) -> Any:
     return _spec_option(spec, name, None)
 
 
-def _operation_element(
-    tree: PoolTree, op: TreeOperation, tolerance: float, source: OperationResources, tags: _TagLimits
-) -> Operation:
-    usage, needed = _resources_of(source, op.id)
+def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
+    """The operation's model element without usage and demand (set by ``_set_resources``)."""
     schedulable = op.running and not op.suspended
-    demand = usage + needed if schedulable else usage.copy()
     max_share_ratio = _tree_option(op.spec, tree.name, "max_share_ratio")
     return Operation(
         id=op.id,
@@ -110,15 +145,72 @@ def _operation_element(
         max_share_ratio=1.0 if max_share_ratio is None else float(max_share_ratio),
         tag_filter_resource_limits=tags.limits(str(_spec_option(op.spec, "scheduling_tag_filter", "") or "")),
         starvation_tolerance=tolerance,
-        usage=usage,
-        demand=demand,
         start_time=op.start_time,
-        pending_allocation_count=round(float(needed[USER_SLOTS])) if schedulable else 0,
         schedulable=schedulable,
         is_gang=bool(_spec_option(op.spec, "is_gang", False)),
         apply_specified_resource_limits_to_demand=bool(
             _spec_option(op.spec, "apply_specified_resource_limits_to_demand", False)
         ),
+    )
+
+
+def _set_resources(element: Operation, source: OperationResources) -> Operation:
+    """Write the operation's current usage, demand and pending allocation count into its model element."""
+    usage, needed = _resources_of(source, element.id)
+    if element.schedulable:
+        element.usage = usage
+        element.demand = usage + needed
+        element.pending_allocation_count = round(float(needed[USER_SLOTS]))
+    else:
+        element.usage = usage
+        element.demand = usage.copy()
+        element.pending_allocation_count = 0
+    return element
+
+
+def _operation_element(
+    tree: PoolTree, op: TreeOperation, tolerance: float, source: OperationResources, tags: _TagLimits
+) -> Operation:
+    return _set_resources(_operation_static(tree, op, tolerance, tags), source)
+
+
+_FROZEN_TYPES: dict[type, bool] = {}
+
+
+def _is_frozen(spec: Any) -> bool:
+    """Whether ``spec`` is a frozen model (``OperationSpec``) or absent, memoised per type."""
+    kind = type(spec)
+    frozen = _FROZEN_TYPES.get(kind)
+    if frozen is None:
+        config = getattr(kind, "model_config", None)
+        frozen = spec is None or (
+            bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
+        )
+        _FROZEN_TYPES[kind] = frozen
+    return frozen
+
+
+def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any, ...] | None:
+    """What ``_operation_static`` reads, for the cache (``None``: not cacheable, a spec that is not a frozen
+    model, e.g. a plain map, which may change in place)."""
+    spec = op.spec
+    if not _is_frozen(spec):
+        return None
+    return (
+        op,
+        op.pool,
+        op.running,
+        op.suspended,
+        op.weight,
+        tuple(
+            limits.tolist()
+            if type(limits := op.resource_limits) is np.ndarray
+            else np.asarray(limits, dtype=float).tolist()
+        ),
+        spec,
+        op.start_time,
+        tolerance,
+        nodes,
     )
 
 
@@ -139,25 +231,25 @@ def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:
     )
 
 
-def _pool_element(
-    tree: PoolTree, pool: PoolElement, source: OperationResources, tags: _TagLimits, parent_tolerance: float
-) -> Pool:
+def _pool_tolerance(tree: PoolTree, pool: PoolElement, parent_tolerance: float) -> float:
     config = pool.config
     tolerance = parent_tolerance
     if config is not None and config.fair_share_starvation_tolerance is not None:
         tolerance = float(config.fair_share_starvation_tolerance)
     if pool.is_root:
         tolerance = float(tree.config.fair_share_starvation_tolerance)
+    return tolerance
+
+
+def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
+    """The pool's model element without children."""
+    config = pool.config
     if config is not None:
         limits = np.array(config.resource_limits.vector, dtype=float)
     elif pool.ephemeral_config is not None:
         limits = np.array(pool.ephemeral_config.resource_limits.vector, dtype=float)
     else:
         limits = np.full(len(zeros()), np.inf)
-    children: list[Any] = [
-        _pool_element(tree, child, source, tags, tolerance) for child in pool.children.values()
-    ]
-    children.extend(_operation_element(tree, op, tolerance, source, tags) for op in pool.operations.values())
     return Pool(
         id=pool.name,
         weight=None if config is None or config.weight is None else float(config.weight),
@@ -165,7 +257,7 @@ def _pool_element(
         max_share_ratio=1.0 if config is None else float(config.effective_max_share_ratio),
         tag_filter_resource_limits=tags.limits(config.scheduling_tag_filter if config is not None else ""),
         starvation_tolerance=tolerance,
-        children=children,
+        children=[],
         mode=pool.mode,
         strong_guarantee_resources=(
             np.array(config.strong_guarantee_resources.vector, dtype=float) if config is not None else zeros()
@@ -195,18 +287,100 @@ def _pool_element(
     )
 
 
+def _pool_element(
+    tree: PoolTree, pool: PoolElement, source: OperationResources, tags: _TagLimits, parent_tolerance: float
+) -> Pool:
+    tolerance = _pool_tolerance(tree, pool, parent_tolerance)
+    element = _pool_static(tree, pool, tags, tolerance)
+    children: list[Any] = [
+        _pool_element(tree, child, source, tags, tolerance) for child in pool.children.values()
+    ]
+    children.extend(_operation_element(tree, op, tolerance, source, tags) for op in pool.operations.values())
+    element.children = children
+    return element
+
+
+class _CachedBuild:
+    """One build through a `FairShareInputCache` (same order and values as ``_pool_element``)."""
+
+    def __init__(
+        self,
+        tree: PoolTree,
+        source: OperationResources,
+        tags: _TagLimits,
+        cache: FairShareInputCache,
+        nodes: Any,
+    ):
+        self.tree = tree
+        self.source = source
+        self.tags = tags
+        self.cache = cache
+        self.nodes = nodes
+        self.seen_pools: set[str] = set()
+        self.seen_operations: set[str] = set()
+
+    def pool(self, pool: PoolElement, parent_tolerance: float) -> Pool:
+        tree = self.tree
+        tolerance = _pool_tolerance(tree, pool, parent_tolerance)
+        key = (
+            pool,
+            pool.config,
+            pool.ephemeral_config,
+            pool.mode,
+            pool.is_root,
+            tolerance,
+            tree.config,
+            self.nodes,
+        )
+        self.seen_pools.add(pool.name)
+        entry = self.cache.pools.get(pool.name)
+        if entry is not None and entry[0] == key:
+            element = entry[1]
+        else:
+            element = _pool_static(tree, pool, self.tags, tolerance)
+            self.cache.pools[pool.name] = (key, element)
+        children: list[Any] = [self.pool(child, tolerance) for child in pool.children.values()]
+        operations = self.cache.operations
+        seen = self.seen_operations
+        nodes = self.nodes
+        for op in pool.operations.values():
+            key = _operation_key(op, tolerance, nodes)
+            seen.add(op.id)
+            entry = operations.get(op.id) if key is not None else None
+            if entry is not None and entry[0] == key:
+                static = entry[1]
+            else:
+                static = _operation_static(tree, op, tolerance, self.tags)
+                if key is not None:
+                    operations[op.id] = (key, static)
+            children.append(_set_resources(static, self.source))
+        element.children = children
+        return element
+
+
 def build_fair_share_input(
-    tree: PoolTree, operation_resources: OperationResources, *, nodes: NodeResources | None = None
+    tree: PoolTree,
+    operation_resources: OperationResources,
+    *,
+    nodes: NodeResources | None = None,
+    cache: FairShareInputCache | None = None,
 ) -> tuple[Pool, UpdateSettings]:
     """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, and the
     tree's update settings. ``nodes`` (this tree's nodes) is needed only for elements with a
-    ``scheduling_tag_filter``; without it such elements get no tag-filter limits.
+    ``scheduling_tag_filter``; without it such elements get no tag-filter limits. ``cache`` (kept by the caller
+    between updates of the same tree, with the same ``nodes`` object until the nodes change) reuses the model
+    objects of unchanged elements; the input is the same either way.
     """
-    tags = _TagLimits(nodes)
-    root = _pool_element(
-        tree, tree.root, operation_resources, tags, float(tree.config.fair_share_starvation_tolerance)
-    )
-    return root, update_settings(tree)
+    tolerance = float(tree.config.fair_share_starvation_tolerance)
+    if cache is None:
+        root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
+        return root, update_settings(tree)
+    build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
+    root = build.pool(tree.root, tolerance)
+    cache.forget(build.seen_pools, build.seen_operations)
+    if cache.settings is None or cache.settings[0] is not tree.config:
+        cache.settings = (tree.config, update_settings(tree))
+    return root, cache.settings[1]
 
 
 def tree_total_resources(nodes: NodeResources) -> Vector:

@@ -258,3 +258,24 @@ def test_interrupted_map_jobs_hand_back_their_rest(tmp_path):
     assert summary["global"]["wasted_job_time"] == 0
     preempted = [e for e in events(tmp_path) if e["event"] == "allocation_preempted"]
     assert preempted and all(e["preemptor_operation_id"] == "urgent" for e in preempted)
+
+
+def test_reusing_inputs_and_published_elements_is_exact(monkeypatch, tmp_path):
+    """The per-period caches (the fair-share input objects, the scheduling tree's structure and the strategy's
+    elements kept across publishes) give byte-identical outputs to building everything anew each period."""
+    document = mixed_document(until="10m")
+    cached = run(document, tmp_path / "cached")
+    import pooltree.strategy.snapshot as snapshot
+    import pooltree.tree as tree
+
+    def fresh_tree(self, total, elements):
+        return snapshot.SchedulingTree(total, elements, self.config, name=self.name)
+
+    build = tree.build_fair_share_input
+    monkeypatch.setattr(snapshot.SchedulingTree, "with_shares", fresh_tree)
+    monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build(*a, **k))
+    fresh = run(document, tmp_path / "fresh")
+    for name in ("events.jsonl", "timeline.csv", "operations.csv"):
+        assert filecmp.cmp(tmp_path / "cached" / name, tmp_path / "fresh" / name, shallow=False), name
+    assert _comparable(cached) == _comparable(fresh)
+    assert cached["global"]["preempted_allocation_count"] > 0

@@ -1,0 +1,160 @@
+"""The per-period step (input from the tree runtime, fair-share update, publish) as `pooltree fair-share
+SNAPSHOT --timings --repeat K` reports it, on a synthetic snapshot; prints one JSON object.
+
+The snapshot: ``--pools`` pools in three levels (10 top pools with guarantees, 10 children each, leaves
+under them; default 1,110 pools), ``--operations`` running operations (default 10,000) spread over the leaves
+with usage and demand, on a cluster of 16-cpu nodes sized so the tree is oversubscribed about twice. The CLI runs
+in a subprocess ``--runs`` times (default 3); each run reports the median of ``--repeat`` steps (the first step of
+a run is cold: the input and publish caches are empty) and the split into input, fair share and publish.
+
+Usage: .venv/bin/python bench/update_step.py [--pools 1110] [--operations 10000] [--repeat 5] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def snapshot_document(pools: int, operations: int, seed: int = 1) -> dict[str, Any]:
+    rng = random.Random(seed)
+    top = 10
+    mid = 10
+    leaves_per_mid = max(1, (pools - top - top * mid) // (top * mid))
+    nodes = max(1, operations * 10 // 16 // 2)
+    tree: dict[str, Any] = {}
+    leaves: list[str] = []
+    for t in range(top):
+        children: dict[str, Any] = {}
+        for m in range(mid):
+            grand = {}
+            for leaf in range(leaves_per_mid):
+                name = f"p{t}-{m}-{leaf}"
+                grand[name] = {"weight": rng.choice([1, 1, 2, 3])}
+                leaves.append(name)
+            children[f"p{t}-{m}"] = {"weight": rng.choice([1, 2]), "pools": grand}
+        tree[f"p{t}"] = {
+            "weight": rng.choice([1, 2, 3]),
+            "strong_guarantee_resources": {"cpu": round(16 * nodes * 0.06, 2)},
+            "pools": children,
+        }
+    ops = []
+    for index in range(operations):
+        jobs = rng.randint(1, 20)
+        running = rng.randint(0, jobs)
+        ops.append(
+            {
+                "id": f"op-{index:05d}",
+                "type": "map",
+                "user": f"user-{index % 50}",
+                "start_time": index,
+                "spec": {"pool": rng.choice(leaves)},
+                "jobs": [
+                    {
+                        "resources": {"cpu": 1, "memory": "4Gi", "user_slots": 1},
+                        "running": running,
+                        "pending": jobs - running,
+                    }
+                ],
+            }
+        )
+    return {
+        "cluster": {
+            "nodes": [
+                {
+                    "address": "node",
+                    "count": nodes,
+                    "resource_limits": {"cpu": 16, "memory": "64Gi", "user_slots": 16},
+                }
+            ]
+        },
+        "pool_trees": {
+            "physical": {
+                "config": {
+                    "max_running_operation_count": operations,
+                    "max_operation_count": operations,
+                    "max_running_operation_count_per_pool": operations,
+                    "max_operation_count_per_pool": operations,
+                },
+                "pools": tree,
+            }
+        },
+        "operations": ops,
+        "fair_share_update": {"now": operations + 10, "previous_update_time": operations + 9},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", type=int, default=1110)
+    parser.add_argument("--operations", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, help="also write the snapshot here")
+    args = parser.parse_args()
+    document = snapshot_document(args.pools, args.operations)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "snapshot.json"
+        path.write_text(json.dumps(document))
+        if args.keep is not None:
+            args.keep.write_text(json.dumps(document))
+        runs = []
+        for _ in range(args.runs):
+            output = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from pooltree.cli import main; main()",
+                    "fair-share",
+                    str(path),
+                    "--timings",
+                    "--repeat",
+                    str(args.repeat),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            ).stdout
+            view = json.loads(output)
+            runs.append(view["timings"])
+            pool_count = view["pool_trees"]["physical"]["pool_count"]
+    keys = ("update_s", "update_first_s", "input_s", "fair_share_s", "publish_s")
+    print(
+        json.dumps(
+            {
+                "name": "update_step",
+                "parameters": {
+                    "pools": pool_count,
+                    "operations": args.operations,
+                    "repeat": args.repeat,
+                    "runs": args.runs,
+                },
+                "median": {key: round(statistics.median(run[key] for run in runs), 4) for key in keys},
+                "min": {key: round(min(run[key] for run in runs), 4) for key in keys},
+                "max": {key: round(max(run[key] for run in runs), 4) for key in keys},
+                "load_average": os.getloadavg(),
+                "machine": {
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                },
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
