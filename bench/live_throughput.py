@@ -95,6 +95,7 @@ class Local:
             args, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True
         )
         self.url = self._read_url(60.0)
+        self.token = (data / "token").read_text().strip()  # the superuser token `pooltree local` created
 
     def _read_url(self, timeout: float) -> str:
         found: list[str] = []
@@ -135,7 +136,9 @@ def _wait_nodes(client: ytw.YtClient, nodes: int) -> None:
     raise RuntimeError(f"fewer than {nodes} nodes registered within 60 s")
 
 
-async def _get_operation_load(url: str, op_ids: list[str], clients: int, seconds: float) -> dict[str, Any]:
+async def _get_operation_load(
+    url: str, op_ids: list[str], clients: int, seconds: float, token: str
+) -> dict[str, Any]:
     """``clients`` concurrent sequential requesters for ``seconds``; per-request latencies in seconds."""
     latencies: list[float] = []
     errors = 0
@@ -152,7 +155,7 @@ async def _get_operation_load(url: str, op_ids: list[str], clients: int, seconds
             response = await client.get(
                 f"{url}/api/v4/get_operation",
                 params={"operation_id": op_id},
-                headers={"X-YT-Output-Format": '"json"'},
+                headers={"X-YT-Output-Format": '"json"', "Authorization": f"OAuth {token}"},
             )
             latencies.append(time.perf_counter() - began)
             if response.status_code != 200:
@@ -184,7 +187,7 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 async def _get_operation_load_raw(
-    url: str, op_ids: list[str], clients: int, seconds: float
+    url: str, op_ids: list[str], clients: int, seconds: float, token: str
 ) -> dict[str, Any]:
     """Like ``_get_operation_load`` over plain asyncio keep-alive connections (one per client): httpx's own
     per-request CPU cost on this 2-core machine is larger than the server's, so it would measure the client."""
@@ -203,7 +206,7 @@ async def _get_operation_load_raw(
                 op_id = op_ids[(index + count) % len(op_ids)]
                 request = (
                     f"GET /api/v4/get_operation?operation_id={op_id} HTTP/1.1\r\nHost: {host}\r\n"
-                    'X-YT-Output-Format: "json"\r\n\r\n'
+                    f'X-YT-Output-Format: "json"\r\nAuthorization: OAuth {token}\r\n\r\n'
                 ).encode()
                 began = time.perf_counter()
                 writer.write(request)
@@ -225,7 +228,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-bench-") as tmp:
         local = Local(Path(tmp) / "data", args.nodes, args.node_resources, args.heartbeat_period)
         try:
-            client = ytw.YtClient(proxy=local.url, config={"proxy": {"enable_proxy_discovery": False}})
+            client = ytw.YtClient(
+                proxy=local.url, token=local.token, config={"proxy": {"enable_proxy_discovery": False}}
+            )
             _wait_nodes(client, args.nodes)
             spec = ytw.VanillaSpecBuilder().begin_task("main").command("true").job_count(args.jobs).end_task()
             submit_began = time.time()
@@ -258,9 +263,15 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 finishes += [_ts(job["finish_time"]) for job in completed]
             total_jobs = args.jobs * args.operations
             span = max(finishes) - min(op_start.values())
-            single = asyncio.run(_get_operation_load_raw(local.url, op_ids, 1, min(2.0, args.get_seconds)))
-            load = asyncio.run(_get_operation_load_raw(local.url, op_ids, args.clients, args.get_seconds))
-            load_httpx = asyncio.run(_get_operation_load(local.url, op_ids, args.clients, args.get_seconds))
+            single = asyncio.run(
+                _get_operation_load_raw(local.url, op_ids, 1, min(2.0, args.get_seconds), local.token)
+            )
+            load = asyncio.run(
+                _get_operation_load_raw(local.url, op_ids, args.clients, args.get_seconds, local.token)
+            )
+            load_httpx = asyncio.run(
+                _get_operation_load(local.url, op_ids, args.clients, args.get_seconds, local.token)
+            )
         finally:
             local.close()
     return {

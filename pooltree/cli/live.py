@@ -29,12 +29,21 @@ import httpx
 import typer
 
 from pooltree.cli.app import app, fail
+from pooltree.cli.secrets_options import (
+    NODE_SECRET_FILE,
+    TOKEN_FILE,
+    node_secret,
+    restrict_store_files,
+    superuser_token,
+)
 from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
 from pooltree.node.service import check_period, parse_resources_option, parse_tags, run_node
 from pooltree.server.live.model import check_update_period
+from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
+from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 
 DEFAULT_DATA = Path(".pooltree")
 READY_PREFIX = "listening on "
@@ -183,9 +192,32 @@ def scheduler_command(
     data: Path = typer.Option(DEFAULT_DATA, "--data", help="Directory for the default SQLite store."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(0, "--port", help="Port to listen on; 0 picks a free one."),
-    token: str = typer.Option(
-        None, "--token", help="Require 'Authorization: OAuth <token>' on every request."
+    token_file: Path = typer.Option(
+        None,
+        "--token-file",
+        help="File (mode 0600) with the superuser (root) token; else $POOLTREE_TOKEN, else DATA/token "
+        "(created on first start).",
     ),
+    token: str = typer.Option(
+        None, "--token", help="The superuser token (visible in ps: prefer --token-file or $POOLTREE_TOKEN)."
+    ),
+    node_secret_file: Path = typer.Option(
+        None,
+        "--node-secret-file",
+        help="File (mode 0600) with the cluster node secret; else $POOLTREE_NODE_SECRET, else DATA/node_secret.",
+    ),
+    node_networks: str = typer.Option(
+        None,
+        "--node-networks",
+        help="Networks nodes may heartbeat from, e.g. '10.0.0.0/8,127.0.0.1' (default: loopback when --host is "
+        "loopback, else any).",
+    ),
+    no_authentication: bool = typer.Option(
+        False,
+        "--no-authentication",
+        help="Every caller is root (refused unless --host is a loopback address).",
+    ),
+    metrics_public: bool = typer.Option(False, "--metrics-public", help="Serve /metrics without a token."),
     config: Path = typer.Option(
         None,
         "--config",
@@ -208,8 +240,16 @@ def scheduler_command(
             )
         check_period(heartbeat_period, "--heartbeat-period")
         check_update_period(fair_share_update_period, "--fair-share-update-period")
+        if no_authentication and not is_loopback(host):
+            raise PooltreeError(
+                f"--no-authentication is refused on {host}: anyone who can reach it would be root; "
+                "listen on 127.0.0.1 or keep authentication"
+            )
         check_port_free(host, port)
+        os.umask(0o077)  # the store, its journal and the secret files are the scheduler's alone
         url = store_url_for(store, data)
+        secrets = _scheduler_secrets(token_file, token, node_secret_file, node_networks, host, data)
+        restrict_store_files(url)
         if config is not None:
             loaded = load_config_into_store(url, config)
             if loaded:
@@ -222,11 +262,13 @@ def scheduler_command(
                 url,
                 host,
                 port,
-                token,
                 create_default_tree,
                 node_heartbeat_timeout,
                 heartbeat_period,
                 fair_share_update_period,
+                authentication=not no_authentication,
+                metrics_public=metrics_public,
+                **secrets,
             )
         )
     except PooltreeError as error:
@@ -248,15 +290,47 @@ def _run_fast(main: Coroutine[Any, Any, None]) -> None:
         runner.run(main)
 
 
+def _scheduler_secrets(
+    token_file: Path | None,
+    token: str | None,
+    node_secret_file: Path | None,
+    node_networks: str | None,
+    host: str,
+    data: Path,
+) -> dict[str, Any]:
+    """The superuser token, node secret and node networks of ``pooltree scheduler`` (files made on first start)."""
+    root_token, token_path, created = superuser_token(token_file, token, data)
+    if created:
+        log.info("created the superuser (root) token in %s (mode 0600)", token_path)
+    secret, secret_path, created = node_secret(node_secret_file, data)
+    if created:
+        log.info("created the cluster node secret in %s (mode 0600); give it to nodes", secret_path)
+    if node_networks is not None:
+        networks = parse_networks(node_networks)
+    elif is_loopback(host):
+        networks = LOOPBACK_NETWORKS
+    else:
+        networks = None
+        log.warning(
+            "nodes may heartbeat from any address (with the node secret); restrict them with --node-networks"
+        )
+    return {"token": root_token, "node_secret": secret, "node_networks": networks}
+
+
 async def _run_scheduler(
     store_url: str,
     host: str,
     port: int,
-    token: str | None,
     create_default_tree: bool,
     timeout: float,
     heartbeat_period: float = 1.0,
     fair_share_update_period: float = 1.0,
+    *,
+    token: str | None,
+    node_secret: str | None,
+    node_networks: Any,
+    authentication: bool,
+    metrics_public: bool,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -271,6 +345,10 @@ async def _run_scheduler(
         host=host,
         port=port,
         token=token,
+        node_secret=node_secret,
+        node_networks=node_networks,
+        authentication=authentication,
+        metrics_public=metrics_public,
         create_default_tree=create_default_tree,
         node_heartbeat_timeout=timeout,
         heartbeat_period=heartbeat_period,
@@ -395,7 +473,12 @@ def node_command(
     address: str = typer.Option(
         None, "--address", help="Node address reported to the scheduler (default: host)."
     ),
-    token: str = typer.Option(None, "--token", help="Token sent as 'Authorization: OAuth <token>'."),
+    node_secret_file: Path = typer.Option(
+        None,
+        "--node-secret-file",
+        help="File (mode 0600) with the cluster node secret (the scheduler's DATA/node_secret); "
+        "else $POOLTREE_NODE_SECRET.",
+    ),
     memory_meter: str = typer.Option("auto", "--memory-meter", help="auto, cgroup or psutil."),
 ) -> None:
     """Run one exec node: heartbeats to the scheduler, runs its jobs as local processes."""
@@ -409,6 +492,7 @@ def node_command(
             raise ConfigError("--scheduler", f"expected an http:// or https:// URL, got {scheduler!r}")
         if memory_meter not in ("auto", "cgroup", "psutil"):
             raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
+        secret, _, _ = node_secret(node_secret_file, None)
         node_address = address or default_address()
         root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
         killed, removed = kill_orphans(root_dir)
@@ -420,7 +504,7 @@ def node_command(
                 removed,
                 root_dir,
             )
-        asyncio.run(_run_node(scheduler, root_dir, node_address, overrides, tag_list, token, memory_meter))
+        asyncio.run(_run_node(scheduler, root_dir, node_address, overrides, tag_list, secret, memory_meter))
     except PooltreeError as error:
         fail(error.message)
 
@@ -431,7 +515,7 @@ async def _run_node(
     address: str,
     resources: dict[str, Any] | None,
     tags: Sequence[str],
-    token: str | None,
+    secret: str,
     memory_meter: str,
 ) -> None:
     stop = asyncio.Event()
@@ -443,7 +527,7 @@ async def _run_node(
         address=address,
         resources=resources,
         tags=tags,
-        token=token,
+        node_secret=secret,
         stop=stop,
         memory_meter=memory_meter,
     )
@@ -485,6 +569,9 @@ class LocalCluster:
         """Nodes that kept dying and are no longer restarted (the cluster goes on without them)."""
         self._restart_at: dict[int, float] = {}
         self._stopping = False
+        self.token_file = data / TOKEN_FILE
+        self.node_secret_file = data / NODE_SECRET_FILE
+        self.token_created = False
 
     @staticmethod
     def _command(*args: str) -> list[str]:
@@ -493,11 +580,18 @@ class LocalCluster:
     async def start(self) -> str:
         """Start the scheduler, wait for its URL and API, start the nodes; returns the proxy URL."""
         self.data.mkdir(parents=True, exist_ok=True)
+        self.token_created = not self.token_file.exists()
+        ensure_secret_file(self.token_file, "token", new_token)
+        ensure_secret_file(self.node_secret_file, "node secret", new_node_secret)
         self.scheduler = await asyncio.create_subprocess_exec(
             *self._command(
                 "scheduler",
                 "--data",
                 str(self.data),
+                "--token-file",
+                str(self.token_file),
+                "--node-secret-file",
+                str(self.node_secret_file),
                 "--port",
                 str(self.port),
                 "--create-default-tree",
@@ -525,6 +619,7 @@ class LocalCluster:
         address = f"node-{index}"
         args = ["node", "--scheduler", self.url, "--address", address]
         args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
+        args += ["--node-secret-file", str(self.node_secret_file)]
         if self.node_resources:
             args += ["--resources", self.node_resources]
         return await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
@@ -682,8 +777,11 @@ async def _run_local(cluster: LocalCluster, echo: Callable[[str], None] = print)
     try:
         url = await cluster.start()
         echo(f"pooltree local: scheduler at {url} with {cluster.nodes} nodes; state in {cluster.data}")
-        echo(f"  yt --proxy {url} list //sys/pool_trees/default")
+        made = "created" if cluster.token_created else "kept"
+        echo(f"  superuser (root) token {made} in {cluster.token_file.resolve()} (mode 0600)")
         echo(f"  export YT_PROXY={url}")
+        echo(f"  export YT_TOKEN=$(cat {cluster.token_file.resolve()})")
+        echo(f"  yt --proxy {url} list //sys/pool_trees/default")
         sys.stdout.flush()
         while not stop.is_set():
             gone = cluster.exited()

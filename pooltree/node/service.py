@@ -33,6 +33,8 @@ from pooltree.resources import resources_to_dict, zeros
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/internal/node_heartbeat"
+NODE_SECRET_HEADER = "X-Pooltree-Node-Secret"
+"""Must match ``pooltree.security.NODE_SECRET_HEADER`` (the node does not import the scheduler's packages)."""
 BACKOFF_INITIAL = 0.05
 BACKOFF_CAP = 2.0
 REQUEST_TIMEOUT = 10.0
@@ -119,7 +121,7 @@ class NodeLoop:
         scheduler_url: str,
         *,
         tags: Iterable[str] = (),
-        token: str | None = None,
+        node_secret: str | None = None,
         heartbeat_period: float = 1.0,
         backoff_cap: float = BACKOFF_CAP,
     ) -> None:
@@ -129,7 +131,7 @@ class NodeLoop:
         self.agent = agent
         self.scheduler_url = scheduler_url.rstrip("/")
         self.tags = parse_tags(tags)
-        self.token = token
+        self.node_secret = node_secret
         self.period = float(heartbeat_period)
         self.backoff_cap = backoff_cap
         self.stats = NodeLoopStats()
@@ -139,7 +141,8 @@ class NodeLoop:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"OAuth {self.token}"} if self.token else {}
+        """The cluster node secret, in its own header: a node is not a user and sends no user token."""
+        return {NODE_SECRET_HEADER: self.node_secret} if self.node_secret else {}
 
     def heartbeat_body(self) -> dict[str, Any]:
         body = self.agent.build_heartbeat()
@@ -268,7 +271,7 @@ async def run_node(
     address: str | None = None,
     resources: Mapping[str, Any] | None = None,
     tags: Iterable[str] = (),
-    token: str | None = None,
+    node_secret: str | None = None,
     heartbeat_period: float = 1.0,
     stop: asyncio.Event | None = None,
     memory_meter: str = "auto",
@@ -286,7 +289,9 @@ async def run_node(
     stop = stop if stop is not None else asyncio.Event()
     try:
         agent = NodeAgent(address or default_address(), executor, limits)
-        node_loop = NodeLoop(agent, scheduler_url, tags=tags, token=token, heartbeat_period=heartbeat_period)
+        node_loop = NodeLoop(
+            agent, scheduler_url, tags=tags, node_secret=node_secret, heartbeat_period=heartbeat_period
+        )
         if on_ready is not None:
             on_ready(node_loop)
         await node_loop.run(stop)

@@ -1,12 +1,15 @@
 """The ASGI app: ``/api/v4`` discovery and commands from one ``CommandRegistry``, YT errors, auth, mutation ids.
 
+Every command is authenticated (``pooltree.security.Security.authenticate``: the token's owner is the user) and
+authorized once (``Security.authorize``) before its handler runs; only discovery (``/api``, ``/api/v4``, ``/hosts``)
+is open.
+
 Run it with uvicorn: ``uvicorn.run(create_app(open_store("sqlite:///state.db")), host="127.0.0.1", port=...)``.
 Later layers add commands (``start_operation``, ...) with ``registry.register`` and never touch the routing.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import secrets
@@ -23,6 +26,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
+from pooltree.security import Security
+from pooltree.security.guard import subject_path, subjects_get
 from pooltree.server.cypress import Cypress, OrchidProvider, Validator
 from pooltree.server.protocol import (
     AUTHENTICATION_ERROR,
@@ -41,6 +46,7 @@ from pooltree.server.protocol import (
     strip_attributes,
 )
 from pooltree.server.store import Store
+from pooltree.server.ypath import parse_ypath
 
 log = logging.getLogger(__name__)
 
@@ -216,16 +222,38 @@ class CommandProvider(Protocol):
     def register_commands(self, registry: CommandRegistry) -> None: ...
 
 
-def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> None:
-    """``get``, ``list``, ``exists``, ``set``, ``create``, ``remove`` with the v4 response shapes."""
+def _subject(path: str | None) -> tuple[str, str | None, tuple[str, ...] | None] | None:
+    """``(kind, name, attribute)`` when ``path`` is under ``//sys/users`` or ``//sys/groups``, else None."""
+    if path is None:
+        return None
+    ypath = parse_ypath(path)
+    found = subject_path(ypath.tokens) if ypath.object_id is None else None
+    return None if found is None else (found[0], found[1], ypath.attribute)
+
+
+def register_cypress_commands(
+    registry: CommandRegistry, cypress: Cypress, security: Security | None = None
+) -> None:
+    """``get``, ``list``, ``exists``, ``set``, ``create``, ``remove`` with the v4 response shapes.
+
+    Users and groups (``//sys/users``, ``//sys/groups``) are objects of ``security``, not Cypress nodes.
+    """
 
     def only_value(ctx: CommandContext, value: Any) -> Any:
         return value if ctx.bool_param("return_only_value", False) else {"value": value}
 
     def get(ctx: CommandContext) -> Any:
+        subject = _subject(ctx.str_param("path")) if security is not None else None
+        if subject is not None:
+            assert security is not None
+            return only_value(ctx, subjects_get(security, *subject))
         return only_value(ctx, cypress.get(ctx.str_param("path"), attributes=ctx.list_param("attributes")))
 
     def list_(ctx: CommandContext) -> Any:
+        subject = _subject(ctx.str_param("path")) if security is not None else None
+        if subject is not None:
+            assert security is not None
+            return only_value(ctx, subjects_get(security, *subject, listing=True))
         value = cypress.list(
             ctx.str_param("path"),
             attributes=ctx.list_param("attributes"),
@@ -234,6 +262,14 @@ def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> No
         return only_value(ctx, value)
 
     def exists(ctx: CommandContext) -> Any:
+        subject = _subject(ctx.str_param("path")) if security is not None else None
+        if subject is not None:
+            assert security is not None
+            try:
+                subjects_get(security, *subject)
+            except PooltreeError:
+                return {"value": False}
+            return {"value": True}
         return {"value": cypress.exists(ctx.str_param("path"))}
 
     def set_(ctx: CommandContext) -> None:
@@ -249,6 +285,8 @@ def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> No
         attributes = ctx.param("attributes", None)
         if attributes is not None and not isinstance(attributes, dict):
             raise parameter_error("attributes", "expected a map")
+        if security is not None and ctx.param("type", None) in ("user", "group") and path is None:
+            return {"object_id": security.create_subject(ctx.user, ctx.str_param("type"), attributes)}
         object_id = cypress.create(
             ctx.str_param("type"),
             path,
@@ -260,6 +298,11 @@ def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> No
         return {"node_id": object_id} if path is not None else {"object_id": object_id}
 
     def remove(ctx: CommandContext) -> None:
+        subject = _subject(ctx.str_param("path")) if security is not None else None
+        if subject is not None and subject[1] is not None and subject[2] is None:
+            assert security is not None
+            security.remove_subject(ctx.user, subject[0], subject[1])
+            return
         cypress.remove(
             ctx.str_param("path"), recursive=ctx.bool_param("recursive"), force=ctx.bool_param("force")
         )
@@ -282,16 +325,25 @@ def register_cypress_commands(registry: CommandRegistry, cypress: Cypress) -> No
     registry.register("remove", remove, output_type="null", is_volatile=True)
 
 
-def _user_of(headers: Mapping[str, str]) -> str:
-    raw = headers.get("x-started-by")
-    if not raw:
-        return "root"
-    try:
-        value = strip_attributes(parse_structured(raw.encode("latin-1", "replace"), None, "X-Started-By"))
-    except YtError:
-        return "root"
-    user = value.get("user") if isinstance(value, dict) else None
-    return user if isinstance(user, str) and user else "root"
+def register_security_commands(registry: CommandRegistry, security: Security) -> None:
+    """``whoami``, the authentication commands and the permission checks, served by ``security``."""
+    registry.register("get_current_user", lambda ctx: {"user": ctx.user})
+    for name, handler, volatile, output in (
+        ("set_user_password", security.set_user_password, True, "null"),
+        ("issue_token", security.issue_token, True, "structured"),
+        ("list_user_tokens", security.list_user_tokens, False, "structured"),
+        ("revoke_token", security.revoke_token, True, "null"),
+        ("add_member", security.add_member, True, "null"),
+        ("remove_member", security.remove_member, True, "null"),
+        ("check_permission", security.check_permission, False, "structured"),
+        ("check_operation_permission", security.check_operation_permission, False, "structured"),
+    ):
+        registry.register(
+            name,
+            lambda ctx, handler=handler: handler(ctx.user, ctx.parameters),
+            is_volatile=volatile,
+            output_type=output,
+        )
 
 
 class YtApi:
@@ -302,13 +354,13 @@ class YtApi:
         store: Store,
         registry: CommandRegistry,
         *,
-        token: str | None,
+        security: Security,
         host: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.registry = registry
-        self.token = token
+        self.security = security
         self.host = host
         self.clock = clock
         self._last_prune = float("-inf")
@@ -326,19 +378,9 @@ class YtApi:
         }
         return Response(text, status_code=status, media_type="application/json", headers=headers)
 
-    def check_token(self, request: Request) -> None:
-        if self.token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, credentials = header.partition(" ")
-        if not header:
-            raise YtError(
-                "Client is missing credentials: send Authorization: OAuth <token>", code=AUTHENTICATION_ERROR
-            )
-        if scheme.lower() not in ("oauth", "bearer") or not hmac.compare_digest(
-            credentials.strip().encode(), self.token.encode()
-        ):
-            raise YtError("Authentication failed: the token is not valid", code=AUTHENTICATION_ERROR)
+    def check_token(self, request: Request) -> str:
+        """The authenticated user of ``request`` (YT error 900 without a valid token)."""
+        return self.security.authenticate(request.headers)
 
     async def discovery(self, request: Request) -> Response:
         body = json.dumps([d.to_json() for d in self.registry.descriptors()])
@@ -361,7 +403,7 @@ class YtApi:
             return self.error_response(wrapped, request_id)
 
     async def _command(self, request: Request, request_id: str) -> Response:
-        self.check_token(request)
+        user = self.check_token(request)
         name = request.path_params["command"]
         found = self.registry.lookup(name)
         if found is None:
@@ -381,9 +423,7 @@ class YtApi:
             request.headers.get("content-type"),
             dict(request.query_params),
         )
-        ctx = CommandContext(
-            name, params, user=_user_of(request.headers), headers=request.headers, request_id=request_id
-        )
+        ctx = CommandContext(name, params, user=user, headers=request.headers, request_id=request_id)
         if descriptor.input_type == "structured":
             fmt = parse_format(params["input_format"], "input_format") if "input_format" in params else None
             ctx.input = parse_structured(
@@ -391,6 +431,7 @@ class YtApi:
             )
         elif descriptor.input_type != "null":
             ctx.input = body
+        self.security.authorize(name, user, params, ctx.input)
         fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
         if fast is not None:
             result = fast(ctx)
@@ -452,6 +493,7 @@ def create_app(
     store: Store,
     *,
     token: str | None = None,
+    security: Security | None = None,
     orchid: OrchidProvider | None = None,
     operations: CommandProvider | None = None,
     validator: Validator | None = None,
@@ -462,22 +504,28 @@ def create_app(
     """The scheduler's HTTP API over ``store``; ``app.state`` holds ``store``, ``cypress`` and ``registry``.
 
     Pass a ready ``cypress`` (built over the same store) when the scheduler must subscribe to pool tree
-    changes before the first request; otherwise one is created with ``validator`` and ``orchid``.
+    changes before the first request; otherwise one is created with ``validator`` and ``orchid``. Without
+    ``security`` one is made over ``store`` with ``token`` as the superuser's (root's) token: every command needs a
+    valid token.
     """
+    if security is None:
+        security = Security(store, clock=clock, root_token=token)
     if cypress is None:
         cypress = Cypress(store, validator=validator, orchid=orchid, clock=clock)
     elif orchid is not None:
         cypress.orchid = orchid
     registry = CommandRegistry()
-    register_cypress_commands(registry, cypress)
-    registry.register("get_current_user", lambda ctx: {"user": ctx.user})
+    register_cypress_commands(registry, cypress, security)
+    register_security_commands(registry, security)
     if operations is not None:
         operations.register_commands(registry)
-    api = YtApi(store, registry, token=token, host=host or socket.gethostname(), clock=clock)
+    api = YtApi(store, registry, security=security, host=host or socket.gethostname(), clock=clock)
     from pooltree.server.batch import register_batch_command, register_unsupported_commands
 
     register_unsupported_commands(registry)
-    register_batch_command(registry, host=api.host, clock=clock, remember=api.remember)
+    register_batch_command(
+        registry, host=api.host, clock=clock, remember=api.remember, authorize=security.authorize
+    )
 
     async def api_versions(request: Request) -> Response:
         return Response('["v4"]', media_type="application/json")
@@ -498,4 +546,5 @@ def create_app(
     app.state.cypress = cypress
     app.state.registry = registry
     app.state.api = api
+    app.state.security = security
     return app

@@ -80,9 +80,15 @@ def register_unsupported_commands(registry: CommandRegistry) -> None:
 
 
 def register_batch_command(
-    registry: CommandRegistry, *, host: str, clock: Callable[[], float], remember: Callable[[str, Any], None]
+    registry: CommandRegistry,
+    *,
+    host: str,
+    clock: Callable[[], float],
+    remember: Callable[[str, Any], None],
+    authorize: Callable[[str, str, dict[str, Any], Any], None] | None = None,
 ) -> None:
-    """Add ``execute_batch`` over the commands already in ``registry`` (register it last)."""
+    """Add ``execute_batch`` over the commands already in ``registry`` (register it last); ``authorize`` checks
+    each request as if it came on its own."""
 
     def run_one(ctx: CommandContext, index: int, request: Any) -> dict[str, Any]:
         try:
@@ -120,6 +126,8 @@ def register_batch_command(
                 headers=ctx.headers,
                 request_id=f"{ctx.request_id}.{index}",
             )
+            if authorize is not None:
+                authorize(name, ctx.user, parameters, sub.input)
             result = handler(sub)
             mutation_id = parameters.get("mutation_id") if descriptor.is_volatile else None
             if mutation_id is not None:

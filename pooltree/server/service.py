@@ -28,6 +28,7 @@ from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.service import check_period
 from pooltree.resources import RESOURCES
+from pooltree.security import Security
 from pooltree.server.app import create_app
 from pooltree.server.cypress import Cypress, PoolTreesChange
 from pooltree.server.heartbeats import parse_heartbeat
@@ -136,6 +137,10 @@ class SchedulerService:
         store: Store,
         *,
         token: str | None = None,
+        node_secret: str | None = None,
+        authentication: bool = True,
+        node_networks: Sequence[Any] | None = None,
+        metrics_public: bool = False,
         clock: Callable[[], float] = time.time,
         node_heartbeat_timeout: float = 60.0,
         create_default_tree: bool = False,
@@ -143,9 +148,19 @@ class SchedulerService:
         alert_settings: AlertSettings | None = None,
         fair_share_update_period: float = 1.0,
     ) -> None:
+        """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
+        ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only)."""
         self.store = store
-        self.token = token
         self.clock = clock
+        self.security = Security(
+            store,
+            clock=clock,
+            authentication=authentication,
+            root_token=token,
+            node_secret=node_secret,
+            node_networks=node_networks,
+            metrics_public=metrics_public,
+        )
         self.create_default_tree = create_default_tree
         self.scheduler = LiveScheduler(
             store,
@@ -163,7 +178,9 @@ class SchedulerService:
         )
         self.commands = OperationCommands(self.scheduler, clock)
         self.metrics = make_registry(self.scheduler)
-        self.app = create_app(store, token=token, operations=self.commands, clock=clock, cypress=self.cypress)
+        self.app = create_app(
+            store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
+        )
         api = self.app.state.api
         self._api = api
         self.app.router.routes[0:0] = [
@@ -193,7 +210,8 @@ class SchedulerService:
     async def _heartbeat(self, request: Request) -> Response:
         request_id = secrets.token_hex(8)
         try:
-            self._api.check_token(request)
+            peer = request.client.host if request.client is not None else None
+            self.security.authenticate_node(request.headers, peer)
             body = await request.body()
             if len(body) > MAX_HEARTBEAT_BYTES:
                 raise YtError(f"Heartbeat is larger than {MAX_HEARTBEAT_BYTES} bytes")
@@ -210,6 +228,7 @@ class SchedulerService:
                     f"Malformed node heartbeat: {error.message}",
                     attributes={"field": error.path, "reason": error.reason},
                 ) from error
+            self.security.bind_node(heartbeat.address, peer)
             response = await run_in_threadpool(
                 self._timed, "heartbeat", self.scheduler.process_heartbeat, heartbeat, self.clock()
             )
@@ -234,6 +253,10 @@ class SchedulerService:
                 self.scheduler.record_duration(work, seconds)
 
     async def _metrics(self, request: Request) -> Response:
+        try:
+            self.security.authenticate_metrics(request.headers)
+        except PooltreeError as error:
+            return self._api.error_response(error, secrets.token_hex(8))
         data = await run_in_threadpool(render, self.metrics)
         return Response(data, media_type=CONTENT_TYPE)
 
@@ -292,6 +315,8 @@ class SchedulerService:
             gone = await run_in_threadpool(self.scheduler.sweep_nodes, self.clock())
             if gone:
                 log.warning("nodes timed out: %s", ", ".join(gone))
+                for address in gone:
+                    self.security.forget_node(address)
 
 
 async def serve(
@@ -300,6 +325,10 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    node_secret: str | None = None,
+    authentication: bool = True,
+    node_networks: Sequence[Any] | None = None,
+    metrics_public: bool = False,
     create_default_tree: bool = False,
     node_heartbeat_timeout: float = 60.0,
     heartbeat_period: float = 1.0,
@@ -321,6 +350,10 @@ async def serve(
         service = SchedulerService(
             store,
             token=token,
+            node_secret=node_secret,
+            authentication=authentication,
+            node_networks=node_networks,
+            metrics_public=metrics_public,
             create_default_tree=create_default_tree,
             node_heartbeat_timeout=node_heartbeat_timeout,
             heartbeat_period=heartbeat_period,

@@ -153,8 +153,7 @@ class WebUI:
     # -- auth
 
     def _authenticated(self, request: Request) -> bool:
-        token = self.service.token
-        if token is None:
+        if not self.service.security.authentication:
             return True
         api = self.service.app.state.api
         header = request.headers.get("authorization")
@@ -202,7 +201,7 @@ class WebUI:
             target = "/"
         probe = _HeaderOnly({"authorization": f"OAuth {token}"})
         try:
-            if self.service.token is not None:
+            if self.service.security.authentication:
                 self.service.app.state.api.check_token(probe)
         except PooltreeError:
             html = self.env.get_template("login.html").render(page="login", next=target, error=True)

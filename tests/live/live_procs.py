@@ -3,6 +3,9 @@
 
 Every wait is bounded in time; every process started here is stopped (SIGTERM, bounded wait, SIGKILL) by
 ``Procs.close()``, and job processes left behind by a SIGKILLed node are killed by their sandbox root.
+
+Schedulers run authenticated as in production: ``Procs.scheduler`` gives them ``ROOT_TOKEN`` and ``NODE_SECRET``
+through 0600 files, ``Procs.node`` the node secret file, and ``client`` / ``yt_cli`` send ``ROOT_TOKEN``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from typing import Any
 import psutil
 import yt.wrapper as ytw
 
+from pooltree.security.credentials import write_secret_file
+
 PYTHON = sys.executable
 YT = str(Path(sys.executable).parent / "yt")
 READY_PREFIX = "listening on "
 ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
+ROOT_TOKEN = "ytct-0000-" + "9a" * 16
+NODE_SECRET = "ptns-live-procs-" + "5c" * 16
 
 
 def free_port() -> int:
@@ -48,6 +55,10 @@ class Procs:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.lines: dict[int, queue.Queue[str]] = {}
         self.stdout: dict[int, list[str]] = {}
+        self.token_file = root / "root-token"
+        self.node_secret_file = root / "node-secret"
+        write_secret_file(self.token_file, ROOT_TOKEN)
+        write_secret_file(self.node_secret_file, NODE_SECRET)
 
     def spawn(self, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.root / f"proc-{len(self.processes)}-{args[0]}.log", "wb")  # noqa: SIM115
@@ -84,8 +95,9 @@ class Procs:
 
     def scheduler(self, data: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
         process = self.spawn(
-            "scheduler", "--data", str(data), "--port", str(port), "--create-default-tree", *extra
-        )
+            "scheduler", "--data", str(data), "--port", str(port), "--create-default-tree",
+            "--token-file", str(self.token_file), "--node-secret-file", str(self.node_secret_file), *extra,
+        )  # fmt: skip
         line = self.read_until(process, READY_PREFIX)
         return process, line[len(READY_PREFIX) :]
 
@@ -104,6 +116,8 @@ class Procs:
             resources,
             "--memory-meter",
             "psutil",
+            "--node-secret-file",
+            str(self.node_secret_file),
         )
 
     def stop(self, process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
@@ -135,17 +149,19 @@ def kill_jobs_under(root: Path) -> None:
                 continue
 
 
-def client(url: str) -> ytw.YtClient:
-    """The official Python client against ``url`` (no proxy discovery)."""
-    return ytw.YtClient(proxy=url, config={"proxy": {"enable_proxy_discovery": False}})
+def client(url: str, token: str | None = ROOT_TOKEN) -> ytw.YtClient:
+    """The official Python client against ``url`` with ``token`` (root's by default; no proxy discovery)."""
+    return ytw.YtClient(proxy=url, token=token, config={"proxy": {"enable_proxy_discovery": False}})
 
 
 def yt_cli(
-    url: str, home: Path, *args: str, check: bool = True, timeout: float = 60
+    url: str, home: Path, *args: str, check: bool = True, timeout: float = 60, token: str | None = ROOT_TOKEN
 ) -> subprocess.CompletedProcess[str]:
-    """Run the official ``yt`` command with ``YT_PROXY=url`` and a private HOME."""
+    """Run the official ``yt`` command with ``YT_PROXY=url``, ``YT_TOKEN=token`` and a private HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
     env.update(HOME=str(home), YT_PROXY=url)
+    if token is not None:
+        env["YT_TOKEN"] = token
     result = subprocess.run([YT, *args], env=env, capture_output=True, text=True, timeout=timeout)
     if check:
         assert result.returncode == 0, f"yt {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"

@@ -111,22 +111,23 @@ def test_scheduler_config_file_and_token(tmp_path: Path) -> None:
     procs = Procs(tmp_path)
     try:
         process = procs.spawn(
-            "scheduler", "--data", str(tmp_path / "data"), "--config", str(config), "--token", "s3"
-        )
+            "scheduler", "--data", str(tmp_path / "data"), "--config", str(config),
+            "--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file),
+        )  # fmt: skip
         url = procs.read_until(process, "listening on ").split()[-1]
         procs.spawn(
-            "node", "--scheduler", url, "--address", "n1", "--root", str(tmp_path / "n1"), "--token", "s3",
+            "node", "--scheduler", url, "--address", "n1", "--root", str(tmp_path / "n1"),
+            "--node-secret-file", str(procs.node_secret_file),
             "--resources", "user_slots=1,cpu=1,memory=1Gi", "--tags", "ssd,fast",
         )  # fmt: skip
         yt = client(url)
-        yt.config["token"] = "s3"
         assert yt.get("//sys/pool_trees/@default_tree") == "physical"
         assert float(yt.get("//sys/pool_trees/physical/research/@weight")) == 2.0
         assert yt.get("//sys/pool_trees/physical/research/adhoc/@max_running_operation_count") == 3
         op_id = yt.run_operation(vanilla("true", 1, pool="adhoc"), sync=False).id
         wait_for(lambda: state(yt, op_id) == "completed", timeout=20)
-        anonymous = yt_cli(url, tmp_path, "list", "//sys/pool_trees", check=False)
-        assert anonymous.returncode != 0
+        anonymous = yt_cli(url, tmp_path, "list", "//sys/pool_trees", check=False, token=None)
+        assert anonymous.returncode != 0 and "failed to authenticate" in anonymous.stderr
     finally:
         procs.close()
 

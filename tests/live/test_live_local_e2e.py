@@ -37,10 +37,11 @@ class Local:
         )
         line = self.procs.read_until(self.process, "scheduler at ")
         self.url = line.split("scheduler at ", 1)[1].split()[0]
-        self.yt = client(self.url)
+        self.token = (root / "data" / "token").read_text().strip()
+        self.yt = client(self.url, self.token)
 
     def cli(self, *args: str, check: bool = True) -> str:
-        return yt_cli(self.url, self.root, *args, check=check).stdout
+        return yt_cli(self.url, self.root, *args, check=check, token=self.token).stdout
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +56,14 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
 
 def test_local_prints_proxy_and_creates_default_tree(local: Local) -> None:
     assert local.url.startswith("http://127.0.0.1:")
-    hint = "".join(local.procs.stdout[local.process.pid]) + local.procs.read_until(
-        local.process, "yt --proxy"
-    )
+    local.procs.read_until(local.process, "yt --proxy")
+    hint = "".join(local.procs.stdout[local.process.pid])
     assert f"yt --proxy {local.url}" in hint
+    token_file = local.root / "data" / "token"
+    assert f"export YT_TOKEN=$(cat {token_file.resolve()})" in hint
+    assert token_file.stat().st_mode & 0o777 == 0o600
+    assert (local.root / "data" / "node_secret").stat().st_mode & 0o777 == 0o600
+    assert (local.root / "data" / "scheduler.db").stat().st_mode & 0o777 == 0o600
     assert local.cli("list", "//sys/pool_trees").split() == ["default"]
     nodes = local.yt.get("//sys/scheduler/orchid/scheduler/nodes")
     assert sorted(nodes) == ["node-0", "node-1"]
@@ -76,7 +81,15 @@ def test_pools_and_attributes_with_cli(local: Local) -> None:
     assert local.cli("get", "//sys/pool_trees/default/research/@weight").strip() == "3"
     assert local.yt.exists("//sys/pool_trees/default/research/adhoc")
     assert sorted(local.cli("list", "//sys/pool_trees/default/research").split()) == ["adhoc"]
-    bad = yt_cli(local.url, local.root, "set", "//sys/pool_trees/default/research/@weight", "-1", check=False)
+    bad = yt_cli(
+        local.url,
+        local.root,
+        "set",
+        "//sys/pool_trees/default/research/@weight",
+        "-1",
+        check=False,
+        token=local.token,
+    )
     assert bad.returncode == 1 and "weight" in bad.stderr
     assert local.yt.get("//sys/pool_trees/default/research/@weight") == 3
 
@@ -95,6 +108,7 @@ def test_vanilla_to_completion_jobs_and_stderr(local: Local) -> None:
         "vanilla",
         "--tasks",
         '{main={command="echo hello-from-$YT_JOB_INDEX >&2"; job_count=3}}',
+        token=local.token,
     )
     assert "completed" in result.stderr
     ops = local.yt.list_operations(state="completed")["operations"]
@@ -163,7 +177,9 @@ def test_job_over_memory_limit_fails(local: Local) -> None:
     ],
 )
 def test_malformed_requests_are_400_yt_errors(local: Local, method: str, path: str, kwargs: dict) -> None:
-    response = httpx.request(method, local.url + path, timeout=10, **kwargs)
+    secret = (local.root / "data" / "node_secret").read_text().strip()
+    headers = {"Authorization": f"OAuth {local.token}", "X-Pooltree-Node-Secret": secret}
+    response = httpx.request(method, local.url + path, timeout=10, headers=headers, **kwargs)
     assert response.status_code == 400, response.text
     error = (
         response.json()

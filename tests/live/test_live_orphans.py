@@ -105,6 +105,7 @@ def test_pooltree_node_cleans_its_root_before_heartbeating(tmp_path: Path) -> No
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            env={**os.environ, "POOLTREE_NODE_SECRET": "ptns-orphans-test-node-secret"},
         )
         assert job.wait(30) == -signal.SIGKILL
         assert _wait(lambda: not (root / "job-1").exists())

@@ -2,6 +2,9 @@
 event loop, driven from the test thread with httpx, ``yt.wrapper.YtClient`` and the ``yt`` CLI.
 
 Every wait is bounded; ``stop()`` ends agents (their jobs are killed) and the scheduler.
+
+The scheduler is authenticated as in production: ``ROOT_TOKEN`` is the superuser's token (pass it to clients, see
+``client``) and nodes send ``NODE_SECRET``.
 """
 
 from __future__ import annotations
@@ -14,13 +17,28 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yt.wrapper as ytw
 
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
+from pooltree.node.service import NODE_SECRET_HEADER
 from pooltree.resources import vector
 from pooltree.server.service import serve
 
 GIB = 1024**3
+ROOT_TOKEN = "ytct-0000-" + "5eed" * 8
+"""The superuser (root) token every test scheduler is started with."""
+NODE_SECRET = "ptns-test-node-secret-" + "ab" * 16
+"""The cluster node secret every test scheduler expects from its nodes."""
+
+
+def client(url: str, token: str | None = ROOT_TOKEN, **config: object) -> ytw.YtClient:
+    """The official Python client against ``url`` with ``token`` (root's by default), no proxy discovery."""
+    return ytw.YtClient(proxy=url, token=token, config={"proxy": {"enable_proxy_discovery": False}, **config})
+
+
+def auth_headers(token: str = ROOT_TOKEN) -> dict[str, str]:
+    return {"Authorization": f"OAuth {token}"}
 
 
 class Loop:
@@ -43,9 +61,11 @@ class Loop:
 
 
 class Scheduler:
-    """``serve(store_url)`` running in the loop until ``stop()``."""
+    """``serve(store_url)`` running in the loop until ``stop()`` (root token ``ROOT_TOKEN``, ``NODE_SECRET``)."""
 
     def __init__(self, loop: Loop, store_url: str, **kwargs: Any) -> None:
+        kwargs.setdefault("token", ROOT_TOKEN)
+        kwargs.setdefault("node_secret", NODE_SECRET)
         self.loop = loop
         ready: concurrent.futures.Future[str] = concurrent.futures.Future()
         self._stop: asyncio.Event | None = None
@@ -80,13 +100,13 @@ class Node:
         scheduler_url: str,
         *,
         slots: int = 2,
-        token: str | None = None,
+        node_secret: str | None = NODE_SECRET,
         period: float = 0.1,
     ) -> None:
         self.loop = loop
         self.scheduler_url = scheduler_url
         self.period = period
-        self.token = token
+        self.node_secret = node_secret
         self.heartbeats = 0
         self.errors: list[str] = []
         self.paused = False
@@ -104,7 +124,7 @@ class Node:
         self.task = loop.submit(self._loop())
 
     async def _loop(self) -> None:
-        headers = {"Authorization": f"OAuth {self.token}"} if self.token else {}
+        headers = {NODE_SECRET_HEADER: self.node_secret} if self.node_secret else {}
         async with httpx.AsyncClient(timeout=10) as client:
             while self._running:
                 if not self.paused:

@@ -16,12 +16,13 @@ from pooltree.server import create_app, open_store
 
 YT = str(Path(sys.executable).parent / "yt")
 TREES = "//sys/pool_trees"
+TOKEN = "ytct-0000-" + "e2" * 16
 
 
 def cli_env(home: Path, proxy: str, **extra: str) -> dict[str, str]:
-    """A clean environment for the CLI: no ambient token or proxy, HOME without ~/.yt/token."""
+    """A clean environment for the CLI: root's token, no ambient proxy, HOME without ~/.yt/token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
-    env.update({"HOME": str(home), "YT_PROXY": proxy}, **extra)
+    env.update({"HOME": str(home), "YT_PROXY": proxy, "YT_TOKEN": TOKEN}, **extra)
     return env
 
 
@@ -34,7 +35,7 @@ def yt(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Comple
 
 @pytest.fixture
 def proxy(tmp_path: Path, serve: Callable[[object], str]) -> str:
-    return serve(create_app(open_store(f"sqlite:///{tmp_path / 'state.db'}")))
+    return serve(create_app(open_store(f"sqlite:///{tmp_path / 'state.db'}"), token=TOKEN))
 
 
 def test_cli_pool_lifecycle(proxy: str, tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ def test_cli_with_json_wire_format(proxy: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("config", [{}, {"structured_data_format": "json"}], ids=["yson-wire", "json-wire"])
 def test_python_client(proxy: str, config: dict[str, object]) -> None:
-    client = ytw.YtClient(proxy=proxy, config=config)
+    client = ytw.YtClient(proxy=proxy, config=config, token=TOKEN)
     client.create("scheduler_pool_tree", attributes={"name": "physical", "config": {"main_resource": "cpu"}})
     client.create("scheduler_pool", attributes={"name": "research", "pool_tree": "physical"})
     client.create(
@@ -135,11 +136,13 @@ def test_python_client(proxy: str, config: dict[str, object]) -> None:
 
 
 def test_token_auth_with_cli_and_client(tmp_path: Path, serve: Callable[[object], str]) -> None:
-    proxy = serve(create_app(open_store(f"sqlite:///{tmp_path / 'a.db'}"), token="t0ken"))
-    denied = yt(cli_env(tmp_path, proxy), "list", TREES, check=False)
+    proxy = serve(create_app(open_store(f"sqlite:///{tmp_path / 'a.db'}"), token="t0ken-0123456789abcdef"))
+    env = cli_env(tmp_path, proxy)
+    del env["YT_TOKEN"]
+    denied = yt(env, "list", TREES, check=False)
     assert denied.returncode != 0 and "failed to authenticate" in denied.stderr
-    assert yt(cli_env(tmp_path, proxy, YT_TOKEN="t0ken"), "list", TREES).stdout == ""
-    client = ytw.YtClient(proxy=proxy, token="t0ken")
+    assert yt(cli_env(tmp_path, proxy, YT_TOKEN="t0ken-0123456789abcdef"), "list", TREES).stdout == ""
+    client = ytw.YtClient(proxy=proxy, token="t0ken-0123456789abcdef")
     client.create("scheduler_pool_tree", attributes={"name": "physical"})
     assert client.list(TREES) == ["physical"]
     with pytest.raises(ytw.YtTokenError):

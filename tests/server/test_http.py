@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from pooltree.server import CommandContext, CommandRegistry, create_app, open_store
 
 YSON_HEADER = {"X-YT-Header-Format": "<format=text>yson"}
+TOKEN = "ytct-0000-" + "a1" * 16
+"""Root's token on every test app; ``call`` sends it unless told otherwise."""
 
 
 class Extra:
@@ -41,14 +43,24 @@ class Extra:
 @pytest.fixture
 def server(tmp_path: Path, serve: Callable[[object], str]) -> tuple[str, Extra]:
     extra = Extra()
-    app = create_app(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), operations=extra, host="test-proxy")
+    app = create_app(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), operations=extra, host="test-proxy", token=TOKEN
+    )
     return serve(app), extra
 
 
 def call(
-    base: str, method: str, command: str, params: dict[str, object] | str | None = None, **kw: object
+    base: str,
+    method: str,
+    command: str,
+    params: dict[str, object] | str | None = None,
+    *,
+    auth: bool = True,
+    **kw: object,
 ) -> httpx.Response:
     headers = dict(kw.pop("headers", {}) or {})  # type: ignore[call-overload]
+    if auth:
+        headers.setdefault("Authorization", f"OAuth {TOKEN}")
     if params is not None:
         headers["X-YT-Parameters"] = params if isinstance(params, str) else json.dumps(params)
         headers.setdefault("X-YT-Header-Format", "json")
@@ -122,7 +134,7 @@ def test_malformed_requests_never_get_5xx(
     body: bytes,
 ) -> None:
     base, _ = server
-    headers = {}
+    headers = {"Authorization": f"OAuth {TOKEN}"}
     if header is not None:
         headers["X-YT-Parameters"] = header
     if header_format is not None:
@@ -156,7 +168,7 @@ def test_post_body_parameters_and_outputs(server: tuple[str, Extra]) -> None:
     response = httpx.post(
         f"{base}/api/v4/create",
         content=b'{type="scheduler_pool_tree";attributes={name="physical"};output_format=<format=text>yson}',
-        headers={"Content-Type": "application/x-yt-yson-text"},
+        headers={"Content-Type": "application/x-yt-yson-text", "Authorization": f"OAuth {TOKEN}"},
         timeout=10,
     )
     assert response.status_code == 200 and response.content.startswith(b'{"object_id"=')
@@ -176,9 +188,9 @@ def test_post_body_parameters_and_outputs(server: tuple[str, Extra]) -> None:
     )
     assert got.content == b'{\n    "physical" = {\n    };\n}\n'
     assert call(base, "GET", "exists", {"path": "//sys/pool_trees/physical"}).json() == {"value": True}
-    assert call(
+    assert call(  # identity comes from the token, never from X-Started-By
         base, "GET", "get_current_user", {}, headers={"X-Started-By": '{"user"="alice";"pid"=1}'}
-    ).json() == {"user": "alice"}
+    ).json() == {"user": "root"}
     assert call(base, "GET", "get_current_user", {}).json() == {"user": "root"}
     put = call(
         base, "PUT", "set", {"path": "//tmp/k", "input_format": "json"}, content='"\u00d0\u00ba"'.encode()
@@ -200,19 +212,24 @@ def test_post_body_parameters_and_outputs(server: tuple[str, Extra]) -> None:
 
 
 def test_token_auth(tmp_path: Path, serve: Callable[[object], str]) -> None:
-    base = serve(create_app(open_store(f"sqlite:///{tmp_path / 'a.db'}"), token="s3cret", host="test-proxy"))
+    base = serve(
+        create_app(
+            open_store(f"sqlite:///{tmp_path / 'a.db'}"), token="s3cret-0123456789abcdef", host="test-proxy"
+        )
+    )
     assert httpx.get(f"{base}/api/v4", timeout=10).status_code == 200
     assert httpx.get(f"{base}/hosts", timeout=10).status_code == 200
-    assert_yt_error(call(base, "GET", "get", {"path": "//sys"}), 900, status=401)
+    assert_yt_error(call(base, "GET", "get", {"path": "//sys"}, auth=False), 900, status=401)
     assert_yt_error(
         call(base, "GET", "get", {"path": "//sys"}, headers={"Authorization": "OAuth wrong"}), 900, status=401
     )
+    assert_yt_error(call(base, "GET", "get_current_user", {}, auth=False), 900, status=401)
     ok = call(
         base,
         "GET",
         "get",
         {"path": "//sys/pool_trees", "return_only_value": True},
-        headers={"Authorization": "OAuth s3cret"},
+        headers={"Authorization": "OAuth s3cret-0123456789abcdef"},
     )
     assert ok.status_code == 200 and ok.json() == {}
 
@@ -220,7 +237,7 @@ def test_token_auth(tmp_path: Path, serve: Callable[[object], str]) -> None:
 def test_old_mutation_ids_are_pruned(tmp_path: Path, serve: Callable[[object], str]) -> None:
     now = [1000.0]
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
-    base = serve(create_app(store, clock=lambda: now[0], host="test-proxy"))
+    base = serve(create_app(store, clock=lambda: now[0], host="test-proxy", token=TOKEN))
     call(base, "POST", "create", {"type": "map_node", "path": "//tmp/a", "mutation_id": "old"})
     now[0] += 7200
     call(base, "POST", "create", {"type": "map_node", "path": "//tmp/b", "mutation_id": "new"})

@@ -11,12 +11,25 @@ from typing import Any
 import httpx
 import yt.yson as yson
 
+from pooltree.node.service import NODE_SECRET_HEADER
 from pooltree.server.app import CommandContext
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
 LIMITS = {"user_slots": 1, "cpu": 1, "memory": 4 << 30}
+TOKEN = "ytct-0000-" + "0123" * 8
+NODE_SECRET = "ptns-get-operation-test-secret"
+AUTH = {"Authorization": f"OAuth {TOKEN}"}
+
+
+def _service(tmp_path: Path) -> SchedulerService:
+    return SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=NODE_SECRET,
+    )
 
 
 def _get(url: str, operation_id: str, **parameters: Any) -> Any:
@@ -24,6 +37,7 @@ def _get(url: str, operation_id: str, **parameters: Any) -> Any:
         "X-YT-Output-Format": '"json"',
         "X-YT-Header-Format": '"json"',
         "X-YT-Parameters": json.dumps({"operation_id": operation_id, **parameters}),
+        **AUTH,
     }
     response = httpx.get(f"{url}/api/v4/get_operation", headers=headers, timeout=10)
     assert response.status_code == 200, response.text
@@ -53,7 +67,7 @@ def _same(cached: dict[str, Any], fresh: dict[str, Any]) -> None:
 def test_every_change_is_visible_and_matches_a_fresh_build(
     tmp_path: Path, serve: Callable[[object], str]
 ) -> None:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    service = _service(tmp_path)
     service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
     url = serve(service.app)
     live = service.scheduler
@@ -97,6 +111,7 @@ def test_every_change_is_visible_and_matches_a_fresh_build(
         headers={
             "X-YT-Header-Format": '"json"',
             "X-YT-Parameters": json.dumps({"operation_id": op.id, "output_format": "yson"}),
+            **AUTH,
         },
         timeout=10,
     )
@@ -110,28 +125,29 @@ def test_every_change_is_visible_and_matches_a_fresh_build(
 
 
 def test_unknown_operation_is_an_error(tmp_path: Path, serve: Callable[[object], str]) -> None:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    service = _service(tmp_path)
     url = serve(service.app)
     response = httpx.get(
         f"{url}/api/v4/get_operation",
         params={"operation_id": "1-2-3-4"},
-        headers={"X-YT-Output-Format": '"json"'},
+        headers={"X-YT-Output-Format": '"json"', **AUTH},
     )
     assert response.status_code != 200
     assert "No such operation" in response.headers.get("X-YT-Error", response.text)
 
 
 def test_heartbeat_time_is_measured_and_exported(tmp_path: Path, serve: Callable[[object], str]) -> None:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    service = _service(tmp_path)
     url = serve(service.app)
     for _ in range(3):
         response = httpx.post(
             f"{url}/internal/node_heartbeat",
             json={"node_address": "n1", "resource_limits": LIMITS},
+            headers={NODE_SECRET_HEADER: NODE_SECRET},
             timeout=10,
         )
         assert response.status_code == 200, response.text
-    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    metrics = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10).text
     assert 'pooltree_scheduler_work_seconds_count{work="heartbeat"} 3.0' in metrics
     count, total, longest = service.scheduler.durations["heartbeat"]
     assert count == 3 and 0 < longest <= total

@@ -126,10 +126,17 @@ def test_serve_stops_on_event_and_on_cancellation(tmp_path: Path) -> None:
         ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         stop = asyncio.Event()
         task = asyncio.create_task(
-            serve(url, create_default_tree=True, on_ready=ready.set_result, stop=None if cancel else stop)
+            serve(
+                url,
+                create_default_tree=True,
+                token="ytct-0000-" + "77" * 16,
+                on_ready=ready.set_result,
+                stop=None if cancel else stop,
+            )
         )
         base = await asyncio.wait_for(ready, 30)
-        async with httpx.AsyncClient(timeout=10) as client:
+        auth = {"Authorization": "OAuth ytct-0000-" + "77" * 16}
+        async with httpx.AsyncClient(timeout=10, headers=auth) as client:
             assert (await client.get(f"{base}/api/v4/get", params={"path": "//sys/pool_trees"})).json() == {
                 "value": {"default": {}}
             }

@@ -11,6 +11,7 @@ import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
 from job_python import JOB_PYTHON
+from live_cluster import auth_headers
 from polling import wait_for
 from test_live_service import Cluster, vanilla
 
@@ -39,7 +40,7 @@ def test_starving_operation_preempts_with_abort(tmp_path: Path) -> None:
         wait_for(lambda: client.list_jobs(starving.id, job_state="running")["jobs"], timeout=20)
         aborted = wait_for(lambda: client.list_jobs(greedy.id, job_state="aborted")["jobs"])
         assert len(aborted) == 1 and aborted[0]["abort_reason"] == "preemption"
-        metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+        metrics = httpx.get(f"{cluster.url}/metrics", headers=auth_headers(cluster.token), timeout=10).text
         assert 'pooltree_preemptions_total{reason="preemption",tree="default"} 1.0' in metrics
         progress = client.get_operation(greedy.id)["brief_progress"]["jobs"]
         assert progress["running"] == 1 and progress["pending"] == 1 and progress["aborted"] == 1

@@ -13,8 +13,10 @@ import httpx
 import pytest
 import yt.wrapper as ytw
 
+from pooltree.node.service import NODE_SECRET_HEADER
+
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import Loop, Node, Scheduler
+from live_cluster import NODE_SECRET, ROOT_TOKEN, Loop, Node, Scheduler, auth_headers, client
 from polling import wait_for
 
 YT = str(Path(sys.executable).parent / "yt")
@@ -30,10 +32,12 @@ class Cluster:
         self.root = root
         self.db = db or f"sqlite:///{root / 'state.db'}"
         self.kwargs = {"create_default_tree": True, **kwargs}
+        self.token = str(self.kwargs.get("token", ROOT_TOKEN))
+        self.node_secret = str(self.kwargs.get("node_secret", NODE_SECRET))
         self.loop = Loop()
         self.scheduler: Scheduler | None = Scheduler(self.loop, self.db, **self.kwargs)
         self.nodes = [
-            Node(self.loop, root / "nodes", f"node{i}", self.url, slots=slots, token=kwargs.get("token"))  # type: ignore[arg-type]
+            Node(self.loop, root / "nodes", f"node{i}", self.url, slots=slots, node_secret=self.node_secret)
             for i in range(nodes)
         ]
 
@@ -52,12 +56,12 @@ class Cluster:
         for node in self.nodes:
             node.scheduler_url = self.url
 
-    def client(self) -> ytw.YtClient:
-        return ytw.YtClient(proxy=self.url, config={"proxy": {"enable_proxy_discovery": False}})
+    def client(self, token: str | None = None) -> ytw.YtClient:
+        return client(self.url, token or self.token)
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
-        env.update(HOME=str(self.root), YT_PROXY=self.url)
+        env.update(HOME=str(self.root), YT_PROXY=self.url, YT_TOKEN=self.token)
         result = subprocess.run([YT, *args], env=env, capture_output=True, text=True, timeout=60)
         if check:
             assert result.returncode == 0, f"yt {' '.join(args)} failed:\n{result.stderr}"
@@ -114,7 +118,7 @@ def test_vanilla_runs_jobs_with_client_and_orchid_and_metrics(cluster: Cluster) 
     assert "<Root>" in pools and "fair_share_ratio" in pools["<Root>"]
     listed = client.list_operations()["operations"]
     assert [o["id"] for o in listed] == [op.id]
-    metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    metrics = httpx.get(f"{cluster.url}/metrics", headers=auth_headers(cluster.token), timeout=10).text
     assert 'pooltree_pool_fair_share_ratio{pool="<Root>",tree="default"}' in metrics
     assert "pooltree_pool_running_operations" in metrics and "pooltree_nodes 1.0" in metrics
 
@@ -165,7 +169,7 @@ def test_pending_abort_suspend_and_parameters(cluster: Cluster) -> None:
     orchid_ops = wait_for(lambda: client.get(f"{ORCHID}/default/operations"))
     assert orchid_ops[first.id]["pool"] == "small" and "fair_share_ratio" in orchid_ops[first.id]
     assert client.get(f"{ORCHID}/default/pools/small/pending_operation_count") == 1
-    metrics = httpx.get(f"{cluster.url}/metrics", timeout=10).text
+    metrics = httpx.get(f"{cluster.url}/metrics", headers=auth_headers(cluster.token), timeout=10).text
     assert 'pooltree_pool_pending_operations{pool="small",tree="default"} 1.0' in metrics
     assert f'pooltree_operation_usage_ratio{{operation="{first.id}",tree="default"}}' in metrics
 
@@ -293,7 +297,12 @@ def test_node_timeout_reschedules(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_heartbeats_are_400_yt_errors(cluster: Cluster, body: bytes, field: str) -> None:
-    response = httpx.post(f"{cluster.url}/internal/node_heartbeat", content=body, timeout=10)
+    response = httpx.post(
+        f"{cluster.url}/internal/node_heartbeat",
+        content=body,
+        headers={NODE_SECRET_HEADER: cluster.node_secret},
+        timeout=10,
+    )
     assert response.status_code == 400, response.text
     error = response.json()
     assert error["code"] != 0 and error["attributes"]["field"].startswith(field.split("[")[0])
@@ -301,14 +310,19 @@ def test_malformed_heartbeats_are_400_yt_errors(cluster: Cluster, body: bytes, f
 
 
 def test_bad_requests_and_token(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, nodes=1, token="secret")
+    cluster = Cluster(
+        tmp_path, nodes=1, token="secret-token-0123456789", node_secret="node-secret-0123456789"
+    )
     try:
         assert wait_for(lambda: cluster.nodes[0].heartbeats > 0)
         response = httpx.post(f"{cluster.url}/internal/node_heartbeat", json={}, timeout=10)
         assert response.status_code == 401
-        client = ytw.YtClient(
-            proxy=cluster.url, token="secret", config={"proxy": {"enable_proxy_discovery": False}}
+        user_token = {"Authorization": "OAuth secret-token-0123456789"}
+        response = httpx.post(
+            f"{cluster.url}/internal/node_heartbeat", json={}, headers=user_token, timeout=10
         )
+        assert response.status_code == 401  # a user token, even root's, is no node credential
+        client = cluster.client()
         with pytest.raises(ytw.YtResponseError) as error:
             client.run_operation(
                 ytw.VanillaSpecBuilder().begin_task("main").command("true").job_count(0).end_task()
