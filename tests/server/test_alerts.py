@@ -200,11 +200,16 @@ def test_store_trouble_appears_and_clears(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_alerts_in_cypress_orchid_operation_and_metrics(tmp_path: Path) -> None:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    token = "ytct-0000-" + "a1" * 16
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True, token=token
+    )
     await service.start()
     transport = httpx.ASGITransport(app=service.app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {token}"}
+        ) as client:
 
             async def get(path: str) -> Any:
                 response = await client.get("/api/v4/get", params={"path": path})
