@@ -8,7 +8,6 @@ Screenshots go to the module's tmp directory (``screens/``).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -51,17 +50,10 @@ class Cluster:
         self.url = line.split("scheduler at ", 1)[1].split()[0]
         token_file = self.data / "token"
         self.token = token_file.read_text().strip() if token_file.exists() else None
-        self.yt = client(self.url)
-        if self.token:
-            self.yt.config["token"] = self.token
+        self.yt = client(self.url, self.token)
 
     def cli(self, *args: str) -> Any:
-        if self.token:
-            os.environ["YT_TOKEN"] = self.token
-        try:
-            return yt_cli(self.url, self.root, *args)
-        finally:
-            os.environ.pop("YT_TOKEN", None)
+        return yt_cli(self.url, self.root, *args, token=self.token)
 
     def start(self, tasks: str, spec: str) -> tuple[str, str]:
         """``yt vanilla --async``: the operation id and the link the client printed."""

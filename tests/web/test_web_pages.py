@@ -14,7 +14,7 @@ from pooltree.server.store import open_store
 from pooltree.web.app import COOKIE, amount, percent
 from pooltree.web.history import PoolHistory
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-0123456789"
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def _heartbeat(service: SchedulerService, address: str, now: float, **extra: obj
 
 @pytest.fixture
 async def open_service(tmp_path: Path) -> AsyncIterator[SchedulerService]:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'open.sqlite'}"))
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'open.sqlite'}"), authentication=False)
     try:
         yield service
     finally:
