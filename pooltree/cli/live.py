@@ -41,9 +41,9 @@ from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
 from pooltree.node.service import check_period, parse_resources_option, parse_tags, run_node
-from pooltree.server.live.model import check_update_period
 from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
+from pooltree.server.live.model import check_update_period
 
 DEFAULT_DATA = Path(".pooltree")
 READY_PREFIX = "listening on "
