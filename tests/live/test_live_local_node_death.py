@@ -48,7 +48,7 @@ def test_a_killed_node_is_restarted_and_the_cluster_keeps_scheduling(tmp_path: P
             "user_slots=2,cpu=2",
         )
         url = procs.read_until(local, "scheduler at ").split("scheduler at ", 1)[1].split()[0]
-        yt = client(url)
+        yt = client(url, (tmp_path / "data" / "token").read_text().strip())  # the token `pooltree local` made
         wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
         before = wait_for(lambda: (pids := _node_pids(local.pid)).keys() == {"node-0", "node-1"} and pids)
 
