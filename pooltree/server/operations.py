@@ -502,10 +502,37 @@ class OperationCommands:
         return {"operations": items, "incomplete": len(page) > limit, **counters}
 
     def _brief(self, record: OperationRecord) -> dict[str, Any]:
-        """A listed operation's attribute map: the live one (current state and progress) or the stored one."""
-        if record.id in self.scheduler.operations:
-            return self.operation_attributes(record.id)
-        return self._stored_entry(record.id, record).attributes
+        """A listed operation's attributes (the brief ones are taken): a live operation's current state and
+        progress, read without the scheduler's lock and without its placement and alerts (not brief); else the
+        stored map."""
+        op = self.scheduler.operations.get(record.id)
+        if op is None:
+            return self._stored_entry(record.id, record).attributes
+        try:
+            jobs = self.scheduler.progress(op)
+        except RuntimeError:  # its jobs changed while counted: the progress the store has
+            jobs = self._stored_attributes(record)["brief_progress"]["jobs"]
+        return self._attributes(
+            op.id,
+            op.type,
+            op.state,
+            op.user,
+            op.start_time,
+            op.finish_time,
+            op.spec,
+            {},
+            op.runtime_parameters,
+            op.suspended,
+            next(iter(op.pools.values()), None),
+            jobs,
+            self.clock(),
+            op.error,
+            [],
+            {},
+            [],
+            op.trees,
+            {},
+        )
 
     def _scan(
         self,
