@@ -17,7 +17,7 @@ import numpy as np
 from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
-from pooltree.resources import Vector, resources_to_dict, share_to_dict
+from pooltree.resources import Vector, resources_to_dict, share_to_dict, zeros
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.tree.pool_tree import PoolTree
@@ -71,6 +71,32 @@ def _element_view(result: Any) -> dict[str, Any]:
         "satisfaction_ratio": float(result.satisfaction_ratio),
         "parent": result.parent,
     }
+
+
+def unpublished_operation_view(
+    tree: PoolTree, operation_id: str, position: int | None = None
+) -> dict[str, Any]:
+    """An operation registered in ``tree`` after the update a view shows, as the next update would show it while it
+    is pending: its placement and zero shares (a pending operation has no usage and no demand)."""
+    zero = zeros()
+    view = {
+        **tree.operation_orchid(operation_id, position=position),
+        "fair_share_ratio": 0.0,
+        "usage_ratio": 0.0,
+        "demand_ratio": 0.0,
+        "detailed_fair_share": {
+            key: share_to_dict(zero)
+            for key in ("strong_guarantee", "integral_guarantee", "weight_proportional", "total")
+        },
+        "usage_share": share_to_dict(zero),
+        "demand_share": share_to_dict(zero),
+        "resource_usage": resources_to_dict(zero),
+        "resource_demand": resources_to_dict(zero),
+        "starvation_status": "non_starving",
+        "satisfaction_ratio": 0.0,
+    }
+    view["parent"] = view["pool"]
+    return view
 
 
 def snapshot_strategy(

@@ -40,14 +40,13 @@ def test_starts_into_a_full_pool_run_no_update_and_run_when_the_limit_is_raised(
     ops = [live.start_operation("vanilla", SPEC, "alice", 0.01 * i) for i in range(200)]
     assert {op.state for op in ops} == {"pending"}
     assert live.fair_share_updates["default"] == 1  # 200 starts, no update
-    # the queued operations are published by the next periodic update, not before its period
-    assert not live.needs_update("default", 0.3, 0.5)
-    assert live.needs_update("default", 0.6, 0.5)
-    live.update_fair_share("default", 0.6)
-    assert live.fair_share_updates["default"] == 2
-    assert len(live.views["default"]["operations"]) == 200
-    # nothing changed and nothing runs: the same shares would be computed again
+    # pending operations change no share: nothing runs, nothing changed, no update is due
     assert not live.needs_update("default", 5.0, 0.5)
+    view = live.views["default"]["operations"]
+    assert len(view) == 200 and view[ops[7].id]["pending_position"] == 7  # the orchid shows them all the same
+    assert view[ops[7].id]["fair_share_ratio"] == 0.0
+    live.update_fair_share("default", 5.0)
+    assert live.views["default"]["operations"][ops[7].id]["pending_position"] == 7
 
     live.apply_pool_trees(_trees(3), None, 6.0)
     assert [op.state for op in ops[:4]] == ["running", "running", "running", "pending"]

@@ -18,7 +18,7 @@ from pooltree.alerts import AlertSettings, SchedulerAlerts
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
-from pooltree.orchid import tree_view
+from pooltree.orchid import tree_view, unpublished_operation_view
 from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.jobs import LiveJobs
 from pooltree.server.live.model import (
@@ -273,12 +273,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
             if op.revision == saved:
                 self._save_operation(op)
             # No fair-share update per start (its cost grows with the operations in the tree): an operation that
-            # can run now is published before the next heartbeat schedules and by the service loop at once; a
-            # pending one changes no share and is published by the next periodic update.
+            # can run now is published before the next heartbeat schedules and by the service loop at once. A
+            # pending one changes no share (no usage, no demand): no update for it; views show it with zero
+            # shares until an update includes it.
             if registered.state is OperationState.RUNNING:
                 self._stale_trees.update(op.trees)
-            else:
-                self._dirty.update(op.trees)
             return op
 
     def _attach(self, op: LiveOperation) -> None:
@@ -497,12 +496,23 @@ class LiveScheduler(LiveJobs, LiveRevival):
             listener(tree, now)
 
     def operation_shares(self, tree: str, operation_id: str) -> dict[str, Any] | None:
-        """One operation's shares and starvation in the last published update of ``tree`` (lock held), or
-        None when that update did not include it (started since)."""
+        """One operation's shares and starvation in the last published update of ``tree``; zero shares for a
+        pending operation started since (what the next update would show); None for a running one not yet
+        published."""
         core = self.cores.get(tree)
         result = core.last_result if core is not None else None
-        if result is None or operation_id not in result.elements:
+        if result is None:
             return None
+        if operation_id not in result.elements:
+            tree_op = core.pool_tree.operations.get(operation_id)
+            if tree_op is None or tree_op.running:
+                return None
+            return {
+                "fair_share_ratio": 0.0,
+                "usage_ratio": 0.0,
+                "demand_ratio": 0.0,
+                "starvation_status": "non_starving",
+            }
         element = result.elements[operation_id]
         view: dict[str, Any] = {
             "fair_share_ratio": float(max(element.fair_share, default=0.0)),
@@ -591,6 +601,13 @@ class TreeViews(Mapping[str, dict[str, Any]]):
         if core is None or core.last_result is None:
             raise KeyError(tree)
         view = tree_view(core.pool_tree, core.last_result, core.total_resources)
+        missing = [i for i in core.pool_tree.operations if i not in core.last_result.elements]
+        if missing:
+            positions = core.pool_tree.pending_positions()
+            for operation_id in missing:
+                view["operations"][operation_id] = unpublished_operation_view(
+                    core.pool_tree, operation_id, positions.get(operation_id)
+                )
         for section in ("pools", "operations"):
             for element_id, entry in view[section].items():
                 try:
