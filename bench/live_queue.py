@@ -103,6 +103,7 @@ class Local:
             self.close()
             raise RuntimeError("pooltree local did not print its address")
         self.url = found[0]
+        self.token = (data / "token").read_text().strip()  # the superuser token `pooltree local` created
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -115,15 +116,15 @@ class Local:
         self.log.close()
 
 
-def _client(url: str) -> ytw.YtClient:
-    return ytw.YtClient(proxy=url, config={"proxy": {"enable_proxy_discovery": False}})
+def _client(url: str, token: str) -> ytw.YtClient:
+    return ytw.YtClient(proxy=url, token=token, config={"proxy": {"enable_proxy_discovery": False}})
 
 
-def _fair_share_updates(url: str) -> int | None:
+def _fair_share_updates(url: str, token: str) -> int | None:
     """Fair-share updates the scheduler ran so far (``pooltree_scheduler_work_seconds_count``)."""
     import httpx
 
-    text = httpx.get(f"{url}/metrics", timeout=30).text
+    text = httpx.get(f"{url}/metrics", timeout=30, headers={"Authorization": f"OAuth {token}"}).text
     match = re.search(r'pooltree_scheduler_work_seconds_count\{work="fair_share_update"\} ([0-9.e+]+)', text)
     return int(float(match.group(1))) if match else 0
 
@@ -131,12 +132,12 @@ def _fair_share_updates(url: str) -> int | None:
 # ------------------------------------------------------------------------------------------------ queue phase
 
 
-def _starter(url: str, count: int, began: float, interval: float, out: Any) -> None:
+def _starter(url: str, token: str, count: int, began: float, interval: float, out: Any) -> None:
     """One client process: ``count`` ``start_operation`` calls through ``yt.wrapper`` (one request each), sent
     every ``interval`` seconds (0: back to back); (send time since ``began``, latency, operation id) each."""
     from yt.wrapper.driver import make_formatted_request
 
-    client = _client(url)
+    client = _client(url, token)
     spec = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}}
     results = []
     next_send = time.time()
@@ -160,13 +161,15 @@ def _starter(url: str, count: int, began: float, interval: float, out: Any) -> N
     out.put(results)
 
 
-def run_queue(url: str, operations: int, clients: int, rate: float) -> tuple[dict[str, Any], list[str]]:
-    updates_before = _fair_share_updates(url)
+def run_queue(
+    url: str, token: str, operations: int, clients: int, rate: float
+) -> tuple[dict[str, Any], list[str]]:
+    updates_before = _fair_share_updates(url, token)
     began = time.time()
     out: Any = mp.Queue()
     share = [operations // clients + (1 if i < operations % clients else 0) for i in range(clients)]
     interval = clients / rate if rate > 0 else 0.0
-    workers = [mp.Process(target=_starter, args=(url, n, began, interval, out)) for n in share]
+    workers = [mp.Process(target=_starter, args=(url, token, n, began, interval, out)) for n in share]
     for worker in workers:
         worker.start()
     results = []
@@ -199,7 +202,7 @@ def run_queue(url: str, operations: int, clients: int, rate: float) -> tuple[dic
             "last_p99_ms": _ms(last, 0.99),
             "all_p50_ms": _ms(latencies, 0.5),
             "all_p99_ms": _ms(latencies, 0.99),
-            "fair_share_updates": (_fair_share_updates(url) or 0) - (updates_before or 0),
+            "fair_share_updates": (_fair_share_updates(url, token) or 0) - (updates_before or 0),
             "targets": {
                 "last_median_ms_max": 20.0,
                 "last_over_first_max": 1.5,
@@ -233,11 +236,13 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-def _request(host: str, command: str, op_ids: list[str], starts: list[str], rng: random.Random) -> bytes:
+def _request(
+    host: str, token: str, command: str, op_ids: list[str], starts: list[str], rng: random.Random
+) -> bytes:
     if command == "get_operation":
         query = f"operation_id={rng.choice(op_ids)}"
         return (
-            f"GET /api/v4/get_operation?{query} HTTP/1.1\r\nHost: {host}\r\n"
+            f"GET /api/v4/get_operation?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
             'X-YT-Output-Format: "json"\r\n\r\n'
         ).encode()
     if command == "list_operations":
@@ -248,17 +253,18 @@ def _request(host: str, command: str, op_ids: list[str], starts: list[str], rng:
         elif kind == 2:
             query += f"&cursor_time={rng.choice(starts)}"
         return (
-            f"GET /api/v4/list_operations?{query} HTTP/1.1\r\nHost: {host}\r\n"
+            f"GET /api/v4/list_operations?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
             'X-YT-Output-Format: "json"\r\n\r\n'
         ).encode()
     return (
-        f"POST /api/v4/start_operation HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n"
+        f"POST /api/v4/start_operation HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
+        "Content-Length: 0\r\n"
         f'X-YT-Header-Format: "json"\r\nX-YT-Output-Format: "json"\r\nX-YT-Parameters: {START_PARAMETERS}\r\n\r\n'
     ).encode()
 
 
 async def _mixed_clients(
-    url: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
+    url: str, token: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
 ) -> dict[str, Any]:
     host, port = url.removeprefix("http://").split(":")
     rng = random.Random(seed)
@@ -274,7 +280,7 @@ async def _mixed_clients(
         try:
             while time.monotonic() < deadline:
                 command = rng.choices(names, weights)[0]
-                request = _request(host, command, op_ids, starts, rng)
+                request = _request(host, token, command, op_ids, starts, rng)
                 began = time.perf_counter()
                 writer.write(request)
                 await writer.drain()
@@ -298,19 +304,26 @@ async def _mixed_clients(
 
 
 def _mixed_worker(
-    url: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int, out: Any
+    url: str,
+    token: str,
+    clients: int,
+    seconds: float,
+    op_ids: list[str],
+    starts: list[str],
+    seed: int,
+    out: Any,
 ) -> None:
-    out.put(asyncio.run(_mixed_clients(url, clients, seconds, op_ids, starts, seed)))
+    out.put(asyncio.run(_mixed_clients(url, token, clients, seconds, op_ids, starts, seed)))
 
 
 def run_mixed(
-    url: str, clients: int, seconds: float, processes: int, op_ids: list[str], starts: list[str]
+    url: str, token: str, clients: int, seconds: float, processes: int, op_ids: list[str], starts: list[str]
 ) -> dict[str, Any]:
     processes = max(1, min(processes, clients))
     share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     out: Any = mp.Queue()
     workers = [
-        mp.Process(target=_mixed_worker, args=(url, n, seconds, op_ids, starts, i, out))
+        mp.Process(target=_mixed_worker, args=(url, token, n, seconds, op_ids, starts, i, out))
         for i, n in enumerate(share)
     ]
     for worker in workers:
@@ -385,7 +398,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
         local = Local(Path(tmp) / "data", nodes=1)
         try:
-            client = _client(local.url)
+            client = _client(local.url, local.token)
             client.create(
                 "scheduler_pool",
                 attributes={
@@ -395,13 +408,21 @@ def main() -> None:
                     "max_operation_count": 100_000,
                 },
             )
-            report["queue"], op_ids = run_queue(local.url, args.operations, args.clients, args.rate)
+            report["queue"], op_ids = run_queue(
+                local.url, local.token, args.operations, args.clients, args.rate
+            )
             if args.mode in ("both", "mixed"):
                 listed = client.list_operations(limit=1000)["operations"]
                 starts = [o["start_time"] for o in listed]
-                single = run_mixed(local.url, 1, args.single_seconds, 1, op_ids, starts)
+                single = run_mixed(local.url, local.token, 1, args.single_seconds, 1, op_ids, starts)
                 many = run_mixed(
-                    local.url, args.mixed_clients, args.mixed_seconds, args.load_processes, op_ids, starts
+                    local.url,
+                    local.token,
+                    args.mixed_clients,
+                    args.mixed_seconds,
+                    args.load_processes,
+                    op_ids,
+                    starts,
                 )
                 commands = many["commands"]
                 report["mixed"] = {
