@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.alerts import AlertSettings, unschedulable_task
+from pooltree.config import TagFilter
 from pooltree.controllers.memory import (
     RESOURCE_OVERDRAFT,
     JobMemory,
@@ -46,7 +48,7 @@ from pooltree.controllers.memory import (
 )
 from pooltree.controllers.operations import OperationControllerBase, TaskSpec, make_controller
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.resources import MEMORY, RESOURCE_COUNT, RESOURCES, Vector
+from pooltree.resources import MEMORY, RESOURCE_COUNT, RESOURCES, Vector, format_size
 from pooltree.sim.scenario import Scenario, SimOperation, SimTask, node_addresses
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatResult, NodeHeartbeat
@@ -127,6 +129,8 @@ class _Op:
     preempted_job_time: float = 0.0
     preempted_job_count: int = 0
     pool: str = ""
+    unfit_check_due: bool = False
+    """A "can any node ever fit this" check is scheduled (the operation's job fit no online node)."""
 
 
 @dataclass
@@ -182,6 +186,7 @@ class Simulation:
         skip_idle_heartbeats: bool | None = None,
         skip_unchanged_fair_share_updates: bool | None = None,
     ):
+        scenario.check_end(until)
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.horizon = until if until is not None else scenario.horizon()
@@ -212,6 +217,12 @@ class Simulation:
         self.wasted_job_time = 0.0
         self.active_ops = 0
         self.arrivals_left = len(scenario.operations)
+        alert_settings = AlertSettings()
+        self.unschedulable_timeout = alert_settings.unschedulable_operation_timeout
+        self.safe_online_node_count = max(alert_settings.safe_online_node_count, 1)
+        self._node_limits_cache: dict[tuple[str, str], list[Vector]] = {}
+        self._online_counts: dict[str, int] = {}
+        self._tag_filters: dict[str, TagFilter] = {}
         self._build()
 
     # ------------------------------------------------------------------ setup
@@ -319,6 +330,7 @@ class Simulation:
                 assert op.controller is not None
                 if op.controller.pending_allocation_count > 0:
                     self._add_pending(tree, op)
+                    self._check_fit(op)
         elif kind == "allocation_preempted":
             self.preemptions_by_reason[event["reason"]] += 1
             op = self.op_by_id.get(event["operation_id"])
@@ -451,6 +463,8 @@ class Simulation:
                 self._arrive(payload[1])
             elif kind == "lifetime":
                 self._lifetime_end(payload[1])
+            elif kind == "unfit":
+                self._unfit_timeout(payload[1])
             elif kind == "fail":
                 self._node_failed(payload[1])
             elif kind == "restore":
@@ -788,8 +802,73 @@ class Simulation:
         if state == "running":
             op.start_time = self.now
             self._add_pending(tree, op)
+            self._check_fit(op)
         if spec.lifetime is not None:
             self._push(self.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
+
+    # ------------------------------------------------------------------ operations no node can fit
+
+    def _online_limits(self, tree: str, filter_text: str) -> list[Vector]:
+        """The distinct limits of the online nodes of ``tree`` matching the operation's tag filter."""
+        key = (tree, filter_text)
+        cached = self._node_limits_cache.get(key)
+        if cached is None:
+            tag_filter = self._tag_filters.get(filter_text)
+            if tag_filter is None:
+                tag_filter = TagFilter.parse(filter_text, "spec.scheduling_tag_filter")
+                self._tag_filters[filter_text] = tag_filter
+            distinct: dict[tuple[float, ...], Vector] = {}
+            for node in self.nodes:
+                if node.alive and node.tree == tree and tag_filter.matches(node.tags):
+                    distinct.setdefault(tuple(node.limits.tolist()), node.limits)
+            cached = list(distinct.values())
+            self._node_limits_cache[key] = cached
+        return cached
+
+    def _unfit(self, op: _Op) -> str | None:
+        """Why no online node of the operation's tree can ever fit one job of a pending task (the live service's
+        rule, ``pooltree.alerts.unschedulable_task``), or None when some node can."""
+        controller = op.controller
+        if controller is None or op.state != "running" or controller.pending_allocation_count == 0:
+            return None
+        online = self._online_counts.get(op.tree)
+        if online is None:
+            online = sum(1 for node in self.nodes if node.alive and node.tree == op.tree)
+            self._online_counts[op.tree] = online
+        if online < self.safe_online_node_count:
+            return None
+        filter_text = str(getattr(op.spec.spec, "scheduling_tag_filter", None) or "")
+        limits = self._online_limits(op.tree, filter_text)
+        tasks = controller.pending_task_resources()
+        found = unschedulable_task(tasks, limits) if limits else next(iter(tasks.items()), None)
+        if found is None:
+            return None
+        name, needed = found
+        where = f'tree "{op.tree}"' + (f" matching {filter_text!r}" if filter_text else "")
+        if not limits:
+            return f"No online node can satisfy the resource demand: no node of {where} is online"
+        largest = np.max(np.vstack(limits), axis=0)
+        short = [RESOURCES[i] for i in range(RESOURCE_COUNT) if needed[i] > largest[i] + 1e-9]
+        return (
+            f"No online node can satisfy the resource demand: a job of task {name!r} needs "
+            f"{_resources_text(needed)}; the largest node of {where} has {_resources_text(largest)} "
+            f"(short of {', '.join(short) if short else 'a combination of resources'})"
+        )
+
+    def _check_fit(self, op: _Op) -> None:
+        """If no node can fit the operation, check again after the live service's timeout and fail it then."""
+        if op.unfit_check_due or self._unfit(op) is None:
+            return
+        op.unfit_check_due = True
+        self._push(self.now + self.unschedulable_timeout, OPERATION_EVENT, op.index, 2, ("unfit", op))
+
+    def _unfit_timeout(self, op: _Op) -> None:
+        op.unfit_check_due = False
+        reason = self._unfit(op)
+        if reason is None:
+            return
+        op.error = reason
+        self._finish_operation(op, "failed")
 
     def _lifetime_end(self, op: _Op) -> None:
         if op.state in ("running", "pending"):
@@ -839,6 +918,8 @@ class Simulation:
         node.token += 1
         tree.idle_sleepers.discard(node.index)
         self._emit({"event": "node_failed", "time": self.now, "node": node.address})
+        self._node_limits_cache.clear()
+        self._online_counts.clear()
         lost = tree.core.remove_node(node.address, self.now)
         tree.changed = True
         touched: dict[str, _Op] = {}
@@ -857,6 +938,8 @@ class Simulation:
             return
         tree = self.trees[node.tree]
         node.alive = True
+        self._node_limits_cache.clear()
+        self._online_counts.clear()
         tree.core.add_node(node.address, node.limits, node.tags)
         tree.changed = True
         self._emit({"event": "node_restored", "time": self.now, "node": node.address})
@@ -1162,6 +1245,16 @@ class Simulation:
             },
         }
         return SimulationResult(summary, rows, series, dict(self.preemptions_by_reason), stats)
+
+
+def _resources_text(vector: Vector) -> str:
+    """``cpu=32, memory=64.0 GiB`` (non-zero resources)."""
+    parts = []
+    for i, name in enumerate(RESOURCES):
+        value = float(vector[i])
+        if value:
+            parts.append(f"{name}={format_size(value)}" if i == MEMORY else f"{name}={value:g}")
+    return ", ".join(parts) or "nothing"
 
 
 def _num(value: float) -> str:

@@ -231,6 +231,19 @@ class Scenario:
     until: float | None = None
     report: ReportSettings = field(default_factory=ReportSettings)
     source: str = "<scenario>"
+    endless: tuple[tuple[str, str], ...] = ()
+    """(path, operation id) of vanilla operations that run until completed and have no lifetime: such a scenario
+    needs an end, its ``until`` or the run's (``--until``); see :meth:`check_end`."""
+
+    def check_end(self, until: float | None) -> None:
+        """Raise when the run would have no end: an endless service, no lifetime, no ``until`` of either kind."""
+        if until is None and self.until is None and self.endless:
+            path, operation_id = self.endless[0]
+            raise ConfigError(
+                path,
+                f"operation {operation_id} runs services until it is completed: give it a lifetime, "
+                "give the scenario an until or run with --until",
+            )
 
     def horizon(self) -> float:
         """Where the run stops at the latest: ``until``, or the last submit time plus a week."""
@@ -471,15 +484,14 @@ def parse_scenario(document: Any, *, base_dir: Path | None = None, source: str =
         )
     if not operations:
         raise ConfigError("operations", "the workload is empty: give operations or workload_file")
-    if document.get("until") is None:
-        for index, operation in enumerate(operations):
-            endless = any(task.duration is None for task in operation.tasks) and operation.lifetime is None
-            if endless:
-                raise ConfigError(
-                    f"operations[{index}].lifetime" if index < len(operations_doc or []) else "until",
-                    f"operation {operation.id} runs services until it is completed: give it a lifetime "
-                    "or give the scenario an until",
-                )
+    endless = tuple(
+        (
+            f"operations[{index}].lifetime" if index < len(operations_doc or []) else "until",
+            operation.id,
+        )
+        for index, operation in enumerate(operations)
+        if any(task.duration is None for task in operation.tasks) and operation.lifetime is None
+    )
     seed = document.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ConfigError("seed", f"expected an integer >= 0, got {seed!r}")
@@ -498,6 +510,7 @@ def parse_scenario(document: Any, *, base_dir: Path | None = None, source: str =
         until=until,
         report=parse_report(document.get("report")),
         source=source,
+        endless=endless,
     )
 
 

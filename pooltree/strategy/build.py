@@ -109,7 +109,13 @@ _SPEC_DEFAULTS: dict[str, Any] = {
     for spec_field in dataclass_fields(ElementSpec)
     if spec_field.default is not MISSING
 }
-"""Defaults of `ElementSpec`'s fields with plain defaults (``fair_share`` is always given here)."""
+"""Defaults of `ElementSpec`'s fields with plain defaults."""
+_SPEC_FACTORIES: tuple[tuple[str, Any], ...] = tuple(
+    (spec_field.name, spec_field.default_factory)
+    for spec_field in dataclass_fields(ElementSpec)
+    if spec_field.default_factory is not MISSING
+)
+"""Fields with a default factory (``fair_share``, always given here; any other gets its factory's value)."""
 
 
 def _spec(static: dict[str, Any], **shares: Any) -> ElementSpec:
@@ -119,6 +125,9 @@ def _spec(static: dict[str, Any], **shares: Any) -> ElementSpec:
     values.update(_SPEC_DEFAULTS)
     values.update(static)
     values.update(shares)
+    for name, factory in _SPEC_FACTORIES:
+        if name not in values:
+            values[name] = factory()
     return spec
 
 

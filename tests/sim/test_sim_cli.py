@@ -90,3 +90,38 @@ def test_workload_generate_then_simulate(tmp_path: Path):
     assert len(summary["operations"]) == count
     bad = pooltree("workload", "generate", "--out", str(trace), "--rate", "adhoc")
     assert bad.returncode == 1 and "POOL=OPERATIONS_PER_HOUR" in bad.stderr
+
+
+UNFIT_AND_ENDLESS = """
+seed: 1
+cluster:
+  nodes:
+    - {address: node, count: 3, resource_limits: {user_slots: 8, cpu: 8, memory: 32Gi}}
+pool_trees: {physical: {pools: {batch: {}}}}
+operations:
+  - {id: fits, submit_time: 0, spec: {pool: batch},
+     tasks: [{job_count: 4, resources: {cpu: 2, memory: 4Gi, user_slots: 1}, duration: 60s}]}
+  - {id: too-big, submit_time: 5s, spec: {pool: batch},
+     tasks: [{name: huge, job_count: 2, resources: {cpu: 32, memory: 4Gi, user_slots: 1}, duration: 60s}]}
+  - {id: service, type: vanilla, submit_time: 10s, spec: {pool: batch},
+     tasks: [{name: svc, job_count: 2, resources: {cpu: 1, memory: 1Gi, user_slots: 1}}]}
+"""
+
+
+def test_until_ends_services_and_an_operation_no_node_fits_fails_with_the_reason(tmp_path: Path):
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(UNFIT_AND_ENDLESS)
+    without = pooltree("simulate", str(scenario), "--out", str(tmp_path / "none"), "--no-plots")
+    assert without.returncode == 1 and "operations[2].lifetime" in without.stderr
+    assert "--until" in without.stderr
+    done = pooltree("simulate", str(scenario), "--out", str(tmp_path / "out"), "--until", "25m", "--no-plots")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    ops = {op["id"]: op for op in summary["operations"]}
+    assert ops["fits"]["state"] == "completed" and ops["service"]["state"] == "running"
+    big = ops["too-big"]
+    # the live service's rule and timeout: no online node fits a job of "huge" for 10 s -> failed, with why
+    assert big["state"] == "failed" and big["finish_time"] == 15.0 and big["completed_job_count"] == 0
+    assert "No online node can satisfy the resource demand" in big["error"]
+    assert "'huge'" in big["error"] and "short of cpu" in big["error"]
+    assert summary["global"]["simulated_time"] == 1500.0

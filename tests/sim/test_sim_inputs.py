@@ -13,6 +13,7 @@ from yt import yson
 
 from pooltree.errors import ConfigError
 from pooltree.sim import (
+    Simulation,
     WorkloadParameters,
     generate_workload,
     load_scenario,
@@ -233,6 +234,12 @@ def test_endless_services_need_a_lifetime_or_until():
     document = project_document()
     document.pop("until")
     document["operations"][1] = {"id": "svc", "type": "vanilla", "tasks": [{"resources": {"cpu": 1}}]}
-    assert _error(document).path == "operations[1].lifetime"
+    scenario = parse_scenario(document)
+    with pytest.raises(ConfigError) as info:
+        Simulation(scenario)
+    assert info.value.path == "operations[1].lifetime" and "--until" in info.value.message
+    # the run's until (pooltree simulate --until) is an end too
+    result = Simulation(scenario, until=1500.0).run()
+    assert result.summary["global"]["simulated_time"] == 1500.0
     document["operations"][1]["lifetime"] = "1h"
     assert parse_scenario(document).horizon() == 480 + 7 * 86400
