@@ -238,41 +238,25 @@ def test_impossible_operation_fails_with_the_reason(cluster: Cluster, operations
     shot(page, "operation-failed")
 
 
-def test_login_form_in_the_browser(tmp_path: Path, page: Any) -> None:
-    """A scheduler started with a token: the operation link shows the login form; the token logs in and the
-    browser lands on the page it asked for; a wrong token is refused."""
-    import httpx
-
-    procs = Procs(tmp_path)
+def test_login_form_in_the_browser(cluster: Cluster, operations: dict, page: Any) -> None:
+    """Without the token the operation link shows the login form; a wrong token is refused; the cluster's token
+    logs in (cookie) and the browser lands on the page it asked for."""
+    assert cluster.token, "pooltree local runs with authentication on and writes DATA/token"
+    operation_id, link = operations["queued"]
+    context = page.context.browser.new_context()
+    tab = context.new_page()
     try:
-        _, url = procs.scheduler(tmp_path / "data", 0, "--token", "browser-token")
-        headers = {"Authorization": "OAuth browser-token"}
-        started = httpx.post(
-            f"{url}/api/v4/start_operation",
-            json={
-                "operation_type": "vanilla",
-                "spec": {"tasks": {"main": {"command": "true", "job_count": 1}}},
-            },
-            headers=headers,
-            timeout=10,
-        )
-        operation_id = started.json()["operation_id"]
-        context = page.context.browser.new_context()
-        tab = context.new_page()
-        try:
-            link = f"{url}/?page=operation&mode=detail&id={operation_id}&tab=details"
-            response = tab.goto(link)
-            assert response is not None and response.status == 401
-            tab.fill("#token", "not-the-token")
-            tab.click("#login-button")
-            assert tab.locator("#login-error").is_visible()
-            tab.fill("#token", "browser-token")
-            tab.click("#login-button")
-            tab.wait_for_selector("#operation-id")
-            assert tab.locator("#operation-id").inner_text() == operation_id
-            assert tab.url == link
-            tab.screenshot(path=str(page.screens / "after-login.png"))
-        finally:
-            context.close()
+        response = tab.goto(link)
+        assert response is not None and response.status == 401
+        tab.fill("#token", "not-the-token")
+        tab.click("#login-button")
+        assert tab.locator("#login-error").is_visible()
+        tab.fill("#token", cluster.token)
+        tab.click("#login-button")
+        tab.wait_for_selector("#operation-id")
+        assert tab.locator("#operation-id").inner_text() == operation_id
+        assert tab.url == link
+        assert any(c["name"] == "pooltree_token" and c["httpOnly"] for c in context.cookies())
+        tab.screenshot(path=str(page.screens / "after-login.png"))
     finally:
-        procs.close()
+        context.close()
