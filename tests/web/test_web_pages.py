@@ -202,3 +202,8 @@ async def test_operation_page_names_the_preemptor(open_service: SchedulerService
         assert f"id={late.id}" in table
         preemptor = (await web.get(f"/?page=operation&mode=detail&id={late.id}")).text
         assert "took from " + hog.id in preemptor
+        scheduler.update_fair_share("default", 20.0)
+        history = (await web.get("/history?tree=default&pool=a")).text
+        marks = history.split('id="history-preemptions"')[1].split("</table>")[0]
+        assert hog.id in marks and late.id in marks
+        assert '"name":"preemption"' in history.replace(" ", "")
