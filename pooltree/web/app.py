@@ -383,6 +383,7 @@ class WebUI:
                 and e.get("preemptor_operation_id") == operation_id
             ]
         preempted = [j for j in jobs if j.get("interruption_info")]
+        spec = {k: ("<hidden>" if k == "secure_vault" else v) for k, v in attributes["spec"].items()}
         return self._render(
             request,
             "operation.html",
@@ -395,6 +396,7 @@ class WebUI:
             preempted=preempted,
             preempting=preempting,
             error=(attributes.get("result") or {}).get("error"),
+            spec=spec,
         )
 
     def job_stderr(self, request: Request) -> Response:

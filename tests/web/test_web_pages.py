@@ -84,13 +84,18 @@ async def test_operation_url_fragment_and_unknown_operation(service: SchedulerSe
             "/api/v4/start_operation",
             json={
                 "operation_type": "vanilla",
-                "spec": {"title": "demo", "tasks": {"main": {"command": "true", "job_count": 2}}},
+                "spec": {
+                    "title": "demo",
+                    "secure_vault": {"PASSWORD": "hunter2-secret"},
+                    "tasks": {"main": {"command": "true", "job_count": 2}},
+                },
             },
         )
         operation_id = started.json()["operation_id"]
         page = await web.get(f"/?page=operation&mode=detail&id={operation_id}&tab=details")
         assert page.status_code == 200
         assert operation_id in page.text and 'hx-trigger="every' in page.text
+        assert "hunter2-secret" not in page.text and "secure_vault" in page.text
         fragment = await web.get(
             f"/?page=operation&mode=detail&id={operation_id}&tab=details", headers={"HX-Request": "true"}
         )
