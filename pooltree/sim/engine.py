@@ -39,6 +39,7 @@ import numpy as np
 
 from pooltree.alerts import AlertSettings, unschedulable_task
 from pooltree.config import TagFilter
+from pooltree.config.support import unsupported_options
 from pooltree.controllers.memory import (
     RESOURCE_OVERDRAFT,
     JobMemory,
@@ -1236,6 +1237,10 @@ class Simulation:
                 "operation_count": len(self.ops),
                 "completed_operation_count": sum(1 for op in self.ops if op.state == "completed"),
             },
+            # Options the scenario sets that pooltree accepts without implementing (config/support.py).
+            "unsupported_options": unsupported_options(
+                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
+            ),
             "engine": {
                 "heartbeats_processed": stats.get("heartbeats_processed", 0),
                 "heartbeats_skipped": stats.get("heartbeats_skipped", 0),

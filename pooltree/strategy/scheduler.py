@@ -301,7 +301,11 @@ class TreeScheduler:
 
     def operation_usage(self, operation_id: str) -> Vector:
         runtime = self.operations.get(operation_id)
-        return np.zeros(RESOURCE_COUNT) if runtime is None else np.array(runtime.usage)
+        if runtime is None:
+            return np.zeros(RESOURCE_COUNT)
+        # Usage is kept by adding and subtracting allocations' amounts; once a node report has resized one, the
+        # sums of byte-sized floats may leave a rounding residue of about -1e-6 when everything is released.
+        return np.maximum(np.array(runtime.usage), 0.0)
 
     # ------------------------------------------------------------------ fair-share update
 

@@ -63,3 +63,11 @@ def test_a_node_failure_restarts_a_whole_gang(tmp_path) -> None:
     }
     stopped = {e["allocation_id"] for e in lost_on_node} | {e["allocation_id"] for e in restarted}
     assert running_before <= stopped
+
+
+def test_the_summary_lists_options_pooltree_ignores(tmp_path) -> None:
+    document = _document({"tentative_pool_trees": ["cloud"]})
+    document["pool_trees"]["t"]["config"] = {"scheduling_segments": {"mode": "large_gpu"}}
+    summary = run(document, tmp_path)
+    paths = [entry["path"] for entry in summary["unsupported_options"]]
+    assert paths == ["pool_trees.t.config.scheduling_segments", "operations.op.spec.tentative_pool_trees"]

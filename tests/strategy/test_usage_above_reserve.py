@@ -59,3 +59,17 @@ def test_usage_above_the_reserve_that_overcommits_the_node_is_aborted() -> None:
     assert not core.heartbeat_is_noop("n0", 1.0, lambda: None)
     result = core.process_heartbeat(NodeHeartbeat("n0", NODE), 1.0)
     assert [record.reason for record in result.allocations_to_preempt] == [AbortReason.RESOURCE_OVERCOMMIT]
+
+
+def test_usage_never_goes_negative_after_resized_allocations_finish() -> None:
+    from pooltree.strategy import FinishedAllocation
+
+    core, started = _core(jobs=2)
+    for index, allocation_id in enumerate(started):
+        above = np.array(JOB)
+        above[MEMORY] = 4 * GiB + 1234567.891 * (index + 1) / 3.0  # byte counts that do not add up exactly
+        core.report_usage(allocation_id, above)
+    finished = [FinishedAllocation(allocation_id, "completed") for allocation_id in started]
+    core.process_heartbeat(NodeHeartbeat("n0", NODE, finished=finished), 2.0)
+    assert np.all(core.strategy.operation_usage("op") >= 0.0)
+    core.update_fair_share(2.0)  # the fair-share input refuses negative usage
