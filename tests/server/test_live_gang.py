@@ -1,0 +1,54 @@
+"""A gang operation in the live service (in process, no HTTP): a job lost on one node stops the whole gang."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pooltree.config import parse_pool_trees
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.store import open_store
+
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 8 << 30}
+
+
+def _running(started: list[dict]) -> list[dict]:
+    return [
+        {"job_id": s["job_id"], "operation_id": s["operation_id"], "resource_usage": s["resources"]}
+        for s in started
+    ]
+
+
+def test_an_aborted_gang_job_stops_the_gang_on_every_node(tmp_path: Path) -> None:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    spec = {"is_gang": True, "tasks": {"main": {"command": "sleep 100", "job_count": 4}}}
+    live.start_operation("vanilla", spec, "alice", 1.0)
+    live.update_fair_share("default", 1.0)
+    on_n1 = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 2.0)[
+        "start"
+    ]
+    on_n2 = live.process_heartbeat(parse_heartbeat({"node_address": "n2", "resource_limits": LIMITS}), 2.0)[
+        "start"
+    ]
+    assert len(on_n1) == 2 and len(on_n2) == 2
+    lost = on_n1[0]
+    finished = [{"job_id": lost["job_id"], "operation_id": lost["operation_id"], "state": "aborted"}]
+    answer_n1 = live.process_heartbeat(
+        parse_heartbeat(
+            {
+                "node_address": "n1",
+                "resource_limits": LIMITS,
+                "running_jobs": _running(on_n1[1:]),
+                "finished_jobs": finished,
+            }
+        ),
+        3.0,
+    )
+    assert [a["reason"] for a in answer_n1["abort"]] == ["operation_incarnation_changed"]
+    answer_n2 = live.process_heartbeat(
+        parse_heartbeat({"node_address": "n2", "resource_limits": LIMITS, "running_jobs": _running(on_n2)}),
+        3.1,
+    )
+    assert sorted(a["job_id"] for a in answer_n2["abort"]) == sorted(s["job_id"] for s in on_n2)
+    assert {a["reason"] for a in answer_n2["abort"]} == {"operation_incarnation_changed"}
