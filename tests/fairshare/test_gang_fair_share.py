@@ -60,3 +60,31 @@ def test_without_truncation_the_unsatisfied_gang_keeps_its_share(kernels: str) -
     other = Pool("poolB", mode="fifo", children=[Operation("b", demand=_demand() * 2, usage=np.zeros(5))])
     r = update_fair_share(Pool("<Root>", children=[pool_a, other]), TOTAL, UpdateSettings(), 0.0)
     assert r.elements["aSecond"].fair_share[1] == pytest.approx(0.2)
+
+
+def test_gang_operations_step_function(kernels: str) -> None:
+    """YTsaurus TFairShareUpdateTest.TestGangOperations, restated (step function, no improved computation)."""
+
+    def run(y_demand: np.ndarray, total: np.ndarray, step: bool):
+        x = Operation(
+            "x", demand=vector(user_slots=60, cpu=60, memory=600 * MB), usage=np.zeros(5), is_gang=True
+        )
+        y = Operation("y", demand=y_demand, usage=np.zeros(5), is_gang=True)
+        root = Pool("<Root>", children=[Pool("PoolA", children=[x]), Pool("PoolB", children=[y])])
+        settings = UpdateSettings(enable_step_function_for_gang_operations=step)
+        return update_fair_share(root, total, settings, 0.0).elements
+
+    unit = np.array([1.0, 1.0, 0.0, 1.0, 0.0])
+    big = vector(user_slots=60, cpu=60, memory=600 * MB)
+    r = run(big, TOTAL, step=False)  # without the step, gangs are ordinary operations: half each
+    np.testing.assert_allclose(r["<Root>"].fair_share, unit, atol=1e-9)
+    np.testing.assert_allclose(r["PoolA"].fair_share, unit * 0.5, atol=1e-9)
+    r = run(big, TOTAL, step=True)  # both jump at the same point and do not fit together: nothing
+    np.testing.assert_allclose(r["<Root>"].fair_share, 0.0, atol=1e-9)
+    r = run(big, TOTAL * 2.0, step=True)  # twice the cluster: both fit
+    np.testing.assert_allclose(r["PoolA"].fair_share, unit * 0.3, atol=1e-9)
+    np.testing.assert_allclose(r["PoolB"].fair_share, unit * 0.3, atol=1e-9)
+    r = run(vector(user_slots=45, cpu=45, memory=450 * MB), TOTAL, step=True)  # the smaller gang jumps first
+    np.testing.assert_allclose(r["<Root>"].fair_share, unit * 0.45, atol=1e-9)
+    np.testing.assert_allclose(r["PoolA"].fair_share, 0.0, atol=1e-9)
+    np.testing.assert_allclose(r["PoolB"].fair_share, unit * 0.45, atol=1e-9)
