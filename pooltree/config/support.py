@@ -91,8 +91,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_scheduling_tags": "scheduling tag filters are always enabled",
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
-    "consider_single_allocation_vanilla_operations_as_gang": "single-allocation vanilla operations are gang only "
-    "when their spec says is_gang",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",
     "min_share_preemption_timeout": "an old YTsaurus option with no effect today",

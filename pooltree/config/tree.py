@@ -125,6 +125,7 @@ class PoolTreeConfig(ConfigModel):
     enable_improved_fair_share_by_fit_factor_computation: bool = False
     enable_improved_fair_share_by_fit_factor_computation_distribution_gap: bool = False
     allow_gang_operations_only_in_fifo_pools: bool = False
+    consider_single_allocation_vanilla_operations_as_gang: bool = False
     enable_fair_share_truncation_in_fifo_pool: bool = False
     """YTsaurus's rule on where gang operations may run; the default (false: anywhere) is pooltree's choice,
     YTsaurus's own default could not be confirmed from its public code."""

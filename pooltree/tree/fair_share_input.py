@@ -147,7 +147,7 @@ def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags:
         starvation_tolerance=tolerance,
         start_time=op.start_time,
         schedulable=schedulable,
-        is_gang=bool(_spec_option(op.spec, "is_gang", False)),
+        is_gang=_gang_like(tree, op),
         apply_specified_resource_limits_to_demand=bool(
             _spec_option(op.spec, "apply_specified_resource_limits_to_demand", False)
         ),
@@ -212,6 +212,20 @@ def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any
         tolerance,
         nodes,
     )
+
+
+def _gang_like(tree: PoolTree, op: TreeOperation) -> bool:
+    """YTsaurus ``IsGangLike``: spec ``is_gang``, or a vanilla operation of a single allocation when the tree
+    sets ``consider_single_allocation_vanilla_operations_as_gang``."""
+    if _spec_option(op.spec, "is_gang", False):
+        return True
+    if not getattr(tree.config, "consider_single_allocation_vanilla_operations_as_gang", False):
+        return False
+    if op.operation_type != "vanilla":
+        return False
+    tasks = _spec_option(op.spec, "tasks", None) or {}
+    counts = [_spec_option(task, "job_count", 0) for task in tasks.values()]
+    return sum(int(count or 0) for count in counts) == 1
 
 
 def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:

@@ -67,3 +67,20 @@ def test_a_pool_can_turn_the_gang_step_function_off() -> None:
     # With the step, the gang's share is all of its demand or nothing: 0.6 does not fit next to o's 0.5.
     assert gang_fair_share(True) == pytest.approx(0.0)
     assert gang_fair_share(False) == pytest.approx(0.5)
+
+
+def test_single_allocation_vanilla_operations_can_count_as_gangs() -> None:
+    def is_gang(consider: bool, job_count: int, operation_type: str = "vanilla") -> bool:
+        config = {"consider_single_allocation_vanilla_operations_as_gang": consider}
+        registry = PoolTrees(
+            parse_pool_trees({"t": {"config": config, "pools": {"p": {}}}}), default_tree="t"
+        )
+        spec = {"pool": "p", "tasks": {"main": {"command": "true", "job_count": job_count}}}
+        registry.register_operation("o", spec, user="u", operation_type=operation_type)
+        root, _ = build_fair_share_input(registry.tree("t"), {})
+        return root.children[0].children[0].is_gang
+
+    assert is_gang(True, 1)
+    assert not is_gang(True, 2)
+    assert not is_gang(False, 1)
+    assert not is_gang(True, 1, operation_type="map")
