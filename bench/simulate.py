@@ -198,30 +198,48 @@ class _Timers:
 
 
 def measure(
-    nodes: int, hours: float, operations: int, jobs: int, pools: int, period: float, seed: int
+    nodes: int,
+    hours: float,
+    operations: int,
+    jobs: int,
+    pools: int,
+    period: float,
+    seed: int,
+    *,
+    shape: str = "lognormal",
+    teams: int = 20,
+    per_team: int = 5,
+    compare: bool = False,
 ) -> dict:
-    scenario = parse_scenario(
-        scenario_document(nodes, hours, operations, jobs, pools, period, seed), source="bench"
-    )
+    if shape == "teams":
+        document = teams_scenario_document(nodes, hours, operations, teams, per_team, period, seed)
+    else:
+        document = scenario_document(nodes, hours, operations, jobs, pools, period, seed)
+    scenario = parse_scenario(document, source="bench")
     with _Timers() as timers:
         start = time.perf_counter()
+        cpu_start = time.process_time()
         result = Simulation(scenario).run()
         wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
     summary = result.summary
     simulated = summary["global"]["simulated_time"]
     started_jobs = sum(op["completed_job_count"] for op in summary["operations"])
     engine = summary["engine"]
-    return {
+    out = {
+        "shape": shape,
         "nodes": nodes,
         "hours": hours,
         "operations": operations,
         "jobs": sum(op.job_count for op in scenario.operations),
         "completed_jobs": started_jobs,
-        "pools": pools,
+        "pools": len(scenario.snapshot.pool_trees["physical"].pools),
         "fair_share_update_period_s": period,
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "simulated_s": simulated,
         "speedup": round(simulated / wall, 1),
+        "speedup_cpu": round(simulated / cpu, 1),
         "wall_fair_share_update_s": round(timers.update, 2),
         "wall_heartbeats_s": round(timers.heartbeat, 2),
         "wall_engine_s": round(wall - timers.update - timers.heartbeat, 2),
@@ -229,6 +247,26 @@ def measure(
         "utilization_cpu": summary["global"]["utilization"]["cpu"],
         **engine,
     }
+    if compare:
+        # a what-if comparison of the same run: every team's weight doubled in the variant
+        from pooltree.sim.compare import BASELINE
+        from pooltree.sim.compare import compare as compare_runs
+
+        variant = dict(document)
+        trees = json.loads(json.dumps(document["pool_trees"]))
+        for config in trees["physical"]["pools"].values():
+            config["weight"] = config.get("weight", 1) * 2
+        variant["pool_trees"] = trees
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        other = Simulation(parse_scenario(variant, source="bench variant")).run()
+        comparison = compare_runs({BASELINE: result, "weights-x2": other})
+        out["compare_wall_s"] = round(wall + time.perf_counter() - start, 2)
+        out["compare_cpu_s"] = round(cpu + time.process_time() - cpu_start, 2)
+        out["compare_cost_vs_single_cpu"] = round(out["compare_cpu_s"] / cpu, 2)
+        out["compare_cost_vs_single_wall"] = round(out["compare_wall_s"] / wall, 2)
+        out["compare_pools"] = len(comparison["pools"])
+    return out
 
 
 def main() -> None:
@@ -243,11 +281,34 @@ def main() -> None:
     parser.add_argument("--fair-share-period", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scaling", action="store_true", help="also measure 2-3 points along nodes and jobs")
+    parser.add_argument(
+        "--shape",
+        choices=("lognormal", "teams"),
+        default="lognormal",
+        help="teams: the issue-16 workload (teams x per-team leaf pools, 5-35 jobs of 60-1,800 s per operation)",
+    )
+    parser.add_argument("--teams", type=int, default=20)
+    parser.add_argument("--per-team", type=int, default=5)
+    parser.add_argument(
+        "--compare", action="store_true", help="also run a variant (team weights doubled) and report the cost"
+    )
     args = parser.parse_args()
     scale = (args.nodes / TARGET["nodes"]) * (args.hours / TARGET["hours"])
     operations = args.operations or max(1, round(TARGET["operations"] * scale))
     jobs = args.jobs or operations * TARGET["jobs"] // TARGET["operations"]
-    base = measure(args.nodes, args.hours, operations, jobs, args.pools, args.fair_share_period, args.seed)
+    shape = {"shape": args.shape, "teams": args.teams, "per_team": args.per_team}
+    load_before = os.getloadavg()
+    base = measure(
+        args.nodes,
+        args.hours,
+        operations,
+        jobs,
+        args.pools,
+        args.fair_share_period,
+        args.seed,
+        compare=args.compare,
+        **shape,
+    )
     output: dict[str, Any] = {
         "name": "simulate",
         "parameters": vars(args) | {"operations": operations, "jobs": jobs},
@@ -263,6 +324,7 @@ def main() -> None:
                 args.pools,
                 args.fair_share_period,
                 args.seed,
+                **shape,
             )
             for n in (args.nodes // 2, args.nodes * 2)
         ]
@@ -270,14 +332,17 @@ def main() -> None:
             measure(
                 args.nodes,
                 args.hours,
-                operations,
+                operations * factor if args.shape == "teams" else operations,
                 jobs * factor,
                 args.pools,
                 args.fair_share_period,
                 args.seed,
+                **shape,
             )
             for factor in (2, 4)
         ]
+    output["load_average_before"] = load_before
+    output["load_average_after"] = os.getloadavg()
     output["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     output["machine"] = {
         "python": platform.python_version(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -26,17 +27,33 @@ def simulate(
     seed: int | None = typer.Option(None, "--seed", help="Random seed (default: the scenario's, else 0)."),
     until: str | None = typer.Option(None, "--until", help="Stop at this simulated time (30m, 2h, 1d)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Skip report.html and the PNG plots."),
+    variant: list[Path] = typer.Option(
+        [],
+        "--variant",
+        help="Also run under this pool_trees (and scheduler) document, or a yt get //sys/pool_trees dump, "
+        "and write comparison.html/.json/.csv to --out (repeatable).",
+    ),
 ) -> None:
     """Run SCENARIO on a simulated clock with the scheduler core and write the reports to --out."""
+    from pooltree.config import load_document
     from pooltree.sim import load_scenario, run_to_directory
+    from pooltree.sim.compare import BASELINE, compare, parse_variants, write_comparison
 
     try:
         loaded = load_scenario(scenario)
         horizon = parse_duration(until, "--until") if until is not None else None
         if seed is not None and seed < 0:
             raise PooltreeError("--seed: expected an integer >= 0")
+        variants = parse_variants(
+            load_document(scenario), scenario.parent, files=variant, source=str(scenario)
+        )
+        runs = [(BASELINE, loaded), *((v.name, v.scenario) for v in variants)]
+        for _name, run_scenario in runs:
+            run_scenario.check_end(horizon)
     except PooltreeError as error:
         fail(error.message)
+    except OSError as error:
+        fail(f"{error.filename or scenario}: {error.strerror or error}")
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]simulating[/]"),
@@ -47,23 +64,42 @@ def simulate(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("run", total=1.0, clock="", ops="")
+        results = {}
+        for name, run_scenario in runs:
+            task = progress.add_task("run", total=1.0, clock="", ops="")
+            label = "" if len(runs) == 1 else f"{name}: "
 
-        def report(now: float, horizon_: float, done: int, total: int) -> None:
-            fraction = max(done / total if total else 0.0, now / horizon_ if horizon_ > 0 else 0.0)
-            progress.update(
-                task, completed=min(1.0, fraction), clock=f"t={now:,.0f}s", ops=f"{done}/{total} operations"
-            )
+            def report(
+                now: float, horizon_: float, done: int, total: int, task: Any = task, label: str = label
+            ) -> None:
+                fraction = max(done / total if total else 0.0, now / horizon_ if horizon_ > 0 else 0.0)
+                progress.update(
+                    task,
+                    completed=min(1.0, fraction),
+                    clock=f"{label}t={now:,.0f}s",
+                    ops=f"{done}/{total} operations",
+                )
 
-        try:
-            result = run_to_directory(
-                loaded, out, seed=seed, until=horizon, progress=report, plots=not no_plots
-            )
-        except PooltreeError as error:
-            fail(error.message)
-        except OSError as error:
-            fail(f"{out}: {error.strerror or error}")
-        progress.update(task, completed=1.0)
+            try:
+                results[name] = run_to_directory(
+                    run_scenario,
+                    out if len(runs) == 1 else out / name,
+                    seed=seed,
+                    until=horizon,
+                    progress=report,
+                    plots=not no_plots,
+                )
+            except PooltreeError as error:
+                fail(f"{label}{error.message}")
+            except OSError as error:
+                fail(f"{out}: {error.strerror or error}")
+            progress.update(task, completed=1.0)
+        if len(runs) > 1:
+            try:
+                write_comparison(compare(results), out)
+            except OSError as error:
+                fail(f"{out}: {error.strerror or error}")
+    result = results[BASELINE]
     glob = result.summary["global"]
     states: dict[str, int] = {}
     for operation in result.summary["operations"]:
@@ -76,6 +112,11 @@ def simulate(
                 "wall_time": glob["wall_time"],
                 "operations": states,
                 "preempted_allocation_count": glob["preempted_allocation_count"],
+                **(
+                    {"comparison": str(out / "comparison.html"), "runs": [name for name, _ in runs]}
+                    if len(runs) > 1
+                    else {}
+                ),
             }
         )
     )

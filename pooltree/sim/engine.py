@@ -129,6 +129,7 @@ class _Op:
     job_max_duration: float = 0.0
     preempted_job_time: float = 0.0
     preempted_job_count: int = 0
+    wasted_job_time: float = 0.0
     pool: str = ""
     unfit_check_due: bool = False
     """A "can any node ever fit this" check is scheduled (the operation's job fit no online node)."""
@@ -170,6 +171,10 @@ class SimulationResult:
     """tree → pool → [(time, fair_share_ratio, usage_ratio, demand_ratio)] (downsampled for plots)."""
     preemptions_by_reason: dict[str, int]
     stats: dict[str, Any]
+    wasted_by_operation: dict[str, float] = field(default_factory=dict)
+    """Operation id → run time of its jobs that were aborted or failed (for comparisons; not in summary.json)."""
+    pool_parents: dict[str, str | None] = field(default_factory=dict)
+    """Pool (summary key) → its parent's key at the end of the run (for comparisons; not in summary.json)."""
 
 
 class Simulation:
@@ -624,6 +629,7 @@ class Simulation:
             op.preempted_job_count += 1
         if state in ("aborted", "failed"):
             self.wasted_job_time += runtime
+            op.wasted_job_time += runtime
         self.jobs.pop(job.allocation.id, None)
         job.node.jobs.discard(job.allocation.id)
         job.token += 1
@@ -1249,7 +1255,17 @@ class Simulation:
                 "events": stats.get("events", 0),
             },
         }
-        return SimulationResult(summary, rows, series, dict(self.preemptions_by_reason), stats)
+        wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
+        parents: dict[str, str | None] = {}
+        for tree in self.trees.values():
+            prefix = f"{tree.name}/" if multi else ""
+            for name, pool in tree.core.pool_tree.pools.items():
+                key = prefix + (ROOT if pool.is_root else name)
+                parent = pool.parent
+                parents[key] = None if parent is None else prefix + (ROOT if parent.is_root else parent.name)
+        return SimulationResult(
+            summary, rows, series, dict(self.preemptions_by_reason), stats, wasted, parents
+        )
 
 
 def _resources_text(vector: Vector) -> str:

@@ -37,6 +37,7 @@ SCENARIO_KEYS = (
     "workload_file",
     "pool_trees_file",
     "report",
+    "variants",
 )
 OPERATION_KEYS = ("id", "user", "type", "submit_time", "spec", "tasks", "lifetime", "in_timeframe")
 TASK_KEYS = (
