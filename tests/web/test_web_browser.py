@@ -152,6 +152,8 @@ def test_scheduling_page_matches_the_orchid(cluster: Cluster, operations: dict, 
     assert cell(page, "pool-adhoc", "running-ops") == f"1/{pools['adhoc']['max_running_operation_count']}"
     assert cell(page, "pool-adhoc", "pending-ops") == "1"
     assert page.locator(f'tr[id="operation-{research_op}"]').is_visible()
+    assert cluster.yt.get("//sys/scheduler/@alerts") == []
+    assert page.locator("#no-alerts").is_visible()
     shot(page, "scheduling")
     # pools collapse and expand, and stay so across the htmx refresh. The button is clicked from a script: a
     # mouse click can land on the old row while the refresh swaps the body (Playwright resolves, then clicks).
@@ -181,6 +183,14 @@ def test_operation_link_from_the_client_explains_pending(
     assert 'pool "adhoc"' in reason.inner_text() and "position 1 of 1" in reason.inner_text()
     assert page.locator('#operation-alerts [data-alert-type="operation_pending"]').count() == 1
     assert '"pool": "adhoc"' in page.locator("#spec").inner_text()
+    # the client sees the same explanation
+    progress = cluster.yt.get_operation(operation_id, attributes=["progress"])["progress"]
+    explained = progress["scheduling_info_per_pool_tree"]["default"]["pending_allocations_reason"]
+    assert (explained["reason"], explained["pool"], explained["queue_position"]) == (
+        "max_running_operation_count",
+        "adhoc",
+        1,
+    )
     shot(page, "operation-pending")
 
 
