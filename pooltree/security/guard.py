@@ -55,6 +55,12 @@ POOL_TREES_ROOT_ACL = (Ace("allow", (USERS,), ("read", "use")),)
 """``//sys/pool_trees``: users may read the trees and use every pool unless an ACE below denies it; creating,
 changing and removing trees and pools is for superusers and whoever an ACE grants ``write``/``administer``."""
 ROOT_ACL = (Ace("allow", (EVERYONE,), ("read",)),)
+TMP_ACL = (Ace("allow", (USERS,), ("read", "write", "create", "remove")),)
+"""``//tmp`` is every user's scratch space, as in YTsaurus."""
+
+
+class WouldBlock(Exception):
+    """The resolver needs the store to answer; the caller retries off the event loop."""
 
 
 def _auth_error(message: str) -> PooltreeError:
@@ -75,23 +81,46 @@ class OperationAccess:
     owners: tuple[str, ...] = ()
 
 
+def access_of(
+    operation_id: str, owner: str, spec: Mapping[str, Any], runtime: Mapping[str, Any] | None
+) -> OperationAccess:
+    """An operation's access from its spec and runtime parameters (``acl``/``owners`` updated at runtime win);
+    an ACL that does not parse denies everyone but the owner and superusers."""
+    runtime = runtime if isinstance(runtime, Mapping) else {}
+    raw_acl = runtime.get("acl", spec.get("acl"))
+    raw_owners = runtime.get("owners", spec.get("owners"))
+    try:
+        acl = parse_acl(raw_acl, "acl", permissions=OPERATION_PERMISSIONS)
+    except PooltreeError:
+        acl = (Ace("deny", (EVERYONE,), OPERATION_PERMISSIONS),)
+    owners = tuple(o for o in raw_owners if isinstance(o, str)) if isinstance(raw_owners, list) else ()
+    return OperationAccess(operation_id, owner, acl, owners)
+
+
 class ObjectResolver(Protocol):
     """How ``Security`` finds the ACLs of the objects a command touches (installed by the service)."""
 
     def acl_chain(self, path: str) -> list[AclNode]:
-        """The node at ``path`` and its ancestors up to the root, each with its ACL and ``inherit_acl``."""
+        """The node at ``path`` (or its nearest existing ancestor) and its ancestors up to the root."""
         ...
 
     def pool_chain(self, tree: str, pool: str) -> list[AclNode] | None:
-        """The pool ``pool`` of ``tree`` and its ancestors up to the tree and ``//sys/pool_trees``; None when the
-        pool does not exist (an ephemeral pool: the caller checks its parent)."""
+        """Pool ``pool`` of ``tree`` and its ancestors; None when there is no such pool."""
         ...
 
-    def operation_access(self, operation_id: str) -> OperationAccess | None: ...
+    def tree_chain(self, tree: str) -> list[AclNode]: ...
 
-    def operation_pools(self, spec: Mapping[str, Any], user: str) -> list[tuple[str, str, bool]]:
-        """Where an operation with ``spec`` started by ``user`` would run: (tree, pool, pool exists)."""
+    def operation_access(self, operation_id: str, *, blocking: bool = True) -> OperationAccess | None:
+        """None for an unknown operation; raises ``WouldBlock`` when not ``blocking`` and the store is needed."""
         ...
+
+    def operation_pools(self, spec: Mapping[str, Any], user: str) -> list[tuple[str, str, str | None]]:
+        """(tree, pool, the existing pool whose ``use`` decides or None for the tree root) per tree."""
+        ...
+
+    def pool_of(self, tree: str, pool: str, user: str) -> tuple[str, str | None]: ...
+
+    def operation_trees(self, operation_id: str) -> list[str]: ...
 
 
 def parse_networks(
@@ -214,7 +243,19 @@ class Security:
         """The one permission check of a command, before its handler runs (see ``policy``)."""
         from pooltree.security.policy import authorize
 
-        authorize(self, command, user, params, input_value)
+        authorize(self, command, user, params, input_value, blocking=True)
+
+    def authorize_nonblocking(
+        self, command: str, user: str, params: Mapping[str, Any], input_value: Any = None
+    ) -> bool:
+        """``authorize`` on the event loop: False when deciding would need the store (call ``authorize`` then)."""
+        from pooltree.security.policy import authorize
+
+        try:
+            authorize(self, command, user, params, input_value, blocking=False)
+        except WouldBlock:
+            return False
+        return True
 
     # ------------------------------------------------------------------ decisions
 
@@ -251,8 +292,23 @@ class Security:
         acl.extend(OPERATION_BASE_ACL)
         return check([AclNode(name, tuple(acl))], user, self.directory.subjects_of(user), permission)
 
-    def require_operation(self, user: str, permission: str, operation_id: str) -> None:
-        access = self._resolver().operation_access(operation_id)
+    def operation_visible(
+        self,
+        user: str,
+        operation_id: str,
+        owner: str,
+        spec: Mapping[str, Any],
+        runtime: Mapping[str, Any] | None,
+    ) -> bool:
+        """Whether ``list_operations`` shows the operation to ``user`` (``read`` on it)."""
+        return self.operation_decision(user, "read", access_of(operation_id, owner, spec, runtime)).allowed
+
+    def require_operation(
+        self, user: str, permission: str, operation_id: str, *, blocking: bool = True
+    ) -> None:
+        if self.directory.is_superuser(user):
+            return
+        access = self._resolver().operation_access(operation_id, blocking=blocking)
         if access is None:
             return  # the command answers "no such operation" itself
         decision = self.operation_decision(user, permission, access)

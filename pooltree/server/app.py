@@ -431,12 +431,12 @@ class YtApi:
             )
         elif descriptor.input_type != "null":
             ctx.input = body
-        self.security.authorize(name, user, params, ctx.input)
         fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
-        if fast is not None:
+        if fast is not None and self.security.authorize_nonblocking(name, user, params, ctx.input):
             result = fast(ctx)
             if result is not None:
                 return self._output(descriptor, result, params, request_id)
+        await run_in_threadpool(self.security.authorize, name, user, params, ctx.input)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
         if mutation_id is not None:
             seen, saved = await run_in_threadpool(self.store.get_mutation, str(mutation_id))

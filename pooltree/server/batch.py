@@ -135,7 +135,8 @@ def register_batch_command(
         except PooltreeError as error:
             return {"error": error_to_dict(error, host=host, now=clock())}
         except Exception as error:
-            log.exception("batch request %d (%r) failed unexpectedly", index, request)
+            command = request.get("command") if isinstance(request, dict) else None
+            log.exception("batch request %d (%r) failed unexpectedly", index, command)  # never its parameters
             wrapped = YtError(f"Internal error while executing the command: {type(error).__name__}: {error}")
             return {"error": error_to_dict(wrapped, host=host, now=clock())}
         if descriptor.output_type == "null":

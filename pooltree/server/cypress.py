@@ -299,6 +299,40 @@ class Cypress:
             raise
         return True
 
+    def security_chain(self, path: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """For ``pooltree.security``: ``(path, type, {acl, inherit_acl})`` of the node at ``path`` (or of its
+        nearest existing ancestor) and of every ancestor up to the root, nearest first."""
+        ypath = parse_ypath(path)
+        with self._lock:
+            root = self._root
+            tokens = self._resolve_tokens(root, ypath)
+            found: list[tuple[tuple[str, ...], Node]] = [((), root)]
+            for index, token in enumerate(tokens):
+                child = found[-1][1].children.get(token)
+                if child is None:
+                    break
+                found.append((tokens[: index + 1], child))
+            return [
+                (
+                    join_tokens(t),
+                    n.type,
+                    {k: copy.deepcopy(n.attributes[k]) for k in ("acl", "inherit_acl") if k in n.attributes},
+                )
+                for t, n in reversed(found)
+            ]
+
+    def pool_path(self, tree: str, pool: str) -> str | None:
+        """The Cypress path of pool ``pool`` of pool tree ``tree`` (None when there is no such pool)."""
+        with self._lock:
+            trees = self._node_at(self._root, POOL_TREES)
+            if tree not in trees.children:
+                return None
+            tree_tokens = (*POOL_TREES, tree)
+            for tokens, _ in walk(trees.children[tree], tree_tokens):
+                if len(tokens) > len(tree_tokens) and tokens[-1] == pool:
+                    return join_tokens(tokens)
+        return None
+
     def _orchid_get(self, tokens: tuple[str, ...], ypath: YPath) -> Any:
         if ypath.attribute is not None:
             raise resolve_error(ypath.text, "Orchid nodes have no attributes")

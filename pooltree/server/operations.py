@@ -57,6 +57,13 @@ class _Attributes:
         self.encoded: dict[Hashable, Encoded] = {}
 
 
+def without_secrets(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as answered to clients: ``secure_vault`` reaches only the job's environment (as in YTsaurus)."""
+    if "secure_vault" not in spec:
+        return spec
+    return {key: value for key, value in spec.items() if key != "secure_vault"}
+
+
 def iso_time(seconds: float | None) -> str | None:
     """``%Y-%m-%dT%H:%M:%S.%fZ``, the format the client parses (a fraction is mandatory)."""
     if seconds is None:
@@ -114,6 +121,9 @@ class OperationCommands:
     """The operation and job commands over a ``LiveScheduler``."""
 
     def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float]) -> None:
+        self.visible: Callable[[str, str, str, dict[str, Any], dict[str, Any]], bool] | None = None
+        """``visible(user, operation_id, owner, spec, runtime_parameters)``: set by the service from
+        ``pooltree.security``; ``list_operations`` shows only what it allows."""
         self.scheduler = scheduler
         self.clock = clock
         self._live: dict[str, _Attributes] = {}
@@ -371,9 +381,9 @@ class OperationCommands:
             "authenticated_user": user,
             "start_time": iso_time(start_time),
             "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
-            "spec": spec,
-            "full_spec": spec,
-            "provided_spec": spec,
+            "spec": without_secrets(spec),
+            "full_spec": without_secrets(spec),
+            "provided_spec": without_secrets(spec),
             "unrecognized_spec": unrecognized,
             "runtime_parameters": {
                 "owners": [],
@@ -494,6 +504,10 @@ class OperationCommands:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
         items: list[dict[str, Any]] = []
         for record in page[:limit]:
+            if self.visible is not None and not self.visible(
+                ctx.user, record.id, record.user, record.spec, record.runtime_parameters
+            ):
+                continue  # the user may not read it (pooltree.security); counters still count it
             try:
                 attributes = self._brief(record)
             except YtError:

@@ -29,6 +29,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.service import check_period
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
+from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app
 from pooltree.server.cypress import Cypress, PoolTreesChange
 from pooltree.server.heartbeats import parse_heartbeat
@@ -177,6 +178,8 @@ class SchedulerService:
             self.cypress.parsed_pool_trees or {}, self.cypress.default_tree_attribute(), clock()
         )
         self.commands = OperationCommands(self.scheduler, clock)
+        self.security.resolver = ServiceResolver(self.cypress, self.scheduler)
+        self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress

@@ -154,6 +154,7 @@ class WebUI:
 
     def _authenticated(self, request: Request) -> bool:
         if not self.service.security.authentication:
+            request.state.user = "root"
             return True
         api = self.service.app.state.api
         header = request.headers.get("authorization")
@@ -163,7 +164,7 @@ class WebUI:
         if not header:
             return False
         try:
-            api.check_token(_HeaderOnly({"authorization": header}))
+            request.state.user = api.check_token(_HeaderOnly({"authorization": header}))
         except PooltreeError:
             return False
         return True
@@ -309,7 +310,12 @@ class WebUI:
             OperationFilter(user=user, state=state, limit=MAX_LISTED_OPERATIONS)
         )
         items: list[dict[str, Any]] = []
+        visible = self.service.security.operation_visible
         for record in records:
+            if not visible(
+                request.state.user, record.id, record.user, record.spec, record.runtime_parameters
+            ):
+                continue  # the user may not read it (its ACL), as list_operations
             try:
                 attributes = self.commands.operation_attributes(record.id)
             except PooltreeError:
@@ -361,6 +367,9 @@ class WebUI:
         return self._operation(request, request.path_params["operation_id"])
 
     def _operation(self, request: Request, operation_id: str) -> Response:
+        self.service.security.require_operation(
+            request.state.user, "read", operation_id
+        )  # its ACL, as the API
         attributes = self.commands.operation_attributes(operation_id)
         jobs = [self.commands.job_attributes(job) for job in self.commands._jobs(operation_id)]
         explanations: dict[str, Any] = {}
@@ -402,6 +411,7 @@ class WebUI:
     def job_stderr(self, request: Request) -> Response:
         operation_id = request.query_params.get("operation_id", "")
         job_id = request.query_params.get("job_id", "")
+        self.service.security.require_operation(request.state.user, "read", operation_id)
         for job in self.commands._jobs(operation_id):
             if job.id == job_id:
                 return PlainTextResponse(job.stderr)

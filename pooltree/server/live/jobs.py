@@ -13,6 +13,7 @@ from pooltree.config import nodes_of_trees
 from pooltree.controllers.operations import Job
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.resources import MEMORY, resources_to_dict
+from pooltree.security.vault import secure_vault_environment
 from pooltree.server.heartbeats import FinishedJobReport, HeartbeatRequest
 from pooltree.server.live.model import (
     LOST_AFTER_MISSED_HEARTBEATS,
@@ -175,6 +176,9 @@ class LiveJobs:
                 "YT_TASK_NAME": job.task_name,
             }
         )
+        environment.update(
+            secure_vault_environment(op.spec)
+        )  # secrets go to the job only (pooltree.security)
         signal = task.interruption_signal or op.model.interruption_signal
         spec: dict[str, Any] = {
             "job_id": job.id,
