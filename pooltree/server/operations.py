@@ -96,6 +96,41 @@ def _filter_factors(record: OperationRecord) -> str:
     return f"{record.id} {record.user} {record.state} {record.type} {pools} {title}".lower()
 
 
+def _brief_attributes(
+    operation_id: str,
+    operation_type: str,
+    state: str,
+    user: str,
+    start_time: float,
+    finish_time: float | None,
+    spec: dict[str, Any],
+    runtime_parameters: dict[str, Any],
+    suspended: bool,
+    pool: str | None,
+    jobs: dict[str, Any],
+    build_time: float,
+    trees: list[str],
+) -> dict[str, Any]:
+    """The ``BRIEF_ATTRIBUTES`` of an operation, the same values ``OperationCommands._attributes`` gives them."""
+    title = spec.get("title") if isinstance(spec.get("title"), str) else None
+    attributes: dict[str, Any] = {
+        "id": operation_id,
+        "type": operation_type,
+        "operation_type": operation_type,
+        "state": state,
+        "authenticated_user": user,
+        "start_time": iso_time(start_time),
+        "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
+        "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
+        "suspended": suspended,
+        "pool": pool,
+        "runtime_parameters": {"owners": [], "acl": [], "annotations": {}, **runtime_parameters},
+    }
+    if finish_time is not None:
+        attributes["finish_time"] = iso_time(finish_time)
+    return attributes
+
+
 def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
     if error is not None:
         return {"error": error}
@@ -145,7 +180,7 @@ class OperationCommands:
                 if holder is None:
                     placement.append((name, tree_op is not None and tree_op.running))
                     continue
-                position = list(holder.pending).index(op.id)
+                position = trees[name].pending_position(holder, op.id)
                 placement.append(
                     (
                         name,
@@ -502,31 +537,45 @@ class OperationCommands:
             counters = self.scheduler.counts.counters(count_filter)
         else:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
-        items: list[dict[str, Any]] = []
-        for record in page[:limit]:
-            if self.visible is not None and not self.visible(
-                ctx.user, record.id, record.user, record.spec, record.runtime_parameters
-            ):
-                continue  # the user may not read it (pooltree.security); counters still count it
-            try:
-                attributes = self._brief(record)
-            except YtError:
-                continue
-            items.append({k: attributes[k] for k in BRIEF_ATTRIBUTES if k in attributes})
+        now = self.clock()
+        items = [
+            self._brief(record, now)
+            for record in page[:limit]
+            # the user may not read it (pooltree.security); counters still count it
+            if self.visible is None
+            or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
+        ]
         return {"operations": items, "incomplete": len(page) > limit, **counters}
 
-    def _brief(self, record: OperationRecord) -> dict[str, Any]:
-        """A listed operation's attributes (the brief ones are taken): a live operation's current state and
-        progress, read without the scheduler's lock and without its placement and alerts (not brief); else the
-        stored map."""
+    def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:
+        """A listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as ``get_operation`` shows them): a live
+        operation's current state and progress, read without the scheduler's lock; else the stored record's."""
         op = self.scheduler.operations.get(record.id)
         if op is None:
-            return self._stored_entry(record.id, record).attributes
+            doc = record.document
+            jobs = dict(doc.get("progress") or {})
+            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+                jobs.setdefault(key, 0)
+            return _brief_attributes(
+                record.id,
+                record.type,
+                record.state,
+                record.user,
+                record.start_time,
+                record.finish_time,
+                record.spec,
+                record.runtime_parameters,
+                bool(doc.get("suspended")),
+                record.pool,
+                jobs,
+                record.finish_time or record.start_time,
+                list(doc.get("trees") or []),
+            )
         try:
             jobs = self.scheduler.progress(op)
         except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = self._stored_attributes(record)["brief_progress"]["jobs"]
-        return self._attributes(
+            jobs = dict(record.document.get("progress") or {})
+        return _brief_attributes(
             op.id,
             op.type,
             op.state,
@@ -534,18 +583,12 @@ class OperationCommands:
             op.start_time,
             op.finish_time,
             op.spec,
-            {},
             op.runtime_parameters,
             op.suspended,
             next(iter(op.pools.values()), None),
             jobs,
-            self.clock(),
-            op.error,
-            [],
-            {},
-            [],
+            now,
             op.trees,
-            {},
         )
 
     def _scan(

@@ -149,6 +149,7 @@ class PoolTree:
         self._user_ephemeral_pools: dict[str, list[str]] = {}
         self._registration_counter = 0
         self._pending_counter = 0
+        self._position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]] = {}
         cfg = self.config
         # Pool defaults from the seeds' pool table (running 8, total 50); see PoolTreeConfig for why seeds win.
         self._max_operation_count_per_pool = int(_option(cfg, "max_operation_count_per_pool", 50))
@@ -883,6 +884,7 @@ class PoolTree:
             "_user_ephemeral_pools",
             "_registration_counter",
             "_pending_counter",
+            "_position_cache",
             "_max_operation_count_per_pool",
             "_max_running_operation_count_per_pool",
             "_ephemeral_name_re",
@@ -983,6 +985,21 @@ class PoolTree:
         look each one up in its queue)."""
         return {op_id: i for pool in self._pools.values() for i, op_id in enumerate(pool.pending)}
 
+    def pending_position(self, holder: PoolElement, operation_id: str) -> int:
+        """``operation_id``'s position in ``holder``'s pending queue. The queue's positions are computed in one pass
+        and kept while the queue has the same length, head and tail: operations only join at the tail and leave
+        (anywhere), so any change alters one of the three, and reading every pending operation's position costs
+        one pass per change of the queue instead of one per read."""
+        queue = holder.pending
+        if not queue:
+            raise KeyError(operation_id)
+        key = (len(queue), next(iter(queue)), next(reversed(queue)))
+        cached = self._position_cache.get(holder.name)
+        if cached is None or cached[0] != key:
+            cached = (key, {op_id: i for i, op_id in enumerate(queue)})
+            self._position_cache[holder.name] = cached
+        return cached[1][operation_id]
+
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         """An operation's placement in this tree; a pending one names the pool holding it and its position
         (``position`` when the caller already knows it)."""
@@ -1003,7 +1020,7 @@ class PoolTree:
         if not op.running and op.pending_pool is not None:
             holder = op.pending_pool
             if position is None:
-                position = list(holder.pending).index(op.id)
+                position = self.pending_position(holder, op.id)
             info.update(
                 pending_pool=holder.name,
                 pending_position=position,

@@ -190,6 +190,12 @@ def test_list_operations_counts_follow_live_operations(tmp_path: Path) -> None:
     ops = [live.start_operation("vanilla", SPEC, "dave", 5000.0 + i) for i in range(5)]
     listed = commands.list_operations(CommandContext("list_operations", {"user": "dave", "limit": 3}))
     assert [o["id"] for o in listed["operations"]] == [op.id for op in reversed(ops)][:3]
+    for item in (
+        *listed["operations"],
+        *commands.list_operations(CommandContext("list_operations", {}))["operations"],
+    ):
+        full = commands.operation_attributes(item["id"])
+        assert item == {key: full[key] for key in item} and set(item) <= set(full)  # brief = get_operation's
     assert listed["incomplete"] and listed["state_counts"] == {"pending": 5}
     assert listed["pool_counts"] == {"queue": 5}
     live.finish_operation(ops[0].id, "aborted", 6000.0)
