@@ -96,6 +96,7 @@ def unpublished_operation_view(
         "satisfaction_ratio": 0.0,
     }
     view["parent"] = view["pool"]
+    view["weight"] = 1.0 if view.get("weight") is None else float(view["weight"])
     return view
 
 

@@ -278,6 +278,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
             # shares until an update includes it.
             if registered.state is OperationState.RUNNING:
                 self._stale_trees.update(op.trees)
+            for name in op.trees:
+                self.views.forget(name)  # placements and pool counters changed; rebuilt when read
             return op
 
     def _attach(self, op: LiveOperation) -> None:
