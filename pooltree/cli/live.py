@@ -40,13 +40,20 @@ from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
-from pooltree.node.service import check_period, parse_resources_option, parse_tags, run_node
+from pooltree.node.service import (
+    check_period,
+    parse_resources_option,
+    parse_scheduler_urls,
+    parse_tags,
+    run_node,
+)
 from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 from pooltree.server.live.model import check_update_period
 
 DEFAULT_DATA = Path(".pooltree")
 READY_PREFIX = "listening on "
+ROLE_PREFIX = "role: "
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 SUPERVISE_PERIOD = 0.5
@@ -99,8 +106,15 @@ def store_url_for(store: str | None, data: Path) -> str:
     """``--store`` as given, else a SQLite file under ``--data``."""
     if store:
         return store
-    data.mkdir(parents=True, exist_ok=True)
-    data.chmod(0o700)  # the scheduler's files are the daemon's alone (jobs run under other uids)
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+        data.chmod(0o700)  # the scheduler's files are the daemon's alone (jobs run under other uids)
+        probe = data / f".pooltree-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise PooltreeError(f"--data {data} is not a usable directory: {reason}") from None
     return f"sqlite:///{(data / 'scheduler.db').resolve()}"
 
 
@@ -120,48 +134,46 @@ def pool_trees_from_document(document: Any, source: str) -> tuple[dict[str, Any]
     return document, None
 
 
-def load_config_into_store(store_url: str, config: Path) -> list[str]:
-    """Write the pool trees of ``config`` into the store's Cypress when it holds no tree yet; returns the trees.
-
-    The whole document is validated first, so a bad file changes nothing; a store that already has trees is left
-    as it is (the persisted state wins over the file).
-    """
-    from pooltree.server.cypress import Cypress
-    from pooltree.server.store import open_store
-
+def read_config(config: Path) -> tuple[dict[str, Any], str | None]:
+    """The pool trees of ``config`` and its default tree, validated as a whole."""
     trees, default = pool_trees_from_document(load_document(config), str(config))
     parse_pool_trees(trees, "pool_trees")
     if default is not None and default not in trees:
         raise ConfigError("default_pool_tree", f"no pool tree named {default!r} in {config}")
-    store = open_store(store_url)
-    try:
-        cypress = Cypress(store)
-        if cypress.pool_trees_document():
-            log.info("the store already has pool trees; %s is not loaded", config)
-            return []
-        for tree_name, tree in trees.items():
-            tree = tree or {}
-            cypress.create(
-                "scheduler_pool_tree",
-                f"//sys/pool_trees/{tree_name}",
-                attributes={"config": dict(tree.get("config") or {})},
-            )
-            pending: list[tuple[str, str, dict[str, Any]]] = [
-                (tree_name, name, pool or {}) for name, pool in (tree.get("pools") or {}).items()
-            ]
-            while pending:
-                parent_path, name, pool = pending.pop(0)
-                path = f"{parent_path}/{name}"
-                options = {key: value for key, value in pool.items() if key != CHILDREN_KEY}
-                cypress.create("scheduler_pool", f"//sys/pool_trees/{path}", attributes=options)
-                pending.extend(
-                    (path, child, sub or {}) for child, sub in (pool.get(CHILDREN_KEY) or {}).items()
-                )
-        if default is not None:
-            cypress.set("//sys/pool_trees/@default_tree", default)
-        return list(trees)
-    finally:
-        store.close()
+    return trees, default
+
+
+def load_trees_into(store: Any, trees: dict[str, Any], default: str | None, config: Path) -> list[str]:
+    """Write ``trees`` into the store's Cypress when it holds no tree yet; returns the trees loaded.
+
+    The scheduler does it once it holds the leader lock; a store that already has trees is left as it is (the
+    persisted state wins over the file).
+    """
+    from pooltree.server.cypress import Cypress
+
+    cypress = Cypress(store)
+    if cypress.pool_trees_document():
+        log.info("the store already has pool trees; %s is not loaded", config)
+        return []
+    for tree_name, tree in trees.items():
+        tree = tree or {}
+        cypress.create(
+            "scheduler_pool_tree",
+            f"//sys/pool_trees/{tree_name}",
+            attributes={"config": dict(tree.get("config") or {})},
+        )
+        pending: list[tuple[str, str, dict[str, Any]]] = [
+            (tree_name, name, pool or {}) for name, pool in (tree.get("pools") or {}).items()
+        ]
+        while pending:
+            parent_path, name, pool = pending.pop(0)
+            path = f"{parent_path}/{name}"
+            options = {key: value for key, value in pool.items() if key != CHILDREN_KEY}
+            cypress.create("scheduler_pool", f"//sys/pool_trees/{path}", attributes=options)
+            pending.extend((path, child, sub or {}) for child, sub in (pool.get(CHILDREN_KEY) or {}).items())
+    if default is not None:
+        cypress.set("//sys/pool_trees/@default_tree", default)
+    return list(trees)
 
 
 # ------------------------------------------------------------------------------------------------- scheduler
@@ -250,12 +262,16 @@ def scheduler_command(
         url = store_url_for(store, data)
         secrets = _scheduler_secrets(token_file, token, node_secret_file, node_networks, host, data)
         restrict_store_files(url)
-        if config is not None:
-            loaded = load_config_into_store(url, config)
-            if loaded:
-                log.info("loaded pool trees %s from %s", ", ".join(loaded), config)
+        document = read_config(config) if config is not None else None
     except PooltreeError as error:
         fail(error.message)
+
+    def prepare(opened: Any) -> None:
+        if config is not None and document is not None:
+            loaded = load_trees_into(opened, document[0], document[1], config)
+            if loaded:
+                log.info("loaded pool trees %s from %s", ", ".join(loaded), config)
+
     try:
         _run_fast(
             _run_scheduler(
@@ -269,6 +285,7 @@ def scheduler_command(
                 authentication=not no_authentication,
                 metrics_public=metrics_public,
                 **secrets,
+                prepare=prepare,
             )
         )
     except PooltreeError as error:
@@ -331,6 +348,7 @@ async def _run_scheduler(
     node_networks: Any,
     authentication: bool,
     metrics_public: bool,
+    prepare: Callable[[Any], None] | None = None,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -339,6 +357,9 @@ async def _run_scheduler(
 
     def ready(url: str) -> None:
         print(f"{READY_PREFIX}{url}", flush=True)
+
+    def role(text: str) -> None:
+        print(f"{ROLE_PREFIX}{text}", flush=True)
 
     await serve(
         store_url,
@@ -354,6 +375,8 @@ async def _run_scheduler(
         heartbeat_period=heartbeat_period,
         fair_share_update_period=fair_share_update_period,
         on_ready=ready,
+        on_role=role,
+        prepare_store=prepare,
         stop=stop,
     )
     log.info("scheduler stopped")
@@ -462,7 +485,11 @@ def parse_node_resources(text: str | None) -> dict[str, Any] | None:
 
 @app.command("node")
 def node_command(
-    scheduler: str = typer.Option(..., "--scheduler", help="Scheduler URL, e.g. http://127.0.0.1:8000."),
+    scheduler: str = typer.Option(
+        ...,
+        "--scheduler",
+        help="Scheduler URL, e.g. http://127.0.0.1:8000, or several (a leader and its standbys) comma separated.",
+    ),
     resources: str = typer.Option(
         None, "--resources", help="Resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4' (others detected)."
     ),
@@ -488,8 +515,7 @@ def node_command(
     try:
         overrides = parse_node_resources(resources)
         tag_list = parse_tags(tags, "--tags")
-        if not scheduler.startswith(("http://", "https://")):
-            raise ConfigError("--scheduler", f"expected an http:// or https:// URL, got {scheduler!r}")
+        parse_scheduler_urls(scheduler, "--scheduler")
         if memory_meter not in ("auto", "cgroup", "psutil"):
             raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
         secret, _, _ = node_secret(node_secret_file, None)

@@ -125,11 +125,11 @@ class NodeLoop:
         heartbeat_period: float = 1.0,
         backoff_cap: float = BACKOFF_CAP,
     ) -> None:
-        if not isinstance(scheduler_url, str) or not scheduler_url.startswith(("http://", "https://")):
-            raise ConfigError("scheduler", f"expected an http:// or https:// URL, got {scheduler_url!r}")
         check_period(heartbeat_period, "heartbeat_period")
         self.agent = agent
-        self.scheduler_url = scheduler_url.rstrip("/")
+        self.scheduler_urls = parse_scheduler_urls(scheduler_url)
+        """The schedulers to try in turn (a leader and its standbys): a failed heartbeat moves to the next."""
+        self._current = 0
         self.tags = parse_tags(tags)
         self.node_secret = node_secret
         self.period = float(heartbeat_period)
@@ -138,6 +138,10 @@ class NodeLoop:
         self.connected = False
         self.draining = False
         """Set for the final heartbeat: zero resource limits, so the scheduler starts nothing more here."""
+
+    @property
+    def scheduler_url(self) -> str:
+        return self.scheduler_urls[self._current]
 
     @property
     def headers(self) -> dict[str, str]:
@@ -204,6 +208,16 @@ class NodeLoop:
             log.warning("%s (retrying with backoff)", message)
         self.connected = False
         self.stats.record_error(message)
+        if len(self.scheduler_urls) > 1:
+            self._current = (self._current + 1) % len(self.scheduler_urls)
+
+    def retry_delay(self) -> float:
+        """Backoff after a failure: none while other schedulers of the list are still untried in this round."""
+        count = len(self.scheduler_urls)
+        failures = self.stats.consecutive_failures
+        if failures % count:
+            return 0.0
+        return backoff_delay(failures // count, cap=self.backoff_cap)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Heartbeat until ``stop`` is set; never raises for scheduler failures (they are retried)."""
@@ -215,8 +229,7 @@ class NodeLoop:
                 if ok:
                     await _wait_any(stop, self.agent.heartbeat_needed, self.period)
                 else:
-                    delay = backoff_delay(self.stats.consecutive_failures, cap=self.backoff_cap)
-                    await _wait_any(stop, None, delay)
+                    await _wait_any(stop, None, self.retry_delay())
 
     async def final_heartbeat(self, timeout: float = FINAL_HEARTBEAT_TIMEOUT) -> bool:
         """One last heartbeat (after the jobs were aborted) so the scheduler learns their fate at once; it reports
@@ -224,6 +237,17 @@ class NodeLoop:
         self.draining = True
         async with httpx.AsyncClient(timeout=timeout) as client:
             return await self.heartbeat_once(client, timeout=timeout)
+
+
+def parse_scheduler_urls(value: Any, path: str = "scheduler") -> list[str]:
+    """``URL`` or ``URL1,URL2,...`` (a leader and its standbys): each an http:// or https:// URL."""
+    if not isinstance(value, str):
+        raise ConfigError(path, f"expected an http:// or https:// URL, got {value!r}")
+    urls = [part.strip().rstrip("/") for part in value.split(",")]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(path, f"expected an http:// or https:// URL, got {url!r}")
+    return urls
 
 
 def check_period(value: Any, path: str) -> float:

@@ -45,7 +45,7 @@ from pooltree.server.protocol import (
     parse_structured,
     strip_attributes,
 )
-from pooltree.server.store import Store
+from pooltree.server.store import STORE_UNAVAILABLE, Store
 from pooltree.server.ypath import parse_ypath
 
 log = logging.getLogger(__name__)
@@ -367,7 +367,7 @@ class YtApi:
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         body = error_to_dict(error, host=self.host, now=self.clock())
-        status = 401 if body["code"] == AUTHENTICATION_ERROR else 400
+        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503}.get(body["code"], 400)
         text = error_json(body)
         headers = {
             "X-YT-Error": text,
@@ -411,6 +411,8 @@ class YtApi:
 
             raise unsupported_command(name)
         descriptor, handler = found
+        if descriptor.is_volatile:
+            self.store.check_writable()  # a store in trouble acknowledges nothing
         if descriptor.input_type != "null" and request.method != "PUT":
             raise YtError(f'Command "{name}" takes input and must be sent with PUT, not {request.method}')
         if descriptor.is_volatile and request.method == "GET":

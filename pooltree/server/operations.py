@@ -475,7 +475,14 @@ class OperationCommands:
             raise parameter_error("spec", f"expected a map, got {type(spec).__name__}")
         check_pool_names(spec, "spec")
         try:
-            op = self.scheduler.start_operation(operation_type, spec, ctx.user, self.clock())
+            mutation_id = ctx.param("mutation_id", None)
+            op = self.scheduler.start_operation(
+                operation_type,
+                spec,
+                ctx.user,
+                self.clock(),
+                mutation_id=None if mutation_id is None else str(mutation_id),
+            )
         except ConfigError as error:
             raise YtError(
                 f"Invalid operation spec: {error.message}",

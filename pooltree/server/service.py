@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import uvicorn
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,13 +30,13 @@ from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app
-from pooltree.server.cypress import Cypress, PoolTreesChange
+from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError
-from pooltree.server.store import Store, open_store
+from pooltree.server.store import Store
 from pooltree.server.tree_options import effective_config
 from pooltree.web.app import WebUI
 
@@ -170,7 +169,10 @@ class SchedulerService:
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
         )
-        self.cypress = Cypress(store, clock=clock)
+        self._validator = default_validator()
+        self.cypress = Cypress(store, clock=clock, validator=self._validate_pool_trees)
+        # starts hold Cypress's lock (taken first, as everywhere): a tree removal is checked and applied whole
+        self.scheduler.config_lock = self.cypress._lock
         self.orchid = LiveOrchid(self.scheduler, self._default_tree)
         self.cypress.orchid = self.orchid
         self.cypress.subscribe(self._on_pool_trees)
@@ -196,6 +198,18 @@ class SchedulerService:
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
+    def _validate_pool_trees(self, trees: Any) -> Any:
+        """Cypress's validator plus the runtime's refusal of a change it could not apply (a removed tree with
+        operations), so the store and the running scheduler never disagree."""
+        parsed = self._validator(trees)
+        self.scheduler.check_pool_trees(parsed or {})
+        return parsed
+
+    def store_health(self) -> dict[str, Any]:
+        """``{ok, url, error, since}``: the store's trouble (file gone, replaced, corrupted; connection lost)
+        for alerts; while not ok, commands that change state and heartbeats are refused."""
+        return self.store.health().to_json()
+
     def _default_tree(self) -> str | None:
         try:
             return self.cypress.default_tree()
@@ -215,6 +229,7 @@ class SchedulerService:
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)
+            self.store.check_writable()
             body = await request.body()
             if len(body) > MAX_HEARTBEAT_BYTES:
                 raise YtError(f"Heartbeat is larger than {MAX_HEARTBEAT_BYTES} bytes")
@@ -338,19 +353,26 @@ async def serve(
     alert_settings: AlertSettings | None = None,
     fair_share_update_period: float = 1.0,
     on_ready: Callable[[str], None] | None = None,
+    on_role: Callable[[str], None] | None = None,
+    prepare_store: Callable[[Store], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
+    Leadership, standby and the store watch are ``pooltree.server.leader.SchedulerRunner``'s: ``on_ready(url)`` is
+    called once HTTP is served (after revival when this process leads at once, right away for a standby);
+    ``on_role(text)`` on every change of role (``leader``, ``standby: ...``, ``recovering: ...``).
+    ``prepare_store(store)`` runs once this process holds the leader lock, before the service is built (``--config``).
     ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
     """
+    from pooltree.server.leader import SchedulerRunner
+
     check_period(heartbeat_period, "heartbeat_period")
-    store = open_store(store_url)
-    service: SchedulerService | None = None
-    server: uvicorn.Server | None = None
-    server_task: asyncio.Task[None] | None = None
-    try:
-        service = SchedulerService(
+
+    def factory(store: Store) -> SchedulerService:
+        if prepare_store is not None:
+            prepare_store(store)
+        return SchedulerService(
             store,
             token=token,
             node_secret=node_secret,
@@ -363,36 +385,8 @@ async def serve(
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
         )
-        await service.start()
-        config = uvicorn.Config(
-            service.app, host=host, port=port, log_level="warning", lifespan="off", access_log=False
-        )
-        server = uvicorn.Server(config)
-        server_task = asyncio.create_task(server.serve(), name="uvicorn")
-        for _ in range(2000):
-            if server.started or server_task.done():
-                break
-            await asyncio.sleep(0.005)
-        if not server.started:
-            if server_task.done():
-                server_task.result()
-            raise PooltreeError(f"scheduler HTTP server did not start on {host}:{port}")
-        bound = server.servers[0].sockets[0].getsockname()[1]
-        if on_ready is not None:
-            on_ready(f"http://{host}:{bound}")
-        if stop is None:
-            # shielded: cancelling serve() must let uvicorn shut down (close its sockets) in ``finally``
-            await asyncio.shield(server_task)
-        else:
-            stop_wait = asyncio.create_task(stop.wait())
-            await asyncio.wait({stop_wait, server_task}, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-    finally:
-        if server is not None:
-            server.should_exit = True
-        if server_task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(server_task), 10.0)
-        if service is not None:
-            await service.stop()
-        store.close()
+
+    runner = SchedulerRunner(
+        store_url, host=host, port=port, service_factory=factory, on_ready=on_ready, on_role=on_role
+    )
+    await runner.run(stop)

@@ -395,12 +395,7 @@ class PoolTrees:
         Trees cannot be added or removed while operations use them: a removed tree that still has operations is
         an error; new trees are added empty. Returns operations that became running.
         """
-        for name, tree in self.trees.items():
-            if name not in definitions and tree.operations:
-                raise PooltreeError(
-                    f'Cannot remove pool tree "{name}": it has {len(tree.operations)} operations',
-                    attributes={"pool_tree": name},
-                )
+        self.check_config(definitions)
         staged: dict[str, PoolTree] = {}
         for name, definition in definitions.items():
             current = self.trees.get(name)
@@ -423,6 +418,18 @@ class PoolTrees:
             new_default if new_default is not None or len(self.trees) != 1 else next(iter(self.trees))
         )
         return self._on_activated(activated, now)
+
+    def check_config(self, definitions: Mapping[str, Any]) -> None:
+        """The part of ``apply_config`` that can refuse a change for the operations it would strand: a removed
+        tree that still has operations. Changes nothing."""
+        for name, tree in self.trees.items():
+            if name not in definitions and tree.operations:
+                ids = sorted(tree.operations)
+                raise PooltreeError(
+                    f'Cannot remove pool tree "{name}" since it has {len(ids)} operations; '
+                    "finish or abort them first",
+                    attributes={"pool_tree": name, "operation_count": len(ids), "operation_ids": ids[:10]},
+                )
 
     def try_run_all_pending_operations(self, now: float = 0.0) -> list[str]:
         activated: list[str] = []

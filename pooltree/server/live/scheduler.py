@@ -9,6 +9,7 @@ and the jobs agents still run are re-attached (not restarted) on the agents' fir
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
@@ -37,7 +38,7 @@ from pooltree.server.live.model import (
     no_such_operation,
 )
 from pooltree.server.live.revival import LiveRevival
-from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, Store
+from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 from pooltree.tree import PoolTrees
@@ -66,6 +67,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.heartbeat_period = heartbeat_period
         self.update_period = check_update_period(fair_share_update_period, "fair_share_update_period")
         self.lock = threading.RLock()
+        self._start_mutation: Mutation | None = None
+        """The mutation id of the start being committed (saved with the operation's first record)."""
+        self.config_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        """Taken before ``lock`` by starts: the service sets Cypress's lock, so a pool tree removal checked
+        against the running operations cannot interleave with a start into that tree."""
         self.registry = PoolTrees({})
         self.cores: dict[str, SchedulerCore] = {}
         self.operations: dict[str, LiveOperation] = {}
@@ -149,7 +155,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         if op is not None:
             op.revision += 1
 
-    def _save_operation(self, op: LiveOperation) -> None:
+    def _save_operation(self, op: LiveOperation, *, mutation: Mutation | None = None) -> None:
         op.revision += 1
         document = {
             "state_events": op.events,
@@ -177,7 +183,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             runtime_parameters=op.runtime_parameters,
             document=document,
         )
-        self.store.put_operation(record)
+        self.store.put_operation(record, mutation=mutation or self._start_mutation)
         self.counts.put(record, final=op.is_final)
 
     def _set_state(self, op: LiveOperation, state: str, now: float) -> None:
@@ -227,8 +233,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
         now: float,
         *,
         operation_id: str | None = None,
+        mutation_id: str | None = None,
     ) -> LiveOperation:
-        """Validate the spec, admit the operation in its trees and attach its controller."""
+        """Validate the spec, admit the operation in its trees, commit it to the store, attach its controller.
+
+        A failed commit rolls the runtime back (nothing of the operation is left to run later) and raises.
+        ``mutation_id`` is saved with the operation in one commit, answered ``{"operation_id": ...}`` on a retry.
+        """
         if operation_type != "vanilla":
             raise PooltreeError(
                 f'Operation type "{operation_type}" is not supported: pooltree is a scheduler that runs vanilla '
@@ -241,7 +252,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         model = OperationSpec.parse(dict(spec), "spec")
         operation_id = operation_id or new_guid()
         tasks = build_tasks(operation_id, model)
-        with self.lock:
+        with self.config_lock, self.lock:
             controller = LiveVanillaController(
                 operation_id, tasks, interruption_signal=model.interruption_signal
             )
@@ -268,10 +279,23 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 name: opts["pool"]
                 for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
             }
-            saved = op.revision
-            self._sync_state(op, now)  # saves the operation in its state after admission (pending or running)
-            if op.revision == saved:
-                self._save_operation(op)
+            # validated and admitted; now committed (with the mutation id, in the same transaction), and rolled
+            # back from the runtime if the commit fails: a refused start leaves nothing that could run later
+            self._start_mutation = (
+                Mutation(mutation_id, {"operation_id": operation_id}, now) if mutation_id else None
+            )
+            try:
+                saved = op.revision
+                self._sync_state(
+                    op, now
+                )  # saves the operation in its state after admission (pending or running)
+                if op.revision == saved:
+                    self._save_operation(op)
+            except BaseException:
+                self._roll_back_start(op, now)
+                raise
+            finally:
+                self._start_mutation = None
             # No fair-share update per start (its cost grows with the operations in the tree): an operation that
             # can run now is published before the next heartbeat schedules and by the service loop at once. A
             # pending one changes no share (no usage, no demand): no update for it; views show it with zero
@@ -281,6 +305,22 @@ class LiveScheduler(LiveJobs, LiveRevival):
             for name in op.trees:
                 self.views.forget(name)  # placements and pool counters changed; rebuilt when read
             return op
+
+    def _roll_back_start(self, op: LiveOperation, now: float) -> None:
+        """Undo a start whose commit failed: the operation leaves the cores, the trees and the scheduler."""
+        self._detach(op)
+        self.operations.pop(op.id, None)
+        if op.id in self.registry.operations:
+            activated = self.registry.unregister_operation(op.id, now)
+            # if the store fails again the leader steps down and revives from the store
+            with contextlib.suppress(PooltreeError):
+                self._on_activated(activated, now)
+
+    def check_pool_trees(self, definitions: Mapping[str, Any]) -> None:
+        """Refuse (before Cypress commits) a pool trees change the runtime could not apply: a removed tree that
+        still has operations (YTsaurus keeps a tree while operations run in it)."""
+        with self.lock:
+            self.registry.check_config(definitions)
 
     def _attach(self, op: LiveOperation) -> None:
         for name in op.trees:

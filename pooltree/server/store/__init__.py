@@ -5,16 +5,30 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from pooltree.server.store.base import JobRecord, OperationFilter, OperationRecord, Store, StoreError
+from pooltree.server.store.base import (
+    STORE_UNAVAILABLE,
+    JobRecord,
+    Mutation,
+    OperationFilter,
+    OperationRecord,
+    Store,
+    StoreError,
+    StoreHealth,
+    StoreUnavailable,
+)
 from pooltree.server.store.sqlite import SqliteStore
 
 __all__ = [
+    "STORE_UNAVAILABLE",
     "JobRecord",
+    "Mutation",
     "OperationFilter",
     "OperationRecord",
     "SqliteStore",
     "Store",
     "StoreError",
+    "StoreHealth",
+    "StoreUnavailable",
     "open_store",
 ]
 

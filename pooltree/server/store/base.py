@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +19,43 @@ from pooltree.errors import PooltreeError
 SCHEMA_VERSION = 1
 
 
+STORE_UNAVAILABLE = 105
+"""YTsaurus ``NRpc::EErrorCode::Unavailable``: answered with HTTP 503, which ``yt.wrapper`` retries."""
+
+
 class StoreError(PooltreeError):
     """The store cannot be opened or used (bad URL, unreachable database, schema mismatch)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot take writes now (file gone, replaced or corrupted; connection lost; not the leader).
+
+    Nothing is acknowledged while it lasts: commands and heartbeats answer this error (HTTP 503).
+    """
+
+    code = STORE_UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    """What ``Store.health()`` reports: ``ok``, else the trouble (``error``) and when it was noticed."""
+
+    ok: bool
+    url: str
+    error: str | None = None
+    since: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "url": self.url, "error": self.error, "since": self.since}
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A mutation id and the answer saved with it, written in the same transaction as the change itself."""
+
+    id: str
+    response: Any
+    time: float
 
 
 def dump_json(value: Any) -> str:
@@ -111,6 +147,32 @@ class Store(ABC):
     """
 
     url: str
+    _trouble: StoreHealth | None = None
+
+    # Health: a store in trouble refuses every transaction until it is reopened (SQLite: the scheduler restarts;
+    # PostgreSQL: the leader runner reconnects and revives from what the database holds).
+    def health(self) -> StoreHealth:
+        """``ok``, or the first trouble noticed (sticky for this store object)."""
+        return self._trouble or StoreHealth(ok=True, url=self.url)
+
+    def mark_trouble(self, message: str) -> StoreHealth:
+        """Record trouble (the first message wins); every later transaction raises ``StoreUnavailable``."""
+        if self._trouble is None:
+            self._trouble = StoreHealth(ok=False, url=self.url, error=message, since=time.time())
+        return self._trouble
+
+    def check_writable(self) -> None:
+        """Raise ``StoreUnavailable`` when the store is in trouble (before a command acts)."""
+        trouble = self._trouble
+        if trouble is not None:
+            raise StoreUnavailable(
+                f"Scheduler store is unavailable, nothing is acknowledged: {trouble.error}",
+                attributes={"store": self.url, "since": trouble.since},
+            )
+
+    def probe(self) -> StoreHealth:
+        """Check the store actively (the watch calls it periodically); returns ``health()``."""
+        return self.health()
 
     # Cypress nodes: canonical path -> record (type, id, attributes, value, times).
     @abstractmethod
@@ -134,8 +196,8 @@ class Store(ABC):
 
     # Operations.
     @abstractmethod
-    def put_operation(self, record: OperationRecord) -> None:
-        """Insert or replace an operation."""
+    def put_operation(self, record: OperationRecord, *, mutation: Mutation | None = None) -> None:
+        """Insert or replace an operation; ``mutation`` (a start's id and answer) is saved in the same commit."""
 
     @abstractmethod
     def get_operation(self, operation_id: str) -> OperationRecord | None: ...

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from pooltree.server.store.base import (
     SCHEMA,
     SCHEMA_VERSION,
     JobRecord,
+    Mutation,
     OperationFilter,
     OperationRecord,
     Store,
     StoreError,
+    StoreUnavailable,
     dump_json,
     job_from_row,
     load_json,
@@ -29,14 +31,36 @@ class SqlStore(Store):
     """``Store`` over a DB-API connection; every public method runs in one transaction under a lock."""
 
     placeholder = "?"
+    database_errors: tuple[type[BaseException], ...] = ()
+    """The driver's errors: any of them inside a transaction puts the store in trouble."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = threading.RLock()
 
     @abstractmethod
-    def _transaction(self) -> AbstractContextManager[Any]:
+    def _connection_transaction(self) -> AbstractContextManager[Any]:
         """A context manager yielding a cursor inside one transaction (commit on success)."""
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """One transaction, refused while the store is in trouble; a database error puts it in trouble.
+
+        A failed commit is never retried here: the caller answers an error and leaves no trace in memory.
+        """
+        self.check_writable()
+        try:
+            with self._connection_transaction() as cur:
+                yield cur
+        except self.database_errors as error:
+            self.mark_trouble(self._describe(error))
+            raise StoreUnavailable(
+                f"Scheduler store is unavailable, nothing is acknowledged: {self._describe(error)}",
+                attributes={"store": self.url},
+            ) from error
+
+    def _describe(self, error: BaseException) -> str:
+        return f"{type(error).__name__}: {str(error).strip() or 'no details'}"
 
     def _init_schema(self) -> None:
         with self._lock, self._transaction() as cur:
@@ -102,8 +126,10 @@ class SqlStore(Store):
             return bool(cur.rowcount)
 
     # Operations.
-    def put_operation(self, record: OperationRecord) -> None:
+    def put_operation(self, record: OperationRecord, *, mutation: Mutation | None = None) -> None:
         with self._lock, self._transaction() as cur:
+            if mutation is not None:
+                self._remember(cur, mutation)
             cur.execute(
                 self._q(
                     "INSERT INTO operations (id, type, state, user_name, pool, start_time, finish_time, body)"
@@ -201,13 +227,16 @@ class SqlStore(Store):
 
     def remember_mutation(self, mutation_id: str, response: Any, now: float) -> None:
         with self._lock, self._transaction() as cur:
-            cur.execute(
-                self._q(
-                    "INSERT INTO mutations (id, created, response) VALUES (?, ?, ?)"
-                    " ON CONFLICT (id) DO UPDATE SET created = excluded.created, response = excluded.response"
-                ),
-                (mutation_id, float(now), dump_json(response)),
-            )
+            self._remember(cur, Mutation(mutation_id, response, now))
+
+    def _remember(self, cur: Any, mutation: Mutation) -> None:
+        cur.execute(
+            self._q(
+                "INSERT INTO mutations (id, created, response) VALUES (?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET created = excluded.created, response = excluded.response"
+            ),
+            (mutation.id, float(mutation.time), dump_json(mutation.response)),
+        )
 
     def forget_mutations(self, older_than: float) -> int:
         with self._lock, self._transaction() as cur:

@@ -1,27 +1,54 @@
-"""SQLite store: the embedded default (one file, WAL journal, one shared connection under a lock)."""
+"""SQLite store: the embedded default (one file, WAL journal, one shared connection under a lock).
+
+The file is watched: every transaction checks, before it commits, that the path still names the file the store
+opened (same device and inode) and that its header is still SQLite's. A deleted, replaced or overwritten file
+puts the store in trouble (``Store.health()``), so nothing more is acknowledged into a file nobody will read
+again; the scheduler must be restarted on a good file.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from pooltree.server.store.base import StoreError
+from pooltree.server.store.base import StoreError, StoreHealth, StoreUnavailable
 from pooltree.server.store.sql import SqlStore
+
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class SqliteStore(SqlStore):
     """``Store`` in a SQLite file; ``path`` is created (with parent folders) if missing."""
 
     placeholder = "?"
+    database_errors = (sqlite3.Error,)
 
     def __init__(self, path: str | Path, *, url: str | None = None) -> None:
         super().__init__(url or f"sqlite:///{path}")
         self.path = Path(path)
+        self._fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                mode = self.path.stat().st_mode
+                if not stat.S_ISREG(mode):
+                    raise StoreError(
+                        f"cannot open SQLite store {self.path}: not a regular file",
+                        attributes={"url": self.url},
+                    )
+                with self.path.open("rb") as handle:
+                    header = handle.read(len(SQLITE_HEADER))
+                if header and header != SQLITE_HEADER:
+                    raise StoreError(
+                        f"cannot open SQLite store {self.path}: the file is not a SQLite database (corrupted?)",
+                        attributes={"url": self.url},
+                    )
             self._conn = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
             )
@@ -30,24 +57,83 @@ class SqliteStore(SqlStore):
             self._conn.execute("PRAGMA busy_timeout=10000")
         except (OSError, sqlite3.Error) as error:
             raise StoreError(
-                f"cannot open SQLite store {self.path}: {error}", attributes={"url": self.url}
+                f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
             ) from error
-        self._init_schema()
+        try:
+            self._init_schema()
+            self._fd = os.open(self.path, os.O_RDONLY)
+            opened = os.fstat(self._fd)
+        except (StoreUnavailable, OSError) as error:
+            self._conn.close()
+            reason = self._trouble.error if self._trouble is not None else _reason(error)
+            raise StoreError(
+                f"cannot open SQLite store {self.path}: {reason}", attributes={"url": self.url}
+            ) from error
+        self._identity = (opened.st_dev, opened.st_ino)
+
+    def _verify(self) -> str | None:
+        """Why the file can no longer be trusted (deleted, replaced, corrupted), or None."""
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            return f"SQLite store file {self.path} was deleted while the scheduler ran"
+        except OSError as error:
+            return f"SQLite store file {self.path} cannot be checked: {_reason(error)}"
+        if (current.st_dev, current.st_ino) != self._identity:
+            return f"SQLite store file {self.path} was replaced by another file (inode changed)"
+        assert self._fd is not None
+        try:
+            header = os.pread(self._fd, len(SQLITE_HEADER), 0)
+        except OSError as error:
+            return f"SQLite store file {self.path} cannot be read: {_reason(error)}"
+        if header != SQLITE_HEADER:
+            return f"SQLite store file {self.path} is corrupted (its header is not SQLite's)"
+        return None
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def _connection_transaction(self) -> Iterator[Any]:
         cur = self._conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             yield cur
+            if self._fd is not None:
+                problem = self._verify()
+                if problem is not None:
+                    self.mark_trouble(problem)
+                    raise StoreUnavailable(
+                        f"Scheduler store is unavailable, nothing is acknowledged: {problem}",
+                        attributes={"store": self.url},
+                    )
         except BaseException:
-            cur.execute("ROLLBACK")
+            # already rolled back by SQLite, or the file is gone: the original error tells why
+            with contextlib.suppress(sqlite3.Error):
+                cur.execute("ROLLBACK")
             raise
         else:
             cur.execute("COMMIT")
         finally:
             cur.close()
 
+    def probe(self) -> StoreHealth:
+        with self._lock:
+            if self._trouble is None and self._fd is not None:
+                problem = self._verify()
+                if problem is not None:
+                    self.mark_trouble(problem)
+                else:
+                    with suppress(StoreUnavailable):
+                        self._rows("SELECT value FROM meta WHERE key = ?", ("schema_version",))
+            return self.health()
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.strerror}" + (f": {error.filename}" if error.filename else "")
+    return str(error) or type(error).__name__

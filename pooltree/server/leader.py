@@ -1,0 +1,345 @@
+"""One leader per store, a standby that takes over, and a watched store: the scheduler process's shell.
+
+``SchedulerRunner`` is the ASGI app uvicorn serves. While this process leads, requests go to its
+``SchedulerService``; otherwise they are answered with a YT error (code 105, HTTP 503, which ``yt.wrapper`` retries)
+naming the leader (a standby) or the store's trouble (a leader that lost its store). An error is used rather than
+a redirect because the leader a standby knows of may be the one that just died (a redirect would send clients to
+a dead address), nodes and clients already hold the list of scheduler addresses to try (``--scheduler URL1,URL2``),
+and a 503 makes ``yt.wrapper`` retry: a client that keeps asking the standby is answered once it leads.
+
+- **SQLite**: the lock file is taken before the database is opened; a second scheduler is refused with one line
+  naming the holder. Store trouble (file deleted, replaced, corrupted) is final for the process: the service stays
+  up (reads from memory, ``store_health`` for alerts) and refuses every command that changes state and every
+  heartbeat; the operator restarts it on a good file.
+- **PostgreSQL**: the process that gets the advisory lock leads; others wait as hot standbys (HTTP served,
+  polling the lock every ``STANDBY_POLL`` seconds). A leader that loses its connection drops its in-memory state at
+  once (nothing it holds can be acknowledged any more), reconnects, takes the lock again (or becomes a standby when
+  another scheduler got it first) and revives from what the database holds: the revival a restart does.
+
+``GET /internal/store_health`` answers this process's role, the leader it knows of and the store's health (200
+when it leads on a healthy store, 503 otherwise).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import uvicorn
+from starlette.concurrency import run_in_threadpool
+
+from pooltree.errors import PooltreeError
+from pooltree.server.protocol import error_json, error_to_dict, header_text
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
+from pooltree.server.store.leadership import (
+    LeaderInfo,
+    LeaderLock,
+    PostgresLeaderLock,
+    SqliteLeaderLock,
+)
+
+log = logging.getLogger(__name__)
+
+STANDBY_POLL = 0.2
+"""Seconds between a standby's attempts to take the lock (bounds the failover time with the revival)."""
+PROBE_PERIOD = 0.25
+"""Seconds between active checks of the leader's store (a request that hits the trouble first fails by itself)."""
+RECONNECT_DELAY = 0.5
+
+
+def sqlite_path_of(url: str) -> Path | None:
+    """The database file of a SQLite store URL (or bare path); None for PostgreSQL."""
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme == "sqlite" and url.startswith("sqlite:///"):
+        return Path(unquote(url[len("sqlite:///") :]))
+    if scheme == "":
+        return Path(url)
+    return None
+
+
+class SchedulerRunner:
+    """Leadership, the watch over the store and the HTTP face of one ``pooltree scheduler`` process."""
+
+    def __init__(
+        self,
+        store_url: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        service_factory: Callable[[Store], SchedulerService],
+        on_ready: Callable[[str], None] | None = None,
+        on_role: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store_url = store_url
+        self.host = host
+        self.port = port
+        self.service_factory = service_factory
+        self.on_ready = on_ready
+        self.on_role = on_role
+        self.service: SchedulerService | None = None
+        self.store: Store | None = None
+        self.lock: LeaderLock | None = None
+        self.role = "starting"
+        self.leader: LeaderInfo | None = None
+        self.trouble: str | None = None
+        self.url: str | None = None
+        self._server: uvicorn.Server | None = None
+        self._server_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope.get("path") == "/internal/store_health":
+            await self._health(send)
+            return
+        service = self.service
+        if service is not None:
+            await service.app(scope, receive, send)
+            return
+        await self._unavailable(send)
+
+    def health(self) -> dict[str, Any]:
+        """Role, known leader and store health of this process (also ``GET /internal/store_health``)."""
+        store = self.service.store_health() if self.service is not None else None
+        ok = self.role == "leader" and store is not None and store["ok"]
+        return {
+            "ok": ok,
+            "role": self.role,
+            "leader": self.leader.to_json() if self.leader is not None else None,
+            "store": store or {"ok": False, "url": self.store_url, "error": self.trouble, "since": None},
+        }
+
+    async def _health(self, send: Any) -> None:
+        body = json.dumps(self.health()).encode()
+        status = 200 if self.health()["ok"] else 503
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def unavailable_message(self) -> str:
+        if self.role == "standby":
+            leader = (
+                f"the leader is {self.leader.describe()}" if self.leader else "the leader is not known yet"
+            )
+            return f"This scheduler is a standby, not the leader: {leader}; send requests to the leader"
+        reason = self.trouble or "the scheduler is starting"
+        return f"Scheduler store is unavailable, nothing is acknowledged: {reason}"
+
+    async def _unavailable(self, send: Any) -> None:
+        attributes: dict[str, Any] = {"role": self.role, "store": self.store_url}
+        if self.leader is not None:
+            attributes["leader"] = self.leader.to_json()
+        body = error_to_dict(
+            PooltreeError(self.unavailable_message(), code=STORE_UNAVAILABLE, attributes=attributes),
+            host=self.host,
+            now=time.time(),
+        )
+        text = error_json(body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"x-yt-error", text.encode()),
+            (b"x-yt-response-code", str(STORE_UNAVAILABLE).encode()),
+            (b"x-yt-response-message", header_text(body["message"]).encode("latin-1", "replace")),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": text.encode()})
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _set_role(self, role: str) -> None:
+        if role == self.role:
+            return
+        self.role = role
+        if role == "standby":
+            text = f"standby: {self.leader.describe() if self.leader else 'leader unknown'} leads"
+        elif role == "leader":
+            text = "leader"
+        else:
+            text = f"{role}: {self.trouble}"
+        log.info("scheduler role: %s", text)
+        if self.on_role is not None:
+            self.on_role(text)
+
+    async def _lead(self, store: Store) -> None:
+        """Build the service on ``store`` (Cypress, pool trees) and revive operations; this process now leads."""
+        service = await run_in_threadpool(self.service_factory, store)
+        await service.start()
+        self.service = service
+        self.trouble = None
+        self.leader = None
+        self._set_role("leader")
+
+    async def _announce(self) -> None:
+        assert self.lock is not None and self.url is not None
+        lock, url = self.lock, self.url
+        with contextlib.suppress(StoreError):
+            await run_in_threadpool(lock.announce, url)
+
+    async def _start_http(self) -> None:
+        config = uvicorn.Config(self, host=self.host, port=self.port, log_level="warning", lifespan="off")
+        config.access_log = False
+        server = uvicorn.Server(config)
+        self._server = server
+        self._server_task = asyncio.create_task(server.serve(), name="uvicorn")
+        for _ in range(2000):
+            if server.started or self._server_task.done():
+                break
+            await asyncio.sleep(0.005)
+        if not server.started:
+            if self._server_task.done():
+                self._server_task.result()
+            raise PooltreeError(f"scheduler HTTP server did not start on {self.host}:{self.port}")
+        bound = server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://{self.host}:{bound}"
+        if self.on_ready is not None:
+            self.on_ready(self.url)
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Lead (or stand by) until ``stop`` is set or the task is cancelled; closes everything."""
+        stop = stop if stop is not None else asyncio.Event()
+        try:
+            path = sqlite_path_of(self.store_url)
+            if path is not None:
+                await self._run_sqlite(path, stop)
+            else:
+                await self._run_postgres(stop)
+        finally:
+            await self._shutdown()
+
+    async def _wait(self, stop: asyncio.Event, seconds: float) -> None:
+        waiters = {asyncio.ensure_future(stop.wait())}
+        if self._server_task is not None:
+            waiters.add(asyncio.ensure_future(asyncio.shield(self._server_task)))
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        if self._server_task is not None and self._server_task.done():
+            stop.set()
+
+    async def _run_sqlite(self, path: Path, stop: asyncio.Event) -> None:
+        self.lock = SqliteLeaderLock(path)
+        if not self.lock.try_acquire():
+            holder = self.lock.holder()
+            raise StoreError(
+                f"another pooltree scheduler ({holder.describe() if holder else 'pid unknown'}) already runs "
+                f"on the store {path}; one scheduler per SQLite store (stop it, or use PostgreSQL for a standby)",
+                attributes={"store": self.store_url},
+            )
+        self.store = open_store(self.store_url)
+        await self._lead(self.store)
+        await self._start_http()
+        await self._announce()
+        reported = False
+        while not stop.is_set():
+            await self._wait(stop, PROBE_PERIOD)
+            health = await run_in_threadpool(self.store.probe)
+            if not health.ok and not reported:
+                reported = True
+                self.trouble = health.error
+                log.error(
+                    "store trouble: %s; nothing more is acknowledged, restart the scheduler on a good store",
+                    health.error,
+                )
+
+    async def _open_postgres(self) -> Store:
+        from pooltree.server.store.postgres import PostgresStore
+
+        return await run_in_threadpool(lambda: PostgresStore(self.store_url, init_schema=False))
+
+    async def _run_postgres(self, stop: asyncio.Event) -> None:
+        store = await self._open_postgres()  # the first connection must work: a wrong URL fails start-up
+        self.store = store
+        self.lock = PostgresLeaderLock(store)
+        if await run_in_threadpool(self.lock.try_acquire):
+            await run_in_threadpool(store.init_schema)  # type: ignore[attr-defined]
+            await self._lead(store)
+        else:
+            self.leader = await run_in_threadpool(self.lock.holder)
+            self._set_role("standby")
+        await self._start_http()
+        if self.service is not None:
+            await self._announce()
+        while not stop.is_set():
+            if self.service is not None:
+                await self._wait(stop, PROBE_PERIOD)
+                health = await run_in_threadpool(store.probe)
+                if not health.ok:
+                    await self._step_down(health.error)
+                continue
+            # standby or recovering: (re)connect, then try the lock
+            if self.store is None or not self.store.health().ok:
+                await self._close_store()
+                try:
+                    store = await self._open_postgres()
+                except StoreError as error:
+                    self.trouble = error.message
+                    await self._wait(stop, RECONNECT_DELAY)
+                    continue
+                self.store = store
+                self.lock = PostgresLeaderLock(store)
+            assert self.lock is not None
+            try:
+                acquired = await run_in_threadpool(self.lock.try_acquire)
+                if acquired:
+                    await run_in_threadpool(store.init_schema)  # type: ignore[attr-defined]
+                    await self._lead(store)
+                    await self._announce()
+                    log.info("took over as the leader of %s", self.store_url)
+                    continue
+                self.leader = await run_in_threadpool(self.lock.holder)
+                self._set_role("standby")
+            except StoreError as error:
+                self.trouble = error.message
+                if self.service is not None:
+                    await self._step_down(error.message)
+            await self._wait(stop, STANDBY_POLL)
+
+    async def _step_down(self, reason: str | None) -> None:
+        """The store failed under the leader: drop the in-memory state now; revive from the store later."""
+        self.trouble = reason
+        service, self.service = self.service, None
+        self._set_role("recovering")
+        log.error("store trouble: %s; in-memory state dropped, waiting for the store", reason)
+        if service is not None:
+            with contextlib.suppress(Exception):
+                await service.stop()
+        await self._close_store()
+
+    async def _close_store(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            with contextlib.suppress(Exception):
+                await run_in_threadpool(store.close)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._server_task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._server_task), 10.0)
+        service, self.service = self.service, None
+        if service is not None:
+            await service.stop()
+        if isinstance(self.lock, PostgresLeaderLock) and self.store is not None and self.store.health().ok:
+            with contextlib.suppress(Exception):
+                await run_in_threadpool(self.lock.release)
+        await self._close_store()
+        if isinstance(self.lock, SqliteLeaderLock):
+            self.lock.release()  # after the database is closed
