@@ -173,6 +173,7 @@ class SchedulerService:
         self.cypress = Cypress(store, clock=clock, validator=self._validate_pool_trees)
         # starts hold Cypress's lock (taken first, as everywhere): a tree removal is checked and applied whole
         self.scheduler.config_lock = self.cypress._lock
+        self.scheduler.alert_center.store_health = self._store_trouble
         self.orchid = LiveOrchid(self.scheduler, self._default_tree)
         self.cypress.orchid = self.orchid
         self.cypress.subscribe(self._on_pool_trees)
@@ -209,6 +210,13 @@ class SchedulerService:
         """``{ok, url, error, since}``: the store's trouble (file gone, replaced, corrupted; connection lost)
         for alerts; while not ok, commands that change state and heartbeats are refused."""
         return self.store.health().to_json()
+
+    def _store_trouble(self) -> dict[str, Any] | None:
+        """None while the store is healthy, else the ``store_trouble`` alert's message and attributes."""
+        health = self.store.health()
+        if health.ok:
+            return None
+        return {"message": health.error, "store": health.url, "since": health.since}
 
     def _default_tree(self) -> str | None:
         try:
