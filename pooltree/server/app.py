@@ -425,6 +425,11 @@ class YtApi:
             request.headers.get("content-type"),
             dict(request.query_params),
         )
+        # the HTTP proxy's headers for a mutation's id and retry flag (the parameters win when both are sent)
+        if descriptor.is_volatile and "mutation_id" not in params and request.headers.get("x-yt-mutation-id"):
+            params["mutation_id"] = request.headers["x-yt-mutation-id"]
+        if descriptor.is_volatile and "retry" not in params and request.headers.get("x-yt-retry"):
+            params["retry"] = request.headers["x-yt-retry"].strip().lower() in ("true", "1", "%true")
         ctx = CommandContext(name, params, user=user, headers=request.headers, request_id=request_id)
         if descriptor.input_type == "structured":
             fmt = parse_format(params["input_format"], "input_format") if "input_format" in params else None

@@ -174,6 +174,14 @@ def test_retried_start_with_a_mutation_id_is_one_operation_across_a_restart(tmp_
         procs.stop(scheduler, signal.SIGKILL)
         _, url = procs.scheduler(data, port)
         assert start(url, mutation_id=mutation, retry=True).json() == {"operation_id": op_id}
+        headers = {"X-YT-Mutation-Id": mutation, "X-YT-Retry": "true"}
+        by_header = httpx.post(
+            f"{url}/api/v4/start_operation",
+            json={"operation_type": "vanilla", "spec": SPEC},
+            headers=headers,
+            timeout=30,
+        )
+        assert by_header.json() == {"operation_id": op_id}
         assert operation_ids(url) == [op_id]
         wait_for(lambda: json.dumps(health(url)).count('"ok": true') == 2, timeout=10)
     finally:
