@@ -136,9 +136,20 @@ def test_removing_a_tree_with_operations_is_refused(tmp_path: Path) -> None:
     procs = Procs(tmp_path)
     try:
         data = tmp_path / "data"
-        scheduler, url = procs.scheduler(data, free_port())
+        trees = tmp_path / "trees.json"
+        trees.write_text(
+            json.dumps(
+                {
+                    "pool_trees": {
+                        "default": {"config": {"node_tag_filter": "!b"}, "pools": {}},
+                        "other": {"config": {"node_tag_filter": "b"}, "pools": {}},
+                    },
+                    "default_pool_tree": "default",
+                }
+            )
+        )
+        scheduler, url = procs.scheduler(data, free_port(), "--config", str(trees))
         yt = client(url)
-        yt.create("scheduler_pool_tree", "//sys/pool_trees/other", attributes={"config": {}})
         op_id = yt.run_operation(vanilla("sleep 60", 1, pool_trees=["other"]), sync=False).id
         with pytest.raises(ytw.YtResponseError) as refused:
             yt.remove("//sys/pool_trees/other", recursive=True)
