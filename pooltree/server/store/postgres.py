@@ -55,7 +55,8 @@ class PostgresStore(SqlStore):
             return self._psycopg.connect(self.url, connect_timeout=max(1, int(self._connect_timeout)))
         except self._psycopg.Error as error:
             raise StoreError(
-                f"cannot connect to PostgreSQL store: {str(error).strip()}", attributes={"url": self.url}
+                f"cannot connect to PostgreSQL store: {' '.join(str(error).split())}",
+                attributes={"url": self.url},
             ) from error
 
     @contextmanager
