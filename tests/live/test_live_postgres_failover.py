@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
+import live_procs
 from live_procs import READY_PREFIX, Procs, free_port
 from pg_server import PgServer, PgUnavailable
 from polling import wait_for
@@ -34,6 +35,16 @@ def _server_fixtures():  # the PostgreSQL fixture lives with the store tests; lo
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# credentials once the server authenticates by default (the harness then defines them)
+HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"} if hasattr(live_procs, "ROOT_TOKEN") else {}
+
+
+def auth_args(procs: Procs) -> list[str]:
+    """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
+    files = [("--token-file", "token_file"), ("--node-secret-file", "node_secret_file")]
+    return [arg for flag, name in files if hasattr(procs, name) for arg in (flag, str(getattr(procs, name)))]
 
 
 _fixtures = _server_fixtures()
@@ -59,7 +70,7 @@ def spec(command: str, jobs: int) -> dict[str, Any]:
 
 
 def call(url: str, command: str, **params: Any) -> httpx.Response:
-    return httpx.post(f"{url}/api/v4/{command}", json=params, timeout=30)
+    return httpx.post(f"{url}/api/v4/{command}", json=params, headers=HEADERS, timeout=30)
 
 
 def start(url: str, command: str = "true", jobs: int = 1) -> httpx.Response:
@@ -97,7 +108,9 @@ def op_state(url: str, op_id: str) -> str | None:
 
 def is_leader(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/internal/store_health", timeout=5).json()["role"] == "leader"
+        return (
+            httpx.get(f"{url}/internal/store_health", headers=HEADERS, timeout=5).json()["role"] == "leader"
+        )
     except (httpx.HTTPError, ValueError, KeyError):
         return False
 
@@ -143,6 +156,7 @@ def test_standby_takes_over_when_the_leader_is_killed(tmp_path: Path, fresh_post
             str(free_port()),
             "--create-default-tree",
             *store,
+            *auth_args(procs),
         )
         procs.read_until(standby, "role: standby")  # printed before it listens
         standby_url = procs.read_until(standby, READY_PREFIX)[len(READY_PREFIX) :]

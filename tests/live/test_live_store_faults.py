@@ -25,8 +25,19 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
+import live_procs
 from live_procs import PYTHON, Procs, client, free_port, state, vanilla
 from polling import wait_for
+
+# credentials once the server authenticates by default (the harness then defines them)
+HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"} if hasattr(live_procs, "ROOT_TOKEN") else {}
+
+
+def auth_args(procs: Procs) -> list[str]:
+    """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
+    files = [("--token-file", "token_file"), ("--node-secret-file", "node_secret_file")]
+    return [arg for flag, name in files if hasattr(procs, name) for arg in (flag, str(getattr(procs, name)))]
+
 
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 1}}}
 
@@ -34,17 +45,17 @@ SPEC = {"tasks": {"main": {"command": "true", "job_count": 1}}}
 def start(url: str, spec: dict[str, Any] | None = None, **params: Any) -> httpx.Response:
     """A raw ``start_operation`` (no client retries: each call is one attempt)."""
     body = {"operation_type": "vanilla", "spec": spec or SPEC, **params}
-    return httpx.post(f"{url}/api/v4/start_operation", json=body, timeout=30)
+    return httpx.post(f"{url}/api/v4/start_operation", json=body, headers=HEADERS, timeout=30)
 
 
 def operation_ids(url: str) -> list[str]:
-    response = httpx.post(f"{url}/api/v4/list_operations", json={"limit": 1000}, timeout=30)
+    response = httpx.post(f"{url}/api/v4/list_operations", json={"limit": 1000}, headers=HEADERS, timeout=30)
     assert response.status_code == 200, response.text
     return sorted(op["id"] for op in response.json()["operations"])
 
 
 def health(url: str) -> dict[str, Any]:
-    return httpx.get(f"{url}/internal/store_health", timeout=10).json()
+    return httpx.get(f"{url}/internal/store_health", headers=HEADERS, timeout=10).json()
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -82,7 +93,10 @@ def test_deleted_sqlite_file_stops_acknowledgements(tmp_path: Path) -> None:
         report = health(url)
         assert report["ok"] is False and "deleted" in report["store"]["error"]
         alerts = httpx.post(
-            f"{url}/api/v4/get", json={"path": "//sys/scheduler/orchid/scheduler/alerts"}, timeout=30
+            f"{url}/api/v4/get",
+            json={"path": "//sys/scheduler/orchid/scheduler/alerts"},
+            headers=HEADERS,
+            timeout=30,
         ).json()["value"]
         assert [a["attributes"]["alert_type"] for a in alerts if "deleted" in a["message"]] == [
             "store_trouble"
@@ -107,7 +121,9 @@ def test_corrupted_sqlite_file_stops_acknowledgements_and_restart_says_one_line(
         procs.stop(scheduler, signal.SIGKILL)
         for wal in data.glob("scheduler.db-*"):
             wal.unlink()
-        line = one_line_failure(run_cli("scheduler", "--data", str(data), "--port", str(free_port())))
+        line = one_line_failure(
+            run_cli("scheduler", "--data", str(data), "--port", str(free_port()), *auth_args(procs))
+        )
         assert "scheduler.db" in line and "not a SQLite database" in line
     finally:
         procs.close()
@@ -125,7 +141,9 @@ def test_second_scheduler_on_the_same_data_dir_is_refused(tmp_path: Path) -> Non
     try:
         data = tmp_path / "data"
         first, url = procs.scheduler(data)
-        line = one_line_failure(run_cli("scheduler", "--data", str(data), "--port", str(free_port())))
+        line = one_line_failure(
+            run_cli("scheduler", "--data", str(data), "--port", str(free_port()), *auth_args(procs))
+        )
         assert f"pid {first.pid}" in line and "already runs" in line
         assert start(url).status_code == 200  # the first one is untouched
     finally:
@@ -185,7 +203,7 @@ def test_retried_start_with_a_mutation_id_is_one_operation_across_a_restart(tmp_
         procs.stop(scheduler, signal.SIGKILL)
         _, url = procs.scheduler(data, port)
         assert start(url, mutation_id=mutation, retry=True).json() == {"operation_id": op_id}
-        headers = {"X-YT-Mutation-Id": mutation, "X-YT-Retry": "true"}
+        headers = {**HEADERS, "X-YT-Mutation-Id": mutation, "X-YT-Retry": "true"}
         by_header = httpx.post(
             f"{url}/api/v4/start_operation",
             json={"operation_type": "vanilla", "spec": SPEC},
