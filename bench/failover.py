@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import queue
+import secrets
 import signal
 import statistics
 import subprocess
@@ -92,8 +93,12 @@ class Process:
                 self.popen.wait(5)
 
 
+HEADERS: dict[str, str] = {}
+"""``Authorization`` with the superuser token both schedulers share (set in ``main``)."""
+
+
 def call(url: str, command: str, timeout: float = 10.0, **params: Any) -> httpx.Response:
-    return httpx.post(f"{url}/api/v4/{command}", json=params, timeout=timeout)
+    return httpx.post(f"{url}/api/v4/{command}", json=params, headers=HEADERS, timeout=timeout)
 
 
 def start(url: str, command: str, jobs: int) -> str | None:
@@ -131,7 +136,13 @@ def running_jobs(url: str, op_ids: list[str]) -> int:
 def scheduler(root: Path, name: str, port: int, store: str) -> Process:
     data = root / name
     return Process(root, name, "scheduler", "--store", store, "--data", str(data), "--port", str(port),
-                   "--create-default-tree", "--heartbeat-period", "0.2")  # fmt: skip
+                   "--create-default-tree", "--heartbeat-period", "0.2",
+                   "--token-file", str(root / "token"), "--node-secret-file", str(root / "node_secret"))  # fmt: skip
+
+
+def write_secret(path: Path, value: str) -> None:
+    path.write_text(value + "\n")
+    path.chmod(0o600)
 
 
 def main() -> None:
@@ -147,6 +158,10 @@ def main() -> None:
     pg = PgServer.create() if args.store is None else None
     store = args.store or (pg.url if pg else "")
     root = Path(tempfile.mkdtemp(prefix="pooltree-failover-"))
+    token = secrets.token_hex(16)
+    write_secret(root / "token", token)
+    write_secret(root / "node_secret", secrets.token_hex(16))
+    HEADERS["Authorization"] = f"OAuth {token}"
     processes: list[Process] = []
     acknowledged: list[str] = []
     expected: dict[str, int] = {}
@@ -163,7 +178,8 @@ def main() -> None:
         for index in range(args.nodes):
             node = Process(root, f"n{index}", "node", "--scheduler", ",".join(urls), "--address", f"n{index}",
                            "--root", str(root / "nodes" / f"n{index}"), "--memory-meter", "psutil",
-                           "--resources", "user_slots=4,cpu=4,memory=4Gi")  # fmt: skip
+                           "--resources", "user_slots=4,cpu=4,memory=4Gi",
+                           "--node-secret-file", str(root / "node_secret"))  # fmt: skip
             processes.append(node)
         leader = 0
         for _ in range(args.kills):

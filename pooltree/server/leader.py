@@ -39,6 +39,7 @@ from pooltree.errors import PooltreeError
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
+from pooltree.server.store.base import redact_url
 from pooltree.server.store.leadership import (
     LeaderInfo,
     LeaderLock,
@@ -79,6 +80,7 @@ class SchedulerRunner:
         on_role: Callable[[str], None] | None = None,
     ) -> None:
         self.store_url = store_url
+        self.public_store_url = redact_url(store_url)
         self.host = host
         self.port = port
         self.service_factory = service_factory
@@ -116,7 +118,10 @@ class SchedulerRunner:
             "ok": ok,
             "role": self.role,
             "leader": self.leader.to_json() if self.leader is not None else None,
-            "store": store or {"ok": False, "url": self.store_url, "error": self.trouble, "since": None},
+            "store": {
+                **(store or {"ok": False, "error": self.trouble, "since": None}),
+                "url": self.public_store_url,
+            },
         }
 
     async def _health(self, send: Any) -> None:
@@ -141,7 +146,7 @@ class SchedulerRunner:
         return f"Scheduler store is unavailable, nothing is acknowledged: {reason}"
 
     async def _unavailable(self, send: Any) -> None:
-        attributes: dict[str, Any] = {"role": self.role, "store": self.store_url}
+        attributes: dict[str, Any] = {"role": self.role, "store": self.public_store_url}
         if self.leader is not None:
             attributes["leader"] = self.leader.to_json()
         body = error_to_dict(

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from pooltree.errors import PooltreeError
 
@@ -56,6 +57,14 @@ class Mutation:
     id: str
     response: Any
     time: float
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (store URLs appear in errors and in the unauthenticated health endpoint)."""
+    parts = urlsplit(url) if "://" in url else None
+    if parts is None or parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
 
 
 def dump_json(value: Any) -> str:
@@ -153,12 +162,12 @@ class Store(ABC):
     # PostgreSQL: the leader runner reconnects and revives from what the database holds).
     def health(self) -> StoreHealth:
         """``ok``, or the first trouble noticed (sticky for this store object)."""
-        return self._trouble or StoreHealth(ok=True, url=self.url)
+        return self._trouble or StoreHealth(ok=True, url=redact_url(self.url))
 
     def mark_trouble(self, message: str) -> StoreHealth:
         """Record trouble (the first message wins); every later transaction raises ``StoreUnavailable``."""
         if self._trouble is None:
-            self._trouble = StoreHealth(ok=False, url=self.url, error=message, since=time.time())
+            self._trouble = StoreHealth(ok=False, url=redact_url(self.url), error=message, since=time.time())
         return self._trouble
 
     def check_writable(self) -> None:
@@ -167,7 +176,7 @@ class Store(ABC):
         if trouble is not None:
             raise StoreUnavailable(
                 f"Scheduler store is unavailable, nothing is acknowledged: {trouble.error}",
-                attributes={"store": self.url, "since": trouble.since},
+                attributes={"store": redact_url(self.url), "since": trouble.since},
             )
 
     def probe(self) -> StoreHealth:

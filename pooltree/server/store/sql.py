@@ -24,6 +24,7 @@ from pooltree.server.store.base import (
     operation_from_row,
     operation_page_sql,
     operation_where,
+    redact_url,
 )
 
 
@@ -56,7 +57,7 @@ class SqlStore(Store):
             self.mark_trouble(self._describe(error))
             raise StoreUnavailable(
                 f"Scheduler store is unavailable, nothing is acknowledged: {self._describe(error)}",
-                attributes={"store": self.url},
+                attributes={"store": redact_url(self.url)},
             ) from error
 
     def _describe(self, error: BaseException) -> str:
