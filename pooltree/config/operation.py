@@ -23,6 +23,7 @@ from pooltree.config.base import (
     TagFilterText,
     invalid,
 )
+from pooltree.config.pool import MAX_SCHEDULABLE_WEIGHT, MIN_SCHEDULABLE_WEIGHT
 from pooltree.config.support import SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
 
 PreemptionMode = Literal["normal", "graceful"]
@@ -191,6 +192,12 @@ def _first(value: Any, fallback: Any) -> Any:
     return fallback if value is None else value
 
 
+MAX_VANILLA_TASK_COUNT = 100
+MAX_VANILLA_TOTAL_JOB_COUNT = 100_000
+"""YTsaurus's controller agent limits (``vanilla_operation_options``): a vanilla operation has at most 100 tasks
+and 100,000 jobs in all; a larger ``job_count`` would cost the scheduler memory per pending job."""
+
+
 class VanillaTaskSpec(UserJobSpec):
     """One task of a vanilla operation (``tasks.<name>``)."""
 
@@ -225,7 +232,7 @@ class TreeSchedulingOptions(SpecModel):
     """``scheduling_options_per_pool_tree.<tree>``: per-tree overrides of pool, weight and limits."""
 
     pool: str | None = Field(default=None, min_length=1)
-    weight: float | None = Field(default=None, ge=0)
+    weight: float | None = Field(default=None, ge=MIN_SCHEDULABLE_WEIGHT, le=MAX_SCHEDULABLE_WEIGHT)
     resource_limits: LimitResources | None = None
     max_share_ratio: float | None = Field(default=None, ge=0, le=1)
 
@@ -248,7 +255,7 @@ class OperationSpec(SpecModel):
     """``None`` → the user name (YTsaurus)."""
     pool_trees: tuple[str, ...] | None = Field(default=None, min_length=1)
     """``None`` → the default pool tree."""
-    weight: float | None = Field(default=None, ge=0)
+    weight: float | None = Field(default=None, ge=MIN_SCHEDULABLE_WEIGHT, le=MAX_SCHEDULABLE_WEIGHT)
     resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
     max_share_ratio: float | None = Field(default=None, ge=0, le=1)
     scheduling_options_per_pool_tree: dict[str, TreeSchedulingOptions] = Field(default_factory=dict)
@@ -279,6 +286,19 @@ class OperationSpec(SpecModel):
     def _unique_trees(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
         if value is not None and len(set(value)) != len(value):
             raise ValueError(f"pool trees are listed more than once: {list(value)}")
+        return value
+
+    @field_validator("tasks")
+    @classmethod
+    def _vanilla_limits(cls, value: dict[str, VanillaTaskSpec]) -> dict[str, VanillaTaskSpec]:
+        # YTsaurus controller agent's vanilla_operation_options: max_task_count 100, max_total_job_count 100,000
+        if len(value) > MAX_VANILLA_TASK_COUNT:
+            raise ValueError(f"too many tasks: {len(value)} > max_task_count {MAX_VANILLA_TASK_COUNT}")
+        total = sum(task.job_count for task in value.values())
+        if total > MAX_VANILLA_TOTAL_JOB_COUNT:
+            raise ValueError(
+                f"too many jobs: {total} in all tasks > max_total_job_count {MAX_VANILLA_TOTAL_JOB_COUNT}"
+            )
         return value
 
     @field_validator("max_unpreemptible_allocation_count")

@@ -23,6 +23,13 @@ from pooltree.config.base import (
 from pooltree.config.support import POOL_ALIASES, POOL_UNSUPPORTED
 
 PoolMode = Literal["fair_share", "fifo"]
+MIN_SCHEDULABLE_WEIGHT = 1.4901161193847656e-08
+"""YTsaurus ``MinSchedulableWeight`` = sqrt(double epsilon): weights of pools and operations lie in
+[MIN_SCHEDULABLE_WEIGHT, MAX_SCHEDULABLE_WEIGHT] so that their ratio keeps its precision."""
+MAX_SCHEDULABLE_WEIGHT = 1.0 / MIN_SCHEDULABLE_WEIGHT
+MAX_OPERATION_COUNT = 2**31 - 1
+"""Operation counts are C++ ``int`` in YTsaurus's configs: a larger value does not fit and is refused."""
+
 FifoSortParameter = Literal["start_time", "weight", "pending_job_count", "pending_allocation_count"]
 IntegralGuaranteeType = Literal["none", "burst", "relaxed"]
 
@@ -69,8 +76,8 @@ class EphemeralSubpoolConfig(ConfigModel):
     """``ephemeral_subpool_config``: what ephemeral subpools ``pool$user`` of this pool get."""
 
     mode: PoolMode = "fair_share"
-    max_running_operation_count: int | None = Field(default=None, ge=0)
-    max_operation_count: int | None = Field(default=None, ge=0)
+    max_running_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
+    max_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
     resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
 
     @model_validator(mode="after")
@@ -83,7 +90,7 @@ class OffloadingPoolSettings(ConfigModel):
     """One entry of ``offloading_settings``: the pool of another tree that takes part of this pool's jobs."""
 
     pool: str = Field(min_length=1)
-    weight: float | None = Field(default=None, ge=0)
+    weight: float | None = Field(default=None, ge=MIN_SCHEDULABLE_WEIGHT, le=MAX_SCHEDULABLE_WEIGHT)
     resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
 
 
@@ -114,15 +121,15 @@ class PoolConfig(ConfigModel):
         "fair_share_preemption_timeout": "fair_share_starvation_timeout",
     }
 
-    weight: float | None = Field(default=None, ge=0)
+    weight: float | None = Field(default=None, ge=MIN_SCHEDULABLE_WEIGHT, le=MAX_SCHEDULABLE_WEIGHT)
     """``None`` → inferred from guarantees (tree multiplier) or 1.0."""
     strong_guarantee_resources: GuaranteeResources = Field(default_factory=Resources.zero)
     resource_limits: LimitResources = Field(default_factory=Resources.unlimited)
     max_share_ratio: float | None = Field(default=None, ge=0, le=1)
     mode: PoolMode = "fair_share"
-    max_running_operation_count: int | None = Field(default=None, ge=0)
+    max_running_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
     """``None`` → tree ``max_running_operation_count_per_pool`` (default 8, the seeds' pool table)."""
-    max_operation_count: int | None = Field(default=None, ge=0)
+    max_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
     """``None`` → tree ``max_operation_count_per_pool`` (default 50, the seeds' pool table)."""
     fifo_sort_parameters: tuple[FifoSortParameter, ...] = Field(
         default=DEFAULT_FIFO_SORT_PARAMETERS, min_length=1

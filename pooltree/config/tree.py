@@ -22,7 +22,7 @@ from pooltree.config.base import (
     as_validation_error,
     invalid,
 )
-from pooltree.config.pool import validate_preset
+from pooltree.config.pool import MAX_OPERATION_COUNT, validate_preset
 from pooltree.config.support import TREE_ALIASES, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError
@@ -82,10 +82,10 @@ class PoolTreeConfig(ConfigModel):
     # every pool without its own value; they follow the seeds' pool table (max_running_operation_count 8,
     # max_operation_count 50), which wins over the tree default 50 that yt-semantics §f gives for the running one.
     # An explicit tree option still overrides both.
-    max_operation_count: int = Field(default=50000, ge=0)
-    max_operation_count_per_pool: int = Field(default=50, ge=0)
-    max_running_operation_count: int = Field(default=2000, ge=0)
-    max_running_operation_count_per_pool: int = Field(default=8, ge=0)
+    max_operation_count: int = Field(default=50000, ge=0, le=MAX_OPERATION_COUNT)
+    max_operation_count_per_pool: int = Field(default=50, ge=0, le=MAX_OPERATION_COUNT)
+    max_running_operation_count: int = Field(default=2000, ge=0, le=MAX_OPERATION_COUNT)
+    max_running_operation_count_per_pool: int = Field(default=8, ge=0, le=MAX_OPERATION_COUNT)
     default_parent_pool: str = Field(default=ROOT_POOL, min_length=1)
     forbid_immediate_operations_in_root: bool = True
     max_ephemeral_pools_per_user: int = Field(default=1, ge=0)

@@ -31,11 +31,13 @@ from pooltree.security.guard import subject_path, subjects_get
 from pooltree.server.cypress import Cypress, OrchidProvider, Validator
 from pooltree.server.protocol import (
     AUTHENTICATION_ERROR,
+    MAX_DECOMPRESSED_BYTES,
+    BodyDecoder,
     Format,
+    PayloadTooLarge,
     YtError,
     content_type_format,
     decode_parameters,
-    decompress_body,
     encode_structured,
     error_json,
     error_to_dict,
@@ -346,6 +348,72 @@ def register_security_commands(registry: CommandRegistry, security: Security) ->
         )
 
 
+class DrainUnreadBody:
+    """ASGI middleware: before an answer starts, read and drop what is left of the request body (bounded).
+
+    Closing a connection whose request body is still unread makes the kernel reset it, and the client then loses
+    the answer already sent: a dropped connection instead of a clear error (an early 400, 404, 405 or 413 while a
+    compressed body is still arriving). Bodies declared larger than the path's limit (``limits``, else
+    ``MAX_BODY_BYTES``) are not waited for: they are refused as they are and the connection closes.
+    """
+
+    def __init__(self, app: Any, limits: dict[str, int]) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        finished = False
+
+        async def tracked_receive() -> Any:
+            nonlocal finished
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                finished = True
+            return message
+
+        async def drained_send(message: Any) -> None:
+            if message["type"] == "http.response.start" and not finished:
+                await self._drain(scope, tracked_receive)
+            await send(message)
+
+        await self.app(scope, tracked_receive, drained_send)
+
+    async def _drain(self, scope: Any, receive: Any) -> None:
+        limit = self.limits.get(scope.get("path", ""), MAX_BODY_BYTES)
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
+                return
+        size = 0
+        while size <= limit:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+
+async def read_body(request: Request, limit: int, what: str = "Request body") -> bytes:
+    """The request body, refused with 413 once it is over ``limit`` bytes as sent or ``MAX_DECOMPRESSED_BYTES``
+    once decoded: a declared ``Content-Length`` over the limit is refused before anything is read, and a
+    compressed body is inflated step by step as it arrives, never whole."""
+    encoding = request.headers.get("content-encoding")
+    decoder = BodyDecoder(encoding, min(limit, MAX_DECOMPRESSED_BYTES) if encoding else limit, what)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
+        decoder.feed(chunk)
+    return decoder.finish()
+
+
 class YtApi:
     """The request pipeline shared by every command."""
 
@@ -367,7 +435,9 @@ class YtApi:
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         body = error_to_dict(error, host=self.host, now=self.clock())
-        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503}.get(body["code"], 400)
+        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503}.get(
+            body["code"], getattr(error, "http_status", 400)
+        )
         text = error_json(body)
         headers = {
             "X-YT-Error": text,
@@ -469,14 +539,7 @@ class YtApi:
 
     @staticmethod
     async def _read_body(request: Request) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
-                raise YtError(f"Request body is larger than {MAX_BODY_BYTES} bytes")
-            chunks.append(chunk)
-        return decompress_body(b"".join(chunks), request.headers.get("content-encoding"))
+        return await read_body(request, MAX_BODY_BYTES)
 
     def _output(
         self, descriptor: CommandDescriptor, result: Any, params: dict[str, Any], request_id: str
@@ -549,6 +612,8 @@ def create_app(
         Route("/{rest:path}", not_found, methods=["GET", "POST", "PUT", "DELETE"]),
     ]
     app = Starlette(routes=routes)
+    app.state.body_limits = {}
+    app.add_middleware(DrainUnreadBody, limits=app.state.body_limits)
     app.state.store = store
     app.state.cypress = cypress
     app.state.registry = registry

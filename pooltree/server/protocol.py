@@ -38,9 +38,26 @@ YSON_CONTENT_TYPES = {
 }
 DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
+MAX_DECOMPRESSED_BYTES = 32 * 1024 * 1024
+"""A compressed body may expand to this much and no more (decompressed in bounded steps, so a gzip bomb costs
+the scheduler at most this much memory before it is refused with 413)."""
+INFLATE_STEP = 1 << 20
+"""Bytes inflated per step: the transient copy beside the growing body stays this small."""
+MAX_NESTING_LEVEL = 128
+"""Levels of maps and lists a parsed value may have. YTsaurus's YSON parser stops at 64 YSON levels ("Depth limit
+exceeded while parsing YSON"); a YSON level with attributes is two levels here (``$attributes`` / ``$value``)."""
+MIN_INTEGER = -(2**63)
+MAX_INTEGER = 2**64 - 1
+"""Integers travel as YSON int64 or uint64: anything outside is refused."""
+
 
 class YtError(PooltreeError):
-    """An error answered to the client in the YT error format, with optional nested causes."""
+    """An error answered to the client in the YT error format, with optional nested causes.
+
+    ``http_status`` is the HTTP status it is answered with (400 unless a subclass says otherwise).
+    """
+
+    http_status = 400
 
     def __init__(
         self,
@@ -52,6 +69,18 @@ class YtError(PooltreeError):
     ) -> None:
         super().__init__(message, code=code, attributes=attributes)
         self.inner_errors: list[BaseException | dict[str, Any]] = list(inner_errors or [])
+
+
+class PayloadTooLarge(YtError):
+    """A request body (or its decompressed form) over its limit: HTTP 413."""
+
+    http_status = 413
+
+
+class UnsupportedEncoding(YtError):
+    """A ``Content-Encoding`` the server cannot decode: HTTP 415."""
+
+    http_status = 415
 
 
 def resolve_error(path: str, reason: str) -> YtError:
@@ -245,8 +274,10 @@ def parse_header_format(text: str | None) -> Format:
         raise YtError(f"Cannot parse X-YT-Header-Format {text!r}: {_first_line(error)}") from error
 
 
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+def _first_line(error: BaseException, limit: int = 300) -> str:
+    """The first line of an error's text, at most ``limit`` characters (parsers quote the offending input)."""
+    line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return line if len(line) <= limit else line[:limit] + "…"
 
 
 def parse_structured(data: bytes, fmt: Format | None, what: str) -> Any:
@@ -256,25 +287,60 @@ def parse_structured(data: bytes, fmt: Format | None, what: str) -> Any:
     if fmt.name == "json":
         try:
             value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise YtError(f"Cannot parse {what} as JSON: {error}", attributes={"field": what}) from error
+        except RecursionError as error:
+            raise _too_deep(what) from error
+        except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, integers over 4,300 digits
+            raise YtError(
+                f"Cannot parse {what} as JSON: {_first_line(error)}", attributes={"field": what}
+            ) from error
+        check_value(value, what)
         return code_points_to_utf8(value) if fmt.encode_utf8 else value
     if fmt.name == "yson":
         try:
-            return from_yson(yson.loads(data))
-        except yson.YsonError as error:
+            value = from_yson(yson.loads(data))
+        except RecursionError as error:
+            raise _too_deep(what) from error
+        except (yson.YsonError, ValueError, OverflowError) as error:
             raise YtError(
                 f"Cannot parse {what} as YSON: {_first_line(error)}", attributes={"field": what}
             ) from error
+        check_value(value, what)
+        return value
     raise YtError(
         f"Format {fmt.name!r} is not supported for {what}; use json or yson", attributes={"field": what}
     )
 
 
+def _too_deep(what: str) -> YtError:
+    return YtError(
+        f"Depth limit exceeded while parsing {what}",
+        attributes={"field": what, "limit": MAX_NESTING_LEVEL},
+    )
+
+
+def check_value(value: Any, what: str) -> None:
+    """Refuse a parsed value nested deeper than ``MAX_NESTING_LEVEL`` or holding an integer outside int64/uint64
+    (iteratively: no recursion however deep the value is)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level > MAX_NESTING_LEVEL:
+                raise _too_deep(what)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, int) and not isinstance(item, bool) and not MIN_INTEGER <= item <= MAX_INTEGER:
+            raise YtError(
+                f"Integer in {what} is out of range: YSON integers are int64 or uint64",
+                attributes={"field": what, "min": MIN_INTEGER, "max": MAX_INTEGER},
+            )
+
+
 def _sniff_format(data: bytes) -> Format:
     try:
         json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except RecursionError:
+        return Format("json")
+    except ValueError:  # not JSON (or not UTF-8)
         return Format("yson")
     return Format("json")
 
@@ -289,17 +355,73 @@ def content_type_format(content_type: str | None) -> Format | None:
     return None
 
 
-def decompress_body(data: bytes, content_encoding: str | None) -> bytes:
-    """Undo ``Content-Encoding`` (the client labels zlib streams as gzip, so accept both)."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return data
-    if encoding in ("gzip", "deflate", "x-gzip"):
+SUPPORTED_ENCODINGS = ("identity", "gzip", "x-gzip", "deflate")
+
+
+class BodyDecoder:
+    """Undoes ``Content-Encoding`` chunk by chunk with a bound on the decoded size (the official client labels
+    zlib streams as gzip, so gzip accepts both). Each step inflates at most what is left under ``limit`` (+1
+    byte), so a bomb is refused after ``limit`` bytes of output, never expanded whole."""
+
+    def __init__(self, content_encoding: str | None, limit: int, what: str = "Request body") -> None:
+        encoding = (content_encoding or "identity").strip().lower() or "identity"
+        if encoding not in SUPPORTED_ENCODINGS:
+            raise UnsupportedEncoding(
+                f"Unsupported Content-Encoding {header_text(encoding, 100)!r}; use identity, gzip or deflate",
+                attributes={"content_encoding": header_text(encoding, 100)},
+            )
+        self.encoding = encoding
+        self.limit = limit
+        self.what = what
+        self._inflater = (
+            None if encoding == "identity" else zlib.decompressobj(15 if encoding == "deflate" else 47)
+        )
+        self._out = bytearray()
+
+    def _too_large(self) -> PayloadTooLarge:
+        detail = "decompressed " if self._inflater is not None else ""
+        return PayloadTooLarge(
+            f"{self.what} is larger than {self.limit} bytes {detail}".rstrip(),
+            attributes={"limit": self.limit, "content_encoding": self.encoding},
+        )
+
+    def feed(self, chunk: bytes) -> None:
+        if self._inflater is None:
+            if len(self._out) + len(chunk) > self.limit:
+                raise self._too_large()
+            self._out += chunk
+            return
+        data = chunk
         try:
-            return zlib.decompress(data, 47) if encoding != "deflate" else zlib.decompress(data)
+            while data:
+                room = self.limit - len(self._out)
+                self._out += self._inflater.decompress(data, min(room + 1, INFLATE_STEP))
+                if len(self._out) > self.limit:
+                    raise self._too_large()
+                data = self._inflater.unconsumed_tail
+                if self._inflater.eof:
+                    break
         except zlib.error as error:
-            raise YtError(f"Cannot decompress request body ({encoding}): {error}") from error
-    raise YtError(f"Unsupported Content-Encoding {encoding!r}; use identity, gzip or deflate")
+            raise YtError(f"Cannot decompress {self.what.lower()} ({self.encoding}): {error}") from error
+
+    def finish(self) -> bytes:
+        if self._inflater is not None:
+            try:
+                self._out += self._inflater.flush(self.limit - len(self._out) + 1)
+            except zlib.error as error:
+                raise YtError(f"Cannot decompress {self.what.lower()} ({self.encoding}): {error}") from error
+            if len(self._out) > self.limit:
+                raise self._too_large()
+            if not self._inflater.eof and self._out:
+                raise YtError(f"Cannot decompress {self.what.lower()} ({self.encoding}): truncated stream")
+        return bytes(self._out)
+
+
+def decompress_body(data: bytes, content_encoding: str | None, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:
+    """Undo ``Content-Encoding`` of a whole body, bounded by ``limit`` decoded bytes."""
+    decoder = BodyDecoder(content_encoding, limit)
+    decoder.feed(data)
+    return decoder.finish()
 
 
 def decode_parameters(
@@ -412,7 +534,12 @@ def _finite(value: Any) -> Any:
     return value
 
 
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)}
+
+
 def header_text(text: str, limit: int = 1000) -> str:
-    """A one-line ASCII rendering of ``text`` for an HTTP header value."""
-    flat = " ".join(text.split())
+    """A one-line printable-ASCII rendering of ``text`` for an HTTP header value: whitespace runs become one
+    space, other control characters and non-ASCII are escaped (a header holding them would be refused by the
+    HTTP server and the connection dropped)."""
+    flat = " ".join(text.split()).translate(_CONTROL)
     return flat.encode("ascii", "backslashreplace").decode("ascii")[:limit]

@@ -29,13 +29,13 @@ from pooltree.node.service import check_period
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.server.access import ServiceResolver
-from pooltree.server.app import create_app
+from pooltree.server.app import create_app, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
-from pooltree.server.protocol import YtError
+from pooltree.server.protocol import YtError, check_value
 from pooltree.server.store import Store
 from pooltree.server.tree_options import effective_config
 from pooltree.web.app import WebUI
@@ -196,6 +196,7 @@ class SchedulerService:
         self.web = WebUI(self)
         self.app.router.routes[0:0] = self.web.routes()
         self.app.state.service = self
+        self.app.state.body_limits["/internal/node_heartbeat"] = MAX_HEARTBEAT_BYTES
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
@@ -238,12 +239,11 @@ class SchedulerService:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)
             self.store.check_writable()
-            body = await request.body()
-            if len(body) > MAX_HEARTBEAT_BYTES:
-                raise YtError(f"Heartbeat is larger than {MAX_HEARTBEAT_BYTES} bytes")
+            body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
             try:
                 data = json.loads(body or b"null")
-            except (ValueError, UnicodeDecodeError) as error:
+                check_value(data, "heartbeat")
+            except (ValueError, UnicodeDecodeError, RecursionError) as error:
                 raise YtError(
                     f"Heartbeat is not valid JSON: {error}", attributes={"field": "heartbeat"}
                 ) from error
