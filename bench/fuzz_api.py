@@ -26,6 +26,7 @@ import os
 import platform
 import random
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -234,7 +235,9 @@ def well_formed(rng: random.Random, token: str | None) -> FuzzRequest:
     return FuzzRequest(method, f"/api/v4/{command}".encode(), headers, body, kind=f"{command} (well-formed)")
 
 
-def generate(rng: random.Random, commands: list[str], token: str | None, bomb: bytes) -> FuzzRequest:
+def generate(
+    rng: random.Random, commands: list[str], token: str | None, bomb: bytes, node_secret: str | None = None
+) -> FuzzRequest:
     """One random request against a random endpoint (a quarter of them well formed)."""
     if rng.random() < 0.25:
         return well_formed(rng, token)
@@ -259,7 +262,9 @@ def generate(rng: random.Random, commands: list[str], token: str | None, bomb: b
         request.target += suffix
         raw_target = suffix == "ж".encode()
     headers = request.headers
-    if token and rng.random() < 0.9:
+    if command == "node_heartbeat" and node_secret and rng.random() < 0.9:
+        headers.append((b"X-Pooltree-Node-Secret", node_secret.encode()))
+    elif token and rng.random() < 0.9:
         headers.append((b"Authorization", b"OAuth " + token.encode()))
     elif rng.random() < 0.3:
         headers.append(
@@ -303,9 +308,10 @@ def generate(rng: random.Random, commands: list[str], token: str | None, bomb: b
     request.keep_alive = rng.random() < 0.5
     if raw_target or any(_CONTROL.search(value) for _, value in headers):
         # Not HTTP/1.1 (raw non-ASCII in the request line, control characters in a header value): uvicorn's
-        # parser answers 400 and closes at once, so such a request gets no big body (one still arriving when the
-        # connection closes is reset by the kernel, answer included): those are the HTTP server's, not the API's.
-        request.body = request.body[:1024] if request.declared_length is None else b""
+        # parser answers 400 and closes at once, so such a request gets no body (one still arriving when the
+        # connection closes is reset by the kernel, answer included): that is the HTTP server's, not the API's.
+        request.body = b""  # even a small body (or a long header) may still be arriving when uvicorn closes
+        request.headers[:] = [(name, value[:512]) for name, value in headers]
         request.declared_length = None
         request.kind += " invalid-http"
     return request
@@ -386,11 +392,12 @@ async def fuzz(
     seed: int,
     concurrency: int,
     token: str | None,
+    node_secret: str | None = None,
 ) -> dict[str, Any]:
     """Send ``requests`` seeded random requests, ``concurrency`` at a time; the tallies."""
     rng = random.Random(seed)
     bomb = _bomb(1 << 30)
-    generated = [generate(rng, commands, token, bomb) for _ in range(requests)]
+    generated = [generate(rng, commands, token, bomb, node_secret) for _ in range(requests)]
     statuses: Counter[str] = Counter()
     failures: list[dict[str, Any]] = []
     queue: asyncio.Queue[FuzzRequest] = asyncio.Queue()
@@ -467,7 +474,10 @@ def _cap_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
 
 
-def start_scheduler(data: Path, port: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_scheduler(
+    data: Path, port: int, log: Path, token_file: Path, secret_file: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``pooltree scheduler`` authenticated as in production: the root token and the node secret from files."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -479,6 +489,10 @@ def start_scheduler(data: Path, port: int, log: Path) -> tuple[subprocess.Popen[
             "--port",
             str(port),
             "--create-default-tree",
+            "--token-file",
+            str(token_file),
+            "--node-secret-file",
+            str(secret_file),
         ],
         stdout=subprocess.PIPE,
         stderr=open(log, "ab"),  # noqa: SIM115
@@ -516,12 +530,21 @@ def snapshot(url: str, token: str | None) -> dict[str, Any]:
         listed = client.get("/api/v4/list_operations", params={"limit": 1000})
         listed.raise_for_status()
         operations = {op["id"]: op["state"] for op in listed.json()["operations"]}
+        errors: dict[str, str] = {}
         for op_id in operations:
-            client.get("/api/v4/get_operation", params={"operation_id": op_id}).raise_for_status()
+            got = client.get("/api/v4/get_operation", params={"operation_id": op_id})
+            got.raise_for_status()
+            error = (got.json().get("result") or {}).get("error") or got.json().get("error")
+            if error:
+                errors[op_id] = str(error.get("message", ""))
         trees = client.get("/api/v4/get", params={"path": "//sys/pool_trees"})
         trees.raise_for_status()
         client.get("/api/v4/get", params={"path": "//sys/scheduler/orchid/scheduler"}).raise_for_status()
-    return {"operations": operations, "pool_trees": trees.json()}
+    return {"operations": operations, "pool_trees": trees.json(), "errors": errors}
+
+
+def _state(snap: dict[str, Any]) -> dict[str, Any]:
+    return {"operations": snap["operations"], "pool_trees": snap["pool_trees"]}
 
 
 def _differences(before: Any, after: Any, path: str = "") -> list[str]:
@@ -541,11 +564,18 @@ def discover_commands(url: str, token: str | None) -> list[str]:
     return [c["name"] for c in httpx.get(url + "/api/v4", headers=headers, timeout=30).json()]
 
 
-def run(requests: int, seed: int, concurrency: int, token: str | None = None) -> dict[str, Any]:
+def run(requests: int, seed: int, concurrency: int) -> dict[str, Any]:
+    from pooltree.security.credentials import write_secret_file
+
+    token = "ytct-fuzz-" + secrets.token_hex(16)
+    node_secret = "ptns-fuzz-" + secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="pooltree-fuzz-") as tmp:
         data, log = Path(tmp) / "data", Path(tmp) / "scheduler.log"
+        token_file, secret_file = Path(tmp) / "token", Path(tmp) / "node-secret"
+        write_secret_file(token_file, token)
+        write_secret_file(secret_file, node_secret)
         port = free_port()
-        process, url = start_scheduler(data, port, log)
+        process, url = start_scheduler(data, port, log, token_file, secret_file)
         try:
             commands = discover_commands(url, token)
             rss_before, _ = rss_bytes(process.pid)
@@ -559,6 +589,7 @@ def run(requests: int, seed: int, concurrency: int, token: str | None = None) ->
                     seed=seed,
                     concurrency=concurrency,
                     token=token,
+                    node_secret=node_secret,
                 )
             )
             rss_after, peak = rss_bytes(process.pid)
@@ -566,7 +597,7 @@ def run(requests: int, seed: int, concurrency: int, token: str | None = None) ->
             before = snapshot(url, token)
         finally:
             stop(process)
-        process, url = start_scheduler(data, port, log)
+        process, url = start_scheduler(data, port, log, token_file, secret_file)
         try:
             after = snapshot(url, token)
         finally:
@@ -581,8 +612,13 @@ def run(requests: int, seed: int, concurrency: int, token: str | None = None) ->
             "rss_after_mib": round(rss_after / 2**20, 1),
             "rss_peak_growth_mib": round((peak - rss_before) / 2**20, 1) if peak_reset else None,
             "operations": len(before["operations"]),
-            "consistent_after_restart": before == after,
-            "differences": _differences(before, after),
+            "consistent_after_restart": _state(before) == _state(after),
+            "differences": _differences(_state(before), _state(after)),
+            "revival_errors": {
+                op: message
+                for op, message in after["errors"].items()
+                if before["operations"].get(op) != after["operations"].get(op)
+            },
         }
     )
     return result
@@ -593,9 +629,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--token", default=os.environ.get("YT_TOKEN"))
     args = parser.parse_args()
-    result = run(args.requests, args.seed, args.concurrency, args.token)
+    result = run(args.requests, args.seed, args.concurrency)
     result["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()}
     print(json.dumps(result, indent=2))
 
