@@ -9,7 +9,7 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,8 @@ from pooltree.strategy.time_limits import (
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
+
+_UNSET = object()
 
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
@@ -76,6 +78,7 @@ class SchedulerCore:
         self._input_cache: Any = None
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
+        self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
         become completed (a controller completes when its last allocation ends), so only these are checked."""
@@ -326,15 +329,19 @@ class SchedulerCore:
             op = self.pool_tree.operations.get(operation_id)
             if op is None:
                 continue
-            limit = operation_time_limit(op.spec)
+            limit, job_limits = self._time_limits_of(operation_id, op.spec)
             if limit is not None and now - op.start_time > limit:
                 failed.append((operation_id, operation_time_limit_error(limit, operation_id)))
                 continue
+            if job_limits is None:
+                continue  # no user job of the spec has a job_time_limit
             runtime = self.strategy.operations.get(operation_id)
             if runtime is None or op.spec is None:
                 continue
             for allocation in list(runtime.lists):
-                job_limit = job_time_limit(op.spec, allocation.task)
+                job_limit = job_limits.get(allocation.task, _UNSET)
+                if job_limit is _UNSET:
+                    job_limit = job_limits[allocation.task] = job_time_limit(op.spec, allocation.task)
                 if job_limit is None or now - allocation.start_time <= job_limit or allocation.preempted:
                     continue
                 self.strategy.stop_allocation(
@@ -346,6 +353,36 @@ class SchedulerCore:
                     error=job_time_limit_error(job_limit),
                 )
         return failed
+
+    def _time_limits_of(self, operation_id: str, spec: Any) -> tuple[float | None, dict[str, Any] | None]:
+        """The spec's ``time_limit`` and a memo of its per-task ``job_time_limit`` (``None``: no user job has one).
+
+        Kept per operation while its spec is the same frozen object (every period asks again); a spec given as
+        a plain map may change in place and is read anew each time.
+        """
+        cached = self._time_limit_cache.get(operation_id)
+        if cached is not None and cached[0] is spec:
+            return cached[1], cached[2]
+        limit = operation_time_limit(spec)
+        if spec is None:
+            names: list[str] = []
+        elif isinstance(spec, Mapping):
+            names = [
+                *(spec.get("tasks") or {}),
+                *(n for n in ("mapper", "reducer") if spec.get(n) is not None),
+            ]
+        else:
+            user_jobs = getattr(spec, "user_jobs", None)
+            names = list(user_jobs()) if user_jobs is not None else []
+        has_job_limits = any(job_time_limit(spec, name) is not None for name in names)
+        job_limits: dict[str, Any] | None = {} if has_job_limits else None
+        if spec is not None and not isinstance(spec, Mapping):
+            if len(self._time_limit_cache) > 2 * len(self.controllers) + 64:
+                self._time_limit_cache = {
+                    key: value for key, value in self._time_limit_cache.items() if key in self.controllers
+                }
+            self._time_limit_cache[operation_id] = (spec, limit, job_limits)
+        return limit, job_limits
 
     def report_usage(self, allocation_id: str, reported: Vector) -> bool:
         """A node-reported usage of one allocation; it counts where it exceeds the reserve (see
