@@ -37,14 +37,12 @@ def _server_fixtures():  # the PostgreSQL fixture lives with the store tests; lo
     return module
 
 
-# credentials once the server authenticates by default (the harness then defines them)
-HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"} if hasattr(live_procs, "ROOT_TOKEN") else {}
+HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"}
 
 
 def auth_args(procs: Procs) -> list[str]:
     """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
-    files = [("--token-file", "token_file"), ("--node-secret-file", "node_secret_file")]
-    return [arg for flag, name in files if hasattr(procs, name) for arg in (flag, str(getattr(procs, name)))]
+    return ["--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file)]
 
 
 _fixtures = _server_fixtures()

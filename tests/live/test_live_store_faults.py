@@ -29,14 +29,12 @@ import live_procs
 from live_procs import PYTHON, Procs, client, free_port, state, vanilla
 from polling import wait_for
 
-# credentials once the server authenticates by default (the harness then defines them)
-HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"} if hasattr(live_procs, "ROOT_TOKEN") else {}
+HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"}
 
 
 def auth_args(procs: Procs) -> list[str]:
     """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
-    files = [("--token-file", "token_file"), ("--node-secret-file", "node_secret_file")]
-    return [arg for flag, name in files if hasattr(procs, name) for arg in (flag, str(getattr(procs, name)))]
+    return ["--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file)]
 
 
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 1}}}
