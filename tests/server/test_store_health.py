@@ -78,6 +78,20 @@ def test_a_start_whose_commit_fails_leaves_no_trace(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_suspend_whose_commit_fails_is_undone(tmp_path: Path) -> None:
+    from pooltree.config import parse_pool_trees
+
+    store = SqliteStore(tmp_path / "s.db")
+    live = LiveScheduler(store)
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), "default", 0.0)
+    op = live.start_operation("vanilla", SPEC, "alice", 0.0)
+    (tmp_path / "s.db").unlink()
+    with pytest.raises(StoreUnavailable):
+        live.suspend_operation(op.id, 1.0)
+    assert op.suspended is False and live.registry.operations[op.id].suspended is False
+    store.close()
+
+
 def test_sqlite_leader_lock_names_its_holder(tmp_path: Path) -> None:
     first, second = SqliteLeaderLock(tmp_path / "s.db"), SqliteLeaderLock(tmp_path / "s.db")
     assert first.try_acquire()

@@ -398,24 +398,38 @@ class LiveScheduler(LiveJobs, LiveRevival):
     def suspend_operation(self, operation_id: str, now: float, *, abort_running_jobs: bool = False) -> None:
         with self.lock:
             op = self.operation(operation_id)
-            self.registry.suspend_operation(operation_id)
-            op.suspended = True
+            self._commit_suspended(op, True)
             self._dirty.update(op.trees)
-            if abort_running_jobs:
+            if abort_running_jobs:  # acted on only once the suspension is stored
                 for job in list(op.jobs.values()):
                     if job.state == "running" and job.allocation_id is not None:
                         node = self.nodes.get(job.address)
                         if node is not None:
                             node.aborts.append({"job_id": job.id, "reason": "operation_suspended"})
-            self._save_operation(op)
 
     def resume_operation(self, operation_id: str, now: float) -> None:
         with self.lock:
             op = self.operation(operation_id)
-            self.registry.resume_operation(operation_id)
-            op.suspended = False
+            self._commit_suspended(op, False)
             self._dirty.update(op.trees)
+
+    def _commit_suspended(self, op: LiveOperation, suspended: bool) -> None:
+        """Suspend or resume in the runtime and commit; a failed commit puts the runtime back and raises."""
+        before = op.suspended
+        if suspended:
+            self.registry.suspend_operation(op.id)
+        else:
+            self.registry.resume_operation(op.id)
+        op.suspended = suspended
+        try:
             self._save_operation(op)
+        except BaseException:
+            if before:
+                self.registry.suspend_operation(op.id)
+            else:
+                self.registry.resume_operation(op.id)
+            op.suspended = before
+            raise
 
     def update_operation_parameters(self, operation_id: str, parameters: Any, now: float) -> None:
         """Pool, weight and resource limits per tree; validated in every tree first, the last good kept."""
