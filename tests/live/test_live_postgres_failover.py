@@ -165,6 +165,9 @@ def test_standby_takes_over_when_the_leader_is_killed(tmp_path: Path, fresh_post
         assert f"pid {leader.pid}" in refused.json()["message"] and leader_url in refused.json()["message"]
 
         before = [start(leader_url, "sleep 2", 2).json()["operation_id"] for _ in range(2)]
+        retried = call(
+            leader_url, "start_operation", operation_type="vanilla", spec=spec("true", 1), mutation_id="m-1"
+        ).json()["operation_id"]
         wait_for(lambda: all(op_state(leader_url, op) == "running" for op in before), timeout=30)
         wait_for(lambda: sum(len(jobs(leader_url, op)) for op in before) == 4, timeout=30)
 
@@ -173,11 +176,20 @@ def test_standby_takes_over_when_the_leader_is_killed(tmp_path: Path, fresh_post
         answered = wait_for(lambda: try_start(standby_url, "true", 2), timeout=15, period=0.1)
         assert time.monotonic() - killed < 10.0
         after = answered.json()["operation_id"]
+        again = call(
+            standby_url,
+            "start_operation",
+            operation_type="vanilla",
+            spec=spec("true", 1),
+            mutation_id="m-1",
+            retry=True,
+        )
+        assert again.json() == {"operation_id": retried}  # the mutation id survived the failover
 
-        for op in [*before, after]:
+        for op in [*before, retried, after]:
             wait_for(lambda op=op: op_state(standby_url, op) == "completed", timeout=30)
         listed = operations(standby_url)
-        assert sorted(listed) == sorted([*before, after])
+        assert sorted(listed) == sorted([*before, retried, after])
         for op in before:
             job_list = jobs(standby_url, op)
             assert len(job_list) == 2, job_list  # re-attached after the failover, not started again
