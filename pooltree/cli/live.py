@@ -47,6 +47,7 @@ from pooltree.node.service import (
     parse_tags,
     run_node,
 )
+from pooltree.resources import RESOURCES
 from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 from pooltree.server.live.model import check_update_period
@@ -474,6 +475,18 @@ def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list
     return killed, removed
 
 
+def split_machine(nodes: int) -> str | None:
+    """Each of ``nodes`` local nodes' share of this machine (cpu, memory, user_slots divided evenly; at least one
+    slot and 1/``nodes`` of a cpu each), so N nodes together never claim more than the machine has."""
+    if nodes <= 1:
+        return None
+    total = detect_resource_limits(None)
+    cpu = float(total[RESOURCES.index("cpu")]) / nodes
+    memory = int(float(total[RESOURCES.index("memory")]) // nodes)
+    slots = max(1, int(float(total[RESOURCES.index("user_slots")]) // nodes))
+    return f"cpu={cpu:g},memory={memory},user_slots={slots}"
+
+
 def parse_node_resources(text: str | None) -> dict[str, Any] | None:
     """``--resources`` text → the override map, validated now (so a typo fails before anything starts)."""
     if not text:
@@ -646,8 +659,9 @@ class LocalCluster:
         args = ["node", "--scheduler", self.url, "--address", address]
         args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
         args += ["--node-secret-file", str(self.node_secret_file)]
-        if self.node_resources:
-            args += ["--resources", self.node_resources]
+        node_resources = self.node_resources or split_machine(self.nodes)
+        if node_resources:
+            args += ["--resources", node_resources]
         return await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
 
     async def _read_ready_line(self, process: asyncio.subprocess.Process) -> str:
@@ -755,7 +769,10 @@ def local_command(
         DEFAULT_DATA, "--data", help="State directory: SQLite store and node sandboxes."
     ),
     node_resources: str = typer.Option(
-        None, "--node-resources", help="Each node's resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4'."
+        None,
+        "--node-resources",
+        help="Each node's resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4' (default: this machine's cpu, "
+        "memory and slots split evenly among the nodes).",
     ),
     node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
     memory_meter: str = typer.Option(
@@ -807,7 +824,8 @@ async def _run_local(cluster: LocalCluster, echo: Callable[[str], None] = print)
         echo(f"  superuser (root) token {made} in {cluster.token_file.resolve()} (mode 0600)")
         echo(f"  export YT_PROXY={url}")
         echo(f"  export YT_TOKEN=$(cat {cluster.token_file.resolve()})")
-        echo(f"  yt --proxy {url} list //sys/pool_trees/default")
+        yt = Path(sys.executable).parent / "yt"  # the yt client installed beside pooltree
+        echo(f"  {yt if yt.exists() else 'yt'} --proxy {url} list //sys/pool_trees/default")
         sys.stdout.flush()
         while not stop.is_set():
             gone = cluster.exited()

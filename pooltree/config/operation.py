@@ -78,6 +78,7 @@ KNOWN_USER_JOB_KEYS = frozenset(
         "output_table_paths",
         "restart_completed_jobs",
         "use_yamr_descriptors",
+        "redirect_stdout_to_stderr",
         "network_project",
         "max_stderr_size",
         "custom_statistics_count_limit",

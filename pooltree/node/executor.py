@@ -47,6 +47,7 @@ from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
+from pooltree.node.files import BlobSource, write_job_files
 from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
@@ -242,6 +243,8 @@ class JobExecutor:
         self._forgetting_lock = threading.Lock()
         # Sandboxes, output files and forks of new jobs, and the cleanup of finished ones, on threads of their
         # own: they never queue behind the node's other blocking work (or the slow deletions above).
+        self.file_source: BlobSource | None = None
+        """Where the job's stored files come from (``node/files.py``; set by whoever knows the scheduler)."""
         self._launcher = concurrent.futures.ThreadPoolExecutor(
             LAUNCH_THREADS, thread_name_prefix="pooltree-node-launch"
         )
@@ -362,6 +365,9 @@ class JobExecutor:
         (job.sandbox / "tmp").mkdir()
         slot = self.isolation.acquire(job.spec.job_id)
         self.isolation.prepare(job.directory, job.sandbox, slot)
+        for path in write_job_files(job.sandbox, job.spec.files, self.file_source):
+            if slot is not None:  # the job's own files, as the rest of its sandbox
+                os.chown(path, slot.uid, slot.gid)
         job_argv = self.isolation.wrap(
             [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)], job.sandbox, slot
         )

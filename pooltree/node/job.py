@@ -19,6 +19,7 @@ import numpy as np
 
 from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
 from pooltree.errors import ConfigError, join_path
+from pooltree.node.files import JobFile, parse_job_files
 from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, vector
 
 # YTsaurus error codes the node reports.
@@ -38,6 +39,7 @@ _JOB_SPEC_FIELDS = frozenset(
         "operation_id",
         "command",
         "environment",
+        "files",
         "memory_limit",
         "memory_reserve",
         "job_proxy_memory_reserve",
@@ -106,6 +108,8 @@ class JobSpec:
     job_index: int = 0
     keep_sandbox: bool = False
     resources: Vector | None = None
+    files: tuple[JobFile, ...] = ()
+    """Written into the sandbox before the command runs (``pooltree/node/files.py``)."""
 
     def __post_init__(self) -> None:
         if self.interruption_signal is not None and not isinstance(
@@ -188,6 +192,8 @@ class JobSpec:
             if not isinstance(env, Mapping):
                 raise ConfigError(join_path(path, "environment"), f"expected a map, got {type(env).__name__}")
             kwargs["environment"] = dict(env)
+        if data.get("files") is not None:
+            kwargs["files"] = parse_job_files(data["files"], join_path(path, "files"))
         kwargs["memory_limit"] = _optional_size(data.get("memory_limit"), join_path(path, "memory_limit"))
         for name in ("memory_reserve", "job_proxy_memory_reserve", "job_proxy_estimated_memory"):
             if name in data:

@@ -28,6 +28,7 @@ import httpx
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.executor import JobExecutor
+from pooltree.node.files import BlobCache, http_blob_source
 from pooltree.resources import resources_to_dict, zeros
 
 log = logging.getLogger(__name__)
@@ -316,6 +317,10 @@ async def run_node(
         node_loop = NodeLoop(
             agent, scheduler_url, tags=tags, node_secret=node_secret, heartbeat_period=heartbeat_period
         )
+        loop = node_loop
+        executor.file_source = BlobCache(
+            Path(root_dir) / ".files", http_blob_source(lambda: loop.scheduler_url, lambda: loop.headers)
+        ).get
         if on_ready is not None:
             on_ready(node_loop)
         await node_loop.run(stop)

@@ -591,6 +591,10 @@ def create_app(
         operations.register_commands(registry)
     api = YtApi(store, registry, security=security, host=host or socket.gethostname(), clock=clock)
     from pooltree.server.batch import register_batch_command, register_unsupported_commands
+    from pooltree.server.files import FileService
+
+    files = FileService(cypress, store, clock=clock)
+    files.register_commands(registry)
 
     register_unsupported_commands(registry)
     register_batch_command(
@@ -619,4 +623,5 @@ def create_app(
     app.state.registry = registry
     app.state.api = api
     app.state.security = security
+    app.state.files = files
     return app

@@ -34,6 +34,7 @@ from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     OrchidProvider,
     PoolTreesChange,
     Validator,
+    blob_ids,
     check_name,
     default_validator,
     flatten,
@@ -80,6 +81,29 @@ class Cypress:
         self._parsed = self._validate(
             self.pool_trees_document(self._root), self.default_tree_attribute(), disjoint=False
         )
+
+    # Public hooks for the modules that extend Cypress (files, transactions).
+
+    blob_released: Callable[[set[str]], None] | None = None
+    """Called (under the lock) with content blobs no file node refers to any more after a mutation."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self._lock
+
+    @property
+    def root(self) -> Node:
+        return self._root
+
+    def resolve_tokens(self, root: Node, ypath: YPath) -> tuple[str, ...]:
+        return self._resolve_tokens(root, ypath)
+
+    def find(self, root: Node, tokens: tuple[str, ...], text: str) -> tuple[Node | None, tuple[str, ...]]:
+        return self._find(root, tokens, text)
+
+    def mutate(self, change: Callable[[Node, float], Any]) -> Any:
+        """Apply ``change(root_copy, now)`` atomically (validated, stored, then current)."""
+        return self._mutate(change)
 
     # Loading and bootstrapping.
 
@@ -379,6 +403,12 @@ class Cypress:
                 attrs["alerts"] = self.orchid.get(["scheduler", "alerts"])
             except LookupError:
                 attrs["alerts"] = []
+        if node.type == "file":
+            size = int((node.value or {}).get("size") or 0)
+            chunks = len((node.value or {}).get("chunks") or [])
+            attrs.update(uncompressed_data_size=size, compressed_data_size=size, chunk_count=chunks)
+            attrs["resource_usage"] = {**attrs["resource_usage"], "disk_space": size, "chunk_count": chunks}
+            attrs.setdefault("compression_codec", "none")
         if node.type == "scheduler_pool" and len(tokens) > 3:
             attrs["parent_name"] = tokens[-2] if len(tokens) > 4 else ROOT_POOL
             attrs["pool_tree"] = tokens[2]
@@ -451,6 +481,11 @@ class Cypress:
                 )
             self._store.save_nodes(upserts, deletes)
             self._root = candidate
+            dropped = blob_ids(before[p] for p in touched if p in before) - blob_ids(upserts.values())
+            if dropped and self.blob_released is not None:
+                dropped -= blob_ids(after.values())
+                if dropped:
+                    self.blob_released(dropped)
             if event is not None:
                 self._parsed = event.parsed
                 for listener in list(self._listeners):
@@ -469,6 +504,10 @@ class Cypress:
             node, _ = self._find_for_write(root, tokens, ypath, missing_ok=ypath.attribute is None)
             if ypath.attribute == ("parent_name",) and node is not None and node.type == "scheduler_pool":
                 self._move_node(root, node, tokens, self._pool_target(root, tokens, value), False, False, now)
+                return
+            if ypath.attribute == ("name",) and node is not None and node.type == "scheduler_pool":
+                check_name("Pool", value)  # renaming a pool, as YTsaurus allows
+                self._move_node(root, node, tokens, (*tokens[:-1], value), False, False, now)
                 return
             if ypath.attribute is not None:
                 assert node is not None
@@ -709,6 +748,8 @@ class Cypress:
             node = Node(new_id(), node_type, creation_time=now, modification_time=now)
             if node_type in SCALAR_TYPES:
                 node.value = attrs.pop("value", None)
+            elif node_type == "file":
+                node.value = {"chunks": [], "size": 0}
             clash = sorted(set(attrs) & SYSTEM_ATTRIBUTES)
             if clash:
                 raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": text})
@@ -804,25 +845,27 @@ class Cypress:
                 attributes={"path": text},
             )
         if node.type == "scheduler_pool":
-            if target[:3] != source[:3] or len(target) < 4:
+            trees = self._node_at(root, POOL_TREES)
+            if target[:2] != POOL_TREES or len(target) < 4 or target[2] not in trees.children:
                 raise YtError(
-                    f'Pool "{source[-1]}" cannot be moved out of pool tree "{source[2]}" (to {target_text})',
+                    f'Pool "{source[-1]}" cannot be moved out of the pool trees (to {target_text})',
                     attributes={"pool": source[-1], "pool_tree": source[2], "destination_path": target_text},
                 )
             check_name("Pool", target[-1])
+            moved = {t[-1] for t, _ in walk(node, source)}  # the pool and its subpools keep their names
             holder = next(
                 (
                     join_tokens(t)
-                    for t, _ in walk(self._node_at(root, source[:3]), source[:3])
-                    if len(t) > 3 and t[-1] == target[-1] and t != source
+                    for t, _ in walk(trees.children[target[2]], target[:3])
+                    if len(t) > 3 and t[-1] in moved and t[: len(source)] != source
                 ),
                 None,
             )
             if holder is not None and holder != target_text:
                 raise YtError(
-                    f'Pool "{target[-1]}" already exists in pool tree "{source[2]}" at {holder}',
+                    f'Pool "{holder.rsplit("/", 1)[-1]}" already exists in pool tree "{target[2]}" at {holder}',
                     code=ALREADY_EXISTS,
-                    attributes={"pool": target[-1], "pool_tree": source[2], "path": holder},
+                    attributes={"pool": holder.rsplit("/", 1)[-1], "pool_tree": target[2], "path": holder},
                 )
         try:
             existing, _ = self._find(root, target, target_text)

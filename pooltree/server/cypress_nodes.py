@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,7 +19,7 @@ COMPOSITE_TYPES = frozenset({"map_node", "scheduler_pool_tree", "scheduler_pool"
 SCALAR_TYPES = frozenset(
     {"string_node", "int64_node", "uint64_node", "double_node", "boolean_node", "list_node", "document"}
 )
-CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES
+CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES | {"file"}
 SYSTEM_ATTRIBUTES = frozenset(
     {
         "id",
@@ -112,7 +112,7 @@ class Node:
             "creation_time": self.creation_time,
             "modification_time": self.modification_time,
         }
-        if self.type in SCALAR_TYPES:
+        if self.type in SCALAR_TYPES or self.type == "file":
             out["value"] = self.value
         return out
 
@@ -166,3 +166,12 @@ def is_index(key: str, size: int) -> bool:
     except ValueError:
         return False
     return -size <= index < size
+
+
+def blob_ids(records: Iterable[dict[str, Any]]) -> set[str]:
+    """Every stored content blob the given file records refer to."""
+    found: set[str] = set()
+    for record in records:
+        if record.get("type") == "file" and isinstance(record.get("value"), dict):
+            found.update(record["value"].get("chunks") or [])
+    return found

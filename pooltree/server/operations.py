@@ -16,8 +16,17 @@ from typing import Any
 
 from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.resources import resources_to_dict
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
-from pooltree.server.live import NO_SUCH_JOB, LiveJob, LiveOperation, LiveScheduler, no_such_operation
+from pooltree.server.files import FileService
+from pooltree.server.live import (
+    NO_SUCH_JOB,
+    LiveJob,
+    LiveOperation,
+    LiveScheduler,
+    new_guid,
+    no_such_operation,
+)
 from pooltree.server.live.counts import CountFilter, CountKey, count_key
 from pooltree.server.live.counts import counters as counts_of
 from pooltree.server.pool_rules import check_pool_name
@@ -38,6 +47,25 @@ BRIEF_ATTRIBUTES = (
     "pool",
     "runtime_parameters",
 )
+SCHEDULING_INFO_KEYS = (
+    "fair_share_ratio",
+    "usage_ratio",
+    "demand_ratio",
+    "weight",
+    "starvation_status",
+    "scheduling_status",
+    "satisfaction_ratio",
+    "dominant_resource",
+    "detailed_fair_share",
+    "resource_usage",
+    "resource_demand",
+    "resource_limits",
+    "effective_fair_share_starvation_tolerance",
+    "effective_fair_share_starvation_timeout",
+    "effective_aggressive_starvation_enabled",
+    "effective_aggressive_preemption_allowed",
+)
+"""What ``progress/scheduling_info_per_pool_tree/<tree>`` shows of the operation's element, as YTsaurus names it."""
 FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
@@ -164,6 +192,8 @@ class OperationCommands:
         self._live: dict[str, _Attributes] = {}
         self._finished: OrderedDict[str, _Attributes] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self.files: FileService | None = None
+        """Resolves ``file_paths`` when an operation starts (set by the service)."""
         """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
 
     # ------------------------------------------------------------------ cached attribute maps
@@ -321,6 +351,7 @@ class OperationCommands:
             shares = scheduler.operation_shares(tree, op.id)
             if shares is not None:
                 info.update(shares)
+                info.update(self._effective_values(tree, op.id))
             if op.id in scheduler.registry.operations and tree in scheduler.registry.trees:
                 try:
                     placement = scheduler.registry.trees[tree].operation_orchid(op.id)
@@ -355,6 +386,33 @@ class OperationCommands:
             op.trees,
             scheduling_info,
         )
+
+    def _effective_values(self, tree: str, operation_id: str) -> dict[str, Any]:
+        """The operation element's effective values in ``tree`` (lock held): YTsaurus's
+        ``scheduling_info_per_pool_tree`` fields beyond the shares (limits, demand, starvation settings)."""
+        core = self.scheduler.cores.get(tree)
+        if core is None:
+            return {}
+        out: dict[str, Any] = {}
+        try:
+            view = core.strategy.element_view(operation_id)
+        except (PooltreeError, KeyError):
+            view = {}
+        for key in SCHEDULING_INFO_KEYS:
+            if key in view:
+                out[key] = view[key]
+        result = core.last_result
+        element = result.elements.get(operation_id) if result is not None else None
+        if element is not None:
+            for key in ("resource_limits", "resource_demand"):
+                value = getattr(element, key, None)
+                if value is not None:
+                    out[key] = resources_to_dict(value, drop_infinite=True)
+            if getattr(element, "dominant_resource", None) is not None:
+                out["dominant_resource"] = element.dominant_resource
+            if getattr(element, "satisfaction_ratio", None) is not None:
+                out["satisfaction_ratio"] = float(element.satisfaction_ratio)
+        return out
 
     def _stored_attributes(self, record: OperationRecord) -> dict[str, Any]:
         doc = record.document
@@ -423,7 +481,7 @@ class OperationCommands:
             "runtime_parameters": {
                 "owners": [],
                 "acl": [],
-                "annotations": {},
+                "annotations": spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {},
                 **runtime_parameters,
             },
             "suspended": suspended,
@@ -474,6 +532,11 @@ class OperationCommands:
         if not isinstance(spec, dict):
             raise parameter_error("spec", f"expected a map, got {type(spec).__name__}")
         check_pool_names(spec, "spec")
+        operation_id = new_guid()
+        files = self.files.snapshot(spec) if self.files is not None else {}
+        if files:
+            assert self.files is not None
+            self.files.register_operation(operation_id, files)
         try:
             mutation_id = ctx.param("mutation_id", None)
             op = self.scheduler.start_operation(
@@ -481,14 +544,25 @@ class OperationCommands:
                 spec,
                 ctx.user,
                 self.clock(),
+                operation_id=operation_id,
                 mutation_id=None if mutation_id is None else str(mutation_id),
             )
         except ConfigError as error:
+            if files and self.files is not None:
+                self.files.forget_operation(operation_id)
             raise YtError(
                 f"Invalid operation spec: {error.message}",
                 attributes={"field": error.path, "reason": error.reason},
                 inner_errors=[error],
             ) from error
+        except Exception:
+            if files and self.files is not None:
+                self.files.forget_operation(operation_id)
+            raise
+        if files and self.files is not None and op.id != operation_id:
+            self.files.forget_operation(
+                operation_id
+            )  # a retried start answered the first attempt's operation
         return {"operation_id": op.id}
 
     def get_operation(self, ctx: CommandContext) -> Encoded:
@@ -788,6 +862,22 @@ class OperationCommands:
     def get_job(self, ctx: CommandContext) -> dict[str, Any]:
         return self.job_attributes(self._job(ctx))
 
+    def abort_job(self, ctx: CommandContext) -> None:
+        """Abort a running job (``user_request``); its node kills it at its next heartbeat and the operation's
+        controller runs the job again, as YTsaurus does."""
+        job_id = ctx.str_param("job_id")
+        with self.scheduler.lock:
+            job = self.scheduler.jobs.get(job_id)
+            node = self.scheduler.nodes.get(job.address) if job is not None else None
+            if job is None or job.state != "running" or node is None:
+                raise YtError(
+                    f"No such running job {job_id}",
+                    code=NO_SUCH_JOB,
+                    attributes={"job_id": job_id},
+                )
+            if not any(entry.get("job_id") == job_id for entry in node.aborts):
+                node.aborts.append({"job_id": job_id, "reason": "user_request"})
+
     def get_job_stderr(self, ctx: CommandContext) -> bytes:
         job = self._job(ctx)
         return job.stderr.encode("utf-8", "replace")
@@ -806,4 +896,5 @@ class OperationCommands:
             registry.register(name, handler, output_type="null", is_volatile=True)
         registry.register("list_jobs", self.list_jobs)
         registry.register("get_job", self.get_job)
+        registry.register("abort_job", self.abort_job, output_type="null", is_volatile=True)
         registry.register("get_job_stderr", self.get_job_stderr, output_type="binary")

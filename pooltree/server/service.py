@@ -188,10 +188,13 @@ class SchedulerService:
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
         )
         api = self.app.state.api
+        self.commands.files = self.app.state.files
+        self.scheduler.job_files = self.app.state.files.job_files
         self._api = api
         self.app.router.routes[0:0] = [
             Route("/internal/node_heartbeat", self._heartbeat, methods=["POST"]),
             Route("/metrics", self._metrics, methods=["GET"]),
+            Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
         ]
         self.web = WebUI(self)
         self.app.router.routes[0:0] = self.web.routes()
@@ -267,6 +270,17 @@ class SchedulerService:
                 YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
                 request_id,
             )
+
+    async def _file_blob(self, request: Request) -> Response:
+        """A blob of a running operation's files, for the node that starts its jobs (node/files.py)."""
+        request_id = secrets.token_hex(8)
+        try:
+            peer = request.client.host if request.client is not None else None
+            self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
+            data = await run_in_threadpool(self.app.state.files.job_blob, request.path_params["blob_id"])
+            return Response(data, media_type="application/octet-stream")
+        except PooltreeError as error:
+            return self._api.error_response(error, request_id)
 
     def _timed(self, work: str, function: Callable[..., Any], *args: Any) -> Any:
         """Run ``function`` (on a worker thread) and account its wall time under ``work``."""

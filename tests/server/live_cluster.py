@@ -21,6 +21,7 @@ import yt.wrapper as ytw
 
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
+from pooltree.node.files import BlobCache, http_blob_source
 from pooltree.node.service import NODE_SECRET_HEADER
 from pooltree.resources import vector
 from pooltree.server.service import serve
@@ -120,6 +121,13 @@ class Node:
             )
 
         self.agent: NodeAgent = loop.run(build())
+        self.agent.executor.file_source = BlobCache(
+            root / address / ".files",
+            http_blob_source(
+                lambda: self.scheduler_url,
+                lambda: {NODE_SECRET_HEADER: self.node_secret} if self.node_secret else {},
+            ),
+        ).get
         self._running = True
         self.task = loop.submit(self._loop())
 

@@ -98,7 +98,7 @@ def test_pool_move_parent_name_and_operation_counts(cluster: Cluster) -> None:
     assert into_self.returncode != 0 and "own descendant" in into_self.stderr
     client.set("//tmp/x", 1)
     out = cluster.cli("move", f"{TREES}/default/p2", "//tmp/p2", check=False)
-    assert out.returncode != 0 and "cannot be moved out of pool tree" in out.stderr
+    assert out.returncode != 0 and "cannot be moved out of the pool trees" in out.stderr
     clash = cluster.cli("move", f"{TREES}/default/p2", f"{TREES}/default/p1/child", check=False)
     assert clash.returncode != 0 and "already exists" in clash.stderr
     client.abort_operation(op.id)

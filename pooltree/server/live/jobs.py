@@ -192,11 +192,18 @@ class LiveJobs:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
+        raw_task = (op.spec.get("tasks") or {}).get(job.task_name)
+        if isinstance(raw_task, dict) and raw_task.get("redirect_stdout_to_stderr") is True:
+            spec["command"] = f"exec 1>&2\n{task.command}"  # YTsaurus: the job's stdout goes to its stderr
         reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
         if reserve is not None:
             spec["memory_reserve"] = min(reserve.user_job_memory_reserve, float(task.memory_limit))
             spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
             spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
+        if self.job_files is not None:  # file_paths: contents go with the spec, the node writes the sandbox
+            files = self.job_files(op.id, job.task_name)
+            if files:
+                spec["files"] = files
         return spec
 
     def _on_started(

@@ -96,6 +96,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.durations: dict[str, tuple[int, float, float]] = {}
         """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
+        self.job_files: Callable[[str, str], list[dict[str, Any]]] | None = None
+        """operation id, task → the ``files`` of a job spec (set by the service; files.FileService.job_files)."""
         self.alert_center = SchedulerAlerts(self, alert_settings)
         self.event_log: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG_SIZE)
         self.event_count = 0

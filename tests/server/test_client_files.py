@@ -1,0 +1,110 @@
+"""Files for jobs through the official client (issue 15): ``yt write-file`` / ``read-file`` / ``upload`` in the
+client's transactions, ``file_paths`` delivered into the sandbox, and a Python callable run as a vanilla task."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yt.wrapper as ytw
+
+sys.path.insert(0, str(Path(__file__).parent))
+from polling import wait_for
+from test_live_service import YT, Cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path, slots=2)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def _cli(cluster: Cluster, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
+    env.update(HOME=str(cluster.root), YT_PROXY=cluster.url)
+    return subprocess.run([YT, *args], env=env, input=stdin, capture_output=True, timeout=60)
+
+
+def _stderrs(client: ytw.YtClient, op_id: str) -> list[bytes]:
+    return [client.get_job_stderr(op_id, job["id"]).read() for job in client.list_jobs(op_id)["jobs"]]
+
+
+def test_write_read_upload_and_file_paths_in_the_sandbox(cluster: Cluster, tmp_path: Path) -> None:
+    client = cluster.client()
+    script = b"import os, sys\nprint('script ran in', os.path.basename(os.getcwd()), file=sys.stderr)\n"
+    written = _cli(cluster, "write-file", "//tmp/job.py", stdin=script)
+    assert written.returncode == 0, written.stderr
+    assert _cli(cluster, "read-file", "//tmp/job.py").stdout == script
+    assert client.get("//tmp/job.py/@uncompressed_data_size") == len(script)
+    assert client.get("//tmp/job.py/@type") == "file"
+    tool = tmp_path / "tool.sh"
+    tool.write_text("#!/bin/sh\necho tool says $1 >&2\n")
+    tool.chmod(0o755)
+    client.create("map_node", "//tmp/bin")
+    uploaded = _cli(cluster, "upload", "//tmp/bin/tool", "--executable", stdin=tool.read_bytes())
+    assert uploaded.returncode == 0, uploaded.stderr
+    tasks = (
+        '{main={command="python3 job.py && ./renamed.sh hi && test -x renamed.sh"; job_count=1; '
+        'file_paths=["//tmp/job.py"; <file_name="renamed.sh">"//tmp/bin/tool"]}}'
+    )
+    run = _cli(cluster, "vanilla", "--tasks", tasks)
+    assert run.returncode == 0, run.stderr
+    op_id = client.list_operations()["operations"][0]["id"]
+    assert _stderrs(client, op_id) == [b"script ran in sandbox\ntool says hi\n"]
+    # a missing file is refused when the operation starts, naming the path and the spec field
+    missing = _cli(
+        cluster, "vanilla", "--tasks", '{main={command="true"; job_count=1; file_paths=["//tmp/nope"]}}'
+    )
+    assert missing.returncode != 0 and b"//tmp/nope" in missing.stderr and b"file_paths" in missing.stderr
+
+
+def test_transactions_stage_file_writes_until_commit(cluster: Cluster) -> None:
+    client = cluster.client()
+    client.create("file", "//tmp/data")
+    client.write_file("//tmp/data", b"v1")
+    with client.Transaction() as outer:
+        client.write_file("//tmp/data", b"v2")
+        inner = client.start_transaction()  # nested in outer (the client passes transaction_id)
+        client.abort_transaction(inner)
+        other = ytw.YtClient(proxy=cluster.url, config={"proxy": {"enable_proxy_discovery": False}})
+        assert other.read_file("//tmp/data").read() == b"v1"  # not committed yet
+        assert outer.transaction_id
+    assert client.read_file("//tmp/data").read() == b"v2"
+    try:
+        with client.Transaction():
+            client.write_file("//tmp/data", b"v3")
+            raise RuntimeError("abort")
+    except RuntimeError:
+        pass
+    assert client.read_file("//tmp/data").read() == b"v2"
+    with pytest.raises(ytw.YtResponseError, match="No such transaction"):
+        client.commit_transaction("1-2-3-4")
+
+
+def _square_to_stderr() -> None:
+    sys.stderr.write(f"callable ran: {7 * 7}\n")
+
+
+def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
+    client = ytw.YtClient(
+        proxy=cluster.url,
+        config={
+            "proxy": {"enable_proxy_discovery": False},
+            # the job runs this interpreter, with the site-packages it has (as on a YTsaurus node with the same image)
+            "pickling": {"python_binary": sys.executable, "ignore_system_modules": True},
+        },
+    )
+    spec = ytw.VanillaSpecBuilder().begin_task("main").command(_square_to_stderr).job_count(2).end_task()
+    op = client.run_operation(spec, sync=False)
+    wait_for(lambda: client.get_operation(op.id)["state"] in ("completed", "failed", "aborted"), timeout=90)
+    assert client.get_operation(op.id)["state"] == "completed", _stderrs(client, op.id)
+    stderrs = _stderrs(client, op.id)
+    assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
+    assert "unrecognized_spec" not in client.get_operation(op.id)["alerts"]
