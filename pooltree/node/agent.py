@@ -112,6 +112,8 @@ class NodeAgent:
         self._clock = clock
         self._sequence = 0
         self._unacknowledged: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._stderr_uploads: dict[str, str] = {}
+        """Finished jobs whose stderr is longer than the report carries: job id → operation id."""
         self.heartbeat_needed = asyncio.Event()
         executor.add_listener(self._on_finish)
 
@@ -121,6 +123,8 @@ class NodeAgent:
         report["stderr"] = self.executor.stderr(result.job_id, self.report_stderr_limit).decode(
             "utf-8", "replace"
         )
+        if result.stderr_size > self.report_stderr_limit:  # the whole stderr goes by upload (node/files.py)
+            self._stderr_uploads[result.job_id] = result.operation_id
         self._unacknowledged[result.job_id] = report
         self.heartbeat_needed.set()
 
@@ -132,6 +136,13 @@ class NodeAgent:
             if spec is not None and spec.resources is not None:
                 total = total + spec.resources
         return total
+
+    def pending_stderr_uploads(self) -> list[tuple[str, str]]:
+        """(job id, operation id) of finished, unacknowledged jobs whose whole stderr is still to be uploaded."""
+        return [(job, op) for job, op in self._stderr_uploads.items() if job in self._unacknowledged]
+
+    def stderr_uploaded(self, job_id: str) -> None:
+        self._stderr_uploads.pop(job_id, None)
 
     def build_heartbeat(self) -> dict[str, Any]:
         """The heartbeat map: node state, running jobs, and finished-job reports not yet acknowledged."""
@@ -207,6 +218,7 @@ class NodeAgent:
             "skipped": [],
         }
         for job_id in acks:
+            self._stderr_uploads.pop(job_id, None)
             if self._unacknowledged.pop(job_id, None) is not None:
                 self.executor.forget(job_id)
                 summary["acknowledged"].append(job_id)

@@ -47,7 +47,7 @@ from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
-from pooltree.node.files import BlobSource, write_job_files
+from pooltree.node.files import BlobSource, truncate_output, write_job_files
 from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
@@ -64,7 +64,8 @@ from pooltree.node.job import (
 )
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
 
-DEFAULT_STDERR_LIMIT = 10 * 1024 * 1024
+DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
+"""YTsaurus's default ``max_stderr_size``: what is kept of a job's stderr (and stdout)."""
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_SHUTDOWN_REASON = "node_shutdown"
 TRASH_DIRECTORY = ".trash"
@@ -774,18 +775,9 @@ class JobExecutor:
         removal.add_done_callback(self._removals.discard)
 
     def _cap_output(self, path: Path) -> int:
-        """Keep only the last ``stderr_limit`` bytes of a finished job's output file; returns its size."""
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            return 0
-        if size <= self.stderr_limit:
-            return size
-        with open(path, "rb") as handle:
-            handle.seek(size - self.stderr_limit)
-            tail = handle.read()
-        path.write_bytes(tail)
-        return len(tail)
+        """Cut a finished job's output file to ``stderr_limit`` bytes as YTsaurus's job proxy does (the first half,
+        ``\n...skipped...\n``, the last half: ``truncate_output``); returns the size kept."""
+        return truncate_output(path, self.stderr_limit)
 
     async def _sample_loop(self) -> None:
         while self._running:

@@ -22,11 +22,12 @@ from typing import Any
 
 import httpx
 
-from pooltree.errors import ConfigError, join_path
+from pooltree.errors import ConfigError, PooltreeError, join_path
 
 BlobSource = Callable[[str], bytes]
 """Blob id → its bytes (``BlobCache.get`` over ``http_blob_source``)."""
 BLOB_PATH = "/internal/file_blob/"
+STDERR_PATH = "/internal/job_stderr/"
 _BLOB_ID_RE = re.compile(r"^[0-9a-f]{1,8}(-[0-9a-f]{1,8}){3}$")
 
 
@@ -173,3 +174,53 @@ def write_job_files(sandbox: Path, files: Sequence[JobFile], source: BlobSource 
             os.close(fd)
         created.append(target)
     return created
+
+
+SKIPPED = b"\n...skipped...\n"
+
+
+def truncate_output(path: Path, limit: int) -> int:
+    """Keep at most ``limit`` bytes of an output file the YTsaurus way: its first ``limit // 2`` bytes, the marker
+    ``\n...skipped...\n`` and its last ``limit // 2`` bytes. Returns the size kept (0 for a missing file)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size <= limit:
+        return size
+    half = limit // 2
+    with open(path, "rb") as handle:
+        head = handle.read(half)
+        handle.seek(size - half)
+        tail = handle.read(half)
+    partial = path.with_name(path.name + ".cut")
+    fd = os.open(
+        partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+    )  # private, as the job's output files are
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(head + SKIPPED + tail)
+    os.chmod(partial, path.stat().st_mode & 0o7777)
+    partial.replace(path)
+    return len(head) + len(SKIPPED) + len(tail)
+
+
+def upload_stderr(
+    agent: Any, scheduler_url: str, headers: dict[str, str], client: Callable[..., Any] | None = None
+) -> None:
+    """Send the whole (truncated) stderr of finished jobs whose report carries only its tail to the scheduler
+    (``PUT /internal/job_stderr/<operation_id>/<job_id>``), so ``get_job_stderr`` answers it all. Best effort: on
+    failure the report's tail stays what the scheduler has."""
+    for job_id, operation_id in agent.pending_stderr_uploads():
+        try:
+            data = agent.executor.stderr(job_id, agent.executor.stderr_limit + len(SKIPPED))
+            put = client or httpx.put
+            response = put(
+                f"{scheduler_url.rstrip('/')}{STDERR_PATH}{operation_id}/{job_id}",
+                content=data,
+                headers=headers,
+                timeout=60,
+            )
+        except (httpx.HTTPError, PooltreeError, OSError):
+            continue
+        if response.status_code == 200:
+            agent.stderr_uploaded(job_id)

@@ -28,7 +28,7 @@ import httpx
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.executor import JobExecutor
-from pooltree.node.files import BlobCache, http_blob_source
+from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
 from pooltree.resources import resources_to_dict, zeros
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,8 @@ class NodeLoop:
 
     async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
         """One heartbeat round trip; True if the scheduler answered and its response was applied."""
+        if self.agent.pending_stderr_uploads():
+            await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, self.headers)
         try:
             response = await client.post(
                 self.scheduler_url + HEARTBEAT_PATH,

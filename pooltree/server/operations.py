@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import threading
 from collections import Counter, OrderedDict
@@ -66,6 +67,8 @@ SCHEDULING_INFO_KEYS = (
     "effective_aggressive_preemption_allowed",
 )
 """What ``progress/scheduling_info_per_pool_tree/<tree>`` shows of the operation's element, as YTsaurus names it."""
+STDERR_PREFIX = "job_stderr/"
+"""Store key of a job's whole stderr (uploaded by its node when longer than the heartbeat report's tail)."""
 FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
@@ -878,8 +881,25 @@ class OperationCommands:
             if not any(entry.get("job_id") == job_id for entry in node.aborts):
                 node.aborts.append({"job_id": job_id, "reason": "user_request"})
 
+    def store_stderr(self, operation_id: str, job_id: str, data: bytes) -> None:
+        """Keep a job's whole stderr its node uploaded (the heartbeat report carries only its tail)."""
+        known = False
+        with self.scheduler.lock:
+            op = self.scheduler.operations.get(operation_id)
+            known = op is not None and job_id in op.jobs
+        if not known and self.scheduler.store.get_job(operation_id, job_id) is None:
+            raise YtError(
+                f"No such job {job_id} in operation {operation_id}",
+                code=NO_SUCH_JOB,
+                attributes={"job_id": job_id, "operation_id": operation_id},
+            )
+        self.scheduler.store.set_value(STDERR_PREFIX + job_id, base64.b64encode(data).decode("ascii"))
+
     def get_job_stderr(self, ctx: CommandContext) -> bytes:
         job = self._job(ctx)
+        uploaded = self.scheduler.store.get_value(STDERR_PREFIX + job.id)
+        if isinstance(uploaded, str):
+            return base64.b64decode(uploaded)
         return job.stderr.encode("utf-8", "replace")
 
     def register_commands(self, registry: CommandRegistry) -> None:

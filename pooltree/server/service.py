@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TREE = "default"
 MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
+MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
 
 
@@ -195,6 +196,7 @@ class SchedulerService:
             Route("/internal/node_heartbeat", self._heartbeat, methods=["POST"]),
             Route("/metrics", self._metrics, methods=["GET"]),
             Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
+            Route("/internal/job_stderr/{operation_id}/{job_id}", self._job_stderr, methods=["PUT"]),
         ]
         self.web = WebUI(self)
         self.app.router.routes[0:0] = self.web.routes()
@@ -279,6 +281,25 @@ class SchedulerService:
             self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
             data = await run_in_threadpool(self.app.state.files.job_blob, request.path_params["blob_id"])
             return Response(data, media_type="application/octet-stream")
+        except PooltreeError as error:
+            return self._api.error_response(error, request_id)
+
+    async def _job_stderr(self, request: Request) -> Response:
+        """A finished job's whole stderr (cut as YTsaurus cuts it) from its node, for ``get_job_stderr``."""
+        request_id = secrets.token_hex(8)
+        try:
+            peer = request.client.host if request.client is not None else None
+            self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
+            body = await request.body()
+            if len(body) > MAX_STDERR_UPLOAD_BYTES:
+                raise YtError(f"Job stderr upload is larger than {MAX_STDERR_UPLOAD_BYTES} bytes")
+            await run_in_threadpool(
+                self.commands.store_stderr,
+                request.path_params["operation_id"],
+                request.path_params["job_id"],
+                body,
+            )
+            return Response(b"", status_code=200)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
 

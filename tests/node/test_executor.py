@@ -280,15 +280,17 @@ def test_shutdown_kills_running_jobs(tmp_path):
     assert gone(pid)
 
 
-def test_stderr_keeps_the_tail(tmp_path):
+def test_stderr_is_cut_as_ytsaurus_cuts_it(tmp_path):
+    """YTsaurus's job proxy keeps the first half of max_stderr_size, "\\n...skipped...\\n", the last half."""
+
     async def scenario():
         async with executor(tmp_path, stderr_limit=1000) as ex:
             await ex.start(spec("job-e", py("import sys; sys.stderr.write('a' * 4000 + 'b' * 1000)")))
-            return await ex.wait("job-e", 10), ex.stderr("job-e")
+            return await ex.wait("job-e", 10), ex.stderr("job-e", 2000)
 
     result, stderr = run(scenario())
-    assert result.stderr_size == 1000
-    assert stderr == b"b" * 1000
+    assert stderr == b"a" * 500 + b"\n...skipped...\n" + b"b" * 500
+    assert result.stderr_size == len(stderr)
 
 
 def test_duplicate_and_unknown_jobs_are_errors(tmp_path):

@@ -21,7 +21,7 @@ import yt.wrapper as ytw
 
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
-from pooltree.node.files import BlobCache, http_blob_source
+from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
 from pooltree.node.service import NODE_SECRET_HEADER
 from pooltree.resources import vector
 from pooltree.server.service import serve
@@ -136,6 +136,8 @@ class Node:
         async with httpx.AsyncClient(timeout=10) as client:
             while self._running:
                 if not self.paused:
+                    if self.agent.pending_stderr_uploads():
+                        await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, headers)
                     try:
                         response = await client.post(
                             f"{self.scheduler_url}/internal/node_heartbeat",

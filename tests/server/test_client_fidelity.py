@@ -156,3 +156,45 @@ def test_batches_and_unsupported_commands(cluster: Cluster) -> None:
             result.stderr
         )
         assert "not supported by api/v4" not in result.stderr
+
+
+def test_job_stderr_whole_with_ytsaurus_cut_and_abort_job(cluster: Cluster) -> None:
+    client = cluster.client()
+    # 1.2 MB of stderr: more than a heartbeat report carries (64 KiB), less than max_stderr_size (5 MiB)
+    big = client.run_operation(
+        vanilla("python3 -c \"import sys; [sys.stderr.write('%07d\\n' % i) for i in range(150000)]\"", 1),
+        sync=False,
+    )
+    big.wait(timeout=60_000)
+    job = client.list_jobs(big.id)["jobs"][0]
+    assert job["stderr_size"] == 150000 * 8
+    stderr = wait_for(
+        lambda: (data := client.get_job_stderr(big.id, job["id"]).read()) and len(data) == 150000 * 8 and data
+    )
+    assert stderr.startswith(b"0000000\n0000001\n") and stderr.endswith(b"0149999\n")
+    # past max_stderr_size: the first half, YTsaurus's marker, the last half
+    huge = client.run_operation(
+        vanilla("python3 -c \"import sys; sys.stderr.write('x' * 6291456 + 'END\\n')\"", 1), sync=False
+    )
+    huge.wait(timeout=60_000)
+    job = client.list_jobs(huge.id)["jobs"][0]
+    cut = wait_for(
+        lambda: (data := client.get_job_stderr(huge.id, job["id"]).read()) and len(data) > 65536 and data
+    )
+    half = 5 * 1024 * 1024 // 2
+    assert (
+        cut[:half] == b"x" * half
+        and cut[half : half + 15] == b"\n...skipped...\n"
+        and cut.endswith(b"xEND\n")
+    )
+    assert len(cut) == 2 * half + 15
+    # abort-job: aborted with reason user_request, and the job runs again
+    op = client.run_operation(vanilla("sleep 60", 1), sync=False)
+    running = wait_for(lambda: client.list_jobs(op.id, job_state="running")["jobs"])
+    cluster.cli("abort-job", running[0]["id"])
+    aborted = wait_for(lambda: client.list_jobs(op.id, job_state="aborted")["jobs"])
+    assert aborted[0]["abort_reason"] == "user_request"
+    wait_for(lambda: client.list_jobs(op.id, job_state="running")["jobs"])
+    again = cluster.cli("abort-job", running[0]["id"], check=False)
+    assert again.returncode != 0 and "No such running job" in again.stderr
+    client.abort_operation(op.id)
