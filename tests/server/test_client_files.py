@@ -4,6 +4,7 @@ client's transactions, ``file_paths`` delivered into the sandbox, and a Python c
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,8 +14,11 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
+from job_functions import square_to_stderr
 from polling import wait_for
 from test_live_service import YT, Cluster
+
+from pooltree.node.executor import SAFE_PATH
 
 
 @pytest.fixture
@@ -88,20 +92,25 @@ def test_transactions_stage_file_writes_until_commit(cluster: Cluster) -> None:
         client.commit_transaction("1-2-3-4")
 
 
-def _square_to_stderr() -> None:
-    sys.stderr.write(f"callable ran: {7 * 7}\n")
-
-
 def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
+    # Jobs run as their slot's user, which cannot reach the test venv (under /root here): they run the system
+    # python3 (the one on the job's PATH), and the library ships the pure-Python modules the function needs
+    # (compiled ones are left out, since the two interpreters' builds may differ).
+    python = shutil.which("python3", path=SAFE_PATH)
+    if python is None:
+        pytest.skip(f"no python3 on the jobs' PATH ({SAFE_PATH})")
     client = ytw.YtClient(
         proxy=cluster.url,
         config={
             "proxy": {"enable_proxy_discovery": False},
-            # the job runs this interpreter, with the site-packages it has (as on a YTsaurus node with the same image)
-            "pickling": {"python_binary": sys.executable, "ignore_system_modules": True},
+            "pickling": {
+                "python_binary": python,
+                "enable_modules_compatibility_filter": True,
+                "force_using_py_instead_of_pyc": True,
+            },
         },
     )
-    spec = ytw.VanillaSpecBuilder().begin_task("main").command(_square_to_stderr).job_count(2).end_task()
+    spec = ytw.VanillaSpecBuilder().begin_task("main").command(square_to_stderr).job_count(2).end_task()
     op = client.run_operation(spec, sync=False)
     wait_for(lambda: client.get_operation(op.id)["state"] in ("completed", "failed", "aborted"), timeout=90)
     assert client.get_operation(op.id)["state"] == "completed", _stderrs(client, op.id)
