@@ -32,7 +32,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 def _cli(cluster: Cluster, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
-    env.update(HOME=str(cluster.root), YT_PROXY=cluster.url)
+    env.update(HOME=str(cluster.root), YT_PROXY=cluster.url, YT_TOKEN=cluster.token)
     return subprocess.run([YT, *args], env=env, input=stdin, capture_output=True, timeout=60)
 
 
@@ -77,7 +77,7 @@ def test_transactions_stage_file_writes_until_commit(cluster: Cluster) -> None:
         client.write_file("//tmp/data", b"v2")
         inner = client.start_transaction()  # nested in outer (the client passes transaction_id)
         client.abort_transaction(inner)
-        other = ytw.YtClient(proxy=cluster.url, config={"proxy": {"enable_proxy_discovery": False}})
+        other = cluster.client()
         assert other.read_file("//tmp/data").read() == b"v1"  # not committed yet
         assert outer.transaction_id
     assert client.read_file("//tmp/data").read() == b"v2"
@@ -101,6 +101,7 @@ def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
         pytest.skip(f"no python3 on the jobs' PATH ({SAFE_PATH})")
     client = ytw.YtClient(
         proxy=cluster.url,
+        token=cluster.token,
         config={
             "proxy": {"enable_proxy_discovery": False},
             "pickling": {

@@ -14,6 +14,8 @@ import yt.wrapper as ytw
 from pooltree.server import create_app, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
+from live_cluster import ROOT_TOKEN
+from live_cluster import client as live_client
 from polling import wait_for
 from test_live_service import Cluster, vanilla
 
@@ -24,8 +26,8 @@ ORCHID_POOLS = "//sys/scheduler/orchid/scheduler/pool_trees/default/pools"
 @pytest.fixture
 def yt(tmp_path: Path, serve: Callable[[object], str]) -> ytw.YtClient:
     """Cypress only (no nodes): pool manipulations, as YTsaurus's TestSchedulerPoolManipulations runs them."""
-    url = serve(create_app(open_store(f"sqlite:///{tmp_path / 'state.db'}")))
-    client = ytw.YtClient(proxy=url, config={"proxy": {"enable_proxy_discovery": False}})
+    url = serve(create_app(open_store(f"sqlite:///{tmp_path / 'state.db'}"), token=ROOT_TOKEN))
+    client = live_client(url)
     client.create("scheduler_pool_tree", attributes={"name": "my_tree"})
     return client
 
