@@ -28,6 +28,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.service import check_period
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
+from pooltree.security.guard import is_loopback
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
@@ -411,6 +412,10 @@ async def serve(
     from pooltree.server.leader import SchedulerRunner
 
     check_period(heartbeat_period, "heartbeat_period")
+    if not authentication and not is_loopback(host):
+        raise PooltreeError(
+            f"refusing to serve {host} without authentication: anyone reaching it would be root"
+        )
 
     def factory(store: Store) -> SchedulerService:
         if prepare_store is not None:

@@ -72,3 +72,16 @@ def test_without_a_node_secret_configured_no_heartbeat_is_accepted(
     url = serve(service.app)
     assert _post(url, "n1").status_code == 401
     assert _post(url, "n1", secret="").status_code == 401
+
+
+def test_serving_off_loopback_without_authentication_is_refused(tmp_path: Path) -> None:
+    import asyncio
+
+    import pytest
+
+    from pooltree.errors import PooltreeError
+    from pooltree.server.service import serve
+
+    with pytest.raises(PooltreeError, match="without authentication"):
+        asyncio.run(serve(f"sqlite:///{tmp_path / 'db.sqlite'}", host="0.0.0.0", authentication=False))
+    assert not (tmp_path / "db.sqlite").exists()  # refused before anything was opened
