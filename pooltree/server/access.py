@@ -48,6 +48,9 @@ class ServiceResolver:
         self.scheduler = scheduler
         self._finished: OrderedDict[str, OperationAccess | None] = OrderedDict()
         self._lock = threading.Lock()
+        self._pool_paths: dict[tuple[str, str], str | None] = {}
+        """(tree, pool) → Cypress path; dropped on every pool trees change (a lookup walks the whole tree)."""
+        cypress.subscribe(lambda change: self._pool_paths.clear())
 
     def acl_chain(self, path: str) -> list[AclNode]:
         chain: list[AclNode] = []
@@ -65,7 +68,10 @@ class ServiceResolver:
         return chain
 
     def pool_chain(self, tree: str, pool: str) -> list[AclNode] | None:
-        path = self.cypress.pool_path(tree, pool)
+        key = (tree, pool)
+        if key not in self._pool_paths:
+            self._pool_paths[key] = self.cypress.pool_path(tree, pool)
+        path = self._pool_paths[key]
         return None if path is None else self.acl_chain(path)
 
     def tree_chain(self, tree: str) -> list[AclNode]:
