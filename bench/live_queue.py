@@ -25,6 +25,10 @@ connections: on a 2-core machine httpx's or yt.wrapper's own per-request CPU wou
 (see bench/live_throughput.py). They share the machine with the scheduler, so the figures are for the pair;
 ``machine`` reports the load average before and after (the machine may be shared with other work).
 
+``gc_after_queue`` / ``gc_at_end``: the scheduler's garbage collections so far (count, total and longest pause per
+generation, objects frozen); ``POOLTREE_GC_TUNING=0`` in the environment runs the scheduler without the tuning
+(``pooltree/server/gc_tuning.py``) for a back-to-back comparison.
+
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
        [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4]
 """
@@ -355,6 +359,29 @@ def run_mixed(
     }
 
 
+def _gc_figures(url: str, token: str) -> dict[str, Any]:
+    """The scheduler's garbage collections so far (``pooltree_gc_*`` in ``/metrics``): per generation the count,
+    total and longest pause; the objects frozen (``pooltree.server.gc_tuning``)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30, headers={"Authorization": f"OAuth {token}"}).text
+
+    def value(pattern: str) -> float:
+        match = re.search(pattern + r" ([0-9.e+-]+)", text)
+        return float(match.group(1)) if match else 0.0
+
+    figures: dict[str, Any] = {}
+    for generation in ("0", "1", "2"):
+        label = rf'\{{generation="{generation}"\}}'
+        figures[f"generation_{generation}"] = {
+            "collections": int(value(f"pooltree_gc_pause_seconds_count{label}")),
+            "total_ms": round(value(f"pooltree_gc_pause_seconds_sum{label}") * 1000, 1),
+            "max_ms": round(value(f"pooltree_gc_pause_max_seconds{label}") * 1000, 1),
+        }
+    figures["frozen_objects"] = int(value("pooltree_gc_frozen_objects"))
+    return figures
+
+
 def _uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
@@ -393,6 +420,7 @@ def main() -> None:
             "store": "sqlite",
             "nodes": 1,
             "pool": f"{POOL} (max_running_operation_count 0)",
+            "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
         },
     }
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
@@ -411,6 +439,7 @@ def main() -> None:
             report["queue"], op_ids = run_queue(
                 local.url, local.token, args.operations, args.clients, args.rate
             )
+            report["gc_after_queue"] = _gc_figures(local.url, local.token)
             if args.mode in ("both", "mixed"):
                 listed = client.list_operations(limit=1000)["operations"]
                 starts = [o["start_time"] for o in listed]
@@ -440,6 +469,7 @@ def main() -> None:
                     and sum(c["server_errors"] for c in commands.values()) == 0
                     and many["requests_per_second"] >= single["requests_per_second"],
                 }
+            report["gc_at_end"] = _gc_figures(local.url, local.token)
         finally:
             local.close()
     report["machine"] = {

@@ -32,6 +32,7 @@ from pooltree.security.guard import is_loopback
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
+from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
@@ -149,10 +150,14 @@ class SchedulerService:
         heartbeat_period: float = 1.0,
         alert_settings: AlertSettings | None = None,
         fair_share_update_period: float = 1.0,
+        tune_gc: bool = False,
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
-        ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only)."""
+        ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
+        ``tune_gc``: freeze the garbage collector's survivors after start-up and after every full collection
+        (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not)."""
         self.store = store
+        self.tune_gc = tune_gc
         self.clock = clock
         self.security = Security(
             store,
@@ -186,6 +191,7 @@ class SchedulerService:
         self.security.resolver = ServiceResolver(self.cypress, self.scheduler)
         self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
+        self.metrics.register(GcCollector())
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
         )
@@ -339,6 +345,9 @@ class SchedulerService:
             log.info("revived %d operations", len(revived))
         for tree in list(self.scheduler.cores):
             await run_in_threadpool(self.scheduler.update_fair_share, tree, now)
+        GC.install()
+        if self.tune_gc:
+            GC.settle()  # the revived operations are frozen before the first request is served
         self._tasks = [
             asyncio.create_task(self._fair_share_loop(), name="fair-share"),
             asyncio.create_task(self._sweep_loop(), name="node-sweep"),
@@ -352,10 +361,13 @@ class SchedulerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self.started:
+            GC.uninstall()
         self.started = False
 
     async def _fair_share_loop(self) -> None:
         while True:
+            GC.tick()
             now = self.clock()
             for tree in list(self.scheduler.cores):
                 try:
@@ -416,6 +428,7 @@ async def serve(
         raise PooltreeError(
             f"refusing to serve {host} without authentication: anyone reaching it would be root"
         )
+    tune_gc = tuning_enabled()
 
     def factory(store: Store) -> SchedulerService:
         if prepare_store is not None:
@@ -432,6 +445,7 @@ async def serve(
             heartbeat_period=heartbeat_period,
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
+            tune_gc=tune_gc,
         )
 
     runner = SchedulerRunner(
