@@ -43,7 +43,7 @@ def tuning_enabled(environ: dict[str, str] | os._Environ[str] | None = None) -> 
     """``POOLTREE_GC_TUNING`` is ``1`` (default) or ``0``; anything else is a ``ConfigError`` naming it."""
     value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
     if value not in ("0", "1"):
-        raise ConfigError(f"{ENVIRONMENT} must be 0 or 1, got {value!r}")
+        raise ConfigError(ENVIRONMENT, f"must be 0 or 1, got {value!r}")
     return value == "1"
 
 
