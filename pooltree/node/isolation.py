@@ -199,8 +199,8 @@ class JobIsolation:
                 who += " (the node is not root, so it cannot switch jobs to per-slot uids)"
             lost.append(
                 f"jobs run as the node's own {who}: they can read every file that user can (scheduler data "
-                "and token if they share it) and signal the node's processes"
-                + ("" if self.sandboxed else " and each other")
+                "and token if they share it)"
+                + ("" if self.sandboxed else ", and signal the node's processes and each other")
             )
         if not self.sandboxed:
             lost.append(
