@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import signal
 import time
 
@@ -248,9 +249,12 @@ def test_abort_escalates_to_sigkill_after_grace(tmp_path):
 
 
 def test_background_processes_do_not_outlive_the_job(tmp_path):
+    # Durations no other process on the host uses (other test runs and sessions sleep 300 too).
+    first, second = (f"{300 + random.random() * 60:.6f}" for _ in range(2))
+
     async def scenario():
         async with executor(tmp_path) as ex:
-            await ex.start(spec("job-bg", "sleep 300 & echo $!; (sleep 301 &) ; echo done"))
+            await ex.start(spec("job-bg", f"sleep {first} & echo $!; (sleep {second} &) ; echo done"))
             return await ex.wait("job-bg", 10)
 
     result = run(scenario())
@@ -259,7 +263,7 @@ def test_background_processes_do_not_outlive_the_job(tmp_path):
     leftovers = [
         p
         for p in psutil.process_iter(["cmdline"])
-        if p.info["cmdline"] in (["sleep", "300"], ["sleep", "301"])
+        if p.info["cmdline"] in (["sleep", first], ["sleep", second])
     ]
     assert not [p for p in leftovers if not gone(p.pid)]
 
