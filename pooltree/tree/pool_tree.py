@@ -442,20 +442,50 @@ class PoolTree:
     # ----------------------------------------------------------------------------------------- registration
 
     def prepare_registration(
-        self, operation_id: str, *, user: str, pool: str | None = None, is_gang: bool = False
+        self,
+        operation_id: str,
+        *,
+        user: str,
+        pool: str | None = None,
+        is_gang: bool = False,
+        revival: bool = False,
     ) -> PoolPlacement:
         """Validate a new operation against this tree (names, forbidden pools, gang rules, ephemeral and count
-        limits)."""
+        limits).
+
+        ``revival``: the operation was already admitted before a scheduler restart. As YTsaurus's revive
+        (``RegisterOperation`` → ``GetOrCreatePool``, without the start-time ``ValidatePoolLimits`` and
+        ``ValidateOperationPoolsCanBeUsed``), it skips the ``max_operation_count``, ephemeral-pool-per-user and
+        forbidden-immediate checks, and a pool removed meanwhile is re-created as an ephemeral pool (see
+        :meth:`_revival_pool_name`). ``max_running_operation_count`` still applies when it is attached.
+        """
         if operation_id in self._operations:
             raise PooltreeError(
                 f"Operation {operation_id} is already registered in tree {self.name!r}",
                 attributes={"operation_id": operation_id, "pool_tree": self.name},
             )
-        placement = self.resolve_pool(pool, user)
+        if revival:
+            placement = self.resolve_pool(self._revival_pool_name(pool, user), user)
+        else:
+            placement = self.resolve_pool(pool, user)
         if is_gang:
             self._check_gang(placement)
-        self._check_operation_count(self._check_placement(placement, user))
+        if not revival:
+            self._check_operation_count(self._check_placement(placement, user))
         return placement
+
+    def _revival_pool_name(self, pool_name: str | None, user: str) -> str:
+        """The pool a revived operation goes to: its own pool; for an ephemeral subpool ``hub$user`` whose hub is
+        gone (or can no longer host subpools), the hub's name, re-created as an ephemeral pool under the default
+        parent pool, the same rule as a live config change (:meth:`staged_config`)."""
+        name = pool_name or user
+        while EPHEMERAL_DELIMITER in name and name not in self._pools:
+            parent_name = name.rsplit(EPHEMERAL_DELIMITER, 1)[0]
+            parent = self._pools.get(parent_name)
+            if parent is not None and parent.mode != "fifo":
+                break
+            name = parent_name
+        return name
 
     def _check_gang(self, placement: PoolPlacement) -> None:
         """YTsaurus ``AreGangOperationsAllowed``: with the tree's ``allow_gang_operations_only_in_fifo_pools``, a

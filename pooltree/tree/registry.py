@@ -156,10 +156,13 @@ class PoolTrees:
         user: str,
         operation_type: str = "vanilla",
         now: float = 0.0,
+        revival: bool = False,
     ) -> Operation:
         """Start an operation: validate in every tree, attach everywhere, then move to pending or running.
 
         Raises ``TooManyOperationsError`` (code 202) and the other §f admission errors with nothing changed.
+        ``revival=True`` re-registers an operation admitted before a scheduler restart: the start-time count and
+        ephemeral-pool limits are not checked again (``PoolTree.prepare_registration``).
         """
         if operation_id in self._operations:
             raise PooltreeError(
@@ -172,10 +175,10 @@ class PoolTrees:
             weight = _check_weight(reg.weight, f"scheduling_options_per_pool_tree.{reg.tree}.weight")
             limits = _limits_vector(reg.resource_limits)
             placement = self.trees[reg.tree].prepare_registration(
-                operation_id, user=user, pool=reg.pool, is_gang=is_gang
+                operation_id, user=user, pool=reg.pool, is_gang=is_gang, revival=revival
             )
             prepared.append((reg, placement, weight, limits))
-        extra, offloading_alerts = self._offloading_registrations(operation_id, user, prepared)
+        extra, offloading_alerts = self._offloading_registrations(operation_id, user, prepared, revival)
         prepared.extend(extra)
 
         op = Operation(operation_id, user, operation_type, spec, OperationLifecycle.start(operation_id, now))
@@ -206,6 +209,7 @@ class PoolTrees:
         operation_id: str,
         user: str,
         prepared: list[tuple[TreeRegistration, PoolPlacement, float | None, Any]],
+        revival: bool = False,
     ) -> tuple[list[tuple[TreeRegistration, PoolPlacement, float | None, Any]], dict[str, str]]:
         """Extra registrations from ``offloading_settings`` of the operation's pools (and their ancestors).
 
@@ -225,7 +229,7 @@ class PoolTrees:
                     continue
                 try:
                     offload_placement = self.trees[tree_name].prepare_registration(
-                        operation_id, user=user, pool=target.pool
+                        operation_id, user=user, pool=target.pool, revival=revival
                     )
                 except PooltreeError as error:
                     alerts[tree_name] = error.message

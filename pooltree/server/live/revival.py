@@ -67,7 +67,12 @@ class LiveRevival:
             merged.setdefault("pool_trees", list(per_tree))
             spec_for_trees = OperationSpec.parse(merged, "spec")
         registered = self.registry.register_operation(
-            record.id, spec_for_trees, user=record.user, operation_type=record.type, now=record.start_time
+            record.id,
+            spec_for_trees,
+            user=record.user,
+            operation_type=record.type,
+            now=record.start_time,
+            revival=True,
         )
         op = LiveOperation(
             record.id,
