@@ -34,7 +34,14 @@ from typing import Any
 from pooltree.server.app import CommandContext, CommandRegistry
 from pooltree.server.cypress import Cypress
 from pooltree.server.cypress_nodes import Node, new_id
-from pooltree.server.protocol import RESOLVE_ERROR, YtError, attributes_of, parameter_error, strip_attributes
+from pooltree.server.protocol import (
+    PARAMETER_ATTRIBUTES,
+    RESOLVE_ERROR,
+    YtError,
+    attributes_of,
+    parameter_error,
+    strip_attributes,
+)
 from pooltree.server.store import Store
 from pooltree.server.ypath import join_tokens, parse_ypath
 
@@ -81,9 +88,12 @@ class Transaction:
     children: set[str] = field(default_factory=set)
 
 
-def _path_param(value: Any, name: str) -> tuple[str, dict[str, Any]]:
-    """A YPath parameter as ``(path, attributes)``: ``<append=%true>//tmp/f`` arrives as an attributed value."""
+def _path_param(value: Any, name: str, ctx: CommandContext | None = None) -> tuple[str, dict[str, Any]]:
+    """A YPath parameter as ``(path, attributes)``: ``<append=%true>//tmp/f`` arrives as an attributed value (in a
+    batch) or with its attributes kept aside by ``decode_parameters``."""
     attrs = attributes_of(value)
+    if not attrs and ctx is not None:
+        attrs = dict((ctx.parameters.get(PARAMETER_ATTRIBUTES) or {}).get(name) or {})
     bare = strip_attributes(value)
     if not isinstance(bare, str) or not bare:
         raise parameter_error(name, f"expected a path, got {bare!r}")
@@ -290,7 +300,7 @@ class FileService:
         self.cypress.mutate(change)
 
     def write_file(self, ctx: CommandContext) -> None:
-        path, attrs = _path_param(ctx.param("path"), "path")
+        path, attrs = _path_param(ctx.param("path"), "path", ctx)
         data = ctx.input if isinstance(ctx.input, bytes | bytearray) else b""
         tx_id = ctx.param("transaction_id", None)
         with self.cypress.lock:

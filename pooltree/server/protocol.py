@@ -424,6 +424,10 @@ def decompress_body(data: bytes, content_encoding: str | None, limit: int = MAX_
     return decoder.finish()
 
 
+PARAMETER_ATTRIBUTES = "$parameter_attributes"
+"""Where ``decode_parameters`` keeps the attributes it strips from top-level parameters (name → attributes)."""
+
+
 def decode_parameters(
     header_value: str | None,
     header_format: str | None,
@@ -444,7 +448,11 @@ def decode_parameters(
     if body:
         value = parse_structured(body, content_type_format(content_type), "request body")
         params.update(_parameter_map(value, "request body"))
-    return {k: v if k.endswith("_format") else strip_attributes(v) for k, v in params.items()}
+    out = {k: v if k.endswith("_format") else strip_attributes(v) for k, v in params.items()}
+    kept = {k: attributes_of(v) for k, v in params.items() if not k.endswith("_format") and attributes_of(v)}
+    if kept:  # e.g. write_file's <append=%true>//path: commands that need them read them from here
+        out[PARAMETER_ATTRIBUTES] = kept
+    return out
 
 
 def _parameter_map(value: Any, what: str) -> dict[str, Any]:

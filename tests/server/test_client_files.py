@@ -104,6 +104,9 @@ def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
         token=cluster.token,
         config={
             "proxy": {"enable_proxy_discovery": False},
+            # the modules archive goes up in pieces the server takes (a request body is at most 32 MiB decoded)
+            "write_retries": {"chunk_size": 16 * 1024 * 1024},
+            "write_parallel": {"enable": False},
             "pickling": {
                 "python_binary": python,
                 "enable_modules_compatibility_filter": True,
@@ -118,3 +121,20 @@ def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
     stderrs = _stderrs(client, op.id)
     assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
     assert "unrecognized_spec" not in client.get_operation(op.id)["alerts"]
+
+
+def test_a_file_written_in_pieces_is_whole(cluster: Cluster) -> None:
+    # the client sends a large file as several write_file requests, each after the first with <append=%true>
+    client = ytw.YtClient(
+        proxy=cluster.url,
+        token=cluster.token,
+        config={
+            "proxy": {"enable_proxy_discovery": False},
+            "write_retries": {"chunk_size": 1024 * 1024},
+            "write_parallel": {"enable": False},
+        },
+    )
+    data = bytes(range(256)) * (3 * 4096 + 7)  # about 3 MiB: several pieces
+    client.write_file("//tmp/pieces", data)
+    assert client.read_file("//tmp/pieces").read() == data
+    assert client.get("//tmp/pieces/@chunk_count") >= 2  # appended, not replaced
