@@ -6,8 +6,9 @@ way. CPython's full (generation 2) collection walks every tracked object: with 1
 suggests for long-lived servers:
 
 * after revival and start-up (``settle``): one full collection at a time nobody waits for, then ``gc.freeze()``
-  (everything alive then moves to the permanent generation, which no collection walks) and higher thresholds
-  (``THRESHOLDS``: fewer young collections, each still short);
+  (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
+  (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects and, with the survivors
+  of each full collection frozen, a full one at most ~3 times that (it comes every 3rd middle one);
 * after every full collection the process runs anyway (``tick``, called from the service's loop): freeze the
   survivors too. A full collection has just removed the garbage, so what is frozen is alive; the next full
   collection walks only what was allocated since. CPython starts a full collection only when the objects that
@@ -36,7 +37,7 @@ from prometheus_client.registry import Collector
 from pooltree.errors import ConfigError
 
 ENVIRONMENT = "POOLTREE_GC_TUNING"
-THRESHOLDS = (2_000, 10, 10)
+THRESHOLDS = (1_000, 5, 2)
 
 
 def tuning_enabled(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
