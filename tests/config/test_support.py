@@ -110,3 +110,18 @@ def test_spec_strategy_options_are_recognized_and_reported() -> None:
     assert "spec.tasks.main.job_time_limit" not in paths  # implemented: the job is stopped past it
     assert spec.tasks["main"].job_time_limit == 1.0  # milliseconds in, seconds kept
     assert set(SPEC_UNSUPPORTED) >= {"tentative_pool_trees", "schedule_in_single_tree"}
+
+
+def test_the_starvation_timeout_limit_yt_still_accepts_is_accepted_and_reported() -> None:
+    """``fair_share_starvation_timeout_limit`` (issue 15: it was refused) loads on a tree and a pool."""
+    doc = {
+        "t": {
+            "config": {"fair_share_starvation_timeout_limit": 45000},
+            "pools": {"p": {"fair_share_starvation_timeout_limit": 45000}},
+        }
+    }
+    paths = [entry["path"] for entry in unsupported_options(parse_pool_trees(doc))]
+    assert paths == [
+        "pool_trees.t.config.fair_share_starvation_timeout_limit",
+        "pool_trees.t.pools.p.fair_share_starvation_timeout_limit",
+    ]
