@@ -115,10 +115,20 @@ def teams_scenario_document(
     pool_map: dict[str, Any] = {}
     for team in range(teams):
         team_pools = {
-            f"team-{team:02d}-{leaf}": {"weight": 1 + leaf % 2, "max_running_operation_count": 50}
+            f"team-{team:02d}-{leaf}": {
+                "weight": 1 + leaf % 2,
+                "max_running_operation_count": 50,
+                "max_operation_count": 100,
+            }
             for leaf in range(per_team)
         }
-        config: dict[str, Any] = {"weight": 1 + team % 3, "pools": team_pools}
+        # team pools hold every operation of their leaves (the default running limit, 8, would queue most)
+        config: dict[str, Any] = {
+            "weight": 1 + team % 3,
+            "max_running_operation_count": 50 * per_team,
+            "max_operation_count": 100 * per_team,
+            "pools": team_pools,
+        }
         if team % 2 == 0:
             config["strong_guarantee_resources"] = {"cpu": round(16 * nodes * 0.5 / guaranteed, 2)}
         pool_map[f"team-{team:02d}"] = config
