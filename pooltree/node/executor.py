@@ -228,7 +228,9 @@ class JobExecutor:
             raise ConfigError(
                 "node_memory_limit", f"must be a non-negative number of bytes, got {node_memory_limit!r}"
             )
-        self.root = Path(root)
+        # Absolute: bubblewrap binds the sandbox by path from another working directory, so a relative root
+        # (``pooltree local``'s default ``.pooltree``) made every isolated job fail to start.
+        self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
         # Deleting a directory costs milliseconds of disk latency; finished sandboxes and forgotten jobs are
         # renamed into the trash (microseconds) and deleted by a few background threads.

@@ -312,6 +312,7 @@ async def run_node(
     """
     limits = detect_resource_limits(resources)
     node_loop: NodeLoop | None = None
+    root_dir = Path(root_dir).absolute()
     executor = JobExecutor(Path(root_dir), memory_meter=memory_meter)
     stop = stop if stop is not None else asyncio.Event()
     try:

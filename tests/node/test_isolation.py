@@ -193,3 +193,19 @@ def test_warning_names_what_is_lost_without_the_sandbox(tmp_path: Path) -> None:
     isolation = JobIsolation(tmp_path, mode="uid")
     assert isolation.warning is not None and "/tmp" in isolation.warning and "kill -9" in isolation.warning
     assert JobIsolation(tmp_path, mode="none").warning is not None
+
+
+def test_a_relative_node_root_runs_isolated_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pooltree local`` keeps its nodes under the relative ``.pooltree``: bubblewrap must get absolute paths
+    (it answered "Can't find source path .pooltree/nodes/..." and every job failed)."""
+    monkeypatch.chdir(tmp_path)
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(Path("relative")) as ex:
+            await ex.start(spec("rel", "echo inside"))
+            result = await ex.wait("rel", 15)
+            return result, ex.stdout("rel").decode(), ex.stderr("rel").decode()
+
+    result, stdout, stderr = run(scenario())
+    assert result.state is JobState.COMPLETED, stderr
+    assert stdout.strip() == "inside"
