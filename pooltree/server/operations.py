@@ -142,7 +142,7 @@ def _brief_attributes(
     build_time: float,
     trees: list[str],
 ) -> dict[str, Any]:
-    """The ``BRIEF_ATTRIBUTES`` of an operation, the same values ``OperationCommands._attributes`` gives them."""
+    """The ``BRIEF_ATTRIBUTES`` of an operation; ``OperationCommands._attributes`` starts from them."""
     title = spec.get("title") if isinstance(spec.get("title"), str) else None
     attributes: dict[str, Any] = {
         "id": operation_id,
@@ -468,39 +468,44 @@ class OperationCommands:
         trees: list[str],
         scheduling_info: dict[str, Any],
     ) -> dict[str, Any]:
-        title = spec.get("title") if isinstance(spec.get("title"), str) else None
-        attributes: dict[str, Any] = {
-            "id": operation_id,
-            "type": operation_type,
-            "operation_type": operation_type,
-            "state": state,
-            "authenticated_user": user,
-            "start_time": iso_time(start_time),
-            "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
-            "spec": without_secrets(spec),
-            "full_spec": without_secrets(spec),
-            "provided_spec": without_secrets(spec),
-            "unrecognized_spec": unrecognized,
-            "runtime_parameters": {
-                "owners": [],
-                "acl": [],
-                "annotations": spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {},
-                **runtime_parameters,
-            },
-            "suspended": suspended,
-            "pool": pool,
-            "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
-            "progress": {
-                "jobs": dict(jobs),
-                "build_time": iso_time(build_time),
-                "scheduling_info_per_pool_tree": scheduling_info,
-            },
-            "events": [{"state": e["state"], "time": iso_time(e["time"])} for e in events],
-            "alerts": alerts,
-            "task_names": task_names,
+        attributes = _brief_attributes(
+            operation_id,
+            operation_type,
+            state,
+            user,
+            start_time,
+            finish_time,
+            spec,
+            runtime_parameters,
+            suspended,
+            pool,
+            jobs,
+            build_time,
+            trees,
+        )
+        annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
+        attributes["runtime_parameters"] = {
+            "owners": [],
+            "acl": [],
+            "annotations": annotations,
+            **runtime_parameters,
         }
-        if finish_time is not None:
-            attributes["finish_time"] = iso_time(finish_time)
+        attributes.update(
+            {
+                "spec": without_secrets(spec),
+                "full_spec": without_secrets(spec),
+                "provided_spec": without_secrets(spec),
+                "unrecognized_spec": unrecognized,
+                "progress": {
+                    "jobs": dict(jobs),
+                    "build_time": iso_time(build_time),
+                    "scheduling_info_per_pool_tree": scheduling_info,
+                },
+                "events": [{"state": e["state"], "time": iso_time(e["time"])} for e in events],
+                "alerts": alerts,
+                "task_names": task_names,
+            }
+        )
         if state in ("completed", "failed", "aborted"):
             attributes["result"] = _error_result(error, state)
         return attributes
