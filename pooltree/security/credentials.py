@@ -1,6 +1,6 @@
 """Secrets and their hashes: user tokens, passwords, the cluster's node secret, and files that hold secrets.
 
-Tokens follow YTsaurus (``ytct-XXXX-`` + 32 random hex digits, 128 bits) and are kept only as the lowercase hex
+Tokens follow YTsaurus (``ytct-<4 hex>-<32 hex>``, 128 random bits) and are kept only as the lowercase hex
 SHA-256 of the token, exactly what YTsaurus stores under ``//sys/cypress_tokens`` and what the client sends to
 ``revoke_token`` as ``token_sha256``. A fast unsalted hash is enough for a 128-bit random secret: no dictionary
 or precomputed table covers that space, and a salt would make revoking by ``token_sha256`` impossible.
