@@ -1,0 +1,286 @@
+"""The simulator's metrics: values held between fair-share updates, their time integrals, the timeline and
+the run's result (summary.json, operations.csv rows, plot series)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from pooltree.config.support import unsupported_options
+from pooltree.resources import RESOURCE_COUNT, RESOURCES
+from pooltree.sim.scenario import Scenario
+from pooltree.sim.state import (
+    _RECORD_ARRAYS,
+    MAX_PLOT_POINTS,
+    ROOT,
+    SimulationResult,
+    TimelineSink,
+    _Op,
+    _TreeState,
+)
+
+
+class _MetricsMixin:
+    """Metrics of `Simulation` (a part of it, split by concern; see engine.py)."""
+
+    # Attributes and methods of `Simulation` this part uses (set in Simulation.__init__ / _build).
+    scenario: Scenario
+    seed: int
+    stats: Counter[str]
+    preemptions_by_reason: Counter[str]
+    wasted_job_time: float
+    trees: dict[str, _TreeState]
+    ops: list[_Op]
+    timeline_sink: TimelineSink | None
+    timeline_operations: bool
+
+    def _record(self, tree: _TreeState, now: float) -> None:
+        """Remember the values published at ``now`` (they hold until the next update)."""
+        result = tree.core.last_result
+        starvation = tree.core.strategy.starvation
+        values: dict[str, tuple[float, float, float, str, str]] = {}
+        elements = result.elements
+        if self.timeline_sink is not None and self.timeline_operations:
+            ids: Any = elements
+        else:
+            ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
+            arrays = getattr(elements, "arrays", None)
+            index = getattr(elements, "index", None)
+            if arrays is not None and index is not None and arrays.keys() >= _RECORD_ARRAYS:
+                # pools only, read from the update's arrays in one pass (same values as the per-element path)
+                present = [element_id for element_id in ids if element_id in index]
+                rows = [index[element_id] for element_id in present]
+                fair = arrays["fair_share"][rows].tolist()
+                usage = arrays["usage_share"][rows].tolist()
+                demand = arrays["demand_share"][rows].tolist()
+                below = arrays["below"][rows].tolist()
+                for k, element_id in enumerate(present):
+                    state = starvation.get(element_id)
+                    values[element_id] = (
+                        max(fair[k]),
+                        max(usage[k]),
+                        max(demand[k]),
+                        "below_fair_share" if below[k] else "normal",
+                        state.status.value if state is not None else "non_starving",
+                    )
+                    if element_id not in tree.pool_set:
+                        tree.pool_set.add(element_id)
+                        tree.pools.append(element_id)
+                ids = ()
+        for element_id in ids:
+            element = elements.get(element_id)
+            if element is None:
+                continue
+            state = starvation.get(element_id)
+            values[element_id] = (
+                max(element.fair_share.tolist()),
+                max(element.usage_share.tolist()),
+                max(element.demand_share.tolist()),
+                element.scheduling_status,
+                state.status.value if state is not None else "non_starving",
+            )
+            if not element.is_operation and element_id not in tree.pool_set:
+                tree.pool_set.add(element_id)
+                tree.pools.append(element_id)
+        tree.last_values = values
+        matrix = np.zeros((len(tree.pools), 6))
+        matrix[:, 0] = 1.0
+        for row, pool in enumerate(tree.pools):
+            held = values.get(pool)
+            if held is not None:
+                matrix[row, 1:4] = held[:3]
+                matrix[row, 4] = held[3] == "below_fair_share"
+                matrix[row, 5] = held[4] != "non_starving"
+        tree.matrix = matrix
+        if tree.acc.shape[0] < len(tree.pools):
+            tree.acc = np.vstack([tree.acc, np.zeros((len(tree.pools) - tree.acc.shape[0], 6))])
+        index = getattr(elements, "index", None)
+        arrays = getattr(elements, "arrays", None)
+        if index is not None and arrays is not None and "resource_usage" in arrays:
+            if ROOT in index:
+                usage_row = np.array(arrays["resource_usage"][index[ROOT]], dtype=float)
+                tree.last_root = (usage_row, tree.core.total_resources)
+        else:
+            root = elements.get(ROOT)
+            if root is not None:
+                tree.last_root = (np.array(root.resource_usage, dtype=float), tree.core.total_resources)
+
+    def _sample(self, now: float, *, final: bool = False) -> None:
+        """Integrate the values held since the previous sample (time-weighted means, starving time)."""
+        for tree in self.trees.values():
+            if tree.last_sample is not None and now > tree.last_sample:
+                dt = now - tree.last_sample
+                if tree.matrix is not None:
+                    tree.acc += tree.matrix * dt
+                if tree.last_root is not None:
+                    usage, total = tree.last_root
+                    tree.usage_integral += usage * dt
+                    tree.total_integral += total * dt
+            tree.last_sample = now
+
+    def _timeline(self, tree: _TreeState, now: float, emit: bool) -> None:
+        if tree.last_series is None or now - tree.last_series >= tree.series_interval - 1e-9:
+            tree.last_series = now
+            for pool in tree.pools:
+                values = tree.last_values.get(pool)
+                if values is not None:
+                    tree.series.setdefault(pool, []).append((now, values[0], values[1], values[2]))
+            if tree.series and len(next(iter(tree.series.values()))) > MAX_PLOT_POINTS:
+                for pool in tree.series:
+                    tree.series[pool] = tree.series[pool][::2]
+                tree.series_interval *= 2
+        if not emit or self.timeline_sink is None:
+            return
+        rows = []
+        for element_id, values in tree.last_values.items():
+            is_pool = element_id in tree.pool_set
+            if not is_pool and not self.timeline_operations:
+                continue
+            rows.append(
+                [
+                    round(now, 6),
+                    tree.name,
+                    element_id,
+                    "pool" if is_pool else "operation",
+                    round(values[0], 6),
+                    round(values[1], 6),
+                    round(values[2], 6),
+                    values[4],
+                ]
+            )
+        self.timeline_sink(rows)
+
+    # ------------------------------------------------------------------ results
+
+    def _result(self, end_time: float, wall: float) -> SimulationResult:
+        operations = []
+        rows = []
+        for op in self.ops:
+            spec = op.spec
+            controller = op.controller
+            start = op.start_time
+            pending_end = (
+                start if start is not None else (op.finish_time if op.finish_time is not None else end_time)
+            )
+            pending_duration = max(0.0, pending_end - spec.submit_time) if op.state != "submitted" else 0.0
+            progress = controller.progress() if controller is not None else {}
+            aborted = dict(sorted(progress.get("aborted_job_count_by_reason", {}).items()))
+            reserve = next(iter(op.reserves.values()), None)
+            state = op.state if op.state != "submitted" else "not_submitted"
+            entry: dict[str, Any] = {
+                "id": spec.id,
+                "tree": op.tree,
+                "pool": op.pool or spec.spec.pool_for_tree(op.tree, spec.user),
+                "user": spec.user,
+                "type": spec.type,
+                "state": state,
+                "submit_time": spec.submit_time,
+                "start_time": start,
+                "finish_time": op.finish_time,
+                "pending_duration": round(pending_duration, 6),
+                "job_count": spec.job_count,
+                "completed_job_count": progress.get("completed_job_count", 0),
+                "failed_job_count": progress.get("failed_job_count", 0),
+                "interrupted_job_count": progress.get("interrupted_job_count", 0),
+                "aborted_job_count_by_reason": aborted,
+                "preempted_job_time": round(op.preempted_job_time, 6),
+                "user_job_memory_reserve_factor": reserve.user_job_reserve_factor() if reserve else None,
+                "job_proxy_memory_reserve_factor": reserve.job_proxy_reserve_factor() if reserve else None,
+                "resource_overdraft_count": sum(r.resource_overdraft_count for r in op.reserves.values()),
+            }
+            if op.error is not None:
+                entry["error"] = op.error
+            operations.append(entry)
+            finish = op.finish_time
+            real_start = start if start is not None else spec.submit_time
+            rows.append(
+                {
+                    "id": spec.id,
+                    "job_count": spec.job_count,
+                    "preempted_job_count": op.preempted_job_count,
+                    "start_time": _num(real_start),
+                    "finish_time": _num(finish) if finish is not None else "",
+                    "real_duration": _num(finish - real_start) if finish is not None else "",
+                    "jobs_total_duration": _num(op.jobs_total_duration),
+                    "job_max_duration": _num(op.job_max_duration),
+                    "preempted_jobs_total_duration": _num(op.preempted_job_time),
+                    "operation_type": spec.type,
+                    "operation_state": state,
+                    "in_timeframe": "true" if spec.in_timeframe else "false",
+                }
+            )
+        pools: dict[str, Any] = {}
+        series: dict[str, Any] = {}
+        utilization_usage = np.zeros(RESOURCE_COUNT)
+        utilization_total = np.zeros(RESOURCE_COUNT)
+        multi = len(self.trees) > 1
+        for tree in self.trees.values():
+            utilization_usage += tree.usage_integral
+            utilization_total += tree.total_integral
+            series[tree.name] = tree.series
+            for row, pool in enumerate(tree.pools):
+                acc = tree.acc[row].tolist() if row < tree.acc.shape[0] else [0.0] * 6
+                span = acc[0]
+                key = f"{tree.name}/{pool}" if multi else pool
+                pools[key] = {
+                    "mean_fair_share_ratio": round(acc[1] / span, 6) if span else 0.0,
+                    "mean_usage_ratio": round(acc[2] / span, 6) if span else 0.0,
+                    "mean_demand_ratio": round(acc[3] / span, 6) if span else 0.0,
+                    "starving_time": round(acc[5], 6),
+                    "below_fair_share_time": round(acc[4], 6),
+                    "preempted_allocation_count": tree.preempted_by_pool.get(pool, 0)
+                    if pool != ROOT
+                    else sum(self.preemptions_by_reason.values()),
+                }
+        utilization = {
+            name: round(float(utilization_usage[i] / utilization_total[i]), 6)
+            if utilization_total[i] > 0
+            else 0.0
+            for i, name in enumerate(RESOURCES)
+        }
+        stats = dict(sorted(self.stats.items()))
+        simulated = end_time
+        summary = {
+            "scenario": self.scenario.source,
+            "seed": self.seed,
+            "operations": operations,
+            "pools": pools,
+            "global": {
+                "utilization": utilization,
+                "preempted_allocation_count": sum(self.preemptions_by_reason.values()),
+                "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
+                "wasted_job_time": round(self.wasted_job_time, 6),
+                "simulated_time": round(simulated, 6),
+                "wall_time": round(wall, 3),
+                "operation_count": len(self.ops),
+                "completed_operation_count": sum(1 for op in self.ops if op.state == "completed"),
+            },
+            # Options the scenario sets that pooltree accepts without implementing (config/support.py).
+            "unsupported_options": unsupported_options(
+                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
+            ),
+            "engine": {
+                "heartbeats_processed": stats.get("heartbeats_processed", 0),
+                "heartbeats_skipped": stats.get("heartbeats_skipped", 0),
+                "fair_share_updates": stats.get("fair_share_updates", 0),
+                "fair_share_updates_skipped": stats.get("fair_share_updates_skipped", 0),
+                "events": stats.get("events", 0),
+            },
+        }
+        wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
+        parents: dict[str, str | None] = {}
+        for tree in self.trees.values():
+            prefix = f"{tree.name}/" if multi else ""
+            for name, pool in tree.core.pool_tree.pools.items():
+                key = prefix + (ROOT if pool.is_root else name)
+                parent = pool.parent
+                parents[key] = None if parent is None else prefix + (ROOT if parent.is_root else parent.name)
+        return SimulationResult(
+            summary, rows, series, dict(self.preemptions_by_reason), stats, wasted, parents
+        )
+
+
+def _num(value: float) -> str:
+    return f"{value:.3f}"

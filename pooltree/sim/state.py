@@ -1,0 +1,139 @@
+"""The simulator's state: nodes, jobs, operations and per-tree metrics; the result type; event classes."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pooltree.controllers.memory import TaskMemoryReserve
+from pooltree.controllers.operations import OperationControllerBase
+from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.sim.scenario import SimOperation, SimTask
+from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.model import Allocation, FinishedAllocation
+
+ROOT = "<Root>"
+_RECORD_ARRAYS = frozenset({"fair_share", "usage_share", "demand_share", "below"})
+"""Fair-share result arrays `_record` reads in bulk (else it reads ElementResults one by one)."""
+NODE_EVENT, JOB_EVENT, OPERATION_EVENT, FAIR_SHARE_EVENT, HEARTBEAT_EVENT = range(5)
+_JOB_PEAK, _JOB_END = 0, 1
+_MASK64 = (1 << 64) - 1
+MAX_PLOT_POINTS = 4000
+VANILLA_MEMORY_PEAK_AFTER = 60.0
+"""A long-running vanilla job reaches its memory peak this long after it starts (map jobs: half-way)."""
+
+EventSink = Callable[[dict[str, Any]], None]
+TimelineSink = Callable[[list[Any]], None]
+ProgressCallback = Callable[[float, float, int, int], None]
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finalizer: a fast, well-spread 64-bit hash."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+@dataclass(eq=False)
+class _Node:
+    index: int
+    address: str
+    limits: Vector
+    tags: frozenset[str]
+    tree: str
+    phase: float
+    salt: int
+    alive: bool = True
+    k_next: int = 0
+    token: int = 0
+    sleeping: bool = False
+    has_timer: bool = False
+    jobs: set[str] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _Job:
+    allocation: Allocation
+    op: _Op
+    node: _Node
+    serial: int
+    start: float
+    duration: float | None
+    task: SimTask
+    user_peak: float = 0.0
+    peak_total: float = 0.0
+    memory_now: float = 0.0
+    memory_limit_total: float = 0.0
+    end: float | None = None
+    end_finished: FinishedAllocation | None = None
+    token: int = 0
+
+
+@dataclass(eq=False)
+class _Op:
+    index: int
+    spec: SimOperation
+    tree: str
+    rng: random.Random
+    controller: OperationControllerBase | None = None
+    reserves: dict[str, TaskMemoryReserve] = field(default_factory=dict)
+    state: str = "submitted"
+    start_time: float | None = None
+    finish_time: float | None = None
+    error: str | None = None
+    jobs_total_duration: float = 0.0
+    job_max_duration: float = 0.0
+    preempted_job_time: float = 0.0
+    preempted_job_count: int = 0
+    wasted_job_time: float = 0.0
+    pool: str = ""
+    unfit_check_due: bool = False
+    """A "can any node ever fit this" check is scheduled (the operation's job fit no online node)."""
+
+
+@dataclass
+class _TreeState:
+    name: str
+    core: SchedulerCore
+    integral: bool
+    changed: bool = True
+    pending_ops: set[str] = field(default_factory=set)
+    pending_min: Vector | None = None
+    pending_dirty: bool = True
+    idle_sleepers: set[int] = field(default_factory=set)
+    pools: list[str] = field(default_factory=list)
+    pool_set: set[str] = field(default_factory=set)
+    series_interval: float = 1.0
+    last_series: float | None = None
+    last_sample: float | None = None
+    matrix: np.ndarray | None = None
+    """Per pool (in ``pools`` order): 1, fair share, usage, demand ratios, below-fair-share and starving flags."""
+    acc: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
+    usage_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
+    total_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
+    preempted_by_pool: Counter[str] = field(default_factory=Counter)
+    series: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    last_values: dict[str, tuple[float, float, float, str, str]] = field(default_factory=dict)
+    last_root: tuple[Vector, Vector] | None = None
+
+
+@dataclass
+class SimulationResult:
+    """Everything the report writers need: the summary document, operations.csv rows and plot series."""
+
+    summary: dict[str, Any]
+    operation_rows: list[dict[str, Any]]
+    pool_series: dict[str, dict[str, list[tuple[float, float, float, float]]]]
+    """tree → pool → [(time, fair_share_ratio, usage_ratio, demand_ratio)] (downsampled for plots)."""
+    preemptions_by_reason: dict[str, int]
+    stats: dict[str, Any]
+    wasted_by_operation: dict[str, float] = field(default_factory=dict)
+    """Operation id → run time of its jobs that were aborted or failed (for comparisons; not in summary.json)."""
+    pool_parents: dict[str, str | None] = field(default_factory=dict)
+    """Pool (summary key) → its parent's key at the end of the run (for comparisons; not in summary.json)."""
