@@ -1,0 +1,238 @@
+"""Plain state of the strategy: published elements, operation runtimes, starvation, analysis and pass records.
+
+Everything here is data plus small vector helpers; the behaviour lives in `stages.py` (best-leaf heaps and regular
+scheduling), `preemption.py` (preemptive stages, node overcommit, gang restarts), `publish.py` (a fair-share update:
+statuses, starvation, preemption priorities, preemptible lists) and `scheduler.py` (`TreeScheduler`: operations,
+heartbeats, allocation accounting, views).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.strategy.model import (
+    Allocation,
+    DeactivationReason,
+    ExecNode,
+    FinishedAllocation,
+    PreemptionPriority,
+    SchedulingStatus,
+    StarvationStatus,
+)
+from pooltree.strategy.preemptible import PreemptibleLists
+from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO
+from pooltree.strategy.snapshot import EffectiveSettings, ElementSpec
+
+_INF = math.inf
+
+
+def _lists_state(lists: PreemptibleLists) -> tuple[Any, ...]:
+    """Class sizes and usage sums of preemptible lists. The three lists are consecutive segments of one
+    start-ordered sequence, so equal sizes mean the same split (and statuses); with equal sums, the same state."""
+    counts = lists.counts()
+    return (
+        counts["non_preemptible"],
+        counts["aggressively_preemptible"],
+        counts["preemptible"],
+        lists.usage(0),
+        lists.usage(1),
+        lists.usage(2),
+    )
+
+
+def _floats(values: Any) -> list[float]:
+    """Python floats of a vector (numpy array or sequence): ``tolist`` where possible, same values as float(x)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values.tolist()  # already Python floats
+    tolist = getattr(values, "tolist", None)
+    return [float(x) for x in (tolist() if tolist is not None else values)]
+
+
+_FIT_EPSILON = 1e-9
+
+
+class OperationController(Protocol):
+    """What the strategy asks of an operation controller (see :mod:`pooltree.controllers.operations`)."""
+
+    @property
+    def pending_allocation_count(self) -> int: ...
+
+    @property
+    def needed_resources(self) -> Vector: ...
+
+    @property
+    def min_needed_resources(self) -> Vector: ...
+
+    def schedule_allocation(
+        self, node: ExecNode, available_resources: Vector, now: float
+    ) -> Allocation | None: ...
+
+    def on_allocation_finished(
+        self, allocation: Allocation, finished: FinishedAllocation, now: float
+    ) -> None:
+        """The allocation ended (``allocation.preemption`` tells whether the scheduler asked it to stop)."""
+
+
+@dataclass
+class StarvationState:
+    """Per-element starvation bookkeeping that survives fair-share updates."""
+
+    status: StarvationStatus = StarvationStatus.NON_STARVING
+    below_fair_share_since: float | None = None
+    starving_since: float | None = None
+
+
+@dataclass
+class OperationRuntime:
+    """Strategy-side state of one registered operation."""
+
+    id: str
+    controller: OperationController
+    lists: PreemptibleLists = field(default_factory=PreemptibleLists)
+    usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
+    deactivation_reasons: Counter[str] = field(default_factory=Counter)
+    preemption_priority: PreemptionPriority = PreemptionPriority.NONE
+    preempted_allocation_count: int = 0
+    lists_key: tuple[Any, ...] | None = None
+    """The arguments of the last ``lists.configure``: an equal publish need not configure again."""
+    lists_settled: bool = False
+    """The last publish's rebalance moved nothing and no allocation was added, removed or resized since: with
+    equal ``lists_key`` the next rebalance would see the very same state and move nothing either."""
+
+
+class _Element:
+    """One pool or operation in the published tree, with its dynamic scheduling attributes."""
+
+    __slots__ = (
+        "active",
+        "blocked",
+        "blocked_for",
+        "children",
+        "demand_share",
+        "depth",
+        "excluded",
+        "fair_share",
+        "fifo_key",
+        "heap",
+        "id",
+        "inactive_reason",
+        "index",
+        "is_op",
+        "keyed_start",
+        "last_start",
+        "limited",
+        "limits",
+        "op",
+        "parent",
+        "sat",
+        "settings",
+        "spec",
+        "starvation",
+        "status",
+        "tag_cache",
+        "threshold_key",
+        "usage",
+        "use_fifo",
+        "version",
+    )
+
+    def __init__(self, spec: ElementSpec, index: int, settings: EffectiveSettings):
+        self.id = spec.id
+        self.spec = spec
+        self.index = index
+        self.settings = settings
+        self.is_op = spec.is_operation
+        self.parent: _Element | None = None
+        self.children: list[_Element] = []
+        self.depth = 0
+        self.usage = [0.0] * RESOURCE_COUNT
+        self.fair_share: tuple[float, ...] = tuple(_floats(spec.fair_share))
+        self.demand_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
+        self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
+        self.blocked_for: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        """The (fair share, demand share) ``blocked`` was computed from."""
+        threshold = settings.non_preemptible_threshold
+        self.threshold_key: tuple[float, ...] | None = (
+            None if threshold is None else tuple(_floats(threshold))
+        )
+        limits = None if spec.specified_resource_limits is None else _floats(spec.specified_resource_limits)
+        self.limits: tuple[float, ...] | None = (
+            None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
+        )
+        self.limited: tuple[_Element, ...] = ()
+        self.sat = INFINITE_SATISFACTION_RATIO
+        self.fifo_key = float(spec.fifo_index)
+        self.use_fifo = False
+        self.version = 0
+        self.last_start = 0
+        """Serial of the latest allocation started in this subtree: equal satisfactions go to the one served least
+        recently, so operations whose allocations finish together take turns instead of one always losing."""
+        self.keyed_start = 0
+        """``last_start`` as it is in this element's current entry of its parent's heap."""
+        self.active = False
+        self.excluded = -1
+        self.heap: list[tuple[float, int, int, int, _Element]] = []
+        self.status = SchedulingStatus.NORMAL
+        self.starvation = StarvationStatus.NON_STARVING
+        self.op: OperationRuntime | None = None
+        self.inactive_reason: DeactivationReason | None = None
+        self.tag_cache: dict[frozenset[str], bool] = {}
+
+
+@dataclass
+class _Analysis:
+    """Result of §e.3 for one node and one preemptive stage."""
+
+    target: PreemptionPriority
+    unconditional: list[Allocation] = field(default_factory=list)
+    conditional: dict[str, list[Allocation]] = field(default_factory=dict)
+    discount: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
+    ancestor_discount: dict[str, list[float]] = field(default_factory=dict)
+    conditional_discount: dict[str, list[float]] = field(default_factory=dict)
+
+
+class _Pass:
+    """Heartbeat-local bookkeeping: entries popped aside for deactivated operations, restored afterwards."""
+
+    __slots__ = ("popped", "serial", "touched")
+
+    def __init__(self, serial: int):
+        self.serial = serial
+        self.popped: list[tuple[list, tuple]] = []
+        self.touched: set[_Element] = set()
+
+
+EventSink = Callable[[dict[str, Any]], None]
+
+
+def usage_above_reserve(reserve: Vector, reported: Vector) -> Vector:
+    """An allocation's usage from a node report: the reported amount where it exceeds the reserve, else the reserve.
+
+    The seeds: the memory reserve is a lower bound of what a job uses; nodes measure the rest. YTsaurus's node
+    raises an allocation's resource usage to the job's measured memory above the reserve.
+    """
+    return np.maximum(np.asarray(reserve, dtype=float), np.asarray(reported, dtype=float))
+
+
+def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | None:
+    cursor: _Element | None = element
+    while cursor is not None:
+        if predicate(cursor):
+            return cursor.id
+        cursor = cursor.parent
+    return None
+
+
+def _fits(usage: Vector, limits: Vector) -> bool:
+    return bool(np.all(usage <= limits + _FIT_EPSILON))
+
+
+def _sub_np(target: Vector, values: Vector) -> None:
+    target -= values

@@ -1,0 +1,466 @@
+"""The preemptive stages: graceful preemption, preemptive scheduling, node overcommit, and preempting itself.
+
+`PreemptionStages` adds to `SchedulingStages` what yt-semantics §e.1 and §e.3–§e.5 describe: the graceful stage,
+the analysis of a node's preemptible allocations (blocking ancestors, unconditional and conditional victims),
+scheduling with preemption and choosing the minimal set of victims, the overcommit stage, `_preempt` with its
+record, and the gang rule (one preempted or aborted allocation of a gang stops all of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pooltree.resources import RESOURCE_COUNT
+from pooltree.strategy.elements import (
+    _FIT_EPSILON,
+    _Analysis,
+    _Element,
+    _fits,
+    _sub_np,
+)
+from pooltree.strategy.model import (
+    PREEMPTION_STATUS_RANK,
+    AbortReason,
+    Allocation,
+    ExecNode,
+    HeartbeatResult,
+    PreemptionLevel,
+    PreemptionPriority,
+    PreemptionRecord,
+    PreemptionStatus,
+    SchedulingStage,
+    StarvationStatus,
+)
+from pooltree.strategy.shares import (
+    EPSILON,
+    local_satisfaction_ratio,
+)
+from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.snapshot import ROOT_ID
+from pooltree.strategy.stages import SchedulingStages
+
+_GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTION)
+_GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
+_OVERCOMMIT = (AbortReason.RESOURCE_OVERCOMMIT, SchedulingStage.OVERCOMMIT)
+_OVERCOMMIT_TEXT = "Preempted due to node resource ovecommit"  # sic: the YTsaurus text
+
+
+class PreemptionStages(SchedulingStages):
+    """Stages that stop allocations; see the module docstring."""
+
+    # -------------------------------------------------------------- stage 1: graceful preemption
+
+    def _graceful_preemption(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        for allocation in list(node.allocations.values()):
+            if allocation.preempted:
+                continue
+            element = self._elements.get(allocation.operation_id)
+            if element is None or element.spec.preemption_mode != "graceful":
+                continue
+            if allocation.preemption_status != PreemptionStatus.PREEMPTIBLE:
+                continue
+            timeout = self.config.allocation_graceful_preemption_timeout
+            self._preempt(allocation, node, now, result, _GRACEFUL, _GRACEFUL_TEXT, timeout=timeout)
+
+    # -------------------------------------------------------------- stage 3: preemptive scheduling
+
+    def _preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
+        status = allocation.preemption_status
+        if status == PreemptionStatus.NON_PREEMPTIBLE:
+            return PreemptionLevel.NON_PREEMPTIBLE
+        if status == PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE:
+            if element.settings.allow_aggressive_preemption:
+                return PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE
+            return PreemptionLevel.NON_PREEMPTIBLE
+        return PreemptionLevel.PREEMPTIBLE
+
+    def _local_satisfaction(self, element: _Element) -> float:
+        return local_satisfaction_ratio(self._usage_share(element), element.fair_share, element.blocked)
+
+    def _current_satisfaction(self, element: _Element, memo: dict[_Element, float]) -> float:
+        """Local satisfaction without recomputing: an operation keeps its own up to date (``sat`` is refreshed on
+        every usage change); a pool's is memoised for the duration of one analysis, while usage stands still."""
+        if element.is_op:
+            return element.sat
+        value = memo.get(element)
+        if value is None:
+            value = memo[element] = self._local_satisfaction(element)
+        return value
+
+    def _blocking_ancestor(
+        self, element: _Element, target: PreemptionPriority, memo: dict[_Element, float]
+    ) -> _Element | None:
+        """FindPreemptionBlockingAncestor (§e.3): the element that protects this operation's allocations."""
+        if element.spec.preemption_mode == "graceful":
+            return element
+        if (
+            target == PreemptionPriority.NORMAL
+            and not element.settings.normal_preemption_allowed_by_ancestors
+        ):
+            return element
+        config = self.config
+        cursor: _Element | None = element
+        while cursor is not None and cursor.parent is not None:
+            if config.preemption_check_starvation and cursor.starvation != StarvationStatus.NON_STARVING:
+                return cursor
+            if config.preemption_check_satisfaction:
+                if cursor.settings.allow_aggressive_preemption and target >= PreemptionPriority.AGGRESSIVE:
+                    threshold = config.aggressive_preemption_satisfaction_threshold
+                else:
+                    threshold = config.preemption_satisfaction_threshold
+                if self._current_satisfaction(cursor, memo) < threshold + EPSILON:
+                    return cursor
+            cursor = cursor.parent
+        return None
+
+    def _analyze(self, node: ExecNode, target: PreemptionPriority, min_level: PreemptionLevel) -> _Analysis:
+        analysis = _Analysis(target)
+        blockers: dict[str, _Element | None] = {}
+        memo: dict[_Element, float] = {}
+        enable_conditional = self.config.enable_conditional_preemption
+        for allocation in node.allocations.values():
+            if allocation.preempted:
+                continue
+            element = self._elements.get(allocation.operation_id)
+            if element is None or element.op is None:
+                continue
+            if self._preemption_level(allocation, element) < min_level:
+                continue
+            if element.id in blockers:
+                blocker = blockers[element.id]
+            else:
+                blocker = blockers[element.id] = self._blocking_ancestor(element, target, memo)
+            if blocker is None:
+                analysis.unconditional.append(allocation)
+                _add_list(analysis.discount, allocation.amounts)
+                for limited in element.limited:
+                    _add_list(
+                        analysis.ancestor_discount.setdefault(limited.id, [0.0] * RESOURCE_COUNT),
+                        allocation.amounts,
+                    )
+            elif (
+                blocker is not element
+                and enable_conditional
+                and allocation.preemption_status == PreemptionStatus.PREEMPTIBLE
+            ):
+                analysis.conditional.setdefault(blocker.id, []).append(allocation)
+                _add_list(
+                    analysis.conditional_discount.setdefault(blocker.id, [0.0] * RESOURCE_COUNT),
+                    allocation.amounts,
+                )
+        return analysis
+
+    def _best_among(self, candidates: list[_Element]) -> _Element | None:
+        """Best leaf of the subtree spanned by the candidates, by the same comparator as regular scheduling."""
+        if not candidates:
+            return None
+        children: dict[_Element, set[_Element]] = {}
+        for element in candidates:
+            cursor = element
+            while cursor.parent is not None:
+                children.setdefault(cursor.parent, set()).add(cursor)
+                cursor = cursor.parent
+        memo: dict[_Element, tuple[float, _Element]] = {}
+        sats = {element: element.sat for element in candidates}  # operations keep ``sat`` current
+
+        def best(element: _Element) -> tuple[float, _Element]:
+            if element.is_op:
+                return sats[element], element
+            if element in memo:
+                return memo[element]
+            options = []
+            for child in children[element]:
+                sat, leaf = best(child)
+                key = child.fifo_key if child.use_fifo else sat
+                options.append((key, child.last_start, child.index, sat, leaf))
+            _, _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1], o[2]))
+            memo[element] = (sat, leaf)
+            return memo[element]
+
+        return best(self._elements[ROOT_ID])[1]
+
+    def _preemptive_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        stages = (
+            (
+                SchedulingStage.PREEMPTIVE_AGGRESSIVE,
+                PreemptionPriority.AGGRESSIVE,
+                PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE,
+            ),
+            (SchedulingStage.PREEMPTIVE_NORMAL, PreemptionPriority.NORMAL, PreemptionLevel.PREEMPTIBLE),
+        )
+        for stage, target, min_level in stages:
+            targets = [
+                e
+                for e in self._ops_by_priority.get(target, [])
+                if e.op is not None and self._op_activity(e) is None
+            ]
+            force = stage == SchedulingStage.PREEMPTIVE_NORMAL
+            if not targets and not force:
+                continue
+            analysis = self._analyze(node, target, min_level)
+            started = None
+            if targets and (analysis.unconditional or analysis.conditional or self._can_start_more(node)):
+                started = self._schedule_with_preemption(node, now, targets, analysis, stage, result)
+            self._preempt_after_scheduling(node, now, analysis, started, stage, result)
+            if started is not None:
+                result.scheduled_with_preemption = started[0].id
+                return
+
+    def _schedule_with_preemption(
+        self,
+        node: ExecNode,
+        now: float,
+        targets: list[_Element],
+        analysis: _Analysis,
+        stage: SchedulingStage,
+        result: HeartbeatResult,
+    ) -> tuple[Allocation, _Element] | None:
+        remaining = list(targets)
+        attempts = 0
+        while remaining and attempts < self.config.max_schedule_attempts_per_heartbeat:
+            leaf = self._best_among(remaining)
+            if leaf is None:
+                return None
+            attempts += 1
+            discount = list(analysis.discount)
+            cursor = leaf.parent
+            while cursor is not None:
+                extra = analysis.conditional_discount.get(cursor.id)
+                if extra is not None:
+                    _add_list(discount, extra)
+                cursor = cursor.parent
+            if not self._can_start_more(node, discount):
+                result.schedule_attempts += attempts
+                return None
+            allocation, reason = self._try_schedule(leaf, node, now, discount, analysis.ancestor_discount)
+            if allocation is None:
+                assert leaf.op is not None and reason is not None
+                leaf.op.deactivation_reasons[reason.value] += 1
+                remaining.remove(leaf)
+                continue
+            result.schedule_attempts += attempts
+            self._started(allocation, leaf, node, now, result, stage, None)
+            return allocation, leaf
+        result.schedule_attempts += attempts
+        return None
+
+    def _preempt_after_scheduling(
+        self,
+        node: ExecNode,
+        now: float,
+        analysis: _Analysis,
+        started: tuple[Allocation, _Element] | None,
+        stage: SchedulingStage,
+        result: HeartbeatResult,
+    ) -> None:
+        """§e.4: preempt the minimal set (Preemptible first, latest first) so the node fits; then limit violators."""
+        conditional: set[str] = set()
+        candidates = list(analysis.unconditional)
+        if started is not None:
+            cursor = started[1].parent
+            while cursor is not None:
+                for allocation in analysis.conditional.get(cursor.id, ()):
+                    candidates.append(allocation)
+                    conditional.add(allocation.id)
+                cursor = cursor.parent
+        candidates.sort(
+            key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time), reverse=True
+        )
+        target = analysis.target
+        reason = (
+            AbortReason.AGGRESSIVE_PREEMPTION
+            if target == PreemptionPriority.AGGRESSIVE
+            else AbortReason.PREEMPTION
+        )
+        preemptor = started[0] if started is not None else None
+        for allocation in candidates:
+            if _fits(node.usage, node.resource_limits):
+                break
+            if allocation.preempted:
+                continue
+            text = "Node resource limits violated"
+            if started is not None:
+                element = self._elements[allocation.operation_id]
+                priority = self._priority(started[1])
+                text = (
+                    f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
+                    f"this allocation had status {allocation.preemption_status.value} and level "
+                    f"{self._preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
+                    f"was {priority.name.lower()}, and scheduling stage target priority was {target.name.lower()}"
+                )
+                if allocation.id in conditional:
+                    text += "; this allocation was conditionally preemptible"
+            self._preempt(allocation, node, now, result, (reason, stage), text, preemptor=preemptor)
+        for allocation in candidates:
+            if allocation.preempted or allocation.id in conditional:
+                continue
+            element = self._elements[allocation.operation_id]
+            violated = self._violated_limits(element)
+            if violated is None:
+                continue
+            if violated is element:
+                text = f"Preempted due to violation of resource limits of operation {element.id}"
+            else:
+                text = f'Preempted due to violation of limits on pool "{violated.id}"'
+            self._preempt(allocation, node, now, result, (AbortReason.RESOURCE_LIMITS_VIOLATED, stage), text)
+
+    def _violated_limits(self, element: _Element) -> _Element | None:
+        for limited in element.limited:
+            assert limited.limits is not None
+            if any(u > lim + _FIT_EPSILON for u, lim in zip(limited.usage, limited.limits, strict=True)):
+                return limited
+        return None
+
+    # -------------------------------------------------------------- stage 4: node overcommit
+
+    def _abort_for_overcommit(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        if _fits(node.usage, node.resource_limits):
+            return
+        running = [a for a in node.allocations.values() if not a.preempted]
+        running.sort(key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time))
+        kept = np.zeros(RESOURCE_COUNT)
+        for allocation in running:
+            if allocation.preempted:  # stopped with its gang by an earlier preemption of this loop
+                continue
+            candidate = kept + allocation.resources
+            if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
+                kept = candidate
+                continue
+            self._preempt(allocation, node, now, result, _OVERCOMMIT, _OVERCOMMIT_TEXT)
+
+    # -------------------------------------------------------------- preemption
+
+    def _preempt(
+        self,
+        allocation: Allocation,
+        node: ExecNode,
+        now: float,
+        result: HeartbeatResult,
+        why: tuple[AbortReason, SchedulingStage],
+        explanation: str,
+        *,
+        timeout: float | None = None,
+        preemptor: Allocation | None = None,
+    ) -> PreemptionRecord:
+        """Stop accounting the allocation now and ask the node to stop it within ``timeout``.
+
+        ``why`` is the abort reason and the stage deciding it; ``timeout`` defaults to allocation_preemption_timeout
+        (interruptible allocations get that long to finish), graceful preemption passes its own.
+        """
+        reason, stage = why
+        if timeout is None:
+            timeout = self.config.allocation_preemption_timeout
+        record = PreemptionRecord(
+            allocation_id=allocation.id,
+            operation_id=allocation.operation_id,
+            node_address=node.address,
+            reason=reason,
+            timeout=timeout,
+            explanation=explanation,
+            stage=stage,
+            time=now,
+            preemptor_allocation_id=preemptor.id if preemptor is not None else None,
+            preemptor_operation_id=preemptor.operation_id if preemptor is not None else None,
+            interruption_signal=allocation.interruption_signal,
+            interruptible=allocation.interruptible,
+            allocation_status=allocation.preemption_status,
+        )
+        runtime = self.operations.get(allocation.operation_id)
+        element = self._elements.get(allocation.operation_id)
+        _sub_np(node.usage, allocation.resources)
+        if runtime is not None:
+            self._release(allocation, runtime, element)
+            runtime.preempted_allocation_count += 1
+        allocation.preemption = record
+        if element is not None and element.op is runtime and runtime is not None:
+            self._refresh_leaf(element)
+        result.allocations_to_preempt.append(record)
+        event = {"event": "allocation_preempted", **record.to_dict()}
+        self._emit(event)
+        if (
+            element is not None
+            and element.spec.is_gang
+            and reason is not AbortReason.OPERATION_INCARNATION_CHANGED
+        ):
+            self._restart_gang(allocation, f"was preempted ({reason.value})", now, stage, result)
+        return record
+
+    def _restart_gang(
+        self,
+        trigger: Allocation,
+        what: str,
+        now: float,
+        stage: SchedulingStage = SchedulingStage.PREEMPTIVE_NORMAL,
+        result: HeartbeatResult | None = None,
+    ) -> None:
+        """All-or-nothing: one allocation of a gang operation was preempted or aborted, so all the others stop.
+
+        Allocations on the heartbeat's own node go into ``result``; the others are released now and delivered
+        in their nodes' next heartbeat answers (abort reason ``operation_incarnation_changed``, no timeout).
+        """
+        runtime = self.operations.get(trigger.operation_id)
+        if runtime is None:
+            return
+        explanation = (
+            f"gang operation {trigger.operation_id}: its allocation {trigger.id} {what}, so every allocation of "
+            "the gang is stopped (a gang runs all its allocations or none)"
+        )
+        for other in list(runtime.lists):
+            node = self.nodes.get(other.node_address)
+            if node is None or other.preempted:
+                continue
+            if result is not None and node.address == result.address:
+                target = result
+            else:
+                target = self._queued_preemptions.setdefault(
+                    node.address, HeartbeatResult(address=node.address)
+                )
+            record = self._preempt(
+                other,
+                node,
+                now,
+                target,
+                (AbortReason.OPERATION_INCARNATION_CHANGED, stage),
+                explanation,
+                timeout=0.0,
+            )
+            record.interruptible = False  # aborted at once, never interrupted to finish its work
+
+    def stop_allocation(
+        self, allocation: Allocation, reason: AbortReason, explanation: str, now: float, error: Any = None
+    ) -> PreemptionRecord | None:
+        """Stop a running allocation outside a heartbeat (job time limit): released now, delivered to its node
+        in its next heartbeat answer with no timeout. A gang operation's other allocations stop with it."""
+        node = self.nodes.get(allocation.node_address)
+        if node is None or allocation.preempted:
+            return None
+        target = self._queued_preemptions.setdefault(node.address, HeartbeatResult(address=node.address))
+        record = self._preempt(
+            allocation,
+            node,
+            now,
+            target,
+            (reason, SchedulingStage.PREEMPTIVE_NORMAL),
+            explanation,
+            timeout=0.0,
+        )
+        record.error = error
+        record.interruptible = False  # aborted at once, never interrupted to finish its work
+        return record
+
+    def nodes_with_queued_preemptions(self) -> list[str]:
+        """Nodes whose next heartbeat answer carries preemptions decided outside their heartbeats."""
+        return [
+            address for address, queued in self._queued_preemptions.items() if queued.allocations_to_preempt
+        ]
+
+    def has_queued_preemptions(self, address: str) -> bool:
+        """Whether preemptions wait for the node's next heartbeat (a gang restarting as a whole)."""
+        queued = self._queued_preemptions.get(address)
+        return queued is not None and bool(queued.allocations_to_preempt)
+
+    def drop_queued_preemptions(self, address: str) -> None:
+        """Forget what was queued for a node that left the cluster."""
+        self._queued_preemptions.pop(address, None)
