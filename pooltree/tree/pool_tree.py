@@ -16,127 +16,52 @@ failure leaves the previous state intact. What happens to operations whose pool 
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from pooltree.errors import PooltreeError
-from pooltree.resources import (
-    RESOURCE_COUNT,
-    RESOURCES,
-    USER_SLOTS,
-    Vector,
-    parse_resources,
-    resources_to_dict,
-    unlimited,
-)
+from pooltree.resources import unlimited
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
+from pooltree.tree.live_config import LiveConfig
+from pooltree.tree.naming import PoolNaming
+from pooltree.tree.tree_views import TreeViews
+from pooltree.tree.values import (
+    DEFAULT_EPHEMERAL_POOL_NAME_REGEX,
+    NO_SUCH_OPERATION_CODE,
+    OPERATION_PENDING_ALERT,
+    TOO_MANY_OPERATIONS_CODE,
+    EffectiveParameters,
+    ParametersUpdate,
+    PoolPlacement,
+    TooManyOperationsError,
+    _check_weight,
+    _limits_vector,
+    _option,
+    _spec_option,
+    _threshold_vector,
+)
 
-TOO_MANY_OPERATIONS_CODE = 202
-"""YTsaurus ``TooManyOperations``; the HTTP client retries ``start_operation`` on it."""
-
-NO_SUCH_OPERATION_CODE = 1915
-DEFAULT_EPHEMERAL_POOL_NAME_REGEX = r"[-_a-z0-9:A-Z]+"
-OPERATION_PENDING_ALERT = "operation_pending"
-
-
-class TooManyOperationsError(PooltreeError):
-    """A pool on the operation's path has reached its ``max_operation_count``."""
-
-    code = TOO_MANY_OPERATIONS_CODE
-
-
-@dataclass(frozen=True, slots=True)
-class ParametersUpdate:
-    """A validated runtime parameters change of one operation in one tree (``placement`` None = same pool)."""
-
-    operation_id: str
-    placement: PoolPlacement | None
-    weight: float | None
-    resource_limits: Vector
-
-
-@dataclass(frozen=True, slots=True)
-class PoolPlacement:
-    """Where an operation goes in one tree, decided (and validated) before anything changes.
-
-    ``pool`` is the existing target pool, or ``None`` when an ephemeral pool ``pool_name`` is to be created
-    under ``parent``.
-    """
-
-    pool_name: str
-    pool: PoolElement | None
-    parent: PoolElement | None
-    in_default_parent: bool
-
-
-def _option(config: Any, name: str, default: Any) -> Any:
-    """A tree option, or ``default`` when the tree config does not carry it (older configs)."""
-    value = getattr(config, name, default)
-    return default if value is None else value
+__all__ = [
+    "DEFAULT_EPHEMERAL_POOL_NAME_REGEX",
+    "EPHEMERAL_DELIMITER",
+    "NO_SUCH_OPERATION_CODE",
+    "OPERATION_PENDING_ALERT",
+    "TOO_MANY_OPERATIONS_CODE",
+    "EffectiveParameters",
+    "ParametersUpdate",
+    "PoolPlacement",
+    "PoolTree",
+    "TooManyOperationsError",
+    "_check_weight",
+    "_limits_vector",
+    "_option",
+    "_spec_option",
+    "_threshold_vector",
+]
 
 
-def _limits_vector(value: Any) -> Vector:
-    """Resource limits (``inf`` where unset) from a vector, a ``Resources`` map or a plain map."""
-    if value is None:
-        return unlimited()
-    if isinstance(value, np.ndarray):
-        return np.array(value, dtype=float)
-    vector = getattr(value, "vector", None)
-    if vector is not None:
-        return np.array(vector, dtype=float)
-    return parse_resources(value, "resource_limits", missing=math.inf)
-
-
-def _threshold_vector(threshold: Any) -> Vector:
-    """§c: a threshold with any resource set is absolute with unset resources infinite; else all zero."""
-    specified = getattr(threshold, "specified", None)
-    if not specified:
-        return np.zeros(RESOURCE_COUNT)
-    vector = np.full(RESOURCE_COUNT, math.inf)
-    for name in specified:
-        vector[RESOURCES.index(name)] = threshold[name]
-    return vector
-
-
-def _spec_option(spec: Any, name: str, default: Any) -> Any:
-    """An operation spec option from an ``OperationSpec`` or a plain map (``None`` → ``default``)."""
-    if spec is None:
-        return default
-    value = spec.get(name, default) if isinstance(spec, Mapping) else getattr(spec, name, default)
-    return default if value is None else value
-
-
-@dataclass(slots=True)
-class EffectiveParameters:
-    """Starvation and preemption parameters after top-down inheritance (orchid ``effective_*``)."""
-
-    fair_share_starvation_tolerance: float
-    fair_share_starvation_timeout: float
-    aggressive_starvation_enabled: bool
-    fair_share_aggressive_starvation_timeout: float
-    non_preemptible_resource_usage_threshold: Vector
-    aggressive_preemption_allowed: bool
-    normal_preemption_allowed: bool
-
-
-def _check_weight(weight: Any, path: str) -> float | None:
-    if weight is None:
-        return None
-    if isinstance(weight, bool) or not isinstance(weight, int | float):
-        raise PooltreeError(f"{path}: expected a positive number, got {weight!r}", attributes={"field": path})
-    if not math.isfinite(weight) or weight <= 0:
-        raise PooltreeError(
-            f"{path}: weight must be a positive finite number, got {weight!r}", attributes={"field": path}
-        )
-    return float(weight)
-
-
-class PoolTree:
+class PoolTree(PoolNaming, LiveConfig, TreeViews):
     """One pool tree at run time, built from a ``PoolTreeDefinition`` (``name``, ``config``, ``pools``)."""
 
     def __init__(self, definition: Any, *, user_default_parent_pools: Mapping[str, str] | None = None):
@@ -297,147 +222,6 @@ class PoolTree:
 
     def has_operation(self, operation_id: str) -> bool:
         return operation_id in self._operations
-
-    # ------------------------------------------------------------------------------------------ pool naming
-
-    def default_parent_pool(self, user: str) -> PoolElement:
-        """The user's default parent pool (§f): user map entry, else tree ``default_parent_pool``, else root."""
-        if _option(self.config, "use_user_default_parent_pool_map", False):
-            mapped = self.user_default_parent_pools.get(user)
-            if mapped is not None:
-                pool = self._pools.get(mapped)
-                if pool is not None and pool.mode != "fifo":
-                    return pool
-                self.alerts["invalid_default_parent_pool"] = (
-                    f"Default parent pool {mapped!r} of user {user!r} "
-                    + ("is a FIFO pool" if pool is not None else "does not exist")
-                )
-        name = _option(self.config, "default_parent_pool", ROOT_POOL_NAME)
-        pool = self._pools.get(name)
-        if pool is not None and pool.mode != "fifo":
-            return pool
-        self.alerts["invalid_default_parent_pool"] = f"Default parent pool {name!r} " + (
-            "is a FIFO pool" if pool is not None else "does not exist"
-        )
-        return self.root
-
-    def _validate_ephemeral_name(self, name: str) -> None:
-        for part in name.split(EPHEMERAL_DELIMITER):
-            if not self._ephemeral_name_re.fullmatch(part):
-                raise PooltreeError(
-                    f"Pool name {name!r} must match regular expression {self._ephemeral_name_re.pattern!r}",
-                    attributes={"pool": name, "pool_tree": self.name},
-                )
-
-    def resolve_pool(self, pool_name: str | None, user: str) -> PoolPlacement:
-        """Where an operation of ``user`` asking for ``pool_name`` goes (§f pool naming); validates names only."""
-        name = pool_name or user
-        if not name:
-            raise PooltreeError(
-                "Operation has neither a pool nor a user name", attributes={"pool_tree": self.name}
-            )
-        if name == ROOT_POOL_NAME:
-            return PoolPlacement(name, self.root, None, False)
-        existing = self._pools.get(name)
-        if existing is not None:
-            if existing.hosts_ephemeral_subpools:
-                if existing.mode == "fifo":
-                    raise PooltreeError(
-                        f"Pool {name!r} is in FIFO mode and cannot host ephemeral subpools",
-                        attributes={"pool": name, "pool_tree": self.name},
-                    )
-                sub_name = f"{name}{EPHEMERAL_DELIMITER}{user}"
-                self._validate_ephemeral_name(sub_name)
-                sub = self._pools.get(sub_name)
-                return PoolPlacement(sub_name, sub, existing if sub is None else None, False)
-            return PoolPlacement(name, existing, None, False)
-        self._validate_ephemeral_name(name)
-        if EPHEMERAL_DELIMITER in name:
-            parent_name = name.rsplit(EPHEMERAL_DELIMITER, 1)[0]
-            parent = self._pools.get(parent_name)
-            if parent is None:
-                raise PooltreeError(
-                    f"Parent pool {parent_name!r} of ephemeral pool {name!r} does not exist in tree {self.name!r}",
-                    attributes={"pool": name, "pool_tree": self.name},
-                )
-            if parent.mode == "fifo":
-                raise PooltreeError(
-                    f"Pool {parent_name!r} is in FIFO mode and cannot host ephemeral subpools",
-                    attributes={"pool": parent_name, "pool_tree": self.name},
-                )
-            return PoolPlacement(name, None, parent, False)
-        return PoolPlacement(name, None, self.default_parent_pool(user), True)
-
-    # ----------------------------------------------------------------------------------------------- checks
-
-    def _check_immediate(self, placement: PoolPlacement) -> None:
-        pool = placement.pool
-        if pool is None:
-            return
-        if pool.is_root:
-            forbidden = bool(_option(self.config, "forbid_immediate_operations_in_root", True))
-        else:
-            forbidden = pool.config is not None and bool(pool.config.forbid_immediate_operations)
-        if forbidden:
-            raise PooltreeError(
-                f'Starting operations immediately in pool "{pool.name}" is forbidden',
-                attributes={"pool": pool.name, "pool_tree": self.name},
-            )
-
-    def _check_ephemeral_limit(self, placement: PoolPlacement, user: str) -> None:
-        if placement.pool is not None or not placement.in_default_parent:
-            return
-        limit = int(_option(self.config, "max_ephemeral_pools_per_user", 1))
-        existing = self._user_ephemeral_pools.get(user, [])
-        if len(existing) + 1 > limit:
-            raise PooltreeError(
-                f'Cannot create new ephemeral pool "{placement.pool_name}" as limit for number of ephemeral pools '
-                f'{limit} for user "{user}" in tree "{self.name}" has been reached; previously created pools are '
-                f"[{', '.join(existing)}]",
-                attributes={
-                    "pool": placement.pool_name,
-                    "user": user,
-                    "pool_tree": self.name,
-                    "limit": limit,
-                },
-            )
-
-    def _check_placement(self, placement: PoolPlacement, user: str) -> PoolElement:
-        """Checks shared by a start and a pool change: forbidden immediate operations and the ephemeral pool limit.
-
-        Returns where the count checks start: the pool, or the parent of a pool still to be created.
-        """
-        self._check_immediate(placement)
-        self._check_ephemeral_limit(placement, user)
-        start = placement.pool if placement.pool is not None else placement.parent
-        assert start is not None
-        return start
-
-    def _check_operation_count(self, start: PoolElement) -> None:
-        for element in start.path:
-            if element.operation_count >= element.max_operation_count:
-                raise TooManyOperationsError(
-                    f"Limit for the number of concurrent operations {element.max_operation_count} for pool "
-                    f'"{element.name}" in tree "{self.name}" has been reached',
-                    attributes={
-                        "pool": element.name,
-                        "pool_tree": self.name,
-                        "limit": element.max_operation_count,
-                    },
-                )
-
-    @staticmethod
-    def lowest_violating_pool(pool: PoolElement) -> PoolElement | None:
-        """The lowest element on pool → root whose running count has reached its running limit."""
-        for element in pool.path:
-            if element.running_operation_count >= element.max_running_operation_count:
-                return element
-        return None
-
-    def _is_lightweight(self, operation_type: str, pool: PoolElement | None) -> bool:
-        return (
-            operation_type == "vanilla" and pool is not None and pool.effective_lightweight_operations_enabled
-        )
 
     # ----------------------------------------------------------------------------------------- registration
 
@@ -802,279 +586,3 @@ class PoolTree:
         activated.extend(self._activate_from(old_pool))
         self._remove_if_empty_ephemeral(old_pool)
         return activated
-
-    # ------------------------------------------------------------------------------------------ live config
-
-    def apply_config(self, definition: Any) -> list[str]:
-        """Switch to a new definition (see :meth:`staged_config`); returns ids of newly running operations."""
-        return self.commit_staged(self.staged_config(definition))
-
-    def staged_config(self, definition: Any) -> PoolTree:
-        """Build (aside, without touching this tree) the state this tree would have under ``definition``.
-
-        Switch to a new (already validated) definition of this tree, keeping every operation attached.
-
-        The new tree is built aside and swapped in only when complete: any exception leaves this tree as it was.
-        Operations keep their pools where the pool still exists. Otherwise:
-        - an ephemeral subpool ``hub$user`` stays under ``hub`` while ``hub`` still creates ephemeral subpools
-          (non-FIFO); else its operations move to ``hub`` (resolved by these same rules);
-        - any other pool that is gone (a removed configured pool or an ephemeral pool of a default parent) is
-          re-created as an ephemeral pool of the same name, with default config, under the default parent pool
-          of the user who owns it (removed nested pools are flattened there).
-        Running operations stay running even when new limits are lower (YTsaurus never stops a running operation
-        for a limit); a pool's ``enable_lightweight_operations`` toggle re-accounts them. Pending operations keep
-        their FIFO order and are re-checked (``try_run_all_pending_operations``).
-        """
-        if definition.name != self.name:
-            raise PooltreeError(
-                f"Cannot apply the config of tree {definition.name!r} to tree {self.name!r}",
-                attributes={"pool_tree": self.name},
-            )
-        new = PoolTree(definition, user_default_parent_pools=self.user_default_parent_pools)
-        new._registration_counter = self._registration_counter
-        new._pending_counter = self._pending_counter
-        targets: dict[str, PoolElement] = {}
-
-        def target_for(old_pool: PoolElement) -> PoolElement:
-            cached = targets.get(old_pool.name)
-            if cached is not None:
-                return cached
-            if old_pool.is_root:
-                result = new.root
-            elif (kept := new._pools.get(old_pool.name)) is not None and not kept.is_ephemeral:
-                result = kept
-            elif old_pool.is_ephemeral and old_pool.explicit_parent:
-                assert old_pool.parent is not None
-                hub = new._pools.get(old_pool.parent.name)
-                still_allowed = hub is not None and hub.mode != "fifo"
-                if still_allowed and hub is not None and not hub.hosts_ephemeral_subpools:
-                    # It stopped being a hub: its ephemeral subpools dissolve into it.
-                    still_allowed = not old_pool.parent.hosts_ephemeral_subpools
-                if still_allowed and hub is not None:
-                    result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                        old_pool.name, hub, old_pool.created_by_user or "", in_default_parent=False
-                    )
-                else:
-                    result = target_for(old_pool.parent)
-            else:
-                owner = old_pool.created_by_user or self._first_user(old_pool)
-                result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                    old_pool.name, new.default_parent_pool(owner), owner, in_default_parent=True
-                )
-            targets[old_pool.name] = result
-            return result
-
-        ops = list(self._operations.values())
-        copies: dict[str, TreeOperation] = {}
-        for op in ops:
-            clone = TreeOperation(
-                op.id,
-                user=op.user,
-                operation_type=op.operation_type,
-                pool=new.root,
-                weight=op.weight,
-                resource_limits=op.resource_limits,
-                spec=op.spec,
-                start_time=op.start_time,
-                registration_index=op.registration_index,
-                offloading=op.offloading,
-            )
-            clone.suspended = op.suspended
-            copies[op.id] = clone
-            new._operations[op.id] = clone
-        for op in ops:
-            if op.running:
-                new._attach(copies[op.id], target_for(op.pool), keep_running=True)
-        for op in sorted((o for o in ops if not o.running), key=lambda o: o.pending_index):
-            new._attach(copies[op.id], target_for(op.pool), keep_running=False)
-        new.try_run_all_pending_operations()
-        return new
-
-    def commit_staged(self, new: PoolTree) -> list[str]:
-        """Swap in a state built by :meth:`staged_config`; returns operations that were pending and now run."""
-        activated = [
-            op_id
-            for op_id, op in self._operations.items()
-            if not op.running and new._operations[op_id].running
-        ]
-        self._swap_state(new)
-        return activated
-
-    def _first_user(self, pool: PoolElement) -> str:
-        for op in pool.operations.values():
-            return op.user
-        return ""
-
-    def _swap_state(self, new: PoolTree) -> None:
-        for name in (
-            "definition",
-            "config",
-            "alerts",
-            "_operations",
-            "_user_ephemeral_pools",
-            "_registration_counter",
-            "_pending_counter",
-            "_position_cache",
-            "_max_operation_count_per_pool",
-            "_max_running_operation_count_per_pool",
-            "_ephemeral_name_re",
-            "root",
-            "_pools",
-        ):
-            setattr(self, name, getattr(new, name))
-
-    def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
-        self.operation(operation_id).suspended = suspended
-
-    # ------------------------------------------------------------------------------- effective parameters
-
-    def effective_parameters(self, pool_name: str) -> EffectiveParameters:
-        """Starvation and preemption parameters of a pool resolved top-down (§c): own value, else the parent's.
-
-        Ephemeral pools set none of them, so they inherit from their parent. The root takes the tree config.
-        """
-        chain = reversed(self.pool(pool_name).path)
-        cfg = self.config
-        params = EffectiveParameters(
-            fair_share_starvation_tolerance=float(cfg.fair_share_starvation_tolerance),
-            fair_share_starvation_timeout=float(cfg.fair_share_starvation_timeout),
-            aggressive_starvation_enabled=bool(cfg.enable_aggressive_starvation),
-            fair_share_aggressive_starvation_timeout=float(cfg.fair_share_aggressive_starvation_timeout),
-            non_preemptible_resource_usage_threshold=np.array(
-                cfg.effective_non_preemptible_resource_usage_threshold(), dtype=float
-            ),
-            aggressive_preemption_allowed=bool(_option(cfg, "allow_aggressive_preemption", True)),
-            normal_preemption_allowed=bool(_option(cfg, "allow_normal_preemption", True)),
-        )
-        for element in chain:
-            config = element.config
-            if config is None:
-                continue
-            if config.fair_share_starvation_tolerance is not None:
-                params.fair_share_starvation_tolerance = float(config.fair_share_starvation_tolerance)
-            if config.fair_share_starvation_timeout is not None:
-                params.fair_share_starvation_timeout = float(config.fair_share_starvation_timeout)
-            if config.enable_aggressive_starvation is not None:
-                params.aggressive_starvation_enabled = bool(config.enable_aggressive_starvation)
-            if config.allow_aggressive_preemption is not None:
-                params.aggressive_preemption_allowed = bool(config.allow_aggressive_preemption)
-            if config.allow_normal_preemption is not None:
-                params.normal_preemption_allowed = bool(config.allow_normal_preemption)
-            threshold = config.non_preemptible_resource_usage_threshold
-            if threshold is not None:
-                params.non_preemptible_resource_usage_threshold = _threshold_vector(threshold)
-        return params
-
-    def operation_effective_parameters(self, operation_id: str) -> EffectiveParameters:
-        """An operation inherits its pool's parameters; the spec may enable aggressive starvation and lower the
-        non-preemptible ``user_slots`` threshold (``max_unpreemptible_allocation_count``)."""
-        op = self.operation(operation_id)
-        params = self.effective_parameters(op.pool.name)
-        if _spec_option(op.spec, "enable_aggressive_starvation", False):
-            params.aggressive_starvation_enabled = True
-        cap = _spec_option(op.spec, "max_unpreemptible_allocation_count", None)
-        if cap is not None:
-            threshold = params.non_preemptible_resource_usage_threshold.copy()
-            threshold[USER_SLOTS] = min(threshold[USER_SLOTS], float(cap))
-            params.non_preemptible_resource_usage_threshold = threshold
-        return params
-
-    # ------------------------------------------------------------------------------------------------ orchid
-
-    def pool_orchid(self, name: str) -> dict[str, Any]:
-        """Counts, effective limits, pending queue and placement of one pool (view layer input)."""
-        pool = self.pool(name)
-        config = pool.config
-        return {
-            "name": pool.name,
-            "parent": pool.parent.name if pool.parent is not None else None,
-            "full_path": pool.full_path,
-            "mode": pool.mode,
-            "is_ephemeral": pool.is_ephemeral,
-            "running_operation_count": pool.running_operation_count,
-            "lightweight_running_operation_count": pool.lightweight_running_operation_count,
-            "operation_count": pool.operation_count,
-            "pool_operation_count": len(pool.operations),
-            "max_running_operation_count": pool.max_running_operation_count,
-            "max_operation_count": pool.max_operation_count,
-            "pending_operation_ids": list(pool.pending),
-            "pending_operation_count": len(pool.pending),
-            "child_pool_count": len(pool.children),
-            "forbid_immediate_operations": (
-                bool(_option(self.config, "forbid_immediate_operations_in_root", True))
-                if pool.is_root
-                else bool(config is not None and config.forbid_immediate_operations)
-            ),
-            "lightweight_operations_enabled": pool.lightweight_operations_enabled,
-            "effective_lightweight_operations_enabled": pool.effective_lightweight_operations_enabled,
-            "user": pool.created_by_user,
-        }
-
-    def pending_positions(self) -> dict[str, int]:
-        """Every pending operation's position in its queue (one pass; ``operation_orchid`` per operation would
-        look each one up in its queue)."""
-        return {op_id: i for pool in self._pools.values() for i, op_id in enumerate(pool.pending)}
-
-    def pending_position(self, holder: PoolElement, operation_id: str) -> int:
-        """``operation_id``'s position in ``holder``'s pending queue. The queue's positions are computed in one pass
-        and kept while the queue has the same length, head and tail: operations only join at the tail and leave
-        (anywhere), so any change alters one of the three, and reading every pending operation's position costs
-        one pass per change of the queue instead of one per read."""
-        queue = holder.pending
-        if not queue:
-            raise KeyError(operation_id)
-        key = (len(queue), next(iter(queue)), next(reversed(queue)))
-        cached = self._position_cache.get(holder.name)
-        if cached is None or cached[0] != key:
-            cached = (key, {op_id: i for i, op_id in enumerate(queue)})
-            self._position_cache[holder.name] = cached
-        return cached[1][operation_id]
-
-    def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
-        """An operation's placement in this tree; a pending one names the pool holding it and its position
-        (``position`` when the caller already knows it)."""
-        op = self.operation(operation_id)
-        info: dict[str, Any] = {
-            "pool": op.pool.name,
-            "user": op.user,
-            "type": op.operation_type,
-            "start_time": op.start_time,
-            "weight": op.weight,
-            "resource_limits": resources_to_dict(op.resource_limits, drop_infinite=True),
-            "lightweight": op.lightweight,
-            "offloading": op.offloading,
-            "running": op.running,
-            "suspended": op.suspended,
-            "alerts": {},
-        }
-        if not op.running and op.pending_pool is not None:
-            holder = op.pending_pool
-            if position is None:
-                position = self.pending_position(holder, op.id)
-            info.update(
-                pending_pool=holder.name,
-                pending_position=position,
-                pending_reason=(
-                    f'Max running operation count of pool "{holder.name}" reached '
-                    f"({holder.running_operation_count} of {holder.max_running_operation_count}); "
-                    f"position {position + 1} of {len(holder.pending)} in its queue"
-                ),
-            )
-            if op.alert is not None:
-                info["alerts"][OPERATION_PENDING_ALERT] = {
-                    "message": op.alert["message"],
-                    "attributes": dict(op.alert["attributes"]),
-                }
-        return info
-
-    def orchid(self) -> dict[str, Any]:
-        """Every pool (top-down) and every operation of the tree."""
-        return {
-            "pools": {pool.name: self.pool_orchid(pool.name) for pool in self._pools_top_down()},
-            "operations": {op_id: self.operation_orchid(op_id) for op_id in self._operations},
-            "alerts": dict(self.alerts),
-        }
-
-    def iter_operations(self, pool: PoolElement) -> Iterable[TreeOperation]:
-        """Operations attached directly to ``pool``, in attach order."""
-        return pool.operations.values()

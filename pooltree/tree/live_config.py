@@ -1,0 +1,137 @@
+"""Live config changes of a pool tree: build the new state aside, swap it in when complete (a `PoolTree` mixin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pooltree.errors import PooltreeError
+from pooltree.tree.elements import PoolElement, TreeOperation
+
+
+class LiveConfig:
+    """``apply_config`` / ``staged_config`` / ``commit_staged`` of `PoolTree`."""
+
+    name: str
+
+    # ------------------------------------------------------------------------------------------ live config
+
+    def apply_config(self, definition: Any) -> list[str]:
+        """Switch to a new definition (see :meth:`staged_config`); returns ids of newly running operations."""
+        return self.commit_staged(self.staged_config(definition))
+
+    def staged_config(self, definition: Any) -> Any:
+        """Build (aside, without touching this tree) the state this tree would have under ``definition``.
+
+        Switch to a new (already validated) definition of this tree, keeping every operation attached.
+
+        The new tree is built aside and swapped in only when complete: any exception leaves this tree as it was.
+        Operations keep their pools where the pool still exists. Otherwise:
+        - an ephemeral subpool ``hub$user`` stays under ``hub`` while ``hub`` still creates ephemeral subpools
+          (non-FIFO); else its operations move to ``hub`` (resolved by these same rules);
+        - any other pool that is gone (a removed configured pool or an ephemeral pool of a default parent) is
+          re-created as an ephemeral pool of the same name, with default config, under the default parent pool
+          of the user who owns it (removed nested pools are flattened there).
+        Running operations stay running even when new limits are lower (YTsaurus never stops a running operation
+        for a limit); a pool's ``enable_lightweight_operations`` toggle re-accounts them. Pending operations keep
+        their FIFO order and are re-checked (``try_run_all_pending_operations``).
+        """
+        if definition.name != self.name:
+            raise PooltreeError(
+                f"Cannot apply the config of tree {definition.name!r} to tree {self.name!r}",
+                attributes={"pool_tree": self.name},
+            )
+        new = type(self)(definition, user_default_parent_pools=self.user_default_parent_pools)  # type: ignore[call-arg]
+        new._registration_counter = self._registration_counter
+        new._pending_counter = self._pending_counter
+        targets: dict[str, PoolElement] = {}
+
+        def target_for(old_pool: PoolElement) -> PoolElement:
+            cached = targets.get(old_pool.name)
+            if cached is not None:
+                return cached
+            if old_pool.is_root:
+                result = new.root
+            elif (kept := new._pools.get(old_pool.name)) is not None and not kept.is_ephemeral:
+                result = kept
+            elif old_pool.is_ephemeral and old_pool.explicit_parent:
+                assert old_pool.parent is not None
+                hub = new._pools.get(old_pool.parent.name)
+                still_allowed = hub is not None and hub.mode != "fifo"
+                if still_allowed and hub is not None and not hub.hosts_ephemeral_subpools:
+                    # It stopped being a hub: its ephemeral subpools dissolve into it.
+                    still_allowed = not old_pool.parent.hosts_ephemeral_subpools
+                if still_allowed and hub is not None:
+                    result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                        old_pool.name, hub, old_pool.created_by_user or "", in_default_parent=False
+                    )
+                else:
+                    result = target_for(old_pool.parent)
+            else:
+                owner = old_pool.created_by_user or self._first_user(old_pool)
+                result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                    old_pool.name, new.default_parent_pool(owner), owner, in_default_parent=True
+                )
+            targets[old_pool.name] = result
+            return result
+
+        ops = list(self._operations.values())
+        copies: dict[str, TreeOperation] = {}
+        for op in ops:
+            clone = TreeOperation(
+                op.id,
+                user=op.user,
+                operation_type=op.operation_type,
+                pool=new.root,
+                weight=op.weight,
+                resource_limits=op.resource_limits,
+                spec=op.spec,
+                start_time=op.start_time,
+                registration_index=op.registration_index,
+                offloading=op.offloading,
+            )
+            clone.suspended = op.suspended
+            copies[op.id] = clone
+            new._operations[op.id] = clone
+        for op in ops:
+            if op.running:
+                new._attach(copies[op.id], target_for(op.pool), keep_running=True)
+        for op in sorted((o for o in ops if not o.running), key=lambda o: o.pending_index):
+            new._attach(copies[op.id], target_for(op.pool), keep_running=False)
+        new.try_run_all_pending_operations()
+        return new
+
+    def commit_staged(self, new: Any) -> list[str]:
+        """Swap in a state built by :meth:`staged_config`; returns operations that were pending and now run."""
+        activated = [
+            op_id
+            for op_id, op in self._operations.items()
+            if not op.running and new._operations[op_id].running
+        ]
+        self._swap_state(new)
+        return activated
+
+    def _first_user(self, pool: PoolElement) -> str:
+        for op in pool.operations.values():
+            return op.user
+        return ""
+
+    def _swap_state(self, new: Any) -> None:
+        for name in (
+            "definition",
+            "config",
+            "alerts",
+            "_operations",
+            "_user_ephemeral_pools",
+            "_registration_counter",
+            "_pending_counter",
+            "_position_cache",
+            "_max_operation_count_per_pool",
+            "_max_running_operation_count_per_pool",
+            "_ephemeral_name_re",
+            "root",
+            "_pools",
+        ):
+            setattr(self, name, getattr(new, name))
+
+    def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
+        self.operation(operation_id).suspended = suspended

@@ -1,0 +1,181 @@
+"""Effective starvation/preemption parameters and the orchid data of a pool tree (a `PoolTree` mixin)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from pooltree.resources import USER_SLOTS, resources_to_dict
+from pooltree.tree.elements import PoolElement, TreeOperation
+from pooltree.tree.values import (
+    OPERATION_PENDING_ALERT,
+    EffectiveParameters,
+    _option,
+    _spec_option,
+    _threshold_vector,
+)
+
+
+class TreeViews:
+    """Read-only views of `PoolTree` state: effective parameters, pool and operation orchid, queue positions."""
+
+    name: str
+    config: Any
+    _pools: dict[str, PoolElement]
+    _operations: dict[str, TreeOperation]
+    _position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]]
+
+    # ------------------------------------------------------------------------------- effective parameters
+
+    def effective_parameters(self, pool_name: str) -> EffectiveParameters:
+        """Starvation and preemption parameters of a pool resolved top-down (§c): own value, else the parent's.
+
+        Ephemeral pools set none of them, so they inherit from their parent. The root takes the tree config.
+        """
+        chain = reversed(self.pool(pool_name).path)
+        cfg = self.config
+        params = EffectiveParameters(
+            fair_share_starvation_tolerance=float(cfg.fair_share_starvation_tolerance),
+            fair_share_starvation_timeout=float(cfg.fair_share_starvation_timeout),
+            aggressive_starvation_enabled=bool(cfg.enable_aggressive_starvation),
+            fair_share_aggressive_starvation_timeout=float(cfg.fair_share_aggressive_starvation_timeout),
+            non_preemptible_resource_usage_threshold=np.array(
+                cfg.effective_non_preemptible_resource_usage_threshold(), dtype=float
+            ),
+            aggressive_preemption_allowed=bool(_option(cfg, "allow_aggressive_preemption", True)),
+            normal_preemption_allowed=bool(_option(cfg, "allow_normal_preemption", True)),
+        )
+        for element in chain:
+            config = element.config
+            if config is None:
+                continue
+            if config.fair_share_starvation_tolerance is not None:
+                params.fair_share_starvation_tolerance = float(config.fair_share_starvation_tolerance)
+            if config.fair_share_starvation_timeout is not None:
+                params.fair_share_starvation_timeout = float(config.fair_share_starvation_timeout)
+            if config.enable_aggressive_starvation is not None:
+                params.aggressive_starvation_enabled = bool(config.enable_aggressive_starvation)
+            if config.allow_aggressive_preemption is not None:
+                params.aggressive_preemption_allowed = bool(config.allow_aggressive_preemption)
+            if config.allow_normal_preemption is not None:
+                params.normal_preemption_allowed = bool(config.allow_normal_preemption)
+            threshold = config.non_preemptible_resource_usage_threshold
+            if threshold is not None:
+                params.non_preemptible_resource_usage_threshold = _threshold_vector(threshold)
+        return params
+
+    def operation_effective_parameters(self, operation_id: str) -> EffectiveParameters:
+        """An operation inherits its pool's parameters; the spec may enable aggressive starvation and lower the
+        non-preemptible ``user_slots`` threshold (``max_unpreemptible_allocation_count``)."""
+        op = self.operation(operation_id)
+        params = self.effective_parameters(op.pool.name)
+        if _spec_option(op.spec, "enable_aggressive_starvation", False):
+            params.aggressive_starvation_enabled = True
+        cap = _spec_option(op.spec, "max_unpreemptible_allocation_count", None)
+        if cap is not None:
+            threshold = params.non_preemptible_resource_usage_threshold.copy()
+            threshold[USER_SLOTS] = min(threshold[USER_SLOTS], float(cap))
+            params.non_preemptible_resource_usage_threshold = threshold
+        return params
+
+    # ------------------------------------------------------------------------------------------------ orchid
+
+    def pool_orchid(self, name: str) -> dict[str, Any]:
+        """Counts, effective limits, pending queue and placement of one pool (view layer input)."""
+        pool = self.pool(name)
+        config = pool.config
+        return {
+            "name": pool.name,
+            "parent": pool.parent.name if pool.parent is not None else None,
+            "full_path": pool.full_path,
+            "mode": pool.mode,
+            "is_ephemeral": pool.is_ephemeral,
+            "running_operation_count": pool.running_operation_count,
+            "lightweight_running_operation_count": pool.lightweight_running_operation_count,
+            "operation_count": pool.operation_count,
+            "pool_operation_count": len(pool.operations),
+            "max_running_operation_count": pool.max_running_operation_count,
+            "max_operation_count": pool.max_operation_count,
+            "pending_operation_ids": list(pool.pending),
+            "pending_operation_count": len(pool.pending),
+            "child_pool_count": len(pool.children),
+            "forbid_immediate_operations": (
+                bool(_option(self.config, "forbid_immediate_operations_in_root", True))
+                if pool.is_root
+                else bool(config is not None and config.forbid_immediate_operations)
+            ),
+            "lightweight_operations_enabled": pool.lightweight_operations_enabled,
+            "effective_lightweight_operations_enabled": pool.effective_lightweight_operations_enabled,
+            "user": pool.created_by_user,
+        }
+
+    def pending_positions(self) -> dict[str, int]:
+        """Every pending operation's position in its queue (one pass; ``operation_orchid`` per operation would
+        look each one up in its queue)."""
+        return {op_id: i for pool in self._pools.values() for i, op_id in enumerate(pool.pending)}
+
+    def pending_position(self, holder: PoolElement, operation_id: str) -> int:
+        """``operation_id``'s position in ``holder``'s pending queue. The queue's positions are computed in one pass
+        and kept while the queue has the same length, head and tail: operations only join at the tail and leave
+        (anywhere), so any change alters one of the three, and reading every pending operation's position costs
+        one pass per change of the queue instead of one per read."""
+        queue = holder.pending
+        if not queue:
+            raise KeyError(operation_id)
+        key = (len(queue), next(iter(queue)), next(reversed(queue)))
+        cached = self._position_cache.get(holder.name)
+        if cached is None or cached[0] != key:
+            cached = (key, {op_id: i for i, op_id in enumerate(queue)})
+            self._position_cache[holder.name] = cached
+        return cached[1][operation_id]
+
+    def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
+        """An operation's placement in this tree; a pending one names the pool holding it and its position
+        (``position`` when the caller already knows it)."""
+        op = self.operation(operation_id)
+        info: dict[str, Any] = {
+            "pool": op.pool.name,
+            "user": op.user,
+            "type": op.operation_type,
+            "start_time": op.start_time,
+            "weight": op.weight,
+            "resource_limits": resources_to_dict(op.resource_limits, drop_infinite=True),
+            "lightweight": op.lightweight,
+            "offloading": op.offloading,
+            "running": op.running,
+            "suspended": op.suspended,
+            "alerts": {},
+        }
+        if not op.running and op.pending_pool is not None:
+            holder = op.pending_pool
+            if position is None:
+                position = self.pending_position(holder, op.id)
+            info.update(
+                pending_pool=holder.name,
+                pending_position=position,
+                pending_reason=(
+                    f'Max running operation count of pool "{holder.name}" reached '
+                    f"({holder.running_operation_count} of {holder.max_running_operation_count}); "
+                    f"position {position + 1} of {len(holder.pending)} in its queue"
+                ),
+            )
+            if op.alert is not None:
+                info["alerts"][OPERATION_PENDING_ALERT] = {
+                    "message": op.alert["message"],
+                    "attributes": dict(op.alert["attributes"]),
+                }
+        return info
+
+    def orchid(self) -> dict[str, Any]:
+        """Every pool (top-down) and every operation of the tree."""
+        return {
+            "pools": {pool.name: self.pool_orchid(pool.name) for pool in self._pools_top_down()},
+            "operations": {op_id: self.operation_orchid(op_id) for op_id in self._operations},
+            "alerts": dict(self.alerts),
+        }
+
+    def iter_operations(self, pool: PoolElement) -> Iterable[TreeOperation]:
+        """Operations attached directly to ``pool``, in attach order."""
+        return pool.operations.values()
