@@ -20,6 +20,7 @@ from pooltree.errors import PooltreeError
 from pooltree.tree.lifecycle import OperationLifecycle, OperationState
 from pooltree.tree.pool_tree import (
     NO_SUCH_OPERATION_CODE,
+    ParametersUpdate,
     PoolPlacement,
     PoolTree,
     _check_weight,
@@ -339,6 +340,15 @@ class PoolTrees:
 
         Returns operations that became running (the moved one and any it made room for).
         """
+        return self.commit_operation_parameters(
+            operation_id, self.prepare_operation_parameters(operation_id, parameters), now
+        )
+
+    def prepare_operation_parameters(
+        self, operation_id: str, parameters: Mapping[str, Any]
+    ) -> dict[str, ParametersUpdate]:
+        """Validate an ``update_operation_parameters`` change in every tree of the operation without changing
+        anything: tree → the prepared change (the live scheduler commits it to its store before applying it)."""
         op = self.operation(operation_id)
         if not isinstance(parameters, Mapping):
             raise PooltreeError(f"parameters must be a map, got {type(parameters).__name__}")
@@ -378,12 +388,19 @@ class PoolTrees:
                     f'parameters.scheduling_options_per_pool_tree.{name}: operation {operation_id} does not run in tree "{name}"',
                     attributes={"pool_tree": name, "operation_id": operation_id},
                 )
-        updates = [
-            self.trees[name].prepare_parameters_update(operation_id, **change)
+        return {
+            name: self.trees[name].prepare_parameters_update(operation_id, **change)
             for name, change in changes.items()
-        ]
+        }
+
+    def commit_operation_parameters(
+        self, operation_id: str, updates: Mapping[str, ParametersUpdate], now: float
+    ) -> list[str]:
+        """Apply what ``prepare_operation_parameters`` validated (nothing changed in between); returns operations
+        that became running."""
+        op = self.operation(operation_id)
         activated: list[str] = []
-        for name, update in zip(changes, updates, strict=True):
+        for name, update in updates.items():
             activated.extend(self.trees[name].commit_parameters_update(update))
         result = self._on_activated(activated, now)
         self._refresh_state(op, now)

@@ -6,6 +6,7 @@ Constants and small helpers shared by the scheduler's parts (``scheduler.py``, `
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.resources import Vector, resources_to_dict, vector
 from pooltree.server.store import JobRecord
 from pooltree.strategy.model import Allocation, ExecNode
-from pooltree.tree import PoolTrees
+from pooltree.tree import ParametersUpdate, PoolTrees
 
 NO_SUCH_OPERATION = 1915
 NO_SUCH_JOB = 1916
@@ -357,14 +358,29 @@ def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
     return tasks
 
 
-def _runtime_parameters(registry: PoolTrees, operation_id: str, trees: list[str]) -> dict[str, Any]:
+def _runtime_parameters(
+    registry: PoolTrees,
+    operation_id: str,
+    trees: list[str],
+    updates: Mapping[str, ParametersUpdate] | None = None,
+) -> dict[str, Any]:
+    """``scheduling_options_per_pool_tree`` of an operation as registered, or as it will be once the prepared
+    ``updates`` (``PoolTrees.prepare_operation_parameters``) are applied: the store commits that before the
+    runtime changes."""
     per_tree: dict[str, Any] = {}
     for name in trees:
         tree_op = registry.trees[name].operation(operation_id)
-        entry: dict[str, Any] = {"pool": tree_op.pool.name}
-        if tree_op.weight is not None:
-            entry["weight"] = float(tree_op.weight)
-        limits = resources_to_dict(tree_op.resource_limits, drop_infinite=True)
+        pool, weight, limits_vector = tree_op.pool.name, tree_op.weight, tree_op.resource_limits
+        update = None if updates is None else updates.get(name)
+        if update is not None:
+            weight, limits_vector = update.weight, update.resource_limits
+            if update.placement is not None:
+                target = update.placement.pool
+                pool = target.name if target is not None else update.placement.pool_name
+        entry: dict[str, Any] = {"pool": pool}
+        if weight is not None:
+            entry["weight"] = float(weight)
+        limits = resources_to_dict(limits_vector, drop_infinite=True)
         if limits:
             entry["resource_limits"] = limits
         per_tree[name] = entry

@@ -10,12 +10,13 @@ and the jobs agents still run are re-attached (not restarted) on the agents' fir
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pooltree.alerts import AlertSettings, SchedulerAlerts
+from pooltree.alerts import OPERATION_STARVING, AlertSettings, SchedulerAlerts
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -159,6 +160,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     def _save_operation(self, op: LiveOperation, *, mutation: Mutation | None = None) -> None:
         op.revision += 1
+        self._commit_operation(op, mutation=mutation)
+
+    def _commit_operation(self, op: LiveOperation, *, mutation: Mutation | None = None) -> None:
+        """Write ``op`` as it is (or a planned copy of it: ``_planned``) to the store, then move the counters.
+
+        Commands that change an operation commit its new record first and change the runtime only after the
+        commit succeeded; a failed commit raises and leaves memory as it was."""
         document = {
             "state_events": op.events,
             "error": op.error,
@@ -170,7 +178,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             "lost_jobs": op.lost_jobs,
             "failed_job_count": op.controller.failed_job_count,
             "unrecognized_spec": op.model.unrecognized_spec(),
-            "alerts": self.alerts(op),
+            "alerts": self._stored_alerts(op),
         }
         pool = next(iter(op.pools.values()), None)
         record = OperationRecord(
@@ -187,6 +195,24 @@ class LiveScheduler(LiveJobs, LiveRevival):
         )
         self.store.put_operation(record, mutation=mutation or self._start_mutation)
         self.counts.put(record, final=op.is_final)
+
+    def _stored_alerts(self, op: LiveOperation) -> dict[str, Any]:
+        """The alerts saved with ``op``; a finishing one (committed before it leaves the trees) keeps only those
+        of its spec: the admission alerts (pending, ...) and starvation belong to an operation in a tree."""
+        alerts = self.alerts(op)
+        if op.is_final:
+            registered = self.registry.operations.get(op.id)
+            dropped = {OPERATION_STARVING, *(registered.alerts if registered is not None else ())}
+            alerts = {key: value for key, value in alerts.items() if key not in dropped}
+        return alerts
+
+    @staticmethod
+    def _planned(op: LiveOperation, **changes: Any) -> LiveOperation:
+        """A shallow copy of ``op`` with ``changes``: what the store commits before the runtime changes."""
+        planned = copy.copy(op)
+        for name, value in changes.items():
+            setattr(planned, name, value)
+        return planned
 
     def _set_state(self, op: LiveOperation, state: str, now: float) -> None:
         if op.state == state:
@@ -349,7 +375,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
     def finish_operation(
         self, operation_id: str, final: str, now: float, *, error: dict[str, Any] | None = None
     ) -> None:
-        """Complete, abort or fail an operation: its running jobs are aborted on their nodes."""
+        """Complete, abort or fail an operation: committed to the store first, then its running jobs are
+        aborted on their nodes and it leaves the trees (a failed commit raises and changes nothing)."""
         with self.lock:
             op = self.operation(operation_id)
             if op.is_final:
@@ -360,6 +387,12 @@ class LiveScheduler(LiveJobs, LiveRevival):
             reason = (
                 "operation_" + {"completed": "completed", "aborted": "aborted", "failed": "failed"}[final]
             )
+            intermediate = {"completed": "completing", "aborted": "aborting", "failed": "failing"}[final]
+            events = [*op.events, {"state": intermediate, "time": now}, {"state": final, "time": now}]
+            self._commit_operation(
+                self._planned(op, state=final, events=events, finish_time=now, error=error),
+            )
+            # committed: act
             for allocation in self._detach(op):
                 self._abort_on_node(allocation, reason, now)
             for node in list(op.controller._reserved):
@@ -367,11 +400,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
                     job = self.jobs.get(job_id)
                     if job is not None:
                         self._abort_on_node_by_job(job, reason, now)
-            op.error = error
             activated = self.registry.finish_operation(operation_id, OperationState(final), now)
-            intermediate = {"completed": "completing", "aborted": "aborting", "failed": "failing"}[final]
-            op.events.append({"state": intermediate, "time": now})
-            self._set_state(op, final, now)
+            op.error, op.events, op.finish_time, op.state = error, events, now, final
+            op.revision += 1
+            for listener in self.listeners:
+                listener(op.id, final)
             self._dirty.update(op.trees)
             self._on_activated(activated, now)
             # a finished operation is served from the store from now on
@@ -402,7 +435,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             op = self.operation(operation_id)
             self._commit_suspended(op, True)
             self._dirty.update(op.trees)
-            if abort_running_jobs:  # acted on only once the suspension is stored
+            if abort_running_jobs:
                 for job in list(op.jobs.values()):
                     if job.state == "running" and job.allocation_id is not None:
                         node = self.nodes.get(job.address)
@@ -416,22 +449,20 @@ class LiveScheduler(LiveJobs, LiveRevival):
             self._dirty.update(op.trees)
 
     def _commit_suspended(self, op: LiveOperation, suspended: bool) -> None:
-        """Suspend or resume in the runtime and commit; a failed commit puts the runtime back and raises."""
-        before = op.suspended
+        """Commit the suspension (or resumption) to the store, then suspend or resume in the runtime; a failed
+        commit raises and leaves the runtime as it was."""
+        if op.is_final:
+            raise PooltreeError(
+                f"Operation {op.id} has already finished ({op.state})",
+                attributes={"operation_id": op.id, "state": op.state},
+            )
+        self._commit_operation(self._planned(op, suspended=suspended))
         if suspended:
             self.registry.suspend_operation(op.id)
         else:
             self.registry.resume_operation(op.id)
         op.suspended = suspended
-        try:
-            self._save_operation(op)
-        except BaseException:
-            if before:
-                self.registry.suspend_operation(op.id)
-            else:
-                self.registry.resume_operation(op.id)
-            op.suspended = before
-            raise
+        op.revision += 1
 
     def update_operation_parameters(self, operation_id: str, parameters: Any, now: float) -> None:
         """Pool, weight and resource limits per tree; validated in every tree first, the last good kept."""
@@ -444,18 +475,24 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 )
             if not isinstance(parameters, Mapping):
                 raise ConfigError("parameters", f"expected a map, got {type(parameters).__name__}")
-            activated = self.registry.update_operation_parameters(operation_id, parameters, now)
-            per_tree = _runtime_parameters(self.registry, op.id, op.trees)
-            op.runtime_parameters = {
+            # validated in every tree, committed, and only then applied (a failed commit changes nothing)
+            updates = self.registry.prepare_operation_parameters(operation_id, parameters)
+            per_tree = _runtime_parameters(self.registry, op.id, op.trees, updates)
+            runtime_parameters = {
                 **{k: v for k, v in op.runtime_parameters.items() if k != "scheduling_options_per_pool_tree"},
                 **{k: parameters[k] for k in ("owners", "acl", "annotations") if k in parameters},
                 "scheduling_options_per_pool_tree": per_tree,
             }
-            op.pools = {name: opts["pool"] for name, opts in per_tree.items()}
+            pools = {name: opts["pool"] for name, opts in per_tree.items()}
+            self._commit_operation(self._planned(op, runtime_parameters=runtime_parameters, pools=pools))
+            activated = self.registry.commit_operation_parameters(operation_id, updates, now)
+            op.runtime_parameters, op.pools = runtime_parameters, pools
+            op.revision += 1
             self._dirty.update(op.trees)
+            # what follows from the change (this or other operations now running) is written as it happens,
+            # as every activation is; a restart recomputes it from the committed parameters anyway
             self._on_activated(activated, now)
             self._sync_state(op, now)
-            self._save_operation(op)
             self._refresh_stale_trees(now)
 
     def _check_completion(self, op: LiveOperation, now: float) -> None:
