@@ -12,6 +12,9 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
   ``unsupported_options``: pool tree and pool options pooltree accepts but does not implement (the config
   layer's ``support.unsupported_options``, the same alert ``pooltree fair-share`` prints).
+  ``unrecognized_pool_tree_config_options``: option names in the tree config or its pools that pooltree does not
+  know, kept and ignored as YTsaurus does, each with the closest known option (``support.unrecognized_options``;
+  the tree option ``enable_unrecognized_alert: false`` silences the tree config's part, as in YTsaurus).
   ``store_trouble``: the store's health accessor reports an error.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
@@ -37,7 +40,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pooltree.config.support import UNSUPPORTED_OPTIONS_ALERT, unsupported_options, unsupported_options_alert
+from pooltree.config.support import (
+    UNRECOGNIZED_OPTIONS_ALERT,
+    UNSUPPORTED_OPTIONS_ALERT,
+    unrecognized_options,
+    unrecognized_options_alert,
+    unsupported_options,
+    unsupported_options_alert,
+)
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.resources import RESOURCES, resources_to_dict
@@ -54,6 +64,7 @@ UPDATE_FAIR_SHARE = "update_fair_share"
 POOL_TREE_WITHOUT_NODES = "pool_tree_without_nodes"
 NODES_WITHOUT_POOL_TREE = "nodes_without_pool_tree"
 UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
+UNRECOGNIZED_OPTIONS = UNRECOGNIZED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
@@ -65,6 +76,7 @@ SCHEDULER_ALERT_TYPES = (
     POOL_TREE_WITHOUT_NODES,
     NODES_WITHOUT_POOL_TREE,
     UNSUPPORTED_OPTIONS,
+    UNRECOGNIZED_OPTIONS,
     STORE_TROUBLE,
 )
 OPERATION_ALERT_TYPES = (
@@ -163,7 +175,7 @@ class SchedulerAlerts:
         self.settings = settings or AlertSettings()
         self.unschedulable_since: dict[str, float] = {}
         """operation id → when it was first seen that no node fits it (cleared when a node fits)."""
-        self._unsupported: dict[str, tuple[Any, dict[str, Any] | None]] = {}
+        self._unsupported: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
         self._ranks_view: Any = None
         self._ranks: dict[str | None, dict[str, int]] = {}
         self.store_health: Any = None
@@ -196,19 +208,24 @@ class SchedulerAlerts:
                     {"pool_tree": tree, "node_tag_filter": core.pool_tree.config.tag_filter.text},
                 )
             )
-        unsupported = self._unsupported_tree_options(tree, core.pool_tree.definition)
-        if unsupported is not None:
-            alerts.append(unsupported)
+        alerts.extend(self._option_alerts(tree, core.pool_tree.definition))
         return alerts
 
-    def _unsupported_tree_options(self, tree: str, definition: Any) -> dict[str, Any] | None:
-        """The tree's ``unsupported_options`` alert, computed once per tree definition (a config change makes a
-        new definition object)."""
+    def _option_alerts(self, tree: str, definition: Any) -> list[dict[str, Any]]:
+        """The tree's ``unsupported_options`` and ``unrecognized_pool_tree_config_options`` alerts, computed once
+        per tree definition (a config change makes a new definition object)."""
         cached = self._unsupported.get(tree)
         if cached is None or cached[0] is not definition:
-            found = unsupported_options_alert(unsupported_options([definition]))
-            if found is not None:
-                found["attributes"]["pool_tree"] = tree
+            found = [
+                alert
+                for alert in (
+                    unsupported_options_alert(unsupported_options([definition])),
+                    unrecognized_options_alert(unrecognized_options([definition])),
+                )
+                if alert is not None
+            ]
+            for alert in found:
+                alert["attributes"]["pool_tree"] = tree
             cached = (definition, found)
             self._unsupported[tree] = cached
         return copy.deepcopy(cached[1])

@@ -19,7 +19,7 @@ from rich.tree import Tree
 from pooltree.cli.app import app, fail
 from pooltree.config import load_snapshot
 from pooltree.config.snapshot import Snapshot
-from pooltree.config.support import unsupported_options
+from pooltree.config.support import unrecognized_options, unsupported_options
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
@@ -205,18 +205,22 @@ def _print_table(view: dict[str, Any]) -> None:
 
 
 def _warn_unsupported(snapshot: Snapshot, names: list[str]) -> None:
-    """The "unsupported options" alert on stderr: options the snapshot sets that pooltree ignores."""
-    entries = unsupported_options(
-        [snapshot.pool_trees[name] for name in names],
-        [(op.id, op.spec) for op in snapshot.operations if set(op.pool_trees) & set(names)],
-    )
-    if not entries:
-        return
-    sys.stderr.write(
-        f"warning: {len(entries)} option(s) accepted but not implemented by pooltree (no effect):\n"
-    )
-    for entry in entries:
-        sys.stderr.write(f"  {entry['path']}: {entry['reason']}\n")
+    """The "unsupported options" and "unrecognized options" alerts on stderr: options the snapshot sets that
+    pooltree ignores (YTsaurus options it does not implement; names it does not know, with the closest one)."""
+    trees = [snapshot.pool_trees[name] for name in names]
+    operations = [(op.id, op.spec) for op in snapshot.operations if set(op.pool_trees) & set(names)]
+    entries = unsupported_options(trees, operations)
+    if entries:
+        sys.stderr.write(
+            f"warning: {len(entries)} option(s) accepted but not implemented by pooltree (no effect):\n"
+        )
+        for entry in entries:
+            sys.stderr.write(f"  {entry['path']}: {entry['reason']}\n")
+    unknown = unrecognized_options(trees, operations)
+    if unknown:
+        sys.stderr.write(f"warning: {len(unknown)} unrecognized option(s), kept and ignored (no effect):\n")
+        for entry in unknown:
+            sys.stderr.write(f"  {entry['path']}: {entry['reason']}\n")
 
 
 @app.command("fair-share")

@@ -1,10 +1,12 @@
 """Building blocks shared by every configuration model: resource maps, durations and error translation.
 
-Every model derives from :class:`ConfigModel`: unknown options are rejected with the closest known option
-named (``extra="forbid"``; YTsaurus options pooltree does not implement are accepted through
-``ACCEPTED_EXTRA``, see ``support.py``), the YTsaurus aliases of an option are accepted (``ALIASES``) and
-pydantic errors become one
-:class:`~pooltree.errors.ConfigError` whose path names the offending option.
+Every model derives from :class:`ConfigModel`. Models of YTsaurus's own configs (``KEEP_UNRECOGNIZED``: pool tree,
+pool and operation spec structs) keep an option name they do not know, as YTsaurus's YSON structs do, and
+:meth:`ConfigModel.unrecognized_options` lists it for the "unrecognized options" alert, which names the closest
+known option (``support.unrecognized_options``); pooltree's own documents refuse such a name with an error naming
+the closest known option. YTsaurus options pooltree does not implement are accepted through ``ACCEPTED_EXTRA``
+(see ``support.py``), the YTsaurus aliases of an option are accepted (``ALIASES``), and pydantic errors (a bad
+value of a known option) become one :class:`~pooltree.errors.ConfigError` whose path names the offending option.
 Options the user set explicitly (directly or through a preset) are in ``model_fields_set``, so inheriting
 components can tell "unset" from "set to the default".
 """
@@ -19,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic_core import PydanticCustomError, core_schema
 
-from pooltree.config.support import unknown_option_reason
+from pooltree.config.support import closest_option, unknown_option_reason
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import (
@@ -216,6 +218,10 @@ class ConfigModel(BaseModel):
     ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset()
     """YTsaurus options accepted without a field (kept in ``model_extra``; needs ``extra="allow"``)."""
 
+    KEEP_UNRECOGNIZED: ClassVar[bool] = False
+    """A model of a YTsaurus config struct: an unknown option name is kept (``model_extra``; needs
+    ``extra="allow"``) and reported by :meth:`unrecognized_options` instead of refused, as YTsaurus does."""
+
     @model_validator(mode="before")
     @classmethod
     def _apply_aliases(cls, data: Any) -> Any:
@@ -237,7 +243,7 @@ class ConfigModel(BaseModel):
                 )
             result[canonical] = value
             written_as[canonical] = key
-        if cls.model_config.get("extra") != "allow" or cls.ACCEPTED_EXTRA:
+        if not cls.KEEP_UNRECOGNIZED and (cls.model_config.get("extra") != "allow" or cls.ACCEPTED_EXTRA):
             known = set(cls.model_fields) | cls.ACCEPTED_EXTRA
             for key in result:
                 if key not in known:
@@ -253,6 +259,30 @@ class ConfigModel(BaseModel):
             return cls.model_validate(data)
         except ValidationError as error:
             raise config_error_from_validation(error, path) from None
+
+    @classmethod
+    def known_options(cls) -> frozenset[str]:
+        """Every option name this model knows: its fields, their YTsaurus aliases and ``ACCEPTED_EXTRA``."""
+        extra = cls.ACCEPTED_EXTRA | getattr(cls, "KNOWN_EXTRA", frozenset())
+        return frozenset(cls.model_fields) | frozenset(cls.ALIASES) | extra
+
+    def unrecognized_options(self, path: str = "") -> list[tuple[str, str, str | None]]:
+        """Option names set in the input that this model (or a nested model) does not know, as
+        ``(path, name, closest known option or None)``, in input order, nested models after the model's own."""
+        found: list[tuple[str, str, str | None]] = []
+        known = type(self).known_options()
+        for name in self.model_extra or {}:
+            if name not in known:
+                found.append((join_path(path, name), name, closest_option(name, known)))
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, ConfigModel):
+                found.extend(value.unrecognized_options(join_path(path, name)))
+            elif isinstance(value, Mapping):
+                for key, item in value.items():
+                    if isinstance(item, ConfigModel):
+                        found.extend(item.unrecognized_options(join_path(join_path(path, name), str(key))))
+        return found
 
     def explicit(self, name: str) -> bool:
         """Whether option ``name`` was set in the input (or by a preset) rather than defaulted."""

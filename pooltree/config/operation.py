@@ -104,6 +104,7 @@ class SpecModel(ConfigModel):
     """Base of spec models: unknown keys are kept (``model_extra``) instead of failing."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     KNOWN_EXTRA: ClassVar[frozenset[str]] = frozenset()
 
@@ -205,7 +206,7 @@ class VanillaTaskSpec(UserJobSpec):
     job_count: int = Field(ge=1)
 
 
-class LogDigestConfig(ConfigModel):
+class LogDigestConfig(SpecModel):
     """A log digest's bounds (``job_proxy_memory_digest``)."""
 
     lower_bound: float = Field(default=0.5, gt=0)

@@ -39,6 +39,9 @@ DEFAULT_FIFO_SORT_PARAMETERS: tuple[FifoSortParameter, ...] = ("weight", "start_
 class PoolIntegralGuaranteesConfig(ConfigModel):
     """Pool ``integral_guarantees``: burst or relaxed guarantees fed by an accumulated resource volume."""
 
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
+
     guarantee_type: IntegralGuaranteeType = "none"
     burst_guarantee_resources: GuaranteeResources = Field(default_factory=Resources.zero)
     resource_flow: GuaranteeResources = Field(default_factory=Resources.zero)
@@ -75,6 +78,9 @@ class PoolIntegralGuaranteesConfig(ConfigModel):
 class EphemeralSubpoolConfig(ConfigModel):
     """``ephemeral_subpool_config``: what ephemeral subpools ``pool$user`` of this pool get."""
 
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
+
     mode: PoolMode = "fair_share"
     max_running_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
     max_operation_count: int | None = Field(default=None, ge=0, le=MAX_OPERATION_COUNT)
@@ -88,6 +94,9 @@ class EphemeralSubpoolConfig(ConfigModel):
 
 class OffloadingPoolSettings(ConfigModel):
     """One entry of ``offloading_settings``: the pool of another tree that takes part of this pool's jobs."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     pool: str = Field(min_length=1)
     weight: float | None = Field(default=None, ge=MIN_SCHEDULABLE_WEIGHT, le=MAX_SCHEDULABLE_WEIGHT)
@@ -113,6 +122,7 @@ class PoolConfig(ConfigModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
     ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(POOL_UNSUPPORTED)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     ALIASES: ClassVar[dict[str, str]] = {
         **POOL_ALIASES,

@@ -6,7 +6,8 @@ options than pooltree models. A dump of a production cluster carries them, so re
 dump. Every YTsaurus option listed here is accepted; an option that pooltree does not implement, when the input
 sets it, is reported by :func:`unsupported_options` (the "unsupported options" alert: the live orchid, the
 ``pooltree fair-share`` stderr and the simulator summary show it). A name that is neither a pooltree nor a
-YTsaurus option is an error that names the closest known option (:func:`closest_option`).
+YTsaurus option is kept and ignored, as YTsaurus does, and reported by :func:`unrecognized_options` (the
+"unrecognized options" alert, in the same three places) with the closest known option (:func:`closest_option`).
 
 The lists were taken from YTsaurus's public scheduler code (``yt/yt/server/scheduler/strategy/config.h``,
 ``yt/yt/ytlib/scheduler/config.cpp``); old names YTsaurus still accepts are aliases in the models.
@@ -27,7 +28,6 @@ PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do
 
 # Tree options: YTsaurus name -> why pooltree does not implement it.
 TREE_UNSUPPORTED: dict[str, str] = {
-    "enable_unrecognized_alert": "pooltree refuses unknown options instead (the error names the closest one)",
     "heartbeat_tree_scheduling_info_log_period": PROFILING,
     "update_preemptible_list_duration_logging_threshold": PROFILING,
     "enable_operations_profiling": PROFILING,
@@ -233,6 +233,67 @@ def unsupported_options(
     for operation_id, spec in operations:
         found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec"))
     return [item.to_dict() for item in found]
+
+
+def unrecognized_tree_options(definition: Any, path: str = "") -> list[dict[str, str]]:
+    """Option names set in one ``PoolTreeDefinition`` that neither pooltree nor YTsaurus knows.
+
+    YTsaurus keeps such a name (its YSON structs keep unrecognized keys) and raises the tree alert "Pool tree
+    config contains unrecognized options" unless the tree sets ``enable_unrecognized_alert`` to false; pooltree
+    does the same for the tree config and always reports the pools' (each pool's config, its presets merged).
+    """
+    prefix = path or f"pool_trees.{definition.name}"
+    found: list[tuple[str, str, str | None]] = []
+    if getattr(definition.config, "enable_unrecognized_alert", True):
+        found.extend(definition.config.unrecognized_options(f"{prefix}.config"))
+    for name, pool in definition.pools.items():
+        found.extend(pool.config.unrecognized_options(f"{prefix}.pools.{name}"))
+    return [_unrecognized_entry(*item) for item in found]
+
+
+def _unrecognized_entry(path: str, option: str, closest: str | None) -> dict[str, str]:
+    reason = "unrecognized option: kept and ignored, as YTsaurus does"
+    entry = {"path": path, "option": option, "reason": reason}
+    if closest is not None:
+        entry["closest"] = closest
+        entry["reason"] = f"{reason}; did you mean {closest!r}?"
+    return entry
+
+
+def unrecognized_options(
+    trees: Mapping[str, Any] | Iterable[Any], operations: Iterable[tuple[str, Any]] = ()
+) -> list[dict[str, str]]:
+    """The "unrecognized options" alert: option names in the input that pooltree does not know (nor YTsaurus,
+    as far as pooltree's lists go), each with the closest known option when one is close (difflib).
+
+    ``trees`` are ``PoolTreeDefinition`` objects; ``operations`` are ``(operation id, OperationSpec)`` pairs
+    (their unknown keys are YTsaurus's ``unrecognized_spec``). Entries: ``{"path", "option", "reason"}`` plus
+    ``"closest"`` when there is one.
+    """
+    definitions = trees.values() if isinstance(trees, Mapping) else trees
+    found: list[dict[str, str]] = []
+    for definition in definitions:
+        found.extend(unrecognized_tree_options(definition))
+    for operation_id, spec in operations:
+        found.extend(
+            _unrecognized_entry(*item)
+            for item in spec.unrecognized_options(f"operations.{operation_id}.spec")
+        )
+    return found
+
+
+UNRECOGNIZED_OPTIONS_ALERT = "unrecognized_pool_tree_config_options"
+
+
+def unrecognized_options_alert(entries: list[dict[str, str]]) -> dict[str, Any] | None:
+    """YTsaurus's tree alert ``unrecognized_pool_tree_config_options`` for ``unrecognized_options`` entries."""
+    if not entries:
+        return None
+    return {
+        "code": 1,
+        "message": "Pool tree config contains unrecognized options",
+        "attributes": {"alert_type": UNRECOGNIZED_OPTIONS_ALERT, "unrecognized": entries},
+    }
 
 
 UNSUPPORTED_OPTIONS_ALERT = "unsupported_options"

@@ -22,10 +22,10 @@ from pooltree.config.base import (
     as_validation_error,
     invalid,
 )
-from pooltree.config.pool import MAX_OPERATION_COUNT, validate_preset
+from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
 from pooltree.config.support import TREE_ALIASES, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
-from pooltree.errors import ConfigError
+from pooltree.errors import ConfigError, join_path
 from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector
 
 ROOT_POOL = "<Root>"
@@ -36,6 +36,9 @@ ResourceName = Literal["user_slots", "cpu", "gpu", "memory", "network"]
 
 class TreeIntegralGuaranteesConfig(ConfigModel):
     """Tree ``integral_guarantees``: how accumulated volume turns into integral guarantees."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     smooth_period: Duration = 60.0
     pool_capacity_saturation_period: Duration = 86400.0
@@ -58,6 +61,7 @@ class PoolTreeConfig(ConfigModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
     ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(TREE_UNSUPPORTED)
+    KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     ALIASES: ClassVar[dict[str, str]] = {
         **TREE_ALIASES,
@@ -137,6 +141,8 @@ class PoolTreeConfig(ConfigModel):
     min_child_heap_size: int = Field(default=16, ge=1)
     node_reconnection_timeout: Duration = 300.0
     schedule_allocations_timeout: Duration = 40.0
+    enable_unrecognized_alert: bool = True
+    """YTsaurus: whether option names the tree config does not know raise the "unrecognized options" alert."""
 
     @field_validator("main_resource", mode="before")
     @classmethod
@@ -189,6 +195,15 @@ class PoolTreeConfig(ConfigModel):
                 "allocation_graceful_preemption_timeout",
             )
         return self
+
+    def unrecognized_options(self, path: str = "") -> list[tuple[str, str, str | None]]:
+        """Unknown names in the config, its nested structs and its ``pool_config_presets`` (YTsaurus keeps
+        presets as pool structs, so a preset's unknown name is the tree config's)."""
+        found = super().unrecognized_options(path)
+        for name, content in self.pool_config_presets.items():
+            preset_path = join_path(join_path(path, "pool_config_presets"), name)
+            found.extend(PoolConfig.parse(content, preset_path).unrecognized_options(preset_path))
+        return found
 
     @property
     def tag_filter(self) -> TagFilter:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.config.support import unsupported_options
+from pooltree.config.support import unrecognized_options, unsupported_options
 from pooltree.resources import RESOURCE_COUNT, RESOURCES
 from pooltree.sim.scenario import Scenario
 from pooltree.sim.state import (
@@ -259,6 +259,10 @@ class _MetricsMixin:
             },
             # Options the scenario sets that pooltree accepts without implementing (config/support.py).
             "unsupported_options": unsupported_options(
+                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
+            ),
+            # Option names pooltree does not know, kept and ignored as YTsaurus does, with the closest known one.
+            "unrecognized_options": unrecognized_options(
                 self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
             ),
             "engine": {

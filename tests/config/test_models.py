@@ -223,7 +223,6 @@ def test_pool_nested_options() -> None:
         ),
         ({"scheduling_tag_filter": "a & (b"}, "cfg.scheduling_tag_filter", "expected ')' at position 6"),
         ({"offloading_settings": {"t": {}}}, "cfg.offloading_settings.t.pool", "required"),
-        ({"description": "x"}, "cfg.description", "unknown option 'description'"),
         ("weight", "cfg", "expected a map of options"),
     ],
 )
@@ -286,7 +285,6 @@ def test_pool_validation(data: object, path: str, text: str) -> None:
             "cfg.pool_config_presets.p.config_preset",
             "other presets",
         ),
-        ({"unknown_option": 1}, "cfg.unknown_option", "unknown option 'unknown_option'"),
     ],
 )
 def test_tree_validation(data: object, path: str, text: str) -> None:

@@ -9,6 +9,7 @@ import pytest
 from treekit import seed_document
 
 from pooltree.config import ROOT_POOL, PoolTreeDefinition, parse_pool_trees, resolve_default_tree
+from pooltree.config.support import unrecognized_options
 from pooltree.errors import ConfigError
 
 
@@ -142,12 +143,15 @@ def test_max_running_above_max_operation_count() -> None:
     )
 
 
-def test_unknown_pool_option_and_tree_key() -> None:
+def test_unknown_pool_option_is_kept_and_reported_unknown_tree_key_is_an_error() -> None:
     doc = project_tree()
     doc["physical"]["pools"]["project-root"]["pools"]["project-batch"]["wieght"] = 3
-    expect_error(
-        doc, "pool_trees.physical.pools.project-root.pools.project-batch.wieght", "unknown option 'wieght'"
-    )
+    trees = parse_pool_trees(doc)
+    [entry] = unrecognized_options(trees)
+    assert entry["path"] == "pool_trees.physical.pools.project-batch.wieght"
+    assert entry["closest"] == "weight"
+    assert trees["physical"].pools["project-batch"].config.weight == 10.0  # kept, no effect (the seed weight)
+    # The document's own structure is pooltree's, not a YTsaurus struct: an unknown key there is an error.
     doc = project_tree()
     doc["physical"]["pool"] = {}
     expect_error(doc, "pool_trees.physical.pool", "unknown pool tree key 'pool'")

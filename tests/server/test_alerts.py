@@ -341,6 +341,25 @@ def test_unsupported_tree_options_alert_appears_and_clears(tmp_path: Path) -> No
     assert scheduler.scheduler_alerts() == []
 
 
+def test_unrecognized_tree_options_alert_names_the_closest_option(tmp_path: Path) -> None:
+    """YTsaurus's tree alert "Pool tree config contains unrecognized options" (issue 14: they were refused)."""
+    doc = {"default": {"config": {"fair_share_starvation_tolerence": 0.5}, "pools": {"p": {"wieght": 2}}}}
+    scheduler = live(tmp_path, doc)
+    heartbeat(scheduler, "n1", 0.5)
+    update(scheduler, 1.0)
+    alerts = scheduler.scheduler_alerts()
+    assert types(alerts) == ["unrecognized_pool_tree_config_options"]
+    assert alerts[0]["message"] == "Pool tree config contains unrecognized options"
+    entries = alerts[0]["attributes"]["unrecognized"]
+    assert [(e["path"], e["closest"]) for e in entries] == [
+        ("pool_trees.default.config.fair_share_starvation_tolerence", "fair_share_starvation_tolerance"),
+        ("pool_trees.default.pools.p.wieght", "weight"),
+    ]
+    scheduler.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 2.0)
+    update(scheduler, 2.0)
+    assert scheduler.scheduler_alerts() == []
+
+
 def test_pending_explanation_fair_share_reached_with_position(tmp_path: Path) -> None:
     scheduler = live(tmp_path, {"default": {"config": {}, "pools": {"shared": {}}}})
     heartbeat(scheduler, "n1", 0.5, cpu=4)

@@ -71,3 +71,14 @@ def test_the_summary_lists_options_pooltree_ignores(tmp_path) -> None:
     summary = run(document, tmp_path)
     paths = [entry["path"] for entry in summary["unsupported_options"]]
     assert paths == ["pool_trees.t.config.scheduling_segments", "operations.op.spec.tentative_pool_trees"]
+
+
+def test_the_summary_lists_unrecognized_option_names_with_the_closest_one(tmp_path) -> None:
+    document = _document({"poool": "a"})
+    document["pool_trees"]["t"]["config"] = {"preemptive_scheduling_backof": 1}
+    summary = run(document, tmp_path)
+    found = [(entry["path"], entry.get("closest")) for entry in summary["unrecognized_options"]]
+    assert found == [
+        ("pool_trees.t.config.preemptive_scheduling_backof", "preemptive_scheduling_backoff"),
+        ("operations.op.spec.poool", "pool"),
+    ]
