@@ -102,6 +102,113 @@ class BuildCache:
         self.pools: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.operations: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.last: tuple[list[dict[str, Any]], StrategyConfig, SchedulingTree] | None = None
+        self.runtime: _LastRuntime | None = None
+        """The previous build's runtime key, element ids, specs and gathered shares (see `_LastRuntime`)."""
+
+
+class _LastRuntime:
+    """What the previous build read, for the next one: while the pool tree's ``revision`` (and the tree config
+    and strategy config objects) are the same, every static part is the same object as before, so the next build
+    skips the per-element walk and only re-creates the specs whose shares changed (compared in bulk)."""
+
+    __slots__ = ("gathered", "ids", "is_op", "key", "positions", "result_ids", "specs", "statics")
+
+    def __init__(
+        self,
+        key: tuple[Any, ...],
+        ids: list[str],
+        statics: list[dict[str, Any]],
+        specs: list[ElementSpec],
+    ):
+        self.key = key
+        self.ids = ids
+        self.statics = statics
+        self.specs = specs
+        self.is_op = np.array([static["kind"] == "operation" for static in statics], dtype=bool)
+        self.result_ids: Any = None
+        self.positions: np.ndarray | None = None
+        self.gathered: _Gathered | None = None
+
+
+class _Gathered:
+    """The published values of every element of one build, in build order, as arrays (missing rows zero)."""
+
+    __slots__ = ("below", "demand_share", "fair_share", "fifo", "missing", "weight")
+
+    def __init__(self, result_elements: Any, last: _LastRuntime) -> None:
+        arrays = result_elements.arrays
+        ids = result_elements.ids
+        if last.positions is None or not (ids is last.result_ids or ids == last.result_ids):
+            index = result_elements.index
+            last.positions = np.fromiter(
+                (index.get(i, -1) for i in last.ids), dtype=np.intp, count=len(last.ids)
+            )
+            last.result_ids = ids
+        positions = last.positions
+        self.missing = positions < 0
+        take = np.where(self.missing, 0, positions)
+        self.fair_share = np.array(arrays["fair_share"], dtype=float)[take]
+        self.demand_share = np.array(arrays["demand_share"], dtype=float)[take]
+        self.below = np.asarray(arrays["below"], dtype=bool)[take]
+        self.weight = np.asarray(arrays["weight"], dtype=float)[take]
+        fifo = np.zeros(len(positions), dtype=np.int64)
+        fifo_rows = arrays["fifo_index"]
+        if fifo_rows:
+            row_of = np.full(len(ids), -1, dtype=np.intp)
+            row_of[positions[~self.missing]] = np.flatnonzero(~self.missing)
+            for i, value in fifo_rows.items():
+                row = row_of[i]
+                if row >= 0:
+                    fifo[row] = int(value or 0)
+        self.fifo = fifo
+        if self.missing.any():
+            self.fair_share[self.missing] = 0.0
+            self.demand_share[self.missing] = 0.0
+            self.below[self.missing] = False
+            self.weight[self.missing] = 0.0
+
+    def changed(self, other: _Gathered) -> np.ndarray:
+        """Rows whose published values differ from ``other``'s (NaN counts as changed)."""
+        return (
+            (self.fair_share != other.fair_share).any(axis=1)
+            | (self.demand_share != other.demand_share).any(axis=1)
+            | (self.below != other.below)
+            | (self.weight != other.weight)
+            | (self.fifo != other.fifo)
+            | (self.missing != other.missing)
+        )
+
+    def spec(self, static: dict[str, Any], row: int, is_op: bool) -> ElementSpec:
+        """The spec ``scheduling_tree_from_runtime``'s element walk builds for this row."""
+        if self.missing[row]:
+            return _spec(static, fair_share=np.zeros(RESOURCE_COUNT))
+        status = _BELOW if self.below[row] else _NORMAL
+        if not is_op:
+            return _spec(
+                static,
+                fair_share=self.fair_share[row],
+                demand_share=self.demand_share[row],
+                scheduling_status=status,
+            )
+        return _spec(
+            static,
+            fair_share=self.fair_share[row],
+            demand_share=self.demand_share[row],
+            scheduling_status=status,
+            weight=float(self.weight[row]),
+            fifo_index=int(self.fifo[row]),
+        )
+
+
+def _bulk(result_elements: Any) -> bool:
+    """Whether a result offers the arrays the bulk path reads."""
+    arrays = getattr(result_elements, "arrays", None)
+    return (
+        isinstance(arrays, Mapping)
+        and isinstance(getattr(result_elements, "index", None), Mapping)
+        and isinstance(getattr(result_elements, "ids", None), list)
+        and arrays.keys() >= _ARRAY_KEYS
+    )
 
 
 _SPEC_DEFAULTS: dict[str, Any] = {
@@ -263,10 +370,25 @@ def scheduling_tree_from_runtime(
     name = pool_tree.name
     config = config or StrategyConfig.from_options(pool_tree.config, f"pool_trees.{name}.config")
     cache = cache if cache is not None else BuildCache()
+    revision = getattr(pool_tree, "revision", None)
+    runtime_key = (pool_tree, revision, pool_tree.config, config, name)
+    bulk = _bulk(result.elements)
+    last_runtime = cache.runtime
+    if (
+        bulk
+        and revision is not None
+        and last_runtime is not None
+        and last_runtime.gathered is not None
+        and cache.last is not None
+        and all(map(operator.is_, last_runtime.key, runtime_key))
+    ):
+        return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
     shares = _Shares(result.elements)
     tree_config = pool_tree.config
     elements: list[ElementSpec] = []
     statics: list[dict[str, Any]] = []
+    ids: list[str] = []
+    cacheable = True
     # chain[pool name]: the configuration objects its effective parameters are resolved from (root first)
     chain: dict[str, tuple[Any, ...]] = {}
     seen: set[str] = set()
@@ -295,6 +417,7 @@ def scheduling_tree_from_runtime(
             lambda pool_name=pool_name, pool=pool: _pool_static(pool_tree, pool_name, pool),
         )
         statics.append(static)
+        ids.append(pool_name)
         share = shares.get(pool_name)
         if share is None:
             elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
@@ -313,6 +436,8 @@ def scheduling_tree_from_runtime(
             pool_chain = _chain(op_pool, tree_config)
         spec = op.spec
         limits = op.resource_limits
+        if cacheable and spec is not None and not _is_frozen(spec):
+            cacheable = False  # a plain-map spec may change in place without a revision
         key = (
             op,
             _spec_values(spec),
@@ -334,6 +459,7 @@ def scheduling_tree_from_runtime(
             static = _operation_static(pool_tree, op_id, op)
             operations[op_id] = (key, static)
         statics.append(static)
+        ids.append(op_id)
         share = shares.get(op_id)
         if share is None:
             elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
@@ -362,6 +488,30 @@ def scheduling_tree_from_runtime(
     else:
         tree = SchedulingTree(total_resources, elements, config, name=name)
     cache.last = (statics, config, tree)
+    cache.runtime = None
+    if bulk and revision is not None and cacheable:
+        runtime = _LastRuntime(runtime_key, ids, statics, elements)
+        runtime.gathered = _Gathered(result.elements, runtime)
+        cache.runtime = runtime
+    return tree
+
+
+def _unchanged_structure(
+    result_elements: Any, total_resources: Vector, cache: BuildCache, last: _LastRuntime
+) -> SchedulingTree:
+    """The build for a pool tree whose revision is unchanged: the previous specs, re-created only where the
+    published values changed (the same specs the element walk would build, see `_Gathered.spec`)."""
+    gathered = _Gathered(result_elements, last)
+    assert last.gathered is not None and cache.last is not None
+    specs = list(last.specs)
+    statics = last.statics
+    is_op = last.is_op
+    for row in np.flatnonzero(gathered.changed(last.gathered)).tolist():
+        specs[row] = gathered.spec(statics[row], row, bool(is_op[row]))
+    last.specs = specs
+    last.gathered = gathered
+    tree = cache.last[2].with_shares(total_resources, specs)
+    cache.last = (statics, cache.last[1], tree)
     return tree
 
 

@@ -79,6 +79,7 @@ class SchedulerCore:
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
+        self._resource_cache: dict[str, tuple[tuple[Any, ...], tuple[Vector, Vector]]] = {}
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
         become completed (a controller completes when its last allocation ends), so only these are checked."""
@@ -192,6 +193,7 @@ class SchedulerCore:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
         del self.controllers[operation_id]
+        self._resource_cache.pop(operation_id, None)
         self._registration_order.pop(operation_id, None)
         self._may_have_completed.discard(operation_id)
         activated = self.pool_tree.unregister_operation(operation_id)
@@ -201,12 +203,23 @@ class SchedulerCore:
         return running
 
     def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
+        """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
+        both are unchanged (the input then skips rewriting the operation's model element)."""
         controller = self.controllers.get(operation_id)
         if controller is None:
             return None
-        return self.strategy.operation_usage(operation_id), np.asarray(
-            controller.needed_resources, dtype=float
+        runtime = self.strategy.operations.get(operation_id)
+        needed = controller.needed_resources
+        key = (
+            None if runtime is None else tuple(runtime.usage),
+            tuple(needed.tolist()) if type(needed) is np.ndarray else tuple(needed),
         )
+        cached = self._resource_cache.get(operation_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        found = (self.strategy.operation_usage(operation_id), np.asarray(needed, dtype=float))
+        self._resource_cache[operation_id] = (key, found)
+        return found
 
     # ------------------------------------------------------------------ fair share and heartbeats
 

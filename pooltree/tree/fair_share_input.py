@@ -8,6 +8,7 @@ not suspended; otherwise demand = usage and the operation is not schedulable.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -98,6 +99,8 @@ class FairShareInputCache:
         self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self.tags: _TagLimits | None = None
         self.settings: tuple[Any, UpdateSettings] | None = None
+        self.last: _LastBuild | None = None
+        """The previous build, reused whole while the tree's ``revision`` (and config, node set) is the same."""
 
     def tag_limits(self, nodes: NodeResources | None) -> _TagLimits:
         if self.tags is None or self.tags._source is not nodes:
@@ -110,6 +113,12 @@ class FairShareInputCache:
             if len(store) > len(seen):
                 for stale in [name for name in store if name not in seen]:
                     del store[stale]
+
+
+def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vector] | None:
+    if callable(source):
+        return source(operation_id)
+    return source.get(operation_id)
 
 
 def _resources_of(source: OperationResources, operation_id: str) -> tuple[Vector, Vector]:
@@ -154,9 +163,25 @@ def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags:
     )
 
 
+class _LastBuild:
+    """One cached build's result: what it was built from, its root and each operation's model element with the
+    ``(usage, needed)`` object its resources were last written from (``None``: not from an unchanged object)."""
+
+    __slots__ = ("key", "operations", "root")
+
+    def __init__(self, key: tuple[Any, ...], root: Pool, operations: list[list[Any]]):
+        self.key = key
+        self.root = root
+        self.operations = operations
+
+
 def _set_resources(element: Operation, source: OperationResources) -> Operation:
     """Write the operation's current usage, demand and pending allocation count into its model element."""
     usage, needed = _resources_of(source, element.id)
+    return _write_resources(element, usage, needed)
+
+
+def _write_resources(element: Operation, usage: Vector, needed: Vector) -> Operation:
     if element.schedulable:
         element.usage = usage
         element.demand = usage + needed
@@ -332,6 +357,8 @@ class _CachedBuild:
         self.nodes = nodes
         self.seen_pools: set[str] = set()
         self.seen_operations: set[str] = set()
+        self.operations: list[list[Any]] = []
+        self.cacheable = True
 
     def pool(self, pool: PoolElement, parent_tolerance: float) -> Pool:
         tree = self.tree
@@ -367,7 +394,15 @@ class _CachedBuild:
                 static = _operation_static(tree, op, tolerance, self.tags)
                 if key is not None:
                     operations[op.id] = (key, static)
-            children.append(_set_resources(static, self.source))
+                else:
+                    self.cacheable = False
+            found = _found(self.source, op.id)
+            if found is None:
+                _write_resources(static, zeros(), zeros())
+            else:
+                _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+            self.operations.append([static, found])
+            children.append(static)
         element.children = children
         return element
 
@@ -389,12 +424,39 @@ def build_fair_share_input(
     if cache is None:
         root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
         return root, update_settings(tree)
-    build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
-    root = build.pool(tree.root, tolerance)
-    cache.forget(build.seen_pools, build.seen_operations)
+    key = (tree, getattr(tree, "revision", None), tree.config, nodes)
+    last = cache.last
+    if last is not None and key[1] is not None and all(map(operator.is_, last.key, key)):
+        _refresh_resources(last.operations, operation_resources)
+        root = last.root
+    else:
+        build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
+        root = build.pool(tree.root, tolerance)
+        cache.forget(build.seen_pools, build.seen_operations)
+        cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
     return root, cache.settings[1]
+
+
+def _refresh_resources(operations: list[list[Any]], source: OperationResources) -> None:
+    """Write current usage and demand into the cached operations' model elements.
+
+    An operation whose source returned the very same ``(usage, needed)`` object as last time keeps what was
+    written from it: sources hand out a new object when the values change (``SchedulerCore`` keeps one per
+    operation while its usage and needed resources are unchanged; a snapshot's map never changes).
+    """
+    lookup = source if callable(source) else source.get
+    for entry in operations:
+        element = entry[0]
+        found = lookup(element.id)
+        if found is entry[1] and found is not None:
+            continue
+        entry[1] = found
+        if found is None:
+            _write_resources(element, zeros(), zeros())
+        else:
+            _write_resources(element, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
 
 
 def tree_total_resources(nodes: NodeResources) -> Vector:

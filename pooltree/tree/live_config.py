@@ -12,6 +12,7 @@ class LiveConfig:
     """``apply_config`` / ``staged_config`` / ``commit_staged`` of `PoolTree`."""
 
     name: str
+    revision: int
 
     # ------------------------------------------------------------------------------------------ live config
 
@@ -132,6 +133,8 @@ class LiveConfig:
             "_pools",
         ):
             setattr(self, name, getattr(new, name))
+        self.revision += 1
 
     def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
         self.operation(operation_id).suspended = suspended
+        self.revision += 1

@@ -72,6 +72,10 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         self.alerts: dict[str, str] = {}
         self._operations: dict[str, TreeOperation] = {}
         self._user_ephemeral_pools: dict[str, list[str]] = {}
+        self.revision = 0
+        """Bumped by every change of the tree's structure or of an operation's placement, running state or
+        parameters (what the per-period input and snapshot are built from); equal revisions of the same tree mean
+        those caches may skip visiting every element (``fair_share_input``, ``strategy.build``)."""
         self._registration_counter = 0
         self._pending_counter = 0
         self._position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]] = {}
@@ -116,6 +120,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 )
 
     def _new_configured_pool(self, pool_def: Any, parent: PoolElement) -> PoolElement:
+        self.revision += 1
         config = pool_def.config
         full_path = getattr(pool_def, "full_path", None) or self._child_full_path(parent, pool_def.name)
         pool = PoolElement(
@@ -147,6 +152,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         self, name: str, parent: PoolElement, user: str, *, in_default_parent: bool
     ) -> PoolElement:
         """An on-demand pool with default config, or with the parent's ``ephemeral_subpool_config``."""
+        self.revision += 1
         sub = parent.config.ephemeral_subpool_config if parent.config is not None else None
         pool = PoolElement(
             name,
@@ -176,6 +182,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _remove_if_empty_ephemeral(self, pool: PoolElement) -> None:
         """Drop empty ephemeral pools, recursively upward."""
+        self.revision += 1
         while pool.is_ephemeral and pool.is_empty():
             parent = pool.parent
             assert parent is not None
@@ -387,6 +394,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
     # ---------------------------------------------------------------------------------------------- counters
 
     def _attach(self, op: TreeOperation, pool: PoolElement, *, keep_running: bool) -> None:
+        self.revision += 1
         op.pool = pool
         pool.operations[op.id] = op
         path = pool.path
@@ -404,6 +412,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _detach(self, op: TreeOperation) -> bool:
         """Take ``op`` out of its pool's counters; True if it freed a running (non-lightweight) slot."""
+        self.revision += 1
         pool = op.pool
         del pool.operations[op.id]
         path = pool.path
@@ -425,6 +434,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         return True
 
     def _mark_running(self, op: TreeOperation) -> None:
+        self.revision += 1
         op.running = True
         op.alert = None
         if op.lightweight:
@@ -435,6 +445,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 element.running_operation_count += 1
 
     def _enqueue(self, op: TreeOperation, violating: PoolElement) -> None:
+        self.revision += 1
         self._pending_counter += 1
         op.running = False
         op.pending_pool = violating
@@ -549,6 +560,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def commit_parameters_update(self, update: ParametersUpdate) -> list[str]:
         """Apply a prepared change; returns operations that became running (the moved one included)."""
+        self.revision += 1
         op = self.operation(update.operation_id)
         activated = self._move(op, update.placement) if update.placement is not None else []
         op.weight = update.weight
