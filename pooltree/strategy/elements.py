@@ -132,6 +132,8 @@ class _Element:
         "op",
         "parent",
         "sat",
+        "sat_for",
+        "sat_memo",
         "settings",
         "spec",
         "starvation",
@@ -168,6 +170,9 @@ class _Element:
         )
         self.limited: tuple[_Element, ...] = ()
         self.sat = INFINITE_SATISFACTION_RATIO
+        self.sat_for: tuple[Any, ...] | None = None
+        """The (usage, fair share, blocked, total) ``sat_memo`` (an operation's publish-time satisfaction) is of."""
+        self.sat_memo = INFINITE_SATISFACTION_RATIO
         self.fifo_key = float(spec.fifo_index)
         self.use_fifo = False
         self.version = 0

@@ -7,6 +7,7 @@ published elements, re-sums pool usage bottom-up, updates starvation (§c), the 
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from pooltree.strategy.elements import (
     _lists_state,
 )
 from pooltree.strategy.model import (
+    DeactivationReason,
     PreemptionPriority,
     SchedulingStatus,
     StarvationStatus,
@@ -27,6 +29,7 @@ from pooltree.strategy.model import (
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
+    local_satisfaction_ratio,
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
@@ -48,6 +51,9 @@ class SnapshotPublisher(SchedulingStages):
         total = tuple(float(x) for x in tree.total_resources)
         previous = getattr(self, "_elements", {})
         fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
+        if previous and now is not None and tree.skeleton is getattr(self, "_skeleton", None):
+            self._publish_same_structure(tree, now, total)
+            return
         if previous and tree.skeleton is getattr(self, "_skeleton", None):
             elements = self._reuse_elements(tree)
         else:
@@ -92,6 +98,231 @@ class SnapshotPublisher(SchedulingStages):
             if element.is_op and element.op is not None:
                 self._configure_lists(element)
         self._rebuild_heaps()
+
+    def _publish_same_structure(self, tree: SchedulingTree, now: float, total: tuple[float, ...]) -> None:
+        """`publish` for a tree of the previous structure, in three passes, leaving every element, operation runtime
+        and starvation state exactly as the general path (`_reuse_elements` and the passes after it) leaves them.
+
+        What an unchanged spec determines is not recomputed: `build` hands out the very same `ElementSpec` object
+        for an element whose shares did not change, so its fair share, FIFO key, demand share and ``blocked``
+        mask stay; an operation's satisfaction is recomputed only when its usage, fair share, ``blocked`` or the
+        total changed. Pool usage is still re-summed from the children (bit-identical sums), and starvation,
+        priorities, preemptible lists and heaps still visit every element, each in one pass.
+        """
+        elements = self._elements
+        specs = tree.elements
+        operations = self.operations
+        order = tree.order
+        self._total = total
+        unknown: list[_Element] = []
+        # 1. bottom-up: specs, usage and demand shares, blocked masks, preemptible lists
+        for element_id in reversed(order):
+            element = elements[element_id]
+            spec = specs[element_id]
+            fresh = spec is not element.spec
+            if fresh:
+                element.spec = spec
+                element.fair_share = tuple(_floats(spec.fair_share))
+                element.fifo_key = float(spec.fifo_index)
+            if spec.scheduling_status is None:
+                unknown.append(element)
+            element.excluded = -1
+            if element.is_op:
+                runtime = operations.get(element_id)
+                element.op = runtime
+                element.usage = runtime.usage if runtime is not None else [0.0] * RESOURCE_COUNT
+                if spec.demand_share is None:
+                    needed = runtime.controller.needed_resources if runtime is not None else np.zeros(5)
+                    element.demand_share = tuple(
+                        (u + float(n)) / t if t > 0 else 0.0
+                        for u, n, t in zip(element.usage, needed, total, strict=True)
+                    )
+                elif fresh:
+                    element.demand_share = tuple(_floats(spec.demand_share))
+            else:
+                usage = [0.0] * RESOURCE_COUNT
+                if spec.demand_share is None:
+                    demand = [0.0] * RESOURCE_COUNT
+                    for child in element.children:
+                        _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
+                        _add_list(demand, child.demand_share)
+                    element.demand_share = tuple(demand)
+                else:
+                    for child in element.children:
+                        _add_list(usage, child.usage)
+                    if fresh:
+                        element.demand_share = tuple(_floats(spec.demand_share))
+                element.usage = usage
+            shares = (element.fair_share, element.demand_share)
+            if shares != element.blocked_for:  # a function of these two only
+                element.blocked = blocked_mask(*shares)
+                element.blocked_for = shares
+            if element.is_op and element.op is not None:
+                self._configure_lists(element)
+        # 2. top-down: statuses, starvation (§c) and preemption priorities (§e.2)
+        computed = self._statuses_of(unknown) if unknown else {}
+        self._starvation_and_priorities(order, now, computed)
+        self.last_update_time = now
+        # 3. bottom-up: satisfaction, activity and heaps
+        self._rebuild_heaps_same_structure(order, total)
+
+    def _statuses_of(self, pending: list[_Element]) -> dict[str, SchedulingStatus]:
+        below = is_below_fair_share(
+            np.array([element.fair_share for element in pending]),
+            np.array([self._usage_share(element) for element in pending]),
+            np.array([element.demand_share for element in pending]),
+            np.array([element.settings.starvation_tolerance for element in pending]),
+            is_operation=np.array([element.is_op for element in pending]),
+            schedulable=np.array(
+                [
+                    element.spec.schedulable and (not element.is_op or element.op is not None)
+                    for element in pending
+                ]
+            ),
+        )
+        return {
+            element.id: SchedulingStatus.BELOW_FAIR_SHARE if flag else SchedulingStatus.NORMAL
+            for element, flag in zip(pending, np.atleast_1d(below).tolist(), strict=True)
+        }
+
+    def _starvation_and_priorities(
+        self, order: list[str], now: float, computed: dict[str, SchedulingStatus]
+    ) -> None:
+        """`_update_starvation` and `_update_priorities` in one top-down pass (same rules, same results)."""
+        config = self.config
+        elements = self._elements
+        states = self.starvation
+        normal = SchedulingStatus.NORMAL
+        non_starving = StarvationStatus.NON_STARVING
+        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
+        starving = StarvationStatus.STARVING
+        pool_starvation = config.enable_pool_starvation
+        aggressive_timeout_base = config.fair_share_aggressive_starvation_timeout
+        coefficient = config.allocation_count_preemption_timeout_coefficient
+        own_only = config.scheduling_preemption_priority_scope == "operation_only"
+        priority_of = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
+        by_priority: dict[PreemptionPriority, list[_Element]] = {
+            PreemptionPriority.NORMAL: [],
+            PreemptionPriority.AGGRESSIVE: [],
+        }
+        severity: dict[str, int] = {}
+        for element_id in order:
+            element = elements[element_id]
+            status = element.spec.scheduling_status
+            if status is None:
+                status = computed[element_id]
+            elif type(status) is not SchedulingStatus:
+                status = SchedulingStatus(status)
+            parent = element.parent
+            if parent is None:
+                status = normal
+            element.status = status
+            state = states.get(element_id)
+            if state is None:
+                state = states[element_id] = StarvationState()
+            is_op = element.is_op
+            if parent is None or (not is_op and not pool_starvation) or status == normal:
+                state.status = non_starving
+                state.below_fair_share_since = None
+                state.starving_since = None
+            elif state.below_fair_share_since is None:
+                state.below_fair_share_since = now
+            else:
+                timeout = element.settings.starvation_timeout
+                aggressive_timeout = aggressive_timeout_base
+                if is_op and element.op is not None:
+                    pending = element.op.controller.pending_allocation_count
+                    factor = pending / coefficient
+                    if factor < 1.0:
+                        timeout *= factor
+                        aggressive_timeout *= factor
+                since = state.below_fair_share_since
+                previous = state.status
+                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
+                    state.status = aggressive
+                elif now > since + timeout:
+                    state.status = starving
+                if previous == non_starving and state.status != previous:
+                    state.starving_since = now
+            own = state.status
+            element.starvation = own
+            rank = 2 if own == aggressive else 1 if own == starving else 0
+            if is_op:
+                if not own_only and parent is not None:
+                    rank = max(rank, severity[parent.id])
+                priority = priority_of[rank]
+                if element.op is not None:
+                    element.op.preemption_priority = priority
+                if rank:
+                    by_priority[priority].append(element)
+            else:
+                if parent is not None:
+                    rank = max(rank, severity[parent.id])
+                severity[element_id] = rank
+        if len(states) > len(elements):
+            for stale in set(states) - set(elements):
+                del states[stale]
+        self._ops_by_priority = by_priority
+
+    def _rebuild_heaps_same_structure(self, order: list[str], total: tuple[float, ...]) -> None:
+        """`_rebuild_heaps` after `_publish_same_structure` (which skips `_reuse_elements`' resets): the same
+        satisfactions, activity, deactivation counts, heaps and ``keyed_start`` values (0 off the heaps)."""
+        elements = self._elements
+        infinite = INFINITE_SATISFACTION_RATIO
+        counted = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
+        activity = self._op_activity
+        for element_id in reversed(order):
+            element = elements[element_id]
+            element.version += 1
+            if element.is_op:
+                usage = element.usage
+                fair_share = element.fair_share
+                blocked = element.blocked
+                key = (tuple(usage), fair_share, blocked, total)
+                if key == element.sat_for:
+                    sat = element.sat_memo
+                else:
+                    sat = local_satisfaction_ratio(
+                        [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
+                        fair_share,
+                        blocked,
+                    )
+                    element.sat_for = key
+                    element.sat_memo = sat
+                element.sat = sat
+                reason = activity(element)
+                element.inactive_reason = reason
+                element.active = reason is None
+                if reason in counted and element.op is not None:
+                    element.op.deactivation_reasons[reason.value] += 1
+            else:
+                heap = []
+                for child in element.children:
+                    if child.active:
+                        start = child.last_start
+                        child.keyed_start = start
+                        heap.append(
+                            (
+                                child.fifo_key if child.use_fifo else child.sat,
+                                start,
+                                child.index,
+                                child.version,
+                                child,
+                            )
+                        )
+                    else:
+                        child.keyed_start = 0
+                heapq.heapify(heap)
+                element.heap = heap
+                element.inactive_reason = None
+                if heap:
+                    element.active = True
+                    element.sat = heap[0][4].sat
+                else:
+                    element.active = False
+                    element.sat = infinite
+                if element.parent is None:
+                    element.keyed_start = 0
 
     def _new_elements(
         self, tree: SchedulingTree, previous: dict[str, _Element], fifo_order: bool
