@@ -15,8 +15,9 @@ Exact heartbeat skipping: a heartbeat that `SchedulerCore.heartbeat_is_noop` pro
 and the node goes to sleep (no events) until something it depends on changes: an allocation on it ends or it
 fails/returns (its free resources), demand appears that may fit it (arrivals, re-queued jobs, activations),
 or a fair-share update publishes starving operations or violated limits (then it wakes at the first beat whose
-preemptive backoff has elapsed). The beats it slept through are replayed only for their one side effect (the
-preemptive-scheduling timestamp), in O(1) per elapsed backoff. `tests/sim` checks that runs with and without
+preemptive backoff has elapsed). Demand wakes idle nodes only once the operation is published, and one node at
+a time in beat order while it lasts (`_wake_idle`). The beats it slept through are replayed only for their one
+side effect (the preemptive-scheduling timestamp), in O(1) per elapsed backoff. `tests/sim` checks that runs with and without
 skipping write identical events and summaries.
 
 Fair-share updates are skipped only when provably identical: nothing started, finished, registered or failed
@@ -243,7 +244,35 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
     # ------------------------------------------------------------------ pending demand (for exact skipping)
 
     def _add_pending(self, tree: _TreeState, op: _Op) -> None:
-        tree.pending_ops.add(op.spec.id)
+        """The operation has pending allocations: idle sleepers wake, once the strategy has published it.
+
+        A heartbeat starts allocations only of operations in the published tree, so demand of an operation
+        registered (or activated) since the last fair-share update wakes nobody until that update publishes it
+        (`_publish_pending`); waking every idle node at once would process heartbeats that provably start nothing.
+        """
+        op_id = op.spec.id
+        if not tree.core.operation_is_published(op_id):
+            tree.unpublished.add(op_id)
+            tree.pending_ops.discard(op_id)
+            return
+        tree.unpublished.discard(op_id)
+        tree.pending_ops.add(op_id)
+        tree.pending_dirty = True
+        self._wake_idle(tree)
+
+    def _drop_pending(self, tree: _TreeState, op_id: str) -> None:
+        """The operation has no pending allocation (any more), or stopped running."""
+        tree.pending_ops.discard(op_id)
+        tree.unpublished.discard(op_id)
+
+    def _publish_pending(self, tree: _TreeState) -> None:
+        """After an update: demand of operations it published becomes schedulable, idle sleepers wake."""
+        core = tree.core
+        published = sorted(op_id for op_id in tree.unpublished if core.operation_is_published(op_id))
+        if not published:
+            return
+        tree.unpublished.difference_update(published)
+        tree.pending_ops.update(published)
         tree.pending_dirty = True
         self._wake_idle(tree)
 
@@ -263,13 +292,13 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
     def _refresh_pending(self, tree: _TreeState, op: _Op, demand_may_grow: bool) -> None:
         controller = op.controller
         if controller is None or op.state != "running":
-            tree.pending_ops.discard(op.spec.id)
+            self._drop_pending(tree, op.spec.id)
             return
         if controller.pending_allocation_count > 0:
             if op.spec.id not in tree.pending_ops or demand_may_grow:
                 self._add_pending(tree, op)
         else:
-            tree.pending_ops.discard(op.spec.id)
+            self._drop_pending(tree, op.spec.id)
 
     # ------------------------------------------------------------------ sleeping nodes
 
@@ -282,9 +311,40 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         self._schedule_beat(node, self._first_beat_at_or_after(node, self.now))
 
     def _wake_idle(self, tree: _TreeState) -> None:
-        if tree.idle_sleepers:
-            for index in sorted(tree.idle_sleepers):
+        """Schedulable demand appeared: the idle sleepers beat again, one after another in beat order.
+
+        Waking them all at once would be exact too, but each of them beats; once the demand is placed the rest
+        find nothing and fall asleep again. Instead the idle sleepers are queued by their next beat (the order
+        in which they would beat) and woken one at a time: the next one when the previous one has beaten, while
+        the tree still has published pending demand (`_advance_idle_wakes`). A sleeper left in the queue when
+        the demand is gone would have found nothing: its beats are noops until demand appears again, which
+        queues the idle sleepers anew.
+        """
+        if not tree.idle_sleepers:
+            return
+        nodes = self.nodes
+        queue = []
+        for index in tree.idle_sleepers:
+            node = nodes[index]
+            queue.append((self.beat_time(node, self._first_beat_at_or_after(node, self.now)), index))
+        heapq.heapify(queue)
+        tree.wake_queue = queue
+        tree.wake_head = None
+        self._advance_idle_wakes(tree)
+
+    def _advance_idle_wakes(self, tree: _TreeState) -> None:
+        """Wake the next queued idle sleeper (the earliest to beat) while published demand is pending."""
+        tree.wake_head = None
+        queue = tree.wake_queue
+        if not tree.pending_ops:
+            queue.clear()
+            return
+        while queue:
+            _, index = heapq.heappop(queue)
+            if index in tree.idle_sleepers:
+                tree.wake_head = index
                 self._wake(self.nodes[index])
+                return
 
     def _catch_up(self, node: _Node, core: SchedulerCore, until_k: int) -> None:
         """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``."""
@@ -392,6 +452,11 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
 
     def _beat(self, node: _Node, k: int) -> None:
         tree = self.trees[node.tree]
+        self._heartbeat(node, k, tree)
+        if tree.wake_head == node.index:
+            self._advance_idle_wakes(tree)
+
+    def _heartbeat(self, node: _Node, k: int, tree: _TreeState) -> None:
         core = tree.core
         if k > node.k_next:
             self._catch_up(node, core, k)
@@ -426,6 +491,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         node.sleeping = False
         node.token += 1
         tree.idle_sleepers.discard(node.index)
+        if tree.wake_head == node.index:
+            self._advance_idle_wakes(tree)
         self._emit({"event": "node_failed", "time": self.now, "node": node.address})
         self._node_limits_cache.clear()
         self._online_counts.clear()
@@ -488,6 +555,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 core.update_fair_share(now)
                 self.stats["fair_share_updates"] += 1
                 tree.changed = False
+                self._publish_pending(tree)
                 self._record(tree, now)
                 if core.limits_violated():
                     for node in self.nodes:

@@ -41,6 +41,7 @@ class _JobsMixin:
     _wake: Callable[[_Node], None]
     _wake_queued: Callable[[_TreeState], None]
     _refresh_pending: Callable[[_TreeState, _Op, bool], None]
+    _drop_pending: Callable[[_TreeState, str], None]
     beat_time: Callable[[_Node, int], float]
     _finish_operation: Callable[[_Op, str], None]
 
@@ -59,7 +60,7 @@ class _JobsMixin:
         for op in touched.values():
             assert op.controller is not None
             if op.controller.pending_allocation_count == 0:
-                tree.pending_ops.discard(op.spec.id)
+                self._drop_pending(tree, op.spec.id)
 
     def _start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
         now = self.now

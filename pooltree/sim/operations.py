@@ -41,6 +41,7 @@ class _OperationsMixin:
     _emit: Callable[[dict[str, Any]], None]
     _wake: Callable[[_Node], None]
     _add_pending: Callable[[_TreeState, _Op], None]
+    _drop_pending: Callable[[_TreeState, str], None]
     unschedulable_timeout: float
     safe_online_node_count: int
     _node_limits_cache: dict[tuple[str, str], list[Vector]]
@@ -209,7 +210,7 @@ class _OperationsMixin:
         tree.changed = True
         op.state = state
         op.finish_time = self.now
-        tree.pending_ops.discard(op.spec.id)
+        self._drop_pending(tree, op.spec.id)
         self.active_ops -= 1
         for allocation in leftover:
             self._emit(

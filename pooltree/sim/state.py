@@ -104,9 +104,17 @@ class _TreeState:
     integral: bool
     changed: bool = True
     pending_ops: set[str] = field(default_factory=set)
+    """Published operations with pending allocations (their minimum needs decide whether a node may start one)."""
+    unpublished: set[str] = field(default_factory=set)
+    """Operations with pending allocations the strategy has not published yet (no heartbeat can start them)."""
     pending_min: Vector | None = None
     pending_dirty: bool = True
     idle_sleepers: set[int] = field(default_factory=set)
+    """Sleeping nodes that can start more (woken when schedulable demand appears)."""
+    wake_queue: list[tuple[float, int]] = field(default_factory=list)
+    """Idle sleepers still to wake for the current demand, by their next beat (a heap; see `_wake_idle`)."""
+    wake_head: int | None = None
+    """The idle sleeper woken last from ``wake_queue``: when it has beaten, the next one is woken."""
     pools: list[str] = field(default_factory=list)
     pool_set: set[str] = field(default_factory=set)
     series_interval: float = 1.0

@@ -427,6 +427,10 @@ class SchedulerCore:
         node = self.strategy.nodes.get(address)
         return node is not None and self.strategy.can_start_more(node)
 
+    def operation_is_published(self, operation_id: str) -> bool:
+        """Whether the published tree holds the operation: heartbeats start allocations only of such operations."""
+        return self.strategy.is_published(operation_id)
+
     def has_starving_operations(self) -> bool:
         """Whether the published tree has operations with a preemption priority (targets of preemptive stages)."""
         return self.strategy.has_preemption_targets()

@@ -308,6 +308,10 @@ class TreeScheduler(SnapshotPublisher, PreemptionStages):
                 return True
         return False
 
+    def is_published(self, operation_id: str) -> bool:
+        """Whether the published tree has the operation's element (only such operations get allocations)."""
+        return operation_id in self._elements
+
     def can_start_more(self, node: ExecNode) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""
         return self._can_start_more(node)
