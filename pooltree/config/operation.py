@@ -200,10 +200,34 @@ MAX_VANILLA_TOTAL_JOB_COUNT = 100_000
 and 100,000 jobs in all; a larger ``job_count`` would cost the scheduler memory per pending job."""
 
 
+class GangOptions(SpecModel):
+    """A vanilla task's ``gang_options`` (YTsaurus's gang controller): ``size`` jobs hold a gang rank (default
+    ``job_count``); losing a ranked job restarts every job of the operation in its allocation."""
+
+    size: int | None = Field(default=None, ge=1)
+
+
 class VanillaTaskSpec(UserJobSpec):
     """One task of a vanilla operation (``tasks.<name>``)."""
 
     job_count: int = Field(ge=1)
+    gang_options: GangOptions | None = None
+
+    @model_validator(mode="after")
+    def _gang_size(self) -> VanillaTaskSpec:
+        if self.gang_options is not None and (self.gang_options.size or 0) > self.job_count:
+            raise invalid(
+                f"must not exceed job_count ({self.job_count}), got {self.gang_options.size}",
+                "gang_options.size",
+            )
+        return self
+
+    @property
+    def gang_size(self) -> int | None:
+        """Ranked jobs of the task (``gang_options.size``, else ``job_count``); ``None`` without gang_options."""
+        if self.gang_options is None:
+            return None
+        return self.gang_options.size or self.job_count
 
 
 class LogDigestConfig(SpecModel):

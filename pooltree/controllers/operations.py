@@ -40,6 +40,9 @@ class TaskSpec:
     interruptible: bool = False
     memory_reserve: TaskMemoryReserve | None = None
     duration: Any = None
+    gang_size: int | None = None
+    """A vanilla task with YTsaurus ``gang_options``: how many of its jobs hold a gang rank (``gang_options.size``,
+    else ``job_count``); ``None``: not a gang task. Losing a ranked job restarts the whole operation's jobs."""
 
     def __post_init__(self) -> None:
         self.resources = np.asarray(self.resources, dtype=float)
@@ -52,6 +55,15 @@ class TaskSpec:
         if isinstance(self.job_count, bool) or not isinstance(self.job_count, int) or self.job_count < 0:
             raise ConfigError(
                 f"tasks.{self.name}.job_count", f"must be a non-negative integer, got {self.job_count!r}"
+            )
+        if self.gang_size is not None and (
+            isinstance(self.gang_size, bool)
+            or not isinstance(self.gang_size, int)
+            or not 1 <= self.gang_size <= max(self.job_count, 1)
+        ):
+            raise ConfigError(
+                f"tasks.{self.name}.gang_options.size",
+                f"must be an integer from 1 to job_count ({self.job_count}), got {self.gang_size!r}",
             )
 
     @classmethod
@@ -71,7 +83,32 @@ class TaskSpec:
         if not isinstance(interruptible, bool):
             raise ConfigError(join_path(path, "interruptible"), "must be a boolean")
         resources = parse_resources(data.get("resources"), join_path(path, "resources"))
-        return cls(name, job_count, resources, interruptible=interruptible, duration=data.get("duration"))
+        gang_size = gang_size_of(data.get("gang_options"), job_count, join_path(path, "gang_options"))
+        return cls(
+            name,
+            job_count,
+            resources,
+            interruptible=interruptible,
+            duration=data.get("duration"),
+            gang_size=gang_size,
+        )
+
+
+def gang_size_of(gang_options: Any, job_count: int, path: str) -> int | None:
+    """The number of ranked jobs of a task with YTsaurus ``gang_options`` (``size``, else ``job_count``), or
+    ``None`` when the task has none."""
+    if gang_options is None:
+        return None
+    if not isinstance(gang_options, Mapping):
+        raise ConfigError(path, f"expected a map (size), got {type(gang_options).__name__}")
+    size = gang_options.get("size")
+    if size is None:
+        return job_count
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= job_count:
+        raise ConfigError(
+            join_path(path, "size"), f"must be an integer from 1 to job_count ({job_count}), got {size!r}"
+        )
+    return size
 
 
 @dataclass
@@ -82,6 +119,8 @@ class Job:
     index: int
     fraction: float = 1.0
     attempt: int = 0
+    incarnation: int = 0
+    """The operation incarnation the job was started in (gang operations)."""
 
 
 @dataclass
@@ -119,6 +158,8 @@ class OperationControllerBase:
         self.aborted_job_count_by_reason: Counter[str] = Counter()
         self.interrupted_job_count = 0
         self.preempted_job_count = 0
+        self.incarnation = 0
+        """Incremented by every gang incarnation switch (YTsaurus ``operation_incarnation``)."""
         self._needed_cache: Vector | None = None
         self._min_signature: tuple[bool, ...] | None = None
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
@@ -229,6 +270,7 @@ class OperationControllerBase:
             if not fits_floats(resources.tolist(), available):
                 continue
             state.pending.popleft()
+            job.incarnation = self.incarnation
             state.running += 1
             if state.spec.memory_reserve is not None:
                 state.spec.memory_reserve.start_job((job.task, job.index))
@@ -326,9 +368,94 @@ class OperationControllerBase:
 
 
 class VanillaController(OperationControllerBase):
-    """Vanilla operation: long-running jobs, restarted when aborted or preempted; done when all jobs completed."""
+    """Vanilla operation: long-running jobs, restarted when aborted or preempted; done when all jobs completed.
+
+    With a task that sets ``gang_options`` it is YTsaurus's gang controller: a ranked job (index below the task's
+    ``gang_size``) of the current incarnation that fails, is aborted or is interrupted switches the operation to
+    a new incarnation (``take_incarnation_switch`` tells the strategy, which calls ``restart_job`` for every
+    running job); every completed job runs again.
+    """
 
     kind = "vanilla"
+
+    def __init__(
+        self, operation_id: str, tasks: Sequence[TaskSpec], *, interruption_signal: str | None = None
+    ):
+        super().__init__(operation_id, tasks, interruption_signal=interruption_signal)
+        self.is_gang = any(task.gang_size is not None for task in tasks)
+        self.incarnation_switch_count = 0
+        self._switch_requested = False
+
+    def on_allocation_finished(
+        self, allocation: Allocation, finished: FinishedAllocation, now: float
+    ) -> None:
+        job = self._running.get(allocation.id)
+        super().on_allocation_finished(allocation, finished, now)
+        if job is None or not self.is_gang or job.incarnation != self.incarnation:
+            return
+        gang_size = self._tasks[job.task].spec.gang_size
+        if gang_size is None or job.index >= gang_size:
+            return  # a job without a gang rank does not switch the incarnation
+        interrupted = finished.state == "completed" and allocation.preemption is not None
+        if finished.state in ("failed", "aborted") or interrupted:
+            self._switch_incarnation()
+
+    def _switch_incarnation(self) -> None:
+        """YTsaurus ``SwitchToNewOperationIncarnation``: a new incarnation; every task's completed jobs are lost
+        and run again (``LostAll``); the running ones are restarted by the strategy through ``restart_job``."""
+        self.incarnation += 1
+        self.incarnation_switch_count += 1
+        self._switch_requested = True
+        for name, state in self._tasks.items():
+            present = {job.index for job in state.pending}
+            present.update(job.index for job in self._running.values() if job.task == name)
+            for index in range(state.spec.job_count):
+                if index not in present:
+                    state.pending.append(Job(name, index, 1.0, 1, self.incarnation))
+            state.completed = 0
+        self._refresh()
+
+    def take_incarnation_switch(self) -> bool:
+        """Whether the last finished allocation switched the operation's incarnation (and forget it)."""
+        requested, self._switch_requested = self._switch_requested, False
+        return requested
+
+    def restart_job(self, allocation: Allocation, now: float) -> Allocation | None:
+        """Abort the allocation's job (``operation_incarnation_changed``) and start it again in the same
+        allocation: a new allocation object on the same node whose job fits the old allocation's resources;
+        ``None`` (the job waits as pending) when it no longer fits."""
+        job = self._running.pop(allocation.id, None)
+        if job is None:
+            return None
+        state = self._tasks[job.task]
+        state.running -= 1
+        reason = "operation_incarnation_changed"
+        self.aborted_job_count_by_reason[reason] += 1
+        self._feed_memory(state, job, FinishedAllocation(allocation.id, "aborted", abort_reason=reason))
+        again = Job(job.task, job.index, job.fraction, job.attempt + 1, self.incarnation)
+        resources = self._allocation_resources(state, again)
+        if not fits_floats(resources.tolist(), allocation.resources.tolist()):
+            state.pending.append(again)
+            self._refresh()
+            return None
+        state.running += 1
+        if state.spec.memory_reserve is not None:
+            state.spec.memory_reserve.start_job((again.task, again.index))
+        self._next_allocation += 1
+        restarted = Allocation(
+            f"{self.operation_id}/{self._next_allocation}",
+            self.operation_id,
+            resources,
+            task=job.task,
+            payload=again,
+            interruptible=allocation.interruptible,
+            interruption_signal=allocation.interruption_signal,
+            node_address=allocation.node_address,
+            start_time=now,
+        )
+        self._running[restarted.id] = again
+        self._refresh()
+        return restarted
 
     def _on_completed(
         self, state: _TaskState, job: Job, allocation: Allocation, finished: FinishedAllocation

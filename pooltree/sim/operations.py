@@ -79,6 +79,7 @@ class _OperationsMixin:
                     task.resources,
                     interruptible=task.interruptible,
                     memory_reserve=reserve,
+                    gang_size=task.gang_size,
                 )
             )
         return make_controller(spec.id, spec.type, tasks, interruption_signal=spec.spec.interruption_signal)

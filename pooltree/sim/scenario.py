@@ -25,6 +25,7 @@ import numpy as np
 from pooltree.config import OperationSpec, cypress_dump_to_pool_trees, load_document, parse_snapshot
 from pooltree.config.snapshot import OPERATION_TYPES, Snapshot
 from pooltree.controllers.memory import MemoryDigestSettings
+from pooltree.controllers.operations import gang_size_of
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import MEMORY, Vector, parse_duration, parse_resources, parse_size
 
@@ -48,6 +49,7 @@ TASK_KEYS = (
     "interruptible",
     "memory_usage",
     "memory_limit",
+    "gang_options",
 )
 DISTRIBUTIONS = ("fixed", "lognormal", "uniform")
 DEFAULT_HORIZON = 7 * 86400.0
@@ -169,6 +171,8 @@ class SimTask:
     memory_usage: Distribution | None = None
     """Actual peak memory of the user job; when set, the memory digest defines the allocation's memory."""
     memory_limit: float = 0.0
+    gang_size: int | None = None
+    """YTsaurus ``gang_options`` (vanilla): ranked jobs whose loss restarts every job of the operation."""
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,10 @@ def parse_task(value: Any, path: str, operation_type: str) -> SimTask:
             join_path(path, "memory_limit"),
             "memory_usage needs a memory limit (memory_limit or resources.memory)",
         )
-    return SimTask(name, job_count, resources, duration, interruptible, memory_usage, memory_limit)
+    gang_size = gang_size_of(value.get("gang_options"), job_count, join_path(path, "gang_options"))
+    if gang_size is not None and operation_type != "vanilla":
+        raise ConfigError(join_path(path, "gang_options"), "only vanilla operations have gang tasks")
+    return SimTask(name, job_count, resources, duration, interruptible, memory_usage, memory_limit, gang_size)
 
 
 def parse_operation(value: Any, path: str, *, operation_id: str, snapshot: Snapshot) -> SimOperation:

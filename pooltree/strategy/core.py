@@ -117,7 +117,9 @@ class SchedulerCore:
 
     def remove_node(self, address: str, now: float) -> list[Allocation]:
         """Forget a node; its allocations are reported aborted to their controllers."""
-        node = self.strategy.nodes.get(address)
+        # The node leaves first, so that a gang incarnation switch set off by one of its jobs does not restart
+        # the node's other jobs on it (they are lost too and go back to pending).
+        node = self.strategy.nodes.pop(address, None)
         lost = []
         if node is not None:
             for allocation_id in list(node.allocations):
@@ -126,7 +128,6 @@ class SchedulerCore:
                 )
                 if allocation is not None:
                     lost.append(allocation)
-            del self.strategy.nodes[address]
         self.strategy.drop_queued_preemptions(address)
         self.node_limits.pop(address, None)
         self.node_tags.pop(address, None)

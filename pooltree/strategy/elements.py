@@ -1,7 +1,7 @@
 """Plain state of the strategy: published elements, operation runtimes, starvation, analysis and pass records.
 
 Everything here is data plus small vector helpers; the behaviour lives in `stages.py` (best-leaf heaps and regular
-scheduling), `preemption.py` (preemptive stages, node overcommit, gang restarts), `publish.py` (a fair-share update:
+scheduling), `preemption.py` (preemptive stages, node overcommit), `gang.py` (gang incarnation switches), `publish.py` (a fair-share update:
 statuses, starvation, preemption priorities, preemptible lists) and `scheduler.py` (`TreeScheduler`: operations,
 heartbeats, allocation accounting, views).
 """

@@ -83,7 +83,8 @@ class AbortReason(enum.StrEnum):
     JOB_TIME_LIMIT_EXCEEDED = "job_time_limit_exceeded"
     """The job ran longer than its ``job_time_limit`` (YTsaurus error 1202 "Job time limit exceeded")."""
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
-    """Another allocation of the same gang operation was preempted or aborted: the gang restarts as a whole."""
+    """A ranked job of the same gang operation (a vanilla task with ``gang_options``) failed, was aborted or was
+    interrupted: the operation switched to a new incarnation and every running job restarts in its allocation."""
 
 
 class DeactivationReason(enum.StrEnum):
@@ -121,6 +122,7 @@ class Allocation:
         "preemption",
         "preemption_status",
         "reserve",
+        "restarted",
         "start_time",
         "task",
     )
@@ -152,6 +154,9 @@ class Allocation:
         self.start_time = start_time
         self.preemption_status = PreemptionStatus.PREEMPTIBLE
         self.preemption: PreemptionRecord | None = None
+        self.restarted = False
+        """Its job was restarted in a new allocation by a gang incarnation switch: the controller already took
+        the job back, so the node's report of this allocation's end goes no further than the strategy."""
 
     @property
     def resources(self) -> Vector:

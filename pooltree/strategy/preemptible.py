@@ -154,6 +154,17 @@ class PreemptibleLists:
             return True
         return False
 
+    def replace(self, old: Allocation, new: Allocation) -> None:
+        """Put ``new`` in ``old``'s start-order position and class (a job restarted in its allocation) and
+        rebalance; ``old`` leaves the lists."""
+        index = _STATUSES.index(old.preemption_status)
+        listed = self._lists[index]
+        listed[listed.index(old)] = new
+        new.preemption_status = old.preemption_status
+        _sub(self._usage[index], old.amounts)
+        _add(self._usage[index], new.amounts)
+        self.rebalance()
+
     def update_usage(self, allocation: Allocation, resources: Vector) -> None:
         """Replace an allocation's accounted usage in place (keeps its start-order position) and rebalance."""
         index = _STATUSES.index(allocation.preemption_status)

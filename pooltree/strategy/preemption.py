@@ -3,7 +3,7 @@
 `PreemptionStages` adds to `SchedulingStages` what yt-semantics §e.1 and §e.3–§e.5 describe: the graceful stage,
 the analysis of a node's preemptible allocations (blocking ancestors, unconditional and conditional victims),
 scheduling with preemption and choosing the minimal set of victims, the overcommit stage, `_preempt` with its
-record, and the gang rule (one preempted or aborted allocation of a gang stops all of them).
+record, and stops decided outside a heartbeat (job time limits), queued for the node's next heartbeat.
 """
 
 from __future__ import annotations
@@ -322,7 +322,7 @@ class PreemptionStages(SchedulingStages):
         running.sort(key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time))
         kept = np.zeros(RESOURCE_COUNT)
         for allocation in running:
-            if allocation.preempted:  # stopped with its gang by an earlier preemption of this loop
+            if allocation.preempted:
                 continue
             candidate = kept + allocation.resources
             if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
@@ -379,64 +379,17 @@ class PreemptionStages(SchedulingStages):
         result.allocations_to_preempt.append(record)
         event = {"event": "allocation_preempted", **record.to_dict()}
         self._emit(event)
-        if (
-            element is not None
-            and element.spec.is_gang
-            and reason is not AbortReason.OPERATION_INCARNATION_CHANGED
-        ):
-            self._restart_gang(allocation, f"was preempted ({reason.value})", now, stage, result)
         return record
-
-    def _restart_gang(
-        self,
-        trigger: Allocation,
-        what: str,
-        now: float,
-        stage: SchedulingStage = SchedulingStage.PREEMPTIVE_NORMAL,
-        result: HeartbeatResult | None = None,
-    ) -> None:
-        """All-or-nothing: one allocation of a gang operation was preempted or aborted, so all the others stop.
-
-        Allocations on the heartbeat's own node go into ``result``; the others are released now and delivered
-        in their nodes' next heartbeat answers (abort reason ``operation_incarnation_changed``, no timeout).
-        """
-        runtime = self.operations.get(trigger.operation_id)
-        if runtime is None:
-            return
-        explanation = (
-            f"gang operation {trigger.operation_id}: its allocation {trigger.id} {what}, so every allocation of "
-            "the gang is stopped (a gang runs all its allocations or none)"
-        )
-        for other in list(runtime.lists):
-            node = self.nodes.get(other.node_address)
-            if node is None or other.preempted:
-                continue
-            if result is not None and node.address == result.address:
-                target = result
-            else:
-                target = self._queued_preemptions.setdefault(
-                    node.address, HeartbeatResult(address=node.address)
-                )
-            record = self._preempt(
-                other,
-                node,
-                now,
-                target,
-                (AbortReason.OPERATION_INCARNATION_CHANGED, stage),
-                explanation,
-                timeout=0.0,
-            )
-            record.interruptible = False  # aborted at once, never interrupted to finish its work
 
     def stop_allocation(
         self, allocation: Allocation, reason: AbortReason, explanation: str, now: float, error: Any = None
     ) -> PreemptionRecord | None:
         """Stop a running allocation outside a heartbeat (job time limit): released now, delivered to its node
-        in its next heartbeat answer with no timeout. A gang operation's other allocations stop with it."""
+        in its next heartbeat answer with no timeout."""
         node = self.nodes.get(allocation.node_address)
         if node is None or allocation.preempted:
             return None
-        target = self._queued_preemptions.setdefault(node.address, HeartbeatResult(address=node.address))
+        target = self._queued_for(node.address)
         record = self._preempt(
             allocation,
             node,
@@ -450,16 +403,22 @@ class PreemptionStages(SchedulingStages):
         record.interruptible = False  # aborted at once, never interrupted to finish its work
         return record
 
+    def _queued_for(self, address: str) -> HeartbeatResult:
+        """The answer kept for a node's next heartbeat (stops and restarts decided outside its heartbeat)."""
+        return self._queued_preemptions.setdefault(address, HeartbeatResult(address=address))
+
     def nodes_with_queued_preemptions(self) -> list[str]:
-        """Nodes whose next heartbeat answer carries preemptions decided outside their heartbeats."""
+        """Nodes whose next heartbeat answer carries stops (or job restarts) decided outside their heartbeats."""
         return [
-            address for address, queued in self._queued_preemptions.items() if queued.allocations_to_preempt
+            address
+            for address, queued in self._queued_preemptions.items()
+            if queued.allocations_to_preempt or queued.allocations_to_start
         ]
 
     def has_queued_preemptions(self, address: str) -> bool:
-        """Whether preemptions wait for the node's next heartbeat (a gang restarting as a whole)."""
+        """Whether stops or job restarts wait for the node's next heartbeat (time limits, gang incarnations)."""
         queued = self._queued_preemptions.get(address)
-        return queued is not None and bool(queued.allocations_to_preempt)
+        return queued is not None and bool(queued.allocations_to_preempt or queued.allocations_to_start)
 
     def drop_queued_preemptions(self, address: str) -> None:
         """Forget what was queued for a node that left the cluster."""

@@ -8,8 +8,9 @@ normal) and node overcommit.
 
 The class is assembled from one module per concern: `publish.py` (`SnapshotPublisher`: a fair-share update),
 `stages.py` (`SchedulingStages`: best-leaf heaps and the regular stage), `preemption.py` (`PreemptionStages`: the
-stages that stop allocations, gang restarts) and `elements.py` (the state they share). This module keeps the
-operations, the heartbeat's order of stages, allocation accounting from node reports, and the orchid views.
+stages that stop allocations), `gang.py` (`GangRestarts`: gang incarnation switches) and `elements.py` (the
+state they share). This module keeps the operations, the heartbeat's order of stages, allocation accounting
+from node reports, and the orchid views.
 
 Hot path: choosing the best leaf operation uses one lazy min-heap of children per pool, keyed by satisfaction
 (or FIFO index); equal keys go to the child served least recently, then tree order. Starting an allocation only
@@ -36,6 +37,7 @@ from pooltree.strategy.elements import (
     _sub_np,
     usage_above_reserve,
 )
+from pooltree.strategy.gang import GangRestarts
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -45,7 +47,6 @@ from pooltree.strategy.model import (
     PreemptionPriority,
     StarvationStatus,
 )
-from pooltree.strategy.preemption import PreemptionStages
 from pooltree.strategy.publish import SnapshotPublisher
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 
-class TreeScheduler(SnapshotPublisher, PreemptionStages):
+class TreeScheduler(SnapshotPublisher, GangRestarts):
     """Scheduling strategy of one pool tree (pure: time is passed in; deterministic)."""
 
     def __init__(self, tree: SchedulingTree, *, event_sink: EventSink | None = None):
@@ -77,8 +78,8 @@ class TreeScheduler(SnapshotPublisher, PreemptionStages):
         self._event_sink = event_sink
         self.last_update_time: float | None = None
         self._queued_preemptions: dict[str, HeartbeatResult] = {}
-        """Preemptions decided for a node outside its heartbeat (a gang restarting as a whole), delivered in the
-        node's next heartbeat answer."""
+        """Stops and job restarts decided for a node outside its heartbeat (job time limits, gang incarnation
+        switches), delivered in the node's next heartbeat answer."""
         self.publish(tree, now=None)
 
     # ------------------------------------------------------------------ operations
@@ -138,6 +139,11 @@ class TreeScheduler(SnapshotPublisher, PreemptionStages):
             result.allocations_to_preempt.extend(
                 record for record in queued.allocations_to_preempt if record.allocation_id in node.allocations
             )
+            result.allocations_to_start.extend(
+                allocation
+                for allocation in queued.allocations_to_start
+                if node.allocations.get(allocation.id) is allocation
+            )
         self._graceful_preemption(node, now, result)
         self._regular_scheduling(node, now, result)
         last = node.last_preemptive_scheduling_time
@@ -183,19 +189,19 @@ class TreeScheduler(SnapshotPublisher, PreemptionStages):
         node = self.nodes.get(allocation.node_address)
         runtime = self.operations.get(allocation.operation_id)
         element = self._elements.get(allocation.operation_id)
-        lost_gang_member = False
         if not allocation.preempted:
             if node is not None:
                 _sub_np(node.usage, allocation.resources)
             if runtime is not None:
                 self._release(allocation, runtime, element)
-            lost_gang_member = finished.state == "aborted" and element is not None and element.spec.is_gang
         if node is not None:
             node.allocations.pop(allocation.id, None)
-        if lost_gang_member:
-            self._restart_gang(allocation, "was aborted", now)
-        if runtime is not None:
-            runtime.controller.on_allocation_finished(allocation, finished, now)
+        if runtime is not None and not allocation.restarted:
+            controller = runtime.controller
+            controller.on_allocation_finished(allocation, finished, now)
+            take_switch = getattr(controller, "take_incarnation_switch", None)
+            if take_switch is not None and take_switch():
+                self._switch_incarnation(runtime, allocation, now)
             if element is not None and element.op is runtime:
                 self._refresh_leaf(element)
         self._emit(

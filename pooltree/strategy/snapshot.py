@@ -207,7 +207,8 @@ class ElementSpec:
     scheduling_tag_filter: Callable[[frozenset[str]], bool] | Any | None = None
     interruption_signal: str | None = None
     is_gang: bool = False
-    """A gang operation (spec ``is_gang``): all its allocations are preempted together."""
+    """A gang operation (spec ``is_gang``): the step fair share, FIFO truncation and
+    ``allow_aggressive_preemption_for_gang_operations`` (restarts belong to ``gang_options``, see gang.py)."""
 
     @property
     def is_operation(self) -> bool:

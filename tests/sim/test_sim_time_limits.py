@@ -44,8 +44,12 @@ def test_without_a_time_limit_the_operation_runs_on(tmp_path) -> None:
     assert not [e for e in events(tmp_path) if e["event"] == "operation_error"]
 
 
-def test_a_node_failure_restarts_a_whole_gang(tmp_path) -> None:
+def test_a_node_failure_restarts_every_job_of_a_gang_in_its_allocation(tmp_path) -> None:
+    """YTsaurus's gang controller (task ``gang_options``): the jobs lost with the node go back to pending, every
+    other job is aborted (``operation_incarnation_changed``) and restarted at once in its own allocation."""
     document = _document({"is_gang": True}, job_count=8)
+    document["operations"][0]["type"] = "vanilla"
+    document["operations"][0]["tasks"][0]["gang_options"] = {}
     document["cluster"]["nodes"][0]["count"] = 3  # 12 slots: the gang's 8 jobs spread over the nodes
     document["node_failures"] = [{"address": "n-1", "at": "30s", "duration": "10m"}]
     run(document, tmp_path)
@@ -58,11 +62,24 @@ def test_a_node_failure_restarts_a_whole_gang(tmp_path) -> None:
     ]
     assert lost_on_node and restarted
     # Every allocation running at the failure stopped: those on the failed node and, with them, the others.
-    running_before = {
-        e["allocation_id"] for e in log if e["event"] == "allocation_started" and e["time"] < 30.0
-    }
+    started = [e for e in log if e["event"] == "allocation_started"]
+    running_before = {e["allocation_id"]: e["node"] for e in started if e["time"] < 30.0}
     stopped = {e["allocation_id"] for e in lost_on_node} | {e["allocation_id"] for e in restarted}
-    assert running_before <= stopped
+    assert set(running_before) <= stopped
+    # The restarted ones start again at once on the same nodes (their allocations are kept).
+    again = [e for e in started if e.get("stage") == "incarnation_switch"]
+    assert sorted(e["node"] for e in again) == sorted(running_before[e["allocation_id"]] for e in restarted)
+    assert all(e["time"] == 30.0 for e in again)
+
+
+def test_is_gang_without_gang_options_loses_only_the_jobs_of_the_failed_node(tmp_path) -> None:
+    document = _document({"is_gang": True}, job_count=8)
+    document["cluster"]["nodes"][0]["count"] = 3
+    document["node_failures"] = [{"address": "n-1", "at": "30s", "duration": "10m"}]
+    run(document, tmp_path)
+    log = events(tmp_path)
+    assert [e for e in log if e["event"] == "allocation_aborted" and e["time"] == 30.0]
+    assert not [e for e in log if e.get("reason") == "operation_incarnation_changed"]
 
 
 def test_the_summary_lists_options_pooltree_ignores(tmp_path) -> None:

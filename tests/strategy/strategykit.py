@@ -73,10 +73,15 @@ class Kit:
         cpu: float = 1.0,
         kind: str = "map",
         interruptible: bool = False,
+        gang_size: int | None = None,
         **options: Any,
     ) -> OperationControllerBase:
         task = TaskSpec(
-            "main", jobs, vector(user_slots=1, cpu=cpu, memory=cpu * GiB), interruptible=interruptible
+            "main",
+            jobs,
+            vector(user_slots=1, cpu=cpu, memory=cpu * GiB),
+            interruptible=interruptible,
+            gang_size=gang_size,
         )
         cls = VanillaController if kind == "vanilla" else MapController
         controller = cls(op_id, [task], interruption_signal=options.get("interruption_signal"))

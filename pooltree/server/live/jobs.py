@@ -176,6 +176,16 @@ class LiveJobs:
                 "YT_TASK_NAME": job.task_name,
             }
         )
+        if getattr(op.controller, "is_gang", False):
+            # YTsaurus's gang controller: the incarnation, and the rank of a job that holds one
+            payload = allocation.payload
+            environment["YT_OPERATION_INCARNATION"] = str(op.controller.incarnation)
+            environment["YT_GANG_SIZE"] = str(
+                sum(t.gang_size or 0 for t in op.model.tasks.values() if t.gang_size is not None)
+            )
+            gang_size = task.gang_size
+            if gang_size is not None and isinstance(payload, Job) and payload.index < gang_size:
+                environment["YT_GANG_RANK"] = str(payload.index)
         environment.update(
             secure_vault_environment(op.spec)
         )  # secrets go to the job only (pooltree.security)

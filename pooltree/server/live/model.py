@@ -353,7 +353,14 @@ def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
         interruptible = (task.interruption_signal or model.interruption_signal) is not None
         reserve = task_memory_reserve(name, task, model)
         tasks.append(
-            TaskSpec(name, task.job_count, resources, interruptible=interruptible, memory_reserve=reserve)
+            TaskSpec(
+                name,
+                task.job_count,
+                resources,
+                interruptible=interruptible,
+                memory_reserve=reserve,
+                gang_size=task.gang_size,
+            )
         )
     return tasks
 
