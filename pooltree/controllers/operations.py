@@ -409,11 +409,16 @@ class VanillaController(OperationControllerBase):
         for name, state in self._tasks.items():
             present = {job.index for job in state.pending}
             present.update(job.index for job in self._running.values() if job.task == name)
+            present.update(job.index for job in self._held_jobs() if job.task == name)
             for index in range(state.spec.job_count):
                 if index not in present:
                     state.pending.append(Job(name, index, 1.0, 1, self.incarnation))
             state.completed = 0
         self._refresh()
+
+    def _held_jobs(self) -> list[Job]:
+        """Jobs neither pending nor running that are not done either (a subclass's reservations)."""
+        return []
 
     def take_incarnation_switch(self) -> bool:
         """Whether the last finished allocation switched the operation's incarnation (and forget it)."""

@@ -162,7 +162,7 @@ class _JobsMixin:
         tree.core.on_allocation_finished(finished, self.now)
         tree.changed = True
         if finished.state == "aborted":
-            self._wake_queued(tree)  # a lost gang allocation stops the rest of its gang
+            self._wake_queued(tree)  # a lost gang job restarts the others (queued stops and starts)
         self._drop_job(job, finished.state)
         node = job.node
         if node.alive:

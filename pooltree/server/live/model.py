@@ -89,6 +89,10 @@ class LiveVanillaController(VanillaController):
                 )
                 had_pending = True
 
+    def _held_jobs(self) -> list[Job]:
+        """Reserved (revived) jobs are not lost by a gang incarnation switch: their nodes still run them."""
+        return [job for jobs in self._reserved.values() for job, _ in jobs.values()]
+
     def _take_pending(self, task: str, index: int) -> Job | None:
         state = self._tasks.get(task)
         if state is None:
