@@ -318,10 +318,18 @@ class SchedulerAlerts:
             alerts[UNSUPPORTED_OPTIONS] = unsupported
         unrecognized = op.model.unrecognized_spec()
         if unrecognized:
+            attributes: dict[str, Any] = {"unrecognized_spec": unrecognized}
+            closest = {
+                entry["path"].removeprefix(f"operations.{op.id}."): entry["closest"]
+                for entry in unrecognized_options([], [(op.id, op.model)])
+                if "closest" in entry
+            }
+            if closest:
+                attributes["closest_known_options"] = closest  # a typo names the option it misspells
             alerts[UNRECOGNIZED_SPEC] = alert(
                 UNRECOGNIZED_SPEC,
                 "Operation spec has options the scheduler does not know; they have no effect",
-                {"unrecognized_spec": unrecognized},
+                attributes,
             )
         return alerts
 

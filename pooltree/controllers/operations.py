@@ -416,6 +416,13 @@ class VanillaController(OperationControllerBase):
             state.completed = 0
         self._refresh()
 
+    def progress(self) -> dict[str, Any]:
+        found = super().progress()
+        if self.is_gang:  # YTsaurus's controller orchid: operation_incarnation
+            found["operation_incarnation"] = self.incarnation
+            found["incarnation_switch_count"] = self.incarnation_switch_count
+        return found
+
     def _held_jobs(self) -> list[Job]:
         """Jobs neither pending nor running that are not done either (a subclass's reservations)."""
         return []

@@ -75,6 +75,8 @@ def test_a_switch_reruns_completed_jobs_and_restart_job_keeps_the_allocation() -
     assert restarted.payload.incarnation == 1 and restarted.start_time == 3.0
     assert controller.aborted_job_count_by_reason["operation_incarnation_changed"] == 1
     assert controller.running_allocation_count == 1
+    assert controller.progress()["operation_incarnation"] == 1
+    assert "operation_incarnation" not in _started(gang_size=None)[0].progress()
 
 
 def test_restart_job_returns_none_when_the_job_no_longer_fits_its_allocation() -> None:

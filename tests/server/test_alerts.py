@@ -184,6 +184,16 @@ def test_unrecognized_spec_alert(tmp_path: Path) -> None:
     op = scheduler.start_operation("vanilla", {**vanilla(), "frobnicate": True}, "alice", 1.0)
     alert = scheduler.alerts(op)["unrecognized_spec"]
     assert alert["attributes"]["unrecognized_spec"] == {"frobnicate": True}
+    assert "closest_known_options" not in alert["attributes"]  # nothing close to it
+
+
+def test_unrecognized_spec_alert_names_the_closest_known_option(tmp_path: Path) -> None:
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}})
+    op = scheduler.start_operation("vanilla", {**vanilla(), "max_failed_job_cuont": 3}, "alice", 1.0)
+    alert = scheduler.alerts(op)["unrecognized_spec"]
+    assert alert["attributes"]["closest_known_options"] == {
+        "spec.max_failed_job_cuont": "max_failed_job_count"
+    }
 
 
 def test_store_trouble_appears_and_clears(tmp_path: Path) -> None:
