@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from pooltree.cli.app import app, fail
+from pooltree.cli.elements_dump import elements_dump_report, print_elements_dump_report
 from pooltree.config import load_snapshot
 from pooltree.config.snapshot import Snapshot
 from pooltree.config.support import unrecognized_options, unsupported_options
@@ -232,8 +233,21 @@ def fair_share(
     tree: str | None = typer.Option(None, "--tree", help="Only this pool tree."),
     timings: bool = typer.Option(False, "--timings", help="Add parse/build/update timings."),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Run the update K times; report the median."),
+    elements_dump: bool = typer.Option(
+        False,
+        "--elements-dump",
+        help="SNAPSHOT is a YTsaurus element dump (fetch_scheduling_data, .yson or .yson.gz): compare "
+        "pooltree's fair share of every element with the production value it carries.",
+    ),
 ) -> None:
     """Run one fair-share update on a snapshot and print the scheduler's view (orchid layout)."""
+    if elements_dump:
+        try:
+            report = elements_dump_report(snapshot_path)
+        except PooltreeError as error:
+            fail(str(error))
+        print_elements_dump_report(report, output_format.value)
+        return
     try:
         started = time.perf_counter()
         snapshot = load_snapshot(snapshot_path)

@@ -1,18 +1,21 @@
 """The improved fair-share-by-fit-factor computation (tree ``enable_improved_fair_share_by_fit_factor_computation``).
 
-YTsaurus's vector HDRF, in this mode, builds a pool's FSBFF so that children whose functions jump at the same fit
-factor jump one after another, in child order ("each child's critical points expand into a stepwise segment, one
-step per child"), instead of all at once. A pool can then take some of the simultaneous jumps: two pools holding
-one 0.6-cluster gang each get 0.6 + 0 instead of 0 + 0. The top-down pass works with vector targets: a pool given
-a target finds the largest fit factor whose children's (left) values fit in it, then its children take their
-jumps at that fit factor in order while the total still fits (the steps of its own function). With the
-``..._distribution_gap`` variant, a child whose jump does not fit is skipped and later children may still take
-theirs (the remaining gap is distributed greedily).
+YTsaurus's vector HDRF (``TCompositeElement::ComputeImprovedFairShareByFitFactor`` in
+``yt/yt/library/vector_hdrf/fair_share_update.cpp``), in this mode, builds a pool's FSBFF so that children whose
+functions jump at the same fit factor jump one after another, in child order, instead of all at once: every
+critical point (suggestion, child) of the children's functions, sorted by suggestion then child index, gets a unit
+of its own on a stretched fit-factor axis. A pool can then take some of the simultaneous jumps: two pools holding
+one 0.6-cluster gang each get 0.6 + 0 instead of 0 + 0. The top-down pass works with vector targets
+(``ComputeAndSetFairShare(TResourceVector)``): a pool given a target finds the largest fit factor whose
+children's values fit in it (a binary search on the stretched axis, so the children's jumps at one suggestion are
+taken in order while they fit). With the ``..._distribution_gap`` variant, when the children's total then falls
+short of the target by more than Epsilon, the search is repeated with the target plus Epsilon: a step that
+overshoots only by rounding is taken; a step that does not fit still stops the walk.
 
 How this module represents the steps: the sub-jumps at one fit factor are consecutive points with the same
-argument (a "staircase" of vertical pieces); ``fair_share_by_suggestion`` turns each into its own "wait, then
-jump" step of FSBS. YTsaurus stretches the fit-factor axis instead (its code for this mode is not public); the
-values of FSBS and the shares are the same, the fit factors reported differ.
+argument (a "staircase" of vertical pieces) instead of YTsaurus's unit-wide flat pieces between them;
+``fair_share_by_suggestion`` turns each into its own "wait, then jump" step of FSBS. The values of FSBS and the
+shares are the same; the fit factors reported differ.
 
 This mode runs pool by pool in Python (it is off by default and not on the benchmark's path).
 """
@@ -114,9 +117,25 @@ def split_target(
     distribution_gap: bool,
     inverse_lower_bound: Callable[[float, float, Callable[[float], bool]], float],
 ) -> np.ndarray:
-    """Children's targets for a pool's target: the largest fit factor whose children's values fit, then their
-    jumps there in child order while they fit (all that fit with ``distribution_gap``)."""
-    bound = np.asarray(target, dtype=float) + epsilon
+    """Children's targets for a pool's target, as YTsaurus's vector ``ComputeAndSetFairShare``: the largest fit
+    factor whose children's values fit in the target, then their jumps there in child order while they fit
+    (the steps of the stretched fit-factor axis). When the children's total then falls short of the target by
+    more than ``epsilon`` in some resource, the ``distribution_gap`` variant repeats the walk with the target
+    plus ``epsilon`` (so a step that overshoots only by rounding is taken); a step that does not fit still
+    ends the walk, in both variants."""
+    target = np.asarray(target, dtype=float)
+    chosen = _walk(values, target, fit_range, inverse_lower_bound)
+    if distribution_gap and np.any(target - chosen.sum(axis=0) > epsilon):
+        chosen = _walk(values, target + epsilon, fit_range, inverse_lower_bound)
+    return chosen
+
+
+def _walk(
+    values: Callable[[float], np.ndarray],
+    bound: np.ndarray,
+    fit_range: float,
+    inverse_lower_bound: Callable[[float, float, Callable[[float], bool]], float],
+) -> np.ndarray:
     fit = inverse_lower_bound(0.0, fit_range, lambda f: bool(np.all(values(f).sum(axis=0) <= bound)))
     chosen = values(fit).copy()
     if fit >= fit_range:
@@ -127,9 +146,8 @@ def split_target(
         jump = after[k] - chosen[k]
         if not np.any(jump > JUMP_EPSILON):
             continue
-        if np.all(total + jump <= bound):
-            chosen[k] = after[k]
-            total = total + jump
-        elif not distribution_gap:
+        if not np.all(total + jump <= bound):
             break
+        chosen[k] = after[k]
+        total = total + jump
     return chosen
