@@ -166,7 +166,12 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             self.finish_allocation(finished, now)
         if heartbeat.running is not None:
             reported = heartbeat.running
+            queued = self._queued_preemptions.get(node.address)
+            # jobs restarted outside this node's heartbeats start with this answer: the node cannot report them yet
+            undelivered = {a.id for a in queued.allocations_to_start} if queued is not None else set()
             for allocation in list(node.allocations.values()):
+                if allocation.id in undelivered:
+                    continue
                 if allocation.id not in reported:
                     self.finish_allocation(FinishedAllocation(allocation.id, "aborted"), now)
                     continue

@@ -167,3 +167,25 @@ def test_a_lost_node_restarts_the_gang_elsewhere_and_leaves_nothing_on_it() -> N
     assert controller.running_allocation_count == 1 and controller.pending_allocation_count == 1
     assert np.isclose(core.strategy.operation_usage("gang")[1], 1.0)
     assert core.strategy.has_queued_preemptions(kept)
+
+
+def test_a_node_reporting_its_running_jobs_keeps_the_restarts_queued_for_it() -> None:
+    """A heartbeat's ``running`` list cannot yet hold jobs restarted outside the node's heartbeats."""
+    kit = Kit(node_count=2, node_cpu=10)
+    kit.pool("a")
+    kit.operation("g", "a", jobs=4, cpu=5, kind="vanilla", gang_size=4)
+    kit.set_fair_share({"a": 20, "g": 20})
+    kit.round(0)
+    lost = next(iter(kit.scheduler.nodes[kit.address(0)].allocations))
+    kit.pending_finish[kit.address(0)] = [FinishedAllocation(lost, "aborted")]
+    kit.heartbeat(0, 1.0)
+    controller = kit.ops["g"]["controller"]
+    assert controller.incarnation == 1
+    node_1 = kit.scheduler.nodes[kit.address(1)]
+    old_ids = [a.id for a in node_1.allocations.values() if a.preempted]
+    running = {a: vector(user_slots=1, cpu=5, memory=5 * GiB) for a in old_ids}
+    result = kit.scheduler.process_heartbeat(
+        NodeHeartbeat(kit.address(1), kit.node_limits, running=running), 1.5
+    )
+    assert len([a for a in result.allocations_to_start if a.operation_id == "g"]) == 2
+    assert controller.incarnation == 1  # no second switch: the restarts were not taken for lost jobs
