@@ -7,7 +7,14 @@ with usage and demand, on a cluster of 16-cpu nodes sized so the tree is oversub
 in a subprocess ``--runs`` times (default 3); each run reports the median of ``--repeat`` steps (the first step of
 a run is cold: the input and publish caches are empty) and the split into input, fair share and publish.
 
-Usage: .venv/bin/python bench/update_step.py [--pools 1110] [--operations 10000] [--repeat 5] [--runs 3]
+``--pending N`` adds N operations waiting in the root's queue (the tree's running limit is ``--operations``):
+issue 13's variant is ``--operations 500 --pending 10000``, whose step should cost what 500 running operations
+cost (pending operations are not elements of the fair-share update or the snapshot).
+
+``--changed F`` runs the same step in this process with a fraction F of the running operations changing usage
+between steps (what the live service and the simulator see), so the cost of what changed shows.
+
+Usage: .venv/bin/python bench/update_step.py [--changed F] [--pools 1110] [--operations 10000] [--pending 0] [--repeat 5] [--runs 3]
 """
 
 from __future__ import annotations
@@ -21,13 +28,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def snapshot_document(pools: int, operations: int, seed: int = 1) -> dict[str, Any]:
+def snapshot_document(pools: int, operations: int, seed: int = 1, pending: int = 0) -> dict[str, Any]:
+    """The synthetic snapshot; with ``pending`` > 0 the tree's running limit is ``operations`` and ``pending``
+    more operations (no usage, only pending jobs) wait in the root's queue."""
     rng = random.Random(seed)
     top = 10
     mid = 10
@@ -50,9 +60,9 @@ def snapshot_document(pools: int, operations: int, seed: int = 1) -> dict[str, A
             "pools": children,
         }
     ops = []
-    for index in range(operations):
+    for index in range(operations + pending):
         jobs = rng.randint(1, 20)
-        running = rng.randint(0, jobs)
+        running = rng.randint(0, jobs) if index < operations else 0
         ops.append(
             {
                 "id": f"op-{index:05d}",
@@ -83,34 +93,88 @@ def snapshot_document(pools: int, operations: int, seed: int = 1) -> dict[str, A
             "physical": {
                 "config": {
                     "max_running_operation_count": operations,
-                    "max_operation_count": operations,
-                    "max_running_operation_count_per_pool": operations,
-                    "max_operation_count_per_pool": operations,
+                    "max_operation_count": operations + pending,
+                    "max_running_operation_count_per_pool": operations + pending,
+                    "max_operation_count_per_pool": operations + pending,
                 },
                 "pools": tree,
             }
         },
         "operations": ops,
-        "fair_share_update": {"now": operations + 10, "previous_update_time": operations + 9},
+        "fair_share_update": {
+            "now": operations + pending + 10,
+            "previous_update_time": operations + pending + 9,
+        },
+    }
+
+
+def changed_step_timings(path: Path, repeat: int, fraction: float, seed: int) -> dict[str, float]:
+    """The CLI's step (`pooltree.cli.fair_share._TreeStep`) in this process, with ``fraction`` of the running
+    operations changing usage between steps (one pending job starts, or one running job ends), as periods of the
+    live service see them; timings as ``--timings`` reports them."""
+    import numpy as np
+
+    from pooltree.cli.fair_share import _register, _TreeStep
+    from pooltree.config import load_snapshot
+
+    snapshot = load_snapshot(path)
+    trees = _register(snapshot)
+    step = _TreeStep(snapshot, trees, "physical")
+    tree = trees.tree("physical")
+    running = [op_id for op_id in step.resources if tree.operation(op_id).running]
+    rng = random.Random(seed)
+    job = np.array([1.0, 1.0, 0.0, 4 * 1024.0**3, 0.0])
+    durations = []
+    for index in range(repeat):
+        if index:
+            for op_id in rng.sample(running, int(len(running) * fraction)):
+                usage, needed = step.resources[op_id]
+                if needed[0] >= 1 and (usage[0] < 1 or rng.random() < 0.5):
+                    step.resources[op_id] = (usage + job, needed - job)
+                elif usage[0] >= 1:
+                    step.resources[op_id] = (usage - job, needed)
+        begin = time.perf_counter()
+        step.run()
+        durations.append(time.perf_counter() - begin)
+    return {
+        "update_s": statistics.median(durations),
+        "update_first_s": durations[0],
+        **{key: statistics.median(values) for key, values in step.split.items()},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", type=int, default=1110)
-    parser.add_argument("--operations", type=int, default=10_000)
+    parser.add_argument("--operations", type=int, default=10_000, help="running operations")
+    parser.add_argument(
+        "--pending",
+        type=int,
+        default=0,
+        help="operations waiting in the queue (the tree's running limit is --operations; issue 13: 10,000)",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="also write the snapshot here")
+    parser.add_argument(
+        "--changed",
+        type=float,
+        default=None,
+        help="run the step in this process with this fraction of running operations changing usage between steps",
+    )
     args = parser.parse_args()
-    document = snapshot_document(args.pools, args.operations)
+    document = snapshot_document(args.pools, args.operations, pending=args.pending)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "snapshot.json"
         path.write_text(json.dumps(document))
         if args.keep is not None:
             args.keep.write_text(json.dumps(document))
         runs = []
-        for _ in range(args.runs):
+        for run in range(args.runs):
+            if args.changed is not None:
+                runs.append(changed_step_timings(path, args.repeat, args.changed, seed=run))
+                pool_count = args.pools
+                continue
             output = subprocess.run(
                 [
                     sys.executable,
@@ -138,6 +202,8 @@ def main() -> None:
                 "parameters": {
                     "pools": pool_count,
                     "operations": args.operations,
+                    "pending": args.pending,
+                    "changed": args.changed,
                     "repeat": args.repeat,
                     "runs": args.runs,
                 },

@@ -17,7 +17,7 @@ import numpy as np
 from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
-from pooltree.resources import Vector, resources_to_dict, share_to_dict, zeros
+from pooltree.resources import RESOURCES, Vector, resources_to_dict, share_to_dict, zeros
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.tree.pool_tree import PoolTree
@@ -76,8 +76,9 @@ def _element_view(result: Any) -> dict[str, Any]:
 def unpublished_operation_view(
     tree: PoolTree, operation_id: str, position: int | None = None
 ) -> dict[str, Any]:
-    """An operation registered in ``tree`` after the update a view shows, as the next update would show it while it
-    is pending: its placement and zero shares (a pending operation has no usage and no demand)."""
+    """A pending operation (not an element of the fair-share update, as in YTsaurus), or one registered in ``tree``
+    after the update a view shows, as an update shows it while it is pending: its placement and queue position and
+    zero shares (a pending operation has no usage and no demand)."""
     zero = zeros()
     view = {
         **tree.operation_orchid(operation_id, position=position),
@@ -93,6 +94,8 @@ def unpublished_operation_view(
         "resource_usage": resources_to_dict(zero),
         "resource_demand": resources_to_dict(zero),
         "starvation_status": "non_starving",
+        "scheduling_status": "normal",
+        "dominant_resource": RESOURCES[0],  # the update's argmax of an all-zero demand share
         "satisfaction_ratio": 0.0,
     }
     view["parent"] = view["pool"]
@@ -140,6 +143,11 @@ def tree_view(
         except PooltreeError:
             placement = {}
         (operations if element.is_operation else pools)[element_id] = {**placement, **view}
+    for operation_id in tree.operations:
+        if operation_id not in operations:
+            operations[operation_id] = unpublished_operation_view(
+                tree, operation_id, positions.get(operation_id)
+            )
     root = result.elements[ROOT]
     alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
     return {

@@ -430,6 +430,8 @@ def scheduling_tree_from_runtime(
     seen = set()
     operations = cache.operations
     for op_id, op in pool_tree.operations.items():
+        if not op.running:
+            continue  # pending: not an element of the tree (YTsaurus)
         op_pool = op.pool
         pool_chain = chain.get(op_pool.name)
         if pool_chain is None:

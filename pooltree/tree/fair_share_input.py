@@ -334,7 +334,9 @@ def _pool_element(
     children: list[Any] = [
         _pool_element(tree, child, source, tags, tolerance) for child in pool.children.values()
     ]
-    children.extend(_operation_element(tree, op, tolerance, source, tags) for op in pool.operations.values())
+    children.extend(
+        _operation_element(tree, op, tolerance, source, tags) for op in pool.operations.values() if op.running
+    )
     element.children = children
     return element
 
@@ -385,6 +387,8 @@ class _CachedBuild:
         seen = self.seen_operations
         nodes = self.nodes
         for op in pool.operations.values():
+            if not op.running:
+                continue  # pending: not an element of the tree (YTsaurus)
             key = _operation_key(op, tolerance, nodes)
             seen.add(op.id)
             entry = operations.get(op.id) if key is not None else None
