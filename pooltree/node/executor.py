@@ -62,6 +62,7 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
+from pooltree.node.keeper import keeper_argv
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -251,6 +252,10 @@ class JobExecutor:
         self._launcher = concurrent.futures.ThreadPoolExecutor(
             LAUNCH_THREADS, thread_name_prefix="pooltree-node-launch"
         )
+        # Jobs die with the node: each job's keeper holds the read end of this pipe and kills the job's whole
+        # subtree on EOF, which the kernel delivers when the last write end closes -- when this process dies,
+        # however (``keeper.py``). Both ends are close-on-exec: only keepers get the read end (``pass_fds``).
+        self._lifeline_read, self._lifeline_write = os.pipe()
         self.node_memory_limit = float(node_memory_limit)
         self.memory_sample_period = float(memory_sample_period)
         self.abort_grace = float(abort_grace)
@@ -342,7 +347,7 @@ class JobExecutor:
                 )
             await self._finish(job, None)
             return
-        self.meter.attach(spec.job_id, job.process.pid)
+        self.meter.attach(spec.job_id, job.process.pid, keeper=True)
         job.launched.set_result(job.process.pid)
         if job.verdict is not None:  # aborted (or the node shut down) while launching
             self._signal(job, signal.SIGKILL, [])
@@ -351,10 +356,8 @@ class JobExecutor:
         await self._supervise(job)
 
     def _launch(self, job: _Job, env: dict[str, str]) -> subprocess.Popen:
-        """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process.
-
-        The fork happens on this long-lived launcher thread: the sandbox's parent-death signal is tied to it.
-        """
+        """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
+        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies."""
         with self._forgetting_lock:
             forgetting = self._forgetting.get(job.spec.job_id)
         if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
@@ -374,7 +377,7 @@ class JobExecutor:
         job_argv = self.isolation.wrap(
             [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)], job.sandbox, slot
         )
-        argv = self.meter.argv(job.spec.job_id, job_argv)
+        argv = keeper_argv(self._lifeline_read, self.meter.argv(job.spec.job_id, job_argv))
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         with (
             _private_output(job.directory / "stdout") as stdout,
@@ -388,6 +391,7 @@ class JobExecutor:
                 cwd=job.sandbox,
                 env=env,
                 start_new_session=True,
+                pass_fds=(self._lifeline_read,),
             )
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
@@ -456,6 +460,10 @@ class JobExecutor:
             await asyncio.wait(removals, timeout=max(deadline - loop.time(), 0.0))
         self._cleaner.shutdown(wait=False)
         self._launcher.shutdown(wait=False)
+        if self._lifeline_write >= 0:  # any keeper still running kills what is left of its job
+            os.close(self._lifeline_write)
+            os.close(self._lifeline_read)
+            self._lifeline_write = self._lifeline_read = -1
 
     # ----------------------------------------------------------------------------------------------- queries
 
@@ -557,7 +565,7 @@ class JobExecutor:
         starts exiting restores the default disposition, and a second copy would kill it (exit 130).
         ``members`` saves a scan when the caller has just listed them.
         """
-        if sig != signal.SIGKILL and self.isolation.wrapper_depth:
+        if sig != signal.SIGKILL:
             self._signal_inside(job, sig, members)
             return
         group = None
@@ -570,18 +578,23 @@ class JobExecutor:
             _send(pid, sig, group=False)
 
     def _signal_inside(self, job: _Job, sig: signal.Signals, members: list[int] | None) -> None:
-        """A catchable signal for a sandboxed job: to every process of the job but the sandbox's own (the
-        monitor would die of it and take the job down with SIGKILL; pid 1 of the namespace ignores it)."""
+        """A catchable signal: to every process of the job but its wrappers -- the keeper (it would only ignore
+        it) and, under a sandbox, bubblewrap's monitor (it would die of it and take the job down with SIGKILL)
+        and pid 1 of the namespace (it ignores it) -- each process once."""
         if job.process is None or job.process.returncode is not None:
             return
-        root = job.process.pid
-        for pid in self.meter.members(job.spec.job_id) if members is None else members:
-            if pid == root:
-                continue
-            entry = read_process(pid)
-            if entry is None or entry.ppid == root:
-                continue
-            _send(pid, sig, group=False)
+        wrappers = {job.process.pid}
+        entries = {
+            pid: read_process(pid)
+            for pid in (self.meter.members(job.spec.job_id) if members is None else members)
+        }
+        for _ in range(self.isolation.wrapper_depth):  # the wrapper chain, one generation at a time
+            wrappers |= {
+                pid for pid, entry in entries.items() if entry is not None and entry.ppid in wrappers
+            }
+        for pid, entry in entries.items():
+            if entry is not None and pid not in wrappers:
+                _send(pid, sig, group=False)
 
     async def _kill_tree(self, job: _Job, rounds: int = 100) -> None:
         """SIGKILL the job's group and members until none is left (bounded: ``rounds`` × 20 ms)."""

@@ -18,13 +18,16 @@ How a job is started when the node runs as root and ``bwrap`` works (mode ``bwra
   sandbox's ``tmp``, a minimal ``/dev``, a new PID namespace with its own ``/proc`` (the job sees and can signal
   only its own processes; the node's environment and command line are out of sight), a new IPC namespace and a
   new session. Writes outside the sandbox and its tmp fail with "Read-only file system" or EACCES.
-* **Jobs die with their node** (``--die-with-parent``): the monitor gets ``PR_SET_PDEATHSIG(SIGKILL)`` towards
-  the node and the namespace's pid 1 towards the monitor; when pid 1 of a PID namespace dies the kernel kills
-  every process in it, however it daemonized (double fork, ``setsid``). A process group (the old scheme) is not
-  enough: a job that left its group survived a ``kill -9`` of the node and ran twice once rescheduled. cgroup v2
-  cannot do this alone (nobody is left to write ``cgroup.kill`` when the node dies) and on many hosts it is not
-  delegated; the PID namespace needs nothing but the bwrap binary. ``PR_SET_PDEATHSIG`` fires when the *thread*
-  that forked exits: the executor forks on its long-lived launcher threads, which end only at shutdown.
+* **Jobs die with their node**: each job's root is its keeper (``keeper.py``), a child subreaper that holds a
+  pipe from the node and SIGKILLs its whole subtree on EOF; with ``--unshare-pid`` that subtree is bwrap's monitor
+  and pid 1 of the job's PID namespace, and when pid 1 dies the kernel kills every process in the namespace,
+  however it daemonized (double fork, ``setsid``). A process group (the old scheme) is not enough: a job that left
+  its group survived a ``kill -9`` of the node and ran twice once rescheduled. ``--die-with-parent`` alone is not
+  enough either: bwrap arms ``PR_SET_PDEATHSIG`` in the monitor only after ``exec`` and in pid 1 only after the
+  namespace's setup, and a parent that dies before that sends nothing (a node killed as it launched jobs left
+  them running); it stays as a second line (the monitor dies with its keeper). cgroup v2 could kill a job as one
+  unit (``cgroup.kill``) but nobody is left to write it when the node dies, and without a delegated hierarchy
+  with the memory controller (not on this kind of host) it gives no memory accounting.
 
 Without root (mode ``bwrap``) bwrap still gives the namespaces, the read-only filesystem, the private tmp and the
 hidden node root (through an unprivileged user namespace), but the job keeps the node's uid: it can read every
@@ -178,7 +181,7 @@ class JobIsolation:
 
     @property
     def wrapper_depth(self) -> int:
-        """How many processes stand between the executor and the job's shell (monitor and pid 1 under bwrap)."""
+        """How many processes stand between the job's keeper and its shell (monitor and pid 1 under bwrap)."""
         return 2 if self.sandboxed else 0
 
     def describe(self) -> str:
@@ -206,7 +209,7 @@ class JobIsolation:
             lost.append(
                 "without bubblewrap "
                 f"({bwrap_reason or 'disabled'}) jobs can write world-writable directories such as /tmp, see "
-                "every process on the host, and a job that leaves its process group survives a kill -9 of the node"
+                "every process on the host"
             )
         if not lost:
             return None

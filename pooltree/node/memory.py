@@ -47,7 +47,7 @@ class JobMemoryMeter(Protocol):
 
     def argv(self, job_id: str, job_argv: list[str]) -> list[str]: ...
 
-    def attach(self, job_id: str, pid: int) -> None: ...
+    def attach(self, job_id: str, pid: int, keeper: bool = False) -> None: ...
 
     def sample(self, job_ids: list[str]) -> dict[str, MemorySample]: ...
 
@@ -115,6 +115,7 @@ def read_memory(pid: int) -> tuple[int, int] | None:
 @dataclass
 class _TreeJob:
     root: int
+    keeper: bool = False
     known: dict[int, int] = field(default_factory=dict)  # pid -> start ticks, guards against pid reuse
     peak: float = 0.0
 
@@ -142,9 +143,10 @@ class ProcessTreeMeter:
     def argv(self, job_id: str, job_argv: list[str]) -> list[str]:
         return list(job_argv)
 
-    def attach(self, job_id: str, pid: int) -> None:
-        """Track the job from its root: the session it leads (the root's pid stays ours until reaped)."""
-        self._jobs[job_id] = _TreeJob(root=pid)
+    def attach(self, job_id: str, pid: int, keeper: bool = False) -> None:
+        """Track the job from its root: the session it leads (the root's pid stays ours until reaped). A
+        ``keeper`` root (``keeper.py``: the node's, not the job's) is a member but its memory is not counted."""
+        self._jobs[job_id] = _TreeJob(root=pid, keeper=keeper)
 
     def _scan(self) -> tuple[dict[int, ProcessEntry], dict[int, int]]:
         """The processes that are not known foreigners, and the inode of each one's ``/proc`` directory."""
@@ -220,8 +222,9 @@ class ProcessTreeMeter:
             current = 0.0
             largest_hwm = 0.0
             pids: list[int] = []
+            job = self._jobs.get(job_id)
             for pid, entry in procs:
-                if entry.zombie:
+                if entry.zombie or (job is not None and job.keeper and pid == job.root):
                     continue
                 memory = read_memory(pid)
                 if memory is None:
@@ -230,7 +233,6 @@ class ProcessTreeMeter:
                 current += rss
                 pids.append(pid)
                 largest_hwm = max(largest_hwm, hwm)
-            job = self._jobs.get(job_id)
             if job is None:  # released meanwhile
                 continue
             job.peak = max(job.peak, current, largest_hwm)
@@ -338,8 +340,8 @@ class CgroupMeter:
         procs = str(self._path(job_id) / "cgroup.procs")
         return ["/bin/sh", "-c", 'echo 0 > "$0" || exit 125; shift; exec "$@"', procs, "--", *job_argv]
 
-    def attach(self, job_id: str, pid: int) -> None:
-        """The wrapper joins the cgroup itself; nothing to do here."""
+    def attach(self, job_id: str, pid: int, keeper: bool = False) -> None:
+        """The wrapper joins the cgroup itself (below the keeper, which stays outside); nothing to do here."""
 
     def sample(self, job_ids: list[str]) -> dict[str, MemorySample]:
         out: dict[str, MemorySample] = {}

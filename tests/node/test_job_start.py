@@ -49,9 +49,9 @@ def test_many_short_jobs_complete_and_leave_a_clean_root(tmp_path):
 
 def test_start_returns_before_the_launch_and_wait_running_gives_the_root_pid(tmp_path):
     async def scenario():
-        async with executor(tmp_path, isolation="none") as ex:  # $$ must be the host's pid
+        async with executor(tmp_path, isolation="none") as ex:  # $PPID must be the host's pid
             began = time.monotonic()
-            await ex.start(spec("job-pid", "echo $$"))
+            await ex.start(spec("job-pid", "echo $PPID"))  # the root is the job's keeper, the shell's parent
             returned = time.monotonic() - began
             assert ex.running_job_ids() == ["job-pid"]
             pid = await ex.wait_running("job-pid", 10)
