@@ -1,2 +1,39 @@
 """Test-suite root: this folder is on ``sys.path`` (pytest's prepend import mode), so shared helpers such as
-``polling`` import from every test folder."""
+``polling`` import from every test folder. The PostgreSQL fixtures live here so that every folder (server store
+tests, live process tests) shares one throwaway server per session (``pg_server.PgServer``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from pg_server import PgServer, PgUnavailable
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server on 127.0.0.1 for the session (as user ``postgres`` when running as root);
+    skipped with the reason where PostgreSQL cannot run."""
+    try:
+        server = PgServer.create()
+    except PgUnavailable as error:
+        pytest.skip(str(error))
+    try:
+        yield server.url
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A new empty database on the session server, dropped after the test."""
+    import psycopg
+
+    name = f"t{time.time_ns()}"
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    yield url
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import Procs, client, vanilla
 from polling import wait_for
+from process_table import describe, processes_with
 
 from pooltree.node.isolation import probe_bwrap
 
@@ -25,43 +26,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _processes_with(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds ``marker``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in b"ZX":
-            found.append(int(name))
-    return found
-
-
-def _describe(pids: list[int]) -> list[str]:
-    out = []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as handle:
-                fields = dict(line.split(":", 1) for line in handle if ":" in line)
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmdline = handle.read().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        keys = ("State", "PPid", "NSpid", "Uid")
-        out.append(f"{pid} {cmdline!r} " + " ".join(f"{k}={fields.get(k, '').strip()}" for k in keys))
-    return out
-
-
 def _sleeps(marker: str) -> list[int]:
     """The job's own ``sleep MARKER`` processes (not the wrappers whose command lines also hold the marker)."""
     found = []
-    for pid in _processes_with(marker):
+    for pid in processes_with(marker):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
             if handle.read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
                 found.append(pid)
@@ -83,15 +51,15 @@ def test_kill_9_of_a_node_kills_every_process_of_its_jobs(tmp_path: Path) -> Non
         )
         wait_for(lambda: len(_sleeps(running)) == 2, timeout=30)
         yt.run_operation(vanilla(f"sleep {launching}", 7), sync=False)  # launched side by side
-        wait_for(lambda: _processes_with(launching), timeout=30, period=0.002)
-        before = _describe(_processes_with(running) + _processes_with(launching))
+        wait_for(lambda: processes_with(launching), timeout=30, period=0.002)
+        before = describe(processes_with(running) + processes_with(launching))
         os.kill(node.pid, signal.SIGKILL)
         node.wait(10)
         try:
-            wait_for(lambda: not _processes_with(running) and not _processes_with(launching), timeout=20)
+            wait_for(lambda: not processes_with(running) and not processes_with(launching), timeout=20)
         except AssertionError:
-            left = _processes_with(running) + _processes_with(launching)
-            survivors = _describe(left)
+            left = processes_with(running) + processes_with(launching)
+            survivors = describe(left)
             for pid in left:  # leave nothing running whatever the verdict
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import sys
 import time
@@ -21,21 +20,10 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "server"))
 import live_procs
 from live_procs import READY_PREFIX, Procs, free_port
 from pg_server import PgServer, PgUnavailable
 from polling import wait_for
-
-
-def _server_fixtures():  # the PostgreSQL fixture lives with the store tests; loaded under its own name
-    path = Path(__file__).parent.parent / "server" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("pooltree_server_test_fixtures_failover", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"}
 
@@ -43,11 +31,6 @@ HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"}
 def auth_args(procs: Procs) -> list[str]:
     """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
     return ["--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file)]
-
-
-_fixtures = _server_fixtures()
-postgres_url = _fixtures.postgres_url
-fresh_postgres_url = _fixtures.fresh_postgres_url
 
 
 @pytest.fixture

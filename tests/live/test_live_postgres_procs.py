@@ -5,7 +5,6 @@ there while the file is not loaded twice."""
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import sys
 from pathlib import Path
@@ -13,18 +12,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import Procs, client, free_port, state, vanilla
 from polling import wait_for
-
-
-def _server_fixtures():  # the PostgreSQL fixture lives with the store tests; loaded under its own name
-    path = Path(__file__).parent.parent / "server" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("pooltree_server_test_fixtures", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-postgres_url = _server_fixtures().postgres_url
 
 
 def test_scheduler_on_postgresql_survives_kill(tmp_path: Path, postgres_url: str) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from polling import wait_for
+from process_table import processes_with
 
 NODE = textwrap.dedent(
     """
@@ -37,24 +38,6 @@ NODE = textwrap.dedent(
     asyncio.run(main())
     """
 )
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds ``marker``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in b"ZX":
-            found.append(int(name))
-    return found
 
 
 @pytest.mark.parametrize("isolation", ["auto", "none"])

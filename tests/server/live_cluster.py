@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import subprocess
+import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ from pooltree.resources import vector
 from pooltree.server.service import serve
 
 GIB = 1024**3
+YT = str(Path(sys.executable).parent / "yt")
+"""The official ``yt`` CLI installed beside this interpreter."""
 ROOT_TOKEN = "ytct-0000-" + "5eed" * 8
 """The superuser (root) token every test scheduler is started with."""
 NODE_SECRET = "ptns-test-node-secret-" + "ab" * 16
@@ -161,3 +166,57 @@ class Node:
             self.task.result(timeout=15)
         finally:
             self.loop.run(self.agent.shutdown())
+
+
+class Cluster:
+    """One scheduler on a SQLite file plus nodes; everything stopped by ``close()``."""
+
+    def __init__(
+        self, root: Path, *, nodes: int = 1, slots: int = 2, db: str | None = None, **kwargs: object
+    ) -> None:
+        self.root = root
+        self.db = db or f"sqlite:///{root / 'state.db'}"
+        self.kwargs = {"create_default_tree": True, **kwargs}
+        self.token = str(self.kwargs.get("token", ROOT_TOKEN))
+        self.node_secret = str(self.kwargs.get("node_secret", NODE_SECRET))
+        self.loop = Loop()
+        self.scheduler: Scheduler | None = Scheduler(self.loop, self.db, **self.kwargs)
+        self.nodes = [
+            Node(self.loop, root / "nodes", f"node{i}", self.url, slots=slots, node_secret=self.node_secret)
+            for i in range(nodes)
+        ]
+
+    @property
+    def url(self) -> str:
+        assert self.scheduler is not None
+        return self.scheduler.url
+
+    def restart_scheduler(self, while_down: Callable[[], object] | None = None) -> None:
+        assert self.scheduler is not None
+        self.scheduler.stop()
+        self.scheduler = None
+        if while_down is not None:
+            while_down()
+        self.scheduler = Scheduler(self.loop, self.db, **{**self.kwargs, "create_default_tree": False})
+        for node in self.nodes:
+            node.scheduler_url = self.url
+
+    def client(self, token: str | None = None) -> ytw.YtClient:
+        return client(self.url, token or self.token)
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("YT_")}
+        env.update(HOME=str(self.root), YT_PROXY=self.url, YT_TOKEN=self.token)
+        result = subprocess.run([YT, *args], env=env, capture_output=True, text=True, timeout=60)
+        if check:
+            assert result.returncode == 0, f"yt {' '.join(args)} failed:\n{result.stderr}"
+        return result
+
+    def close(self) -> None:
+        try:
+            for node in self.nodes:
+                node.stop()
+        finally:
+            if self.scheduler is not None:
+                self.scheduler.stop()
+            self.loop.close()

@@ -5,27 +5,18 @@ answer to commands pooltree does not serve."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
+from live_cluster import Cluster
 from polling import wait_for
-from test_live_service import Cluster, vanilla
+from test_live_service import vanilla
 
 TREES = "//sys/pool_trees"
 ORCHID = "//sys/scheduler/orchid/scheduler"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, slots=2)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def _orchid_pool(client: ytw.YtClient, pool: str) -> dict:

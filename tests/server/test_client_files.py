@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,10 @@ import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
 from job_functions import square_to_stderr
+from live_cluster import YT, Cluster
 from polling import wait_for
-from test_live_service import YT, Cluster
 
 from pooltree.node.executor import SAFE_PATH
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, slots=2)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def _cli(cluster: Cluster, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

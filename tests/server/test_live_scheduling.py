@@ -11,9 +11,9 @@ import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
 from job_python import JOB_PYTHON
-from live_cluster import auth_headers
+from live_cluster import Cluster, auth_headers
 from polling import wait_for
-from test_live_service import Cluster, vanilla
+from test_live_service import vanilla
 
 FAST_PREEMPTION = {
     "fair_share_starvation_timeout": "200ms",

@@ -5,7 +5,7 @@ test_scheduler_runtime_parameters.py). Each test names the YTsaurus test it foll
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,10 +14,10 @@ import yt.wrapper as ytw
 from pooltree.server import create_app, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import ROOT_TOKEN
+from live_cluster import ROOT_TOKEN, Cluster
 from live_cluster import client as live_client
 from polling import wait_for
-from test_live_service import Cluster, vanilla
+from test_live_service import vanilla
 
 TREES = "//sys/pool_trees"
 ORCHID_POOLS = "//sys/scheduler/orchid/scheduler/pool_trees/default/pools"
@@ -171,15 +171,6 @@ def test_validation_on_move_rename_set_and_remove(yt: ytw.YtClient) -> None:
     # test_subpools_of_fifo_pools_are_forbidden
     with pytest.raises(ytw.YtResponseError):
         yt.set(f"{TREES}/my_tree/nirvana/@mode", "fifo")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path, slots=2)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 def _progress(client: ytw.YtClient, op_id: str, key: str) -> object:
