@@ -191,7 +191,9 @@ def test_killed_by_a_signal_is_reported_as_the_signal(tmp_path: Path) -> None:
 
 def test_warning_names_what_is_lost_without_the_sandbox(tmp_path: Path) -> None:
     isolation = JobIsolation(tmp_path, mode="uid")
-    assert isolation.warning is not None and "/tmp" in isolation.warning and "every process" in isolation.warning
+    assert (
+        isolation.warning is not None and "/tmp" in isolation.warning and "every process" in isolation.warning
+    )
     assert "kill -9" not in isolation.warning, "the job's keeper kills every process of it with the node"
     assert JobIsolation(tmp_path, mode="none").warning is not None
 
