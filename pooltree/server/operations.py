@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
@@ -99,6 +100,12 @@ def iso_time(seconds: float | None) -> str | None:
     """``%Y-%m-%dT%H:%M:%S.%fZ``, the format the client parses (a fraction is mandatory)."""
     if seconds is None:
         return None
+    return _iso_time(float(seconds))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _iso_time(seconds: float) -> str:
+    """``iso_time`` of a number, remembered: a listing formats the same start times again and again."""
     moment = dt.datetime.fromtimestamp(float(seconds), tz=dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -908,7 +915,8 @@ class OperationCommands:
         return job.stderr.encode("utf-8", "replace")
 
     def register_commands(self, registry: CommandRegistry) -> None:
-        registry.register("start_operation", self.start_operation, is_volatile=True)
+        # the start saves its mutation id in the operation's own commit
+        registry.register("start_operation", self.start_operation, is_volatile=True, saves_mutation=True)
         registry.register("get_operation", self.get_operation, fast=self.get_operation_fast)
         registry.register("list_operations", self.list_operations)
         for name, handler in (

@@ -161,7 +161,15 @@ def _key(key: Any) -> str:
 
 def normalize(value: Any) -> Any:
     """Plain JSON-like Python from handler results (numpy scalars/arrays, tuples, sets, bytes)."""
-    if value is None or isinstance(value, bool | str):
+    kind = type(value)
+    # exact plain types first: handler results are mostly these, and isinstance against the ABCs costs more
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else _key(k): normalize(v) for k, v in value.items()}
+    if kind is list:
+        return [normalize(v) for v in value]
+    if isinstance(value, bool | str):
         return value
     if isinstance(value, int | float):
         return value
@@ -470,7 +478,11 @@ def encode_structured(value: Any, fmt: Format) -> tuple[bytes, str]:
     if fmt.name == "json":
         pretty = fmt.attributes.get("format") == "pretty"
         if fmt.encode_utf8:
-            text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=4 if pretty else None)
+            text = json.dumps(value, ensure_ascii=False, indent=4 if pretty else None)
+            if not text.isascii():
+                # only non-ASCII strings change under encode_utf8 (ASCII ones are their own UTF-8 bytes, and
+                # both modes escape control characters alike), so all-ASCII output is already the answer
+                text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=4 if pretty else None)
         else:
             text = json.dumps(value, ensure_ascii=False, indent=4 if pretty else None)
         return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +29,7 @@ from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import is_loopback
 from pooltree.server.access import ServiceResolver
-from pooltree.server.app import create_app, read_body
+from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeats import parse_heartbeat
@@ -246,7 +245,7 @@ class SchedulerService:
     # ------------------------------------------------------------------ HTTP endpoints
 
     async def _heartbeat(self, request: Request) -> Response:
-        request_id = secrets.token_hex(8)
+        request_id = new_request_id()
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)
@@ -282,7 +281,7 @@ class SchedulerService:
 
     async def _file_blob(self, request: Request) -> Response:
         """A blob of a running operation's files, for the node that starts its jobs (node/files.py)."""
-        request_id = secrets.token_hex(8)
+        request_id = new_request_id()
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
@@ -293,7 +292,7 @@ class SchedulerService:
 
     async def _job_stderr(self, request: Request) -> Response:
         """A finished job's whole stderr (cut as YTsaurus cuts it) from its node, for ``get_job_stderr``."""
-        request_id = secrets.token_hex(8)
+        request_id = new_request_id()
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
@@ -324,7 +323,7 @@ class SchedulerService:
         try:
             self.security.authenticate_metrics(request.headers)
         except PooltreeError as error:
-            return self._api.error_response(error, secrets.token_hex(8))
+            return self._api.error_response(error, new_request_id())
         data = await run_in_threadpool(render, self.metrics)
         return Response(data, media_type=CONTENT_TYPE)
 

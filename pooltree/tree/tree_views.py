@@ -127,7 +127,11 @@ class TreeViews:
         key = (len(queue), next(iter(queue)), next(reversed(queue)))
         cached = self._position_cache.get(holder.name)
         if cached is None or cached[0] != key:
-            cached = (key, {op_id: i for i, op_id in enumerate(queue)})
+            positions = _after_appends(queue, cached, key)
+            cached = (
+                key,
+                positions if positions is not None else {op_id: i for i, op_id in enumerate(queue)},
+            )
             self._position_cache[holder.name] = cached
         return cached[1][operation_id]
 
@@ -179,3 +183,30 @@ class TreeViews:
     def iter_operations(self, pool: PoolElement) -> Iterable[TreeOperation]:
         """Operations attached directly to ``pool``, in attach order."""
         return pool.operations.values()
+
+
+def _after_appends(
+    queue: dict[str, Any],
+    cached: tuple[tuple[int, str, str], dict[str, int]] | None,
+    key: tuple[int, str, str],
+) -> dict[str, int] | None:
+    """The cached positions extended by the operations that joined the queue's tail since, when joining is all
+    that happened (same head, the old tail still there, and the length grew by exactly the operations after it);
+    None when something left the queue (then every position after it moved: computed again in one pass). Each
+    start joins the tail, so a long queue is not walked once per start."""
+    if cached is None:
+        return None
+    (old_length, old_head, old_tail), positions = cached
+    length, head, _ = key
+    if head != old_head or length <= old_length or old_tail not in queue:
+        return None
+    joined: list[str] = []
+    for op_id in reversed(queue):
+        if op_id == old_tail:
+            break
+        joined.append(op_id)
+    if old_length + len(joined) != length:
+        return None
+    for index, op_id in enumerate(reversed(joined)):
+        positions[op_id] = old_length + index
+    return positions
