@@ -20,10 +20,13 @@ stays pending and the queue only grows. Two phases:
   count, errors, 5xx, p50/p99; requests/s with 1 and with N clients. Targets: get_operation p99 <= 50 ms,
   list_operations p99 <= 200 ms, no 5xx, requests/s with N clients >= with 1.
 
-The load generators are separate processes (``--load-processes``) speaking HTTP/1.1 over plain asyncio keep-alive
-connections: on a 2-core machine httpx's or yt.wrapper's own per-request CPU would otherwise be what is measured
-(see bench/live_throughput.py). They share the machine with the scheduler, so the figures are for the pair;
-``machine`` reports the load average before and after (the machine may be shared with other work).
+The mixed phase's load generators are separate processes (``--load-processes``) replaying over plain asyncio
+keep-alive connections the exact requests ``yt.wrapper`` sends (recorded from a real ``YtClient``,
+``live_common.YtRequests``: same paths, headers, YSON parameters, token, formats, a new mutation id per start): on a
+2-core machine yt.wrapper's own per-request CPU would otherwise be what is measured. They share the machine with
+the scheduler: ``cpu`` reports, per mixed run, the scheduler process's CPU seconds per second and per request and
+the load generators' CPU seconds per second, measured separately; ``machine`` reports the load average before and
+after (the machine may be shared with other work).
 
 ``gc_after_queue`` / ``gc_at_end``: the scheduler's garbage collections so far (count, total and longest pause per
 generation, objects frozen); ``POOLTREE_GC_TUNING=0`` in the environment runs the scheduler without the tuning
@@ -40,88 +43,24 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
-import platform
 import random
 import re
-import signal
+import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import yt.wrapper as ytw
+from live_common import Local, YtRequests, machine, process_cpu_seconds, quantile_ms, read_response, yt_client
 
 POOL = "queue"
 ACCEPT_TARGET_SECONDS = 120.0
 MIX = (("get_operation", 0.60), ("list_operations", 0.25), ("start_operation", 0.15))
-START_PARAMETERS = json.dumps(
-    {
-        "operation_type": "vanilla",
-        "spec": {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}},
-    }
-)
-
-
-def _ms(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (nearest rank) of seconds ``values``, in milliseconds."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] * 1000, 2)
-
-
-def _median_ms(values: list[float]) -> float | None:
-    return round(statistics.median(values) * 1000, 2) if values else None
-
-
-class Local:
-    """``pooltree local`` in a child process; ``close()`` sends SIGINT and waits (bounded), then kills."""
-
-    def __init__(self, data: Path, nodes: int) -> None:
-        args = [sys.executable, "-m", "pooltree.cli", "local", "--nodes", str(nodes), "--data", str(data)]
-        args += ["--node-resources", "user_slots=2,cpu=2,memory=4Gi"]
-        self.log = open(data.parent / "local.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-        found: list[str] = []
-
-        def read() -> None:
-            assert self.process.stdout is not None
-            for raw in iter(self.process.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace")
-                if "scheduler at " in line and not found:
-                    found.append(line.split("scheduler at ", 1)[1].split()[0])
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + 60
-        while not found and time.monotonic() < deadline and self.process.poll() is None:
-            time.sleep(0.05)
-        if not found:
-            self.close()
-            raise RuntimeError("pooltree local did not print its address")
-        self.url = found[0]
-        self.token = (data / "token").read_text().strip()  # the superuser token `pooltree local` created
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self.log.close()
-
-
-def _client(url: str, token: str) -> ytw.YtClient:
-    return ytw.YtClient(proxy=url, token=token, config={"proxy": {"enable_proxy_discovery": False}})
+START_SPEC = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}}
 
 
 def _fair_share_updates(url: str, token: str) -> int | None:
@@ -141,8 +80,8 @@ def _starter(url: str, token: str, count: int, began: float, interval: float, ou
     every ``interval`` seconds (0: back to back); (send time since ``began``, latency, operation id) each."""
     from yt.wrapper.driver import make_formatted_request
 
-    client = _client(url, token)
-    spec = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}}
+    client = yt_client(url, token)
+    spec = START_SPEC
     results = []
     next_send = time.time()
     for _ in range(count):
@@ -202,10 +141,10 @@ def run_queue(
             "first_median_ms": round(first_median * 1000, 2),
             "last_median_ms": round(last_median * 1000, 2),
             "last_over_first": round(last_median / first_median, 3),
-            "first_p99_ms": _ms(first, 0.99),
-            "last_p99_ms": _ms(last, 0.99),
-            "all_p50_ms": _ms(latencies, 0.5),
-            "all_p99_ms": _ms(latencies, 0.99),
+            "first_p99_ms": quantile_ms(first, 0.99),
+            "last_p99_ms": quantile_ms(last, 0.99),
+            "all_p50_ms": quantile_ms(latencies, 0.5),
+            "all_p99_ms": quantile_ms(latencies, 0.99),
             "fair_share_updates": (_fair_share_updates(url, token) or 0) - (updates_before or 0),
             "targets": {
                 "last_median_ms_max": 20.0,
@@ -224,53 +163,10 @@ def run_queue(
 # ------------------------------------------------------------------------------------------------ mixed phase
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        while True:
-            size = int((await reader.readline()).split(b";")[0], 16)
-            await reader.readexactly(size + 2)
-            if size == 0:
-                return status
-    await reader.readexactly(int(headers.get("content-length", "0")))
-    return status
-
-
-def _request(
-    host: str, token: str, command: str, op_ids: list[str], starts: list[str], rng: random.Random
-) -> bytes:
-    if command == "get_operation":
-        query = f"operation_id={rng.choice(op_ids)}"
-        return (
-            f"GET /api/v4/get_operation?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
-            'X-YT-Output-Format: "json"\r\n\r\n'
-        ).encode()
-    if command == "list_operations":
-        kind = rng.randrange(3)
-        query = "limit=100"
-        if kind == 1:
-            query += "&state=pending"
-        elif kind == 2:
-            query += f"&cursor_time={rng.choice(starts)}"
-        return (
-            f"GET /api/v4/list_operations?{query} HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
-            'X-YT-Output-Format: "json"\r\n\r\n'
-        ).encode()
-    return (
-        f"POST /api/v4/start_operation HTTP/1.1\r\nHost: {host}\r\nAuthorization: OAuth {token}\r\n"
-        "Content-Length: 0\r\n"
-        f'X-YT-Header-Format: "json"\r\nX-YT-Output-Format: "json"\r\nX-YT-Parameters: {START_PARAMETERS}\r\n\r\n'
-    ).encode()
-
-
 async def _mixed_clients(
-    url: str, token: str, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
+    requests: YtRequests, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
 ) -> dict[str, Any]:
-    host, port = url.removeprefix("http://").split(":")
+    host, port = requests.host.split(":")
     rng = random.Random(seed)
     latencies: dict[str, list[float]] = {name: [] for name, _ in MIX}
     errors: dict[str, int] = {name: 0 for name, _ in MIX}
@@ -279,16 +175,23 @@ async def _mixed_clients(
     weights = [weight for _, weight in MIX]
     deadline = time.monotonic() + seconds
 
+    def request(command: str) -> bytes:
+        if command == "get_operation":
+            return requests.get_operation(rng.choice(op_ids))
+        if command == "list_operations":  # newest 100; a third state=pending; a third paging on
+            return requests.list_operations(rng.randrange(3), rng.choice(starts))
+        return requests.start_operation()
+
     async def client() -> None:
         reader, writer = await asyncio.open_connection(host, int(port))
         try:
             while time.monotonic() < deadline:
                 command = rng.choices(names, weights)[0]
-                request = _request(host, token, command, op_ids, starts, rng)
+                data = request(command)
                 began = time.perf_counter()
-                writer.write(request)
+                writer.write(data)
                 await writer.drain()
-                status = await asyncio.wait_for(_read_response(reader), 60)
+                status = await asyncio.wait_for(read_response(reader), 60)
                 latencies[command].append(time.perf_counter() - began)
                 if status >= 400:
                     errors[command] += 1
@@ -308,8 +211,7 @@ async def _mixed_clients(
 
 
 def _mixed_worker(
-    url: str,
-    token: str,
+    requests: YtRequests,
     clients: int,
     seconds: float,
     op_ids: list[str],
@@ -317,24 +219,48 @@ def _mixed_worker(
     seed: int,
     out: Any,
 ) -> None:
-    out.put(asyncio.run(_mixed_clients(url, token, clients, seconds, op_ids, starts, seed)))
+    try:
+        out.put(asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed)))
+    except BaseException as error:  # reported, so the parent does not wait for a result that never comes
+        out.put({"failed": f"{type(error).__name__}: {error}"})
+        raise
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_mixed(
-    url: str, token: str, clients: int, seconds: float, processes: int, op_ids: list[str], starts: list[str]
+    requests: YtRequests,
+    scheduler_pid: int | None,
+    clients: int,
+    seconds: float,
+    processes: int,
+    op_ids: list[str],
+    starts: list[str],
 ) -> dict[str, Any]:
     processes = max(1, min(processes, clients))
     share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     out: Any = mp.Queue()
     workers = [
-        mp.Process(target=_mixed_worker, args=(url, token, n, seconds, op_ids, starts, i, out))
+        mp.Process(target=_mixed_worker, args=(requests, n, seconds, op_ids, starts, i, out))
         for i, n in enumerate(share)
     ]
+    children_before = _children_cpu()
+    scheduler_before = process_cpu_seconds(scheduler_pid) if scheduler_pid else None
+    wall_began = time.monotonic()
     for worker in workers:
         worker.start()
     parts = [out.get(timeout=seconds + 600) for _ in workers]
+    failed = [part["failed"] for part in parts if "failed" in part]
+    if failed:
+        raise RuntimeError(f"load generator failed: {failed[0]}")
+    scheduler_after = process_cpu_seconds(scheduler_pid) if scheduler_pid else None
+    wall = time.monotonic() - wall_began
     for worker in workers:
         worker.join(60)
+    load_cpu = _children_cpu() - children_before  # the load processes, reaped by join
     elapsed = max(part["elapsed"] for part in parts)
     commands: dict[str, Any] = {}
     total = 0
@@ -345,10 +271,15 @@ def run_mixed(
             "requests": len(values),
             "errors": sum(part["errors"][name] for part in parts),
             "server_errors": sum(part["server_errors"][name] for part in parts),
-            "p50_ms": _ms(values, 0.5),
-            "p99_ms": _ms(values, 0.99),
-            "max_ms": _ms(values, 1.0),
+            "p50_ms": quantile_ms(values, 0.5),
+            "p99_ms": quantile_ms(values, 0.99),
+            "max_ms": quantile_ms(values, 1.0),
         }
+    cpu: dict[str, Any] = {"load_generators_cpu_per_second": round(load_cpu / wall, 3)}
+    if scheduler_before is not None and scheduler_after is not None:
+        used = scheduler_after - scheduler_before
+        cpu["scheduler_cpu_per_second"] = round(used / wall, 3)
+        cpu["scheduler_cpu_ms_per_request"] = round(1000 * used / max(total, 1), 3)
     return {
         "clients": clients,
         "processes": processes,
@@ -356,6 +287,7 @@ def run_mixed(
         "requests": total,
         "requests_per_second": round(total / elapsed, 1),
         "commands": commands,
+        "cpu": cpu,
     }
 
 
@@ -382,13 +314,6 @@ def _gc_figures(url: str, token: str) -> dict[str, Any]:
     return figures
 
 
-def _uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError:
-        return ""
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--operations", type=int, default=10_000)
@@ -405,7 +330,7 @@ def main() -> None:
     parser.add_argument("--single-seconds", type=float, default=10.0)
     parser.add_argument("--load-processes", type=int, default=4)
     args = parser.parse_args()
-    machine_before = {"uptime": _uptime(), "loadavg": os.getloadavg()}
+    machine_before = machine()
     report: dict[str, Any] = {
         "name": "live_queue",
         "parameters": {
@@ -426,7 +351,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
         local = Local(Path(tmp) / "data", nodes=1)
         try:
-            client = _client(local.url, local.token)
+            client = yt_client(local.url, local.token)
             client.create(
                 "scheduler_pool",
                 attributes={
@@ -443,10 +368,12 @@ def main() -> None:
             if args.mode in ("both", "mixed"):
                 listed = client.list_operations(limit=1000)["operations"]
                 starts = [o["start_time"] for o in listed]
-                single = run_mixed(local.url, local.token, 1, args.single_seconds, 1, op_ids, starts)
+                requests = YtRequests(local.url, local.token, START_SPEC)
+                pid = local.scheduler_pid()
+                single = run_mixed(requests, pid, 1, args.single_seconds, 1, op_ids, starts)
                 many = run_mixed(
-                    local.url,
-                    local.token,
+                    requests,
+                    pid,
                     args.mixed_clients,
                     args.mixed_seconds,
                     args.load_processes,
@@ -472,13 +399,7 @@ def main() -> None:
             report["gc_at_end"] = _gc_figures(local.url, local.token)
         finally:
             local.close()
-    report["machine"] = {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "before": machine_before,
-        "after": {"uptime": _uptime(), "loadavg": os.getloadavg()},
-    }
+    report["machine"] = {"before": machine_before, "after": machine()}
     print(json.dumps(report, indent=2))
 
 

@@ -28,14 +28,9 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import os
-import platform
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,18 +40,10 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yt.wrapper as ytw
+from live_common import Local, machine, quantile_ms, read_response
 
 RUN_TIMEOUT = 600.0
 MAX_REQUESTS_PER_CLIENT = 2000
-
-
-def _quantile_ms(values: list[float], q: float) -> float | None:
-    """The ``q`` quantile (nearest rank) of seconds ``values`` in milliseconds."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return round(ordered[index] * 1000, 1)
 
 
 def _latency_report(client: str, latencies: list[float], errors: int, elapsed: float) -> dict[str, Any]:
@@ -66,9 +53,9 @@ def _latency_report(client: str, latencies: list[float], errors: int, elapsed: f
         "requests": len(latencies),
         "errors": errors,
         "requests_per_second": round(len(latencies) / elapsed, 1),
-        "p50_ms": _quantile_ms(latencies, 0.5),
-        "p99_ms": _quantile_ms(latencies, 0.99),
-        "max_ms": _quantile_ms(latencies, 1.0),
+        "p50_ms": quantile_ms(latencies, 0.5),
+        "p99_ms": quantile_ms(latencies, 0.99),
+        "max_ms": quantile_ms(latencies, 1.0),
     }
 
 
@@ -77,54 +64,6 @@ def _ts(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
-
-
-class Local:
-    """``pooltree local`` in a child process; ``close()`` sends SIGINT and waits (bounded), then kills."""
-
-    def __init__(
-        self, data: Path, nodes: int, node_resources: str | None, heartbeat_period: float | None = None
-    ) -> None:
-        args = [sys.executable, "-m", "pooltree.cli", "local", "--nodes", str(nodes), "--data", str(data)]
-        if heartbeat_period is not None:
-            args += ["--heartbeat-period", str(heartbeat_period)]
-        if node_resources:
-            args += ["--node-resources", node_resources]
-        self.log = open(data.parent / "local.log", "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-        self.url = self._read_url(60.0)
-        self.token = (data / "token").read_text().strip()  # the superuser token `pooltree local` created
-
-    def _read_url(self, timeout: float) -> str:
-        found: list[str] = []
-
-        def read() -> None:
-            assert self.process.stdout is not None
-            for raw in iter(self.process.stdout.readline, b""):
-                line = raw.decode("utf-8", "replace")
-                if "scheduler at " in line and not found:
-                    found.append(line.split("scheduler at ", 1)[1].split()[0])
-
-        threading.Thread(target=read, daemon=True).start()
-        deadline = time.monotonic() + timeout
-        while not found and time.monotonic() < deadline and self.process.poll() is None:
-            time.sleep(0.05)
-        if not found:
-            self.close()
-            raise RuntimeError("pooltree local did not print its address")
-        return found[0]
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self.log.close()
 
 
 def _wait_nodes(client: ytw.YtClient, nodes: int) -> None:
@@ -168,24 +107,6 @@ async def _get_operation_load(
     return _latency_report("httpx.AsyncClient", latencies, errors, elapsed)
 
 
-async def _read_response(reader: asyncio.StreamReader) -> int:
-    """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code."""
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {
-        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)
-    }
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        while True:
-            size = int((await reader.readline()).split(b";")[0], 16)
-            await reader.readexactly(size + 2)
-            if size == 0:
-                return status
-    await reader.readexactly(int(headers.get("content-length", "0")))
-    return status
-
-
 async def _get_operation_load_raw(
     url: str, op_ids: list[str], clients: int, seconds: float, token: str
 ) -> dict[str, Any]:
@@ -211,7 +132,7 @@ async def _get_operation_load_raw(
                 began = time.perf_counter()
                 writer.write(request)
                 await writer.drain()
-                status = await asyncio.wait_for(_read_response(reader), 30)
+                status = await asyncio.wait_for(read_response(reader), 30)
                 latencies.append(time.perf_counter() - began)
                 if status != 200:
                     errors += 1
@@ -279,8 +200,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(span, 3),
         "jobs_per_second": round(total_jobs / span, 1),
         "submit_seconds": round(submit_seconds, 3),
-        "start_to_running_ms": {"p50": _quantile_ms(to_running, 0.5), "p99": _quantile_ms(to_running, 0.99)},
-        "first_job_latency_ms": {"p50": _quantile_ms(first_job, 0.5), "p99": _quantile_ms(first_job, 0.99)},
+        "start_to_running_ms": {"p50": quantile_ms(to_running, 0.5), "p99": quantile_ms(to_running, 0.99)},
+        "first_job_latency_ms": {"p50": quantile_ms(first_job, 0.5), "p99": quantile_ms(first_job, 0.99)},
         "get_operation": load,
         "get_operation_one_client": single,
         "get_operation_httpx": load_httpx,
@@ -324,11 +245,7 @@ def main() -> None:
                 "jobs_per_second": {"median": statistics.median(rates), "min": min(rates), "max": max(rates)},
                 "runs": runs,
                 "targets": {"jobs_per_second": 200, "get_operation_p99_ms": 50},
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "python": platform.python_version(),
-                },
+                "machine": machine(),
             },
             indent=2,
         )
