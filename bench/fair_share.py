@@ -119,9 +119,12 @@ def build_tree(pools: int, operations: int, seed: int = 1) -> tuple[Pool, np.nda
     return root, total
 
 
-def run(pools: int, operations: int, runs: int) -> dict:
+def run(pools: int, operations: int, runs: int, *, improved: bool = False) -> dict:
     root, total = build_tree(pools, operations)
-    settings = UpdateSettings(enable_step_function_for_gang_operations=True)
+    settings = UpdateSettings(
+        enable_step_function_for_gang_operations=True,
+        enable_improved_fair_share_by_fit_factor_computation=improved,
+    )
     state = UpdateState()
     times = []
     cpu_times = []
@@ -161,6 +164,11 @@ def main() -> None:
     parser.add_argument(
         "--numpy", action="store_true", help="run the numpy reference instead of the compiled function passes"
     )
+    parser.add_argument(
+        "--improved",
+        action="store_true",
+        help="with enable_improved_fair_share_by_fit_factor_computation (as YTsaurus's production GPU trees)",
+    )
     args = parser.parse_args()
     with use_compiled_kernels(not args.numpy):
         report(args)
@@ -199,7 +207,7 @@ def report(args: argparse.Namespace) -> None:
     }
     if args.scales:
         results = [
-            run(p, o, max(5, args.runs if p <= 1000 else 5))
+            run(p, o, max(5, args.runs if p <= 1000 else 5), improved=args.improved)
             for p, o in ((100, 1000), (1000, 10000), (5000, 50000))
         ]
         print(
@@ -213,12 +221,17 @@ def report(args: argparse.Namespace) -> None:
             )
         )
     else:
-        out = run(args.pools, args.operations, max(5, args.runs))
+        out = run(args.pools, args.operations, max(5, args.runs), improved=args.improved)
         print(
             json.dumps(
                 {
                     "name": "fair_share_update",
-                    "parameters": {"pools": args.pools, "operations": args.operations, "runs": out["runs"]},
+                    "parameters": {
+                        "pools": args.pools,
+                        "operations": args.operations,
+                        "runs": out["runs"],
+                        "improved": args.improved,
+                    },
                     **out,
                     "machine": machine,
                 }

@@ -108,6 +108,13 @@ def improved_sum(
     return x_arr[: last_left + 1], y_arr[: last_left + 1]
 
 
+def sequential_sum(rows: np.ndarray) -> np.ndarray:
+    """The sum of ``rows`` (k, 5) added one row after another, as YTsaurus adds children's shares (numpy's
+    ``sum(axis=0)`` adds in blocks, which rounds differently: at a flat piece that meets a target exactly, one
+    unit in the last place decides whether the next jump is taken)."""
+    return np.add.reduceat(rows, [0], axis=0)[0] if len(rows) else np.zeros(R)
+
+
 def split_target(
     values: Callable[[float], np.ndarray],
     target: np.ndarray,
@@ -117,7 +124,9 @@ def split_target(
     distribution_gap: bool,
     inverse_lower_bound: Callable[[float, float, Callable[[float], bool]], float],
 ) -> np.ndarray:
-    """Children's targets for a pool's target, as YTsaurus's vector ``ComputeAndSetFairShare``: the largest fit
+    """One pool's split, the reference the update's level-by-level ``_Update._split_targets`` is tested against
+    (``tests/fairshare/test_improved_vectorized.py``). Children's targets for a pool's target, as YTsaurus's
+    vector ``ComputeAndSetFairShare``: the largest fit
     factor whose children's values fit in the target, then their jumps there in child order while they fit
     (the steps of the stretched fit-factor axis). When the children's total then falls short of the target by
     more than ``epsilon`` in some resource, the ``distribution_gap`` variant repeats the walk with the target
@@ -125,7 +134,7 @@ def split_target(
     ends the walk, in both variants."""
     target = np.asarray(target, dtype=float)
     chosen = _walk(values, target, fit_range, inverse_lower_bound)
-    if distribution_gap and np.any(target - chosen.sum(axis=0) > epsilon):
+    if distribution_gap and np.any(target - sequential_sum(chosen) > epsilon):
         chosen = _walk(values, target + epsilon, fit_range, inverse_lower_bound)
     return chosen
 
@@ -136,12 +145,12 @@ def _walk(
     fit_range: float,
     inverse_lower_bound: Callable[[float, float, Callable[[float], bool]], float],
 ) -> np.ndarray:
-    fit = inverse_lower_bound(0.0, fit_range, lambda f: bool(np.all(values(f).sum(axis=0) <= bound)))
+    fit = inverse_lower_bound(0.0, fit_range, lambda f: bool(np.all(sequential_sum(values(f)) <= bound)))
     chosen = values(fit).copy()
     if fit >= fit_range:
         return chosen
     after = values(float(np.nextafter(fit, np.inf)))
-    total = chosen.sum(axis=0)
+    total = sequential_sum(chosen)
     for k in range(len(chosen)):
         jump = after[k] - chosen[k]
         if not np.any(jump > JUMP_EPSILON):
@@ -151,3 +160,89 @@ def _walk(
         chosen[k] = after[k]
         total = total + jump
     return chosen
+
+
+def staircase_sums(
+    base: fn.FunctionBatch,
+    children: fn.FunctionBatch,
+    parent_slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right_bound: np.ndarray,
+) -> tuple[fn.FunctionBatch, np.ndarray]:
+    """Pools' improved FSBFF from their plain sums ``base`` (``functions.sum_children`` of the same children):
+    every vertical piece of a sum where two or more children jump becomes a staircase, the children's jumps in
+    child order. ``children`` holds the children's FSBS (rows in child order, ``parent_slot`` their pool).
+
+    Returns the new batch and a mask of the pools whose staircase could not be placed (a child jump position
+    with no vertical piece of the sum exactly there): the caller builds those with ``improved_sum``.
+    """
+    m = base.size
+    failed = np.zeros(m, dtype=bool)
+    x, y = children.x, children.y
+    owner = children.owners()
+    if len(x) < 2:
+        return base, failed
+    finite = np.isfinite(scale)[owner]
+    pos = np.zeros(len(x))
+    pos[finite] = x[finite] * scale[owner[finite]] + shift[owner[finite]]
+    seg = np.flatnonzero((owner[:-1] == owner[1:]) & finite[:-1])
+    xa, xb = pos[seg], pos[seg + 1]
+    # The same jump test as the sums (near-vertical pieces are jumps at their left end).
+    vertical = (xb - xa) <= 1e-13 * np.maximum(1.0, np.abs(xb))
+    seg = seg[vertical]
+    dy = y[seg + 1] - y[seg]
+    ev_pos = pos[seg]
+    ev_child = owner[seg]
+    ev_parent = parent_slot[ev_child]
+    keep = fn.row_any(dy != 0.0) & (ev_pos > 0.0) & (ev_pos < right_bound[ev_parent])
+    if not np.any(keep):
+        return base, failed
+    ev_pos, ev_child, ev_parent, dy = ev_pos[keep], ev_child[keep], ev_parent[keep], dy[keep]
+    order = np.lexsort((ev_child, ev_pos, ev_parent))
+    ev_pos, ev_child, ev_parent, dy = ev_pos[order], ev_child[order], ev_parent[order], dy[order]
+    # One jump per (pool, position, child): a child's own consecutive vertical pieces there are one jump.
+    new = np.ones(len(ev_pos), dtype=bool)
+    new[1:] = (
+        (ev_parent[1:] != ev_parent[:-1]) | (ev_pos[1:] != ev_pos[:-1]) | (ev_child[1:] != ev_child[:-1])
+    )
+    starts = np.flatnonzero(new)
+    jump = np.add.reduceat(dy, starts, axis=0)
+    j_pos, j_parent = ev_pos[starts], ev_parent[starts]
+    # Groups of jumps at one (pool, position); only groups of two or more children change the sum.
+    first = np.ones(len(j_pos), dtype=bool)
+    first[1:] = (j_parent[1:] != j_parent[:-1]) | (j_pos[1:] != j_pos[:-1])
+    group = np.cumsum(first) - 1
+    size = np.bincount(group)
+    multi = size[group] > 1
+    if not np.any(multi):
+        return base, failed
+    inserts_at: list[int] = []
+    inserts_y: list[np.ndarray] = []
+    g_starts = np.flatnonzero(first & multi)
+    for g in g_starts.tolist():
+        p = int(j_parent[g])
+        if failed[p]:
+            continue
+        k = int(size[group[g]])
+        lo, hi = int(base.offsets[p]), int(base.offsets[p + 1])
+        xs = base.x[lo:hi]
+        a = int(np.searchsorted(xs, j_pos[g], side="left"))
+        b = int(np.searchsorted(xs, j_pos[g], side="right"))
+        if b - a != 2:
+            failed[p] = True
+            continue
+        left, right = base.y[lo + a], base.y[lo + a + 1]
+        partial = left + np.cumsum(jump[g : g + k - 1], axis=0)
+        inserts_at.extend([lo + a + 1] * (k - 1))
+        inserts_y.append(np.minimum(partial, right))
+    if not inserts_at:
+        return base, failed
+    where = np.array(inserts_at, dtype=np.int64)
+    new_y = np.concatenate(inserts_y)
+    out_x = np.insert(base.x, where, base.x[where - 1])
+    out_y = np.insert(base.y, where, new_y, axis=0)
+    owner_of_insert = np.searchsorted(base.offsets, where, side="right") - 1
+    added = np.bincount(owner_of_insert, minlength=m)
+    offsets = base.offsets + np.concatenate([[0], np.cumsum(added)])
+    return fn.FunctionBatch(offsets.astype(np.int64), out_x, out_y), failed

@@ -976,36 +976,102 @@ class _Update:
         return fs
 
     def distribute_improved(self, table: fn.FunctionTable) -> np.ndarray:
-        """The improved top-down pass (``improved.py``): every pool splits its target among its children."""
+        """The improved top-down pass (``improved.py``), level by level: every pool splits its target vector
+        among its children (``_split_targets``); an operation's fair share is its target."""
         tree = self.tree
         fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
         root_value, _ = table.evaluate(np.array([0]), np.ones(1))
+        fs[0] = root_value[0]
         gap = self.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
-        stack: list[tuple[int, np.ndarray]] = [(0, root_value[0])]
-        while stack:
-            p, target = stack.pop()
-            fs[p] = target
-            if tree.is_op[p] or tree.child_count[p] == 0:
-                continue
-            kids = np.arange(int(tree.child_start[p]), int(tree.child_start[p]) + int(tree.child_count[p]))
-            parents = np.array([p])
-            slot = np.zeros(len(kids), dtype=np.int64)
-
-            def values(f: float, parents=parents, kids=kids, slot=slot) -> np.ndarray:
-                suggestions = self._child_suggestions(parents, kids, slot, np.array([f]))
-                return table.evaluate(kids, suggestions)[0]
-
-            fit_range = float(len(kids)) if self.fifo[p] else 1.0
-            chosen = improved.split_target(
-                values,
-                target,
-                fit_range,
-                EPSILON,
-                distribution_gap=gap,
-                inverse_lower_bound=floating_point_inverse_lower_bound,
-            )
-            stack.extend(zip(kids.tolist(), chosen, strict=True))
+        for level in tree.parent_levels():
+            parents = level.parents
+            chosen = self._split_targets(table, parents, level.children, level.seg, level.slot, fs[parents])
+            if gap:
+                short = fn.row_any(fs[parents] - np.add.reduceat(chosen, level.seg, axis=0) > EPSILON)
+                if np.any(short):
+                    again = np.flatnonzero(short)
+                    member = short[level.slot]
+                    sub_kids = level.children[member]
+                    sub_slot = np.searchsorted(again, level.slot[member])
+                    sub_seg = np.concatenate(
+                        [[0], np.cumsum(np.bincount(sub_slot, minlength=len(again)))[:-1]]
+                    )
+                    chosen[member] = self._split_targets(
+                        table, parents[again], sub_kids, sub_seg, sub_slot, fs[parents[again]] + EPSILON
+                    )
+            fs[level.children] = chosen
         return fs
+
+    def _split_targets(
+        self,
+        table: fn.FunctionTable,
+        parents: np.ndarray,
+        kids: np.ndarray,
+        seg: np.ndarray,
+        slot: np.ndarray,
+        bound: np.ndarray,
+    ) -> np.ndarray:
+        """Children's shares of every pool's target ``bound`` (YTsaurus's vector ``ComputeAndSetFairShare``):
+        the largest fit factor whose children's values fit (the bisection of
+        ``floating_point_inverse_lower_bound``, run for all pools at once), then the children's jumps there in
+        child order while they fit; the first that does not fit ends the walk (the stretched fit-factor axis)."""
+        m = len(parents)
+        fit_range = np.where(self.fifo[parents], np.diff(np.append(seg, len(kids))).astype(float), 1.0)
+
+        def values(rows: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """Children's values of pools ``rows`` (sorted) at fit factors ``f`` (per pool), the children's rows
+            and where each pool's children start among them."""
+            selected = np.zeros(m, dtype=bool)
+            selected[rows] = True
+            sub = np.flatnonzero(selected[slot])
+            position = np.searchsorted(rows, slot[sub])
+            starts = np.flatnonzero(np.concatenate([[True], position[1:] != position[:-1]]))
+            suggestions = self._child_suggestions(parents[rows], kids[sub], position, f)
+            return table.evaluate(kids[sub], suggestions)[0], sub, starts
+
+        def fits(rows: np.ndarray, f: np.ndarray) -> np.ndarray:
+            v, _, starts = values(rows, f)
+            return np.all(np.add.reduceat(v, starts, axis=0) <= bound[rows], axis=1)
+
+        everyone = np.arange(m)
+        lo = np.zeros(m)
+        hi = fit_range.copy()
+        fit = np.zeros(m)
+        done = fits(everyone, hi)
+        fit[done] = hi[done]
+        active = np.flatnonzero(~done)
+        for _ in range(200):
+            if not len(active):
+                break
+            mid = (lo[active] + hi[active]) / 2.0
+            stop = (mid <= lo[active]) | (mid >= hi[active])
+            if np.any(stop):
+                fit[active[stop]] = lo[active[stop]]
+                active, mid = active[~stop], mid[~stop]
+                if not len(active):
+                    break
+            ok = fits(active, mid)
+            lo[active[ok]] = mid[ok]
+            hi[active[~ok]] = mid[~ok]
+        fit[active] = lo[active]
+        chosen, _, _ = values(everyone, fit)
+        walking = np.flatnonzero(fit < fit_range)
+        if len(walking):
+            after_values, sub, _ = values(walking, np.nextafter(fit[walking], np.inf))
+            jump = after_values - chosen[sub]
+            significant = fn.row_any(jump > improved.JUMP_EPSILON)
+            for k in np.unique(slot[sub[significant]]).tolist():
+                rows = np.flatnonzero(slot == k)
+                total = improved.sequential_sum(chosen[rows])
+                for r in rows.tolist():
+                    step = after_values[np.searchsorted(sub, r)] - chosen[r]
+                    if not np.any(step > improved.JUMP_EPSILON):
+                        continue
+                    if not np.all(total + step <= bound[k]):
+                        break
+                    chosen[r] = after_values[np.searchsorted(sub, r)]
+                    total = total + step
+        return chosen
 
     def _child_suggestions(
         self, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray
@@ -1032,17 +1098,28 @@ def _improved_sums(
     shift: np.ndarray,
     right: np.ndarray,
 ) -> fn.FunctionBatch:
-    """FSBFF of ``count`` pools (children ``kids`` grouped by ``slot``) with simultaneous jumps split in steps."""
+    """FSBFF of ``count`` pools (children ``kids`` grouped by ``slot``) with simultaneous jumps split in steps:
+    the plain sums (compiled), then their jumps split into staircases (``improved.staircase_sums``)."""
+    base = fn.sum_children(table, kids, slot, scale, shift, right)
+    batch, failed = improved.staircase_sums(base, table.gather(kids), slot, scale, shift, right)
+    if not np.any(failed):
+        return batch
+    # A pool whose sum has no vertical piece exactly where its children jump: built point by point.
     xs: list[np.ndarray] = []
     ys: list[np.ndarray] = []
     for k in range(count):
+        if not failed[k]:
+            lo, hi = int(batch.offsets[k]), int(batch.offsets[k + 1])
+            xs.append(batch.x[lo:hi])
+            ys.append(batch.y[lo:hi])
+            continue
         sel = np.flatnonzero(slot == k)
         children = []
         for c in kids[sel].tolist():
-            batch = table.batches[int(table.batch_of[c])]
+            source = table.batches[int(table.batch_of[c])]
             row = int(table.row_of[c])
-            lo, hi = int(batch.offsets[row]), int(batch.offsets[row + 1])
-            children.append((batch.x[lo:hi], batch.y[lo:hi]))
+            lo, hi = int(source.offsets[row]), int(source.offsets[row + 1])
+            children.append((source.x[lo:hi], source.y[lo:hi]))
         x, y = improved.improved_sum(children, scale[sel], shift[sel], float(right[k]))
         xs.append(x)
         ys.append(y)
