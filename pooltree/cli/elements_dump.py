@@ -16,7 +16,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from pooltree.fairshare import update_fair_share
+from pooltree.config.documents import load_document
+from pooltree.config.tree import PoolTreeConfig
+from pooltree.fairshare import Pool, UpdateSettings, update_fair_share
 from pooltree.fairshare.elements_dump import (
     MATCH_TOLERANCE,
     GuaranteeMode,
@@ -29,12 +31,48 @@ from pooltree.resources import RESOURCES
 WORST_SHOWN = 20
 
 
-def elements_dump_report(path: Path, *, guarantees: GuaranteeMode = "gpu") -> dict[str, Any]:
-    """Run the update on the dump with YTsaurus's unit-test options and the main resource the dump implies
-    (cpu when it does not say), and compare every element with production."""
+def elements_dump_report(
+    path: Path, *, guarantees: GuaranteeMode = "gpu", tree_config: Path | None = None
+) -> dict[str, Any]:
+    """Run the update on the dump and compare every element with production.
+
+    Without ``tree_config``: YTsaurus's unit-test options and the main resource the dump implies (cpu when it does
+    not say). With it (the tree's ``config``, e.g. ``yt get //sys/pool_trees/<tree>/@config``): that tree's
+    ``main_resource`` (when set; else the implied one), gang step function, improved computation (and gap), and its
+    ``enable_fair_share_truncation_in_fifo_pool`` for every FIFO pool; options pooltree does not know are listed in
+    ``alerts``.
+    """
     dump = load_elements_dump(path, guarantees=guarantees)
-    main_resource = dump.main_resource or "cpu"
-    settings = unit_test_settings(main_resource=main_resource)
+    alerts: list[str] = []
+    if tree_config is None:
+        main_resource = dump.main_resource or "cpu"
+        settings = unit_test_settings(main_resource=main_resource)
+        truncation = False
+    else:
+        config = PoolTreeConfig.parse(load_document(tree_config), str(tree_config))
+        main_resource = (
+            config.main_resource if config.explicit("main_resource") else (dump.main_resource or "cpu")
+        )
+        settings = UpdateSettings(
+            main_resource=main_resource,
+            enable_step_function_for_gang_operations=bool(config.enable_step_function_for_gang_operations),
+            enable_improved_fair_share_by_fit_factor_computation=bool(
+                config.enable_improved_fair_share_by_fit_factor_computation
+            ),
+            enable_improved_fair_share_by_fit_factor_computation_distribution_gap=bool(
+                config.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
+            ),
+        )
+        truncation = bool(config.enable_fair_share_truncation_in_fifo_pool)
+        for option_path, name, closest in config.unrecognized_options(str(tree_config)):
+            hint = f" (did you mean {closest!r}?)" if closest else ""
+            alerts.append(f"{option_path}: unrecognized option {name!r}{hint}, ignored")
+    if truncation:
+        stack = [dump.root]
+        while stack:
+            pool = stack.pop()
+            pool.enable_fair_share_truncation_in_fifo_pool = pool.mode == "fifo"
+            stack.extend(child for child in pool.children if isinstance(child, Pool))
     result = update_fair_share(dump.root, dump.total_resources, settings, 0.0)
     comparison = compare(result, dump)
     worst = []
@@ -59,6 +97,8 @@ def elements_dump_report(path: Path, *, guarantees: GuaranteeMode = "gpu") -> di
         "guarantees": guarantees,
         "main_resource": main_resource,
         "main_resource_inferred": dump.main_resource is not None,
+        "tree_config": None if tree_config is None else str(tree_config),
+        "fifo_truncation": truncation,
         "settings": {
             "enable_step_function_for_gang_operations": settings.enable_step_function_for_gang_operations,
             "enable_improved_fair_share_by_fit_factor_computation": (
@@ -70,7 +110,7 @@ def elements_dump_report(path: Path, *, guarantees: GuaranteeMode = "gpu") -> di
             "vanilla_operations_are_gangs": True,
         },
         "worst": worst,
-        "alerts": [str(error) for error in result.errors],
+        "alerts": alerts + [str(error) for error in result.errors],
     }
 
 

@@ -239,11 +239,19 @@ def fair_share(
         help="SNAPSHOT is a YTsaurus element dump (fetch_scheduling_data, .yson or .yson.gz): compare "
         "pooltree's fair share of every element with the production value it carries.",
     ),
+    tree_config: Path | None = typer.Option(
+        None,
+        "--tree-config",
+        help="With --elements-dump: the tree's config (YAML/JSON/YSON map of pool tree options) to run with "
+        "instead of YTsaurus's unit-test options.",
+    ),
 ) -> None:
     """Run one fair-share update on a snapshot and print the scheduler's view (orchid layout)."""
+    if tree_config is not None and not elements_dump:
+        fail("--tree-config: only with --elements-dump (a snapshot carries its trees' configs)")
     if elements_dump:
         try:
-            report = elements_dump_report(snapshot_path)
+            report = elements_dump_report(snapshot_path, tree_config=tree_config)
         except PooltreeError as error:
             fail(str(error))
         print_elements_dump_report(report, output_format.value)

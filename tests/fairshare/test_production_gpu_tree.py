@@ -44,6 +44,7 @@ FIGURE_MATCHING = 1247
 # Counterfactuals that explain the remaining differences (ARCHITECTURE.md).
 GANG_RULES_MATCHING = 1258  # gang operations as production evidently ran them: no step, FIFO truncation
 GANG_RULES_AND_ORDER_MATCHING = 1276  # ... and FIFO pools running their running operations first
+NO_GAP_MATCHING = 1185  # the gang rules without the distribution gap
 
 
 @pytest.fixture(scope="module")
@@ -293,3 +294,38 @@ def test_cli_compares_a_dump(tmp_path: Path) -> None:
     outcome = CliRunner().invoke(app, ["fair-share", "--elements-dump", str(bad)])
     assert outcome.exit_code == 1
     assert "elements" in outcome.output or str(bad) in outcome.output
+
+
+def test_a_tree_config_replaces_the_unit_test_options(tmp_path: Path) -> None:
+    """``--tree-config``: the tree's own options; here the gang rules of the counterfactual above, and an
+    unknown option reported with the closest known one."""
+    config = tmp_path / "tree.yaml"
+    config.write_text(
+        "main_resource: gpu\n"
+        "enable_fair_share_truncation_in_fifo_pool: true\n"
+        "enable_improved_fair_share_by_fit_factor_computation: true\n"
+        "enable_improved_fair_share_by_fit_factor_computation_distribution_gap: true\n"
+        "enable_step_functon_for_gang_operations: true\n"
+    )
+    outcome = CliRunner().invoke(
+        app, ["fair-share", "--elements-dump", str(DATA), "--tree-config", str(config), "--format", "json"]
+    )
+    assert outcome.exit_code == 0, outcome.output
+    report = json.loads(outcome.stdout)
+    assert report["within_tolerance"] == GANG_RULES_MATCHING
+    assert report["fifo_truncation"] and not report["settings"]["enable_step_function_for_gang_operations"]
+    (alert,) = report["alerts"]
+    assert "enable_step_functon_for_gang_operations" in alert
+    assert "did you mean 'enable_step_function_for_gang_operations'" in alert
+    # Without the distribution gap the split stops at steps that overshoot a target by rounding only.
+    config.write_text(
+        "main_resource: gpu\n"
+        "enable_fair_share_truncation_in_fifo_pool: true\n"
+        "enable_improved_fair_share_by_fit_factor_computation: true\n"
+    )
+    outcome = CliRunner().invoke(
+        app, ["fair-share", "--elements-dump", str(DATA), "--tree-config", str(config), "--format", "json"]
+    )
+    assert json.loads(outcome.stdout)["within_tolerance"] == NO_GAP_MATCHING
+    outcome = CliRunner().invoke(app, ["fair-share", str(DATA), "--tree-config", str(config)])
+    assert outcome.exit_code == 1 and "--tree-config" in outcome.output
