@@ -74,6 +74,15 @@ GLOBAL_METRICS: tuple[tuple[str, str, int], ...] = (
     ("preempted_allocation_count", "preempted jobs", -1),
     ("wasted_job_time", "wasted job time, s", -1),
 )
+_SHARE_KEYS = (
+    "mean_fair_share_ratio",
+    "mean_usage_ratio",
+    "below_fair_share_time",
+    "starving_time",
+    "preempted_allocation_count",
+)
+POOL_SHARE_METRICS = tuple(m for m in POOL_METRICS if m[0] in _SHARE_KEYS)
+POOL_WORK_METRICS = tuple(m for m in POOL_METRICS if m[0] not in _SHARE_KEYS)
 RANKED = 5
 """How many pools the gain / lose lists show per variant."""
 RATIO_NOISE = 0.0005
@@ -382,16 +391,36 @@ def _negligible(delta: float, metric: str) -> bool:
     return metric.startswith(("mean_", "utilization")) and abs(delta) < RATIO_NOISE
 
 
-def _delta_cell(delta: Any, metric: str, direction: int) -> str:
+def _delta_text(delta: Any, metric: str, direction: int) -> tuple[str, str]:
+    """(css class, text) of a delta: "same" for none or a negligible one, else "good" / "bad" for the row."""
     if delta is None:
-        return '<td class="d">–</td>'
+        return "same", "–"
     if delta == 0:
-        return '<td class="d same">0</td>'
+        return "same", "0"
     if _negligible(delta, metric):
-        return '<td class="d same">≈0</td>'
+        return "same", "≈0"
     better = (delta > 0) == (direction > 0)
     sign = "+" if delta > 0 else "−"
-    return f'<td class="d {"good" if better else "bad"}">{sign}{_fmt(abs(delta), metric)}</td>'
+    return ("good" if better else "bad"), f"{sign}{_fmt(abs(delta), metric)}"
+
+
+def _delta_cell(delta: Any, metric: str, direction: int) -> str:
+    css, text = _delta_text(delta, metric, direction)
+    return f'<td class="d {css}">{text}</td>'
+
+
+def _value(cell: Mapping[str, Any], run: str, metric: str, state: Mapping[str, Any] | None) -> str:
+    """A run's value; an operation's completion that did not happen says why (still running, failed...)."""
+    value = cell["values"].get(run)
+    if value is None and metric == "completion_time" and state is not None:
+        status = state.get(run)
+        if status is None:
+            return "<span class='same'>absent</span>"
+        return f"<span class='same'>{html.escape(_UNFINISHED.get(status, status))}</span>"
+    return _fmt(value, metric)
+
+
+_UNFINISHED = {"running": "not finished", "pending": "queued", "not_submitted": "not submitted"}
 
 
 def _table(
@@ -403,32 +432,58 @@ def _table(
     key_label: str,
     limit: int | None = None,
     note: str = "",
+    pool_column: bool = False,
 ) -> str:
+    """Side by side per row. One variant: a cell per metric, "baseline → variant" over the delta (a value
+    that did not change is shown once); several variants: a column per run and per delta."""
     variants = runs[1:]
-    head = "".join(
-        f'<th colspan="{len(runs) + len(variants)}">{html.escape(label)}</th>' for _m, label, _d in metrics
-    )
-    sub = "".join(
-        "".join(f"<th>{html.escape(run)}</th>" for run in runs)
-        + "".join(f"<th>Δ {html.escape(v)}</th>" for v in variants)
-        for _m in metrics
-    )
+    compact = len(variants) == 1
+    extra = "<th rowspan='2'>pool</th>" if pool_column else ""
+    if compact:
+        head = "".join(f"<th rowspan='2'>{html.escape(label)}</th>" for _m, label, _d in metrics)
+        sub = ""
+    else:
+        head = "".join(
+            f'<th colspan="{len(runs) + len(variants)}">{html.escape(label)}</th>'
+            for _m, label, _d in metrics
+        )
+        sub = "".join(
+            "".join(f"<th>{html.escape(run)}</th>" for run in runs)
+            + "".join(f"<th>Δ {html.escape(v)}</th>" for v in variants)
+            for _m in metrics
+        )
     body = []
     items = list(rows.items())
     shown = items if limit is None else items[:limit]
     for key, entry in shown:
+        state = entry.get("state")
         cells = []
+        if pool_column:
+            pools = entry.get("pool") or {}
+            pool = pools.get(runs[0]) or next((p for p in pools.values() if p), None)
+            cells.append(f"<td class='t'>{html.escape(str(pool or '–'))}</td>")
         for metric, _label, direction in metrics:
             cell = entry[metric]
-            cells.extend(f"<td>{_fmt(cell['values'].get(run), metric)}</td>" for run in runs)
+            if compact:
+                before = _value(cell, runs[0], metric, state)
+                after = _value(cell, variants[0], metric, state)
+                css, text = _delta_text(cell["delta"].get(variants[0]), metric, direction)
+                if before == after:
+                    cells.append(f"<td class='c'>{before}</td>")
+                else:
+                    delta = f"<br><span class='d {css}'>{text}</span>" if text != "–" else ""
+                    cells.append(f"<td class='c'>{before} → {after}{delta}</td>")
+                continue
+            cells.extend(f"<td>{_value(cell, run, metric, state)}</td>" for run in runs)
             cells.extend(_delta_cell(cell["delta"].get(v), metric, direction) for v in variants)
         body.append(f"<tr><th class='k'>{html.escape(key)}</th>{''.join(cells)}</tr>")
     more = ""
     if limit is not None and len(items) > limit:
         more = f"<p class='note'>{len(items) - limit:,} more rows in the CSV.</p>"
+    second = f"<tr>{sub}</tr>" if sub else ""
     return (
         f"<h2>{html.escape(title)}</h2>{note}<div class='scroll'><table><thead>"
-        f"<tr><th rowspan='2'>{html.escape(key_label)}</th>{head}</tr><tr>{sub}</tr></thead>"
+        f"<tr><th rowspan='2'>{html.escape(key_label)}</th>{extra}{head}</tr>{second}</thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>{more}"
     )
 
@@ -445,16 +500,17 @@ def _verdict(comparison: dict[str, Any], variant: str) -> str:
         relative = abs(delta) / abs(base) if base else math.inf
         if relative < 0.02 and metric.startswith(("pending", "completion", "wasted")):
             continue
-        better = (delta > 0) == (direction > 0)
+        css, text = _delta_text(delta, metric, direction)
         lines.append(
-            f"<li class='{'good' if better else 'bad'}'>{html.escape(label)}: {_fmt(base, metric)} → "
-            f"{_fmt(cell['values'][variant], metric)}</li>"
+            f"<li class='{css}'>{html.escape(label)}: {_fmt(base, metric)} → "
+            f"{_fmt(cell['values'][variant], metric)} ({text})</li>"
         )
     ranking = comparison["gain_and_lose"][variant]
     gain = ", ".join(
         f"{html.escape(p['pool'])} (+{p['mean_usage_ratio_delta']:.3f})" for p in ranking["gain"]
     )
     lose = ", ".join(f"{html.escape(p['pool'])} ({p['mean_usage_ratio_delta']:.3f})" for p in ranking["lose"])
+    unmoved = f"none (no pool's mean usage moved by {GAIN_THRESHOLD:g} of the cluster or more)"
     starving = []
     for pool, entry in comparison["pools"].items():
         before = entry["starving_time"]["values"].get(BASELINE) or 0.0
@@ -463,11 +519,60 @@ def _verdict(comparison: dict[str, Any], variant: str) -> str:
             starving.append((after - before, pool))
     starving.sort(reverse=True)
     worse = ", ".join(f"{html.escape(pool)} (+{delta:,.0f} s)" for delta, pool in starving[:RANKED])
+    sooner, later, only = _finishing(comparison, variant)
+    paragraphs = [
+        f"<p><b>Gain most</b> mean usage: {gain or unmoved}</p>",
+        f"<p><b>Lose most</b> mean usage: {lose or 'none'}</p>",
+        f"<p><b>Finish sooner</b>: {sooner or 'no operation'}</p>",
+        f"<p><b>Finish later</b>: {later or 'no operation'}</p>",
+    ]
+    if only:
+        paragraphs.append(f"<p><b>Finish in one run only</b>: {only}</p>")
+    paragraphs.append(f"<p><b>Starve longer</b>: {worse or 'no pool'}</p>")
+    unfinished = [
+        op_id
+        for op_id, entry in comparison["operations"].items()
+        if entry["completion_time"]["values"].get(BASELINE) is None
+        and entry["completion_time"]["values"].get(variant) is None
+        and entry["state"].get(BASELINE) in ("running", "pending")
+    ]
+    if unfinished:
+        names = ", ".join(html.escape(op_id) for op_id in unfinished[:RANKED])
+        if len(unfinished) > RANKED:
+            names += f" and {len(unfinished) - RANKED:,} more"
+        paragraphs.append(
+            f"<p class='note'>Not finished at the end of either run: {names}. Completion figures cover "
+            "completed operations only; with a fixed amount of work, a change that moves when work runs (not "
+            "how much) shows in completion times rather than in mean usage.</p>"
+        )
     return (
-        f"<section class='verdict'><h3>{html.escape(variant)} vs baseline</h3><ul>{''.join(lines) or '<li>no global change</li>'}</ul>"
-        f"<p><b>Gain most</b> (mean usage): {gain or 'none'}</p><p><b>Lose most</b>: {lose or 'none'}</p>"
-        f"<p><b>Starve longer</b>: {worse or 'no pool'}</p></section>"
+        f"<section class='verdict'><h3>{html.escape(variant)} vs baseline</h3>"
+        f"<ul>{''.join(lines) or '<li>no global change</li>'}</ul>{''.join(paragraphs)}</section>"
     )
+
+
+def _finishing(comparison: dict[str, Any], variant: str) -> tuple[str, str, str]:
+    """The operations whose completion time moved most each way, and those that complete in one run only."""
+    moved = []
+    only = []
+    for op_id, entry in comparison["operations"].items():
+        cell = entry["completion_time"]
+        before, after = cell["values"].get(BASELINE), cell["values"].get(variant)
+        pool = (entry.get("pool") or {}).get(BASELINE) or (entry.get("pool") or {}).get(variant)
+        where = f" ({html.escape(str(pool))})" if pool else ""
+        if before is not None and after is not None:
+            delta = after - before
+            if abs(delta) >= max(1.0, 0.01 * before):
+                moved.append(
+                    (delta, op_id, f"{html.escape(op_id)}{where}: {_fmt(before, 'c')} → {_fmt(after, 'c')} s")
+                )
+        elif before is not None or after is not None:
+            run = "baseline" if before is not None else "the variant"
+            only.append(f"{html.escape(op_id)}{where} in {run} only")
+    moved.sort()
+    sooner = "; ".join(text for delta, _op, text in moved[:RANKED] if delta < 0)
+    later = "; ".join(text for delta, _op, text in reversed(moved[-RANKED:]) if delta > 0)
+    return sooner, later, "; ".join(only[:RANKED])
 
 
 def comparison_html(comparison: dict[str, Any]) -> str:
@@ -520,6 +625,11 @@ def comparison_html(comparison: dict[str, Any]) -> str:
         f"{comparison['runs_global'][run]['wall_time']:,.1f} s (<a href='{html.escape(run)}/report.html'>report</a>)"
         for run in runs
     )
+    pool_note = (
+        "<p class='note'>Time-weighted means over the run (ratios of the cluster). Pools that moved most "
+        "first (mean usage, then starving time).</p>"
+    )
+    work_note = "<p class='note'>Operations of the pool and its subtree (completion: submit to finish).</p>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>pooltree what-if comparison</title>
 <style>
@@ -528,7 +638,7 @@ h1 {{ font-size: 1.4em; }} h2 {{ font-size: 1.15em; margin-top: 1.6em; }}
 table {{ border-collapse: collapse; font-size: 0.85em; }}
 th, td {{ border: 1px solid #ddd; padding: 3px 6px; text-align: right; white-space: nowrap; }}
 th.k {{ text-align: left; font-weight: 600; }} thead th {{ background: #f4f4f4; }}
-td.d {{ font-weight: 600; }} .good {{ color: #1a7f37; }} .bad {{ color: #c62828; }} .same {{ color: #888; }}
+td.d, span.d {{ font-weight: 600; }} td.c {{ line-height: 1.25; }} td.t {{ text-align: left; }} .good {{ color: #1a7f37; }} .bad {{ color: #c62828; }} .same {{ color: #888; }}
 section.verdict {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.4em 1em; margin: 0.8em 0; max-width: 70em; }}
 .scroll {{ overflow-x: auto; max-width: 100%; }} .note {{ color: #666; font-size: 0.85em; }}
 </style></head><body>
@@ -537,7 +647,8 @@ section.verdict {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.4em 1e
 green is better for the pool or cluster, red worse. Runs: {runs_line}.</p>
 {"".join(_verdict(comparison, v) for v in variants)}
 {global_table}
-{_table("Pools", ordered_pools, POOL_METRICS, runs, key_label="pool", note="<p class='note'>Pools that moved most first (mean usage, then starving time).</p>")}
-{_table("Operations that moved most", ordered_ops, OPERATION_METRICS, runs, key_label="operation", limit=200)}
+{_table("Pools: share of the cluster", ordered_pools, POOL_SHARE_METRICS, runs, key_label="pool", note=pool_note)}
+{_table("Pools: their operations", ordered_pools, POOL_WORK_METRICS, runs, key_label="pool", note=work_note)}
+{_table("Operations that moved most", ordered_ops, OPERATION_METRICS, runs, key_label="operation", limit=200, pool_column=True)}
 </body></html>
 """

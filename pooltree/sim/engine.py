@@ -139,6 +139,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             state = _TreeState(name, core, integral)
             state.pools = [ROOT, *definition.pools]
             state.pool_set = set(state.pools)
+            state.pool_row = {pool: row for row, pool in enumerate(state.pools)}
             state.series_interval = self.update_period
             self.trees[name] = state
         group_tree: dict[str, str] = {}
@@ -322,11 +323,18 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         """
         if not tree.idle_sleepers:
             return
+        # Keyed by a lower bound of each node's next beat (phase + k·period of the first beat that can be at or
+        # after now, jitter aside); `_advance_idle_wakes` replaces a bound by the exact time when it reaches the
+        # top, so nodes leave the queue in the exact (time, index) order of their heartbeat events.
         nodes = self.nodes
-        queue = []
+        now = self.now
+        period = self.period
+        reach = now - self.jitter
+        queue: list[tuple[float, int, bool]] = []
         for index in tree.idle_sleepers:
-            node = nodes[index]
-            queue.append((self.beat_time(node, self._first_beat_at_or_after(node, self.now)), index))
+            phase = nodes[index].phase
+            k = max(nodes[index].k_next, math.ceil((reach - phase) / period))
+            queue.append((max(now, phase + k * period), index, False))
         heapq.heapify(queue)
         tree.wake_queue = queue
         tree.wake_head = None
@@ -339,12 +347,21 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         if not tree.pending_ops:
             queue.clear()
             return
+        idle = tree.idle_sleepers
         while queue:
-            _, index = heapq.heappop(queue)
-            if index in tree.idle_sleepers:
-                tree.wake_head = index
-                self._wake(self.nodes[index])
-                return
+            _, index, exact = queue[0]
+            if index not in idle:
+                heapq.heappop(queue)
+                continue
+            node = self.nodes[index]
+            if not exact:
+                when = self.beat_time(node, self._first_beat_at_or_after(node, self.now))
+                heapq.heapreplace(queue, (when, index, True))
+                continue
+            heapq.heappop(queue)
+            tree.wake_head = index
+            self._wake(node)
+            return
 
     def _catch_up(self, node: _Node, core: SchedulerCore, until_k: int) -> None:
         """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``."""

@@ -37,38 +37,26 @@ class _MetricsMixin:
     timeline_operations: bool
 
     def _record(self, tree: _TreeState, now: float) -> None:
-        """Remember the values published at ``now`` (they hold until the next update)."""
+        """Remember the values published at ``now`` (they hold until the next update).
+
+        Pools only (no operation rows in the timeline) and the update's arrays at hand: read in bulk with numpy
+        (per pool the first maximal resource share, Python's ``max``; statuses from the starvation map), the
+        per-element dict of held values is built only when the timeline writes rows. Otherwise every element
+        is read one by one.
+        """
         result = tree.core.last_result
+        elements = result.elements
+        if not (self.timeline_sink is not None and self.timeline_operations) and self._record_pools(
+            tree, elements
+        ):
+            self._record_root(tree, elements)
+            return
         starvation = tree.core.strategy.starvation
         values: dict[str, tuple[float, float, float, str, str]] = {}
-        elements = result.elements
         if self.timeline_sink is not None and self.timeline_operations:
             ids: Any = elements
         else:
             ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
-            arrays = getattr(elements, "arrays", None)
-            index = getattr(elements, "index", None)
-            if arrays is not None and index is not None and arrays.keys() >= _RECORD_ARRAYS:
-                # pools only, read from the update's arrays in one pass (same values as the per-element path)
-                present = [element_id for element_id in ids if element_id in index]
-                rows = [index[element_id] for element_id in present]
-                fair = arrays["fair_share"][rows].tolist()
-                usage = arrays["usage_share"][rows].tolist()
-                demand = arrays["demand_share"][rows].tolist()
-                below = arrays["below"][rows].tolist()
-                for k, element_id in enumerate(present):
-                    state = starvation.get(element_id)
-                    values[element_id] = (
-                        max(fair[k]),
-                        max(usage[k]),
-                        max(demand[k]),
-                        "below_fair_share" if below[k] else "normal",
-                        state.status.value if state is not None else "non_starving",
-                    )
-                    if element_id not in tree.pool_set:
-                        tree.pool_set.add(element_id)
-                        tree.pools.append(element_id)
-                ids = ()
         for element_id in ids:
             element = elements.get(element_id)
             if element is None:
@@ -82,20 +70,79 @@ class _MetricsMixin:
                 state.status.value if state is not None else "non_starving",
             )
             if not element.is_operation and element_id not in tree.pool_set:
-                tree.pool_set.add(element_id)
-                tree.pools.append(element_id)
+                self._add_pool(tree, element_id)
         tree.last_values = values
+        tree.held = None
         matrix = np.zeros((len(tree.pools), 6))
         matrix[:, 0] = 1.0
+        present = np.zeros(len(tree.pools), dtype=bool)
         for row, pool in enumerate(tree.pools):
             held = values.get(pool)
             if held is not None:
+                present[row] = True
                 matrix[row, 1:4] = held[:3]
                 matrix[row, 4] = held[3] == "below_fair_share"
                 matrix[row, 5] = held[4] != "non_starving"
+        self._set_matrix(tree, matrix, present)
+        self._record_root(tree, elements)
+
+    def _record_pools(self, tree: _TreeState, elements: Any) -> bool:
+        """The bulk path of `_record` (pools only); False when the result has no arrays to read (or NaNs)."""
+        arrays = getattr(elements, "arrays", None)
+        index = getattr(elements, "index", None)
+        if arrays is None or index is None or not arrays.keys() >= _RECORD_ARRAYS:
+            return False
+        ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
+        present = [element_id for element_id in ids if element_id in index]
+        rows = [index[element_id] for element_id in present]
+        count = len(present)
+        values = np.empty((count, 3))
+        span = np.arange(count)
+        for column, name in enumerate(("fair_share", "usage_share", "demand_share")):
+            shares = arrays[name][rows]
+            if count and shares.shape[1]:
+                top = shares.max(axis=1)
+                # the first resource equal to the maximum, as Python's max picks it (the sign of a zero kept)
+                values[:, column] = shares[span, (shares == top[:, None]).argmax(axis=1)]
+            else:
+                values[:, column] = [max(row) for row in shares.tolist()]
+        if np.isnan(values).any():
+            return False
+        below = np.asarray(arrays["below"][rows], dtype=bool)
+        starvation = tree.core.strategy.starvation
+        statuses = []
+        for element_id in present:
+            state = starvation.get(element_id)
+            statuses.append(state.status.value if state is not None else "non_starving")
+        pool_row = tree.pool_row
+        for element_id in present:
+            if element_id not in pool_row:
+                self._add_pool(tree, element_id)
+        positions = [pool_row[element_id] for element_id in present]
+        matrix = np.zeros((len(tree.pools), 6))
+        matrix[:, 0] = 1.0
+        matrix[positions, 1:4] = values
+        matrix[positions, 4] = below
+        matrix[positions, 5] = [status != "non_starving" for status in statuses]
+        mask = np.zeros(len(tree.pools), dtype=bool)
+        mask[positions] = True
+        tree.last_values = None
+        tree.held = (present, values, below, statuses)
+        self._set_matrix(tree, matrix, mask)
+        return True
+
+    def _add_pool(self, tree: _TreeState, pool: str) -> None:
+        tree.pool_set.add(pool)
+        tree.pool_row[pool] = len(tree.pools)
+        tree.pools.append(pool)
+
+    def _set_matrix(self, tree: _TreeState, matrix: np.ndarray, present: np.ndarray) -> None:
         tree.matrix = matrix
+        tree.present = present
         if tree.acc.shape[0] < len(tree.pools):
             tree.acc = np.vstack([tree.acc, np.zeros((len(tree.pools) - tree.acc.shape[0], 6))])
+
+    def _record_root(self, tree: _TreeState, elements: Any) -> None:
         index = getattr(elements, "index", None)
         arrays = getattr(elements, "arrays", None)
         if index is not None and arrays is not None and "resource_usage" in arrays:
@@ -106,6 +153,25 @@ class _MetricsMixin:
             root = elements.get(ROOT)
             if root is not None:
                 tree.last_root = (np.array(root.resource_usage, dtype=float), tree.core.total_resources)
+
+    def _held_values(self, tree: _TreeState) -> dict[str, tuple[float, float, float, str, str]]:
+        """Element → (fair share, usage, demand ratios, scheduling status, starvation status) held now."""
+        if tree.last_values is None:
+            values: dict[str, tuple[float, float, float, str, str]] = {}
+            if tree.held is not None:
+                present, shares, below, statuses = tree.held
+                for element_id, (fair, usage, demand), flag, status in zip(
+                    present, shares.tolist(), below.tolist(), statuses, strict=True
+                ):
+                    values[element_id] = (
+                        fair,
+                        usage,
+                        demand,
+                        "below_fair_share" if flag else "normal",
+                        status,
+                    )
+            tree.last_values = values
+        return tree.last_values
 
     def _sample(self, now: float, *, final: bool = False) -> None:
         """Integrate the values held since the previous sample (time-weighted means, starving time)."""
@@ -123,10 +189,17 @@ class _MetricsMixin:
     def _timeline(self, tree: _TreeState, now: float, emit: bool) -> None:
         if tree.last_series is None or now - tree.last_series >= tree.series_interval - 1e-9:
             tree.last_series = now
-            for pool in tree.pools:
-                values = tree.last_values.get(pool)
-                if values is not None:
-                    tree.series.setdefault(pool, []).append((now, values[0], values[1], values[2]))
+            if tree.matrix is not None:
+                series = tree.series
+                shares = tree.matrix[:, 1:4].tolist()
+                for pool, held, (fair, usage, demand) in zip(
+                    tree.pools, tree.present.tolist(), shares, strict=True
+                ):
+                    if held:
+                        points = series.get(pool)
+                        if points is None:
+                            points = series[pool] = []
+                        points.append((now, fair, usage, demand))
             if tree.series and len(next(iter(tree.series.values()))) > MAX_PLOT_POINTS:
                 for pool in tree.series:
                     tree.series[pool] = tree.series[pool][::2]
@@ -134,7 +207,7 @@ class _MetricsMixin:
         if not emit or self.timeline_sink is None:
             return
         rows = []
-        for element_id, values in tree.last_values.items():
+        for element_id, values in self._held_values(tree).items():
             is_pool = element_id in tree.pool_set
             if not is_pool and not self.timeline_operations:
                 continue

@@ -111,8 +111,9 @@ class _TreeState:
     pending_dirty: bool = True
     idle_sleepers: set[int] = field(default_factory=set)
     """Sleeping nodes that can start more (woken when schedulable demand appears)."""
-    wake_queue: list[tuple[float, int]] = field(default_factory=list)
-    """Idle sleepers still to wake for the current demand, by their next beat (a heap; see `_wake_idle`)."""
+    wake_queue: list[tuple[float, int, bool]] = field(default_factory=list)
+    """Idle sleepers still to wake for the current demand: (next beat or a lower bound of it, node index, exact),
+    a heap (see `_wake_idle`)."""
     wake_head: int | None = None
     """The idle sleeper woken last from ``wake_queue``: when it has beaten, the next one is woken."""
     pools: list[str] = field(default_factory=list)
@@ -127,7 +128,14 @@ class _TreeState:
     total_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
     preempted_by_pool: Counter[str] = field(default_factory=Counter)
     series: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
-    last_values: dict[str, tuple[float, float, float, str, str]] = field(default_factory=dict)
+    last_values: dict[str, tuple[float, float, float, str, str]] | None = field(default_factory=dict)
+    """Element → values held since the last record; None: not built yet from ``held`` (see `_held_values`)."""
+    held: tuple[list[str], np.ndarray, np.ndarray, list[str]] | None = None
+    """The pools' held values read in bulk: ids, (fair share, usage, demand) ratios, below flags, starvation."""
+    pool_row: dict[str, int] = field(default_factory=dict)
+    """Pool → its row in ``pools`` / ``matrix`` / ``acc``."""
+    present: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    """Per row of ``matrix``: whether the pool had values in the last record."""
     last_root: tuple[Vector, Vector] | None = None
 
 

@@ -126,3 +126,48 @@ def test_comparison_is_deterministic(tmp_path: Path):
 
 def _walls() -> dict:
     return {run: {"simulated_time": 360.0, "wall_time": 1.0} for run in (BASELINE, "v")}
+
+
+def _cell(before, after) -> dict:
+    delta = None if before is None or after is None else after - before
+    return {"values": {BASELINE: before, "v": after}, "delta": {"v": delta}}
+
+
+def test_page_names_operations_that_finish_sooner_later_or_not_at_all():
+    """Mean usage cannot show a fixed amount of work done sooner: the verdict names the operations whose
+    completion moved, says which did not finish, and a single variant's cells read "before → after"."""
+    from pooltree.sim.compare import GLOBAL_METRICS, OPERATION_METRICS, POOL_METRICS
+
+    def operation(pool: str, completion: tuple, state: tuple) -> dict:
+        entry = {metric: _cell(0, 0) for metric, _label, _direction in OPERATION_METRICS}
+        entry["completion_time"] = _cell(*completion)
+        entry["pool"] = {BASELINE: pool, "v": pool}
+        entry["state"] = {BASELINE: state[0], "v": state[1]}
+        return entry
+
+    pools = {"backup": {metric: _cell(0.083, 0.083) for metric, _label, _direction in POOL_METRICS}}
+    pools["backup"]["completion_mean"] = _cell(2836.0, 2242.0)
+    comparison = {
+        "runs": [BASELINE, "v"],
+        "scenario": "s.yaml",
+        "seed": 1,
+        "global": {metric: _cell(1, 1) for metric, _label, _direction in GLOBAL_METRICS},
+        "runs_global": _walls(),
+        "pools": pools,
+        "operations": {
+            "backup-1": operation("backup", (2836.0, 2242.0), ("completed", "completed")),
+            "adhoc-1": operation("adhoc", (1000.0, 1300.0), ("completed", "completed")),
+            "batch-1": operation("batch", (None, None), ("running", "running")),
+            "late-1": operation("batch", (None, 700.0), ("running", "completed")),
+        },
+        "gain_and_lose": {"v": {"gain": [], "lose": []}},
+    }
+    page = comparison_html(comparison)
+    verdict = page.split("</section>")[0]
+    assert "<b>Finish sooner</b>: backup-1 (backup): 2,836 → 2,242 s" in verdict
+    assert "<b>Finish later</b>: adhoc-1 (adhoc): 1,000 → 1,300 s" in verdict
+    assert "late-1 (batch) in the variant only" in verdict
+    assert "Not finished at the end of either run: batch-1" in verdict
+    assert "no pool's mean usage moved" in verdict
+    assert "2,836 → 2,242<br><span class='d good'>−594</span>" in page
+    assert "not finished" in page.split("Operations that moved most")[1]
