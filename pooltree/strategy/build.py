@@ -507,14 +507,58 @@ def _unchanged_structure(
     assert last.gathered is not None and cache.last is not None
     specs = list(last.specs)
     statics = last.statics
-    is_op = last.is_op
-    for row in np.flatnonzero(gathered.changed(last.gathered)).tolist():
-        specs[row] = gathered.spec(statics[row], row, bool(is_op[row]))
+    changed = np.flatnonzero(gathered.changed(last.gathered))
+    prepared: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
+    if changed.size:
+        _respec(gathered, changed, last, specs, prepared)
     last.specs = specs
     last.gathered = gathered
     tree = cache.last[2].with_shares(total_resources, specs)
+    tree.prepared = prepared
     cache.last = (statics, cache.last[1], tree)
     return tree
+
+
+def _respec(
+    gathered: _Gathered,
+    changed: np.ndarray,
+    last: _LastRuntime,
+    specs: list[ElementSpec],
+    prepared: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]],
+) -> None:
+    """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
+    part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. ``prepared`` gets
+    each element's fair share, demand share and ``blocked`` mask as the tuples `publish` would compute from the
+    spec (`SchedulingTree.prepared`)."""
+    fair_share = gathered.fair_share[changed]
+    demand_share = gathered.demand_share[changed]
+    fair_rows = list(fair_share)  # row views, as the element walk hands out
+    demand_rows = list(demand_share)
+    fair_tuples = fair_share.tolist()
+    demand_tuples = demand_share.tolist()
+    blocked = (fair_share >= demand_share).tolist()
+    below = gathered.below[changed].tolist()
+    weight = gathered.weight[changed].tolist()
+    fifo = gathered.fifo[changed].tolist()
+    missing = gathered.missing[changed].tolist()
+    is_op = last.is_op[changed].tolist()
+    ids = last.ids
+    statics = last.statics
+    for k, row in enumerate(changed.tolist()):
+        if missing[k]:
+            specs[row] = gathered.spec(statics[row], row, is_op[k])
+            continue
+        values = specs[row].__dict__.copy()
+        values["fair_share"] = fair_rows[k]
+        values["demand_share"] = demand_rows[k]
+        values["scheduling_status"] = _BELOW if below[k] else _NORMAL
+        if is_op[k]:
+            values["weight"] = weight[k]
+            values["fifo_index"] = fifo[k]
+        spec = object.__new__(ElementSpec)
+        spec.__dict__ = values
+        specs[row] = spec
+        prepared[ids[row]] = (tuple(fair_tuples[k]), tuple(demand_tuples[k]), tuple(blocked[k]))
 
 
 def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:

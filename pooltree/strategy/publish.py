@@ -115,14 +115,17 @@ class SnapshotPublisher(SchedulingStages):
         order = tree.order
         self._total = total
         unknown: list[_Element] = []
+        prepared = tree.prepared
         # 1. bottom-up: specs, usage and demand shares, blocked masks, preemptible lists
         for element_id in reversed(order):
             element = elements[element_id]
             spec = specs[element_id]
             fresh = spec is not element.spec
+            ready = None
             if fresh:
                 element.spec = spec
-                element.fair_share = tuple(_floats(spec.fair_share))
+                ready = prepared.get(element_id)
+                element.fair_share = tuple(_floats(spec.fair_share)) if ready is None else ready[0]
                 element.fifo_key = float(spec.fifo_index)
             if spec.scheduling_status is None:
                 unknown.append(element)
@@ -138,7 +141,7 @@ class SnapshotPublisher(SchedulingStages):
                         for u, n, t in zip(element.usage, needed, total, strict=True)
                     )
                 elif fresh:
-                    element.demand_share = tuple(_floats(spec.demand_share))
+                    element.demand_share = tuple(_floats(spec.demand_share)) if ready is None else ready[1]
             else:
                 usage = [0.0] * RESOURCE_COUNT
                 if spec.demand_share is None:
@@ -151,11 +154,16 @@ class SnapshotPublisher(SchedulingStages):
                     for child in element.children:
                         _add_list(usage, child.usage)
                     if fresh:
-                        element.demand_share = tuple(_floats(spec.demand_share))
+                        element.demand_share = (
+                            tuple(_floats(spec.demand_share)) if ready is None else ready[1]
+                        )
                 element.usage = usage
             shares = (element.fair_share, element.demand_share)
             if shares != element.blocked_for:  # a function of these two only
-                element.blocked = blocked_mask(*shares)
+                if ready is not None and spec.demand_share is not None:
+                    element.blocked = ready[2]  # blocked_mask of these very values, computed in bulk
+                else:
+                    element.blocked = blocked_mask(*shares)
                 element.blocked_for = shares
             if element.is_op and element.op is not None:
                 self._configure_lists(element)

@@ -249,6 +249,9 @@ class SchedulingTree:
         if self.total_resources.shape != (RESOURCE_COUNT,) or np.any(self.total_resources < 0):
             raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
         self.skeleton: object = object()
+        self.prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
+        """Element id → its fair share, demand share and ``blocked`` mask as Python tuples, for elements whose
+        spec the builder made anew (`build._respec`): exactly what `publish` would compute from the spec."""
         self.elements: dict[str, ElementSpec] = {}
         for element in elements:
             path = f"elements.{element.id}"
@@ -342,6 +345,7 @@ class SchedulingTree:
             raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
         tree.total_resources = total
         tree.skeleton = self.skeleton
+        tree.prepared = {}
         tree.elements = {element.id: element for element in elements}
         if ROOT_ID not in tree.elements:
             tree.elements[ROOT_ID] = self.elements[ROOT_ID]
