@@ -25,6 +25,7 @@ from pooltree.cli import app
 from pooltree.config.documents import loads_document
 from pooltree.errors import ConfigError
 from pooltree.fairshare import Operation, Pool, update_fair_share
+from pooltree.fairshare import functions as fn
 from pooltree.fairshare.elements_dump import (
     Comparison,
     ElementsDump,
@@ -37,8 +38,9 @@ from pooltree.fairshare.elements_dump import (
 DATA = Path(__file__).parent / "data" / "gpu_tree_elements.yson.gz"
 DUMP_CHARS = 896_583
 ELEMENTS = 1309
-# The unit test's own options (main resource cpu, its default).
-UNIT_TEST_MATCHING = 1190
+# The unit test's own options (main resource cpu, its default); with the numpy reference passes 1,184 (rounding
+# noise at jumps moves six elements, fairshare ARCHITECTURE.md "Rounding noise at discontinuities").
+UNIT_TEST_MATCHING = {"compiled": 1190, "numpy": 1184}
 # The same with the tree's main resource, gpu (implied by the dump): the figure of issue 14.
 FIGURE_MATCHING = 1247
 # Counterfactuals that explain the remaining differences (ARCHITECTURE.md).
@@ -100,11 +102,17 @@ def test_the_tree_is_built_as_the_unit_test_builds_it(dump: ElementsDump) -> Non
     assert dump.main_resource == "gpu"
 
 
-def test_the_unit_test_options_as_they_are(dump: ElementsDump) -> None:
+@pytest.fixture(params=["compiled", "numpy"])
+def kernels(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    with fn.use_compiled_kernels(request.param == "compiled"):
+        yield request.param
+
+
+def test_the_unit_test_options_as_they_are(dump: ElementsDump, kernels: str) -> None:
     """With the unit test's main resource (cpu) no pool gets an implicit cpu/memory guarantee."""
     comparison = run(dump)
     assert comparison.total == ELEMENTS
-    assert comparison.matching == UNIT_TEST_MATCHING
+    assert comparison.matching == UNIT_TEST_MATCHING["compiled" if fn.compiled_kernels_active() else "numpy"]
     assert comparison.fraction < 0.95
 
 
@@ -116,6 +124,13 @@ def test_production_figure(figure: Comparison) -> None:
     name, difference, resource = figure.worst(1)[0]
     assert (name, resource) == ("operation332", "gpu")
     assert difference == pytest.approx(0.013141, abs=1e-6)
+
+
+def test_production_figure_with_the_numpy_passes(dump: ElementsDump) -> None:
+    """The same figure where the C extension could not be built (the numpy reference passes)."""
+    with fn.use_compiled_kernels(False):
+        comparison = run(dump, main_resource="gpu")
+    assert comparison.matching == FIGURE_MATCHING
 
 
 def test_every_remaining_difference_is_in_or_around_a_fifo_pool(
