@@ -628,12 +628,14 @@ class OperationCommands:
                     cursor_time=cursor_time,
                     cursor_direction=direction,
                     limit=limit + 1,
-                )
+                ),
+                known=self.scheduler.operations,  # live ones are briefed from memory: their bodies not decoded
             )
             counters = self.scheduler.counts.counters(count_filter)
         else:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
         now = self.clock()
+        page = [self._whole(record) for record in page]
         items = [
             self._brief(record, now)
             for record in page[:limit]
@@ -642,6 +644,18 @@ class OperationCommands:
             or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
         ]
         return {"operations": items, "incomplete": len(page) > limit, **counters}
+
+    def _whole(self, record: OperationRecord) -> OperationRecord:
+        """A listed record as the listing needs it: a live operation's from memory, one that was live when listed
+        but finished since read whole (its body was not decoded)."""
+        op = self.scheduler.operations.get(record.id)
+        if op is not None:
+            if record.partial:
+                record.spec, record.runtime_parameters = op.spec, op.runtime_parameters
+            return record
+        if record.partial:
+            return self.scheduler.store.get_operation(record.id) or record
+        return record
 
     def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:
         """A listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as ``get_operation`` shows them): a live
@@ -670,7 +684,9 @@ class OperationCommands:
         try:
             jobs = self.scheduler.progress(op)
         except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = dict(record.document.get("progress") or {})
+            jobs = dict((record.document or {}).get("progress") or {})
+            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+                jobs.setdefault(key, 0)
         return _brief_attributes(
             op.id,
             op.type,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,10 @@ class CountingStore:
         self._store = store
         self.rows_read: list[int] = []
 
-    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
-        records = self._store.list_operations(query)
+    def list_operations(
+        self, query: OperationFilter = OperationFilter(), *, known: Container[str] = ()
+    ) -> list[OperationRecord]:
+        records = self._store.list_operations(query, known=known)
         self.rows_read.append(len(records))
         return records
 
@@ -209,3 +212,29 @@ def test_list_operations_counts_follow_live_operations(tmp_path: Path) -> None:
     assert counted["state_counts"] == {"pending": 4, "aborted": 1}
     text = again.list_operations(CommandContext("list_operations", {"filter": "JOB 1"}))
     assert {o["id"] for o in text["operations"]} == {f"op-{i:05d}" for i in (1, *range(10, 20))}
+
+
+def test_listed_live_operations_are_not_decoded_and_one_finished_meanwhile_is_read_whole(
+    tmp_path: Path,
+) -> None:
+    """A page's live operations are briefed from memory (their stored bodies are not decoded); one that
+    finished between the page query and the briefing is read whole from the store."""
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    live = LiveScheduler(store)
+    live.apply_pool_trees(_trees(0), None, 0.0)
+    spec = {**SPEC, "title": "queued"}
+    ops = [live.start_operation("vanilla", spec, "alice", float(i)) for i in range(3)]
+    page = store.list_operations(OperationFilter(limit=10), known=live.operations)
+    assert [r.partial for r in page] == [True, True, True] and page[0].spec == {}
+    commands = OperationCommands(live, lambda: 10.0)
+    live.finish_operation(ops[2].id, "aborted", 5.0)  # newest first: page[0] is ops[2]
+    whole = commands._whole(page[0])
+    assert not whole.partial and whole.state == "aborted" and whole.spec["title"] == "queued"
+    assert commands._whole(page[1]).spec["title"] == "queued"  # a live one takes memory's spec
+    listed = commands.list_operations(CommandContext("list_operations", {"limit": 10}))["operations"]
+    assert [(o["id"], o["state"], o["brief_spec"]["title"]) for o in listed] == [
+        (ops[2].id, "aborted", "queued"),
+        (ops[1].id, "pending", "queued"),
+        (ops[0].id, "pending", "queued"),
+    ]
+    store.close()

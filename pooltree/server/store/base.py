@@ -10,7 +10,7 @@ import json
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -94,6 +94,8 @@ class OperationRecord:
     spec: dict[str, Any] = field(default_factory=dict)
     runtime_parameters: dict[str, Any] = field(default_factory=dict)
     document: dict[str, Any] = field(default_factory=dict)
+    partial: bool = False
+    """Listed without its body (``list_operations(known=...)``): spec, runtime parameters and document are empty."""
 
     def to_json(self) -> str:
         return dump_json(
@@ -212,8 +214,11 @@ class Store(ABC):
     def get_operation(self, operation_id: str) -> OperationRecord | None: ...
 
     @abstractmethod
-    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
-        """Operations matching ``query``, ordered by start time (newest first for ``past``)."""
+    def list_operations(
+        self, query: OperationFilter = OperationFilter(), *, known: Container[str] = ()
+    ) -> list[OperationRecord]:
+        """Operations matching ``query``, ordered by start time (newest first for ``past``). Those whose id is in
+        ``known`` (the caller holds them in memory) come ``partial``: their body is not decoded."""
 
     @abstractmethod
     def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
@@ -261,8 +266,20 @@ class Store(ABC):
         self.close()
 
 
-def operation_from_row(row: tuple[Any, ...]) -> OperationRecord:
-    """An ``OperationRecord`` from a row ``(id, type, state, user, pool, start, finish, json)``."""
+def operation_from_row(row: tuple[Any, ...], *, body: bool = True) -> OperationRecord:
+    """An ``OperationRecord`` from a row ``(id, type, state, user, pool, start, finish, json)``; without ``body``
+    the JSON is not decoded (a ``partial`` record)."""
+    if not body:
+        return OperationRecord(
+            id=row[0],
+            type=row[1],
+            state=row[2],
+            user=row[3],
+            pool=row[4],
+            start_time=float(row[5]),
+            finish_time=None if row[6] is None else float(row[6]),
+            partial=True,
+        )
     body = load_json(row[7])
     return OperationRecord(
         id=row[0],

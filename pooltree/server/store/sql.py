@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -43,15 +43,20 @@ class SqlStore(Store):
     def _connection_transaction(self) -> AbstractContextManager[Any]:
         """A context manager yielding a cursor inside one transaction (commit on success)."""
 
+    def _read_transaction(self) -> AbstractContextManager[Any]:
+        """A context manager yielding a cursor for reads only (by default a full transaction)."""
+        return self._connection_transaction()
+
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def _transaction(self, *, read: bool = False) -> Iterator[Any]:
         """One transaction, refused while the store is in trouble; a database error puts it in trouble.
 
         A failed commit is never retried here: the caller answers an error and leaves no trace in memory.
+        ``read``: the statements only read (``_read_transaction``).
         """
         self.check_writable()
         try:
-            with self._connection_transaction() as cur:
+            with self._read_transaction() if read else self._connection_transaction() as cur:
                 yield cur
         except self.database_errors as error:
             self.mark_trouble(self._describe(error))
@@ -84,7 +89,7 @@ class SqlStore(Store):
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock, self._transaction() as cur:
+        with self._lock, self._transaction(read=True) as cur:
             cur.execute(self._q(sql), tuple(args))
             return [tuple(row) for row in cur.fetchall()]
 
@@ -157,9 +162,11 @@ class SqlStore(Store):
         )
         return operation_from_row(rows[0]) if rows else None
 
-    def list_operations(self, query: OperationFilter = OperationFilter()) -> list[OperationRecord]:
+    def list_operations(
+        self, query: OperationFilter = OperationFilter(), *, known: Container[str] = ()
+    ) -> list[OperationRecord]:
         sql, args = operation_page_sql(query, "?")
-        return [operation_from_row(row) for row in self._rows(sql, args)]
+        return [operation_from_row(row, body=row[0] not in known) for row in self._rows(sql, args)]
 
     def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
         where, args = operation_where(query, "?")

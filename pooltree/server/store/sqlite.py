@@ -114,6 +114,17 @@ class SqliteStore(SqlStore):
         finally:
             cur.close()
 
+    @contextmanager
+    def _read_transaction(self) -> Iterator[Any]:
+        """A read: one SELECT in SQLite's autocommit mode (its own read transaction), without ``BEGIN IMMEDIATE``
+        (which takes the write lock) and the file check of a commit: nothing is acknowledged by a read, a vanished
+        or replaced file is noticed by the next write and by ``probe``, corruption by SQLite when it reads."""
+        cur = self._conn.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
     def probe(self) -> StoreHealth:
         with self._lock:
             if self._trouble is None and self._fd is not None:
