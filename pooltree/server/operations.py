@@ -584,8 +584,17 @@ class OperationCommands:
         return self._encoded(self._entry(self._operation_id(ctx)), ctx)
 
     def get_operation_fast(self, ctx: CommandContext) -> Encoded | None:
-        """``get_operation`` on the event loop when the cached map is current (no lock, no store, no thread)."""
-        entry = self._cached(self._operation_id(ctx))
+        """``get_operation`` on the event loop when the cached map is current (no lock, no store, no thread), or
+        when the operation is pending: its map is built without the lock (``_pending_entry``, well under a
+        millisecond at 10,000 queued), and every start into its pool changes its queue length, so with starts
+        coming in a queued operation's cached map is nearly always stale; built here, a read does not queue for a
+        worker thread behind listings and starts."""
+        operation_id = self._operation_id(ctx)
+        entry = self._cached(operation_id)
+        if entry is None:
+            op = self.scheduler.operations.get(operation_id)
+            if op is not None and op.state == "pending":
+                entry = self._pending_entry(op)
         return None if entry is None else self._encoded(entry, ctx)
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:

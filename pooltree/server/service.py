@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +49,28 @@ DEFAULT_TREE = "default"
 MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread holds the GIL while another waits for it (Python's default is 0.005). The event loop answers
+cached reads itself and hands the rest to worker threads; each time a worker's SQLite call or the loop's socket
+I/O gives the GIL up, getting it back waits for the holder's interval, so under load a request paid several
+5 ms waits. ``POOLTREE_SWITCH_INTERVAL`` (seconds) overrides it for comparisons."""
+
+
+def switch_interval() -> float:
+    """The GIL switch interval ``serve`` sets: ``POOLTREE_SWITCH_INTERVAL`` when valid, else ``SWITCH_INTERVAL``."""
+    raw = os.environ.get("POOLTREE_SWITCH_INTERVAL")
+    if raw is None:
+        return SWITCH_INTERVAL
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 1e-5 <= value <= 1.0:
+        log.warning(
+            "POOLTREE_SWITCH_INTERVAL=%r is not seconds in [1e-05, 1]; using %s", raw, SWITCH_INTERVAL
+        )
+        return SWITCH_INTERVAL
+    return value
 
 
 def resource_map(values: Any) -> dict[str, float]:
@@ -428,6 +452,7 @@ async def serve(
             f"refusing to serve {host} without authentication: anyone reaching it would be root"
         )
     tune_gc = tuning_enabled()
+    sys.setswitchinterval(switch_interval())
 
     def factory(store: Store) -> SchedulerService:
         if prepare_store is not None:
