@@ -1,11 +1,12 @@
-"""`pooltree fair-share` end to end: a real subprocess on the seeds' example and on bad input."""
+"""`pooltree fair-share` end to end on the seeds' example and on bad input (real processes where the entry point
+and piped output matter: ``clikit``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from clikit import run_fair_share
+from clikit import run_fair_share, run_fair_share_process
 
 
 def test_example_json_has_orchid_fields_and_consistent_shares() -> None:
@@ -36,10 +37,11 @@ def test_example_json_has_orchid_fields_and_consistent_shares() -> None:
 
 
 def test_table_and_bad_input(tmp_path: Path) -> None:
-    assert run_fair_share("examples/project-root.yaml", "--format", "table").returncode == 0
+    """As a real ``python -m pooltree.cli`` process: exit codes and one clear line, no traceback."""
+    assert run_fair_share_process("examples/project-root.yaml", "--format", "table").returncode == 0
     bad = tmp_path / "bad.yaml"
     bad.write_text("cluster: {total_resources: {cpu: 10}}\npool_trees: {t: {pools: {a: {weight: -1}}}}\n")
-    done = run_fair_share(str(bad))
+    done = run_fair_share_process(str(bad))
     assert done.returncode != 0
     assert "weight" in done.stderr and done.stdout == ""
 
@@ -47,7 +49,7 @@ def test_table_and_bad_input(tmp_path: Path) -> None:
 def test_piped_table_has_one_line_per_element() -> None:
     """Redirected output is not wrapped at 80 columns: every pool and operation is one whole line."""
     view = json.loads(run_fair_share("examples/project-root.yaml").stdout)["pool_trees"]["physical"]
-    done = run_fair_share("examples/project-root.yaml", "--format", "table", wide_console=False)
+    done = run_fair_share_process("examples/project-root.yaml", "--format", "table", wide_console=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     shown = [name for name in [*view["pools"], *view["operations"]] if name != "<Root>"]

@@ -13,7 +13,6 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
-from job_functions import square_to_stderr
 from live_cluster import YT, Cluster
 from polling import wait_for
 
@@ -85,32 +84,31 @@ def test_transactions_stage_file_writes_until_commit(cluster: Cluster) -> None:
 def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
     # Jobs run as their slot's user, which cannot reach the test venv (under /root here): they run the system
     # python3 (the one on the job's PATH), and the library ships the pure-Python modules the function needs
-    # (compiled ones are left out, since the two interpreters' builds may differ).
+    # (compiled ones are left out, since the two interpreters' builds may differ). The operation is started from
+    # a process of its own, as a user's script would (callable_client.py says why).
     python = shutil.which("python3", path=SAFE_PATH)
     if python is None:
         pytest.skip(f"no python3 on the jobs' PATH ({SAFE_PATH})")
-    client = ytw.YtClient(
-        proxy=cluster.url,
-        token=cluster.token,
-        config={
-            "proxy": {"enable_proxy_discovery": False},
-            # the modules archive goes up in pieces the server takes (a request body is at most 32 MiB decoded)
-            "write_retries": {"chunk_size": 16 * 1024 * 1024},
-            "write_parallel": {"enable": False},
-            "pickling": {
-                "python_binary": python,
-                "enable_modules_compatibility_filter": True,
-                "force_using_py_instead_of_pyc": True,
-            },
-        },
+    started = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("callable_client.py")),
+            cluster.url,
+            cluster.token,
+            python,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    spec = ytw.VanillaSpecBuilder().begin_task("main").command(square_to_stderr).job_count(2).end_task()
-    op = client.run_operation(spec, sync=False)
-    wait_for(lambda: client.get_operation(op.id)["state"] in ("completed", "failed", "aborted"), timeout=90)
-    assert client.get_operation(op.id)["state"] == "completed", _stderrs(client, op.id)
-    stderrs = _stderrs(client, op.id)
+    assert started.returncode == 0, started.stderr
+    op_id = started.stdout.split()[-1]
+    client = cluster.client()
+    wait_for(lambda: client.get_operation(op_id)["state"] in ("completed", "failed", "aborted"), timeout=300)
+    assert client.get_operation(op_id)["state"] == "completed", _stderrs(client, op_id)
+    stderrs = _stderrs(client, op_id)
     assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
-    assert "unrecognized_spec" not in client.get_operation(op.id)["alerts"]
+    assert "unrecognized_spec" not in client.get_operation(op_id)["alerts"]
 
 
 def test_a_file_written_in_pieces_is_whole(cluster: Cluster) -> None:
