@@ -27,6 +27,7 @@ below its fair share (starvation timers depend on time).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -65,6 +66,9 @@ from pooltree.sim.state import (
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import NodeHeartbeat
 from pooltree.tree import PoolTree
+
+_WAKE_SLACK = 1e-6
+"""Seconds of float rounding allowed in the phase bounds of `_wake_idle` (taking a node early is harmless)."""
 
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
 
@@ -167,6 +171,10 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             self.nodes.append(node)
             self.node_by_address[address] = node
             self.trees[tree_name].core.add_node(address, limits, tags)
+        for tree in self.trees.values():
+            ordered = sorted((node.phase, node.index) for node in self.nodes if node.tree == tree.name)
+            tree.phases = [phase for phase, _index in ordered]
+            tree.phase_order = [index for _phase, index in ordered]
         if not self.nodes:
             raise ConfigError("cluster.nodes", "no node belongs to any pool tree (check node_tag_filter)")
         self.ops: list[_Op] = []
@@ -315,53 +323,67 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         """Schedulable demand appeared: the idle sleepers beat again, one after another in beat order.
 
         Waking them all at once would be exact too, but each of them beats; once the demand is placed the rest
-        find nothing and fall asleep again. Instead the idle sleepers are queued by their next beat (the order
-        in which they would beat) and woken one at a time: the next one when the previous one has beaten, while
-        the tree still has published pending demand (`_advance_idle_wakes`). A sleeper left in the queue when
-        the demand is gone would have found nothing: its beats are noops until demand appears again, which
-        queues the idle sleepers anew.
+        find nothing and fall asleep again. Instead the idle sleepers are woken one at a time in the order in
+        which they would beat: the next one when the previous one has beaten, while the tree still has
+        published pending demand (`_advance_idle_wakes`). A sleeper not reached when the demand is gone would
+        have found nothing: its beats are noops until demand appears again, which starts the walk anew.
+
+        The walk needs no pass over all sleepers: the tree's nodes are kept sorted by heartbeat phase, and
+        ``phase + k·period`` of a node's first beat that can be at or after ``now`` (jitter aside) is a lower
+        bound of its next beat that grows along that order rotated to start at ``(now - jitter) mod period``.
+        Nodes are taken along it while their bound does not exceed the earliest exact next beat found so far;
+        the exact times go to a small heap ordered like the heartbeat events (time, node index).
         """
-        if not tree.idle_sleepers:
+        if not tree.idle_sleepers or not tree.phase_order:
             return
-        # Keyed by a lower bound of each node's next beat (phase + k·period of the first beat that can be at or
-        # after now, jitter aside); `_advance_idle_wakes` replaces a bound by the exact time when it reaches the
-        # top, so nodes leave the queue in the exact (time, index) order of their heartbeat events.
-        nodes = self.nodes
-        now = self.now
-        period = self.period
-        reach = now - self.jitter
-        queue: list[tuple[float, int, bool]] = []
-        for index in tree.idle_sleepers:
-            phase = nodes[index].phase
-            k = max(nodes[index].k_next, math.ceil((reach - phase) / period))
-            queue.append((max(now, phase + k * period), index, False))
-        heapq.heapify(queue)
-        tree.wake_queue = queue
+        reach = self.now - self.jitter
+        offset = reach % self.period
+        tree.wake_base = reach - offset
+        tree.wake_start = bisect.bisect_left(tree.phases, offset)
+        tree.wake_cursor = 0
+        tree.wake_queue = []
         tree.wake_head = None
         self._advance_idle_wakes(tree)
 
     def _advance_idle_wakes(self, tree: _TreeState) -> None:
-        """Wake the next queued idle sleeper (the earliest to beat) while published demand is pending."""
+        """Wake the next idle sleeper in beat order while published demand is pending (see `_wake_idle`)."""
         tree.wake_head = None
         queue = tree.wake_queue
+        count = len(tree.phase_order)
         if not tree.pending_ops:
             queue.clear()
+            tree.wake_cursor = count
             return
         idle = tree.idle_sleepers
-        while queue:
-            _, index, exact = queue[0]
-            if index not in idle:
-                heapq.heappop(queue)
-                continue
-            node = self.nodes[index]
-            if not exact:
-                when = self.beat_time(node, self._first_beat_at_or_after(node, self.now))
-                heapq.heapreplace(queue, (when, index, True))
-                continue
-            heapq.heappop(queue)
-            tree.wake_head = index
-            self._wake(node)
-            return
+        nodes = self.nodes
+        phases = tree.phases
+        order = tree.phase_order
+        period = self.period
+        while True:
+            top = queue[0][0] if queue else math.inf
+            while tree.wake_cursor < count:
+                position = tree.wake_start + tree.wake_cursor
+                if position >= count:
+                    position -= count
+                    bound = tree.wake_base + period + phases[position]
+                else:
+                    bound = tree.wake_base + phases[position]
+                if bound > top + _WAKE_SLACK:
+                    break
+                tree.wake_cursor += 1
+                index = order[position]
+                if index in idle:
+                    node = nodes[index]
+                    when = self.beat_time(node, self._first_beat_at_or_after(node, self.now))
+                    heapq.heappush(queue, (when, index))
+                    top = queue[0][0]
+            if not queue:
+                return
+            _, index = heapq.heappop(queue)
+            if index in idle:
+                tree.wake_head = index
+                self._wake(nodes[index])
+                return
 
     def _catch_up(self, node: _Node, core: SchedulerCore, until_k: int) -> None:
         """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``."""

@@ -190,17 +190,13 @@ class _MetricsMixin:
         if tree.last_series is None or now - tree.last_series >= tree.series_interval - 1e-9:
             tree.last_series = now
             if tree.matrix is not None:
-                series = tree.series
-                shares = tree.matrix[:, 1:4].tolist()
-                for pool, held, (fair, usage, demand) in zip(
-                    tree.pools, tree.present.tolist(), shares, strict=True
-                ):
-                    if held:
-                        points = series.get(pool)
-                        if points is None:
-                            points = series[pool] = []
-                        points.append((now, fair, usage, demand))
-            if tree.series and len(next(iter(tree.series.values()))) > MAX_PLOT_POINTS:
+                self._sample_series(tree, now)
+            if tree.series_rows is not None:
+                if len(tree.series_times) > MAX_PLOT_POINTS:
+                    tree.series_times = tree.series_times[::2]
+                    tree.series_rows = tree.series_rows[::2]
+                    tree.series_interval *= 2
+            elif tree.series and len(next(iter(tree.series.values()))) > MAX_PLOT_POINTS:
                 for pool in tree.series:
                     tree.series[pool] = tree.series[pool][::2]
                 tree.series_interval *= 2
@@ -224,6 +220,46 @@ class _MetricsMixin:
                 ]
             )
         self.timeline_sink(rows)
+
+    def _sample_series(self, tree: _TreeState, now: float) -> None:
+        """One plot point per pool with values. While every pool of the tree has had values at every sample the
+        points are kept as one matrix row per sample (``series_rows``: no per-pool objects); otherwise (a pool
+        appeared later, or had no values) they become per-pool lists, which `_pool_series` also returns."""
+        assert tree.matrix is not None
+        if tree.series_rows is not None:
+            if bool(tree.present.all()) and (
+                not tree.series_rows or len(tree.series_rows[0]) == len(tree.pools)
+            ):
+                tree.series_times.append(now)
+                tree.series_rows.append(tree.matrix[:, 1:4].copy())
+                return
+            tree.series = self._pool_series(tree)
+            tree.series_rows = None
+            tree.series_times = []
+        series = tree.series
+        shares = tree.matrix[:, 1:4].tolist()
+        for pool, held, (fair, usage, demand) in zip(tree.pools, tree.present.tolist(), shares, strict=True):
+            if held:
+                points = series.get(pool)
+                if points is None:
+                    points = series[pool] = []
+                points.append((now, fair, usage, demand))
+
+    def _pool_series(self, tree: _TreeState) -> dict[str, list[tuple[float, float, float, float]]]:
+        """Pool → [(time, fair share, usage, demand ratio)] sampled so far."""
+        if tree.series_rows is None:
+            return tree.series
+        if not tree.series_rows:
+            return {}
+        block = np.stack(tree.series_rows, axis=1).tolist()  # pool → sample → 3 values
+        times = tree.series_times
+        return {
+            pool: [
+                (when, fair, usage, demand)
+                for when, (fair, usage, demand) in zip(times, block[row], strict=True)
+            ]
+            for row, pool in enumerate(tree.pools[: len(block)])
+        }
 
     # ------------------------------------------------------------------ results
 
@@ -292,7 +328,7 @@ class _MetricsMixin:
         for tree in self.trees.values():
             utilization_usage += tree.usage_integral
             utilization_total += tree.total_integral
-            series[tree.name] = tree.series
+            series[tree.name] = self._pool_series(tree)
             for row, pool in enumerate(tree.pools):
                 acc = tree.acc[row].tolist() if row < tree.acc.shape[0] else [0.0] * 6
                 span = acc[0]

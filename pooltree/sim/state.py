@@ -111,11 +111,19 @@ class _TreeState:
     pending_dirty: bool = True
     idle_sleepers: set[int] = field(default_factory=set)
     """Sleeping nodes that can start more (woken when schedulable demand appears)."""
-    wake_queue: list[tuple[float, int, bool]] = field(default_factory=list)
-    """Idle sleepers still to wake for the current demand: (next beat or a lower bound of it, node index, exact),
-    a heap (see `_wake_idle`)."""
+    phase_order: list[int] = field(default_factory=list)
+    """The tree's nodes (indices) by heartbeat phase; ``phases`` the phases in that order (see `_wake_idle`)."""
+    phases: list[float] = field(default_factory=list)
+    wake_start: int = 0
+    """Where the current walk over ``phase_order`` starts (first phase at or after (now - jitter) mod period)."""
+    wake_cursor: int = 0
+    """How many nodes of ``phase_order`` the current walk has taken."""
+    wake_base: float = 0.0
+    """``now - jitter`` rounded down to a multiple of the period, at the walk's start."""
+    wake_queue: list[tuple[float, int]] = field(default_factory=list)
+    """Idle sleepers taken by the walk, by their exact next beat (a heap of (time, node index))."""
     wake_head: int | None = None
-    """The idle sleeper woken last from ``wake_queue``: when it has beaten, the next one is woken."""
+    """The idle sleeper woken last: when it has beaten, the next one is woken."""
     pools: list[str] = field(default_factory=list)
     pool_set: set[str] = field(default_factory=set)
     series_interval: float = 1.0
@@ -128,6 +136,10 @@ class _TreeState:
     total_integral: Vector = field(default_factory=lambda: np.zeros(RESOURCE_COUNT))
     preempted_by_pool: Counter[str] = field(default_factory=Counter)
     series: dict[str, list[tuple[float, float, float, float]]] = field(default_factory=dict)
+    """Plot points per pool, once ``series_rows`` is None (see `_sample_series`)."""
+    series_rows: list[np.ndarray] | None = field(default_factory=list)
+    """Plot points while every pool has values at every sample: per sample the pools' three ratios."""
+    series_times: list[float] = field(default_factory=list)
     last_values: dict[str, tuple[float, float, float, str, str]] | None = field(default_factory=dict)
     """Element → values held since the last record; None: not built yet from ``held`` (see `_held_values`)."""
     held: tuple[list[str], np.ndarray, np.ndarray, list[str]] | None = None
