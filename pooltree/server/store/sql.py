@@ -38,6 +38,8 @@ class SqlStore(Store):
     def __init__(self, url: str) -> None:
         self.url = url
         self._lock = threading.RLock()
+        self._read_lock: AbstractContextManager[Any] = self._lock
+        """Held by reads (``_rows``): the store's lock, unless the store reads on a connection of its own."""
 
     @abstractmethod
     def _connection_transaction(self) -> AbstractContextManager[Any]:
@@ -89,7 +91,7 @@ class SqlStore(Store):
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
 
     def _rows(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock, self._transaction(read=True) as cur:
+        with self._read_lock, self._transaction(read=True) as cur:
             cur.execute(self._q(sql), tuple(args))
             return [tuple(row) for row in cur.fetchall()]
 

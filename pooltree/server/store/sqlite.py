@@ -1,4 +1,5 @@
-"""SQLite store: the embedded default (one file, WAL journal, one shared connection under a lock).
+"""SQLite store: the embedded default (one file, WAL journal; one connection under a lock writes, a second one
+under its own lock reads, so a listing does not wait for a start's commit: WAL readers see the last commit).
 
 The file is watched: every transaction checks, before it commits, that the path still names the file the store
 opened (same device and inode) and that its header is still SQLite's. A deleted, replaced or overwritten file
@@ -12,6 +13,7 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -70,6 +72,18 @@ class SqliteStore(SqlStore):
                 f"cannot open SQLite store {self.path}: {reason}", attributes={"url": self.url}
             ) from error
         self._identity = (opened.st_dev, opened.st_ino)
+        try:
+            self._reader = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
+            )
+            self._reader.execute("PRAGMA busy_timeout=10000")
+        except sqlite3.Error as error:
+            self._conn.close()
+            os.close(self._fd)
+            raise StoreError(
+                f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
+            ) from error
+        self._read_lock = threading.Lock()
 
     def _verify(self) -> str | None:
         """Why the file can no longer be trusted (deleted, replaced, corrupted), or None."""
@@ -119,7 +133,7 @@ class SqliteStore(SqlStore):
         """A read: one SELECT in SQLite's autocommit mode (its own read transaction), without ``BEGIN IMMEDIATE``
         (which takes the write lock) and the file check of a commit: nothing is acknowledged by a read, a vanished
         or replaced file is noticed by the next write and by ``probe``, corruption by SQLite when it reads."""
-        cur = self._conn.cursor()
+        cur = self._reader.cursor()
         try:
             yield cur
         finally:
@@ -137,7 +151,8 @@ class SqliteStore(SqlStore):
             return self.health()
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._read_lock:
+            self._reader.close()
             self._conn.close()
             if self._fd is not None:
                 os.close(self._fd)
