@@ -472,20 +472,22 @@ def _parameter_map(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
-def encode_structured(value: Any, fmt: Format) -> tuple[bytes, str]:
-    """Bytes and content type of a structured result in the requested output format."""
-    value = normalize(value)
+def encode_structured(value: Any, fmt: Format, *, plain: bool = False) -> tuple[bytes, str]:
+    """Bytes and content type of a structured result in the requested output format.
+
+    ``plain``: the caller built ``value`` from JSON values with string keys (a listing of stored records), so the
+    ``normalize`` walk is skipped; a value JSON cannot encode (numpy, bytes, sets) still goes through it."""
+    if plain and fmt.name == "json":
+        try:
+            return _encode_json(value, fmt)
+        except TypeError:
+            pass
+    return _encode(normalize(value), fmt)
+
+
+def _encode(value: Any, fmt: Format) -> tuple[bytes, str]:
     if fmt.name == "json":
-        pretty = fmt.attributes.get("format") == "pretty"
-        if fmt.encode_utf8:
-            text = json.dumps(value, ensure_ascii=False, indent=4 if pretty else None)
-            if not text.isascii():
-                # only non-ASCII strings change under encode_utf8 (ASCII ones are their own UTF-8 bytes, and
-                # both modes escape control characters alike), so all-ASCII output is already the answer
-                text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=4 if pretty else None)
-        else:
-            text = json.dumps(value, ensure_ascii=False, indent=4 if pretty else None)
-        return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"
+        return _encode_json(value, fmt)
     if fmt.name == "yson":
         style = fmt.yson_style
         data = yson.dumps(_to_yson(value), yson_format=style)
@@ -496,6 +498,20 @@ def encode_structured(value: Any, fmt: Format) -> tuple[bytes, str]:
         f"Output format {fmt.name!r} is not supported for structured output; use json or yson",
         attributes={"parameter": "output_format"},
     )
+
+
+def _encode_json(value: Any, fmt: Format) -> tuple[bytes, str]:
+    pretty = fmt.attributes.get("format") == "pretty"
+    indent = 4 if pretty else None
+    if fmt.encode_utf8:
+        text = json.dumps(value, ensure_ascii=False, indent=indent)
+        if not text.isascii():
+            # only non-ASCII strings change under encode_utf8 (ASCII ones are their own UTF-8 bytes, and both
+            # modes escape control characters alike), so all-ASCII output is already the answer
+            text = json.dumps(utf8_to_code_points(value), ensure_ascii=True, indent=indent)
+    else:
+        text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape"), "application/json"
 
 
 # Errors.

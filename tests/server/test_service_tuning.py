@@ -8,12 +8,14 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pooltree.config import parse_pool_trees
 from pooltree.server.app import CommandContext
 from pooltree.server.live import LiveScheduler
 from pooltree.server.operations import OperationCommands
+from pooltree.server.protocol import Format, encode_structured, normalize, utf8_to_code_points
 from pooltree.server.service import SWITCH_INTERVAL, switch_interval
 from pooltree.server.store import open_store
 
@@ -66,3 +68,32 @@ def test_switch_interval(monkeypatch: pytest.MonkeyPatch, raw: str | None, expec
     else:
         monkeypatch.setenv("POOLTREE_SWITCH_INTERVAL", raw)
     assert switch_interval() == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": 'x\x01"\\y', "b": [1, 2.5, None, True, (3, 4)], "c": {"d": {}}},
+        {"é": "мир", "t": "\udcff"},
+        {"n": np.float32(1.5), "i": np.int64(3), "s": {2, 1}, "b": b"raw"},
+    ],
+)
+@pytest.mark.parametrize(
+    "fmt",
+    [
+        Format("json"),
+        Format("json", {"encode_utf8": False}),
+        Format("json", {"format": "pretty"}),
+        Format("yson"),
+    ],
+)
+def test_json_fast_paths_answer_what_the_full_walk_answers(value: dict[str, object], fmt: Format) -> None:
+    """The ASCII shortcut of encode_utf8 and ``plain`` (no normalize walk) change no byte of any answer."""
+    parsed = fmt
+    full = normalize(value)
+    if parsed.name == "json" and parsed.encode_utf8:
+        pretty = parsed.attributes.get("format") == "pretty"
+        text = json.dumps(utf8_to_code_points(full), ensure_ascii=True, indent=4 if pretty else None)
+        expected = (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape")
+        assert encode_structured(value, parsed)[0] == expected
+    assert encode_structured(value, parsed, plain=True) == encode_structured(value, parsed)
