@@ -73,9 +73,10 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         self._operations: dict[str, TreeOperation] = {}
         self._user_ephemeral_pools: dict[str, list[str]] = {}
         self.revision = 0
-        """Bumped by every change of the tree's structure or of an operation's placement, running state or
-        parameters (what the per-period input and snapshot are built from); equal revisions of the same tree mean
-        those caches may skip visiting every element (``fair_share_input``, ``strategy.build``)."""
+        """Bumped by every change of the tree's structure or of a running operation's placement, running state or
+        parameters (what the per-period input and snapshot are built from; pending operations are not part of
+        them, so queueing or dropping one does not bump it); equal revisions of the same tree mean those caches
+        may skip visiting every element (``fair_share_input``, ``strategy.build``)."""
         self._registration_counter = 0
         self._pending_counter = 0
         self._position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]] = {}
@@ -182,8 +183,8 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _remove_if_empty_ephemeral(self, pool: PoolElement) -> None:
         """Drop empty ephemeral pools, recursively upward."""
-        self.revision += 1
         while pool.is_ephemeral and pool.is_empty():
+            self.revision += 1
             parent = pool.parent
             assert parent is not None
             del parent.children[pool.name]
@@ -394,7 +395,6 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
     # ---------------------------------------------------------------------------------------------- counters
 
     def _attach(self, op: TreeOperation, pool: PoolElement, *, keep_running: bool) -> None:
-        self.revision += 1
         op.pool = pool
         pool.operations[op.id] = op
         path = pool.path
@@ -412,7 +412,10 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _detach(self, op: TreeOperation) -> bool:
         """Take ``op`` out of its pool's counters; True if it freed a running (non-lightweight) slot."""
-        self.revision += 1
+        if op.running:
+            self.revision += (
+                1  # a pending operation is no element of the per-period step: nothing it reads changes
+            )
         pool = op.pool
         del pool.operations[op.id]
         path = pool.path
@@ -445,7 +448,6 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 element.running_operation_count += 1
 
     def _enqueue(self, op: TreeOperation, violating: PoolElement) -> None:
-        self.revision += 1
         self._pending_counter += 1
         op.running = False
         op.pending_pool = violating

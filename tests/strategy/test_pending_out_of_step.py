@@ -71,3 +71,30 @@ def test_orchid_lists_pending_operations_with_their_queue_position():
     assert tree.unregister_operation("t0") == ["t2"]
     result, built = step(tree)
     assert "t2" in result.elements and "t2" in built.elements and "t3" not in result.elements
+
+
+def test_queueing_does_not_leave_the_fast_path():
+    """Operations joining or leaving a queue change nothing the step reads: the tree's revision stays, so the
+    input and snapshot are reused whole while a long queue grows (as in the live service)."""
+    tree = tree_with_queue(3)
+    input_cache, build_cache, config = FairShareInputCache(), BuildCache(), StrategyConfig()
+    root, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    result = update_fair_share(root, TOTAL, settings, 10.0)
+    first = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache)
+    revision = tree.revision
+    for index in range(5, 25):
+        tree.register_operation(
+            f"t{index}", user="u", pool="team", spec=OperationSpec(pool="team"), now=index
+        )
+    tree.unregister_operation("t4")
+    assert tree.revision == revision
+    again, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    assert again is root
+    result = update_fair_share(again, TOTAL, settings, 11.0)
+    built = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache)
+    assert all(built.elements[key] is first.elements[key] for key in first.elements)
+    # a running operation leaving activates the head of the queue: a structural change
+    tree.unregister_operation("t1")
+    assert tree.revision > revision
+    root, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    assert "t2" in {child.id for child in root.children[0].children}
