@@ -76,6 +76,11 @@ ENCODINGS_PER_OPERATION = 8
 """Distinct (output format, attribute list) encodings kept per operation."""
 ALL = 1 << 62
 """A store query limit that means every matching row."""
+FRAGMENT_CACHE_SIZE = 20_000
+"""Encoded briefs of listed operations kept (least recently listed dropped)."""
+BUILD_TIME_MARK = "build-time-of-the-listing"
+BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
+"""Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
 
 
 class _Attributes:
@@ -202,6 +207,7 @@ class OperationCommands:
         self._live: dict[str, _Attributes] = {}
         self._finished: OrderedDict[str, _Attributes] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
         self.files: FileService | None = None
         """Resolves ``file_paths`` when an operation starts (set by the service)."""
         """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
@@ -598,6 +604,63 @@ class OperationCommands:
         return None if entry is None else self._encoded(entry, ctx)
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
+        """One page of operations with the counters (see ``_listing``)."""
+        page, incomplete, counters, now = self._listing(ctx)
+        items = [self._brief(record, now) for record in page]
+        return {"operations": items, "incomplete": incomplete, **counters}
+
+    def list_operations_encoded(self, ctx: CommandContext) -> Encoded:
+        """``list_operations`` as the command answers it, byte for byte what ``encode_structured`` makes of
+        ``list_operations``'s map: each listed operation's brief is encoded once per change (``_fragment``) and the
+        page is joined from those (a page of 100 is ~70 kB of JSON; encoding it whole took much of a listing's
+        CPU and held the GIL in one C call); the rest is built from plain values (``plain=True``)."""
+        fmt = output_format(ctx.parameters)
+        if fmt.name != "json" or fmt.attributes.get("format") == "pretty":
+            data, content_type = encode_structured(self.list_operations(ctx), fmt, plain=True)
+            return Encoded(data, content_type)
+        page, incomplete, counters, now = self._listing(ctx)
+        fmt_key = repr(ctx.parameters.get("output_format"))
+        now_text = f'"build_time": "{iso_time(now)}"'.encode()
+        fragments = [self._fragment(record, now, now_text, fmt, fmt_key) for record in page]
+        rest, content_type = encode_structured({"incomplete": incomplete, **counters}, fmt, plain=True)
+        return Encoded(b'{"operations": [' + b", ".join(fragments) + b"], " + rest[1:], content_type)
+
+    def _fragment(
+        self, record: OperationRecord, now: float, now_text: bytes, fmt: Any, fmt_key: str
+    ) -> bytes:
+        """One listed operation's brief, encoded; kept while what it shows is unchanged: a live operation's
+        revision, state, suspension and job counts (its ``build_time`` is the listing's time, put in when
+        joined), a finished one's state."""
+        op = self.scheduler.operations.get(record.id)
+        if op is not None:
+            try:
+                jobs: Any = tuple(self.scheduler.progress(op).values())
+            except RuntimeError:  # its jobs changed while counted: not cached
+                jobs = None
+            key: Hashable | None = None if jobs is None else (op.revision, op.state, op.suspended, jobs)
+        elif record.state in ("completed", "failed", "aborted"):
+            key = ("final", record.state, record.finish_time)
+        else:
+            key = None
+        if key is None:
+            return encode_structured(self._brief(record, now), fmt, plain=True)[0]
+        with self._cache_lock:
+            found = self._fragments.get((record.id, fmt_key))
+        if found is None or found[0] != key:
+            brief = self._brief(record, now)
+            if op is not None:
+                brief["brief_progress"]["build_time"] = BUILD_TIME_MARK
+            found = (key, encode_structured(brief, fmt, plain=True)[0])
+            with self._cache_lock:
+                self._fragments[(record.id, fmt_key)] = found
+                self._fragments.move_to_end((record.id, fmt_key))
+                while len(self._fragments) > FRAGMENT_CACHE_SIZE:
+                    self._fragments.popitem(last=False)
+        if op is None:
+            return found[1]
+        return found[1].replace(BUILD_TIME_FIELD, now_text, 1)
+
+    def _listing(self, ctx: CommandContext) -> tuple[list[OperationRecord], bool, dict[str, Any], float]:
         """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
         of every operation matching the filters.
 
@@ -645,22 +708,14 @@ class OperationCommands:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
         now = self.clock()
         page = [self._whole(record) for record in page]
-        items = [
-            self._brief(record, now)
+        listed = [
+            record
             for record in page[:limit]
             # the user may not read it (pooltree.security); counters still count it
             if self.visible is None
             or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
         ]
-        return {"operations": items, "incomplete": len(page) > limit, **counters}
-
-    def list_operations_encoded(self, ctx: CommandContext) -> Encoded:
-        """``list_operations`` as the command answers it: the page is built from stored JSON and plain fields, so
-        it is encoded without the normalize walk (a page of 100 is ~70 kB of JSON)."""
-        data, content_type = encode_structured(
-            self.list_operations(ctx), output_format(ctx.parameters), plain=True
-        )
-        return Encoded(data, content_type)
+        return listed, len(page) > limit, counters, now
 
     def _whole(self, record: OperationRecord) -> OperationRecord:
         """A listed record as the listing needs it: a live operation's from memory, one that was live when listed

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pooltree.config import parse_pool_trees
-from pooltree.server.app import CommandContext
+from pooltree.server.app import CommandContext, output_format
 from pooltree.server.live import LiveScheduler
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import Format, encode_structured, normalize, utf8_to_code_points
@@ -97,3 +97,39 @@ def test_json_fast_paths_answer_what_the_full_walk_answers(value: dict[str, obje
         expected = (text + ("\n" if pretty else "")).encode("utf-8", "surrogateescape")
         assert encode_structured(value, parsed)[0] == expected
     assert encode_structured(value, parsed, plain=True) == encode_structured(value, parsed)
+
+
+def test_listing_joined_from_cached_briefs_is_the_whole_encoding(tmp_path: Path) -> None:
+    """``list_operations_encoded`` (briefs encoded once per change and joined) answers byte for byte what
+    encoding the whole page answers, before and after operations change, in every output format."""
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 's.db'}"))
+    trees = {"default": {"config": {}, "pools": {"queue": {"max_running_operation_count": 1}}}}
+    live.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+    titles = ["plain", 'мир "build_time": "build-time-of-the-listing"', "x"]
+    ops = [
+        live.start_operation("vanilla", {**SPEC, "title": t}, "alice", float(i)) for i, t in enumerate(titles)
+    ]
+    now = [100.0]
+    commands = OperationCommands(live, lambda: now[0])
+    formats = [
+        None,
+        {"$value": "json", "$attributes": {"encode_utf8": False}},
+        {"$value": "json", "$attributes": {"format": "pretty"}},
+        "yson",
+    ]
+
+    def check() -> None:
+        for fmt in formats:
+            params: dict[str, object] = {"limit": 10} if fmt is None else {"limit": 10, "output_format": fmt}
+            ctx = CommandContext("list_operations", params)
+            whole = encode_structured(commands.list_operations(ctx), output_format(params))
+            assert commands.list_operations_encoded(ctx).data == whole[0], fmt
+
+    check()
+    now[0] = 101.0  # a later listing shows its own build time in the cached live briefs
+    check()
+    live.suspend_operation(ops[1].id, 102.0)
+    live.finish_operation(ops[0].id, "aborted", 103.0)  # the next one in the queue runs
+    check()
+    check()
+    live.store.close()
