@@ -21,7 +21,7 @@ The keeper ignores nothing: catchable signals sent to it (the job's process grou
 no-op handler, so they reach the job, not the keeper, and its children start with defaults after ``exec``.
 
 Only the standard library, no import of ``pooltree``: the interpreter starts with ``-I -S`` in a few ms and holds
-a few MB (not counted as the job's memory: see ``ProcessTreeMeter``).
+about 4 MB of private memory (not counted as the job's: see ``ProcessTreeMeter``).
 """
 
 from __future__ import annotations
