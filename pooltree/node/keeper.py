@@ -116,7 +116,8 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"keeper: prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}\n")
         return KEEPER_EXIT_USAGE
     catchable = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}
-    for signum in catchable:  # a handler (not SIG_IGN): the job's processes get the default back on exec
+    faults = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP, signal.SIGSYS}
+    for signum in catchable - faults:  # a handler (not SIG_IGN): the job's processes get the default on exec
         with contextlib.suppress(OSError, ValueError):
             signal.signal(signum, _noop)
     poller = select.poll()
