@@ -17,11 +17,12 @@ process. The keeper
 
 When the job's root exits first, whatever it left behind is killed the same way and the keeper exits with the
 root's status (``exit(code)``, or the same signal re-raised), so the executor sees the job's own exit status.
-The keeper ignores nothing: catchable signals sent to it (the job's process group without a sandbox) get a
-no-op handler, so they reach the job, not the keeper, and its children start with defaults after ``exec``.
+The executor sends catchable signals to the job's processes, never to the keeper; any that reach it anyway get a
+no-op handler (not SIG_IGN, so the job's processes start with every disposition at its default after ``exec``).
 
-Only the standard library, no import of ``pooltree``: the interpreter starts with ``-I -S`` in a few ms and holds
-about 4 MB of private memory (not counted as the job's: see ``ProcessTreeMeter``).
+Only the standard library, no import of ``pooltree``: with ``-I -S`` a keeper costs about 19 ms of CPU per job on
+the 2-core test machine (the bare interpreter 8 ms) and holds about 4 MB of private memory (not counted as the
+job's: see ``ProcessTreeMeter``). A job that leaves nothing behind ends without a scan of the process table.
 """
 
 from __future__ import annotations
@@ -84,18 +85,21 @@ def _reap() -> bool:
             return True
 
 
+def _has_children() -> bool:
+    """Whether any child is left (exited ones are reaped): with none, the keeper has no descendant at all."""
+    return _reap()
+
+
 def kill_subtree(deadline: float = 30.0) -> None:
     """SIGKILL every process below the keeper until none is left (orphans come back to the subreaper)."""
     me = os.getpid()
     give_up = time.monotonic() + deadline
-    while True:
+    while _has_children():  # the usual end of a job that left nothing behind: no scan of the process table
         pids = _descendants(me)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        if not _reap() and not pids:
-            return
-        if time.monotonic() > give_up:
+        if not _reap() or time.monotonic() > give_up:
             return
         time.sleep(0.005)
 
