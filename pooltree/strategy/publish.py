@@ -8,6 +8,7 @@ published elements, re-sums pool usage bottom-up, updates starvation (§c), the 
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Any
 
 import numpy as np
@@ -338,10 +339,16 @@ class SnapshotPublisher(SchedulingStages):
         elements: dict[str, _Element] = {}
         for index, element_id in enumerate(tree.order):
             spec = tree.elements[element_id]
-            element = _Element(spec, index, tree.effective[element_id])
             before = previous.get(element_id)
-            if before is not None:
-                element.last_start = before.last_start
+            if before is not None and before.is_op == spec.is_operation:
+                # the previous publish's object, set to exactly what a new one starts with (fewer long-lived
+                # objects per structural change: CPython's full collections were most of its cost)
+                element = before
+                _renew(element, spec, index, tree.effective[element_id])
+            else:
+                element = _Element(spec, index, tree.effective[element_id])
+                if before is not None:
+                    element.last_start = before.last_start
             own = (element,) if element.limits is not None else ()
             if spec.parent is not None:
                 parent = elements[spec.parent]
@@ -529,3 +536,38 @@ class SnapshotPublisher(SchedulingStages):
         before = _lists_state(lists)
         lists.rebalance()
         runtime.lists_settled = _lists_state(lists) == before
+
+
+def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:
+    """Set a previous publish's `_Element` to the state ``_Element(spec, index, settings)`` starts with, keeping its
+    ``last_start`` (as `_new_elements` copies it) and its pure caches: ``blocked`` of ``blocked_for``, the
+    satisfaction memo, and tag matches while the tag filter is the same object. Every other field of
+    `_Element.__init__` is set here to the same value (keep the two in step)."""
+    if spec.scheduling_tag_filter is not element.spec.scheduling_tag_filter:
+        element.tag_cache = {}
+    element.spec = spec
+    element.index = index
+    element.settings = settings
+    element.parent = None
+    element.children.clear()
+    element.depth = 0
+    element.usage = [0.0] * RESOURCE_COUNT
+    element.fair_share = tuple(_floats(spec.fair_share))
+    element.demand_share = (0.0,) * RESOURCE_COUNT
+    threshold = settings.non_preemptible_threshold
+    element.threshold_key = None if threshold is None else tuple(_floats(threshold))
+    limits = None if spec.specified_resource_limits is None else _floats(spec.specified_resource_limits)
+    element.limits = None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
+    element.limited = ()
+    element.sat = INFINITE_SATISFACTION_RATIO
+    element.fifo_key = float(spec.fifo_index)
+    element.use_fifo = False
+    element.version = 0
+    element.keyed_start = 0
+    element.active = False
+    element.excluded = -1
+    element.heap = []
+    element.status = SchedulingStatus.NORMAL
+    element.starvation = StarvationStatus.NON_STARVING
+    element.op = None
+    element.inactive_reason = None
