@@ -10,9 +10,11 @@ Later layers add commands (``start_operation``, ...) with ``registry.register`` 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
+import os
 import secrets
 import socket
 import time
@@ -20,8 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -59,6 +62,25 @@ MUTATION_TTL = 3600.0
 """Seconds a mutation id is remembered (client retries end within 2 minutes)."""
 MUTATION_PRUNE_PERIOD = 60.0
 _MISSING: Any = object()
+
+
+COMMAND_THREADS = 4
+"""Commands (those not answered on the event loop) that run on worker threads at once; the others wait their turn
+in order. Every runnable thread competes for the GIL with the event loop, which answers cached reads itself: with
+dozens of commands in threads at once the loop waited dozens of switch intervals for its turn. Heartbeats and
+fair-share updates have threads of their own (Starlette's pool). ``POOLTREE_COMMAND_THREADS`` overrides it."""
+
+
+def command_threads() -> int:
+    """``POOLTREE_COMMAND_THREADS`` when it is an integer in [1, 256], else ``COMMAND_THREADS``."""
+    raw = os.environ.get("POOLTREE_COMMAND_THREADS", "")
+    if raw.strip().isdigit() and 1 <= int(raw) <= 256:
+        return int(raw)
+    if raw:
+        log.warning(
+            "POOLTREE_COMMAND_THREADS=%r is not an integer in [1, 256]; using %d", raw, COMMAND_THREADS
+        )
+    return COMMAND_THREADS
 
 
 _REQUEST_IDS = itertools.count(secrets.randbits(63))
@@ -446,6 +468,8 @@ class YtApi:
         self.host = host
         self.clock = clock
         self._last_prune = float("-inf")
+        self._limiter: anyio.CapacityLimiter | None = None
+        """Worker threads commands run on at once (made on the event loop at the first command)."""
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         body = error_to_dict(error, host=self.host, now=self.clock())
@@ -529,7 +553,11 @@ class YtApi:
                 return self._output(descriptor, result, params, request_id)
         # one trip to a worker thread: each hand-over costs a wake-up and a GIL switch, several per request
         # added up to much of a cheap command's time under load
-        return await run_in_threadpool(self._run, descriptor, handler, ctx, request_id)
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(command_threads())
+        return await anyio.to_thread.run_sync(
+            functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=self._limiter
+        )
 
     def _run(
         self, descriptor: CommandDescriptor, handler: Handler, ctx: CommandContext, request_id: str

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pooltree.config import parse_pool_trees
-from pooltree.server.app import CommandContext, output_format
+from pooltree.server.app import COMMAND_THREADS, CommandContext, command_threads, output_format
 from pooltree.server.live import LiveScheduler
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import Format, encode_structured, normalize, utf8_to_code_points
@@ -133,3 +133,13 @@ def test_listing_joined_from_cached_briefs_is_the_whole_encoding(tmp_path: Path)
     check()
     check()
     live.store.close()
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, COMMAND_THREADS), ("8", 8), ("0", COMMAND_THREADS),
+                                               ("x", COMMAND_THREADS), ("1000", COMMAND_THREADS)])  # fmt: skip
+def test_command_threads(monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: int) -> None:
+    if raw is None:
+        monkeypatch.delenv("POOLTREE_COMMAND_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("POOLTREE_COMMAND_THREADS", raw)
+    assert command_threads() == expected
