@@ -224,6 +224,29 @@ def _warn_unsupported(snapshot: Snapshot, names: list[str]) -> None:
             sys.stderr.write(f"  {entry['path']}: {entry['reason']}\n")
 
 
+def _warn_pending_usage(snapshot: Snapshot, trees: PoolTrees, names: list[str]) -> None:
+    """A snapshot operation that the tree's running limits hold pending but that has usage: pending operations are
+    not elements of the fair-share update (as in YTsaurus), so that usage is not counted; say so on stderr."""
+    held = []
+    for op in snapshot.operations:
+        if not any(op.resource_usage):
+            continue
+        for name in names:
+            tree = trees.tree(name)
+            if tree.has_operation(op.id) and not tree.operation(op.id).running:
+                held.append((op.id, name))
+    if not held:
+        return
+    sys.stderr.write(
+        f"warning: {len(held)} operation(s) with resource usage are pending (held by a running operation limit); "
+        "pending operations are not part of the fair-share update, so their usage is not counted:\n"
+    )
+    for op_id, name in held[:20]:
+        sys.stderr.write(f"  {op_id} in tree {name}\n")
+    if len(held) > 20:
+        sys.stderr.write(f"  ... and {len(held) - 20} more\n")
+
+
 @app.command("fair-share")
 def fair_share(
     snapshot_path: Path = typer.Argument(
@@ -282,6 +305,7 @@ def fair_share(
     except PooltreeError as error:
         fail(str(error))
     _warn_unsupported(snapshot, names)
+    _warn_pending_usage(snapshot, trees, names)
     if timings:
         view["timings"] = {
             "parse_s": parsed - started,

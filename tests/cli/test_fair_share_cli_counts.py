@@ -193,3 +193,34 @@ def test_queues_example_shows_who_holds_each_pending_operation() -> None:
     holders = {op_id: op.get("pending_pool") for op_id, op in operations.items() if "pending_pool" in op}
     assert holders == {"batch-3": "project-root", "backup-3": "project-backup", "backup-4": "project-backup"}
     assert operations["backup-4"]["pending_position"] == 1
+
+
+def test_pending_operations_are_listed_and_their_usage_is_reported_not_counted(tmp_path: Path) -> None:
+    """Pending operations are not elements of the update (as in YTsaurus): the view lists them with their queue
+    position and zero shares, and usage a snapshot gives a pending operation is named on stderr, not counted."""
+    snapshot = {
+        "cluster": {"total_resources": {"user_slots": 10, "cpu": 10, "memory": "10Gi"}},
+        "pool_trees": {"physical": {"pools": {"team": {"max_running_operation_count": 1}}}},
+        "operations": [
+            {
+                "id": f"op{i}",
+                "type": "map",
+                "user": "alice",
+                "start_time": i,
+                "spec": {"pool": "team"},
+                "resource_usage": {"cpu": 2, "user_slots": 2},
+                "resource_demand": {"cpu": 4, "user_slots": 4},
+            }
+            for i in range(2)
+        ],
+    }
+    path = tmp_path / "pending.json"
+    path.write_text(json.dumps(snapshot))
+    done = run_fair_share(str(path))
+    assert done.returncode == 0, done.stderr
+    tree = json.loads(done.stdout)["pool_trees"]["physical"]
+    pending = tree["operations"]["op1"]
+    assert pending["pending_pool"] == "team" and pending["pending_position"] == 0
+    assert pending["usage_ratio"] == 0.0 and pending["fair_share_ratio"] == 0.0
+    assert tree["pools"]["team"]["usage_ratio"] == 0.2  # op0's usage only
+    assert "op1 in tree physical" in done.stderr and "not counted" in done.stderr
