@@ -137,6 +137,7 @@ def changed_step_timings(path: Path, repeat: int, fraction: float, seed: int) ->
         step.run()
         durations.append(time.perf_counter() - begin)
     return {
+        "pool_count": len(tree.pools) - 1,
         "update_s": statistics.median(durations),
         "update_first_s": durations[0],
         **{key: statistics.median(values) for key, values in step.split.items()},
@@ -172,8 +173,9 @@ def main() -> None:
         runs = []
         for run in range(args.runs):
             if args.changed is not None:
-                runs.append(changed_step_timings(path, args.repeat, args.changed, seed=run))
-                pool_count = args.pools
+                timings = changed_step_timings(path, args.repeat, args.changed, seed=run)
+                pool_count = int(timings.pop("pool_count"))
+                runs.append(timings)
                 continue
             output = subprocess.run(
                 [
