@@ -251,15 +251,16 @@ class _MetricsMixin:
             return tree.series
         if not tree.series_rows:
             return {}
-        block = np.stack(tree.series_rows, axis=1).tolist()  # pool → sample → 3 values
+        block = np.stack(tree.series_rows)  # sample × pool × 3 values
         times = tree.series_times
-        return {
-            pool: [
+        series: dict[str, list[tuple[float, float, float, float]]] = {}
+        for row, pool in enumerate(tree.pools[: block.shape[1]]):
+            # one pool at a time: no nested lists of every pool's points at once (1,000 pools × 4,000 points)
+            series[pool] = [
                 (when, fair, usage, demand)
-                for when, (fair, usage, demand) in zip(times, block[row], strict=True)
+                for when, (fair, usage, demand) in zip(times, block[:, row, :].tolist(), strict=True)
             ]
-            for row, pool in enumerate(tree.pools[: len(block)])
-        }
+        return series
 
     # ------------------------------------------------------------------ results
 
