@@ -62,7 +62,7 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
-from pooltree.node.keeper import keeper_argv
+from pooltree.node.keeper import KeeperProcess, KeeperZygote
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -96,7 +96,7 @@ class _Job:
     sandbox: Path
     start_time: float
     start_mono: float
-    process: subprocess.Popen | None = None
+    process: KeeperProcess | None = None
     phase: str = "running"
     verdict: _Verdict | None = None
     interruption_reason: str | None = None
@@ -256,6 +256,8 @@ class JobExecutor:
         # subtree on EOF, which the kernel delivers when the last write end closes -- when this process dies,
         # however (``keeper.py``). Both ends are close-on-exec: only keepers get the read end (``pass_fds``).
         self._lifeline_read, self._lifeline_write = os.pipe()
+        # One zygote per node forks each job's keeper (a few ms) instead of a Python start per job (``keeper.py``).
+        self._keepers = KeeperZygote(self._lifeline_read)
         self.node_memory_limit = float(node_memory_limit)
         self.memory_sample_period = float(memory_sample_period)
         self.abort_grace = float(abort_grace)
@@ -355,7 +357,7 @@ class JobExecutor:
             self._signal(job, spec.interruption_signal, [])
         await self._supervise(job)
 
-    def _launch(self, job: _Job, env: dict[str, str]) -> subprocess.Popen:
+    def _launch(self, job: _Job, env: dict[str, str]) -> KeeperProcess:
         """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
         the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies."""
         with self._forgetting_lock:
@@ -377,21 +379,14 @@ class JobExecutor:
         job_argv = self.isolation.wrap(
             [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)], job.sandbox, slot
         )
-        argv = keeper_argv(self._lifeline_read, self.meter.argv(job.spec.job_id, job_argv))
+        argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         with (
             _private_output(job.directory / "stdout") as stdout,
             _private_output(job.directory / "stderr") as stderr,
         ):
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=job.sandbox,
-                env=env,
-                start_new_session=True,
-                pass_fds=(self._lifeline_read,),
+            return self._keepers.spawn(
+                argv, env=env, cwd=str(job.sandbox), stdout=stdout.fileno(), stderr=stderr.fileno()
             )
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
@@ -460,6 +455,7 @@ class JobExecutor:
             await asyncio.wait(removals, timeout=max(deadline - loop.time(), 0.0))
         self._cleaner.shutdown(wait=False)
         self._launcher.shutdown(wait=False)
+        await asyncio.to_thread(self._keepers.close)
         if self._lifeline_write >= 0:  # any keeper still running kills what is left of its job
             os.close(self._lifeline_write)
             os.close(self._lifeline_read)

@@ -29,11 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import json
 import os
 import resource
 import select
 import signal
+import socket
+import struct
+import subprocess
 import sys
+import threading
 import time
 
 KEEPER_PATH = os.path.abspath(__file__)
@@ -108,31 +114,46 @@ def _noop(signum: int, frame: object) -> None:
     pass
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        sys.stderr.write("usage: keeper.py LIFELINE_FD -- ARGV...\n")
-        return KEEPER_EXIT_USAGE
-    lifeline = int(argv[0])
-    command = argv[2:]
-    os.set_inheritable(lifeline, False)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        sys.stderr.write(f"keeper: prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}\n")
-        return KEEPER_EXIT_USAGE
-    catchable = set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}
+def _catchable() -> set[signal.Signals]:
+    return set(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}
+
+
+def _quiet_signals() -> set[signal.Signals]:
+    """A no-op handler (not SIG_IGN: the job's processes get the default on exec) for every catchable signal
+    but the faults; the set to reset to the default in the job."""
+    catchable = _catchable()
     faults = {signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP, signal.SIGSYS}
-    for signum in catchable - faults:  # a handler (not SIG_IGN): the job's processes get the default on exec
+    for signum in catchable - faults:
         with contextlib.suppress(OSError, ValueError):
             signal.signal(signum, _noop)
+    return catchable
+
+
+def _resolve(name: str, env: dict[str, str]) -> str:
+    """``name`` looked up in the job's own ``PATH`` (as ``execvpe`` would), so a zygote started with the node's
+    environment finds the same program a keeper started with the job's environment did."""
+    if "/" in name:
+        return name
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return name
+
+
+def _keep(lifeline: int, command: list[str], env: dict[str, str], catchable: set[signal.Signals]) -> int:
+    """The keeper's work once it is a subreaper: start ``command`` unless the node is gone, watch it and the
+    lifeline, kill what is left; the job's wait status (``KEEPER_EXIT_*`` as an exit code for the keeper's own
+    endings)."""
     poller = select.poll()
     poller.register(lifeline, select.POLLIN)
     if poller.poll(0):  # the node is already gone: do not start the job at all
-        return KEEPER_EXIT_NODE_GONE
+        return _exit_status(KEEPER_EXIT_NODE_GONE)
     try:
-        child = os.posix_spawnp(command[0], command, os.environ, setsigdef=catchable)
+        child = os.posix_spawn(_resolve(command[0], env), command, env, setsigdef=catchable)
     except OSError as error:
         sys.stderr.write(f"keeper: cannot start {command[0]}: {error.strerror or error}\n")
-        return KEEPER_EXIT_USAGE
+        return _exit_status(KEEPER_EXIT_USAGE)
     exited = os.pidfd_open(child)
     poller.register(exited, select.POLLIN)
     while True:
@@ -144,9 +165,18 @@ def main(argv: list[str]) -> int:
             break
         if lifeline in ready:  # EOF (the node never writes): the node is gone
             kill_subtree()
-            return KEEPER_EXIT_NODE_GONE
+            return _exit_status(KEEPER_EXIT_NODE_GONE)
     _, status = os.waitpid(child, 0)
     kill_subtree()  # what the job left behind does not outlive it
+    return status
+
+
+def _exit_status(code: int) -> int:
+    return (code & 0xFF) << 8
+
+
+def _end_like(status: int) -> int:
+    """Leave the way the job did: the same signal re-raised, or its exit code (returned for ``sys.exit``)."""
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -155,6 +185,276 @@ def main(argv: list[str]) -> int:
         os.kill(os.getpid(), signum)
         return 128 + signum
     return os.waitstatus_to_exitcode(status)
+
+
+def _make_subreaper(libc: ctypes.CDLL) -> str | None:
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return f"keeper: prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}\n"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--zygote"]:
+        return zygote(argv[1:])
+    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+        sys.stderr.write(
+            "usage: keeper.py LIFELINE_FD -- ARGV... | keeper.py --zygote SOCKET_FD LIFELINE_FD\n"
+        )
+        return KEEPER_EXIT_USAGE
+    lifeline = int(argv[0])
+    os.set_inheritable(lifeline, False)
+    failure = _make_subreaper(ctypes.CDLL(None, use_errno=True))
+    if failure:
+        sys.stderr.write(failure)
+        return KEEPER_EXIT_USAGE
+    catchable = _quiet_signals()
+    return _end_like(_keep(lifeline, argv[2:], dict(os.environ), catchable))
+
+
+# ------------------------------------------------------------------------------------------------- the zygote
+
+CLONE_PARENT = 0x00008000
+SYS_CLONE = {"x86_64": 56, "aarch64": 220, "ppc64le": 120, "s390x": 120}
+_HEADER = struct.Struct("!I")
+MAX_REQUEST = 64 * 1024 * 1024
+
+
+def _clone_parent(libc: ctypes.PyDLL) -> int:
+    """``fork``, but the child is the child of this process's parent (the node), as with ``posix_spawn`` there:
+    the node reaps it, sees its exit through a pidfd and its status through ``waitpid``. Only in a process with
+    a single thread (the zygote's)."""
+    number = SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"clone(CLONE_PARENT) is not wired for {os.uname().machine}")
+    flags = CLONE_PARENT | signal.SIGCHLD
+    pid = libc.syscall(ctypes.c_long(number), ctypes.c_long(flags), ctypes.c_long(0), ctypes.c_long(0))
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return pid
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytes | None:
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
+    """One request: a length, the descriptors riding with it, then that many bytes of JSON; None at EOF."""
+    data, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 8)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None
+    rest = _read_exact(sock, _HEADER.size - len(data)) if len(data) < _HEADER.size else b""
+    (size,) = _HEADER.unpack(data + (rest or b""))
+    payload = _read_exact(sock, size) if rest is not None and size <= MAX_REQUEST else None
+    if payload is None:
+        for fd in fds:
+            os.close(fd)
+        return None
+    return json.loads(payload), fds
+
+
+def _send(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
+    payload = json.dumps(message).encode()
+    header = _HEADER.pack(len(payload))
+    if fds:
+        sent = socket.send_fds(sock, [header], list(fds))
+        if sent != len(header):
+            sock.sendall(header[sent:])
+    else:
+        sock.sendall(header)
+    sock.sendall(payload)
+
+
+def zygote(argv: list[str]) -> int:
+    """``keeper.py --zygote SOCKET_FD LIFELINE_FD``: one per node, started once; it forks a keeper per job.
+
+    Requests come over ``SOCKET_FD`` (one end of a socket pair only the node holds): ``{argv, env, cwd}`` with
+    the job's stdout and stderr as ``SCM_RIGHTS`` descriptors. The answer is ``{pid}`` of a keeper made with
+    ``clone(CLONE_PARENT)`` -- the node's own child, so the node waits for it as for any child -- or ``{error,
+    errno}``. The keeper child makes itself a subreaper and does exactly what a keeper started alone does
+    (``_keep``), with the lifeline inherited from the zygote. The zygote holds no job: on EOF of the lifeline or
+    the socket it just exits (each keeper watches the lifeline itself).
+    """
+    if len(argv) != 2 or not all(arg.isdigit() for arg in argv):
+        sys.stderr.write("usage: keeper.py --zygote SOCKET_FD LIFELINE_FD\n")
+        return KEEPER_EXIT_USAGE
+    sock = socket.socket(fileno=int(argv[0]))
+    lifeline = int(argv[1])
+    os.set_inheritable(sock.fileno(), False)
+    os.set_inheritable(lifeline, False)
+    libc = ctypes.PyDLL(None, use_errno=True)  # the GIL stays held across clone: the child resumes holding it
+    catchable = _quiet_signals()
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.chdir("/")
+    poller = select.poll()
+    poller.register(lifeline, select.POLLIN)
+    poller.register(sock.fileno(), select.POLLIN)
+    while True:
+        try:
+            ready = {fd for fd, _ in poller.poll()}
+        except InterruptedError:
+            continue
+        if lifeline in ready:
+            return 0
+        try:
+            request = _receive(sock)
+        except (OSError, ValueError):
+            return 0
+        if request is None:
+            return 0
+        message, fds = request
+        settled = settling = -1
+        try:
+            if len(fds) != 2:
+                raise OSError(errno.EINVAL, f"expected stdout and stderr descriptors, got {len(fds)}")
+            os.chdir(message["cwd"])
+            settled, settling = os.pipe()
+            pid = _clone_parent(libc)
+        except (OSError, KeyError, TypeError) as error:
+            os.chdir("/")
+            for fd in (*fds, settled, settling):
+                if fd >= 0:
+                    os.close(fd)
+            reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
+        else:
+            if pid == 0:
+                os.close(settled)
+                _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling)
+            os.chdir(
+                "/"
+            )  # the zygote never stays in a sandbox (a sweep of processes in sandboxes kills them)
+            for fd in (*fds, settling):
+                os.close(fd)
+            # Answer once the keeper leads its own session (as ``Popen(start_new_session=True)`` returns after
+            # ``setsid``): the node may signal the keeper's process group as soon as it has the pid.
+            with contextlib.suppress(OSError):
+                os.read(settled, 1)
+            os.close(settled)
+            reply = {"pid": pid}
+        try:
+            _send(sock, reply)
+        except OSError:
+            return 0
+
+
+def _keeper_child(
+    sock: socket.socket,
+    lifeline: int,
+    devnull: int,
+    fds: list[int],
+    message: dict,
+    libc: ctypes.PyDLL,
+    catchable: set[signal.Signals],
+    settling: int,
+) -> None:
+    """In the clone: become the job's keeper; never returns to the zygote's loop. ``settling`` is closed once
+    the keeper leads its session and is a subreaper (the zygote answers the node then)."""
+    status = _exit_status(KEEPER_EXIT_USAGE)
+    try:
+        sock.close()
+        os.setsid()
+        os.dup2(devnull, 0)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[1], 2)
+        for fd in (devnull, *fds):
+            os.close(fd)
+        failure = _make_subreaper(libc)
+        os.close(settling)
+        if failure:
+            os.write(2, failure.encode())
+        else:
+            status = _keep(lifeline, list(message["argv"]), dict(message["env"]), catchable)
+        status = _end_like(status)  # returns the exit code, unless the signal ended this process
+    except BaseException:  # whatever happens, never back into the zygote's loop
+        with contextlib.suppress(BaseException):
+            os.write(2, b"keeper: failed to start the job\n")
+        os._exit(KEEPER_EXIT_USAGE)
+    os._exit(status)
+
+
+class KeeperProcess:
+    """What the executor needs of a keeper started by the zygote (the subset of ``subprocess.Popen`` it uses)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+
+class KeeperZygote:
+    """The node's side of the zygote: started on the first job, one request at a time (a lock), restarted if it
+    died before a request was sent; ``close`` ends it."""
+
+    def __init__(self, lifeline: int) -> None:
+        self._lifeline = lifeline
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._process: subprocess.Popen | None = None
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            python = sys.executable or "/usr/bin/python3"
+            self._process = subprocess.Popen(
+                [python, "-I", "-S", KEEPER_PATH, "--zygote", str(theirs.fileno()), str(self._lifeline)],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), self._lifeline),
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        return ours
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(5)
+            self._process = None
+
+    def spawn(
+        self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: int, stderr: int
+    ) -> KeeperProcess:
+        """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started."""
+        message = {"argv": list(argv), "env": dict(env), "cwd": str(cwd)}
+        with self._lock:
+            for attempt in range(2):
+                sock = self._sock or self._start()
+                try:
+                    _send(sock, message, (stdout, stderr))
+                except OSError:  # the zygote is gone and got nothing: a new one may start the job
+                    self._drop()
+                    if attempt:
+                        raise
+                    continue
+                try:
+                    reply = _receive(sock)
+                except (OSError, ValueError):
+                    reply = None
+                if reply is None:  # whether the job started is unknown: never start it twice
+                    self._drop()
+                    raise OSError(errno.EPIPE, "the node's job keeper zygote died while starting the job")
+                break
+        answer, fds = reply
+        for fd in fds:
+            os.close(fd)
+        if "pid" in answer:
+            return KeeperProcess(int(answer["pid"]))
+        raise OSError(int(answer.get("errno") or errno.EINVAL), str(answer.get("error")))
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
 
 
 if __name__ == "__main__":
