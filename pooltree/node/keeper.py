@@ -1,7 +1,11 @@
 """A job's keeper: the job dies when its node dies, without a race.
 
-Run as ``python -I -S keeper.py LIFELINE_FD -- ARGV...`` by the executor, one keeper per job, as the job's root
-process. The keeper
+Each job's root process is a keeper. The executor gets them from one **zygote** per node (``KeeperZygote``; run as
+``python -I -S keeper.py --zygote SOCKET_FD LIFELINE_FD``, started with the node's first job): on each request it
+forks a keeper with ``clone(CLONE_PARENT)``, so the keeper is the node's own child (the node reaps it and reads
+its status as it would a ``Popen``'s) while the interpreter start is paid once per node, not once per job. A
+keeper can also run alone, ``python -I -S keeper.py LIFELINE_FD -- ARGV...`` (``keeper_argv``). Either way the
+keeper
 
 1. becomes a child subreaper (``PR_SET_CHILD_SUBREAPER``): every process of the job that loses its parent is
    re-parented to the keeper (or to the pid 1 of the job's PID namespace, itself below the keeper), so nothing the
@@ -13,16 +17,18 @@ process. The keeper
    there is no window such as the one between ``fork`` and ``prctl(PR_SET_PDEATHSIG)`` that bubblewrap's
    ``--die-with-parent`` leaves open in each of its two processes (a node killed while a sandbox was being set up
    left that job running). On EOF the keeper SIGKILLs its whole subtree (pid 1 of the namespace takes every
-   process in it) and reaps until nothing is left.
+   process in it) and reaps until nothing is left. The zygote holds the read end from its own start, so a
+   keeper it forks has it too, whenever the node died; the zygote just exits on EOF (it holds no job).
 
 When the job's root exits first, whatever it left behind is killed the same way and the keeper exits with the
 root's status (``exit(code)``, or the same signal re-raised), so the executor sees the job's own exit status.
 The executor sends catchable signals to the job's processes, never to the keeper; any that reach it anyway get a
 no-op handler (not SIG_IGN, so the job's processes start with every disposition at its default after ``exec``).
 
-Only the standard library, no import of ``pooltree``: with ``-I -S`` a keeper costs about 19 ms of CPU per job on
-the 2-core test machine (the bare interpreter 8 ms) and holds about 4 MB of private memory (not counted as the
-job's: see ``ProcessTreeMeter``). A job that leaves nothing behind ends without a scan of the process table.
+Only the standard library, no import of ``pooltree``: the zygote costs one ``python -I -S`` start per node
+(about 20 ms of CPU, 10 MB resident); a keeper forked from it about 1.5 ms of CPU and a few private pages per
+job (not counted as the job's memory: see ``ProcessTreeMeter``), where a keeper started alone cost about 19 ms of
+CPU and 4 MB private. A job that leaves nothing behind ends without a scan of the process table.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ leaves behind dies with it, and everything below the keeper dies when the node's
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import random
@@ -15,7 +16,7 @@ import pytest
 from polling import wait_for
 from process_table import processes_with
 
-from pooltree.node.keeper import KEEPER_EXIT_NODE_GONE, keeper_argv
+from pooltree.node.keeper import KEEPER_EXIT_NODE_GONE, KeeperZygote, keeper_argv
 
 
 @pytest.fixture
@@ -82,3 +83,117 @@ def test_a_keeper_started_after_the_node_died_never_starts_the_job(
     flag = tmp_path / "ran"
     assert _keeper(read, f"touch {flag}").wait(30) == KEEPER_EXIT_NODE_GONE
     assert not flag.exists()
+
+
+# ----------------------------------------------------------------------------- keepers forked by the node's zygote
+
+
+class _Node:
+    """A zygote as the executor holds one, with the lifeline's write end in hand."""
+
+    def __init__(self, read: int, write: int, out: int) -> None:
+        self.read, self.write, self.out = read, write, out
+        self.zygote = KeeperZygote(read)
+
+    def spawn(self, command: str, cwd: str = "/") -> int:
+        env = {"PATH": os.environ.get("PATH", os.defpath)}
+        return self.zygote.spawn(
+            ["/bin/sh", "-c", command], env=env, cwd=cwd, stdout=self.out, stderr=self.out
+        ).pid
+
+
+@pytest.fixture
+def node(lifeline: tuple[int, int]) -> Iterator[_Node]:
+    out = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    keeping = _Node(*lifeline, out)
+    yield keeping
+    keeping.zygote.close()
+    os.close(out)
+
+
+def _status(pid: int, timeout: float = 30) -> int:
+    """The exit status of ``pid`` (this process's child), as ``Popen.returncode`` gives it."""
+    found: list[int] = []
+
+    def exited() -> bool:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            found.append(os.waitstatus_to_exitcode(status))
+        return bool(done)
+
+    wait_for(exited, timeout=timeout, period=0.01)
+    return found[0]
+
+
+def test_a_zygote_keeper_is_this_processes_child_and_leads_its_session(node: _Node) -> None:
+    pid = node.spawn("sleep 30")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        assert int(stat[stat.rfind(b")") + 2 :].split()[1]) == os.getpid(), (
+            "the node reaps its keepers itself"
+        )
+        assert os.getsid(pid) == pid, "the keeper leads its session before the node learns its pid"
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        _status(pid)
+
+
+def test_a_zygote_keeper_passes_the_exit_status_and_signal_through(node: _Node) -> None:
+    assert _status(node.spawn("exit 3")) == 3
+    assert _status(node.spawn("kill -TERM $$")) == -signal.SIGTERM
+
+
+def test_a_zygote_keeper_starts_the_job_in_its_directory_and_the_zygote_leaves_it(
+    node: _Node, tmp_path: Path
+) -> None:
+    assert _status(node.spawn('test "$PWD" = "$(pwd -P)" && touch here', cwd=str(tmp_path))) == 0
+    assert (tmp_path / "here").exists()
+    zygote = node.zygote._process
+    assert zygote is not None
+    assert os.readlink(f"/proc/{zygote.pid}/cwd") == "/", "a sweep of processes in sandboxes must spare it"
+    with pytest.raises(FileNotFoundError):
+        node.spawn("true", cwd=str(tmp_path / "missing"))
+
+
+def test_what_the_job_left_behind_is_gone_when_a_zygote_keeper_exits(node: _Node) -> None:
+    marker = _marker()
+    try:
+        assert _status(node.spawn(f"(setsid sleep {marker} &) ; sleep {marker} & echo started")) == 0
+        assert processes_with(marker) == []
+    finally:
+        _kill_all(marker)
+
+
+def test_closing_the_lifeline_kills_every_zygote_keepers_subtree_and_the_zygote(node: _Node) -> None:
+    markers = [_marker() for _ in range(3)]
+    try:
+        pids = [node.spawn(f"(setsid sleep {marker} &) ; sleep {marker}") for marker in markers]
+        wait_for(lambda: all(len(processes_with(marker)) >= 2 for marker in markers), timeout=30)
+        os.close(node.write)  # what the kernel does when the node dies
+        assert [_status(pid) for pid in pids] == [KEEPER_EXIT_NODE_GONE] * 3
+        assert [processes_with(marker) for marker in markers] == [[], [], []]
+        zygote = node.zygote._process
+        assert zygote is not None and zygote.wait(30) == 0
+    finally:
+        for marker in markers:
+            _kill_all(marker)
+
+
+def test_a_job_asked_of_the_zygote_after_the_node_died_never_starts(node: _Node, tmp_path: Path) -> None:
+    node.spawn("true")  # the zygote is up
+    os.close(node.write)
+    flag = tmp_path / "ran"
+    try:
+        pid = node.spawn(f"touch {flag}")
+    except OSError:  # the zygote saw the end first and is gone
+        pass
+    else:
+        assert _status(pid) == KEEPER_EXIT_NODE_GONE
+    assert not flag.exists()
+
+
+def test_zygote_keepers_start_from_many_threads_at_once(node: _Node) -> None:
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        pids = list(pool.map(lambda code: node.spawn(f"exit {code}"), range(12)))
+    assert [_status(pid) for pid in pids] == list(range(12))
