@@ -220,7 +220,8 @@ def main(argv: list[str]) -> int:
 # ------------------------------------------------------------------------------------------------- the zygote
 
 CLONE_PARENT = 0x00008000
-SYS_CLONE = {"x86_64": 56, "aarch64": 220, "ppc64le": 120, "s390x": 120}
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+"""``clone``'s number where its arguments come in the order ``flags, stack, ...`` (elsewhere: a keeper per job)."""
 _HEADER = struct.Struct("!I")
 MAX_REQUEST = 64 * 1024 * 1024
 
@@ -432,6 +433,20 @@ class KeeperZygote:
         self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: int, stderr: int
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started."""
+        if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
+            process = subprocess.Popen(
+                keeper_argv(self._lifeline, argv),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                pass_fds=(self._lifeline,),
+            )
+            started = KeeperProcess(process.pid)
+            process.returncode = 0  # reaped by the executor through the pid, never through this object
+            return started
         message = {"argv": list(argv), "env": dict(env), "cwd": str(cwd)}
         with self._lock:
             for attempt in range(2):
