@@ -84,11 +84,15 @@ BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
 
 
 class _Attributes:
-    """An operation's attribute map as of ``fingerprint``, and its encodings per (format, attribute list)."""
+    """An operation's attribute map as of ``fingerprint``, and its encodings per (format, attribute list).
+
+    ``attributes`` is None when only the encodings were kept (a queued operation's map read on the event loop:
+    it changes with every start into its pool, and a kept map is ~100 objects the garbage collector walks until
+    it is replaced; bytes are not walked)."""
 
     __slots__ = ("attributes", "encoded", "fingerprint")
 
-    def __init__(self, fingerprint: Hashable, attributes: dict[str, Any]) -> None:
+    def __init__(self, fingerprint: Hashable, attributes: dict[str, Any] | None) -> None:
         self.fingerprint = fingerprint
         self.attributes = attributes
         self.encoded: dict[Hashable, Encoded] = {}
@@ -275,7 +279,7 @@ class OperationCommands:
             return None
         return entry
 
-    def _pending_entry(self, op: LiveOperation) -> _Attributes | None:
+    def _pending_entry(self, op: LiveOperation, *, keep: bool = True) -> _Attributes | None:
         """A pending operation's map built without the scheduler's lock (a fair-share update may hold it for long
         with many operations queued); None if the operation changed while it was read (then built under the lock).
         A pending operation has no jobs, so the map is its record, its placement and the last published shares."""
@@ -283,7 +287,7 @@ class OperationCommands:
         if fingerprint is None:
             return None
         entry = self._live.get(op.id)
-        if entry is not None and entry.fingerprint == fingerprint:
+        if entry is not None and entry.fingerprint == fingerprint and entry.attributes is not None:
             return entry
         try:
             attributes = self._live_attributes(op)
@@ -292,7 +296,8 @@ class OperationCommands:
         if op.state != "pending" or self._fingerprint(op) != fingerprint:
             return None
         entry = _Attributes(fingerprint, attributes)
-        self._live[op.id] = entry
+        if keep:
+            self._live[op.id] = entry
         return entry
 
     def _entry(self, operation_id: str) -> _Attributes:
@@ -311,7 +316,12 @@ class OperationCommands:
                 if op is not None:
                     fingerprint = self._fingerprint(op)
                     entry = self._live.get(operation_id)
-                    if entry is None or fingerprint is None or entry.fingerprint != fingerprint:
+                    if (
+                        entry is None
+                        or fingerprint is None
+                        or entry.fingerprint != fingerprint
+                        or entry.attributes is None
+                    ):
                         entry = _Attributes(fingerprint, self._live_attributes(op))
                         self._live[operation_id] = entry
                         if len(self._live) > 2 * len(self.scheduler.operations) + 64:
@@ -340,12 +350,21 @@ class OperationCommands:
                     self._finished.popitem(last=False)
         return entry
 
+    @staticmethod
+    def _encoding_key(ctx: CommandContext) -> Hashable:
+        wanted = ctx.list_param("attributes")
+        return (
+            repr(ctx.parameters.get("output_format")),
+            None if wanted is None else tuple(map(str, wanted)),
+        )
+
     def _encoded(self, entry: _Attributes, ctx: CommandContext) -> Encoded:
         """``entry`` in the requested format and attribute selection, encoded once per change."""
         wanted = ctx.list_param("attributes")
-        key = (repr(ctx.parameters.get("output_format")), None if wanted is None else tuple(map(str, wanted)))
+        key = self._encoding_key(ctx)
         found = entry.encoded.get(key)
         if found is None:
+            assert entry.attributes is not None, "an entry without its map is only read for its encodings"
             data, content_type = encode_structured(
                 self._select(entry.attributes, wanted), output_format(ctx.parameters)
             )
@@ -597,11 +616,24 @@ class OperationCommands:
         worker thread behind listings and starts."""
         operation_id = self._operation_id(ctx)
         entry = self._cached(operation_id)
-        if entry is None:
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None and op.state == "pending":
-                entry = self._pending_entry(op)
-        return None if entry is None else self._encoded(entry, ctx)
+        if entry is not None:
+            if entry.attributes is not None:
+                return self._encoded(entry, ctx)
+            found = entry.encoded.get(self._encoding_key(ctx))
+            if found is not None:
+                return found
+        op = self.scheduler.operations.get(operation_id)
+        if op is None or op.state != "pending":
+            return None
+        built = self._pending_entry(op, keep=False)
+        if built is None:
+            return None
+        found = self._encoded(built, ctx)
+        # keep the encoding, not the map (see _Attributes)
+        kept = _Attributes(built.fingerprint, None)
+        kept.encoded = dict(built.encoded)
+        self._live[op.id] = kept
+        return found
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
         """One page of operations with the counters (see ``_listing``)."""

@@ -143,3 +143,22 @@ def test_command_threads(monkeypatch: pytest.MonkeyPatch, raw: str | None, expec
     else:
         monkeypatch.setenv("POOLTREE_COMMAND_THREADS", raw)
     assert command_threads() == expected
+
+
+def test_a_queued_operation_read_on_the_loop_keeps_its_encoding_not_its_map(tmp_path: Path) -> None:
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 's.db'}"))
+    live.apply_pool_trees(parse_pool_trees(TREES), "default", 0.0)
+    commands = OperationCommands(live, lambda: 50.0)
+    op = live.start_operation("vanilla", SPEC, "alice", 1.0)
+    whole = CommandContext("get_operation", {"operation_id": op.id})
+    first = commands.get_operation_fast(whole)
+    assert first is not None and commands._live[op.id].attributes is None  # nothing for the gc to walk
+    assert commands.get_operation_fast(whole) is first  # unchanged: the kept encoding
+    state = CommandContext("get_operation", {"operation_id": op.id, "attributes": ["state"]})
+    assert json.loads(commands.get_operation_fast(state).data) == {"state": "pending"}  # type: ignore[union-attr]
+    assert commands.get_operation(whole).data == first.data  # the thread path rebuilds the map it needs
+    assert commands.operation_attributes(op.id)["state"] == "pending"
+    live.start_operation("vanilla", SPEC, "alice", 2.0)
+    again = commands.get_operation_fast(whole)
+    assert again is not None and again.data != first.data  # its queue grew: "position 1 of 2"
+    live.store.close()
