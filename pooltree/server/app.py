@@ -64,7 +64,7 @@ MUTATION_PRUNE_PERIOD = 60.0
 _MISSING: Any = object()
 
 
-COMMAND_THREADS = 4
+COMMAND_THREADS = 2
 """Commands (those not answered on the event loop) that run on worker threads at once; the others wait their turn
 in order. Every runnable thread competes for the GIL with the event loop, which answers cached reads itself: with
 dozens of commands in threads at once the loop waited dozens of switch intervals for its turn. Heartbeats and
