@@ -271,25 +271,47 @@ class OperationControllerBase:
                 continue
             state.pending.popleft()
             job.incarnation = self.incarnation
-            state.running += 1
-            if state.spec.memory_reserve is not None:
-                state.spec.memory_reserve.start_job((job.task, job.index))
-            self._next_allocation += 1
-            allocation = Allocation(
-                f"{self.operation_id}/{self._next_allocation}",
-                self.operation_id,
+            return self._run_job(
+                state,
+                job,
                 resources,
-                task=state.spec.name,
-                payload=job,
                 interruptible=state.spec.interruptible or self.interruption_signal is not None,
                 interruption_signal=self.interruption_signal,
                 node_address=node.address,
-                start_time=now,
+                now=now,
             )
-            self._running[allocation.id] = job
-            self._refresh()
-            return allocation
         return None
+
+    def _run_job(
+        self,
+        state: _TaskState,
+        job: Job,
+        resources: Vector,
+        *,
+        interruptible: bool,
+        interruption_signal: Any,
+        node_address: str | None,
+        now: float,
+    ) -> Allocation:
+        """Account ``job`` as running in a new allocation of ``resources`` (a first start or a restart in place)."""
+        state.running += 1
+        if state.spec.memory_reserve is not None:
+            state.spec.memory_reserve.start_job((job.task, job.index))
+        self._next_allocation += 1
+        allocation = Allocation(
+            f"{self.operation_id}/{self._next_allocation}",
+            self.operation_id,
+            resources,
+            task=job.task,
+            payload=job,
+            interruptible=interruptible,
+            interruption_signal=interruption_signal,
+            node_address=node_address,
+            start_time=now,
+        )
+        self._running[allocation.id] = job
+        self._refresh()
+        return allocation
 
     def on_allocation_finished(
         self, allocation: Allocation, finished: FinishedAllocation, now: float
@@ -450,24 +472,15 @@ class VanillaController(OperationControllerBase):
             state.pending.append(again)
             self._refresh()
             return None
-        state.running += 1
-        if state.spec.memory_reserve is not None:
-            state.spec.memory_reserve.start_job((again.task, again.index))
-        self._next_allocation += 1
-        restarted = Allocation(
-            f"{self.operation_id}/{self._next_allocation}",
-            self.operation_id,
+        return self._run_job(
+            state,
+            again,
             resources,
-            task=job.task,
-            payload=again,
             interruptible=allocation.interruptible,
             interruption_signal=allocation.interruption_signal,
             node_address=allocation.node_address,
-            start_time=now,
+            now=now,
         )
-        self._running[restarted.id] = again
-        self._refresh()
-        return restarted
 
     def _on_completed(
         self, state: _TaskState, job: Job, allocation: Allocation, finished: FinishedAllocation

@@ -406,25 +406,7 @@ class SnapshotPublisher(SchedulingStages):
             for element_id in self.tree.order
             if (element := self._elements[element_id]).spec.scheduling_status is None
         ]
-        if not pending:
-            return {}
-        below = is_below_fair_share(
-            np.array([element.fair_share for element in pending]),
-            np.array([self._usage_share(element) for element in pending]),
-            np.array([element.demand_share for element in pending]),
-            np.array([element.settings.starvation_tolerance for element in pending]),
-            is_operation=np.array([element.is_op for element in pending]),
-            schedulable=np.array(
-                [
-                    element.spec.schedulable and (not element.is_op or element.op is not None)
-                    for element in pending
-                ]
-            ),
-        )
-        return {
-            element.id: SchedulingStatus.BELOW_FAIR_SHARE if flag else SchedulingStatus.NORMAL
-            for element, flag in zip(pending, np.atleast_1d(below).tolist(), strict=True)
-        }
+        return self._statuses_of(pending) if pending else {}
 
     def _update_starvation(self, now: float) -> None:
         config = self.config

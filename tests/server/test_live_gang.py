@@ -20,6 +20,19 @@ def _running(started: list[dict]) -> list[dict]:
     ]
 
 
+def _first_job_aborted(live: LiveScheduler, on_n1: list[dict]) -> dict:
+    """n1's next heartbeat (t=3): its first job reported aborted, the others still running."""
+    lost = on_n1[0]
+    finished = [{"job_id": lost["job_id"], "operation_id": lost["operation_id"], "state": "aborted"}]
+    heartbeat = {
+        "node_address": "n1",
+        "resource_limits": LIMITS,
+        "running_jobs": _running(on_n1[1:]),
+        "finished_jobs": finished,
+    }
+    return live.process_heartbeat(parse_heartbeat(heartbeat), 3.0)
+
+
 def test_an_aborted_gang_job_restarts_the_gang_on_every_node(tmp_path: Path) -> None:
     live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
     live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
@@ -33,19 +46,7 @@ def test_an_aborted_gang_job_restarts_the_gang_on_every_node(tmp_path: Path) -> 
         "start"
     ]
     assert len(on_n1) == 2 and len(on_n2) == 2
-    lost = on_n1[0]
-    finished = [{"job_id": lost["job_id"], "operation_id": lost["operation_id"], "state": "aborted"}]
-    answer_n1 = live.process_heartbeat(
-        parse_heartbeat(
-            {
-                "node_address": "n1",
-                "resource_limits": LIMITS,
-                "running_jobs": _running(on_n1[1:]),
-                "finished_jobs": finished,
-            }
-        ),
-        3.0,
-    )
+    answer_n1 = _first_job_aborted(live, on_n1)
     # The other job on n1 is aborted and a new job starts in its allocation, in the same answer.
     assert [a["reason"] for a in answer_n1["abort"]] == ["operation_incarnation_changed"]
     assert answer_n1["abort"][0]["job_id"] == on_n1[1]["job_id"]
@@ -78,17 +79,5 @@ def test_is_gang_without_gang_options_loses_only_the_aborted_job(tmp_path: Path)
         "start"
     ]
     live.process_heartbeat(parse_heartbeat({"node_address": "n2", "resource_limits": LIMITS}), 2.0)
-    lost = on_n1[0]
-    finished = [{"job_id": lost["job_id"], "operation_id": lost["operation_id"], "state": "aborted"}]
-    answer_n1 = live.process_heartbeat(
-        parse_heartbeat(
-            {
-                "node_address": "n1",
-                "resource_limits": LIMITS,
-                "running_jobs": _running(on_n1[1:]),
-                "finished_jobs": finished,
-            }
-        ),
-        3.0,
-    )
+    answer_n1 = _first_job_aborted(live, on_n1)
     assert answer_n1["abort"] == []

@@ -269,29 +269,23 @@ class Store(ABC):
 def operation_from_row(row: tuple[Any, ...], *, body: bool = True) -> OperationRecord:
     """An ``OperationRecord`` from a row ``(id, type, state, user, pool, start, finish, json)``; without ``body``
     the JSON is not decoded (a ``partial`` record)."""
+    fields: dict[str, Any] = {
+        "id": row[0],
+        "type": row[1],
+        "state": row[2],
+        "user": row[3],
+        "pool": row[4],
+        "start_time": float(row[5]),
+        "finish_time": None if row[6] is None else float(row[6]),
+    }
     if not body:
-        return OperationRecord(
-            id=row[0],
-            type=row[1],
-            state=row[2],
-            user=row[3],
-            pool=row[4],
-            start_time=float(row[5]),
-            finish_time=None if row[6] is None else float(row[6]),
-            partial=True,
-        )
-    body = load_json(row[7])
+        return OperationRecord(**fields, partial=True)
+    document = load_json(row[7])
     return OperationRecord(
-        id=row[0],
-        type=row[1],
-        state=row[2],
-        user=row[3],
-        pool=row[4],
-        start_time=float(row[5]),
-        finish_time=None if row[6] is None else float(row[6]),
-        spec=body.get("spec", {}),
-        runtime_parameters=body.get("runtime_parameters", {}),
-        document=body.get("document", {}),
+        **fields,
+        spec=document.get("spec", {}),
+        runtime_parameters=document.get("runtime_parameters", {}),
+        document=document.get("document", {}),
     )
 
 
