@@ -133,8 +133,13 @@ class SnapshotPublisher(SchedulingStages):
             element.excluded = -1
             if element.is_op:
                 runtime = operations.get(element_id)
+                if runtime is not None:
+                    element.usage = runtime.usage
+                elif element.op is not None:
+                    element.usage = [0.0] * RESOURCE_COUNT
+                # else: the zero list this element got when it lost (or never had) a runtime; nothing adds to an
+                # operation's list without its runtime, and a new list every period is what the collector pays for
                 element.op = runtime
-                element.usage = runtime.usage if runtime is not None else [0.0] * RESOURCE_COUNT
                 if spec.demand_share is None:
                     needed = runtime.controller.needed_resources if runtime is not None else np.zeros(5)
                     element.demand_share = tuple(
