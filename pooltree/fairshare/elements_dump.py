@@ -19,8 +19,8 @@ builds it from such a dump (``fair_share_update_ut.cpp`` with ``mock/fair_share_
   ``guarantees="all"`` takes the whole vector instead (the orchid reports effective guarantees);
 - pools keep the dump's mode and weight and have no resource limits; operations get the dump's demand,
   usage and weight, and no limits;
-- vanilla operations are gang operations (``TODO(ignat): support is_gang in orchid``: the orchid does not
-  say which operations are gangs, the test treats every vanilla operation as one);
+- vanilla operations are gang operations (the orchid does not say which operations are gangs, a gap
+  YTsaurus's test notes in a comment, so the test treats every vanilla operation as one);
 - children keep the dump's order; FIFO pools order their operations by weight only (the mock's
   ``HasHigherPriorityInFifoMode``), equal weights keeping the dump's order;
 - the update runs with ``enable_step_function_for_gang_operations``,

@@ -69,24 +69,10 @@ class SnapshotPublisher(SchedulingStages):
                 if element.spec.demand_share is not None:
                     element.demand_share = tuple(_floats(element.spec.demand_share))
                 else:
-                    needed = element.op.controller.needed_resources if element.op is not None else np.zeros(5)
-                    element.demand_share = tuple(
-                        (u + float(n)) / t if t > 0 else 0.0
-                        for u, n, t in zip(element.usage, needed, total, strict=True)
-                    )
+                    element.demand_share = _demand_share_of_needed(element.usage, element.op, total)
             else:
-                usage = [0.0] * RESOURCE_COUNT
-                if element.spec.demand_share is None:
-                    demand = [0.0] * RESOURCE_COUNT
-                    for child in element.children:
-                        _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
-                        _add_list(demand, child.demand_share)
-                    element.demand_share = tuple(demand)
-                else:
-                    for child in element.children:
-                        _add_list(usage, child.usage)
-                    element.demand_share = tuple(_floats(element.spec.demand_share))
-                element.usage = usage
+                own = element.spec.demand_share
+                _resum_pool(element, None if own is None else tuple(_floats(own)))
             shares = (element.fair_share, element.demand_share)
             if shares != element.blocked_for:  # a function of these two only
                 element.blocked = blocked_mask(*shares)
@@ -141,29 +127,16 @@ class SnapshotPublisher(SchedulingStages):
                 # operation's list without its runtime, and a new list every period is what the collector pays for
                 element.op = runtime
                 if spec.demand_share is None:
-                    needed = runtime.controller.needed_resources if runtime is not None else np.zeros(5)
-                    element.demand_share = tuple(
-                        (u + float(n)) / t if t > 0 else 0.0
-                        for u, n, t in zip(element.usage, needed, total, strict=True)
-                    )
+                    element.demand_share = _demand_share_of_needed(element.usage, runtime, total)
                 elif fresh:
                     element.demand_share = tuple(_floats(spec.demand_share)) if ready is None else ready[1]
             else:
-                usage = [0.0] * RESOURCE_COUNT
-                if spec.demand_share is None:
-                    demand = [0.0] * RESOURCE_COUNT
-                    for child in element.children:
-                        _add_list(usage, child.usage)  # the same float additions, in the same order, unrolled
-                        _add_list(demand, child.demand_share)
-                    element.demand_share = tuple(demand)
-                else:
-                    for child in element.children:
-                        _add_list(usage, child.usage)
+                own = None
+                if spec.demand_share is not None:
+                    own = element.demand_share
                     if fresh:
-                        element.demand_share = (
-                            tuple(_floats(spec.demand_share)) if ready is None else ready[1]
-                        )
-                element.usage = usage
+                        own = tuple(_floats(spec.demand_share)) if ready is None else ready[1]
+                _resum_pool(element, own)
             shares = (element.fair_share, element.demand_share)
             if shares != element.blocked_for:  # a function of these two only
                 if ready is not None and spec.demand_share is not None:
@@ -523,6 +496,29 @@ class SnapshotPublisher(SchedulingStages):
         before = _lists_state(lists)
         lists.rebalance()
         runtime.lists_settled = _lists_state(lists) == before
+
+
+def _demand_share_of_needed(usage: list[float], op: Any, total: tuple[float, ...]) -> tuple[float, ...]:
+    """An operation's demand share: its usage plus what its controller still needs, over the total."""
+    needed = op.controller.needed_resources if op is not None else np.zeros(RESOURCE_COUNT)
+    return tuple((u + float(n)) / t if t > 0 else 0.0 for u, n, t in zip(usage, needed, total, strict=True))
+
+
+def _resum_pool(element: _Element, own_demand: tuple[float, ...] | None) -> None:
+    """A pool's usage, and without a demand share of its own (``own_demand``) its demand share, summed from its
+    children: the same float additions in the same order, unrolled (bit-identical to a rebuild)."""
+    usage = [0.0] * RESOURCE_COUNT
+    if own_demand is None:
+        demand = [0.0] * RESOURCE_COUNT
+        for child in element.children:
+            _add_list(usage, child.usage)
+            _add_list(demand, child.demand_share)
+        own_demand = tuple(demand)
+    else:
+        for child in element.children:
+            _add_list(usage, child.usage)
+    element.demand_share = own_demand
+    element.usage = usage
 
 
 def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:

@@ -142,34 +142,24 @@ class LiveVanillaController(VanillaController):
         return released
 
     def _adopt(self, job: Job, node_address: str, now: float) -> Allocation:
+        """A reserved job as running in a new allocation on ``node_address`` (counts refreshed)."""
         state = self._tasks[job.task]
-        resources = self._allocation_resources(state, job)
-        if state.spec.memory_reserve is not None:
-            state.spec.memory_reserve.start_job((job.task, job.index))
-        state.running += 1
-        self._next_allocation += 1
-        allocation = Allocation(
-            f"{self.operation_id}/{self._next_allocation}",
-            self.operation_id,
-            resources,
-            task=job.task,
-            payload=job,
+        return self._run_job(
+            state,
+            job,
+            self._allocation_resources(state, job),
             interruptible=state.spec.interruptible or self.interruption_signal is not None,
             interruption_signal=self.interruption_signal,
             node_address=node_address,
-            start_time=now,
+            now=now,
         )
-        self._running[allocation.id] = job
-        return allocation
 
     def adopt_finished(self, node_address: str, job_id: str, now: float) -> Allocation | None:
         """A reserved job that the node reports finished: an allocation for ``on_allocation_finished``."""
         for key, (job, reserved_id) in list(self._reserved.get(node_address, {}).items()):
             if reserved_id == job_id:
                 del self._reserved[node_address][key]
-                allocation = self._adopt(job, node_address, now)
-                self._refresh()
-                return allocation
+                return self._adopt(job, node_address, now)
         return None
 
     def schedule_allocation(
@@ -183,7 +173,6 @@ class LiveVanillaController(VanillaController):
                 del self._reserved[node.address]
             allocation = self._adopt(job, node.address, now)
             self.revived_allocations[allocation.id] = job_id
-            self._refresh()
             return allocation
         return super().schedule_allocation(node, available_resources, now)
 
