@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from pooltree.fairshare import Operation, Pool, UpdateSettings, improved, update_fair_share
+from pooltree.fairshare import building as building_module
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import update as update_module
 from pooltree.fairshare.elements_dump import load_elements_dump, unit_test_settings
@@ -79,7 +80,7 @@ def _reference_distribute(self, table):  # type: ignore[no-untyped-def]
 def reference(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     def patch(*, sums: bool = True, distribute: bool = True) -> None:
         if sums:
-            monkeypatch.setattr(update_module, "_improved_sums", _reference_sums)
+            monkeypatch.setattr(building_module, "_improved_sums", _reference_sums)
         if distribute:
             monkeypatch.setattr(update_module._Update, "distribute_improved", _reference_distribute)
 
@@ -157,7 +158,7 @@ def test_staircase_sums_are_the_point_by_point_sums(
     """Every pool's improved FSBFF, compared as a function: left and right limits at every breakpoint of
     either construction (the plain sum omits collinear points; rounding differs by ~1e-16)."""
     compared = []
-    fast_sums = update_module._improved_sums
+    fast_sums = building_module._improved_sums
 
     def both(table, count, kids, slot, scale, shift, right):  # type: ignore[no-untyped-def]
         fast = fast_sums(table, count, kids, slot, scale, shift, right)
@@ -171,7 +172,7 @@ def test_staircase_sums_are_the_point_by_point_sums(
             compared.append(len(at))
         return fast
 
-    monkeypatch.setattr(update_module, "_improved_sums", both)
+    monkeypatch.setattr(building_module, "_improved_sums", both)
     update_fair_share(*_case(kind, seed, gap=False), 100.0)
     assert compared
 

@@ -1,0 +1,250 @@
+"""Attributes, strong guarantees, weights and estimated guarantees (b.1, b.3, b.4, b.6)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pooltree.errors import PooltreeError
+from pooltree.fairshare import functions as fn
+from pooltree.fairshare.layout import EPSILON, _share, _sum_children_into, floating_point_inverse_lower_bound
+from pooltree.resources import RESOURCES
+
+GUARANTEES_OVERCOMMIT = 29000
+
+PRIORITY_POOLS_WITHOUT_DONOR = 29002
+
+
+class _Guarantees:
+    """``_Update``'s steps from the inputs to the guarantees and weights the functions are built with."""
+
+    # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
+    def compute_attributes(self) -> None:
+        tree, total = self.tree, self.total
+        is_op = tree.is_op
+        # Operation demand (b.1).
+        demand = self.demand
+        not_running = is_op & ~self.schedulable
+        demand[not_running] = self.usage[not_running]
+        lim = self.apply_limits & is_op
+        if np.any(lim):
+            needed = np.maximum(np.minimum(demand[lim], self.specified_limits[lim]) - self.usage[lim], 0.0)
+            demand[lim] = self.usage[lim] + needed
+        _sum_children_into(tree, self.usage)
+        _sum_children_into(tree, demand)
+        limits = np.minimum(
+            np.minimum(self.tag_limits, total * self.max_share_ratio[:, None]), self.specified_limits
+        )
+        limits[0] = total
+        self.resource_limits = limits
+        self.limits_share = _share(np.minimum(limits, total), total)
+        self.usage_share = _share(self.usage, total)
+        self.demand_share = _share(demand, total)
+        # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
+        basis = np.where(fn.row_any(self.usage > 0)[:, None], self.usage_share, self.demand_share)
+        basis = np.where(total > 0, basis, 0.0)
+        best = np.argmax(basis, axis=1)
+        best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
+        self.dominant = best
+
+    # ---- b.3 ----------------------------------------------------------------------------------------
+    def infer_strong_guarantees(self) -> None:
+        tree = self.tree
+        main = RESOURCES.index(self.settings.main_resource)
+        inferred = self.strong_config.copy()
+        inferred[0] = self.total
+        for level in tree.parent_levels():
+            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
+            par = tree.parent[children]
+            explicit = self.strong_config[children]
+            explicit_sum = np.add.reduceat(explicit, seg, axis=0)
+            parent_inferred = inferred[parents]
+            residual = np.maximum(parent_inferred - explicit_sum, 0.0)
+            p_main = inferred[par, main]
+            ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
+            implicit_mask = ~self.spec_mask[children]
+            implicit_mask[:, main] = False
+            implicit = np.where(implicit_mask, ratio[:, None] * inferred[par], 0.0)
+            implicit_sum = np.add.reduceat(implicit, seg, axis=0)
+            scale = np.ones_like(implicit_sum)
+            over = (implicit_sum > residual) & (parents != 0)[:, None]
+            scale[over] = residual[over] / implicit_sum[over]
+            implicit = implicit * scale[slot]
+            inferred[children] = np.where(implicit_mask, implicit, explicit)
+        self.inferred = inferred
+
+    # ---- b.4 ----------------------------------------------------------------------------------------
+    def adjust_guarantees(self) -> None:
+        tree, total = self.tree, self.total
+        sgs = _share(self.inferred, total)
+        top = (
+            np.arange(tree.level_start[1], tree.level_start[2])
+            if len(tree.level_start) > 2
+            else np.zeros(0, int)
+        )
+        sgs[0] = sgs[top].sum(axis=0)
+        strong_total = self.inferred[top].sum(axis=0)
+        flow = total * self.total_flow_ratio[0]
+        burst = total * self.total_burst_ratio[0]
+        attrs = {
+            "total_cluster_resources": total.tolist(),
+            "total_strong_guarantee_resources": strong_total.tolist(),
+        }
+        if not np.all(total >= strong_total + flow):
+            self.errors.append(
+                PooltreeError(
+                    "Strong guarantees and resource flows exceed total cluster resources",
+                    code=GUARANTEES_OVERCOMMIT,
+                    attributes={**attrs, "total_resource_flow": flow.tolist()},
+                )
+            )
+        if not np.all(total >= strong_total + burst):
+            self.errors.append(
+                PooltreeError(
+                    "Strong guarantees and burst guarantees exceed total cluster resources",
+                    code=GUARANTEES_OVERCOMMIT,
+                    attributes={**attrs, "total_burst_resources": burst.tolist()},
+                )
+            )
+            burst_sum = sum(self.burst_ratio[i] for i in self.burst_pools)
+            root_sgs = sgs[0].copy()
+            factor = floating_point_inverse_lower_bound(
+                0.0, 1.0, lambda f: bool(np.all(root_sgs * f + burst_sum * f <= 1.0))
+            )
+            sgs[0] = root_sgs * factor
+            for i in self.burst_pools:
+                self.burst_ratio[i] *= factor
+        # Top-down: own guarantee within own limits, children's sum within own guarantee.
+        ls = self.limits_share
+        for d in range(len(tree.level_start) - 1):
+            lo, hi = tree.level_start[d], tree.level_start[d + 1]
+            pools = np.arange(lo, hi)
+            pools = pools[~tree.is_op[pools]]
+            sgs[pools] = np.minimum(sgs[pools], ls[pools])
+            parents = pools[tree.child_count[pools] > 0]
+            if len(parents) == 0 or d + 2 > len(tree.level_start) - 1:
+                continue
+            clo = tree.level_start[d + 1]
+            sums = np.add.reduceat(
+                sgs[clo : tree.level_start[d + 2]], tree.child_start[parents] - clo, axis=0
+            )
+            over = np.flatnonzero(fn.row_any(sums > sgs[parents]))
+            for k in over:
+                p = int(parents[k])
+                kids = np.array(tree.children(p))
+                sgs[kids] = _shrink_guarantees(sgs[kids].copy(), self.priority[kids], np.maximum(sgs[p], 0.0))
+        self.sgs = sgs
+
+    def validate_priority_pools(self) -> None:
+        """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
+        tree = self.tree
+        n = len(tree.elements)
+        flagged = np.zeros(n, dtype=bool)
+        donor = np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(~tree.is_op):
+            pool = tree.elements[i]
+            flagged[i] = bool(pool.enable_priority_strong_guarantee_adjustment)  # type: ignore[attr-defined]
+            donor[i] = bool(pool.enable_priority_strong_guarantee_adjustment_donorship)  # type: ignore[attr-defined]
+        # Whether some strict ancestor is a donor, top-down.
+        donor_above = np.zeros(n, dtype=bool)
+        for level in tree.parent_levels():
+            parents_donor = donor_above[level.parents] | donor[level.parents]
+            donor_above[level.children] = parents_donor[level.slot]
+        orphans = np.flatnonzero(flagged & ~donor_above)
+        if len(orphans):
+            self.errors.append(
+                PooltreeError(
+                    "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
+                    code=PRIORITY_POOLS_WITHOUT_DONOR,
+                    attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
+                )
+            )
+        self.priority = flagged & donor_above
+
+    # ---- b.6 ----------------------------------------------------------------------------------------
+    def compute_weights(self) -> None:
+        tree = self.tree
+        weight = np.where(np.isnan(self.weight_cfg), 1.0, self.weight_cfg)
+        multiplier = self.settings.infer_weight_from_guarantees_share_multiplier
+        if multiplier is not None:
+            g = fn.row_max(self.sgs) + self.total_flow_ratio
+            unset = np.isnan(self.weight_cfg)
+            unset[0] = False
+            gp = g[np.maximum(tree.parent, 0)]
+            ok = (g >= EPSILON) & (gp >= EPSILON)
+            inferred = np.where(ok, multiplier * g / np.where(ok, gp, 1.0), 1.0)
+            weight = np.where(unset, inferred, weight)
+        weight[0] = 1.0
+        self.weight = weight
+        # FIFO order (b.6) of operations in FIFO pools.
+        n = len(tree.elements)
+        self.fifo_rank = np.zeros(n, dtype=np.int64)
+        self.fifo_index: dict[int, int] = {}
+        for p in np.flatnonzero(self.fifo):
+            pool = tree.elements[p]
+            kids = list(tree.children(int(p)))
+            params = pool.fifo_sort_parameters  # type: ignore[attr-defined]
+
+            def key(c: int, params: tuple[str, ...] = params) -> tuple[float, ...]:
+                op = tree.elements[c]
+                out = []
+                for name in params:
+                    if name == "weight":
+                        out.append(-weight[c])
+                    elif name == "start_time":
+                        out.append(op.start_time)  # type: ignore[attr-defined]
+                    else:
+                        out.append(op.pending_allocation_count)  # type: ignore[attr-defined]
+                return tuple(out)
+
+            for rank, c in enumerate(sorted(kids, key=key)):
+                self.fifo_rank[c] = rank
+                self.fifo_index[c] = rank
+
+    def compute_estimated_guarantees(self) -> None:
+        tree = self.tree
+        egs = np.zeros_like(self.sgs)
+        egs[0] = self.sgs[0]
+        for level in tree.parent_levels():
+            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
+            want = self.sgs[children] + self.total_flow_ratio[children, None]
+            budget = egs[parents][slot]
+            prefix = np.cumsum(want, axis=0)
+            base = np.where((seg > 0)[:, None], prefix[np.maximum(seg - 1, 0)], 0.0)
+            incl = prefix - base[slot]
+            excl = incl - want
+            # Sequential "min(want, still undistributed)" over the children, as prefix sums.
+            got = np.minimum(incl, budget) - np.minimum(excl, budget)
+            undistributed = egs[parents] - np.add.reduceat(got, seg, axis=0)
+            weights = self.weight[children]
+            wsum = np.add.reduceat(weights, seg)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                part = np.where(wsum[slot] > 0, weights / wsum[slot], 0.0)
+            egs[children] = got + undistributed[slot] * part[:, None]
+        self.egs = egs
+
+
+def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:
+    """Largest f in [0, 1] with Σ shares × f ≤ available in every resource (binary search, b.4)."""
+    return floating_point_inverse_lower_bound(
+        0.0, 1.0, lambda f: bool(np.all((shares * f).sum(axis=0) <= available))
+    )
+
+
+def _shrink_guarantees(child_sgs: np.ndarray, priority: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Children's guarantees fitted into the parent's (b.4 tiers).
+
+    Priority-tier children keep theirs and the regular tier is scaled into what is left; if the priority tier
+    alone overflows, it is scaled and the regular tier gets nothing. Without priority children: one scaling.
+    """
+    if not np.any(priority):
+        return child_sgs * _guarantee_fit_factor(child_sgs, available)
+    out = child_sgs.copy()
+    first = child_sgs[priority]
+    first_sum = first.sum(axis=0)
+    if np.all(first_sum <= available):
+        rest = child_sgs[~priority]
+        out[~priority] = rest * _guarantee_fit_factor(rest, np.maximum(available - first_sum, 0.0))
+    else:
+        out[priority] = first * _guarantee_fit_factor(first, available)
+        out[~priority] = 0.0
+    return out

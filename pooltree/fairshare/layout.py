@@ -1,0 +1,198 @@
+"""The flattened element tree (structure of arrays) and the numeric helpers every update step uses.
+
+The element tree is flattened once in breadth-first order, so the children of every pool are contiguous
+and every depth level is a contiguous range: per-element rules then run as numpy operations over whole
+levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import chain, repeat
+from typing import Any
+
+import numpy as np
+
+from pooltree.errors import ConfigError
+from pooltree.fairshare.inputs import _path
+from pooltree.fairshare.model import Element, Operation, Pool
+
+EPSILON = 1e-9  # "nearly dominates" inside the update (newest vector_hdrf Epsilon)
+
+
+def floating_point_inverse_lower_bound(lo: float, hi: float, predicate: Callable[[float], bool]) -> float:
+    """Largest x in [lo, hi] with a monotone predicate true (bisection to double precision, bounded)."""
+    if predicate(hi):
+        return hi
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if mid <= lo or mid >= hi:
+            break
+        if predicate(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _share(x: np.ndarray, total: np.ndarray) -> np.ndarray:
+    positive = total > 0
+    return np.where(positive, x / np.where(positive, total, 1.0), 0.0)
+
+
+@dataclass(eq=False, slots=True)
+class _Level:
+    """Pools of one depth level that have children, and those children (contiguous in breadth-first order)."""
+
+    parents: np.ndarray
+    children: np.ndarray  # the whole next level, in parent order
+    seg: np.ndarray  # start of every parent's children within ``children``
+    slot: np.ndarray  # position in ``parents`` of every child's parent
+
+
+@dataclass(eq=False)
+class _Tree:
+    """The element tree in breadth-first order with per-element input arrays."""
+
+    elements: list[Element]
+    ids: list[str]
+    parent: np.ndarray
+    depth: np.ndarray
+    child_start: np.ndarray
+    child_count: np.ndarray
+    is_op: np.ndarray
+    level_start: np.ndarray  # level d occupies [level_start[d], level_start[d + 1])
+    _levels: list[_Level] | None = None
+
+    def children(self, i: int) -> range:
+        start = int(self.child_start[i])
+        return range(start, start + int(self.child_count[i]))
+
+    def parent_levels(self, *, bottom_up: bool = False) -> list[_Level]:
+        """Every depth level that has pools with children, with its children's contiguous block (top-down)."""
+        if self._levels is None:
+            self._levels = self._parent_levels()
+        return self._levels[::-1] if bottom_up else self._levels
+
+    def _parent_levels(self) -> list[_Level]:
+        levels = []
+        for d in range(len(self.level_start) - 2):
+            lo, hi = self.level_start[d], self.level_start[d + 1]
+            parents = np.arange(lo, hi)
+            parents = parents[self.child_count[parents] > 0]
+            if len(parents) == 0:
+                continue
+            clo, chi = int(self.level_start[d + 1]), int(self.level_start[d + 2])
+            counts = self.child_count[parents]
+            levels.append(
+                _Level(
+                    parents=parents,
+                    children=np.arange(clo, chi),
+                    seg=self.child_start[parents] - clo,
+                    slot=np.repeat(np.arange(len(parents)), counts),
+                )
+            )
+        return levels
+
+    def subtree(self, i: int) -> np.ndarray:
+        """Indices of i and its descendants, sorted (so levels stay in breadth-first order)."""
+        inside = np.zeros(len(self.ids), dtype=bool)
+        inside[i] = True
+        for level in self.parent_levels():
+            inside[level.children] |= inside[level.parents][level.slot]
+        return np.flatnonzero(inside)
+
+
+def _flatten(root: Pool) -> _Tree:
+    """Breadth-first order, built level by level: the children of a whole level are appended as one block.
+
+    Per-level work runs in C (``chain``, ``map``) and builds no per-pool tuples: tuples are tracked by the
+    garbage collector, and a collection started here walks the whole young element list.
+    """
+    if not isinstance(root, Pool):
+        raise ConfigError("pools", "the root must be a Pool")
+    elements: list[Element] = [root]
+    pool_index: list[int] = []  # every pool, level by level, with the number of its children
+    pool_count: list[int] = []
+    is_op: list[bool] = [False]
+    level_start = [0]
+    level_pools = [0]
+    while level_pools:
+        level_start.append(len(elements))
+        child_lists = [elements[i].children or () for i in level_pools]  # type: ignore[attr-defined]
+        counts = list(map(len, child_lists))  # children must be sized lists, as before
+        block = list(chain.from_iterable(child_lists))
+        kinds = list(map(isinstance, block, repeat(Operation)))
+        base = len(elements)
+        next_pools = [] if all(kinds) else _child_pools(elements, level_pools, block, kinds, base)
+        pool_index += level_pools
+        pool_count += counts
+        elements += block
+        is_op += kinds
+        level_pools = next_pools
+    if len(elements) > level_start[-1]:
+        level_start.append(len(elements))
+    ids = [e.id for e in elements]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        for e in elements:
+            if e.id in seen:
+                raise ConfigError(_path(e, "id"), f"duplicate element id {e.id!r}")
+            seen.add(e.id)
+    child_count = np.zeros(len(elements), dtype=np.int64)
+    child_count[pool_index] = pool_count
+    starts = np.concatenate([[1], 1 + np.cumsum(child_count)[:-1]]).astype(np.int64)
+    # Children are appended pool by pool, so parents are the pool indices repeated by their child counts.
+    parent = np.concatenate([[-1], np.repeat(np.array(pool_index, dtype=np.int64), pool_count)])
+    level_arr = np.array(level_start, dtype=np.int64)
+    depth = np.repeat(np.arange(len(level_arr) - 1), np.diff(level_arr))
+    return _Tree(
+        elements=elements,
+        ids=ids,
+        parent=parent,
+        depth=depth,
+        child_start=starts,
+        child_count=child_count,
+        is_op=np.frombuffer(bytes(is_op), dtype=bool).copy(),  # isinstance gives real bools: bytes 0/1
+        level_start=level_arr,
+    )
+
+
+def _child_pools(
+    elements: list[Element], level_pools: list[int], block: list[Any], kinds: list[bool], base: int
+) -> list[int]:
+    """Indices of the pools in a level's block of children; a child of another type is an error naming its parent."""
+    next_pools: list[int] = []
+    k = 0
+    for i in level_pools:
+        for c in elements[i].children or ():  # type: ignore[attr-defined]
+            if not kinds[k]:
+                if not isinstance(c, Pool):
+                    raise ConfigError(
+                        _path(elements[i], "children"), f"child {c!r} is neither a Pool nor an Operation"
+                    )
+                next_pools.append(base + k)
+            k += 1
+    return next_pools
+
+
+def _child_ranges(tree: _Tree, pools: np.ndarray) -> np.ndarray:
+    """Children of ``pools``, pool by pool (each pool's children are one contiguous block)."""
+    counts = tree.child_count[pools]
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    block = np.zeros(len(pools) + 1, dtype=np.int64)
+    np.cumsum(counts, out=block[1:])
+    return np.repeat(tree.child_start[pools] - block[:-1], counts) + np.arange(total)
+
+
+def _sum_children_into(tree: _Tree, values: np.ndarray, *, own: bool = False) -> None:
+    """Bottom-up, in place: values[p] = Σ values[children of p] (``own``: values[p] += that sum, subtree totals)."""
+    for level in tree.parent_levels(bottom_up=True):
+        sums = np.add.reduceat(values[level.children], level.seg, axis=0)
+        if own:
+            values[level.parents] += sums
+        else:
+            values[level.parents] = sums
