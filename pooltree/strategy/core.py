@@ -8,6 +8,7 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 
 from __future__ import annotations
 
+import heapq
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -37,6 +38,38 @@ _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted",
 """Strategy events after which an operation's controller may report completion."""
 
 _UNSET = object()
+
+_DEADLINE_SLACK = 1e-3
+"""Seconds before its ``start + time_limit`` an operation joins the checked ones (float rounding; early is harmless:
+the check itself is exact)."""
+
+
+class _LimitWatch:
+    """The operations `SchedulerCore.enforce_time_limits` must look at; every other one has nothing that can be due.
+
+    ``order``: operation → serial (registration order). ``deadlines``: a heap of ``(start + time_limit, serial,
+    operation)``, moved to ``expired`` once reached (an operation past its limit stays there until it leaves);
+    ``job_limited``: operations with a ``job_time_limit``; ``always``: operations whose spec is a plain map (it
+    may change in place) or that the pool tree did not hold when attached. Entries of operations that left are
+    dropped from the sets at once and from the heap when they surface (their serial no longer matches).
+    """
+
+    __slots__ = ("always", "deadlines", "expired", "job_limited", "order", "serial")
+
+    def __init__(self) -> None:
+        self.order: dict[str, int] = {}
+        self.serial = 0
+        self.deadlines: list[tuple[float, int, str]] = []
+        self.expired: set[str] = set()
+        self.job_limited: set[str] = set()
+        self.always: set[str] = set()
+
+    def forget(self, operation_id: str) -> None:
+        if self.order.pop(operation_id, None) is not None:
+            self.expired.discard(operation_id)
+            self.job_limited.discard(operation_id)
+            self.always.discard(operation_id)
+
 
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
@@ -80,6 +113,7 @@ class SchedulerCore:
         self._registrations = 0
         self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
         self._resource_cache: dict[str, tuple[tuple[Any, ...], tuple[Vector, Vector]]] = {}
+        self._limits = _LimitWatch()
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
         become completed (a controller completes when its last allocation ends), so only these are checked."""
@@ -176,6 +210,7 @@ class SchedulerCore:
         self._registrations += 1
         self._registration_order[operation_id] = self._registrations
         self._may_have_completed.add(operation_id)
+        self._watch_limits(operation_id)
         self.strategy.register_operation(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
@@ -194,6 +229,7 @@ class SchedulerCore:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
         del self.controllers[operation_id]
+        self._limits.forget(operation_id)
         self._resource_cache.pop(operation_id, None)
         self._registration_order.pop(operation_id, None)
         self._may_have_completed.discard(operation_id)
@@ -337,9 +373,25 @@ class SchedulerCore:
         ``job_time_limit_exceeded``, error 1202, delivered in their nodes' next heartbeats). Returns the
         operations running longer than their ``time_limit`` with YTsaurus's error; the caller fails them (the
         live service and the simulator both call this on every fair-share period).
+
+        Only the operations that can have something due are looked at (`_LimitWatch`): those whose
+        ``start + time_limit`` has been reached (a deadline heap), those with a ``job_time_limit`` and those
+        whose spec is a plain map (it may change in place). They are visited in registration order, the order
+        of a walk over every operation, with the same checks, so the stops and failures and their order are
+        the same as that walk's; every other operation has no limit that can be due.
         """
+        watch = self._limits
+        if len(watch.order) != len(self.controllers):
+            self._rewatch_limits()  # controllers changed behind attach_controller / detach_controller
+        deadlines = watch.deadlines
+        order = watch.order
+        while deadlines and deadlines[0][0] <= now + _DEADLINE_SLACK:
+            _deadline, serial, operation_id = heapq.heappop(deadlines)
+            if order.get(operation_id) == serial:
+                watch.expired.add(operation_id)  # from now on checked every period (the check is exact)
+        candidates = watch.expired | watch.job_limited | watch.always
         failed: list[tuple[str, dict[str, Any]]] = []
-        for operation_id in list(self.controllers):
+        for operation_id in sorted(candidates, key=order.__getitem__):
             op = self.pool_tree.operations.get(operation_id)
             if op is None:
                 continue
@@ -367,6 +419,41 @@ class SchedulerCore:
                     error=job_time_limit_error(job_limit),
                 )
         return failed
+
+    def _watch_limits(self, operation_id: str) -> None:
+        """Sort a newly registered (or attached) operation into `_LimitWatch` by the limits its spec has."""
+        watch = self._limits
+        watch.forget(operation_id)
+        watch.serial += 1
+        watch.order[operation_id] = watch.serial
+        op = self.pool_tree.operations.get(operation_id)
+        if op is None or isinstance(op.spec, Mapping):
+            watch.always.add(operation_id)  # read anew every period, as the walk did
+            return
+        limit, job_limits = self._time_limits_of(operation_id, op.spec)
+        if limit is not None:
+            heapq.heappush(watch.deadlines, (op.start_time + limit, watch.serial, operation_id))
+        if job_limits is not None:
+            watch.job_limited.add(operation_id)
+
+    def _rewatch_limits(self) -> None:
+        self._limits = _LimitWatch()
+        for operation_id in self.controllers:
+            self._watch_limits(operation_id)
+
+    def attach_controller(self, operation_id: str, controller: OperationController) -> None:
+        """Attach the controller of an operation the pool tree already holds (the live service registers
+        operations in its pool trees itself); :meth:`detach_controller` undoes it."""
+        self.controllers[operation_id] = controller
+        self._watch_limits(operation_id)
+        self.strategy.register_operation(operation_id, controller)
+
+    def detach_controller(self, operation_id: str) -> list[Allocation]:
+        """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
+        running = self.strategy.unregister_operation(operation_id)
+        del self.controllers[operation_id]
+        self._limits.forget(operation_id)
+        return running
 
     def _time_limits_of(self, operation_id: str, spec: Any) -> tuple[float | None, dict[str, Any] | None]:
         """The spec's ``time_limit`` and a memo of its per-task ``job_time_limit`` (``None``: no user job has one).

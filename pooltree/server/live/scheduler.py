@@ -352,9 +352,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     def _attach(self, op: LiveOperation) -> None:
         for name in op.trees:
-            core = self.cores[name]
-            core.controllers[op.id] = op.controller
-            core.strategy.register_operation(op.id, op.controller)
+            self.cores[name].attach_controller(op.id, op.controller)
 
     def _detach(self, op: LiveOperation) -> list[Allocation]:
         running: list[Allocation] = []
@@ -362,8 +360,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             core = self.cores.get(name)
             if core is None or op.id not in core.controllers:
                 continue
-            running.extend(core.strategy.unregister_operation(op.id))
-            del core.controllers[op.id]
+            running.extend(core.detach_controller(op.id))
         return running
 
     def operation(self, operation_id: str) -> LiveOperation:
