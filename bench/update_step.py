@@ -14,6 +14,9 @@ cost (pending operations are not elements of the fair-share update or the snapsh
 ``--changed F`` runs the same step in this process with a fraction F of the running operations changing usage
 between steps (what the live service and the simulator see), so the cost of what changed shows.
 
+Both modes run under the process's garbage-collector policy as the CLI does (``pooltree/gc_policy.py``: the
+survivors of each full collection are frozen); ``POOLTREE_GC_TUNING=0`` in the environment turns it off, for A/B.
+
 Usage: .venv/bin/python bench/update_step.py [--changed F] [--pools 1110] [--operations 10000] [--pending 0] [--repeat 5] [--runs 3]
 """
 
@@ -111,7 +114,15 @@ def snapshot_document(pools: int, operations: int, seed: int = 1, pending: int =
 def changed_step_timings(path: Path, repeat: int, fraction: float, seed: int) -> dict[str, float]:
     """The CLI's step (`pooltree.cli.fair_share._TreeStep`) in this process, with ``fraction`` of the running
     operations changing usage between steps (one pending job starts, or one running job ends), as periods of the
-    live service see them; timings as ``--timings`` reports them."""
+    live service see them; timings as ``--timings`` reports them. The process's gc policy applies as in the CLI
+    (``pooltree.gc_policy``; ``POOLTREE_GC_TUNING=0`` turns it off)."""
+    from pooltree.gc_policy import survivors_frozen
+
+    with survivors_frozen():
+        return _changed_steps(path, repeat, fraction, seed)
+
+
+def _changed_steps(path: Path, repeat: int, fraction: float, seed: int) -> dict[str, float]:
     import numpy as np
 
     from pooltree.cli.fair_share import _register, _TreeStep
@@ -212,6 +223,7 @@ def main() -> None:
                 "median": {key: round(statistics.median(run[key] for run in runs), 4) for key in keys},
                 "min": {key: round(min(run[key] for run in runs), 4) for key in keys},
                 "max": {key: round(max(run[key] for run in runs), 4) for key in keys},
+                "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
                 "load_average": os.getloadavg(),
                 "machine": {
                     "python": platform.python_version(),

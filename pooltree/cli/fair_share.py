@@ -24,6 +24,7 @@ from pooltree.config.support import unrecognized_options, unsupported_options
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import update_fair_share
 from pooltree.fairshare.model import UpdateState
+from pooltree.gc_policy import survivors_frozen
 from pooltree.orchid import ROOT, snapshot_strategy, tree_view
 from pooltree.resources import zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
@@ -280,28 +281,30 @@ def fair_share(
         print_elements_dump_report(report, output_format.value)
         return
     try:
-        started = time.perf_counter()
-        snapshot = load_snapshot(snapshot_path)
-        parsed = time.perf_counter()
-        trees = _register(snapshot)
-        built = time.perf_counter()
-        names = [tree] if tree is not None else list(snapshot.pool_trees)
-        if tree is not None and tree not in snapshot.pool_trees:
-            fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
-        view: dict[str, Any] = {"pool_trees": {}}
-        durations: list[float] = []
-        steps = {name: _TreeStep(snapshot, trees, name) for name in names}
-        results: dict[str, Any] = {}
-        for _ in range(repeat):
-            begin = time.perf_counter()
-            results = {name: step.run() for name, step in steps.items()}
-            durations.append(time.perf_counter() - begin)
-        now = _snapshot_now(snapshot)
-        for name, result in results.items():
-            pool_tree = trees.tree(name)
-            total = steps[name].total
-            strategy = snapshot_strategy(pool_tree, result, total, now)
-            view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
+        # the process's gc policy (pooltree/gc_policy.py), as the live service and the simulator run the step
+        with survivors_frozen():
+            started = time.perf_counter()
+            snapshot = load_snapshot(snapshot_path)
+            parsed = time.perf_counter()
+            trees = _register(snapshot)
+            built = time.perf_counter()
+            names = [tree] if tree is not None else list(snapshot.pool_trees)
+            if tree is not None and tree not in snapshot.pool_trees:
+                fail(f"--tree: unknown pool tree {tree!r}; known: {', '.join(snapshot.pool_trees)}")
+            view: dict[str, Any] = {"pool_trees": {}}
+            durations: list[float] = []
+            steps = {name: _TreeStep(snapshot, trees, name) for name in names}
+            results: dict[str, Any] = {}
+            for _ in range(repeat):
+                begin = time.perf_counter()
+                results = {name: step.run() for name, step in steps.items()}
+                durations.append(time.perf_counter() - begin)
+            now = _snapshot_now(snapshot)
+            for name, result in results.items():
+                pool_tree = trees.tree(name)
+                total = steps[name].total
+                strategy = snapshot_strategy(pool_tree, result, total, now)
+                view["pool_trees"][name] = tree_view(pool_tree, result, total, strategy)
     except PooltreeError as error:
         fail(str(error))
     _warn_unsupported(snapshot, names)

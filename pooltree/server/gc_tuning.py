@@ -2,8 +2,8 @@
 
 The scheduler is one process (uvicorn's event loop plus a thread pool), so a collection stalls every request under
 way. CPython's full (generation 2) collection walks every tracked object: with 10,000 queued operations that is
-~670k objects and ~1 s, during which no request is answered. Tuning, as CPython's ``gc.freeze`` documentation
-suggests for long-lived servers:
+~670k objects and ~1 s, during which no request is answered. The freezing policy is the process's, shared with the
+simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service applies it thus:
 
 * after revival and start-up (``settle``): one full collection at a time nobody waits for, then ``gc.freeze()``
   (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
@@ -25,7 +25,6 @@ the tuning off (for comparisons, see bench/live_queue.py); the pauses are measur
 from __future__ import annotations
 
 import gc
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -34,34 +33,27 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from pooltree.errors import ConfigError
+from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled
 
-ENVIRONMENT = "POOLTREE_GC_TUNING"
-THRESHOLDS = (1_000, 5, 2)
-
-
-def tuning_enabled(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
-    """``POOLTREE_GC_TUNING`` is ``1`` (default) or ``0``; anything else is a ``ConfigError`` naming it."""
-    value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
-    if value not in ("0", "1"):
-        raise ConfigError(ENVIRONMENT, f"must be 0 or 1, got {value!r}")
-    return value == "1"
+__all__ = ["ENVIRONMENT", "GC", "THRESHOLDS", "GcCollector", "GcTuning", "tuning_enabled"]
 
 
 class GcTuning:
-    """Pause accounting (a ``gc.callbacks`` hook) and the freezing policy; the gc is per process, so is this."""
+    """Pause accounting (a ``gc.callbacks`` hook) and the service's hold on the freezing policy
+    (``pooltree.gc_policy.POLICY``, frozen at each ``tick``); the gc is per process, so is this."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         # generation -> [count, total seconds, longest seconds]
         self.pauses: dict[int, list[float]] = {0: [0, 0.0, 0.0], 1: [0, 0.0, 0.0], 2: [0, 0.0, 0.0]}
-        self.freezes = 0
         self.tuned = False
         self._began: float | None = None
-        self._freeze_due = False
         self._installed = 0
-        self._saved_thresholds: tuple[int, int, int] | None = None
         self._settling = False
+
+    @property
+    def freezes(self) -> int:
+        return POLICY.freezes
 
     # ------------------------------------------------------------------ measuring
 
@@ -79,8 +71,6 @@ class GcTuning:
             entry[0] += 1
             entry[1] += seconds
             entry[2] = max(entry[2], seconds)
-        if generation == 2 and self.tuned:
-            self._freeze_due = True  # frozen in tick(): not from inside the collector
 
     def install(self) -> None:
         """Start measuring (idempotent; counted, so several services in one process share it)."""
@@ -98,34 +88,27 @@ class GcTuning:
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
         if self.tuned:
-            gc.unfreeze()
-            if self._saved_thresholds is not None:
-                gc.set_threshold(*self._saved_thresholds)
+            POLICY.release(at_collection=False)  # the last holder unfreezes and restores the thresholds
             self.tuned = False
-            self._freeze_due = False
 
     # ------------------------------------------------------------------ tuning
 
     def settle(self) -> None:
-        """After revival and start-up: one full collection, freeze what survives, raise the thresholds."""
+        """After revival and start-up: hold the policy (short-walk thresholds, survivors of each full collection
+        frozen at the next ``tick``), one full collection, freeze what survives."""
         if not self.tuned:
-            self._saved_thresholds = gc.get_threshold()
+            POLICY.acquire(at_collection=False)
+            self.tuned = True
         self._settling = True  # start-up's own collection is not a pause anyone waits for: not counted
         try:
-            gc.collect()
+            POLICY.settle()
         finally:
             self._settling = False
-        gc.freeze()
-        gc.set_threshold(*THRESHOLDS)
-        self.tuned = True
-        self.freezes += 1
 
     def tick(self) -> None:
         """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice)."""
-        if self._freeze_due and self.tuned:
-            self._freeze_due = False
-            gc.freeze()
-            self.freezes += 1
+        if self.tuned:
+            POLICY.tick()
 
     # ------------------------------------------------------------------ metrics
 

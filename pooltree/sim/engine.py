@@ -40,6 +40,7 @@ import numpy as np
 from pooltree.alerts import AlertSettings
 from pooltree.config import TagFilter
 from pooltree.errors import ConfigError
+from pooltree.gc_policy import survivors_frozen
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.sim.jobs import _JobsMixin
 from pooltree.sim.metrics import _MetricsMixin
@@ -427,6 +428,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
 
     # ------------------------------------------------------------------ main loop
 
+    @survivors_frozen()  # the process's gc policy while the loop runs (pooltree/gc_policy.py)
     def run(self) -> SimulationResult:
         """Process events until every operation finished or the horizon; returns the collected results."""
         started = wall_clock.perf_counter()

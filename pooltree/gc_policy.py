@@ -1,0 +1,152 @@
+"""The process's garbage-collector policy: freeze what survives each full collection.
+
+CPython's full (generation 2) collection walks every tracked object. A scheduler process holds hundreds of
+thousands of them (a 1,110-pool / 10,000-operation tree: ~420k; with 10,000 queued operations ~670k), nearly all
+long-lived, and each fair-share period leaves tens of thousands more alive (new element specs, heap entries), so
+a full collection of ~0.2-1 s comes every second or third period and is over half of a period in which usage
+moved. As CPython's ``gc.freeze`` documentation suggests for long-lived processes, the policy moves the survivors
+of each full collection to the permanent generation, which no collection walks:
+
+* a full collection has just removed the garbage, so what it leaves is alive: freezing it then is safe, and the
+  next full collection walks only what was allocated since (CPython starts a full collection only when the
+  objects that survived the middle generation since the last one exceed a quarter of those the last one kept,
+  so the walks stay proportional to what a period leaves, not to the process);
+* short-walk thresholds (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects;
+* when the last holder releases the policy, everything is unfrozen and the thresholds are restored.
+
+Two ways to freeze, one policy:
+
+* *at the collection* (``survivors_frozen``, the batch shells: the simulator's run loop and ``pooltree
+  fair-share``): the collector's own ``stop`` callback freezes, so a long period that triggers several full
+  collections walks each survivor once (``gc.freeze`` only splices the collector's lists; nothing else runs);
+* *at the next tick* (``tick``, the live service's loop, ``pooltree.server.gc_tuning``, which also settles after
+  revival: one full collection nobody waits for, then a freeze).
+
+The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed by
+reference counting, i.e. nearly all, are freed as before), until the policy is released. Collections never change
+a result: nothing in the core depends on when an object is collected.
+
+``POOLTREE_GC_TUNING=0`` in the environment turns the policy off everywhere (for comparisons); any value other
+than ``0`` or ``1`` is a ``ConfigError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pooltree.errors import ConfigError
+
+ENVIRONMENT = "POOLTREE_GC_TUNING"
+THRESHOLDS = (1_000, 5, 2)
+
+
+def tuning_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """``POOLTREE_GC_TUNING`` is ``1`` (default) or ``0``; anything else is a ``ConfigError`` naming it."""
+    value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
+    if value not in ("0", "1"):
+        raise ConfigError(ENVIRONMENT, f"must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
+class GcPolicy:
+    """The freezing policy of the process (the collector is per process, so is this: use ``POLICY``).
+
+    Holders ``acquire`` and ``release`` it (counted, so a simulator run inside a tuned service neither tunes twice
+    nor undoes the service's tuning); while one holder freezes at the collection, every full collection's
+    survivors are frozen at once, else they are frozen at the next ``tick``.
+    """
+
+    def __init__(self) -> None:
+        self.freezes = 0
+        self.full_collections = 0
+        """Full collections seen while held (``settle``'s own not counted)."""
+        self._holders = 0
+        self._immediate = 0
+        self._due = False
+        self._settling = False
+        self._saved_thresholds: tuple[int, int, int] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._holders > 0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase != "stop" or info.get("generation") != 2 or self._settling:
+            return
+        self.full_collections += 1
+        if self._immediate:
+            gc.freeze()  # the collector's lists are consistent at "stop"; freeze only splices them
+            self.freezes += 1
+        else:
+            self._due = True
+
+    def acquire(self, *, at_collection: bool) -> None:
+        """Hold the policy: the first holder installs the callback and the thresholds. ``at_collection``: freeze
+        a full collection's survivors from the collector's callback (else at the next ``tick``)."""
+        if self._holders == 0:
+            self._saved_thresholds = gc.get_threshold()
+            gc.callbacks.append(self._callback)
+            gc.set_threshold(*THRESHOLDS)
+        self._holders += 1
+        if at_collection:
+            self._immediate += 1
+
+    def release(self, *, at_collection: bool) -> None:
+        """Undo one ``acquire`` (with the same ``at_collection``); the last one unfreezes everything and
+        restores the thresholds."""
+        if self._holders == 0:
+            return
+        self._holders -= 1
+        if at_collection and self._immediate:
+            self._immediate -= 1
+        if self._holders:
+            return
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        gc.unfreeze()
+        if self._saved_thresholds is not None:
+            gc.set_threshold(*self._saved_thresholds)
+            self._saved_thresholds = None
+        self._due = False
+
+    def settle(self) -> None:
+        """One full collection now (at a moment nobody waits for), then freeze what survives."""
+        self._settling = True
+        try:
+            gc.collect()
+        finally:
+            self._settling = False
+        gc.freeze()
+        self.freezes += 1
+        self._due = False
+
+    def tick(self) -> bool:
+        """Freeze the survivors of the full collection that ran since the last tick (cheap: a list splice);
+        whether it froze."""
+        if not (self._due and self._holders):
+            return False
+        self._due = False
+        gc.freeze()
+        self.freezes += 1
+        return True
+
+
+POLICY = GcPolicy()
+
+
+@contextmanager
+def survivors_frozen(environ: Mapping[str, str] | None = None) -> Iterator[bool]:
+    """Hold ``POLICY`` (freezing at each full collection) for the block, unless ``POOLTREE_GC_TUNING=0``; yields
+    whether it does. Also a decorator: ``@survivors_frozen()`` (the environment is read at each call)."""
+    if not tuning_enabled(environ):
+        yield False
+        return
+    POLICY.acquire(at_collection=True)
+    try:
+        yield True
+    finally:
+        POLICY.release(at_collection=True)
