@@ -9,6 +9,7 @@ Shares are read in bulk from the result's arrays (``result.elements.arrays`` / `
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Mapping
 from dataclasses import MISSING
@@ -111,7 +112,18 @@ class _LastRuntime:
     and strategy config objects) are the same, every static part is the same object as before, so the next build
     skips the per-element walk and only re-creates the specs whose shares changed (compared in bulk)."""
 
-    __slots__ = ("gathered", "ids", "is_op", "key", "positions", "result_ids", "specs", "statics")
+    __slots__ = (
+        "gathered",
+        "ids",
+        "is_op",
+        "key",
+        "pool_rows",
+        "positions",
+        "registration",
+        "result_ids",
+        "specs",
+        "statics",
+    )
 
     def __init__(
         self,
@@ -119,12 +131,17 @@ class _LastRuntime:
         ids: list[str],
         statics: list[dict[str, Any]],
         specs: list[ElementSpec],
+        registration: list[int] | None = None,
     ):
         self.key = key
         self.ids = ids
         self.statics = statics
         self.specs = specs
         self.is_op = np.array([static["kind"] == "operation" for static in statics], dtype=bool)
+        self.pool_rows = len(ids) - (0 if registration is None else len(registration))
+        self.registration = registration
+        """Registration indices of the operation rows (which follow the pool rows, in this order), or None when
+        the rows are not in registration order (then operation changes re-walk the tree)."""
         self.result_ids: Any = None
         self.positions: np.ndarray | None = None
         self.gathered: _Gathered | None = None
@@ -380,9 +397,13 @@ def scheduling_tree_from_runtime(
         and last_runtime is not None
         and last_runtime.gathered is not None
         and cache.last is not None
-        and all(map(operator.is_, last_runtime.key, runtime_key))
     ):
-        return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
+        if all(map(operator.is_, last_runtime.key, runtime_key)):
+            return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
+        if all(map(operator.is_, last_runtime.key[2:], runtime_key[2:])) and last_runtime.key[0] is pool_tree:
+            delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
+            if delta is not None:
+                return _unchanged_structure(result.elements, total_resources, cache, last_runtime, delta)
     shares = _Shares(result.elements)
     tree_config = pool_tree.config
     elements: list[ElementSpec] = []
@@ -429,9 +450,16 @@ def scheduling_tree_from_runtime(
     _forget(cache.pools, seen)
     seen = set()
     operations = cache.operations
+    registration: list[int] | None = []
     for op_id, op in pool_tree.operations.items():
         if not op.running:
             continue  # pending: not an element of the tree (YTsaurus)
+        if registration is not None:
+            index = getattr(op, "registration_index", None)
+            if type(index) is not int or (registration and index <= registration[-1]):
+                registration = None
+            else:
+                registration.append(index)
         op_pool = op.pool
         pool_chain = chain.get(op_pool.name)
         if pool_chain is None:
@@ -492,17 +520,141 @@ def scheduling_tree_from_runtime(
     cache.last = (statics, config, tree)
     cache.runtime = None
     if bulk and revision is not None and cacheable:
-        runtime = _LastRuntime(runtime_key, ids, statics, elements)
+        runtime = _LastRuntime(runtime_key, ids, statics, elements, registration)
         runtime.gathered = _Gathered(result.elements, runtime)
         cache.runtime = runtime
     return tree
 
 
+class _OperationChanges:
+    """What `_operation_changes` did to the previous build's rows, for `SchedulingTree.with_operation_changes`."""
+
+    __slots__ = ("added", "removed")
+
+    def __init__(self, removed: set[str], added: list[str]):
+        self.removed = removed
+        self.added = added
+
+
+def _operation_changes(
+    pool_tree: Any, cache: BuildCache, last: _LastRuntime, runtime_key: tuple[Any, ...]
+) -> _OperationChanges | None:
+    """Bring the previous build's rows up to the pool tree's revision when only operations changed since
+    (``PoolTree.operations_changed_since``): the rows of changed operations are dropped, and those running now get
+    new rows at their place in registration order, with the static part the element walk computes (same cache
+    key) and a spec the bulk path re-makes with this result's shares (their previous values are NaN, so they
+    count as changed). None, with nothing changed, when the walk must run (pools changed, the journal does not
+    reach back, rows not in registration order, a spec that is not a frozen model)."""
+    changed_since = getattr(pool_tree, "operations_changed_since", None)
+    registration = last.registration
+    previous = last.gathered
+    if changed_since is None or registration is None or previous is None:
+        return None
+    changed = changed_since(last.key[1])
+    if changed is None:
+        return None
+    operations = pool_tree.operations
+    arriving = []
+    for op_id in changed:
+        op = operations.get(op_id)
+        if op is not None and op.running:
+            if op.spec is not None and not _is_frozen(op.spec):
+                return None
+            index = getattr(op, "registration_index", None)
+            if type(index) is not int:
+                return None
+            arriving.append((index, op_id, op))
+    arriving.sort(key=operator.itemgetter(0))
+    ids = last.ids
+    pool_rows = last.pool_rows
+    removed = {op_id for op_id in changed if op_id in cache.operations}
+    # rows kept, as (registration index, previous row)
+    rows: list[tuple[int, int]] = [
+        (registration[row - pool_rows], row) for row in range(pool_rows, len(ids)) if ids[row] not in removed
+    ]
+    keys = [entry[0] for entry in rows]
+    statics_of: dict[int, dict[str, Any]] = {}
+    tree_config = pool_tree.config
+    operations_cache = cache.operations
+    for index, op_id, op in arriving:
+        spec = op.spec
+        limits = op.resource_limits
+        key = (
+            op,
+            _spec_values(spec),
+            tuple(
+                limits.tolist() if type(limits) is np.ndarray else np.asarray(limits, dtype=float).tolist()
+            ),
+            op.pool,
+            op.running,
+            op.suspended,
+            op.start_time,
+            _chain(op.pool, tree_config),
+        )
+        entry = operations_cache.get(op_id)
+        if entry is not None and entry[0] == key:
+            static = entry[1]
+        else:
+            static = _operation_static(pool_tree, op_id, op)
+            operations_cache[op_id] = (key, static)
+        statics_of[index] = static
+        at = bisect.bisect_left(keys, index)
+        keys.insert(at, index)
+        rows.insert(at, (index, -1))
+    for op_id in changed:
+        if op_id in removed and not any(op_id == item[1] for item in arriving):
+            del operations_cache[op_id]
+    old_statics = last.statics
+    old_specs = last.specs
+    new_ids = ids[:pool_rows]
+    new_statics = old_statics[:pool_rows]
+    new_specs = old_specs[:pool_rows]
+    source = list(range(pool_rows))
+    for index, row in rows:
+        if row < 0:
+            static = statics_of[index]
+            new_ids.append(static["id"])
+            new_statics.append(static)
+            new_specs.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made below: NaN shares
+        else:
+            new_ids.append(ids[row])
+            new_statics.append(old_statics[row])
+            new_specs.append(old_specs[row])
+        source.append(row)
+    rows_from = np.array(source, dtype=np.intp)
+    fresh = rows_from < 0
+    take = np.where(fresh, 0, rows_from)
+    carried = object.__new__(_Gathered)
+    carried.fair_share = previous.fair_share[take]
+    carried.fair_share[fresh] = np.nan  # compares unequal: the new rows are re-specced
+    carried.demand_share = previous.demand_share[take]
+    carried.below = previous.below[take]
+    carried.weight = previous.weight[take]
+    carried.fifo = previous.fifo[take]
+    carried.missing = previous.missing[take]
+    last.key = runtime_key
+    last.ids = new_ids
+    last.statics = new_statics
+    last.specs = new_specs
+    last.is_op = np.array([static["kind"] == "operation" for static in new_statics], dtype=bool)
+    last.registration = keys
+    last.positions = None
+    last.result_ids = None
+    last.gathered = carried
+    return _OperationChanges(removed, [item[1] for item in arriving])
+
+
 def _unchanged_structure(
-    result_elements: Any, total_resources: Vector, cache: BuildCache, last: _LastRuntime
+    result_elements: Any,
+    total_resources: Vector,
+    cache: BuildCache,
+    last: _LastRuntime,
+    delta: _OperationChanges | None = None,
 ) -> SchedulingTree:
     """The build for a pool tree whose revision is unchanged: the previous specs, re-created only where the
-    published values changed (the same specs the element walk would build, see `_Gathered.spec`)."""
+    published values changed (the same specs the element walk would build, see `_Gathered.spec`). With ``delta``
+    (only operations changed, rows already brought up to date by `_operation_changes`) the tree is derived from
+    the previous one (`SchedulingTree.with_operation_changes`)."""
     gathered = _Gathered(result_elements, last)
     assert last.gathered is not None and cache.last is not None
     specs = list(last.specs)
@@ -513,7 +665,10 @@ def _unchanged_structure(
         _respec(gathered, changed, last, specs, prepared)
     last.specs = specs
     last.gathered = gathered
-    tree = cache.last[2].with_shares(total_resources, specs)
+    if delta is None:
+        tree = cache.last[2].with_shares(total_resources, specs)
+    else:
+        tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
     tree.prepared = prepared
     cache.last = (statics, cache.last[1], tree)
     return tree

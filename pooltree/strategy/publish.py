@@ -55,6 +55,17 @@ class SnapshotPublisher(SchedulingStages):
         if previous and now is not None and tree.skeleton is getattr(self, "_skeleton", None):
             self._publish_same_structure(tree, now, total)
             return
+        delta = getattr(tree, "delta", None)
+        if (
+            previous
+            and now is not None
+            and delta is not None
+            and delta.base is getattr(self, "_skeleton", None)
+        ):
+            self._apply_operation_changes(tree, delta, fifo_order)
+            self._skeleton = tree.skeleton
+            self._publish_same_structure(tree, now, total)
+            return
         if previous and tree.skeleton is getattr(self, "_skeleton", None):
             elements = self._reuse_elements(tree)
         else:
@@ -344,6 +355,50 @@ class SnapshotPublisher(SchedulingStages):
                     element.usage = element.op.usage
             elements[element_id] = element
         return elements
+
+    def _apply_operation_changes(self, tree: SchedulingTree, delta: Any, fifo_order: bool) -> None:
+        """Bring the published elements to a tree derived from the previous one by operation changes only
+        (`SchedulingTree.with_operation_changes`): elements of removed operations go, added operations get the
+        element `_new_elements` would give them (the previous object of a changed one renewed, ``last_start``
+        kept), the changed parents' children lists and every element's index follow the new order. What a new
+        element starts with and `_publish_same_structure` keeps from the previous publish (the demand share of a
+        spec that has one) is set here; everything else the passes recompute for every element, as for an
+        unchanged structure."""
+        elements = self._elements
+        specs = tree.elements
+        gone = {element_id: elements.pop(element_id) for element_id in delta.removed}
+        operations = self.operations
+        for element_id in delta.added:
+            spec = specs[element_id]
+            settings = tree.effective[element_id]
+            before = gone.get(element_id)
+            if before is not None and before.is_op:
+                element = before
+                _renew(element, spec, 0, settings)
+            else:
+                element = _Element(spec, 0, settings)
+            parent = elements[spec.parent]  # type: ignore[index]
+            element.parent = parent
+            element.depth = parent.depth + 1
+            element.use_fifo = parent.spec.fifo and fifo_order
+            element.limited = ((element,) if element.limits is not None else ()) + parent.limited
+            runtime = operations.get(element_id)
+            element.op = runtime
+            if runtime is not None:
+                element.usage = runtime.usage
+            if spec.demand_share is not None:
+                element.demand_share = tuple(_floats(spec.demand_share))
+            elements[element_id] = element
+        children = tree.children
+        for parent_id in delta.parents:
+            # `_new_elements` appends children in tree order, which visits them last first
+            elements[parent_id].children[:] = [elements[child] for child in reversed(children[parent_id])]
+        ordered = {}
+        for index, element_id in enumerate(tree.order):
+            element = elements[element_id]
+            element.index = index
+            ordered[element_id] = element
+        self._elements = ordered
 
     def _reuse_elements(self, tree: SchedulingTree) -> dict[str, _Element]:
         """The previous publish's elements, for a tree of the same structure (``tree.skeleton``).

@@ -289,6 +289,8 @@ class SchedulingTree:
             unreachable = sorted(set(self.elements) - set(self.order))
             raise ConfigError(f"elements.{unreachable[0]}.parent", "element is not reachable from the root")
         self.effective: dict[str, EffectiveSettings] = {}
+        self.delta: TreeDelta | None = None
+        """Set by :meth:`with_operation_changes`: how this tree differs from the tree it was derived from."""
         self._resolve_settings()
 
     def _resolve_settings(self) -> None:
@@ -307,27 +309,7 @@ class SchedulingTree:
                 )
             else:
                 base = parent
-            threshold = base.non_preemptible_threshold
-            if spec.non_preemptible_resource_usage_threshold is not None:
-                threshold = np.asarray(spec.non_preemptible_resource_usage_threshold, dtype=float)
-            own_normal = spec.allow_normal_preemption is not False
-            self.effective[element_id] = EffectiveSettings(
-                starvation_tolerance=_pick(spec.fair_share_starvation_tolerance, base.starvation_tolerance)
-                if not spec.is_operation
-                else base.starvation_tolerance,
-                starvation_timeout=_pick(spec.fair_share_starvation_timeout, base.starvation_timeout)
-                if not spec.is_operation
-                else base.starvation_timeout,
-                aggressive_starvation_enabled=_pick(
-                    spec.enable_aggressive_starvation, base.aggressive_starvation_enabled
-                ),
-                non_preemptible_threshold=threshold,
-                allow_aggressive_preemption=_pick(
-                    spec.allow_aggressive_preemption, base.allow_aggressive_preemption
-                ),
-                normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors
-                and own_normal,
-            )
+            self.effective[element_id] = _settings_of(spec, base)
 
     def with_shares(self, total_resources: Vector, elements: list[ElementSpec]) -> SchedulingTree:
         """A tree with this tree's structure and new element specs (same ids, same order as ``self.order``'s
@@ -353,6 +335,106 @@ class SchedulingTree:
         tree.order = self.order
         tree.depth = self.depth
         tree.effective = self.effective
+        tree.delta = None
+        return tree
+
+    def with_operation_changes(
+        self, total_resources: Vector, elements: list[ElementSpec], removed: set[str], added: list[str]
+    ) -> SchedulingTree:
+        """The tree a full build of ``elements`` gives, derived from this tree when only operations changed:
+        ``removed`` (ids of this tree's operations that are gone or changed) and ``added`` (ids of new or
+        changed operations, all in ``elements``); every other element has this tree's static settings (the
+        builder guarantees it, see `build.scheduling_tree_from_runtime`). Only the added operations are
+        validated and have their settings resolved; the parents whose operations changed get their children
+        lists and their segment of ``order`` re-made, in the order `__init__` gives them. ``delta`` tells
+        `publish` which elements changed, so it can keep every other published element."""
+        tree = object.__new__(SchedulingTree)
+        tree.name = self.name
+        tree.config = self.config
+        total = np.asarray(total_resources, dtype=float)
+        if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
+            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
+        tree.total_resources = total
+        tree.skeleton = object()
+        tree.prepared = {}
+        specs = {element.id: element for element in elements}
+        if len(specs) != len(elements):
+            raise ConfigError(f"elements.{_first_repeat(elements)}", "element id is given twice")
+        if ROOT_ID not in specs:
+            specs[ROOT_ID] = self.elements[ROOT_ID]
+        tree.elements = specs
+        children = dict(self.children)
+        depth = dict(self.depth)
+        effective = dict(self.effective)
+        previous = self.elements
+        parents: set[str] = set()
+        for element_id in removed:
+            spec = previous[element_id]
+            if not spec.is_operation:
+                raise ValueError(f"removed element {element_id!r} is not an operation")
+            parents.add(spec.parent or "")
+            del children[element_id], depth[element_id], effective[element_id]
+        for element_id in added:
+            spec = specs[element_id]
+            path = f"elements.{element_id}"
+            if spec.kind != "operation":
+                raise ConfigError(join_path(path, "kind"), "an added element must be an operation")
+            if element_id in children:
+                raise ConfigError(path, "element id is given twice")
+            if spec.preemption_mode not in ("normal", "graceful"):
+                raise ConfigError(join_path(path, "preemption_mode"), "must be normal or graceful")
+            parent = specs.get(spec.parent or "")
+            if parent is None:
+                raise ConfigError(join_path(path, "parent"), f"unknown parent {spec.parent!r}")
+            if parent.is_operation:
+                raise ConfigError(join_path(path, "parent"), f"parent {parent.id!r} is an operation")
+            parents.add(parent.id)
+            children[element_id] = []
+            depth[element_id] = depth[parent.id] + 1
+            effective[element_id] = _settings_of(spec, effective[parent.id])
+        # the parents' children in ``elements`` order, as __init__ collects them
+        fresh: dict[str, list[str]] = {parent: [] for parent in parents}
+        for element in elements:
+            listed = fresh.get(element.parent)  # type: ignore[arg-type]
+            if listed is not None:
+                listed.append(element.id)
+        order = list(self.order)
+        for parent, listed in fresh.items():
+            before = self.children[parent]
+            # pools precede operations in a built tree: the operations form the segment right after the parent
+            # in ``order`` (children are visited last first); otherwise re-walk the whole order
+            old_ops = _operation_suffix(before, previous)
+            new_ops = _operation_suffix(listed, specs)
+            if (
+                old_ops is None
+                or new_ops is None
+                or before[: len(before) - len(old_ops)] != listed[: len(listed) - len(new_ops)]
+            ):
+                order = []
+                break
+            start = order.index(parent) + 1
+            order[start : start + len(old_ops)] = reversed(new_ops)
+            children[parent] = listed
+        else:
+            tree.children = children
+            tree.order = order
+            tree.depth = depth
+            tree.effective = effective
+            tree.delta = TreeDelta(self.skeleton, removed, added, parents)
+            return tree
+        # unusual layout: the order of a full walk
+        for parent, listed in fresh.items():
+            children[parent] = listed
+        stack = [ROOT_ID]
+        while stack:
+            element_id = stack.pop()
+            order.append(element_id)
+            stack.extend(children[element_id])
+        tree.children = children
+        tree.order = order
+        tree.depth = depth
+        tree.effective = effective
+        tree.delta = TreeDelta(self.skeleton, removed, added, parents)
         return tree
 
     def ancestors(self, element_id: str) -> list[str]:
@@ -370,3 +452,57 @@ class SchedulingTree:
 
 def _pick(own: Any, inherited: Any) -> Any:
     return inherited if own is None else own
+
+
+def _settings_of(spec: ElementSpec, base: EffectiveSettings) -> EffectiveSettings:
+    """An element's effective settings: its own values where set, else ``base`` (its parent's)."""
+    threshold = base.non_preemptible_threshold
+    if spec.non_preemptible_resource_usage_threshold is not None:
+        threshold = np.asarray(spec.non_preemptible_resource_usage_threshold, dtype=float)
+    own_normal = spec.allow_normal_preemption is not False
+    return EffectiveSettings(
+        starvation_tolerance=_pick(spec.fair_share_starvation_tolerance, base.starvation_tolerance)
+        if not spec.is_operation
+        else base.starvation_tolerance,
+        starvation_timeout=_pick(spec.fair_share_starvation_timeout, base.starvation_timeout)
+        if not spec.is_operation
+        else base.starvation_timeout,
+        aggressive_starvation_enabled=_pick(
+            spec.enable_aggressive_starvation, base.aggressive_starvation_enabled
+        ),
+        non_preemptible_threshold=threshold,
+        allow_aggressive_preemption=_pick(spec.allow_aggressive_preemption, base.allow_aggressive_preemption),
+        normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors and own_normal,
+    )
+
+
+def _operation_suffix(listed: list[str], specs: Mapping[str, ElementSpec]) -> list[str] | None:
+    """The operations at the end of a children list, or None when an operation precedes a pool."""
+    split = len(listed)
+    while split and specs[listed[split - 1]].is_operation:
+        split -= 1
+    suffix = listed[split:]
+    if any(specs[element_id].is_operation for element_id in listed[:split]):
+        return None
+    return suffix
+
+
+def _first_repeat(elements: list[ElementSpec]) -> str:
+    seen: set[str] = set()
+    for element in elements:
+        if element.id in seen:
+            return element.id
+        seen.add(element.id)
+    return ""
+
+
+@dataclass(frozen=True)
+class TreeDelta:
+    """How a tree made by `SchedulingTree.with_operation_changes` differs from the tree it was derived from (whose
+    ``skeleton`` is ``base``): operations ``removed`` and ``added`` (a changed operation is in both) and the
+    ``parents`` whose children lists changed."""
+
+    base: object
+    removed: set[str]
+    added: list[str]
+    parents: set[str]

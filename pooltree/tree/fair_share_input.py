@@ -165,14 +165,18 @@ def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags:
 
 class _LastBuild:
     """One cached build's result: what it was built from, its root and each operation's model element with the
-    ``(usage, needed)`` object its resources were last written from (``None``: not from an unchanged object)."""
+    ``(usage, needed)`` object its resources were last written from (``None``: not from an unchanged object), and
+    the pool each operation element is a child of (for `_apply_operation_changes`)."""
 
-    __slots__ = ("key", "operations", "root")
+    __slots__ = ("key", "operations", "parent_of", "root")
 
-    def __init__(self, key: tuple[Any, ...], root: Pool, operations: list[list[Any]]):
+    def __init__(
+        self, key: tuple[Any, ...], root: Pool, operations: list[list[Any]], parent_of: dict[str, str]
+    ):
         self.key = key
         self.root = root
         self.operations = operations
+        self.parent_of = parent_of
 
 
 def _set_resources(element: Operation, source: OperationResources) -> Operation:
@@ -360,6 +364,7 @@ class _CachedBuild:
         self.seen_pools: set[str] = set()
         self.seen_operations: set[str] = set()
         self.operations: list[list[Any]] = []
+        self.parent_of: dict[str, str] = {}
         self.cacheable = True
 
     def pool(self, pool: PoolElement, parent_tolerance: float) -> Pool:
@@ -406,6 +411,7 @@ class _CachedBuild:
             else:
                 _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
             self.operations.append([static, found])
+            self.parent_of[op.id] = pool.name
             children.append(static)
         element.children = children
         return element
@@ -433,14 +439,105 @@ def build_fair_share_input(
     if last is not None and key[1] is not None and all(map(operator.is_, last.key, key)):
         _refresh_resources(last.operations, operation_resources)
         root = last.root
+    elif (
+        last is not None
+        and key[1] is not None
+        and last.key[0] is tree
+        and last.key[2] is tree.config
+        and last.key[3] is nodes
+        and _apply_operation_changes(tree, last, cache, operation_resources, nodes)
+    ):
+        last.key = key
+        _refresh_resources(last.operations, operation_resources)
+        root = last.root
     else:
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
         root = build.pool(tree.root, tolerance)
         cache.forget(build.seen_pools, build.seen_operations)
-        cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
+        cache.last = _LastBuild(key, root, build.operations, build.parent_of) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
     return root, cache.settings[1]
+
+
+def _apply_operation_changes(
+    tree: PoolTree,
+    last: _LastBuild,
+    cache: FairShareInputCache,
+    source: OperationResources,
+    nodes: Any,
+) -> bool:
+    """Bring the previous build up to the tree's revision when only operations changed since (arrived, left,
+    activated, suspended, moved, new parameters; ``PoolTree.operations_changed_since``): the pools whose
+    operations changed get a new ``children`` list, built exactly as the walk builds it (child pools, then the
+    running operations in the pool's order), and only the changed operations' model elements are looked up or
+    made. Every other pool keeps its list and every other operation its element. False (nothing changed) when
+    the pools changed, the journal does not reach back, or a changed operation's spec is not a frozen model: the
+    caller then walks the whole tree."""
+    changed_since = getattr(tree, "operations_changed_since", None)
+    changed = None if changed_since is None else changed_since(last.key[1])
+    if changed is None:
+        return False
+    pools = tree.pools
+    parent_of = last.parent_of
+    touched: dict[str, PoolElement] = {}
+    for op_id in changed:
+        before = parent_of.get(op_id)
+        if before is not None:
+            pool = pools.get(before)
+            if pool is None:
+                return False
+            touched[before] = pool
+        op = tree.operations.get(op_id)
+        if op is not None and op.running:
+            if not _is_frozen(op.spec):
+                return False
+            touched[op.pool.name] = op.pool
+    cached_pools = cache.pools
+    operations = cache.operations
+    entries: dict[str, list[Any]] = {}
+    for name, pool in touched.items():
+        entry = cached_pools.get(name)
+        if entry is None or any(cached_pools.get(child) is None for child in pool.children):
+            return False
+    removed = [op_id for op_id in changed if op_id in parent_of]
+    for op_id in removed:
+        del parent_of[op_id]
+    for name, pool in touched.items():
+        key, element = cached_pools[name]
+        tolerance = key[5]  # the pool's inherited starvation tolerance, as the walk computed it
+        children: list[Any] = [cached_pools[child][1] for child in pool.children]
+        for op in pool.operations.values():
+            if not op.running:
+                continue  # pending: not an element of the tree (YTsaurus)
+            op_id = op.id
+            if op_id in changed:
+                op_key = _operation_key(op, tolerance, nodes)
+                found_entry = operations.get(op_id)
+                if found_entry is not None and found_entry[0] == op_key:
+                    static = found_entry[1]
+                else:
+                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes))
+                    operations[op_id] = (op_key, static)
+                found = _found(source, op_id)
+                if found is None:
+                    _write_resources(static, zeros(), zeros())
+                else:
+                    _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+                entries[op_id] = [static, found]
+                parent_of[op_id] = name
+            else:
+                static = operations[op_id][1]
+            children.append(static)
+        element.children = children
+    for op_id in changed:
+        if op_id not in entries:
+            operations.pop(op_id, None)
+    if removed or entries:
+        kept = [entry for entry in last.operations if entry[0].id not in changed]
+        kept.extend(entries.values())
+        last.operations = kept
+    return True
 
 
 def _refresh_resources(operations: list[list[Any]], source: OperationResources) -> None:

@@ -13,6 +13,8 @@ class LiveConfig:
 
     name: str
     revision: int
+    _bump_structure: Any
+    _bump_operation: Any
 
     # ------------------------------------------------------------------------------------------ live config
 
@@ -133,8 +135,8 @@ class LiveConfig:
             "_pools",
         ):
             setattr(self, name, getattr(new, name))
-        self.revision += 1
+        self._bump_structure()
 
     def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
         self.operation(operation_id).suspended = suspended
-        self.revision += 1
+        self._bump_operation(operation_id)

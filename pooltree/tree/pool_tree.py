@@ -16,6 +16,8 @@ failure leaves the previous state intact. What happens to operations whose pool 
 
 from __future__ import annotations
 
+import bisect
+import operator
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -41,6 +43,9 @@ from pooltree.tree.values import (
     _spec_option,
     _threshold_vector,
 )
+
+_JOURNAL_LIMIT = 4096
+"""Operation changes kept in the journal (the per-period caches read it every period)."""
 
 __all__ = [
     "DEFAULT_EPHEMERAL_POOL_NAME_REGEX",
@@ -77,6 +82,11 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         parameters (what the per-period input and snapshot are built from; pending operations are not part of
         them, so queueing or dropping one does not bump it); equal revisions of the same tree mean those caches
         may skip visiting every element (``fair_share_input``, ``strategy.build``)."""
+        self.structure_revision = 0
+        """The ``revision`` of the latest change of the pools themselves (created, removed, a config swap): every
+        later bump concerns one operation and is journaled (:meth:`operations_changed_since`)."""
+        self._operation_journal: list[tuple[int, str]] = []
+        """``(revision, operation id)`` of every bump since ``structure_revision`` that concerns one operation."""
         self._registration_counter = 0
         self._pending_counter = 0
         self._position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]] = {}
@@ -121,7 +131,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 )
 
     def _new_configured_pool(self, pool_def: Any, parent: PoolElement) -> PoolElement:
-        self.revision += 1
+        self._bump_structure()
         config = pool_def.config
         full_path = getattr(pool_def, "full_path", None) or self._child_full_path(parent, pool_def.name)
         pool = PoolElement(
@@ -149,11 +159,44 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
     def _child_full_path(parent: PoolElement, name: str) -> str:
         return f"/{name}" if parent.is_root else f"{parent.full_path}/{name}"
 
+    # ------------------------------------------------------------------------------------------- revisions
+
+    def _bump_structure(self) -> None:
+        """A change of the pools (or the whole state): the per-period caches rebuild their walk."""
+        self.revision += 1
+        self.structure_revision = self.revision
+        self._operation_journal.clear()
+
+    def _bump_operation(self, operation_id: str) -> None:
+        """A change of one operation's placement, running or suspended state or parameters."""
+        self.revision += 1
+        journal = self._operation_journal
+        if len(journal) >= _JOURNAL_LIMIT:
+            del journal[: _JOURNAL_LIMIT // 2]  # a cache that far behind rebuilds its walk
+        journal.append((self.revision, operation_id))
+
+    def operations_changed_since(self, revision: int) -> set[str] | None:
+        """Ids of the operations whose registration, placement, running or suspended state or parameters changed
+        after ``revision`` (a value of ``revision`` read earlier), when the pools did not change since; ``None``
+        when they did or the journal no longer reaches back that far (the caller then walks the whole tree).
+        The incremental builds (``fair_share_input``, ``strategy.build``) re-read only these operations."""
+        current = self.revision
+        if revision == current:
+            return set()
+        if revision > current or self.structure_revision > revision:
+            return None
+        journal = self._operation_journal
+        start = bisect.bisect_right(journal, revision, key=operator.itemgetter(0))
+        # every revision after ``revision`` must be journaled (a bump from elsewhere leaves a gap)
+        if len(journal) - start != current - revision or journal[start][0] != revision + 1:
+            return None
+        return {entry[1] for entry in journal[start:]}
+
     def _new_ephemeral_pool(
         self, name: str, parent: PoolElement, user: str, *, in_default_parent: bool
     ) -> PoolElement:
         """An on-demand pool with default config, or with the parent's ``ephemeral_subpool_config``."""
-        self.revision += 1
+        self._bump_structure()
         sub = parent.config.ephemeral_subpool_config if parent.config is not None else None
         pool = PoolElement(
             name,
@@ -184,7 +227,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
     def _remove_if_empty_ephemeral(self, pool: PoolElement) -> None:
         """Drop empty ephemeral pools, recursively upward."""
         while pool.is_ephemeral and pool.is_empty():
-            self.revision += 1
+            self._bump_structure()
             parent = pool.parent
             assert parent is not None
             del parent.children[pool.name]
@@ -412,10 +455,8 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _detach(self, op: TreeOperation) -> bool:
         """Take ``op`` out of its pool's counters; True if it freed a running (non-lightweight) slot."""
-        if op.running:
-            self.revision += (
-                1  # a pending operation is no element of the per-period step: nothing it reads changes
-            )
+        if op.running:  # a pending operation is no element of the per-period step: nothing it reads changes
+            self._bump_operation(op.id)
         pool = op.pool
         del pool.operations[op.id]
         path = pool.path
@@ -437,7 +478,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         return True
 
     def _mark_running(self, op: TreeOperation) -> None:
-        self.revision += 1
+        self._bump_operation(op.id)
         op.running = True
         op.alert = None
         if op.lightweight:
@@ -562,7 +603,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def commit_parameters_update(self, update: ParametersUpdate) -> list[str]:
         """Apply a prepared change; returns operations that became running (the moved one included)."""
-        self.revision += 1
+        self._bump_operation(update.operation_id)
         op = self.operation(update.operation_id)
         activated = self._move(op, update.placement) if update.placement is not None else []
         op.weight = update.weight
