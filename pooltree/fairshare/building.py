@@ -6,7 +6,7 @@ import numpy as np
 
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import improved
-from pooltree.fairshare.layout import EPSILON, _child_ranges
+from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree
 from pooltree.resources import RESOURCE_COUNT
 
 
@@ -57,23 +57,11 @@ class _Building:
             )
             batch_of[ops] = len(batches) - 1
             row_of[ops] = np.arange(len(ops))
-        pools = elements[~tree.is_op[elements]]
-        height = np.where(tree.is_op, 0, 1).astype(np.int64)
-        for d in range(len(tree.level_start) - 2, -1, -1):
-            lo, hi = tree.level_start[d], tree.level_start[d + 1]
-            parents = np.arange(lo, hi)
-            parents = parents[tree.child_count[parents] > 0]
-            if len(parents) and d + 1 < len(tree.level_start) - 1:
-                clo = tree.level_start[d + 1]
-                chi = tree.level_start[d + 2]
-                hmax = np.maximum.reduceat(height[clo:chi], tree.child_start[parents] - clo)
-                height[parents] = hmax + 1
-        for h in np.unique(height[pools]):
-            level = pools[height[pools] == h]
-            counts = tree.child_count[level]
-            kids = _child_ranges(tree, level)
-            slot = np.repeat(np.arange(len(level)), counts)
-            parent_of = tree.parent[kids]
+        if len(elements) == n:
+            groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
+        else:
+            groups = _height_groups(tree, elements[~tree.is_op[elements]])
+        for level, counts, kids, slot, parent_of in groups:
             fifo_child = self.fifo[parent_of]
             w = self.weight[kids]
             positive = w > EPSILON
@@ -99,6 +87,37 @@ class _Building:
         if self._base_functions is None and len(elements) == n:
             self._base_functions = (table, guarantee.copy(), limits.copy())
         return table
+
+
+def _heights(tree: _Tree) -> np.ndarray:
+    """Height of every element: 0 for operations, 1 for pools without pools below, else 1 + the children's."""
+    height = np.where(tree.is_op, 0, 1).astype(np.int64)
+    for d in range(len(tree.level_start) - 2, -1, -1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        parents = np.arange(lo, hi)
+        parents = parents[tree.child_count[parents] > 0]
+        if len(parents) and d + 1 < len(tree.level_start) - 1:
+            clo = tree.level_start[d + 1]
+            chi = tree.level_start[d + 2]
+            hmax = np.maximum.reduceat(height[clo:chi], tree.child_start[parents] - clo)
+            height[parents] = hmax + 1
+    return height
+
+
+def _height_groups(
+    tree: _Tree, pools: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """``pools`` grouped by height, lowest first: each group's pools, their child counts, their children (pool
+    by pool), every child's position in the group and its parent."""
+    height = tree.memo("height", lambda: _heights(tree))
+    groups = []
+    for h in np.unique(height[pools]):
+        level = pools[height[pools] == h]
+        counts = tree.child_count[level]
+        kids = _child_ranges(tree, level)
+        slot = np.repeat(np.arange(len(level)), counts)
+        groups.append((level, counts, kids, slot, tree.parent[kids]))
+    return groups
 
 
 def _improved_sums(

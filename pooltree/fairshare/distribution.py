@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import improved
-from pooltree.fairshare.layout import EPSILON, _child_ranges, floating_point_inverse_lower_bound
+from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree, floating_point_inverse_lower_bound
 from pooltree.resources import RESOURCE_COUNT
 
 if TYPE_CHECKING:
@@ -25,20 +25,15 @@ class _Distribution:
         current = np.asarray(start, dtype=np.int64)
         s = np.asarray(suggestion, dtype=float)
         values, fits = table.evaluate(current, s)
-        while len(current):
+        steps = tree.memo(("distribute", tuple(current.tolist())), lambda: _distribution_steps(tree, current))
+        for current, pools, parents, kids, slot, seg in steps:
             fs[current] = values
-            pools = ~tree.is_op[current] & (tree.child_count[current] > 0)
-            parents = current[pools]
-            if len(parents) == 0:
+            if parents is None:
                 break
             target = values[pools]
             fit = fits[pools]  # type: ignore[index]
-            counts = tree.child_count[parents]
-            kids = _child_ranges(tree, parents)
-            slot = np.repeat(np.arange(len(parents)), counts)
             ks = self._child_suggestions(parents, kids, slot, fit)
             kv, kf = table.evaluate(kids, ks)
-            seg = np.concatenate([[0], np.cumsum(counts)[:-1]])
             sums = np.add.reduceat(kv, seg, axis=0)
             bad = np.flatnonzero(fn.row_any(sums > target + EPSILON))
             for k in bad:
@@ -58,7 +53,7 @@ class _Distribution:
                 sug = self._child_suggestions(p_arr, sub_kids, zero_slot, np.array([f_new]))
                 v, f2 = table.evaluate(sub_kids, sug)
                 ks[sel], kv[sel], kf[sel] = sug, v, f2  # type: ignore[index]
-            current, values, fits = kids, kv, kf
+            values, fits = kv, kf
         return fs
 
     def distribute_improved(self, table: fn.FunctionTable) -> np.ndarray:
@@ -173,6 +168,27 @@ class _Distribution:
             normal = np.minimum(1.0, np.where(positive, f * (w / min_w[slot]), 0.0))
         fifo_s = np.clip(f - self.fifo_rank[kids], 0.0, 1.0)
         return np.where(fifo, fifo_s, normal)
+
+
+def _distribution_steps(tree: _Tree, start: np.ndarray) -> list[tuple[Any, ...]]:
+    """The levels ``distribute`` walks down from ``start``: each level's elements, which of them are pools with
+    children (mask and indices), those pools' children, every child's parent position and the children's
+    segment starts; the last entry (elements without children below) has ``None`` for the pools."""
+    steps: list[tuple[Any, ...]] = []
+    current = start
+    while len(current):
+        pools = ~tree.is_op[current] & (tree.child_count[current] > 0)
+        parents = current[pools]
+        if len(parents) == 0:
+            steps.append((current, None, None, None, None, None))
+            break
+        counts = tree.child_count[parents]
+        kids = _child_ranges(tree, parents)
+        slot = np.repeat(np.arange(len(parents)), counts)
+        seg = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        steps.append((current, pools, parents, kids, slot, seg))
+        current = kids
+    return steps
 
 
 def _truncate_unsatisfied_gangs_in_fifo_pools(upd: _Update, fs: np.ndarray) -> None:

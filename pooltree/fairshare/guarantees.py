@@ -140,10 +140,9 @@ class _Guarantees:
         n = len(tree.elements)
         flagged = np.zeros(n, dtype=bool)
         donor = np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(~tree.is_op):
-            pool = tree.elements[i]
-            flagged[i] = bool(pool.enable_priority_strong_guarantee_adjustment)  # type: ignore[attr-defined]
-            donor[i] = bool(pool.enable_priority_strong_guarantee_adjustment_donorship)  # type: ignore[attr-defined]
+        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+        flagged[pool_idx] = [bool(p.enable_priority_strong_guarantee_adjustment) for p in tree.pools]
+        donor[pool_idx] = [bool(p.enable_priority_strong_guarantee_adjustment_donorship) for p in tree.pools]
         # Whether some strict ancestor is a donor, top-down.
         donor_above = np.zeros(n, dtype=bool)
         for level in tree.parent_levels():

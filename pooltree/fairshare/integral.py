@@ -103,11 +103,13 @@ class _Integral:
                 volume = np.minimum(volume, upper)
             self.volume[i] = volume
         # Free volume only ever reaches integral pools through a pool that distributes it.
-        distributing = any(
-            tree.elements[i].integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
-            for i in np.flatnonzero(~tree.is_op)[1:].tolist()
-        )
-        if len(self.integral_pools) and st.previous_update_time is not None and distributing:
+        if (
+            len(self.integral_pools)
+            and st.previous_update_time is not None
+            and any(
+                p.integral_guarantees.should_distribute_free_volume_among_children for p in tree.pools[1:]
+            )
+        ):
             self._distribute_free_volume(overflow, acceptable)
 
     def _distribute_free_volume(self, overflow: np.ndarray, acceptable: np.ndarray) -> None:

@@ -8,8 +8,9 @@ levels.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain, repeat
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,18 @@ class _Tree:
     is_op: np.ndarray
     level_start: np.ndarray  # level d occupies [level_start[d], level_start[d + 1])
     _levels: list[_Level] | None = None
+    pools: list[Pool] = field(default_factory=list)  # every pool in breadth-first order
+    pool_child_counts: list[int] = field(default_factory=list)  # their numbers of children
+    _memo: dict[Any, Any] = field(default_factory=dict)
+
+    def memo(self, key: Any, build: Callable[[], Any]) -> Any:
+        """What ``build`` derives from the structure alone, computed once per tree (the tree is reused by later
+        updates of the same structure, see ``_flatten``). Callers never write into what it returns."""
+        value = self._memo.get(key)
+        if value is None:
+            value = build()
+            self._memo[key] = value
+        return value
 
     def children(self, i: int) -> range:
         start = int(self.child_start[i])
@@ -104,14 +117,53 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
+_RECENT_TREES: dict[int, _Tree] = {}
+"""The last flattened tree of each of a few roots (by ``id``; the entry holds the root, so the id stays its)."""
+_RECENT_TREES_LIMIT = 4
+
+
 def _flatten(root: Pool) -> _Tree:
+    """The flattened tree of ``root``: the previous update's when the structure is the same, else a new one.
+
+    The same structure means the same element objects in the same places (each pool's children, compared by
+    identity, and every element's id): a caller that keeps its model objects between updates (the tree
+    runtime's ``FairShareInputCache``) then pays one walk over the pools' children lists instead of the
+    flattening, and every structural array derived from the tree (``_Tree.memo``) is reused.
+    """
+    if not isinstance(root, Pool):
+        raise ConfigError("pools", "the root must be a Pool")
+    key = id(root)
+    cached = _RECENT_TREES.get(key)
+    if cached is not None and cached.elements[0] is root and _same_structure(cached, root):
+        return cached
+    tree = _flatten_new(root)
+    _RECENT_TREES.pop(key, None)
+    _RECENT_TREES[key] = tree
+    while len(_RECENT_TREES) > _RECENT_TREES_LIMIT:
+        _RECENT_TREES.pop(next(iter(_RECENT_TREES)), None)
+    return tree
+
+
+def _same_structure(tree: _Tree, root: Pool) -> bool:
+    """Whether ``root`` still has ``tree``'s structure: the pools' children lists, read in breadth-first order,
+    hold the same objects in the same numbers (the breadth-first order alone does not fix the structure), and
+    the elements keep their ids."""
+    child_lists = [p.children or () for p in tree.pools]
+    if list(map(len, child_lists)) != tree.pool_child_counts:
+        return False
+    elements: list[Any] = [root]
+    elements += chain.from_iterable(child_lists)
+    if len(elements) != len(tree.elements) or not all(map(is_, elements, tree.elements)):
+        return False
+    return [e.id for e in elements] == tree.ids
+
+
+def _flatten_new(root: Pool) -> _Tree:
     """Breadth-first order, built level by level: the children of a whole level are appended as one block.
 
     Per-level work runs in C (``chain``, ``map``) and builds no per-pool tuples: tuples are tracked by the
     garbage collector, and a collection started here walks the whole young element list.
     """
-    if not isinstance(root, Pool):
-        raise ConfigError("pools", "the root must be a Pool")
     elements: list[Element] = [root]
     pool_index: list[int] = []  # every pool, level by level, with the number of its children
     pool_count: list[int] = []
@@ -156,6 +208,8 @@ def _flatten(root: Pool) -> _Tree:
         child_count=child_count,
         is_op=np.frombuffer(bytes(is_op), dtype=bool).copy(),  # isinstance gives real bools: bytes 0/1
         level_start=level_arr,
+        pools=[elements[i] for i in pool_index],  # type: ignore[misc]
+        pool_child_counts=pool_count,
     )
 
 

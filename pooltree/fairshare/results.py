@@ -12,6 +12,7 @@ from pooltree.fairshare.status import BELOW_FAIR_SHARE, NORMAL, is_below_fair_sh
 from pooltree.resources import RESOURCES
 
 if TYPE_CHECKING:
+    from pooltree.fairshare.layout import _Tree
     from pooltree.fairshare.update import _Update
 
 
@@ -24,20 +25,15 @@ def _detailed(total: np.ndarray, strong: np.ndarray, integral: np.ndarray) -> tu
 def _post_update_satisfaction(upd: _Update, local: np.ndarray) -> np.ndarray:
     """Pools take their best schedulable child's satisfaction (smallest; first in FIFO order when so set)."""
     tree = upd.tree
-    is_op = tree.is_op
     satisfaction = local.copy()
     schedulable = upd.schedulable.copy()
     fifo_order = upd.settings.fifo_pool_scheduling_order == "fifo"
-    for d in range(len(tree.level_start) - 3, -1, -1):
-        lo, hi = tree.level_start[d], tree.level_start[d + 1]
-        parents = np.arange(lo, hi)
-        parents = parents[~is_op[parents]]
-        schedulable[parents[tree.child_count[parents] == 0]] = False
-        parents = parents[tree.child_count[parents] > 0]
-        if len(parents) == 0:
+    for childless, parents, clo, chi, seg in tree.memo(
+        "satisfaction_levels", lambda: _satisfaction_levels(tree)
+    ):
+        schedulable[childless] = False
+        if parents is None:
             continue
-        clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
-        seg = tree.child_start[parents] - clo
         kids_ok = schedulable[clo:chi]
         any_ok = np.logical_or.reduceat(kids_ok, seg)
         schedulable[parents] = any_ok
@@ -54,6 +50,25 @@ def _post_update_satisfaction(upd: _Update, local: np.ndarray) -> np.ndarray:
     return satisfaction
 
 
+def _satisfaction_levels(tree: _Tree) -> list[tuple[Any, ...]]:
+    """Bottom-up from the second-deepest level: the level's pools without children, the pools with children
+    (None if none), the range of the next level and where each pool's children start in it."""
+    is_op = tree.is_op
+    levels: list[tuple[Any, ...]] = []
+    for d in range(len(tree.level_start) - 3, -1, -1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        parents = np.arange(lo, hi)
+        parents = parents[~is_op[parents]]
+        childless = parents[tree.child_count[parents] == 0]
+        parents = parents[tree.child_count[parents] > 0]
+        if len(parents) == 0:
+            levels.append((childless, None, None, None, None))
+            continue
+        clo, chi = tree.level_start[d + 1], tree.level_start[d + 2]
+        levels.append((childless, parents, clo, chi, tree.child_start[parents] - clo))
+    return levels
+
+
 class ElementResults(Mapping[str, ElementResult]):
     """Per-element results as a read-only mapping id → ElementResult, built on access from the update's arrays.
 
@@ -62,10 +77,18 @@ class ElementResults(Mapping[str, ElementResult]):
     pay for all of them. ``index`` and the array attributes serve vectorised callers.
     """
 
-    def __init__(self, arrays: dict[str, Any], ids: list[str], parent: np.ndarray, is_op: np.ndarray):
+    def __init__(
+        self,
+        arrays: dict[str, Any],
+        ids: list[str],
+        parent: np.ndarray,
+        is_op: np.ndarray,
+        index: dict[str, int] | None = None,
+    ):
         self.arrays = arrays
         self.ids = ids
-        self.index = dict(zip(ids, range(len(ids)), strict=True))
+        # ``index`` (id -> row) may be shared by the results of updates of the same tree: read-only.
+        self.index = dict(zip(ids, range(len(ids)), strict=True)) if index is None else index
         self._parent = parent
         self._is_op = is_op
         self._cache: dict[int, ElementResult] = {}
@@ -191,7 +214,8 @@ def _results(
         "total_resource_flow_ratio": upd.total_flow_ratio,
         "integral_rows": {int(i): (upd.volume[i], upd.capacity[i]) for i in upd.integral_pools},
     }
-    elements = ElementResults(arrays, tree.ids, tree.parent, is_op)
+    index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
+    elements = ElementResults(arrays, tree.ids, tree.parent, is_op, index)
     new_state = UpdateState(
         previous_update_time=upd.now,
         accumulated_resource_volume={tree.ids[i]: upd.volume[i] for i in upd.integral_pools},

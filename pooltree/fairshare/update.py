@@ -95,9 +95,10 @@ def update_fair_share(
     tree = upd.tree
     n = len(tree.elements)
     # b.2 step 1: nested promised-guarantee pools.
+    pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)).tolist()
     promised_pools = [
-        i for i in range(n) if not tree.is_op[i] and tree.elements[i].compute_promised_guarantee_fair_share
-    ]  # type: ignore[attr-defined]
+        i for i, p in zip(pool_idx, tree.pools, strict=True) if p.compute_promised_guarantee_fair_share
+    ]
     promised_flag = np.zeros(n, dtype=bool)
     promised_flag[promised_pools] = True
     nested = []
