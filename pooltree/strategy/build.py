@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -674,6 +674,29 @@ def _unchanged_structure(
     return tree
 
 
+def _spec_copier(name: str, given: tuple[str, ...]) -> Callable[..., ElementSpec]:
+    """``name(spec, *given)``: a copy of ``spec`` with the ``given`` fields replaced. The fields are stored one
+    by one in declaration order, as ``ElementSpec.__init__`` stores them, so CPython keeps them in the object's
+    inline values: the copy is one object for the garbage collector to track, where a copy through ``__dict__``
+    is two (the object and its dict). Generated once (as ``dataclasses`` generates ``__init__``), so adding a
+    field to ``ElementSpec`` needs no change here."""
+    lines = [f"def {name}(spec, {', '.join(given)}):", "    new = new_object(ElementSpec)"]
+    for spec_field in dataclass_fields(ElementSpec):
+        field_name = spec_field.name
+        lines.append(f"    new.{field_name} = {field_name if field_name in given else 'spec.' + field_name}")
+    lines.append("    return new")
+    namespace: dict[str, Any] = {"new_object": object.__new__, "ElementSpec": ElementSpec}
+    exec("\n".join(lines), namespace)
+    copier: Callable[..., ElementSpec] = namespace[name]
+    return copier
+
+
+_pool_with_shares = _spec_copier("_pool_with_shares", ("fair_share", "demand_share", "scheduling_status"))
+_operation_with_shares = _spec_copier(
+    "_operation_with_shares", ("fair_share", "demand_share", "scheduling_status", "weight", "fifo_index")
+)
+
+
 def _respec(
     gathered: _Gathered,
     changed: np.ndarray,
@@ -684,7 +707,9 @@ def _respec(
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
     part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. ``prepared`` gets
     each element's fair share, demand share and ``blocked`` mask as the tuples `publish` would compute from the
-    spec (`SchedulingTree.prepared`)."""
+    spec (`SchedulingTree.prepared`). The copies keep no ``__dict__`` of their own (`_spec_copier`): with usage
+    moving most elements change every period, and each object less that survives a period is one less for the
+    garbage collector's walks (see ``pooltree/gc_policy.py``)."""
     fair_share = gathered.fair_share[changed]
     demand_share = gathered.demand_share[changed]
     fair_rows = list(fair_share)  # row views, as the element walk hands out
@@ -703,16 +728,13 @@ def _respec(
         if missing[k]:
             specs[row] = gathered.spec(statics[row], row, is_op[k])
             continue
-        values = specs[row].__dict__.copy()
-        values["fair_share"] = fair_rows[k]
-        values["demand_share"] = demand_rows[k]
-        values["scheduling_status"] = _BELOW if below[k] else _NORMAL
+        status = _BELOW if below[k] else _NORMAL
         if is_op[k]:
-            values["weight"] = weight[k]
-            values["fifo_index"] = fifo[k]
-        spec = object.__new__(ElementSpec)
-        spec.__dict__ = values
-        specs[row] = spec
+            specs[row] = _operation_with_shares(
+                specs[row], fair_rows[k], demand_rows[k], status, weight[k], fifo[k]
+            )
+        else:
+            specs[row] = _pool_with_shares(specs[row], fair_rows[k], demand_rows[k], status)
         prepared[ids[row]] = (tuple(fair_tuples[k]), tuple(demand_tuples[k]), tuple(blocked[k]))
 
 
