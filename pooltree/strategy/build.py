@@ -691,6 +691,11 @@ def _spec_copier(name: str, given: tuple[str, ...]) -> Callable[..., ElementSpec
     return copier
 
 
+# CPython (3.11+) keeps an instance's attributes inline only while the class's shared key table knows their
+# names; the table stops growing after a few dozen instances made without them (`_spec` assigns ``__dict__``).
+# One instance through ``__init__`` before any `_spec` enters every field's name, in declaration order.
+ElementSpec(id=ROOT_ID, parent=None)
+
 _pool_with_shares = _spec_copier("_pool_with_shares", ("fair_share", "demand_share", "scheduling_status"))
 _operation_with_shares = _spec_copier(
     "_operation_with_shares", ("fair_share", "demand_share", "scheduling_status", "weight", "fifo_index")
