@@ -71,6 +71,17 @@ from pooltree.tree import PoolTree
 _WAKE_SLACK = 1e-6
 """Seconds of float rounding allowed in the phase bounds of `_wake_idle` (taking a node early is harmless)."""
 
+
+def _beat_time(phase: float, salt: int, period: float, jitter: float, k: int) -> float:
+    """Time of beat ``k`` of a node with ``phase`` and ``salt``: `Simulation.beat_time` (splitmix64 inlined)."""
+    if jitter <= 0:
+        return phase + k * period
+    x = ((salt ^ (k * 0xD1B54A32D192ED03 & _MASK64)) + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return phase + k * period + jitter * (((x ^ (x >> 31)) >> 11) / float(1 << 53))
+
+
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
 
 
@@ -200,20 +211,25 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
 
     def beat_time(self, node: _Node, k: int) -> float:
         """Time of beat ``k`` of ``node``: phase + k·period + jitter, the jitter a hash of (seed, node, k)."""
-        if self.jitter <= 0:
-            return node.phase + k * self.period
-        h = _mix(node.salt ^ (k * 0xD1B54A32D192ED03 & _MASK64))
-        return node.phase + k * self.period + self.jitter * ((h >> 11) / float(1 << 53))
+        return _beat_time(node.phase, node.salt, self.period, self.jitter, k)
 
     def _first_beat_at_or_after(self, node: _Node, when: float) -> int:
-        k = max(node.k_next, math.floor((when - node.phase - self.jitter) / self.period))
-        while self.beat_time(node, k) < when:
+        return self._first_beat_at_or_after_timed(node, when)[0]
+
+    def _first_beat_at_or_after_timed(self, node: _Node, when: float) -> tuple[int, float]:
+        """The first beat of ``node`` (from ``k_next`` on) at or after ``when``, and its time."""
+        phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
+        k = max(node.k_next, math.floor((when - phase - jitter) / period))
+        t = _beat_time(phase, salt, period, jitter, k)
+        while t < when:
             k += 1
-        return k
+            t = _beat_time(phase, salt, period, jitter, k)
+        return k, t
 
     def _first_beat_after(self, node: _Node, when: float, start: int) -> int:
-        k = max(start, math.floor((when - node.phase - self.jitter) / self.period))
-        while self.beat_time(node, k) <= when:
+        phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
+        k = max(start, math.floor((when - phase - jitter) / period))
+        while _beat_time(phase, salt, period, jitter, k) <= when:
             k += 1
         return k
 
@@ -317,8 +333,13 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             return
         node.sleeping = False
         node.has_timer = False
-        self.trees[node.tree].idle_sleepers.discard(node.index)
-        self._schedule_beat(node, self._first_beat_at_or_after(node, self.now))
+        tree = self.trees[node.tree]
+        tree.idle_sleepers.discard(node.index)
+        tree.sleepers.discard(node.index)
+        tree.untimed_sleepers.discard(node.index)
+        k, when = self._first_beat_at_or_after_timed(node, self.now)
+        node.token += 1
+        self._push(when, HEARTBEAT_EVENT, node.index, k, ("beat", node, node.token))
 
     def _wake_idle(self, tree: _TreeState) -> None:
         """Schedulable demand appeared: the idle sleepers beat again, one after another in beat order.
@@ -374,8 +395,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 tree.wake_cursor += 1
                 index = order[position]
                 if index in idle:
-                    node = nodes[index]
-                    when = self.beat_time(node, self._first_beat_at_or_after(node, self.now))
+                    when = self._first_beat_at_or_after_timed(nodes[index], self.now)[1]
                     heapq.heappush(queue, (when, index))
                     top = queue[0][0]
             if not queue:
@@ -387,22 +407,42 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 return
 
     def _catch_up(self, node: _Node, core: SchedulerCore, until_k: int) -> None:
-        """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``."""
+        """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``.
+
+        A skipped beat moves the timestamp (`SchedulerCore.skip_heartbeat`) exactly when it is the first beat
+        after ``timestamp + backoff``; the chain of such beats is followed here with the same beat times, and
+        the last one is written once (what the skipped beats one by one would have left).
+        """
+        k = node.k_next
+        node.k_next = until_k
+        if k >= until_k:
+            return
         exec_node = core.strategy.nodes.get(node.address)
         if exec_node is None:
-            node.k_next = until_k
             return
         backoff = core.config.preemptive_scheduling_backoff
-        k = node.k_next
+        last = exec_node.last_preemptive_scheduling_time
+        phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
+        replayed = 0
         while k < until_k:
-            last = exec_node.last_preemptive_scheduling_time
-            j = k if last is None else self._first_beat_after(node, last + backoff, k)
+            if last is None:
+                j = k
+                t = _beat_time(phase, salt, period, jitter, j)
+            else:
+                when = last + backoff
+                j = max(k, math.floor((when - phase - jitter) / period))
+                t = _beat_time(phase, salt, period, jitter, j)
+                while t <= when:
+                    j += 1
+                    t = _beat_time(phase, salt, period, jitter, j)
             if j >= until_k:
                 break
-            core.skip_heartbeat(node.address, self.beat_time(node, j))
-            self.stats["replayed_backoff_beats"] += 1
+            last = t
+            replayed += 1
             k = j + 1
-        node.k_next = until_k
+        if replayed:
+            exec_node.last_preemptive_scheduling_time = last
+            self.stats["replayed_backoff_beats"] += replayed
 
     def _set_timer(self, node: _Node, core: SchedulerCore) -> None:
         """A sleeping node wakes at its first beat whose preemptive stages are due."""
@@ -413,18 +453,21 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         last = exec_node.last_preemptive_scheduling_time
         j = node.k_next if last is None else self._first_beat_after(node, last + backoff, node.k_next)
         node.has_timer = True
+        self.trees[node.tree].untimed_sleepers.discard(node.index)
         self._schedule_beat(node, j)
 
     def _sleep(self, node: _Node, core: SchedulerCore) -> None:
         node.sleeping = True
         node.token += 1
         tree = self.trees[node.tree]
+        tree.sleepers.add(node.index)
         if core.can_start_more(node.address):
             tree.idle_sleepers.add(node.index)
         if core.has_starving_operations():
             self._set_timer(node, core)
         else:
             node.has_timer = False
+            tree.untimed_sleepers.add(node.index)
 
     # ------------------------------------------------------------------ main loop
 
@@ -504,6 +547,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         node.sleeping = False
         node.has_timer = False
         tree.idle_sleepers.discard(node.index)
+        tree.sleepers.discard(node.index)
+        tree.untimed_sleepers.discard(node.index)
         now = self.now
         if self.skip_heartbeats and core.heartbeat_is_noop(
             node.address, now, lambda: self._pending_min(tree)
@@ -532,6 +577,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         node.sleeping = False
         node.token += 1
         tree.idle_sleepers.discard(node.index)
+        tree.sleepers.discard(node.index)
+        tree.untimed_sleepers.discard(node.index)
         if tree.wake_head == node.index:
             self._advance_idle_wakes(tree)
         self._emit({"event": "node_failed", "time": self.now, "node": node.address})
@@ -599,9 +646,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 self._publish_pending(tree)
                 self._record(tree, now)
                 if core.limits_violated():
-                    for node in self.nodes:
-                        if node.tree == tree.name and node.sleeping:
-                            self._wake(node)
+                    for index in sorted(tree.sleepers):
+                        self._wake(self.nodes[index])
                 elif core.has_starving_operations():
                     self._arm_timers(tree)
             self._timeline(tree, now, emit)
@@ -629,6 +675,6 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
 
     def _arm_timers(self, tree: _TreeState) -> None:
         """Starving operations appeared: sleeping nodes wake when their preemptive stages are due."""
-        for node in self.nodes:
-            if node.tree == tree.name and node.sleeping and not node.has_timer and node.alive:
-                self._set_timer(node, tree.core)
+        nodes = self.nodes
+        for index in sorted(tree.untimed_sleepers):
+            self._set_timer(nodes[index], tree.core)

@@ -92,9 +92,13 @@ class _MetricsMixin:
         index = getattr(elements, "index", None)
         if arrays is None or index is None or not arrays.keys() >= _RECORD_ARRAYS:
             return False
-        ids = [ROOT if pool.is_root else name for name, pool in tree.core.pool_tree.pools.items()]
-        present = [element_id for element_id in ids if element_id in index]
-        rows = [index[element_id] for element_id in present]
+        ids = self._pool_ids(tree)
+        rows = list(map(index.get, ids))  # C-level lookups: at 1,000 pools this pass is per update
+        if None in rows:
+            present = [element_id for element_id in ids if element_id in index]
+            rows = [index[element_id] for element_id in present]
+        else:
+            present = ids
         count = len(present)
         values = np.empty((count, 3))
         span = np.arange(count)
@@ -109,16 +113,17 @@ class _MetricsMixin:
         if np.isnan(values).any():
             return False
         below = np.asarray(arrays["below"][rows], dtype=bool)
-        starvation = tree.core.strategy.starvation
-        statuses = []
-        for element_id in present:
-            state = starvation.get(element_id)
-            statuses.append(state.status.value if state is not None else "non_starving")
+        statuses = [
+            "non_starving" if state is None else state.status.value
+            for state in map(tree.core.strategy.starvation.get, present)
+        ]
         pool_row = tree.pool_row
-        for element_id in present:
-            if element_id not in pool_row:
-                self._add_pool(tree, element_id)
-        positions = [pool_row[element_id] for element_id in present]
+        positions = list(map(pool_row.get, present))
+        if None in positions:
+            for element_id in present:
+                if element_id not in pool_row:
+                    self._add_pool(tree, element_id)
+            positions = [pool_row[element_id] for element_id in present]
         matrix = np.zeros((len(tree.pools), 6))
         matrix[:, 0] = 1.0
         matrix[positions, 1:4] = values
@@ -130,6 +135,15 @@ class _MetricsMixin:
         tree.held = (present, values, below, statuses)
         self._set_matrix(tree, matrix, mask)
         return True
+
+    def _pool_ids(self, tree: _TreeState) -> list[str]:
+        """The tree's pools as element ids (the root as ``<Root>``), rebuilt only when the pools changed."""
+        pools = tree.core.pool_tree.pools
+        names = list(pools)
+        cached = tree.pool_ids
+        if cached is None or cached[0] != names:
+            cached = tree.pool_ids = (names, [ROOT if pool.is_root else name for name, pool in pools.items()])
+        return cached[1]
 
     def _add_pool(self, tree: _TreeState, pool: str) -> None:
         tree.pool_set.add(pool)
@@ -256,10 +270,8 @@ class _MetricsMixin:
         series: dict[str, list[tuple[float, float, float, float]]] = {}
         for row, pool in enumerate(tree.pools[: block.shape[1]]):
             # one pool at a time: no nested lists of every pool's points at once (1,000 pools × 4,000 points)
-            series[pool] = [
-                (when, fair, usage, demand)
-                for when, (fair, usage, demand) in zip(times, block[:, row, :].tolist(), strict=True)
-            ]
+            fair, usage, demand = block[:, row, :].T.tolist()
+            series[pool] = list(zip(times, fair, usage, demand, strict=True))
         return series
 
     # ------------------------------------------------------------------ results

@@ -111,6 +111,10 @@ class _TreeState:
     pending_dirty: bool = True
     idle_sleepers: set[int] = field(default_factory=set)
     """Sleeping nodes that can start more (woken when schedulable demand appears)."""
+    sleepers: set[int] = field(default_factory=set)
+    """Sleeping nodes (woken all when an update publishes violated limits)."""
+    untimed_sleepers: set[int] = field(default_factory=set)
+    """Sleeping nodes without a preemptive-stage timer (given one when starving operations appear)."""
     phase_order: list[int] = field(default_factory=list)
     """The tree's nodes (indices) by heartbeat phase; ``phases`` the phases in that order (see `_wake_idle`)."""
     phases: list[float] = field(default_factory=list)
@@ -144,6 +148,8 @@ class _TreeState:
     """Element → values held since the last record; None: not built yet from ``held`` (see `_held_values`)."""
     held: tuple[list[str], np.ndarray, np.ndarray, list[str]] | None = None
     """The pools' held values read in bulk: ids, (fair share, usage, demand) ratios, below flags, starvation."""
+    pool_ids: tuple[list[str], list[str]] | None = None
+    """The pool tree's pool names when last read and the pools' element ids (see `_pool_ids`)."""
     pool_row: dict[str, int] = field(default_factory=dict)
     """Pool → its row in ``pools`` / ``matrix`` / ``acc``."""
     present: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
