@@ -401,9 +401,15 @@ def scheduling_tree_from_runtime(
         if all(map(operator.is_, last_runtime.key, runtime_key)):
             return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
         if all(map(operator.is_, last_runtime.key[2:], runtime_key[2:])) and last_runtime.key[0] is pool_tree:
-            delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
-            if delta is not None:
-                return _unchanged_structure(result.elements, total_resources, cache, last_runtime, delta)
+            try:
+                delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
+                if delta is not None:
+                    return _unchanged_structure(result.elements, total_resources, cache, last_runtime, delta)
+            except BaseException:
+                # the rows may be half brought up to date: the next build walks the whole tree
+                cache.runtime = None
+                cache.last = None
+                raise
     shares = _Shares(result.elements)
     tree_config = pool_tree.config
     elements: list[ElementSpec] = []
@@ -565,17 +571,23 @@ def _operation_changes(
                 return None
             arriving.append((index, op_id, op))
     arriving.sort(key=operator.itemgetter(0))
-    ids = last.ids
-    pool_rows = last.pool_rows
-    removed = {op_id for op_id in changed if op_id in cache.operations}
-    # rows kept, as (registration index, previous row)
-    rows: list[tuple[int, int]] = [
-        (registration[row - pool_rows], row) for row in range(pool_rows, len(ids)) if ids[row] not in removed
-    ]
-    keys = [entry[0] for entry in rows]
-    statics_of: dict[int, dict[str, Any]] = {}
-    tree_config = pool_tree.config
+    arriving_ids = {item[1] for item in arriving}
     operations_cache = cache.operations
+    removed = {op_id for op_id in changed if op_id in operations_cache}
+    # the rows as lists edited in place (C-level moves), ``source``: each row's previous row (-1: new)
+    ids = list(last.ids)
+    statics = list(last.statics)
+    specs = list(last.specs)
+    keys = list(registration)
+    pool_rows = last.pool_rows
+    source = list(range(len(ids)))
+    if removed:
+        doomed = sorted((ids.index(op_id, pool_rows) for op_id in removed), reverse=True)
+        for row in doomed:
+            del ids[row], statics[row], specs[row], source[row], keys[row - pool_rows]
+        for op_id in removed - arriving_ids:
+            del operations_cache[op_id]
+    tree_config = pool_tree.config
     for index, op_id, op in arriving:
         spec = op.spec
         limits = op.resource_limits
@@ -597,30 +609,13 @@ def _operation_changes(
         else:
             static = _operation_static(pool_tree, op_id, op)
             operations_cache[op_id] = (key, static)
-        statics_of[index] = static
         at = bisect.bisect_left(keys, index)
         keys.insert(at, index)
-        rows.insert(at, (index, -1))
-    for op_id in changed:
-        if op_id in removed and not any(op_id == item[1] for item in arriving):
-            del operations_cache[op_id]
-    old_statics = last.statics
-    old_specs = last.specs
-    new_ids = ids[:pool_rows]
-    new_statics = old_statics[:pool_rows]
-    new_specs = old_specs[:pool_rows]
-    source = list(range(pool_rows))
-    for index, row in rows:
-        if row < 0:
-            static = statics_of[index]
-            new_ids.append(static["id"])
-            new_statics.append(static)
-            new_specs.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made below: NaN shares
-        else:
-            new_ids.append(ids[row])
-            new_statics.append(old_statics[row])
-            new_specs.append(old_specs[row])
-        source.append(row)
+        row = pool_rows + at
+        ids.insert(row, op_id)
+        statics.insert(row, static)
+        specs.insert(row, _spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made below: NaN shares
+        source.insert(row, -1)
     rows_from = np.array(source, dtype=np.intp)
     fresh = rows_from < 0
     take = np.where(fresh, 0, rows_from)
@@ -632,11 +627,13 @@ def _operation_changes(
     carried.weight = previous.weight[take]
     carried.fifo = previous.fifo[take]
     carried.missing = previous.missing[take]
+    is_op = last.is_op[take]
+    is_op[fresh] = True
     last.key = runtime_key
-    last.ids = new_ids
-    last.statics = new_statics
-    last.specs = new_specs
-    last.is_op = np.array([static["kind"] == "operation" for static in new_statics], dtype=bool)
+    last.ids = ids
+    last.statics = statics
+    last.specs = specs
+    last.is_op = is_op
     last.registration = keys
     last.positions = None
     last.result_ids = None

@@ -445,7 +445,7 @@ def build_fair_share_input(
         and last.key[0] is tree
         and last.key[2] is tree.config
         and last.key[3] is nodes
-        and _apply_operation_changes(tree, last, cache, operation_resources, nodes)
+        and _changes_applied(tree, last, cache, operation_resources, nodes)
     ):
         last.key = key
         _refresh_resources(last.operations, operation_resources)
@@ -458,6 +458,17 @@ def build_fair_share_input(
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
     return root, cache.settings[1]
+
+
+def _changes_applied(
+    tree: PoolTree, last: _LastBuild, cache: FairShareInputCache, source: OperationResources, nodes: Any
+) -> bool:
+    """`_apply_operation_changes`, forgetting the previous build if it fails half-way (the next build walks)."""
+    try:
+        return _apply_operation_changes(tree, last, cache, source, nodes)
+    except BaseException:
+        cache.last = None
+        raise
 
 
 def _apply_operation_changes(
