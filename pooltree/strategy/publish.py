@@ -15,6 +15,7 @@ import numpy as np
 
 from pooltree.fairshare.status import is_below_fair_share
 from pooltree.resources import RESOURCE_COUNT
+from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.elements import (
     StarvationState,
     _Element,
@@ -34,10 +35,9 @@ from pooltree.strategy.shares import (
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
-from pooltree.strategy.stages import SchedulingStages
 
 
-class SnapshotPublisher(SchedulingStages):
+class SnapshotPublisher(ChangedPublisher):
     """Publishing a fair-share update; see the module docstring."""
 
     _skeleton: Any
@@ -53,8 +53,10 @@ class SnapshotPublisher(SchedulingStages):
         previous = getattr(self, "_elements", {})
         fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
         if previous and now is not None and tree.skeleton is getattr(self, "_skeleton", None):
-            self._publish_same_structure(tree, now, total)
+            if not self._publish_changes(tree, now, total):  # changes.py; else every element in three passes
+                self._publish_same_structure(tree, now, total)
             return
+        self._forget_changes()  # the paths below recompute every element
         delta = getattr(tree, "delta", None)
         if (
             previous

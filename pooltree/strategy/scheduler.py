@@ -72,6 +72,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.allocations: dict[str, Allocation] = {}
         self.starvation: dict[str, StarvationState] = {}
         self._elements: dict[str, _Element] = {}
+        self._touched: set[str] = set()
+        self._step = None
         self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
         self._serial = 0
         self._start_serial = 0
@@ -90,6 +92,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             raise PooltreeError(f"operation {operation_id} is already registered in tree {self.tree.name}")
         runtime = OperationRuntime(operation_id, controller)
         self.operations[operation_id] = runtime
+        self._touched.add(operation_id)
         element = self._elements.get(operation_id)
         if element is not None and element.is_op:
             element.op = runtime
@@ -102,6 +105,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         runtime = self.operations.pop(operation_id, None)
         if runtime is None:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
+        self._touched.add(operation_id)
         element = self._elements.get(operation_id)
         running = [a for a in self.allocations.values() if a.operation_id == operation_id]
         for allocation in running:
@@ -284,6 +288,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         }
         runtime = element.op
         if element.is_op and runtime is not None:
+            self._flush_counts()
             counts = runtime.lists.counts()
             view.update(
                 {

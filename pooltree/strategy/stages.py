@@ -61,6 +61,9 @@ class SchedulingStages:
     _queued_preemptions: dict[str, HeartbeatResult]
     _spare: tuple[float, ...]
     _total: tuple[float, ...]
+    _touched: set[str]
+    """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
+    (`changes.py` re-keys only these and the pools above them)."""
 
     # ------------------------------------------------------------------ accounting shared by every stage
 
@@ -76,6 +79,7 @@ class SchedulingStages:
     ) -> None:
         """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
         apply(runtime.usage, amounts)
+        self._touched.add(runtime.id)
         if element is not None and element.op is runtime:
             cursor = element.parent
             while cursor is not None:
@@ -190,6 +194,7 @@ class SchedulingStages:
 
     def _refresh_leaf(self, element: _Element, current: _Pass | None = None) -> None:
         """Re-key an operation after its usage or demand changed and propagate to the root."""
+        self._touched.add(element.id)
         element.sat = local_satisfaction_ratio(
             self._usage_share(element), element.fair_share, element.blocked
         )

@@ -1,0 +1,386 @@
+"""A same-structure publish that costs what changed since the previous publish (issue 16).
+
+Between two fair-share updates of a tree whose structure is unchanged, most elements keep their spec (the build
+hands out the very same `ElementSpec` object), their usage and their activity. The heartbeat path marks what it
+touches: `SchedulingStages._account` (usage and preemptible lists), `_refresh_leaf` (satisfaction, activity) and
+operation (un)registration put the operation's id into ``_touched``. `ChangedPublisher._publish_changes` then
+leaves every element, operation runtime, starvation state and heap as `SnapshotPublisher._publish_same_structure`
+(three passes over every element) leaves them, while doing per-element work only for:
+
+- elements whose spec changed (a spec-identity check per element, in one comprehension);
+- touched operations and the pools above them (usage re-summed from the children, bit-identical to a rebuild
+  because no other child's list changed since it was last summed);
+- operations whose preemptible lists the last publish left unsettled;
+- elements below their fair share (their starvation clocks move with time) — preemption priorities are
+  recomputed (top-down) only when some element's starvation status changed;
+- operations whose controller's pending count crossed zero without the strategy hearing of it (a polled flag
+  per operation: a controller may change its pending work at any time) and their ancestors' heap entries.
+
+Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
+`_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
+same one a rebuild gives, since entries are ordered by (key, least recently served, tree index) and the index is
+unique. A heap holding many stale entries is compacted. Deactivation counts (one per publish per operation
+inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
+publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
+element view reads the counter (`_flush_counts`).
+
+Anything else falls back to the three-pass path: the total resources changed, or some element's spec leaves its
+scheduling status or demand share to the strategy (both are then functions of usage: they would need recomputing
+for every usage change). `tests/strategy/test_publish_changes.py` compares this path with the three-pass one on
+randomized busy trees; the simulator's exactness tests compare both with fresh trees every period.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+from pooltree.resources import RESOURCE_COUNT
+from pooltree.strategy.elements import StarvationState, _Element, _floats
+from pooltree.strategy.model import DeactivationReason, SchedulingStatus, StarvationStatus
+from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO, blocked_mask, local_satisfaction_ratio
+from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.stages import SchedulingStages
+
+_COUNTED = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
+_NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
+_NOT_SCHEDULABLE = DeactivationReason.NOT_SCHEDULABLE
+_NORMAL = SchedulingStatus.NORMAL
+
+
+class _Step:
+    """What the incremental publish keeps about one structure (``skeleton``) between publishes."""
+
+    __slots__ = ("below", "counted", "ops", "ordered", "serial", "skeleton", "unsettled")
+
+    def __init__(self, skeleton: object, ordered: list[_Element]):
+        self.skeleton = skeleton
+        self.ordered = ordered
+        """Every element in tree order."""
+        self.ops = [element for element in ordered if element.is_op]
+        self.below = {element for element in ordered if element.status is not _NORMAL}
+        """Elements below their fair share: their starvation is re-evaluated at every publish (it moves with time)."""
+        self.unsettled = {
+            element for element in self.ops if element.op is not None and not element.op.lists_settled
+        }
+        """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
+        self.serial = 0
+        """Incremental publishes of this step so far (the current one's number while it runs)."""
+        self.counted: dict[_Element, tuple[Any, str, int]] = {
+            element: (element.op, element.inactive_reason.value, 1)
+            for element in self.ops
+            if element.op is not None and element.inactive_reason in _COUNTED
+        }
+        """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
+        reason, number of the first publish not yet added to its counter)."""
+
+    def flush(self) -> None:
+        """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""
+        serial = self.serial
+        counted = self.counted
+        for element, (runtime, value, start) in counted.items():
+            if start <= serial:
+                runtime.deactivation_reasons[value] += serial - start + 1
+                counted[element] = (runtime, value, serial + 1)
+
+
+class ChangedPublisher(SchedulingStages):
+    """The incremental same-structure publish, the base of `SnapshotPublisher` (see the module docstring)."""
+
+    _step: _Step | None
+    _configure_lists: Callable[[_Element], None]
+    """`SnapshotPublisher._configure_lists`."""
+    _update_priorities: Callable[[], None]
+    """`SnapshotPublisher._update_priorities`."""
+
+    def _forget_changes(self) -> None:
+        """A publish that recomputes every element: what was touched before it is accounted for."""
+        self._touched = set()
+        self._drop_step()
+
+    def _drop_step(self) -> None:
+        if self._step is not None:
+            self._step.flush()
+            self._step = None
+
+    def _flush_counts(self) -> None:
+        """Bring every ``deactivation_reasons`` up to date (before reading one)."""
+        if self._step is not None:
+            self._step.flush()
+
+    def _publish_changes(self, tree: SchedulingTree, now: float, total: tuple[float, ...]) -> bool:
+        """Publish ``tree`` (same skeleton as the last one) doing work only where something changed; ``False``
+        (nothing done) when the three-pass path must run instead."""
+        touched = self._touched
+        self._touched = set()
+        step = self._step
+        if total != self._total:
+            self._drop_step()
+            return False
+        if step is None or step.skeleton is not tree.skeleton:
+            self._drop_step()
+            if not _all_given(self._elements.values()):
+                return False
+            step = _Step(tree.skeleton, [self._elements[element_id] for element_id in tree.order])
+        specs = tree.elements
+        fresh = [
+            element
+            for element, spec in zip(step.ordered, map(specs.__getitem__, tree.order), strict=True)
+            if spec is not element.spec
+        ]
+        for element in fresh:
+            spec = specs[element.id]
+            if spec.scheduling_status is None or spec.demand_share is None:
+                self._drop_step()
+                return False
+        self._step = step
+        self._take_specs(tree, fresh)
+        changed_ops, runtime_changed = self._take_touched(touched, fresh)
+        self._configure_changed(step, changed_ops)
+        if self._update_starvation_of(step, fresh, changed_ops, now) or runtime_changed:
+            self._update_priorities()
+        self.last_update_time = now
+        self._requeue(step, fresh, changed_ops, total)
+        return True
+
+    # ------------------------------------------------------------------ pass 1: specs, usage, lists
+
+    def _take_specs(self, tree: SchedulingTree, fresh: list[_Element]) -> None:
+        """The new specs' fair share, FIFO key, demand share and ``blocked`` (as `_publish_same_structure`)."""
+        specs = tree.elements
+        prepared = tree.prepared
+        for element in fresh:
+            spec = specs[element.id]
+            element.spec = spec
+            ready = prepared.get(element.id)
+            if ready is None:
+                element.fair_share = tuple(_floats(spec.fair_share))
+                element.demand_share = tuple(_floats(spec.demand_share))
+            else:
+                element.fair_share = ready[0]
+                element.demand_share = ready[1]
+            element.fifo_key = float(spec.fifo_index)
+            shares = (element.fair_share, element.demand_share)
+            if shares != element.blocked_for:  # a function of these two only
+                element.blocked = ready[2] if ready is not None else blocked_mask(*shares)
+                element.blocked_for = shares
+
+    def _take_touched(self, touched: set[str], fresh: list[_Element]) -> tuple[list[_Element], bool]:
+        """Touched operations take their runtime's usage; the pools above them are re-summed bottom-up.
+
+        Returns the operations to re-key (touched or with a new spec), in tree order, and whether some
+        operation's runtime changed."""
+        elements = self._elements
+        operations = self.operations
+        ops: set[_Element] = {element for element in fresh if element.is_op}
+        pools: dict[int, _Element] = {}
+        runtime_changed = False
+        for element_id in touched:
+            element = elements.get(element_id)
+            if element is None or not element.is_op:
+                continue
+            ops.add(element)
+            runtime = operations.get(element_id)
+            if runtime is not None:
+                element.usage = runtime.usage
+            elif element.op is not None:
+                element.usage = [0.0] * RESOURCE_COUNT
+            if element.op is not runtime:
+                runtime_changed = True
+                element.op = runtime
+            cursor = element.parent
+            while cursor is not None and cursor.index not in pools:
+                pools[cursor.index] = cursor
+                cursor = cursor.parent
+        for index in sorted(pools, reverse=True):  # children before their parents
+            pool = pools[index]
+            usage = [0.0] * RESOURCE_COUNT
+            for child in pool.children:
+                _add_list(usage, child.usage)
+            pool.usage = usage
+        return sorted(ops, key=_index), runtime_changed
+
+    def _configure_changed(self, step: _Step, changed_ops: list[_Element]) -> None:
+        visit = step.unsettled.union(changed_ops)
+        unsettled = set()
+        for element in visit:
+            if element.op is not None:
+                self._configure_lists(element)
+                if not element.op.lists_settled:
+                    unsettled.add(element)
+        step.unsettled = unsettled
+
+    # ------------------------------------------------------------------ pass 2: statuses and starvation
+
+    def _update_starvation_of(
+        self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], now: float
+    ) -> bool:
+        """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move (new
+        spec, below their fair share, touched); returns whether some element's starvation status changed."""
+        config = self.config
+        states = self.starvation
+        non_starving = StarvationStatus.NON_STARVING
+        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
+        starving = StarvationStatus.STARVING
+        pool_starvation = config.enable_pool_starvation
+        aggressive_timeout_base = config.fair_share_aggressive_starvation_timeout
+        coefficient = config.allocation_count_preemption_timeout_coefficient
+        visit = step.below.union(fresh, changed_ops)
+        below = set()
+        moved = False
+        for element in sorted(visit, key=_index):
+            status = element.spec.scheduling_status
+            if type(status) is not SchedulingStatus:
+                status = SchedulingStatus(status)
+            parent = element.parent
+            if parent is None:
+                status = _NORMAL
+            element.status = status
+            element_id = element.id
+            state = states.get(element_id)
+            if state is None:
+                state = states[element_id] = StarvationState()
+            is_op = element.is_op
+            if parent is None or (not is_op and not pool_starvation) or status == _NORMAL:
+                state.status = non_starving
+                state.below_fair_share_since = None
+                state.starving_since = None
+            elif state.below_fair_share_since is None:
+                state.below_fair_share_since = now
+            else:
+                timeout = element.settings.starvation_timeout
+                aggressive_timeout = aggressive_timeout_base
+                if is_op and element.op is not None:
+                    pending = element.op.controller.pending_allocation_count
+                    factor = pending / coefficient
+                    if factor < 1.0:
+                        timeout *= factor
+                        aggressive_timeout *= factor
+                since = state.below_fair_share_since
+                previous = state.status
+                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
+                    state.status = aggressive
+                elif now > since + timeout:
+                    state.status = starving
+                if previous == non_starving and state.status != previous:
+                    state.starving_since = now
+            if element.starvation != state.status:
+                element.starvation = state.status
+                moved = True
+            if status is not _NORMAL:
+                below.add(element)
+        step.below = below
+        if len(states) > len(self._elements):
+            for stale in set(states) - set(self._elements):
+                del states[stale]
+        return moved
+
+    # ------------------------------------------------------------------ pass 3: activity, counts, heaps
+
+    def _requeue(
+        self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], total: tuple[float, ...]
+    ) -> None:
+        """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
+        every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them)."""
+        visit = set(changed_ops)
+        for element in step.ops:
+            runtime = element.op
+            if runtime is None:
+                continue
+            reason = element.inactive_reason
+            if reason is _NOT_SCHEDULABLE:
+                continue
+            if (runtime.controller.pending_allocation_count <= 0) is not (reason is _NO_DEMAND):
+                visit.add(element)
+        step.serial += 1
+        serial = step.serial
+        counted = step.counted
+        activity = self._op_activity
+        pools: list[tuple[int, _Element]] = []
+        queued: set[_Element] = set()
+        for element in sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops:
+            usage = element.usage
+            fair_share = element.fair_share
+            blocked = element.blocked
+            key = (tuple(usage), fair_share, blocked, total)
+            if key == element.sat_for:
+                sat = element.sat_memo
+            else:
+                sat = local_satisfaction_ratio(
+                    [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
+                    fair_share,
+                    blocked,
+                )
+                element.sat_for = key
+                element.sat_memo = sat
+            element.sat = sat
+            reason = activity(element)
+            element.inactive_reason = reason
+            element.active = reason is None
+            element.version += 1
+            parent = element.parent
+            assert parent is not None
+            if reason is None:
+                self._push(parent, element)
+            else:
+                element.keyed_start = 0
+            entry = counted.pop(element, None)
+            if entry is not None and entry[2] < serial:  # counted up to the previous publish
+                entry[0].deactivation_reasons[entry[1]] += serial - entry[2]
+            if reason in _COUNTED and element.op is not None:
+                counted[element] = (element.op, reason.value, serial)
+            if parent not in queued:
+                queued.add(parent)
+                heapq.heappush(pools, (-parent.index, parent))
+        for element in fresh:
+            if not element.is_op and element.use_fifo and element not in queued:
+                queued.add(element)
+                heapq.heappush(pools, (-element.index, element))
+        fresh_fifo = {element for element in fresh if element.use_fifo}
+        while pools:
+            _, pool = heapq.heappop(pools)
+            heap = pool.heap
+            if len(heap) > 2 * len(pool.children) + 8:
+                heap = [entry for entry in heap if entry[3] == entry[4].version and entry[4].active]
+                heapq.heapify(heap)
+                pool.heap = heap
+            best = self._peek(pool, None)
+            active = best is not None
+            sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
+            parent = pool.parent
+            if (
+                active == pool.active
+                and sat == pool.sat
+                and (not active or parent is None or pool.keyed_start == pool.last_start)
+                and pool not in fresh_fifo
+            ):
+                if not active:
+                    pool.keyed_start = 0
+                continue
+            pool.active = active
+            pool.sat = sat
+            pool.version += 1
+            if parent is None:
+                continue
+            if active:
+                self._push(parent, pool)
+            else:
+                pool.keyed_start = 0
+            if parent not in queued:
+                queued.add(parent)
+                heapq.heappush(pools, (-parent.index, parent))
+
+
+def _index(element: _Element) -> int:
+    return element.index
+
+
+def _all_given(elements: Any) -> bool:
+    """Whether every element's spec gives its scheduling status and demand share (the incremental path's
+    precondition: the strategy computes neither from usage)."""
+    return all(
+        element.spec.scheduling_status is not None and element.spec.demand_share is not None
+        for element in elements
+    )
