@@ -124,6 +124,11 @@ class ChangedPublisher(SchedulingStages):
             if not _all_given(self._elements.values()):
                 return False
             step = _Step(tree.skeleton, [self._elements[element_id] for element_id in tree.order])
+            states = self.starvation
+            if len(states) < len(step.ordered):  # every element has its state after a publish with a time
+                for element in step.ordered:
+                    if element.id not in states:
+                        states[element.id] = StarvationState()
         specs = tree.elements
         fresh = [
             element

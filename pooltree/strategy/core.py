@@ -112,7 +112,9 @@ class SchedulerCore:
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
-        self._resource_cache: dict[str, tuple[tuple[Any, ...], tuple[Vector, Vector]]] = {}
+        self._resource_cache: dict[str, tuple[Any, int, list[float], tuple[Vector, Vector]]] = {}
+        """Operation id → (runtime, its ``usage_serial``, needed resources as floats, the (usage, needed) handed
+        to the fair-share input) of the last input build."""
         self._limits = _LimitWatch()
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
@@ -241,21 +243,24 @@ class SchedulerCore:
 
     def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
         """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
-        both are unchanged (the input then skips rewriting the operation's model element)."""
+        both are unchanged (the input then skips rewriting the operation's model element).
+
+        Usage is unchanged while the runtime and its ``usage_serial`` are (the strategy moves the serial with
+        every change); the controller's needed resources are read every time (it may change its pending work
+        without the strategy hearing of it) and compared as floats.
+        """
         controller = self.controllers.get(operation_id)
         if controller is None:
             return None
         runtime = self.strategy.operations.get(operation_id)
         needed = controller.needed_resources
-        key = (
-            None if runtime is None else tuple(runtime.usage),
-            tuple(needed.tolist()) if type(needed) is np.ndarray else tuple(needed),
-        )
+        values = needed.tolist() if type(needed) is np.ndarray else np.asarray(needed, dtype=float).tolist()
+        serial = -1 if runtime is None else runtime.usage_serial
         cached = self._resource_cache.get(operation_id)
-        if cached is not None and cached[0] == key:
-            return cached[1]
+        if cached is not None and cached[0] is runtime and cached[1] == serial and cached[2] == values:
+            return cached[3]
         found = (self.strategy.operation_usage(operation_id), np.asarray(needed, dtype=float))
-        self._resource_cache[operation_id] = (key, found)
+        self._resource_cache[operation_id] = (runtime, serial, values, found)
         return found
 
     # ------------------------------------------------------------------ fair share and heartbeats

@@ -79,6 +79,7 @@ class SchedulingStages:
     ) -> None:
         """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
         apply(runtime.usage, amounts)
+        runtime.usage_serial += 1
         self._touched.add(runtime.id)
         if element is not None and element.op is runtime:
             cursor = element.parent

@@ -11,15 +11,31 @@ entries (key, least recently served, tree index) — what the best-leaf choice r
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
+import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from pooltree.resources import vector
 from pooltree.sim import Simulation, parse_scenario
+from pooltree.strategy import (
+    ROOT_ID,
+    Allocation,
+    ElementSpec,
+    FinishedAllocation,
+    NodeHeartbeat,
+    SchedulingTree,
+    StrategyConfig,
+    TreeScheduler,
+)
 from pooltree.strategy.changes import ChangedPublisher
+from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.publish import SnapshotPublisher
 from tests.sim.test_sim_engine import mixed_document
+
+GiB = 1024.0**3
 
 
 def _state(scheduler: Any) -> tuple[Any, ...]:
@@ -110,3 +126,124 @@ def test_incremental_publish_equals_three_passes(monkeypatch, seed, jitter):
         assert mine == theirs, f"publish {number} differs"
     counts = [row[-4] for row in incremental[-1][0] if len(row) > 15]
     assert any(counts)  # idle operations were counted
+
+
+class _Controller:
+    """A controller whose pending work also changes without the strategy hearing of it (as a live one may)."""
+
+    def __init__(self, operation_id: str, pending: int):
+        self.operation_id = operation_id
+        self.pending_allocation_count = pending
+        self.started = 0
+
+    @property
+    def needed_resources(self) -> Any:
+        return vector(user_slots=1, cpu=1, memory=GiB) * self.pending_allocation_count
+
+    @property
+    def min_needed_resources(self) -> Any:
+        return vector(user_slots=1, cpu=1, memory=GiB)
+
+    def schedule_allocation(self, node: Any, available: Any, now: float) -> Allocation | None:
+        if self.pending_allocation_count <= 0 or available[1] < 1:
+            return None
+        self.pending_allocation_count -= 1
+        self.started += 1
+        resources = vector(user_slots=1, cpu=1, memory=GiB)
+        return Allocation(f"{self.operation_id}/{self.started}", self.operation_id, resources)
+
+    def on_allocation_finished(self, allocation: Allocation, finished: Any, now: float) -> None:
+        if finished.state != "completed":
+            self.pending_allocation_count += 1
+
+
+_POOLS = {"a": ROOT_ID, "b": ROOT_ID, "a1": "a", "a2": "a"}
+_OPS = {"x": "a1", "y": "a1", "z": "a2", "w": "b", "v": "b"}
+
+
+def _spec(element_id: str, share: tuple[float, float, bool]) -> ElementSpec:
+    if element_id == ROOT_ID:
+        return ElementSpec(
+            id=ROOT_ID,
+            parent=None,
+            fair_share=np.ones(5),
+            demand_share=np.ones(5),
+            scheduling_status=SchedulingStatus.NORMAL,
+        )
+    fair, demand, below = share
+    return ElementSpec(
+        id=element_id,
+        parent=_OPS.get(element_id) or _POOLS[element_id],
+        kind="operation" if element_id in _OPS else "pool",
+        fair_share=np.array([fair, fair, fair / 2, fair, 0.0]),
+        demand_share=np.array([demand, demand, demand / 2, demand, 0.0]),
+        scheduling_status=SchedulingStatus.BELOW_FAIR_SHARE if below else SchedulingStatus.NORMAL,
+        preemption_mode="graceful" if element_id == "v" else "normal",
+    )
+
+
+@settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_incremental_publish_follows_controllers_and_heartbeats(seed):
+    """Direct `TreeScheduler` use: shares move on some elements, heartbeats start and finish allocations, and
+    controllers change their pending work behind the strategy's back; after every publish the incremental
+    scheduler's state equals the one of a scheduler whose every publish runs the three passes."""
+    rng = random.Random(seed)
+    config = StrategyConfig(fair_share_starvation_timeout=3.0, fair_share_aggressive_starvation_timeout=6.0)
+    limits = vector(user_slots=4, cpu=4, memory=4 * GiB)
+    total = limits * 4
+    names = [*_POOLS, *_OPS]
+    shares = {name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), False) for name in names}
+    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *names]}
+    first = SchedulingTree(total, list(specs.values()), config)
+    schedulers = [TreeScheduler(first), TreeScheduler(first)]
+    full = schedulers[1]
+    full._publish_changes = lambda tree, now, total: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    pending = {op: rng.randint(0, 6) for op in _OPS}
+    controllers = [{op: _Controller(op, pending[op]) for op in _OPS} for _ in schedulers]
+    for scheduler, owned in zip(schedulers, controllers, strict=True):
+        for index in range(4):
+            scheduler.add_node(f"n{index}", limits)
+        for op, controller in owned.items():
+            scheduler.register_operation(op, controller)
+    running: list[list[str]] = [[], []]
+    for step in range(40):
+        now = float(step)
+        if rng.random() < 0.5:  # new specs for a few elements, the very same objects for the others
+            for name in rng.sample(names, rng.randint(1, 3)):
+                shares[name] = (rng.choice([0.05, 0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.4)
+                specs[name] = _spec(name, shares[name])
+        tree = first.with_shares(total, list(specs.values()))
+        for scheduler in schedulers:
+            scheduler.publish(tree, now)
+        assert _state(schedulers[0]) == _state(full), f"step {step}"
+        for _ in range(rng.randint(0, 3)):
+            op = rng.choice(list(_OPS))
+            count = rng.randint(0, 3)
+            for owned in controllers:
+                owned[op].pending_allocation_count = count
+        for _ in range(rng.randint(1, 4)):
+            address = f"n{rng.randrange(4)}"
+            ends = [a for a in running[0] if schedulers[0].allocations.get(a) is not None]
+            ended = rng.sample(ends, min(len(ends), rng.randint(0, 2)))
+            state = rng.choice(["completed", "aborted"])
+            results = []
+            for index, scheduler in enumerate(schedulers):
+                finished = [
+                    FinishedAllocation(a, state)
+                    for a in ended
+                    if scheduler.allocations[a].node_address == address
+                ]
+                result = scheduler.process_heartbeat(NodeHeartbeat(address, limits, finished=finished), now)
+                running[index].extend(a.id for a in result.allocations_to_start)
+                results.append(
+                    (
+                        [a.id for a in result.allocations_to_start],
+                        [r.allocation_id for r in result.allocations_to_preempt],
+                    )
+                )
+            assert results[0] == results[1], f"step {step}"
+    for scheduler in schedulers:
+        for op in _OPS:
+            scheduler.element_view(op)
+    assert _state(schedulers[0]) == _state(full)
