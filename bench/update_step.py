@@ -12,7 +12,10 @@ issue 13's variant is ``--operations 500 --pending 10000``, whose step should co
 cost (pending operations are not elements of the fair-share update or the snapshot).
 
 ``--changed F`` runs the same step in this process with a fraction F of the running operations changing usage
-between steps (what the live service and the simulator see), so the cost of what changed shows.
+between steps (what the live service and the simulator see), so the cost of what changed shows; it also reports,
+averaged over the runs, the mean wall and CPU time of the changed steps (the first, cold step left out), the time
+spent in CPython's collector per changed step and the full collections per run (``changed_steps``): on a shared
+machine the CPU time and the collector's share compare better than wall medians of 5 steps.
 
 Both modes run under the process's garbage-collector policy as the CLI does (``pooltree/gc_policy.py``: the
 survivors of each full collection are frozen); ``POOLTREE_GC_TUNING=0`` in the environment turns it off, for A/B.
@@ -23,6 +26,7 @@ Usage: .venv/bin/python bench/update_step.py [--changed F] [--pools 1110] [--ope
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -136,6 +140,8 @@ def _changed_steps(path: Path, repeat: int, fraction: float, seed: int) -> dict[
     rng = random.Random(seed)
     job = np.array([1.0, 1.0, 0.0, 4 * 1024.0**3, 0.0])
     durations = []
+    cpu: list[float] = []
+    collector = _CollectorTime()
     for index in range(repeat):
         if index:
             for op_id in rng.sample(running, int(len(running) * fraction)):
@@ -144,15 +150,48 @@ def _changed_steps(path: Path, repeat: int, fraction: float, seed: int) -> dict[
                     step.resources[op_id] = (usage + job, needed - job)
                 elif usage[0] >= 1:
                     step.resources[op_id] = (usage - job, needed)
+        if index == 1:
+            collector.start()
         begin = time.perf_counter()
+        begin_cpu = time.process_time()
         step.run()
+        cpu.append(time.process_time() - begin_cpu)
         durations.append(time.perf_counter() - begin)
+    collector.stop()
+    changed = max(1, repeat - 1)
     return {
         "pool_count": len(tree.pools) - 1,
         "update_s": statistics.median(durations),
         "update_first_s": durations[0],
         **{key: statistics.median(values) for key, values in step.split.items()},
+        "changed_mean_s": statistics.mean(durations[1:] or durations),
+        "changed_cpu_mean_s": statistics.mean(cpu[1:] or cpu),
+        "changed_gc_mean_s": collector.seconds / changed,
+        "changed_full_collections": collector.full,
     }
+
+
+class _CollectorTime:
+    """Time in CPython's collector (``gc.callbacks``) and the full collections, from ``start`` to ``stop``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        self.seconds += time.perf_counter() - self._began
+        self.full += info["generation"] == 2
+
+    def start(self) -> None:
+        gc.callbacks.insert(0, self._callback)
+
+    def stop(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
 
 
 def main() -> None:
@@ -223,6 +262,21 @@ def main() -> None:
                 "median": {key: round(statistics.median(run[key] for run in runs), 4) for key in keys},
                 "min": {key: round(min(run[key] for run in runs), 4) for key in keys},
                 "max": {key: round(max(run[key] for run in runs), 4) for key in keys},
+                **(
+                    {}
+                    if args.changed is None
+                    else {
+                        "changed_steps": {
+                            key: round(statistics.mean(run[key] for run in runs), 4)
+                            for key in (
+                                "changed_mean_s",
+                                "changed_cpu_mean_s",
+                                "changed_gc_mean_s",
+                                "changed_full_collections",
+                            )
+                        }
+                    }
+                ),
                 "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
                 "load_average": os.getloadavg(),
                 "machine": {
