@@ -716,9 +716,10 @@ def _respec(
     demand_share = gathered.demand_share[changed]
     fair_rows = list(fair_share)  # row views, as the element walk hands out
     demand_rows = list(demand_share)
-    fair_tuples = fair_share.tolist()
-    demand_tuples = demand_share.tolist()
-    blocked = (fair_share >= demand_share).tolist()
+    # per row a tuple straight from the columns (the values `.tolist()` gives): no list per row on the way
+    fair_tuples = list(zip(*fair_share.T.tolist(), strict=True))
+    demand_tuples = list(zip(*demand_share.T.tolist(), strict=True))
+    blocked = list(zip(*(fair_share >= demand_share).T.tolist(), strict=True))
     below = gathered.below[changed].tolist()
     weight = gathered.weight[changed].tolist()
     fifo = gathered.fifo[changed].tolist()
@@ -737,7 +738,7 @@ def _respec(
             )
         else:
             specs[row] = _pool_with_shares(specs[row], fair_rows[k], demand_rows[k], status)
-        prepared[ids[row]] = (tuple(fair_tuples[k]), tuple(demand_tuples[k]), tuple(blocked[k]))
+        prepared[ids[row]] = (fair_tuples[k], demand_tuples[k], blocked[k])
 
 
 def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:
