@@ -29,6 +29,7 @@ class _Building:
         batches: list[fn.FunctionBatch] = []
         batch_of = np.full(n, -1, dtype=np.int64)
         row_of = np.full(n, -1, dtype=np.int64)
+        points = np.zeros(n, dtype=np.int64)  # every element's number of points (for the sums' capacity)
         base = self._base_functions
         if base is not None:
             base_table, base_guarantee, base_limits = base
@@ -41,6 +42,7 @@ class _Building:
             batches.extend(base_table.batches)
             batch_of[:] = base_table.batch_of
             row_of[:] = base_table.row_of
+            points[:] = base_table.points
             elements = np.flatnonzero(dirty)
         ops = elements[tree.is_op[elements]]
         if len(ops):
@@ -57,6 +59,7 @@ class _Building:
             )
             batch_of[ops] = len(batches) - 1
             row_of[ops] = np.arange(len(ops))
+            points[ops] = np.diff(batches[-1].offsets)
         if len(elements) == n:
             groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
         else:
@@ -78,12 +81,13 @@ class _Building:
                 )
             else:
                 fsbff = fn.sum_children(
-                    fn.FunctionTable(batches, batch_of, row_of), kids, slot, scale, shift, right
+                    fn.FunctionTable(batches, batch_of, row_of, points), kids, slot, scale, shift, right
                 )
             batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
             batch_of[level] = len(batches) - 1
             row_of[level] = np.arange(len(level))
-        table = fn.FunctionTable(batches, batch_of, row_of)
+            points[level] = np.diff(batches[-1].offsets)
+        table = fn.FunctionTable(batches, batch_of, row_of, points)
         if self._base_functions is None and len(elements) == n:
             self._base_functions = (table, guarantee.copy(), limits.copy())
         return table

@@ -76,11 +76,18 @@ class FunctionTable:
     """Functions of many elements kept in several batches, without copying them into one.
 
     Element i's function is row ``row_of[i]`` of ``batches[batch_of[i]]`` (``batch_of[i] = -1``: none).
+    ``points`` (optional): every element's number of points, which spares ``sum_children`` looking them up.
     """
 
-    __slots__ = ("batch_of", "batches", "row_of")
+    __slots__ = ("_sources", "batch_of", "batches", "points", "row_of")
 
-    def __init__(self, batches: list[FunctionBatch], batch_of: np.ndarray, row_of: np.ndarray):
+    def __init__(
+        self,
+        batches: list[FunctionBatch],
+        batch_of: np.ndarray,
+        row_of: np.ndarray,
+        points: np.ndarray | None = None,
+    ):
         self.batches = [
             FunctionBatch(
                 np.ascontiguousarray(b.offsets, dtype=np.int64),
@@ -92,12 +99,19 @@ class FunctionTable:
         ]
         self.batch_of = batch_of
         self.row_of = row_of
+        self.points = points
+        self._sources: dict[bool, tuple[tuple[np.ndarray, ...], ...]] = {}
 
     def sources(self, *, with_f: bool) -> tuple[tuple[np.ndarray, ...], ...]:
-        """The batches as the compiled passes take them: (offsets, x, y[, f]) tuples."""
-        if with_f:
-            return tuple((b.offsets, b.x, b.y, b.f) for b in self.batches)  # type: ignore[misc]
-        return tuple((b.offsets, b.x, b.y) for b in self.batches)
+        """The batches as the compiled passes take them: (offsets, x, y[, f]) tuples (built once per table)."""
+        built = self._sources.get(with_f)
+        if built is None:
+            if with_f:
+                built = tuple((b.offsets, b.x, b.y, b.f) for b in self.batches)  # type: ignore[misc]
+            else:
+                built = tuple((b.offsets, b.x, b.y) for b in self.batches)
+            self._sources[with_f] = built
+        return built
 
     def offsets_of(self, batch: np.ndarray, row: np.ndarray) -> np.ndarray:
         """(2, k): start and end of the points of functions (batch[k], row[k])."""
@@ -125,7 +139,9 @@ class FunctionTable:
     def evaluate(self, elements: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values and fit factors of the (FSBS) functions of ``elements`` at ``s`` (see ``evaluate``)."""
         elements = np.asarray(elements, dtype=np.int64)
-        s = np.broadcast_to(np.asarray(s, dtype=float), elements.shape)
+        s = np.asarray(s, dtype=float)
+        if s.shape != elements.shape:
+            s = np.broadcast_to(s, elements.shape)
         batch = self.batch_of[elements]
         row = self.row_of[elements]
         module = kernels()
@@ -337,8 +353,8 @@ def fair_share_by_suggestion(
         offsets,
         np.ascontiguousarray(fsbff.x, dtype=float),
         np.ascontiguousarray(fsbff.y, dtype=float),
-        np.ascontiguousarray(np.broadcast_to(guarantee_share, (n, R)), dtype=float),
-        np.ascontiguousarray(np.broadcast_to(limits_share, (n, R)), dtype=float),
+        _rows(guarantee_share, n),
+        _rows(limits_share, n),
         merge_collinear,
         out_offsets,
         out_s,
@@ -346,6 +362,13 @@ def fair_share_by_suggestion(
         out_f,
     )
     return FunctionBatch(out_offsets, out_s[:total], out_y[:total], out_f[:total])
+
+
+def _rows(a: np.ndarray, n: int) -> np.ndarray:
+    """``a`` as a C-contiguous (n, R) float64 array: itself when it is one, else broadcast and converted."""
+    if type(a) is np.ndarray and a.shape == (n, R) and a.dtype == np.float64 and a.flags.c_contiguous:
+        return a
+    return np.ascontiguousarray(np.broadcast_to(a, (n, R)), dtype=float)
 
 
 def _drop_jump_onto_limit(
@@ -749,7 +772,12 @@ def sum_children(
     m = len(right_bound)
     source = table.batch_of[children]
     row = table.row_of[children]
-    points = int(np.sum(np.diff(table.offsets_of(source, row), axis=0))) if len(children) else 0
+    if not len(children):
+        points = 0
+    elif table.points is not None:
+        points = int(table.points[children].sum())
+    else:
+        points = int(np.sum(np.diff(table.offsets_of(source, row), axis=0)))
     capacity = 2 * (points + 2 * m)
     out_offsets = np.empty(m + 1, dtype=np.int64)
     out_x = np.empty(capacity)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from pooltree.errors import PooltreeError
@@ -31,12 +34,15 @@ class _Guarantees:
             demand[lim] = self.usage[lim] + needed
         _sum_children_into(tree, self.usage)
         _sum_children_into(tree, demand)
-        limits = np.minimum(
-            np.minimum(self.tag_limits, total * self.max_share_ratio[:, None]), self.specified_limits
-        )
-        limits[0] = total
-        self.resource_limits = limits
-        self.limits_share = _share(np.minimum(limits, total), total)
+        if self.reused is not None:
+            self.resource_limits, self.limits_share = self.reused.resource_limits, self.reused.limits_share
+        else:
+            limits = np.minimum(
+                np.minimum(self.tag_limits, total * self.max_share_ratio[:, None]), self.specified_limits
+            )
+            limits[0] = total
+            self.resource_limits = limits
+            self.limits_share = _share(np.minimum(limits, total), total)
         self.usage_share = _share(self.usage, total)
         self.demand_share = _share(demand, total)
         # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
@@ -174,7 +180,12 @@ class _Guarantees:
             weight = np.where(unset, inferred, weight)
         weight[0] = 1.0
         self.weight = weight
-        # FIFO order (b.6) of operations in FIFO pools.
+        self.compute_fifo_order()
+
+    def compute_fifo_order(self) -> None:
+        """FIFO order (b.6) of operations in FIFO pools (by their current pending allocations, when so set)."""
+        tree = self.tree
+        weight = self.weight
         n = len(tree.elements)
         self.fifo_rank = np.zeros(n, dtype=np.int64)
         self.fifo_index: dict[int, int] = {}
@@ -199,6 +210,57 @@ class _Guarantees:
                 self.fifo_rank[c] = rank
                 self.fifo_index[c] = rank
 
+    # ---- reuse of the previous update's guarantees ---------------------------------------------------
+    def reuse_guarantees(self) -> None:
+        """Take the previous update's limits, guarantees and weights when everything they are computed from
+        is the same (``_StaticGuarantees``), else leave ``reused`` None so that the steps compute them.
+
+        Run after ``validate_priority_pools`` and ``compute_integral_ratios`` (whose results are among the
+        inputs); the limits (``compute_attributes``), ``infer_strong_guarantees``, ``adjust_guarantees``, the
+        weights of ``compute_weights`` and ``compute_estimated_guarantees`` then take it.
+        """
+        key = self._guarantees_key()
+        kept = self.tree.guarantees
+        self.reused = kept if kept is not None and kept.key == key else None
+        self._key = key
+
+    def _guarantees_key(self) -> tuple[Any, ...]:
+        """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
+        settings = self.settings
+        return (
+            settings.main_resource,
+            settings.infer_weight_from_guarantees_share_multiplier,
+            self.total.tobytes(),
+            self.tag_limits.tobytes(),
+            self.max_share_ratio.tobytes(),
+            self.specified_limits.tobytes(),
+            self.strong_config.tobytes(),
+            self.spec_mask.tobytes(),
+            self.weight_cfg.tobytes(),
+            self.priority.tobytes(),
+            self.burst_ratio.tobytes(),
+            self.total_burst_ratio.tobytes(),
+            self.total_flow_ratio.tobytes(),
+            tuple(self.burst_pools),
+        )
+
+    def keep_guarantees(self) -> None:
+        """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
+        results of later updates share them)."""
+        kept = _StaticGuarantees(
+            self._key, self.resource_limits, self.limits_share, self.inferred, self.sgs, self.weight, self.egs
+        )
+        for array in (
+            kept.resource_limits,
+            kept.limits_share,
+            kept.inferred,
+            kept.sgs,
+            kept.weight,
+            kept.egs,
+        ):
+            array.flags.writeable = False
+        self.tree.guarantees = kept
+
     def compute_estimated_guarantees(self) -> None:
         tree = self.tree
         egs = np.zeros_like(self.sgs)
@@ -220,6 +282,24 @@ class _Guarantees:
                 part = np.where(wsum[slot] > 0, weights / wsum[slot], 0.0)
             egs[children] = got + undistributed[slot] * part[:, None]
         self.egs = egs
+
+
+@dataclass(eq=False, slots=True)
+class _StaticGuarantees:
+    """Results of the steps that depend on the configuration and the totals only, with what they came from.
+
+    In a simulator or a live tree most updates change only usage and demand: the next update of the same tree
+    (the same ``_Tree``, so the same structure) with the same ``key`` takes these instead of recomputing them.
+    Kept only when those steps raised no alert, so that reusing them repeats no alert and drops none.
+    """
+
+    key: tuple[Any, ...]
+    resource_limits: np.ndarray
+    limits_share: np.ndarray
+    inferred: np.ndarray
+    sgs: np.ndarray
+    weight: np.ndarray
+    egs: np.ndarray
 
 
 def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:

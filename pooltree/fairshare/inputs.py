@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from itertools import compress, repeat
-from operator import is_not
+from operator import is_, is_not
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -140,6 +140,33 @@ def _pool_inputs(
     return fifo, integral_type, spec_mask
 
 
+def _same_objects(last: list[Any], now: list[Any]) -> bool:
+    """Whether two lists hold the very same objects, in order."""
+    return len(last) == len(now) and all(map(is_, last, now))
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only: later updates of the same tree may take it (``_KeptInputs``)."""
+    array.flags.writeable = False
+    return array
+
+
+class _KeptInputs:
+    """One update's raw scalar inputs (the objects read from the elements) and the checked arrays made from
+    them, kept on the tree (``_Tree.inputs``) for the next update of the same structure."""
+
+    __slots__ = ("msr", "msr_array", "pool_arrays", "pool_raw", "tol", "tol_array", "weight_cfg", "weights")
+
+    msr: list[Any]
+    msr_array: np.ndarray
+    pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
+    pool_raw: list[list[Any]]
+    tol: list[Any]
+    tol_array: np.ndarray
+    weight_cfg: np.ndarray
+    weights: list[Any]
+
+
 class _Inputs:
     """``_Update``'s input reading (b.1)."""
 
@@ -155,25 +182,44 @@ class _Inputs:
         n = len(elements)
         total = self.total
         is_op = tree.is_op
-        op_idx = np.flatnonzero(is_op)
-        pool_idx = np.flatnonzero(~is_op)
-        ops: list[Operation] = list(compress(elements, is_op.tolist()))  # type: ignore[arg-type]
-        pools: list[Pool] = [elements[i] for i in pool_idx.tolist()]  # type: ignore[misc]
+        op_idx = tree.memo("op_idx", lambda: np.flatnonzero(is_op))
+        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~is_op))
+        ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
+        pools: list[Pool] = tree.pools
         main = RESOURCES.index(self.settings.main_resource)
+        # Scalar fields whose values are the very objects of the previous update of this tree (immutable
+        # values: the same object is the same value) reuse the arrays made and checked from them then.
+        last = tree.inputs
+        kept = _KeptInputs()
         weights = [e.weight for e in elements]
-        weight_cfg = _weights(elements, weights)
-        msr = np.array([e.max_share_ratio for e in elements], dtype=float)
-        bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
-        if len(bad):
-            e = elements[int(bad[0])]
-            raise ConfigError(_path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}")
-        tol = np.array([e.starvation_tolerance for e in elements], dtype=float)
-        bad = np.flatnonzero(~((tol >= 0.0) & (tol <= 1.0)))
-        if len(bad):
-            e = elements[int(bad[0])]
-            raise ConfigError(
-                _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
-            )
+        msr_raw = [e.max_share_ratio for e in elements]
+        tol_raw = [e.starvation_tolerance for e in elements]
+        if last is not None and _same_objects(last.weights, weights):
+            weight_cfg = last.weight_cfg
+        else:
+            weight_cfg = _readonly(_weights(elements, weights))
+        if last is not None and _same_objects(last.msr, msr_raw):
+            msr = last.msr_array
+        else:
+            msr = _readonly(np.array(msr_raw, dtype=float))
+            bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
+            if len(bad):
+                e = elements[int(bad[0])]
+                raise ConfigError(
+                    _path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}"
+                )
+        if last is not None and _same_objects(last.tol, tol_raw):
+            tol = last.tol_array
+        else:
+            tol = _readonly(np.array(tol_raw, dtype=float))
+            bad = np.flatnonzero(~((tol >= 0.0) & (tol <= 1.0)))
+            if len(bad):
+                e = elements[int(bad[0])]
+                raise ConfigError(
+                    _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
+                )
+        kept.weights, kept.weight_cfg = weights, weight_cfg
+        kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
         tag_rows = [e.tag_filter_resource_limits for e in elements]
         # Almost no element has a tag filter: find the few that do without a Python-level loop.
         tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
@@ -206,7 +252,21 @@ class _Inputs:
             strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
         else:
             strong[pool_idx] = pool_vectors[:, 0]
-        self.fifo, self.integral_type, spec_mask = _pool_inputs(tree, pool_idx, pools)
+        pool_raw = [
+            [p.mode for p in pools],
+            [p.specified_guarantee_resources for p in pools],
+            [p.integral_guarantees.guarantee_type for p in pools],
+            [p.fifo_sort_parameters for p in pools],
+        ]
+        if last is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
+            self.fifo, self.integral_type, spec_mask = last.pool_arrays
+        else:
+            pool_arrays = _pool_inputs(tree, pool_idx, pools)
+            for array in pool_arrays:
+                _readonly(array)
+            self.fifo, self.integral_type, spec_mask = pool_arrays
+        kept.pool_raw, kept.pool_arrays = pool_raw, (self.fifo, self.integral_type, spec_mask)
+        spec_mask = spec_mask.copy()
         if op_vectors is None or pool_vectors is None:
             specified = [e.specified_resource_limits for e in elements]
             self.specified_limits = _stack(elements, "specified_resource_limits", specified)
@@ -255,3 +315,4 @@ class _Inputs:
         self.max_share_ratio = msr
         self.tolerance = tol
         self.apply_limits = apply_limits
+        tree.inputs = kept  # only once every check has passed

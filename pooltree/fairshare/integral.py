@@ -37,6 +37,10 @@ class _Integral:
         self.burst_ratio = np.zeros(n)
         self.flow_ratio = np.zeros(n)
         self.integral_pools = np.flatnonzero(self.integral_type > 0)
+        if not len(self.integral_pools):  # every ratio and every subtree's sum of them is 0.0
+            self.burst_pools, self.relaxed_pools = [], []
+            self.total_burst_ratio, self.total_flow_ratio = np.zeros(n), np.zeros(n)
+            return
         for i in self.integral_pools:
             ig = tree.elements[i].integral_guarantees  # type: ignore[attr-defined]
             burst = _vector(

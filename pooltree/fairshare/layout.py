@@ -68,6 +68,8 @@ class _Tree:
     pools: list[Pool] = field(default_factory=list)  # every pool in breadth-first order
     pool_child_counts: list[int] = field(default_factory=list)  # their numbers of children
     _memo: dict[Any, Any] = field(default_factory=dict)
+    guarantees: Any = None  # the last update's reusable guarantees (``guarantees._StaticGuarantees``)
+    inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         """What ``build`` derives from the structure alone, computed once per tree (the tree is reused by later

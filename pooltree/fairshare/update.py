@@ -11,6 +11,7 @@ weights), ``integral.py`` (b.7), ``building.py`` (functions, b.5), ``distributio
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from pooltree.fairshare.guarantees import (
     GUARANTEES_OVERCOMMIT,
     PRIORITY_POOLS_WITHOUT_DONOR,
     _Guarantees,
+    _StaticGuarantees,
 )
 from pooltree.fairshare.inputs import _Inputs
 from pooltree.fairshare.integral import _Integral, _integral_shares, adjust_proposed_integral_share
@@ -75,6 +77,8 @@ class _Update(_Inputs, _Guarantees, _Integral, _Building, _Distribution):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
         self.tree = _flatten(root)
         self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
+        self.reused: _StaticGuarantees | None = None
+        self._key: tuple[Any, ...] = ()
         self._read_inputs()
 
 
@@ -118,14 +122,27 @@ def update_fair_share(
             )
         )
     upd.validate_priority_pools()
-    # Steps 2-6.
-    upd.compute_attributes()
-    upd.infer_strong_guarantees()
+    # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
+    # they are among the inputs of the steps the previous update's results may stand in for.
     upd.compute_integral_ratios()
+    upd.reuse_guarantees()
+    upd.compute_attributes()
+    reused = upd.reused
+    if reused is None:
+        upd.infer_strong_guarantees()
+    else:
+        upd.inferred = reused.inferred
     upd.consume_and_refill()
-    upd.adjust_guarantees()
-    upd.compute_weights()
-    upd.compute_estimated_guarantees()
+    if reused is None:
+        alerts = len(upd.errors)
+        upd.adjust_guarantees()
+        upd.compute_weights()
+        upd.compute_estimated_guarantees()
+        if len(upd.errors) == alerts:
+            upd.keep_guarantees()
+    else:
+        upd.sgs, upd.weight, upd.egs = reused.sgs, reused.weight, reused.egs
+        upd.compute_fifo_order()
     # Step 7: integral guarantees.
     pis = np.zeros((n, RESOURCE_COUNT))
     if len(upd.integral_pools):
