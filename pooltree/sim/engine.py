@@ -423,6 +423,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         backoff = core.config.preemptive_scheduling_backoff
         last = exec_node.last_preemptive_scheduling_time
         phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
+        reach = jitter if jitter > 0 else 0.0  # how late a beat can be after phase + k·period
         replayed = 0
         while k < until_k:
             if last is None:
@@ -431,6 +432,12 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             else:
                 when = last + backoff
                 j = max(k, math.floor((when - phase - jitter) / period))
+                # a beat's time is at most phase + j·period + jitter (the same float sums, rounding is
+                # monotonic): beats whose bound is not after ``when`` are passed without hashing
+                while phase + j * period + reach <= when:
+                    j += 1
+                if j >= until_k:
+                    break
                 t = _beat_time(phase, salt, period, jitter, j)
                 while t <= when:
                     j += 1

@@ -15,6 +15,7 @@ from pooltree.sim.state import (
     _RECORD_ARRAYS,
     MAX_PLOT_POINTS,
     ROOT,
+    PoolSeries,
     SimulationResult,
     TimelineSink,
     _Op,
@@ -341,7 +342,11 @@ class _MetricsMixin:
         for tree in self.trees.values():
             utilization_usage += tree.usage_integral
             utilization_total += tree.total_integral
-            series[tree.name] = self._pool_series(tree)
+            series[tree.name] = (
+                PoolSeries(tree.pools, tree.series_times, np.stack(tree.series_rows))
+                if tree.series_rows
+                else self._pool_series(tree)
+            )
             for row, pool in enumerate(tree.pools):
                 acc = tree.acc[row].tolist() if row < tree.acc.shape[0] else [0.0] * 6
                 span = acc[0]

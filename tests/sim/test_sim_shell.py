@@ -1,0 +1,52 @@
+"""The simulator's own bookkeeping: plot series read per pool, beat-time replay of slept beats."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pooltree.sim import Simulation, parse_scenario
+from pooltree.sim.state import PoolSeries
+from tests.sim.simkit import project_document
+
+
+def test_pool_series_builds_each_pools_points_when_read() -> None:
+    block = np.arange(4 * 3 * 3, dtype=float).reshape(4, 3, 3)  # 4 samples × 3 pools × 3 ratios
+    series = PoolSeries(["<Root>", "a", "b", "late"], [0.0, 1.0, 2.0, 3.0], block)
+    assert list(series) == ["<Root>", "a", "b"]  # a pool added after the samples has none
+    assert len(series) == 3 and "a" in series and "late" not in series and series.get("late") is None
+    assert series["a"] == [(float(t), *block[t, 1, :].tolist()) for t in range(4)]
+    assert series == {pool: series[pool] for pool in series}
+
+
+def test_a_runs_pool_series_are_its_sampled_values() -> None:
+    result = Simulation(parse_scenario(project_document(until="5m"), source="test")).run()
+    series = result.pool_series["physical"]
+    assert isinstance(series, PoolSeries)
+    points = series["project-batch"]
+    assert len(points) > 100 and all(len(point) == 4 for point in points)
+    assert [t for t, *_ in points] == sorted(t for t, *_ in points)
+    mean_usage = result.summary["pools"]["project-batch"]["mean_usage_ratio"]
+    assert 0.0 < mean_usage <= 1.0 and any(usage > 0 for _t, _fair, usage, _demand in points)
+
+
+def test_replayed_backoff_beats_follow_the_chain_of_beats_one_by_one() -> None:
+    """`_catch_up` writes the last timestamp of the backoff chain once: the same as skipping beat after beat."""
+    simulation = Simulation(parse_scenario(project_document(until="5m"), source="test"))
+    node = simulation.nodes[3]
+    core = simulation.trees[node.tree].core
+    exec_node = core.strategy.nodes[node.address]
+    backoff = core.config.preemptive_scheduling_backoff
+    for start_last, until_k in ((None, 40), (12.3, 200), (0.0, 1)):
+        node.k_next = 0
+        exec_node.last_preemptive_scheduling_time = start_last
+        simulation._catch_up(node, core, until_k)
+        replayed = exec_node.last_preemptive_scheduling_time
+        expected = start_last
+        for k in range(until_k):
+            now = simulation.beat_time(node, k)
+            if expected is None or now > expected + backoff:
+                expected = now
+        assert replayed == expected and node.k_next == until_k
+        assert expected is None or not math.isnan(expected)
