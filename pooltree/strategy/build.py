@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -657,9 +657,9 @@ def _unchanged_structure(
     specs = list(last.specs)
     statics = last.statics
     changed = np.flatnonzero(gathered.changed(last.gathered))
-    prepared: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
+    prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
     if changed.size:
-        _respec(gathered, changed, last, specs, prepared)
+        prepared = _respec(gathered, changed, last, specs)
     last.specs = specs
     last.gathered = gathered
     if delta is None:
@@ -699,17 +699,53 @@ _operation_with_shares = _spec_copier(
 )
 
 
+class _Prepared(Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]]):
+    """`SchedulingTree.prepared` of a bulk build: element id → (fair share, demand share, ``blocked``) tuples, the
+    triple made when asked for. The three tuples are kept by `publish`; a triple per element kept until the next
+    period would be one more surviving object per changed element for the collector (the row index dict holds
+    only strings and ints, which CPython does not track)."""
+
+    __slots__ = ("_blocked", "_demand", "_fair", "_rows")
+
+    def __init__(
+        self,
+        rows: dict[str, int],
+        fair: list[tuple[float, ...]],
+        demand: list[tuple[float, ...]],
+        blocked: list[tuple[bool, ...]],
+    ) -> None:
+        self._rows = rows
+        self._fair = fair
+        self._demand = demand
+        self._blocked = blocked
+
+    def __getitem__(self, key: str) -> tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]:
+        k = self._rows[key]
+        return self._fair[k], self._demand[k], self._blocked[k]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        k = self._rows.get(key)
+        if k is None:
+            return default
+        return self._fair[k], self._demand[k], self._blocked[k]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 def _respec(
     gathered: _Gathered,
     changed: np.ndarray,
     last: _LastRuntime,
     specs: list[ElementSpec],
-    prepared: dict[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]],
-) -> None:
+) -> _Prepared:
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
-    part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. ``prepared`` gets
-    each element's fair share, demand share and ``blocked`` mask as the tuples `publish` would compute from the
-    spec (`SchedulingTree.prepared`). The copies keep no ``__dict__`` of their own (`_spec_copier`): with usage
+    part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. Returns each
+    element's fair share, demand share and ``blocked`` mask as the tuples `publish` would compute from the spec
+    (`SchedulingTree.prepared`). The copies keep no ``__dict__`` of their own (`_spec_copier`): with usage
     moving most elements change every period, and each object less that survives a period is one less for the
     garbage collector's walks (see ``pooltree/gc_policy.py``)."""
     fair_share = gathered.fair_share[changed]
@@ -727,6 +763,7 @@ def _respec(
     is_op = last.is_op[changed].tolist()
     ids = last.ids
     statics = last.statics
+    rows: dict[str, int] = {}
     for k, row in enumerate(changed.tolist()):
         if missing[k]:
             specs[row] = gathered.spec(statics[row], row, is_op[k])
@@ -738,7 +775,8 @@ def _respec(
             )
         else:
             specs[row] = _pool_with_shares(specs[row], fair_rows[k], demand_rows[k], status)
-        prepared[ids[row]] = (fair_tuples[k], demand_tuples[k], blocked[k])
+        rows[ids[row]] = k
+    return _Prepared(rows, fair_tuples, demand_tuples, blocked)
 
 
 def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:

@@ -67,3 +67,25 @@ def test_respecced_elements_keep_no_dict_of_their_own() -> None:
     assert "op1" in changed and "a1" in changed
     for key in changed:
         assert not _own_dict(moved.elements[key]), key
+
+
+def test_prepared_tuples_are_what_publish_computes_from_the_specs() -> None:
+    tree = PoolTree(definition())
+    usage = Usage()
+    tree.register_operation("op1", user="u", pool="a1", spec=spec("a1"))
+    tree.register_operation("op2", user="u", pool="b", spec=spec("b"), now=1.0)
+    usage.set("op1", 1, 10)
+    usage.set("op2", 2, 10)
+    step = Step(tree, usage)
+    _, first = step.run()
+    assert len(first.prepared) == 0
+    usage.set("op2", 9, 30)
+    _, moved = step.run()
+    changed = {key for key in first.elements if moved.elements[key] is not first.elements[key]}
+    assert changed and set(moved.prepared) == changed and len(moved.prepared) == len(changed)
+    for key in changed:
+        element = moved.elements[key]
+        fair, demand = element.fair_share.tolist(), element.demand_share.tolist()
+        expected = (tuple(fair), tuple(demand), tuple(f >= d for f, d in zip(fair, demand, strict=True)))
+        assert moved.prepared[key] == expected == moved.prepared.get(key)
+    assert moved.prepared.get("no such element") is None
