@@ -82,6 +82,55 @@ def _beat_time(phase: float, salt: int, period: float, jitter: float, k: int) ->
     return phase + k * period + jitter * (((x ^ (x >> 31)) >> 11) / float(1 << 53))
 
 
+_U64 = np.uint64
+
+
+def _beat_times(phase: float, salt: int, period: float, jitter: float, start: int, stop: int) -> np.ndarray:
+    """`_beat_time` of beats ``start .. stop - 1`` at once: the same hash in uint64 arithmetic (wrapping like
+    the masked Python integers) and the same float operations in the same order, so the same doubles."""
+    k = np.arange(start, stop, dtype=np.uint64)
+    base = phase + k.astype(np.float64) * period
+    if jitter <= 0:
+        return base
+    x = (_U64(salt) ^ (k * _U64(0xD1B54A32D192ED03))) + _U64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    x = x ^ (x >> _U64(31))
+    return base + jitter * ((x >> _U64(11)).astype(np.float64) / float(1 << 53))
+
+
+_VECTOR_GAP = 48
+"""Slept beats above which `_catch_up` follows the backoff chain over an array of their times."""
+
+
+def _replay_chain(
+    phase: float,
+    salt: int,
+    period: float,
+    jitter: float,
+    backoff: float,
+    start: int,
+    stop: int,
+    last: float | None,
+) -> tuple[float | None, int]:
+    """The backoff chain over beats ``start .. stop - 1`` (see `Simulation._catch_up`): the last timestamp and
+    how many beats moved it. Each beat's successor (the first beat after its time + backoff) is found for all
+    of them at once; the chain then follows those links."""
+    times = _beat_times(phase, salt, period, jitter, start, stop)
+    count = stop - start
+    position = 0 if last is None else int(np.searchsorted(times, last + backoff, side="right"))
+    if position >= count:
+        return last, 0
+    following = np.searchsorted(times, times + backoff, side="right").tolist()
+    replayed = 1
+    successor = following[position]
+    while successor < count:
+        position = successor
+        replayed += 1
+        successor = following[position]
+    return float(times[position]), replayed
+
+
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
 
 
@@ -423,8 +472,12 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         backoff = core.config.preemptive_scheduling_backoff
         last = exec_node.last_preemptive_scheduling_time
         phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
+        if until_k - k > _VECTOR_GAP:
+            last, replayed = _replay_chain(phase, salt, period, jitter, backoff, k, until_k, last)
+            k = until_k
+        else:
+            replayed = 0
         reach = jitter if jitter > 0 else 0.0  # how late a beat can be after phase + k·period
-        replayed = 0
         while k < until_k:
             if last is None:
                 j = k

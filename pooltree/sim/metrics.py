@@ -21,6 +21,10 @@ from pooltree.sim.state import (
     _Op,
     _TreeState,
 )
+from pooltree.strategy.model import StarvationStatus
+
+_STATUS_TEXT = {status: status.value for status in StarvationStatus}
+"""A starvation status → its text (a dict lookup: an enum's ``.value`` is a descriptor call, per pool per update)."""
 
 
 class _MetricsMixin:
@@ -115,7 +119,7 @@ class _MetricsMixin:
             return False
         below = np.asarray(arrays["below"][rows], dtype=bool)
         statuses = [
-            "non_starving" if state is None else state.status.value
+            "non_starving" if state is None else _STATUS_TEXT[state.status]
             for state in map(tree.core.strategy.starvation.get, present)
         ]
         pool_row = tree.pool_row

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from pooltree.sim import Simulation, parse_scenario
+from pooltree.sim.engine import _beat_time, _beat_times
 from pooltree.sim.state import PoolSeries
 from tests.sim.simkit import project_document
 
@@ -38,7 +39,7 @@ def test_replayed_backoff_beats_follow_the_chain_of_beats_one_by_one() -> None:
     core = simulation.trees[node.tree].core
     exec_node = core.strategy.nodes[node.address]
     backoff = core.config.preemptive_scheduling_backoff
-    for start_last, until_k in ((None, 40), (12.3, 200), (0.0, 1)):
+    for start_last, until_k in ((None, 40), (12.3, 200), (0.0, 1), (None, 500), (3.0, 49), (400.0, 300)):
         node.k_next = 0
         exec_node.last_preemptive_scheduling_time = start_last
         simulation._catch_up(node, core, until_k)
@@ -50,3 +51,14 @@ def test_replayed_backoff_beats_follow_the_chain_of_beats_one_by_one() -> None:
                 expected = now
         assert replayed == expected and node.k_next == until_k
         assert expected is None or not math.isnan(expected)
+
+
+def test_beat_times_in_bulk_are_the_same_doubles() -> None:
+    for phase, salt, period, jitter in (
+        (0.37, 2**64 - 5, 1.0, 0.1),
+        (1.9, 12345, 2.5, 2.4),
+        (0.2, 7, 0.3, 0.0),
+    ):
+        start = 987_654
+        bulk = _beat_times(phase, salt, period, jitter, start, start + 300).tolist()
+        assert bulk == [_beat_time(phase, salt, period, jitter, k) for k in range(start, start + 300)]
