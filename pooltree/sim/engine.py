@@ -236,6 +236,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             ordered = sorted((node.phase, node.index) for node in self.nodes if node.tree == tree.name)
             tree.phases = [phase for phase, _index in ordered]
             tree.phase_order = [index for _phase, index in ordered]
+            tree.position_of = {index: position for position, index in enumerate(tree.phase_order)}
         if not self.nodes:
             raise ConfigError("cluster.nodes", "no node belongs to any pool tree (check node_tag_filter)")
         self.ops: list[_Op] = []
@@ -383,7 +384,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         node.sleeping = False
         node.has_timer = False
         tree = self.trees[node.tree]
-        tree.idle_sleepers.discard(node.index)
+        self._not_idle(tree, node.index)
         tree.sleepers.discard(node.index)
         tree.untimed_sleepers.discard(node.index)
         k, when = self._first_beat_at_or_after_timed(node, self.now)
@@ -417,7 +418,13 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         self._advance_idle_wakes(tree)
 
     def _advance_idle_wakes(self, tree: _TreeState) -> None:
-        """Wake the next idle sleeper in beat order while published demand is pending (see `_wake_idle`)."""
+        """Wake the next idle sleeper in beat order while published demand is pending (see `_wake_idle`).
+
+        The walk's cursor passes every node whose bound is within the earliest exact beat found; it visits only
+        the idle sleepers among them (``idle_positions``, their phase positions kept sorted), and finds where
+        it stops among the others by bisection (the bounds grow along the walk), so a walk through a busy
+        cluster costs the idle nodes it takes, not every node it passes.
+        """
         tree.wake_head = None
         queue = tree.wake_queue
         count = len(tree.phase_order)
@@ -427,26 +434,21 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             return
         idle = tree.idle_sleepers
         nodes = self.nodes
-        phases = tree.phases
         order = tree.phase_order
-        period = self.period
         while True:
-            top = queue[0][0] if queue else math.inf
+            limit = (queue[0][0] if queue else math.inf) + _WAKE_SLACK
             while tree.wake_cursor < count:
-                position = tree.wake_start + tree.wake_cursor
-                if position >= count:
-                    position -= count
-                    bound = tree.wake_base + period + phases[position]
-                else:
-                    bound = tree.wake_base + phases[position]
-                if bound > top + _WAKE_SLACK:
-                    break
-                tree.wake_cursor += 1
-                index = order[position]
-                if index in idle:
+                ahead = self._next_idle(tree, tree.wake_cursor)
+                if ahead < count and self._wake_bound(tree, ahead) <= limit:
+                    tree.wake_cursor = ahead + 1
+                    position = tree.wake_start + ahead
+                    index = order[position - count if position >= count else position]
                     when = self._first_beat_at_or_after_timed(nodes[index], self.now)[1]
                     heapq.heappush(queue, (when, index))
-                    top = queue[0][0]
+                    limit = queue[0][0] + _WAKE_SLACK
+                    continue
+                tree.wake_cursor = self._first_beyond(tree, tree.wake_cursor, ahead, limit)
+                break
             if not queue:
                 return
             _, index = heapq.heappop(queue)
@@ -454,6 +456,47 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 tree.wake_head = index
                 self._wake(nodes[index])
                 return
+
+    def _wake_bound(self, tree: _TreeState, step: int) -> float:
+        """The lower bound of the next beat of the node ``step`` places along the current walk."""
+        position = tree.wake_start + step
+        if position >= len(tree.phases):
+            return tree.wake_base + self.period + tree.phases[position - len(tree.phases)]
+        return tree.wake_base + tree.phases[position]
+
+    def _first_beyond(self, tree: _TreeState, low: int, high: int, limit: float) -> int:
+        """The first step in ``low .. high - 1`` of the walk whose bound exceeds ``limit``, else ``high``."""
+        while low < high:
+            middle = (low + high) // 2
+            if self._wake_bound(tree, middle) > limit:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def _next_idle(self, tree: _TreeState, step: int) -> int:
+        """The first step at or after ``step`` of the walk that holds an idle sleeper, else the node count."""
+        positions = tree.idle_positions
+        count = len(tree.phases)
+        start = tree.wake_start
+        target = start + step
+        if target < count:
+            i = bisect.bisect_left(positions, target)
+            if i < len(positions):
+                return positions[i] - start
+            if positions and positions[0] < start:
+                return positions[0] - start + count
+            return count
+        i = bisect.bisect_left(positions, target - count)
+        if i < len(positions) and positions[i] < start:
+            return positions[i] - start + count
+        return count
+
+    def _not_idle(self, tree: _TreeState, index: int) -> None:
+        if index in tree.idle_sleepers:
+            tree.idle_sleepers.discard(index)
+            positions = tree.idle_positions
+            del positions[bisect.bisect_left(positions, tree.position_of[index])]
 
     def _catch_up(self, node: _Node, core: SchedulerCore, until_k: int) -> None:
         """Replay the preemptive-backoff timestamp of the skipped beats ``k_next .. until_k - 1``.
@@ -523,6 +566,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         tree.sleepers.add(node.index)
         if core.can_start_more(node.address):
             tree.idle_sleepers.add(node.index)
+            bisect.insort(tree.idle_positions, tree.position_of[node.index])
         if core.has_starving_operations():
             self._set_timer(node, core)
         else:
@@ -606,7 +650,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             self._catch_up(node, core, k)
         node.sleeping = False
         node.has_timer = False
-        tree.idle_sleepers.discard(node.index)
+        self._not_idle(tree, node.index)
         tree.sleepers.discard(node.index)
         tree.untimed_sleepers.discard(node.index)
         now = self.now
@@ -636,7 +680,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         node.alive = False
         node.sleeping = False
         node.token += 1
-        tree.idle_sleepers.discard(node.index)
+        self._not_idle(tree, node.index)
         tree.sleepers.discard(node.index)
         tree.untimed_sleepers.discard(node.index)
         if tree.wake_head == node.index:

@@ -111,6 +111,10 @@ class _TreeState:
     pending_dirty: bool = True
     idle_sleepers: set[int] = field(default_factory=set)
     """Sleeping nodes that can start more (woken when schedulable demand appears)."""
+    idle_positions: list[int] = field(default_factory=list)
+    """The idle sleepers' positions in ``phase_order``, sorted (the wake walk visits only these)."""
+    position_of: dict[int, int] = field(default_factory=dict)
+    """Node index → its position in ``phase_order``."""
     sleepers: set[int] = field(default_factory=set)
     """Sleeping nodes (woken all when an update publishes violated limits)."""
     untimed_sleepers: set[int] = field(default_factory=set)
