@@ -110,9 +110,21 @@ class ChangedPublisher(SchedulingStages):
         if self._step is not None:
             self._step.flush()
 
-    def _publish_changes(self, tree: SchedulingTree, now: float, total: tuple[float, ...]) -> bool:
+    def _publish_changes(
+        self,
+        tree: SchedulingTree,
+        now: float,
+        total: tuple[float, ...],
+        changed: tuple[list[str], list[_Element]] | None = None,
+    ) -> bool:
         """Publish ``tree`` (same skeleton as the last one) doing work only where something changed; ``False``
-        (nothing done) when the three-pass path must run instead."""
+        (nothing done) when the three-pass path must run instead.
+
+        ``changed``: the tree differs from the last one by operation changes, already applied to the elements
+        (`SnapshotPublisher._apply_operation_changes`): the added operations' ids and the parents the removed
+        ones had. The added elements are then handled as touched ones with a new spec, the parents re-summed,
+        priorities recomputed, and every heap rebuilt (every element's tree index may have moved).
+        """
         touched = self._touched
         self._touched = set()
         step = self._step
@@ -142,12 +154,24 @@ class ChangedPublisher(SchedulingStages):
                 return False
         self._step = step
         self._take_specs(tree, fresh)
-        changed_ops, runtime_changed = self._take_touched(touched, fresh)
+        removed_parents: list[_Element] = []
+        if changed is not None:
+            added = [self._elements[element_id] for element_id in changed[0]]
+            for element in added:  # a new element's blocked mask is computed by the passes
+                shares = (element.fair_share, element.demand_share)
+                if shares != element.blocked_for:
+                    element.blocked = blocked_mask(*shares)
+                    element.blocked_for = shares
+            fresh = [*fresh, *added]
+            touched.update(changed[0])
+            removed_parents = changed[1]
+        changed_ops, runtime_changed = self._take_touched(touched, fresh, removed_parents)
         self._configure_changed(step, changed_ops)
-        if self._update_starvation_of(step, fresh, changed_ops, now) or runtime_changed:
+        moved = self._update_starvation_of(step, fresh, changed_ops, now)
+        if moved or runtime_changed or changed is not None:
             self._update_priorities()
         self.last_update_time = now
-        self._requeue(step, fresh, changed_ops, total)
+        self._requeue(step, fresh, changed_ops, total, rebuild=changed is not None)
         return True
 
     # ------------------------------------------------------------------ pass 1: specs, usage, lists
@@ -172,7 +196,9 @@ class ChangedPublisher(SchedulingStages):
                 element.blocked = ready[2] if ready is not None else blocked_mask(*shares)
                 element.blocked_for = shares
 
-    def _take_touched(self, touched: set[str], fresh: list[_Element]) -> tuple[list[_Element], bool]:
+    def _take_touched(
+        self, touched: set[str], fresh: list[_Element], removed_parents: list[_Element]
+    ) -> tuple[list[_Element], bool]:
         """Touched operations take their runtime's usage; the pools above them are re-summed bottom-up.
 
         Returns the operations to re-key (touched or with a new spec), in tree order, and whether some
@@ -196,6 +222,10 @@ class ChangedPublisher(SchedulingStages):
                 runtime_changed = True
                 element.op = runtime
             cursor = element.parent
+            while cursor is not None and cursor.index not in pools:
+                pools[cursor.index] = cursor
+                cursor = cursor.parent
+        for cursor in removed_parents:
             while cursor is not None and cursor.index not in pools:
                 pools[cursor.index] = cursor
                 cursor = cursor.parent
@@ -285,10 +315,16 @@ class ChangedPublisher(SchedulingStages):
     # ------------------------------------------------------------------ pass 3: activity, counts, heaps
 
     def _requeue(
-        self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], total: tuple[float, ...]
+        self,
+        step: _Step,
+        fresh: list[_Element],
+        changed_ops: list[_Element],
+        total: tuple[float, ...],
+        rebuild: bool = False,
     ) -> None:
         """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
-        every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them)."""
+        every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them);
+        ``rebuild``: every heap made anew instead."""
         visit = set(changed_ops)
         for element in step.ops:
             runtime = element.op
@@ -327,7 +363,9 @@ class ChangedPublisher(SchedulingStages):
             element.version += 1
             parent = element.parent
             assert parent is not None
-            if reason is None:
+            if rebuild:
+                pass  # every heap is made anew below
+            elif reason is None:
                 self._push(parent, element)
             else:
                 element.keyed_start = 0
@@ -343,6 +381,9 @@ class ChangedPublisher(SchedulingStages):
             if not element.is_op and element.use_fifo and element not in queued:
                 queued.add(element)
                 heapq.heappush(pools, (-element.index, element))
+        if rebuild:
+            _rebuild_heaps(step.ordered)
+            return
         fresh_fifo = {element for element in fresh if element.use_fifo}
         while pools:
             _, pool = heapq.heappop(pools)
@@ -376,6 +417,43 @@ class ChangedPublisher(SchedulingStages):
             if parent not in queued:
                 queued.add(parent)
                 heapq.heappush(pools, (-parent.index, parent))
+
+
+def _rebuild_heaps(ordered: list[_Element]) -> None:
+    """Every pool's heap made anew from its children's current keys (the pool branch of
+    `_rebuild_heaps_same_structure`), children before their parents."""
+    infinite = INFINITE_SATISFACTION_RATIO
+    for element in reversed(ordered):
+        if element.is_op:
+            continue
+        heap = []
+        for child in element.children:
+            if child.active:
+                start = child.last_start
+                child.keyed_start = start
+                child.version += 1
+                heap.append(
+                    (
+                        child.fifo_key if child.use_fifo else child.sat,
+                        start,
+                        child.index,
+                        child.version,
+                        child,
+                    )
+                )
+            else:
+                child.keyed_start = 0
+        heapq.heapify(heap)
+        element.heap = heap
+        element.inactive_reason = None
+        if heap:
+            element.active = True
+            element.sat = heap[0][4].sat
+        else:
+            element.active = False
+            element.sat = infinite
+        if element.parent is None:
+            element.keyed_start = 0
 
 
 def _index(element: _Element) -> int:

@@ -56,7 +56,6 @@ class SnapshotPublisher(ChangedPublisher):
             if not self._publish_changes(tree, now, total):  # changes.py; else every element in three passes
                 self._publish_same_structure(tree, now, total)
             return
-        self._forget_changes()  # the paths below recompute every element
         delta = getattr(tree, "delta", None)
         if (
             previous
@@ -64,10 +63,13 @@ class SnapshotPublisher(ChangedPublisher):
             and delta is not None
             and delta.base is getattr(self, "_skeleton", None)
         ):
+            parents = [element.parent for i in delta.removed if (element := previous.get(i)) is not None]
             self._apply_operation_changes(tree, delta, fifo_order)
             self._skeleton = tree.skeleton
-            self._publish_same_structure(tree, now, total)
+            if not self._publish_changes(tree, now, total, (delta.added, parents)):  # changes.py
+                self._publish_same_structure(tree, now, total)
             return
+        self._forget_changes()  # the paths below recompute every element
         if previous and tree.skeleton is getattr(self, "_skeleton", None):
             elements = self._reuse_elements(tree)
         else:

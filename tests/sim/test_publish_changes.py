@@ -92,11 +92,11 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
         publish(self, tree, now)
         states.append(_state(self))
 
-    def switched(self: Any, tree: Any, now: float, total: Any) -> bool:
+    def switched(self: Any, tree: Any, now: float, total: Any, changed: Any = None) -> bool:
         if not incremental:
             self._forget_changes()
             return False
-        done = changes(self, tree, now, total)
+        done = changes(self, tree, now, total, changed)
         used[0] += done
         return done
 
@@ -138,18 +138,18 @@ class _Controller:
 
     @property
     def needed_resources(self) -> Any:
-        return vector(user_slots=1, cpu=1, memory=GiB) * self.pending_allocation_count
+        return vector(user_slots=1, cpu=0.1, memory=0.3 * GiB) * self.pending_allocation_count
 
     @property
     def min_needed_resources(self) -> Any:
-        return vector(user_slots=1, cpu=1, memory=GiB)
+        return vector(user_slots=1, cpu=0.1, memory=0.3 * GiB)
 
     def schedule_allocation(self, node: Any, available: Any, now: float) -> Allocation | None:
-        if self.pending_allocation_count <= 0 or available[1] < 1:
+        if self.pending_allocation_count <= 0 or available[1] < 0.1:
             return None
         self.pending_allocation_count -= 1
         self.started += 1
-        resources = vector(user_slots=1, cpu=1, memory=GiB)
+        resources = vector(user_slots=1, cpu=0.1, memory=0.3 * GiB)
         return Allocation(f"{self.operation_id}/{self.started}", self.operation_id, resources)
 
     def on_allocation_finished(self, allocation: Allocation, finished: Any, now: float) -> None:
@@ -161,7 +161,7 @@ _POOLS = {"a": ROOT_ID, "b": ROOT_ID, "a1": "a", "a2": "a"}
 _OPS = {"x": "a1", "y": "a1", "z": "a2", "w": "b", "v": "b"}
 
 
-def _spec(element_id: str, share: tuple[float, float, bool]) -> ElementSpec:
+def _spec(element_id: str, share: tuple[float, float, bool], parent: str | None = None) -> ElementSpec:
     if element_id == ROOT_ID:
         return ElementSpec(
             id=ROOT_ID,
@@ -173,8 +173,8 @@ def _spec(element_id: str, share: tuple[float, float, bool]) -> ElementSpec:
     fair, demand, below = share
     return ElementSpec(
         id=element_id,
-        parent=_OPS.get(element_id) or _POOLS[element_id],
-        kind="operation" if element_id in _OPS else "pool",
+        parent=parent or _OPS.get(element_id) or _POOLS[element_id],
+        kind="operation" if parent or element_id in _OPS else "pool",
         fair_share=np.array([fair, fair, fair / 2, fair, 0.0]),
         demand_share=np.array([demand, demand, demand / 2, demand, 0.0]),
         scheduling_status=SchedulingStatus.BELOW_FAIR_SHARE if below else SchedulingStatus.NORMAL,
@@ -185,40 +185,63 @@ def _spec(element_id: str, share: tuple[float, float, bool]) -> ElementSpec:
 @settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_incremental_publish_follows_controllers_and_heartbeats(seed):
-    """Direct `TreeScheduler` use: shares move on some elements, heartbeats start and finish allocations, and
-    controllers change their pending work behind the strategy's back; after every publish the incremental
-    scheduler's state equals the one of a scheduler whose every publish runs the three passes."""
+    """Direct `TreeScheduler` use: shares move on some elements, heartbeats start and finish allocations,
+    operations come and go (trees derived by `with_operation_changes`), and controllers change their pending work
+    behind the strategy's back; after every publish the incremental scheduler's state equals the one of a
+    scheduler whose every publish runs the three passes. Allocations use amounts whose sums are inexact in
+    binary, so a pool re-summed differently than a rebuild would show."""
     rng = random.Random(seed)
     config = StrategyConfig(fair_share_starvation_timeout=3.0, fair_share_aggressive_starvation_timeout=6.0)
     limits = vector(user_slots=4, cpu=4, memory=4 * GiB)
     total = limits * 4
-    names = [*_POOLS, *_OPS]
-    shares = {name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), False) for name in names}
-    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *names]}
-    first = SchedulingTree(total, list(specs.values()), config)
-    schedulers = [TreeScheduler(first), TreeScheduler(first)]
+    shares = {name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), False) for name in [*_POOLS, *_OPS]}
+    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *shares]}
+    current = SchedulingTree(total, list(specs.values()), config)
+    schedulers = [TreeScheduler(current), TreeScheduler(current)]
     full = schedulers[1]
-    full._publish_changes = lambda tree, now, total: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
-    pending = {op: rng.randint(0, 6) for op in _OPS}
-    controllers = [{op: _Controller(op, pending[op]) for op in _OPS} for _ in schedulers]
-    for scheduler, owned in zip(schedulers, controllers, strict=True):
+    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    controllers: list[dict[str, _Controller]] = [{}, {}]
+
+    def register(op: str, pending: int) -> None:
+        for scheduler, owned in zip(schedulers, controllers, strict=True):
+            owned[op] = _Controller(op, pending)
+            scheduler.register_operation(op, owned[op])
+
+    for scheduler in schedulers:
         for index in range(4):
             scheduler.add_node(f"n{index}", limits)
-        for op, controller in owned.items():
-            scheduler.register_operation(op, controller)
+    for op in _OPS:
+        register(op, rng.randint(0, 6))
     running: list[list[str]] = [[], []]
     for step in range(40):
         now = float(step)
-        if rng.random() < 0.5:  # new specs for a few elements, the very same objects for the others
-            for name in rng.sample(names, rng.randint(1, 3)):
-                shares[name] = (rng.choice([0.05, 0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.4)
-                specs[name] = _spec(name, shares[name])
-        tree = first.with_shares(total, list(specs.values()))
+        ops = list(controllers[0])
+        roll = rng.random()
+        if roll < 0.15 and len(ops) > 2:  # an operation leaves
+            gone = rng.choice(ops)
+            for scheduler, owned in zip(schedulers, controllers, strict=True):
+                scheduler.unregister_operation(gone)
+                del owned[gone]
+            del specs[gone], shares[gone]
+            current = current.with_operation_changes(total, list(specs.values()), {gone}, [])
+        elif roll < 0.3:  # one arrives
+            new = f"op{step}"
+            shares[new] = (rng.choice([0.05, 0.1, 0.2]), rng.choice([0.1, 0.3]), rng.random() < 0.3)
+            specs[new] = _spec(new, shares[new], rng.choice(["a1", "a2", "b"]))
+            register(new, rng.randint(0, 4))
+            current = current.with_operation_changes(total, list(specs.values()), set(), [new])
+        else:
+            if rng.random() < 0.6:  # new specs for a few elements, the very same objects for the others
+                for name in rng.sample(list(shares), rng.randint(1, 3)):
+                    share = (rng.choice([0.05, 0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.4)
+                    shares[name] = share
+                    specs[name] = _spec(name, share, specs[name].parent if name not in _POOLS else None)
+            current = current.with_shares(total, list(specs.values()))
         for scheduler in schedulers:
-            scheduler.publish(tree, now)
+            scheduler.publish(current, now)
         assert _state(schedulers[0]) == _state(full), f"step {step}"
         for _ in range(rng.randint(0, 3)):
-            op = rng.choice(list(_OPS))
+            op = rng.choice(list(controllers[0]))
             count = rng.randint(0, 3)
             for owned in controllers:
                 owned[op].pending_allocation_count = count
@@ -244,6 +267,6 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
                 )
             assert results[0] == results[1], f"step {step}"
     for scheduler in schedulers:
-        for op in _OPS:
+        for op in controllers[0]:
             scheduler.element_view(op)
     assert _state(schedulers[0]) == _state(full)
