@@ -64,17 +64,24 @@ class _Building:
             groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
         else:
             groups = _height_groups(tree, elements[~tree.is_op[elements]])
-        for level, counts, kids, slot, parent_of in groups:
-            fifo_child = self.fifo[parent_of]
-            w = self.weight[kids]
-            positive = w > EPSILON
-            min_w = np.full(len(level), np.inf)
-            np.minimum.at(min_w, slot[positive], w[positive])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
-            scale = np.where(fifo_child, 1.0, scale)
-            shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
-            right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+        derived = self.derived_statics() if len(elements) == n else None
+        for height, (level, counts, kids, slot, parent_of) in enumerate(groups):
+            placement = None if derived is None else derived.get(("placement", height))
+            if placement is None:
+                fifo_child = self.fifo[parent_of]
+                w = self.weight[kids]
+                positive = w > EPSILON
+                min_w = np.full(len(level), np.inf)
+                np.minimum.at(min_w, slot[positive], w[positive])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
+                scale = np.where(fifo_child, 1.0, scale)
+                shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
+                right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+                if derived is not None:
+                    derived[("placement", height)] = (scale, shift, right)
+            else:
+                scale, shift, right = placement
             if self.settings.enable_improved_fair_share_by_fit_factor_computation:
                 fsbff = _improved_sums(
                     fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right

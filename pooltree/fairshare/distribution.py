@@ -25,14 +25,15 @@ class _Distribution:
         current = np.asarray(start, dtype=np.int64)
         s = np.asarray(suggestion, dtype=float)
         values, fits = table.evaluate(current, s)
-        steps = tree.memo(("distribute", tuple(current.tolist())), lambda: _distribution_steps(tree, current))
-        for current, pools, parents, kids, slot, seg in steps:
+        start_key = ("distribute", tuple(current.tolist()))
+        steps = tree.memo(start_key, lambda: _distribution_steps(tree, current))
+        for depth, (current, pools, parents, kids, slot, seg) in enumerate(steps):
             fs[current] = values
             if parents is None:
                 break
             target = values[pools]
             fit = fits[pools]  # type: ignore[index]
-            ks = self._child_suggestions(parents, kids, slot, fit)
+            ks = self._child_suggestions(parents, kids, slot, fit, key=(start_key, depth))
             kv, kf = table.evaluate(kids, ks)
             sums = np.add.reduceat(kv, seg, axis=0)
             bad = np.flatnonzero(fn.row_any(sums > target + EPSILON))
@@ -155,10 +156,28 @@ class _Distribution:
         return chosen
 
     def _child_suggestions(
-        self, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray
+        self, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray, key: Any = None
     ) -> np.ndarray:
-        """Children's suggestions from the parent's fit factor: min(1, f·w/w_min), or FIFO unit steps."""
+        """Children's suggestions from the parent's fit factor: min(1, f·w/w_min), or FIFO unit steps.
+
+        ``key`` names a fixed (parents, kids, slot) of the tree: without FIFO pools, the weight ratios are then
+        taken from the kept guarantees (``derived``), where the first update with these weights put them.
+        """
         f = fit[slot]
+        derived = self.derived_statics() if key is not None else None
+        if derived is not None:
+            ratios = derived.get(key)
+            if ratios is None:
+                w = self.weight[kids]
+                positive = w > EPSILON
+                min_w = np.full(len(parents), np.inf)
+                np.minimum.at(min_w, slot[positive], w[positive])
+                with np.errstate(invalid="ignore"):
+                    ratios = (positive, w / min_w[slot])
+                derived[key] = ratios
+            positive, ratio = ratios
+            with np.errstate(invalid="ignore"):
+                return np.minimum(1.0, np.where(positive, f * ratio, 0.0))
         fifo = self.fifo[parents][slot]
         w = self.weight[kids]
         positive = w > EPSILON

@@ -222,7 +222,17 @@ class _Guarantees:
         key = self._guarantees_key()
         kept = self.tree.guarantees
         self.reused = kept if kept is not None and kept.key == key else None
+        self.statics = self.reused
         self._key = key
+
+    def derived_statics(self) -> dict[Any, Any] | None:
+        """Where arrays computed from the kept guarantees' weights and the structure alone are kept for later
+        updates that reuse them (the functions' placements, the children's suggestion ratios); None when there
+        is no kept state or some pool is FIFO (then those arrays also depend on the FIFO order)."""
+        statics = self.statics
+        if statics is None or self.any_fifo:
+            return None
+        return statics.derived
 
     def _guarantees_key(self) -> tuple[Any, ...]:
         """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
@@ -237,6 +247,7 @@ class _Guarantees:
             self.strong_config.tobytes(),
             self.spec_mask.tobytes(),
             self.weight_cfg.tobytes(),
+            self.fifo.tobytes(),
             self.priority.tobytes(),
             self.burst_ratio.tobytes(),
             self.total_burst_ratio.tobytes(),
@@ -248,7 +259,14 @@ class _Guarantees:
         """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
         results of later updates share them)."""
         kept = _StaticGuarantees(
-            self._key, self.resource_limits, self.limits_share, self.inferred, self.sgs, self.weight, self.egs
+            self._key,
+            self.resource_limits,
+            self.limits_share,
+            self.inferred,
+            self.sgs,
+            self.weight,
+            self.egs,
+            {},
         )
         for array in (
             kept.resource_limits,
@@ -260,6 +278,7 @@ class _Guarantees:
         ):
             array.flags.writeable = False
         self.tree.guarantees = kept
+        self.statics = kept
 
     def compute_estimated_guarantees(self) -> None:
         tree = self.tree
@@ -300,6 +319,7 @@ class _StaticGuarantees:
     sgs: np.ndarray
     weight: np.ndarray
     egs: np.ndarray
+    derived: dict[Any, Any]  # arrays of later steps computed from these weights (``derived_statics``)
 
 
 def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:

@@ -78,8 +78,10 @@ class _Update(_Inputs, _Guarantees, _Integral, _Building, _Distribution):
         self.tree = _flatten(root)
         self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
         self.reused: _StaticGuarantees | None = None
+        self.statics: _StaticGuarantees | None = None  # reused or kept by this update
         self._key: tuple[Any, ...] = ()
         self._read_inputs()
+        self.any_fifo = bool(self.fifo.any())
 
 
 def update_fair_share(
