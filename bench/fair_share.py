@@ -3,11 +3,17 @@
 Prints ONE JSON object: parameters, median/min/max seconds per update over the runs, machine info.
 ``--scales`` runs 100/1,000, 1,000/10,000 and 5,000/50,000 pools/operations and prints them together,
 with how the time grows with the number of elements (per step, and the exponent of a fitted power law).
+
+The updates run on the same model objects, as the tree runtime hands them: the update reuses what it derived
+from unchanged inputs (pooltree/fairshare/ARCHITECTURE.md, "Updates of the same tree"). ``--changed F``
+gives a fraction F of the operations new usage before every update (what a simulator or live period sees);
+``--fresh`` updates a deep copy every time (a new tree: nothing reused, the cost before issue 16's reuse).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -16,6 +22,7 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +126,31 @@ def build_tree(pools: int, operations: int, seed: int = 1) -> tuple[Pool, np.nda
     return root, total
 
 
-def run(pools: int, operations: int, runs: int, *, improved: bool = False) -> dict:
+def _operations(root: Pool) -> list[Operation]:
+    found: list[Operation] = []
+    stack: list[Any] = [root]
+    while stack:
+        element = stack.pop()
+        if isinstance(element, Pool):
+            stack.extend(element.children)
+        else:
+            found.append(element)
+    return found
+
+
+def run(
+    pools: int,
+    operations: int,
+    runs: int,
+    *,
+    improved: bool = False,
+    changed: float = 0.0,
+    fresh: bool = False,
+) -> dict:
+    """``runs`` updates of one tree. The same model objects every time (the update reuses what it derived from
+    unchanged inputs, as for the tree runtime's input cache); ``changed``: that fraction of the operations gets
+    new usage before each update (new vectors, as the runtime writes them); ``fresh``: every update gets a deep
+    copy of the tree (nothing to reuse: the cost of an update of a new tree)."""
     root, total = build_tree(pools, operations)
     settings = UpdateSettings(
         enable_step_function_for_gang_operations=True,
@@ -130,10 +161,16 @@ def run(pools: int, operations: int, runs: int, *, improved: bool = False) -> di
     cpu_times = []
     now = 1000.0
     result = None
+    rng = np.random.default_rng(7)
+    ops = _operations(root)
     for _ in range(runs):
+        for k in rng.choice(len(ops), int(changed * len(ops)), replace=False).tolist():
+            op = ops[k]
+            op.usage = op.usage * float(rng.choice([0.5, 1.0]))
+        tree = copy.deepcopy(root) if fresh else root
         start = time.perf_counter()
         cpu_start = time.process_time()
-        result = update_fair_share(root, total, settings, now, state)
+        result = update_fair_share(tree, total, settings, now, state)
         cpu_times.append(time.process_time() - cpu_start)
         times.append(time.perf_counter() - start)
         state = result.state
@@ -168,6 +205,15 @@ def main() -> None:
         "--improved",
         action="store_true",
         help="with enable_improved_fair_share_by_fit_factor_computation (as YTsaurus's production GPU trees)",
+    )
+    parser.add_argument(
+        "--changed",
+        type=float,
+        default=0.0,
+        help="fraction of the operations whose usage changes before each update (default 0: nothing changes)",
+    )
+    parser.add_argument(
+        "--fresh", action="store_true", help="a deep copy of the tree for every update (nothing to reuse)"
     )
     args = parser.parse_args()
     with use_compiled_kernels(not args.numpy):
@@ -207,7 +253,14 @@ def report(args: argparse.Namespace) -> None:
     }
     if args.scales:
         results = [
-            run(p, o, max(5, args.runs if p <= 1000 else 5), improved=args.improved)
+            run(
+                p,
+                o,
+                max(5, args.runs if p <= 1000 else 5),
+                improved=args.improved,
+                changed=args.changed,
+                fresh=args.fresh,
+            )
             for p, o in ((100, 1000), (1000, 10000), (5000, 50000))
         ]
         print(
@@ -221,7 +274,14 @@ def report(args: argparse.Namespace) -> None:
             )
         )
     else:
-        out = run(args.pools, args.operations, max(5, args.runs), improved=args.improved)
+        out = run(
+            args.pools,
+            args.operations,
+            max(5, args.runs),
+            improved=args.improved,
+            changed=args.changed,
+            fresh=args.fresh,
+        )
         print(
             json.dumps(
                 {
@@ -231,6 +291,8 @@ def report(args: argparse.Namespace) -> None:
                         "operations": args.operations,
                         "runs": out["runs"],
                         "improved": args.improved,
+                        "changed": args.changed,
+                        "fresh": args.fresh,
                     },
                     **out,
                     "machine": machine,

@@ -9,6 +9,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare.inputs import _readonly, _same_objects
 from pooltree.fairshare.layout import EPSILON, _share, _sum_children_into, floating_point_inverse_lower_bound
 from pooltree.resources import RESOURCES
 
@@ -144,17 +145,25 @@ class _Guarantees:
         """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
         tree = self.tree
         n = len(tree.elements)
-        flagged = np.zeros(n, dtype=bool)
-        donor = np.zeros(n, dtype=bool)
-        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
-        flagged[pool_idx] = [bool(p.enable_priority_strong_guarantee_adjustment) for p in tree.pools]
-        donor[pool_idx] = [bool(p.enable_priority_strong_guarantee_adjustment_donorship) for p in tree.pools]
-        # Whether some strict ancestor is a donor, top-down.
-        donor_above = np.zeros(n, dtype=bool)
-        for level in tree.parent_levels():
-            parents_donor = donor_above[level.parents] | donor[level.parents]
-            donor_above[level.children] = parents_donor[level.slot]
-        orphans = np.flatnonzero(flagged & ~donor_above)
+        flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
+        donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
+        last = tree.priority_tier  # the same flag objects as last time: the same tier
+        if last is not None and _same_objects(last[0], flags) and _same_objects(last[1], donors):
+            self.priority, orphans = last[2], last[3]
+        else:
+            flagged = np.zeros(n, dtype=bool)
+            donor = np.zeros(n, dtype=bool)
+            pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+            flagged[pool_idx] = [bool(f) for f in flags]
+            donor[pool_idx] = [bool(d) for d in donors]
+            # Whether some strict ancestor is a donor, top-down.
+            donor_above = np.zeros(n, dtype=bool)
+            for level in tree.parent_levels():
+                parents_donor = donor_above[level.parents] | donor[level.parents]
+                donor_above[level.children] = parents_donor[level.slot]
+            orphans = np.flatnonzero(flagged & ~donor_above)
+            self.priority = _readonly(flagged & donor_above)
+            tree.priority_tier = (flags, donors, self.priority, orphans)
         if len(orphans):
             self.errors.append(
                 PooltreeError(
@@ -163,7 +172,6 @@ class _Guarantees:
                     attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
                 )
             )
-        self.priority = flagged & donor_above
 
     # ---- b.6 ----------------------------------------------------------------------------------------
     def compute_weights(self) -> None:

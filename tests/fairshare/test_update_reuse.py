@@ -1,7 +1,7 @@
 """Updates of the same model objects reuse the previous update's tree, checked inputs and guarantees
 (``layout._flatten``, ``inputs._KeptInputs``, ``guarantees._StaticGuarantees``): every result must be the one an
 update of fresh copies of the same inputs gives, bit for bit, whatever changed in between (usage, a vector
-written in place, a weight, a mode, the structure, an id, the totals, the settings)."""
+written in place, a weight, a mode, the priority tier, the structure, an id, the totals, the settings)."""
 
 from __future__ import annotations
 
@@ -113,6 +113,19 @@ def _modes(rng: np.random.Generator, root: Pool, total: np.ndarray, settings: Up
         pool.fifo_sort_parameters = [("start_time",), ("pending_allocation_count",)][int(rng.integers(2))]
 
 
+def _priority(rng: np.random.Generator, root: Pool, total: np.ndarray, settings: UpdateSettings) -> None:
+    pools = _pools(root)
+    pool = pools[int(rng.integers(len(pools)))]
+    if rng.random() < 0.5:
+        pool.enable_priority_strong_guarantee_adjustment = (
+            not pool.enable_priority_strong_guarantee_adjustment
+        )
+    else:
+        pool.enable_priority_strong_guarantee_adjustment_donorship = (
+            not pool.enable_priority_strong_guarantee_adjustment_donorship
+        )
+
+
 def _structure(rng: np.random.Generator, root: Pool, total: np.ndarray, settings: UpdateSettings) -> None:
     pools = _pools(root)
     pool = pools[int(rng.integers(len(pools)))]
@@ -149,6 +162,7 @@ CHANGES: list[Callable[[np.random.Generator, Pool, np.ndarray, UpdateSettings], 
     _weights,
     _scalars,
     _modes,
+    _priority,
     _structure,
     _ids,
     _totals,
