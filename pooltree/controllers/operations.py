@@ -161,6 +161,9 @@ class OperationControllerBase:
         self.incarnation = 0
         """Incremented by every gang incarnation switch (YTsaurus ``operation_incarnation``)."""
         self._needed_cache: Vector | None = None
+        self.pending_revision = 0
+        """Moves whenever the pending work (pending count, needed and min needed resources) is set anew
+        (`_refresh`): equal revisions, equal values. ``SchedulerCore`` reads it instead of comparing vectors."""
         self._min_signature: tuple[bool, ...] | None = None
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
         self._refresh()
@@ -215,6 +218,7 @@ class OperationControllerBase:
         (computed on first read, see the property); ``_min_needed`` again only when the set of tasks with pending
         jobs changed or a task's per-job memory comes from a reserve. Subclasses may adjust all three afterwards.
         """
+        self.pending_revision += 1
         count = 0
         with_pending: list[bool] = []
         reserves = False

@@ -112,9 +112,10 @@ class SchedulerCore:
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
-        self._resource_cache: dict[str, tuple[Any, int, list[float], tuple[Vector, Vector]]] = {}
-        """Operation id → (runtime, its ``usage_serial``, needed resources as floats, the (usage, needed) handed
-        to the fair-share input) of the last input build."""
+        self._resource_cache: dict[str, tuple[Any, int, Any, Any, tuple[Vector, Vector]]] = {}
+        """Operation id → (runtime, its ``usage_serial``, the controller's ``pending_revision`` or, for a
+        controller without one, its needed resources as floats, the controller, the (usage, needed) handed to
+        the fair-share input) of the last input build."""
         self._limits = _LimitWatch()
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
@@ -245,22 +246,44 @@ class SchedulerCore:
         """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
         both are unchanged (the input then skips rewriting the operation's model element).
 
-        Usage is unchanged while the runtime and its ``usage_serial`` are (the strategy moves the serial with
-        every change); the controller's needed resources are read every time (it may change its pending work
-        without the strategy hearing of it) and compared as floats.
+        Usage is unchanged while the runtime's ``usage_serial`` is (the strategy moves it with every change);
+        needed resources while the controller's ``pending_revision`` is (`OperationControllerBase` moves it
+        whenever its pending work is set anew). A controller without a revision may change its pending work
+        without the strategy hearing of it: its needed resources are read every time and compared as floats.
         """
+        cached = self._resource_cache.get(operation_id)
+        if cached is not None:
+            runtime, serial, revision, controller, found = cached
+            if (
+                (runtime is None or runtime.usage_serial == serial)
+                and self.controllers.get(operation_id) is controller
+                and self.strategy.operations.get(operation_id) is runtime
+            ):
+                if type(revision) is int:
+                    if controller.pending_revision == revision:
+                        return found
+                else:
+                    needed = controller.needed_resources
+                    values = (
+                        needed.tolist()
+                        if type(needed) is np.ndarray
+                        else np.asarray(needed, dtype=float).tolist()
+                    )
+                    if values == revision:
+                        return found
         controller = self.controllers.get(operation_id)
         if controller is None:
             return None
         runtime = self.strategy.operations.get(operation_id)
+        revision = getattr(controller, "pending_revision", None)
         needed = controller.needed_resources
-        values = needed.tolist() if type(needed) is np.ndarray else np.asarray(needed, dtype=float).tolist()
+        if type(revision) is not int:
+            revision = (
+                needed.tolist() if type(needed) is np.ndarray else np.asarray(needed, dtype=float).tolist()
+            )
         serial = -1 if runtime is None else runtime.usage_serial
-        cached = self._resource_cache.get(operation_id)
-        if cached is not None and cached[0] is runtime and cached[1] == serial and cached[2] == values:
-            return cached[3]
         found = (self.strategy.operation_usage(operation_id), np.asarray(needed, dtype=float))
-        self._resource_cache[operation_id] = (runtime, serial, values, found)
+        self._resource_cache[operation_id] = (runtime, serial, revision, controller, found)
         return found
 
     # ------------------------------------------------------------------ fair share and heartbeats

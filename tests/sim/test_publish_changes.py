@@ -31,6 +31,7 @@ from pooltree.strategy import (
     TreeScheduler,
 )
 from pooltree.strategy.changes import ChangedPublisher
+from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.publish import SnapshotPublisher
 from tests.sim.test_sim_engine import mixed_document
@@ -100,7 +101,20 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
         used[0] += done
         return done
 
+    update = SchedulerCore.update_fair_share
+
+    def checked(self: Any, now: float) -> Any:
+        """The (usage, needed) the core hands the input (kept per operation while unchanged) are current."""
+        result = update(self, now)
+        for operation_id, controller in self.controllers.items():
+            found = self._resources(operation_id)
+            assert found is not None
+            assert found[0].tolist() == self.strategy.operation_usage(operation_id).tolist(), operation_id
+            assert found[1].tolist() == np.asarray(controller.needed_resources).tolist(), operation_id
+        return result
+
     with monkeypatch.context() as patch:
+        patch.setattr(SchedulerCore, "update_fair_share", checked)
         patch.setattr(SnapshotPublisher, "publish", recorded)
         patch.setattr(ChangedPublisher, "_publish_changes", switched)
         Simulation(parse_scenario(copy.deepcopy(document), source="test")).run()
