@@ -11,6 +11,10 @@ sized for that load. Outputs are not written (the engine is measured, not the di
 the fair-share updates, node heartbeats processed by the core, and the engine itself.
 
 Usage: .venv/bin/python bench/simulate.py [--nodes 100] [--hours 1] [--operations N] [--jobs N] [--scaling]
+[--scaling-nodes 100,1000,10000]
+
+The issue's two sizes: ``--shape teams --nodes 1000 --hours 2 --operations 2000`` (1,000 nodes, 20 x 5 pools) and
+``--nodes 10000 --pools 1000 --hours 24 --operations 20000`` (lognormal shape, 25 jobs per operation by default).
 """
 
 from __future__ import annotations
@@ -254,6 +258,12 @@ def measure(
         "wall_heartbeats_s": round(timers.heartbeat, 2),
         "wall_engine_s": round(wall - timers.update - timers.heartbeat, 2),
         "fair_share_update_ms": round(1000 * timers.update / max(1, engine["fair_share_updates"]), 2),
+        # growth should follow the events that change something: CPU per processed event (the run's events are
+        # fair-share periods, job ends and peaks, arrivals, node events and the heartbeats that were processed)
+        "cpu_ms_per_event": round(1000 * cpu / max(1, engine["events"]), 3),
+        "engine_wall_ms_per_event": round(
+            1000 * (wall - timers.update - timers.heartbeat) / max(1, engine["events"]), 4
+        ),
         "utilization_cpu": summary["global"]["utilization"]["cpu"],
         **engine,
     }
@@ -291,6 +301,12 @@ def main() -> None:
     parser.add_argument("--fair-share-period", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--scaling", action="store_true", help="also measure 2-3 points along nodes and jobs")
+    parser.add_argument(
+        "--scaling-nodes",
+        default=None,
+        help="with --scaling: the node counts to measure, comma-separated (default: half and twice --nodes); "
+        "operations and jobs scale with the nodes",
+    )
     parser.add_argument(
         "--shape",
         choices=("lognormal", "teams"),
@@ -336,7 +352,11 @@ def main() -> None:
                 args.seed,
                 **shape,
             )
-            for n in (args.nodes // 2, args.nodes * 2)
+            for n in (
+                [int(n) for n in args.scaling_nodes.split(",")]
+                if args.scaling_nodes
+                else [args.nodes // 2, args.nodes * 2]
+            )
         ]
         output["scaling_jobs"] = [
             measure(
