@@ -90,6 +90,9 @@ class ChangedPublisher(SchedulingStages):
     """The incremental same-structure publish, the base of `SnapshotPublisher` (see the module docstring)."""
 
     _step: _Step | None
+    _statuses_timed: bool
+    """The last publish that evaluated every element did so with a time (a publish without one leaves every
+    status normal, so an incremental step may not start from it)."""
     _configure_lists: Callable[[_Element], None]
     """`SnapshotPublisher._configure_lists`."""
     _update_priorities: Callable[[], None]
@@ -133,7 +136,8 @@ class ChangedPublisher(SchedulingStages):
             return False
         if step is None or step.skeleton is not tree.skeleton:
             self._drop_step()
-            if not _all_given(self._elements.values()):
+            if not self._statuses_timed or not _all_given(self._elements.values()):
+                # a step starts from statuses a publish with a time evaluated for every element
                 return False
             step = _Step(tree.skeleton, [self._elements[element_id] for element_id in tree.order])
             states = self.starvation

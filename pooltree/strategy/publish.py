@@ -55,6 +55,7 @@ class SnapshotPublisher(ChangedPublisher):
         if previous and now is not None and tree.skeleton is getattr(self, "_skeleton", None):
             if not self._publish_changes(tree, now, total):  # changes.py; else every element in three passes
                 self._publish_same_structure(tree, now, total)
+                self._statuses_timed = True
             return
         delta = getattr(tree, "delta", None)
         if (
@@ -68,8 +69,10 @@ class SnapshotPublisher(ChangedPublisher):
             self._skeleton = tree.skeleton
             if not self._publish_changes(tree, now, total, (delta.added, parents)):  # changes.py
                 self._publish_same_structure(tree, now, total)
+                self._statuses_timed = True
             return
         self._forget_changes()  # the paths below recompute every element
+        self._statuses_timed = now is not None  # without a time, statuses and starvation are not evaluated
         if previous and tree.skeleton is getattr(self, "_skeleton", None):
             elements = self._reuse_elements(tree)
         else:

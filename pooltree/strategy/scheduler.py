@@ -74,6 +74,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self._elements: dict[str, _Element] = {}
         self._touched: set[str] = set()
         self._step = None
+        self._statuses_timed = False
         self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
         self._serial = 0
         self._start_serial = 0
