@@ -24,9 +24,14 @@ inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: th
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
 element view reads the counter (`_flush_counts`).
 
+A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
+the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
+ones' parents re-summed; it recomputes priorities and rebuilds every heap (the tree indices of later elements
+moved, and the index is part of every heap entry).
+
 Anything else falls back to the three-pass path: the total resources changed, or some element's spec leaves its
 scheduling status or demand share to the strategy (both are then functions of usage: they would need recomputing
-for every usage change). `tests/strategy/test_publish_changes.py` compares this path with the three-pass one on
+for every usage change). `tests/sim/test_publish_changes.py` compares this path with the three-pass one on
 randomized busy trees; the simulator's exactness tests compare both with fresh trees every period.
 """
 
