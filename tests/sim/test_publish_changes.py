@@ -208,7 +208,12 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
     config = StrategyConfig(fair_share_starvation_timeout=3.0, fair_share_aggressive_starvation_timeout=6.0)
     limits = vector(user_slots=4, cpu=4, memory=4 * GiB)
     total = limits * 4
-    shares = {name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), False) for name in [*_POOLS, *_OPS]}
+    # some elements start below their fair share: the first timed publish must evaluate every status (the one
+    # at construction has no time)
+    shares = {
+        name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.3)
+        for name in [*_POOLS, *_OPS]
+    }
     specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *shares]}
     current = SchedulingTree(total, list(specs.values()), config)
     schedulers = [TreeScheduler(current), TreeScheduler(current)]
