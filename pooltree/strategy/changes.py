@@ -19,7 +19,7 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
 Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
 `_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
 same one a rebuild gives, since entries are ordered by (key, least recently served, tree index) and the index is
-unique. A heap holding many stale entries is compacted. Deactivation counts (one per publish per operation
+unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
 element view reads the counter (`_flush_counts`).
@@ -58,13 +58,14 @@ _NORMAL = SchedulingStatus.NORMAL
 class _Step:
     """What the incremental publish keeps about one structure (``skeleton``) between publishes."""
 
-    __slots__ = ("below", "counted", "ops", "ordered", "serial", "skeleton", "unsettled")
+    __slots__ = ("below", "counted", "ops", "ordered", "pools", "serial", "skeleton", "unsettled")
 
     def __init__(self, skeleton: object, ordered: list[_Element]):
         self.skeleton = skeleton
         self.ordered = ordered
         """Every element in tree order."""
         self.ops = [element for element in ordered if element.is_op]
+        self.pools = [element for element in ordered if not element.is_op]
         self.below = {element for element in ordered if element.status is not _NORMAL}
         """Elements below their fair share: their starvation is re-evaluated at every publish (it moves with time)."""
         self.unsettled = {
@@ -394,13 +395,15 @@ class ChangedPublisher(SchedulingStages):
             _rebuild_heaps(step.ordered)
             return
         fresh_fifo = {element for element in fresh if element.use_fifo}
-        while pools:
-            _, pool = heapq.heappop(pools)
+        # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
+        for pool in step.pools:
             heap = pool.heap
             if len(heap) > 2 * len(pool.children) + 8:
                 heap = [entry for entry in heap if entry[3] == entry[4].version and entry[4].active]
                 heapq.heapify(heap)
                 pool.heap = heap
+        while pools:
+            _, pool = heapq.heappop(pools)
             best = self._peek(pool, None)
             active = best is not None
             sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
