@@ -481,6 +481,7 @@ class SchedulerCore:
         running = self.strategy.unregister_operation(operation_id)
         del self.controllers[operation_id]
         self._limits.forget(operation_id)
+        self._resource_cache.pop(operation_id, None)  # it holds the controller and the runtime
         return running
 
     def _time_limits_of(self, operation_id: str, spec: Any) -> tuple[float | None, dict[str, Any] | None]:
