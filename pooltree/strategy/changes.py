@@ -82,6 +82,25 @@ class _Step:
         """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
         reason, number of the first publish not yet added to its counter)."""
 
+    def follow(self, skeleton: object, ordered: list[_Element], elements: dict[str, _Element]) -> _Step:
+        """This step for the tree that operation changes made of it (``elements`` after
+        `_apply_operation_changes`): what it keeps of elements that are gone is dropped, their counts added."""
+        step = object.__new__(_Step)
+        step.skeleton = skeleton
+        step.ordered = ordered
+        step.ops = [element for element in ordered if element.is_op]
+        step.pools = [element for element in ordered if not element.is_op]
+        step.below = {element for element in self.below if elements.get(element.id) is element}
+        step.unsettled = {element for element in self.unsettled if elements.get(element.id) is element}
+        step.serial = serial = self.serial
+        step.counted = {}
+        for element, entry in self.counted.items():
+            if elements.get(element.id) is element:
+                step.counted[element] = entry
+            elif entry[2] <= serial:
+                entry[0].deactivation_reasons[entry[1]] += serial - entry[2] + 1
+        return step
+
     def flush(self) -> None:
         """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""
         serial = self.serial
@@ -141,11 +160,21 @@ class ChangedPublisher(SchedulingStages):
             self._drop_step()
             return False
         if step is None or step.skeleton is not tree.skeleton:
-            self._drop_step()
-            if not self._statuses_timed or not _all_given(self._elements.values()):
-                # a step starts from statuses a publish with a time evaluated for every element
-                return False
-            step = _Step(tree.skeleton, [self._elements[element_id] for element_id in tree.order])
+            elements = self._elements
+            ordered = [elements[element_id] for element_id in tree.order]
+            if (
+                step is not None
+                and changed is not None
+                and self._statuses_timed
+                and _all_given(elements[element_id] for element_id in changed[0])
+            ):  # the step of the tree the operation changes were applied to (its other specs were checked)
+                step = self._step = step.follow(tree.skeleton, ordered, elements)
+            else:
+                self._drop_step()
+                if not self._statuses_timed or not _all_given(elements.values()):
+                    # a step starts from statuses a publish with a time evaluated for every element
+                    return False
+                step = _Step(tree.skeleton, ordered)
             states = self.starvation
             if len(states) < len(step.ordered):  # every element has its state after a publish with a time
                 for element in step.ordered:
