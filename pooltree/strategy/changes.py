@@ -43,7 +43,7 @@ from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.elements import StarvationState, _Element, _floats
-from pooltree.strategy.model import DeactivationReason, SchedulingStatus, StarvationStatus
+from pooltree.strategy.model import DeactivationReason, SchedulingStatus
 from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO, blocked_mask, local_satisfaction_ratio
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
@@ -295,12 +295,6 @@ class ChangedPublisher(SchedulingStages):
         spec, below their fair share, touched); returns whether some element's starvation status changed."""
         config = self.config
         states = self.starvation
-        non_starving = StarvationStatus.NON_STARVING
-        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
-        starving = StarvationStatus.STARVING
-        pool_starvation = config.enable_pool_starvation
-        aggressive_timeout_base = config.fair_share_aggressive_starvation_timeout
-        coefficient = config.allocation_count_preemption_timeout_coefficient
         visit = step.below.union(fresh, changed_ops)
         below = set()
         moved = False
@@ -316,32 +310,9 @@ class ChangedPublisher(SchedulingStages):
             state = states.get(element_id)
             if state is None:
                 state = states[element_id] = StarvationState()
-            is_op = element.is_op
-            if parent is None or (not is_op and not pool_starvation) or status == _NORMAL:
-                state.status = non_starving
-                state.below_fair_share_since = None
-                state.starving_since = None
-            elif state.below_fair_share_since is None:
-                state.below_fair_share_since = now
-            else:
-                timeout = element.settings.starvation_timeout
-                aggressive_timeout = aggressive_timeout_base
-                if is_op and element.op is not None:
-                    pending = element.op.controller.pending_allocation_count
-                    factor = pending / coefficient
-                    if factor < 1.0:
-                        timeout *= factor
-                        aggressive_timeout *= factor
-                since = state.below_fair_share_since
-                previous = state.status
-                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
-                    state.status = aggressive
-                elif now > since + timeout:
-                    state.status = starving
-                if previous == non_starving and state.status != previous:
-                    state.starving_since = now
-            if element.starvation != state.status:
-                element.starvation = state.status
+            own = state.advance(element, status is not _NORMAL, now, config)
+            if element.starvation != own:
+                element.starvation = own
                 moved = True
             if status is not _NORMAL:
                 below.add(element)

@@ -28,9 +28,12 @@ from pooltree.strategy.model import (
 )
 from pooltree.strategy.preemptible import PreemptibleLists
 from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO
-from pooltree.strategy.snapshot import EffectiveSettings, ElementSpec
+from pooltree.strategy.snapshot import EffectiveSettings, ElementSpec, StrategyConfig
 
 _INF = math.inf
+NON_STARVING = StarvationStatus.NON_STARVING
+STARVING = StarvationStatus.STARVING
+AGGRESSIVELY_STARVING = StarvationStatus.AGGRESSIVELY_STARVING
 
 
 def _lists_state(lists: PreemptibleLists) -> tuple[Any, ...]:
@@ -87,6 +90,42 @@ class StarvationState:
     status: StarvationStatus = StarvationStatus.NON_STARVING
     below_fair_share_since: float | None = None
     starving_since: float | None = None
+
+    def advance(self, element: _Element, below: bool, now: float, config: StrategyConfig) -> StarvationStatus:
+        """The starvation rules (yt-semantics §c) for ``element`` at ``now``, ``below`` its fair share or not.
+
+        The root, a pool while pool starvation is off, and an element not below its fair share are not
+        starving and their clock stops; otherwise the clock starts at the first publish below, and the element
+        is starving after its timeout below (aggressively after the aggressive one, when enabled). An
+        operation's timeouts shrink by ``pending allocations / allocation_count_preemption_timeout_coefficient``
+        when that is below 1. ``starving_since`` is when it last left non-starving. Returns the new status.
+        """
+        if element.parent is None or not below or (not element.is_op and not config.enable_pool_starvation):
+            self.status = NON_STARVING
+            self.below_fair_share_since = None
+            self.starving_since = None
+        elif self.below_fair_share_since is None:
+            self.below_fair_share_since = now
+        else:
+            settings = element.settings
+            timeout = settings.starvation_timeout
+            aggressive_timeout = config.fair_share_aggressive_starvation_timeout
+            if element.is_op and element.op is not None:
+                factor = element.op.controller.pending_allocation_count / (
+                    config.allocation_count_preemption_timeout_coefficient
+                )
+                if factor < 1.0:
+                    timeout *= factor
+                    aggressive_timeout *= factor
+            since = self.below_fair_share_since
+            previous = self.status
+            if settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
+                self.status = AGGRESSIVELY_STARVING
+            elif now > since + timeout:
+                self.status = STARVING
+            if previous == NON_STARVING and self.status != previous:
+                self.starving_since = now
+        return self.status
 
 
 @dataclass

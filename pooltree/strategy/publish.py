@@ -198,12 +198,8 @@ class SnapshotPublisher(ChangedPublisher):
         elements = self._elements
         states = self.starvation
         normal = SchedulingStatus.NORMAL
-        non_starving = StarvationStatus.NON_STARVING
         aggressive = StarvationStatus.AGGRESSIVELY_STARVING
         starving = StarvationStatus.STARVING
-        pool_starvation = config.enable_pool_starvation
-        aggressive_timeout_base = config.fair_share_aggressive_starvation_timeout
-        coefficient = config.allocation_count_preemption_timeout_coefficient
         own_only = config.scheduling_preemption_priority_scope == "operation_only"
         priority_of = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
         by_priority: dict[PreemptionPriority, list[_Element]] = {
@@ -226,31 +222,7 @@ class SnapshotPublisher(ChangedPublisher):
             if state is None:
                 state = states[element_id] = StarvationState()
             is_op = element.is_op
-            if parent is None or (not is_op and not pool_starvation) or status == normal:
-                state.status = non_starving
-                state.below_fair_share_since = None
-                state.starving_since = None
-            elif state.below_fair_share_since is None:
-                state.below_fair_share_since = now
-            else:
-                timeout = element.settings.starvation_timeout
-                aggressive_timeout = aggressive_timeout_base
-                if is_op and element.op is not None:
-                    pending = element.op.controller.pending_allocation_count
-                    factor = pending / coefficient
-                    if factor < 1.0:
-                        timeout *= factor
-                        aggressive_timeout *= factor
-                since = state.below_fair_share_since
-                previous = state.status
-                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
-                    state.status = aggressive
-                elif now > since + timeout:
-                    state.status = starving
-                if previous == non_starving and state.status != previous:
-                    state.starving_since = now
-            own = state.status
-            element.starvation = own
+            own = element.starvation = state.advance(element, status != normal, now, config)
             rank = 2 if own == aggressive else 1 if own == starving else 0
             if is_op:
                 if not own_only and parent is not None:
@@ -462,34 +434,7 @@ class SnapshotPublisher(ChangedPublisher):
                 status = SchedulingStatus.NORMAL
             element.status = status
             state = self.starvation.setdefault(element_id, StarvationState())
-            if (
-                element.parent is None
-                or (not element.is_op and not config.enable_pool_starvation)
-                or status == SchedulingStatus.NORMAL
-            ):
-                state.status = StarvationStatus.NON_STARVING
-                state.below_fair_share_since = None
-                state.starving_since = None
-            elif state.below_fair_share_since is None:
-                state.below_fair_share_since = now
-            else:
-                timeout = element.settings.starvation_timeout
-                aggressive_timeout = config.fair_share_aggressive_starvation_timeout
-                if element.is_op and element.op is not None:
-                    pending = element.op.controller.pending_allocation_count
-                    factor = pending / config.allocation_count_preemption_timeout_coefficient
-                    if factor < 1.0:
-                        timeout *= factor
-                        aggressive_timeout *= factor
-                since = state.below_fair_share_since
-                previous = state.status
-                if element.settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
-                    state.status = StarvationStatus.AGGRESSIVELY_STARVING
-                elif now > since + timeout:
-                    state.status = StarvationStatus.STARVING
-                if previous == StarvationStatus.NON_STARVING and state.status != previous:
-                    state.starving_since = now
-            element.starvation = state.status
+            element.starvation = state.advance(element, status != SchedulingStatus.NORMAL, now, config)
         for stale in set(self.starvation) - set(self._elements):
             del self.starvation[stale]
 
