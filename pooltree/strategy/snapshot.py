@@ -311,6 +311,17 @@ class SchedulingTree:
                 base = parent
             self.effective[element_id] = _settings_of(spec, base)
 
+    def _derived(self, total_resources: Vector) -> SchedulingTree:
+        """A new tree of this tree's name and config with ``total_resources`` checked; the caller sets the rest."""
+        tree = object.__new__(SchedulingTree)
+        tree.name = self.name
+        tree.config = self.config
+        total = np.asarray(total_resources, dtype=float)
+        if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
+            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
+        tree.total_resources = total
+        return tree
+
     def with_shares(self, total_resources: Vector, elements: list[ElementSpec]) -> SchedulingTree:
         """A tree with this tree's structure and new element specs (same ids, same order as ``self.order``'s
         source list, same static fields; only shares, statuses, weights and FIFO indices may differ).
@@ -319,13 +330,7 @@ class SchedulingTree:
         every static part is the very object of the previous build); validation, ordering and settings
         resolution are then shared instead of redone.
         """
-        tree = object.__new__(SchedulingTree)
-        tree.name = self.name
-        tree.config = self.config
-        total = np.asarray(total_resources, dtype=float)
-        if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
-            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
-        tree.total_resources = total
+        tree = self._derived(total_resources)
         tree.skeleton = self.skeleton
         tree.prepared = {}
         tree.elements = {element.id: element for element in elements}
@@ -348,13 +353,7 @@ class SchedulingTree:
         validated and have their settings resolved; the parents whose operations changed get their children
         lists and their segment of ``order`` re-made, in the order `__init__` gives them. ``delta`` tells
         `publish` which elements changed, so it can keep every other published element."""
-        tree = object.__new__(SchedulingTree)
-        tree.name = self.name
-        tree.config = self.config
-        total = np.asarray(total_resources, dtype=float)
-        if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
-            raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
-        tree.total_resources = total
+        tree = self._derived(total_resources)
         tree.skeleton = object()
         tree.prepared = {}
         specs = {element.id: element for element in elements}
