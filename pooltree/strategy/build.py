@@ -729,6 +729,13 @@ class _Prepared(Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[b
             return default
         return self._fair[k], self._demand[k], self._blocked[k]
 
+    def columns(
+        self,
+    ) -> tuple[dict[str, int], list[tuple[float, ...]], list[tuple[float, ...]], list[tuple[bool, ...]]]:
+        """The row of each element id and the three columns (``self[key]`` is the row's triple), for a caller
+        taking every triple without a call per element."""
+        return self._rows, self._fair, self._demand, self._blocked
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._rows)
 

@@ -44,7 +44,12 @@ from typing import Any
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.elements import StarvationState, _Element, _floats
 from pooltree.strategy.model import DeactivationReason, SchedulingStatus
-from pooltree.strategy.shares import INFINITE_SATISFACTION_RATIO, blocked_mask, local_satisfaction_ratio
+from pooltree.strategy.shares import (
+    INFINITE_SATISFACTION_RATIO,
+    blocked_mask,
+    local_satisfaction_ratio,
+    satisfaction_ratios,
+)
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.stages import SchedulingStages
@@ -216,20 +221,37 @@ class ChangedPublisher(SchedulingStages):
     # ------------------------------------------------------------------ pass 1: specs, usage, lists
 
     def _take_specs(self, tree: SchedulingTree, fresh: list[_Element]) -> None:
-        """The new specs' fair share, FIFO key, demand share and ``blocked`` (as `_publish_same_structure`)."""
+        """The new specs' fair share, FIFO key, demand share and ``blocked`` (as `_publish_same_structure`).
+
+        A bulk build hands the three tuples over in columns (`build._Prepared.columns`): its ``blocked`` is the
+        mask of the two shares, so the element takes it as it is and forgets what its mask was memoised for."""
         specs = tree.elements
         prepared = tree.prepared
+        columns = getattr(prepared, "columns", None)
+        if columns is not None:
+            rows, fair_column, demand_column, blocked_column = columns()
+        else:
+            rows, fair_column, demand_column, blocked_column = {}, [], [], []
+        row_of = rows.get
         for element in fresh:
-            spec = specs[element.id]
+            element_id = element.id
+            spec = specs[element_id]
             element.spec = spec
-            ready = prepared.get(element.id)
+            element.fifo_key = float(spec.fifo_index)
+            k = row_of(element_id)
+            if k is not None:
+                element.fair_share = fair_column[k]
+                element.demand_share = demand_column[k]
+                element.blocked = blocked_column[k]
+                element.blocked_for = None
+                continue
+            ready = prepared.get(element_id)
             if ready is None:
                 element.fair_share = tuple(_floats(spec.fair_share))
                 element.demand_share = tuple(_floats(spec.demand_share))
             else:
                 element.fair_share = ready[0]
                 element.demand_share = ready[1]
-            element.fifo_key = float(spec.fifo_index)
             shares = (element.fair_share, element.demand_share)
             if shares != element.blocked_for:  # a function of these two only
                 element.blocked = ready[2] if ready is not None else blocked_mask(*shares)
@@ -351,21 +373,22 @@ class ChangedPublisher(SchedulingStages):
         activity = self._op_activity
         pools: list[tuple[int, _Element]] = []
         queued: set[_Element] = set()
-        for element in sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops:
-            usage = element.usage
-            fair_share = element.fair_share
-            blocked = element.blocked
-            key = (tuple(usage), fair_share, blocked, total)
-            if key == element.sat_for:
-                sat = element.sat_memo
-            else:
-                sat = local_satisfaction_ratio(
-                    [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
-                    fair_share,
-                    blocked,
-                )
-                element.sat_for = key
-                element.sat_memo = sat
+        order = sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops
+        if len(order) >= _BULK_SATISFACTION:
+            # in bulk, bit for bit the per-element floats (`satisfaction_ratios`); the memo is not consulted
+            # (a pure function of its key) and is forgotten, so no key tuple is made per element
+            sats = satisfaction_ratios(
+                [element.usage for element in order],
+                [element.fair_share for element in order],
+                [element.blocked for element in order],
+                total,
+            )
+            for element in order:
+                element.sat_for = None
+        else:
+            sats = [self._memoised_satisfaction(element, total) for element in order]
+        push = heapq.heappush
+        for element, sat in zip(order, sats, strict=True):
             element.sat = sat
             reason = activity(element)
             element.inactive_reason = reason
@@ -375,8 +398,11 @@ class ChangedPublisher(SchedulingStages):
             assert parent is not None
             if rebuild:
                 pass  # every heap is made anew below
-            elif reason is None:
-                self._push(parent, element)
+            elif reason is None:  # `_push`
+                start = element.last_start
+                element.keyed_start = start
+                key = element.fifo_key if element.use_fifo else sat
+                push(parent.heap, (key, start, element.index, element.version, element))
             else:
                 element.keyed_start = 0
             entry = counted.pop(element, None)
@@ -429,6 +455,29 @@ class ChangedPublisher(SchedulingStages):
             if parent not in queued:
                 queued.add(parent)
                 heapq.heappush(pools, (-parent.index, parent))
+
+    @staticmethod
+    def _memoised_satisfaction(element: _Element, total: tuple[float, ...]) -> float:
+        """An operation's satisfaction at publish, memoised on (usage, fair share, blocked, total)."""
+        usage = element.usage
+        fair_share = element.fair_share
+        blocked = element.blocked
+        key = (tuple(usage), fair_share, blocked, total)
+        if key == element.sat_for:
+            sat: float = element.sat_memo
+            return sat
+        sat = local_satisfaction_ratio(
+            [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
+            fair_share,
+            blocked,
+        )
+        element.sat_for = key
+        element.sat_memo = sat
+        return sat
+
+
+_BULK_SATISFACTION = 64
+"""From this many operations re-keyed in one publish on, their satisfactions are computed in bulk."""
 
 
 def _rebuild_heaps(ordered: list[_Element]) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from pooltree.fairshare.status import (
     INFINITE_SATISFACTION_RATIO,
     RATIO_COMPARISON_PRECISION,
@@ -26,6 +28,7 @@ __all__ = [
     "blocked_mask",
     "fits_floats",
     "local_satisfaction_ratio",
+    "satisfaction_ratios",
     "sub_floats",
 ]
 
@@ -78,6 +81,55 @@ def local_satisfaction_ratio(usage_share: Floats, fair_share: Floats, blocked: S
         if ratio > best:
             best = ratio
     return min(best, INFINITE_SATISFACTION_RATIO)
+
+
+def satisfaction_ratios(
+    usage: Sequence[Floats],
+    fair_shares: Sequence[Floats],
+    blocked: Sequence[Sequence[bool]],
+    total: Floats,
+) -> list[float]:
+    """Per row, ``local_satisfaction_ratio([u / t if t > 0 else 0.0 ...], fair_share, blocked)``: the same floats,
+    bit for bit, computed in bulk (the incremental publish re-keys thousands of operations when usage moves).
+
+    Each value comes from the same IEEE operations as the per-row loop (one division per resource, comparisons,
+    a maximum or minimum over values that are never NaN); a row with a NaN, an infinity or a negative sign
+    (``-0.0`` included, where a maximum's choice between equal zeros would show) is left to the loop itself.
+    """
+    rows = len(usage)
+    if rows == 0:
+        return []
+    usage_array = np.array(usage, dtype=float).reshape(rows, RESOURCE_COUNT)
+    fair = np.array(fair_shares, dtype=float).reshape(rows, RESOURCE_COUNT)
+    blocked_array = np.array(blocked, dtype=bool).reshape(rows, RESOURCE_COUNT)
+    totals = np.array(total, dtype=float)
+    positive = totals > 0
+    infinite = INFINITE_SATISFACTION_RATIO
+    with np.errstate(all="ignore"):
+        share = np.where(positive, usage_array / np.where(positive, totals, 1.0), 0.0)
+        ratio = share / fair
+    odd = (~np.isfinite(share) | ~np.isfinite(fair) | np.signbit(share) | np.signbit(fair)).any(axis=1)
+    zero = fair == 0.0
+    # all usage within the fair share, every resource blocked: the least ratio (1 where the fair share is 0)
+    least = np.minimum(np.where(zero, 1.0, ratio).min(axis=1), infinite)
+    # within, some resource not blocked: the greatest ratio over the unblocked resources with a fair share
+    greatest = np.where(~blocked_array & ~zero, ratio, 0.0).max(axis=1)
+    # some usage above the fair share: the greatest ratio (infinite where the fair share is 0 and usage is not)
+    above = np.where(zero, np.where(share == 0.0, 0.0, infinite), ratio).max(axis=1)
+    above = np.minimum(np.maximum(above, 0.0), infinite)
+    result = np.where(
+        fair.max(axis=1) <= SMALL_EPSILON,
+        infinite,
+        np.where((share > fair).any(axis=1), above, np.where(blocked_array.all(axis=1), least, greatest)),
+    )
+    values: list[float] = result.tolist()
+    for row in np.flatnonzero(odd).tolist():
+        values[row] = local_satisfaction_ratio(
+            [u / t if t > 0 else 0.0 for u, t in zip(usage[row], total, strict=True)],
+            fair_shares[row],
+            blocked[row],
+        )
+    return values
 
 
 def add_floats(target: list[float], values: Floats) -> None:

@@ -30,6 +30,7 @@ from pooltree.strategy import (
     StrategyConfig,
     TreeScheduler,
 )
+from pooltree.strategy import changes as changes_module
 from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import SchedulingStatus
@@ -117,6 +118,9 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
         patch.setattr(SchedulerCore, "update_fair_share", checked)
         patch.setattr(SnapshotPublisher, "publish", recorded)
         patch.setattr(ChangedPublisher, "_publish_changes", switched)
+        # every re-keyed operation's satisfaction through the bulk path (`satisfaction_ratios`), which a tree of
+        # this size would otherwise reach only in busy publishes; the direct test below keeps the per-element one
+        patch.setattr(changes_module, "_BULK_SATISFACTION", 1)
         Simulation(parse_scenario(copy.deepcopy(document), source="test")).run()
     return states, used[0]
 

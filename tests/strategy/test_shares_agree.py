@@ -5,6 +5,8 @@ float twin of local_satisfaction_ratio for the heartbeat hot path. These propert
 branch (zero fair share, usage above fair share, all resources blocked, some blocked).
 """
 
+import struct
+
 import numpy as np
 from golden_trace import GoldenScenario
 from hypothesis import given, settings
@@ -52,3 +54,36 @@ def test_operations_keep_their_satisfaction_current_through_heartbeats():
                 assert element.sat == scheduler._local_satisfaction(element), element.id
                 checked += 1
     assert checked > 100
+
+
+_bulk_value = st.sampled_from(
+    [0.0, 0.0, -0.0, 1e-10, 5e-324, 0.05, 0.1, 0.25, 0.3, 1.0, 3.0, 1e300, -1.0, float("inf"), float("nan")]
+)
+_bulk_vector = st.lists(_bulk_value, min_size=5, max_size=5)
+_total = st.lists(
+    st.sampled_from([0.0, 0.0, 1.0, 4.0, 1e-300, 1e12, -1.0, float("nan")]), min_size=5, max_size=5
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(_bulk_vector, _bulk_vector, st.lists(st.booleans(), min_size=5, max_size=5)),
+        min_size=1,
+        max_size=12,
+    ),
+    total=_total,
+)
+def test_bulk_satisfaction_ratios_are_the_per_row_floats(rows, total):
+    """`satisfaction_ratios` (the incremental publish's bulk path) gives the per-row loop's floats bit for bit,
+    also for zeros of either sign, NaN, infinities, overflowing and underflowing ratios."""
+    usage = [row[0] for row in rows]
+    fair = [tuple(row[1]) for row in rows]
+    blocked = [tuple(row[2]) for row in rows]
+    bulk = shares.satisfaction_ratios(usage, fair, blocked, tuple(total))
+    for index, (u, f, b) in enumerate(zip(usage, fair, blocked, strict=True)):
+        one = shares.local_satisfaction_ratio(
+            [x / t if t > 0 else 0.0 for x, t in zip(u, total, strict=True)], f, b
+        )
+        assert type(bulk[index]) is float
+        assert struct.pack("<d", bulk[index]) == struct.pack("<d", one), (u, f, b, total)
