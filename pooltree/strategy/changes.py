@@ -209,7 +209,7 @@ class ChangedPublisher(SchedulingStages):
             fresh = [*fresh, *added]
             touched.update(changed[0])
             removed_parents = changed[1]
-        changed_ops, runtime_changed = self._take_touched(touched, fresh, removed_parents)
+        changed_ops, runtime_changed = self._take_touched(touched, fresh, removed_parents, changed is None)
         self._configure_changed(step, changed_ops)
         moved = self._update_starvation_of(step, fresh, changed_ops, now)
         if moved or runtime_changed or changed is not None:
@@ -258,22 +258,33 @@ class ChangedPublisher(SchedulingStages):
                 element.blocked_for = shares
 
     def _take_touched(
-        self, touched: set[str], fresh: list[_Element], removed_parents: list[_Element]
+        self,
+        touched: set[str],
+        fresh: list[_Element],
+        removed_parents: list[_Element],
+        in_order: bool = False,
     ) -> tuple[list[_Element], bool]:
         """Touched operations take their runtime's usage; the pools above them are re-summed bottom-up.
+        ``in_order``: ``fresh`` is in tree order, each element once.
 
         Returns the operations to re-key (touched or with a new spec), in tree order, and whether some
         operation's runtime changed."""
         elements = self._elements
         operations = self.operations
-        ops: set[_Element] = {element for element in fresh if element.is_op}
+        ops = [element for element in fresh if element.is_op]
+        known: set[_Element] | None = None
+        extra: list[_Element] = []
         pools: dict[int, _Element] = {}
         runtime_changed = False
         for element_id in touched:
             element = elements.get(element_id)
             if element is None or not element.is_op:
                 continue
-            ops.add(element)
+            if known is None:
+                known = set(ops)
+            if element not in known:
+                known.add(element)
+                extra.append(element)
             runtime = operations.get(element_id)
             if runtime is not None:
                 element.usage = runtime.usage
@@ -296,7 +307,9 @@ class ChangedPublisher(SchedulingStages):
             for child in pool.children:
                 _add_list(usage, child.usage)
             pool.usage = usage
-        return sorted(ops, key=_index), runtime_changed
+        if extra or not in_order:
+            ops = sorted({*ops, *extra}, key=_index)
+        return ops, runtime_changed
 
     def _configure_changed(self, step: _Step, changed_ops: list[_Element]) -> None:
         visit = step.unsettled.union(changed_ops)
