@@ -743,6 +743,13 @@ class _Prepared(Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[b
         return len(self._rows)
 
 
+_MASK_BITS = 1 << np.arange(RESOURCE_COUNT, dtype=np.int64)
+_BLOCKED_MASKS: tuple[tuple[bool, ...], ...] = tuple(
+    tuple(bool(bits >> r & 1) for r in range(RESOURCE_COUNT)) for bits in range(1 << RESOURCE_COUNT)
+)
+"""Every ``blocked`` mask, indexed by its bits (resource r blocked: bit r)."""
+
+
 def _respec(
     gathered: _Gathered,
     changed: np.ndarray,
@@ -762,7 +769,9 @@ def _respec(
     # per row a tuple straight from the columns (the values `.tolist()` gives): no list per row on the way
     fair_tuples = list(zip(*fair_share.T.tolist(), strict=True))
     demand_tuples = list(zip(*demand_share.T.tolist(), strict=True))
-    blocked = list(zip(*(fair_share >= demand_share).T.tolist(), strict=True))
+    # a mask is one of 2**5 tuples of bools: each row gets the shared one (no new tuple per row to outlive it)
+    masks = _BLOCKED_MASKS
+    blocked = [masks[bits] for bits in ((fair_share >= demand_share) @ _MASK_BITS).tolist()]
     below = gathered.below[changed].tolist()
     weight = gathered.weight[changed].tolist()
     fifo = gathered.fifo[changed].tolist()

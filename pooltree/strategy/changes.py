@@ -241,7 +241,11 @@ class ChangedPublisher(SchedulingStages):
             k = row_of(element_id)
             if k is not None:
                 element.fair_share = fair_column[k]
-                element.demand_share = demand_column[k]
+                demand = demand_column[k]
+                if (
+                    demand != element.demand_share
+                ):  # else the element's equal tuple stays (one object less kept)
+                    element.demand_share = demand
                 element.blocked = blocked_column[k]
                 element.blocked_for = None
                 continue
