@@ -19,7 +19,9 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
 Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
 `_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
 same one a rebuild gives, since entries are ordered by (key, least recently served, tree index) and the index is
-unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. Deactivation counts (one per publish per operation
+unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. From
+`_BULK_SATISFACTION` re-keyed operations on, their satisfactions are computed in bulk (`satisfaction_ratios`, bit
+for bit the per-element floats). Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
 element view reads the counter (`_flush_counts`).
