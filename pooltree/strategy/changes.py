@@ -54,7 +54,7 @@ from pooltree.strategy.shares import (
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
-from pooltree.strategy.stages import SchedulingStages
+from pooltree.strategy.stages import SchedulingStages, remake_pool_heap
 
 _COUNTED = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
 _NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
@@ -502,38 +502,9 @@ _BULK_SATISFACTION = 64
 def _rebuild_heaps(ordered: list[_Element]) -> None:
     """Every pool's heap made anew from its children's current keys (the pool branch of
     `_rebuild_heaps_same_structure`), children before their parents."""
-    infinite = INFINITE_SATISFACTION_RATIO
     for element in reversed(ordered):
-        if element.is_op:
-            continue
-        heap = []
-        for child in element.children:
-            if child.active:
-                start = child.last_start
-                child.keyed_start = start
-                child.version += 1
-                heap.append(
-                    (
-                        child.fifo_key if child.use_fifo else child.sat,
-                        start,
-                        child.index,
-                        child.version,
-                        child,
-                    )
-                )
-            else:
-                child.keyed_start = 0
-        heapq.heapify(heap)
-        element.heap = heap
-        element.inactive_reason = None
-        if heap:
-            element.active = True
-            element.sat = heap[0][4].sat
-        else:
-            element.active = False
-            element.sat = infinite
-        if element.parent is None:
-            element.keyed_start = 0
+        if not element.is_op:
+            remake_pool_heap(element, True)
 
 
 def _index(element: _Element) -> int:

@@ -7,7 +7,6 @@ published elements, re-sums pool usage bottom-up, updates starvation (§c), the 
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any
 
@@ -35,6 +34,7 @@ from pooltree.strategy.shares import (
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.stages import remake_pool_heap
 
 
 class SnapshotPublisher(ChangedPublisher):
@@ -245,7 +245,6 @@ class SnapshotPublisher(ChangedPublisher):
         """`_rebuild_heaps` after `_publish_same_structure` (which skips `_reuse_elements`' resets): the same
         satisfactions, activity, deactivation counts, heaps and ``keyed_start`` values (0 off the heaps)."""
         elements = self._elements
-        infinite = INFINITE_SATISFACTION_RATIO
         counted = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
         activity = self._op_activity
         for element_id in reversed(order):
@@ -273,33 +272,7 @@ class SnapshotPublisher(ChangedPublisher):
                 if reason in counted and element.op is not None:
                     element.op.deactivation_reasons[reason.value] += 1
             else:
-                heap = []
-                for child in element.children:
-                    if child.active:
-                        start = child.last_start
-                        child.keyed_start = start
-                        heap.append(
-                            (
-                                child.fifo_key if child.use_fifo else child.sat,
-                                start,
-                                child.index,
-                                child.version,
-                                child,
-                            )
-                        )
-                    else:
-                        child.keyed_start = 0
-                heapq.heapify(heap)
-                element.heap = heap
-                element.inactive_reason = None
-                if heap:
-                    element.active = True
-                    element.sat = heap[0][4].sat
-                else:
-                    element.active = False
-                    element.sat = infinite
-                if element.parent is None:
-                    element.keyed_start = 0
+                remake_pool_heap(element, False)
 
     def _new_elements(
         self, tree: SchedulingTree, previous: dict[str, _Element], fifo_order: bool

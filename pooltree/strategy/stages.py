@@ -43,6 +43,36 @@ from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, SchedulingTree, StrategyConfig
 
 
+def remake_pool_heap(pool: _Element, bump_versions: bool) -> None:
+    """``pool``'s heap made anew from its active children's current keys (FIFO key or satisfaction, last
+    start, tree index, version), its activity and satisfaction from the best child; ``keyed_start`` is a child's
+    ``last_start`` on the heap and 0 off it (and 0 for the root). ``bump_versions`` moves each active child's
+    version first, so entries of it pushed elsewhere before go stale."""
+    heap = []
+    for child in pool.children:
+        if child.active:
+            start = child.last_start
+            child.keyed_start = start
+            if bump_versions:
+                child.version += 1
+            heap.append(
+                (child.fifo_key if child.use_fifo else child.sat, start, child.index, child.version, child)
+            )
+        else:
+            child.keyed_start = 0
+    heapq.heapify(heap)
+    pool.heap = heap
+    pool.inactive_reason = None
+    if heap:
+        pool.active = True
+        pool.sat = heap[0][4].sat
+    else:
+        pool.active = False
+        pool.sat = INFINITE_SATISFACTION_RATIO
+    if pool.parent is None:
+        pool.keyed_start = 0
+
+
 class SchedulingStages:
     """Best leaf and regular scheduling; the state below is initialised by `TreeScheduler.__init__`."""
 
