@@ -98,7 +98,18 @@ def scenario_document(
                 }
             ]
         },
-        "pool_trees": {"physical": {"config": {"fair_share_starvation_timeout": "30s"}, "pools": pool_map}},
+        "pool_trees": {
+            "physical": {
+                # the tree's own running limit (the root's, 2,000 by default) would queue most of the day's
+                # ~7,000 concurrent operations at 10,000 nodes: the workload must run, not wait at the root
+                "config": {
+                    "fair_share_starvation_timeout": "30s",
+                    "max_running_operation_count": max(2000, operations),
+                    "max_operation_count": max(50_000, operations),
+                },
+                "pools": pool_map,
+            }
+        },
         "operations": ops,
     }
 
