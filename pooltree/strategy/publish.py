@@ -30,7 +30,6 @@ from pooltree.strategy.model import (
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
-    local_satisfaction_ratio,
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
@@ -251,21 +250,7 @@ class SnapshotPublisher(ChangedPublisher):
             element = elements[element_id]
             element.version += 1
             if element.is_op:
-                usage = element.usage
-                fair_share = element.fair_share
-                blocked = element.blocked
-                key = (tuple(usage), fair_share, blocked, total)
-                if key == element.sat_for:
-                    sat = element.sat_memo
-                else:
-                    sat = local_satisfaction_ratio(
-                        [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
-                        fair_share,
-                        blocked,
-                    )
-                    element.sat_for = key
-                    element.sat_memo = sat
-                element.sat = sat
+                element.sat = self._memoised_satisfaction(element, total)
                 reason = activity(element)
                 element.inactive_reason = reason
                 element.active = reason is None
