@@ -167,20 +167,8 @@ class SchedulingStages:
                     and element.op is not None
                 ):
                     element.op.deactivation_reasons[element.inactive_reason.value] += 1
-            else:
-                heap = []
-                for child in element.children:
-                    if child.active:
-                        child.keyed_start = child.last_start
-                        heap.append((self._key(child), child.last_start, child.index, child.version, child))
-                heapq.heapify(heap)
-                element.heap = heap
-                if heap:
-                    element.active = True
-                    element.sat = heap[0][4].sat
-                else:
-                    element.active = False
-                    element.sat = INFINITE_SATISFACTION_RATIO
+            else:  # every keyed_start and inactive_reason was reset by the element renewal before this pass
+                remake_pool_heap(element, False)
 
     def _peek(self, composite: _Element, current: _Pass | None) -> _Element | None:
         heap = composite.heap
