@@ -398,6 +398,7 @@ class SchedulingTree:
             if listed is not None:
                 listed.append(element.id)
         order = list(self.order)
+        walk = False
         for parent, listed in fresh.items():
             before = self.children[parent]
             # pools precede operations in a built tree: the operations form the segment right after the parent
@@ -409,26 +410,19 @@ class SchedulingTree:
                 or new_ops is None
                 or before[: len(before) - len(old_ops)] != listed[: len(listed) - len(new_ops)]
             ):
-                order = []
+                order, walk = [], True
                 break
             start = order.index(parent) + 1
             order[start : start + len(old_ops)] = reversed(new_ops)
             children[parent] = listed
-        else:
-            tree.children = children
-            tree.order = order
-            tree.depth = depth
-            tree.effective = effective
-            tree.delta = TreeDelta(self.skeleton, removed, added, parents)
-            return tree
-        # unusual layout: the order of a full walk
-        for parent, listed in fresh.items():
-            children[parent] = listed
-        stack = [ROOT_ID]
-        while stack:
-            element_id = stack.pop()
-            order.append(element_id)
-            stack.extend(children[element_id])
+        if walk:  # unusual layout: the order of a full walk
+            for parent, listed in fresh.items():
+                children[parent] = listed
+            stack = [ROOT_ID]
+            while stack:
+                element_id = stack.pop()
+                order.append(element_id)
+                stack.extend(children[element_id])
         tree.children = children
         tree.order = order
         tree.depth = depth
