@@ -11,7 +11,13 @@ sized for that load. Outputs are not written (the engine is measured, not the di
 the fair-share updates, node heartbeats processed by the core, and the engine itself.
 
 Usage: .venv/bin/python bench/simulate.py [--nodes 100] [--hours 1] [--operations N] [--jobs N] [--scaling]
-[--scaling-nodes 100,1000,10000]
+[--scaling-nodes 100,1000,10000] [--progress [--progress-minutes 15]]
+
+--progress writes one line to stderr each time the run passes another ``--progress-minutes`` of simulated time
+(the engine calls it at the first event at or after each mark; a run stopped early still printed its lines) and
+one at the end: wall and CPU seconds so far, simulated hours, running / pending / finished operations,
+running and completed jobs, current and peak RSS, and the wall seconds per simulated hour (with the speed-up)
+over the interval since the previous line. The JSON on stdout is the same with or without it.
 
 The issue's two sizes: ``--shape teams --nodes 1000 --hours 2 --operations 2000`` (1,000 nodes, 20 x 5 pools) and
 ``--nodes 10000 --pools 1000 --hours 24 --operations 20000`` (lognormal shape, 25 jobs per operation by default).
@@ -185,6 +191,73 @@ def teams_scenario_document(
     }
 
 
+def _rss_mib() -> float:
+    """The process's current resident set size in MiB (Linux /proc; the peak where that is unavailable)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class ProgressLines:
+    """The engine's progress callback for a long run: one stderr line per ``minutes`` of simulated time.
+
+    The callback only reads the simulation (``simulation`` is set once it is created), so a run with it
+    computes exactly what a run without it computes.
+    """
+
+    def __init__(self, minutes: float, stream: Any = None) -> None:
+        self.interval = max(1.0, minutes * 60.0)
+        self.stream = stream if stream is not None else sys.stderr
+        self.simulation: Simulation | None = None
+        self.started = time.perf_counter()
+        self.cpu_started = time.process_time()
+        self.next_mark = self.interval
+        self.last_wall = 0.0
+        self.last_simulated = 0.0
+
+    def __call__(self, now: float, horizon: float, finished: int, total: int) -> None:
+        final = finished >= total or now >= horizon  # the engine's last call (the run ended)
+        if now < self.next_mark and not final:
+            return
+        if final and now == self.last_simulated and self.last_wall > 0:
+            return  # the run ended on a mark: its line is printed
+        self.next_mark = (math.floor(now / self.interval) + 1) * self.interval
+        self.line(now, finished, total)
+
+    def line(self, now: float, finished: int, total: int) -> None:
+        wall = time.perf_counter() - self.started
+        cpu = time.process_time() - self.cpu_started
+        running = pending = 0
+        completed_jobs = 0
+        running_jobs = 0
+        simulation = self.simulation
+        if simulation is not None:
+            for op in simulation.ops:
+                if op.state == "running":
+                    running += 1
+                elif op.state == "pending":
+                    pending += 1
+                if op.controller is not None:
+                    completed_jobs += op.controller.completed_job_count
+            running_jobs = len(simulation.jobs)
+        simulated_hours = (now - self.last_simulated) / 3600.0
+        interval_wall = wall - self.last_wall
+        per_hour = interval_wall / simulated_hours if simulated_hours > 0 else float("nan")
+        speedup = (now - self.last_simulated) / interval_wall if interval_wall > 0 else float("nan")
+        self.last_wall, self.last_simulated = wall, now
+        print(
+            f"progress wall_s={wall:.1f} cpu_s={cpu:.1f} sim_h={now / 3600.0:.3f} running_ops={running} "
+            f"pending_ops={pending} finished_ops={finished}/{total} running_jobs={running_jobs} "
+            f"completed_jobs={completed_jobs} rss_mib={_rss_mib():.0f} "
+            f"peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
+            f"interval_wall_s_per_sim_h={per_hour:.1f} interval_speedup={speedup:.1f}",
+            file=self.stream,
+            flush=True,
+        )
+
+
 class _Timers:
     """Wall time spent inside the core's fair-share updates and heartbeats (patched for the measurement)."""
 
@@ -235,6 +308,7 @@ def measure(
     teams: int = 20,
     per_team: int = 5,
     compare: bool = False,
+    progress_minutes: float | None = None,
 ) -> dict:
     if shape == "teams":
         document = teams_scenario_document(nodes, hours, operations, teams, per_team, period, seed)
@@ -244,7 +318,13 @@ def measure(
     with _Timers() as timers:
         start = time.perf_counter()
         cpu_start = time.process_time()
-        result = Simulation(scenario).run()
+        progress = ProgressLines(progress_minutes) if progress_minutes is not None else None
+        simulation = Simulation(
+            scenario, progress=progress, progress_interval=progress.interval if progress is not None else None
+        )
+        if progress is not None:
+            progress.simulation = simulation
+        result = simulation.run()
         wall = time.perf_counter() - start
         cpu = time.process_time() - cpu_start
     summary = result.summary
@@ -329,6 +409,12 @@ def main() -> None:
     parser.add_argument(
         "--compare", action="store_true", help="also run a variant (team weights doubled) and report the cost"
     )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="print a progress line to stderr every --progress-minutes of simulated time (see the docstring)",
+    )
+    parser.add_argument("--progress-minutes", type=float, default=15.0)
     args = parser.parse_args()
     scale = (args.nodes / TARGET["nodes"]) * (args.hours / TARGET["hours"])
     operations = args.operations or max(1, round(TARGET["operations"] * scale))
@@ -344,6 +430,7 @@ def main() -> None:
         args.fair_share_period,
         args.seed,
         compare=args.compare,
+        progress_minutes=args.progress_minutes if args.progress else None,
         **shape,
     )
     output: dict[str, Any] = {

@@ -146,6 +146,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         event_sink: EventSink | None = None,
         timeline_sink: TimelineSink | None = None,
         progress: ProgressCallback | None = None,
+        progress_interval: float | None = None,
         skip_idle_heartbeats: bool | None = None,
         skip_unchanged_fair_share_updates: bool | None = None,
     ):
@@ -168,6 +169,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         self.event_sink = event_sink
         self.timeline_sink = timeline_sink
         self.progress = progress
+        self.progress_interval = progress_interval
+        """Simulated seconds: ``progress`` is also called at the first event at or after each multiple."""
         self.timeline_period = scenario.report.timeline_period
         self.timeline_operations = scenario.report.timeline_operations
         self._last_timeline: float | None = None
@@ -582,6 +585,8 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         processed = 0
         end_time = 0.0
         heap = self.heap
+        interval = self.progress_interval if self.progress_interval and self.progress_interval > 0 else None
+        mark = interval if interval is not None else math.inf
         while heap:
             when, _cls, _key, sub, payload = heap[0]
             if when > self.horizon:
@@ -618,7 +623,9 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
             end_time = when
             if self.arrivals_left == 0 and self.active_ops == 0:
                 break
-            if self.progress is not None and processed % 20000 == 0:
+            if self.progress is not None and (processed % 20000 == 0 or when >= mark):
+                if interval is not None and when >= mark:
+                    mark = (math.floor(when / interval) + 1) * interval
                 self.progress(
                     self.now,
                     self.horizon,
