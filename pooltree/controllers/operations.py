@@ -164,6 +164,10 @@ class OperationControllerBase:
         self.pending_revision = 0
         """Moves whenever the pending work (pending count, needed and min needed resources) is set anew
         (`_refresh`): equal revisions, equal values. ``SchedulerCore`` reads it instead of comparing vectors."""
+        self.pending_watchers: list[tuple[set[str], str]] = []
+        """``(into, key)`` pairs: whenever the pending work is set anew, ``key`` is added to ``into`` (a change
+        notification: ``SchedulerCore`` and ``TreeScheduler`` visit only the operations whose pending work moved
+        instead of polling every one; see ``pooltree.strategy.watch``)."""
         self._min_signature: tuple[bool, ...] | None = None
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
         self._refresh()
@@ -219,6 +223,8 @@ class OperationControllerBase:
         jobs changed or a task's per-job memory comes from a reserve. Subclasses may adjust all three afterwards.
         """
         self.pending_revision += 1
+        for into, key in self.pending_watchers:
+            into.add(key)
         count = 0
         with_pending: list[bool] = []
         reserves = False

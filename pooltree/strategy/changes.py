@@ -375,9 +375,20 @@ class ChangedPublisher(SchedulingStages):
     ) -> None:
         """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
         every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them);
-        ``rebuild``: every heap made anew instead."""
+        ``rebuild``: every heap made anew instead.
+
+        Besides those, an operation is re-keyed when its pending count crossed zero since its activity was last
+        set; only that can be the case for the operations whose controllers reported a change of their pending
+        work since the last call (``_pending_moved``, `pooltree.strategy.watch`) and those that cannot report
+        (``_pending_polled``), so only these are checked, not every operation."""
         visit = set(changed_ops)
-        for element in step.ops:
+        elements = self._elements
+        moved = self._pending_moved
+        polled = self._pending_polled
+        for operation_id in moved.union(polled) if polled else list(moved):
+            element = elements.get(operation_id)
+            if element is None or not element.is_op:
+                continue
             runtime = element.op
             if runtime is None:
                 continue
@@ -386,6 +397,7 @@ class ChangedPublisher(SchedulingStages):
                 continue
             if (runtime.controller.pending_allocation_count <= 0) is not (reason is _NO_DEMAND):
                 visit.add(element)
+        moved.clear()
         step.serial += 1
         serial = step.serial
         counted = step.counted

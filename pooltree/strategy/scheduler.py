@@ -50,6 +50,7 @@ from pooltree.strategy.model import (
 from pooltree.strategy.publish import SnapshotPublisher
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.watch import unwatch_pending, watch_pending
 
 __all__ = [
     "EventSink",
@@ -73,6 +74,14 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.starvation: dict[str, StarvationState] = {}
         self._elements: dict[str, _Element] = {}
         self._touched: set[str] = set()
+        self._pending_moved: set[str] = set()
+        """Operations whose controller's pending work moved since the last incremental publish took this set
+        (notified by the controllers, `pooltree.strategy.watch`): `_requeue` checks only these for a pending
+        count that crossed zero, and the ones in ``_pending_polled``."""
+        self._pending_polled: set[str] = set()
+        """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
+        self.usage_watch: set[str] | None = None
+        """When set (``SchedulerCore`` sets its own set), every operation whose usage moves is added to it."""
         self._step = None
         self._statuses_timed = False
         self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
@@ -94,6 +103,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         runtime = OperationRuntime(operation_id, controller)
         self.operations[operation_id] = runtime
         self._touched.add(operation_id)
+        if not watch_pending(controller, self._pending_moved, operation_id):
+            self._pending_polled.add(operation_id)
         element = self._elements.get(operation_id)
         if element is not None and element.is_op:
             element.op = runtime
@@ -107,6 +118,9 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if runtime is None:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
         self._touched.add(operation_id)
+        unwatch_pending(runtime.controller, self._pending_moved, operation_id)
+        self._pending_moved.discard(operation_id)
+        self._pending_polled.discard(operation_id)
         element = self._elements.get(operation_id)
         running = [a for a in self.allocations.values() if a.operation_id == operation_id]
         for allocation in running:
