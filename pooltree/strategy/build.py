@@ -21,7 +21,7 @@ import numpy as np
 from pooltree.config import TagFilter
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import SchedulingStatus
-from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, StrategyConfig
+from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, SpecRows, StrategyConfig
 
 _SPEC_FIELDS = (
     "scheduling_tag_filter",
@@ -654,7 +654,7 @@ def _unchanged_structure(
     the previous one (`SchedulingTree.with_operation_changes`)."""
     gathered = _Gathered(result_elements, last)
     assert last.gathered is not None and cache.last is not None
-    specs = list(last.specs)
+    specs = SpecRows(last.specs)
     statics = last.statics
     changed = np.flatnonzero(gathered.changed(last.gathered))
     prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
@@ -663,7 +663,12 @@ def _unchanged_structure(
     last.specs = specs
     last.gathered = gathered
     if delta is None:
-        tree = cache.last[2].with_shares(total_resources, specs)
+        specs.base = cache.last[2]  # the previous tree: its id map with only the re-made specs written
+        try:
+            tree = cache.last[2].with_shares(total_resources, specs)
+        finally:
+            specs.base = None  # the hint is for this call only (and keeps no tree alive until the next build)
+            specs.replaced = []
     else:
         tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
     tree.prepared = prepared
@@ -754,7 +759,7 @@ def _respec(
     gathered: _Gathered,
     changed: np.ndarray,
     last: _LastRuntime,
-    specs: list[ElementSpec],
+    specs: SpecRows,
 ) -> _Prepared:
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
     part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. Returns each
@@ -780,18 +785,21 @@ def _respec(
     ids = last.ids
     statics = last.statics
     rows: dict[str, int] = {}
+    replaced = specs.replaced
     for k, row in enumerate(changed.tolist()):
         if missing[k]:
-            specs[row] = gathered.spec(statics[row], row, is_op[k])
-            continue
-        status = _BELOW if below[k] else _NORMAL
-        if is_op[k]:
-            specs[row] = _operation_with_shares(
-                specs[row], fair_rows[k], demand_rows[k], status, weight[k], fifo[k]
-            )
+            spec = gathered.spec(statics[row], row, is_op[k])
         else:
-            specs[row] = _pool_with_shares(specs[row], fair_rows[k], demand_rows[k], status)
-        rows[ids[row]] = k
+            status = _BELOW if below[k] else _NORMAL
+            if is_op[k]:
+                spec = _operation_with_shares(
+                    specs[row], fair_rows[k], demand_rows[k], status, weight[k], fifo[k]
+                )
+            else:
+                spec = _pool_with_shares(specs[row], fair_rows[k], demand_rows[k], status)
+            rows[ids[row]] = k
+        specs[row] = spec
+        replaced.append(spec)
     return _Prepared(rows, fair_tuples, demand_tuples, blocked)
 
 

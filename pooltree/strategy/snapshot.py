@@ -215,6 +215,20 @@ class ElementSpec:
         return self.kind == "operation"
 
 
+class SpecRows(list[ElementSpec]):
+    """Element specs in build order, derived from the specs of the tree ``base`` with ``replaced`` (those
+    specs of the list that are not ``base``'s very objects): `SchedulingTree.with_shares` then copies ``base``'s
+    id map and writes only ``replaced`` into it, instead of re-making the map from every element. A plain list
+    of the same specs gives the same tree."""
+
+    __slots__ = ("base", "replaced")
+
+    def __init__(self, specs: Iterable[ElementSpec] = ()) -> None:
+        super().__init__(specs)
+        self.base: SchedulingTree | None = None
+        self.replaced: list[ElementSpec] = []
+
+
 @dataclass(frozen=True)
 class EffectiveSettings:
     """Settings of one element after top-down inheritance."""
@@ -328,14 +342,25 @@ class SchedulingTree:
 
         The caller guarantees the structure is unchanged (``build.scheduling_tree_from_runtime`` checks that
         every static part is the very object of the previous build); validation, ordering and settings
-        resolution are then shared instead of redone.
+        resolution are then shared instead of redone. When ``elements`` is a `SpecRows` derived from this tree
+        (``base`` is this tree), the id map is this tree's, copied, with only ``replaced`` written into it.
         """
         tree = self._derived(total_resources)
         tree.skeleton = self.skeleton
         tree.prepared = {}
-        tree.elements = {element.id: element for element in elements}
-        if ROOT_ID not in tree.elements:
-            tree.elements[ROOT_ID] = self.elements[ROOT_ID]
+        if type(elements) is SpecRows and elements.base is self:
+            specs = self.elements.copy()  # same keys in the same order: a C-level copy
+            for element in elements.replaced:
+                specs[element.id] = element
+            if len(specs) != len(self.elements):
+                raise ValueError(
+                    f"replaced element {_first_new(elements.replaced, self.elements)!r} is not in the tree"
+                )
+            tree.elements = specs
+        else:
+            tree.elements = {element.id: element for element in elements}
+            if ROOT_ID not in tree.elements:
+                tree.elements[ROOT_ID] = self.elements[ROOT_ID]
         tree.children = self.children
         tree.order = self.order
         tree.depth = self.depth
@@ -478,6 +503,10 @@ def _operation_suffix(listed: list[str], specs: Mapping[str, ElementSpec]) -> li
     if any(specs[element_id].is_operation for element_id in listed[:split]):
         return None
     return suffix
+
+
+def _first_new(elements: list[ElementSpec], known: Mapping[str, ElementSpec]) -> str:
+    return next((element.id for element in elements if element.id not in known), "")
 
 
 def _first_repeat(elements: list[ElementSpec]) -> str:
