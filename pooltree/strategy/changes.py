@@ -11,8 +11,12 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
 - touched operations and the pools above them (usage re-summed from the children, bit-identical to a rebuild
   because no other child's list changed since it was last summed);
 - operations whose preemptible lists the last publish left unsettled;
-- elements below their fair share (their starvation clocks move with time) — preemption priorities are
-  recomputed (top-down) only when some element's starvation status changed;
+- elements below their fair share whose starvation can change: a heap of deadlines (`StarvationState.due`: the
+  clock start plus a timeout not passed yet) yields those whose deadline the publish's time passed, and
+  operations whose controller's pending allocation count moved (it shrinks their timeouts) are re-evaluated;
+  every other element below would leave `StarvationState.advance` as it is. The first publish of a step (the
+  counts the last evaluation read are unknown), a time going back or another config re-evaluates them all.
+  Preemption priorities are recomputed (top-down) only when some element's starvation status changed;
 - operations whose controller's pending count crossed zero without the strategy hearing of it (a polled flag
   per operation: a controller may change its pending work at any time) and their ancestors' heap entries.
 
@@ -40,6 +44,7 @@ randomized busy trees; the simulator's exactness tests compare both with fresh t
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -60,12 +65,28 @@ _COUNTED = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILA
 _NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
 _NOT_SCHEDULABLE = DeactivationReason.NOT_SCHEDULABLE
 _NORMAL = SchedulingStatus.NORMAL
+_INF = math.inf
 
 
 class _Step:
     """What the incremental publish keeps about one structure (``skeleton``) between publishes."""
 
-    __slots__ = ("below", "counted", "ops", "ordered", "pools", "serial", "skeleton", "unsettled")
+    __slots__ = (
+        "below",
+        "clock",
+        "config",
+        "counted",
+        "deadlines",
+        "due",
+        "numbered",
+        "ops",
+        "ordered",
+        "pending",
+        "pools",
+        "serial",
+        "skeleton",
+        "unsettled",
+    )
 
     def __init__(self, skeleton: object, ordered: list[_Element]):
         self.skeleton = skeleton
@@ -74,7 +95,22 @@ class _Step:
         self.ops = [element for element in ordered if element.is_op]
         self.pools = [element for element in ordered if not element.is_op]
         self.below = {element for element in ordered if element.status is not _NORMAL}
-        """Elements below their fair share: their starvation is re-evaluated at every publish (it moves with time)."""
+        """Elements below their fair share: their starvation clocks run."""
+        self.clock: float | None = None
+        """The time of the last incremental publish: ``None`` until the first one, which re-evaluates every
+        element below its fair share (the pending counts their last evaluation read are not known)."""
+        self.config: object = None
+        """The config the deadlines were computed with."""
+        self.due: list[tuple[float, int, _Element]] = []
+        """A heap of (deadline, number, element): the element's starvation can change at the first publish later
+        than the deadline (`StarvationState.due`); an entry counts while ``deadlines`` holds its number."""
+        self.deadlines: dict[_Element, int] = {}
+        """Element below its fair share with a deadline ahead → the number of its entry in ``due``."""
+        self.numbered = 0
+        """Entries pushed to ``due`` so far."""
+        self.pending: dict[_Element, int] = {}
+        """Operation below its fair share → the pending allocation count its last evaluation read (its timeouts
+        shrink with it): a different count re-evaluates it."""
         self.unsettled = {
             element for element in self.ops if element.op is not None and not element.op.lists_settled
         }
@@ -99,6 +135,18 @@ class _Step:
         step.pools = [element for element in ordered if not element.is_op]
         step.below = {element for element in self.below if elements.get(element.id) is element}
         step.unsettled = {element for element in self.unsettled if elements.get(element.id) is element}
+        step.clock = self.clock
+        step.config = self.config
+        step.due = self.due  # entries of elements that left drop out of ``deadlines``: skipped when popped
+        step.deadlines = {
+            element: number
+            for element, number in self.deadlines.items()
+            if elements.get(element.id) is element
+        }
+        step.numbered = self.numbered
+        step.pending = {
+            element: count for element, count in self.pending.items() if elements.get(element.id) is element
+        }
         step.serial = serial = self.serial
         step.counted = {}
         for element, entry in self.counted.items():
@@ -332,12 +380,43 @@ class ChangedPublisher(SchedulingStages):
     def _update_starvation_of(
         self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], now: float
     ) -> bool:
-        """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move (new
-        spec, below their fair share, touched); returns whether some element's starvation status changed."""
+        """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move: those
+        with a new spec, touched operations, elements below their fair share whose deadline fell due (``now``
+        later than their `StarvationState.due`) and operations below their fair share whose pending allocation
+        count moved (their timeouts follow it). The first publish of a step, one whose time went back or whose
+        config is another re-evaluates every element below its fair share. Returns whether some element's
+        starvation status changed.
+
+        Every other element below its fair share would leave `StarvationState.advance` with every field as it
+        is (`StarvationState.due`), so it is skipped: the result is the one of advancing every element."""
         config = self.config
         states = self.starvation
-        visit = step.below.union(fresh, changed_ops)
-        below = set()
+        clock = step.clock
+        visit = set(fresh)
+        visit.update(changed_ops)
+        if clock is None or now < clock or config is not step.config:
+            visit.update(step.below)
+            step.due = []
+            step.deadlines = {}
+            step.pending = {}
+            step.config = config
+        else:
+            due = step.due
+            deadlines = step.deadlines
+            pop = heapq.heappop
+            while due and due[0][0] < now:
+                _, number, element = pop(due)
+                if deadlines.get(element) == number:
+                    del deadlines[element]
+                    visit.add(element)
+            self._pending_moved(step, visit)
+        step.clock = now
+        below = step.below
+        due = step.due
+        deadlines = step.deadlines
+        pending = step.pending
+        push = heapq.heappush
+        numbered = step.numbered
         moved = False
         for element in sorted(visit, key=_index):
             status = element.spec.scheduling_status
@@ -355,13 +434,41 @@ class ChangedPublisher(SchedulingStages):
             if element.starvation != own:
                 element.starvation = own
                 moved = True
-            if status is not _NORMAL:
-                below.add(element)
-        step.below = below
+            if status is _NORMAL:
+                below.discard(element)
+                deadlines.pop(element, None)
+                pending.pop(element, None)
+                continue
+            below.add(element)
+            deadline = state.due
+            if deadline < _INF:
+                numbered += 1
+                deadlines[element] = numbered
+                push(due, (deadline, numbered, element))
+            else:
+                deadlines.pop(element, None)
+            runtime = element.op
+            if element.is_op and runtime is not None:
+                pending[element] = runtime.controller.pending_allocation_count
+            else:
+                pending.pop(element, None)
+        step.numbered = numbered
+        if len(due) > 2 * len(deadlines) + 64:  # entries of re-evaluated or departed elements: compact
+            step.due = [entry for entry in due if deadlines.get(entry[2]) == entry[1]]
+            heapq.heapify(step.due)
         if len(states) > len(self._elements):
             for stale in set(states) - set(self._elements):
                 del states[stale]
         return moved
+
+    @staticmethod
+    def _pending_moved(step: _Step, visit: set[_Element]) -> None:
+        """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
+        not the one their last evaluation read (a controller may change it without the strategy hearing)."""
+        for element, count in step.pending.items():
+            runtime = element.op
+            if runtime is None or runtime.controller.pending_allocation_count != count:
+                visit.add(element)
 
     # ------------------------------------------------------------------ pass 3: activity, counts, heaps
 

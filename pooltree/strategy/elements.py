@@ -90,6 +90,11 @@ class StarvationState:
     status: StarvationStatus = StarvationStatus.NON_STARVING
     below_fair_share_since: float | None = None
     starving_since: float | None = None
+    due: float = field(default=_INF, compare=False, repr=False)
+    """After `advance`: while the element stays below its fair share with the same timeouts (its settings, the
+    config and, for an operation, its controller's pending allocation count), a later `advance` leaves every
+    field as it is unless ``now > due`` (``now`` not decreasing); ``inf``: never. The incremental publish
+    (`changes.py`) re-evaluates an element only once it falls due."""
 
     def advance(self, element: _Element, below: bool, now: float, config: StrategyConfig) -> StarvationStatus:
         """The starvation rules (yt-semantics §c) for ``element`` at ``now``, ``below`` its fair share or not.
@@ -98,33 +103,54 @@ class StarvationState:
         starving and their clock stops; otherwise the clock starts at the first publish below, and the element
         is starving after its timeout below (aggressively after the aggressive one, when enabled). An
         operation's timeouts shrink by ``pending allocations / allocation_count_preemption_timeout_coefficient``
-        when that is below 1. ``starving_since`` is when it last left non-starving. Returns the new status.
+        when that is below 1. ``starving_since`` is when it last left non-starving. Returns the new status and
+        sets ``due``: the earliest deadline (clock start plus a timeout) this publish has not passed yet, or, when
+        the clock started now, the earliest one.
         """
         if element.parent is None or not below or (not element.is_op and not config.enable_pool_starvation):
             self.status = NON_STARVING
             self.below_fair_share_since = None
             self.starving_since = None
-        elif self.below_fair_share_since is None:
+            self.due = _INF
+            return NON_STARVING
+        settings = element.settings
+        timeout = settings.starvation_timeout
+        aggressive_timeout = config.fair_share_aggressive_starvation_timeout
+        if element.is_op and element.op is not None:
+            factor = element.op.controller.pending_allocation_count / (
+                config.allocation_count_preemption_timeout_coefficient
+            )
+            if factor < 1.0:
+                timeout *= factor
+                aggressive_timeout *= factor
+        since = self.below_fair_share_since
+        if since is None:
             self.below_fair_share_since = now
-        else:
-            settings = element.settings
-            timeout = settings.starvation_timeout
-            aggressive_timeout = config.fair_share_aggressive_starvation_timeout
-            if element.is_op and element.op is not None:
-                factor = element.op.controller.pending_allocation_count / (
-                    config.allocation_count_preemption_timeout_coefficient
-                )
-                if factor < 1.0:
-                    timeout *= factor
-                    aggressive_timeout *= factor
-            since = self.below_fair_share_since
-            previous = self.status
-            if settings.aggressive_starvation_enabled and now > since + aggressive_timeout:
+            deadline = now + timeout
+            if settings.aggressive_starvation_enabled:
+                aggressive = now + aggressive_timeout
+                if aggressive < deadline:
+                    deadline = aggressive
+            self.due = deadline  # nothing was compared with the deadlines yet
+            return self.status
+        deadline = since + timeout
+        previous = self.status
+        if settings.aggressive_starvation_enabled:
+            aggressive = since + aggressive_timeout
+            if now > aggressive:
                 self.status = AGGRESSIVELY_STARVING
-            elif now > since + timeout:
+            elif now > deadline:
                 self.status = STARVING
-            if previous == NON_STARVING and self.status != previous:
-                self.starving_since = now
+            due = deadline if deadline >= now else _INF  # a deadline passed stays passed while ``now`` grows
+            if aggressive >= now and aggressive < due:
+                due = aggressive
+        else:
+            if now > deadline:
+                self.status = STARVING
+            due = deadline if deadline >= now else _INF
+        if previous == NON_STARVING and self.status != previous:
+            self.starving_since = now
+        self.due = due
         return self.status
 
 

@@ -293,3 +293,72 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
         for op in controllers[0]:
             scheduler.element_view(op)
     assert _state(schedulers[0]) == _state(full)
+
+
+def _timed_spec(name: str, below: bool, timeout: float | None, aggressive: bool | None) -> ElementSpec:
+    spec = _spec(name, (0.2, 0.3, below))
+    if name not in _OPS:  # a pool's own starvation timeout and aggressive switch (operations inherit them)
+        spec.fair_share_starvation_timeout = timeout
+        spec.enable_aggressive_starvation = aggressive
+    return spec
+
+
+@settings(max_examples=40, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(seed=st.integers(0, 2**32 - 1), pool_starvation=st.booleans())
+def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvation):
+    """Elements stay below their fair share with the very same spec objects, no heartbeat touches them, and time
+    moves in uneven steps (sometimes not at all, sometimes back): the incremental publish skips them until their
+    starvation deadline falls due (`StarvationState.due`), yet every status, clock and preemption priority equals
+    the one of advancing every element at every publish. Controllers change their pending counts behind the
+    strategy's back (with a timeout coefficient of 4 those move the deadlines of operations with fewer than 4
+    pending allocations). A deadline passed but not acted on, or a moved pending count not seen, shows here."""
+    rng = random.Random(seed)
+    config = StrategyConfig(
+        fair_share_starvation_timeout=rng.choice([2.0, 5.0, 7.5]),
+        fair_share_aggressive_starvation_timeout=rng.choice([9.0, 14.0]),
+        allocation_count_preemption_timeout_coefficient=4.0,
+        enable_pool_starvation=pool_starvation,
+    )
+    total = vector(user_slots=16, cpu=16, memory=16 * GiB)
+    names = [*_POOLS, *_OPS]
+    timeouts = {name: rng.choice([None, 1.0, 3.0, 11.0]) for name in _POOLS}
+    aggressive = {name: rng.choice([None, True, False]) for name in _POOLS}
+    below = {name: rng.random() < 0.8 for name in names}
+    specs = {name: _timed_spec(name, below[name], timeouts.get(name), aggressive.get(name)) for name in names}
+    specs[ROOT_ID] = _spec(ROOT_ID, (1.0, 1.0, False))
+    current = SchedulingTree(total, list(specs.values()), config)
+    schedulers = [TreeScheduler(current), TreeScheduler(current)]
+    full = schedulers[1]
+    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    controllers: list[dict[str, _Controller]] = [{}, {}]
+    for op in _OPS:
+        pending = rng.randint(0, 6)
+        for scheduler, owned in zip(schedulers, controllers, strict=True):
+            owned[op] = _Controller(op, pending)
+            scheduler.register_operation(op, owned[op])
+    now = 0.0
+    seen: set[Any] = set()
+    for step in range(60):
+        roll = rng.random()
+        if roll < 0.1:
+            now -= rng.choice([0.5, 3.0])  # time going back re-evaluates every element below
+        elif roll < 0.25:
+            pass  # the same time again
+        else:
+            now += rng.choice([0.25, 0.5, 1.0, 1.5, 4.0])
+        if rng.random() < 0.1:  # rarely a new spec (status may flip), else the very same objects
+            name = rng.choice(names)
+            below[name] = not below[name]
+            specs[name] = _timed_spec(name, below[name], timeouts.get(name), aggressive.get(name))
+        if rng.random() < 0.2:
+            op = rng.choice(list(_OPS))
+            count = rng.randint(0, 6)
+            for owned in controllers:
+                owned[op].pending_allocation_count = count
+        current = current.with_shares(total, list(specs.values()))
+        for scheduler in schedulers:
+            scheduler.publish(current, now)
+        assert _state(schedulers[0]) == _state(full), f"step {step} at {now}"
+        seen.update(schedulers[0]._elements[name].starvation for name in names)
+    # the deadlines were reached (not a test of statuses that never move)
+    assert len(seen) >= 2
