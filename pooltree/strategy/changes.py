@@ -177,6 +177,10 @@ class ChangedPublisher(SchedulingStages):
     """`SnapshotPublisher._configure_lists`."""
     _update_priorities: Callable[[], None]
     """`SnapshotPublisher._update_priorities`."""
+    _pending_moved: set[str]
+    """`TreeScheduler._pending_moved`: operations whose controllers reported moved pending work."""
+    _pending_polled: set[str]
+    """`TreeScheduler._pending_polled`: operations whose controllers cannot report it."""
 
     def _forget_changes(self) -> None:
         """A publish that recomputes every element: what was touched before it is accounted for."""
@@ -409,7 +413,7 @@ class ChangedPublisher(SchedulingStages):
                 if deadlines.get(element) == number:
                     del deadlines[element]
                     visit.add(element)
-            self._pending_moved(step, visit)
+            self._pending_counts_moved(step, visit)
         step.clock = now
         below = step.below
         due = step.due
@@ -461,11 +465,23 @@ class ChangedPublisher(SchedulingStages):
                 del states[stale]
         return moved
 
-    @staticmethod
-    def _pending_moved(step: _Step, visit: set[_Element]) -> None:
+    def _pending_counts_moved(self, step: _Step, visit: set[_Element]) -> None:
         """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
-        not the one their last evaluation read (a controller may change it without the strategy hearing)."""
-        for element, count in step.pending.items():
+        not the one their last evaluation read. Only operations whose controllers reported moved pending work
+        since the last incremental publish (``_pending_moved``, `pooltree.strategy.watch`; `_requeue` empties
+        it) or cannot report (``_pending_polled``) can be such."""
+        counts = step.pending
+        if not counts:
+            return
+        elements = self._elements
+        polled = self._pending_polled
+        for operation_id in self._pending_moved.union(polled) if polled else self._pending_moved:
+            element = elements.get(operation_id)
+            if element is None:
+                continue
+            count = counts.get(element)
+            if count is None:
+                continue
             runtime = element.op
             if runtime is None or runtime.controller.pending_allocation_count != count:
                 visit.add(element)

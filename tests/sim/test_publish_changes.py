@@ -295,6 +295,24 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
     assert _state(schedulers[0]) == _state(full)
 
 
+class _NotifyingController(_Controller):
+    """A `_Controller` that reports every change of its pending count to its watchers (`pooltree.strategy.watch`)."""
+
+    def __init__(self, operation_id: str, pending: int):
+        self.pending_watchers: list[tuple[set[str], str]] = []
+        super().__init__(operation_id, pending)
+
+    @property  # type: ignore[override]
+    def pending_allocation_count(self) -> int:
+        return self._count
+
+    @pending_allocation_count.setter
+    def pending_allocation_count(self, count: int) -> None:
+        self._count = count
+        for into, key in self.pending_watchers:
+            into.add(key)
+
+
 def _timed_spec(name: str, below: bool, timeout: float | None, aggressive: bool | None) -> ElementSpec:
     spec = _spec(name, (0.2, 0.3, below))
     if name not in _OPS:  # a pool's own starvation timeout and aggressive switch (operations inherit them)
@@ -304,14 +322,15 @@ def _timed_spec(name: str, below: bool, timeout: float | None, aggressive: bool 
 
 
 @settings(max_examples=40, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(seed=st.integers(0, 2**32 - 1), pool_starvation=st.booleans())
-def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvation):
+@given(seed=st.integers(0, 2**32 - 1), pool_starvation=st.booleans(), notifying=st.booleans())
+def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvation, notifying):
     """Elements stay below their fair share with the very same spec objects, no heartbeat touches them, and time
     moves in uneven steps (sometimes not at all, sometimes back): the incremental publish skips them until their
     starvation deadline falls due (`StarvationState.due`), yet every status, clock and preemption priority equals
     the one of advancing every element at every publish. Controllers change their pending counts behind the
     strategy's back (with a timeout coefficient of 4 those move the deadlines of operations with fewer than 4
-    pending allocations). A deadline passed but not acted on, or a moved pending count not seen, shows here."""
+    pending allocations), reporting it to their watchers or not (then they are polled). A deadline passed but
+    not acted on, or a moved pending count not seen, shows here."""
     rng = random.Random(seed)
     config = StrategyConfig(
         fair_share_starvation_timeout=rng.choice([2.0, 5.0, 7.5]),
@@ -331,10 +350,11 @@ def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvati
     full = schedulers[1]
     full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
     controllers: list[dict[str, _Controller]] = [{}, {}]
+    kind = _NotifyingController if notifying else _Controller
     for op in _OPS:
         pending = rng.randint(0, 6)
         for scheduler, owned in zip(schedulers, controllers, strict=True):
-            owned[op] = _Controller(op, pending)
+            owned[op] = kind(op, pending)
             scheduler.register_operation(op, owned[op])
     now = 0.0
     seen: set[Any] = set()
