@@ -33,6 +33,7 @@ from pooltree.strategy.time_limits import (
     operation_time_limit,
     operation_time_limit_error,
 )
+from pooltree.strategy.watch import unwatch_pending, watch_pending
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -116,6 +117,13 @@ class SchedulerCore:
         """Operation id → (runtime, its ``usage_serial``, the controller's ``pending_revision`` or, for a
         controller without one, its needed resources as floats, the controller, the (usage, needed) handed to
         the fair-share input) of the last input build."""
+        self._input_dirty: set[str] = set()
+        """Operations whose (usage, needed) may have moved since the last fair-share input was built: the strategy
+        adds those whose usage moves (``usage_watch``), the controllers those whose pending work moves
+        (`watch_pending`), and the core those whose controller it attaches or detaches. The input re-reads only
+        these (and ``_input_polled``), not every running operation."""
+        self._input_polled: set[str] = set()
+        """Operations whose controllers cannot notify (no ``pending_watchers``): re-read for every input."""
         self._limits = _LimitWatch()
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
@@ -123,6 +131,7 @@ class SchedulerCore:
         self.strategy = TreeScheduler(
             SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
         )
+        self.strategy.usage_watch = self._input_dirty
 
     # ------------------------------------------------------------------ events
 
@@ -215,6 +224,7 @@ class SchedulerCore:
         self._may_have_completed.add(operation_id)
         self._watch_limits(operation_id)
         self.strategy.register_operation(operation_id, controller)
+        self._watch_input(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
             {"event": "operation_started", "time": now, "operation_id": operation_id, "pool": op.pool.name}
@@ -231,7 +241,7 @@ class SchedulerCore:
         if operation_id not in self.controllers:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
-        del self.controllers[operation_id]
+        self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
         self._resource_cache.pop(operation_id, None)
         self._registration_order.pop(operation_id, None)
@@ -241,6 +251,18 @@ class SchedulerCore:
         for other in activated:
             self._emit({"event": "operation_running", "time": now, "operation_id": other})
         return running
+
+    def _watch_input(self, operation_id: str, controller: OperationController) -> None:
+        """From now on the controller tells the input when its pending work moves (or is polled, if it cannot)."""
+        self._input_dirty.add(operation_id)
+        if not watch_pending(controller, self._input_dirty, operation_id):
+            self._input_polled.add(operation_id)
+
+    def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
+        """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
+        unwatch_pending(controller, self._input_dirty, operation_id)
+        self._input_polled.discard(operation_id)
+        self._input_dirty.add(operation_id)
 
     def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
         """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
@@ -298,9 +320,21 @@ class SchedulerCore:
 
         if self._input_cache is None:
             self._input_cache = FairShareInputCache()
-        root, settings = build_fair_share_input(
-            self.pool_tree, self._resources, nodes=self.nodes_view, cache=self._input_cache
-        )
+        # the controllers and the strategy hold this very set: it is emptied, never replaced
+        dirty = self._input_dirty
+        changed = dirty.union(self._input_polled) if self._input_polled else set(dirty)
+        dirty.clear()
+        try:
+            root, settings = build_fair_share_input(
+                self.pool_tree,
+                self._resources,
+                nodes=self.nodes_view,
+                cache=self._input_cache,
+                changed=changed,
+            )
+        except BaseException:
+            dirty.update(changed)  # not taken in: the next input reads them
+            raise
         function = self._fair_share or _default_fair_share()
         total = self.total_resources
         result = function(root, total, settings, now, self.fair_share_state)
@@ -472,14 +506,20 @@ class SchedulerCore:
     def attach_controller(self, operation_id: str, controller: OperationController) -> None:
         """Attach the controller of an operation the pool tree already holds (the live service registers
         operations in its pool trees itself); :meth:`detach_controller` undoes it."""
+        previous = self.controllers.get(operation_id)
         self.controllers[operation_id] = controller
         self._watch_limits(operation_id)
-        self.strategy.register_operation(operation_id, controller)
+        try:
+            self.strategy.register_operation(operation_id, controller)
+        finally:  # the input follows the controller the core holds
+            if previous is not None:
+                self._unwatch_input(operation_id, previous)
+            self._watch_input(operation_id, controller)
 
     def detach_controller(self, operation_id: str) -> list[Allocation]:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
         running = self.strategy.unregister_operation(operation_id)
-        del self.controllers[operation_id]
+        self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
         self._resource_cache.pop(operation_id, None)  # it holds the controller and the runtime
         return running

@@ -94,6 +94,9 @@ class SchedulingStages:
     _touched: set[str]
     """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
     (`changes.py` re-keys only these and the pools above them)."""
+    usage_watch: set[str] | None
+    """Where `_account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
+    for the fair-share input; ``None``: nobody listens)."""
 
     # ------------------------------------------------------------------ accounting shared by every stage
 
@@ -111,6 +114,8 @@ class SchedulingStages:
         apply(runtime.usage, amounts)
         runtime.usage_serial += 1
         self._touched.add(runtime.id)
+        if self.usage_watch is not None:  # SchedulerCore's notification for the fair-share input
+            self.usage_watch.add(runtime.id)
         if element is not None and element.op is runtime:
             cursor = element.parent
             while cursor is not None:

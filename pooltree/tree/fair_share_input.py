@@ -9,7 +9,7 @@ not suspended; otherwise demand = usage and the operation is not schedulable.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -164,14 +164,14 @@ def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags:
 
 
 class _LastBuild:
-    """One cached build's result: what it was built from, its root and each operation's model element with the
-    ``(usage, needed)`` object its resources were last written from (``None``: not from an unchanged object), and
-    the pool each operation element is a child of (for `_apply_operation_changes`)."""
+    """One cached build's result: what it was built from, its root and, per operation id, the operation's model
+    element with the ``(usage, needed)`` object its resources were last written from (``None``: the source had
+    none), and the pool each operation element is a child of (for `_apply_operation_changes`)."""
 
     __slots__ = ("key", "operations", "parent_of", "root")
 
     def __init__(
-        self, key: tuple[Any, ...], root: Pool, operations: list[list[Any]], parent_of: dict[str, str]
+        self, key: tuple[Any, ...], root: Pool, operations: dict[str, list[Any]], parent_of: dict[str, str]
     ):
         self.key = key
         self.root = root
@@ -363,7 +363,7 @@ class _CachedBuild:
         self.nodes = nodes
         self.seen_pools: set[str] = set()
         self.seen_operations: set[str] = set()
-        self.operations: list[list[Any]] = []
+        self.operations: dict[str, list[Any]] = {}
         self.parent_of: dict[str, str] = {}
         self.cacheable = True
 
@@ -410,7 +410,7 @@ class _CachedBuild:
                 _write_resources(static, zeros(), zeros())
             else:
                 _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
-            self.operations.append([static, found])
+            self.operations[op.id] = [static, found]
             self.parent_of[op.id] = pool.name
             children.append(static)
         element.children = children
@@ -423,12 +423,19 @@ def build_fair_share_input(
     *,
     nodes: NodeResources | None = None,
     cache: FairShareInputCache | None = None,
+    changed: Collection[str] | None = None,
 ) -> tuple[Pool, UpdateSettings]:
     """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, and the
     tree's update settings. ``nodes`` (this tree's nodes) is needed only for elements with a
     ``scheduling_tag_filter``; without it such elements get no tag-filter limits. ``cache`` (kept by the caller
     between updates of the same tree, with the same ``nodes`` object until the nodes change) reuses the model
     objects of unchanged elements; the input is the same either way.
+
+    ``changed`` (with ``cache``; a change notification instead of a poll): the operations for which
+    ``operation_resources`` may answer with another object than it did for the previous build through ``cache``;
+    every other operation's answer must be the very same object (or ``None`` again), as ``SchedulerCore._resources``
+    guarantees for the operations it was not notified of. Only these are then asked, instead of every running
+    operation. ``None``: unknown, every running operation is asked (a snapshot's mapping, for instance).
     """
     tolerance = float(tree.config.fair_share_starvation_tolerance)
     if cache is None:
@@ -437,7 +444,7 @@ def build_fair_share_input(
     key = (tree, getattr(tree, "revision", None), tree.config, nodes)
     last = cache.last
     if last is not None and key[1] is not None and all(map(operator.is_, last.key, key)):
-        _refresh_resources(last.operations, operation_resources)
+        _refresh_resources(last.operations, operation_resources, changed)
         root = last.root
     elif (
         last is not None
@@ -448,7 +455,7 @@ def build_fair_share_input(
         and _changes_applied(tree, last, cache, operation_resources, nodes)
     ):
         last.key = key
-        _refresh_resources(last.operations, operation_resources)
+        _refresh_resources(last.operations, operation_resources, changed)
         root = last.root
     else:
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
@@ -545,21 +552,31 @@ def _apply_operation_changes(
         if op_id not in entries:
             operations.pop(op_id, None)
     if removed or entries:
-        kept = [entry for entry in last.operations if entry[0].id not in changed]
-        kept.extend(entries.values())
-        last.operations = kept
+        by_id = last.operations
+        for op_id in changed:
+            by_id.pop(op_id, None)
+        by_id.update(entries)
     return True
 
 
-def _refresh_resources(operations: list[list[Any]], source: OperationResources) -> None:
-    """Write current usage and demand into the cached operations' model elements.
+def _refresh_resources(
+    operations: dict[str, list[Any]], source: OperationResources, changed: Collection[str] | None = None
+) -> None:
+    """Write current usage and demand into the cached operations' model elements: of every cached operation, or
+    (``changed`` given) of the cached ones among ``changed`` only (the source answers the others as last time).
 
     An operation whose source returned the very same ``(usage, needed)`` object as last time keeps what was
     written from it: sources hand out a new object when the values change (``SchedulerCore`` keeps one per
-    operation while its usage and needed resources are unchanged; a snapshot's map never changes).
+    operation while its usage and needed resources are unchanged; a snapshot's map never changes). Without
+    ``changed``, an operation the source has nothing for gets zeros written again (equal values).
     """
     lookup = source if callable(source) else source.get
-    for entry in operations:
+    if changed is None:
+        entries: Iterable[list[Any]] = operations.values()
+    else:
+        find = operations.get
+        entries = [entry for op_id in changed if (entry := find(op_id)) is not None]
+    for entry in entries:
         element = entry[0]
         found = lookup(element.id)
         if found is entry[1] and found is not None:
