@@ -157,9 +157,13 @@ class _Gathered:
         ids = result_elements.ids
         if last.positions is None or not (ids is last.result_ids or ids == last.result_ids):
             index = result_elements.index
-            last.positions = np.fromiter(
-                (index.get(i, -1) for i in last.ids), dtype=np.intp, count=len(last.ids)
-            )
+            try:  # every element in the result (as usual): the lookups in C
+                positions = np.fromiter(map(index.__getitem__, last.ids), dtype=np.intp, count=len(last.ids))
+            except KeyError:
+                positions = np.fromiter(
+                    (index.get(i, -1) for i in last.ids), dtype=np.intp, count=len(last.ids)
+                )
+            last.positions = positions
             last.result_ids = ids
         positions = last.positions
         self.missing = positions < 0
@@ -533,13 +537,15 @@ def scheduling_tree_from_runtime(
 
 
 class _OperationChanges:
-    """What `_operation_changes` did to the previous build's rows, for `SchedulingTree.with_operation_changes`."""
+    """What `_operation_changes` did to the previous build's rows, for `SchedulingTree.with_operation_changes`:
+    the operations ``removed`` and ``added`` and the new ``children`` lists of their parents."""
 
-    __slots__ = ("added", "removed")
+    __slots__ = ("added", "children", "removed")
 
-    def __init__(self, removed: set[str], added: list[str]):
+    def __init__(self, removed: set[str], added: list[str], children: dict[str, list[str]]):
         self.removed = removed
         self.added = added
+        self.children = children
 
 
 def _operation_changes(
@@ -588,6 +594,10 @@ def _operation_changes(
         for op_id in removed - arriving_ids:
             del operations_cache[op_id]
     tree_config = pool_tree.config
+    parents: dict[str, list[str]] = {}  # parent → its arriving operations, in registration order
+    previous_specs = cache.last[2].elements if cache.last is not None else {}
+    for op_id in removed:
+        parents.setdefault(previous_specs[op_id].parent or "", [])
     for index, op_id, op in arriving:
         spec = op.spec
         limits = op.resource_limits
@@ -609,6 +619,7 @@ def _operation_changes(
         else:
             static = _operation_static(pool_tree, op_id, op)
             operations_cache[op_id] = (key, static)
+        parents.setdefault(static["parent"], []).append(op_id)
         at = bisect.bisect_left(keys, index)
         keys.insert(at, index)
         row = pool_rows + at
@@ -638,7 +649,39 @@ def _operation_changes(
     last.positions = None
     last.result_ids = None
     last.gathered = carried
-    return _OperationChanges(removed, [item[1] for item in arriving])
+    return _OperationChanges(
+        removed,
+        [item[1] for item in arriving],
+        _children(parents, cache.last[2] if cache.last is not None else None, removed, operations),
+    )
+
+
+def _children(
+    parents: dict[str, list[str]],
+    previous: SchedulingTree | None,
+    removed: set[str],
+    operations: Mapping[str, Any],
+) -> dict[str, list[str]]:
+    """The children lists, in build order, of the ``parents`` whose operations changed (each with its arriving
+    operations in registration order): its pools as before, then its operations that stay and those arriving, in
+    registration order (the order of the build's operation rows). Empty when there is no previous tree."""
+    if previous is None:
+        return {}
+    specs = previous.elements
+    out: dict[str, list[str]] = {}
+    for parent, arriving in parents.items():
+        pools: list[str] = []
+        staying: list[str] = []
+        for child in previous.children.get(parent, ()):
+            if not specs[child].is_operation:
+                pools.append(child)
+            elif child not in removed:
+                staying.append(child)
+        if arriving:
+            staying = [*staying, *arriving]
+            staying.sort(key=lambda op_id: operations[op_id].registration_index)
+        out[parent] = pools + staying
+    return out
 
 
 def _unchanged_structure(
@@ -662,15 +705,20 @@ def _unchanged_structure(
         prepared = _respec(gathered, changed, last, specs)
     last.specs = specs
     last.gathered = gathered
-    if delta is None:
-        specs.base = cache.last[2]  # the previous tree: its id map with only the re-made specs written
-        try:
+    specs.base = cache.last[2]  # the previous tree: the hints say how these specs derive from it
+    try:
+        if delta is None:
             tree = cache.last[2].with_shares(total_resources, specs)
-        finally:
-            specs.base = None  # the hint is for this call only (and keeps no tree alive until the next build)
-            specs.replaced = []
-    else:
-        tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
+        else:
+            specs.ids = last.ids
+            specs.children = delta.children
+            tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
+    finally:
+        # the hints are for this call only (and keep no tree alive until the next build)
+        specs.base = None
+        specs.replaced = []
+        specs.ids = None
+        specs.children = None
     tree.prepared = prepared
     cache.last = (statics, cache.last[1], tree)
     return tree

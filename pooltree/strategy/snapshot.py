@@ -216,17 +216,26 @@ class ElementSpec:
 
 
 class SpecRows(list[ElementSpec]):
-    """Element specs in build order, derived from the specs of the tree ``base`` with ``replaced`` (those
-    specs of the list that are not ``base``'s very objects): `SchedulingTree.with_shares` then copies ``base``'s
-    id map and writes only ``replaced`` into it, instead of re-making the map from every element. A plain list
-    of the same specs gives the same tree."""
+    """Element specs in build order with what the builder knows about how they derive from the tree ``base``,
+    so that a tree derived from ``base`` costs what changed rather than a walk over every element. A plain list
+    of the same specs gives the same tree; the hints are read only when ``base`` is the tree deriving.
 
-    __slots__ = ("base", "replaced")
+    - ``replaced`` (for `SchedulingTree.with_shares`): the specs of the list that are not ``base``'s very
+      objects; ``base``'s id map is copied and only these are written into it.
+    - ``ids`` (for `SchedulingTree.with_operation_changes`): the id of each spec, in list order (the id map
+      is made from them in C, not by reading every spec's ``id``).
+    - ``children`` (for `SchedulingTree.with_operation_changes`): for parents whose children changed, their
+      children in list order (what a scan of every spec for its parent would collect).
+    """
+
+    __slots__ = ("base", "children", "ids", "replaced")
 
     def __init__(self, specs: Iterable[ElementSpec] = ()) -> None:
         super().__init__(specs)
         self.base: SchedulingTree | None = None
         self.replaced: list[ElementSpec] = []
+        self.ids: list[str] | None = None
+        self.children: Mapping[str, list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -381,7 +390,11 @@ class SchedulingTree:
         tree = self._derived(total_resources)
         tree.skeleton = object()
         tree.prepared = {}
-        specs = {element.id: element for element in elements}
+        hint = elements if type(elements) is SpecRows and elements.base is self else None
+        if hint is not None and hint.ids is not None:
+            specs = dict(zip(hint.ids, elements, strict=True))  # the builder's ids of these very specs
+        else:
+            specs = {element.id: element for element in elements}
         if len(specs) != len(elements):
             raise ConfigError(f"elements.{_first_repeat(elements)}", "element id is given twice")
         if ROOT_ID not in specs:
@@ -416,12 +429,16 @@ class SchedulingTree:
             children[element_id] = []
             depth[element_id] = depth[parent.id] + 1
             effective[element_id] = _settings_of(spec, effective[parent.id])
-        # the parents' children in ``elements`` order, as __init__ collects them
-        fresh: dict[str, list[str]] = {parent: [] for parent in parents}
-        for element in elements:
-            listed = fresh.get(element.parent)  # type: ignore[arg-type]
-            if listed is not None:
-                listed.append(element.id)
+        # the parents' children in ``elements`` order, as __init__ collects them (or as the builder gives them)
+        known = None if hint is None else hint.children
+        if known is not None and parents <= known.keys():
+            fresh = {parent: list(known[parent]) for parent in parents}
+        else:
+            fresh = {parent: [] for parent in parents}
+            for element in elements:
+                listed = fresh.get(element.parent)  # type: ignore[arg-type]
+                if listed is not None:
+                    listed.append(element.id)
         order = list(self.order)
         walk = False
         for parent, listed in fresh.items():
