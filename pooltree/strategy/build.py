@@ -408,7 +408,11 @@ def scheduling_tree_from_runtime(
             try:
                 delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
                 if delta is not None:
-                    return _unchanged_structure(result.elements, total_resources, cache, last_runtime, delta)
+                    # no row changed: the structure is the previous one (`with_shares`, same skeleton)
+                    rows_changed = delta if delta.removed or delta.added else None
+                    return _unchanged_structure(
+                        result.elements, total_resources, cache, last_runtime, rows_changed
+                    )
             except BaseException:
                 # the rows may be half brought up to date: the next build walks the whole tree
                 cache.runtime = None
@@ -580,6 +584,9 @@ def _operation_changes(
     arriving_ids = {item[1] for item in arriving}
     operations_cache = cache.operations
     removed = {op_id for op_id in changed if op_id in operations_cache}
+    if not removed and not arriving:  # e.g. operations registered to wait in a queue: no row changes
+        last.key = runtime_key
+        return _OperationChanges(removed, [], {})
     # the rows as lists edited in place (C-level moves), ``source``: each row's previous row (-1: new)
     ids = list(last.ids)
     statics = list(last.statics)

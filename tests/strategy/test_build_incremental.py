@@ -50,7 +50,8 @@ def definition(seed: int) -> tuple[Any, list[str]]:
             "strong_guarantee_resources": {"cpu": rng.choice([0, 10, 30])},
             "pools": children,
         }
-    document = {"config": {"fair_share_starvation_tolerance": 0.8}, "pools": pools}
+    config = {"fair_share_starvation_tolerance": 0.8, "max_running_operation_count_per_pool": 40}
+    document = {"config": config, "pools": pools}
     return parse_pool_trees({"physical": document})["physical"], leaves
 
 
@@ -74,6 +75,7 @@ class Periods:
         self.last: SchedulingTree | None = None
         self.same_structure = 0
         self.respecced = 0
+        self.derived = 0
         self.now = 0.0
 
     def run(self) -> SchedulingTree:
@@ -88,6 +90,12 @@ class Periods:
         assert comparable(built) == comparable(fresh)
         assert list(built.elements) == list(fresh.elements)
         assert built.order == fresh.order
+        assert built.children == fresh.children
+        assert built.depth == fresh.depth
+        assert {key: repr(value) for key, value in built.effective.items()} == {
+            key: repr(value) for key, value in fresh.effective.items()
+        }
+        self.derived += built.delta is not None
         last = self.last
         if last is not None and built.skeleton is last.skeleton:
             self.same_structure += 1
@@ -137,7 +145,7 @@ def change_operations(
         tree.set_operation_suspended(op_id, not tree.operation(op_id).suspended)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(3))
 def test_incremental_build_equals_a_build_from_scratch(seed: int) -> None:
     rng = random.Random(seed)
     tree_config, leaves = definition(seed)
@@ -157,12 +165,13 @@ def test_incremental_build_equals_a_build_from_scratch(seed: int) -> None:
     periods = Periods(tree, usage)
     counter = [0]
     periods.run()
-    for period in range(60):
-        if period % 7 == 3:
+    for period in range(45):
+        if period % 5 == 3:
             change_operations(rng, tree, usage, leaves, counter)
         move_usage(rng, usage, rng.choice([1, 2, 3, 10]))
         periods.run()
-    assert periods.same_structure >= 40
+    assert periods.same_structure >= 30
+    assert periods.derived >= 5  # operation changes took the derived path (`with_operation_changes`)
     assert periods.respecced > 0
 
 
