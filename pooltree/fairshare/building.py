@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pooltree.fairshare import functions as fn
@@ -10,8 +12,59 @@ from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree
 from pooltree.resources import RESOURCE_COUNT
 
 
+class _KeptFunctions:
+    """The last full build of a tree's functions and every input each function row was computed from, kept on the
+    tree (``_Tree.functions``) so that the next update of the same structure recomputes only the rows whose inputs
+    changed (and their ancestors) and takes the others from this table."""
+
+    __slots__ = (
+        "demand_share",
+        "guarantee",
+        "key",
+        "limits",
+        "right",
+        "scale",
+        "shift",
+        "step",
+        "table",
+        "usage_share",
+    )
+
+    def __init__(self, key: tuple[Any, ...], table: fn.FunctionTable, **arrays: np.ndarray):
+        self.key = key
+        self.table = table
+        for name, value in arrays.items():
+            setattr(self, name, value)
+
+    usage_share: np.ndarray
+    demand_share: np.ndarray
+    step: np.ndarray
+    guarantee: np.ndarray
+    limits: np.ndarray
+    scale: np.ndarray
+    shift: np.ndarray
+    right: np.ndarray
+
+
+_KEPT_BATCHES_LIMIT = 24
+"""A kept table whose rows are spread over more batches than this is copied into two (operations, pools): every
+reusing update adds a few small batches, and the compiled passes take the list of batches on every call."""
+
+
+def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rows of two (n, 5) float arrays that differ in some bit (-0.0 is not 0.0; the same NaN is the same)."""
+    return fn.row_any(a.view(np.int64) != b.view(np.int64))
+
+
+def _values_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Entries of two float arrays that differ in some bit."""
+    return a.view(np.int64) != b.view(np.int64)
+
+
 class _Building:
     """``_Update``'s function builds (the first full build is kept as the base of later ones)."""
+
+    _placement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # this update's (``_placements``)
 
     # ---- functions (b.5) ----------------------------------------------------------------------------
     def build_functions(
@@ -23,6 +76,13 @@ class _Building:
         later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
         and their ancestors, and take every other function from the base (the table refers to the base's
         batches; nothing is copied).
+
+        The first full build of an update likewise starts from the previous update's full build of the same tree
+        (``_KeptFunctions``): only operations whose usage share, demand share, step flag, guarantee or limits
+        changed, pools whose guarantee, limits or children's placements changed, and their ancestors are built.
+        Each function depends only on its own inputs with the compiled passes (the sums are per parent, the
+        suggestion pass function by function), so this is the same table bit for bit; with the numpy reference
+        or the improved computation every update builds everything.
         """
         tree = self.tree
         n = len(tree.elements)
@@ -31,27 +91,52 @@ class _Building:
         row_of = np.full(n, -1, dtype=np.int64)
         points = np.zeros(n, dtype=np.int64)  # every element's number of points (for the sums' capacity)
         base = self._base_functions
-        if base is not None:
-            base_table, base_guarantee, base_limits = base
-            member = np.zeros(n, dtype=bool)
-            member[elements] = True
-            dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
+        full = base is None and len(elements) == n
+        op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+        step_all = self._step_flags(op_idx) if full else None
+        scale_of, shift_of, right_of = self._placements()
+        key = (
+            fn.compiled_kernels_active(),
+            self.settings.enable_improved_fair_share_by_fit_factor_computation,
+        )
+        kept = tree.functions if full and key == (True, False) else None
+        if kept is not None and kept.key != key:
+            kept = None
+        if base is not None or kept is not None:
+            if base is not None:
+                source_table, base_guarantee, base_limits = base
+                member = np.zeros(n, dtype=bool)
+                member[elements] = True
+                dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
+            else:
+                assert kept is not None and step_all is not None
+                source_table = kept.table
+                member = np.ones(n, dtype=bool)
+                dirty = _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
+                ops_dirty = (
+                    _rows_differ(self.usage_share[op_idx], kept.usage_share)
+                    | _rows_differ(self.demand_share[op_idx], kept.demand_share)
+                    | (step_all != kept.step)
+                )
+                dirty[op_idx[ops_dirty]] = True
+                moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
+                moved_kids = np.flatnonzero(moved)
+                dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
+                dirty |= _values_differ(right_of, kept.right)
             for level in tree.parent_levels(bottom_up=True):
                 kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
                 dirty[level.parents] |= kids_dirty & member[level.parents]
-            batches.extend(base_table.batches)
-            batch_of[:] = base_table.batch_of
-            row_of[:] = base_table.row_of
-            points[:] = base_table.points
+            batches.extend(source_table.batches)
+            batch_of[:] = source_table.batch_of
+            row_of[:] = source_table.row_of
+            points[:] = source_table.points
             elements = np.flatnonzero(dirty)
         ops = elements[tree.is_op[elements]]
         if len(ops):
-            step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
-            gang = np.flatnonzero(step)
-            step[gang] = [
-                tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
-                for p in tree.parent[ops[gang]].tolist()
-            ]
+            if step_all is not None and len(ops) == len(op_idx):
+                step = step_all
+            else:
+                step = self._step_flags(ops)
             batches.append(
                 fn.operation_fair_share_by_suggestion(
                     self.usage_share[ops], self.demand_share[ops], step, guarantee[ops], limits[ops]
@@ -64,24 +149,8 @@ class _Building:
             groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
         else:
             groups = _height_groups(tree, elements[~tree.is_op[elements]])
-        derived = self.derived_statics() if len(elements) == n else None
-        for height, (level, counts, kids, slot, parent_of) in enumerate(groups):
-            placement = None if derived is None else derived.get(("placement", height))
-            if placement is None:
-                fifo_child = self.fifo[parent_of]
-                w = self.weight[kids]
-                positive = w > EPSILON
-                min_w = np.full(len(level), np.inf)
-                np.minimum.at(min_w, slot[positive], w[positive])
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
-                scale = np.where(fifo_child, 1.0, scale)
-                shift = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
-                right = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
-                if derived is not None:
-                    derived[("placement", height)] = (scale, shift, right)
-            else:
-                scale, shift, right = placement
+        for level, _counts, kids, slot, _parent_of in groups:
+            scale, shift, right = scale_of[kids], shift_of[kids], right_of[level]
             if self.settings.enable_improved_fair_share_by_fit_factor_computation:
                 fsbff = _improved_sums(
                     fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right
@@ -94,10 +163,107 @@ class _Building:
             batch_of[level] = len(batches) - 1
             row_of[level] = np.arange(len(level))
             points[level] = np.diff(batches[-1].offsets)
+        if kept is not None:
+            batches, batch_of = _live_batches(batches, batch_of)
         table = fn.FunctionTable(batches, batch_of, row_of, points)
-        if self._base_functions is None and len(elements) == n:
+        if full:
+            if key == (True, False) and step_all is not None:
+                if len(table.batches) > _KEPT_BATCHES_LIMIT:
+                    table = _consolidated(
+                        table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+                    )
+                tree.functions = _KeptFunctions(
+                    key,
+                    table,
+                    usage_share=self.usage_share[op_idx],
+                    demand_share=self.demand_share[op_idx],
+                    step=step_all,
+                    guarantee=guarantee.copy(),
+                    limits=limits.copy(),
+                    scale=scale_of,
+                    shift=shift_of,
+                    right=right_of,
+                )
             self._base_functions = (table, guarantee.copy(), limits.copy())
         return table
+
+    def _step_flags(self, ops: np.ndarray) -> np.ndarray:
+        """Whether each of ``ops`` takes the gang step function (its flag, the setting and its parent pool's)."""
+        tree = self.tree
+        step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
+        gang = np.flatnonzero(step)
+        step[gang] = [
+            tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
+            for p in tree.parent[ops[gang]].tolist()
+        ]
+        return step
+
+    def _placements(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every child's scale and shift and every pool's right bound in its parent's sum, by element.
+
+        Computed for every pool (each value depends only on its pool and its children, so a build of a subset
+        of pools reads the same numbers); kept with the guarantees while the weights are unchanged and no pool
+        is FIFO (``derived_statics``).
+        """
+        if self._placement is not None:
+            return self._placement
+        tree = self.tree
+        derived = self.derived_statics()
+        placement = None if derived is None else derived.get("placement")
+        if placement is not None:
+            self._placement = placement
+            return placement  # type: ignore[no-any-return]
+        n = len(tree.elements)
+        scale_of = np.zeros(n)
+        shift_of = np.zeros(n)
+        right_of = np.ones(n)
+        groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
+        for level, counts, kids, slot, parent_of in groups:
+            fifo_child = self.fifo[parent_of]
+            w = self.weight[kids]
+            positive = w > EPSILON
+            min_w = np.full(len(level), np.inf)
+            np.minimum.at(min_w, slot[positive], w[positive])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
+            scale_of[kids] = np.where(fifo_child, 1.0, scale)
+            shift_of[kids] = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
+            right_of[level] = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+        for array in (scale_of, shift_of, right_of):
+            array.flags.writeable = False
+        self._placement = (scale_of, shift_of, right_of)
+        if derived is not None:
+            derived["placement"] = self._placement
+        return self._placement
+
+
+def _live_batches(
+    batches: list[fn.FunctionBatch], batch_of: np.ndarray
+) -> tuple[list[fn.FunctionBatch], np.ndarray]:
+    """The batches some element's function is still a row of, and ``batch_of`` renumbered to them."""
+    used = np.unique(batch_of[batch_of >= 0])
+    if len(used) == len(batches):
+        return batches, batch_of
+    renumber = np.full(len(batches), -1, dtype=np.int64)
+    renumber[used] = np.arange(len(used))
+    live = batch_of >= 0
+    batch_of = batch_of.copy()
+    batch_of[live] = renumber[batch_of[live]]
+    return [batches[int(b)] for b in used.tolist()], batch_of
+
+
+def _consolidated(table: fn.FunctionTable, op_idx: np.ndarray, pool_idx: np.ndarray) -> fn.FunctionTable:
+    """The same functions copied into one batch of operations and one of pools (points copied as they are)."""
+    n = len(table.batch_of)
+    batches: list[fn.FunctionBatch] = []
+    batch_of = np.full(n, -1, dtype=np.int64)
+    row_of = np.full(n, -1, dtype=np.int64)
+    for rows in (op_idx, pool_idx):
+        if len(rows):
+            batches.append(table.gather(rows))
+            batch_of[rows] = len(batches) - 1
+            row_of[rows] = np.arange(len(rows))
+    return fn.FunctionTable(batches, batch_of, row_of, table.points)
 
 
 def _heights(tree: _Tree) -> np.ndarray:

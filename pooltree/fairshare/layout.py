@@ -71,6 +71,9 @@ class _Tree:
     _memo: dict[Any, Any] = field(default_factory=dict)
     guarantees: Any = None  # the last update's reusable guarantees (``guarantees._StaticGuarantees``)
     inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
+    functions: Any = (
+        None  # the last update's full function build and its inputs (``building._KeptFunctions``)
+    )
     priority_tier: Any = None  # the last update's priority flags, donor flags, priority tier and orphans
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:

@@ -92,6 +92,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self._queued_preemptions: dict[str, HeartbeatResult] = {}
         """Stops and job restarts decided for a node outside its heartbeat (job time limits, gang incarnation
         switches), delivered in the node's next heartbeat answer."""
+        self._limited_cache: tuple[object, dict[str, _Element], list[_Element]] | None = None
+        """(skeleton, element map, the map's elements with limits): see `_limited_elements`."""
         self.publish(tree, now=None)
 
     # ------------------------------------------------------------------ operations
@@ -352,9 +354,51 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         return any(self._ops_by_priority.values())
 
     def limits_violated(self) -> bool:
-        """Whether some pool or operation uses more than its specified resource limits."""
-        return any(
-            self._violated_limits(element) is not None
-            for element in self._elements.values()
-            if element.limits is not None
-        )
+        """Whether some pool or operation uses more than its specified resource limits.
+
+        Only the published elements with limits are checked (`_limited_elements`), not every element: a
+        simulator asks this on every due noop heartbeat check and after every update."""
+        return any(self._violated_limits(element) is not None for element in self._limited_elements())
+
+    def _limited_elements(self) -> list[_Element]:
+        """The published elements with limits (in no particular order), kept while the published structure is the same.
+
+        An element's ``limits`` are set only when `publish` makes or renews it, which happens only for a new
+        structure (a new ``skeleton``: `_new_elements`, or `_apply_operation_changes` for a tree made by
+        `SchedulingTree.with_operation_changes`); a publish of the same structure keeps every element and its
+        limits. So the list is valid while both the skeleton and the element map are the ones it was made
+        from. For a tree derived by operation changes from the structure of the list, only the delta's removed
+        and added operations are looked at (the other elements keep their objects and limits); otherwise every
+        element is scanned once.
+        """
+        elements = self._elements
+        skeleton = getattr(self, "_skeleton", None)
+        cached = self._limited_cache
+        if cached is not None and cached[0] is skeleton and cached[1] is elements:
+            return cached[2]
+        limited: list[_Element] | None = None
+        delta = getattr(self.tree, "delta", None)
+        if (
+            cached is not None
+            and delta is not None
+            and delta.base is cached[0]
+            and skeleton is self.tree.skeleton
+        ):
+            removed = delta.removed
+            limited = []
+            for element in cached[2]:
+                if element.id in removed:
+                    continue
+                if elements.get(element.id) is not element:  # not expected: rescan rather than assume
+                    limited = None
+                    break
+                limited.append(element)
+            if limited is not None:
+                for element_id in delta.added:
+                    element = elements.get(element_id)
+                    if element is not None and element.limits is not None:
+                        limited.append(element)
+        if limited is None:
+            limited = [element for element in elements.values() if element.limits is not None]
+        self._limited_cache = (skeleton, elements, limited)
+        return limited
