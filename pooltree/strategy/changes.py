@@ -50,7 +50,7 @@ from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.elements import StarvationState, _Element, _floats
-from pooltree.strategy.model import DeactivationReason, SchedulingStatus
+from pooltree.strategy.model import DeactivationReason, PreemptionPriority, SchedulingStatus, StarvationStatus
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
@@ -83,6 +83,7 @@ class _Step:
         "ordered",
         "pending",
         "pools",
+        "priorities",
         "serial",
         "skeleton",
         "unsettled",
@@ -115,6 +116,8 @@ class _Step:
             element for element in self.ops if element.op is not None and not element.op.lists_settled
         }
         """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
+        self.priorities: dict[_Element, PreemptionPriority] = {}
+        """Operation → its preemption priority where that is not ``NONE`` (``_ops_by_priority`` in a dict)."""
         self.serial = 0
         """Incremental publishes of this step so far (the current one's number while it runs)."""
         self.counted: dict[_Element, tuple[Any, str, int]] = {
@@ -146,6 +149,11 @@ class _Step:
         step.numbered = self.numbered
         step.pending = {
             element: count for element, count in self.pending.items() if elements.get(element.id) is element
+        }
+        step.priorities = {
+            element: priority
+            for element, priority in self.priorities.items()
+            if elements.get(element.id) is element
         }
         step.serial = serial = self.serial
         step.counted = {}
@@ -234,6 +242,13 @@ class ChangedPublisher(SchedulingStages):
                     # a step starts from statuses a publish with a time evaluated for every element
                     return False
                 step = _Step(tree.skeleton, ordered)
+                if changed is not None:  # the lists still hold the elements the operation changes removed
+                    self._update_priorities()
+                step.priorities = {
+                    element: priority
+                    for priority, listed in self._ops_by_priority.items()
+                    for element in listed
+                }
             states = self.starvation
             if len(states) < len(step.ordered):  # every element has its state after a publish with a time
                 for element in step.ordered:
@@ -263,11 +278,13 @@ class ChangedPublisher(SchedulingStages):
             fresh = [*fresh, *added]
             touched.update(changed[0])
             removed_parents = changed[1]
-        changed_ops, runtime_changed = self._take_touched(touched, fresh, removed_parents, changed is None)
+        changed_ops, rerun = self._take_touched(touched, fresh, removed_parents, changed is None)
         self._configure_changed(step, changed_ops)
         moved = self._update_starvation_of(step, fresh, changed_ops, now)
-        if moved or runtime_changed or changed is not None:
-            self._update_priorities()
+        if changed is not None:
+            rerun.extend(added)
+        if moved or rerun or changed is not None:
+            self._update_priorities_of(step, moved, rerun, changed is not None)
         self.last_update_time = now
         self._requeue(step, fresh, changed_ops, total, rebuild=changed is not None)
         return True
@@ -321,19 +338,19 @@ class ChangedPublisher(SchedulingStages):
         fresh: list[_Element],
         removed_parents: list[_Element],
         in_order: bool = False,
-    ) -> tuple[list[_Element], bool]:
+    ) -> tuple[list[_Element], list[_Element]]:
         """Touched operations take their runtime's usage; the pools above them are re-summed bottom-up.
         ``in_order``: ``fresh`` is in tree order, each element once.
 
-        Returns the operations to re-key (touched or with a new spec), in tree order, and whether some
-        operation's runtime changed."""
+        Returns the operations to re-key (touched or with a new spec), in tree order, and those whose runtime
+        changed."""
         elements = self._elements
         operations = self.operations
         ops = [element for element in fresh if element.is_op]
         known: set[_Element] | None = None
         extra: list[_Element] = []
         pools: dict[int, _Element] = {}
-        runtime_changed = False
+        runtime_changed: list[_Element] = []
         for element_id in touched:
             element = elements.get(element_id)
             if element is None or not element.is_op:
@@ -349,7 +366,7 @@ class ChangedPublisher(SchedulingStages):
             elif element.op is not None:
                 element.usage = [0.0] * RESOURCE_COUNT
             if element.op is not runtime:
-                runtime_changed = True
+                runtime_changed.append(element)
                 element.op = runtime
             cursor = element.parent
             while cursor is not None and cursor.index not in pools:
@@ -383,12 +400,12 @@ class ChangedPublisher(SchedulingStages):
 
     def _update_starvation_of(
         self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], now: float
-    ) -> bool:
+    ) -> list[_Element]:
         """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move: those
         with a new spec, touched operations, elements below their fair share whose deadline fell due (``now``
         later than their `StarvationState.due`) and operations below their fair share whose pending allocation
         count moved (their timeouts follow it). The first publish of a step, one whose time went back or whose
-        config is another re-evaluates every element below its fair share. Returns whether some element's
+        config is another re-evaluates every element below its fair share. Returns the elements whose
         starvation status changed.
 
         Every other element below its fair share would leave `StarvationState.advance` with every field as it
@@ -421,7 +438,7 @@ class ChangedPublisher(SchedulingStages):
         pending = step.pending
         push = heapq.heappush
         numbered = step.numbered
-        moved = False
+        moved: list[_Element] = []
         for element in sorted(visit, key=_index):
             status = element.spec.scheduling_status
             if type(status) is not SchedulingStatus:
@@ -437,7 +454,7 @@ class ChangedPublisher(SchedulingStages):
             own = state.advance(element, status is not _NORMAL, now, config)
             if element.starvation != own:
                 element.starvation = own
-                moved = True
+                moved.append(element)
             if status is _NORMAL:
                 below.discard(element)
                 deadlines.pop(element, None)
@@ -485,6 +502,56 @@ class ChangedPublisher(SchedulingStages):
             runtime = element.op
             if runtime is None or runtime.controller.pending_allocation_count != count:
                 visit.add(element)
+
+    def _update_priorities_of(
+        self, step: _Step, moved: list[_Element], rerun: list[_Element], resort: bool
+    ) -> None:
+        """`_update_priorities` for the operations whose preemption priority can have changed: those whose
+        starvation status ``moved``, those below a pool whose status moved (unless the scope is
+        ``operation_only``) and ``rerun`` (a new runtime or a new element). ``_ops_by_priority`` is made anew
+        from ``step.priorities`` in tree order when some priority changed or ``resort`` (tree indices moved)."""
+        own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
+        visit = set(rerun)
+        for element in moved:
+            if element.is_op:
+                visit.add(element)
+            elif not own_only:  # every operation below the pool
+                stack = list(element.children)
+                while stack:
+                    child = stack.pop()
+                    if child.is_op:
+                        visit.add(child)
+                    else:
+                        stack.extend(child.children)
+        priorities = step.priorities
+        severity: dict[_Element, int] = {}
+        changed = resort
+        for element in visit:
+            rank = _RANK[element.starvation]
+            parent = element.parent
+            if not own_only and parent is not None:
+                above = _severity(parent, severity)
+                if above > rank:
+                    rank = above
+            priority = _PRIORITY_OF[rank]
+            if element.op is not None:
+                element.op.preemption_priority = priority
+            if priorities.get(element) is not priority:
+                if rank:
+                    priorities[element] = priority
+                elif element in priorities:
+                    del priorities[element]
+                else:
+                    continue
+                changed = True
+        if changed:
+            by_priority: dict[PreemptionPriority, list[_Element]] = {
+                PreemptionPriority.NORMAL: [],
+                PreemptionPriority.AGGRESSIVE: [],
+            }
+            for element in sorted(priorities, key=_index):
+                by_priority[priorities[element]].append(element)
+            self._ops_by_priority = by_priority
 
     # ------------------------------------------------------------------ pass 3: activity, counts, heaps
 
@@ -644,6 +711,29 @@ def _rebuild_heaps(ordered: list[_Element]) -> None:
 
 def _index(element: _Element) -> int:
     return element.index
+
+
+_RANK = {
+    StarvationStatus.NON_STARVING: 0,
+    StarvationStatus.STARVING: 1,
+    StarvationStatus.AGGRESSIVELY_STARVING: 2,
+}
+"""A starvation status's severity, as `SnapshotPublisher._update_priorities` ranks it."""
+_PRIORITY_OF = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
+
+
+def _severity(pool: _Element, known: dict[_Element, int]) -> int:
+    """The most severe starvation rank among ``pool`` and its ancestors (memoised in ``known``)."""
+    rank = known.get(pool)
+    if rank is None:
+        rank = _RANK[pool.starvation]
+        parent = pool.parent
+        if parent is not None:
+            above = _severity(parent, known)
+            if above > rank:
+                rank = above
+        known[pool] = rank
+    return rank
 
 
 def _all_given(elements: Any) -> bool:
