@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -25,14 +26,22 @@ class _KeptFunctions:
         "right",
         "scale",
         "shift",
+        "stale",
         "step",
         "table",
         "usage_share",
     )
 
-    def __init__(self, key: tuple[Any, ...], table: fn.FunctionTable, **arrays: np.ndarray):
+    def __init__(
+        self,
+        key: tuple[Any, ...],
+        table: fn.FunctionTable,
+        stale: np.ndarray | None = None,
+        **arrays: np.ndarray,
+    ):
         self.key = key
         self.table = table
+        self.stale = stale  # rows to build whatever their inputs (``_carried``: new elements, changed pools)
         for name, value in arrays.items():
             setattr(self, name, value)
 
@@ -99,9 +108,18 @@ class _Building:
             fn.compiled_kernels_active(),
             self.settings.enable_improved_fair_share_by_fit_factor_computation,
         )
-        kept = tree.functions if full and key == (True, False) else None
+        kept = None
+        if full and key == (True, False):
+            if tree.functions is None and tree.previous is not None:
+                tree.functions = _carried(tree.previous, tree)  # a new structure: rows of the same elements
+            tree.previous = None
+            kept = tree.functions
         if kept is not None and kept.key != key:
             kept = None
+        step_full = None
+        if step_all is not None:
+            step_full = np.zeros(n, dtype=bool)
+            step_full[op_idx] = step_all
         if base is not None or kept is not None:
             if base is not None:
                 source_table, base_guarantee, base_limits = base
@@ -109,16 +127,17 @@ class _Building:
                 member[elements] = True
                 dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
             else:
-                assert kept is not None and step_all is not None
+                assert kept is not None and step_full is not None
                 source_table = kept.table
                 member = np.ones(n, dtype=bool)
                 dirty = _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
-                ops_dirty = (
-                    _rows_differ(self.usage_share[op_idx], kept.usage_share)
-                    | _rows_differ(self.demand_share[op_idx], kept.demand_share)
-                    | (step_all != kept.step)
+                dirty |= tree.is_op & (
+                    _rows_differ(self.usage_share, kept.usage_share)
+                    | _rows_differ(self.demand_share, kept.demand_share)
+                    | (step_full != kept.step)
                 )
-                dirty[op_idx[ops_dirty]] = True
+                if kept.stale is not None:
+                    dirty |= kept.stale
                 moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
                 moved_kids = np.flatnonzero(moved)
                 dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
@@ -167,7 +186,7 @@ class _Building:
             batches, batch_of = _live_batches(batches, batch_of)
         table = fn.FunctionTable(batches, batch_of, row_of, points)
         if full:
-            if key == (True, False) and step_all is not None:
+            if key == (True, False) and step_full is not None:
                 if len(table.batches) > _KEPT_BATCHES_LIMIT:
                     table = _consolidated(
                         table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
@@ -175,9 +194,9 @@ class _Building:
                 tree.functions = _KeptFunctions(
                     key,
                     table,
-                    usage_share=self.usage_share[op_idx],
-                    demand_share=self.demand_share[op_idx],
-                    step=step_all,
+                    usage_share=self.usage_share.copy(),
+                    demand_share=self.demand_share.copy(),
+                    step=step_full,
                     guarantee=guarantee.copy(),
                     limits=limits.copy(),
                     scale=scale_of,
@@ -235,6 +254,58 @@ class _Building:
         if derived is not None:
             derived["placement"] = self._placement
         return self._placement
+
+
+def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:
+    """The previous tree's kept functions laid out by ``tree``'s rows, for an update of a new structure of the
+    same root (an operation arrived or left, a pool moved): an element that was in the previous tree keeps its
+    row's function and inputs; elements that were not, and pools whose children are not the same elements in
+    the same order (a sum depends on its order), are ``stale``."""
+    kept = previous.functions
+    if kept is None:
+        return None
+    n = len(tree.elements)
+    where = dict(zip(map(id, previous.elements), range(len(previous.elements)), strict=True))
+    rows = np.fromiter(map(where.get, map(id, tree.elements), repeat(-1)), dtype=np.int64, count=n)
+    mapped = rows >= 0
+    stale = ~mapped
+    # Children: the child at position k of a pool must be the element at position k of the same pool before.
+    kids = np.arange(1, n, dtype=np.int64)
+    parents = tree.parent[kids]
+    old_parents = rows[parents]
+    old_start = np.where(old_parents >= 0, previous.child_start[np.maximum(old_parents, 0)], -1)
+    expected = old_start + (kids - tree.child_start[parents])
+    moved = (old_parents < 0) | (rows[kids] != expected)
+    stale[parents[moved]] = True
+    pools = np.flatnonzero(~tree.is_op & mapped)
+    stale[pools[previous.child_count[rows[pools]] != tree.child_count[pools]]] = True
+    source = np.maximum(rows, 0)
+
+    def take(values: np.ndarray, fill: Any) -> np.ndarray:
+        out = values[source]
+        out[~mapped] = fill
+        return out
+
+    old = kept.table
+    table = fn.FunctionTable(
+        old.batches,
+        take(old.batch_of, -1),
+        take(old.row_of, -1),
+        take(old.points, 0),  # type: ignore[arg-type]
+    )
+    return _KeptFunctions(
+        kept.key,
+        table,
+        stale,
+        usage_share=take(kept.usage_share, np.nan),
+        demand_share=take(kept.demand_share, np.nan),
+        step=take(kept.step, False),
+        guarantee=take(kept.guarantee, np.nan),
+        limits=take(kept.limits, np.nan),
+        scale=take(kept.scale, np.nan),
+        shift=take(kept.shift, np.nan),
+        right=take(kept.right, np.nan),
+    )
 
 
 def _live_batches(

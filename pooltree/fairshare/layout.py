@@ -71,9 +71,8 @@ class _Tree:
     _memo: dict[Any, Any] = field(default_factory=dict)
     guarantees: Any = None  # the last update's reusable guarantees (``guarantees._StaticGuarantees``)
     inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
-    functions: Any = (
-        None  # the last update's full function build and its inputs (``building._KeptFunctions``)
-    )
+    functions: Any = None  # the last update's full build of functions and its inputs (``_KeptFunctions``)
+    previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
     priority_tier: Any = None  # the last update's priority flags, donor flags, priority tier and orphans
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -149,6 +148,9 @@ def _flatten(root: Pool) -> _Tree:
     if cached is not None and cached.elements[0] is root and _same_structure(cached, root):
         return cached
     tree = _flatten_new(root)
+    if cached is not None and cached.elements[0] is root and cached.functions is not None:
+        cached.previous = None  # one step back only
+        tree.previous = cached  # its functions are carried to the elements still there (``building``)
     _RECENT_TREES.pop(key, None)
     for other in [k for k, kept in _RECENT_TREES.items() if sys.getrefcount(kept.elements[0]) <= _HELD_HERE]:
         _RECENT_TREES.pop(other, None)  # its root is gone everywhere else: no update will pass it again

@@ -39,6 +39,7 @@ def _small_change(rng: np.random.Generator, root: Pool) -> None:
             op.demand = np.maximum(op.demand, op.usage) + delta * float(rng.integers(0, 2))
         else:
             op.usage = op.usage - delta
+    _structure_change(rng, root)
     kind = rng.random()
     if kind < 0.15:
         element = [*_ops(root), *_pools(root)[1:]][int(rng.integers(len(ops) + len(_pools(root)) - 1))]
@@ -63,6 +64,24 @@ def _small_change(rng: np.random.Generator, root: Pool) -> None:
     elif kind < 0.45:
         op = ops[int(rng.integers(len(ops)))]
         op.usage = op.usage * -0.0 if not np.any(op.usage) else op.usage  # -0.0 is a change of bits
+
+
+def _structure_change(rng: np.random.Generator, root: Pool) -> None:
+    """Now and then an operation arrives or leaves, or a pool's children come in another order."""
+    kind = rng.random()
+    pools = _pools(root)
+    pool = pools[int(rng.integers(len(pools)))]
+    if kind < 0.1 and (not pool.children or isinstance(pool.children[0], Operation)):
+        arrived = Operation(
+            f"arrived-{rng.integers(1 << 30)}",
+            usage=np.array([1.0, 2.0, 0, 2.0**31, 0]),
+            demand=np.array([3.0, 6.0, 0, 2.0**33, 0]),
+        )
+        pool.children = [*pool.children, arrived]  # a fresh list, as the tree runtime hands them
+    elif kind < 0.2 and pool.children and isinstance(pool.children[-1], Operation):
+        pool.children = pool.children[:-1]
+    elif kind < 0.25 and len(pool.children) > 1:
+        pool.children = pool.children[::-1]
 
 
 def _run_sequence(seed: int, steps: int) -> None:
@@ -142,6 +161,15 @@ def test_only_changed_operations_are_built_again(monkeypatch: pytest.MonkeyPatch
     assert recorder.sizes == [1]
     fresh = copy.deepcopy((root, total, settings))
     assert _digest(got) == _digest(update_fair_share(*fresh, 3.5, first.state))
+    # An operation arrives and one leaves: the new tree takes the functions of the elements still there.
+    parent = next(p for p in _pools(root) if p.children and isinstance(p.children[0], Operation))
+    arrived = Operation("arrived", usage=ops[3].usage * 2.0, demand=ops[3].demand * 3.0)
+    parent.children = [*parent.children[1:], arrived]
+    recorder.sizes.clear()
+    got = update_fair_share(root, total, settings, 3.7, first.state)
+    assert recorder.sizes == [1]
+    fresh = copy.deepcopy((root, total, settings))
+    assert _digest(got) == _digest(update_fair_share(*fresh, 3.7, first.state))
     # A changed operation's function is not taken from the previous build: its fair share moved with it.
     before = update_fair_share(root, total, settings, 4.0, first.state).elements[changed[0].id]
     changed[0].usage = changed[0].usage * 0.0
