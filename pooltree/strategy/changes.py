@@ -185,6 +185,9 @@ class ChangedPublisher(SchedulingStages):
     """`SnapshotPublisher._configure_lists`."""
     _update_priorities: Callable[[], None]
     """`SnapshotPublisher._update_priorities`."""
+    _respecced: list[Any] | None
+    """The specs of the tree being published that are not the last published tree's very objects, when the
+    tree says which (`SchedulingTree.respecced`); ``None``: unknown."""
     _pending_moved: set[str]
     """`TreeScheduler._pending_moved`: operations whose controllers reported moved pending work."""
     _pending_polled: set[str]
@@ -255,11 +258,18 @@ class ChangedPublisher(SchedulingStages):
                     if element.id not in states:
                         states[element.id] = StarvationState()
         specs = tree.elements
-        fresh = [
-            element
-            for element, spec in zip(step.ordered, map(specs.__getitem__, tree.order), strict=True)
-            if spec is not element.spec
-        ]
+        respecced = self._respecced
+        if respecced is not None and changed is None:  # a tree derived from the last one with these specs new
+            elements = self._elements
+            fresh = sorted(
+                {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
+            )
+        else:
+            fresh = [
+                element
+                for element, spec in zip(step.ordered, map(specs.__getitem__, tree.order), strict=True)
+                if spec is not element.spec
+            ]
         for element in fresh:
             spec = specs[element.id]
             if spec.scheduling_status is None or spec.demand_share is None:

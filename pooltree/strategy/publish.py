@@ -45,6 +45,11 @@ class SnapshotPublisher(ChangedPublisher):
 
     def publish(self, tree: SchedulingTree, now: float | None) -> None:
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
+        respecced = tree.respecced
+        # every published element's spec is the last published tree's: derived from it, only these can differ
+        self._respecced = (
+            respecced[1] if respecced is not None and respecced[0]() is getattr(self, "tree", None) else None
+        )
         self.tree = tree
         self.config = tree.config
         self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())

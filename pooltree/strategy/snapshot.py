@@ -10,6 +10,7 @@ value if set, else its parent's; the root takes the tree options).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -314,6 +315,10 @@ class SchedulingTree:
         self.effective: dict[str, EffectiveSettings] = {}
         self.delta: TreeDelta | None = None
         """Set by :meth:`with_operation_changes`: how this tree differs from the tree it was derived from."""
+        self.respecced: tuple[weakref.ref[SchedulingTree], list[ElementSpec]] | None = None
+        """Set by :meth:`with_shares` from a `SpecRows` hint: (the tree derived from, the specs that are not its
+        very objects). When that tree is the one published last, `publish` looks only at these for elements
+        with a new spec."""
         self._resolve_settings()
 
     def _resolve_settings(self) -> None:
@@ -343,6 +348,7 @@ class SchedulingTree:
         if total.shape != (RESOURCE_COUNT,) or np.any(total < 0):
             raise ConfigError("total_resources", "must be a non-negative vector of 5 resources")
         tree.total_resources = total
+        tree.respecced = None
         return tree
 
     def with_shares(self, total_resources: Vector, elements: list[ElementSpec]) -> SchedulingTree:
@@ -366,6 +372,7 @@ class SchedulingTree:
                     f"replaced element {_first_new(elements.replaced, self.elements)!r} is not in the tree"
                 )
             tree.elements = specs
+            tree.respecced = (weakref.ref(self), elements.replaced)
         else:
             tree.elements = {element.id: element for element in elements}
             if ROOT_ID not in tree.elements:
