@@ -104,23 +104,26 @@ class BuildCache:
         self.operations: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         self.last: tuple[list[dict[str, Any]], StrategyConfig, SchedulingTree] | None = None
         self.runtime: _LastRuntime | None = None
-        """The previous build's runtime key, element ids, specs and gathered shares (see `_LastRuntime`)."""
+        """The previous build's runtime key, element ids, specs and published values (see `_LastRuntime`)."""
 
 
 class _LastRuntime:
     """What the previous build read, for the next one: while the pool tree's ``revision`` (and the tree config
     and strategy config objects) are the same, every static part is the same object as before, so the next build
-    skips the per-element walk and only re-creates the specs whose shares changed (compared in bulk)."""
+    skips the per-element walk and only re-creates the specs whose published values changed, found by comparing
+    the result's arrays with copies of the previous result's (`_Published`)."""
 
     __slots__ = (
-        "gathered",
         "ids",
         "is_op",
         "key",
         "pool_rows",
         "positions",
+        "published",
         "registration",
         "result_ids",
+        "row_of",
+        "rows_from",
         "specs",
         "statics",
     )
@@ -142,45 +145,121 @@ class _LastRuntime:
         self.registration = registration
         """Registration indices of the operation rows (which follow the pool rows, in this order), or None when
         the rows are not in registration order (then operation changes re-walk the tree)."""
-        self.result_ids: Any = None
-        self.positions: np.ndarray | None = None
-        self.gathered: _Gathered | None = None
+        self.result_ids: list[str] | None = None
+        """A copy of the ids of the result ``published`` holds (the result's rows)."""
+        self.positions: np.ndarray = np.zeros(0, dtype=np.intp)
+        """Each row's row in that result (-1: the element is missing from it)."""
+        self.row_of: np.ndarray = np.zeros(0, dtype=np.intp)
+        """Each result row's row (-1: not an element of the build)."""
+        self.published: _Published | None = None
+        self.rows_from: np.ndarray | None = None
+        """Set by `_operation_changes` until the next build: each row's row before the operation changes (-1:
+        an operation's new row). ``positions`` still refer to the rows before the changes."""
+
+    def read(self, result_elements: Any) -> None:
+        """Take ``result_elements`` as the result the rows were last compared with: positions and copies."""
+        ids = result_elements.ids
+        index = result_elements.index
+        count = len(self.ids)
+        try:  # every element in the result (as usual): the lookups in C
+            positions = np.fromiter(map(index.__getitem__, self.ids), dtype=np.intp, count=count)
+        except KeyError:
+            positions = np.fromiter((index.get(i, -1) for i in self.ids), dtype=np.intp, count=count)
+        found = positions >= 0
+        row_of = np.full(len(ids), -1, dtype=np.intp)
+        row_of[positions[found]] = np.flatnonzero(found)
+        self.positions = positions
+        self.row_of = row_of
+        self.result_ids = list(ids)
+        self.published = _Published(result_elements.arrays)
+        self.rows_from = None
 
 
-class _Gathered:
-    """The published values of every element of one build, in build order, as arrays (missing rows zero)."""
+class _Published:
+    """Private copies of the values one result published, in the result's row order: what the next result is
+    compared with. Rows that change are written in place (`refresh`), so an update costs what changed."""
+
+    __slots__ = ("below", "demand_share", "fair_share", "fifo", "weight")
+
+    def __init__(self, arrays: Mapping[str, Any]) -> None:
+        self.fair_share = np.array(arrays["fair_share"], dtype=float)
+        self.demand_share = np.array(arrays["demand_share"], dtype=float)
+        self.below = np.array(arrays["below"], dtype=bool)
+        self.weight = np.array(arrays["weight"], dtype=float)
+        self.fifo = {int(i): int(value or 0) for i, value in arrays["fifo_index"].items()}
+
+    def refresh(self, arrays: Mapping[str, Any]) -> np.ndarray | None:
+        """The rows (sorted) whose values in ``arrays`` (a result with the same rows) differ from these (NaN
+        counts as changed), after taking their new values; None, with nothing taken, when the shapes differ."""
+        fair_share = np.asarray(arrays["fair_share"], dtype=float)
+        demand_share = np.asarray(arrays["demand_share"], dtype=float)
+        below = np.asarray(arrays["below"], dtype=bool)
+        weight = np.asarray(arrays["weight"], dtype=float)
+        if (
+            fair_share.shape != self.fair_share.shape
+            or demand_share.shape != self.demand_share.shape
+            or below.shape != self.below.shape
+            or weight.shape != self.weight.shape
+        ):
+            return None
+        # a vector row changed where any of its entries did: the flat indices of the differing entries, per row
+        parts = [
+            np.flatnonzero(fair_share != self.fair_share) // RESOURCE_COUNT,
+            np.flatnonzero(demand_share != self.demand_share) // RESOURCE_COUNT,
+            np.flatnonzero(below != self.below),
+            np.flatnonzero(weight != self.weight),
+        ]
+        fifo_rows = arrays["fifo_index"]
+        fifo = self.fifo
+        if fifo_rows != fifo:  # the usual case compares equal in C; else find the rows by their values
+            fresh = {int(i): int(value or 0) for i, value in fifo_rows.items()}
+            moved = [i for i in fresh.keys() | fifo.keys() if fresh.get(i, 0) != fifo.get(i, 0)]
+            parts.append(np.array(moved, dtype=np.intp))
+            self.fifo = fresh
+        rows = np.unique(np.concatenate(parts))
+        if rows.size:
+            self.fair_share[rows] = fair_share[rows]
+            self.demand_share[rows] = demand_share[rows]
+            self.below[rows] = below[rows]
+            self.weight[rows] = weight[rows]
+        return rows
+
+
+class _Rows:
+    """Published values of some rows of a build (missing rows: zero, ``missing`` set), as arrays."""
 
     __slots__ = ("below", "demand_share", "fair_share", "fifo", "missing", "weight")
 
-    def __init__(self, result_elements: Any, last: _LastRuntime) -> None:
-        arrays = result_elements.arrays
-        ids = result_elements.ids
-        if last.positions is None or not (ids is last.result_ids or ids == last.result_ids):
-            index = result_elements.index
-            try:  # every element in the result (as usual): the lookups in C
-                positions = np.fromiter(map(index.__getitem__, last.ids), dtype=np.intp, count=len(last.ids))
-            except KeyError:
-                positions = np.fromiter(
-                    (index.get(i, -1) for i in last.ids), dtype=np.intp, count=len(last.ids)
-                )
-            last.positions = positions
-            last.result_ids = ids
-        positions = last.positions
+    def __init__(self, published: _Published, positions: np.ndarray) -> None:
+        """The values of the rows at ``positions`` (rows of ``published``; -1: missing)."""
         self.missing = positions < 0
+        count = len(positions)
+        if len(published.fair_share) == 0:  # nothing published: every row is missing
+            self.fair_share = np.zeros((count, RESOURCE_COUNT))
+            self.demand_share = np.zeros((count, RESOURCE_COUNT))
+            self.below = np.zeros(count, dtype=bool)
+            self.weight = np.zeros(count)
+            self.fifo = np.zeros(count, dtype=np.int64)
+            return
         take = np.where(self.missing, 0, positions)
-        self.fair_share = np.array(arrays["fair_share"], dtype=float)[take]
-        self.demand_share = np.array(arrays["demand_share"], dtype=float)[take]
-        self.below = np.asarray(arrays["below"], dtype=bool)[take]
-        self.weight = np.asarray(arrays["weight"], dtype=float)[take]
-        fifo = np.zeros(len(positions), dtype=np.int64)
-        fifo_rows = arrays["fifo_index"]
-        if fifo_rows:
-            row_of = np.full(len(ids), -1, dtype=np.intp)
-            row_of[positions[~self.missing]] = np.flatnonzero(~self.missing)
-            for i, value in fifo_rows.items():
-                row = row_of[i]
-                if row >= 0:
-                    fifo[row] = int(value or 0)
+        self.fair_share = published.fair_share[take]
+        self.demand_share = published.demand_share[take]
+        self.below = published.below[take]
+        self.weight = published.weight[take]
+        fifo = np.zeros(count, dtype=np.int64)
+        fifo_of = published.fifo
+        if fifo_of and count <= len(fifo_of):
+            for k, position in enumerate(positions.tolist()):
+                value = fifo_of.get(position, 0) if position >= 0 else 0
+                if value:
+                    fifo[k] = value
+        elif fifo_of:
+            row_of = np.full(len(published.fair_share), -1, dtype=np.intp)
+            found = ~self.missing
+            row_of[positions[found]] = np.flatnonzero(found)
+            for position, value in fifo_of.items():
+                if value and 0 <= position < len(row_of) and row_of[position] >= 0:
+                    fifo[row_of[position]] = value
         self.fifo = fifo
         if self.missing.any():
             self.fair_share[self.missing] = 0.0
@@ -188,7 +267,7 @@ class _Gathered:
             self.below[self.missing] = False
             self.weight[self.missing] = 0.0
 
-    def changed(self, other: _Gathered) -> np.ndarray:
+    def changed(self, other: _Rows) -> np.ndarray:
         """Rows whose published values differ from ``other``'s (NaN counts as changed)."""
         return (
             (self.fair_share != other.fair_share).any(axis=1)
@@ -199,25 +278,35 @@ class _Gathered:
             | (self.missing != other.missing)
         )
 
-    def spec(self, static: dict[str, Any], row: int, is_op: bool) -> ElementSpec:
-        """The spec ``scheduling_tree_from_runtime``'s element walk builds for this row."""
-        if self.missing[row]:
+    def subset(self, rows: np.ndarray) -> _Rows:
+        out = object.__new__(_Rows)
+        out.fair_share = self.fair_share[rows]
+        out.demand_share = self.demand_share[rows]
+        out.below = self.below[rows]
+        out.weight = self.weight[rows]
+        out.fifo = self.fifo[rows]
+        out.missing = self.missing[rows]
+        return out
+
+    def spec(self, static: dict[str, Any], k: int, is_op: bool) -> ElementSpec:
+        """The spec ``scheduling_tree_from_runtime``'s element walk builds for the ``k``-th row."""
+        if self.missing[k]:
             return _spec(static, fair_share=np.zeros(RESOURCE_COUNT))
-        status = _BELOW if self.below[row] else _NORMAL
+        status = _BELOW if self.below[k] else _NORMAL
         if not is_op:
             return _spec(
                 static,
-                fair_share=self.fair_share[row],
-                demand_share=self.demand_share[row],
+                fair_share=self.fair_share[k],
+                demand_share=self.demand_share[k],
                 scheduling_status=status,
             )
         return _spec(
             static,
-            fair_share=self.fair_share[row],
-            demand_share=self.demand_share[row],
+            fair_share=self.fair_share[k],
+            demand_share=self.demand_share[k],
             scheduling_status=status,
-            weight=float(self.weight[row]),
-            fifo_index=int(self.fifo[row]),
+            weight=float(self.weight[k]),
+            fifo_index=int(self.fifo[k]),
         )
 
 
@@ -399,13 +488,16 @@ def scheduling_tree_from_runtime(
         bulk
         and revision is not None
         and last_runtime is not None
-        and last_runtime.gathered is not None
+        and last_runtime.published is not None
         and cache.last is not None
     ):
-        if all(map(operator.is_, last_runtime.key, runtime_key)):
-            return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
-        if all(map(operator.is_, last_runtime.key[2:], runtime_key[2:])) and last_runtime.key[0] is pool_tree:
-            try:
+        try:
+            if all(map(operator.is_, last_runtime.key, runtime_key)):
+                return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
+            if (
+                all(map(operator.is_, last_runtime.key[2:], runtime_key[2:]))
+                and last_runtime.key[0] is pool_tree
+            ):
                 delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
                 if delta is not None:
                     # no row changed: the structure is the previous one (`with_shares`, same skeleton)
@@ -413,11 +505,12 @@ def scheduling_tree_from_runtime(
                     return _unchanged_structure(
                         result.elements, total_resources, cache, last_runtime, rows_changed
                     )
-            except BaseException:
-                # the rows may be half brought up to date: the next build walks the whole tree
-                cache.runtime = None
-                cache.last = None
-                raise
+        except BaseException:
+            # the rows or the copies of the last result may be half brought up to date: the next build walks
+            # the whole tree
+            cache.runtime = None
+            cache.last = None
+            raise
     shares = _Shares(result.elements)
     tree_config = pool_tree.config
     elements: list[ElementSpec] = []
@@ -535,7 +628,7 @@ def scheduling_tree_from_runtime(
     cache.runtime = None
     if bulk and revision is not None and cacheable:
         runtime = _LastRuntime(runtime_key, ids, statics, elements, registration)
-        runtime.gathered = _Gathered(result.elements, runtime)
+        runtime.read(result.elements)
         cache.runtime = runtime
     return tree
 
@@ -563,8 +656,7 @@ def _operation_changes(
     reach back, rows not in registration order, a spec that is not a frozen model)."""
     changed_since = getattr(pool_tree, "operations_changed_since", None)
     registration = last.registration
-    previous = last.gathered
-    if changed_since is None or registration is None or previous is None:
+    if changed_since is None or registration is None or last.published is None or last.rows_from is not None:
         return None
     changed = changed_since(last.key[1])
     if changed is None:
@@ -587,19 +679,20 @@ def _operation_changes(
     if not removed and not arriving:  # e.g. operations registered to wait in a queue: no row changes
         last.key = runtime_key
         return _OperationChanges(removed, [], {})
-    # the rows as lists edited in place (C-level moves), ``source``: each row's previous row (-1: new)
+    # the rows as lists edited in place (C-level moves)
     ids = list(last.ids)
     statics = list(last.statics)
     specs = list(last.specs)
     keys = list(registration)
     pool_rows = last.pool_rows
-    source = list(range(len(ids)))
+    doomed: list[int] = []
     if removed:
         doomed = sorted((ids.index(op_id, pool_rows) for op_id in removed), reverse=True)
         for row in doomed:
-            del ids[row], statics[row], specs[row], source[row], keys[row - pool_rows]
+            del ids[row], statics[row], specs[row], keys[row - pool_rows]
         for op_id in removed - arriving_ids:
             del operations_cache[op_id]
+    inserted: list[int] = []  # the new rows, ascending (each insertion lands after the ones before it)
     tree_config = pool_tree.config
     parents: dict[str, list[str]] = {}  # parent → its arriving operations, in registration order
     previous_specs = cache.last[2].elements if cache.last is not None else {}
@@ -632,30 +725,24 @@ def _operation_changes(
         row = pool_rows + at
         ids.insert(row, op_id)
         statics.insert(row, static)
-        specs.insert(row, _spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made below: NaN shares
-        source.insert(row, -1)
-    rows_from = np.array(source, dtype=np.intp)
-    fresh = rows_from < 0
-    take = np.where(fresh, 0, rows_from)
-    carried = object.__new__(_Gathered)
-    carried.fair_share = previous.fair_share[take]
-    carried.fair_share[fresh] = np.nan  # compares unequal: the new rows are re-specced
-    carried.demand_share = previous.demand_share[take]
-    carried.below = previous.below[take]
-    carried.weight = previous.weight[take]
-    carried.fifo = previous.fifo[take]
-    carried.missing = previous.missing[take]
-    is_op = last.is_op[take]
-    is_op[fresh] = True
+        specs.insert(row, _spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made with the new shares
+        inserted.append(row)
+    # each row's previous row (-1: new): the old rows without the doomed ones, with the new ones inserted
+    rows_from = (
+        np.delete(np.arange(len(last.ids), dtype=np.intp), doomed) if doomed else np.arange(len(last.ids))
+    )
+    if inserted:
+        # np.insert takes the places in the array before any insertion: the k-th new row minus k
+        rows_from = np.insert(rows_from, np.array(inserted) - np.arange(len(inserted)), -1)
+    is_op = last.is_op[np.where(rows_from < 0, 0, rows_from)]
+    is_op[rows_from < 0] = True
     last.key = runtime_key
     last.ids = ids
     last.statics = statics
     last.specs = specs
     last.is_op = is_op
     last.registration = keys
-    last.positions = None
-    last.result_ids = None
-    last.gathered = carried
+    last.rows_from = rows_from
     return _OperationChanges(
         removed,
         [item[1] for item in arriving],
@@ -699,19 +786,44 @@ def _unchanged_structure(
     delta: _OperationChanges | None = None,
 ) -> SchedulingTree:
     """The build for a pool tree whose revision is unchanged: the previous specs, re-created only where the
-    published values changed (the same specs the element walk would build, see `_Gathered.spec`). With ``delta``
+    published values changed (the same specs the element walk would build, see `_Rows.spec`). With ``delta``
     (only operations changed, rows already brought up to date by `_operation_changes`) the tree is derived from
-    the previous one (`SchedulingTree.with_operation_changes`)."""
-    gathered = _Gathered(result_elements, last)
-    assert last.gathered is not None and cache.last is not None
-    specs = SpecRows(last.specs)
+    the previous one (`SchedulingTree.with_operation_changes`).
+
+    When the result has the previous result's rows (the usual period), the changed rows are found by comparing
+    its arrays with the copies of the previous ones (`_Published.refresh`), and only they are read; otherwise
+    (operations changed, or the result's rows moved) every row is gathered in build order from both results and
+    compared, and the copies are taken anew."""
+    assert cache.last is not None and last.published is not None
+    result_ids = result_elements.ids
+    changed: np.ndarray | None = None
+    if last.rows_from is None and result_ids == last.result_ids:
+        moved = last.published.refresh(result_elements.arrays)
+        if moved is not None:
+            changed = last.row_of[moved]
+            changed = changed[changed >= 0]
+            changed.sort()
+            rows = _Rows(last.published, last.positions[changed])
+    if changed is None:
+        rows_from = last.rows_from
+        if rows_from is None:
+            previous = _Rows(last.published, last.positions)
+        else:
+            fresh = rows_from < 0
+            previous = _Rows(
+                last.published, np.where(fresh, -1, last.positions[np.where(fresh, 0, rows_from)])
+            )
+            previous.fair_share[fresh] = np.nan  # compares unequal: the new rows are re-specced
+        last.read(result_elements)
+        current = _Rows(last.published, last.positions)
+        changed = np.flatnonzero(current.changed(previous))
+        rows = current.subset(changed)
     statics = last.statics
-    changed = np.flatnonzero(gathered.changed(last.gathered))
+    specs = SpecRows(last.specs)
     prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
     if changed.size:
-        prepared = _respec(gathered, changed, last, specs)
+        prepared = _respec(rows, changed, last, specs)
     last.specs = specs
-    last.gathered = gathered
     specs.base = cache.last[2]  # the previous tree: the hints say how these specs derive from it
     try:
         if delta is None:
@@ -811,19 +923,19 @@ _BLOCKED_MASKS: tuple[tuple[bool, ...], ...] = tuple(
 
 
 def _respec(
-    gathered: _Gathered,
+    values: _Rows,
     changed: np.ndarray,
     last: _LastRuntime,
     specs: SpecRows,
 ) -> _Prepared:
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
-    part) with the new shares, status, weight and FIFO index, i.e. what `_Gathered.spec` builds. Returns each
+    part) with the new shares, status, weight and FIFO index, i.e. what `_Rows.spec` builds. Returns each
     element's fair share, demand share and ``blocked`` mask as the tuples `publish` would compute from the spec
     (`SchedulingTree.prepared`). The copies keep no ``__dict__`` of their own (`_spec_copier`): with usage
     moving most elements change every period, and each object less that survives a period is one less for the
     garbage collector's walks (see ``pooltree/gc_policy.py``)."""
-    fair_share = gathered.fair_share[changed]
-    demand_share = gathered.demand_share[changed]
+    fair_share = values.fair_share
+    demand_share = values.demand_share
     fair_rows = list(fair_share)  # row views, as the element walk hands out
     demand_rows = list(demand_share)
     # per row a tuple straight from the columns (the values `.tolist()` gives): no list per row on the way
@@ -832,10 +944,10 @@ def _respec(
     # a mask is one of 2**5 tuples of bools: each row gets the shared one (no new tuple per row to outlive it)
     masks = _BLOCKED_MASKS
     blocked = [masks[bits] for bits in ((fair_share >= demand_share) @ _MASK_BITS).tolist()]
-    below = gathered.below[changed].tolist()
-    weight = gathered.weight[changed].tolist()
-    fifo = gathered.fifo[changed].tolist()
-    missing = gathered.missing[changed].tolist()
+    below = values.below.tolist()
+    weight = values.weight.tolist()
+    fifo = values.fifo.tolist()
+    missing = values.missing.tolist()
     is_op = last.is_op[changed].tolist()
     ids = last.ids
     statics = last.statics
@@ -843,7 +955,7 @@ def _respec(
     replaced = specs.replaced
     for k, row in enumerate(changed.tolist()):
         if missing[k]:
-            spec = gathered.spec(statics[row], row, is_op[k])
+            spec = values.spec(statics[row], k, is_op[k])
         else:
             status = _BELOW if below[k] else _NORMAL
             if is_op[k]:
