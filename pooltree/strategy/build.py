@@ -162,7 +162,10 @@ class _LastRuntime:
         index = result_elements.index
         count = len(self.ids)
         try:  # every element in the result (as usual): the lookups in C
-            positions = np.fromiter(map(index.__getitem__, self.ids), dtype=np.intp, count=count)
+            positions = np.array(
+                operator.itemgetter(*self.ids)(index) if count > 1 else [index[i] for i in self.ids],
+                dtype=np.intp,
+            )
         except KeyError:
             positions = np.fromiter((index.get(i, -1) for i in self.ids), dtype=np.intp, count=count)
         found = positions >= 0
@@ -242,10 +245,11 @@ class _Rows:
             self.fifo = np.zeros(count, dtype=np.int64)
             return
         take = np.where(self.missing, 0, positions)
-        self.fair_share = published.fair_share[take]
-        self.demand_share = published.demand_share[take]
-        self.below = published.below[take]
-        self.weight = published.weight[take]
+        # ``take`` copies (specs hold row views of these arrays, never of the copies `_Published` rewrites)
+        self.fair_share = published.fair_share.take(take, axis=0)
+        self.demand_share = published.demand_share.take(take, axis=0)
+        self.below = published.below.take(take)
+        self.weight = published.weight.take(take)
         fifo = np.zeros(count, dtype=np.int64)
         fifo_of = published.fifo
         if fifo_of and count <= len(fifo_of):
@@ -268,24 +272,26 @@ class _Rows:
             self.weight[self.missing] = 0.0
 
     def changed(self, other: _Rows) -> np.ndarray:
-        """Rows whose published values differ from ``other``'s (NaN counts as changed)."""
-        return (
-            (self.fair_share != other.fair_share).any(axis=1)
-            | (self.demand_share != other.demand_share).any(axis=1)
-            | (self.below != other.below)
+        """The rows (ascending) whose published values differ from ``other``'s (NaN counts as changed)."""
+        changed = (
+            (self.below != other.below)
             | (self.weight != other.weight)
             | (self.fifo != other.fifo)
             | (self.missing != other.missing)
         )
+        # a vector row changed where any of its entries did (the flat indices of the entries, per row)
+        changed[np.flatnonzero(self.fair_share != other.fair_share) // RESOURCE_COUNT] = True
+        changed[np.flatnonzero(self.demand_share != other.demand_share) // RESOURCE_COUNT] = True
+        return np.flatnonzero(changed)
 
     def subset(self, rows: np.ndarray) -> _Rows:
         out = object.__new__(_Rows)
-        out.fair_share = self.fair_share[rows]
-        out.demand_share = self.demand_share[rows]
-        out.below = self.below[rows]
-        out.weight = self.weight[rows]
-        out.fifo = self.fifo[rows]
-        out.missing = self.missing[rows]
+        out.fair_share = self.fair_share.take(rows, axis=0)
+        out.demand_share = self.demand_share.take(rows, axis=0)
+        out.below = self.below.take(rows)
+        out.weight = self.weight.take(rows)
+        out.fifo = self.fifo.take(rows)
+        out.missing = self.missing.take(rows)
         return out
 
     def spec(self, static: dict[str, Any], k: int, is_op: bool) -> ElementSpec:
@@ -637,12 +643,16 @@ class _OperationChanges:
     """What `_operation_changes` did to the previous build's rows, for `SchedulingTree.with_operation_changes`:
     the operations ``removed`` and ``added`` and the new ``children`` lists of their parents."""
 
-    __slots__ = ("added", "children", "removed")
+    __slots__ = ("added", "children", "first_new_row", "removed")
 
-    def __init__(self, removed: set[str], added: list[str], children: dict[str, list[str]]):
+    def __init__(
+        self, removed: set[str], added: list[str], children: dict[str, list[str]], first_new_row: int = 0
+    ):
         self.removed = removed
         self.added = added
         self.children = children
+        self.first_new_row = first_new_row
+        """The row of the first added operation (the rows before it are the previous rows without the removed)."""
 
 
 def _operation_changes(
@@ -747,6 +757,7 @@ def _operation_changes(
         removed,
         [item[1] for item in arriving],
         _children(parents, cache.last[2] if cache.last is not None else None, removed, operations),
+        inserted[0] if inserted else len(ids),
     )
 
 
@@ -816,7 +827,7 @@ def _unchanged_structure(
             previous.fair_share[fresh] = np.nan  # compares unequal: the new rows are re-specced
         last.read(result_elements)
         current = _Rows(last.published, last.positions)
-        changed = np.flatnonzero(current.changed(previous))
+        changed = current.changed(previous)
         rows = current.subset(changed)
     statics = last.statics
     specs = SpecRows(last.specs)
@@ -830,6 +841,7 @@ def _unchanged_structure(
             tree = cache.last[2].with_shares(total_resources, specs)
         else:
             specs.ids = last.ids
+            specs.tail = delta.first_new_row
             specs.children = delta.children
             tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
     finally:

@@ -223,19 +223,22 @@ class SpecRows(list[ElementSpec]):
 
     - ``replaced`` (for `SchedulingTree.with_shares`): the specs of the list that are not ``base``'s very
       objects; ``base``'s id map is copied and only these are written into it.
-    - ``ids`` (for `SchedulingTree.with_operation_changes`): the id of each spec, in list order (the id map
-      is made from them in C, not by reading every spec's ``id``).
+    - ``ids`` and ``tail`` (for `SchedulingTree.with_operation_changes`): the id of each spec, in list order,
+      and the first row whose id is not the next of ``base``'s ids without the removed ones (the first new
+      operation's row): the id map is ``base``'s, copied, without the removed ids, with the rows from ``tail``
+      on re-appended in order (or, when the tail is long, made from the ids in C).
     - ``children`` (for `SchedulingTree.with_operation_changes`): for parents whose children changed, their
       children in list order (what a scan of every spec for its parent would collect).
     """
 
-    __slots__ = ("base", "children", "ids", "replaced")
+    __slots__ = ("base", "children", "ids", "replaced", "tail")
 
     def __init__(self, specs: Iterable[ElementSpec] = ()) -> None:
         super().__init__(specs)
         self.base: SchedulingTree | None = None
         self.replaced: list[ElementSpec] = []
         self.ids: list[str] | None = None
+        self.tail = 0
         self.children: Mapping[str, list[str]] | None = None
 
 
@@ -398,7 +401,9 @@ class SchedulingTree:
         tree.skeleton = object()
         tree.prepared = {}
         hint = elements if type(elements) is SpecRows and elements.base is self else None
-        if hint is not None and hint.ids is not None:
+        if hint is not None and hint.ids is not None and 2 * hint.tail >= len(elements):
+            specs = _derived_map(self.elements, hint, removed)
+        elif hint is not None and hint.ids is not None:
             specs = dict(zip(hint.ids, elements, strict=True))  # the builder's ids of these very specs
         else:
             specs = {element.id: element for element in elements}
@@ -527,6 +532,28 @@ def _operation_suffix(listed: list[str], specs: Mapping[str, ElementSpec]) -> li
     if any(specs[element_id].is_operation for element_id in listed[:split]):
         return None
     return suffix
+
+
+def _derived_map(
+    previous: dict[str, ElementSpec], hint: SpecRows, removed: set[str]
+) -> dict[str, ElementSpec]:
+    """The id map of ``hint``'s specs (ids ``hint.ids``) from the ``previous`` tree's map, which lists the same
+    ids in the same order up to row ``hint.tail``, without ``removed``: a copy (in C), the removed and the tail's
+    ids dropped, the re-made specs written and the tail appended in its order."""
+    specs = previous.copy()
+    for element_id in removed:
+        del specs[element_id]
+    ids = hint.ids
+    assert ids is not None
+    tail = hint.tail
+    tail_ids = ids[tail:]
+    for element_id in tail_ids:
+        specs.pop(element_id, None)
+    for element in hint.replaced:
+        if element.id in specs:
+            specs[element.id] = element
+    specs.update(zip(tail_ids, hint[tail:], strict=True))
+    return specs
 
 
 def _first_new(elements: list[ElementSpec], known: Mapping[str, ElementSpec]) -> str:
