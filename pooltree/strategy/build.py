@@ -845,7 +845,8 @@ def _unchanged_structure(
             specs.children = delta.children
             tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
     finally:
-        # the hints are for this call only (and keep no tree alive until the next build)
+        # the hints are for this call only (and keep no tree alive until the next build); ``replaced`` is
+        # rebound, never cleared: the tree may keep the list (`SchedulingTree.respecced`)
         specs.base = None
         specs.replaced = []
         specs.ids = None
