@@ -79,7 +79,6 @@ class _Step:
         "deadlines",
         "due",
         "numbered",
-        "ops",
         "ordered",
         "pending",
         "pools",
@@ -93,7 +92,7 @@ class _Step:
         self.skeleton = skeleton
         self.ordered = ordered
         """Every element in tree order."""
-        self.ops = [element for element in ordered if element.is_op]
+        ops = [element for element in ordered if element.is_op]
         self.pools = [element for element in ordered if not element.is_op]
         self.below = {element for element in ordered if element.status is not _NORMAL}
         """Elements below their fair share: their starvation clocks run."""
@@ -113,7 +112,7 @@ class _Step:
         """Operation below its fair share → the pending allocation count its last evaluation read (its timeouts
         shrink with it): a different count re-evaluates it."""
         self.unsettled = {
-            element for element in self.ops if element.op is not None and not element.op.lists_settled
+            element for element in ops if element.op is not None and not element.op.lists_settled
         }
         """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
         self.priorities: dict[_Element, PreemptionPriority] = {}
@@ -122,47 +121,38 @@ class _Step:
         """Incremental publishes of this step so far (the current one's number while it runs)."""
         self.counted: dict[_Element, tuple[Any, str, int]] = {
             element: (element.op, element.inactive_reason.value, 1)
-            for element in self.ops
+            for element in ops
             if element.op is not None and element.inactive_reason in _COUNTED
         }
         """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
         reason, number of the first publish not yet added to its counter)."""
 
-    def follow(self, skeleton: object, ordered: list[_Element], elements: dict[str, _Element]) -> _Step:
-        """This step for the tree that operation changes made of it (``elements`` after
-        `_apply_operation_changes`): what it keeps of elements that are gone is dropped, their counts added."""
-        step = object.__new__(_Step)
-        step.skeleton = skeleton
-        step.ordered = ordered
-        step.ops = [element for element in ordered if element.is_op]
-        step.pools = [element for element in ordered if not element.is_op]
-        step.below = {element for element in self.below if elements.get(element.id) is element}
-        step.unsettled = {element for element in self.unsettled if elements.get(element.id) is element}
-        step.clock = self.clock
-        step.config = self.config
-        step.due = self.due  # entries of elements that left drop out of ``deadlines``: skipped when popped
-        step.deadlines = {
-            element: number
-            for element, number in self.deadlines.items()
-            if elements.get(element.id) is element
-        }
-        step.numbered = self.numbered
-        step.pending = {
-            element: count for element, count in self.pending.items() if elements.get(element.id) is element
-        }
-        step.priorities = {
-            element: priority
-            for element, priority in self.priorities.items()
-            if elements.get(element.id) is element
-        }
-        step.serial = serial = self.serial
-        step.counted = {}
-        for element, entry in self.counted.items():
-            if elements.get(element.id) is element:
-                step.counted[element] = entry
-            elif entry[2] <= serial:
+    def follow(
+        self,
+        skeleton: object,
+        ordered: list[_Element],
+        elements: dict[str, _Element],
+        departed: list[_Element],
+    ) -> _Step:
+        """This step, in place, for the tree that operation changes made of it (``elements`` after
+        `_apply_operation_changes`; ``departed``: the previous elements of the removed operations): what it keeps
+        of elements that are gone is dropped, their counts added. The pools are the same elements."""
+        self.skeleton = skeleton
+        self.ordered = ordered
+        serial = self.serial
+        counted = self.counted
+        for element in departed:
+            if elements.get(element.id) is element:  # a changed operation: its element renewed, still there
+                continue
+            self.below.discard(element)
+            self.unsettled.discard(element)
+            self.deadlines.pop(element, None)  # its entries in ``due`` are skipped when popped
+            self.pending.pop(element, None)
+            self.priorities.pop(element, None)
+            entry = counted.pop(element, None)
+            if entry is not None and entry[2] <= serial:
                 entry[0].deactivation_reasons[entry[1]] += serial - entry[2] + 1
-        return step
+        return self
 
     def flush(self) -> None:
         """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""
@@ -213,14 +203,14 @@ class ChangedPublisher(SchedulingStages):
         tree: SchedulingTree,
         now: float,
         total: tuple[float, ...],
-        changed: tuple[list[str], list[_Element]] | None = None,
+        changed: tuple[list[str], list[_Element], list[_Element]] | None = None,
     ) -> bool:
         """Publish ``tree`` (same skeleton as the last one) doing work only where something changed; ``False``
         (nothing done) when the three-pass path must run instead.
 
         ``changed``: the tree differs from the last one by operation changes, already applied to the elements
-        (`SnapshotPublisher._apply_operation_changes`): the added operations' ids and the parents the removed
-        ones had. The added elements are then handled as touched ones with a new spec, the parents re-summed,
+        (`SnapshotPublisher._apply_operation_changes`): the added operations' ids, the parents the removed
+        ones had and their elements. The added elements are then handled as touched ones with a new spec, the parents re-summed,
         priorities recomputed, and every heap rebuilt (every element's tree index may have moved).
         """
         touched = self._touched
@@ -238,7 +228,7 @@ class ChangedPublisher(SchedulingStages):
                 and self._statuses_timed
                 and _all_given(elements[element_id] for element_id in changed[0])
             ):  # the step of the tree the operation changes were applied to (its other specs were checked)
-                step = self._step = step.follow(tree.skeleton, ordered, elements)
+                step = self._step = step.follow(tree.skeleton, ordered, elements, changed[2])
             else:
                 self._drop_step()
                 if not self._statuses_timed or not _all_given(elements.values()):

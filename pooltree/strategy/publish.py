@@ -68,10 +68,11 @@ class SnapshotPublisher(ChangedPublisher):
             and delta is not None
             and delta.base is getattr(self, "_skeleton", None)
         ):
-            parents = [element.parent for i in delta.removed if (element := previous.get(i)) is not None]
+            departed = [element for i in delta.removed if (element := previous.get(i)) is not None]
+            parents = [element.parent for element in departed]
             self._apply_operation_changes(tree, delta, fifo_order)
             self._skeleton = tree.skeleton
-            if not self._publish_changes(tree, now, total, (delta.added, parents)):  # changes.py
+            if not self._publish_changes(tree, now, total, (delta.added, parents, departed)):  # changes.py
                 self._publish_same_structure(tree, now, total)
                 self._statuses_timed = True
             return
