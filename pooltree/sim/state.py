@@ -154,6 +154,8 @@ class _TreeState:
     """The pools' held values read in bulk: ids, (fair share, usage, demand) ratios, below flags, starvation."""
     pool_ids: tuple[list[str], list[str]] | None = None
     """The pool tree's pool names when last read and the pools' element ids (see `_pool_ids`)."""
+    record_layout: tuple[Any, list[str], list[str], np.ndarray, np.ndarray, np.ndarray] | None = None
+    """Where `_record_pools` reads and writes the pools, for one result ``index`` and pool ids (see there)."""
     pool_row: dict[str, int] = field(default_factory=dict)
     """Pool → its row in ``pools`` / ``matrix`` / ``acc``."""
     present: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
