@@ -280,9 +280,9 @@ class ChangedPublisher(SchedulingStages):
             removed_parents = changed[1]
         changed_ops, rerun = self._take_touched(touched, fresh, removed_parents, changed is None)
         self._configure_changed(step, changed_ops)
-        moved = self._update_starvation_of(step, fresh, changed_ops, now)
         if changed is not None:
             rerun.extend(added)
+        moved = self._update_starvation_of(step, fresh, rerun, now)
         if moved or rerun or changed is not None:
             self._update_priorities_of(step, moved, rerun, changed is not None)
         self.last_update_time = now
@@ -399,22 +399,32 @@ class ChangedPublisher(SchedulingStages):
     # ------------------------------------------------------------------ pass 2: statuses and starvation
 
     def _update_starvation_of(
-        self, step: _Step, fresh: list[_Element], changed_ops: list[_Element], now: float
+        self, step: _Step, fresh: list[_Element], rerun: list[_Element], now: float
     ) -> list[_Element]:
         """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move: those
-        with a new spec, touched operations, elements below their fair share whose deadline fell due (``now``
-        later than their `StarvationState.due`) and operations below their fair share whose pending allocation
-        count moved (their timeouts follow it). The first publish of a step, one whose time went back or whose
-        config is another re-evaluates every element below its fair share. Returns the elements whose
-        starvation status changed.
+        whose new spec gives another scheduling status, ``rerun`` (operations with a new runtime, added
+        elements), elements below their fair share whose deadline fell due (``now`` later than their
+        `StarvationState.due`) and operations below their fair share whose pending allocation count moved
+        (their timeouts follow it). The first publish of a step, one whose time went back or whose config is
+        another re-evaluates every element below its fair share. Returns the elements whose starvation status
+        changed.
 
-        Every other element below its fair share would leave `StarvationState.advance` with every field as it
-        is (`StarvationState.due`), so it is skipped: the result is the one of advancing every element."""
+        Every other element would leave `StarvationState.advance` with every field as it is: the rules read
+        of an element its status (of the spec), parent, kind, settings (of the structure) and runtime, and,
+        below its fair share, the time only through `StarvationState.due` and the pending count; usage and
+        shares do not enter. So it is skipped: the result is the one of advancing every element."""
         config = self.config
         states = self.starvation
         clock = step.clock
-        visit = set(fresh)
-        visit.update(changed_ops)
+        visit = set(rerun)
+        for element in fresh:
+            status = element.spec.scheduling_status
+            if type(status) is not SchedulingStatus:
+                status = SchedulingStatus(status)
+            if element.parent is None:
+                status = _NORMAL
+            if status is not element.status:
+                visit.add(element)
         if clock is None or now < clock or config is not step.config:
             visit.update(step.below)
             step.due = []
