@@ -419,6 +419,8 @@ class ChangedPublisher(SchedulingStages):
         visit = set(rerun)
         for element in fresh:
             status = element.spec.scheduling_status
+            if status is element.status:  # the same member: the same status (the root's is normal either way)
+                continue
             if type(status) is not SchedulingStatus:
                 status = SchedulingStatus(status)
             if element.parent is None:
