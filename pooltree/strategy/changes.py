@@ -7,18 +7,22 @@ operation (un)registration put the operation's id into ``_touched``. `ChangedPub
 leaves every element, operation runtime, starvation state and heap as `SnapshotPublisher._publish_same_structure`
 (three passes over every element) leaves them, while doing per-element work only for:
 
-- elements whose spec changed (a spec-identity check per element, in one comprehension);
+- elements whose spec changed (named by the tree when it was derived from the last published one,
+  `SchedulingTree.respecced`; otherwise a spec-identity check per element, in one comprehension);
 - touched operations and the pools above them (usage re-summed from the children, bit-identical to a rebuild
   because no other child's list changed since it was last summed);
 - operations whose preemptible lists the last publish left unsettled;
-- elements below their fair share whose starvation can change: a heap of deadlines (`StarvationState.due`: the
-  clock start plus a timeout not passed yet) yields those whose deadline the publish's time passed, and
-  operations whose controller's pending allocation count moved (it shrinks their timeouts) are re-evaluated;
-  every other element below would leave `StarvationState.advance` as it is. The first publish of a step (the
-  counts the last evaluation read are unknown), a time going back or another config re-evaluates them all.
-  Preemption priorities are recomputed (top-down) only when some element's starvation status changed;
-- operations whose controller's pending count crossed zero without the strategy hearing of it (a polled flag
-  per operation: a controller may change its pending work at any time) and their ancestors' heap entries.
+- starvation of the elements whose status can change: those whose new spec gives another scheduling status,
+  operations with a new runtime, added elements, elements below their fair share whose deadline the publish's
+  time passed (a heap of `StarvationState.due`: the clock start plus a timeout not passed yet) and operations
+  below whose controller's pending allocation count moved (it shrinks their timeouts; looked for among the
+  operations whose controllers reported moved pending work or cannot report). Every other element would leave
+  `StarvationState.advance` as it is (usage and shares do not enter the rules). The first publish of a step (the
+  counts the last evaluation read are unknown), a time going back or another config re-evaluates every element
+  below. Preemption priorities are recomputed only for the operations whose own or an ancestor's starvation
+  status moved, new runtimes and added operations (`_update_priorities_of`);
+- operations whose controller's pending count crossed zero without the strategy hearing of it (looked for among
+  the same notified or polled operations) and their ancestors' heap entries.
 
 Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
 `_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
@@ -32,8 +36,9 @@ element view reads the counter (`_flush_counts`).
 
 A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
 the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
-ones' parents re-summed; it recomputes priorities and rebuilds every heap (the tree indices of later elements
-moved, and the index is part of every heap entry).
+ones' parents re-summed; the step drops only the removed operations' elements (`_Step.follow`); it re-sorts the
+priority lists and rebuilds every heap (the tree indices of later elements moved, and the index is part of every
+heap entry).
 
 Anything else falls back to the three-pass path: the total resources changed, or some element's spec leaves its
 scheduling status or demand share to the strategy (both are then functions of usage: they would need recomputing
