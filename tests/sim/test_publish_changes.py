@@ -200,6 +200,28 @@ def _spec(element_id: str, share: tuple[float, float, bool], parent: str | None 
     )
 
 
+def _random_shares(rng: random.Random) -> tuple[dict[str, Any], dict[str, ElementSpec]]:
+    """Random (fair, demand, below) shares of every pool and operation, and the specs made from them."""
+    shares = {
+        name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.3)
+        for name in [*_POOLS, *_OPS]
+    }
+    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *shares]}
+    return shares, specs
+
+
+def _incremental_and_full(
+    total: Any, specs: dict[str, ElementSpec], config: StrategyConfig
+) -> tuple[SchedulingTree, list[TreeScheduler]]:
+    """The tree of ``specs`` and two schedulers of it: the incremental one, and one whose every publish runs
+    the three passes (its incremental step is refused)."""
+    current = SchedulingTree(total, list(specs.values()), config)
+    schedulers = [TreeScheduler(current), TreeScheduler(current)]
+    full = schedulers[1]
+    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    return current, schedulers
+
+
 @settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(seed=st.integers(0, 2**32 - 1))
 def test_incremental_publish_follows_controllers_and_heartbeats(seed):
@@ -214,15 +236,9 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
     total = limits * 4
     # some elements start below their fair share: the first timed publish must evaluate every status (the one
     # at construction has no time)
-    shares = {
-        name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.3)
-        for name in [*_POOLS, *_OPS]
-    }
-    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *shares]}
-    current = SchedulingTree(total, list(specs.values()), config)
-    schedulers = [TreeScheduler(current), TreeScheduler(current)]
+    shares, specs = _random_shares(rng)
+    current, schedulers = _incremental_and_full(total, specs, config)
     full = schedulers[1]
-    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
     controllers: list[dict[str, _Controller]] = [{}, {}]
 
     def register(op: str, pending: int) -> None:
@@ -296,10 +312,12 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
 
 
 class _NotifyingController(_Controller):
-    """A `_Controller` that reports every change of its pending count to its watchers (`pooltree.strategy.watch`)."""
+    """A `_Controller` that reports every change of its pending count to its watchers (`pooltree.strategy.watch`),
+    or, ``forgetful``, claims to and never does."""
 
-    def __init__(self, operation_id: str, pending: int):
+    def __init__(self, operation_id: str, pending: int, *, forgetful: bool = False):
         self.pending_watchers: list[tuple[set[str], str]] = []
+        self._forgetful = forgetful
         super().__init__(operation_id, pending)
 
     @property  # type: ignore[override]
@@ -309,8 +327,9 @@ class _NotifyingController(_Controller):
     @pending_allocation_count.setter
     def pending_allocation_count(self, count: int) -> None:
         self._count = count
-        for into, key in self.pending_watchers:
-            into.add(key)
+        if not self._forgetful:
+            for into, key in self.pending_watchers:
+                into.add(key)
 
 
 def _timed_spec(name: str, below: bool, timeout: float | None, aggressive: bool | None) -> ElementSpec:
@@ -345,10 +364,8 @@ def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvati
     below = {name: rng.random() < 0.8 for name in names}
     specs = {name: _timed_spec(name, below[name], timeouts.get(name), aggressive.get(name)) for name in names}
     specs[ROOT_ID] = _spec(ROOT_ID, (1.0, 1.0, False))
-    current = SchedulingTree(total, list(specs.values()), config)
-    schedulers = [TreeScheduler(current), TreeScheduler(current)]
+    current, schedulers = _incremental_and_full(total, specs, config)
     full = schedulers[1]
-    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
     controllers: list[dict[str, _Controller]] = [{}, {}]
     kind = _NotifyingController if notifying else _Controller
     for op in _OPS:

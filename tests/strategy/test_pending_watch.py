@@ -15,7 +15,6 @@ from typing import Any
 from pooltree.controllers.operations import TaskSpec, VanillaController
 from pooltree.resources import vector
 from pooltree.strategy import (
-    ROOT_ID,
     FinishedAllocation,
     NodeHeartbeat,
     SchedulingTree,
@@ -23,31 +22,19 @@ from pooltree.strategy import (
     TreeScheduler,
 )
 from pooltree.strategy.watch import unwatch_pending, watch_pending
-from tests.sim.test_publish_changes import _OPS, _POOLS, _Controller, _spec, _state
+from tests.sim.test_publish_changes import (
+    _OPS,
+    _POOLS,
+    _Controller,
+    _incremental_and_full,
+    _NotifyingController,
+    _random_shares,
+    _spec,
+    _state,
+)
 
 GiB = 1024.0**3
 JOB = vector(user_slots=1, cpu=1, memory=GiB)
-
-
-class _Watched(_Controller):
-    """`_Controller` that reports each change of its pending count to its watchers (or, ``forgetful``, never)."""
-
-    def __init__(self, operation_id: str, pending: int, *, forgetful: bool = False):
-        self.pending_watchers: list[tuple[set[str], str]] = []
-        self._forgetful = forgetful
-        self._count = 0
-        super().__init__(operation_id, pending)
-
-    @property  # type: ignore[override]
-    def pending_allocation_count(self) -> int:
-        return self._count
-
-    @pending_allocation_count.setter
-    def pending_allocation_count(self, value: int) -> None:
-        self._count = value
-        if not self._forgetful:
-            for into, key in self.pending_watchers:
-                into.add(key)
 
 
 def test_controller_notifies_its_watchers_until_unwatched():
@@ -88,15 +75,9 @@ def _run(seed: int, factory: Any, steps: int = 30) -> list[int]:
     config = StrategyConfig(fair_share_starvation_timeout=3.0, fair_share_aggressive_starvation_timeout=6.0)
     limits = vector(user_slots=4, cpu=4, memory=4 * GiB)
     total = limits * 4
-    shares = {
-        name: (rng.choice([0.1, 0.2, 0.3]), rng.choice([0.1, 0.3]), rng.random() < 0.3)
-        for name in [*_POOLS, *_OPS]
-    }
-    specs = {name: _spec(name, shares.get(name, (1.0, 1.0, False))) for name in [ROOT_ID, *shares]}
-    current = SchedulingTree(total, list(specs.values()), config)
-    schedulers = [TreeScheduler(current), TreeScheduler(current)]
+    shares, specs = _random_shares(rng)
+    current, schedulers = _incremental_and_full(total, specs, config)
     full = schedulers[1]
-    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
     controllers: list[dict[str, Any]] = [{}, {}]
     for scheduler in schedulers:
         for index in range(4):
@@ -145,10 +126,12 @@ def _run(seed: int, factory: Any, steps: int = 30) -> list[int]:
 
 def test_notified_pending_changes_keep_the_incremental_publish_exact():
     for seed in range(12):
-        assert _run(seed, _Watched) == [], f"seed {seed}"
+        assert _run(seed, _NotifyingController) == [], f"seed {seed}"
 
 
 def test_a_missed_notification_shows():
     """The check above can fail: controllers that claim to notify but do not leave stale activity behind."""
-    missed = [seed for seed in range(12) if _run(seed, lambda op, n: _Watched(op, n, forgetful=True))]
+    missed = [
+        seed for seed in range(12) if _run(seed, lambda op, n: _NotifyingController(op, n, forgetful=True))
+    ]
     assert missed
