@@ -170,6 +170,31 @@ CHANGES: list[Callable[[np.random.Generator, Pool, np.ndarray, UpdateSettings], 
 ]
 
 
+def matches_fresh_update(
+    root: Pool,
+    total: np.ndarray,
+    settings: UpdateSettings,
+    now: float,
+    state: Any,
+    fresh_state: Any,
+    label: str,
+) -> tuple[FairShareResult, FairShareResult] | None:
+    """Update ``root`` (whose objects earlier updates saw, with their ``state``) and deep copies of it (with a copy
+    of ``fresh_state``): the results must be equal bit for bit, or both updates raise the same error (a change may
+    make the input invalid), then None. Returns (reused, fresh)."""
+    fresh = copy.deepcopy((root, total, settings))
+    try:
+        expected = update_fair_share(*fresh, now, copy.deepcopy(fresh_state))
+    except Exception as error:
+        with pytest.raises(type(error)) as raised:
+            update_fair_share(root, total, settings, now, state)
+        assert str(raised.value) == str(error)
+        return None
+    got = update_fair_share(root, total, settings, now, state)
+    assert _digest(got) == _digest(expected), label
+    return got, expected
+
+
 @pytest.mark.parametrize("seed", [*range(12), 30])
 def test_updates_of_the_same_objects_match_updates_of_fresh_copies(seed: int) -> None:
     root, total, settings = case(seed)
@@ -184,17 +209,10 @@ def test_updates_of_the_same_objects_match_updates_of_fresh_copies(seed: int) ->
             _new_usage(rng, root, total, settings)
             if step % 2 == 0:
                 CHANGES[int(rng.integers(len(CHANGES)))](rng, root, total, settings)
-        now = 10.0 * step
-        fresh = copy.deepcopy((root, total, settings))
-        try:
-            expected = update_fair_share(*fresh, now, copy.deepcopy(fresh_state))
-        except Exception as error:  # a change may make the input invalid: the same error either way
-            with pytest.raises(type(error)) as raised:
-                update_fair_share(root, total, settings, now, state)
-            assert str(raised.value) == str(error)
+        pair = matches_fresh_update(root, total, settings, 10.0 * step, state, fresh_state, f"step {step}")
+        if pair is None:
             continue
-        got = update_fair_share(root, total, settings, now, state)
-        assert _digest(got) == _digest(expected), f"step {step}"
+        got, expected = pair
         state, fresh_state = got.state, expected.state
         kept.append((got, _digest(got)))
     # Results share arrays with later updates only read-only: the earlier results are unchanged.
