@@ -55,7 +55,13 @@ from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.elements import StarvationState, _Element, _floats
-from pooltree.strategy.model import DeactivationReason, PreemptionPriority, SchedulingStatus, StarvationStatus
+from pooltree.strategy.model import (
+    PRIORITY_OF_RANK,
+    STARVATION_RANK,
+    DeactivationReason,
+    PreemptionPriority,
+    SchedulingStatus,
+)
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
@@ -544,13 +550,13 @@ class ChangedPublisher(SchedulingStages):
         severity: dict[_Element, int] = {}
         changed = resort
         for element in visit:
-            rank = _RANK[element.starvation]
+            rank = STARVATION_RANK[element.starvation]
             parent = element.parent
             if not own_only and parent is not None:
                 above = _severity(parent, severity)
                 if above > rank:
                     rank = above
-            priority = _PRIORITY_OF[rank]
+            priority = PRIORITY_OF_RANK[rank]
             if element.op is not None:
                 element.op.preemption_priority = priority
             if priorities.get(element) is not priority:
@@ -730,20 +736,11 @@ def _index(element: _Element) -> int:
     return element.index
 
 
-_RANK = {
-    StarvationStatus.NON_STARVING: 0,
-    StarvationStatus.STARVING: 1,
-    StarvationStatus.AGGRESSIVELY_STARVING: 2,
-}
-"""A starvation status's severity, as `SnapshotPublisher._update_priorities` ranks it."""
-_PRIORITY_OF = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
-
-
 def _severity(pool: _Element, known: dict[_Element, int]) -> int:
     """The most severe starvation rank among ``pool`` and its ancestors (memoised in ``known``)."""
     rank = known.get(pool)
     if rank is None:
-        rank = _RANK[pool.starvation]
+        rank = STARVATION_RANK[pool.starvation]
         parent = pool.parent
         if parent is not None:
             above = _severity(parent, known)

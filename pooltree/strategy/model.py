@@ -61,6 +61,17 @@ class PreemptionPriority(enum.IntEnum):
     AGGRESSIVE = 2
 
 
+STARVATION_RANK: dict[StarvationStatus, int] = {
+    StarvationStatus.NON_STARVING: 0,
+    StarvationStatus.STARVING: 1,
+    StarvationStatus.AGGRESSIVELY_STARVING: 2,
+}
+"""A starvation status's severity: an operation's preemption priority comes from the most severe rank among
+itself and (unless the scope is ``operation_only``) its ancestors (§e.2)."""
+PRIORITY_OF_RANK = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
+"""The preemption priority of a severity rank (`STARVATION_RANK`)."""
+
+
 class SchedulingStage(enum.StrEnum):
     """Heartbeat stages in the order they run."""
 

@@ -22,6 +22,8 @@ from pooltree.strategy.elements import (
     _lists_state,
 )
 from pooltree.strategy.model import (
+    PRIORITY_OF_RANK,
+    STARVATION_RANK,
     DeactivationReason,
     PreemptionPriority,
     SchedulingStatus,
@@ -203,10 +205,9 @@ class SnapshotPublisher(ChangedPublisher):
         elements = self._elements
         states = self.starvation
         normal = SchedulingStatus.NORMAL
-        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
-        starving = StarvationStatus.STARVING
         own_only = config.scheduling_preemption_priority_scope == "operation_only"
-        priority_of = (PreemptionPriority.NONE, PreemptionPriority.NORMAL, PreemptionPriority.AGGRESSIVE)
+        rank_of = STARVATION_RANK
+        priority_of = PRIORITY_OF_RANK
         by_priority: dict[PreemptionPriority, list[_Element]] = {
             PreemptionPriority.NORMAL: [],
             PreemptionPriority.AGGRESSIVE: [],
@@ -228,7 +229,7 @@ class SnapshotPublisher(ChangedPublisher):
                 state = states[element_id] = StarvationState()
             is_op = element.is_op
             own = element.starvation = state.advance(element, status != normal, now, config)
-            rank = 2 if own == aggressive else 1 if own == starving else 0
+            rank = rank_of[own]
             if is_op:
                 if not own_only and parent is not None:
                     rank = max(rank, severity[parent.id])
@@ -409,33 +410,23 @@ class SnapshotPublisher(ChangedPublisher):
             PreemptionPriority.AGGRESSIVE: [],
         }
         own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
-        aggressive = StarvationStatus.AGGRESSIVELY_STARVING
-        starving = StarvationStatus.STARVING
         # per pool: the most severe starvation status among the pool and its ancestors (parents come first)
         severity: dict[str, int] = {}
-        none_rank, normal_rank, aggressive_rank = 0, 1, 2
         elements = self._elements
         for element_id in self.tree.order:
             element = elements[element_id]
             if element.is_op:
                 element.starvation = self.starvation.get(element_id, StarvationState()).status
-                own = element.starvation
-                rank = aggressive_rank if own == aggressive else normal_rank if own == starving else none_rank
+                rank = STARVATION_RANK[element.starvation]
                 if not own_only and element.parent is not None:
                     rank = max(rank, severity[element.parent.id])
-                if rank == aggressive_rank:
-                    priority = PreemptionPriority.AGGRESSIVE
-                elif rank == normal_rank:
-                    priority = PreemptionPriority.NORMAL
-                else:
-                    priority = PreemptionPriority.NONE
+                priority = PRIORITY_OF_RANK[rank]
                 if element.op is not None:
                     element.op.preemption_priority = priority
-                if priority != PreemptionPriority.NONE:
+                if rank:
                     by_priority[priority].append(element)
             else:
-                own = element.starvation
-                rank = aggressive_rank if own == aggressive else normal_rank if own == starving else none_rank
+                rank = STARVATION_RANK[element.starvation]
                 if element.parent is not None:
                     rank = max(rank, severity[element.parent.id])
                 severity[element_id] = rank
