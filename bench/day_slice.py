@@ -1,0 +1,546 @@
+"""Checkpoint the simulated day mid-run and measure or profile a slice of it; prints one JSON object.
+
+The 10,000-node day (``bench/simulate.py --nodes 10000 --hours 24 --operations 20000 --pools 1000``) takes ~80
+minutes, and its costly hours (10,000-12,000 running operations) come after the first half hour. This tool runs
+the day's exact workload (the scenario of ``bench/simulate.py``, same arguments and defaults as that day) up to
+simulated hour H, pickles the whole `Simulation` there, and later loads it to run M simulated minutes of the
+real day at that load, timed or under cProfile, in a minute or two instead of an hour.
+
+Usage:
+
+    # run the day to 6 h and 12 h (one process), writing a checkpoint at each (with their git revision)
+    .venv/bin/python bench/day_slice.py checkpoint --at-hours 6,12 --out /tmp/day-h{hours}.pkl
+    # continue an existing checkpoint to 16 h
+    .venv/bin/python bench/day_slice.py checkpoint --from /tmp/day-h12.pkl --at-hours 16 --out /tmp/day-h{hours}.pkl
+    # 10 simulated minutes from the checkpoint: wall/CPU, the per-period update split, arrival/departure periods
+    .venv/bin/python bench/day_slice.py slice --checkpoint /tmp/day-h12.pkl --minutes 10
+    # the same under cProfile (timers off), pstats written, top functions in the JSON
+    .venv/bin/python bench/day_slice.py slice --checkpoint /tmp/day-h12.pkl --minutes 10 --profile /tmp/h12.pstats
+
+The stop is exact and deterministic: the engine's progress callback (called at the first event at or after each
+simulated minute) raises once the target time is reached, so the run loop leaves between two events with the
+state consistent; the end-of-run sampling and the result are never built. A loaded checkpoint continues exactly
+as the uninterrupted run would (the same events and summary: checked on a small day, see `--verify`).
+
+What cannot be pickled as is: `SchedulingTree.respecced` holds a ``weakref.ref`` (a hint for `publish`). This
+tool registers a ``copyreg`` reducer for weak references (only here, never in the core): a live reference is
+rebuilt to the same unpickled object, a dead one as a dead reference; the hint's meaning is unchanged.
+
+Pickles hold the classes' instances by attribute: a checkpoint made on one revision may not load (or may not run)
+on code whose classes gained or renamed attributes. Each checkpoint records the git revision it was made on
+(``meta.revision``; printed by ``slice``). Rebuild checkpoints after such changes.
+
+``slice`` timing (without ``--profile``) wraps, only for the measurement, the core's fair-share step and its
+parts: ``unregister`` (completed operations), ``input`` (`build_fair_share_input`), ``fair_share`` (the pure
+update), ``build`` (`scheduling_tree_from_runtime`), ``publish`` (the strategy's ``publish``); ``sim_period`` is
+the rest of the simulator's own period work (`Simulation._fair_share_update` minus the core's update: time
+limits, pending publication, recording, sampling, timeline). Periods are split into those in which an
+operation was registered or unregistered since the previous update (``with_op_changes``) and the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copyreg
+import cProfile
+import gc
+import io
+import json
+import os
+import pickle
+import pstats
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from simulate import ProgressLines, _rss_mib, scenario_document
+
+from pooltree.sim import Simulation, parse_scenario
+
+FORMAT = 1
+"""Version of this tool's checkpoint layout (``{"meta": ..., "simulation": Simulation}``)."""
+
+
+class _Gone:
+    """A referent that dies at once: the target of an unpickled dead weak reference."""
+
+
+def _dead_ref() -> weakref.ref[Any]:
+    return weakref.ref(_Gone())
+
+
+def _reduce_ref(ref: weakref.ref[Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    target = ref()
+    return (_dead_ref, ()) if target is None else (weakref.ref, (target,))
+
+
+copyreg.pickle(weakref.ReferenceType, _reduce_ref)
+
+
+class _Stop(Exception):
+    """Raised by the progress callback to leave the run loop between two events."""
+
+
+class _StopAt:
+    """The engine's progress callback: stops the loop at the first event at or after ``at`` (simulated s)."""
+
+    def __init__(self, at: float, lines: ProgressLines | None = None) -> None:
+        self.at = at
+        self.lines = lines
+
+    def __call__(self, now: float, horizon: float, finished: int, total: int) -> None:
+        if self.lines is not None:
+            self.lines(now, horizon, finished, total)
+        if now >= self.at:
+            raise _Stop
+
+
+def run_until(simulation: Simulation, at: float, lines: ProgressLines | None = None) -> bool:
+    """Run ``simulation`` until the first event at or after ``at``; whether it stopped there (else it ended)."""
+    simulation.progress = _StopAt(at, lines)
+    simulation.progress_interval = 60.0
+    try:
+        simulation.run()
+    except _Stop:
+        return True
+    finally:
+        simulation.progress = None
+        simulation.progress_interval = None
+    return False
+
+
+def git_revision() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        revision = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return revision + ("+dirty" if dirty else "")
+
+
+def save(simulation: Simulation, meta: dict[str, Any], path: str) -> dict[str, Any]:
+    start = time.perf_counter()
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 200_000))
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as out:
+        pickle.dump({"format": FORMAT, "meta": meta, "simulation": simulation}, out, protocol=5)
+    os.replace(temporary, path)
+    return {"path": path, "bytes": os.path.getsize(path), "save_s": round(time.perf_counter() - start, 1)}
+
+
+def load(path: str) -> tuple[Simulation, dict[str, Any], float]:
+    """The checkpoint's simulation and meta; the collector is off while loading, then the survivors frozen."""
+    start = time.perf_counter()
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 200_000))
+    gc.disable()
+    try:
+        with open(path, "rb") as source:
+            data = pickle.load(source)
+    finally:
+        gc.enable()
+    if data.get("format") != FORMAT:
+        raise SystemExit(f"{path}: checkpoint format {data.get('format')!r}, this tool reads {FORMAT}")
+    # what the long run has at this point: everything alive was frozen by the run loop's gc policy
+    gc.collect()
+    gc.freeze()
+    return data["simulation"], data["meta"], time.perf_counter() - start
+
+
+def _scenario_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument("--operations", type=int, default=20_000)
+    parser.add_argument("--jobs", type=int, default=None, help="default: 25 jobs per operation")
+    parser.add_argument("--pools", type=int, default=1_000)
+    parser.add_argument("--fair-share-period", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=1)
+
+
+def _build(args: argparse.Namespace) -> tuple[Simulation, dict[str, Any]]:
+    jobs = args.jobs or args.operations * 25
+    document = scenario_document(
+        args.nodes, args.hours, args.operations, jobs, args.pools, args.fair_share_period, args.seed
+    )
+    scenario = parse_scenario(document, source="bench")
+    parameters = {
+        "nodes": args.nodes,
+        "hours": args.hours,
+        "operations": args.operations,
+        "jobs": jobs,
+        "pools": args.pools,
+        "fair_share_period": args.fair_share_period,
+        "seed": args.seed,
+    }
+    return Simulation(scenario), parameters
+
+
+def _running(simulation: Simulation) -> dict[str, int]:
+    running = sum(1 for op in simulation.ops if op.state == "running")
+    pending = sum(1 for op in simulation.ops if op.state == "pending")
+    return {"running_ops": running, "pending_ops": pending, "running_jobs": len(simulation.jobs)}
+
+
+def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+    marks = sorted(float(hours) for hours in args.at_hours.split(","))
+    started = time.perf_counter()
+    cpu_started = time.process_time()
+    if args.from_checkpoint:
+        simulation, meta, load_s = load(args.from_checkpoint)
+        parameters = meta["parameters"]
+        history = [*meta.get("history", []), {"revision": meta["revision"], "until_h": meta["simulated_h"]}]
+    else:
+        simulation, parameters = _build(args)
+        history, load_s = [], 0.0
+    lines = ProgressLines(args.progress_minutes) if args.progress else None
+    if lines is not None:
+        lines.simulation = simulation
+        lines.last_simulated = lines.next_mark = simulation.now
+    written = []
+    revision = git_revision()
+    for hours in marks:
+        if not run_until(simulation, hours * 3600.0, lines):
+            print(f"the run ended at {simulation.now / 3600:.3f} h before {hours} h", file=sys.stderr)
+            break
+        meta = {
+            "parameters": parameters,
+            "revision": revision,
+            "history": history,
+            "simulated_h": simulation.now / 3600.0,
+            "made_wall_s": round(time.perf_counter() - started, 1),
+            "made_cpu_s": round(time.process_time() - cpu_started, 1),
+            **_running(simulation),
+            "rss_mib": round(_rss_mib()),
+        }
+        path = args.out.format(hours=f"{hours:g}")
+        saved = save(simulation, meta, path)
+        print(f"checkpoint {path}: {json.dumps(meta | saved)}", file=sys.stderr, flush=True)
+        written.append(meta | saved)
+    return {"name": "day_slice checkpoint", "load_s": round(load_s, 1), "checkpoints": written}
+
+
+# ---------------------------------------------------------------------- timing a slice
+
+
+@contextmanager
+def _patched(owner: Any, name: str, wrapper_of: Callable[[Any], Any]) -> Iterator[None]:
+    """``owner.name`` replaced by ``wrapper_of(original)`` while the block runs (restored exactly after)."""
+    own = name in vars(owner)
+    original = getattr(owner, name)
+    setattr(owner, name, wrapper_of(original))
+    try:
+        yield
+    finally:
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+
+class _PeriodTimers:
+    """Per-period wall time of the fair-share step and its parts (wrappers installed only while measuring)."""
+
+    PARTS = ("unregister", "input", "fair_share", "build", "publish")
+
+    def __init__(self) -> None:
+        self.current: dict[str, float] = {}
+        self.periods: list[dict[str, Any]] = []
+        self.heartbeat = 0.0
+        self.pending_changes = 0
+        """Operations registered or unregistered since the last period ended (they count towards the next)."""
+
+    def timed(self, part: str) -> Callable[[Any], Any]:
+        def wrapper_of(function: Any) -> Any:
+            current = self
+
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    elapsed = time.perf_counter() - start
+                    current.current[part] = current.current.get(part, 0.0) + elapsed
+
+            return wrapper
+
+        return wrapper_of
+
+    def heartbeat_timed(self, function: Any) -> Any:
+        timers = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                timers.heartbeat += time.perf_counter() - start
+
+        return wrapper
+
+    def period_timed(self, function: Any) -> Any:
+        timers = self
+
+        def wrapper(simulation: Simulation, index: int) -> Any:
+            timers.current = {}
+            start = time.perf_counter()
+            try:
+                return function(simulation, index)
+            finally:
+                total = time.perf_counter() - start
+                record = dict(timers.current)
+                record["period"] = total
+                record["op_changes"] = timers.pending_changes
+                timers.pending_changes = 0
+                timers.periods.append(record)
+
+        return wrapper
+
+    def between_counted(self, function: Any) -> Any:
+        """Registrations and unregistrations outside the update count towards the next period."""
+        timers = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            timers.pending_changes += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+
+def _timing_patches(timers: _PeriodTimers, simulation: Simulation) -> list[Any]:
+    import pooltree.strategy.core as core_module
+    import pooltree.tree as tree_module
+    from pooltree.strategy.core import SchedulerCore
+
+    strategy_class = type(next(iter(simulation.trees.values())).core.strategy)
+    patches = [
+        _patched(Simulation, "_fair_share_update", timers.period_timed),
+        _patched(SchedulerCore, "update_fair_share", timers.timed("update")),
+        _patched(SchedulerCore, "republish", timers.timed("republish")),
+        _patched(SchedulerCore, "unregister_completed", timers.timed("unregister")),
+        _patched(tree_module, "build_fair_share_input", timers.timed("input")),
+        _patched(core_module, "scheduling_tree_from_runtime", timers.timed("build")),
+        _patched(strategy_class, "publish", timers.timed("publish")),
+        _patched(SchedulerCore, "register_operation", timers.between_counted),
+        _patched(SchedulerCore, "unregister_operation", timers.between_counted),
+        _patched(SchedulerCore, "process_heartbeat", timers.heartbeat_timed),
+    ]
+    # the pure update: the core's own function if it was given one, else the module's default (the core asks
+    # for the default each period: the wrapper is made once)
+    if any(tree.core._fair_share is None for tree in simulation.trees.values()):
+        timed_default = timers.timed("fair_share")(core_module._default_fair_share())
+        patches.append(_patched(core_module, "_default_fair_share", lambda _original: lambda: timed_default))
+    return patches
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"count": 0}
+    ordered = sorted(values)
+    return {
+        "count": len(values),
+        "mean_ms": round(1000 * statistics.fmean(values), 2),
+        "median_ms": round(1000 * statistics.median(values), 2),
+        "p90_ms": round(1000 * ordered[int(0.9 * (len(ordered) - 1))], 2),
+        "total_s": round(sum(values), 3),
+    }
+
+
+def _period_report(periods: list[dict[str, Any]]) -> dict[str, Any]:
+    def split(selected: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {"periods": len(selected)}
+        if not selected:
+            return out
+        out["period"] = _summary([p["period"] for p in selected])
+        out["update"] = _summary([p.get("update", 0.0) for p in selected])
+        for part in _PeriodTimers.PARTS:
+            out[part + "_mean_ms"] = round(1000 * statistics.fmean(p.get(part, 0.0) for p in selected), 2)
+        out["sim_period_mean_ms"] = round(
+            1000 * statistics.fmean(p["period"] - p.get("update", 0.0) for p in selected), 2
+        )
+        out["op_changes_per_period"] = round(statistics.fmean(p["op_changes"] for p in selected), 2)
+        return out
+
+    updated = [p for p in periods if "update" in p]
+    republished = [p["republish"] for p in periods if "republish" in p and "update" not in p]
+    return {
+        "all": split(updated),
+        "with_op_changes": split([p for p in updated if p["op_changes"]]),
+        "without_op_changes": split([p for p in updated if not p["op_changes"]]),
+        "republished": _summary(republished),
+        "periods_without_core_update": len(periods) - len(updated),
+    }
+
+
+def _top(stats: pstats.Stats, key: str, count: int, periods: int) -> list[dict[str, Any]]:
+    rows = []
+    entries = stats.stats  # type: ignore[attr-defined]
+    for function, (_cc, ncalls, tottime, cumtime, _callers) in sorted(
+        entries.items(), key=lambda item: item[1][2 if key == "tottime" else 3], reverse=True
+    )[:count]:
+        filename, line, name = function
+        rows.append(
+            {
+                "function": f"{_short(filename)}:{line}:{name}",
+                "ncalls": ncalls,
+                "calls_per_period": round(ncalls / max(1, periods), 1),
+                "tottime_s": round(tottime, 3),
+                "cumtime_s": round(cumtime, 3),
+            }
+        )
+    return rows
+
+
+def _short(filename: str) -> str:
+    marker = "pooltree/"
+    index = filename.rfind(marker)
+    if index >= 0:
+        return filename[index:]
+    return filename if len(filename) < 60 else "..." + filename[-57:]
+
+
+def slice_run(args: argparse.Namespace) -> dict[str, Any]:
+    simulation, meta, load_s = load(args.checkpoint)
+    start_time = simulation.now
+    until = start_time + args.minutes * 60.0
+    stats_before = dict(simulation.stats)
+    state_before = _running(simulation)
+    out: dict[str, Any] = {
+        "name": "day_slice slice",
+        "checkpoint": args.checkpoint,
+        "checkpoint_revision": meta["revision"],
+        "revision": git_revision(),
+        "parameters": meta["parameters"],
+        "from_h": round(start_time / 3600.0, 4),
+        "minutes": args.minutes,
+        "load_s": round(load_s, 1),
+        "at_start": state_before,
+        "load_average_before": os.getloadavg(),
+    }
+    profiler = cProfile.Profile() if args.profile else None
+    timers = _PeriodTimers()
+    patches = [] if profiler is not None else _timing_patches(timers, simulation)
+    for patch in patches:
+        patch.__enter__()
+    try:
+        wall_start = time.perf_counter()
+        cpu_start = time.process_time()
+        if profiler is not None:
+            profiler.enable()
+        stopped = run_until(simulation, until)
+        if profiler is not None:
+            profiler.disable()
+        wall = time.perf_counter() - wall_start
+        cpu = time.process_time() - cpu_start
+    finally:
+        for patch in reversed(patches):
+            patch.__exit__(None, None, None)
+    simulated = simulation.now - start_time
+    stats_after = dict(simulation.stats)
+    delta = {
+        key: stats_after.get(key, 0) - stats_before.get(key, 0)
+        for key in sorted(set(stats_after) | set(stats_before))
+        if key != "events"
+    }
+    periods = delta.get("fair_share_updates", 0) + delta.get("fair_share_republished", 0)
+    out |= {
+        "stopped_at_target": stopped,
+        "simulated_s": round(simulated, 3),
+        "wall_s": round(wall, 3),
+        "cpu_s": round(cpu, 3),
+        "speedup": round(simulated / wall, 2) if wall > 0 else None,
+        "speedup_cpu": round(simulated / cpu, 2) if cpu > 0 else None,
+        "engine_counts": delta,
+        "at_end": _running(simulation),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load_average_after": os.getloadavg(),
+    }
+    if profiler is None:
+        out["periods"] = _period_report(timers.periods)
+        out["wall_heartbeats_s"] = round(timers.heartbeat, 3)
+        out["wall_fair_share_periods_s"] = round(sum(p["period"] for p in timers.periods), 3)
+        out["wall_rest_s"] = round(wall - out["wall_heartbeats_s"] - out["wall_fair_share_periods_s"], 3)
+    else:
+        profiler.dump_stats(args.profile)
+        stats = pstats.Stats(profiler, stream=io.StringIO())
+        out["profile"] = args.profile
+        out["top_tottime"] = _top(stats, "tottime", args.top, periods)
+        out["top_cumtime"] = _top(stats, "cumtime", args.top, periods)
+    return out
+
+
+def verify(args: argparse.Namespace) -> dict[str, Any]:
+    """A small day: checkpoint at half-time, load, finish; the summary must equal the uninterrupted run's."""
+    args.nodes, args.hours, args.operations, args.pools = 200, 1.0, 400, 50
+    half = args.hours * 1800.0
+
+    def finish(simulation: Simulation) -> str:
+        result = simulation.run()
+        summary = result.summary
+        summary["global"].pop("wall_time", None)
+        summary["engine"].pop("events", None)  # counted per call of run(): the resumed run calls it twice
+        return json.dumps(summary, sort_keys=True, default=str)
+
+    whole, _ = _build(args)
+    reference = finish(whole)
+    interrupted, _ = _build(args)
+    run_until(interrupted, half)
+    path = args.out
+    save(interrupted, {"parameters": {}, "revision": git_revision(), "simulated_h": half / 3600}, path)
+    resumed, _meta, _load_s = load(path)
+    os.unlink(path)
+    return {
+        "name": "day_slice verify",
+        "identical": finish(resumed) == reference,
+        "summary_chars": len(reference),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    made = commands.add_parser("checkpoint", help="run the day to the given hours, pickling it at each")
+    _scenario_args(made)
+    made.add_argument("--at-hours", required=True, help="comma-separated simulated hours, e.g. 6,12")
+    made.add_argument(
+        "--out", required=True, help="path; {hours} is replaced by the mark, e.g. day-h{hours}.pkl"
+    )
+    made.add_argument("--from", dest="from_checkpoint", default=None, help="continue this checkpoint")
+    made.add_argument("--progress", action="store_true", help="bench/simulate.py's progress lines on stderr")
+    made.add_argument("--progress-minutes", type=float, default=15.0)
+    sliced = commands.add_parser("slice", help="load a checkpoint and run --minutes of simulated time")
+    sliced.add_argument("--checkpoint", required=True)
+    sliced.add_argument("--minutes", type=float, default=10.0)
+    sliced.add_argument("--profile", default=None, help="run under cProfile and write pstats here")
+    sliced.add_argument("--top", type=int, default=30, help="functions listed by tottime and cumtime")
+    checked = commands.add_parser("verify", help="a small day resumed from a checkpoint equals the whole run")
+    _scenario_args(checked)
+    checked.add_argument("--out", default="/tmp/day_slice_verify.pkl")
+    args = parser.parse_args()
+    if args.command == "checkpoint":
+        output = checkpoint(args)
+    elif args.command == "slice":
+        output = slice_run(args)
+    else:
+        output = verify(args)
+    print(json.dumps(output, indent=1))
+
+
+if __name__ == "__main__":
+    main()
