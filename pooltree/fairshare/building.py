@@ -112,7 +112,7 @@ class _Building:
         if full and key == (True, False):
             if tree.functions is None and tree.previous is not None:
                 tree.functions = _carried(tree.previous, tree)  # a new structure: rows of the same elements
-            tree.previous = None
+            tree.previous = tree.rows_from = None
             kept = tree.functions
         if kept is not None and kept.key != key:
             kept = None
@@ -265,8 +265,10 @@ def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:
     if kept is None:
         return None
     n = len(tree.elements)
-    where = dict(zip(map(id, previous.elements), range(len(previous.elements)), strict=True))
-    rows = np.fromiter(map(where.get, map(id, tree.elements), repeat(-1)), dtype=np.int64, count=n)
+    rows = tree.rows_from  # the layout's own map when it patched the previous tree (``layout._patched``)
+    if rows is None:
+        where = dict(zip(map(id, previous.elements), range(len(previous.elements)), strict=True))
+        rows = np.fromiter(map(where.get, map(id, tree.elements), repeat(-1)), dtype=np.int64, count=n)
     mapped = rows >= 0
     stale = ~mapped
     # Children: the child at position k of a pool must be the element at position k of the same pool before.

@@ -73,6 +73,9 @@ class _Tree:
     inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
     functions: Any = None  # the last update's full build of functions and its inputs (``_KeptFunctions``)
     previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
+    rows_from: np.ndarray | None = (
+        None  # with ``previous`` when patched from it: each row's row there (-1: new)
+    )
     priority_tier: Any = None  # the last update's priority flags, donor flags, priority tier and orphans
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -139,18 +142,32 @@ def _flatten(root: Pool) -> _Tree:
     The same structure means the same element objects in the same places (each pool's children, compared by
     identity, and every element's id): a caller that keeps its model objects between updates (the tree
     runtime's ``FairShareInputCache``) then pays one walk over the pools' children lists instead of the
-    flattening, and every structural array derived from the tree (``_Tree.memo``) is reused.
+    flattening, and every structural array derived from the tree (``_Tree.memo``) is reused. When only
+    operations arrived, left or moved under the same pools, the new tree is the previous one patched
+    (``_patched``: its rows shifted with numpy, the changed pools' blocks re-laid), row for row what
+    ``_flatten_new`` makes; anything else is flattened anew.
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
     key = id(root)
     cached = _RECENT_TREES.get(key)
-    if cached is not None and cached.elements[0] is root and _same_structure(cached, root):
-        return cached
-    tree = _flatten_new(root)
+    tree = None
+    if cached is not None and cached.elements[0] is root:
+        child_lists = [p.children or () for p in cached.pools]
+        counts = list(map(len, child_lists))  # children must be sized lists, as before
+        elements: list[Any] = [root]
+        elements += chain.from_iterable(child_lists)
+        if _same_structure(cached, counts, elements):
+            return cached
+        tree = _patched(cached, child_lists, counts, elements)
+    if tree is None:
+        tree = _flatten_new(root)
     if cached is not None and cached.elements[0] is root and cached.functions is not None:
         cached.previous = None  # one step back only
+        cached.rows_from = None
         tree.previous = cached  # its functions are carried to the elements still there (``building``)
+    else:
+        tree.rows_from = None
     _RECENT_TREES.pop(key, None)
     for other in [k for k, kept in _RECENT_TREES.items() if sys.getrefcount(kept.elements[0]) <= _HELD_HERE]:
         _RECENT_TREES.pop(other, None)  # its root is gone everywhere else: no update will pass it again
@@ -160,18 +177,139 @@ def _flatten(root: Pool) -> _Tree:
     return tree
 
 
-def _same_structure(tree: _Tree, root: Pool) -> bool:
-    """Whether ``root`` still has ``tree``'s structure: the pools' children lists, read in breadth-first order,
-    hold the same objects in the same numbers (the breadth-first order alone does not fix the structure), and
-    the elements keep their ids."""
-    child_lists = [p.children or () for p in tree.pools]
-    if list(map(len, child_lists)) != tree.pool_child_counts:
+def _same_structure(tree: _Tree, counts: list[int], elements: list[Any]) -> bool:
+    """Whether the root still has ``tree``'s structure: the pools' children lists (``counts`` long), read in
+    breadth-first order (``elements``), hold the same objects in the same numbers (the breadth-first order
+    alone does not fix the structure), and the elements keep their ids."""
+    if counts != tree.pool_child_counts:
         return False
-    elements: list[Any] = [root]
-    elements += chain.from_iterable(child_lists)
     if len(elements) != len(tree.elements) or not all(map(is_, elements, tree.elements)):
         return False
     return [e.id for e in elements] == tree.ids
+
+
+def _object_ids(elements: list[Any]) -> np.ndarray:
+    """``id`` of every element (the tree holds them, so the ids stay theirs while it lives)."""
+    return np.fromiter(map(id, elements), dtype=np.uint64, count=len(elements))
+
+
+def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: list[Any]) -> _Tree | None:
+    """``old`` with the pools whose children changed re-laid, when only operations arrived, left or moved (every
+    pool the same object in the same place; each changed pool's child pools the same, in the same order):
+    ``elements`` (the root, then the pools' children lists in ``old``'s pool order) is then the new
+    breadth-first order, and the arrays are ``old``'s shifted with numpy. The result is row for row what
+    ``_flatten_new`` gives (``tests/fairshare/test_layout_patch.py``). None for anything else (a pool added,
+    removed or moved, an element twice, a duplicate or changed id, a child of another type): the caller then
+    flattens anew, which raises the errors.
+
+    Cost: a few numpy passes over the rows and Python work only for the changed pools' children.
+    """
+    n = len(elements)
+    pools = old.pools
+    count = len(pools)
+    old_counts = old.memo("pool_counts", lambda: np.array(old.pool_child_counts, dtype=np.int64))
+    old_pool_rows = old.memo("pool_idx", lambda: np.flatnonzero(~old.is_op))
+    old_objects = old.memo("objects", lambda: _object_ids(old.elements))
+    new_counts = np.array(counts, dtype=np.int64)
+    new_starts = np.empty(count, dtype=np.int64)
+    new_starts[0] = 1
+    np.cumsum(new_counts[:-1], out=new_starts[1:])
+    new_starts[1:] += 1
+    old_starts = old.child_start[old_pool_rows]
+    objects = _object_ids(elements)
+    # Each child's pool (by its place in ``pools``) and its row in that pool's block before, if the pool kept
+    # its number of children; a pool whose number or objects differ is changed.
+    owner = np.repeat(np.arange(count, dtype=np.int64), new_counts)
+    same_count = new_counts == old_counts
+    rows_from = np.empty(n, dtype=np.int64)
+    rows_from[0] = 0
+    rows_from[1:] = old_starts[owner] + (np.arange(1, n, dtype=np.int64) - new_starts[owner])
+    kept = same_count[owner]
+    differs = np.zeros(count, dtype=bool)
+    differs[owner[kept & (objects[1:] != old_objects[np.where(kept, rows_from[1:], 0)])]] = True
+    changed = np.flatnonzero(differs | ~same_count).tolist()
+    if not changed:
+        return None  # the same objects with other ids
+    old_elements = old.elements
+    old_ids = old.ids
+    index = old.memo("index", lambda: dict(zip(old_ids, range(len(old_ids)), strict=True)))
+    leaving: dict[int, int] = {}  # id() -> row before, of every element of the changed pools' old blocks
+    for c in changed:
+        start = int(old_starts[c])
+        for row in range(start, start + int(old_counts[c])):
+            leaving[id(old_elements[row])] = row
+    arriving: list[tuple[int, Any]] = []  # (row, element) of elements that were in no changed pool before
+    expected: list[str] = []  # the ids the elements must have: the unchanged pools' as before
+    done = 0
+    for c in changed:
+        start = int(new_starts[c])
+        block = child_lists[c]
+        old_start = int(old_starts[c])
+        old_block = old_elements[old_start : old_start + int(old_counts[c])]
+        if [e for e in block if not isinstance(e, Operation)] != [
+            e for e in old_block if not isinstance(e, Operation)
+        ]:
+            return None  # a pool arrived, left or moved (or a child of another type): flattened anew
+        expected += old_ids[done:old_start]
+        done = old_start + len(old_block)
+        for k, e in enumerate(block, start):
+            row = leaving.pop(id(e), None)
+            if row is None:
+                arriving.append((k, e))
+                rows_from[k] = -1
+                expected.append(e.id)
+            else:
+                rows_from[k] = row
+                expected.append(old_ids[row])
+    expected += old_ids[done:]
+    ids = [e.id for e in elements]
+    if ids != expected:
+        return None  # some element's id changed
+    # The arriving elements' ids are new, or ids of elements that left (an operation re-made with its id).
+    seen: set[str] = set()
+    for _, e in arriving:
+        row = index.get(e.id)
+        if e.id in seen or (row is not None and id(old_elements[row]) not in leaving):
+            return None  # a duplicate id: flattened anew, which names it
+        seen.add(e.id)
+    mapped = np.flatnonzero(rows_from >= 0)
+    rows_to = np.full(len(old_elements), -1, dtype=np.int64)
+    rows_to[rows_from[mapped]] = mapped
+    pool_rows = rows_to[old_pool_rows]
+    child_count = np.zeros(n, dtype=np.int64)
+    child_count[pool_rows] = new_counts
+    starts = np.concatenate([[1], 1 + np.cumsum(child_count)[:-1]]).astype(np.int64)
+    parent = np.concatenate([[-1], np.repeat(pool_rows, new_counts)])
+    pool_depth = old.depth[old_pool_rows]
+    depth = np.concatenate([[0], pool_depth[owner] + 1]).astype(np.int64)
+    level_start = np.searchsorted(depth, np.arange(int(pool_depth.max()) + 2)).astype(np.int64)
+    if n > level_start[-1]:
+        level_start = np.append(level_start, n)
+    is_op = np.ones(n, dtype=bool)
+    is_op[pool_rows] = False
+    tree = _Tree(
+        elements=elements,
+        ids=ids,
+        parent=parent,
+        depth=depth,
+        child_start=starts,
+        child_count=child_count,
+        is_op=is_op,
+        level_start=level_start,
+        pools=list(pools),
+        pool_child_counts=counts,
+    )
+    tree.rows_from = rows_from
+    memo = tree._memo
+    memo["pool_idx"] = pool_rows
+    memo["pool_counts"] = new_counts
+    memo["objects"] = objects
+    height = old._memo.get("height")
+    if height is not None:  # a pool's height does not depend on its operations
+        new_height = np.zeros(n, dtype=height.dtype)
+        new_height[pool_rows] = height[old_pool_rows]
+        memo["height"] = new_height
+    return tree
 
 
 def _flatten_new(root: Pool) -> _Tree:

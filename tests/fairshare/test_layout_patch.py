@@ -1,0 +1,251 @@
+"""The flattened tree patched after operations arrive, leave or move (``layout._patched``) is row for row the tree
+a fresh flatten (``layout._flatten_new``) gives, for random sequences of changes; anything the patch does not
+handle (a pool added, removed or moved, an element twice, a changed or duplicate id) falls back to the fresh
+flatten, which raises the same errors as before."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pooltree.errors import ConfigError
+from pooltree.fairshare import Operation, Pool, UpdateSettings, UpdateState
+from pooltree.fairshare import layout as layout_module
+from pooltree.fairshare.building import _heights
+from pooltree.fairshare.layout import _flatten, _flatten_new, _Tree
+from tests.fairshare.test_update_reuse import matches_fresh_update
+
+TOTAL = np.array([1000.0, 400.0, 8.0, 2.0**42, 100.0])
+
+
+def _tree(rng: random.Random) -> Pool:
+    """A root with pools in up to three levels; operations anywhere, before, between or after child pools."""
+    counter = iter(range(1 << 30))
+    root = Pool("<Root>")
+    frontier = [root]
+    for depth in range(rng.randint(1, 3)):
+        below = []
+        for pool in frontier:
+            for _ in range(rng.randint(0, 3)):
+                child = Pool(f"pool-{depth}-{next(counter)}", weight=rng.choice([None, 1.0, 2.0]))
+                pool.children.append(child)
+                below.append(child)
+        frontier = below
+    pools = _pools(root)
+    for _ in range(rng.randint(0, 12)):
+        _arrive(rng, pools[rng.randrange(len(pools))], f"op-{next(counter)}")
+    return root
+
+
+def _walk(root: Pool) -> list[Any]:
+    out: list[Any] = [root]
+    for element in out:
+        if isinstance(element, Pool):
+            out.extend(element.children)
+    return out
+
+
+def _pools(root: Pool) -> list[Pool]:
+    return [e for e in _walk(root) if isinstance(e, Pool)]
+
+
+def _ops(root: Pool) -> list[tuple[Pool, Operation]]:
+    return [(p, c) for p in _pools(root) for c in p.children if isinstance(c, Operation)]
+
+
+def _operation(name: str, rng: random.Random) -> Operation:
+    usage = np.array([1.0, float(rng.randint(0, 4)), 0.0, 2.0**30, 0.0])
+    return Operation(name, usage=usage, demand=usage + np.array([1.0, 2.0, 0.0, 2.0**31, 0.0]))
+
+
+def _arrive(rng: random.Random, pool: Pool, name: str, op: Operation | None = None) -> None:
+    op = op or _operation(name, rng)
+    where = rng.randint(0, len(pool.children))
+    if rng.random() < 0.5:
+        pool.children = [*pool.children[:where], op, *pool.children[where:]]  # a fresh list
+    else:
+        pool.children.insert(where, op)  # the same list, changed in place
+
+
+def _leave(rng: random.Random, pool: Pool, op: Operation) -> None:
+    if rng.random() < 0.5:
+        pool.children = [c for c in pool.children if c is not op]
+    else:
+        pool.children.remove(op)
+
+
+def _change(rng: random.Random, root: Pool, kind: int, serial: int) -> None:
+    """One change of the tree; kinds 0-5 are what the patch handles, 6-11 what it hands to a fresh flatten."""
+    pools = _pools(root)
+    ops = _ops(root)
+    pool = pools[rng.randrange(len(pools))]
+    if kind in (0, 1) or not ops:  # arrivals (several at once, in one or more pools)
+        for _ in range(rng.randint(1, 4)):
+            _arrive(rng, pools[rng.randrange(len(pools))], f"arrived-{serial}-{rng.randrange(1 << 20)}")
+    elif kind == 2:  # departures
+        for parent, op in rng.sample(ops, min(len(ops), rng.randint(1, 4))):
+            _leave(rng, parent, op)
+    elif kind == 3:  # an operation moves to another pool
+        parent, op = ops[rng.randrange(len(ops))]
+        _leave(rng, parent, op)
+        _arrive(rng, pool, op.id, op)
+    elif kind == 4:  # an operation re-made with its id (new parameters), and one leaving with one arriving
+        parent, op = ops[rng.randrange(len(ops))]
+        parent.children = [_operation(op.id, rng) if c is op else c for c in parent.children]
+        _arrive(rng, pool, f"arrived-{serial}")
+    elif kind == 5:  # a pool's operations reordered, or all of them gone (a level may empty)
+        if rng.random() < 0.5:
+            kids = pool.children
+            op_slots = [i for i, c in enumerate(kids) if isinstance(c, Operation)]
+            moved = [kids[i] for i in op_slots]
+            rng.shuffle(moved)
+            for i, op in zip(op_slots, moved, strict=True):
+                kids[i] = op
+        else:
+            for parent, _ in ops:
+                parent.children = [c for c in parent.children if not isinstance(c, Operation)]
+    elif kind == 6 and pool.children:  # the whole order of a pool's children (pools move)
+        pool.children = pool.children[::-1]
+    elif kind == 7:  # a pool arrives
+        pool.children = [
+            *pool.children,
+            Pool(f"new-pool-{serial}", children=[_operation(f"in-{serial}", rng)]),
+        ]
+    elif kind == 8 and len(pools) > 1:  # a pool leaves with its subtree
+        gone = pools[rng.randrange(1, len(pools))]
+        for p in pools:
+            if gone in p.children:
+                p.children = [c for c in p.children if c is not gone]
+    elif kind == 9:  # an id changed in place
+        ops[rng.randrange(len(ops))][1].id = f"renamed-{serial}-{rng.randrange(1 << 30)}"
+    elif kind == 10:  # a duplicate id or the same operation twice (an error), then undone
+        parent, op = ops[rng.randrange(len(ops))]
+        twin = op if rng.random() < 0.5 else _operation(op.id, rng)
+        pool.children = [*pool.children, twin]
+    else:  # a pool's id changes
+        pools[rng.randrange(len(pools))].id = f"renamed-pool-{serial}-{rng.randrange(1 << 30)}"
+
+
+def _same_tree(got: _Tree, expected: _Tree) -> None:
+    assert len(got.elements) == len(expected.elements)
+    assert all(a is b for a, b in zip(got.elements, expected.elements, strict=True))
+    assert got.ids == expected.ids
+    for name in ("parent", "depth", "child_start", "child_count", "is_op", "level_start"):
+        a, b = getattr(got, name), getattr(expected, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), name
+    assert all(a is b for a, b in zip(got.pools, expected.pools, strict=True))
+    assert len(got.pools) == len(expected.pools)
+    assert got.pool_child_counts == expected.pool_child_counts
+    # What the patch carries into the new tree's memo is what the fresh tree derives.
+    assert np.array_equal(
+        got.memo("pool_idx", lambda: np.flatnonzero(~got.is_op)), np.flatnonzero(~expected.is_op)
+    )
+    assert np.array_equal(got.memo("height", lambda: _heights(got)), _heights(expected))
+    got_levels, expected_levels = got.parent_levels(), expected.parent_levels()
+    assert len(got_levels) == len(expected_levels)
+    for a, b in zip(got_levels, expected_levels, strict=True):
+        for name in ("parents", "children", "seg", "slot"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+class _Spy:
+    """Records what ``_patched`` returned (and its map of rows) on each call."""
+
+    def __init__(self) -> None:
+        self.original = layout_module._patched
+        self.results: list[tuple[_Tree | None, np.ndarray | None]] = []
+
+    def __call__(self, *args: Any) -> _Tree | None:
+        tree = self.original(*args)
+        self.results.append((tree, None if tree is None else tree.rows_from.copy()))  # type: ignore[union-attr]
+        return tree
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 1 << 30),
+    steps=st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=3), min_size=1, max_size=10),
+)
+def test_patched_layout_is_the_fresh_flatten(
+    monkeypatch: pytest.MonkeyPatch, seed: int, steps: list[list[int]]
+) -> None:
+    """Each step makes one to three changes (of kinds 0-5: patched; any other kind: possibly a fresh flatten)."""
+    spy = _Spy()
+    monkeypatch.setattr(layout_module, "_patched", spy)
+    rng = random.Random(seed)
+    root = _tree(rng)
+    previous = _flatten(root)
+    for serial, kinds in enumerate(steps):
+        before = [(p, list(p.children)) for p in _pools(root)]
+        for kind in kinds:
+            _change(rng, root, kind, serial)
+        spy.results.clear()
+        try:
+            expected = _flatten_new(root)
+        except ConfigError as error:
+            with pytest.raises(ConfigError) as raised:
+                _flatten(root)
+            assert str(raised.value) == str(error)
+            for pool, children in before:  # undone: the next change starts from a valid tree
+                pool.children = children
+            previous = _flatten(root)
+            continue
+        got = _flatten(root)
+        _same_tree(got, expected)
+        if got is previous:
+            assert not spy.results  # the same structure: nothing patched
+            continue
+        patched = [tree for tree, _ in spy.results if tree is not None]
+        if max(kinds) <= 5:
+            assert patched == [got], f"changes {kinds} were not patched"
+        if patched:
+            rows_from = spy.results[-1][1]
+            assert rows_from is not None
+            old = {id(e): row for row, e in enumerate(previous.elements)}
+            assert rows_from.tolist() == [old.get(id(e), -1) for e in got.elements]
+        previous = got
+
+
+def _update_case(seed: int) -> tuple[Pool, UpdateSettings]:
+    rng = random.Random(seed)
+    root = _tree(rng)
+    for pool in _pools(root)[1:]:
+        if rng.random() < 0.3:
+            pool.strong_guarantee_resources = np.array([0.0, 20.0, 0.0, 0.0, 0.0])
+            pool.specified_guarantee_resources = frozenset({"cpu"})
+    return root, UpdateSettings()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_updates_over_patched_layouts_match_fresh_updates(seed: int) -> None:
+    """Whole updates after operation changes (patched layouts, carried functions) equal updates of fresh copies."""
+    root, update_settings = _update_case(seed)
+    rng = random.Random(100 + seed)
+    state, fresh_state = UpdateState(), UpdateState()
+    for step in range(10):
+        if step:
+            _change(rng, root, rng.randrange(6), step)
+        pair = matches_fresh_update(
+            root, TOTAL, update_settings, 5.0 * step, state, fresh_state, f"seed {seed} step {step}"
+        )
+        assert pair is not None
+        state, fresh_state = pair[0].state, pair[1].state
+
+
+def test_an_update_keeps_no_copy_of_the_previous_tree() -> None:
+    """A patched tree drops the previous tree and its map of rows after its first build."""
+    root, update_settings = _update_case(3)
+    from pooltree.fairshare import update_fair_share
+
+    update_fair_share(root, TOTAL, update_settings, 0.0)
+    _arrive(random.Random(0), _pools(root)[-1], "late")
+    update_fair_share(root, TOTAL, update_settings, 1.0)
+    tree = _flatten(root)
+    assert tree.previous is None and tree.rows_from is None
+    assert copy.copy(tree.functions) is not None
