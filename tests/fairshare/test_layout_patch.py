@@ -5,7 +5,6 @@ flatten, which raises the same errors as before."""
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
@@ -238,14 +237,18 @@ def test_updates_over_patched_layouts_match_fresh_updates(seed: int) -> None:
         state, fresh_state = pair[0].state, pair[1].state
 
 
-def test_an_update_keeps_no_copy_of_the_previous_tree() -> None:
-    """A patched tree drops the previous tree and its map of rows after its first build."""
-    root, update_settings = _update_case(3)
+def test_the_patched_tree_lets_the_previous_one_go_after_its_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A patched tree holds the previous tree and its map of rows only until its first build has carried the
+    functions; the build then keeps its own."""
     from pooltree.fairshare import update_fair_share
 
+    spy = _Spy()
+    monkeypatch.setattr(layout_module, "_patched", spy)
+    root, update_settings = _update_case(3)
     update_fair_share(root, TOTAL, update_settings, 0.0)
     _arrive(random.Random(0), _pools(root)[-1], "late")
     update_fair_share(root, TOTAL, update_settings, 1.0)
     tree = _flatten(root)
+    assert [patched for patched, _ in spy.results] == [tree]
     assert tree.previous is None and tree.rows_from is None
-    assert copy.copy(tree.functions) is not None
+    assert tree.functions is not None
