@@ -26,8 +26,8 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
 
 Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
 `_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
-same one a rebuild gives, since entries are ordered by (key, least recently served, tree index) and the index is
-unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. From
+same one a rebuild gives, since entries are ordered by (key, least recently served, order key) and the order key
+is unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. From
 `_BULK_SATISFACTION` re-keyed operations on, their satisfactions are computed in bulk (`satisfaction_ratios`, bit
 for bit the per-element floats). Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
@@ -36,9 +36,11 @@ element view reads the counter (`_flush_counts`).
 
 A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
 the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
-ones' parents re-summed; the step drops only the removed operations' elements (`_Step.follow`); it re-sorts the
-priority lists and rebuilds every heap (the tree indices of later elements moved, and the index is part of every
-heap entry).
+ones' parents re-summed and re-queued (their entries went stale: the removed elements' ``version`` moved); the
+step drops only the removed operations' elements (`_Step.follow`), the priority lists are re-made only when one of
+them held a removed operation. Elements keep their order keys (``index`` increases along the tree order without
+being a position, `pooltree/strategy/order.py`), so no other element is renumbered and no heap is rebuilt; only
+when `order.place` finds no room in a pool is every element numbered again and every heap made anew.
 
 Anything else falls back to the three-pass path: the total resources changed, or some element's spec leaves its
 scheduling status or demand share to the strategy (both are then functions of usage: they would need recomputing
@@ -90,7 +92,6 @@ class _Step:
         "deadlines",
         "due",
         "numbered",
-        "ordered",
         "pending",
         "pools",
         "priorities",
@@ -100,9 +101,8 @@ class _Step:
     )
 
     def __init__(self, skeleton: object, ordered: list[_Element]):
+        """``ordered``: every element, in tree order."""
         self.skeleton = skeleton
-        self.ordered = ordered
-        """Every element in tree order."""
         ops = [element for element in ordered if element.is_op]
         self.pools = [element for element in ordered if not element.is_op]
         self.below = {element for element in ordered if element.status is not _NORMAL}
@@ -138,20 +138,15 @@ class _Step:
         """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
         reason, number of the first publish not yet added to its counter)."""
 
-    def follow(
-        self,
-        skeleton: object,
-        ordered: list[_Element],
-        elements: dict[str, _Element],
-        departed: list[_Element],
-    ) -> _Step:
+    def follow(self, skeleton: object, elements: dict[str, _Element], departed: list[_Element]) -> bool:
         """This step, in place, for the tree that operation changes made of it (``elements`` after
         `_apply_operation_changes`; ``departed``: the previous elements of the removed operations): what it keeps
-        of elements that are gone is dropped, their counts added. The pools are the same elements."""
+        of elements that are gone is dropped, their counts added. The pools are the same elements. Returns
+        whether a departed element had a preemption priority (the priority lists still hold it)."""
         self.skeleton = skeleton
-        self.ordered = ordered
         serial = self.serial
         counted = self.counted
+        listed = False
         for element in departed:
             if elements.get(element.id) is element:  # a changed operation: its element renewed, still there
                 continue
@@ -159,11 +154,12 @@ class _Step:
             self.unsettled.discard(element)
             self.deadlines.pop(element, None)  # its entries in ``due`` are skipped when popped
             self.pending.pop(element, None)
-            self.priorities.pop(element, None)
+            if self.priorities.pop(element, None) is not None:
+                listed = True
             entry = counted.pop(element, None)
             if entry is not None and entry[2] <= serial:
                 entry[0].deactivation_reasons[entry[1]] += serial - entry[2] + 1
-        return self
+        return listed
 
     def flush(self) -> None:
         """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""
@@ -214,15 +210,17 @@ class ChangedPublisher(SchedulingStages):
         tree: SchedulingTree,
         now: float,
         total: tuple[float, ...],
-        changed: tuple[list[str], list[_Element], list[_Element]] | None = None,
+        changed: tuple[list[str], list[_Element], list[_Element], bool] | None = None,
     ) -> bool:
         """Publish ``tree`` (same skeleton as the last one) doing work only where something changed; ``False``
         (nothing done) when the three-pass path must run instead.
 
         ``changed``: the tree differs from the last one by operation changes, already applied to the elements
         (`SnapshotPublisher._apply_operation_changes`): the added operations' ids, the parents the removed
-        ones had and their elements. The added elements are then handled as touched ones with a new spec, the parents re-summed,
-        priorities recomputed, and every heap rebuilt (every element's tree index may have moved).
+        ones had, their elements, and whether every element was numbered anew. The added elements are then
+        handled as touched ones with a new spec, the parents re-summed and re-queued (the removed ones' heap
+        entries are stale), the priority lists re-made if a removed operation was on one; every heap is
+        rebuilt only after a new numbering (heap entries carry the order keys).
         """
         touched = self._touched
         self._touched = set()
@@ -230,21 +228,27 @@ class ChangedPublisher(SchedulingStages):
         if total != self._total:
             self._drop_step()
             return False
+        elements = self._elements
+        ordered: list[_Element] | None = None
+        resort = False
         if step is None or step.skeleton is not tree.skeleton:
-            elements = self._elements
-            ordered = [elements[element_id] for element_id in tree.order]
+            states = self.starvation
             if (
                 step is not None
                 and changed is not None
                 and self._statuses_timed
                 and _all_given(elements[element_id] for element_id in changed[0])
             ):  # the step of the tree the operation changes were applied to (its other specs were checked)
-                step = self._step = step.follow(tree.skeleton, ordered, elements, changed[2])
+                resort = step.follow(tree.skeleton, elements, changed[2])
+                for element_id in changed[0]:  # every other element has its state after a publish with a time
+                    if element_id not in states:
+                        states[element_id] = StarvationState()
             else:
                 self._drop_step()
                 if not self._statuses_timed or not _all_given(elements.values()):
                     # a step starts from statuses a publish with a time evaluated for every element
                     return False
+                ordered = [elements[element_id] for element_id in tree.order]
                 step = _Step(tree.skeleton, ordered)
                 if changed is not None:  # the lists still hold the elements the operation changes removed
                     self._update_priorities()
@@ -253,22 +257,22 @@ class ChangedPublisher(SchedulingStages):
                     for priority, listed in self._ops_by_priority.items()
                     for element in listed
                 }
-            states = self.starvation
-            if len(states) < len(step.ordered):  # every element has its state after a publish with a time
-                for element in step.ordered:
-                    if element.id not in states:
-                        states[element.id] = StarvationState()
+            if len(states) < len(elements):  # every element has its state after a publish with a time
+                for element_id in tree.order:
+                    if element_id not in states:
+                        states[element_id] = StarvationState()
         specs = tree.elements
         respecced = self._respecced
-        if respecced is not None and changed is None:  # a tree derived from the last one with these specs new
-            elements = self._elements
+        if respecced is not None:  # a tree derived from the last one with these specs new
             fresh = sorted(
                 {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
             )
         else:
+            if ordered is None:
+                ordered = [elements[element_id] for element_id in tree.order]
             fresh = [
                 element
-                for element, spec in zip(step.ordered, map(specs.__getitem__, tree.order), strict=True)
+                for element, spec in zip(ordered, map(specs.__getitem__, tree.order), strict=True)
                 if spec is not element.spec
             ]
         for element in fresh:
@@ -294,10 +298,11 @@ class ChangedPublisher(SchedulingStages):
         if changed is not None:
             rerun.extend(added)
         moved = self._update_starvation_of(step, fresh, rerun, now)
-        if moved or rerun or changed is not None:
-            self._update_priorities_of(step, moved, rerun, changed is not None)
+        if moved or rerun or resort:
+            self._update_priorities_of(step, moved, rerun, resort)
         self.last_update_time = now
-        self._requeue(step, fresh, changed_ops, total, rebuild=changed is not None)
+        renumbered = changed is not None and changed[3]
+        self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=renumbered)
         return True
 
     # ------------------------------------------------------------------ pass 1: specs, usage, lists
@@ -584,10 +589,12 @@ class ChangedPublisher(SchedulingStages):
         fresh: list[_Element],
         changed_ops: list[_Element],
         total: tuple[float, ...],
+        removed_parents: list[_Element] | None = None,
         rebuild: bool = False,
     ) -> None:
         """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
         every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them);
+        ``removed_parents``: pools that lost children (their entries are stale) re-read their best child too;
         ``rebuild``: every heap made anew instead.
 
         Besides those, an operation is re-keyed when its pending count crossed zero since its activity was last
@@ -662,8 +669,13 @@ class ChangedPublisher(SchedulingStages):
                 queued.add(element)
                 heapq.heappush(pools, (-element.index, element))
         if rebuild:
-            _rebuild_heaps(step.ordered)
+            elements = self._elements
+            _rebuild_heaps([elements[element_id] for element_id in self.tree.order])
             return
+        for parent in removed_parents or ():
+            if parent is not None and parent not in queued:
+                queued.add(parent)
+                heapq.heappush(pools, (-parent.index, parent))
         fresh_fifo = {element for element in fresh if element.use_fifo}
         # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
         for pool in step.pools:

@@ -7,6 +7,7 @@ published elements, re-sums pool usage bottom-up, updates starvation (§c), the 
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any
 
@@ -29,6 +30,7 @@ from pooltree.strategy.model import (
     SchedulingStatus,
     StarvationStatus,
 )
+from pooltree.strategy.order import number, place
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
@@ -42,6 +44,8 @@ class SnapshotPublisher(ChangedPublisher):
     """Publishing a fair-share update; see the module docstring."""
 
     _skeleton: Any
+    _bounds: dict[_Element, int]
+    """Each pool's bound of its operations' order keys (`order.number`), kept while the pools are the same."""
 
     # ------------------------------------------------------------------ fair-share update
 
@@ -72,9 +76,10 @@ class SnapshotPublisher(ChangedPublisher):
         ):
             departed = [element for i in delta.removed if (element := previous.get(i)) is not None]
             parents = [element.parent for element in departed]
-            self._apply_operation_changes(tree, delta, fifo_order)
+            renumbered = self._apply_operation_changes(tree, delta, fifo_order)
             self._skeleton = tree.skeleton
-            if not self._publish_changes(tree, now, total, (delta.added, parents, departed)):  # changes.py
+            changed = (delta.added, parents, departed, renumbered)
+            if not self._publish_changes(tree, now, total, changed):  # changes.py
                 self._publish_same_structure(tree, now, total)
                 self._statuses_timed = True
             return
@@ -298,20 +303,32 @@ class SnapshotPublisher(ChangedPublisher):
                 if element.op is not None:
                     element.usage = element.op.usage
             elements[element_id] = element
+        self._bounds = number(elements.values())
         return elements
 
-    def _apply_operation_changes(self, tree: SchedulingTree, delta: Any, fifo_order: bool) -> None:
+    def _apply_operation_changes(self, tree: SchedulingTree, delta: Any, fifo_order: bool) -> bool:
         """Bring the published elements to a tree derived from the previous one by operation changes only
         (`SchedulingTree.with_operation_changes`): elements of removed operations go, added operations get the
         element `_new_elements` would give them (the previous object of a changed one renewed, ``last_start``
-        kept), the changed parents' children lists and every element's index follow the new order. What a new
-        element starts with and `_publish_same_structure` keeps from the previous publish (the demand share of a
-        spec that has one) is set here; everything else the passes recompute for every element, as for an
-        unchanged structure."""
+        kept), the changed parents' children lists follow the new tree. What a new element starts with and
+        `_publish_same_structure` keeps from the previous publish (the demand share of a spec that has one) is
+        set here; everything else the passes recompute.
+
+        Costs what changed: the other elements keep their objects and order keys (`order.place` numbers the
+        added operations inside their pools' blocks), the removed ones' heap entries go stale (their
+        ``version`` moves; a renewed element's keeps counting) and their starvation states go. Returns whether
+        every element was numbered anew (a block without room or off the layout): the heaps must then be made
+        anew, since their entries carry the old keys."""
         elements = self._elements
         specs = tree.elements
         gone = {element_id: elements.pop(element_id) for element_id in delta.removed}
+        states = self.starvation
+        for element_id, element in gone.items():
+            element.version += 1  # its entries in its parent's heap are stale from now on
+            if element_id not in specs:
+                states.pop(element_id, None)
         operations = self.operations
+        added: set[_Element] = set()
         for element_id in delta.added:
             spec = specs[element_id]
             settings = tree.effective[element_id]
@@ -333,16 +350,29 @@ class SnapshotPublisher(ChangedPublisher):
             if spec.demand_share is not None:
                 element.demand_share = tuple(_floats(spec.demand_share))
             elements[element_id] = element
+            added.add(element)
         children = tree.children
+        bounds = self._bounds
+        renumber = False
         for parent_id in delta.parents:
+            pool = elements[parent_id]
             # `_new_elements` appends children in tree order, which visits them last first
-            elements[parent_id].children[:] = [elements[child] for child in reversed(children[parent_id])]
-        ordered = {}
-        for index, element_id in enumerate(tree.order):
-            element = elements[element_id]
-            element.index = index
-            ordered[element_id] = element
-        self._elements = ordered
+            pool.children[:] = [elements[child] for child in reversed(children[parent_id])]
+            bound = bounds.get(pool)
+            moved = None if renumber or bound is None else place(pool, added, bound)
+            if moved is None:
+                renumber = True
+            elif moved:  # the block was numbered anew: the kept entries take the new keys
+                heap = [
+                    (entry[0], entry[1], child.index, entry[3], child)
+                    for entry in pool.heap
+                    if entry[3] == (child := entry[4]).version and child.active
+                ]
+                heapq.heapify(heap)
+                pool.heap = heap
+        if renumber:
+            self._bounds = number(elements[element_id] for element_id in tree.order)
+        return renumber
 
     def _reuse_elements(self, tree: SchedulingTree) -> dict[str, _Element]:
         """The previous publish's elements, for a tree of the same structure (``tree.skeleton``).
@@ -485,9 +515,10 @@ def _resum_pool(element: _Element, own_demand: tuple[float, ...] | None) -> None
 
 def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:
     """Set a previous publish's `_Element` to the state ``_Element(spec, index, settings)`` starts with, keeping its
-    ``last_start`` (as `_new_elements` copies it) and its pure caches: ``blocked`` of ``blocked_for``, the
-    satisfaction memo, and tag matches while the tag filter is the same object. Every other field of
-    `_Element.__init__` is set here to the same value (keep the two in step)."""
+    ``last_start`` (as `_new_elements` copies it), its ``version`` (the validity token of its heap entries, never
+    read otherwise) and its pure caches: ``blocked`` of ``blocked_for``, the satisfaction memo, and tag matches
+    while the tag filter is the same object. Every other field of `_Element.__init__` is set here to the same
+    value (keep the two in step)."""
     if spec.scheduling_tag_filter is not element.spec.scheduling_tag_filter:
         element.tag_cache = {}
     element.spec = spec
@@ -507,7 +538,7 @@ def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:
     element.sat = INFINITE_SATISFACTION_RATIO
     element.fifo_key = float(spec.fifo_index)
     element.use_fifo = False
-    element.version = 0
+    # ``version`` keeps counting (entries of this object in a heap must stay stale: see `_peek`)
     element.keyed_start = 0
     element.active = False
     element.excluded = -1

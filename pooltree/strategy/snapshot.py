@@ -221,8 +221,9 @@ class SpecRows(list[ElementSpec]):
     so that a tree derived from ``base`` costs what changed rather than a walk over every element. A plain list
     of the same specs gives the same tree; the hints are read only when ``base`` is the tree deriving.
 
-    - ``replaced`` (for `SchedulingTree.with_shares`): the specs of the list that are not ``base``'s very
-      objects; ``base``'s id map is copied and only these are written into it.
+    - ``replaced`` (for `SchedulingTree.with_shares` and `with_operation_changes`): the specs of the list that
+      are not ``base``'s very objects (``with_shares`` copies ``base``'s id map and writes only these into it;
+      both tell `publish` that only these elements have new specs: `SchedulingTree.respecced`).
     - ``ids`` and ``tail`` (for `SchedulingTree.with_operation_changes`): the id of each spec, in list order,
       and the first row whose id is not the next of ``base``'s ids without the removed ones (the first new
       operation's row): the id map is ``base``'s, copied, without the removed ids, with the rows from ``tail``
@@ -319,9 +320,9 @@ class SchedulingTree:
         self.delta: TreeDelta | None = None
         """Set by :meth:`with_operation_changes`: how this tree differs from the tree it was derived from."""
         self.respecced: tuple[weakref.ref[SchedulingTree], list[ElementSpec]] | None = None
-        """Set by :meth:`with_shares` from a `SpecRows` hint: (the tree derived from, the specs that are not its
-        very objects). When that tree is the one published last, `publish` looks only at these for elements
-        with a new spec."""
+        """Set by :meth:`with_shares` and :meth:`with_operation_changes` from a `SpecRows` hint: (the tree derived
+        from, the specs that are not its very objects). When that tree is the one published last, `publish` looks
+        only at these for elements with a new spec."""
         self._resolve_settings()
 
     def _resolve_settings(self) -> None:
@@ -412,6 +413,8 @@ class SchedulingTree:
         if ROOT_ID not in specs:
             specs[ROOT_ID] = self.elements[ROOT_ID]
         tree.elements = specs
+        if hint is not None:  # every spec not in ``replaced`` is this tree's very object (the builder's rows)
+            tree.respecced = (weakref.ref(self), hint.replaced)
         children = dict(self.children)
         depth = dict(self.depth)
         effective = dict(self.effective)

@@ -5,7 +5,7 @@ The heartbeat path marks what it touches; a missed mark would leave some element
 simulation twice — once with the incremental publish, once with it switched off — and after every publish
 compares every element's published state: statuses, starvation clocks, usage, shares, satisfaction, activity,
 deactivation counts, preemption priorities, preemptible lists, and each pool's heap as the set of its valid
-entries (key, least recently served, tree index) — what the best-leaf choice reads.
+entries (key, least recently served, tree position) — what the best-leaf choice reads.
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ from pooltree.strategy import (
     TreeScheduler,
 )
 from pooltree.strategy import changes as changes_module
+from pooltree.strategy import order as order_module
 from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.publish import SnapshotPublisher
 from tests.sim.test_sim_engine import mixed_document
+from tests.strategy.test_operation_changes import positions
 
 GiB = 1024.0**3
 
@@ -43,6 +45,7 @@ GiB = 1024.0**3
 def _state(scheduler: Any) -> tuple[Any, ...]:
     scheduler._flush_counts()
     rows: list[Any] = []
+    position = positions(scheduler)  # order keys are not positions (`pooltree/strategy/order.py`)
     for element_id in scheduler.tree.order:
         element = scheduler._elements[element_id]
         state = scheduler.starvation.get(element_id)
@@ -74,7 +77,7 @@ def _state(scheduler: Any) -> tuple[Any, ...]:
         if not element.is_op:
             row += (
                 sorted(
-                    (entry[0], entry[1], entry[2])
+                    (entry[0], entry[1], position[entry[4].id])
                     for entry in element.heap
                     if entry[3] == entry[4].version and entry[4].active
                 ),
@@ -214,11 +217,21 @@ def _incremental_and_full(
     total: Any, specs: dict[str, ElementSpec], config: StrategyConfig
 ) -> tuple[SchedulingTree, list[TreeScheduler]]:
     """The tree of ``specs`` and two schedulers of it: the incremental one, and one whose every publish runs
-    the three passes (its incremental step is refused)."""
+    the three passes (its incremental step is refused) and which takes a tree derived by operation changes as a
+    new structure (its ``delta`` hidden: every element numbered and every heap made anew)."""
     current = SchedulingTree(total, list(specs.values()), config)
     schedulers = [TreeScheduler(current), TreeScheduler(current)]
     full = schedulers[1]
     full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    publish = full.publish
+
+    def whole(tree: SchedulingTree, now: float | None) -> None:
+        if tree.delta is not None:
+            tree = copy.copy(tree)
+            tree.delta = None
+        publish(tree, now)
+
+    full.publish = whole  # type: ignore[method-assign]
     return current, schedulers
 
 
@@ -228,8 +241,27 @@ def test_incremental_publish_follows_controllers_and_heartbeats(seed):
     """Direct `TreeScheduler` use: shares move on some elements, heartbeats start and finish allocations,
     operations come and go (trees derived by `with_operation_changes`), and controllers change their pending work
     behind the strategy's back; after every publish the incremental scheduler's state equals the one of a
-    scheduler whose every publish runs the three passes. Allocations use amounts whose sums are inexact in
-    binary, so a pool re-summed differently than a rebuild would show."""
+    scheduler whose every publish runs the three passes (and numbers every element after operation changes).
+    Allocations use amounts whose sums are inexact in binary, so a pool re-summed differently than a rebuild
+    would show."""
+    _follow_controllers_and_heartbeats(seed)
+
+
+@settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(seed=st.integers(0, 2**32 - 1), gap=st.sampled_from([1, 2, 3, 5]))
+def test_operation_changes_without_room_between_order_keys(seed, gap):
+    """As above with order keys packed tightly (`order.GAP` of a few units): added operations find no room
+    between their neighbours, so blocks are numbered anew in place (their kept heap entries re-keyed) or every
+    element is numbered again (every heap made anew); the state stays the one of the full publishes."""
+    saved = order_module.GAP
+    order_module.GAP = gap
+    try:
+        _follow_controllers_and_heartbeats(seed)
+    finally:
+        order_module.GAP = saved
+
+
+def _follow_controllers_and_heartbeats(seed: int) -> None:
     rng = random.Random(seed)
     config = StrategyConfig(fair_share_starvation_timeout=3.0, fair_share_aggressive_starvation_timeout=6.0)
     limits = vector(user_slots=4, cpu=4, memory=4 * GiB)

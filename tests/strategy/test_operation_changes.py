@@ -10,6 +10,7 @@ builds and publishes made from scratch each period.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 from typing import Any
@@ -52,14 +53,32 @@ def definition() -> Any:
     return parse_pool_trees({"physical": document})["physical"]
 
 
+def positions(scheduler: TreeScheduler) -> dict[str, int]:
+    """Each published element's position in the tree order, after checking that the elements' order keys
+    (``index``, not positions: see `pooltree/strategy/order.py`) increase along that order and that every heap
+    entry carries its element's key."""
+    order = scheduler.tree.order
+    assert sorted(scheduler._elements) == sorted(order)
+    keys = [scheduler._elements[element_id].index for element_id in order]
+    assert all(a < b for a, b in itertools.pairwise(keys)), "order keys do not follow the tree order"
+    for element in scheduler._elements.values():
+        for entry in element.heap:
+            if entry[3] == entry[4].version and entry[4].active:
+                assert entry[2] == entry[4].index, (element.id, entry[4].id)
+    return {element_id: position for position, element_id in enumerate(order)}
+
+
 def published(scheduler: TreeScheduler) -> list[tuple[Any, ...]]:
-    """Every published element's state that a fresh publish determines, in element order."""
+    """Every published element's state that a fresh publish determines, in tree order (an element's order key
+    as its position in that order)."""
     rows = []
-    for element_id, element in scheduler._elements.items():
+    position = positions(scheduler)
+    for element_id in scheduler.tree.order:
+        element = scheduler._elements[element_id]
         rows.append(
             (
                 element_id,
-                element.index,
+                position[element_id],
                 element.depth,
                 None if element.parent is None else element.parent.id,
                 [child.id for child in element.children],
@@ -78,7 +97,11 @@ def published(scheduler: TreeScheduler) -> list[tuple[Any, ...]]:
                 element.starvation,
                 element.inactive_reason,
                 repr(element.settings),
-                sorted((entry[0], entry[1], entry[2], entry[4].id) for entry in element.heap),
+                sorted(
+                    (entry[0], entry[1], position[entry[4].id], entry[4].id)
+                    for entry in element.heap
+                    if entry[3] == entry[4].version and entry[4].active
+                ),
             )
         )
     return rows
