@@ -32,10 +32,12 @@ on code whose classes gained or renamed attributes. Each checkpoint records the 
 
 ``slice`` timing (without ``--profile``) wraps, only for the measurement, the core's fair-share step and its
 parts: ``unregister`` (completed operations), ``input`` (`build_fair_share_input`), ``fair_share`` (the pure
-update), ``build`` (`scheduling_tree_from_runtime`), ``publish`` (the strategy's ``publish``); ``sim_period`` is
-the rest of the simulator's own period work (`Simulation._fair_share_update` minus the core's update: time
-limits, pending publication, recording, sampling, timeline). Periods are split into those in which an
-operation was registered or unregistered since the previous update (``with_op_changes``) and the others.
+update; inside it ``flatten`` and ``read_inputs`` where this revision has them), ``build``
+(`scheduling_tree_from_runtime`), ``publish`` (the strategy's ``publish``); ``sim_period`` is the rest of the
+simulator's own period work (`Simulation._fair_share_update` minus the core's update: time limits, pending
+publication, recording, sampling, timeline). Periods are split into those in which an operation was registered
+or unregistered since the previous update (``with_op_changes``) and the others. The clock is process CPU time
+by default (``--clock wall`` for wall time): on a shared machine wall time counts other processes' turns.
 """
 
 from __future__ import annotations
@@ -255,11 +257,13 @@ def _patched(owner: Any, name: str, wrapper_of: Callable[[Any], Any]) -> Iterato
 
 
 class _PeriodTimers:
-    """Per-period wall time of the fair-share step and its parts (wrappers installed only while measuring)."""
+    """Per-period time (CPU or wall: ``clock``) of the fair-share step and its parts (wrappers installed only while measuring)."""
 
-    PARTS = ("unregister", "input", "fair_share", "build", "publish")
+    PARTS = ("unregister", "input", "fair_share", "flatten", "read_inputs", "build", "publish")
+    """Parts of the core's update (``flatten`` and ``read_inputs`` are inside ``fair_share``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
         self.current: dict[str, float] = {}
         self.periods: list[dict[str, Any]] = []
         self.heartbeat = 0.0
@@ -269,13 +273,14 @@ class _PeriodTimers:
     def timed(self, part: str) -> Callable[[Any], Any]:
         def wrapper_of(function: Any) -> Any:
             current = self
+            clock = self.clock
 
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                start = time.perf_counter()
+                start = clock()
                 try:
                     return function(*args, **kwargs)
                 finally:
-                    elapsed = time.perf_counter() - start
+                    elapsed = clock() - start
                     current.current[part] = current.current.get(part, 0.0) + elapsed
 
             return wrapper
@@ -284,26 +289,28 @@ class _PeriodTimers:
 
     def heartbeat_timed(self, function: Any) -> Any:
         timers = self
+        clock = self.clock
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = clock()
             try:
                 return function(*args, **kwargs)
             finally:
-                timers.heartbeat += time.perf_counter() - start
+                timers.heartbeat += clock() - start
 
         return wrapper
 
     def period_timed(self, function: Any) -> Any:
         timers = self
+        clock = self.clock
 
         def wrapper(simulation: Simulation, index: int) -> Any:
             timers.current = {}
-            start = time.perf_counter()
+            start = clock()
             try:
                 return function(simulation, index)
             finally:
-                total = time.perf_counter() - start
+                total = clock() - start
                 record = dict(timers.current)
                 record["period"] = total
                 record["op_changes"] = timers.pending_changes
@@ -341,6 +348,13 @@ def _timing_patches(timers: _PeriodTimers, simulation: Simulation) -> list[Any]:
         _patched(SchedulerCore, "unregister_operation", timers.between_counted),
         _patched(SchedulerCore, "process_heartbeat", timers.heartbeat_timed),
     ]
+    # parts of the pure update, where this revision has them (other revisions may name them differently)
+    import pooltree.fairshare.update as update_module
+
+    if hasattr(update_module, "_flatten"):
+        patches.append(_patched(update_module, "_flatten", timers.timed("flatten")))
+    if hasattr(getattr(update_module, "_Update", None), "_read_inputs"):
+        patches.append(_patched(update_module._Update, "_read_inputs", timers.timed("read_inputs")))
     # the pure update: the core's own function if it was given one, else the module's default (the core asks
     # for the default each period: the wrapper is made once)
     if any(tree.core._fair_share is None for tree in simulation.trees.values()):
@@ -431,10 +445,13 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
         "minutes": args.minutes,
         "load_s": round(load_s, 1),
         "at_start": state_before,
+        "clock": args.clock,
         "load_average_before": os.getloadavg(),
     }
-    profiler = cProfile.Profile() if args.profile else None
-    timers = _PeriodTimers()
+    # on a shared machine wall time counts other processes' turns: the split and profile use CPU time by default
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    profiler = cProfile.Profile(clock) if args.profile else None
+    timers = _PeriodTimers(clock)
     patches = [] if profiler is not None else _timing_patches(timers, simulation)
     for patch in patches:
         patch.__enter__()
@@ -473,13 +490,16 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if profiler is None:
         out["periods"] = _period_report(timers.periods)
-        out["wall_heartbeats_s"] = round(timers.heartbeat, 3)
-        out["wall_fair_share_periods_s"] = round(sum(p["period"] for p in timers.periods), 3)
-        out["wall_rest_s"] = round(wall - out["wall_heartbeats_s"] - out["wall_fair_share_periods_s"], 3)
+        # on the split's clock: the heartbeats the core processed, the fair-share periods, everything else
+        total = cpu if args.clock == "cpu" else wall
+        out["heartbeats_s"] = round(timers.heartbeat, 3)
+        out["fair_share_periods_s"] = round(sum(p["period"] for p in timers.periods), 3)
+        out["rest_s"] = round(total - out["heartbeats_s"] - out["fair_share_periods_s"], 3)
     else:
         profiler.dump_stats(args.profile)
         stats = pstats.Stats(profiler, stream=io.StringIO())
         out["profile"] = args.profile
+
         out["top_tottime"] = _top(stats, "tottime", args.top, periods)
         out["top_cumtime"] = _top(stats, "cumtime", args.top, periods)
     return out
@@ -528,6 +548,13 @@ def main() -> None:
     sliced.add_argument("--checkpoint", required=True)
     sliced.add_argument("--minutes", type=float, default=10.0)
     sliced.add_argument("--profile", default=None, help="run under cProfile and write pstats here")
+    sliced.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="the timer of the per-period split and of cProfile (default: process CPU time; wall counts other "
+        "processes' turns on a shared machine)",
+    )
     sliced.add_argument("--top", type=int, default=30, help="functions listed by tottime and cumtime")
     checked = commands.add_parser("verify", help="a small day resumed from a checkpoint equals the whole run")
     _scenario_args(checked)
