@@ -304,6 +304,15 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
     memo["pool_idx"] = pool_rows
     memo["pool_counts"] = new_counts
     memo["objects"] = objects
+    # The id -> row index (``results``): the previous one copied, with the ids that left dropped and the rows
+    # that moved or arrived written (a copy and few writes cost a fraction of a new dict over cold ids). Its
+    # keys are then not in row order; nothing iterates it (``ElementResults`` iterates ``ids``).
+    new_index = index.copy()
+    for row in leaving.values():
+        del new_index[old_ids[row]]
+    moved = np.flatnonzero(rows_from != np.arange(n, dtype=np.int64)).tolist()
+    new_index.update(zip(map(ids.__getitem__, moved), moved, strict=True))
+    memo["index"] = new_index
     height = old._memo.get("height")
     if height is not None:  # a pool's height does not depend on its operations
         new_height = np.zeros(n, dtype=height.dtype)

@@ -146,6 +146,10 @@ def _same_tree(got: _Tree, expected: _Tree) -> None:
         got.memo("pool_idx", lambda: np.flatnonzero(~got.is_op)), np.flatnonzero(~expected.is_op)
     )
     assert np.array_equal(got.memo("height", lambda: _heights(got)), _heights(expected))
+    index = got.memo("index", lambda: dict(zip(got.ids, range(len(got.ids)), strict=True)))
+    assert index == dict(zip(expected.ids, range(len(expected.ids)), strict=True))
+    objects = got.memo("objects", lambda: np.array([id(e) for e in got.elements], dtype=np.uint64))
+    assert objects.tolist() == [id(e) for e in expected.elements]
     got_levels, expected_levels = got.parent_levels(), expected.parent_levels()
     assert len(got_levels) == len(expected_levels)
     for a, b in zip(got_levels, expected_levels, strict=True):
