@@ -138,12 +138,55 @@ def git_revision() -> str:
     return revision + ("+dirty" if dirty else "")
 
 
+DROPPED: set[str] = set()
+"""``Class.attribute`` of checkpointed state that the loading code's classes no longer have (dropped on load)."""
+
+
+def _tolerant_setstate(obj: Any, state: Any) -> None:
+    """Restore a pooltree object's attributes, dropping those its class (on the loading revision) cannot hold.
+
+    A checkpoint made before a slot or attribute was removed still loads; one made before an attribute was added
+    loads too, but code reading the new attribute fails (then make a new checkpoint)."""
+    attributes, slots = state if isinstance(state, tuple) and len(state) == 2 else (state, None)
+    for values in (attributes, slots):
+        if not values:
+            continue
+        if values is attributes and hasattr(obj, "__dict__"):
+            obj.__dict__.update(values)
+            continue
+        for name, value in values.items():
+            try:
+                object.__setattr__(obj, name, value)
+            except AttributeError:
+                DROPPED.add(f"{type(obj).__qualname__}.{name}")
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles pooltree objects with `_tolerant_setstate` as their state setter (everything else as usual)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = type(obj)
+        if (
+            not cls.__module__.startswith("pooltree.")
+            or isinstance(obj, type)
+            or hasattr(cls, "__setstate__")
+        ):
+            return NotImplemented
+        reduced = obj.__reduce_ex__(5)
+        if not isinstance(reduced, tuple) or len(reduced) < 3 or reduced[2] is None:
+            return NotImplemented
+        if len(reduced) == 6 and reduced[5] is not None:
+            return NotImplemented
+        rest = reduced[3:5] + (None,) * (5 - len(reduced))
+        return (reduced[0], reduced[1], reduced[2], *rest, _tolerant_setstate)
+
+
 def save(simulation: Simulation, meta: dict[str, Any], path: str) -> dict[str, Any]:
     start = time.perf_counter()
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 200_000))
     temporary = path + ".tmp"
     with open(temporary, "wb") as out:
-        pickle.dump({"format": FORMAT, "meta": meta, "simulation": simulation}, out, protocol=5)
+        _Pickler(out, protocol=5).dump({"format": FORMAT, "meta": meta, "simulation": simulation})
     os.replace(temporary, path)
     return {"path": path, "bytes": os.path.getsize(path), "save_s": round(time.perf_counter() - start, 1)}
 
@@ -444,6 +487,7 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
         "from_h": round(start_time / 3600.0, 4),
         "minutes": args.minutes,
         "load_s": round(load_s, 1),
+        "dropped_attributes": sorted(DROPPED),
         "at_start": state_before,
         "clock": args.clock,
         "load_average_before": os.getloadavg(),
