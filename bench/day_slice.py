@@ -16,6 +16,10 @@ Usage:
     .venv/bin/python bench/day_slice.py slice --checkpoint /tmp/day-h12.pkl --minutes 10
     # the same under cProfile (timers off), pstats written, top functions in the JSON
     .venv/bin/python bench/day_slice.py slice --checkpoint /tmp/day-h12.pkl --minutes 10 --profile /tmp/h12.pstats
+    # no checkpoint that loads on this code: run the day to 4 h in the process first (minutes of CPU), then slice
+    .venv/bin/python bench/day_slice.py slice --run-to-hours 4 --minutes 5
+    # write an older checkpoint again with the tolerant state setter (run on a revision it loads on)
+    .venv/bin/python bench/day_slice.py resave --checkpoint old.pkl --out new.pkl
 
 The stop is exact and deterministic: the engine's progress callback (called at the first event at or after each
 simulated minute) raises once the target time is reached, so the run loop leaves between two events with the
@@ -28,7 +32,9 @@ rebuilt to the same unpickled object, a dead one as a dead reference; the hint's
 
 Pickles hold the classes' instances by attribute: a checkpoint made on one revision may not load (or may not run)
 on code whose classes gained or renamed attributes. Each checkpoint records the git revision it was made on
-(``meta.revision``; printed by ``slice``). Rebuild checkpoints after such changes.
+(``meta.revision``; printed by ``slice``). Checkpoints are written with a tolerant state setter: attributes the
+loading code's classes no longer have are dropped (listed in ``dropped_attributes``); attributes they gained are
+missing, and code reading them fails: rebuild the checkpoint then, or use ``--run-to-hours``.
 
 ``slice`` timing (without ``--profile``) wraps, only for the measurement, the core's fair-share step and its
 parts: ``unregister`` (completed operations), ``input`` (`build_fair_share_input`), ``fair_share`` (the pure
@@ -473,7 +479,17 @@ def _short(filename: str) -> str:
 
 
 def slice_run(args: argparse.Namespace) -> dict[str, Any]:
-    simulation, meta, load_s = load(args.checkpoint)
+    if args.checkpoint is not None:
+        simulation, meta, load_s = load(args.checkpoint)
+    else:
+        # no checkpoint (e.g. the code changed the state's classes): run the day to the hour in this process
+        started = time.perf_counter()
+        simulation, parameters = _build(args)
+        run_until(simulation, args.run_to_hours * 3600.0)
+        meta = {"parameters": parameters, "revision": git_revision()}
+        load_s = time.perf_counter() - started
+        gc.collect()
+        gc.freeze()
     start_time = simulation.now
     until = start_time + args.minutes * 60.0
     stats_before = dict(simulation.stats)
@@ -576,6 +592,13 @@ def verify(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def resave(args: argparse.Namespace) -> dict[str, Any]:
+    """Load a checkpoint (on the revision it loads on) and write it again with the tolerant state setter."""
+    simulation, meta, load_s = load(args.checkpoint)
+    meta = meta | {"resaved_on": git_revision()}
+    return {"name": "day_slice resave", "load_s": round(load_s, 1), **save(simulation, meta, args.out)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -589,7 +612,14 @@ def main() -> None:
     made.add_argument("--progress", action="store_true", help="bench/simulate.py's progress lines on stderr")
     made.add_argument("--progress-minutes", type=float, default=15.0)
     sliced = commands.add_parser("slice", help="load a checkpoint and run --minutes of simulated time")
-    sliced.add_argument("--checkpoint", required=True)
+    source = sliced.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a checkpoint made by this tool")
+    source.add_argument(
+        "--run-to-hours",
+        type=float,
+        help="no checkpoint: run the day (the scenario arguments below) to this hour first, then the slice",
+    )
+    _scenario_args(sliced)
     sliced.add_argument("--minutes", type=float, default=10.0)
     sliced.add_argument("--profile", default=None, help="run under cProfile and write pstats here")
     sliced.add_argument(
@@ -603,8 +633,13 @@ def main() -> None:
     checked = commands.add_parser("verify", help="a small day resumed from a checkpoint equals the whole run")
     _scenario_args(checked)
     checked.add_argument("--out", default="/tmp/day_slice_verify.pkl")
+    again = commands.add_parser("resave", help="write a checkpoint again with the tolerant state setter")
+    again.add_argument("--checkpoint", required=True)
+    again.add_argument("--out", required=True)
     args = parser.parse_args()
-    if args.command == "checkpoint":
+    if args.command == "resave":
+        output = resave(args)
+    elif args.command == "checkpoint":
         output = checkpoint(args)
     elif args.command == "slice":
         output = slice_run(args)
