@@ -12,6 +12,7 @@ import numpy as np
 from pooltree.errors import ConfigError
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.compiled import read_vectors
+from pooltree.fairshare.journal import InputJournal
 from pooltree.fairshare.model import (
     FIFO_SORT_PARAMETERS,
     GUARANTEE_TYPES,
@@ -140,9 +141,9 @@ def _pool_inputs(
     return fifo, integral_type, spec_mask
 
 
-def _same_objects(last: list[Any], now: list[Any]) -> bool:
-    """Whether two lists hold the very same objects, in order."""
-    return len(last) == len(now) and all(map(is_, last, now))
+def _same_objects(last: list[Any] | None, now: list[Any]) -> bool:
+    """Whether two lists hold the very same objects, in order (None: not known)."""
+    return last is not None and len(last) == len(now) and all(map(is_, last, now))
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -153,18 +154,61 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 class _KeptInputs:
     """One update's raw scalar inputs (the objects read from the elements) and the checked arrays made from
-    them, kept on the tree (``_Tree.inputs``) for the next update of the same structure."""
+    them, kept on the tree (``_Tree.inputs``) for the next update of the same structure.
 
-    __slots__ = ("msr", "msr_array", "pool_arrays", "pool_raw", "tol", "tol_array", "weight_cfg", "weights")
+    With a journaled model (``journal``: every operation of the tree belongs to it, ``journaled``), also every
+    array as read (before ``compute_attributes`` sums usage and demand in place), read-only, and the journal's
+    ``position`` when they were read: the next update copies them and reads again only the operations written
+    since, and every pool (``_Inputs._read_written``)."""
 
-    msr: list[Any]
+    __slots__ = (
+        "apply_limits",
+        "demand",
+        "journal",
+        "journaled",
+        "msr",
+        "msr_array",
+        "pool_arrays",
+        "pool_raw",
+        "position",
+        "schedulable",
+        "specified_limits",
+        "step",
+        "strong_config",
+        "tag_limits",
+        "tol",
+        "tol_array",
+        "total",
+        "usage",
+        "weight_cfg",
+        "weights",
+    )
+
+    msr: list[Any] | None  # None: not read in full (the next full read checks every value again)
     msr_array: np.ndarray
     pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
     pool_raw: list[list[Any]]
-    tol: list[Any]
+    tol: list[Any] | None
     tol_array: np.ndarray
     weight_cfg: np.ndarray
-    weights: list[Any]
+    weights: list[Any] | None
+    journal: InputJournal | None
+    journaled: bool
+    position: int
+    total: bytes
+    usage: np.ndarray
+    demand: np.ndarray
+    specified_limits: np.ndarray
+    tag_limits: np.ndarray
+    strong_config: np.ndarray
+    schedulable: np.ndarray
+    step: np.ndarray
+    apply_limits: np.ndarray
+
+
+WRITTEN_SHARE_LIMIT = 0.5
+"""Above this share of the operations written since the last read, every row is read (one pass over each field
+costs less than finding the rows)."""
 
 
 class _Inputs:
@@ -174,9 +218,54 @@ class _Inputs:
     def _read_inputs(self) -> None:
         """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
-        One comprehension per attribute (a slot read the interpreter specialises, cheaper than one
-        ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``).
+        An update of a journaled model (``pooltree.fairshare.journal``) whose tree was read before reads only the
+        operations written since and the pools (``_read_written``); anything else reads every row
+        (``_read_every_row``). Both give the same arrays and raise the same first error.
         """
+        tree = self.tree
+        journal = getattr(tree.elements[0], "journal", None)
+        last: _KeptInputs | None = tree.inputs
+        if journal is not None and last is not None and last.journal is journal and last.journaled:
+            rows = self._written_rows(last, journal)
+            if rows is not None:
+                self._read_written(last, rows, journal)
+                return
+        self._read_every_row(journal if type(journal) is InputJournal else None)
+
+    def _written_rows(self, last: _KeptInputs, journal: InputJournal) -> np.ndarray | None:
+        """Rows (sorted) of the tree's operations written since ``last`` was read, or None: read every row (the
+        journal forgot, the totals changed, too many were written, or one left the journal)."""
+        if last.total != self.total.tobytes():
+            return None  # every row's default tag-filter limits are the totals
+        written = journal.written_since(last.position)
+        if written is None:
+            return None
+        tree = self.tree
+        ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+        limit = len(ops) * WRITTEN_SHARE_LIMIT
+        if len(written) > 4 * limit:
+            return None
+        unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
+        if len(unique) > limit:
+            return None
+        elements = tree.elements
+        index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
+        rows: list[int] = []
+        for element in unique:
+            try:
+                row = index.get(element.id)
+            except TypeError:  # an unhashable id: not this tree's
+                continue
+            if row is not None and elements[row] is element:
+                if getattr(element, "journal", None) is not journal:
+                    return None  # it left the journal: its next writes would not be seen
+                rows.append(row)
+        rows.sort()
+        return np.array(rows, dtype=np.int64)
+
+    def _read_every_row(self, journal: InputJournal | None) -> None:
+        """Every element's inputs: one comprehension per attribute (a slot read the interpreter specialises, cheaper
+        than one ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``)."""
         tree = self.tree
         elements = tree.elements
         n = len(elements)
@@ -187,6 +276,7 @@ class _Inputs:
         ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
         pools: list[Pool] = tree.pools
         main = RESOURCES.index(self.settings.main_resource)
+        position = 0 if journal is None else journal.position  # before any value is read
         # Scalar fields whose values are the very objects of the previous update of this tree (immutable
         # values: the same object is the same value) reuse the arrays made and checked from them then.
         last = tree.inputs
@@ -283,31 +373,7 @@ class _Inputs:
                 [elements[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
             )
         self.strong_config = strong
-        for name, arr, allow_inf in (
-            ("usage", self.usage, False),
-            ("demand", self.demand, False),
-            ("specified_resource_limits", self.specified_limits, True),
-            ("tag_filter_resource_limits", self.tag_limits, True),
-            ("strong_guarantee_resources", self.strong_config, False),
-        ):
-            # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
-            # array in the usual case, the rows only when something is wrong.
-            good = arr >= 0 if allow_inf else (arr >= 0) & (arr < np.inf)
-            if good.all():
-                continue
-            bad = np.isnan(arr) | (arr < 0) | (~np.isfinite(arr) if not allow_inf else False)
-            rows = np.flatnonzero(fn.row_any(bad))
-            if len(rows):
-                e = tree.elements[int(rows[0])]
-                raise ConfigError(
-                    _path(e, name), f"resources must be non-negative numbers, got {arr[rows[0]].tolist()}"
-                )
-        short = np.flatnonzero(fn.row_any(self.demand < self.usage) & tree.is_op)
-        if len(short):
-            e = tree.elements[int(short[0])]
-            raise ConfigError(
-                _path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)"
-            )
+        self._check_vectors(None)
         # Pools specify their main resource whenever they specify a strong guarantee (master validation).
         self.spec_mask = spec_mask
         self.spec_mask[:, main] = True
@@ -315,4 +381,172 @@ class _Inputs:
         self.max_share_ratio = msr
         self.tolerance = tol
         self.apply_limits = apply_limits
+        kept.journal = journal
+        # Every later read of this tree trusts the journal only for operations that belong to it.
+        kept.journaled = journal is not None and all(
+            map(is_, map(getattr, ops, repeat("journal"), repeat(None)), repeat(journal))
+        )
+        kept.position = position
+        self._keep_arrays(kept)
         tree.inputs = kept  # only once every check has passed
+
+    def _keep_arrays(self, kept: _KeptInputs) -> None:
+        """Keep this read's arrays for the next read of the tree (read-only; usage and demand as read, since
+        ``compute_attributes`` writes into the update's own), then set ``tree.inputs`` (every check has passed)."""
+        kept.total = self.total.tobytes()
+        kept.usage = _readonly(self.usage.copy())
+        kept.demand = _readonly(self.demand.copy())
+        kept.specified_limits = _readonly(self.specified_limits)
+        kept.tag_limits = _readonly(self.tag_limits)
+        kept.strong_config = _readonly(self.strong_config)
+        kept.schedulable = _readonly(self.schedulable)
+        kept.step = _readonly(self.step)
+        kept.apply_limits = _readonly(self.apply_limits)
+        self.tree.inputs = kept
+
+    def _check_vectors(self, rows: np.ndarray | None) -> None:
+        """Vector inputs are non-negative numbers (finite but for limits) and operations' demand covers usage: of
+        every row (``rows`` None) or of ``rows`` (sorted; the other rows were checked before). Raises for the first
+        bad row of the first field, in the order of the fields."""
+        tree = self.tree
+        for name, arr, allow_inf in (
+            ("usage", self.usage, False),
+            ("demand", self.demand, False),
+            ("specified_resource_limits", self.specified_limits, True),
+            ("tag_filter_resource_limits", self.tag_limits, True),
+            ("strong_guarantee_resources", self.strong_config, False),
+        ):
+            part = arr if rows is None else arr[rows]
+            # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
+            # array in the usual case, the rows only when something is wrong.
+            good = part >= 0 if allow_inf else (part >= 0) & (part < np.inf)
+            if good.all():
+                continue
+            bad = np.isnan(part) | (part < 0) | (~np.isfinite(part) if not allow_inf else False)
+            found = np.flatnonzero(fn.row_any(bad))
+            if len(found):
+                row = int(found[0]) if rows is None else int(rows[found[0]])
+                e = tree.elements[row]
+                raise ConfigError(
+                    _path(e, name), f"resources must be non-negative numbers, got {arr[row].tolist()}"
+                )
+        if rows is None:
+            short = np.flatnonzero(fn.row_any(self.demand < self.usage) & tree.is_op)
+        else:
+            short = rows[fn.row_any(self.demand[rows] < self.usage[rows]) & tree.is_op[rows]]
+        if len(short):
+            e = tree.elements[int(short[0])]
+            raise ConfigError(
+                _path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)"
+            )
+
+    def _read_written(self, last: _KeptInputs, op_rows: np.ndarray, journal: InputJournal) -> None:
+        """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the operations
+        written since (``op_rows``) and of every pool read again, in the order and with the checks of
+        ``_read_every_row`` (the other rows passed them then, so the first bad row is among these)."""
+        tree = self.tree
+        elements = tree.elements
+        n = len(elements)
+        position = journal.position  # before any value is read
+        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+        pools: list[Pool] = tree.pools
+        rows = np.union1d(op_rows, pool_idx)  # sorted: errors name the first bad element in tree order
+        read: list[Any] = [elements[i] for i in rows.tolist()]
+        ops: list[Any] = [elements[i] for i in op_rows.tolist()]
+        main = RESOURCES.index(self.settings.main_resource)
+        kept = _KeptInputs()
+        kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
+        weight_cfg = last.weight_cfg.copy()
+        weight_cfg[rows] = _weights(read, [e.weight for e in read])
+        msr_read = np.array([e.max_share_ratio for e in read], dtype=float)
+        bad = np.flatnonzero(~((msr_read >= 0.0) & (msr_read <= 1.0)))
+        if len(bad):
+            e = read[int(bad[0])]
+            raise ConfigError(_path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}")
+        tol_read = np.array([e.starvation_tolerance for e in read], dtype=float)
+        bad = np.flatnonzero(~((tol_read >= 0.0) & (tol_read <= 1.0)))
+        if len(bad):
+            e = read[int(bad[0])]
+            raise ConfigError(
+                _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
+            )
+        msr = last.msr_array.copy()
+        msr[rows] = msr_read
+        tol = last.tol_array.copy()
+        tol[rows] = tol_read
+        kept.weight_cfg, kept.msr_array, kept.tol_array = (
+            _readonly(weight_cfg),
+            _readonly(msr),
+            _readonly(tol),
+        )
+        tag_rows = [e.tag_filter_resource_limits for e in read]
+        tagged = list(compress(range(len(read)), map(is_not, tag_rows, repeat(None))))
+        usage_rows = [e.usage for e in ops]
+        demand_rows = [e.demand for e in ops]
+        specified_rows = [e.specified_resource_limits for e in ops]
+        op_vectors = _read_interleaved(usage_rows, demand_rows, specified_rows) if ops else None
+        strong_rows = [e.strong_guarantee_resources for e in pools]
+        pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
+        usage = last.usage.copy()
+        demand = last.demand.copy()
+        strong = np.zeros((n, RESOURCE_COUNT))
+        schedulable = last.schedulable.copy()
+        step = last.step.copy()
+        apply_limits = last.apply_limits.copy()
+        if ops:
+            if op_vectors is None:
+                usage[op_rows] = _stack(ops, "usage", usage_rows)
+                demand[op_rows] = _stack(ops, "demand", demand_rows)
+            else:
+                usage[op_rows] = op_vectors[:, 0]
+                demand[op_rows] = op_vectors[:, 1]
+            schedulable[op_rows] = np.array([e.schedulable for e in ops], dtype=bool)
+            step[op_rows] = np.array([e.is_gang for e in ops], dtype=bool)
+            apply_limits[op_rows] = np.array(
+                [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
+            )
+        if pool_vectors is None:
+            strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
+        else:
+            strong[pool_idx] = pool_vectors[:, 0]
+        pool_raw = [
+            [p.mode for p in pools],
+            [p.specified_guarantee_resources for p in pools],
+            [p.integral_guarantees.guarantee_type for p in pools],
+            [p.fifo_sort_parameters for p in pools],
+        ]
+        if all(map(_same_objects, last.pool_raw, pool_raw)):
+            self.fifo, self.integral_type, spec_mask = last.pool_arrays
+        else:
+            pool_arrays = _pool_inputs(tree, pool_idx, pools)
+            for array in pool_arrays:
+                _readonly(array)
+            self.fifo, self.integral_type, spec_mask = pool_arrays
+        kept.pool_raw, kept.pool_arrays = pool_raw, (self.fifo, self.integral_type, spec_mask)
+        specified = last.specified_limits.copy()
+        if (ops and op_vectors is None) or pool_vectors is None:
+            specified[rows] = _stack(
+                read, "specified_resource_limits", [e.specified_resource_limits for e in read]
+            )
+        else:
+            if op_vectors is not None:  # None here: no operation was written
+                specified[op_rows] = op_vectors[:, 2]
+            specified[pool_idx] = pool_vectors[:, 1]
+        tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
+        tag_limits[rows] = self.total
+        if tagged:
+            tag_limits[rows[tagged]] = _stack(
+                [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
+            )
+        self.usage, self.demand, self.strong_config = usage, demand, strong
+        self.specified_limits, self.tag_limits = specified, tag_limits
+        self.schedulable, self.step = schedulable, step
+        self._check_vectors(rows)
+        self.spec_mask = spec_mask.copy()
+        self.spec_mask[:, main] = True
+        self.weight_cfg = kept.weight_cfg
+        self.max_share_ratio = kept.msr_array
+        self.tolerance = kept.tol_array
+        self.apply_limits = apply_limits
+        kept.journal, kept.journaled, kept.position = journal, True, position
+        self._keep_arrays(kept)

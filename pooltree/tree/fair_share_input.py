@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from pooltree.config import TagFilter
+from pooltree.fairshare.journal import InputJournal, JournaledOperation, JournaledPool
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.elements import PoolElement, TreeOperation
@@ -92,9 +94,14 @@ class FairShareInputCache:
     object and get a fresh ``children`` list. Specs given as plain maps (which may be changed in place) are
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
     objects gives the same result as building new ones.
+
+    Its elements are journaled (``pooltree.fairshare.journal``): every write into an operation's element is recorded
+    in ``journal`` (its arrays are read-only), and the root carries the journal, so an update of the same tree
+    reads only the operations written since it last read them.
     """
 
     def __init__(self) -> None:
+        self.journal = InputJournal()
         self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
         self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self.tags: _TagLimits | None = None
@@ -143,11 +150,15 @@ def _tree_option(spec: Any, tree: str, name: str) -> Any:
     return _spec_option(spec, name, None)
 
 
-def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
-    """The operation's model element without usage and demand (set by ``_set_resources``)."""
+def _operation_static(
+    tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits, journal: InputJournal | None = None
+) -> Operation:
+    """The operation's model element without usage and demand (set by ``_set_resources``); journaled in
+    ``journal`` when one is given."""
     schedulable = op.running and not op.suspended
     max_share_ratio = _tree_option(op.spec, tree.name, "max_share_ratio")
-    return Operation(
+    kind: Any = Operation if journal is None else partial(JournaledOperation, journal=journal)
+    return kind(
         id=op.id,
         weight=op.weight,
         specified_resource_limits=np.array(op.resource_limits, dtype=float),
@@ -284,8 +295,10 @@ def _pool_tolerance(tree: PoolTree, pool: PoolElement, parent_tolerance: float) 
     return tolerance
 
 
-def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
-    """The pool's model element without children."""
+def _pool_static(
+    tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float, journal: InputJournal | None = None
+) -> Pool:
+    """The pool's model element without children (carrying ``journal`` when one is given)."""
     config = pool.config
     if config is not None:
         limits = np.array(config.resource_limits.vector, dtype=float)
@@ -293,7 +306,8 @@ def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance:
         limits = np.array(pool.ephemeral_config.resource_limits.vector, dtype=float)
     else:
         limits = np.full(len(zeros()), np.inf)
-    return Pool(
+    kind: Any = Pool if journal is None else partial(JournaledPool, journal=journal)
+    return kind(
         id=pool.name,
         weight=None if config is None or config.weight is None else float(config.weight),
         specified_resource_limits=limits,
@@ -385,7 +399,7 @@ class _CachedBuild:
         if entry is not None and entry[0] == key:
             element = entry[1]
         else:
-            element = _pool_static(tree, pool, self.tags, tolerance)
+            element = _pool_static(tree, pool, self.tags, tolerance, self.cache.journal)
             self.cache.pools[pool.name] = (key, element)
         children: list[Any] = [self.pool(child, tolerance) for child in pool.children.values()]
         operations = self.cache.operations
@@ -400,7 +414,7 @@ class _CachedBuild:
             if entry is not None and entry[0] == key:
                 static = entry[1]
             else:
-                static = _operation_static(tree, op, tolerance, self.tags)
+                static = _operation_static(tree, op, tolerance, self.tags, self.cache.journal)
                 if key is not None:
                     operations[op.id] = (key, static)
                 else:
@@ -535,7 +549,7 @@ def _apply_operation_changes(
                 if found_entry is not None and found_entry[0] == op_key:
                     static = found_entry[1]
                 else:
-                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes))
+                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes), cache.journal)
                     operations[op_id] = (op_key, static)
                 found = _found(source, op_id)
                 if found is None:

@@ -42,7 +42,7 @@ def _small_change(rng: np.random.Generator, root: Pool) -> None:
     _structure_change(rng, root)
     kind = rng.random()
     if kind < 0.15:
-        element = [*_ops(root), *_pools(root)[1:]][int(rng.integers(len(ops) + len(_pools(root)) - 1))]
+        element = [*ops, *_pools(root)[1:]][int(rng.integers(len(ops) + len(_pools(root)) - 1))]
         element.weight = [None, 0.0, -0.0, 2.0, 3.0][int(rng.integers(5))]
     elif kind < 0.25:
         element = [*ops, *_pools(root)[1:]][int(rng.integers(len(ops) + len(_pools(root)) - 1))]
