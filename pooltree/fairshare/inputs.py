@@ -211,6 +211,52 @@ WRITTEN_SHARE_LIMIT = 0.5
 costs less than finding the rows)."""
 
 
+def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np.ndarray] | None:
+    """The inputs kept by the previous tree of the root laid out by ``tree``'s rows, when the layout patched that
+    tree into this one (``_Tree.rows_from``: operations arrived, left or moved under the same pools), and the rows
+    that are new (read by the update with the written ones). None when there is nothing to carry."""
+    previous = tree.previous
+    rows_from = tree.rows_from
+    if previous is None or rows_from is None:
+        return None
+    last = previous.inputs
+    if last is None or last.journal is not journal or not last.journaled:
+        return None
+    source = np.maximum(rows_from, 0)  # a new row takes row 0's values until it is read
+    carried = _KeptInputs()
+    carried.journal, carried.journaled, carried.position, carried.total = (
+        journal,
+        True,
+        last.position,
+        last.total,
+    )
+    for name in _CARRIED_ARRAYS:
+        setattr(carried, name, getattr(last, name)[source])
+    new_rows = np.flatnonzero(rows_from < 0)
+    carried.pool_raw = last.pool_raw  # the same pools in the same order (``layout._patched``)
+    pool_arrays = tuple(array[source] for array in last.pool_arrays)
+    for array in pool_arrays:
+        array[new_rows] = 0  # not a pool: not FIFO, no integral type, no specified guarantee resources
+        _readonly(array)
+    carried.pool_arrays = pool_arrays  # type: ignore[assignment]
+    return carried, new_rows
+
+
+_CARRIED_ARRAYS = (
+    "weight_cfg",
+    "msr_array",
+    "tol_array",
+    "usage",
+    "demand",
+    "specified_limits",
+    "tag_limits",
+    "strong_config",
+    "schedulable",
+    "step",
+    "apply_limits",
+)
+
+
 class _Inputs:
     """``_Update``'s input reading (b.1)."""
 
@@ -219,22 +265,33 @@ class _Inputs:
         """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
         An update of a journaled model (``pooltree.fairshare.journal``) whose tree was read before reads only the
-        operations written since and the pools (``_read_written``); anything else reads every row
-        (``_read_every_row``). Both give the same arrays and raise the same first error.
+        operations written since and the pools (``_read_written``); so does the update of a tree patched from such
+        a tree (operations arrived, left or moved: ``layout._patched``), which also reads the new rows. Anything
+        else reads every row (``_read_every_row``). All give the same arrays and raise the same first error.
         """
         tree = self.tree
         journal = getattr(tree.elements[0], "journal", None)
+        if type(journal) is not InputJournal:
+            journal = None
         last: _KeptInputs | None = tree.inputs
+        new_rows = None
+        if journal is not None and last is None:
+            carried = _carried_inputs(tree, journal)
+            if carried is not None:
+                last, new_rows = carried
         if journal is not None and last is not None and last.journal is journal and last.journaled:
-            rows = self._written_rows(last, journal)
+            rows = self._written_rows(last, journal, new_rows)
             if rows is not None:
                 self._read_written(last, rows, journal)
                 return
-        self._read_every_row(journal if type(journal) is InputJournal else None)
+        self._read_every_row(journal)
 
-    def _written_rows(self, last: _KeptInputs, journal: InputJournal) -> np.ndarray | None:
-        """Rows (sorted) of the tree's operations written since ``last`` was read, or None: read every row (the
-        journal forgot, the totals changed, too many were written, or one left the journal)."""
+    def _written_rows(
+        self, last: _KeptInputs, journal: InputJournal, new_rows: np.ndarray | None = None
+    ) -> np.ndarray | None:
+        """Rows (sorted) of the tree's operations written since ``last`` was read, and the ``new_rows``, or None:
+        read every row (the journal forgot, the totals changed, too many were written, or one is not in the
+        journal)."""
         if last.total != self.total.tobytes():
             return None  # every row's default tag-filter limits are the totals
         written = journal.written_since(last.position)
@@ -245,18 +302,26 @@ class _Inputs:
         limit = len(ops) * WRITTEN_SHARE_LIMIT
         if len(written) > 4 * limit:
             return None
-        unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
-        if len(unique) > limit:
-            return None
         elements = tree.elements
-        index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
+        unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
         rows: list[int] = []
+        is_op = tree.is_op
+        if new_rows is not None:
+            for row in new_rows[is_op[new_rows]].tolist():  # pools are read anyway
+                element = elements[row]
+                if getattr(element, "journal", None) is not journal:
+                    return None  # not journaled: only a full read may vouch for it
+                unique.pop(element, None)
+                rows.append(row)
+        if len(unique) + len(rows) > limit:
+            return None
+        index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
         for element in unique:
             try:
                 row = index.get(element.id)
             except TypeError:  # an unhashable id: not this tree's
                 continue
-            if row is not None and elements[row] is element:
+            if row is not None and elements[row] is element and is_op[row]:
                 if getattr(element, "journal", None) is not journal:
                     return None  # it left the journal: its next writes would not be seen
                 rows.append(row)

@@ -117,6 +117,22 @@ def test_an_update_reads_only_the_written_operations(monkeypatch: pytest.MonkeyP
     assert reads.rows == [0, 3]
     fresh = copy.deepcopy((root, total, settings))
     assert _digest(got) == _digest(update_fair_share(*fresh, 2.0, first.state))
+    # An operation arrives and one leaves (the layout patches the tree): the other rows are carried, the new one
+    # and the written one are read.
+    pool = next(p for p in _pools(root) if p.children and isinstance(p.children[-1], Operation))
+    arrived = JournaledOperation(
+        "arrived", usage=ops[3].usage * 2.0, demand=ops[3].demand * 3.0, journal=journal
+    )
+    pool.children = [*pool.children[:-1], arrived]
+    ops[7].demand = ops[7].demand * 2.0
+    got = update_fair_share(root, total, settings, 3.0, first.state)
+    assert reads.rows == [0, 3, 2]
+    fresh = copy.deepcopy((root, total, settings))
+    assert _digest(got) == _digest(update_fair_share(*fresh, 3.0, first.state))
+    # A plain operation arrives: only a full read may vouch for it.
+    pool.children = [*pool.children, Operation("plain", usage=ops[3].usage, demand=ops[3].demand)]
+    update_fair_share(root, total, settings, 4.0, first.state)
+    assert reads.rows == [0, 3, 2]
 
 
 def test_arrays_of_journaled_operations_cannot_be_written_in_place() -> None:
