@@ -697,7 +697,9 @@ def _operation_changes(
     pool_rows = last.pool_rows
     doomed: list[int] = []
     if removed:
-        doomed = sorted((ids.index(op_id, pool_rows) for op_id in removed), reverse=True)
+        doomed = sorted(
+            (_row_of(op_id, ids, keys, pool_rows, operations_cache) for op_id in removed), reverse=True
+        )
         for row in doomed:
             del ids[row], statics[row], specs[row], keys[row - pool_rows]
         for op_id in removed - arriving_ids:
@@ -759,6 +761,24 @@ def _operation_changes(
         _children(parents, cache.last[2] if cache.last is not None else None, removed, operations),
         inserted[0] if inserted else len(ids),
     )
+
+
+def _row_of(
+    op_id: str,
+    ids: list[str],
+    keys: list[int],
+    pool_rows: int,
+    operations_cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]],
+) -> int:
+    """The row of operation ``op_id``: found by its registration index among the operation rows' (``keys``, in
+    row order from ``pool_rows`` on; the operation object is the first part of its cache key), checked, else
+    looked for in ``ids``."""
+    index = getattr(operations_cache[op_id][0][0], "registration_index", None)
+    if type(index) is int:
+        row = pool_rows + bisect.bisect_left(keys, index)
+        if row < len(ids) and ids[row] == op_id:
+            return row
+    return ids.index(op_id, pool_rows)
 
 
 def _children(

