@@ -26,9 +26,11 @@ simulated minute) raises once the target time is reached, so the run loop leaves
 state consistent; the end-of-run sampling and the result are never built. A loaded checkpoint continues exactly
 as the uninterrupted run would (the same events and summary: checked on a small day, see `--verify`).
 
-What cannot be pickled as is: `SchedulingTree.respecced` holds a ``weakref.ref`` (a hint for `publish`). This
-tool registers a ``copyreg`` reducer for weak references (only here, never in the core): a live reference is
-rebuilt to the same unpickled object, a dead one as a dead reference; the hint's meaning is unchanged.
+What cannot be pickled as is: `SchedulingTree.respecced` holds a ``weakref.ref`` (a hint for `publish`). The
+bench module ``day_checkpoint`` registers a ``copyreg`` reducer for weak references (only there, never in the
+core): a live reference is rebuilt to the same unpickled object, a dead one as a dead reference; the hint's
+meaning is unchanged. Other scripts load a checkpoint with ``import day_checkpoint`` (bench/ on sys.path), then
+``pickle.load``.
 
 Pickles hold the classes' instances by attribute: a checkpoint made on one revision may not load (or may not run)
 on code whose classes gained or renamed attributes. Each checkpoint records the git revision it was made on
@@ -49,7 +51,6 @@ by default (``--clock wall`` for wall time): on a shared machine wall time count
 from __future__ import annotations
 
 import argparse
-import copyreg
 import cProfile
 import gc
 import io
@@ -62,7 +63,6 @@ import statistics
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,6 +71,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import day_checkpoint
 from simulate import ProgressLines, _rss_mib, scenario_document
 
 from pooltree.sim import Simulation, parse_scenario
@@ -79,20 +80,11 @@ FORMAT = 1
 """Version of this tool's checkpoint layout (``{"meta": ..., "simulation": Simulation}``)."""
 
 
-class _Gone:
-    """A referent that dies at once: the target of an unpickled dead weak reference."""
-
-
-def _dead_ref() -> weakref.ref[Any]:
-    return weakref.ref(_Gone())
-
-
-def _reduce_ref(ref: weakref.ref[Any]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    target = ref()
-    return (_dead_ref, ()) if target is None else (weakref.ref, (target,))
-
-
-copyreg.pickle(weakref.ReferenceType, _reduce_ref)
+# the pickling helpers live in their own module so that checkpoints name them ``day_checkpoint.X`` (importable by
+# any script that puts bench/ on sys.path); checkpoints written before name them ``__main__.X``: aliases below
+_dead_ref = day_checkpoint._dead_ref
+_tolerant_setstate = day_checkpoint._tolerant_setstate
+DROPPED = day_checkpoint.DROPPED
 
 
 class _Stop(Exception):
@@ -144,55 +136,14 @@ def git_revision() -> str:
     return revision + ("+dirty" if dirty else "")
 
 
-DROPPED: set[str] = set()
-"""``Class.attribute`` of checkpointed state that the loading code's classes no longer have (dropped on load)."""
-
-
-def _tolerant_setstate(obj: Any, state: Any) -> None:
-    """Restore a pooltree object's attributes, dropping those its class (on the loading revision) cannot hold.
-
-    A checkpoint made before a slot or attribute was removed still loads; one made before an attribute was added
-    loads too, but code reading the new attribute fails (then make a new checkpoint)."""
-    attributes, slots = state if isinstance(state, tuple) and len(state) == 2 else (state, None)
-    for values in (attributes, slots):
-        if not values:
-            continue
-        if values is attributes and hasattr(obj, "__dict__"):
-            obj.__dict__.update(values)
-            continue
-        for name, value in values.items():
-            try:
-                object.__setattr__(obj, name, value)
-            except AttributeError:
-                DROPPED.add(f"{type(obj).__qualname__}.{name}")
-
-
-class _Pickler(pickle.Pickler):
-    """Pickles pooltree objects with `_tolerant_setstate` as their state setter (everything else as usual)."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        cls = type(obj)
-        if (
-            not cls.__module__.startswith("pooltree.")
-            or isinstance(obj, type)
-            or hasattr(cls, "__setstate__")
-        ):
-            return NotImplemented
-        reduced = obj.__reduce_ex__(5)
-        if not isinstance(reduced, tuple) or len(reduced) < 3 or reduced[2] is None:
-            return NotImplemented
-        if len(reduced) == 6 and reduced[5] is not None:
-            return NotImplemented
-        rest = reduced[3:5] + (None,) * (5 - len(reduced))
-        return (reduced[0], reduced[1], reduced[2], *rest, _tolerant_setstate)
-
-
 def save(simulation: Simulation, meta: dict[str, Any], path: str) -> dict[str, Any]:
     start = time.perf_counter()
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 200_000))
     temporary = path + ".tmp"
     with open(temporary, "wb") as out:
-        _Pickler(out, protocol=5).dump({"format": FORMAT, "meta": meta, "simulation": simulation})
+        day_checkpoint.Pickler(out, protocol=5).dump(
+            {"format": FORMAT, "meta": meta, "simulation": simulation}
+        )
     os.replace(temporary, path)
     return {"path": path, "bytes": os.path.getsize(path), "save_s": round(time.perf_counter() - start, 1)}
 
