@@ -231,10 +231,10 @@ def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np
         last.total,
     )
     for name in _CARRIED_ARRAYS:
-        setattr(carried, name, getattr(last, name)[source])
+        setattr(carried, name, np.take(getattr(last, name), source, axis=0))  # faster than [source]
     new_rows = np.flatnonzero(rows_from < 0)
     carried.pool_raw = last.pool_raw  # the same pools in the same order (``layout._patched``)
-    pool_arrays = tuple(array[source] for array in last.pool_arrays)
+    pool_arrays = tuple(np.take(array, source, axis=0) for array in last.pool_arrays)
     for array in pool_arrays:
         array[new_rows] = 0  # not a pool: not FIFO, no integral type, no specified guarantee resources
         _readonly(array)
