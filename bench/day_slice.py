@@ -330,6 +330,55 @@ class _PeriodTimers:
         return wrapper
 
 
+class _SplitProfiler:
+    """cProfile of each fair-share period alone, merged into two buckets: periods with operation arrivals or
+    departures since the previous update and the others (``--profile-periods``)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.stats: dict[str, pstats.Stats] = {}
+        self.periods = {"with_op_changes": 0, "without_op_changes": 0}
+        self.pending_changes = 0
+
+    def period(self, function: Any) -> Any:
+        split = self
+
+        def wrapper(simulation: Simulation, index: int) -> Any:
+            profiler = cProfile.Profile(split.clock)
+            profiler.enable()
+            try:
+                return function(simulation, index)
+            finally:
+                profiler.disable()
+                key = "with_op_changes" if split.pending_changes else "without_op_changes"
+                split.pending_changes = 0
+                split.periods[key] += 1
+                if key in split.stats:
+                    split.stats[key].add(profiler)
+                else:
+                    split.stats[key] = pstats.Stats(profiler, stream=io.StringIO())
+
+        return wrapper
+
+    def counted(self, function: Any) -> Any:
+        split = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            split.pending_changes += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    def patches(self) -> list[Any]:
+        from pooltree.strategy.core import SchedulerCore
+
+        return [
+            _patched(Simulation, "_fair_share_update", self.period),
+            _patched(SchedulerCore, "register_operation", self.counted),
+            _patched(SchedulerCore, "unregister_operation", self.counted),
+        ]
+
+
 def _timing_patches(timers: _PeriodTimers, simulation: Simulation) -> list[Any]:
     import pooltree.strategy.core as core_module
     import pooltree.tree as tree_module
@@ -461,9 +510,13 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
     }
     # on a shared machine wall time counts other processes' turns: the split and profile use CPU time by default
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
-    profiler = cProfile.Profile(clock) if args.profile else None
+    split = _SplitProfiler(clock) if args.profile and args.profile_periods else None
+    profiler = cProfile.Profile(clock) if args.profile and split is None else None
     timers = _PeriodTimers(clock)
-    patches = [] if profiler is not None else _timing_patches(timers, simulation)
+    if split is not None:
+        patches = split.patches()
+    else:
+        patches = [] if profiler is not None else _timing_patches(timers, simulation)
     for patch in patches:
         patch.__enter__()
     try:
@@ -499,7 +552,22 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load_average_after": os.getloadavg(),
     }
-    if profiler is None:
+    if split is not None:
+        out["profile_periods"] = {}
+        for key, stats in split.stats.items():
+            stats.dump_stats(f"{args.profile}.{key}")
+            count = split.periods[key]
+            out["profile_periods"][key] = {
+                "periods": count,
+                "pstats": f"{args.profile}.{key}",
+                "cpu_ms_per_period" if args.clock == "cpu" else "wall_ms_per_period": round(
+                    1000 * stats.total_tt / max(1, count),
+                    2,  # type: ignore[attr-defined]
+                ),
+                "top_tottime": _top(stats, "tottime", args.top, count),
+                "top_cumtime": _top(stats, "cumtime", args.top, count),
+            }
+    elif profiler is None:
         out["periods"] = _period_report(timers.periods)
         # on the split's clock: the heartbeats the core processed, the fair-share periods, everything else
         total = cpu if args.clock == "cpu" else wall
@@ -573,6 +641,12 @@ def main() -> None:
     _scenario_args(sliced)
     sliced.add_argument("--minutes", type=float, default=10.0)
     sliced.add_argument("--profile", default=None, help="run under cProfile and write pstats here")
+    sliced.add_argument(
+        "--profile-periods",
+        action="store_true",
+        help="with --profile: profile only the fair-share periods, in two buckets (with and without operation "
+        "arrivals or departures), written to PROFILE.with_op_changes and PROFILE.without_op_changes",
+    )
     sliced.add_argument(
         "--clock",
         choices=("cpu", "wall"),
