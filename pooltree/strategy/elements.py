@@ -216,6 +216,7 @@ class _Element:
         self.id = spec.id
         self.spec = spec
         self.index = index
+        """Order key: increases along the tree order, not a position (`pooltree/strategy/order.py`)."""
         self.settings = settings
         self.is_op = spec.is_operation
         self.parent: _Element | None = None
