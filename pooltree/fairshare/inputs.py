@@ -222,7 +222,8 @@ def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np
     last = previous.inputs
     if last is None or last.journal is not journal or not last.journaled:
         return None
-    source = np.maximum(rows_from, 0)  # a new row takes row 0's values until it is read
+    source = np.maximum(rows_from, 0)
+    new_rows = np.flatnonzero(rows_from < 0)
     carried = _KeptInputs()
     carried.journal, carried.journaled, carried.position, carried.total = (
         journal,
@@ -231,8 +232,9 @@ def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np
         last.total,
     )
     for name in _CARRIED_ARRAYS:
-        setattr(carried, name, np.take(getattr(last, name), source, axis=0))  # faster than [source]
-    new_rows = np.flatnonzero(rows_from < 0)
+        array = np.take(getattr(last, name), source, axis=0)  # faster than [source]
+        array[new_rows] = 0  # what a full read leaves in an operation's row where it reads nothing (strong)
+        setattr(carried, name, array)
     carried.pool_raw = last.pool_raw  # the same pools in the same order (``layout._patched``)
     pool_arrays = tuple(np.take(array, source, axis=0) for array in last.pool_arrays)
     for array in pool_arrays:
@@ -305,9 +307,8 @@ class _Inputs:
         elements = tree.elements
         unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
         rows: list[int] = []
-        is_op = tree.is_op
         if new_rows is not None:
-            for row in new_rows[is_op[new_rows]].tolist():  # pools are read anyway
+            for row in new_rows.tolist():
                 element = elements[row]
                 if getattr(element, "journal", None) is not journal:
                     return None  # not journaled: only a full read may vouch for it
@@ -321,7 +322,7 @@ class _Inputs:
                 row = index.get(element.id)
             except TypeError:  # an unhashable id: not this tree's
                 continue
-            if row is not None and elements[row] is element and is_op[row]:
+            if row is not None and elements[row] is element:
                 if getattr(element, "journal", None) is not journal:
                     return None  # it left the journal: its next writes would not be seen
                 rows.append(row)
@@ -413,7 +414,11 @@ class _Inputs:
             [p.integral_guarantees.guarantee_type for p in pools],
             [p.fifo_sort_parameters for p in pools],
         ]
-        if last is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
+        if (
+            last is not None
+            and last.pool_raw is not None
+            and all(map(_same_objects, last.pool_raw, pool_raw))
+        ):
             self.fifo, self.integral_type, spec_mask = last.pool_arrays
         else:
             pool_arrays = _pool_inputs(tree, pool_idx, pools)
@@ -449,7 +454,7 @@ class _Inputs:
         kept.journal = journal
         # Every later read of this tree trusts the journal only for operations that belong to it.
         kept.journaled = journal is not None and all(
-            map(is_, map(getattr, ops, repeat("journal"), repeat(None)), repeat(journal))
+            map(is_, map(getattr, elements, repeat("journal"), repeat(None)), repeat(journal))
         )
         kept.position = position
         self._keep_arrays(kept)
@@ -505,19 +510,19 @@ class _Inputs:
                 _path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)"
             )
 
-    def _read_written(self, last: _KeptInputs, op_rows: np.ndarray, journal: InputJournal) -> None:
-        """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the operations
-        written since (``op_rows``) and of every pool read again, in the order and with the checks of
-        ``_read_every_row`` (the other rows passed them then, so the first bad row is among these)."""
+    def _read_written(self, last: _KeptInputs, rows: np.ndarray, journal: InputJournal) -> None:
+        """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the elements written
+        since (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
+        rows passed them then, so the first bad row is among these)."""
         tree = self.tree
         elements = tree.elements
-        n = len(elements)
         position = journal.position  # before any value is read
-        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
-        pools: list[Pool] = tree.pools
-        rows = np.union1d(op_rows, pool_idx)  # sorted: errors name the first bad element in tree order
+        is_op = tree.is_op[rows]
+        op_rows = rows[is_op]
+        pool_rows = rows[~is_op]
         read: list[Any] = [elements[i] for i in rows.tolist()]
-        ops: list[Any] = [elements[i] for i in op_rows.tolist()]
+        ops: list[Any] = list(compress(read, is_op.tolist()))
+        pools: list[Any] = list(compress(read, (~is_op).tolist()))
         main = RESOURCES.index(self.settings.main_resource)
         kept = _KeptInputs()
         kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
@@ -551,10 +556,11 @@ class _Inputs:
         specified_rows = [e.specified_resource_limits for e in ops]
         op_vectors = _read_interleaved(usage_rows, demand_rows, specified_rows) if ops else None
         strong_rows = [e.strong_guarantee_resources for e in pools]
-        pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
+        pool_vectors = (
+            _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools]) if pools else None
+        )
         usage = last.usage.copy()
         demand = last.demand.copy()
-        strong = np.zeros((n, RESOURCE_COUNT))
         schedulable = last.schedulable.copy()
         step = last.step.copy()
         apply_limits = last.apply_limits.copy()
@@ -570,33 +576,35 @@ class _Inputs:
             apply_limits[op_rows] = np.array(
                 [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
             )
-        if pool_vectors is None:
-            strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
-        else:
-            strong[pool_idx] = pool_vectors[:, 0]
-        pool_raw = [
-            [p.mode for p in pools],
-            [p.specified_guarantee_resources for p in pools],
-            [p.integral_guarantees.guarantee_type for p in pools],
-            [p.fifo_sort_parameters for p in pools],
-        ]
-        if all(map(_same_objects, last.pool_raw, pool_raw)):
-            self.fifo, self.integral_type, spec_mask = last.pool_arrays
-        else:
-            pool_arrays = _pool_inputs(tree, pool_idx, pools)
-            for array in pool_arrays:
+        strong = last.strong_config
+        if pools:
+            strong = strong.copy()
+            if pool_vectors is None:
+                strong[pool_rows] = _stack(pools, "strong_guarantee_resources", strong_rows)
+            else:
+                strong[pool_rows] = pool_vectors[:, 0]
+            # The pools' own checks, in tree order as ``_pool_inputs`` runs them; their rows of the three arrays.
+            checked = _pool_inputs(tree, pool_rows, pools)
+            pool_arrays = tuple(array.copy() for array in last.pool_arrays)
+            for array, new in zip(pool_arrays, checked, strict=True):
+                array[pool_rows] = new[pool_rows]
                 _readonly(array)
             self.fifo, self.integral_type, spec_mask = pool_arrays
-        kept.pool_raw, kept.pool_arrays = pool_raw, (self.fifo, self.integral_type, spec_mask)
+            kept.pool_raw = None  # a later full read checks every pool again
+        else:
+            self.fifo, self.integral_type, spec_mask = last.pool_arrays
+            kept.pool_raw = last.pool_raw
+        kept.pool_arrays = (self.fifo, self.integral_type, spec_mask)
         specified = last.specified_limits.copy()
-        if (ops and op_vectors is None) or pool_vectors is None:
+        if (ops and op_vectors is None) or (pools and pool_vectors is None):
             specified[rows] = _stack(
                 read, "specified_resource_limits", [e.specified_resource_limits for e in read]
             )
         else:
-            if op_vectors is not None:  # None here: no operation was written
+            if op_vectors is not None:
                 specified[op_rows] = op_vectors[:, 2]
-            specified[pool_idx] = pool_vectors[:, 1]
+            if pool_vectors is not None:
+                specified[pool_rows] = pool_vectors[:, 1]
         tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
         tag_limits[rows] = self.total
         if tagged:

@@ -1,20 +1,20 @@
-"""Which operations' inputs were written since an update read them (issue 16): the hint that lets the next update of
-the same tree read only those operations (``inputs._Inputs._read_inputs``) instead of every operation's fields.
+"""Which elements' inputs were written since an update read them (issue 16): the hint that lets the next update of
+the same tree read only those elements (``inputs._Inputs._read_inputs``) instead of every element's fields.
 
-The hint is not a promise made by a caller: it is kept by the elements themselves. ``JournaledOperation`` (the
-operations the tree runtime's ``FairShareInputCache`` builds) records every attribute write in its
-``InputJournal`` (``__setattr__``), whoever writes; the root (a ``JournaledPool``) carries the journal. What an
-attribute write cannot see is made impossible or visible instead:
+The hint is not a promise made by a caller: it is kept by the elements themselves. ``JournaledOperation`` and
+``JournaledPool`` (the elements the tree runtime's ``FairShareInputCache`` builds) record every attribute write in
+their ``InputJournal`` (``__setattr__``), whoever writes; the root carries the journal. What an attribute write
+cannot see is made impossible or visible instead:
 
 - an array written in place: every array value is made read-only when it is set (a copy is taken of a view, whose
   base could still be written), so an in-place write raises ``ValueError`` instead of desynchronising;
-- any other mutable value (a list, ...): the operation is *volatile* and is read by every update, as if written
-  each time.
-
-Pools are read by every update (about a tenth of the elements), so the hint covers operations only.
+- integral guarantees changed in place: the builder's are ``SealedIntegralGuarantees`` (attribute writes raise);
+- any other mutable value (a list, a plain ``IntegralGuarantees``, ...): the element is *volatile* and is read by
+  every update, as if written each time. A pool's ``children`` list is the exception: the layout compares every
+  pool's children with its tree's every update (``layout._flatten``).
 
 An update takes the hint only for a root whose ``journal`` is the one of the elements it read in full before, and
-only when every operation of the tree belongs to that journal; everyone else (plain ``Operation``/``Pool`` objects,
+only when every element of the tree belongs to that journal; everyone else (plain ``Operation``/``Pool`` objects,
 deep copies, a journal that forgot) gets the full read. ``object.__setattr__`` bypasses the record: nothing in
 pooltree does that to an element (``tests/fairshare/test_update_journal.py`` shows a missed record is caught).
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.fairshare.model import Operation, Pool
+from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool
 
 _IMMUTABLE = frozenset({type(None), bool, int, float, str, frozenset})
 _set = object.__setattr__
@@ -80,10 +80,31 @@ class InputJournal:
         self._written = []
 
 
-def _volatile_value(value: Any) -> bool:
-    """Whether an element's value can change in place without an attribute write (arrays are made read-only)."""
+class SealedIntegralGuarantees(IntegralGuarantees):
+    """``IntegralGuarantees`` that refuse attribute writes once made: a journaled pool's (a change is a new object set
+    on the pool, which records it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        IntegralGuarantees.__init__(self, *args, **kwargs)
+        _set(self, "_sealed", True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_sealed"):
+            raise AttributeError(
+                f"integral_guarantees.{name}: a journaled pool's integral guarantees cannot be changed in place; "
+                "set a new IntegralGuarantees on the pool"
+            )
+        _set(self, name, value)
+
+
+_SETTLED = _IMMUTABLE | {SealedIntegralGuarantees}
+
+
+def _volatile_value(name: str, value: Any) -> bool:
+    """Whether an element's value can change in place without an attribute write (arrays are made read-only). A
+    pool's ``children`` list is not: every update compares the children with its tree's (``layout._flatten``)."""
     kind = type(value)
-    if kind in _IMMUTABLE or isinstance(value, np.generic):
+    if kind in _SETTLED or isinstance(value, np.generic) or name == "children":
         return False
     return not (kind is tuple and all(type(item) in _IMMUTABLE for item in value))
 
@@ -105,7 +126,7 @@ def _recorded_setattr(self: Any, name: str, value: Any) -> None:
         if value.base is not None:
             value = value.copy()
         value.flags.writeable = False
-    elif kind not in _IMMUTABLE and journal is not None and _volatile_value(value):
+    elif kind not in _SETTLED and journal is not None and _volatile_value(name, value):
         journal.volatile.add(self)
     _set(self, name, value)
     if journal is not None:
@@ -118,7 +139,7 @@ class JournaledOperation(Operation):
     __slots__ = ("journal",)
 
     def __init__(self, *args: Any, journal: InputJournal | None = None, **kwargs: Any) -> None:
-        object.__setattr__(self, "journal", journal)
+        _set(self, "journal", journal)
         Operation.__init__(self, *args, **kwargs)
 
     __setattr__ = _recorded_setattr
@@ -128,18 +149,29 @@ class JournaledOperation(Operation):
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for name, value in zip(_OPERATION_SLOTS, state, strict=True):
-            object.__setattr__(self, name, value)
+            _set(self, name, value)
 
 
 class JournaledPool(Pool):
-    """A ``Pool`` carrying the journal of the operations below it (the root of a journaled model). Pools are read by
-    every update, so their writes need no record."""
+    """A ``Pool`` whose attribute writes are recorded in ``journal`` and whose arrays are read-only; the root of a
+    journaled model carries the journal the update looks for. Its integral guarantees must be sealed
+    (``SealedIntegralGuarantees``), else the pool is volatile."""
 
     __slots__ = ("journal",)
 
     def __init__(self, *args: Any, journal: InputJournal | None = None, **kwargs: Any) -> None:
-        self.journal = journal
+        _set(self, "journal", journal)
         Pool.__init__(self, *args, **kwargs)
+
+    __setattr__ = _recorded_setattr
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in _POOL_SLOTS)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(_POOL_SLOTS, state, strict=True):
+            _set(self, name, value)
 
 
 _OPERATION_SLOTS = _slot_names(JournaledOperation)
+_POOL_SLOTS = _slot_names(JournaledPool)

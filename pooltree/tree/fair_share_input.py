@@ -16,7 +16,12 @@ from typing import Any
 import numpy as np
 
 from pooltree.config import TagFilter
-from pooltree.fairshare.journal import InputJournal, JournaledOperation, JournaledPool
+from pooltree.fairshare.journal import (
+    InputJournal,
+    JournaledOperation,
+    JournaledPool,
+    SealedIntegralGuarantees,
+)
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.elements import PoolElement, TreeOperation
@@ -95,9 +100,9 @@ class FairShareInputCache:
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
     objects gives the same result as building new ones.
 
-    Its elements are journaled (``pooltree.fairshare.journal``): every write into an operation's element is recorded
-    in ``journal`` (its arrays are read-only), and the root carries the journal, so an update of the same tree
-    reads only the operations written since it last read them.
+    Its elements are journaled (``pooltree.fairshare.journal``): every write into an element is recorded in
+    ``journal`` (arrays and integral guarantees are read-only), and the root carries the journal, so an update of
+    the same tree reads only the elements written since it last read them.
     """
 
     journal: InputJournal | None = None  # (class default: caches pickled before journals had none)
@@ -270,12 +275,14 @@ def _gang_like(tree: PoolTree, op: TreeOperation) -> bool:
     return sum(int(count or 0) for count in counts) == 1
 
 
-def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:
+def _integral(config: Any, tree: PoolTree, sealed: bool = False) -> IntegralGuarantees:
+    """The pool's integral guarantees (``sealed``: a journaled pool's, which refuse changes in place)."""
+    kind = SealedIntegralGuarantees if sealed else IntegralGuarantees
     if config is None:
-        return IntegralGuarantees()
+        return kind()
     ig = config.integral_guarantees
     distribute = ig.should_distribute_free_volume_among_children
-    return IntegralGuarantees(
+    return kind(
         guarantee_type=ig.guarantee_type,
         burst_guarantee_resources=np.array(ig.burst_guarantee_resources.vector, dtype=float),
         resource_flow=np.array(ig.resource_flow.vector, dtype=float),
@@ -324,7 +331,7 @@ def _pool_static(
         specified_guarantee_resources=(
             frozenset(config.strong_guarantee_resources.specified) if config is not None else frozenset()
         ),
-        integral_guarantees=_integral(config, tree),
+        integral_guarantees=_integral(config, tree, journal is not None),
         fifo_sort_parameters=tuple(config.fifo_sort_parameters)
         if config is not None
         else ("weight", "start_time"),

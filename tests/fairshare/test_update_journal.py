@@ -15,10 +15,15 @@ import numpy as np
 import pytest
 
 from pooltree.config import parse_pool_trees
-from pooltree.fairshare import Operation, Pool, UpdateState, update_fair_share
+from pooltree.fairshare import IntegralGuarantees, Operation, Pool, UpdateState, update_fair_share
 from pooltree.fairshare import inputs as inputs_module
 from pooltree.fairshare import journal as journal_module
-from pooltree.fairshare.journal import InputJournal, JournaledOperation, JournaledPool
+from pooltree.fairshare.journal import (
+    InputJournal,
+    JournaledOperation,
+    JournaledPool,
+    SealedIntegralGuarantees,
+)
 from pooltree.resources import vector
 from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
 from tests.fairshare.fairshare_random_trees import case
@@ -28,14 +33,18 @@ from tests.fairshare.test_update_reuse import _digest, _ops, _pools, matches_fre
 GiB = 1024.0**3
 
 
-def _journaled(element: Any, journal: InputJournal) -> Any:
-    """A journaled copy of a plain model tree (every operation and pool), all in ``journal``."""
+def _fields(element: Any) -> dict[str, Any]:
     values = {f.name: getattr(element, f.name) for f in dataclasses.fields(element)}
-    for name, value in values.items():
-        if isinstance(value, np.ndarray):
-            values[name] = value.copy()
+    return {name: value.copy() if isinstance(value, np.ndarray) else value for name, value in values.items()}
+
+
+def _journaled(element: Any, journal: InputJournal) -> Any:
+    """A journaled copy of a plain model tree (every operation and pool, integral guarantees sealed), all in
+    ``journal``, as the tree runtime's input builds it."""
+    values = _fields(element)
     if isinstance(element, Pool):
         values["children"] = [_journaled(child, journal) for child in element.children]
+        values["integral_guarantees"] = SealedIntegralGuarantees(**_fields(element.integral_guarantees))
         return JournaledPool(**values, journal=journal)
     return JournaledOperation(**values, journal=journal)
 
@@ -108,7 +117,7 @@ def test_an_update_reads_only_the_written_operations(monkeypatch: pytest.MonkeyP
     first = update_fair_share(root, total, settings, 0.0)
     assert reads.partial == 0
     update_fair_share(root, total, settings, 1.0, first.state)
-    assert reads.rows == [0]  # nothing written: no operation read again
+    assert reads.rows == [0]  # nothing written: no element read again
     ops = _ops(root)
     for op in ops[3:6]:
         op.usage = op.usage * 0.5
@@ -117,8 +126,8 @@ def test_an_update_reads_only_the_written_operations(monkeypatch: pytest.MonkeyP
     assert reads.rows == [0, 3]
     fresh = copy.deepcopy((root, total, settings))
     assert _digest(got) == _digest(update_fair_share(*fresh, 2.0, first.state))
-    # An operation arrives and one leaves (the layout patches the tree): the other rows are carried, the new one
-    # and the written one are read.
+    # An operation arrives and one leaves (the layout patches the tree): the other rows are carried; the new
+    # operation, the written one and the pool (its children were set) are read.
     pool = next(p for p in _pools(root) if p.children and isinstance(p.children[-1], Operation))
     arrived = JournaledOperation(
         "arrived", usage=ops[3].usage * 2.0, demand=ops[3].demand * 3.0, journal=journal
@@ -126,13 +135,13 @@ def test_an_update_reads_only_the_written_operations(monkeypatch: pytest.MonkeyP
     pool.children = [*pool.children[:-1], arrived]
     ops[7].demand = ops[7].demand * 2.0
     got = update_fair_share(root, total, settings, 3.0, first.state)
-    assert reads.rows == [0, 3, 2]
+    assert reads.rows == [0, 3, 3]
     fresh = copy.deepcopy((root, total, settings))
     assert _digest(got) == _digest(update_fair_share(*fresh, 3.0, first.state))
     # A plain operation arrives: only a full read may vouch for it.
     pool.children = [*pool.children, Operation("plain", usage=ops[3].usage, demand=ops[3].demand)]
     update_fair_share(root, total, settings, 4.0, first.state)
-    assert reads.rows == [0, 3, 2]
+    assert reads.rows == [0, 3, 3]
 
 
 def test_arrays_of_journaled_operations_cannot_be_written_in_place() -> None:
@@ -146,6 +155,34 @@ def test_arrays_of_journaled_operations_cannot_be_written_in_place() -> None:
     op.usage = base[0]  # a view: its base could still be written, so the operation keeps a copy
     base[0, 1] = 7.0
     assert op.usage[1] == 0.0 and not op.usage.flags.writeable
+
+
+def test_written_pools_are_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, total, settings = case(33)
+    root = _journaled(plain, InputJournal())
+    reads = _Reads(monkeypatch)
+    pool = next(p for p in _pools(root) if p.children and isinstance(p.children[0], Operation))
+    state = fresh_state = UpdateState()
+    changes: list[tuple[str, Any]] = [
+        ("mode", "fifo"),
+        ("weight", 3.0),
+        ("strong_guarantee_resources", pool.strong_guarantee_resources + 1.0),
+        ("mode", "bogus"),  # both updates raise the same error
+        ("mode", "fair_share"),
+        ("max_share_ratio", 0.5),
+    ]
+    for step, (name, value) in enumerate(changes):
+        setattr(pool, name, value)
+        pair = matches_fresh_update(
+            root, total, settings, float(step), state, fresh_state, f"{name}={value!r}"
+        )
+        if pair is not None:
+            state, fresh_state = pair[0].state, pair[1].state
+    assert reads.partial >= len(changes) - 2 and set(reads.rows) == {1}  # the pool alone
+    with pytest.raises(AttributeError, match="cannot be changed in place"):
+        pool.integral_guarantees.guarantee_type = "burst"
+    pool.integral_guarantees = IntegralGuarantees()  # a plain one can change in place: the pool is volatile
+    assert pool in root.journal.volatile
 
 
 def test_a_mutable_value_is_read_by_every_update(monkeypatch: pytest.MonkeyPatch) -> None:
