@@ -85,16 +85,14 @@ class SealedIntegralGuarantees(IntegralGuarantees):
     on the pool, which records it)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        IntegralGuarantees.__init__(self, *args, **kwargs)
-        _set(self, "_sealed", True)
+        for name, value in vars(IntegralGuarantees(*args, **kwargs)).items():
+            _set(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if self.__dict__.get("_sealed"):
-            raise AttributeError(
-                f"integral_guarantees.{name}: a journaled pool's integral guarantees cannot be changed in place; "
-                "set a new IntegralGuarantees on the pool"
-            )
-        _set(self, name, value)
+        raise AttributeError(
+            f"integral_guarantees.{name}: a journaled pool's integral guarantees cannot be changed in place; "
+            "set a new IntegralGuarantees on the pool"
+        )
 
 
 _SETTLED = _IMMUTABLE | {SealedIntegralGuarantees}
