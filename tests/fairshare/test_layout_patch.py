@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pooltree.errors import ConfigError
@@ -73,6 +73,8 @@ def _arrive(rng: random.Random, pool: Pool, name: str, op: Operation | None = No
 
 
 def _leave(rng: random.Random, pool: Pool, op: Operation) -> None:
+    if not any(c is op for c in pool.children):
+        return  # gone already (an operation listed twice by an earlier change of the same step)
     if rng.random() < 0.5:
         pool.children = [c for c in pool.children if c is not op]
     else:
@@ -170,17 +172,27 @@ class _Spy:
         return tree
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,  # the same examples on every run (CI must not depend on luck)
+)
+@example(seed=2717, steps=[[3, 2, 8], [0, 7, 5], [0, 0, 7], [2, 2, 5], [0, 4, 2], [0, 10, 2]])
 @given(
     seed=st.integers(0, 1 << 30),
     steps=st.lists(st.lists(st.integers(0, 11), min_size=1, max_size=3), min_size=1, max_size=10),
 )
-def test_patched_layout_is_the_fresh_flatten(
-    monkeypatch: pytest.MonkeyPatch, seed: int, steps: list[list[int]]
-) -> None:
+def test_patched_layout_is_the_fresh_flatten(seed: int, steps: list[list[int]]) -> None:
     """Each step makes one to three changes (of kinds 0-5: patched; any other kind: possibly a fresh flatten)."""
     spy = _Spy()
-    monkeypatch.setattr(layout_module, "_patched", spy)
+    layout_module._patched = spy  # type: ignore[assignment]  # restored below (a fixture would span examples)
+    try:
+        _check_steps(spy, seed, steps)
+    finally:
+        layout_module._patched = spy.original
+
+
+def _check_steps(spy: _Spy, seed: int, steps: list[list[int]]) -> None:
     rng = random.Random(seed)
     root = _tree(rng)
     previous = _flatten(root)
