@@ -10,7 +10,13 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.inputs import _readonly, _same_objects
-from pooltree.fairshare.layout import EPSILON, _share, _sum_children_into, floating_point_inverse_lower_bound
+from pooltree.fairshare.layout import (
+    EPSILON,
+    _block,
+    _share,
+    _sum_children_into,
+    floating_point_inverse_lower_bound,
+)
 from pooltree.resources import RESOURCES
 
 GUARANTEES_OVERCOMMIT = 29000
@@ -59,23 +65,25 @@ class _Guarantees:
         main = RESOURCES.index(self.settings.main_resource)
         inferred = self.strong_config.copy()
         inferred[0] = self.total
+        take = np.take
         for level in tree.parent_levels():
-            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
+            parents, seg, slot = level.parents, level.seg, level.slot
+            children = _block(level)  # a level's children are one contiguous block: slices, not gathers
             par = tree.parent[children]
             explicit = self.strong_config[children]
             explicit_sum = np.add.reduceat(explicit, seg, axis=0)
-            parent_inferred = inferred[parents]
+            parent_inferred = take(inferred, parents, axis=0)
             residual = np.maximum(parent_inferred - explicit_sum, 0.0)
-            p_main = inferred[par, main]
+            p_main = take(inferred[:, main], par)
             ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
             implicit_mask = ~self.spec_mask[children]
             implicit_mask[:, main] = False
-            implicit = np.where(implicit_mask, ratio[:, None] * inferred[par], 0.0)
+            implicit = np.where(implicit_mask, ratio[:, None] * take(inferred, par, axis=0), 0.0)
             implicit_sum = np.add.reduceat(implicit, seg, axis=0)
             scale = np.ones_like(implicit_sum)
             over = (implicit_sum > residual) & (parents != 0)[:, None]
             scale[over] = residual[over] / implicit_sum[over]
-            implicit = implicit * scale[slot]
+            implicit = implicit * take(scale, slot, axis=0)
             inferred[children] = np.where(implicit_mask, implicit, explicit)
         self.inferred = inferred
 
@@ -292,22 +300,24 @@ class _Guarantees:
         tree = self.tree
         egs = np.zeros_like(self.sgs)
         egs[0] = self.sgs[0]
+        take = np.take
         for level in tree.parent_levels():
-            parents, children, seg, slot = level.parents, level.children, level.seg, level.slot
+            parents, seg, slot = level.parents, level.seg, level.slot
+            children = _block(level)
             want = self.sgs[children] + self.total_flow_ratio[children, None]
-            budget = egs[parents][slot]
+            budget = take(take(egs, parents, axis=0), slot, axis=0)
             prefix = np.cumsum(want, axis=0)
-            base = np.where((seg > 0)[:, None], prefix[np.maximum(seg - 1, 0)], 0.0)
-            incl = prefix - base[slot]
+            base = np.where((seg > 0)[:, None], take(prefix, np.maximum(seg - 1, 0), axis=0), 0.0)
+            incl = prefix - take(base, slot, axis=0)
             excl = incl - want
             # Sequential "min(want, still undistributed)" over the children, as prefix sums.
             got = np.minimum(incl, budget) - np.minimum(excl, budget)
-            undistributed = egs[parents] - np.add.reduceat(got, seg, axis=0)
+            undistributed = take(egs, parents, axis=0) - np.add.reduceat(got, seg, axis=0)
             weights = self.weight[children]
             wsum = np.add.reduceat(weights, seg)
             with np.errstate(divide="ignore", invalid="ignore"):
-                part = np.where(wsum[slot] > 0, weights / wsum[slot], 0.0)
-            egs[children] = got + undistributed[slot] * part[:, None]
+                part = np.where(take(wsum, slot) > 0, weights / take(wsum, slot), 0.0)
+            egs[children] = got + take(undistributed, slot, axis=0) * part[:, None]
         self.egs = egs
 
 

@@ -405,10 +405,18 @@ def _child_ranges(tree: _Tree, pools: np.ndarray) -> np.ndarray:
     return np.repeat(tree.child_start[pools] - block[:-1], counts) + np.arange(total)
 
 
+def _block(level: _Level) -> slice:
+    """The rows of a level's children as a slice (``_Level.children`` is always one contiguous, non-empty range):
+    reading ``values[_block(level)]`` is a view, and ``np.take`` of (n, 5) rows is ~5x cheaper than fancy
+    indexing; the values read are the same."""
+    children = level.children
+    return slice(int(children[0]), int(children[-1]) + 1)
+
+
 def _sum_children_into(tree: _Tree, values: np.ndarray, *, own: bool = False) -> None:
     """Bottom-up, in place: values[p] = Σ values[children of p] (``own``: values[p] += that sum, subtree totals)."""
     for level in tree.parent_levels(bottom_up=True):
-        sums = np.add.reduceat(values[level.children], level.seg, axis=0)
+        sums = np.add.reduceat(values[_block(level)], level.seg, axis=0)
         if own:
             values[level.parents] += sums
         else:
