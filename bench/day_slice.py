@@ -314,6 +314,7 @@ class _PeriodTimers:
                 record = dict(timers.current)
                 record["period"] = total
                 record["op_changes"] = timers.pending_changes
+                record["now"] = simulation.now
                 timers.pending_changes = 0
                 timers.periods.append(record)
 
@@ -441,6 +442,11 @@ def _period_report(periods: list[dict[str, Any]]) -> dict[str, Any]:
         return out
 
     updated = [p for p in periods if "update" in p]
+    by_minute: dict[int, list[float]] = {}
+    if updated:
+        first = updated[0]["now"]
+        for p in updated:
+            by_minute.setdefault(int((p["now"] - first) // 60), []).append(p["period"])
     republished = [p["republish"] for p in periods if "republish" in p and "update" not in p]
     return {
         "all": split(updated),
@@ -448,6 +454,10 @@ def _period_report(periods: list[dict[str, Any]]) -> dict[str, Any]:
         "without_op_changes": split([p for p in updated if not p["op_changes"]]),
         "republished": _summary(republished),
         "periods_without_core_update": len(periods) - len(updated),
+        # drift along the slice (a freshly loaded heap is compact in memory: watch the first minutes)
+        "period_mean_ms_by_minute": [
+            round(1000 * statistics.fmean(v), 2) for _m, v in sorted(by_minute.items())
+        ],
     }
 
 
