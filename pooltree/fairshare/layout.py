@@ -185,7 +185,44 @@ def _same_structure(tree: _Tree, counts: list[int], elements: list[Any]) -> bool
         return False
     if len(elements) != len(tree.elements) or not all(map(is_, elements, tree.elements)):
         return False
-    return [e.id for e in elements] == tree.ids
+    written = _written_elements(tree)
+    if written is None:
+        return [e.id for e in elements] == tree.ids
+    # A journaled tree (``pooltree.fairshare.journal``): an id changes only by a recorded write, so only the
+    # elements written since the last read need their id compared (a cold read of 12k ids costs ~1 ms).
+    index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
+    tree_objects = None
+    for element in written:
+        try:
+            row = index.get(element.id)
+        except TypeError:  # an unhashable id
+            row = None
+        if row is not None and elements[row] is element:
+            continue  # the same id in the same row
+        if tree_objects is None:
+            tree_objects = tree.memo("tree_objects", lambda: dict.fromkeys(map(id, tree.elements)))
+        if id(element) in tree_objects:
+            return False  # an element of the tree has another id now
+    return True
+
+
+def _written_elements(tree: _Tree) -> list[Any] | None:
+    """The elements written since the tree's inputs were last read, when every element of the tree belonged to
+    the root's journal then and still does (``inputs._KeptInputs.journaled``) and the journal reaches back; else
+    None (every id is compared)."""
+    kept = tree.inputs
+    if kept is None or not getattr(kept, "journaled", False):
+        return None
+    journal = kept.journal
+    if journal is None or getattr(tree.elements[0], "journal", None) is not journal:
+        return None
+    written = journal.written_since(kept.position)
+    if written is None or len(written) > len(tree.elements) // 4:
+        return None
+    for element in written:
+        if getattr(element, "journal", None) is not journal:
+            return None  # it left the journal (recorded there): its later writes would not be seen
+    return written
 
 
 def _object_ids(elements: list[Any]) -> np.ndarray:
