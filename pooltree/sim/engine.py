@@ -121,7 +121,10 @@ def _replay_chain(
     position = 0 if last is None else int(np.searchsorted(times, last + backoff, side="right"))
     if position >= count:
         return last, 0
-    following = np.searchsorted(times, times + backoff, side="right").tolist()
+    # each beat's successor, read through a memoryview of the int64 array: the walk converts only the ~count ·
+    # period / backoff entries it visits to Python integers, not all of them (``tolist`` was most of the cost)
+    found = np.searchsorted(times, times + backoff, side="right").astype(np.int64, copy=False)
+    following = memoryview(found).cast("B").cast("q")
     replayed = 1
     successor = following[position]
     while successor < count:
