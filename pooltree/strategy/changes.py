@@ -70,7 +70,6 @@ from pooltree.strategy.shares import (
     local_satisfaction_ratio,
     satisfaction_ratios,
 )
-from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.stages import SchedulingStages, remake_pool_heap
 
@@ -400,11 +399,17 @@ class ChangedPublisher(SchedulingStages):
                 pools[cursor.index] = cursor
                 cursor = cursor.parent
         for index in sorted(pools, reverse=True):  # children before their parents
-            pool = pools[index]
-            usage = [0.0] * RESOURCE_COUNT
-            for child in pool.children:
-                _add_list(usage, child.usage)
-            pool.usage = usage
+            # `add_floats` of each child's usage into zeros, unrolled into locals: the same additions in the
+            # same order (bit for bit the same sums) without a call and five list writes per child
+            u0 = u1 = u2 = u3 = u4 = 0.0
+            for child in pools[index].children:
+                c = child.usage
+                u0 += c[0]
+                u1 += c[1]
+                u2 += c[2]
+                u3 += c[3]
+                u4 += c[4]
+            pools[index].usage = [u0, u1, u2, u3, u4]
         if extra or not in_order:
             ops = sorted({*ops, *extra}, key=_index)
         return ops, runtime_changed
@@ -685,12 +690,10 @@ class ChangedPublisher(SchedulingStages):
                 heapq.heappush(pools, (-parent.index, parent))
         fresh_fifo = {element for element in fresh if element.use_fifo}
         # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
-        for pool in step.pools:
-            heap = pool.heap
-            if len(heap) > 2 * len(pool.children) + 8:
-                heap = [entry for entry in heap if entry[3] == entry[4].version and entry[4].active]
-                heapq.heapify(heap)
-                pool.heap = heap
+        for pool in [pool for pool in step.pools if len(pool.heap) > 2 * len(pool.children) + 8]:
+            heap = [entry for entry in pool.heap if entry[3] == entry[4].version and entry[4].active]
+            heapq.heapify(heap)
+            pool.heap = heap
         while pools:
             _, pool = heapq.heappop(pools)
             best = self._peek(pool, None)
