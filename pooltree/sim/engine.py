@@ -85,18 +85,45 @@ def _beat_time(phase: float, salt: int, period: float, jitter: float, k: int) ->
 _U64 = np.uint64
 
 
+_HASH = (
+    _U64(0xD1B54A32D192ED03),
+    _U64(0x9E3779B97F4A7C15),
+    _U64(0xBF58476D1CE4E5B9),
+    _U64(0x94D049BB133111EB),
+)
+_SHIFTS = (_U64(30), _U64(27), _U64(31), _U64(11))
+
+
 def _beat_times(phase: float, salt: int, period: float, jitter: float, start: int, stop: int) -> np.ndarray:
     """`_beat_time` of beats ``start .. stop - 1`` at once: the same hash in uint64 arithmetic (wrapping like
-    the masked Python integers) and the same float operations in the same order, so the same doubles."""
+    the masked Python integers) and the same float operations in the same order, so the same doubles (in place:
+    no temporary array per operation)."""
     k = np.arange(start, stop, dtype=np.uint64)
-    base = phase + k.astype(np.float64) * period
+    base = k.astype(np.float64)
+    base *= period
+    base += phase
     if jitter <= 0:
         return base
-    x = (_U64(salt) ^ (k * _U64(0xD1B54A32D192ED03))) + _U64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-    x = x ^ (x >> _U64(31))
-    return base + jitter * ((x >> _U64(11)).astype(np.float64) / float(1 << 53))
+    c1, c2, c3, c4 = _HASH
+    s30, s27, s31, s11 = _SHIFTS
+    x = k
+    x *= c1
+    x ^= _U64(salt)
+    x += c2
+    y = x >> s30
+    x ^= y
+    x *= c3
+    np.right_shift(x, s27, out=y)
+    x ^= y
+    x *= c4
+    np.right_shift(x, s31, out=y)
+    x ^= y
+    x >>= s11
+    fraction = x.astype(np.float64)
+    fraction /= float(1 << 53)
+    fraction *= jitter
+    base += fraction
+    return base
 
 
 _VECTOR_GAP = 48
