@@ -45,6 +45,36 @@ def _vector(element: Element, field_name: str, value: object, *, allow_inf: bool
     return arr
 
 
+def _unit_interval(elements: list[Any], values: list[Any], field_name: str) -> np.ndarray:
+    """``values`` (the elements' ``field_name``) as floats, each in [0, 1]; else an error naming the first element
+    out of range."""
+    array = np.array(values, dtype=float)
+    bad = np.flatnonzero(~((array >= 0.0) & (array <= 1.0)))
+    if len(bad):
+        e = elements[int(bad[0])]
+        raise ConfigError(_path(e, field_name), f"must be in [0, 1], got {getattr(e, field_name)!r}")
+    return array
+
+
+def _operation_rows(
+    ops: list[Operation], usage_rows: list[Any], demand_rows: list[Any], op_vectors: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The operations' usage, demand, schedulable, gang and apply-limits-to-demand rows; ``op_vectors`` is what
+    ``_read_interleaved`` made of the vectors, None sending them through ``_stack`` (which names a bad row)."""
+    if op_vectors is None:
+        usage = _stack(ops, "usage", usage_rows)
+        demand = _stack(ops, "demand", demand_rows)
+    else:
+        usage, demand = op_vectors[:, 0], op_vectors[:, 1]
+    return (
+        usage,
+        demand,
+        np.array([e.schedulable for e in ops], dtype=bool),
+        np.array([e.is_gang for e in ops], dtype=bool),
+        np.array([e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool),
+    )
+
+
 def _stack(elements: list[Any], field_name: str, rows: list[Any]) -> np.ndarray:
     """Rows of 5 resources as an (n, 5) float array; a row of another shape is an error naming its element."""
     fast = read_vectors(rows)  # every row a float64 numpy vector of 5 (the usual case): one compiled copy
@@ -357,23 +387,11 @@ class _Inputs:
         if last is not None and _same_objects(last.msr, msr_raw):
             msr = last.msr_array
         else:
-            msr = _readonly(np.array(msr_raw, dtype=float))
-            bad = np.flatnonzero(~((msr >= 0.0) & (msr <= 1.0)))
-            if len(bad):
-                e = elements[int(bad[0])]
-                raise ConfigError(
-                    _path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}"
-                )
+            msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
         if last is not None and _same_objects(last.tol, tol_raw):
             tol = last.tol_array
         else:
-            tol = _readonly(np.array(tol_raw, dtype=float))
-            bad = np.flatnonzero(~((tol >= 0.0) & (tol <= 1.0)))
-            if len(bad):
-                e = elements[int(bad[0])]
-                raise ConfigError(
-                    _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
-                )
+            tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
         kept.weights, kept.weight_cfg = weights, weight_cfg
         kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
         tag_rows = [e.tag_filter_resource_limits for e in elements]
@@ -393,17 +411,13 @@ class _Inputs:
         self.step = np.zeros(n, dtype=bool)
         apply_limits = np.zeros(n, dtype=bool)
         if ops:
-            if op_vectors is None:
-                usage[op_idx] = _stack(ops, "usage", usage_rows)
-                demand[op_idx] = _stack(ops, "demand", demand_rows)
-            else:
-                usage[op_idx] = op_vectors[:, 0]
-                demand[op_idx] = op_vectors[:, 1]
-            self.schedulable[op_idx] = np.array([e.schedulable for e in ops], dtype=bool)
-            self.step[op_idx] = np.array([e.is_gang for e in ops], dtype=bool)
-            apply_limits[op_idx] = np.array(
-                [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
-            )
+            (
+                usage[op_idx],
+                demand[op_idx],
+                self.schedulable[op_idx],
+                self.step[op_idx],
+                apply_limits[op_idx],
+            ) = _operation_rows(ops, usage_rows, demand_rows, op_vectors)
         if pool_vectors is None:
             strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
         else:
@@ -528,18 +542,8 @@ class _Inputs:
         kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
         weight_cfg = last.weight_cfg.copy()
         weight_cfg[rows] = _weights(read, [e.weight for e in read])
-        msr_read = np.array([e.max_share_ratio for e in read], dtype=float)
-        bad = np.flatnonzero(~((msr_read >= 0.0) & (msr_read <= 1.0)))
-        if len(bad):
-            e = read[int(bad[0])]
-            raise ConfigError(_path(e, "max_share_ratio"), f"must be in [0, 1], got {e.max_share_ratio!r}")
-        tol_read = np.array([e.starvation_tolerance for e in read], dtype=float)
-        bad = np.flatnonzero(~((tol_read >= 0.0) & (tol_read <= 1.0)))
-        if len(bad):
-            e = read[int(bad[0])]
-            raise ConfigError(
-                _path(e, "starvation_tolerance"), f"must be in [0, 1], got {e.starvation_tolerance!r}"
-            )
+        msr_read = _unit_interval(read, [e.max_share_ratio for e in read], "max_share_ratio")
+        tol_read = _unit_interval(read, [e.starvation_tolerance for e in read], "starvation_tolerance")
         msr = last.msr_array.copy()
         msr[rows] = msr_read
         tol = last.tol_array.copy()
@@ -565,16 +569,8 @@ class _Inputs:
         step = last.step.copy()
         apply_limits = last.apply_limits.copy()
         if ops:
-            if op_vectors is None:
-                usage[op_rows] = _stack(ops, "usage", usage_rows)
-                demand[op_rows] = _stack(ops, "demand", demand_rows)
-            else:
-                usage[op_rows] = op_vectors[:, 0]
-                demand[op_rows] = op_vectors[:, 1]
-            schedulable[op_rows] = np.array([e.schedulable for e in ops], dtype=bool)
-            step[op_rows] = np.array([e.is_gang for e in ops], dtype=bool)
-            apply_limits[op_rows] = np.array(
-                [e.apply_specified_resource_limits_to_demand for e in ops], dtype=bool
+            usage[op_rows], demand[op_rows], schedulable[op_rows], step[op_rows], apply_limits[op_rows] = (
+                _operation_rows(ops, usage_rows, demand_rows, op_vectors)
             )
         strong = last.strong_config
         if pools:
