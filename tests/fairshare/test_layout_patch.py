@@ -18,7 +18,7 @@ from pooltree.fairshare import Operation, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare import layout as layout_module
 from pooltree.fairshare.building import _heights
 from pooltree.fairshare.layout import _flatten, _flatten_new, _Tree
-from tests.fairshare.test_update_reuse import matches_fresh_update
+from tests.fairshare.test_update_reuse import matches_fresh_update, walk
 
 TOTAL = np.array([1000.0, 400.0, 8.0, 2.0**42, 100.0])
 
@@ -42,16 +42,8 @@ def _tree(rng: random.Random) -> Pool:
     return root
 
 
-def _walk(root: Pool) -> list[Any]:
-    out: list[Any] = [root]
-    for element in out:
-        if isinstance(element, Pool):
-            out.extend(element.children)
-    return out
-
-
 def _pools(root: Pool) -> list[Pool]:
-    return [e for e in _walk(root) if isinstance(e, Pool)]
+    return [e for e in walk(root) if isinstance(e, Pool)]
 
 
 def _ops(root: Pool) -> list[tuple[Pool, Operation]]:

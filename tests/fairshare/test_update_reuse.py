@@ -24,7 +24,8 @@ from pooltree.resources import vector
 from tests.fairshare.fairshare_random_trees import case
 
 
-def _walk(root: Pool) -> list[Any]:
+def walk(root: Pool) -> list[Any]:
+    """The tree's elements, root first, breadth first."""
     out: list[Any] = [root]
     for element in out:
         if isinstance(element, Pool):
@@ -33,11 +34,11 @@ def _walk(root: Pool) -> list[Any]:
 
 
 def _ops(root: Pool) -> list[Operation]:
-    return [e for e in _walk(root) if isinstance(e, Operation)]
+    return [e for e in walk(root) if isinstance(e, Operation)]
 
 
 def _pools(root: Pool) -> list[Pool]:
-    return [e for e in _walk(root) if isinstance(e, Pool)]
+    return [e for e in walk(root) if isinstance(e, Pool)]
 
 
 def _value(value: Any) -> Any:
@@ -88,13 +89,13 @@ def _guarantee_in_place(
 
 
 def _weights(rng: np.random.Generator, root: Pool, total: np.ndarray, settings: UpdateSettings) -> None:
-    elements = _walk(root)[1:]
+    elements = walk(root)[1:]
     element = elements[int(rng.integers(len(elements)))]
     element.weight = [None, 0.0, -0.0, 2.0, float(rng.integers(1, 4))][int(rng.integers(5))]
 
 
 def _scalars(rng: np.random.Generator, root: Pool, total: np.ndarray, settings: UpdateSettings) -> None:
-    elements = _walk(root)[1:]
+    elements = walk(root)[1:]
     element = elements[int(rng.integers(len(elements)))]
     element.max_share_ratio = float(rng.choice([1.0, 0.5]))
     element.starvation_tolerance = float(rng.choice([0.8, 0.3]))
