@@ -256,7 +256,23 @@ def _patched(owner: Any, name: str, wrapper_of: Callable[[Any], Any]) -> Iterato
             delattr(owner, name)
 
 
-class _PeriodTimers:
+class _ChangeCounter:
+    """Counts operation registrations and unregistrations between fair-share periods (``counted`` wraps the core's
+    methods); a period reads and resets ``pending_changes``."""
+
+    pending_changes: int = 0
+
+    def counted(self, function: Any) -> Any:
+        counter = self
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            counter.pending_changes += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+
+class _PeriodTimers(_ChangeCounter):
     """Per-period time (CPU or wall: ``clock``) of the fair-share step and its parts (wrappers installed only while measuring)."""
 
     PARTS = ("unregister", "input", "fair_share", "flatten", "read_inputs", "build", "publish")
@@ -320,18 +336,8 @@ class _PeriodTimers:
 
         return wrapper
 
-    def between_counted(self, function: Any) -> Any:
-        """Registrations and unregistrations outside the update count towards the next period."""
-        timers = self
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            timers.pending_changes += 1
-            return function(*args, **kwargs)
-
-        return wrapper
-
-
-class _SplitProfiler:
+class _SplitProfiler(_ChangeCounter):
     """cProfile of each fair-share period alone, merged into two buckets: periods with operation arrivals or
     departures since the previous update and the others (``--profile-periods``)."""
 
@@ -361,15 +367,6 @@ class _SplitProfiler:
 
         return wrapper
 
-    def counted(self, function: Any) -> Any:
-        split = self
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            split.pending_changes += 1
-            return function(*args, **kwargs)
-
-        return wrapper
-
     def patches(self) -> list[Any]:
         from pooltree.strategy.core import SchedulerCore
 
@@ -394,8 +391,8 @@ def _timing_patches(timers: _PeriodTimers, simulation: Simulation) -> list[Any]:
         _patched(tree_module, "build_fair_share_input", timers.timed("input")),
         _patched(core_module, "scheduling_tree_from_runtime", timers.timed("build")),
         _patched(strategy_class, "publish", timers.timed("publish")),
-        _patched(SchedulerCore, "register_operation", timers.between_counted),
-        _patched(SchedulerCore, "unregister_operation", timers.between_counted),
+        _patched(SchedulerCore, "register_operation", timers.counted),
+        _patched(SchedulerCore, "unregister_operation", timers.counted),
         _patched(SchedulerCore, "process_heartbeat", timers.heartbeat_timed),
     ]
     # parts of the pure update, where this revision has them (other revisions may name them differently)
