@@ -131,7 +131,22 @@ def _recorded_setattr(self: Any, name: str, value: Any) -> None:
         journal.record(self)  # also when ``journal`` itself is set: the journal it leaves records it
 
 
-class JournaledOperation(Operation):
+class _SlotState:
+    """Pickle and copy state of a journaled element: the values of its slots (``_state_slots``, set per class), set
+    back without recording (``__setattr__`` would record them in a journal that is not the element's yet)."""
+
+    __slots__ = ()
+    _state_slots: tuple[str, ...] = ()
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._state_slots)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for name, value in zip(self._state_slots, state, strict=True):
+            _set(self, name, value)
+
+
+class JournaledOperation(_SlotState, Operation):
     """An ``Operation`` whose attribute writes are recorded in ``journal`` and whose arrays are read-only."""
 
     __slots__ = ("journal",)
@@ -142,15 +157,8 @@ class JournaledOperation(Operation):
 
     __setattr__ = _recorded_setattr
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _OPERATION_SLOTS)
 
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(_OPERATION_SLOTS, state, strict=True):
-            _set(self, name, value)
-
-
-class JournaledPool(Pool):
+class JournaledPool(_SlotState, Pool):
     """A ``Pool`` whose attribute writes are recorded in ``journal`` and whose arrays are read-only; the root of a
     journaled model carries the journal the update looks for. Its integral guarantees must be sealed
     (``SealedIntegralGuarantees``), else the pool is volatile."""
@@ -163,13 +171,6 @@ class JournaledPool(Pool):
 
     __setattr__ = _recorded_setattr
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in _POOL_SLOTS)
 
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        for name, value in zip(_POOL_SLOTS, state, strict=True):
-            _set(self, name, value)
-
-
-_OPERATION_SLOTS = _slot_names(JournaledOperation)
-_POOL_SLOTS = _slot_names(JournaledPool)
+JournaledOperation._state_slots = tuple(_slot_names(JournaledOperation))
+JournaledPool._state_slots = tuple(_slot_names(JournaledPool))
