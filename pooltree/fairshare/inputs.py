@@ -346,13 +346,9 @@ class _Inputs:
                 rows.append(row)
         if len(unique) + len(rows) > limit:
             return None
-        index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
         for element in unique:
-            try:
-                row = index.get(element.id)
-            except TypeError:  # an unhashable id: not this tree's
-                continue
-            if row is not None and elements[row] is element:
+            row = tree.row_of(element)
+            if row is not None:
                 if getattr(element, "journal", None) is not journal:
                     return None  # it left the journal: its next writes would not be seen
                 rows.append(row)
@@ -471,8 +467,7 @@ class _Inputs:
             map(is_, map(getattr, elements, repeat("journal"), repeat(None)), repeat(journal))
         )
         kept.position = position
-        self._keep_arrays(kept)
-        tree.inputs = kept  # only once every check has passed
+        self._keep_arrays(kept)  # sets ``tree.inputs``: only once every check has passed
 
     def _keep_arrays(self, kept: _KeptInputs) -> None:
         """Keep this read's arrays for the next read of the tree (read-only; usage and demand as read, since

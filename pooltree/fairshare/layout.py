@@ -73,9 +73,8 @@ class _Tree:
     inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
     functions: Any = None  # the last update's full build of functions and its inputs (``_KeptFunctions``)
     previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
-    rows_from: np.ndarray | None = (
-        None  # with ``previous`` when patched from it: each row's row there (-1: new)
-    )
+    # with ``previous`` when patched from it: each row's row there (-1: new)
+    rows_from: np.ndarray | None = None
     priority_tier: Any = None  # the last update's priority flags, donor flags, priority tier and orphans
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
@@ -86,6 +85,18 @@ class _Tree:
             value = build()
             self._memo[key] = value
         return value
+
+    def id_index(self) -> dict[str, int]:
+        """Each element's id -> its row (memoised as ``"index"``; ``_patched`` hands a patched tree its own)."""
+        return self.memo("index", lambda: dict(zip(self.ids, range(len(self.ids)), strict=True)))
+
+    def row_of(self, element: Any) -> int | None:
+        """The row holding this very ``element`` (found by its id), or None when it is not one of the tree's."""
+        try:
+            row = self.id_index().get(element.id)
+        except TypeError:  # an unhashable id: not this tree's
+            return None
+        return row if row is not None and self.elements[row] is element else None
 
     def children(self, i: int) -> range:
         start = int(self.child_start[i])
@@ -190,14 +201,9 @@ def _same_structure(tree: _Tree, counts: list[int], elements: list[Any]) -> bool
         return [e.id for e in elements] == tree.ids
     # A journaled tree (``pooltree.fairshare.journal``): an id changes only by a recorded write, so only the
     # elements written since the last read need their id compared (a cold read of 12k ids costs ~1 ms).
-    index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
     tree_objects = None
     for element in written:
-        try:
-            row = index.get(element.id)
-        except TypeError:  # an unhashable id
-            row = None
-        if row is not None and elements[row] is element:
+        if tree.row_of(element) is not None:
             continue  # the same id in the same row
         if tree_objects is None:
             tree_objects = tree.memo("tree_objects", lambda: dict.fromkeys(map(id, tree.elements)))
@@ -269,7 +275,7 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
         return None  # the same objects with other ids
     old_elements = old.elements
     old_ids = old.ids
-    index = old.memo("index", lambda: dict(zip(old_ids, range(len(old_ids)), strict=True)))
+    index = old.id_index()
     leaving: dict[int, int] = {}  # id() -> row before, of every element of the changed pools' old blocks
     for c in changed:
         start = int(old_starts[c])

@@ -214,8 +214,7 @@ def _results(
         "total_resource_flow_ratio": upd.total_flow_ratio,
         "integral_rows": {int(i): (upd.volume[i], upd.capacity[i]) for i in upd.integral_pools},
     }
-    index = tree.memo("index", lambda: dict(zip(tree.ids, range(len(tree.ids)), strict=True)))
-    elements = ElementResults(arrays, tree.ids, tree.parent, is_op, index)
+    elements = ElementResults(arrays, tree.ids, tree.parent, is_op, tree.id_index())
     new_state = UpdateState(
         previous_update_time=upd.now,
         accumulated_resource_volume={tree.ids[i]: upd.volume[i] for i in upd.integral_pools},
