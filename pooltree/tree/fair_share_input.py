@@ -464,7 +464,7 @@ def build_fair_share_input(
     if cache is None:
         root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
         return root, update_settings(tree)
-    if getattr(cache, "journal", None) is None:
+    if cache.journal is None:
         # A cache pickled before journals (a day checkpoint): its elements are plain, so it starts again.
         cache.journal = InputJournal()
         cache.pools.clear()
