@@ -13,6 +13,7 @@
 | `abort_operation`, `complete_operation`, `suspend_operation`, `resume_operation`, `abort_job` | `manage` on the operation |
 | `get_operation`, `list_jobs`, `get_job`, `get_job_stderr`, `get_job_spec` | `read` on the operation |
 | `list_operations` | answers only the operations the user may `read` (a filter, not a refusal) |
+| `auth_whoami` (`/auth/whoami`) | an authenticated caller (it only names the caller) |
 
 Users, groups and tokens are checked by ``Security``'s own commands. Superusers pass every check; an operation's
 owner always may read and manage it. ``acl`` values are validated here, so a malformed ACL never reaches the store.
@@ -271,7 +272,12 @@ def _update_operation_parameters(
     _use_pools(security, user, pools)
 
 
+def _authenticated(_security: Security, _user: str, _params: Mapping[str, Any], _input: Any) -> None:
+    """Any authenticated caller: the request pipeline has already refused callers without a valid token."""
+
+
 _HANDLERS = {
+    "auth_whoami": _authenticated,
     "get": _read,
     "list": _read,
     "exists": _read,

@@ -203,6 +203,7 @@ class CommandRegistry:
     def __init__(self) -> None:
         self._commands: dict[str, tuple[CommandDescriptor, Handler]] = {}
         self._fast: dict[str, Callable[[CommandContext], Any]] = {}
+        self._endpoints: dict[str, tuple[str, Handler]] = {}
 
     def register(
         self,
@@ -238,6 +239,22 @@ class CommandRegistry:
         else:
             self._fast.pop(name, None)
         return descriptor
+
+    def register_endpoint(self, path: str, name: str, handler: Handler) -> None:
+        """An HTTP path outside ``/api/v4`` that the proxy serves (``/auth/whoami``), answered as JSON.
+
+        It is not a command (discovery does not list it) but passes the same pipeline: the caller is
+        authenticated, then ``Security.authorize(name, ...)`` decides, so ``name`` needs a rule like any command.
+        """
+        if not path.startswith("/") or path.startswith("/api"):
+            raise PooltreeError(f"endpoint path must start with / and lie outside /api, got {path!r}")
+        if path in self._endpoints or name in self._commands:
+            raise PooltreeError(f"endpoint {path!r} ({name!r}) is already registered")
+        self._endpoints[path] = (name, handler)
+
+    def endpoints(self) -> dict[str, tuple[str, Handler]]:
+        """``{path: (name, handler)}`` of the endpoints outside ``/api/v4``."""
+        return dict(self._endpoints)
 
     def fast_handler(self, name: str) -> Callable[[CommandContext], Any] | None:
         return self._fast.get(name)
@@ -363,9 +380,23 @@ def register_cypress_commands(
     registry.register("remove", remove, output_type="null", is_volatile=True)
 
 
+AUTH_REALM = "cypress"
+"""The realm ``/auth/whoami`` names: pooltree's tokens are checked against its own user directory, as YTsaurus's
+Cypress token authenticator checks tokens stored in Cypress (realm ``cypress``)."""
+
+
 def register_security_commands(registry: CommandRegistry, security: Security) -> None:
-    """``whoami``, the authentication commands and the permission checks, served by ``security``."""
+    """``whoami``, the authentication commands and the permission checks, served by ``security``.
+
+    ``/auth/whoami`` is the HTTP proxy's answer to "who does this token belong to" (``yt.wrapper``'s
+    ``get_user_name()`` asks it): ``{"login": <user>, "realm": ...}``, 401 with the authentication error for a
+    missing or invalid token. YTsaurus also returns a ``csrf_token`` there, which only cookie sessions use;
+    pooltree authenticates tokens only and leaves it out.
+    """
     registry.register("get_current_user", lambda ctx: {"user": ctx.user})
+    registry.register_endpoint(
+        "/auth/whoami", "auth_whoami", lambda ctx: {"login": ctx.user, "realm": AUTH_REALM}
+    )
     for name, handler, volatile, output in (
         ("set_user_password", security.set_user_password, True, "null"),
         ("issue_token", security.issue_token, True, "structured"),
@@ -496,6 +527,21 @@ class YtApi:
 
     async def hosts(self, request: Request) -> Response:
         return Response("[]", media_type="application/json")
+
+    async def endpoint(self, request: Request) -> Response:
+        """A registered endpoint outside ``/api/v4``: authenticate, authorize by its name, answer JSON."""
+        request_id = new_request_id()
+        try:
+            user = self.check_token(request)
+            await read_body(request, MAX_BODY_BYTES)  # read (and drop) what the client sent
+            name, handler = self.registry.endpoints()[request.url.path]
+            ctx = CommandContext(name, {}, user=user, headers=request.headers, request_id=request_id)
+            self.security.authorize(name, user, {}, None)
+            data, content_type = encode_structured(handler(ctx), Format("json"))
+        except PooltreeError as error:
+            return self.error_response(error, request_id)
+        headers = {"X-YT-Request-Id": request_id, "X-YT-Proxy": self.host}
+        return Response(data, media_type=content_type, headers=headers)
 
     async def command(self, request: Request) -> Response:
         request_id = new_request_id()
@@ -668,6 +714,7 @@ def create_app(
         Route("/api/v4/", api.discovery, methods=["GET"]),
         Route("/hosts", api.hosts, methods=["GET"]),
         Route("/api/v4/{command}", api.command, methods=["GET", "POST", "PUT"]),
+        *(Route(path, api.endpoint, methods=["GET", "POST"]) for path in registry.endpoints()),
         Route("/{rest:path}", not_found, methods=["GET", "POST", "PUT", "DELETE"]),
     ]
     app = Starlette(routes=routes)
