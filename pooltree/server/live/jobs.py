@@ -5,6 +5,7 @@ A mixin of ``LiveScheduler`` (``scheduler.py``); it reads and writes the schedul
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,8 @@ from pooltree.server.live.model import (
     new_guid,
 )
 from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
+
+log = logging.getLogger(__name__)
 
 
 class LiveJobs:
@@ -73,7 +76,10 @@ class LiveJobs:
         # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
         for job_id in running_ids:
             job = self.jobs.get(job_id)
-            if job is None or job.state != "running" or job.address != heartbeat.address:
+            if job is not None and job.address != heartbeat.address:
+                _refuse_foreign_report(job, heartbeat.address, "running")
+                node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+            elif job is None or job.state != "running":
                 node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
             else:
                 job.missed_heartbeats = 0
@@ -82,6 +88,8 @@ class LiveJobs:
             job = self.jobs.get(report.job_id)
             if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
                 continue
+            if job.address != heartbeat.address:
+                continue  # another node's job: refused above
             core = self.cores.get(job.tree)
             if core is not None:
                 reported = np.array(report.resource_usage, dtype=float)
@@ -252,10 +260,11 @@ class LiveJobs:
         self, node: NodeState, report: FinishedJobReport, now: float, touched: set[str]
     ) -> None:
         job = self.jobs.get(report.job_id)
+        if job is not None and (job.address != node.address or job.operation_id != report.operation_id):
+            _refuse_foreign_report(job, node.address, report.state, report.operation_id)
+            return
         op = self.operations.get(report.operation_id)
         self._touch(report.operation_id)
-        if job is not None and job.operation_id != report.operation_id:
-            self._touch(job.operation_id)
         if job is None and op is not None:
             reserved = op.controller.reserved_job_ids(node.address)
             if report.job_id in reserved:
@@ -350,3 +359,18 @@ class LiveJobs:
                         if job is not None and job.state == "running":
                             self._mark_lost(job, now)
             return gone + expired
+
+
+def _refuse_foreign_report(job: LiveJob, reporter: str, state: str, operation_id: str | None = None) -> None:
+    """A node speaks only for the jobs the scheduler assigned to it: a report about another node's job (or naming
+    the wrong operation) is not applied, and the attempt is logged with both addresses."""
+    log.warning(
+        "node %s reported job %s of operation %s as %s%s, but the scheduler assigned that job to node %s; "
+        "the report is refused",
+        reporter,
+        job.id,
+        job.operation_id,
+        state,
+        "" if operation_id in (None, job.operation_id) else f" (naming operation {operation_id})",
+        job.address,
+    )
