@@ -295,6 +295,28 @@ def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
     events = [e for e in scheduler.event_log if e["event"] == "allocation_preempted"]
     assert events and events[0]["job_id"] == job.id
     assert events[0]["preempted_for"]["operation_id"] == late.id
+    # the node reports the job aborted with its own error (abort_reason only): the job's error then says why and
+    # for whom, where YTsaurus puts it (test_pass_preemption_reason_to_node)
+    node_error = {
+        "code": 1101,
+        "message": "Job aborted by scheduler",
+        "attributes": {"abort_reason": "preemption"},
+    }
+    finished = {"job_id": job.id, "operation_id": hog.id, "state": "aborted", "abort_reason": "preemption"}
+    heartbeat(scheduler, "n1", 13.0, finished_jobs=[{**finished, "error": node_error}])
+    attributes = OperationCommands.job_attributes(hog.jobs[job.id])
+    assert attributes["state"] == "aborted" and attributes["abort_reason"] == "preemption"
+    error_attributes = attributes["error"]["attributes"]
+    assert error_attributes["abort_reason"] == "preemption"
+    assert error_attributes["preemption_reason"].startswith("Preempted to start allocation")
+    assert f"of operation {late.id}" in error_attributes["preemption_reason"]
+    assert error_attributes["preempted_for"]["operation_id"] == late.id
+    stored = scheduler.store.get_job(hog.id, job.id)
+    assert (
+        stored is not None
+        and stored.document["error"]["attributes"]["preemption_reason"]
+        == (error_attributes["preemption_reason"])
+    )
 
 
 def explanation(scheduler: LiveScheduler, op: Any, tree: str = "default") -> dict[str, Any] | None:

@@ -27,6 +27,23 @@ from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbea
 
 log = logging.getLogger(__name__)
 
+PREEMPTION_ERROR_ATTRIBUTES = ("preemption_reason", "preempted_for")
+
+
+def preemption_error(
+    error: dict[str, Any] | None, interruption_info: dict[str, Any] | None, state: str
+) -> dict[str, Any] | None:
+    """The error of a job the scheduler preempted, with why and for whom in its attributes, where YTsaurus puts
+    them (``error.attributes.preemption_reason``, ``preempted_for``; the node reports only ``abort_reason``).
+    Other jobs' errors are returned as they are."""
+    if interruption_info is None or state != "aborted" or error is None:
+        return error
+    attributes = dict(error.get("attributes") or {})
+    for key in PREEMPTION_ERROR_ATTRIBUTES:
+        if key in interruption_info and key not in attributes:
+            attributes[key] = interruption_info[key]
+    return {**error, "attributes": attributes}
+
 
 class LiveJobs:
     """Heartbeats and jobs of ``LiveScheduler``."""
@@ -279,7 +296,7 @@ class LiveJobs:
         self.jobs.pop(job.id, None)
         job.state = report.state
         job.finish_time = report.finish_time or now
-        job.error = report.error
+        job.error = preemption_error(report.error, job.interruption_info, report.state)
         job.exit_code = report.exit_code
         job.abort_reason = report.abort_reason
         job.interruption_reason = report.interruption_reason
