@@ -47,6 +47,7 @@ from pooltree.node.service import (
     parse_tags,
     run_node,
 )
+from pooltree.node.topology import NodeTopology
 from pooltree.resources import RESOURCES
 from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
@@ -520,6 +521,15 @@ def node_command(
         "else $POOLTREE_NODE_SECRET.",
     ),
     memory_meter: str = typer.Option("auto", "--memory-meter", help="auto, cgroup or psutil."),
+    gpu_devices: str = typer.Option(
+        None,
+        "--gpu-devices",
+        help="GPU device files, e.g. '0=/dev/nvidia0,1=/dev/nvidia1' (default: nvidia-smi, else /dev/nvidiaN).",
+    ),
+    data_center: str = typer.Option(None, "--data-center", help="The node's data center (a module)."),
+    infiniband_cluster: str = typer.Option(
+        None, "--infiniband-cluster", help="The node's InfiniBand cluster (a module)."
+    ),
 ) -> None:
     """Run one exec node: heartbeats to the scheduler, runs its jobs as local processes."""
     _setup_logging()
@@ -532,6 +542,10 @@ def node_command(
         if memory_meter not in ("auto", "cgroup", "psutil"):
             raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
         secret, _, _ = node_secret(node_secret_file, None)
+        placement = {
+            "gpu_devices": gpu_devices,
+            "topology": NodeTopology(data_center=data_center, infiniband_cluster=infiniband_cluster),
+        }
         node_address = address or default_address()
         root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
         killed, removed = kill_orphans(root_dir)
@@ -543,7 +557,9 @@ def node_command(
                 removed,
                 root_dir,
             )
-        asyncio.run(_run_node(scheduler, root_dir, node_address, overrides, tag_list, secret, memory_meter))
+        asyncio.run(
+            _run_node(scheduler, root_dir, node_address, overrides, tag_list, secret, memory_meter, placement)
+        )
     except PooltreeError as error:
         fail(error.message)
 
@@ -556,6 +572,7 @@ async def _run_node(
     tags: Sequence[str],
     secret: str,
     memory_meter: str,
+    placement: dict[str, Any],
 ) -> None:
     stop = asyncio.Event()
     _install_stop_handlers(stop)
@@ -569,6 +586,7 @@ async def _run_node(
         node_secret=secret,
         stop=stop,
         memory_meter=memory_meter,
+        **placement,
     )
     log.info("node %s stopped after %d heartbeats (%d failed)", address, stats.heartbeats, stats.failures)
 

@@ -169,7 +169,10 @@ class NodeAgent:
                     "statistics": self.executor.running_statistics(job_id),
                 }
             )
-        return {
+            devices = self.executor.gpu_devices(job_id)
+            if devices:
+                running[-1]["gpu_devices"] = devices
+        heartbeat = {
             "node_address": self.address,
             "sequence": self._sequence,
             "time": self._clock(),
@@ -180,6 +183,9 @@ class NodeAgent:
             "running_jobs": running,
             "finished_jobs": [dict(report) for report in self._unacknowledged.values()],
         }
+        if self.executor.gpus.count:
+            heartbeat["gpu_devices"] = [device.to_dict() for device in self.executor.gpus.devices]
+        return heartbeat
 
     def unacknowledged_job_ids(self) -> list[str]:
         return list(self._unacknowledged)

@@ -48,6 +48,7 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.files import BlobSource, truncate_output, write_job_files
+from pooltree.node.gpu import GpuSlots, device_binds, gpu_demand, gpu_environment
 from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
@@ -64,6 +65,7 @@ from pooltree.node.job import (
 )
 from pooltree.node.keeper import KeeperProcess, KeeperZygote
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
+from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
 """YTsaurus's default ``max_stderr_size``: what is kept of a job's stderr (and stdout)."""
@@ -216,6 +218,7 @@ class JobExecutor:
         clock: Callable[[], float] = time.time,
         on_finish: FinishListener | None = None,
         isolation: str | JobIsolation = "auto",
+        gpus: GpuSlots | None = None,
     ):
         if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
             raise ConfigError(
@@ -270,6 +273,10 @@ class JobExecutor:
         self.isolation.prepare_root()
         if self.isolation.warning:
             _log.warning("%s", self.isolation.warning)
+        self.gpus = gpus if gpus is not None else GpuSlots(control_files=())
+        """The node's GPUs, handed to jobs as whole devices (``gpu.py``); none unless the node has some."""
+        if self.gpus.count and not self.isolation.sandboxed:
+            _log.warning("without bubblewrap every job can open every GPU device file of the host")
         self._policy = overdraft_policy
         self._clock = clock
         self._listeners: list[FinishListener] = [on_finish] if on_finish else []
@@ -334,13 +341,15 @@ class JobExecutor:
     async def _run(self, job: _Job) -> None:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
-        env = job_environment(spec, job.sandbox)
         try:
+            env = job_environment(spec, job.sandbox)
+            env.update(self._assign_gpus(spec))
             job.process = await asyncio.get_running_loop().run_in_executor(
                 self._launcher, self._launch, job, env
             )
         except (OSError, subprocess.SubprocessError, PooltreeError) as error:
             self.isolation.release(spec.job_id)
+            self.gpus.release(spec.job_id)
             job.launched.set_result(None)
             if job.verdict is None:
                 job.verdict = _Verdict(
@@ -356,6 +365,17 @@ class JobExecutor:
         elif job.phase == "interrupting" and spec.interruption_signal is not None:
             self._signal(job, spec.interruption_signal, [])
         await self._supervise(job)
+
+    def _assign_gpus(self, spec: JobSpec) -> dict[str, str]:
+        """Whole devices for the job's ``gpu`` demand and the variables naming them (none on a GPU-less node)."""
+        if not self.gpus.count:
+            return {}
+        demand = 0.0 if spec.resources is None else float(spec.resources[GPU])
+        return gpu_environment(self.gpus.acquire(spec.job_id, gpu_demand(demand)))
+
+    def gpu_devices(self, job_id: str) -> list[int]:
+        """Host indices of the GPUs a running job holds."""
+        return [device.index for device in self.gpus.assigned(job_id)]
 
     def _launch(self, job: _Job, env: dict[str, str]) -> KeeperProcess:
         """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
@@ -377,7 +397,10 @@ class JobExecutor:
             if slot is not None:  # the job's own files, as the rest of its sandbox
                 os.chown(path, slot.uid, slot.gid)
         job_argv = self.isolation.wrap(
-            [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)], job.sandbox, slot
+            [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)],
+            job.sandbox,
+            slot,
+            devices=device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files),
         )
         argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
@@ -757,6 +780,7 @@ class JobExecutor:
         except OSError:
             _log.exception("cannot release the memory accounting of job %s", spec.job_id)
         self.isolation.release(spec.job_id)  # every process of the job is gone: its uid may be reused
+        self.gpus.release(spec.job_id)  # ... and its GPUs handed to the next job
         stderr_size = 0
         try:
             stderr_size = self._cap_output(job.directory / "stderr")

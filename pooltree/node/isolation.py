@@ -269,8 +269,11 @@ class JobIsolation:
 
     # ------------------------------------------------------------------------------------------ argv
 
-    def wrap(self, argv: Sequence[str], sandbox: Path, slot: Slot | None) -> list[str]:
-        """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses."""
+    def wrap(
+        self, argv: Sequence[str], sandbox: Path, slot: Slot | None, devices: Sequence[tuple[str, str]] = ()
+    ) -> list[str]:
+        """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses; ``devices`` are
+        (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs)."""
         inner = list(argv)
         if slot is not None:
             assert self.setpriv is not None
@@ -291,6 +294,8 @@ class JobIsolation:
         box = sandbox.resolve()
         outer = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
         outer += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for source, target in devices:
+            outer += ["--dev-bind", source, target]
         for private in ("/tmp", "/var/tmp", "/dev/shm"):  # first: the node root may lie under /tmp
             outer += ["--bind", tmp, private]
         mask = self._mask(box)

@@ -29,7 +29,9 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.executor import JobExecutor
 from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
-from pooltree.resources import resources_to_dict, zeros
+from pooltree.node.gpu import GpuSlots, discover_gpus
+from pooltree.node.topology import NodeTopology
+from pooltree.resources import GPU, resources_to_dict, zeros
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +127,16 @@ class NodeLoop:
         node_secret: str | None = None,
         heartbeat_period: float = 1.0,
         backoff_cap: float = BACKOFF_CAP,
+        topology: NodeTopology | None = None,
     ) -> None:
         check_period(heartbeat_period, "heartbeat_period")
         self.agent = agent
         self.scheduler_urls = parse_scheduler_urls(scheduler_url)
         """The schedulers to try in turn (a leader and its standbys): a failed heartbeat moves to the next."""
         self._current = 0
-        self.tags = parse_tags(tags)
+        self.topology = topology if topology is not None else NodeTopology()
+        """Data center and InfiniBand cluster: sent as heartbeat fields and as YTsaurus's tags for them."""
+        self.tags = parse_tags([*parse_tags(tags), *self.topology.tags()])
         self.node_secret = node_secret
         self.period = float(heartbeat_period)
         self.backoff_cap = backoff_cap
@@ -153,6 +158,7 @@ class NodeLoop:
         body = self.agent.build_heartbeat()
         if self.tags:
             body["tags"] = list(self.tags)
+        body.update(self.topology.heartbeat_fields())
         if self.draining:
             body["resource_limits"] = resources_to_dict(zeros())
         return body
@@ -286,6 +292,17 @@ async def _wait_any(stop: asyncio.Event, other: asyncio.Event | None, timeout: f
         await asyncio.gather(*waiters, return_exceptions=True)
 
 
+def gpu_limits(limits: Any, resources: Mapping[str, Any] | None, device_count: int) -> Any:
+    """The node's ``gpu`` limit: its device count unless given; a given limit cannot exceed the devices found."""
+    given = resources is not None and "gpu" in resources
+    if not given:
+        limits = limits.copy()
+        limits[GPU] = float(device_count)
+    elif device_count and limits[GPU] > device_count:
+        raise ConfigError("resources.gpu", f"{limits[GPU]:g} GPUs asked but the node has {device_count} devices")
+    return limits
+
+
 def default_address() -> str:
     """The node's address when none is given: the host name."""
     return socket.gethostname() or "localhost"
@@ -303,22 +320,31 @@ async def run_node(
     stop: asyncio.Event | None = None,
     memory_meter: str = "auto",
     on_ready: Any = None,
+    gpu_devices: str | Iterable[str] | None = None,
+    topology: NodeTopology | None = None,
 ) -> NodeLoopStats:
     """Run one exec node until ``stop`` is set (or the task is cancelled); returns the loop's statistics.
 
     ``resources`` overrides detected limits (a map as in configs: ``{"cpu": 4, "memory": "8Gi"}``).
     ``on_ready(loop)`` is called with the ``NodeLoop`` before the first heartbeat. On exit every job is aborted
-    (``node_shutdown``) and one last heartbeat reports them.
+    (``node_shutdown``) and one last heartbeat reports them. ``gpu_devices`` is a configured GPU list
+    (``node/gpu.py``; otherwise the node discovers its GPUs); ``topology`` its data center and InfiniBand cluster.
     """
-    limits = detect_resource_limits(resources)
+    gpus = GpuSlots(discover_gpus(gpu_devices))
+    limits = gpu_limits(detect_resource_limits(resources), resources, gpus.count)
     node_loop: NodeLoop | None = None
     root_dir = Path(root_dir).absolute()
-    executor = JobExecutor(Path(root_dir), memory_meter=memory_meter)
+    executor = JobExecutor(Path(root_dir), memory_meter=memory_meter, gpus=gpus)
     stop = stop if stop is not None else asyncio.Event()
     try:
         agent = NodeAgent(address or default_address(), executor, limits)
         node_loop = NodeLoop(
-            agent, scheduler_url, tags=tags, node_secret=node_secret, heartbeat_period=heartbeat_period
+            agent,
+            scheduler_url,
+            tags=tags,
+            node_secret=node_secret,
+            heartbeat_period=heartbeat_period,
+            topology=topology,
         )
         loop = node_loop
         executor.file_source = BlobCache(
