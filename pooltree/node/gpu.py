@@ -137,7 +137,9 @@ def discover_gpus(
 
 def control_device_files(device_directory: Path = DEVICE_DIRECTORY) -> tuple[str, ...]:
     """The driver's control files present on this host (none on a host without the NVIDIA driver)."""
-    return tuple(str(device_directory / name) for name in CONTROL_DEVICES if (device_directory / name).exists())
+    return tuple(
+        str(device_directory / name) for name in CONTROL_DEVICES if (device_directory / name).exists()
+    )
 
 
 def gpu_demand(amount: float, path: str = "resources.gpu") -> int:

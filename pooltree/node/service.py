@@ -299,7 +299,9 @@ def gpu_limits(limits: Any, resources: Mapping[str, Any] | None, device_count: i
         limits = limits.copy()
         limits[GPU] = float(device_count)
     elif device_count and limits[GPU] > device_count:
-        raise ConfigError("resources.gpu", f"{limits[GPU]:g} GPUs asked but the node has {device_count} devices")
+        raise ConfigError(
+            "resources.gpu", f"{limits[GPU]:g} GPUs asked but the node has {device_count} devices"
+        )
     return limits
 
 

@@ -103,7 +103,10 @@ def test_whole_devices_lowest_first_returned_on_release(tmp_path: Path) -> None:
     }
     assert gpu_environment(()) == {"NVIDIA_VISIBLE_DEVICES": "void", "CUDA_VISIBLE_DEVICES": ""}
     binds = device_binds(slots.assigned("b"), slots.control_files)
-    assert binds == [(str(tmp_path / "fake-gpu-2"), "/dev/nvidia2"), ("/somewhere/nvidiactl", "/dev/nvidiactl")]
+    assert binds == [
+        (str(tmp_path / "fake-gpu-2"), "/dev/nvidia2"),
+        ("/somewhere/nvidiactl", "/dev/nvidiactl"),
+    ]
     assert device_binds((), slots.control_files) == []
 
 
