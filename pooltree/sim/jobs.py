@@ -36,6 +36,7 @@ class _JobsMixin:
     wasted_job_time: float
     trees: dict[str, _TreeState]
     op_by_id: dict[str, _Op]
+    node_by_address: dict[str, _Node]
     _push: Callable[..., None]
     _emit: Callable[[dict[str, Any]], None]
     _wake: Callable[[_Node], None]
@@ -61,6 +62,21 @@ class _JobsMixin:
             assert op.controller is not None
             if op.controller.pending_allocation_count == 0:
                 self._drop_pending(tree, op.spec.id)
+
+    def _place_running(self, op: _Op, tree: _TreeState) -> None:
+        """Jobs already running when the run starts (``SimOperation.placed``): adopted on their nodes at once."""
+        spec = op.spec
+        for index, address in enumerate(spec.placed):
+            node = self.node_by_address.get(address)
+            started = spec.placed_since[index] if index < len(spec.placed_since) else None
+            allocation = None
+            if node is not None and node.alive:
+                allocation = tree.core.adopt_allocation(spec.id, address, self.now, started=started)
+            if allocation is None:
+                self.stats["placed_jobs_refused"] += 1
+                continue
+            tree.changed = True
+            self._start_job(allocation, op, node)
 
     def _start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
         now = self.now

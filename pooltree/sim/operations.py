@@ -48,6 +48,7 @@ class _OperationsMixin:
     _online_counts: dict[str, int]
     _tag_filters: dict[str, TagFilter]
     _drop_job: Callable[[_Job, str], None]
+    _place_running: Callable[[_Op, _TreeState], None]
 
     # ------------------------------------------------------------------ operations
 
@@ -130,8 +131,11 @@ class _OperationsMixin:
         if registered is not None:
             op.pool = registered.pool.name
         op.state = state
+        if spec.below_fair_share_since is not None:
+            tree.core.set_below_fair_share_since(spec.id, spec.below_fair_share_since)
         if state == "running":
             op.start_time = self.now
+            self._place_running(op, tree)
             self._add_pending(tree, op)
             self._check_fit(op)
         if spec.lifetime is not None:

@@ -189,6 +189,15 @@ class SimOperation:
     lifetime: float | None = None
     """Vanilla: the operation is completed this long after it starts running (``None``: at the end)."""
     in_timeframe: bool = True
+    placed: tuple[str, ...] = ()
+    """Node addresses of jobs that already run when the run starts (a forecast forked from a live cluster, see
+    ``pooltree.forecast``): when the operation arrives running, its first ``len(placed)`` jobs in task order are
+    adopted on these nodes without a heartbeat (``SchedulerCore.adopt_allocation``)."""
+    placed_since: tuple[float, ...] = ()
+    """When each placed job really started (simulated seconds, usually negative): its allocation's start time."""
+    below_fair_share_since: float | None = None
+    """The operation's starvation clock at arrival (simulated seconds, usually negative): it has been below its
+    fair share since then, so it starves when its timeout has passed from that moment, not from the arrival."""
 
     @property
     def job_count(self) -> int:

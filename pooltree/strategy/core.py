@@ -18,6 +18,7 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.resources import Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.model import (
     AbortReason,
     Allocation,
@@ -386,6 +387,17 @@ class SchedulerCore:
             self.node_limits[heartbeat.address] = limits
             self.node_tags[heartbeat.address] = tags
         return self.strategy.process_heartbeat(heartbeat, now)
+
+    def adopt_allocation(
+        self, operation_id: str, address: str, now: float, *, started: float | None = None
+    ) -> Allocation | None:
+        """A job already running on ``address`` when a run starts (``TreeScheduler.adopt_allocation``)."""
+        return self.strategy.adopt_allocation(operation_id, address, now, started=started)
+
+    def set_below_fair_share_since(self, element_id: str, since: float) -> None:
+        """Start an element's starvation clock at ``since`` (a run forked from a live cluster carries it over);
+        the next publish that finds the element below its fair share keeps counting from there."""
+        self.strategy.starvation.setdefault(element_id, StarvationState()).below_fair_share_since = since
 
     def on_allocation_finished(self, finished: FinishedAllocation, now: float) -> Allocation | None:
         """An allocation ended outside a heartbeat (e.g. the simulator's job-finish event)."""

@@ -207,6 +207,44 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.nodes[address] = node
         return node
 
+    def adopt_allocation(
+        self, operation_id: str, address: str, now: float, *, started: float | None = None
+    ) -> Allocation | None:
+        """Place the operation's next pending job on node ``address`` outside a heartbeat: a job that already runs
+        there when a run starts (a forecast forked from a live cluster). Its usage is charged to the node, the
+        operation and its pools as a start in a heartbeat charges it; ``started`` is when it really started.
+        Returns None when the controller has no pending job that fits the node's free resources."""
+        runtime = self.operations.get(operation_id)
+        node = self.nodes.get(address)
+        if runtime is None or node is None:
+            return None
+        allocation = runtime.controller.schedule_allocation(node, node.resource_limits - node.usage, now)
+        if allocation is None:
+            return None
+        allocation.node_address = address
+        allocation.start_time = now if started is None else started
+        node.allocations[allocation.id] = allocation
+        node.usage += allocation.resources
+        self.allocations[allocation.id] = allocation
+        element = self._elements.get(operation_id)
+        self._account(runtime, element, allocation.amounts, _add_list)
+        runtime.lists_settled = False
+        runtime.lists.add(allocation)
+        if element is not None and element.op is runtime:
+            self._refresh_leaf(element)
+        self._emit(
+            {
+                "event": "allocation_started",
+                "time": now,
+                "allocation_id": allocation.id,
+                "operation_id": operation_id,
+                "node": address,
+                "stage": "adopted",
+                "resources": {name: float(allocation.resources[i]) for i, name in enumerate(RESOURCES)},
+            }
+        )
+        return allocation
+
     def finish_allocation(self, finished: FinishedAllocation, now: float) -> Allocation | None:
         """A node reported an allocation ended: release its usage (unless preempted already) and tell its controller."""
         allocation = self.allocations.pop(finished.allocation_id, None)

@@ -1,0 +1,156 @@
+"""Job durations the forecast assumes: learned from what the cluster observed, with their spread.
+
+A task's jobs are modelled as lognormal: the run times of its own completed jobs when it has some; else those of
+its pool's completed jobs (finished operations included); else a configurable prior. The median is the geometric
+mean of the observations and the spread their standard deviation in log space (one observation: the default
+spread). Each seed of a forecast draws its own median around the observed one (the uncertainty of a median
+estimated from ``n`` jobs: sigma / sqrt(n); the prior's full spread), so a range over seeds covers both the
+spread of single jobs and how little is known about them. A running job's remaining time is drawn from the
+task's distribution given that it has already run ``elapsed`` seconds (a job that ran long is likely long).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from pooltree.errors import ConfigError
+from pooltree.sim.scenario import Distribution
+
+_NORMAL = NormalDist()
+_MIN_SECONDS = 0.001
+
+
+@dataclass(frozen=True)
+class DurationSettings:
+    """The prior and the spreads of the duration model (seconds; sigmas in log space)."""
+
+    prior_median: float = 600.0
+    """Median job run time when neither the task nor its pool has a completed job."""
+    prior_sigma: float = 1.0
+    """Spread of single jobs and of the median under the prior."""
+    default_sigma: float = 0.5
+    """Spread of single jobs learned from one observation."""
+    min_sigma: float = 0.05
+    """Lower bound of a learned spread (equal observations still leave some doubt)."""
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.prior_median) or self.prior_median <= 0:
+            raise ConfigError(
+                "forecast.prior_median", f"must be a positive number of seconds, got {self.prior_median!r}"
+            )
+        for name in ("prior_sigma", "default_sigma", "min_sigma"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or not 0 <= value <= 5:
+                raise ConfigError(f"forecast.{name}", f"must be a number in [0, 5], got {value!r}")
+
+
+@dataclass(frozen=True)
+class DurationFit:
+    """A task's job run times: lognormal ``median`` and ``sigma`` from ``count`` observations of ``source``."""
+
+    median: float
+    sigma: float
+    count: int
+    source: str
+    """``operation`` (the task's own jobs), ``pool`` (its pool's jobs) or ``prior``."""
+
+    def for_seed(self, rng: random.Random) -> Distribution:
+        """The distribution one seed assumes: the median drawn around the observed one."""
+        doubt = self.sigma / math.sqrt(self.count) if self.source != "prior" else self.sigma
+        median = self.median * math.exp(doubt * rng.gauss(0.0, 1.0)) if doubt > 0 else self.median
+        if self.sigma <= 0:
+            return Distribution("fixed", median)
+        return Distribution("lognormal", median, self.sigma)
+
+
+_AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+_AS_P = 0.3275911
+_GRID = 401
+_CENSORED_BINS = 128
+
+
+def _log_survival(z: np.ndarray) -> np.ndarray:
+    """log P(Z > z) of a standard normal (Abramowitz-Stegun 7.1.26 for erfc, |error| < 1.5e-7, taken in log
+    space so that far tails stay finite)."""
+    x = np.abs(z) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + _AS_P * x)
+    poly = t * (_AS[0] + t * (_AS[1] + t * (_AS[2] + t * (_AS[3] + t * _AS[4]))))
+    log_tail = math.log(0.5) + np.log(poly) - x * x  # log(0.5 * erfc(|z| / sqrt 2))
+    return np.where(z >= 0, log_tail, np.log1p(-np.exp(log_tail)))
+
+
+def _censored_median(logs: Sequence[float], censored: Sequence[float], sigma: float) -> float:
+    """The maximum-likelihood log median of a lognormal with spread ``sigma`` from complete run times
+    (``logs``) and jobs still running after ``censored`` log seconds (right-censored observations), on a grid."""
+    done = np.asarray(logs, dtype=float)
+    cut = np.sort(np.asarray(censored, dtype=float))
+    weights = np.ones(len(cut))
+    if len(cut) > _CENSORED_BINS:  # equal-count bins: each bin's mean with the bin's weight
+        parts = np.array_split(cut, _CENSORED_BINS)
+        cut = np.array([part.mean() for part in parts])
+        weights = np.array([float(len(part)) for part in parts])
+    low = min(done.min(), cut.min()) - 3.0 * sigma
+    high = max(done.max(), cut.max()) + 6.0 * sigma
+    grid = np.linspace(low, high, _GRID)
+    likelihood = -((done[None, :] - grid[:, None]) ** 2).sum(axis=1) / (2.0 * sigma * sigma)
+    likelihood += (_log_survival((cut[None, :] - grid[:, None]) / sigma) * weights[None, :]).sum(axis=1)
+    return float(grid[int(np.argmax(likelihood))])
+
+
+def fit(
+    values: Sequence[float], source: str, settings: DurationSettings, censored: Sequence[float] = ()
+) -> DurationFit:
+    """The lognormal fit of observed run times (at least one), with ``censored``: run times so far of the task's
+    jobs still running (a job running for 600 s says the median is likely not 100 s)."""
+    logs = [math.log(max(value, _MIN_SECONDS)) for value in values]
+    mean = sum(logs) / len(logs)
+    if source == "prior":
+        sigma = settings.prior_sigma
+    elif len(logs) >= 2:
+        sigma = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    else:
+        sigma = settings.default_sigma
+    sigma = max(sigma, settings.min_sigma)
+    positive = [math.log(value) for value in censored if value > 0]
+    if positive:
+        mean = _censored_median(logs, positive, sigma)
+    return DurationFit(math.exp(mean), sigma, len(logs), source)
+
+
+def choose(
+    own: Sequence[float], pool: Sequence[float], settings: DurationSettings, running: Sequence[float] = ()
+) -> DurationFit:
+    """The task's own observations, else its pool's, else the prior (one pseudo-observation at its median);
+    ``running``: how long the task's running jobs have run (censored observations)."""
+    if own:
+        return fit(own, "operation", settings, running)
+    if pool:
+        return fit(pool, "pool", settings, running)
+    return fit([settings.prior_median], "prior", settings, running)
+
+
+def remaining(distribution: Distribution, elapsed: float, rng: random.Random) -> float:
+    """Remaining run time of a job of ``distribution`` that has run ``elapsed`` seconds: a draw of the run time
+    conditioned on being longer than ``elapsed`` (inverse CDF of the truncated distribution), minus ``elapsed``."""
+    elapsed = max(elapsed, 0.0)
+    if distribution.kind == "fixed":
+        return max(distribution.a - elapsed, 0.0)
+    if distribution.kind == "uniform":
+        low = max(distribution.a, elapsed)
+        if low >= distribution.b:
+            return 0.0
+        return low + (distribution.b - low) * rng.random() - elapsed
+    median, sigma = distribution.a, distribution.b
+    if sigma <= 0:
+        return max(median - elapsed, 0.0)
+    floor = _NORMAL.cdf(math.log(max(elapsed, _MIN_SECONDS) / median) / sigma) if elapsed > 0 else 0.0
+    u = floor + (1.0 - floor) * rng.random()
+    u = min(max(u, 1e-12), 1.0 - 1e-12)
+    total = median * math.exp(sigma * _NORMAL.inv_cdf(u))
+    return max(total - elapsed, 0.0)

@@ -1,0 +1,188 @@
+"""A cluster state forked into a simulator scenario: the same pool trees, nodes and operations, on a simulated
+clock whose zero is the state's ``now``.
+
+Every unfinished operation is submitted at time 0, in registration order (so pending queues keep their order
+and count limits hold the same operations back). Its running jobs are placed on their nodes when it arrives
+(``SimOperation.placed``: adopted by the core without a heartbeat, with their real start times), each as a task
+of one job whose run time is the rest of a draw conditioned on the time it has already run; its pending jobs
+are one task per spec task with the learned distribution (`pooltree.forecast.durations`). Its starvation clock
+is carried over (``below_fair_share_since``). What one seed draws comes from ``Random("<seed>/<op>/...")``, so
+a fork is a pure function of the state, the seed and the settings.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from pooltree.config import OperationSpec
+from pooltree.config.snapshot import Cluster, NodeGroup, Snapshot
+from pooltree.config.tags import nodes_of_trees
+from pooltree.controllers.memory import MemoryDigestSettings
+from pooltree.forecast.durations import DurationFit, DurationSettings, choose, remaining
+from pooltree.forecast.state import ClusterState, OperationState
+from pooltree.resources import RESOURCES
+from pooltree.sim.scenario import (
+    Distribution,
+    ReportSettings,
+    Scenario,
+    SchedulerSettings,
+    SimOperation,
+    SimTask,
+)
+
+RUNNING_TASK = "{task}#running{index}"
+"""Name of the one-job task of a running job (the forecast's own; never shown)."""
+
+
+def cluster_snapshot(state: ClusterState) -> Snapshot:
+    """The state's pool trees and nodes as the simulator's snapshot (each node a group of one)."""
+    groups = tuple(NodeGroup(node.address, 1, node.resource_limits, node.tags) for node in state.nodes)
+    trees = dict(state.pool_trees)
+    assignment = nodes_of_trees(
+        {name: tree.config.tag_filter for name, tree in trees.items()},
+        {group.address: group.tags for group in groups},
+    )
+    limits = {group.address: group.resource_limits for group in groups}
+    totals = {
+        name: np.sum([limits[a] for a in addresses], axis=0) if addresses else np.zeros(len(RESOURCES))
+        for name, addresses in assignment.items()
+    }
+    default = state.default_tree if state.default_tree in trees else next(iter(trees), "")
+    return Snapshot(
+        Cluster(None, groups),
+        default,
+        trees,
+        (),
+        None,
+        totals,
+        {name: tuple(addresses) for name, addresses in assignment.items()},
+    )
+
+
+def duration_fits(state: ClusterState, settings: DurationSettings) -> dict[tuple[str, str], DurationFit]:
+    """(operation id, task) → the durations the forecast assumes for that task's jobs."""
+    fits = {}
+    for op in state.operations:
+        pool = state.pool_durations.get(op.pool, ())
+        for task in op.tasks:
+            running = [state.now - job.start_time for job in task.running]
+            fits[(op.id, task.name)] = choose(task.durations, pool, settings, running)
+    return fits
+
+
+def operation_spec(
+    op: OperationState, cache: MutableMapping[tuple[str, int], OperationSpec] | None
+) -> OperationSpec:
+    """The spec as it runs now: in its tree only, in its current pool, with its runtime weight and limits."""
+    key = (op.id, op.revision)
+    if cache is not None and key in cache:
+        return cache[key]
+    raw = dict(op.spec)
+    options: dict[str, Any] = {"pool": op.pool}
+    if op.weight is not None:
+        options["weight"] = op.weight
+    if op.resource_limits:
+        options["resource_limits"] = dict(op.resource_limits)
+    raw["pool_trees"] = [op.tree]
+    raw["scheduling_options_per_pool_tree"] = {op.tree: options}
+    raw.pop("fair_share_options_per_pool_tree", None)
+    spec = OperationSpec.parse(raw, f"operations.{op.id}.spec")
+    if cache is not None:
+        cache[key] = spec
+    return spec
+
+
+def fork_operation(
+    op: OperationState,
+    now: float,
+    seed: int,
+    fits: Mapping[tuple[str, str], DurationFit],
+    spec: OperationSpec,
+) -> SimOperation | None:
+    """One operation of the fork (None: it has no job left to run)."""
+    tasks: list[SimTask] = []
+    pending: list[SimTask] = []
+    placed: list[str] = []
+    since: list[float] = []
+    for task in op.tasks:
+        rng = random.Random(f"{seed}/{op.id}/{task.name}")
+        distribution: Distribution = fits[(op.id, task.name)].for_seed(rng)
+        for index, job in enumerate(task.running):
+            left = remaining(distribution, now - job.start_time, rng)
+            tasks.append(
+                SimTask(
+                    RUNNING_TASK.format(task=task.name, index=index),
+                    1,
+                    task.resources,
+                    Distribution("fixed", max(left, 0.001)),
+                    task.interruptible,
+                )
+            )
+            placed.append(job.node)
+            since.append(job.start_time - now)
+        if task.pending > 0 and not op.suspended:
+            pending.append(
+                SimTask(
+                    task.name,
+                    task.pending,
+                    task.resources,
+                    distribution,
+                    task.interruptible,
+                    gang_size=task.gang_size if task.gang_size is not None and not task.running else None,
+                )
+            )
+    tasks.extend(pending)
+    if not tasks:
+        return None
+    return SimOperation(
+        op.id,
+        op.user,
+        op.type,
+        0.0,
+        spec,
+        dict(op.spec),
+        tuple(tasks),
+        placed=tuple(placed),
+        placed_since=tuple(since),
+        below_fair_share_since=None if op.below_fair_share_since is None else op.below_fair_share_since - now,
+    )
+
+
+def fork(
+    state: ClusterState,
+    seed: int,
+    *,
+    horizon: float,
+    durations: DurationSettings,
+    specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
+    fits: Mapping[tuple[str, str], DurationFit] | None = None,
+) -> Scenario:
+    """The scenario of one seed: ``state`` run forward for ``horizon`` simulated seconds."""
+    snapshot = cluster_snapshot(state)
+    fits = duration_fits(state, durations) if fits is None else fits
+    operations = []
+    for op in state.operations:
+        if op.tree not in snapshot.pool_trees:
+            continue
+        forked = fork_operation(op, state.now, seed, fits, operation_spec(op, specs))
+        if forked is not None:
+            operations.append(forked)
+    period = state.heartbeat_period
+    return Scenario(
+        snapshot=snapshot,
+        scheduler=SchedulerSettings(
+            fair_share_update_period=state.fair_share_update_period,
+            node_heartbeat_period=period,
+            node_heartbeat_jitter=min(0.1, period / 10.0),
+        ),
+        memory=MemoryDigestSettings(),
+        operations=tuple(operations),
+        seed=seed,
+        until=horizon,
+        report=ReportSettings(timeline_operations=False, event_log=False),
+        source="<forecast>",
+    )

@@ -1,0 +1,199 @@
+"""Run a cluster state forward over several seeds and sum the runs up as ranges per operation.
+
+Each seed is one simulator run of the fork (`pooltree.forecast.fork`) with the same scheduling core the live
+service runs. From every run the forecast keeps, per operation, when its first job started (a job placed at the
+fork counts as started at its real start), when it finished (None: not within the horizon), and whose jobs were
+preempted for it. Over the seeds: start and finish as p10 / p50 / p90 (linear interpolation between the sorted
+runs; a run where it did not happen within the horizon counts as later than any time, so a percentile that
+reaches such a run is None: "after the horizon"), and the operations whose jobs were preempted for it in how
+many runs. Everything is a pure function of the state and the settings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltree.config import OperationSpec
+from pooltree.errors import ConfigError
+from pooltree.forecast.durations import DurationFit, DurationSettings
+from pooltree.forecast.fork import duration_fits, fork
+from pooltree.forecast.state import ClusterState
+from pooltree.sim.engine import Simulation
+
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """How far and how many times the forecast runs the cluster forward."""
+
+    seeds: int = 8
+    horizon: float = 6 * 3600.0
+    """Simulated seconds each run covers; later starts and finishes are reported as "after the horizon"."""
+    durations: DurationSettings = field(default_factory=DurationSettings)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 64:
+            raise ConfigError("forecast.seeds", f"must be an integer in [1, 64], got {self.seeds!r}")
+        if not math.isfinite(self.horizon) or not 0 < self.horizon <= 30 * 86400:
+            raise ConfigError("forecast.horizon", f"must be seconds in (0, 30 days], got {self.horizon!r}")
+
+
+@dataclass
+class SeedRun:
+    """What one run saw (simulated seconds from the fork)."""
+
+    first_start: dict[str, float] = field(default_factory=dict)
+    finish: dict[str, float] = field(default_factory=dict)
+    preempted_for: dict[str, Counter[str]] = field(default_factory=dict)
+    """Preemptor operation → victim operation → jobs preempted for it."""
+    events: int = 0
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of ``values`` (``inf`` for "did not happen"); inf when it reaches one."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    a, b = ordered[low], ordered[high]
+    if math.isinf(a) or (math.isinf(b) and position > low):
+        return math.inf
+    return a + (b - a) * (position - low)
+
+
+@dataclass(frozen=True)
+class OperationForecast:
+    """One operation's forecast: absolute times on the state's clock (None: after the horizon)."""
+
+    operation_id: str
+    started: bool
+    """Its first job had started when the state was taken (``start`` is then that time, in every run)."""
+    start: dict[str, float | None]
+    finish: dict[str, float | None]
+    preempts: tuple[dict[str, Any], ...]
+    """Operations whose jobs are expected to be preempted for it: id, median jobs, share of runs."""
+    durations: dict[str, dict[str, Any]]
+    """Per task: the assumed median run time, spread, observations and where they came from."""
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The forecast of a cluster state: per operation, and how it was made."""
+
+    now: float
+    horizon: float
+    seeds: int
+    operations: dict[str, OperationForecast]
+    events: int
+    """Simulator events processed over all seeds (the work done)."""
+
+
+def run_seed(
+    state: ClusterState,
+    seed: int,
+    settings: ForecastSettings,
+    *,
+    specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
+    fits: dict[tuple[str, str], DurationFit] | None = None,
+) -> SeedRun:
+    """One run of the fork with ``seed``."""
+    scenario = fork(
+        state, seed, horizon=settings.horizon, durations=settings.durations, specs=specs, fits=fits
+    )
+    run = SeedRun()
+    first_start = run.first_start
+    preempted_for = run.preempted_for
+
+    def sink(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "allocation_started":
+            first_start.setdefault(event["operation_id"], event["time"])
+        elif kind == "allocation_preempted":
+            preemptor = event.get("preemptor_operation_id")
+            if preemptor is not None:
+                preempted_for.setdefault(preemptor, Counter())[event["operation_id"]] += 1
+
+    if not scenario.operations:
+        return run
+    simulation = Simulation(scenario, seed=seed, until=settings.horizon, event_sink=sink)
+    result = simulation.run()
+    run.events = int(result.stats.get("events", 0))
+    for op in simulation.ops:
+        if op.finish_time is not None and op.state == "completed":
+            run.finish[op.spec.id] = op.finish_time
+    return run
+
+
+def forecast(
+    state: ClusterState,
+    settings: ForecastSettings | None = None,
+    *,
+    specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
+    only: Iterable[str] | None = None,
+) -> Forecast:
+    """Run ``state`` forward ``settings.seeds`` times and sum up every operation (or those in ``only``)."""
+    settings = settings or ForecastSettings()
+    specs = {} if specs is None else specs
+    fits = duration_fits(state, settings.durations)
+    runs = [run_seed(state, seed, settings, specs=specs, fits=fits) for seed in range(settings.seeds)]
+    wanted = set(only) if only is not None else None
+    operations = {}
+    for op in state.operations:
+        if wanted is not None and op.id not in wanted:
+            continue
+        started = op.first_job_time is not None
+        if started:
+            assert op.first_job_time is not None
+            starts = [op.first_job_time - state.now] * len(runs)
+        else:
+            starts = [run.first_start.get(op.id, math.inf) for run in runs]
+        finishes = [run.finish.get(op.id, math.inf) for run in runs]
+        operations[op.id] = OperationForecast(
+            op.id,
+            started,
+            _range(starts, state.now),
+            _range(finishes, state.now),
+            _preempts(op.id, runs),
+            {
+                task.name: {
+                    "median": round(fits[(op.id, task.name)].median, 3),
+                    "sigma": round(fits[(op.id, task.name)].sigma, 3),
+                    "observed": fits[(op.id, task.name)].count,
+                    "source": fits[(op.id, task.name)].source,
+                }
+                for task in op.tasks
+            },
+        )
+    return Forecast(state.now, settings.horizon, settings.seeds, operations, sum(run.events for run in runs))
+
+
+def _range(values: Sequence[float], now: float) -> dict[str, float | None]:
+    found: dict[str, float | None] = {}
+    for q in QUANTILES:
+        value = quantile(values, q)
+        found[f"p{round(q * 100)}"] = None if math.isinf(value) else now + value
+    return found
+
+
+def _preempts(operation_id: str, runs: Sequence[SeedRun]) -> tuple[dict[str, Any], ...]:
+    per_victim: dict[str, list[int]] = {}
+    for run in runs:
+        for victim, count in run.preempted_for.get(operation_id, Counter()).items():
+            per_victim.setdefault(victim, []).append(count)
+    found = []
+    for victim, counts in per_victim.items():
+        jobs = sorted(counts + [0] * (len(runs) - len(counts)))
+        found.append(
+            {
+                "operation_id": victim,
+                "jobs_p50": quantile([float(j) for j in jobs], 0.5),
+                "share_of_runs": round(len(counts) / len(runs), 3),
+            }
+        )
+    found.sort(key=lambda item: (-item["share_of_runs"], -item["jobs_p50"], item["operation_id"]))
+    return tuple(found)

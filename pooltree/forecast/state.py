@@ -1,0 +1,93 @@
+"""What a forecast starts from: one moment of a cluster as plain, picklable data.
+
+A ``ClusterState`` is taken from the live scheduler (`pooltree.forecast.live.take_state`) or from a running
+simulation (`pooltree.forecast.replay`); the forecast never reads the scheduler itself, so it can run in another
+process on a copy. Times are seconds on the source's clock (the live service's wall clock, or simulated seconds);
+``ClusterState.now`` is the moment of the copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltree.config.pool_trees import PoolTreeDefinition
+from pooltree.resources import Vector
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """An online exec node: its address, resource limits and tags."""
+
+    address: str
+    resource_limits: Vector
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """A job running at the moment of the copy: on ``node`` since ``start_time``."""
+
+    node: str
+    start_time: float
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One task of an operation: the resources of one job and how many jobs wait, run and completed."""
+
+    name: str
+    resources: Vector
+    pending: int
+    running: tuple[RunningJob, ...] = ()
+    completed: int = 0
+    interruptible: bool = False
+    gang_size: int | None = None
+    durations: tuple[float, ...] = ()
+    """Run times (seconds) of this task's jobs that completed (the newest ones, bounded by the source)."""
+
+
+@dataclass(frozen=True)
+class OperationState:
+    """An operation that has not finished: its spec and where it stands in ``tree``.
+
+    ``spec`` is the raw spec document; ``tree`` and ``pool`` are where it runs now (a pool changed by
+    ``update_operation_parameters`` or made ephemeral by the tree is the current one), ``weight`` and
+    ``resource_limits`` its runtime parameters in that tree. ``start_time`` is when it was submitted,
+    ``first_job_time`` when its first job started (None: none yet).
+    """
+
+    id: str
+    user: str
+    type: str
+    spec: Mapping[str, Any]
+    tree: str
+    pool: str
+    start_time: float
+    tasks: tuple[TaskState, ...]
+    state: str = "running"
+    """``running`` or ``pending`` (queued by a running-operation count limit)."""
+    weight: float | None = None
+    resource_limits: Mapping[str, float] | None = None
+    first_job_time: float | None = None
+    below_fair_share_since: float | None = None
+    """The strategy's starvation clock: below its fair share since then (None: not below)."""
+    suspended: bool = False
+    revision: int = 0
+    """Moves whenever the source changed the operation (readers may cache what they derived from it)."""
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Pool trees, nodes and unfinished operations (in registration order) at ``now``."""
+
+    now: float
+    pool_trees: Mapping[str, PoolTreeDefinition]
+    default_tree: str | None
+    nodes: tuple[NodeState, ...]
+    operations: tuple[OperationState, ...]
+    fair_share_update_period: float = 1.0
+    heartbeat_period: float = 1.0
+    pool_durations: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Pool → run times of completed jobs of its operations, finished ones included (the newest, bounded)."""
