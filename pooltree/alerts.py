@@ -8,6 +8,8 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   ``update_fair_share``: the fair-share update's pool configuration issues of a tree (guarantees overcommitted,
   29000; nested promised-guarantee pools, 29001; priority pools without a donor, 29002) and the tree's own alerts
   (an invalid default parent pool), as inner errors, as YTsaurus's ``UpdateFairShare`` alert wraps them.
+  ``update_pools``: ``//sys/pool_trees/@default_tree`` names a tree that does not exist ("Error updating pool
+  trees" / "Default tree is missing", as YTsaurus's scheduler says); the scheduler keeps the trees it had.
   ``pool_tree_without_nodes``: a tree that no exec node matches (its operations can never run).
   ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
   ``unsupported_options``: pool tree and pool options pooltree accepts but does not implement (the config
@@ -61,6 +63,7 @@ NO_ONLINE_NODE_TO_SCHEDULE_JOB = 4410
 """YTsaurus ``NControllerAgent::EErrorCode::NoOnlineNodeToScheduleJob``."""
 
 UPDATE_FAIR_SHARE = "update_fair_share"
+UPDATE_POOLS = "update_pools"
 POOL_TREE_WITHOUT_NODES = "pool_tree_without_nodes"
 NODES_WITHOUT_POOL_TREE = "nodes_without_pool_tree"
 UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
@@ -73,6 +76,7 @@ UNRECOGNIZED_SPEC = "unrecognized_spec"
 
 SCHEDULER_ALERT_TYPES = (
     UPDATE_FAIR_SHARE,
+    UPDATE_POOLS,
     POOL_TREE_WITHOUT_NODES,
     NODES_WITHOUT_POOL_TREE,
     UNSUPPORTED_OPTIONS,
@@ -162,6 +166,18 @@ def starving_for(view: Mapping[str, Any] | None, now: float) -> float | None:
         return None
     since = view.get("starving_since")
     return max(now - float(since), 0.0) if since is not None else None
+
+
+def default_tree_missing(default_tree: str, trees: Iterable[str]) -> dict[str, Any]:
+    """YTsaurus's ``update_pools`` alert when ``//sys/pool_trees/@default_tree`` names no pool tree: the
+    scheduler refuses the pool trees update and keeps the trees it had."""
+    missing = yt_error(GENERIC_ERROR, "Default tree is missing", {"default_tree": default_tree})
+    return alert(
+        UPDATE_POOLS,
+        "Error updating pool trees",
+        {"default_tree": default_tree, "pool_trees": sorted(trees)},
+        inner=[missing],
+    )
 
 
 # ---------------------------------------------------------------------- the live scheduler's alerts
@@ -263,6 +279,8 @@ class SchedulerAlerts:
                     {"node_addresses": orphans, "node_count": len(orphans)},
                 )
             )
+        if scheduler.pool_trees_error is not None:
+            alerts.append(scheduler.pool_trees_error)
         trouble = self._store_trouble()
         if trouble is not None:
             alerts.append(trouble)

@@ -178,26 +178,35 @@ class Cypress:
         return value if isinstance(value, str) else None
 
     def default_tree(self) -> str:
-        """``@default_tree`` of ``//sys/pool_trees``, or the only tree; a resolve error when neither exists."""
+        """``@default_tree`` of ``//sys/pool_trees`` when it names a pool tree; a resolve error otherwise.
+
+        As in YTsaurus, only the attribute makes a tree the default: without it (or while it names a tree that
+        does not exist) operations must name their ``pool_trees``, even when there is one tree.
+        """
         with self._lock:
             configured = self.default_tree_attribute()
-            if configured is not None:
+            trees = self._node_at(self._root, POOL_TREES).children
+            if configured is not None and configured in trees:
                 return configured
-            trees = list(self._node_at(self._root, POOL_TREES).children)
-        if len(trees) == 1:
-            return trees[0]
+        reason = (
+            "set //sys/pool_trees/@default_tree"
+            if configured is None
+            else f'//sys/pool_trees/@default_tree names pool tree "{configured}", which does not exist'
+        )
         raise resolve_error(
             "//sys/scheduler/orchid/scheduler/default_pool_tree",
-            "Default pool tree is not configured: set //sys/pool_trees/@default_tree",
+            f"Default pool tree is not configured: {reason}",
         )
 
     def _validate(self, trees: dict[str, dict[str, Any]], default_tree: Any, *, disjoint: bool = True) -> Any:
         """The validator's result for ``trees``; ``disjoint`` also refuses trees whose node sets would overlap
         (off when loading: a stored state is served as it is, the heartbeat check names a node in two trees)."""
-        if default_tree is not None and (not isinstance(default_tree, str) or default_tree not in trees):
+        # YTsaurus's master keeps any string in @default_tree, a removed tree's name included (removing the
+        # default tree is allowed); the scheduler then refuses the pool trees update with the ``update_pools``
+        # alert "Default tree is missing" (``LiveScheduler.apply_pool_trees``)
+        if default_tree is not None and not isinstance(default_tree, str):
             raise YtError(
-                f"Invalid pool trees configuration: default tree {default_tree!r} is not a pool tree "
-                f"(trees: {', '.join(trees) or 'none'})",
+                f"Invalid pool trees configuration: @default_tree must be a pool tree name, got {default_tree!r}",
                 attributes={"path": f"{POOL_TREES_PATH}/@default_tree"},
             )
         try:
@@ -470,7 +479,7 @@ class Cypress:
             if any(p == POOL_TREES_PATH or p.startswith(POOL_TREES_PATH + "/") for p in touched):
                 old_trees = self.pool_trees_document(self._root)
                 new_trees = self.pool_trees_document(candidate)
-                default_tree = self.default_tree_attribute(candidate)
+                default_tree = self._node_at(candidate, POOL_TREES).attributes.get("default_tree")
                 parsed = self._validate(new_trees, default_tree)
                 event = PoolTreesChange(
                     trees=new_trees,

@@ -46,6 +46,8 @@ from pooltree.web.app import WebUI
 log = logging.getLogger(__name__)
 
 DEFAULT_TREE = "default"
+DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
+"""Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
 MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
@@ -142,6 +144,10 @@ class LiveOrchid:
                     },
                 }
             }
+            if default_tree is None:  # YTsaurus's orchid has no default tree key then
+                del root["scheduler"]["default_pool_tree"]
+            else:
+                root["scheduler"]["default_fair_share_tree"] = default_tree  # YTsaurus's older name
             if wanted("scheduler", "alerts"):
                 root["scheduler"]["alerts"] = self.scheduler.scheduler_alerts()
             if list(path_tokens[:2]) == ["scheduler", "event_log"]:
@@ -208,7 +214,10 @@ class SchedulerService:
         self.cypress.orchid = self.orchid
         self.cypress.subscribe(self._on_pool_trees)
         self.scheduler.apply_pool_trees(
-            self.cypress.parsed_pool_trees or {}, self.cypress.default_tree_attribute(), clock()
+            self.cypress.parsed_pool_trees or {},
+            self.cypress.default_tree_attribute(),
+            clock(),
+            single_tree_default=False,
         )
         self.commands = OperationCommands(self.scheduler, clock)
         self.security.resolver = ServiceResolver(self.cypress, self.scheduler)
@@ -254,6 +263,15 @@ class SchedulerService:
             return None
         return {"message": health.error, "store": health.url, "since": health.since}
 
+    def _create_default_tree(self) -> None:
+        """Create pool tree ``default`` once, on a store that never had it made: a tree (or ``@default_tree``) the
+        user removed stays removed after a restart, as on YTsaurus."""
+        if self.store.get_value(DEFAULT_TREE_CREATED_KEY):
+            return
+        if not self.cypress.list("//sys/pool_trees"):
+            self.cypress.create("scheduler_pool_tree", f"//sys/pool_trees/{DEFAULT_TREE}")
+        self.store.set_value(DEFAULT_TREE_CREATED_KEY, True)
+
     def _default_tree(self) -> str | None:
         try:
             return self.cypress.default_tree()
@@ -262,7 +280,9 @@ class SchedulerService:
 
     def _on_pool_trees(self, change: PoolTreesChange) -> None:
         try:
-            self.scheduler.apply_pool_trees(change.parsed or {}, change.default_tree, self.clock())
+            self.scheduler.apply_pool_trees(
+                change.parsed or {}, change.default_tree, self.clock(), single_tree_default=False
+            )
         except PooltreeError as error:
             log.warning("pool trees change not applied to the running scheduler: %s", error.message)
 
@@ -358,10 +378,8 @@ class SchedulerService:
         if self.started:
             return
         self.started = True
-        if self.create_default_tree and not self.scheduler.registry.trees:
-            await run_in_threadpool(
-                self.cypress.create, "scheduler_pool_tree", f"//sys/pool_trees/{DEFAULT_TREE}"
-            )
+        if self.create_default_tree:
+            await run_in_threadpool(self._create_default_tree)
         now = self.clock()
         revived = await run_in_threadpool(self.scheduler.revive, now)
         if revived:

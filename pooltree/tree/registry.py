@@ -29,6 +29,8 @@ from pooltree.tree.pool_tree import (
 )
 
 _UNSET: Any = object()
+POOL_TREES_ARE_UNSPECIFIED = 214
+"""YTsaurus ``NScheduler::EErrorCode::PoolTreesAreUnspecified``: no ``pool_trees`` and no default tree."""
 _STARTING, _PENDING, _RUNNING = OperationState.STARTING, OperationState.PENDING, OperationState.RUNNING
 
 
@@ -133,8 +135,10 @@ class PoolTrees:
         trees = _spec_value(spec, "pool_trees")
         if not trees:
             if self.default_tree is None:
-                raise PooltreeError(
-                    "Operation does not specify pool_trees and there is no default pool tree",
+                raise PooltreeError(  # YTsaurus's words and its PoolTreesAreUnspecified code
+                    "Failed to determine fair-share tree for operation since valid pool trees are not specified "
+                    "and default fair-share tree is not configured",
+                    code=POOL_TREES_ARE_UNSPECIFIED,
                     attributes={"user": user},
                 )
             trees = [self.default_tree]

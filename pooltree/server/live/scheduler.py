@@ -16,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pooltree.alerts import OPERATION_STARVING, AlertSettings, SchedulerAlerts
+from pooltree.alerts import OPERATION_STARVING, AlertSettings, SchedulerAlerts, default_tree_missing
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -100,6 +100,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.job_files: Callable[[str, str], list[dict[str, Any]]] | None = None
         """operation id, task → the ``files`` of a job spec (set by the service; files.FileService.job_files)."""
         self.alert_center = SchedulerAlerts(self, alert_settings)
+        self.pool_trees_error: dict[str, Any] | None = None
+        """The ``update_pools`` alert while the last pool trees change was refused (``apply_pool_trees``)."""
         self.event_log: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG_SIZE)
         self.event_count = 0
         """Events ever appended to ``event_log`` (readers find the new ones by it)."""
@@ -116,10 +118,32 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     # ------------------------------------------------------------------ pool trees
 
-    def apply_pool_trees(self, definitions: Mapping[str, Any], default_tree: str | None, now: float) -> None:
-        """Apply the last good pool trees document (from Cypress) to the runtime."""
+    def apply_pool_trees(
+        self,
+        definitions: Mapping[str, Any],
+        default_tree: str | None,
+        now: float,
+        *,
+        single_tree_default: bool = True,
+    ) -> None:
+        """Apply the last good pool trees document (from Cypress) to the runtime.
+
+        As YTsaurus's scheduler does, a ``default_tree`` that names no tree refuses the whole update: the trees
+        stay as they were, operations without ``pool_trees`` are refused (no default tree), and the
+        ``update_pools`` alert says why until ``@default_tree`` is fixed or removed. With ``default_tree`` None
+        the only tree is the default when ``single_tree_default`` (callers without a Cypress); the service passes
+        False: on YTsaurus only ``@default_tree`` makes a default tree, even when there is one tree.
+        """
         with self.lock:
+            if default_tree is not None and default_tree not in definitions:
+                self.pool_trees_error = default_tree_missing(default_tree, definitions)
+                self.registry.default_tree = None
+                return
+            self.pool_trees_error = None
+            self.registry.default_tree = default_tree  # apply_config keeps the old default when given None
             activated = self.registry.apply_config(definitions, default_tree, now)
+            if not single_tree_default:
+                self.registry.default_tree = default_tree  # apply_config makes a single tree the default
             for name, tree in self.registry.trees.items():
                 core = self.cores.get(name)
                 if core is None or core.pool_tree is not tree:
