@@ -8,7 +8,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from bwrap_hiding import path_without_system_bwrap
 from pg_server import PgServer, PgUnavailable
+
+from pooltree.node.bubblewrap import find_bubblewrap
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +40,18 @@ def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
     yield url
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def system_bwrap_hidden(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The distribution's ``bwrap`` is not on ``PATH`` for this test and its child processes (``bwrap_hiding``);
+    yields that ``PATH``."""
+    path = path_without_system_bwrap(tmp_path_factory.mktemp("path-without-bwrap") / "bin")
+    monkeypatch.setenv("PATH", path)
+    find_bubblewrap.cache_clear()
+    try:
+        yield path
+    finally:
+        find_bubblewrap.cache_clear()

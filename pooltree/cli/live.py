@@ -40,6 +40,7 @@ from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
+from pooltree.node.isolation import sandbox_location
 from pooltree.node.service import (
     check_period,
     parse_resources_option,
@@ -439,15 +440,17 @@ def processes_in_sandboxes(root: Path) -> list[int]:
 
 
 def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list[int], int]:
-    """Before a node starts on ``root``: SIGKILL the job processes an earlier node left running there (their
-    whole process groups; jobs run in sessions of their own) and remove the leftover job directories.
+    """Before a node starts on ``root``: SIGKILL the job processes an earlier node left running there or in its
+    slot-uid-only sandbox directory (their whole process groups; jobs run in sessions of their own) and remove
+    the leftover job directories.
 
     Returns (killed pids, removed directories). The wait for the processes to exit is bounded by ``timeout``.
     """
-    if not root.is_dir():
+    roots = [path for path in (root, sandbox_location(root)) if path.is_dir()]
+    if not roots:
         return [], 0
     own_group = os.getpgrp()
-    killed = processes_in_sandboxes(root)
+    killed = [pid for path in roots for pid in processes_in_sandboxes(path)]
     for pid in killed:
         try:
             group = os.getpgid(pid)
@@ -469,7 +472,7 @@ def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list
     if waiting:
         log.warning("leftover job processes still alive after %.1f s: %s", timeout, waiting)
     removed = 0
-    for entry in root.iterdir():
+    for entry in (entry for path in roots for entry in path.iterdir()):
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1

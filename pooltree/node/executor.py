@@ -271,6 +271,11 @@ class JobExecutor:
             isolation if isinstance(isolation, JobIsolation) else JobIsolation(self.root, mode=isolation)
         )
         self.isolation.prepare_root()
+        self._sandbox_trash = self._trash
+        if self.isolation.sandboxes != self.root:  # slot-uid-only sandboxes elsewhere: a trash beside them
+            self._sandbox_trash = self.isolation.sandboxes / TRASH_DIRECTORY
+            shutil.rmtree(self._sandbox_trash, ignore_errors=True)
+            self._sandbox_trash.mkdir(mode=0o700)
         if self.isolation.warning:
             _log.warning("%s", self.isolation.warning)
         self.gpus = gpus if gpus is not None else GpuSlots(control_files=())
@@ -319,7 +324,7 @@ class JobExecutor:
         job = _Job(
             spec=spec,
             directory=directory,
-            sandbox=directory / "sandbox",
+            sandbox=self.isolation.sandbox_of(directory, spec.job_id),
             start_time=self._clock(),
             start_mono=time.monotonic(),
         )
@@ -384,12 +389,8 @@ class JobExecutor:
             forgetting = self._forgetting.get(job.spec.job_id)
         if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
             concurrent.futures.wait([forgetting])
-        try:
-            job.directory.mkdir()
-        except FileExistsError:  # left by an earlier run of this node
-            self._discard(job.directory)
-            job.directory.mkdir()
-        job.sandbox.mkdir()
+        self._fresh_directory(job.directory)
+        self._fresh_directory(job.sandbox)
         (job.sandbox / "tmp").mkdir()
         slot = self.isolation.acquire(job.spec.job_id)
         self.isolation.prepare(job.directory, job.sandbox, slot)
@@ -535,16 +536,22 @@ class JobExecutor:
             raise PooltreeError(f"job {job_id} is still running", attributes={"job_id": job_id})
         self._results.pop(job_id, None)
         directory = self.root / job_id
+        sandbox = self.isolation.sandbox_of(directory, job_id)
+        paths = [directory] if directory in sandbox.parents else [directory, sandbox]
         try:
-            removal = self._cleaner.submit(self._discard, directory)
+            removal = self._cleaner.submit(self._discard_all, paths)
         except RuntimeError:  # shut down: no background threads any more
-            self._discard(directory)
+            self._discard_all(paths)
             return
         with self._forgetting_lock:
             self._forgetting[job_id] = removal
         self._removals.add(removal)
         removal.add_done_callback(self._removals.discard)
         removal.add_done_callback(lambda done: self._forgotten(job_id, done))
+
+    def _discard_all(self, paths: list[Path]) -> None:
+        for path in paths:
+            self._discard(path)
 
     def _forgotten(self, job_id: str, removal: concurrent.futures.Future) -> None:
         with self._forgetting_lock:
@@ -791,9 +798,18 @@ class JobExecutor:
             self._discard(job.sandbox)
         return stderr_size
 
+    def _fresh_directory(self, path: Path) -> None:
+        """Worker thread: a new empty directory at ``path`` (one left by an earlier run of this node goes)."""
+        try:
+            path.mkdir()
+        except FileExistsError:
+            self._discard(path)
+            path.mkdir()
+
     def _discard(self, path: Path) -> None:
         """Make ``path`` disappear now (a rename into the trash) and delete it in the background; any thread."""
-        target = self._trash / f"{next(self._trash_names)}-{path.name}"
+        trash = self._trash if self.root in path.parents else self._sandbox_trash
+        target = trash / f"{next(self._trash_names)}-{path.name}"
         try:
             os.rename(path, target)
         except FileNotFoundError:

