@@ -18,6 +18,8 @@ from typing import Any
 
 from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.attribute import scheduling_forecast
+from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.files import FileService
@@ -214,6 +216,8 @@ class OperationCommands:
         self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
         self.files: FileService | None = None
         """Resolves ``file_paths`` when an operation starts (set by the service)."""
+        self.forecasts: ForecastService | None = None
+        """The forecast of the live cluster (``scheduling_forecast``; set by the service)."""
         """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
 
     # ------------------------------------------------------------------ cached attribute maps
@@ -267,7 +271,16 @@ class OperationCommands:
             controller.reserved_count,
             tuple(last_update.get(tree) for tree in op.trees),
             placement,
+            self._forecast_mark(),
         )
+
+    def _forecast_mark(self) -> Hashable:
+        """Which forecast an attribute map shows (a new one, or a failed refresh, makes the map stale)."""
+        forecasts = self.forecasts
+        if forecasts is None:
+            return None
+        latest = forecasts.latest
+        return (None if latest is None else latest.now, forecasts.last_error)
 
     def _cached(self, operation_id: str) -> _Attributes | None:
         """The cached attribute map if it is current; never blocks (runs on the event loop, without the lock)."""
@@ -400,7 +413,7 @@ class OperationCommands:
                 info["pending_allocations_reason"] = explanation
             scheduling_info[tree] = info
         alerts = scheduler.alerts(op)
-        return self._attributes(
+        attributes = self._attributes(
             op.id,
             op.type,
             op.state,
@@ -421,6 +434,16 @@ class OperationCommands:
             op.trees,
             scheduling_info,
         )
+        if self.forecasts is not None:
+            first = op.trees[0] if op.trees else None
+            attributes["scheduling_forecast"] = scheduling_forecast(
+                self.forecasts.latest,
+                op.id,
+                waiting_for=scheduling_info.get(first, {}).get("pending_allocations_reason"),
+                error=self.forecasts.last_error,
+                time_format=iso_time,
+            )
+        return attributes
 
     def _effective_values(self, tree: str, operation_id: str) -> dict[str, Any]:
         """The operation element's effective values in ``tree`` (lock held): YTsaurus's
@@ -606,6 +629,8 @@ class OperationCommands:
         return {"operation_id": op.id}
 
     def get_operation(self, ctx: CommandContext) -> Encoded:
+        if self.forecasts is not None:
+            self.forecasts.read()
         return self._encoded(self._entry(self._operation_id(ctx)), ctx)
 
     def get_operation_fast(self, ctx: CommandContext) -> Encoded | None:
@@ -615,6 +640,8 @@ class OperationCommands:
         coming in a queued operation's cached map is nearly always stale; built here, a read does not queue for a
         worker thread behind listings and starts."""
         operation_id = self._operation_id(ctx)
+        if self.forecasts is not None:
+            self.forecasts.read()
         entry = self._cached(operation_id)
         if entry is not None:
             if entry.attributes is not None:

@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node.service import check_period
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
@@ -180,6 +181,7 @@ class SchedulerService:
         alert_settings: AlertSettings | None = None,
         fair_share_update_period: float = 1.0,
         tune_gc: bool = False,
+        forecast_settings: WorkerSettings | None = None,
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
@@ -220,6 +222,8 @@ class SchedulerService:
             single_tree_default=False,
         )
         self.commands = OperationCommands(self.scheduler, clock)
+        self.forecasts = ForecastService(self.scheduler, clock, forecast_settings)
+        self.commands.forecasts = self.forecasts
         self.security.resolver = ServiceResolver(self.cypress, self.scheduler)
         self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
@@ -389,6 +393,7 @@ class SchedulerService:
         GC.install()
         if self.tune_gc:
             GC.settle()  # the revived operations are frozen before the first request is served
+        self.forecasts.start()
         self._tasks = [
             asyncio.create_task(self._fair_share_loop(), name="fair-share"),
             asyncio.create_task(self._sweep_loop(), name="node-sweep"),
@@ -402,6 +407,7 @@ class SchedulerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        await run_in_threadpool(self.forecasts.stop)
         if self.started:
             GC.uninstall()
         self.started = False
@@ -453,6 +459,7 @@ async def serve(
     on_role: Callable[[str], None] | None = None,
     prepare_store: Callable[[Store], None] | None = None,
     stop: asyncio.Event | None = None,
+    forecast_settings: WorkerSettings | None = None,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -488,6 +495,7 @@ async def serve(
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
             tune_gc=tune_gc,
+            forecast_settings=forecast_settings,
         )
 
     runner = SchedulerRunner(

@@ -1,0 +1,63 @@
+"""The ``scheduling_forecast`` attribute of an operation (``get_operation``, the web pages, the CLI).
+
+Built from the latest forecast without the scheduler's lock (a `Forecast` is never changed once made):
+
+- ``state``: ``ready``; ``computing`` (no forecast has been made since the service started, or the operation
+  started after the latest one); ``unavailable`` (the last refresh failed: ``error`` says why).
+- ``estimated_start_time`` / ``estimated_finish_time``: ``p10``, ``p50``, ``p90`` as times; an entity (null)
+  means "after the horizon" (``horizon`` seconds from ``computed_at``). ``started``: the first job already ran,
+  ``estimated_start_time`` is then when it did.
+- ``waiting_for``: why its allocations are pending now (the same map as ``pending_allocations_reason``).
+- ``preempts``: operations whose jobs are expected to be preempted for it (``jobs_p50`` over the runs,
+  ``share_of_runs`` in which any was).
+- ``job_durations``: per task, the run time the forecast assumed (``median`` seconds, ``sigma`` in log space,
+  ``observed`` jobs, ``source``: ``operation``, ``pool`` or ``prior``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pooltree.forecast.run import Forecast, OperationForecast
+
+
+def _times(values: dict[str, float | None], time_format: Callable[[float], str | None]) -> dict[str, Any]:
+    return {key: None if value is None else time_format(value) for key, value in values.items()}
+
+
+def operation_forecast_map(
+    found: OperationForecast, time_format: Callable[[float], str | None]
+) -> dict[str, Any]:
+    """The per-operation part of the attribute (also the dry run's answer)."""
+    return {
+        "started": found.started,
+        "estimated_start_time": _times(found.start, time_format),
+        "estimated_finish_time": _times(found.finish, time_format),
+        "preempts": [dict(item) for item in found.preempts],
+        "job_durations": {task: dict(values) for task, values in found.durations.items()},
+    }
+
+
+def scheduling_forecast(
+    result: Forecast | None,
+    operation_id: str,
+    *,
+    waiting_for: dict[str, Any] | None,
+    error: str | None,
+    time_format: Callable[[float], str | None],
+) -> dict[str, Any]:
+    """The attribute of one live operation (see the module docstring)."""
+    attribute: dict[str, Any] = {"waiting_for": waiting_for}
+    found = None if result is None else result.operations.get(operation_id)
+    if error is not None:
+        attribute.update(state="unavailable", error=error)
+    elif found is None:
+        attribute["state"] = "computing"
+    else:
+        attribute["state"] = "ready"
+    if result is not None:
+        attribute.update(computed_at=time_format(result.now), horizon=result.horizon, seeds=result.seeds)
+    if found is not None:
+        attribute.update(operation_forecast_map(found, time_format))
+    return attribute

@@ -1,0 +1,159 @@
+"""The live scheduler's state copied into a `ClusterState` (the only place the forecast reads the live service).
+
+`take_state` runs under the scheduler's lock and copies only what the forecast needs: pool tree definitions (the
+runtime's immutable models), online nodes, unfinished operations in registration order with their tasks, running
+jobs (node, start time), completed run times, starvation clocks and runtime pool, weight and limits. Its cost
+grows with the operations and their jobs, never with a simulated hour; the simulation itself runs elsewhere
+(`pooltree.forecast.worker`). The scheduler is read through the attributes named in `LiveSchedulerView`, so
+this module does not import the server.
+
+`DurationHistory` keeps completed run times per pool across copies (finished operations leave the scheduler's
+memory, their pool's history stays): bounded per pool, each job counted once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
+from pooltree.resources import vector
+
+KEPT_DURATIONS = 256
+"""Completed run times kept per task and per pool (the newest)."""
+SEEN_JOBS = 200_000
+"""Job ids remembered so that a completed job enters its pool's history once."""
+FORECAST_STATES = ("pending", "running")
+
+
+class LiveSchedulerView(Protocol):
+    """What `take_state` reads of ``pooltree.server.live.LiveScheduler``."""
+
+    lock: Any
+    registry: Any
+    cores: Mapping[str, Any]
+    operations: Mapping[str, Any]
+    nodes: Mapping[str, Any]
+    heartbeat_period: float
+    update_period: float
+
+
+class DurationHistory:
+    """Completed job run times per pool, across copies (see the module docstring)."""
+
+    def __init__(self, kept: int = KEPT_DURATIONS) -> None:
+        self.kept = kept
+        self.pools: dict[str, deque[float]] = {}
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, pool: str, job_id: str, run_time: float) -> None:
+        if job_id in self._seen:
+            return
+        self._seen[job_id] = None
+        if len(self._seen) > SEEN_JOBS:
+            self._seen.popitem(last=False)
+        self.pools.setdefault(pool, deque(maxlen=self.kept)).append(run_time)
+
+    def snapshot(self) -> dict[str, tuple[float, ...]]:
+        return {pool: tuple(values) for pool, values in self.pools.items()}
+
+
+def _task_resources(op: Any, core: Any, name: str, task: Any, running: list[Any]) -> Any:
+    """One job's resources: what the controller asks for a pending job, else a running job's allocation, else
+    the spec's limits."""
+    pending = op.controller.pending_task_resources().get(name)
+    if pending is not None:
+        return np.array(pending, dtype=float)
+    for job in running:
+        allocation = core.strategy.allocations.get(job.allocation_id) if core is not None else None
+        if allocation is not None:
+            return np.array(allocation.resources, dtype=float)
+    return vector(user_slots=1, cpu=task.cpu_limit, gpu=task.gpu_limit, memory=task.memory_limit)
+
+
+def _operation_state(
+    scheduler: LiveSchedulerView, op: Any, history: DurationHistory
+) -> OperationState | None:
+    if not op.trees:
+        return None
+    tree = op.trees[0]
+    pool = op.pools.get(tree, "")
+    core = scheduler.cores.get(tree)
+    by_task: dict[str, tuple[list[Any], list[float]]] = {}
+    first_job: float | None = None
+    for job in op.jobs.values():
+        if first_job is None or job.start_time < first_job:
+            first_job = job.start_time
+        running, durations = by_task.setdefault(job.task_name, ([], []))
+        if job.state == "running":
+            running.append(job)
+        elif job.state == "completed" and job.finish_time is not None:
+            run_time = max(job.finish_time - job.start_time, 0.0)
+            durations.append(run_time)
+            history.add(pool, job.id, run_time)
+    tasks = []
+    for name, task in op.model.tasks.items():
+        running, durations = by_task.get(name, ([], []))
+        interruptible = (task.interruption_signal or op.model.interruption_signal) is not None
+        tasks.append(
+            TaskState(
+                name,
+                _task_resources(op, core, name, task, running),
+                max(task.job_count - len(durations) - len(running), 0),
+                tuple(RunningJob(job.address, job.start_time) for job in running),
+                len(durations),
+                interruptible,
+                task.gang_size,
+                tuple(durations[-KEPT_DURATIONS:]),
+            )
+        )
+    options = (op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}).get(tree) or {}
+    starvation = core.strategy.starvation.get(op.id) if core is not None else None
+    return OperationState(
+        op.id,
+        op.user,
+        op.type,
+        op.spec,
+        tree,
+        pool,
+        op.start_time,
+        tuple(tasks),
+        state=op.state,
+        weight=options.get("weight"),
+        resource_limits=options.get("resource_limits"),
+        first_job_time=first_job,
+        below_fair_share_since=None if starvation is None else starvation.below_fair_share_since,
+        suspended=op.suspended,
+        revision=op.revision,
+    )
+
+
+def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: float) -> ClusterState:
+    """The live cluster at ``now`` (call without holding the scheduler's lock: it takes it)."""
+    with scheduler.lock:
+        registry = scheduler.registry
+        definitions = {name: tree.definition for name, tree in registry.trees.items()}
+        nodes = tuple(
+            NodeState(node.address, np.array(node.resource_limits, dtype=float), frozenset(node.tags))
+            for node in scheduler.nodes.values()
+        )
+        operations = []
+        for op in sorted(scheduler.operations.values(), key=lambda op: (op.start_time, op.id)):
+            if op.state not in FORECAST_STATES:
+                continue
+            found = _operation_state(scheduler, op, history)
+            if found is not None:
+                operations.append(found)
+        return ClusterState(
+            now,
+            definitions,
+            registry.default_tree,
+            nodes,
+            tuple(operations),
+            fair_share_update_period=scheduler.update_period,
+            heartbeat_period=scheduler.heartbeat_period,
+            pool_durations=history.snapshot(),
+        )

@@ -1,0 +1,229 @@
+"""The forecast off the request path: a worker process, refreshed while people look, bounded in time and memory.
+
+`ForecastService` belongs to the live service. A refresh copies the cluster (`take_state`, under the scheduler's
+lock, proportional to operations and jobs) on a thread of its own, sends the copy to one worker process and keeps
+the answer as ``latest``; readers (``get_operation``, the web pages, the CLI through them) only read ``latest``,
+so neither heartbeats nor API calls ever wait for a forecast. The worker is a separate process (spawned, never
+forked from the threaded server) so the simulation does not hold the server's GIL; it runs at a lower CPU
+priority (``nice`` +10), under an address-space limit (``memory_limit``), and each forecast under a CPU-time
+alarm (``timeout``): a forecast over the limit fails with an error kept in ``last_error``, the process stays.
+A process that dies (the kernel's OOM killer) is replaced on the next refresh.
+
+Refreshes are demand-driven: every ``refresh_periods`` fair-share periods while someone has read a forecast in
+the last ``idle_after`` seconds, and at once when asked (``request``). An idle scheduler starts no process.
+``dry_run`` forecasts one more operation synchronously (on the caller's thread, which waits for the worker).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import multiprocessing
+import os
+import resource
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pooltree.config import OperationSpec
+from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.live import DurationHistory, LiveSchedulerView, take_state
+from pooltree.forecast.run import Forecast, ForecastSettings, forecast
+from pooltree.forecast.state import ClusterState, OperationState
+
+log = logging.getLogger("pooltree.forecast")
+
+_SPECS: dict[tuple[str, int], OperationSpec] = {}
+"""The worker process's parsed specs by (operation id, revision), reused across refreshes."""
+_SPEC_CACHE_SIZE = 20_000
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How the service runs forecasts."""
+
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    refresh_periods: int = 30
+    """Fair-share periods between refreshes while forecasts are read."""
+    idle_after: float = 300.0
+    """Seconds after the last read when periodic refreshes stop."""
+    timeout: float = 60.0
+    """CPU seconds one forecast may take in the worker."""
+    memory_limit: int = 2 << 30
+    """Bytes of address space of the worker process."""
+    niceness: int = 10
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.refresh_periods <= 100_000:
+            raise ConfigError(
+                "forecast.refresh_periods", f"must be in [1, 100000], got {self.refresh_periods!r}"
+            )
+        if not 0 < self.timeout <= 3600:
+            raise ConfigError("forecast.timeout", f"must be seconds in (0, 3600], got {self.timeout!r}")
+
+
+class ForecastTimeout(PooltreeError):
+    """A forecast ran past its CPU-time budget."""
+
+
+def _worker_init(memory_limit: int, niceness: int) -> None:
+    """In the worker process: lower priority, bounded address space, the alarm that ends a long forecast."""
+    os.nice(niceness)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    def expired(signum: int, frame: Any) -> None:
+        raise ForecastTimeout("the forecast ran past its CPU-time budget")
+
+    signal.signal(signal.SIGPROF, expired)
+
+
+def _run_in_worker(state: ClusterState, settings: ForecastSettings, timeout: float) -> Forecast:
+    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU)."""
+    if len(_SPECS) > _SPEC_CACHE_SIZE:
+        _SPECS.clear()
+    signal.setitimer(signal.ITIMER_PROF, timeout)
+    try:
+        return forecast(state, settings, specs=_SPECS)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+class ForecastService:
+    """Forecasts of one live scheduler (see the module docstring)."""
+
+    def __init__(
+        self,
+        scheduler: LiveSchedulerView,
+        clock: Callable[[], float],
+        settings: WorkerSettings | None = None,
+    ) -> None:
+        self.scheduler = scheduler
+        self.clock = clock
+        self.settings = settings or WorkerSettings()
+        self.history = DurationHistory()
+        self.latest: Forecast | None = None
+        self.last_error: str | None = None
+        self.last_read = -float("inf")
+        self.refreshes = 0
+        self.last_cost: dict[str, float] = {}
+        """CPU seconds of the last refresh: ``state`` (the copy, in the server) and ``forecast`` (the worker's
+        wall time, at its lower priority), and the simulator events it processed."""
+        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self._wanted = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ process
+
+    def _pool(self) -> concurrent.futures.ProcessPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_init,
+                    initargs=(self.settings.memory_limit, self.settings.niceness),
+                )
+            return self._executor
+
+    def _submit(self, state: ClusterState, settings: ForecastSettings) -> Forecast:
+        try:
+            future = self._pool().submit(_run_in_worker, state, settings, self.settings.timeout)
+            return future.result(timeout=self.settings.timeout * 4 + 60)
+        except concurrent.futures.process.BrokenProcessPool:
+            with self._executor_lock:
+                self._executor = None
+            raise PooltreeError(
+                "the forecast worker process died (memory limit or killed); it restarts"
+            ) from None
+        except concurrent.futures.TimeoutError:
+            raise ForecastTimeout("the forecast worker did not answer in time") from None
+
+    # ------------------------------------------------------------------ refreshes
+
+    def refresh(self) -> Forecast | None:
+        """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker)."""
+        started = time.process_time()
+        state = take_state(self.scheduler, self.history, self.clock())
+        copied = time.process_time() - started
+        wall = time.perf_counter()
+        try:
+            found = self._submit(state, self.settings.forecast)
+        except (PooltreeError, MemoryError) as error:
+            self.last_error = str(error)
+            log.warning("forecast failed: %s", self.last_error)
+            return None
+        self.latest = found
+        self.last_error = None
+        self.refreshes += 1
+        self.last_cost = {
+            "state_cpu_seconds": round(copied, 4),
+            "forecast_wall_seconds": round(time.perf_counter() - wall, 4),
+            "events": float(found.events),
+        }
+        return found
+
+    def read(self) -> Forecast | None:
+        """The latest forecast (None before the first); a read keeps periodic refreshes going."""
+        self.last_read = time.monotonic()
+        if self.latest is None or self._stale():
+            self._wanted.set()
+        return self.latest
+
+    def request(self) -> None:
+        """Refresh as soon as the refresher is free."""
+        self._wanted.set()
+
+    def _period(self) -> float:
+        return self.scheduler.update_period * self.settings.refresh_periods
+
+    def _stale(self) -> bool:
+        return self.latest is None or self.clock() - self.latest.now >= self._period()
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._loop, name="forecast-refresher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wanted.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.settings.timeout * 4 + 60)
+            self._thread = None
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            # the worker may be inside a long forecast: end it (our own child) instead of waiting for it
+            processes = list((executor._processes or {}).values())
+            executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wanted.wait(timeout=self._period())
+            if self._stopping.is_set():
+                return
+            reading = time.monotonic() - self.last_read < self.settings.idle_after
+            if self._wanted.is_set() or (reading and self._stale()):
+                self._wanted.clear()
+                self.refresh()
+
+    # ------------------------------------------------------------------ dry run
+
+    def dry_run(self, operation: OperationState) -> Forecast:
+        """The forecast of the cluster with ``operation`` submitted now (last in every queue); nothing is kept."""
+        state = take_state(self.scheduler, self.history, self.clock())
+        state = replace(state, operations=(*state.operations, operation))
+        return self._submit(state, self.settings.forecast)
