@@ -12,6 +12,8 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   trees" / "Default tree is missing", as YTsaurus's scheduler says); the scheduler keeps the trees it had.
   ``pool_tree_without_nodes``: a tree that no exec node matches (its operations can never run).
   ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
+  ``nodes_with_alerts``: exec nodes that report alerts of their own (e.g. ``reduced_job_isolation``: jobs run
+  without bubblewrap or per-slot uids), each node's alerts as inner errors naming the node.
   ``unsupported_options``: pool tree and pool options pooltree accepts but does not implement (the config
   layer's ``support.unsupported_options``, the same alert ``pooltree fair-share`` prints).
   ``unrecognized_pool_tree_config_options``: option names in the tree config or its pools that pooltree does not
@@ -66,6 +68,7 @@ UPDATE_FAIR_SHARE = "update_fair_share"
 UPDATE_POOLS = "update_pools"
 POOL_TREE_WITHOUT_NODES = "pool_tree_without_nodes"
 NODES_WITHOUT_POOL_TREE = "nodes_without_pool_tree"
+NODES_WITH_ALERTS = "nodes_with_alerts"
 UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
 UNRECOGNIZED_OPTIONS = UNRECOGNIZED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
@@ -277,6 +280,21 @@ class SchedulerAlerts:
                     NODES_WITHOUT_POOL_TREE,
                     "Found nodes that do not match any pool tree",
                     {"node_addresses": orphans, "node_count": len(orphans)},
+                )
+            )
+        alerted = sorted(address for address, node in scheduler.nodes.items() if node.alerts)
+        if alerted:
+            inner = [
+                {**error, "attributes": {**error.get("attributes", {}), "node_address": address}}
+                for address in alerted
+                for error in scheduler.nodes[address].alerts
+            ]
+            alerts.append(
+                alert(
+                    NODES_WITH_ALERTS,
+                    "Found nodes with alerts",
+                    {"node_addresses": alerted, "node_count": len(alerted)},
+                    inner=inner,
                 )
             )
         if scheduler.pool_trees_error is not None:

@@ -40,7 +40,7 @@ from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.agent import detect_resource_limits
-from pooltree.node.isolation import sandbox_location
+from pooltree.node.isolation import CHOICES, Resolution, resolve_isolation, sandbox_location
 from pooltree.node.service import (
     check_period,
     parse_resources_option,
@@ -500,6 +500,20 @@ def parse_node_resources(text: str | None) -> dict[str, Any] | None:
     return overrides
 
 
+ISOLATION_OPTION = typer.Option(
+    "auto",
+    "--isolation",
+    help="How jobs are isolated: auto (the strongest this host allows), sandbox (bubblewrap: read-only /, private "
+    "/tmp, PID namespace; per-slot uids as root), slot-uid (per-slot uids only, needs root) or none.",
+)
+
+
+def check_isolation_option(value: str) -> str:
+    if value not in CHOICES:
+        raise ConfigError("--isolation", f"expected one of {', '.join(CHOICES)}, got {value!r}")
+    return value
+
+
 @app.command("node")
 def node_command(
     scheduler: str = typer.Option(
@@ -533,6 +547,7 @@ def node_command(
     infiniband_cluster: str = typer.Option(
         None, "--infiniband-cluster", help="The node's InfiniBand cluster (a module)."
     ),
+    isolation: str = ISOLATION_OPTION,
 ) -> None:
     """Run one exec node: heartbeats to the scheduler, runs its jobs as local processes."""
     _setup_logging()
@@ -544,10 +559,12 @@ def node_command(
         parse_scheduler_urls(scheduler, "--scheduler")
         if memory_meter not in ("auto", "cgroup", "psutil"):
             raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
+        resolve_isolation(check_isolation_option(isolation))  # a mode this host cannot give fails here
         secret, _, _ = node_secret(node_secret_file, None)
         placement = {
             "gpu_devices": gpu_devices,
             "topology": NodeTopology(data_center=data_center, infiniband_cluster=infiniband_cluster),
+            "isolation": isolation,
         }
         node_address = address or default_address()
         root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
@@ -611,8 +628,11 @@ class LocalCluster:
         memory_meter: str = "auto",
         heartbeat_period: float = 1.0,
         fair_share_update_period: float = 1.0,
+        isolation: str = "auto",
     ) -> None:
         self.data = data
+        self.isolation = isolation
+        """The nodes' ``--isolation`` (``node/isolation.py``)."""
         self.heartbeat_period = heartbeat_period
         self.fair_share_update_period = fair_share_update_period
         self.nodes = nodes
@@ -679,7 +699,7 @@ class LocalCluster:
         address = f"node-{index}"
         args = ["node", "--scheduler", self.url, "--address", address]
         args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
-        args += ["--node-secret-file", str(self.node_secret_file)]
+        args += ["--node-secret-file", str(self.node_secret_file), "--isolation", self.isolation]
         node_resources = self.node_resources or split_machine(self.nodes)
         if node_resources:
             args += ["--resources", node_resources]
@@ -801,6 +821,7 @@ def local_command(
     ),
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
     fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
+    isolation: str = ISOLATION_OPTION,
 ) -> None:
     """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
     _setup_logging()
@@ -818,6 +839,7 @@ def local_command(
             )
         check_period(heartbeat_period, "--heartbeat-period")
         check_update_period(fair_share_update_period, "--fair-share-update-period")
+        job_isolation = resolve_isolation(check_isolation_option(isolation))  # impossible: fails here
         cluster = LocalCluster(
             data,
             nodes=nodes,
@@ -827,20 +849,27 @@ def local_command(
             memory_meter=memory_meter,
             heartbeat_period=heartbeat_period,
             fair_share_update_period=fair_share_update_period,
+            isolation=isolation,
         )
-        code = asyncio.run(_run_local(cluster))
+        code = asyncio.run(_run_local(cluster, job_isolation))
     except PooltreeError as error:
         fail(error.message)
     if code:
         raise typer.Exit(code)
 
 
-async def _run_local(cluster: LocalCluster, echo: Callable[[str], None] = print) -> int:
+async def _run_local(
+    cluster: LocalCluster, job_isolation: Resolution, echo: Callable[[str], None] = print
+) -> int:
     stop = asyncio.Event()
     _install_stop_handlers(stop)
     try:
         url = await cluster.start()
         echo(f"pooltree local: scheduler at {url} with {cluster.nodes} nodes; state in {cluster.data}")
+        echo(f"  job isolation: {job_isolation.summary()}")
+        warning = job_isolation.warning()
+        if warning:
+            echo(f"  warning: {warning} (a node alert while it lasts)")
         made = "created" if cluster.token_created else "kept"
         echo(f"  superuser (root) token {made} in {cluster.token_file.resolve()} (mode 0600)")
         echo(f"  export YT_PROXY={url}")

@@ -183,6 +183,9 @@ class NodeAgent:
             "running_jobs": running,
             "finished_jobs": [dict(report) for report in self._unacknowledged.values()],
         }
+        alerts = self.executor.alerts()
+        if alerts:
+            heartbeat["alerts"] = alerts
         if self.executor.gpus.count:
             heartbeat["gpu_devices"] = [device.to_dict() for device in self.executor.gpus.devices]
         return heartbeat

@@ -276,6 +276,7 @@ class JobExecutor:
             self._sandbox_trash = self.isolation.sandboxes / TRASH_DIRECTORY
             shutil.rmtree(self._sandbox_trash, ignore_errors=True)
             self._sandbox_trash.mkdir(mode=0o700)
+        _log.info("job isolation: %s", self.isolation.summary())
         if self.isolation.warning:
             _log.warning("%s", self.isolation.warning)
         self.gpus = gpus if gpus is not None else GpuSlots(control_files=())
@@ -486,6 +487,11 @@ class JobExecutor:
             self._lifeline_write = self._lifeline_read = -1
 
     # ----------------------------------------------------------------------------------------------- queries
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The node's alerts (YT errors): a reduced job isolation."""
+        alert = self.isolation.alert()
+        return [alert] if alert is not None else []
 
     def running_job_ids(self) -> list[str]:
         return sorted(self._running)

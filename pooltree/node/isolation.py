@@ -56,9 +56,11 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.bubblewrap import Bubblewrap, find_bubblewrap
+from pooltree.node.job import yt_error
 
 _log = logging.getLogger(__name__)
 
@@ -89,6 +91,7 @@ SUMMARY = {
     Mode.NONE: "none",
 }
 """The mode in a few words, as start-up and the node alert print it."""
+REDUCED_ISOLATION_ALERT = "reduced_job_isolation"
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,78 @@ def _requested(mode: str, is_root: bool) -> str:
     return mode
 
 
+@dataclass(frozen=True)
+class Resolution:
+    """The mode a request gets on this host, the bubblewrap it uses, and why bubblewrap is not used (if not)."""
+
+    mode: Mode
+    bubblewrap: Bubblewrap | None
+    bwrap_reason: str | None
+
+    def summary(self) -> str:
+        """``sandbox (bubblewrap + per-slot uid), bubblewrap 0.8.0 (system, /usr/bin/bwrap)``: mode and tool."""
+        text = SUMMARY[self.mode]
+        if self.bubblewrap is not None:
+            text += f", {self.bubblewrap.describe()}"
+        return text
+
+    def warning(self) -> str | None:
+        """One line naming what the jobs can do here that they could not under ``bwrap+uid``; None if nothing."""
+        lost: list[str] = []
+        sandboxed = self.mode in (Mode.BWRAP_UID, Mode.BWRAP)
+        if self.mode not in (Mode.BWRAP_UID, Mode.UID):
+            who = f"uid {os.geteuid()}"
+            if os.geteuid() != 0:
+                who += " (the node is not root, so it cannot switch jobs to per-slot uids)"
+            lost.append(
+                f"jobs run as the node's own {who}: they can read every file that user can (scheduler data "
+                "and token if they share it)"
+                + ("" if sandboxed else ", and signal the node's processes and each other")
+            )
+        if not sandboxed:
+            lost.append(
+                "without bubblewrap "
+                f"({self.bwrap_reason or 'disabled'}) jobs can write world-writable directories such as /tmp, "
+                "see every process on the host"
+            )
+        if not lost:
+            return None
+        return f"job isolation is reduced to {SUMMARY[self.mode]}: " + "; ".join(lost)
+
+
+def resolve_isolation(requested: str = "auto") -> Resolution:
+    """What ``requested`` (``auto``, ``sandbox``, ``slot-uid``, ``none`` or an exact mode) gives on this host:
+    ``auto`` the strongest available; any other a mode the host cannot give is a ``ConfigError`` saying why.
+    No side effect but probing bubblewrap once (cached), so the CLI can print and check it before starting."""
+    if requested not in MODES:
+        raise ConfigError("isolation", f"unknown mode {requested!r}; use {', '.join(CHOICES)}")
+    is_root = os.geteuid() == 0
+    mode = _requested(requested, is_root)
+    search = find_bubblewrap() if mode in ("auto", Mode.BWRAP_UID, Mode.BWRAP) else None
+    bwrap_reason = search.reason if search is not None else "not requested"
+    setpriv = setpriv_path()
+    if mode == "auto":
+        if is_root and bwrap_reason is None and setpriv is not None:
+            mode = Mode.BWRAP_UID
+        elif bwrap_reason is None:
+            mode = Mode.BWRAP
+        elif is_root and setpriv is not None:
+            mode = Mode.UID
+        else:
+            mode = Mode.NONE
+    elif mode in (Mode.BWRAP_UID, Mode.UID) and not is_root:
+        raise ConfigError(
+            "isolation", f"{requested} needs the node to run as root (it runs as uid {os.geteuid()})"
+        )
+    elif mode in (Mode.BWRAP_UID, Mode.BWRAP) and bwrap_reason is not None:
+        raise ConfigError("isolation", f"{requested} is unavailable: {bwrap_reason}")
+    elif mode in (Mode.BWRAP_UID, Mode.UID) and setpriv is None:
+        raise ConfigError("isolation", f"{requested} needs setpriv (util-linux)")
+    chosen = Mode(mode)
+    sandboxed = chosen in (Mode.BWRAP_UID, Mode.BWRAP)
+    return Resolution(chosen, search.found if search is not None and sandboxed else None, bwrap_reason)
+
+
 class JobIsolation:
     """Chooses the isolation the host allows and applies it to each job: slot uid, directories, argv.
 
@@ -167,8 +242,6 @@ class JobIsolation:
         lock_dir: Path = DEFAULT_LOCK_DIR,
         sandbox_base: Path = DEFAULT_SANDBOX_LOCATION,
     ) -> None:
-        if mode not in MODES:
-            raise ConfigError("isolation", f"unknown mode {mode!r}; use {', '.join(CHOICES)}")
         for name, value, low in (("uid_base", uid_base, 1000), ("uid_count", uid_count, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(name, f"expected an integer of at least {low}, got {value!r}")
@@ -182,42 +255,18 @@ class JobIsolation:
         self._slots: dict[str, Slot] = {}
         self._lock = threading.Lock()
         self._next = 0
-        is_root = os.geteuid() == 0
-        mode = _requested(mode, is_root)
-        wants_bwrap = mode in ("auto", Mode.BWRAP_UID, Mode.BWRAP)
-        search = find_bubblewrap() if wants_bwrap else None
-        bwrap_reason = (search.reason if search is not None else None) if wants_bwrap else "not requested"
-        setpriv = setpriv_path()
-        if mode == "auto":
-            if is_root and bwrap_reason is None and setpriv is not None:
-                mode = Mode.BWRAP_UID
-            elif bwrap_reason is None:
-                mode = Mode.BWRAP
-            elif is_root and setpriv is not None:
-                mode = Mode.UID
-            else:
-                mode = Mode.NONE
-        elif mode in (Mode.BWRAP_UID, Mode.UID) and not is_root:
-            raise ConfigError(
-                "isolation", f"{self.requested} needs the node to run as root (it runs as uid {os.geteuid()})"
-            )
-        elif mode in (Mode.BWRAP_UID, Mode.BWRAP) and bwrap_reason is not None:
-            raise ConfigError("isolation", f"{self.requested} is unavailable: {bwrap_reason}")
-        elif mode in (Mode.BWRAP_UID, Mode.UID) and setpriv is None:
-            raise ConfigError("isolation", f"{self.requested} needs setpriv (util-linux)")
-        self.mode = Mode(mode)
-        self.bubblewrap: Bubblewrap | None = (
-            search.found if search is not None and self.mode in (Mode.BWRAP_UID, Mode.BWRAP) else None
-        )
+        chosen = resolve_isolation(mode)
+        self.mode = chosen.mode
+        self.bubblewrap = chosen.bubblewrap
         self.bwrap = self.bubblewrap.path if self.bubblewrap is not None else None
-        self.setpriv = setpriv
+        self.setpriv = setpriv_path()
         self.namespaces: list[str] = ["--unshare-pid", "--unshare-ipc"]
         """bubblewrap's namespace flags for every job (a node that cuts jobs off the network adds more)."""
         self.sandboxes = self._sandbox_root(sandbox_base)
         """Where job sandboxes live: ``<root>/<job>/sandbox``, or ``<sandboxes>/<job>`` when it is not root."""
         if self.per_slot_uid:
             self.lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.warning = self._lost(bwrap_reason, is_root)
+        self.warning = chosen.warning()
 
     # ------------------------------------------------------------------------------------------ what it gives
 
@@ -247,6 +296,18 @@ class JobIsolation:
             text += f", {self.bubblewrap.describe()}"
         return text
 
+    def alert(self) -> dict[str, Any] | None:
+        """The node alert of a reduced mode (a YT error the heartbeat carries to the scheduler), else None."""
+        if not self.reduced:
+            return None
+        attributes = {
+            "alert_type": REDUCED_ISOLATION_ALERT,
+            "isolation": SUMMARY[self.mode],
+            "requested_isolation": self.requested,
+            "lost": self.warning or "",
+        }
+        return yt_error(1, f"Job isolation is reduced to {SUMMARY[self.mode]}", attributes)
+
     def describe(self) -> str:
         parts = {
             Mode.BWRAP_UID: "per-slot uid + bubblewrap (read-only /, private /tmp, PID namespace, dies with node)",
@@ -255,28 +316,6 @@ class JobIsolation:
             Mode.NONE: "none",
         }
         return f"job isolation: {parts[self.mode]}"
-
-    def _lost(self, bwrap_reason: str | None, is_root: bool) -> str | None:
-        """One line naming what the jobs can do here that they could not under ``bwrap+uid``; None if nothing."""
-        lost: list[str] = []
-        if not self.per_slot_uid:
-            who = f"uid {os.geteuid()}"
-            if not is_root:
-                who += " (the node is not root, so it cannot switch jobs to per-slot uids)"
-            lost.append(
-                f"jobs run as the node's own {who}: they can read every file that user can (scheduler data "
-                "and token if they share it)"
-                + ("" if self.sandboxed else ", and signal the node's processes and each other")
-            )
-        if not self.sandboxed:
-            lost.append(
-                "without bubblewrap "
-                f"({bwrap_reason or 'disabled'}) jobs can write world-writable directories such as /tmp, see "
-                "every process on the host"
-            )
-        if not lost:
-            return None
-        return f"job isolation is reduced to {SUMMARY[self.mode]}: " + "; ".join(lost)
 
     # ------------------------------------------------------------------------------------------ slots
 

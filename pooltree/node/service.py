@@ -324,6 +324,7 @@ async def run_node(
     on_ready: Any = None,
     gpu_devices: str | Iterable[str] | None = None,
     topology: NodeTopology | None = None,
+    isolation: str = "auto",
 ) -> NodeLoopStats:
     """Run one exec node until ``stop`` is set (or the task is cancelled); returns the loop's statistics.
 
@@ -331,12 +332,13 @@ async def run_node(
     ``on_ready(loop)`` is called with the ``NodeLoop`` before the first heartbeat. On exit every job is aborted
     (``node_shutdown``) and one last heartbeat reports them. ``gpu_devices`` is a configured GPU list
     (``node/gpu.py``; otherwise the node discovers its GPUs); ``topology`` its data center and InfiniBand cluster.
+    ``isolation`` is the jobs' isolation mode (``node/isolation.py``: auto, sandbox, slot-uid, none).
     """
     gpus = GpuSlots(discover_gpus(gpu_devices))
     limits = gpu_limits(detect_resource_limits(resources), resources, gpus.count)
     node_loop: NodeLoop | None = None
     root_dir = Path(root_dir).absolute()
-    executor = JobExecutor(Path(root_dir), memory_meter=memory_meter, gpus=gpus)
+    executor = JobExecutor(Path(root_dir), memory_meter=memory_meter, gpus=gpus, isolation=isolation)
     stop = stop if stop is not None else asyncio.Event()
     try:
         agent = NodeAgent(address or default_address(), executor, limits)

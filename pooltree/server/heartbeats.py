@@ -59,6 +59,34 @@ class HeartbeatRequest:
     running: list[RunningJobReport] = field(default_factory=list)
     finished: list[FinishedJobReport] = field(default_factory=list)
     memory_meter: str | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The node's own alerts (YT errors, e.g. a reduced job isolation), shown on the node and by the scheduler."""
+
+
+MAX_NODE_ALERTS = 16
+MAX_ALERT_TEXT = 4096
+
+
+def parse_node_alerts(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The heartbeat's ``alerts``: at most ``MAX_NODE_ALERTS`` YT errors, each with a message, an integer code and
+    a map of attributes (what the scheduler shows; inner errors are not kept)."""
+    raw = _list(data, "alerts")
+    if len(raw) > MAX_NODE_ALERTS:
+        raise ConfigError("alerts", f"at most {MAX_NODE_ALERTS} node alerts, got {len(raw)}")
+    alerts: list[dict[str, Any]] = []
+    for index, entry in enumerate(raw):
+        path = join_path("alerts", index)
+        if not isinstance(entry, Mapping):
+            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+        message = _string(entry, "message", path)
+        code = entry.get("code", 1)
+        if isinstance(code, bool) or not isinstance(code, int):
+            raise ConfigError(join_path(path, "code"), f"expected an integer, got {code!r}")
+        attributes = _map(entry, "attributes", path)
+        if len(message) + len(repr(attributes)) > MAX_ALERT_TEXT:
+            raise ConfigError(path, f"an alert must take at most {MAX_ALERT_TEXT} characters")
+        alerts.append({"code": code, "message": message, "attributes": attributes, "inner_errors": []})
+    return alerts
 
 
 def _string(data: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str = "") -> str:
@@ -181,4 +209,5 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
         running=running,
         finished=finished,
         memory_meter=meter if isinstance(meter, str) else None,
+        alerts=parse_node_alerts(data),
     )

@@ -140,6 +140,7 @@ class LiveOrchid:
                             "resource_limits": resource_map(node.resource_limits),
                             "trees": list(node.trees),
                             "last_seen": node.last_seen,
+                            "alerts": list(node.alerts),
                         }
                         for address, node in self.scheduler.nodes.items()
                     },

@@ -474,6 +474,7 @@ class WebUI:
                         "last_seen": node.last_seen,
                         "last_seen_ago": ago(node.last_seen, now),
                         "running_jobs": running,
+                        "alerts": list(node.alerts),
                     }
                 )
         return self._render(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)

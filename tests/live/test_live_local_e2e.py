@@ -19,6 +19,8 @@ from job_python import JOB_PYTHON
 from live_procs import ORCHID, Procs, client, state, vanilla, yt_cli
 from polling import wait_for
 
+from pooltree.node.isolation import resolve_isolation
+
 
 class Local:
     """One ``pooltree local`` process and its proxy URL."""
@@ -59,6 +61,7 @@ def test_local_prints_proxy_and_creates_default_tree(local: Local) -> None:
     local.procs.read_until(local.process, "yt --proxy")
     hint = "".join(local.procs.stdout[local.process.pid])
     assert f"yt --proxy {local.url}" in hint
+    assert f"job isolation: {resolve_isolation().summary()}" in hint  # the nodes' mode, printed at start
     token_file = local.root / "data" / "token"
     assert f"export YT_TOKEN=$(cat {token_file.resolve()})" in hint
     assert token_file.stat().st_mode & 0o777 == 0o600

@@ -75,6 +75,7 @@ class LiveJobs:
         node.resource_limits = heartbeat.resource_limits
         node.tags = heartbeat.tags
         node.memory_meter = heartbeat.memory_meter
+        node.alerts = heartbeat.alerts
         self.expected_nodes.pop(heartbeat.address, None)
         node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
         acknowledge: list[str] = []

@@ -305,6 +305,8 @@ class NodeState:
     aborts: list[dict[str, str]] = field(default_factory=list)
     preempts: list[list[Any]] = field(default_factory=list)
     memory_meter: str | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The node's own alerts from its last heartbeat (a reduced job isolation, ...)."""
 
 
 def task_memory_reserve(name: str, task: VanillaTaskSpec, model: OperationSpec) -> TaskMemoryReserve:
