@@ -31,6 +31,7 @@ import typer
 from pooltree.cli.app import app, fail
 from pooltree.cli.secrets_options import (
     NODE_SECRET_FILE,
+    STORE_KEY_FILE,
     TOKEN_FILE,
     node_secret,
     restrict_store_files,
@@ -221,6 +222,13 @@ def scheduler_command(
         "--node-secret-file",
         help="File (mode 0600) with the cluster node secret; else $POOLTREE_NODE_SECRET, else DATA/node_secret.",
     ),
+    store_key_file: Path = typer.Option(
+        None,
+        "--store-key-file",
+        help="File (mode 0600) with the key that seals secrets kept in the store (operations' secure_vault, "
+        "saved mutation answers); default DATA/store_key (created on first start). Schedulers sharing a "
+        "PostgreSQL database must share it.",
+    ),
     node_networks: str = typer.Option(
         None,
         "--node-networks",
@@ -264,6 +272,7 @@ def scheduler_command(
         os.umask(0o077)  # the store, its journal and the secret files are the scheduler's alone
         url = store_url_for(store, data)
         secrets = _scheduler_secrets(token_file, token, node_secret_file, node_networks, host, data)
+        secrets["store_key_file"] = store_key_file if store_key_file is not None else data / STORE_KEY_FILE
         restrict_store_files(url)
         document = read_config(config) if config is not None else None
     except PooltreeError as error:
@@ -351,6 +360,7 @@ async def _run_scheduler(
     node_networks: Any,
     authentication: bool,
     metrics_public: bool,
+    store_key_file: Path | None = None,
     prepare: Callable[[Any], None] | None = None,
 ) -> None:
     from pooltree.server.service import serve
@@ -379,6 +389,7 @@ async def _run_scheduler(
         fair_share_update_period=fair_share_update_period,
         on_ready=ready,
         on_role=role,
+        store_key_file=store_key_file,
         prepare_store=prepare,
         stop=stop,
     )

@@ -3,6 +3,8 @@ the command line (a ``--token`` value is visible to every local user in ``ps``).
 
 * The superuser (root) token: ``--token-file``, else ``$POOLTREE_TOKEN``, else ``--token`` (warned about), else
   ``DATA/token`` (created with a fresh token on first start).
+* The store key (seals ``secure_vault`` values and saved mutation answers in the store): ``--store-key-file``,
+  else ``DATA/store_key`` (created on first start).
 * The cluster node secret: ``--node-secret-file``, else ``$POOLTREE_NODE_SECRET``, else (scheduler only)
   ``DATA/node_secret`` (created on first start). Nodes must be given one.
 """
@@ -27,6 +29,8 @@ TOKEN_ENV = "POOLTREE_TOKEN"
 NODE_SECRET_ENV = "POOLTREE_NODE_SECRET"
 TOKEN_FILE = "token"
 NODE_SECRET_FILE = "node_secret"
+STORE_KEY_FILE = "store_key"
+"""The key that seals secrets kept in the store (``pooltree.security.sealing``): never inside the store itself."""
 MIN_TOKEN_LENGTH = 16
 
 log = logging.getLogger("pooltree.cli.secrets")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pooltree.errors import ConfigError
+from pooltree.security.sealing import Sealer, SealError, is_sealed
 
 ENV_PREFIX = "YT_SECURE_VAULT_"
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -58,3 +59,28 @@ def secure_vault_environment(spec: Mapping[str, Any]) -> dict[str, str]:
         for key, item in vault.items()
         if isinstance(key, str) and KEY_RE.match(key)
     }
+
+
+def seal_secure_vault(spec: Mapping[str, Any], sealer: Sealer) -> Mapping[str, Any]:
+    """``spec`` as stored: its ``secure_vault`` sealed (a copy; an already sealed vault is kept as it is)."""
+    vault = spec.get("secure_vault")
+    if vault is None or is_sealed(vault):
+        return spec
+    return {**spec, "secure_vault": sealer.seal(vault)}
+
+
+def open_secure_vault(spec: dict[str, Any], sealer: Sealer) -> dict[str, Any]:
+    """``spec`` as read back: its sealed ``secure_vault`` opened, or left sealed when ``sealer`` cannot open it
+    (``vault_is_sealed`` then tells; jobs must not start without their secrets)."""
+    vault = spec.get("secure_vault")
+    if not is_sealed(vault):
+        return spec
+    try:
+        return {**spec, "secure_vault": sealer.open(vault)}
+    except SealError:
+        return spec
+
+
+def vault_is_sealed(spec: Mapping[str, Any]) -> bool:
+    """The stored vault could not be opened with this store key."""
+    return is_sealed(spec.get("secure_vault"))

@@ -52,6 +52,7 @@ from pooltree.server.protocol import (
     strip_attributes,
 )
 from pooltree.server.store import STORE_UNAVAILABLE, Store
+from pooltree.server.store.base import mutation_key
 from pooltree.server.ypath import parse_ypath
 
 log = logging.getLogger(__name__)
@@ -612,8 +613,9 @@ class YtApi:
         params = ctx.parameters
         self.security.authorize(descriptor.name, ctx.user, params, ctx.input)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
+        key = mutation_key(ctx.user, str(mutation_id))  # after authorization; a replay only to the same user
         if mutation_id is not None:
-            seen, saved = self.store.get_mutation(str(mutation_id))
+            seen, saved = self.store.get_mutation(key)
             if seen:
                 if not ctx.bool_param("retry", False):
                     raise YtError(
@@ -627,11 +629,12 @@ class YtApi:
             and descriptor.output_type in ("structured", "null")
             and not descriptor.saves_mutation
         ):
-            self.remember(str(mutation_id), result)
+            self.remember(key, result)
         return self._output(descriptor, result, params, request_id)
 
     def remember(self, mutation_id: str, result: Any) -> None:
-        """Save a mutation's response for retries; drop ids older than ``MUTATION_TTL`` now and then."""
+        """Save a mutation's response for retries under its user-scoped id (``mutation_key``), sealed by the store;
+        drop ids older than ``MUTATION_TTL`` now and then."""
         now = self.clock()
         self.store.remember_mutation(mutation_id, result, now)
         if now - self._last_prune >= MUTATION_PRUNE_PERIOD:

@@ -17,6 +17,7 @@ from typing import Any
 from pooltree.errors import PooltreeError
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
+from pooltree.server.store.base import mutation_key
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def register_batch_command(
             result = handler(sub)
             mutation_id = parameters.get("mutation_id") if descriptor.is_volatile else None
             if mutation_id is not None:
-                remember(str(mutation_id), result)
+                remember(mutation_key(ctx.user, str(mutation_id)), result)
         except PooltreeError as error:
             return {"error": error_to_dict(error, host=host, now=clock())}
         except Exception as error:

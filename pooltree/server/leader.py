@@ -36,6 +36,7 @@ import uvicorn
 from starlette.concurrency import run_in_threadpool
 
 from pooltree.errors import PooltreeError
+from pooltree.security.sealing import Sealer
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
@@ -78,8 +79,13 @@ class SchedulerRunner:
         service_factory: Callable[[Store], SchedulerService],
         on_ready: Callable[[str], None] | None = None,
         on_role: Callable[[str], None] | None = None,
+        store_key_file: Path | None = None,
     ) -> None:
         self.store_url = store_url
+        self.store_key_file = store_key_file
+        """The key that seals the store's secrets (``pooltree.security.sealing``); every scheduler of one
+        database must be given the same file. None: SQLite's ``<file>.key``, PostgreSQL a key of this process."""
+        self.sealer: Sealer | None = None
         self.public_store_url = redact_url(store_url)
         self.host = host
         self.port = port
@@ -218,6 +224,8 @@ class SchedulerRunner:
         """Lead (or stand by) until ``stop`` is set or the task is cancelled; closes everything."""
         stop = stop if stop is not None else asyncio.Event()
         try:
+            if self.store_key_file is not None:
+                self.sealer = await run_in_threadpool(Sealer.from_file, self.store_key_file)
             path = sqlite_path_of(self.store_url)
             if path is not None:
                 await self._run_sqlite(path, stop)
@@ -247,7 +255,7 @@ class SchedulerRunner:
                 f"on the store {path}; one scheduler per SQLite store (stop it, or use PostgreSQL for a standby)",
                 attributes={"store": self.store_url},
             )
-        self.store = open_store(self.store_url)
+        self.store = open_store(self.store_url, key_file=self.store_key_file)
         await self._lead(self.store)
         await self._start_http()
         await self._announce()
@@ -266,7 +274,9 @@ class SchedulerRunner:
     async def _open_postgres(self) -> Store:
         from pooltree.server.store.postgres import PostgresStore
 
-        return await run_in_threadpool(lambda: PostgresStore(self.store_url, init_schema=False))
+        return await run_in_threadpool(
+            lambda: PostgresStore(self.store_url, init_schema=False, sealer=self.sealer)
+        )
 
     async def _run_postgres(self, stop: asyncio.Event) -> None:
         store = await self._open_postgres()  # the first connection must work: a wrong URL fails start-up

@@ -36,6 +36,7 @@ from pooltree.server.live.counts import counters as counts_of
 from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
+from pooltree.server.store.base import mutation_key
 
 BRIEF_ATTRIBUTES = (
     "id",
@@ -608,7 +609,7 @@ class OperationCommands:
                 ctx.user,
                 self.clock(),
                 operation_id=operation_id,
-                mutation_id=None if mutation_id is None else str(mutation_id),
+                mutation_id=None if mutation_id is None else mutation_key(ctx.user, str(mutation_id)),
             )
         except ConfigError as error:
             if files and self.files is not None:

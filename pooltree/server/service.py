@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -461,6 +462,7 @@ async def serve(
     prepare_store: Callable[[Store], None] | None = None,
     stop: asyncio.Event | None = None,
     forecast_settings: WorkerSettings | None = None,
+    store_key_file: Path | None = None,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -469,6 +471,7 @@ async def serve(
     ``on_role(text)`` on every change of role (``leader``, ``standby: ...``, ``recovering: ...``).
     ``prepare_store(store)`` runs once this process holds the leader lock, before the service is built (``--config``).
     ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
+    ``store_key_file`` seals the store's secrets (``SchedulerRunner``).
     """
     from pooltree.server.leader import SchedulerRunner
 
@@ -500,6 +503,12 @@ async def serve(
         )
 
     runner = SchedulerRunner(
-        store_url, host=host, port=port, service_factory=factory, on_ready=on_ready, on_role=on_role
+        store_url,
+        host=host,
+        port=port,
+        service_factory=factory,
+        on_ready=on_ready,
+        on_role=on_role,
+        store_key_file=store_key_file,
     )
     await runner.run(stop)

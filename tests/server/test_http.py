@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pooltree.server import CommandContext, CommandRegistry, create_app, open_store
+from pooltree.server.store.base import mutation_key
 
 YSON_HEADER = {"X-YT-Header-Format": "<format=text>yson"}
 TOKEN = "ytct-0000-" + "a1" * 16
@@ -241,8 +242,8 @@ def test_old_mutation_ids_are_pruned(tmp_path: Path, serve: Callable[[object], s
     call(base, "POST", "create", {"type": "map_node", "path": "//tmp/a", "mutation_id": "old"})
     now[0] += 7200
     call(base, "POST", "create", {"type": "map_node", "path": "//tmp/b", "mutation_id": "new"})
-    assert store.get_mutation("old") == (False, None)
-    assert store.get_mutation("new")[0] is True
+    assert store.get_mutation(mutation_key("root", "old")) == (False, None)
+    assert store.get_mutation(mutation_key("root", "new"))[0] is True
 
 
 def test_binary_yson_set_body(server: tuple[str, Extra]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pooltree.config import OperationSpec
 from pooltree.errors import PooltreeError
 from pooltree.node.job import yt_error
+from pooltree.security.vault import vault_is_sealed
 from pooltree.server.live.model import (
     ACTIVE_STATES,
     OPERATION_FAILED,
@@ -51,6 +52,11 @@ class LiveRevival:
         self.counts.put(record, final=True)
 
     def _revive_one(self, record: OperationRecord, now: float) -> None:
+        if vault_is_sealed(record.spec):  # its jobs must not start without their secrets
+            raise PooltreeError(
+                "its spec.secure_vault cannot be opened with this scheduler's store key "
+                "(start every scheduler of this store with the same --store-key-file)"
+            )
         model = OperationSpec.parse(dict(record.spec), "spec")
         tasks = build_tasks(record.id, model)
         controller = LiveVanillaController(record.id, tasks, interruption_signal=model.interruption_signal)

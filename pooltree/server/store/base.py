@@ -59,6 +59,12 @@ class Mutation:
     time: float
 
 
+def mutation_key(user: str, mutation_id: str) -> str:
+    """The stored id of a user's mutation: mutation ids are scoped to the user who sent them, so a retry is
+    answered only to that user (another user's request with the same id is a new request of theirs)."""
+    return dump_json([user, mutation_id])
+
+
 def redact_url(url: str) -> str:
     """``url`` without its password (store URLs appear in errors and in the unauthenticated health endpoint)."""
     parts = urlsplit(url) if "://" in url else None

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from pooltree.security.sealing import Sealer
 from pooltree.server.store.base import StoreError, StoreHealth, StoreUnavailable
 from pooltree.server.store.sql import SqlStore
 
@@ -20,12 +21,21 @@ class PostgresStore(SqlStore):
     """``Store`` in a PostgreSQL database given by a libpq URL (``postgresql://user@host:port/db``).
 
     ``init_schema=False`` defers creating the tables (a standby creates nothing before it holds the lock).
+    Sealed secrets use ``sealer``; schedulers sharing a database must share its key file (``--store-key-file``);
+    without one the key lives only in this process (vaults of operations revived elsewhere cannot be opened).
     """
 
     placeholder = "%s"
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, init_schema: bool = True) -> None:
-        super().__init__(url)
+    def __init__(
+        self,
+        url: str,
+        *,
+        connect_timeout: float = 10.0,
+        init_schema: bool = True,
+        sealer: Sealer | None = None,
+    ) -> None:
+        super().__init__(url, sealer=sealer)
         try:
             import psycopg
         except ImportError as error:

@@ -8,6 +8,8 @@ from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from pooltree.security.sealing import Sealer, is_sealed
+from pooltree.security.vault import open_secure_vault, seal_secure_vault
 from pooltree.server.store.base import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -35,8 +37,10 @@ class SqlStore(Store):
     database_errors: tuple[type[BaseException], ...] = ()
     """The driver's errors: any of them inside a transaction puts the store in trouble."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, sealer: Sealer | None = None) -> None:
         self.url = url
+        self.sealer = sealer if sealer is not None else Sealer.ephemeral()
+        """Seals what must come back but is secret (``secure_vault``, mutation answers); its key is outside."""
         self._lock = threading.RLock()
         self._read_lock: AbstractContextManager[Any] = self._lock
         """Held by reads (``_rows``): the store's lock, unless the store reads on a connection of its own."""
@@ -153,7 +157,13 @@ class SqlStore(Store):
                     record.pool,
                     float(record.start_time),
                     None if record.finish_time is None else float(record.finish_time),
-                    record.to_json(),
+                    dump_json(
+                        {
+                            "spec": seal_secure_vault(record.spec, self.sealer),
+                            "runtime_parameters": record.runtime_parameters,
+                            "document": record.document,
+                        }
+                    ),
                 ),
             )
 
@@ -162,13 +172,21 @@ class SqlStore(Store):
             "SELECT id, type, state, user_name, pool, start_time, finish_time, body FROM operations WHERE id = ?",
             (operation_id,),
         )
-        return operation_from_row(rows[0]) if rows else None
+        return self._opened(operation_from_row(rows[0])) if rows else None
+
+    def _opened(self, record: OperationRecord) -> OperationRecord:
+        """``record`` with its ``secure_vault`` opened (left sealed when this key cannot open it)."""
+        if not record.partial:
+            record.spec = open_secure_vault(record.spec, self.sealer)
+        return record
 
     def list_operations(
         self, query: OperationFilter = OperationFilter(), *, known: Container[str] = ()
     ) -> list[OperationRecord]:
         sql, args = operation_page_sql(query, "?")
-        return [operation_from_row(row, body=row[0] not in known) for row in self._rows(sql, args)]
+        return [
+            self._opened(operation_from_row(row, body=row[0] not in known)) for row in self._rows(sql, args)
+        ]
 
     def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
         where, args = operation_where(query, "?")
@@ -233,7 +251,10 @@ class SqlStore(Store):
     # Mutation ids.
     def get_mutation(self, mutation_id: str) -> tuple[bool, Any]:
         rows = self._rows("SELECT response FROM mutations WHERE id = ?", (mutation_id,))
-        return (True, load_json(rows[0][0])) if rows else (False, None)
+        if not rows:
+            return False, None
+        text = rows[0][0]
+        return True, self.sealer.open(text) if is_sealed(text) else load_json(text)
 
     def remember_mutation(self, mutation_id: str, response: Any, now: float) -> None:
         with self._lock, self._transaction() as cur:
@@ -245,7 +266,11 @@ class SqlStore(Store):
                 "INSERT INTO mutations (id, created, response) VALUES (?, ?, ?)"
                 " ON CONFLICT (id) DO UPDATE SET created = excluded.created, response = excluded.response"
             ),
-            (mutation.id, float(mutation.time), dump_json(mutation.response)),
+            (
+                mutation.id,
+                float(mutation.time),
+                self.sealer.seal(mutation.response),
+            ),  # answers may hold tokens
         )
 
     def forget_mutations(self, older_than: float) -> int:

@@ -19,6 +19,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from pooltree.security.sealing import Sealer
 from pooltree.server.store.base import StoreError, StoreHealth, StoreUnavailable
 from pooltree.server.store.sql import SqlStore
 
@@ -26,17 +27,26 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class SqliteStore(SqlStore):
-    """``Store`` in a SQLite file; ``path`` is created (with parent folders) if missing."""
+    """``Store`` in a SQLite file; ``path`` is created (with parent folders) if missing.
+
+    Sealed secrets use ``sealer``; without one, the key file ``<path>.key`` beside the database (mode 0600,
+    created when missing): outside the database, so a copy of the database alone holds no secret.
+    """
 
     placeholder = "?"
     database_errors = (sqlite3.Error,)
 
-    def __init__(self, path: str | Path, *, url: str | None = None) -> None:
-        super().__init__(url or f"sqlite:///{path}")
-        self.path = Path(path)
+    def __init__(self, path: str | Path, *, url: str | None = None, sealer: Sealer | None = None) -> None:
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sealer = sealer if sealer is not None else Sealer.from_file(path.with_name(path.name + ".key"))
+        except OSError as error:
+            raise StoreError(f"cannot open SQLite store {path}: {_reason(error)}") from error
+        super().__init__(url or f"sqlite:///{path}", sealer=sealer)
+        self.path = path
         self._fd: int | None = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
                 mode = self.path.stat().st_mode
                 if not stat.S_ISREG(mode):
