@@ -35,6 +35,8 @@ STRATEGY_FIELDS = (
     "effective_fair_share_starvation_timeout",
     "effective_aggressive_starvation_enabled",
     "effective_aggressive_preemption_allowed",
+    "scheduling_segment",
+    "scheduling_segment_module",
 )
 """Strategy fields taken into the view (usage stays the fair-share result's: a snapshot has no allocations)."""
 
@@ -150,7 +152,7 @@ def tree_view(
             )
     root = result.elements[ROOT]
     alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
-    return {
+    view = {
         "resource_limits": resources_to_dict(total_resources),
         "resource_usage": resources_to_dict(root.resource_usage),
         "pool_count": len(pools) - 1,
@@ -158,3 +160,6 @@ def tree_view(
         "operations": operations,
         "alerts": alerts,
     }
+    if strategy is not None and strategy.segments.enabled:
+        view["scheduling_segments"] = strategy.segments.view({a: n.tags for a, n in strategy.nodes.items()})
+    return view

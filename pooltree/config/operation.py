@@ -21,10 +21,13 @@ from pooltree.config.base import (
     Resources,
     Size,
     TagFilterText,
+    as_validation_error,
     invalid,
 )
 from pooltree.config.pool import MAX_SCHEDULABLE_WEIGHT, MIN_SCHEDULABLE_WEIGHT
-from pooltree.config.support import SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
+from pooltree.config.segments import SegmentSpec
+from pooltree.config.support import SPEC_IMPLEMENTED_EXTRA, SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
+from pooltree.errors import ConfigError
 
 PreemptionMode = Literal["normal", "graceful"]
 
@@ -275,7 +278,9 @@ class OperationSpec(SpecModel):
         "max_unpreemptable_job_count": "max_unpreemptible_allocation_count",
         "fair_share_options_per_pool_tree": "scheduling_options_per_pool_tree",
     }
-    KNOWN_EXTRA: ClassVar[frozenset[str]] = KNOWN_SPEC_KEYS | frozenset(SPEC_UNSUPPORTED)
+    KNOWN_EXTRA: ClassVar[frozenset[str]] = (
+        KNOWN_SPEC_KEYS | frozenset(SPEC_UNSUPPORTED) | frozenset(SPEC_IMPLEMENTED_EXTRA)
+    )
 
     pool: str | None = Field(default=None, min_length=1)
     """``None`` → the user name (YTsaurus)."""
@@ -306,6 +311,14 @@ class OperationSpec(SpecModel):
     reducer: UserJobSpec | None = None
 
     _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
+
+    @model_validator(mode="after")
+    def _check_segment_options(self) -> OperationSpec:
+        try:
+            SegmentSpec.from_spec(self, "")
+        except ConfigError as error:
+            raise as_validation_error(error) from None
+        return self
 
     @field_validator("pool_trees")
     @classmethod

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
-SEGMENTS = "scheduling segments / GPU scheduling policy are not modelled"
+SEGMENTS = (
+    "YTsaurus's newer GPU scheduling policy (policy_kind gpu: an assignment planner of its own) is not "
+    "modelled; pooltree implements the classic policy's scheduling_segments"
+)
 TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
@@ -54,7 +57,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
     "allow_preemption_from_starving_operations": "not modelled (starving operations' allocations are preemptible "
     "by the usual rules)",
-    "scheduling_segments": SEGMENTS,
     "gpu_scheduling_policy": SEGMENTS,
     "policy_kind": SEGMENTS,
     "ssd_priority_preemption": "SSD priority preemption is not modelled",
@@ -105,6 +107,18 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "min_child_heap_size": PERFORMANCE,
 }
 
+# YTsaurus options kept raw in the models' extras (nested structs with their own validation) that pooltree
+# implements: option -> where.
+TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
+    "scheduling_segments": "pooltree/config/segments.py, pooltree/strategy/segments.py",
+}
+SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
+    "scheduling_segment": "pooltree/config/segments.py",
+    "scheduling_modules": "pooltree/config/segments.py",
+    "scheduling_segment_modules": "pooltree/config/segments.py",
+    "scheduling_segment_data_centers": "pooltree/config/segments.py",
+}
+
 TREE_ALIASES: dict[str, str] = {
     "update_preemptable_list_duration_logging_threshold": "update_preemptible_list_duration_logging_threshold",
     "best_allocation_ratio_update_period": "best_allocation_share_update_period",
@@ -152,9 +166,6 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "update_preemptable_jobs_list_logging_period": PROFILING,
     "custom_profiling_tag": PROFILING,
     "max_speculative_job_count_per_task": "speculative jobs are not modelled",
-    "scheduling_segment": SEGMENTS,
-    "scheduling_segment_data_centers": SEGMENTS,
-    "scheduling_segment_modules": SEGMENTS,
     "enable_limiting_ancestor_check": TREE_UNSUPPORTED["enable_limiting_ancestor_check"],
     "fair_share_starvation_tolerance": "per-operation starvation tolerance is not implemented (the pool's applies)",
     "fair_share_starvation_timeout": "per-operation starvation timeout is not implemented (the pool's applies)",

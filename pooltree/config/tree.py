@@ -23,7 +23,8 @@ from pooltree.config.base import (
     invalid,
 )
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
-from pooltree.config.support import TREE_ALIASES, TREE_UNSUPPORTED
+from pooltree.config.segments import SchedulingSegmentsConfig
+from pooltree.config.support import TREE_ALIASES, TREE_IMPLEMENTED_EXTRA, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector
@@ -60,7 +61,7 @@ class PoolTreeConfig(ConfigModel):
     """
 
     model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
-    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(TREE_UNSUPPORTED)
+    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(TREE_UNSUPPORTED) | frozenset(TREE_IMPLEMENTED_EXTRA)
     KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     ALIASES: ClassVar[dict[str, str]] = {
@@ -175,6 +176,12 @@ class PoolTreeConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _check(self) -> PoolTreeConfig:
+        segments = (self.model_extra or {}).get("scheduling_segments")
+        if segments is not None:
+            try:
+                SchedulingSegmentsConfig.from_options(segments, "scheduling_segments")
+            except ConfigError as error:
+                raise as_validation_error(error) from None
         if self.aggressive_preemption_satisfaction_threshold > self.preemption_satisfaction_threshold:
             raise invalid(
                 "aggressive_preemption_satisfaction_threshold must not exceed preemption_satisfaction_threshold, "

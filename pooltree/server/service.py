@@ -118,6 +118,11 @@ class LiveOrchid:
                     "resource_limits": view["resource_limits"],
                     "resource_usage": view["resource_usage"],
                     "pool_count": view["pool_count"],
+                    **(
+                        {"scheduling_segments": view["scheduling_segments"]}
+                        if "scheduling_segments" in view
+                        else {}
+                    ),
                     **tree_orchid(trees.get(name)),
                 }
                 for name, view in self.scheduler.views.items()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import PooltreeError
-from pooltree.resources import Vector, zeros
+from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.model import (
@@ -27,6 +27,13 @@ from pooltree.strategy.model import (
     NodeHeartbeat,
 )
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
+from pooltree.strategy.segment_inputs import (
+    has_incompatible_allocations,
+    registered_operation,
+    segment_nodes,
+    segment_operations,
+    segments_config,
+)
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.time_limits import (
     job_time_limit,
@@ -133,6 +140,11 @@ class SchedulerCore:
             SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
         )
         self.strategy.usage_watch = self._input_dirty
+        self._segments_source: tuple[Any, Any] | None = None
+        """(tree config, its ``scheduling_segments``) last read: the config is parsed again only when it changes."""
+        self._segments_initial_gpu: dict[str, float] = {}
+        """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
+        self._configure_segments()
 
     # ------------------------------------------------------------------ events
 
@@ -226,6 +238,7 @@ class SchedulerCore:
         self._watch_limits(operation_id)
         self.strategy.register_operation(operation_id, controller)
         self._watch_input(operation_id, controller)
+        self._init_segment(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
             {"event": "operation_started", "time": now, "operation_id": operation_id, "pool": op.pool.name}
@@ -345,7 +358,42 @@ class SchedulerCore:
             self.pool_tree, result, total, self.config, cache=self._build_cache
         )
         self.strategy.publish(tree, now)
+        self.update_segments(now)
         return result
+
+    def _configure_segments(self) -> None:
+        config = self.pool_tree.config
+        if self._segments_source is not None and self._segments_source[0] is config:
+            return
+        parsed = segments_config(config, f"pool_trees.{self.pool_tree.name}.config")
+        self._segments_source = (config, parsed)
+        self.strategy.segments.configure(parsed)
+
+    def _init_segment(self, operation_id: str, controller: OperationController) -> None:
+        self._configure_segments()
+        if self.strategy.segments.enabled:
+            self.strategy.segments.init_operation(
+                registered_operation(operation_id, controller, self.pool_tree, self._segments_initial_gpu)
+            )
+
+    def update_segments(self, now: float) -> None:
+        """Run the scheduling segments manager when it is due (every ``manage_period``; ``strategy/segments.py``).
+
+        Nothing runs while segments are off and were off before, so trees without them are unchanged.
+        """
+        self._configure_segments()
+        manager = self.strategy.segments
+        if not manager.enabled and manager.state.previous_mode == "disabled":
+            return
+        if not manager.due(now):
+            return
+        nodes = segment_nodes(self.strategy, manager, now)
+        operations = segment_operations(self.strategy, self.pool_tree, manager, self._segments_initial_gpu)
+        manager.update(nodes, operations, float(self.total_resources[GPU]), now)
+
+    def segments_view(self) -> dict[str, Any]:
+        """The orchid's ``scheduling_segments`` of this tree (``{"mode": "disabled"}`` when off)."""
+        return self.strategy.segments.view(self.node_tags)
 
     def unregister_completed(self, now: float) -> list[str]:
         """Unregister the operations whose controllers report completion (in registration order).
@@ -438,7 +486,14 @@ class SchedulerCore:
                 return False
         last = node.last_preemptive_scheduling_time
         due = last is None or now > last + self.config.preemptive_scheduling_backoff
-        return not (due and (self.has_starving_operations() or self.limits_violated()))
+        return not (
+            due
+            and (
+                self.has_starving_operations()
+                or self.limits_violated()
+                or has_incompatible_allocations(strategy, node)
+            )
+        )
 
     def enforce_time_limits(self, now: float) -> list[tuple[str, dict[str, Any]]]:
         """Apply ``time_limit`` and ``job_time_limit`` at ``now`` (pooltree/strategy/time_limits.py).
@@ -527,6 +582,7 @@ class SchedulerCore:
             if previous is not None:
                 self._unwatch_input(operation_id, previous)
             self._watch_input(operation_id, controller)
+        self._init_segment(operation_id, controller)
 
     def detach_controller(self, operation_id: str) -> list[Allocation]:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
@@ -590,6 +646,7 @@ class SchedulerCore:
             self.update_fair_share(now)
             return
         self.strategy.publish(self.strategy.tree, now)
+        self.update_segments(now)
 
     def can_start_more(self, address: str) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""

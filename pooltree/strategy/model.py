@@ -93,6 +93,9 @@ class AbortReason(enum.StrEnum):
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
     JOB_TIME_LIMIT_EXCEEDED = "job_time_limit_exceeded"
     """The job ran longer than its ``job_time_limit`` (YTsaurus error 1202 "Job time limit exceeded")."""
+    INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
+    """The allocation's node moved to another scheduling segment, or its operation to another module
+    (YTsaurus's forcefully preemptible allocations; ``strategy/segments.py``)."""
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
     """A ranked job of the same gang operation (a vanilla task with ``gang_options``) failed, was aborted or was
     interrupted: the operation switched to a new incarnation and every running job restarts in its allocation."""
@@ -109,6 +112,7 @@ class DeactivationReason(enum.StrEnum):
     NO_CANDIDATE_ALLOCATIONS = "no_candidate_allocations"
     NOT_SCHEDULABLE = "not_schedulable"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
+    INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
 
 
 class Allocation:

@@ -48,6 +48,8 @@ from pooltree.strategy.model import (
     StarvationStatus,
 )
 from pooltree.strategy.publish import SnapshotPublisher
+from pooltree.strategy.segment_inputs import preempt_incompatible
+from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.watch import unwatch_pending, watch_pending
@@ -81,6 +83,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self._pending_polled: set[str] = set()
         """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
         self.usage_watch: set[str] | None = None
+        self.segments = SegmentsManager()
+        """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
         """When set (``SchedulerCore`` sets its own set), every operation whose usage moves is added to it."""
         self._step = None
         self._statuses_timed = False
@@ -171,6 +175,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if last is None or now > last + self.config.preemptive_scheduling_backoff:
             node.last_preemptive_scheduling_time = now
             result.preemptive_scheduling_performed = True
+            preempt_incompatible(self, node, now, result)
             self._preemptive_scheduling(node, now, result)
         self._abort_for_overcommit(node, now, result)
         return result
@@ -359,6 +364,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
                     "allocation_graceful_preemption_timeout": self.config.allocation_graceful_preemption_timeout,
                 }
             )
+            view.update(self.segments.operation_view(element_id))
         return view
 
     def starvation_status(self, element_id: str) -> StarvationStatus:

@@ -33,6 +33,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
     SchedulingStatus,
 )
+from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     fits_floats,
@@ -94,6 +95,8 @@ class SchedulingStages:
     _touched: set[str]
     """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
     (`changes.py` re-keys only these and the pools above them)."""
+    segments: SegmentsManager
+    """The tree's scheduling segments (``segments.py``): which operations may run on which nodes."""
     usage_watch: set[str] | None
     """Where `_account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
     for the fair-share input; ``None``: nobody listens)."""
@@ -345,6 +348,9 @@ class SchedulingStages:
             return None, DeactivationReason.NOT_SCHEDULABLE
         if not self._tag_matches(element, node):
             return None, DeactivationReason.SCHEDULING_TAG_FILTER_MISMATCH
+        segments = self.segments
+        if segments.enabled and not segments.compatible(element.id, node.address, node.tags):
+            return None, DeactivationReason.INCOMPATIBLE_SCHEDULING_SEGMENT
         controller = runtime.controller
         if controller.pending_allocation_count <= 0:
             return None, DeactivationReason.NO_AVAILABLE_DEMAND

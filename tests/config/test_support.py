@@ -39,7 +39,8 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
         "enable_step_function_for_gang_operations": True,
         "enable_improved_fair_share_by_fit_factor_computation": True,
         "enable_improved_fair_share_by_fit_factor_computation_distribution_gap": True,
-        "scheduling_segments": {"mode": "large_gpu"},
+        "scheduling_segments": {"mode": "large_gpu", "data_centers": ["dc1"]},
+        "packing": {"enable": True},
         "truncate_fifo_pool_unsatisfied_child_fair_share": True,
         "total_resource_limits_consider_delay": 60000,
         "max_unpreemptable_running_job_count": 0,
@@ -51,7 +52,7 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
     assert tree.config.max_unpreemptible_running_allocation_count == 0
     assert tree.pools["research"].config.scheduling_tag_filter == "gpu"
     options = {entry["option"] for entry in unsupported_options(trees)}
-    assert options == {"scheduling_segments", "node_reconnection_timeout"}
+    assert options == {"packing", "node_reconnection_timeout"}  # scheduling_segments is implemented
     assert tree.config.enable_improved_fair_share_by_fit_factor_computation  # implemented
     # Implemented options and defaults are not in the alert.
     assert unsupported_options(parse_pool_trees({"t": {"pools": {"p": {}}}})) == []
@@ -106,7 +107,8 @@ def test_spec_strategy_options_are_recognized_and_reported() -> None:
     assert spec.weight_for_tree("t") == 2  # the old name of scheduling_options_per_pool_tree
     assert spec.unrecognized_spec() == {"my_own_key": 1}
     paths = [item.path for item in unsupported_spec_options(spec)]
-    assert "spec.tentative_pool_trees" in paths and "spec.scheduling_segment" in paths
+    assert "spec.tentative_pool_trees" in paths
+    assert "spec.scheduling_segment" not in paths  # implemented (pooltree/strategy/segments.py)
     assert "spec.tasks.main.job_time_limit" not in paths  # implemented: the job is stopped past it
     assert spec.tasks["main"].job_time_limit == 1.0  # milliseconds in, seconds kept
     assert set(SPEC_UNSUPPORTED) >= {"tentative_pool_trees", "schedule_in_single_tree"}

@@ -735,6 +735,8 @@ class TreeViews(Mapping[str, dict[str, Any]]):
                     if controller is not None:
                         extra["progress"] = controller.progress()
                 entry.update(extra)
+        if core.strategy.segments.enabled:
+            view["scheduling_segments"] = core.segments_view()
         self._built[tree] = view
         return view
 
