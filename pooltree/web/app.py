@@ -268,9 +268,11 @@ class WebUI:
             rows: list[dict[str, Any]] = []
             tree_alerts: list[dict[str, Any]] = []
             summary: dict[str, Any] = {}
+            segments: dict[str, Any] | None = None
             if tree is not None:
                 view = self.scheduler.views[tree]
                 rows = _pool_rows(self.scheduler, tree, view)
+                segments = segments_summary(view.get("scheduling_segments"))
                 tree_alerts = self.scheduler.alert_center.tree_alerts(tree)
                 summary = {
                     "resource_limits": view["resource_limits"],
@@ -297,6 +299,7 @@ class WebUI:
             alerts=_unique(tree_alerts + scheduler_alerts),
             operation_alerts=operation_alerts,
             summary=summary,
+            segments=segments,
         )
 
     # -- Operations
@@ -485,6 +488,63 @@ class _HeaderOnly:
 
     def __init__(self, headers: Mapping[str, str]) -> None:
         self.headers = headers
+
+
+def segments_summary(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The scheduling page's segments table from the orchid's ``scheduling_segments`` (None when they are off)."""
+    if not info or info.get("mode", "disabled") == "disabled":
+        return None
+    fair = info.get("fair_resource_amount_per_segment", {})
+    current = info.get("current_resource_amount_per_segment", {})
+    capacity = info.get("total_capacity_per_module", {})
+    remaining = info.get("remaining_capacity_per_module", {})
+    nodes: dict[tuple[str, str | None], int] = {}
+    for node in (info.get("nodes") or {}).values():
+        segment = node.get("scheduling_segment")
+        key = (segment, node.get("scheduling_segment_module") if segment != "default" else None)
+        nodes[key] = nodes.get(key, 0) + 1
+    unsatisfied = set(info.get("unsatisfied_segments", []))
+    rows = []
+    for segment in sorted(set(fair) | set(current)):
+        if isinstance(fair.get(segment), Mapping) or isinstance(current.get(segment), Mapping):
+            modules = sorted(set(fair.get(segment, {})) | set(current.get(segment, {})) - {"None"})
+            for module in modules:
+                rows.append(
+                    {
+                        "segment": segment,
+                        "module": module,
+                        "fair": fair.get(segment, {}).get(module, 0.0),
+                        "current": current.get(segment, {}).get(module, 0.0),
+                        "capacity": capacity.get(module),
+                        "remaining": remaining.get(module),
+                        "nodes": nodes.get((segment, module), 0),
+                        "unsatisfied": f"{segment}@{module}" in unsatisfied,
+                    }
+                )
+        else:
+            rows.append(
+                {
+                    "segment": segment,
+                    "module": None,
+                    "fair": fair.get(segment, 0.0),
+                    "current": current.get(segment, 0.0),
+                    "capacity": None,
+                    "remaining": None,
+                    "nodes": nodes.get((segment, None), 0),
+                    "unsatisfied": segment in unsatisfied,
+                }
+            )
+    return {
+        "mode": info.get("mode"),
+        "module_type": info.get("module_type"),
+        "scheduling_segment_modules": info.get("scheduling_segment_modules", []),
+        "rows": rows,
+        "balanced": info.get("balanced", True),
+        "unsatisfied": sorted(unsatisfied),
+        "imbalanced_since": info.get("imbalanced_since"),
+        "moved": len(info.get("moved_nodes", [])),
+        "errors": info.get("errors", []),
+    }
 
 
 def _unique(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
