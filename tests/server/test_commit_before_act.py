@@ -9,7 +9,7 @@ would make them fail) and that records what the scheduler's memory showed when t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
-from pooltree.server.store import Mutation, OperationRecord, StoreUnavailable
+from pooltree.server.store import JobRecord, Mutation, OperationRecord, StoreUnavailable
 from pooltree.server.store.sqlite import SqliteStore
 
 GIB = 1 << 30
@@ -35,13 +35,15 @@ class FailingCommits(SqliteStore):
         self.snapshot: Callable[[], Any] = lambda: None
         self.seen: list[Any] = []
 
-    def put_operation(self, record: OperationRecord, *, mutation: Mutation | None = None) -> None:
+    def put_operation(
+        self, record: OperationRecord, *, mutation: Mutation | None = None, jobs: Sequence[JobRecord] = ()
+    ) -> None:
         if self.fail:
             self.seen.append(self.snapshot())
             raise StoreUnavailable(
                 "Scheduler store is unavailable, nothing is acknowledged: injected failure"
             )
-        super().put_operation(record, mutation=mutation)
+        super().put_operation(record, mutation=mutation, jobs=jobs)
 
 
 def _memory(live: LiveScheduler, operation_id: str) -> dict[str, Any]:

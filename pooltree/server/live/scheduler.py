@@ -217,7 +217,12 @@ class LiveScheduler(LiveJobs, LiveRevival):
             runtime_parameters=op.runtime_parameters,
             document=document,
         )
-        self.store.put_operation(record, mutation=mutation or self._start_mutation)
+        # job rows collected in this heartbeat go in the same commit: a completed operation never has a job that
+        # the store still calls running (a kill right after the operation's commit would leave it so forever)
+        jobs = list(self._job_writes.values()) if self._job_writes else []
+        self.store.put_operation(record, mutation=mutation or self._start_mutation, jobs=jobs)
+        if jobs and self._job_writes is not None:
+            self._job_writes.clear()
         self.counts.put(record, final=op.is_final)
 
     def _stored_alerts(self, op: LiveOperation) -> dict[str, Any]:

@@ -213,8 +213,11 @@ class Store(ABC):
 
     # Operations.
     @abstractmethod
-    def put_operation(self, record: OperationRecord, *, mutation: Mutation | None = None) -> None:
-        """Insert or replace an operation; ``mutation`` (a start's id and answer) is saved in the same commit."""
+    def put_operation(
+        self, record: OperationRecord, *, mutation: Mutation | None = None, jobs: Sequence[JobRecord] = ()
+    ) -> None:
+        """Insert or replace an operation; ``mutation`` (a start's id and answer) and ``jobs`` (job rows written
+        with it: a finishing operation's last jobs) are saved in the same commit."""
 
     @abstractmethod
     def get_operation(self, operation_id: str) -> OperationRecord | None: ...

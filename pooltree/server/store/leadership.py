@@ -1,8 +1,12 @@
 """Exactly one scheduler acts on a store: the leader lock.
 
-- **SQLite**: an exclusive ``flock`` on ``<database>.lock`` beside the database file, taken before the database is
-  opened and held for the life of the process (the kernel drops it when the process dies, even by SIGKILL). The
-  file holds the holder's pid, host and URL, so a second scheduler is refused with one line naming them.
+- **SQLite**: an exclusive ``flock`` on the database file itself (its real path, symlinks resolved; created empty
+  when missing), taken before the database is opened and held for the life of the process (the kernel drops it
+  when the process dies, even by SIGKILL). A lock belongs to the file's inode, so a second path to the same
+  database (a symlink, a hard link) meets the same lock, and no other file can be swapped in to take it; a
+  database replaced under a running leader is noticed by the store's file watch. (Linux keeps ``flock`` apart from
+  the POSIX locks SQLite takes, so they do not interfere.) ``<database>.lock`` beside it only *describes* the
+  holder (pid, host, URL) so a second scheduler is refused with one line naming them; deleting it frees nothing.
 - **PostgreSQL**: a session-level advisory lock (``pg_try_advisory_lock``) taken on the store's own connection, so
   every write the leader makes goes through the session that holds the lock: when the connection dies the lock
   dies with it, and the store refuses to reconnect (``PostgresStore.holds_lock``), so a deposed leader cannot write
@@ -85,22 +89,23 @@ class LeaderLock(ABC):
 
 
 class SqliteLeaderLock(LeaderLock):
-    """``flock`` on ``<database path>.lock``."""
+    """``flock`` on the database file (real path); ``<database>.lock`` names the holder."""
 
     def __init__(self, database: Path) -> None:
-        self.path = database.with_name(database.name + ".lock")
+        self.database = Path(os.path.realpath(database))
+        self.path = self.database.with_name(self.database.name + ".lock")
         self._fd: int | None = None
 
     def try_acquire(self) -> bool:
         if self._fd is not None:
             return True
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.database.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.database, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as error:
             raise StoreError(
-                f"cannot create the scheduler lock file {self.path}: {error.strerror or error}",
-                attributes={"path": str(self.path)},
+                f"cannot open the SQLite store {self.database} to lock it: {error.strerror or error}",
+                attributes={"path": str(self.database)},
             ) from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -110,17 +115,27 @@ class SqliteLeaderLock(LeaderLock):
         except OSError as error:
             os.close(fd)
             raise StoreError(
-                f"cannot lock {self.path}: {error.strerror or error}", attributes={"path": str(self.path)}
+                f"cannot lock {self.database}: {error.strerror or error}",
+                attributes={"path": str(self.database)},
             ) from error
         self._fd = fd
         self._write(this_process())
         return True
 
     def _write(self, info: LeaderInfo) -> None:
-        assert self._fd is not None
+        """Describe the holder in ``<database>.lock`` (written whole, then renamed: readers never see half)."""
         data = json.dumps(info.to_json()).encode()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, data, 0)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def holder(self) -> LeaderInfo | None:
         try:

@@ -138,10 +138,14 @@ class SqlStore(Store):
             return bool(cur.rowcount)
 
     # Operations.
-    def put_operation(self, record: OperationRecord, *, mutation: Mutation | None = None) -> None:
+    def put_operation(
+        self, record: OperationRecord, *, mutation: Mutation | None = None, jobs: Sequence[JobRecord] = ()
+    ) -> None:
         with self._lock, self._transaction() as cur:
             if mutation is not None:
                 self._remember(cur, mutation)
+            if jobs:
+                cur.executemany(self._q(self._PUT_JOB), [self._job_row(job) for job in jobs])
             cur.execute(
                 self._q(
                     "INSERT INTO operations (id, type, state, user_name, pool, start_time, finish_time, body)"

@@ -4,12 +4,15 @@ under its own lock reads, so a listing does not wait for a start's commit: WAL r
 The file is watched: every transaction checks, before it commits, that the path still names the file the store
 opened (same device and inode) and that its header is still SQLite's. A deleted, replaced or overwritten file
 puts the store in trouble (``Store.health()``), so nothing more is acknowledged into a file nobody will read
-again; the scheduler must be restarted on a good file.
+again; the scheduler must be restarted on a good file. The write-ahead log (``<file>-wal``) is watched the same way:
+commits not yet checkpointed live only there, so when it is deleted or replaced the store goes into trouble and
+first checkpoints what SQLite still holds open into the database file (nothing acknowledged is lost).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import stat
@@ -24,6 +27,8 @@ from pooltree.server.store.base import StoreError, StoreHealth, StoreUnavailable
 from pooltree.server.store.sql import SqlStore
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+
+log = logging.getLogger(__name__)
 
 
 class SqliteStore(SqlStore):
@@ -82,6 +87,10 @@ class SqliteStore(SqlStore):
                 f"cannot open SQLite store {self.path}: {reason}", attributes={"url": self.url}
             ) from error
         self._identity = (opened.st_dev, opened.st_ino)
+        self.wal_path = self.path.with_name(self.path.name + "-wal")
+        self._wal_identity = _identity_of(self.wal_path)
+        """The write-ahead log SQLite writes commits to (it exists once the schema is written): watched like the
+        database file, since commits not yet checkpointed live only there."""
         try:
             self._reader = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
@@ -112,12 +121,37 @@ class SqliteStore(SqlStore):
             return f"SQLite store file {self.path} cannot be read: {_reason(error)}"
         if header != SQLITE_HEADER:
             return f"SQLite store file {self.path} is corrupted (its header is not SQLite's)"
+        wal = _identity_of(self.wal_path)
+        if self._wal_identity is None:
+            self._wal_identity = wal
+        elif wal is None:
+            return f"SQLite journal {self.wal_path} was deleted while the scheduler ran"
+        elif wal != self._wal_identity:
+            return f"SQLite journal {self.wal_path} was replaced by another file (inode changed)"
         return None
+
+    def _rescue_journal(self) -> None:
+        """The journal was deleted or replaced under the open connection: commits not yet checkpointed live only
+        in the file SQLite still holds open. Checkpoint them into the database file now (and sync it), so nothing
+        acknowledged is lost when the process stops; the store stays in trouble (nothing more is acknowledged)."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if self._fd is not None:
+                os.fsync(self._fd)
+        except (OSError, sqlite3.Error) as error:
+            log.error("could not checkpoint the journal of %s into the database: %s", self.path, _reason(error))
+        else:
+            log.error(
+                "the journal of %s was deleted or replaced; acknowledged commits were checkpointed into the "
+                "database file; restart the scheduler",
+                self.path,
+            )
 
     @contextmanager
     def _connection_transaction(self) -> Iterator[Any]:
         cur = self._conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
+        problem: str | None = None
         try:
             yield cur
             if self._fd is not None:
@@ -132,6 +166,8 @@ class SqliteStore(SqlStore):
             # already rolled back by SQLite, or the file is gone: the original error tells why
             with contextlib.suppress(sqlite3.Error):
                 cur.execute("ROLLBACK")
+            if problem is not None:
+                self._rescue_journal()
             raise
         else:
             cur.execute("COMMIT")
@@ -155,6 +191,7 @@ class SqliteStore(SqlStore):
                 problem = self._verify()
                 if problem is not None:
                     self.mark_trouble(problem)
+                    self._rescue_journal()
                 else:
                     with suppress(StoreUnavailable):
                         self._rows("SELECT value FROM meta WHERE key = ?", ("schema_version",))
@@ -167,6 +204,15 @@ class SqliteStore(SqlStore):
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def _identity_of(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, None when it does not exist."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _reason(error: BaseException) -> str:
