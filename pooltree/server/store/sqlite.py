@@ -139,7 +139,9 @@ class SqliteStore(SqlStore):
             if self._fd is not None:
                 os.fsync(self._fd)
         except (OSError, sqlite3.Error) as error:
-            log.error("could not checkpoint the journal of %s into the database: %s", self.path, _reason(error))
+            log.error(
+                "could not checkpoint the journal of %s into the database: %s", self.path, _reason(error)
+            )
         else:
             log.error(
                 "the journal of %s was deleted or replaced; acknowledged commits were checkpointed into the "
