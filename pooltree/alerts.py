@@ -163,6 +163,17 @@ def unschedulable_task(
     return None
 
 
+def below_min_spare(limits: np.ndarray, spare: np.ndarray) -> list[str]:
+    """The resources in which a node, even idle, has less than the tree's ``min_spare_allocation_resources_on_node``
+    (the strategy starts nothing on a node whose free resources miss the spare in a resource it has): such a node
+    can never run a job of that tree, whatever the job needs."""
+    return [
+        RESOURCES[i]
+        for i in range(len(RESOURCES))
+        if limits[i] > 0 and limits[i] + 1e-9 < spare[i]  # the strategy's rule at zero usage
+    ]
+
+
 def starving_for(view: Mapping[str, Any] | None, now: float) -> float | None:
     """Seconds the element has been starving (strategy view), or None when it is not starving."""
     if not view or view.get("starvation_status") in (None, "non_starving"):
@@ -387,8 +398,10 @@ class SchedulerAlerts:
             in_tree = sum(1 for node in self.scheduler.nodes.values() if tree in node.trees)
             if in_tree < max(self.settings.safe_online_node_count, 1):
                 continue
-            found = unschedulable_task(tasks, [node.resource_limits for node in nodes]) if nodes else None
-            if not nodes:
+            spare = self._min_spare(tree)
+            usable = [node for node in nodes if not below_min_spare(node.resource_limits, spare)]
+            found = unschedulable_task(tasks, [node.resource_limits for node in usable]) if usable else None
+            if not usable:
                 found = next(iter(tasks.items()), None)
             if found is None:
                 continue
@@ -406,12 +419,36 @@ class SchedulerAlerts:
                 attributes["unsatisfied_resources"] = short
             if tag_filter.text:
                 attributes["scheduling_tag_filter"] = tag_filter.text
+            inner: list[dict[str, Any]] = []
+            if len(usable) < len(nodes):
+                attributes["min_spare_allocation_resources_on_node"] = resources_to_dict(spare)
+                attributes["nodes_below_min_spare"] = len(nodes) - len(usable)
+                if not usable:
+                    short = sorted(
+                        {r for node in nodes for r in below_min_spare(node.resource_limits, spare)}
+                    )
+                    inner.append(
+                        yt_error(
+                            GENERIC_ERROR,
+                            f'Every node of tree "{tree}" has less {", ".join(short)} than the tree\'s '
+                            "min_spare_allocation_resources_on_node even when idle, so none can start a job",
+                            {"pool_tree": tree, "resources": short},
+                        )
+                    )
             return yt_error(
                 NO_ONLINE_NODE_TO_SCHEDULE_JOB,
                 "No online node can satisfy the resource demand",
                 {"alert_type": NO_ONLINE_NODE, **attributes},
+                inner,
             )
         return None
+
+    def _min_spare(self, tree: str) -> np.ndarray:
+        """The tree's ``min_spare_allocation_resources_on_node`` (zeros for a tree without a core yet)."""
+        core = self.scheduler.cores.get(tree)
+        if core is None:
+            return np.zeros(len(RESOURCES))
+        return np.asarray(core.strategy.config.min_spare_allocation_resources_on_node, dtype=float)
 
     def operations_to_fail(self, now: float, tree: str) -> list[tuple[str, dict[str, Any]]]:
         """Operations of ``tree`` no node has fit for ``unschedulable_operation_timeout``: (id, the error to fail

@@ -25,14 +25,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 
 from pooltree.cli.app import app, fail
 from pooltree.cli.secrets_options import (
-    NODE_SECRET_FILE,
     STORE_KEY_FILE,
-    TOKEN_FILE,
     node_secret,
     restrict_store_files,
     superuser_token,
@@ -40,6 +37,7 @@ from pooltree.cli.secrets_options import (
 from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.local.cluster import READY_PREFIX, ROLE_PREFIX, LocalCluster
 from pooltree.node.agent import detect_resource_limits
 from pooltree.node.isolation import CHOICES, Resolution, resolve_isolation, sandbox_location
 from pooltree.node.service import (
@@ -50,24 +48,12 @@ from pooltree.node.service import (
     run_node,
 )
 from pooltree.node.topology import NodeTopology
-from pooltree.resources import RESOURCES
-from pooltree.security.credentials import ensure_secret_file, new_node_secret, new_token
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 from pooltree.server.live.model import check_update_period
 
 DEFAULT_DATA = Path(".pooltree")
-READY_PREFIX = "listening on "
-ROLE_PREFIX = "role: "
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 15.0
 SUPERVISE_PERIOD = 0.5
 """Seconds between ``pooltree local``'s checks of its children."""
-NODE_RESTART_BACKOFF = 0.5
-NODE_RESTART_MAX_BACKOFF = 10.0
-"""A dead node is restarted after 0.5 s, doubling with each death in the window, at most 10 s."""
-NODE_RESTART_LIMIT = 5
-NODE_RESTART_WINDOW = 60.0
-"""A node that died this many times within the window is left down (a crash loop, not a one-off death)."""
 
 log = logging.getLogger("pooltree.cli.live")
 
@@ -490,18 +476,6 @@ def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list
     return killed, removed
 
 
-def split_machine(nodes: int) -> str | None:
-    """Each of ``nodes`` local nodes' share of this machine (cpu, memory, user_slots divided evenly; at least one
-    slot and 1/``nodes`` of a cpu each), so N nodes together never claim more than the machine has."""
-    if nodes <= 1:
-        return None
-    total = detect_resource_limits(None)
-    cpu = float(total[RESOURCES.index("cpu")]) / nodes
-    memory = int(float(total[RESOURCES.index("memory")]) // nodes)
-    slots = max(1, int(float(total[RESOURCES.index("user_slots")]) // nodes))
-    return f"cpu={cpu:g},memory={memory},user_slots={slots}"
-
-
 def parse_node_resources(text: str | None) -> dict[str, Any] | None:
     """``--resources`` text → the override map, validated now (so a typo fails before anything starts)."""
     if not text:
@@ -625,194 +599,6 @@ async def _run_node(
 # ------------------------------------------------------------------------------------------------- local
 
 
-class LocalCluster:
-    """One scheduler and N node processes (``sys.executable -m pooltree.cli ...``) under one data directory."""
-
-    def __init__(
-        self,
-        data: Path,
-        *,
-        nodes: int = 2,
-        port: int = 0,
-        node_resources: str | None = None,
-        node_heartbeat_timeout: float = 60.0,
-        memory_meter: str = "auto",
-        heartbeat_period: float = 1.0,
-        fair_share_update_period: float = 1.0,
-        isolation: str = "auto",
-    ) -> None:
-        self.data = data
-        self.isolation = isolation
-        """The nodes' ``--isolation`` (``node/isolation.py``)."""
-        self.heartbeat_period = heartbeat_period
-        self.fair_share_update_period = fair_share_update_period
-        self.nodes = nodes
-        self.port = port
-        self.node_resources = node_resources
-        self.node_heartbeat_timeout = node_heartbeat_timeout
-        self.memory_meter = memory_meter
-        self.scheduler: asyncio.subprocess.Process | None = None
-        self.node_processes: list[asyncio.subprocess.Process] = []
-        self.url: str | None = None
-        self.node_exits: list[list[float]] = []
-        """Per node, the monotonic times it exited unexpectedly (restarts are bounded by these)."""
-        self.given_up: set[int] = set()
-        """Nodes that kept dying and are no longer restarted (the cluster goes on without them)."""
-        self._restart_at: dict[int, float] = {}
-        self._stopping = False
-        self.token_file = data / TOKEN_FILE
-        self.node_secret_file = data / NODE_SECRET_FILE
-        self.token_created = False
-
-    @staticmethod
-    def _command(*args: str) -> list[str]:
-        return [sys.executable, "-m", "pooltree.cli", *args]
-
-    async def start(self) -> str:
-        """Start the scheduler, wait for its URL and API, start the nodes; returns the proxy URL."""
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.token_created = not self.token_file.exists()
-        ensure_secret_file(self.token_file, "token", new_token)
-        ensure_secret_file(self.node_secret_file, "node secret", new_node_secret)
-        self.scheduler = await asyncio.create_subprocess_exec(
-            *self._command(
-                "scheduler",
-                "--data",
-                str(self.data),
-                "--token-file",
-                str(self.token_file),
-                "--node-secret-file",
-                str(self.node_secret_file),
-                "--port",
-                str(self.port),
-                "--create-default-tree",
-                "--node-heartbeat-timeout",
-                str(self.node_heartbeat_timeout),
-                "--heartbeat-period",
-                str(self.heartbeat_period),
-                "--fair-share-update-period",
-                str(self.fair_share_update_period),
-            ),
-            stdout=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        self.url = await self._read_ready_line(self.scheduler)
-        for index in range(self.nodes):
-            self.node_processes.append(await self._start_node(index))
-            self.node_exits.append([])
-        await self._wait_api(self.url)
-        return self.url
-
-    async def _start_node(self, index: int) -> asyncio.subprocess.Process:
-        """Start node ``node-INDEX`` (the same address and sandbox root each time: a restarted node kills the
-        job processes its predecessor left there before it heartbeats)."""
-        assert self.url is not None
-        address = f"node-{index}"
-        args = ["node", "--scheduler", self.url, "--address", address]
-        args += ["--root", str(self.data / "nodes" / address), "--memory-meter", self.memory_meter]
-        args += ["--node-secret-file", str(self.node_secret_file), "--isolation", self.isolation]
-        node_resources = self.node_resources or split_machine(self.nodes)
-        if node_resources:
-            args += ["--resources", node_resources]
-        return await asyncio.create_subprocess_exec(*self._command(*args), start_new_session=True)
-
-    async def _read_ready_line(self, process: asyncio.subprocess.Process) -> str:
-        assert process.stdout is not None
-        try:
-            async with asyncio.timeout(START_TIMEOUT):
-                while True:
-                    line = await process.stdout.readline()
-                    if not line:
-                        code = await process.wait()
-                        raise PooltreeError(f"the scheduler exited with status {code} before listening")
-                    text = line.decode("utf-8", "replace").strip()
-                    if text.startswith(READY_PREFIX):
-                        return text[len(READY_PREFIX) :]
-        except TimeoutError:
-            raise PooltreeError(f"the scheduler did not start within {START_TIMEOUT:.0f} s") from None
-
-    async def _wait_api(self, url: str) -> None:
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            for _ in range(200):
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"{url}/api/v4")).status_code == 200:
-                        return
-                await asyncio.sleep(0.05)
-        raise PooltreeError(f"the scheduler at {url} does not answer /api/v4")
-
-    def exited(self) -> str | None:
-        """A description of the scheduler's exit, or None while it runs (nodes are supervised by ``supervise``)."""
-        if self.scheduler is not None and self.scheduler.returncode is not None:
-            return f"the scheduler exited with {_exit_status(self.scheduler.returncode)}"
-        return None
-
-    async def supervise(self, now: float | None = None) -> list[str]:
-        """Restart nodes that died (after a short backoff growing with repeated deaths); a node that died
-        ``NODE_RESTART_LIMIT`` times within ``NODE_RESTART_WINDOW`` seconds is left down and the cluster goes on
-        with the others. Returns what happened, one line per event, for the log."""
-        if self._stopping:
-            return []
-        now = time.monotonic() if now is None else now
-        events: list[str] = []
-        for index, process in enumerate(self.node_processes):
-            if process.returncode is None or index in self.given_up:
-                continue
-            if index not in self._restart_at:
-                exits = [t for t in self.node_exits[index] if now - t < NODE_RESTART_WINDOW] + [now]
-                self.node_exits[index] = exits
-                status = _exit_status(process.returncode)
-                if len(exits) >= NODE_RESTART_LIMIT:
-                    self.given_up.add(index)
-                    running = self.nodes - len(self.given_up)
-                    events.append(
-                        f"node-{index} exited with {status} ({len(exits)} times in {NODE_RESTART_WINDOW:.0f} s); "
-                        f"not restarting it, the cluster goes on with {running} of {self.nodes} nodes"
-                    )
-                    continue
-                delay = min(NODE_RESTART_BACKOFF * 2 ** (len(exits) - 1), NODE_RESTART_MAX_BACKOFF)
-                self._restart_at[index] = now + delay
-                events.append(f"node-{index} exited with {status}; restarting it in {delay:.1f} s")
-            if now >= self._restart_at[index]:
-                del self._restart_at[index]
-                self.node_processes[index] = await self._start_node(index)
-                events.append(f"node-{index} restarted (pid {self.node_processes[index].pid})")
-        return events
-
-    async def stop(self) -> None:
-        """Nodes first (they abort their jobs and report), then the scheduler; SIGKILL after a bounded wait."""
-        self._stopping = True
-        await _terminate(self.node_processes)
-        if self.scheduler is not None:
-            await _terminate([self.scheduler])
-
-
-def _exit_status(code: int) -> str:
-    """``status 3`` or ``signal SIGKILL`` (asyncio reports death by a signal as a negative return code)."""
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"status {code}"
-
-
-async def _terminate(processes: Sequence[asyncio.subprocess.Process]) -> None:
-    alive = [process for process in processes if process.returncode is None]
-    for process in alive:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    if not alive:
-        return
-    _, pending = await asyncio.wait([asyncio.ensure_future(p.wait()) for p in alive], timeout=STOP_TIMEOUT)
-    for process in alive:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-    for task in pending:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 5.0)
-
-
 @app.command("local")
 def local_command(
     nodes: int = typer.Option(2, "--nodes", help="Number of exec nodes."),
@@ -877,6 +663,10 @@ async def _run_local(
     try:
         url = await cluster.start()
         echo(f"pooltree local: scheduler at {url} with {cluster.nodes} nodes; state in {cluster.data}")
+        if cluster.sizing.resources:
+            echo(f"  each node: {cluster.sizing.resources}")
+        for note in cluster.sizing.notes:
+            echo(f"  note: {note}")
         echo(f"  job isolation: {job_isolation.summary()}")
         warning = job_isolation.warning()
         if warning:

@@ -18,6 +18,8 @@ from urllib.parse import unquote
 
 from pooltree.errors import PooltreeError
 from pooltree.security.credentials import (
+    NODE_SECRET_FILE,
+    TOKEN_FILE,
     ensure_secret_file,
     new_node_secret,
     new_token,
@@ -27,8 +29,6 @@ from pooltree.security.credentials import (
 
 TOKEN_ENV = "POOLTREE_TOKEN"
 NODE_SECRET_ENV = "POOLTREE_NODE_SECRET"
-TOKEN_FILE = "token"
-NODE_SECRET_FILE = "node_secret"
 STORE_KEY_FILE = "store_key"
 """The key that seals secrets kept in the store (``pooltree.security.sealing``): never inside the store itself."""
 MIN_TOKEN_LENGTH = 16

@@ -29,6 +29,9 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 SALT_BYTES = 16
 SECRET_FILE_MODE = 0o600
+TOKEN_FILE = "token"
+NODE_SECRET_FILE = "node_secret"
+"""The names of the superuser token and the cluster node secret in a scheduler's data directory."""
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.config.base import Resources
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import (
     CPU,
@@ -172,6 +173,8 @@ class StrategyConfig:
 def _as_vector(value: Any, path: str, missing: float) -> Vector:
     if isinstance(value, np.ndarray):
         return value.astype(float)
+    if isinstance(value, Resources):  # a pool tree config's resource map (the live scheduler's trees)
+        return np.array(value.vector, dtype=float)
     if hasattr(value, "model_dump"):
         value = {k: v for k, v in value.model_dump().items() if v is not None}
     return parse_resources(value, path, missing=missing)

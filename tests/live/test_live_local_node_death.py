@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import Procs, client, state, vanilla
 from polling import wait_for
 
-from pooltree.cli.live import NODE_RESTART_LIMIT, LocalCluster
+from pooltree.local.cluster import NODE_RESTART_LIMIT, LocalCluster
 
 
 def _node_pids(local_pid: int) -> dict[str, int]:

@@ -121,6 +121,41 @@ def test_operation_no_node_fits_alerts_then_fails_with_4410(tmp_path: Path) -> N
     assert record.document["error"]["attributes"]["needed_resources"]["cpu"] == 64
 
 
+@pytest.mark.parametrize("cpu_limit", [0.25, 0.5])
+def test_nodes_below_the_min_spare_fail_a_small_job_with_the_reason(tmp_path: Path, cpu_limit: float) -> None:
+    """``pooltree local --nodes 4`` on 2 cpus made 0.5-cpu nodes: below the tree's default
+    min_spare_allocation_resources_on_node (1 cpu) none of them ever starts a job, yet a 0.25- or 0.5-cpu job fits
+    their limits, and such an operation stayed pending forever with no alert and no reason."""
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}}, unschedulable_operation_timeout=5.0)
+    for index in range(4):
+        heartbeat(scheduler, f"n{index}", 0.5, cpu=0.5)
+    op = scheduler.start_operation("vanilla", vanilla(cpu_limit=cpu_limit), "alice", 1.0)
+    update(scheduler, 1.0)
+    assert heartbeat(scheduler, "n0", 1.5, cpu=0.5).get("start", []) == []  # the strategy starts nothing
+    error = scheduler.alerts(op)["no_online_node_to_schedule_job"]
+    assert error["code"] == 4410 and error["attributes"]["nodes_below_min_spare"] == 4
+    assert error["attributes"]["min_spare_allocation_resources_on_node"]["cpu"] == 1
+    assert "min_spare_allocation_resources_on_node" in error["inner_errors"][0]["message"]
+    assert "cpu" in error["inner_errors"][0]["attributes"]["resources"]
+    update(scheduler, 6.5)
+    record = scheduler.store.get_operation(op.id)
+    assert record is not None and record.state == "failed"
+    assert record.document["error"]["inner_errors"][0]["attributes"]["pool_tree"] == "default"
+
+
+def test_nodes_at_the_trees_own_min_spare_run_the_small_job(tmp_path: Path) -> None:
+    """The same nodes in a tree whose min spare they reach: no alert, and the strategy starts the job."""
+    spare = {"min_spare_allocation_resources_on_node": {"cpu": 0.25, "user_slots": 1}}
+    scheduler = live(
+        tmp_path, {"default": {"config": spare, "pools": {}}}, unschedulable_operation_timeout=5.0
+    )
+    heartbeat(scheduler, "n0", 0.5, cpu=0.5)
+    op = scheduler.start_operation("vanilla", vanilla(cpu_limit=0.25), "alice", 1.0)
+    update(scheduler, 1.0)
+    assert "no_online_node_to_schedule_job" not in scheduler.alerts(op)
+    assert len(heartbeat(scheduler, "n0", 1.5, cpu=0.5)["start"]) == 1
+
+
 def test_no_node_fits_clears_when_a_big_enough_node_comes(tmp_path: Path) -> None:
     scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}}, unschedulable_operation_timeout=5.0)
     heartbeat(scheduler, "n1", 0.5, cpu=2)
