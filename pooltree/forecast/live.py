@@ -157,3 +157,64 @@ def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: floa
             heartbeat_period=scheduler.heartbeat_period,
             pool_durations=history.snapshot(),
         )
+
+
+def submitted_operation(
+    operation_id: str,
+    user: str,
+    operation_type: str,
+    spec: Mapping[str, Any],
+    model: Any,
+    controller: Any,
+    pools: Mapping[str, str],
+    now: float,
+) -> OperationState:
+    """A start that has passed every check but was not made (a dry run), as the operation it would be now: in its
+    first tree and pool, all jobs pending, submitted last."""
+    tree = next(iter(pools))
+    per_tree = spec.get("scheduling_options_per_pool_tree")
+    options = per_tree.get(tree) if isinstance(per_tree, Mapping) else None
+    limits = options.get("resource_limits") if isinstance(options, Mapping) else None
+    per_job = controller.pending_task_resources()
+    tasks = tuple(
+        TaskState(
+            name,
+            np.array(per_job[name], dtype=float),
+            task.job_count,
+            interruptible=(task.interruption_signal or model.interruption_signal) is not None,
+            gang_size=task.gang_size,
+        )
+        for name, task in model.tasks.items()
+    )
+    return OperationState(
+        operation_id,
+        user,
+        operation_type,
+        dict(spec),
+        tree,
+        pools[tree],
+        now,
+        tasks,
+        state="pending",
+        weight=model.weight_for_tree(tree),
+        resource_limits=dict(limits) if isinstance(limits, Mapping) else None,
+    )
+
+
+def count_limit_holder(scheduler: LiveSchedulerView, tree: str, pool: str) -> dict[str, Any] | None:
+    """The first pool on the path of ``pool`` whose running operations are at its ``max_running_operation_count``
+    (a new operation there would wait in its queue), or None."""
+    with scheduler.lock:
+        pool_tree = scheduler.registry.trees.get(tree)
+        element = None if pool_tree is None else pool_tree.pools.get(pool)
+        while element is not None and not element.is_root:
+            limit = element.max_running_operation_count
+            if limit is not None and element.running_operation_count >= limit:
+                return {
+                    "reason": "max_running_operation_count",
+                    "message": f'Pool "{element.name}" runs {element.running_operation_count} operations, its '
+                    f"max_running_operation_count is {limit}: the operation would wait in its queue",
+                    "pool": element.name,
+                }
+            element = element.parent
+    return None

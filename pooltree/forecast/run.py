@@ -61,7 +61,9 @@ def quantile(values: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     a, b = ordered[low], ordered[high]
-    if math.isinf(a) or (math.isinf(b) and position > low):
+    if position == low:
+        return a
+    if math.isinf(a) or math.isinf(b):
         return math.inf
     return a + (b - a) * (position - low)
 
@@ -118,7 +120,7 @@ def run_seed(
             if preemptor is not None:
                 preempted_for.setdefault(preemptor, Counter())[event["operation_id"]] += 1
 
-    if not scenario.operations:
+    if not scenario.operations or not state.nodes:
         return run
     simulation = Simulation(scenario, seed=seed, until=settings.horizon, event_sink=sink)
     result = simulation.run()

@@ -82,13 +82,21 @@ def _worker_init(memory_limit: int, niceness: int) -> None:
     signal.signal(signal.SIGPROF, expired)
 
 
-def _run_in_worker(state: ClusterState, settings: ForecastSettings, timeout: float) -> Forecast:
-    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU)."""
+def _run_in_worker(
+    state: ClusterState, settings: ForecastSettings, timeout: float
+) -> tuple[Forecast | None, str | None]:
+    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU): the
+    forecast, or the error's text (errors cross the process boundary as text: not every error pickles)."""
     if len(_SPECS) > _SPEC_CACHE_SIZE:
         _SPECS.clear()
     signal.setitimer(signal.ITIMER_PROF, timeout)
     try:
-        return forecast(state, settings, specs=_SPECS)
+        return forecast(state, settings, specs=_SPECS), None
+    except MemoryError:
+        _SPECS.clear()
+        return None, "the forecast ran out of its memory limit"
+    except Exception as error:
+        return None, f"{type(error).__name__}: {error}"
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
 
@@ -135,7 +143,7 @@ class ForecastService:
     def _submit(self, state: ClusterState, settings: ForecastSettings) -> Forecast:
         try:
             future = self._pool().submit(_run_in_worker, state, settings, self.settings.timeout)
-            return future.result(timeout=self.settings.timeout * 4 + 60)
+            found, error = future.result(timeout=self.settings.timeout * 4 + 60)
         except concurrent.futures.process.BrokenProcessPool:
             with self._executor_lock:
                 self._executor = None
@@ -144,6 +152,9 @@ class ForecastService:
             ) from None
         except concurrent.futures.TimeoutError:
             raise ForecastTimeout("the forecast worker did not answer in time") from None
+        if found is None:
+            raise PooltreeError(f"the forecast failed: {error}")
+        return found
 
     # ------------------------------------------------------------------ refreshes
 

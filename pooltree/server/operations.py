@@ -18,7 +18,8 @@ from typing import Any
 
 from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.forecast.attribute import scheduling_forecast
+from pooltree.forecast.attribute import operation_forecast_map, scheduling_forecast
+from pooltree.forecast.live import count_limit_holder, submitted_operation
 from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
 from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
@@ -200,6 +201,15 @@ def check_pool_names(spec: dict[str, Any], field: str) -> None:
                 check_pool_name(
                     options["pool"], field=f"{field}.scheduling_options_per_pool_tree.{tree}.pool"
                 )
+
+
+def _spec_error(error: ConfigError) -> YtError:
+    """A refused spec as the YT error a start answers (the field and the reason as attributes)."""
+    return YtError(
+        f"Invalid operation spec: {error.message}",
+        attributes={"field": error.path, "reason": error.reason},
+        inner_errors=[error],
+    )
 
 
 class OperationCommands:
@@ -596,6 +606,11 @@ class OperationCommands:
         if not isinstance(spec, dict):
             raise parameter_error("spec", f"expected a map, got {type(spec).__name__}")
         check_pool_names(spec, "spec")
+        dry_run = ctx.param("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise parameter_error("dry_run", f"expected a boolean, got {type(dry_run).__name__}")
+        if dry_run:
+            return self._dry_run(operation_type, spec, ctx.user)
         operation_id = new_guid()
         files = self.files.snapshot(spec) if self.files is not None else {}
         if files:
@@ -614,11 +629,7 @@ class OperationCommands:
         except ConfigError as error:
             if files and self.files is not None:
                 self.files.forget_operation(operation_id)
-            raise YtError(
-                f"Invalid operation spec: {error.message}",
-                attributes={"field": error.path, "reason": error.reason},
-                inner_errors=[error],
-            ) from error
+            raise _spec_error(error) from error
         except Exception:
             if files and self.files is not None:
                 self.files.forget_operation(operation_id)
@@ -628,6 +639,38 @@ class OperationCommands:
                 operation_id
             )  # a retried start answered the first attempt's operation
         return {"operation_id": op.id}
+
+    def _dry_run(self, operation_type: str, spec: dict[str, Any], user: str) -> dict[str, Any]:
+        """``start_operation`` with ``dry_run=%true``: every check of a real start (the command's authorization
+        ran already; files, type, spec, pools and count limits here), nothing stored or changed; answers where
+        it would run, what would hold it pending now and the forecast of the cluster with it submitted now."""
+        if self.files is not None:
+            self.files.snapshot(spec)  # a missing file refuses the start (resolved, not registered)
+        operation_id = f"dry-run-{new_guid()}"
+        try:
+            model, controller, pools = self.scheduler.check_start(operation_type, spec, user, operation_id)
+        except ConfigError as error:
+            raise _spec_error(error) from error
+        tree = next(iter(pools))
+        answer: dict[str, Any] = {"dry_run": True, "pool_trees": dict(pools)}
+        forecast: dict[str, Any] = {"waiting_for": count_limit_holder(self.scheduler, tree, pools[tree])}
+        if self.forecasts is None:
+            forecast.update(state="unavailable", error="this scheduler runs no forecasts")
+        else:
+            submitted = submitted_operation(
+                operation_id, user, operation_type, spec, model, controller, pools, self.clock()
+            )
+            try:
+                found = self.forecasts.dry_run(submitted)
+            except (PooltreeError, MemoryError) as error:
+                forecast.update(state="unavailable", error=str(error))
+            else:
+                forecast.update(
+                    state="ready", computed_at=iso_time(found.now), horizon=found.horizon, seeds=found.seeds
+                )
+                forecast.update(operation_forecast_map(found.operations[operation_id], iso_time))
+        answer["scheduling_forecast"] = forecast
+        return answer
 
     def get_operation(self, ctx: CommandContext) -> Encoded:
         if self.forecasts is not None:

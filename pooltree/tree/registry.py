@@ -153,6 +153,30 @@ class PoolTrees:
             registrations.append(TreeRegistration(name, pool, weight, limits))
         return registrations
 
+    def _prepare(
+        self, operation_id: str, spec: Any, user: str, revival: bool
+    ) -> tuple[list[tuple[TreeRegistration, PoolPlacement, float | None, Any]], dict[str, str]]:
+        """Every check of a start in every tree (and its offloading trees), nothing changed: the placements."""
+        registrations = self.registrations_for(spec, user)
+        is_gang = bool(_spec_option(spec, "is_gang", False))
+        prepared: list[tuple[TreeRegistration, PoolPlacement, float | None, Any]] = []
+        for reg in registrations:
+            weight = _check_weight(reg.weight, f"scheduling_options_per_pool_tree.{reg.tree}.weight")
+            limits = _limits_vector(reg.resource_limits)
+            placement = self.trees[reg.tree].prepare_registration(
+                operation_id, user=user, pool=reg.pool, is_gang=is_gang, revival=revival
+            )
+            prepared.append((reg, placement, weight, limits))
+        extra, offloading_alerts = self._offloading_registrations(operation_id, user, prepared, revival)
+        prepared.extend(extra)
+        return prepared, offloading_alerts
+
+    def check_operation(self, operation_id: str, spec: Any = None, *, user: str) -> dict[str, str]:
+        """What :meth:`register_operation` checks for a new start, with nothing registered (a dry run): the
+        same errors, else tree → the pool the operation would run in."""
+        prepared, _ = self._prepare(operation_id, spec, user, revival=False)
+        return {reg.tree: placement.pool_name for reg, placement, _, _ in prepared}
+
     def register_operation(
         self,
         operation_id: str,
@@ -173,18 +197,7 @@ class PoolTrees:
             raise PooltreeError(
                 f"Operation {operation_id} already exists", attributes={"operation_id": operation_id}
             )
-        registrations = self.registrations_for(spec, user)
-        is_gang = bool(_spec_option(spec, "is_gang", False))
-        prepared: list[tuple[TreeRegistration, PoolPlacement, float | None, Any]] = []
-        for reg in registrations:
-            weight = _check_weight(reg.weight, f"scheduling_options_per_pool_tree.{reg.tree}.weight")
-            limits = _limits_vector(reg.resource_limits)
-            placement = self.trees[reg.tree].prepare_registration(
-                operation_id, user=user, pool=reg.pool, is_gang=is_gang, revival=revival
-            )
-            prepared.append((reg, placement, weight, limits))
-        extra, offloading_alerts = self._offloading_registrations(operation_id, user, prepared, revival)
-        prepared.extend(extra)
+        prepared, offloading_alerts = self._prepare(operation_id, spec, user, revival)
 
         op = Operation(operation_id, user, operation_type, spec, OperationLifecycle.start(operation_id, now))
         for tree_name, message in offloading_alerts.items():

@@ -137,3 +137,5 @@ def test_quantiles_of_runs_that_never_happened_are_after_the_horizon():
     assert quantile([1.0, 3.0], 0.5) == 2.0
     assert math.isinf(quantile([1.0, math.inf, math.inf], 0.9))
     assert quantile([1.0, 2.0, math.inf], 0.1) < math.inf
+    assert quantile([1.0, math.inf, math.inf], 0.5) == math.inf
+    assert quantile([5.0, math.inf, math.inf], 0.0) == 5.0

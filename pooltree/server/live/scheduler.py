@@ -282,6 +282,32 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     # ------------------------------------------------------------------ operations
 
+    @staticmethod
+    def _parse_start(operation_type: str, spec: Any) -> OperationSpec:
+        """The type and spec checks of a start (before admission)."""
+        if operation_type != "vanilla":
+            raise PooltreeError(
+                f'Operation type "{operation_type}" is not supported: pooltree is a scheduler that runs vanilla '
+                "operations (yt vanilla, run_operation with a VanillaSpecBuilder); map, reduce, sort, merge and "
+                "other data-processing operations and table I/O are not available",
+                attributes={"operation_type": operation_type},
+            )
+        if not isinstance(spec, Mapping):
+            raise ConfigError("spec", f"expected a map, got {type(spec).__name__}")
+        return OperationSpec.parse(dict(spec), "spec")
+
+    def check_start(
+        self, operation_type: str, spec: Any, user: str, operation_id: str
+    ) -> tuple[OperationSpec, LiveVanillaController, dict[str, str]]:
+        """Every check of :meth:`start_operation` (type, spec, tasks, admission in every tree), nothing stored or
+        changed: the parsed spec, a controller that is attached nowhere, and tree → pool (a dry run)."""
+        model = self._parse_start(operation_type, spec)
+        tasks = build_tasks(operation_id, model)
+        controller = LiveVanillaController(operation_id, tasks, interruption_signal=model.interruption_signal)
+        with self.config_lock, self.lock:
+            pools = self.registry.check_operation(operation_id, model, user=user)
+        return model, controller, pools
+
     def start_operation(
         self,
         operation_type: str,
@@ -297,16 +323,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         A failed commit rolls the runtime back (nothing of the operation is left to run later) and raises.
         ``mutation_id`` is saved with the operation in one commit, answered ``{"operation_id": ...}`` on a retry.
         """
-        if operation_type != "vanilla":
-            raise PooltreeError(
-                f'Operation type "{operation_type}" is not supported: pooltree is a scheduler that runs vanilla '
-                "operations (yt vanilla, run_operation with a VanillaSpecBuilder); map, reduce, sort, merge and "
-                "other data-processing operations and table I/O are not available",
-                attributes={"operation_type": operation_type},
-            )
-        if not isinstance(spec, Mapping):
-            raise ConfigError("spec", f"expected a map, got {type(spec).__name__}")
-        model = OperationSpec.parse(dict(spec), "spec")
+        model = self._parse_start(operation_type, spec)
         operation_id = operation_id or new_guid()
         tasks = build_tasks(operation_id, model)
         with self.config_lock, self.lock:
