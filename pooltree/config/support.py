@@ -61,7 +61,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "policy_kind": SEGMENTS,
     "ssd_priority_preemption": "SSD priority preemption is not modelled",
     "default_gpu_full_host_preemption": SEGMENTS,
-    "enable_limiting_ancestor_check": "limiting-ancestor deactivation is not modelled",
     "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
     "use_resource_usage_with_precommit": PERFORMANCE,
     "allowed_resource_usage_staleness": PERFORMANCE,
@@ -80,12 +79,9 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_preliminary_resource_limits_check": "YTsaurus testing options",
     "enable_resource_tree_random_sleeps": "YTsaurus testing options",
     "necessary_resources_for_operation": NODE_LIMITS,
-    "min_job_resource_limits": NODE_LIMITS,
-    "max_job_resource_limits": NODE_LIMITS,
     "guaranteed_job_resources": NODE_LIMITS,
     "min_node_resource_limits": NODE_LIMITS,
     "min_node_resource_limits_check_period": NODE_LIMITS,
-    "allow_single_job_large_gpu_operations_in_multiple_trees": SEGMENTS,
     "enable_absolute_fair_share_starvation_tolerance": "not implemented (the tolerance is relative, as in the "
     "seeds)",
     "consider_allocation_on_fair_share_bound_preemptible": "not implemented (an allocation that crosses the fair "
@@ -111,12 +107,17 @@ TREE_UNSUPPORTED: dict[str, str] = {
 # implements: option -> where.
 TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segments": "pooltree/config/segments.py, pooltree/strategy/segments.py",
+    "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
+    "min_job_resource_limits": "pooltree/strategy/operation_checks.py",
+    "max_job_resource_limits": "pooltree/strategy/operation_checks.py",
+    "allow_single_job_large_gpu_operations_in_multiple_trees": "pooltree/strategy/segment_inputs.py",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",
     "scheduling_modules": "pooltree/config/segments.py",
     "scheduling_segment_modules": "pooltree/config/segments.py",
     "scheduling_segment_data_centers": "pooltree/config/segments.py",
+    "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
 }
 
 TREE_ALIASES: dict[str, str] = {
@@ -166,7 +167,6 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "update_preemptable_jobs_list_logging_period": PROFILING,
     "custom_profiling_tag": PROFILING,
     "max_speculative_job_count_per_task": "speculative jobs are not modelled",
-    "enable_limiting_ancestor_check": TREE_UNSUPPORTED["enable_limiting_ancestor_check"],
     "fair_share_starvation_tolerance": "per-operation starvation tolerance is not implemented (the pool's applies)",
     "fair_share_starvation_timeout": "per-operation starvation timeout is not implemented (the pool's applies)",
 }

@@ -27,7 +27,7 @@ from pooltree.config.segments import SchedulingSegmentsConfig
 from pooltree.config.support import TREE_ALIASES, TREE_IMPLEMENTED_EXTRA, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
-from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector
+from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector, parse_resources
 
 ROOT_POOL = "<Root>"
 MAX_GRACEFUL_PREEMPTION_TIMEOUT = 600.0
@@ -176,12 +176,17 @@ class PoolTreeConfig(ConfigModel):
 
     @model_validator(mode="after")
     def _check(self) -> PoolTreeConfig:
-        segments = (self.model_extra or {}).get("scheduling_segments")
-        if segments is not None:
-            try:
-                SchedulingSegmentsConfig.from_options(segments, "scheduling_segments")
-            except ConfigError as error:
-                raise as_validation_error(error) from None
+        extra = self.model_extra or {}
+        try:
+            if extra.get("scheduling_segments") is not None:
+                SchedulingSegmentsConfig.from_options(extra["scheduling_segments"], "scheduling_segments")
+            for name in ("min_job_resource_limits", "max_job_resource_limits"):
+                if extra.get(name) is not None:
+                    if not isinstance(extra[name], dict):
+                        raise ConfigError(name, "expected a map of resources")
+                    parse_resources(extra[name], name)
+        except ConfigError as error:
+            raise as_validation_error(error) from None
         if self.aggressive_preemption_satisfaction_threshold > self.preemption_satisfaction_threshold:
             raise invalid(
                 "aggressive_preemption_satisfaction_threshold must not exceed preemption_satisfaction_threshold, "

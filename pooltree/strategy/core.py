@@ -26,6 +26,15 @@ from pooltree.strategy.model import (
     HeartbeatResult,
     NodeHeartbeat,
 )
+from pooltree.strategy.operation_checks import (
+    LimitingAncestorWatch,
+    job_resource_bounds,
+    job_resource_limits_violation,
+    limiting_ancestor,
+    limiting_ancestor_check_enabled,
+    limiting_ancestor_error,
+    specified_limits,
+)
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
     has_incompatible_allocations,
@@ -33,6 +42,7 @@ from pooltree.strategy.segment_inputs import (
     segment_nodes,
     segment_operations,
     segments_config,
+    several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.time_limits import (
@@ -145,6 +155,10 @@ class SchedulerCore:
         self._segments_initial_gpu: dict[str, float] = {}
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._configure_segments()
+        self._failures: dict[str, dict[str, Any]] = {}
+        """Operations this tree fails at the next ``enforce_time_limits`` (job resource limits restrictions)."""
+        self._ancestors = LimitingAncestorWatch()
+        self._job_bounds: tuple[Any, tuple[Any, Any]] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -239,6 +253,7 @@ class SchedulerCore:
         self.strategy.register_operation(operation_id, controller)
         self._watch_input(operation_id, controller)
         self._init_segment(operation_id, controller)
+        self._check_materialized(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
             {"event": "operation_started", "time": now, "operation_id": operation_id, "pool": op.pool.name}
@@ -257,6 +272,7 @@ class SchedulerCore:
         running = self.strategy.unregister_operation(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
+        self._forget_checks(operation_id)
         self._resource_cache.pop(operation_id, None)
         self._registration_order.pop(operation_id, None)
         self._may_have_completed.discard(operation_id)
@@ -370,11 +386,21 @@ class SchedulerCore:
         self.strategy.segments.configure(parsed)
 
     def _init_segment(self, operation_id: str, controller: OperationController) -> None:
+        """The operation's segment from its registration on; a module-aware one running in several trees fails
+        (YTsaurus's ``CheckOperationSchedulingInSeveralTreesAllowed``) unless it is a one-job vanilla operation
+        and the tree sets ``allow_single_job_large_gpu_operations_in_multiple_trees``."""
         self._configure_segments()
-        if self.strategy.segments.enabled:
-            self.strategy.segments.init_operation(
-                registered_operation(operation_id, controller, self.pool_tree, self._segments_initial_gpu)
-            )
+        manager = self.strategy.segments
+        if not manager.enabled:
+            return
+        operation = registered_operation(operation_id, controller, self.pool_tree, self._segments_initial_gpu)
+        manager.init_operation(operation)
+        extra = getattr(self.pool_tree.config, "model_extra", None) or {}
+        allow = bool(extra.get("allow_single_job_large_gpu_operations_in_multiple_trees", False))
+        segment = manager.state.operations[operation_id].segment
+        error = several_trees_error(segment, operation, self.pool_tree.operations.get(operation_id), allow)
+        if error is not None:
+            self._failures[operation_id] = error
 
     def update_segments(self, now: float) -> None:
         """Run the scheduling segments manager when it is due (every ``manage_period``; ``strategy/segments.py``).
@@ -509,6 +535,7 @@ class SchedulerCore:
         of a walk over every operation, with the same checks, so the stops and failures and their order are
         the same as that walk's; every other operation has no limit that can be due.
         """
+        checked = self._operation_checks(now)
         watch = self._limits
         if len(watch.order) != len(self.controllers):
             self._rewatch_limits()  # controllers changed behind attach_controller / detach_controller
@@ -518,8 +545,8 @@ class SchedulerCore:
             _deadline, serial, operation_id = heapq.heappop(deadlines)
             if order.get(operation_id) == serial:
                 watch.expired.add(operation_id)  # from now on checked every period (the check is exact)
-        candidates = watch.expired | watch.job_limited | watch.always
-        failed: list[tuple[str, dict[str, Any]]] = []
+        candidates = (watch.expired | watch.job_limited | watch.always) - {op for op, _ in checked}
+        failed: list[tuple[str, dict[str, Any]]] = checked
         for operation_id in sorted(candidates, key=order.__getitem__):
             op = self.pool_tree.operations.get(operation_id)
             if op is None:
@@ -547,6 +574,69 @@ class SchedulerCore:
                     now,
                     error=job_time_limit_error(job_limit),
                 )
+        return failed
+
+    # ------------------------------------------------------------------ operation checks (operation_checks.py)
+
+    def _bounds(self) -> tuple[Any, Any]:
+        config = self.pool_tree.config
+        if self._job_bounds is None or self._job_bounds[0] is not config:
+            self._job_bounds = (
+                config,
+                job_resource_bounds(config, f"pool_trees.{self.pool_tree.name}.config"),
+            )
+        return self._job_bounds[1]
+
+    def _check_materialized(self, operation_id: str, controller: OperationController) -> None:
+        """The tree's ``min_job_resource_limits`` / ``max_job_resource_limits`` against each task's per-job needs."""
+        bounds = self._bounds()
+        tasks = getattr(controller, "pending_task_resources", None)
+        if (bounds[0] is None and bounds[1] is None) or tasks is None:
+            return
+        error = job_resource_limits_violation(self.pool_tree.name, operation_id, tasks(), bounds)
+        if error is not None:
+            self._failures[operation_id] = error
+
+    def _forget_checks(self, operation_id: str) -> None:
+        self._failures.pop(operation_id, None)
+        self._ancestors.forget(operation_id)
+
+    def _operation_checks(self, now: float) -> list[tuple[str, dict[str, Any]]]:
+        """Operations failed by the tree's checks at ``now``: job resource limits restrictions found at
+        registration, then operations with a limiting ancestor past the safe timeout (registration order)."""
+        failed = [(op, error) for op, error in self._failures.items() if op in self.controllers]
+        self._failures.clear()
+        limited = {
+            name: limits
+            for name, pool in self.pool_tree.pools.items()
+            if (limits := specified_limits(pool)) is not None
+        }
+        if not limited:
+            self._ancestors.activated.clear()
+            self._ancestors.first_found.clear()
+            return failed
+        done = {op for op, _ in failed}
+        config = self.pool_tree.config
+        order = self._registration_order
+        for operation_id in sorted(self.controllers, key=lambda op: (order.get(op, 0), op)):
+            op = self.pool_tree.operations.get(operation_id)
+            if operation_id in done or op is None or not op.running:
+                continue
+            if not limiting_ancestor_check_enabled(config, op.spec):
+                self._ancestors.forget(operation_id)
+                continue
+            controller = self.controllers[operation_id]
+            needed = controller.min_needed_resources if controller.pending_allocation_count > 0 else None
+            chain = []
+            pool = op.pool
+            while pool is not None:
+                if pool.name in limited:
+                    chain.append((pool.name, limited[pool.name]))
+                pool = pool.parent
+            found = limiting_ancestor(chain, needed) if needed is not None and chain else None
+            if self._ancestors.observe(operation_id, found is not None, now) and found is not None:
+                name, violated = found
+                failed.append((operation_id, limiting_ancestor_error(name, violated, limited[name], needed)))
         return failed
 
     def _watch_limits(self, operation_id: str) -> None:
@@ -583,12 +673,14 @@ class SchedulerCore:
                 self._unwatch_input(operation_id, previous)
             self._watch_input(operation_id, controller)
         self._init_segment(operation_id, controller)
+        self._check_materialized(operation_id, controller)
 
     def detach_controller(self, operation_id: str) -> list[Allocation]:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
         running = self.strategy.unregister_operation(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
+        self._forget_checks(operation_id)
         self._resource_cache.pop(operation_id, None)  # it holds the controller and the runtime
         return running
 

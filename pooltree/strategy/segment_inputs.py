@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pooltree.config.segments import SchedulingSegmentsConfig, SegmentSpec
+from pooltree.config.segments import MODULE_AWARE_SEGMENTS, SchedulingSegmentsConfig, SegmentSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import GPU, RESOURCE_COUNT
 from pooltree.strategy.model import (
@@ -168,3 +168,20 @@ def preempt_incompatible(strategy: Any, node: ExecNode, now: float, result: Hear
             f"while its operation is in segment {op_state.segment if op_state else 'default'!r} "
             f"(module {op_state.module if op_state else None!r})",
         )
+
+
+def several_trees_error(segment: str | None, operation: SegmentOperation, op: Any, allow_single: bool) -> Any:
+    """YTsaurus's refusal of a module-aware-segment operation launched in several pool trees, or None."""
+    if segment not in MODULE_AWARE_SEGMENTS:
+        return None
+    trees = _spec_value(getattr(op, "spec", None), "pool_trees", None)
+    if trees is None or len(trees) <= 1:
+        return None
+    if operation.single_allocation_vanilla and allow_single:
+        return None
+    return {
+        "code": 1,
+        "message": "Scheduling in several trees is forbidden for operations in module-aware scheduling segments, "
+        'specify a single tree or use the "schedule_in_single_tree" spec option',
+        "attributes": {"segment": segment, "pool_trees": list(trees)},
+    }

@@ -250,3 +250,41 @@ def _raw(config: SchedulingSegmentsConfig) -> dict:
         "unsatisfied_segments_rebalancing_timeout": config.unsatisfied_segments_rebalancing_timeout * 1000,
         "module_reconsideration_timeout": config.module_reconsideration_timeout * 1000,
     }
+
+
+def test_a_large_gpu_operation_in_several_trees_fails_unless_a_one_job_vanilla_is_allowed() -> None:
+    from pooltree.controllers.operations import TaskSpec, VanillaController
+    from pooltree.resources import vector
+    from pooltree.strategy.core import SchedulerCore
+    from pooltree.tree import PoolTree
+
+    def core(allow: bool) -> SchedulerCore:
+        config = {
+            "scheduling_segments": {"mode": "large_gpu", "data_centers": ["dc-a"]},
+            "allow_single_job_large_gpu_operations_in_multiple_trees": allow,
+        }
+        trees = parse_pool_trees({"t": {"config": config, "pools": {"a": {}}}})
+        return SchedulerCore(PoolTree(trees["t"]))
+
+    def register(target: SchedulerCore, op: str, jobs: int, operation_type: str = "vanilla") -> None:
+        controller = VanillaController(op, [TaskSpec("main", jobs, vector(user_slots=1, cpu=8, gpu=8))])
+        spec = {
+            "pool": "a",
+            "pool_trees": ["t", "other"],
+            "is_gang": True,
+            "tasks": {"main": {"job_count": jobs}},
+        }
+        target.register_operation(
+            op, controller, user="u", pool="a", spec=spec, operation_type=operation_type
+        )
+
+    strict = core(False)
+    register(strict, "gang", 2)
+    register(strict, "single", 1)
+    failed = dict(strict.enforce_time_limits(0.0))
+    assert sorted(failed) == ["gang", "single"]
+    assert failed["gang"]["message"].startswith("Scheduling in several trees is forbidden")
+    lenient = core(True)
+    register(lenient, "gang", 2)
+    register(lenient, "single", 1)
+    assert [op for op, _ in lenient.enforce_time_limits(0.0)] == ["gang"]
