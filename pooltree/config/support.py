@@ -86,7 +86,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "seeds)",
     "consider_allocation_on_fair_share_bound_preemptible": "not implemented (an allocation that crosses the fair "
     "share bound stays non-preemptible)",
-    "enable_scheduling_tags": "scheduling tag filters are always enabled",
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
@@ -111,6 +110,7 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "min_job_resource_limits": "pooltree/strategy/operation_checks.py",
     "max_job_resource_limits": "pooltree/strategy/operation_checks.py",
     "allow_single_job_large_gpu_operations_in_multiple_trees": "pooltree/strategy/segment_inputs.py",
+    "enable_scheduling_tags": "pooltree/strategy/stages.py",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",
@@ -173,6 +173,25 @@ SPEC_UNSUPPORTED: dict[str, str] = {
 
 # Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.
 USER_JOB_UNSUPPORTED: dict[str, str] = {}
+
+
+NOT_FEATURES = frozenset(
+    {PROFILING, PERFORMANCE, "YTsaurus testing options", "an old YTsaurus option with no effect today"}
+)
+"""Reasons that mark an option as no feature at all (profiling, performance knobs, testing, dead options)."""
+
+
+def feature_unsupported_options() -> dict[str, list[str]]:
+    """The feature-level options still accepted without an effect, per kind (``tree``, ``pool``, ``spec``): the
+    ones ``docs/unsupported-options.md`` justifies one by one."""
+    return {
+        kind: sorted(name for name, reason in table.items() if reason not in NOT_FEATURES)
+        for kind, table in (
+            ("tree", TREE_UNSUPPORTED),
+            ("pool", POOL_UNSUPPORTED),
+            ("spec", SPEC_UNSUPPORTED),
+        )
+    }
 
 
 @dataclass(frozen=True)

@@ -384,6 +384,8 @@ class SchedulerCore:
         parsed = segments_config(config, f"pool_trees.{self.pool_tree.name}.config")
         self._segments_source = (config, parsed)
         self.strategy.segments.configure(parsed)
+        extra = getattr(config, "model_extra", None) or {}
+        self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
 
     def _init_segment(self, operation_id: str, controller: OperationController) -> None:
         """The operation's segment from its registration on; a module-aware one running in several trees fails

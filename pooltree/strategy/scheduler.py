@@ -84,6 +84,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
         self.usage_watch: set[str] | None = None
         self.segments = SegmentsManager()
+        self.scheduling_tags_enabled = True
         """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
         """When set (``SchedulerCore`` sets its own set), every operation whose usage moves is added to it."""
         self._step = None

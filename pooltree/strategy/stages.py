@@ -96,6 +96,8 @@ class SchedulingStages:
     """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
     (`changes.py` re-keys only these and the pools above them)."""
     segments: SegmentsManager
+    scheduling_tags_enabled: bool
+    """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
     """The tree's scheduling segments (``segments.py``): which operations may run on which nodes."""
     usage_watch: set[str] | None
     """Where `_account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
@@ -315,7 +317,7 @@ class SchedulingStages:
 
     def _tag_matches(self, element: _Element, node: ExecNode) -> bool:
         tag_filter = element.spec.scheduling_tag_filter
-        if tag_filter is None:
+        if tag_filter is None or not self.scheduling_tags_enabled:
             return True
         cached = element.tag_cache.get(node.tags)
         if cached is None:
