@@ -53,14 +53,13 @@ from pooltree.config.support import (
     unsupported_options_alert,
 )
 from pooltree.config.tags import TagFilter
-from pooltree.errors import ConfigError, PooltreeError
+from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, yt_error
 from pooltree.resources import RESOURCES, resources_to_dict
 
 if TYPE_CHECKING:
     from pooltree.server.live import LiveOperation, LiveScheduler
     from pooltree.tree.pool_tree import PoolTree
 
-GENERIC_ERROR = 1
 NO_ONLINE_NODE_TO_SCHEDULE_JOB = 4410
 """YTsaurus ``NControllerAgent::EErrorCode::NoOnlineNodeToScheduleJob``."""
 
@@ -102,21 +101,6 @@ class AlertSettings:
     starving_operation_timeout: float = 300.0
     unschedulable_operation_timeout: float = 10.0
     safe_online_node_count: int = 1
-
-
-def yt_error(
-    code: int,
-    message: str,
-    attributes: Mapping[str, Any] | None = None,
-    inner: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """An error in the YTsaurus wire shape."""
-    return {
-        "code": code,
-        "message": message,
-        "attributes": dict(attributes or {}),
-        "inner_errors": list(inner or []),
-    }
 
 
 def alert(alert_type: str, message: str, attributes: Mapping[str, Any] | None = None, *, code: int = 1,

@@ -21,6 +21,7 @@ from pooltree.config.base import (
     invalid,
 )
 from pooltree.config.support import POOL_ALIASES, POOL_UNSUPPORTED
+from pooltree.errors import ConfigError, join_path
 
 PoolMode = Literal["fair_share", "fifo"]
 MIN_SCHEDULABLE_WEIGHT = 1.4901161193847656e-08
@@ -209,8 +210,6 @@ PRESET_FORBIDDEN_OPTIONS = frozenset({"config_preset", "config_presets"})
 
 def validate_preset(content: Any, path: str) -> dict[str, Any]:
     """Check a preset as pool options (presets cannot name presets); return its plain content."""
-    from pooltree.errors import ConfigError, join_path
-
     if content is None:
         return {}
     if not isinstance(content, dict):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
-from pooltree.errors import ConfigError, join_path
+from pooltree.errors import ConfigError, join_path, yt_error
 from pooltree.node.files import JobFile, parse_job_files
 from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, vector
 
@@ -221,18 +221,6 @@ class JobSpec:
             return cls(**kwargs)
         except ConfigError as error:
             raise ConfigError(join_path(path, error.path), error.reason) from None
-
-
-def yt_error(
-    code: int, message: str, attributes: Mapping[str, Any] | None = None, inner: list[dict] | None = None
-) -> dict:
-    """An error in the YTsaurus wire shape: ``{code, message, attributes, inner_errors}``."""
-    return {
-        "code": code,
-        "message": message,
-        "attributes": dict(attributes or {}),
-        "inner_errors": list(inner or []),
-    }
 
 
 def exit_error(returncode: int) -> dict:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pooltree.errors import PooltreeError
+from pooltree.security import policy
 from pooltree.security.acl import (
     AUTHORIZATION_ERROR,
     OPERATION_PERMISSIONS,
@@ -241,18 +242,14 @@ class Security:
 
     def authorize(self, command: str, user: str, params: Mapping[str, Any], input_value: Any = None) -> None:
         """The one permission check of a command, before its handler runs (see ``policy``)."""
-        from pooltree.security.policy import authorize
-
-        authorize(self, command, user, params, input_value, blocking=True)
+        policy.authorize(self, command, user, params, input_value, blocking=True)
 
     def authorize_nonblocking(
         self, command: str, user: str, params: Mapping[str, Any], input_value: Any = None
     ) -> bool:
         """``authorize`` on the event loop: False when deciding would need the store (call ``authorize`` then)."""
-        from pooltree.security.policy import authorize
-
         try:
-            authorize(self, command, user, params, input_value, blocking=False)
+            policy.authorize(self, command, user, params, input_value, blocking=False)
         except WouldBlock:
             return False
         return True

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pooltree.errors import PooltreeError
 from pooltree.security.acl import OPERATION_PERMISSIONS, AclNode, parse_acl, parse_inherit_acl
 from pooltree.security.vault import validate_secure_vault
+from pooltree.ypath import join_tokens, parse_ypath
 
 if TYPE_CHECKING:
     from pooltree.security.guard import Security
@@ -82,7 +83,6 @@ def _path(params: Mapping[str, Any], name: str = "path") -> str | None:
 
 def _split(path: str) -> tuple[str, tuple[str, ...] | None]:
     """``(node path, attribute keys or None)`` of a YPath (``//a/b/@acl/0`` → ``("//a/b", ("acl", "0"))``)."""
-    from pooltree.server.ypath import join_tokens, parse_ypath  # the YPath grammar lives with the API layer
 
     ypath = parse_ypath(path)
     if ypath.object_id is not None:
@@ -92,7 +92,6 @@ def _split(path: str) -> tuple[str, tuple[str, ...] | None]:
 
 
 def _parent(path: str) -> str:
-    from pooltree.server.ypath import join_tokens, parse_ypath
 
     tokens = parse_ypath(path).tokens
     return join_tokens(tokens[:-1]) if tokens else "/"
@@ -146,7 +145,6 @@ def _set(security: Security, user: str, params: Mapping[str, Any], value: Any) -
 
 
 def _pool_by_name(security: Security, pool_path: str, name: str) -> str | None:
-    from pooltree.server.ypath import parse_ypath
 
     tokens = parse_ypath(pool_path).tokens
     if len(tokens) < 3 or tokens[:2] != POOL_TREES:

@@ -5,13 +5,8 @@
 - :func:`open_store` opens the SQLite (default) or PostgreSQL :class:`Store`.
 """
 
-from pooltree.server.app import (
-    CommandContext,
-    CommandDescriptor,
-    CommandProvider,
-    CommandRegistry,
-    create_app,
-)
+from pooltree.server.app import create_app
+from pooltree.server.commands import CommandContext, CommandDescriptor, CommandProvider, CommandRegistry
 from pooltree.server.cypress import Cypress, OrchidProvider, PoolTreesChange
 from pooltree.server.protocol import YtError
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, Store, StoreError, open_store

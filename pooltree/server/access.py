@@ -20,7 +20,7 @@ from pooltree.security.guard import (
     access_of,
 )
 from pooltree.server.cypress import POOL_TREES_PATH, Cypress
-from pooltree.server.ypath import parse_ypath
+from pooltree.ypath import parse_ypath
 
 ACCESS_CACHE_SIZE = 4096
 BUILTIN_ACLS: dict[str, tuple[Ace, ...]] = {

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pooltree.errors import PooltreeError
-from pooltree.server.app import CommandContext, CommandRegistry, Encoded
+from pooltree.server.commands import CommandContext, CommandRegistry, Encoded
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
 from pooltree.server.store.base import mutation_key
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server.batch import UNSUPPORTED
 from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     BOOTSTRAP,
     COMPOSITE_TYPES,
@@ -55,7 +56,7 @@ from pooltree.server.protocol import (
 )
 from pooltree.server.store import Store
 from pooltree.server.tree_options import split_pool_attributes, strict_types
-from pooltree.server.ypath import YPath, join_tokens, parse_ypath
+from pooltree.ypath import YPath, join_tokens, parse_ypath
 
 log = logging.getLogger(__name__)
 
@@ -699,8 +700,6 @@ class Cypress:
     ) -> str:
         """Create a node or object; returns its id. Pools and trees may be given by attributes instead of path."""
         if node_type in ("table", "replicated_table", "chaos_replicated_table", "table_collocation"):
-            from pooltree.server.batch import UNSUPPORTED
-
             raise YtError(f'Cannot create a "{node_type}": {UNSUPPORTED}', attributes={"type": node_type})
         if node_type not in CREATABLE_TYPES:
             raise YtError(

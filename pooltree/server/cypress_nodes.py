@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pooltree.config import parse_pool_trees
 from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import resolve_error
-from pooltree.server.ypath import join_tokens
+from pooltree.ypath import join_tokens
 
 ROOT_POOL = "<Root>"
 POOL_TREES = ("sys", "pool_trees")
@@ -81,8 +82,6 @@ Listener = Callable[[PoolTreesChange], None]
 
 def default_validator() -> Validator:
     """``pooltree.config.parse_pool_trees``: the one validator of pool tree documents."""
-    from pooltree.config import parse_pool_trees
-
     return parse_pool_trees
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltree.server.app import CommandContext, CommandRegistry
+from pooltree.server.commands import CommandContext, CommandRegistry
 from pooltree.server.cypress import Cypress
 from pooltree.server.cypress_nodes import Node, new_id
 from pooltree.server.protocol import (
@@ -43,7 +43,7 @@ from pooltree.server.protocol import (
     strip_attributes,
 )
 from pooltree.server.store import Store
-from pooltree.server.ypath import join_tokens, parse_ypath
+from pooltree.ypath import join_tokens, parse_ypath
 
 NO_SUCH_TRANSACTION = 11000
 NULL_TRANSACTION = "0-0-0-0"

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import uvicorn
@@ -38,7 +38,6 @@ from starlette.concurrency import run_in_threadpool
 from pooltree.errors import PooltreeError
 from pooltree.security.sealing import Sealer
 from pooltree.server.protocol import error_json, error_to_dict, header_text
-from pooltree.server.service import SchedulerService
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
 from pooltree.server.store.base import redact_url
 from pooltree.server.store.leadership import (
@@ -55,6 +54,19 @@ STANDBY_POLL = 0.2
 PROBE_PERIOD = 0.25
 """Seconds between active checks of the leader's store (a request that hits the trouble first fails by itself)."""
 RECONNECT_DELAY = 0.5
+
+
+class LeadingService(Protocol):
+    """What the runner needs of the service it serves while leading (``server/service.py``'s ``SchedulerService``)."""
+
+    app: Any
+    """The ASGI app requests go to while this process leads."""
+
+    def store_health(self) -> dict[str, Any]: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 def sqlite_path_of(url: str) -> Path | None:
@@ -76,7 +88,7 @@ class SchedulerRunner:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        service_factory: Callable[[Store], SchedulerService],
+        service_factory: Callable[[Store], LeadingService],
         on_ready: Callable[[str], None] | None = None,
         on_role: Callable[[str], None] | None = None,
         store_key_file: Path | None = None,
@@ -92,7 +104,7 @@ class SchedulerRunner:
         self.service_factory = service_factory
         self.on_ready = on_ready
         self.on_role = on_role
-        self.service: SchedulerService | None = None
+        self.service: LeadingService | None = None
         self.store: Store | None = None
         self.lock: LeaderLock | None = None
         self.role = "starting"

@@ -22,7 +22,7 @@ from pooltree.forecast.attribute import operation_forecast_map, scheduling_forec
 from pooltree.forecast.live import count_limit_holder, submitted_operation
 from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
-from pooltree.server.app import CommandContext, CommandRegistry, Encoded, output_format
+from pooltree.server.commands import CommandContext, CommandRegistry, Encoded, output_format
 from pooltree.server.files import FileService
 from pooltree.server.live import (
     NO_SUCH_JOB,

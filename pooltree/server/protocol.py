@@ -19,10 +19,9 @@ from typing import Any
 import yt.yson as yson
 from yt.yson.yson_types import YsonBoolean, YsonEntity, YsonStringProxy
 
-from pooltree.errors import ConfigError, PooltreeError
+from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, YtError
 
 # YTsaurus error codes the official client acts on (yt-http-api.md §5).
-GENERIC_ERROR = 1
 RESOLVE_ERROR = 500
 ALREADY_EXISTS = 501
 AUTHENTICATION_ERROR = 900
@@ -49,26 +48,6 @@ exceeded while parsing YSON"); a YSON level with attributes is two levels here (
 MIN_INTEGER = -(2**63)
 MAX_INTEGER = 2**64 - 1
 """Integers travel as YSON int64 or uint64: anything outside is refused."""
-
-
-class YtError(PooltreeError):
-    """An error answered to the client in the YT error format, with optional nested causes.
-
-    ``http_status`` is the HTTP status it is answered with (400 unless a subclass says otherwise).
-    """
-
-    http_status = 400
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        code: int = GENERIC_ERROR,
-        attributes: dict[str, Any] | None = None,
-        inner_errors: list[BaseException | dict[str, Any]] | None = None,
-    ) -> None:
-        super().__init__(message, code=code, attributes=attributes)
-        self.inner_errors: list[BaseException | dict[str, Any]] = list(inner_errors or [])
 
 
 class PayloadTooLarge(YtError):

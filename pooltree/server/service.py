@@ -37,6 +37,7 @@ from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
@@ -478,8 +479,6 @@ async def serve(
     ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
     ``store_key_file`` seals the store's secrets (``SchedulerRunner``).
     """
-    from pooltree.server.leader import SchedulerRunner
-
     check_period(heartbeat_period, "heartbeat_period")
     if not authentication and not is_loopback(host):
         raise PooltreeError(

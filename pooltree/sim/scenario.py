@@ -28,6 +28,7 @@ from pooltree.controllers.memory import MemoryDigestSettings
 from pooltree.controllers.operations import gang_size_of
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import MEMORY, Vector, parse_duration, parse_resources, parse_size
+from pooltree.sim.workload import load_trace
 
 SCENARIO_KEYS = (
     "seed",
@@ -472,8 +473,6 @@ def parse_node_failures(value: Any, snapshot: Snapshot, path: str = "node_failur
 
 def parse_scenario(document: Any, *, base_dir: Path | None = None, source: str = "<scenario>") -> Scenario:
     """Validate a scenario document (files it names are read relative to ``base_dir``)."""
-    from pooltree.sim.workload import load_trace
-
     document = dict(_map(document, "", "a scenario map"))
     base_dir = base_dir or Path(".")
     if document.get("pool_trees_file") is not None:

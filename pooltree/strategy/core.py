@@ -52,6 +52,7 @@ from pooltree.strategy.time_limits import (
     operation_time_limit_error,
 )
 from pooltree.strategy.watch import unwatch_pending, watch_pending
+from pooltree.tree import FairShareInputCache, build_fair_share_input
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -346,8 +347,6 @@ class SchedulerCore:
         Operations whose controllers report completion are unregistered first (event ``operation_completed``).
         """
         self.unregister_completed(now)
-        from pooltree.tree import FairShareInputCache, build_fair_share_input
-
         if self._input_cache is None:
             self._input_cache = FairShareInputCache()
         # the controllers and the strategy hold this very set: it is emptied, never replaced

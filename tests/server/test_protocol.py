@@ -26,7 +26,7 @@ from pooltree.server.protocol import (
     resolve_error,
     utf8_to_code_points,
 )
-from pooltree.server.ypath import join_tokens, parse_ypath
+from pooltree.ypath import join_tokens, parse_ypath
 
 
 def test_yson_header_parameters_strip_scalar_attributes_but_keep_formats() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pooltree.server.protocol import YtError
+from pooltree.errors import YtError
 
 _SPECIAL = "\\/@&*[{"
 
