@@ -38,12 +38,12 @@ on code whose classes gained or renamed attributes. Each checkpoint records the 
 loading code's classes no longer have are dropped (listed in ``dropped_attributes``); attributes they gained are
 missing, and code reading them fails: rebuild the checkpoint then, or use ``--run-to-hours``.
 
-``slice`` timing (without ``--profile``) wraps, only for the measurement, the core's fair-share step and its
-parts: ``unregister`` (completed operations), ``input`` (`build_fair_share_input`), ``fair_share`` (the pure
-update; inside it ``flatten`` and ``read_inputs`` where this revision has them), ``build``
-(`scheduling_tree_from_runtime`), ``publish`` (the strategy's ``publish``); ``sim_period`` is the rest of the
-simulator's own period work (`Simulation._fair_share_update` minus the core's update: time limits, pending
-publication, recording, sampling, timeline). Periods are split into those in which an operation was registered
+``slice`` timing (without ``--profile``) reads the phase timers of the core and the simulator
+(`pooltree.phases.PhaseTimes`, given with `Simulation.time_phases`): the core's fair-share step ``update`` and its
+parts ``unregister`` (completed operations), ``input`` (the fair-share input), ``fair_share`` (the pure update),
+``build`` (the strategy's tree), ``publish`` (the strategy's publish); ``sim_period`` is the rest of the
+simulator's own period work (its ``period`` phase minus the core's update: time limits, pending publication,
+recording, sampling, timeline). Periods are split into those in which an operation was registered
 or unregistered since the previous update (``with_op_changes``) and the others. The clock is process CPU time
 by default (``--clock wall`` for wall time): on a shared machine wall time counts other processes' turns.
 """
@@ -64,7 +64,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import day_checkpoint
 from simulate import ProgressLines, _rss_mib, scenario_document
 
+from pooltree.phases import PhaseTimes
 from pooltree.sim import Simulation, parse_scenario
 
 FORMAT = 1
@@ -241,173 +242,67 @@ def checkpoint(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------- timing a slice
 
 
-@contextmanager
-def _patched(owner: Any, name: str, wrapper_of: Callable[[Any], Any]) -> Iterator[None]:
-    """``owner.name`` replaced by ``wrapper_of(original)`` while the block runs (restored exactly after)."""
-    own = name in vars(owner)
-    original = getattr(owner, name)
-    setattr(owner, name, wrapper_of(original))
-    try:
-        yield
-    finally:
-        if own:
-            setattr(owner, name, original)
-        else:
-            delattr(owner, name)
+class _PeriodTimes(PhaseTimes):
+    """The core's and the simulator's phase timers (`pooltree.phases`) closed into one record per fair-share
+    period: the seconds of each phase that ran in it, the period's own, and the operations registered or
+    unregistered since the previous period ended (``op_changes``)."""
 
+    PARTS = ("unregister", "input", "fair_share", "build", "publish")
+    """Parts of the core's update (inside its ``update`` phase)."""
 
-class _ChangeCounter:
-    """Counts operation registrations and unregistrations between fair-share periods (``counted`` wraps the core's
-    methods); a period reads and resets ``pending_changes``."""
-
-    pending_changes: int = 0
-
-    def counted(self, function: Any) -> Any:
-        counter = self
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            counter.pending_changes += 1
-            return function(*args, **kwargs)
-
-        return wrapper
-
-
-class _PeriodTimers(_ChangeCounter):
-    """Per-period time (CPU or wall: ``clock``) of the fair-share step and its parts (wrappers installed only while measuring)."""
-
-    PARTS = ("unregister", "input", "fair_share", "flatten", "read_inputs", "build", "publish")
-    """Parts of the core's update (``flatten`` and ``read_inputs`` are inside ``fair_share``)."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float], simulation: Simulation) -> None:
+        super().__init__(clock)
+        self.simulation = simulation
         self.current: dict[str, float] = {}
         self.periods: list[dict[str, Any]] = []
-        self.heartbeat = 0.0
-        self.pending_changes = 0
-        """Operations registered or unregistered since the last period ended (they count towards the next)."""
+        self.changes_before = 0
 
-    def timed(self, part: str) -> Callable[[Any], Any]:
-        def wrapper_of(function: Any) -> Any:
-            current = self
-            clock = self.clock
+    def changes(self) -> int:
+        return self.counts.get("register_operation", 0) + self.counts.get("unregister_operation", 0)
 
-            def wrapper(*args: Any, **kwargs: Any) -> Any:
-                start = clock()
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    elapsed = clock() - start
-                    current.current[part] = current.current.get(part, 0.0) + elapsed
-
-            return wrapper
-
-        return wrapper_of
-
-    def heartbeat_timed(self, function: Any) -> Any:
-        timers = self
-        clock = self.clock
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = clock()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                timers.heartbeat += clock() - start
-
-        return wrapper
-
-    def period_timed(self, function: Any) -> Any:
-        timers = self
-        clock = self.clock
-
-        def wrapper(simulation: Simulation, index: int) -> Any:
-            timers.current = {}
-            start = clock()
-            try:
-                return function(simulation, index)
-            finally:
-                total = clock() - start
-                record = dict(timers.current)
-                record["period"] = total
-                record["op_changes"] = timers.pending_changes
-                record["now"] = simulation.now
-                timers.pending_changes = 0
-                timers.periods.append(record)
-
-        return wrapper
+    def add(self, name: str, seconds: float) -> None:
+        super().add(name, seconds)
+        if name == "heartbeat":
+            return
+        if name != "period":
+            self.current[name] = self.current.get(name, 0.0) + seconds
+            return
+        changes = self.changes()
+        record = self.current | {"period": seconds, "op_changes": changes - self.changes_before}
+        self.periods.append(record | {"now": self.simulation.now})
+        self.current = {}
+        self.changes_before = changes
 
 
-class _SplitProfiler(_ChangeCounter):
+class _SplitProfiler(PhaseTimes):
     """cProfile of each fair-share period alone, merged into two buckets: periods with operation arrivals or
     departures since the previous update and the others (``--profile-periods``)."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
+        super().__init__(clock)
         self.stats: dict[str, pstats.Stats] = {}
         self.periods = {"with_op_changes": 0, "without_op_changes": 0}
-        self.pending_changes = 0
+        self.changes_before = 0
 
-    def period(self, function: Any) -> Any:
-        split = self
+    def phase(self, name: str) -> AbstractContextManager[None]:
+        return self._profiled() if name == "period" else super().phase(name)
 
-        def wrapper(simulation: Simulation, index: int) -> Any:
-            profiler = cProfile.Profile(split.clock)
-            profiler.enable()
-            try:
-                return function(simulation, index)
-            finally:
-                profiler.disable()
-                key = "with_op_changes" if split.pending_changes else "without_op_changes"
-                split.pending_changes = 0
-                split.periods[key] += 1
-                if key in split.stats:
-                    split.stats[key].add(profiler)
-                else:
-                    split.stats[key] = pstats.Stats(profiler, stream=io.StringIO())
-
-        return wrapper
-
-    def patches(self) -> list[Any]:
-        from pooltree.strategy.core import SchedulerCore
-
-        return [
-            _patched(Simulation, "_fair_share_update", self.period),
-            _patched(SchedulerCore, "register_operation", self.counted),
-            _patched(SchedulerCore, "unregister_operation", self.counted),
-        ]
-
-
-def _timing_patches(timers: _PeriodTimers, simulation: Simulation) -> list[Any]:
-    import pooltree.strategy.core as core_module
-    import pooltree.tree as tree_module
-    from pooltree.strategy.core import SchedulerCore
-
-    strategy_class = type(next(iter(simulation.trees.values())).core.strategy)
-    patches = [
-        _patched(Simulation, "_fair_share_update", timers.period_timed),
-        _patched(SchedulerCore, "update_fair_share", timers.timed("update")),
-        _patched(SchedulerCore, "republish", timers.timed("republish")),
-        _patched(SchedulerCore, "unregister_completed", timers.timed("unregister")),
-        _patched(tree_module, "build_fair_share_input", timers.timed("input")),
-        _patched(core_module, "scheduling_tree_from_runtime", timers.timed("build")),
-        _patched(strategy_class, "publish", timers.timed("publish")),
-        _patched(SchedulerCore, "register_operation", timers.counted),
-        _patched(SchedulerCore, "unregister_operation", timers.counted),
-        _patched(SchedulerCore, "process_heartbeat", timers.heartbeat_timed),
-    ]
-    # parts of the pure update, where this revision has them (other revisions may name them differently)
-    import pooltree.fairshare.update as update_module
-
-    if hasattr(update_module, "_flatten"):
-        patches.append(_patched(update_module, "_flatten", timers.timed("flatten")))
-    if hasattr(getattr(update_module, "_Update", None), "_read_inputs"):
-        patches.append(_patched(update_module._Update, "_read_inputs", timers.timed("read_inputs")))
-    # the pure update: the core's own function if it was given one, else the module's default (the core asks
-    # for the default each period: the wrapper is made once)
-    if any(tree.core._fair_share is None for tree in simulation.trees.values()):
-        timed_default = timers.timed("fair_share")(core_module._default_fair_share())
-        patches.append(_patched(core_module, "_default_fair_share", lambda _original: lambda: timed_default))
-    return patches
+    @contextmanager
+    def _profiled(self) -> Iterator[None]:
+        profiler = cProfile.Profile(self.clock)  # type: ignore[arg-type]
+        profiler.enable()
+        try:
+            yield
+        finally:
+            profiler.disable()
+            changes = self.counts.get("register_operation", 0) + self.counts.get("unregister_operation", 0)
+            key = "with_op_changes" if changes != self.changes_before else "without_op_changes"
+            self.changes_before = changes
+            self.periods[key] += 1
+            if key in self.stats:
+                self.stats[key].add(profiler)
+            else:
+                self.stats[key] = pstats.Stats(profiler, stream=io.StringIO())
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -430,7 +325,7 @@ def _period_report(periods: list[dict[str, Any]]) -> dict[str, Any]:
             return out
         out["period"] = _summary([p["period"] for p in selected])
         out["update"] = _summary([p.get("update", 0.0) for p in selected])
-        for part in _PeriodTimers.PARTS:
+        for part in _PeriodTimes.PARTS:
             out[part + "_mean_ms"] = round(1000 * statistics.fmean(p.get(part, 0.0) for p in selected), 2)
         out["sim_period_mean_ms"] = round(
             1000 * statistics.fmean(p["period"] - p.get("update", 0.0) for p in selected), 2
@@ -526,13 +421,8 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     split = _SplitProfiler(clock) if args.profile and args.profile_periods else None
     profiler = cProfile.Profile(clock) if args.profile and split is None else None
-    timers = _PeriodTimers(clock)
-    if split is not None:
-        patches = split.patches()
-    else:
-        patches = [] if profiler is not None else _timing_patches(timers, simulation)
-    for patch in patches:
-        patch.__enter__()
+    timers = _PeriodTimes(clock, simulation)
+    simulation.time_phases(split if split is not None else PhaseTimes() if profiler is not None else timers)
     try:
         wall_start = time.perf_counter()
         cpu_start = time.process_time()
@@ -544,8 +434,7 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
         wall = time.perf_counter() - wall_start
         cpu = time.process_time() - cpu_start
     finally:
-        for patch in reversed(patches):
-            patch.__exit__(None, None, None)
+        simulation.time_phases(PhaseTimes())
     simulated = simulation.now - start_time
     stats_after = dict(simulation.stats)
     delta = {
@@ -585,7 +474,7 @@ def slice_run(args: argparse.Namespace) -> dict[str, Any]:
         out["periods"] = _period_report(timers.periods)
         # on the split's clock: the heartbeats the core processed, the fair-share periods, everything else
         total = cpu if args.clock == "cpu" else wall
-        out["heartbeats_s"] = round(timers.heartbeat, 3)
+        out["heartbeats_s"] = round(timers.seconds.get("heartbeat", 0.0), 3)
         out["fair_share_periods_s"] = round(sum(p["period"] for p in timers.periods), 3)
         out["rest_s"] = round(total - out["heartbeats_s"] - out["fair_share_periods_s"], 3)
     else:

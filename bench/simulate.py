@@ -38,8 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pooltree.phases import PhaseTimes
 from pooltree.sim import Simulation, parse_scenario
-from pooltree.strategy.core import SchedulerCore
 
 TARGET = {"nodes": 1000, "hours": 24.0, "operations": 20_000, "jobs": 500_000, "pools": 100}
 LOAD = 0.7
@@ -258,43 +258,6 @@ class ProgressLines:
         )
 
 
-class _Timers:
-    """Wall time spent inside the core's fair-share updates and heartbeats (patched for the measurement)."""
-
-    def __init__(self) -> None:
-        self.update = 0.0
-        self.heartbeat = 0.0
-        self._originals = (
-            SchedulerCore.update_fair_share,
-            SchedulerCore.republish,
-            SchedulerCore.process_heartbeat,
-        )
-
-    def __enter__(self) -> _Timers:
-        update, republish, heartbeat = self._originals
-        timers = self
-
-        def timed(function, attribute):
-            def wrapper(*args, **kwargs):
-                start = time.perf_counter()
-                try:
-                    return function(*args, **kwargs)
-                finally:
-                    setattr(timers, attribute, getattr(timers, attribute) + time.perf_counter() - start)
-
-            return wrapper
-
-        SchedulerCore.update_fair_share = timed(update, "update")
-        SchedulerCore.republish = timed(republish, "update")
-        SchedulerCore.process_heartbeat = timed(heartbeat, "heartbeat")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        SchedulerCore.update_fair_share, SchedulerCore.republish, SchedulerCore.process_heartbeat = (
-            self._originals
-        )
-
-
 def measure(
     nodes: int,
     hours: float,
@@ -315,18 +278,24 @@ def measure(
     else:
         document = scenario_document(nodes, hours, operations, jobs, pools, period, seed)
     scenario = parse_scenario(document, source="bench")
-    with _Timers() as timers:
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        progress = ProgressLines(progress_minutes) if progress_minutes is not None else None
-        simulation = Simulation(
-            scenario, progress=progress, progress_interval=progress.interval if progress is not None else None
-        )
-        if progress is not None:
-            progress.simulation = simulation
-        result = simulation.run()
-        wall = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
+    # wall time inside the core's fair-share updates (republishes included) and heartbeats: its own phase timers
+    times = PhaseTimes(time.perf_counter)
+    start = time.perf_counter()
+    cpu_start = time.process_time()
+    progress = ProgressLines(progress_minutes) if progress_minutes is not None else None
+    simulation = Simulation(
+        scenario,
+        progress=progress,
+        progress_interval=progress.interval if progress is not None else None,
+        phase_times=times,
+    )
+    if progress is not None:
+        progress.simulation = simulation
+    result = simulation.run()
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
+    update_s = times.seconds.get("update", 0.0) + times.seconds.get("republish", 0.0)
+    heartbeat_s = times.seconds.get("heartbeat", 0.0)
     summary = result.summary
     simulated = summary["global"]["simulated_time"]
     started_jobs = sum(op["completed_job_count"] for op in summary["operations"])
@@ -345,15 +314,15 @@ def measure(
         "simulated_s": simulated,
         "speedup": round(simulated / wall, 1),
         "speedup_cpu": round(simulated / cpu, 1),
-        "wall_fair_share_update_s": round(timers.update, 2),
-        "wall_heartbeats_s": round(timers.heartbeat, 2),
-        "wall_engine_s": round(wall - timers.update - timers.heartbeat, 2),
-        "fair_share_update_ms": round(1000 * timers.update / max(1, engine["fair_share_updates"]), 2),
+        "wall_fair_share_update_s": round(update_s, 2),
+        "wall_heartbeats_s": round(heartbeat_s, 2),
+        "wall_engine_s": round(wall - update_s - heartbeat_s, 2),
+        "fair_share_update_ms": round(1000 * update_s / max(1, engine["fair_share_updates"]), 2),
         # growth should follow the events that change something: CPU per processed event (the run's events are
         # fair-share periods, job ends and peaks, arrivals, node events and the heartbeats that were processed)
         "cpu_ms_per_event": round(1000 * cpu / max(1, engine["events"]), 3),
         "engine_wall_ms_per_event": round(
-            1000 * (wall - timers.update - timers.heartbeat) / max(1, engine["events"]), 4
+            1000 * (wall - update_s - heartbeat_s) / max(1, engine["events"]), 4
         ),
         "utilization_cpu": summary["global"]["utilization"]["cpu"],
         **engine,

@@ -41,6 +41,7 @@ from pooltree.alerts import AlertSettings
 from pooltree.config import TagFilter
 from pooltree.errors import ConfigError
 from pooltree.gc_policy import survivors_frozen
+from pooltree.phases import PhaseTimes
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.sim.jobs import _JobsMixin
 from pooltree.sim.metrics import _MetricsMixin
@@ -179,8 +180,11 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         progress_interval: float | None = None,
         skip_idle_heartbeats: bool | None = None,
         skip_unchanged_fair_share_updates: bool | None = None,
+        phase_times: PhaseTimes | None = None,
     ):
         scenario.check_end(until)
+        self.phase_times = phase_times if phase_times is not None else PhaseTimes()
+        """Timers of the simulator's ``period`` and of its cores' phases (`pooltree.phases`; off by default)."""
         self.scenario = scenario
         self.seed = scenario.seed if seed is None else seed
         self.horizon = until if until is not None else scenario.horizon()
@@ -228,7 +232,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         self.trees: dict[str, _TreeState] = {}
         for name, definition in snapshot.pool_trees.items():
             tree = PoolTree(definition)
-            core = SchedulerCore(tree, event_sink=self._core_event)
+            core = SchedulerCore(tree, event_sink=self._core_event, phase_times=self.phase_times)
             integral = any(
                 getattr(pool.config, "integral_guarantees", None) is not None
                 and pool.config.integral_guarantees.has_integral_resources
@@ -753,7 +757,20 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
 
     # ------------------------------------------------------------------ fair share and metrics
 
+    def time_phases(self, times: PhaseTimes) -> None:
+        """Record the simulator's and its cores' phases in ``times`` from now on (a loaded checkpoint too)."""
+        self.phase_times = times
+        for tree in self.trees.values():
+            tree.core.phase_times = times
+
     def _fair_share_update(self, index: int) -> None:
+        with self.phase_times.phase("period"):
+            self._update_trees(index)
+        next_time = (index + 1) * self.update_period
+        self._push(next_time, FAIR_SHARE_EVENT, index + 1, 0, ("update", index + 1))
+
+    def _update_trees(self, index: int) -> None:
+        """One fair-share period of every tree: time limits, the core's update (or republish), records."""
         now = self.now
         self._sample(now)
         emit = self.timeline_sink is not None and (
@@ -792,8 +809,6 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 elif core.has_starving_operations():
                     self._arm_timers(tree)
             self._timeline(tree, now, emit)
-        next_time = (index + 1) * self.update_period
-        self._push(next_time, FAIR_SHARE_EVENT, index + 1, 0, ("update", index + 1))
 
     def _enforce_time_limits(self, tree: _TreeState, now: float) -> None:
         """Operations past their time_limit fail; jobs past their job_time_limit stop (SchedulerCore rules)."""

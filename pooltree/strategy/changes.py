@@ -137,13 +137,6 @@ class _Step:
         """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
         reason, number of the first publish not yet added to its counter)."""
 
-    def __setstate__(self, state: tuple[Any, dict[str, Any]]) -> None:
-        """Unpickling (a checkpoint of `bench/day_slice.py` made by an earlier revision): the slots this class no
-        longer has are left out."""
-        for name, value in state[1].items():
-            if name in _Step.__slots__:
-                setattr(self, name, value)
-
     def follow(self, skeleton: object, elements: dict[str, _Element], departed: list[_Element]) -> bool:
         """This step, in place, for the tree that operation changes made of it (``elements`` after
         `_apply_operation_changes`; ``departed``: the previous elements of the removed operations): what it keeps

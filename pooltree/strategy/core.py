@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import PooltreeError
+from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
@@ -114,8 +115,11 @@ class SchedulerCore:
         *,
         fair_share: FairShareFunction | None = None,
         event_sink: Callable[[dict[str, Any]], None] | None = None,
+        phase_times: PhaseTimes | None = None,
     ):
         self.pool_tree = pool_tree
+        self.phase_times = phase_times if phase_times is not None else PhaseTimes()
+        """Timers of the phases of the update and of heartbeats (off unless given a clock; `pooltree.phases`)."""
         self.config = StrategyConfig.from_options(pool_tree.config, f"pool_trees.{pool_tree.name}.config")
         self._fair_share = fair_share
         self._event_sink = event_sink
@@ -236,6 +240,7 @@ class SchedulerCore:
         now: float = 0.0,
     ) -> str:
         """Admit an operation into the tree (count limits apply) and attach its controller; returns its state."""
+        self.phase_times.count("register_operation")
         op = self.pool_tree.register_operation(
             operation_id,
             user=user,
@@ -268,6 +273,7 @@ class SchedulerCore:
         self, operation_id: str, now: float, *, state: str = "completed"
     ) -> list[Allocation]:
         """Remove a finished operation; returns allocations still on nodes (to abort there). Activates pending ones."""
+        self.phase_times.count("unregister_operation")
         if operation_id not in self.controllers:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
@@ -346,7 +352,30 @@ class SchedulerCore:
 
         Operations whose controllers report completion are unregistered first (event ``operation_completed``).
         """
-        self.unregister_completed(now)
+        times = self.phase_times
+        with times.phase("update"):
+            with times.phase("unregister"):
+                self.unregister_completed(now)
+            with times.phase("input"):
+                root, settings = self._fair_share_input()
+            function = self._fair_share or _default_fair_share()
+            total = self.total_resources
+            with times.phase("fair_share"):
+                result = function(root, total, settings, now, self.fair_share_state)
+            self.fair_share_state = getattr(result, "state", None)
+            self.last_result = result
+            with times.phase("build"):
+                tree = scheduling_tree_from_runtime(
+                    self.pool_tree, result, total, self.config, cache=self._build_cache
+                )
+            with times.phase("publish"):
+                self.strategy.publish(tree, now)
+            with times.phase("segments"):
+                self.update_segments(now)
+        return result
+
+    def _fair_share_input(self) -> tuple[Any, Any]:
+        """The fair-share update's input tree and settings, read from the runtime tree."""
         if self._input_cache is None:
             self._input_cache = FairShareInputCache()
         # the controllers and the strategy hold this very set: it is emptied, never replaced
@@ -354,7 +383,7 @@ class SchedulerCore:
         changed = dirty.union(self._input_polled) if self._input_polled else set(dirty)
         dirty.clear()
         try:
-            root, settings = build_fair_share_input(
+            return build_fair_share_input(
                 self.pool_tree,
                 self._resources,
                 nodes=self.nodes_view,
@@ -364,17 +393,6 @@ class SchedulerCore:
         except BaseException:
             dirty.update(changed)  # not taken in: the next input reads them
             raise
-        function = self._fair_share or _default_fair_share()
-        total = self.total_resources
-        result = function(root, total, settings, now, self.fair_share_state)
-        self.fair_share_state = getattr(result, "state", None)
-        self.last_result = result
-        tree = scheduling_tree_from_runtime(
-            self.pool_tree, result, total, self.config, cache=self._build_cache
-        )
-        self.strategy.publish(tree, now)
-        self.update_segments(now)
-        return result
 
     def _configure_segments(self) -> None:
         config = self.pool_tree.config
@@ -449,6 +467,12 @@ class SchedulerCore:
 
     def process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
         """Node heartbeat: finished allocations in, allocations to start and to preempt out."""
+        if self.phase_times.enabled:
+            with self.phase_times.phase("heartbeat"):
+                return self._process_heartbeat(heartbeat, now)
+        return self._process_heartbeat(heartbeat, now)
+
+    def _process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
         if heartbeat.address not in self.node_limits:
             self.add_node(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
         else:
@@ -738,8 +762,9 @@ class SchedulerCore:
         if self.last_result is None:
             self.update_fair_share(now)
             return
-        self.strategy.publish(self.strategy.tree, now)
-        self.update_segments(now)
+        with self.phase_times.phase("republish"):
+            self.strategy.publish(self.strategy.tree, now)
+            self.update_segments(now)
 
     def can_start_more(self, address: str) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""

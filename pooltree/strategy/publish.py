@@ -352,13 +352,13 @@ class SnapshotPublisher(ChangedPublisher):
             elements[element_id] = element
             added.add(element)
         children = tree.children
-        bounds = getattr(self, "_bounds", None)  # None: a scheduler unpickled from before the order keys
-        renumber = bounds is None
+        bounds = self._bounds  # set by `_new_elements`, which made the previous elements
+        renumber = False
         for parent_id in delta.parents:
             pool = elements[parent_id]
             # `_new_elements` appends children in tree order, which visits them last first
             pool.children[:] = [elements[child] for child in reversed(children[parent_id])]
-            bound = None if bounds is None else bounds.get(pool)
+            bound = bounds.get(pool)
             moved = None if renumber or bound is None else place(pool, added, bound)
             if moved is None:
                 renumber = True

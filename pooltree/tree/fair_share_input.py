@@ -105,8 +105,6 @@ class FairShareInputCache:
     the same tree reads only the elements written since it last read them.
     """
 
-    journal: InputJournal | None = None  # (class default: caches pickled before journals had none)
-
     def __init__(self) -> None:
         self.journal = InputJournal()
         self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
@@ -464,12 +462,6 @@ def build_fair_share_input(
     if cache is None:
         root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
         return root, update_settings(tree)
-    if cache.journal is None:
-        # A cache pickled before journals (a day checkpoint): its elements are plain, so it starts again.
-        cache.journal = InputJournal()
-        cache.pools.clear()
-        cache.operations.clear()
-        cache.last = None
     key = (tree, getattr(tree, "revision", None), tree.config, nodes)
     last = cache.last
     if last is not None and key[1] is not None and all(map(operator.is_, last.key, key)):

@@ -261,28 +261,3 @@ def test_plain_map_spec_arriving_falls_back_to_the_walk():
     assert dataclasses.is_dataclass(periods.run().elements["op2"])
     assert np.all(np.isfinite(periods.run().elements["op1"].fair_share))
 
-
-def test_a_scheduler_pickled_before_the_order_keys_numbers_its_elements_once():
-    """A `TreeScheduler` unpickled from a revision without order keys (`bench/day_slice.py` checkpoints): no
-    ``_bounds``, and its step has a slot (``ordered``) the class no longer has. It still loads, and the first
-    operation change numbers every element (`order.number`) and gives what a fresh publish gives."""
-    from pooltree.strategy.changes import _Step
-
-    step = _Step(object(), [])
-    state = step.__reduce_ex__(2)[2]
-    state[1]["ordered"] = []
-    restored = object.__new__(_Step)
-    restored.__setstate__(state)
-    assert restored.serial == step.serial
-    rng = random.Random(3)
-    tree = PoolTree(definition())
-    usage = Usage()
-    periods = Periods(tree, usage)
-    counter = [0]
-    for period in range(20):
-        random_changes(rng, tree, usage, counter)
-        if period == 10:  # as unpickled: no bounds, and the elements' keys are positions
-            del periods.cached._bounds
-            for position, element_id in enumerate(periods.cached.tree.order):
-                periods.cached._elements[element_id].index = position
-        periods.run()
