@@ -53,27 +53,20 @@ class SnapshotPublisher(ChangedPublisher):
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
         respecced = tree.respecced
         # every published element's spec is the last published tree's: derived from it, only these can differ
-        self._respecced = (
-            respecced[1] if respecced is not None and respecced[0]() is getattr(self, "tree", None) else None
-        )
+        self._respecced = respecced[1] if respecced is not None and respecced[0]() is self.tree else None
         self.tree = tree
         self.config = tree.config
         self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())
         total = tuple(float(x) for x in tree.total_resources)
-        previous = getattr(self, "_elements", {})
+        previous = self._elements
         fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
-        if previous and now is not None and tree.skeleton is getattr(self, "_skeleton", None):
+        if previous and now is not None and tree.skeleton is self._skeleton:
             if not self._publish_changes(tree, now, total):  # changes.py; else every element in three passes
                 self._publish_same_structure(tree, now, total)
                 self._statuses_timed = True
             return
-        delta = getattr(tree, "delta", None)
-        if (
-            previous
-            and now is not None
-            and delta is not None
-            and delta.base is getattr(self, "_skeleton", None)
-        ):
+        delta = tree.delta
+        if previous and now is not None and delta is not None and delta.base is self._skeleton:
             departed = [element for i in delta.removed if (element := previous.get(i)) is not None]
             parents = [element.parent for element in departed]
             renumbered = self._apply_operation_changes(tree, delta, fifo_order)
@@ -85,7 +78,7 @@ class SnapshotPublisher(ChangedPublisher):
             return
         self._forget_changes()  # the paths below recompute every element
         self._statuses_timed = now is not None  # without a time, statuses and starvation are not evaluated
-        if previous and tree.skeleton is getattr(self, "_skeleton", None):
+        if previous and tree.skeleton is self._skeleton:
             elements = self._reuse_elements(tree)
         else:
             elements = self._new_elements(tree, previous, fifo_order)

@@ -99,6 +99,16 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         switches), delivered in the node's next heartbeat answer."""
         self._limited_cache: tuple[object, dict[str, _Element], list[_Element]] | None = None
         """(skeleton, element map, the map's elements with limits): see `_limited_elements`."""
+        self._skeleton: object = None
+        """The published tree's ``skeleton`` (its structure): elements are reused while it is the same."""
+        self._bounds: dict[_Element, int] = {}
+        """Each pool's bound of its operations' order keys (`order.number`), kept while the pools are the same."""
+        self._respecced: Any = None
+        """The specs that differ from the previously published tree's (`SchedulingTree.respecced`), else None."""
+        self._spare: tuple[float, ...] = ()
+        """``min_spare_allocation_resources_on_node`` of the published config, as floats."""
+        self._total: tuple[float, ...] = ()
+        """The published tree's total resources, as floats."""
         self.publish(tree, now=None)
 
     # ------------------------------------------------------------------ operations
@@ -417,12 +427,12 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         element is scanned once.
         """
         elements = self._elements
-        skeleton = getattr(self, "_skeleton", None)
+        skeleton = self._skeleton
         cached = self._limited_cache
         if cached is not None and cached[0] is skeleton and cached[1] is elements:
             return cached[2]
         limited: list[_Element] | None = None
-        delta = getattr(self.tree, "delta", None)
+        delta = self.tree.delta
         if (
             cached is not None
             and delta is not None
