@@ -143,7 +143,9 @@ def test_the_graph_sees_a_circle_dodged_inside_a_function(tmp_path: Path) -> Non
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("from pkg.b import g\n\ndef f():\n    return g()\n")
     (package / "b.py").write_text("def g():\n    from pkg.a import f\n    return f\n")
-    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\n"
+    )
     graph = import_graph(package_modules(package))
     assert graph["pkg.c"] == set()
     assert import_circles(graph) == [["pkg.a", "pkg.b"]]

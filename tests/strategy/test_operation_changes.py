@@ -260,4 +260,3 @@ def test_plain_map_spec_arriving_falls_back_to_the_walk():
     assert not math.isnan(sum(periods.run().elements["op2"].fair_share.tolist()))
     assert dataclasses.is_dataclass(periods.run().elements["op2"])
     assert np.all(np.isfinite(periods.run().elements["op1"].fair_share))
-
