@@ -66,3 +66,60 @@ def test_live_jobs_get_their_own_fake_gpus(tmp_path: Path) -> None:
         assert two[3:] == [f"fake-gpu-{i}" for i in indices]
     finally:
         procs.close()
+
+
+def test_a_scheduler_restart_keeps_the_running_jobs_gpus(tmp_path: Path) -> None:
+    """Revival: a 1-GPU job runs on a 2-GPU node; the scheduler is killed and restarted on the same port; the node
+    re-registers the job with its device, so the next 1-GPU job gets the other device."""
+    import signal
+
+    from live_procs import free_port
+
+    devices = tmp_path / "devices"
+    devices.mkdir()
+    for index in range(2):
+        (devices / f"gpu{index}").write_text(f"fake-gpu-{index}\n")
+        (devices / f"gpu{index}").chmod(0o644)
+    procs = Procs(tmp_path)
+    try:
+        port = free_port()
+        scheduler, url = procs.scheduler(tmp_path / "data", port)
+        procs.spawn(
+            "node", "--scheduler", url, "--address", "gpu-node", "--root", str(tmp_path / "nodes" / "gpu-node"),
+            "--resources", "user_slots=4,cpu=4,memory=4Gi", "--memory-meter", "psutil",
+            "--node-secret-file", str(procs.node_secret_file),
+            "--gpu-devices", f"0={devices / 'gpu0'},1={devices / 'gpu1'}",
+        )  # fmt: skip
+        yt = client(url)
+        wait_for(
+            lambda: yt.exists(f"{ORCHID}/default") and yt.get(f"{ORCHID}/default/resource_limits/gpu") == 2,
+            30,
+        )
+        command = "echo $CUDA_VISIBLE_DEVICES >&2; sleep 600"
+        holding = _gpu_operation(yt, command)
+
+        def running(op_id: str) -> list[dict]:
+            return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
+
+        [before] = wait_for(lambda: running(holding), timeout=30)
+        procs.stop(scheduler, signal.SIGKILL)
+        procs.scheduler(tmp_path / "data", port)
+        yt = client(url)
+        wait_for(lambda: yt.exists(f"{ORCHID}/default/operations/{holding}"), timeout=30)
+        second = _gpu_operation(yt, "echo $CUDA_VISIBLE_DEVICES >&2")
+        wait_for(lambda: yt.get_operation(second, attributes=["state"])["state"] == "completed", timeout=60)
+        [job] = yt.list_jobs(second)["jobs"]
+        # lowest free device first: "1" means device 0 is still the revived job's, which kept running
+        assert yt.get_job_stderr(second, job["id"]).read().decode() == "1\n"
+        assert [held["id"] for held in running(holding)] == [before["id"]]
+    finally:
+        procs.close()
+
+
+def _gpu_operation(yt: object, command: str) -> str:
+    import yt.wrapper as ytw
+
+    builder = (
+        ytw.VanillaSpecBuilder().begin_task("main").command(command).job_count(1).gpu_limit(1).end_task()
+    )
+    return yt.run_operation(builder, sync=False).id  # type: ignore[attr-defined]
