@@ -127,18 +127,24 @@ def quantile_ms(values: list[float], q: float, digits: int = 2) -> float | None:
 
 async def read_response(reader: asyncio.StreamReader) -> int:
     """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code."""
+    status, _ = await read_response_body(reader)
+    return status
+
+
+async def read_response_body(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """Read one HTTP/1.1 response (Content-Length or chunked body); returns the status code and the body."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
     if headers.get("transfer-encoding", "").lower() == "chunked":
+        parts = []
         while True:
             size = int((await reader.readline()).split(b";")[0], 16)
-            await reader.readexactly(size + 2)
+            parts.append((await reader.readexactly(size + 2))[:size])
             if size == 0:
-                return status
-    await reader.readexactly(int(headers.get("content-length", "0")))
-    return status
+                return status, b"".join(parts)
+    return status, await reader.readexactly(int(headers.get("content-length", "0")))
 
 
 def uptime() -> str:

@@ -23,6 +23,7 @@ import numpy as np
 import psutil
 
 from pooltree.errors import ConfigError, join_path
+from pooltree.node import wire
 from pooltree.node.executor import JobExecutor
 from pooltree.node.job import JobResult, JobSpec
 from pooltree.resources import MEMORY, Vector, parse_resources, resources_to_dict, vector, zeros
@@ -30,7 +31,6 @@ from pooltree.resources import MEMORY, Vector, parse_resources, resources_to_dic
 DEFAULT_NETWORK = 100.0
 DEFAULT_REPORT_STDERR_LIMIT = 64 * 1024
 DEFAULT_ABORT_REASON = "scheduler"
-_RESPONSE_KEYS = frozenset({"start", "preempt", "abort", "acknowledge"})
 
 
 def detect_resource_limits(overrides: Mapping[str, Any] | None = None, path: str = "resources") -> Vector:
@@ -157,38 +157,39 @@ class NodeAgent:
             memory = self.executor.memory_usage(job_id)
             measured += memory
             running.append(
-                {
-                    "job_id": job_id,
-                    "operation_id": spec.operation_id,
-                    "task_name": spec.task_name,
-                    "state": "running",
-                    "phase": self.executor.phase(job_id),
-                    "start_time": self.executor.start_time(job_id),
-                    "resource_usage": resources_to_dict(spec.resources),
-                    "memory_usage": int(memory),
-                    "statistics": self.executor.running_statistics(job_id),
-                }
+                wire.running_job(
+                    job_id,
+                    spec.operation_id,
+                    spec.task_name,
+                    phase=self.executor.phase(job_id),
+                    start_time=self.executor.start_time(job_id),
+                    resource_usage=resources_to_dict(spec.resources),
+                    memory_usage=memory,
+                    statistics=self.executor.running_statistics(job_id),
+                )
             )
             devices = self.executor.gpu_devices(job_id)
             if devices:
-                running[-1]["gpu_devices"] = devices
-        heartbeat = {
-            "node_address": self.address,
-            "sequence": self._sequence,
-            "time": self._clock(),
-            "resource_limits": resources_to_dict(self.resource_limits),
-            "resource_usage": resources_to_dict(self.resource_usage()),
-            "memory": {"limit": self.executor.node_memory_limit, "usage": int(measured)},
-            "memory_meter": self.executor.meter.name,
-            "running_jobs": running,
-            "finished_jobs": [dict(report) for report in self._unacknowledged.values()],
-        }
+                running[-1][wire.GPU_DEVICES] = devices
+        extra: dict[str, Any] = {}
         alerts = self.executor.alerts()
         if alerts:
-            heartbeat["alerts"] = alerts
+            extra[wire.ALERTS] = alerts
         if self.executor.gpus.count:
-            heartbeat["gpu_devices"] = [device.to_dict() for device in self.executor.gpus.devices]
-        return heartbeat
+            extra[wire.GPU_DEVICES] = [device.to_dict() for device in self.executor.gpus.devices]
+        return wire.heartbeat(
+            self.address,
+            sequence=self._sequence,
+            time=self._clock(),
+            resource_limits=resources_to_dict(self.resource_limits),
+            resource_usage=resources_to_dict(self.resource_usage()),
+            memory_limit=self.executor.node_memory_limit,
+            memory_usage=measured,
+            memory_meter=self.executor.meter.name,
+            running_jobs=running,
+            finished_jobs=[dict(report) for report in self._unacknowledged.values()],
+            **extra,
+        )
 
     def unacknowledged_job_ids(self) -> list[str]:
         return list(self._unacknowledged)
@@ -257,22 +258,12 @@ class NodeAgent:
 
     async def apply_response_map(self, response: Mapping[str, Any]) -> dict[str, list[str]]:
         """``apply_heartbeat_response`` from a decoded response map (keys start, preempt, abort, acknowledge)."""
-        if not isinstance(response, Mapping):
-            raise ConfigError("response", f"expected a map, got {type(response).__name__}")
-        unknown = sorted(set(map(str, response)) - _RESPONSE_KEYS)
-        if unknown:
-            raise ConfigError(
-                join_path("response", unknown[0]), f"unknown key; known: {', '.join(sorted(_RESPONSE_KEYS))}"
-            )
-        for key in _RESPONSE_KEYS:
-            value = response.get(key, [])
-            if not isinstance(value, list | tuple):
-                raise ConfigError(join_path("response", key), f"expected a list, got {type(value).__name__}")
+        body, _ = wire.split_response(response)
         return await self.apply_heartbeat_response(
-            start=response.get("start", []),
-            preempt=response.get("preempt", []),
-            abort=response.get("abort", []),
-            acknowledge=response.get("acknowledge", []),
+            start=body[wire.START],
+            preempt=body[wire.PREEMPT],
+            abort=body[wire.ABORT],
+            acknowledge=body[wire.ACKNOWLEDGE],
         )
 
     async def wait_for_heartbeat_needed(self, timeout: float) -> bool:

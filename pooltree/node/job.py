@@ -19,6 +19,7 @@ import numpy as np
 
 from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
 from pooltree.errors import ConfigError, join_path, yt_error
+from pooltree.node import wire
 from pooltree.node.files import JobFile, parse_job_files
 from pooltree.resources import MEMORY, RESOURCES, USER_SLOTS, Vector, parse_resources, parse_size, vector
 
@@ -277,25 +278,20 @@ class JobResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON/YSON-serialisable map of the result."""
-        out: dict[str, Any] = {
-            "job_id": self.job_id,
-            "operation_id": self.operation_id,
-            "task_name": self.task_name,
-            "state": str(self.state),
-            "start_time": self.start_time,
-            "finish_time": self.finish_time,
-            "statistics": dict(self.statistics),
-            "stderr_size": self.stderr_size,
-        }
-        if self.exit_code is not None:
-            out["exit_code"] = self.exit_code
-        if self.error is not None:
-            out["error"] = self.error
-        if self.abort_reason is not None:
-            out["abort_reason"] = self.abort_reason
-        if self.interruption_reason is not None:
-            out["interruption_reason"] = self.interruption_reason
-        return out
+        return wire.finished_job(
+            self.job_id,
+            self.operation_id,
+            self.task_name,
+            str(self.state),
+            self.start_time,
+            self.finish_time,
+            statistics=self.statistics,
+            stderr_size=self.stderr_size,
+            exit_code=self.exit_code,
+            error=self.error,
+            abort_reason=self.abort_reason,
+            interruption_reason=self.interruption_reason,
+        )
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.node import wire
 from pooltree.node.agent import NodeAgent, detect_resource_limits
 from pooltree.node.executor import JobExecutor
 from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
@@ -157,10 +158,10 @@ class NodeLoop:
     def heartbeat_body(self) -> dict[str, Any]:
         body = self.agent.build_heartbeat()
         if self.tags:
-            body["tags"] = list(self.tags)
+            body[wire.TAGS] = list(self.tags)
         body.update(self.topology.heartbeat_fields())
         if self.draining:
-            body["resource_limits"] = resources_to_dict(zeros())
+            body[wire.RESOURCE_LIMITS] = resources_to_dict(zeros())
         return body
 
     async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
@@ -188,10 +189,10 @@ class NodeLoop:
         if not isinstance(body, dict):
             self._failed(f"heartbeat response is not a map: {type(body).__name__}")
             return False
-        period = body.pop("heartbeat_period", None)
-        if self.draining and body.get("start"):
-            log.warning("the scheduler offered %d jobs to a node that is stopping", len(body["start"]))
-            body["start"] = []
+        period = body.pop(wire.HEARTBEAT_PERIOD, None)
+        if self.draining and body.get(wire.START):
+            log.warning("the scheduler offered %d jobs to a node that is stopping", len(body[wire.START]))
+            body[wire.START] = []
         try:
             summary = await self.agent.apply_response_map(body)
         except PooltreeError as error:

@@ -29,6 +29,7 @@ from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node.service import check_period
+from pooltree.node.wire import parse_heartbeat
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import is_loopback
@@ -36,7 +37,6 @@ from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
-from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render

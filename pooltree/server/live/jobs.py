@@ -12,10 +12,11 @@ import numpy as np
 
 from pooltree.config import nodes_of_trees
 from pooltree.controllers.operations import Job
+from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
+from pooltree.node.wire import FinishedJobReport, HeartbeatRequest
 from pooltree.resources import MEMORY, resources_to_dict
 from pooltree.security.vault import secure_vault_environment
-from pooltree.server.heartbeats import FinishedJobReport, HeartbeatRequest
 from pooltree.server.live.model import (
     LOST_AFTER_MISSED_HEARTBEATS,
     LiveJob,
@@ -156,13 +157,13 @@ class LiveJobs:
                 else:
                     target.aborts.append({"job_id": job_id, "reason": record.reason.value})
             self._drain(core)
-        response = {
-            "start": start,
-            "preempt": node.preempts,
-            "abort": node.aborts,
-            "acknowledge": acknowledge,
-            "heartbeat_period": self.heartbeat_period,
-        }
+        response = wire.response(
+            start=start,
+            preempt=node.preempts,
+            abort=node.aborts,
+            acknowledge=acknowledge,
+            heartbeat_period=self.heartbeat_period,
+        )
         node.preempts = []
         node.aborts = []
         return response

@@ -1,0 +1,463 @@
+"""Benchmark a real scheduler holding many exec nodes; prints one JSON object.
+
+Starts ``pooltree scheduler`` (a real process, SQLite store under a temporary directory, tree ``default``),
+starts ``--operations`` (200) vanilla operations of ``--jobs`` (200) one-cpu jobs each through ``yt.wrapper``,
+then simulates ``--nodes`` exec nodes speaking the real heartbeat wire format
+(``pooltree.node.wire``, the module the node agent and the scheduler share) from ``--drivers`` driver processes
+over plain asyncio keep-alive connections, so the driver is not what is measured. A simulated node has
+``--node-cpu`` (16) cpus and user slots; its jobs "run" ``--job-seconds`` (10) without processes and are then
+reported completed until the scheduler acknowledges them; preempt and abort answers finish them as aborted.
+
+Each node heartbeats on a fixed grid of ``--period`` (1 s) seconds from a random phase, as a node agent does:
+one heartbeat in flight at a time, so when an answer comes late the grid's missed slots are offered and not
+sent. Two phases over the same nodes:
+
+* ``quiet`` (``--quiet-seconds``, 0 skips it): no operation yet; what a heartbeat that reports nothing costs.
+* ``loaded``: the operations are started, ``--warmup-seconds`` pass, then ``--seconds`` are measured.
+
+Reported per phase: offered heartbeats/s (nodes / period), answered/s, heartbeat latency p50/p99 (send to whole
+answer), allocations started/s (start entries answered), the scheduler's CPU seconds (psutil on the scheduler's
+process and its children) per answered heartbeat and per started allocation, the scheduler's CPU share, and the
+drivers' own CPU (seconds per second, summed over the driver processes). ``marginal_ms_per_started_allocation``:
+(loaded CPU - quiet cost per heartbeat x loaded heartbeats) / started allocations. ``--shards`` is passed to the
+scheduler when given (node shards); ``--repeat`` repeats the whole run and reports the median by each figure.
+
+Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
+       [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from live_common import machine, quantile_ms, read_response_body, yt_client
+
+from pooltree.node import wire
+
+HEARTBEAT_PATH = "/internal/node_heartbeat"
+NODE_SECRET_HEADER = "X-Pooltree-Node-Secret"
+REQUEST_TIMEOUT = 60.0
+POOL = "bench"
+START_TIMEOUT = 120.0
+
+
+# ------------------------------------------------------------------------------------------- simulated node
+
+
+class SimNode:
+    """One exec node without processes: jobs finish ``job_seconds`` after their start."""
+
+    def __init__(self, address: str, cpu: float, memory: float, job_seconds: float) -> None:
+        self.address = address
+        self.limits = {"user_slots": cpu, "cpu": cpu, "memory": memory, "network": 100.0}
+        self.job_seconds = job_seconds
+        self.running: dict[str, dict[str, Any]] = {}
+        """job id → its start entry plus ``finish_at``."""
+        self.finished: dict[str, dict[str, Any]] = {}
+        self.sequence = 0
+
+    def body(self, now: float) -> bytes:
+        for job_id, job in list(self.running.items()):
+            if job["finish_at"] <= now:
+                del self.running[job_id]
+                self.finished[job_id] = wire.finished_job(
+                    job_id, job["operation_id"], job["task_name"], "completed", job["start_time"], now
+                )
+        self.sequence += 1
+        usage: dict[str, float] = {}
+        for job in self.running.values():
+            for key, value in job["resources"].items():
+                usage[key] = usage.get(key, 0.0) + float(value)
+        running = [
+            wire.running_job(
+                job_id,
+                job["operation_id"],
+                job["task_name"],
+                start_time=job["start_time"],
+                resource_usage=job["resources"],
+            )
+            for job_id, job in self.running.items()
+        ]
+        heartbeat = wire.heartbeat(
+            self.address,
+            sequence=self.sequence,
+            time=now,
+            resource_limits=self.limits,
+            resource_usage=usage,
+            memory_limit=self.limits["memory"],
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=running,
+            finished_jobs=list(self.finished.values()),
+        )
+        return json.dumps(heartbeat).encode()
+
+    def apply(self, response: dict[str, Any], now: float) -> int:
+        """Apply an answer; returns how many jobs it started."""
+        for job_id in response.get(wire.ACKNOWLEDGE, ()):
+            self.finished.pop(job_id, None)
+        stops = [entry[0] for entry in response.get(wire.PREEMPT, ())]
+        stops += [
+            entry["job_id"] if isinstance(entry, dict) else entry for entry in response.get(wire.ABORT, ())
+        ]
+        for job_id in stops:
+            job = self.running.pop(job_id, None)
+            if job is not None:
+                self.finished[job_id] = wire.finished_job(
+                    job_id, job["operation_id"], job["task_name"], "aborted", job["start_time"], now
+                )
+        started = 0
+        for spec in response.get(wire.START, ()):
+            if spec["job_id"] in self.running or spec["job_id"] in self.finished:
+                continue
+            self.running[spec["job_id"]] = {
+                "operation_id": spec["operation_id"],
+                "task_name": spec.get("task_name", "main"),
+                "resources": spec.get("resources") or {"user_slots": 1.0},
+                "start_time": now,
+                "finish_at": now + self.job_seconds,
+            }
+            started += 1
+        return started
+
+
+# ---------------------------------------------------------------------------------------------- drivers
+
+
+def _driver(
+    host: str,
+    port: int,
+    secret: str,
+    addresses: list[str],
+    options: dict[str, Any],
+    windows: list[tuple[float, float]],
+    out: Any,
+) -> None:
+    """One driver process: its nodes heartbeat until the last window ends; per window: offered slots, answered
+    heartbeats, latencies of heartbeats sent in it, allocations started and the driver's own CPU."""
+    random.seed(hash(addresses[0]))
+    nodes = [
+        SimNode(a, options["node_cpu"], options["node_memory"], options["job_seconds"]) for a in addresses
+    ]
+    period = options["period"]
+    stats = [{"answered": 0, "started": 0, "errors": 0, "latencies": [], "cpu": 0.0} for _ in windows]
+    end = windows[-1][1]
+
+    def window_of(t: float) -> int | None:
+        for index, (begin, finish) in enumerate(windows):
+            if begin <= t < finish:
+                return index
+        return None
+
+    async def run_node(node: SimNode) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        head = (
+            f"POST {HEARTBEAT_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"{NODE_SECRET_HEADER}: {secret}\r\n"
+        ).encode()
+        slot = time.time() + random.random() * period
+        try:
+            while slot < end:
+                await asyncio.sleep(max(0.0, slot - time.time()))
+                sent = time.time()
+                body = node.body(sent)
+                writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                try:
+                    status, data = await asyncio.wait_for(read_response_body(reader), REQUEST_TIMEOUT)
+                except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                    index = window_of(time.time())
+                    if index is not None:
+                        stats[index]["errors"] += 1
+                    return
+                got = time.time()
+                started = node.apply(json.loads(data), got) if status == 200 else 0
+                sent_in, got_in = window_of(sent), window_of(got)
+                if got_in is not None:
+                    stats[got_in]["answered" if status == 200 else "errors"] += 1
+                    stats[got_in]["started"] += started
+                if sent_in is not None and status == 200:
+                    stats[sent_in]["latencies"].append(got - sent)
+                slot += period
+                while slot < got:  # the slots missed while the answer was late: offered, not sent
+                    slot += period
+        finally:
+            writer.close()
+
+    async def cpu_marks() -> None:
+        process = psutil.Process()
+        for index, (begin, finish) in enumerate(windows):
+            await asyncio.sleep(max(0.0, begin - time.time()))
+            before = sum(process.cpu_times()[:2])
+            await asyncio.sleep(max(0.0, finish - time.time()))
+            stats[index]["cpu"] = sum(process.cpu_times()[:2]) - before
+
+    async def main() -> None:
+        marks = asyncio.ensure_future(cpu_marks())
+        await asyncio.gather(*(run_node(node) for node in nodes), return_exceptions=True)
+        await marks
+
+    asyncio.run(main())
+    out.put(stats)
+
+
+# -------------------------------------------------------------------------------------------- scheduler
+
+
+class Scheduler:
+    """``pooltree scheduler`` in a child process on 127.0.0.1 with a SQLite store under ``data``."""
+
+    def __init__(self, data: Path, period: float, shards: int | None) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "pooltree.cli",
+            "scheduler",
+            "--data",
+            str(data),
+            "--create-default-tree",
+            "--heartbeat-period",
+            str(period),
+            "--node-heartbeat-timeout",
+            "120",
+        ]
+        if shards is not None:
+            argv += ["--shards", str(shards)]
+        self.log = open(data / "scheduler.log", "wb")  # noqa: SIM115 (closed in close())
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        found: list[str] = []
+
+        def read() -> None:
+            assert self.process.stdout is not None
+            for raw in iter(self.process.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace").strip()
+                if line.startswith("listening on ") and not found:
+                    found.append(line.removeprefix("listening on "))
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not found and time.monotonic() < deadline and self.process.poll() is None:
+            time.sleep(0.05)
+        if not found:
+            self.close()
+            raise RuntimeError(f"pooltree scheduler did not start; see {data / 'scheduler.log'}")
+        self.url = found[0]
+        self.token = (data / "token").read_text().strip()
+        self.secret = (data / "node_secret").read_text().strip()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the scheduler's process and its children (shards) so far."""
+        total = 0.0
+        try:
+            root = psutil.Process(self.process.pid)
+            for process in [root, *root.children(recursive=True)]:
+                try:
+                    times = process.cpu_times()
+                    total += times.user + times.system
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            return 0.0
+        return total
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.log.close()
+
+
+def _start_operations(url: str, token: str, count: int, jobs: int) -> float:
+    """Start ``count`` vanilla operations of ``jobs`` one-cpu jobs; returns the seconds it took."""
+    from yt.wrapper.driver import make_formatted_request
+
+    client = yt_client(url, token)
+    client.create(
+        "scheduler_pool",
+        attributes={
+            "name": POOL,
+            "pool_tree": "default",
+            "max_operation_count": max(count, 1),
+            "max_running_operation_count": max(count, 1),
+        },
+    )
+    spec = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": jobs, "cpu_limit": 1}}}
+    began = time.perf_counter()
+    for _ in range(count):
+        make_formatted_request(
+            "start_operation", {"operation_type": "vanilla", "spec": spec}, format=None, client=client
+        )
+    return time.perf_counter() - began
+
+
+# ------------------------------------------------------------------------------------------------- run
+
+
+def _phase(
+    name: str, stats: list[list[dict[str, Any]]], index: int, cpu: float, seconds: float, args: Any
+) -> dict[str, Any]:
+    answered = sum(driver[index]["answered"] for driver in stats)
+    started = sum(driver[index]["started"] for driver in stats)
+    latencies = [x for driver in stats for x in driver[index]["latencies"]]
+    driver_cpu = sum(driver[index]["cpu"] for driver in stats)
+    return {
+        "phase": name,
+        "seconds": seconds,
+        "offered_heartbeats_per_second": round(args.nodes / args.period, 1),
+        "answered_heartbeats_per_second": round(answered / seconds, 1),
+        "errors": sum(driver[index]["errors"] for driver in stats),
+        "heartbeat_p50_ms": quantile_ms(latencies, 0.5),
+        "heartbeat_p99_ms": quantile_ms(latencies, 0.99),
+        "allocations_started_per_second": round(started / seconds, 1),
+        "scheduler_cpu_share": round(cpu / seconds, 3),
+        "scheduler_cpu_ms_per_heartbeat": round(1000 * cpu / answered, 3) if answered else None,
+        "scheduler_cpu_ms_per_started_allocation": round(1000 * cpu / started, 3) if started else None,
+        "driver_cpu_share": round(driver_cpu / seconds, 3),
+        "scheduler_cpu_seconds": round(cpu, 3),
+        "answered": answered,
+        "started": started,
+    }
+
+
+def run_once(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
+        scheduler = Scheduler(Path(tmp), args.period, args.shards)
+        try:
+            host, _, port = scheduler.url.removeprefix("http://").partition(":")
+            addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
+            options = {
+                "period": args.period,
+                "node_cpu": float(args.node_cpu),
+                "node_memory": float(args.node_memory_gib) * 2**30,
+                "job_seconds": args.job_seconds,
+            }
+            ramp = max(2.0, 2 * args.period)  # every node's first heartbeats registered it before measuring
+            t0 = time.time() + 1.0 + ramp
+            windows = []
+            if args.quiet_seconds > 0:
+                windows.append((t0, t0 + args.quiet_seconds))
+            # the loaded window opens after the operations are started (estimated below; re-timed for real)
+            loaded_begin = (windows[-1][1] if windows else t0) + args.start_allowance + args.warmup_seconds
+            windows.append((loaded_begin, loaded_begin + args.seconds))
+            queue: Any = mp.get_context("spawn").Queue()
+            groups = [addresses[i :: args.drivers] for i in range(args.drivers)]
+            context = mp.get_context("spawn")
+            drivers = [
+                context.Process(
+                    target=_driver, args=(host, int(port), scheduler.secret, group, options, windows, queue)
+                )
+                for group in groups
+                if group
+            ]
+            for process in drivers:
+                process.start()
+            cpu: list[float] = []
+            marks: dict[str, float] = {}
+
+            def measure(begin: float, finish: float) -> None:
+                time.sleep(max(0.0, begin - time.time()))
+                before = scheduler.cpu_seconds()
+                time.sleep(max(0.0, finish - time.time()))
+                cpu.append(scheduler.cpu_seconds() - before)
+
+            if args.quiet_seconds > 0:
+                measure(*windows[0])
+            began = time.time()
+            start_seconds = _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
+            marks["operations_started_after_seconds"] = round(time.time() - began, 2)
+            if time.time() > loaded_begin - args.warmup_seconds:
+                print(
+                    f"warning: starting operations took {start_seconds:.1f} s, more than --start-allowance; "
+                    "the warm-up was shorter",
+                    file=sys.stderr,
+                )
+            measure(*windows[-1])
+            stats = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
+            for process in drivers:
+                process.join(30)
+            phases = []
+            if args.quiet_seconds > 0:
+                phases.append(_phase("quiet", stats, 0, cpu[0], args.quiet_seconds, args))
+            loaded = _phase("loaded", stats, len(windows) - 1, cpu[-1], args.seconds, args)
+            if args.quiet_seconds > 0 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and loaded["started"]:
+                quiet_ms = phases[0]["scheduler_cpu_ms_per_heartbeat"]
+                loaded["marginal_ms_per_started_allocation"] = round(
+                    (1000 * cpu[-1] - quiet_ms * loaded["answered"]) / loaded["started"], 3
+                )
+            phases.append(loaded)
+            return {"phases": phases, "start_operations_seconds": round(start_seconds, 2), **marks}
+        finally:
+            scheduler.close()
+
+
+def _median_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per phase, the median of each numeric figure over the runs."""
+    out = []
+    for index, phase in enumerate(runs[0]["phases"]):
+        merged: dict[str, Any] = {"phase": phase["phase"]}
+        for key, value in phase.items():
+            if key == "phase":
+                continue
+            values = [run["phases"][index].get(key) for run in runs]
+            numbers = [v for v in values if isinstance(v, int | float)]
+            merged[key] = statistics.median(numbers) if numbers else value
+        out.append(merged)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--period", type=float, default=1.0)
+    parser.add_argument("--drivers", type=int, default=3)
+    parser.add_argument("--operations", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--node-cpu", type=float, default=16)
+    parser.add_argument("--node-memory-gib", type=float, default=64)
+    parser.add_argument("--job-seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--warmup-seconds", type=float, default=5.0)
+    parser.add_argument("--quiet-seconds", type=float, default=5.0)
+    parser.add_argument("--start-allowance", type=float, default=15.0, help="Seconds allowed for the starts.")
+    parser.add_argument("--shards", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
+        parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
+    before = machine()
+    runs = [run_once(args) for _ in range(args.repeat)]
+    result = {
+        "bench": "live_nodes",
+        "parameters": {key: value for key, value in vars(args).items()},
+        "median": _median_of(runs),
+        "runs": runs,
+        "machine_before": before,
+        "machine_after": machine(),
+        "pid": os.getpid(),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""The node heartbeat wire format, one module for both sides: the node builds with it, the scheduler parses with it.
+
+A heartbeat is a JSON map ``POST``-ed to ``/internal/node_heartbeat``; the answer is a map too. The field names
+live here as constants and every map is made by one builder (``heartbeat``, ``running_job``, ``finished_job``,
+``response``), so a new field (a job's GPU devices, say) is one keyword here and one line in the parser.
+
+* Node → scheduler: ``heartbeat(...)`` with ``running_job(...)`` and ``finished_job(...)`` entries; a finished job
+  is re-sent until the scheduler acknowledges it.
+* Scheduler side: ``parse_heartbeat(data)`` validates a map into a ``HeartbeatRequest``; a malformed heartbeat is a
+  ``ConfigError`` naming the field (``running_jobs[2].job_id``), which the service turns into a 400 YT error.
+* Scheduler → node: ``response(start=, preempt=, abort=, acknowledge=, heartbeat_period=)``;
+  ``split_response(data)`` is the node's check of its keys (the period taken out, the rest for
+  ``NodeAgent.apply_heartbeat_response``).
+
+Pure functions and dataclasses; no I/O, no import of the scheduler's packages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltree.errors import ConfigError, join_path
+from pooltree.resources import Vector, parse_resources, zeros
+
+# heartbeat keys
+NODE_ADDRESS = "node_address"
+RESOURCE_LIMITS = "resource_limits"
+RESOURCE_USAGE = "resource_usage"
+TAGS = "tags"
+RUNNING_JOBS = "running_jobs"
+FINISHED_JOBS = "finished_jobs"
+MEMORY_METER = "memory_meter"
+ALERTS = "alerts"
+"""The node's own alerts (YT errors), e.g. a reduced job isolation."""
+GPU_DEVICES = "gpu_devices"
+"""On the heartbeat: the node's GPU devices; on a running job: the devices it holds (``node/gpu.py``)."""
+# response keys
+START = "start"
+PREEMPT = "preempt"
+ABORT = "abort"
+ACKNOWLEDGE = "acknowledge"
+HEARTBEAT_PERIOD = "heartbeat_period"
+RESPONSE_KEYS = frozenset({START, PREEMPT, ABORT, ACKNOWLEDGE})
+"""What ``NodeAgent.apply_heartbeat_response`` applies; ``heartbeat_period`` is the loop's."""
+
+
+def running_job(
+    job_id: str,
+    operation_id: str,
+    task_name: str,
+    *,
+    start_time: float,
+    resource_usage: Mapping[str, float],
+    phase: str = "running",
+    memory_usage: float = 0,
+    statistics: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One running job's entry of ``running_jobs``."""
+    return {
+        "job_id": job_id,
+        "operation_id": operation_id,
+        "task_name": task_name,
+        "state": "running",
+        "phase": phase,
+        "start_time": start_time,
+        RESOURCE_USAGE: dict(resource_usage),
+        "memory_usage": int(memory_usage),
+        "statistics": dict(statistics or {}),
+        **extra,
+    }
+
+
+def finished_job(
+    job_id: str,
+    operation_id: str,
+    task_name: str,
+    state: str,
+    start_time: float,
+    finish_time: float,
+    *,
+    statistics: Mapping[str, Any] | None = None,
+    stderr_size: int = 0,
+    exit_code: int | None = None,
+    error: Mapping[str, Any] | None = None,
+    abort_reason: str | None = None,
+    interruption_reason: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """One finished job's entry of ``finished_jobs`` (optional fields only when set)."""
+    out: dict[str, Any] = {
+        "job_id": job_id,
+        "operation_id": operation_id,
+        "task_name": task_name,
+        "state": state,
+        "start_time": start_time,
+        "finish_time": finish_time,
+        "statistics": dict(statistics or {}),
+        "stderr_size": stderr_size,
+    }
+    for key, value in (
+        ("exit_code", exit_code),
+        ("error", error),
+        ("abort_reason", abort_reason),
+        ("interruption_reason", interruption_reason),
+    ):
+        if value is not None:
+            out[key] = value
+    out.update(extra)
+    return out
+
+
+def heartbeat(
+    address: str,
+    *,
+    sequence: int,
+    time: float,
+    resource_limits: Mapping[str, float],
+    resource_usage: Mapping[str, float],
+    memory_limit: float,
+    memory_usage: float,
+    memory_meter: str,
+    running_jobs: Sequence[Mapping[str, Any]],
+    finished_jobs: Sequence[Mapping[str, Any]],
+    tags: Sequence[str] = (),
+    **extra: Any,
+) -> dict[str, Any]:
+    """The heartbeat map a node sends."""
+    out: dict[str, Any] = {
+        NODE_ADDRESS: address,
+        "sequence": sequence,
+        "time": time,
+        RESOURCE_LIMITS: dict(resource_limits),
+        RESOURCE_USAGE: dict(resource_usage),
+        "memory": {"limit": memory_limit, "usage": int(memory_usage)},
+        MEMORY_METER: memory_meter,
+        RUNNING_JOBS: list(running_jobs),
+        FINISHED_JOBS: list(finished_jobs),
+    }
+    if tags:
+        out[TAGS] = list(tags)
+    out.update(extra)
+    return out
+
+
+def response(
+    *,
+    start: list[dict[str, Any]],
+    preempt: list[list[Any]],
+    abort: list[dict[str, str]],
+    acknowledge: list[str],
+    heartbeat_period: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The scheduler's answer to one heartbeat."""
+    return {
+        START: start,
+        PREEMPT: preempt,
+        ABORT: abort,
+        ACKNOWLEDGE: acknowledge,
+        HEARTBEAT_PERIOD: heartbeat_period,
+        **extra,
+    }
+
+
+def split_response(data: Any) -> tuple[dict[str, Any], Any]:
+    """The node's check of an answer: (the lists ``apply_heartbeat_response`` takes, the ``heartbeat_period``
+    or None). Unknown keys and non-list values name their field."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("response", f"expected a map, got {type(data).__name__}")
+    body = dict(data)
+    period = body.pop(HEARTBEAT_PERIOD, None)
+    unknown = sorted(set(map(str, body)) - RESPONSE_KEYS)
+    if unknown:
+        raise ConfigError(
+            join_path("response", unknown[0]), f"unknown key; known: {', '.join(sorted(RESPONSE_KEYS))}"
+        )
+    for key in RESPONSE_KEYS:
+        value = body.setdefault(key, [])
+        if not isinstance(value, list | tuple):
+            raise ConfigError(join_path("response", key), f"expected a list, got {type(value).__name__}")
+    return body, period
+
+
+FINISHED_STATES = frozenset({"completed", "failed", "aborted"})
+
+
+@dataclass
+class RunningJobReport:
+    """One job the node runs right now."""
+
+    job_id: str
+    operation_id: str
+    task_name: str
+    resource_usage: Vector
+    memory_usage: float = 0.0
+    statistics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FinishedJobReport:
+    """One finished job the node reports until the scheduler acknowledges it."""
+
+    job_id: str
+    operation_id: str
+    task_name: str
+    state: str
+    start_time: float
+    finish_time: float
+    exit_code: int | None = None
+    error: dict[str, Any] | None = None
+    abort_reason: str | None = None
+    interruption_reason: str | None = None
+    statistics: dict[str, Any] = field(default_factory=dict)
+    stderr: str = ""
+    stderr_size: int = 0
+
+
+@dataclass
+class HeartbeatRequest:
+    """A decoded node heartbeat."""
+
+    address: str
+    resource_limits: Vector
+    tags: frozenset[str] = frozenset()
+    running: list[RunningJobReport] = field(default_factory=list)
+    finished: list[FinishedJobReport] = field(default_factory=list)
+    memory_meter: str | None = None
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The node's own alerts (YT errors, e.g. a reduced job isolation), shown on the node and by the scheduler."""
+
+
+MAX_NODE_ALERTS = 16
+MAX_ALERT_TEXT = 4096
+
+
+def parse_node_alerts(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The heartbeat's ``alerts``: at most ``MAX_NODE_ALERTS`` YT errors, each with a message, an integer code and
+    a map of attributes (what the scheduler shows; inner errors are not kept)."""
+    raw = _list(data, "alerts")
+    if len(raw) > MAX_NODE_ALERTS:
+        raise ConfigError("alerts", f"at most {MAX_NODE_ALERTS} node alerts, got {len(raw)}")
+    alerts: list[dict[str, Any]] = []
+    for index, entry in enumerate(raw):
+        path = join_path("alerts", index)
+        if not isinstance(entry, Mapping):
+            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+        message = _string(entry, "message", path)
+        code = entry.get("code", 1)
+        if isinstance(code, bool) or not isinstance(code, int):
+            raise ConfigError(join_path(path, "code"), f"expected an integer, got {code!r}")
+        attributes = _map(entry, "attributes", path)
+        if len(message) + len(repr(attributes)) > MAX_ALERT_TEXT:
+            raise ConfigError(path, f"an alert must take at most {MAX_ALERT_TEXT} characters")
+        alerts.append({"code": code, "message": message, "attributes": attributes, "inner_errors": []})
+    return alerts
+
+
+def _string(data: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str = "") -> str:
+    if key not in data or data[key] is None:
+        if required:
+            raise ConfigError(join_path(path, key), "required field is missing")
+        return default
+    value = data[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(join_path(path, key), f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str, path: str, default: float | None = None) -> float:
+    value = data.get(key, default)
+    if value is None:
+        if default is None:
+            raise ConfigError(join_path(path, key), "required field is missing")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(join_path(path, key), f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _map(data: Mapping[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(join_path(path, key), f"expected a map, got {type(value).__name__}")
+    return dict(value)
+
+
+def _list(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(key, f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def parse_heartbeat(data: Any) -> HeartbeatRequest:
+    """Validate a heartbeat map; every error names the offending field."""
+    if not isinstance(data, Mapping):
+        raise ConfigError("heartbeat", f"expected a map, got {type(data).__name__}")
+    address = _string(data, "node_address", "")
+    if "resource_limits" not in data:
+        raise ConfigError("resource_limits", "required field is missing")
+    if not isinstance(data["resource_limits"], Mapping):
+        raise ConfigError("resource_limits", "expected a map of resources")
+    limits = parse_resources(data["resource_limits"], "resource_limits")
+    if not all(math.isfinite(x) and x >= 0 for x in limits):
+        raise ConfigError("resource_limits", "expected finite non-negative amounts")
+    tags_raw = data.get("tags") or []
+    if not isinstance(tags_raw, list) or not all(isinstance(t, str) and t for t in tags_raw):
+        raise ConfigError("tags", "expected a list of non-empty strings")
+    running: list[RunningJobReport] = []
+    for index, entry in enumerate(_list(data, "running_jobs")):
+        path = join_path("running_jobs", index)
+        if not isinstance(entry, Mapping):
+            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+        usage_raw = entry.get("resource_usage")
+        if usage_raw is not None and not isinstance(usage_raw, Mapping):
+            raise ConfigError(join_path(path, "resource_usage"), "expected a map of resources")
+        usage = (
+            zeros() if usage_raw is None else parse_resources(usage_raw, join_path(path, "resource_usage"))
+        )
+        running.append(
+            RunningJobReport(
+                job_id=_string(entry, "job_id", path),
+                operation_id=_string(entry, "operation_id", path),
+                task_name=_string(entry, "task_name", path, required=False, default="main"),
+                resource_usage=usage,
+                memory_usage=_number(entry, "memory_usage", path, 0.0),
+                statistics=_map(entry, "statistics", path),
+            )
+        )
+    finished: list[FinishedJobReport] = []
+    for index, entry in enumerate(_list(data, "finished_jobs")):
+        path = join_path("finished_jobs", index)
+        if not isinstance(entry, Mapping):
+            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+        state = _string(entry, "state", path)
+        if state not in FINISHED_STATES:
+            raise ConfigError(
+                join_path(path, "state"), f"expected one of completed, failed, aborted, got {state!r}"
+            )
+        exit_code = entry.get("exit_code")
+        if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+            raise ConfigError(join_path(path, "exit_code"), f"expected an integer, got {exit_code!r}")
+        error = entry.get("error")
+        if error is not None and not isinstance(error, Mapping):
+            raise ConfigError(join_path(path, "error"), "expected a YT error map")
+        stderr = entry.get("stderr", "")
+        if not isinstance(stderr, str):
+            raise ConfigError(join_path(path, "stderr"), "expected a string")
+        finished.append(
+            FinishedJobReport(
+                job_id=_string(entry, "job_id", path),
+                operation_id=_string(entry, "operation_id", path),
+                task_name=_string(entry, "task_name", path, required=False, default="main"),
+                state=state,
+                start_time=_number(entry, "start_time", path, 0.0),
+                finish_time=_number(entry, "finish_time", path, 0.0),
+                exit_code=exit_code,
+                error=None if error is None else dict(error),
+                abort_reason=_string(entry, "abort_reason", path, required=False) or None,
+                interruption_reason=_string(entry, "interruption_reason", path, required=False) or None,
+                statistics=_map(entry, "statistics", path),
+                stderr=stderr,
+                stderr_size=int(_number(entry, "stderr_size", path, float(len(stderr.encode())))),
+            )
+        )
+    meter = data.get("memory_meter")
+    return HeartbeatRequest(
+        address=address,
+        resource_limits=limits,
+        tags=frozenset(tags_raw),
+        running=running,
+        finished=finished,
+        memory_meter=meter if isinstance(meter, str) else None,
+        alerts=parse_node_alerts(data),
+    )
