@@ -13,7 +13,8 @@ one heartbeat in flight at a time, so when an answer comes late the grid's misse
 sent. Two phases over the same nodes:
 
 * ``quiet`` (``--quiet-seconds``, 0 skips it): no operation yet; what a heartbeat that reports nothing costs.
-* ``loaded``: the operations are started, ``--warmup-seconds`` pass, then ``--seconds`` are measured.
+* ``loaded``: the operations are started (while the nodes heartbeat), ``--warmup-seconds`` pass, then
+  ``--seconds`` are measured.
 
 Reported per phase: offered heartbeats/s (nodes / period), answered/s, heartbeat latency p50/p99 (send to whole
 answer), allocations started/s (start entries answered), the scheduler's CPU seconds (psutil on the scheduler's
@@ -143,29 +144,17 @@ class SimNode:
 
 
 def _driver(
-    host: str,
-    port: int,
-    secret: str,
-    addresses: list[str],
-    options: dict[str, Any],
-    windows: list[tuple[float, float]],
-    out: Any,
+    host: str, port: int, secret: str, addresses: list[str], options: dict[str, Any], end: Any, out: Any
 ) -> None:
-    """One driver process: its nodes heartbeat until the last window ends; per window: offered slots, answered
-    heartbeats, latencies of heartbeats sent in it, allocations started and the driver's own CPU."""
-    random.seed(hash(addresses[0]))
+    """One driver process: its nodes heartbeat until ``end`` (a shared time) passes; sends back every heartbeat
+    as (sent, answered, status, allocations started) and samples of its own CPU as (time, CPU seconds)."""
+    random.seed(addresses[0])
     nodes = [
         SimNode(a, options["node_cpu"], options["node_memory"], options["job_seconds"]) for a in addresses
     ]
     period = options["period"]
-    stats = [{"answered": 0, "started": 0, "errors": 0, "latencies": [], "cpu": 0.0} for _ in windows]
-    end = windows[-1][1]
-
-    def window_of(t: float) -> int | None:
-        for index, (begin, finish) in enumerate(windows):
-            if begin <= t < finish:
-                return index
-        return None
+    records: list[tuple[float, float, int, int]] = []
+    cpu: list[tuple[float, float]] = []
 
     async def run_node(node: SimNode) -> None:
         reader, writer = await asyncio.open_connection(host, port)
@@ -175,7 +164,7 @@ def _driver(
         ).encode()
         slot = time.time() + random.random() * period
         try:
-            while slot < end:
+            while slot < end.value:
                 await asyncio.sleep(max(0.0, slot - time.time()))
                 sent = time.time()
                 body = node.body(sent)
@@ -183,39 +172,32 @@ def _driver(
                 try:
                     status, data = await asyncio.wait_for(read_response_body(reader), REQUEST_TIMEOUT)
                 except (TimeoutError, OSError, asyncio.IncompleteReadError):
-                    index = window_of(time.time())
-                    if index is not None:
-                        stats[index]["errors"] += 1
+                    records.append((sent, time.time(), 0, 0))
                     return
                 got = time.time()
                 started = node.apply(json.loads(data), got) if status == 200 else 0
-                sent_in, got_in = window_of(sent), window_of(got)
-                if got_in is not None:
-                    stats[got_in]["answered" if status == 200 else "errors"] += 1
-                    stats[got_in]["started"] += started
-                if sent_in is not None and status == 200:
-                    stats[sent_in]["latencies"].append(got - sent)
+                records.append((sent, got, status, started))
                 slot += period
                 while slot < got:  # the slots missed while the answer was late: offered, not sent
                     slot += period
         finally:
             writer.close()
 
-    async def cpu_marks() -> None:
+    async def sample_cpu() -> None:
         process = psutil.Process()
-        for index, (begin, finish) in enumerate(windows):
-            await asyncio.sleep(max(0.0, begin - time.time()))
-            before = sum(process.cpu_times()[:2])
-            await asyncio.sleep(max(0.0, finish - time.time()))
-            stats[index]["cpu"] = sum(process.cpu_times()[:2]) - before
+        while time.time() < end.value + 1.0:
+            times = process.cpu_times()
+            cpu.append((time.time(), times.user + times.system))
+            await asyncio.sleep(0.25)
 
     async def main() -> None:
-        marks = asyncio.ensure_future(cpu_marks())
+        out.put("ready")
+        sampler = asyncio.ensure_future(sample_cpu())
         await asyncio.gather(*(run_node(node) for node in nodes), return_exceptions=True)
-        await marks
+        await sampler
 
     asyncio.run(main())
-    out.put(stats)
+    out.put((records, cpu))
 
 
 # -------------------------------------------------------------------------------------------- scheduler
@@ -314,28 +296,44 @@ def _start_operations(url: str, token: str, count: int, jobs: int) -> float:
 # ------------------------------------------------------------------------------------------------- run
 
 
+def _cpu_between(samples: list[tuple[float, float]], begin: float, finish: float) -> float:
+    """CPU seconds spent between two times, from (time, CPU so far) samples (the nearest samples inside)."""
+    inside = [cpu for t, cpu in samples if begin <= t <= finish]
+    return inside[-1] - inside[0] if len(inside) >= 2 else 0.0
+
+
 def _phase(
-    name: str, stats: list[list[dict[str, Any]]], index: int, cpu: float, seconds: float, args: Any
+    name: str,
+    drivers: list[tuple[list[tuple[float, float, int, int]], list[tuple[float, float]]]],
+    window: tuple[float, float],
+    cpu: float,
+    args: argparse.Namespace,
 ) -> dict[str, Any]:
-    answered = sum(driver[index]["answered"] for driver in stats)
-    started = sum(driver[index]["started"] for driver in stats)
-    latencies = [x for driver in stats for x in driver[index]["latencies"]]
-    driver_cpu = sum(driver[index]["cpu"] for driver in stats)
+    """A phase's figures from the drivers' heartbeat records: answered (and allocations started) by answer
+    time inside the window, latencies of heartbeats sent inside it."""
+    begin, finish = window
+    seconds = finish - begin
+    records = [r for records, _ in drivers for r in records]
+    answered = [r for r in records if begin <= r[1] < finish and r[2] == 200]
+    latencies = [got - sent for sent, got, status, _ in records if begin <= sent < finish and status == 200]
+    started = sum(r[3] for r in answered)
+    driver_cpu = sum(_cpu_between(samples, begin, finish) for _, samples in drivers)
+    count = len(answered)
     return {
         "phase": name,
-        "seconds": seconds,
+        "seconds": round(seconds, 2),
         "offered_heartbeats_per_second": round(args.nodes / args.period, 1),
-        "answered_heartbeats_per_second": round(answered / seconds, 1),
-        "errors": sum(driver[index]["errors"] for driver in stats),
+        "answered_heartbeats_per_second": round(count / seconds, 1),
+        "errors": sum(1 for r in records if begin <= r[1] < finish and r[2] != 200),
         "heartbeat_p50_ms": quantile_ms(latencies, 0.5),
         "heartbeat_p99_ms": quantile_ms(latencies, 0.99),
         "allocations_started_per_second": round(started / seconds, 1),
         "scheduler_cpu_share": round(cpu / seconds, 3),
-        "scheduler_cpu_ms_per_heartbeat": round(1000 * cpu / answered, 3) if answered else None,
+        "scheduler_cpu_ms_per_heartbeat": round(1000 * cpu / count, 3) if count else None,
         "scheduler_cpu_ms_per_started_allocation": round(1000 * cpu / started, 3) if started else None,
         "driver_cpu_share": round(driver_cpu / seconds, 3),
         "scheduler_cpu_seconds": round(cpu, 3),
-        "answered": answered,
+        "answered": count,
         "started": started,
     }
 
@@ -343,6 +341,10 @@ def _phase(
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
         scheduler = Scheduler(Path(tmp), args.period, args.shards)
+        context = mp.get_context("spawn")
+        end = context.Value("d", float("inf"))
+        queue: Any = context.Queue()
+        drivers: list[Any] = []
         try:
             host, _, port = scheduler.url.removeprefix("http://").partition(":")
             addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
@@ -352,62 +354,47 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 "node_memory": float(args.node_memory_gib) * 2**30,
                 "job_seconds": args.job_seconds,
             }
-            ramp = max(2.0, 2 * args.period)  # every node's first heartbeats registered it before measuring
-            t0 = time.time() + 1.0 + ramp
-            windows = []
-            if args.quiet_seconds > 0:
-                windows.append((t0, t0 + args.quiet_seconds))
-            # the loaded window opens after the operations are started (estimated below; re-timed for real)
-            loaded_begin = (windows[-1][1] if windows else t0) + args.start_allowance + args.warmup_seconds
-            windows.append((loaded_begin, loaded_begin + args.seconds))
-            queue: Any = mp.get_context("spawn").Queue()
             groups = [addresses[i :: args.drivers] for i in range(args.drivers)]
-            context = mp.get_context("spawn")
             drivers = [
                 context.Process(
-                    target=_driver, args=(host, int(port), scheduler.secret, group, options, windows, queue)
+                    target=_driver, args=(host, int(port), scheduler.secret, group, options, end, queue)
                 )
                 for group in groups
                 if group
             ]
             for process in drivers:
                 process.start()
-            cpu: list[float] = []
-            marks: dict[str, float] = {}
+            for _ in drivers:
+                if queue.get(timeout=START_TIMEOUT) != "ready":
+                    raise RuntimeError("a driver did not start")
+            time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
+            windows: list[tuple[str, tuple[float, float], float]] = []
 
-            def measure(begin: float, finish: float) -> None:
-                time.sleep(max(0.0, begin - time.time()))
-                before = scheduler.cpu_seconds()
-                time.sleep(max(0.0, finish - time.time()))
-                cpu.append(scheduler.cpu_seconds() - before)
+            def measure(name: str, seconds: float) -> None:
+                begin, before = time.time(), scheduler.cpu_seconds()
+                time.sleep(seconds)
+                windows.append((name, (begin, time.time()), scheduler.cpu_seconds() - before))
 
             if args.quiet_seconds > 0:
-                measure(*windows[0])
-            began = time.time()
+                measure("quiet", args.quiet_seconds)
             start_seconds = _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
-            marks["operations_started_after_seconds"] = round(time.time() - began, 2)
-            if time.time() > loaded_begin - args.warmup_seconds:
-                print(
-                    f"warning: starting operations took {start_seconds:.1f} s, more than --start-allowance; "
-                    "the warm-up was shorter",
-                    file=sys.stderr,
-                )
-            measure(*windows[-1])
-            stats = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
-            for process in drivers:
-                process.join(30)
-            phases = []
-            if args.quiet_seconds > 0:
-                phases.append(_phase("quiet", stats, 0, cpu[0], args.quiet_seconds, args))
-            loaded = _phase("loaded", stats, len(windows) - 1, cpu[-1], args.seconds, args)
-            if args.quiet_seconds > 0 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and loaded["started"]:
-                quiet_ms = phases[0]["scheduler_cpu_ms_per_heartbeat"]
+            time.sleep(args.warmup_seconds)
+            measure("loaded", args.seconds)
+            end.value = time.time()
+            results = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
+            phases = [_phase(name, results, window, cpu, args) for name, window, cpu in windows]
+            if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
+                quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(
-                    (1000 * cpu[-1] - quiet_ms * loaded["answered"]) / loaded["started"], 3
+                    (1000 * windows[1][2] - quiet_ms * loaded["answered"]) / loaded["started"], 3
                 )
-            phases.append(loaded)
-            return {"phases": phases, "start_operations_seconds": round(start_seconds, 2), **marks}
+            return {"phases": phases, "start_operations_seconds": round(start_seconds, 2)}
         finally:
+            end.value = min(end.value, time.time())
+            for process in drivers:
+                process.join(REQUEST_TIMEOUT + 10)
+                if process.is_alive():
+                    process.terminate()
             scheduler.close()
 
 
@@ -439,7 +426,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--quiet-seconds", type=float, default=5.0)
-    parser.add_argument("--start-allowance", type=float, default=15.0, help="Seconds allowed for the starts.")
     parser.add_argument("--shards", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()

@@ -22,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from pooltree.errors import ConfigError, join_path
-from pooltree.resources import Vector, parse_resources, zeros
+from pooltree.resources import CPU, MEMORY, RESOURCES, Vector, parse_resources, zeros
 
 # heartbeat keys
 NODE_ADDRESS = "node_address"
@@ -259,6 +261,24 @@ def parse_node_alerts(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     return alerts
 
 
+_RESOURCE_INDEX = {name: index for index, name in enumerate(RESOURCES)}
+
+
+def _resources(data: Mapping[str, Any], path: str) -> Vector:
+    """``parse_resources`` of a map of plain numbers under the canonical names (what nodes send) without its
+    per-key paths and checks; anything else takes ``parse_resources``, which names the bad field."""
+    values = [0.0] * len(RESOURCES)
+    for key, value in data.items():
+        index = _RESOURCE_INDEX.get(key)
+        kind = type(value)
+        if index is None or (kind is not float and kind is not int) or not 0 <= value < math.inf:
+            return parse_resources(data, path)
+        values[index] = value
+    values[MEMORY] = float(round(values[MEMORY]))
+    values[CPU] = round(float(values[CPU]), 2)
+    return np.array(values, dtype=float)
+
+
 def _string(data: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str = "") -> str:
     if key not in data or data[key] is None:
         if required:
@@ -323,7 +343,7 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
         if usage_raw is not None and not isinstance(usage_raw, Mapping):
             raise ConfigError(join_path(path, "resource_usage"), "expected a map of resources")
         usage = (
-            zeros() if usage_raw is None else parse_resources(usage_raw, join_path(path, "resource_usage"))
+            zeros() if usage_raw is None else _resources(usage_raw, join_path(path, "resource_usage"))
         )
         running.append(
             RunningJobReport(

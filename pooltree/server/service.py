@@ -371,9 +371,7 @@ class SchedulerService:
         try:
             return function(*args)
         finally:
-            seconds = time.perf_counter() - began
-            with self.scheduler.lock:
-                self.scheduler.record_duration(work, seconds)
+            self.scheduler.record_duration(work, time.perf_counter() - began)
 
     async def _metrics(self, request: Request) -> Response:
         try:

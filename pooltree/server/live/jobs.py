@@ -52,19 +52,30 @@ class LiveJobs:
     # ------------------------------------------------------------------ heartbeats
 
     def _trees_of_node(self, address: str, tags: frozenset[str]) -> list[str]:
-        filters = {name: tree.config.tag_filter for name, tree in self.registry.trees.items()}
-        sets = nodes_of_trees(filters, {address: tags})
-        return [name for name, addresses in sets.items() if address in addresses]
+        """The trees a node with ``tags`` belongs to (kept per tag set until the pool trees change)."""
+        trees = self._node_trees.get(tags)
+        if trees is None:
+            filters = {name: tree.config.tag_filter for name, tree in self.registry.trees.items()}
+            sets = nodes_of_trees(filters, {address: tags})
+            trees = [name for name, addresses in sets.items() if address in addresses]
+            self._node_trees[tags] = trees
+        return list(trees)
 
     def process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
-        """One node heartbeat: store finished jobs, re-attach revived ones, schedule, preempt; the response map."""
+        """One node heartbeat: store finished jobs, re-attach revived ones, schedule, preempt; the response map.
+
+        Memory changes under the lock; the job records written go to the group commit (``commit.py``) and the
+        answer waits, outside the lock, until they are stored: jobs it starts are stored before the node starts
+        them, and finished jobs it acknowledges are durable."""
         with self.lock:
             self._job_writes = {}
             try:
-                return self._process_heartbeat(heartbeat, now)
+                response = self._process_heartbeat(heartbeat, now)
             finally:
                 writes, self._job_writes = self._job_writes, None
-                self.store.put_jobs(list(writes.values()))
+                ticket = self.commits.submit(writes.values())
+        self.commits.wait(ticket)
+        return response
 
     def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
         """The body of ``process_heartbeat`` (lock held, job writes collected)."""
@@ -86,12 +97,7 @@ class LiveJobs:
             acknowledge.append(report.job_id)
         running_ids = {job.job_id for job in heartbeat.running}
         # Reservations (revived jobs) this node did not confirm go back to pending.
-        for op in self.operations.values():
-            if heartbeat.address in op.controller._reserved:
-                for job_id in op.controller.release(heartbeat.address, keep=running_ids):
-                    job = self.jobs.get(job_id)
-                    if job is not None and job.state == "running":
-                        self._mark_lost(job, now)
+        self._release_reservations(heartbeat.address, running_ids, now)
         # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
         for job_id in running_ids:
             job = self.jobs.get(job_id)
@@ -114,9 +120,10 @@ class LiveJobs:
                 reported = np.array(report.resource_usage, dtype=float)
                 reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
                 core.report_usage(job.allocation_id, reported)
-        for job in list(self.jobs.values()):
-            if job.address == heartbeat.address and job.state == "running" and job.id not in running_ids:
-                if job.id in acknowledge:
+        acknowledged = set(acknowledge)
+        for job in self.jobs.on_node(heartbeat.address):
+            if job.state == "running" and job.id not in running_ids:
+                if job.id in acknowledged:
                     continue
                 job.missed_heartbeats += 1
                 if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
@@ -167,6 +174,20 @@ class LiveJobs:
         node.preempts = []
         node.aborts = []
         return response
+
+    def _release_reservations(self, address: str, keep: set[str] | frozenset[str], now: float) -> None:
+        """Revived jobs reserved for ``address`` and not in ``keep`` go back to pending; their jobs are lost."""
+        for operation_id in self.reservations.operations_on(address):
+            op = self.operations.get(operation_id)
+            if op is None or not op.controller.has_reservations(address):
+                self.reservations.discard(address, operation_id)
+                continue
+            for job_id in op.controller.release(address, keep=keep):
+                job = self.jobs.get(job_id)
+                if job is not None and job.state == "running":
+                    self._mark_lost(job, now)
+            if not op.controller.has_reservations(address):
+                self.reservations.discard(address, operation_id)
 
     def _note_preemption(self, job_id: str, record: PreemptionRecord) -> None:
         """Keep why the job was preempted and for whom (YTsaurus ``interruption_info``) on the job and its record."""
@@ -372,11 +393,7 @@ class LiveJobs:
             expired = [a for a, t in self.expected_nodes.items() if now - t > self.node_heartbeat_timeout]
             for address in expired:
                 del self.expected_nodes[address]
-                for op in self.operations.values():
-                    for job_id in op.controller.release(address):
-                        job = self.jobs.get(job_id)
-                        if job is not None and job.state == "running":
-                            self._mark_lost(job, now)
+                self._release_reservations(address, frozenset(), now)
             return gone + expired
 
 

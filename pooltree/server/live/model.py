@@ -123,6 +123,13 @@ class LiveVanillaController(VanillaController):
         self._refresh()
         return True
 
+    def reserved_nodes(self) -> list[str]:
+        """The nodes this operation holds revived jobs for."""
+        return list(self._reserved)
+
+    def has_reservations(self, node_address: str) -> bool:
+        return node_address in self._reserved
+
     def reserved_job_ids(self, node_address: str) -> dict[str, tuple[str, int]]:
         return {job_id: key for key, (_, job_id) in self._reserved.get(node_address, {}).items()}
 

@@ -105,6 +105,7 @@ class LiveRevival:
             elif job.state == "running":
                 if controller.reserve(job.address, job.task_name, job.job_index, job.id):
                     self.jobs[job.id] = job
+                    self.reservations.add(job.address, op.id)
                     self.expected_nodes.setdefault(job.address, now)
                 else:
                     self._mark_lost(job, now)

@@ -21,7 +21,9 @@ from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.orchid import tree_view, unpublished_operation_view
+from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
+from pooltree.server.live.index import Reservations, RunningJobs
 from pooltree.server.live.jobs import LiveJobs
 from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
@@ -76,7 +78,14 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.registry = PoolTrees({})
         self.cores: dict[str, SchedulerCore] = {}
         self.operations: dict[str, LiveOperation] = {}
-        self.jobs: dict[str, LiveJob] = {}
+        self._node_trees: dict[frozenset[str], list[str]] = {}
+        """Node tags → the trees whose ``node_tag_filter`` they match (cleared when pool trees change)."""
+        self.jobs = RunningJobs()
+        """Running jobs by id and by node."""
+        self.reservations = Reservations()
+        """The operations holding revived jobs per node."""
+        self.commits = GroupCommit(store.put_jobs)
+        """Job records of heartbeats, stored in batches outside the lock (``commit.py``)."""
         self.allocation_jobs: dict[str, str] = {}
         self.nodes: dict[str, NodeState] = {}
         self.expected_nodes: dict[str, float] = {}
@@ -95,6 +104,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self._updating = False
         self._job_writes: dict[tuple[str, str], JobRecord] | None = None
         self.durations: dict[str, tuple[int, float, float]] = {}
+        self._durations_lock = threading.Lock()
         """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
         self.job_files: Callable[[str, str], list[dict[str, Any]]] | None = None
@@ -144,6 +154,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             activated = self.registry.apply_config(definitions, default_tree, now)
             if not single_tree_default:
                 self.registry.default_tree = default_tree  # apply_config makes a single tree the default
+            self._node_trees.clear()
             for name, tree in self.registry.trees.items():
                 core = self.cores.get(name)
                 if core is None or core.pool_tree is not tree:
@@ -166,14 +177,17 @@ class LiveScheduler(LiveJobs, LiveRevival):
     # ------------------------------------------------------------------ persistence
 
     def record_duration(self, work: str, seconds: float) -> None:
-        """Account one heartbeat / fair-share update that took ``seconds`` (the service measures)."""
-        count, total, longest = self.durations.get(work, (0, 0.0, 0.0))
-        self.durations[work] = (count + 1, total + seconds, max(longest, seconds))
+        """Account one heartbeat / fair-share update that took ``seconds`` (the service measures; its own small
+        lock, not the scheduling one)."""
+        with self._durations_lock:
+            count, total, longest = self.durations.get(work, (0, 0.0, 0.0))
+            self.durations[work] = (count + 1, total + seconds, max(longest, seconds))
 
     def _put_job(self, record: JobRecord) -> None:
-        """Write a job through to the store; inside a heartbeat the writes go out together before it answers."""
+        """Write a job through to the store; inside a heartbeat the writes are collected and go to the group
+        commit when it ends (stored before it answers); outside one, after what is queued, before returning."""
         if self._job_writes is None:
-            self.store.put_job(record)
+            self.commits.wait(self.commits.submit([record]))
         else:
             self._job_writes[(record.operation_id, record.id)] = record
 
@@ -218,7 +232,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
             document=document,
         )
         # job rows collected in this heartbeat go in the same commit: a completed operation never has a job that
-        # the store still calls running (a kill right after the operation's commit would leave it so forever)
+        # the store still calls running (a kill right after the operation's commit would leave it so forever);
+        # those other heartbeats queued for the group commit are stored first, so none lands after it
+        self.commits.flush()
         jobs = list(self._job_writes.values()) if self._job_writes else []
         self.store.put_operation(record, mutation=mutation or self._start_mutation, jobs=jobs)
         if jobs and self._job_writes is not None:
@@ -438,7 +454,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             # committed: act
             for allocation in self._detach(op):
                 self._abort_on_node(allocation, reason, now)
-            for node in list(op.controller._reserved):
+            for node in op.controller.reserved_nodes():
                 for job_id in op.controller.release(node):
                     job = self.jobs.get(job_id)
                     if job is not None:

@@ -1,0 +1,98 @@
+"""Group commit of job records: many heartbeats' writes in one store transaction, outside the scheduling lock.
+
+A heartbeat changes the scheduler's memory under its lock, ``submit``s the job records it wrote (in the lock, so
+records enter the queue in the order memory changed) and gets a ticket; after releasing the lock it ``wait``s
+for the ticket to be durable before it answers its node. The first waiter whose records are not yet stored
+becomes the committer: it takes everything queued so far (from every heartbeat), writes it in one transaction
+and wakes the others; waiters that arrive meanwhile queue behind it and go in the next batch. So a node is told
+to start a job only after the job's record is stored, and finished jobs are acknowledged only once durable, as
+before, but the store's sync no longer holds the lock every other heartbeat and command waits on, and under load
+one sync serves many heartbeats.
+
+Ordering with the scheduler's other writes: a write that must not overtake queued job records (an operation's
+record, a job written outside a heartbeat) calls ``flush()`` first, under the scheduler lock, which commits the
+queue itself if no committer is running. Records of one job in one batch collapse to the last one queued.
+A failed write raises in every waiter of its batch (the heartbeat fails; the node retries it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from pooltree.server.store import JobRecord
+
+FAILURES_KEPT = 64
+
+
+class GroupCommit:
+    """Batches ``JobRecord`` writes of concurrent callers into single ``write(records)`` calls."""
+
+    def __init__(self, write: Callable[[Sequence[JobRecord]], None]) -> None:
+        self._write = write
+        self._condition = threading.Condition()
+        self._queue: dict[tuple[str, str], JobRecord] = {}
+        self._submitted = 0
+        """Tickets handed out so far (a ticket is the count at its submit)."""
+        self._durable = 0
+        """Every ticket up to this one is settled (stored, or its batch failed)."""
+        self._committing = False
+        self._failures: list[tuple[int, int, BaseException]] = []
+        """(first ticket, last ticket, error) of failed batches, the latest ``FAILURES_KEPT``."""
+        self.batches = 0
+        self.records = 0
+
+    def submit(self, records: Iterable[JobRecord]) -> int:
+        """Queue ``records``; returns the ticket to ``wait`` for (0 when there was nothing to write)."""
+        with self._condition:
+            added = False
+            for record in records:
+                self._queue[(record.operation_id, record.id)] = record
+                added = True
+            if not added:
+                return 0
+            self._submitted += 1
+            return self._submitted
+
+    def wait(self, ticket: int) -> None:
+        """Return once ``ticket``'s records are stored; raises the store's error if their batch failed."""
+        if ticket <= 0:
+            return
+        while True:
+            with self._condition:
+                while ticket > self._durable and self._committing:
+                    self._condition.wait()
+                if ticket <= self._durable:
+                    self._raise_if_failed(ticket)
+                    return
+                batch, last, first = list(self._queue.values()), self._submitted, self._durable + 1
+                self._queue = {}
+                self._committing = True
+            self._commit(batch, first, last)
+
+    def flush(self) -> None:
+        """Store everything queued so far (the caller's later write then cannot overtake it)."""
+        with self._condition:
+            ticket = self._submitted
+        self.wait(ticket)
+
+    def _commit(self, batch: list[JobRecord], first: int, last: int) -> None:
+        error: BaseException | None = None
+        try:
+            self._write(batch)
+        except BaseException as exc:  # every waiter of the batch gets it
+            error = exc
+        with self._condition:
+            self._committing = False
+            self._durable = last
+            self.batches += 1
+            self.records += len(batch)
+            if error is not None:
+                self._failures.append((first, last, error))
+                del self._failures[:-FAILURES_KEPT]
+            self._condition.notify_all()
+
+    def _raise_if_failed(self, ticket: int) -> None:
+        for first, last, error in self._failures:
+            if first <= ticket <= last:
+                raise error

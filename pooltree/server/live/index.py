@@ -1,0 +1,81 @@
+"""Per-node indexes of the live scheduler: running jobs by node, and the nodes holding revived reservations.
+
+A heartbeat touches only what its node reports: ``RunningJobs.on_node(address)`` gives that node's running jobs
+without a walk over every job, and ``Reservations.operations_on(address)`` the operations holding revived jobs
+for it without a walk over every operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+
+from pooltree.server.live.model import LiveJob
+
+
+class RunningJobs(MutableMapping[str, LiveJob]):
+    """Running jobs by id (a mapping), also indexed by their node's address.
+
+    A job's address never changes while it runs, so the node index follows every insert and removal.
+    """
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, LiveJob] = {}
+        self._by_node: dict[str, dict[str, LiveJob]] = {}
+
+    def __getitem__(self, job_id: str) -> LiveJob:
+        return self._by_id[job_id]
+
+    def get(self, job_id: str, default: LiveJob | None = None) -> LiveJob | None:  # type: ignore[override]
+        return self._by_id.get(job_id, default)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._by_id
+
+    def __setitem__(self, job_id: str, job: LiveJob) -> None:
+        old = self._by_id.get(job_id)
+        if old is not None:
+            self._unindex(old)
+        self._by_id[job_id] = job
+        self._by_node.setdefault(job.address, {})[job_id] = job
+
+    def __delitem__(self, job_id: str) -> None:
+        self._unindex(self._by_id.pop(job_id))
+
+    def _unindex(self, job: LiveJob) -> None:
+        on_node = self._by_node.get(job.address)
+        if on_node is not None:
+            on_node.pop(job.id, None)
+            if not on_node:
+                del self._by_node[job.address]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def on_node(self, address: str) -> list[LiveJob]:
+        """The jobs running on ``address`` (a list: callers may change the index while they walk it)."""
+        return list(self._by_node.get(address, {}).values())
+
+
+class Reservations:
+    """Which operations hold revived jobs reserved for which node (``LiveVanillaController.reserve``).
+
+    An entry may outlive its reservations (a node's schedule took them); readers check the controller."""
+
+    def __init__(self) -> None:
+        self._operations: dict[str, set[str]] = {}
+
+    def add(self, address: str, operation_id: str) -> None:
+        self._operations.setdefault(address, set()).add(operation_id)
+
+    def operations_on(self, address: str) -> list[str]:
+        return sorted(self._operations.get(address, ()))
+
+    def discard(self, address: str, operation_id: str) -> None:
+        operations = self._operations.get(address)
+        if operations is not None:
+            operations.discard(operation_id)
+            if not operations:
+                del self._operations[address]

@@ -1,0 +1,74 @@
+"""The heartbeat wire module: what the node builds, the scheduler parses; the fast resource parse agrees with
+``parse_resources`` (values and the field named in errors)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pooltree.errors import ConfigError
+from pooltree.node import wire
+from pooltree.resources import parse_resources
+
+
+def test_built_heartbeat_parses_back() -> None:
+    running = wire.running_job("j1", "op1", "main", start_time=1.0, resource_usage={"cpu": 1, "memory": 5})
+    finished = wire.finished_job("j0", "op1", "main", "failed", 0.5, 0.9, exit_code=3, error={"code": 1})
+    data = wire.heartbeat(
+        "n1",
+        sequence=1,
+        time=2.0,
+        resource_limits={"cpu": 4, "user_slots": 4},
+        resource_usage={"cpu": 1},
+        memory_limit=100,
+        memory_usage=5,
+        memory_meter="psutil",
+        running_jobs=[running],
+        finished_jobs=[finished],
+        tags=["gpu"],
+    )
+    parsed = wire.parse_heartbeat(data)
+    assert parsed.address == "n1" and parsed.tags == frozenset({"gpu"})
+    assert [r.job_id for r in parsed.running] == ["j1"] and parsed.running[0].resource_usage[1] == 1.0
+    assert parsed.finished[0].exit_code == 3 and parsed.finished[0].state == "failed"
+
+
+def test_response_is_split_and_checked_by_field() -> None:
+    body, period = wire.split_response(
+        wire.response(start=[], preempt=[], abort=[], acknowledge=["j"], heartbeat_period=2.0)
+    )
+    assert period == 2.0 and body[wire.ACKNOWLEDGE] == ["j"]
+    with pytest.raises(ConfigError) as error:
+        wire.split_response({"start": [], "surprise": 1})
+    assert error.value.path == "response.surprise"
+    with pytest.raises(ConfigError) as error:
+        wire.split_response({"abort": {}})
+    assert error.value.path == "response.abort"
+
+
+amounts = st.one_of(
+    st.integers(-3, 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.sampled_from(["1Gi", "x", None]),
+)
+maps = st.dictionaries(
+    st.sampled_from(["user_slots", "cpu", "gpu", "memory", "network", "user_memory", "disk"]), amounts
+)
+
+
+@given(value=maps)
+def test_fast_resource_parse_agrees_with_parse_resources(value: dict) -> None:
+    try:
+        expected = parse_resources(value, "x")
+    except ConfigError as error:
+        with pytest.raises(ConfigError) as raised:
+            wire._resources(value, "x")
+        assert raised.value.path == error.path
+        return
+    got = wire._resources(value, "x")
+    assert np.array_equal(got, expected) and not any(math.isnan(v) for v in got)

@@ -1,0 +1,188 @@
+"""Heartbeats' job records go to the store by group commit: never under the scheduling lock, and a heartbeat is
+answered only once its records are durable (a started job stored before the node starts it, a finished one
+before it is acknowledged). Also the per-node index of running jobs."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pooltree.config import parse_pool_trees
+from pooltree.node import wire
+from pooltree.node.wire import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.live.commit import GroupCommit
+from pooltree.server.live.index import RunningJobs
+from pooltree.server.live.model import LiveJob
+from pooltree.server.store import JobRecord, open_store
+
+WAIT = 30.0
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+
+
+def _record(job_id: str, state: str = "running") -> JobRecord:
+    return JobRecord("op", job_id, state, "n1", 1.0, None, None, {})
+
+
+def test_concurrent_waiters_share_batches_and_see_their_records_stored() -> None:
+    stored: list[list[str]] = []
+    gate = threading.Event()
+
+    def write(records: Sequence[JobRecord]) -> None:
+        gate.wait(WAIT)  # the first batch is held until every other caller has queued behind it
+        stored.append([r.id for r in records])
+
+    commits = GroupCommit(write)
+    done: list[str] = []
+
+    def caller(index: int) -> None:
+        commits.wait(commits.submit([_record(f"j{index}")]))
+        done.append(f"j{index}")  # returns only after its record was written
+
+    first = threading.Thread(target=caller, args=(0,))
+    first.start()
+    while not commits._committing:  # the first caller is writing (held at the gate)
+        threading.Event().wait(0.001)
+    others = [threading.Thread(target=caller, args=(i,)) for i in range(1, 20)]
+    for thread in others:
+        thread.start()
+    while commits._submitted < 20:
+        threading.Event().wait(0.001)
+    assert done == []
+    gate.set()
+    for thread in [first, *others]:
+        thread.join(WAIT)
+    assert sorted(done) == sorted(f"j{i}" for i in range(20))
+    assert sorted(job for batch in stored for job in batch) == sorted(done)
+    assert len(stored) == 2  # the held batch, then everyone who queued meanwhile in one
+
+
+def test_a_failed_batch_fails_every_waiter_in_it_and_the_next_batch_proceeds() -> None:
+    calls: list[int] = []
+
+    def write(records: Sequence[JobRecord]) -> None:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise OSError("disk full")
+
+    commits = GroupCommit(write)
+    first, second = commits.submit([_record("a")]), commits.submit([_record("b")])
+    with pytest.raises(OSError, match="disk full"):
+        commits.wait(second)
+    with pytest.raises(OSError, match="disk full"):
+        commits.wait(first)
+    commits.wait(commits.submit([_record("c")]))
+    assert calls == [2, 1]
+
+
+def test_later_records_of_a_job_replace_earlier_ones_in_a_batch() -> None:
+    written: list[JobRecord] = []
+    commits = GroupCommit(written.extend)
+    commits.submit([_record("a", "running")])
+    commits.submit([_record("a", "completed")])
+    commits.flush()
+    assert [(r.id, r.state) for r in written] == [("a", "completed")]
+
+
+class HeldStore:
+    """A store whose ``put_jobs`` waits for ``release`` (what a slow disk sync looks like)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.hold = False
+
+    def put_jobs(self, records: Sequence[JobRecord]) -> None:
+        if self.hold:
+            self.entered.set()
+            assert self.release.wait(WAIT)
+        self._store.put_jobs(records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_heartbeat_is_answered_after_its_jobs_are_stored_and_the_lock_is_free_meanwhile(
+    tmp_path: Path,
+) -> None:
+    store = HeldStore(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live = LiveScheduler(store)  # type: ignore[arg-type]
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    op = live.start_operation("vanilla", {"tasks": {"main": {"command": "true", "job_count": 2}}}, "u", 1.0)
+    store.hold = True
+    answers: list[dict[str, Any]] = []
+    heartbeat = parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS})
+    thread = threading.Thread(target=lambda: answers.append(live.process_heartbeat(heartbeat, 2.0)))
+    thread.start()
+    assert store.entered.wait(WAIT)  # the heartbeat's job records are being written...
+    assert live.lock.acquire(timeout=5)  # ...without the scheduling lock held
+    live.lock.release()
+    assert answers == []  # and the node has not been told to start anything yet
+    store.release.set()
+    thread.join(WAIT)
+    started = [spec["job_id"] for spec in answers[0][wire.START]]
+    assert len(started) == 2
+    assert all(store.get_job(op.id, job_id) is not None for job_id in started)
+
+
+def test_finished_jobs_are_acknowledged_only_once_stored(tmp_path: Path) -> None:
+    store = HeldStore(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live = LiveScheduler(store)  # type: ignore[arg-type]
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    op = live.start_operation("vanilla", {"tasks": {"main": {"command": "true", "job_count": 3}}}, "u", 1.0)
+    first = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 2.0)
+    spec = first[wire.START][0]
+    report = wire.finished_job(spec["job_id"], op.id, "main", "completed", 2.0, 3.0)
+    store.hold = True
+    answers: list[dict[str, Any]] = []
+    heartbeat = parse_heartbeat(
+        wire.heartbeat(
+            "n1",
+            sequence=2,
+            time=3.0,
+            resource_limits=LIMITS,
+            resource_usage={},
+            memory_limit=4 << 30,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=[],
+            finished_jobs=[report],
+        )
+    )
+    thread = threading.Thread(target=lambda: answers.append(live.process_heartbeat(heartbeat, 3.0)))
+    thread.start()
+    assert store.entered.wait(WAIT)
+    assert answers == []
+    assert store.get_job(op.id, spec["job_id"]).state == "running"  # type: ignore[union-attr]
+    store.release.set()
+    thread.join(WAIT)
+    assert answers[0][wire.ACKNOWLEDGE] == [spec["job_id"]]
+    assert store.get_job(op.id, spec["job_id"]).state == "completed"  # type: ignore[union-attr]
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["add", "pop"]), st.integers(0, 12), st.sampled_from(["n1", "n2", "n3"])),
+    max_size=60,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=operations)
+def test_running_jobs_by_node_matches_a_scan(steps: list[tuple[str, int, str]]) -> None:
+    jobs = RunningJobs()
+    for action, number, address in steps:
+        job_id = f"j{number}"
+        if action == "add":
+            jobs[job_id] = LiveJob(job_id, "op", "main", number, address, "default", 0.0)
+        else:
+            jobs.pop(job_id, None)
+        for node in ("n1", "n2", "n3"):
+            expected = {j.id for j in jobs.values() if j.address == node}
+            assert {j.id for j in jobs.on_node(node)} == expected
