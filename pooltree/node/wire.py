@@ -342,9 +342,7 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
         usage_raw = entry.get("resource_usage")
         if usage_raw is not None and not isinstance(usage_raw, Mapping):
             raise ConfigError(join_path(path, "resource_usage"), "expected a map of resources")
-        usage = (
-            zeros() if usage_raw is None else _resources(usage_raw, join_path(path, "resource_usage"))
-        )
+        usage = zeros() if usage_raw is None else _resources(usage_raw, join_path(path, "resource_usage"))
         running.append(
             RunningJobReport(
                 job_id=_string(entry, "job_id", path),
