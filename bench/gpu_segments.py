@@ -38,6 +38,8 @@ from pooltree.sim.compare import BASELINE, compare, write_comparison
 NODE = {"user_slots": 16, "cpu": 64, "gpu": 8, "memory": "512Gi", "network": 100}
 SMALL_JOB = {"gpu": 1, "cpu": 4, "memory": "16Gi", "user_slots": 1}
 GANG_JOB = {"gpu": 8, "cpu": 32, "memory": "128Gi", "user_slots": 1}
+POOL_LIMITS = {"max_running_operation_count": 10000, "max_operation_count": 10000}
+"""Operation count limits out of the way: the figures are about GPUs, not about queues of operations."""
 SEGMENTS = {
     "mode": "large_gpu",
     "data_centers": ["dc-a", "dc-b"],
@@ -74,7 +76,7 @@ def workload(nodes: int, hours: float, seed: int) -> list[dict[str, Any]]:
                         "resources": SMALL_JOB,
                         "duration": {
                             "distribution": "lognormal",
-                            "median": small_median_duration,
+                            "median": f"{small_median_duration:g}s",
                             "sigma": 0.4,
                         },
                     }
@@ -117,7 +119,7 @@ def scenario(nodes: int, hours: float, seed: int, segments: bool) -> dict[str, A
                 {"address": "b", "count": nodes - half, "tags": ["gpu", "dc-b"], "resource_limits": NODE},
             ]
         },
-        "pool_trees": {"gpu": {"config": config, "pools": {"small": {}, "large": {}}}},
+        "pool_trees": {"gpu": {"config": config, "pools": {"small": POOL_LIMITS, "large": POOL_LIMITS}}},
         "operations": workload(nodes, hours, seed),
     }
 
@@ -130,6 +132,10 @@ def _quantile(values: list[float], q: float) -> float | None:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+ENDED = ("allocation_finished", "allocation_aborted", "allocation_failed", "allocation_preempted")
+"""A preempted allocation no longer counts as running (the node stops it; its usage is released at once)."""
 
 
 def gang_waits(out: Path, operations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -152,9 +158,7 @@ def gang_waits(out: Path, operations: list[dict[str, Any]]) -> dict[str, Any]:
                 if op not in full and running[op] >= gangs[op]["tasks"][0]["job_count"]:
                     full[op] = event["time"]
                     modules[op] = {node.split("-")[0] for owner, node in live.values() if owner == op}
-            elif kind in ("allocation_finished", "allocation_aborted", "allocation_failed") and (
-                live.pop(event.get("allocation_id"), None) is not None
-            ):
+            elif kind in ENDED and (live.pop(event.get("allocation_id"), None) is not None):
                 running[op] -= 1
     waits = [full[op] - gangs[op]["submit_time"] for op in sorted(full)]
     return {

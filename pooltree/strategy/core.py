@@ -434,7 +434,7 @@ class SchedulerCore:
             return
         nodes = segment_nodes(self.strategy, manager, now)
         operations = segment_operations(self.strategy, self.pool_tree, manager, self._segments_initial_gpu)
-        manager.update(nodes, operations, float(self.total_resources[GPU]), now)
+        manager.update(nodes, operations, float(self.total_resources[GPU]), now, self.controllers)
 
     def segments_view(self) -> dict[str, Any]:
         """The orchid's ``scheduling_segments`` of this tree (``{"mode": "disabled"}`` when off)."""

@@ -190,8 +190,13 @@ def update_segments(
     operations: Sequence[SegmentOperation],
     total_gpu: float,
     now: float,
+    registered: Iterable[str] | None = None,
 ) -> SegmentsState:
-    """One run of the segments manager at ``now``: a new state (``previous`` is not changed)."""
+    """One run of the segments manager at ``now``: a new state (``previous`` is not changed).
+
+    ``registered``: every operation the tree holds (default: ``operations``); the state of one that is registered
+    but not published yet (a pending operation) is kept, so its segment does not fall back to ``default``.
+    """
     state = copy.deepcopy(previous)
     state.moved_nodes = []
     state.last_update = now
@@ -208,7 +213,7 @@ def update_segments(
         return state
     if state.initialization_deadline is None or previous.previous_mode != config.mode:
         state.initialization_deadline = now + config.initialization_timeout
-    known = {operation.id for operation in operations}
+    known = {operation.id for operation in operations} | set(registered or ())
     for gone in [op_id for op_id in state.operations if op_id not in known]:
         del state.operations[gone]
     known_nodes = {node.address for node in nodes}
@@ -586,8 +591,9 @@ class SegmentsManager:
         operations: Sequence[SegmentOperation],
         total_gpu: float,
         now: float,
+        registered: Iterable[str] | None = None,
     ) -> SegmentsState:
-        self.state = update_segments(self.config, self.state, nodes, operations, total_gpu, now)
+        self.state = update_segments(self.config, self.state, nodes, operations, total_gpu, now, registered)
         return self.state
 
     def init_operation(self, operation: SegmentOperation) -> None:

@@ -288,3 +288,14 @@ def test_a_large_gpu_operation_in_several_trees_fails_unless_a_one_job_vanilla_i
     register(lenient, "gang", 2)
     register(lenient, "single", 1)
     assert [op for op, _ in lenient.enforce_time_limits(0.0)] == ["gang"]
+
+
+def test_a_registered_operation_not_yet_published_keeps_its_segment() -> None:
+    manager = SegmentsManager(CONFIG)
+    manager.init_operation(large("queued", 2, 0.0))
+    assert manager.state.operations["queued"].segment == "large_gpu"
+    manager.update(nodes(), [], 64.0, now=0.0, registered=["queued"])
+    assert manager.state.operations["queued"].segment == "large_gpu"
+    assert not manager.compatible("queued", "dc-a-0", frozenset({"dc-a"}))  # unbound: runs nowhere yet
+    manager.update(nodes(), [], 64.0, now=20.0)  # it left the tree
+    assert "queued" not in manager.state.operations
