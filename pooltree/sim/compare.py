@@ -65,6 +65,7 @@ OPERATION_METRICS: tuple[tuple[str, str, int], ...] = (
 GLOBAL_METRICS: tuple[tuple[str, str, int], ...] = (
     ("utilization_cpu", "cpu utilization", +1),
     ("utilization_memory", "memory utilization", +1),
+    ("utilization_gpu", "gpu utilization", +1),
     ("completed_operations", "completed operations", +1),
     ("failed_operations", "failed operations", -1),
     ("pending_p50", "pending p50, s", -1),
@@ -245,6 +246,7 @@ def _global_row(result: SimulationResult, operations: dict[str, dict[str, Any]])
     return {
         "utilization_cpu": glob["utilization"].get("cpu"),
         "utilization_memory": glob["utilization"].get("memory"),
+        "utilization_gpu": glob["utilization"].get("gpu"),
         "completed_operations": len(completion),
         "failed_operations": sum(1 for op in operations.values() if op["state"] == "failed"),
         "pending_p50": _quantile(pending, 0.5),

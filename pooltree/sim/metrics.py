@@ -439,6 +439,15 @@ class _MetricsMixin:
                 "events": stats.get("events", 0),
             },
         }
+        segments = {
+            tree.name: tree.core.segments_view()
+            for tree in self.trees.values()
+            if tree.core.strategy.segments.enabled
+        }
+        if (
+            segments
+        ):  # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
+            summary["scheduling_segments"] = segments
         wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
         parents: dict[str, str | None] = {}
         for tree in self.trees.values():

@@ -75,6 +75,9 @@ def _reasons(log: list[dict[str, Any]]) -> set[str]:
 def test_segments_bind_the_gang_to_one_data_center_and_clear_its_hosts(tmp_path: Path) -> None:
     summary = run(document(True), tmp_path)
     assert summary["unsupported_options"] == []
+    segments = summary["scheduling_segments"]["gpu"]  # the summary shows the final segments
+    assert segments["mode"] == "large_gpu" and segments["scheduling_segment_modules"] == ["dc-a", "dc-b"]
+    assert sorted(segments["nodes"]) == ["a-0", "a-1", "b-0", "b-1"]
     log = events(tmp_path)
     gang = [e for e in log if e["event"] == "allocation_started" and e["operation_id"] == "gang-op"]
     assert len(gang) == 2
@@ -96,7 +99,8 @@ def test_segments_bind_the_gang_to_one_data_center_and_clear_its_hosts(tmp_path:
 
 
 def test_without_segments_nothing_is_preempted_for_a_segment(tmp_path: Path) -> None:
-    run(document(False), tmp_path)
+    summary = run(document(False), tmp_path)
+    assert "scheduling_segments" not in summary
     log = events(tmp_path)
     assert "incompatible_scheduling_segment" not in _reasons(log)
     assert len([e for e in log if e["event"] == "allocation_started" and e["operation_id"] == "gang-op"]) == 2
