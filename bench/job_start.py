@@ -13,7 +13,12 @@ forgets it (as the agent does once the scheduler acknowledges it). Per job it re
 Rates are jobs per second of wall-clock time; the run is repeated ``--repeat`` times and the median run (by
 jobs/s) is reported along with every run's summary.
 
-Usage: .venv/bin/python bench/job_start.py [--jobs 300] [--slots 8] [--repeat 3] [--meter auto]
+``cpu_ms_per_job`` is the node's own CPU per job; ``cpu_ms_per_job_with_children`` adds every process of the jobs
+(keepers, bubblewrap, the job's shell: all reaped below the node). ``--isolation`` picks the mode
+(``node/isolation.py``); to measure without the system's bubblewrap, run it with ``/usr/bin/bwrap`` masked (as
+``.ci/run`` does: ``unshare --mount sh -c 'mount --bind /dev/null /usr/bin/bwrap && exec ...'``).
+
+Usage: .venv/bin/python bench/job_start.py [--jobs 300] [--slots 8] [--repeat 3] [--meter auto] [--isolation auto]
 """
 
 from __future__ import annotations
@@ -46,14 +51,14 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"p50_ms": _quantile(values, 0.5), "p99_ms": _quantile(values, 0.99)}
 
 
-async def _run_once(root: Path, jobs: int, slots: int, command: str, meter: str) -> dict:
+async def _run_once(root: Path, jobs: int, slots: int, command: str, meter: str, isolation: str) -> dict:
     """Start ``jobs`` jobs with ``slots`` concurrency in a fresh executor; the timings of this run."""
     finished_at: dict[str, float] = {}
 
     def on_finish(result: JobResult) -> None:
         finished_at[result.job_id] = time.perf_counter()
 
-    executor = JobExecutor(root, memory_meter=meter, on_finish=on_finish)
+    executor = JobExecutor(root, memory_meter=meter, on_finish=on_finish, isolation=isolation)
     slots_free = asyncio.Semaphore(slots)
     start_durations: list[float] = []
     to_running: list[float] = []
@@ -82,15 +87,21 @@ async def _run_once(root: Path, jobs: int, slots: int, command: str, meter: str)
 
     wall_start = time.perf_counter()
     cpu_start = time.process_time()
+    before = os.times()
     try:
         await asyncio.gather(*(one(index) for index in range(jobs)))
     finally:
         await executor.shutdown()
     wall = time.perf_counter() - wall_start
     cpu = time.process_time() - cpu_start
+    after = os.times()
+    children = (after.children_user + after.children_system) - (before.children_user + before.children_system)
     return {
         "jobs_per_second": round(jobs / wall, 1),
         "jobs_per_cpu_second": round(jobs / cpu, 1) if cpu > 0 else None,
+        "cpu_ms_per_job": round(cpu / jobs * 1000, 3),
+        "cpu_ms_per_job_with_children": round((cpu + children) / jobs * 1000, 3),
+        "isolation": executor.isolation.summary(),
         "wall_seconds": round(wall, 3),
         "start": _summary(start_durations),
         "start_to_running": _summary(to_running),
@@ -108,13 +119,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--command", default="true")
     parser.add_argument("--meter", default="auto", choices=("auto", "cgroup", "psutil"))
+    parser.add_argument("--isolation", default="auto", help="auto, sandbox, slot-uid or none")
     args = parser.parse_args()
     if args.jobs <= 0 or args.slots <= 0 or args.repeat <= 0:
         parser.error("--jobs, --slots and --repeat must be positive")
     runs = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="pooltree-job-start-") as tmp:
-            runs.append(asyncio.run(_run_once(Path(tmp), args.jobs, args.slots, args.command, args.meter)))
+            runs.append(
+                asyncio.run(
+                    _run_once(Path(tmp), args.jobs, args.slots, args.command, args.meter, args.isolation)
+                )
+            )
     median = sorted(runs, key=lambda run: run["jobs_per_second"])[len(runs) // 2]
     print(
         json.dumps(

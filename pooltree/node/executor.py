@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import itertools
 import logging
 import math
@@ -63,7 +62,7 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
-from pooltree.node.keeper import KeeperProcess, KeeperZygote
+from pooltree.node.keeper import KeeperProcess, KeeperZygotes
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
 from pooltree.resources import GPU
 
@@ -169,26 +168,6 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
-@functools.cache
-def default_signals_prefix() -> list[str]:
-    """``env --default-signal`` when the system's env supports it, else nothing.
-
-    A node started in the background by a non-interactive shell (or under ``nohup``) inherits SIGINT and SIGQUIT
-    ignored, and a shell started with a signal ignored can never trap it: the job could not honour its
-    interruption_signal. Jobs therefore start with every signal at its default disposition, as YTsaurus jobs do.
-    """
-    env = shutil.which("env")
-    if env is None:
-        return []
-    try:
-        probe = subprocess.run(
-            [env, "--default-signal", "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [env, "--default-signal"] if probe.returncode == 0 else []
-
-
 def _private_output(path: Path) -> Any:
     """A new output file only the node's user can read (0600): jobs of other uids never see it."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
@@ -255,12 +234,17 @@ class JobExecutor:
         self._launcher = concurrent.futures.ThreadPoolExecutor(
             LAUNCH_THREADS, thread_name_prefix="pooltree-node-launch"
         )
+        # A finished job's cleanup (accounting, output caps, the sandbox's rename) must not queue behind
+        # launches waiting for their keepers: its result, and so its slot, waits for it.
+        self._finisher = concurrent.futures.ThreadPoolExecutor(
+            LAUNCH_THREADS, thread_name_prefix="pooltree-node-finish"
+        )
         # Jobs die with the node: each job's keeper holds the read end of this pipe and kills the job's whole
         # subtree on EOF, which the kernel delivers when the last write end closes -- when this process dies,
         # however (``keeper.py``). Both ends are close-on-exec: only keepers get the read end (``pass_fds``).
         self._lifeline_read, self._lifeline_write = os.pipe()
         # One zygote per node forks each job's keeper (a few ms) instead of a Python start per job (``keeper.py``).
-        self._keepers = KeeperZygote(self._lifeline_read)
+        self._keepers = KeeperZygotes(self._lifeline_read, LAUNCH_THREADS)
         self.node_memory_limit = float(node_memory_limit)
         self.memory_sample_period = float(memory_sample_period)
         self.abort_grace = float(abort_grace)
@@ -399,7 +383,7 @@ class JobExecutor:
             if slot is not None:  # the job's own files, as the rest of its sandbox
                 os.chown(path, slot.uid, slot.gid)
         job_argv = self.isolation.wrap(
-            [*default_signals_prefix(), "/bin/sh", "-c", shell_script(job.spec)],
+            ["/bin/sh", "-c", shell_script(job.spec)],
             job.sandbox,
             slot,
             devices=device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files),
@@ -480,6 +464,7 @@ class JobExecutor:
             await asyncio.wait(removals, timeout=max(deadline - loop.time(), 0.0))
         self._cleaner.shutdown(wait=False)
         self._launcher.shutdown(wait=False)
+        self._finisher.shutdown(wait=False)
         await asyncio.to_thread(self._keepers.close)
         if self._lifeline_write >= 0:  # any keeper still running kills what is left of its job
             os.close(self._lifeline_write)
@@ -764,7 +749,7 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
-        stderr_size = await asyncio.get_running_loop().run_in_executor(self._launcher, self._clean_up, job)
+        stderr_size = await asyncio.get_running_loop().run_in_executor(self._finisher, self._clean_up, job)
         result = JobResult(
             job_id=spec.job_id,
             operation_id=spec.operation_id,

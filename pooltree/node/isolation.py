@@ -4,7 +4,7 @@ How a job is started when the node runs as root and ``bwrap`` works (mode ``bwra
 
     [memory meter's wrapper, as root] → bwrap (monitor, as root) → bwrap (pid 1 of the job's namespace)
         → setpriv --reuid SLOT_UID --regid SLOT_UID --clear-groups --no-new-privs (caps and bounding set emptied)
-        → env --default-signal → /bin/sh -c COMMAND
+        → /bin/sh -c COMMAND
 
 * **Per-slot uid.** Like YTsaurus's exec node (slot user = ``start_uid`` + slot index), each running job gets a
   uid of its own from a range (``DEFAULT_UID_BASE`` …): no ``/etc/passwd`` entry is needed, and a uid that has
