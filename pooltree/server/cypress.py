@@ -17,8 +17,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.server import quotas
 from pooltree.server.batch import UNSUPPORTED
 from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
+    ACCOUNT_TYPE,
+    ACCOUNTS,
+    ACCOUNTS_PATH,
     BOOTSTRAP,
     COMPOSITE_TYPES,
     CREATABLE_TYPES,
@@ -145,6 +149,8 @@ class Cypress:
             node.children = dict(sorted(node.children.items()))
             if node.type == "scheduler_pool_tree":
                 node.attributes.setdefault("config", {})
+        for name, account in quotas.accounts(nodes[()]).items():
+            account.attributes.setdefault("resource_limits", quotas.limits(name, None))
         return nodes[()]
 
     # Listeners and the pool trees document.
@@ -399,9 +405,11 @@ class Cypress:
             "path": join_tokens(tokens),
             "creation_time": format_datetime(node.creation_time),
             "modification_time": format_datetime(node.modification_time),
-            "account": "sys",
+            "account": quotas.account_of(self._root, tokens),
             "resource_usage": {"node_count": 1, "chunk_count": 0, "disk_space": 0, "tablet_count": 0},
         }
+        if node.type == ACCOUNT_TYPE:
+            attrs.update(quotas.account_attributes(self._root, tokens[-1], node))
         if tokens:
             attrs["parent_id"] = self._node_at(self._root, tokens[:-1]).id if self._has(tokens[:-1]) else None
         if node.type in COMPOSITE_TYPES:
@@ -470,6 +478,7 @@ class Cypress:
             now = self._clock()
             candidate = copy.deepcopy(self._root)
             result = change(candidate, now)
+            quotas.check_change(self._root, candidate)  # accounts' limits (YTsaurus error 902)
             before, after = flatten(self._root), flatten(candidate)
             upserts = {path: record for path, record in after.items() if before.get(path) != record}
             deletes = [path for path in before if path not in after]
@@ -762,6 +771,10 @@ class Cypress:
             if clash:
                 raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": text})
             node.attributes = attrs
+            if node_type == ACCOUNT_TYPE:  # a new account starts with what its limits say, else nothing
+                given = attrs.get("resource_limits", {})
+                if isinstance(given, dict):  # anything else is refused by the quota check, naming the field
+                    attrs["resource_limits"] = {**quotas.limits(tokens[-1], None), **given}
             parent.children[tokens[-1]] = node
             parent.children = dict(sorted(parent.children.items()))
             parent.modification_time = now
@@ -782,6 +795,9 @@ class Cypress:
         if node_type == "scheduler_pool_tree":
             name = check_name("Pool tree", attrs.pop("name", None))
             return (*POOL_TREES, name), f"{POOL_TREES_PATH}/{name}"
+        if node_type == ACCOUNT_TYPE:
+            name = check_name("Account", attrs.pop("name", None))
+            return (*ACCOUNTS, name), f"{ACCOUNTS_PATH}/{name}"
         if node_type != "scheduler_pool":
             raise YtError(f"Creating a {node_type} needs a path", attributes={"parameter": "path"})
         missing = [key for key in ("name", "pool_tree") if key not in attrs]

@@ -20,7 +20,11 @@ COMPOSITE_TYPES = frozenset({"map_node", "scheduler_pool_tree", "scheduler_pool"
 SCALAR_TYPES = frozenset(
     {"string_node", "int64_node", "uint64_node", "double_node", "boolean_node", "list_node", "document"}
 )
-CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES | {"file"}
+ACCOUNTS = ("sys", "accounts")
+ACCOUNTS_PATH = "//sys/accounts"
+ACCOUNT_TYPE = "account"
+"""Accounts (``pooltree.server.quotas``): ``account`` objects under ``//sys/accounts``; ``sys`` and ``tmp`` are built in."""
+CREATABLE_TYPES = COMPOSITE_TYPES | SCALAR_TYPES | {"file", ACCOUNT_TYPE}
 SYSTEM_ATTRIBUTES = frozenset(
     {
         "id",
@@ -30,7 +34,6 @@ SYSTEM_ATTRIBUTES = frozenset(
         "parent_id",
         "creation_time",
         "modification_time",
-        "account",
         "resource_usage",
         "child_count",
         "value",
@@ -43,6 +46,9 @@ PROTECTED = (
     POOL_TREES,
     ("sys", "scheduler"),
     ORCHID_PATH,
+    ACCOUNTS,
+    (*ACCOUNTS, "sys"),
+    (*ACCOUNTS, "tmp"),
 )
 BOOTSTRAP: tuple[tuple[tuple[str, ...], str], ...] = (
     ((), "map_node"),
@@ -51,6 +57,9 @@ BOOTSTRAP: tuple[tuple[tuple[str, ...], str], ...] = (
     (("sys", "scheduler"), "map_node"),
     (ORCHID_PATH, "orchid"),
     (("tmp",), "map_node"),
+    (ACCOUNTS, "map_node"),
+    ((*ACCOUNTS, "sys"), ACCOUNT_TYPE),
+    ((*ACCOUNTS, "tmp"), ACCOUNT_TYPE),
 )
 
 Validator = Callable[[dict[str, Any]], Any]

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltree.server import quotas
 from pooltree.server.commands import CommandContext, CommandRegistry
 from pooltree.server.cypress import Cypress
 from pooltree.server.cypress_nodes import Node, new_id
@@ -306,6 +307,7 @@ class FileService:
         with self.cypress.lock:
             tx = self._get(tx_id) if tx_id is not None and tx_id != NULL_TRANSACTION else None
             self._file_node(path)
+            self._check_disk_space(path, len(data))  # before the bytes reach the store
             blob_id = self._put_blob(bytes(data))
             write = StagedWrite(path, bool(attrs.get("append", False)), blob_id, len(data))
             if tx is not None:
@@ -316,6 +318,22 @@ class FileService:
             except Exception:
                 self.store.delete_value(_blob_key(blob_id))
                 raise
+
+    def _check_disk_space(self, path: str, size: int) -> None:
+        """Refuse a write that would take its file's account over its disk space limit (YTsaurus error 902),
+        counting the bytes staged in open transactions too (``pooltree.server.quotas``)."""
+        root = self.cypress.root
+        staged: dict[str, int] = {}
+        for tx in self._transactions.values():
+            for write in tx.writes:
+                try:
+                    tokens = self.cypress.resolve_tokens(root, parse_ypath(write.path))
+                except YtError:
+                    continue
+                account = quotas.account_of(root, tokens)
+                staged[account] = staged.get(account, 0) + write.size
+        tokens = self.cypress.resolve_tokens(root, parse_ypath(path))
+        quotas.check_disk_space(root, tokens, size, staged)
 
     def _contents_of(self, node: Node) -> Iterator[bytes]:
         for blob_id in file_metadata(node)["chunks"]:

@@ -271,17 +271,22 @@ class SchedulerRunner:
         await self._lead(self.store)
         await self._start_http()
         await self._announce()
-        reported = False
+        reported: str | None = None
         while not stop.is_set():
             await self._wait(stop, PROBE_PERIOD)
             health = await run_in_threadpool(self.store.probe)
-            if not health.ok and not reported:
-                reported = True
-                self.trouble = health.error
-                log.error(
-                    "store trouble: %s; nothing more is acknowledged, restart the scheduler on a good store",
-                    health.error,
-                )
+            if health.ok and reported is not None:
+                log.warning("store healthy again after: %s", reported)
+                reported = self.trouble = None
+            elif not health.ok and reported != health.error:
+                reported = self.trouble = health.error
+                if health.transient:
+                    log.error("store out of space: %s; writes are refused until space returns", health.error)
+                else:
+                    log.error(
+                        "store trouble: %s; nothing more is acknowledged, restart the scheduler on a good store",
+                        health.error,
+                    )
 
     async def _open_postgres(self) -> Store:
         from pooltree.server.store.postgres import PostgresStore
@@ -307,7 +312,7 @@ class SchedulerRunner:
             if self.service is not None:
                 await self._wait(stop, PROBE_PERIOD)
                 health = await run_in_threadpool(store.probe)
-                if not health.ok:
+                if not health.ok and not health.transient:  # a full disk: writes refused, the leader stays
                     await self._step_down(health.error)
                 continue
             # standby or recovering: (re)connect, then try the lock

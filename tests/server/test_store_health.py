@@ -3,6 +3,7 @@ PostgreSQL server (issue 13)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -41,8 +42,18 @@ def test_sqlite_file_faults_put_the_store_in_trouble(tmp_path: Path, fault: str)
     assert expected in refused.value.message
     health = store.health()
     assert not health.ok and expected in (health.error or "") and health.since is not None
-    with pytest.raises(StoreUnavailable):  # sticky: reads are refused too
-        store.get_operation("a")
+    with pytest.raises(StoreUnavailable):  # sticky: every later write is refused
+        store.put_operation(_op("c"))
+    # reads answer what was acknowledged, as the scheduler's in-memory reads do (list_operations included)
+    if fault != "replaced":
+        with contextlib.suppress(
+            StoreUnavailable
+        ):  # SQLite itself may refuse to read a deleted or damaged file
+            store.get_operation("a")
+    else:
+        record = store.get_operation("a")
+        assert record is not None and record.id == "a"
+        assert [r.id for r in store.list_operations()] == ["a"]
     store.close()
 
 

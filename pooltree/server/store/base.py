@@ -45,9 +45,17 @@ class StoreHealth:
     url: str
     error: str | None = None
     since: float | None = None
+    transient: bool = False
+    """The trouble clears by itself (the disk is full: writes are refused, reads served, until space returns)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "url": self.url, "error": self.error, "since": self.since}
+        return {
+            "ok": self.ok,
+            "url": self.url,
+            "error": self.error,
+            "since": self.since,
+            "transient": self.transient,
+        }
 
 
 @dataclass(frozen=True)
@@ -165,12 +173,30 @@ class Store(ABC):
 
     url: str
     _trouble: StoreHealth | None = None
+    _out_of_space: StoreHealth | None = None
 
     # Health: a store in trouble refuses every transaction until it is reopened (SQLite: the scheduler restarts;
-    # PostgreSQL: the leader runner reconnects and revives from what the database holds).
+    # PostgreSQL: the leader runner reconnects and revives from what the database holds). A full disk is not
+    # trouble of that kind: the write that met it is refused, reads go on, and the first write that succeeds
+    # again (or ``probe``) clears it.
     def health(self) -> StoreHealth:
-        """``ok``, or the first trouble noticed (sticky for this store object)."""
-        return self._trouble or StoreHealth(ok=True, url=redact_url(self.url))
+        """``ok``, or the first trouble noticed (sticky for this store object), or a full disk (transient)."""
+        return self._trouble or self._out_of_space or StoreHealth(ok=True, url=redact_url(self.url))
+
+    def mark_out_of_space(self, message: str) -> StoreUnavailable:
+        """A write met a full disk: remember it (the ``store_trouble`` alert) and the error to answer."""
+        if self._out_of_space is None:
+            self._out_of_space = StoreHealth(
+                ok=False, url=redact_url(self.url), error=message, since=time.time(), transient=True
+            )
+        return StoreUnavailable(
+            f"Scheduler store is out of disk space, the change was not made (reads are served; writes resume by "
+            f"themselves when space returns): {message}",
+            attributes={"store": redact_url(self.url), "reason": "out_of_space"},
+        )
+
+    def space_returned(self) -> None:
+        self._out_of_space = None
 
     def mark_trouble(self, message: str) -> StoreHealth:
         """Record trouble (the first message wins); every later transaction raises ``StoreUnavailable``."""

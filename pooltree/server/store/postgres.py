@@ -94,7 +94,11 @@ class PostgresStore(SqlStore):
                 raise  # unreachable: check_writable raised
             return None if row is None else row[0]
 
+    def _is_out_of_space(self, error: BaseException) -> bool:
+        return getattr(error, "sqlstate", None) == "53100"  # disk_full on the database server
+
     def probe(self) -> StoreHealth:
+        self.probe_space()
         with self._lock:
             if self._trouble is None:
                 with suppress(StoreUnavailable):

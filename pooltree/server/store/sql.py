@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from pooltree.security.sealing import Sealer, is_sealed
@@ -55,21 +56,46 @@ class SqlStore(Store):
 
     @contextmanager
     def _transaction(self, *, read: bool = False) -> Iterator[Any]:
-        """One transaction, refused while the store is in trouble; a database error puts it in trouble.
+        """One transaction (writes refused while the store is in trouble); a database error puts it in trouble,
+        except a full disk (``mark_out_of_space``: the write is refused, the store is not in trouble).
 
         A failed commit is never retried here: the caller answers an error and leaves no trace in memory.
         ``read``: the statements only read (``_read_transaction``).
         """
-        self.check_writable()
+        if (
+            not read
+        ):  # a store in trouble still answers reads (what it acknowledged), as the in-memory ones do
+            self.check_writable()
         try:
             with self._read_transaction() if read else self._connection_transaction() as cur:
                 yield cur
         except self.database_errors as error:
+            if self._is_out_of_space(error):
+                raise self.mark_out_of_space(self._describe(error)) from error
             self.mark_trouble(self._describe(error))
             raise StoreUnavailable(
                 f"Scheduler store is unavailable, nothing is acknowledged: {self._describe(error)}",
                 attributes={"store": redact_url(self.url)},
             ) from error
+        if not read and self._out_of_space is not None:
+            self.space_returned()
+
+    def _is_out_of_space(self, error: BaseException) -> bool:
+        """The driver's error says the disk (or the database server's) is full."""
+        return False
+
+    def probe_space(self) -> None:
+        """While out of space: one small write; when it commits, space is back and the alert clears."""
+        if self._out_of_space is None or self._trouble is not None:
+            return
+        with suppress(StoreUnavailable), self._lock, self._transaction() as cur:
+            cur.execute(
+                self._q(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                ),
+                ("space_probe", repr(time.time())),
+            )
 
     def _describe(self, error: BaseException) -> str:
         return f"{type(error).__name__}: {str(error).strip() or 'no details'}"

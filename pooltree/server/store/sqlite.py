@@ -121,6 +121,10 @@ class SqliteStore(SqlStore):
             return f"SQLite store file {self.path} cannot be read: {_reason(error)}"
         if header != SQLITE_HEADER:
             return f"SQLite store file {self.path} is corrupted (its header is not SQLite's)"
+        return self._verify_journal()
+
+    def _verify_journal(self) -> str | None:
+        """Why the journal can no longer be trusted (deleted, replaced), or None."""
         wal = _identity_of(self.wal_path)
         if self._wal_identity is None:
             self._wal_identity = wal
@@ -168,7 +172,7 @@ class SqliteStore(SqlStore):
             # already rolled back by SQLite, or the file is gone: the original error tells why
             with contextlib.suppress(sqlite3.Error):
                 cur.execute("ROLLBACK")
-            if problem is not None:
+            if problem is not None and self._verify_journal() is not None:
                 self._rescue_journal()
             raise
         else:
@@ -187,13 +191,20 @@ class SqliteStore(SqlStore):
         finally:
             cur.close()
 
+    def _is_out_of_space(self, error: BaseException) -> bool:
+        return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
+            isinstance(error, sqlite3.Error) and "disk is full" in str(error)
+        )
+
     def probe(self) -> StoreHealth:
+        self.probe_space()
         with self._lock:
             if self._trouble is None and self._fd is not None:
                 problem = self._verify()
                 if problem is not None:
                     self.mark_trouble(problem)
-                    self._rescue_journal()
+                    if self._verify_journal() is not None:
+                        self._rescue_journal()
                 else:
                     with suppress(StoreUnavailable):
                         self._rows("SELECT value FROM meta WHERE key = ?", ("schema_version",))
