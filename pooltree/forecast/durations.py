@@ -71,8 +71,8 @@ class DurationFit:
 
 _AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _AS_P = 0.3275911
-_GRID = 401
-_CENSORED_BINS = 128
+_GRID = 161
+_CENSORED_BINS = 32
 
 
 def _log_survival(z: np.ndarray) -> np.ndarray:
@@ -154,3 +154,23 @@ def remaining(distribution: Distribution, elapsed: float, rng: random.Random) ->
     u = min(max(u, 1e-12), 1.0 - 1e-12)
     total = median * math.exp(sigma * _NORMAL.inv_cdf(u))
     return max(total - elapsed, 0.0)
+
+
+def remaining_distribution(
+    distribution: Distribution, elapsed: Sequence[float], rng: random.Random, draws: int = 16
+) -> Distribution:
+    """One lognormal for the remaining times of a group of running jobs that have run ``elapsed`` seconds each:
+    fitted (geometric mean, log spread) to ``draws`` conditioned draws over the group (each draw for an elapsed
+    time picked from the group). A group stands for jobs of similar age (`pooltree.forecast.fork` groups them)."""
+    values = [
+        max(remaining(distribution, elapsed[rng.randrange(len(elapsed))], rng), _MIN_SECONDS)
+        for _ in range(draws)
+    ]
+    logs = [math.log(value) for value in values]
+    mean = sum(logs) / len(logs)
+    sigma = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    return (
+        Distribution("lognormal", math.exp(mean), min(sigma, 5.0))
+        if sigma > 0
+        else Distribution("fixed", math.exp(mean))
+    )

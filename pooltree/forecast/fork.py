@@ -3,8 +3,9 @@ clock whose zero is the state's ``now``.
 
 Every unfinished operation is submitted at time 0, in registration order (so pending queues keep their order
 and count limits hold the same operations back). Its running jobs are placed on their nodes when it arrives
-(``SimOperation.placed``: adopted by the core without a heartbeat, with their real start times), each as a task
-of one job whose run time is the rest of a draw conditioned on the time it has already run; its pending jobs
+(``SimOperation.placed``: adopted by the core without a heartbeat, with their real start times), in up to four
+tasks by age, each with a lognormal fitted to remaining times drawn conditioned on the group's elapsed times (a job
+that ran long is likely long; the fork's tasks do not grow with the running jobs); its pending jobs
 are one task per spec task with the learned distribution (`pooltree.forecast.durations`). Its starvation clock
 is carried over (``below_fair_share_since``). What one seed draws comes from ``Random("<seed>/<op>/...")``, so
 a fork is a pure function of the state, the seed and the settings.
@@ -12,6 +13,7 @@ a fork is a pure function of the state, the seed and the settings.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, MutableMapping
 from typing import Any
@@ -22,8 +24,8 @@ from pooltree.config import OperationSpec
 from pooltree.config.snapshot import Cluster, NodeGroup, Snapshot
 from pooltree.config.tags import nodes_of_trees
 from pooltree.controllers.memory import MemoryDigestSettings
-from pooltree.forecast.durations import DurationFit, DurationSettings, choose, remaining
-from pooltree.forecast.state import ClusterState, OperationState
+from pooltree.forecast.durations import DurationFit, DurationSettings, choose, remaining_distribution
+from pooltree.forecast.state import ClusterState, OperationState, RunningJob
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
     Distribution,
@@ -35,7 +37,20 @@ from pooltree.sim.scenario import (
 )
 
 RUNNING_TASK = "{task}#running{index}"
-"""Name of the one-job task of a running job (the forecast's own; never shown)."""
+"""Name of the task of a group of running jobs of similar age (the forecast's own; never shown)."""
+AGE_GROUPS = 4
+"""Running jobs of a task are split into at most this many groups by elapsed time (youngest first)."""
+
+
+def _age_groups(running: tuple[RunningJob, ...], now: float) -> list[list[RunningJob]]:
+    """Running jobs in up to ``AGE_GROUPS`` groups of similar age: each group's remaining times are drawn from one
+    distribution (one task of the fork), so the fork's tasks do not grow with the running jobs."""
+    if not running:
+        return []
+    ordered = sorted(running, key=lambda job: (-job.start_time, job.node))
+    count = min(AGE_GROUPS, len(ordered))
+    size = math.ceil(len(ordered) / count)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def cluster_snapshot(state: ClusterState) -> Snapshot:
@@ -111,19 +126,19 @@ def fork_operation(
     for task in op.tasks:
         rng = random.Random(f"{seed}/{op.id}/{task.name}")
         distribution: Distribution = fits[(op.id, task.name)].for_seed(rng)
-        for index, job in enumerate(task.running):
-            left = remaining(distribution, now - job.start_time, rng)
+        for index, group in enumerate(_age_groups(task.running, now)):
+            elapsed = [now - job.start_time for job in group]
             tasks.append(
                 SimTask(
                     RUNNING_TASK.format(task=task.name, index=index),
-                    1,
+                    len(group),
                     task.resources,
-                    Distribution("fixed", max(left, 0.001)),
+                    remaining_distribution(distribution, elapsed, rng),
                     task.interruptible,
                 )
             )
-            placed.append(job.node)
-            since.append(job.start_time - now)
+            placed.extend(job.node for job in group)
+            since.extend(job.start_time - now for job in group)
         if task.pending > 0 and not op.suspended:
             pending.append(
                 SimTask(
@@ -160,6 +175,7 @@ def fork(
     durations: DurationSettings,
     specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
     fits: Mapping[tuple[str, str], DurationFit] | None = None,
+    update_period: float | None = None,
 ) -> Scenario:
     """The scenario of one seed: ``state`` run forward for ``horizon`` simulated seconds."""
     snapshot = cluster_snapshot(state)
@@ -175,7 +191,7 @@ def fork(
     return Scenario(
         snapshot=snapshot,
         scheduler=SchedulerSettings(
-            fair_share_update_period=state.fair_share_update_period,
+            fair_share_update_period=update_period or state.fair_share_update_period,
             node_heartbeat_period=period,
             node_heartbeat_jitter=min(0.1, period / 10.0),
         ),

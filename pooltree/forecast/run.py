@@ -5,7 +5,8 @@ service runs. From every run the forecast keeps, per operation, when its first j
 fork counts as started at its real start), when it finished (None: not within the horizon), and whose jobs were
 preempted for it. Over the seeds: start and finish as p10 / p50 / p90 (linear interpolation between the sorted
 runs; a run where it did not happen within the horizon counts as later than any time, so a percentile that
-reaches such a run is None: "after the horizon"), and the operations whose jobs were preempted for it in how
+reaches such a run is None: "after the horizon"; p10 and p90 are moved out by one heartbeat plus one fair-share
+period, the fork's timing resolution against the cluster's own phases), and the operations whose jobs were preempted for it in how
 many runs. Everything is a pure function of the state and the settings.
 """
 
@@ -35,8 +36,16 @@ class ForecastSettings:
     horizon: float = 6 * 3600.0
     """Simulated seconds each run covers; later starts and finishes are reported as "after the horizon"."""
     durations: DurationSettings = field(default_factory=DurationSettings)
+    fair_share_update_period: float | None = None
+    """The fork's fair-share period (None: the cluster's). A longer one costs less per simulated hour; starts
+    move by up to one period."""
 
     def __post_init__(self) -> None:
+        period = self.fair_share_update_period
+        if period is not None and not 0.01 <= period <= 600:
+            raise ConfigError(
+                "forecast.fair_share_update_period", f"must be seconds in [0.01, 600], got {period!r}"
+            )
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or not 1 <= self.seeds <= 64:
             raise ConfigError("forecast.seeds", f"must be an integer in [1, 64], got {self.seeds!r}")
         if not math.isfinite(self.horizon) or not 0 < self.horizon <= 30 * 86400:
@@ -105,7 +114,13 @@ def run_seed(
 ) -> SeedRun:
     """One run of the fork with ``seed``."""
     scenario = fork(
-        state, seed, horizon=settings.horizon, durations=settings.durations, specs=specs, fits=fits
+        state,
+        seed,
+        horizon=settings.horizon,
+        durations=settings.durations,
+        specs=specs,
+        fits=fits,
+        update_period=settings.fair_share_update_period,
     )
     run = SeedRun()
     first_start = run.first_start
@@ -144,6 +159,11 @@ def forecast(
     fits = duration_fits(state, settings.durations)
     runs = [run_seed(state, seed, settings, specs=specs, fits=fits) for seed in range(settings.seeds)]
     wanted = set(only) if only is not None else None
+    # the fork's heartbeat and update phases are its own, not the cluster's: a start or finish it places at t may
+    # happen up to one heartbeat and one update period earlier or later there, so the range's ends move by that
+    resolution = (
+        settings.fair_share_update_period or state.fair_share_update_period
+    ) + state.heartbeat_period
     operations = {}
     for op in state.operations:
         if wanted is not None and op.id not in wanted:
@@ -155,11 +175,12 @@ def forecast(
         else:
             starts = [run.first_start.get(op.id, math.inf) for run in runs]
         finishes = [run.finish.get(op.id, math.inf) for run in runs]
+        margin = 0.0 if started else resolution
         operations[op.id] = OperationForecast(
             op.id,
             started,
-            _range(starts, state.now),
-            _range(finishes, state.now),
+            _range(starts, state.now, margin),
+            _range(finishes, state.now, resolution),
             _preempts(op.id, runs),
             {
                 task.name: {
@@ -174,10 +195,14 @@ def forecast(
     return Forecast(state.now, settings.horizon, settings.seeds, operations, sum(run.events for run in runs))
 
 
-def _range(values: Sequence[float], now: float) -> dict[str, float | None]:
+def _range(values: Sequence[float], now: float, margin: float = 0.0) -> dict[str, float | None]:
+    """p10 / p50 / p90 as absolute times; p10 earlier and p90 later by ``margin`` (p10 not before ``now``)."""
     found: dict[str, float | None] = {}
     for q in QUANTILES:
         value = quantile(values, q)
+        if not math.isinf(value):
+            value += -margin if q < 0.5 else margin if q > 0.5 else 0.0
+            value = max(value, 0.0) if q < 0.5 and min(values) >= 0 else value
         found[f"p{round(q * 100)}"] = None if math.isinf(value) else now + value
     return found
 

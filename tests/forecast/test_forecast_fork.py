@@ -73,8 +73,9 @@ def test_project_story_adhoc_waits_for_starvation_then_preempts_batch():
     result = forecast(project_state(), ForecastSettings(seeds=3, horizon=900.0))
     adhoc = result.operations["adhoc-1"]
     assert not adhoc.started
-    # below its fair share since 601 s, starving after the 30 s timeout: preemption gives it jobs then
-    assert adhoc.start["p10"] is not None and adhoc.start["p10"] >= 631.0
+    # below its fair share since 601 s, starving after the 30 s timeout: preemption gives it jobs then (the
+    # range reaches out by one heartbeat and one update period: 2 s)
+    assert adhoc.start["p10"] is not None and adhoc.start["p10"] >= 629.0
     assert adhoc.start["p90"] is not None and adhoc.start["p90"] <= 700.0
     assert adhoc.preempts and adhoc.preempts[0]["operation_id"] == "batch-1"
     assert adhoc.preempts[0]["share_of_runs"] == 1.0

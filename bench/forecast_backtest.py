@@ -1,0 +1,288 @@
+"""Back-test and cost of the forecast (pooltree/forecast); prints one JSON object.
+
+``backtest``: replay a recorded run. The workload runs in the simulator (the "cluster"); at every ``--every``
+simulated seconds its state is taken the way the live service takes it (`pooltree.forecast.replay.state_of`:
+running jobs with nodes and start times, completed run times, starvation clocks; not the workload's duration
+distributions, not future submissions), and forecast. Each operation that had been submitted but had not
+started at that moment is one sample: its actual first job start (from the same run) against the forecast's
+p10 / p50 / p90. Reported: samples, median and p90 of |p50 - actual|, the share of actual starts inside
+[p10, p90] (and inside it widened by one fair-share period: the forecast and the cluster beat at different
+phases), the share after the horizon, and the CPU seconds per forecast.
+
+    .venv/bin/python bench/forecast_backtest.py backtest --workload project-root --every 5
+    .venv/bin/python bench/forecast_backtest.py backtest --workload day --nodes 1000 --hours 1 --every 600
+
+``cost``: one forecast of a synthetic state (``--nodes`` nodes of 16 cpu, ``--running`` running operations
+filling them, ``--pending`` operations queued behind the pools' running-operation limits), timed in CPU seconds
+(the state copy is not included: it is taken on the scheduler's side, see ``pooltree.forecast.live``).
+
+    .venv/bin/python bench/forecast_backtest.py cost --nodes 1000 --running 200 --pending 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from pooltree.config import load_document  # noqa: E402
+from pooltree.config.pool_trees import parse_pool_trees  # noqa: E402
+from pooltree.forecast import (  # noqa: E402
+    ClusterState,
+    ForecastSettings,
+    NodeState,
+    OperationState,
+    RunningJob,
+    TaskState,
+    forecast,
+)
+from pooltree.forecast.replay import SimulationRecorder, state_of  # noqa: E402
+from pooltree.resources import vector  # noqa: E402
+from pooltree.sim import Simulation  # noqa: E402
+from pooltree.sim.scenario import parse_scenario  # noqa: E402
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    if args.workload == "project-root":
+        path = ROOT / "examples" / "sim-project-root.yaml"
+        return parse_scenario(load_document(path), base_dir=path.parent, source=str(path))
+    from simulate import scenario_document
+
+    document = scenario_document(
+        args.nodes, args.hours, args.operations, args.jobs, args.pools, args.period, args.seed
+    )
+    return parse_scenario(document, source="day")
+
+
+def backtest(args: argparse.Namespace) -> dict[str, Any]:
+    scenario = _workload(args)
+    until = args.until if args.until is not None else scenario.horizon()
+    recorder = SimulationRecorder()
+    states: list[ClusterState] = []
+    record_cpu = time.process_time()
+    simulation = Simulation(
+        scenario,
+        until=until,
+        event_sink=recorder,
+        progress=lambda *_: states.append(state_of(simulation, recorder))
+        if simulation.now >= args.start
+        else None,
+        progress_interval=args.every,
+    )
+    recorder.simulation = simulation
+    simulation.run()
+    record_cpu = time.process_time() - record_cpu
+    settings = ForecastSettings(
+        seeds=args.seeds, horizon=args.horizon, fair_share_update_period=args.forecast_period
+    )
+    period = args.forecast_period or scenario.scheduler.fair_share_update_period
+    errors: list[float] = []
+    inside = widened = after = 0
+    samples = 0
+    costs: list[float] = []
+    for state in states[: args.max_forecasts]:
+        waiting = [op.id for op in state.operations if op.first_job_time is None]
+        if not waiting:
+            continue
+        started = time.process_time()
+        found = forecast(state, settings, only=waiting)
+        costs.append(time.process_time() - started)
+        for operation_id in waiting:
+            actual = recorder.first_start.get(operation_id)
+            if actual is None:
+                continue  # never started within the recorded run: no truth to compare with
+            samples += 1
+            start = found.operations[operation_id].start
+            low, mid, high = start["p10"], start["p50"], start["p90"]
+            high = math.inf if high is None else high
+            if mid is None:
+                after += 1
+                errors.append(math.inf if actual - state.now <= args.horizon else 0.0)
+            else:
+                errors.append(abs(mid - actual))
+            low = math.inf if low is None else low
+            inside += low <= actual <= high
+            widened += low - period <= actual <= high + period
+    finite = sorted(errors)
+    return {
+        "workload": args.workload,
+        "parameters": {
+            key: getattr(args, key)
+            for key in (
+                "every",
+                "start",
+                "seeds",
+                "horizon",
+                "forecast_period",
+                "nodes",
+                "hours",
+                "operations",
+                "jobs",
+                "pools",
+                "until",
+            )
+        },
+        "forecasts": len(costs),
+        "samples": samples,
+        "start_abs_error_median_s": _round(statistics.median(finite)) if finite else None,
+        "start_abs_error_p90_s": _round(finite[int(0.9 * (len(finite) - 1))]) if finite else None,
+        "inside_p10_p90": _round(inside / samples) if samples else None,
+        "inside_p10_p90_widened_by_one_period": _round(widened / samples) if samples else None,
+        "after_horizon": after,
+        "forecast_cpu_seconds_median": _round(statistics.median(costs)) if costs else None,
+        "forecast_cpu_seconds_max": _round(max(costs)) if costs else None,
+        "record_cpu_seconds": _round(record_cpu),
+        "load_average": _round(_load()),
+    }
+
+
+def _round(value: float) -> float:
+    return round(value, 3) if math.isfinite(value) else value
+
+
+def cost_state(nodes: int, running: int, pending: int, pools: int, seed: int) -> ClusterState:
+    """A full cluster: ``running`` operations fill every node's 16 slots, ``pending`` wait behind limits."""
+    rng = random.Random(seed)
+    trees = parse_pool_trees(
+        {
+            "physical": {
+                "config": {
+                    "fair_share_starvation_timeout": "30s",
+                    "max_running_operation_count": running + pools,
+                    "max_operation_count": 100_000,
+                },
+                "pools": {
+                    f"pool-{i:03d}": {
+                        "weight": 1 + i % 3,
+                        "max_running_operation_count": max(1, running // pools),
+                        "max_operation_count": 10_000,
+                    }
+                    for i in range(pools)
+                },
+            }
+        }
+    )
+    job = vector(user_slots=1, cpu=1, memory=4 << 30)
+    node_states = tuple(
+        NodeState(f"node-{i:04d}", vector(user_slots=16, cpu=16, memory=64 << 30)) for i in range(nodes)
+    )
+    slots = [(node.address, k) for node in node_states for k in range(16)]
+    per_op = len(slots) // running
+    now = 10_000.0
+    operations = []
+    for index in range(running):
+        placed = slots[index * per_op : (index + 1) * per_op]
+        median = rng.uniform(120, 1800)
+        durations = tuple(median * math.exp(0.5 * rng.gauss(0, 1)) for _ in range(20))
+        jobs = tuple(RunningJob(address, now - rng.uniform(0, median)) for address, _ in placed)
+        operations.append(
+            OperationState(
+                f"run-{index:04d}",
+                f"user-{index % 37}",
+                "vanilla",
+                {"pool": f"pool-{index % pools:03d}"},
+                "physical",
+                f"pool-{index % pools:03d}",
+                now - 3600,
+                (TaskState("main", job, per_op * rng.randint(1, 4), jobs, 20, durations=durations),),
+                first_job_time=now - 3600,
+            )
+        )
+    for index in range(pending):
+        operations.append(
+            OperationState(
+                f"wait-{index:05d}",
+                f"user-{index % 37}",
+                "vanilla",
+                {"pool": f"pool-{index % pools:03d}"},
+                "physical",
+                f"pool-{index % pools:03d}",
+                now - 60,
+                (TaskState("main", job, rng.randint(1, 64)),),
+                state="pending",
+            )
+        )
+    return ClusterState(now, trees, "physical", node_states, tuple(operations))
+
+
+def cost(args: argparse.Namespace) -> dict[str, Any]:
+    state = cost_state(args.nodes, args.running, args.pending, args.pools, args.seed)
+    settings = ForecastSettings(
+        seeds=args.seeds, horizon=args.horizon, fair_share_update_period=args.forecast_period
+    )
+    runs = []
+    found = None
+    for _ in range(args.repeat):
+        started = time.process_time()
+        found = forecast(state, settings)
+        runs.append(time.process_time() - started)
+    assert found is not None
+    waiting = [f for f in found.operations.values() if not f.started]
+    dated = [f for f in waiting if f.start["p50"] is not None]
+    return {
+        "mode": "cost",
+        "parameters": {
+            key: getattr(args, key)
+            for key in ("nodes", "running", "pending", "pools", "seeds", "horizon", "forecast_period", "repeat")
+        },
+        "cpu_seconds_per_refresh": [round(r, 3) for r in runs],
+        "cpu_seconds_per_refresh_median": round(statistics.median(runs), 3),
+        "cpu_seconds_per_seed_median": round(statistics.median(runs) / args.seeds, 3),
+        "simulator_events": found.events,
+        "pending_with_start_in_horizon": len(dated),
+        "pending": len(waiting),
+        "load_average": _round(_load()),
+        "numpy_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "rss_note": "one process; the live service runs this in its worker process",
+        "array_check": float(np.sum([1.0])),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    back = sub.add_parser("backtest")
+    back.add_argument("--workload", choices=("project-root", "day"), default="project-root")
+    back.add_argument("--every", type=float, default=5.0, help="simulated seconds between forecasts")
+    back.add_argument("--start", type=float, default=0.0, help="first forecast at or after this time")
+    back.add_argument("--until", type=float, default=None)
+    back.add_argument("--max-forecasts", type=int, default=1000)
+    for target in (back, sub.add_parser("cost")):
+        target.add_argument("--seeds", type=int, default=8)
+        target.add_argument("--horizon", type=float, default=3600.0)
+        target.add_argument("--forecast-period", type=float, default=None)
+        target.add_argument("--nodes", type=int, default=1000)
+        target.add_argument("--pools", type=int, default=100)
+        target.add_argument("--seed", type=int, default=1)
+    back.add_argument("--hours", type=float, default=1.0)
+    back.add_argument("--operations", type=int, default=2000)
+    back.add_argument("--jobs", type=int, default=100_000)
+    back.add_argument("--period", type=float, default=1.0)
+    costs = sub.choices["cost"]
+    costs.add_argument("--running", type=int, default=200)
+    costs.add_argument("--pending", type=int, default=2000)
+    costs.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    result = backtest(args) if args.mode == "backtest" else cost(args)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
