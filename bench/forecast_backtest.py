@@ -81,9 +81,9 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         scenario,
         until=until,
         event_sink=recorder,
-        progress=lambda *_: states.append(state_of(simulation, recorder))
-        if simulation.now >= args.start
-        else None,
+        progress=lambda *_: (
+            states.append(state_of(simulation, recorder)) if simulation.now >= args.start else None
+        ),
         progress_interval=args.every,
     )
     recorder.simulation = simulation
@@ -240,7 +240,16 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         "mode": "cost",
         "parameters": {
             key: getattr(args, key)
-            for key in ("nodes", "running", "pending", "pools", "seeds", "horizon", "forecast_period", "repeat")
+            for key in (
+                "nodes",
+                "running",
+                "pending",
+                "pools",
+                "seeds",
+                "horizon",
+                "forecast_period",
+                "repeat",
+            )
         },
         "cpu_seconds_per_refresh": [round(r, 3) for r in runs],
         "cpu_seconds_per_refresh_median": round(statistics.median(runs), 3),

@@ -229,7 +229,12 @@ class ForecastService:
             reading = time.monotonic() - self.last_read < self.settings.idle_after
             if self._wanted.is_set() or (reading and self._stale()):
                 self._wanted.clear()
-                self.refresh()
+                try:
+                    self.refresh()
+                except Exception as error:  # the refresher outlives any one failure
+                    self.last_error = f"{type(error).__name__}: {error}"
+                    log.exception("forecast refresh failed")
+                    self._stopping.wait(self._period())
 
     # ------------------------------------------------------------------ dry run
 

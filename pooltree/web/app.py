@@ -32,7 +32,7 @@ from pooltree.alerts import explain_pending
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCES, format_size, resources_to_dict
 from pooltree.server.store import OperationFilter
-from pooltree.web.charts import history_figure
+from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 COOKIE = "pooltree_token"
 REFRESH = "3s"
+FORECAST_ROWS = 40
+"""Waiting operations the Scheduling page shows with their forecast (the soonest)."""
 MAX_LISTED_OPERATIONS = 200
 STATIC = Path(str(resources.files("pooltree.web") / "static"))
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -288,6 +290,9 @@ class WebUI:
             operation_alerts = [
                 (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
             ]
+        forecast_rows, forecast_chart, forecast_info = self._tree_forecast(
+            [row["id"] for row in rows if row["kind"] == "operation"]
+        )
         return self._render(
             request,
             "scheduling.html",
@@ -300,7 +305,32 @@ class WebUI:
             operation_alerts=operation_alerts,
             summary=summary,
             segments=segments,
+            forecast_rows=forecast_rows,
+            forecast_chart=forecast_chart,
+            forecast_info=forecast_info,
         )
+
+    def _forecast(self) -> Any:
+        """The latest forecast (a page view keeps refreshes going, as a ``get_operation`` does)."""
+        forecasts = self.service.forecasts
+        return forecasts.read(), forecasts.last_error
+
+    def _tree_forecast(self, operation_ids: list[str]) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+        """The waiting operations among ``operation_ids`` with their forecast, soonest first (at most
+        ``FORECAST_ROWS``), the chart of their ranges, and when the forecast was made."""
+        latest, error = self._forecast()
+        info: dict[str, Any] = {"error": error, "now": None if latest is None else latest.now}
+        if latest is None:
+            return [], "", info
+        rows = []
+        for operation_id in operation_ids:
+            found = latest.operations.get(operation_id)
+            if found is None or found.started:
+                continue
+            rows.append(_forecast_row(operation_id, found, latest))
+        rows.sort(key=lambda row: (row["start"]["p50"] is None, row["start"]["p50"] or 0.0, row["label"]))
+        rows = rows[:FORECAST_ROWS]
+        return rows, forecast_figure(rows, latest.now) if rows else "", info
 
     # -- Operations
 
@@ -396,6 +426,11 @@ class WebUI:
             ]
         preempted = [j for j in jobs if j.get("interruption_info")]
         spec = {k: ("<hidden>" if k == "secure_vault" else v) for k, v in attributes["spec"].items()}
+        latest, _ = self._forecast()
+        found = None if latest is None else latest.operations.get(operation_id)
+        forecast_chart = ""
+        if latest is not None and found is not None:
+            forecast_chart = forecast_figure([_forecast_row(operation_id, found, latest)], latest.now)
         return self._render(
             request,
             "operation.html",
@@ -409,6 +444,8 @@ class WebUI:
             preempting=preempting,
             error=(attributes.get("result") or {}).get("error"),
             spec=spec,
+            forecast=attributes.get("scheduling_forecast"),
+            forecast_chart=forecast_chart,
         )
 
     def job_stderr(self, request: Request) -> Response:
@@ -488,6 +525,17 @@ class _HeaderOnly:
 
     def __init__(self, headers: Mapping[str, str]) -> None:
         self.headers = headers
+
+
+def _forecast_row(operation_id: str, found: Any, latest: Any) -> dict[str, Any]:
+    """One operation's ranges for the forecast chart and table (absolute seconds)."""
+    return {
+        "label": operation_id,
+        "start": found.start,
+        "finish": found.finish,
+        "horizon": latest.now + latest.horizon,
+        "preempts": found.preempts,
+    }
 
 
 def segments_summary(info: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -160,3 +160,66 @@ def history_figure(series: dict[str, Any], title: str) -> str:
         title=title,
     )
     return figure_div(figure, "history-chart")
+
+
+FORECAST_COLORS = {"start": "rgba(31,119,180,0.35)", "finish": "rgba(44,160,44,0.35)"}
+
+
+def forecast_figure(rows: Sequence[dict[str, Any]], now: float, *, height_per_row: int = 34) -> str:
+    """The forecast's ranges (``pooltree.forecast``): per operation a bar from start p10 to p90 and one from
+    finish p10 to p90, with a mark at each p50; a range reaching past the horizon runs to its end (``horizon``,
+    absolute) with an open end. ``rows``: ``label``, ``start`` and ``finish`` ({p10, p50, p90}, seconds or None),
+    ``horizon``. The vertical line is now."""
+    figure = go.Figure()
+    labels = [row["label"] for row in rows]
+    for kind in ("start", "finish"):
+        bases, widths, texts, marks, marked = [], [], [], [], []
+        for row in rows:
+            values = row[kind]
+            low = values.get("p10")
+            high = values.get("p90")
+            end = row["horizon"] if high is None else high
+            if low is None:
+                bases.append(None)
+                widths.append(None)
+                texts.append(f"{kind}: after the horizon")
+            else:
+                bases.append(dt.datetime.fromtimestamp(low, tz=dt.UTC))
+                widths.append((end - low) * 1000.0)
+                texts.append(f"{kind} p10–p90{' (open end)' if high is None else ''}")
+            if values.get("p50") is not None:
+                marks.append(dt.datetime.fromtimestamp(values["p50"], tz=dt.UTC))
+                marked.append(row["label"])
+        figure.add_trace(
+            go.Bar(
+                y=labels,
+                x=widths,
+                base=bases,
+                orientation="h",
+                name=f"{kind} p10–p90",
+                marker_color=FORECAST_COLORS[kind],
+                hovertext=texts,
+                offsetgroup=kind,
+            )
+        )
+        figure.add_trace(
+            go.Scatter(
+                y=marked,
+                x=marks,
+                mode="markers",
+                name=f"{kind} p50",
+                marker={"symbol": "line-ns-open", "size": 16, "line": {"width": 3}},
+                offsetgroup=kind,
+            )
+        )
+    figure.add_vline(x=dt.datetime.fromtimestamp(now, tz=dt.UTC).timestamp() * 1000.0, line_dash="dot")
+    figure.update_layout(
+        barmode="group",
+        height=120 + height_per_row * max(1, len(rows)),
+        margin={"l": 10, "r": 10, "t": 40, "b": 30},
+        xaxis={"type": "date", "title": "time (UTC)"},
+        yaxis={"autorange": "reversed"},
+        template="plotly_white",
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+    )
+    return figure_div(figure, "forecast-chart")
