@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pooltree.errors import PooltreeError
-from pooltree.security import policy
 from pooltree.security.acl import (
     AUTHORIZATION_ERROR,
     OPERATION_PERMISSIONS,
@@ -44,6 +43,8 @@ from pooltree.security.directory import (
     Directory,
     SecurityError,
 )
+from pooltree.security.policy import Rule, authorize
+from pooltree.security.throttle import PASSWORD_CHECK_LIMITS, PasswordThrottle
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,38 @@ def access_of(
     return OperationAccess(operation_id, owner, acl, owners)
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where a path points, for a permission check: the node's canonical path (or the path a new node would
+    take), the attribute keys (None for the node itself, ``()`` for ``/@``), the parent's path, and whether the
+    node exists, its type and whether it carries ``acl``/``inherit_acl``/``owner`` of its own."""
+
+    node: str
+    attribute: tuple[str, ...] | None
+    parent: str
+    exists: bool
+    node_type: str | None = None
+    has_security: bool = False
+
+
 class ObjectResolver(Protocol):
     """How ``Security`` finds the ACLs of the objects a command touches (installed by the service)."""
+
+    def locate(self, path: str) -> Target:
+        """Parse ``path`` (YT error naming it when malformed) and say where it points."""
+        ...
+
+    def subtree_chains(self, path: str) -> Iterable[list[AclNode]]:
+        """The ACL chain of every node below ``path`` (not the node itself)."""
+        ...
+
+    def job_operation(self, job_id: str) -> str | None:
+        """The operation a running job belongs to; None for an unknown job."""
+        ...
+
+    def transaction_owner(self, transaction_id: str) -> str | None:
+        """The user who started a transaction; None for an unknown one."""
+        ...
 
     def acl_chain(self, path: str) -> list[AclNode]:
         """The node at ``path`` (or its nearest existing ancestor) and its ancestors up to the root."""
@@ -122,6 +153,30 @@ class ObjectResolver(Protocol):
     def pool_of(self, tree: str, pool: str, user: str) -> tuple[str, str | None]: ...
 
     def operation_trees(self, operation_id: str) -> list[str]: ...
+
+
+def bootstrap_operator_check(
+    root_token: str | None, node_secret: str | None, *, authentication: bool = True
+) -> Callable[[Mapping[str, str]], None]:
+    """``authenticate_operator`` for a process that has no ``Security`` yet (a standby, a leader between stores):
+    the superuser token it was started with, or the node secret; raises 900 otherwise."""
+
+    def check(headers: Mapping[str, str]) -> None:
+        if not authentication:
+            return
+        secret = headers.get(NODE_SECRET_HEADER, "")
+        if secret and node_secret is not None and constant_time_equal(secret, node_secret):
+            return
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        token = credentials.strip()
+        bearer = scheme.lower() in ("oauth", "bearer") and bool(token)
+        if bearer and root_token is not None and constant_time_equal(token, root_token):
+            return
+        raise _auth_error(
+            "Authentication failed: the store health is for superusers (their token) and nodes (the node secret)"
+        )
+
+    return check
 
 
 def parse_networks(
@@ -168,8 +223,10 @@ class Security:
         node_secret: str | None = None,
         node_networks: Sequence[Any] | None = None,
         metrics_public: bool = False,
+        password_checks: str = PASSWORD_CHECK_LIMITS,
     ) -> None:
         self.directory = Directory(store, clock=clock)
+        self.password_throttle = PasswordThrottle(password_checks)
         self.clock = clock
         self.authentication = authentication
         self.node_secret = node_secret
@@ -221,6 +278,19 @@ class Security:
             if not any(ip in network for network in networks):
                 raise _auth_error(f"Node heartbeat from {peer} refused: not a registered node network")
 
+    def authenticate_operator(self, headers: Mapping[str, str], peer: str | None) -> str:
+        """Who may read the process's own state (``/internal/store_health``): a node (its secret, from a node
+        network) or a superuser's token; anyone else gets 900 (no credentials) or 901 (not a superuser)."""
+        if not self.authentication:
+            return ROOT
+        if headers.get(NODE_SECRET_HEADER):
+            self.authenticate_node(headers, peer)
+            return "node"
+        user = self.authenticate(headers)
+        if not self.directory.is_superuser(user):
+            raise Decision("deny", "administer", user, "the scheduler's store health").error()
+        return user
+
     def bind_node(self, address: str, peer: str | None) -> None:
         """A node address stays bound to the host it first heartbeated from until it times out, so another host
         holding the secret cannot take over a running node's jobs by claiming its address."""
@@ -240,16 +310,31 @@ class Security:
 
     # ------------------------------------------------------------------ authorization of commands
 
-    def authorize(self, command: str, user: str, params: Mapping[str, Any], input_value: Any = None) -> None:
-        """The one permission check of a command, before its handler runs (see ``policy``)."""
-        policy.authorize(self, command, user, params, input_value, blocking=True)
+    def authorize(
+        self,
+        command: str,
+        user: str,
+        params: Mapping[str, Any],
+        input_value: Any = None,
+        *,
+        rule: Rule | None = None,
+    ) -> None:
+        """The one permission check of a command, before its handler runs: ``rule`` (the command's, as
+        registered) or ``policy.RULES``; a command without a rule is refused."""
+        authorize(self, command, user, params, input_value, blocking=True, rule=rule)
 
     def authorize_nonblocking(
-        self, command: str, user: str, params: Mapping[str, Any], input_value: Any = None
+        self,
+        command: str,
+        user: str,
+        params: Mapping[str, Any],
+        input_value: Any = None,
+        *,
+        rule: Rule | None = None,
     ) -> bool:
         """``authorize`` on the event loop: False when deciding would need the store (call ``authorize`` then)."""
         try:
-            policy.authorize(self, command, user, params, input_value, blocking=False)
+            authorize(self, command, user, params, input_value, blocking=False, rule=rule)
         except WouldBlock:
             return False
         return True
@@ -335,6 +420,7 @@ class Security:
                 user=user,
                 authenticated_user=caller,
             )
+        self.password_throttle.admit(user)  # before the scrypt: a flood of checks costs nothing more
         if not self.directory.check_password(user, password_sha256):
             raise _denied(
                 f"{action} requires the current password of user {user!r}: it is missing or wrong",

@@ -16,6 +16,7 @@ from pooltree.security.guard import (
     ROOT_ACL,
     TMP_ACL,
     OperationAccess,
+    Target,
     WouldBlock,
     access_of,
 )
@@ -41,11 +42,15 @@ def object_name(path: str, node_type: str) -> str:
 
 
 class ServiceResolver:
-    """ACL chains from Cypress, operation access from the live scheduler (or the store), pool placement."""
+    """ACL chains from Cypress, operation access from the live scheduler (or the store), pool placement,
+    transactions' owners from the ``FileService``. Without a scheduler (an API without operations) there are no
+    operations or jobs to ask about."""
 
-    def __init__(self, cypress: Cypress, scheduler: Any) -> None:
+    def __init__(self, cypress: Cypress, scheduler: Any = None, files: Any = None) -> None:
         self.cypress = cypress
         self.scheduler = scheduler
+        self.files = files
+        """The ``FileService`` whose transactions ``transaction_owner`` answers about (None: no transactions)."""
         self._finished: OrderedDict[str, OperationAccess | None] = OrderedDict()
         self._lock = threading.Lock()
         self._pool_paths: dict[tuple[str, str], str | None] = {}
@@ -67,6 +72,37 @@ class ServiceResolver:
             )
         return chain
 
+    def locate(self, path: str) -> Target:
+        node, attribute, parent, node_type, own = self.cypress.security_target(path)
+        return Target(node, attribute, parent, node_type is not None, node_type, own)
+
+    def subtree_chains(self, path: str) -> list[list[AclNode]]:
+        above = self.acl_chain(path)
+        chains: list[list[AclNode]] = []
+        stack: list[AclNode] = []
+        for depth, node_path, node_type, attributes in self.cypress.security_subtree(path):
+            del stack[depth - 1 :]
+            stack.append(
+                AclNode(
+                    object_name(node_path, node_type),
+                    _stored_acl(attributes.get("acl"), node_path) + BUILTIN_ACLS.get(node_path, ()),
+                    _stored_inherit(attributes.get("inherit_acl")),
+                    node_path,
+                )
+            )
+            chains.append([*reversed(stack), *above])
+        return chains
+
+    def job_operation(self, job_id: str) -> str | None:
+        if self.scheduler is None:
+            return None
+        with self.scheduler.lock:
+            job = self.scheduler.jobs.get(job_id)
+            return None if job is None else job.operation_id
+
+    def transaction_owner(self, transaction_id: str) -> str | None:
+        return None if self.files is None else self.files.transaction_owner(transaction_id)
+
     def pool_chain(self, tree: str, pool: str) -> list[AclNode] | None:
         key = (tree, pool)
         if key not in self._pool_paths:
@@ -78,6 +114,8 @@ class ServiceResolver:
         return self.acl_chain(f"{POOL_TREES_PATH}/{tree}")
 
     def operation_access(self, operation_id: str, *, blocking: bool = True) -> OperationAccess | None:
+        if self.scheduler is None:
+            return None
         op = self.scheduler.operations.get(operation_id)
         if op is not None:
             return access_of(op.id, op.user, op.spec, op.runtime_parameters)
@@ -103,6 +141,8 @@ class ServiceResolver:
     def operation_pools(self, spec: Mapping[str, Any], user: str) -> list[tuple[str, str, str | None]]:
         """(tree, pool the operation would run in, the existing pool whose ``use`` decides: the pool itself, or
         the parent of an ephemeral pool; None for the tree's root)."""
+        if self.scheduler is None:
+            return []
         with self.scheduler.lock:
             registry = self.scheduler.registry
             out: list[tuple[str, str, str | None]] = []
@@ -122,6 +162,8 @@ class ServiceResolver:
             return placement.pool_name, (None if holder is None or holder.is_root else holder.name)
 
     def operation_trees(self, operation_id: str) -> list[str]:
+        if self.scheduler is None:
+            return []
         op = self.scheduler.operations.get(operation_id)
         return list(op.trees) if op is not None else []
 

@@ -24,13 +24,16 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from pooltree.errors import PooltreeError
 from pooltree.security import Security
 from pooltree.security.guard import subject_path, subjects_get
+from pooltree.security.policy import ROUTE_RULES, RouteRule, no_rule_error
+from pooltree.security.throttle import REQUEST_RATE_LIMIT_EXCEEDED
+from pooltree.server.access import ServiceResolver
 from pooltree.server.batch import register_batch_command, register_unsupported_commands, unsupported_command
 from pooltree.server.commands import (
     CommandContext,
@@ -47,6 +50,8 @@ from pooltree.server.protocol import (
     AUTHENTICATION_ERROR,
     MAX_DECOMPRESSED_BYTES,
     BodyDecoder,
+    BodyTimeout,
+    ClientGone,
     Format,
     PayloadTooLarge,
     YtError,
@@ -67,6 +72,12 @@ from pooltree.ypath import parse_ypath
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+BODY_IDLE_TIMEOUT = 30.0
+"""Seconds a request body may pause between pieces before it is answered 408."""
+BODY_TOTAL_TIMEOUT = 600.0
+"""Seconds a whole request body may take (64 MiB at ~110 KiB/s)."""
+DRAIN_TIMEOUT = 5.0
+"""Seconds ``DrainUnreadBody`` reads an unread body for before it answers anyway."""
 MUTATION_TTL = 3600.0
 """Seconds a mutation id is remembered (client retries end within 2 minutes)."""
 MUTATION_PRUNE_PERIOD = 60.0
@@ -238,6 +249,47 @@ def register_security_commands(registry: CommandRegistry, security: Security) ->
         )
 
 
+class RouteGuard:
+    """ASGI middleware, deny by default for HTTP routes: a request to a route that has no rule in ``rules``
+    (``pooltree.security.policy.ROUTE_RULES``) is refused with error 901, whoever added the route and whenever.
+    The routes are looked at again only when the router's list changes (a tuple of ids per request)."""
+
+    def __init__(self, app: Any, router: Any, rules: Mapping[str, RouteRule], host: str) -> None:
+        self.app = app
+        self.router = router
+        self.rules = rules
+        self.host = host
+        self._seen: tuple[int, ...] = ()
+        self._unruled: tuple[Any, ...] = ()
+
+    def unruled(self) -> tuple[Any, ...]:
+        """The router's routes that have no rule (logged once when found)."""
+        routes = self.router.routes
+        key = tuple(map(id, routes))
+        if key != self._seen:
+            self._unruled = tuple(r for r in routes if getattr(r, "path", None) not in self.rules)
+            self._seen = key
+            for route in self._unruled:
+                log.error("route %s has no authorization rule: it is refused", getattr(route, "path", route))
+        return self._unruled
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for route in self.unruled():
+                match, _ = route.matches(scope)
+                if match != Match.NONE:
+                    path = getattr(route, "path", "?")
+                    error = PooltreeError(
+                        f"Route {path} has no authorization rule, so it is refused",
+                        code=901,
+                        attributes={"route": path, "permission": "none", "object": f"route {path}"},
+                    )
+                    text = error_json(error_to_dict(error, host=self.host, now=time.time()))
+                    await Response(text, status_code=403, media_type="application/json")(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 class DrainUnreadBody:
     """ASGI middleware: before an answer starts, read and drop what is left of the request body (bounded).
 
@@ -277,26 +329,44 @@ class DrainUnreadBody:
             if name == b"content-length" and value.strip().isdigit() and int(value) > limit:
                 return
         size = 0
-        while size <= limit:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            size += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                return
+        with anyio.move_on_after(DRAIN_TIMEOUT):  # a body that stopped arriving is not waited for
+            while size <= limit:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                size += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
 
 
 async def read_body(request: Request, limit: int, what: str = "Request body") -> bytes:
     """The request body, refused with 413 once it is over ``limit`` bytes as sent or ``MAX_DECOMPRESSED_BYTES``
     once decoded: a declared ``Content-Length`` over the limit is refused before anything is read, and a
-    compressed body is inflated step by step as it arrives, never whole."""
+    compressed body is inflated step by step as it arrives, never whole. A body whose next piece does not come
+    within ``BODY_IDLE_TIMEOUT`` seconds, or that is not whole after ``BODY_TOTAL_TIMEOUT``, is answered 408 (a
+    half-sent request holds no connection for ever); a client that hangs up mid-body raises ``ClientGone``."""
     encoding = request.headers.get("content-encoding")
     decoder = BodyDecoder(encoding, min(limit, MAX_DECOMPRESSED_BYTES) if encoding else limit, what)
     declared = request.headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
     size = 0
-    async for chunk in request.stream():
+    chunks = request.stream().__aiter__()
+    deadline = anyio.current_time() + BODY_TOTAL_TIMEOUT
+    while True:
+        wait = min(BODY_IDLE_TIMEOUT, deadline - anyio.current_time())
+        try:
+            with anyio.fail_after(max(wait, 0.0)):
+                chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise BodyTimeout(
+                f"{what} did not arrive: {size} bytes received, then nothing for {wait:.0f} s",
+                attributes={"received_bytes": size, "timeout": round(wait, 3)},
+            ) from None
+        except ClientDisconnect:
+            raise ClientGone(f"The client hung up after {size} bytes of the {what.lower()}") from None
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
@@ -327,7 +397,7 @@ class YtApi:
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         body = error_to_dict(error, host=self.host, now=self.clock())
-        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503}.get(
+        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503, REQUEST_RATE_LIMIT_EXCEEDED: 429}.get(
             body["code"], getattr(error, "http_status", 400)
         )
         text = error_json(body)
@@ -370,6 +440,9 @@ class YtApi:
         request_id = new_request_id()
         try:
             return await self._command(request, request_id)
+        except ClientGone as error:
+            log.info("request %s: %s", request_id, error.message)  # the client's doing: no traceback
+            return self.error_response(error, request_id)
         except PooltreeError as error:
             return self.error_response(error, request_id)
         except Exception as error:
@@ -414,7 +487,9 @@ class YtApi:
         elif descriptor.input_type != "null":
             ctx.input = body
         fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
-        if fast is not None and self.security.authorize_nonblocking(name, user, params, ctx.input):
+        if fast is not None and self.security.authorize_nonblocking(
+            name, user, params, ctx.input, rule=descriptor.rule
+        ):
             result = fast(ctx)
             if result is not None:
                 return self._output(descriptor, result, params, request_id)
@@ -431,7 +506,7 @@ class YtApi:
     ) -> Response:
         """Authorize, check the mutation id, run the handler, remember its answer and encode it (worker thread)."""
         params = ctx.parameters
-        self.security.authorize(descriptor.name, ctx.user, params, ctx.input)
+        self.authorize(descriptor, ctx.user, params, ctx.input)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
         key = mutation_key(ctx.user, str(mutation_id))  # after authorization; a replay only to the same user
         if mutation_id is not None:
@@ -451,6 +526,14 @@ class YtApi:
         ):
             self.remember(key, result)
         return self._output(descriptor, result, params, request_id)
+
+    def authorize(
+        self, descriptor: CommandDescriptor, user: str, params: Mapping[str, Any], input_value: Any
+    ) -> None:
+        """The command's rule decides (error 901 on a denial; a descriptor without a rule is refused)."""
+        if descriptor.rule is None:
+            raise no_rule_error(descriptor.name, user)
+        self.security.authorize(descriptor.name, user, params, input_value, rule=descriptor.rule)
 
     def remember(self, mutation_id: str, result: Any) -> None:
         """Save a mutation's response for retries under its user-scoped id (``mutation_key``), sealed by the store;
@@ -516,10 +599,12 @@ def create_app(
     api = YtApi(store, registry, security=security, host=host or socket.gethostname(), clock=clock)
     files = FileService(cypress, store, clock=clock)
     files.register_commands(registry)
+    if security.resolver is None:  # an API without operations (the service installs its own resolver)
+        security.resolver = ServiceResolver(cypress, None, files)
 
     register_unsupported_commands(registry)
     register_batch_command(
-        registry, host=api.host, clock=clock, remember=api.remember, authorize=security.authorize
+        registry, host=api.host, clock=clock, remember=api.remember, authorize=api.authorize
     )
 
     async def api_versions(request: Request) -> Response:
@@ -539,6 +624,7 @@ def create_app(
     ]
     app = Starlette(routes=routes)
     app.state.body_limits = {}
+    app.add_middleware(RouteGuard, router=app.router, rules=ROUTE_RULES, host=api.host)
     app.add_middleware(DrainUnreadBody, limits=app.state.body_limits)
     app.state.store = store
     app.state.cypress = cypress

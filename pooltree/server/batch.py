@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pooltree.errors import PooltreeError
-from pooltree.server.commands import CommandContext, CommandRegistry, Encoded
+from pooltree.security.policy import UNSUPPORTED as UNSUPPORTED_RULE
+from pooltree.server.commands import CommandContext, CommandDescriptor, CommandRegistry, Encoded
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
 from pooltree.server.store.base import mutation_key
 
@@ -77,6 +78,7 @@ def register_unsupported_commands(registry: CommandRegistry) -> None:
                 output_type="tabular" if tabular and name != "write_table" else "null",
                 is_volatile=name not in ("read_table", "read_blob_table", "select_rows", "lookup_rows"),
                 is_heavy=tabular,
+                rule=UNSUPPORTED_RULE,
             )
 
 
@@ -86,10 +88,10 @@ def register_batch_command(
     host: str,
     clock: Callable[[], float],
     remember: Callable[[str, Any], None],
-    authorize: Callable[[str, str, dict[str, Any], Any], None] | None = None,
+    authorize: Callable[[CommandDescriptor, str, dict[str, Any], Any], None],
 ) -> None:
     """Add ``execute_batch`` over the commands already in ``registry`` (register it last); ``authorize`` checks
-    each request as if it came on its own."""
+    each request by its own command's rule, as if it came on its own."""
 
     def run_one(ctx: CommandContext, index: int, request: Any) -> dict[str, Any]:
         try:
@@ -127,8 +129,7 @@ def register_batch_command(
                 headers=ctx.headers,
                 request_id=f"{ctx.request_id}.{index}",
             )
-            if authorize is not None:
-                authorize(name, ctx.user, parameters, sub.input)
+            authorize(descriptor, ctx.user, parameters, sub.input)
             result = handler(sub)
             mutation_id = parameters.get("mutation_id") if descriptor.is_volatile else None
             if mutation_id is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pooltree.errors import PooltreeError
+from pooltree.security.policy import RULES, Rule
 from pooltree.server.protocol import Format, YtError, parameter_error, parse_format, strip_attributes
 
 DATA_TYPES = ("null", "structured", "binary", "tabular")
@@ -44,6 +45,8 @@ class CommandDescriptor:
     saves_mutation: bool = False
     """The handler saves the ``mutation_id`` in the commit of its own change (``start_operation``): the pipeline
     does not write the answer a second time."""
+    rule: Rule | None = field(default=None, compare=False, repr=False)
+    """Who may run it (``pooltree.security.policy``); the registry refuses a command without one."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,10 +125,21 @@ class CommandContext:
 Handler = Callable[[CommandContext], Any]
 
 
-class CommandRegistry:
-    """Commands by name: what discovery advertises is exactly what routing serves."""
+def _no_rule(name: str) -> PooltreeError:
+    return PooltreeError(
+        f"command {name!r} has no authorization rule: add one to pooltree.security.policy.RULES (or pass "
+        "rule=...); a command without a rule is never served",
+        attributes={"command": name},
+    )
 
-    def __init__(self) -> None:
+
+class CommandRegistry:
+    """Commands by name: what discovery advertises is exactly what routing serves, and only commands with an
+    authorization rule (``rules``, ``pooltree.security.policy.RULES`` by default, or the one given to
+    ``register``) are registered: deny by default."""
+
+    def __init__(self, rules: Mapping[str, Rule] = RULES) -> None:
+        self.rules = rules
         self._commands: dict[str, tuple[CommandDescriptor, Handler]] = {}
         self._fast: dict[str, Callable[[CommandContext], Any]] = {}
         self._endpoints: dict[str, tuple[str, Handler]] = {}
@@ -142,8 +156,10 @@ class CommandRegistry:
         replace: bool = False,
         fast: Callable[[CommandContext], Any] | None = None,
         saves_mutation: bool = False,
+        rule: Rule | None = None,
     ) -> CommandDescriptor:
-        """Add a command; ``replace`` allows overriding an existing one on purpose.
+        """Add a command; ``replace`` allows overriding an existing one on purpose. ``rule`` (else the table's
+        rule for ``name``) authorizes it; a command without one is refused here, so it is never served.
 
         ``fast(ctx)`` runs on the event loop before ``handler`` goes to the threadpool: it must never block (no
         locks waited for, no I/O) and returns the result, or None to fall back to ``handler``.
@@ -157,7 +173,12 @@ class CommandRegistry:
             raise PooltreeError(f"command name must be letters, digits and underscores, got {name!r}")
         if name in self._commands and not replace:
             raise PooltreeError(f"command {name!r} is already registered")
-        descriptor = CommandDescriptor(name, input_type, output_type, is_volatile, is_heavy, saves_mutation)
+        rule = rule if rule is not None else self.rules.get(name)
+        if rule is None:
+            raise _no_rule(name)
+        descriptor = CommandDescriptor(
+            name, input_type, output_type, is_volatile, is_heavy, saves_mutation, rule
+        )
         self._commands[name] = (descriptor, handler)
         if fast is not None:
             self._fast[name] = fast
@@ -175,6 +196,8 @@ class CommandRegistry:
             raise PooltreeError(f"endpoint path must start with / and lie outside /api, got {path!r}")
         if path in self._endpoints or name in self._commands:
             raise PooltreeError(f"endpoint {path!r} ({name!r}) is already registered")
+        if name not in self.rules:
+            raise _no_rule(name)
         self._endpoints[path] = (name, handler)
 
     def endpoints(self) -> dict[str, tuple[str, Handler]]:

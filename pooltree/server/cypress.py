@@ -361,6 +361,50 @@ class Cypress:
                 for t, n in reversed(found)
             ]
 
+    def security_target(self, path: str) -> tuple[str, tuple[str, ...] | None, str, str | None, bool]:
+        """For ``pooltree.security``: ``(node path, attribute keys, parent path, type or None when the node does
+        not exist, whether it has ``acl``/``inherit_acl``/``owner`` of its own)`` of a YPath (object ids
+        resolved; a malformed path is the YT error naming it)."""
+        ypath = parse_ypath(path)
+        with self._lock:
+            root = self._root
+            tokens = self._resolve_tokens(root, ypath)
+            node: Node | None = root
+            for token in tokens:
+                node = node.children.get(token) if node is not None else None
+            parent = join_tokens(tokens[:-1]) if tokens else "/"
+            if node is None:
+                return join_tokens(tokens), ypath.attribute, parent, None, False
+            own = any(key in node.attributes for key in ("acl", "inherit_acl", "owner"))
+            return join_tokens(tokens), ypath.attribute, parent, node.type, own
+
+    def security_subtree(self, path: str) -> list[tuple[int, str, str, dict[str, Any]]]:
+        """``(depth below the node, path, type, {acl, inherit_acl})`` of every node below ``path``, parents
+        before their children (empty when there is no such node)."""
+        ypath = parse_ypath(path)
+        with self._lock:
+            root = self._root
+            tokens = self._resolve_tokens(root, ypath)
+            node: Node | None = root
+            for token in tokens:
+                node = node.children.get(token) if node is not None else None
+            if node is None:
+                return []
+            return [
+                (
+                    len(found) - len(tokens),
+                    join_tokens(found),
+                    child.type,
+                    {
+                        k: copy.deepcopy(child.attributes[k])
+                        for k in ("acl", "inherit_acl")
+                        if k in child.attributes
+                    },
+                )
+                for found, child in walk(node, tokens)
+                if found != tokens
+            ]
+
     def pool_path(self, tree: str, pool: str) -> str | None:
         """The Cypress path of pool ``pool`` of pool tree ``tree`` (None when there is no such pool)."""
         with self._lock:

@@ -87,6 +87,8 @@ class Transaction:
     """Files snapshot-locked by the transaction: path → the contents' metadata at lock time."""
     created: list[str] = field(default_factory=list)
     children: set[str] = field(default_factory=set)
+    owner: str = ""
+    """The user who started it: only they (and superusers) may use, ping, commit or abort it."""
 
 
 def _path_param(value: Any, name: str, ctx: CommandContext | None = None) -> tuple[str, dict[str, Any]]:
@@ -189,11 +191,18 @@ class FileService:
             parent = None
         with self.cypress.lock:
             parent_tx = self._get(parent) if parent is not None else None
-            tx = Transaction(new_id(), parent, timeout / 1000.0, self.clock(), dict(attributes))
+            tx = Transaction(
+                new_id(), parent, timeout / 1000.0, self.clock(), dict(attributes), owner=ctx.user
+            )
             self._transactions[tx.id] = tx
             if parent_tx is not None:
                 parent_tx.children.add(tx.id)
         return {"transaction_id": tx.id}
+
+    def transaction_owner(self, tx_id: str) -> str | None:
+        """Who started transaction ``tx_id`` (None when there is no such transaction)."""
+        tx = self._transactions.get(tx_id)
+        return None if tx is None else tx.owner
 
     def ping_transaction(self, ctx: CommandContext) -> None:
         with self.cypress.lock:

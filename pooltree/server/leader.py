@@ -27,7 +27,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -92,8 +92,12 @@ class SchedulerRunner:
         on_ready: Callable[[str], None] | None = None,
         on_role: Callable[[str], None] | None = None,
         store_key_file: Path | None = None,
+        operator_check: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
         self.store_url = store_url
+        self.operator_check = operator_check
+        """Who may read ``/internal/store_health`` while no service runs (a standby): the bootstrap superuser
+        token or the node secret; None refuses everyone then. With a service, ``Security`` decides."""
         self.store_key_file = store_key_file
         """The key that seals the store's secrets (``pooltree.security.sealing``); every scheduler of one
         database must be given the same file. None: SQLite's ``<file>.key``, PostgreSQL a key of this process."""
@@ -120,6 +124,10 @@ class SchedulerRunner:
         if scope["type"] != "http":
             return
         if scope.get("path") == "/internal/store_health":
+            error = await self._health_access(scope)
+            if error is not None:
+                await self._refuse(send, error)
+                return
             await self._health(send)
             return
         service = self.service
@@ -153,6 +161,38 @@ class SchedulerRunner:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+    async def _health_access(self, scope: dict[str, Any]) -> PooltreeError | None:
+        """None when the caller is a superuser or a node; the error to answer otherwise."""
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers", [])
+        }
+        client = scope.get("client")
+        peer = client[0] if client else None
+        service = self.service
+        try:
+            if service is not None:
+                await run_in_threadpool(service.security.authenticate_operator, headers, peer)
+            elif self.operator_check is not None:
+                self.operator_check(headers)
+            else:
+                raise PooltreeError("The store health is not served without a way to authenticate", code=900)
+        except PooltreeError as error:
+            return error
+        return None
+
+    async def _refuse(self, send: Any, error: PooltreeError) -> None:
+        body = error_to_dict(error, host=self.host, now=time.time())
+        text = error_json(body)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"x-yt-error", text.encode()),
+            (b"x-yt-response-code", str(body["code"]).encode()),
+        ]
+        status = 401 if body["code"] == 900 else 403
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": text.encode()})
 
     def unavailable_message(self) -> str:
         if self.role == "standby":

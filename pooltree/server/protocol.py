@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,18 @@ class PayloadTooLarge(YtError):
     """A request body (or its decompressed form) over its limit: HTTP 413."""
 
     http_status = 413
+
+
+class BodyTimeout(YtError):
+    """A request body that stopped arriving (a client that sent part of it and waits): HTTP 408."""
+
+    http_status = 408
+
+
+class ClientGone(YtError):
+    """The client hung up before its request body was read whole: nobody is left to answer (logged at info)."""
+
+    http_status = 400
 
 
 class UnsupportedEncoding(YtError):
@@ -305,16 +318,53 @@ def _too_deep(what: str) -> YtError:
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_error(value: Any, what: str) -> YtError:
+    """The error for a string holding a UTF-16 surrogate (a lone ``\\ud800`` escape in JSON, or bytes that are
+    not UTF-8 in YSON): such a string cannot be stored or answered, so it is refused naming where it is."""
+    stack: list[tuple[Any, str]] = [(value, what)]
+    where = what
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str) and _SURROGATE.search(item):
+            where = path
+            break
+        if isinstance(item, dict):
+            bad_keys = [key for key in item if isinstance(key, str) and _SURROGATE.search(key)]
+            if bad_keys:
+                where = f"{path} (a key)"
+                break
+            stack.extend((child, f"{path}.{key}") for key, child in item.items())
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+    return YtError(
+        f"Error parsing {where}: the string is not valid UTF-8 (it holds a lone UTF-16 surrogate)",
+        attributes={"field": where},
+    )
+
+
 def check_value(value: Any, what: str) -> None:
-    """Refuse a parsed value nested deeper than ``MAX_NESTING_LEVEL`` or holding an integer outside int64/uint64
-    (iteratively: no recursion however deep the value is)."""
+    """Refuse a parsed value nested deeper than ``MAX_NESTING_LEVEL``, holding an integer outside int64/uint64 or
+    a string that is not valid UTF-8 (iteratively: no recursion however deep the value is)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         if isinstance(item, dict | list):
             if level > MAX_NESTING_LEVEL:
                 raise _too_deep(what)
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+            if isinstance(item, dict):
+                stack.extend((child, level + 1) for child in item.values())
+                if not all(
+                    key.isascii() or not _SURROGATE.search(key) for key in item if isinstance(key, str)
+                ):
+                    raise _surrogate_error(value, what)
+            else:
+                stack.extend((child, level + 1) for child in item)
+        elif isinstance(item, str):
+            if not item.isascii() and _SURROGATE.search(item):
+                raise _surrogate_error(value, what)
         elif isinstance(item, int) and not isinstance(item, bool) and not MIN_INTEGER <= item <= MAX_INTEGER:
             raise YtError(
                 f"Integer in {what} is out of range: YSON integers are int64 or uint64",

@@ -32,7 +32,7 @@ from pooltree.node.service import check_period
 from pooltree.node.wire import parse_heartbeat
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
-from pooltree.security.guard import is_loopback
+from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
@@ -232,7 +232,8 @@ class SchedulerService:
         self.commands = OperationCommands(self.scheduler, clock)
         self.forecasts = ForecastService(self.scheduler, clock, forecast_settings)
         self.commands.forecasts = self.forecasts
-        self.security.resolver = ServiceResolver(self.cypress, self.scheduler)
+        resolver = ServiceResolver(self.cypress, self.scheduler)
+        self.security.resolver = resolver
         self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
         self.metrics.register(GcCollector())
@@ -241,6 +242,7 @@ class SchedulerService:
         )
         api = self.app.state.api
         self.commands.files = self.app.state.files
+        resolver.files = self.app.state.files  # transactions belong to their users
         self.scheduler.job_files = self.app.state.files.job_files
         self._api = api
         self.app.router.routes[0:0] = [
@@ -352,9 +354,7 @@ class SchedulerService:
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
-            body = await request.body()
-            if len(body) > MAX_STDERR_UPLOAD_BYTES:
-                raise YtError(f"Job stderr upload is larger than {MAX_STDERR_UPLOAD_BYTES} bytes")
+            body = await read_body(request, MAX_STDERR_UPLOAD_BYTES, "Job stderr upload")  # bounded in time
             await run_in_threadpool(
                 self.commands.store_stderr,
                 request.path_params["operation_id"],
@@ -512,5 +512,6 @@ async def serve(
         on_ready=on_ready,
         on_role=on_role,
         store_key_file=store_key_file,
+        operator_check=bootstrap_operator_check(token, node_secret, authentication=authentication),
     )
     await runner.run(stop)

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from pooltree.alerts import explain_pending
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCES, format_size, resources_to_dict
+from pooltree.server.app import read_body
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
@@ -194,9 +195,10 @@ class WebUI:
         return HTMLResponse(html)
 
     async def login(self, request: Request) -> Response:
-        body = await request.body()
-        if len(body) > 64 * 1024:
-            return PlainTextResponse("login form too large", status_code=413)
+        try:
+            body = await read_body(request, 64 * 1024, "Login form")  # bounded in size and time
+        except PooltreeError as error:
+            return PlainTextResponse(error.message, status_code=getattr(error, "http_status", 400))
         form = parse_qs(body.decode("utf-8", "replace"))  # urlencoded, as the form posts it
         token = (form.get("token") or [""])[0].strip()
         target = (form.get("next") or ["/"])[0] or "/"

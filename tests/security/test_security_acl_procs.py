@@ -49,7 +49,7 @@ class Cluster:
         self.yt.create("group", attributes={"name": "analysts"})
         self.yt.add_member("carol", "analysts")
         # research: open to users (the default); bobs: only bob may use it, nothing inherited from above;
-        # closed: alice denied explicitly; team: analysts may create pools under it
+        # closed: alice denied explicitly; team: analysts may create pools under it and remove them (YTsaurus: removing needs "remove" on the pool)
         self.yt.create("scheduler_pool", attributes={"name": "research", "pool_tree": "default"})
         self.yt.create(
             "scheduler_pool",
@@ -66,7 +66,11 @@ class Cluster:
         )
         self.yt.create(
             "scheduler_pool",
-            attributes={"name": "team", "pool_tree": "default", "acl": [allow(["analysts"], ["write"])]},
+            attributes={
+                "name": "team",
+                "pool_tree": "default",
+                "acl": [allow(["analysts"], ["write", "remove"])],
+            },
         )
 
     def user(self, name: str) -> ytw.YtClient:

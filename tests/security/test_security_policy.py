@@ -71,12 +71,26 @@ def test_writes_to_nodes_and_pools(service: SchedulerService) -> None:
         service, "create", {"type": "scheduler_pool", "attributes": {"name": "n", "pool_tree": "default"}}
     )
     assert allowed(service, "create", {"type": "scheduler_pool", "path": TREE + "/mine/n2"})
+    # YTsaurus RemoveSelf: "remove" on the node and its descendants, "write" on the parent
+    assert not allowed(service, "remove", {"path": TREE + "/mine/sub"})  # write alone is not remove
+    grant(service, TREE + "/mine", ["write", "remove"])
     assert allowed(service, "remove", {"path": TREE + "/mine/sub"})
     assert not allowed(service, "remove", {"path": TREE + "/mine"})  # the parent is the tree
     assert not allowed(service, "create", {"type": "scheduler_pool_tree", "attributes": {"name": "t"}})
 
 
-def test_moves_need_write_on_both_parents(service: SchedulerService) -> None:
+def grant(service: SchedulerService, path: str, permissions: list[str]) -> None:
+    service.cypress.set(
+        path + "/@acl", [{"action": "allow", "subjects": ["alice"], "permissions": permissions}]
+    )
+
+
+def test_moves_need_remove_and_write_on_both_parents(service: SchedulerService) -> None:
+    assert not allowed(
+        service, "move", {"source_path": TREE + "/mine/sub", "destination_path": TREE + "/mine/sub2"}
+    )  # write on both parents is not enough: the moved pool leaves its parent
+    assert not allowed(service, "set", {"path": TREE + "/mine/sub/@parent_name"}, "mine")
+    grant(service, TREE + "/mine", ["write", "remove"])
     assert allowed(
         service, "move", {"source_path": TREE + "/mine/sub", "destination_path": TREE + "/mine/sub2"}
     )
@@ -125,7 +139,6 @@ def test_job_commands_follow_the_operation(service: SchedulerService) -> None:
     for command in ("get_operation", "list_jobs", "get_job", "get_job_stderr"):
         assert not allowed(service, command, {"operation_id": op.id, "job_id": "x"}), command
     for command in (
-        "abort_job",
         "abort_operation",
         "suspend_operation",
         "resume_operation",

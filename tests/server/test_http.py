@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pooltree.security.policy import ANY_USER
 from pooltree.server import CommandContext, CommandRegistry, create_app, open_store
 from pooltree.server.store.base import mutation_key
 
@@ -36,8 +37,8 @@ class Extra:
         def stderr(ctx: CommandContext) -> bytes:
             return b"line 1\nline 2\n"
 
-        registry.register("bump", bump, is_volatile=True)
-        registry.register("crash", crash)
+        registry.register("bump", bump, is_volatile=True, rule=ANY_USER)
+        registry.register("crash", crash, rule=ANY_USER)
         registry.register("get_job_stderr", stderr, output_type="binary", is_heavy=True)
 
 
