@@ -1,8 +1,10 @@
 """Cost of authentication and authorization per request, in process (no HTTP): prints one JSON object.
 
 Measures ``Security.authenticate`` + ``authorize_nonblocking("get_operation")`` (the fast path every get_operation
-takes) and ``authorize("start_operation")`` for a user who is not a superuser, on a pool tree with ``--pools``
-pools three levels deep, each carrying an ACL. Medians of ``--repeat`` runs of ``--calls`` calls each.
+takes), ``authorize("start_operation")`` and ``authorize("remove")`` of a pool with 100 subpools (``remove`` is
+checked on the pool and every descendant, as YTsaurus does) for a user who is not a superuser, on a pool tree with
+``--pools`` pools three levels deep, each carrying an ACL. Medians of ``--repeat`` runs of ``--calls`` calls each
+(a tenth of them for the removal).
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ TOKEN = "ytct-0000-" + "be" * 16
 
 def build(root: Path, pools: int) -> tuple[SchedulerService, str, str, str]:
     service = SchedulerService(open_store(f"sqlite:///{root / 'db.sqlite'}"), token=TOKEN)
-    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
-    acl = [{"action": "allow", "subjects": ["analysts"], "permissions": ["use", "write"]}]
+    service.cypress.create(
+        "scheduler_pool_tree",
+        "//sys/pool_trees/default",
+        attributes={"acl": [{"action": "allow", "subjects": ["analysts"], "permissions": ["write"]}]},
+    )
+    acl = [{"action": "allow", "subjects": ["analysts"], "permissions": ["use", "write", "remove"]}]
     leaf = ""
     for index in range(pools):
         path = f"//sys/pool_trees/default/p{index // 100}"
@@ -78,11 +84,15 @@ def main() -> None:
         def start_operation() -> None:
             security.authorize("start_operation", "alice", {"spec": {"pool": leaf}})
 
+        def remove_pool() -> None:
+            security.authorize("remove", "alice", {"path": "//sys/pool_trees/default/p0", "recursive": True})
+
         results = {
-            name: [per_call_us(function, args.calls) for _ in range(args.repeat)]
-            for name, function in (
-                ("get_operation_check_us", get_operation),
-                ("start_operation_check_us", start_operation),
+            name: [per_call_us(function, max(1, args.calls // divisor)) for _ in range(args.repeat)]
+            for name, function, divisor in (
+                ("get_operation_check_us", get_operation, 1),
+                ("start_operation_check_us", start_operation, 1),
+                ("remove_pool_with_100_subpools_check_us", remove_pool, 10),
             )
         }
         service.store.close()

@@ -360,6 +360,18 @@ class Security:
             error.attributes.update(details)
             raise error
 
+    def require_each(self, user: str, permission: str, chains: Iterable[Sequence[AclNode]]) -> None:
+        """``require`` on many objects (a node's descendants), the user's groups looked up once."""
+        if self.directory.is_superuser(user):
+            return
+        subjects = self.directory.subjects_of(user)
+        for chain in chains:
+            decision = check(chain, user, subjects, permission)
+            if not decision.allowed:
+                error = decision.error()
+                error.attributes["path"] = chain[0].path
+                raise error
+
     def operation_decision(self, user: str, permission: str, access: OperationAccess) -> Decision:
         """``read``/``manage`` on an operation: superusers and the owner always; then ``owners``, the spec's ACL
         and the base ACL (everyone may read)."""

@@ -128,8 +128,7 @@ def _require_path(security: Security, user: str, permission: str, path: str) -> 
 def _require_subtree(security: Security, user: str, permission: str, path: str) -> None:
     """``permission`` on the node at ``path`` and on every node below it (YTsaurus ``This | Descendants``)."""
     _require_path(security, user, permission, path)
-    for chain in security._resolver().subtree_chains(path):
-        security.require(user, permission, chain, path=chain[0].path)
+    security.require_each(user, permission, security._resolver().subtree_chains(path))
 
 
 def _is_subject_path(node: str) -> bool:
@@ -211,9 +210,8 @@ def _set(security: Security, user: str, params: Mapping[str, Any], value: Any, _
             _require_path(security, user, "write", target.parent)
             return
         _require_path(security, user, "write", target.node)
-        if target.node_type == "map_node":
-            for chain in resolver.subtree_chains(target.node):  # replaced by the new value
-                security.require(user, "remove", chain, path=chain[0].path)
+        if target.node_type == "map_node":  # its children are replaced by the new value
+            security.require_each(user, "remove", resolver.subtree_chains(target.node))
         if target.has_security and target.node_type != _value_type(value):
             _require_path(security, user, "administer", target.node)  # a new type drops the attributes
         return

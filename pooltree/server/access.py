@@ -21,7 +21,7 @@ from pooltree.security.guard import (
     access_of,
 )
 from pooltree.server.cypress import POOL_TREES_PATH, Cypress
-from pooltree.ypath import parse_ypath
+from pooltree.ypath import join_tokens, parse_ypath
 
 ACCESS_CACHE_SIZE = 4096
 BUILTIN_ACLS: dict[str, tuple[Ace, ...]] = {
@@ -33,7 +33,11 @@ BUILTIN_ACLS: dict[str, tuple[Ace, ...]] = {
 
 def object_name(path: str, node_type: str) -> str:
     """How a denial names an object: pools and pool trees as YTsaurus names them, other nodes by path."""
-    tokens = parse_ypath(path).tokens
+    return object_name_of(parse_ypath(path).tokens, node_type, path)
+
+
+def object_name_of(tokens: tuple[str, ...], node_type: str, path: str) -> str:
+    """``object_name`` of a node whose tokens are known (no parsing)."""
     if node_type == "scheduler_pool" and len(tokens) > 3:
         return f'pool "{tokens[-1]}" in pool tree "{tokens[2]}"'
     if node_type == "scheduler_pool_tree" and len(tokens) == 3:
@@ -78,15 +82,18 @@ class ServiceResolver:
 
     def subtree_chains(self, path: str) -> list[list[AclNode]]:
         above = self.acl_chain(path)
+        base = len(parse_ypath(above[0].path or "/").tokens) if above else 0
         chains: list[list[AclNode]] = []
         stack: list[AclNode] = []
-        for depth, node_path, node_type, attributes in self.cypress.security_subtree(path):
-            del stack[depth - 1 :]
+        for tokens, node_type, acl, inherit in self.cypress.security_subtree(path):
+            node_path = join_tokens(tokens)
+            del stack[len(tokens) - base - 1 :]
             stack.append(
                 AclNode(
-                    object_name(node_path, node_type),
-                    _stored_acl(attributes.get("acl"), node_path) + BUILTIN_ACLS.get(node_path, ()),
-                    _stored_inherit(attributes.get("inherit_acl")),
+                    object_name_of(tokens, node_type, node_path),
+                    (_stored_acl(acl, node_path) if acl is not None else ())
+                    + BUILTIN_ACLS.get(node_path, ()),
+                    _stored_inherit(inherit),
                     node_path,
                 )
             )

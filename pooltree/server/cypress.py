@@ -378,9 +378,10 @@ class Cypress:
             own = any(key in node.attributes for key in ("acl", "inherit_acl", "owner"))
             return join_tokens(tokens), ypath.attribute, parent, node.type, own
 
-    def security_subtree(self, path: str) -> list[tuple[int, str, str, dict[str, Any]]]:
-        """``(depth below the node, path, type, {acl, inherit_acl})`` of every node below ``path``, parents
-        before their children (empty when there is no such node)."""
+    def security_subtree(self, path: str) -> list[tuple[tuple[str, ...], str, Any, Any]]:
+        """``(tokens, type, acl, inherit_acl)`` of every node below ``path``, parents before their children
+        (empty when there is no such node). The values are the published tree's own: a mutation works on a copy
+        and replaces the tree whole, so they never change under the caller, who must not change them either."""
         ypath = parse_ypath(path)
         with self._lock:
             root = self._root
@@ -391,16 +392,7 @@ class Cypress:
             if node is None:
                 return []
             return [
-                (
-                    len(found) - len(tokens),
-                    join_tokens(found),
-                    child.type,
-                    {
-                        k: copy.deepcopy(child.attributes[k])
-                        for k in ("acl", "inherit_acl")
-                        if k in child.attributes
-                    },
-                )
+                (found, child.type, child.attributes.get("acl"), child.attributes.get("inherit_acl"))
                 for found, child in walk(node, tokens)
                 if found != tokens
             ]

@@ -37,6 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from pooltree.errors import PooltreeError
 from pooltree.security.sealing import Sealer
+from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
 from pooltree.server.store.base import redact_url
@@ -254,7 +255,14 @@ class SchedulerRunner:
             await run_in_threadpool(lock.announce, url)
 
     async def _start_http(self) -> None:
-        config = uvicorn.Config(self, host=self.host, port=self.port, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            self,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            http=BoundedHeadersProtocol,  # half-sent request headers hold no connection for ever
+        )
         config.access_log = False
         server = uvicorn.Server(config)
         self._server = server

@@ -179,3 +179,56 @@ def test_password_checks_are_rate_limited_per_user(
         url, tokens["bob"], "POST", "issue_token", json.dumps({"user": "bob", "password_sha256": right})
     )
     assert ok.status_code == 200, ok.text
+
+
+def test_half_sent_headers_are_timed_out(
+    server: tuple[SchedulerService, str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvicorn alone holds a connection whose headers never end; the scheduler's protocol closes it."""
+    import threading
+
+    import uvicorn
+
+    from pooltree.server import http_protocol
+
+    service, _, tokens = server
+    monkeypatch.setattr(http_protocol, "HEADER_TIMEOUT", 0.5)
+    port = _free_port()
+    config = uvicorn.Config(
+        service.app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        http=http_protocol.BoundedHeadersProtocol,
+    )
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not uv.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        url = f"http://127.0.0.1:{port}"
+        # a whole request is served as before, also on a connection kept alive
+        with httpx.Client(base_url=url, timeout=10) as http:
+            for _ in range(3):
+                answer = http.get(
+                    "/api/v4/get_current_user", headers={"Authorization": f"OAuth {tokens['bob']}"}
+                )
+                assert answer.json() == {"user": "bob"}
+        started = time.monotonic()
+        for partial in (b"GET /api/v4/get_current_user HTTP/1.1\r\nHost: x\r\nAuthoriz", b""):
+            sock = _raw(url, partial)
+            assert sock.recv(65536) == b""  # closed by the server (a recv timeout would raise)
+            sock.close()
+        assert time.monotonic() - started < 10
+    finally:
+        uv.should_exit = True
+        thread.join(timeout=20)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

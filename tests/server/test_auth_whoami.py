@@ -52,6 +52,7 @@ def test_whoami_without_valid_credentials_is_the_authentication_error(base: str)
 def test_whoami_is_not_a_command_and_has_a_rule(base: str) -> None:
     commands = {c["name"] for c in httpx.get(f"{base}/api/v4", timeout=10).json()}
     assert "auth_whoami" not in commands and "whoami" not in commands
-    from pooltree.security.policy import _HANDLERS
+    from pooltree.security.policy import ROUTE_RULES, RULES
 
-    assert "auth_whoami" in _HANDLERS  # deny-by-default authorization needs a rule for it
+    assert "auth_whoami" in RULES  # deny-by-default authorization needs a rule for it
+    assert "/auth/whoami" in ROUTE_RULES  # and the route one

@@ -1,0 +1,75 @@
+"""uvicorn's HTTP protocol with a deadline for request headers.
+
+uvicorn (httptools) times a connection out only between requests (``timeout_keep_alive``): a client that sends
+part of its request line or headers and then waits holds the connection, its buffers and a slot of the server for
+ever, and many such clients starve everyone else (slowloris). ``BoundedHeadersProtocol`` gives every request
+``HEADER_TIMEOUT`` seconds from its first byte to its last header; past that the connection is closed. Bodies are
+bounded in ``pooltree.server.app.read_body`` (408 after ``BODY_IDLE_TIMEOUT``), where the answer can still be sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+log = logging.getLogger(__name__)
+
+HEADER_TIMEOUT = 20.0
+"""Seconds a request's line and headers may take from its first byte."""
+
+
+class BoundedHeadersProtocol(HttpToolsProtocol):
+    """``HttpToolsProtocol`` that closes a connection whose request headers are not whole within
+    ``HEADER_TIMEOUT`` seconds (``uvicorn.Config(app, http=BoundedHeadersProtocol)``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_deadline: float | None = None
+        """When the headers of the request being received must be whole (None: no request is being received)."""
+        self.header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that sends nothing at all is timed out too
+
+    def data_received(self, data: bytes) -> None:
+        if self.header_deadline is None and (self.cycle is None or self.cycle.response_complete):
+            self.header_deadline = self.loop.time() + HEADER_TIMEOUT  # the first bytes of a new request
+        super().data_received(data)
+        if self.header_deadline is not None:
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self.header_deadline = None
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        deadline = (
+            self.header_deadline if self.header_deadline is not None else self.loop.time() + HEADER_TIMEOUT
+        )
+        self.header_timer = self.loop.call_at(deadline, self._expired)
+
+    def _disarm(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _expired(self) -> None:
+        self.header_timer = None
+        if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+            return  # a request is being answered: its body has its own timeout
+        log.info(
+            "closing a connection from %s: request headers not whole within %.0f s",
+            self.client,
+            HEADER_TIMEOUT,
+        )
+        self.transport.close()
