@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pooltree.config.base import (
     ConfigModel,
     Duration,
+    GuaranteeResources,
     LimitResources,
     Resources,
     Size,
@@ -295,6 +296,12 @@ class OperationSpec(SpecModel):
     interruption_signal: str | None = None
     title: str | None = None
     enable_aggressive_starvation: bool = False
+    fair_share_starvation_tolerance: float | None = Field(default=None, ge=0, le=1)
+    """Only lowers the pool's effective tolerance (``operation_preemption``)."""
+    fair_share_starvation_timeout: Duration | None = None
+    """Only raises the pool's effective starvation timeout (``operation_preemption``)."""
+    non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
+    """Only lowers the pool's effective threshold, resource by resource (``operation_preemption``)."""
     max_unpreemptible_allocation_count: int | None = None
     apply_specified_resource_limits_to_demand: bool = False
     is_gang: bool = False

@@ -167,8 +167,6 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "update_preemptable_jobs_list_logging_period": PROFILING,
     "custom_profiling_tag": PROFILING,
     "max_speculative_job_count_per_task": "speculative jobs are not modelled",
-    "fair_share_starvation_tolerance": "per-operation starvation tolerance is not implemented (the pool's applies)",
-    "fair_share_starvation_timeout": "per-operation starvation timeout is not implemented (the pool's applies)",
 }
 
 # Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.

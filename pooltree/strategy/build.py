@@ -19,6 +19,11 @@ from typing import Any
 import numpy as np
 
 from pooltree.config import TagFilter
+from pooltree.config.operation_preemption import (
+    specified_non_preemptible_threshold,
+    specified_starvation_timeout,
+    specified_starvation_tolerance,
+)
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, SpecRows, StrategyConfig
@@ -27,11 +32,14 @@ _SPEC_FIELDS = (
     "scheduling_tag_filter",
     "enable_aggressive_starvation",
     "max_unpreemptible_allocation_count",
+    "fair_share_starvation_tolerance",
+    "fair_share_starvation_timeout",
+    "non_preemptible_resource_usage_threshold",
     "preemption_mode",
     "interruption_signal",
     "is_gang",
 )
-"""The operation spec fields the static part reads (here and in ``operation_effective_parameters``)."""
+"""The operation spec fields the static part reads."""
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
 """Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
 _BELOW = SchedulingStatus.BELOW_FAIR_SHARE
@@ -427,7 +435,6 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
     tag_filter = (
         TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
     )
-    params = pool_tree.operation_effective_parameters(op_id)
     is_gang = bool(_option(spec, "is_gang", False))
     # YTsaurus IsAggressivePreemptionAllowed: a gang operation is not aggressively preemptible unless the tree
     # allows it (allow_aggressive_preemption_for_gang_operations, default true); otherwise it inherits.
@@ -442,7 +449,10 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
         "enable_aggressive_starvation": True
         if _option(spec, "enable_aggressive_starvation", False)
         else None,
-        "non_preemptible_resource_usage_threshold": _frozen(params.non_preemptible_resource_usage_threshold),
+        # the spec's own values: the settings combine them with the pool's (config.operation_preemption)
+        "fair_share_starvation_tolerance": specified_starvation_tolerance(spec),
+        "fair_share_starvation_timeout": specified_starvation_timeout(spec),
+        "non_preemptible_resource_usage_threshold": _frozen(specified_non_preemptible_threshold(spec)),
         "preemption_mode": str(_option(spec, "preemption_mode", "normal")),
         "scheduling_tag_filter": tag_filter,
         "interruption_signal": _option(spec, "interruption_signal"),

@@ -18,6 +18,11 @@ from typing import Any
 import numpy as np
 
 from pooltree.config.base import Resources
+from pooltree.config.operation_preemption import (
+    operation_non_preemptible_threshold,
+    operation_starvation_timeout,
+    operation_starvation_tolerance,
+)
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import (
     CPU,
@@ -174,8 +179,8 @@ def _as_vector(value: Any, path: str, missing: float) -> Vector:
     if isinstance(value, np.ndarray):
         return value.astype(float)
     if isinstance(value, Resources):  # a pool tree config's resource map (the live scheduler's trees)
-        return np.array(value.vector, dtype=float)
-    if hasattr(value, "model_dump"):
+        value = value.to_dict()  # only what was written: ``missing`` fills the rest (inf for thresholds)
+    elif hasattr(value, "model_dump"):
         value = {k: v for k, v in value.model_dump().items() if v is not None}
     return parse_resources(value, path, missing=missing)
 
@@ -510,18 +515,26 @@ def _pick(own: Any, inherited: Any) -> Any:
 
 
 def _settings_of(spec: ElementSpec, base: EffectiveSettings) -> EffectiveSettings:
-    """An element's effective settings: its own values where set, else ``base`` (its parent's)."""
-    threshold = base.non_preemptible_threshold
-    if spec.non_preemptible_resource_usage_threshold is not None:
-        threshold = np.asarray(spec.non_preemptible_resource_usage_threshold, dtype=float)
+    """An element's effective settings: a pool's own values where set, else ``base`` (its parent's); an
+    operation's own starvation and threshold values only where more conservative (``config.operation_preemption``)."""
     own_normal = spec.allow_normal_preemption is not False
+    if spec.is_operation:
+        tolerance = operation_starvation_tolerance(
+            base.starvation_tolerance, spec.fair_share_starvation_tolerance
+        )
+        timeout = operation_starvation_timeout(base.starvation_timeout, spec.fair_share_starvation_timeout)
+        threshold = operation_non_preemptible_threshold(
+            base.non_preemptible_threshold, spec.non_preemptible_resource_usage_threshold
+        )
+    else:
+        tolerance = _pick(spec.fair_share_starvation_tolerance, base.starvation_tolerance)
+        timeout = _pick(spec.fair_share_starvation_timeout, base.starvation_timeout)
+        threshold = base.non_preemptible_threshold
+        if spec.non_preemptible_resource_usage_threshold is not None:
+            threshold = np.asarray(spec.non_preemptible_resource_usage_threshold, dtype=float)
     return EffectiveSettings(
-        starvation_tolerance=_pick(spec.fair_share_starvation_tolerance, base.starvation_tolerance)
-        if not spec.is_operation
-        else base.starvation_tolerance,
-        starvation_timeout=_pick(spec.fair_share_starvation_timeout, base.starvation_timeout)
-        if not spec.is_operation
-        else base.starvation_timeout,
+        starvation_tolerance=tolerance,
+        starvation_timeout=timeout,
         aggressive_starvation_enabled=_pick(
             spec.enable_aggressive_starvation, base.aggressive_starvation_enabled
         ),

@@ -16,6 +16,10 @@ from typing import Any
 import numpy as np
 
 from pooltree.config import TagFilter
+from pooltree.config.operation_preemption import (
+    operation_starvation_tolerance,
+    specified_starvation_tolerance,
+)
 from pooltree.fairshare.journal import (
     InputJournal,
     JournaledOperation,
@@ -169,7 +173,9 @@ def _operation_static(
         specified_resource_limits=np.array(op.resource_limits, dtype=float),
         max_share_ratio=1.0 if max_share_ratio is None else float(max_share_ratio),
         tag_filter_resource_limits=tags.limits(str(_spec_option(op.spec, "scheduling_tag_filter", "") or "")),
-        starvation_tolerance=tolerance,
+        starvation_tolerance=operation_starvation_tolerance(
+            tolerance, specified_starvation_tolerance(op.spec)
+        ),
         start_time=op.start_time,
         schedulable=schedulable,
         is_gang=_gang_like(tree, op),
