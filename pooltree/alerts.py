@@ -9,7 +9,9 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   29000; nested promised-guarantee pools, 29001; priority pools without a donor, 29002) and the tree's own alerts
   (an invalid default parent pool), as inner errors, as YTsaurus's ``UpdateFairShare`` alert wraps them.
   ``update_pools``: ``//sys/pool_trees/@default_tree`` names a tree that does not exist ("Error updating pool
-  trees" / "Default tree is missing", as YTsaurus's scheduler says); the scheduler keeps the trees it had.
+  trees" / "Default tree is missing", as YTsaurus's scheduler says), or a changed tree set or ``node_tag_filter``
+  would put a known node in several trees ("Cannot update fair-share trees since there is node that belongs to
+  multiple trees"); either way the scheduler keeps the trees it had.
   ``pool_tree_without_nodes``: a tree that no exec node matches (its operations can never run).
   ``nodes_without_pool_tree``: exec nodes matching no tree (YTsaurus ``NodesWithoutPoolTree``).
   ``nodes_with_alerts``: exec nodes that report alerts of their own (e.g. ``reduced_job_isolation``: jobs run
@@ -176,6 +178,29 @@ def default_tree_missing(default_tree: str, trees: Iterable[str]) -> dict[str, A
         {"default_tree": default_tree, "pool_trees": sorted(trees)},
         inner=[missing],
     )
+
+
+def nodes_in_several_trees(
+    filters: Mapping[str, Any], nodes: Mapping[str, Iterable[str]]
+) -> dict[str, Any] | None:
+    """YTsaurus's ``update_pools`` alert when a known node would match several trees' ``node_tag_filter``
+    (``filters``: tree → parsed filter; ``nodes``: address → tags): the scheduler refuses the pool trees update and
+    keeps the trees it had (``CheckTreesConfiguration``). None when every node matches at most one tree."""
+    inner = []
+    for address, tags in sorted(nodes.items()):
+        tag_set = frozenset(tags)
+        matched = sorted(name for name, tag_filter in filters.items() if tag_filter.matches(tag_set))
+        if len(matched) > 1:
+            inner.append(
+                yt_error(
+                    GENERIC_ERROR,
+                    "Cannot update fair-share trees since there is node that belongs to multiple trees",
+                    {"node_address": address, "matched_trees": matched},
+                )
+            )
+    if not inner:
+        return None
+    return alert(UPDATE_POOLS, "Error updating pool trees", {"pool_trees": sorted(filters)}, inner=inner)
 
 
 # ---------------------------------------------------------------------- the live scheduler's alerts

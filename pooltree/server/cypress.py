@@ -50,7 +50,7 @@ from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     under_pool_trees,
     walk,
 )
-from pooltree.server.pool_rules import check_disjoint_trees
+from pooltree.server.pool_rules import check_pool_depth
 from pooltree.server.protocol import (
     ALREADY_EXISTS,
     RESOLVE_ERROR,
@@ -206,8 +206,11 @@ class Cypress:
         )
 
     def _validate(self, trees: dict[str, dict[str, Any]], default_tree: Any, *, disjoint: bool = True) -> Any:
-        """The validator's result for ``trees``; ``disjoint`` also refuses trees whose node sets would overlap
-        (off when loading: a stored state is served as it is, the heartbeat check names a node in two trees)."""
+        """The validator's result for ``trees``; ``disjoint`` (a change, not a load) also bounds the pools' depth.
+
+        Trees whose ``node_tag_filter`` formulas overlap are accepted, as YTsaurus's master accepts them: the
+        scheduler refuses the update while a known node would match several trees (its ``update_pools`` alert,
+        ``LiveScheduler.apply_pool_trees``), and a node whose tags match several trees is refused at heartbeat."""
         # YTsaurus's master keeps any string in @default_tree, a removed tree's name included (removing the
         # default tree is allowed); the scheduler then refuses the pool trees update with the ``update_pools``
         # alert "Default tree is missing" (``LiveScheduler.apply_pool_trees``)
@@ -216,6 +219,8 @@ class Cypress:
                 f"Invalid pool trees configuration: @default_tree must be a pool tree name, got {default_tree!r}",
                 attributes={"path": f"{POOL_TREES_PATH}/@default_tree"},
             )
+        if disjoint:  # a change; a stored state is loaded as it is
+            check_pool_depth(trees)
         try:
             strict_types(trees)
             parsed = self._validator(copy.deepcopy(trees))
@@ -233,13 +238,6 @@ class Cypress:
             raise YtError(
                 f"Invalid pool trees configuration: {error.message}", code=error.code, inner_errors=[error]
             ) from error
-        if disjoint and isinstance(parsed, dict):
-            filters = {
-                name: definition.config.tag_filter
-                for name, definition in parsed.items()
-                if hasattr(getattr(definition, "config", None), "tag_filter")
-            }
-            check_disjoint_trees(filters)
         return parsed
 
     # Resolution helpers.

@@ -52,22 +52,37 @@ def test_tree_config_is_there_settable_key_by_key_and_in_the_orchid(cluster: Clu
     assert client.get(config_path)["max_operation_count"] == 50000
 
 
-def test_overlapping_trees_are_refused_and_scheduling_goes_on(cluster: Cluster) -> None:
+def test_overlapping_trees_are_refused_by_the_scheduler_and_scheduling_goes_on(cluster: Cluster) -> None:
+    # as on YTsaurus (test_basic_sanity): the master takes a tree whose filter overlaps another's; the scheduler
+    # refuses the update while a known node would be in both, with its update_pools alert, and keeps its trees
     client = cluster.client()
-    refused = cluster.cli("create", "scheduler_pool_tree", "--attributes", "{name=gpu}", check=False)
-    assert refused.returncode != 0
-    assert 'Pool trees "default" and "gpu" would share nodes' in refused.stderr
-    assert not client.exists(f"{TREES}/gpu")
-    client.set(f"{TREES}/default/@config/node_tag_filter", "!gpu")
-    client.create("scheduler_pool_tree", attributes={"name": "gpu", "config": {"node_tag_filter": "gpu"}})
-    widened = cluster.cli("set", f"{TREES}/gpu/@config/node_tag_filter", '"gpu | ssd"', check=False)
-    assert widened.returncode != 0 and "would share nodes: a node with {ssd}" in widened.stderr
-    assert client.get(f"{TREES}/gpu/@config/node_tag_filter") == "gpu"
+    cluster.cli("create", "scheduler_pool_tree", "--attributes", "{name=gpu}")
+    assert client.exists(f"{TREES}/gpu")
+    alert = wait_for(
+        lambda: [
+            a
+            for a in client.get("//sys/scheduler/@alerts")
+            if a["attributes"]["alert_type"] == "update_pools"
+        ]
+    )[0]
+    assert alert["message"] == "Error updating pool trees"
+    inner = alert["inner_errors"][0]
+    assert (
+        inner["message"]
+        == "Cannot update fair-share trees since there is node that belongs to multiple trees"
+    )
+    assert inner["attributes"]["matched_trees"] == ["default", "gpu"]
+    assert not client.exists(f"{ORCHID}/pool_trees/gpu")
     # the node (no tags) stays in "default" only: its heartbeats are served and jobs run
     op = client.run_operation(vanilla("true", 1), sync=False)
     op.wait(timeout=30_000)
     assert client.get_operation(op.id)["state"] == "completed"
     assert not any("several pool trees" in error for node in cluster.nodes for error in node.errors)
+    client.set(f"{TREES}/gpu/@config/node_tag_filter", "gpu")  # disjoint now: the update applies
+    wait_for(lambda: client.exists(f"{ORCHID}/pool_trees/gpu"))
+    assert not [
+        a for a in client.get("//sys/scheduler/@alerts") if a["attributes"]["alert_type"] == "update_pools"
+    ]
 
 
 def test_pool_move_parent_name_and_operation_counts(cluster: Cluster) -> None:

@@ -55,8 +55,6 @@ def test_tree_get_list_exists_and_attributes(cypress: Cypress) -> None:
 def test_default_tree_and_orchid(cypress: Cypress) -> None:
     assert cypress.get("//sys/scheduler/orchid/scheduler/default_pool_tree") == "physical"  # the only tree
     assert cypress.get(f"{TREES}/@default_tree") == "physical"  # set when the first tree was created
-    with pytest.raises(YtError, match='"gpu" and "physical" would share nodes'):
-        cypress.create("scheduler_pool_tree", f"{TREES}/gpu")  # two empty filters: every node in both
     cypress.set(f"{TREES}/physical/@config/node_tag_filter", "!gpu")
     cypress.create("scheduler_pool_tree", f"{TREES}/gpu", attributes={"config": {"node_tag_filter": "gpu"}})
     assert cypress.get(f"{TREES}/gpu/@config") == {"node_tag_filter": "gpu"}

@@ -16,7 +16,13 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from pooltree.alerts import OPERATION_STARVING, AlertSettings, SchedulerAlerts, default_tree_missing
+from pooltree.alerts import (
+    OPERATION_STARVING,
+    AlertSettings,
+    SchedulerAlerts,
+    default_tree_missing,
+    nodes_in_several_trees,
+)
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -149,6 +155,14 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 self.pool_trees_error = default_tree_missing(default_tree, definitions)
                 self.registry.default_tree = None
                 return
+            filters = {name: definition.config.tag_filter for name, definition in definitions.items()}
+            current = {name: tree.config.tag_filter for name, tree in self.registry.trees.items()}
+            if {n: f.text for n, f in filters.items()} != {n: f.text for n, f in current.items()}:
+                # YTsaurus checks the known nodes only when trees or their filters change
+                overlap = nodes_in_several_trees(filters, {a: node.tags for a, node in self.nodes.items()})
+                if overlap is not None:
+                    self.pool_trees_error = overlap
+                    return
             self.pool_trees_error = None
             self.registry.default_tree = default_tree  # apply_config keeps the old default when given None
             activated = self.registry.apply_config(definitions, default_tree, now)
