@@ -1,0 +1,133 @@
+"""The environment YTsaurus's scheduler integration tests assume (their ``YTEnvSetup``), restated for pooltree:
+a real ``pooltree scheduler`` process on a data directory and ``NUM_NODES`` real ``pooltree node`` processes, as
+``pooltree local`` runs them, driven through ``yt.wrapper`` with the root token.
+
+One environment per test module (YTsaurus starts one per class); ``setup_method`` gives every test the state a
+fresh YTsaurus environment has: no operations, one pool tree ``default`` that is ``@default_tree``, with its
+effective config in the orchid. Restarts ("Restarter(SCHEDULERS_SERVICE)", or the master's, which holds Cypress
+here) restart the scheduler on the same store and port; nodes reconnect by themselves.
+
+Facts carry over from YTsaurus's tests, not code: every wait is bounded (``wait``), jobs never share the test's
+file system (breakpoints are files in Cypress that jobs poll through the API, or job states polled here).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yt.wrapper as ytw
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "live"))
+import contextlib
+
+from live_procs import ROOT_TOKEN, Procs, free_port
+
+TREES = "//sys/pool_trees"
+ORCHID = "//sys/scheduler/orchid/scheduler"
+
+
+def wait(predicate: Callable[[], Any], timeout: float = 30.0, period: float = 0.05) -> Any:
+    """YTsaurus's ``wait``: poll until truthy (errors count as false), fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+        except ytw.YtError as error:
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(period)
+    raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")
+
+
+class YtEnv:
+    """``pooltree scheduler`` + ``num_nodes`` ``pooltree node`` processes; ``yt`` is a root client."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        num_nodes: int = 0,
+        node_resources: str = "user_slots=1,cpu=1,memory=4Gi",
+        fair_share_update_period: float = 0.1,
+        heartbeat_period: float = 0.1,
+    ) -> None:
+        self.root = root
+        self.procs = Procs(root)
+        self.data = root / "data"
+        self.port = free_port()
+        self.extra = (
+            "--fair-share-update-period", str(fair_share_update_period),
+            "--heartbeat-period", str(heartbeat_period),
+        )  # fmt: skip
+        self.scheduler, self.url = self.procs.scheduler(self.data, self.port, *self.extra)
+        self.yt = self.client()
+        self.nodes = [self.procs.node(self.url, f"node{i}", node_resources) for i in range(num_nodes)]
+        self.num_nodes = num_nodes
+        if num_nodes:
+            wait(lambda: self.yt.get(f"{ORCHID}/cluster/node_count") == num_nodes)
+
+    def client(self, token: str | None = ROOT_TOKEN) -> ytw.YtClient:
+        return ytw.YtClient(
+            proxy=self.url,
+            token=token,
+            config={"proxy": {"enable_proxy_discovery": False, "retries": {"count": 30}}},
+        )
+
+    def restart_scheduler(self) -> None:
+        """Stop the scheduler and start it again on the same data and port (nodes keep heartbeating)."""
+        self.procs.stop(self.scheduler)
+        self.scheduler, self.url = self.procs.scheduler(self.data, self.port, *self.extra)
+        if self.num_nodes:
+            wait(lambda: self.yt.get(f"{ORCHID}/cluster/node_count") == self.num_nodes)
+
+    def reset(self) -> None:
+        """What a fresh YTsaurus environment holds: no running operations, only tree ``default`` as the default."""
+        yt = self.yt
+        for op in (
+            yt.list_operations(state="running")["operations"]
+            + yt.list_operations(state="pending")["operations"]
+        ):
+            with contextlib.suppress(ytw.YtError):
+                yt.abort_operation(op["id"])
+        wait(lambda: not yt.list_operations(state="running")["operations"])
+        if yt.exists(f"{TREES}/@default_tree"):
+            yt.remove(f"{TREES}/@default_tree")
+        for tree in yt.list(TREES):
+            yt.remove(f"{TREES}/{tree}", recursive=True)
+        yt.create("scheduler_pool_tree", attributes={"name": "default"})
+        yt.set(f"{TREES}/@default_tree", "default")
+        wait(lambda: yt.exists(f"{ORCHID}/pool_trees/default"))
+        if self.num_nodes:
+            wait(lambda: yt.get(f"{ORCHID}/pool_trees/default/resource_limits/user_slots") > 0)
+
+    def close(self) -> None:
+        self.procs.close()
+
+
+def create_pool(
+    yt: ytw.YtClient, name: str, pool_tree: str = "default", parent_name: str | None = None, **kwargs: Any
+) -> None:
+    """YTsaurus's ``create_pool`` (``attributes``, ``ignore_existing``)."""
+    attributes = {"name": name, "pool_tree": pool_tree, **kwargs.pop("attributes", {})}
+    if parent_name is not None:
+        attributes["parent_name"] = parent_name
+    yt.create("scheduler_pool", attributes=attributes, **kwargs)
+
+
+def create_pool_tree(
+    yt: ytw.YtClient, name: str, config: dict[str, Any] | None = None, **kwargs: Any
+) -> None:
+    """YTsaurus's ``create_pool_tree`` (``config``, ``ignore_existing``, ``force``)."""
+    attributes = {"name": name, **({"config": config} if config is not None else {})}
+    yt.create("scheduler_pool_tree", attributes=attributes, **kwargs)
+
+
+def remove_pool_tree(yt: ytw.YtClient, name: str, **kwargs: Any) -> None:
+    yt.remove(f"{TREES}/{name}", recursive=True, **kwargs)
