@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +23,49 @@ def _seconds(value: str) -> float:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pooltree.cli",
+            "forecast",
+            *args,
+            "--proxy",
+            cluster.url,
+            "--token",
+            cluster.token,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def _vanilla(client: ytw.YtClient, command: str, jobs: int) -> str:
     builder = (
         ytw.VanillaSpecBuilder().begin_task("main").command(command).job_count(jobs).cpu_limit(1).end_task()
     )
-    return client.run_operation(builder, sync=False).id
+    return client.run_operation(builder.pool("queue"), sync=False).id
 
 
 def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, nodes=1, slots=2, forecast_settings=SETTINGS)
     try:
         client = cluster.client()
-        busy = _vanilla(client, "sleep 2", 16)
+        client.create(
+            "scheduler_pool",
+            attributes={"name": "queue", "pool_tree": "default", "max_running_operation_count": 1},
+        )
+        # ~45 s of work on the node's 2 slots; the queued operation waits behind it (one running in "queue")
+        busy = _vanilla(client, "sleep 3", 30)
         # busy's first jobs complete: the forecast learns their run times
         wait_for(lambda: client.get_operation(busy)["brief_progress"]["jobs"].get("completed", 0) >= 2, 30)
         queued = _vanilla(client, "sleep 2", 2)
+        assert client.get_operation(queued)["state"] == "pending"
 
         def ready() -> dict[str, Any] | None:
             found = client.get_operation(queued, attributes=["scheduling_forecast", "state"])
@@ -45,16 +76,25 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
         attribute = wait_for(ready, 60, 0.2)
         start = attribute["estimated_start_time"]
         computed = _seconds(attribute["computed_at"])
-        if attribute["started"]:
-            assert start["p50"] is not None
-        else:
-            assert start["p10"] is not None and start["p90"] is not None
-            assert computed <= _seconds(start["p10"]) <= _seconds(start["p50"]) <= _seconds(start["p90"])
-            assert _seconds(start["p90"]) - computed < 120
+        # it starts when busy's last jobs end: after the forecast was made, within the ~45 s of busy's work
+        assert not attribute["started"]
+        assert start["p10"] is not None and start["p90"] is not None
+        assert computed <= _seconds(start["p10"]) <= _seconds(start["p50"]) <= _seconds(start["p90"])
+        assert _seconds(start["p90"]) - computed < 120
+        assert attribute["waiting_for"]["reason"] == "max_running_operation_count"
         durations = attribute["job_durations"]["main"]
         assert durations["source"] in ("pool", "operation")
         assert 0.5 < durations["median"] < 5
         assert attribute["seeds"] == 3 and attribute["horizon"] == 900.0
         assert "waiting_for" in attribute
+
+        # the CLI prints the same attribute, and a dry run of a spec file
+        printed = _cli(cluster, queued)
+        assert "start" in printed.stdout and "p50" in printed.stdout and "finish" in printed.stdout, printed
+        spec = tmp_path / "spec.yaml"
+        spec.write_text("pool: queue\ntasks: {main: {command: 'sleep 1', job_count: 1, cpu_limit: 1}}\n")
+        dry = _cli(cluster, "--spec", str(spec))
+        assert "dry run: nothing was started; it would run in default/queue" in dry.stdout, dry
+        assert "p50" in dry.stdout
     finally:
         cluster.close()
