@@ -387,6 +387,7 @@ class JobExecutor:
             job.sandbox,
             slot,
             devices=device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files),
+            own_network=job.spec.network == "isolated",
         )
         argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)

@@ -406,14 +406,31 @@ class JobIsolation:
     # ------------------------------------------------------------------------------------------ argv
 
     def wrap(
-        self, argv: Sequence[str], sandbox: Path, slot: Slot | None, devices: Sequence[tuple[str, str]] = ()
+        self,
+        argv: Sequence[str],
+        sandbox: Path,
+        slot: Slot | None,
+        devices: Sequence[tuple[str, str]] = (),
+        *,
+        own_network: bool = False,
     ) -> list[str]:
         """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses; ``devices`` are
-        (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs)."""
+        (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs).
+        ``own_network``: the job gets a network namespace of its own (``--unshare-net``); without bubblewrap
+        that cannot be given, and the job is refused."""
         inner = list(argv) if slot is None else [*self._switch_uid(slot), *argv]
         if self.bwrap is None:
+            if own_network:
+                raise PooltreeError(
+                    "the job must run in a network namespace of its own (the scheduler runs without "
+                    f"authentication), and this node's isolation ({self.summary()}) cannot give one: it needs "
+                    "bubblewrap; the job is refused so that it cannot reach the scheduler as root"
+                )
             return inner
-        return [self.bwrap, *self.sandbox_arguments(sandbox, devices), "--", *inner]
+        arguments = self.sandbox_arguments(sandbox, devices)
+        if own_network and "--unshare-net" not in arguments:
+            arguments.insert(1, "--unshare-net")
+        return [self.bwrap, *arguments, "--", *inner]
 
     def _switch_uid(self, slot: Slot) -> list[str]:
         """setpriv to the slot's uid and group, no supplementary groups, capabilities or new privileges."""

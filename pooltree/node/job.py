@@ -50,8 +50,13 @@ _JOB_SPEC_FIELDS = frozenset(
         "job_index",
         "keep_sandbox",
         "resources",
+        "network",
     }
 )
+JOB_NETWORKS = ("shared", "isolated")
+"""``network`` of a job spec: ``isolated`` asks for a network namespace of the job's own (the scheduler sends it
+when it runs without authentication, so a job cannot reach it and act as root); a node that cannot give one
+refuses the job."""
 
 
 class JobState(enum.StrEnum):
@@ -111,6 +116,8 @@ class JobSpec:
     resources: Vector | None = None
     files: tuple[JobFile, ...] = ()
     """Written into the sandbox before the command runs (``pooltree/node/files.py``)."""
+    network: str = "shared"
+    """``isolated``: the job runs in a network namespace of its own (only its own loopback); see JOB_NETWORKS."""
 
     def __post_init__(self) -> None:
         if self.interruption_signal is not None and not isinstance(
@@ -209,6 +216,13 @@ class JobSpec:
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                     raise ConfigError(join_path(path, name), f"expected {kind.__name__}, got {value!r}")
                 kwargs[name] = value
+        if "network" in data:
+            if data["network"] not in JOB_NETWORKS:
+                raise ConfigError(
+                    join_path(path, "network"),
+                    f"expected one of {', '.join(JOB_NETWORKS)}, got {data['network']!r}",
+                )
+            kwargs["network"] = data["network"]
         if data.get("resources") is not None:
             resources = parse_resources(data["resources"], join_path(path, "resources"))
             given = {str(key) for key in data["resources"]}

@@ -215,6 +215,7 @@ class SchedulerService:
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
         )
+        self.scheduler.isolate_job_network = not authentication
         self._validator = default_validator()
         self.cypress = Cypress(store, clock=clock, validator=self._validate_pool_trees)
         # starts hold Cypress's lock (taken first, as everywhere): a tree removal is checked and applied whole

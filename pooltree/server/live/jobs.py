@@ -250,6 +250,8 @@ class LiveJobs:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
+        if self.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
+            spec["network"] = "isolated"
         raw_task = (op.spec.get("tasks") or {}).get(job.task_name)
         if isinstance(raw_task, dict) and raw_task.get("redirect_stdout_to_stderr") is True:
             spec["command"] = f"exec 1>&2\n{task.command}"  # YTsaurus: the job's stdout goes to its stderr

@@ -114,6 +114,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
         """work → (count, total seconds, longest), measured by the service around heartbeats and updates."""
         self.listeners: list[Callable[[str, str], None]] = []
         self.job_files: Callable[[str, str], list[dict[str, Any]]] | None = None
+        self.isolate_job_network = False
+        """Jobs get a network namespace of their own (``network: isolated`` in the job spec): set when the scheduler
+        runs without authentication, where any job reaching it would be root (nodes that cannot isolate refuse)."""
         """operation id, task → the ``files`` of a job spec (set by the service; files.FileService.job_files)."""
         self.alert_center = SchedulerAlerts(self, alert_settings)
         self.pool_trees_error: dict[str, Any] | None = None
