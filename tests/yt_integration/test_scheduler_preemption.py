@@ -1,0 +1,190 @@
+"""YTsaurus's ``TestSchedulerPreemption`` (yt/yt/tests/integration/scheduler/test_scheduler_preemption.py),
+restated through ``yt.wrapper`` against a real ``pooltree scheduler`` and three ``pooltree node`` processes of
+1 cpu / 2 user slots each, as its environment has (issue 27).
+
+Map operations become vanilla ones where the scheduler's behaviour is the same (one job per input row); a
+breakpoint becomes a wait for the job count the breakpoint waited for. Its setup's tree config is applied as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yt.wrapper as ytw
+from yt_env import ORCHID, TREES, YtEnv, create_pool, wait
+
+POOLS = f"{ORCHID}/pool_trees/default/pools"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
+    made = YtEnv(
+        Path(tmp_path_factory.mktemp("preemption")),
+        num_nodes=3,
+        node_resources="user_slots=2,cpu=1,memory=4Gi",
+    )
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def vanilla(command: str, job_count: int = 1, **spec: Any) -> ytw.VanillaSpecBuilder:
+    """YTsaurus's ``run_test_vanilla``: one task of ``job_count`` jobs of 1 cpu."""
+    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).cpu_limit(1)
+    builder = task.end_task()
+    return builder.spec(spec) if spec else builder
+
+
+def scheduling_options(user_slots: int) -> dict[str, Any]:
+    return {"scheduling_options_per_pool_tree": {"default": {"resource_limits": {"user_slots": user_slots}}}}
+
+
+def job_count(yt: ytw.YtClient, op_id: str, state: str) -> int:
+    return sum(1 for job in yt.list_jobs(op_id)["jobs"] if job["state"] == state)
+
+
+def running_jobs(yt: ytw.YtClient, op_id: str) -> list[dict[str, Any]]:
+    return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
+
+
+def progress(yt: ytw.YtClient, op_id: str, key: str) -> Any:
+    info = yt.get_operation(op_id)["progress"].get("scheduling_info_per_pool_tree", {}).get("default", {})
+    return info.get(key)
+
+
+class TestSchedulerPreemption:
+    @pytest.fixture(autouse=True)
+    def setup_method_fixture(self, env: YtEnv) -> None:
+        env.reset()
+        self.env = env
+        self.yt = env.yt
+        config = {
+            "preemption_satisfaction_threshold": 0.99,
+            "fair_share_starvation_tolerance": 0.8,
+            "fair_share_starvation_timeout": 1000,
+            "max_unpreemptible_running_job_count": 0,
+            "preemptive_scheduling_backoff": 0,
+            "job_graceful_interrupt_timeout": 10000,
+        }
+        for key, value in config.items():  # update_pool_tree_config
+            self.yt.set(f"{TREES}/default/@config/{key}", value)
+        wait(lambda: self.yt.get(f"{ORCHID}/pool_trees/default/config/fair_share_starvation_timeout") == 1000)
+
+    def total_cpu(self) -> float:
+        return float(self.yt.get(f"{ORCHID}/cluster/resource_limits/cpu"))
+
+    def test_preemption(self) -> None:
+        # map of 3 jobs "sleep 1000; cat" over a 3-row table → vanilla of 3 sleeping jobs
+        yt = self.yt
+        yt.set(f"{TREES}/default/@config/max_ephemeral_pools_per_user", 2)
+        op1 = yt.run_operation(vanilla("sleep 1000", 3, pool="fake_pool"), sync=False)
+        wait(lambda: yt.exists(f"{POOLS}/fake_pool"))
+        wait(lambda: yt.get(f"{POOLS}/fake_pool/fair_share_ratio") >= 0.999)
+        wait(lambda: yt.get(f"{POOLS}/fake_pool/usage_ratio") >= 0.999)
+        create_pool(yt, "test_pool", attributes={"min_share_resources": {"cpu": self.total_cpu()}})
+        op2 = yt.run_operation(vanilla("true", 1, pool="test_pool"), sync=False)
+        op2.wait(timeout=60_000)
+        assert yt.get_operation(op2.id, attributes=["state"])["state"] == "completed"
+        op1.abort()
+
+    def test_graceful_preemption_timeout(self) -> None:
+        yt = self.yt
+        op = yt.run_operation(vanilla("sleep 100", 1, preemption_mode="graceful"), sync=False)
+        wait(lambda: job_count(yt, op.id, "running") == 1)  # wait_breakpoint; release_breakpoint
+        yt.update_operation_parameters(op.id, scheduling_options(user_slots=0))
+        wait(lambda: job_count(yt, op.id, "aborted") == 1)
+        assert len(yt.list_jobs(op.id)["jobs"]) == 1
+        op.abort()
+
+    def test_recursive_preemption_settings(self) -> None:
+        yt = self.yt
+
+        def pool_tolerance(pool: str) -> float:
+            return yt.get(f"{POOLS}/{pool}/effective_fair_share_starvation_tolerance")
+
+        create_pool(yt, "p1", attributes={"fair_share_starvation_tolerance": 0.6})
+        create_pool(yt, "p2", parent_name="p1")
+        create_pool(yt, "p3", parent_name="p1", attributes={"fair_share_starvation_tolerance": 0.5})
+        create_pool(yt, "p4", parent_name="p1", attributes={"fair_share_starvation_tolerance": 0.9})
+        create_pool(yt, "p5", attributes={"fair_share_starvation_tolerance": 0.8})
+        create_pool(yt, "p6", parent_name="p5")
+        for pool, tolerance in (("p1", 0.6), ("p2", 0.6), ("p3", 0.5), ("p4", 0.9), ("p5", 0.8), ("p6", 0.8)):
+            wait(lambda pool=pool, tolerance=tolerance: pool_tolerance(pool) == tolerance)
+        op1 = yt.run_operation(vanilla("sleep 1000", 1, pool="p2"), sync=False)
+        op2 = yt.run_operation(vanilla("sleep 1000", 1, pool="p6"), sync=False)
+        wait(lambda: progress(yt, op1.id, "effective_fair_share_starvation_tolerance") == 0.6)
+        wait(lambda: progress(yt, op2.id, "effective_fair_share_starvation_tolerance") == 0.8)
+        op1.abort()
+        op2.abort()
+
+    def test_preemption_of_jobs_excessing_resource_limits(self) -> None:
+        yt = self.yt
+        op = yt.run_operation(vanilla("sleep 1000", 3), sync=False)
+        wait(lambda: len(running_jobs(yt, op.id)) == 3)
+        yt.update_operation_parameters(op.id, scheduling_options(user_slots=1))
+        wait(lambda: len(running_jobs(yt, op.id)) == 1)
+        yt.update_operation_parameters(op.id, scheduling_options(user_slots=0))
+        wait(lambda: len(running_jobs(yt, op.id)) == 0)
+        op.abort()
+
+    def test_preemptor_event_log(self) -> None:
+        # the event log is a table on YTsaurus (//sys/scheduler/event_log); pooltree keeps it in the orchid
+        yt = self.yt
+        yt.set(f"{TREES}/default/@config/max_ephemeral_pools_per_user", 2)
+        create_pool(yt, "pool1", attributes={"min_share_resources": {"cpu": self.total_cpu()}})
+        op0 = yt.run_operation(vanilla("sleep 1000", 3, pool="pool0"), sync=False)
+        wait(lambda: job_count(yt, op0.id, "running") == 3)  # wait_breakpoint("b0", job_count=3)
+        op1 = yt.run_operation(vanilla("sleep 1000", 1, pool="pool1"), sync=False)
+        preemptor_job_id = wait(lambda: running_jobs(yt, op1.id))[0]["id"]  # wait_breakpoint("b1")
+
+        def check_events() -> bool:
+            for row in yt.get(f"{ORCHID}/event_log"):
+                if row.get("event") == "allocation_preempted" and row.get("operation_id") == op0.id:
+                    assert row["preempted_for"]["operation_id"] == op1.id
+                    assert row["preempted_for"]["job_id"] == preemptor_job_id
+                    return True
+            return False
+
+        wait(check_events)
+        op0.abort()
+        op1.abort()
+
+    def test_pass_preemption_reason_to_node(self) -> None:
+        yt = self.yt
+        create_pool(yt, "research")
+        create_pool(yt, "prod", attributes={"strong_guarantee_resources": {"cpu": 3}})
+        op1 = yt.run_operation(vanilla("sleep 1000", 1, pool="research"), sync=False)
+        job_id = wait(lambda: running_jobs(yt, op1.id))[0]["id"]
+        op2 = yt.run_operation(vanilla("sleep 1000", 3, pool="prod"), sync=False)
+        wait(lambda: job_count(yt, op1.id, "aborted") == 1)
+
+        def aborted_job() -> dict[str, Any] | None:
+            job = yt.get_job(op1.id, job_id)
+            return job if job["state"] == "aborted" else None
+
+        job = wait(aborted_job)
+        assert job["abort_reason"] == "preemption"
+        assert job["error"]["attributes"]["abort_reason"] == "preemption"
+        preemption_reason = job["error"]["attributes"]["preemption_reason"]
+        assert preemption_reason.startswith("Preempted to start allocation")
+        assert f"of operation {op2.id}" in preemption_reason
+        op1.abort()
+        op2.abort()
+
+    @pytest.mark.skip(reason="needs map operations over tables: interruptible jobs split their table input")
+    def test_interrupt_job_on_preemption(self) -> None:
+        pass
+
+    @pytest.mark.skip(
+        reason="needs a map operation writing a table: the interrupted job's output is the check"
+    )
+    def test_graceful_preemption(self) -> None:
+        pass
+
+    @pytest.mark.skip(reason="operation-level min_share_resources (and its min_share_ratio) is not modelled")
+    def test_min_share_ratio(self) -> None:
+        pass
