@@ -22,6 +22,8 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   know, kept and ignored as YTsaurus does, each with the closest known option (``support.unrecognized_options``;
   the tree option ``enable_unrecognized_alert: false`` silences the tree config's part, as in YTsaurus).
   ``store_trouble``: the store's health accessor reports an error.
+  ``heartbeats_throttled``: node heartbeats arrived past the concurrent heartbeat limits within the last minute
+  and had their scheduling skipped (``pooltree/server/live/throttle.py``): the scheduler is overloaded.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
 operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's operation ``@alerts``)
@@ -73,6 +75,7 @@ NODES_WITH_ALERTS = "nodes_with_alerts"
 UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
 UNRECOGNIZED_OPTIONS = UNRECOGNIZED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
+HEARTBEATS_THROTTLED = "heartbeats_throttled"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
 OPERATION_STARVING = "operation_starving"
@@ -86,6 +89,7 @@ SCHEDULER_ALERT_TYPES = (
     UNSUPPORTED_OPTIONS,
     UNRECOGNIZED_OPTIONS,
     STORE_TROUBLE,
+    HEARTBEATS_THROTTLED,
 )
 OPERATION_ALERT_TYPES = (
     OPERATION_PENDING,
@@ -322,6 +326,23 @@ class SchedulerAlerts:
         trouble = self._store_trouble()
         if trouble is not None:
             alerts.append(trouble)
+        throttle = scheduler.heartbeat_throttle
+        if throttle.recently_throttled(scheduler.now):
+            settings = throttle.settings
+            alerts.append(
+                alert(
+                    HEARTBEATS_THROTTLED,
+                    "Node heartbeats are throttled: the scheduler is overloaded and skipped their scheduling",
+                    {
+                        "throttled_by_soft_limit": throttle.throttled["soft"],
+                        "throttled_by_hard_limit": throttle.throttled["hard"],
+                        "soft_concurrent_heartbeat_limit": settings.soft_limit,
+                        "hard_concurrent_heartbeat_limit": settings.hard_limit,
+                        "concurrent_heartbeats": throttle.last_in_flight_at_throttle,
+                        "last_throttled_time": throttle.last_throttled,
+                    },
+                )
+            )
         return alerts
 
     def _store_trouble(self) -> dict[str, Any] | None:

@@ -105,6 +105,8 @@ class NodeLoopStats:
     registrations: int = 0
     """Times the scheduler answered after being unreachable (the first contact counts as one)."""
     started_jobs: int = 0
+    throttled: int = 0
+    """Answers that skipped scheduling because the scheduler was overloaded (``scheduling_skipped``)."""
     last_error: str | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -145,6 +147,8 @@ class NodeLoop:
         self.connected = False
         self.draining = False
         """Set for the final heartbeat: zero resource limits, so the scheduler starts nothing more here."""
+        self.throttled = False
+        """The last answer skipped scheduling (the scheduler is overloaded): wait the whole period it gave."""
 
     @property
     def scheduler_url(self) -> str:
@@ -186,10 +190,12 @@ class NodeLoop:
         except ValueError as error:
             self._failed(f"heartbeat response is not JSON: {error}")
             return False
-        if not isinstance(body, dict):
-            self._failed(f"heartbeat response is not a map: {type(body).__name__}")
+        try:
+            body, control = wire.split_response(body)
+        except ConfigError as error:
+            self._failed(f"heartbeat response not applied: {error.message}")
             return False
-        period = body.pop(wire.HEARTBEAT_PERIOD, None)
+        period = control.heartbeat_period
         if self.draining and body.get(wire.START):
             log.warning("the scheduler offered %d jobs to a node that is stopping", len(body[wire.START]))
             body[wire.START] = []
@@ -203,6 +209,9 @@ class NodeLoop:
                 self.period = check_period(period, "heartbeat_period")
             except ConfigError as error:
                 log.warning("ignoring the scheduler's %s", error.message)
+        self.throttled = control.scheduling_skipped
+        if self.throttled:
+            self.stats.throttled += 1
         if not self.connected:
             self.stats.registrations += 1
             if self.stats.heartbeats:
@@ -237,7 +246,9 @@ class NodeLoop:
                 if stop.is_set():
                     break
                 if ok:
-                    await _wait_any(stop, self.agent.heartbeat_needed, self.period)
+                    # a throttled node backs off: no out-of-turn heartbeat until one is fully processed
+                    needed = None if self.throttled else self.agent.heartbeat_needed
+                    await _wait_any(stop, needed, self.period)
                 else:
                     await _wait_any(stop, None, self.retry_delay())
 

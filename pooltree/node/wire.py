@@ -45,6 +45,9 @@ PREEMPT = "preempt"
 ABORT = "abort"
 ACKNOWLEDGE = "acknowledge"
 HEARTBEAT_PERIOD = "heartbeat_period"
+SCHEDULING_SKIPPED = "scheduling_skipped"
+"""Set when the scheduler was overloaded and scheduled nothing on this heartbeat (YTsaurus's
+``scheduling_skipped``): the node waits ``heartbeat_period`` before the next one, out-of-turn heartbeats too."""
 RESPONSE_KEYS = frozenset({START, PREEMPT, ABORT, ACKNOWLEDGE})
 """What ``NodeAgent.apply_heartbeat_response`` applies; ``heartbeat_period`` is the loop's."""
 
@@ -168,13 +171,25 @@ def response(
     }
 
 
-def split_response(data: Any) -> tuple[dict[str, Any], Any]:
-    """The node's check of an answer: (the lists ``apply_heartbeat_response`` takes, the ``heartbeat_period``
-    or None). Unknown keys and non-list values name their field."""
+@dataclass(frozen=True)
+class ResponseControl:
+    """What an answer says to the heartbeat loop rather than to the jobs."""
+
+    heartbeat_period: Any = None
+    """As sent (the loop checks it); None when absent."""
+    scheduling_skipped: bool = False
+
+
+def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
+    """The node's check of an answer: (the lists ``apply_heartbeat_response`` takes, the loop's part).
+    Unknown keys and non-list values name their field."""
     if not isinstance(data, Mapping):
         raise ConfigError("response", f"expected a map, got {type(data).__name__}")
     body = dict(data)
     period = body.pop(HEARTBEAT_PERIOD, None)
+    skipped = body.pop(SCHEDULING_SKIPPED, False)
+    if not isinstance(skipped, bool):
+        raise ConfigError(join_path("response", SCHEDULING_SKIPPED), f"expected a boolean, got {skipped!r}")
     unknown = sorted(set(map(str, body)) - RESPONSE_KEYS)
     if unknown:
         raise ConfigError(
@@ -184,7 +199,7 @@ def split_response(data: Any) -> tuple[dict[str, Any], Any]:
         value = body.setdefault(key, [])
         if not isinstance(value, list | tuple):
             raise ConfigError(join_path("response", key), f"expected a list, got {type(value).__name__}")
-    return body, period
+    return body, ResponseControl(period, skipped)
 
 
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})

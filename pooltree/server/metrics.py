@@ -100,6 +100,24 @@ class SchedulerCollector(Collector):
             durations.add_metric([work], count_value=count, sum_value=total)
             longest.add_metric([work], maximum)
         yield from (durations, longest)
+        throttle = self.scheduler.heartbeat_throttle
+        in_flight = GaugeMetricFamily(
+            "pooltree_scheduler_heartbeats_in_flight",
+            "Node heartbeats received and not yet answered (waiting for a worker thread or the lock included)",
+        )
+        in_flight.add_metric([], float(throttle.in_flight))
+        most = GaugeMetricFamily(
+            "pooltree_scheduler_heartbeats_in_flight_max", "Most node heartbeats in flight at once so far"
+        )
+        most.add_metric([], float(throttle.max_in_flight))
+        throttled = CounterMetricFamily(
+            "pooltree_scheduler_heartbeats_throttled",
+            "Node heartbeats whose scheduling was skipped past a concurrent heartbeat limit",
+            labels=["limit"],
+        )
+        for limit, count in sorted(throttle.throttled.items()):
+            throttled.add_metric([limit], float(count))
+        yield from (in_flight, most, throttled)
 
 
 def _starving(status: object) -> float:

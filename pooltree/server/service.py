@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError, check_value
@@ -190,6 +192,7 @@ class SchedulerService:
         fair_share_update_period: float = 1.0,
         tune_gc: bool = False,
         forecast_settings: WorkerSettings | None = None,
+        throttle_settings: ThrottleSettings | None = None,
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
@@ -214,6 +217,7 @@ class SchedulerService:
             heartbeat_period=heartbeat_period,
             alert_settings=alert_settings,
             fair_share_update_period=fair_share_update_period,
+            throttle_settings=throttle_settings,
         )
         self.scheduler.isolate_job_network = not authentication
         self._validator = default_validator()
@@ -325,9 +329,15 @@ class SchedulerService:
                     attributes={"field": error.path, "reason": error.reason},
                 ) from error
             self.security.bind_node(heartbeat.address, peer)
-            response = await run_in_threadpool(
-                self._timed, "heartbeat", self.scheduler.process_heartbeat, heartbeat, self.clock()
-            )
+            now = self.clock()
+            known = self.scheduler.nodes.get(heartbeat.address)
+            throttle = self.scheduler.heartbeat_throttle
+            limit = throttle.enter(known.last_seen if known is not None else None, now)  # counted in flight
+            try:
+                process = functools.partial(self.scheduler.process_heartbeat, throttled=limit is not None)
+                response = await run_in_threadpool(self._timed, "heartbeat", process, heartbeat, now)
+            finally:
+                throttle.leave()
             return JSONResponse(response)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)

@@ -61,8 +61,11 @@ class LiveJobs:
             self._node_trees[tags] = trees
         return list(trees)
 
-    def process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
+    def process_heartbeat(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> dict[str, Any]:
         """One node heartbeat: store finished jobs, re-attach revived ones, schedule, preempt; the response map.
+        A ``throttled`` heartbeat (``throttle.py``) has its reports taken but nothing scheduled.
 
         Memory changes under the lock; the job records written go to the group commit (``commit.py``) and the
         answer waits, outside the lock, until they are stored: jobs it starts are stored before the node starts
@@ -70,14 +73,14 @@ class LiveJobs:
         with self.lock:
             self._job_writes = {}
             try:
-                response = self._process_heartbeat(heartbeat, now)
+                response = self._process_heartbeat(heartbeat, now, throttled)
             finally:
                 writes, self._job_writes = self._job_writes, None
                 ticket = self.commits.submit(writes.values())
         self.commits.wait(ticket)
         return response
 
-    def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float) -> dict[str, Any]:
+    def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float, throttled: bool) -> dict[str, Any]:
         """The body of ``process_heartbeat`` (lock held, job writes collected)."""
         node = self.nodes.get(heartbeat.address)
         if node is None:
@@ -135,6 +138,27 @@ class LiveJobs:
             if op is not None:
                 self._check_completion(op, now)
         self._refresh_stale_trees(now)
+        start = [] if throttled else self._schedule(node, heartbeat, now)
+        extra: dict[str, Any] = {}
+        period = self.heartbeat_period
+        if throttled:  # YTsaurus: scheduling skipped, the node backs off
+            extra[wire.SCHEDULING_SKIPPED] = True
+            period = self.heartbeat_throttle.backoff_period(period, self.node_heartbeat_timeout)
+        response = wire.response(
+            start=start,
+            preempt=node.preempts,
+            abort=node.aborts,
+            acknowledge=acknowledge,
+            heartbeat_period=period,
+            **extra,
+        )
+        node.preempts = []
+        node.aborts = []
+        return response
+
+    def _schedule(self, node: NodeState, heartbeat: HeartbeatRequest, now: float) -> list[dict[str, Any]]:
+        """The strategy's pass over ``node`` in each of its trees: specs of the jobs to start; preemptions are
+        queued on their nodes."""
         start: list[dict[str, Any]] = []
         for tree in node.trees:
             core = self.cores[tree]
@@ -164,16 +188,7 @@ class LiveJobs:
                 else:
                     target.aborts.append({"job_id": job_id, "reason": record.reason.value})
             self._drain(core)
-        response = wire.response(
-            start=start,
-            preempt=node.preempts,
-            abort=node.aborts,
-            acknowledge=acknowledge,
-            heartbeat_period=self.heartbeat_period,
-        )
-        node.preempts = []
-        node.aborts = []
-        return response
+        return start
 
     def _release_reservations(self, address: str, keep: set[str] | frozenset[str], now: float) -> None:
         """Revived jobs reserved for ``address`` and not in ``keep`` go back to pending; their jobs are lost."""

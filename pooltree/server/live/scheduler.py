@@ -47,6 +47,7 @@ from pooltree.server.live.model import (
     no_such_operation,
 )
 from pooltree.server.live.revival import LiveRevival
+from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
@@ -70,6 +71,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
         heartbeat_period: float = DEFAULT_HEARTBEAT_PERIOD,
         fair_share_update_period: float = DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
         alert_settings: AlertSettings | None = None,
+        throttle_settings: ThrottleSettings | None = None,
     ) -> None:
         self.store = store
         self.node_heartbeat_timeout = node_heartbeat_timeout
@@ -90,6 +92,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         """Running jobs by id and by node."""
         self.reservations = Reservations()
         """The operations holding revived jobs per node."""
+        self.heartbeat_throttle = HeartbeatThrottle(throttle_settings)
+        """Heartbeats in flight; throttles them past YTsaurus's concurrent heartbeat limits (``throttle.py``)."""
         self.commits = GroupCommit(store.put_jobs)
         """Job records of heartbeats, stored in batches outside the lock (``commit.py``)."""
         self.allocation_jobs: dict[str, str] = {}

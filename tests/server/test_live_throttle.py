@@ -1,0 +1,167 @@
+"""Heartbeat throttling as YTsaurus does it (soft / hard concurrent heartbeat limits, heartbeat_process_backoff):
+a heartbeat past the limits has its reports taken and nothing scheduled, says ``scheduling_skipped`` with a
+backoff period, and overload shows as the ``heartbeats_throttled`` alert and in ``/metrics``; the node backs
+off on such an answer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pooltree.node import wire
+from pooltree.node.agent import NodeAgent
+from pooltree.node.executor import JobExecutor
+from pooltree.node.service import NodeLoop
+from pooltree.resources import vector
+from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import open_store
+
+TOKEN = "ytct-0000-" + "c3" * 16
+SECRET = "node-secret-" + "5" * 24
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+WAIT = 30.0
+
+
+def test_limits_decide_as_ytsaurus_does() -> None:
+    throttle = HeartbeatThrottle(ThrottleSettings(soft_limit=1, hard_limit=2, process_backoff=5.0))
+    assert throttle.enter(None, 100.0) is None  # nothing in flight
+    assert throttle.enter(99.0, 100.0) == "soft"  # one in flight, node heard from 1 s ago
+    assert throttle.enter(90.0, 100.0) == "hard"  # two in flight: the hard limit, for every node
+    throttle.leave()
+    throttle.leave()
+    assert throttle.in_flight == 1
+    assert throttle.enter(90.0, 100.0) is None  # one in flight, node silent longer than the backoff
+    assert throttle.enter(None, 100.0) == "hard"  # two in flight: every node
+    assert throttle.throttled == {"soft": 1, "hard": 2}
+    assert throttle.max_in_flight == 3
+    assert throttle.recently_throttled(100.0) and not throttle.recently_throttled(1000.0)
+    assert throttle.backoff_period(1.0, 60.0) == 5.0 and throttle.backoff_period(1.0, 8.0) == 2.0
+    with pytest.raises(ValueError):
+        ThrottleSettings(soft_limit=3, hard_limit=2)
+
+
+def _heartbeat(address: str) -> bytes:
+    return json.dumps(
+        wire.heartbeat(
+            address,
+            sequence=1,
+            time=0.0,
+            resource_limits=LIMITS,
+            resource_usage={},
+            memory_limit=4 << 30,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=[],
+            finished_jobs=[],
+        )
+    ).encode()
+
+
+@pytest.mark.anyio
+async def test_heartbeat_past_the_hard_limit_schedules_nothing_and_is_visible(tmp_path: Path) -> None:
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=SECRET,
+        throttle_settings=ThrottleSettings(soft_limit=1, hard_limit=1, process_backoff=5.0),
+    )
+    await service.start()
+    transport = httpx.ASGITransport(app=service.app, client=("127.0.0.1", 1234))
+    throttle = service.scheduler.heartbeat_throttle
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
+        ) as client:
+            response = await client.post(
+                "/api/v4/start_operation",
+                json={
+                    "operation_type": "vanilla",
+                    "spec": {"tasks": {"main": {"command": "true", "job_count": 4}}},
+                },
+            )
+            assert response.status_code == 200, response.text
+
+            async def beat(address: str) -> dict[str, Any]:
+                answer = await client.post(
+                    "/internal/node_heartbeat",
+                    content=_heartbeat(address),
+                    headers={"X-Pooltree-Node-Secret": SECRET},
+                )
+                assert answer.status_code == 200, answer.text
+                return answer.json()
+
+            service.scheduler.lock.acquire()  # the first heartbeat waits for the lock: one in flight
+            try:
+                first = asyncio.create_task(beat("n1"))
+                for _ in range(3000):
+                    if throttle.in_flight == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                assert throttle.in_flight == 1
+                second = asyncio.create_task(beat("n2"))
+                for _ in range(3000):
+                    if throttle.in_flight == 2:
+                        break
+                    await asyncio.sleep(0.01)
+                assert throttle.in_flight == 2
+            finally:
+                service.scheduler.lock.release()
+            answers = await asyncio.wait_for(asyncio.gather(first, second), WAIT)
+            assert len(answers[0][wire.START]) == 2 and not answers[0].get(wire.SCHEDULING_SKIPPED)
+            assert answers[1][wire.START] == [] and answers[1][wire.SCHEDULING_SKIPPED] is True
+            assert answers[1][wire.HEARTBEAT_PERIOD] == 5.0
+            assert throttle.in_flight == 0 and throttle.throttled == {"soft": 0, "hard": 1}
+            alerts = (await client.get("/api/v4/get", params={"path": "//sys/scheduler/@alerts"})).json()[
+                "value"
+            ]
+            throttled = [a for a in alerts if a["attributes"]["alert_type"] == "heartbeats_throttled"]
+            assert throttled and throttled[0]["attributes"]["throttled_by_hard_limit"] == 1
+            metrics = (await client.get("/metrics")).text
+            assert 'pooltree_scheduler_heartbeats_throttled_total{limit="hard"} 1.0' in metrics
+            assert "pooltree_scheduler_heartbeats_in_flight_max 2.0" in metrics
+            assert 'pooltree_alerts{scope="scheduler",type="heartbeats_throttled"} 1.0' in metrics
+            again = await beat("n2")  # the next heartbeat is not throttled and schedules
+            assert len(again[wire.START]) == 2 and wire.SCHEDULING_SKIPPED not in again
+    finally:
+        await service.stop()
+        service.store.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_node_backs_off_on_a_skipped_scheduling(tmp_path: Path) -> None:
+    answers = [
+        wire.response(
+            start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=4.0, scheduling_skipped=True
+        ),
+        wire.response(start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=1.0),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=answers.pop(0))
+
+    async def main() -> list[tuple[bool, float, int]]:
+        executor = JobExecutor(tmp_path / "node", memory_meter="psutil")
+        agent = NodeAgent("n1", executor, vector(user_slots=1, cpu=1, memory=1 << 30))
+        loop = NodeLoop(agent, "http://scheduler")
+        seen = []
+        try:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+                for _ in range(2):
+                    assert await loop.heartbeat_once(client)
+                    seen.append((loop.throttled, loop.period, loop.stats.throttled))
+        finally:
+            await executor.shutdown()
+        return seen
+
+    assert asyncio.run(main()) == [(True, 4.0, 1), (False, 1.0, 1)]
