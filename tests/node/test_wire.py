@@ -38,10 +38,13 @@ def test_built_heartbeat_parses_back() -> None:
 
 
 def test_response_is_split_and_checked_by_field() -> None:
-    body, period = wire.split_response(
+    body, control = wire.split_response(
         wire.response(start=[], preempt=[], abort=[], acknowledge=["j"], heartbeat_period=2.0)
     )
-    assert period == 2.0 and body[wire.ACKNOWLEDGE] == ["j"]
+    assert control == wire.ResponseControl(2.0, False) and body[wire.ACKNOWLEDGE] == ["j"]
+    with pytest.raises(ConfigError) as error:
+        wire.split_response({wire.SCHEDULING_SKIPPED: "yes"})
+    assert error.value.path == "response.scheduling_skipped"
     with pytest.raises(ConfigError) as error:
         wire.split_response({"start": [], "surprise": 1})
     assert error.value.path == "response.surprise"
