@@ -512,6 +512,7 @@ class Cypress:
             now = self._clock()
             candidate = copy.deepcopy(self._root)
             result = change(candidate, now)
+            _keep_tree_configs(candidate)
             quotas.check_change(self._root, candidate)  # accounts' limits (YTsaurus error 902)
             before, after = flatten(self._root), flatten(candidate)
             upserts = {path: record for path, record in after.items() if before.get(path) != record}
@@ -996,6 +997,15 @@ class Cypress:
             if force:
                 return
             raise resolve_error(ypath.text, f'Attribute "{"/".join(keys)}" is not found') from error
+
+
+def _keep_tree_configs(root: Node) -> None:
+    """Every pool tree has a ``config`` map (``{}`` when none is set), after any change as after loading: removing
+    ``@config`` (or every attribute) resets it to ``{}`` in memory and in the store alike."""
+    trees = root.children["sys"].children["pool_trees"].children
+    for tree in trees.values():
+        if tree.type == "scheduler_pool_tree":
+            tree.attributes.setdefault("config", {})
 
 
 def cypress_path_of_field(field_path: str) -> str | None:
