@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import improved
+from pooltree.fairshare.guarantees import derived_statics
 from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree
 from pooltree.resources import RESOURCE_COUNT
+
+if TYPE_CHECKING:
+    from pooltree.fairshare.update import _Update
 
 
 class _KeptFunctions:
@@ -70,190 +74,187 @@ def _values_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.view(np.int64) != b.view(np.int64)
 
 
-class _Building:
-    """``_Update``'s function builds (the first full build is kept as the base of later ones)."""
+# ---- functions (b.5) ----------------------------------------------------------------------------
+def build_functions(
+    upd: _Update, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+) -> fn.FunctionTable:
+    """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up, as a table by element.
 
-    _placement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # this update's (``_placements``)
+    The first build over the whole tree with the strong guarantees and limits shares is kept as the base:
+    later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
+    and their ancestors, and take every other function from the base (the table refers to the base's
+    batches; nothing is copied).
 
-    # ---- functions (b.5) ----------------------------------------------------------------------------
-    def build_functions(
-        self, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
-    ) -> fn.FunctionTable:
-        """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up, as a table by element.
-
-        The first build over the whole tree with the strong guarantees and limits shares is kept as the base:
-        later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
-        and their ancestors, and take every other function from the base (the table refers to the base's
-        batches; nothing is copied).
-
-        The first full build of an update likewise starts from the previous update's full build of the same tree
-        (``_KeptFunctions``): only operations whose usage share, demand share, step flag, guarantee or limits
-        changed, pools whose guarantee, limits or children's placements changed, and their ancestors are built.
-        Each function depends only on its own inputs with the compiled passes (the sums are per parent, the
-        suggestion pass function by function), so this is the same table bit for bit; with the numpy reference
-        or the improved computation every update builds everything.
-        """
-        tree = self.tree
-        n = len(tree.elements)
-        batches: list[fn.FunctionBatch] = []
-        batch_of = np.full(n, -1, dtype=np.int64)
-        row_of = np.full(n, -1, dtype=np.int64)
-        points = np.zeros(n, dtype=np.int64)  # every element's number of points (for the sums' capacity)
-        base = self._base_functions
-        full = base is None and len(elements) == n
-        op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
-        step_all = self._step_flags(op_idx) if full else None
-        scale_of, shift_of, right_of = self._placements()
-        key = (
-            fn.compiled_kernels_active(),
-            self.settings.enable_improved_fair_share_by_fit_factor_computation,
-        )
+    The first full build of an update likewise starts from the previous update's full build of the same tree
+    (``_KeptFunctions``): only operations whose usage share, demand share, step flag, guarantee or limits
+    changed, pools whose guarantee, limits or children's placements changed, and their ancestors are built.
+    Each function depends only on its own inputs with the compiled passes (the sums are per parent, the
+    suggestion pass function by function), so this is the same table bit for bit; with the numpy reference
+    or the improved computation every update builds everything.
+    """
+    tree = upd.tree
+    n = len(tree.elements)
+    batches: list[fn.FunctionBatch] = []
+    batch_of = np.full(n, -1, dtype=np.int64)
+    row_of = np.full(n, -1, dtype=np.int64)
+    points = np.zeros(n, dtype=np.int64)  # every element's number of points (for the sums' capacity)
+    base = upd._base_functions
+    full = base is None and len(elements) == n
+    op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+    step_all = _step_flags(upd, op_idx) if full else None
+    scale_of, shift_of, right_of = _placements(upd)
+    key = (
+        fn.compiled_kernels_active(),
+        upd.settings.enable_improved_fair_share_by_fit_factor_computation,
+    )
+    kept = None
+    if full and key == (True, False):
+        if tree.functions is None and tree.previous is not None:
+            tree.functions = _carried(tree.previous, tree)  # a new structure: rows of the same elements
+        tree.previous = tree.rows_from = None
+        kept = tree.functions
+    if kept is not None and kept.key != key:
         kept = None
-        if full and key == (True, False):
-            if tree.functions is None and tree.previous is not None:
-                tree.functions = _carried(tree.previous, tree)  # a new structure: rows of the same elements
-            tree.previous = tree.rows_from = None
-            kept = tree.functions
-        if kept is not None and kept.key != key:
-            kept = None
-        step_full = None
-        if step_all is not None:
-            step_full = np.zeros(n, dtype=bool)
-            step_full[op_idx] = step_all
-        if base is not None or kept is not None:
-            if base is not None:
-                source_table, base_guarantee, base_limits = base
-                member = np.zeros(n, dtype=bool)
-                member[elements] = True
-                dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
-            else:
-                assert kept is not None and step_full is not None
-                source_table = kept.table
-                member = np.ones(n, dtype=bool)
-                dirty = _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
-                dirty |= tree.is_op & (
-                    _rows_differ(self.usage_share, kept.usage_share)
-                    | _rows_differ(self.demand_share, kept.demand_share)
-                    | (step_full != kept.step)
-                )
-                if kept.stale is not None:
-                    dirty |= kept.stale
-                moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
-                moved_kids = np.flatnonzero(moved)
-                dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
-                dirty |= _values_differ(right_of, kept.right)
-            for level in tree.parent_levels(bottom_up=True):
-                kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
-                dirty[level.parents] |= kids_dirty & member[level.parents]
-            batches.extend(source_table.batches)
-            batch_of[:] = source_table.batch_of
-            row_of[:] = source_table.row_of
-            points[:] = source_table.points
-            elements = np.flatnonzero(dirty)
-        ops = elements[tree.is_op[elements]]
-        if len(ops):
-            if step_all is not None and len(ops) == len(op_idx):
-                step = step_all
-            else:
-                step = self._step_flags(ops)
-            batches.append(
-                fn.operation_fair_share_by_suggestion(
-                    self.usage_share[ops], self.demand_share[ops], step, guarantee[ops], limits[ops]
-                )
-            )
-            batch_of[ops] = len(batches) - 1
-            row_of[ops] = np.arange(len(ops))
-            points[ops] = np.diff(batches[-1].offsets)
-        if len(elements) == n:
-            groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
+    step_full = None
+    if step_all is not None:
+        step_full = np.zeros(n, dtype=bool)
+        step_full[op_idx] = step_all
+    if base is not None or kept is not None:
+        if base is not None:
+            source_table, base_guarantee, base_limits = base
+            member = np.zeros(n, dtype=bool)
+            member[elements] = True
+            dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
         else:
-            groups = _height_groups(tree, elements[~tree.is_op[elements]])
-        for level, _counts, kids, slot, _parent_of in groups:
-            scale, shift, right = scale_of[kids], shift_of[kids], right_of[level]
-            if self.settings.enable_improved_fair_share_by_fit_factor_computation:
-                fsbff = _improved_sums(
-                    fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right
-                )
-            else:
-                fsbff = fn.sum_children(
-                    fn.FunctionTable(batches, batch_of, row_of, points), kids, slot, scale, shift, right
-                )
-            batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
-            batch_of[level] = len(batches) - 1
-            row_of[level] = np.arange(len(level))
-            points[level] = np.diff(batches[-1].offsets)
-        if kept is not None:
-            batches, batch_of = _live_batches(batches, batch_of)
-        table = fn.FunctionTable(batches, batch_of, row_of, points)
-        if full:
-            if key == (True, False) and step_full is not None:
-                if len(table.batches) > _KEPT_BATCHES_LIMIT:
-                    table = _consolidated(
-                        table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
-                    )
-                tree.functions = _KeptFunctions(
-                    key,
-                    table,
-                    usage_share=self.usage_share.copy(),
-                    demand_share=self.demand_share.copy(),
-                    step=step_full,
-                    guarantee=guarantee.copy(),
-                    limits=limits.copy(),
-                    scale=scale_of,
-                    shift=shift_of,
-                    right=right_of,
-                )
-            self._base_functions = (table, guarantee.copy(), limits.copy())
-        return table
-
-    def _step_flags(self, ops: np.ndarray) -> np.ndarray:
-        """Whether each of ``ops`` takes the gang step function (its flag, the setting and its parent pool's)."""
-        tree = self.tree
-        step = self.step[ops] & self.settings.enable_step_function_for_gang_operations
-        gang = np.flatnonzero(step)
-        step[gang] = [
-            tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
-            for p in tree.parent[ops[gang]].tolist()
-        ]
-        return step
-
-    def _placements(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every child's scale and shift and every pool's right bound in its parent's sum, by element.
-
-        Computed for every pool (each value depends only on its pool and its children, so a build of a subset
-        of pools reads the same numbers); kept with the guarantees while the weights are unchanged and no pool
-        is FIFO (``derived_statics``).
-        """
-        if self._placement is not None:
-            return self._placement
-        tree = self.tree
-        derived = self.derived_statics()
-        placement = None if derived is None else derived.get("placement")
-        if placement is not None:
-            self._placement = placement
-            return placement  # type: ignore[no-any-return]
-        n = len(tree.elements)
-        scale_of = np.zeros(n)
-        shift_of = np.zeros(n)
-        right_of = np.ones(n)
+            assert kept is not None and step_full is not None
+            source_table = kept.table
+            member = np.ones(n, dtype=bool)
+            dirty = _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
+            dirty |= tree.is_op & (
+                _rows_differ(upd.usage_share, kept.usage_share)
+                | _rows_differ(upd.demand_share, kept.demand_share)
+                | (step_full != kept.step)
+            )
+            if kept.stale is not None:
+                dirty |= kept.stale
+            moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
+            moved_kids = np.flatnonzero(moved)
+            dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
+            dirty |= _values_differ(right_of, kept.right)
+        for level in tree.parent_levels(bottom_up=True):
+            kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
+            dirty[level.parents] |= kids_dirty & member[level.parents]
+        batches.extend(source_table.batches)
+        batch_of[:] = source_table.batch_of
+        row_of[:] = source_table.row_of
+        points[:] = source_table.points
+        elements = np.flatnonzero(dirty)
+    ops = elements[tree.is_op[elements]]
+    if len(ops):
+        if step_all is not None and len(ops) == len(op_idx):
+            step = step_all
+        else:
+            step = _step_flags(upd, ops)
+        batches.append(
+            fn.operation_fair_share_by_suggestion(
+                upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
+            )
+        )
+        batch_of[ops] = len(batches) - 1
+        row_of[ops] = np.arange(len(ops))
+        points[ops] = np.diff(batches[-1].offsets)
+    if len(elements) == n:
         groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
-        for level, counts, kids, slot, parent_of in groups:
-            fifo_child = self.fifo[parent_of]
-            w = self.weight[kids]
-            positive = w > EPSILON
-            min_w = np.full(len(level), np.inf)
-            np.minimum.at(min_w, slot[positive], w[positive])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
-            scale_of[kids] = np.where(fifo_child, 1.0, scale)
-            shift_of[kids] = np.where(fifo_child, self.fifo_rank[kids].astype(float), 0.0)
-            right_of[level] = np.where(self.fifo[level] & (counts > 0), counts.astype(float), 1.0)
-        for array in (scale_of, shift_of, right_of):
-            array.flags.writeable = False
-        self._placement = (scale_of, shift_of, right_of)
-        if derived is not None:
-            derived["placement"] = self._placement
-        return self._placement
+    else:
+        groups = _height_groups(tree, elements[~tree.is_op[elements]])
+    for level, _counts, kids, slot, _parent_of in groups:
+        scale, shift, right = scale_of[kids], shift_of[kids], right_of[level]
+        if upd.settings.enable_improved_fair_share_by_fit_factor_computation:
+            fsbff = _improved_sums(
+                fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right
+            )
+        else:
+            fsbff = fn.sum_children(
+                fn.FunctionTable(batches, batch_of, row_of, points), kids, slot, scale, shift, right
+            )
+        batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
+        batch_of[level] = len(batches) - 1
+        row_of[level] = np.arange(len(level))
+        points[level] = np.diff(batches[-1].offsets)
+    if kept is not None:
+        batches, batch_of = _live_batches(batches, batch_of)
+    table = fn.FunctionTable(batches, batch_of, row_of, points)
+    if full:
+        if key == (True, False) and step_full is not None:
+            if len(table.batches) > _KEPT_BATCHES_LIMIT:
+                table = _consolidated(
+                    table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+                )
+            tree.functions = _KeptFunctions(
+                key,
+                table,
+                usage_share=upd.usage_share.copy(),
+                demand_share=upd.demand_share.copy(),
+                step=step_full,
+                guarantee=guarantee.copy(),
+                limits=limits.copy(),
+                scale=scale_of,
+                shift=shift_of,
+                right=right_of,
+            )
+        upd._base_functions = (table, guarantee.copy(), limits.copy())
+    return table
+
+
+def _step_flags(upd: _Update, ops: np.ndarray) -> np.ndarray:
+    """Whether each of ``ops`` takes the gang step function (its flag, the setting and its parent pool's)."""
+    tree = upd.tree
+    step = upd.step[ops] & upd.settings.enable_step_function_for_gang_operations
+    gang = np.flatnonzero(step)
+    step[gang] = [
+        tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
+        for p in tree.parent[ops[gang]].tolist()
+    ]
+    return step
+
+
+def _placements(upd: _Update) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every child's scale and shift and every pool's right bound in its parent's sum, by element.
+
+    Computed for every pool (each value depends only on its pool and its children, so a build of a subset
+    of pools reads the same numbers); kept with the guarantees while the weights are unchanged and no pool
+    is FIFO (``derived_statics``).
+    """
+    if upd._placement is not None:
+        return upd._placement
+    tree = upd.tree
+    derived = derived_statics(upd)
+    placement = None if derived is None else derived.get("placement")
+    if placement is not None:
+        upd._placement = placement
+        return placement  # type: ignore[no-any-return]
+    n = len(tree.elements)
+    scale_of = np.zeros(n)
+    shift_of = np.zeros(n)
+    right_of = np.ones(n)
+    groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
+    for level, counts, kids, slot, parent_of in groups:
+        fifo_child = upd.fifo[parent_of]
+        w = upd.weight[kids]
+        positive = w > EPSILON
+        min_w = np.full(len(level), np.inf)
+        np.minimum.at(min_w, slot[positive], w[positive])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
+        scale_of[kids] = np.where(fifo_child, 1.0, scale)
+        shift_of[kids] = np.where(fifo_child, upd.fifo_rank[kids].astype(float), 0.0)
+        right_of[level] = np.where(upd.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+    for array in (scale_of, shift_of, right_of):
+        array.flags.writeable = False
+    upd._placement = (scale_of, shift_of, right_of)
+    if derived is not None:
+        derived["placement"] = upd._placement
+    return upd._placement
 
 
 def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,306 +19,312 @@ from pooltree.fairshare.layout import (
 )
 from pooltree.resources import RESOURCES
 
+if TYPE_CHECKING:
+    from pooltree.fairshare.update import _Update
+
 GUARANTEES_OVERCOMMIT = 29000
 
 PRIORITY_POOLS_WITHOUT_DONOR = 29002
 
 
-class _Guarantees:
-    """``_Update``'s steps from the inputs to the guarantees and weights the functions are built with."""
+# ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
+def compute_attributes(upd: _Update) -> None:
+    tree, total = upd.tree, upd.total
+    is_op = tree.is_op
+    # Operation demand (b.1).
+    demand = upd.demand
+    not_running = is_op & ~upd.schedulable
+    demand[not_running] = upd.usage[not_running]
+    lim = upd.apply_limits & is_op
+    if np.any(lim):
+        needed = np.maximum(np.minimum(demand[lim], upd.specified_limits[lim]) - upd.usage[lim], 0.0)
+        demand[lim] = upd.usage[lim] + needed
+    _sum_children_into(tree, upd.usage)
+    _sum_children_into(tree, demand)
+    if upd.reused is not None:
+        upd.resource_limits, upd.limits_share = upd.reused.resource_limits, upd.reused.limits_share
+    else:
+        limits = np.minimum(
+            np.minimum(upd.tag_limits, total * upd.max_share_ratio[:, None]), upd.specified_limits
+        )
+        limits[0] = total
+        upd.resource_limits = limits
+        upd.limits_share = _share(np.minimum(limits, total), total)
+    upd.usage_share = _share(upd.usage, total)
+    upd.demand_share = _share(demand, total)
+    # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
+    basis = np.where(fn.row_any(upd.usage > 0)[:, None], upd.usage_share, upd.demand_share)
+    basis = np.where(total > 0, basis, 0.0)
+    best = np.argmax(basis, axis=1)
+    best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
+    upd.dominant = best
 
-    # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
-    def compute_attributes(self) -> None:
-        tree, total = self.tree, self.total
-        is_op = tree.is_op
-        # Operation demand (b.1).
-        demand = self.demand
-        not_running = is_op & ~self.schedulable
-        demand[not_running] = self.usage[not_running]
-        lim = self.apply_limits & is_op
-        if np.any(lim):
-            needed = np.maximum(np.minimum(demand[lim], self.specified_limits[lim]) - self.usage[lim], 0.0)
-            demand[lim] = self.usage[lim] + needed
-        _sum_children_into(tree, self.usage)
-        _sum_children_into(tree, demand)
-        if self.reused is not None:
-            self.resource_limits, self.limits_share = self.reused.resource_limits, self.reused.limits_share
-        else:
-            limits = np.minimum(
-                np.minimum(self.tag_limits, total * self.max_share_ratio[:, None]), self.specified_limits
+
+# ---- b.3 ----------------------------------------------------------------------------------------
+def infer_strong_guarantees(upd: _Update) -> None:
+    tree = upd.tree
+    main = RESOURCES.index(upd.settings.main_resource)
+    inferred = upd.strong_config.copy()
+    inferred[0] = upd.total
+    take = np.take
+    for level in tree.parent_levels():
+        parents, seg, slot = level.parents, level.seg, level.slot
+        children = _block(level)  # a level's children are one contiguous block: slices, not gathers
+        par = tree.parent[children]
+        explicit = upd.strong_config[children]
+        explicit_sum = np.add.reduceat(explicit, seg, axis=0)
+        parent_inferred = take(inferred, parents, axis=0)
+        residual = np.maximum(parent_inferred - explicit_sum, 0.0)
+        p_main = take(inferred[:, main], par)
+        ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
+        implicit_mask = ~upd.spec_mask[children]
+        implicit_mask[:, main] = False
+        implicit = np.where(implicit_mask, ratio[:, None] * take(inferred, par, axis=0), 0.0)
+        implicit_sum = np.add.reduceat(implicit, seg, axis=0)
+        scale = np.ones_like(implicit_sum)
+        over = (implicit_sum > residual) & (parents != 0)[:, None]
+        scale[over] = residual[over] / implicit_sum[over]
+        implicit = implicit * take(scale, slot, axis=0)
+        inferred[children] = np.where(implicit_mask, implicit, explicit)
+    upd.inferred = inferred
+
+
+# ---- b.4 ----------------------------------------------------------------------------------------
+def adjust_guarantees(upd: _Update) -> None:
+    tree, total = upd.tree, upd.total
+    sgs = _share(upd.inferred, total)
+    top = (
+        np.arange(tree.level_start[1], tree.level_start[2]) if len(tree.level_start) > 2 else np.zeros(0, int)
+    )
+    sgs[0] = sgs[top].sum(axis=0)
+    strong_total = upd.inferred[top].sum(axis=0)
+    flow = total * upd.total_flow_ratio[0]
+    burst = total * upd.total_burst_ratio[0]
+    attrs = {
+        "total_cluster_resources": total.tolist(),
+        "total_strong_guarantee_resources": strong_total.tolist(),
+    }
+    if not np.all(total >= strong_total + flow):
+        upd.errors.append(
+            PooltreeError(
+                "Strong guarantees and resource flows exceed total cluster resources",
+                code=GUARANTEES_OVERCOMMIT,
+                attributes={**attrs, "total_resource_flow": flow.tolist()},
             )
-            limits[0] = total
-            self.resource_limits = limits
-            self.limits_share = _share(np.minimum(limits, total), total)
-        self.usage_share = _share(self.usage, total)
-        self.demand_share = _share(demand, total)
-        # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
-        basis = np.where(fn.row_any(self.usage > 0)[:, None], self.usage_share, self.demand_share)
-        basis = np.where(total > 0, basis, 0.0)
-        best = np.argmax(basis, axis=1)
-        best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
-        self.dominant = best
+        )
+    if not np.all(total >= strong_total + burst):
+        upd.errors.append(
+            PooltreeError(
+                "Strong guarantees and burst guarantees exceed total cluster resources",
+                code=GUARANTEES_OVERCOMMIT,
+                attributes={**attrs, "total_burst_resources": burst.tolist()},
+            )
+        )
+        burst_sum = sum(upd.burst_ratio[i] for i in upd.burst_pools)
+        root_sgs = sgs[0].copy()
+        factor = floating_point_inverse_lower_bound(
+            0.0, 1.0, lambda f: bool(np.all(root_sgs * f + burst_sum * f <= 1.0))
+        )
+        sgs[0] = root_sgs * factor
+        for i in upd.burst_pools:
+            upd.burst_ratio[i] *= factor
+    # Top-down: own guarantee within own limits, children's sum within own guarantee.
+    ls = upd.limits_share
+    for d in range(len(tree.level_start) - 1):
+        lo, hi = tree.level_start[d], tree.level_start[d + 1]
+        pools = np.arange(lo, hi)
+        pools = pools[~tree.is_op[pools]]
+        sgs[pools] = np.minimum(sgs[pools], ls[pools])
+        parents = pools[tree.child_count[pools] > 0]
+        if len(parents) == 0 or d + 2 > len(tree.level_start) - 1:
+            continue
+        clo = tree.level_start[d + 1]
+        sums = np.add.reduceat(sgs[clo : tree.level_start[d + 2]], tree.child_start[parents] - clo, axis=0)
+        over = np.flatnonzero(fn.row_any(sums > sgs[parents]))
+        for k in over:
+            p = int(parents[k])
+            kids = np.array(tree.children(p))
+            sgs[kids] = _shrink_guarantees(sgs[kids].copy(), upd.priority[kids], np.maximum(sgs[p], 0.0))
+    upd.sgs = sgs
 
-    # ---- b.3 ----------------------------------------------------------------------------------------
-    def infer_strong_guarantees(self) -> None:
-        tree = self.tree
-        main = RESOURCES.index(self.settings.main_resource)
-        inferred = self.strong_config.copy()
-        inferred[0] = self.total
-        take = np.take
+
+def validate_priority_pools(upd: _Update) -> None:
+    """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
+    tree = upd.tree
+    n = len(tree.elements)
+    flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
+    donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
+    last = tree.priority_tier  # the same flag objects as last time: the same tier
+    if last is not None and _same_objects(last[0], flags) and _same_objects(last[1], donors):
+        upd.priority, orphans = last[2], last[3]
+    else:
+        flagged = np.zeros(n, dtype=bool)
+        donor = np.zeros(n, dtype=bool)
+        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+        flagged[pool_idx] = [bool(f) for f in flags]
+        donor[pool_idx] = [bool(d) for d in donors]
+        # Whether some strict ancestor is a donor, top-down.
+        donor_above = np.zeros(n, dtype=bool)
         for level in tree.parent_levels():
-            parents, seg, slot = level.parents, level.seg, level.slot
-            children = _block(level)  # a level's children are one contiguous block: slices, not gathers
-            par = tree.parent[children]
-            explicit = self.strong_config[children]
-            explicit_sum = np.add.reduceat(explicit, seg, axis=0)
-            parent_inferred = take(inferred, parents, axis=0)
-            residual = np.maximum(parent_inferred - explicit_sum, 0.0)
-            p_main = take(inferred[:, main], par)
-            ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
-            implicit_mask = ~self.spec_mask[children]
-            implicit_mask[:, main] = False
-            implicit = np.where(implicit_mask, ratio[:, None] * take(inferred, par, axis=0), 0.0)
-            implicit_sum = np.add.reduceat(implicit, seg, axis=0)
-            scale = np.ones_like(implicit_sum)
-            over = (implicit_sum > residual) & (parents != 0)[:, None]
-            scale[over] = residual[over] / implicit_sum[over]
-            implicit = implicit * take(scale, slot, axis=0)
-            inferred[children] = np.where(implicit_mask, implicit, explicit)
-        self.inferred = inferred
-
-    # ---- b.4 ----------------------------------------------------------------------------------------
-    def adjust_guarantees(self) -> None:
-        tree, total = self.tree, self.total
-        sgs = _share(self.inferred, total)
-        top = (
-            np.arange(tree.level_start[1], tree.level_start[2])
-            if len(tree.level_start) > 2
-            else np.zeros(0, int)
-        )
-        sgs[0] = sgs[top].sum(axis=0)
-        strong_total = self.inferred[top].sum(axis=0)
-        flow = total * self.total_flow_ratio[0]
-        burst = total * self.total_burst_ratio[0]
-        attrs = {
-            "total_cluster_resources": total.tolist(),
-            "total_strong_guarantee_resources": strong_total.tolist(),
-        }
-        if not np.all(total >= strong_total + flow):
-            self.errors.append(
-                PooltreeError(
-                    "Strong guarantees and resource flows exceed total cluster resources",
-                    code=GUARANTEES_OVERCOMMIT,
-                    attributes={**attrs, "total_resource_flow": flow.tolist()},
-                )
+            parents_donor = donor_above[level.parents] | donor[level.parents]
+            donor_above[level.children] = parents_donor[level.slot]
+        orphans = np.flatnonzero(flagged & ~donor_above)
+        upd.priority = _readonly(flagged & donor_above)
+        tree.priority_tier = (flags, donors, upd.priority, orphans)
+    if len(orphans):
+        upd.errors.append(
+            PooltreeError(
+                "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
+                code=PRIORITY_POOLS_WITHOUT_DONOR,
+                attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
             )
-        if not np.all(total >= strong_total + burst):
-            self.errors.append(
-                PooltreeError(
-                    "Strong guarantees and burst guarantees exceed total cluster resources",
-                    code=GUARANTEES_OVERCOMMIT,
-                    attributes={**attrs, "total_burst_resources": burst.tolist()},
-                )
-            )
-            burst_sum = sum(self.burst_ratio[i] for i in self.burst_pools)
-            root_sgs = sgs[0].copy()
-            factor = floating_point_inverse_lower_bound(
-                0.0, 1.0, lambda f: bool(np.all(root_sgs * f + burst_sum * f <= 1.0))
-            )
-            sgs[0] = root_sgs * factor
-            for i in self.burst_pools:
-                self.burst_ratio[i] *= factor
-        # Top-down: own guarantee within own limits, children's sum within own guarantee.
-        ls = self.limits_share
-        for d in range(len(tree.level_start) - 1):
-            lo, hi = tree.level_start[d], tree.level_start[d + 1]
-            pools = np.arange(lo, hi)
-            pools = pools[~tree.is_op[pools]]
-            sgs[pools] = np.minimum(sgs[pools], ls[pools])
-            parents = pools[tree.child_count[pools] > 0]
-            if len(parents) == 0 or d + 2 > len(tree.level_start) - 1:
-                continue
-            clo = tree.level_start[d + 1]
-            sums = np.add.reduceat(
-                sgs[clo : tree.level_start[d + 2]], tree.child_start[parents] - clo, axis=0
-            )
-            over = np.flatnonzero(fn.row_any(sums > sgs[parents]))
-            for k in over:
-                p = int(parents[k])
-                kids = np.array(tree.children(p))
-                sgs[kids] = _shrink_guarantees(sgs[kids].copy(), self.priority[kids], np.maximum(sgs[p], 0.0))
-        self.sgs = sgs
-
-    def validate_priority_pools(self) -> None:
-        """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
-        tree = self.tree
-        n = len(tree.elements)
-        flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
-        donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
-        last = tree.priority_tier  # the same flag objects as last time: the same tier
-        if last is not None and _same_objects(last[0], flags) and _same_objects(last[1], donors):
-            self.priority, orphans = last[2], last[3]
-        else:
-            flagged = np.zeros(n, dtype=bool)
-            donor = np.zeros(n, dtype=bool)
-            pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
-            flagged[pool_idx] = [bool(f) for f in flags]
-            donor[pool_idx] = [bool(d) for d in donors]
-            # Whether some strict ancestor is a donor, top-down.
-            donor_above = np.zeros(n, dtype=bool)
-            for level in tree.parent_levels():
-                parents_donor = donor_above[level.parents] | donor[level.parents]
-                donor_above[level.children] = parents_donor[level.slot]
-            orphans = np.flatnonzero(flagged & ~donor_above)
-            self.priority = _readonly(flagged & donor_above)
-            tree.priority_tier = (flags, donors, self.priority, orphans)
-        if len(orphans):
-            self.errors.append(
-                PooltreeError(
-                    "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
-                    code=PRIORITY_POOLS_WITHOUT_DONOR,
-                    attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
-                )
-            )
-
-    # ---- b.6 ----------------------------------------------------------------------------------------
-    def compute_weights(self) -> None:
-        tree = self.tree
-        weight = np.where(np.isnan(self.weight_cfg), 1.0, self.weight_cfg)
-        multiplier = self.settings.infer_weight_from_guarantees_share_multiplier
-        if multiplier is not None:
-            g = fn.row_max(self.sgs) + self.total_flow_ratio
-            unset = np.isnan(self.weight_cfg)
-            unset[0] = False
-            gp = g[np.maximum(tree.parent, 0)]
-            ok = (g >= EPSILON) & (gp >= EPSILON)
-            inferred = np.where(ok, multiplier * g / np.where(ok, gp, 1.0), 1.0)
-            weight = np.where(unset, inferred, weight)
-        weight[0] = 1.0
-        self.weight = weight
-        self.compute_fifo_order()
-
-    def compute_fifo_order(self) -> None:
-        """FIFO order (b.6) of operations in FIFO pools (by their current pending allocations, when so set)."""
-        tree = self.tree
-        weight = self.weight
-        n = len(tree.elements)
-        self.fifo_rank = np.zeros(n, dtype=np.int64)
-        self.fifo_index: dict[int, int] = {}
-        for p in np.flatnonzero(self.fifo):
-            pool = tree.elements[p]
-            kids = list(tree.children(int(p)))
-            params = pool.fifo_sort_parameters  # type: ignore[attr-defined]
-
-            def key(c: int, params: tuple[str, ...] = params) -> tuple[float, ...]:
-                op = tree.elements[c]
-                out = []
-                for name in params:
-                    if name == "weight":
-                        out.append(-weight[c])
-                    elif name == "start_time":
-                        out.append(op.start_time)  # type: ignore[attr-defined]
-                    else:
-                        out.append(op.pending_allocation_count)  # type: ignore[attr-defined]
-                return tuple(out)
-
-            for rank, c in enumerate(sorted(kids, key=key)):
-                self.fifo_rank[c] = rank
-                self.fifo_index[c] = rank
-
-    # ---- reuse of the previous update's guarantees ---------------------------------------------------
-    def reuse_guarantees(self) -> None:
-        """Take the previous update's limits, guarantees and weights when everything they are computed from
-        is the same (``_StaticGuarantees``), else leave ``reused`` None so that the steps compute them.
-
-        Run after ``validate_priority_pools`` and ``compute_integral_ratios`` (whose results are among the
-        inputs); the limits (``compute_attributes``), ``infer_strong_guarantees``, ``adjust_guarantees``, the
-        weights of ``compute_weights`` and ``compute_estimated_guarantees`` then take it.
-        """
-        key = self._guarantees_key()
-        kept = self.tree.guarantees
-        self.reused = kept if kept is not None and kept.key == key else None
-        self.statics = self.reused
-        self._key = key
-
-    def derived_statics(self) -> dict[Any, Any] | None:
-        """Where arrays computed from the kept guarantees' weights and the structure alone are kept for later
-        updates that reuse them (the functions' placements, the children's suggestion ratios); None when there
-        is no kept state or some pool is FIFO (then those arrays also depend on the FIFO order)."""
-        statics = self.statics
-        if statics is None or self.any_fifo:
-            return None
-        return statics.derived
-
-    def _guarantees_key(self) -> tuple[Any, ...]:
-        """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
-        settings = self.settings
-        return (
-            settings.main_resource,
-            settings.infer_weight_from_guarantees_share_multiplier,
-            self.total.tobytes(),
-            self.tag_limits.tobytes(),
-            self.max_share_ratio.tobytes(),
-            self.specified_limits.tobytes(),
-            self.strong_config.tobytes(),
-            self.spec_mask.tobytes(),
-            self.weight_cfg.tobytes(),
-            self.fifo.tobytes(),
-            self.priority.tobytes(),
-            self.burst_ratio.tobytes(),
-            self.total_burst_ratio.tobytes(),
-            self.total_flow_ratio.tobytes(),
-            tuple(self.burst_pools),
         )
 
-    def keep_guarantees(self) -> None:
-        """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
-        results of later updates share them)."""
-        kept = _StaticGuarantees(
-            self._key,
-            self.resource_limits,
-            self.limits_share,
-            self.inferred,
-            self.sgs,
-            self.weight,
-            self.egs,
-            {},
-        )
-        for array in (
-            kept.resource_limits,
-            kept.limits_share,
-            kept.inferred,
-            kept.sgs,
-            kept.weight,
-            kept.egs,
-        ):
-            array.flags.writeable = False
-        self.tree.guarantees = kept
-        self.statics = kept
 
-    def compute_estimated_guarantees(self) -> None:
-        tree = self.tree
-        egs = np.zeros_like(self.sgs)
-        egs[0] = self.sgs[0]
-        take = np.take
-        for level in tree.parent_levels():
-            parents, seg, slot = level.parents, level.seg, level.slot
-            children = _block(level)
-            want = self.sgs[children] + self.total_flow_ratio[children, None]
-            budget = take(take(egs, parents, axis=0), slot, axis=0)
-            prefix = np.cumsum(want, axis=0)
-            base = np.where((seg > 0)[:, None], take(prefix, np.maximum(seg - 1, 0), axis=0), 0.0)
-            incl = prefix - take(base, slot, axis=0)
-            excl = incl - want
-            # Sequential "min(want, still undistributed)" over the children, as prefix sums.
-            got = np.minimum(incl, budget) - np.minimum(excl, budget)
-            undistributed = take(egs, parents, axis=0) - np.add.reduceat(got, seg, axis=0)
-            weights = self.weight[children]
-            wsum = np.add.reduceat(weights, seg)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                part = np.where(take(wsum, slot) > 0, weights / take(wsum, slot), 0.0)
-            egs[children] = got + take(undistributed, slot, axis=0) * part[:, None]
-        self.egs = egs
+# ---- b.6 ----------------------------------------------------------------------------------------
+def compute_weights(upd: _Update) -> None:
+    tree = upd.tree
+    weight = np.where(np.isnan(upd.weight_cfg), 1.0, upd.weight_cfg)
+    multiplier = upd.settings.infer_weight_from_guarantees_share_multiplier
+    if multiplier is not None:
+        g = fn.row_max(upd.sgs) + upd.total_flow_ratio
+        unset = np.isnan(upd.weight_cfg)
+        unset[0] = False
+        gp = g[np.maximum(tree.parent, 0)]
+        ok = (g >= EPSILON) & (gp >= EPSILON)
+        inferred = np.where(ok, multiplier * g / np.where(ok, gp, 1.0), 1.0)
+        weight = np.where(unset, inferred, weight)
+    weight[0] = 1.0
+    upd.weight = weight
+    compute_fifo_order(upd)
+
+
+def compute_fifo_order(upd: _Update) -> None:
+    """FIFO order (b.6) of operations in FIFO pools (by their current pending allocations, when so set)."""
+    tree = upd.tree
+    weight = upd.weight
+    n = len(tree.elements)
+    upd.fifo_rank = np.zeros(n, dtype=np.int64)
+    upd.fifo_index: dict[int, int] = {}
+    for p in np.flatnonzero(upd.fifo):
+        pool = tree.elements[p]
+        kids = list(tree.children(int(p)))
+        params = pool.fifo_sort_parameters  # type: ignore[attr-defined]
+
+        def key(c: int, params: tuple[str, ...] = params) -> tuple[float, ...]:
+            op = tree.elements[c]
+            out = []
+            for name in params:
+                if name == "weight":
+                    out.append(-weight[c])
+                elif name == "start_time":
+                    out.append(op.start_time)  # type: ignore[attr-defined]
+                else:
+                    out.append(op.pending_allocation_count)  # type: ignore[attr-defined]
+            return tuple(out)
+
+        for rank, c in enumerate(sorted(kids, key=key)):
+            upd.fifo_rank[c] = rank
+            upd.fifo_index[c] = rank
+
+
+# ---- reuse of the previous update's guarantees ---------------------------------------------------
+def reuse_guarantees(upd: _Update) -> None:
+    """Take the previous update's limits, guarantees and weights when everything they are computed from
+    is the same (``_StaticGuarantees``), else leave ``reused`` None so that the steps compute them.
+
+    Run after ``validate_priority_pools`` and ``compute_integral_ratios`` (whose results are among the
+    inputs); the limits (``compute_attributes``), ``infer_strong_guarantees``, ``adjust_guarantees``, the
+    weights of ``compute_weights`` and ``compute_estimated_guarantees`` then take it.
+    """
+    key = _guarantees_key(upd)
+    kept = upd.tree.guarantees
+    upd.reused = kept if kept is not None and kept.key == key else None
+    upd.statics = upd.reused
+    upd._key = key
+
+
+def derived_statics(upd: _Update) -> dict[Any, Any] | None:
+    """Where arrays computed from the kept guarantees' weights and the structure alone are kept for later
+    updates that reuse them (the functions' placements, the children's suggestion ratios); None when there
+    is no kept state or some pool is FIFO (then those arrays also depend on the FIFO order)."""
+    statics = upd.statics
+    if statics is None or upd.any_fifo:
+        return None
+    return statics.derived
+
+
+def _guarantees_key(upd: _Update) -> tuple[Any, ...]:
+    """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
+    settings = upd.settings
+    return (
+        settings.main_resource,
+        settings.infer_weight_from_guarantees_share_multiplier,
+        upd.total.tobytes(),
+        upd.tag_limits.tobytes(),
+        upd.max_share_ratio.tobytes(),
+        upd.specified_limits.tobytes(),
+        upd.strong_config.tobytes(),
+        upd.spec_mask.tobytes(),
+        upd.weight_cfg.tobytes(),
+        upd.fifo.tobytes(),
+        upd.priority.tobytes(),
+        upd.burst_ratio.tobytes(),
+        upd.total_burst_ratio.tobytes(),
+        upd.total_flow_ratio.tobytes(),
+        tuple(upd.burst_pools),
+    )
+
+
+def keep_guarantees(upd: _Update) -> None:
+    """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
+    results of later updates share them)."""
+    kept = _StaticGuarantees(
+        upd._key,
+        upd.resource_limits,
+        upd.limits_share,
+        upd.inferred,
+        upd.sgs,
+        upd.weight,
+        upd.egs,
+        {},
+    )
+    for array in (
+        kept.resource_limits,
+        kept.limits_share,
+        kept.inferred,
+        kept.sgs,
+        kept.weight,
+        kept.egs,
+    ):
+        array.flags.writeable = False
+    upd.tree.guarantees = kept
+    upd.statics = kept
+
+
+def compute_estimated_guarantees(upd: _Update) -> None:
+    tree = upd.tree
+    egs = np.zeros_like(upd.sgs)
+    egs[0] = upd.sgs[0]
+    take = np.take
+    for level in tree.parent_levels():
+        parents, seg, slot = level.parents, level.seg, level.slot
+        children = _block(level)
+        want = upd.sgs[children] + upd.total_flow_ratio[children, None]
+        budget = take(take(egs, parents, axis=0), slot, axis=0)
+        prefix = np.cumsum(want, axis=0)
+        base = np.where((seg > 0)[:, None], take(prefix, np.maximum(seg - 1, 0), axis=0), 0.0)
+        incl = prefix - take(base, slot, axis=0)
+        excl = incl - want
+        # Sequential "min(want, still undistributed)" over the children, as prefix sums.
+        got = np.minimum(incl, budget) - np.minimum(excl, budget)
+        undistributed = take(egs, parents, axis=0) - np.add.reduceat(got, seg, axis=0)
+        weights = upd.weight[children]
+        wsum = np.add.reduceat(weights, seg)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            part = np.where(take(wsum, slot) > 0, weights / take(wsum, slot), 0.0)
+        egs[children] = got + take(undistributed, slot, axis=0) * part[:, None]
+    upd.egs = egs
 
 
 @dataclass(eq=False, slots=True)

@@ -124,7 +124,7 @@ def split_target(
     distribution_gap: bool,
     inverse_lower_bound: Callable[[float, float, Callable[[float], bool]], float],
 ) -> np.ndarray:
-    """One pool's split, the reference the update's level-by-level ``_Update._split_targets`` is tested against
+    """One pool's split, the reference the update's level-by-level ``distribution._split_targets`` is tested against
     (``tests/fairshare/test_improved_vectorized.py``). Children's targets for a pool's target, as YTsaurus's
     vector ``ComputeAndSetFairShare``: the largest fit
     factor whose children's values fit in the target, then their jumps there in child order while they fit

@@ -25,6 +25,7 @@ from pooltree.resources import RESOURCE_COUNT, RESOURCES
 
 if TYPE_CHECKING:
     from pooltree.fairshare.layout import _Tree
+    from pooltree.fairshare.update import _Update
 
 _DEFAULT_FIFO_SORT = ("weight", "start_time")
 
@@ -189,7 +190,7 @@ class _KeptInputs:
     With a journaled model (``journal``: every operation of the tree belongs to it, ``journaled``), also every
     array as read (before ``compute_attributes`` sums usage and demand in place), read-only, and the journal's
     ``position`` when they were read: the next update copies them and reads again only the operations written
-    since, and every pool (``_Inputs._read_written``)."""
+    since, and every pool (``_read_written``)."""
 
     __slots__ = (
         "apply_limits",
@@ -289,328 +290,324 @@ _CARRIED_ARRAYS = (
 )
 
 
-class _Inputs:
-    """``_Update``'s input reading (b.1)."""
+# ---- inputs (b.1) -------------------------------------------------------------------------------
+def _read_inputs(upd: _Update) -> None:
+    """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
-    # ---- inputs (b.1) -------------------------------------------------------------------------------
-    def _read_inputs(self) -> None:
-        """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
+    An update of a journaled model (``pooltree.fairshare.journal``) whose tree was read before reads only the
+    operations written since and the pools (``_read_written``); so does the update of a tree patched from such
+    a tree (operations arrived, left or moved: ``layout._patched``), which also reads the new rows. Anything
+    else reads every row (``_read_every_row``). All give the same arrays and raise the same first error.
+    """
+    tree = upd.tree
+    journal = getattr(tree.elements[0], "journal", None)
+    if type(journal) is not InputJournal:
+        journal = None
+    last: _KeptInputs | None = tree.inputs
+    new_rows = None
+    if journal is not None and last is None:
+        carried = _carried_inputs(tree, journal)
+        if carried is not None:
+            last, new_rows = carried
+    if journal is not None and last is not None and last.journal is journal and last.journaled:
+        rows = _written_rows(upd, last, journal, new_rows)
+        if rows is not None:
+            _read_written(upd, last, rows, journal)
+            return
+    _read_every_row(upd, journal)
 
-        An update of a journaled model (``pooltree.fairshare.journal``) whose tree was read before reads only the
-        operations written since and the pools (``_read_written``); so does the update of a tree patched from such
-        a tree (operations arrived, left or moved: ``layout._patched``), which also reads the new rows. Anything
-        else reads every row (``_read_every_row``). All give the same arrays and raise the same first error.
-        """
-        tree = self.tree
-        journal = getattr(tree.elements[0], "journal", None)
-        if type(journal) is not InputJournal:
-            journal = None
-        last: _KeptInputs | None = tree.inputs
-        new_rows = None
-        if journal is not None and last is None:
-            carried = _carried_inputs(tree, journal)
-            if carried is not None:
-                last, new_rows = carried
-        if journal is not None and last is not None and last.journal is journal and last.journaled:
-            rows = self._written_rows(last, journal, new_rows)
-            if rows is not None:
-                self._read_written(last, rows, journal)
-                return
-        self._read_every_row(journal)
 
-    def _written_rows(
-        self, last: _KeptInputs, journal: InputJournal, new_rows: np.ndarray | None = None
-    ) -> np.ndarray | None:
-        """Rows (sorted) of the tree's operations written since ``last`` was read, and the ``new_rows``, or None:
-        read every row (the journal forgot, the totals changed, too many were written, or one is not in the
-        journal)."""
-        if last.total != self.total.tobytes():
-            return None  # every row's default tag-filter limits are the totals
-        written = journal.written_since(last.position)
-        if written is None:
-            return None
-        tree = self.tree
-        ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
-        limit = len(ops) * WRITTEN_SHARE_LIMIT
-        if len(written) > 4 * limit:
-            return None
-        elements = tree.elements
-        unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
-        rows: list[int] = []
-        if new_rows is not None:
-            for row in new_rows.tolist():
-                element = elements[row]
-                if getattr(element, "journal", None) is not journal:
-                    return None  # not journaled: only a full read may vouch for it
-                unique.pop(element, None)
-                rows.append(row)
-        if len(unique) + len(rows) > limit:
-            return None
-        for element in unique:
-            row = tree.row_of(element)
-            if row is not None:
-                if getattr(element, "journal", None) is not journal:
-                    return None  # it left the journal: its next writes would not be seen
-                rows.append(row)
-        rows.sort()
-        return np.array(rows, dtype=np.int64)
+def _written_rows(
+    upd: _Update, last: _KeptInputs, journal: InputJournal, new_rows: np.ndarray | None = None
+) -> np.ndarray | None:
+    """Rows (sorted) of the tree's operations written since ``last`` was read, and the ``new_rows``, or None:
+    read every row (the journal forgot, the totals changed, too many were written, or one is not in the
+    journal)."""
+    if last.total != upd.total.tobytes():
+        return None  # every row's default tag-filter limits are the totals
+    written = journal.written_since(last.position)
+    if written is None:
+        return None
+    tree = upd.tree
+    ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+    limit = len(ops) * WRITTEN_SHARE_LIMIT
+    if len(written) > 4 * limit:
+        return None
+    elements = tree.elements
+    unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
+    rows: list[int] = []
+    if new_rows is not None:
+        for row in new_rows.tolist():
+            element = elements[row]
+            if getattr(element, "journal", None) is not journal:
+                return None  # not journaled: only a full read may vouch for it
+            unique.pop(element, None)
+            rows.append(row)
+    if len(unique) + len(rows) > limit:
+        return None
+    for element in unique:
+        row = tree.row_of(element)
+        if row is not None:
+            if getattr(element, "journal", None) is not journal:
+                return None  # it left the journal: its next writes would not be seen
+            rows.append(row)
+    rows.sort()
+    return np.array(rows, dtype=np.int64)
 
-    def _read_every_row(self, journal: InputJournal | None) -> None:
-        """Every element's inputs: one comprehension per attribute (a slot read the interpreter specialises, cheaper
-        than one ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``)."""
-        tree = self.tree
-        elements = tree.elements
-        n = len(elements)
-        total = self.total
-        is_op = tree.is_op
-        op_idx = tree.memo("op_idx", lambda: np.flatnonzero(is_op))
-        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~is_op))
-        ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
-        pools: list[Pool] = tree.pools
-        main = RESOURCES.index(self.settings.main_resource)
-        position = 0 if journal is None else journal.position  # before any value is read
-        # Scalar fields whose values are the very objects of the previous update of this tree (immutable
-        # values: the same object is the same value) reuse the arrays made and checked from them then.
-        last = tree.inputs
-        kept = _KeptInputs()
-        weights = [e.weight for e in elements]
-        msr_raw = [e.max_share_ratio for e in elements]
-        tol_raw = [e.starvation_tolerance for e in elements]
-        if last is not None and _same_objects(last.weights, weights):
-            weight_cfg = last.weight_cfg
-        else:
-            weight_cfg = _readonly(_weights(elements, weights))
-        if last is not None and _same_objects(last.msr, msr_raw):
-            msr = last.msr_array
-        else:
-            msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
-        if last is not None and _same_objects(last.tol, tol_raw):
-            tol = last.tol_array
-        else:
-            tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
-        kept.weights, kept.weight_cfg = weights, weight_cfg
-        kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
-        tag_rows = [e.tag_filter_resource_limits for e in elements]
-        # Almost no element has a tag filter: find the few that do without a Python-level loop.
-        tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
-        # Every vector is read here; a None (some row is not a float64 vector of 5) sends the rows of that
-        # kind through ``_stack`` below, which converts them or raises for the first bad element as before.
-        usage_rows = [e.usage for e in ops]
-        demand_rows = [e.demand for e in ops]
-        op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
-        strong_rows = [e.strong_guarantee_resources for e in pools]
-        pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
-        usage = np.zeros((n, RESOURCE_COUNT))
-        demand = np.zeros((n, RESOURCE_COUNT))
-        strong = np.zeros((n, RESOURCE_COUNT))
-        self.schedulable = np.ones(n, dtype=bool)
-        self.step = np.zeros(n, dtype=bool)
-        apply_limits = np.zeros(n, dtype=bool)
-        if ops:
-            (
-                usage[op_idx],
-                demand[op_idx],
-                self.schedulable[op_idx],
-                self.step[op_idx],
-                apply_limits[op_idx],
-            ) = _operation_rows(ops, usage_rows, demand_rows, op_vectors)
-        if pool_vectors is None:
-            strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
-        else:
-            strong[pool_idx] = pool_vectors[:, 0]
-        pool_raw = [
-            [p.mode for p in pools],
-            [p.specified_guarantee_resources for p in pools],
-            [p.integral_guarantees.guarantee_type for p in pools],
-            [p.fifo_sort_parameters for p in pools],
-        ]
-        if (
-            last is not None
-            and last.pool_raw is not None
-            and all(map(_same_objects, last.pool_raw, pool_raw))
-        ):
-            self.fifo, self.integral_type, spec_mask = last.pool_arrays
-        else:
-            pool_arrays = _pool_inputs(tree, pool_idx, pools)
-            for array in pool_arrays:
-                _readonly(array)
-            self.fifo, self.integral_type, spec_mask = pool_arrays
-        kept.pool_raw, kept.pool_arrays = pool_raw, (self.fifo, self.integral_type, spec_mask)
-        spec_mask = spec_mask.copy()
-        if op_vectors is None or pool_vectors is None:
-            specified = [e.specified_resource_limits for e in elements]
-            self.specified_limits = _stack(elements, "specified_resource_limits", specified)
-        else:
-            self.specified_limits = np.empty((n, RESOURCE_COUNT))
-            self.specified_limits[op_idx] = op_vectors[:, 2]
-            self.specified_limits[pool_idx] = pool_vectors[:, 1]
-        # Element 0 is the root; its own limits are the totals.
-        self.usage = usage
-        self.demand = demand
-        self.tag_limits = np.tile(total, (n, 1))
-        if tagged:
-            self.tag_limits[tagged] = _stack(
-                [elements[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
-            )
-        self.strong_config = strong
-        self._check_vectors(None)
-        # Pools specify their main resource whenever they specify a strong guarantee (master validation).
-        self.spec_mask = spec_mask
-        self.spec_mask[:, main] = True
-        self.weight_cfg = weight_cfg
-        self.max_share_ratio = msr
-        self.tolerance = tol
-        self.apply_limits = apply_limits
-        kept.journal = journal
-        # Every later read of this tree trusts the journal only for operations that belong to it.
-        kept.journaled = journal is not None and all(
-            map(is_, map(getattr, elements, repeat("journal"), repeat(None)), repeat(journal))
+
+def _read_every_row(upd: _Update, journal: InputJournal | None) -> None:
+    """Every element's inputs: one comprehension per attribute (a slot read the interpreter specialises, cheaper
+    than one ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``)."""
+    tree = upd.tree
+    elements = tree.elements
+    n = len(elements)
+    total = upd.total
+    is_op = tree.is_op
+    op_idx = tree.memo("op_idx", lambda: np.flatnonzero(is_op))
+    pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~is_op))
+    ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
+    pools: list[Pool] = tree.pools
+    main = RESOURCES.index(upd.settings.main_resource)
+    position = 0 if journal is None else journal.position  # before any value is read
+    # Scalar fields whose values are the very objects of the previous update of this tree (immutable
+    # values: the same object is the same value) reuse the arrays made and checked from them then.
+    last = tree.inputs
+    kept = _KeptInputs()
+    weights = [e.weight for e in elements]
+    msr_raw = [e.max_share_ratio for e in elements]
+    tol_raw = [e.starvation_tolerance for e in elements]
+    if last is not None and _same_objects(last.weights, weights):
+        weight_cfg = last.weight_cfg
+    else:
+        weight_cfg = _readonly(_weights(elements, weights))
+    if last is not None and _same_objects(last.msr, msr_raw):
+        msr = last.msr_array
+    else:
+        msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
+    if last is not None and _same_objects(last.tol, tol_raw):
+        tol = last.tol_array
+    else:
+        tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
+    kept.weights, kept.weight_cfg = weights, weight_cfg
+    kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
+    tag_rows = [e.tag_filter_resource_limits for e in elements]
+    # Almost no element has a tag filter: find the few that do without a Python-level loop.
+    tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
+    # Every vector is read here; a None (some row is not a float64 vector of 5) sends the rows of that
+    # kind through ``_stack`` below, which converts them or raises for the first bad element as before.
+    usage_rows = [e.usage for e in ops]
+    demand_rows = [e.demand for e in ops]
+    op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
+    strong_rows = [e.strong_guarantee_resources for e in pools]
+    pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
+    usage = np.zeros((n, RESOURCE_COUNT))
+    demand = np.zeros((n, RESOURCE_COUNT))
+    strong = np.zeros((n, RESOURCE_COUNT))
+    upd.schedulable = np.ones(n, dtype=bool)
+    upd.step = np.zeros(n, dtype=bool)
+    apply_limits = np.zeros(n, dtype=bool)
+    if ops:
+        (
+            usage[op_idx],
+            demand[op_idx],
+            upd.schedulable[op_idx],
+            upd.step[op_idx],
+            apply_limits[op_idx],
+        ) = _operation_rows(ops, usage_rows, demand_rows, op_vectors)
+    if pool_vectors is None:
+        strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
+    else:
+        strong[pool_idx] = pool_vectors[:, 0]
+    pool_raw = [
+        [p.mode for p in pools],
+        [p.specified_guarantee_resources for p in pools],
+        [p.integral_guarantees.guarantee_type for p in pools],
+        [p.fifo_sort_parameters for p in pools],
+    ]
+    if last is not None and last.pool_raw is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
+        upd.fifo, upd.integral_type, spec_mask = last.pool_arrays
+    else:
+        pool_arrays = _pool_inputs(tree, pool_idx, pools)
+        for array in pool_arrays:
+            _readonly(array)
+        upd.fifo, upd.integral_type, spec_mask = pool_arrays
+    kept.pool_raw, kept.pool_arrays = pool_raw, (upd.fifo, upd.integral_type, spec_mask)
+    spec_mask = spec_mask.copy()
+    if op_vectors is None or pool_vectors is None:
+        specified = [e.specified_resource_limits for e in elements]
+        upd.specified_limits = _stack(elements, "specified_resource_limits", specified)
+    else:
+        upd.specified_limits = np.empty((n, RESOURCE_COUNT))
+        upd.specified_limits[op_idx] = op_vectors[:, 2]
+        upd.specified_limits[pool_idx] = pool_vectors[:, 1]
+    # Element 0 is the root; its own limits are the totals.
+    upd.usage = usage
+    upd.demand = demand
+    upd.tag_limits = np.tile(total, (n, 1))
+    if tagged:
+        upd.tag_limits[tagged] = _stack(
+            [elements[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
         )
-        kept.position = position
-        self._keep_arrays(kept)  # sets ``tree.inputs``: only once every check has passed
+    upd.strong_config = strong
+    _check_vectors(upd, None)
+    # Pools specify their main resource whenever they specify a strong guarantee (master validation).
+    upd.spec_mask = spec_mask
+    upd.spec_mask[:, main] = True
+    upd.weight_cfg = weight_cfg
+    upd.max_share_ratio = msr
+    upd.tolerance = tol
+    upd.apply_limits = apply_limits
+    kept.journal = journal
+    # Every later read of this tree trusts the journal only for operations that belong to it.
+    kept.journaled = journal is not None and all(
+        map(is_, map(getattr, elements, repeat("journal"), repeat(None)), repeat(journal))
+    )
+    kept.position = position
+    _keep_arrays(upd, kept)  # sets ``tree.inputs``: only once every check has passed
 
-    def _keep_arrays(self, kept: _KeptInputs) -> None:
-        """Keep this read's arrays for the next read of the tree (read-only; usage and demand as read, since
-        ``compute_attributes`` writes into the update's own), then set ``tree.inputs`` (every check has passed)."""
-        kept.total = self.total.tobytes()
-        kept.usage = _readonly(self.usage.copy())
-        kept.demand = _readonly(self.demand.copy())
-        kept.specified_limits = _readonly(self.specified_limits)
-        kept.tag_limits = _readonly(self.tag_limits)
-        kept.strong_config = _readonly(self.strong_config)
-        kept.schedulable = _readonly(self.schedulable)
-        kept.step = _readonly(self.step)
-        kept.apply_limits = _readonly(self.apply_limits)
-        self.tree.inputs = kept
 
-    def _check_vectors(self, rows: np.ndarray | None) -> None:
-        """Vector inputs are non-negative numbers (finite but for limits) and operations' demand covers usage: of
-        every row (``rows`` None) or of ``rows`` (sorted; the other rows were checked before). Raises for the first
-        bad row of the first field, in the order of the fields."""
-        tree = self.tree
-        for name, arr, allow_inf in (
-            ("usage", self.usage, False),
-            ("demand", self.demand, False),
-            ("specified_resource_limits", self.specified_limits, True),
-            ("tag_filter_resource_limits", self.tag_limits, True),
-            ("strong_guarantee_resources", self.strong_config, False),
-        ):
-            part = arr if rows is None else arr[rows]
-            # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
-            # array in the usual case, the rows only when something is wrong.
-            good = part >= 0 if allow_inf else (part >= 0) & (part < np.inf)
-            if good.all():
-                continue
-            bad = np.isnan(part) | (part < 0) | (~np.isfinite(part) if not allow_inf else False)
-            found = np.flatnonzero(fn.row_any(bad))
-            if len(found):
-                row = int(found[0]) if rows is None else int(rows[found[0]])
-                e = tree.elements[row]
-                raise ConfigError(
-                    _path(e, name), f"resources must be non-negative numbers, got {arr[row].tolist()}"
-                )
-        if rows is None:
-            short = np.flatnonzero(fn.row_any(self.demand < self.usage) & tree.is_op)
-        else:
-            short = rows[fn.row_any(self.demand[rows] < self.usage[rows]) & tree.is_op[rows]]
-        if len(short):
-            e = tree.elements[int(short[0])]
+def _keep_arrays(upd: _Update, kept: _KeptInputs) -> None:
+    """Keep this read's arrays for the next read of the tree (read-only; usage and demand as read, since
+    ``compute_attributes`` writes into the update's own), then set ``tree.inputs`` (every check has passed)."""
+    kept.total = upd.total.tobytes()
+    kept.usage = _readonly(upd.usage.copy())
+    kept.demand = _readonly(upd.demand.copy())
+    kept.specified_limits = _readonly(upd.specified_limits)
+    kept.tag_limits = _readonly(upd.tag_limits)
+    kept.strong_config = _readonly(upd.strong_config)
+    kept.schedulable = _readonly(upd.schedulable)
+    kept.step = _readonly(upd.step)
+    kept.apply_limits = _readonly(upd.apply_limits)
+    upd.tree.inputs = kept
+
+
+def _check_vectors(upd: _Update, rows: np.ndarray | None) -> None:
+    """Vector inputs are non-negative numbers (finite but for limits) and operations' demand covers usage: of
+    every row (``rows`` None) or of ``rows`` (sorted; the other rows were checked before). Raises for the first
+    bad row of the first field, in the order of the fields."""
+    tree = upd.tree
+    for name, arr, allow_inf in (
+        ("usage", upd.usage, False),
+        ("demand", upd.demand, False),
+        ("specified_resource_limits", upd.specified_limits, True),
+        ("tag_filter_resource_limits", upd.tag_limits, True),
+        ("strong_guarantee_resources", upd.strong_config, False),
+    ):
+        part = arr if rows is None else arr[rows]
+        # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
+        # array in the usual case, the rows only when something is wrong.
+        good = part >= 0 if allow_inf else (part >= 0) & (part < np.inf)
+        if good.all():
+            continue
+        bad = np.isnan(part) | (part < 0) | (~np.isfinite(part) if not allow_inf else False)
+        found = np.flatnonzero(fn.row_any(bad))
+        if len(found):
+            row = int(found[0]) if rows is None else int(rows[found[0]])
+            e = tree.elements[row]
             raise ConfigError(
-                _path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)"
+                _path(e, name), f"resources must be non-negative numbers, got {arr[row].tolist()}"
             )
+    if rows is None:
+        short = np.flatnonzero(fn.row_any(upd.demand < upd.usage) & tree.is_op)
+    else:
+        short = rows[fn.row_any(upd.demand[rows] < upd.usage[rows]) & tree.is_op[rows]]
+    if len(short):
+        e = tree.elements[int(short[0])]
+        raise ConfigError(_path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)")
 
-    def _read_written(self, last: _KeptInputs, rows: np.ndarray, journal: InputJournal) -> None:
-        """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the elements written
-        since (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
-        rows passed them then, so the first bad row is among these)."""
-        tree = self.tree
-        elements = tree.elements
-        position = journal.position  # before any value is read
-        is_op = tree.is_op[rows]
-        op_rows = rows[is_op]
-        pool_rows = rows[~is_op]
-        read: list[Any] = [elements[i] for i in rows.tolist()]
-        ops: list[Any] = list(compress(read, is_op.tolist()))
-        pools: list[Any] = list(compress(read, (~is_op).tolist()))
-        main = RESOURCES.index(self.settings.main_resource)
-        kept = _KeptInputs()
-        kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
-        weight_cfg = last.weight_cfg.copy()
-        weight_cfg[rows] = _weights(read, [e.weight for e in read])
-        msr_read = _unit_interval(read, [e.max_share_ratio for e in read], "max_share_ratio")
-        tol_read = _unit_interval(read, [e.starvation_tolerance for e in read], "starvation_tolerance")
-        msr = last.msr_array.copy()
-        msr[rows] = msr_read
-        tol = last.tol_array.copy()
-        tol[rows] = tol_read
-        kept.weight_cfg, kept.msr_array, kept.tol_array = (
-            _readonly(weight_cfg),
-            _readonly(msr),
-            _readonly(tol),
+
+def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray, journal: InputJournal) -> None:
+    """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the elements written
+    since (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
+    rows passed them then, so the first bad row is among these)."""
+    tree = upd.tree
+    elements = tree.elements
+    position = journal.position  # before any value is read
+    is_op = tree.is_op[rows]
+    op_rows = rows[is_op]
+    pool_rows = rows[~is_op]
+    read: list[Any] = [elements[i] for i in rows.tolist()]
+    ops: list[Any] = list(compress(read, is_op.tolist()))
+    pools: list[Any] = list(compress(read, (~is_op).tolist()))
+    main = RESOURCES.index(upd.settings.main_resource)
+    kept = _KeptInputs()
+    kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
+    weight_cfg = last.weight_cfg.copy()
+    weight_cfg[rows] = _weights(read, [e.weight for e in read])
+    msr_read = _unit_interval(read, [e.max_share_ratio for e in read], "max_share_ratio")
+    tol_read = _unit_interval(read, [e.starvation_tolerance for e in read], "starvation_tolerance")
+    msr = last.msr_array.copy()
+    msr[rows] = msr_read
+    tol = last.tol_array.copy()
+    tol[rows] = tol_read
+    kept.weight_cfg, kept.msr_array, kept.tol_array = (
+        _readonly(weight_cfg),
+        _readonly(msr),
+        _readonly(tol),
+    )
+    tag_rows = [e.tag_filter_resource_limits for e in read]
+    tagged = list(compress(range(len(read)), map(is_not, tag_rows, repeat(None))))
+    usage_rows = [e.usage for e in ops]
+    demand_rows = [e.demand for e in ops]
+    specified_rows = [e.specified_resource_limits for e in ops]
+    op_vectors = _read_interleaved(usage_rows, demand_rows, specified_rows) if ops else None
+    strong_rows = [e.strong_guarantee_resources for e in pools]
+    pool_vectors = (
+        _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools]) if pools else None
+    )
+    usage = last.usage.copy()
+    demand = last.demand.copy()
+    schedulable = last.schedulable.copy()
+    step = last.step.copy()
+    apply_limits = last.apply_limits.copy()
+    if ops:
+        usage[op_rows], demand[op_rows], schedulable[op_rows], step[op_rows], apply_limits[op_rows] = (
+            _operation_rows(ops, usage_rows, demand_rows, op_vectors)
         )
-        tag_rows = [e.tag_filter_resource_limits for e in read]
-        tagged = list(compress(range(len(read)), map(is_not, tag_rows, repeat(None))))
-        usage_rows = [e.usage for e in ops]
-        demand_rows = [e.demand for e in ops]
-        specified_rows = [e.specified_resource_limits for e in ops]
-        op_vectors = _read_interleaved(usage_rows, demand_rows, specified_rows) if ops else None
-        strong_rows = [e.strong_guarantee_resources for e in pools]
-        pool_vectors = (
-            _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools]) if pools else None
+    strong = last.strong_config
+    if pools:
+        strong = strong.copy()
+        if pool_vectors is None:
+            strong[pool_rows] = _stack(pools, "strong_guarantee_resources", strong_rows)
+        else:
+            strong[pool_rows] = pool_vectors[:, 0]
+        # The pools' own checks, in tree order as ``_pool_inputs`` runs them; their rows of the three arrays.
+        checked = _pool_inputs(tree, pool_rows, pools)
+        pool_arrays = tuple(array.copy() for array in last.pool_arrays)
+        for array, new in zip(pool_arrays, checked, strict=True):
+            array[pool_rows] = new[pool_rows]
+            _readonly(array)
+        upd.fifo, upd.integral_type, spec_mask = pool_arrays
+        kept.pool_raw = None  # a later full read checks every pool again
+    else:
+        upd.fifo, upd.integral_type, spec_mask = last.pool_arrays
+        kept.pool_raw = last.pool_raw
+    kept.pool_arrays = (upd.fifo, upd.integral_type, spec_mask)
+    specified = last.specified_limits.copy()
+    if (ops and op_vectors is None) or (pools and pool_vectors is None):
+        specified[rows] = _stack(
+            read, "specified_resource_limits", [e.specified_resource_limits for e in read]
         )
-        usage = last.usage.copy()
-        demand = last.demand.copy()
-        schedulable = last.schedulable.copy()
-        step = last.step.copy()
-        apply_limits = last.apply_limits.copy()
-        if ops:
-            usage[op_rows], demand[op_rows], schedulable[op_rows], step[op_rows], apply_limits[op_rows] = (
-                _operation_rows(ops, usage_rows, demand_rows, op_vectors)
-            )
-        strong = last.strong_config
-        if pools:
-            strong = strong.copy()
-            if pool_vectors is None:
-                strong[pool_rows] = _stack(pools, "strong_guarantee_resources", strong_rows)
-            else:
-                strong[pool_rows] = pool_vectors[:, 0]
-            # The pools' own checks, in tree order as ``_pool_inputs`` runs them; their rows of the three arrays.
-            checked = _pool_inputs(tree, pool_rows, pools)
-            pool_arrays = tuple(array.copy() for array in last.pool_arrays)
-            for array, new in zip(pool_arrays, checked, strict=True):
-                array[pool_rows] = new[pool_rows]
-                _readonly(array)
-            self.fifo, self.integral_type, spec_mask = pool_arrays
-            kept.pool_raw = None  # a later full read checks every pool again
-        else:
-            self.fifo, self.integral_type, spec_mask = last.pool_arrays
-            kept.pool_raw = last.pool_raw
-        kept.pool_arrays = (self.fifo, self.integral_type, spec_mask)
-        specified = last.specified_limits.copy()
-        if (ops and op_vectors is None) or (pools and pool_vectors is None):
-            specified[rows] = _stack(
-                read, "specified_resource_limits", [e.specified_resource_limits for e in read]
-            )
-        else:
-            if op_vectors is not None:
-                specified[op_rows] = op_vectors[:, 2]
-            if pool_vectors is not None:
-                specified[pool_rows] = pool_vectors[:, 1]
-        tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
-        tag_limits[rows] = self.total
-        if tagged:
-            tag_limits[rows[tagged]] = _stack(
-                [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
-            )
-        self.usage, self.demand, self.strong_config = usage, demand, strong
-        self.specified_limits, self.tag_limits = specified, tag_limits
-        self.schedulable, self.step = schedulable, step
-        self._check_vectors(rows)
-        self.spec_mask = spec_mask.copy()
-        self.spec_mask[:, main] = True
-        self.weight_cfg = kept.weight_cfg
-        self.max_share_ratio = kept.msr_array
-        self.tolerance = kept.tol_array
-        self.apply_limits = apply_limits
-        kept.journal, kept.journaled, kept.position = journal, True, position
-        self._keep_arrays(kept)
+    else:
+        if op_vectors is not None:
+            specified[op_rows] = op_vectors[:, 2]
+        if pool_vectors is not None:
+            specified[pool_rows] = pool_vectors[:, 1]
+    tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
+    tag_limits[rows] = upd.total
+    if tagged:
+        tag_limits[rows[tagged]] = _stack(
+            [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
+        )
+    upd.usage, upd.demand, upd.strong_config = usage, demand, strong
+    upd.specified_limits, upd.tag_limits = specified, tag_limits
+    upd.schedulable, upd.step = schedulable, step
+    _check_vectors(upd, rows)
+    upd.spec_mask = spec_mask.copy()
+    upd.spec_mask[:, main] = True
+    upd.weight_cfg = kept.weight_cfg
+    upd.max_share_ratio = kept.msr_array
+    upd.tolerance = kept.tol_array
+    upd.apply_limits = apply_limits
+    kept.journal, kept.journaled, kept.position = journal, True, position
+    _keep_arrays(upd, kept)

@@ -1,5 +1,5 @@
 """Which elements' inputs were written since an update read them (issue 16): the hint that lets the next update of
-the same tree read only those elements (``inputs._Inputs._read_inputs``) instead of every element's fields.
+the same tree read only those elements (``inputs._read_inputs``) instead of every element's fields.
 
 The hint is not a promise made by a caller: it is kept by the elements themselves. ``JournaledOperation`` and
 ``JournaledPool`` (the elements the tree runtime's ``FairShareInputCache`` builds) record every attribute write in

@@ -5,7 +5,8 @@ contiguous and every depth level is a contiguous range: per-element rules then r
 whole levels, and fair-share functions are built level by level in ``FunctionBatch`` objects. The steps live
 by concern: ``inputs.py`` (reading, b.1), ``guarantees.py`` (attributes, strong and estimated guarantees,
 weights), ``integral.py`` (b.7), ``building.py`` (functions, b.5), ``distribution.py`` (top-down), and
-``results.py``; ``_Update`` combines them and ``update_fair_share`` runs them in order.
+``results.py``: each step is a function of ``_Update`` (the state of one run) and ``update_fair_share`` runs
+them in order.
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.fairshare import building, distribution, guarantees, integral
 from pooltree.fairshare import functions as fn
-from pooltree.fairshare.building import _Building
-from pooltree.fairshare.distribution import _Distribution, _truncate_unsatisfied_gangs_in_fifo_pools
+from pooltree.fairshare.distribution import _truncate_unsatisfied_gangs_in_fifo_pools
 from pooltree.fairshare.guarantees import (
     GUARANTEES_OVERCOMMIT,
     PRIORITY_POOLS_WITHOUT_DONOR,
-    _Guarantees,
     _StaticGuarantees,
 )
-from pooltree.fairshare.inputs import _Inputs
-from pooltree.fairshare.integral import _Integral, _integral_shares, adjust_proposed_integral_share
+from pooltree.fairshare.inputs import _read_inputs
+from pooltree.fairshare.integral import _integral_shares, adjust_proposed_integral_share
 from pooltree.fairshare.layout import EPSILON, _flatten, floating_point_inverse_lower_bound
 from pooltree.fairshare.model import FairShareResult, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare.results import ElementResults, _detailed, _results
 from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
+
+_UNSET: np.ndarray = np.empty(0)
+_UNSET.flags.writeable = False
+"""An array attribute of ``_Update`` that no step has set yet."""
 
 NESTED_PROMISED_GUARANTEE_POOLS = 29001
 
@@ -47,8 +51,13 @@ __all__ = [
 ]
 
 
-class _Update(_Inputs, _Guarantees, _Integral, _Building, _Distribution):
-    """State of one update run; methods follow the steps of b.2 (each concern's mixin in its module)."""
+class _Update:
+    """The state of one update run: its inputs and every array the steps of b.2 compute, by element row.
+
+    The steps are plain functions of it, one module per concern (``inputs``, ``guarantees``, ``integral``,
+    ``building``, ``distribution``, ``results``); ``update_fair_share`` calls them in order. Every attribute is
+    declared here; an array a step has not set yet is the empty ``_UNSET``.
+    """
 
     def __init__(
         self, root: Pool, total: Vector, settings: UpdateSettings, now: float, state: UpdateState | None
@@ -76,11 +85,53 @@ class _Update(_Inputs, _Guarantees, _Integral, _Building, _Distribution):
         if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
         self.tree = _flatten(root)
-        self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
+        # what the previous update of this tree left to reuse (guarantees.reuse_guarantees / keep_guarantees)
         self.reused: _StaticGuarantees | None = None
         self.statics: _StaticGuarantees | None = None  # reused or kept by this update
         self._key: tuple[Any, ...] = ()
-        self._read_inputs()
+        # inputs (b.1), set by inputs._read_inputs
+        self.usage: np.ndarray = _UNSET
+        self.demand: np.ndarray = _UNSET
+        self.tag_limits: np.ndarray = _UNSET
+        self.specified_limits: np.ndarray = _UNSET
+        self.strong_config: np.ndarray = _UNSET
+        self.spec_mask: np.ndarray = _UNSET
+        self.weight_cfg: np.ndarray = _UNSET
+        self.max_share_ratio: np.ndarray = _UNSET
+        self.tolerance: np.ndarray = _UNSET
+        self.apply_limits: np.ndarray = _UNSET
+        self.schedulable: np.ndarray = _UNSET
+        self.step: np.ndarray = _UNSET
+        self.fifo: np.ndarray = _UNSET
+        self.integral_type: np.ndarray = _UNSET
+        self.priority: np.ndarray = _UNSET
+        # attributes, guarantees and weights (b.1, b.3, b.4, b.6), set by the steps of guarantees.py
+        self.resource_limits: np.ndarray = _UNSET
+        self.limits_share: np.ndarray = _UNSET
+        self.usage_share: np.ndarray = _UNSET
+        self.demand_share: np.ndarray = _UNSET
+        self.dominant: np.ndarray = _UNSET
+        self.inferred: np.ndarray = _UNSET
+        self.sgs: np.ndarray = _UNSET
+        self.weight: np.ndarray = _UNSET
+        self.egs: np.ndarray = _UNSET
+        self.fifo_rank: np.ndarray = _UNSET
+        self.fifo_index: dict[int, int] = {}
+        # integral guarantees (b.7), set by the steps of integral.py
+        self.burst_ratio: np.ndarray = _UNSET
+        self.flow_ratio: np.ndarray = _UNSET
+        self.total_burst_ratio: np.ndarray = _UNSET
+        self.total_flow_ratio: np.ndarray = _UNSET
+        self.integral_pools: np.ndarray = _UNSET
+        self.burst_pools: list[int] = []
+        self.relaxed_pools: list[int] = []
+        self.volume: dict[int, np.ndarray] = {}
+        self.capacity: dict[int, np.ndarray] = {}
+        self.last_ratio: dict[int, float] = {}
+        # functions (b.5), set by building.build_functions
+        self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
+        self._placement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        _read_inputs(self)
         self.any_fifo = bool(self.fifo.any())
 
 
@@ -123,41 +174,41 @@ def update_fair_share(
                 attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
             )
         )
-    upd.validate_priority_pools()
+    guarantees.validate_priority_pools(upd)
     # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
     # they are among the inputs of the steps the previous update's results may stand in for.
-    upd.compute_integral_ratios()
-    upd.reuse_guarantees()
-    upd.compute_attributes()
+    integral.compute_integral_ratios(upd)
+    guarantees.reuse_guarantees(upd)
+    guarantees.compute_attributes(upd)
     reused = upd.reused
     if reused is None:
-        upd.infer_strong_guarantees()
+        guarantees.infer_strong_guarantees(upd)
     else:
         upd.inferred = reused.inferred
-    upd.consume_and_refill()
+    integral.consume_and_refill(upd)
     if reused is None:
         alerts = len(upd.errors)
-        upd.adjust_guarantees()
-        upd.compute_weights()
-        upd.compute_estimated_guarantees()
+        guarantees.adjust_guarantees(upd)
+        guarantees.compute_weights(upd)
+        guarantees.compute_estimated_guarantees(upd)
         if len(upd.errors) == alerts:
-            upd.keep_guarantees()
+            guarantees.keep_guarantees(upd)
     else:
         upd.sgs, upd.weight, upd.egs = reused.sgs, reused.weight, reused.egs
-        upd.compute_fifo_order()
+        guarantees.compute_fifo_order(upd)
     # Step 7: integral guarantees.
     pis = np.zeros((n, RESOURCE_COUNT))
     if len(upd.integral_pools):
         # The base functions (strong guarantees only); integral stages rebuild just the pools they change.
-        upd.build_functions(np.arange(n), upd.sgs, upd.limits_share)
+        building.build_functions(upd, np.arange(n), upd.sgs, upd.limits_share)
         pis = _integral_shares(upd)
     guarantee = upd.sgs + pis
     # Step 8: functions and the top-down distribution from the root with suggestion 1.
-    table = upd.build_functions(np.arange(n), guarantee, upd.limits_share)
+    table = building.build_functions(upd, np.arange(n), guarantee, upd.limits_share)
     if settings.enable_improved_fair_share_by_fit_factor_computation:
-        fs = upd.distribute_improved(table)
+        fs = distribution.distribute_improved(upd, table)
     else:
-        fs = upd.distribute(table, np.array([0]), np.ones(1))
+        fs = distribution.distribute(upd, table, np.array([0]), np.ones(1))
     _truncate_unsatisfied_gangs_in_fifo_pools(upd, fs)
     limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
     # Step 9: promised guarantee fair share.
@@ -166,7 +217,7 @@ def update_fair_share(
     if outermost:
         promised = np.full((n, RESOURCE_COUNT), np.nan)
         for i in outermost:
-            part = upd.distribute(table, np.array([i]), np.zeros(1))
+            part = distribution.distribute(upd, table, np.array([i]), np.zeros(1))
             sub = tree.subtree(i)
             promised[sub] = part[sub]
     # Step 10: root fair share = sum of children.

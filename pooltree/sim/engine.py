@@ -44,7 +44,7 @@ from pooltree.gc_policy import survivors_frozen
 from pooltree.phases import PhaseTimes
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.sim.jobs import _JobsMixin
-from pooltree.sim.metrics import _MetricsMixin
+from pooltree.sim.metrics import SimulationMetrics
 from pooltree.sim.operations import _OperationsMixin
 from pooltree.sim.scenario import Scenario, node_addresses
 from pooltree.sim.state import (
@@ -165,7 +165,7 @@ def _replay_chain(
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
 
 
-class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
+class Simulation(_JobsMixin, _OperationsMixin):
     """One run of a scenario (create, then :meth:`run` once)."""
 
     def __init__(
@@ -224,6 +224,17 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         self._online_counts: dict[str, int] = {}
         self._tag_filters: dict[str, TagFilter] = {}
         self._build()
+        self.metrics = SimulationMetrics(
+            scenario,
+            self.seed,
+            self.trees,
+            self.ops,
+            self.stats,
+            self.preemptions_by_reason,
+            timeline_sink,
+            self.timeline_operations,
+        )
+        """Held values, integrals, series, timeline rows and the result (`metrics.py`)."""
 
     # ------------------------------------------------------------------ setup
 
@@ -669,13 +680,13 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
         else:
             end_time = self.now
         self.stats["events"] = processed
-        self._sample(end_time, final=True)
+        self.metrics.sample(end_time, final=True)
         wall = wall_clock.perf_counter() - started
         if self.progress is not None:
             self.progress(
                 end_time, self.horizon, len(self.ops) - self.arrivals_left - self.active_ops, len(self.ops)
             )
-        return self._result(end_time, wall)
+        return self.metrics.result(end_time, wall, self.wasted_job_time)
 
     # ------------------------------------------------------------------ heartbeats
 
@@ -772,7 +783,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
     def _update_trees(self, index: int) -> None:
         """One fair-share period of every tree: time limits, the core's update (or republish), records."""
         now = self.now
-        self._sample(now)
+        self.metrics.sample(now)
         emit = self.timeline_sink is not None and (
             self.timeline_period <= 0
             or self._last_timeline is None
@@ -794,7 +805,7 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                     # shares are unchanged but starvation clocks run: publish the same result at this time
                     core.republish(now)
                     self.stats["fair_share_republished"] += 1
-                    self._record(tree, now)
+                    self.metrics.record(tree, now)
                     if core.has_starving_operations():
                         self._arm_timers(tree)
             else:
@@ -802,13 +813,13 @@ class Simulation(_JobsMixin, _OperationsMixin, _MetricsMixin):
                 self.stats["fair_share_updates"] += 1
                 tree.changed = False
                 self._publish_pending(tree)
-                self._record(tree, now)
+                self.metrics.record(tree, now)
                 if core.limits_violated():
                     for index in sorted(tree.sleepers):
                         self._wake(self.nodes[index])
                 elif core.has_starving_operations():
                     self._arm_timers(tree)
-            self._timeline(tree, now, emit)
+            self.metrics.timeline(tree, now, emit)
 
     def _enforce_time_limits(self, tree: _TreeState, now: float) -> None:
         """Operations past their time_limit fail; jobs past their job_time_limit stop (SchedulerCore rules)."""

@@ -37,21 +37,35 @@ def _row_max(shares: np.ndarray) -> np.ndarray:
     return top
 
 
-class _MetricsMixin:
-    """Metrics of `Simulation` (a part of it, split by concern; see engine.py)."""
+class SimulationMetrics:
+    """What a run measures, owned by `Simulation`: values held between fair-share updates and their time
+    integrals per pool, plot series, timeline rows, and the run's result.
 
-    # Attributes and methods of `Simulation` this part uses (set in Simulation.__init__ / _build).
-    scenario: Scenario
-    seed: int
-    stats: Counter[str]
-    preemptions_by_reason: Counter[str]
-    wasted_job_time: float
-    trees: dict[str, _TreeState]
-    ops: list[_Op]
-    timeline_sink: TimelineSink | None
-    timeline_operations: bool
+    It reads the run's trees, operations and counters (the same objects the engine updates) and keeps its own
+    state in each tree's `_TreeState` record fields.
+    """
 
-    def _record(self, tree: _TreeState, now: float) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int,
+        trees: dict[str, _TreeState],
+        ops: list[_Op],
+        stats: Counter[str],
+        preemptions_by_reason: Counter[str],
+        timeline_sink: TimelineSink | None,
+        timeline_operations: bool,
+    ) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.trees = trees
+        self.ops = ops
+        self.stats = stats
+        self.preemptions_by_reason = preemptions_by_reason
+        self.timeline_sink = timeline_sink
+        self.timeline_operations = timeline_operations
+
+    def record(self, tree: _TreeState, now: float) -> None:
         """Remember the values published at ``now`` (they hold until the next update).
 
         Pools only (no operation rows in the timeline) and the update's arrays at hand: read in bulk with numpy
@@ -227,7 +241,7 @@ class _MetricsMixin:
             tree.last_values = values
         return tree.last_values
 
-    def _sample(self, now: float, *, final: bool = False) -> None:
+    def sample(self, now: float, *, final: bool = False) -> None:
         """Integrate the values held since the previous sample (time-weighted means, starving time)."""
         for tree in self.trees.values():
             if tree.last_sample is not None and now > tree.last_sample:
@@ -240,7 +254,7 @@ class _MetricsMixin:
                     tree.total_integral += total * dt
             tree.last_sample = now
 
-    def _timeline(self, tree: _TreeState, now: float, emit: bool) -> None:
+    def timeline(self, tree: _TreeState, now: float, emit: bool) -> None:
         if tree.last_series is None or now - tree.last_series >= tree.series_interval - 1e-9:
             tree.last_series = now
             if tree.matrix is not None:
@@ -316,7 +330,7 @@ class _MetricsMixin:
 
     # ------------------------------------------------------------------ results
 
-    def _result(self, end_time: float, wall: float) -> SimulationResult:
+    def result(self, end_time: float, wall: float, wasted_job_time: float) -> SimulationResult:
         operations = []
         rows = []
         for op in self.ops:
@@ -417,7 +431,7 @@ class _MetricsMixin:
                 "utilization": utilization,
                 "preempted_allocation_count": sum(self.preemptions_by_reason.values()),
                 "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
-                "wasted_job_time": round(self.wasted_job_time, 6),
+                "wasted_job_time": round(wasted_job_time, 6),
                 "simulated_time": round(simulated, 6),
                 "wall_time": round(wall, 3),
                 "operation_count": len(self.ops),

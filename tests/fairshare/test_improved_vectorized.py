@@ -2,7 +2,7 @@
 
 The update builds improved FSBFF as the compiled plain sums with their jumps split into staircases
 (``improved.staircase_sums``) and splits targets level by level for all pools at once
-(``_Update._split_targets``). The reference here is the pool-by-pool construction it replaced
+(``distribution._split_targets``). The reference here is the pool-by-pool construction it replaced
 (``improved.improved_sum``: every child's left and right limits at every breakpoint; ``improved.split_target``:
 one pool's bisection and jump walk): both must give the same fair shares on random trees (gangs, FIFO pools,
 weights, limits, integral guarantees) and on YTsaurus's production GPU tree, with and without the distribution
@@ -19,6 +19,7 @@ import pytest
 
 from pooltree.fairshare import Operation, Pool, UpdateSettings, improved, update_fair_share
 from pooltree.fairshare import building as building_module
+from pooltree.fairshare import distribution as distribution_module
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import update as update_module
 from pooltree.fairshare.elements_dump import load_elements_dump, unit_test_settings
@@ -46,11 +47,11 @@ def _reference_sums(table, count, kids, slot, scale, shift, right):  # type: ign
     return fn.FunctionBatch(offsets, np.concatenate(xs), np.concatenate(ys).reshape(-1, RESOURCE_COUNT))
 
 
-def _reference_distribute(self, table):  # type: ignore[no-untyped-def]
-    tree = self.tree
+def _reference_distribute(upd, table):  # type: ignore[no-untyped-def]
+    tree = upd.tree
     fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
     root_value, _ = table.evaluate(np.array([0]), np.ones(1))
-    gap = self.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
+    gap = upd.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
     stack = [(0, root_value[0])]
     while stack:
         p, target = stack.pop()
@@ -62,12 +63,14 @@ def _reference_distribute(self, table):  # type: ignore[no-untyped-def]
         slot = np.zeros(len(kids), dtype=np.int64)
 
         def values(f: float, parents=parents, kids=kids, slot=slot) -> np.ndarray:  # type: ignore[no-untyped-def]
-            return table.evaluate(kids, self._child_suggestions(parents, kids, slot, np.array([f])))[0]
+            return table.evaluate(
+                kids, distribution_module._child_suggestions(upd, parents, kids, slot, np.array([f]))
+            )[0]
 
         chosen = improved.split_target(
             values,
             target,
-            float(len(kids)) if self.fifo[p] else 1.0,
+            float(len(kids)) if upd.fifo[p] else 1.0,
             update_module.EPSILON,
             distribution_gap=gap,
             inverse_lower_bound=update_module.floating_point_inverse_lower_bound,
@@ -82,7 +85,7 @@ def reference(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         if sums:
             monkeypatch.setattr(building_module, "_improved_sums", _reference_sums)
         if distribute:
-            monkeypatch.setattr(update_module._Update, "distribute_improved", _reference_distribute)
+            monkeypatch.setattr(distribution_module, "distribute_improved", _reference_distribute)
 
     return patch
 

@@ -1,5 +1,5 @@
 """An update of a journaled model reads only the operations written since the last update of the same tree
-(``pooltree.fairshare.journal``, ``inputs._Inputs._read_written``): its results must be those of an update of fresh
+(``pooltree.fairshare.journal``, ``inputs._read_written``): its results must be those of an update of fresh
 copies (which reads every row), bit for bit, whatever was written; writes the journal cannot see fail loudly (arrays
 are read-only) or make the operation volatile; and a write that misses the journal must show.
 """
@@ -55,14 +55,14 @@ class _Reads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.partial = 0
         self.rows: list[int] = []
-        original = inputs_module._Inputs._read_written
+        original = inputs_module._read_written
 
         def spy(upd: Any, last: Any, rows: np.ndarray, journal: InputJournal) -> None:
             self.partial += 1
             self.rows.append(len(rows))
             original(upd, last, rows, journal)
 
-        monkeypatch.setattr(inputs_module._Inputs, "_read_written", spy)
+        monkeypatch.setattr(inputs_module, "_read_written", spy)
 
 
 def _arrival(rng: np.random.Generator, root: Pool, journal: InputJournal) -> None:

@@ -67,7 +67,7 @@ def test_beat_times_in_bulk_are_the_same_doubles() -> None:
 def test_pool_records_read_in_bulk_equal_the_per_element_read(monkeypatch) -> None:
     """`_record_pools` (kept rows, column-wise maxima) records what the per-element path records, also while an
     ephemeral pool appears and goes (new pool ids: the kept layout is re-made)."""
-    from pooltree.sim.metrics import _MetricsMixin
+    from pooltree.sim.metrics import SimulationMetrics
 
     document = project_document(until="12m")
     document["operations"].append(
@@ -78,24 +78,24 @@ def test_pool_records_read_in_bulk_equal_the_per_element_read(monkeypatch) -> No
             "tasks": [{"job_count": 30, "resources": job(), "duration": "2m"}],
         }
     )
-    bulk = _MetricsMixin._record_pools
-    original = _MetricsMixin._record
+    bulk = SimulationMetrics._record_pools
+    original = SimulationMetrics.record
     checked: list[int] = []
 
     def record(self, tree, now):  # type: ignore[no-untyped-def]
         original(self, tree, now)
         matrix, present, values = tree.matrix.copy(), tree.present.copy(), dict(self._held_values(tree))
         layout = tree.record_layout
-        monkeypatch.setattr(_MetricsMixin, "_record_pools", lambda *_: False)
+        monkeypatch.setattr(SimulationMetrics, "_record_pools", lambda *_: False)
         try:
             original(self, tree, now)  # the per-element read
         finally:
-            monkeypatch.setattr(_MetricsMixin, "_record_pools", bulk)
+            monkeypatch.setattr(SimulationMetrics, "_record_pools", bulk)
         assert np.array_equal(tree.matrix, matrix) and np.array_equal(tree.present, present)
         assert self._held_values(tree) == values
         checked.append(len(layout[2]) if layout is not None else 0)
 
-    monkeypatch.setattr(_MetricsMixin, "_record", record)
+    monkeypatch.setattr(SimulationMetrics, "record", record)
     result = Simulation(parse_scenario(document, source="test")).run()
     assert "eve" in result.summary["pools"]
     # the pool set changed during the run (the ephemeral pool came): the layout was re-made
