@@ -8,8 +8,8 @@ import numpy as np
 
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import improved
-from pooltree.fairshare.guarantees import derived_statics
 from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree, floating_point_inverse_lower_bound
+from pooltree.fairshare.reuse import derived_statics
 from pooltree.resources import RESOURCE_COUNT
 
 if TYPE_CHECKING:

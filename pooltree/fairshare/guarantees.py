@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -29,6 +28,7 @@ PRIORITY_POOLS_WITHOUT_DONOR = 29002
 
 # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
 def compute_attributes(upd: _Update) -> None:
+    """b.1 (PreUpdate): operations' demand, usage and limits; every element's shares, limits shares and dominant resource."""
     tree, total = upd.tree, upd.total
     is_op = tree.is_op
     # Operation demand (b.1).
@@ -62,6 +62,7 @@ def compute_attributes(upd: _Update) -> None:
 
 # ---- b.3 ----------------------------------------------------------------------------------------
 def infer_strong_guarantees(upd: _Update) -> None:
+    """b.3: strong guarantees of the resources a pool does not name, in proportion to its main_resource guarantee."""
     tree = upd.tree
     main = RESOURCES.index(upd.settings.main_resource)
     inferred = upd.strong_config.copy()
@@ -91,6 +92,7 @@ def infer_strong_guarantees(upd: _Update) -> None:
 
 # ---- b.4 ----------------------------------------------------------------------------------------
 def adjust_guarantees(upd: _Update) -> None:
+    """b.4: children's guarantees shrunk to fit their parent's, by tiers (``_shrink_guarantees``); alert 29000 on overcommit."""
     tree, total = upd.tree, upd.total
     sgs = _share(upd.inferred, total)
     top = (
@@ -183,6 +185,7 @@ def validate_priority_pools(upd: _Update) -> None:
 
 # ---- b.6 ----------------------------------------------------------------------------------------
 def compute_weights(upd: _Update) -> None:
+    """b.6: weights (unset: 1, or inferred from guarantees by infer_weight_from_guarantees_share_multiplier)."""
     tree = upd.tree
     weight = np.where(np.isnan(upd.weight_cfg), 1.0, upd.weight_cfg)
     multiplier = upd.settings.infer_weight_from_guarantees_share_multiplier
@@ -228,81 +231,9 @@ def compute_fifo_order(upd: _Update) -> None:
             upd.fifo_index[c] = rank
 
 
-# ---- reuse of the previous update's guarantees ---------------------------------------------------
-def reuse_guarantees(upd: _Update) -> None:
-    """Take the previous update's limits, guarantees and weights when everything they are computed from
-    is the same (``_StaticGuarantees``), else leave ``reused`` None so that the steps compute them.
-
-    Run after ``validate_priority_pools`` and ``compute_integral_ratios`` (whose results are among the
-    inputs); the limits (``compute_attributes``), ``infer_strong_guarantees``, ``adjust_guarantees``, the
-    weights of ``compute_weights`` and ``compute_estimated_guarantees`` then take it.
-    """
-    key = _guarantees_key(upd)
-    kept = upd.tree.guarantees
-    upd.reused = kept if kept is not None and kept.key == key else None
-    upd.statics = upd.reused
-    upd._key = key
-
-
-def derived_statics(upd: _Update) -> dict[Any, Any] | None:
-    """Where arrays computed from the kept guarantees' weights and the structure alone are kept for later
-    updates that reuse them (the functions' placements, the children's suggestion ratios); None when there
-    is no kept state or some pool is FIFO (then those arrays also depend on the FIFO order)."""
-    statics = upd.statics
-    if statics is None or upd.any_fifo:
-        return None
-    return statics.derived
-
-
-def _guarantees_key(upd: _Update) -> tuple[Any, ...]:
-    """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
-    settings = upd.settings
-    return (
-        settings.main_resource,
-        settings.infer_weight_from_guarantees_share_multiplier,
-        upd.total.tobytes(),
-        upd.tag_limits.tobytes(),
-        upd.max_share_ratio.tobytes(),
-        upd.specified_limits.tobytes(),
-        upd.strong_config.tobytes(),
-        upd.spec_mask.tobytes(),
-        upd.weight_cfg.tobytes(),
-        upd.fifo.tobytes(),
-        upd.priority.tobytes(),
-        upd.burst_ratio.tobytes(),
-        upd.total_burst_ratio.tobytes(),
-        upd.total_flow_ratio.tobytes(),
-        tuple(upd.burst_pools),
-    )
-
-
-def keep_guarantees(upd: _Update) -> None:
-    """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
-    results of later updates share them)."""
-    kept = _StaticGuarantees(
-        upd._key,
-        upd.resource_limits,
-        upd.limits_share,
-        upd.inferred,
-        upd.sgs,
-        upd.weight,
-        upd.egs,
-        {},
-    )
-    for array in (
-        kept.resource_limits,
-        kept.limits_share,
-        kept.inferred,
-        kept.sgs,
-        kept.weight,
-        kept.egs,
-    ):
-        array.flags.writeable = False
-    upd.tree.guarantees = kept
-    upd.statics = kept
-
-
 def compute_estimated_guarantees(upd: _Update) -> None:
+    """b.3: estimated guarantees top-down: each child takes its guarantee and flow within what its parent's
+    estimate has left, in order, and the rest of the parent's is split by weight."""
     tree = upd.tree
     egs = np.zeros_like(upd.sgs)
     egs[0] = upd.sgs[0]
@@ -325,25 +256,6 @@ def compute_estimated_guarantees(upd: _Update) -> None:
             part = np.where(take(wsum, slot) > 0, weights / take(wsum, slot), 0.0)
         egs[children] = got + take(undistributed, slot, axis=0) * part[:, None]
     upd.egs = egs
-
-
-@dataclass(eq=False, slots=True)
-class _StaticGuarantees:
-    """Results of the steps that depend on the configuration and the totals only, with what they came from.
-
-    In a simulator or a live tree most updates change only usage and demand: the next update of the same tree
-    (the same ``_Tree``, so the same structure) with the same ``key`` takes these instead of recomputing them.
-    Kept only when those steps raised no alert, so that reusing them repeats no alert and drops none.
-    """
-
-    key: tuple[Any, ...]
-    resource_limits: np.ndarray
-    limits_share: np.ndarray
-    inferred: np.ndarray
-    sgs: np.ndarray
-    weight: np.ndarray
-    egs: np.ndarray
-    derived: dict[Any, Any]  # arrays of later steps computed from these weights (``derived_statics``)
 
 
 def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:

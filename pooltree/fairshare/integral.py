@@ -30,6 +30,7 @@ def adjust_proposed_integral_share(limits: Vector, strong: Vector, proposed: Vec
 
 # ---- b.2 step 4 (cumulative integral attributes) --------------------------------------------------
 def compute_integral_ratios(upd: _Update) -> None:
+    """b.7 step 4: burst and flow ratios of integral pools and their cumulative sums up the tree."""
     tree, total = upd.tree, upd.total
     n = len(tree.elements)
     upd.burst_ratio = np.zeros(n)
@@ -81,6 +82,7 @@ def _preorder_rank(upd: _Update) -> dict[int, tuple[int, ...]]:
 
 # ---- b.7 volume accounting ----------------------------------------------------------------------
 def consume_and_refill(upd: _Update) -> None:
+    """b.7: integral pools' accumulated volumes consumed by usage since the last update and refilled by their flow."""
     tree, total, st = upd.tree, upd.total, upd.state
     n = len(tree.elements)
     upd.volume: dict[int, np.ndarray] = {}
@@ -176,6 +178,7 @@ def _distribute_free_volume(upd: _Update, overflow: np.ndarray, acceptable: np.n
 
 
 def volume_ratio(upd: _Update, i: int) -> float:
+    """b.7: the share of the cluster an integral pool's accumulated volume pays for over the smooth period."""
     total = upd.total
     positive = total > 0
     if not np.any(positive):

@@ -69,9 +69,11 @@ class _Tree:
     pools: list[Pool] = field(default_factory=list)  # every pool in breadth-first order
     pool_child_counts: list[int] = field(default_factory=list)  # their numbers of children
     _memo: dict[Any, Any] = field(default_factory=dict)
-    guarantees: Any = None  # the last update's reusable guarantees (``guarantees._StaticGuarantees``)
+    guarantees: Any = None  # the last update's reusable guarantees (``reuse._StaticGuarantees``)
     inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
-    functions: Any = None  # the last update's full build of functions and its inputs (``_KeptFunctions``)
+    functions: Any = (
+        None  # the last update's full build of functions and its inputs (``reuse._KeptFunctions``)
+    )
     previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
     # with ``previous`` when patched from it: each row's row there (-1: new)
     rows_from: np.ndarray | None = None

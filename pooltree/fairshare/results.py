@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def _detailed(total: np.ndarray, strong: np.ndarray, integral: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fair share split into its strong-guarantee, integral and weight-proportional parts (orchid's detailed_fair_share)."""
     sg = np.minimum(total, strong)
     ig = np.minimum(total - sg, integral)
     return sg, ig, total - sg - ig
@@ -169,6 +170,7 @@ def _results(
     promised: np.ndarray | None,
     pis: np.ndarray,
 ) -> FairShareResult:
+    """b.2 step 10 and §c: the update's result: per-element arrays, statuses, satisfaction and the next state."""
     tree = upd.tree
     is_op = tree.is_op
     # Statuses (§c), computed with usage at update.

@@ -17,19 +17,19 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.fairshare import building, distribution, guarantees, integral
+from pooltree.fairshare import building, distribution, guarantees, integral, reuse
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.distribution import _truncate_unsatisfied_gangs_in_fifo_pools
 from pooltree.fairshare.guarantees import (
     GUARANTEES_OVERCOMMIT,
     PRIORITY_POOLS_WITHOUT_DONOR,
-    _StaticGuarantees,
 )
 from pooltree.fairshare.inputs import _read_inputs
 from pooltree.fairshare.integral import _integral_shares, adjust_proposed_integral_share
 from pooltree.fairshare.layout import EPSILON, _flatten, floating_point_inverse_lower_bound
 from pooltree.fairshare.model import FairShareResult, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare.results import ElementResults, _detailed, _results
+from pooltree.fairshare.reuse import _StaticGuarantees
 from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
 
 _UNSET: np.ndarray = np.empty(0)
@@ -85,7 +85,7 @@ class _Update:
         if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
         self.tree = _flatten(root)
-        # what the previous update of this tree left to reuse (guarantees.reuse_guarantees / keep_guarantees)
+        # what the previous update of this tree left to reuse (reuse.reuse_guarantees / keep_guarantees)
         self.reused: _StaticGuarantees | None = None
         self.statics: _StaticGuarantees | None = None  # reused or kept by this update
         self._key: tuple[Any, ...] = ()
@@ -178,7 +178,7 @@ def update_fair_share(
     # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
     # they are among the inputs of the steps the previous update's results may stand in for.
     integral.compute_integral_ratios(upd)
-    guarantees.reuse_guarantees(upd)
+    reuse.reuse_guarantees(upd)
     guarantees.compute_attributes(upd)
     reused = upd.reused
     if reused is None:
@@ -192,7 +192,7 @@ def update_fair_share(
         guarantees.compute_weights(upd)
         guarantees.compute_estimated_guarantees(upd)
         if len(upd.errors) == alerts:
-            guarantees.keep_guarantees(upd)
+            reuse.keep_guarantees(upd)
     else:
         upd.sgs, upd.weight, upd.egs = reused.sgs, reused.weight, reused.egs
         guarantees.compute_fifo_order(upd)

@@ -1,4 +1,4 @@
-"""Updates of the same tree rebuild only the fair-share functions whose inputs changed (``building._KeptFunctions``).
+"""Updates of the same tree rebuild only the fair-share functions whose inputs changed (``reuse._KeptFunctions``).
 
 A sequence of updates with a few operations' usage and demand replaced between them (as the tree runtime's input
 does), now and then a weight, a guarantee or a limit, must give bit for bit what an update of fresh copies gives;
@@ -16,6 +16,7 @@ import pytest
 from pooltree.fairshare import Operation, Pool, UpdateState, update_fair_share
 from pooltree.fairshare import building as building_module
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare import reuse as reuse_module
 from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE, use_compiled_kernels
 from tests.fairshare.fairshare_random_trees import case
 from tests.fairshare.test_update_reuse import _digest, _ops, _pools, matches_fresh_update
@@ -185,9 +186,9 @@ def test_the_kept_build_stays_in_a_few_batches() -> None:
             state = update_fair_share(root, total, settings, float(step), state).state
         except Exception:
             continue
-        kept = building_module._KeptFunctions
+        kept = reuse_module._KeptFunctions
         from pooltree.fairshare.layout import _flatten
 
         functions = _flatten(root).functions
         assert isinstance(functions, kept)
-        assert len(functions.table.batches) <= building_module._KEPT_BATCHES_LIMIT
+        assert len(functions.table.batches) <= reuse_module._KEPT_BATCHES_LIMIT
