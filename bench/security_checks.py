@@ -1,6 +1,6 @@
 """Cost of authentication and authorization per request, in process (no HTTP): prints one JSON object.
 
-Measures ``Security.authenticate`` + ``authorize_nonblocking("get_operation")`` (the fast path every get_operation
+Measures ``Security.authenticate`` + ``authorize("get_operation", blocking=False)`` (the fast path every get_operation
 takes), ``authorize("start_operation")`` and ``authorize("remove")`` of a pool with 100 subpools (``remove`` is
 checked on the pool and every descendant, as YTsaurus does) for a user who is not a superuser, on a pool tree with
 ``--pools`` pools three levels deep, each carrying an ACL. Medians of ``--repeat`` runs of ``--calls`` calls each
@@ -79,7 +79,7 @@ def main() -> None:
 
         def get_operation() -> None:
             user = security.authenticate(headers)
-            assert security.authorize_nonblocking("get_operation", user, {"operation_id": operation_id})
+            assert security.authorize("get_operation", user, {"operation_id": operation_id}, blocking=False)
 
         def start_operation() -> None:
             security.authorize("start_operation", "alice", {"spec": {"pool": leaf}})

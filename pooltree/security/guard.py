@@ -318,23 +318,13 @@ class Security:
         input_value: Any = None,
         *,
         rule: Rule | None = None,
-    ) -> None:
-        """The one permission check of a command, before its handler runs: ``rule`` (the command's, as
-        registered) or ``policy.RULES``; a command without a rule is refused."""
-        authorize(self, command, user, params, input_value, blocking=True, rule=rule)
-
-    def authorize_nonblocking(
-        self,
-        command: str,
-        user: str,
-        params: Mapping[str, Any],
-        input_value: Any = None,
-        *,
-        rule: Rule | None = None,
+        blocking: bool = True,
     ) -> bool:
-        """``authorize`` on the event loop: False when deciding would need the store (call ``authorize`` then)."""
+        """The one permission check of a command, before its handler runs: ``rule`` (the command's, as
+        registered) or ``policy.RULES``; a command without a rule is refused (901). Not ``blocking`` (on the
+        event loop), False when deciding would need the store: call it again blocking, off the loop."""
         try:
-            authorize(self, command, user, params, input_value, blocking=False, rule=rule)
+            authorize(self, command, user, params, input_value, blocking=blocking, rule=rule)
         except WouldBlock:
             return False
         return True

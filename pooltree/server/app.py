@@ -487,8 +487,8 @@ class YtApi:
         elif descriptor.input_type != "null":
             ctx.input = body
         fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
-        if fast is not None and self.security.authorize_nonblocking(
-            name, user, params, ctx.input, rule=descriptor.rule
+        if fast is not None and self.security.authorize(
+            name, user, params, ctx.input, rule=descriptor.rule, blocking=False
         ):
             result = fast(ctx)
             if result is not None:

@@ -359,17 +359,22 @@ class Cypress:
                 for t, n in reversed(found)
             ]
 
+    def _published(self, ypath: YPath) -> tuple[tuple[str, ...], Node | None]:
+        """The resolved tokens of ``ypath`` and its node in the published tree (None when missing); the caller
+        holds the lock."""
+        tokens = self._resolve_tokens(self._root, ypath)
+        node: Node | None = self._root
+        for token in tokens:
+            node = node.children.get(token) if node is not None else None
+        return tokens, node
+
     def security_target(self, path: str) -> tuple[str, tuple[str, ...] | None, str, str | None, bool]:
         """For ``pooltree.security``: ``(node path, attribute keys, parent path, type or None when the node does
         not exist, whether it has ``acl``/``inherit_acl``/``owner`` of its own)`` of a YPath (object ids
         resolved; a malformed path is the YT error naming it)."""
         ypath = parse_ypath(path)
         with self._lock:
-            root = self._root
-            tokens = self._resolve_tokens(root, ypath)
-            node: Node | None = root
-            for token in tokens:
-                node = node.children.get(token) if node is not None else None
+            tokens, node = self._published(ypath)
             parent = join_tokens(tokens[:-1]) if tokens else "/"
             if node is None:
                 return join_tokens(tokens), ypath.attribute, parent, None, False
@@ -380,13 +385,8 @@ class Cypress:
         """``(tokens, type, acl, inherit_acl)`` of every node below ``path``, parents before their children
         (empty when there is no such node). The values are the published tree's own: a mutation works on a copy
         and replaces the tree whole, so they never change under the caller, who must not change them either."""
-        ypath = parse_ypath(path)
         with self._lock:
-            root = self._root
-            tokens = self._resolve_tokens(root, ypath)
-            node: Node | None = root
-            for token in tokens:
-                node = node.children.get(token) if node is not None else None
+            tokens, node = self._published(parse_ypath(path))
             if node is None:
                 return []
             return [
