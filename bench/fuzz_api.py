@@ -6,7 +6,7 @@ control characters, non-Latin-1, broken YSON/JSON, deep nesting, 5,000-digit and
 1e308, wrong methods, bogus and mismatched ``Content-Encoding``, gzip bombs, oversized declared lengths). Every
 command, ``/api``, ``/hosts``, ``/metrics``, ``/internal/node_heartbeat`` and unknown paths are hit.
 
-Reported: requests tried, answers by status class, ``5xx``, ``dropped`` (connection closed or reset without a
+Reported: requests tried, answers by status class, ``5xx``, tracebacks and ERROR lines in the scheduler's log, ``dropped`` (connection closed or reset without a
 complete status line, or no answer within the timeout), ``internal_errors`` (answers whose YT error says
 "Internal error": an unexpected exception reached the generic handler), the server's RSS growth, and whether the
 state was consistent afterwards: every listed operation answers ``get_operation``, Cypress answers, and after a
@@ -597,11 +597,20 @@ def run(requests: int, seed: int, concurrency: int) -> dict[str, Any]:
             before = snapshot(url, token)
         finally:
             stop(process)
+        logged = log.read_text(errors="replace")  # the fuzzed run's log (a restart appends to it)
         process, url = start_scheduler(data, port, log, token_file, secret_file)
         try:
             after = snapshot(url, token)
         finally:
             stop(process)
+    result.update(
+        {
+            "tracebacks_logged": logged.count("Traceback (most recent call last)"),
+            "error_lines_logged": sum(
+                1 for line in logged.splitlines() if " ERROR " in line or "ERROR:" in line
+            ),
+        }
+    )
     result.update(
         {
             "commands": len(commands),

@@ -206,6 +206,19 @@ def test_acl_changes_through_any_path_need_administer(cluster: Cluster) -> None:
         alice.remove(f"{TREES}/team/@acl")
     assert cluster.yt.get(f"{TREES}/team/@acl") == before
     alice.set(f"{TREES}/team/@weight", 3.0)  # write is enough for other attributes
+    # bob may write, use and remove his pool, not hand it over: the deny on alice stays
+    bob = cluster.user("bob")
+    bobs_acl = cluster.yt.get(f"{TREES}/team/bobs/@acl")
+    for path, value in (
+        (f"{TREES}/team/bobs/@", {"weight": 1.0}),
+        (f"{TREES}/team/bobs/@acl", [ace("allow", ["bob"], ["administer"])]),
+    ):
+        with pytest.raises(ytw.YtResponseError) as error:
+            bob.set(path, value)
+        found = error.value.find_matching_error(code=901)
+        assert found is not None and found.attributes["user"] == "bob", path
+        assert found.attributes["permission"] == "administer"
+    assert cluster.yt.get(f"{TREES}/team/bobs/@acl") == bobs_acl
 
 
 def test_abort_job_by_job_id_needs_manage_on_its_operation(cluster: Cluster) -> None:
