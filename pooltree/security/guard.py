@@ -59,6 +59,9 @@ changing and removing trees and pools is for superusers and whoever an ACE grant
 ROOT_ACL = (Ace("allow", (EVERYONE,), ("read",)),)
 TMP_ACL = (Ace("allow", (USERS,), ("read", "write", "create", "remove")),)
 """``//tmp`` is every user's scratch space, as in YTsaurus."""
+TMP_ACCOUNT_ACL = (Ace("allow", (USERS,), ("use",)),)
+"""``//sys/accounts/tmp``: every user may charge nodes to the ``tmp`` account (YTsaurus's built-in ACL); ``sys``
+and created accounts grant ``use`` only through their own ACL."""
 
 
 class WouldBlock(Exception):

@@ -7,10 +7,10 @@ Deny by default: ``CommandRegistry`` refuses to register a command that has no r
 | --- | --- |
 | `get`, `list`, `exists` | `read` on the node (`//sys/users`, `//sys/groups`: every user) |
 | `set PATH` | `write` on the node (on its nearest existing ancestor when new); replacing a composite node's value also `remove` on its descendants |
-| `set PATH/@NAME` | `write` on the node; `administer` when NAME is `acl`, `inherit_acl` or `owner` |
+| `set PATH/@NAME` | `write` on the node; `administer` when NAME is `acl`, `inherit_acl` or `owner`; `use` on the account when NAME is `account` (also in a `set PATH/@` map and in `create`'s attributes) |
 | `set PATH/@` (a map) | `write` and `administer` on the node (the map replaces every attribute, the ACL included) |
 | `set POOL/@parent_name`, `set POOL/@name` | a move: `remove` on the pool and its descendants, `write` on the old and the new parent |
-| `create` | `write` on the parent (the tree or the `parent_name` pool for object-style pools); `administer` there when `acl`, `inherit_acl` or `owner` are given; `remove` on the node (and its descendants) that `force` replaces; users and groups: superusers |
+| `create` | `write` on the parent (the tree or the `parent_name` pool for object-style pools); `administer` there when `acl`, `inherit_acl` or `owner` are given; `remove` on the node (and its descendants) that `force` replaces; users, groups and accounts: superusers |
 | `remove PATH` | `remove` on the node and every descendant, `write` on its parent (YTsaurus `RemoveSelf`); users and groups: superusers |
 | `remove PATH/@NAME` | `write` on the node; `administer` for `acl`, `inherit_acl`, `owner` or all attributes |
 | `move` | `remove` on the source and its descendants, `write` on the source's parent and on the destination's parent; `remove` on a destination `force` replaces |
@@ -135,6 +135,14 @@ def _is_subject_path(node: str) -> bool:
     return any(node == root or node.startswith(root + "/") for root in SUBJECT_ROOTS)
 
 
+def _require_account_use(security: Security, user: str, account: Any) -> None:
+    """Charging a node to an account needs ``use`` on it (``//sys/accounts/NAME``), as on YTsaurus; an unknown
+    account is named by Cypress."""
+    name = _strip(account)
+    if isinstance(name, str) and name and "/" not in name:
+        _require_path(security, user, "use", f"//sys/accounts/{name}")
+
+
 def _require_superuser(security: Security, user: str, permission: str, object_name: str) -> None:
     if not security.is_superuser(user):
         security.require(user, permission, [AclNode(object_name)])
@@ -227,10 +235,14 @@ def _set(security: Security, user: str, params: Mapping[str, Any], value: Any, _
         if touches or target.has_security:
             _require_path(security, user, "administer", target.node)
         _require_path(security, user, "write", target.node)
+        if isinstance(_strip(value), dict) and "account" in _strip(value):
+            _require_account_use(security, user, _strip(value)["account"])
         return
     if superuser:
         return
     _require_path(security, user, "write", target.node)
+    if attribute == ("account",):
+        _require_account_use(security, user, value)
     if attribute in (("parent_name",), ("name",)) and target.node_type == "scheduler_pool":
         _require_subtree(security, user, "remove", target.node)
         _require_path(security, user, "write", target.parent)
@@ -268,6 +280,10 @@ def _create(security: Security, user: str, params: Mapping[str, Any], _input: An
     has_security = _validate_attribute_map(attributes, "attributes")
     if security.is_superuser(user):
         return
+    if node_type == "account":  # accounts are made by administrators (YTsaurus: topmost accounts)
+        _require_superuser(security, user, "create", "account objects")
+    if "account" in attributes:
+        _require_account_use(security, user, attributes["account"])
     resolver = security._resolver()
     if path is not None:
         target = resolver.locate(path)

@@ -14,6 +14,7 @@ from pooltree.security.acl import Ace, AclNode, parse_acl, parse_inherit_acl
 from pooltree.security.guard import (
     POOL_TREES_ROOT_ACL,
     ROOT_ACL,
+    TMP_ACCOUNT_ACL,
     TMP_ACL,
     OperationAccess,
     Target,
@@ -28,6 +29,7 @@ BUILTIN_ACLS: dict[str, tuple[Ace, ...]] = {
     "/": ROOT_ACL,
     POOL_TREES_PATH: POOL_TREES_ROOT_ACL,
     "//tmp": TMP_ACL,
+    "//sys/accounts/tmp": TMP_ACCOUNT_ACL,
 }
 
 

@@ -113,3 +113,25 @@ def test_node_count_limit_and_own_accounts(
     with pytest.raises(ytw.YtResponseError) as bad:
         root.set("//sys/accounts/team/@resource_limits/disk_space", -1)
     assert "non-negative" in str(bad.value)
+
+
+def test_charging_an_account_needs_use_on_it(
+    cluster: tuple[SchedulerService, ytw.YtClient, ytw.YtClient],
+) -> None:
+    _service, root, alice = cluster
+    alice.create("map_node", "//tmp/mine")
+    for attempt in (
+        lambda: alice.set("//tmp/mine/@account", "sys"),  # out of tmp's quota into sys: refused
+        lambda: alice.create("map_node", "//tmp/other", attributes={"account": "sys"}),
+        lambda: alice.create("account", attributes={"name": "mine"}),
+        lambda: alice.set("//sys/accounts/tmp/@resource_limits/disk_space", 1 << 40),
+    ):
+        with pytest.raises(ytw.YtResponseError) as denied:
+            attempt()
+        assert denied.value.contains_code(901), str(denied.value)
+    assert alice.get("//tmp/mine/@account") == "tmp"
+    alice.set("//tmp/mine/@account", "tmp")  # every user may use tmp
+    root.create("account", attributes={"name": "team", "resource_limits": {"node_count": 10}})
+    root.set("//sys/accounts/team/@acl", [{"action": "allow", "subjects": ["alice"], "permissions": ["use"]}])
+    alice.set("//tmp/mine/@account", "team")
+    assert root.get("//sys/accounts/team/@resource_usage/node_count") == 1
