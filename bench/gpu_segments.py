@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pooltree.sim import parse_scenario, run_to_directory
@@ -125,13 +127,8 @@ def scenario(nodes: int, hours: float, seed: int, segments: bool) -> dict[str, A
 
 
 def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """Linear-interpolation quantile (numpy's default), None for no values."""
+    return float(np.quantile(values, q)) if values else None
 
 
 ENDED = ("allocation_finished", "allocation_aborted", "allocation_failed", "allocation_preempted")

@@ -3,16 +3,13 @@ current, and how many nodes each holds; nothing is shown while segments are off.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
 import pytest
+from test_web_pages import anyio_backend, open_service  # noqa: F401 (fixtures)
 
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
 
 SEGMENTS = {
     "mode": "large_gpu",
@@ -21,20 +18,6 @@ SEGMENTS = {
     "unsatisfied_segments_rebalancing_timeout": 0,
     "reserve_fair_resource_amount": {"large_gpu": {"dc-a": 8}},
 }
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[SchedulerService]:
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'web.sqlite'}"), authentication=False)
-    try:
-        yield service
-    finally:
-        service.store.close()
 
 
 def _heartbeat(service: SchedulerService, address: str, tag: str, now: float) -> None:
@@ -47,7 +30,8 @@ def _heartbeat(service: SchedulerService, address: str, tag: str, now: float) ->
 
 
 @pytest.mark.anyio
-async def test_scheduling_page_shows_segments(service: SchedulerService) -> None:
+async def test_scheduling_page_shows_segments(open_service: SchedulerService) -> None:  # noqa: F811
+    service = open_service
     scheduler = service.scheduler
     trees = {
         "gpu": {
