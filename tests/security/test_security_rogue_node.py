@@ -40,15 +40,21 @@ def _heartbeat(url: str, node: tuple[str, str], **jobs: list[dict[str, Any]]) ->
     return result
 
 
-def test_a_node_cannot_finish_or_claim_another_nodes_job(
-    tmp_path: Path, serve: Callable[[object], str], caplog: pytest.LogCaptureFixture
-) -> None:
+def _scheduler(tmp_path: Path, serve: Callable[[object], str]) -> tuple[SchedulerService, str, ytw.YtClient]:
+    """A scheduler with pool tree ``default``, served on loopback, and root's client."""
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), token=TOKEN, node_secret=SECRET
     )
     url = serve(service.app)
     client = ytw.YtClient(proxy=url, token=TOKEN, config={"proxy": {"enable_proxy_discovery": False}})
     client.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    return service, url, client
+
+
+def test_a_node_cannot_finish_or_claim_another_nodes_job(
+    tmp_path: Path, serve: Callable[[object], str], caplog: pytest.LogCaptureFixture
+) -> None:
+    service, url, client = _scheduler(tmp_path, serve)
     spec = ytw.VanillaSpecBuilder().task("main", {"command": "sleep 1000", "job_count": 1})
     operation_id = client.run_operation(spec, sync=False).id
 
@@ -96,12 +102,7 @@ def test_a_node_cannot_finish_or_claim_another_nodes_job(
 def test_a_report_naming_the_wrong_operation_is_refused(
     tmp_path: Path, serve: Callable[[object], str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), token=TOKEN, node_secret=SECRET
-    )
-    url = serve(service.app)
-    client = ytw.YtClient(proxy=url, token=TOKEN, config={"proxy": {"enable_proxy_discovery": False}})
-    client.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    service, url, client = _scheduler(tmp_path, serve)
     spec = ytw.VanillaSpecBuilder().task("main", {"command": "sleep 1000", "job_count": 1})
     first = client.run_operation(spec, sync=False).id
     second = client.run_operation(spec, sync=False).id
