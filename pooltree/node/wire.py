@@ -279,19 +279,78 @@ def parse_node_alerts(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 _RESOURCE_INDEX = {name: index for index, name in enumerate(RESOURCES)}
 
 
-def _resources(data: Mapping[str, Any], path: str) -> Vector:
-    """``parse_resources`` of a map of plain numbers under the canonical names (what nodes send) without its
-    per-key paths and checks; anything else takes ``parse_resources``, which names the bad field."""
+def _plain_resources(data: Mapping[str, Any]) -> Vector | None:
+    """A map of plain numbers under the canonical names (what nodes send) as ``parse_resources`` reads it,
+    without its per-key paths and checks; None for anything else."""
     values = [0.0] * len(RESOURCES)
     for key, value in data.items():
         index = _RESOURCE_INDEX.get(key)
         kind = type(value)
         if index is None or (kind is not float and kind is not int) or not 0 <= value < math.inf:
-            return parse_resources(data, path)
+            return None
         values[index] = value
     values[MEMORY] = float(round(values[MEMORY]))
     values[CPU] = round(float(values[CPU]), 2)
     return np.array(values, dtype=float)
+
+
+def _resources(data: Mapping[str, Any], path: str) -> Vector:
+    """``parse_resources`` with the fast path for plain maps; anything else takes ``parse_resources``, which
+    names the bad field."""
+    plain = _plain_resources(data)
+    return plain if plain is not None else parse_resources(data, path)
+
+
+def _running_report(entry: Any, index: int) -> RunningJobReport:
+    """One ``running_jobs`` entry. The common shape (strings, a plain usage map, a number, a map) is read
+    directly; anything else goes through the checked path, which names the bad field."""
+    if type(entry) is dict:
+        job_id, operation_id = entry.get("job_id"), entry.get("operation_id")
+        task_name = entry.get("task_name")
+        if task_name is None:
+            task_name = "main"
+        usage_raw, memory = entry.get("resource_usage"), entry.get("memory_usage", 0.0)
+        statistics = entry.get("statistics")
+        usage = (
+            zeros() if usage_raw is None else _plain_resources(usage_raw) if type(usage_raw) is dict else None
+        )
+        if (
+            type(job_id) is str
+            and job_id
+            and type(operation_id) is str
+            and operation_id
+            and type(task_name) is str
+            and task_name
+            and usage is not None
+            and (memory is None or ((type(memory) is int or type(memory) is float) and math.isfinite(memory)))
+            and (statistics is None or type(statistics) is dict)
+        ):
+            return RunningJobReport(
+                job_id,
+                operation_id,
+                task_name,
+                usage,
+                0.0 if memory is None else float(memory),
+                dict(statistics or {}),
+            )
+    return _running_report_checked(entry, join_path("running_jobs", index))
+
+
+def _running_report_checked(entry: Any, path: str) -> RunningJobReport:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+    usage_raw = entry.get("resource_usage")
+    if usage_raw is not None and not isinstance(usage_raw, Mapping):
+        raise ConfigError(join_path(path, "resource_usage"), "expected a map of resources")
+    usage = zeros() if usage_raw is None else _resources(usage_raw, join_path(path, "resource_usage"))
+    return RunningJobReport(
+        job_id=_string(entry, "job_id", path),
+        operation_id=_string(entry, "operation_id", path),
+        task_name=_string(entry, "task_name", path, required=False, default="main"),
+        resource_usage=usage,
+        memory_usage=_number(entry, "memory_usage", path, 0.0),
+        statistics=_map(entry, "statistics", path),
+    )
 
 
 def _string(data: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str = "") -> str:
@@ -350,24 +409,7 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
     if not isinstance(tags_raw, list) or not all(isinstance(t, str) and t for t in tags_raw):
         raise ConfigError("tags", "expected a list of non-empty strings")
     running: list[RunningJobReport] = []
-    for index, entry in enumerate(_list(data, "running_jobs")):
-        path = join_path("running_jobs", index)
-        if not isinstance(entry, Mapping):
-            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
-        usage_raw = entry.get("resource_usage")
-        if usage_raw is not None and not isinstance(usage_raw, Mapping):
-            raise ConfigError(join_path(path, "resource_usage"), "expected a map of resources")
-        usage = zeros() if usage_raw is None else _resources(usage_raw, join_path(path, "resource_usage"))
-        running.append(
-            RunningJobReport(
-                job_id=_string(entry, "job_id", path),
-                operation_id=_string(entry, "operation_id", path),
-                task_name=_string(entry, "task_name", path, required=False, default="main"),
-                resource_usage=usage,
-                memory_usage=_number(entry, "memory_usage", path, 0.0),
-                statistics=_map(entry, "statistics", path),
-            )
-        )
+    running = [_running_report(entry, index) for index, entry in enumerate(_list(data, "running_jobs"))]
     finished: list[FinishedJobReport] = []
     for index, entry in enumerate(_list(data, "finished_jobs")):
         path = join_path("finished_jobs", index)

@@ -75,3 +75,48 @@ def test_fast_resource_parse_agrees_with_parse_resources(value: dict) -> None:
         return
     got = wire._resources(value, "x")
     assert np.array_equal(got, expected) and not any(math.isnan(v) for v in got)
+
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**10),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["", "j1", "main"]),
+    st.just({}),
+    st.just([]),
+)
+running_entries = st.one_of(
+    values,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "job_id": values,
+            "operation_id": values,
+            "task_name": values,
+            "resource_usage": st.one_of(values, maps),
+            "memory_usage": values,
+            "statistics": st.one_of(values, st.just({"a": 1})),
+        },
+    ),
+)
+
+
+@given(entry=running_entries)
+def test_fast_running_entry_agrees_with_the_checked_path(entry: object) -> None:
+    try:
+        expected = wire._running_report_checked(entry, "running_jobs[0]")
+    except ConfigError as error:
+        with pytest.raises(ConfigError) as raised:
+            wire._running_report(entry, 0)
+        assert raised.value.path == error.path
+        return
+    got = wire._running_report(entry, 0)
+    assert (got.job_id, got.operation_id, got.task_name, got.memory_usage, got.statistics) == (
+        expected.job_id,
+        expected.operation_id,
+        expected.task_name,
+        expected.memory_usage,
+        expected.statistics,
+    )
+    assert np.array_equal(got.resource_usage, expected.resource_usage)
