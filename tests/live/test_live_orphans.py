@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from pooltree.cli.live import kill_orphans, processes_in_sandboxes
 
@@ -61,6 +63,24 @@ def _wait(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-
     return False
 
 
+def _read_until(stream: IO[bytes], marker: bytes, timeout: float) -> bytes:
+    """Lines of ``stream`` up to and including the first holding ``marker`` (what was read if it never came)."""
+    lines: list[bytes] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in iter(stream.readline, b""):
+            lines.append(line)
+            if marker in line:
+                found.set()
+                return
+        found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    found.wait(timeout)
+    return b"".join(lines)
+
+
 def test_kill_orphans_kills_the_job_groups_and_removes_the_directories(tmp_path: Path) -> None:
     root = tmp_path / "node"
     jobs = [_leftover_job(root, f"job-{i}") for i in range(2)]
@@ -109,8 +129,13 @@ def test_pooltree_node_cleans_its_root_before_heartbeating(tmp_path: Path) -> No
         )
         assert job.wait(30) == -signal.SIGKILL
         assert _wait(lambda: not (root / "job-1").exists())
+        # The node logs the clean-up just after removing the directories: wait for that line before SIGINT (a
+        # SIGINT between the removal and the log line ended the node before it said anything).
+        assert node.stderr is not None
+        said = _read_until(node.stderr, b"job directories left under", timeout=30)
         node.send_signal(signal.SIGINT)
-        _, stderr = node.communicate(timeout=30)
+        _, rest = node.communicate(timeout=30)
+        stderr = said + rest
         # the job's shell, its sleep and the child that left the sandbox (found by HOME)
         assert b"killed 3 job processes and removed 1 job directories" in stderr
     finally:
