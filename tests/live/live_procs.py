@@ -57,6 +57,8 @@ class Procs:
         self.stdout: dict[int, list[str]] = {}
         self.token_file = root / "root-token"
         self.node_secret_file = root / "node-secret"
+        self.store_key_file = root / "store-key"
+        """One store key for every scheduler of the test: schedulers sharing a store must share it."""
         write_secret_file(self.token_file, ROOT_TOKEN)
         write_secret_file(self.node_secret_file, NODE_SECRET)
 
@@ -96,7 +98,8 @@ class Procs:
     def scheduler(self, data: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
         process = self.spawn(
             "scheduler", "--data", str(data), "--port", str(port), "--create-default-tree",
-            "--token-file", str(self.token_file), "--node-secret-file", str(self.node_secret_file), *extra,
+            "--token-file", str(self.token_file), "--node-secret-file", str(self.node_secret_file),
+            "--store-key-file", str(self.store_key_file), *extra,
         )  # fmt: skip
         line = self.read_until(process, READY_PREFIX)
         return process, line[len(READY_PREFIX) :]

@@ -30,7 +30,10 @@ HEADERS = {"Authorization": f"OAuth {live_procs.ROOT_TOKEN}"}
 
 def auth_args(procs: Procs) -> list[str]:
     """The secrets ``Procs.scheduler`` gives its schedulers, for schedulers started another way."""
-    return ["--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file)]
+    return [
+        "--token-file", str(procs.token_file), "--node-secret-file", str(procs.node_secret_file),
+        "--store-key-file", str(procs.store_key_file),
+    ]  # fmt: skip
 
 
 @pytest.fixture
