@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yt.wrapper as ytw
-
 from pooltree.forecast import ForecastSettings
 from pooltree.forecast.worker import WorkerSettings
+from tests.forecast.forecast_kit import queue_cluster, start_in_queue
 from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
@@ -45,26 +44,15 @@ def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def _vanilla(client: ytw.YtClient, command: str, jobs: int) -> str:
-    builder = (
-        ytw.VanillaSpecBuilder().begin_task("main").command(command).job_count(jobs).cpu_limit(1).end_task()
-    )
-    return client.run_operation(builder.pool("queue"), sync=False).id
-
-
 def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, nodes=1, slots=2, forecast_settings=SETTINGS)
+    cluster = queue_cluster(tmp_path, SETTINGS)
     try:
         client = cluster.client()
-        client.create(
-            "scheduler_pool",
-            attributes={"name": "queue", "pool_tree": "default", "max_running_operation_count": 1},
-        )
         # ~45 s of work on the node's 2 slots; the queued operation waits behind it (one running in "queue")
-        busy = _vanilla(client, "sleep 3", 30)
+        busy = start_in_queue(client, "sleep 3", 30)
         # busy's first jobs complete: the forecast learns their run times
         wait_for(lambda: client.get_operation(busy)["brief_progress"]["jobs"].get("completed", 0) >= 2, 30)
-        queued = _vanilla(client, "sleep 2", 2)
+        queued = start_in_queue(client, "sleep 2", 2)
         assert client.get_operation(queued)["state"] == "pending"
 
         def ready() -> dict[str, Any] | None:

@@ -7,12 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yt.wrapper as ytw
+from playwright.sync_api import sync_playwright
 
 from pooltree.forecast import ForecastSettings
 from pooltree.forecast.worker import WorkerSettings
+from tests.forecast.forecast_kit import queue_cluster, start_in_queue
 from tests.polling import wait_for
-from tests.server.live_cluster import Cluster
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -22,30 +22,15 @@ SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=4, horizon=1800.0), re
 
 
 def test_the_forecast_is_drawn_on_the_operation_and_scheduling_pages(tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
-    cluster = Cluster(tmp_path, nodes=1, slots=2, forecast_settings=SETTINGS)
+    cluster = queue_cluster(tmp_path, SETTINGS)
     try:
         client = cluster.client()
-        client.create(
-            "scheduler_pool",
-            attributes={"name": "queue", "pool_tree": "default", "max_running_operation_count": 1},
-        )
 
-        def start(command: str, jobs: int) -> str:
-            builder = (
-                ytw.VanillaSpecBuilder()
-                .begin_task("main")
-                .command(command)
-                .job_count(jobs)
-                .cpu_limit(1)
-                .end_task()
-            )
-            return client.run_operation(builder.pool("queue"), sync=False).id
-
-        running = start("sleep 3", 30)  # ~45 s on the 2 slots: queued waits behind it (max 1 running)
+        running = start_in_queue(
+            client, "sleep 3", 30
+        )  # ~45 s on the 2 slots: queued waits behind it (max 1 running)
         wait_for(lambda: client.get_operation(running)["brief_progress"]["jobs"].get("completed", 0) >= 2, 60)
-        queued = start("sleep 2", 2)
+        queued = start_in_queue(client, "sleep 2", 2)
         wait_for(
             lambda: (
                 client.get_operation(queued, attributes=["scheduling_forecast"])["scheduling_forecast"][
