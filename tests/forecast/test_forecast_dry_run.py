@@ -12,6 +12,7 @@ import yt.wrapper as ytw
 
 from pooltree.forecast import ForecastSettings
 from pooltree.forecast.worker import WorkerSettings
+from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
 SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=3, horizon=600.0), refresh_periods=1)
@@ -48,6 +49,20 @@ def cluster_operations(cluster: Cluster) -> list[str]:
     return [op["id"] for op in cluster.client().list_operations(state="running")["operations"]]
 
 
+def _settled_store_bytes(root: Path) -> str:
+    """The store's bytes once nothing writes any more (a start's follow-up writes, e.g. its state once the
+    trees are published, land a loop tick after the start answered)."""
+    previous: list[str] = []
+
+    def settled() -> str | None:
+        current = _store_bytes(root)
+        found = current if previous and previous[-1] == current else None
+        previous.append(current)
+        return found
+
+    return wait_for(settled, 20, 0.5)
+
+
 def _sleeper(jobs: int, pool: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"tasks": {"main": {"command": "sleep 30", "job_count": jobs, "cpu_limit": 1}}}
     if pool is not None:
@@ -75,7 +90,7 @@ def test_a_dry_run_answers_the_forecast_and_changes_nothing(tmp_path: Path) -> N
             .pool("small"),
             sync=False,
         )
-        before = _store_bytes(tmp_path)
+        before = _settled_store_bytes(tmp_path)
         operations = [(op["id"], op["state"]) for op in client.list_operations()["operations"]]
 
         response = _start(cluster, _sleeper(1, "small"), dry_run=True)
@@ -109,7 +124,7 @@ def test_a_dry_run_refuses_what_a_start_refuses(tmp_path: Path) -> None:
             _sleeper(1, "full"),
             {"tasks": {"main": {"command": "true", "job_count": 1}}, "pool": "bad name!"},
         ):
-            before = _store_bytes(tmp_path)
+            before = _settled_store_bytes(tmp_path)
             dry = _start(cluster, spec, dry_run=True)
             assert _store_bytes(tmp_path) == before
             real = _start(cluster, spec)
