@@ -51,14 +51,17 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"p50_ms": _quantile(values, 0.5), "p99_ms": _quantile(values, 0.99)}
 
 
-async def _run_once(root: Path, jobs: int, slots: int, command: str, meter: str, isolation: str) -> dict:
+async def _run_once(
+    root: Path, jobs: int, slots: int, command: str, meter: str, isolation: str, warm: int | None
+) -> dict:
     """Start ``jobs`` jobs with ``slots`` concurrency in a fresh executor; the timings of this run."""
     finished_at: dict[str, float] = {}
 
     def on_finish(result: JobResult) -> None:
         finished_at[result.job_id] = time.perf_counter()
 
-    executor = JobExecutor(root, memory_meter=meter, on_finish=on_finish, isolation=isolation)
+    options = {} if warm is None else {"warm_sandboxes": warm}
+    executor = JobExecutor(root, memory_meter=meter, on_finish=on_finish, isolation=isolation, **options)
     slots_free = asyncio.Semaphore(slots)
     start_durations: list[float] = []
     to_running: list[float] = []
@@ -120,6 +123,9 @@ def main() -> None:
     parser.add_argument("--command", default="true")
     parser.add_argument("--meter", default="auto", choices=("auto", "cgroup", "psutil"))
     parser.add_argument("--isolation", default="auto", help="auto, sandbox, slot-uid or none")
+    parser.add_argument(
+        "--warm-sandboxes", type=int, default=None, help="pre-started sandboxes (default: the node's)"
+    )
     args = parser.parse_args()
     if args.jobs <= 0 or args.slots <= 0 or args.repeat <= 0:
         parser.error("--jobs, --slots and --repeat must be positive")
@@ -128,7 +134,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="pooltree-job-start-") as tmp:
             runs.append(
                 asyncio.run(
-                    _run_once(Path(tmp), args.jobs, args.slots, args.command, args.meter, args.isolation)
+                    _run_once(
+                        Path(tmp),
+                        args.jobs,
+                        args.slots,
+                        args.command,
+                        args.meter,
+                        args.isolation,
+                        args.warm_sandboxes,
+                    )
                 )
             )
     median = sorted(runs, key=lambda run: run["jobs_per_second"])[len(runs) // 2]

@@ -48,7 +48,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.files import BlobSource, truncate_output, write_job_files
 from pooltree.node.gpu import GpuSlots, device_binds, gpu_demand, gpu_environment
-from pooltree.node.isolation import JobIsolation
+from pooltree.node.isolation import JobIsolation, Slot
 from pooltree.node.job import (
     JOB_START_FAILED,
     RESOURCE_OVERDRAFT_REASON,
@@ -64,6 +64,7 @@ from pooltree.node.job import (
 )
 from pooltree.node.keeper import KeeperProcess, KeeperZygotes
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
+from pooltree.node.warm import WarmSandboxes
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -73,6 +74,8 @@ NODE_SHUTDOWN_REASON = "node_shutdown"
 TRASH_DIRECTORY = ".trash"
 CLEANUP_THREADS = 4
 LAUNCH_THREADS = 4
+WARM_SANDBOXES = 8
+"""Sandboxes a node keeps pre-started (``warm.py``): enough for 8 slots of short jobs."""
 
 _log = logging.getLogger(__name__)
 
@@ -168,6 +171,17 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
+def _real_program(name: str) -> str | None:
+    """``name`` on the node's ``PATH``, as its real path (the job runs it inside the sandbox)."""
+    found = shutil.which(name)
+    return os.path.realpath(found) if found is not None else None
+
+
+def _private_output_fd(path: Path) -> int:
+    """A new output file only the node's user can read (0600), as a descriptor (close-on-exec)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+
 def _private_output(path: Path) -> Any:
     """A new output file only the node's user can read (0600): jobs of other uids never see it."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
@@ -197,6 +211,7 @@ class JobExecutor:
         clock: Callable[[], float] = time.time,
         on_finish: FinishListener | None = None,
         isolation: str | JobIsolation = "auto",
+        warm_sandboxes: int = WARM_SANDBOXES,
         gpus: GpuSlots | None = None,
     ):
         if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
@@ -255,6 +270,15 @@ class JobExecutor:
             isolation if isinstance(isolation, JobIsolation) else JobIsolation(self.root, mode=isolation)
         )
         self.isolation.prepare_root()
+        wraps_argv = self.meter.argv("probe", ["probe"]) != ["probe"]  # the cgroup meter's join: start cold
+        self._warm = WarmSandboxes(
+            self.root,
+            self.isolation,
+            self._keepers,
+            _private_output_fd,
+            size=0 if wraps_argv else warm_sandboxes,
+            env_program=_real_program("env"),
+        )
         self._sandbox_trash = self._trash
         if self.isolation.sandboxes != self.root:  # slot-uid-only sandboxes elsewhere: a trash beside them
             self._sandbox_trash = self.isolation.sandboxes / TRASH_DIRECTORY
@@ -332,10 +356,9 @@ class JobExecutor:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
         try:
-            env = job_environment(spec, job.sandbox)
-            env.update(self._assign_gpus(spec))
+            extra = self._assign_gpus(spec)
             job.process = await asyncio.get_running_loop().run_in_executor(
-                self._launcher, self._launch, job, env
+                self._launcher, self._launch, job, extra
             )
         except (OSError, subprocess.SubprocessError, PooltreeError) as error:
             self.isolation.release(spec.job_id)
@@ -367,13 +390,23 @@ class JobExecutor:
         """Host indices of the GPUs a running job holds."""
         return [device.index for device in self.gpus.assigned(job_id)]
 
-    def _launch(self, job: _Job, env: dict[str, str]) -> KeeperProcess:
+    def _launch(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
         """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
-        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies."""
+        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies. A
+        pre-started sandbox (``warm.py``) is used when one is ready and the job needs no device."""
         with self._forgetting_lock:
             forgetting = self._forgetting.get(job.spec.job_id)
         if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
             concurrent.futures.wait([forgetting])
+        devices = device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files)
+        if self._warm.enabled:
+            self._fill_warm()
+            if not devices and job.spec.network != "isolated":  # those need sandbox arguments of their own
+                process = self._launch_warm(job, extra)
+                if process is not None:
+                    return process
+        env = job_environment(job.spec, job.sandbox)
+        env.update(extra)
         self._fresh_directory(job.directory)
         self._fresh_directory(job.sandbox)
         (job.sandbox / "tmp").mkdir()
@@ -386,7 +419,7 @@ class JobExecutor:
             ["/bin/sh", "-c", shell_script(job.spec)],
             job.sandbox,
             slot,
-            devices=device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files),
+            devices=devices,
             own_network=job.spec.network == "isolated",
         )
         argv = self.meter.argv(job.spec.job_id, job_argv)
@@ -398,6 +431,36 @@ class JobExecutor:
             return self._keepers.spawn(
                 argv, env=env, cwd=str(job.sandbox), stdout=stdout.fileno(), stderr=stderr.fileno()
             )
+
+    def _launch_warm(self, job: _Job, extra: dict[str, str]) -> KeeperProcess | None:
+        """Worker thread: the job in a pre-started sandbox, or None when none is ready."""
+        files, source = job.spec.files, self.file_source
+
+        def prepare(sandbox: Path, slot: Slot | None) -> None:
+            for path in write_job_files(sandbox, files, source):
+                if slot is not None:
+                    os.chown(path, slot.uid, slot.gid)
+
+        while (warm := self._warm.take()) is not None:
+            if not self._warm.alive(warm):
+                self._discard(warm.directory)
+                continue
+            if job.directory.exists():  # left by an earlier run of this node
+                self._discard(job.directory)
+            env = job_environment(job.spec, warm.sandbox)  # the sandbox's path inside it, where it was bound
+            env.update(extra)
+            self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
+            script = shell_script(job.spec)
+            process = self._warm.hand_over(warm, job.spec.job_id, job.directory, script, env, prepare)
+            if process is not None:
+                return process
+            self._discard(warm.directory)  # it never came up: the next one, or a cold start
+        return None
+
+    def _fill_warm(self) -> None:
+        """Top the pre-started sandboxes up in the background (a no-op once shut down)."""
+        with contextlib.suppress(RuntimeError):
+            self._launcher.submit(self._warm.fill)
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
         """Ask the job to finish: send its interruption_signal and abort it with ``reason`` after ``timeout``.
@@ -445,6 +508,8 @@ class JobExecutor:
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Kill every running job (aborted, ``node_shutdown``) and wait for their results; idempotent."""
         self._closed = True
+        for warm in await asyncio.to_thread(self._warm.close):  # pre-started sandboxes no job will use
+            self._discard(warm.directory)
         for job in list(self._running.values()):
             if job.verdict is None and job.exit_mono is None:
                 job.verdict = _Verdict(

@@ -111,7 +111,10 @@ def bwrap_path() -> str | None:
 
 @functools.cache
 def setpriv_path() -> str | None:
-    return shutil.which("setpriv")
+    """``setpriv``'s real path: bubblewrap runs it inside the sandbox, where a link on the node's ``PATH`` (under
+    a ``/tmp`` the sandbox replaces, say) may not lead anywhere."""
+    found = shutil.which("setpriv")
+    return os.path.realpath(found) if found is not None else None
 
 
 def probe_bwrap() -> str | None:
@@ -348,6 +351,13 @@ class JobIsolation:
             slot = self._slots.pop(job_id, None)
         if slot is not None and slot.lock_fd is not None:
             os.close(slot.lock_fd)
+
+    def rename_slot(self, old: str, new: str) -> None:
+        """The slot held for ``old`` (a pre-started sandbox) is now held for job ``new``."""
+        with self._lock:
+            slot = self._slots.pop(old, None)
+            if slot is not None:
+                self._slots[new] = slot
 
     def slot(self, job_id: str) -> Slot | None:
         return self._slots.get(job_id)

@@ -362,8 +362,10 @@ def zygote(argv: list[str]) -> int:
         message, fds = request
         settled = settling = -1
         try:
-            if len(fds) != 2:
-                raise OSError(errno.EINVAL, f"expected stdout and stderr descriptors, got {len(fds)}")
+            if len(fds) not in (2, 3):
+                raise OSError(
+                    errno.EINVAL, f"expected stdout, stderr [and stdin] descriptors, got {len(fds)}"
+                )
             os.chdir(message["cwd"])
             settled, settling = os.pipe()
             pid = _clone_parent(libc)
@@ -410,7 +412,7 @@ def _keeper_child(
     try:
         sock.close()
         os.setsid()
-        os.dup2(devnull, 0)
+        os.dup2(fds[2] if len(fds) > 2 else devnull, 0)
         os.dup2(fds[0], 1)
         os.dup2(fds[1], 2)
         for fd in (devnull, *fds):
@@ -472,13 +474,21 @@ class KeeperZygote:
             self._process = None
 
     def spawn(
-        self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: int, stderr: int
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdout: int,
+        stderr: int,
+        stdin: int | None = None,
     ) -> KeeperProcess:
-        """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started."""
+        """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
+        ``stdin`` (default ``/dev/null``) is the job's standard input."""
         if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
             process = subprocess.Popen(
                 keeper_argv(self._lifeline, argv),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
                 stdout=stdout,
                 stderr=stderr,
                 cwd=cwd,
@@ -494,7 +504,7 @@ class KeeperZygote:
             for attempt in range(2):
                 sock = self._sock or self._start()
                 try:
-                    _send(sock, message, (stdout, stderr))
+                    _send(sock, message, (stdout, stderr) if stdin is None else (stdout, stderr, stdin))
                 except OSError:  # the zygote is gone and got nothing: a new one may start the job
                     self._drop()
                     if attempt:
@@ -535,12 +545,19 @@ class KeeperZygotes:
             self._free.put(zygote)
 
     def spawn(
-        self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: int, stderr: int
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdout: int,
+        stderr: int,
+        stdin: int | None = None,
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
         try:
-            return zygote.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr)
+            return zygote.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin)
         finally:
             self._free.put(zygote)
 

@@ -128,7 +128,7 @@ class ProcessTreeMeter:
     it already knows to be foreign: one that belongs to no job of this node (not in a job's session, not a
     descendant of a member, not a known member) can never join one later (a session is only entered at
     birth, and a new job's session is new), so only members, newcomers and this process's own children (job
-    roots not yet attached) are read again. ``/proc/<pid>`` inode numbers tell a reused pid apart.
+    roots not yet attached) and their descendants (a pre-started sandbox, ``warm.py``) are read again. ``/proc/<pid>`` inode numbers tell a reused pid apart.
     """
 
     name = "psutil"
@@ -207,8 +207,17 @@ class ProcessTreeMeter:
         ours = set().union(*members_of.values()) if members_of else set()
         me = os.getpid()
         launching = {pid for pid, entry in table.items() if entry.ppid == me}  # roots maybe not attached yet
+        below: set[int] = (
+            set()
+        )  # and whatever runs below them (a pre-started sandbox waits for its job there)
+        stack = list(launching)
+        while stack:
+            pid = stack.pop()
+            if pid not in below:
+                below.add(pid)
+                stack.extend(children.get(pid, ()))
         for pid, entry in table.items():
-            if pid not in ours and pid not in launching and entry.sid not in launching:
+            if pid not in ours and pid not in below and entry.sid not in launching:
                 self._foreign[pid] = inodes[pid]
         return {
             job_id: [(pid, table[pid]) for pid in sorted(members_of[job_id])]
