@@ -17,7 +17,7 @@ ends in ``/bin/sh -s`` reading its commands from a socket whose other end only t
 
 Nothing about isolation changes: the same keeper (the job dies with its node: a warm chain whose node dies is
 killed by its keeper like any job), the same sandbox arguments, uid switch and signals. Jobs that need devices
-(GPUs, bound per job) and meters that wrap the job's argv (the cgroup meter's join) start cold, as before. A
+(GPUs, bound per job), jobs with a network namespace of their own and meters that wrap the job's argv (the cgroup meter's join) start cold, as before. A
 warm chain that died while waiting is reaped and the job starts cold. ``close`` kills and reaps what is left.
 """
 
