@@ -36,6 +36,9 @@ class ForecastSettings:
     horizon: float = 6 * 3600.0
     """Simulated seconds each run covers; later starts and finishes are reported as "after the horizon"."""
     durations: DurationSettings = field(default_factory=DurationSettings)
+    first_seed: int = 0
+    """Runs use seeds ``first_seed .. first_seed + seeds - 1`` (a back-test keeps them apart from the seed of the
+    recorded run: the simulator derives node heartbeat phases from the seed)."""
     fair_share_update_period: float | None = None
     """The fork's fair-share period (None: the cluster's). A longer one costs less per simulated hour; starts
     move by up to one period."""
@@ -192,7 +195,7 @@ def forecast(
             starts_of = [operation_id for operation_id in starts_of if operation_id in wanted]
     runs = [
         run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of)
-        for seed in range(settings.seeds)
+        for seed in range(settings.first_seed, settings.first_seed + settings.seeds)
     ]
     # the fork's heartbeat and update phases are its own, not the cluster's: a start or finish it places at t may
     # happen up to one heartbeat and one update period earlier or later there, so the range's ends move by that

@@ -45,12 +45,14 @@ _SPEC_CACHE_SIZE = 20_000
 class WorkerSettings:
     """How the service runs forecasts."""
 
-    forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    forecast: ForecastSettings = field(default_factory=lambda: ForecastSettings(seeds=5, horizon=3600.0))
+    """The live default: 5 runs of one simulated hour (at 1,000 busy nodes a run costs ~1 s of setup plus ~1 s of
+    CPU per simulated minute, see docs/forecast.md)."""
     refresh_periods: int = 30
     """Fair-share periods between refreshes while forecasts are read."""
     idle_after: float = 300.0
     """Seconds after the last read when periodic refreshes stop."""
-    timeout: float = 60.0
+    timeout: float = 600.0
     """CPU seconds one forecast may take in the worker."""
     memory_limit: int = 2 << 30
     """Bytes of address space of the worker process."""
@@ -205,21 +207,22 @@ class ForecastService:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the worker (our own child, possibly inside a long forecast: not waited for), then the refresher
+        (a refresh waiting for the worker returns at once with the pool broken)."""
         self._stopping.set()
         self._wanted.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.settings.timeout * 4 + 60)
-            self._thread = None
         with self._executor_lock:
             executor, self._executor = self._executor, None
         if executor is not None:
-            # the worker may be inside a long forecast: end it (our own child) instead of waiting for it
             processes = list((executor._processes or {}).values())
             executor.shutdown(wait=False, cancel_futures=True)
             for process in processes:
                 process.terminate()
             for process in processes:
                 process.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
 
     def _loop(self) -> None:
         while not self._stopping.is_set():

@@ -1,0 +1,35 @@
+"""The forecast worker process: a forecast past its CPU budget fails with a clear error and the process stays to
+answer the next one; a failure inside the worker comes back as text."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from pooltree.errors import PooltreeError
+from pooltree.forecast import ForecastSettings
+from pooltree.forecast.worker import ForecastService, WorkerSettings
+from tests.forecast.test_forecast_fork import project_state
+
+
+def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
+    service = ForecastService(scheduler=None, clock=time.time, settings=WorkerSettings(timeout=0.3))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(PooltreeError, match="CPU-time budget"):
+            service._submit(project_state(), ForecastSettings(seeds=8, horizon=20_000.0))
+        pid = next(iter(service._pool()._processes))
+        quick = service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
+        assert set(quick.operations) == {"batch-1", "adhoc-1"}
+        assert next(iter(service._pool()._processes)) == pid  # the same process answered
+        gone = replace(project_state(), pool_trees={})
+        found = service._submit(gone, ForecastSettings(seeds=1, horizon=5.0))
+        assert found.operations["adhoc-1"].start["p50"] is None  # its tree is gone: it never starts
+        state = project_state()
+        bad = replace(state, operations=(replace(state.operations[1], spec={"weight": -1}, revision=1),))
+        with pytest.raises(PooltreeError, match=r"the forecast failed: ConfigError.*weight"):
+            service._submit(bad, ForecastSettings(seeds=1, horizon=5.0))
+        assert next(iter(service._pool()._processes)) == pid
+    finally:
+        service.stop()
