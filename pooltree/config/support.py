@@ -84,8 +84,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "min_node_resource_limits_check_period": NODE_LIMITS,
     "enable_absolute_fair_share_starvation_tolerance": "not implemented (the tolerance is relative, as in the "
     "seeds)",
-    "consider_allocation_on_fair_share_bound_preemptible": "not implemented (an allocation that crosses the fair "
-    "share bound stays non-preemptible)",
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
@@ -111,6 +109,7 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "max_job_resource_limits": "pooltree/strategy/operation_checks.py",
     "allow_single_job_large_gpu_operations_in_multiple_trees": "pooltree/strategy/segment_inputs.py",
     "enable_scheduling_tags": "pooltree/strategy/stages.py",
+    "consider_allocation_on_fair_share_bound_preemptible": "pooltree/strategy/preemptible.py",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",

@@ -403,6 +403,9 @@ class SchedulerCore:
         self.strategy.segments.configure(parsed)
         extra = getattr(config, "model_extra", None) or {}
         self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
+        self.strategy.set_allocation_on_bound_preemptible(
+            extra.get("consider_allocation_on_fair_share_bound_preemptible", False) is True
+        )
 
     def _init_segment(self, operation_id: str, controller: OperationController) -> None:
         """The operation's segment from its registration on; a module-aware one running in several trees fails

@@ -3,7 +3,9 @@
 An operation's running allocations are kept in start order, split into three consecutive lists:
 NonPreemptible | AggressivelyPreemptible | Preemptible. A boundary moves so that an allocation stays in the
 left (less preemptible) class iff the usage of everything before it is still below the bound, so the allocation
-that crosses the boundary belongs to the less preemptible class.
+that crosses the boundary belongs to the less preemptible class. With the tree's
+``consider_allocation_on_fair_share_bound_preemptible`` (``inclusive``) the test counts the allocation itself, so
+the crossing allocation belongs to the more preemptible class.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class PreemptibleLists:
         "blocked",
         "dirty",
         "fair_share",
+        "inclusive",
         "non_preemptible_threshold",
         "preemptible",
         "threshold",
@@ -59,6 +62,8 @@ class PreemptibleLists:
         self.aggressive_threshold = 0.2
         self.threshold = 1.0
         self.preemptible = True
+        self.inclusive = False
+        """An allocation stays in the less preemptible class only if the prefix including it is below the bound."""
         self.dirty = False
         self._aggressive_bound: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self._normal: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
@@ -124,6 +129,9 @@ class PreemptibleLists:
         _add(self._usage[2], allocation.amounts)
         if had_preemptible:
             return
+        if self.inclusive:
+            self.rebalance()
+            return
         cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
         if self._lists[1] or not self._below(cumulative, self._aggressive_bound):
             self._balance(1, self._normal, cumulative)
@@ -149,7 +157,9 @@ class PreemptibleLists:
                 except ValueError:
                     continue
             _sub(self._usage[index], allocation.amounts)
-            if index != 2:
+            if (
+                index != 2 or self.inclusive
+            ):  # inclusive: the next Preemptible head may now fit below the bound
                 self.rebalance()
             return True
         return False
@@ -193,10 +203,11 @@ class PreemptibleLists:
         left_usage, right_usage = self._usage[left], self._usage[left + 1]
         right_status = _STATUSES[left + 1]
         left_status = _STATUSES[left]
+        inclusive = self.inclusive
         while left_list:
             last = left_list[-1]
             without = [c - r for c, r in zip(cumulative, last.amounts, strict=True)]
-            if self._below(without, bound):
+            if self._below(cumulative if inclusive else without, bound):
                 break
             left_list.pop()
             right_list.appendleft(last)
@@ -204,7 +215,12 @@ class PreemptibleLists:
             _sub(left_usage, last.amounts)
             _add(right_usage, last.amounts)
             cumulative[:] = without
-        while right_list and self._below(cumulative, bound):
+        while right_list and self._below(
+            [c + r for c, r in zip(cumulative, right_list[0].amounts, strict=True)]
+            if inclusive
+            else cumulative,
+            bound,
+        ):
             head = right_list.popleft()
             left_list.append(head)
             head.preemption_status = left_status

@@ -85,6 +85,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.usage_watch: set[str] | None = None
         self.segments = SegmentsManager()
         self.scheduling_tags_enabled = True
+        self.allocation_on_bound_preemptible = False
+        """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
         """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
         """When set (``SchedulerCore`` sets its own set), every operation whose usage moves is added to it."""
         self._step = None
@@ -118,6 +120,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if operation_id in self.operations:
             raise PooltreeError(f"operation {operation_id} is already registered in tree {self.tree.name}")
         runtime = OperationRuntime(operation_id, controller)
+        runtime.lists.inclusive = self.allocation_on_bound_preemptible
         self.operations[operation_id] = runtime
         self._touched.add(operation_id)
         if not watch_pending(controller, self._pending_moved, operation_id):
@@ -155,6 +158,17 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             element.usage = [0.0] * RESOURCE_COUNT
             self._refresh_leaf(element)
         return running
+
+    def set_allocation_on_bound_preemptible(self, enabled: bool) -> None:
+        """Switch the tree's ``consider_allocation_on_fair_share_bound_preemptible``: every operation's lists are
+        rebalanced with the new rule at once (`PreemptibleLists.inclusive`)."""
+        if enabled == self.allocation_on_bound_preemptible:
+            return
+        self.allocation_on_bound_preemptible = enabled
+        for operation_id, runtime in self.operations.items():
+            runtime.lists.inclusive = enabled
+            runtime.lists.rebalance()
+            self._touched.add(operation_id)
 
     def operation_usage(self, operation_id: str) -> Vector:
         runtime = self.operations.get(operation_id)
