@@ -54,6 +54,8 @@ DEFAULT_TREE = "default"
 DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
 """Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
 MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
+ORCHID_CACHE_PERIOD = 1.0
+"""YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
 SWITCH_INTERVAL = 0.001
@@ -96,11 +98,26 @@ def tree_orchid(tree: Any) -> dict[str, Any]:
 
 
 class LiveOrchid:
-    """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout)."""
+    """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout).
 
-    def __init__(self, scheduler: LiveScheduler, cypress_default: Callable[[], str | None]) -> None:
+    As YTsaurus serves its scheduler orchid from a cache refreshed every ``static_orchid_cache_update_period``
+    (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered from the
+    orchid published by an earlier read of the same shape if that is at most ``ORCHID_CACHE_PERIOD`` old,
+    instead of waiting for the lock; otherwise it waits and publishes what it builds."""
+
+    def __init__(
+        self,
+        scheduler: LiveScheduler,
+        cypress_default: Callable[[], str | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.scheduler = scheduler
         self.cypress_default = cypress_default
+        self.clock = clock
+        self._published: dict[tuple[Any, ...], tuple[float, str]] = {}
+        """(default tree, what the read includes) → (when, the whole orchid as JSON text)."""
+        self.served_published = 0
+        """Reads answered from the published orchid while the lock was busy (tests and metrics read it)."""
 
     def get(self, path_tokens: Sequence[str]) -> Any:
         # Cypress calls this under its own lock: read the default tree first, so the lock order is always
@@ -112,64 +129,94 @@ class LiveOrchid:
             """Whether the path reaches ``prefix`` (alerts are computed only for reads that include them)."""
             return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
 
-        with self.scheduler.lock:
-            trees = self.scheduler.registry.trees
-            pool_trees = {
-                name: {
-                    "pools": view["pools"],
-                    "operations": view["operations"],
-                    "resource_limits": view["resource_limits"],
-                    "resource_usage": view["resource_usage"],
-                    "pool_count": view["pool_count"],
-                    **(
-                        {"scheduling_segments": view["scheduling_segments"]}
-                        if "scheduling_segments" in view
-                        else {}
-                    ),
-                    **tree_orchid(trees.get(name)),
-                }
-                for name, view in self.scheduler.views.items()
+        key = (
+            default_tree,
+            tuple(tokens[2:4]) if tokens[:2] == ["scheduler", "pool_trees"] else (),
+            wanted("scheduler", "alerts"),
+            tokens[:2] == ["scheduler", "event_log"],
+        )
+        published = self._published.get(key)
+        fresh = published is not None and self.clock() - published[0] <= ORCHID_CACHE_PERIOD
+        if not self.scheduler.lock.acquire(blocking=not fresh):
+            assert published is not None
+            self.served_published += 1
+            return _navigate(json.loads(published[1]), path_tokens)
+        try:
+            root = self._build(path_tokens, default_tree, wanted)
+            if not fresh:
+                self._published[key] = (self.clock(), json.dumps(root, default=float))
+            return json.loads(json.dumps(_navigate(root, path_tokens), default=float))
+        finally:
+            self.scheduler.lock.release()
+
+    def _build(
+        self,
+        path_tokens: Sequence[str],
+        default_tree: str | None,
+        wanted: Callable[..., bool],
+    ) -> dict[str, Any]:
+        """The orchid document (scheduling lock held)."""
+        trees = self.scheduler.registry.trees
+        pool_trees = {
+            name: {
+                "pools": view["pools"],
+                "operations": view["operations"],
+                "resource_limits": view["resource_limits"],
+                "resource_usage": view["resource_usage"],
+                "pool_count": view["pool_count"],
+                **(
+                    {"scheduling_segments": view["scheduling_segments"]}
+                    if "scheduling_segments" in view
+                    else {}
+                ),
+                **tree_orchid(trees.get(name)),
             }
-            for name, tree in pool_trees.items():
-                if wanted("scheduler", "pool_trees", name, "alerts"):
-                    tree["alerts"] = self.scheduler.alert_center.tree_alerts(name)
-            cluster_limits = np.zeros(len(RESOURCES))
-            for node in self.scheduler.nodes.values():
-                cluster_limits += np.asarray(node.resource_limits, dtype=float)
-            root: dict[str, Any] = {
-                "scheduler": {
-                    "pool_trees": pool_trees,
-                    "default_pool_tree": default_tree,
-                    "cluster": {
-                        "resource_limits": resource_map(cluster_limits),
-                        "node_count": len(self.scheduler.nodes),
-                    },
-                    "nodes": {
-                        address: {
-                            "resource_limits": resource_map(node.resource_limits),
-                            "trees": list(node.trees),
-                            "last_seen": node.last_seen,
-                            "alerts": list(node.alerts),
-                        }
-                        for address, node in self.scheduler.nodes.items()
-                    },
-                }
+            for name, view in self.scheduler.views.items()
+        }
+        for name, tree in pool_trees.items():
+            if wanted("scheduler", "pool_trees", name, "alerts"):
+                tree["alerts"] = self.scheduler.alert_center.tree_alerts(name)
+        cluster_limits = np.zeros(len(RESOURCES))
+        for node in self.scheduler.nodes.values():
+            cluster_limits += np.asarray(node.resource_limits, dtype=float)
+        root: dict[str, Any] = {
+            "scheduler": {
+                "pool_trees": pool_trees,
+                "default_pool_tree": default_tree,
+                "cluster": {
+                    "resource_limits": resource_map(cluster_limits),
+                    "node_count": len(self.scheduler.nodes),
+                },
+                "nodes": {
+                    address: {
+                        "resource_limits": resource_map(node.resource_limits),
+                        "trees": list(node.trees),
+                        "last_seen": node.last_seen,
+                        "alerts": list(node.alerts),
+                    }
+                    for address, node in self.scheduler.nodes.items()
+                },
             }
-            if default_tree is None:  # YTsaurus's orchid has no default tree key then
-                del root["scheduler"]["default_pool_tree"]
-            else:
-                root["scheduler"]["default_fair_share_tree"] = default_tree  # YTsaurus's older name
-            if wanted("scheduler", "alerts"):
-                root["scheduler"]["alerts"] = self.scheduler.scheduler_alerts()
-            if list(path_tokens[:2]) == ["scheduler", "event_log"]:
-                # read only when asked for: it holds up to EVENT_LOG_SIZE events
-                root["scheduler"]["event_log"] = list(self.scheduler.event_log)
-            value: Any = root
-            for token in path_tokens:
-                if not isinstance(value, dict) or token not in value:
-                    raise LookupError(f"no key {token!r}")
-                value = value[token]
-            return json.loads(json.dumps(value, default=float))
+        }
+        if default_tree is None:  # YTsaurus's orchid has no default tree key then
+            del root["scheduler"]["default_pool_tree"]
+        else:
+            root["scheduler"]["default_fair_share_tree"] = default_tree  # YTsaurus's older name
+        if wanted("scheduler", "alerts"):
+            root["scheduler"]["alerts"] = self.scheduler.scheduler_alerts()
+        if list(path_tokens[:2]) == ["scheduler", "event_log"]:
+            # read only when asked for: it holds up to EVENT_LOG_SIZE events
+            root["scheduler"]["event_log"] = list(self.scheduler.event_log)
+        return root
+
+
+def _navigate(root: Any, path_tokens: Sequence[str]) -> Any:
+    value = root
+    for token in path_tokens:
+        if not isinstance(value, dict) or token not in value:
+            raise LookupError(f"no key {token!r}")
+        value = value[token]
+    return value
 
 
 class SchedulerService:

@@ -1,0 +1,55 @@
+"""The orchid does not wait for the scheduling lock: while heartbeats or an update hold it, a read is answered
+from the orchid an earlier read published, if that is at most ``ORCHID_CACHE_PERIOD`` old (YTsaurus's
+``static_orchid_cache_update_period``); an older one is not served, the read waits and publishes anew."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from pooltree.server.service import ORCHID_CACHE_PERIOD, SchedulerService
+from pooltree.server.store import open_store
+
+WAIT = 30.0
+
+
+def _read_in_thread(service: SchedulerService, path: list[str]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(service.orchid.get(path)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    now = [100.0]
+    service.orchid.clock = lambda: now[0]
+    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    service.scheduler.update_fair_share("default", 1.0)
+    path = ["scheduler", "pool_trees", "default", "pools"]
+    first = service.orchid.get(path)  # lock free: built and published
+    assert "<Root>" in first
+    holder_has_lock, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service.scheduler.lock:
+            holder_has_lock.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holder_has_lock.wait(WAIT)
+    try:
+        reader, out = _read_in_thread(service, path)
+        reader.join(WAIT)
+        assert out == [first] and service.orchid.served_published == 1  # answered while the lock is held
+        now[0] += ORCHID_CACHE_PERIOD + 0.5  # the published orchid is now too old to serve
+        late_reader, late = _read_in_thread(service, path)
+        late_reader.join(0.5)
+        assert late == [] and late_reader.is_alive()  # it waits for the lock
+    finally:
+        release.set()
+    late_reader.join(WAIT)
+    assert late == [first] and service.orchid.served_published == 1
+    service.store.close()
