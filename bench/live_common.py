@@ -93,14 +93,19 @@ class Local:
         return None
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop_process(self.process)
         self.log.close()
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT, a bounded wait, then SIGKILL: how the benchmarks stop the pooltree processes they started."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 def yt_client(url: str, token: str) -> ytw.YtClient:

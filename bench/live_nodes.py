@@ -35,7 +35,6 @@ import json
 import multiprocessing as mp
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,7 +48,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from live_common import machine, quantile_ms, read_response_body, yt_client
+from live_common import machine, quantile_ms, read_response_body, stop_process, yt_client
 
 from pooltree.node import wire
 
@@ -260,13 +259,7 @@ class Scheduler:
         return total
 
     def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        stop_process(self.process)
         self.log.close()
 
 

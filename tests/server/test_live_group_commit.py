@@ -4,6 +4,7 @@ before it is acknowledged). Also the per-node index of running jobs."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +22,9 @@ from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.index import RunningJobs
 from pooltree.server.live.model import LiveJob
 from pooltree.server.store import JobRecord, open_store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from heartbeat_maps import node_heartbeat
 
 WAIT = 30.0
 LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
@@ -142,20 +146,7 @@ def test_finished_jobs_are_acknowledged_only_once_stored(tmp_path: Path) -> None
     report = wire.finished_job(spec["job_id"], op.id, "main", "completed", 2.0, 3.0)
     store.hold = True
     answers: list[dict[str, Any]] = []
-    heartbeat = parse_heartbeat(
-        wire.heartbeat(
-            "n1",
-            sequence=2,
-            time=3.0,
-            resource_limits=LIMITS,
-            resource_usage={},
-            memory_limit=4 << 30,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=[],
-            finished_jobs=[report],
-        )
-    )
+    heartbeat = parse_heartbeat(node_heartbeat("n1", limits=LIMITS, finished=[report]))
     thread = threading.Thread(target=lambda: answers.append(live.process_heartbeat(heartbeat, 3.0)))
     thread.start()
     assert store.entered.wait(WAIT)

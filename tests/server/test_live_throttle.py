@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
+sys.path.insert(0, str(Path(__file__).parent))
+from heartbeat_maps import node_heartbeat
+
 TOKEN = "ytct-0000-" + "c3" * 16
 SECRET = "node-secret-" + "5" * 24
-LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
 WAIT = 30.0
 
 
@@ -47,20 +50,15 @@ def test_limits_decide_as_ytsaurus_does() -> None:
 
 
 def _heartbeat(address: str) -> bytes:
-    return json.dumps(
-        wire.heartbeat(
-            address,
-            sequence=1,
-            time=0.0,
-            resource_limits=LIMITS,
-            resource_usage={},
-            memory_limit=4 << 30,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=[],
-            finished_jobs=[],
-        )
-    ).encode()
+    return json.dumps(node_heartbeat(address)).encode()
+
+
+async def _until_in_flight(throttle: HeartbeatThrottle, count: int) -> None:
+    for _ in range(int(WAIT / 0.01)):
+        if throttle.in_flight == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{throttle.in_flight} heartbeats in flight, expected {count}")
 
 
 @pytest.mark.anyio
@@ -100,17 +98,9 @@ async def test_heartbeat_past_the_hard_limit_schedules_nothing_and_is_visible(tm
             service.scheduler.lock.acquire()  # the first heartbeat waits for the lock: one in flight
             try:
                 first = asyncio.create_task(beat("n1"))
-                for _ in range(3000):
-                    if throttle.in_flight == 1:
-                        break
-                    await asyncio.sleep(0.01)
-                assert throttle.in_flight == 1
+                await _until_in_flight(throttle, 1)
                 second = asyncio.create_task(beat("n2"))
-                for _ in range(3000):
-                    if throttle.in_flight == 2:
-                        break
-                    await asyncio.sleep(0.01)
-                assert throttle.in_flight == 2
+                await _until_in_flight(throttle, 2)
             finally:
                 service.scheduler.lock.release()
             answers = await asyncio.wait_for(asyncio.gather(first, second), WAIT)

@@ -1,0 +1,32 @@
+"""Heartbeat maps for tests, built with the wire module as a node builds them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pooltree.node import wire
+
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+
+
+def node_heartbeat(
+    address: str,
+    *,
+    limits: Mapping[str, float] = LIMITS,
+    running: Sequence[Mapping[str, Any]] = (),
+    finished: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A heartbeat of node ``address`` with the given running and finished jobs."""
+    return wire.heartbeat(
+        address,
+        sequence=1,
+        time=0.0,
+        resource_limits=limits,
+        resource_usage={},
+        memory_limit=float(limits.get("memory", 0)),
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=running,
+        finished_jobs=finished,
+    )
