@@ -164,6 +164,7 @@ class SchedulerCore:
         """Operations this tree fails at the next ``enforce_time_limits`` (job resource limits restrictions)."""
         self._ancestors = LimitingAncestorWatch()
         self._job_bounds: tuple[Any, tuple[Any, Any]] | None = None
+        self._limited_cache: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -625,6 +626,16 @@ class SchedulerCore:
         if error is not None:
             self._failures[operation_id] = error
 
+    def _limited_pools(self) -> dict[str, Any]:
+        """Pools with specified ``resource_limits``, read again only when the pools themselves change (the
+        tree's ``structure_revision``: created, removed, a config swap), not every period."""
+        key = (self.pool_tree, getattr(self.pool_tree, "structure_revision", None), self.pool_tree.config)
+        if self._limited_cache is None or self._limited_cache[0] != key or key[1] is None:
+            pools = self.pool_tree.pools.items()
+            found = {name: limits for name, pool in pools if (limits := specified_limits(pool)) is not None}
+            self._limited_cache = (key, found)
+        return self._limited_cache[1]
+
     def _forget_checks(self, operation_id: str) -> None:
         self._failures.pop(operation_id, None)
         self._ancestors.forget(operation_id)
@@ -634,11 +645,7 @@ class SchedulerCore:
         registration, then operations with a limiting ancestor past the safe timeout (registration order)."""
         failed = [(op, error) for op, error in self._failures.items() if op in self.controllers]
         self._failures.clear()
-        limited = {
-            name: limits
-            for name, pool in self.pool_tree.pools.items()
-            if (limits := specified_limits(pool)) is not None
-        }
+        limited = self._limited_pools()
         if not limited:
             self._ancestors.activated.clear()
             self._ancestors.first_found.clear()
