@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yt.wrapper as ytw
 
 from pooltree.security.credentials import sha256_hex
+from pooltree.security.sealing import Sealer
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
+from pooltree.server.store import Store, StoreError, open_store
+from pooltree.server.store.base import mutation_key
+from pooltree.server.store.postgres import PostgresStore
+from pooltree.server.store.sqlite import SqliteStore
 
 ROOT_TOKEN = "ytct-0000-" + "5ec2" * 8
 NODE_SECRET = "ptns-secrets-test-" + "ab" * 16
@@ -71,6 +76,12 @@ def _rows(store_url: str) -> Iterator[tuple[str, str]]:
         for table in tables:
             for row in conn.execute(f'SELECT * FROM "{table}"'):
                 yield table, repr(row)
+
+
+def _ephemeral_store(store_url: str) -> Store:
+    if store_url.startswith("sqlite:///"):
+        return SqliteStore(Path(store_url[len("sqlite:///") :]), sealer=Sealer.ephemeral())
+    return PostgresStore(store_url, sealer=Sealer.ephemeral())
 
 
 def _service(store_url: str, key_file: Path) -> SchedulerService:
@@ -153,10 +164,28 @@ def test_no_secret_in_any_table(store_url: str, tmp_path: Path, serve: Callable[
     vault = revived.scheduler.operations[operation_id].spec["secure_vault"]
     assert vault == {"MY_SECRET": VAULT_VALUE, "OTHER": {"nested": VAULT_VALUE + "-2"}}
     revived.store.close()
-    stranger = _service(store_url, tmp_path / "other_key")
+    with pytest.raises(StoreError):  # another key file: refused at start, naming the fix
+        _service(store_url, tmp_path / "other_key")
+    # a key of the process only (no key file) is not checked: the vault it cannot open fails the operation
+    stranger = SchedulerService(_ephemeral_store(store_url), token=ROOT_TOKEN, node_secret=NODE_SECRET)
     stranger.scheduler.revive(1e10)
     assert operation_id not in stranger.scheduler.operations
     record = stranger.store.get_operation(operation_id)
     assert record is not None and record.state == "failed"
     assert "store key" in json.dumps(record.document["error"])
     stranger.store.close()
+
+
+def test_a_scheduler_with_another_store_key_is_refused_at_start(store_url: str, tmp_path: Path) -> None:
+    first = tmp_path / "first_key"
+    store = open_store(store_url, key_file=first)
+    store.remember_mutation(mutation_key("root", "m"), {"token": "ytct-0000-" + "ab" * 16}, 1.0)
+    store.close()
+    with pytest.raises(StoreError) as refused:
+        open_store(store_url, key_file=tmp_path / "second_key")
+    assert "another key" in refused.value.message and "--store-key-file" in refused.value.message
+    again = open_store(store_url, key_file=first)  # the right key opens it, and the saved answer
+    try:
+        assert again.get_mutation(mutation_key("root", "m"))[0] is True
+    finally:
+        again.close()

@@ -9,7 +9,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
-from pooltree.security.sealing import Sealer, is_sealed
+from pooltree.security.sealing import Sealer, SealError, is_sealed
 from pooltree.security.vault import open_secure_vault, seal_secure_vault
 from pooltree.server.store.base import (
     SCHEMA,
@@ -29,6 +29,9 @@ from pooltree.server.store.base import (
     operation_where,
     redact_url,
 )
+
+KEY_CHECK = "store_key_check"
+"""``meta`` row holding a value sealed with the store's key (``SqlStore._check_key``)."""
 
 
 class SqlStore(Store):
@@ -116,6 +119,31 @@ class SqlStore(Store):
                     f"store {self.url} has schema version {row[0]}, this pooltree expects {SCHEMA_VERSION}",
                     attributes={"url": self.url},
                 )
+            self._check_key(cur)
+
+    def _check_key(self, cur: Any) -> None:
+        """The store keeps a value sealed with the key of the scheduler that first used it: a scheduler given
+        another key is refused at start, naming the fix, instead of failing later on every sealed secret (a
+        retried mutation's answer, a revived operation's vault). A key of this process only is not checked."""
+        if self.sealer.source == "ephemeral":
+            return
+        cur.execute(self._q("SELECT value FROM meta WHERE key = ?"), (KEY_CHECK,))
+        row = cur.fetchone()
+        if row is None:
+            cur.execute(
+                self._q("INSERT INTO meta (key, value) VALUES (?, ?)"),
+                (KEY_CHECK, self.sealer.seal(KEY_CHECK)),
+            )
+            return
+        try:
+            self.sealer.open(row[0])
+        except SealError:
+            raise StoreError(
+                f"store {redact_url(self.url)} keeps secrets sealed with another key than the one in "
+                f"{self.sealer.source}: give every scheduler of this store the same --store-key-file "
+                "(the first scheduler's DATA/store_key)",
+                attributes={"url": redact_url(self.url), "store_key_file": self.sealer.source},
+            ) from None
 
     def _q(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)

@@ -80,8 +80,10 @@ class SqliteStore(SqlStore):
             self._init_schema()
             self._fd = os.open(self.path, os.O_RDONLY)
             opened = os.fstat(self._fd)
-        except (StoreUnavailable, OSError) as error:
+        except (StoreError, OSError) as error:
             self._conn.close()
+            if isinstance(error, StoreError) and not isinstance(error, StoreUnavailable):
+                raise  # says what is wrong with the store (schema version, store key)
             reason = self._trouble.error if self._trouble is not None else _reason(error)
             raise StoreError(
                 f"cannot open SQLite store {self.path}: {reason}", attributes={"url": self.url}
