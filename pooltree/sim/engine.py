@@ -223,6 +223,12 @@ class Simulation(_JobsMixin, _OperationsMixin):
         self._node_limits_cache: dict[tuple[str, str], list[Vector]] = {}
         self._online_counts: dict[str, int] = {}
         self._tag_filters: dict[str, TagFilter] = {}
+        # filled by _build from the scenario
+        self.trees: dict[str, _TreeState] = {}
+        self.nodes: list[_Node] = []
+        self.node_by_address: dict[str, _Node] = {}
+        self.ops: list[_Op] = []
+        self.op_by_id: dict[str, _Op] = {}
         self._build()
         self.metrics = SimulationMetrics(
             scenario,
@@ -240,7 +246,6 @@ class Simulation(_JobsMixin, _OperationsMixin):
 
     def _build(self) -> None:
         snapshot = self.scenario.snapshot
-        self.trees: dict[str, _TreeState] = {}
         for name, definition in snapshot.pool_trees.items():
             tree = PoolTree(definition)
             core = SchedulerCore(tree, event_sink=self._core_event, phase_times=self.phase_times)
@@ -259,8 +264,6 @@ class Simulation(_JobsMixin, _OperationsMixin):
         for tree_name, groups in snapshot.tree_nodes.items():
             for group in groups:
                 group_tree[group] = tree_name
-        self.nodes: list[_Node] = []
-        self.node_by_address: dict[str, _Node] = {}
         group_of: dict[str, str] = {}
         for group in snapshot.cluster.nodes:
             if group.count == 1:
@@ -287,8 +290,6 @@ class Simulation(_JobsMixin, _OperationsMixin):
             tree.position_of = {index: position for position, index in enumerate(tree.phase_order)}
         if not self.nodes:
             raise ConfigError("cluster.nodes", "no node belongs to any pool tree (check node_tag_filter)")
-        self.ops: list[_Op] = []
-        self.op_by_id: dict[str, _Op] = {}
         for index, spec in enumerate(self.scenario.operations):
             tree = spec.spec.pool_trees_or(snapshot.default_pool_tree)[0]
             op = _Op(index, spec, tree, random.Random(f"{self.seed}/{spec.id}"))
