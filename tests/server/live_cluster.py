@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import yt.wrapper as ytw
+from polling import wait_for
 
 from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
@@ -240,3 +241,28 @@ class Cluster:
             if self.scheduler is not None:
                 self.scheduler.stop()
             self.loop.close()
+
+
+def run_python_callable(cluster: Cluster, python: str) -> tuple[str, list[bytes]]:
+    """``job_functions.square_to_stderr`` as a vanilla task of 2 jobs started through ``yt.wrapper`` from a process
+    of its own (``callable_client.py`` says why), run with the jobs' ``python``; waits for it to end and returns
+    the operation id and its jobs' stderrs, having checked that it completed."""
+    started = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("callable_client.py")),
+            cluster.url,
+            cluster.token,
+            python,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stderr
+    op_id = started.stdout.split()[-1]
+    client = cluster.client()
+    wait_for(lambda: client.get_operation(op_id)["state"] in ("completed", "failed", "aborted"), timeout=300)
+    stderrs = [client.get_job_stderr(op_id, job["id"]).read() for job in client.list_jobs(op_id)["jobs"]]
+    assert client.get_operation(op_id)["state"] == "completed", stderrs
+    return op_id, stderrs

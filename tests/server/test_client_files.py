@@ -13,8 +13,7 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import YT, Cluster
-from polling import wait_for
+from live_cluster import YT, Cluster, run_python_callable
 
 from pooltree.node.executor import SAFE_PATH
 
@@ -89,24 +88,8 @@ def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
     python = shutil.which("python3", path=SAFE_PATH)
     if python is None:
         pytest.skip(f"no python3 on the jobs' PATH ({SAFE_PATH})")
-    started = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("callable_client.py")),
-            cluster.url,
-            cluster.token,
-            python,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert started.returncode == 0, started.stderr
-    op_id = started.stdout.split()[-1]
+    op_id, stderrs = run_python_callable(cluster, python)
     client = cluster.client()
-    wait_for(lambda: client.get_operation(op_id)["state"] in ("completed", "failed", "aborted"), timeout=300)
-    assert client.get_operation(op_id)["state"] == "completed", _stderrs(client, op_id)
-    stderrs = _stderrs(client, op_id)
     assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
     assert "unrecognized_spec" not in client.get_operation(op_id)["alerts"]
 

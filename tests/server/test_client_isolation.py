@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_cluster import YT, Cluster
-from polling import wait_for
+from live_cluster import YT, Cluster, run_python_callable
 
 from pooltree.node.bubblewrap import WHEEL, wheel_bwrap
 from pooltree.node.executor import SAFE_PATH
@@ -71,22 +70,5 @@ def test_file_paths_and_a_python_callable_run_isolated(isolated_cluster: tuple[C
     op_id = cluster.client().list_operations()["operations"][0]["id"]
     assert _stderrs(cluster, op_id) == [b"script ran as True\nscript ran as True\n"]
 
-    started = subprocess.run(  # a Python function as a vanilla task (callable_client.py)
-        [
-            sys.executable,
-            str(Path(__file__).with_name("callable_client.py")),
-            cluster.url,
-            cluster.token,
-            PYTHON,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert started.returncode == 0, started.stderr
-    op_id = started.stdout.split()[-1]
-    client = cluster.client()
-    wait_for(lambda: client.get_operation(op_id)["state"] in ("completed", "failed", "aborted"), timeout=300)
-    stderrs = _stderrs(cluster, op_id)
-    assert client.get_operation(op_id)["state"] == "completed", stderrs
+    _, stderrs = run_python_callable(cluster, PYTHON or "python3")  # a Python function as a vanilla task
     assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
