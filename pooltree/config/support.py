@@ -219,10 +219,18 @@ def unknown_option_reason(name: str, known: Iterable[str]) -> str:
 def _set_options(config: Any, unsupported: Mapping[str, str], path: str) -> list[UnsupportedOption]:
     found: list[UnsupportedOption] = []
     explicit = set(getattr(config, "model_fields_set", ())) | set(getattr(config, "model_extra", None) or {})
+    extra = getattr(config, "model_extra", None) or {}
     for name in sorted(explicit):
-        if name in unsupported:
+        if name in unsupported and extra.get(name, _ANY) != IMPLEMENTED_VALUES.get(name, _NONE):
             found.append(UnsupportedOption(f"{path}.{name}" if path else name, name, unsupported[name]))
     return found
+
+
+_ANY = object()
+_NONE = object()
+IMPLEMENTED_VALUES: dict[str, Any] = {"policy_kind": "classic"}
+"""Unsupported options whose value is what pooltree does anyway: ``policy_kind: classic`` is YTsaurus's classic
+scheduling policy (pooltree's); only ``policy_kind: gpu`` is reported."""
 
 
 def unsupported_tree_options(definition: Any, path: str = "") -> list[UnsupportedOption]:

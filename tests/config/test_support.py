@@ -127,3 +127,9 @@ def test_the_starvation_timeout_limit_yt_still_accepts_is_accepted_and_reported(
         "pool_trees.t.config.fair_share_starvation_timeout_limit",
         "pool_trees.t.pools.p.fair_share_starvation_timeout_limit",
     ]
+
+
+def test_policy_kind_classic_is_what_pooltree_does_and_gpu_is_reported() -> None:
+    for kind, reported in (("classic", []), ("gpu", ["policy_kind"])):
+        trees = parse_pool_trees({"g": {"config": {"policy_kind": kind}, "pools": {}}})
+        assert [entry["option"] for entry in unsupported_options(trees)] == reported
