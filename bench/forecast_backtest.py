@@ -70,6 +70,9 @@ def _workload(args: argparse.Namespace) -> Any:
     document = scenario_document(
         args.nodes, args.hours, args.operations, args.jobs, args.pools, args.period, args.seed
     )
+    if args.squeeze != 1.0:  # fewer nodes for the same work: the cluster saturates and operations queue
+        group = document["cluster"]["nodes"][0]
+        group["count"] = max(1, round(group["count"] * args.squeeze))
     return parse_scenario(document, source="day")
 
 
@@ -145,6 +148,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
                 "jobs",
                 "pools",
                 "until",
+                "squeeze",
             )
         },
         "forecasts": len(costs),
@@ -293,6 +297,7 @@ def main() -> None:
     back.add_argument("--operations", type=int, default=2000)
     back.add_argument("--jobs", type=int, default=100_000)
     back.add_argument("--period", type=float, default=1.0)
+    back.add_argument("--squeeze", type=float, default=1.0, help="day: keep this share of the nodes")
     costs = sub.choices["cost"]
     costs.add_argument("--running", type=int, default=200)
     costs.add_argument("--pending", type=int, default=2000)
