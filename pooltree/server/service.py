@@ -102,8 +102,9 @@ class LiveOrchid:
 
     As YTsaurus serves its scheduler orchid from a cache refreshed every ``static_orchid_cache_update_period``
     (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered from the
-    orchid published by an earlier read of the same shape if that is at most ``ORCHID_CACHE_PERIOD`` old,
-    instead of waiting for the lock; otherwise it waits and publishes what it builds."""
+    orchid published by an earlier read of the same shape if that is at most ``ORCHID_CACHE_PERIOD`` old and no
+    fair-share update was published since, instead of waiting for the lock; otherwise it waits and publishes
+    what it builds."""
 
     def __init__(
         self,
@@ -130,6 +131,7 @@ class LiveOrchid:
             return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
 
         key = (
+            self.scheduler.published_updates,
             default_tree,
             tuple(tokens[2:4]) if tokens[:2] == ["scheduler", "pool_trees"] else (),
             wanted("scheduler", "alerts"),

@@ -52,4 +52,20 @@ def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
         release.set()
     late_reader.join(WAIT)
     assert late == [first] and service.orchid.served_published == 1
+    service.scheduler.update_fair_share(
+        "default", 2.0
+    )  # a new update: what was published before is not served
+    holder_has_lock.clear()
+    release.clear()
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holder_has_lock.wait(WAIT)
+    try:
+        after_update, out = _read_in_thread(service, path)
+        after_update.join(0.5)
+        assert out == [] and after_update.is_alive()
+    finally:
+        release.set()
+    after_update.join(WAIT)
+    assert out and service.orchid.served_published == 1
     service.store.close()

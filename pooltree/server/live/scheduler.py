@@ -105,6 +105,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.preemptions: Counter[tuple[str, str]] = Counter()
         self.last_update: dict[str, float] = {}
         self.fair_share_updates: Counter[str] = Counter()
+        self.published_updates = 0
+        """Fair-share updates published so far, every tree (readers of published views key on it)."""
         """Full fair-share updates run per tree (the periodic ones and those events asked for)."""
         self._stale_trees: set[str] = set()
         """Trees with operations that can run now: published before the next heartbeat is scheduled and by the
@@ -664,6 +666,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 self.finish_operation(operation_id, "completed", now)
         core.update_fair_share(now)
         self.fair_share_updates[tree] += 1
+        self.published_updates += 1
         self.last_update[tree] = now
         self.views.forget(tree)
         self._drain(core)
