@@ -343,6 +343,9 @@ class FileService:
                 staged[account] = staged.get(account, 0) + write.size
         tokens = self.cypress.resolve_tokens(root, parse_ypath(path))
         quotas.check_disk_space(root, tokens, size, staged)
+        # the disk under the store keeps room for removals; a file's bytes take about three times their size
+        # there until the journal is checkpointed (base64 in the store, the journal's copy)
+        self.store.check_room_for(3 * size)
 
     def _contents_of(self, node: Node) -> Iterator[bytes]:
         for blob_id in file_metadata(node)["chunks"]:

@@ -24,13 +24,12 @@ ROOT_TOKEN = "ytct-0000-" + "f011" * 8
 MIB = 1 << 20
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs, unmounted after the test."""
-    mount = tmp_path / "small"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``mount``, unmounted afterwards (skips the test where mounting is not allowed)."""
     mount.mkdir()
     made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -40,6 +39,20 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs."""
+    with _tmpfs(tmp_path / "small", "4m") as mount:
+        yield mount
+
+
+@pytest.fixture
+def medium_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MiB tmpfs (room for the store's reserve: twice the journal's bound)."""
+    with _tmpfs(tmp_path / "medium", "24m") as mount:
+        yield mount
 
 
 def _fill(path: Path) -> int:
@@ -114,4 +127,26 @@ def test_a_full_disk_refuses_writes_serves_reads_and_recovers_by_itself(
     assert "store_trouble" not in _alert_types(service)
     assert _write(url, "//tmp/after", b"y" * (256 * 1024)).status_code == 200
     assert _call(url, "GET", "read_file", {"path": "//tmp/after"}).content == b"y" * (256 * 1024)
+    service.store.close()
+
+
+def test_users_files_never_fill_the_disk_under_the_store(
+    medium_disk: Path, serve: Callable[[object], str]
+) -> None:
+    """The issue's attack on a 24 MiB disk: alice writes 1 MiB files into //tmp (its quota is 1 GiB) until she
+    is refused; the refusal comes while the disk still has room, so her ``remove`` works and the next write
+    too, with no restart and no store trouble."""
+    service = SchedulerService(open_store(f"sqlite:///{medium_disk / 'pooltree.db'}"), token=ROOT_TOKEN)
+    url = serve(service.app)
+    answers = [_write(url, f"//tmp/fill{index}", b"z" * MIB) for index in range(20)]
+    codes = [answer.status_code for answer in answers]
+    assert 200 in codes and 503 in codes, codes
+    first_refused = codes.index(503)
+    assert all(code == 503 for code in codes[first_refused:]), codes
+    assert all("out of disk space" in answer.json()["message"] for answer in answers[first_refused:])
+    assert service.store_health()["ok"]  # refused before the disk filled: no trouble at all
+    for index in range(first_refused):
+        removed = _call(url, "POST", "remove", {"path": f"//tmp/fill{index}"})
+        assert removed.status_code == 200, (index, removed.text, os.statvfs(medium_disk).f_bavail * 4096)
+    assert _write(url, "//tmp/again", b"z" * MIB).status_code == 200
     service.store.close()

@@ -67,6 +67,17 @@ class Mutation:
     time: float
 
 
+JOURNAL_BOUND = 4 << 20
+"""How far SQLite's journal grows between checkpoints (1000 pages of 4 KiB; the store sets
+``journal_size_limit`` to it, so the journal shrinks back after a bigger transaction)."""
+
+
+def disk_reserve(total: int) -> int:
+    """Bytes kept free under a file store: twice the journal's bound or a twentieth of the filesystem, whichever
+    is more, at most 64 MiB and at most half of a small filesystem."""
+    return min(64 << 20, total // 2, max(2 * JOURNAL_BOUND, total // 20))
+
+
 def mutation_key(user: str, mutation_id: str) -> str:
     """The stored id of a user's mutation: mutation ids are scoped to the user who sent them, so a retry is
     answered only to that user (another user's request with the same id is a new request of theirs)."""
@@ -211,6 +222,33 @@ class Store(ABC):
             raise StoreUnavailable(
                 f"Scheduler store is unavailable, nothing is acknowledged: {trouble.error}",
                 attributes={"store": redact_url(self.url), "since": trouble.since},
+            )
+
+    def disk_space(self) -> tuple[int, int] | None:
+        """``(free bytes, total bytes)`` of the filesystem under the store, when the store is a local file (None
+        for a database server, whose disk the scheduler cannot see)."""
+        return None
+
+    def check_room_for(self, size: int) -> None:
+        """Refuse a write of ``size`` bytes that would leave less than ``DISK_RESERVE`` free under the store: the
+        disk never fills up from users' files, so ``remove`` and the scheduler's own small writes still have room
+        (SQLite's journal grows by what they change until it is checkpointed), and nothing needs a restart."""
+        space = self.disk_space()
+        if space is None or size <= 0:
+            return
+        free, total = space
+        reserve = disk_reserve(total)
+        if free - size < reserve:
+            raise StoreUnavailable(
+                f"Scheduler store is out of disk space, the change was not made: writing {size} bytes would leave "
+                f"{max(free - size, 0)} bytes free under the store, less than the {reserve} kept for removals "
+                "(remove data or give the store more space; reads are served)",
+                attributes={
+                    "store": redact_url(self.url),
+                    "reason": "out_of_space",
+                    "free": free,
+                    "size": size,
+                },
             )
 
     def probe(self) -> StoreHealth:

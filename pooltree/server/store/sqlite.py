@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pooltree.security.sealing import Sealer
-from pooltree.server.store.base import StoreError, StoreHealth, StoreUnavailable
+from pooltree.server.store.base import JOURNAL_BOUND, StoreError, StoreHealth, StoreUnavailable
 from pooltree.server.store.sql import SqlStore
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -71,6 +71,7 @@ class SqliteStore(SqlStore):
             )
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(f"PRAGMA journal_size_limit={JOURNAL_BOUND}")  # shrink back after a big commit
             self._conn.execute("PRAGMA busy_timeout=10000")
         except (OSError, sqlite3.Error) as error:
             raise StoreError(
@@ -192,6 +193,18 @@ class SqliteStore(SqlStore):
             yield cur
         finally:
             cur.close()
+
+    def disk_space(self) -> tuple[int, int] | None:
+        """Free bytes under the store, counting the database's own free pages (removed data: SQLite reuses them
+        without giving them back to the filesystem), and the filesystem's size."""
+        try:
+            info = os.statvfs(self.path.parent)
+            with self._read_lock:
+                pages = self._reader.execute("PRAGMA freelist_count").fetchone()[0]
+                page_size = self._reader.execute("PRAGMA page_size").fetchone()[0]
+        except (OSError, sqlite3.Error):
+            return None
+        return info.f_bavail * info.f_frsize + int(pages) * int(page_size), info.f_blocks * info.f_frsize
 
     def _is_out_of_space(self, error: BaseException) -> bool:
         return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or (
