@@ -1,0 +1,1 @@
+"""Node shards (issue 25): what parallel heartbeat processing is checked against (``recording.py``)."""
