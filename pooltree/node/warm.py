@@ -30,6 +30,7 @@ import logging
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import threading
@@ -89,7 +90,11 @@ class WarmSandboxes:
         self._starting = 0
         self._names = itertools.count()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        """Notified whenever a start ends (``_starting`` drops): ``close`` waits for the starts in flight."""
         self._closed = False
+        self._close_returned = False
+        """``close`` has handed its list over: a start that ends later cleans up after itself."""
 
     @property
     def enabled(self) -> bool:
@@ -113,13 +118,18 @@ class WarmSandboxes:
                 _log.warning("cannot pre-start a job sandbox (jobs start cold): %s", error)
                 with self._lock:
                     self._starting -= 1
+                    self._settled.notify_all()
                 return
             with self._lock:
                 self._starting -= 1
-                if not self._closed:
+                self._settled.notify_all()
+                if not self._close_returned:  # open, or closing and waiting for this start: it ends it
                     self._ready.append(warm)
-                    continue
-            self._end(warm)
+                    if not self._closed:
+                        continue
+                    return
+            self._end(warm)  # closed and handed over long ago: nobody else will end or remove it
+            shutil.rmtree(warm.directory, ignore_errors=True)
             return
 
     def _start(self) -> WarmSandbox:
@@ -156,6 +166,7 @@ class WarmSandboxes:
                     os.close(fd)
         except BaseException:
             self.isolation.release(name)
+            shutil.rmtree(directory, ignore_errors=True)
             raise
         return WarmSandbox(name, directory, sandbox, slot, process, write_end)
 
@@ -207,12 +218,16 @@ class WarmSandboxes:
         self.isolation.release(warm.name)
         return False
 
-    def close(self) -> list[WarmSandbox]:
-        """Stop starting sandboxes and end every ready one (killed and reaped); the ended, for their cleanup."""
+    def close(self, timeout: float = 10.0) -> list[WarmSandbox]:
+        """Stop starting sandboxes, wait (up to ``timeout``) for the starts in flight, and end every ready one
+        (killed and reaped); the ended, for their cleanup. A start still running after ``timeout`` ends and
+        removes its own sandbox."""
         with self._lock:
             self._closed = True
+            self._settled.wait_for(lambda: self._starting == 0, timeout)
             ended = list(self._ready)
             self._ready.clear()
+            self._close_returned = True
         for warm in ended:
             self._end(warm)
         return ended

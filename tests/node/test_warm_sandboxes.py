@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import psutil
@@ -141,3 +142,32 @@ def test_a_job_in_a_pre_started_sandbox_is_measured_and_held_to_its_memory_limit
     result, stdout = run(scenario(), 60)
     assert b"allocated" in stdout or result.state is JobState.FAILED
     assert result.state is JobState.FAILED and result.error["code"] == 1200, result.error
+
+
+def test_shutdown_while_a_sandbox_is_being_pre_started_leaves_no_directory(tmp_path: Path) -> None:
+    """A start in flight when the node shuts down is waited for and cleaned up (it left ``.warm-N`` behind)."""
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        ex = executor(tmp_path, isolation="sandbox", warm_sandboxes=1)
+        entered, release = threading.Event(), threading.Event()
+        real_start = ex._warm._start
+
+        def held_start():  # type: ignore[no-untyped-def]
+            entered.set()
+            release.wait(10)
+            return real_start()
+
+        ex._warm._start = held_start
+        ex._fill_warm()
+        assert await asyncio.to_thread(entered.wait, 10), "no pre-start began"
+        closing = asyncio.create_task(ex.shutdown())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not ex._warm._closed:  # the shutdown is under way while the start is still in flight
+            assert loop.time() < deadline, "shutdown did not begin"
+            await asyncio.sleep(0.01)
+        release.set()
+        await asyncio.wait_for(closing, 30)
+
+    run(scenario(), 60)
+    assert not [entry.name for entry in (tmp_path / "slots").iterdir() if entry.name.startswith(WARM_PREFIX)]
