@@ -698,9 +698,6 @@ class TestSchedulerPoolManipulations:
             self.tree(config={"max_operation_count": "trash"})
         assert not self.exists(f"{TREES}/my_tree")
 
-    @pytest.mark.xfail(
-        strict=True, reason="removing @config of a pool tree removes it instead of resetting it to {}"
-    )
     def test_get_set_remove_empty_pooltree_config(self) -> None:
         self.tree()
         assert self.exists(f"{TREES}/my_tree/@config")
@@ -715,9 +712,6 @@ class TestSchedulerPoolManipulations:
             self.set(f"{TREES}/my_tree/@config", config)
             assert self.get(f"{TREES}/my_tree/@config") == config
 
-    @pytest.mark.xfail(
-        strict=True, reason="removing @config of a pool tree removes it instead of resetting it to {}"
-    )
     def test_remove_pooltree_config(self) -> None:
         self.tree(config={"node_tag_filter": "filter", "inexistent": "value"})
         self.remove(f"{TREES}/my_tree/@config")
