@@ -178,6 +178,10 @@ class LiveOrchid:
         for name, tree in pool_trees.items():
             if wanted("scheduler", "pool_trees", name, "alerts"):
                 tree["alerts"] = self.scheduler.alert_center.tree_alerts(name)
+            # YTsaurus's per-tree node set (scheduling_info_per_pool_tree/<tree>/node_count, node_addresses)
+            addresses = sorted(a for a, node in self.scheduler.nodes.items() if name in node.trees)
+            tree["node_addresses"] = addresses
+            tree["node_count"] = len(addresses)
         cluster_limits = np.zeros(len(RESOURCES))
         for node in self.scheduler.nodes.values():
             cluster_limits += np.asarray(node.resource_limits, dtype=float)
@@ -193,6 +197,8 @@ class LiveOrchid:
                     address: {
                         "resource_limits": resource_map(node.resource_limits),
                         "trees": list(node.trees),
+                        "tree": node.trees[0] if len(node.trees) == 1 else None,  # YTsaurus's single tree
+                        "tags": sorted(node.tags),
                         "last_seen": node.last_seen,
                         "alerts": list(node.alerts),
                     }
@@ -200,6 +206,8 @@ class LiveOrchid:
                 },
             }
         }
+        # YTsaurus's older name of the per-tree map, still what its tests read
+        root["scheduler"]["scheduling_info_per_pool_tree"] = pool_trees
         if default_tree is None:  # YTsaurus's orchid has no default tree key then
             del root["scheduler"]["default_pool_tree"]
         else:
@@ -493,6 +501,10 @@ class SchedulerService:
                     log.warning("fair-share update of tree %s failed: %s", tree, error.message)
                 except KeyError:
                     continue
+                except (
+                    Exception
+                ):  # a bug in one update must not end every later one (the loop task would die)
+                    log.exception("fair-share update of tree %s failed unexpectedly", tree)
             await asyncio.sleep(min(LOOP_TICK, self.scheduler.update_period))
 
     async def _sweep_loop(self) -> None:

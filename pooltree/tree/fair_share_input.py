@@ -241,6 +241,23 @@ def _is_frozen(spec: Any) -> bool:
     return frozen
 
 
+class SameObject:
+    """A cache key part equal only to one holding the very same object: the nodes mapping is one object until the
+    nodes change, and comparing two mappings by value would compare their numpy vectors (``ValueError``: a node
+    re-registering with other tags made every later update of its tree fail)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameObject) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
 def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any, ...] | None:
     """What ``_operation_static`` reads, for the cache (``None``: not cacheable, a spec that is not a frozen
     model, e.g. a plain map, which may change in place)."""
@@ -261,7 +278,7 @@ def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any
         spec,
         op.start_time,
         tolerance,
-        nodes,
+        SameObject(nodes),
     )
 
 
@@ -405,7 +422,7 @@ class _CachedBuild:
             pool.is_root,
             tolerance,
             tree.config,
-            self.nodes,
+            SameObject(self.nodes),
         )
         self.seen_pools.add(pool.name)
         entry = self.cache.pools.get(pool.name)

@@ -57,6 +57,7 @@ class YtEnv:
         node_resources: str = "user_slots=1,cpu=1,memory=4Gi",
         fair_share_update_period: float = 0.1,
         heartbeat_period: float = 0.1,
+        node_tags: dict[int, str] | None = None,
     ) -> None:
         self.root = root
         self.procs = Procs(root)
@@ -68,10 +69,50 @@ class YtEnv:
         )  # fmt: skip
         self.scheduler, self.url = self.procs.scheduler(self.data, self.port, *self.extra)
         self.yt = self.client()
-        self.nodes = [self.procs.node(self.url, f"node{i}", node_resources) for i in range(num_nodes)]
+        self.node_resources = node_resources
+        self.node_tags = node_tags or {}
+        """Tags a node starts with (pooltree has no ``//sys/cluster_nodes/<node>/@user_tags`` to set later)."""
+        self.nodes = [self._node(i, node_resources) for i in range(num_nodes)]
         self.num_nodes = num_nodes
         if num_nodes:
             wait(lambda: self.yt.get(f"{ORCHID}/cluster/node_count") == num_nodes)
+
+    def _node(self, index: int, resources: str) -> Any:
+        address = f"node{index}"
+        args = [
+            "node",
+            "--scheduler",
+            self.url,
+            "--address",
+            address,
+            "--root",
+            str(self.root / "nodes" / address),
+        ]
+        args += [
+            "--resources",
+            resources,
+            "--memory-meter",
+            "psutil",
+            "--node-secret-file",
+            str(self.procs.node_secret_file),
+        ]
+        if index in self.node_tags:
+            args += ["--tags", self.node_tags[index]]
+        return self.procs.spawn(*args)
+
+    def set_node_tags(self, index: int, tags: str | None) -> None:
+        """``set("//sys/cluster_nodes/<node>/@user_tags", ...)``: pooltree's node tags come from its command line,
+        so the node process restarts with them (it runs no job when the tests set tags) and re-registers."""
+        if self.node_tags.get(index) == tags:
+            return
+        self.procs.stop(self.nodes[index])
+        if tags:
+            self.node_tags[index] = tags
+        else:
+            self.node_tags.pop(index, None)
+        self.nodes[index] = self._node(index, self.node_resources)
+        expected = sorted(tags.split(",")) if tags else []
+        wait(lambda: self.yt.get(f"{ORCHID}/nodes/node{index}/tags") == expected)
 
     def client(self, token: str | None = ROOT_TOKEN) -> ytw.YtClient:
         return ytw.YtClient(
@@ -101,6 +142,8 @@ class YtEnv:
             yt.remove(f"{TREES}/@default_tree")
         for tree in yt.list(TREES):
             yt.remove(f"{TREES}/{tree}", recursive=True)
+        for index in list(self.node_tags):
+            self.set_node_tags(index, None)
         yt.create("scheduler_pool_tree", attributes={"name": "default"})
         yt.set(f"{TREES}/@default_tree", "default")
         wait(lambda: yt.exists(f"{ORCHID}/pool_trees/default"))

@@ -93,6 +93,10 @@ class LiveJobs:
         node.alerts = heartbeat.alerts
         self.expected_nodes.pop(heartbeat.address, None)
         node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        for tree, core in self.cores.items():
+            # a node whose tags or trees' filters changed leaves the trees it no longer matches (YTsaurus)
+            if tree not in node.trees and heartbeat.address in core.node_limits:
+                self._remove_node_from_tree(tree, heartbeat.address, now)
         acknowledge: list[str] = []
         touched: set[str] = set()
         for report in heartbeat.finished:
@@ -392,20 +396,25 @@ class LiveJobs:
                     FinishedAllocation(job.allocation_id, "aborted", abort_reason="node_offline"), now
                 )
 
+    def _remove_node_from_tree(self, tree: str, address: str, now: float) -> None:
+        """Take a node out of one tree's core: its allocations there end (their jobs are lost)."""
+        core = self.cores[tree]
+        if address in core.node_limits:
+            self.mark_dirty(tree)  # the tree's total resources changed
+        for allocation in core.remove_node(address, now):
+            job_id = self.allocation_jobs.pop(allocation.id, None)
+            job = self.jobs.get(job_id) if job_id else None
+            if job is not None and job.state == "running":
+                self._mark_lost(job, now)
+        self._drain(core)
+
     def sweep_nodes(self, now: float) -> list[str]:
         """Nodes silent for ``node_heartbeat_timeout``: their allocations are aborted (``node_offline``)."""
         with self.lock:
             gone = [a for a, n in self.nodes.items() if now - n.last_seen > self.node_heartbeat_timeout]
             for address in gone:
-                for tree, core in self.cores.items():
-                    if address in core.node_limits:
-                        self.mark_dirty(tree)
-                    for allocation in core.remove_node(address, now):
-                        job_id = self.allocation_jobs.pop(allocation.id, None)
-                        job = self.jobs.get(job_id) if job_id else None
-                        if job is not None and job.state == "running":
-                            self._mark_lost(job, now)
-                    self._drain(core)
+                for tree in self.cores:
+                    self._remove_node_from_tree(tree, address, now)
                 del self.nodes[address]
             expired = [a for a, t in self.expected_nodes.items() if now - t > self.node_heartbeat_timeout]
             for address in expired:
