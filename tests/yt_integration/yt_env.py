@@ -114,11 +114,13 @@ class YtEnv:
         expected = sorted(tags.split(",")) if tags else []
         wait(lambda: self.yt.get(f"{ORCHID}/nodes/node{index}/tags") == expected)
 
-    def client(self, token: str | None = ROOT_TOKEN) -> ytw.YtClient:
+    def client(self, token: str | None = ROOT_TOKEN, **config: Any) -> ytw.YtClient:
+        """A client of ``token``'s user; ``config`` adds ``yt.wrapper`` options (e.g. no start retries: the
+        wrapper retries ``TooManyOperations`` for hours, YTsaurus's test driver does not)."""
         return ytw.YtClient(
             proxy=self.url,
             token=token,
-            config={"proxy": {"enable_proxy_discovery": False, "retries": {"count": 30}}},
+            config={"proxy": {"enable_proxy_discovery": False, "retries": {"count": 30}}, **config},
         )
 
     def restart_scheduler(self) -> None:
