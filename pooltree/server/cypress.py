@@ -563,6 +563,16 @@ class Cypress:
                 check_name("Pool", value)  # renaming a pool, as YTsaurus allows
                 self._move_node(root, node, tokens, (*tokens[:-1], value), False, False, now)
                 return
+            if (
+                ypath.attribute == ("parent_name",)
+                and node is not None
+                and node.type == "scheduler_pool_tree"
+            ):
+                # YTsaurus: a pool tree has no parent pool to move it under (test_move_via_attribute_of_pool_trees)
+                raise YtError(
+                    f"Pool tree {ypath.text.rsplit('/@', 1)[0]} cannot be moved: it is not a pool",
+                    attributes={"path": ypath.text},
+                )
             if ypath.attribute is not None:
                 assert node is not None
                 self._set_attribute(node, ypath, copy.deepcopy(value), recursive)

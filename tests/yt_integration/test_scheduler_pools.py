@@ -236,10 +236,6 @@ class TestSchedulerPoolManipulations:
         with pytest.raises(YtError):
             self.move(f"{TREES}/my_tree/nirvana", f"{TREES}/my_tree/nirvana/prod/nirvana")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="setting @parent_name on a pool tree is kept as a custom attribute instead of refused",
-    )
     def test_move_via_attribute_of_pool_trees_is_forbidden(self) -> None:
         self.tree()
         self.tree("another_tree")
