@@ -10,12 +10,11 @@ finish with running jobs): the checks (running / pending states, counts, complet
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, wait
+from yt_env import ORCHID, TREES, YtEnv, create_pool, module_env, state, vanilla, wait
 
 POOLS = f"{ORCHID}/pool_trees/default/pools"
 BREAKPOINT = "sleep 1000"
@@ -23,22 +22,9 @@ BREAKPOINT = "sleep 1000"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
-    made = YtEnv(
-        Path(tmp_path_factory.mktemp("limits")), num_nodes=3, node_resources="user_slots=2,cpu=2,memory=4Gi"
+    yield from module_env(
+        tmp_path_factory, "limits", num_nodes=3, node_resources="user_slots=2,cpu=2,memory=4Gi"
     )
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-def vanilla(command: str, job_count: int = 1, **spec: Any) -> ytw.VanillaSpecBuilder:
-    builder = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).end_task()
-    return builder.spec(spec) if spec else builder
-
-
-def state(yt: ytw.YtClient, op_id: str) -> str:
-    return yt.get_operation(op_id, attributes=["state"])["state"]
 
 
 def running_jobs(yt: ytw.YtClient, op_id: str) -> int:

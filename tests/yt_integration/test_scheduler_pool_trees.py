@@ -12,33 +12,20 @@ both served.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool_tree, remove_pool_tree, wait
+from yt_env import ORCHID, TREES, YtEnv, create_pool_tree, module_env, remove_pool_tree, state, vanilla, wait
 
 PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
-    made = YtEnv(
-        Path(tmp_path_factory.mktemp("pool_trees")),
-        num_nodes=3,
-        node_resources="user_slots=1,cpu=1,memory=4Gi",
+    yield from module_env(
+        tmp_path_factory, "pool_trees", num_nodes=3, node_resources="user_slots=1,cpu=1,memory=4Gi"
     )
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-def vanilla(command: str, job_count: int = 1, **spec: Any) -> ytw.VanillaSpecBuilder:
-    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).cpu_limit(1)
-    builder = task.end_task()
-    return builder.spec(spec) if spec else builder
 
 
 POOLTREE_ONLY_ALERTS = frozenset({"pool_tree_without_nodes"})
@@ -50,10 +37,6 @@ def alerts(yt: ytw.YtClient, alert_type: str | None = None) -> list[dict[str, An
     found = yt.get("//sys/scheduler/@alerts")
     found = [a for a in found if a["attributes"]["alert_type"] not in POOLTREE_ONLY_ALERTS]
     return [a for a in found if alert_type is None or a["attributes"]["alert_type"] == alert_type]
-
-
-def state(yt: ytw.YtClient, op_id: str) -> str:
-    return yt.get_operation(op_id, attributes=["state"])["state"]
 
 
 class TestPoolTreesReconfiguration:

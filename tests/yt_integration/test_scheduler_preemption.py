@@ -9,34 +9,20 @@ breakpoint becomes a wait for the job count the breakpoint waited for. Its setup
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, wait
+from yt_env import ORCHID, TREES, YtEnv, create_pool, module_env, running_jobs, vanilla, wait
 
 POOLS = f"{ORCHID}/pool_trees/default/pools"
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
-    made = YtEnv(
-        Path(tmp_path_factory.mktemp("preemption")),
-        num_nodes=3,
-        node_resources="user_slots=2,cpu=1,memory=4Gi",
+    yield from module_env(
+        tmp_path_factory, "preemption", num_nodes=3, node_resources="user_slots=2,cpu=1,memory=4Gi"
     )
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-def vanilla(command: str, job_count: int = 1, **spec: Any) -> ytw.VanillaSpecBuilder:
-    """YTsaurus's ``run_test_vanilla``: one task of ``job_count`` jobs of 1 cpu."""
-    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).cpu_limit(1)
-    builder = task.end_task()
-    return builder.spec(spec) if spec else builder
 
 
 def scheduling_options(user_slots: int) -> dict[str, Any]:
@@ -45,10 +31,6 @@ def scheduling_options(user_slots: int) -> dict[str, Any]:
 
 def job_count(yt: ytw.YtClient, op_id: str, state: str) -> int:
     return sum(1 for job in yt.list_jobs(op_id)["jobs"] if job["state"] == state)
-
-
-def running_jobs(yt: ytw.YtClient, op_id: str) -> list[dict[str, Any]]:
-    return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
 
 
 def progress(yt: ytw.YtClient, op_id: str, key: str) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +176,27 @@ def create_pool_tree(
 
 def remove_pool_tree(yt: ytw.YtClient, name: str, **kwargs: Any) -> None:
     yt.remove(f"{TREES}/{name}", recursive=True, **kwargs)
+
+
+def module_env(tmp_path_factory: Any, name: str, **kwargs: Any) -> Iterator[YtEnv]:
+    """The body of a module's ``env`` fixture: one environment for the module, closed after it."""
+    made = YtEnv(Path(tmp_path_factory.mktemp(name)), **kwargs)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def vanilla(command: str, job_count: int = 1, **spec: Any) -> ytw.VanillaSpecBuilder:
+    """YTsaurus's ``run_test_vanilla``: one task of ``job_count`` jobs of 1 cpu."""
+    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).cpu_limit(1)
+    builder = task.end_task()
+    return builder.spec(spec) if spec else builder
+
+
+def state(yt: ytw.YtClient, op_id: str) -> str:
+    return yt.get_operation(op_id, attributes=["state"])["state"]
+
+
+def running_jobs(yt: ytw.YtClient, op_id: str) -> list[dict[str, Any]]:
+    return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
