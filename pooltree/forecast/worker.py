@@ -71,8 +71,25 @@ class ForecastTimeout(PooltreeError):
     """A forecast ran past its CPU-time budget."""
 
 
-def _worker_init(memory_limit: int, niceness: int) -> None:
-    """In the worker process: lower priority, bounded address space, the alarm that ends a long forecast."""
+PARENT_CHECK_PERIOD = 1.0
+"""Seconds between the worker's checks that the scheduler that started it is still its parent."""
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker thread: end the worker once its scheduler is gone (a SIGKILLed scheduler cannot end its pool, and
+    the orphaned worker would go on simulating under init). ``PR_SET_PDEATHSIG`` is no fit: it fires when the
+    *thread* that spawned the worker ends, and the pool spawns from whichever thread submits."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_PERIOD)
+    os._exit(0)
+
+
+def _worker_init(memory_limit: int, niceness: int, parent: int) -> None:
+    """In the worker process: lower priority, bounded address space, the alarm that ends a long forecast, and
+    an end with the scheduler that started it."""
+    threading.Thread(
+        target=_exit_with_parent, args=(parent,), name="forecast-parent-watch", daemon=True
+    ).start()
     os.nice(niceness)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
@@ -138,7 +155,7 @@ class ForecastService:
                     max_workers=1,
                     mp_context=multiprocessing.get_context("spawn"),
                     initializer=_worker_init,
-                    initargs=(self.settings.memory_limit, self.settings.niceness),
+                    initargs=(self.settings.memory_limit, self.settings.niceness, os.getpid()),
                 )
             return self._executor
 

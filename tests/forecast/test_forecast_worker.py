@@ -3,9 +3,13 @@ answer the next one; a failure inside the worker comes back as text."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
+import psutil
 import pytest
 
 from pooltree.errors import PooltreeError
@@ -33,3 +37,33 @@ def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
         assert next(iter(service._pool()._processes)) == pid
     finally:
         service.stop()
+
+
+_SCHEDULER = """
+import os, sys, time
+from pooltree.forecast.worker import ForecastService
+service = ForecastService(scheduler=None, clock=time.time)
+print(service._pool().submit(os.getpid).result(60), flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_worker_ends_with_a_killed_scheduler() -> None:
+    """A scheduler killed with SIGKILL cannot shut its pool down: its worker must not simulate on under init."""
+    scheduler = subprocess.Popen(
+        [sys.executable, "-c", _SCHEDULER], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2]
+    )
+    try:
+        assert scheduler.stdout is not None
+        worker = psutil.Process(int(scheduler.stdout.readline()))
+        assert worker.ppid() == scheduler.pid
+        scheduler.kill()
+        scheduler.wait(10)
+        deadline = time.monotonic() + 15
+        while worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the worker outlived its scheduler by 15 s"
+            time.sleep(0.05)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+            scheduler.wait(10)
