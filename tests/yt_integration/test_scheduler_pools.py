@@ -730,7 +730,8 @@ class TestSchedulerPoolManipulations:
 
     # ------------------------------------------------------------------ guarantees' main resource
 
-    def test_strong_guarantee_children_compatibility_validation(self) -> None:
+    def _grandchild_guarantee_is_refused(self, user_slots: int) -> None:
+        """A pool's guarantee of cpu only refuses a child guaranteeing user_slots too (``user_slots``, even 0)."""
         self.tree("default")
         self.pool(
             "pool",
@@ -748,29 +749,14 @@ class TestSchedulerPoolManipulations:
                 "pubsubpool",
                 pool_tree="default",
                 parent_name="subpool",
-                attributes={"strong_guarantee_resources": {"cpu": 10, "user_slots": 5}},
+                attributes={"strong_guarantee_resources": {"cpu": 10, "user_slots": user_slots}},
             )
 
+    def test_strong_guarantee_children_compatibility_validation(self) -> None:
+        self._grandchild_guarantee_is_refused(user_slots=5)
+
     def test_strong_guarantee_children_compatibility_validation_with_zeros(self) -> None:
-        self.tree("default")
-        self.pool(
-            "pool",
-            pool_tree="default",
-            attributes={"strong_guarantee_resources": {"cpu": 30, "user_slots": 30}},
-        )
-        self.pool(
-            "subpool",
-            pool_tree="default",
-            parent_name="pool",
-            attributes={"strong_guarantee_resources": {"cpu": 10}},
-        )
-        with pytest.raises(YtError):
-            self.pool(
-                "pubsubpool",
-                pool_tree="default",
-                parent_name="subpool",
-                attributes={"strong_guarantee_resources": {"cpu": 10, "user_slots": 0}},
-            )
+        self._grandchild_guarantee_is_refused(user_slots=0)
 
     def test_main_resource_validation_on_pool_config_update(self) -> None:
         self.tree("default")
