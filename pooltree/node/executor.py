@@ -815,6 +815,7 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
+        devices = tuple(self.gpu_devices(spec.job_id))  # before the clean-up returns them
         stderr_size = await asyncio.get_running_loop().run_in_executor(self._finisher, self._clean_up, job)
         result = JobResult(
             job_id=spec.job_id,
@@ -829,6 +830,7 @@ class JobExecutor:
             interruption_reason=interruption_reason,
             statistics=stats,
             stderr_size=stderr_size,
+            gpu_devices=devices,
         )
         self._results[spec.job_id] = result
         del self._running[spec.job_id]

@@ -289,6 +289,8 @@ class JobResult:
     interruption_reason: str | None = None
     statistics: Mapping[str, float] = field(default_factory=dict)
     stderr_size: int = 0
+    gpu_devices: tuple[int, ...] = ()
+    """Host indices of the GPUs the job held (``node/gpu.py``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A plain, JSON/YSON-serialisable map of the result."""
@@ -305,6 +307,7 @@ class JobResult:
             error=self.error,
             abort_reason=self.abort_reason,
             interruption_reason=self.interruption_reason,
+            **({wire.GPU_DEVICES: list(self.gpu_devices)} if self.gpu_devices else {}),
         )
 
 

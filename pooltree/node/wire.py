@@ -215,6 +215,8 @@ class RunningJobReport:
     resource_usage: Vector
     memory_usage: float = 0.0
     statistics: dict[str, Any] = field(default_factory=dict)
+    gpu_devices: tuple[int, ...] = ()
+    """Host indices of the GPUs the job holds (``node/gpu.py``)."""
 
 
 @dataclass
@@ -234,6 +236,8 @@ class FinishedJobReport:
     statistics: dict[str, Any] = field(default_factory=dict)
     stderr: str = ""
     stderr_size: int = 0
+    gpu_devices: tuple[int, ...] = ()
+    """Host indices of the GPUs the job held."""
 
 
 @dataclass
@@ -311,6 +315,7 @@ def _running_report(entry: Any, index: int) -> RunningJobReport:
             task_name = "main"
         usage_raw, memory = entry.get("resource_usage"), entry.get("memory_usage", 0.0)
         statistics = entry.get("statistics")
+        devices = entry.get(GPU_DEVICES)
         usage = (
             zeros() if usage_raw is None else _plain_resources(usage_raw) if type(usage_raw) is dict else None
         )
@@ -324,6 +329,7 @@ def _running_report(entry: Any, index: int) -> RunningJobReport:
             and usage is not None
             and (memory is None or ((type(memory) is int or type(memory) is float) and math.isfinite(memory)))
             and (statistics is None or type(statistics) is dict)
+            and devices is None
         ):
             return RunningJobReport(
                 job_id,
@@ -350,7 +356,27 @@ def _running_report_checked(entry: Any, path: str) -> RunningJobReport:
         resource_usage=usage,
         memory_usage=_number(entry, "memory_usage", path, 0.0),
         statistics=_map(entry, "statistics", path),
+        gpu_devices=_device_indices(entry, path),
     )
+
+
+MAX_GPU_DEVICES = 64
+
+
+def _device_indices(entry: Mapping[str, Any], path: str) -> tuple[int, ...]:
+    """A job's ``gpu_devices``: distinct non-negative host indices (at most ``MAX_GPU_DEVICES``)."""
+    value = entry.get(GPU_DEVICES)
+    if value is None:
+        return ()
+    where = join_path(path, GPU_DEVICES)
+    if not isinstance(value, list) or len(value) > MAX_GPU_DEVICES:
+        raise ConfigError(where, f"expected a list of at most {MAX_GPU_DEVICES} device indices")
+    for index in value:
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ConfigError(where, f"expected non-negative device indices, got {index!r}")
+    if len(set(value)) != len(value):
+        raise ConfigError(where, "device indices must be distinct")
+    return tuple(value)
 
 
 def _string(data: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str = "") -> str:
@@ -444,6 +470,7 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
                 statistics=_map(entry, "statistics", path),
                 stderr=stderr,
                 stderr_size=int(_number(entry, "stderr_size", path, float(len(stderr.encode())))),
+                gpu_devices=_device_indices(entry, path),
             )
         )
     meter = data.get("memory_meter")

@@ -1016,6 +1016,9 @@ class OperationCommands:
             attributes["abort_reason"] = job.abort_reason
         if job.interruption_reason is not None:
             attributes["interruption_reason"] = job.interruption_reason
+        exec_attributes = job.exec_attributes()
+        if exec_attributes is not None:
+            attributes["exec_attributes"] = exec_attributes
         if job.interruption_info is not None:
             attributes["interruption_info"] = job.interruption_info
             attributes["preemption_reason"] = job.interruption_info.get("preemption_reason")

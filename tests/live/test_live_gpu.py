@@ -64,6 +64,12 @@ def test_live_jobs_get_their_own_fake_gpus(tmp_path: Path) -> None:
         indices = two[0].split()[0].removeprefix("CUDA=").split(",")
         assert [first, second] == [f"nvidia{i}" for i in indices]
         assert two[3:] == [f"fake-gpu-{i}" for i in indices]
+        # the scheduler reports the devices as YTsaurus does: exec_attributes/gpu_devices, get_job and list_jobs
+        [gpu_job] = [job for job in jobs if seen[job["id"]] == two]
+        expected = [{"device_number": int(i), "device_name": f"/dev/nvidia{i}"} for i in indices]
+        assert gpu_job["exec_attributes"] == {"gpu_devices": expected}
+        assert yt.get_job(operation.id, gpu_job["id"])["exec_attributes"] == {"gpu_devices": expected}
+        assert all("exec_attributes" not in job for job in jobs if job is not gpu_job)
     finally:
         procs.close()
 
@@ -102,6 +108,9 @@ def test_a_scheduler_restart_keeps_the_running_jobs_gpus(tmp_path: Path) -> None
             return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
 
         [before] = wait_for(lambda: running(holding), timeout=30)
+        held = {"gpu_devices": [{"device_number": 0, "device_name": "/dev/nvidia0"}]}
+        # a running job's devices come with the node's heartbeats
+        wait_for(lambda: yt.get_job(holding, before["id"]).get("exec_attributes") == held, timeout=30)
         procs.stop(scheduler, signal.SIGKILL)
         procs.scheduler(tmp_path / "data", port)
         yt = client(url)
@@ -111,7 +120,11 @@ def test_a_scheduler_restart_keeps_the_running_jobs_gpus(tmp_path: Path) -> None
         [job] = yt.list_jobs(second)["jobs"]
         # lowest free device first: "1" means device 0 is still the revived job's, which kept running
         assert yt.get_job_stderr(second, job["id"]).read().decode() == "1\n"
-        assert [held["id"] for held in running(holding)] == [before["id"]]
+        assert job["exec_attributes"] == {
+            "gpu_devices": [{"device_number": 1, "device_name": "/dev/nvidia1"}]
+        }
+        assert [job["id"] for job in running(holding)] == [before["id"]]
+        assert yt.get_job(holding, before["id"])["exec_attributes"] == held
     finally:
         procs.close()
 

@@ -120,3 +120,32 @@ def test_fast_running_entry_agrees_with_the_checked_path(entry: object) -> None:
         expected.statistics,
     )
     assert np.array_equal(got.resource_usage, expected.resource_usage)
+
+
+def test_job_gpu_devices_parse_and_bad_lists_name_the_field() -> None:
+    """A job's GPU devices (issue 30) travel on running and finished entries; a malformed list names its field."""
+    running = wire.running_job(
+        "j1", "op", "main", start_time=0.0, resource_usage={"gpu": 2}, gpu_devices=[3, 1]
+    )
+    done = wire.finished_job("j2", "op", "main", "completed", 0.0, 1.0, gpu_devices=[0])
+    request = wire.parse_heartbeat(
+        wire.heartbeat(
+            "n",
+            sequence=1,
+            time=0.0,
+            resource_limits={"gpu": 4},
+            resource_usage={},
+            memory_limit=0,
+            memory_usage=0,
+            memory_meter="psutil",
+            running_jobs=[running, wire.running_job("j3", "op", "main", start_time=0.0, resource_usage={})],
+            finished_jobs=[done],
+        )
+    )
+    assert [job.gpu_devices for job in request.running] == [(3, 1), ()]
+    assert request.finished[0].gpu_devices == (0,)
+    for bad in ([1, 1], [-1], ["0"], [True], 5):
+        entry = dict(running, gpu_devices=bad)
+        with pytest.raises(ConfigError) as error:
+            wire.parse_heartbeat({"node_address": "n", "resource_limits": {}, "running_jobs": [entry]})
+        assert "running_jobs[0].gpu_devices" in str(error.value)

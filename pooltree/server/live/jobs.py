@@ -118,6 +118,14 @@ class LiveJobs:
         # Measured memory above a job's reserve counts as its allocation's usage (SchedulerCore.report_usage).
         for report in heartbeat.running:
             job = self.jobs.get(report.job_id)
+            if (
+                report.gpu_devices
+                and job is not None
+                and job.address == heartbeat.address
+                and job.gpu_devices != report.gpu_devices
+            ):
+                job.gpu_devices = report.gpu_devices  # YTsaurus's exec_attributes/gpu_devices of the job
+                self._put_job(job.record())
             if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
                 continue
             if job.address != heartbeat.address:
@@ -347,6 +355,8 @@ class LiveJobs:
         job.statistics = report.statistics
         job.stderr = report.stderr
         job.stderr_size = report.stderr_size
+        if report.gpu_devices:
+            job.gpu_devices = report.gpu_devices
         self._put_job(job.record())
         if op is None:
             return

@@ -220,6 +220,8 @@ class LiveJob:
     interruption_info: dict[str, Any] | None = None
     """Set when the scheduler preempts the job (YTsaurus's ``interruption_info``: ``interruption_reason``,
     ``interruption_timeout``, ``preemption_reason``, ``preempted_for``)."""
+    gpu_devices: tuple[int, ...] = ()
+    """Host indices of the GPUs its node gave it, as the node reports them (``node/gpu.py``)."""
 
     def record(self) -> JobRecord:
         document = {
@@ -234,6 +236,7 @@ class LiveJob:
             "stderr": self.stderr,
             "stderr_size": self.stderr_size,
             "interruption_info": self.interruption_info,
+            "gpu_devices": list(self.gpu_devices),
         }
         return JobRecord(
             self.operation_id,
@@ -267,7 +270,19 @@ class LiveJob:
             stderr=doc.get("stderr") or "",
             stderr_size=int(doc.get("stderr_size") or 0),
             interruption_info=doc.get("interruption_info"),
+            gpu_devices=tuple(doc.get("gpu_devices") or ()),
         )
+
+    def exec_attributes(self) -> dict[str, Any] | None:
+        """YTsaurus's ``exec_attributes`` of a job as far as pooltree knows them: the GPU devices it was given
+        (``gpu_devices``: ``device_number``, ``device_name``); None for a job without GPUs."""
+        if not self.gpu_devices:
+            return None
+        return {
+            "gpu_devices": [
+                {"device_number": index, "device_name": f"/dev/nvidia{index}"} for index in self.gpu_devices
+            ]
+        }
 
 
 @dataclass
