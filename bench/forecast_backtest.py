@@ -101,6 +101,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         horizon=args.horizon,
         fair_share_update_period=args.forecast_period,
         first_seed=scenario.seed + 1000,
+        cpu_budget=args.cpu_budget,
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
     errors: list[float] = []
@@ -142,6 +143,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
                 "seeds",
                 "horizon",
                 "forecast_period",
+                "cpu_budget",
                 "nodes",
                 "hours",
                 "operations",
@@ -238,7 +240,10 @@ def cost_state(nodes: int, running: int, pending: int, pools: int, seed: int) ->
 def cost(args: argparse.Namespace) -> dict[str, Any]:
     state = cost_state(args.nodes, args.running, args.pending, args.pools, args.seed)
     settings = ForecastSettings(
-        seeds=args.seeds, horizon=args.horizon, fair_share_update_period=args.forecast_period
+        seeds=args.seeds,
+        horizon=args.horizon,
+        fair_share_update_period=args.forecast_period,
+        cpu_budget=args.cpu_budget,
     )
     runs = []
     found = None
@@ -249,6 +254,8 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
     assert found is not None
     waiting = [f for f in found.operations.values() if not f.started]
     dated = [f for f in waiting if f.start["p50"] is not None]
+    running = [f for f in found.operations.values() if f.started]
+    finishing = [f for f in running if f.finish["p50"] is not None]
     return {
         "mode": "cost",
         "parameters": {
@@ -261,6 +268,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
                 "seeds",
                 "horizon",
                 "forecast_period",
+                "cpu_budget",
                 "repeat",
             )
         },
@@ -268,8 +276,11 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_seconds_per_refresh_median": round(statistics.median(runs), 3),
         "cpu_seconds_per_seed_median": round(statistics.median(runs) / args.seeds, 3),
         "simulator_events": found.events,
+        "horizon_covered_s": round(found.horizon, 1),
         "pending_with_start_in_horizon": len(dated),
         "pending": len(waiting),
+        "running_with_finish_p50": len(finishing),
+        "running": len(running),
         "load_average": _round(_load()),
         "numpy_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "rss_note": "one process; the live service runs this in its worker process",
@@ -290,6 +301,7 @@ def main() -> None:
         target.add_argument("--seeds", type=int, default=8)
         target.add_argument("--horizon", type=float, default=3600.0)
         target.add_argument("--forecast-period", type=float, default=None)
+        target.add_argument("--cpu-budget", type=float, default=None, help="CPU seconds per forecast")
         target.add_argument("--nodes", type=int, default=1000)
         target.add_argument("--pools", type=int, default=100)
         target.add_argument("--seed", type=int, default=1)

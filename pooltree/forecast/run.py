@@ -7,12 +7,23 @@ preempted for it. Over the seeds: start and finish as p10 / p50 / p90 (linear in
 runs; a run where it did not happen within the horizon counts as later than any time, so a percentile that
 reaches such a run is None: "after the horizon"; p10 and p90 are moved out by one heartbeat plus one fair-share
 period, the fork's timing resolution against the cluster's own phases), and the operations whose jobs were preempted for it in how
-many runs. Everything is a pure function of the state and the settings.
+many runs. Everything is a pure function of the state and the settings, except where ``cpu_budget`` is set: then
+each run stops when its share of the budget is spent, and how far the runs got depends on the machine.
+
+**Budget.** With ``cpu_budget`` the runs share that many CPU seconds: each stops once it used its share (the budget
+left over the runs left), and the forecast covers as far as the shortest run got (``Forecast.horizon``; later starts
+and finishes count as "after the horizon" in every run, so runs that got further do not bias the range).
+
+**Finishes past the simulated part.** An operation whose every remaining job is running when a run stops (no job
+pending, no gang) finishes in that run when its last running job ends: the end each job drew when it started. This
+assumes those jobs are neither preempted nor failed afterwards (the same assumption the simulated part makes about
+failures); it lets a finish be known past the simulated horizon.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +53,8 @@ class ForecastSettings:
     fair_share_update_period: float | None = None
     """The fork's fair-share period (None: the cluster's). A longer one costs less per simulated hour; starts
     move by up to one period."""
+    cpu_budget: float | None = None
+    """CPU seconds all runs together may take (None: every run covers ``horizon``); see the module docstring."""
 
     def __post_init__(self) -> None:
         period = self.fair_share_update_period
@@ -53,6 +66,9 @@ class ForecastSettings:
             raise ConfigError("forecast.seeds", f"must be an integer in [1, 64], got {self.seeds!r}")
         if not math.isfinite(self.horizon) or not 0 < self.horizon <= 30 * 86400:
             raise ConfigError("forecast.horizon", f"must be seconds in (0, 30 days], got {self.horizon!r}")
+        budget = self.cpu_budget
+        if budget is not None and (not math.isfinite(budget) or not 0 < budget <= 3600):
+            raise ConfigError("forecast.cpu_budget", f"must be CPU seconds in (0, 3600], got {budget!r}")
 
 
 @dataclass
@@ -64,10 +80,18 @@ class SeedRun:
     preempted_for: dict[str, Counter[str]] = field(default_factory=dict)
     """Preemptor operation → victim operation → jobs preempted for it."""
     events: int = 0
+    reached: float = math.inf
+    """Simulated seconds the run covered (less than the horizon when its CPU budget ran out)."""
+    finished_after: set[str] = field(default_factory=set)
+    """Operations whose finish comes from their running jobs' drawn ends, past where the run stopped."""
 
 
 class _AllStarted(Exception):
     """Raised from the progress callback: every watched operation has started (the run may stop)."""
+
+
+class _OutOfBudget(Exception):
+    """Raised from the progress callback: the run used its share of the CPU budget."""
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -105,6 +129,7 @@ class Forecast:
 
     now: float
     horizon: float
+    """Simulated seconds every run covered (the settings' horizon, or less when the CPU budget ran out first)."""
     seeds: int
     operations: dict[str, OperationForecast]
     events: int
@@ -121,9 +146,11 @@ def run_seed(
     specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
     fits: dict[tuple[str, str], DurationFit] | None = None,
     starts_of: Iterable[str] | None = None,
+    deadline: float | None = None,
 ) -> SeedRun:
     """One run of the fork with ``seed``; with ``starts_of`` it stops once each of those operations started (their
-    finishes, and everything after, are then not known)."""
+    finishes, and everything after, are then not known); with ``deadline`` (``time.process_time()``) it stops when
+    that moment passed."""
     scenario = fork(
         state,
         seed,
@@ -149,28 +176,61 @@ def run_seed(
     if not scenario.operations or not state.nodes:
         return run
     watch = set(starts_of) if starts_of is not None else None
+    checked = watch is not None or deadline is not None
 
     def check(*_: Any) -> None:
         if watch is not None and watch.issubset(first_start):
             raise _AllStarted
+        if deadline is not None and time.process_time() > deadline:
+            raise _OutOfBudget
 
     simulation = Simulation(
         scenario,
         seed=seed,
         until=settings.horizon,
         event_sink=sink,
-        progress=check if watch is not None else None,
-        progress_interval=scenario.scheduler.fair_share_update_period if watch is not None else None,
+        progress=check if checked else None,
+        progress_interval=scenario.scheduler.fair_share_update_period if checked else None,
     )
     try:
         result = simulation.run()
         run.events = int(result.stats.get("events", 0))
     except _AllStarted:
         run.events = -1  # stopped early: the engine's counters are not summed up
+    except _OutOfBudget:
+        run.events = -1
+        run.reached = simulation.now
     for op in simulation.ops:
         if op.finish_time is not None and op.state == "completed":
             run.finish[op.spec.id] = op.finish_time
+    _finish_from_running_jobs(simulation, run)
     return run
+
+
+def _finish_from_running_jobs(simulation: Simulation, run: SeedRun) -> None:
+    """Operations with no job left to start finish when their last running job ends (see the module docstring)."""
+    last_end: dict[str, float] = {}
+    endless: set[str] = set()
+    for job in simulation.jobs.values():
+        operation_id = job.op.spec.id
+        if job.end is None:
+            endless.add(operation_id)
+        else:
+            last_end[operation_id] = max(last_end.get(operation_id, -math.inf), job.end)
+    for op in simulation.ops:
+        operation_id = op.spec.id
+        controller = op.controller
+        if (
+            operation_id in run.finish
+            or operation_id in endless
+            or operation_id not in last_end
+            or controller is None
+            or controller.pending_allocation_count > 0
+            or any(task.gang_size is not None for task in op.spec.tasks)
+        ):
+            continue
+        run.finish[operation_id] = last_end[operation_id]
+        run.finished_after.add(operation_id)
 
 
 def forecast(
@@ -193,10 +253,19 @@ def forecast(
         starts_of = [op.id for op in state.operations if op.first_job_time is None]
         if wanted is not None:
             starts_of = [operation_id for operation_id in starts_of if operation_id in wanted]
-    runs = [
-        run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of)
-        for seed in range(settings.first_seed, settings.first_seed + settings.seeds)
-    ]
+    runs = []
+    began = time.process_time()
+    for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
+        deadline = None
+        if settings.cpu_budget is not None:
+            spent = time.process_time() - began
+            deadline = time.process_time() + (settings.cpu_budget - spent) / (settings.seeds - index)
+        runs.append(
+            run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of, deadline=deadline)
+        )
+    covered = min([settings.horizon, *(run.reached for run in runs)])
+    if covered < settings.horizon:
+        _clip(runs, covered)
     # the fork's heartbeat and update phases are its own, not the cluster's: a start or finish it places at t may
     # happen up to one heartbeat and one update period earlier or later there, so the range's ends move by that
     resolution = (
@@ -231,8 +300,19 @@ def forecast(
             },
         )
     return Forecast(
-        state.now, settings.horizon, settings.seeds, operations, sum(run.events for run in runs), resolution
+        state.now, covered, settings.seeds, operations, sum(run.events for run in runs), resolution
     )
+
+
+def _clip(runs: Sequence[SeedRun], covered: float) -> None:
+    """Starts and simulated finishes after ``covered`` are not known in every run: drop them from all."""
+    for run in runs:
+        for operation_id, when in list(run.first_start.items()):
+            if when > covered:
+                del run.first_start[operation_id]
+        for operation_id, when in list(run.finish.items()):
+            if when > covered and operation_id not in run.finished_after:
+                del run.finish[operation_id]
 
 
 def _range(values: Sequence[float], now: float, margin: float = 0.0) -> dict[str, float | None]:

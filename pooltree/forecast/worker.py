@@ -45,9 +45,12 @@ _SPEC_CACHE_SIZE = 20_000
 class WorkerSettings:
     """How the service runs forecasts."""
 
-    forecast: ForecastSettings = field(default_factory=lambda: ForecastSettings(seeds=5, horizon=3600.0))
-    """The live default: 5 runs of one simulated hour (at 1,000 busy nodes a run costs ~1 s of setup plus ~1 s of
-    CPU per simulated minute, see docs/forecast.md)."""
+    forecast: ForecastSettings = field(
+        default_factory=lambda: ForecastSettings(seeds=5, horizon=3600.0, cpu_budget=5.0)
+    )
+    """The live default: 5 runs of up to one simulated hour within 5 CPU seconds together (at 1,000 busy nodes a
+    run costs ~1 s of setup plus ~1 s of CPU per simulated minute, so the budget ends them first: see
+    docs/forecast.md)."""
     refresh_periods: int = 30
     """Fair-share periods between refreshes while forecasts are read."""
     idle_after: float = 300.0
