@@ -82,8 +82,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "guaranteed_job_resources": NODE_LIMITS,
     "min_node_resource_limits": NODE_LIMITS,
     "min_node_resource_limits_check_period": NODE_LIMITS,
-    "enable_absolute_fair_share_starvation_tolerance": "not implemented (the tolerance is relative, as in the "
-    "seeds)",
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",

@@ -135,6 +135,9 @@ class PoolTreeConfig(ConfigModel):
     """YTsaurus's rule on where gang operations may run; the default (false: anywhere) is pooltree's choice,
     YTsaurus's own default could not be confirmed from its public code."""
     enable_guarantee_priority_scheduling: bool = False
+    enable_absolute_fair_share_starvation_tolerance: bool = False
+    """YTsaurus: an operation whose fair share does not cover its demand stays ``normal`` while the gap between
+    its fair share and usage is not above its smallest allocation (``strategy/starvation_tolerance.py``)."""
 
     # Scheduling order and timing (yt-semantics §e.6, §b.1).
     fifo_pool_scheduling_order: Literal["satisfaction", "fifo"] = "satisfaction"

@@ -46,6 +46,7 @@ from pooltree.strategy.segment_inputs import (
     several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limits import (
     job_time_limit,
     job_time_limit_error,
@@ -363,6 +364,8 @@ class SchedulerCore:
             total = self.total_resources
             with times.phase("fair_share"):
                 result = function(root, total, settings, now, self.fair_share_state)
+                if self.config.enable_absolute_fair_share_starvation_tolerance:
+                    apply_absolute_starvation_tolerance(result, self._min_needed(), total)
             self.fair_share_state = getattr(result, "state", None)
             self.last_result = result
             with times.phase("build"):
@@ -374,6 +377,10 @@ class SchedulerCore:
             with times.phase("segments"):
                 self.update_segments(now)
         return result
+
+    def _min_needed(self) -> dict[str, Vector]:
+        """Operation id → its controller's aggregated minimum needed allocation resources."""
+        return {op_id: controller.min_needed_resources for op_id, controller in self.controllers.items()}
 
     def _fair_share_input(self) -> tuple[Any, Any]:
         """The fair-share update's input tree and settings, read from the runtime tree."""

@@ -80,6 +80,7 @@ class StrategyConfig:
     allocation_count_preemption_timeout_coefficient: float = 1.0
     enable_pool_starvation: bool = True
     max_schedule_attempts_per_heartbeat: int = 10_000
+    enable_absolute_fair_share_starvation_tolerance: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
