@@ -55,8 +55,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "non_tentative_operation_types": TENTATIVE,
     "packing": "packing of allocations onto nodes is not modelled",
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
-    "allow_preemption_from_starving_operations": "not modelled (starving operations' allocations are preemptible "
-    "by the usual rules)",
     "gpu_scheduling_policy": SEGMENTS,
     "policy_kind": SEGMENTS,
     "ssd_priority_preemption": "SSD priority preemption is not modelled",

@@ -121,6 +121,9 @@ class PoolTreeConfig(ConfigModel):
     enable_conditional_preemption: bool = True
     preemption_check_starvation: bool = True
     preemption_check_satisfaction: bool = True
+    allow_preemption_from_starving_operations: bool | None = None
+    """YTsaurus: false protects a starving operation's allocations, true lets them be preempted; unset, pooltree
+    checks the operation's starvation as ``preemption_check_starvation`` says (``strategy/starving_victims.py``)."""
     min_spare_allocation_resources_on_node: GuaranteeResources | None = None
     scheduling_preemption_priority_scope: Literal["operation_and_ancestors", "operation_only"] = (
         "operation_and_ancestors"

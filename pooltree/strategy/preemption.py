@@ -40,6 +40,7 @@ from pooltree.strategy.shares import (
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import ROOT_ID
 from pooltree.strategy.stages import SchedulingStages
+from pooltree.strategy.starving_victims import starvation_blocks
 
 _GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTION)
 _GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
@@ -103,7 +104,9 @@ class PreemptionStages(SchedulingStages):
         config = self.config
         cursor: _Element | None = element
         while cursor is not None and cursor.parent is not None:
-            if config.preemption_check_starvation and cursor.starvation != StarvationStatus.NON_STARVING:
+            if cursor.starvation != StarvationStatus.NON_STARVING and starvation_blocks(
+                config, cursor, element
+            ):
                 return cursor
             if config.preemption_check_satisfaction:
                 if cursor.settings.allow_aggressive_preemption and target >= PreemptionPriority.AGGRESSIVE:

@@ -81,6 +81,8 @@ class StrategyConfig:
     enable_pool_starvation: bool = True
     max_schedule_attempts_per_heartbeat: int = 10_000
     enable_absolute_fair_share_starvation_tolerance: bool = False
+    allow_preemption_from_starving_operations: bool | None = None
+    """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:
         self.validate()
