@@ -76,7 +76,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "testing_options": "YTsaurus testing options",
     "enable_preliminary_resource_limits_check": "YTsaurus testing options",
     "enable_resource_tree_random_sleeps": "YTsaurus testing options",
-    "necessary_resources_for_operation": NODE_LIMITS,
     "guaranteed_job_resources": NODE_LIMITS,
     "min_node_resource_limits": NODE_LIMITS,
     "min_node_resource_limits_check_period": NODE_LIMITS,
@@ -106,6 +105,7 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "allow_single_job_large_gpu_operations_in_multiple_trees": "pooltree/strategy/segment_inputs.py",
     "enable_scheduling_tags": "pooltree/strategy/stages.py",
     "consider_allocation_on_fair_share_bound_preemptible": "pooltree/strategy/preemptible.py",
+    "necessary_resources_for_operation": "pooltree/strategy/necessary_resources.py",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -33,6 +34,24 @@ ROOT_POOL = "<Root>"
 MAX_GRACEFUL_PREEMPTION_TIMEOUT = 600.0
 
 ResourceName = Literal["user_slots", "cpu", "gpu", "memory", "network"]
+
+
+def parse_necessary_resources(raw: Any, path: str = "necessary_resources_for_operation") -> tuple[str, ...]:
+    """The option's resource names (YTsaurus's ``EJobResourceType`` names; ``user_memory`` is ``memory``), in
+    pooltree's resource order; ConfigError naming the entry for anything else."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str) or not isinstance(raw, Iterable) or isinstance(raw, Mapping):
+        raise ConfigError(path, f"expected a list of resource names, got {type(raw).__name__}")
+    names: set[str] = set()
+    for index, item in enumerate(raw):
+        name = RESOURCE_ALIASES.get(str(item), str(item))
+        if name not in RESOURCES:
+            raise ConfigError(
+                join_path(path, index), f"unknown resource {item!r}; known: {', '.join(RESOURCES)}"
+            )
+        names.add(name)
+    return tuple(name for name in RESOURCES if name in names)
 
 
 class TreeIntegralGuaranteesConfig(ConfigModel):
@@ -186,6 +205,8 @@ class PoolTreeConfig(ConfigModel):
         try:
             if extra.get("scheduling_segments") is not None:
                 SchedulingSegmentsConfig.from_options(extra["scheduling_segments"], "scheduling_segments")
+            if extra.get("necessary_resources_for_operation") is not None:
+                parse_necessary_resources(extra["necessary_resources_for_operation"])
             for name in ("min_job_resource_limits", "max_job_resource_limits"):
                 if extra.get(name) is not None:
                     if not isinstance(extra[name], dict):

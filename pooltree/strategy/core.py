@@ -27,6 +27,7 @@ from pooltree.strategy.model import (
     HeartbeatResult,
     NodeHeartbeat,
 )
+from pooltree.strategy.necessary_resources import necessary_resources_violation, tree_necessary_resources
 from pooltree.strategy.operation_checks import (
     LimitingAncestorWatch,
     job_resource_bounds,
@@ -624,7 +625,18 @@ class SchedulerCore:
         return self._job_bounds[1]
 
     def _check_materialized(self, operation_id: str, controller: OperationController) -> None:
-        """The tree's ``min_job_resource_limits`` / ``max_job_resource_limits`` against each task's per-job needs."""
+        """The tree's ``min_job_resource_limits`` / ``max_job_resource_limits`` against each task's per-job needs,
+        then its ``necessary_resources_for_operation`` against the operation's minimum needed resources."""
+        necessary = tree_necessary_resources(
+            self.pool_tree.config, f"pool_trees.{self.pool_tree.name}.config"
+        )
+        if necessary:
+            error = necessary_resources_violation(
+                self.pool_tree.name, operation_id, necessary, controller.min_needed_resources
+            )
+            if error is not None:
+                self._failures[operation_id] = error
+                return
         bounds = self._bounds()
         tasks = getattr(controller, "pending_task_resources", None)
         if (bounds[0] is None and bounds[1] is None) or tasks is None:

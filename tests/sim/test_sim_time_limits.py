@@ -99,3 +99,12 @@ def test_the_summary_lists_unrecognized_option_names_with_the_closest_one(tmp_pa
         ("pool_trees.t.config.preemptive_scheduling_backof", "preemptive_scheduling_backoff"),
         ("operations.op.spec.poool", "pool"),
     ]
+
+
+def test_a_tree_that_needs_gpu_fails_a_cpu_only_operation(tmp_path) -> None:
+    document = _document({})
+    document["pool_trees"]["t"]["config"] = {"necessary_resources_for_operation": ["gpu"]}
+    summary = run(document, tmp_path)
+    assert summary["operations"][0]["state"] == "failed"
+    errors = [e for e in events(tmp_path) if e["event"] == "operation_error"]
+    assert errors[0]["error"] == "Operation has zero demand for resources which are necessary in tree 't'"
