@@ -30,6 +30,7 @@ from pooltree.resources import zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.tree.delta import period_delta
 from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
@@ -89,12 +90,18 @@ class _TreeStep:
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
         self.input_cache = FairShareInputCache()
         self.build_cache = BuildCache()
+        self.revision: int | None = None
+        """The tree's revision at the previous step (where the next step's delta starts)."""
         self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
         self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
 
     def run(self) -> Any:
         begin = time.perf_counter()
-        root, settings = build_fair_share_input(self.tree, self.resources, cache=self.input_cache)
+        delta = period_delta(self.tree, self.revision)
+        self.revision = delta.revision
+        root, settings = build_fair_share_input(
+            self.tree, self.resources, cache=self.input_cache, delta=delta
+        )
         built = time.perf_counter()
         update = self.snapshot.fair_share_update
         now = _snapshot_now(self.snapshot)
@@ -107,7 +114,7 @@ class _TreeStep:
         result = update_fair_share(root, self.total, settings, now, state)
         updated = time.perf_counter()
         published = scheduling_tree_from_runtime(
-            self.tree, result, self.total, self.config, cache=self.build_cache
+            self.tree, result, self.total, self.config, cache=self.build_cache, delta=delta
         )
         self.strategy.publish(published, now)
         done = time.perf_counter()

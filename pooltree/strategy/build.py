@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import MISSING
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -27,6 +27,7 @@ from pooltree.config.operation_preemption import (
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, SpecRows, StrategyConfig
+from pooltree.tree.delta import PeriodDelta, period_delta
 
 _SPEC_FIELDS = (
     "scheduling_tag_filter",
@@ -485,42 +486,45 @@ def scheduling_tree_from_runtime(
     config: StrategyConfig | None = None,
     *,
     cache: BuildCache | None = None,
+    delta: PeriodDelta | None = None,
 ) -> SchedulingTree:
     """Snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a FairShareResult).
 
     Pools pass their own starvation/preemption options (the snapshot resolves inheritance); operations pass
     their spec's preemption mode, scheduling tag filter, interruption signal and effective non-preemptible
     usage threshold. Elements missing from ``result`` get zero fair share. ``cache`` (kept by the caller between
-    updates of the same tree) skips recomputing the static part of elements whose configuration is unchanged.
+    updates of the same tree) skips recomputing the static part of elements whose configuration is unchanged;
+    ``delta`` (the period's changes of the tree, `pooltree.tree.delta`; found here when not given) says whether
+    the previous build's rows stand as they are, need only some operations' rows, or the tree must be walked.
     """
     name = pool_tree.name
     config = config or StrategyConfig.from_options(pool_tree.config, f"pool_trees.{name}.config")
     cache = cache if cache is not None else BuildCache()
-    revision = getattr(pool_tree, "revision", None)
-    runtime_key = (pool_tree, revision, pool_tree.config, config, name)
     bulk = _bulk(result.elements)
     last_runtime = cache.runtime
+    built_at = None if last_runtime is None or last_runtime.key[0] is not pool_tree else last_runtime.key[1]
+    if delta is None:
+        delta = period_delta(pool_tree, built_at)
+    revision = delta.revision
+    runtime_key = (pool_tree, revision, pool_tree.config, config, name)
     if (
         bulk
-        and revision is not None
         and last_runtime is not None
         and last_runtime.published is not None
         and cache.last is not None
+        and delta.applies_to(pool_tree, built_at)
+        and all(map(operator.is_, last_runtime.key[2:], runtime_key[2:]))
     ):
         try:
-            if all(map(operator.is_, last_runtime.key, runtime_key)):
+            if delta.unchanged:
                 return _unchanged_structure(result.elements, total_resources, cache, last_runtime)
-            if (
-                all(map(operator.is_, last_runtime.key[2:], runtime_key[2:]))
-                and last_runtime.key[0] is pool_tree
-            ):
-                delta = _operation_changes(pool_tree, cache, last_runtime, runtime_key)
-                if delta is not None:
-                    # no row changed: the structure is the previous one (`with_shares`, same skeleton)
-                    rows_changed = delta if delta.removed or delta.added else None
-                    return _unchanged_structure(
-                        result.elements, total_resources, cache, last_runtime, rows_changed
-                    )
+            changes = _operation_changes(pool_tree, cache, last_runtime, runtime_key, delta.operations or ())
+            if changes is not None:
+                # no row changed: the structure is the previous one (`with_shares`, same skeleton)
+                rows_changed = changes if changes.removed or changes.added else None
+                return _unchanged_structure(
+                    result.elements, total_resources, cache, last_runtime, rows_changed
+                )
         except BaseException:
             # the rows or the copies of the last result may be half brought up to date: the next build walks
             # the whole tree
@@ -642,7 +646,7 @@ def scheduling_tree_from_runtime(
         tree = SchedulingTree(total_resources, elements, config, name=name)
     cache.last = (statics, config, tree)
     cache.runtime = None
-    if bulk and revision is not None and cacheable:
+    if bulk and cacheable:
         runtime = _LastRuntime(runtime_key, ids, statics, elements, registration)
         runtime.read(result.elements)
         cache.runtime = runtime
@@ -666,20 +670,20 @@ class _OperationChanges:
 
 
 def _operation_changes(
-    pool_tree: Any, cache: BuildCache, last: _LastRuntime, runtime_key: tuple[Any, ...]
+    pool_tree: Any,
+    cache: BuildCache,
+    last: _LastRuntime,
+    runtime_key: tuple[Any, ...],
+    changed: Collection[str],
 ) -> _OperationChanges | None:
-    """Bring the previous build's rows up to the pool tree's revision when only operations changed since
-    (``PoolTree.operations_changed_since``): the rows of changed operations are dropped, and those running now get
-    new rows at their place in registration order, with the static part the element walk computes (same cache
-    key) and a spec the bulk path re-makes with this result's shares (their previous values are NaN, so they
-    count as changed). None, with nothing changed, when the walk must run (pools changed, the journal does not
-    reach back, rows not in registration order, a spec that is not a frozen model)."""
-    changed_since = getattr(pool_tree, "operations_changed_since", None)
+    """Bring the previous build's rows up to the pool tree's revision when only the operations ``changed`` changed
+    since (the period's delta): the rows of changed operations are dropped, and those running now get new rows at
+    their place in registration order, with the static part the element walk computes (same cache key) and a spec
+    the bulk path re-makes with this result's shares (their previous values are NaN, so they count as changed).
+    None, with nothing changed, when the walk must run (rows not in registration order, a spec that is not a
+    frozen model)."""
     registration = last.registration
-    if changed_since is None or registration is None or last.published is None or last.rows_from is not None:
-        return None
-    changed = changed_since(last.key[1])
-    if changed is None:
+    if registration is None or last.published is None or last.rows_from is not None:
         return None
     operations = pool_tree.operations
     arriving = []

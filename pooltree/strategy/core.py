@@ -56,6 +56,7 @@ from pooltree.strategy.time_limits import (
 )
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 from pooltree.tree import FairShareInputCache, build_fair_share_input
+from pooltree.tree.delta import PeriodDelta, period_delta
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -134,7 +135,9 @@ class SchedulerCore:
         self.fair_share_state: Any = None
         self.last_result: Any = None
         self._build_cache = BuildCache()
-        self._input_cache: Any = None
+        self._input_cache = FairShareInputCache()
+        self._period_revision: int | None = None
+        """The tree's revision at the previous period (what the next period's delta starts from)."""
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
@@ -360,7 +363,8 @@ class SchedulerCore:
             with times.phase("unregister"):
                 self.unregister_completed(now)
             with times.phase("input"):
-                root, settings = self._fair_share_input()
+                delta = self._period_delta()
+                root, settings = self._fair_share_input(delta)
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
@@ -371,7 +375,7 @@ class SchedulerCore:
             self.last_result = result
             with times.phase("build"):
                 tree = scheduling_tree_from_runtime(
-                    self.pool_tree, result, total, self.config, cache=self._build_cache
+                    self.pool_tree, result, total, self.config, cache=self._build_cache, delta=delta
                 )
             with times.phase("publish"):
                 self.strategy.publish(tree, now)
@@ -383,24 +387,30 @@ class SchedulerCore:
         """Operation id → its controller's aggregated minimum needed allocation resources."""
         return {op_id: controller.min_needed_resources for op_id, controller in self.controllers.items()}
 
-    def _fair_share_input(self) -> tuple[Any, Any]:
-        """The fair-share update's input tree and settings, read from the runtime tree."""
-        if self._input_cache is None:
-            self._input_cache = FairShareInputCache()
+    def _period_delta(self) -> PeriodDelta:
+        """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations
+        whose usage or pending work was reported moved: found once, read by the input and the build."""
         # the controllers and the strategy hold this very set: it is emptied, never replaced
         dirty = self._input_dirty
         changed = dirty.union(self._input_polled) if self._input_polled else set(dirty)
         dirty.clear()
+        delta = period_delta(self.pool_tree, self._period_revision, changed)
+        self._period_revision = delta.revision
+        return delta
+
+    def _fair_share_input(self, delta: PeriodDelta) -> tuple[Any, Any]:
+        """The fair-share update's input tree and settings, read from the runtime tree with the period's delta."""
         try:
             return build_fair_share_input(
                 self.pool_tree,
                 self._resources,
                 nodes=self.nodes_view,
                 cache=self._input_cache,
-                changed=changed,
+                delta=delta,
             )
         except BaseException:
-            dirty.update(changed)  # not taken in: the next input reads them
+            if delta.resources is not None:
+                self._input_dirty.update(delta.resources)  # not taken in: the next input reads them
             raise
 
     def _configure_segments(self) -> None:

@@ -8,7 +8,6 @@ not suspended; otherwise demand = usage and the operation is not schedulable.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -28,6 +27,7 @@ from pooltree.fairshare.journal import (
 )
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
+from pooltree.tree.delta import PeriodDelta, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation
 from pooltree.tree.pool_tree import PoolTree, _spec_option
 
@@ -116,7 +116,8 @@ class FairShareInputCache:
         self.tags: _TagLimits | None = None
         self.settings: tuple[Any, UpdateSettings] | None = None
         self.last: _LastBuild | None = None
-        """The previous build, reused whole while the tree's ``revision`` (and config, node set) is the same."""
+        """The previous build, reused whole while the tree's ``revision`` (and config, node set) is the same, and
+        brought up to date with the period's delta when only operations changed."""
 
     def tag_limits(self, nodes: NodeResources | None) -> _TagLimits:
         if self.tags is None or self.tags._source is not nodes:
@@ -467,7 +468,7 @@ def build_fair_share_input(
     *,
     nodes: NodeResources | None = None,
     cache: FairShareInputCache | None = None,
-    changed: Collection[str] | None = None,
+    delta: PeriodDelta | None = None,
 ) -> tuple[Pool, UpdateSettings]:
     """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, and the
     tree's update settings. ``nodes`` (this tree's nodes) is needed only for elements with a
@@ -475,29 +476,36 @@ def build_fair_share_input(
     between updates of the same tree, with the same ``nodes`` object until the nodes change) reuses the model
     objects of unchanged elements; the input is the same either way.
 
-    ``changed`` (with ``cache``; a change notification instead of a poll): the operations for which
-    ``operation_resources`` may answer with another object than it did for the previous build through ``cache``;
-    every other operation's answer must be the very same object (or ``None`` again), as ``SchedulerCore._resources``
-    guarantees for the operations it was not notified of. Only these are then asked, instead of every running
-    operation. ``None``: unknown, every running operation is asked (a snapshot's mapping, for instance).
+    ``delta`` (with ``cache``): the period's changes of the tree (`pooltree.tree.delta`), found once per period
+    for every consumer; without it they are found here (`period_delta` since the cache's previous build). Its
+    ``resources`` is a change notification instead of a poll: the operations for which ``operation_resources`` may
+    answer with another object than it did for the previous build through ``cache``; every other operation's
+    answer must be the very same object (or ``None`` again), as ``SchedulerCore._resources`` guarantees for the
+    operations it was not notified of. Only these are then asked, instead of every running operation. ``None``:
+    unknown, every running operation is asked (a snapshot's mapping, for instance).
     """
     tolerance = float(tree.config.fair_share_starvation_tolerance)
     if cache is None:
         root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
         return root, update_settings(tree)
-    key = (tree, getattr(tree, "revision", None), tree.config, nodes)
     last = cache.last
-    if last is not None and key[1] is not None and all(map(operator.is_, last.key, key)):
-        _refresh_resources(last.operations, operation_resources, changed)
-        root = last.root
-    elif (
+    built_at = None if last is None or last.key[0] is not tree else last.key[1]
+    if delta is None:
+        delta = period_delta(tree, built_at)
+    key = (tree, delta.revision, tree.config, nodes)
+    changed = delta.resources
+    same_source = (
         last is not None
-        and key[1] is not None
-        and last.key[0] is tree
+        and delta.applies_to(tree, built_at)
         and last.key[2] is tree.config
         and last.key[3] is nodes
-        and _changes_applied(tree, last, cache, operation_resources, nodes)
-    ):
+    )
+    if same_source and delta.unchanged:
+        assert last is not None
+        _refresh_resources(last.operations, operation_resources, changed)
+        root = last.root
+    elif same_source and _changes_applied(tree, last, cache, operation_resources, nodes, delta):
+        assert last is not None
         last.key = key
         _refresh_resources(last.operations, operation_resources, changed)
         root = last.root
@@ -512,11 +520,16 @@ def build_fair_share_input(
 
 
 def _changes_applied(
-    tree: PoolTree, last: _LastBuild, cache: FairShareInputCache, source: OperationResources, nodes: Any
+    tree: PoolTree,
+    last: _LastBuild,
+    cache: FairShareInputCache,
+    source: OperationResources,
+    nodes: Any,
+    delta: PeriodDelta,
 ) -> bool:
     """`_apply_operation_changes`, forgetting the previous build if it fails half-way (the next build walks)."""
     try:
-        return _apply_operation_changes(tree, last, cache, source, nodes)
+        return _apply_operation_changes(tree, last, cache, source, nodes, delta.operations or frozenset())
     except BaseException:
         cache.last = None
         raise
@@ -528,18 +541,15 @@ def _apply_operation_changes(
     cache: FairShareInputCache,
     source: OperationResources,
     nodes: Any,
+    changed: Collection[str],
 ) -> bool:
-    """Bring the previous build up to the tree's revision when only operations changed since (arrived, left,
-    activated, suspended, moved, new parameters; ``PoolTree.operations_changed_since``): the pools whose
-    operations changed get a new ``children`` list, built exactly as the walk builds it (child pools, then the
-    running operations in the pool's order), and only the changed operations' model elements are looked up or
-    made. Every other pool keeps its list and every other operation its element. False (nothing changed) when
-    the pools changed, the journal does not reach back, or a changed operation's spec is not a frozen model: the
-    caller then walks the whole tree."""
-    changed_since = getattr(tree, "operations_changed_since", None)
-    changed = None if changed_since is None else changed_since(last.key[1])
-    if changed is None:
-        return False
+    """Bring the previous build up to the tree's revision when only the operations ``changed`` changed since
+    (arrived, left, activated, suspended, moved, new parameters: the period's delta): the pools whose operations
+    changed get a new ``children`` list, built exactly as the walk builds it (child pools, then the running
+    operations in the pool's order), and only the changed operations' model elements are looked up or made. Every
+    other pool keeps its list and every other operation its element. False (nothing changed) when a pool is
+    missing from the cache or a changed operation's spec is not a frozen model: the caller then walks the whole
+    tree."""
     pools = tree.pools
     parent_of = last.parent_of
     touched: dict[str, PoolElement] = {}

@@ -1,0 +1,88 @@
+"""One period delta (`pooltree.tree.delta`): the tree's changes since the previous period are found once per period
+and read by both consumers (the fair-share input and the strategy's build), which then take the same incremental
+paths as before: an unchanged tree reuses both builds, operations arriving or leaving patch them, a change of the
+pools walks the tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pooltree.config import OperationSpec, parse_pool_trees
+from pooltree.resources import vector
+from pooltree.strategy.core import SchedulerCore
+from pooltree.tree import PoolTree
+from pooltree.tree.delta import PeriodDelta, period_delta
+from tests.sim.test_publish_changes import _Controller
+
+LIMITS = vector(user_slots=8, cpu=8, memory=16 * 1024.0**3)
+
+
+def _tree() -> PoolTree:
+    pools = {"a": {}, "b": {"pools": {"b1": {}, "b2": {}}}}
+    return PoolTree(parse_pool_trees({"t": {"pools": pools}})["t"])
+
+
+def test_delta_says_what_changed_since_the_previous_period() -> None:
+    tree = _tree()
+    first = period_delta(tree, None)
+    assert first.operations is None and not first.unchanged  # no previous period: walk
+    start = tree.revision
+    assert period_delta(tree, start) == PeriodDelta(tree, start, start, frozenset())
+    assert period_delta(tree, start).unchanged
+    tree.register_operation("op1", user="u", pool="a", spec=OperationSpec.model_validate({"pool": "a"}))
+    tree.register_operation("op2", user="u", pool="b1", spec=OperationSpec.model_validate({"pool": "b1"}))
+    moved = period_delta(tree, start, resources={"op1"})
+    assert moved.operations == {"op1", "op2"} and moved.resources == {"op1"}
+    assert moved.applies_to(tree, start) and not moved.applies_to(tree, start - 1)
+    assert not moved.applies_to(_tree(), start)
+    middle = tree.revision
+    tree.register_operation("op3", user="u", pool="new", spec=OperationSpec.model_validate({"pool": "new"}))
+    assert period_delta(tree, middle).operations is None  # an ephemeral pool: the pools changed, walk
+
+
+class _Counting:
+    """Counts the calls of the tree's own record of operation changes."""
+
+    def __init__(self, tree: PoolTree) -> None:
+        self.calls = 0
+        self.original = tree.operations_changed_since
+
+    def __call__(self, revision: int) -> Any:
+        self.calls += 1
+        return self.original(revision)
+
+
+@pytest.mark.parametrize("arrivals", [0, 1, 3])
+def test_each_period_asks_the_tree_once(arrivals: int) -> None:
+    """`SchedulerCore` finds a period's changes once and hands them to the input and the build (before the delta,
+    each of them asked the tree), and both still take their incremental paths."""
+    tree = _tree()
+    core = SchedulerCore(tree)
+    core.add_node("n1", LIMITS)
+    serial = 0
+    for _ in range(2):
+        serial += 1
+        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 2), user="u", pool="a", now=0.0)
+    core.update_fair_share(0.0)
+    counting = _Counting(tree)
+    tree.operations_changed_since = counting  # type: ignore[method-assign]
+    input_root = core._input_cache.last.root
+    for period in range(1, 4):
+        for _ in range(arrivals):
+            serial += 1
+            core.register_operation(
+                f"op{serial}",
+                _Controller(f"op{serial}", 1),
+                user="u",
+                pool=("a", "b1", "b2")[serial % 3],
+                now=float(period),
+            )
+        calls = counting.calls
+        core.update_fair_share(float(period))
+        assert counting.calls - calls == (1 if arrivals else 0)  # an unchanged revision needs no question
+        assert core._input_cache.last.root is input_root  # patched or reused, never walked anew
+        assert core._build_cache.runtime is not None
+    assert core.operation_is_published(f"op{serial}")
