@@ -1,12 +1,13 @@
-"""What-if: a GPU cluster with scheduling segments off (baseline) and on (variant); prints one JSON object.
+"""What-if: a GPU cluster with scheduling segments off (baseline), on, and the GPU policy; prints one JSON object.
 
 The cluster: ``--nodes`` hosts of 8 GPUs (default 500, 4,000 GPUs) split evenly into two data centers
 (``dc-a``, ``dc-b``), one pool tree ``gpu`` (``main_resource: gpu``) with two pools of equal weight: ``small`` gets
 operations of 1-GPU jobs (Poisson arrivals, lognormal job counts and durations), ``large`` gets gang operations of
 full-host (8-GPU) jobs (``is_gang``). The load is sized so the 1-GPU work alone stays below its fair share: its
 jobs are not preemptible by the fair-share rules, which is where a full-host gang waits behind fragmentation.
-The variant sets ``scheduling_segments`` (``large_gpu``, modules = the two data centers, YTsaurus's defaults
-except ``initialization_timeout`` 1 min so the first minutes count).
+The variant ``segments`` sets ``scheduling_segments`` (``large_gpu``, modules = the two data centers, YTsaurus's
+defaults except ``initialization_timeout`` 1 min so the first minutes count); ``gpu_policy`` sets ``policy_kind:
+gpu`` with ``gpu_scheduling_policy: {mode: allocating, modules: the two data centers}`` (pooltree's defaults).
 
 Both runs go through the simulator's what-if comparison (``pooltree.sim.compare``: the same workload, seed and
 nodes; ``comparison.json`` / ``.html`` are written under ``--out``). Reported per run: for each gang the time from
@@ -14,6 +15,7 @@ submit until all its jobs ran at once (p50, p95, mean, max; gangs never complete
 GPU utilisation, preempted allocations (total and by reason), completed operations, and the run's CPU seconds.
 
 Usage: .venv/bin/python bench/gpu_segments.py [--nodes 500] [--hours 6] [--seed 1] [--out DIR]
+       [--variants segments,gpu_policy]
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ SEGMENTS = {
     "data_centers": ["dc-a", "dc-b"],
     "initialization_timeout": "1m",
 }
+GPU_POLICY = {"mode": "allocating", "module_type": "data_center", "modules": ["dc-a", "dc-b"]}
+"""The GPU scheduling policy (``policy_kind: gpu``), pooltree's defaults for its durations."""
+VARIANTS = ("segments", "gpu_policy")
 
 
 def workload(nodes: int, hours: float, seed: int) -> list[dict[str, Any]]:
@@ -106,10 +111,13 @@ def workload(nodes: int, hours: float, seed: int) -> list[dict[str, Any]]:
     return operations
 
 
-def scenario(nodes: int, hours: float, seed: int, segments: bool) -> dict[str, Any]:
+def scenario(nodes: int, hours: float, seed: int, variant: str) -> dict[str, Any]:
     config: dict[str, Any] = {"main_resource": "gpu"}
-    if segments:
+    if variant == "segments":
         config["scheduling_segments"] = SEGMENTS
+    elif variant == "gpu_policy":
+        config["policy_kind"] = "gpu"
+        config["gpu_scheduling_policy"] = GPU_POLICY
     half = nodes // 2
     return {
         "seed": seed,
@@ -175,12 +183,18 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=6.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated: segments, gpu_policy"
+    )
     args = parser.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    if not set(variants) <= set(VARIANTS):
+        parser.error(f"--variants: known are {', '.join(VARIANTS)}")
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-segments-"))
     runs: dict[str, Any] = {}
     results = {}
-    for name, segments in ((BASELINE, False), ("segments", True)):
-        document = scenario(args.nodes, args.hours, args.seed, segments)
+    for name in (BASELINE, *variants):
+        document = scenario(args.nodes, args.hours, args.seed, name)
         loaded = parse_scenario(document, source=f"bench/gpu_segments.py:{name}")
         cpu0, wall0 = time.process_time(), time.monotonic()
         result = run_to_directory(loaded, out / name, plots=False)

@@ -162,4 +162,6 @@ def tree_view(
     }
     if strategy is not None and strategy.segments.enabled:
         view["scheduling_segments"] = strategy.segments.view({a: n.tags for a, n in strategy.nodes.items()})
+    if strategy is not None and strategy.gpu_policy.config.planning:
+        view["gpu_assignment_plan"] = strategy.gpu_policy.view()
     return view

@@ -20,7 +20,7 @@ from pooltree.config.base import (
     TagFilterText,
     invalid,
 )
-from pooltree.config.support import POOL_ALIASES, POOL_UNSUPPORTED
+from pooltree.config.support import POOL_ALIASES, POOL_IMPLEMENTED_EXTRA, POOL_UNSUPPORTED
 from pooltree.errors import ConfigError, join_path
 
 PoolMode = Literal["fair_share", "fifo"]
@@ -122,7 +122,7 @@ class PoolConfig(ConfigModel):
     """Every option of a pool (seeds: pool-tree configuration, preemption, operation count limits)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, validate_default=False)
-    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(POOL_UNSUPPORTED)
+    ACCEPTED_EXTRA: ClassVar[frozenset[str]] = frozenset(POOL_UNSUPPORTED) | frozenset(POOL_IMPLEMENTED_EXTRA)
     KEEP_UNRECOGNIZED: ClassVar[bool] = True
 
     ALIASES: ClassVar[dict[str, str]] = {
@@ -179,6 +179,12 @@ class PoolConfig(ConfigModel):
         if self.config_preset is not None and self.config_presets:
             raise invalid(
                 '"config_preset" and "config_presets" cannot be specified together', "config_presets"
+            )
+        priority = (self.model_extra or {}).get("enable_priority_scheduling_segment_module_assignment")
+        if priority is not None and not isinstance(priority, bool):
+            raise invalid(
+                f"expected a boolean, got {priority!r}",
+                "enable_priority_scheduling_segment_module_assignment",
             )
         return self
 

@@ -22,8 +22,8 @@ from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
 SEGMENTS = (
-    "YTsaurus's newer GPU scheduling policy (policy_kind gpu: an assignment planner of its own) is not "
-    "modelled; pooltree implements the classic policy's scheduling_segments"
+    "the default GPU full-host preemption stage of the classic policy is not implemented (pooltree's "
+    "scheduling_segments and the GPU policy's full-host aggressive preemption clear hosts for full-host gangs)"
 )
 TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
@@ -55,8 +55,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "non_tentative_operation_types": TENTATIVE,
     "packing": "packing of allocations onto nodes is not modelled",
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
-    "gpu_scheduling_policy": SEGMENTS,
-    "policy_kind": SEGMENTS,
     "ssd_priority_preemption": "SSD priority preemption is not modelled",
     "default_gpu_full_host_preemption": SEGMENTS,
     "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
@@ -99,6 +97,8 @@ TREE_UNSUPPORTED: dict[str, str] = {
 # implements: option -> where.
 TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segments": "pooltree/config/segments.py, pooltree/strategy/segments.py",
+    "policy_kind": "pooltree/config/gpu_policy.py, pooltree/strategy/gpu_policy.py",
+    "gpu_scheduling_policy": "pooltree/config/gpu_policy.py, pooltree/strategy/gpu_policy.py",
     "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
     "min_job_resource_limits": "pooltree/strategy/operation_checks.py",
     "max_job_resource_limits": "pooltree/strategy/operation_checks.py",
@@ -106,6 +106,10 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_scheduling_tags": "pooltree/strategy/stages.py",
     "consider_allocation_on_fair_share_bound_preemptible": "pooltree/strategy/preemptible.py",
     "necessary_resources_for_operation": "pooltree/strategy/necessary_resources.py",
+}
+POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
+    "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "
+    "pooltree/strategy/gpu_policy.py (priority module assignment / binding)",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",
@@ -224,9 +228,9 @@ def _set_options(config: Any, unsupported: Mapping[str, str], path: str) -> list
 
 _ANY = object()
 _NONE = object()
-IMPLEMENTED_VALUES: dict[str, Any] = {"policy_kind": "classic"}
-"""Unsupported options whose value is what pooltree does anyway: ``policy_kind: classic`` is YTsaurus's classic
-scheduling policy (pooltree's); only ``policy_kind: gpu`` is reported."""
+IMPLEMENTED_VALUES: dict[str, Any] = {}
+"""Unsupported options whose value is what pooltree does anyway (none now: both values of ``policy_kind`` are
+implemented)."""
 
 
 def unsupported_tree_options(definition: Any, path: str = "") -> list[UnsupportedOption]:

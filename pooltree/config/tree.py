@@ -23,6 +23,7 @@ from pooltree.config.base import (
     as_validation_error,
     invalid,
 )
+from pooltree.config.gpu_policy import GpuPolicyConfig
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
 from pooltree.config.segments import SchedulingSegmentsConfig
 from pooltree.config.support import TREE_ALIASES, TREE_IMPLEMENTED_EXTRA, TREE_UNSUPPORTED
@@ -207,6 +208,9 @@ class PoolTreeConfig(ConfigModel):
                 SchedulingSegmentsConfig.from_options(extra["scheduling_segments"], "scheduling_segments")
             if extra.get("necessary_resources_for_operation") is not None:
                 parse_necessary_resources(extra["necessary_resources_for_operation"])
+            GpuPolicyConfig.from_tree_options(
+                extra.get("policy_kind"), extra.get("gpu_scheduling_policy"), ""
+            )
             for name in ("min_job_resource_limits", "max_job_resource_limits"):
                 if extra.get(name) is not None:
                     if not isinstance(extra[name], dict):

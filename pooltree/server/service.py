@@ -171,6 +171,11 @@ class LiveOrchid:
                     if "scheduling_segments" in view
                     else {}
                 ),
+                **(
+                    {"gpu_assignment_plan": view["gpu_assignment_plan"]}
+                    if "gpu_assignment_plan" in view
+                    else {}
+                ),
                 **tree_orchid(trees.get(name)),
             }
             for name, view in self.scheduler.views.items()

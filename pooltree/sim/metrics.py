@@ -462,6 +462,13 @@ class SimulationMetrics:
             segments
         ):  # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
             summary["scheduling_segments"] = segments
+        plans = {
+            tree.name: tree.core.gpu_policy_view()["statistics"]
+            for tree in self.trees.values()
+            if tree.core.strategy.gpu_policy.config.planning
+        }
+        if plans:  # the GPU policy's plan statistics at the end (strategy/gpu_policy.py), only where it plans
+            summary["gpu_assignment_plan"] = plans
         wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
         parents: dict[str, str | None] = {}
         for tree in self.trees.values():

@@ -20,6 +20,7 @@ from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
+from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.model import (
     AbortReason,
     Allocation,
@@ -381,6 +382,7 @@ class SchedulerCore:
                 self.strategy.publish(tree, now)
             with times.phase("segments"):
                 self.update_segments(now)
+                self.update_gpu_policy(now)
         return result
 
     def _min_needed(self) -> dict[str, Vector]:
@@ -420,6 +422,9 @@ class SchedulerCore:
         parsed = segments_config(config, f"pool_trees.{self.pool_tree.name}.config")
         self._segments_source = (config, parsed)
         self.strategy.segments.configure(parsed)
+        self.strategy.gpu_policy.configure(
+            gpu_policy_config(config, f"pool_trees.{self.pool_tree.name}.config")
+        )
         extra = getattr(config, "model_extra", None) or {}
         self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
         self.strategy.set_allocation_on_bound_preemptible(
@@ -457,6 +462,17 @@ class SchedulerCore:
         nodes = segment_nodes(self.strategy, manager, now)
         operations = segment_operations(self.strategy, self.pool_tree, manager, self._segments_initial_gpu)
         manager.update(nodes, operations, float(self.total_resources[GPU]), now, self.controllers)
+
+    def update_gpu_policy(self, now: float) -> None:
+        """Update the GPU scheduling policy's plan when it is due (every ``plan_update_period``;
+        ``strategy/gpu_policy.py``). Nothing runs unless the tree sets ``gpu_scheduling_policy`` to plan."""
+        self._configure_segments()
+        if self.strategy.gpu_policy.due(now):
+            update_plan(self.strategy, self.pool_tree, now)
+
+    def gpu_policy_view(self) -> dict[str, Any]:
+        """The orchid's ``gpu_assignment_plan`` of this tree (mode and policy kind only when it does not plan)."""
+        return self.strategy.gpu_policy.view()
 
     def segments_view(self) -> dict[str, Any]:
         """The orchid's ``scheduling_segments`` of this tree (``{"mode": "disabled"}`` when off)."""
@@ -542,6 +558,8 @@ class SchedulerCore:
         node = strategy.nodes.get(address)
         if node is None or strategy.has_queued_preemptions(address):
             return False
+        if strategy.gpu_policy.allocating:  # a heartbeat only carries out the plan
+            return not strategy.gpu_policy.has_work(address)
         # Python floats of the 5-vectors: the same float operations as the numpy forms, without their overhead
         limits = node.resource_limits.tolist()
         usage = node.usage.tolist()
@@ -804,6 +822,7 @@ class SchedulerCore:
         with self.phase_times.phase("republish"):
             self.strategy.publish(self.strategy.tree, now)
             self.update_segments(now)
+            self.update_gpu_policy(now)
 
     def can_start_more(self, address: str) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""

@@ -80,6 +80,8 @@ class SchedulingStage(enum.StrEnum):
     PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
     PREEMPTIVE_NORMAL = "preemptive_normal"
     OVERCOMMIT = "overcommit"
+    GPU = "gpu"
+    """The GPU scheduling policy's heartbeat (``policy_kind: gpu``; ``strategy/gpu_policy.py``)."""
 
 
 class AbortReason(enum.StrEnum):
@@ -96,6 +98,11 @@ class AbortReason(enum.StrEnum):
     INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
     """The allocation's node moved to another scheduling segment, or its operation to another module
     (YTsaurus's forcefully preemptible allocations; ``strategy/segments.py``)."""
+    FULL_HOST_AGGRESSIVE_PREEMPTION = "full_host_aggressive_preemption"
+    """The GPU policy cleared a host for a full-host gang that waited too long (``strategy/gpu_policy.py``)."""
+    EVICTION_FROM_SCHEDULING_MODULE = "eviction_from_scheduling_module"
+    OPERATION_BOUND_TO_OTHER_MODULE = "operation_bound_to_other_module"
+    NODE_UNSCHEDULABLE = "node_unschedulable"
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
     """A ranked job of the same gang operation (a vanilla task with ``gang_options``) failed, was aborted or was
     interrupted: the operation switched to a new incarnation and every running job restarts in its allocation."""

@@ -346,6 +346,7 @@ class PreemptionStages(SchedulingStages):
         *,
         timeout: float | None = None,
         preemptor: Allocation | None = None,
+        preempted_for: str | None = None,
     ) -> PreemptionRecord:
         """Stop accounting the allocation now and ask the node to stop it within ``timeout``.
 
@@ -365,7 +366,7 @@ class PreemptionStages(SchedulingStages):
             stage=stage,
             time=now,
             preemptor_allocation_id=preemptor.id if preemptor is not None else None,
-            preemptor_operation_id=preemptor.operation_id if preemptor is not None else None,
+            preemptor_operation_id=preemptor.operation_id if preemptor is not None else preempted_for,
             interruption_signal=allocation.interruption_signal,
             interruptible=allocation.interruptible,
             allocation_status=allocation.preemption_status,

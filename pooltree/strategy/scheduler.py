@@ -38,6 +38,8 @@ from pooltree.strategy.elements import (
     usage_above_reserve,
 )
 from pooltree.strategy.gang import GangRestarts
+from pooltree.strategy.gpu_policy import GpuPolicy
+from pooltree.strategy.gpu_policy_inputs import carry_out_plan
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -84,6 +86,9 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
         self.usage_watch: set[str] | None = None
         self.segments = SegmentsManager()
+        self.gpu_policy = GpuPolicy()
+        """The GPU scheduling policy (``policy_kind: gpu``; off by default): when it allocates, a heartbeat only
+        carries out its plan (`carry_out_plan`); `SchedulerCore` configures it and updates the plan."""
         self.scheduling_tags_enabled = True
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
@@ -194,6 +199,9 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
                 for allocation in queued.allocations_to_start
                 if node.allocations.get(allocation.id) is allocation
             )
+        if self.gpu_policy.allocating:
+            carry_out_plan(self, node, now, result)
+            return result
         self._graceful_preemption(node, now, result)
         self._regular_scheduling(node, now, result)
         last = node.last_preemptive_scheduling_time
@@ -390,6 +398,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
                 }
             )
             view.update(self.segments.operation_view(element_id))
+            view.update(self.gpu_policy.operation_view(element_id))
         return view
 
     def starvation_status(self, element_id: str) -> StarvationStatus:

@@ -9,6 +9,7 @@ from typing import Any
 from pooltree.config.segments import MODULE_AWARE_SEGMENTS, SchedulingSegmentsConfig, SegmentSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import GPU, RESOURCE_COUNT
+from pooltree.strategy.gpu_policy_inputs import priority_module_binding
 from pooltree.strategy.model import (
     AbortReason,
     ExecNode,
@@ -88,6 +89,9 @@ def segment_operations(
                 ),
                 zero_usage_and_fair_share=not any(element.usage) and all(f <= SHARE_EPSILON for f in fair),
                 spec=static.spec,
+                priority_assignment_enabled=priority_module_binding(
+                    getattr(pool_tree.operations.get(operation_id), "pool", None)
+                ),
             )
         )
     for gone in [op for op in initial_gpu if op not in strategy.operations]:

@@ -26,9 +26,12 @@ What YTsaurus does (its scheduling segments manager and the classic scheduling p
 
 The functions here are pure: :func:`update_segments` takes the state, the config and plain inputs and returns a
 new state; `SegmentsManager` keeps that state for one tree and answers the heartbeat's compatibility checks.
-Not modelled: the priority module assignment (the pool option ``enable_priority_scheduling_segment_module_
-assignment`` and ``priority_module_assignment_timeout``: no pool asks for it here) and per-node specified segments
-(YTsaurus's node attribute ``scheduling_segment``).
+* **Priority module assignment**: an operation whose pool enables ``enable_priority_scheduling_segment_module_
+  assignment`` and that failed to get a module for longer than ``priority_module_assignment_timeout`` is assigned
+  first; when no module fits it, non-priority operations assigned to one lose their module for it (the fewest
+  fair GPUs evicted).
+
+Not modelled: per-node specified segments (YTsaurus's node attribute ``scheduling_segment``).
 """
 
 from __future__ import annotations
@@ -98,6 +101,8 @@ class SegmentOperation:
     fair_share_covers_demand: bool = False
     zero_usage_and_fair_share: bool = False
     spec: SegmentSpec = field(default_factory=SegmentSpec)
+    priority_assignment_enabled: bool = False
+    """Its pool's effective ``enable_priority_scheduling_segment_module_assignment``."""
 
 
 @dataclass
@@ -352,6 +357,16 @@ class _Run:
             ):
                 self._reset_module(operation, op_state)
 
+    def _has_priority(self, operation: SegmentOperation, op_state: OperationSegmentState) -> bool:
+        """YTsaurus's eligibility for the priority module assignment: the pool enables it and the operation has
+        failed to get a module for longer than ``priority_module_assignment_timeout``."""
+        since = op_state.failing_to_assign_to_module_since
+        return (
+            operation.priority_assignment_enabled
+            and since is not None
+            and self.now > since + self.config.priority_module_assignment_timeout
+        )
+
     def assign_modules(self) -> None:
         candidates = []
         for operation in self.operations:
@@ -360,17 +375,20 @@ class _Run:
                 continue
             if op_state.module is not None or not operation.fair_share_covers_demand:
                 continue
-            candidates.append((operation, op_state))
+            candidates.append((operation, op_state, self._has_priority(operation, op_state)))
         module_count = len(self.config.modules)
         candidates.sort(
             key=lambda item: (
+                not item[2],
                 len(item[1].specified_modules) if item[1].specified_modules is not None else module_count,
                 -item[0].demand_gpu,
                 item[0].id,
             )
         )
-        for operation, op_state in candidates:
+        for operation, op_state, priority in candidates:
             best = self._best_module(operation.demand_gpu, op_state.specified_modules)
+            if best is None and priority:
+                best = self._preempt_for_priority(operation, op_state)
             if best is None:
                 if op_state.failing_to_assign_to_module_since is None:
                     op_state.failing_to_assign_to_module_since = self.now
@@ -382,6 +400,60 @@ class _Run:
             self.fair.add(op_state.segment, best, operation.demand_gpu)
             self.remaining[best] = self.remaining.get(best, 0.0) - operation.demand_gpu
             op_state.failing_to_assign_to_module_since = None
+
+    def _preempt_for_priority(
+        self, operation: SegmentOperation, op_state: OperationSegmentState
+    ) -> str | None:
+        """The module for a priority operation that fits none: one where it fits after all (no eviction), else the
+        one whose non-priority assigned operations free its demand with the least fair GPUs (greedy: the biggest
+        first, each time the smallest that suffices when one does); those operations lose their module (their
+        allocations there become forcefully preemptible)."""
+        assigned: dict[str, list[SegmentOperation]] = {}
+        for other in self.operations:
+            other_state = self.state.operations[other.id]
+            if (
+                other_state.segment in MODULE_AWARE_SEGMENTS
+                and other_state.module is not None
+                and not other.priority_assignment_enabled
+            ):
+                assigned.setdefault(other_state.module, []).append(other)
+        best: tuple[float, str, list[SegmentOperation]] | None = None
+        for module in self.config.modules:
+            if op_state.specified_modules is not None and module not in op_state.specified_modules:
+                continue
+            needed = operation.demand_gpu - self.remaining.get(module, 0.0)
+            if needed <= 0.0:
+                return module
+            found = self._evictions(needed, assigned.get(module, []))
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], module, found[1])
+        if best is None:
+            return None
+        _, module, evicted = best
+        for other in evicted:
+            self._reset_module(other, self.state.operations[other.id])
+        return module
+
+    def _evictions(
+        self, needed: float, assigned: list[SegmentOperation]
+    ) -> tuple[float, list[SegmentOperation]] | None:
+        def amount(operation: SegmentOperation) -> float:
+            return operation.fair_share_gpu * self.total_gpu
+
+        ordered = sorted(assigned, key=lambda o: (-amount(o), o.id))
+        chosen: list[SegmentOperation] = []
+        freed = 0.0
+        index = 0
+        while freed + PRECISION < needed and index < len(ordered):
+            following = index + 1
+            while following < len(ordered) and amount(ordered[following]) + freed + PRECISION >= needed:
+                index, following = following, following + 1
+            chosen.append(ordered[index])
+            freed += amount(ordered[index])
+            index += 1
+        if freed + PRECISION < needed:
+            return None
+        return freed, chosen
 
     def _best_module(self, demand: float, specified: tuple[str, ...] | None) -> str | None:
         best: str | None = None

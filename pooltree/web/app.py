@@ -273,10 +273,12 @@ class WebUI:
             tree_alerts: list[dict[str, Any]] = []
             summary: dict[str, Any] = {}
             segments: dict[str, Any] | None = None
+            gpu_plan: dict[str, Any] | None = None
             if tree is not None:
                 view = self.scheduler.views[tree]
                 rows = _pool_rows(self.scheduler, tree, view)
                 segments = segments_summary(view.get("scheduling_segments"))
+                gpu_plan = gpu_plan_summary(view.get("gpu_assignment_plan"))
                 tree_alerts = self.scheduler.alert_center.tree_alerts(tree)
                 summary = {
                     "resource_limits": view["resource_limits"],
@@ -307,6 +309,7 @@ class WebUI:
             operation_alerts=operation_alerts,
             summary=summary,
             segments=segments,
+            gpu_plan=gpu_plan,
             forecast_rows=forecast_rows,
             forecast_chart=forecast_chart,
             forecast_info=forecast_info,
@@ -537,6 +540,46 @@ def _forecast_row(operation_id: str, found: Any, latest: Any) -> dict[str, Any]:
         "finish": found.finish,
         "horizon": latest.now + latest.horizon,
         "preempts": found.preempts,
+    }
+
+
+def gpu_plan_summary(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The scheduling page's GPU plan (``policy_kind: gpu``) from the orchid's ``gpu_assignment_plan``: per module
+    its nodes and full-host gangs, per node its planned and running assignments; None when the policy is off."""
+    if not info or info.get("mode", "noop") == "noop":
+        return None
+    nodes = []
+    for address, node in sorted((info.get("nodes") or {}).items()):
+        assignments = node.get("assignments", [])
+        nodes.append(
+            {
+                "address": address,
+                "module": node.get("scheduling_module"),
+                "assigned_gpu": node.get("assigned_resource_usage", {}).get("gpu", 0.0),
+                "gpu": node.get("resource_limits", {}).get("gpu", 0.0),
+                "running": sum(1 for a in assignments if a.get("allocation_id")),
+                "planned": sum(1 for a in assignments if not a.get("allocation_id")),
+                "preemptible": sum(1 for a in assignments if a.get("preemptible")),
+                "operations": sorted({a["operation_id"] for a in assignments}),
+                "to_preempt": len(node.get("allocations_to_preempt", [])),
+            }
+        )
+    gangs = [
+        {
+            "id": op_id,
+            "module": op.get("scheduling_module"),
+            "waiting": op.get("waiting_for_assignments_since"),
+        }
+        for op_id, op in sorted((info.get("operations") or {}).items())
+        if op.get("full_host_module_bound")
+    ]
+    return {
+        "mode": info.get("mode"),
+        "policy_kind": info.get("policy_kind"),
+        "modules": info.get("modules", {}),
+        "statistics": info.get("statistics", {}),
+        "nodes": nodes,
+        "gangs": gangs,
     }
 
 

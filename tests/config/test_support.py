@@ -13,6 +13,7 @@ from pooltree.config.support import (
     unsupported_options_alert,
     unsupported_spec_options,
 )
+from pooltree.errors import ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(TREE_UNSUPPORTED))
@@ -129,7 +130,12 @@ def test_the_starvation_timeout_limit_yt_still_accepts_is_accepted_and_reported(
     ]
 
 
-def test_policy_kind_classic_is_what_pooltree_does_and_gpu_is_reported() -> None:
-    for kind, reported in (("classic", []), ("gpu", ["policy_kind"])):
-        trees = parse_pool_trees({"g": {"config": {"policy_kind": kind}, "pools": {}}})
-        assert [entry["option"] for entry in unsupported_options(trees)] == reported
+def test_both_policy_kinds_and_the_gpu_policy_are_implemented() -> None:
+    """``policy_kind`` classic and gpu and ``gpu_scheduling_policy`` are implemented (issue 30): no alert; a bad
+    value is refused naming the field."""
+    for kind in ("classic", "gpu"):
+        config = {"policy_kind": kind, "gpu_scheduling_policy": {"mode": "allocating", "modules": ["dc"]}}
+        trees = parse_pool_trees({"g": {"config": config, "pools": {}}})
+        assert unsupported_options(trees) == []
+    with pytest.raises(ConfigError, match=r"gpu_scheduling_policy\.mode"):
+        parse_pool_trees({"g": {"config": {"gpu_scheduling_policy": {"mode": "on"}}, "pools": {}}})

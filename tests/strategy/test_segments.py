@@ -299,3 +299,52 @@ def test_a_registered_operation_not_yet_published_keeps_its_segment() -> None:
     assert not manager.compatible("queued", "dc-a-0", frozenset({"dc-a"}))  # unbound: runs nowhere yet
     manager.update(nodes(), [], 64.0, now=20.0)  # it left the tree
     assert "queued" not in manager.state.operations
+
+
+def test_priority_module_assignment_evicts_non_priority_operations_after_the_timeout() -> None:
+    """YTsaurus's priority module assignment: with min_remaining_feasible_capacity a gang that fits no module waits;
+    once it failed to get a module for longer than priority_module_assignment_timeout and its pool enables the
+    priority assignment, the non-priority operations assigned to the module that frees its demand with the fewest
+    fair GPUs (the biggest first, then the smallest that suffices) lose their module and it takes theirs."""
+    config = SchedulingSegmentsConfig.from_options(
+        {
+            **_raw(CONFIG),
+            "module_assignment_heuristic": "min_remaining_feasible_capacity",
+            "priority_module_assignment_timeout": "100s",
+        }
+    )
+    residents = [
+        large("a-big", 2, 16 / 64, satisfied=True),
+        large("a-small", 1, 8 / 64, satisfied=True),
+        large("a-tiny", 1, 8 / 64, satisfied=True),
+        large("b-whole", 4, 32 / 64, satisfied=True, spec=SegmentSpec(modules=("dc-b",))),
+    ]
+    state = update_segments(config, SegmentsState(), nodes(), residents, 64.0, now=0.0)
+    assert {op: state.operations[op].module for op in ("a-big", "a-small", "a-tiny", "b-whole")} == {
+        "a-big": "dc-a",
+        "a-small": "dc-a",
+        "a-tiny": "dc-a",
+        "b-whole": "dc-b",
+    }
+    for priority in (False, True):
+        vip = large("vip", 2, 16 / 64, priority_assignment_enabled=priority)
+        run = update_segments(config, state, nodes(), [*residents, vip], 64.0, now=1.0)
+        assert (
+            run.operations["vip"].module is None
+            and run.operations["vip"].failing_to_assign_to_module_since == 1.0
+        )
+        run = update_segments(config, run, nodes(), [*residents, vip], 64.0, now=101.0)
+        assert run.operations["vip"].module is None  # 100 s: not longer than the timeout
+        run = update_segments(config, run, nodes(), [*residents, vip], 64.0, now=102.0)
+        modules = {op: run.operations[op].module for op in ("vip", "a-big", "a-small", "a-tiny", "b-whole")}
+        if not priority:
+            assert modules["vip"] is None and modules["a-big"] == "dc-a"
+            continue
+        # 16 GPUs needed in dc-a (full): a-big alone suffices and costs less than evicting from dc-b (32)
+        assert modules == {
+            "vip": "dc-a",
+            "a-big": None,
+            "a-small": "dc-a",
+            "a-tiny": "dc-a",
+            "b-whole": "dc-b",
+        }

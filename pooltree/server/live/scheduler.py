@@ -799,6 +799,8 @@ class TreeViews(Mapping[str, dict[str, Any]]):
                 entry.update(extra)
         if core.strategy.segments.enabled:
             view["scheduling_segments"] = core.segments_view()
+        if core.strategy.gpu_policy.config.planning:
+            view["gpu_assignment_plan"] = core.gpu_policy_view()
         self._built[tree] = view
         return view
 
