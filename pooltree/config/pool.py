@@ -170,6 +170,9 @@ class PoolConfig(ConfigModel):
     enable_fair_share_truncation_in_fifo_pool: bool | None = None
     """``None`` → the tree's option: a FIFO pool truncates the fair share of unsatisfied gang operations."""
     """Whether gang operations in this pool get the step fair-share function (when the tree enables it)."""
+    allow_children_guarantees: bool = True
+    """Whether child pools may have guarantees (strong, burst, resource flow) this pool has: YTsaurus's master
+    refuses a child's guarantee under a pool that sets it to false (validation only; no effect on fair share)."""
     abc: dict[str, Any] | None = None
     """Free-form accounting metadata (``{id, slug, name}`` in YTsaurus); kept as is."""
 

@@ -190,6 +190,14 @@ def _check_guarantees(tree: PoolTreeDefinition) -> None:
                         f'{kind} of resource "{resource}" is explicitly configured at child pool "{pool.name}" '
                         f'but is not configured at parent pool "{parent.name}"',
                     )
+                if resources.specified and not parent.config.allow_children_guarantees:
+                    resource = sorted(resources.specified)[0]
+                    raise ConfigError(
+                        join_path(field_path, resource),
+                        f'{kind} of resource "{resource}" is explicitly configured at child pool "{pool.name}" '
+                        f'but parent pool "{parent.name}" does not allow children guarantees '
+                        "(allow_children_guarantees is false)",
+                    )
             if pool.children:
                 for index, resource in enumerate(RESOURCES):
                     if resource not in resources.specified:

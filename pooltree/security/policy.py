@@ -153,10 +153,12 @@ def _validate_security_value(keys: tuple[str, ...], value: Any, where: str) -> N
         parse_acl(value, where)
     elif keys == ("inherit_acl",):
         parse_inherit_acl(value, where)
-    elif keys and keys[0] in ("acl", "inherit_acl"):
+    elif keys and keys[0] == "inherit_acl":
         raise PooltreeError(
-            f"{where}: set the whole @{keys[0]} at once, not a part of it", attributes={"field": where}
+            f"{where}: @inherit_acl is a boolean, it has no parts", attributes={"field": where}
         )
+    # a part of @acl (@acl/0/action): Cypress checks that the ACL it leaves is valid, under the same lock as the
+    # change (cypress_attributes); administer is required below as for the whole @acl
 
 
 def _validate_attribute_map(value: Any, where: str) -> bool:

@@ -19,6 +19,13 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.server import quotas
 from pooltree.server.batch import UNSUPPORTED
+from pooltree.server.cypress_attributes import (
+    canonical_keys,
+    canonical_pool_attributes,
+    refuse_pool_option_on_tree,
+    remove_attribute,
+    set_attribute,
+)
 from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     ACCOUNT_TYPE,
     ACCOUNTS,
@@ -463,7 +470,6 @@ class Cypress:
             attrs.setdefault("compression_codec", "none")
         if node.type == "scheduler_pool" and len(tokens) > 3:
             attrs["parent_name"] = tokens[-2] if len(tokens) > 4 else ROOT_POOL
-            attrs["pool_tree"] = tokens[2]
         return attrs
 
     def _has(self, tokens: tuple[str, ...]) -> bool:
@@ -477,7 +483,8 @@ class Cypress:
         return {**self._system_attributes(node, tokens), **copy.deepcopy(node.attributes)}
 
     def _attribute(self, node: Node, tokens: tuple[str, ...], ypath: YPath) -> Any:
-        keys = ypath.attribute or ()
+        keys = canonical_keys(node, ypath.attribute or ())
+        refuse_pool_option_on_tree(node, keys, ypath.text, reading=True)
         if not keys:
             return self._all_attributes(node, tokens)
         name = keys[0]
@@ -575,7 +582,7 @@ class Cypress:
                 )
             if ypath.attribute is not None:
                 assert node is not None
-                self._set_attribute(node, ypath, copy.deepcopy(value), recursive)
+                set_attribute(node, ypath, copy.deepcopy(value), recursive)
                 node.modification_time = now
                 return
             if node is not None:
@@ -637,50 +644,6 @@ class Cypress:
                 return node.type == "orchid"
             node = node.children[token]
         return node.type == "orchid"
-
-    def _set_attribute(self, node: Node, ypath: YPath, value: Any, recursive: bool) -> None:
-        keys = ypath.attribute or ()
-        if not keys:
-            if not isinstance(value, dict):
-                raise YtError(
-                    f"Setting {ypath.text} needs a map of attributes", attributes={"path": ypath.text}
-                )
-            clash = sorted(set(value) & SYSTEM_ATTRIBUTES)
-            if clash:
-                raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": ypath.text})
-            node.attributes = value
-            return
-        name = keys[0]
-        if name in SYSTEM_ATTRIBUTES:
-            raise YtError(
-                f'Attribute "{name}" cannot be set', attributes={"path": ypath.text, "attribute": name}
-            )
-        if len(keys) == 1:
-            node.attributes[name] = value
-            return
-        if name not in node.attributes:
-            if not recursive:
-                raise resolve_error(ypath.text, f'Attribute "{name}" is not found')
-            node.attributes[name] = {}
-        target = node.attributes[name]
-        for key in keys[1:-1]:
-            if isinstance(target, dict):
-                if key not in target:
-                    if not recursive:
-                        raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
-                    target[key] = {}
-                target = target[key]
-            elif isinstance(target, list) and is_index(key, len(target)):
-                target = target[int(key)]
-            else:
-                raise resolve_error(ypath.text, f'Node has no child with key "{key}"')
-        last = keys[-1]
-        if isinstance(target, dict):
-            target[last] = value
-        elif isinstance(target, list) and is_index(last, len(target)):
-            target[int(last)] = value
-        else:
-            raise resolve_error(ypath.text, f'Cannot set key "{last}" inside a {type(target).__name__}')
 
     def _build(self, value: Any, now: float) -> Node:
         if isinstance(value, dict) and not ("$value" in value and set(value) <= {"$value", "$attributes"}):
@@ -815,7 +778,9 @@ class Cypress:
             clash = sorted(set(attrs) & SYSTEM_ATTRIBUTES)
             if clash:
                 raise YtError(f'Attribute "{clash[0]}" cannot be set', attributes={"path": text})
-            node.attributes = attrs
+            for key in attrs:
+                refuse_pool_option_on_tree(node, (key,), f"{text}/@{key}", reading=False)
+            node.attributes = canonical_pool_attributes(attrs) if node_type == "scheduler_pool" else attrs
             if node_type == ACCOUNT_TYPE:  # a new account starts with what its limits say, else nothing
                 given = attrs.get("resource_limits", {})
                 if isinstance(given, dict):  # anything else is refused by the quota check, naming the field
@@ -972,7 +937,7 @@ class Cypress:
                 raise
             assert node is not None
             if ypath.attribute is not None:
-                self._remove_attribute(node, ypath, force)
+                remove_attribute(node, ypath, force)
                 node.modification_time = now
                 return
             if tokens in PROTECTED:
@@ -987,26 +952,6 @@ class Cypress:
             parent.modification_time = now
 
         self._mutate(change)
-
-    def _remove_attribute(self, node: Node, ypath: YPath, force: bool) -> None:
-        keys = ypath.attribute or ()
-        if not keys:
-            node.attributes = {}
-            return
-        if keys[0] in SYSTEM_ATTRIBUTES and keys[0] not in node.attributes:
-            raise YtError(f'Attribute "{keys[0]}" cannot be removed', attributes={"path": ypath.text})
-        try:
-            holder: Any = node.attributes
-            for key in keys[:-1]:
-                holder = holder[int(key)] if isinstance(holder, list) else holder[key]
-            if isinstance(holder, list):
-                del holder[int(keys[-1])]
-            else:
-                del holder[keys[-1]]
-        except (KeyError, IndexError, ValueError, TypeError) as error:
-            if force:
-                return
-            raise resolve_error(ypath.text, f'Attribute "{"/".join(keys)}" is not found') from error
 
 
 def _keep_tree_configs(root: Node) -> None:

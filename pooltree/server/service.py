@@ -326,11 +326,9 @@ class SchedulerService:
         self.started = False
 
     def _validate_pool_trees(self, trees: Any) -> Any:
-        """Cypress's validator plus the runtime's refusal of a change it could not apply (a removed tree with
-        operations), so the store and the running scheduler never disagree."""
-        parsed = self._validator(trees)
-        self.scheduler.check_pool_trees(parsed or {})
-        return parsed
+        """Cypress's validator. A removed tree's operations are not a reason to refuse: as on YTsaurus, the
+        scheduler takes them out of it when it applies the change (``live/orphans.py``)."""
+        return self._validator(trees)
 
     def store_health(self) -> dict[str, Any]:
         """``{ok, url, error, since}``: the store's trouble (file gone, replaced, corrupted; connection lost)

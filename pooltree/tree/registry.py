@@ -302,6 +302,18 @@ class PoolTrees:
         del self._operations[operation_id]
         return self._on_activated(activated, now)
 
+    def leave_trees(self, operation_id: str, names: Iterable[str], now: float = 0.0) -> list[str]:
+        """Take an operation out of some of its trees (removed ones) and keep it in the others; returns operations
+        that became running as a result."""
+        op = self.operation(operation_id)
+        activated: list[str] = []
+        for name in names:
+            if name in op.trees:
+                activated.extend(self.trees[name].unregister_operation(operation_id))
+                op.trees.remove(name)
+        activated.append(operation_id)  # its state is refreshed from the trees it keeps
+        return self._on_activated(activated, now)
+
     # --------------------------------------------------------------------------------------------- lifecycle
 
     def finish_operation(self, operation_id: str, final: OperationState | str, now: float) -> list[str]:

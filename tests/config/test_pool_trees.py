@@ -222,3 +222,23 @@ def test_does_not_mutate_input() -> None:
     before = copy.deepcopy(doc)
     parse_pool_trees(doc)
     assert doc == before
+
+
+def test_allow_children_guarantees_false_refuses_a_child_guarantee() -> None:
+    """YTsaurus's master: a child may not have a guarantee its parent has when the parent does not allow it."""
+    trees = {
+        "t": {
+            "pools": {
+                "parent": {
+                    "strong_guarantee_resources": {"cpu": 100},
+                    "allow_children_guarantees": False,
+                    "pools": {"child": {"strong_guarantee_resources": {"cpu": 10}}},
+                }
+            }
+        }
+    }
+    with pytest.raises(ConfigError, match="does not allow children guarantees"):
+        parse_pool_trees(trees)
+    trees["t"]["pools"]["parent"]["allow_children_guarantees"] = True
+    parsed = parse_pool_trees(trees)
+    assert parsed["t"].pools["child"].config.strong_guarantee_resources.to_dict()["cpu"] == 10

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent))
 import live_procs
@@ -151,7 +149,10 @@ def test_second_scheduler_on_the_same_data_dir_is_refused(tmp_path: Path) -> Non
         procs.close()
 
 
-def test_removing_a_tree_with_operations_is_refused(tmp_path: Path) -> None:
+def test_removing_a_tree_aborts_its_operations_and_a_restart_agrees(tmp_path: Path) -> None:
+    """As on YTsaurus, a pool tree with operations can be removed: an operation only in that tree is aborted
+    ("No suitable fair-share trees to schedule operation"), one also in another tree leaves it and keeps running;
+    the store agrees, so a restart shows the same."""
     procs = Procs(tmp_path)
     try:
         data = tmp_path / "data"
@@ -169,22 +170,24 @@ def test_removing_a_tree_with_operations_is_refused(tmp_path: Path) -> None:
         )
         scheduler, url = procs.scheduler(data, free_port(), "--config", str(trees))
         yt = client(url)
-        op_id = yt.run_operation(vanilla("sleep 60", 1, pool_trees=["other"]), sync=False).id
-        with pytest.raises(ytw.YtResponseError) as refused:
-            yt.remove("//sys/pool_trees/other", recursive=True)
-        assert 'Cannot remove pool tree "other"' in str(refused.value)
-        assert yt.exists("//sys/pool_trees/other")
-        in_orchid = f"//sys/scheduler/orchid/scheduler/pool_trees/other/operations/{op_id}"
-        wait_for(lambda: yt.exists(in_orchid), timeout=10)  # published by the next fair-share update
-        # the store agrees with the running scheduler: after a restart the tree and the operation are there
+        only_other = yt.run_operation(vanilla("sleep 60", 1, pool_trees=["other"]), sync=False).id
+        both = yt.run_operation(vanilla("sleep 60", 1, pool_trees=["default", "other"]), sync=False).id
+        wait_for(lambda: state(yt, only_other) in ("running", "pending"), timeout=10)
+        yt.remove("//sys/pool_trees/other", recursive=True)
+        assert not yt.exists("//sys/pool_trees/other")
+        wait_for(lambda: state(yt, only_other) == "aborted", timeout=10)
+        error = yt.get_operation(only_other, attributes=["result"])["result"]["error"]
+        assert error["message"] == "No suitable fair-share trees to schedule operation"
+        assert state(yt, both) in ("running", "pending")
+        options = yt.get_operation(both, attributes=["runtime_parameters"])["runtime_parameters"]
+        assert list(options["scheduling_options_per_pool_tree"]) == ["default"]
         port = int(url.rsplit(":", 1)[1])
         procs.stop(scheduler, signal.SIGKILL)
         _, url = procs.scheduler(data, port)
-        assert "other" in yt.list("//sys/pool_trees")
-        assert state(yt, op_id) in ("running", "pending")
-        yt.abort_operation(op_id)
-        yt.remove("//sys/pool_trees/other", recursive=True)  # without operations it goes
-        assert not yt.exists("//sys/pool_trees/other")
+        assert "other" not in yt.list("//sys/pool_trees")
+        assert state(yt, only_other) == "aborted"
+        assert state(yt, both) in ("running", "pending")  # revived in the tree it kept
+        yt.abort_operation(both)
     finally:
         procs.close()
 

@@ -203,19 +203,11 @@ class TestSchedulerOperationLimits:
         with pytest.raises(ytw.YtError):
             user.run_operation(vanilla("true", pool=pool))
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="setting a part of an ACL (@acl/0/action) is refused: pooltree takes the whole @acl at once",
-    )
     def test_global_pool_acl(self) -> None:
         ace = {"action": "allow", "subjects": ["u"], "permissions": ["use"]}
         create_pool(self.yt, "p", attributes={"inherit_acl": False, "acl": [ace]})
         self._test_pool_acl_core("p", "/p")
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="setting a part of an ACL (@acl/0/action) is refused: pooltree takes the whole @acl at once",
-    )
     def test_inner_pool_acl(self) -> None:
         ace = {"action": "allow", "subjects": ["u"], "permissions": ["use"]}
         create_pool(self.yt, "p1", attributes={"inherit_acl": False, "acl": [ace]})

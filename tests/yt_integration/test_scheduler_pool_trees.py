@@ -68,9 +68,6 @@ class TestPoolTreesReconfiguration:
         remove_pool_tree(yt, "other_intersecting")
         wait(lambda: not alerts(yt, "update_pools"))
 
-    @pytest.mark.xfail(
-        strict=True, reason="a pool tree with running operations cannot be removed (YTsaurus aborts them)"
-    )
     def test_abort_orphaned_operations(self) -> None:
         yt = self.yt
         op = yt.run_operation(vanilla("sleep 1000"), sync=False)
@@ -183,9 +180,6 @@ class TestPoolTreesReconfiguration:
     def test_node_tags_changed(self) -> None:
         pass
 
-    @pytest.mark.xfail(
-        strict=True, reason="a pool tree with running operations cannot be removed (YTsaurus aborts them)"
-    )
     def test_race_between_pool_tree_removal_and_register_operation(self) -> None:
         yt = self.yt
         self.create_custom_pool_tree_with_one_node("other")

@@ -648,10 +648,6 @@ class TestSchedulerPoolManipulations:
         self.set(f"{TREES}/my_tree/nirvana/@fair_share_starvation_timeout", 2)
         assert self.get(f"{TREES}/my_tree/nirvana/@fair_share_starvation_timeout") == 2
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="pool options (@weight) set on a pool tree are kept as custom attributes instead of refused",
-    )
     def test_access_to_pool_attribute_on_pooltree_is_forbidden(self) -> None:
         self.tree()
         with pytest.raises(YtError):
@@ -668,7 +664,6 @@ class TestSchedulerPoolManipulations:
         assert root_get["my_tree"].attributes["some_attr"] == "attr_value"
         assert root_get["my_tree"]["nirvana"].attributes["max_operation_count"] == 10
 
-    @pytest.mark.xfail(strict=True, reason="pools expose a computed @pool_tree attribute")
     def test_create_doesnt_set_unwanted_attributes(self) -> None:
         self.tree()
         self.pool("nirvana")
@@ -806,10 +801,6 @@ class TestSchedulerPoolManipulations:
     def test_subtree_size_limits(self) -> None:
         pass
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the old name min_share_resources is not readable as an alias of strong_guarantee_resources",
-    )
     def test_min_share_and_strong_guarantee_resources_aliasing(self) -> None:
         self.tree()
         self.pool("nirvana")
@@ -818,7 +809,6 @@ class TestSchedulerPoolManipulations:
         self.set(f"{TREES}/my_tree/nirvana/@strong_guarantee_resources", {"cpu": 2})
         assert self.get(f"{TREES}/my_tree/nirvana/@min_share_resources/cpu") == 2
 
-    @pytest.mark.xfail(strict=True, reason="the pool option allow_children_guarantees is not modelled")
     def test_children_guarantees_require_allow_children_guarantees_flag(self) -> None:
         self.tree()
         self.pool("parent")

@@ -70,7 +70,10 @@ class LiveRevival:
             for tree, entry in per_tree.items():
                 options[tree] = {**dict(options.get(tree) or {}), **entry}
             merged["scheduling_options_per_pool_tree"] = options
-            merged.setdefault("pool_trees", list(per_tree))
+            # the trees it was in when last committed: a removed tree's entry was erased (live/orphans.py)
+            given = merged.get("pool_trees")
+            kept = [t for t in given if t in per_tree] if isinstance(given, list) else []
+            merged["pool_trees"] = kept or list(per_tree)
             spec_for_trees = OperationSpec.parse(merged, "spec")
         registered = self.registry.register_operation(
             record.id,

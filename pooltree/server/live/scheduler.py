@@ -46,6 +46,7 @@ from pooltree.server.live.model import (
     new_guid,
     no_such_operation,
 )
+from pooltree.server.live.orphans import leave_removed_trees
 from pooltree.server.live.revival import LiveRevival
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
@@ -173,6 +174,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
                     self.pool_trees_error = overlap
                     return
             self.pool_trees_error = None
+            removed = [name for name in self.registry.trees if name not in definitions]
+            if removed:  # as YTsaurus: operations leave removed trees, those left without one are aborted
+                leave_removed_trees(self, removed, now)
             self.registry.default_tree = default_tree  # apply_config keeps the old default when given None
             activated = self.registry.apply_config(definitions, default_tree, now)
             if not single_tree_default:
@@ -428,12 +432,6 @@ class LiveScheduler(LiveJobs, LiveRevival):
             # if the store fails again the leader steps down and revives from the store
             with contextlib.suppress(PooltreeError):
                 self._on_activated(activated, now)
-
-    def check_pool_trees(self, definitions: Mapping[str, Any]) -> None:
-        """Refuse (before Cypress commits) a pool trees change the runtime could not apply: a removed tree that
-        still has operations (YTsaurus keeps a tree while operations run in it)."""
-        with self.lock:
-            self.registry.check_config(definitions)
 
     def _attach(self, op: LiveOperation) -> None:
         for name in op.trees:
