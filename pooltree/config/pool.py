@@ -179,6 +179,8 @@ class PoolConfig(ConfigModel):
     @model_validator(mode="after")
     def _check(self) -> PoolConfig:
         check_operation_counts(self.max_operation_count, self.max_running_operation_count)
+        if self.mode == "fifo" and self.create_ephemeral_subpools:  # YTsaurus TPoolConfig::Validate
+            raise invalid("Fifo pool cannot create ephemeral subpools", "create_ephemeral_subpools")
         if self.config_preset is not None and self.config_presets:
             raise invalid(
                 '"config_preset" and "config_presets" cannot be specified together', "config_presets"

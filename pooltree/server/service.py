@@ -97,6 +97,10 @@ def tree_orchid(tree: Any) -> dict[str, Any]:
     }
 
 
+PER_TREE_MAPS = ("pool_trees", "scheduling_info_per_pool_tree")
+FAIR_SHARE_INFO = "fair_share_info"
+
+
 class LiveOrchid:
     """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout).
 
@@ -125,6 +129,9 @@ class LiveOrchid:
         # Cypress, then scheduler (a pool trees change takes them in that order too).
         default_tree = self.cypress_default()
         tokens = list(path_tokens)
+        if len(tokens) > 3 and tokens[1] in PER_TREE_MAPS and tokens[3] == FAIR_SHARE_INFO:
+            # YTsaurus's <tree>/fair_share_info/{pools,operations,pool_count} are the tree's own keys here
+            path_tokens = tokens = [*tokens[:3], *tokens[4:]]
 
         def wanted(*prefix: str) -> bool:
             """Whether the path reaches ``prefix`` (alerts are computed only for reads that include them)."""

@@ -119,6 +119,10 @@ class LiveConfig:
         return ""
 
     def _swap_state(self, new: Any) -> None:
+        for (
+            user
+        ) in self._user_ephemeral_pools:  # a user whose pools became explicit stays listed, as on YTsaurus
+            new._user_ephemeral_pools.setdefault(user, [])
         for name in (
             "definition",
             "config",

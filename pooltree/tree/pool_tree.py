@@ -235,9 +235,9 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
             if pool.created_by_user is not None and not pool.explicit_parent:
                 names = self._user_ephemeral_pools.get(pool.created_by_user)
                 if names is not None and pool.name in names:
-                    names.remove(pool.name)
-                    if not names:
-                        del self._user_ephemeral_pools[pool.created_by_user]
+                    names.remove(
+                        pool.name
+                    )  # the user stays listed, with no pool (YTsaurus erases the pool only)
             pool = parent
 
     # ------------------------------------------------------------------------------------------------- access

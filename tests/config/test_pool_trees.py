@@ -242,3 +242,10 @@ def test_allow_children_guarantees_false_refuses_a_child_guarantee() -> None:
     trees["t"]["pools"]["parent"]["allow_children_guarantees"] = True
     parsed = parse_pool_trees(trees)
     assert parsed["t"].pools["child"].config.strong_guarantee_resources.to_dict()["cpu"] == 10
+
+
+def test_a_fifo_pool_cannot_create_ephemeral_subpools() -> None:
+    """YTsaurus's ``TPoolConfig::Validate``: ``mode=fifo`` and ``create_ephemeral_subpools`` refuse each other."""
+    trees = {"t": {"pools": {"hub": {"mode": "fifo", "create_ephemeral_subpools": True}}}}
+    with pytest.raises(ConfigError, match="Fifo pool cannot create ephemeral subpools"):
+        parse_pool_trees(trees)

@@ -167,10 +167,11 @@ class TestPoolTreesReconfiguration:
         assert state(yt, op1.id) == "running"
         op2 = yt.run_operation(vanilla("sleep 100"), sync=False)
         wait(lambda: state(yt, op2.id) == "running")
-        wait(lambda: len(yt.list(f"{PER_TREE}/default/operations")) == 1)
-        wait(lambda: len(yt.list(f"{PER_TREE}/other/operations")) == 1)
-        default_tree_operations = yt.get(f"{PER_TREE}/default/operations")
-        other_tree_operations = yt.get(f"{PER_TREE}/other/operations")
+        operations = f"{PER_TREE}/{{}}/fair_share_info/operations"
+        wait(lambda: len(yt.list(operations.format("default"))) == 1)
+        wait(lambda: len(yt.list(operations.format("other"))) == 1)
+        default_tree_operations = yt.get(operations.format("default"))
+        other_tree_operations = yt.get(operations.format("other"))
         assert op1.id in default_tree_operations and op1.id not in other_tree_operations
         assert op2.id in other_tree_operations and op2.id not in default_tree_operations
         op1.abort()
