@@ -109,7 +109,9 @@ def test_acls_need_administer_and_are_validated(service: SchedulerService) -> No
     acl = [{"action": "allow", "subjects": ["alice"], "permissions": ["use"]}]
     assert not allowed(service, "set", {"path": TREE + "/mine/@acl"}, acl)  # write is not administer
     assert not allowed(service, "set", {"path": TREE + "/mine/@inherit_acl"}, False)
-    assert not allowed(service, "set", {"path": TREE + "/mine/@acl/0/action"}, "deny")  # a part: administer too
+    assert not allowed(
+        service, "set", {"path": TREE + "/mine/@acl/0/action"}, "deny"
+    )  # a part: administer too
     assert not allowed(service, "remove", {"path": TREE + "/mine/@acl"})
     assert not allowed(
         service, "create", {"type": "scheduler_pool", "path": TREE + "/mine/n", "attributes": {"acl": acl}}
