@@ -91,6 +91,8 @@ class _TreeStep:
         self.input_cache = FairShareInputCache()
         self.build_cache = BuildCache()
         self.revision: int | None = None
+        self.layout: Any = None
+        """The previous step's flattened tree (``UpdateState.layout``), for the next step of the same tree."""
         """The tree's revision at the previous step (where the next step's delta starts)."""
         self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
         self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
@@ -105,13 +107,13 @@ class _TreeStep:
         built = time.perf_counter()
         update = self.snapshot.fair_share_update
         now = _snapshot_now(self.snapshot)
-        state = None
+        # every step is the snapshot's update again, taking what the previous step derived from the same tree
+        state = UpdateState(layout=self.layout)
         if update is not None:
-            state = UpdateState(
-                previous_update_time=update.previous_update_time,
-                accumulated_resource_volume=dict(update.accumulated_resource_volume),
-            )
+            state.previous_update_time = update.previous_update_time
+            state.accumulated_resource_volume = dict(update.accumulated_resource_volume)
         result = update_fair_share(root, self.total, settings, now, state)
+        self.layout = result.state.layout
         updated = time.perf_counter()
         published = scheduling_tree_from_runtime(
             self.tree, result, self.total, self.config, cache=self.build_cache, delta=delta

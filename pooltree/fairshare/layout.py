@@ -7,7 +7,6 @@ levels.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
@@ -139,18 +138,9 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
-_RECENT_TREES: dict[int, _Tree] = {}
-"""The last flattened tree of each of a few roots (by ``id``; the entry holds the root, so the id stays its)."""
-_RECENT_TREES_LIMIT = 8  # pool trees updated in turn (a live scheduler has a few)
-_HELD_HERE = 3
-"""References to a kept root when only the cache holds it: ``elements[0]``, ``pools[0]`` and the argument of
-``sys.getrefcount``. A caller that builds a new root for every update (a test, a one-shot command) would
-otherwise keep up to the limit of stale trees alive, and the collector walks them all (~10% of a
-10k-operation update)."""
-
-
-def _flatten(root: Pool) -> _Tree:
-    """The flattened tree of ``root``: the previous update's when the structure is the same, else a new one.
+def _flatten(root: Pool, previous: _Tree | None = None) -> _Tree:
+    """The flattened tree of ``root``: ``previous`` (the previous update's, carried by its ``UpdateState``) when it
+    is the tree of this very root with the same structure, else a new one.
 
     The same structure means the same element objects in the same places (each pool's children, compared by
     identity, and every element's id): a caller that keeps its model objects between updates (the tree
@@ -162,10 +152,9 @@ def _flatten(root: Pool) -> _Tree:
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
-    key = id(root)
-    cached = _RECENT_TREES.get(key)
+    cached = previous if previous is not None and previous.elements[0] is root else None
     tree = None
-    if cached is not None and cached.elements[0] is root:
+    if cached is not None:
         child_lists = [p.children or () for p in cached.pools]
         counts = list(map(len, child_lists))  # children must be sized lists, as before
         elements: list[Any] = [root]
@@ -175,18 +164,12 @@ def _flatten(root: Pool) -> _Tree:
         tree = _patched(cached, child_lists, counts, elements)
     if tree is None:
         tree = _flatten_new(root)
-    if cached is not None and cached.elements[0] is root and cached.functions is not None:
+    if cached is not None and cached.functions is not None:
         cached.previous = None  # one step back only
         cached.rows_from = None
         tree.previous = cached  # its functions are carried to the elements still there (``building``)
     else:
         tree.rows_from = None
-    _RECENT_TREES.pop(key, None)
-    for other in [k for k, kept in _RECENT_TREES.items() if sys.getrefcount(kept.elements[0]) <= _HELD_HERE]:
-        _RECENT_TREES.pop(other, None)  # its root is gone everywhere else: no update will pass it again
-    _RECENT_TREES[key] = tree
-    while len(_RECENT_TREES) > _RECENT_TREES_LIMIT:
-        _RECENT_TREES.pop(next(iter(_RECENT_TREES)), None)
     return tree
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.resources import Vector, unlimited, zeros
@@ -99,11 +100,16 @@ class UpdateSettings:
 
 @dataclass(eq=False)
 class UpdateState:
-    """Carried from one update to the next (integral guarantees)."""
+    """What one update hands the next: the integral guarantees' volumes and ratios (a rule's state), and
+    ``layout``, what the update derived from its tree (the flattened tree with its kept inputs, guarantees and
+    functions, ``layout._Tree``) for the next update of the same root to take again where its inputs are the
+    same (``fairshare/reuse.py``). Passed in and returned: nothing is kept anywhere else between updates."""
 
     previous_update_time: float | None = None
     accumulated_resource_volume: dict[str, Vector] = field(default_factory=dict)  # per integral pool
     last_integral_share_ratio: dict[str, float] = field(default_factory=dict)
+    layout: Any = field(default=None, repr=False)
+    """The update's flattened tree (``layout._Tree``), taken again only by an update of the very same root."""
 
 
 @dataclass(eq=False, slots=True)

@@ -197,13 +197,13 @@ def _check_steps(spy: _Spy, seed: int, steps: list[list[int]]) -> None:
             expected = _flatten_new(root)
         except ConfigError as error:
             with pytest.raises(ConfigError) as raised:
-                _flatten(root)
+                _flatten(root, previous)
             assert str(raised.value) == str(error)
             for pool, children in before:  # undone: the next change starts from a valid tree
                 pool.children = children
-            previous = _flatten(root)
+            previous = _flatten(root, previous)
             continue
-        got = _flatten(root)
+        got = _flatten(root, previous)
         _same_tree(got, expected)
         if got is previous:
             assert not spy.results  # the same structure: nothing patched
@@ -253,10 +253,9 @@ def test_the_patched_tree_lets_the_previous_one_go_after_its_build(monkeypatch: 
     spy = _Spy()
     monkeypatch.setattr(layout_module, "_patched", spy)
     root, update_settings = _update_case(3)
-    update_fair_share(root, TOTAL, update_settings, 0.0)
+    state = update_fair_share(root, TOTAL, update_settings, 0.0).state
     _arrive(random.Random(0), _pools(root)[-1], "late")
-    update_fair_share(root, TOTAL, update_settings, 1.0)
-    tree = _flatten(root)
+    tree = update_fair_share(root, TOTAL, update_settings, 1.0, state).state.layout
     assert [patched for patched, _ in spy.results] == [tree]
     assert tree.previous is None and tree.rows_from is None
     assert tree.functions is not None
@@ -279,7 +278,8 @@ def test_a_journaled_tree_compares_only_written_ids(rename: str) -> None:
         )
         assert pair is not None
         state, fresh_state = pair[0].state, pair[1].state
-    tree = _flatten(root)
+    tree = state.layout
+    assert tree.elements[0] is root
     assert layout_module._written_elements(tree) == []  # journaled, nothing written since the last read
     ops = [op for _, op in _ops(root)]
     if rename == "operation":
@@ -288,7 +288,7 @@ def test_a_journaled_tree_compares_only_written_ids(rename: str) -> None:
         _pools(root)[1].id = "renamed-pool"
     else:
         object.__setattr__(ops[0], "id", "bypassed")
-    got = _flatten(root)
+    got = _flatten(root, tree)
     if rename == "bypass":
         assert got is tree  # not seen: the journal's documented limit
         return

@@ -187,8 +187,6 @@ def test_the_kept_build_stays_in_a_few_batches() -> None:
         except Exception:
             continue
         kept = reuse_module._KeptFunctions
-        from pooltree.fairshare.layout import _flatten
-
-        functions = _flatten(root).functions
+        functions = state.layout.functions
         assert isinstance(functions, kept)
         assert len(functions.table.batches) <= reuse_module._KEPT_BATCHES_LIMIT
