@@ -173,7 +173,6 @@ def run(
         result = update_fair_share(tree, total, settings, now, state)
         cpu_times.append(time.process_time() - cpu_start)
         times.append(time.perf_counter() - start)
-        state = UpdateState(layout=result.state.layout)  # what the update derived from this tree, not its volumes
         state = result.state
         now += 5.0
     assert result is not None
