@@ -820,6 +820,10 @@ class Simulation(_JobsMixin, _OperationsMixin):
                         self._wake(self.nodes[index])
                 elif core.has_starving_operations():
                     self._arm_timers(tree)
+            for address in core.nodes_to_wake():  # segments or the GPU plan gave sleeping nodes work
+                node = self.node_by_address.get(address)
+                if node is not None:
+                    self._wake(node)
             self.metrics.timeline(tree, now, emit)
 
     def _enforce_time_limits(self, tree: _TreeState, now: float) -> None:

@@ -40,7 +40,9 @@ from pooltree.strategy.operation_checks import (
 )
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
+    DefaultSegmentPending,
     has_incompatible_allocations,
+    has_starving_operations_for,
     registered_operation,
     segment_nodes,
     segment_operations,
@@ -165,6 +167,8 @@ class SchedulerCore:
         """(tree config, its ``scheduling_segments``) last read: the config is parsed again only when it changes."""
         self._segments_initial_gpu: dict[str, float] = {}
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
+        self._default_pending = DefaultSegmentPending()
+        """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
         self._configure_segments()
         self._failures: dict[str, dict[str, Any]] = {}
         """Operations this tree fails at the next ``enforce_time_limits`` (job resource limits restrictions)."""
@@ -301,12 +305,14 @@ class SchedulerCore:
         self._input_dirty.add(operation_id)
         if not watch_pending(controller, self._input_dirty, operation_id):
             self._input_polled.add(operation_id)
+        self._default_pending.watch(operation_id, controller)
 
     def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
         """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
         unwatch_pending(controller, self._input_dirty, operation_id)
         self._input_polled.discard(operation_id)
         self._input_dirty.add(operation_id)
+        self._default_pending.unwatch(operation_id, controller)
 
     def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
         """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
@@ -568,8 +574,18 @@ class SchedulerCore:
                 return False
         if strategy.runs_graceful_allocations(node):
             return False
-        if strategy.can_start_more(node):
+        candidates = (
+            strategy.segments.module_aware_candidates(address, node.tags)
+            if strategy.segments.enabled
+            else None
+        )
+        if candidates is not None:  # a node of a module-aware segment runs only the operations bound there
+            if strategy.can_start_more(node) and self._any_fits(candidates, limits, usage):
+                return False
+        elif strategy.can_start_more(node):
             needed = pending_min_needed()
+            if needed is not None and strategy.segments.enabled:  # module-aware operations never run here
+                needed = self._default_pending.minimum(self.controllers, strategy.segments)
             if needed is not None and all(
                 n <= limit - used + 1e-9
                 for n, limit, used in zip(needed.tolist(), limits, usage, strict=True)
@@ -580,7 +596,11 @@ class SchedulerCore:
         return not (
             due
             and (
-                self.has_starving_operations()
+                (
+                    has_starving_operations_for(strategy, node)
+                    if strategy.segments.enabled
+                    else self.has_starving_operations()
+                )
                 or self.limits_violated()
                 or has_incompatible_allocations(strategy, node)
             )
@@ -804,6 +824,29 @@ class SchedulerCore:
     def nodes_with_queued_preemptions(self) -> list[str]:
         """Nodes whose next heartbeat answer carries stops decided outside their heartbeats (gangs, time limits)."""
         return self.strategy.nodes_with_queued_preemptions()
+
+    def _any_fits(self, operation_ids: list[str], limits: list[float], usage: list[float]) -> bool:
+        """Whether one of the operations has a pending allocation whose min needed resources fit the free ones."""
+        for operation_id in operation_ids:
+            controller = self.controllers.get(operation_id)
+            if controller is None or controller.pending_allocation_count <= 0:
+                continue
+            needed = controller.min_needed_resources.tolist()
+            if all(n <= limit - used + 1e-9 for n, limit, used in zip(needed, limits, usage, strict=True)):
+                return True
+        return False
+
+    def nodes_to_wake(self) -> list[str]:
+        """Nodes whose heartbeat may now do what it could not before the last segments or GPU plan update: every
+        node when segments moved a node or an operation's module, the nodes with work in the GPU plan. A
+        simulator that lets nodes without work sleep wakes these."""
+        strategy = self.strategy
+        if strategy.segments.enabled and strategy.segments.placements_changed:
+            strategy.segments.placements_changed = False
+            return sorted(strategy.nodes)
+        if strategy.gpu_policy.allocating:
+            return [address for address in sorted(strategy.nodes) if strategy.gpu_policy.has_work(address)]
+        return []
 
     def limits_violated(self) -> bool:
         """Whether some pool or operation uses more than its specified resource limits."""

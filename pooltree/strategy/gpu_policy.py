@@ -247,6 +247,8 @@ class GpuPolicy:
         self._now = 0.0
         self._bound: dict[str, list[PlanOperation]] = {}
         """Module -> the full-host module-bound operations bound there (during one update)."""
+        self._modules: dict[frozenset[str], str | None] = {}
+        """Node tags -> module (`node_module`), for the configured modules."""
 
     @property
     def allocating(self) -> bool:
@@ -265,6 +267,7 @@ class GpuPolicy:
             self.operations.clear()
             self.last_update = self.started = None
         elif modules_changed:
+            self._modules.clear()
             for node in self.nodes.values():
                 node.module = node_module(node.tags, config)
 
@@ -320,8 +323,10 @@ class GpuPolicy:
         seen = set()
         for exec_node in nodes:
             seen.add(exec_node.address)
-            limits = tuple(float(x) for x in exec_node.resource_limits.tolist())
-            module = node_module(exec_node.tags, self.config)
+            limits = tuple(exec_node.resource_limits.tolist())
+            module = self._modules.get(exec_node.tags, ...)
+            if module is ...:
+                module = self._modules[exec_node.tags] = node_module(exec_node.tags, self.config)
             schedulable = module is not None and limits[USER_SLOTS] > 0
             node = self.nodes.get(exec_node.address)
             if node is None:
@@ -460,37 +465,37 @@ class GpuPolicy:
             if op.preemptible:
                 op.module = None  # a preemptible operation cannot be bound to a module
             return
-        ordered = sorted(
-            op.assignments,
-            key=lambda a: (
-                a.allocation_id is None,
-                a.preemptible_progress_start_time is None,
-                a.preemptible_progress_start_time or 0.0,
-                a.creation_time,
-            ),
-        )
-        usage = [0.0] * RESOURCE_COUNT
+        if not op.assignments:
+            return
+        ordered = sorted(op.assignments, key=_progress_order)
+        bound = _bounds(fact.fair_share, total)
+        u0 = u1 = u2 = u3 = u4 = 0.0
+        b0, b1, b2, b3, b4 = bound
         for assignment in ordered:
-            _add_to(usage, _share(assignment.resources, total))
-            assignment.preemptible = not _dominates_eps(fact.fair_share, usage)
+            r0, r1, r2, r3, r4 = assignment.resources
+            u0 += r0
+            u1 += r1
+            u2 += r2
+            u3 += r3
+            u4 += r4
+            assignment.preemptible = u0 > b0 or u1 > b1 or u2 > b2 or u3 > b3 or u4 > b4
 
     def _update_resources(self, op: PlanOperation, fact: OperationFacts, total: Floats) -> None:
         op.ready = op.extra = 0
         op.needed = fact.min_needed
         if not op.initialized or (op.full_host_module_bound and op.preemptible) or fact.pending_count <= 0:
             return
-        assigned_share = _share(op.assigned, total)
-        one = _share(fact.min_needed, total)
+        bound = _bounds(fact.fair_share, total)
         empty = sum(1 for a in op.assignments if a.allocation_id is None)
-        running = list(assigned_share)
-        while empty + op.ready + op.extra < fact.pending_count:
-            _add_to(running, one)
-            if _dominates_eps(fact.fair_share, running):
-                op.ready += 1
-            else:
-                if op.full_host:
-                    break
-                op.extra += 1
+        running = list(op.assigned)
+        wanted = fact.pending_count - empty
+        while op.ready < wanted:
+            _add_to(running, fact.min_needed)
+            if any(u > b for u, b in zip(running, bound, strict=True)):
+                break
+            op.ready += 1
+        if not op.full_host:
+            op.extra = max(0, wanted - op.ready)  # past the fair share every further one is past it too
 
     # ------------------------------------------------------------------------------------------- planning
 
@@ -833,16 +838,20 @@ def _operations_to_evict(candidates: list[PlanOperation], needed: int) -> list[P
     return taken
 
 
+def _progress_order(assignment: Assignment) -> tuple[bool, bool, float, float]:
+    """Realized assignments by the start of their progress (oldest first), preliminary ones last."""
+    start = assignment.preemptible_progress_start_time
+    return (assignment.allocation_id is None, start is None, start or 0.0, assignment.creation_time)
+
+
+def _bounds(fair_share: Floats, total: Floats) -> Floats:
+    """Per resource, the absolute usage a fair share (+ epsilon) covers; unbounded where the tree has none of it
+    (a share of nothing is zero, always within the fair share)."""
+    return tuple((f + EPSILON) * t if t > 0 else float("inf") for f, t in zip(fair_share, total, strict=True))
+
+
 def _named(values: Iterable[float]) -> dict[str, float]:
     return {name: float(value) for name, value in zip(RESOURCES, values, strict=True)}
-
-
-def _share(values: Iterable[float], total: Floats) -> list[float]:
-    return [v / t if t > 0 else 0.0 for v, t in zip(values, total, strict=True)]
-
-
-def _dominates_eps(fair: Floats, usage: list[float]) -> bool:
-    return all(f + EPSILON >= u for f, u in zip(fair, usage, strict=True))
 
 
 def _add_to(target: list[float], values: Iterable[float]) -> None:

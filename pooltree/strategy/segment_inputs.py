@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from pooltree.config.segments import MODULE_AWARE_SEGMENTS, SchedulingSegmentsConfig, SegmentSpec
 from pooltree.errors import ConfigError
-from pooltree.resources import GPU, RESOURCE_COUNT
+from pooltree.resources import GPU, RESOURCE_COUNT, Vector
 from pooltree.strategy.gpu_policy_inputs import priority_module_binding
 from pooltree.strategy.model import (
     AbortReason,
@@ -18,6 +20,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.segments import SegmentNode, SegmentOperation, SegmentsManager
+from pooltree.strategy.watch import unwatch_pending, watch_pending
 
 SHARE_EPSILON = 1e-9
 
@@ -189,3 +192,57 @@ def several_trees_error(segment: str | None, operation: SegmentOperation, op: An
         'specify a single tree or use the "schedule_in_single_tree" spec option',
         "attributes": {"segment": segment, "pool_trees": list(trees)},
     }
+
+
+class DefaultSegmentPending:
+    """The componentwise minimum of the min needed resources of the default segment's operations with pending
+    allocations: what a node of the default segment can start at most (operations of a module-aware segment never
+    run there). `SchedulerCore.heartbeat_is_noop` asks it; it is recomputed only when some controller's pending
+    work moved (`watch.watch_pending`), the segments' state is a new one, or a controller cannot notify."""
+
+    def __init__(self) -> None:
+        self.moved: set[str] = set()
+        """Operations whose pending work moved since the last computation (filled by their controllers)."""
+        self.polled: set[str] = set()
+        """Operations whose controllers cannot notify: the minimum is recomputed whenever one exists."""
+        self._state: object = None
+        self._minimum: Vector | None = None
+        self._fresh = False
+
+    def watch(self, operation_id: str, controller: Any) -> None:
+        self._fresh = False
+        if not watch_pending(controller, self.moved, operation_id):
+            self.polled.add(operation_id)
+
+    def unwatch(self, operation_id: str, controller: Any) -> None:
+        self._fresh = False
+        unwatch_pending(controller, self.moved, operation_id)
+        self.polled.discard(operation_id)
+
+    def minimum(self, controllers: Mapping[str, Any], manager: SegmentsManager) -> Vector | None:
+        if self._fresh and not self.moved and not self.polled and self._state is manager.state:
+            return self._minimum
+        found: Vector | None = None
+        operations = manager.state.operations
+        for operation_id, controller in controllers.items():
+            if controller.pending_allocation_count <= 0:
+                continue
+            op_state = operations.get(operation_id)
+            if op_state is not None and op_state.segment in MODULE_AWARE_SEGMENTS:
+                continue
+            needed = controller.min_needed_resources
+            found = needed.copy() if found is None else np.minimum(found, needed)
+        self.moved.clear()
+        self._state, self._minimum, self._fresh = manager.state, found, True
+        return found
+
+
+def has_starving_operations_for(strategy: Any, node: ExecNode) -> bool:
+    """Whether an operation with a preemption priority (a starving one) may run on the node: the preemptive stages
+    start allocations only for such operations, and only where their segment and module allow."""
+    manager: SegmentsManager = strategy.segments
+    for elements in strategy._ops_by_priority.values():
+        for element in elements:
+            if manager.compatible(element.id, node.address, node.tags):
+                return True
+    return False

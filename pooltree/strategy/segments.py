@@ -622,6 +622,10 @@ class _Run:
         }
 
 
+def _placement(op_state: OperationSegmentState | None) -> tuple[str | None, str | None]:
+    return (None, None) if op_state is None else (op_state.segment, op_state.module)
+
+
 def _penalty_key(node: SegmentNode) -> tuple[float, float, str]:
     return (node.penalty[0], node.penalty[1], node.address)
 
@@ -633,6 +637,11 @@ class SegmentsManager:
         self.config = config if config is not None else SchedulingSegmentsConfig()
         self.state = SegmentsState()
         self._modules: dict[frozenset[str], str | None] = {}
+        self._bound: dict[tuple[str, str | None], list[str]] = {}
+        """(module-aware segment, module) -> the operations bound there, as of the last update."""
+        self.placements_changed = False
+        """Whether the last update moved a node or changed an operation's segment or module (nodes may then
+        run what they could not, so a simulator wakes its sleeping nodes)."""
 
     @property
     def enabled(self) -> bool:
@@ -665,8 +674,25 @@ class SegmentsManager:
         now: float,
         registered: Iterable[str] | None = None,
     ) -> SegmentsState:
+        before = self.state
         self.state = update_segments(self.config, self.state, nodes, operations, total_gpu, now, registered)
+        self.placements_changed = self.state.node_segments != before.node_segments or any(
+            (op.segment, op.module) != _placement(before.operations.get(op_id))
+            for op_id, op in self.state.operations.items()
+        )
+        self._bound = {}
+        for op_id, op_state in sorted(self.state.operations.items()):
+            if op_state.segment in MODULE_AWARE_SEGMENTS and op_state.module is not None:
+                self._bound.setdefault((op_state.segment, op_state.module), []).append(op_id)
         return self.state
+
+    def module_aware_candidates(self, address: str, tags: frozenset[str]) -> list[str] | None:
+        """For a node of a module-aware segment, the only operations that may run there (those bound to its
+        segment and module); None for a node of the default segment (any default operation may)."""
+        segment = self.state.node_segment(address)
+        if segment not in MODULE_AWARE_SEGMENTS:
+            return None
+        return self._bound.get((segment, self.module_of(tags)), [])
 
     def init_operation(self, operation: SegmentOperation) -> None:
         """Give a newly registered operation its segment at once (its module waits for the next update)."""

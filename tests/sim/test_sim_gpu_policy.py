@@ -72,3 +72,28 @@ def test_dry_run_plans_while_the_classic_policy_schedules(tmp_path: Path) -> Non
     assert summary["gpu_assignment_plan"]["gpu"]["planned_assignments_total"] > 0
     started = [e for e in events(tmp_path) if e["event"] == "allocation_started"]
     assert "gpu" not in {e["stage"] for e in started}
+
+
+def _decisions(path: Path) -> list[tuple]:
+    return [
+        (e["event"], e["time"], e["operation_id"], e.get("node") or e.get("node_address"), e.get("reason"))
+        for e in events(path)
+        if e["event"] in ("allocation_started", "allocation_preempted")
+    ]
+
+
+def test_skipping_idle_heartbeats_decides_the_same_with_segments_and_the_gpu_policy(tmp_path: Path) -> None:
+    """Nodes of a module-aware segment with nothing bound there that fits, and nodes with no work in the GPU plan,
+    skip their heartbeats (and sleep until an update gives them work): the decisions are those of a run that
+    processes every heartbeat."""
+    segments = document(True)
+    for name, doc in (("segments", segments), ("gpu", gpu_document())):
+        runs = []
+        for skip in (True, False):
+            variant = copy.deepcopy(doc)
+            variant["scheduler"]["skip_idle_heartbeats"] = skip
+            out = tmp_path / f"{name}-{skip}"
+            summary = run(variant, out)
+            runs.append((_decisions(out), summary["engine"]["heartbeats_skipped"]))
+        (skipped, skipped_count), (processed, none_skipped) = runs
+        assert skipped == processed and skipped_count > 0 and none_skipped == 0
