@@ -309,7 +309,7 @@ class ChangedPublisher(SchedulingStages):
     def _take_specs(self, tree: SchedulingTree, fresh: list[_Element]) -> None:
         """The new specs' fair share, FIFO key, demand share and ``blocked`` (as `_publish_same_structure`).
 
-        A bulk build hands the three tuples over in columns (`build._Prepared.columns`): its ``blocked`` is the
+        A bulk build hands the three tuples over in columns (`build_rows._Prepared.columns`): its ``blocked`` is the
         mask of the two shares, so the element takes it as it is and forgets what its mask was memoised for."""
         specs = tree.elements
         prepared = tree.prepared

@@ -290,7 +290,7 @@ class SchedulingTree:
         self.skeleton: object = object()
         self.prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
         """Element id → its fair share, demand share and ``blocked`` mask as Python tuples, for elements whose
-        spec the builder made anew (`build._respec`): exactly what `publish` would compute from the spec."""
+        spec the builder made anew (`build_rows._respec`): exactly what `publish` would compute from the spec."""
         self.elements: dict[str, ElementSpec] = {}
         for element in elements:
             path = f"elements.{element.id}"

@@ -1,4 +1,4 @@
-"""The specs the unchanged-structure build re-makes for elements whose shares changed (`build._respec`) are exact
+"""The specs the unchanged-structure build re-makes for elements whose shares changed (`build_rows._respec`) are exact
 copies with the new values, and each is one object for the garbage collector: no ``__dict__`` of its own."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from test_build_unchanged_structure import Step, Usage, definition, spec
 
-from pooltree.strategy.build import _operation_with_shares, _pool_with_shares
+from pooltree.strategy.build_rows import _operation_with_shares, _pool_with_shares
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec
 from pooltree.tree import PoolTree

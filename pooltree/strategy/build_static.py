@@ -1,0 +1,231 @@
+"""The static part of a strategy element's spec (everything but its shares), computed from the pool tree runtime's
+configuration objects, and the keys a `BuildCache` keeps it by (`pooltree.strategy.build`).
+
+A pool's part reads its config (or ephemeral config) and effective parameters; an operation's reads its spec,
+limits, pool and running/suspended flags. Both are plain dicts turned into an `ElementSpec` with the element's
+shares by `_spec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING
+from dataclasses import fields as dataclass_fields
+from typing import Any
+
+import numpy as np
+
+from pooltree.config import TagFilter
+from pooltree.config.operation_preemption import (
+    specified_non_preemptible_threshold,
+    specified_starvation_timeout,
+    specified_starvation_tolerance,
+)
+from pooltree.resources import Vector
+from pooltree.strategy.model import SchedulingStatus
+from pooltree.strategy.snapshot import ROOT_ID, ElementSpec
+
+_SPEC_FIELDS = (
+    "scheduling_tag_filter",
+    "enable_aggressive_starvation",
+    "max_unpreemptible_allocation_count",
+    "fair_share_starvation_tolerance",
+    "fair_share_starvation_timeout",
+    "non_preemptible_resource_usage_threshold",
+    "preemption_mode",
+    "interruption_signal",
+    "is_gang",
+)
+"""The operation spec fields the static part reads."""
+_BELOW = SchedulingStatus.BELOW_FAIR_SHARE
+_NORMAL = SchedulingStatus.NORMAL
+
+
+def _option(source: Any, name: str, default: Any = None) -> Any:
+    if source is None:
+        return default
+    value = source.get(name) if isinstance(source, dict) else getattr(source, name, None)
+    return default if value is None else value
+
+
+_FROZEN_TYPES: dict[type, bool] = {}
+
+
+def _is_frozen(spec: Any) -> bool:
+    """Whether ``spec`` is a frozen model (pydantic ``frozen=True``); memoised per type (isinstance against the
+    ``Mapping`` ABC costs about a microsecond, and this runs for every operation on every update)."""
+    kind = type(spec)
+    frozen = _FROZEN_TYPES.get(kind)
+    if frozen is None:
+        config = getattr(kind, "model_config", None)
+        frozen = bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
+        _FROZEN_TYPES[kind] = frozen
+    return frozen
+
+
+def _spec_values(spec: Any) -> Any:
+    """What the cache key holds of an operation spec: a frozen model itself (it cannot change, and tuple
+    equality tests identity first), else the `_SPEC_FIELDS` values (a plain map may change in place)."""
+    if spec is None:
+        return ()
+    if _is_frozen(spec):
+        return spec
+    if isinstance(spec, Mapping):
+        return tuple(spec.get(name) for name in _SPEC_FIELDS)
+    return tuple(getattr(spec, name, None) for name in _SPEC_FIELDS)
+
+
+def _frozen(array: Vector | None) -> Vector | None:
+    """A read-only copy: cached vectors are shared by the specs of many updates, nobody may change them."""
+    if array is None:
+        return None
+    out = np.array(array, dtype=float)
+    out.flags.writeable = False
+    return out
+
+
+def _limits(config: Any) -> Vector | None:
+    limits = _option(config, "resource_limits")
+    vector = getattr(limits, "vector", limits)
+    if vector is None:
+        return None
+    array = np.asarray(vector, dtype=float)
+    return _frozen(array) if np.any(np.isfinite(array)) else None
+
+
+_SPEC_DEFAULTS: dict[str, Any] = {
+    spec_field.name: spec_field.default
+    for spec_field in dataclass_fields(ElementSpec)
+    if spec_field.default is not MISSING
+}
+"""Defaults of `ElementSpec`'s fields with plain defaults."""
+_SPEC_FACTORIES: tuple[tuple[str, Any], ...] = tuple(
+    (spec_field.name, spec_field.default_factory)
+    for spec_field in dataclass_fields(ElementSpec)
+    if spec_field.default_factory is not MISSING
+)
+"""Fields with a default factory (``fair_share``, always given here; any other gets its factory's value)."""
+
+
+def _spec(static: dict[str, Any], **shares: Any) -> ElementSpec:
+    """``ElementSpec(**static, **shares)`` without the keyword-argument call (one per element per update)."""
+    spec = object.__new__(ElementSpec)
+    values = spec.__dict__
+    values.update(_SPEC_DEFAULTS)
+    values.update(static)
+    values.update(shares)
+    for name, factory in _SPEC_FACTORIES:
+        if name not in values:
+            values[name] = factory()
+    return spec
+
+
+def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
+    pool_config = pool.config if pool.config is not None else pool.ephemeral_config
+    threshold = _option(pool_config, "non_preemptible_resource_usage_threshold")
+    return {
+        "id": ROOT_ID if pool.is_root else pool_name,
+        "parent": None if pool.is_root else (ROOT_ID if pool.parent.is_root else pool.parent.name),
+        "kind": "pool",
+        "specified_resource_limits": None if pool.is_root else _limits(pool_config),
+        "fifo": pool.mode == "fifo",
+        "fair_share_starvation_tolerance": None
+        if pool.is_root
+        else _option(pool_config, "fair_share_starvation_tolerance"),
+        "fair_share_starvation_timeout": None
+        if pool.is_root
+        else _option(pool_config, "fair_share_starvation_timeout"),
+        "enable_aggressive_starvation": _option(pool_config, "enable_aggressive_starvation"),
+        "non_preemptible_resource_usage_threshold": None
+        if pool.is_root or threshold is None
+        else _frozen(pool_tree.effective_parameters(pool_name).non_preemptible_resource_usage_threshold),
+        "allow_normal_preemption": _option(pool_config, "allow_normal_preemption"),
+        "allow_aggressive_preemption": _option(pool_config, "allow_aggressive_preemption"),
+    }
+
+
+def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
+    spec = op.spec
+    tag_text = str(_option(spec, "scheduling_tag_filter", "") or "")
+    tag_filter = (
+        TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
+    )
+    is_gang = bool(_option(spec, "is_gang", False))
+    # YTsaurus IsAggressivePreemptionAllowed: a gang operation is not aggressively preemptible unless the tree
+    # allows it (allow_aggressive_preemption_for_gang_operations, default true); otherwise it inherits.
+    gang_aggressive = bool(getattr(pool_tree.config, "allow_aggressive_preemption_for_gang_operations", True))
+    return {
+        "id": op_id,
+        "parent": ROOT_ID if op.pool.is_root else op.pool.name,
+        "kind": "operation",
+        "specified_resource_limits": _limits({"resource_limits": op.resource_limits}),
+        "schedulable": bool(op.running and not op.suspended),
+        "start_time": float(op.start_time),
+        "enable_aggressive_starvation": True
+        if _option(spec, "enable_aggressive_starvation", False)
+        else None,
+        # the spec's own values: the settings combine them with the pool's (config.operation_preemption)
+        "fair_share_starvation_tolerance": specified_starvation_tolerance(spec),
+        "fair_share_starvation_timeout": specified_starvation_timeout(spec),
+        "non_preemptible_resource_usage_threshold": _frozen(specified_non_preemptible_threshold(spec)),
+        "preemption_mode": str(_option(spec, "preemption_mode", "normal")),
+        "scheduling_tag_filter": tag_filter,
+        "interruption_signal": _option(spec, "interruption_signal"),
+        "is_gang": is_gang,
+        "allow_aggressive_preemption": False if is_gang and not gang_aggressive else None,
+    }
+
+
+def _operation_key(op: Any, pool_chain: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What an operation's static part is computed from (its `BuildCache` key): the runtime object, its spec's
+    values, limits, pool, running/suspended flags, start time and its pool's configuration chain."""
+    limits = op.resource_limits
+    return (
+        op,
+        _spec_values(op.spec),
+        tuple(limits.tolist() if type(limits) is np.ndarray else np.asarray(limits, dtype=float).tolist()),
+        op.pool,
+        op.running,
+        op.suspended,
+        op.start_time,
+        pool_chain,
+    )
+
+
+def _cached(
+    store: dict[str, tuple[tuple[Any, ...], dict[str, Any]]],
+    seen: set[str],
+    name: str,
+    key: tuple[Any, ...],
+    compute: Any,
+) -> dict[str, Any]:
+    seen.add(name)
+    entry = store.get(name)
+    # tuple equality tests identity first, so unchanged objects compare in O(length)
+    if entry is not None and entry[0] == key:
+        return entry[1]
+    static = compute()
+    store[name] = (key, static)
+    return static
+
+
+# CPython (3.11+) keeps an instance's attributes inline only while the class's shared key table knows their
+# names; the table stops growing after a few dozen instances made without them (`_spec` assigns ``__dict__``).
+# One instance through ``__init__`` before any `_spec` enters every field's name, in declaration order.
+ElementSpec(id=ROOT_ID, parent=None)
+
+
+def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:
+    """Configuration objects of ``pool`` and its ancestors, root first, after the tree's config."""
+    configs = []
+    cursor = pool
+    while cursor is not None:
+        configs.append(cursor.config)
+        cursor = cursor.parent
+    return (tree_config, *reversed(configs))
+
+
+def _forget(store: dict[str, Any], seen: set[str]) -> None:
+    if len(store) > len(seen):
+        for stale in [name for name in store if name not in seen]:
+            del store[stale]
