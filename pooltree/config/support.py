@@ -117,6 +117,8 @@ SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment_modules": "pooltree/config/segments.py",
     "scheduling_segment_data_centers": "pooltree/config/segments.py",
     "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
+    "schedule_in_single_tree": "pooltree/strategy/single_tree.py",
+    "consider_guarantees_for_single_tree": "pooltree/strategy/single_tree.py",
 }
 
 TREE_ALIASES: dict[str, str] = {
@@ -160,7 +162,6 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "tentative_pool_trees": TENTATIVE,
     "use_default_tentative_pool_trees": TENTATIVE,
     "tentative_tree_eligibility": TENTATIVE,
-    "schedule_in_single_tree": "schedule_in_single_tree is not implemented: the operation runs in all its trees",
     "max_concurrent_schedule_job_calls": PERFORMANCE,
     "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
     "update_preemptable_jobs_list_logging_period": PROFILING,

@@ -24,6 +24,7 @@ from pooltree.sim.state import (
     _Op,
     _TreeState,
 )
+from pooltree.strategy.single_tree import choose_tree
 
 
 class _OperationsMixin:
@@ -85,11 +86,40 @@ class _OperationsMixin:
             )
         return make_controller(spec.id, spec.type, tasks, interruption_signal=spec.spec.interruption_signal)
 
+    def _fail_on_arrival(self, op: _Op, error: PooltreeError) -> None:
+        op.state = "failed"
+        op.error = error.message
+        op.finish_time = self.now
+        self._emit(
+            {
+                "event": "operation_failed",
+                "time": self.now,
+                "operation_id": op.spec.id,
+                "error": error.message,
+            }
+        )
+
     def _arrive(self, op: _Op) -> None:
         self.arrivals_left -= 1
         spec = op.spec
-        tree = self.trees[op.tree]
         op.controller = self._controller(op)
+        trees = spec.spec.pool_trees_or(self.scenario.snapshot.default_pool_tree)
+        if len(trees) > 1:  # schedule_in_single_tree (the scenario allows several trees only with it)
+            try:
+                op.tree = choose_tree(
+                    {name: self.trees[name].core for name in trees},
+                    trees,
+                    spec.id,
+                    spec.spec,
+                    user=spec.user,
+                    operation_type=spec.type,
+                    new_demand=op.controller.needed_resources,
+                    pool_of={name: spec.spec.pool_for_tree(name, spec.user) for name in trees},
+                )
+            except PooltreeError as error:
+                self._fail_on_arrival(op, error)
+                return
+        tree = self.trees[op.tree]
         op.pool = spec.spec.pool_for_tree(op.tree, spec.user)
         self._emit(
             {
@@ -113,17 +143,7 @@ class _OperationsMixin:
                 now=self.now,
             )
         except PooltreeError as error:
-            op.state = "failed"
-            op.error = error.message
-            op.finish_time = self.now
-            self._emit(
-                {
-                    "event": "operation_failed",
-                    "time": self.now,
-                    "operation_id": spec.id,
-                    "error": error.message,
-                }
-            )
+            self._fail_on_arrival(op, error)
             return
         self.active_ops += 1
         tree.changed = True

@@ -112,7 +112,7 @@ def test_spec_strategy_options_are_recognized_and_reported() -> None:
     assert "spec.scheduling_segment" not in paths  # implemented (pooltree/strategy/segments.py)
     assert "spec.tasks.main.job_time_limit" not in paths  # implemented: the job is stopped past it
     assert spec.tasks["main"].job_time_limit == 1.0  # milliseconds in, seconds kept
-    assert set(SPEC_UNSUPPORTED) >= {"tentative_pool_trees", "schedule_in_single_tree"}
+    assert set(SPEC_UNSUPPORTED) >= {"tentative_pool_trees", "use_default_tentative_pool_trees"}
 
 
 def test_the_starvation_timeout_limit_yt_still_accepts_is_accepted_and_reported() -> None:

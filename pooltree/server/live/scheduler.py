@@ -52,6 +52,7 @@ from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
+from pooltree.strategy.single_tree import restrict_to_single_tree
 from pooltree.tree import PoolTrees
 from pooltree.tree.lifecycle import OperationState
 
@@ -373,8 +374,18 @@ class LiveScheduler(LiveJobs, LiveRevival):
             controller = LiveVanillaController(
                 operation_id, tasks, interruption_signal=model.interruption_signal
             )
+            # spec schedule_in_single_tree: one of its trees is chosen now, the others are erased
+            in_trees, erased = restrict_to_single_tree(
+                self.registry,
+                self.cores,
+                operation_id,
+                model,
+                user=user,
+                operation_type=operation_type,
+                new_demand=controller.needed_resources,
+            )
             registered = self.registry.register_operation(
-                operation_id, model, user=user, operation_type=operation_type, now=now
+                operation_id, in_trees, user=user, operation_type=operation_type, now=now
             )
             op = LiveOperation(
                 operation_id,
@@ -392,6 +403,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
             op.runtime_parameters = {
                 "scheduling_options_per_pool_tree": _runtime_parameters(self.registry, op.id, op.trees)
             }
+            if erased:
+                op.runtime_parameters["erased_trees"] = erased
             op.pools = {
                 name: opts["pool"]
                 for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
