@@ -158,6 +158,8 @@ class PoolConfig(ConfigModel):
     enable_aggressive_starvation: bool | None = None
     allow_aggressive_preemption: bool | None = None
     allow_normal_preemption: bool | None = None
+    use_pool_satisfaction_for_scheduling: bool | None = None
+    """YTsaurus: overrides the tree's option for this pool and, unless they set their own, its descendants."""
     non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
     enable_lightweight_operations: bool = False
     compute_promised_guarantee_fair_share: bool = False

@@ -141,6 +141,7 @@ def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
         else _frozen(pool_tree.effective_parameters(pool_name).non_preemptible_resource_usage_threshold),
         "allow_normal_preemption": _option(pool_config, "allow_normal_preemption"),
         "allow_aggressive_preemption": _option(pool_config, "allow_aggressive_preemption"),
+        "use_pool_satisfaction_for_scheduling": _option(pool_config, "use_pool_satisfaction_for_scheduling"),
     }
 
 

@@ -301,7 +301,9 @@ class ChangedPublisher(SchedulingStages):
             self._update_priorities_of(step, moved, rerun, resort)
         self.last_update_time = now
         renumbered = changed is not None and changed[3]
-        self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=renumbered)
+        # a pool's own satisfaction (`pool_satisfaction.py`) moves with any usage below it: every heap anew
+        rebuild = renumbered or self.tree.pool_satisfaction_used
+        self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=rebuild)
         return True
 
     # ------------------------------------------------------------------ pass 1: specs, usage, lists
@@ -675,7 +677,10 @@ class ChangedPublisher(SchedulingStages):
                 heapq.heappush(pools, (-element.index, element))
         if rebuild:
             elements = self._elements
-            _rebuild_heaps([elements[element_id] for element_id in self.tree.order])
+            _rebuild_heaps(
+                [elements[element_id] for element_id in self.tree.order],
+                total if self.tree.pool_satisfaction_used else None,
+            )
             return
         for parent in removed_parents or ():
             if parent is not None and parent not in queued:
@@ -739,12 +744,12 @@ _BULK_SATISFACTION = 64
 """From this many operations re-keyed in one publish on, their satisfactions are computed in bulk."""
 
 
-def _rebuild_heaps(ordered: list[_Element]) -> None:
+def _rebuild_heaps(ordered: list[_Element], total: tuple[float, ...] | None = None) -> None:
     """Every pool's heap made anew from its children's current keys (the pool branch of
-    `_rebuild_heaps_same_structure`), children before their parents."""
+    `_rebuild_heaps_same_structure`), children before their parents (``total``: see `remake_pool_heap`)."""
     for element in reversed(ordered):
         if not element.is_op:
-            remake_pool_heap(element, True)
+            remake_pool_heap(element, True, total)
 
 
 def _index(element: _Element) -> int:

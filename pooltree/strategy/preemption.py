@@ -33,6 +33,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
     StarvationStatus,
 )
+from pooltree.strategy.pool_satisfaction import pool_key
 from pooltree.strategy.shares import (
     EPSILON,
     local_satisfaction_ratio,
@@ -179,6 +180,8 @@ class PreemptionStages(SchedulingStages):
                 key = child.fifo_key if child.use_fifo else sat
                 options.append((key, child.last_start, child.index, sat, leaf))
             _, _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1], o[2]))
+            if self.tree.pool_satisfaction_used:
+                sat = pool_key(element, sat, self._total)
             memo[element] = (sat, leaf)
             return memo[element]
 

@@ -262,7 +262,7 @@ class SnapshotPublisher(ChangedPublisher):
                 if reason in counted and element.op is not None:
                     element.op.deactivation_reasons[reason.value] += 1
             else:
-                remake_pool_heap(element, False)
+                remake_pool_heap(element, False, total if self.tree.pool_satisfaction_used else None)
 
     def _new_elements(
         self, tree: SchedulingTree, previous: dict[str, _Element], fifo_order: bool

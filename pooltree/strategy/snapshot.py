@@ -82,6 +82,7 @@ class StrategyConfig:
     max_schedule_attempts_per_heartbeat: int = 10_000
     enable_absolute_fair_share_starvation_tolerance: bool = False
     allow_preemption_from_starving_operations: bool | None = None
+    use_pool_satisfaction_for_scheduling: bool = False
     """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:
@@ -218,6 +219,8 @@ class ElementSpec:
     preemption_mode: str = "normal"
     scheduling_tag_filter: Callable[[frozenset[str]], bool] | Any | None = None
     interruption_signal: str | None = None
+    use_pool_satisfaction_for_scheduling: bool | None = None
+    """A pool's own ``use_pool_satisfaction_for_scheduling`` (None: inherited; `pool_satisfaction.py`)."""
     is_gang: bool = False
     """A gang operation (spec ``is_gang``): the step fair share, FIFO truncation and
     ``allow_aggressive_preemption_for_gang_operations`` (restarts belong to ``gang_options``, see gang.py)."""
@@ -264,6 +267,8 @@ class EffectiveSettings:
     non_preemptible_threshold: Vector | None
     allow_aggressive_preemption: bool
     normal_preemption_allowed_by_ancestors: bool
+    use_pool_satisfaction: bool = False
+    """A pool's satisfaction in its parent's heap is min(best child's, its own) (`pool_satisfaction.py`)."""
 
 
 class SchedulingTree:
@@ -338,6 +343,8 @@ class SchedulingTree:
 
     def _resolve_settings(self) -> None:
         config = self.config
+        self.pool_satisfaction_used = False
+        """Whether some pool's heap key is min(best child's, its own satisfaction) (`pool_satisfaction.py`)."""
         for element_id in self.order:
             spec = self.elements[element_id]
             parent = self.effective.get(spec.parent) if spec.parent is not None else None
@@ -349,10 +356,13 @@ class SchedulingTree:
                     non_preemptible_threshold=config.tree_non_preemptible_threshold(),
                     allow_aggressive_preemption=True,
                     normal_preemption_allowed_by_ancestors=True,
+                    use_pool_satisfaction=config.use_pool_satisfaction_for_scheduling,
                 )
             else:
                 base = parent
-            self.effective[element_id] = _settings_of(spec, base)
+            settings = self.effective[element_id] = _settings_of(spec, base)
+            if settings.use_pool_satisfaction and not spec.is_operation:
+                self.pool_satisfaction_used = True
 
     def _derived(self, total_resources: Vector) -> SchedulingTree:
         """A new tree of this tree's name and config with ``total_resources`` checked; the caller sets the rest."""
@@ -396,6 +406,7 @@ class SchedulingTree:
         tree.order = self.order
         tree.depth = self.depth
         tree.effective = self.effective
+        tree.pool_satisfaction_used = self.pool_satisfaction_used
         tree.delta = None
         return tree
 
@@ -497,6 +508,7 @@ class SchedulingTree:
         tree.order = order
         tree.depth = depth
         tree.effective = effective
+        tree.pool_satisfaction_used = self.pool_satisfaction_used  # the pools are this tree's
         tree.delta = TreeDelta(self.skeleton, removed, added, parents)
         return tree
 
@@ -544,6 +556,7 @@ def _settings_of(spec: ElementSpec, base: EffectiveSettings) -> EffectiveSetting
         non_preemptible_threshold=threshold,
         allow_aggressive_preemption=_pick(spec.allow_aggressive_preemption, base.allow_aggressive_preemption),
         normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors and own_normal,
+        use_pool_satisfaction=_pick(spec.use_pool_satisfaction_for_scheduling, base.use_pool_satisfaction),
     )
 
 

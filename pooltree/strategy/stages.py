@@ -33,6 +33,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
     SchedulingStatus,
 )
+from pooltree.strategy.pool_satisfaction import pool_key
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
@@ -44,11 +45,12 @@ from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, SchedulingTree, StrategyConfig
 
 
-def remake_pool_heap(pool: _Element, bump_versions: bool) -> None:
+def remake_pool_heap(pool: _Element, bump_versions: bool, total: Sequence[float] | None = None) -> None:
     """``pool``'s heap made anew from its active children's current keys (FIFO key or satisfaction, last
     start, tree index, version), its activity and satisfaction from the best child; ``keyed_start`` is a child's
     ``last_start`` on the heap and 0 off it (and 0 for the root). ``bump_versions`` moves each active child's
-    version first, so entries of it pushed elsewhere before go stale."""
+    version first, so entries of it pushed elsewhere before go stale. ``total`` (the tree's resources) is given
+    while some pool uses its own satisfaction (`pool_satisfaction.pool_key`)."""
     heap = []
     for child in pool.children:
         if child.active:
@@ -66,7 +68,7 @@ def remake_pool_heap(pool: _Element, bump_versions: bool) -> None:
     pool.inactive_reason = None
     if heap:
         pool.active = True
-        pool.sat = heap[0][4].sat
+        pool.sat = heap[0][4].sat if total is None else pool_key(pool, heap[0][4].sat, total)
     else:
         pool.active = False
         pool.sat = INFINITE_SATISFACTION_RATIO
@@ -178,7 +180,7 @@ class SchedulingStages:
                 ):
                     element.op.deactivation_reasons[element.inactive_reason.value] += 1
             else:  # every keyed_start and inactive_reason was reset by the element renewal before this pass
-                remake_pool_heap(element, False)
+                remake_pool_heap(element, False, self._pool_total())
 
     def _peek(self, composite: _Element, current: _Pass | None) -> _Element | None:
         heap = composite.heap
@@ -194,10 +196,16 @@ class SchedulingStages:
             return child
         return None
 
+    def _pool_total(self) -> tuple[float, ...] | None:
+        """The tree's resources while some pool uses its own satisfaction (`pool_satisfaction.py`), else None."""
+        return self._total if self.tree.pool_satisfaction_used else None
+
     def _recompute(self, composite: _Element, current: _Pass | None) -> bool:
         best = self._peek(composite, current)
         active = best is not None
         sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
+        if best is not None and self.tree.pool_satisfaction_used:
+            sat = pool_key(composite, sat, self._total)
         if (
             active == composite.active
             and sat == composite.sat
@@ -217,8 +225,8 @@ class SchedulingStages:
         while parent is not None:
             if current is not None:
                 current.touched.add(parent)
-            if not self._recompute(parent, current):
-                return
+            if not self._recompute(parent, current) and not self.tree.pool_satisfaction_used:
+                return  # (a pool's own satisfaction moves with usage below it: then every ancestor is re-keyed)
             parent = parent.parent
 
     def _refresh_leaf(self, element: _Element, current: _Pass | None = None) -> None:
