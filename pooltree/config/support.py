@@ -67,8 +67,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "running_allocation_statistics_update_period": PERFORMANCE,
     "check_operation_for_liveness_in_preschedule": PERFORMANCE,
     "batch_operation_scheduling": PERFORMANCE,
-    "max_schedulable_element_count_in_fifo_pool": "not modelled (every schedulable child of a FIFO pool is "
-    "considered)",
     "fail_remote_copy_on_missing_resource_limits": "remote copy operations are not modelled",
     "required_resource_limits_for_remote_copy": "remote copy operations are not modelled",
     "testing_options": "YTsaurus testing options",

@@ -165,6 +165,8 @@ class PoolTreeConfig(ConfigModel):
     # Scheduling order and timing (yt-semantics §e.6, §b.1).
     fifo_pool_scheduling_order: Literal["satisfaction", "fifo"] = "satisfaction"
     use_pool_satisfaction_for_scheduling: bool = False
+    max_schedulable_element_count_in_fifo_pool: int | None = Field(default=None, gt=0)
+    """YTsaurus: in a FIFO pool, operations past the first N with a zero fair share are not schedulable."""
     min_child_heap_size: int = Field(default=16, ge=1)
     node_reconnection_timeout: Duration = 300.0
     schedule_allocations_timeout: Duration = 40.0

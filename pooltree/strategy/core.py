@@ -20,6 +20,7 @@ from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
+from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.model import (
     AbortReason,
@@ -378,6 +379,7 @@ class SchedulerCore:
                 result = function(root, total, settings, now, self.fair_share_state)
                 if self.config.enable_absolute_fair_share_starvation_tolerance:
                     apply_absolute_starvation_tolerance(result, self._min_needed(), total)
+                left_out = self._fifo_unschedulable(result)
             self.fair_share_state = getattr(result, "state", None)
             self.last_result = result
             with times.phase("build"):
@@ -385,11 +387,25 @@ class SchedulerCore:
                     self.pool_tree, result, total, self.config, cache=self._build_cache, delta=delta
                 )
             with times.phase("publish"):
+                previous = self.strategy.fifo_unschedulable
+                self.strategy.fifo_unschedulable = left_out
                 self.strategy.publish(tree, now)
+                if left_out != previous:
+                    self.strategy.rekey_operations(left_out ^ previous)
             with times.phase("segments"):
                 self.update_segments(now)
                 self.update_gpu_policy(now)
         return result
+
+    def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
+        """Operations of FIFO pools the tree's ``max_schedulable_element_count_in_fifo_pool`` leaves out of this
+        update (their statuses cleared in ``result``); empty without the option (`fifo_limit.py`)."""
+        limit = self.config.max_schedulable_element_count_in_fifo_pool
+        if limit is None:
+            return frozenset()
+        left_out = fifo_unschedulable(self.pool_tree, result, limit)
+        clear_statuses(result, left_out)
+        return left_out
 
     def _min_needed(self) -> dict[str, Vector]:
         """Operation id → its controller's aggregated minimum needed allocation resources."""

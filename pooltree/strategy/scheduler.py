@@ -90,6 +90,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         """The GPU scheduling policy (``policy_kind: gpu``; off by default): when it allocates, a heartbeat only
         carries out its plan (`carry_out_plan`); `SchedulerCore` configures it and updates the plan."""
         self.scheduling_tags_enabled = True
+        self.fifo_unschedulable: frozenset[str] = frozenset()
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
         """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
@@ -163,6 +164,14 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             element.usage = [0.0] * RESOURCE_COUNT
             self._refresh_leaf(element)
         return running
+
+    def rekey_operations(self, operation_ids: Iterable[str]) -> None:
+        """Re-evaluate the activity and satisfaction of these published operations at once (a rule outside the
+        published specs changed for them, e.g. `fifo_limit.py`'s set) and re-key their ancestors."""
+        for operation_id in sorted(operation_ids):
+            element = self._elements.get(operation_id)
+            if element is not None and element.is_op:
+                self._refresh_leaf(element)
 
     def set_allocation_on_bound_preemptible(self, enabled: bool) -> None:
         """Switch the tree's ``consider_allocation_on_fair_share_bound_preemptible``: every operation's lists are

@@ -83,6 +83,7 @@ class StrategyConfig:
     enable_absolute_fair_share_starvation_tolerance: bool = False
     allow_preemption_from_starving_operations: bool | None = None
     use_pool_satisfaction_for_scheduling: bool = False
+    max_schedulable_element_count_in_fifo_pool: int | None = None
     """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:

@@ -99,6 +99,8 @@ class SchedulingStages:
     (`changes.py` re-keys only these and the pools above them)."""
     segments: SegmentsManager
     scheduling_tags_enabled: bool
+    fifo_unschedulable: frozenset[str]
+    """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
     """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
     """The tree's scheduling segments (``segments.py``): which operations may run on which nodes."""
     usage_watch: set[str] | None
@@ -152,6 +154,8 @@ class SchedulingStages:
     def _op_activity(self, element: _Element) -> DeactivationReason | None:
         runtime = element.op
         if runtime is None or not element.spec.schedulable:
+            return DeactivationReason.NOT_SCHEDULABLE
+        if self.fifo_unschedulable and element.id in self.fifo_unschedulable:
             return DeactivationReason.NOT_SCHEDULABLE
         if runtime.controller.pending_allocation_count <= 0:
             return DeactivationReason.NO_AVAILABLE_DEMAND
