@@ -39,6 +39,7 @@ from pooltree.strategy.operation_checks import (
     limiting_ancestor_error,
     specified_limits,
 )
+from pooltree.strategy.reconnection import nodes_for_tag_filters
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
     DefaultSegmentPending,
@@ -138,6 +139,8 @@ class SchedulerCore:
         self._nodes_view: dict[str, tuple[frozenset[str], Vector]] | None = None
         self.fair_share_state: Any = None
         self.last_result: Any = None
+        self.connection_time: float | None = None
+        """When the live scheduler connected (`reconnection.py`: ``node_reconnection_timeout``); None: never."""
         self._build_cache = BuildCache()
         self._input_cache = FairShareInputCache()
         self._period_revision: int | None = None
@@ -372,7 +375,7 @@ class SchedulerCore:
                 self.unregister_completed(now)
             with times.phase("input"):
                 delta = self._period_delta()
-                root, settings = self._fair_share_input(delta)
+                root, settings = self._fair_share_input(delta, now)
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
@@ -422,13 +425,16 @@ class SchedulerCore:
         self._period_revision = delta.revision
         return delta
 
-    def _fair_share_input(self, delta: PeriodDelta) -> tuple[Any, Any]:
+    def _fair_share_input(self, delta: PeriodDelta, now: float) -> tuple[Any, Any]:
         """The fair-share update's input tree and settings, read from the runtime tree with the period's delta."""
+        nodes = nodes_for_tag_filters(
+            self.nodes_view, self.connection_time, self.config.node_reconnection_timeout, now
+        )
         try:
             return build_fair_share_input(
                 self.pool_tree,
                 self._resources,
-                nodes=self.nodes_view,
+                nodes=nodes,
                 cache=self._input_cache,
                 delta=delta,
             )

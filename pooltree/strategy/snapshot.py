@@ -45,6 +45,7 @@ _DURATION_FIELDS = (
     "preemptive_scheduling_backoff",
     "allocation_preemption_timeout",
     "allocation_graceful_preemption_timeout",
+    "node_reconnection_timeout",
 )
 
 
@@ -84,6 +85,7 @@ class StrategyConfig:
     allow_preemption_from_starving_operations: bool | None = None
     use_pool_satisfaction_for_scheduling: bool = False
     max_schedulable_element_count_in_fifo_pool: int | None = None
+    node_reconnection_timeout: float = 300.0
     """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:

@@ -29,6 +29,7 @@ class LiveRevival:
         """Re-register operations the store holds in non-final states; running jobs wait for their nodes."""
         revived: list[str] = []
         with self.lock:
+            self.connect(now)
             records: list[OperationRecord] = []
             for state in ACTIVE_STATES:
                 records.extend(self.store.list_operations(OperationFilter(state=state, limit=1_000_000)))

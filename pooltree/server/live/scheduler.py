@@ -87,6 +87,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         against the running operations cannot interleave with a start into that tree."""
         self.registry = PoolTrees({})
         self.cores: dict[str, SchedulerCore] = {}
+        self.connection_time: float | None = None
+        """When this scheduler connected (revived at start): trees' ``node_reconnection_timeout`` counts from it."""
         self.operations: dict[str, LiveOperation] = {}
         self._node_trees: dict[frozenset[str], list[str]] = {}
         """Node tags → the trees whose ``node_tag_filter`` they match (cleared when pool trees change)."""
@@ -143,6 +145,13 @@ class LiveScheduler(LiveJobs, LiveRevival):
             store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
         )
 
+    def connect(self, now: float) -> None:
+        """This scheduler connects (starts or takes over) at ``now``: for each tree's ``node_reconnection_timeout``
+        from then on, scheduling tag filters are not capped by their nodes' resources (`strategy/reconnection.py`)."""
+        self.connection_time = now
+        for core in self.cores.values():
+            core.connection_time = now
+
     # ------------------------------------------------------------------ pool trees
 
     def apply_pool_trees(
@@ -187,6 +196,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 core = self.cores.get(name)
                 if core is None or core.pool_tree is not tree:
                     self.cores[name] = SchedulerCore(tree)
+                    self.cores[name].connection_time = self.connection_time
                 else:
                     core.config = type(core.config).from_options(tree.config, f"pool_trees.{name}.config")
             for name in list(self.cores):
