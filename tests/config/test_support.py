@@ -53,12 +53,12 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
     assert tree.config.max_unpreemptible_running_allocation_count == 0
     assert tree.pools["research"].config.scheduling_tag_filter == "gpu"
     options = {entry["option"] for entry in unsupported_options(trees)}
-    assert options == {"packing", "node_reconnection_timeout"}  # scheduling_segments is implemented
+    assert options == {"packing"}  # scheduling_segments and node_reconnection_timeout are implemented
     assert tree.config.enable_improved_fair_share_by_fit_factor_computation  # implemented
     # Implemented options and defaults are not in the alert.
     assert unsupported_options(parse_pool_trees({"t": {"pools": {"p": {}}}})) == []
     alert = unsupported_options_alert(unsupported_options(trees))
-    assert alert is not None and len(alert["attributes"]["options"]) == 2
+    assert alert is not None and len(alert["attributes"]["options"]) == 1
     assert tree.config.enable_fair_share_truncation_in_fifo_pool  # the old name is an alias
     assert unsupported_options_alert([]) is None
 
