@@ -70,6 +70,9 @@ def _workload(args: argparse.Namespace) -> Any:
     document = scenario_document(
         args.nodes, args.hours, args.operations, args.jobs, args.pools, args.period, args.seed
     )
+    if args.pool_running_limit is not None:  # operations queue in their pools: waits of minutes to forecast
+        for pool in document["pool_trees"]["physical"]["pools"].values():
+            pool["max_running_operation_count"] = args.pool_running_limit
     if args.squeeze != 1.0:  # fewer nodes for the same work: the cluster saturates and operations queue
         group = document["cluster"]["nodes"][0]
         group["count"] = max(1, round(group["count"] * args.squeeze))
@@ -108,6 +111,8 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     inside = widened = raw = after = 0
     samples = 0
     costs: list[float] = []
+    reaches: list[float] = []
+    waits: list[float] = []
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
@@ -115,11 +120,13 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         started = time.process_time()
         found = forecast(state, settings, only=waiting, starts_only=True)
         costs.append(time.process_time() - started)
+        reaches.append(found.horizon if found.simulated is None else found.simulated)
         for operation_id in waiting:
             actual = recorder.first_start.get(operation_id)
             if actual is None:
                 continue  # never started within the recorded run: no truth to compare with
             samples += 1
+            waits.append(actual - state.now)
             start = found.operations[operation_id].start
             low, mid, high = start["p10"], start["p50"], start["p90"]
             high = math.inf if high is None else high
@@ -151,6 +158,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
                 "pools",
                 "until",
                 "squeeze",
+                "pool_running_limit",
             )
         },
         "forecasts": len(costs),
@@ -161,6 +169,9 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         "inside_p10_p90_widened_by_one_period": _round(widened / samples) if samples else None,
         "inside_seed_p10_p90_without_resolution_margin": _round(raw / samples) if samples else None,
         "after_horizon": after,
+        "wait_until_start_median_s": _round(statistics.median(waits)) if waits else None,
+        "wait_until_start_p90_s": _round(sorted(waits)[int(0.9 * (len(waits) - 1))]) if waits else None,
+        "simulated_horizon_median_s": _round(statistics.median(reaches)) if reaches else None,
         "forecast_cpu_seconds_median": _round(statistics.median(costs)) if costs else None,
         "forecast_cpu_seconds_max": _round(max(costs)) if costs else None,
         "record_cpu_seconds": _round(record_cpu),
@@ -310,6 +321,9 @@ def main() -> None:
     back.add_argument("--jobs", type=int, default=100_000)
     back.add_argument("--period", type=float, default=1.0)
     back.add_argument("--squeeze", type=float, default=1.0, help="day: keep this share of the nodes")
+    back.add_argument(
+        "--pool-running-limit", type=int, default=None, help="day: every pool's max_running_operation_count"
+    )
     costs = sub.choices["cost"]
     costs.add_argument("--running", type=int, default=200)
     costs.add_argument("--pending", type=int, default=2000)

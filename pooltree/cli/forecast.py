@@ -80,9 +80,15 @@ def render(forecast: dict[str, Any], console: Console) -> None:
             f"task {task}: job run time median {durations['median']:.0f} s, sigma {durations['sigma']:.2f} "
             f"({durations['source']}, {durations['observed']} observed)"
         )
+    simulated = forecast.get("simulated_horizon", forecast["horizon"])
+    coarse = (
+        f" (simulated {simulated:.0f} s, the rest by the capacity hand-over)"
+        if simulated < forecast["horizon"]
+        else ""
+    )
     console.print(
         f"made {_when(forecast['computed_at'])} UTC over {forecast['seeds']} runs of "
-        f"{forecast['horizon'] / 3600:g} h; new submissions and failures are not foreseen",
+        f"{forecast['horizon'] / 3600:g} h{coarse}; new submissions and failures are not foreseen",
         style="dim",
     )
 

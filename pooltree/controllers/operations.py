@@ -190,6 +190,10 @@ class OperationControllerBase:
         """Per task with pending jobs: the resources one of its jobs needs (for "can any node ever fit it")."""
         return {name: self._per_job(state) for name, state in self._tasks.items() if state.pending}
 
+    def pending_task_counts(self) -> dict[str, int]:
+        """Per task with pending jobs: how many wait."""
+        return {name: len(state.pending) for name, state in self._tasks.items() if state.pending}
+
     @property
     def running_allocation_count(self) -> int:
         return len(self._running)

@@ -6,7 +6,8 @@ Built from the latest forecast without the scheduler's lock (a `Forecast` is nev
   started after the latest one); ``unavailable`` (the last refresh failed: ``error`` says why).
 - ``estimated_start_time`` / ``estimated_finish_time``: ``p10``, ``p50``, ``p90`` as times; an entity (null)
   means "after the horizon" (``horizon`` seconds from ``computed_at``). ``started``: the first job already ran,
-  ``estimated_start_time`` is then when it did.
+  ``estimated_start_time`` is then when it did. ``simulated_horizon``: how far of the horizon the simulator
+  itself covered in every run; past it the capacity hand-over carried the runs (`pooltree.forecast.tail`).
 - ``waiting_for``: why its allocations are pending now (the same map as ``pending_allocations_reason``).
 - ``preempts``: operations whose jobs are expected to be preempted for it (``jobs_p50`` over the runs,
   ``share_of_runs`` in which any was).
@@ -57,7 +58,12 @@ def scheduling_forecast(
     else:
         attribute["state"] = "ready"
     if result is not None:
-        attribute.update(computed_at=time_format(result.now), horizon=result.horizon, seeds=result.seeds)
+        attribute.update(
+            computed_at=time_format(result.now),
+            horizon=result.horizon,
+            simulated_horizon=result.horizon if result.simulated is None else result.simulated,
+            seeds=result.seeds,
+        )
     if found is not None:
         attribute.update(operation_forecast_map(found, time_format))
     return attribute

@@ -118,7 +118,7 @@ def fit(
         sigma = settings.default_sigma
     sigma = max(sigma, settings.min_sigma)
     positive = [math.log(value) for value in censored if value > 0]
-    if positive:
+    if positive and sigma > 0:  # no spread (min_sigma 0, equal run times): every job runs the median
         mean = _censored_median(logs, positive, sigma)
     return DurationFit(math.exp(mean), sigma, len(logs), source)
 

@@ -11,8 +11,10 @@ many runs. Everything is a pure function of the state and the settings, except w
 each run stops when its share of the budget is spent, and how far the runs got depends on the machine.
 
 **Budget.** With ``cpu_budget`` the runs share that many CPU seconds: each stops once it used its share (the budget
-left over the runs left), and the forecast covers as far as the shortest run got (``Forecast.horizon``; later starts
-and finishes count as "after the horizon" in every run, so runs that got further do not bias the range).
+left over the runs left). A stopped run is carried on to the horizon by the capacity hand-over
+(`pooltree.forecast.tail`, a coarser model; ``Forecast.simulated`` says how far the simulator itself got). Without
+the hand-over the forecast covers as far as the shortest run got (``Forecast.horizon``; later starts and finishes
+count as "after the horizon" in every run, so runs that got further do not bias the range).
 
 **Finishes past the simulated part.** An operation whose every remaining job is running when a run stops (no job
 pending, no gang) finishes in that run when its last running job ends: the end each job drew when it started. This
@@ -23,6 +25,7 @@ failures); it lets a finish be known past the simulated horizon.
 from __future__ import annotations
 
 import math
+import pickle
 import time
 from collections import Counter
 from collections.abc import Iterable, MutableMapping, Sequence
@@ -34,6 +37,7 @@ from pooltree.errors import ConfigError
 from pooltree.forecast.durations import DurationFit, DurationSettings
 from pooltree.forecast.fork import duration_fits, fork
 from pooltree.forecast.state import ClusterState
+from pooltree.forecast.tail import hand_over
 from pooltree.sim.engine import Simulation
 
 QUANTILES = (0.1, 0.5, 0.9)
@@ -55,6 +59,11 @@ class ForecastSettings:
     move by up to one period."""
     cpu_budget: float | None = None
     """CPU seconds all runs together may take (None: every run covers ``horizon``); see the module docstring."""
+    simulation_share: float = 0.6
+    """Share of ``cpu_budget`` the simulator's runs may use; the hand-overs use the rest."""
+    hand_over: bool = True
+    """A run stopped by the budget is carried to the horizon by the capacity hand-over (`pooltree.forecast.tail`);
+    False: what it did not simulate is "after the horizon"."""
 
     def __post_init__(self) -> None:
         period = self.fair_share_update_period
@@ -66,6 +75,10 @@ class ForecastSettings:
             raise ConfigError("forecast.seeds", f"must be an integer in [1, 64], got {self.seeds!r}")
         if not math.isfinite(self.horizon) or not 0 < self.horizon <= 30 * 86400:
             raise ConfigError("forecast.horizon", f"must be seconds in (0, 30 days], got {self.horizon!r}")
+        if not 0 < self.simulation_share <= 1:
+            raise ConfigError(
+                "forecast.simulation_share", f"must be in (0, 1], got {self.simulation_share!r}"
+            )
         budget = self.cpu_budget
         if budget is not None and (not math.isfinite(budget) or not 0 < budget <= 3600):
             raise ConfigError("forecast.cpu_budget", f"must be CPU seconds in (0, 3600], got {budget!r}")
@@ -84,6 +97,19 @@ class SeedRun:
     """Simulated seconds the run covered (less than the horizon when its CPU budget ran out)."""
     finished_after: set[str] = field(default_factory=set)
     """Operations whose finish comes from their running jobs' drawn ends, past where the run stopped."""
+    handed_over: bool = False
+    """The run was carried from ``reached`` to the horizon by the capacity hand-over."""
+    tail_jobs: int = 0
+    tail_reached: float = math.inf
+    """Where the hand-over stopped when its CPU deadline passed (inf: at the horizon)."""
+    simulation: Simulation | None = None
+    """The stopped simulation, kept while hand-overs continue it."""
+    trees: bytes | None = None
+    """Its pool trees, pickled when it stopped (each hand-over unregisters operations in its own copy)."""
+
+    def covered(self) -> float:
+        """Simulated seconds this run answers for."""
+        return self.tail_reached if self.handed_over else self.reached
 
 
 class _AllStarted(Exception):
@@ -136,6 +162,10 @@ class Forecast:
     """Simulator events processed over all seeds (the work done; -1 per run stopped early)."""
     resolution: float = 0.0
     """Seconds the p10 and p90 of starts (and finishes) were moved out by (see the module docstring)."""
+    simulated: float | None = None
+    """Simulated seconds every run covered with the simulator (below ``horizon``: the rest by the hand-over)."""
+    tail_jobs: int = 0
+    """Jobs the capacity hand-over started over all runs."""
 
 
 def run_seed(
@@ -204,6 +234,56 @@ def run_seed(
         if op.finish_time is not None and op.state == "completed":
             run.finish[op.spec.id] = op.finish_time
     _finish_from_running_jobs(simulation, run)
+    if run.reached < settings.horizon and settings.hand_over and simulation.arrivals_left == 0:
+        run.simulation = simulation
+    return run
+
+
+def _tail(
+    state: ClusterState,
+    base: SeedRun,
+    seed: int,
+    settings: ForecastSettings,
+    deadline: float | None,
+    last_use: bool,
+) -> SeedRun:
+    """``base`` (a run the budget stopped) carried to the horizon by the capacity hand-over with ``seed``: its own
+    seed continues its draws; another seed draws the running jobs' ends anew. ``last_use``: the hand-over may
+    change the simulation's own pool trees (no other hand-over follows from it)."""
+    simulation = base.simulation
+    assert simulation is not None and base.trees is not None
+    redraw = seed != simulation.seed
+    run = SeedRun(
+        dict(base.first_start),
+        {} if redraw else dict(base.finish),
+        {preemptor: Counter(victims) for preemptor, victims in base.preempted_for.items()},
+        base.events if not redraw else 0,
+        base.reached,
+        set() if redraw else set(base.finished_after),
+        handed_over=True,
+    )
+    if redraw:  # what the simulated part finished stays finished; the drawn ends past it are drawn anew
+        run.finish = {
+            operation_id: when
+            for operation_id, when in base.finish.items()
+            if operation_id not in base.finished_after
+        }
+    started = set(run.first_start) | {op.id for op in state.operations if op.first_job_time is not None}
+    found = hand_over(
+        simulation,
+        {name: tree.core.pool_tree for name, tree in simulation.trees.items()}
+        if last_use
+        else pickle.loads(base.trees),
+        seed,
+        settings.horizon,
+        started,
+        lambda operation_id, at: run.first_start.setdefault(operation_id, at),
+        lambda operation_id, at: run.finish.setdefault(operation_id, at),
+        redraw=redraw,
+        deadline=deadline,
+    )
+    run.tail_jobs = found.jobs
+    run.tail_reached = found.reached
     return run
 
 
@@ -253,17 +333,9 @@ def forecast(
         starts_of = [op.id for op in state.operations if op.first_job_time is None]
         if wanted is not None:
             starts_of = [operation_id for operation_id in starts_of if operation_id in wanted]
-    runs = []
-    began = time.process_time()
-    for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
-        deadline = None
-        if settings.cpu_budget is not None:
-            spent = time.process_time() - began
-            deadline = time.process_time() + (settings.cpu_budget - spent) / (settings.seeds - index)
-        runs.append(
-            run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of, deadline=deadline)
-        )
-    covered = min([settings.horizon, *(run.reached for run in runs)])
+    runs = _runs(state, settings, specs, fits, starts_of)
+    simulated = min([settings.horizon, *(run.reached for run in runs)])
+    covered = min([settings.horizon, *(run.covered() for run in runs)])
     if covered < settings.horizon:
         _clip(runs, covered)
     # the fork's heartbeat and update phases are its own, not the cluster's: a start or finish it places at t may
@@ -300,8 +372,61 @@ def forecast(
             },
         )
     return Forecast(
-        state.now, covered, settings.seeds, operations, sum(run.events for run in runs), resolution
+        state.now,
+        covered,
+        settings.seeds,
+        operations,
+        sum(run.events for run in runs),
+        resolution,
+        simulated,
+        sum(run.tail_jobs for run in runs),
     )
+
+
+def _runs(
+    state: ClusterState,
+    settings: ForecastSettings,
+    specs: MutableMapping[tuple[str, int], OperationSpec],
+    fits: dict[tuple[str, str], DurationFit],
+    starts_of: Sequence[str] | None,
+) -> list[SeedRun]:
+    """One run per seed. Under a budget a new simulation is started while the simulator's share of the budget
+    left per seed left is at least what the last simulation cost; otherwise the last stopped simulation is handed
+    over once more with the next seed (its running jobs' ends drawn anew)."""
+    budget = settings.cpu_budget
+    runs: list[SeedRun] = []
+    began = time.process_time()
+    simulated = 0.0
+    last: SeedRun | None = None
+    last_cost = 0.0
+    for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
+        left = settings.seeds - index
+        if budget is None:
+            runs.append(run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of))
+            continue
+        share = (budget * settings.simulation_share - simulated) / left
+        if last is None or last.simulation is None or share >= last_cost:
+            clock = time.process_time()
+            last = run_seed(
+                state,
+                seed,
+                settings,
+                specs=specs,
+                fits=fits,
+                starts_of=starts_of,
+                deadline=clock + max(share, 0.0),
+            )
+            last_cost = time.process_time() - clock
+            simulated += last_cost
+            if last.simulation is None:
+                runs.append(last)
+                continue
+            last.trees = pickle.dumps(
+                {name: tree.core.pool_tree for name, tree in last.simulation.trees.items()}
+            )
+        deadline = time.process_time() + max(budget - (time.process_time() - began), 0.0) / left
+        runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1))
+    return runs
 
 
 def _clip(runs: Sequence[SeedRun], covered: float) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pooltree.config.pool_trees import parse_pool_trees
+from pooltree.forecast.durations import DurationSettings
 from pooltree.forecast.run import ForecastSettings, forecast
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
 from pooltree.resources import vector
@@ -45,7 +47,9 @@ def draining_state() -> ClusterState:
 def test_a_spent_budget_shortens_the_horizon_for_every_run():
     full = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0))
     assert full.horizon == 900.0 and full.operations["adhoc-1"].start["p50"] is not None
-    short = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0, cpu_budget=1e-6))
+    short = forecast(
+        project_state(), ForecastSettings(seeds=2, horizon=900.0, cpu_budget=1e-6, hand_over=False)
+    )
     # each run stops at its first check (one fair-share period in): adhoc-1 starts after that in every run
     assert short.horizon < 5.0
     assert short.operations["adhoc-1"].start == {"p10": None, "p50": None, "p90": None}
@@ -63,3 +67,74 @@ def test_finish_from_running_jobs_equals_the_simulated_finish():
     # queued-1 needs the whole node: it starts after tail-1, past the short horizon (unknown), within the long
     assert short.operations["queued-1"].start["p50"] is None
     assert full.operations["queued-1"].start["p50"] is not None
+
+
+def queue_state() -> ClusterState:
+    """Pool ``queue`` runs one operation at a time: ``first`` runs (4 of its 12 jobs pending), ``second`` waits
+    in the queue behind it; a third operation ``other`` in another pool needs the node's two free slots."""
+    trees = parse_pool_trees(
+        {"physical": {"pools": {"queue": {"max_running_operation_count": 1}, "other": {}}}}
+    )
+    nodes = (NodeState("node-0", np.array(vector(user_slots=10, cpu=10, memory=64 * 2**30))),)
+    running = tuple(RunningJob("node-0", 900.0 + 10 * i) for i in range(8))
+    durations = (300.0,) * 5
+
+    def op(name: str, pool: str, task: TaskState, **extra: object) -> OperationState:
+        return OperationState(
+            name, "bob", "vanilla", {"pool": pool}, "physical", pool, 800.0, (task,), **extra
+        )
+
+    return ClusterState(
+        1000.0,
+        trees,
+        "physical",
+        nodes,
+        (
+            op(
+                "first",
+                "queue",
+                TaskState("main", JOB, 4, running, 5, durations=durations),
+                first_job_time=900.0,
+            ),
+            op("second", "queue", TaskState("main", JOB, 6, durations=durations), state="pending"),
+        ),
+    )
+
+
+def test_the_hand_over_lets_the_queue_run_as_the_simulator_does():
+    """Stopped by the budget at once, the run is carried on by the hand-over (the same seed keeps its draws):
+    ``second`` leaves the pool's queue when ``first`` finishes, through the tree runtime's own unregistration,
+    close to when the simulator itself starts it."""
+    state = queue_state()
+    exact = DurationSettings(min_sigma=0.0)  # equal run times: both draw the same
+    simulated = forecast(state, ForecastSettings(seeds=1, horizon=5000.0, durations=exact)).operations
+    at_once = ForecastSettings(
+        seeds=1, horizon=5000.0, durations=exact, cpu_budget=60.0, simulation_share=1e-7
+    )
+    handed = forecast(state, at_once)
+    assert handed.simulated is not None and handed.simulated < 5.0 and handed.horizon == 5000.0
+    assert handed.tail_jobs > 0
+    for name in ("first", "second"):
+        assert simulated[name].finish["p50"] is not None
+    first_finish = simulated["first"].finish["p50"]
+    second_start = simulated["second"].start["p50"]
+    assert second_start is not None and first_finish is not None and second_start >= first_finish - 2.5
+    tail = handed.operations
+    # the simulator starts jobs at heartbeats (1 s) after fair-share updates (1 s): the hand-over at once
+    assert abs(tail["first"].finish["p50"] - first_finish) <= 2.5
+    assert abs(tail["second"].start["p50"] - second_start) <= 2.5
+    assert tail["second"].finish["p50"] is not None
+
+
+def test_other_seeds_redraw_the_running_jobs_ends():
+    """Several seeds from one stopped simulation: the hand-overs of other seeds draw the running jobs' ends anew
+    (conditioned on the time they ran), so the range is not one point."""
+    state = queue_state()
+    handed = forecast(
+        state, ForecastSettings(seeds=6, horizon=5000.0, cpu_budget=60.0, simulation_share=1e-7)
+    )
+    assert handed.simulated is not None and handed.simulated < 5.0
+    start = handed.operations["second"].start
+    assert start["p10"] is not None and start["p90"] is not None
+    assert start["p90"] - start["p10"] > 2 * handed.resolution
+    assert start["p10"] >= state.now

@@ -1,0 +1,296 @@
+"""The rest of a forecast's horizon after a run stopped early (its CPU budget ran out): a capacity hand-over.
+
+The simulator cannot cover an hour of a 1,000-node cluster within a few CPU seconds, so a run that stops at ``H``
+is carried to the horizon by a coarser model, without nodes, heartbeats or fair-share updates:
+
+- each tree's capacity is the sum of its nodes' resources; what the running jobs hold at ``H`` is taken, the
+  rest is free;
+- running jobs end when they drew to end; a new job's run time is drawn from its task's distribution (the run's
+  own, per seed);
+- freed capacity goes first to operations that may run but have no job yet (oldest first, one job each in turn:
+  in the core such an operation is the furthest below its fair share), then back to the operation whose job
+  ended if it has pending jobs, then to the oldest operation with pending jobs; a job starts when its resources
+  fit the free total (a node's fragmentation is not seen);
+- an operation whose last job ended finishes and leaves its pool tree through the tree runtime's own
+  ``unregister_operation``: the count limits and queues of the real `PoolTree` decide which queued operations it
+  lets run, in the order the core would.
+
+What it does not model: preemption (no job is taken back), fair-share changes between running operations (each
+keeps the capacity it holds until it has nothing left to start), and nodes (only totals). Starts and finishes
+that come from it are marked, and the back-test measures their accuracy (docs/forecast.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pooltree.forecast.durations import remaining
+from pooltree.resources import RESOURCE_COUNT
+from pooltree.sim.engine import Simulation
+from pooltree.sim.scenario import SimTask
+
+EPSILON = 1e-9
+MAX_TAIL_JOBS = 1_000_000
+"""Jobs the hand-over starts at most in one run (a bound on its cost; the horizon usually ends it first)."""
+
+
+@dataclass(eq=False)
+class _TailOp:
+    id: str
+    order: int
+    pending: list[tuple[SimTask, int]]
+    """(task, jobs still to start), tasks in spec order."""
+    left: int = 0
+    """Jobs still to start over all tasks."""
+    running: int = 0
+    started: bool = False
+    may_run: bool = True
+    gang: bool = False
+
+    def has_pending(self) -> bool:
+        return self.left > 0
+
+    def next_task(self) -> SimTask | None:
+        for task, count in self.pending:
+            if count > 0:
+                return task
+        return None
+
+    def take(self, task: SimTask) -> None:
+        for index, (candidate, count) in enumerate(self.pending):
+            if candidate is task:
+                self.pending[index] = (candidate, count - 1)
+                self.left -= 1
+                return
+
+
+@dataclass
+class _Tree:
+    free: list[float]
+    pool_tree: Any
+    ops: dict[str, _TailOp] = field(default_factory=dict)
+    starters: list[tuple[int, str]] = field(default_factory=list)
+    """(order, id): operations that may run and have no job yet (a heap; stale entries skipped when read)."""
+    hungry: list[tuple[int, str]] = field(default_factory=list)
+    """(order, id): operations that may run and have pending jobs (a heap; stale entries skipped)."""
+
+    def admit(self, op: _TailOp) -> None:
+        if op.may_run and op.has_pending():
+            heapq.heappush(self.hungry, (op.order, op.id))
+            if op.running == 0:
+                heapq.heappush(self.starters, (op.order, op.id))
+
+
+TRIES = 4
+"""Operations at the head of a queue tried per freed capacity (a bigger job does not block smaller ones behind)."""
+
+
+Shape = tuple[tuple[int, float], ...]
+"""A job's resources as (resource index, amount) for the amounts that are not zero."""
+
+
+def _shape(resources: Sequence[float]) -> Shape:
+    return tuple((index, float(amount)) for index, amount in enumerate(resources) if amount)
+
+
+def _fits(shape: Shape, free: list[float]) -> bool:
+    # a loop, not all(...): this runs for every job the hand-over starts, and the generator costs twice as much
+    for index, amount in shape:  # noqa: SIM110
+        if amount > free[index] + EPSILON:
+            return False
+    return True
+
+
+def _take(free: list[float], shape: Shape, sign: float) -> None:
+    for index, amount in shape:
+        free[index] += sign * amount
+
+
+@dataclass
+class TailResult:
+    jobs: int = 0
+    """Jobs the hand-over started."""
+    reached: float = math.inf
+    """Where it stopped when its CPU deadline passed (inf: it covered the horizon)."""
+
+
+def hand_over(
+    simulation: Simulation,
+    pool_trees: Mapping[str, Any],
+    seed: int,
+    horizon: float,
+    started: set[str],
+    on_start: Callable[[str, float], None],
+    on_finish: Callable[[str, float], None],
+    *,
+    redraw: bool = False,
+    deadline: float | None = None,
+) -> TailResult:
+    """Carry ``simulation`` (stopped at ``simulation.now``, every operation arrived) to ``horizon``; calls
+    ``on_start`` for the first job of an operation not in ``started`` and ``on_finish`` for a completion.
+    ``pool_trees``: the run's pool trees by name, the hand-over's own copies (it unregisters operations in them).
+    ``redraw``: the running jobs' ends are drawn anew with ``seed`` (conditioned on their having run until now), so
+    one stopped simulation serves several seeds. ``deadline``: ``time.process_time()`` when it stops."""
+    rng = random.Random(f"{seed}/tail")
+    now = simulation.now
+    trees: dict[str, _Tree] = {}
+    owner: dict[str, _Tree] = {}
+    for name in simulation.trees:
+        limits = [node.limits for node in simulation.nodes if node.alive and node.tree == name]
+        total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
+        trees[name] = _Tree([float(x) for x in total], pool_trees[name])
+    heap: list[tuple[float, int, str, Shape]] = []
+    serial = 0
+    for job in simulation.jobs.values():
+        tree = trees.get(job.op.tree)
+        if tree is None:
+            continue
+        resources = _shape(job.allocation.resources)
+        _take(tree.free, resources, -1.0)
+        end = job.end
+        if end is not None and redraw and job.task.duration is not None:
+            end = now + remaining(job.task.duration, now - job.start, rng)
+        if end is not None:
+            serial += 1
+            heap.append((end, serial, job.op.spec.id, resources))
+    heapq.heapify(heap)
+    result = TailResult()
+    for order, op in enumerate(simulation.ops):
+        tree = trees.get(op.tree)
+        controller = op.controller
+        if tree is None or controller is None or op.state in ("completed", "failed", "aborted"):
+            continue
+        if op.spec.id not in tree.pool_tree.operations:
+            continue
+        counts = controller.pending_task_counts()
+        pending = [(task, counts[task.name]) for task in op.spec.tasks if counts.get(task.name, 0) > 0]
+        tail_op = _TailOp(
+            op.spec.id,
+            order,
+            pending,
+            sum(count for _, count in pending),
+            running=controller.running_allocation_count,
+            started=op.spec.id in started,
+            may_run=bool(tree.pool_tree.operation(op.spec.id).running),
+            gang=any(task.gang_size is not None for task in op.spec.tasks),
+        )
+        tree.ops[tail_op.id] = tail_op
+        tree.admit(tail_op)
+        owner[tail_op.id] = tree
+    started_jobs = 0
+    shapes: dict[int, Shape] = {}
+
+    def shape(task: SimTask) -> Shape:
+        found = shapes.get(id(task))
+        if found is None:
+            found = shapes[id(task)] = _shape(task.resources)
+        return found
+
+    def start_job(tree: _Tree, op: _TailOp, at: float) -> bool:
+        nonlocal serial, started_jobs
+        task = op.next_task()
+        if task is None or task.duration is None:
+            return False
+        resources = shape(task)
+        if not _fits(resources, tree.free):
+            return False
+        op.take(task)
+        _take(tree.free, resources, -1.0)
+        op.running += 1
+        started_jobs += 1
+        if not op.started:
+            op.started = True
+            on_start(op.id, at)
+        serial += 1
+        heapq.heappush(heap, (at + task.duration.sample(rng), serial, op.id, resources))
+        return True
+
+    least = [math.inf] * RESOURCE_COUNT
+    for tree in trees.values():
+        for op in tree.ops.values():
+            for task, _ in op.pending:
+                least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
+    smallest = _shape([0.0 if math.isinf(amount) else amount for amount in least])
+
+    def serve(tree: _Tree, queue: list[tuple[int, str]], at: float, first_only: bool) -> None:
+        """Start jobs for the operations at the head of ``queue`` while they fit (``first_only``: one each)."""
+        if not _fits(smallest, tree.free):
+            return  # not even the smallest job fits
+        skipped = []
+        while queue and len(skipped) < TRIES and started_jobs < MAX_TAIL_JOBS:
+            operation_id = queue[0][1]
+            op = tree.ops.get(operation_id)
+            if op is None or not op.may_run or not op.has_pending() or (first_only and op.running > 0):
+                heapq.heappop(queue)
+                continue
+            if not start_job(tree, op, at):
+                skipped.append(heapq.heappop(queue))
+                continue
+            if first_only:
+                heapq.heappop(queue)
+            else:
+                while op.has_pending() and start_job(tree, op, at):
+                    pass
+                if op.has_pending():
+                    break
+        for entry in skipped:
+            heapq.heappush(queue, entry)
+
+    def dispatch(tree: _Tree, at: float, last: _TailOp | None) -> None:
+        serve(tree, tree.starters, at, True)
+        if last is not None and last.may_run:
+            while last.has_pending() and start_job(tree, last, at):
+                pass
+        serve(tree, tree.hungry, at, False)
+
+    for tree in trees.values():
+        dispatch(tree, now, None)
+    while heap and started_jobs < MAX_TAIL_JOBS:
+        at, _, operation_id, resources = heap[0]
+        if at > horizon:
+            break
+        if deadline is not None and started_jobs % 64 == 0 and time.process_time() > deadline:
+            result.reached = at
+            break
+        heapq.heappop(heap)
+        tree = owner.get(operation_id)
+        if tree is None:
+            continue
+        _take(tree.free, resources, 1.0)
+        op = tree.ops.get(operation_id)
+        if op is None:
+            continue
+        op.running -= 1
+        if op.running == 0 and not op.has_pending():
+            del tree.ops[operation_id]
+            on_finish(operation_id, at)
+            for activated in tree.pool_tree.unregister_operation(operation_id):
+                if activated in tree.ops:
+                    tree.ops[activated].may_run = True
+                    tree.admit(tree.ops[activated])
+        dispatch(tree, at, op)
+    result.jobs = started_jobs
+    if result.reached < math.inf:
+        return result
+    # past the horizon: an operation with nothing left to start finishes when its last running job ends
+    last_end: dict[str, float] = {}
+    ends: Counter[str] = Counter()
+    for at, _, operation_id, _ in heap:
+        last_end[operation_id] = max(last_end.get(operation_id, at), at)
+        ends[operation_id] += 1
+    for operation_id, at in last_end.items():
+        tree = owner.get(operation_id)
+        op = None if tree is None else tree.ops.get(operation_id)
+        if op is None or op.has_pending() or op.gang or op.running != ends[operation_id]:
+            continue  # jobs left to start, a gang, or a job that never ends
+        on_finish(operation_id, at)
+    return result
