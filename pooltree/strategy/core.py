@@ -22,6 +22,7 @@ from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
+from pooltree.strategy.guarantee_priority import high_priority_operations
 from pooltree.strategy.model import (
     AbortReason,
     Allocation,
@@ -383,6 +384,11 @@ class SchedulerCore:
                 if self.config.enable_absolute_fair_share_starvation_tolerance:
                     apply_absolute_starvation_tolerance(result, self._min_needed(), total)
                 left_out = self._fifo_unschedulable(result)
+                self.strategy.high_priority = (
+                    high_priority_operations(result, self.controllers)
+                    if self.config.enable_guarantee_priority_scheduling
+                    else frozenset()
+                )
             self.fair_share_state = getattr(result, "state", None)
             self.last_result = result
             with times.phase("build"):

@@ -76,6 +76,8 @@ class SchedulingStage(enum.StrEnum):
     """Heartbeat stages in the order they run."""
 
     GRACEFUL_PREEMPTION = "graceful_preemption"
+    REGULAR_HIGH_PRIORITY = "regular_high_priority"
+    """Operations below their promised guarantee (``enable_guarantee_priority_scheduling``)."""
     REGULAR_MEDIUM_PRIORITY = "regular_medium_priority"
     PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
     PREEMPTIVE_NORMAL = "preemptive_normal"

@@ -40,6 +40,7 @@ from pooltree.strategy.elements import (
 from pooltree.strategy.gang import GangRestarts
 from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.gpu_policy_inputs import carry_out_plan
+from pooltree.strategy.guarantee_priority import run_regular_stages
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -91,6 +92,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         carries out its plan (`carry_out_plan`); `SchedulerCore` configures it and updates the plan."""
         self.scheduling_tags_enabled = True
         self.fifo_unschedulable: frozenset[str] = frozenset()
+        self.high_priority: frozenset[str] = frozenset()
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
         """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
@@ -212,7 +214,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             carry_out_plan(self, node, now, result)
             return result
         self._graceful_preemption(node, now, result)
-        self._regular_scheduling(node, now, result)
+        run_regular_stages(self, node, now, result)
         last = node.last_preemptive_scheduling_time
         if last is None or now > last + self.config.preemptive_scheduling_backoff:
             node.last_preemptive_scheduling_time = now

@@ -86,6 +86,7 @@ class StrategyConfig:
     use_pool_satisfaction_for_scheduling: bool = False
     max_schedulable_element_count_in_fifo_pool: int | None = None
     node_reconnection_timeout: float = 300.0
+    enable_guarantee_priority_scheduling: bool = False
     """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:

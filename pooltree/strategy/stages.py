@@ -100,6 +100,8 @@ class SchedulingStages:
     segments: SegmentsManager
     scheduling_tags_enabled: bool
     fifo_unschedulable: frozenset[str]
+    high_priority: frozenset[str]
+    """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
     """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
     """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
     """The tree's scheduling segments (``segments.py``): which operations may run on which nodes."""
@@ -300,8 +302,19 @@ class SchedulingStages:
                 return False
         return True
 
-    def _regular_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+    def _regular_scheduling(
+        self,
+        node: ExecNode,
+        now: float,
+        result: HeartbeatResult,
+        stage: SchedulingStage = SchedulingStage.REGULAR_MEDIUM_PRIORITY,
+        excluded: Sequence[_Element] = (),
+    ) -> None:
+        """One regular stage on ``node``; ``excluded`` operations are not considered in it
+        (`guarantee_priority.run_regular_stages`)."""
         current = self._new_pass()
+        for element in excluded:
+            self._exclude(element, current)
         attempts = 0
         limit = self.config.max_schedule_attempts_per_heartbeat
         # the node's vectors as floats for the whole pass; ``usage`` follows ``node.usage`` step by step
@@ -319,9 +332,7 @@ class SchedulingStages:
                     leaf.op.deactivation_reasons[reason.value] += 1
                     self._exclude(leaf, current)
                     continue
-                self._started(
-                    allocation, leaf, node, now, result, SchedulingStage.REGULAR_MEDIUM_PRIORITY, current
-                )
+                self._started(allocation, leaf, node, now, result, stage, current)
                 _add_list(usage, allocation.amounts)
         finally:
             self._finish_pass(current)
