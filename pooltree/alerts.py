@@ -59,6 +59,7 @@ from pooltree.config.support import (
 from pooltree.config.tags import TagFilter
 from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, yt_error
 from pooltree.resources import RESOURCES, resources_to_dict
+from pooltree.strategy.node_limits import NODES_WITH_INSUFFICIENT_RESOURCE_LIMITS, insufficient_node_limits
 
 if TYPE_CHECKING:
     from pooltree.server.live import LiveOperation, LiveScheduler
@@ -251,6 +252,9 @@ class SchedulerAlerts:
                     {"pool_tree": tree, "node_tag_filter": core.pool_tree.config.tag_filter.text},
                 )
             )
+        small = insufficient_node_limits(tree, core.pool_tree.config, core.nodes_view)
+        if small is not None:
+            alerts.append(alert(NODES_WITH_INSUFFICIENT_RESOURCE_LIMITS, *small))
         alerts.extend(self._option_alerts(tree, core.pool_tree.definition))
         return alerts
 

@@ -73,8 +73,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_preliminary_resource_limits_check": "YTsaurus testing options",
     "enable_resource_tree_random_sleeps": "YTsaurus testing options",
     "guaranteed_job_resources": NODE_LIMITS,
-    "min_node_resource_limits": NODE_LIMITS,
-    "min_node_resource_limits_check_period": NODE_LIMITS,
     "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
     "max_discretized_steps": "discretized (staircase) fair share is not implemented",
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
@@ -100,6 +98,8 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_scheduling_tags": "pooltree/strategy/stages.py",
     "consider_allocation_on_fair_share_bound_preemptible": "pooltree/strategy/preemptible.py",
     "necessary_resources_for_operation": "pooltree/strategy/necessary_resources.py",
+    "min_node_resource_limits": "pooltree/strategy/node_limits.py",
+    "min_node_resource_limits_check_period": "pooltree/strategy/node_limits.py",
 }
 POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "

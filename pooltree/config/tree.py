@@ -213,7 +213,7 @@ class PoolTreeConfig(ConfigModel):
             GpuPolicyConfig.from_tree_options(
                 extra.get("policy_kind"), extra.get("gpu_scheduling_policy"), ""
             )
-            for name in ("min_job_resource_limits", "max_job_resource_limits"):
+            for name in ("min_job_resource_limits", "max_job_resource_limits", "min_node_resource_limits"):
                 if extra.get(name) is not None:
                     if not isinstance(extra[name], dict):
                         raise ConfigError(name, "expected a map of resources")
