@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from itertools import compress, repeat
 from operator import is_, is_not
 from typing import TYPE_CHECKING, Any
@@ -12,7 +13,6 @@ import numpy as np
 from pooltree.errors import ConfigError
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.compiled import read_vectors
-from pooltree.fairshare.journal import InputJournal
 from pooltree.fairshare.model import (
     FIFO_SORT_PARAMETERS,
     GUARANTEE_TYPES,
@@ -187,21 +187,17 @@ class _KeptInputs:
     """One update's raw scalar inputs (the objects read from the elements) and the checked arrays made from
     them, kept on the tree (``_Tree.inputs``) for the next update of the same structure.
 
-    With a journaled model (``journal``: every operation of the tree belongs to it, ``journaled``), also every
-    array as read (before ``compute_attributes`` sums usage and demand in place), read-only, and the journal's
-    ``position`` when they were read: the next update copies them and reads again only the operations written
-    since, and every pool (``_read_written``)."""
+    Also every array as read (before ``compute_attributes`` sums usage and demand in place), read-only: an
+    update told which operations were written since (``UpdateState.written``) copies them and reads again only
+    those operations' rows (``_read_written``)."""
 
     __slots__ = (
         "apply_limits",
         "demand",
-        "journal",
-        "journaled",
         "msr",
         "msr_array",
         "pool_arrays",
         "pool_raw",
-        "position",
         "schedulable",
         "specified_limits",
         "step",
@@ -223,9 +219,6 @@ class _KeptInputs:
     tol_array: np.ndarray
     weight_cfg: np.ndarray
     weights: list[Any] | None
-    journal: InputJournal | None
-    journaled: bool
-    position: int
     total: bytes
     usage: np.ndarray
     demand: np.ndarray
@@ -242,7 +235,7 @@ WRITTEN_SHARE_LIMIT = 0.5
 costs less than finding the rows)."""
 
 
-def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np.ndarray] | None:
+def _carried_inputs(tree: _Tree) -> tuple[_KeptInputs, np.ndarray] | None:
     """The inputs kept by the previous tree of the root laid out by ``tree``'s rows, when the layout patched that
     tree into this one (``_Tree.rows_from``: operations arrived, left or moved under the same pools), and the rows
     that are new (read by the update with the written ones). None when there is nothing to carry."""
@@ -251,17 +244,12 @@ def _carried_inputs(tree: _Tree, journal: InputJournal) -> tuple[_KeptInputs, np
     if previous is None or rows_from is None:
         return None
     last = previous.inputs
-    if last is None or last.journal is not journal or not last.journaled:
+    if last is None:
         return None
     source = np.maximum(rows_from, 0)
     new_rows = np.flatnonzero(rows_from < 0)
     carried = _KeptInputs()
-    carried.journal, carried.journaled, carried.position, carried.total = (
-        journal,
-        True,
-        last.position,
-        last.total,
-    )
+    carried.total = last.total
     for name in _CARRIED_ARRAYS:
         array = np.take(getattr(last, name), source, axis=0)  # faster than [source]
         array[new_rows] = 0  # what a full read leaves in an operation's row where it reads nothing (strong)
@@ -294,40 +282,36 @@ _CARRIED_ARRAYS = (
 def _read_inputs(upd: _Update) -> None:
     """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
-    An update of a journaled model (``pooltree.fairshare.journal``) whose tree was read before reads only the
-    operations written since and the pools (``_read_written``); so does the update of a tree patched from such
-    a tree (operations arrived, left or moved: ``layout._patched``), which also reads the new rows. Anything
-    else reads every row (``_read_every_row``). All give the same arrays and raise the same first error.
+    An update told which operations were written since the previous update of the same tree
+    (``UpdateState.written``: the period's delta of inputs) reads only those operations' rows
+    (``_read_written``); so does the update of a tree patched from the previous one (operations arrived, left or
+    moved: ``layout._patched``), which also reads the new rows. Anything else reads every row
+    (``_read_every_row``). All give the same arrays and raise the same first error.
     """
     tree = upd.tree
-    journal = getattr(tree.elements[0], "journal", None)
-    if type(journal) is not InputJournal:
-        journal = None
-    last: _KeptInputs | None = tree.inputs
-    new_rows = None
-    if journal is not None and last is None:
-        carried = _carried_inputs(tree, journal)
-        if carried is not None:
-            last, new_rows = carried
-    if journal is not None and last is not None and last.journal is journal and last.journaled:
-        rows = _written_rows(upd, last, journal, new_rows)
-        if rows is not None:
-            _read_written(upd, last, rows, journal)
-            return
-    _read_every_row(upd, journal)
+    written = upd.state.written
+    if written is not None:
+        last: _KeptInputs | None = tree.inputs
+        new_rows = None
+        if last is None:
+            carried = _carried_inputs(tree)
+            if carried is not None:
+                last, new_rows = carried
+        if last is not None:
+            rows = _written_rows(upd, last, written, new_rows)
+            if rows is not None:
+                _read_written(upd, last, rows)
+                return
+    _read_every_row(upd)
 
 
 def _written_rows(
-    upd: _Update, last: _KeptInputs, journal: InputJournal, new_rows: np.ndarray | None = None
+    upd: _Update, last: _KeptInputs, written: Collection[Any], new_rows: np.ndarray | None = None
 ) -> np.ndarray | None:
-    """Rows (sorted) of the tree's operations written since ``last`` was read, and the ``new_rows``, or None:
-    read every row (the journal forgot, the totals changed, too many were written, or one is not in the
-    journal)."""
+    """Rows (sorted) of the tree's operations among ``written`` and the ``new_rows``, or None: read every row
+    (the totals changed, or too many were written)."""
     if last.total != upd.total.tobytes():
         return None  # every row's default tag-filter limits are the totals
-    written = journal.written_since(last.position)
-    if written is None:
-        return None
     tree = upd.tree
     ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
     limit = len(ops) * WRITTEN_SHARE_LIMIT
@@ -338,24 +322,19 @@ def _written_rows(
     rows: list[int] = []
     if new_rows is not None:
         for row in new_rows.tolist():
-            element = elements[row]
-            if getattr(element, "journal", None) is not journal:
-                return None  # not journaled: only a full read may vouch for it
-            unique.pop(element, None)
+            unique.pop(elements[row], None)
             rows.append(row)
     if len(unique) + len(rows) > limit:
         return None
     for element in unique:
         row = tree.row_of(element)
         if row is not None:
-            if getattr(element, "journal", None) is not journal:
-                return None  # it left the journal: its next writes would not be seen
             rows.append(row)
     rows.sort()
     return np.array(rows, dtype=np.int64)
 
 
-def _read_every_row(upd: _Update, journal: InputJournal | None) -> None:
+def _read_every_row(upd: _Update) -> None:
     """Every element's inputs: one comprehension per attribute (a slot read the interpreter specialises, cheaper
     than one ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``)."""
     tree = upd.tree
@@ -368,7 +347,6 @@ def _read_every_row(upd: _Update, journal: InputJournal | None) -> None:
     ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
     pools: list[Pool] = tree.pools
     main = RESOURCES.index(upd.settings.main_resource)
-    position = 0 if journal is None else journal.position  # before any value is read
     # Scalar fields whose values are the very objects of the previous update of this tree (immutable
     # values: the same object is the same value) reuse the arrays made and checked from them then.
     last = tree.inputs
@@ -457,12 +435,6 @@ def _read_every_row(upd: _Update, journal: InputJournal | None) -> None:
     upd.max_share_ratio = msr
     upd.tolerance = tol
     upd.apply_limits = apply_limits
-    kept.journal = journal
-    # Every later read of this tree trusts the journal only for operations that belong to it.
-    kept.journaled = journal is not None and all(
-        map(is_, map(getattr, elements, repeat("journal"), repeat(None)), repeat(journal))
-    )
-    kept.position = position
     _keep_arrays(upd, kept)  # sets ``tree.inputs``: only once every check has passed
 
 
@@ -516,13 +488,12 @@ def _check_vectors(upd: _Update, rows: np.ndarray | None) -> None:
         raise ConfigError(_path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)")
 
 
-def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray, journal: InputJournal) -> None:
-    """The inputs of a journaled tree read before (``last``): its arrays, with the rows of the elements written
-    since (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
+def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray) -> None:
+    """The inputs of a tree read before (``last``): its arrays, with the rows of the elements written since
+    (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
     rows passed them then, so the first bad row is among these)."""
     tree = upd.tree
     elements = tree.elements
-    position = journal.position  # before any value is read
     is_op = tree.is_op[rows]
     op_rows = rows[is_op]
     pool_rows = rows[~is_op]
@@ -609,5 +580,4 @@ def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray, journal: In
     upd.max_share_ratio = kept.msr_array
     upd.tolerance = kept.tol_array
     upd.apply_limits = apply_limits
-    kept.journal, kept.journaled, kept.position = journal, True, position
     _keep_arrays(upd, kept)

@@ -138,7 +138,7 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
-def _flatten(root: Pool, previous: _Tree | None = None) -> _Tree:
+def _flatten(root: Pool, previous: _Tree | None = None, written: Any = None) -> _Tree:
     """The flattened tree of ``root``: ``previous`` (the previous update's, carried by its ``UpdateState``) when it
     is the tree of this very root with the same structure, else a new one.
 
@@ -148,7 +148,8 @@ def _flatten(root: Pool, previous: _Tree | None = None) -> _Tree:
     flattening, and every structural array derived from the tree (``_Tree.memo``) is reused. When only
     operations arrived, left or moved under the same pools, the new tree is the previous one patched
     (``_patched``: its rows shifted with numpy, the changed pools' blocks re-laid), row for row what
-    ``_flatten_new`` makes; anything else is flattened anew.
+    ``_flatten_new`` makes; anything else is flattened anew. ``written`` (``UpdateState.written``): the only
+    elements written since ``previous`` was read (None: not known, every id is compared).
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
@@ -159,7 +160,7 @@ def _flatten(root: Pool, previous: _Tree | None = None) -> _Tree:
         counts = list(map(len, child_lists))  # children must be sized lists, as before
         elements: list[Any] = [root]
         elements += chain.from_iterable(child_lists)
-        if _same_structure(cached, counts, elements):
+        if _same_structure(cached, counts, elements, written):
             return cached
         tree = _patched(cached, child_lists, counts, elements)
     if tree is None:
@@ -173,19 +174,18 @@ def _flatten(root: Pool, previous: _Tree | None = None) -> _Tree:
     return tree
 
 
-def _same_structure(tree: _Tree, counts: list[int], elements: list[Any]) -> bool:
+def _same_structure(tree: _Tree, counts: list[int], elements: list[Any], written: Any = None) -> bool:
     """Whether the root still has ``tree``'s structure: the pools' children lists (``counts`` long), read in
     breadth-first order (``elements``), hold the same objects in the same numbers (the breadth-first order
-    alone does not fix the structure), and the elements keep their ids."""
+    alone does not fix the structure), and the elements keep their ids (only the ``written`` ones can have
+    another, when the caller says which were written)."""
     if counts != tree.pool_child_counts:
         return False
     if len(elements) != len(tree.elements) or not all(map(is_, elements, tree.elements)):
         return False
-    written = _written_elements(tree)
-    if written is None:
+    if written is None or tree.inputs is None or len(written) > len(tree.elements) // 4:
         return [e.id for e in elements] == tree.ids
-    # A journaled tree (``pooltree.fairshare.journal``): an id changes only by a recorded write, so only the
-    # elements written since the last read need their id compared (a cold read of 12k ids costs ~1 ms).
+    # only the elements written since the last read need their id compared (a cold read of 12k ids costs ~1 ms)
     tree_objects = None
     for element in written:
         if tree.row_of(element) is not None:
@@ -195,25 +195,6 @@ def _same_structure(tree: _Tree, counts: list[int], elements: list[Any]) -> bool
         if id(element) in tree_objects:
             return False  # an element of the tree has another id now
     return True
-
-
-def _written_elements(tree: _Tree) -> list[Any] | None:
-    """The elements written since the tree's inputs were last read, when every element of the tree belonged to
-    the root's journal then and still does (``inputs._KeptInputs.journaled``) and the journal reaches back; else
-    None (every id is compared)."""
-    kept = tree.inputs
-    if kept is None or not getattr(kept, "journaled", False):
-        return None
-    journal = kept.journal
-    if journal is None or getattr(tree.elements[0], "journal", None) is not journal:
-        return None
-    written = journal.written_since(kept.position)
-    if written is None or len(written) > len(tree.elements) // 4:
-        return None
-    for element in written:
-        if getattr(element, "journal", None) is not journal:
-            return None  # it left the journal (recorded there): its later writes would not be seen
-    return written
 
 
 def _object_ids(elements: list[Any]) -> np.ndarray:

@@ -103,13 +103,19 @@ class UpdateState:
     """What one update hands the next: the integral guarantees' volumes and ratios (a rule's state), and
     ``layout``, what the update derived from its tree (the flattened tree with its kept inputs, guarantees and
     functions, ``layout._Tree``) for the next update of the same root to take again where its inputs are the
-    same (``fairshare/reuse.py``). Passed in and returned: nothing is kept anywhere else between updates."""
+    same (``fairshare/reuse.py``), plus ``written``, the caller's delta of inputs since. Passed in and returned:
+    nothing is kept anywhere else between updates."""
 
     previous_update_time: float | None = None
     accumulated_resource_volume: dict[str, Vector] = field(default_factory=dict)  # per integral pool
     last_integral_share_ratio: dict[str, float] = field(default_factory=dict)
     layout: Any = field(default=None, repr=False)
     """The update's flattened tree (``layout._Tree``), taken again only by an update of the very same root."""
+    written: Any = field(default=None, repr=False)
+    """Set by the caller before the next update: the operation elements whose usage, demand or pending count it
+    wrote since the update that returned this state (repeats allowed; any other change of an element must be a new
+    element object), so that update reads only their rows; None (an update's own state): not known, every row is
+    read. The tree runtime's input cache reports them (``FairShareInputCache.take_written``)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -8,6 +8,7 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import importlib
 from collections.abc import Callable, Iterable, Mapping
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import PooltreeError
+from pooltree.fairshare.model import UpdateState
 from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
@@ -380,7 +382,7 @@ class SchedulerCore:
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
-                result = function(root, total, settings, now, self.fair_share_state)
+                result = self._run_fair_share(function, root, total, settings, now)
                 if self.config.enable_absolute_fair_share_starvation_tolerance:
                     apply_absolute_starvation_tolerance(result, self._min_needed(), total)
                 left_out = self._fifo_unschedulable(result)
@@ -419,6 +421,21 @@ class SchedulerCore:
     def _min_needed(self) -> dict[str, Vector]:
         """Operation id → its controller's aggregated minimum needed allocation resources."""
         return {op_id: controller.min_needed_resources for op_id, controller in self.controllers.items()}
+
+    def _run_fair_share(
+        self, function: FairShareFunction, root: Any, total: Vector, settings: Any, now: float
+    ) -> Any:
+        """The update of this period's input, given the previous update's state and the operations the input
+        wrote since (the period's delta of inputs: the update reads only their rows)."""
+        state = self.fair_share_state
+        written = self._input_cache.take_written()
+        if isinstance(state, UpdateState) and written is not None:
+            state = dataclasses.replace(state, written=written)
+        try:
+            return function(root, total, settings, now, state)
+        except BaseException:
+            self._input_cache.forget_written()  # the next update reads every row
+            raise
 
     def _period_delta(self) -> PeriodDelta:
         """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations

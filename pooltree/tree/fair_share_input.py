@@ -9,7 +9,6 @@ not suspended; otherwise demand = usage and the operation is not schedulable.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,12 +17,6 @@ from pooltree.config import TagFilter
 from pooltree.config.operation_preemption import (
     operation_starvation_tolerance,
     specified_starvation_tolerance,
-)
-from pooltree.fairshare.journal import (
-    InputJournal,
-    JournaledOperation,
-    JournaledPool,
-    SealedIntegralGuarantees,
 )
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
@@ -104,13 +97,16 @@ class FairShareInputCache:
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
     objects gives the same result as building new ones.
 
-    Its elements are journaled (``pooltree.fairshare.journal``): every write into an element is recorded in
-    ``journal`` (arrays and integral guarantees are read-only), and the root carries the journal, so an update of
-    the same tree reads only the elements written since it last read them.
+    What it wrote since the last update (`take_written`) is the update's delta of inputs: the operations whose
+    usage, demand and pending count it wrote into their elements (``written``; any other change of an element is a
+    new element object). ``None`` when it does not know (it walked the tree, or an update failed): the next update
+    reads every row.
     """
 
     def __init__(self) -> None:
-        self.journal = InputJournal()
+        self.written: list[Operation] | None = None
+        """Operation elements whose usage, demand and pending count were written since `take_written` (repeats
+        possible); None: not known (every row is read)."""
         self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
         self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self.tags: _TagLimits | None = None
@@ -123,6 +119,17 @@ class FairShareInputCache:
         if self.tags is None or self.tags._source is not nodes:
             self.tags = _TagLimits(nodes)
         return self.tags
+
+    def take_written(self) -> list[Operation] | None:
+        """The operations written since the last call (None: not known), for the update that reads this input;
+        the next call answers from here on."""
+        written = self.written
+        self.written = []
+        return written
+
+    def forget_written(self) -> None:
+        """What was written is not known any more (an update that read it failed): the next update reads all."""
+        self.written = None
 
     def forget(self, pools: set[str], operations: set[str]) -> None:
         """Drop entries of elements that are no longer in the tree."""
@@ -160,15 +167,11 @@ def _tree_option(spec: Any, tree: str, name: str) -> Any:
     return _spec_option(spec, name, None)
 
 
-def _operation_static(
-    tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits, journal: InputJournal | None = None
-) -> Operation:
-    """The operation's model element without usage and demand (set by ``_set_resources``); journaled in
-    ``journal`` when one is given."""
+def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
+    """The operation's model element without usage and demand (set by ``_set_resources``)."""
     schedulable = op.running and not op.suspended
     max_share_ratio = _tree_option(op.spec, tree.name, "max_share_ratio")
-    kind: Any = Operation if journal is None else partial(JournaledOperation, journal=journal)
-    return kind(
+    return Operation(
         id=op.id,
         weight=op.weight,
         specified_resource_limits=np.array(op.resource_limits, dtype=float),
@@ -297,14 +300,13 @@ def _gang_like(tree: PoolTree, op: TreeOperation) -> bool:
     return sum(int(count or 0) for count in counts) == 1
 
 
-def _integral(config: Any, tree: PoolTree, sealed: bool = False) -> IntegralGuarantees:
-    """The pool's integral guarantees (``sealed``: a journaled pool's, which refuse changes in place)."""
-    kind = SealedIntegralGuarantees if sealed else IntegralGuarantees
+def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:
+    """The pool's integral guarantees."""
     if config is None:
-        return kind()
+        return IntegralGuarantees()
     ig = config.integral_guarantees
     distribute = ig.should_distribute_free_volume_among_children
-    return kind(
+    return IntegralGuarantees(
         guarantee_type=ig.guarantee_type,
         burst_guarantee_resources=np.array(ig.burst_guarantee_resources.vector, dtype=float),
         resource_flow=np.array(ig.resource_flow.vector, dtype=float),
@@ -326,10 +328,8 @@ def _pool_tolerance(tree: PoolTree, pool: PoolElement, parent_tolerance: float) 
     return tolerance
 
 
-def _pool_static(
-    tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float, journal: InputJournal | None = None
-) -> Pool:
-    """The pool's model element without children (carrying ``journal`` when one is given)."""
+def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
+    """The pool's model element without children."""
     config = pool.config
     if config is not None:
         limits = np.array(config.resource_limits.vector, dtype=float)
@@ -337,8 +337,7 @@ def _pool_static(
         limits = np.array(pool.ephemeral_config.resource_limits.vector, dtype=float)
     else:
         limits = np.full(len(zeros()), np.inf)
-    kind: Any = Pool if journal is None else partial(JournaledPool, journal=journal)
-    return kind(
+    return Pool(
         id=pool.name,
         weight=None if config is None or config.weight is None else float(config.weight),
         specified_resource_limits=limits,
@@ -353,7 +352,7 @@ def _pool_static(
         specified_guarantee_resources=(
             frozenset(config.strong_guarantee_resources.specified) if config is not None else frozenset()
         ),
-        integral_guarantees=_integral(config, tree, journal is not None),
+        integral_guarantees=_integral(config, tree),
         fifo_sort_parameters=tuple(config.fifo_sort_parameters)
         if config is not None
         else ("weight", "start_time"),
@@ -430,7 +429,7 @@ class _CachedBuild:
         if entry is not None and entry[0] == key:
             element = entry[1]
         else:
-            element = _pool_static(tree, pool, self.tags, tolerance, self.cache.journal)
+            element = _pool_static(tree, pool, self.tags, tolerance)
             self.cache.pools[pool.name] = (key, element)
         children: list[Any] = [self.pool(child, tolerance) for child in pool.children.values()]
         operations = self.cache.operations
@@ -445,7 +444,7 @@ class _CachedBuild:
             if entry is not None and entry[0] == key:
                 static = entry[1]
             else:
-                static = _operation_static(tree, op, tolerance, self.tags, self.cache.journal)
+                static = _operation_static(tree, op, tolerance, self.tags)
                 if key is not None:
                     operations[op.id] = (key, static)
                 else:
@@ -502,14 +501,15 @@ def build_fair_share_input(
     )
     if same_source and delta.unchanged:
         assert last is not None
-        _refresh_resources(last.operations, operation_resources, changed)
+        _refresh_resources(last.operations, operation_resources, changed, cache.written)
         root = last.root
     elif same_source and _changes_applied(tree, last, cache, operation_resources, nodes, delta):
         assert last is not None
         last.key = key
-        _refresh_resources(last.operations, operation_resources, changed)
+        _refresh_resources(last.operations, operation_resources, changed, cache.written)
         root = last.root
     else:
+        cache.written = None  # every element written: the update reads every row
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
         root = build.pool(tree.root, tolerance)
         cache.forget(build.seen_pools, build.seen_operations)
@@ -589,13 +589,15 @@ def _apply_operation_changes(
                 if found_entry is not None and found_entry[0] == op_key:
                     static = found_entry[1]
                 else:
-                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes), cache.journal)
+                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes))
                     operations[op_id] = (op_key, static)
                 found = _found(source, op_id)
                 if found is None:
                     _write_resources(static, zeros(), zeros())
                 else:
                     _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+                if cache.written is not None:
+                    cache.written.append(static)
                 entries[op_id] = [static, found]
                 parent_of[op_id] = name
             else:
@@ -614,7 +616,10 @@ def _apply_operation_changes(
 
 
 def _refresh_resources(
-    operations: dict[str, list[Any]], source: OperationResources, changed: Collection[str] | None = None
+    operations: dict[str, list[Any]],
+    source: OperationResources,
+    changed: Collection[str] | None = None,
+    written: list[Operation] | None = None,
 ) -> None:
     """Write current usage and demand into the cached operations' model elements: of every cached operation, or
     (``changed`` given) of the cached ones among ``changed`` only (the source answers the others as last time).
@@ -636,6 +641,8 @@ def _refresh_resources(
         if found is entry[1] and found is not None:
             continue
         entry[1] = found
+        if written is not None:
+            written.append(element)
         if found is None:
             _write_resources(element, zeros(), zeros())
         else:

@@ -5,6 +5,7 @@ flatten, which raises the same errors as before."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -261,16 +262,13 @@ def test_the_patched_tree_lets_the_previous_one_go_after_its_build(monkeypatch: 
     assert tree.functions is not None
 
 
-@pytest.mark.parametrize("rename", ["operation", "pool", "bypass"])
-def test_a_journaled_tree_compares_only_written_ids(rename: str) -> None:
-    """On a journaled model the same-structure check compares only the ids of the elements written since the last
-    read: a recorded rename (of an operation or a pool) still makes a new tree, and the update equals an update of
-    fresh copies. A write that bypasses the journal (``object.__setattr__``) is not seen, as the journal says."""
-    from pooltree.fairshare.journal import InputJournal
-    from tests.fairshare.test_update_journal import _journaled
-
+@pytest.mark.parametrize("rename", ["operation", "pool", "unreported"])
+def test_told_what_was_written_the_layout_compares_only_their_ids(rename: str) -> None:
+    """Told which elements were written since the last read (``UpdateState.written``), the same-structure check
+    compares only their ids: a rename of a reported element (an operation or a pool) still makes a new tree, and
+    the update equals an update of fresh copies. A rename the caller does not report is not seen, as
+    ``UpdateState.written`` says (the caller promises that only the elements it names were written)."""
     root, update_settings = _update_case(4)
-    root = _journaled(root, InputJournal())
     state, fresh_state = UpdateState(), UpdateState()
     for step in range(2):
         pair = matches_fresh_update(
@@ -280,18 +278,21 @@ def test_a_journaled_tree_compares_only_written_ids(rename: str) -> None:
         state, fresh_state = pair[0].state, pair[1].state
     tree = state.layout
     assert tree.elements[0] is root
-    assert layout_module._written_elements(tree) == []  # journaled, nothing written since the last read
     ops = [op for _, op in _ops(root)]
     if rename == "operation":
         ops[0].id = "renamed-operation"
+        written: list[Any] = [ops[0]]
     elif rename == "pool":
         _pools(root)[1].id = "renamed-pool"
+        written = [_pools(root)[1]]
     else:
-        object.__setattr__(ops[0], "id", "bypassed")
-    got = _flatten(root, tree)
-    if rename == "bypass":
-        assert got is tree  # not seen: the journal's documented limit
+        ops[0].id = "unreported"
+        written = []
+    got = _flatten(root, tree, written)
+    if rename == "unreported":
+        assert got is tree  # not seen: the caller's promise
         return
     assert got is not tree
     _same_tree(got, _flatten_new(root))
-    assert matches_fresh_update(root, TOTAL, update_settings, 2.0, state, fresh_state, rename) is not None
+    told = dataclasses.replace(state, written=written)
+    assert matches_fresh_update(root, TOTAL, update_settings, 2.0, told, fresh_state, rename) is not None
