@@ -17,8 +17,10 @@ jobs/s) is reported along with every run's summary.
 (keepers, bubblewrap, the job's shell: all reaped below the node). ``--isolation`` picks the mode
 (``node/isolation.py``); to measure without the system's bubblewrap, run it with ``/usr/bin/bwrap`` masked (as
 ``.ci/run`` does: ``unshare --mount sh -c 'mount --bind /dev/null /usr/bin/bwrap && exec ...'``).
+``--no-slots`` starts every sandboxed job in a bubblewrap of its own instead of the node's slots (``slots.py``).
 
 Usage: .venv/bin/python bench/job_start.py [--jobs 300] [--slots 8] [--repeat 3] [--meter auto] [--isolation auto]
+       [--no-slots]
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 async def _run_once(
-    root: Path, jobs: int, slots: int, command: str, meter: str, isolation: str, warm: int | None
+    root: Path, jobs: int, slots: int, command: str, meter: str, isolation: str, sandbox_slots: bool
 ) -> dict:
     """Start ``jobs`` jobs with ``slots`` concurrency in a fresh executor; the timings of this run."""
     finished_at: dict[str, float] = {}
@@ -60,7 +62,7 @@ async def _run_once(
     def on_finish(result: JobResult) -> None:
         finished_at[result.job_id] = time.perf_counter()
 
-    options = {} if warm is None else {"warm_sandboxes": warm}
+    options = {} if sandbox_slots else {"sandbox_slots": False}
     executor = JobExecutor(root, memory_meter=meter, on_finish=on_finish, isolation=isolation, **options)
     slots_free = asyncio.Semaphore(slots)
     start_durations: list[float] = []
@@ -105,6 +107,7 @@ async def _run_once(
         "cpu_ms_per_job": round(cpu / jobs * 1000, 3),
         "cpu_ms_per_job_with_children": round((cpu + children) / jobs * 1000, 3),
         "isolation": executor.isolation.summary(),
+        "sandbox_slots": executor.sandbox_slots,
         "wall_seconds": round(wall, 3),
         "start": _summary(start_durations),
         "start_to_running": _summary(to_running),
@@ -124,7 +127,7 @@ def main() -> None:
     parser.add_argument("--meter", default="auto", choices=("auto", "cgroup", "psutil"))
     parser.add_argument("--isolation", default="auto", help="auto, sandbox, slot-uid or none")
     parser.add_argument(
-        "--warm-sandboxes", type=int, default=None, help="pre-started sandboxes (default: the node's)"
+        "--no-slots", action="store_true", help="a bubblewrap per sandboxed job instead of the node's slots"
     )
     args = parser.parse_args()
     if args.jobs <= 0 or args.slots <= 0 or args.repeat <= 0:
@@ -141,7 +144,7 @@ def main() -> None:
                         args.command,
                         args.meter,
                         args.isolation,
-                        args.warm_sandboxes,
+                        not args.no_slots,
                     )
                 )
             )

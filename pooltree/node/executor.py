@@ -48,7 +48,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.files import BlobSource, truncate_output, write_job_files
 from pooltree.node.gpu import GpuSlots, device_binds, gpu_demand, gpu_environment
-from pooltree.node.isolation import JobIsolation, Slot
+from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
     RESOURCE_OVERDRAFT_REASON,
@@ -64,7 +64,7 @@ from pooltree.node.job import (
 )
 from pooltree.node.keeper import KeeperProcess, KeeperZygotes
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
-from pooltree.node.warm import WarmSandboxes
+from pooltree.node.slots import SandboxSlot, SandboxSlots
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -74,8 +74,6 @@ NODE_SHUTDOWN_REASON = "node_shutdown"
 TRASH_DIRECTORY = ".trash"
 CLEANUP_THREADS = 4
 LAUNCH_THREADS = 4
-WARM_SANDBOXES = 8
-"""Sandboxes a node keeps pre-started (``warm.py``): enough for 8 slots of short jobs."""
 
 _log = logging.getLogger(__name__)
 
@@ -108,6 +106,8 @@ class _Job:
     max_memory: float = 0.0
     job_proxy_max_memory: float = 0.0
     exit_mono: float | None = None
+    sandbox_slot: SandboxSlot | None = None
+    """The slot the job runs in (``slots.py``); None for a job in a bubblewrap of its own or unsandboxed."""
     supervisor: asyncio.Task | None = None
     killer: asyncio.Task | None = None
     done: asyncio.Future[JobResult] = field(
@@ -171,17 +171,6 @@ def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
             os.kill(pid, sig)
 
 
-def _real_program(name: str) -> str | None:
-    """``name`` on the node's ``PATH``, as its real path (the job runs it inside the sandbox)."""
-    found = shutil.which(name)
-    return os.path.realpath(found) if found is not None else None
-
-
-def _private_output_fd(path: Path) -> int:
-    """A new output file only the node's user can read (0600), as a descriptor (close-on-exec)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-
-
 def _private_output(path: Path) -> Any:
     """A new output file only the node's user can read (0600): jobs of other uids never see it."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
@@ -211,7 +200,7 @@ class JobExecutor:
         clock: Callable[[], float] = time.time,
         on_finish: FinishListener | None = None,
         isolation: str | JobIsolation = "auto",
-        warm_sandboxes: int = WARM_SANDBOXES,
+        sandbox_slots: bool = True,
         gpus: GpuSlots | None = None,
     ):
         if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
@@ -271,14 +260,10 @@ class JobExecutor:
         )
         self.isolation.prepare_root()
         wraps_argv = self.meter.argv("probe", ["probe"]) != ["probe"]  # the cgroup meter's join: start cold
-        self._warm = WarmSandboxes(
-            self.root,
-            self.isolation,
-            self._keepers,
-            _private_output_fd,
-            size=0 if wraps_argv else warm_sandboxes,
-            env_program=_real_program("env"),
+        self._slots = SandboxSlots(
+            self.root, self.isolation, self._discard, enabled=sandbox_slots and not wraps_argv
         )
+        """Sandboxes set up once per slot and entered by each job (``slots.py``), where the node can."""
         self._sandbox_trash = self._trash
         if self.isolation.sandboxes != self.root:  # slot-uid-only sandboxes elsewhere: a trash beside them
             self._sandbox_trash = self.isolation.sandboxes / TRASH_DIRECTORY
@@ -392,19 +377,16 @@ class JobExecutor:
 
     def _launch(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
         """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
-        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies. A
-        pre-started sandbox (``warm.py``) is used when one is ready and the job needs no device."""
+        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies. Where the
+        node keeps slots (``slots.py``) a job that needs no sandbox arguments of its own runs in one."""
         with self._forgetting_lock:
             forgetting = self._forgetting.get(job.spec.job_id)
         if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
             concurrent.futures.wait([forgetting])
         devices = device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files)
-        if self._warm.enabled:
-            self._fill_warm()
-            if not devices and job.spec.network != "isolated":  # those need sandbox arguments of their own
-                process = self._launch_warm(job, extra)
-                if process is not None:
-                    return process
+        own_arguments = bool(devices) or job.spec.network == "isolated"  # sandbox arguments of its own
+        if self._slots.enabled and not own_arguments and not job.spec.keep_sandbox:
+            return self._launch_in_slot(job, extra)
         env = job_environment(job.spec, job.sandbox)
         env.update(extra)
         self._fresh_directory(job.directory)
@@ -432,35 +414,41 @@ class JobExecutor:
                 argv, env=env, cwd=str(job.sandbox), stdout=stdout.fileno(), stderr=stderr.fileno()
             )
 
-    def _launch_warm(self, job: _Job, extra: dict[str, str]) -> KeeperProcess | None:
-        """Worker thread: the job in a pre-started sandbox, or None when none is ready."""
-        files, source = job.spec.files, self.file_source
-
-        def prepare(sandbox: Path, slot: Slot | None) -> None:
-            for path in write_job_files(sandbox, files, source):
-                if slot is not None:
-                    os.chown(path, slot.uid, slot.gid)
-
-        while (warm := self._warm.take()) is not None:
-            if not self._warm.alive(warm):
-                self._discard(warm.directory)
-                continue
-            if job.directory.exists():  # left by an earlier run of this node
-                self._discard(job.directory)
-            env = job_environment(job.spec, warm.sandbox)  # the sandbox's path inside it, where it was bound
+    def _launch_in_slot(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
+        """Worker thread: the job in a slot's sandbox (``slots.py``): its files written there, its keeper forked
+        into the slot's namespace as pid 1 of namespaces of its own, ``setpriv`` to the slot's uid, the shell."""
+        used = self._slots.take()
+        try:
+            env = job_environment(job.spec, used.sandbox)
             env.update(extra)
+            self._fresh_directory(job.directory)
+            os.chmod(job.directory, 0o700)  # stdout and stderr only: the job never passes through it
+            for path in write_job_files(used.sandbox, job.spec.files, self.file_source):
+                if used.slot is not None:
+                    os.chown(path, used.slot.uid, used.slot.gid)
+            argv = self.isolation.as_slot_user(["/bin/sh", "-c", shell_script(job.spec)], used.slot)
             self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
-            script = shell_script(job.spec)
-            process = self._warm.hand_over(warm, job.spec.job_id, job.directory, script, env, prepare)
-            if process is not None:
-                return process
-            self._discard(warm.directory)  # it never came up: the next one, or a cold start
-        return None
-
-    def _fill_warm(self) -> None:
-        """Top the pre-started sandboxes up in the background (a no-op once shut down)."""
-        with contextlib.suppress(RuntimeError):
-            self._launcher.submit(self._warm.fill)
+        except BaseException:
+            self._slots.give_back(used)  # nothing ran in it: emptied for the next job
+            raise
+        try:
+            with (
+                _private_output(job.directory / "stdout") as stdout,
+                _private_output(job.directory / "stderr") as stderr,
+            ):
+                process = self._keepers.spawn(
+                    argv,
+                    env=env,
+                    cwd=str(used.sandbox),
+                    stdout=stdout.fileno(),
+                    stderr=stderr.fileno(),
+                    namespace=used.namespace,
+                )
+        except BaseException:
+            self._slots.abandon(used)  # a keeper may have started in it: never another job there
+            raise
+        job.sandbox, job.sandbox_slot = used.sandbox, used
+        return process
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
         """Ask the job to finish: send its interruption_signal and abort it with ``reason`` after ``timeout``.
@@ -508,8 +496,6 @@ class JobExecutor:
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Kill every running job (aborted, ``node_shutdown``) and wait for their results; idempotent."""
         self._closed = True
-        for warm in await asyncio.to_thread(self._warm.close):  # pre-started sandboxes no job will use
-            self._discard(warm.directory)
         for job in list(self._running.values()):
             if job.verdict is None and job.exit_mono is None:
                 job.verdict = _Verdict(
@@ -519,6 +505,7 @@ class JobExecutor:
         pending = [job.supervisor for job in self._running.values() if job.supervisor is not None]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
+        await asyncio.to_thread(self._slots.close)
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -543,6 +530,11 @@ class JobExecutor:
         """The node's alerts (YT errors): a reduced job isolation."""
         alert = self.isolation.alert()
         return [alert] if alert is not None else []
+
+    @property
+    def sandbox_slots(self) -> bool:
+        """Whether sandboxed jobs run in the node's slots (``slots.py``) rather than a bubblewrap each."""
+        return self._slots.enabled
 
     def running_job_ids(self) -> list[str]:
         return sorted(self._running)
@@ -671,7 +663,10 @@ class JobExecutor:
             pid: read_process(pid)
             for pid in (self.meter.members(job.spec.job_id) if members is None else members)
         }
-        for _ in range(self.isolation.wrapper_depth):  # the wrapper chain, one generation at a time
+        depth = (
+            0 if job.sandbox_slot is not None else self.isolation.wrapper_depth
+        )  # a slot's: the keeper only
+        for _ in range(depth):  # the wrapper chain, one generation at a time
             wrappers |= {
                 pid for pid, entry in entries.items() if entry is not None and entry.ppid in wrappers
             }
@@ -853,7 +848,9 @@ class JobExecutor:
             self._cap_output(job.directory / "stdout")
         except OSError:
             _log.exception("cannot cap the output files of job %s", spec.job_id)
-        if not spec.keep_sandbox:
+        if job.sandbox_slot is not None:
+            self._slots.give_back(job.sandbox_slot)  # emptied for the slot's next job
+        elif not spec.keep_sandbox:
             self._discard(job.sandbox)
         return stderr_size
 

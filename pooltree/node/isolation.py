@@ -428,7 +428,7 @@ class JobIsolation:
         (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs).
         ``own_network``: the job gets a network namespace of its own (``--unshare-net``); without bubblewrap
         that cannot be given, and the job is refused."""
-        inner = list(argv) if slot is None else [*self._switch_uid(slot), *argv]
+        inner = self.as_slot_user(argv, slot)
         if self.bwrap is None:
             if own_network:
                 raise PooltreeError(
@@ -441,6 +441,10 @@ class JobIsolation:
         if own_network and "--unshare-net" not in arguments:
             arguments.insert(1, "--unshare-net")
         return [self.bwrap, *arguments, "--", *inner]
+
+    def as_slot_user(self, argv: Sequence[str], slot: Slot | None) -> list[str]:
+        """``argv`` run as the slot's uid (behind ``setpriv``), or as it is when jobs keep the node's uid."""
+        return list(argv) if slot is None else [*self._switch_uid(slot), *argv]
 
     def _switch_uid(self, slot: Slot) -> list[str]:
         """setpriv to the slot's uid and group, no supplementary groups, capabilities or new privileges."""

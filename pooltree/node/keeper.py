@@ -189,10 +189,25 @@ def _resolve(name: str, env: dict[str, str]) -> str:
     return name
 
 
+def kill_namespace() -> None:
+    """As pid 1 of the job's own PID namespace: SIGKILL every other process in it (``kill(-1)`` from pid 1 spares
+    only the caller) and reap them all; every process of the job is in the namespace, orphans come back to pid 1."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
 def _keep(lifeline: int, command: list[str], env: dict[str, str], catchable: set[signal.Signals]) -> int:
-    """The keeper's work once it is a subreaper: start ``command`` unless the node is gone, watch it and the
-    lifeline, kill what is left; the job's wait status (``KEEPER_EXIT_*`` as an exit code for the keeper's own
-    endings)."""
+    """The keeper's work once it is a subreaper (or pid 1 of the job's PID namespace): start ``command`` unless
+    the node is gone, watch it and the lifeline, kill what is left; the job's wait status (``KEEPER_EXIT_*`` as
+    an exit code for the keeper's own endings)."""
+    end = kill_namespace if os.getpid() == 1 else kill_subtree
     poller = select.poll()
     poller.register(lifeline, select.POLLIN)
     if poller.poll(0):  # the node is already gone: do not start the job at all
@@ -212,10 +227,10 @@ def _keep(lifeline: int, command: list[str], env: dict[str, str], catchable: set
         if exited in ready:
             break
         if lifeline in ready:  # EOF (the node never writes): the node is gone
-            kill_subtree()
+            end()
             return _exit_status(KEEPER_EXIT_NODE_GONE)
     _, status = os.waitpid(child, 0)
-    kill_subtree()  # what the job left behind does not outlive it
+    end()  # what the job left behind does not outlive it
     return status
 
 
@@ -225,6 +240,8 @@ def _exit_status(code: int) -> int:
 
 def _end_like(status: int) -> int:
     """Leave the way the job did: the same signal re-raised, or its exit code (returned for ``sys.exit``)."""
+    if os.WIFSIGNALED(status) and os.getpid() == 1:  # init ignores its own signals: bwrap's 128 + N
+        return 128 + os.WTERMSIG(status)
     if os.WIFSIGNALED(status):
         signum = os.WTERMSIG(status)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -262,24 +279,50 @@ def main(argv: list[str]) -> int:
 # ------------------------------------------------------------------------------------------------- the zygote
 
 CLONE_PARENT = 0x00008000
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+JOB_NAMESPACES = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
+"""What a keeper started in a slot's sandbox gets of its own: a copy of the slot's mount namespace (where its
+``/proc`` is mounted), a PID namespace it is pid 1 of, and an IPC namespace (System V objects and POSIX message
+queues die with the job)."""
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}
 """``clone``'s number where its arguments come in the order ``flags, stack, ...`` (elsewhere: a keeper per job)."""
 _HEADER = struct.Struct("!I")
 MAX_REQUEST = 64 * 1024 * 1024
 
 
-def _clone_parent(libc: ctypes.PyDLL) -> int:
+def _clone_parent(libc: ctypes.PyDLL, namespaces: int = 0) -> int:
     """``fork``, but the child is the child of this process's parent (the node), as with ``posix_spawn`` there:
-    the node reaps it, sees its exit through a pidfd and its status through ``waitpid``. Only in a process with
-    a single thread (the zygote's)."""
+    the node reaps it, sees its exit through a pidfd and its status through ``waitpid``; ``namespaces`` are
+    ``CLONE_NEW*`` flags the child gets new namespaces of. Only in a process with a single thread (the zygote's)."""
     number = SYS_CLONE.get(os.uname().machine)
     if number is None:
         raise OSError(errno.ENOSYS, f"clone(CLONE_PARENT) is not wired for {os.uname().machine}")
-    flags = CLONE_PARENT | signal.SIGCHLD
+    flags = CLONE_PARENT | namespaces | signal.SIGCHLD
     pid = libc.syscall(ctypes.c_long(number), ctypes.c_long(flags), ctypes.c_long(0), ctypes.c_long(0))
     if pid < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return pid
+
+
+def _setns(libc: ctypes.PyDLL, fd: int) -> None:
+    """Enter the mount namespace ``fd`` (its root and working directory become that namespace's root)."""
+    if libc.setns(ctypes.c_int(fd), ctypes.c_int(CLONE_NEWNS)) != 0:
+        raise OSError(ctypes.get_errno(), f"setns: {os.strerror(ctypes.get_errno())}")
+
+
+def _own_proc(libc: ctypes.PyDLL) -> str | None:
+    """In a keeper that is pid 1 of its PID namespace: its mounts private (nothing propagates back to the slot's
+    namespace), then a ``/proc`` of its own namespace over the slot's (the job sees its own processes only)."""
+    for source, target, kind, flags in (
+        (None, b"/", None, MS_REC | MS_PRIVATE),
+        (b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC),
+    ):
+        if libc.mount(source, target, kind, ctypes.c_ulong(flags), None) != 0:
+            return f"keeper: mount {target.decode()}: {os.strerror(ctypes.get_errno())}\n"
+    return None
 
 
 def _read_exact(sock: socket.socket, size: int) -> bytes | None:
@@ -342,6 +385,7 @@ def zygote(argv: list[str]) -> int:
     libc = ctypes.PyDLL(None, use_errno=True)  # the GIL stays held across clone: the child resumes holding it
     catchable = _quiet_signals()
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # the zygote's own mount namespace
     os.chdir("/")
     poller = select.poll()
     poller.register(lifeline, select.POLLIN)
@@ -361,27 +405,34 @@ def zygote(argv: list[str]) -> int:
             return 0
         message, fds = request
         settled = settling = -1
+        in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
         try:
-            if len(fds) not in (2, 3):
+            if len(fds) - in_slot not in (2, 3):
                 raise OSError(
                     errno.EINVAL, f"expected stdout, stderr [and stdin] descriptors, got {len(fds)}"
                 )
+            if in_slot:
+                _setns(libc, fds[-1])
             os.chdir(message["cwd"])
             settled, settling = os.pipe()
-            pid = _clone_parent(libc)
+            pid = _clone_parent(libc, JOB_NAMESPACES if in_slot else 0)
         except (OSError, KeyError, TypeError) as error:
-            os.chdir("/")
+            pid = -1
+            reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
+        if pid == 0:
+            os.close(settled)
+            _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot)
+        try:
+            if in_slot:  # back to the node's own view before anything else: never serve from a slot's
+                _setns(libc, home)
+        except OSError:
+            return 0  # a zygote that cannot leave a slot's namespace must not fork any more keepers
+        os.chdir("/")  # the zygote never stays in a sandbox (a sweep of processes in sandboxes kills them)
+        if pid < 0:
             for fd in (*fds, settled, settling):
                 if fd >= 0:
                     os.close(fd)
-            reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
         else:
-            if pid == 0:
-                os.close(settled)
-                _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling)
-            os.chdir(
-                "/"
-            )  # the zygote never stays in a sandbox (a sweep of processes in sandboxes kills them)
             for fd in (*fds, settling):
                 os.close(fd)
             # Answer once the keeper leads its own session (as ``Popen(start_new_session=True)`` returns after
@@ -405,19 +456,23 @@ def _keeper_child(
     libc: ctypes.PyDLL,
     catchable: set[signal.Signals],
     settling: int,
+    in_slot: bool,
 ) -> None:
     """In the clone: become the job's keeper; never returns to the zygote's loop. ``settling`` is closed once
-    the keeper leads its session and is a subreaper (the zygote answers the node then)."""
+    the keeper leads its session and is a subreaper (the zygote answers the node then). ``in_slot``: the clone
+    is pid 1 of new namespaces inside a slot's sandbox (``JOB_NAMESPACES``), and mounts its own ``/proc``."""
     status = _exit_status(KEEPER_EXIT_USAGE)
     try:
         sock.close()
         os.setsid()
-        os.dup2(fds[2] if len(fds) > 2 else devnull, 0)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[1], 2)
+        streams = fds[:-1] if in_slot else fds
+        os.dup2(streams[2] if len(streams) > 2 else devnull, 0)
+        os.dup2(streams[0], 1)
+        os.dup2(streams[1], 2)
         for fd in (devnull, *fds):
             os.close(fd)
-        failure = _make_subreaper(libc)
+        failure = _own_proc(libc) if in_slot else None
+        failure = failure or _make_subreaper(libc)
         os.close(settling)
         if failure:
             os.write(2, failure.encode())
@@ -482,9 +537,13 @@ class KeeperZygote:
         stdout: int,
         stderr: int,
         stdin: int | None = None,
+        namespace: int | None = None,
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
-        ``stdin`` (default ``/dev/null``) is the job's standard input."""
+        ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
+        (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``)."""
+        if namespace is not None and os.uname().machine not in SYS_CLONE:
+            raise OSError(errno.ENOSYS, "jobs in a slot's namespace need the keeper zygote")
         if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
             process = subprocess.Popen(
                 keeper_argv(self._lifeline, argv),
@@ -499,12 +558,15 @@ class KeeperZygote:
             started = KeeperProcess(process.pid)
             process.returncode = 0  # reaped by the executor through the pid, never through this object
             return started
-        message = {"argv": list(argv), "env": dict(env), "cwd": str(cwd)}
+        message = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "namespace": namespace is not None}
+        fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
+        if namespace is not None:
+            fds += (namespace,)
         with self._lock:
             for attempt in range(2):
                 sock = self._sock or self._start()
                 try:
-                    _send(sock, message, (stdout, stderr) if stdin is None else (stdout, stderr, stdin))
+                    _send(sock, message, fds)
                 except OSError:  # the zygote is gone and got nothing: a new one may start the job
                     self._drop()
                     if attempt:
@@ -553,11 +615,14 @@ class KeeperZygotes:
         stdout: int,
         stderr: int,
         stdin: int | None = None,
+        namespace: int | None = None,
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
         try:
-            return zygote.spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin)
+            return zygote.spawn(
+                argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, namespace=namespace
+            )
         finally:
             self._free.put(zygote)
 

@@ -128,7 +128,7 @@ class ProcessTreeMeter:
     it already knows to be foreign: one that belongs to no job of this node (not in a job's session, not a
     descendant of a member, not a known member) can never join one later (a session is only entered at
     birth, and a new job's session is new), so only members, newcomers and this process's own children (job
-    roots not yet attached) and their descendants (a pre-started sandbox, ``warm.py``) are read again. ``/proc/<pid>`` inode numbers tell a reused pid apart.
+    roots not yet attached) and their descendants are read again. ``/proc/<pid>`` inode numbers tell a reused pid apart.
     """
 
     name = "psutil"
