@@ -20,6 +20,11 @@ keeper
    process in it) and reaps until nothing is left. The zygote holds the read end from its own start, so a
    keeper it forks has it too, whenever the node died; the zygote just exits on EOF (it holds no job).
 
+A keeper asked to start in a slot's sandbox (``slots.py``: the request carries the slot's mount namespace) is
+cloned by the zygote from inside that namespace as pid 1 of new PID, IPC and mount namespaces; it mounts its own
+``/proc`` and, instead of walking its subtree, ends the job with ``kill(-1, SIGKILL)`` (pid 1 spares itself) and
+reaps until nothing is left; its own death takes the whole PID namespace with it.
+
 When the job's root exits first, whatever it left behind is killed the same way and the keeper exits with the
 root's status (``exit(code)``, or the same signal re-raised), so the executor sees the job's own exit status.
 The executor sends catchable signals to the job's processes, never to the keeper; any that reach it anyway get a

@@ -31,18 +31,21 @@ def test_completed_job_captures_stdout_stderr_and_environment(tmp_path):
             command = 'echo hi; echo err >&2; echo "$YT_JOB_ID $YT_OPERATION_ID $YT_JOB_INDEX $MY_VAR"; pwd'
             await ex.start(spec("job-a", command, environment={"MY_VAR": "v"}, job_index=4))
             result = await ex.wait("job-a", 10)
-            return result, ex.stdout("job-a"), ex.stderr("job-a")
+            return result, ex.stdout("job-a"), ex.stderr("job-a"), ex.sandbox_slots
 
-    result, stdout, stderr = run(scenario())
+    result, stdout, stderr, in_slot = run(scenario())
     assert result.state is JobState.COMPLETED
     assert result.exit_code == 0 and result.error is None
     lines = stdout.decode().splitlines()
     assert lines[0] == "hi"
     assert lines[1] == "job-a op-1 4 v"
-    assert lines[2] == str(tmp_path / "slots" / "job-a" / "sandbox")
+    sandbox = (
+        tmp_path / "slots" / (".slot-0" if in_slot else "job-a") / "sandbox"
+    )  # a slot's (slots.py) or its own
+    assert lines[2] == str(sandbox)
     assert stderr == b"err\n"
     assert result.stderr_size == 4
-    assert not (tmp_path / "slots" / "job-a" / "sandbox").exists(), "sandbox is removed after the job"
+    assert not sandbox.exists(), "sandbox is removed after the job (a slot's when the node stops)"
     stats = result.statistics
     for name in (
         "user_job/max_memory",
