@@ -206,7 +206,7 @@ def _driver(
 class Scheduler:
     """``pooltree scheduler`` in a child process on 127.0.0.1 with a SQLite store under ``data``."""
 
-    def __init__(self, data: Path, period: float) -> None:
+    def __init__(self, data: Path, period: float, extra: tuple[str, ...] = ()) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -219,6 +219,7 @@ class Scheduler:
             str(period),
             "--node-heartbeat-timeout",
             "120",
+            *extra,
         ]
         self.log = open(data / "scheduler.log", "wb")  # noqa: SIM115 (closed in close())
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)

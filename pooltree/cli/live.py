@@ -37,6 +37,7 @@ from pooltree.cli.secrets_options import (
 from pooltree.config.documents import load_document
 from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.worker import WorkerSettings, forecast_worker_settings
 from pooltree.local.cluster import READY_PREFIX, ROLE_PREFIX, LocalCluster
 from pooltree.node.agent import detect_resource_limits
 from pooltree.node.isolation import CHOICES, Resolution, resolve_isolation, sandbox_location
@@ -238,6 +239,12 @@ def scheduler_command(
     node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
     fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
+    forecast_budget: float = typer.Option(
+        5.0,
+        "--forecast-budget",
+        help="CPU seconds of one core a refresh of the scheduling forecast may take (in its worker process, at "
+        "nice +10); 0 turns forecasts off.",
+    ),
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
@@ -249,6 +256,7 @@ def scheduler_command(
             )
         check_period(heartbeat_period, "--heartbeat-period")
         check_update_period(fair_share_update_period, "--fair-share-update-period")
+        forecasts = forecast_worker_settings(forecast_budget)
         if no_authentication and not is_loopback(host):
             raise PooltreeError(
                 f"--no-authentication is refused on {host}: anyone who can reach it would be root; "
@@ -284,6 +292,7 @@ def scheduler_command(
                 metrics_public=metrics_public,
                 **secrets,
                 prepare=prepare,
+                forecasts=forecasts,
             )
         )
     except PooltreeError as error:
@@ -348,6 +357,7 @@ async def _run_scheduler(
     metrics_public: bool,
     store_key_file: Path | None = None,
     prepare: Callable[[Any], None] | None = None,
+    forecasts: WorkerSettings | None = None,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -378,6 +388,7 @@ async def _run_scheduler(
         store_key_file=store_key_file,
         prepare_store=prepare,
         stop=stop,
+        forecast_settings=forecasts,
     )
     log.info("scheduler stopped")
 

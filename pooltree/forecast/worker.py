@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import multiprocessing
 import os
 import resource
@@ -60,6 +61,8 @@ class WorkerSettings:
     memory_limit: int = 2 << 30
     """Bytes of address space of the worker process."""
     niceness: int = 10
+    enabled: bool = True
+    """False: no forecast is ever made (``pooltree scheduler --forecast-budget 0``); the attribute says so."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.refresh_periods <= 100_000:
@@ -68,6 +71,18 @@ class WorkerSettings:
             )
         if not 0 < self.timeout <= 3600:
             raise ConfigError("forecast.timeout", f"must be seconds in (0, 3600], got {self.timeout!r}")
+
+
+def forecast_worker_settings(cpu_budget: float) -> WorkerSettings:
+    """The live service's settings for ``pooltree scheduler --forecast-budget``: 0 turns forecasts off."""
+    if not math.isfinite(cpu_budget) or not 0 <= cpu_budget <= 3600:
+        raise ConfigError("--forecast-budget", f"must be CPU seconds in [0, 3600], got {cpu_budget!r}")
+    if cpu_budget == 0:
+        return WorkerSettings(enabled=False)
+    return WorkerSettings(forecast=ForecastSettings(seeds=5, horizon=3600.0, cpu_budget=cpu_budget))
+
+
+OFF = "this scheduler makes no forecasts (pooltree scheduler --forecast-budget 0)"
 
 
 class ForecastTimeout(PooltreeError):
@@ -137,12 +152,12 @@ class ForecastService:
         self.settings = settings or WorkerSettings()
         self.history = DurationHistory()
         self.latest: Forecast | None = None
-        self.last_error: str | None = None
+        self.last_error: str | None = None if self.settings.enabled else OFF
         self.last_read = -float("inf")
         self.refreshes = 0
         self.last_cost: dict[str, float] = {}
-        """CPU seconds of the last refresh: ``state`` (the copy, in the server) and ``forecast`` (the worker's
-        wall time, at its lower priority), and the simulator events it processed."""
+        """The last refresh: ``state`` (the copy, in the server: its thread's CPU and wall seconds), ``forecast``
+        (the worker's wall time, at its lower priority), and the simulator events it processed."""
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._wanted = threading.Event()
@@ -182,9 +197,9 @@ class ForecastService:
 
     def refresh(self) -> Forecast | None:
         """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker)."""
-        started = time.process_time()
+        started, began = time.thread_time(), time.perf_counter()
         state = take_state(self.scheduler, self.history, self.clock())
-        copied = time.process_time() - started
+        copied, copy_wall = time.thread_time() - started, time.perf_counter() - began
         wall = time.perf_counter()
         try:
             found = self._submit(state, self.settings.forecast)
@@ -197,14 +212,27 @@ class ForecastService:
         self.refreshes += 1
         self.last_cost = {
             "state_cpu_seconds": round(copied, 4),
+            "state_wall_seconds": round(copy_wall, 4),
             "forecast_wall_seconds": round(time.perf_counter() - wall, 4),
             "events": float(found.events),
         }
+        log.info(
+            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall), worker %.2f s wall, %d operations, "
+            "simulated %.0f of %.0f s",
+            1000 * copied,
+            1000 * copy_wall,
+            self.last_cost["forecast_wall_seconds"],
+            len(state.operations),
+            found.horizon if found.simulated is None else found.simulated,
+            found.horizon,
+        )
         return found
 
     def read(self) -> Forecast | None:
         """The latest forecast (None before the first); a read keeps periodic refreshes going."""
         self.last_read = time.monotonic()
+        if not self.settings.enabled:
+            return None
         if self.latest is None or self._stale():
             self._wanted.set()
         return self.latest
@@ -220,7 +248,7 @@ class ForecastService:
         return self.latest is None or self.clock() - self.latest.now >= self._period()
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._thread is not None or not self.settings.enabled:
             return
         self._stopping.clear()
         self._thread = threading.Thread(target=self._loop, name="forecast-refresher", daemon=True)
@@ -263,6 +291,8 @@ class ForecastService:
 
     def dry_run(self, operation: OperationState) -> Forecast:
         """The forecast of the cluster with ``operation`` submitted now (last in every queue); nothing is kept."""
+        if not self.settings.enabled:
+            raise PooltreeError(OFF)
         state = take_state(self.scheduler, self.history, self.clock())
         state = replace(state, operations=(*state.operations, operation))
         return self._submit(state, self.settings.forecast)

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pooltree.errors import PooltreeError
+from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast import ForecastSettings
-from pooltree.forecast.worker import ForecastService, WorkerSettings
+from pooltree.forecast.worker import OFF, ForecastService, WorkerSettings, forecast_worker_settings
 from tests.forecast.test_forecast_fork import project_state
 
 
@@ -67,3 +67,22 @@ def test_the_worker_ends_with_a_killed_scheduler() -> None:
         if scheduler.poll() is None:
             scheduler.kill()
             scheduler.wait(10)
+
+
+def test_forecasts_turned_off_make_none_and_say_so() -> None:
+    """``pooltree scheduler --forecast-budget 0``: no worker, no refresher, reads and dry runs say why."""
+
+    settings = forecast_worker_settings(0.0)
+    assert not settings.enabled
+    service = ForecastService(scheduler=None, clock=time.time, settings=settings)  # type: ignore[arg-type]
+    service.start()
+    try:
+        assert service._thread is None and service._executor is None
+        assert service.read() is None and service.last_error == OFF
+        with pytest.raises(PooltreeError, match="makes no forecasts"):
+            service.dry_run(project_state().operations[1])
+    finally:
+        service.stop()
+    assert forecast_worker_settings(2.5).forecast.cpu_budget == 2.5
+    with pytest.raises(ConfigError, match="forecast-budget"):
+        forecast_worker_settings(-1.0)
