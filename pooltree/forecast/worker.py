@@ -177,13 +177,31 @@ class ForecastService:
                 )
             return self._executor
 
-    def _submit(self, state: ClusterState, settings: ForecastSettings) -> Forecast:
+    def _send(self, state: ClusterState, settings: ForecastSettings) -> concurrent.futures.Future[Any]:
         try:
-            future = self._pool().submit(_run_in_worker, state, settings, self.settings.timeout)
-            found, error = future.result(timeout=self.settings.timeout * 4 + 60)
+            return self._pool().submit(_run_in_worker, state, settings, self.settings.timeout)
         except concurrent.futures.process.BrokenProcessPool:
-            with self._executor_lock:
-                self._executor = None
+            self._forget_pool()
+            raise PooltreeError(
+                "the forecast worker process died (memory limit or killed); it restarts"
+            ) from None
+
+    def _forget_pool(self) -> None:
+        with self._executor_lock:
+            self._executor = None
+
+    @property
+    def answer_timeout(self) -> float:
+        """Seconds a caller waits for the worker's answer to one forecast (its CPU budget, at low priority)."""
+        return self.settings.timeout * 4 + 60
+
+    def collect(self, future: concurrent.futures.Future[Any], timeout: float = 0.0) -> Forecast:
+        """The forecast ``future`` (from the worker) holds, waiting up to ``timeout`` seconds; errors as
+        `PooltreeError` (``ForecastTimeout`` when it is not done)."""
+        try:
+            found, error = future.result(timeout=timeout)
+        except concurrent.futures.process.BrokenProcessPool:
+            self._forget_pool()
             raise PooltreeError(
                 "the forecast worker process died (memory limit or killed); it restarts"
             ) from None
@@ -192,6 +210,9 @@ class ForecastService:
         if found is None:
             raise PooltreeError(f"the forecast failed: {error}")
         return found
+
+    def _submit(self, state: ClusterState, settings: ForecastSettings) -> Forecast:
+        return self.collect(self._send(state, settings), self.answer_timeout)
 
     # ------------------------------------------------------------------ refreshes
 
@@ -289,10 +310,11 @@ class ForecastService:
 
     # ------------------------------------------------------------------ dry run
 
-    def dry_run(self, operation: OperationState) -> Forecast:
-        """The forecast of the cluster with ``operation`` submitted now (last in every queue); nothing is kept."""
+    def dry_run(self, operation: OperationState) -> concurrent.futures.Future[Any]:
+        """The forecast of the cluster with ``operation`` submitted now (last in every queue), computing in the
+        worker: `collect` its future once done (the caller need not hold a thread meanwhile); nothing is kept."""
         if not self.settings.enabled:
             raise PooltreeError(OFF)
         state = take_state(self.scheduler, self.history, self.clock())
         state = replace(state, operations=(*state.operations, operation))
-        return self._submit(state, self.settings.forecast)
+        return self._send(state, self.settings.forecast)

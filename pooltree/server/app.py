@@ -10,6 +10,8 @@ Later layers add commands (``start_operation``, ...) with ``registry.register`` 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import itertools
 import json
@@ -40,6 +42,7 @@ from pooltree.server.commands import (
     CommandDescriptor,
     CommandProvider,
     CommandRegistry,
+    Deferred,
     Encoded,
     Handler,
     output_format,
@@ -497,13 +500,18 @@ class YtApi:
         # added up to much of a cheap command's time under load
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(command_threads())
-        return await anyio.to_thread.run_sync(
+        answer = await anyio.to_thread.run_sync(
             functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=self._limiter
         )
+        if isinstance(answer, Deferred):  # waited for here, on the loop: no command thread is held
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(answer.future)), answer.timeout)
+            return self._output(descriptor, answer.finish(answer.future), params, request_id)
+        return answer
 
     def _run(
         self, descriptor: CommandDescriptor, handler: Handler, ctx: CommandContext, request_id: str
-    ) -> Response:
+    ) -> Response | Deferred:
         """Authorize, check the mutation id, run the handler, remember its answer and encode it (worker thread)."""
         params = ctx.parameters
         self.authorize(descriptor, ctx.user, params, ctx.input)
@@ -519,6 +527,8 @@ class YtApi:
                     )
                 return self._output(descriptor, saved, params, request_id)
         result = handler(ctx)
+        if isinstance(result, Deferred):
+            return result
         if (
             mutation_id is not None
             and descriptor.output_type in ("structured", "null")

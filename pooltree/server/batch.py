@@ -9,6 +9,8 @@ batched (as in YTsaurus).
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.security.policy import UNSUPPORTED as UNSUPPORTED_RULE
-from pooltree.server.commands import CommandContext, CommandDescriptor, CommandRegistry, Encoded
+from pooltree.server.commands import CommandContext, CommandDescriptor, CommandRegistry, Deferred, Encoded
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
 from pooltree.server.store.base import mutation_key
 
@@ -131,8 +133,13 @@ def register_batch_command(
             )
             authorize(descriptor, ctx.user, parameters, sub.input)
             result = handler(sub)
-            mutation_id = parameters.get("mutation_id") if descriptor.is_volatile else None
-            if mutation_id is not None:
+            if isinstance(result, Deferred):  # inside a batch (already on a command thread): waited for here
+                with contextlib.suppress(concurrent.futures.TimeoutError):
+                    result.future.result(timeout=result.timeout)
+                result = result.finish(result.future)
+            elif (
+                mutation_id := parameters.get("mutation_id") if descriptor.is_volatile else None
+            ) is not None:
                 remember(mutation_key(ctx.user, str(mutation_id)), result)
         except PooltreeError as error:
             return {"error": error_to_dict(error, host=host, now=clock())}

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -13,6 +14,19 @@ from typing import Any, Protocol
 from pooltree.errors import PooltreeError
 from pooltree.security.policy import RULES, Rule
 from pooltree.server.protocol import Format, YtError, parameter_error, parse_format, strip_attributes
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A command's answer still being computed off the command threads (a dry run's forecast in the forecast
+    worker): the dispatcher waits for ``future`` on the event loop, up to ``timeout`` seconds, without holding a
+    command thread, then ``finish(future)`` (on the loop: cheap, no lock) is the answer. A deferred answer is not
+    remembered for retries of its mutation id (only answers that change nothing are deferred)."""
+
+    future: concurrent.futures.Future[Any]
+    finish: Callable[[concurrent.futures.Future[Any]], Any]
+    timeout: float
+
 
 DATA_TYPES = ("null", "structured", "binary", "tabular")
 _MISSING: Any = object()

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import datetime as dt
 import functools
 import threading
@@ -22,7 +23,7 @@ from pooltree.forecast.attribute import operation_forecast_map, scheduling_forec
 from pooltree.forecast.live import count_limit_holder, submitted_operation
 from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
-from pooltree.server.commands import CommandContext, CommandRegistry, Encoded, output_format
+from pooltree.server.commands import CommandContext, CommandRegistry, Deferred, Encoded, output_format
 from pooltree.server.files import FileService
 from pooltree.server.live import (
     NO_SUCH_JOB,
@@ -600,7 +601,7 @@ class OperationCommands:
             raise parameter_error("operation_id", "expected a non-empty string")
         return value
 
-    def start_operation(self, ctx: CommandContext) -> dict[str, Any]:
+    def start_operation(self, ctx: CommandContext) -> dict[str, Any] | Deferred:
         operation_type = ctx.str_param("operation_type")
         spec = ctx.param("spec")
         if not isinstance(spec, dict):
@@ -640,10 +641,12 @@ class OperationCommands:
             )  # a retried start answered the first attempt's operation
         return {"operation_id": op.id}
 
-    def _dry_run(self, operation_type: str, spec: dict[str, Any], user: str) -> dict[str, Any]:
+    def _dry_run(self, operation_type: str, spec: dict[str, Any], user: str) -> dict[str, Any] | Deferred:
         """``start_operation`` with ``dry_run=%true``: every check of a real start (the command's authorization
         ran already; files, type, spec, pools and count limits here), nothing stored or changed; answers where
-        it would run, what would hold it pending now and the forecast of the cluster with it submitted now."""
+        it would run, what would hold it pending now and the forecast of the cluster with it submitted now. The
+        forecast computes in the forecast worker: the answer is `Deferred` (awaited on the event loop, no
+        command thread held while the worker runs)."""
         if self.files is not None:
             self.files.snapshot(spec)  # a missing file refuses the start (resolved, not registered)
         operation_id = f"dry-run-{new_guid()}"
@@ -654,14 +657,23 @@ class OperationCommands:
         tree = next(iter(pools))
         answer: dict[str, Any] = {"dry_run": True, "pool_trees": dict(pools)}
         forecast: dict[str, Any] = {"waiting_for": count_limit_holder(self.scheduler, tree, pools[tree])}
-        if self.forecasts is None:
+        answer["scheduling_forecast"] = forecast
+        forecasts = self.forecasts
+        if forecasts is None:
             forecast.update(state="unavailable", error="this scheduler runs no forecasts")
-        else:
-            submitted = submitted_operation(
-                operation_id, user, operation_type, spec, model, controller, pools, self.clock()
-            )
+            return answer
+        submitted = submitted_operation(
+            operation_id, user, operation_type, spec, model, controller, pools, self.clock()
+        )
+        try:
+            future = forecasts.dry_run(submitted)
+        except (PooltreeError, MemoryError) as error:
+            forecast.update(state="unavailable", error=str(error))
+            return answer
+
+        def finish(done: concurrent.futures.Future[Any]) -> dict[str, Any]:
             try:
-                found = self.forecasts.dry_run(submitted)
+                found = forecasts.collect(done)
             except (PooltreeError, MemoryError) as error:
                 forecast.update(state="unavailable", error=str(error))
             else:
@@ -669,8 +681,9 @@ class OperationCommands:
                     state="ready", computed_at=iso_time(found.now), horizon=found.horizon, seeds=found.seeds
                 )
                 forecast.update(operation_forecast_map(found.operations[operation_id], iso_time))
-        answer["scheduling_forecast"] = forecast
-        return answer
+            return answer
+
+        return Deferred(future, finish, forecasts.answer_timeout)
 
     def get_operation(self, ctx: CommandContext) -> Encoded:
         if self.forecasts is not None:

@@ -134,3 +134,51 @@ def test_a_dry_run_refuses_what_a_start_refuses(tmp_path: Path) -> None:
         assert bad.status_code == 400 and "dry_run" in bad.text
     finally:
         cluster.close()
+
+
+def test_a_dry_run_holds_no_command_thread_while_the_worker_computes(tmp_path: Path, monkeypatch) -> None:
+    """With one command thread, other commands are answered while a dry run waits for the forecast worker (the
+    worker's answer is held back here until they were), and the dry run then answers its forecast."""
+    import concurrent.futures
+    import threading
+
+    from pooltree.forecast.worker import ForecastService
+
+    monkeypatch.setenv("POOLTREE_COMMAND_THREADS", "1")
+    sent = threading.Event()
+    release = threading.Event()
+    original = ForecastService._send
+
+    def held(self: ForecastService, state: Any, settings: Any) -> concurrent.futures.Future[Any]:
+        computing = original(self, state, settings)
+        gate: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def pass_on() -> None:
+            release.wait(60)
+            try:
+                gate.set_result(computing.result(timeout=120))
+            except Exception as error:  # the worker's own failure, passed on as it came
+                gate.set_exception(error)
+
+        threading.Thread(target=pass_on, daemon=True).start()
+        sent.set()
+        return gate
+
+    monkeypatch.setattr(ForecastService, "_send", held)
+    cluster = Cluster(tmp_path, nodes=0, forecast_settings=SETTINGS)
+    try:
+        client = cluster.client()
+        answers: list[httpx.Response] = []
+        dry = threading.Thread(target=lambda: answers.append(_start(cluster, _sleeper(1), dry_run=True)))
+        dry.start()
+        assert sent.wait(60), "the dry run never reached the forecast worker"
+        for _ in range(3):  # each needs the one command thread
+            assert client.list_operations()["operations"] == []
+        assert dry.is_alive() and not answers  # still waiting for the worker, off the command threads
+        release.set()
+        dry.join(120)
+        assert answers and answers[0].status_code == 200, answers
+        assert answers[0].json()["scheduling_forecast"]["state"] == "ready"
+    finally:
+        release.set()
+        cluster.close()
