@@ -11,7 +11,7 @@ the parsed values are seconds. The algorithm lives in ``pooltree/strategy/segmen
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,26 @@ ASSIGNMENT_HEURISTICS = ("max_remaining_capacity", "min_remaining_feasible_capac
 PREEMPTION_HEURISTICS = ("greedy",)
 FULL_HOST_GPU_DEMAND = 8
 """YTsaurus's ``FullHostGpuAllocationGpuDemand``: an allocation of this many GPUs takes a whole host."""
+
+INFINIBAND_CLUSTER_TAG_PREFIX = "infiniband_cluster:"
+"""How a node's InfiniBand cluster appears among its tags (``pooltree node --infiniband-cluster``)."""
+
+
+def module_from_tags(tags: Iterable[str], module_type: str, modules: Iterable[str]) -> str | None:
+    """A node's module of ``module_type`` among ``modules``: its tag naming a data center, or its
+    ``infiniband_cluster:NAME`` tag; None when it has neither (the first in tag order when several match)."""
+    known = set(modules)
+    for tag in sorted(tags):
+        if module_type == "data_center":
+            if tag in known:
+                return tag
+        elif (
+            tag.startswith(INFINIBAND_CLUSTER_TAG_PREFIX)
+            and tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :] in known
+        ):
+            return tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :]
+    return None
+
 
 _ALIASES = {
     "satisfaction_margins": "reserve_fair_resource_amount",

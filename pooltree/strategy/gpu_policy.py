@@ -55,13 +55,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pooltree.config.gpu_policy import GpuPolicyConfig
+from pooltree.config.segments import module_from_tags
 from pooltree.resources import GPU, RESOURCE_COUNT, RESOURCES, USER_SLOTS
 from pooltree.strategy.model import AbortReason, ExecNode
 
 EPSILON = 1e-6
 """Share epsilon (YTsaurus's ``TResourceVector::Epsilon``)."""
 FULL_HOST_GPU = 8.0
-INFINIBAND_CLUSTER_TAG_PREFIX = "infiniband_cluster:"
 
 Floats = tuple[float, ...]
 
@@ -217,17 +217,7 @@ class PlanStatistics:
 def node_module(tags: Iterable[str], config: GpuPolicyConfig) -> str | None:
     """The node's module for ``module_type``: its data center tag or ``infiniband_cluster:NAME`` tag, when that
     module is configured."""
-    modules = set(config.modules)
-    for tag in sorted(tags):
-        if config.module_type == "data_center":
-            if tag in modules:
-                return tag
-        elif (
-            tag.startswith(INFINIBAND_CLUSTER_TAG_PREFIX)
-            and tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :] in modules
-        ):
-            return tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :]
-    return None
+    return module_from_tags(tags, config.module_type, config.modules)
 
 
 class GpuPolicy:

@@ -44,33 +44,24 @@ from typing import Any
 from pooltree.config.segments import (
     DEFAULT_SEGMENT,
     FULL_HOST_GPU_DEMAND,
+    INFINIBAND_CLUSTER_TAG_PREFIX,
     LARGE_GPU_SEGMENT,
     MODULE_AWARE_SEGMENTS,
     SEGMENTS,
     SchedulingSegmentsConfig,
     SegmentSpec,
+    module_from_tags,
 )
 
 PRECISION = 1e-6
 """YTsaurus's ``ResourceAmountPrecision`` for comparing GPU amounts."""
 LARGE_EPSILON = 1e-9
-INFINIBAND_CLUSTER_TAG_PREFIX = "infiniband_cluster:"
 
 
 def node_module(tags: Iterable[str], config: SchedulingSegmentsConfig) -> str | None:
     """The node's module for the tree's ``module_type``: its tag naming a configured data center, or its
     ``infiniband_cluster:NAME`` tag with NAME configured; None when it has neither."""
-    modules = set(config.modules)
-    for tag in sorted(tags):
-        if config.module_type == "data_center":
-            if tag in modules:
-                return tag
-        elif (
-            tag.startswith(INFINIBAND_CLUSTER_TAG_PREFIX)
-            and tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :] in modules
-        ):
-            return tag[len(INFINIBAND_CLUSTER_TAG_PREFIX) :]
-    return None
+    return module_from_tags(tags, config.module_type, config.modules)
 
 
 @dataclass(frozen=True)

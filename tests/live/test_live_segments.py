@@ -84,3 +84,37 @@ def test_live_full_host_gang_gets_a_large_gpu_node_of_one_data_center(tmp_path: 
         assert addresses == {"gpu-b"}  # gpu-a stays large_gpu until the imbalance outlasts the timeout
     finally:
         procs.close()
+
+
+def test_live_gpu_policy_plans_the_gang_onto_one_host_with_all_its_devices(tmp_path: Path) -> None:
+    """The GPU scheduling policy in the live service: ``policy_kind: gpu`` set with the official client, a
+    one-job full-host gang runs on one host with all 8 devices (``exec_attributes/gpu_devices`` says which), 1-GPU
+    jobs run where the plan puts them, and the orchid's ``gpu_assignment_plan`` counts the planned assignments."""
+    procs = Procs(tmp_path)
+    try:
+        _, url = procs.scheduler(tmp_path / "data", 0)
+        _node(procs, url, tmp_path, "gpu-a", "dc-a")
+        _node(procs, url, tmp_path, "gpu-b", "dc-b")
+        yt = client(url)
+        tree = f"{ORCHID}/default"
+        wait_for(lambda: yt.exists(tree) and yt.get(f"{tree}/resource_limits/gpu") == 16, timeout=30)
+        yt.set("//sys/pool_trees/default/@config/main_resource", "gpu")
+        yt.set(
+            "//sys/pool_trees/default/@config/gpu_scheduling_policy",
+            {"mode": "allocating", "modules": ["dc-a", "dc-b"], "plan_update_period": 100},
+        )
+        yt.set("//sys/pool_trees/default/@config/policy_kind", "gpu")
+        plan = f"{tree}/gpu_assignment_plan"
+        wait_for(lambda: yt.exists(plan) and yt.get(f"{plan}/policy_kind") == "gpu", timeout=30)
+        gang = yt.run_operation(_task(1, 8).spec({"is_gang": True}), sync=False)
+        gang.wait()
+        [job] = yt.list_jobs(gang.id)["jobs"]
+        assert yt.get_job_stderr(gang.id, job["id"]).read().decode() == "0,1,2,3,4,5,6,7\n"
+        assert [d["device_number"] for d in job["exec_attributes"]["gpu_devices"]] == list(range(8))
+        small = yt.run_operation(_task(3, 1), sync=True)
+        assert len(yt.list_jobs(small.id)["jobs"]) == 3
+        statistics = yt.get(f"{plan}/statistics")
+        assert statistics["planned_assignments_total"] >= 4  # the gang's host and the three 1-GPU jobs
+        assert set(yt.get(f"{plan}/modules")) == {"dc-a", "dc-b"}
+    finally:
+        procs.close()
