@@ -81,7 +81,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "min_share_preemption_timeout": "an old YTsaurus option with no effect today",
     "min_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     # Modelled options without an effect yet (fields of PoolTreeConfig, reported when set).
-    "schedule_allocations_timeout": "a heartbeat's scheduling is not time-limited (the core is not timed)",
     "min_child_heap_size": PERFORMANCE,
 }
 

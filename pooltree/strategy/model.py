@@ -309,6 +309,8 @@ class HeartbeatResult:
     preemptive_scheduling_performed: bool = False
     scheduled_with_preemption: str | None = None
     schedule_attempts: int = 0
+    timeout_expired: bool = False
+    """Scheduling stopped at the tree's ``schedule_allocations_timeout`` (live only, `heartbeat_deadline.py`)."""
 
     @property
     def preempted_ids(self) -> list[str]:

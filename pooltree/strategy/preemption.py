@@ -225,7 +225,11 @@ class PreemptionStages(SchedulingStages):
     ) -> tuple[Allocation, _Element] | None:
         remaining = list(targets)
         attempts = 0
-        while remaining and attempts < self.config.max_schedule_attempts_per_heartbeat:
+        while (
+            remaining
+            and attempts < self.config.max_schedule_attempts_per_heartbeat
+            and not self._deadline.passed()
+        ):
             leaf = self._best_among(remaining)
             if leaf is None:
                 return None

@@ -20,7 +20,7 @@ the heartbeat. Nothing recomputes the whole tree per allocation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ from pooltree.strategy.gang import GangRestarts
 from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.gpu_policy_inputs import carry_out_plan
 from pooltree.strategy.guarantee_priority import run_regular_stages
+from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -92,6 +93,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         carries out its plan (`carry_out_plan`); `SchedulerCore` configures it and updates the plan."""
         self.scheduling_tags_enabled = True
         self.fifo_unschedulable: frozenset[str] = frozenset()
+        self.clock: Callable[[], float] | None = None
+        self._deadline = HeartbeatDeadline(None, 0.0)
         self.high_priority: frozenset[str] = frozenset()
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
@@ -200,6 +203,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         """Run one node heartbeat through every stage and return what to start and what to preempt."""
         node = self._sync_node(heartbeat, now)
         result = HeartbeatResult(address=node.address)
+        self._deadline = HeartbeatDeadline(self.clock, self.config.schedule_allocations_timeout)
         queued = self._queued_preemptions.pop(node.address, None)
         if queued is not None:
             result.allocations_to_preempt.extend(
@@ -222,6 +226,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             preempt_incompatible(self, node, now, result)
             self._preemptive_scheduling(node, now, result)
         self._abort_for_overcommit(node, now, result)
+        result.timeout_expired = self._deadline.expired
         return result
 
     def _sync_node(self, heartbeat: NodeHeartbeat, now: float) -> ExecNode:

@@ -46,6 +46,7 @@ _DURATION_FIELDS = (
     "allocation_preemption_timeout",
     "allocation_graceful_preemption_timeout",
     "node_reconnection_timeout",
+    "schedule_allocations_timeout",
 )
 
 
@@ -87,6 +88,7 @@ class StrategyConfig:
     max_schedulable_element_count_in_fifo_pool: int | None = None
     node_reconnection_timeout: float = 300.0
     enable_guarantee_priority_scheduling: bool = False
+    schedule_allocations_timeout: float = 40.0
     """None (unset): the operation's own starvation is checked as ``preemption_check_starvation`` says."""
 
     def __post_init__(self) -> None:

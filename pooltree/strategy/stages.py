@@ -23,6 +23,7 @@ from pooltree.strategy.elements import (
     _Element,
     _Pass,
 )
+from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import (
     Allocation,
     DeactivationReason,
@@ -100,6 +101,10 @@ class SchedulingStages:
     segments: SegmentsManager
     scheduling_tags_enabled: bool
     fifo_unschedulable: frozenset[str]
+    clock: Callable[[], float] | None
+    """Wall clock for ``schedule_allocations_timeout`` (the live service's; None: no bound, `heartbeat_deadline.py`)."""
+    _deadline: HeartbeatDeadline
+    """The current heartbeat's scheduling deadline."""
     high_priority: frozenset[str]
     """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
     """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
@@ -321,7 +326,7 @@ class SchedulingStages:
         limits = node.resource_limits.tolist()
         usage = node.usage.tolist()
         try:
-            while attempts < limit and self._has_spare(limits, usage, None):
+            while attempts < limit and self._has_spare(limits, usage, None) and not self._deadline.passed():
                 leaf = self._best_leaf(current)
                 if leaf is None:
                     break

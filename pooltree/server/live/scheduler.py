@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -197,6 +198,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 if core is None or core.pool_tree is not tree:
                     self.cores[name] = SchedulerCore(tree)
                     self.cores[name].connection_time = self.connection_time
+                    self.cores[name].strategy.clock = time.monotonic  # schedule_allocations_timeout
                 else:
                     core.config = type(core.config).from_options(tree.config, f"pool_trees.{name}.config")
             for name in list(self.cores):
