@@ -347,27 +347,9 @@ def _read_every_row(upd: _Update) -> None:
     ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
     pools: list[Pool] = tree.pools
     main = RESOURCES.index(upd.settings.main_resource)
-    # Scalar fields whose values are the very objects of the previous update of this tree (immutable
-    # values: the same object is the same value) reuse the arrays made and checked from them then.
     last = tree.inputs
     kept = _KeptInputs()
-    weights = [e.weight for e in elements]
-    msr_raw = [e.max_share_ratio for e in elements]
-    tol_raw = [e.starvation_tolerance for e in elements]
-    if last is not None and _same_objects(last.weights, weights):
-        weight_cfg = last.weight_cfg
-    else:
-        weight_cfg = _readonly(_weights(elements, weights))
-    if last is not None and _same_objects(last.msr, msr_raw):
-        msr = last.msr_array
-    else:
-        msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
-    if last is not None and _same_objects(last.tol, tol_raw):
-        tol = last.tol_array
-    else:
-        tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
-    kept.weights, kept.weight_cfg = weights, weight_cfg
-    kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
+    weight_cfg, msr, tol = _read_scalars(elements, last, kept)
     tag_rows = [e.tag_filter_resource_limits for e in elements]
     # Almost no element has a tag filter: find the few that do without a Python-level loop.
     tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
@@ -396,20 +378,7 @@ def _read_every_row(upd: _Update) -> None:
         strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
     else:
         strong[pool_idx] = pool_vectors[:, 0]
-    pool_raw = [
-        [p.mode for p in pools],
-        [p.specified_guarantee_resources for p in pools],
-        [p.integral_guarantees.guarantee_type for p in pools],
-        [p.fifo_sort_parameters for p in pools],
-    ]
-    if last is not None and last.pool_raw is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
-        upd.fifo, upd.integral_type, spec_mask = last.pool_arrays
-    else:
-        pool_arrays = _pool_inputs(tree, pool_idx, pools)
-        for array in pool_arrays:
-            _readonly(array)
-        upd.fifo, upd.integral_type, spec_mask = pool_arrays
-    kept.pool_raw, kept.pool_arrays = pool_raw, (upd.fifo, upd.integral_type, spec_mask)
+    upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_idx, pools, last, kept)
     spec_mask = spec_mask.copy()
     if op_vectors is None or pool_vectors is None:
         specified = [e.specified_resource_limits for e in elements]
@@ -436,6 +405,53 @@ def _read_every_row(upd: _Update) -> None:
     upd.tolerance = tol
     upd.apply_limits = apply_limits
     _keep_arrays(upd, kept)  # sets ``tree.inputs``: only once every check has passed
+
+
+def _read_scalars(
+    elements: list[Any], last: _KeptInputs | None, kept: _KeptInputs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every element's weight, max share ratio and starvation tolerance, checked, as arrays (kept in ``kept``).
+    Fields whose values are the very objects of the previous read of this tree (immutable values: the same object
+    is the same value) reuse the arrays made and checked from them then."""
+    weights = [e.weight for e in elements]
+    msr_raw = [e.max_share_ratio for e in elements]
+    tol_raw = [e.starvation_tolerance for e in elements]
+    if last is not None and _same_objects(last.weights, weights):
+        weight_cfg = last.weight_cfg
+    else:
+        weight_cfg = _readonly(_weights(elements, weights))
+    if last is not None and _same_objects(last.msr, msr_raw):
+        msr = last.msr_array
+    else:
+        msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
+    if last is not None and _same_objects(last.tol, tol_raw):
+        tol = last.tol_array
+    else:
+        tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
+    kept.weights, kept.weight_cfg = weights, weight_cfg
+    kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
+    return weight_cfg, msr, tol
+
+
+def _read_pool_arrays(
+    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool], last: _KeptInputs | None, kept: _KeptInputs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pools' FIFO flags, integral types and specified-guarantee masks (kept in ``kept``, read-only), the
+    previous read's when the pools' values are the very same objects."""
+    pool_raw = [
+        [p.mode for p in pools],
+        [p.specified_guarantee_resources for p in pools],
+        [p.integral_guarantees.guarantee_type for p in pools],
+        [p.fifo_sort_parameters for p in pools],
+    ]
+    if last is not None and last.pool_raw is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
+        pool_arrays = last.pool_arrays
+    else:
+        pool_arrays = _pool_inputs(tree, pool_idx, pools)
+        for array in pool_arrays:
+            _readonly(array)
+    kept.pool_raw, kept.pool_arrays = pool_raw, pool_arrays
+    return pool_arrays
 
 
 def _keep_arrays(upd: _Update, kept: _KeptInputs) -> None:

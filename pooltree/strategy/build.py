@@ -23,7 +23,6 @@ from pooltree.strategy.build_static import (
     _cached,
     _chain,
     _forget,
-    _is_frozen,
     _operation_key,
     _operation_static,
     _pool_static,
@@ -32,6 +31,7 @@ from pooltree.strategy.build_static import (
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
 from pooltree.tree.delta import PeriodDelta, period_delta
+from pooltree.tree.elements import frozen_spec
 
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
 """Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
@@ -267,7 +267,7 @@ class _Walk:
             if pool_chain is None:
                 pool_chain = _chain(op_pool, tree_config)
             spec = op.spec
-            if self.cacheable and spec is not None and not _is_frozen(spec):
+            if self.cacheable and spec is not None and not frozen_spec(spec):
                 self.cacheable = False  # a plain-map spec may change in place without a revision
             key = _operation_key(op, pool_chain)
             seen.add(op_id)

@@ -19,12 +19,12 @@ from pooltree.strategy.build_static import (
     _BELOW,
     _NORMAL,
     _chain,
-    _is_frozen,
     _operation_key,
     _operation_static,
     _spec,
 )
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows, StrategyConfig
+from pooltree.tree.elements import frozen_spec
 
 
 class BuildCache:
@@ -290,7 +290,7 @@ def _operation_changes(
     for op_id in changed:
         op = operations.get(op_id)
         if op is not None and op.running:
-            if op.spec is not None and not _is_frozen(op.spec):
+            if op.spec is not None and not frozen_spec(op.spec):
                 return None
             index = getattr(op, "registration_index", None)
             if type(index) is not int:

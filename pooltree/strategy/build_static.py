@@ -24,6 +24,7 @@ from pooltree.config.operation_preemption import (
 from pooltree.resources import Vector
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec
+from pooltree.tree.elements import frozen_spec
 
 _SPEC_FIELDS = (
     "scheduling_tag_filter",
@@ -48,27 +49,12 @@ def _option(source: Any, name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-_FROZEN_TYPES: dict[type, bool] = {}
-
-
-def _is_frozen(spec: Any) -> bool:
-    """Whether ``spec`` is a frozen model (pydantic ``frozen=True``); memoised per type (isinstance against the
-    ``Mapping`` ABC costs about a microsecond, and this runs for every operation on every update)."""
-    kind = type(spec)
-    frozen = _FROZEN_TYPES.get(kind)
-    if frozen is None:
-        config = getattr(kind, "model_config", None)
-        frozen = bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
-        _FROZEN_TYPES[kind] = frozen
-    return frozen
-
-
 def _spec_values(spec: Any) -> Any:
     """What the cache key holds of an operation spec: a frozen model itself (it cannot change, and tuple
     equality tests identity first), else the `_SPEC_FIELDS` values (a plain map may change in place)."""
     if spec is None:
         return ()
-    if _is_frozen(spec):
+    if frozen_spec(spec):
         return spec
     if isinstance(spec, Mapping):
         return tuple(spec.get(name) for name in _SPEC_FIELDS)

@@ -6,6 +6,7 @@ operation start and finish. All the rules live in :mod:`pooltree.tree.pool_tree`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pooltree.resources import Vector
@@ -164,3 +165,21 @@ class TreeOperation:
             "running" if self.running else f"pending@{self.pending_pool.name if self.pending_pool else '?'}"
         )
         return f"TreeOperation({self.id!r}, pool={self.pool.name!r}, {status})"
+
+
+_FROZEN_TYPES: dict[type, bool] = {}
+
+
+def frozen_spec(spec: Any) -> bool:
+    """Whether an operation's spec cannot change in place: absent, or a frozen model (``OperationSpec``), not a
+    plain map. The per-period builds cache what they derive from a frozen spec by its identity; memoised per type
+    (an ``isinstance`` against the ``Mapping`` ABC costs about a microsecond, and this runs for every operation)."""
+    kind = type(spec)
+    frozen = _FROZEN_TYPES.get(kind)
+    if frozen is None:
+        config = getattr(kind, "model_config", None)
+        frozen = spec is None or (
+            bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
+        )
+        _FROZEN_TYPES[kind] = frozen
+    return frozen

@@ -21,7 +21,7 @@ from pooltree.config.operation_preemption import (
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, period_delta
-from pooltree.tree.elements import PoolElement, TreeOperation
+from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 from pooltree.tree.pool_tree import PoolTree, _spec_option
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
@@ -229,22 +229,6 @@ def _operation_element(
     return _set_resources(_operation_static(tree, op, tolerance, tags), source)
 
 
-_FROZEN_TYPES: dict[type, bool] = {}
-
-
-def _is_frozen(spec: Any) -> bool:
-    """Whether ``spec`` is a frozen model (``OperationSpec``) or absent, memoised per type."""
-    kind = type(spec)
-    frozen = _FROZEN_TYPES.get(kind)
-    if frozen is None:
-        config = getattr(kind, "model_config", None)
-        frozen = spec is None or (
-            bool(isinstance(config, dict) and config.get("frozen")) and not issubclass(kind, Mapping)
-        )
-        _FROZEN_TYPES[kind] = frozen
-    return frozen
-
-
 class SameObject:
     """A cache key part equal only to one holding the very same object: the nodes mapping is one object until the
     nodes change, and comparing two mappings by value would compare their numpy vectors (``ValueError``: a node
@@ -266,7 +250,7 @@ def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any
     """What ``_operation_static`` reads, for the cache (``None``: not cacheable, a spec that is not a frozen
     model, e.g. a plain map, which may change in place)."""
     spec = op.spec
-    if not _is_frozen(spec):
+    if not frozen_spec(spec):
         return None
     return (
         op,
@@ -562,7 +546,7 @@ def _apply_operation_changes(
             touched[before] = pool
         op = tree.operations.get(op_id)
         if op is not None and op.running:
-            if not _is_frozen(op.spec):
+            if not frozen_spec(op.spec):
                 return False
             touched[op.pool.name] = op.pool
     cached_pools = cache.pools
