@@ -201,12 +201,32 @@ class _Walk:
         self.registration: list[int] | None = []
         """The operation rows' registration indices, None when they are not increasing (see `_LastRuntime`)."""
 
+    def add(self, element_id: str, static: dict[str, Any], is_operation: bool) -> None:
+        """One row: the element's static part and its spec with the result's shares (zero when it has none)."""
+        self.statics.append(static)
+        self.ids.append(element_id)
+        share = self.shares.get(element_id)
+        if share is None:
+            spec = _spec(static, fair_share=np.zeros(RESOURCE_COUNT))
+        elif is_operation:
+            fair_share, demand_share, status, weight, fifo_index = share
+            spec = _spec(
+                static,
+                fair_share=fair_share,
+                demand_share=demand_share,
+                scheduling_status=status,
+                weight=weight,
+                fifo_index=fifo_index,
+            )
+        else:
+            fair_share, demand_share, status, _, _ = share
+            spec = _spec(static, fair_share=fair_share, demand_share=demand_share, scheduling_status=status)
+        self.elements.append(spec)
+
     def pools(self) -> None:
         pool_tree = self.pool_tree
         tree_config = pool_tree.config
         chain = self.chain
-        shares = self.shares
-        elements, statics, ids = self.elements, self.statics, self.ids
         seen: set[str] = set()
         for pool_name, pool in pool_tree.pools.items():
             parent = pool.parent
@@ -232,24 +252,13 @@ class _Walk:
                 key,
                 lambda pool_name=pool_name, pool=pool: _pool_static(pool_tree, pool_name, pool),
             )
-            statics.append(static)
-            ids.append(pool_name)
-            share = shares.get(pool_name)
-            if share is None:
-                elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
-            else:
-                fair_share, demand_share, status, _, _ = share
-                elements.append(
-                    _spec(static, fair_share=fair_share, demand_share=demand_share, scheduling_status=status)
-                )
+            self.add(pool_name, static, False)
         _forget(self.cache.pools, seen)
 
     def operations(self) -> None:
         pool_tree = self.pool_tree
         tree_config = pool_tree.config
         chain = self.chain
-        shares = self.shares
-        elements, statics, ids = self.elements, self.statics, self.ids
         operations = self.cache.operations
         registration = self.registration
         seen: set[str] = set()
@@ -278,22 +287,6 @@ class _Walk:
             else:
                 static = _operation_static(pool_tree, op_id, op)
                 operations[op_id] = (key, static)
-            statics.append(static)
-            ids.append(op_id)
-            share = shares.get(op_id)
-            if share is None:
-                elements.append(_spec(static, fair_share=np.zeros(RESOURCE_COUNT)))
-            else:
-                fair_share, demand_share, status, weight, fifo_index = share
-                elements.append(
-                    _spec(
-                        static,
-                        fair_share=fair_share,
-                        demand_share=demand_share,
-                        scheduling_status=status,
-                        weight=weight,
-                        fifo_index=fifo_index,
-                    )
-                )
+            self.add(op_id, static, True)
         self.registration = registration
         _forget(operations, seen)
