@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.config import OperationSpec
 from pooltree.controllers.operations import (
     MapController,
     OperationControllerBase,
@@ -31,6 +32,27 @@ from pooltree.strategy import (
 )
 
 GiB = 1024.0**3
+
+
+def register_vanilla(
+    core: Any,
+    op_id: str,
+    pool: str,
+    tasks: list[TaskSpec],
+    *,
+    now: float = 0.0,
+    spec: dict[str, Any] | None = None,
+) -> None:
+    """Register a vanilla operation of ``tasks`` in ``pool`` with a ``SchedulerCore`` (``spec``: more options)."""
+    core.register_operation(
+        op_id,
+        VanillaController(op_id, tasks),
+        user="u",
+        operation_type="vanilla",
+        pool=pool,
+        spec=OperationSpec.parse({"pool": pool, **(spec or {})}, "spec"),
+        now=now,
+    )
 
 
 def cpu_share(cpu: float, total_cpu: float = 100.0) -> np.ndarray:

@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from strategykit import register_vanilla
 
-from pooltree.config import OperationSpec, parse_pool_trees
+from pooltree.config import parse_pool_trees
 from pooltree.config.support import unsupported_options
-from pooltree.controllers.operations import TaskSpec, VanillaController
+from pooltree.controllers.operations import TaskSpec
 from pooltree.resources import vector
 from pooltree.strategy import NodeHeartbeat
 from pooltree.strategy.core import SchedulerCore
@@ -37,15 +38,8 @@ def _core(config: dict[str, Any]) -> SchedulerCore:
 
 
 def _start(core: SchedulerCore, op_id: str, pool: str, jobs: int, cpu: float, now: float) -> None:
-    task = [TaskSpec("main", jobs, vector(user_slots=1, cpu=cpu, memory=GIB))]
-    core.register_operation(
-        op_id,
-        VanillaController(op_id, task),
-        user="u",
-        operation_type="vanilla",
-        pool=pool,
-        spec=OperationSpec.parse({"pool": pool}, "spec"),
-        now=now,
+    register_vanilla(
+        core, op_id, pool, [TaskSpec("main", jobs, vector(user_slots=1, cpu=cpu, memory=GIB))], now=now
     )
 
 

@@ -10,10 +10,11 @@ the limit, ``second`` takes the free 5 cpu; with a limit of 1 it is left out (``
 from __future__ import annotations
 
 import pytest
+from strategykit import register_vanilla
 
 from pooltree.config import parse_pool_trees
 from pooltree.config.support import unsupported_options
-from pooltree.controllers.operations import TaskSpec, VanillaController
+from pooltree.controllers.operations import TaskSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import vector
 from pooltree.strategy import NodeHeartbeat
@@ -37,19 +38,15 @@ def _core(limit: int | None) -> SchedulerCore:
     return core
 
 
-def _register(core: SchedulerCore, op: str, pool: str, tasks: list[TaskSpec], now: float) -> None:
-    core.register_operation(
-        op, VanillaController(op, tasks), user="u", pool=pool, spec={"pool": pool}, now=now
-    )
-
-
 def _run(limit: int | None) -> SchedulerCore:
     core = _core(limit)
-    _register(core, "o", "other", [TaskSpec("small", 5, _job(1)), TaskSpec("big", 2, _job(20))], 0.0)
+    register_vanilla(
+        core, "o", "other", [TaskSpec("small", 5, _job(1)), TaskSpec("big", 2, _job(20))], now=0.0
+    )
     core.update_fair_share(0.0)
     core.process_heartbeat(NodeHeartbeat("n0", NODE), 0.0)
-    _register(core, "first", "queue", [TaskSpec("main", 10, _job(6))], 1.0)
-    _register(core, "second", "queue", [TaskSpec("main", 10, _job(1))], 2.0)
+    register_vanilla(core, "first", "queue", [TaskSpec("main", 10, _job(6))], now=1.0)
+    register_vanilla(core, "second", "queue", [TaskSpec("main", 10, _job(1))], now=2.0)
     for t in range(3, 8):
         core.update_fair_share(float(t))
         core.process_heartbeat(NodeHeartbeat("n0", NODE), float(t))

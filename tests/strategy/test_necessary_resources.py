@@ -5,10 +5,11 @@ tree checks, so the simulator and the live service fail it alike (``tests/sim/te
 from __future__ import annotations
 
 import pytest
+from strategykit import register_vanilla
 
 from pooltree.config import parse_pool_trees
 from pooltree.config.support import unsupported_options
-from pooltree.controllers.operations import TaskSpec, VanillaController
+from pooltree.controllers.operations import TaskSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import vector
 from pooltree.strategy.core import SchedulerCore
@@ -27,14 +28,12 @@ def _core(necessary: object) -> SchedulerCore:
     return core
 
 
-def _register(core: SchedulerCore, op: str, tasks: list[TaskSpec]) -> None:
-    core.register_operation(op, VanillaController(op, tasks), user="u", pool="a", spec={"pool": "a"}, now=0.0)
-
-
 def test_an_operation_without_gpu_demand_fails_in_a_tree_that_needs_gpu() -> None:
     core = _core(["gpu"])
-    _register(core, "cpu-only", [TaskSpec("main", 2, vector(user_slots=1, cpu=4, memory=GiB))])
-    _register(core, "trainer", [TaskSpec("main", 1, vector(user_slots=1, cpu=8, gpu=8, memory=GiB))])
+    register_vanilla(core, "cpu-only", "a", [TaskSpec("main", 2, vector(user_slots=1, cpu=4, memory=GiB))])
+    register_vanilla(
+        core, "trainer", "a", [TaskSpec("main", 1, vector(user_slots=1, cpu=8, gpu=8, memory=GiB))]
+    )
     failed = dict(core.enforce_time_limits(0.0))
     assert sorted(failed) == ["cpu-only"]
     assert (
@@ -48,9 +47,10 @@ def test_an_operation_without_gpu_demand_fails_in_a_tree_that_needs_gpu() -> Non
 def test_the_minimum_over_tasks_decides() -> None:
     """YTsaurus reads the aggregated (componentwise minimum) initial needs: one task without GPUs is enough."""
     core = _core(["gpu", "cpu"])
-    _register(
+    register_vanilla(
         core,
         "mixed",
+        "a",
         [
             TaskSpec("trainer", 1, vector(user_slots=1, cpu=8, gpu=8, memory=GiB)),
             TaskSpec("reader", 1, vector(user_slots=1, cpu=2, memory=GiB)),
@@ -62,7 +62,7 @@ def test_the_minimum_over_tasks_decides() -> None:
 
 def test_without_the_option_nothing_fails() -> None:
     core = _core([])
-    _register(core, "cpu-only", [TaskSpec("main", 2, vector(user_slots=1, cpu=4, memory=GiB))])
+    register_vanilla(core, "cpu-only", "a", [TaskSpec("main", 2, vector(user_slots=1, cpu=4, memory=GiB))])
     assert core.enforce_time_limits(0.0) == []
 
 
