@@ -24,8 +24,9 @@ from pooltree.config import OperationSpec
 from pooltree.config.snapshot import Cluster, NodeGroup, Snapshot
 from pooltree.config.tags import nodes_of_trees
 from pooltree.controllers.memory import MemoryDigestSettings
+from pooltree.fairshare.model import UpdateState
 from pooltree.forecast.durations import DurationFit, DurationSettings, choose, remaining_distribution
-from pooltree.forecast.state import ClusterState, OperationState, RunningJob
+from pooltree.forecast.state import ClusterState, IntegralState, OperationState, RunningJob
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
     Distribution,
@@ -202,3 +203,37 @@ def fork(
         report=ReportSettings(timeline_operations=False, event_log=False),
         source="<forecast>",
     )
+
+
+def integral_of(core: Any) -> IntegralState | None:
+    """A tree's integral guarantee volumes and ratios as its core's last fair-share update left them (None: it
+    has none, or no update ran yet)."""
+    carried = getattr(core, "fair_share_state", None)
+    if not isinstance(carried, UpdateState) or not (
+        carried.accumulated_resource_volume or carried.last_integral_share_ratio
+    ):
+        return None
+    return IntegralState(
+        carried.previous_update_time,
+        {
+            pool: tuple(float(x) for x in volume)
+            for pool, volume in carried.accumulated_resource_volume.items()
+        },
+        dict(carried.last_integral_share_ratio),
+    )
+
+
+def carry_integral(cores: Mapping[str, Any], state: ClusterState) -> None:
+    """Give each tree's core of a fork (before its first update) the integral volumes the cluster's core had: the
+    next update accumulates from the cluster's last update time (the fork's clock: 0 is ``state.now``)."""
+    for tree, integral in state.integral.items():
+        core = cores.get(tree)
+        if core is None:
+            continue
+        core.fair_share_state = UpdateState(
+            previous_update_time=None if integral.update_time is None else integral.update_time - state.now,
+            accumulated_resource_volume={
+                pool: np.array(volume, dtype=float) for pool, volume in integral.volumes.items()
+            },
+            last_integral_share_ratio=dict(integral.ratios),
+        )

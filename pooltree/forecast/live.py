@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pooltree.forecast.fork import integral_of
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
 from pooltree.resources import vector
 
@@ -156,6 +157,11 @@ def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: floa
             fair_share_update_period=scheduler.update_period,
             heartbeat_period=scheduler.heartbeat_period,
             pool_durations=history.snapshot(),
+            integral={
+                name: found
+                for name, core in scheduler.cores.items()
+                if (found := integral_of(core)) is not None
+            },
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+from pooltree.forecast.fork import integral_of
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
 from pooltree.sim.engine import Simulation
 
@@ -109,4 +110,9 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
         fair_share_update_period=scenario.scheduler.fair_share_update_period,
         heartbeat_period=scenario.scheduler.node_heartbeat_period,
         pool_durations={pool: tuple(values) for pool, values in recorder.pool_durations.items()},
+        integral={
+            name: found
+            for name, tree in simulation.trees.items()
+            if (found := integral_of(tree.core)) is not None
+        },
     )

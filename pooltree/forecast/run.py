@@ -35,7 +35,7 @@ from typing import Any
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError
 from pooltree.forecast.durations import DurationFit, DurationSettings
-from pooltree.forecast.fork import duration_fits, fork
+from pooltree.forecast.fork import carry_integral, duration_fits, fork
 from pooltree.forecast.state import ClusterState
 from pooltree.forecast.tail import hand_over
 from pooltree.sim.engine import Simulation
@@ -222,6 +222,7 @@ def run_seed(
         progress=check if checked else None,
         progress_interval=scenario.scheduler.fair_share_update_period if checked else None,
     )
+    carry_integral({name: tree.core for name, tree in simulation.trees.items()}, state)
     try:
         result = simulation.run()
         run.events = int(result.stats.get("events", 0))

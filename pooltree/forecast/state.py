@@ -91,3 +91,17 @@ class ClusterState:
     heartbeat_period: float = 1.0
     pool_durations: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Pool → run times of completed jobs of its operations, finished ones included (the newest, bounded)."""
+    integral: Mapping[str, IntegralState] = field(default_factory=dict)
+    """Tree → its integral guarantees' state after the last fair-share update (trees without one: absent)."""
+
+
+@dataclass(frozen=True)
+class IntegralState:
+    """One tree's integral guarantee volumes as its last fair-share update left them (``UpdateState``)."""
+
+    update_time: float | None
+    """When that update ran (the state's clock)."""
+    volumes: Mapping[str, tuple[float, ...]]
+    """Integral pool → accumulated resource volume (a resource vector)."""
+    ratios: Mapping[str, float]
+    """Integral pool → its last integral share ratio."""

@@ -138,3 +138,52 @@ def test_other_seeds_redraw_the_running_jobs_ends():
     assert start["p10"] is not None and start["p90"] is not None
     assert start["p90"] - start["p10"] > 2 * handed.resolution
     assert start["p10"] >= state.now
+
+
+def test_integral_volumes_are_carried_into_the_fork():
+    """A burst pool's accumulated volume continues in the fork from the cluster's last update; without it the
+    fork's pool would start from nothing."""
+    from pooltree.forecast.fork import carry_integral, fork, integral_of
+    from pooltree.forecast.state import IntegralState
+    from pooltree.resources import CPU
+    from pooltree.sim import Simulation
+
+    trees = parse_pool_trees(
+        {
+            "physical": {
+                "pools": {
+                    "burst": {
+                        "integral_guarantees": {
+                            "guarantee_type": "burst",
+                            "burst_guarantee_resources": {"cpu": 5},
+                            "resource_flow": {"cpu": 1},
+                        }
+                    },
+                    "other": {},
+                }
+            }
+        }
+    )
+    nodes = (NodeState("node-0", np.array(vector(user_slots=10, cpu=10, memory=64 * 2**30))),)
+    waiting = OperationState(
+        "bursty",
+        "bob",
+        "vanilla",
+        {"pool": "burst"},
+        "physical",
+        "burst",
+        990.0,
+        (TaskState("main", JOB, 3),),
+    )
+    carried = IntegralState(995.0, {"burst": tuple(vector(cpu=100.0))}, {"burst": 0.0})
+    volumes = []
+    for integral in ({"physical": carried}, {}):
+        state = ClusterState(1000.0, trees, "physical", nodes, (waiting,), integral=integral)
+        simulation = Simulation(fork(state, 0, horizon=1.0, durations=DurationSettings()), until=0.0)
+        carry_integral({name: tree.core for name, tree in simulation.trees.items()}, state)
+        simulation.run()
+        found = integral_of(simulation.trees["physical"].core)
+        volumes.append(0.0 if found is None else found.volumes.get("burst", (0.0,) * 5)[CPU])
+    with_volume, without = volumes
+    assert with_volume >= 100.0  # the cluster's 100 cpu·s, plus 5 s of flow since its last update
+    assert without < 10.0
