@@ -43,9 +43,9 @@ from pooltree.errors import ConfigError
 from pooltree.gc_policy import survivors_frozen
 from pooltree.phases import PhaseTimes
 from pooltree.resources import RESOURCE_COUNT, Vector
-from pooltree.sim.jobs import _JobsMixin
+from pooltree.sim.jobs import SimulationJobs
 from pooltree.sim.metrics import SimulationMetrics
-from pooltree.sim.operations import _OperationsMixin
+from pooltree.sim.operations import SimulationOperations
 from pooltree.sim.scenario import Scenario, node_addresses
 from pooltree.sim.state import (
     _JOB_PEAK,
@@ -165,7 +165,7 @@ def _replay_chain(
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
 
 
-class Simulation(_JobsMixin, _OperationsMixin):
+class Simulation:
     """One run of a scenario (create, then :meth:`run` once)."""
 
     def __init__(
@@ -186,6 +186,10 @@ class Simulation(_JobsMixin, _OperationsMixin):
         self.phase_times = phase_times if phase_times is not None else PhaseTimes()
         """Timers of the simulator's ``period`` and of its cores' phases (`pooltree.phases`; off by default)."""
         self.scenario = scenario
+        self.job_model = SimulationJobs(self)
+        """Jobs: started from heartbeat decisions, their ends, preemption, memory peaks (a part of the run)."""
+        self.operation_model = SimulationOperations(self)
+        """Operations: arrival and registration, controllers, lifetimes, operations no node fits."""
         self.seed = scenario.seed if seed is None else seed
         self.horizon = until if until is not None else scenario.horizon()
         settings = scenario.scheduler
@@ -353,7 +357,7 @@ class Simulation(_JobsMixin, _OperationsMixin):
                 assert op.controller is not None
                 if op.controller.pending_allocation_count > 0:
                     self._add_pending(tree, op)
-                    self._check_fit(op)
+                    self.operation_model.check_fit(op)
         elif kind == "allocation_preempted":
             self.preemptions_by_reason[event["reason"]] += 1
             op = self.op_by_id.get(event["operation_id"])
@@ -649,18 +653,18 @@ class Simulation(_JobsMixin, _OperationsMixin):
                 _, job_id, token, what = payload
                 job = self.jobs.get(job_id)
                 if job is not None and what == _JOB_PEAK:
-                    self._memory_peak(job)
+                    self.job_model.memory_peak(job)
                 elif job is not None and job.token == token:
                     assert job.end_finished is not None
-                    self._finish_job(job, job.end_finished)
+                    self.job_model.finish_job(job, job.end_finished)
             elif kind == "update":
                 self._fair_share_update(payload[1])
             elif kind == "arrive":
-                self._arrive(payload[1])
+                self.operation_model.arrive(payload[1])
             elif kind == "lifetime":
-                self._lifetime_end(payload[1])
+                self.operation_model.lifetime_end(payload[1])
             elif kind == "unfit":
-                self._unfit_timeout(payload[1])
+                self.operation_model.unfit_timeout(payload[1])
             elif kind == "fail":
                 self._node_failed(payload[1])
             elif kind == "restore":
@@ -721,7 +725,7 @@ class Simulation(_JobsMixin, _OperationsMixin):
         self._schedule_beat(node, k + 1)
         if result.allocations_to_start or result.allocations_to_preempt:
             tree.changed = True
-            self._apply(node, tree, result)
+            self.job_model.apply(node, tree, result)
 
     # ------------------------------------------------------------------ nodes
 
@@ -747,10 +751,10 @@ class Simulation(_JobsMixin, _OperationsMixin):
         for allocation in lost:
             job = self.jobs.get(allocation.id)
             if job is not None:
-                self._drop_job(job, "aborted")
+                self.job_model.drop_job(job, "aborted")
                 touched[job.op.spec.id] = job.op
         for op_id in sorted(touched):
-            self._after_job_change(touched[op_id], demand_may_grow=True)
+            self.job_model.after_job_change(touched[op_id], demand_may_grow=True)
         self._wake_queued(tree)
 
     def _node_restored(self, failure: Any) -> None:
@@ -832,7 +836,7 @@ class Simulation(_JobsMixin, _OperationsMixin):
             op = self.op_by_id.get(operation_id)
             if op is not None and op.state in ("running", "pending"):
                 op.error = error["message"]
-                self._finish_operation(op, "failed")
+                self.operation_model.finish_operation(op, "failed")
         self._wake_queued(tree)
 
     def _wake_queued(self, tree: _TreeState) -> None:

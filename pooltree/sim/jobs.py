@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pooltree.controllers.memory import RESOURCE_OVERDRAFT, JobMemory, select_overdraft_victims
 from pooltree.resources import MEMORY
-from pooltree.sim.scenario import Scenario
 from pooltree.sim.state import (
     _JOB_END,
     _JOB_PEAK,
@@ -23,70 +20,59 @@ from pooltree.sim.state import (
 )
 from pooltree.strategy.model import Allocation, FinishedAllocation, HeartbeatResult
 
+if TYPE_CHECKING:
+    from pooltree.sim.engine import Simulation
 
-class _JobsMixin:
-    """Jobs of `Simulation` (a part of it, split by concern; see engine.py)."""
 
-    # Attributes and methods of `Simulation` this part uses (set in Simulation.__init__ / _build).
-    scenario: Scenario
-    now: float
-    jobs: dict[str, _Job]
-    job_serial: int
-    stats: Counter[str]
-    wasted_job_time: float
-    trees: dict[str, _TreeState]
-    op_by_id: dict[str, _Op]
-    node_by_address: dict[str, _Node]
-    _push: Callable[..., None]
-    _emit: Callable[[dict[str, Any]], None]
-    _wake: Callable[[_Node], None]
-    _wake_queued: Callable[[_TreeState], None]
-    _refresh_pending: Callable[[_TreeState, _Op, bool], None]
-    _drop_pending: Callable[[_TreeState, str], None]
-    beat_time: Callable[[_Node, int], float]
-    _finish_operation: Callable[[_Op, str], None]
+class SimulationJobs:
+    """The job model of one `Simulation` (a part it owns): jobs started from heartbeat decisions, their ends,
+    preemption, memory peaks and overdrafts."""
 
-    def _apply(self, node: _Node, tree: _TreeState, result: HeartbeatResult) -> None:
+    def __init__(self, simulation: Simulation) -> None:
+        self.sim = simulation
+        """The simulation this part belongs to: its clock, event heap, records and the other part."""
+
+    def apply(self, node: _Node, tree: _TreeState, result: HeartbeatResult) -> None:
         touched: dict[str, _Op] = {}
         for allocation in result.allocations_to_start:
-            op = self.op_by_id[allocation.operation_id]
+            op = self.sim.op_by_id[allocation.operation_id]
             touched[op.spec.id] = op
-            self._start_job(allocation, op, node)
+            self.start_job(allocation, op, node)
         for record in result.allocations_to_preempt:
-            job = self.jobs.get(record.allocation_id)
+            job = self.sim.jobs.get(record.allocation_id)
             if job is not None:
-                self._preempted(job, record)
+                self.preempted(job, record)
         if result.allocations_to_preempt:
-            self._wake_queued(tree)
+            self.sim._wake_queued(tree)
         for op in touched.values():
             assert op.controller is not None
             if op.controller.pending_allocation_count == 0:
-                self._drop_pending(tree, op.spec.id)
+                self.sim._drop_pending(tree, op.spec.id)
 
-    def _place_running(self, op: _Op, tree: _TreeState) -> None:
+    def place_running(self, op: _Op, tree: _TreeState) -> None:
         """Jobs already running when the run starts (``SimOperation.placed``): adopted on their nodes at once."""
         spec = op.spec
         for index, address in enumerate(spec.placed):
-            node = self.node_by_address.get(address)
+            node = self.sim.node_by_address.get(address)
             started = spec.placed_since[index] if index < len(spec.placed_since) else None
             allocation = None
             if node is not None and node.alive:
-                allocation = tree.core.adopt_allocation(spec.id, address, self.now, started=started)
+                allocation = tree.core.adopt_allocation(spec.id, address, self.sim.now, started=started)
             if allocation is None:
-                self.stats["placed_jobs_refused"] += 1
+                self.sim.stats["placed_jobs_refused"] += 1
                 continue
             tree.changed = True
-            self._start_job(allocation, op, node)
+            self.start_job(allocation, op, node)
 
-    def _start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
-        now = self.now
+    def start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
+        now = self.sim.now
         task = next(t for t in op.spec.tasks if t.name == allocation.task)
         fraction = getattr(allocation.payload, "fraction", 1.0)
         duration = None
         if task.duration is not None:
             duration = task.duration.sample(op.rng) * fraction
-        self.job_serial += 1
-        job = _Job(allocation, op, node, self.job_serial, now, duration, task)
+        self.sim.job_serial += 1
+        job = _Job(allocation, op, node, self.sim.job_serial, now, duration, task)
         reserve_bytes = float(allocation.resources[MEMORY])
         job.memory_now = reserve_bytes
         job.memory_limit_total = max(reserve_bytes, 1.0)
@@ -102,25 +88,25 @@ class _JobsMixin:
             peak_after = duration / 2.0 if duration is not None else VANILLA_MEMORY_PEAK_AFTER
             if duration is not None and op.spec.type == "vanilla":
                 peak_after = min(VANILLA_MEMORY_PEAK_AFTER, duration / 2.0)
-            self._push(
+            self.sim._push(
                 now + peak_after,
                 JOB_EVENT,
                 job.serial,
                 _JOB_PEAK,
                 ("job", allocation.id, job.token, _JOB_PEAK),
             )
-        self.jobs[allocation.id] = job
+        self.sim.jobs[allocation.id] = job
         node.jobs.add(allocation.id)
         if duration is not None:
-            self._plan_end(job, now + duration, FinishedAllocation(allocation.id, "completed"))
+            self.plan_end(job, now + duration, FinishedAllocation(allocation.id, "completed"))
 
-    def _plan_end(self, job: _Job, when: float, finished: FinishedAllocation) -> None:
+    def plan_end(self, job: _Job, when: float, finished: FinishedAllocation) -> None:
         job.token += 1
         job.end = when
         job.end_finished = finished
-        self._push(when, JOB_EVENT, job.serial, _JOB_END, ("job", job.allocation.id, job.token, _JOB_END))
+        self.sim._push(when, JOB_EVENT, job.serial, _JOB_END, ("job", job.allocation.id, job.token, _JOB_END))
 
-    def _with_memory(self, job: _Job, finished: FinishedAllocation) -> FinishedAllocation:
+    def with_memory(self, job: _Job, finished: FinishedAllocation) -> FinishedAllocation:
         reserve = job.op.reserves.get(job.task.name)
         if reserve is None or job.task.memory_usage is None:
             return finished
@@ -130,34 +116,34 @@ class _JobsMixin:
         )
         return finished
 
-    def _preempted(self, job: _Job, record: Any) -> None:
-        now = self.now
+    def preempted(self, job: _Job, record: Any) -> None:
+        now = self.sim.now
         allocation_id = job.allocation.id
         if record.interruptible:
-            delay = min(self.scenario.scheduler.interruption_delay, record.timeout)
+            delay = min(self.sim.scenario.scheduler.interruption_delay, record.timeout)
             done = now + delay
             if job.end is not None and job.end <= done:
                 return
             processed = None
             if job.duration:
                 processed = min(1.0, max(0.0, (done - job.start) / job.duration))
-            self._plan_end(
+            self.plan_end(
                 job, done, FinishedAllocation(allocation_id, "completed", processed_fraction=processed)
             )
         elif record.reason.value == "graceful_preemption":
             if job.end is not None and job.end <= now + record.timeout:
                 return
-            self._plan_end(job, now + record.timeout, FinishedAllocation(allocation_id, "aborted"))
+            self.plan_end(job, now + record.timeout, FinishedAllocation(allocation_id, "aborted"))
         else:
             node = job.node
-            report = self.beat_time(node, node.k_next)
-            self._plan_end(job, report, FinishedAllocation(allocation_id, "aborted"))
+            report = self.sim.beat_time(node, node.k_next)
+            self.plan_end(job, report, FinishedAllocation(allocation_id, "aborted"))
 
     # ------------------------------------------------------------------ job endings
 
-    def _drop_job(self, job: _Job, state: str) -> None:
+    def drop_job(self, job: _Job, state: str) -> None:
         """Forget a job whose allocation the core no longer tracks; account its run time."""
-        runtime = self.now - job.start
+        runtime = self.sim.now - job.start
         op = job.op
         op.jobs_total_duration += runtime
         op.job_max_duration = max(op.job_max_duration, runtime)
@@ -165,55 +151,55 @@ class _JobsMixin:
             op.preempted_job_time += runtime
             op.preempted_job_count += 1
         if state in ("aborted", "failed"):
-            self.wasted_job_time += runtime
+            self.sim.wasted_job_time += runtime
             op.wasted_job_time += runtime
-        self.jobs.pop(job.allocation.id, None)
+        self.sim.jobs.pop(job.allocation.id, None)
         job.node.jobs.discard(job.allocation.id)
         job.token += 1
 
-    def _finish_job(self, job: _Job, finished: FinishedAllocation) -> None:
+    def finish_job(self, job: _Job, finished: FinishedAllocation) -> None:
         op = job.op
-        tree = self.trees[op.tree]
-        finished = self._with_memory(job, finished)
-        tree.core.on_allocation_finished(finished, self.now)
+        tree = self.sim.trees[op.tree]
+        finished = self.with_memory(job, finished)
+        tree.core.on_allocation_finished(finished, self.sim.now)
         tree.changed = True
         if finished.state == "aborted":
-            self._wake_queued(tree)  # a lost gang job restarts the others (queued stops and starts)
-        self._drop_job(job, finished.state)
+            self.sim._wake_queued(tree)  # a lost gang job restarts the others (queued stops and starts)
+        self.drop_job(job, finished.state)
         node = job.node
         if node.alive:
-            self._wake(node)
+            self.sim._wake(node)
         clean = finished.state == "completed" and job.allocation.preemption is None
-        self._after_job_change(op, demand_may_grow=not clean or job.task.memory_usage is not None)
+        self.after_job_change(op, demand_may_grow=not clean or job.task.memory_usage is not None)
 
-    def _after_job_change(self, op: _Op, *, demand_may_grow: bool) -> None:
+    def after_job_change(self, op: _Op, *, demand_may_grow: bool) -> None:
         controller = op.controller
         if controller is None or op.state not in ("running", "pending"):
             return
-        tree = self.trees[op.tree]
+        tree = self.sim.trees[op.tree]
         max_failed = op.spec.spec.max_failed_job_count
         if controller.failed_job_count > max_failed:
             op.error = f"Failed jobs limit exceeded ({controller.failed_job_count} > {max_failed})"
-            self._finish_operation(op, "failed")
+            self.sim.operation_model.finish_operation(op, "failed")
             return
         if controller.is_completed:
-            self._finish_operation(op, "completed")
+            self.sim.operation_model.finish_operation(op, "completed")
             return
-        self._refresh_pending(tree, op, demand_may_grow)
+        self.sim._refresh_pending(tree, op, demand_may_grow)
 
-    def _memory_peak(self, job: _Job) -> None:
+    def memory_peak(self, job: _Job) -> None:
         job.memory_now = job.peak_total
         node = job.node
         if job.memory_now > float(job.allocation.reserve[MEMORY]):
             # The node reports memory above the reserve: the scheduler counts it (SchedulerCore.report_usage).
-            tree = self.trees[node.tree]
+            tree = self.sim.trees[node.tree]
             usage = np.array(job.allocation.reserve, dtype=float)
             usage[MEMORY] = job.memory_now
             if tree.core.report_usage(job.allocation.id, usage):
                 tree.changed = True
-                self._wake(node)
+                self.sim._wake(node)
         limit = float(node.limits[MEMORY])
-        jobs = [self.jobs[j] for j in sorted(node.jobs, key=lambda j: self.jobs[j].serial)]
+        jobs = [self.sim.jobs[j] for j in sorted(node.jobs, key=lambda j: self.sim.jobs[j].serial)]
         usage = sum(j.memory_now for j in jobs)
         failing = [j for j in jobs if j.memory_now > j.memory_limit_total]
         if usage <= limit and not failing:
@@ -232,27 +218,27 @@ class _JobsMixin:
             ],
         )
         for victim in victims.failed:
-            failed = self.jobs[victim.id]
-            self._emit(
+            failed = self.sim.jobs[victim.id]
+            self.sim._emit(
                 {
                     "event": "job_memory_limit_exceeded",
-                    "time": self.now,
+                    "time": self.sim.now,
                     "allocation_id": victim.id,
                     "operation_id": failed.op.spec.id,
                     "node": node.address,
                     "usage": victim.usage,
                 }
             )
-            self._finish_job(failed, self._with_memory(failed, FinishedAllocation(victim.id, "failed")))
+            self.finish_job(failed, self.with_memory(failed, FinishedAllocation(victim.id, "failed")))
         for victim in victims.aborted:
-            aborted = self.jobs.get(victim.id)
+            aborted = self.sim.jobs.get(victim.id)
             if aborted is None:
                 continue
-            self.stats["resource_overdraft"] += 1
-            self._emit(
+            self.sim.stats["resource_overdraft"] += 1
+            self.sim._emit(
                 {
                     "event": "job_resource_overdraft",
-                    "time": self.now,
+                    "time": self.sim.now,
                     "allocation_id": victim.id,
                     "operation_id": aborted.op.spec.id,
                     "node": node.address,
@@ -261,4 +247,4 @@ class _JobsMixin:
                 }
             )
             finished = FinishedAllocation(victim.id, "aborted", abort_reason=RESOURCE_OVERDRAFT)
-            self._finish_job(aborted, self._with_memory(aborted, finished))
+            self.finish_job(aborted, self.with_memory(aborted, finished))

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,44 +15,27 @@ from pooltree.controllers.memory import (
 from pooltree.controllers.operations import OperationControllerBase, TaskSpec, make_controller
 from pooltree.errors import PooltreeError
 from pooltree.resources import MEMORY, RESOURCE_COUNT, RESOURCES, Vector, format_size
-from pooltree.sim.scenario import Scenario
 from pooltree.sim.state import (
     OPERATION_EVENT,
-    _Job,
-    _Node,
     _Op,
-    _TreeState,
 )
 from pooltree.strategy.single_tree import choose_tree
 
+if TYPE_CHECKING:
+    from pooltree.sim.engine import Simulation
 
-class _OperationsMixin:
-    """Operations of `Simulation` (a part of it, split by concern; see engine.py)."""
 
-    # Attributes and methods of `Simulation` this part uses (set in Simulation.__init__ / _build).
-    scenario: Scenario
-    now: float
-    jobs: dict[str, _Job]
-    active_ops: int
-    arrivals_left: int
-    trees: dict[str, _TreeState]
-    nodes: list[_Node]
-    _push: Callable[..., None]
-    _emit: Callable[[dict[str, Any]], None]
-    _wake: Callable[[_Node], None]
-    _add_pending: Callable[[_TreeState, _Op], None]
-    _drop_pending: Callable[[_TreeState, str], None]
-    unschedulable_timeout: float
-    safe_online_node_count: int
-    _node_limits_cache: dict[tuple[str, str], list[Vector]]
-    _online_counts: dict[str, int]
-    _tag_filters: dict[str, TagFilter]
-    _drop_job: Callable[[_Job, str], None]
-    _place_running: Callable[[_Op, _TreeState], None]
+class SimulationOperations:
+    """The operations of one `Simulation` (a part it owns): arrival and registration, controllers and memory
+    reserves, lifetimes, operations no node can fit."""
+
+    def __init__(self, simulation: Simulation) -> None:
+        self.sim = simulation
+        """The simulation this part belongs to: its clock, event heap, records and the other part."""
 
     # ------------------------------------------------------------------ operations
 
-    def _controller(self, op: _Op) -> OperationControllerBase:
+    def controller(self, op: _Op) -> OperationControllerBase:
         spec = op.spec
         raw = spec.raw_spec
         tasks = []
@@ -70,9 +52,9 @@ class _OperationsMixin:
                     if raw.get(key) is not None:
                         options_spec[key] = raw[key]
                 options = TaskMemoryOptions.from_spec(
-                    options_spec, self.scenario.memory, path=f"operations.{spec.id}.spec"
+                    options_spec, self.sim.scenario.memory, path=f"operations.{spec.id}.spec"
                 )
-                reserve = TaskMemoryReserve(options, self.scenario.memory)
+                reserve = TaskMemoryReserve(options, self.sim.scenario.memory)
                 op.reserves[task.name] = reserve
             tasks.append(
                 TaskSpec(
@@ -86,28 +68,28 @@ class _OperationsMixin:
             )
         return make_controller(spec.id, spec.type, tasks, interruption_signal=spec.spec.interruption_signal)
 
-    def _fail_on_arrival(self, op: _Op, error: PooltreeError) -> None:
+    def fail_on_arrival(self, op: _Op, error: PooltreeError) -> None:
         op.state = "failed"
         op.error = error.message
-        op.finish_time = self.now
-        self._emit(
+        op.finish_time = self.sim.now
+        self.sim._emit(
             {
                 "event": "operation_failed",
-                "time": self.now,
+                "time": self.sim.now,
                 "operation_id": op.spec.id,
                 "error": error.message,
             }
         )
 
-    def _arrive(self, op: _Op) -> None:
-        self.arrivals_left -= 1
+    def arrive(self, op: _Op) -> None:
+        self.sim.arrivals_left -= 1
         spec = op.spec
-        op.controller = self._controller(op)
-        trees = spec.spec.pool_trees_or(self.scenario.snapshot.default_pool_tree)
+        op.controller = self.controller(op)
+        trees = spec.spec.pool_trees_or(self.sim.scenario.snapshot.default_pool_tree)
         if len(trees) > 1:  # schedule_in_single_tree (the scenario allows several trees only with it)
             try:
                 op.tree = choose_tree(
-                    {name: self.trees[name].core for name in trees},
+                    {name: self.sim.trees[name].core for name in trees},
                     trees,
                     spec.id,
                     spec.spec,
@@ -117,14 +99,14 @@ class _OperationsMixin:
                     pool_of={name: spec.spec.pool_for_tree(name, spec.user) for name in trees},
                 )
             except PooltreeError as error:
-                self._fail_on_arrival(op, error)
+                self.fail_on_arrival(op, error)
                 return
-        tree = self.trees[op.tree]
+        tree = self.sim.trees[op.tree]
         op.pool = spec.spec.pool_for_tree(op.tree, spec.user)
-        self._emit(
+        self.sim._emit(
             {
                 "event": "operation_submitted",
-                "time": self.now,
+                "time": self.sim.now,
                 "operation_id": spec.id,
                 "pool": op.pool,
                 "tree": op.tree,
@@ -140,12 +122,12 @@ class _OperationsMixin:
                 weight=spec.spec.weight_for_tree(op.tree),
                 resource_limits=spec.spec.resource_limits_for_tree(op.tree),
                 spec=spec.spec,
-                now=self.now,
+                now=self.sim.now,
             )
         except PooltreeError as error:
-            self._fail_on_arrival(op, error)
+            self.fail_on_arrival(op, error)
             return
-        self.active_ops += 1
+        self.sim.active_ops += 1
         tree.changed = True
         registered = tree.core.pool_tree.operations.get(spec.id)
         if registered is not None:
@@ -154,46 +136,46 @@ class _OperationsMixin:
         if spec.below_fair_share_since is not None:
             tree.core.set_below_fair_share_since(spec.id, spec.below_fair_share_since)
         if state == "running":
-            op.start_time = self.now
-            self._place_running(op, tree)
-            self._add_pending(tree, op)
-            self._check_fit(op)
+            op.start_time = self.sim.now
+            self.sim.job_model.place_running(op, tree)
+            self.sim._add_pending(tree, op)
+            self.check_fit(op)
         if spec.lifetime is not None:
-            self._push(self.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
+            self.sim._push(self.sim.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
 
     # ------------------------------------------------------------------ operations no node can fit
 
-    def _online_limits(self, tree: str, filter_text: str) -> list[Vector]:
+    def online_limits(self, tree: str, filter_text: str) -> list[Vector]:
         """The distinct limits of the online nodes of ``tree`` matching the operation's tag filter."""
         key = (tree, filter_text)
-        cached = self._node_limits_cache.get(key)
+        cached = self.sim._node_limits_cache.get(key)
         if cached is None:
-            tag_filter = self._tag_filters.get(filter_text)
+            tag_filter = self.sim._tag_filters.get(filter_text)
             if tag_filter is None:
                 tag_filter = TagFilter.parse(filter_text, "spec.scheduling_tag_filter")
-                self._tag_filters[filter_text] = tag_filter
+                self.sim._tag_filters[filter_text] = tag_filter
             distinct: dict[tuple[float, ...], Vector] = {}
-            for node in self.nodes:
+            for node in self.sim.nodes:
                 if node.alive and node.tree == tree and tag_filter.matches(node.tags):
                     distinct.setdefault(tuple(node.limits.tolist()), node.limits)
             cached = list(distinct.values())
-            self._node_limits_cache[key] = cached
+            self.sim._node_limits_cache[key] = cached
         return cached
 
-    def _unfit(self, op: _Op) -> str | None:
+    def unfit(self, op: _Op) -> str | None:
         """Why no online node of the operation's tree can ever fit one job of a pending task (the live service's
         rule, ``pooltree.alerts.unschedulable_task``), or None when some node can."""
         controller = op.controller
         if controller is None or op.state != "running" or controller.pending_allocation_count == 0:
             return None
-        online = self._online_counts.get(op.tree)
+        online = self.sim._online_counts.get(op.tree)
         if online is None:
-            online = sum(1 for node in self.nodes if node.alive and node.tree == op.tree)
-            self._online_counts[op.tree] = online
-        if online < self.safe_online_node_count:
+            online = sum(1 for node in self.sim.nodes if node.alive and node.tree == op.tree)
+            self.sim._online_counts[op.tree] = online
+        if online < self.sim.safe_online_node_count:
             return None
         filter_text = str(getattr(op.spec.spec, "scheduling_tag_filter", None) or "")
-        limits = self._online_limits(op.tree, filter_text)
+        limits = self.online_limits(op.tree, filter_text)
         tasks = controller.pending_task_resources()
         found = unschedulable_task(tasks, limits) if limits else next(iter(tasks.items()), None)
         if found is None:
@@ -210,38 +192,40 @@ class _OperationsMixin:
             f"(short of {', '.join(short) if short else 'a combination of resources'})"
         )
 
-    def _check_fit(self, op: _Op) -> None:
+    def check_fit(self, op: _Op) -> None:
         """If no node can fit the operation, check again after the live service's timeout and fail it then."""
-        if op.unfit_check_due or self._unfit(op) is None:
+        if op.unfit_check_due or self.unfit(op) is None:
             return
         op.unfit_check_due = True
-        self._push(self.now + self.unschedulable_timeout, OPERATION_EVENT, op.index, 2, ("unfit", op))
+        self.sim._push(
+            self.sim.now + self.sim.unschedulable_timeout, OPERATION_EVENT, op.index, 2, ("unfit", op)
+        )
 
-    def _unfit_timeout(self, op: _Op) -> None:
+    def unfit_timeout(self, op: _Op) -> None:
         op.unfit_check_due = False
-        reason = self._unfit(op)
+        reason = self.unfit(op)
         if reason is None:
             return
         op.error = reason
-        self._finish_operation(op, "failed")
+        self.finish_operation(op, "failed")
 
-    def _lifetime_end(self, op: _Op) -> None:
+    def lifetime_end(self, op: _Op) -> None:
         if op.state in ("running", "pending"):
-            self._finish_operation(op, "completed")
+            self.finish_operation(op, "completed")
 
-    def _finish_operation(self, op: _Op, state: str) -> None:
-        tree = self.trees[op.tree]
-        leftover = tree.core.unregister_operation(op.spec.id, self.now, state=state)
+    def finish_operation(self, op: _Op, state: str) -> None:
+        tree = self.sim.trees[op.tree]
+        leftover = tree.core.unregister_operation(op.spec.id, self.sim.now, state=state)
         tree.changed = True
         op.state = state
-        op.finish_time = self.now
-        self._drop_pending(tree, op.spec.id)
-        self.active_ops -= 1
+        op.finish_time = self.sim.now
+        self.sim._drop_pending(tree, op.spec.id)
+        self.sim.active_ops -= 1
         for allocation in leftover:
-            self._emit(
+            self.sim._emit(
                 {
                     "event": "allocation_finished" if state == "completed" else "allocation_aborted",
-                    "time": self.now,
+                    "time": self.sim.now,
                     "allocation_id": allocation.id,
                     "operation_id": op.spec.id,
                     "node": allocation.node_address,
@@ -251,14 +235,19 @@ class _OperationsMixin:
                     "tree": op.tree,
                 }
             )
-            job = self.jobs.get(allocation.id)
+            job = self.sim.jobs.get(allocation.id)
             if job is not None:
-                self._drop_job(job, "aborted" if state != "completed" else "completed")
+                self.sim.job_model.drop_job(job, "aborted" if state != "completed" else "completed")
                 if job.node.alive:
-                    self._wake(job.node)
+                    self.sim._wake(job.node)
         if op.error is not None:
-            self._emit(
-                {"event": "operation_error", "time": self.now, "operation_id": op.spec.id, "error": op.error}
+            self.sim._emit(
+                {
+                    "event": "operation_error",
+                    "time": self.sim.now,
+                    "operation_id": op.spec.id,
+                    "error": op.error,
+                }
             )
 
 
