@@ -160,6 +160,9 @@ class PoolConfig(ConfigModel):
     allow_normal_preemption: bool | None = None
     use_pool_satisfaction_for_scheduling: bool | None = None
     """YTsaurus: overrides the tree's option for this pool and, unless they set their own, its descendants."""
+    resource_limits_overcommit_tolerance: GuaranteeResources | None = None
+    """YTsaurus: how far a preemptive stage may start an allocation past this pool's ``resource_limits``
+    (``strategy/limits_tolerance.py``)."""
     non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
     enable_lightweight_operations: bool = False
     compute_promised_guarantee_fair_share: bool = False

@@ -141,7 +141,6 @@ POOL_UNSUPPORTED: dict[str, str] = {
     "historic_usage_aggregation_period": "weights inferred from historic usage are not implemented",
     "allow_idle_cpu_policy": "the idle CPU policy is not modelled",
     "redirect_to_cluster": "redirecting operations to another cluster is not modelled",
-    "resource_limits_overcommit_tolerance": "resource limits are enforced without an overcommit tolerance",
 }
 
 POOL_ALIASES: dict[str, str] = {

@@ -22,6 +22,7 @@ from pooltree.config.operation_preemption import (
     specified_starvation_tolerance,
 )
 from pooltree.resources import Vector
+from pooltree.strategy.limits_tolerance import overcommit_tolerance
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec
 from pooltree.tree.elements import frozen_spec
@@ -128,6 +129,7 @@ def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
         "allow_normal_preemption": _option(pool_config, "allow_normal_preemption"),
         "allow_aggressive_preemption": _option(pool_config, "allow_aggressive_preemption"),
         "use_pool_satisfaction_for_scheduling": _option(pool_config, "use_pool_satisfaction_for_scheduling"),
+        "resource_limits_overcommit_tolerance": None if pool.is_root else overcommit_tolerance(pool_config),
     }
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.strategy.limits_tolerance import tolerance_floats
 from pooltree.strategy.model import (
     Allocation,
     DeactivationReason,
@@ -196,6 +197,7 @@ class _Element:
         "last_start",
         "limited",
         "limits",
+        "limits_tolerance",
         "op",
         "parent",
         "sat",
@@ -237,6 +239,8 @@ class _Element:
             None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
         )
         self.limited: tuple[_Element, ...] = ()
+        self.limits_tolerance = tolerance_floats(spec.resource_limits_overcommit_tolerance)
+        """The pool's ``resource_limits_overcommit_tolerance`` (preemptive stages only; `limits_tolerance.py`)."""
         self.sat = INFINITE_SATISFACTION_RATIO
         self.sat_for: tuple[Any, ...] | None = None
         """The (usage, fair share, blocked, total) ``sat_memo`` (an operation's publish-time satisfaction) is of."""

@@ -22,6 +22,7 @@ from pooltree.strategy.elements import (
     _floats,
     _lists_state,
 )
+from pooltree.strategy.limits_tolerance import tolerance_floats
 from pooltree.strategy.model import (
     PRIORITY_OF_RANK,
     STARVATION_RANK,
@@ -527,6 +528,7 @@ def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:
     element.threshold_key = None if threshold is None else tuple(_floats(threshold))
     limits = None if spec.specified_resource_limits is None else _floats(spec.specified_resource_limits)
     element.limits = None if limits is None or not any(map(math.isfinite, limits)) else tuple(limits)
+    element.limits_tolerance = tolerance_floats(spec.resource_limits_overcommit_tolerance)
     element.limited = ()
     element.sat = INFINITE_SATISFACTION_RATIO
     element.fifo_key = float(spec.fifo_index)

@@ -225,6 +225,8 @@ class ElementSpec:
     preemption_mode: str = "normal"
     scheduling_tag_filter: Callable[[frozenset[str]], bool] | Any | None = None
     interruption_signal: str | None = None
+    resource_limits_overcommit_tolerance: Vector | None = None
+    """A pool's ``resource_limits_overcommit_tolerance`` (absolute; `limits_tolerance.py`)."""
     use_pool_satisfaction_for_scheduling: bool | None = None
     """A pool's own ``use_pool_satisfaction_for_scheduling`` (None: inherited; `pool_satisfaction.py`)."""
     is_gang: bool = False

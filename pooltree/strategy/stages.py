@@ -399,8 +399,11 @@ class SchedulingStages:
         for limited in element.limited:
             assert limited.limits is not None
             extra = ancestor_discount.get(limited.id) if ancestor_discount is not None else None
+            tolerance = limited.limits_tolerance if ancestor_discount is not None else None  # preemptive only
             for r in range(RESOURCE_COUNT):
                 room = limited.limits[r] - limited.usage[r] + (extra[r] if extra is not None else 0.0)
+                if tolerance is not None:
+                    room += tolerance[r]
                 if min_needed[r] > room + _FIT_EPSILON:
                     return None, DeactivationReason.RESOURCE_LIMITS_EXCEEDED
                 available[r] = min(available[r], room)
