@@ -51,6 +51,7 @@ from pooltree.node.service import (
 from pooltree.node.topology import NodeTopology
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 from pooltree.server.live.model import check_update_period
+from pooltree.shards.host import MAX_NODE_SHARDS
 
 DEFAULT_DATA = Path(".pooltree")
 SUPERVISE_PERIOD = 0.5
@@ -245,6 +246,12 @@ def scheduler_command(
         help="CPU seconds of one core a refresh of the scheduling forecast may take (in its worker process, at "
         "nice +10); 0 turns forecasts off.",
     ),
+    node_shards: int = typer.Option(
+        1,
+        "--node-shards",
+        help="Processes taking node heartbeats (each on a port of its own, nodes assigned by address); "
+        "1 takes them in the scheduler's process.",
+    ),
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
@@ -254,6 +261,8 @@ def scheduler_command(
             raise PooltreeError(
                 f"--node-heartbeat-timeout must be positive seconds, got {node_heartbeat_timeout}"
             )
+        if not 1 <= node_shards <= MAX_NODE_SHARDS:
+            raise PooltreeError(f"--node-shards must be from 1 to {MAX_NODE_SHARDS}, got {node_shards}")
         check_period(heartbeat_period, "--heartbeat-period")
         check_update_period(fair_share_update_period, "--fair-share-update-period")
         forecasts = forecast_worker_settings(forecast_budget)
@@ -293,6 +302,7 @@ def scheduler_command(
                 **secrets,
                 prepare=prepare,
                 forecasts=forecasts,
+                node_shards=node_shards,
             )
         )
     except PooltreeError as error:
@@ -358,6 +368,7 @@ async def _run_scheduler(
     store_key_file: Path | None = None,
     prepare: Callable[[Any], None] | None = None,
     forecasts: WorkerSettings | None = None,
+    node_shards: int = 1,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -389,6 +400,7 @@ async def _run_scheduler(
         prepare_store=prepare,
         stop=stop,
         forecast_settings=forecasts,
+        node_shards=node_shards,
     )
     log.info("scheduler stopped")
 

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/internal/node_heartbeat"
 NODE_SECRET_HEADER = "X-Pooltree-Node-Secret"
+SHARD_GONE_STATUSES = frozenset({502, 503})
+"""A node shard answering these has lost its scheduler: the heartbeat goes to the scheduler list instead."""
 """Must match ``pooltree.security.NODE_SECRET_HEADER`` (the node does not import the scheduler's packages)."""
 BACKOFF_INITIAL = 0.05
 BACKOFF_CAP = 2.0
@@ -149,6 +152,8 @@ class NodeLoop:
         """Set for the final heartbeat: zero resource limits, so the scheduler starts nothing more here."""
         self.throttled = False
         """The last answer skipped scheduling (the scheduler is overloaded): wait the whole period it gave."""
+        self.shard_url: str | None = None
+        """The node shard the scheduler named for this node's heartbeats (``wire.HEARTBEAT_URL``), if any."""
 
     @property
     def scheduler_url(self) -> str:
@@ -169,19 +174,39 @@ class NodeLoop:
         return body
 
     async def heartbeat_once(self, client: httpx.AsyncClient, timeout: float = REQUEST_TIMEOUT) -> bool:
-        """One heartbeat round trip; True if the scheduler answered and its response was applied."""
+        """One heartbeat round trip; True if the scheduler answered and its response was applied.
+
+        A heartbeat goes to the node shard the scheduler named (``heartbeat_url``) when it named one; when the
+        shard does not answer, the same heartbeat goes at once to the scheduler, which names the shard anew."""
         if self.agent.pending_stderr_uploads():
             await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, self.headers)
-        try:
-            response = await client.post(
-                self.scheduler_url + HEARTBEAT_PATH,
-                json=self.heartbeat_body(),
-                headers=self.headers,
-                timeout=timeout,
-            )
-        except httpx.HTTPError as error:
-            self._failed(f"scheduler {self.scheduler_url} unreachable: {type(error).__name__}: {error}")
-            return False
+        body = self.heartbeat_body()
+        response = None
+        if self.shard_url is not None:
+            try:
+                response = await client.post(
+                    self.shard_url + HEARTBEAT_PATH, json=body, headers=self.headers, timeout=timeout
+                )
+            except httpx.HTTPError as error:
+                log.info("node shard %s unreachable (%s); back to the scheduler", self.shard_url, error)
+            else:
+                if response.status_code in SHARD_GONE_STATUSES:
+                    log.info(
+                        "node shard %s answered %d; back to the scheduler",
+                        self.shard_url,
+                        response.status_code,
+                    )
+                    response = None
+            if response is None:
+                self.shard_url = None
+        if response is None:
+            try:
+                response = await client.post(
+                    self.scheduler_url + HEARTBEAT_PATH, json=body, headers=self.headers, timeout=timeout
+                )
+            except httpx.HTTPError as error:
+                self._failed(f"scheduler {self.scheduler_url} unreachable: {type(error).__name__}: {error}")
+                return False
         if response.status_code != 200:
             self._failed(f"heartbeat rejected with HTTP {response.status_code}: {_error_message(response)}")
             return False
@@ -210,6 +235,7 @@ class NodeLoop:
             except ConfigError as error:
                 log.warning("ignoring the scheduler's %s", error.message)
         self.throttled = control.scheduling_skipped
+        self._follow_shard(control.heartbeat_url)
         if self.throttled:
             self.stats.throttled += 1
         if not self.connected:
@@ -222,7 +248,19 @@ class NodeLoop:
         self.stats.started_jobs += len(summary["started"])
         return True
 
+    def _follow_shard(self, url: str | None) -> None:
+        """Send the next heartbeats to ``url`` (a node shard) if it is on the scheduler's own host: the node
+        secret goes to no other host."""
+        if url is None:
+            return
+        url = url.rstrip("/")
+        if urlsplit(url).hostname != urlsplit(self.scheduler_url).hostname:
+            log.warning("ignoring the scheduler's heartbeat_url %s: not on the scheduler's host", url)
+            return
+        self.shard_url = url
+
     def _failed(self, message: str) -> None:
+        self.shard_url = None
         if self.connected or self.stats.consecutive_failures == 0:
             log.warning("%s (retrying with backoff)", message)
         self.connected = False

@@ -48,6 +48,10 @@ HEARTBEAT_PERIOD = "heartbeat_period"
 SCHEDULING_SKIPPED = "scheduling_skipped"
 """Set when the scheduler was overloaded and scheduled nothing on this heartbeat (YTsaurus's
 ``scheduling_skipped``): the node waits ``heartbeat_period`` before the next one, out-of-turn heartbeats too."""
+HEARTBEAT_URL = "heartbeat_url"
+"""Where the node sends its next heartbeats: the node shard of the scheduler that owns it (``pooltree/shards``).
+The node follows it only on the host of the scheduler that answered (the node secret goes nowhere else) and goes
+back to its scheduler list when a heartbeat there fails."""
 RESPONSE_KEYS = frozenset({START, PREEMPT, ABORT, ACKNOWLEDGE})
 """What ``NodeAgent.apply_heartbeat_response`` applies; ``heartbeat_period`` is the loop's."""
 
@@ -178,6 +182,8 @@ class ResponseControl:
     heartbeat_period: Any = None
     """As sent (the loop checks it); None when absent."""
     scheduling_skipped: bool = False
+    heartbeat_url: str | None = None
+    """The node shard to send the next heartbeats to (``HEARTBEAT_URL``); None: the scheduler itself."""
 
 
 def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
@@ -190,6 +196,9 @@ def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
     skipped = body.pop(SCHEDULING_SKIPPED, False)
     if not isinstance(skipped, bool):
         raise ConfigError(join_path("response", SCHEDULING_SKIPPED), f"expected a boolean, got {skipped!r}")
+    url = body.pop(HEARTBEAT_URL, None)
+    if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        raise ConfigError(join_path("response", HEARTBEAT_URL), f"expected an http(s) URL, got {url!r}")
     unknown = sorted(set(map(str, body)) - RESPONSE_KEYS)
     if unknown:
         raise ConfigError(
@@ -199,7 +208,7 @@ def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
         value = body.setdefault(key, [])
         if not isinstance(value, list | tuple):
             raise ConfigError(join_path("response", key), f"expected a list, got {type(value).__name__}")
-    return body, ResponseControl(period, skipped)
+    return body, ResponseControl(period, skipped, url)
 
 
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})

@@ -213,6 +213,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_node_credentials(secret: str, peer: str | None, node_secret: str | None, networks: Any) -> None:
+    """A node's secret must be the cluster's and its peer address in a node network (``networks`` None: any);
+    the check ``Security.authenticate_node`` makes, also made by node shard processes (``pooltree/shards``)."""
+    if node_secret is None or not secret or not constant_time_equal(secret, node_secret):
+        raise _auth_error("Node authentication failed: the heartbeat carries no valid node secret")
+    if networks is not None:
+        try:
+            ip = ipaddress.ip_address(peer or "")
+        except ValueError:
+            raise _auth_error(f"Node heartbeat from unknown peer {peer!r} refused") from None
+        if not any(ip in network for network in networks):
+            raise _auth_error(f"Node heartbeat from {peer} refused: not a registered node network")
+
+
 class Security:
     """Identity and permissions of one cluster (see the module docstring)."""
 
@@ -269,17 +283,9 @@ class Security:
         """A heartbeat must carry the cluster node secret and come from a network nodes are registered on."""
         if not self.authentication:
             return
-        secret = headers.get(NODE_SECRET_HEADER, "")
-        if self.node_secret is None or not secret or not constant_time_equal(secret, self.node_secret):
-            raise _auth_error("Node authentication failed: the heartbeat carries no valid node secret")
-        networks = self.node_networks
-        if networks is not None:
-            try:
-                ip = ipaddress.ip_address(peer or "")
-            except ValueError:
-                raise _auth_error(f"Node heartbeat from unknown peer {peer!r} refused") from None
-            if not any(ip in network for network in networks):
-                raise _auth_error(f"Node heartbeat from {peer} refused: not a registered node network")
+        check_node_credentials(
+            headers.get(NODE_SECRET_HEADER, ""), peer, self.node_secret, self.node_networks
+        )
 
     def authenticate_operator(self, headers: Mapping[str, str], peer: str | None) -> str:
         """Who may read the process's own state (``/internal/store_health``): a node (its secret, from a node

@@ -377,6 +377,23 @@ async def read_body(request: Request, limit: int, what: str = "Request body") ->
     return decoder.finish()
 
 
+def error_response(error: BaseException, request_id: str, host: str, now: float) -> Response:
+    """The HTTP answer carrying ``error`` as a YT error (status by its code; ``X-YT-*`` headers)."""
+    body = error_to_dict(error, host=host, now=now)
+    status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503, REQUEST_RATE_LIMIT_EXCEEDED: 429}.get(
+        body["code"], getattr(error, "http_status", 400)
+    )
+    text = error_json(body)
+    headers = {
+        "X-YT-Error": text,
+        "X-YT-Response-Code": str(body["code"]),
+        "X-YT-Response-Message": header_text(body["message"]),
+        "X-YT-Request-Id": request_id,
+        "X-YT-Proxy": host,
+    }
+    return Response(text, status_code=status, media_type="application/json", headers=headers)
+
+
 class YtApi:
     """The request pipeline shared by every command."""
 
@@ -399,19 +416,7 @@ class YtApi:
         """Worker threads commands run on at once (made on the event loop at the first command)."""
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
-        body = error_to_dict(error, host=self.host, now=self.clock())
-        status = {AUTHENTICATION_ERROR: 401, STORE_UNAVAILABLE: 503, REQUEST_RATE_LIMIT_EXCEEDED: 429}.get(
-            body["code"], getattr(error, "http_status", 400)
-        )
-        text = error_json(body)
-        headers = {
-            "X-YT-Error": text,
-            "X-YT-Response-Code": str(body["code"]),
-            "X-YT-Response-Message": header_text(body["message"]),
-            "X-YT-Request-Id": request_id,
-            "X-YT-Proxy": self.host,
-        }
-        return Response(text, status_code=status, media_type="application/json", headers=headers)
+        return error_response(error, request_id, self.host, self.clock())
 
     def check_token(self, request: Request) -> str:
         """The authenticated user of ``request`` (YT error 900 without a valid token)."""

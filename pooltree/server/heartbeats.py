@@ -1,5 +1,11 @@
-"""The scheduler's side of the node heartbeat wire format: ``pooltree.node.wire`` (one module for both sides)."""
+"""The scheduler's side of the node heartbeat wire format: ``pooltree.node.wire`` (one module for both sides), and
+``decode_heartbeat``, the body → ``HeartbeatRequest`` step that the service and the node shard processes share."""
 
+from __future__ import annotations
+
+import json
+
+from pooltree.errors import ConfigError
 from pooltree.node.wire import (
     FINISHED_STATES,
     MAX_ALERT_TEXT,
@@ -10,6 +16,7 @@ from pooltree.node.wire import (
     parse_heartbeat,
     parse_node_alerts,
 )
+from pooltree.server.protocol import YtError, check_value
 
 __all__ = [
     "FINISHED_STATES",
@@ -18,6 +25,26 @@ __all__ = [
     "FinishedJobReport",
     "HeartbeatRequest",
     "RunningJobReport",
+    "decode_heartbeat",
     "parse_heartbeat",
     "parse_node_alerts",
 ]
+
+MAX_HEARTBEAT_BYTES = 16 << 20
+"""A heartbeat body is refused (413) past this size."""
+
+
+def decode_heartbeat(body: bytes) -> HeartbeatRequest:
+    """A heartbeat body as the scheduler takes it; a YT error (400) naming the field when it is not one."""
+    try:
+        data = json.loads(body or b"null")
+        check_value(data, "heartbeat")
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
+        raise YtError(f"Heartbeat is not valid JSON: {error}", attributes={"field": "heartbeat"}) from error
+    try:
+        return parse_heartbeat(data)
+    except ConfigError as error:
+        raise YtError(
+            f"Malformed node heartbeat: {error.message}",
+            attributes={"field": error.path, "reason": error.reason},
+        ) from error

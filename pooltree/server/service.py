@@ -29,8 +29,9 @@ from starlette.routing import Route
 from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.worker import ForecastService, WorkerSettings
+from pooltree.node import wire
 from pooltree.node.service import check_period
-from pooltree.node.wire import parse_heartbeat
+from pooltree.node.wire import HeartbeatRequest
 from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
@@ -38,14 +39,16 @@ from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
+from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
-from pooltree.server.protocol import YtError, check_value
+from pooltree.server.protocol import YtError
 from pooltree.server.store import Store
 from pooltree.server.tree_options import effective_config
+from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
 from pooltree.web.app import WebUI
 
 log = logging.getLogger(__name__)
@@ -53,7 +56,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TREE = "default"
 DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
 """Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
-MAX_HEARTBEAT_BYTES = 16 * 1024 * 1024
 ORCHID_CACHE_PERIOD = 1.0
 """YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
@@ -262,11 +264,27 @@ class SchedulerService:
         tune_gc: bool = False,
         forecast_settings: WorkerSettings | None = None,
         throttle_settings: ThrottleSettings | None = None,
+        node_shards: int = 1,
+        shard_host: str = "127.0.0.1",
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
         ``tune_gc``: freeze the garbage collector's survivors after start-up and after every full collection
-        (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not)."""
+        (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not).
+        ``node_shards`` > 1: node heartbeats are taken by that many shard processes listening on ``shard_host``
+        (``pooltree.shards``), started by ``start()``; 1 answers them in this process only."""
+        if (
+            not isinstance(node_shards, int)
+            or isinstance(node_shards, bool)
+            or not 1 <= node_shards <= MAX_NODE_SHARDS
+        ):
+            raise ConfigError(
+                "node_shards", f"must be an integer from 1 to {MAX_NODE_SHARDS}, got {node_shards!r}"
+            )
+        self.node_shards = node_shards
+        self.shard_host = shard_host
+        self.shards: NodeShards | None = None
+        """The node shard processes while started with ``node_shards`` > 1."""
         self.store = store
         self.tune_gc = tune_gc
         self.clock = clock
@@ -311,6 +329,7 @@ class SchedulerService:
         self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
         self.metrics.register(GcCollector())
+        self.metrics.register(ShardMetrics(lambda: self.shards))
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
         )
@@ -381,30 +400,14 @@ class SchedulerService:
             self.security.authenticate_node(request.headers, peer)
             self.store.check_writable()
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
+            heartbeat = decode_heartbeat(body)
+            limit = self.enter_heartbeat(heartbeat)  # counted in flight from here
             try:
-                data = json.loads(body or b"null")
-                check_value(data, "heartbeat")
-            except (ValueError, UnicodeDecodeError, RecursionError) as error:
-                raise YtError(
-                    f"Heartbeat is not valid JSON: {error}", attributes={"field": "heartbeat"}
-                ) from error
-            try:
-                heartbeat = parse_heartbeat(data)
-            except ConfigError as error:
-                raise YtError(
-                    f"Malformed node heartbeat: {error.message}",
-                    attributes={"field": error.path, "reason": error.reason},
-                ) from error
-            self.security.bind_node(heartbeat.address, peer)
-            now = self.clock()
-            known = self.scheduler.nodes.get(heartbeat.address)
-            throttle = self.scheduler.heartbeat_throttle
-            limit = throttle.enter(known.last_seen if known is not None else None, now)  # counted in flight
-            try:
-                process = functools.partial(self.scheduler.process_heartbeat, throttled=limit is not None)
-                response = await run_in_threadpool(self._timed, "heartbeat", process, heartbeat, now)
+                response = await run_in_threadpool(
+                    self.answer_heartbeat, heartbeat, peer, limit is not None, request.url.hostname
+                )
             finally:
-                throttle.leave()
+                self.leave_heartbeat()
             return JSONResponse(response)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
@@ -414,6 +417,41 @@ class SchedulerService:
                 YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
                 request_id,
             )
+
+    def enter_heartbeat(self, heartbeat: HeartbeatRequest) -> str | None:
+        """Count a heartbeat in flight (``throttle.py``); the limit it is over, if any. ``leave_heartbeat``
+        follows."""
+        known = self.scheduler.nodes.get(heartbeat.address)
+        return self.scheduler.heartbeat_throttle.enter(
+            known.last_seen if known is not None else None, self.clock()
+        )
+
+    def leave_heartbeat(self) -> None:
+        self.scheduler.heartbeat_throttle.leave()
+
+    def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]:
+        """``error`` as the heartbeat route answers it (status, ``X-YT-*`` headers, body), for a node shard."""
+        if not isinstance(error, PooltreeError):
+            error = YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}")
+        response = self._api.error_response(error, request_id)
+        headers = {k: v for k, v in response.headers.items() if k.lower().startswith("x-yt-")}
+        return response.status_code, headers, bytes(response.body)
+
+    def answer_heartbeat(
+        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None = None
+    ) -> dict[str, Any]:
+        """One authenticated node heartbeat (on a worker thread, counted in flight by the caller): the node's
+        address stays bound to its host, the scheduler processes it, and with node shards the answer names the
+        node's shard (``wire.HEARTBEAT_URL``). The HTTP route and the node shards' requests both come here."""
+        self.store.check_writable()
+        self.security.bind_node(heartbeat.address, peer)
+        process = functools.partial(self.scheduler.process_heartbeat, throttled=throttled)
+        response = self._timed("heartbeat", process, heartbeat, self.clock())
+        if self.shards is not None:
+            url = self.shards.url_for(heartbeat.address, hostname)
+            if url is not None:
+                response[wire.HEARTBEAT_URL] = url
+        return response
 
     async def _file_blob(self, request: Request) -> Response:
         """A blob of a running operation's files, for the node that starts its jobs (node/files.py)."""
@@ -478,6 +516,15 @@ class SchedulerService:
         if self.tune_gc:
             GC.settle()  # the revived operations are frozen before the first request is served
         self.forecasts.start()
+        if self.node_shards > 1:
+            settings = ShardSettings(
+                self.shard_host,
+                self.security.authentication,
+                self.security.node_secret,
+                self.security.node_networks,
+                self._api.host,
+            )
+            self.shards = await run_in_threadpool(NodeShards, self.node_shards, settings, self)
         self._tasks = [
             asyncio.create_task(self._fair_share_loop(), name="fair-share"),
             asyncio.create_task(self._sweep_loop(), name="node-sweep"),
@@ -491,6 +538,9 @@ class SchedulerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self.shards is not None:
+            shards, self.shards = self.shards, None
+            await run_in_threadpool(shards.close)
         await run_in_threadpool(self.forecasts.stop)
         if self.started:
             GC.uninstall()
@@ -549,6 +599,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     forecast_settings: WorkerSettings | None = None,
     store_key_file: Path | None = None,
+    node_shards: int = 1,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -557,7 +608,8 @@ async def serve(
     ``on_role(text)`` on every change of role (``leader``, ``standby: ...``, ``recovering: ...``).
     ``prepare_store(store)`` runs once this process holds the leader lock, before the service is built (``--config``).
     ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
-    ``store_key_file`` seals the store's secrets (``SchedulerRunner``).
+    ``store_key_file`` seals the store's secrets (``SchedulerRunner``). ``node_shards`` > 1 runs that many node
+    shard processes on ``host`` while this process leads (``pooltree.shards``).
     """
     check_period(heartbeat_period, "heartbeat_period")
     if not authentication and not is_loopback(host):
@@ -584,6 +636,8 @@ async def serve(
             fair_share_update_period=fair_share_update_period,
             tune_gc=tune_gc,
             forecast_settings=forecast_settings,
+            node_shards=node_shards,
+            shard_host=host,
         )
 
     runner = SchedulerRunner(

@@ -14,6 +14,7 @@ the replay did not start raises ``ReplayDivergence``; other differences show as 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,8 +130,18 @@ class RecordingScheduler:
         self.recording.events.append(("update", tree, now))
 
 
-def replay(recording: Recording, scheduler: Scheduler) -> Decisions:
-    """Drive ``scheduler`` through ``recording``; its decisions."""
+HeartbeatSender = Callable[[dict[str, Any], float], dict[str, Any]]
+"""Carries one heartbeat map at a time to a scheduler and returns its answer map."""
+
+
+def replay(recording: Recording, scheduler: Scheduler, send: HeartbeatSender | None = None) -> Decisions:
+    """Drive ``scheduler`` through ``recording``; its decisions. Heartbeats go to ``send`` when given (node
+    shard processes over HTTP, say), else parsed to ``scheduler.process_heartbeat``."""
+    if send is None:
+
+        def send(data: dict[str, Any], now: float) -> dict[str, Any]:
+            return scheduler.process_heartbeat(parse_heartbeat(data), now)
+
     names = _Names()
     recorded_name = {job_id: name for name, job_id in recording.job_ids.items()}
     out = Decisions()
@@ -142,9 +153,7 @@ def replay(recording: Recording, scheduler: Scheduler) -> Decisions:
             scheduler.update_fair_share(event[1], event[2])
         else:
             _, data, now = event
-            answer = scheduler.process_heartbeat(
-                parse_heartbeat(_translate(data, recording, names, recorded_name)), now
-            )
+            answer = send(_translate(data, recording, names, recorded_name), now)
             started, preempted = names.decisions(data[wire.NODE_ADDRESS], answer)
             out.started.append(started)
             out.preempted.append(preempted)

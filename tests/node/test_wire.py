@@ -51,6 +51,11 @@ def test_response_is_split_and_checked_by_field() -> None:
     with pytest.raises(ConfigError) as error:
         wire.split_response({"abort": {}})
     assert error.value.path == "response.abort"
+    _, control = wire.split_response({wire.HEARTBEAT_URL: "http://127.0.0.1:8001"})
+    assert control.heartbeat_url == "http://127.0.0.1:8001"
+    with pytest.raises(ConfigError) as error:
+        wire.split_response({wire.HEARTBEAT_URL: "file:///etc/passwd"})
+    assert error.value.path == "response.heartbeat_url"
 
 
 amounts = st.one_of(

@@ -1,0 +1,242 @@
+"""Node shards in processes, the leader's side: start them, carry their heartbeats to the scheduler, restart them.
+
+``NodeShards(count, settings, service)`` spawns ``count`` shard processes (``process.py``). Each serves
+``POST /internal/node_heartbeat`` on a port of its own: it authenticates the node, reads and decodes the body
+(JSON and the wire module) and sends the parsed ``HeartbeatRequest`` over its pipe; the leader answers it with the
+scheduler's ``answer_heartbeat`` (the same call the leader's own HTTP route makes: same throttle, same lock, same
+group commit, same strategy) and sends the answer map back, which the shard encodes and returns. A node is owned
+by shard ``blake2b(address) % count``; the leader's answers name that shard's URL (``wire.HEARTBEAT_URL``) and the
+node sends its next heartbeats there.
+
+Shards hold no scheduler state: a shard that dies loses only the answers it had not yet sent (a started job's
+record is stored before its answer leaves the leader, so such a job is the node's missing job, lost and run again
+by its controller after ``LOST_AFTER_MISSED_HEARTBEATS``; an unsent acknowledgement makes the node report the
+finished job again, which is acknowledged once more). Its nodes' next heartbeats fail over to the leader, which
+answers them itself until the shard is restarted and then names its new URL. When the leader dies, each shard
+reads end-of-file on its pipe and exits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from pooltree.errors import PooltreeError
+from pooltree.node.wire import HeartbeatRequest
+from pooltree.shards.process import ShardSettings, run_shard
+
+log = logging.getLogger(__name__)
+
+MAX_NODE_SHARDS = 64
+"""Node shard processes a scheduler may run (``--node-shards``)."""
+SHARD_START_TIMEOUT = 60.0
+"""Seconds a new shard process has to report its port."""
+WORKERS_PER_SHARD = 4
+"""Leader threads per shard answering its heartbeats (each holds the scheduling lock only for the heartbeat's
+memory work, then waits for the group commit: several in flight let the commit batch them)."""
+
+
+class HeartbeatService(Protocol):
+    """What the shards need of the scheduler service (``SchedulerService``)."""
+
+    def enter_heartbeat(self, heartbeat: HeartbeatRequest) -> str | None: ...
+
+    def leave_heartbeat(self) -> None: ...
+
+    def answer_heartbeat(
+        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
+    ) -> dict[str, Any]: ...
+
+    def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]: ...
+
+
+def shard_of(address: str, count: int) -> int:
+    """The shard that owns node ``address`` (stable across processes and restarts)."""
+    digest = hashlib.blake2b(address.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+@dataclass
+class _Shard:
+    index: int
+    process: Any
+    conn: Connection
+    port: int
+    send_lock: threading.Lock
+    alive: bool = True
+
+
+class NodeShards:
+    """``count`` shard processes answering node heartbeats for ``service``; ``close()`` ends them."""
+
+    def __init__(self, count: int, settings: ShardSettings, service: HeartbeatService) -> None:
+        if count < 2:
+            raise ValueError("node shards in processes need a count of at least 2")
+        self.count = count
+        self.settings = settings
+        self.service = service
+        self._context = multiprocessing.get_context("spawn")
+        self._executor = ThreadPoolExecutor(WORKERS_PER_SHARD * count, thread_name_prefix="node-shard")
+        self._lock = threading.Lock()
+        self._closing = False
+        self._shards: list[_Shard | None] = [None] * count
+        self.restarts = 0
+        """Shard processes started again after one died."""
+        self.answered = [0] * count
+        """Heartbeats each shard carried to the scheduler (``pooltree_node_shard_heartbeats_total``)."""
+        starts = [self._executor.submit(self._start, index) for index in range(count)]
+        for future in starts:
+            future.result()
+
+    # ------------------------------------------------------------------ processes
+
+    def _start(self, index: int) -> None:
+        """Spawn shard ``index`` and wait for its port; its reader thread then serves it."""
+        parent, child = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=run_shard, args=(child, index, self.settings), name=f"pooltree-shard-{index}", daemon=True
+        )
+        process.start()
+        child.close()
+        try:
+            if not parent.poll(SHARD_START_TIMEOUT):
+                raise RuntimeError(f"node shard {index} did not start within {SHARD_START_TIMEOUT} s")
+            kind, port = parent.recv()
+            if kind != "ready":
+                raise RuntimeError(f"node shard {index} sent {kind!r} instead of its port")
+        except BaseException:
+            process.kill()
+            parent.close()
+            raise
+        shard = _Shard(index, process, parent, int(port), threading.Lock())
+        with self._lock:
+            if self._closing:
+                process.kill()
+                parent.close()
+                return
+            self._shards[index] = shard
+        threading.Thread(
+            target=self._read, args=(shard,), name=f"node-shard-{index}-reader", daemon=True
+        ).start()
+        log.info("node shard %d (pid %d) serves heartbeats on port %d", index, process.pid, shard.port)
+
+    def _read(self, shard: _Shard) -> None:
+        """Take the shard's heartbeats until its pipe ends; then restart it unless closing."""
+        while True:
+            try:
+                message = shard.conn.recv()
+            except (EOFError, OSError):
+                break
+            self._executor.submit(self._answer, shard, message)
+        shard.alive = False
+        with self._lock:
+            if self._closing:
+                return
+            if self._shards[shard.index] is shard:
+                self._shards[shard.index] = None
+        shard.process.join(timeout=5.0)
+        log.warning(
+            "node shard %d (pid %s) ended (exit code %s); its nodes heartbeat to the leader until it is back",
+            shard.index,
+            shard.process.pid,
+            shard.process.exitcode,
+        )
+        shard.conn.close()
+        self.restarts += 1
+        try:
+            self._start(shard.index)
+        except Exception:  # the leader keeps answering the shard's nodes itself
+            log.exception("node shard %d could not be restarted", shard.index)
+
+    def _answer(self, shard: _Shard, message: tuple[Any, ...]) -> None:
+        request_id, heartbeat, peer, hostname = message
+        self.answered[shard.index] += 1  # one reader per shard; a lost increment would only be a metric
+        reply: tuple[Any, ...]
+        try:
+            limit = self.service.enter_heartbeat(heartbeat)  # counted in flight from here
+            try:
+                reply = (
+                    request_id,
+                    200,
+                    self.service.answer_heartbeat(heartbeat, peer, limit is not None, hostname),
+                )
+            finally:
+                self.service.leave_heartbeat()
+        except Exception as error:
+            if not isinstance(error, PooltreeError):
+                log.exception("node heartbeat from shard %d failed unexpectedly", shard.index)
+            status, headers, body = self.service.render_error(error, str(request_id))
+            reply = (request_id, status, headers, body)
+        try:
+            with shard.send_lock:
+                shard.conn.send(reply)
+        except (OSError, ValueError):  # the shard died meanwhile: its node asks the leader next time
+            pass
+
+    # ------------------------------------------------------------------ the nodes' side
+
+    def url_for(self, address: str, hostname: str | None) -> str | None:
+        """The heartbeat URL of the shard owning ``address`` on ``hostname`` (the host the node reached the
+        scheduler at); None while that shard is down."""
+        shard = self._shards[shard_of(address, self.count)]
+        if shard is None or not shard.alive:
+            return None
+        host = hostname or self.settings.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{shard.port}"
+
+    def pids(self) -> list[int | None]:
+        """The shard processes' pids by index (None while one is down)."""
+        return [shard.process.pid if shard is not None else None for shard in self._shards]
+
+    def close(self) -> None:
+        """End every shard process (their nodes heartbeat to the leader's list again)."""
+        with self._lock:
+            self._closing = True
+            shards = [shard for shard in self._shards if shard is not None]
+            self._shards = [None] * self.count
+        for shard in shards:
+            shard.alive = False
+            shard.conn.close()
+            shard.process.terminate()
+        for shard in shards:
+            shard.process.join(timeout=5.0)
+            if shard.process.is_alive():
+                shard.process.kill()
+                shard.process.join(timeout=5.0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class ShardMetrics:
+    """Prometheus collector of the node shards: heartbeats each carried, restarts."""
+
+    def __init__(self, shards: Callable[[], NodeShards | None]) -> None:
+        self.shards = shards
+
+    def collect(self) -> Iterator[Metric]:
+        shards = self.shards()
+        if shards is None:
+            return
+        carried = CounterMetricFamily(
+            "pooltree_node_shard_heartbeats", "Node heartbeats a shard process carried", labels=["shard"]
+        )
+        for index, count in enumerate(shards.answered):
+            carried.add_metric([str(index)], count)
+        restarts = CounterMetricFamily(
+            "pooltree_node_shard_restarts", "Shard processes started again after dying"
+        )
+        restarts.add_metric([], shards.restarts)
+        yield from (carried, restarts)
+
+
+__all__ = ["MAX_NODE_SHARDS", "HeartbeatService", "NodeShards", "ShardMetrics", "ShardSettings", "shard_of"]

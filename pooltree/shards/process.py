@@ -1,0 +1,160 @@
+"""One node shard process: an HTTP listener for its nodes' heartbeats, the leader at the end of a pipe.
+
+``run_shard(conn, index, settings)`` is the process's body (spawned by ``host.NodeShards``). It binds a port on
+``settings.host``, sends ``("ready", port)`` and serves ``POST /internal/node_heartbeat`` under uvicorn (httptools
+and uvloop when installed, as the scheduler). Per heartbeat it does the work that does not need the scheduler's
+state: the node secret and network check (``check_node_credentials``, the leader's own), the bounded body read,
+JSON decoding and the wire module's validation (``decode_heartbeat``); malformed or unauthenticated heartbeats are
+answered here and never reach the leader. A valid one goes over the pipe as ``(request id, HeartbeatRequest,
+peer, hostname)``; the leader's answer comes back as ``(request id, 200, answer map)``, which is encoded here, or
+``(request id, status, headers, body)``: a YT error the leader rendered. A reader thread resolves the waiting
+requests; end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from pooltree.errors import PooltreeError
+from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
+from pooltree.server.app import error_response, new_request_id, read_body
+from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
+from pooltree.server.protocol import YtError
+
+try:
+    import uvloop
+except ImportError:  # the scheduler's dependency; a plain asyncio loop without it
+    uvloop = None
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_PATH = "/internal/node_heartbeat"
+
+
+class LeaderGone(YtError):
+    """The pipe to the leader is broken: answered 503, and the node goes back to its scheduler list."""
+
+    http_status = 503
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """What a shard process needs to know (pickled to it at spawn; the secret never leaves memory)."""
+
+    host: str
+    """Address the shard listens on (the scheduler's own)."""
+    authentication: bool
+    node_secret: str | None
+    node_networks: Any
+    """Networks nodes may heartbeat from (``ipaddress`` networks), None: any."""
+    proxy: str
+    """The scheduler's name in errors' ``X-YT-Proxy``."""
+
+
+class ShardServer:
+    """The shard's heartbeat endpoint and its requests waiting for the leader."""
+
+    def __init__(self, conn: Connection, settings: ShardSettings) -> None:
+        self.conn = conn
+        self.settings = settings
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
+        self._serial = 0
+
+    async def heartbeat(self, request: Request) -> Response:
+        request_id = new_request_id()
+        try:
+            peer = request.client.host if request.client is not None else None
+            if self.settings.authentication:
+                check_node_credentials(
+                    request.headers.get(NODE_SECRET_HEADER, ""),
+                    peer,
+                    self.settings.node_secret,
+                    self.settings.node_networks,
+                )
+            body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
+            heartbeat = decode_heartbeat(body)
+            reply = await self._ask((heartbeat, peer, request.url.hostname))
+        except PooltreeError as error:
+            return error_response(error, request_id, self.settings.proxy, time.time())
+        except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
+            return error_response(
+                LeaderGone(f"Node shard lost its scheduler: {error}"),
+                request_id,
+                self.settings.proxy,
+                time.time(),
+            )
+        if reply[1] == 200:
+            return JSONResponse(reply[2])
+        _, status, headers, content = reply
+        return Response(content, status_code=status, media_type="application/json", headers=headers)
+
+    async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+        assert self.loop is not None
+        self._serial += 1
+        request_id = self._serial
+        future: asyncio.Future[tuple[Any, ...]] = self.loop.create_future()
+        self._waiting[request_id] = future
+        try:
+            self.conn.send((request_id, *payload))
+            return await future
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def _resolve(self, reply: tuple[Any, ...]) -> None:
+        future = self._waiting.get(reply[0])
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+    def read_replies(self) -> None:
+        """The reader thread: the leader's answers to the waiting requests; the process ends with the pipe."""
+        assert self.loop is not None
+        while True:
+            try:
+                reply = self.conn.recv()
+            except (EOFError, OSError):
+                os._exit(0)  # the leader is gone: nothing here outlives it
+            self.loop.call_soon_threadsafe(self._resolve, reply)
+
+
+def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
+    """The body of shard process ``index``: listen, report the port, serve until the leader's pipe ends."""
+    logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s shard-{index} %(levelname)s %(message)s")
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, 0))
+    sock.listen(1024)
+    server = ShardServer(conn, settings)
+    app = Starlette(routes=[Route(HEARTBEAT_PATH, server.heartbeat, methods=["POST"])])
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="off", access_log=False, loop="auto", http="auto"
+    )
+    uvicorn_server = uvicorn.Server(config)
+
+    async def main() -> None:
+        server.loop = asyncio.get_running_loop()
+        threading.Thread(target=server.read_replies, name="leader-replies", daemon=True).start()
+        conn.send(("ready", sock.getsockname()[1]))
+        await uvicorn_server.serve(sockets=[sock])
+
+    if uvloop is not None:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main())
+    else:
+        asyncio.run(main())
+    os._exit(0)

@@ -1,0 +1,135 @@
+"""kill -9 with node shards: a real ``pooltree scheduler --node-shards 2`` with real ``pooltree node`` processes
+(one on each shard) running jobs. A SIGKILLed shard process is started again, its nodes heartbeat to the leader
+meanwhile, and every job runs exactly once; a SIGKILLed leader takes its shards with it, and the restarted
+scheduler re-attaches the running jobs and keeps every operation it acknowledged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from live_procs import ROOT_TOKEN, Procs, client, free_port, state, vanilla
+from polling import wait_for
+
+from pooltree.shards.host import shard_of
+
+NODES = ("n1", "n2")  # on shards 1 and 0 of 2
+
+
+def _shard_pids(scheduler_pid: int) -> set[int]:
+    """The scheduler's shard processes: its spawned children that listen on a port (the forecast's worker
+    processes are spawned children too, but listen nowhere)."""
+    try:
+        children = psutil.Process(scheduler_pid).children()
+    except psutil.NoSuchProcess:
+        return set()
+    pids = set()
+    for child in children:
+        try:
+            listening = any(c.status == psutil.CONN_LISTEN for c in child.net_connections(kind="tcp"))
+            if listening and any("spawn_main" in part for part in child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def _jobs(yt, op_id: str) -> list[dict]:
+    return yt.list_jobs(op_id)["jobs"]
+
+
+def _running(yt, op_id: str) -> list[dict]:
+    return [job for job in _jobs(yt, op_id) if job["state"] == "running"]
+
+
+def _carried(url: str) -> dict[str, float]:
+    """Heartbeats each shard carried so far (``/metrics``)."""
+    text = httpx.get(url + "/metrics", headers={"Authorization": f"OAuth {ROOT_TOKEN}"}, timeout=10).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("pooltree_node_shard_heartbeats_total{"):
+            out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Path) -> None:
+    assert {shard_of(name, 2) for name in NODES} == {0, 1}
+    procs = Procs(tmp_path)
+    try:
+        scheduler, url = procs.scheduler(tmp_path / "data", 0, "--node-shards", "2")
+        wait_for(lambda: len(_shard_pids(scheduler.pid)) == 2, timeout=60)
+        for name in NODES:
+            procs.node(url, name)
+        yt = client(url)
+        wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
+        op_id = yt.run_operation(vanilla("sleep 6", 4), sync=False).id
+        running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
+        assert {job["address"] for job in running} == set(NODES)
+        wait_for(lambda: all(_carried(url).get(shard, 0) > 0 for shard in ("0", "1")), timeout=30)
+        before = _shard_pids(scheduler.pid)
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(
+            lambda: len(_shard_pids(scheduler.pid)) == 2 and victim not in _shard_pids(scheduler.pid),
+            timeout=60,
+        )
+        second = yt.run_operation(
+            vanilla("true", 2), sync=False
+        ).id  # acknowledged while a shard is down or new
+        wait_for(lambda: state(yt, op_id) == "completed", timeout=60)
+        wait_for(lambda: state(yt, second) == "completed", timeout=60)
+        jobs = _jobs(yt, op_id)
+        assert {job["id"] for job in jobs} == {job["id"] for job in running}  # none lost, none started again
+        assert {job["state"] for job in jobs} == {"completed"}
+        assert len(_jobs(yt, second)) == 2
+        carried = _carried(url)
+        wait_for(lambda: all(_carried(url)[shard] > carried[shard] for shard in ("0", "1")), timeout=30)
+        log = "".join(path.read_text() for path in tmp_path.glob("proc-*-scheduler.log"))
+        assert "ended (exit code -9)" in log
+        assert scheduler.poll() is None
+    finally:
+        procs.close()
+
+
+def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(tmp_path: Path) -> None:
+    procs = Procs(tmp_path)
+    try:
+        port = free_port()
+        scheduler, url = procs.scheduler(tmp_path / "data", port, "--node-shards", "2")
+        wait_for(lambda: len(_shard_pids(scheduler.pid)) == 2, timeout=60)
+        shards = _shard_pids(scheduler.pid)
+        for name in NODES:
+            procs.node(url, name)
+        yt = client(url)
+        wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
+        command = 'if [ "$YT_JOB_INDEX" = 0 ]; then sleep 0.5; else sleep 8; fi'
+        op_id = yt.run_operation(vanilla(command, 4), sync=False).id
+        running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
+        queued = yt.run_operation(vanilla("true", 2), sync=False).id  # acknowledged just before the kill
+        procs.stop(scheduler, signal.SIGKILL)
+        wait_for(lambda: not any(psutil.pid_exists(pid) and _alive(pid) for pid in shards), timeout=20)
+        time.sleep(1.0)  # job 0 finishes while no scheduler runs; its report is sent again
+        scheduler, url2 = procs.scheduler(tmp_path / "data", port, "--node-shards", "2")
+        assert url2 == url
+        wait_for(lambda: state(yt, op_id) == "completed", timeout=60)
+        wait_for(lambda: state(yt, queued) == "completed", timeout=60)
+        jobs = _jobs(yt, op_id)
+        assert {job["id"] for job in jobs} == {job["id"] for job in running}  # re-attached, none run twice
+        assert {job["state"] for job in jobs} == {"completed"}
+        wait_for(lambda: len(_shard_pids(scheduler.pid)) == 2, timeout=60)
+    finally:
+        procs.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

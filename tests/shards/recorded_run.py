@@ -1,0 +1,106 @@
+"""A recorded run of the single-process scheduler with starts, completions and preemptions (three nodes without
+processes, two pools), shared by the harness's tests and the node shard processes' proof."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pooltree.config import parse_pool_trees
+from pooltree.node import wire
+from pooltree.server.live import LiveScheduler
+from pooltree.server.store import open_store
+from pooltree.shards.recording import Decisions, RecordingScheduler
+
+PREEMPTING = {
+    "default": {
+        "config": {"fair_share_starvation_timeout": 1000, "fair_share_starvation_tolerance": 1.0},
+        "pools": {"a": {}, "b": {}},
+    }
+}
+NOT_PREEMPTING = {
+    "default": {"config": {"preemption_satisfaction_threshold": 100.0}, "pools": {"a": {}, "b": {}}}
+}
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 8 << 30}
+
+
+def make_scheduler(path: Path, trees: dict[str, Any]) -> LiveScheduler:
+    live = LiveScheduler(open_store(f"sqlite:///{path}"))
+    live.apply_pool_trees(parse_pool_trees(trees), None, 0.0)
+    return live
+
+
+class Node:
+    """A node without processes: a job runs its operation's duration, then is reported completed."""
+
+    def __init__(self, address: str, durations: dict[str, float]) -> None:
+        self.address = address
+        self.durations = durations
+        self.running: dict[str, tuple[str, float, float]] = {}
+        self.finished: dict[str, dict[str, Any]] = {}
+
+    def heartbeat(self, now: float) -> dict[str, Any]:
+        for job_id, (operation_id, start, end) in list(self.running.items()):
+            if end <= now:
+                del self.running[job_id]
+                self.finished[job_id] = wire.finished_job(
+                    job_id, operation_id, "main", "completed", start, now
+                )
+        running = [
+            wire.running_job(
+                job_id, operation_id, "main", start_time=start, resource_usage={"user_slots": 1, "cpu": 1}
+            )
+            for job_id, (operation_id, start, _) in self.running.items()
+        ]
+        return wire.heartbeat(
+            self.address,
+            sequence=0,
+            time=now,
+            resource_limits=LIMITS,
+            resource_usage={},
+            memory_limit=8 << 30,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=running,
+            finished_jobs=list(self.finished.values()),
+        )
+
+    def apply(self, answer: dict[str, Any], now: float) -> None:
+        for job_id in answer[wire.ACKNOWLEDGE]:
+            self.finished.pop(job_id, None)
+        stopped = [entry[0] for entry in answer[wire.PREEMPT]] + [
+            entry["job_id"] for entry in answer[wire.ABORT]
+        ]
+        for job_id in stopped:
+            if job_id in self.running:
+                operation_id, start, _ = self.running.pop(job_id)
+                self.finished[job_id] = wire.finished_job(
+                    job_id, operation_id, "main", "aborted", start, now, abort_reason="preemption"
+                )
+        for spec in answer[wire.START]:
+            operation_id = spec["operation_id"]
+            self.running[spec["job_id"]] = (operation_id, now, now + self.durations[operation_id])
+
+
+def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+    recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
+    durations: dict[str, float] = {}
+    nodes = [Node(f"n{i}", durations) for i in range(3)]
+    vanilla = {"command": "true", "cpu_limit": 1}
+    long = recorder.start_operation(
+        "vanilla", {"pool": "a", "tasks": {"main": {**vanilla, "job_count": 12}}}, "u", 0.0
+    )
+    durations[long.id] = 30.0
+    now = 0.0
+    while now < 12.0:
+        now = round(now + 0.25, 2)
+        if now == 4.0:
+            short = recorder.start_operation(
+                "vanilla", {"pool": "b", "tasks": {"main": {**vanilla, "job_count": 8}}}, "v", now
+            )
+            durations[short.id] = 1.5
+        if now == int(now):
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+    return recorder, recorder.decisions

@@ -1,0 +1,121 @@
+"""Node shards in processes decide as the single-process scheduler: the recorded run (starts, completions,
+preemptions) is replayed into a scheduler service whose heartbeats go over HTTP to two real shard processes
+(each node to the shard its address hashes to), and the started and preempted allocations are the recorded ones.
+Also: answers name the node's shard, a malformed heartbeat is refused by the shard itself, and a killed shard is
+started again while the leader answers its nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from polling import wait_for
+from recorded_run import PREEMPTING, record_run
+
+from pooltree.config import parse_pool_trees
+from pooltree.node import wire
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import open_store
+from pooltree.shards.host import NodeShards, ShardSettings, shard_of
+from pooltree.shards.recording import replay
+
+HEARTBEAT = "/internal/node_heartbeat"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def sharded(tmp_path: Path) -> Iterator[tuple[SchedulerService, Clock]]:
+    """A scheduler service (loops not started: the replay drives updates) with two shard processes."""
+    clock = Clock()
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'sharded.db'}"), authentication=False, clock=clock
+    )
+    service.scheduler.apply_pool_trees(parse_pool_trees(PREEMPTING), None, 0.0)
+    service.shards = NodeShards(2, ShardSettings("127.0.0.1", False, None, None, "test"), service)
+    try:
+        yield service, clock
+    finally:
+        service.shards.close()
+
+
+def _sender(service: SchedulerService, clock: Clock, client: httpx.Client, seen: dict[str, str]) -> Any:
+    def send(data: dict[str, Any], now: float) -> dict[str, Any]:
+        address = data[wire.NODE_ADDRESS]
+        assert service.shards is not None
+        url = seen.get(address) or service.shards.url_for(address, "127.0.0.1")
+        assert url is not None
+        clock.now = now  # the leader stamps the heartbeat with its clock
+        response = client.post(url + HEARTBEAT, json=data)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        seen[address] = answer.pop(wire.HEARTBEAT_URL)  # the node's shard, where its next heartbeats go
+        return answer
+
+    return send
+
+
+def test_shard_processes_decide_as_one_process(
+    tmp_path: Path, sharded: tuple[SchedulerService, Clock]
+) -> None:
+    recorder, recorded = record_run(tmp_path / "recorded.db")
+    addresses = {
+        event[1][wire.NODE_ADDRESS] for event in recorder.recording.events if event[0] == "heartbeat"
+    }
+    assert {shard_of(address, 2) for address in addresses} == {0, 1}  # both shards take heartbeats
+    service, clock = sharded
+    seen: dict[str, str] = {}
+    with httpx.Client(timeout=30.0) as client:
+        decisions = replay(recorder.recording, service.scheduler, _sender(service, clock, client, seen))
+    assert decisions.started_count > 10 and decisions.preempted_count > 0
+    assert decisions == recorded
+    assert len(set(seen.values())) == 2  # each node kept to its own shard's URL
+
+
+def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
+    sharded: tuple[SchedulerService, Clock],
+) -> None:
+    service, _ = sharded
+    assert service.shards is not None
+    url = service.shards.url_for("n0", "127.0.0.1")
+    assert url is not None
+    with httpx.Client(timeout=30.0) as client:
+        refused = client.post(url + HEARTBEAT, json={"node_address": 7})
+        assert refused.status_code == 400 and "node_address" in refused.headers["X-YT-Error"]
+        assert "n0" not in service.scheduler.nodes
+        index = shard_of("n0", 2)
+        pid = service.shards.pids()[index]
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: service.shards.pids()[index] not in (None, pid), timeout=60.0)
+        restarted = service.shards.url_for("n0", "127.0.0.1")
+        assert restarted is not None and restarted != url
+        answer = client.post(restarted + HEARTBEAT, json=_idle_heartbeat("n0"))
+        assert answer.status_code == 200 and answer.json()[wire.HEARTBEAT_URL] == restarted
+    assert service.shards.restarts == 1
+
+
+def _idle_heartbeat(address: str) -> dict[str, Any]:
+    return wire.heartbeat(
+        address,
+        sequence=0,
+        time=0.0,
+        resource_limits={"user_slots": 1, "cpu": 1, "memory": 1 << 30},
+        resource_usage={},
+        memory_limit=1 << 30,
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=[],
+        finished_jobs=[],
+    )
