@@ -21,11 +21,13 @@ answer), allocations started/s (start entries answered), the scheduler's CPU sec
 process and its children) per answered heartbeat and per started allocation, the scheduler's CPU share, and the
 drivers' own CPU (seconds per second, summed over the driver processes). ``marginal_ms_per_started_allocation``:
 (loaded CPU - quiet cost per heartbeat x loaded heartbeats) / started allocations. ``--repeat`` repeats the
-whole run and reports the median of each figure. The scheduler's CPU counts its child processes too, so node
-shards in processes will be measured the same way; a shard count option comes with them (issue 25).
+whole run and reports the median of each figure. ``--shards 1,2,4`` runs the scheduler with each node shard
+count (``--node-shards``) in every round, interleaved; the simulated nodes follow the answers' ``heartbeat_url``
+to their shard as the node agent does. The scheduler's CPU counts its child processes (the shards), and is also
+reported split: the leader's and the shards' CPU per heartbeat, and heartbeats per scheduler CPU-second.
 
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
-       [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1]
+       [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
 """
 
 from __future__ import annotations
@@ -156,12 +158,16 @@ def _driver(
     records: list[tuple[float, float, int, int]] = []
     cpu: list[tuple[float, float]] = []
 
-    async def run_node(node: SimNode) -> None:
-        reader, writer = await asyncio.open_connection(host, port)
-        head = (
-            f"POST {HEARTBEAT_PATH} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"{NODE_SECRET_HEADER}: {secret}\r\n"
+    def head_for(target_port: int) -> bytes:
+        return (
+            f"POST {HEARTBEAT_PATH} HTTP/1.1\r\nHost: {host}:{target_port}\r\n"
+            f"Content-Type: application/json\r\n{NODE_SECRET_HEADER}: {secret}\r\n"
         ).encode()
+
+    async def run_node(node: SimNode) -> None:
+        target = port
+        reader, writer = await asyncio.open_connection(host, target)
+        head = head_for(target)
         slot = time.time() + random.random() * period
         try:
             while slot < end.value:
@@ -175,8 +181,16 @@ def _driver(
                     records.append((sent, time.time(), 0, 0))
                     return
                 got = time.time()
-                started = node.apply(json.loads(data), got) if status == 200 else 0
+                answer = json.loads(data) if status == 200 else {}
+                started = node.apply(answer, got)
                 records.append((sent, got, status, started))
+                shard = answer.get(wire.HEARTBEAT_URL)
+                if shard is not None and int(shard.rsplit(":", 1)[1]) != target:
+                    # the node's shard (scheduler --node-shards): the next heartbeats go there, as the agent's
+                    target = int(shard.rsplit(":", 1)[1])
+                    writer.close()
+                    reader, writer = await asyncio.open_connection(host, target)
+                    head = head_for(target)
                 slot += period
                 while slot < got:  # the slots missed while the answer was late: offered, not sent
                     slot += period
@@ -206,7 +220,7 @@ def _driver(
 class Scheduler:
     """``pooltree scheduler`` in a child process on 127.0.0.1 with a SQLite store under ``data``."""
 
-    def __init__(self, data: Path, period: float, extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, data: Path, period: float, extra: tuple[str, ...] = (), shards: int = 1) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -219,6 +233,8 @@ class Scheduler:
             str(period),
             "--node-heartbeat-timeout",
             "120",
+            "--node-shards",
+            str(shards),
             *extra,
         ]
         self.log = open(data / "scheduler.log", "wb")  # noqa: SIM115 (closed in close())
@@ -245,18 +261,24 @@ class Scheduler:
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the scheduler's process and its children (shards) so far."""
-        total = 0.0
+        return sum(self.cpu_by_process())
+
+    def cpu_by_process(self) -> tuple[float, float]:
+        """(the scheduler's own CPU seconds, its children's: the node shards and any forecast worker)."""
+        own = children = 0.0
         try:
             root = psutil.Process(self.process.pid)
-            for process in [root, *root.children(recursive=True)]:
+            times = root.cpu_times()
+            own = times.user + times.system
+            for process in root.children(recursive=True):
                 try:
                     times = process.cpu_times()
-                    total += times.user + times.system
+                    children += times.user + times.system
                 except psutil.Error:
                     continue
         except psutil.Error:
-            return 0.0
-        return total
+            pass
+        return own, children
 
     def close(self) -> None:
         stop_process(self.process)
@@ -333,7 +355,7 @@ def _phase(
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
-        scheduler = Scheduler(Path(tmp), args.period)
+        scheduler = Scheduler(Path(tmp), args.period, shards=args.shards_now)
         context = mp.get_context("spawn")
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
@@ -363,10 +385,14 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
             windows: list[tuple[str, tuple[float, float], float]] = []
 
+            split: dict[str, tuple[float, float]] = {}
+
             def measure(name: str, seconds: float) -> None:
-                begin, before = time.time(), scheduler.cpu_seconds()
+                begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
-                windows.append((name, (begin, time.time()), scheduler.cpu_seconds() - before))
+                after = scheduler.cpu_by_process()
+                split[name] = (after[0] - before[0], after[1] - before[1])
+                windows.append((name, (begin, time.time()), sum(after) - sum(before)))
 
             if args.quiet_seconds > 0:
                 measure("quiet", args.quiet_seconds)
@@ -376,6 +402,16 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             end.value = time.time()
             results = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
             phases = [_phase(name, results, window, cpu, args) for name, window, cpu in windows]
+            for phase in phases:
+                leader, shards = split[phase["phase"]]
+                answered = max(phase["answered"], 1)
+                phase["shards"] = args.shards_now
+                phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
+                phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
+                total = leader + shards
+                phase["heartbeats_per_scheduler_cpu_second"] = (
+                    round(phase["answered"] / total, 1) if total else None
+                )
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(
@@ -420,16 +456,30 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--quiet-seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--shards", default="1", help="node shard counts to run, e.g. 1,2,4 (each round runs every count)"
+    )
     args = parser.parse_args()
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
+    try:
+        counts = [int(part) for part in args.shards.split(",")]
+    except ValueError:
+        parser.error(f"--shards must be shard counts separated by commas, got {args.shards!r}")
+    if min(counts) < 1:
+        parser.error("--shards counts must be positive")
     before = machine()
-    runs = [run_once(args) for _ in range(args.repeat)]
+    runs: dict[int, list[dict[str, Any]]] = {count: [] for count in counts}
+    for _ in range(args.repeat):  # shard counts interleaved in each round: the same machine load for each
+        for count in counts:
+            args.shards_now = count
+            runs[count].append(run_once(args))
+    del args.shards_now
     result = {
         "bench": "live_nodes",
         "parameters": {key: value for key, value in vars(args).items()},
-        "median": _median_of(runs),
-        "runs": runs,
+        "median": {str(count): _median_of(done) for count, done in runs.items()},
+        "runs": {str(count): done for count, done in runs.items()},
         "machine_before": before,
         "machine_after": machine(),
         "pid": os.getpid(),
