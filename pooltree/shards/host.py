@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from pooltree.errors import PooltreeError
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.shards.messages import unpack
 from pooltree.shards.process import ShardSettings, run_shard
 
 log = logging.getLogger(__name__)
@@ -158,10 +159,11 @@ class NodeShards:
             log.exception("node shard %d could not be restarted", shard.index)
 
     def _answer(self, shard: _Shard, message: tuple[Any, ...]) -> None:
-        request_id, heartbeat, peer, hostname = message
+        request_id, packed, peer, hostname = message
         self.answered[shard.index] += 1  # one reader per shard; a lost increment would only be a metric
         reply: tuple[Any, ...]
         try:
+            heartbeat = unpack(packed)
             limit = self.service.enter_heartbeat(heartbeat)  # counted in flight from here
             try:
                 reply = (

@@ -5,8 +5,8 @@
 and uvloop when installed, as the scheduler). Per heartbeat it does the work that does not need the scheduler's
 state: the node secret and network check (``check_node_credentials``, the leader's own), the bounded body read,
 JSON decoding and the wire module's validation (``decode_heartbeat``); malformed or unauthenticated heartbeats are
-answered here and never reach the leader. A valid one goes over the pipe as ``(request id, HeartbeatRequest,
-peer, hostname)``; the leader's answer comes back as ``(request id, 200, answer map)``, which is encoded here, or
+answered here and never reach the leader. A valid one goes over the pipe as ``(request id, packed HeartbeatRequest,
+peer, hostname)`` (``messages.py``); the leader's answer comes back as ``(request id, 200, answer map)``, which is encoded here, or
 ``(request id, status, headers, body)``: a YT error the leader rendered. A reader thread resolves the waiting
 requests; end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
 """
@@ -34,6 +34,7 @@ from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
 from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
 from pooltree.server.protocol import YtError
+from pooltree.shards.messages import pack
 
 try:
     import uvloop
@@ -88,7 +89,7 @@ class ShardServer:
                 )
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
             heartbeat = decode_heartbeat(body)
-            reply = await self._ask((heartbeat, peer, request.url.hostname))
+            reply = await self._ask((pack(heartbeat), peer, request.url.hostname))
         except PooltreeError as error:
             return error_response(error, request_id, self.settings.proxy, time.time())
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
