@@ -88,6 +88,12 @@ BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
 """Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
 
 
+STALE_READ_PERIOD = 1.0
+"""Seconds a running operation's attribute map may be behind when ``get_operation`` finds the scheduling lock busy
+(heartbeats, an update): it is answered from the kept map instead of waiting, as the orchid is (YTsaurus's
+``static_orchid_cache_update_period``, 1 s; its operation progress is periodic too)."""
+
+
 class _Attributes:
     """An operation's attribute map as of ``fingerprint``, and its encodings per (format, attribute list).
 
@@ -95,12 +101,15 @@ class _Attributes:
     it changes with every start into its pool, and a kept map is ~100 objects the garbage collector walks until
     it is replaced; bytes are not walked)."""
 
-    __slots__ = ("attributes", "encoded", "fingerprint")
+    __slots__ = ("attributes", "built", "encoded", "fingerprint")
 
-    def __init__(self, fingerprint: Hashable, attributes: dict[str, Any] | None) -> None:
+    def __init__(self, fingerprint: Hashable, attributes: dict[str, Any] | None, built: float = 0.0) -> None:
         self.fingerprint = fingerprint
         self.attributes = attributes
         self.encoded: dict[Hashable, Encoded] = {}
+        self.built = built
+        """When the map was built (the commands' clock): a stale one is served while the lock is busy only if
+        it is at most ``STALE_READ_PERIOD`` old."""
 
 
 def without_secrets(spec: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +234,8 @@ class OperationCommands:
         self._live: dict[str, _Attributes] = {}
         self._finished: OrderedDict[str, _Attributes] = OrderedDict()
         self._cache_lock = threading.Lock()
+        self.stale_reads = 0
+        """get_operation answers served from a map of a moment ago because the scheduling lock was busy."""
         self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
         self.files: FileService | None = None
         """Resolves ``file_paths`` when an operation starts (set by the service)."""
@@ -320,7 +331,7 @@ class OperationCommands:
             return None
         if op.state != "pending" or self._fingerprint(op) != fingerprint:
             return None
-        entry = _Attributes(fingerprint, attributes)
+        entry = _Attributes(fingerprint, attributes, self.clock())
         if keep:
             self._live[op.id] = entry
         return entry
@@ -336,7 +347,14 @@ class OperationCommands:
             if pending is not None:
                 return pending
         if op is not None:
-            with self.scheduler.lock:
+            lock = self.scheduler.lock
+            if not lock.acquire(blocking=False):
+                recent = self._recent(operation_id)
+                if recent is not None:  # heartbeats or an update hold the lock: the map of a moment ago
+                    self.stale_reads += 1
+                    return recent
+                lock.acquire()
+            try:
                 op = self.scheduler.operations.get(operation_id)
                 if op is not None:
                     fingerprint = self._fingerprint(op)
@@ -347,13 +365,23 @@ class OperationCommands:
                         or entry.fingerprint != fingerprint
                         or entry.attributes is None
                     ):
-                        entry = _Attributes(fingerprint, self._live_attributes(op))
+                        entry = _Attributes(fingerprint, self._live_attributes(op), self.clock())
                         self._live[operation_id] = entry
                         if len(self._live) > 2 * len(self.scheduler.operations) + 64:
                             for stale in [i for i in self._live if i not in self.scheduler.operations]:
                                 del self._live[stale]
                     return entry
+            finally:
+                lock.release()
         return self._stored_entry(operation_id)
+
+    def _recent(self, operation_id: str) -> _Attributes | None:
+        """The kept map of a live operation if it was built at most ``STALE_READ_PERIOD`` ago (without the lock:
+        a read while the scheduling lock is busy, as the orchid is answered)."""
+        entry = self._live.get(operation_id)
+        if entry is None or entry.attributes is None or self.clock() - entry.built > STALE_READ_PERIOD:
+            return None
+        return entry
 
     def _stored_entry(self, operation_id: str, record: OperationRecord | None = None) -> _Attributes:
         """A finished (or not live) operation's map: the LRU of finished maps, else ``record`` or the store."""
