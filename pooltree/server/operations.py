@@ -347,6 +347,9 @@ class OperationCommands:
             if pending is not None:
                 return pending
         if op is not None:
+            current = self._cached(operation_id)
+            if current is not None and current.attributes is not None:
+                return current
             lock = self.scheduler.lock
             if not lock.acquire(blocking=False):
                 recent = self._recent(operation_id)

@@ -32,6 +32,7 @@ from pooltree.alerts import explain_pending
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCES, format_size, resources_to_dict
 from pooltree.server.app import read_body
+from pooltree.server.live.reads import RecentReads
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
@@ -135,6 +136,8 @@ class WebUI:
         self.env = _environment()
         self.history = history or PoolHistory()
         self.history.attach(self.scheduler)
+        self.reads = RecentReads(self.scheduler.lock, service.clock)
+        """What the pages read under the scheduling lock, answered from a second ago while the lock is busy."""
 
     def routes(self) -> list[Route]:
         page = self._page
@@ -266,7 +269,7 @@ class WebUI:
         return default if default in trees else (trees[0] if trees else None)
 
     def scheduling(self, request: Request) -> Response:
-        with self.scheduler.lock:
+        def gather() -> tuple[Any, ...]:
             tree = self._tree_name(request)
             trees = sorted(self.scheduler.views)
             rows: list[dict[str, Any]] = []
@@ -294,6 +297,11 @@ class WebUI:
             operation_alerts = [
                 (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
             ]
+            return tree, trees, rows, tree_alerts, summary, segments, scheduler_alerts, operation_alerts
+
+        tree, trees, rows, tree_alerts, summary, segments, scheduler_alerts, operation_alerts = (
+            self.reads.read(("scheduling", request.query_params.get("tree")), gather)
+        )
         forecast_rows, forecast_chart, forecast_info = self._tree_forecast(
             [row["id"] for row in rows if row["kind"] == "operation"]
         )
@@ -378,8 +386,8 @@ class WebUI:
         )
 
     def _operation_row(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        shares: dict[str, Any] = {}
-        with self.scheduler.lock:
+        def gather() -> dict[str, Any]:
+            shares: dict[str, Any] = {}
             for tree, view in self.scheduler.views.items():
                 op_view = view["operations"].get(attributes["id"])
                 if op_view is not None:
@@ -389,6 +397,9 @@ class WebUI:
                         "demand_ratio": op_view.get("demand_ratio", 0.0),
                         "starvation_status": op_view.get("starvation_status", "non_starving"),
                     }
+            return shares
+
+        shares = self.reads.read(("shares", attributes["id"]), gather)
         return {
             "id": attributes["id"],
             "state": attributes["state"],
@@ -409,9 +420,10 @@ class WebUI:
             request.state.user, "read", operation_id
         )  # its ACL, as the API
         attributes = self.commands.operation_attributes(operation_id)
-        jobs = [self.commands.job_attributes(job) for job in self.commands._jobs(operation_id)]
-        explanations: dict[str, Any] = {}
-        with self.scheduler.lock:
+
+        def gather() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+            jobs = [self.commands.job_attributes(job) for job in self.commands._jobs(operation_id)]
+            explanations: dict[str, Any] = {}
             op = self.scheduler.operations.get(operation_id)
             if op is not None:
                 for tree in op.trees:
@@ -429,6 +441,9 @@ class WebUI:
                 if e.get("event") == "allocation_preempted"
                 and e.get("preemptor_operation_id") == operation_id
             ]
+            return jobs, explanations, shares, preempting
+
+        jobs, explanations, shares, preempting = self.reads.read(("operation", operation_id), gather)
         preempted = [j for j in jobs if j.get("interruption_info")]
         spec = {k: ("<hidden>" if k == "secure_vault" else v) for k, v in attributes["spec"].items()}
         latest, _ = self._forecast()
@@ -465,9 +480,10 @@ class WebUI:
     # -- History
 
     def history_page(self, request: Request) -> Response:
-        with self.scheduler.lock:
-            tree = self._tree_name(request)
-            trees = sorted(self.scheduler.views)
+        tree, trees = self.reads.read(
+            ("history", request.query_params.get("tree")),
+            lambda: (self._tree_name(request), sorted(self.scheduler.views)),
+        )
         pools = self.history.pools(tree) if tree else []
         pool = request.query_params.get("pool")
         if pool not in pools:
@@ -497,32 +513,36 @@ class WebUI:
 
     def nodes(self, request: Request) -> Response:
         now = self.service.clock()
-        rows: list[dict[str, Any]] = []
-        with self.scheduler.lock:
-            for address, node in sorted(self.scheduler.nodes.items()):
-                usage = None
-                for tree in node.trees:
-                    core = self.scheduler.cores.get(tree)
-                    exec_node = core.strategy.nodes.get(address) if core is not None else None
-                    if exec_node is not None:
-                        usage = exec_node.usage if usage is None else usage + exec_node.usage
-                running = sum(1 for job in self.scheduler.jobs.values() if job.address == address)
-                rows.append(
-                    {
-                        "address": address,
-                        "limits": {r: float(node.resource_limits[i]) for i, r in enumerate(RESOURCES)},
-                        "usage": {
-                            r: float(usage[i]) if usage is not None else 0.0 for i, r in enumerate(RESOURCES)
-                        },
-                        "tags": sorted(node.tags),
-                        "trees": list(node.trees),
-                        "last_seen": node.last_seen,
-                        "last_seen_ago": ago(node.last_seen, now),
-                        "running_jobs": running,
-                        "alerts": list(node.alerts),
-                    }
-                )
+        rows = self.reads.read(("nodes",), lambda: self._node_rows(now))
         return self._render(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)
+
+    def _node_rows(self, now: float) -> list[dict[str, Any]]:
+        """The nodes page's rows (the scheduling lock held)."""
+        rows: list[dict[str, Any]] = []
+        for address, node in sorted(self.scheduler.nodes.items()):
+            usage = None
+            for tree in node.trees:
+                core = self.scheduler.cores.get(tree)
+                exec_node = core.strategy.nodes.get(address) if core is not None else None
+                if exec_node is not None:
+                    usage = exec_node.usage if usage is None else usage + exec_node.usage
+            running = sum(1 for job in self.scheduler.jobs.values() if job.address == address)
+            rows.append(
+                {
+                    "address": address,
+                    "limits": {r: float(node.resource_limits[i]) for i, r in enumerate(RESOURCES)},
+                    "usage": {
+                        r: float(usage[i]) if usage is not None else 0.0 for i, r in enumerate(RESOURCES)
+                    },
+                    "tags": sorted(node.tags),
+                    "trees": list(node.trees),
+                    "last_seen": node.last_seen,
+                    "last_seen_ago": ago(node.last_seen, now),
+                    "running_jobs": running,
+                    "alerts": list(node.alerts),
+                }
+            )
+        return rows
 
 
 class _HeaderOnly:
