@@ -269,7 +269,7 @@ class WebUI:
         return default if default in trees else (trees[0] if trees else None)
 
     def scheduling(self, request: Request) -> Response:
-        def gather() -> tuple[Any, ...]:
+        def gather() -> dict[str, Any]:
             tree = self._tree_name(request)
             trees = sorted(self.scheduler.views)
             rows: list[dict[str, Any]] = []
@@ -297,27 +297,27 @@ class WebUI:
             operation_alerts = [
                 (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
             ]
-            return tree, trees, rows, tree_alerts, summary, segments, scheduler_alerts, operation_alerts
+            return {
+                "tree": tree,
+                "trees": trees,
+                "rows": rows,
+                "alerts": _unique(tree_alerts + scheduler_alerts),
+                "operation_alerts": operation_alerts,
+                "summary": summary,
+                "segments": segments,
+                "gpu_plan": gpu_plan,
+            }
 
-        tree, trees, rows, tree_alerts, summary, segments, scheduler_alerts, operation_alerts = (
-            self.reads.read(("scheduling", request.query_params.get("tree")), gather)
-        )
+        read = self.reads.read(("scheduling", request.query_params.get("tree")), gather)
         forecast_rows, forecast_chart, forecast_info = self._tree_forecast(
-            [row["id"] for row in rows if row["kind"] == "operation"]
+            [row["id"] for row in read["rows"] if row["kind"] == "operation"]
         )
         return self._render(
             request,
             "scheduling.html",
             "scheduling_body.html",
             page="scheduling",
-            tree=tree,
-            trees=trees,
-            rows=rows,
-            alerts=_unique(tree_alerts + scheduler_alerts),
-            operation_alerts=operation_alerts,
-            summary=summary,
-            segments=segments,
-            gpu_plan=gpu_plan,
+            **read,
             forecast_rows=forecast_rows,
             forecast_chart=forecast_chart,
             forecast_info=forecast_info,

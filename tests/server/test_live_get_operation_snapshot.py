@@ -8,11 +8,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from busy_lock import WAIT, held_elsewhere
+
 from pooltree.server.operations import STALE_READ_PERIOD
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
-WAIT = 30.0
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 2, "cpu_limit": 1}}}
 
 
@@ -35,17 +36,7 @@ def test_get_operation_is_answered_while_a_slow_heartbeat_holds_the_lock(tmp_pat
     first = service.commands.operation_attributes(op.id)
     assert first["state"] == "running"
     op.revision += 1  # what a heartbeat's change does: the kept map is stale now
-    holder_has_lock, release = threading.Event(), threading.Event()
-
-    def slow_heartbeat() -> None:
-        with service.scheduler.lock:
-            holder_has_lock.set()
-            release.wait(WAIT)
-
-    holder = threading.Thread(target=slow_heartbeat, daemon=True)
-    holder.start()
-    assert holder_has_lock.wait(WAIT)
-    try:
+    with held_elsewhere(service.scheduler.lock):  # a slow heartbeat
         reader, out = _read_in_thread(service, op.id)
         reader.join(WAIT)
         assert out == [first] and service.commands.stale_reads == 1  # answered while the lock is held
@@ -53,8 +44,6 @@ def test_get_operation_is_answered_while_a_slow_heartbeat_holds_the_lock(tmp_pat
         late_reader, late = _read_in_thread(service, op.id)
         late_reader.join(0.5)
         assert late == [] and late_reader.is_alive()  # it waits for the lock
-    finally:
-        release.set()
     late_reader.join(WAIT)
     assert late and late[0] is not first and late[0]["state"] == "running"
     assert service.commands.stale_reads == 1
