@@ -221,3 +221,30 @@ def test_the_slots_can_be_turned_off(tmp_path: Path) -> None:
 
     enabled, stdout = run(scenario(), 30)
     assert not enabled and _home(stdout) == str(tmp_path / "slots" / "cold" / "sandbox")
+
+
+@pytest.mark.parametrize(
+    "in_slot", [True, False], ids=["slot (the keeper switches)", "own bubblewrap (setpriv)"]
+)
+def test_a_job_runs_as_its_slot_uid_with_no_privilege_left(tmp_path: Path, in_slot: bool) -> None:
+    """In a slot the keeper drops privileges itself instead of ``setpriv``'s exec: the same result as setpriv's
+    (the job of a bubblewrap of its own), read from the job's ``/proc/self/status``."""
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(tmp_path, isolation="sandbox", sandbox_slots=in_slot) as ex:
+            await ex.start(spec("who", "cat /proc/self/status"))
+            result = await ex.wait("who", 15)
+            return result, ex.stdout("who").decode(), ex.sandbox_slots
+
+    result, stdout, slots = run(scenario(), 30)
+    assert result.state is JobState.COMPLETED and slots == in_slot, stdout
+    status = {}
+    for line in stdout.splitlines():
+        name, _, value = line.partition(":")
+        status.setdefault(name, value.split())
+    uid = int(status["Uid"][0])
+    assert uid >= 1_990_000_000 and status["Uid"] == [str(uid)] * 4 and status["Gid"] == [str(uid)] * 4
+    assert status["Groups"] == []
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[capabilities][0], 16) == 0, (capabilities, status[capabilities])
+    assert status["NoNewPrivs"] == ["1"]
