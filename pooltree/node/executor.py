@@ -361,7 +361,7 @@ class JobExecutor:
         if job.verdict is not None:  # aborted (or the node shut down) while launching
             self._signal(job, signal.SIGKILL, [])
         elif job.phase == "interrupting" and spec.interruption_signal is not None:
-            self._signal(job, spec.interruption_signal, [])
+            self._signal(job, spec.interruption_signal)  # to the processes there are now (a scan)
         await self._supervise(job)
 
     def _assign_gpus(self, spec: JobSpec) -> dict[str, str]:
@@ -713,9 +713,12 @@ class JobExecutor:
         """Wait for the root to exit, make sure nothing of the job is left, then publish the result."""
         returncode = await self._wait_exit(job)
         job.exit_mono = time.monotonic()
-        leftovers = await self._sweep(job)
-        if leftovers is None or leftovers:
-            await self._kill_tree(job)
+        # In a slot the keeper is pid 1 of the job's PID namespace: the kernel makes it a zombie only once every
+        # other process of the namespace has exited (zap_pid_ns_processes), so nothing can be left to look for.
+        if job.sandbox_slot is None:
+            leftovers = await self._sweep(job)
+            if leftovers is None or leftovers:
+                await self._kill_tree(job)
         await self._finish(job, returncode)
 
     async def _wait_exit(self, job: _Job) -> int | None:

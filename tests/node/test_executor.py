@@ -367,3 +367,30 @@ def test_descendant_that_left_the_session_is_still_killed(tmp_path):
     result, pid = run(scenario())
     assert result.state is JobState.COMPLETED
     assert gone(pid)
+
+
+def test_an_interruption_asked_while_the_launch_is_being_reported_reaches_the_job(tmp_path):
+    """The job may run (and print) before the node has taken its launch in (the launcher thread hands the
+    process over to the event loop); an interruption asked then is sent once the launch is in, to the job's
+    processes found then. It was sent to an empty list of processes: the job ran to its interruption timeout."""
+    trap = "trap 'echo bye; exit 0' USR1; echo ready; sleep 30 & wait"
+
+    async def scenario():
+        async with executor(tmp_path) as ex:
+            launch = ex._launch
+
+            def slow_to_report(job, extra):  # type: ignore[no-untyped-def]
+                process = launch(job, extra)
+                time.sleep(0.5)  # the job is running; the node has not taken the launch in yet
+                return process
+
+            ex._launch = slow_to_report
+            await ex.start(spec("job-s", trap, interruption_signal="SIGUSR1"))
+            await wait_for_output(ex, "job-s", b"ready")
+            assert ex._running["job-s"].process is None, "the launch was taken in already: nothing tested"
+            ex.interrupt("job-s", timeout=5, reason="preemption")
+            return await ex.wait("job-s", 10), ex.stdout("job-s")
+
+    result, stdout = run(scenario())
+    assert result.state is JobState.COMPLETED, result.error
+    assert result.interruption_reason == "preemption" and b"bye" in stdout
