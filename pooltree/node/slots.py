@@ -98,6 +98,8 @@ class SandboxSlots:
             and os.path.exists("/proc/self/ns/mnt")
         )
         """Jobs run in slots: the node is root with bubblewrap and setpriv, and the keeper zygote works here."""
+        for stale in root.glob(f"{SLOT_PREFIX}*"):  # slots of an earlier run of a node on this root
+            discard(stale)
         self._free: list[SandboxSlot] = []
         self._all: dict[str, SandboxSlot] = {}
         self._names = 0

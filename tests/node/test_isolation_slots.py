@@ -248,3 +248,15 @@ def test_a_job_runs_as_its_slot_uid_with_no_privilege_left(tmp_path: Path, in_sl
     for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(status[capabilities][0], 16) == 0, (capabilities, status[capabilities])
     assert status["NoNewPrivs"] == ["1"]
+
+
+def test_slots_left_by_an_earlier_node_on_the_root_are_removed_at_start(tmp_path: Path) -> None:
+    stale = tmp_path / "slots" / f"{SLOT_PREFIX}7" / "sandbox"
+    stale.mkdir(parents=True)
+    (stale / "left").write_text("from a node killed with -9")
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(tmp_path, isolation="sandbox"):
+            return stale.parent.exists()
+
+    assert not run(scenario(), 30)
