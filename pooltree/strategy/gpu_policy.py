@@ -102,6 +102,8 @@ class PlanNode:
     assigned: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
     to_preempt: dict[str, tuple[AbortReason, str, str | None]] = field(default_factory=dict)
     """Allocation id → (reason, description, operation preempted for): preempted at the node's next heartbeat."""
+    preliminary: int = 0
+    """How many of its assignments wait for an allocation (the heartbeat's work)."""
 
     def unassigned_gpu(self) -> float:
         return self.limits[GPU] - self.assigned[GPU]
@@ -239,6 +241,8 @@ class GpuPolicy:
         """Module -> the full-host module-bound operations bound there (during one update)."""
         self._modules: dict[frozenset[str], str | None] = {}
         """Node tags -> module (`node_module`), for the configured modules."""
+        self._realized: dict[str, Assignment] = {}
+        """Allocation id -> its (realized) assignment."""
 
     @property
     def allocating(self) -> bool:
@@ -255,6 +259,7 @@ class GpuPolicy:
         if not config.planning:
             self.nodes.clear()
             self.operations.clear()
+            self._realized.clear()
             self.last_update = self.started = None
         elif modules_changed:
             self._modules.clear()
@@ -272,7 +277,7 @@ class GpuPolicy:
         self,
         nodes: Iterable[ExecNode],
         operations: Iterable[OperationFacts],
-        allocations: Iterable[Any],
+        allocations: Mapping[str, Any] | Iterable[Any],
         total: Floats,
         now: float,
     ) -> None:
@@ -357,30 +362,28 @@ class GpuPolicy:
                 op.initial_count = fact.pending_count
             op.priority_binding_enabled = fact.priority_binding_enabled
 
-    def _reconcile(self, allocations: Iterable[Any]) -> None:
-        """Assignments follow the allocations: ended ones are dropped, unknown running ones adopted."""
-        running = {}
-        for allocation in allocations:
-            if not getattr(allocation, "preempted", False):
-                running[allocation.id] = allocation
-        known: set[str] = set()
-        for op in self.operations.values():
-            for assignment in list(op.assignments):
-                if assignment.allocation_id is None:
-                    continue
-                if assignment.allocation_id not in running:
-                    self._remove(assignment)
-                else:
-                    known.add(assignment.allocation_id)
+    def _reconcile(self, allocations: Mapping[str, Any] | Iterable[Any]) -> None:
+        """Assignments follow the allocations: ended (or preempted) ones are dropped, unknown running ones adopted.
+        Costs a pass over the realized assignments and one over the allocations, nothing sorted but the new ones."""
+        if not isinstance(allocations, Mapping):
+            allocations = {allocation.id: allocation for allocation in allocations}
+        for allocation_id, assignment in list(self._realized.items()):
+            allocation = allocations.get(allocation_id)
+            if allocation is None or getattr(allocation, "preempted", False):
+                self._remove(assignment)
         for node in self.nodes.values():
-            for allocation_id in [a for a in node.to_preempt if a not in running]:
-                del node.to_preempt[allocation_id]
-        for allocation_id, allocation in sorted(running.items()):
-            if allocation_id in known:
-                continue
+            if node.to_preempt:
+                for allocation_id in [a for a in node.to_preempt if a not in allocations]:
+                    del node.to_preempt[allocation_id]
+        unknown = [
+            allocation
+            for allocation_id, allocation in allocations.items()
+            if allocation_id not in self._realized and not getattr(allocation, "preempted", False)
+        ]
+        for allocation in sorted(unknown, key=lambda a: a.id):
             op = self.operations.get(allocation.operation_id)
             node = self.nodes.get(allocation.node_address)
-            if op is None or node is None or allocation_id in node.to_preempt:
+            if op is None or node is None or allocation.id in node.to_preempt:
                 continue
             waiting = [a for a in node.assignments if a.operation_id == op.id and a.allocation_id is None]
             if waiting:  # started for a preliminary assignment outside `realize`
@@ -388,7 +391,7 @@ class GpuPolicy:
                 continue
             assignment = Assignment(
                 op.id, node.address, tuple(allocation.amounts), allocation.start_time,
-                allocation_id=allocation_id, preemptible_progress_start_time=allocation.start_time,
+                allocation_id=allocation.id, preemptible_progress_start_time=allocation.start_time,
             )  # fmt: skip
             self._add(assignment, op, node)
 
@@ -399,14 +402,21 @@ class GpuPolicy:
         if node is None or op is None:
             return
         self._resize(assignment, op, node, tuple(allocation.amounts))
+        if assignment.allocation_id is None:
+            node.preliminary -= 1
         assignment.allocation_id = allocation.id
         assignment.preemptible_progress_start_time = allocation.start_time
+        self._realized[allocation.id] = assignment
 
     # ------------------------------------------------------------------------------------------- bookkeeping
 
     def _add(self, assignment: Assignment, op: PlanOperation, node: PlanNode) -> None:
         op.assignments.append(assignment)
         node.assignments.append(assignment)
+        if assignment.allocation_id is None:
+            node.preliminary += 1
+        else:
+            self._realized[assignment.allocation_id] = assignment
         _add_to(op.assigned, assignment.resources)
         _add_to(node.assigned, assignment.resources)
 
@@ -426,6 +436,13 @@ class GpuPolicy:
         if node is not None and assignment in node.assignments:
             node.assignments.remove(assignment)
             _sub_from(node.assigned, assignment.resources)
+            if assignment.allocation_id is None:
+                node.preliminary -= 1
+        if (
+            assignment.allocation_id is not None
+            and self._realized.get(assignment.allocation_id) is assignment
+        ):
+            del self._realized[assignment.allocation_id]
 
     def _preempt(
         self, assignment: Assignment, reason: AbortReason, description: str, for_op: str | None
@@ -739,9 +756,7 @@ class GpuPolicy:
     def has_work(self, address: str) -> bool:
         """Whether the node's next heartbeat has something to do: allocations to preempt or assignments to start."""
         node = self.nodes.get(address)
-        return node is not None and (
-            bool(node.to_preempt) or any(a.allocation_id is None for a in node.assignments)
-        )
+        return node is not None and (bool(node.to_preempt) or node.preliminary > 0)
 
     def take_preemptions(self, address: str) -> dict[str, tuple[AbortReason, str, str | None]]:
         node = self.nodes.get(address)

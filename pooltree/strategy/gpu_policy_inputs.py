@@ -111,7 +111,7 @@ def update_plan(strategy: Any, pool_tree: Any, now: float) -> None:
     policy.update(
         [strategy.nodes[a] for a in sorted(strategy.nodes)],
         operation_facts(strategy, pool_tree, gang_single),
-        strategy.allocations.values(),
+        strategy.allocations,
         tuple(float(x) for x in strategy.tree.total_resources.tolist()),
         now,
     )

@@ -73,6 +73,22 @@ class Running:
     preempted: bool = False
 
 
+def books_balance(policy: GpuPolicy) -> bool:
+    """The policy's running counts agree with its assignments: per node the preliminary ones, the realized ones
+    by allocation id, and the assigned resources of nodes and operations."""
+    realized = {}
+    for node in policy.nodes.values():
+        assert node.preliminary == sum(a.allocation_id is None for a in node.assignments)
+        assert node.assigned == pytest.approx(
+            [sum(a.resources[r] for a in node.assignments) for r in range(5)]
+        )
+        realized.update({a.allocation_id: a for a in node.assignments if a.allocation_id is not None})
+    for op in policy.operations.values():
+        assert op.assigned == pytest.approx([sum(a.resources[r] for a in op.assignments) for r in range(5)])
+    assert policy._realized == realized
+    return True
+
+
 def nodes_of(policy: GpuPolicy, op_id: str) -> list[str]:
     return sorted(a.node for a in policy.operations[op_id].assignments)
 
@@ -85,6 +101,7 @@ def test_regular_operations_fill_the_fullest_node_first() -> None:
     assert nodes_of(policy, "new") == ["dc-a-1"] * 3  # 3 free GPUs there: filled before the empty node
     assert policy.operations["old"].assignments[0].allocation_id == "r0"  # running allocations adopted
     assert policy.has_work("dc-a-1") and not policy.has_work("dc-a-0")
+    assert books_balance(policy)
 
 
 def test_assignments_beyond_the_fair_share_are_preemptible_and_extra_ones_planned_preemptible() -> None:
@@ -144,6 +161,7 @@ def test_priority_binding_evicts_a_non_priority_gang_after_the_timeout() -> None
     assert sorted(preempted) == ["l0", "l1"]
     assert {reason.value for reason, _, _ in preempted.values()} == {"eviction_from_scheduling_module"}
     assert nodes_of(policy, "high") == ["dc-a-0", "dc-a-1"]
+    assert books_balance(policy)
 
 
 def test_without_priority_a_waiting_gang_evicts_nobody() -> None:
@@ -169,6 +187,7 @@ def test_a_starving_operation_preempts_the_cheapest_preemptible_assignments() ->
     assert sorted(preempted) == ["g14", "g15"]  # the youngest: least GPU time lost
     assert {reason.value for reason, _, _ in preempted.values()} == {"preemption"}
     assert {for_op for _, _, for_op in preempted.values()} == {"starving"}
+    assert books_balance(policy)
 
 
 def test_full_host_aggressive_preemption_after_the_timeout_frees_whole_hosts() -> None:
@@ -216,6 +235,7 @@ def test_module_reconsideration_evicts_a_gang_that_waited_too_long() -> None:
     assert gang.module == "dc-a" and [(a.node, a.allocation_id) for a in gang.assignments] == [
         ("dc-a-0", None)
     ]
+    assert books_balance(policy)
 
 
 def test_a_node_leaving_its_module_loses_its_assignments() -> None:
@@ -228,6 +248,7 @@ def test_a_node_leaving_its_module_loses_its_assignments() -> None:
     assert policy.operations["op"].assignments == []
     [(reason, _, _)] = policy.take_preemptions("dc-a-0").values()
     assert reason.value == "node_unschedulable"
+    assert books_balance(policy)
 
 
 def test_operations_to_evict_are_the_largest_then_the_smallest_that_suffices() -> None:
