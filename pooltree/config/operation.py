@@ -302,7 +302,8 @@ class OperationSpec(SpecModel):
     """Only raises the pool's effective starvation timeout (``operation_preemption``)."""
     non_preemptible_resource_usage_threshold: GuaranteeResources | None = None
     """Only lowers the pool's effective threshold, resource by resource (``operation_preemption``)."""
-    max_unpreemptible_allocation_count: int | None = None
+    max_unpreemptible_allocation_count: int | None = Field(default=None, ge=0)
+    """Caps the non-preemptible ``user_slots`` usage (``operation_preemption.specified_non_preemptible_threshold``)."""
     apply_specified_resource_limits_to_demand: bool = False
     is_gang: bool = False
     time_limit: Duration | None = None
@@ -345,13 +346,6 @@ class OperationSpec(SpecModel):
             raise ValueError(
                 f"too many jobs: {total} in all tasks > max_total_job_count {MAX_VANILLA_TOTAL_JOB_COUNT}"
             )
-        return value
-
-    @field_validator("max_unpreemptible_allocation_count")
-    @classmethod
-    def _only_zero(cls, value: int | None) -> int | None:
-        if value is not None and value != 0:
-            raise ValueError(f"only 0 is supported, got {value}")
         return value
 
     def unrecognized_spec(self) -> dict[str, Any]:

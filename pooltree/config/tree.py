@@ -173,6 +173,13 @@ class PoolTreeConfig(ConfigModel):
     enable_unrecognized_alert: bool = True
     """YTsaurus: whether option names the tree config does not know raise the "unrecognized options" alert."""
 
+    @field_validator("non_preemptible_resource_usage_threshold", mode="before")
+    @classmethod
+    def _threshold_is_a_map(cls, value: Any) -> Any:
+        if value is None:  # YTsaurus: a map of resources (an empty one sets none); remove the option instead
+            raise ValueError("expected a map of resources, got null")
+        return value
+
     @field_validator("main_resource", mode="before")
     @classmethod
     def _canonical_resource(cls, value: Any) -> Any:

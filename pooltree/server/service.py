@@ -47,7 +47,7 @@ from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError
 from pooltree.server.store import Store
-from pooltree.server.tree_options import effective_config
+from pooltree.server.tree_options import effective_tree_config
 from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
 from pooltree.web.app import WebUI
 
@@ -94,7 +94,7 @@ def tree_orchid(tree: Any) -> dict[str, Any]:
     if tree is None:
         return {}
     return {
-        "config": effective_config(tree.config),
+        "config": effective_tree_config(tree.config),
         "user_to_ephemeral_pools": tree.user_to_ephemeral_pools(),
     }
 

@@ -152,3 +152,17 @@ def effective_config(config: BaseModel) -> dict[str, Any]:
             continue
         out[name] = _plain(value, duration=_is_duration(model, name))
     return out
+
+
+def effective_tree_config(config: PoolTreeConfig) -> dict[str, Any]:
+    """``effective_config`` of a tree as YTsaurus's postprocessor shows it: ``max_unpreemptible_running_job_count``
+    fills the ``user_slots`` that ``non_preemptible_resource_usage_threshold`` leaves out."""
+    out = effective_config(config)
+    threshold = config.non_preemptible_resource_usage_threshold
+    count = config.max_unpreemptible_running_allocation_count
+    if threshold is not None or count is not None:
+        shown: dict[str, Any] = threshold.to_dict() if threshold is not None else {}
+        if count is not None and "user_slots" not in shown:
+            shown["user_slots"] = count
+        out["non_preemptible_resource_usage_threshold"] = shown
+    return out

@@ -162,8 +162,10 @@ class StrategyConfig:
         for spec in fields(cls):
             name = spec.name
             value = options.get(name) if raw_mapping else getattr(options, name, None)
-            if value is None:
-                continue
+            if value is None or (
+                name == "non_preemptible_resource_usage_threshold" and _names_nothing(value)
+            ):
+                continue  # YTsaurus: a threshold naming no resource is trivial, no threshold at all
             field_path = join_path(path, name)
             if name in _DURATION_FIELDS:
                 if hasattr(value, "total_seconds"):
@@ -624,3 +626,11 @@ class TreeDelta:
     removed: set[str]
     added: list[str]
     parents: set[str]
+
+
+def _names_nothing(resources: Any) -> bool:
+    """Whether a resource map (a ``Resources`` model or a plain map) sets no resource at all."""
+    specified = getattr(resources, "specified", None)
+    if specified is not None:
+        return not specified
+    return isinstance(resources, Mapping) and not resources

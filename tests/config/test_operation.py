@@ -100,7 +100,11 @@ def test_memory_digest_parameters() -> None:
         ({"max_share_ratio": 2}, "spec.max_share_ratio", "less than or equal to 1"),
         ({"interruption_signal": "SIGNOPE"}, "spec.interruption_signal", "unknown signal"),
         ({"scheduling_tag_filter": "&"}, "spec.scheduling_tag_filter", "position 0"),
-        ({"max_unpreemptible_job_count": 2}, "spec.max_unpreemptible_allocation_count", "only 0"),
+        (
+            {"max_unpreemptible_job_count": -1},
+            "spec.max_unpreemptible_allocation_count",
+            "greater than or equal to 0",
+        ),
         (
             {"user_job_memory_digest_lower_bound": 0},
             "spec.user_job_memory_digest_lower_bound",

@@ -249,3 +249,9 @@ def test_a_fifo_pool_cannot_create_ephemeral_subpools() -> None:
     trees = {"t": {"pools": {"hub": {"mode": "fifo", "create_ephemeral_subpools": True}}}}
     with pytest.raises(ConfigError, match="Fifo pool cannot create ephemeral subpools"):
         parse_pool_trees(trees)
+
+
+def test_a_tree_non_preemptible_threshold_cannot_be_null() -> None:
+    """YTsaurus refuses a null ``non_preemptible_resource_usage_threshold`` (its test_config_postprocessor)."""
+    with pytest.raises(ConfigError, match="got null"):
+        parse_pool_trees({"t": {"config": {"non_preemptible_resource_usage_threshold": None}}})

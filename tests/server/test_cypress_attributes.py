@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from pooltree.config.tree import PoolTreeConfig
 from pooltree.server.cypress import Cypress
 from pooltree.server.protocol import RESOLVE_ERROR, YtError
 from pooltree.server.store import open_store
+from pooltree.server.tree_options import effective_tree_config
 
 TREES = "//sys/pool_trees"
 ACE = {"action": "allow", "subjects": ["u"], "permissions": ["use"]}
@@ -61,3 +63,24 @@ def test_pool_options_are_not_attributes_of_a_pool_tree(cypress: Cypress) -> Non
 def test_a_pool_has_no_pool_tree_attribute(cypress: Cypress) -> None:
     assert not cypress.exists(f"{TREES}/t/p/@pool_tree")
     assert cypress.get(f"{TREES}/t/p/@parent_name") == "<Root>"
+
+
+def test_the_orchid_tree_config_fills_the_threshold_from_the_count() -> None:
+    """YTsaurus's postprocessor: ``max_unpreemptible_running_job_count`` fills the threshold's ``user_slots``."""
+
+    def shown(options: dict[str, object]) -> object:
+        config = PoolTreeConfig.parse(options, "config")
+        return effective_tree_config(config).get("non_preemptible_resource_usage_threshold")
+
+    assert shown({"non_preemptible_resource_usage_threshold": {}}) == {}
+    assert shown(
+        {"non_preemptible_resource_usage_threshold": {}, "max_unpreemptible_running_job_count": 0}
+    ) == {"user_slots": 0}
+    both = {"non_preemptible_resource_usage_threshold": {"cpu": 1.0, "user_slots": 5}}
+    assert shown({**both, "max_unpreemptible_running_job_count": 7}) == {"cpu": 1.0, "user_slots": 5}
+    assert shown(
+        {"non_preemptible_resource_usage_threshold": {"cpu": 1.0}, "max_unpreemptible_running_job_count": 7}
+    ) == {
+        "cpu": 1.0,
+        "user_slots": 7,
+    }

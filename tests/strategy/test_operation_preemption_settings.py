@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from pooltree.config import OperationSpec, parse_pool_trees
+from pooltree.config.tree import PoolTreeConfig
 from pooltree.controllers.operations import TaskSpec, VanillaController
 from pooltree.resources import vector
-from pooltree.strategy import NodeHeartbeat, StarvationStatus
+from pooltree.strategy import NodeHeartbeat, StarvationStatus, StrategyConfig
 from pooltree.strategy.core import SchedulerCore
 from pooltree.tree import PoolTree
 
@@ -140,3 +141,23 @@ def test_operation_starvation_settings_are_effective_and_take_effect() -> None:
     for t in range(20, 50):
         core.update_fair_share(float(t))
     assert core.strategy.starvation_status("patient") != StarvationStatus.NON_STARVING
+
+
+def test_a_tree_threshold_naming_no_resource_is_no_threshold() -> None:
+    """YTsaurus: ``non_preemptible_resource_usage_threshold={}`` is trivial (no allocation protected by it); with
+    ``max_unpreemptible_running_allocation_count`` the count is the ``user_slots`` threshold, the rest unlimited.
+    (An empty map used to become an all-infinite threshold: every allocation non-preemptible.)"""
+    empty = PoolTreeConfig.parse({"non_preemptible_resource_usage_threshold": {}}, "config")
+    assert StrategyConfig.from_options(empty).tree_non_preemptible_threshold() is None
+    assert (
+        StrategyConfig.from_options(
+            {"non_preemptible_resource_usage_threshold": {}}
+        ).tree_non_preemptible_threshold()
+        is None
+    )
+    counted = PoolTreeConfig.parse(
+        {"non_preemptible_resource_usage_threshold": {}, "max_unpreemptible_running_allocation_count": 3},
+        "config",
+    )
+    threshold = StrategyConfig.from_options(counted).tree_non_preemptible_threshold()
+    assert threshold is not None and threshold[0] == 3 and all(x == float("inf") for x in threshold[1:])

@@ -11,6 +11,7 @@ both served.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ import yt.wrapper as ytw
 from yt_env import ORCHID, TREES, YtEnv, create_pool_tree, module_env, remove_pool_tree, state, vanilla, wait
 
 PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
+TEN_SLOTS = "user_slots=10,cpu=10,memory=16Gi"
 
 
 @pytest.fixture(scope="module")
@@ -76,23 +78,60 @@ class TestPoolTreesReconfiguration:
         remove_pool_tree(yt, "default")
         wait(lambda: state(yt, op.id) in ("aborted", "aborting"))
 
-    @pytest.mark.skip(
-        reason="needs //sys/cluster_nodes/<node>/@resource_limits_overrides (10 slots on one node)"
-    )
+    def ten_slot_operations(self, count: int = 10, **spec: Any) -> list[Any]:
+        """``count`` operations of one ``sleep 1000`` job (YTsaurus: maps of one row), each waited running. The
+        trees run up to YTsaurus's default 50 operations per pool (pooltree's default is the seeds' 8)."""
+        yt = self.yt
+        for tree in [*spec.get("pool_trees", []), "default"]:
+            yt.set(f"{TREES}/{tree}/@config/max_running_operation_count_per_pool", 50)
+        wait(lambda: yt.get(f"{PER_TREE}/default/config")["max_running_operation_count_per_pool"] == 50)
+        ops = [yt.run_operation(vanilla("sleep 1000", **spec), sync=False) for _ in range(count)]
+        for op in ops:
+            wait(lambda op=op: state(yt, op.id) == "running")
+        return ops
+
     def test_abort_many_orphaned_operations_with_abort(self) -> None:
-        pass
+        yt = self.yt
+        self.env.set_node_resources(0, TEN_SLOTS)  # @resource_limits_overrides {cpu=10; user_slots=10}
+        ops = self.ten_slot_operations()
+        yt.remove(f"{TREES}/@default_tree")
+        remove_pool_tree(yt, "default")
+        for op in reversed(ops):
+            with contextlib.suppress(ytw.YtError):
+                op.abort()
+        for op in ops:
+            wait(lambda op=op: state(yt, op.id) in ("aborted", "aborting"))
 
-    @pytest.mark.skip(
-        reason="needs //sys/cluster_nodes/<node>/@resource_limits_overrides (10 slots on one node)"
-    )
     def test_abort_many_orphaned_operations_with_update_runtime_parameters(self) -> None:
-        pass
+        yt = self.yt
+        self.env.set_node_resources(0, TEN_SLOTS)
+        ops = self.ten_slot_operations()
+        yt.remove(f"{TREES}/@default_tree")
+        remove_pool_tree(yt, "default")
+        parameters = {"scheduling_options_per_pool_tree": {"other1": {"resource_limits": {"user_slots": 1}}}}
+        for op in reversed(ops):
+            with contextlib.suppress(ytw.YtError):
+                yt.update_operation_parameters(op.id, parameters)
+        for op in ops:
+            wait(lambda op=op: state(yt, op.id) in ("aborted", "aborting"))
 
-    @pytest.mark.skip(
-        reason="needs //sys/cluster_nodes/<node>/@resource_limits_overrides (10 slots on one node)"
-    )
     def test_abort_many_orphaned_operations_with_multiple_trees(self) -> None:
-        pass
+        yt = self.yt
+        yt.set(f"{TREES}/default/@config/nodes_filter", "!other1 & !other2 & !other3")
+        for index in range(3):
+            tag = f"other{index + 1}"
+            self.env.set_node_resources(index, TEN_SLOTS)
+            self.env.set_node_tags(index, tag)
+            create_pool_tree(yt, tag, config={"nodes_filter": tag})
+            wait(lambda tag=tag: tag in yt.list(PER_TREE))
+        ops1 = self.ten_slot_operations(pool_trees=["other1"])
+        ops12 = self.ten_slot_operations(pool_trees=["other1", "other2"])
+        ops123 = self.ten_slot_operations(pool_trees=["other1", "other2", "other3"])
+        yt.remove(f"{TREES}/other1", recursive=True)
+        for op in ops1:
+            wait(lambda op=op: state(yt, op.id) in ("aborted", "aborting"))
+        for op in ops12 + ops123:
+            assert state(yt, op.id) == "running"
 
     def test_multitree_operations(self) -> None:
         yt = self.yt

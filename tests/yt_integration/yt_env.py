@@ -46,6 +46,17 @@ def wait(predicate: Callable[[], Any], timeout: float = 30.0, period: float = 0.
     raise AssertionError(f"condition not met within {timeout} s (last value {last!r})")
 
 
+def holds_for(predicate: Callable[[], Any], seconds: float, period: float = 0.1) -> None:
+    """YTsaurus's ``time.sleep(seconds); assert predicate()`` where the point is that nothing changes: the
+    condition is asserted throughout the window (a bounded observation, not a wait for something)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert predicate(), f"condition stopped holding within {seconds} s"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(period)
+
+
 class YtEnv:
     """``pooltree scheduler`` + ``num_nodes`` ``pooltree node`` processes; ``yt`` is a root client."""
 
@@ -70,8 +81,12 @@ class YtEnv:
         self.scheduler, self.url = self.procs.scheduler(self.data, self.port, *self.extra)
         self.yt = self.client()
         self.node_resources = node_resources
-        self.node_tags = node_tags or {}
-        """Tags a node starts with (pooltree has no ``//sys/cluster_nodes/<node>/@user_tags`` to set later)."""
+        self.node_tags = dict(node_tags or {})
+        """Tags a node runs with (pooltree has no ``//sys/cluster_nodes/<node>/@user_tags`` to set later)."""
+        self.base_tags = dict(self.node_tags)
+        """The environment's tags (its class's setup sets them): ``reset`` brings the nodes back to them."""
+        self.node_overrides: dict[int, str] = {}
+        """Per-node resources replacing ``node_resources`` (``set_node_resources``)."""
         self.nodes = [self._node(i, node_resources) for i in range(num_nodes)]
         self.num_nodes = num_nodes
         if num_nodes:
@@ -90,7 +105,7 @@ class YtEnv:
         ]
         args += [
             "--resources",
-            resources,
+            self.node_overrides.get(index, resources),
             "--memory-meter",
             "psutil",
             "--node-secret-file",
@@ -113,6 +128,22 @@ class YtEnv:
         self.nodes[index] = self._node(index, self.node_resources)
         expected = sorted(tags.split(",")) if tags else []
         wait(lambda: self.yt.get(f"{ORCHID}/nodes/node{index}/tags") == expected)
+
+    def set_node_resources(self, index: int, resources: str | None) -> None:
+        """``set("//sys/cluster_nodes/<node>/@resource_limits_overrides", ...)``: pooltree's node resources come
+        from its command line, so the node process restarts with them (the tests set them before any job runs)
+        and re-registers; None restores ``node_resources``."""
+        if self.node_overrides.get(index) == resources:
+            return
+        self.procs.stop(self.nodes[index])
+        if resources:
+            self.node_overrides[index] = resources
+        else:
+            self.node_overrides.pop(index, None)
+        self.nodes[index] = self._node(index, self.node_resources)
+        wanted = self.node_overrides.get(index, self.node_resources)
+        slots = int(dict(part.split("=", 1) for part in wanted.split(","))["user_slots"])
+        wait(lambda: float(self.yt.get(f"{ORCHID}/nodes/node{index}/resource_limits/user_slots")) == slots)
 
     def client(self, token: str | None = ROOT_TOKEN, **config: Any) -> ytw.YtClient:
         """A client of ``token``'s user; ``config`` adds ``yt.wrapper`` options (e.g. no start retries: the
@@ -144,8 +175,10 @@ class YtEnv:
             yt.remove(f"{TREES}/@default_tree")
         for tree in yt.list(TREES):
             yt.remove(f"{TREES}/{tree}", recursive=True)
-        for index in list(self.node_tags):
-            self.set_node_tags(index, None)
+        for index in sorted(set(self.node_tags) | set(self.base_tags)):
+            self.set_node_tags(index, self.base_tags.get(index))
+        for index in list(self.node_overrides):
+            self.set_node_resources(index, None)
         yt.create("scheduler_pool_tree", attributes={"name": "default"})
         yt.set(f"{TREES}/@default_tree", "default")
         wait(lambda: yt.exists(f"{ORCHID}/pool_trees/default"))

@@ -816,6 +816,9 @@ class TreeViews(Mapping[str, dict[str, Any]]):
                 except PooltreeError:
                     continue
                 if section == "operations":
+                    for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
+                        if name in extra:
+                            extra[old_name] = extra[name]
                     controller = core.controllers.get(element_id)
                     if controller is not None:
                         extra["progress"] = controller.progress()
@@ -832,6 +835,12 @@ class TreeViews(Mapping[str, dict[str, Any]]):
 
     def __len__(self) -> int:
         return len(self._published())
+
+
+_ORCHID_JOB_NAMES = (
+    ("preemptible_job_count", "preemptible_allocation_count"),
+    ("aggressively_preemptible_job_count", "aggressively_preemptible_allocation_count"),
+)
 
 
 class StrategyViews(Mapping[str, "ElementStrategyViews"]):
