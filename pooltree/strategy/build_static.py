@@ -140,9 +140,6 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
         TagFilter.parse(tag_text, f"operations.{op_id}.spec.scheduling_tag_filter") if tag_text else None
     )
     is_gang = bool(_option(spec, "is_gang", False))
-    # YTsaurus IsAggressivePreemptionAllowed: a gang operation is not aggressively preemptible unless the tree
-    # allows it (allow_aggressive_preemption_for_gang_operations, default true); otherwise it inherits.
-    gang_aggressive = bool(getattr(pool_tree.config, "allow_aggressive_preemption_for_gang_operations", True))
     return {
         "id": op_id,
         "parent": ROOT_ID if op.pool.is_root else op.pool.name,
@@ -161,8 +158,17 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
         "scheduling_tag_filter": tag_filter,
         "interruption_signal": _option(spec, "interruption_signal"),
         "is_gang": is_gang,
-        "allow_aggressive_preemption": False if is_gang and not gang_aggressive else None,
+        "allow_aggressive_preemption": operation_aggressive_preemption_allowed(pool_tree, spec),
     }
+
+
+def operation_aggressive_preemption_allowed(pool_tree: Any, spec: Any) -> bool | None:
+    """YTsaurus ``IsAggressivePreemptionAllowed`` of an operation (its orchid's ``aggressive_preemption_allowed``):
+    a gang operation is not aggressively preemptible unless the tree allows it
+    (``allow_aggressive_preemption_for_gang_operations``, default true); otherwise None, it inherits."""
+    is_gang = bool(_option(spec, "is_gang", False))
+    gang_aggressive = bool(getattr(pool_tree.config, "allow_aggressive_preemption_for_gang_operations", True))
+    return False if is_gang and not gang_aggressive else None
 
 
 def _operation_key(op: Any, pool_chain: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -51,6 +51,7 @@ from pooltree.server.live.orphans import leave_removed_trees
 from pooltree.server.live.revival import LiveRevival
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
+from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 from pooltree.strategy.single_tree import restrict_to_single_tree
@@ -819,6 +820,11 @@ class TreeViews(Mapping[str, dict[str, Any]]):
                     for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
                         if name in extra:
                             extra[old_name] = extra[name]
+                    registered = core.pool_tree.operations.get(element_id)
+                    if registered is not None:
+                        extra["aggressive_preemption_allowed"] = operation_aggressive_preemption_allowed(
+                            core.pool_tree, registered.spec
+                        )
                     controller = core.controllers.get(element_id)
                     if controller is not None:
                         extra["progress"] = controller.progress()
