@@ -16,10 +16,18 @@ from typing import Any
 import pytest
 import yt.wrapper as ytw
 import yt.yson as yson
-from yt_env import ORCHID, TREES, YtEnv, create_pool, holds_for, module_env, running_jobs, wait
-
-PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
-CONFIG = f"{PER_TREE}/default/config"
+from yt_env import (
+    TREES,
+    YtEnv,
+    create_pool,
+    holds_for,
+    module_env,
+    operation_path,
+    running_jobs,
+    sleeping,
+    update_tree_config,
+    wait,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +49,6 @@ def env5(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
     )
 
 
-def sleeping(yt: ytw.YtClient, job_count: int = 1, cpu_limit: float = 1.0, **spec: Any) -> Any:
-    """``run_sleeping_vanilla(job_count, task_patch={"cpu_limit": ...}, spec=...)``."""
-    task = ytw.VanillaSpecBuilder().begin_task("task").command("sleep 1000").job_count(job_count)
-    builder = task.cpu_limit(cpu_limit).end_task()
-    return yt.run_operation(builder.spec(spec) if spec else builder, sync=False)
-
-
-def operation_path(op_id: str) -> str:
-    return f"{PER_TREE}/default/fair_share_info/operations/{op_id}"
-
-
 def almost(value: Any, expected: float) -> bool:
     """``are_almost_equal``."""
     return value is not None and abs(float(value) - expected) < 1e-6
@@ -64,13 +61,6 @@ def is_entity(value: Any) -> bool:
 
 def is_false(value: Any) -> bool:
     return not is_entity(value) and not bool(value)
-
-
-def update_tree_config(yt: ytw.YtClient, **options: Any) -> None:
-    for key, value in options.items():
-        yt.set(f"{TREES}/default/@config/{key}", value)
-    for key, value in options.items():
-        wait(lambda key=key, value=value: yt.get(CONFIG).get(key) == value)
 
 
 class TestSchedulerAggressivePreemption:

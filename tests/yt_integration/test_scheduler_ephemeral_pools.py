@@ -16,9 +16,23 @@ from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, module_env, running_jobs, state, vanilla, wait
+from yt_env import (
+    PER_TREE,
+    TREES,
+    YtEnv,
+    create_pool,
+    get_or,
+    module_env,
+    operation_path,
+    pool_path,
+    running_jobs,
+    sleeping,
+    state,
+    update_tree_config,
+    vanilla,
+    wait,
+)
 
-PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
 POOLS = f"{PER_TREE}/default/fair_share_info/pools"
 USER_MAP_SKIP = (
     "//sys/scheduler/user_to_default_pool (update_user_to_default_pool_map, the scheduler's per-user default "
@@ -33,24 +47,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
     )
 
 
-def pool_path(pool: str) -> str:
-    return f"{POOLS}/{pool}"
-
-
-def operation_path(op_id: str) -> str:
-    return f"{PER_TREE}/default/fair_share_info/operations/{op_id}"
-
-
-def get_or(yt: ytw.YtClient, path: str, default: Any) -> Any:
-    """``get(path, default=...)``."""
-    try:
-        return yt.get(path)
-    except ytw.YtResponseError as error:
-        if error.is_resolve_error():
-            return default
-        raise
-
-
 class Base:
     @pytest.fixture(autouse=True)
     def setup_method_fixture(self, env: YtEnv) -> None:
@@ -60,7 +56,7 @@ class Base:
 
     def sleeping(self, client: ytw.YtClient | None = None, **spec: Any) -> Any:
         """``run_sleeping_vanilla``."""
-        return (client or self.yt).run_operation(vanilla("sleep 1000", **spec), sync=False)
+        return sleeping(client or self.yt, **spec)
 
     def release(self, *ops: Any) -> None:
         """``release_breakpoint`` + ``track``: each waiting operation finishes once its job runs."""
@@ -73,12 +69,7 @@ class Base:
         return self.yt.get(f"{pool_path(pool)}/parent")
 
     def update_tree_config(self, **options: Any) -> None:
-        """``update_pool_tree_config("default", options)``: set, then wait for the scheduler to apply them."""
-        for key, value in options.items():
-            self.yt.set(f"{TREES}/default/@config/{key}", value)
-        config = f"{PER_TREE}/default/config"
-        for key, value in options.items():
-            wait(lambda key=key, value=value: self.yt.get(config).get(key) == value)
+        update_tree_config(self.yt, **options)
 
 
 class TestEphemeralPools(Base):
@@ -294,23 +285,22 @@ class TestEphemeralPools(Base):
         yt.update_operation_parameters(op.id, {"pool": "real"})
         wait(lambda: not yt.exists(pool_path("ephemeral")))
 
-    def test_move_to_ephemeral_hub_via_common_option(self) -> None:
+    def move_to_ephemeral_hub(self, parameters: dict[str, Any]) -> None:
+        """The two tests' common body: an operation in an ephemeral pool moved into a hub by ``parameters``."""
         yt = self.yt
         create_pool(yt, "ephemeral_hub", attributes={"create_ephemeral_subpools": True})
         op = self.sleeping(pool="inexistent")
         wait(lambda: yt.exists(pool_path("inexistent")))
-        yt.update_operation_parameters(op.id, {"pool": "ephemeral_hub"})
+        yt.update_operation_parameters(op.id, parameters)
         wait(lambda: yt.get(f"{operation_path(op.id)}/pool") == "ephemeral_hub$root")
 
+    def test_move_to_ephemeral_hub_via_common_option(self) -> None:
+        self.move_to_ephemeral_hub({"pool": "ephemeral_hub"})
+
     def test_move_to_ephemeral_hub_via_per_pool_tree_option(self) -> None:
-        yt = self.yt
-        create_pool(yt, "ephemeral_hub", attributes={"create_ephemeral_subpools": True})
-        op = self.sleeping(pool="inexistent")
-        wait(lambda: yt.exists(pool_path("inexistent")))
-        yt.update_operation_parameters(
-            op.id, {"scheduling_options_per_pool_tree": {"default": {"pool": "ephemeral_hub"}}}
+        self.move_to_ephemeral_hub(
+            {"scheduling_options_per_pool_tree": {"default": {"pool": "ephemeral_hub"}}}
         )
-        wait(lambda: yt.get(f"{operation_path(op.id)}/pool") == "ephemeral_hub$root")
 
     def test_fifo_pool_cannot_create_ephemeral_subpools(self) -> None:
         yt = self.yt

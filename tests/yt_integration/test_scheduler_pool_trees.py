@@ -120,8 +120,7 @@ class TestPoolTreesReconfiguration:
         yt.set(f"{TREES}/default/@config/nodes_filter", "!other1 & !other2 & !other3")
         for index in range(3):
             tag = f"other{index + 1}"
-            self.env.set_node_resources(index, TEN_SLOTS)
-            self.env.set_node_tags(index, tag)
+            self.env.configure_node(index, tags=tag, resources=TEN_SLOTS)
             create_pool_tree(yt, tag, config={"nodes_filter": tag})
             wait(lambda tag=tag: tag in yt.list(PER_TREE))
         ops1 = self.ten_slot_operations(pool_trees=["other1"])

@@ -17,9 +17,23 @@ from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, holds_for, module_env, running_jobs, state, wait
+from yt_env import (
+    PER_TREE,
+    TREES,
+    YtEnv,
+    create_pool,
+    get_or,
+    holds_for,
+    module_env,
+    operation_path,
+    pool_path,
+    running_jobs,
+    sleeping,
+    state,
+    update_tree_config,
+    wait,
+)
 
-PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
 CONFIG = f"{PER_TREE}/default/config"
 
 
@@ -37,41 +51,11 @@ def small_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
     )
 
 
-def operation_path(op_id: str) -> str:
-    return f"{PER_TREE}/default/fair_share_info/operations/{op_id}"
-
-
-def pool_path(pool: str) -> str:
-    return f"{PER_TREE}/default/fair_share_info/pools/{pool}"
-
-
-def get_or(yt: ytw.YtClient, path: str, default: Any = None) -> Any:
-    try:
-        return yt.get(path)
-    except ytw.YtResponseError as error:
-        if error.is_resolve_error():
-            return default
-        raise
-
-
-def sleeping(
-    yt: ytw.YtClient, job_count: int = 1, cpu_limit: float = 1.0, command: str = "sleep 1000", **spec: Any
-) -> Any:
-    """``run_sleeping_vanilla(job_count, task_patch={"cpu_limit": ...}, spec=...)``."""
-    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count)
-    builder = task.cpu_limit(cpu_limit).end_task()
-    return yt.run_operation(builder.spec(spec) if spec else builder, sync=False)
-
-
 class Base:
     yt: ytw.YtClient
 
     def update_tree_config(self, **options: Any) -> None:
-        """``update_pool_tree_config("default", options)``: set each option, wait for the orchid to show it."""
-        for key, value in options.items():
-            self.yt.set(f"{TREES}/default/@config/{key}", value)
-        for key, value in options.items():
-            wait(lambda key=key, value=value: self.yt.get(CONFIG).get(key) == value)
+        update_tree_config(self.yt, **options)
 
     def usage_cpu(self, op_id: str) -> Any:
         return get_or(self.yt, f"{operation_path(op_id)}/resource_usage/cpu")

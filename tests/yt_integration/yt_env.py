@@ -28,6 +28,7 @@ from live_procs import ROOT_TOKEN, Procs, free_port
 
 TREES = "//sys/pool_trees"
 ORCHID = "//sys/scheduler/orchid/scheduler"
+PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
 
 
 def wait(predicate: Callable[[], Any], timeout: float = 30.0, period: float = 0.05) -> Any:
@@ -115,35 +116,41 @@ class YtEnv:
             args += ["--tags", self.node_tags[index]]
         return self.procs.spawn(*args)
 
-    def set_node_tags(self, index: int, tags: str | None) -> None:
-        """``set("//sys/cluster_nodes/<node>/@user_tags", ...)``: pooltree's node tags come from its command line,
-        so the node process restarts with them (it runs no job when the tests set tags) and re-registers."""
-        if self.node_tags.get(index) == tags:
+    _KEEP: Any = object()
+
+    def configure_node(self, index: int, tags: Any = _KEEP, resources: Any = _KEEP) -> None:
+        """``set("//sys/cluster_nodes/<node>/@user_tags" / "@resource_limits_overrides", ...)``: pooltree's node tags
+        and resources come from its command line, so the node process restarts once with them (the tests set them
+        when it runs no job) and re-registers; None clears them (tags) or restores ``node_resources``."""
+        tags = self.node_tags.get(index) if tags is self._KEEP else tags
+        resources = self.node_overrides.get(index) if resources is self._KEEP else resources
+        if self.node_tags.get(index) == tags and self.node_overrides.get(index) == resources:
             return
         self.procs.stop(self.nodes[index])
-        if tags:
-            self.node_tags[index] = tags
-        else:
-            self.node_tags.pop(index, None)
+        for table, value in ((self.node_tags, tags), (self.node_overrides, resources)):
+            if value:
+                table[index] = value
+            else:
+                table.pop(index, None)
         self.nodes[index] = self._node(index, self.node_resources)
         expected = sorted(tags.split(",")) if tags else []
-        wait(lambda: self.yt.get(f"{ORCHID}/nodes/node{index}/tags") == expected)
+        slots = float(
+            dict(part.split("=", 1) for part in (resources or self.node_resources).split(","))["user_slots"]
+        )
+
+        def registered() -> bool:
+            node = self.yt.get(f"{ORCHID}/nodes/node{index}")
+            return list(node["tags"]) == expected and float(node["resource_limits"]["user_slots"]) == slots
+
+        wait(registered)
+
+    def set_node_tags(self, index: int, tags: str | None) -> None:
+        """``set("//sys/cluster_nodes/<node>/@user_tags", ...)`` (``configure_node``)."""
+        self.configure_node(index, tags=tags)
 
     def set_node_resources(self, index: int, resources: str | None) -> None:
-        """``set("//sys/cluster_nodes/<node>/@resource_limits_overrides", ...)``: pooltree's node resources come
-        from its command line, so the node process restarts with them (the tests set them before any job runs)
-        and re-registers; None restores ``node_resources``."""
-        if self.node_overrides.get(index) == resources:
-            return
-        self.procs.stop(self.nodes[index])
-        if resources:
-            self.node_overrides[index] = resources
-        else:
-            self.node_overrides.pop(index, None)
-        self.nodes[index] = self._node(index, self.node_resources)
-        wanted = self.node_overrides.get(index, self.node_resources)
-        slots = int(dict(part.split("=", 1) for part in wanted.split(","))["user_slots"])
-        wait(lambda: float(self.yt.get(f"{ORCHID}/nodes/node{index}/resource_limits/user_slots")) == slots)
+        """``set("//sys/cluster_nodes/<node>/@resource_limits_overrides", ...)`` (``configure_node``)."""
+        self.configure_node(index, resources=resources)
 
     def client(self, token: str | None = ROOT_TOKEN, **config: Any) -> ytw.YtClient:
         """A client of ``token``'s user; ``config`` adds ``yt.wrapper`` options (e.g. no start retries: the
@@ -175,10 +182,8 @@ class YtEnv:
             yt.remove(f"{TREES}/@default_tree")
         for tree in yt.list(TREES):
             yt.remove(f"{TREES}/{tree}", recursive=True)
-        for index in sorted(set(self.node_tags) | set(self.base_tags)):
-            self.set_node_tags(index, self.base_tags.get(index))
-        for index in list(self.node_overrides):
-            self.set_node_resources(index, None)
+        for index in sorted(set(self.node_tags) | set(self.base_tags) | set(self.node_overrides)):
+            self.configure_node(index, tags=self.base_tags.get(index), resources=None)
         yt.create("scheduler_pool_tree", attributes={"name": "default"})
         yt.set(f"{TREES}/@default_tree", "default")
         wait(lambda: yt.exists(f"{ORCHID}/pool_trees/default"))
@@ -233,3 +238,41 @@ def state(yt: ytw.YtClient, op_id: str) -> str:
 
 def running_jobs(yt: ytw.YtClient, op_id: str) -> list[dict[str, Any]]:
     return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
+
+
+def sleeping(
+    yt: ytw.YtClient, job_count: int = 1, cpu_limit: float = 1.0, command: str = "sleep 1000", **spec: Any
+) -> Any:
+    """YTsaurus's ``run_sleeping_vanilla(job_count, task_patch={"cpu_limit": ...}, spec=...)``, not tracked."""
+    task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count)
+    builder = task.cpu_limit(cpu_limit).end_task()
+    return yt.run_operation(builder.spec(spec) if spec else builder, sync=False)
+
+
+def get_or(yt: ytw.YtClient, path: str, default: Any = None) -> Any:
+    """``get(path, default=...)``: ``default`` where the path does not resolve."""
+    try:
+        return yt.get(path)
+    except ytw.YtResponseError as error:
+        if error.is_resolve_error():
+            return default
+        raise
+
+
+def pool_path(pool: str, tree: str = "default") -> str:
+    """YTsaurus's ``scheduler_orchid_pool_path``."""
+    return f"{PER_TREE}/{tree}/fair_share_info/pools/{pool}"
+
+
+def operation_path(op_id: str, tree: str = "default") -> str:
+    """YTsaurus's ``scheduler_orchid_operation_path``."""
+    return f"{PER_TREE}/{tree}/fair_share_info/operations/{op_id}"
+
+
+def update_tree_config(yt: ytw.YtClient, tree: str = "default", **options: Any) -> None:
+    """YTsaurus's ``update_pool_tree_config(tree, options)``: set each option, wait until the orchid's effective
+    config shows it."""
+    for key, value in options.items():
+        yt.set(f"{TREES}/{tree}/@config/{key}", value)
+    for key, value in options.items():
+        wait(lambda key=key, value=value: yt.get(f"{PER_TREE}/{tree}/config").get(key) == value)
