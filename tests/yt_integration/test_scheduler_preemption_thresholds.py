@@ -163,11 +163,6 @@ class TestPreemptionPriorityScope(Base):
         self.env = env
         self.yt = env.yt
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="an operation whose scheduling_tag_filter matches no node gets no fair share here (its demand is "
-        "limited by the matching nodes' resources, none), so it never starves; YTsaurus's test expects it starving",
-    )
     def test_preemption_priority_scope(self) -> None:
         # The node orchid's last_preemptive_heartbeat_statistics/operation_count_by_preemption_priority (an
         # internal statistic of YTsaurus's last preemptive heartbeat) is not modelled: that one check is left out.
@@ -234,11 +229,6 @@ class TestIncreasedStarvationToleranceForFullySatisfiedDemand(Base):
         wait(lambda: yt.get(status) == "starving")
         holds_for(lambda: yt.get(status) == "starving", 3.0)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="an operation whose scheduling_tag_filter matches no node gets no fair share here (its demand is "
-        "limited by the matching nodes' resources, none), so it never starves; YTsaurus's test expects it starving",
-    )
     def test_no_increase_for_pool(self) -> None:
         yt = self.yt
         create_pool(yt, "pool")
