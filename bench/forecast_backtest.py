@@ -113,6 +113,8 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     costs: list[float] = []
     reaches: list[float] = []
     waits: list[float] = []
+    signed: list[float] = []
+    below = above = 0
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
@@ -136,6 +138,10 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 errors.append(abs(mid - actual))
             low = math.inf if low is None else low
+            if mid is not None:
+                signed.append(actual - mid)
+            below += actual < low
+            above += actual > high
             inside += low <= actual <= high
             widened += low - period <= actual <= high + period
             raw += low + found.resolution <= actual <= high - found.resolution
@@ -166,6 +172,9 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         "start_abs_error_median_s": _round(statistics.median(finite)) if finite else None,
         "start_abs_error_p90_s": _round(finite[int(0.9 * (len(finite) - 1))]) if finite else None,
         "inside_p10_p90": _round(inside / samples) if samples else None,
+        "below_p10": _round(below / samples) if samples else None,
+        "above_p90": _round(above / samples) if samples else None,
+        "start_error_signed_median_s": _round(statistics.median(signed)) if signed else None,
         "inside_p10_p90_widened_by_one_period": _round(widened / samples) if samples else None,
         "inside_seed_p10_p90_without_resolution_margin": _round(raw / samples) if samples else None,
         "after_horizon": after,

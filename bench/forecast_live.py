@@ -30,12 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_common import machine, quantile_ms, uptime, yt_client
+from live_common import machine, process_cpu_seconds, quantile_ms, uptime, yt_client
 from live_nodes import POOL, START_TIMEOUT, Scheduler, _driver, _phase, _start_operations
 
 QUEUE_POOL = "queued"
@@ -70,19 +68,10 @@ def _reader(url: str, token: str, ids: list[str], rate: float, end: Any, out: An
     out.put((records, sorted(seen)))
 
 
-def _worker_cpu(pid: int) -> float:
-    """CPU seconds of the scheduler's child processes (its forecast worker)."""
-    total = 0.0
-    try:
-        for process in psutil.Process(pid).children(recursive=True):
-            try:
-                times = process.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        return 0.0
-    return total
+def _worker_cpu(scheduler: Scheduler) -> float:
+    """CPU seconds of the scheduler's child processes (its forecast worker): all of it minus its own process's."""
+    own = process_cpu_seconds(scheduler.process.pid)
+    return scheduler.cpu_seconds() - (own or 0.0)
 
 
 def _queue_operations(url: str, token: str, count: int, jobs: int) -> list[str]:
@@ -156,12 +145,11 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             if reader_queue.get(timeout=START_TIMEOUT) != "ready":
                 raise RuntimeError("the reader did not start")
             time.sleep(args.warmup_seconds)
-            pid = scheduler.process.pid
-            begin, total_before, worker_before = time.time(), scheduler.cpu_seconds(), _worker_cpu(pid)
+            begin, total_before, worker_before = time.time(), scheduler.cpu_seconds(), _worker_cpu(scheduler)
             load_before = uptime()
             time.sleep(args.seconds)
             finish = time.time()
-            total, worker = scheduler.cpu_seconds() - total_before, _worker_cpu(pid) - worker_before
+            total, worker = scheduler.cpu_seconds() - total_before, _worker_cpu(scheduler) - worker_before
             end.value = finish
             results = [queue.get(timeout=120) for _ in drivers]
             calls, seen = reader_queue.get(timeout=120)
