@@ -425,7 +425,10 @@ def _runs(
             last.trees = pickle.dumps(
                 {name: tree.core.pool_tree for name, tree in last.simulation.trees.items()}
             )
-        deadline = time.process_time() + max(budget - (time.process_time() - began), 0.0) / left
+        # the hand-overs' own share is kept for them even when a simulation ran over its share (its setup is
+        # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
+        reserved = budget * (1.0 - settings.simulation_share) / settings.seeds
+        deadline = time.process_time() + max((budget - (time.process_time() - began)) / left, reserved)
         runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1))
     return runs
 

@@ -187,3 +187,14 @@ def test_integral_volumes_are_carried_into_the_fork():
     with_volume, without = volumes
     assert with_volume >= 100.0  # the cluster's 100 cpu·s, plus 5 s of flow since its last update
     assert without < 10.0
+
+
+def test_a_simulation_over_its_share_leaves_the_hand_overs_theirs():
+    """The simulator's setup cannot be interrupted and may use more than its share; the hand-overs still get
+    theirs, so the forecast reaches the horizon (adhoc-1 starts within it: at the first job end of batch-1, the
+    hand-over having no preemption)."""
+    tiny = ForecastSettings(seeds=4, horizon=1800.0, cpu_budget=0.5, simulation_share=0.005)
+    found = forecast(project_state(), tiny)
+    assert found.simulated is not None and found.simulated < 5.0
+    assert found.horizon == 1800.0
+    assert found.operations["adhoc-1"].start["p50"] is not None
