@@ -26,6 +26,10 @@ SEGMENTS = (
     "scheduling_segments and the GPU policy's full-host aggressive preemption clear hosts for full-host gangs)"
 )
 TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
+TENTATIVE_OFFLINE = (
+    "tentative pool trees run in the live service only (pooltree/strategy/tentative.py); the simulator and "
+    "`pooltree fair-share` place each operation in its pool_trees only"
+)
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
 
@@ -51,8 +55,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "per_pool_satisfaction_profiling_quantiles": PROFILING,
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
-    "tentative_tree_saturation_deactivation_period": TENTATIVE,
-    "non_tentative_operation_types": TENTATIVE,
     "packing": "packing of allocations onto nodes is not modelled",
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
     "ssd_priority_preemption": "SSD priority preemption is not modelled",
@@ -99,6 +101,8 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "necessary_resources_for_operation": "pooltree/strategy/necessary_resources.py",
     "min_node_resource_limits": "pooltree/strategy/node_limits.py",
     "min_node_resource_limits_check_period": "pooltree/strategy/node_limits.py",
+    "tentative_tree_saturation_deactivation_period": "pooltree/strategy/tentative.py (live service)",
+    "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
 }
 POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "
@@ -112,6 +116,19 @@ SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
     "schedule_in_single_tree": "pooltree/strategy/single_tree.py",
     "consider_guarantees_for_single_tree": "pooltree/strategy/single_tree.py",
+    "tentative_pool_trees": "pooltree/strategy/tentative.py, pooltree/server/live/tentative.py (live service)",
+    "tentative_tree_eligibility": "pooltree/strategy/tentative.py (live service)",
+}
+
+# Spec options the live service implements and the offline tools (the simulator, ``pooltree fair-share``) do
+# not: reported by those tools (``unsupported_options(..., offline=True)``).
+SPEC_OFFLINE_UNSUPPORTED: dict[str, str] = {
+    "tentative_pool_trees": TENTATIVE_OFFLINE,
+    "tentative_tree_eligibility": TENTATIVE_OFFLINE,
+}
+TREE_OFFLINE_UNSUPPORTED: dict[str, str] = {
+    "tentative_tree_saturation_deactivation_period": TENTATIVE_OFFLINE,
+    "non_tentative_operation_types": TENTATIVE_OFFLINE,
 }
 
 TREE_ALIASES: dict[str, str] = {
@@ -151,9 +168,10 @@ POOL_ALIASES: dict[str, str] = {
 
 # Strategy options of an operation spec that pooltree does not implement.
 SPEC_UNSUPPORTED: dict[str, str] = {
-    "tentative_pool_trees": TENTATIVE,
-    "use_default_tentative_pool_trees": TENTATIVE,
-    "tentative_tree_eligibility": TENTATIVE,
+    "use_default_tentative_pool_trees": (
+        "YTsaurus takes the trees from the scheduler-wide default_tentative_pool_trees, a config pooltree does "
+        "not have; list the trees in tentative_pool_trees (implemented in the live service)"
+    ),
     "max_concurrent_schedule_job_calls": PERFORMANCE,
     "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
     "update_preemptable_jobs_list_logging_period": PROFILING,
@@ -235,9 +253,14 @@ def unsupported_tree_options(definition: Any, path: str = "") -> list[Unsupporte
     return found
 
 
-def unsupported_spec_options(spec: Any, path: str = "spec") -> list[UnsupportedOption]:
-    """Unimplemented strategy options set in an operation spec (and in its user jobs)."""
-    found = _set_options(spec, SPEC_UNSUPPORTED, path)
+def unsupported_spec_options(
+    spec: Any, path: str = "spec", *, offline: bool = False
+) -> list[UnsupportedOption]:
+    """Unimplemented strategy options set in an operation spec (and in its user jobs); ``offline``: for the
+    simulator and ``pooltree fair-share``, which also lack the live-only options."""
+    found = _set_options(
+        spec, {**SPEC_UNSUPPORTED, **SPEC_OFFLINE_UNSUPPORTED} if offline else SPEC_UNSUPPORTED, path
+    )
     user_jobs = getattr(spec, "user_jobs", None)
     if user_jobs is not None:
         for name, job in user_jobs().items():
@@ -247,19 +270,29 @@ def unsupported_spec_options(spec: Any, path: str = "spec") -> list[UnsupportedO
 
 
 def unsupported_options(
-    trees: Mapping[str, Any] | Iterable[Any], operations: Iterable[tuple[str, Any]] = ()
+    trees: Mapping[str, Any] | Iterable[Any],
+    operations: Iterable[tuple[str, Any]] = (),
+    *,
+    offline: bool = False,
 ) -> list[dict[str, str]]:
     """The "unsupported options" alert: every option set in the input that pooltree accepts but ignores.
 
     ``trees`` are ``PoolTreeDefinition`` objects (a mapping by name or an iterable); ``operations`` are
-    ``(operation id, OperationSpec)`` pairs. Each entry is ``{"path", "option", "reason"}``.
+    ``(operation id, OperationSpec)`` pairs. Each entry is ``{"path", "option", "reason"}``. ``offline``: the
+    simulator's and ``pooltree fair-share``'s list, with the options only the live service implements.
     """
     definitions = trees.values() if isinstance(trees, Mapping) else trees
     found: list[UnsupportedOption] = []
     for definition in definitions:
         found.extend(unsupported_tree_options(definition))
+        if offline:
+            found.extend(
+                _set_options(
+                    definition.config, TREE_OFFLINE_UNSUPPORTED, f"pool_trees.{definition.name}.config"
+                )
+            )
     for operation_id, spec in operations:
-        found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec"))
+        found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec", offline=offline))
     return [item.to_dict() for item in found]
 
 

@@ -439,7 +439,9 @@ class SimulationMetrics:
             },
             # Options the scenario sets that pooltree accepts without implementing (config/support.py).
             "unsupported_options": unsupported_options(
-                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
+                self.scenario.snapshot.pool_trees,
+                [(op.spec.id, op.spec.spec) for op in self.ops],
+                offline=True,
             ),
             # Option names pooltree does not know, kept and ignored as YTsaurus does, with the closest known one.
             "unrecognized_options": unrecognized_options(

@@ -122,6 +122,7 @@ class DeactivationReason(enum.StrEnum):
     NOT_SCHEDULABLE = "not_schedulable"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
     INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
+    SATURATED_IN_TENTATIVE_TREE = "saturated_in_tentative_tree"
 
 
 class Allocation:

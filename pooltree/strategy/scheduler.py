@@ -56,6 +56,7 @@ from pooltree.strategy.segment_inputs import preempt_incompatible
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.tentative import TentativeGate
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 
 __all__ = [
@@ -96,6 +97,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.clock: Callable[[], float] | None = None
         self._deadline = HeartbeatDeadline(None, 0.0)
         self.high_priority: frozenset[str] = frozenset()
+        self.tentative = TentativeGate()
+        """Operations running tentatively in this tree (`tentative.py`; the live service fills it)."""
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
         """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""

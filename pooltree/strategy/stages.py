@@ -44,6 +44,7 @@ from pooltree.strategy.shares import (
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, SchedulingTree, StrategyConfig
+from pooltree.strategy.tentative import TentativeGate
 
 
 def remake_pool_heap(pool: _Element, bump_versions: bool, total: Sequence[float] | None = None) -> None:
@@ -106,6 +107,8 @@ class SchedulingStages:
     _deadline: HeartbeatDeadline
     """The current heartbeat's scheduling deadline."""
     high_priority: frozenset[str]
+    tentative: TentativeGate
+    """Operations running tentatively in this tree (`tentative.py`)."""
     """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
     """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
     """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
@@ -407,10 +410,17 @@ class SchedulingStages:
                 if min_needed[r] > room + _FIT_EPSILON:
                     return None, DeactivationReason.RESOURCE_LIMITS_EXCEEDED
                 available[r] = min(available[r], room)
+        tentative = self.tentative.deactivation(element.id, now) if self.tentative.operations else None
+        if tentative is not None:  # a tentative tree that declines or is saturated (`tentative.py`)
+            if tentative == "declined":
+                return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
+            return None, DeactivationReason.SATURATED_IN_TENTATIVE_TREE
         available_vector = np.array(available)
         allocation = controller.schedule_allocation(node, available_vector, now)
         if allocation is None:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
+        if self.tentative.operations:
+            self.tentative.on_allocated(element.id, allocation.task or "main", now)
         if not fits_floats(allocation.amounts, available):
             controller.on_allocation_finished(
                 allocation,

@@ -149,6 +149,8 @@ class LiveJobs:
             op = self.operations.get(operation_id)
             if op is not None:
                 self._check_completion(op, now)
+        if self.tentative.pending_bans:
+            self.tentative.apply_bans(now)  # tentative trees where the operation's jobs are too slow
         self._refresh_stale_trees(now)
         start = [] if throttled else self._schedule(node, heartbeat, now)
         extra: dict[str, Any] = {}
@@ -361,6 +363,7 @@ class LiveJobs:
         if op is None:
             return
         touched.add(op.id)
+        self.tentative.on_finished(job, report, now)
         if report.state == "aborted":
             op.aborted_jobs += 1
         finished = FinishedAllocation(

@@ -37,10 +37,14 @@ def leave_removed_trees(scheduler: LiveScheduler, removed: Iterable[str], now: f
             error = yt_error(GENERIC_ERROR, NO_SUITABLE_TREES, {"removed_pool_trees": gone})
             scheduler.finish_operation(op.id, "aborted", now, error=error)
         else:
-            _leave(scheduler, op, gone, now)
+            leave_trees(scheduler, op, gone, now)
 
 
-def _leave(scheduler: LiveScheduler, op: LiveOperation, gone: list[str], now: float) -> None:
+def leave_trees(
+    scheduler: LiveScheduler, op: LiveOperation, gone: list[str], now: float, *, reason: str = TREE_CHANGED
+) -> None:
+    """Take ``op`` out of the ``gone`` trees (committed first); its allocations there are aborted with ``reason``
+    and run again elsewhere."""
     kept = [name for name in op.trees if name not in gone]
     per_tree = dict(op.runtime_parameters.get("scheduling_options_per_pool_tree") or {})
     runtime_parameters = {
@@ -57,8 +61,8 @@ def _leave(scheduler: LiveScheduler, op: LiveOperation, gone: list[str], now: fl
         if core is None or op.id not in core.controllers:
             continue
         for allocation in core.detach_controller(op.id):
-            scheduler._abort_on_node(allocation, TREE_CHANGED, now)
-            finished = FinishedAllocation(allocation.id, "aborted", abort_reason=TREE_CHANGED)
+            scheduler._abort_on_node(allocation, reason, now)
+            finished = FinishedAllocation(allocation.id, "aborted", abort_reason=reason)
             with contextlib.suppress(PooltreeError):  # an allocation the controller no longer runs
                 op.controller.on_allocation_finished(allocation, finished, now)
     activated = scheduler.registry.leave_trees(op.id, gone, now)

@@ -74,7 +74,8 @@ class LiveRevival:
             # the trees it was in when last committed: a removed tree's entry was erased (live/orphans.py)
             given = merged.get("pool_trees")
             kept = [t for t in given if t in per_tree] if isinstance(given, list) else []
-            merged["pool_trees"] = kept or list(per_tree)
+            tentative = [t for t, entry in per_tree.items() if t not in kept and entry.get("tentative")]
+            merged["pool_trees"] = [*kept, *tentative] if kept else list(per_tree)
             spec_for_trees = OperationSpec.parse(merged, "spec")
         registered = self.registry.register_operation(
             record.id,
@@ -114,6 +115,7 @@ class LiveRevival:
                 else:
                     self._mark_lost(job, now)
         self._attach(op)
+        self.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
         self.operations[op.id] = op
         op.events.append({"state": "reviving", "time": now})
         if bool(doc.get("suspended")):

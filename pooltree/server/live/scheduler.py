@@ -49,6 +49,7 @@ from pooltree.server.live.model import (
 )
 from pooltree.server.live.orphans import leave_removed_trees
 from pooltree.server.live.revival import LiveRevival
+from pooltree.server.live.tentative import LiveTentative
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.store import JobRecord, Mutation, OperationFilter, OperationRecord, Store
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
@@ -142,6 +143,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.now = 0.0
         """The latest time a command, heartbeat or update brought (alerts read at other times use it)."""
         self.counts = OperationCounts()
+        self.tentative = LiveTentative(self)
+        """Operations running in tentative pool trees (`tentative.py`)."""
         """Operations per state/user/pools/type for ``list_operations`` counters (every stored operation)."""
         self.counts.load(
             store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
@@ -397,6 +400,16 @@ class LiveScheduler(LiveJobs, LiveRevival):
                 operation_type=operation_type,
                 new_demand=controller.needed_resources,
             )
+            # spec tentative_pool_trees: more trees the operation runs in on trial (live/tentative.py)
+            tentative = (
+                self.tentative.trees_for_start(spec, operation_type)
+                if isinstance(spec, Mapping) and spec.get("tentative_pool_trees") is not None
+                else []
+            )
+            if tentative:
+                in_trees = in_trees.model_copy(
+                    update={"pool_trees": (*in_trees.pool_trees_or(self.registry.default_tree), *tentative)}
+                )
             registered = self.registry.register_operation(
                 operation_id, in_trees, user=user, operation_type=operation_type, now=now
             )
@@ -418,6 +431,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
             }
             if erased:
                 op.runtime_parameters["erased_trees"] = erased
+            self.tentative.attach(op, [t for t in tentative if t in op.trees])
             op.pools = {
                 name: opts["pool"]
                 for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
@@ -465,6 +479,7 @@ class LiveScheduler(LiveJobs, LiveRevival):
 
     def _detach(self, op: LiveOperation) -> list[Allocation]:
         running: list[Allocation] = []
+        self.tentative.forget(op.id)
         for name in op.trees:
             core = self.cores.get(name)
             if core is None or op.id not in core.controllers:
