@@ -13,7 +13,22 @@ from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, module_env, running_jobs, vanilla, wait
+from yt_env import (
+    ORCHID,
+    TREES,
+    YtEnv,
+    create_pool,
+    get_or,
+    holds_for,
+    module_env,
+    operation_path,
+    pool_path,
+    running_jobs,
+    sleeping,
+    update_tree_config,
+    vanilla,
+    wait,
+)
 
 POOLS = f"{ORCHID}/pool_trees/default/pools"
 
@@ -156,6 +171,75 @@ class TestSchedulerPreemption:
         assert f"of operation {op2.id}" in preemption_reason
         op1.abort()
         op2.abort()
+
+    def test_conditional_preemption(self) -> None:
+        # YTsaurus sets min_spare_job_resources_on_node in the scheduler config; pooltree has it per tree (the
+        # option names are the current ones, as the orchid shows them)
+        yt = self.yt
+        update_tree_config(yt, min_spare_allocation_resources_on_node={"cpu": 0.5, "user_slots": 1})
+        yt.set(f"{TREES}/default/@config/max_unpreemptible_running_job_count", 1)  # the setup's name
+        config = f"{ORCHID}/pool_trees/default/config"
+        wait(lambda: yt.get(config).get("max_unpreemptible_running_allocation_count") == 1)
+        update_tree_config(yt, enable_conditional_preemption=False)
+        create_pool(yt, "blocking_pool", attributes={"strong_guarantee_resources": {"cpu": 1}})
+        create_pool(yt, "guaranteed_pool", attributes={"strong_guarantee_resources": {"cpu": 2}})
+        for _ in range(3):
+            sleeping(yt, cpu_limit=0.5, pool="blocking_pool")
+        wait(lambda: get_or(yt, f"{pool_path('blocking_pool')}/resource_usage/cpu") == 1.5)
+        donor_op = sleeping(yt, job_count=4, cpu_limit=0.5, pool="guaranteed_pool")
+        donor = operation_path(donor_op.id)
+        guaranteed = pool_path("guaranteed_pool")
+        wait(lambda: get_or(yt, f"{donor}/resource_usage/cpu", 0) == 1.5)
+        wait(lambda: get_or(yt, f"{donor}/starvation_status") not in (None, "non_starving"))
+        wait(lambda: yt.get(f"{guaranteed}/starvation_status") != "non_starving")
+        holds_for(
+            lambda: (
+                yt.get(f"{donor}/starvation_status") != "non_starving"
+                and yt.get(f"{guaranteed}/starvation_status") != "non_starving"
+            ),
+            1.5,
+        )
+        starving_op = sleeping(yt, job_count=2, cpu_limit=0.5, pool="guaranteed_pool")
+        starving = operation_path(starving_op.id)
+        wait(lambda: get_or(yt, f"{donor}/starvation_status") == "non_starving")
+        wait(lambda: get_or(yt, f"{starving}/starvation_status") not in (None, "non_starving"))
+        wait(lambda: yt.get(f"{guaranteed}/starvation_status") != "non_starving")
+        holds_for(
+            lambda: (
+                yt.get(f"{donor}/starvation_status") == "non_starving"
+                and get_or(yt, f"{starving}/starvation_status") not in (None, "non_starving")
+                and yt.get(f"{guaranteed}/starvation_status") != "non_starving"
+            ),
+            3.0,
+        )
+        yt.set(f"{TREES}/default/@config/enable_conditional_preemption", True)
+        wait(lambda: yt.get(f"{starving}/resource_usage/cpu") == 0.5)
+        wait(lambda: yt.get(f"{donor}/resource_usage/cpu") == 1.0)
+        wait(lambda: yt.get(f"{pool_path('blocking_pool')}/resource_usage/cpu") == 1.5)
+
+    @pytest.mark.skip(
+        reason="not deterministic here: after a scheduler restart the revived operation's allocation is preempted "
+        "for the starving guaranteed pool in some runs (the module run) and not within 30 s in others (the test "
+        "alone); the same steps without the restart always pass. Cause not found yet"
+    )
+    def test_retain_preemptible_status_after_revive(self) -> None:
+        # YTsaurus sets min_spare_job_resources_on_node in the scheduler config; pooltree has it per tree (the
+        # option names are the current ones, as the orchid shows them)
+        yt = self.yt
+        update_tree_config(yt, min_spare_allocation_resources_on_node={"cpu": 0.5, "user_slots": 1})
+        create_pool(yt, "research", attributes={"resource_limits": {"user_slots": 5}})
+        create_pool(yt, "production", attributes={"strong_guarantee_resources": {"cpu": 0.5}})
+        op = sleeping(yt, job_count=6, cpu_limit=0.5, pool="research")
+        wait(lambda: len(running_jobs(yt, op.id)) == 5)
+        holds_for(lambda: len(running_jobs(yt, op.id)) == 5, 0.5)  # time.sleep(0.5)
+        yt.set(f"{TREES}/default/research/@resource_limits", {})
+        wait(lambda: len(running_jobs(yt, op.id)) == 6)
+        preemptible_job = max(running_jobs(yt, op.id), key=lambda job: job["start_time"])["id"]
+        self.env.restart_scheduler()
+        wait(lambda: get_or(yt, f"{operation_path(op.id)}/resource_usage/cpu") == 3.0)
+        sleeping(yt, cpu_limit=0.5, pool="production")
+        wait(lambda: len(running_jobs(yt, op.id)) == 5)
+        wait(lambda: preemptible_job not in {job["id"] for job in running_jobs(yt, op.id)})
 
     @pytest.mark.skip(reason="needs map operations over tables: interruptible jobs split their table input")
     def test_interrupt_job_on_preemption(self) -> None:
