@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,16 +46,23 @@ def _node(procs: Procs, url: str, tmp_path: Path, name: str, data_center: str) -
     )  # fmt: skip
 
 
+def _gpu_cluster(procs: Procs, tmp_path: Path) -> tuple[Any, str]:
+    """A scheduler and two 8-GPU nodes in dc-a and dc-b, the default tree's main resource gpu: (client, orchid
+    path of the tree)."""
+    _, url = procs.scheduler(tmp_path / "data", 0)
+    _node(procs, url, tmp_path, "gpu-a", "dc-a")
+    _node(procs, url, tmp_path, "gpu-b", "dc-b")
+    yt = client(url)
+    tree = f"{ORCHID}/default"
+    wait_for(lambda: yt.exists(tree) and yt.get(f"{tree}/resource_limits/gpu") == 16, timeout=30)
+    yt.set("//sys/pool_trees/default/@config/main_resource", "gpu")
+    return yt, tree
+
+
 def test_live_full_host_gang_gets_a_large_gpu_node_of_one_data_center(tmp_path: Path) -> None:
     procs = Procs(tmp_path)
     try:
-        _, url = procs.scheduler(tmp_path / "data", 0)
-        _node(procs, url, tmp_path, "gpu-a", "dc-a")
-        _node(procs, url, tmp_path, "gpu-b", "dc-b")
-        yt = client(url)
-        tree = f"{ORCHID}/default"
-        wait_for(lambda: yt.exists(tree) and yt.get(f"{tree}/resource_limits/gpu") == 16, timeout=30)
-        yt.set("//sys/pool_trees/default/@config/main_resource", "gpu")
+        yt, tree = _gpu_cluster(procs, tmp_path)
         yt.set(
             "//sys/pool_trees/default/@config/scheduling_segments",
             {
@@ -92,13 +100,7 @@ def test_live_gpu_policy_plans_the_gang_onto_one_host_with_all_its_devices(tmp_p
     jobs run where the plan puts them, and the orchid's ``gpu_assignment_plan`` counts the planned assignments."""
     procs = Procs(tmp_path)
     try:
-        _, url = procs.scheduler(tmp_path / "data", 0)
-        _node(procs, url, tmp_path, "gpu-a", "dc-a")
-        _node(procs, url, tmp_path, "gpu-b", "dc-b")
-        yt = client(url)
-        tree = f"{ORCHID}/default"
-        wait_for(lambda: yt.exists(tree) and yt.get(f"{tree}/resource_limits/gpu") == 16, timeout=30)
-        yt.set("//sys/pool_trees/default/@config/main_resource", "gpu")
+        yt, tree = _gpu_cluster(procs, tmp_path)
         yt.set(
             "//sys/pool_trees/default/@config/gpu_scheduling_policy",
             {"mode": "allocating", "modules": ["dc-a", "dc-b"], "plan_update_period": 100},
