@@ -14,7 +14,7 @@ components can tell "unset" from "set to the default".
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Self
 
 import numpy as np
@@ -291,3 +291,14 @@ class ConfigModel(BaseModel):
     def to_document(self) -> dict[str, Any]:
         """The explicitly set options as a plain document (resource maps as written, durations in seconds)."""
         return self.model_dump(mode="python", exclude_unset=True)
+
+
+def check_option_map(raw: Any, path: str, known: Iterable[str]) -> Mapping[str, Any]:
+    """A nested option map kept raw in extras (YTsaurus's sub-configs): a map whose keys are all ``known``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, f"expected a map, got {type(raw).__name__}")
+    names = set(known)
+    for key in raw:
+        if key not in names:
+            raise ConfigError(join_path(path, str(key)), f"unknown option; expected one of {sorted(names)}")
+    return raw

@@ -55,7 +55,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "per_pool_satisfaction_profiling_quantiles": PROFILING,
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
-    "packing": "packing of allocations onto nodes is not modelled",
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
     "ssd_priority_preemption": "SSD priority preemption is not modelled",
     "default_gpu_full_host_preemption": SEGMENTS,
@@ -103,6 +102,7 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "min_node_resource_limits_check_period": "pooltree/strategy/node_limits.py",
     "tentative_tree_saturation_deactivation_period": "pooltree/strategy/tentative.py (live service)",
     "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
+    "packing": "pooltree/config/packing.py, pooltree/strategy/packing.py",
 }
 POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "

@@ -24,12 +24,13 @@ from pooltree.config.base import (
     invalid,
 )
 from pooltree.config.gpu_policy import GpuPolicyConfig
+from pooltree.config.packing import PackingConfig
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
 from pooltree.config.segments import SchedulingSegmentsConfig
 from pooltree.config.support import TREE_ALIASES, TREE_IMPLEMENTED_EXTRA, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
-from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector, parse_resources
+from pooltree.resources import RESOURCE_ALIASES, RESOURCES, Vector, parse_duration, parse_resources
 
 ROOT_POOL = "<Root>"
 MAX_GRACEFUL_PREEMPTION_TIMEOUT = 600.0
@@ -217,6 +218,17 @@ class PoolTreeConfig(ConfigModel):
                 SchedulingSegmentsConfig.from_options(extra["scheduling_segments"], "scheduling_segments")
             if extra.get("necessary_resources_for_operation") is not None:
                 parse_necessary_resources(extra["necessary_resources_for_operation"])
+            PackingConfig.parse(extra.get("packing"), "packing")
+            if extra.get("tentative_tree_saturation_deactivation_period") is not None:
+                parse_duration(
+                    extra["tentative_tree_saturation_deactivation_period"],
+                    "tentative_tree_saturation_deactivation_period",
+                )
+            types = extra.get("non_tentative_operation_types")
+            if types is not None and (
+                not isinstance(types, list) or not all(isinstance(t, str) for t in types)
+            ):
+                raise ConfigError("non_tentative_operation_types", "expected a list of operation types")
             GpuPolicyConfig.from_tree_options(
                 extra.get("policy_kind"), extra.get("gpu_scheduling_policy"), ""
             )

@@ -42,6 +42,7 @@ from pooltree.strategy.operation_checks import (
     limiting_ancestor_error,
     specified_limits,
 )
+from pooltree.strategy.packing import packing_config
 from pooltree.strategy.reconnection import nodes_for_tag_filters
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
@@ -476,6 +477,7 @@ class SchedulerCore:
         self.strategy.gpu_policy.configure(
             gpu_policy_config(config, f"pool_trees.{self.pool_tree.name}.config")
         )
+        self.strategy.packing.configure(packing_config(config, f"pool_trees.{self.pool_tree.name}.config"))
         extra = getattr(config, "model_extra", None) or {}
         self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
         self.strategy.set_allocation_on_bound_preemptible(

@@ -79,6 +79,8 @@ class SchedulingStage(enum.StrEnum):
     REGULAR_HIGH_PRIORITY = "regular_high_priority"
     """Operations below their promised guarantee (``enable_guarantee_priority_scheduling``)."""
     REGULAR_MEDIUM_PRIORITY = "regular_medium_priority"
+    REGULAR_PACKING_FALLBACK = "regular_packing_fallback"
+    """At most one allocation with the tree's ``packing`` ignored, after the preemptive stages (`packing.py`)."""
     PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
     PREEMPTIVE_NORMAL = "preemptive_normal"
     OVERCOMMIT = "overcommit"
@@ -123,6 +125,7 @@ class DeactivationReason(enum.StrEnum):
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
     INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
     SATURATED_IN_TENTATIVE_TREE = "saturated_in_tentative_tree"
+    BAD_PACKING = "bad_packing"
 
 
 class Allocation:

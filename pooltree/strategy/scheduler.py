@@ -51,6 +51,7 @@ from pooltree.strategy.model import (
     PreemptionPriority,
     StarvationStatus,
 )
+from pooltree.strategy.packing import Packing, run_packing_fallback
 from pooltree.strategy.publish import SnapshotPublisher
 from pooltree.strategy.segment_inputs import preempt_incompatible
 from pooltree.strategy.segments import SegmentsManager
@@ -98,6 +99,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self._deadline = HeartbeatDeadline(None, 0.0)
         self.high_priority: frozenset[str] = frozenset()
         self.tentative = TentativeGate()
+        self.packing = Packing()
+        """The tree's ``packing`` (`packing.py`; `SchedulerCore` configures it)."""
         """Operations running tentatively in this tree (`tentative.py`; the live service fills it)."""
         self.allocation_on_bound_preemptible = False
         """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
@@ -152,6 +155,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if runtime is None:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
         self._touched.add(operation_id)
+        self.packing.forget(operation_id)
         unwatch_pending(runtime.controller, self._pending_moved, operation_id)
         self._pending_moved.discard(operation_id)
         self._pending_polled.discard(operation_id)
@@ -221,7 +225,10 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             carry_out_plan(self, node, now, result)
             return result
         self._graceful_preemption(node, now, result)
+        self.packing.rejected.clear()
         run_regular_stages(self, node, now, result)
+        if self.packing.rejected and not result.allocations_to_start:
+            run_packing_fallback(self, node, now, result)
         last = node.last_preemptive_scheduling_time
         if last is None or now > last + self.config.preemptive_scheduling_backoff:
             node.last_preemptive_scheduling_time = now

@@ -34,6 +34,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
     SchedulingStatus,
 )
+from pooltree.strategy.packing import HeartbeatSnapshot, Packing
 from pooltree.strategy.pool_satisfaction import pool_key
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import (
@@ -107,6 +108,8 @@ class SchedulingStages:
     _deadline: HeartbeatDeadline
     """The current heartbeat's scheduling deadline."""
     high_priority: frozenset[str]
+    packing: Packing
+    """The tree's ``packing`` (`packing.py`): checked in regular stages while enabled."""
     tentative: TentativeGate
     """Operations running tentatively in this tree (`tentative.py`)."""
     """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
@@ -317,10 +320,14 @@ class SchedulingStages:
         result: HeartbeatResult,
         stage: SchedulingStage = SchedulingStage.REGULAR_MEDIUM_PRIORITY,
         excluded: Sequence[_Element] = (),
+        one_only: bool = False,
     ) -> None:
         """One regular stage on ``node``; ``excluded`` operations are not considered in it
-        (`guarantee_priority.run_regular_stages`)."""
+        (`guarantee_priority.run_regular_stages`); ``one_only``: at most one allocation (`packing.py`'s fallback)."""
         current = self._new_pass()
+        packing = self.packing
+        packing.in_regular_stage = packing.config.enable and stage != SchedulingStage.REGULAR_PACKING_FALLBACK
+        bad_packing: list[_Element] = []
         for element in excluded:
             self._exclude(element, current)
         attempts = 0
@@ -339,10 +346,19 @@ class SchedulingStages:
                     assert leaf.op is not None and reason is not None
                     leaf.op.deactivation_reasons[reason.value] += 1
                     self._exclude(leaf, current)
+                    if reason is DeactivationReason.BAD_PACKING:
+                        bad_packing.append(leaf)
                     continue
                 self._started(allocation, leaf, node, now, result, stage, current)
                 _add_list(usage, allocation.amounts)
+                if one_only:
+                    break
+                for element in bad_packing:  # the node changed: operations it packed badly try again
+                    element.excluded = -1
+                    self._refresh_leaf(element, current)
+                bad_packing.clear()
         finally:
+            packing.in_regular_stage = False
             self._finish_pass(current)
         result.schedule_attempts += attempts
 
@@ -410,6 +426,12 @@ class SchedulingStages:
                 if min_needed[r] > room + _FIT_EPSILON:
                     return None, DeactivationReason.RESOURCE_LIMITS_EXCEEDED
                 available[r] = min(available[r], room)
+        snapshot = None
+        if self.packing.in_regular_stage:  # the tree's packing (`packing.py`)
+            snapshot = HeartbeatSnapshot(now, tuple(usage), tuple(limits))
+            if not self.packing.check(element.id, snapshot, min_needed, self._total):
+                self.packing.rejected.add(element.id)
+                return None, DeactivationReason.BAD_PACKING
         tentative = self.tentative.deactivation(element.id, now) if self.tentative.operations else None
         if tentative is not None:  # a tentative tree that declines or is saturated (`tentative.py`)
             if tentative == "declined":
@@ -421,6 +443,8 @@ class SchedulingStages:
             return None, DeactivationReason.NO_CANDIDATE_ALLOCATIONS
         if self.tentative.operations:
             self.tentative.on_allocated(element.id, allocation.task or "main", now)
+        if snapshot is not None:
+            self.packing.accepted(element.id, snapshot)
         if not fits_floats(allocation.amounts, available):
             controller.on_allocation_finished(
                 allocation,

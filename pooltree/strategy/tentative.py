@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pooltree.config.base import check_option_map
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import parse_duration
 
@@ -56,19 +57,16 @@ class TentativeTreeEligibilityConfig:
         """Validate the spec's map; a bad entry names its field."""
         if raw is None:
             return cls()
-        if not isinstance(raw, Mapping):
-            raise ConfigError(path, f"expected a map, got {type(raw).__name__}")
-        known = {
-            "sample_job_count",
-            "max_tentative_job_duration_ratio",
-            "min_job_duration",
-            "ignore_missing_pool_trees",
-        }
-        for key in raw:
-            if key not in known:
-                raise ConfigError(
-                    join_path(path, str(key)), f"unknown option; expected one of {sorted(known)}"
-                )
+        raw = check_option_map(
+            raw,
+            path,
+            (
+                "sample_job_count",
+                "max_tentative_job_duration_ratio",
+                "min_job_duration",
+                "ignore_missing_pool_trees",
+            ),
+        )
         count = raw.get("sample_job_count", 10)
         if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
             raise ConfigError(join_path(path, "sample_job_count"), f"expected an integer > 0, got {count!r}")

@@ -118,7 +118,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
     path = tmp_path / "production.yaml"
     path.write_text(
         CLUSTER
-        + "pool_trees: {t: {config: {packing: {enable: true}},"
+        + "pool_trees: {t: {config: {waiting_for_resources_on_node_timeout: 60000},"
         + " pools: {a: {enable_detailed_logs: true}}}}\n"
         + "operations: [{id: op1, spec: {pool: a, tentative_pool_trees: [x]}}]\n"
     )
@@ -127,7 +127,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
     assert '"pool_trees"' in done.stdout
     assert "3 option(s) accepted but not implemented" in done.stderr
     for fragment in (
-        "pool_trees.t.config.packing:",
+        "pool_trees.t.config.waiting_for_resources_on_node_timeout:",
         "pool_trees.t.pools.a.enable_detailed_logs:",
         "operations.op1.spec.tentative_pool_trees:",
     ):

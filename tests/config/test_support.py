@@ -42,6 +42,7 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
         "enable_improved_fair_share_by_fit_factor_computation_distribution_gap": True,
         "scheduling_segments": {"mode": "large_gpu", "data_centers": ["dc1"]},
         "packing": {"enable": True},
+        "waiting_for_resources_on_node_timeout": 60000,
         "truncate_fifo_pool_unsatisfied_child_fair_share": True,
         "total_resource_limits_consider_delay": 60000,
         "max_unpreemptable_running_job_count": 0,
@@ -53,7 +54,8 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
     assert tree.config.max_unpreemptible_running_allocation_count == 0
     assert tree.pools["research"].config.scheduling_tag_filter == "gpu"
     options = {entry["option"] for entry in unsupported_options(trees)}
-    assert options == {"packing"}  # scheduling_segments and node_reconnection_timeout are implemented
+    # scheduling_segments, packing and node_reconnection_timeout are implemented
+    assert options == {"waiting_for_resources_on_node_timeout"}
     assert tree.config.enable_improved_fair_share_by_fit_factor_computation  # implemented
     # Implemented options and defaults are not in the alert.
     assert unsupported_options(parse_pool_trees({"t": {"pools": {"p": {}}}})) == []
