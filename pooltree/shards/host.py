@@ -137,7 +137,19 @@ class NodeShards:
                 message = shard.conn.recv()
             except (EOFError, OSError):
                 break
-            self._executor.submit(self._answer, shard, message)
+            self.answered[shard.index] += 1
+            request_id, packed, peer, hostname = message
+            try:
+                heartbeat = unpack(packed)
+                # in flight from its arrival (the leader's HTTP route counts the same way): heartbeats waiting
+                # for a leader thread count towards the throttle's limits
+                limit = self.service.enter_heartbeat(heartbeat)
+            except Exception as error:
+                self._send(shard, self._error_reply(shard, request_id, error))
+                continue
+            self._executor.submit(
+                self._answer, shard, request_id, heartbeat, peer, hostname, limit is not None
+            )
         shard.alive = False
         with self._lock:
             if self._closing:
@@ -158,26 +170,36 @@ class NodeShards:
         except Exception:  # the leader keeps answering the shard's nodes itself
             log.exception("node shard %d could not be restarted", shard.index)
 
-    def _answer(self, shard: _Shard, message: tuple[Any, ...]) -> None:
-        request_id, packed, peer, hostname = message
-        self.answered[shard.index] += 1  # one reader per shard; a lost increment would only be a metric
-        reply: tuple[Any, ...]
+    def _answer(
+        self,
+        shard: _Shard,
+        request_id: int,
+        heartbeat: HeartbeatRequest,
+        peer: str | None,
+        hostname: str | None,
+        throttled: bool,
+    ) -> None:
+        """Answer one heartbeat on a leader thread (counted in flight by the reader; left here)."""
         try:
-            heartbeat = unpack(packed)
-            limit = self.service.enter_heartbeat(heartbeat)  # counted in flight from here
-            try:
-                reply = (
-                    request_id,
-                    200,
-                    self.service.answer_heartbeat(heartbeat, peer, limit is not None, hostname),
-                )
-            finally:
-                self.service.leave_heartbeat()
+            reply: tuple[Any, ...] = (
+                request_id,
+                200,
+                self.service.answer_heartbeat(heartbeat, peer, throttled, hostname),
+            )
         except Exception as error:
-            if not isinstance(error, PooltreeError):
-                log.exception("node heartbeat from shard %d failed unexpectedly", shard.index)
-            status, headers, body = self.service.render_error(error, str(request_id))
-            reply = (request_id, status, headers, body)
+            reply = self._error_reply(shard, request_id, error)
+        finally:
+            self.service.leave_heartbeat()
+        self._send(shard, reply)
+
+    def _error_reply(self, shard: _Shard, request_id: int, error: Exception) -> tuple[Any, ...]:
+        if not isinstance(error, PooltreeError):
+            log.exception("node heartbeat from shard %d failed unexpectedly", shard.index)
+        status, headers, body = self.service.render_error(error, str(request_id))
+        return (request_id, status, headers, body)
+
+    @staticmethod
+    def _send(shard: _Shard, reply: tuple[Any, ...]) -> None:
         try:
             with shard.send_lock:
                 shard.conn.send(reply)
