@@ -77,7 +77,10 @@ def test_live_full_host_gang_gets_a_large_gpu_node_of_one_data_center(tmp_path: 
         gang = yt.run_operation(_task(1, 8).spec({"is_gang": True}), sync=False)
         operation = f"{tree}/operations/{gang.id}"
         wait_for(
-            lambda: yt.exists(operation) and yt.get(f"{operation}/scheduling_segment_module") == "dc-a", 30
+            # The orchid names an operation's module only once the segments manager has bound it (as YTsaurus's
+            # orchid omits an unset module), so the operation may be listed before the key exists.
+            lambda: yt.exists(operation) and yt.get(operation).get("scheduling_segment_module") == "dc-a",
+            30,
         )
         assert yt.get(f"{operation}/scheduling_segment") == "large_gpu"
         gang.wait()
