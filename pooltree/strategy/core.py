@@ -172,12 +172,13 @@ class SchedulerCore:
         )
         self.strategy.usage_watch = self._input_dirty
         self._segments_source: tuple[Any, Any] | None = None
-        """(tree config, its ``scheduling_segments``) last read: the config is parsed again only when it changes."""
+        """(tree config, its parsed ``scheduling_segments``) last configured from: the config is read again only when
+        it changes (`_configure_from_tree_config`)."""
         self._segments_initial_gpu: dict[str, float] = {}
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
-        self._configure_segments()
+        self._configure_from_tree_config()
         self._failures: dict[str, dict[str, Any]] = {}
         """Operations this tree fails at the next ``enforce_time_limits`` (job resource limits restrictions)."""
         self._ancestors = LimitingAncestorWatch()
@@ -467,7 +468,9 @@ class SchedulerCore:
                 self._input_dirty.update(delta.resources)  # not taken in: the next input reads them
             raise
 
-    def _configure_segments(self) -> None:
+    def _configure_from_tree_config(self) -> None:
+        """Configure the strategy's parts from the tree config (segments, GPU policy, packing, scheduling tags,
+        allocations on the fair-share bound) when the config object changed since the last call."""
         config = self.pool_tree.config
         if self._segments_source is not None and self._segments_source[0] is config:
             return
@@ -488,7 +491,7 @@ class SchedulerCore:
         """The operation's segment from its registration on; a module-aware one running in several trees fails
         (YTsaurus's ``CheckOperationSchedulingInSeveralTreesAllowed``) unless it is a one-job vanilla operation
         and the tree sets ``allow_single_job_large_gpu_operations_in_multiple_trees``."""
-        self._configure_segments()
+        self._configure_from_tree_config()
         manager = self.strategy.segments
         if not manager.enabled:
             return
@@ -506,7 +509,7 @@ class SchedulerCore:
 
         Nothing runs while segments are off and were off before, so trees without them are unchanged.
         """
-        self._configure_segments()
+        self._configure_from_tree_config()
         manager = self.strategy.segments
         if not manager.enabled and manager.state.previous_mode == "disabled":
             return
@@ -519,7 +522,7 @@ class SchedulerCore:
     def update_gpu_policy(self, now: float) -> None:
         """Update the GPU scheduling policy's plan when it is due (every ``plan_update_period``;
         ``strategy/gpu_policy.py``). Nothing runs unless the tree sets ``gpu_scheduling_policy`` to plan."""
-        self._configure_segments()
+        self._configure_from_tree_config()
         if self.strategy.gpu_policy.due(now):
             update_plan(self.strategy, self.pool_tree, now)
 
