@@ -261,7 +261,11 @@ class JobExecutor:
         self.isolation.prepare_root()
         wraps_argv = self.meter.argv("probe", ["probe"]) != ["probe"]  # the cgroup meter's join: start cold
         self._slots = SandboxSlots(
-            self.root, self.isolation, self._discard, enabled=sandbox_slots and not wraps_argv
+            self.root,
+            self.isolation,
+            self._discard,
+            self._keepers.spawn,
+            enabled=sandbox_slots and not wraps_argv,
         )
         """Sandboxes set up once per slot and entered by each job (``slots.py``), where the node can."""
         self._sandbox_trash = self._trash

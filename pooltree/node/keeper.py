@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import queue
@@ -411,8 +412,11 @@ def zygote(argv: list[str]) -> int:
         message, fds = request
         settled = settling = -1
         in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
+        passed = message.get("pass", 0)  # descriptors for the job at 3, 4, ... (before the namespace's)
         try:
-            if len(fds) - in_slot not in (2, 3):
+            if not isinstance(passed, int) or isinstance(passed, bool) or not 0 <= passed <= len(fds):
+                raise OSError(errno.EINVAL, f"expected a count of passed descriptors, got {passed!r}")
+            if len(fds) - in_slot - passed not in (2, 3):
                 raise OSError(
                     errno.EINVAL, f"expected stdout, stderr [and stdin] descriptors, got {len(fds)}"
                 )
@@ -426,7 +430,7 @@ def zygote(argv: list[str]) -> int:
             reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
         if pid == 0:
             os.close(settled)
-            _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot)
+            _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot, passed)
         try:
             if in_slot:  # back to the node's own view before anything else: never serve from a slot's
                 _setns(libc, home)
@@ -462,15 +466,21 @@ def _keeper_child(
     catchable: set[signal.Signals],
     settling: int,
     in_slot: bool,
+    passed: int = 0,
 ) -> None:
     """In the clone: become the job's keeper; never returns to the zygote's loop. ``settling`` is closed once
     the keeper leads its session and is a subreaper (the zygote answers the node then). ``in_slot``: the clone
-    is pid 1 of new namespaces inside a slot's sandbox (``JOB_NAMESPACES``), and mounts its own ``/proc``."""
+    is pid 1 of new namespaces inside a slot's sandbox (``JOB_NAMESPACES``), and mounts its own ``/proc``.
+    ``passed``: the last descriptors (before a slot's namespace) go to the job as 3, 4, ..."""
     status = _exit_status(KEEPER_EXIT_USAGE)
     try:
         sock.close()
         os.setsid()
-        streams = fds[:-1] if in_slot else fds
+        streams = fds[: len(fds) - in_slot - passed]
+        top = 3 + passed
+        extra = [
+            fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in fds[len(streams) : len(streams) + passed]
+        ]
         os.dup2(streams[2] if len(streams) > 2 else devnull, 0)
         os.dup2(streams[0], 1)
         os.dup2(streams[1], 2)
@@ -479,6 +489,7 @@ def _keeper_child(
         failure = _own_proc(libc) if in_slot else None
         failure = failure or _make_subreaper(libc)
         os.close(settling)
+        lifeline = _place(extra, lifeline)
         if failure:
             os.write(2, failure.encode())
         else:
@@ -489,6 +500,18 @@ def _keeper_child(
             os.write(2, b"keeper: failed to start the job\n")
         os._exit(KEEPER_EXIT_USAGE)
     os._exit(status)
+
+
+def _place(extra: list[int], lifeline: int) -> int:
+    """In a keeper: the descriptors passed for the job (``extra``, close-on-exec copies above the target
+    numbers) at 3, 4, ... and inherited by the job, the lifeline moved out of their way; the lifeline's number."""
+    top = 3 + len(extra)
+    if lifeline < top:
+        lifeline = fcntl.fcntl(lifeline, fcntl.F_DUPFD_CLOEXEC, top)
+    for number, fd in enumerate(extra, 3):
+        os.dup2(fd, number)  # inheritable, as ``Popen(pass_fds=...)`` leaves it
+        os.close(fd)
+    return lifeline
 
 
 class KeeperProcess:
@@ -543,11 +566,13 @@ class KeeperZygote:
         stderr: int,
         stdin: int | None = None,
         namespace: int | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
         ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
-        (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``)."""
-        if namespace is not None and os.uname().machine not in SYS_CLONE:
+        (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``).
+        ``pass_fds``: descriptors ``argv`` gets as 3, 4, ... (a slot's setup bubblewrap: its ``--info-fd``)."""
+        if (namespace is not None or pass_fds) and os.uname().machine not in SYS_CLONE:
             raise OSError(errno.ENOSYS, "jobs in a slot's namespace need the keeper zygote")
         if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
             process = subprocess.Popen(
@@ -563,8 +588,15 @@ class KeeperZygote:
             started = KeeperProcess(process.pid)
             process.returncode = 0  # reaped by the executor through the pid, never through this object
             return started
-        message = {"argv": list(argv), "env": dict(env), "cwd": str(cwd), "namespace": namespace is not None}
+        message = {
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": str(cwd),
+            "namespace": namespace is not None,
+            "pass": len(pass_fds),
+        }
         fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
+        fds += tuple(pass_fds)
         if namespace is not None:
             fds += (namespace,)
         with self._lock:
@@ -621,12 +653,20 @@ class KeeperZygotes:
         stderr: int,
         stdin: int | None = None,
         namespace: int | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
         try:
             return zygote.spawn(
-                argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, stdin=stdin, namespace=namespace
+                argv,
+                env=env,
+                cwd=cwd,
+                stdout=stdout,
+                stderr=stderr,
+                stdin=stdin,
+                namespace=namespace,
+                pass_fds=pass_fds,
             )
         finally:
             self._free.put(zygote)

@@ -10,7 +10,9 @@ each) that successive jobs run in, a node whose isolation is ``bwrap+uid`` keeps
 * its **mount namespace** is made once by bubblewrap with exactly a job's arguments for that sandbox
   (``JobIsolation.sandbox_arguments``: read-only ``/``, minimal ``/dev``, private ``/tmp`` ``/var/tmp``
   ``/dev/shm`` bound to the slot's ``tmp``, the node root masked, the sandbox bound back at its own path); the
-  node keeps a descriptor of that namespace and the short-lived bubblewrap that made it exits at once;
+  node keeps a descriptor of that namespace and the short-lived bubblewrap that made it exits at once. That
+  bubblewrap runs behind a keeper (``keeper.py``) as a job does, so it dies with the node in every phase of the
+  setup (its own ``--die-with-parent`` did not: a 0.8.0 outlived a node killed with -9 during a setup);
 * a job in the slot: its keeper is forked by a zygote (``keeper.py``) that enters the slot's namespace
   (``setns``) and clones the keeper as **pid 1 of new PID, IPC and mount namespaces** (the mount namespace a
   copy of the slot's, with its own ``/proc``); the keeper starts ``setpriv`` (the slot's uid, no groups,
@@ -36,8 +38,8 @@ import json
 import logging
 import os
 import select
+import signal
 import stat
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -45,16 +47,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pooltree.node.isolation import JobIsolation, Mode, Slot
-from pooltree.node.keeper import SYS_CLONE
+from pooltree.node.keeper import SYS_CLONE, KeeperProcess
 
 SLOT_PREFIX = ".slot-"
 SETUP_TIMEOUT = 30.0
+HOLDER_END_TIMEOUT = 5.0
 HOLDER_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 _log = logging.getLogger(__name__)
 
 Discard = Callable[[Path], None]
 """Makes a path disappear now and deletes it in the background (the executor's ``_discard``)."""
+Spawn = Callable[..., KeeperProcess]
+"""Starts an argv behind a keeper (``KeeperZygotes.spawn``): what ends a slot's setup with the node."""
 
 
 @dataclass
@@ -85,11 +90,12 @@ class SandboxSlots:
     """The node's slots (made on demand, one per job running at a time); thread-safe."""
 
     def __init__(
-        self, root: Path, isolation: JobIsolation, discard: Discard, *, enabled: bool = True
+        self, root: Path, isolation: JobIsolation, discard: Discard, spawn: Spawn, *, enabled: bool = True
     ) -> None:
         self.root = root
         self.isolation = isolation
         self.discard = discard
+        self.spawn = spawn
         self.enabled = (
             enabled
             and isolation.mode is Mode.BWRAP_UID
@@ -179,40 +185,27 @@ class SandboxSlots:
         return SandboxSlot(name, directory, sandbox, slot, namespace, identity, skeleton)
 
     def _namespace(self, sandbox: Path) -> int:
-        """A descriptor of a new mount namespace set up by bubblewrap for ``sandbox`` (its process gone)."""
+        """A descriptor of a new mount namespace set up by bubblewrap for ``sandbox`` (its processes gone).
+
+        The bubblewrap runs behind a keeper (``keeper.py``), as a job does: when the node dies, in whatever phase
+        of the setup, the keeper SIGKILLs it. Its own ``--die-with-parent`` is no such guarantee: a system
+        bubblewrap 0.8.0 outlived a node killed with -9 during a setup, asleep on its event descriptors."""
         assert self.isolation.bwrap is not None
-        info_read, info_write = os.pipe()
         argv = [
             self.isolation.bwrap,
             *self.isolation.sandbox_arguments(sandbox),
             "--info-fd",
-            str(info_write),
+            "3",
             "--",
             "/bin/sh",
             "-c",
             "echo; read -r _",
         ]
+        holder = _Holder(self.spawn, argv)
         try:
-            holder = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(info_write,),
-                env=dict(HOLDER_ENVIRONMENT),
-                cwd="/",
-                start_new_session=True,
-            )
-        finally:
-            os.close(info_write)
-        try:
-            assert holder.stdout is not None and holder.stdin is not None
-            if (
-                not select.select([holder.stdout], [], [], SETUP_TIMEOUT)[0]
-                or holder.stdout.readline() != b"\n"
-            ):
-                raise OSError(f"bubblewrap did not set the slot up: {self._stderr(holder)}")
-            info = json.loads(_read_all(info_read))
+            if not holder.ready():
+                raise OSError(f"bubblewrap did not set the slot up: {holder.error()}")
+            info = json.loads(holder.info())
             pid = int(info["child-pid"])
             namespace = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
             expected = info.get("mnt-namespace")
@@ -223,16 +216,7 @@ class SandboxSlots:
         except (ValueError, KeyError, TypeError) as error:
             raise OSError(f"bubblewrap's --info-fd answer is not understood: {error}") from None
         finally:
-            os.close(info_read)
-            _end(holder)
-            if holder.stderr is not None:
-                holder.stderr.close()
-
-    @staticmethod
-    def _stderr(holder: subprocess.Popen[bytes]) -> str:
-        _end(holder)
-        assert holder.stderr is not None
-        return holder.stderr.read().decode(errors="replace").strip() or f"exit {holder.returncode}"
+            holder.end()
 
     def _empty(self, used: SandboxSlot) -> bool:
         """Everything the job left in the sandbox and its ``tmp`` goes to the trash; False (not reusable) when
@@ -278,15 +262,107 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _end(holder: subprocess.Popen[bytes]) -> None:
-    """End the bubblewrap that set a slot up: EOF on its shell's input, then a bounded wait, then SIGKILL."""
-    if holder.stdin is not None and not holder.stdin.closed:
+class _Holder:
+    """The bubblewrap that sets a slot up, behind a keeper: its shell prints a line once the namespace is made
+    and waits for EOF on its input; bubblewrap's ``--info-fd`` (3) names its pid 1. The keeper is the node's
+    child (``clone(CLONE_PARENT)``), reaped here."""
+
+    def __init__(self, spawn: Spawn, argv: list[str]) -> None:
+        self._pipes: dict[str, int] = {}
+        ours: dict[str, int] = {}
+        theirs: list[int] = []
+        try:
+            for name in ("stdout", "stderr", "stdin", "info"):
+                read, write = os.pipe()
+                ours[name], their = (write, read) if name == "stdin" else (read, write)
+                theirs.append(their)
+            self._pipes = ours
+            self.keeper = spawn(
+                argv,
+                env=dict(HOLDER_ENVIRONMENT),
+                cwd="/",
+                stdout=theirs[0],
+                stderr=theirs[1],
+                stdin=theirs[2],
+                pass_fds=(theirs[3],),
+            )
+        except BaseException:
+            for fd in ours.values():
+                os.close(fd)
+            self._pipes = {}
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+
+    def ready(self) -> bool:
+        """The shell inside the new namespace said it is there (bounded by ``SETUP_TIMEOUT``)."""
+        stdout = self._pipes["stdout"]
+        return bool(select.select([stdout], [], [], SETUP_TIMEOUT)[0]) and os.read(stdout, 1) == b"\n"
+
+    def info(self) -> bytes:
+        return _read_all(self._pipes["info"])
+
+    def error(self) -> str:
+        """What bubblewrap said on stderr (once it has ended), or its exit status."""
+        status = self.end()
+        text = b""
         with contextlib.suppress(OSError):
-            holder.stdin.close()
+            if select.select([self._pipes["stderr"]], [], [], 0)[0]:
+                text = os.read(self._pipes["stderr"], 65536)
+        return text.decode(errors="replace").strip() or f"exit status {status}"
+
+    def end(self) -> int | None:
+        """EOF on the shell's input, then a bounded wait for the keeper. A bubblewrap still there after that is
+        SIGKILLed (the keeper's children: the keeper then kills what is left below it and exits), then the
+        keeper's session. The keeper's wait status."""
+        stdin = self._pipes.pop("stdin", None)
+        if stdin is not None:
+            os.close(stdin)
+        pid = self.keeper.pid
+        if self.keeper.returncode is not None:
+            return self.keeper.returncode
+        for kill in (_kill_children, _kill_session):
+            if _exited(pid, HOLDER_END_TIMEOUT):
+                break
+            _log.warning("the bubblewrap setting a slot up did not end; killing it (keeper %d)", pid)
+            kill(pid)
+        try:
+            _, self.keeper.returncode = os.waitpid(pid, 0)
+        except ChildProcessError:
+            self.keeper.returncode = -1
+        return self.keeper.returncode
+
+    def close(self) -> None:
+        for fd in self._pipes.values():
+            os.close(fd)
+        self._pipes = {}
+
+
+def _exited(pid: int, timeout: float) -> bool:
+    """Whether the child ``pid`` exits within ``timeout`` seconds (it stays unreaped)."""
     try:
-        holder.wait(5)
-    except subprocess.TimeoutExpired:
-        holder.kill()
-        holder.wait(5)
-    if holder.stdout is not None:
-        holder.stdout.close()
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    try:
+        return bool(select.select([pidfd], [], [], timeout)[0])
+    finally:
+        os.close(pidfd)
+
+
+def _kill_children(pid: int) -> None:
+    """SIGKILL the children of ``pid`` (``/proc/PID/task/*/children``)."""
+    with contextlib.suppress(OSError, ValueError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                for child in handle.read().split():
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(int(child), signal.SIGKILL)
+
+
+def _kill_session(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)

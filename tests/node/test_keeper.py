@@ -180,6 +180,36 @@ def test_closing_the_lifeline_kills_every_zygote_keepers_subtree_and_the_zygote(
             _kill_all(marker)
 
 
+def test_descriptors_passed_through_a_zygote_keeper_are_the_jobs_3_and_4_and_the_lifeline_still_holds(
+    node: _Node,
+) -> None:
+    """``pass_fds`` (a slot's setup bubblewrap gets its ``--info-fd`` so): the job finds them at 3, 4, ...; the
+    keeper moved the lifeline out of their way, so closing it still ends the job."""
+    pipes = [os.pipe() for _ in range(2)]
+    marker = _marker()
+    try:
+        env = {"PATH": os.environ.get("PATH", os.defpath)}
+        pid = node.zygote.spawn(
+            ["/bin/sh", "-c", f"echo three >&3; echo four >&4; exec 3>&- 4>&-; sleep {marker}"],
+            env=env,
+            cwd="/",
+            stdout=node.out,
+            stderr=node.out,
+            pass_fds=tuple(write for _, write in pipes),
+        ).pid
+        for _, write in pipes:
+            os.close(write)
+        assert [os.read(read, 100) for read, _ in pipes] == [b"three\n", b"four\n"]
+        wait_for(lambda: processes_with(marker), timeout=30)
+        os.close(node.write)
+        assert _status(pid) == KEEPER_EXIT_NODE_GONE
+        assert processes_with(marker) == []
+    finally:
+        _kill_all(marker)
+        for read, _ in pipes:
+            os.close(read)
+
+
 def test_a_job_asked_of_the_zygote_after_the_node_died_never_starts(node: _Node, tmp_path: Path) -> None:
     node.spawn("true")  # the zygote is up
     os.close(node.write)
