@@ -20,6 +20,7 @@ from pooltree.config.base import (
     TagFilterText,
     invalid,
 )
+from pooltree.config.ssd_preemption import regular_allocations_allowed
 from pooltree.config.support import POOL_ALIASES, POOL_IMPLEMENTED_EXTRA, POOL_UNSUPPORTED
 from pooltree.errors import ConfigError, join_path
 
@@ -190,6 +191,10 @@ class PoolConfig(ConfigModel):
             raise invalid(
                 '"config_preset" and "config_presets" cannot be specified together', "config_presets"
             )
+        try:
+            regular_allocations_allowed(self)  # `config/ssd_preemption.py`
+        except ConfigError as error:
+            raise invalid(error.reason, error.path) from None
         priority = (self.model_extra or {}).get("enable_priority_scheduling_segment_module_assignment")
         if priority is not None and not isinstance(priority, bool):
             raise invalid(

@@ -56,7 +56,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
-    "ssd_priority_preemption": "SSD priority preemption is not modelled",
     "default_gpu_full_host_preemption": SEGMENTS,
     "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
     "use_resource_usage_with_precommit": PERFORMANCE,
@@ -103,10 +102,13 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "tentative_tree_saturation_deactivation_period": "pooltree/strategy/tentative.py (live service)",
     "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
     "packing": "pooltree/config/packing.py, pooltree/strategy/packing.py",
+    "ssd_priority_preemption": "pooltree/config/ssd_preemption.py, pooltree/strategy/ssd_preemption.py",
 }
 POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "
     "pooltree/strategy/gpu_policy.py (priority module assignment / binding)",
+    "allow_regular_allocations_on_ssd_nodes": "pooltree/strategy/ssd_preemption.py",
+    "allow_regular_jobs_on_ssd_nodes": "pooltree/strategy/ssd_preemption.py (the old name)",
 }
 SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "scheduling_segment": "pooltree/config/segments.py",

@@ -27,6 +27,7 @@ from pooltree.config.gpu_policy import GpuPolicyConfig
 from pooltree.config.packing import PackingConfig
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
 from pooltree.config.segments import SchedulingSegmentsConfig
+from pooltree.config.ssd_preemption import SsdPriorityPreemptionConfig
 from pooltree.config.support import TREE_ALIASES, TREE_IMPLEMENTED_EXTRA, TREE_UNSUPPORTED
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
@@ -219,6 +220,7 @@ class PoolTreeConfig(ConfigModel):
             if extra.get("necessary_resources_for_operation") is not None:
                 parse_necessary_resources(extra["necessary_resources_for_operation"])
             PackingConfig.parse(extra.get("packing"), "packing")
+            SsdPriorityPreemptionConfig.parse(extra.get("ssd_priority_preemption"), "ssd_priority_preemption")
             if extra.get("tentative_tree_saturation_deactivation_period") is not None:
                 parse_duration(
                     extra["tentative_tree_saturation_deactivation_period"],

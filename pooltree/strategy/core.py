@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.config.ssd_preemption import ssd_preemption_config
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import UpdateState
 from pooltree.phases import PhaseTimes
@@ -56,6 +57,7 @@ from pooltree.strategy.segment_inputs import (
     several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.strategy.ssd_preemption import refresh_ssd_operations, ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limits import (
     job_time_limit,
@@ -408,6 +410,8 @@ class SchedulerCore:
             with times.phase("segments"):
                 self.update_segments(now)
                 self.update_gpu_policy(now)
+                if self.strategy.ssd.enabled:  # `ssd_preemption.py`
+                    refresh_ssd_operations(self.strategy.ssd, ssd_operations(self.pool_tree))
         return result
 
     def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
@@ -481,6 +485,7 @@ class SchedulerCore:
             gpu_policy_config(config, f"pool_trees.{self.pool_tree.name}.config")
         )
         self.strategy.packing.configure(packing_config(config, f"pool_trees.{self.pool_tree.name}.config"))
+        self.strategy.ssd.configure(ssd_preemption_config(config, f"pool_trees.{self.pool_tree.name}.config"))
         extra = getattr(config, "model_extra", None) or {}
         self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
         self.strategy.set_allocation_on_bound_preemptible(

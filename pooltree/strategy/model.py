@@ -46,8 +46,11 @@ PREEMPTION_STATUS_RANK: dict[PreemptionStatus, int] = {
 
 
 class PreemptionLevel(enum.IntEnum):
-    """How preemptible an allocation is in a preemptive stage (§e.3); larger is more preemptible."""
+    """How preemptible an allocation is in a preemptive stage (§e.3); larger is more preemptible. The two SSD
+    levels are those of SSD allocations on an SSD node (``strategy/ssd_preemption.py``)."""
 
+    SSD_NON_PREEMPTIBLE = -2
+    SSD_AGGRESSIVELY_PREEMPTIBLE = -1
     NON_PREEMPTIBLE = 0
     AGGRESSIVELY_PREEMPTIBLE = 1
     PREEMPTIBLE = 2
@@ -59,6 +62,9 @@ class PreemptionPriority(enum.IntEnum):
     NONE = 0
     NORMAL = 1
     AGGRESSIVE = 2
+    SSD_NORMAL = 3
+    """A starving SSD operation on an SSD node (``ssd_priority_preemption``; never an operation's own priority)."""
+    SSD_AGGRESSIVE = 4
 
 
 STARVATION_RANK: dict[StarvationStatus, int] = {
@@ -81,6 +87,9 @@ class SchedulingStage(enum.StrEnum):
     REGULAR_MEDIUM_PRIORITY = "regular_medium_priority"
     REGULAR_PACKING_FALLBACK = "regular_packing_fallback"
     """At most one allocation with the tree's ``packing`` ignored, after the preemptive stages (`packing.py`)."""
+    PREEMPTIVE_SSD_AGGRESSIVE = "preemptive_ssd_aggressive"
+    """SSD operations on an SSD node (``ssd_priority_preemption``; ``strategy/ssd_preemption.py``)."""
+    PREEMPTIVE_SSD_NORMAL = "preemptive_ssd_normal"
     PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
     PREEMPTIVE_NORMAL = "preemptive_normal"
     OVERCOMMIT = "overcommit"
@@ -94,6 +103,8 @@ class AbortReason(enum.StrEnum):
     PREEMPTION = "preemption"
     AGGRESSIVE_PREEMPTION = "aggressive_preemption"
     GRACEFUL_PREEMPTION = "graceful_preemption"
+    SSD_PREEMPTION = "ssd_preemption"
+    SSD_AGGRESSIVE_PREEMPTION = "ssd_aggressive_preemption"
     RESOURCE_OVERCOMMIT = "resource_overcommit"
     RESOURCE_LIMITS_VIOLATED = "resource_limits_violated"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
@@ -126,6 +137,7 @@ class DeactivationReason(enum.StrEnum):
     INCOMPATIBLE_SCHEDULING_SEGMENT = "incompatible_scheduling_segment"
     SATURATED_IN_TENTATIVE_TREE = "saturated_in_tentative_tree"
     BAD_PACKING = "bad_packing"
+    REGULAR_ALLOCATION_ON_SSD_NODE_FORBIDDEN = "regular_allocation_on_ssd_node_forbidden"
 
 
 class Allocation:

@@ -40,6 +40,7 @@ from pooltree.strategy.shares import (
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import ROOT_ID
+from pooltree.strategy.ssd_preemption import REASONS
 from pooltree.strategy.stages import SchedulingStages
 from pooltree.strategy.starving_victims import starvation_blocks
 
@@ -47,6 +48,14 @@ _GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTIO
 _GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
 _OVERCOMMIT = (AbortReason.RESOURCE_OVERCOMMIT, SchedulingStage.OVERCOMMIT)
 _OVERCOMMIT_TEXT = "Preempted due to node resource ovecommit"  # sic: the YTsaurus text
+_STAGES = (
+    (
+        SchedulingStage.PREEMPTIVE_AGGRESSIVE,
+        PreemptionPriority.AGGRESSIVE,
+        PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE,
+    ),
+    (SchedulingStage.PREEMPTIVE_NORMAL, PreemptionPriority.NORMAL, PreemptionLevel.PREEMPTIBLE),
+)
 
 
 class PreemptionStages(SchedulingStages):
@@ -71,11 +80,11 @@ class PreemptionStages(SchedulingStages):
     def _preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
         status = allocation.preemption_status
         if status == PreemptionStatus.NON_PREEMPTIBLE:
-            return PreemptionLevel.NON_PREEMPTIBLE
+            return self.ssd.level(PreemptionLevel.NON_PREEMPTIBLE, allocation)
         if status == PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE:
             if element.settings.allow_aggressive_preemption:
-                return PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE
-            return PreemptionLevel.NON_PREEMPTIBLE
+                return self.ssd.level(PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE, allocation)
+            return self.ssd.level(PreemptionLevel.NON_PREEMPTIBLE, allocation)
         return PreemptionLevel.PREEMPTIBLE
 
     def _local_satisfaction(self, element: _Element) -> float:
@@ -130,9 +139,12 @@ class PreemptionStages(SchedulingStages):
             element = self._elements.get(allocation.operation_id)
             if element is None or element.op is None:
                 continue
-            if self._preemption_level(allocation, element) < min_level:
+            level = self._preemption_level(allocation, element)
+            if level < min_level:
                 continue
-            if element.id in blockers:
+            if self.ssd.ignores_blockers(target, level) and element.spec.preemption_mode != "graceful":
+                blocker = None  # an SSD stage's non-SSD victim (`ssd_preemption.py`)
+            elif element.id in blockers:
                 blocker = blockers[element.id]
             else:
                 blocker = blockers[element.id] = self._blocking_ancestor(element, target, memo)
@@ -188,19 +200,26 @@ class PreemptionStages(SchedulingStages):
         return best(self._elements[ROOT_ID])[1]
 
     def _preemptive_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
-        stages = (
-            (
-                SchedulingStage.PREEMPTIVE_AGGRESSIVE,
-                PreemptionPriority.AGGRESSIVE,
-                PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE,
-            ),
-            (SchedulingStage.PREEMPTIVE_NORMAL, PreemptionPriority.NORMAL, PreemptionLevel.PREEMPTIBLE),
-        )
+        ssd = self.ssd
+        ssd.start_node(node)
+        try:
+            self._run_preemptive_stages(node, now, result, ssd.stages(_STAGES))
+        finally:
+            ssd.node_enabled = False
+
+    def _run_preemptive_stages(
+        self,
+        node: ExecNode,
+        now: float,
+        result: HeartbeatResult,
+        stages: tuple[tuple[SchedulingStage, PreemptionPriority, PreemptionLevel], ...],
+    ) -> None:
+        ssd = self.ssd
         for stage, target, min_level in stages:
             targets = [
                 e
-                for e in self._ops_by_priority.get(target, [])
-                if e.op is not None and self._op_activity(e) is None
+                for e in self._ops_by_priority.get(ssd.operations_priority(target), [])
+                if e.op is not None and self._op_activity(e) is None and ssd.eligible(e.id, target)
             ]
             force = stage == SchedulingStage.PREEMPTIVE_NORMAL
             if not targets and not force:
@@ -279,11 +298,7 @@ class PreemptionStages(SchedulingStages):
             key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time), reverse=True
         )
         target = analysis.target
-        reason = (
-            AbortReason.AGGRESSIVE_PREEMPTION
-            if target == PreemptionPriority.AGGRESSIVE
-            else AbortReason.PREEMPTION
-        )
+        reason = REASONS[target]
         preemptor = started[0] if started is not None else None
         for allocation in candidates:
             if _fits(node.usage, node.resource_limits):
@@ -293,7 +308,7 @@ class PreemptionStages(SchedulingStages):
             text = "Node resource limits violated"
             if started is not None:
                 element = self._elements[allocation.operation_id]
-                priority = self._priority(started[1])
+                priority = self.ssd.priority(started[1].id, self._priority(started[1]))
                 text = (
                     f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
                     f"this allocation had status {allocation.preemption_status.value} and level "

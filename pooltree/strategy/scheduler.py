@@ -57,6 +57,7 @@ from pooltree.strategy.segment_inputs import preempt_incompatible
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.ssd_preemption import SsdPreemption
 from pooltree.strategy.tentative import TentativeGate
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 
@@ -99,6 +100,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self._deadline = HeartbeatDeadline(None, 0.0)
         self.high_priority: frozenset[str] = frozenset()
         self.tentative = TentativeGate()
+        self.ssd = SsdPreemption()
+        """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`; `SchedulerCore` configures it)."""
         self.packing = Packing()
         """The tree's ``packing`` (`packing.py`; `SchedulerCore` configures it)."""
         """Operations running tentatively in this tree (`tentative.py`; the live service fills it)."""

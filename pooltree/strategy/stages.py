@@ -45,6 +45,7 @@ from pooltree.strategy.shares import (
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import ROOT_ID, SchedulingTree, StrategyConfig
+from pooltree.strategy.ssd_preemption import SsdPreemption
 from pooltree.strategy.tentative import TentativeGate
 
 
@@ -112,6 +113,8 @@ class SchedulingStages:
     """The tree's ``packing`` (`packing.py`): checked in regular stages while enabled."""
     tentative: TentativeGate
     """Operations running tentatively in this tree (`tentative.py`)."""
+    ssd: SsdPreemption
+    """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`)."""
     """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
     """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
     """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
@@ -400,6 +403,8 @@ class SchedulingStages:
         segments = self.segments
         if segments.enabled and not segments.compatible(element.id, node.address, node.tags):
             return None, DeactivationReason.INCOMPATIBLE_SCHEDULING_SEGMENT
+        if self.ssd.forbidden and self.ssd.forbids(element.id, node):  # `ssd_preemption.py`
+            return None, DeactivationReason.REGULAR_ALLOCATION_ON_SSD_NODE_FORBIDDEN
         controller = runtime.controller
         if controller.pending_allocation_count <= 0:
             return None, DeactivationReason.NO_AVAILABLE_DEMAND
