@@ -170,6 +170,11 @@ class PoolConfig(ConfigModel):
     enable_priority_strong_guarantee_adjustment: bool = False
     enable_priority_strong_guarantee_adjustment_donorship: bool = False
     infer_children_weights_from_historic_usage: bool = False
+    """YTsaurus: the children's weights are multiplied by 2^-(their historic dominant usage share)
+    (``fairshare/historic_usage.py``)."""
+    historic_usage_aggregation_period: Duration | None = Field(default=None, ge=0)
+    """The half-life of that historic usage; ``None`` → 10 s. No effect without
+    ``infer_children_weights_from_historic_usage`` (YTsaurus's postprocessor drops it then)."""
     always_allow_gang_operations: bool = False
     """Gang operations may run here even in fair_share mode (tree ``allow_gang_operations_only_in_fifo_pools``)."""
     enable_step_function_for_gang_operations: bool = True

@@ -32,6 +32,7 @@ TENTATIVE_OFFLINE = (
 )
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
+OLD_OPTION = "an old YTsaurus option with no effect today"
 
 # Tree options: YTsaurus name -> why pooltree does not implement it.
 TREE_UNSUPPORTED: dict[str, str] = {
@@ -146,8 +147,7 @@ TREE_ALIASES: dict[str, str] = {
 }
 
 POOL_UNSUPPORTED: dict[str, str] = {
-    "historic_usage_config": "weights inferred from historic usage are not implemented",
-    "infer_children_weights_from_historic_usage": "weights inferred from historic usage are not implemented",
+    "historic_usage_config": OLD_OPTION,
     "allowed_profiling_tags": PROFILING,
     "enable_by_user_profiling": PROFILING,
     "enable_detailed_logs": PROFILING,
@@ -157,7 +157,6 @@ POOL_UNSUPPORTED: dict[str, str] = {
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_timeout_limit": "an old YTsaurus option with no effect today",
     "min_share_preemption_timeout": "an old YTsaurus option with no effect today",
-    "historic_usage_aggregation_period": "weights inferred from historic usage are not implemented",
     "allow_idle_cpu_policy": "the idle CPU policy is not modelled",
     "redirect_to_cluster": "redirecting operations to another cluster is not modelled",
 }
@@ -185,9 +184,7 @@ SPEC_UNSUPPORTED: dict[str, str] = {
 USER_JOB_UNSUPPORTED: dict[str, str] = {}
 
 
-NOT_FEATURES = frozenset(
-    {PROFILING, PERFORMANCE, "YTsaurus testing options", "an old YTsaurus option with no effect today"}
-)
+NOT_FEATURES = frozenset({PROFILING, PERFORMANCE, "YTsaurus testing options", OLD_OPTION})
 """Reasons that mark an option as no feature at all (profiling, performance knobs, testing, dead options)."""
 
 

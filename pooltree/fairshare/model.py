@@ -79,6 +79,9 @@ class Pool(Element):
     # Priority tier of guarantee shrinking (b.4): kept before regular siblings; needs a donor ancestor (29002).
     enable_priority_strong_guarantee_adjustment: bool = False
     enable_priority_strong_guarantee_adjustment_donorship: bool = False
+    # YTsaurus infer_children_weights_from_historic_usage: the half-life (seconds) of the children's historic usage
+    # that their weights are inferred from (``historic_usage.py``); None: weights as configured.
+    historic_usage_halflife: float | None = None
 
 
 @dataclass(eq=False)
@@ -109,6 +112,9 @@ class UpdateState:
     previous_update_time: float | None = None
     accumulated_resource_volume: dict[str, Vector] = field(default_factory=dict)  # per integral pool
     last_integral_share_ratio: dict[str, float] = field(default_factory=dict)
+    historic_usage: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """(pool id, child id) -> the child's ``historic_usage.HistoricUsage`` under a pool that infers its children's
+    weights from their historic usage."""
     layout: Any = field(default=None, repr=False)
     """The update's flattened tree (``layout._Tree``), taken again only by an update of the very same root."""
     written: Any = field(default=None, repr=False)

@@ -221,6 +221,7 @@ def _results(
         previous_update_time=upd.now,
         accumulated_resource_volume={tree.ids[i]: upd.volume[i] for i in upd.integral_pools},
         last_integral_share_ratio={tree.ids[i]: upd.last_ratio.get(i, 0.0) for i in upd.integral_pools},
+        historic_usage=upd.historic_usage,
         layout=tree,
     )
     return FairShareResult(elements=elements, state=new_state, errors=upd.errors)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.fairshare import building, distribution, guarantees, integral, reuse
+from pooltree.fairshare import building, distribution, guarantees, historic_usage, integral, reuse
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.distribution import _truncate_unsatisfied_gangs_in_fifo_pools
 from pooltree.fairshare.guarantees import (
@@ -117,6 +117,8 @@ class _Update:
         self.egs: np.ndarray = _UNSET
         self.fifo_rank: np.ndarray = _UNSET
         self.fifo_index: dict[int, int] = {}
+        # (pool id, child id) -> historic usage average, set by historic_usage.apply_historic_weights
+        self.historic_usage: dict[tuple[str, str], Any] = {}
         # integral guarantees (b.7), set by the steps of integral.py
         self.burst_ratio: np.ndarray = _UNSET
         self.flow_ratio: np.ndarray = _UNSET
@@ -180,6 +182,7 @@ def update_fair_share(
     integral.compute_integral_ratios(upd)
     reuse.reuse_guarantees(upd)
     guarantees.compute_attributes(upd)
+    historic_usage.apply_historic_weights(upd)
     reused = upd.reused
     if reused is None:
         guarantees.infer_strong_guarantees(upd)

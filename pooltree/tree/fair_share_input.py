@@ -18,6 +18,7 @@ from pooltree.config.operation_preemption import (
     operation_starvation_tolerance,
     specified_starvation_tolerance,
 )
+from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, period_delta
@@ -350,6 +351,7 @@ def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance:
             config is not None and config.enable_priority_strong_guarantee_adjustment_donorship
         ),
         allow_gang_step_function=config is None or bool(config.enable_step_function_for_gang_operations),
+        historic_usage_halflife=historic_usage_halflife(config),
         enable_fair_share_truncation_in_fifo_pool=bool(
             tree.config.enable_fair_share_truncation_in_fifo_pool
             if config is None or config.enable_fair_share_truncation_in_fifo_pool is None
