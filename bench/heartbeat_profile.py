@@ -4,12 +4,17 @@ stderr with ``--profile``).
 The same shape as ``bench/live_nodes.py`` without HTTP: a ``LiveScheduler`` on a SQLite store under a temporary
 directory, ``--operations`` vanilla operations of ``--jobs`` one-cpu jobs, ``--nodes`` simulated nodes of
 ``--node-cpu`` cpus heartbeating every ``--period`` simulated seconds through the wire module
-(``pooltree.node.wire``: built, JSON-encoded and parsed as the service does), jobs finishing ``--job-seconds``
-after their start, fair-share updates every simulated second. Reported: heartbeats, allocations started, the
-process CPU seconds per heartbeat and per started allocation over ``--seconds`` simulated seconds (the first
-``--warmup-seconds`` not counted). What the HTTP stack costs is not in it (``live_nodes.py`` measures the whole).
+(``pooltree.node.wire``: built and encoded by the simulated node, decoded by ``heartbeats.decode_heartbeat`` and
+the answer encoded by ``wire.encode`` as the service does), jobs finishing ``--job-seconds`` x U[1 - jitter,
+1 + jitter] after their start (``--job-jitter`` 0.5: jobs started together do not finish together, so the
+measured window sees a steady turnover), fair-share updates every simulated second. Reported: heartbeats,
+allocations started, the scheduler's CPU seconds (decoding, processing, encoding the answer; the simulated node's
+own work is not counted) per heartbeat and per started allocation over ``--seconds`` simulated seconds (the first
+``--warmup-seconds`` not counted), and the same for a quiet phase before any operation starts
+(``--quiet-seconds``): what a heartbeat reporting nothing costs, and from it the marginal cost of a start. What the
+HTTP stack costs is not in it (``live_nodes.py`` measures the whole).
 
-Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--profile]
+Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,9 +35,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_nodes import SimNode
 
 from pooltree.config import parse_pool_trees
-from pooltree.node.wire import parse_heartbeat
+from pooltree.node import wire
+from pooltree.server.heartbeats import decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
+
+
+class Counted:
+    """Heartbeats, starts and scheduler CPU seconds of one phase."""
+
+    def __init__(self) -> None:
+        self.heartbeats = 0
+        self.started = 0
+        self.cpu = 0.0
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "heartbeats": self.heartbeats,
+            "started": self.started,
+            "cpu_seconds": round(self.cpu, 3),
+            "cpu_ms_per_heartbeat": round(1000 * self.cpu / max(self.heartbeats, 1), 4),
+            "cpu_ms_per_started_allocation": round(1000 * self.cpu / self.started, 4)
+            if self.started
+            else None,
+        }
 
 
 def main() -> None:
@@ -42,8 +69,10 @@ def main() -> None:
     parser.add_argument("--node-cpu", type=float, default=16)
     parser.add_argument("--period", type=float, default=1.0)
     parser.add_argument("--job-seconds", type=float, default=10.0)
+    parser.add_argument("--job-jitter", type=float, default=0.5)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup-seconds", type=float, default=12.0)
+    parser.add_argument("--quiet-seconds", type=float, default=3.0)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
@@ -56,41 +85,58 @@ def main() -> None:
             "pool": "bench",
             "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}},
         }
-        for _ in range(args.operations):
-            live.start_operation("vanilla", spec, "root", 0.0)
-        nodes = [SimNode(f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds) for i in range(args.nodes)]
+        nodes = [
+            SimNode(f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds, args.job_jitter)
+            for i in range(args.nodes)
+        ]
         profile = cProfile.Profile()
-        counted = {"heartbeats": 0, "started": 0, "cpu": 0.0}
         step = args.period / len(nodes)
-        now = 1.0
-        next_update = now
-        while now < args.seconds:
-            measuring = now >= args.warmup_seconds
-            for node in nodes:
-                now += step
-                if now >= next_update:
-                    live.update_fair_share("default", now)
-                    next_update += 1.0
-                began = time.process_time()
-                if measuring and args.profile:
-                    profile.enable()
-                heartbeat = parse_heartbeat(json.loads(node.body(now)))
-                response = json.loads(json.dumps(live.process_heartbeat(heartbeat, now)))
-                if measuring and args.profile:
-                    profile.disable()
-                started = node.apply(response, now)
-                if measuring:
-                    counted["cpu"] += time.process_time() - began
-                    counted["heartbeats"] += 1
-                    counted["started"] += started
+        state = {"now": 1.0, "next_update": 1.0}
+
+        def run(until: float, counted: Counted | None) -> None:
+            now = state["now"]
+            while now < until:
+                for node in nodes:
+                    now += step
+                    if now >= state["next_update"]:
+                        live.update_fair_share("default", now)
+                        state["next_update"] += 1.0
+                    body = node.body(now)
+                    began = time.process_time()
+                    if counted is not None and args.profile:
+                        profile.enable()
+                    heartbeat = decode_heartbeat(body)
+                    answer = wire.encode(live.process_heartbeat(heartbeat, now))
+                    if counted is not None and args.profile:
+                        profile.disable()
+                    spent = time.process_time() - began
+                    started = node.apply(wire.decode(answer), now)
+                    if counted is not None:
+                        counted.cpu += spent
+                        counted.heartbeats += 1
+                        counted.started += started
+            state["now"] = now
+
+        quiet = Counted()
+        run(1.0 + args.quiet_seconds, quiet)  # nodes registered, nothing to run
+        for _ in range(args.operations):
+            live.start_operation("vanilla", spec, "root", state["now"])
+        began = state["now"]
+        run(began + args.warmup_seconds, None)
+        loaded = Counted()
+        run(began + args.seconds, loaded)
+        figures = loaded.figures()
+        quiet_figures = quiet.figures()
+        if loaded.started:
+            idle_cost = quiet.cpu / max(quiet.heartbeats, 1)
+            figures["marginal_ms_per_started_allocation"] = round(
+                1000 * (loaded.cpu - idle_cost * loaded.heartbeats) / loaded.started, 4
+            )
         result = {
             "bench": "heartbeat_profile",
             "parameters": vars(args),
-            "heartbeats": counted["heartbeats"],
-            "started": counted["started"],
-            "cpu_seconds": round(counted["cpu"], 3),
-            "cpu_ms_per_heartbeat": round(1000 * counted["cpu"] / max(counted["heartbeats"], 1), 3),
-            "cpu_ms_per_started_allocation": round(1000 * counted["cpu"] / max(counted["started"], 1), 3),
+            "quiet": quiet_figures,
+            "loaded": figures,
         }
         print(json.dumps(result, indent=2))
         if args.profile:

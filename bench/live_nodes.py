@@ -5,7 +5,8 @@ starts ``--operations`` (200) vanilla operations of ``--jobs`` (200) one-cpu job
 then simulates ``--nodes`` exec nodes speaking the real heartbeat wire format
 (``pooltree.node.wire``, the module the node agent and the scheduler share) from ``--drivers`` driver processes
 over plain asyncio keep-alive connections, so the driver is not what is measured. A simulated node has
-``--node-cpu`` (16) cpus and user slots; its jobs "run" ``--job-seconds`` (10) without processes and are then
+``--node-cpu`` (16) cpus and user slots; its jobs "run" ``--job-seconds`` (10) x U[0.5, 1.5] (``--job-jitter``
+0.5: jobs started together finish apart, as on a cluster) without processes and are then
 reported completed until the scheduler acknowledges them; preempt and abort answers finish them as aborted.
 
 Each node heartbeats on a fixed grid of ``--period`` (1 s) seconds from a random phase, as a node agent does:
@@ -66,12 +67,18 @@ START_TIMEOUT = 120.0
 
 
 class SimNode:
-    """One exec node without processes: jobs finish ``job_seconds`` after their start."""
+    """One exec node without processes: jobs finish ``job_seconds`` after their start, each stretched by a factor
+    drawn uniformly from [1 - job_jitter, 1 + job_jitter] (seeded by the address), so that jobs started together
+    do not all finish together and the run reaches a steady turnover."""
 
-    def __init__(self, address: str, cpu: float, memory: float, job_seconds: float) -> None:
+    def __init__(
+        self, address: str, cpu: float, memory: float, job_seconds: float, job_jitter: float = 0.0
+    ) -> None:
         self.address = address
         self.limits = {"user_slots": cpu, "cpu": cpu, "memory": memory, "network": 100.0}
         self.job_seconds = job_seconds
+        self.job_jitter = job_jitter
+        self.random = random.Random(address)
         self.running: dict[str, dict[str, Any]] = {}
         """job id → its start entry plus ``finish_at``."""
         self.finished: dict[str, dict[str, Any]] = {}
@@ -111,7 +118,7 @@ class SimNode:
             running_jobs=running,
             finished_jobs=list(self.finished.values()),
         )
-        return json.dumps(heartbeat).encode()
+        return wire.encode(heartbeat)
 
     def apply(self, response: dict[str, Any], now: float) -> int:
         """Apply an answer; returns how many jobs it started."""
@@ -136,7 +143,8 @@ class SimNode:
                 "task_name": spec.get("task_name", "main"),
                 "resources": spec.get("resources") or {"user_slots": 1.0},
                 "start_time": now,
-                "finish_at": now + self.job_seconds,
+                "finish_at": now
+                + self.job_seconds * (1.0 + self.job_jitter * (2.0 * self.random.random() - 1.0)),
             }
             started += 1
         return started
@@ -152,7 +160,8 @@ def _driver(
     as (sent, answered, status, allocations started) and samples of its own CPU as (time, CPU seconds)."""
     random.seed(addresses[0])
     nodes = [
-        SimNode(a, options["node_cpu"], options["node_memory"], options["job_seconds"]) for a in addresses
+        SimNode(a, options["node_cpu"], options["node_memory"], options["job_seconds"], options["job_jitter"])
+        for a in addresses
     ]
     period = options["period"]
     records: list[tuple[float, float, int, int]] = []
@@ -181,7 +190,7 @@ def _driver(
                     records.append((sent, time.time(), 0, 0))
                     return
                 got = time.time()
-                answer = json.loads(data) if status == 200 else {}
+                answer = wire.decode(data) if status == 200 else {}
                 started = node.apply(answer, got)
                 records.append((sent, got, status, started))
                 shard = answer.get(wire.HEARTBEAT_URL)
@@ -368,6 +377,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 "node_cpu": float(args.node_cpu),
                 "node_memory": float(args.node_memory_gib) * 2**30,
                 "job_seconds": args.job_seconds,
+                "job_jitter": args.job_jitter,
             }
             groups = [addresses[i :: args.drivers] for i in range(args.drivers)]
             drivers = [
@@ -452,6 +462,9 @@ def main() -> None:
     parser.add_argument("--node-cpu", type=float, default=16)
     parser.add_argument("--node-memory-gib", type=float, default=64)
     parser.add_argument("--job-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--job-jitter", type=float, default=0.5, help="each job lasts job-seconds x U[1 - jitter, 1 + jitter]"
+    )
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--quiet-seconds", type=float, default=5.0)

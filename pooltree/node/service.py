@@ -181,11 +181,13 @@ class NodeLoop:
         if self.agent.pending_stderr_uploads():
             await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, self.headers)
         body = self.heartbeat_body()
+        payload = wire.encode(body)
+        headers = {**self.headers, "Content-Type": wire.MEDIA_TYPE}
         response = None
         if self.shard_url is not None:
             try:
                 response = await client.post(
-                    self.shard_url + HEARTBEAT_PATH, json=body, headers=self.headers, timeout=timeout
+                    self.shard_url + HEARTBEAT_PATH, content=payload, headers=headers, timeout=timeout
                 )
             except httpx.HTTPError as error:
                 log.info("node shard %s unreachable (%s); back to the scheduler", self.shard_url, error)
@@ -202,7 +204,7 @@ class NodeLoop:
         if response is None:
             try:
                 response = await client.post(
-                    self.scheduler_url + HEARTBEAT_PATH, json=body, headers=self.headers, timeout=timeout
+                    self.scheduler_url + HEARTBEAT_PATH, content=payload, headers=headers, timeout=timeout
                 )
             except httpx.HTTPError as error:
                 self._failed(f"scheduler {self.scheduler_url} unreachable: {type(error).__name__}: {error}")
@@ -211,7 +213,7 @@ class NodeLoop:
             self._failed(f"heartbeat rejected with HTTP {response.status_code}: {_error_message(response)}")
             return False
         try:
-            body = response.json()
+            body = wire.decode(response.content)
         except ValueError as error:
             self._failed(f"heartbeat response is not JSON: {error}")
             return False

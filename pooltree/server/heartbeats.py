@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import json
-
 from pooltree.errors import ConfigError
 from pooltree.node.wire import (
     FINISHED_STATES,
@@ -13,10 +11,11 @@ from pooltree.node.wire import (
     FinishedJobReport,
     HeartbeatRequest,
     RunningJobReport,
+    decode,
     parse_heartbeat,
     parse_node_alerts,
 )
-from pooltree.server.protocol import YtError, check_value
+from pooltree.server.protocol import YtError
 
 __all__ = [
     "FINISHED_STATES",
@@ -35,10 +34,13 @@ MAX_HEARTBEAT_BYTES = 16 << 20
 
 
 def decode_heartbeat(body: bytes) -> HeartbeatRequest:
-    """A heartbeat body as the scheduler takes it; a YT error (400) naming the field when it is not one."""
+    """A heartbeat body as the scheduler takes it; a YT error (400) naming the field when it is not one.
+
+    ``wire.decode`` refuses what is not JSON (invalid UTF-8 and lone surrogates too); ``parse_heartbeat`` keeps
+    only the fields it knows and bounds the nesting of the free-form maps among them, so the whole value is not
+    walked again here."""
     try:
-        data = json.loads(body or b"null")
-        check_value(data, "heartbeat")
+        data = decode(body or b"null")
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
         raise YtError(f"Heartbeat is not valid JSON: {error}", attributes={"field": "heartbeat"}) from error
     try:

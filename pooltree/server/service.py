@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from pooltree.alerts import AlertSettings
@@ -408,7 +408,7 @@ class SchedulerService:
                 )
             finally:
                 self.leave_heartbeat()
-            return JSONResponse(response)
+            return Response(wire.encode(response), media_type=wire.MEDIA_TYPE)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
         except Exception as error:

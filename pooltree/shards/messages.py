@@ -28,9 +28,10 @@ def pack(heartbeat: HeartbeatRequest) -> Packed:
                 r.job_id,
                 r.operation_id,
                 r.task_name,
-                tuple(r.resource_usage.tolist()),
+                tuple(r.resource_usage),
                 r.memory_usage,
                 r.statistics,
+                r.gpu_devices,
             )
             for r in heartbeat.running
         ),
@@ -49,6 +50,7 @@ def pack(heartbeat: HeartbeatRequest) -> Packed:
                 f.statistics,
                 f.stderr,
                 f.stderr_size,
+                f.gpu_devices,
             )
             for f in heartbeat.finished
         ),
@@ -65,8 +67,8 @@ def unpack(packed: Packed) -> HeartbeatRequest:
         resource_limits=np.array(limits, dtype=float),
         tags=frozenset(tags),
         running=[
-            RunningJobReport(job_id, operation_id, task, np.array(usage, dtype=float), memory, statistics)
-            for job_id, operation_id, task, usage, memory, statistics in running
+            RunningJobReport(job_id, operation_id, task, usage, memory, statistics, devices)
+            for job_id, operation_id, task, usage, memory, statistics, devices in running
         ],
         finished=[FinishedJobReport(*entry) for entry in finished],
         memory_meter=meter,

@@ -26,10 +26,11 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
+from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
 from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
@@ -100,7 +101,7 @@ class ShardServer:
                 time.time(),
             )
         if reply[1] == 200:
-            return JSONResponse(reply[2])
+            return Response(wire.encode(reply[2]), media_type=wire.MEDIA_TYPE)
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 

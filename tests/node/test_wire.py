@@ -154,3 +154,38 @@ def test_job_gpu_devices_parse_and_bad_lists_name_the_field() -> None:
         with pytest.raises(ConfigError) as error:
             wire.parse_heartbeat({"node_address": "n", "resource_limits": {}, "running_jobs": [entry]})
         assert "running_jobs[0].gpu_devices" in str(error.value)
+
+
+def test_free_form_maps_nest_at_most_the_yson_limit() -> None:
+    """Statistics, errors and alert attributes are kept as sent, so their nesting is bounded where they are
+    parsed (the heartbeat is no longer walked whole after decoding); the error names the field."""
+    deep = {"x": [[[[[[]]]]]]}
+    for _ in range(wire.MAX_NESTING):
+        deep = {"x": deep}
+    running = wire.running_job(
+        "j1", "op1", "main", start_time=1.0, resource_usage={"cpu": 1}, statistics=deep
+    )
+    finished = wire.finished_job("j0", "op1", "main", "failed", 0.5, 0.9, error={"attributes": deep})
+    base = {"resource_limits": {"cpu": 1}, "node_address": "n1"}
+    for data, path in (
+        ({**base, "running_jobs": [running]}, "running_jobs[0].statistics"),
+        ({**base, "finished_jobs": [finished]}, "finished_jobs[0].error"),
+        ({**base, "alerts": [{"message": "m", "attributes": deep}]}, "alerts[0].attributes"),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            wire.parse_heartbeat(wire.decode(wire.encode(data)))
+        assert raised.value.path == path
+    shallow = {"x": {"y": [1, 2, {"z": 3}]}}
+    running = wire.running_job(
+        "j1", "op1", "main", start_time=1.0, resource_usage={"cpu": 1}, statistics=shallow
+    )
+    parsed = wire.parse_heartbeat({**base, "running_jobs": [running]})
+    assert parsed.running[0].statistics == shallow
+
+
+def test_the_codec_refuses_what_is_not_json() -> None:
+    for body in (b"[NaN]", b'["\\ud800"]', b'"\xff"', b"{", b"[" * 2000 + b"]" * 2000):
+        with pytest.raises(ValueError):
+            wire.decode(body)
+    value = {"a": np.float64(1.5), "b": [np.int64(2)], "c": "\u00e9"}
+    assert wire.decode(wire.encode(value)) == {"a": 1.5, "b": [2], "c": "\u00e9"}

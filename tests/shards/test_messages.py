@@ -28,11 +28,14 @@ def test_a_packed_heartbeat_unpacks_to_the_same_request() -> None:
                 start_time=1.0,
                 resource_usage={"user_slots": 1, "cpu": 1.5},
                 memory_usage=7.0,
+                gpu_devices=[0, 1],
             )
         ],
         finished_jobs=[
             wire.finished_job("j2", "o1", "main", "failed", 1.0, 4.0, exit_code=3, abort_reason=None),
-            wire.finished_job("j3", "o2", "t", "aborted", 2.0, 4.5, abort_reason="preemption"),
+            wire.finished_job(
+                "j3", "o2", "t", "aborted", 2.0, 4.5, abort_reason="preemption", gpu_devices=[1]
+            ),
         ],
         tags=["ssd", "gpu"],
     )
@@ -51,3 +54,6 @@ def test_a_packed_heartbeat_unpacks_to_the_same_request() -> None:
         theirs.statistics,
     )
     assert np.array_equal(ours.resource_usage, theirs.resource_usage)
+    # the GPUs a job holds or held cross the pipe too (they were dropped by the packing before)
+    assert back.running == request.running and ours.gpu_devices == (0, 1)
+    assert back.finished[1].gpu_devices == (1,)
