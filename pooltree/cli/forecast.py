@@ -86,9 +86,16 @@ def render(forecast: dict[str, Any], console: Console) -> None:
         if simulated < forecast["horizon"]
         else ""
     )
+    arrivals = forecast.get("assumed_arrivals")
+    submissions = (
+        f"new submissions assumed as seen recently: {arrivals['operations_per_hour']:.0f} operations per hour "
+        f"in {arrivals['pools']} pools (over the last {arrivals['observed_seconds'] / 60:.0f} min)"
+        if arrivals
+        else "new submissions are not foreseen"
+    )
     console.print(
         f"made {_when(forecast['computed_at'])} UTC over {forecast['seeds']} runs of "
-        f"{forecast['horizon'] / 3600:g} h{coarse}; new submissions and failures are not foreseen",
+        f"{forecast['horizon'] / 3600:g} h{coarse}; {submissions}; failures are not foreseen",
         style="dim",
     )
 

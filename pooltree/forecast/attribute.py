@@ -8,6 +8,9 @@ Built from the latest forecast without the scheduler's lock (a `Forecast` is nev
   means "after the horizon" (``horizon`` seconds from ``computed_at``). ``started``: the first job already ran,
   ``estimated_start_time`` is then when it did. ``simulated_horizon``: how far of the horizon the simulator
   itself covered in every run; past it the capacity hand-over carried the runs (`pooltree.forecast.tail`).
+- ``assumed_arrivals``: the submissions to come the runs drew (`pooltree.forecast.arrivals`):
+  ``operations_per_hour`` over ``pools`` pools, measured over the last ``observed_seconds`` (at most ``window``);
+  null: none were drawn (no history yet, or arrivals off).
 - ``waiting_for``: why its allocations are pending now (the same map as ``pending_allocations_reason``).
 - ``preempts``: operations whose jobs are expected to be preempted for it (``jobs_p50`` over the runs,
   ``share_of_runs`` in which any was).
@@ -63,6 +66,7 @@ def scheduling_forecast(
             horizon=result.horizon,
             simulated_horizon=result.horizon if result.simulated is None else result.simulated,
             seeds=result.seeds,
+            assumed_arrivals=dict(result.arrivals) or None,
         )
     if found is not None:
         attribute.update(operation_forecast_map(found, time_format))

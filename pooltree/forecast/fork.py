@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -177,8 +177,10 @@ def fork(
     specs: MutableMapping[tuple[str, int], OperationSpec] | None = None,
     fits: Mapping[tuple[str, str], DurationFit] | None = None,
     update_period: float | None = None,
+    arrivals: Sequence[SimOperation] = (),
 ) -> Scenario:
-    """The scenario of one seed: ``state`` run forward for ``horizon`` simulated seconds."""
+    """The scenario of one seed: ``state`` run forward for ``horizon`` simulated seconds, with ``arrivals``
+    (submissions to come, `pooltree.forecast.arrivals`) after its own operations."""
     snapshot = cluster_snapshot(state)
     fits = duration_fits(state, durations) if fits is None else fits
     operations = []
@@ -188,6 +190,7 @@ def fork(
         forked = fork_operation(op, state.now, seed, fits, operation_spec(op, specs))
         if forked is not None:
             operations.append(forked)
+    operations.extend(op for op in arrivals if set(op.spec.pool_trees_or(None)) <= set(snapshot.pool_trees))
     period = state.heartbeat_period
     return Scenario(
         snapshot=snapshot,

@@ -7,7 +7,8 @@ grows with the operations and their jobs, never with a simulated hour; the simul
 (`pooltree.forecast.worker`). The scheduler is read through the attributes named in `LiveSchedulerView`, so
 this module does not import the server.
 
-`DurationHistory` keeps completed run times per pool across copies (finished operations leave the scheduler's
+`SubmissionHistory` keeps the operations submitted (what the arrival model draws from), across copies and between
+them through the scheduler's state listener. `DurationHistory` keeps completed run times per pool across copies (finished operations leave the scheduler's
 memory, their pool's history stays): bounded per pool, each job counted once.
 """
 
@@ -20,7 +21,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from pooltree.forecast.fork import integral_of
-from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
+from pooltree.forecast.state import (
+    ClusterState,
+    NodeState,
+    OperationState,
+    RunningJob,
+    Submission,
+    SubmittedTask,
+    TaskState,
+)
 from pooltree.resources import vector
 
 KEPT_DURATIONS = 256
@@ -28,6 +37,10 @@ KEPT_DURATIONS = 256
 SEEN_JOBS = 200_000
 """Job ids remembered so that a completed job enters its pool's history once."""
 FORECAST_STATES = ("pending", "running")
+KEPT_SUBMISSIONS = 20_000
+"""Submissions remembered (the newest)."""
+SUBMISSION_WINDOW = 7 * 86400.0
+"""Seconds of submissions a copy carries at most (the arrival model's own window is at most this long)."""
 
 
 class LiveSchedulerView(Protocol):
@@ -60,6 +73,48 @@ class DurationHistory:
 
     def snapshot(self) -> dict[str, tuple[float, ...]]:
         return {pool: tuple(values) for pool, values in self.pools.items()}
+
+
+class SubmissionHistory:
+    """Operations this scheduler saw submitted, newest last, each once: what future submissions are drawn from
+    (`pooltree.forecast.arrivals`). Fed by every copy (the operations it finds) and by the scheduler's state
+    listener (an operation that starts and finishes between two copies is seen when its state changes); it
+    begins at ``since`` (the service's start: a revived operation submitted earlier is kept but is outside the
+    window the rates are measured over)."""
+
+    def __init__(self, since: float, kept: int = KEPT_SUBMISSIONS, window: float = SUBMISSION_WINDOW) -> None:
+        self.since = since
+        self.window = window
+        self.submissions: deque[Submission] = deque(maxlen=kept)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, op: Any, scheduler: LiveSchedulerView) -> None:
+        """Remember ``op`` (a live operation) if it is new (call under the scheduler's lock)."""
+        if op.id in self._seen or not op.trees:
+            return
+        self._seen[op.id] = None
+        if len(self._seen) > self.submissions.maxlen * 2:  # type: ignore[operator]
+            self._seen.popitem(last=False)
+        tree = op.trees[0]
+        core = scheduler.cores.get(tree)
+        self.submissions.append(
+            Submission(
+                op.start_time,
+                tree,
+                op.pools.get(tree, ""),
+                op.user,
+                op.type,
+                tuple(
+                    SubmittedTask(name, _task_resources(op, core, name, task, []), task.job_count)
+                    for name, task in op.model.tasks.items()
+                ),
+            )
+        )
+
+    def snapshot(self, now: float) -> tuple[Submission, ...]:
+        """The submissions of the last ``window`` seconds, oldest first."""
+        begin = now - self.window
+        return tuple(sorted((s for s in self.submissions if s.time >= begin), key=lambda s: s.time))
 
 
 def _task_resources(op: Any, core: Any, name: str, task: Any, running: list[Any]) -> Any:
@@ -132,8 +187,14 @@ def _operation_state(
     )
 
 
-def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: float) -> ClusterState:
-    """The live cluster at ``now`` (call without holding the scheduler's lock: it takes it)."""
+def take_state(
+    scheduler: LiveSchedulerView,
+    history: DurationHistory,
+    now: float,
+    submissions: SubmissionHistory | None = None,
+) -> ClusterState:
+    """The live cluster at ``now`` (call without holding the scheduler's lock: it takes it); ``submissions``: the
+    submission history the copy adds its operations to and carries (None: no arrivals are drawn)."""
     with scheduler.lock:
         registry = scheduler.registry
         definitions = {name: tree.definition for name, tree in registry.trees.items()}
@@ -143,6 +204,8 @@ def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: floa
         )
         operations = []
         for op in sorted(scheduler.operations.values(), key=lambda op: (op.start_time, op.id)):
+            if submissions is not None:
+                submissions.add(op, scheduler)
             if op.state not in FORECAST_STATES:
                 continue
             found = _operation_state(scheduler, op, history)
@@ -162,6 +225,8 @@ def take_state(scheduler: LiveSchedulerView, history: DurationHistory, now: floa
                 for name, core in scheduler.cores.items()
                 if (found := integral_of(core)) is not None
             },
+            submissions=() if submissions is None else submissions.snapshot(now),
+            submissions_since=None if submissions is None else submissions.since,
         )
 
 

@@ -13,11 +13,21 @@ from collections import deque
 from typing import Any
 
 from pooltree.forecast.fork import integral_of
-from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
+from pooltree.forecast.state import (
+    ClusterState,
+    NodeState,
+    OperationState,
+    RunningJob,
+    Submission,
+    SubmittedTask,
+    TaskState,
+)
 from pooltree.sim.engine import Simulation
 
 KEPT_DURATIONS = 256
 """Completed run times kept per (operation, task) and per pool (the newest)."""
+KEPT_SUBMISSIONS = 20_000
+"""Submissions remembered (the newest): what a forecast draws future submissions from."""
 
 
 class SimulationRecorder:
@@ -30,6 +40,8 @@ class SimulationRecorder:
         self.durations: dict[tuple[str, str], deque[float]] = {}
         self.pool_durations: dict[str, deque[float]] = {}
         self.submitted: dict[str, float] = {}
+        self.submissions: deque[Submission] = deque(maxlen=KEPT_SUBMISSIONS)
+        self._ops: dict[str, Any] = {}
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
@@ -37,6 +49,7 @@ class SimulationRecorder:
             self.first_start.setdefault(event["operation_id"], event["time"])
         elif kind == "operation_submitted":
             self.submitted[event["operation_id"]] = event["time"]
+            self._submission(event)
         elif (
             kind == "allocation_finished"
             and event.get("state") == "completed"
@@ -51,6 +64,27 @@ class SimulationRecorder:
             run_time = event["time"] - job.start
             self.durations.setdefault(key, deque(maxlen=KEPT_DURATIONS)).append(run_time)
             self.pool_durations.setdefault(job.op.pool, deque(maxlen=KEPT_DURATIONS)).append(run_time)
+
+    def _submission(self, event: dict[str, Any]) -> None:
+        simulation = self.simulation
+        if simulation is None:
+            return
+        if not self._ops:
+            self._ops = {op.spec.id: op for op in simulation.ops}
+        op = self._ops.get(event["operation_id"])
+        if op is None:
+            return
+        spec = op.spec
+        self.submissions.append(
+            Submission(
+                event["time"],
+                event["tree"],
+                event["pool"],
+                spec.user,
+                spec.type,
+                tuple(SubmittedTask(task.name, task.resources, task.job_count) for task in spec.tasks),
+            )
+        )
 
 
 def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterState:
@@ -115,4 +149,6 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
             for name, tree in simulation.trees.items()
             if (found := integral_of(tree.core)) is not None
         },
+        submissions=tuple(recorder.submissions),
+        submissions_since=0.0,
     )

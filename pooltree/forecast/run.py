@@ -34,13 +34,14 @@ from typing import Any
 
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError
+from pooltree.forecast.arrivals import Arrivals, ArrivalSettings, is_arrival
 from pooltree.forecast.durations import DurationFit, DurationSettings
 from pooltree.forecast.fork import carry_integral, duration_fits, fork
+from pooltree.forecast.ranges import QUANTILES, prediction_range, quantile
 from pooltree.forecast.state import ClusterState
 from pooltree.forecast.tail import hand_over
 from pooltree.sim.engine import Simulation
-
-QUANTILES = (0.1, 0.5, 0.9)
+from pooltree.sim.scenario import SimOperation
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class ForecastSettings:
     hand_over: bool = True
     """A run stopped by the budget is carried to the horizon by the capacity hand-over (`pooltree.forecast.tail`);
     False: what it did not simulate is "after the horizon"."""
+    arrivals: ArrivalSettings = field(default_factory=ArrivalSettings)
+    """Submissions to come, drawn per seed from the state's submission history (`pooltree.forecast.arrivals`)."""
 
     def __post_init__(self) -> None:
         period = self.fair_share_update_period
@@ -120,20 +123,6 @@ class _OutOfBudget(Exception):
     """Raised from the progress callback: the run used its share of the CPU budget."""
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of ``values`` (``inf`` for "did not happen"); inf when it reaches one."""
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    a, b = ordered[low], ordered[high]
-    if position == low:
-        return a
-    if math.isinf(a) or math.isinf(b):
-        return math.inf
-    return a + (b - a) * (position - low)
-
-
 @dataclass(frozen=True)
 class OperationForecast:
     """One operation's forecast: absolute times on the state's clock (None: after the horizon)."""
@@ -166,6 +155,8 @@ class Forecast:
     """Simulated seconds every run covered with the simulator (below ``horizon``: the rest by the hand-over)."""
     tail_jobs: int = 0
     """Jobs the capacity hand-over started over all runs."""
+    arrivals: dict[str, Any] = field(default_factory=dict)
+    """What the runs assumed about submissions to come (`Arrivals.assumption`; empty: none drawn)."""
 
 
 def run_seed(
@@ -177,8 +168,9 @@ def run_seed(
     fits: dict[tuple[str, str], DurationFit] | None = None,
     starts_of: Iterable[str] | None = None,
     deadline: float | None = None,
+    arrivals: Sequence[SimOperation] = (),
 ) -> SeedRun:
-    """One run of the fork with ``seed``; with ``starts_of`` it stops once each of those operations started (their
+    """One run of the fork with ``seed`` (and ``arrivals``, its draw of submissions to come); with ``starts_of`` it stops once each of those operations started (their
     finishes, and everything after, are then not known); with ``deadline`` (``time.process_time()``) it stops when
     that moment passed."""
     scenario = fork(
@@ -189,6 +181,7 @@ def run_seed(
         specs=specs,
         fits=fits,
         update_period=settings.fair_share_update_period,
+        arrivals=arrivals,
     )
     run = SeedRun()
     first_start = run.first_start
@@ -235,7 +228,7 @@ def run_seed(
         if op.finish_time is not None and op.state == "completed":
             run.finish[op.spec.id] = op.finish_time
     _finish_from_running_jobs(simulation, run)
-    if run.reached < settings.horizon and settings.hand_over and simulation.arrivals_left == 0:
+    if run.reached < settings.horizon and settings.hand_over:
         run.simulation = simulation
     return run
 
@@ -247,6 +240,7 @@ def _tail(
     settings: ForecastSettings,
     deadline: float | None,
     last_use: bool,
+    arrivals: Arrivals,
 ) -> SeedRun:
     """``base`` (a run the budget stopped) carried to the horizon by the capacity hand-over with ``seed``: its own
     seed continues its draws; another seed draws the running jobs' ends anew. ``last_use``: the hand-over may
@@ -270,6 +264,12 @@ def _tail(
             if operation_id not in base.finished_after
         }
     started = set(run.first_start) | {op.id for op in state.operations if op.first_job_time is not None}
+    # submissions still to come: the simulation's own (its seed), or the new seed's draw past where it stopped
+    future = (
+        [op for op in arrivals.draw(seed, settings.horizon) if op.submit_time > simulation.now]
+        if redraw
+        else [op.spec for op in simulation.ops if op.state == "submitted"]
+    )
     found = hand_over(
         simulation,
         {name: tree.core.pool_tree for name, tree in simulation.trees.items()}
@@ -282,6 +282,7 @@ def _tail(
         lambda operation_id, at: run.finish.setdefault(operation_id, at),
         redraw=redraw,
         deadline=deadline,
+        arrivals=future,
     )
     run.tail_jobs = found.jobs
     run.tail_reached = found.reached
@@ -334,7 +335,8 @@ def forecast(
         starts_of = [op.id for op in state.operations if op.first_job_time is None]
         if wanted is not None:
             starts_of = [operation_id for operation_id in starts_of if operation_id in wanted]
-    runs = _runs(state, settings, specs, fits, starts_of)
+    arrivals = Arrivals(state, settings.arrivals, settings.durations)
+    runs = _runs(state, settings, specs, fits, starts_of, arrivals)
     simulated = min([settings.horizon, *(run.reached for run in runs)])
     covered = min([settings.horizon, *(run.covered() for run in runs)])
     if covered < settings.horizon:
@@ -381,6 +383,7 @@ def forecast(
         resolution,
         simulated,
         sum(run.tail_jobs for run in runs),
+        arrivals.assumption() if arrivals.model.observed > 0 else {},
     )
 
 
@@ -390,6 +393,7 @@ def _runs(
     specs: MutableMapping[tuple[str, int], OperationSpec],
     fits: dict[tuple[str, str], DurationFit],
     starts_of: Sequence[str] | None,
+    arrivals: Arrivals,
 ) -> list[SeedRun]:
     """One run per seed. Under a budget a new simulation is started while the simulator's share of the budget
     left per seed left is at least what the last simulation cost; otherwise the last stopped simulation is handed
@@ -403,7 +407,17 @@ def _runs(
     for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
         left = settings.seeds - index
         if budget is None:
-            runs.append(run_seed(state, seed, settings, specs=specs, fits=fits, starts_of=starts_of))
+            runs.append(
+                run_seed(
+                    state,
+                    seed,
+                    settings,
+                    specs=specs,
+                    fits=fits,
+                    starts_of=starts_of,
+                    arrivals=arrivals.draw(seed, settings.horizon),
+                )
+            )
             continue
         share = (budget * settings.simulation_share - simulated) / left
         if last is None or last.simulation is None or share >= last_cost:
@@ -416,6 +430,7 @@ def _runs(
                 fits=fits,
                 starts_of=starts_of,
                 deadline=clock + max(share, 0.0),
+                arrivals=arrivals.draw(seed, settings.horizon),
             )
             last_cost = time.process_time() - clock
             simulated += last_cost
@@ -429,7 +444,7 @@ def _runs(
         # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
         reserved = budget * (1.0 - settings.simulation_share) / settings.seeds
         deadline = time.process_time() + max((budget - (time.process_time() - began)) / left, reserved)
-        runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1))
+        runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1, arrivals))
     return runs
 
 
@@ -444,14 +459,10 @@ def _clip(runs: Sequence[SeedRun], covered: float) -> None:
                 del run.finish[operation_id]
 
 
-def _range(values: Sequence[float], now: float, margin: float = 0.0) -> dict[str, float | None]:
-    """p10 / p50 / p90 as absolute times; p10 earlier and p90 later by ``margin`` (p10 not before ``now``)."""
+def _range(values: Sequence[float], now: float, margin: float) -> dict[str, float | None]:
+    """p10 / p50 / p90 as absolute times (`pooltree.forecast.ranges.prediction_range`; None: after the horizon)."""
     found: dict[str, float | None] = {}
-    for q in QUANTILES:
-        value = quantile(values, q)
-        if not math.isinf(value):
-            value += -margin if q < 0.5 else margin if q > 0.5 else 0.0
-            value = max(value, 0.0) if q < 0.5 and min(values) >= 0 else value
+    for q, value in zip(QUANTILES, prediction_range(values, margin), strict=True):
         found[f"p{round(q * 100)}"] = None if math.isinf(value) else now + value
     return found
 
@@ -460,6 +471,8 @@ def _preempts(operation_id: str, runs: Sequence[SeedRun]) -> tuple[dict[str, Any
     per_victim: dict[str, list[int]] = {}
     for run in runs:
         for victim, count in run.preempted_for.get(operation_id, Counter()).items():
+            if is_arrival(victim):
+                continue  # a submission the run drew: no operation a user can look up
             per_victim.setdefault(victim, []).append(count)
     found = []
     for victim, counts in per_victim.items():

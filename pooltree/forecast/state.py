@@ -79,6 +79,27 @@ class OperationState:
 
 
 @dataclass(frozen=True)
+class SubmittedTask:
+    """One task of a submitted operation: a job's resources and how many jobs it had."""
+
+    name: str
+    resources: Vector
+    job_count: int
+
+
+@dataclass(frozen=True)
+class Submission:
+    """An operation the cluster saw submitted (whatever happened to it since)."""
+
+    time: float
+    tree: str
+    pool: str
+    user: str
+    type: str
+    tasks: tuple[SubmittedTask, ...]
+
+
+@dataclass(frozen=True)
 class ClusterState:
     """Pool trees, nodes and unfinished operations (in registration order) at ``now``."""
 
@@ -93,6 +114,11 @@ class ClusterState:
     """Pool → run times of completed jobs of its operations, finished ones included (the newest, bounded)."""
     integral: Mapping[str, IntegralState] = field(default_factory=dict)
     """Tree → its integral guarantees' state after the last fair-share update (trees without one: absent)."""
+    submissions: tuple[Submission, ...] = ()
+    """Operations submitted recently (any state since), oldest first: what future submissions are drawn from
+    (`pooltree.forecast.arrivals`)."""
+    submissions_since: float | None = None
+    """Where the source's submission history begins (None: it keeps none, no arrivals are drawn)."""
 
 
 @dataclass(frozen=True)

@@ -33,10 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.sim.engine import Simulation
-from pooltree.sim.scenario import SimTask
+from pooltree.sim.scenario import SimOperation, SimTask
 
 EPSILON = 1e-9
 MAX_TAIL_JOBS = 1_000_000
@@ -134,12 +135,15 @@ def hand_over(
     *,
     redraw: bool = False,
     deadline: float | None = None,
+    arrivals: Sequence[SimOperation] = (),
 ) -> TailResult:
     """Carry ``simulation`` (stopped at ``simulation.now``, every operation arrived) to ``horizon``; calls
     ``on_start`` for the first job of an operation not in ``started`` and ``on_finish`` for a completion.
     ``pool_trees``: the run's pool trees by name, the hand-over's own copies (it unregisters operations in them).
     ``redraw``: the running jobs' ends are drawn anew with ``seed`` (conditioned on their having run until now), so
-    one stopped simulation serves several seeds. ``deadline``: ``time.process_time()`` when it stops."""
+    one stopped simulation serves several seeds. ``deadline``: ``time.process_time()`` when it stops. ``arrivals``:
+    submissions still to come (after ``simulation.now``, by time), registered in their pool trees when they come
+    (a count limit may queue them) and served like the others."""
     rng = random.Random(f"{seed}/tail")
     now = simulation.now
     trees: dict[str, _Tree] = {}
@@ -219,6 +223,10 @@ def hand_over(
         for op in tree.ops.values():
             for task, _ in op.pending:
                 least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
+    coming = sorted((op for op in arrivals if op.submit_time > now), key=lambda op: op.submit_time)
+    for arrival in coming:
+        for task in arrival.tasks:
+            least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
     smallest = _shape([0.0 if math.isinf(amount) else amount for amount in least])
 
     def serve(tree: _Tree, queue: list[tuple[int, str]], at: float, first_only: bool) -> None:
@@ -252,15 +260,57 @@ def hand_over(
                 pass
         serve(tree, tree.hungry, at, False)
 
+    default_tree = simulation.scenario.snapshot.default_pool_tree
+    order = len(simulation.ops)
+
+    def arrive(arrival: SimOperation, at: float) -> None:
+        nonlocal order
+        names = arrival.spec.pool_trees_or(default_tree)
+        tree = trees.get(names[0]) if names else None
+        if tree is None:
+            return
+        try:
+            registered = tree.pool_tree.register_operation(
+                arrival.id,
+                user=arrival.user,
+                operation_type=arrival.type,
+                pool=arrival.spec.pool_for_tree(names[0], arrival.user),
+                spec=arrival.spec,
+                now=at,
+            )
+        except PooltreeError:
+            return  # refused as the real start would be (a count limit of the pool's operations)
+        pending = [(task, task.job_count) for task in arrival.tasks if task.job_count > 0]
+        tail_op = _TailOp(
+            arrival.id,
+            order,
+            pending,
+            sum(count for _, count in pending),
+            may_run=bool(registered.running),
+            gang=any(task.gang_size is not None for task in arrival.tasks),
+        )
+        order += 1
+        tree.ops[tail_op.id] = tail_op
+        tree.admit(tail_op)
+        owner[tail_op.id] = tree
+        dispatch(tree, at, None)
+
     for tree in trees.values():
         dispatch(tree, now, None)
-    while heap and started_jobs < MAX_TAIL_JOBS:
-        at, _, operation_id, resources = heap[0]
-        if at > horizon:
+    coming_index = 0
+    while started_jobs < MAX_TAIL_JOBS:
+        at = heap[0][0] if heap else math.inf
+        arrival_at = coming[coming_index].submit_time if coming_index < len(coming) else math.inf
+        if min(at, arrival_at) > horizon:
             break
         if deadline is not None and started_jobs % 64 == 0 and time.process_time() > deadline:
-            result.reached = at
+            result.reached = min(at, arrival_at)
             break
+        if arrival_at <= at:
+            arrive(coming[coming_index], arrival_at)
+            coming_index += 1
+            continue
+        _, _, operation_id, resources = heap[0]
         heapq.heappop(heap)
         tree = owner.get(operation_id)
         if tree is None:

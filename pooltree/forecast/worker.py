@@ -31,7 +31,7 @@ from typing import Any
 
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.forecast.live import DurationHistory, LiveSchedulerView, take_state
+from pooltree.forecast.live import DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
 from pooltree.forecast.run import Forecast, ForecastSettings, forecast
 from pooltree.forecast.state import ClusterState, OperationState
 
@@ -151,6 +151,10 @@ class ForecastService:
         self.clock = clock
         self.settings = settings or WorkerSettings()
         self.history = DurationHistory()
+        self.submissions = SubmissionHistory(clock())
+        listeners = getattr(scheduler, "listeners", None)
+        if listeners is not None:  # an operation that starts and ends between two copies is still seen
+            listeners.append(self._on_state)
         self.latest: Forecast | None = None
         self.last_error: str | None = None if self.settings.enabled else OFF
         self.last_read = -float("inf")
@@ -163,6 +167,12 @@ class ForecastService:
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _on_state(self, operation_id: str, state: str) -> None:
+        """The scheduler's state listener (called under its lock): remember a new operation's submission."""
+        op = self.scheduler.operations.get(operation_id)
+        if op is not None:
+            self.submissions.add(op, self.scheduler)
 
     # ------------------------------------------------------------------ process
 
@@ -219,7 +229,7 @@ class ForecastService:
     def refresh(self) -> Forecast | None:
         """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker)."""
         started, began = time.thread_time(), time.perf_counter()
-        state = take_state(self.scheduler, self.history, self.clock())
+        state = take_state(self.scheduler, self.history, self.clock(), self.submissions)
         copied, copy_wall = time.thread_time() - started, time.perf_counter() - began
         wall = time.perf_counter()
         try:
@@ -315,6 +325,6 @@ class ForecastService:
         worker: `collect` its future once done (the caller need not hold a thread meanwhile); nothing is kept."""
         if not self.settings.enabled:
             raise PooltreeError(OFF)
-        state = take_state(self.scheduler, self.history, self.clock())
+        state = take_state(self.scheduler, self.history, self.clock(), self.submissions)
         state = replace(state, operations=(*state.operations, operation))
         return self._send(state, self.settings.forecast)

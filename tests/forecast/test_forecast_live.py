@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from pooltree.forecast import ForecastSettings
+from pooltree.forecast.arrivals import ArrivalSettings
 from pooltree.forecast.worker import WorkerSettings
 from tests.forecast.forecast_kit import queue_cluster, start_in_queue
 from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
-SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=3, horizon=900.0), refresh_periods=1)
+SETTINGS = WorkerSettings(
+    forecast=ForecastSettings(seeds=3, horizon=900.0, arrivals=ArrivalSettings(min_history=5.0)),
+    refresh_periods=1,
+)
 
 
 def _seconds(value: str) -> float:
@@ -75,10 +79,15 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
         assert 0.5 < durations["median"] < 5
         assert attribute["seeds"] == 3 and attribute["horizon"] == 900.0
         assert "waiting_for" in attribute
+        # the submissions it saw (busy and queued, both in "queue") are what it assumed will keep coming
+        arrivals = attribute["assumed_arrivals"]
+        assert arrivals["pools"] == 1 and arrivals["operations_per_hour"] > 0, arrivals
+        assert 5.0 <= arrivals["observed_seconds"] <= arrivals["window"]
 
         # the CLI prints the same attribute, and a dry run of a spec file
         printed = _cli(cluster, queued)
         assert "start" in printed.stdout and "p50" in printed.stdout and "finish" in printed.stdout, printed
+        assert "new submissions assumed as seen recently" in printed.stdout, printed
         spec = tmp_path / "spec.yaml"
         spec.write_text("pool: queue\ntasks: {main: {command: 'sleep 1', job_count: 1, cpu_limit: 1}}\n")
         dry = _cli(cluster, "--spec", str(spec))
