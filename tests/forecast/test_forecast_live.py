@@ -64,7 +64,9 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
             attribute = found.get("scheduling_forecast")
             assert attribute is not None and attribute.get("state") != "unavailable", attribute
             # a forecast made once 5 s of submission history exist (SETTINGS) assumes arrivals
-            return attribute if attribute.get("state") == "ready" and attribute.get("assumed_arrivals") else None
+            return (
+                attribute if attribute.get("state") == "ready" and attribute.get("assumed_arrivals") else None
+            )
 
         attribute = wait_for(ready, 60, 0.2)
         start = attribute["estimated_start_time"]
