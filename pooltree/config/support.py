@@ -21,10 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
-SEGMENTS = (
-    "the default GPU full-host preemption stage of the classic policy is not implemented (pooltree's "
-    "scheduling_segments and the GPU policy's full-host aggressive preemption clear hosts for full-host gangs)"
-)
 TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
 TENTATIVE_OFFLINE = (
     "tentative pool trees run in the live service only (pooltree/strategy/tentative.py); the simulator and "
@@ -57,7 +53,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
-    "default_gpu_full_host_preemption": SEGMENTS,
     "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
     "use_resource_usage_with_precommit": PERFORMANCE,
     "allowed_resource_usage_staleness": PERFORMANCE,
@@ -104,6 +99,8 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
     "packing": "pooltree/config/packing.py, pooltree/strategy/packing.py",
     "ssd_priority_preemption": "pooltree/config/ssd_preemption.py, pooltree/strategy/ssd_preemption.py",
+    "default_gpu_full_host_preemption": "pooltree/config/full_host_preemption.py, "
+    "pooltree/strategy/full_host_preemption.py",
 }
 POOL_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_priority_scheduling_segment_module_assignment": "pooltree/strategy/segments.py, "

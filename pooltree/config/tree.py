@@ -23,6 +23,8 @@ from pooltree.config.base import (
     as_validation_error,
     invalid,
 )
+from pooltree.config.full_host_preemption import OPTION as FULL_HOST_OPTION
+from pooltree.config.full_host_preemption import DefaultGpuFullHostPreemptionConfig
 from pooltree.config.gpu_policy import GpuPolicyConfig
 from pooltree.config.packing import PackingConfig
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
@@ -221,6 +223,7 @@ class PoolTreeConfig(ConfigModel):
                 parse_necessary_resources(extra["necessary_resources_for_operation"])
             PackingConfig.parse(extra.get("packing"), "packing")
             SsdPriorityPreemptionConfig.parse(extra.get("ssd_priority_preemption"), "ssd_priority_preemption")
+            DefaultGpuFullHostPreemptionConfig.parse(extra.get(FULL_HOST_OPTION), FULL_HOST_OPTION)
             if extra.get("tentative_tree_saturation_deactivation_period") is not None:
                 parse_duration(
                     extra["tentative_tree_saturation_deactivation_period"],

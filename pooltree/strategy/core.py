@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.config.full_host_preemption import full_host_preemption_config
 from pooltree.config.ssd_preemption import ssd_preemption_config
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import UpdateState
@@ -24,6 +25,7 @@ from pooltree.resources import GPU, Vector, zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
+from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.guarantee_priority import high_priority_operations
 from pooltree.strategy.model import (
@@ -299,6 +301,7 @@ class SchedulerCore:
         if operation_id not in self.controllers:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
+        self.strategy.full_host.forget(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
         self._forget_checks(operation_id)
@@ -412,6 +415,8 @@ class SchedulerCore:
                 self.update_gpu_policy(now)
                 if self.strategy.ssd.enabled:  # `ssd_preemption.py`
                     refresh_ssd_operations(self.strategy.ssd, ssd_operations(self.pool_tree))
+                if self.strategy.full_host.enabled:  # `full_host_preemption.py`
+                    observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return result
 
     def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
@@ -486,6 +491,9 @@ class SchedulerCore:
         )
         self.strategy.packing.configure(packing_config(config, f"pool_trees.{self.pool_tree.name}.config"))
         self.strategy.ssd.configure(ssd_preemption_config(config, f"pool_trees.{self.pool_tree.name}.config"))
+        self.strategy.full_host.configure(
+            full_host_preemption_config(config, f"pool_trees.{self.pool_tree.name}.config")
+        )
         extra = getattr(config, "model_extra", None) or {}
         self.strategy.scheduling_tags_enabled = extra.get("enable_scheduling_tags", True) is not False
         self.strategy.set_allocation_on_bound_preemptible(
@@ -835,6 +843,7 @@ class SchedulerCore:
     def detach_controller(self, operation_id: str) -> list[Allocation]:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
         running = self.strategy.unregister_operation(operation_id)
+        self.strategy.full_host.forget(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self._limits.forget(operation_id)
         self._forget_checks(operation_id)

@@ -65,6 +65,8 @@ class PreemptionPriority(enum.IntEnum):
     SSD_NORMAL = 3
     """A starving SSD operation on an SSD node (``ssd_priority_preemption``; never an operation's own priority)."""
     SSD_AGGRESSIVE = 4
+    DEFAULT_GPU_FULL_HOST = 5
+    """A default-segment full-host GPU operation that waited too long (``default_gpu_full_host_preemption``)."""
 
 
 STARVATION_RANK: dict[StarvationStatus, int] = {
@@ -92,6 +94,8 @@ class SchedulingStage(enum.StrEnum):
     PREEMPTIVE_SSD_NORMAL = "preemptive_ssd_normal"
     PREEMPTIVE_AGGRESSIVE = "preemptive_aggressive"
     PREEMPTIVE_NORMAL = "preemptive_normal"
+    PREEMPTIVE_DEFAULT_GPU_FULL_HOST = "preemptive_default_gpu_full_host"
+    """Whole hosts for full-host GPU operations (``default_gpu_full_host_preemption``; ``full_host_preemption.py``)."""
     OVERCOMMIT = "overcommit"
     GPU = "gpu"
     """The GPU scheduling policy's heartbeat (``policy_kind: gpu``; ``strategy/gpu_policy.py``)."""
@@ -105,6 +109,7 @@ class AbortReason(enum.StrEnum):
     GRACEFUL_PREEMPTION = "graceful_preemption"
     SSD_PREEMPTION = "ssd_preemption"
     SSD_AGGRESSIVE_PREEMPTION = "ssd_aggressive_preemption"
+    DEFAULT_GPU_FULL_HOST_PREEMPTION = "default_gpu_full_host_preemption"
     RESOURCE_OVERCOMMIT = "resource_overcommit"
     RESOURCE_LIMITS_VIOLATED = "resource_limits_violated"
     SCHEDULING_RESOURCE_OVERCOMMIT = "scheduling_resource_overcommit"
@@ -121,6 +126,16 @@ class AbortReason(enum.StrEnum):
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
     """A ranked job of the same gang operation (a vanilla task with ``gang_options``) failed, was aborted or was
     interrupted: the operation switched to a new incarnation and every running job restarts in its allocation."""
+
+
+PREEMPTION_REASONS: dict[PreemptionPriority, AbortReason] = {
+    PreemptionPriority.NORMAL: AbortReason.PREEMPTION,
+    PreemptionPriority.AGGRESSIVE: AbortReason.AGGRESSIVE_PREEMPTION,
+    PreemptionPriority.SSD_NORMAL: AbortReason.SSD_PREEMPTION,
+    PreemptionPriority.SSD_AGGRESSIVE: AbortReason.SSD_AGGRESSIVE_PREEMPTION,
+    PreemptionPriority.DEFAULT_GPU_FULL_HOST: AbortReason.DEFAULT_GPU_FULL_HOST_PREEMPTION,
+}
+"""The abort reason of a victim of each preemptive stage's target (YTsaurus's ``EAllocationPreemptionReason``)."""
 
 
 class DeactivationReason(enum.StrEnum):

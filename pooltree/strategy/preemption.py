@@ -20,7 +20,9 @@ from pooltree.strategy.elements import (
     _fits,
     _sub_np,
 )
+from pooltree.strategy.full_host_preemption import full_host_blocker
 from pooltree.strategy.model import (
+    PREEMPTION_REASONS,
     PREEMPTION_STATUS_RANK,
     AbortReason,
     Allocation,
@@ -40,7 +42,6 @@ from pooltree.strategy.shares import (
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import ROOT_ID
-from pooltree.strategy.ssd_preemption import REASONS
 from pooltree.strategy.stages import SchedulingStages
 from pooltree.strategy.starving_victims import starvation_blocks
 
@@ -104,6 +105,8 @@ class PreemptionStages(SchedulingStages):
         self, element: _Element, target: PreemptionPriority, memo: dict[_Element, float]
     ) -> _Element | None:
         """FindPreemptionBlockingAncestor (§e.3): the element that protects this operation's allocations."""
+        if target == PreemptionPriority.DEFAULT_GPU_FULL_HOST:
+            return full_host_blocker(self.config, element)  # `full_host_preemption.py`
         if element.spec.preemption_mode == "graceful":
             return element
         if (
@@ -203,7 +206,7 @@ class PreemptionStages(SchedulingStages):
         ssd = self.ssd
         ssd.start_node(node)
         try:
-            self._run_preemptive_stages(node, now, result, ssd.stages(_STAGES))
+            self._run_preemptive_stages(node, now, result, self.full_host.stages(ssd.stages(_STAGES)))
         finally:
             ssd.node_enabled = False
 
@@ -214,17 +217,26 @@ class PreemptionStages(SchedulingStages):
         result: HeartbeatResult,
         stages: tuple[tuple[SchedulingStage, PreemptionPriority, PreemptionLevel], ...],
     ) -> None:
-        ssd = self.ssd
+        ssd, full_host, starvation = self.ssd, self.full_host, self.starvation
         for stage, target, min_level in stages:
             targets = [
                 e
-                for e in self._ops_by_priority.get(ssd.operations_priority(target), [])
-                if e.op is not None and self._op_activity(e) is None and ssd.eligible(e.id, target)
+                for source in full_host.sources(ssd.operations_priority(target))
+                for e in self._ops_by_priority.get(source, [])
+                if e.op is not None
+                and self._op_activity(e) is None
+                and ssd.eligible(e.id, target)
+                and full_host.eligible(e.id, target, starvation, now)
             ]
             force = stage == SchedulingStage.PREEMPTIVE_NORMAL
             if not targets and not force:
                 continue
-            analysis = self._analyze(node, target, min_level)
+            if target == PreemptionPriority.DEFAULT_GPU_FULL_HOST and not full_host.may_preempt(
+                node, now, self._elements, self._preemption_level
+            ):
+                analysis = _Analysis(target)  # too much progress to lose on this node
+            else:
+                analysis = self._analyze(node, target, min_level)
             started = None
             if targets and (analysis.unconditional or analysis.conditional or self._can_start_more(node)):
                 started = self._schedule_with_preemption(node, now, targets, analysis, stage, result)
@@ -298,7 +310,7 @@ class PreemptionStages(SchedulingStages):
             key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time), reverse=True
         )
         target = analysis.target
-        reason = REASONS[target]
+        reason = PREEMPTION_REASONS[target]
         preemptor = started[0] if started is not None else None
         for allocation in candidates:
             if _fits(node.usage, node.resource_limits):
@@ -308,7 +320,10 @@ class PreemptionStages(SchedulingStages):
             text = "Node resource limits violated"
             if started is not None:
                 element = self._elements[allocation.operation_id]
-                priority = self.ssd.priority(started[1].id, self._priority(started[1]))
+                own = self._priority(started[1])
+                priority = self.full_host.priority(
+                    started[1].id, self.ssd.priority(started[1].id, own), self.starvation, now
+                )
                 text = (
                     f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
                     f"this allocation had status {allocation.preemption_status.value} and level "

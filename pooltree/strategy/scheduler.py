@@ -37,6 +37,7 @@ from pooltree.strategy.elements import (
     _sub_np,
     usage_above_reserve,
 )
+from pooltree.strategy.full_host_preemption import FullHostPreemption
 from pooltree.strategy.gang import GangRestarts
 from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.gpu_policy_inputs import carry_out_plan
@@ -101,6 +102,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         self.high_priority: frozenset[str] = frozenset()
         self.tentative = TentativeGate()
         self.ssd = SsdPreemption()
+        self.full_host = FullHostPreemption()
+        """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`; `SchedulerCore` configures it)."""
         """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`; `SchedulerCore` configures it)."""
         self.packing = Packing()
         """The tree's ``packing`` (`packing.py`; `SchedulerCore` configures it)."""

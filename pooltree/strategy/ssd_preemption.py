@@ -42,7 +42,6 @@ from pooltree.config.ssd_preemption import (
     regular_allocations_allowed,
 )
 from pooltree.strategy.model import (
-    AbortReason,
     Allocation,
     ExecNode,
     PreemptionLevel,
@@ -65,17 +64,11 @@ _BASE = {
     PreemptionPriority.SSD_NORMAL: PreemptionPriority.NORMAL,
 }
 _SSD_OF = {value: key for key, value in _BASE.items()}
+_ALL = frozenset(_BASE) | frozenset(_SSD_OF)
 _SSD_LEVEL = {
     PreemptionLevel.NON_PREEMPTIBLE: PreemptionLevel.SSD_NON_PREEMPTIBLE,
     PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE: PreemptionLevel.SSD_AGGRESSIVELY_PREEMPTIBLE,
 }
-REASONS = {
-    PreemptionPriority.NORMAL: AbortReason.PREEMPTION,
-    PreemptionPriority.AGGRESSIVE: AbortReason.AGGRESSIVE_PREEMPTION,
-    PreemptionPriority.SSD_NORMAL: AbortReason.SSD_PREEMPTION,
-    PreemptionPriority.SSD_AGGRESSIVE: AbortReason.SSD_AGGRESSIVE_PREEMPTION,
-}
-"""The abort reason of a victim of each stage target (YTsaurus's ``EAllocationPreemptionReason``)."""
 
 
 def disk_request_media(spec: Any) -> dict[str, frozenset[str]]:
@@ -156,7 +149,7 @@ class SsdPreemption:
 
     def eligible(self, operation_id: str, target: PreemptionPriority) -> bool:
         """Whether an operation of the stage's base priority is a candidate of ``target`` on the current node."""
-        if not self.node_enabled:
+        if not self.node_enabled or target not in _ALL:
             return True
         return self.is_ssd_operation(operation_id) == (target in _BASE)
 

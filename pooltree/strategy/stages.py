@@ -23,6 +23,7 @@ from pooltree.strategy.elements import (
     _Element,
     _Pass,
 )
+from pooltree.strategy.full_host_preemption import FullHostPreemption
 from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import (
     Allocation,
@@ -113,6 +114,8 @@ class SchedulingStages:
     """The tree's ``packing`` (`packing.py`): checked in regular stages while enabled."""
     tentative: TentativeGate
     """Operations running tentatively in this tree (`tentative.py`)."""
+    full_host: FullHostPreemption
+    """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`)."""
     ssd: SsdPreemption
     """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`)."""
     """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
