@@ -53,7 +53,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
     "best_allocation_share_update_period": "operations' best allocation share is not modelled",
-    "waiting_for_resources_on_node_timeout": "allocations waiting for resources on a node are not modelled",
     "use_resource_usage_with_precommit": PERFORMANCE,
     "allowed_resource_usage_staleness": PERFORMANCE,
     "cached_allocation_preemption_statuses_update_period": PERFORMANCE,
@@ -99,6 +98,7 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
     "packing": "pooltree/config/packing.py, pooltree/strategy/packing.py",
     "ssd_priority_preemption": "pooltree/config/ssd_preemption.py, pooltree/strategy/ssd_preemption.py",
+    "waiting_for_resources_on_node_timeout": "pooltree/config/node_waiting.py, pooltree/node/gpu.py (live service)",
     "default_gpu_full_host_preemption": "pooltree/config/full_host_preemption.py, "
     "pooltree/strategy/full_host_preemption.py",
 }
@@ -127,6 +127,10 @@ SPEC_OFFLINE_UNSUPPORTED: dict[str, str] = {
     "tentative_tree_eligibility": TENTATIVE_OFFLINE,
 }
 TREE_OFFLINE_UNSUPPORTED: dict[str, str] = {
+    "waiting_for_resources_on_node_timeout": (
+        "live service only (pooltree/config/node_waiting.py): the simulator's jobs start on their nodes at once and "
+        "never wait for resources"
+    ),
     "tentative_tree_saturation_deactivation_period": TENTATIVE_OFFLINE,
     "non_tentative_operation_types": TENTATIVE_OFFLINE,
 }

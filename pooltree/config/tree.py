@@ -26,6 +26,7 @@ from pooltree.config.base import (
 from pooltree.config.full_host_preemption import OPTION as FULL_HOST_OPTION
 from pooltree.config.full_host_preemption import DefaultGpuFullHostPreemptionConfig
 from pooltree.config.gpu_policy import GpuPolicyConfig
+from pooltree.config.node_waiting import waiting_for_resources_timeout
 from pooltree.config.packing import PackingConfig
 from pooltree.config.pool import MAX_OPERATION_COUNT, PoolConfig, validate_preset
 from pooltree.config.segments import SchedulingSegmentsConfig
@@ -224,6 +225,7 @@ class PoolTreeConfig(ConfigModel):
             PackingConfig.parse(extra.get("packing"), "packing")
             SsdPriorityPreemptionConfig.parse(extra.get("ssd_priority_preemption"), "ssd_priority_preemption")
             DefaultGpuFullHostPreemptionConfig.parse(extra.get(FULL_HOST_OPTION), FULL_HOST_OPTION)
+            waiting_for_resources_timeout(extra)
             if extra.get("tentative_tree_saturation_deactivation_period") is not None:
                 parse_duration(
                     extra["tentative_tree_saturation_deactivation_period"],

@@ -47,7 +47,15 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.files import BlobSource, truncate_output, write_job_files
-from pooltree.node.gpu import GpuSlots, device_binds, gpu_demand, gpu_environment
+from pooltree.node.gpu import (
+    DEFAULT_WAITING_TIMEOUT,
+    WAITING_TIMEOUT_REASON,
+    GpuSlots,
+    WaitingTimeout,
+    device_binds,
+    gpu_demand,
+    gpu_environment,
+)
 from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
@@ -345,7 +353,7 @@ class JobExecutor:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
         try:
-            extra = self._assign_gpus(spec)
+            extra = await self._assign_gpus(job)
             job.process = await asyncio.get_running_loop().run_in_executor(
                 self._launcher, self._launch, job, extra
             )
@@ -353,6 +361,12 @@ class JobExecutor:
             self.isolation.release(spec.job_id)
             self.gpus.release(spec.job_id)
             job.launched.set_result(None)
+            if job.verdict is None and isinstance(error, WaitingTimeout):  # its GPUs stayed held (`gpu.py`)
+                job.verdict = _Verdict(
+                    JobState.ABORTED,
+                    abort_error(WAITING_TIMEOUT_REASON, {"reason": str(error)}),
+                    WAITING_TIMEOUT_REASON,
+                )
             if job.verdict is None:
                 job.verdict = _Verdict(
                     JobState.FAILED,
@@ -368,12 +382,24 @@ class JobExecutor:
             self._signal(job, spec.interruption_signal)  # to the processes there are now (a scan)
         await self._supervise(job)
 
-    def _assign_gpus(self, spec: JobSpec) -> dict[str, str]:
-        """Whole devices for the job's ``gpu`` demand and the variables naming them (none on a GPU-less node)."""
+    async def _assign_gpus(self, job: _Job) -> dict[str, str]:
+        """Whole devices for the job's ``gpu`` demand and the variables naming them (none on a GPU-less node).
+        Devices still held by other jobs are waited for, at most the spec's ``waiting_for_resources_timeout``
+        (`gpu.py`: ``WaitingTimeout``); an abort while waiting ends the wait."""
+        spec = job.spec
         if not self.gpus.count:
             return {}
         demand = 0.0 if spec.resources is None else float(spec.resources[GPU])
-        return gpu_environment(self.gpus.acquire(spec.job_id, gpu_demand(demand)))
+        timeout = spec.waiting_for_resources_timeout
+        devices = await self.gpus.acquire_waiting(
+            spec.job_id,
+            gpu_demand(demand),
+            DEFAULT_WAITING_TIMEOUT if timeout is None else timeout,
+            lambda: job.verdict is not None,
+        )
+        if devices is None:
+            raise PooltreeError("aborted while waiting for its GPUs")  # the abort's verdict stands
+        return gpu_environment(devices)
 
     def gpu_devices(self, job_id: str) -> list[int]:
         """Host indices of the GPUs a running job holds."""

@@ -20,13 +20,15 @@ the job's environment names them (``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEV
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,17 @@ CONTROL_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modese
 """Driver control files every CUDA process opens; bound into a GPU job's sandbox when the host has them."""
 _DEVICE_NAME = re.compile(r"^nvidia([0-9]+)$")
 NVIDIA_SMI_TIMEOUT = 20.0
+
+
+WAITING_TIMEOUT_REASON = "waiting_timeout"
+"""The abort reason of a job that waited for its resources on the node too long (YTsaurus ``WaitingTimeout``)."""
+DEFAULT_WAITING_TIMEOUT = 30.0
+"""Seconds a job waits for its GPUs when its allocation names no timeout (YTsaurus's exec node
+``waiting_for_resources_timeout`` default)."""
+
+
+class WaitingTimeout(PooltreeError):
+    """A job's devices were not free within its waiting timeout."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +202,26 @@ class GpuSlots:
             taken = tuple(free[:count])
             self._assigned[job_id] = taken
             return taken
+
+    async def acquire_waiting(
+        self, job_id: str, count: int, timeout: float, stopped: Callable[[], bool], poll: float = 0.05
+    ) -> tuple[GpuDevice, ...] | None:
+        """``count`` devices for ``job_id`` once they are free, as YTsaurus's exec node lets an allocation wait for
+        resources still held (a preempted job finishing its interruption): polled every ``poll`` seconds (devices
+        are released from worker threads) for at most ``timeout`` seconds, then :class:`WaitingTimeout`. None
+        when ``stopped()`` turns true first (the job was aborted while it waited)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.acquire(job_id, count)
+            except PooltreeError as error:
+                if stopped():
+                    return None
+                if time.monotonic() >= deadline:
+                    raise WaitingTimeout(
+                        f"{error.message}; waited {timeout:g} s for them", attributes=error.attributes
+                    ) from None
+            await asyncio.sleep(poll)
 
     def release(self, job_id: str) -> None:
         with self._lock:

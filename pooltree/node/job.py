@@ -51,6 +51,7 @@ _JOB_SPEC_FIELDS = frozenset(
         "keep_sandbox",
         "resources",
         "network",
+        "waiting_for_resources_timeout",
     }
 )
 JOB_NETWORKS = ("shared", "isolated")
@@ -118,6 +119,9 @@ class JobSpec:
     """Written into the sandbox before the command runs (``pooltree/node/files.py``)."""
     network: str = "shared"
     """``isolated``: the job runs in a network namespace of its own (only its own loopback); see JOB_NETWORKS."""
+    waiting_for_resources_timeout: float | None = None
+    """Seconds the job may wait on the node for resources other jobs still hold (its GPUs), from the tree's
+    ``waiting_for_resources_on_node_timeout``; None: the node's default (``node/gpu.py``)."""
 
     def __post_init__(self) -> None:
         if self.interruption_signal is not None and not isinstance(
@@ -223,6 +227,13 @@ class JobSpec:
                     f"expected one of {', '.join(JOB_NETWORKS)}, got {data['network']!r}",
                 )
             kwargs["network"] = data["network"]
+        if data.get("waiting_for_resources_timeout") is not None:
+            value = data["waiting_for_resources_timeout"]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ConfigError(
+                    join_path(path, "waiting_for_resources_timeout"), f"expected seconds >= 0, got {value!r}"
+                )
+            kwargs["waiting_for_resources_timeout"] = float(value)
         if data.get("resources") is not None:
             resources = parse_resources(data["resources"], join_path(path, "resources"))
             given = {str(key) for key in data["resources"]}

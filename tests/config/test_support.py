@@ -43,6 +43,7 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
         "scheduling_segments": {"mode": "large_gpu", "data_centers": ["dc1"]},
         "packing": {"enable": True},
         "waiting_for_resources_on_node_timeout": 60000,
+        "fail_remote_copy_on_missing_resource_limits": True,
         "truncate_fifo_pool_unsatisfied_child_fair_share": True,
         "total_resource_limits_consider_delay": 60000,
         "max_unpreemptable_running_job_count": 0,
@@ -54,8 +55,11 @@ def test_a_production_tree_config_loads_and_lists_what_pooltree_ignores() -> Non
     assert tree.config.max_unpreemptible_running_allocation_count == 0
     assert tree.pools["research"].config.scheduling_tag_filter == "gpu"
     options = {entry["option"] for entry in unsupported_options(trees)}
-    # scheduling_segments, packing and node_reconnection_timeout are implemented
-    assert options == {"waiting_for_resources_on_node_timeout"}
+    # scheduling_segments, packing, node_reconnection_timeout and waiting_for_resources_on_node_timeout are
+    # implemented (the last in the live service: the offline tools report it)
+    assert options == {"fail_remote_copy_on_missing_resource_limits"}
+    offline = {entry["option"] for entry in unsupported_options(trees, offline=True)}
+    assert offline == {"fail_remote_copy_on_missing_resource_limits", "waiting_for_resources_on_node_timeout"}
     assert tree.config.enable_improved_fair_share_by_fit_factor_computation  # implemented
     # Implemented options and defaults are not in the alert.
     assert unsupported_options(parse_pool_trees({"t": {"pools": {"p": {}}}})) == []

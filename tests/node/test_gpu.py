@@ -24,6 +24,7 @@ from pooltree.node.gpu import (
     parse_gpu_devices,
 )
 from pooltree.node.isolation import probe_bwrap
+from pooltree.node.job import JobSpec
 from pooltree.node.service import gpu_limits
 from pooltree.node.topology import NodeTopology
 from pooltree.resources import GPU, vector
@@ -140,7 +141,8 @@ LIST_DEVICES = "echo CUDA=$CUDA_VISIBLE_DEVICES NVIDIA=$NVIDIA_VISIBLE_DEVICES; 
 @needs_bwrap
 def test_jobs_get_exactly_their_devices(tmp_path: Path) -> None:
     """Three fake GPUs: a 2-GPU job and a 1-GPU job each see only their own device files and variables; a job
-    that asks for more than is free fails to start; the devices come back when a job ends."""
+    that asks for more than is free is aborted (``waiting_timeout``) once its waiting timeout passes; the devices
+    come back when a job ends."""
     files = fake_devices(tmp_path / "devices", 3)
     control = tmp_path / "devices" / "nvidiactl"
     control.write_text("ctl\n")
@@ -157,7 +159,9 @@ def test_jobs_get_exactly_their_devices(tmp_path: Path) -> None:
             await wait_for_output(ex, "two", b"ready")
             await wait_for_output(ex, "one", b"ready")
             heartbeat = agent.build_heartbeat()
-            await ex.start(spec("greedy", LIST_DEVICES, resources=resources[2]))
+            await ex.start(
+                spec("greedy", LIST_DEVICES, resources=resources[2], waiting_for_resources_timeout=0.3)
+            )
             greedy = await ex.wait("greedy", 15)
             await ex.start(spec("none", LIST_DEVICES + "ls /dev/nvidiactl", resources=resources[0]))
             none = await ex.wait("none", 15)
@@ -176,8 +180,8 @@ def test_jobs_get_exactly_their_devices(tmp_path: Path) -> None:
     running = {job["job_id"]: job.get("gpu_devices") for job in heartbeat["running_jobs"]}
     assert running == {"two": [0, 1], "one": [2]}
     assert [d["device"] for d in heartbeat["gpu_devices"]] == ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2"]
-    assert greedy.state is JobState.FAILED
-    assert "needs 2 GPU(s) but the node has 0 free of 3" in str(greedy.error)
+    assert greedy.state is JobState.ABORTED and greedy.abort_reason == "waiting_timeout"
+    assert "needs 2 GPU(s) but the node has 0 free of 3; waited 0.3 s" in str(greedy.error)
     assert none.state is JobState.FAILED  # no device and no control file in a job without GPUs
     assert none_out.splitlines() == ["CUDA= NVIDIA=void"]
     assert after.state is JobState.COMPLETED and after_out.decode().startswith(
@@ -195,3 +199,39 @@ def test_no_gpus_no_variables(tmp_path: Path) -> None:
 
     assert run(scenario()) == "CUDA=unset\n"
     assert GpuSlots().count == 0
+
+
+@needs_bwrap
+def test_a_job_waits_for_devices_another_job_still_holds(tmp_path: Path) -> None:
+    """YTsaurus's allocation waiting for resources on its node: a job whose devices are held by a job being
+    stopped (a preempted one finishing) starts once they are released, within its waiting timeout."""
+    files = fake_devices(tmp_path / "devices", 2)
+    slots = GpuSlots(parse_gpu_devices([str(p) for p in files]), control_files=())
+    both = vector(user_slots=1, gpu=2)
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(tmp_path, gpus=slots) as ex:
+            await ex.start(spec("holder", "echo ready; sleep 30", resources=both))
+            await wait_for_output(ex, "holder", b"ready")
+            await ex.start(spec("next", LIST_DEVICES, resources=both, waiting_for_resources_timeout=20.0))
+            waiting = slots.assignments()
+            ex.abort("holder", "preemption")
+            holder = await ex.wait("holder", 15)
+            after = await ex.wait("next", 20)
+            return waiting, holder, after, ex.stdout("next").decode()
+
+    waiting, holder, after, out = run(scenario(), 60)
+    assert waiting == {"holder": [0, 1]}  # "next" waited
+    assert holder.state is JobState.ABORTED
+    assert after.state is JobState.COMPLETED and out.startswith("CUDA=0,1 NVIDIA=0,1")
+
+
+def test_job_spec_carries_the_waiting_timeout() -> None:
+    parsed = JobSpec.from_dict(
+        {"job_id": "j", "operation_id": "o", "command": "true", "waiting_for_resources_timeout": 60}
+    )
+    assert parsed.waiting_for_resources_timeout == 60.0
+    with pytest.raises(ConfigError, match="waiting_for_resources_timeout"):
+        JobSpec.from_dict(
+            {"job_id": "j", "operation_id": "o", "command": "true", "waiting_for_resources_timeout": -1}
+        )

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.config import nodes_of_trees
+from pooltree.config.node_waiting import waiting_for_resources_timeout
 from pooltree.controllers.operations import Job
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -281,6 +282,10 @@ class LiveJobs:
             spec["interruption_signal"] = signal
         if self.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
             spec["network"] = "isolated"
+        tree = self.registry.trees.get(job.tree) if job.tree else None
+        waiting = waiting_for_resources_timeout(tree.config) if tree is not None else None
+        if waiting is not None:  # the tree's waiting_for_resources_on_node_timeout (`config/node_waiting.py`)
+            spec["waiting_for_resources_timeout"] = waiting
         raw_task = (op.spec.get("tasks") or {}).get(job.task_name)
         if isinstance(raw_task, dict) and raw_task.get("redirect_stdout_to_stderr") is True:
             spec["command"] = f"exec 1>&2\n{task.command}"  # YTsaurus: the job's stdout goes to its stderr
