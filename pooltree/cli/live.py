@@ -252,9 +252,16 @@ def scheduler_command(
         help="Processes taking node heartbeats (each on a port of its own, nodes assigned by address); "
         "1 takes them in the scheduler's process.",
     ),
+    default_tentative_pool_trees: str = typer.Option(
+        "",
+        "--default-tentative-pool-trees",
+        help="Comma-separated pool trees an operation with use_default_tentative_pool_trees (and no "
+        "tentative_pool_trees of its own) tries tentatively (YTsaurus's scheduler default_tentative_pool_trees).",
+    ),
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
+    default_trees = tuple(name.strip() for name in default_tentative_pool_trees.split(",") if name.strip())
     try:
         check_port_option(port)
         if not (math.isfinite(node_heartbeat_timeout) and node_heartbeat_timeout > 0):
@@ -303,6 +310,7 @@ def scheduler_command(
                 prepare=prepare,
                 forecasts=forecasts,
                 node_shards=node_shards,
+                default_tentative_pool_trees=default_trees,
             )
         )
     except PooltreeError as error:
@@ -369,6 +377,7 @@ async def _run_scheduler(
     prepare: Callable[[Any], None] | None = None,
     forecasts: WorkerSettings | None = None,
     node_shards: int = 1,
+    default_tentative_pool_trees: tuple[str, ...] = (),
 ) -> None:
     from pooltree.server.service import serve
 
@@ -401,6 +410,7 @@ async def _run_scheduler(
         stop=stop,
         forecast_settings=forecasts,
         node_shards=node_shards,
+        default_tentative_pool_trees=default_tentative_pool_trees,
     )
     log.info("scheduler stopped")
 

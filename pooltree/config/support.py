@@ -118,11 +118,14 @@ SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "consider_guarantees_for_single_tree": "pooltree/strategy/single_tree.py",
     "tentative_pool_trees": "pooltree/strategy/tentative.py, pooltree/server/live/tentative.py (live service)",
     "tentative_tree_eligibility": "pooltree/strategy/tentative.py (live service)",
+    "use_default_tentative_pool_trees": "pooltree/strategy/tentative.py (live service; the trees: pooltree "
+    "scheduler --default-tentative-pool-trees)",
 }
 
 # Spec options the live service implements and the offline tools (the simulator, ``pooltree fair-share``) do
 # not: reported by those tools (``unsupported_options(..., offline=True)``).
 SPEC_OFFLINE_UNSUPPORTED: dict[str, str] = {
+    "use_default_tentative_pool_trees": TENTATIVE_OFFLINE,
     "tentative_pool_trees": TENTATIVE_OFFLINE,
     "tentative_tree_eligibility": TENTATIVE_OFFLINE,
 }
@@ -170,10 +173,6 @@ POOL_ALIASES: dict[str, str] = {
 
 # Strategy options of an operation spec that pooltree does not implement.
 SPEC_UNSUPPORTED: dict[str, str] = {
-    "use_default_tentative_pool_trees": (
-        "YTsaurus takes the trees from the scheduler-wide default_tentative_pool_trees, a config pooltree does "
-        "not have; list the trees in tentative_pool_trees (implemented in the live service)"
-    ),
     "max_concurrent_schedule_job_calls": PERFORMANCE,
     "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
     "update_preemptable_jobs_list_logging_period": PROFILING,

@@ -266,6 +266,7 @@ class SchedulerService:
         throttle_settings: ThrottleSettings | None = None,
         node_shards: int = 1,
         shard_host: str = "127.0.0.1",
+        default_tentative_pool_trees: Sequence[str] = (),
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
@@ -307,6 +308,7 @@ class SchedulerService:
             throttle_settings=throttle_settings,
         )
         self.scheduler.isolate_job_network = not authentication
+        self.scheduler.default_tentative_pool_trees = tuple(default_tentative_pool_trees)
         self._validator = default_validator()
         self.cypress = Cypress(store, clock=clock, validator=self._validate_pool_trees)
         # starts hold Cypress's lock (taken first, as everywhere): a tree removal is checked and applied whole
@@ -600,6 +602,7 @@ async def serve(
     forecast_settings: WorkerSettings | None = None,
     store_key_file: Path | None = None,
     node_shards: int = 1,
+    default_tentative_pool_trees: Sequence[str] = (),
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -638,6 +641,7 @@ async def serve(
             forecast_settings=forecast_settings,
             node_shards=node_shards,
             shard_host=host,
+            default_tentative_pool_trees=default_tentative_pool_trees,
         )
 
     runner = SchedulerRunner(

@@ -88,6 +88,12 @@ OPERATIONS_WITHOUT_TENTATIVE_POOL_TREES = frozenset({"sort", "map_reduce", "remo
 """Operation types never run tentatively in a tree without ``non_tentative_operation_types`` (YTsaurus's
 scheduler-wide ``operations_without_tentative_pool_trees`` default: data shuffling stays in regular trees)."""
 
+USE_DEFAULT = "use_default_tentative_pool_trees"
+DEFAULT_TREES = "default_tentative_pool_trees"
+"""The scheduler-wide list (YTsaurus's strategy config; pooltree's ``pooltree scheduler
+--default-tentative-pool-trees`` and the snapshot's top-level key) the spec's ``use_default_tentative_pool_trees``
+takes."""
+
 INTERSECT = "Regular and tentative pool trees must not intersect"
 NO_REGULAR = "Regular pool trees must be explicitly specified for tentative pool trees to work properly"
 
@@ -98,18 +104,25 @@ def tentative_trees(
     existing: Iterable[str],
     non_tentative_types: Mapping[str, Iterable[str] | None],
     path: str = "spec",
+    defaults: Sequence[str] = (),
 ) -> list[str]:
-    """The trees the operation runs in tentatively (YTsaurus's ``GetOperationPoolTrees``).
+    """The trees the operation runs in tentatively (YTsaurus's ``ParsePoolTrees``).
 
-    ``spec``'s ``tentative_pool_trees`` need explicit ``pool_trees`` and must not intersect them; a tree that
-    does not exist fails the start unless ``tentative_tree_eligibility.ignore_missing_pool_trees``; a tree whose
-    ``non_tentative_operation_types`` (default :data:`OPERATIONS_WITHOUT_TENTATIVE_POOL_TREES`) lists the
-    operation's type is left out.
+    ``spec``'s ``tentative_pool_trees``, or, when it lists none and sets ``use_default_tentative_pool_trees``, the
+    scheduler's ``default_tentative_pool_trees`` (``defaults``), need explicit ``pool_trees`` and must not
+    intersect them; a tree that does not exist fails the start unless
+    ``tentative_tree_eligibility.ignore_missing_pool_trees``; a tree whose ``non_tentative_operation_types``
+    (default :data:`OPERATIONS_WITHOUT_TENTATIVE_POOL_TREES`) lists the operation's type is left out.
     """
     raw = spec.get("tentative_pool_trees")
-    if raw is None:
-        return []
     field_path = join_path(path, "tentative_pool_trees")
+    if raw is None:
+        use_default = spec.get(USE_DEFAULT, False)
+        if not isinstance(use_default, bool):
+            raise ConfigError(join_path(path, USE_DEFAULT), f"expected a boolean, got {use_default!r}")
+        if not use_default or not defaults:
+            return []
+        raw, field_path = list(defaults), DEFAULT_TREES
     if isinstance(raw, str) or not isinstance(raw, Sequence):
         raise ConfigError(field_path, "expected a list of pool tree names")
     config = TentativeTreeEligibilityConfig.parse(

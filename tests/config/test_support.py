@@ -120,7 +120,7 @@ def test_spec_strategy_options_are_recognized_and_reported() -> None:
     assert "spec.scheduling_segment" not in paths  # implemented (pooltree/strategy/segments.py)
     assert "spec.tasks.main.job_time_limit" not in paths  # implemented: the job is stopped past it
     assert spec.tasks["main"].job_time_limit == 1.0  # milliseconds in, seconds kept
-    assert "use_default_tentative_pool_trees" in SPEC_UNSUPPORTED
+    assert "use_default_tentative_pool_trees" not in SPEC_UNSUPPORTED  # live service (strategy/tentative.py)
 
 
 def test_the_starvation_timeout_limit_yt_still_accepts_is_accepted_and_reported() -> None:

@@ -125,3 +125,27 @@ def test_a_revived_operation_stays_tentative_in_its_tentative_trees(tmp_path: Pa
     for tree in TREES:
         revived.update_fair_share(tree, 3.0)
     assert len(_started(_heartbeat(revived, "nc", "c", 3.0))) == 2  # the sample again
+
+
+def test_use_default_tentative_pool_trees_takes_the_schedulers_list(tmp_path: Path) -> None:
+    """YTsaurus's ``use_default_tentative_pool_trees``: a spec without ``tentative_pool_trees`` tries the
+    scheduler's ``default_tentative_pool_trees``; its own list wins; without the flag there are none."""
+    live = _live(tmp_path)
+    live.default_tentative_pool_trees = ("cloud",)
+    base = {key: value for key, value in SPEC.items() if key != "tentative_pool_trees"}
+    plain = live.start_operation("vanilla", base, "alice", 1.0)
+    assert plain.trees == ["physical"]
+    flagged = live.start_operation(
+        "vanilla", {**base, "use_default_tentative_pool_trees": True}, "alice", 1.0
+    )
+    assert flagged.trees == ["physical", "cloud"]
+    assert flagged.runtime_parameters["scheduling_options_per_pool_tree"]["cloud"]["tentative"] is True
+    own = live.start_operation(
+        "vanilla",
+        {**base, "use_default_tentative_pool_trees": True, "tentative_pool_trees": []},
+        "alice",
+        1.0,
+    )
+    assert own.trees == ["physical"]  # the spec's own (empty) list wins over the defaults
+    with pytest.raises(PooltreeError, match="use_default_tentative_pool_trees"):
+        live.start_operation("vanilla", {**base, "use_default_tentative_pool_trees": "yes"}, "alice", 1.0)

@@ -143,6 +143,8 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.now = 0.0
         """The latest time a command, heartbeat or update brought (alerts read at other times use it)."""
         self.counts = OperationCounts()
+        self.default_tentative_pool_trees: tuple[str, ...] = ()
+        """The scheduler's ``default_tentative_pool_trees`` (spec ``use_default_tentative_pool_trees``)."""
         self.tentative = LiveTentative(self)
         """Operations running in tentative pool trees (`tentative.py`)."""
         """Operations per state/user/pools/type for ``list_operations`` counters (every stored operation)."""
@@ -403,7 +405,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
             # spec tentative_pool_trees: more trees the operation runs in on trial (live/tentative.py)
             tentative = (
                 self.tentative.trees_for_start(spec, operation_type)
-                if isinstance(spec, Mapping) and spec.get("tentative_pool_trees") is not None
+                if isinstance(spec, Mapping)
+                and (
+                    spec.get("tentative_pool_trees") is not None
+                    or spec.get("use_default_tentative_pool_trees")
+                )
                 else []
             )
             if tentative:

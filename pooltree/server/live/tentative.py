@@ -60,7 +60,11 @@ class LiveTentative:
     def trees_for_start(self, spec: Mapping[str, Any], operation_type: str) -> list[str]:
         """The tentative trees of a new operation (raises ``ConfigError`` for a bad spec or a missing tree)."""
         return tentative_trees(
-            spec, operation_type, self.scheduler.registry.trees, _non_tentative_types(self.scheduler)
+            spec,
+            operation_type,
+            self.scheduler.registry.trees,
+            _non_tentative_types(self.scheduler),
+            defaults=self.scheduler.default_tentative_pool_trees,
         )
 
     def attach(self, op: LiveOperation, trees: list[str]) -> None:
