@@ -18,7 +18,7 @@ from pooltree.errors import PooltreeError
 
 AUTHORIZATION_ERROR = 901
 
-PERMISSIONS = ("read", "write", "use", "administer", "create", "remove", "mount", "manage")
+PERMISSIONS = ("read", "write", "use", "administer", "create", "remove", "mount", "manage", "modify_children")
 OPERATION_PERMISSIONS = ("read", "manage")
 ACTIONS = ("allow", "deny")
 INHERITANCE_MODES = (

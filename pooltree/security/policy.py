@@ -9,11 +9,12 @@ Deny by default: ``CommandRegistry`` refuses to register a command that has no r
 | `set PATH` | `write` on the node (on its nearest existing ancestor when new); replacing a composite node's value also `remove` on its descendants |
 | `set PATH/@NAME` | `write` on the node; `administer` when NAME is `acl`, `inherit_acl` or `owner`; `use` on the account when NAME is `account` (also in a `set PATH/@` map and in `create`'s attributes) |
 | `set PATH/@` (a map) | `write` and `administer` on the node (the map replaces every attribute, the ACL included) |
-| `set POOL/@parent_name`, `set POOL/@name` | a move: `remove` on the pool and its descendants, `write` on the old and the new parent |
-| `create` | `write` on the parent (the tree or the `parent_name` pool for object-style pools); `administer` there when `acl`, `inherit_acl` or `owner` are given; `remove` on the node (and its descendants) that `force` replaces; users, groups and accounts: superusers |
-| `remove PATH` | `remove` on the node and every descendant, `write` on its parent (YTsaurus `RemoveSelf`); users and groups: superusers |
-| `remove PATH/@NAME` | `write` on the node; `administer` for `acl`, `inherit_acl`, `owner` or all attributes |
-| `move` | `remove` on the source and its descendants, `write` on the source's parent and on the destination's parent; `remove` on a destination `force` replaces |
+| `set POOL/@NAME` | also `administer` on the pool unless NAME is one of YTsaurus's user-managed pool attributes (`USER_MANAGED_POOL_ATTRIBUTES`): other pool options and custom attributes need it |
+| `set POOL/@parent_name`, `set POOL/@name` | a move: `remove` on the pool and its descendants, `write` or `modify_children` on the old and the new parent |
+| `create` | `write` or `modify_children` on the parent (the tree or the `parent_name` pool for object-style pools); `administer` there when `acl`, `inherit_acl` or `owner` are given; `remove` on the node (and its descendants) that `force` replaces; users, groups and accounts: superusers |
+| `remove PATH` | `remove` on the node and every descendant, `write` or `modify_children` on its parent (YTsaurus `RemoveSelf`); users and groups: superusers |
+| `remove PATH/@NAME` | `write` on the node; `administer` for `acl`, `inherit_acl`, `owner` or all attributes, and on a pool as `set POOL/@NAME` |
+| `move` | `remove` on the source and its descendants, `write` or `modify_children` on the source's parent and on the destination's parent; `remove` on a destination `force` replaces |
 | `read_file` | `read` on the file |
 | `write_file` | `write` on the file |
 | `lock` | `read` for a `snapshot` lock, else `write` (YTsaurus `Lock`) |
@@ -58,6 +59,27 @@ if TYPE_CHECKING:
 SECURITY_ATTRIBUTES = ("acl", "inherit_acl", "owner")
 """Attributes only ``administer`` may change (``owner`` has no effect on checks here, as a changed owner would)."""
 POOL_TREES = "//sys/pool_trees"
+USER_MANAGED_POOL_ATTRIBUTES = frozenset(
+    {
+        "weight",
+        "max_operation_count",
+        "max_running_operation_count",
+        "min_share_resources",
+        "strong_guarantee_resources",
+        "forbid_immediate_operations",
+        "mode",
+        "fifo_sort_parameters",
+        "resource_limits",
+        "create_ephemeral_subpools",
+        "ephemeral_subpool_config",
+        "abc",
+        "integral_guarantees",
+    }
+)
+"""Pool attributes ``write`` on the pool lets a user change (YTsaurus's ``IsUserManagedAttribute``); every other
+pool option, and any custom attribute, needs ``administer`` as well. ``name`` and ``parent_name`` are moves."""
+CHILD_CHANGE = ("write", "modify_children")
+"""Adding or removing a child needs one of these on the parent (YTsaurus ``Write | ModifyChildren``)."""
 SUBJECT_ROOTS = ("//sys/users", "//sys/groups")
 
 Check = Callable[["Security", str, Mapping[str, Any], Any, bool], None]
@@ -123,6 +145,22 @@ def _path(params: Mapping[str, Any], name: str = "path") -> str | None:
 def _require_path(security: Security, user: str, permission: str, path: str) -> None:
     chain = security._resolver().acl_chain(path)
     security.require(user, permission, chain, path=path)
+
+
+def _require_child_change(security: Security, user: str, parent: str) -> None:
+    """``write`` or ``modify_children`` on ``parent`` (adding or removing one of its children); the error names
+    ``write`` when neither is allowed."""
+    chain = security._resolver().acl_chain(parent)
+    if security.decide(user, CHILD_CHANGE[1], chain).allowed:
+        return
+    security.require(user, CHILD_CHANGE[0], chain, path=parent)
+
+
+def _require_pool_attribute(security: Security, user: str, target: Any, name: str) -> None:
+    """``administer`` on a pool for an attribute that is not user-managed (YTsaurus ``GuardedUpdate`` and
+    ``GetCustomAttributeModifyPermission``)."""
+    if target.node_type == "scheduler_pool" and name not in USER_MANAGED_POOL_ATTRIBUTES:
+        _require_path(security, user, "administer", target.node)
 
 
 def _require_subtree(security: Security, user: str, permission: str, path: str) -> None:
@@ -247,12 +285,14 @@ def _set(security: Security, user: str, params: Mapping[str, Any], value: Any, _
         _require_account_use(security, user, value)
     if attribute in (("parent_name",), ("name",)) and target.node_type == "scheduler_pool":
         _require_subtree(security, user, "remove", target.node)
-        _require_path(security, user, "write", target.parent)
+        _require_child_change(security, user, target.parent)
         new_parent = (
             _pool_parent(security, target.node, _strip(value)) if attribute[0] == "parent_name" else None
         )
         if new_parent is not None:
-            _require_path(security, user, "write", new_parent)
+            _require_child_change(security, user, new_parent)
+    elif attribute:
+        _require_pool_attribute(security, user, target, attribute[0])
 
 
 def _value_type(value: Any) -> str:
@@ -306,7 +346,7 @@ def _create(security: Security, user: str, params: Mapping[str, Any], _input: An
             parent = chain[0].path or parent
     else:
         return  # Cypress answers "needs a path"
-    _require_path(security, user, "write", parent)
+    _require_child_change(security, user, parent)
     if has_security:
         _require_path(security, user, "administer", parent)
 
@@ -326,9 +366,11 @@ def _remove(security: Security, user: str, params: Mapping[str, Any], _input: An
         keys = target.attribute
         admin = (not keys and target.has_security) or (keys and keys[0] in SECURITY_ATTRIBUTES)
         _require_path(security, user, "administer" if admin else "write", target.node)
+        if keys and not admin:
+            _require_pool_attribute(security, user, target, keys[0])
         return
     _require_subtree(security, user, "remove", target.node)
-    _require_path(security, user, "write", target.parent)
+    _require_child_change(security, user, target.parent)
 
 
 def _move(security: Security, user: str, params: Mapping[str, Any], _input: Any, _b: bool) -> None:
@@ -338,12 +380,12 @@ def _move(security: Security, user: str, params: Mapping[str, Any], _input: Any,
         source = resolver.locate(source_path)
         if source.exists:
             _require_subtree(security, user, "remove", source.node)
-        _require_path(security, user, "write", source.parent)
+        _require_child_change(security, user, source.parent)
     if destination_path is not None:
         destination = resolver.locate(destination_path)
         if destination.exists and _strip(params.get("force")) in (True, "true"):
             _require_subtree(security, user, "remove", destination.node)
-        _require_path(security, user, "write", destination.parent)
+        _require_child_change(security, user, destination.parent)
 
 
 # ---------------------------------------------------------------------- files and the file cache

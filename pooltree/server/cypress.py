@@ -57,6 +57,7 @@ from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     under_pool_trees,
     walk,
 )
+from pooltree.server.cypress_watch import Watch, node_value
 from pooltree.server.pool_rules import check_pool_depth
 from pooltree.server.protocol import (
     ALREADY_EXISTS,
@@ -89,6 +90,7 @@ class Cypress:
         self._clock = clock
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
+        self._watches: list[Watch] = []
         self._root = self._load()
         self._parsed = self._validate(
             self.pool_trees_document(self._root), self.default_tree_attribute(), disjoint=False
@@ -165,6 +167,17 @@ class Cypress:
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener`` after every committed change of the pool trees (in commit order)."""
         self._listeners.append(listener)
+
+    def watch(self, path: str, parse: Callable[[Any], Any], listener: Callable[[Any], None]) -> Any:
+        """Watch the node at ``path`` (``cypress_watch.py``): mutations touching it are refused when ``parse`` of
+        its new value raises; ``listener`` gets the parsed value after each commit. Returns the current parsed one."""
+        with self._lock:
+            watch = Watch(parse_ypath(path).tokens, parse, listener)
+            self._watches.append(watch)
+            return parse(node_value(self._root, watch.tokens, self._plain_value))
+
+    def _plain_value(self, node: Node, tokens: tuple[str, ...]) -> Any:
+        return self._value(node, tokens, None)
 
     @property
     def parsed_pool_trees(self) -> Any:
@@ -540,6 +553,11 @@ class Cypress:
                     default_tree=default_tree,
                     parsed=parsed,
                 )
+            watched = [
+                (watch, watch.parse(node_value(candidate, watch.tokens, self._plain_value)))
+                for watch in self._watches
+                if watch.touched_by(touched)
+            ]
             self._store.save_nodes(upserts, deletes)
             self._root = candidate
             dropped = blob_ids(before[p] for p in touched if p in before) - blob_ids(upserts.values())
@@ -554,6 +572,11 @@ class Cypress:
                         listener(event)
                     except Exception:
                         log.exception("pool trees listener %r failed", listener)
+            for watch, value in watched:
+                try:
+                    watch.listener(value)
+                except Exception:
+                    log.exception("listener of %s failed", watch.path)
             return result
 
     def set(self, path: str, value: Any, *, recursive: bool = False, force: bool = False) -> None:
@@ -593,7 +616,13 @@ class Cypress:
                         attributes={"path": ypath.text, "type": node.type},
                     )
                 parent = self._node_at(root, tokens[:-1])
-                replacement = self._build(value, now)
+                if node.type == "document":  # as YTsaurus: a document's new value is still one document
+                    replacement = Node(
+                        node.id, "document", value=copy.deepcopy(value), creation_time=node.creation_time
+                    )
+                    replacement.modification_time = now
+                else:
+                    replacement = self._build(value, now)
                 replacement.attributes = node.attributes if replacement.type == node.type else {}
                 parent.children[tokens[-1]] = replacement
                 parent.modification_time = now

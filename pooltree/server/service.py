@@ -38,6 +38,7 @@ from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
 from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
+from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
 from pooltree.server.leader import SchedulerRunner
@@ -323,6 +324,14 @@ class SchedulerService:
             clock(),
             single_tree_default=False,
         )
+        try:
+            user_default_pools = self.cypress.watch(
+                USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool, self._on_user_default_pools
+            )
+        except YtError as error:  # stored before pooltree read it: unused until it is set right
+            log.warning("%s not applied: %s", USER_TO_DEFAULT_POOL_PATH, error.message)
+            user_default_pools = {}
+        self.scheduler.set_user_default_parent_pools(user_default_pools, clock())
         self.commands = OperationCommands(self.scheduler, clock)
         self.forecasts = ForecastService(self.scheduler, clock, forecast_settings)
         self.commands.forecasts = self.forecasts
@@ -392,6 +401,9 @@ class SchedulerService:
             )
         except PooltreeError as error:
             log.warning("pool trees change not applied to the running scheduler: %s", error.message)
+
+    def _on_user_default_pools(self, mapping: dict[str, str]) -> None:
+        self.scheduler.set_user_default_parent_pools(mapping, self.clock())
 
     # ------------------------------------------------------------------ HTTP endpoints
 

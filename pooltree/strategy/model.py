@@ -178,6 +178,7 @@ class Allocation:
         "preemption_status",
         "reserve",
         "restarted",
+        "revived",
         "start_time",
         "task",
     )
@@ -210,6 +211,9 @@ class Allocation:
         self.preemption_status = PreemptionStatus.PREEMPTIBLE
         self.preemption: PreemptionRecord | None = None
         self.restarted = False
+        self.revived = False
+        """Its job already ran before a scheduler restart and is re-attached: it keeps its ``start_time`` (set by the
+        controller) and its place in the operation's start order, as YTsaurus's revived allocations do."""
         """Its job was restarted in a new allocation by a gang incarnation switch: the controller already took
         the job back, so the node's report of this allocation's end goes no further than the strategy."""
 

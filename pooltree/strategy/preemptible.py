@@ -123,6 +123,9 @@ class PreemptibleLists:
         too: with a non-empty Preemptible list the new tail needs no rebalancing at all, and otherwise only the
         AggressivelyPreemptible | Preemptible boundary can move (onto the new allocation).
         """
+        if allocation.revived:
+            self._insert_in_start_order(allocation)
+            return
         allocation.preemption_status = PreemptionStatus.PREEMPTIBLE
         had_preemptible = bool(self._lists[2])
         self._lists[2].append(allocation)
@@ -137,6 +140,23 @@ class PreemptibleLists:
             self._balance(1, self._normal, cumulative)
         else:
             self.rebalance()
+
+    def _insert_in_start_order(self, allocation: Allocation) -> None:
+        """A re-attached allocation (its job ran before a scheduler restart and keeps its start time, as YTsaurus's
+        revived allocations do): placed after every allocation that started no later, classes recomputed."""
+        ordered = list(self)
+        position = len(ordered)
+        while position > 0 and ordered[position - 1].start_time > allocation.start_time:
+            position -= 1
+        ordered.insert(position, allocation)
+        for index, listed in enumerate(self._lists):
+            listed.clear()
+            self._usage[index] = [0.0] * RESOURCE_COUNT
+        for item in ordered:
+            item.preemption_status = PreemptionStatus.PREEMPTIBLE
+            self._lists[2].append(item)
+            _add(self._usage[2], item.amounts)
+        self.rebalance()
 
     def remove(self, allocation: Allocation) -> bool:
         """Drop a finished or preempted allocation and rebalance; False if it was not listed.

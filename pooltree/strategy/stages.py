@@ -475,7 +475,8 @@ class SchedulingStages:
         runtime = element.op
         assert runtime is not None
         allocation.node_address = node.address
-        allocation.start_time = now
+        if not allocation.revived:  # a re-attached job keeps the start time its controller gave it
+            allocation.start_time = now
         if allocation.interruption_signal is None:
             allocation.interruption_signal = element.spec.interruption_signal
         node.allocations[allocation.id] = allocation

@@ -469,6 +469,29 @@ class PoolTrees:
         )
         return self._on_activated(activated, now)
 
+    def set_user_default_parent_pools(self, mapping: Mapping[str, str], now: float = 0.0) -> list[str]:
+        """Replace the user → default parent pool map (YTsaurus's ``//sys/scheduler/user_to_default_pool``).
+
+        As YTsaurus's strategy does on a new map, each tree's ephemeral pools in a default parent move under their
+        user's new default parent pool (trees with ``use_user_default_parent_pool_map``; the others keep theirs).
+        All-or-nothing; returns operations that became running.
+        """
+        mapping = dict(mapping)
+        staged: dict[str, PoolTree] = {}
+        for name, tree in self.trees.items():
+            previous = tree.user_default_parent_pools
+            tree.user_default_parent_pools = mapping
+            try:
+                staged[name] = tree.staged_config(tree.definition)
+            finally:
+                tree.user_default_parent_pools = previous
+        self.user_default_parent_pools = mapping
+        activated: list[str] = []
+        for name, tree in staged.items():
+            activated.extend(self.trees[name].commit_staged(tree))
+            self.trees[name].user_default_parent_pools = dict(mapping)
+        return self._on_activated(activated, now)
+
     def check_config(self, definitions: Mapping[str, Any]) -> None:
         """The part of ``apply_config`` that can refuse a change for the operations it would strand: a removed
         tree that still has operations. Changes nothing."""

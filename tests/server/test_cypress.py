@@ -214,3 +214,23 @@ def test_cypress_path_of_field() -> None:
     )
     assert cypress_path_of_field("pool_trees.physical") == f"{TREES}/physical"
     assert cypress_path_of_field("") is None
+
+
+def test_watched_document_is_parsed_before_commit_and_announced_after(store_url: str) -> None:
+    from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
+
+    store = open_store(store_url)
+    c = Cypress(store)
+    seen: list[dict[str, str]] = []
+    assert c.watch(USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool, seen.append) == {}
+    c.create("document", USER_TO_DEFAULT_POOL_PATH, attributes={"value": {}})
+    c.set(USER_TO_DEFAULT_POOL_PATH, {"alice": "research"})
+    assert c.get(f"{USER_TO_DEFAULT_POOL_PATH}/@type") == "document"  # a set keeps a document a document
+    with pytest.raises(YtError) as refused:
+        c.set(USER_TO_DEFAULT_POOL_PATH, {"bob": 7})
+    assert refused.value.attributes["field"] == "bob"
+    assert "user_to_default_pool" in refused.value.message
+    assert c.get(USER_TO_DEFAULT_POOL_PATH) == {"alice": "research"}  # the last good value stays
+    c.remove(USER_TO_DEFAULT_POOL_PATH)
+    assert seen == [{}, {"alice": "research"}, {}]
+    assert Cypress(open_store(store_url)).get("//sys/scheduler").get("user_to_default_pool") is None

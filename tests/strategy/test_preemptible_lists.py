@@ -15,12 +15,15 @@ def make_lists(fs_cpu: float, demand_cpu: float, *, aggressive: float, normal: f
     return lists
 
 
-def add(lists: PreemptibleLists, count: int, cpu: float = 1.0, start: int = 0) -> list[Allocation]:
+def add(
+    lists: PreemptibleLists, count: int, cpu: float = 1.0, start: int = 0, revived: bool = False
+) -> list[Allocation]:
     out = []
     for index in range(count):
         allocation = Allocation(
             f"a{start + index}", "op", vector(user_slots=1, cpu=cpu), start_time=start + index
         )
+        allocation.revived = revived
         lists.add(allocation)
         out.append(allocation)
     return out
@@ -74,3 +77,16 @@ def test_non_preemptible_usage_threshold_keeps_first_allocations():
     add(lists, 20)
     assert lists.counts()["non_preemptible"] == 5
     assert lists.counts()["preemptible"] == 15
+
+
+def test_an_older_allocation_is_placed_by_start_time():
+    # a job re-attached after a scheduler restart keeps its start time: the lists stay in start order, so the
+    # latest started allocation stays the most preemptible whatever order the nodes re-attach them in
+    lists = make_lists(4, 6, aggressive=1.0, normal=1.0)
+    late = add(lists, 3, start=3, revived=True)  # started at 3, 4, 5 (re-attached first)
+    early = add(lists, 3, start=0, revived=True)  # started at 0, 1, 2 (re-attached later)
+    order = [allocation.id for allocation in lists]
+    assert order == [a.id for a in (*early, *late)]
+    assert lists.counts()["preemptible"] == 2
+    assert [a.preemption_status for a in late[1:]] == [PreemptionStatus.PREEMPTIBLE] * 2
+    assert all(a.preemption_status != PreemptionStatus.PREEMPTIBLE for a in (*early, late[0]))

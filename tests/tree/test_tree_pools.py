@@ -173,6 +173,24 @@ def test_user_default_parent_pool_map_and_invalid_default_parent():
     assert "invalid_default_parent_pool" in tree.alerts
 
 
+def test_new_user_default_parent_pool_map_moves_existing_ephemeral_pools():
+    """As YTsaurus's strategy on a new ``//sys/scheduler/user_to_default_pool``: a user's ephemeral pools in the
+    default parent move under the user's new default parent pool; other users' and explicit pools stay."""
+    trees = make_trees(seed_document(config={"use_user_default_parent_pool_map": True}))
+    tree = trees.trees["physical"]
+    start(trees, "g1", user="gina")
+    start(trees, "i1", user="ivan")
+    start(trees, "p1", "project-adhoc", user="gina")
+    assert tree.pool_orchid("gina")["parent"] == "<Root>"
+    trees.set_user_default_parent_pools({"gina": "project-batch"}, now=1)
+    assert tree.pool_orchid("gina")["parent"] == "project-batch"
+    assert tree.pool_orchid("ivan")["parent"] == "<Root>"
+    assert tree.operation("g1").pool.name == "gina" and tree.operation("g1").running
+    assert tree.operation("p1").pool.name == "project-adhoc"
+    trees.set_user_default_parent_pools({}, now=2)
+    assert tree.pool_orchid("gina")["parent"] == "<Root>"
+
+
 def test_lightweight_operation_moving_to_a_regular_pool_is_checked_on_shared_ancestors():
     """A running lightweight operation starts counting toward the shared ancestors' running limits when it moves
     out of its lightweight pool, so a full ancestor refuses the move (found by the stateful test)."""

@@ -29,15 +29,12 @@ from yt_env import (
     sleeping,
     state,
     update_tree_config,
+    update_user_to_default_pool_map,
     vanilla,
     wait,
 )
 
 POOLS = f"{PER_TREE}/default/fair_share_info/pools"
-USER_MAP_SKIP = (
-    "//sys/scheduler/user_to_default_pool (update_user_to_default_pool_map, the scheduler's per-user default "
-    "parent pools) is not modelled"
-)
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +83,36 @@ class TestEphemeralPools(Base):
         yt.remove(f"{TREES}/default/default_pool", recursive=True)
         self.release(op1, op2)
 
-    @pytest.mark.skip(reason=USER_MAP_SKIP)
     def test_ephemeral_pool_is_created_in_user_default_parent_pool(self) -> None:
-        pass
+        yt = self.yt
+        user = self.user_client()
+        create_pool(yt, "default_for_u")
+        self.update_tree_config(use_user_default_parent_pool_map=True)
+        update_user_to_default_pool_map(yt, {"u": "default_for_u"})
+        op = self.sleeping(user)
+        wait(lambda: get_or(yt, f"{operation_path(op.id)}/pool", "") == "u")
+        wait(lambda: get_or(yt, f"{pool_path('u')}/parent", "") == "default_for_u")
 
-    @pytest.mark.skip(reason=USER_MAP_SKIP)
     def test_change_in_user_default_parent_pool_map_changes_parent_of_existing_ephemeral_pool(self) -> None:
-        pass
+        yt = self.yt
+        user = self.user_client()
+        create_pool(yt, "default_for_u")
+        self.update_tree_config(use_user_default_parent_pool_map=True)
+        self.sleeping(user)
+        wait(lambda: yt.exists(pool_path("u")))
+        wait(lambda: get_or(yt, f"{pool_path('u')}/parent", "") == "<Root>")
+        update_user_to_default_pool_map(yt, {"u": "default_for_u"})
+        wait(lambda: get_or(yt, f"{pool_path('u')}/parent", "") == "default_for_u")
 
-    @pytest.mark.skip(reason=USER_MAP_SKIP)
     def test_nonexistent_pools_are_created_in_default_user_pool(self) -> None:
-        pass
+        yt = self.yt
+        self.update_tree_config(use_user_default_parent_pool_map=True)
+        user = self.user_client()
+        create_pool(yt, "default_for_u")
+        update_user_to_default_pool_map(yt, {"u": "default_for_u"})
+        op = self.sleeping(user, pool="nonexistent")
+        wait(lambda: get_or(yt, f"{operation_path(op.id)}/pool", "") == "nonexistent")
+        wait(lambda: get_or(yt, f"{pool_path('nonexistent')}/parent", "") == "default_for_u")
 
     def test_ephemeral_flag(self) -> None:
         yt = self.yt
@@ -212,9 +228,19 @@ class TestEphemeralPools(Base):
         wait(lambda: yt.get(f"{PER_TREE}/default/user_to_ephemeral_pools/root") == [])
         wait(lambda: not get_or(yt, f"{pool_path('<Root>')}/is_ephemeral", False))
 
-    @pytest.mark.skip(reason=USER_MAP_SKIP)
     def test_explicit_to_ephemeral_pool_transformation_with_user_default_parent_pool_map(self) -> None:
-        pass
+        yt = self.yt
+        user = self.user_client()
+        create_pool(yt, "u")
+        create_pool(yt, "default_parent_for_u")
+        self.update_tree_config(use_user_default_parent_pool_map=True)
+        update_user_to_default_pool_map(yt, {"u": "default_parent_for_u"})
+        op = self.sleeping(user)
+        wait(lambda: get_or(yt, f"{operation_path(op.id)}/pool", "") == "u")
+        wait(lambda: self.parent("u") == "<Root>")
+        yt.remove(f"{TREES}/default/u", recursive=True)
+        wait(lambda: self.parent("u") == "default_parent_for_u")
+        wait(lambda: get_or(yt, f"{pool_path('u')}/is_ephemeral", False))
 
     def test_explicit_to_ephemeral_pool_transformation_with_ephemeral_subpool_config(self) -> None:
         yt = self.yt
@@ -335,9 +361,20 @@ class TestEphemeralPools(Base):
         assert pool_info["resource_limits"]["cpu"] == 1.0
         assert pool_info["max_operation_count"] == 1
 
-    @pytest.mark.skip(reason=USER_MAP_SKIP)
     def test_per_user_default_ephemeral_hub_applies_ephemeral_subpool_config(self) -> None:
-        pass
+        yt = self.yt
+        user = self.user_client()
+        subpool_config = {"mode": "fifo", "max_operation_count": 1, "resource_limits": {"cpu": 1}}
+        create_pool(yt, "default_for_u", attributes={"ephemeral_subpool_config": subpool_config})
+        update_user_to_default_pool_map(yt, {"u": "default_for_u"})
+        self.update_tree_config(use_user_default_parent_pool_map=True)
+        op = self.sleeping(user)
+        wait(lambda: len(running_jobs(yt, op.id)) == 1)
+        wait(lambda: yt.exists(pool_path("u")))
+        pool_info = yt.get(pool_path("u"))
+        assert pool_info["parent"] == "default_for_u"
+        assert pool_info["mode"] == "fifo"
+        assert pool_info["resource_limits"]["cpu"] == 1.0
 
 
 class TestSchedulerPoolsCommon(Base):

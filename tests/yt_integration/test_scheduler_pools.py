@@ -837,3 +837,150 @@ class TestSchedulerPoolManipulations:
             self.set(
                 f"{TREES}/my_tree/grandparent/parent/grandchild/@strong_guarantee_resources", {"cpu": 10.0}
             )
+
+
+def make_ace(action: str, subject: str, permissions: str | list[str]) -> dict[str, Any]:
+    """YTsaurus's ``make_ace``."""
+    listed = [permissions] if isinstance(permissions, str) else list(permissions)
+    return {
+        "action": action,
+        "subjects": [subject],
+        "permissions": listed,
+        "inheritance_mode": "object_and_descendants",
+    }
+
+
+class TestSchedulerPoolAcls:
+    """YTsaurus's ``TestSchedulerPoolAcls``: who may use, create, change and remove pools and pool trees."""
+
+    @pytest.fixture(autouse=True)
+    def setup_method_fixture(self, env: YtEnv) -> None:
+        env.reset()
+        self.env = env
+        self.yt = env.yt
+        if self.yt.exists(f"{TREES}/default"):
+            remove_pool_tree(self.yt, "default")
+        self.yt.set(f"{TREES}/@acl", [])  # a fresh environment's: the tests below change it
+
+    def user(self, name: str = "u") -> ytw.YtClient:
+        """``create_user(name)``; the returned client is ``authenticated_user=name``."""
+        if not self.yt.exists(f"//sys/users/{name}"):
+            self.yt.create("user", attributes={"name": name})
+        token = self.yt.issue_token(name)
+        return self.env.client(token.decode() if isinstance(token, bytes) else token)
+
+    def check_permission(self, user: str, permission: str, path: str) -> str:
+        return self.yt.check_permission(user, permission, path)["action"]
+
+    def test_nested_pool_use_permission(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        create_pool(yt, "prod", pool_tree="my_tree", parent_name="nirvana")
+        self.user()
+        prod = f"{TREES}/my_tree/nirvana/prod"
+        assert self.check_permission("u", "use", prod) == "allow"
+        yt.set(f"{TREES}/my_tree/nirvana/@inherit_acl", False)
+        assert self.check_permission("u", "use", prod) == "deny"
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "use")])
+        assert self.check_permission("u", "use", prod) == "allow"
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("deny", "u", "use")])
+        assert self.check_permission("u", "use", prod) == "deny"
+
+    def test_modify_children_allows_to_create_child(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        u = self.user()
+        with pytest.raises(YtError):
+            create_pool(u, "prod", pool_tree="my_tree", parent_name="nirvana")
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "modify_children")])
+        create_pool(u, "prod", pool_tree="my_tree", parent_name="nirvana")
+
+    def test_modify_children_allows_to_remove_child(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        create_pool(yt, "prod", pool_tree="my_tree", parent_name="nirvana")
+        u = self.user()
+        with pytest.raises(YtError):
+            u.remove(f"{TREES}/my_tree/nirvana/prod", recursive=True)
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "modify_children")])
+        yt.set(f"{TREES}/my_tree/nirvana/prod/@acl", [make_ace("allow", "u", "remove")])
+        u.remove(f"{TREES}/my_tree/nirvana/prod", recursive=True)
+
+    def test_write_allows_to_set_user_managed_attribute(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        u = self.user()
+        with pytest.raises(YtError):
+            u.set(f"{TREES}/my_tree/nirvana/@max_operation_count", 10)
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
+        u.set(f"{TREES}/my_tree/nirvana/@max_operation_count", 10)
+
+    def test_administer_allows_to_set_non_user_managed_attribute(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        u = self.user()
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
+        with pytest.raises(YtError):
+            u.set(f"{TREES}/my_tree/nirvana/@enable_aggressive_starvation", True)
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
+        u.set(f"{TREES}/my_tree/nirvana/@enable_aggressive_starvation", True)
+
+    def test_administer_allows_to_set_non_system_attribute(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        u = self.user()
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
+        with pytest.raises(YtError):
+            u.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
+        u.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
+
+    def test_administer_allows_to_remove_non_system_attribute(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        create_pool(yt, "nirvana", pool_tree="my_tree")
+        yt.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
+        u = self.user()
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
+        with pytest.raises(YtError):
+            u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute")
+        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
+        u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute")
+
+    def test_administer_allows_some_forbidden_symbols_in_pool_name(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        u = self.user()
+        yt.set(f"{TREES}/my_tree/@acl", [make_ace("allow", "u", "write")])
+        with pytest.raises(YtError):
+            create_pool(u, "abc:nirvana", pool_tree="my_tree")
+        yt.set("//sys/schemas/scheduler_pool/@acl/end", make_ace("allow", "u", "administer"))
+        create_pool(u, "abc:nirvana", pool_tree="my_tree")
+
+    def test_custom_pool_name_regex_validation(self) -> None:
+        yt = self.yt
+        u = self.user()
+        create_pool_tree(yt, "my_tree")
+        yt.set(f"{TREES}/my_tree/@acl", [make_ace("allow", "u", "write")])
+        with pytest.raises(YtError, match="must match regular expression"):
+            create_pool(u, "a+b", pool_tree="my_tree")
+        yt.set("//sys/@config/scheduler_pool_manager", {"pool_name_regex_for_users": "[a-z\\+]+"})
+        create_pool(u, "a+b", pool_tree="my_tree")
+
+    def test_write_on_root_allows_to_create_remove_pool_trees(self) -> None:
+        yt = self.yt
+        create_pool_tree(yt, "my_tree")
+        u = self.user()
+        with pytest.raises(YtError):
+            create_pool_tree(u, "new_tree")
+        with pytest.raises(YtError):
+            remove_pool_tree(u, "my_tree")
+        yt.set(f"{TREES}/@acl", [make_ace("allow", "u", ["write", "remove"])])
+        create_pool_tree(u, "new_tree")
+        remove_pool_tree(u, "my_tree")

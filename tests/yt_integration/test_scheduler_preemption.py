@@ -217,11 +217,6 @@ class TestSchedulerPreemption:
         wait(lambda: yt.get(f"{donor}/resource_usage/cpu") == 1.0)
         wait(lambda: yt.get(f"{pool_path('blocking_pool')}/resource_usage/cpu") == 1.5)
 
-    @pytest.mark.skip(
-        reason="not deterministic here: after a scheduler restart the revived operation's allocation is preempted "
-        "for the starving guaranteed pool in some runs (the module run) and not within 30 s in others (the test "
-        "alone); the same steps without the restart always pass. Cause not found yet"
-    )
     def test_retain_preemptible_status_after_revive(self) -> None:
         # YTsaurus sets min_spare_job_resources_on_node in the scheduler config; pooltree has it per tree (the
         # option names are the current ones, as the orchid shows them)

@@ -29,6 +29,7 @@ from live_procs import ROOT_TOKEN, Procs, free_port
 TREES = "//sys/pool_trees"
 ORCHID = "//sys/scheduler/orchid/scheduler"
 PER_TREE = f"{ORCHID}/scheduling_info_per_pool_tree"
+USER_TO_DEFAULT_POOL = "//sys/scheduler/user_to_default_pool"
 
 
 def wait(predicate: Callable[[], Any], timeout: float = 30.0, period: float = 0.05) -> Any:
@@ -178,6 +179,8 @@ class YtEnv:
             with contextlib.suppress(ytw.YtError):
                 yt.abort_operation(op["id"])
         wait(lambda: not yt.list_operations(state="running")["operations"])
+        if yt.exists(USER_TO_DEFAULT_POOL):  # the teardown's update_user_to_default_pool_map({})
+            update_user_to_default_pool_map(yt, {})
         if yt.exists(f"{TREES}/@default_tree"):
             yt.remove(f"{TREES}/@default_tree")
         for tree in yt.list(TREES):
@@ -276,3 +279,12 @@ def update_tree_config(yt: ytw.YtClient, tree: str = "default", **options: Any) 
         yt.set(f"{TREES}/{tree}/@config/{key}", value)
     for key, value in options.items():
         wait(lambda key=key, value=value: yt.get(f"{PER_TREE}/{tree}/config").get(key) == value)
+
+
+def update_user_to_default_pool_map(yt: ytw.YtClient, mapping: dict[str, str]) -> None:
+    """YTsaurus's ``update_user_to_default_pool_map``: the scheduler's per-user default parent pools, a document
+    at ``//sys/scheduler/user_to_default_pool``, which YTsaurus's test environment creates (applied by the time the
+    write returns)."""
+    if not yt.exists(USER_TO_DEFAULT_POOL):
+        yt.create("document", USER_TO_DEFAULT_POOL, attributes={"value": {}}, force=True)
+    yt.set(USER_TO_DEFAULT_POOL, mapping)

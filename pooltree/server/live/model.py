@@ -75,6 +75,9 @@ class LiveVanillaController(VanillaController):
         super().__init__(operation_id, tasks, interruption_signal=interruption_signal)
         self.revived_allocations: dict[str, str] = {}
         """allocation id → job id of re-attached jobs (the agent already runs them)."""
+        self._reserved_start: dict[str, float] = {}
+        """job id → when a reserved job really started: its allocation keeps that start time, so the operation's
+        allocations stay in start order and the latest started stays the first preempted (as on YTsaurus)."""
 
     def _refresh(self) -> None:
         super()._refresh()
@@ -114,12 +117,17 @@ class LiveVanillaController(VanillaController):
         self._refresh()
         return True
 
-    def reserve(self, node_address: str, task: str, index: int, job_id: str) -> bool:
-        """A job the store says runs on ``node_address``: hold it for re-attachment by that node."""
+    def reserve(
+        self, node_address: str, task: str, index: int, job_id: str, start_time: float | None = None
+    ) -> bool:
+        """A job the store says runs on ``node_address`` since ``start_time``: hold it for re-attachment by that
+        node."""
         job = self._take_pending(task, index)
         if job is None:
             return False
         self._reserved.setdefault(node_address, {})[(task, index)] = (job, job_id)
+        if start_time is not None:
+            self._reserved_start[job_id] = start_time
         self._refresh()
         return True
 
@@ -142,6 +150,7 @@ class LiveVanillaController(VanillaController):
                 continue
             del jobs[key]
             self._tasks[job.task].pending.appendleft(job)
+            self._reserved_start.pop(job_id, None)
             released.append(job_id)
         if not jobs:
             self._reserved.pop(node_address, None)
@@ -179,6 +188,8 @@ class LiveVanillaController(VanillaController):
             if not reserved:
                 del self._reserved[node.address]
             allocation = self._adopt(job, node.address, now)
+            allocation.start_time = min(now, self._reserved_start.pop(job_id, now))
+            allocation.revived = True
             self.revived_allocations[allocation.id] = job_id
             return allocation
         return super().schedule_allocation(node, available_resources, now)

@@ -108,7 +108,7 @@ class LiveRevival:
             if job.state == "completed":
                 controller.mark_completed(job.task_name, job.job_index)
             elif job.state == "running":
-                if controller.reserve(job.address, job.task_name, job.job_index, job.id):
+                if controller.reserve(job.address, job.task_name, job.job_index, job.id, job.start_time):
                     self.jobs[job.id] = job
                     self.reservations.add(job.address, op.id)
                     self.expected_nodes.setdefault(job.address, now)

@@ -215,6 +215,15 @@ class LiveScheduler(LiveJobs, LiveRevival):
             self._on_activated(activated, now)
             self._refresh_stale_trees(now)
 
+    def set_user_default_parent_pools(self, mapping: Mapping[str, str], now: float) -> None:
+        """Apply ``//sys/scheduler/user_to_default_pool`` (from Cypress): the pools under which each user's
+        ephemeral pools are created in trees with ``use_user_default_parent_pool_map``; existing ones move."""
+        with self.lock:
+            activated = self.registry.set_user_default_parent_pools(mapping, now)
+            self._dirty.update(self.cores)
+            self._on_activated(activated, now)
+            self._refresh_stale_trees(now)
+
     def fair_share_update_period(self, tree: str) -> float:
         """The period of ``tree``'s fair-share update: the scheduler's ``fair_share_update_period`` (YTsaurus has
         it in the strategy config, one value for every tree, not in a tree's config)."""
