@@ -23,6 +23,7 @@ from pooltree.errors import ConfigError
 from pooltree.sim.scenario import Distribution
 
 _NORMAL = NormalDist()
+_Z95 = _NORMAL.inv_cdf(0.95)
 _MIN_SECONDS = 0.001
 
 
@@ -73,6 +74,10 @@ _AS = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
 _AS_P = 0.3275911
 _GRID = 161
 _CENSORED_BINS = 32
+_JOINT_GRID = 61
+_SIGMA_GRID = 16
+_JOINT_BINS = 16
+_MAX_SIGMA = 3.0
 
 
 def _log_survival(z: np.ndarray) -> np.ndarray:
@@ -103,11 +108,76 @@ def _censored_median(logs: Sequence[float], censored: Sequence[float], sigma: fl
     return float(grid[int(np.argmax(likelihood))])
 
 
+def _censored_fit(
+    logs: Sequence[float], censored: Sequence[float], done_weight: float, min_sigma: float
+) -> tuple[float, float]:
+    """The maximum-likelihood (log median, sigma) of a lognormal from complete run times (``logs``, each standing
+    for ``done_weight`` jobs) and jobs still running after ``censored`` log seconds, on a grid. Fitting the
+    spread together with the median matters: the jobs that completed so far are the short ones (a long job is
+    still running), so their own spread and median are both too small."""
+    done = np.asarray(logs, dtype=float)
+    count = done_weight * len(done)
+    first = done_weight * float(done.sum())
+    second = done_weight * float((done * done).sum())
+    cut = np.sort(np.asarray(censored, dtype=float))
+    weights = np.ones(len(cut))
+    if len(cut) > _JOINT_BINS:
+        parts = np.array_split(cut, _JOINT_BINS)
+        cut = np.array([part.mean() for part in parts])
+        weights = np.array([float(len(part)) for part in parts])
+    spread = float(done.std()) if len(done) > 1 else 1.0
+    low = min(float(done.min()), float(cut.min())) - 2.0 * spread
+    high = max(float(done.max()), float(cut.max())) + 4.0 * max(spread, 0.5)
+    mus = np.linspace(low, high, _JOINT_GRID)
+    sigmas = np.geomspace(max(min_sigma, 0.02), _MAX_SIGMA, _SIGMA_GRID)
+    mu, sigma = _grid_best(mus, sigmas, count, first, second, cut, weights)
+    # a second, finer grid around the best point of the first (one step of the first each way)
+    mu_step = float(mus[1] - mus[0])
+    sigma_step = float(sigmas[1] / sigmas[0])
+    return _grid_best(
+        np.linspace(mu - mu_step, mu + mu_step, 21),
+        np.geomspace(max(sigma / sigma_step, min_sigma, 0.02), sigma * sigma_step, 11),
+        count,
+        first,
+        second,
+        cut,
+        weights,
+    )
+
+
+def _grid_best(
+    mus: np.ndarray,
+    sigmas: np.ndarray,
+    count: float,
+    first: float,
+    second: float,
+    cut: np.ndarray,
+    weights: np.ndarray,
+) -> tuple[float, float]:
+    """The grid point of the largest censored lognormal log-likelihood (``count``, ``first``, ``second``: the
+    weighted count, sum and sum of squares of the complete log run times)."""
+    mu = mus[None, :]
+    sigma = sigmas[:, None]
+    likelihood = -count * np.log(sigma) - (second - 2.0 * mu * first + count * mu * mu) / (
+        2.0 * sigma * sigma
+    )
+    z = (cut[None, None, :] - mu[:, :, None]) / sigma[:, :, None]
+    likelihood = likelihood + (_log_survival(z) * weights[None, None, :]).sum(axis=2)
+    row, column = np.unravel_index(int(np.argmax(likelihood)), likelihood.shape)
+    return float(mus[column]), float(sigmas[row])
+
+
 def fit(
-    values: Sequence[float], source: str, settings: DurationSettings, censored: Sequence[float] = ()
+    values: Sequence[float],
+    source: str,
+    settings: DurationSettings,
+    censored: Sequence[float] = (),
+    completed: int | None = None,
 ) -> DurationFit:
-    """The lognormal fit of observed run times (at least one), with ``censored``: run times so far of the task's
-    jobs still running (a job running for 600 s says the median is likely not 100 s)."""
+    """The lognormal fit of observed run times (at least one), with ``censored``: run times so far of the jobs
+    still running (a job running for 600 s says the median is likely not 100 s). With two or more observations
+    the median and the spread are fitted together (`_censored_fit`); ``completed``: how many jobs completed in
+    all when ``values`` keeps only the newest (each kept one then stands for ``completed / len(values)``)."""
     logs = [math.log(max(value, _MIN_SECONDS)) for value in values]
     mean = sum(logs) / len(logs)
     if source == "prior":
@@ -118,18 +188,26 @@ def fit(
         sigma = settings.default_sigma
     sigma = max(sigma, settings.min_sigma)
     positive = [math.log(value) for value in censored if value > 0]
-    if positive and sigma > 0:  # no spread (min_sigma 0, equal run times): every job runs the median
+    if positive and source != "prior" and len(logs) >= 2 and sigma > 0:
+        weight = max(1.0, completed / len(logs)) if completed else 1.0
+        mean, sigma = _censored_fit(logs, positive, weight, settings.min_sigma)
+    elif positive and sigma > 0:  # no spread (min_sigma 0, equal run times): every job runs the median
         mean = _censored_median(logs, positive, sigma)
     return DurationFit(math.exp(mean), sigma, len(logs), source)
 
 
 def choose(
-    own: Sequence[float], pool: Sequence[float], settings: DurationSettings, running: Sequence[float] = ()
+    own: Sequence[float],
+    pool: Sequence[float],
+    settings: DurationSettings,
+    running: Sequence[float] = (),
+    completed: int | None = None,
 ) -> DurationFit:
     """The task's own observations, else its pool's, else the prior (one pseudo-observation at its median);
-    ``running``: how long the task's running jobs have run (censored observations)."""
+    ``running``: how long the task's running jobs have run (censored observations); ``completed``: how many of
+    the task's jobs completed in all (``own`` may keep the newest only)."""
     if own:
-        return fit(own, "operation", settings, running)
+        return fit(own, "operation", settings, running, completed)
     if pool:
         return fit(pool, "pool", settings, running)
     return fit([settings.prior_median], "prior", settings, running)
@@ -157,20 +235,27 @@ def remaining(distribution: Distribution, elapsed: float, rng: random.Random) ->
 
 
 def remaining_distribution(
-    distribution: Distribution, elapsed: Sequence[float], rng: random.Random, draws: int = 16
+    distribution: Distribution, elapsed: Sequence[float], rng: random.Random, draws: int = 64
 ) -> Distribution:
-    """One lognormal for the remaining times of a group of running jobs that have run ``elapsed`` seconds each:
-    fitted (geometric mean, log spread) to ``draws`` conditioned draws over the group (each draw for an elapsed
-    time picked from the group). A group stands for jobs of similar age (`pooltree.forecast.fork` groups them)."""
-    values = [
+    """One lognormal for the remaining times of a group of running jobs that have run ``elapsed`` seconds each,
+    fitted to ``draws`` conditioned draws over the group (each for an elapsed time picked from the group) by its
+    median and its 95th percentile: a group stands for jobs of similar age (`pooltree.forecast.fork` groups
+    them), and what matters of their remaining times is mostly the upper part (when the last of them ends). A
+    fit by the log spread would not do: remaining times close to 0 (jobs near their end) make the log spread
+    wide and the upper tail far too heavy (the last of 50 jobs ending at twice its real time)."""
+    values = sorted(
         max(remaining(distribution, elapsed[rng.randrange(len(elapsed))], rng), _MIN_SECONDS)
         for _ in range(draws)
-    ]
-    logs = [math.log(value) for value in values]
-    mean = sum(logs) / len(logs)
-    sigma = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    return (
-        Distribution("lognormal", math.exp(mean), min(sigma, 5.0))
-        if sigma > 0
-        else Distribution("fixed", math.exp(mean))
     )
+    median = quantile_of(values, 0.5)
+    upper = quantile_of(values, 0.95)
+    sigma = math.log(upper / median) / _Z95 if upper > median else 0.0
+    return Distribution("lognormal", median, min(sigma, 5.0)) if sigma > 0 else Distribution("fixed", median)
+
+
+def quantile_of(ordered: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile ``q`` of sorted ``ordered``."""
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

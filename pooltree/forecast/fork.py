@@ -25,7 +25,7 @@ from pooltree.config.snapshot import Cluster, NodeGroup, Snapshot
 from pooltree.config.tags import nodes_of_trees
 from pooltree.controllers.memory import MemoryDigestSettings
 from pooltree.fairshare.model import UpdateState
-from pooltree.forecast.durations import DurationFit, DurationSettings, choose, remaining_distribution
+from pooltree.forecast.durations import DurationFit, DurationSettings, choose, fit, remaining_distribution
 from pooltree.forecast.state import ClusterState, IntegralState, OperationState, RunningJob
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
@@ -80,13 +80,29 @@ def cluster_snapshot(state: ClusterState) -> Snapshot:
 
 
 def duration_fits(state: ClusterState, settings: DurationSettings) -> dict[tuple[str, str], DurationFit]:
-    """(operation id, task) → the durations the forecast assumes for that task's jobs."""
+    """(operation id, task) → the durations the forecast assumes for that task's jobs: the task's own completed
+    jobs with its running ones (censored); else its pool's completed jobs with every running job of the pool's
+    operations (one fit per pool); else the prior."""
+    pool_running: dict[str, list[float]] = {}
+    for op in state.operations:
+        elapsed = pool_running.setdefault(op.pool, [])
+        for task in op.tasks:
+            elapsed.extend(state.now - job.start_time for job in task.running)
+    pool_fits: dict[str, DurationFit] = {}
     fits = {}
     for op in state.operations:
         pool = state.pool_durations.get(op.pool, ())
         for task in op.tasks:
             running = [state.now - job.start_time for job in task.running]
-            fits[(op.id, task.name)] = choose(task.durations, pool, settings, running)
+            if task.durations or not pool:
+                found = choose(task.durations, pool, settings, running, task.completed)
+            else:
+                found = pool_fits.get(op.pool)
+                if found is None:
+                    found = pool_fits[op.pool] = fit(
+                        pool, "pool", settings, pool_running[op.pool], state.pool_completed.get(op.pool)
+                    )
+            fits[(op.id, task.name)] = found
     return fits
 
 

@@ -61,6 +61,7 @@ class DurationHistory:
     def __init__(self, kept: int = KEPT_DURATIONS) -> None:
         self.kept = kept
         self.pools: dict[str, deque[float]] = {}
+        self.completed: dict[str, int] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     def add(self, pool: str, job_id: str, run_time: float) -> None:
@@ -70,6 +71,7 @@ class DurationHistory:
         if len(self._seen) > SEEN_JOBS:
             self._seen.popitem(last=False)
         self.pools.setdefault(pool, deque(maxlen=self.kept)).append(run_time)
+        self.completed[pool] = self.completed.get(pool, 0) + 1
 
     def snapshot(self) -> dict[str, tuple[float, ...]]:
         return {pool: tuple(values) for pool, values in self.pools.items()}
@@ -220,6 +222,7 @@ def take_state(
             fair_share_update_period=scheduler.update_period,
             heartbeat_period=scheduler.heartbeat_period,
             pool_durations=history.snapshot(),
+            pool_completed=dict(history.completed),
             integral={
                 name: found
                 for name, core in scheduler.cores.items()

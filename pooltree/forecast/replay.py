@@ -39,6 +39,7 @@ class SimulationRecorder:
         self.completed: dict[tuple[str, str], int] = {}
         self.durations: dict[tuple[str, str], deque[float]] = {}
         self.pool_durations: dict[str, deque[float]] = {}
+        self.pool_completed: dict[str, int] = {}
         self.submitted: dict[str, float] = {}
         self.submissions: deque[Submission] = deque(maxlen=KEPT_SUBMISSIONS)
         self._ops: dict[str, Any] = {}
@@ -64,6 +65,7 @@ class SimulationRecorder:
             run_time = event["time"] - job.start
             self.durations.setdefault(key, deque(maxlen=KEPT_DURATIONS)).append(run_time)
             self.pool_durations.setdefault(job.op.pool, deque(maxlen=KEPT_DURATIONS)).append(run_time)
+            self.pool_completed[job.op.pool] = self.pool_completed.get(job.op.pool, 0) + 1
 
     def _submission(self, event: dict[str, Any]) -> None:
         simulation = self.simulation
@@ -144,6 +146,7 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
         fair_share_update_period=scenario.scheduler.fair_share_update_period,
         heartbeat_period=scenario.scheduler.node_heartbeat_period,
         pool_durations={pool: tuple(values) for pool, values in recorder.pool_durations.items()},
+        pool_completed=dict(recorder.pool_completed),
         integral={
             name: found
             for name, tree in simulation.trees.items()

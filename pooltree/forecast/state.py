@@ -112,6 +112,8 @@ class ClusterState:
     heartbeat_period: float = 1.0
     pool_durations: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Pool → run times of completed jobs of its operations, finished ones included (the newest, bounded)."""
+    pool_completed: Mapping[str, int] = field(default_factory=dict)
+    """Pool → how many jobs completed in all since the history began (``pool_durations`` keeps the newest)."""
     integral: Mapping[str, IntegralState] = field(default_factory=dict)
     """Tree → its integral guarantees' state after the last fair-share update (trees without one: absent)."""
     submissions: tuple[Submission, ...] = ()

@@ -1,0 +1,66 @@
+"""Run times the forecast assumes: early in a workload the jobs that completed are the short ones, so their own
+median and spread are both too small; the running jobs (censored) bring both back. A group of running jobs'
+remaining times keeps the upper tail that decides when the last of them ends."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+from pooltree.forecast.durations import DurationSettings, fit, remaining, remaining_distribution
+from pooltree.sim.scenario import Distribution
+
+TRUE_MEDIAN, TRUE_SIGMA = 300.0, 0.8
+
+
+def early_sample(seed: int) -> tuple[list[float], list[float]]:
+    """Jobs started uniformly over the last 600 s of run times LN(300, 0.8): those done and the running ones'
+    elapsed times."""
+    rng = random.Random(seed)
+    done, running = [], []
+    for _ in range(400):
+        started = rng.uniform(0.0, 600.0)
+        run_time = TRUE_MEDIAN * math.exp(TRUE_SIGMA * rng.gauss(0.0, 1.0))
+        elapsed = 600.0 - started
+        (done if run_time <= elapsed else running).append(run_time if run_time <= elapsed else elapsed)
+    return done, running
+
+
+def test_the_running_jobs_bring_back_the_median_and_the_spread() -> None:
+    for seed in range(3):
+        done, running = early_sample(seed)
+        naive = fit(done, "pool", DurationSettings())
+        # what the completed jobs alone say
+        assert naive.median < 0.8 * TRUE_MEDIAN and naive.sigma < 0.85 * TRUE_SIGMA, naive
+        found = fit(done, "pool", DurationSettings(), running)
+        assert abs(math.log(found.median / TRUE_MEDIAN)) < 0.12, found
+        assert abs(found.sigma - TRUE_SIGMA) < 0.08, found
+
+
+def test_kept_completions_stand_for_all_that_completed() -> None:
+    """Only the newest completions kept (a quarter): each stands for four, or the running ones weigh too much."""
+    done, running = early_sample(4)
+    kept = done[-len(done) // 4 :]
+    weighted = fit(kept, "pool", DurationSettings(), running, completed=len(done))
+    unweighted = fit(kept, "pool", DurationSettings(), running)
+    full = fit(done, "pool", DurationSettings(), running)
+    assert abs(math.log(weighted.median / full.median)) < abs(math.log(unweighted.median / full.median))
+
+
+def test_a_group_of_running_jobs_ends_when_its_last_job_would() -> None:
+    """The last of 50 running jobs ends, over many draws, about when it would if each job's remaining time were
+    drawn on its own (conditioned on its elapsed time): the group's distribution keeps the upper tail."""
+    distribution = Distribution("lognormal", 337.0, 0.6)
+    rng = random.Random(3)
+    elapsed = sorted(rng.uniform(0, 600) for _ in range(52))
+    groups = [elapsed[i : i + 13] for i in range(0, 52, 13)]
+    exact, grouped = [], []
+    for _ in range(300):
+        exact.append(max(remaining(distribution, e, rng) for e in elapsed))
+        last = 0.0
+        for group in groups:
+            drawn = remaining_distribution(distribution, group, rng)
+            last = max(last, *(drawn.sample(rng) for _ in group))
+        grouped.append(last)
+    assert abs(math.log(statistics.median(grouped) / statistics.median(exact))) < 0.15
