@@ -30,6 +30,13 @@ from pooltree.resources import zeros
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+from pooltree.strategy.tentative import (
+    asks_for_tentative_trees,
+    non_tentative_types,
+    spec_options,
+    tentative_trees,
+    with_tentative_trees,
+)
 from pooltree.tree.delta import period_delta
 from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
 from pooltree.tree.registry import PoolTrees
@@ -48,10 +55,22 @@ def _register(snapshot: Snapshot) -> PoolTrees:
     operations, a forbidden pool, too many ephemeral pools) is an error in the snapshot, not a partial result.
     """
     trees = PoolTrees(snapshot.pool_trees, default_tree=snapshot.default_pool_tree)
+    types = non_tentative_types({name: tree.config for name, tree in snapshot.pool_trees.items()})
     ordered = sorted(enumerate(snapshot.operations), key=lambda item: (item[1].start_time, item[1].id))
     for index, op in ordered:
         try:
-            trees.register_operation(op.id, op.spec, user=op.user, operation_type=op.type, now=op.start_time)
+            spec = op.spec
+            if asks_for_tentative_trees(spec):  # its tentative trees too, as the live service places it
+                tentative = tentative_trees(
+                    spec_options(spec),
+                    op.type,
+                    snapshot.pool_trees,
+                    types,
+                    f"operations[{index}].spec",
+                    defaults=snapshot.default_tentative_pool_trees,
+                )
+                spec = with_tentative_trees(spec, op.pool_trees, tentative)
+            trees.register_operation(op.id, spec, user=op.user, operation_type=op.type, now=op.start_time)
         except ConfigError:
             raise
         except PooltreeError as error:
@@ -220,7 +239,7 @@ def _warn_unsupported(snapshot: Snapshot, names: list[str]) -> None:
     pooltree ignores (YTsaurus options it does not implement; names it does not know, with the closest one)."""
     trees = [snapshot.pool_trees[name] for name in names]
     operations = [(op.id, op.spec) for op in snapshot.operations if set(op.pool_trees) & set(names)]
-    entries = unsupported_options(trees, operations, offline=True)
+    entries = unsupported_options(trees, operations, offline=True, snapshot=True)
     if entries:
         sys.stderr.write(
             f"warning: {len(entries)} option(s) accepted but not implemented by pooltree (no effect):\n"

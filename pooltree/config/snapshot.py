@@ -22,7 +22,14 @@ from pooltree.config.tags import nodes_of_trees
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import RESOURCES, Vector, parse_resources, resources_to_dict
 
-SNAPSHOT_KEYS = ("cluster", "default_pool_tree", "pool_trees", "operations", "fair_share_update")
+SNAPSHOT_KEYS = (
+    "cluster",
+    "default_pool_tree",
+    "pool_trees",
+    "operations",
+    "fair_share_update",
+    "default_tentative_pool_trees",
+)
 OPERATION_KEYS = frozenset(
     {"id", "type", "user", "start_time", "spec", "resource_usage", "resource_demand", "jobs"}
 )
@@ -109,6 +116,8 @@ class Snapshot:
     """Total resources per tree (nodes summed by ``node_tag_filter``, or ``cluster.total_resources``)."""
     tree_nodes: dict[str, tuple[str, ...]]
     """Node group addresses per tree (empty when the cluster gives ``total_resources``)."""
+    default_tentative_pool_trees: tuple[str, ...] = ()
+    """The scheduler's ``default_tentative_pool_trees`` (spec ``use_default_tentative_pool_trees``)."""
 
     def operations_in_tree(self, tree: str) -> tuple[SnapshotOperation, ...]:
         return tuple(operation for operation in self.operations if tree in operation.pool_trees)
@@ -413,7 +422,15 @@ def parse_snapshot(document: Any, *, extra_keys: Iterable[str] = ()) -> Snapshot
     update = None
     if document.get("fair_share_update") is not None:
         update = parse_fair_share_update(document["fair_share_update"], trees)
-    return Snapshot(cluster, default_tree, trees, operations, update, totals, tree_nodes)
+    default_tentative = document.get("default_tentative_pool_trees") or []
+    if isinstance(default_tentative, str) or not isinstance(default_tentative, list):
+        raise ConfigError("default_tentative_pool_trees", "expected a list of pool tree names")
+    for index, name in enumerate(default_tentative):
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"default_tentative_pool_trees[{index}]", "expected a pool tree name")
+    return Snapshot(
+        cluster, default_tree, trees, operations, update, totals, tree_nodes, tuple(default_tentative)
+    )
 
 
 def load_snapshot(path: str | Path) -> Snapshot:

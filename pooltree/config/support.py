@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
-TENTATIVE = "tentative pool trees are not modelled; the operation runs only in its pool_trees"
 TENTATIVE_OFFLINE = (
-    "tentative pool trees run in the live service only (pooltree/strategy/tentative.py); the simulator and "
-    "`pooltree fair-share` place each operation in its pool_trees only"
+    "tentative pool trees run in the live service (pooltree/strategy/tentative.py) and `pooltree fair-share` "
+    "places operations in them; the simulator places each operation in its pool_trees only"
 )
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
@@ -268,17 +267,33 @@ def unsupported_spec_options(
     return found
 
 
+SNAPSHOT_IMPLEMENTED = frozenset(
+    {
+        "tentative_pool_trees",
+        "tentative_tree_eligibility",
+        "use_default_tentative_pool_trees",
+        "non_tentative_operation_types",
+        "tentative_tree_saturation_deactivation_period",
+    }
+)
+"""Offline-unsupported options ``pooltree fair-share`` implements: it places an operation in its tentative trees
+(``non_tentative_operation_types`` applied); a snapshot has no jobs to sample and no heartbeats, so the
+eligibility's sample, bans and saturation have nothing to act on there."""
+
+
 def unsupported_options(
     trees: Mapping[str, Any] | Iterable[Any],
     operations: Iterable[tuple[str, Any]] = (),
     *,
     offline: bool = False,
+    snapshot: bool = False,
 ) -> list[dict[str, str]]:
     """The "unsupported options" alert: every option set in the input that pooltree accepts but ignores.
 
     ``trees`` are ``PoolTreeDefinition`` objects (a mapping by name or an iterable); ``operations`` are
     ``(operation id, OperationSpec)`` pairs. Each entry is ``{"path", "option", "reason"}``. ``offline``: the
-    simulator's and ``pooltree fair-share``'s list, with the options only the live service implements.
+    simulator's and ``pooltree fair-share``'s list, with the options only the live service implements;
+    ``snapshot``: ``pooltree fair-share``'s, less what it implements of those (:data:`SNAPSHOT_IMPLEMENTED`).
     """
     definitions = trees.values() if isinstance(trees, Mapping) else trees
     found: list[UnsupportedOption] = []
@@ -292,6 +307,8 @@ def unsupported_options(
             )
     for operation_id, spec in operations:
         found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec", offline=offline))
+    if snapshot:
+        found = [item for item in found if item.option not in SNAPSHOT_IMPLEMENTED]
     return [item.to_dict() for item in found]
 
 

@@ -151,6 +151,37 @@ def tentative_trees(
     return result
 
 
+NON_TENTATIVE_TYPES = "non_tentative_operation_types"
+
+
+def non_tentative_types(tree_configs: Mapping[str, Any]) -> dict[str, list[str] | None]:
+    """Tree → its ``non_tentative_operation_types`` (None: the default list), from tree name → tree config."""
+    result: dict[str, list[str] | None] = {}
+    for name, config in tree_configs.items():
+        raw = (getattr(config, "model_extra", None) or {}).get(NON_TENTATIVE_TYPES)
+        result[name] = [str(t) for t in raw] if isinstance(raw, list) else None
+    return result
+
+
+def asks_for_tentative_trees(spec: Any) -> bool:
+    """Whether a spec (a map or an ``OperationSpec``) names tentative trees or asks for the scheduler's default
+    ones."""
+    options = spec_options(spec)
+    return options.get("tentative_pool_trees") is not None or bool(options.get(USE_DEFAULT))
+
+
+def spec_options(spec: Any) -> Mapping[str, Any]:
+    """The tentative options of a spec given as a map or as an ``OperationSpec`` (kept in its extras)."""
+    if isinstance(spec, Mapping):
+        return spec
+    return {**(getattr(spec, "model_extra", None) or {}), "pool_trees": getattr(spec, "pool_trees", None)}
+
+
+def with_tentative_trees(spec: Any, regular: Sequence[str], tentative: Sequence[str]) -> Any:
+    """The ``OperationSpec`` registered in its regular and then its tentative trees (YTsaurus lists both)."""
+    return spec.model_copy(update={"pool_trees": (*regular, *tentative)}) if tentative else spec
+
+
 @dataclass
 class _Durations:
     total: float = 0.0

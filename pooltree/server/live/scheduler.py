@@ -56,6 +56,7 @@ from pooltree.strategy.build_static import operation_aggressive_preemption_allow
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 from pooltree.strategy.single_tree import restrict_to_single_tree
+from pooltree.strategy.tentative import asks_for_tentative_trees, with_tentative_trees
 from pooltree.tree import PoolTrees
 from pooltree.tree.lifecycle import OperationState
 
@@ -413,18 +414,11 @@ class LiveScheduler(LiveJobs, LiveRevival):
             )
             # spec tentative_pool_trees: more trees the operation runs in on trial (live/tentative.py)
             tentative = (
-                self.tentative.trees_for_start(spec, operation_type)
-                if isinstance(spec, Mapping)
-                and (
-                    spec.get("tentative_pool_trees") is not None
-                    or spec.get("use_default_tentative_pool_trees")
-                )
-                else []
+                self.tentative.trees_for_start(spec, operation_type) if asks_for_tentative_trees(spec) else []
             )
-            if tentative:
-                in_trees = in_trees.model_copy(
-                    update={"pool_trees": (*in_trees.pool_trees_or(self.registry.default_tree), *tentative)}
-                )
+            in_trees = with_tentative_trees(
+                in_trees, in_trees.pool_trees_or(self.registry.default_tree), tentative
+            )
             registered = self.registry.register_operation(
                 operation_id, in_trees, user=user, operation_type=operation_type, now=now
             )

@@ -23,6 +23,7 @@ from pooltree.strategy.tentative import (
     DEFAULT_SATURATION_DEACTIVATION_PERIOD,
     TentativeEligibility,
     TentativeTreeEligibilityConfig,
+    non_tentative_types,
     tentative_trees,
 )
 
@@ -32,20 +33,11 @@ if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
 
 PERIOD_OPTION = "tentative_tree_saturation_deactivation_period"
-TYPES_OPTION = "non_tentative_operation_types"
 
 
 def _tree_option(scheduler: LiveScheduler, tree: str, option: str) -> Any:
     config = scheduler.registry.trees[tree].config
     return (getattr(config, "model_extra", None) or {}).get(option)
-
-
-def _non_tentative_types(scheduler: LiveScheduler) -> dict[str, list[str] | None]:
-    result: dict[str, list[str] | None] = {}
-    for name in scheduler.registry.trees:
-        raw = _tree_option(scheduler, name, TYPES_OPTION)
-        result[name] = [str(t) for t in raw] if isinstance(raw, list) else None
-    return result
 
 
 class LiveTentative:
@@ -63,7 +55,7 @@ class LiveTentative:
             spec,
             operation_type,
             self.scheduler.registry.trees,
-            _non_tentative_types(self.scheduler),
+            non_tentative_types({name: tree.config for name, tree in self.scheduler.registry.trees.items()}),
             defaults=self.scheduler.default_tentative_pool_trees,
         )
 
