@@ -844,7 +844,13 @@ class JobExecutor:
             exec_seconds=exec_end - job.start_mono,
         )
         devices = tuple(self.gpu_devices(spec.job_id))  # before the clean-up returns them
-        stderr_size = await asyncio.get_running_loop().run_in_executor(self._finisher, self._clean_up, job)
+        emptying = job.sandbox_slot is not None and self._outputs_within_limit(job)
+        if emptying:  # the slot is emptied after the result is out (below): its next job waits for that
+            stderr_size = self._settle(job)
+        else:
+            stderr_size = await asyncio.get_running_loop().run_in_executor(
+                self._finisher, self._clean_up, job
+            )
         result = JobResult(
             job_id=spec.job_id,
             operation_id=spec.operation_id,
@@ -862,9 +868,50 @@ class JobExecutor:
         )
         self._results[spec.job_id] = result
         del self._running[spec.job_id]
+        if emptying:
+            assert job.sandbox_slot is not None
+            self._give_back_later(job.sandbox_slot)
         job.done.set_result(result)
         for listener in list(self._listeners):
             listener(result)
+
+    def _outputs_within_limit(self, job: _Job) -> bool:
+        """Whether neither output file of the job needs cutting (two ``stat``s): then nothing of its settling
+        touches the disk's data."""
+        for name in ("stdout", "stderr"):
+            try:
+                if os.stat(job.directory / name).st_size > self.stderr_limit:
+                    return False
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        return True
+
+    def _settle(self, job: _Job) -> int:
+        """On the loop, for a job of a slot whose outputs need no cut: its accounting released (a slot's job
+        never has the cgroup meter, whose release writes and waits: slots are off with it); the stderr size."""
+        self.meter.release(job.spec.job_id)
+        self.isolation.release(job.spec.job_id)
+        self.gpus.release(job.spec.job_id)
+        try:
+            return os.stat(job.directory / "stderr").st_size
+        except OSError:
+            return 0
+
+    def _give_back_later(self, used: SandboxSlot) -> None:
+        """The finished job's slot emptied on a finisher thread while its result travels: as YTsaurus's node
+        offers resources still being released (``include_releasing_resources_in_scheduler_heartbeat`` off),
+        the freed slot is reported at the job's exit, and a job that gets it meanwhile waits for the emptying
+        (``SandboxSlots.take``), never a new slot."""
+        self._slots.emptying(used)
+        try:
+            emptied = self._finisher.submit(self._slots.give_back, used)
+        except RuntimeError:  # shut down: empty it here
+            self._slots.give_back(used)
+            return
+        self._removals.add(emptied)
+        emptied.add_done_callback(self._removals.discard)
 
     def _clean_up(self, job: _Job) -> int:
         """Worker thread: release the job's accounting, cap its output files, drop its sandbox; the stderr size."""

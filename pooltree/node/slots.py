@@ -18,7 +18,8 @@ each) that successive jobs run in, a node whose isolation is ``bwrap+uid`` keeps
   copy of the slot's, with its own ``/proc``); the keeper starts ``setpriv`` (the slot's uid, no groups,
   capabilities nor new privileges) ``/bin/sh -c`` as before. When the keeper ends, the kernel kills every
   process left in the job's PID namespace: no process of a job outlives it, as under a bubblewrap per job;
-* between two jobs the node empties the slot (``give_back``): every entry of the sandbox and of its ``tmp`` is
+* between two jobs the node empties the slot (``give_back``, on a finisher thread after the job's result is out:
+  ``take`` waits for a slot being emptied rather than set a new one up): every entry of the sandbox and of its ``tmp`` is
   renamed into the node's trash (deleted in the background), the sandbox's and ``tmp``'s owner and modes are set
   again. A slot whose layout a job changed (``tmp`` replaced or moved, a mount point bubblewrap made inside
   ``tmp`` renamed: when the node root lies under ``/tmp`` bubblewrap makes the directories leading to its mask
@@ -52,6 +53,8 @@ from pooltree.node.keeper import SYS_CLONE, KeeperProcess
 SLOT_PREFIX = ".slot-"
 SETUP_TIMEOUT = 30.0
 HOLDER_END_TIMEOUT = 5.0
+EMPTYING_WAIT = 10.0
+"""How long a job waits for a slot being emptied before it sets a new one up."""
 HOLDER_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 _log = logging.getLogger(__name__)
@@ -109,13 +112,19 @@ class SandboxSlots:
         self._free: list[SandboxSlot] = []
         self._all: dict[str, SandboxSlot] = {}
         self._names = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._emptying: set[str] = set()
+        """Slots whose job is over and that are being emptied (``emptying`` .. ``give_back``)."""
         self._closed = False
 
     def take(self) -> SandboxSlot:
-        """Worker thread: a free slot (the most recently used first), or a new one; ``OSError`` when a new one
-        cannot be set up."""
+        """Worker thread: a free slot (the most recently used first), one being emptied once it is (a new slot
+        costs a bubblewrap's setup), or a new one; ``OSError`` when a new one cannot be set up."""
+        deadline = time.monotonic() + EMPTYING_WAIT
         with self._lock:
+            while not self._free and self._emptying and not self._closed:
+                if not self._lock.wait(max(deadline - time.monotonic(), 0)):
+                    break
             if self._closed:
                 raise OSError("the node's slots are closed")
             if self._free:
@@ -127,6 +136,11 @@ class SandboxSlots:
             self._all[name] = made
         return made
 
+    def emptying(self, used: SandboxSlot) -> None:
+        """The slot's job is over and ``give_back`` follows on another thread: ``take`` waits for it."""
+        with self._lock:
+            self._emptying.add(used.name)
+
     def give_back(self, used: SandboxSlot) -> None:
         """Worker thread, once every process of the slot's job is gone: empty the slot for the next job, or
         retire it when a job changed its layout (or the node is closing)."""
@@ -136,11 +150,12 @@ class SandboxSlots:
         except OSError as error:
             _log.warning("cannot empty slot %s (retired): %s", used.name, error)
             reusable = False
-        if reusable:
-            with self._lock:
-                if not self._closed:
-                    self._free.append(used)
-                    return
+        with self._lock:
+            self._emptying.discard(used.name)
+            self._lock.notify_all()
+            if reusable and not self._closed:
+                self._free.append(used)
+                return
         self._retire(used)
 
     def abandon(self, used: SandboxSlot) -> None:
@@ -156,6 +171,7 @@ class SandboxSlots:
         """Retire every free slot; a slot still in use is retired when given back."""
         with self._lock:
             self._closed = True
+            self._lock.notify_all()
             free, self._free = self._free, []
         for idle in free:
             self._retire(idle)
