@@ -9,9 +9,8 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -28,22 +27,12 @@ from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.guarantee_priority import high_priority_operations
+from pooltree.strategy.input_resources import InputResources
 from pooltree.strategy.model import (
-    AbortReason,
     Allocation,
     FinishedAllocation,
     HeartbeatResult,
     NodeHeartbeat,
-)
-from pooltree.strategy.necessary_resources import necessary_resources_violation, tree_necessary_resources
-from pooltree.strategy.operation_checks import (
-    LimitingAncestorWatch,
-    job_resource_bounds,
-    job_resource_limits_violation,
-    limiting_ancestor,
-    limiting_ancestor_check_enabled,
-    limiting_ancestor_error,
-    specified_limits,
 )
 from pooltree.strategy.packing import packing_config
 from pooltree.strategy.reconnection import nodes_for_tag_filters
@@ -61,52 +50,13 @@ from pooltree.strategy.segment_inputs import (
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.ssd_preemption import refresh_ssd_operations, ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
-from pooltree.strategy.time_limits import (
-    job_time_limit,
-    job_time_limit_error,
-    operation_time_limit,
-    operation_time_limit_error,
-)
-from pooltree.strategy.watch import unwatch_pending, watch_pending
+from pooltree.strategy.time_limit_watch import TimeLimits
+from pooltree.strategy.tree_checks import TreeChecks
 from pooltree.tree import FairShareInputCache, build_fair_share_input
 from pooltree.tree.delta import PeriodDelta, period_delta
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
-
-_UNSET = object()
-
-_DEADLINE_SLACK = 1e-3
-"""Seconds before its ``start + time_limit`` an operation joins the checked ones (float rounding; early is harmless:
-the check itself is exact)."""
-
-
-class _LimitWatch:
-    """The operations `SchedulerCore.enforce_time_limits` must look at; every other one has nothing that can be due.
-
-    ``order``: operation → serial (registration order). ``deadlines``: a heap of ``(start + time_limit, serial,
-    operation)``, moved to ``expired`` once reached (an operation past its limit stays there until it leaves);
-    ``job_limited``: operations with a ``job_time_limit``; ``always``: operations whose spec is a plain map (it
-    may change in place) or that the pool tree did not hold when attached. Entries of operations that left are
-    dropped from the sets at once and from the heap when they surface (their serial no longer matches).
-    """
-
-    __slots__ = ("always", "deadlines", "expired", "job_limited", "order", "serial")
-
-    def __init__(self) -> None:
-        self.order: dict[str, int] = {}
-        self.serial = 0
-        self.deadlines: list[tuple[float, int, str]] = []
-        self.expired: set[str] = set()
-        self.job_limited: set[str] = set()
-        self.always: set[str] = set()
-
-    def forget(self, operation_id: str) -> None:
-        if self.order.pop(operation_id, None) is not None:
-            self.expired.discard(operation_id)
-            self.job_limited.discard(operation_id)
-            self.always.discard(operation_id)
-
 
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
@@ -155,26 +105,18 @@ class SchedulerCore:
         """The tree's revision at the previous period (what the next period's delta starts from)."""
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
-        self._time_limit_cache: dict[str, tuple[Any, float | None, dict[str, Any] | None]] = {}
-        self._resource_cache: dict[str, tuple[Any, int, Any, Any, tuple[Vector, Vector]]] = {}
-        """Operation id → (runtime, its ``usage_serial``, the controller's ``pending_revision`` or, for a
-        controller without one, its needed resources as floats, the controller, the (usage, needed) handed to
-        the fair-share input) of the last input build."""
-        self._input_dirty: set[str] = set()
-        """Operations whose (usage, needed) may have moved since the last fair-share input was built: the strategy
-        adds those whose usage moves (``usage_watch``), the controllers those whose pending work moves
-        (`watch_pending`), and the core those whose controller it attaches or detaches. The input re-reads only
-        these (and ``_input_polled``), not every running operation."""
-        self._input_polled: set[str] = set()
-        """Operations whose controllers cannot notify (no ``pending_watchers``): re-read for every input."""
-        self._limits = _LimitWatch()
         self._may_have_completed: set[str] = set()
         """Operations registered, or with an allocation ended, since the last update: only these can have
         become completed (a controller completes when its last allocation ends), so only these are checked."""
         self.strategy = TreeScheduler(
             SchedulingTree(zeros(), [], self.config, name=pool_tree.name), event_sink=self._emit
         )
-        self.strategy.usage_watch = self._input_dirty
+        self.input_resources = InputResources(self.controllers, self.strategy)
+        """Each operation's (usage, needed) for the fair-share input and which moved since the last input."""
+        self.time_limits = TimeLimits(pool_tree, self.strategy, self.controllers)
+        """The operations whose ``time_limit`` or ``job_time_limit`` can be due (`enforce_time_limits`)."""
+        self.checks = TreeChecks(pool_tree, self.controllers, self._registration_order)
+        """The tree's operation checks (job resource limits, necessary resources, limiting ancestors)."""
         self._segments_source: tuple[Any, Any] | None = None
         """(tree config, its parsed ``scheduling_segments``) last configured from: the config is read again only when
         it changes (`_configure_from_tree_config`)."""
@@ -183,11 +125,6 @@ class SchedulerCore:
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
         self._configure_from_tree_config()
-        self._failures: dict[str, dict[str, Any]] = {}
-        """Operations this tree fails at the next ``enforce_time_limits`` (job resource limits restrictions)."""
-        self._ancestors = LimitingAncestorWatch()
-        self._job_bounds: tuple[Any, tuple[Any, Any]] | None = None
-        self._limited_cache: tuple[tuple[Any, ...], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -279,11 +216,11 @@ class SchedulerCore:
         self._registrations += 1
         self._registration_order[operation_id] = self._registrations
         self._may_have_completed.add(operation_id)
-        self._watch_limits(operation_id)
+        self.time_limits.add(operation_id)
         self.strategy.register_operation(operation_id, controller)
         self._watch_input(operation_id, controller)
         self._init_segment(operation_id, controller)
-        self._check_materialized(operation_id, controller)
+        self.checks.check_materialized(operation_id, controller)
         state = "running" if op.running else "pending"
         self._emit(
             {"event": "operation_started", "time": now, "operation_id": operation_id, "pool": op.pool.name}
@@ -303,9 +240,9 @@ class SchedulerCore:
         running = self.strategy.unregister_operation(operation_id)
         self.strategy.full_host.forget(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
-        self._limits.forget(operation_id)
-        self._forget_checks(operation_id)
-        self._resource_cache.pop(operation_id, None)
+        self.time_limits.forget(operation_id)
+        self.checks.forget(operation_id)
+        self.input_resources.forget(operation_id)
         self._registration_order.pop(operation_id, None)
         self._may_have_completed.discard(operation_id)
         activated = self.pool_tree.unregister_operation(operation_id)
@@ -315,62 +252,15 @@ class SchedulerCore:
         return running
 
     def _watch_input(self, operation_id: str, controller: OperationController) -> None:
-        """From now on the controller tells the input when its pending work moves (or is polled, if it cannot)."""
-        self._input_dirty.add(operation_id)
-        if not watch_pending(controller, self._input_dirty, operation_id):
-            self._input_polled.add(operation_id)
+        """From now on the controller tells the input (and the default segment's pending view) when its pending
+        work moves."""
+        self.input_resources.watch(operation_id, controller)
         self._default_pending.watch(operation_id, controller)
 
     def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
         """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
-        unwatch_pending(controller, self._input_dirty, operation_id)
-        self._input_polled.discard(operation_id)
-        self._input_dirty.add(operation_id)
+        self.input_resources.unwatch(operation_id, controller)
         self._default_pending.unwatch(operation_id, controller)
-
-    def _resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
-        """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
-        both are unchanged (the input then skips rewriting the operation's model element).
-
-        Usage is unchanged while the runtime's ``usage_serial`` is (the strategy moves it with every change);
-        needed resources while the controller's ``pending_revision`` is (`OperationControllerBase` moves it
-        whenever its pending work is set anew). A controller without a revision may change its pending work
-        without the strategy hearing of it: its needed resources are read every time and compared as floats.
-        """
-        cached = self._resource_cache.get(operation_id)
-        if cached is not None:
-            runtime, serial, revision, controller, found = cached
-            if (
-                (runtime is None or runtime.usage_serial == serial)
-                and self.controllers.get(operation_id) is controller
-                and self.strategy.operations.get(operation_id) is runtime
-            ):
-                if type(revision) is int:
-                    if controller.pending_revision == revision:
-                        return found
-                else:
-                    needed = controller.needed_resources
-                    values = (
-                        needed.tolist()
-                        if type(needed) is np.ndarray
-                        else np.asarray(needed, dtype=float).tolist()
-                    )
-                    if values == revision:
-                        return found
-        controller = self.controllers.get(operation_id)
-        if controller is None:
-            return None
-        runtime = self.strategy.operations.get(operation_id)
-        revision = getattr(controller, "pending_revision", None)
-        needed = controller.needed_resources
-        if type(revision) is not int:
-            revision = (
-                needed.tolist() if type(needed) is np.ndarray else np.asarray(needed, dtype=float).tolist()
-            )
-        serial = -1 if runtime is None else runtime.usage_serial
-        found = (self.strategy.operation_usage(operation_id), np.asarray(needed, dtype=float))
-        self._resource_cache[operation_id] = (runtime, serial, revision, controller, found)
-        return found
 
     # ------------------------------------------------------------------ fair share and heartbeats
 
@@ -411,8 +301,7 @@ class SchedulerCore:
                 if left_out != previous:
                     self.strategy.rekey_operations(left_out ^ previous)
             with times.phase("segments"):
-                self.update_segments(now)
-                self.update_gpu_policy(now)
+                self.update_gpu_scheduling(now)
                 if self.strategy.ssd.enabled:  # `ssd_preemption.py`
                     refresh_ssd_operations(self.strategy.ssd, ssd_operations(self.pool_tree))
                 if self.strategy.full_host.enabled:  # `full_host_preemption.py`
@@ -451,11 +340,7 @@ class SchedulerCore:
     def _period_delta(self) -> PeriodDelta:
         """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations
         whose usage or pending work was reported moved: found once, read by the input and the build."""
-        # the controllers and the strategy hold this very set: it is emptied, never replaced
-        dirty = self._input_dirty
-        changed = dirty.union(self._input_polled) if self._input_polled else set(dirty)
-        dirty.clear()
-        delta = period_delta(self.pool_tree, self._period_revision, changed)
+        delta = period_delta(self.pool_tree, self._period_revision, self.input_resources.take_changed())
         self._period_revision = delta.revision
         return delta
 
@@ -467,14 +352,14 @@ class SchedulerCore:
         try:
             return build_fair_share_input(
                 self.pool_tree,
-                self._resources,
+                self.input_resources.resources,
                 nodes=nodes,
                 cache=self._input_cache,
                 delta=delta,
             )
         except BaseException:
             if delta.resources is not None:
-                self._input_dirty.update(delta.resources)  # not taken in: the next input reads them
+                self.input_resources.dirty.update(delta.resources)  # not taken in: the next input reads them
             raise
 
     def _configure_from_tree_config(self) -> None:
@@ -515,27 +400,24 @@ class SchedulerCore:
         segment = manager.state.operations[operation_id].segment
         error = several_trees_error(segment, operation, self.pool_tree.operations.get(operation_id), allow)
         if error is not None:
-            self._failures[operation_id] = error
+            self.checks.fail(operation_id, error)
 
-    def update_segments(self, now: float) -> None:
-        """Run the scheduling segments manager when it is due (every ``manage_period``; ``strategy/segments.py``).
+    def update_gpu_scheduling(self, now: float) -> None:
+        """After a publish: run the scheduling segments manager when it is due (every ``manage_period``;
+        ``strategy/segments.py``), then update the GPU scheduling policy's plan when it is due (every
+        ``plan_update_period``; ``strategy/gpu_policy.py``), both on the tree config read once.
 
-        Nothing runs while segments are off and were off before, so trees without them are unchanged.
+        Segments run only while they are on or were on before; the plan only when the tree sets
+        ``gpu_scheduling_policy`` to plan. Trees without either are unchanged.
         """
         self._configure_from_tree_config()
         manager = self.strategy.segments
-        if not manager.enabled and manager.state.previous_mode == "disabled":
-            return
-        if not manager.due(now):
-            return
-        nodes = segment_nodes(self.strategy, manager, now)
-        operations = segment_operations(self.strategy, self.pool_tree, manager, self._segments_initial_gpu)
-        manager.update(nodes, operations, float(self.total_resources[GPU]), now, self.controllers)
-
-    def update_gpu_policy(self, now: float) -> None:
-        """Update the GPU scheduling policy's plan when it is due (every ``plan_update_period``;
-        ``strategy/gpu_policy.py``). Nothing runs unless the tree sets ``gpu_scheduling_policy`` to plan."""
-        self._configure_from_tree_config()
+        if (manager.enabled or manager.state.previous_mode != "disabled") and manager.due(now):
+            nodes = segment_nodes(self.strategy, manager, now)
+            operations = segment_operations(
+                self.strategy, self.pool_tree, manager, self._segments_initial_gpu
+            )
+            manager.update(nodes, operations, float(self.total_resources[GPU]), now, self.controllers)
         if self.strategy.gpu_policy.due(now):
             update_plan(self.strategy, self.pool_tree, now)
 
@@ -675,162 +557,18 @@ class SchedulerCore:
         Allocations running longer than their job's ``job_time_limit`` are stopped (abort reason
         ``job_time_limit_exceeded``, error 1202, delivered in their nodes' next heartbeats). Returns the
         operations running longer than their ``time_limit`` with YTsaurus's error; the caller fails them (the
-        live service and the simulator both call this on every fair-share period).
-
-        Only the operations that can have something due are looked at (`_LimitWatch`): those whose
-        ``start + time_limit`` has been reached (a deadline heap), those with a ``job_time_limit`` and those
-        whose spec is a plain map (it may change in place). They are visited in registration order, the order
-        of a walk over every operation, with the same checks, so the stops and failures and their order are
-        the same as that walk's; every other operation has no limit that can be due.
+        live service and the simulator both call this on every fair-share period), after the operations failed
+        by the tree's checks (`TreeChecks`). Only the operations that can have something due are visited
+        (`TimeLimits`), in registration order.
         """
-        checked = self._operation_checks(now)
-        watch = self._limits
-        if len(watch.order) != len(self.controllers):
-            self._rewatch_limits()  # controllers changed behind attach_controller / detach_controller
-        deadlines = watch.deadlines
-        order = watch.order
-        while deadlines and deadlines[0][0] <= now + _DEADLINE_SLACK:
-            _deadline, serial, operation_id = heapq.heappop(deadlines)
-            if order.get(operation_id) == serial:
-                watch.expired.add(operation_id)  # from now on checked every period (the check is exact)
-        candidates = (watch.expired | watch.job_limited | watch.always) - {op for op, _ in checked}
-        failed: list[tuple[str, dict[str, Any]]] = checked
-        for operation_id in sorted(candidates, key=order.__getitem__):
-            op = self.pool_tree.operations.get(operation_id)
-            if op is None:
-                continue
-            limit, job_limits = self._time_limits_of(operation_id, op.spec)
-            if limit is not None and now - op.start_time > limit:
-                failed.append((operation_id, operation_time_limit_error(limit, operation_id)))
-                continue
-            if job_limits is None:
-                continue  # no user job of the spec has a job_time_limit
-            runtime = self.strategy.operations.get(operation_id)
-            if runtime is None or op.spec is None:
-                continue
-            for allocation in list(runtime.lists):
-                job_limit = job_limits.get(allocation.task, _UNSET)
-                if job_limit is _UNSET:
-                    job_limit = job_limits[allocation.task] = job_time_limit(op.spec, allocation.task)
-                if job_limit is None or now - allocation.start_time <= job_limit or allocation.preempted:
-                    continue
-                self.strategy.stop_allocation(
-                    allocation,
-                    AbortReason.JOB_TIME_LIMIT_EXCEEDED,
-                    f"Job time limit exceeded: the job ran {now - allocation.start_time:g}s, its job_time_limit "
-                    f"is {job_limit:g}s",
-                    now,
-                    error=job_time_limit_error(job_limit),
-                )
-        return failed
-
-    # ------------------------------------------------------------------ operation checks (operation_checks.py)
-
-    def _bounds(self) -> tuple[Any, Any]:
-        config = self.pool_tree.config
-        if self._job_bounds is None or self._job_bounds[0] is not config:
-            self._job_bounds = (
-                config,
-                job_resource_bounds(config, f"pool_trees.{self.pool_tree.name}.config"),
-            )
-        return self._job_bounds[1]
-
-    def _check_materialized(self, operation_id: str, controller: OperationController) -> None:
-        """The tree's ``min_job_resource_limits`` / ``max_job_resource_limits`` against each task's per-job needs,
-        then its ``necessary_resources_for_operation`` against the operation's minimum needed resources."""
-        necessary = tree_necessary_resources(
-            self.pool_tree.config, f"pool_trees.{self.pool_tree.name}.config"
-        )
-        if necessary:
-            error = necessary_resources_violation(
-                self.pool_tree.name, operation_id, necessary, controller.min_needed_resources
-            )
-            if error is not None:
-                self._failures[operation_id] = error
-                return
-        bounds = self._bounds()
-        tasks = getattr(controller, "pending_task_resources", None)
-        if (bounds[0] is None and bounds[1] is None) or tasks is None:
-            return
-        error = job_resource_limits_violation(self.pool_tree.name, operation_id, tasks(), bounds)
-        if error is not None:
-            self._failures[operation_id] = error
-
-    def _limited_pools(self) -> dict[str, Any]:
-        """Pools with specified ``resource_limits``, read again only when the pools themselves change (the
-        tree's ``structure_revision``: created, removed, a config swap), not every period."""
-        key = (self.pool_tree, getattr(self.pool_tree, "structure_revision", None), self.pool_tree.config)
-        if self._limited_cache is None or self._limited_cache[0] != key or key[1] is None:
-            pools = self.pool_tree.pools.items()
-            found = {name: limits for name, pool in pools if (limits := specified_limits(pool)) is not None}
-            self._limited_cache = (key, found)
-        return self._limited_cache[1]
-
-    def _forget_checks(self, operation_id: str) -> None:
-        self._failures.pop(operation_id, None)
-        self._ancestors.forget(operation_id)
-
-    def _operation_checks(self, now: float) -> list[tuple[str, dict[str, Any]]]:
-        """Operations failed by the tree's checks at ``now``: job resource limits restrictions found at
-        registration, then operations with a limiting ancestor past the safe timeout (registration order)."""
-        failed = [(op, error) for op, error in self._failures.items() if op in self.controllers]
-        self._failures.clear()
-        limited = self._limited_pools()
-        if not limited:
-            self._ancestors.activated.clear()
-            self._ancestors.first_found.clear()
-            return failed
-        done = {op for op, _ in failed}
-        config = self.pool_tree.config
-        order = self._registration_order
-        for operation_id in sorted(self.controllers, key=lambda op: (order.get(op, 0), op)):
-            op = self.pool_tree.operations.get(operation_id)
-            if operation_id in done or op is None or not op.running:
-                continue
-            if not limiting_ancestor_check_enabled(config, op.spec):
-                self._ancestors.forget(operation_id)
-                continue
-            controller = self.controllers[operation_id]
-            needed = controller.min_needed_resources if controller.pending_allocation_count > 0 else None
-            chain = []
-            pool = op.pool
-            while pool is not None:
-                if pool.name in limited:
-                    chain.append((pool.name, limited[pool.name]))
-                pool = pool.parent
-            found = limiting_ancestor(chain, needed) if needed is not None and chain else None
-            if self._ancestors.observe(operation_id, found is not None, now) and found is not None:
-                name, violated = found
-                failed.append((operation_id, limiting_ancestor_error(name, violated, limited[name], needed)))
-        return failed
-
-    def _watch_limits(self, operation_id: str) -> None:
-        """Sort a newly registered (or attached) operation into `_LimitWatch` by the limits its spec has."""
-        watch = self._limits
-        watch.forget(operation_id)
-        watch.serial += 1
-        watch.order[operation_id] = watch.serial
-        op = self.pool_tree.operations.get(operation_id)
-        if op is None or isinstance(op.spec, Mapping):
-            watch.always.add(operation_id)  # read anew every period, as the walk did
-            return
-        limit, job_limits = self._time_limits_of(operation_id, op.spec)
-        if limit is not None:
-            heapq.heappush(watch.deadlines, (op.start_time + limit, watch.serial, operation_id))
-        if job_limits is not None:
-            watch.job_limited.add(operation_id)
-
-    def _rewatch_limits(self) -> None:
-        self._limits = _LimitWatch()
-        for operation_id in self.controllers:
-            self._watch_limits(operation_id)
+        return self.time_limits.enforce(now, self.checks.due(now))
 
     def attach_controller(self, operation_id: str, controller: OperationController) -> None:
         """Attach the controller of an operation the pool tree already holds (the live service registers
         operations in its pool trees itself); :meth:`detach_controller` undoes it."""
         previous = self.controllers.get(operation_id)
         self.controllers[operation_id] = controller
-        self._watch_limits(operation_id)
+        self.time_limits.add(operation_id)
         try:
             self.strategy.register_operation(operation_id, controller)
         finally:  # the input follows the controller the core holds
@@ -838,47 +576,17 @@ class SchedulerCore:
                 self._unwatch_input(operation_id, previous)
             self._watch_input(operation_id, controller)
         self._init_segment(operation_id, controller)
-        self._check_materialized(operation_id, controller)
+        self.checks.check_materialized(operation_id, controller)
 
     def detach_controller(self, operation_id: str) -> list[Allocation]:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
         running = self.strategy.unregister_operation(operation_id)
         self.strategy.full_host.forget(operation_id)
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
-        self._limits.forget(operation_id)
-        self._forget_checks(operation_id)
-        self._resource_cache.pop(operation_id, None)  # it holds the controller and the runtime
+        self.time_limits.forget(operation_id)
+        self.checks.forget(operation_id)
+        self.input_resources.forget(operation_id)
         return running
-
-    def _time_limits_of(self, operation_id: str, spec: Any) -> tuple[float | None, dict[str, Any] | None]:
-        """The spec's ``time_limit`` and a memo of its per-task ``job_time_limit`` (``None``: no user job has one).
-
-        Kept per operation while its spec is the same frozen object (every period asks again); a spec given as
-        a plain map may change in place and is read anew each time.
-        """
-        cached = self._time_limit_cache.get(operation_id)
-        if cached is not None and cached[0] is spec:
-            return cached[1], cached[2]
-        limit = operation_time_limit(spec)
-        if spec is None:
-            names: list[str] = []
-        elif isinstance(spec, Mapping):
-            names = [
-                *(spec.get("tasks") or {}),
-                *(n for n in ("mapper", "reducer") if spec.get(n) is not None),
-            ]
-        else:
-            user_jobs = getattr(spec, "user_jobs", None)
-            names = list(user_jobs()) if user_jobs is not None else []
-        has_job_limits = any(job_time_limit(spec, name) is not None for name in names)
-        job_limits: dict[str, Any] | None = {} if has_job_limits else None
-        if spec is not None and not isinstance(spec, Mapping):
-            if len(self._time_limit_cache) > 2 * len(self.controllers) + 64:
-                self._time_limit_cache = {
-                    key: value for key, value in self._time_limit_cache.items() if key in self.controllers
-                }
-            self._time_limit_cache[operation_id] = (spec, limit, job_limits)
-        return limit, job_limits
 
     def report_usage(self, allocation_id: str, reported: Vector) -> bool:
         """A node-reported usage of one allocation; it counts where it exceeds the reserve (see
@@ -928,8 +636,7 @@ class SchedulerCore:
             return
         with self.phase_times.phase("republish"):
             self.strategy.publish(self.strategy.tree, now)
-            self.update_segments(now)
-            self.update_gpu_policy(now)
+            self.update_gpu_scheduling(now)
 
     def can_start_more(self, address: str) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""

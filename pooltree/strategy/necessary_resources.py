@@ -5,7 +5,7 @@ an operation whose aggregated initial minimum needed resources (the componentwis
 resources when it starts) are zero in a resource the tree lists fails with "Operation has zero demand for resources
 which are necessary in tree ..." (attribute ``necessary_resources_with_zero_demand``). A GPU tree that lists
 ``gpu`` thus refuses CPU-only operations instead of letting them hold its nodes' CPUs. pooltree applies it where
-the tree's ``min/max_job_resource_limits`` are checked (`SchedulerCore._check_materialized`), so the operation
+the tree's ``min/max_job_resource_limits`` are checked (`TreeChecks.check_materialized`, `strategy/tree_checks.py`), so the operation
 fails through the same path (`SchedulerCore.enforce_time_limits`) in the simulator and the live service.
 """
 

@@ -465,7 +465,7 @@ def build_fair_share_input(
     for every consumer; without it they are found here (`period_delta` since the cache's previous build). Its
     ``resources`` is a change notification instead of a poll: the operations for which ``operation_resources`` may
     answer with another object than it did for the previous build through ``cache``; every other operation's
-    answer must be the very same object (or ``None`` again), as ``SchedulerCore._resources`` guarantees for the
+    answer must be the very same object (or ``None`` again), as ``SchedulerCore.input_resources`` guarantees for the
     operations it was not notified of. Only these are then asked, instead of every running operation. ``None``:
     unknown, every running operation is asked (a snapshot's mapping, for instance).
     """

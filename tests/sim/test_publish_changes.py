@@ -111,7 +111,7 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
         """The (usage, needed) the core hands the input (kept per operation while unchanged) are current."""
         result = update(self, now)
         for operation_id, controller in self.controllers.items():
-            found = self._resources(operation_id)
+            found = self.input_resources.resources(operation_id)
             assert found is not None
             assert found[0].tolist() == self.strategy.operation_usage(operation_id).tolist(), operation_id
             assert found[1].tolist() == np.asarray(controller.needed_resources).tolist(), operation_id

@@ -1,4 +1,4 @@
-"""`SchedulerCore._resources` hands the fair-share input each operation's current (usage, needed), the same
+"""`SchedulerCore.input_resources` hands the fair-share input each operation's current (usage, needed), the same
 object while both are unchanged, and forgets an operation whose controller leaves."""
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ def test_resources_follow_revisions_and_controllers():
     core.add_node("n0", vector(user_slots=8, cpu=8, memory=8 * GiB))
     core.register_operation("x", _controller("x", 3), user="u", pool="a")
     core.update_fair_share(0.0)
-    first = core._resources("x")
+    first = core.input_resources.resources("x")
     assert first is not None and first[1].tolist() == (JOB * 3).tolist()
-    assert core._resources("x") is first  # unchanged: the very same object
+    assert core.input_resources.resources("x") is first  # unchanged: the very same object
     controller = core.controllers["x"]
     controller._tasks["main"].pending.pop()  # pending work changes behind the strategy's back
     controller._refresh()
-    second = core._resources("x")
+    second = core.input_resources.resources("x")
     assert second is not first and second[1].tolist() == (JOB * 2).tolist()
     # detached: the cached entry (which holds the controller and the runtime) goes; a new controller of the same
     # id is read afresh
     core.detach_controller("x")
-    assert "x" not in core._resource_cache
+    assert "x" not in core.input_resources.cache
     core.attach_controller("x", _controller("x", 5))
-    third = core._resources("x")
+    third = core.input_resources.resources("x")
     assert third is not None and third[1].tolist() == (JOB * 5).tolist()

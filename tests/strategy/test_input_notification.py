@@ -20,7 +20,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.controllers.operations import Job, MapController, TaskSpec, VanillaController
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import MEMORY, vector
-from pooltree.strategy import core as core_module
+from pooltree.strategy import input_resources as input_module
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import FinishedAllocation, NodeHeartbeat
 from pooltree.tree import PoolTree, build_fair_share_input
@@ -160,5 +160,5 @@ def test_a_missed_usage_notification_shows():
 
 def test_a_missed_pending_notification_shows(monkeypatch):
     # controllers claim to notify but never do (and are not polled either)
-    monkeypatch.setattr(core_module, "watch_pending", lambda controller, into, key: True)
+    monkeypatch.setattr(input_module, "watch_pending", lambda controller, into, key: True)
     assert any(_run(seed) for seed in range(10))

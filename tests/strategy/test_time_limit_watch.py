@@ -1,4 +1,4 @@
-"""`SchedulerCore.enforce_time_limits` looks only at operations that can have a limit due (`_LimitWatch`), with the
+"""`SchedulerCore.enforce_time_limits` looks only at operations that can have a limit due (`TimeLimits`), with the
 same stops and failures, in the same order, as a walk over every operation every period."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _walk_every_operation(core: SchedulerCore, now: float) -> list[tuple[str, di
         op = core.pool_tree.operations.get(operation_id)
         if op is None:
             continue
-        limit, job_limits = core._time_limits_of(operation_id, op.spec)
+        limit, job_limits = core.time_limits.limits_of(operation_id, op.spec)
         if limit is not None and now - op.start_time > limit:
             failed.append((operation_id, operation_time_limit_error(limit, operation_id)))
             continue
@@ -128,13 +128,13 @@ def test_operations_without_limits_are_not_looked_at() -> None:
         spec = OperationSpec.parse({"pool": "a", "time_limit": 10000} if index == 7 else {"pool": "a"})
         core.register_operation(f"op-{index}", controller, user="u", pool="a", spec=spec, now=0.0)
     looked_at: list[str] = []
-    original = core._time_limits_of
+    original = core.time_limits.limits_of
 
     def counting(operation_id: str, spec: Any) -> Any:
         looked_at.append(operation_id)
         return original(operation_id, spec)
 
-    core._time_limits_of = counting  # type: ignore[method-assign]
+    core.time_limits.limits_of = counting  # type: ignore[method-assign]
     assert core.enforce_time_limits(5.0) == [] and looked_at == []
     assert [operation_id for operation_id, _ in core.enforce_time_limits(10.5)] == ["op-7"]
     assert looked_at == ["op-7"]
