@@ -37,7 +37,7 @@ element view reads the counter (`_flush_counts`).
 A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
 the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
 ones' parents re-summed and re-queued (their entries went stale: the removed elements' ``version`` moved); the
-step drops only the removed operations' elements (`_Step.follow`), the priority lists are re-made only when one of
+step drops only the removed operations' elements (`PublishStep.follow`), the priority lists are re-made only when one of
 them held a removed operation. Elements keep their order keys (``index`` increases along the tree order without
 being a position, `pooltree/strategy/order.py`), so no other element is renumbered and no heap is rebuilt; only
 when `order.place` finds no room in a pool is every element numbered again and every heap made anew.
@@ -64,6 +64,7 @@ from pooltree.strategy.model import (
     PreemptionPriority,
     SchedulingStatus,
 )
+from pooltree.strategy.publish_step import COUNTED_REASONS, PublishStep
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
@@ -73,107 +74,16 @@ from pooltree.strategy.shares import (
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.stages import SchedulingStages, remake_pool_heap
 
-_COUNTED = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
 _NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
 _NOT_SCHEDULABLE = DeactivationReason.NOT_SCHEDULABLE
 _NORMAL = SchedulingStatus.NORMAL
 _INF = math.inf
 
 
-class _Step:
-    """What the incremental publish keeps about one structure (``skeleton``) between publishes."""
-
-    __slots__ = (
-        "below",
-        "clock",
-        "config",
-        "counted",
-        "deadlines",
-        "due",
-        "numbered",
-        "pending",
-        "pools",
-        "priorities",
-        "serial",
-        "skeleton",
-        "unsettled",
-    )
-
-    def __init__(self, skeleton: object, ordered: list[_Element]):
-        """``ordered``: every element, in tree order."""
-        self.skeleton = skeleton
-        ops = [element for element in ordered if element.is_op]
-        self.pools = [element for element in ordered if not element.is_op]
-        self.below = {element for element in ordered if element.status is not _NORMAL}
-        """Elements below their fair share: their starvation clocks run."""
-        self.clock: float | None = None
-        """The time of the last incremental publish: ``None`` until the first one, which re-evaluates every
-        element below its fair share (the pending counts their last evaluation read are not known)."""
-        self.config: object = None
-        """The config the deadlines were computed with."""
-        self.due: list[tuple[float, int, _Element]] = []
-        """A heap of (deadline, number, element): the element's starvation can change at the first publish later
-        than the deadline (`StarvationState.due`); an entry counts while ``deadlines`` holds its number."""
-        self.deadlines: dict[_Element, int] = {}
-        """Element below its fair share with a deadline ahead → the number of its entry in ``due``."""
-        self.numbered = 0
-        """Entries pushed to ``due`` so far."""
-        self.pending: dict[_Element, int] = {}
-        """Operation below its fair share → the pending allocation count its last evaluation read (its timeouts
-        shrink with it): a different count re-evaluates it."""
-        self.unsettled = {
-            element for element in ops if element.op is not None and not element.op.lists_settled
-        }
-        """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
-        self.priorities: dict[_Element, PreemptionPriority] = {}
-        """Operation → its preemption priority where that is not ``NONE`` (``_ops_by_priority`` in a dict)."""
-        self.serial = 0
-        """Incremental publishes of this step so far (the current one's number while it runs)."""
-        self.counted: dict[_Element, tuple[Any, str, int]] = {
-            element: (element.op, element.inactive_reason.value, 1)
-            for element in ops
-            if element.op is not None and element.inactive_reason in _COUNTED
-        }
-        """Inactive operations whose reason every publish counts (``deactivation_reasons``), lazily: (runtime,
-        reason, number of the first publish not yet added to its counter)."""
-
-    def follow(self, skeleton: object, elements: dict[str, _Element], departed: list[_Element]) -> bool:
-        """This step, in place, for the tree that operation changes made of it (``elements`` after
-        `_apply_operation_changes`; ``departed``: the previous elements of the removed operations): what it keeps
-        of elements that are gone is dropped, their counts added. The pools are the same elements. Returns
-        whether a departed element had a preemption priority (the priority lists still hold it)."""
-        self.skeleton = skeleton
-        serial = self.serial
-        counted = self.counted
-        listed = False
-        for element in departed:
-            if elements.get(element.id) is element:  # a changed operation: its element renewed, still there
-                continue
-            self.below.discard(element)
-            self.unsettled.discard(element)
-            self.deadlines.pop(element, None)  # its entries in ``due`` are skipped when popped
-            self.pending.pop(element, None)
-            if self.priorities.pop(element, None) is not None:
-                listed = True
-            entry = counted.pop(element, None)
-            if entry is not None and entry[2] <= serial:
-                entry[0].deactivation_reasons[entry[1]] += serial - entry[2] + 1
-        return listed
-
-    def flush(self) -> None:
-        """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""
-        serial = self.serial
-        counted = self.counted
-        for element, (runtime, value, start) in counted.items():
-            if start <= serial:
-                runtime.deactivation_reasons[value] += serial - start + 1
-                counted[element] = (runtime, value, serial + 1)
-
-
 class ChangedPublisher(SchedulingStages):
     """The incremental same-structure publish, the base of `SnapshotPublisher` (see the module docstring)."""
 
-    _step: _Step | None
+    _step: PublishStep | None
     _statuses_timed: bool
     """The last publish that evaluated every element did so with a time (a publish without one leaves every
     status normal, so an incremental step may not start from it)."""
@@ -248,7 +158,7 @@ class ChangedPublisher(SchedulingStages):
                     # a step starts from statuses a publish with a time evaluated for every element
                     return False
                 ordered = [elements[element_id] for element_id in tree.order]
-                step = _Step(tree.skeleton, ordered)
+                step = PublishStep(tree.skeleton, ordered)
                 if changed is not None:  # the lists still hold the elements the operation changes removed
                     self._update_priorities()
                 step.priorities = {
@@ -409,7 +319,7 @@ class ChangedPublisher(SchedulingStages):
             ops = sorted({*ops, *extra}, key=_index)
         return ops, runtime_changed
 
-    def _configure_changed(self, step: _Step, changed_ops: list[_Element]) -> None:
+    def _configure_changed(self, step: PublishStep, changed_ops: list[_Element]) -> None:
         visit = step.unsettled.union(changed_ops)
         unsettled = set()
         for element in visit:
@@ -422,7 +332,7 @@ class ChangedPublisher(SchedulingStages):
     # ------------------------------------------------------------------ pass 2: statuses and starvation
 
     def _update_starvation_of(
-        self, step: _Step, fresh: list[_Element], rerun: list[_Element], now: float
+        self, step: PublishStep, fresh: list[_Element], rerun: list[_Element], now: float
     ) -> list[_Element]:
         """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move: those
         whose new spec gives another scheduling status, ``rerun`` (operations with a new runtime, added
@@ -517,7 +427,7 @@ class ChangedPublisher(SchedulingStages):
                 del states[stale]
         return moved
 
-    def _pending_counts_moved(self, step: _Step, visit: set[_Element]) -> None:
+    def _pending_counts_moved(self, step: PublishStep, visit: set[_Element]) -> None:
         """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
         not the one their last evaluation read. Only operations whose controllers reported moved pending work
         since the last incremental publish (``_pending_moved``, `pooltree.strategy.watch`; `_requeue` empties
@@ -539,7 +449,7 @@ class ChangedPublisher(SchedulingStages):
                 visit.add(element)
 
     def _update_priorities_of(
-        self, step: _Step, moved: list[_Element], rerun: list[_Element], resort: bool
+        self, step: PublishStep, moved: list[_Element], rerun: list[_Element], resort: bool
     ) -> None:
         """`_update_priorities` for the operations whose preemption priority can have changed: those whose
         starvation status ``moved``, those below a pool whose status moved (unless the scope is
@@ -592,7 +502,7 @@ class ChangedPublisher(SchedulingStages):
 
     def _requeue(
         self,
-        step: _Step,
+        step: PublishStep,
         fresh: list[_Element],
         changed_ops: list[_Element],
         total: tuple[float, ...],
@@ -602,12 +512,41 @@ class ChangedPublisher(SchedulingStages):
         """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
         every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them);
         ``removed_parents``: pools that lost children (their entries are stale) re-read their best child too;
-        ``rebuild``: every heap made anew instead.
+        ``rebuild``: every heap made anew instead."""
+        visit = self._pending_crossed(changed_ops)
+        pools: list[tuple[int, _Element]] = []
+        queued: set[_Element] = set()
+        order = sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops
+        self._rekey_operations(step, order, total, rebuild, pools, queued)
+        for element in fresh:
+            if not element.is_op and element.use_fifo and element not in queued:
+                queued.add(element)
+                heapq.heappush(pools, (-element.index, element))
+        if rebuild:
+            elements = self._elements
+            _rebuild_heaps(
+                [elements[element_id] for element_id in self.tree.order],
+                total if self.tree.pool_satisfaction_used else None,
+            )
+            return
+        for parent in removed_parents or ():
+            if parent is not None and parent not in queued:
+                queued.add(parent)
+                heapq.heappush(pools, (-parent.index, parent))
+        fresh_fifo = {element for element in fresh if element.use_fifo}
+        # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
+        for pool in [pool for pool in step.pools if len(pool.heap) > 2 * len(pool.children) + 8]:
+            heap = [entry for entry in pool.heap if entry[3] == entry[4].version and entry[4].active]
+            heapq.heapify(heap)
+            pool.heap = heap
+        self._rekey_pools(pools, queued, fresh_fifo)
 
-        Besides those, an operation is re-keyed when its pending count crossed zero since its activity was last
-        set; only that can be the case for the operations whose controllers reported a change of their pending
-        work since the last call (``_pending_moved``, `pooltree.strategy.watch`) and those that cannot report
-        (``_pending_polled``), so only these are checked, not every operation."""
+    def _pending_crossed(self, changed_ops: list[_Element]) -> set[_Element]:
+        """``changed_ops`` and the operations whose pending count crossed zero since their activity was last set.
+
+        Only the operations whose controllers reported a change of their pending work since the last call
+        (``_pending_moved``, `pooltree.strategy.watch`) and those that cannot report (``_pending_polled``) can
+        be such, so only these are checked, not every operation."""
         visit = set(changed_ops)
         elements = self._elements
         moved = self._pending_moved
@@ -625,13 +564,23 @@ class ChangedPublisher(SchedulingStages):
             if (runtime.controller.pending_allocation_count <= 0) is not (reason is _NO_DEMAND):
                 visit.add(element)
         moved.clear()
+        return visit
+
+    def _rekey_operations(
+        self,
+        step: PublishStep,
+        order: list[_Element],
+        total: tuple[float, ...],
+        rebuild: bool,
+        pools: list[tuple[int, _Element]],
+        queued: set[_Element],
+    ) -> None:
+        """The operations of ``order`` (tree order): satisfaction, activity (§e.2), deactivation counts and heap
+        entries (none with ``rebuild``); their parents are queued in ``pools`` (deepest first)."""
         step.serial += 1
         serial = step.serial
         counted = step.counted
         activity = self._op_activity
-        pools: list[tuple[int, _Element]] = []
-        queued: set[_Element] = set()
-        order = sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops
         if len(order) >= _BULK_SATISFACTION:
             # in bulk, bit for bit the per-element floats (`satisfaction_ratios`); the memo is not consulted
             # (a pure function of its key) and is forgotten, so no key tuple is made per element
@@ -655,7 +604,7 @@ class ChangedPublisher(SchedulingStages):
             parent = element.parent
             assert parent is not None
             if rebuild:
-                pass  # every heap is made anew below
+                pass  # every heap is made anew by the caller
             elif reason is None:  # `_push`
                 start = element.last_start
                 element.keyed_start = start
@@ -666,32 +615,17 @@ class ChangedPublisher(SchedulingStages):
             entry = counted.pop(element, None)
             if entry is not None and entry[2] < serial:  # counted up to the previous publish
                 entry[0].deactivation_reasons[entry[1]] += serial - entry[2]
-            if reason in _COUNTED and element.op is not None:
+            if reason in COUNTED_REASONS and element.op is not None:
                 counted[element] = (element.op, reason.value, serial)
             if parent not in queued:
                 queued.add(parent)
-                heapq.heappush(pools, (-parent.index, parent))
-        for element in fresh:
-            if not element.is_op and element.use_fifo and element not in queued:
-                queued.add(element)
-                heapq.heappush(pools, (-element.index, element))
-        if rebuild:
-            elements = self._elements
-            _rebuild_heaps(
-                [elements[element_id] for element_id in self.tree.order],
-                total if self.tree.pool_satisfaction_used else None,
-            )
-            return
-        for parent in removed_parents or ():
-            if parent is not None and parent not in queued:
-                queued.add(parent)
-                heapq.heappush(pools, (-parent.index, parent))
-        fresh_fifo = {element for element in fresh if element.use_fifo}
-        # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
-        for pool in [pool for pool in step.pools if len(pool.heap) > 2 * len(pool.children) + 8]:
-            heap = [entry for entry in pool.heap if entry[3] == entry[4].version and entry[4].active]
-            heapq.heapify(heap)
-            pool.heap = heap
+                push(pools, (-parent.index, parent))
+
+    def _rekey_pools(
+        self, pools: list[tuple[int, _Element]], queued: set[_Element], fresh_fifo: set[_Element]
+    ) -> None:
+        """The queued pools, deepest first: each re-reads its best child and, when its activity, satisfaction or
+        last start moved (or it is a new FIFO pool), re-keys itself in its parent and queues the parent."""
         while pools:
             _, pool = heapq.heappop(pools)
             best = self._peek(pool, None)
