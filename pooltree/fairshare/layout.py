@@ -213,35 +213,66 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
 
     Cost: a few numpy passes over the rows and Python work only for the changed pools' children.
     """
-    n = len(elements)
-    pools = old.pools
-    count = len(pools)
-    old_counts = old.memo("pool_counts", lambda: np.array(old.pool_child_counts, dtype=np.int64))
-    old_pool_rows = old.memo("pool_idx", lambda: np.flatnonzero(~old.is_op))
-    old_objects = old.memo("objects", lambda: _object_ids(old.elements))
-    new_counts = np.array(counts, dtype=np.int64)
-    new_starts = np.empty(count, dtype=np.int64)
-    new_starts[0] = 1
-    np.cumsum(new_counts[:-1], out=new_starts[1:])
-    new_starts[1:] += 1
-    old_starts = old.child_start[old_pool_rows]
-    objects = _object_ids(elements)
-    # Each child's pool (by its place in ``pools``) and its row in that pool's block before, if the pool kept
-    # its number of children; a pool whose number or objects differ is changed.
-    owner = np.repeat(np.arange(count, dtype=np.int64), new_counts)
-    same_count = new_counts == old_counts
-    rows_from = np.empty(n, dtype=np.int64)
-    rows_from[0] = 0
-    rows_from[1:] = old_starts[owner] + (np.arange(1, n, dtype=np.int64) - new_starts[owner])
-    kept = same_count[owner]
-    differs = np.zeros(count, dtype=bool)
-    differs[owner[kept & (objects[1:] != old_objects[np.where(kept, rows_from[1:], 0)])]] = True
-    changed = np.flatnonzero(differs | ~same_count).tolist()
+    blocks = _Blocks(old, counts, elements)
+    changed = blocks.changed_pools()
     if not changed:
         return None  # the same objects with other ids
+    moves = _relaid(old, blocks, changed, child_lists, elements)
+    if moves is None:
+        return None
+    leaving, ids = moves
+    tree = _patched_tree(old, blocks, elements, ids, counts)
+    tree._memo["index"] = _patched_index(old, leaving, blocks.rows_from, ids)
+    return tree
+
+
+class _Blocks:
+    """Where each pool's block of children starts before and after, and each new row's row before when its pool
+    kept its number of children (``rows_from``; rows of changed pools are set by `_relaid`)."""
+
+    def __init__(self, old: _Tree, counts: list[int], elements: list[Any]) -> None:
+        n = len(elements)
+        count = len(old.pools)
+        self.old_counts = old.memo("pool_counts", lambda: np.array(old.pool_child_counts, dtype=np.int64))
+        self.old_pool_rows = old.memo("pool_idx", lambda: np.flatnonzero(~old.is_op))
+        self.old_objects = old.memo("objects", lambda: _object_ids(old.elements))
+        self.new_counts = np.array(counts, dtype=np.int64)
+        self.new_starts = np.empty(count, dtype=np.int64)
+        self.new_starts[0] = 1
+        np.cumsum(self.new_counts[:-1], out=self.new_starts[1:])
+        self.new_starts[1:] += 1
+        self.old_starts = old.child_start[self.old_pool_rows]
+        self.objects = _object_ids(elements)
+        # Each child's pool (by its place in ``pools``) and its row in that pool's block before.
+        self.owner = np.repeat(np.arange(count, dtype=np.int64), self.new_counts)
+        self.rows_from = np.empty(n, dtype=np.int64)
+        self.rows_from[0] = 0
+        self.rows_from[1:] = self.old_starts[self.owner] + (
+            np.arange(1, n, dtype=np.int64) - self.new_starts[self.owner]
+        )
+
+    def changed_pools(self) -> list[int]:
+        """The pools (by place) whose number of children or child objects differ."""
+        same_count = self.new_counts == self.old_counts
+        kept = same_count[self.owner]
+        differs = np.zeros(len(same_count), dtype=bool)
+        before = self.old_objects[np.where(kept, self.rows_from[1:], 0)]
+        differs[self.owner[kept & (self.objects[1:] != before)]] = True
+        changed: list[int] = np.flatnonzero(differs | ~same_count).tolist()
+        return changed
+
+
+def _relaid(
+    old: _Tree, blocks: _Blocks, changed: list[int], child_lists: list[Any], elements: list[Any]
+) -> tuple[dict[int, int], list[str]] | None:
+    """The changed pools' blocks re-laid: ``blocks.rows_from`` set for their children (-1: arrived), and
+    (``id()`` → row before of every element of their old blocks that left, the new ids); None when a pool
+    arrived, left or moved, some element's id changed or an arriving id is a duplicate."""
     old_elements = old.elements
     old_ids = old.ids
-    index = old.id_index()
+    old_starts = blocks.old_starts
+    old_counts = blocks.old_counts
+    rows_from = blocks.rows_from
     leaving: dict[int, int] = {}  # id() -> row before, of every element of the changed pools' old blocks
     for c in changed:
         start = int(old_starts[c])
@@ -251,7 +282,7 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
     expected: list[str] = []  # the ids the elements must have: the unchanged pools' as before
     done = 0
     for c in changed:
-        start = int(new_starts[c])
+        start = int(blocks.new_starts[c])
         block = child_lists[c]
         old_start = int(old_starts[c])
         old_block = old_elements[old_start : old_start + int(old_counts[c])]
@@ -275,14 +306,26 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
     if ids != expected:
         return None  # some element's id changed
     # The arriving elements' ids are new, or ids of elements that left (an operation re-made with its id).
+    index = old.id_index()
     seen: set[str] = set()
     for _, e in arriving:
         row = index.get(e.id)
         if e.id in seen or (row is not None and id(old_elements[row]) not in leaving):
             return None  # a duplicate id: flattened anew, which names it
         seen.add(e.id)
+    return leaving, ids
+
+
+def _patched_tree(
+    old: _Tree, blocks: _Blocks, elements: list[Any], ids: list[str], counts: list[int]
+) -> _Tree:
+    """The arrays of the patched tree from ``blocks.rows_from`` (each row's row before, -1: new)."""
+    n = len(elements)
+    rows_from = blocks.rows_from
+    old_pool_rows = blocks.old_pool_rows
+    new_counts = blocks.new_counts
     mapped = np.flatnonzero(rows_from >= 0)
-    rows_to = np.full(len(old_elements), -1, dtype=np.int64)
+    rows_to = np.full(len(old.elements), -1, dtype=np.int64)
     rows_to[rows_from[mapped]] = mapped
     pool_rows = rows_to[old_pool_rows]
     child_count = np.zeros(n, dtype=np.int64)
@@ -290,7 +333,7 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
     starts = np.concatenate([[1], 1 + np.cumsum(child_count)[:-1]]).astype(np.int64)
     parent = np.concatenate([[-1], np.repeat(pool_rows, new_counts)])
     pool_depth = old.depth[old_pool_rows]
-    depth = np.concatenate([[0], pool_depth[owner] + 1]).astype(np.int64)
+    depth = np.concatenate([[0], pool_depth[blocks.owner] + 1]).astype(np.int64)
     level_start = np.searchsorted(depth, np.arange(int(pool_depth.max()) + 2)).astype(np.int64)
     if n > level_start[-1]:
         level_start = np.append(level_start, n)
@@ -305,29 +348,35 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
         child_count=child_count,
         is_op=is_op,
         level_start=level_start,
-        pools=list(pools),
+        pools=list(old.pools),
         pool_child_counts=counts,
     )
     tree.rows_from = rows_from
     memo = tree._memo
     memo["pool_idx"] = pool_rows
     memo["pool_counts"] = new_counts
-    memo["objects"] = objects
-    # The id -> row index (``results``): the previous one copied, with the ids that left dropped and the rows
-    # that moved or arrived written (a copy and few writes cost a fraction of a new dict over cold ids). Its
-    # keys are then not in row order; nothing iterates it (``ElementResults`` iterates ``ids``).
-    new_index = index.copy()
-    for row in leaving.values():
-        del new_index[old_ids[row]]
-    moved = np.flatnonzero(rows_from != np.arange(n, dtype=np.int64)).tolist()
-    new_index.update(zip(map(ids.__getitem__, moved), moved, strict=True))
-    memo["index"] = new_index
+    memo["objects"] = blocks.objects
     height = old._memo.get("height")
     if height is not None:  # a pool's height does not depend on its operations
         new_height = np.zeros(n, dtype=height.dtype)
         new_height[pool_rows] = height[old_pool_rows]
         memo["height"] = new_height
     return tree
+
+
+def _patched_index(
+    old: _Tree, leaving: dict[int, int], rows_from: np.ndarray, ids: list[str]
+) -> dict[str, int]:
+    """The id -> row index (``results``): the previous one copied, with the ids that left dropped and the rows
+    that moved or arrived written (a copy and few writes cost a fraction of a new dict over cold ids). Its keys
+    are then not in row order; nothing iterates it (``ElementResults`` iterates ``ids``)."""
+    new_index = old.id_index().copy()
+    old_ids = old.ids
+    for row in leaving.values():
+        del new_index[old_ids[row]]
+    moved = np.flatnonzero(rows_from != np.arange(len(ids), dtype=np.int64)).tolist()
+    new_index.update(zip(map(ids.__getitem__, moved), moved, strict=True))
+    return new_index
 
 
 def _flatten_new(root: Pool) -> _Tree:
