@@ -127,7 +127,11 @@ class _TreeStep:
         update = self.snapshot.fair_share_update
         now = _snapshot_now(self.snapshot)
         # every step is the snapshot's update again, taking what the previous step derived from the same tree
-        state = UpdateState(layout=self.layout, written=self.input_cache.take_written())
+        state = UpdateState(
+            layout=self.layout,
+            written=self.input_cache.take_written(),
+            relaid=self.input_cache.take_relaid(),
+        )
         if update is not None:
             state.previous_update_time = update.previous_update_time
             state.accumulated_resource_volume = dict(update.accumulated_resource_volume)

@@ -138,7 +138,9 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
-def _flatten(root: Pool, previous: _Tree | None = None, written: Any = None) -> _Tree:
+def _flatten(
+    root: Pool, previous: _Tree | None = None, written: Any = None, relaid: frozenset[str] | None = None
+) -> _Tree:
     """The flattened tree of ``root``: ``previous`` (the previous update's, carried by its ``UpdateState``) when it
     is the tree of this very root with the same structure, else a new one.
 
@@ -150,19 +152,30 @@ def _flatten(root: Pool, previous: _Tree | None = None, written: Any = None) -> 
     (``_patched``: its rows shifted with numpy, the changed pools' blocks re-laid), row for row what
     ``_flatten_new`` makes; anything else is flattened anew. ``written`` (``UpdateState.written``): the only
     elements written since ``previous`` was read (None: not known, every id is compared).
+
+    ``relaid`` (``UpdateState.relaid``, from the period's delta): the pools whose children lists the caller
+    replaced since ``previous`` was read; only their blocks are compared (none: the structure is the previous
+    one). None: not known, every pool's children are compared with ``previous``'s by identity.
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
     cached = previous if previous is not None and previous.elements[0] is root else None
     tree = None
     if cached is not None:
+        if relaid is not None and not relaid:
+            return cached  # no pool's children list was replaced (the period's delta)
         child_lists = [p.children or () for p in cached.pools]
         counts = list(map(len, child_lists))  # children must be sized lists, as before
         elements: list[Any] = [root]
         elements += chain.from_iterable(child_lists)
-        if _same_structure(cached, counts, elements, written):
+        if relaid is None and _same_structure(cached, counts, elements, written):
             return cached
-        tree = _patched(cached, child_lists, counts, elements)
+        blocks = _Blocks(cached, counts, elements)
+        changed = blocks.changed_pools() if relaid is None else _relaid_places(cached, relaid, child_lists)
+        if changed is not None and not changed and relaid is not None:
+            return cached  # the replaced lists hold the same objects
+        if changed:
+            tree = _patched(cached, blocks, changed, child_lists, elements, counts)
     if tree is None:
         tree = _flatten_new(root)
     if cached is not None and cached.functions is not None:
@@ -202,8 +215,35 @@ def _object_ids(elements: list[Any]) -> np.ndarray:
     return np.fromiter(map(id, elements), dtype=np.uint64, count=len(elements))
 
 
-def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: list[Any]) -> _Tree | None:
-    """``old`` with the pools whose children changed re-laid, when only operations arrived, left or moved (every
+def _relaid_places(old: _Tree, relaid: frozenset[str], child_lists: list[Any]) -> list[int] | None:
+    """The places in ``old.pools`` (ascending) of the ``relaid`` pools whose children are not the same objects as
+    in ``old``; None when one of them is not a pool of ``old`` (flattened anew)."""
+    place = old.memo("pool_place", lambda: {pool.id: k for k, pool in enumerate(old.pools)})
+    counts = old.pool_child_counts
+    starts = old.memo("pool_starts", lambda: old.child_start[np.flatnonzero(~old.is_op)].tolist())
+    elements = old.elements
+    changed = []
+    for pool_id in relaid:
+        k = place.get(pool_id)
+        if k is None:
+            return None
+        block = child_lists[k]
+        start = starts[k]
+        if len(block) != counts[k] or not all(map(is_, block, elements[start : start + counts[k]])):
+            changed.append(k)
+    changed.sort()
+    return changed
+
+
+def _patched(
+    old: _Tree,
+    blocks: _Blocks,
+    changed: list[int],
+    child_lists: list[Any],
+    elements: list[Any],
+    counts: list[int],
+) -> _Tree | None:
+    """``old`` with the ``changed`` pools (places in ``old.pools``, ascending) re-laid, when only operations arrived, left or moved (every
     pool the same object in the same place; each changed pool's child pools the same, in the same order):
     ``elements`` (the root, then the pools' children lists in ``old``'s pool order) is then the new
     breadth-first order, and the arrays are ``old``'s shifted with numpy. The result is row for row what
@@ -213,10 +253,6 @@ def _patched(old: _Tree, child_lists: list[Any], counts: list[int], elements: li
 
     Cost: a few numpy passes over the rows and Python work only for the changed pools' children.
     """
-    blocks = _Blocks(old, counts, elements)
-    changed = blocks.changed_pools()
-    if not changed:
-        return None  # the same objects with other ids
     moves = _relaid(old, blocks, changed, child_lists, elements)
     if moves is None:
         return None
@@ -235,14 +271,16 @@ class _Blocks:
         count = len(old.pools)
         self.old_counts = old.memo("pool_counts", lambda: np.array(old.pool_child_counts, dtype=np.int64))
         self.old_pool_rows = old.memo("pool_idx", lambda: np.flatnonzero(~old.is_op))
-        self.old_objects = old.memo("objects", lambda: _object_ids(old.elements))
         self.new_counts = np.array(counts, dtype=np.int64)
         self.new_starts = np.empty(count, dtype=np.int64)
         self.new_starts[0] = 1
         np.cumsum(self.new_counts[:-1], out=self.new_starts[1:])
         self.new_starts[1:] += 1
         self.old_starts = old.child_start[self.old_pool_rows]
-        self.objects = _object_ids(elements)
+        self.elements = elements
+        self.old = old
+        self.objects: np.ndarray | None = None
+        """Every element's ``id()`` (`changed_pools` only: the period's delta needs none)."""
         # Each child's pool (by its place in ``pools``) and its row in that pool's block before.
         self.owner = np.repeat(np.arange(count, dtype=np.int64), self.new_counts)
         self.rows_from = np.empty(n, dtype=np.int64)
@@ -253,10 +291,13 @@ class _Blocks:
 
     def changed_pools(self) -> list[int]:
         """The pools (by place) whose number of children or child objects differ."""
+        old = self.old
+        old_objects = old.memo("objects", lambda: _object_ids(old.elements))
+        self.objects = _object_ids(self.elements)
         same_count = self.new_counts == self.old_counts
         kept = same_count[self.owner]
         differs = np.zeros(len(same_count), dtype=bool)
-        before = self.old_objects[np.where(kept, self.rows_from[1:], 0)]
+        before = old_objects[np.where(kept, self.rows_from[1:], 0)]
         differs[self.owner[kept & (self.objects[1:] != before)]] = True
         changed: list[int] = np.flatnonzero(differs | ~same_count).tolist()
         return changed
@@ -355,7 +396,8 @@ def _patched_tree(
     memo = tree._memo
     memo["pool_idx"] = pool_rows
     memo["pool_counts"] = new_counts
-    memo["objects"] = blocks.objects
+    if blocks.objects is not None:
+        memo["objects"] = blocks.objects
     height = old._memo.get("height")
     if height is not None:  # a pool's height does not depend on its operations
         new_height = np.zeros(n, dtype=height.dtype)

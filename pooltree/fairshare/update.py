@@ -84,7 +84,7 @@ class _Update:
             raise ConfigError("settings.integral_smooth_period", "must be positive")
         if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
             raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
-        self.tree = _flatten(root, self.state.layout, self.state.written)
+        self.tree = _flatten(root, self.state.layout, self.state.written, self.state.relaid)
         # what the previous update of this tree left to reuse (reuse.reuse_guarantees / keep_guarantees)
         self.reused: _StaticGuarantees | None = None
         self.statics: _StaticGuarantees | None = None  # reused or kept by this update

@@ -329,8 +329,9 @@ class SchedulerCore:
         wrote since (the period's delta of inputs: the update reads only their rows)."""
         state = self.fair_share_state
         written = self._input_cache.take_written()
+        relaid = self._input_cache.take_relaid()
         if isinstance(state, UpdateState) and written is not None:
-            state = dataclasses.replace(state, written=written)
+            state = dataclasses.replace(state, written=written, relaid=relaid)
         try:
             return function(root, total, settings, now, state)
         except BaseException:

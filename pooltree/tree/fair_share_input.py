@@ -108,6 +108,9 @@ class FairShareInputCache:
         self.written: list[Operation] | None = None
         """Operation elements whose usage, demand and pending count were written since `take_written` (repeats
         possible); None: not known (every row is read)."""
+        self.relaid: set[str] | None = None
+        """Pools whose model element got a new ``children`` list since `take_relaid` (the pools of the operations
+        the period's delta names); None: not known (it walked the tree, or an update failed)."""
         self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
         self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self.tags: _TagLimits | None = None
@@ -128,9 +131,18 @@ class FairShareInputCache:
         self.written = []
         return written
 
+    def take_relaid(self) -> frozenset[str] | None:
+        """The pools whose children lists were replaced since the last call (None: not known), for the update that
+        reads this input (``UpdateState.relaid``); the next call answers from here on."""
+        relaid = self.relaid
+        self.relaid = set()
+        return None if relaid is None else frozenset(relaid)
+
     def forget_written(self) -> None:
-        """What was written is not known any more (an update that read it failed): the next update reads all."""
+        """What was written and re-laid is not known any more (an update that read it failed): the next update
+        reads every row and compares every pool's children."""
         self.written = None
+        self.relaid = None
 
     def forget(self, pools: set[str], operations: set[str]) -> None:
         """Drop entries of elements that are no longer in the tree."""
@@ -496,6 +508,7 @@ def build_fair_share_input(
         root = last.root
     else:
         cache.written = None  # every element written: the update reads every row
+        cache.relaid = None  # and compares every pool's children
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
         root = build.pool(tree.root, tolerance)
         cache.forget(build.seen_pools, build.seen_operations)
@@ -590,6 +603,8 @@ def _apply_operation_changes(
                 static = operations[op_id][1]
             children.append(static)
         element.children = children
+    if cache.relaid is not None:
+        cache.relaid.update(touched)
     for op_id in changed:
         if op_id not in entries:
             operations.pop(op_id, None)

@@ -6,11 +6,13 @@ pools walks the tree.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
 from pooltree.config import OperationSpec, parse_pool_trees
+from pooltree.fairshare import layout, update_fair_share
 from pooltree.resources import vector
 from pooltree.strategy.core import SchedulerCore
 from pooltree.tree import PoolTree
@@ -86,3 +88,59 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
         assert core._input_cache.last.root is input_root  # patched or reused, never walked anew
         assert core._build_cache.runtime is not None
     assert core.operation_is_published(f"op{serial}")
+
+
+def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the period's delta (``UpdateState.relaid``: the pools whose children lists the input replaced), the
+    fair-share layout re-lays only those pools' blocks: neither identity sweep over every pool runs, nothing is
+    flattened anew, and every result is that of an update of fresh copies."""
+    tree = _tree()
+    core = SchedulerCore(tree)
+    core.add_node("n1", LIMITS)
+    for serial in (1, 2):
+        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 2), user="u", pool="a", now=0.0)
+    core.update_fair_share(0.0)
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("every pool compared although the delta says which changed")
+
+    monkeypatch.setattr(layout, "_same_structure", refuse)
+    monkeypatch.setattr(layout._Blocks, "changed_pools", refuse)
+    flattened: list[Any] = []
+    flatten_new = layout._flatten_new
+
+    def counted(root: Any) -> Any:
+        flattened.append(root)
+        return flatten_new(root)
+
+    monkeypatch.setattr(layout, "_flatten_new", counted)
+    told: list[frozenset[str]] = []
+    places = layout._relaid_places
+
+    def recorded(old: Any, relaid: frozenset[str], child_lists: Any) -> Any:
+        told.append(relaid)
+        return places(old, relaid, child_lists)
+
+    monkeypatch.setattr(layout, "_relaid_places", recorded)
+    serial = 2
+    for period in range(1, 6):
+        serial += 1
+        pool = ("a", "b1", "b2")[serial % 3]
+        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 1), user="u", pool=pool, now=period)
+        if period % 2 == 0:
+            core.unregister_operation(f"op{serial - 2}", float(period))
+        result = core.update_fair_share(float(period))
+        assert not flattened  # the previous tree patched, not flattened anew
+        root = core._input_cache.last.root
+        settings = core._input_cache.settings[1]
+        fresh = update_fair_share(copy.deepcopy(root), core.total_resources, settings, float(period), None)
+        flattened.clear()
+        assert list(result.elements) == list(fresh.elements)
+        for element_id in fresh.elements:
+            assert (
+                result.elements[element_id].fair_share.tolist()
+                == fresh.elements[element_id].fair_share.tolist()
+            )
+    assert len(told) == 5 and all(told)
+    core.update_fair_share(6.0)  # nothing changed: the previous layout is taken whole, nothing compared
+    assert len(told) == 5
