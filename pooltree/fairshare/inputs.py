@@ -189,7 +189,7 @@ class _KeptInputs:
 
     Also every array as read (before ``compute_attributes`` sums usage and demand in place), read-only: an
     update told which operations were written since (``UpdateState.written``) copies them and reads again only
-    those operations' rows (``_read_written``)."""
+    those operations' rows (``_read_rows`` with rows)."""
 
     __slots__ = (
         "apply_limits",
@@ -283,10 +283,10 @@ def _read_inputs(upd: _Update) -> None:
     """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
     An update told which operations were written since the previous update of the same tree
-    (``UpdateState.written``: the period's delta of inputs) reads only those operations' rows
-    (``_read_written``); so does the update of a tree patched from the previous one (operations arrived, left or
-    moved: ``layout._patched``), which also reads the new rows. Anything else reads every row
-    (``_read_every_row``). All give the same arrays and raise the same first error.
+    (``UpdateState.written``: the period's delta of inputs) reads only those operations' rows into the previous
+    read's arrays; so does the update of a tree patched from the previous one (operations arrived, left or moved:
+    ``layout._patched``), which also reads the new rows. Anything else reads every row. Both are `_read_rows`, and
+    give the same arrays and raise the same first error.
     """
     tree = upd.tree
     written = upd.state.written
@@ -300,9 +300,9 @@ def _read_inputs(upd: _Update) -> None:
         if last is not None:
             rows = _written_rows(upd, last, written, new_rows)
             if rows is not None:
-                _read_written(upd, last, rows)
+                _read_rows(upd, last, rows)
                 return
-    _read_every_row(upd)
+    _read_rows(upd, tree.inputs, None)
 
 
 def _written_rows(
@@ -334,77 +334,127 @@ def _written_rows(
     return np.array(rows, dtype=np.int64)
 
 
-def _read_every_row(upd: _Update) -> None:
-    """Every element's inputs: one comprehension per attribute (a slot read the interpreter specialises, cheaper
-    than one ``attrgetter`` of all fields), vectors copied per element (``_read_interleaved``)."""
+def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
+    """The elements' inputs into the update's arrays, checked (the checks run in a fixed order and raise for the
+    first bad row): of every row (``rows`` None; ``last``, the tree's previous read if any, lends the arrays of
+    scalar fields whose values are the very same objects), or of ``rows`` only (sorted), written into copies of
+    ``last``'s arrays (the other rows passed the checks then, so the first bad row is among these).
+
+    One comprehension per attribute (a slot read the interpreter specialises, cheaper than one ``attrgetter`` of
+    all fields), vectors copied per element (``_read_interleaved``); a vector that is not a float64 vector of 5
+    sends the rows of its kind through ``_stack``, which converts them or raises for the first bad element."""
     tree = upd.tree
-    elements = tree.elements
-    n = len(elements)
-    total = upd.total
-    is_op = tree.is_op
-    op_idx = tree.memo("op_idx", lambda: np.flatnonzero(is_op))
-    pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~is_op))
-    ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
-    pools: list[Pool] = tree.pools
-    main = RESOURCES.index(upd.settings.main_resource)
-    last = tree.inputs
     kept = _KeptInputs()
-    weight_cfg, msr, tol = _read_scalars(elements, last, kept)
-    tag_rows = [e.tag_filter_resource_limits for e in elements]
+    rows_read = _RowsRead(tree, rows)
+    read, ops, pools = rows_read.read, rows_read.ops, rows_read.pools
+    op_rows, pool_rows = rows_read.op_rows, rows_read.pool_rows
+    if rows is None:
+        weight_cfg, msr, tol = _read_scalars(read, last, kept)
+    else:
+        assert last is not None
+        weight_cfg, msr, tol = _read_written_scalars(read, rows, last, kept)
+    tag_rows = [e.tag_filter_resource_limits for e in read]
     # Almost no element has a tag filter: find the few that do without a Python-level loop.
-    tagged = list(compress(range(n), map(is_not, tag_rows, repeat(None))))
-    # Every vector is read here; a None (some row is not a float64 vector of 5) sends the rows of that
-    # kind through ``_stack`` below, which converts them or raises for the first bad element as before.
+    tagged = list(compress(range(len(read)), map(is_not, tag_rows, repeat(None))))
     usage_rows = [e.usage for e in ops]
     demand_rows = [e.demand for e in ops]
     op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
     strong_rows = [e.strong_guarantee_resources for e in pools]
     pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
-    usage = np.zeros((n, RESOURCE_COUNT))
-    demand = np.zeros((n, RESOURCE_COUNT))
-    strong = np.zeros((n, RESOURCE_COUNT))
-    upd.schedulable = np.ones(n, dtype=bool)
-    upd.step = np.zeros(n, dtype=bool)
-    apply_limits = np.zeros(n, dtype=bool)
+    arrays = _Arrays(upd, last if rows is not None else None, rows)
     if ops:
         (
-            usage[op_idx],
-            demand[op_idx],
-            upd.schedulable[op_idx],
-            upd.step[op_idx],
-            apply_limits[op_idx],
+            arrays.usage[op_rows],
+            arrays.demand[op_rows],
+            arrays.schedulable[op_rows],
+            arrays.step[op_rows],
+            arrays.apply_limits[op_rows],
         ) = _operation_rows(ops, usage_rows, demand_rows, op_vectors)
-    if pool_vectors is None:
-        strong[pool_idx] = _stack(pools, "strong_guarantee_resources", strong_rows)
+    if pools:
+        if rows is not None:
+            arrays.strong = arrays.strong.copy()
+        if pool_vectors is None:
+            arrays.strong[pool_rows] = _stack(pools, "strong_guarantee_resources", strong_rows)
+        else:
+            arrays.strong[pool_rows] = pool_vectors[:, 0]
+    if rows is None:
+        upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_rows, pools, last, kept)
     else:
-        strong[pool_idx] = pool_vectors[:, 0]
-    upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_idx, pools, last, kept)
-    spec_mask = spec_mask.copy()
+        assert last is not None
+        upd.fifo, upd.integral_type, spec_mask = _read_written_pool_arrays(tree, pool_rows, pools, last, kept)
     if op_vectors is None or pool_vectors is None:
-        specified = [e.specified_resource_limits for e in elements]
-        upd.specified_limits = _stack(elements, "specified_resource_limits", specified)
+        specified = [e.specified_resource_limits for e in read]
+        arrays.specified[rows_read.all] = _stack(read, "specified_resource_limits", specified)
     else:
-        upd.specified_limits = np.empty((n, RESOURCE_COUNT))
-        upd.specified_limits[op_idx] = op_vectors[:, 2]
-        upd.specified_limits[pool_idx] = pool_vectors[:, 1]
-    # Element 0 is the root; its own limits are the totals.
-    upd.usage = usage
-    upd.demand = demand
-    upd.tag_limits = np.tile(total, (n, 1))
+        arrays.specified[op_rows] = op_vectors[:, 2]
+        arrays.specified[pool_rows] = pool_vectors[:, 1]
     if tagged:
-        upd.tag_limits[tagged] = _stack(
-            [elements[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
+        arrays.tag_limits[tagged if rows is None else rows[tagged]] = _stack(
+            [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
         )
-    upd.strong_config = strong
-    _check_vectors(upd, None)
+    upd.usage, upd.demand, upd.strong_config = arrays.usage, arrays.demand, arrays.strong
+    upd.specified_limits, upd.tag_limits = arrays.specified, arrays.tag_limits
+    upd.schedulable, upd.step = arrays.schedulable, arrays.step
+    _check_vectors(upd, rows)
     # Pools specify their main resource whenever they specify a strong guarantee (master validation).
-    upd.spec_mask = spec_mask
-    upd.spec_mask[:, main] = True
-    upd.weight_cfg = weight_cfg
-    upd.max_share_ratio = msr
-    upd.tolerance = tol
-    upd.apply_limits = apply_limits
+    upd.spec_mask = spec_mask.copy()
+    upd.spec_mask[:, RESOURCES.index(upd.settings.main_resource)] = True
+    upd.weight_cfg, upd.max_share_ratio, upd.tolerance = weight_cfg, msr, tol
+    upd.apply_limits = arrays.apply_limits
     _keep_arrays(upd, kept)  # sets ``tree.inputs``: only once every check has passed
+
+
+class _RowsRead:
+    """The elements a read visits (every row, or ``rows``), split into operations and pools, with their rows."""
+
+    def __init__(self, tree: _Tree, rows: np.ndarray | None) -> None:
+        elements = tree.elements
+        if rows is None:
+            is_op = tree.is_op
+            self.all: Any = slice(None)
+            self.op_rows: np.ndarray = tree.memo("op_idx", lambda: np.flatnonzero(is_op))
+            self.pool_rows: np.ndarray = tree.memo("pool_idx", lambda: np.flatnonzero(~is_op))
+            self.read: list[Any] = elements
+            self.ops: list[Operation] = tree.memo("ops", lambda: list(compress(elements, is_op.tolist())))
+            self.pools: list[Pool] = tree.pools
+        else:
+            is_op = tree.is_op[rows]
+            self.all = rows
+            self.op_rows = rows[is_op]
+            self.pool_rows = rows[~is_op]
+            self.read = [elements[i] for i in rows.tolist()]
+            self.ops = list(compress(self.read, is_op.tolist()))
+            self.pools = list(compress(self.read, (~is_op).tolist()))
+
+
+class _Arrays:
+    """The arrays a read writes its rows into: new ones (``last`` None; an operation's strong guarantee and a
+    pool's usage, demand and flags are what a row nobody writes holds), or copies of ``last``'s with the default
+    tag-filter limits (the totals) in ``rows``. ``strong`` is ``last``'s own until a pool row is written."""
+
+    def __init__(self, upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
+        if last is None:
+            n = len(upd.tree.elements)
+            self.usage = np.zeros((n, RESOURCE_COUNT))
+            self.demand = np.zeros((n, RESOURCE_COUNT))
+            self.strong = np.zeros((n, RESOURCE_COUNT))
+            self.schedulable = np.ones(n, dtype=bool)
+            self.step = np.zeros(n, dtype=bool)
+            self.apply_limits = np.zeros(n, dtype=bool)
+            self.specified = np.empty((n, RESOURCE_COUNT))
+            self.tag_limits = np.tile(
+                upd.total, (n, 1)
+            )  # element 0 is the root; its own limits are the totals
+        else:
+            self.usage = last.usage.copy()
+            self.demand = last.demand.copy()
+            self.strong = last.strong_config
+            self.schedulable = last.schedulable.copy()
+            self.step = last.step.copy()
+            self.apply_limits = last.apply_limits.copy()
+            self.specified = last.specified_limits.copy()
+            self.tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
+            self.tag_limits[rows] = upd.total
 
 
 def _read_scalars(
@@ -504,20 +554,11 @@ def _check_vectors(upd: _Update, rows: np.ndarray | None) -> None:
         raise ConfigError(_path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)")
 
 
-def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray) -> None:
-    """The inputs of a tree read before (``last``): its arrays, with the rows of the elements written since
-    (``rows``, sorted) read again, in the order and with the checks of ``_read_every_row`` (the other
-    rows passed them then, so the first bad row is among these)."""
-    tree = upd.tree
-    elements = tree.elements
-    is_op = tree.is_op[rows]
-    op_rows = rows[is_op]
-    pool_rows = rows[~is_op]
-    read: list[Any] = [elements[i] for i in rows.tolist()]
-    ops: list[Any] = list(compress(read, is_op.tolist()))
-    pools: list[Any] = list(compress(read, (~is_op).tolist()))
-    main = RESOURCES.index(upd.settings.main_resource)
-    kept = _KeptInputs()
+def _read_written_scalars(
+    read: list[Any], rows: np.ndarray, last: _KeptInputs, kept: _KeptInputs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The weights, max share ratios and starvation tolerances of ``last`` with the ``rows`` (the elements
+    ``read``) read again and checked (kept in ``kept``, read-only)."""
     kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
     weight_cfg = last.weight_cfg.copy()
     weight_cfg[rows] = _weights(read, [e.weight for e in read])
@@ -527,73 +568,24 @@ def _read_written(upd: _Update, last: _KeptInputs, rows: np.ndarray) -> None:
     msr[rows] = msr_read
     tol = last.tol_array.copy()
     tol[rows] = tol_read
-    kept.weight_cfg, kept.msr_array, kept.tol_array = (
-        _readonly(weight_cfg),
-        _readonly(msr),
-        _readonly(tol),
-    )
-    tag_rows = [e.tag_filter_resource_limits for e in read]
-    tagged = list(compress(range(len(read)), map(is_not, tag_rows, repeat(None))))
-    usage_rows = [e.usage for e in ops]
-    demand_rows = [e.demand for e in ops]
-    specified_rows = [e.specified_resource_limits for e in ops]
-    op_vectors = _read_interleaved(usage_rows, demand_rows, specified_rows) if ops else None
-    strong_rows = [e.strong_guarantee_resources for e in pools]
-    pool_vectors = (
-        _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools]) if pools else None
-    )
-    usage = last.usage.copy()
-    demand = last.demand.copy()
-    schedulable = last.schedulable.copy()
-    step = last.step.copy()
-    apply_limits = last.apply_limits.copy()
-    if ops:
-        usage[op_rows], demand[op_rows], schedulable[op_rows], step[op_rows], apply_limits[op_rows] = (
-            _operation_rows(ops, usage_rows, demand_rows, op_vectors)
-        )
-    strong = last.strong_config
+    kept.weight_cfg, kept.msr_array, kept.tol_array = _readonly(weight_cfg), _readonly(msr), _readonly(tol)
+    return kept.weight_cfg, kept.msr_array, kept.tol_array
+
+
+def _read_written_pool_arrays(
+    tree: _Tree, pool_rows: np.ndarray, pools: list[Pool], last: _KeptInputs, kept: _KeptInputs
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``last``'s FIFO flags, integral types and specified-guarantee masks with the rows of the pools read
+    again (their checks in tree order, as ``_pool_inputs`` runs them; kept in ``kept``, read-only)."""
     if pools:
-        strong = strong.copy()
-        if pool_vectors is None:
-            strong[pool_rows] = _stack(pools, "strong_guarantee_resources", strong_rows)
-        else:
-            strong[pool_rows] = pool_vectors[:, 0]
-        # The pools' own checks, in tree order as ``_pool_inputs`` runs them; their rows of the three arrays.
         checked = _pool_inputs(tree, pool_rows, pools)
         pool_arrays = tuple(array.copy() for array in last.pool_arrays)
         for array, new in zip(pool_arrays, checked, strict=True):
             array[pool_rows] = new[pool_rows]
             _readonly(array)
-        upd.fifo, upd.integral_type, spec_mask = pool_arrays
         kept.pool_raw = None  # a later full read checks every pool again
     else:
-        upd.fifo, upd.integral_type, spec_mask = last.pool_arrays
+        pool_arrays = last.pool_arrays
         kept.pool_raw = last.pool_raw
-    kept.pool_arrays = (upd.fifo, upd.integral_type, spec_mask)
-    specified = last.specified_limits.copy()
-    if (ops and op_vectors is None) or (pools and pool_vectors is None):
-        specified[rows] = _stack(
-            read, "specified_resource_limits", [e.specified_resource_limits for e in read]
-        )
-    else:
-        if op_vectors is not None:
-            specified[op_rows] = op_vectors[:, 2]
-        if pool_vectors is not None:
-            specified[pool_rows] = pool_vectors[:, 1]
-    tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
-    tag_limits[rows] = upd.total
-    if tagged:
-        tag_limits[rows[tagged]] = _stack(
-            [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
-        )
-    upd.usage, upd.demand, upd.strong_config = usage, demand, strong
-    upd.specified_limits, upd.tag_limits = specified, tag_limits
-    upd.schedulable, upd.step = schedulable, step
-    _check_vectors(upd, rows)
-    upd.spec_mask = spec_mask.copy()
-    upd.spec_mask[:, main] = True
-    upd.weight_cfg = kept.weight_cfg
-    upd.max_share_ratio = kept.msr_array
-    upd.tolerance = kept.tol_array
-    upd.apply_limits = apply_limits
-    _keep_arrays(upd, kept)
+    kept.pool_arrays = pool_arrays  # type: ignore[assignment]
+    return pool_arrays  # type: ignore[return-value]

@@ -1,5 +1,5 @@
 """An update told which operations were written since the previous update of the same tree (``UpdateState.written``,
-the period's delta of inputs) reads only their rows (``inputs._read_written``): its results must be those of an
+the period's delta of inputs) reads only their rows (``inputs._read_rows`` with rows): its results must be those of an
 update of fresh copies (which reads every row), bit for bit. The tree runtime's input cache reports what it wrote
 (``FairShareInputCache.take_written``), and a write it did not report would show.
 """
@@ -31,14 +31,15 @@ class _Reads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.partial = 0
         self.rows: list[int] = []
-        original = inputs_module._read_written
+        original = inputs_module._read_rows
 
-        def spy(upd: Any, last: Any, rows: np.ndarray) -> None:
-            self.partial += 1
-            self.rows.append(len(rows))
+        def spy(upd: Any, last: Any, rows: np.ndarray | None) -> None:
+            if rows is not None:  # only the written rows
+                self.partial += 1
+                self.rows.append(len(rows))
             original(upd, last, rows)
 
-        monkeypatch.setattr(inputs_module, "_read_written", spy)
+        monkeypatch.setattr(inputs_module, "_read_rows", spy)
 
 
 def _told(state: UpdateState, written: list[Any]) -> UpdateState:
