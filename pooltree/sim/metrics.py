@@ -331,6 +331,68 @@ class SimulationMetrics:
     # ------------------------------------------------------------------ results
 
     def result(self, end_time: float, wall: float, wasted_job_time: float) -> SimulationResult:
+        """The run's result: the summary (operations, pools, global figures, options, engine counters, segments
+        and GPU plans where on), the operations' CSV rows, the pools' series and the pools' parents."""
+        operations, rows = self._operation_entries(end_time)
+        pools, series, utilization = self._pool_entries()
+        stats = dict(sorted(self.stats.items()))
+        simulated = end_time
+        summary = {
+            "scenario": self.scenario.source,
+            "seed": self.seed,
+            "operations": operations,
+            "pools": pools,
+            "global": {
+                "utilization": utilization,
+                "preempted_allocation_count": sum(self.preemptions_by_reason.values()),
+                "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
+                "wasted_job_time": round(wasted_job_time, 6),
+                "simulated_time": round(simulated, 6),
+                "wall_time": round(wall, 3),
+                "operation_count": len(self.ops),
+                "completed_operation_count": sum(1 for op in self.ops if op.state == "completed"),
+            },
+            # Options the scenario sets that pooltree accepts without implementing (config/support.py).
+            "unsupported_options": unsupported_options(
+                self.scenario.snapshot.pool_trees,
+                [(op.spec.id, op.spec.spec) for op in self.ops],
+                offline=True,
+            ),
+            # Option names pooltree does not know, kept and ignored as YTsaurus does, with the closest known one.
+            "unrecognized_options": unrecognized_options(
+                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
+            ),
+            "engine": {
+                "heartbeats_processed": stats.get("heartbeats_processed", 0),
+                "heartbeats_skipped": stats.get("heartbeats_skipped", 0),
+                "fair_share_updates": stats.get("fair_share_updates", 0),
+                "fair_share_updates_skipped": stats.get("fair_share_updates_skipped", 0),
+                "events": stats.get("events", 0),
+            },
+        }
+        segments = {
+            tree.name: tree.core.segments_view()
+            for tree in self.trees.values()
+            if tree.core.strategy.segments.enabled
+        }
+        if (
+            segments
+        ):  # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
+            summary["scheduling_segments"] = segments
+        plans = {
+            tree.name: tree.core.gpu_policy_view()["statistics"]
+            for tree in self.trees.values()
+            if tree.core.strategy.gpu_policy.config.planning
+        }
+        if plans:  # the GPU policy's plan statistics at the end (strategy/gpu_policy.py), only where it plans
+            summary["gpu_assignment_plan"] = plans
+        wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
+        return SimulationResult(
+            summary, rows, series, dict(self.preemptions_by_reason), stats, wasted, self._pool_parents()
+        )
+
+    def _operation_entries(self, end_time: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Each operation's summary entry and its row of ``operations.csv``."""
         operations = []
         rows = []
         for op in self.ops:
@@ -387,6 +449,11 @@ class SimulationMetrics:
                     "in_timeframe": "true" if spec.in_timeframe else "false",
                 }
             )
+        return operations, rows
+
+    def _pool_entries(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
+        """Each pool's summary entry (keyed ``tree/pool`` with several trees), each tree's pool series and the
+        utilization of every resource over the run."""
         pools: dict[str, Any] = {}
         series: dict[str, Any] = {}
         utilization_usage = np.zeros(RESOURCE_COUNT)
@@ -420,58 +487,11 @@ class SimulationMetrics:
             else 0.0
             for i, name in enumerate(RESOURCES)
         }
-        stats = dict(sorted(self.stats.items()))
-        simulated = end_time
-        summary = {
-            "scenario": self.scenario.source,
-            "seed": self.seed,
-            "operations": operations,
-            "pools": pools,
-            "global": {
-                "utilization": utilization,
-                "preempted_allocation_count": sum(self.preemptions_by_reason.values()),
-                "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
-                "wasted_job_time": round(wasted_job_time, 6),
-                "simulated_time": round(simulated, 6),
-                "wall_time": round(wall, 3),
-                "operation_count": len(self.ops),
-                "completed_operation_count": sum(1 for op in self.ops if op.state == "completed"),
-            },
-            # Options the scenario sets that pooltree accepts without implementing (config/support.py).
-            "unsupported_options": unsupported_options(
-                self.scenario.snapshot.pool_trees,
-                [(op.spec.id, op.spec.spec) for op in self.ops],
-                offline=True,
-            ),
-            # Option names pooltree does not know, kept and ignored as YTsaurus does, with the closest known one.
-            "unrecognized_options": unrecognized_options(
-                self.scenario.snapshot.pool_trees, [(op.spec.id, op.spec.spec) for op in self.ops]
-            ),
-            "engine": {
-                "heartbeats_processed": stats.get("heartbeats_processed", 0),
-                "heartbeats_skipped": stats.get("heartbeats_skipped", 0),
-                "fair_share_updates": stats.get("fair_share_updates", 0),
-                "fair_share_updates_skipped": stats.get("fair_share_updates_skipped", 0),
-                "events": stats.get("events", 0),
-            },
-        }
-        segments = {
-            tree.name: tree.core.segments_view()
-            for tree in self.trees.values()
-            if tree.core.strategy.segments.enabled
-        }
-        if (
-            segments
-        ):  # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
-            summary["scheduling_segments"] = segments
-        plans = {
-            tree.name: tree.core.gpu_policy_view()["statistics"]
-            for tree in self.trees.values()
-            if tree.core.strategy.gpu_policy.config.planning
-        }
-        if plans:  # the GPU policy's plan statistics at the end (strategy/gpu_policy.py), only where it plans
-            summary["gpu_assignment_plan"] = plans
-        wasted = {op.spec.id: round(op.wasted_job_time, 6) for op in self.ops}
+        return pools, series, utilization
+
+    def _pool_parents(self) -> dict[str, str | None]:
+        """Each pool's parent (keys as in the summary's pools; the root's is None)."""
+        multi = len(self.trees) > 1
         parents: dict[str, str | None] = {}
         for tree in self.trees.values():
             prefix = f"{tree.name}/" if multi else ""
@@ -479,9 +499,7 @@ class SimulationMetrics:
                 key = prefix + (ROOT if pool.is_root else name)
                 parent = pool.parent
                 parents[key] = None if parent is None else prefix + (ROOT if parent.is_root else parent.name)
-        return SimulationResult(
-            summary, rows, series, dict(self.preemptions_by_reason), stats, wasted, parents
-        )
+        return parents
 
 
 def _num(value: float) -> str:

@@ -115,97 +115,11 @@ def report_html(
     glob = summary["global"]
     multi = len(result.pool_series) > 1
     operations = summary["operations"]
-    pool_of = {op["id"]: (op["tree"], op["pool"]) for op in operations}
-    starving = _starving(out, set(plotted))
-    preemptions = _preemptions(out, pool_of)
-
-    charts: list[str] = []
-    for index, (tree, pool) in enumerate(plotted):
-        points = result.pool_series[tree][pool]
-        marks = starving.get((tree, pool), [])
-        times, fair, usage, demand, flags = _merged(points, marks)
-        figure = fair_share_figure(
-            times,
-            fair,
-            usage,
-            demand,
-            starving=flags,
-            preemptions=preemptions.get((tree, pool), []),
-            title=f"{tree}/{pool}" if multi else pool,
-            as_dates=False,
-            height=300,
-        )
-        charts.append(figure_div(figure, f"pool-chart-{index}"))
-
-    pending: dict[str, list[float]] = defaultdict(list)
-    for op in operations:
-        pending[op["pool"]].append(float(op["pending_duration"] or 0.0))
-    if any(value > 0 for values in pending.values() for value in values):
-        pools = sorted(pending)
-        pending_chart = _bar_chart(
-            "Operation pending time per pool",
-            pools,
-            {
-                "mean": [sum(pending[p]) / len(pending[p]) for p in pools],
-                "max": [max(pending[p]) for p in pools],
-            },
-            "seconds",
-            "pending-chart",
-        )
-    else:
-        pending_chart = (
-            '<p id="nothing-pending">Nothing pending: every operation started when it was submitted.</p>'
-        )
-
-    reasons = result.preemptions_by_reason
-    by_pool = {
-        pool: values["preempted_allocation_count"]
-        for pool, values in summary["pools"].items()
-        if pool != ROOT and values["preempted_allocation_count"]
-    }
-    if sum(reasons.values()) > 0:
-        preemption_chart = '<div class="charts">' + _bar_chart(
-            "Preempted allocations by reason", list(reasons), {"allocations": list(map(float, reasons.values()))},
-            "allocations", "preemption-reasons",
-        ) + _bar_chart(
-            "Preempted allocations by pool (subtree)", list(by_pool), {"allocations": list(map(float, by_pool.values()))},
-            "allocations", "preemption-pools",
-        ) + "</div>"  # fmt: skip
-    else:
-        preemption_chart = '<p id="no-preemptions">No preemptions in this run.</p>'
-
-    pool_rows = "".join(
-        "<tr>"
-        + f"<td>{html.escape(pool)}</td>"
-        + "".join(
-            f'<td class="num">{x}</td>'
-            for x in (
-                percent(values["mean_fair_share_ratio"]),
-                percent(values["mean_usage_ratio"]),
-                seconds(values["starving_time"]),
-                seconds(values["below_fair_share_time"]),
-                values["preempted_allocation_count"],
-            )
-        )
-        + "</tr>"
-        for pool, values in summary["pools"].items()
-    )
-    op_rows = []
-    for op in operations[:MAX_OPERATION_ROWS]:
-        aborted = ", ".join(f"{k} {v}" for k, v in op["aborted_job_count_by_reason"].items()) or "–"
-        cells = [
-            html.escape(str(op["id"])),
-            html.escape(f"{op['tree']}/{op['pool']}" if multi else str(op["pool"])),
-            html.escape(str(op["user"])),
-            f'<span class="state-{html.escape(op["state"])}">{html.escape(op["state"])}</span>',
-            seconds(op["submit_time"]),
-            seconds(op["pending_duration"]),
-            seconds(None if op["finish_time"] is None or op["start_time"] is None else op["finish_time"] - op["start_time"]),
-            f"{op['completed_job_count']}/{op['job_count']}",
-            seconds(op["preempted_job_time"]),
-            html.escape(aborted),
-        ]  # fmt: skip
-        op_rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    charts = _pool_charts(result, out, plotted, multi)
+    pending_chart = _pending_chart(operations)
+    preemption_chart = _preemption_charts(result)
+    pool_rows = _pool_rows(summary)
+    op_rows = _operation_rows(operations, multi)
     cut = (
         f"<p>First {MAX_OPERATION_ROWS} of {len(operations)} operations; all are in summary.json.</p>"
         if len(operations) > MAX_OPERATION_ROWS
@@ -251,6 +165,114 @@ wasted job time: {seconds(glob["wasted_job_time"])}.</p>
 <p>Static plots: {pictures}.</p>
 </body></html>
 """
+
+
+def _pool_charts(
+    result: SimulationResult, out: Path, plotted: list[tuple[str, str]], multi: bool
+) -> list[str]:
+    """One fair share / usage / demand chart per plotted pool, with its starving spans and preemptions."""
+    operations = result.summary["operations"]
+    pool_of = {op["id"]: (op["tree"], op["pool"]) for op in operations}
+    starving = _starving(out, set(plotted))
+    preemptions = _preemptions(out, pool_of)
+    charts: list[str] = []
+    for index, (tree, pool) in enumerate(plotted):
+        points = result.pool_series[tree][pool]
+        marks = starving.get((tree, pool), [])
+        times, fair, usage, demand, flags = _merged(points, marks)
+        figure = fair_share_figure(
+            times,
+            fair,
+            usage,
+            demand,
+            starving=flags,
+            preemptions=preemptions.get((tree, pool), []),
+            title=f"{tree}/{pool}" if multi else pool,
+            as_dates=False,
+            height=300,
+        )
+        charts.append(figure_div(figure, f"pool-chart-{index}"))
+    return charts
+
+
+def _pending_chart(operations: list[dict[str, Any]]) -> str:
+    """Mean and max pending time per pool, or a line saying nothing was pending."""
+    pending: dict[str, list[float]] = defaultdict(list)
+    for op in operations:
+        pending[op["pool"]].append(float(op["pending_duration"] or 0.0))
+    if not any(value > 0 for values in pending.values() for value in values):
+        return '<p id="nothing-pending">Nothing pending: every operation started when it was submitted.</p>'
+    pools = sorted(pending)
+    return _bar_chart(
+        "Operation pending time per pool",
+        pools,
+        {
+            "mean": [sum(pending[p]) / len(pending[p]) for p in pools],
+            "max": [max(pending[p]) for p in pools],
+        },
+        "seconds",
+        "pending-chart",
+    )
+
+
+def _preemption_charts(result: SimulationResult) -> str:
+    """Preempted allocations by reason and by pool, or a line saying there were none."""
+    reasons = result.preemptions_by_reason
+    by_pool = {
+        pool: values["preempted_allocation_count"]
+        for pool, values in result.summary["pools"].items()
+        if pool != ROOT and values["preempted_allocation_count"]
+    }
+    if sum(reasons.values()) <= 0:
+        return '<p id="no-preemptions">No preemptions in this run.</p>'
+    return '<div class="charts">' + _bar_chart(
+        "Preempted allocations by reason", list(reasons), {"allocations": list(map(float, reasons.values()))},
+        "allocations", "preemption-reasons",
+    ) + _bar_chart(
+        "Preempted allocations by pool (subtree)", list(by_pool), {"allocations": list(map(float, by_pool.values()))},
+        "allocations", "preemption-pools",
+    ) + "</div>"  # fmt: skip
+
+
+def _pool_rows(summary: dict[str, Any]) -> str:
+    """The pools table's rows."""
+    return "".join(
+        "<tr>"
+        + f"<td>{html.escape(pool)}</td>"
+        + "".join(
+            f'<td class="num">{x}</td>'
+            for x in (
+                percent(values["mean_fair_share_ratio"]),
+                percent(values["mean_usage_ratio"]),
+                seconds(values["starving_time"]),
+                seconds(values["below_fair_share_time"]),
+                values["preempted_allocation_count"],
+            )
+        )
+        + "</tr>"
+        for pool, values in summary["pools"].items()
+    )
+
+
+def _operation_rows(operations: list[dict[str, Any]], multi: bool) -> list[str]:
+    """The operations table's rows (the first ``MAX_OPERATION_ROWS``)."""
+    op_rows = []
+    for op in operations[:MAX_OPERATION_ROWS]:
+        aborted = ", ".join(f"{k} {v}" for k, v in op["aborted_job_count_by_reason"].items()) or "–"
+        cells = [
+            html.escape(str(op["id"])),
+            html.escape(f"{op['tree']}/{op['pool']}" if multi else str(op["pool"])),
+            html.escape(str(op["user"])),
+            f'<span class="state-{html.escape(op["state"])}">{html.escape(op["state"])}</span>',
+            seconds(op["submit_time"]),
+            seconds(op["pending_duration"]),
+            seconds(None if op["finish_time"] is None or op["start_time"] is None else op["finish_time"] - op["start_time"]),
+            f"{op['completed_job_count']}/{op['job_count']}",
+            seconds(op["preempted_job_time"]),
+            html.escape(aborted),
+        ]  # fmt: skip
+        op_rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return op_rows
 
 
 def _merged(
