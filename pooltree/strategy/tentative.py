@@ -325,3 +325,33 @@ class TentativeGate:
         eligibility = self.operations.get(operation_id)
         if eligibility is not None:
             eligibility.on_started(task, self.tree, now)
+
+
+PERIOD_OPTION = "tentative_tree_saturation_deactivation_period"
+
+
+def attach_eligibility(
+    gates: Mapping[str, TentativeGate],
+    operation_id: str,
+    trees: Sequence[str],
+    spec: Mapping[str, Any],
+    tree_configs: Mapping[str, Any],
+) -> TentativeEligibility:
+    """The operation's eligibility (its spec's ``tentative_tree_eligibility``), given to the gate of each tentative
+    tree with the tree's ``tentative_tree_saturation_deactivation_period``; the live service and the simulator
+    both attach through here."""
+    config = TentativeTreeEligibilityConfig.parse(
+        spec.get("tentative_tree_eligibility"), "spec.tentative_tree_eligibility"
+    )
+    eligibility = TentativeEligibility(trees, config)
+    for tree in trees:
+        gate = gates[tree]
+        gate.tree = tree
+        raw = (getattr(tree_configs[tree], "model_extra", None) or {}).get(PERIOD_OPTION)
+        gate.period = (
+            DEFAULT_SATURATION_DEACTIVATION_PERIOD
+            if raw is None
+            else parse_duration(raw, f"pool_trees.{tree}.config.{PERIOD_OPTION}")
+        )
+        gate.operations[operation_id] = eligibility
+    return eligibility

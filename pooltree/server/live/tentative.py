@@ -16,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pooltree.resources import parse_duration
 from pooltree.server.live.orphans import leave_trees
 from pooltree.strategy.tentative import (
     BANNED_IN_TENTATIVE_TREE,
-    DEFAULT_SATURATION_DEACTIVATION_PERIOD,
     TentativeEligibility,
-    TentativeTreeEligibilityConfig,
+    attach_eligibility,
     non_tentative_types,
     tentative_trees,
 )
@@ -31,13 +29,6 @@ if TYPE_CHECKING:
     from pooltree.node.wire import FinishedJobReport
     from pooltree.server.live.model import LiveJob, LiveOperation
     from pooltree.server.live.scheduler import LiveScheduler
-
-PERIOD_OPTION = "tentative_tree_saturation_deactivation_period"
-
-
-def _tree_option(scheduler: LiveScheduler, tree: str, option: str) -> Any:
-    config = scheduler.registry.trees[tree].config
-    return (getattr(config, "model_extra", None) or {}).get(option)
 
 
 class LiveTentative:
@@ -64,24 +55,18 @@ class LiveTentative:
         runtime parameters."""
         if not trees:
             return
-        config = TentativeTreeEligibilityConfig.parse(
-            op.spec.get("tentative_tree_eligibility"), "spec.tentative_tree_eligibility"
+        scheduler = self.scheduler
+        self.operations[op.id] = attach_eligibility(
+            {tree: scheduler.cores[tree].strategy.tentative for tree in trees},
+            op.id,
+            trees,
+            op.spec,
+            {tree: scheduler.registry.trees[tree].config for tree in trees},
         )
-        eligibility = TentativeEligibility(trees, config)
-        self.operations[op.id] = eligibility
         per_tree = op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}
         for tree in trees:
             if tree in per_tree:
                 per_tree[tree] = {**per_tree[tree], "tentative": True}
-            gate = self.scheduler.cores[tree].strategy.tentative
-            gate.tree = tree
-            raw = _tree_option(self.scheduler, tree, PERIOD_OPTION)
-            gate.period = (
-                DEFAULT_SATURATION_DEACTIVATION_PERIOD
-                if raw is None
-                else parse_duration(raw, f"pool_trees.{tree}.config.{PERIOD_OPTION}")
-            )
-            gate.operations[op.id] = eligibility
 
     def forget(self, operation_id: str) -> None:
         eligibility = self.operations.pop(operation_id, None)
