@@ -243,7 +243,7 @@ def _warn_unsupported(snapshot: Snapshot, names: list[str]) -> None:
     pooltree ignores (YTsaurus options it does not implement; names it does not know, with the closest one)."""
     trees = [snapshot.pool_trees[name] for name in names]
     operations = [(op.id, op.spec) for op in snapshot.operations if set(op.pool_trees) & set(names)]
-    entries = unsupported_options(trees, operations, offline=True, snapshot=True)
+    entries = unsupported_options(trees, operations, offline=True)
     if entries:
         sys.stderr.write(
             f"warning: {len(entries)} option(s) accepted but not implemented by pooltree (no effect):\n"

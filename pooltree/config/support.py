@@ -21,10 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
-TENTATIVE_OFFLINE = (
-    "tentative pool trees run in the live service (pooltree/strategy/tentative.py) and `pooltree fair-share` "
-    "places operations in them; the simulator places each operation in its pool_trees only"
-)
 NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
 OLD_OPTION = "an old YTsaurus option with no effect today"
@@ -93,8 +89,8 @@ TREE_IMPLEMENTED_EXTRA: dict[str, str] = {
     "necessary_resources_for_operation": "pooltree/strategy/necessary_resources.py",
     "min_node_resource_limits": "pooltree/strategy/node_limits.py",
     "min_node_resource_limits_check_period": "pooltree/strategy/node_limits.py",
-    "tentative_tree_saturation_deactivation_period": "pooltree/strategy/tentative.py (live service)",
-    "non_tentative_operation_types": "pooltree/strategy/tentative.py (live service)",
+    "tentative_tree_saturation_deactivation_period": "pooltree/strategy/tentative.py",
+    "non_tentative_operation_types": "pooltree/strategy/tentative.py",
     "packing": "pooltree/config/packing.py, pooltree/strategy/packing.py",
     "ssd_priority_preemption": "pooltree/config/ssd_preemption.py, pooltree/strategy/ssd_preemption.py",
     "waiting_for_resources_on_node_timeout": "pooltree/config/node_waiting.py, pooltree/node/gpu.py (live service)",
@@ -115,26 +111,20 @@ SPEC_IMPLEMENTED_EXTRA: dict[str, str] = {
     "enable_limiting_ancestor_check": "pooltree/strategy/operation_checks.py",
     "schedule_in_single_tree": "pooltree/strategy/single_tree.py",
     "consider_guarantees_for_single_tree": "pooltree/strategy/single_tree.py",
-    "tentative_pool_trees": "pooltree/strategy/tentative.py, pooltree/server/live/tentative.py (live service)",
-    "tentative_tree_eligibility": "pooltree/strategy/tentative.py (live service)",
-    "use_default_tentative_pool_trees": "pooltree/strategy/tentative.py (live service; the trees: pooltree "
-    "scheduler --default-tentative-pool-trees)",
+    "tentative_pool_trees": "pooltree/strategy/tentative.py, pooltree/server/live/tentative.py, pooltree/sim/tentative.py",
+    "tentative_tree_eligibility": "pooltree/strategy/tentative.py",
+    "use_default_tentative_pool_trees": "pooltree/strategy/tentative.py (the trees: pooltree scheduler "
+    "--default-tentative-pool-trees, a snapshot's default_tentative_pool_trees)",
 }
 
 # Spec options the live service implements and the offline tools (the simulator, ``pooltree fair-share``) do
 # not: reported by those tools (``unsupported_options(..., offline=True)``).
-SPEC_OFFLINE_UNSUPPORTED: dict[str, str] = {
-    "use_default_tentative_pool_trees": TENTATIVE_OFFLINE,
-    "tentative_pool_trees": TENTATIVE_OFFLINE,
-    "tentative_tree_eligibility": TENTATIVE_OFFLINE,
-}
+SPEC_OFFLINE_UNSUPPORTED: dict[str, str] = {}
 TREE_OFFLINE_UNSUPPORTED: dict[str, str] = {
     "waiting_for_resources_on_node_timeout": (
         "live service only (pooltree/config/node_waiting.py): the simulator's jobs start on their nodes at once and "
         "never wait for resources"
     ),
-    "tentative_tree_saturation_deactivation_period": TENTATIVE_OFFLINE,
-    "non_tentative_operation_types": TENTATIVE_OFFLINE,
 }
 
 TREE_ALIASES: dict[str, str] = {
@@ -267,33 +257,17 @@ def unsupported_spec_options(
     return found
 
 
-SNAPSHOT_IMPLEMENTED = frozenset(
-    {
-        "tentative_pool_trees",
-        "tentative_tree_eligibility",
-        "use_default_tentative_pool_trees",
-        "non_tentative_operation_types",
-        "tentative_tree_saturation_deactivation_period",
-    }
-)
-"""Offline-unsupported options ``pooltree fair-share`` implements: it places an operation in its tentative trees
-(``non_tentative_operation_types`` applied); a snapshot has no jobs to sample and no heartbeats, so the
-eligibility's sample, bans and saturation have nothing to act on there."""
-
-
 def unsupported_options(
     trees: Mapping[str, Any] | Iterable[Any],
     operations: Iterable[tuple[str, Any]] = (),
     *,
     offline: bool = False,
-    snapshot: bool = False,
 ) -> list[dict[str, str]]:
     """The "unsupported options" alert: every option set in the input that pooltree accepts but ignores.
 
     ``trees`` are ``PoolTreeDefinition`` objects (a mapping by name or an iterable); ``operations`` are
     ``(operation id, OperationSpec)`` pairs. Each entry is ``{"path", "option", "reason"}``. ``offline``: the
-    simulator's and ``pooltree fair-share``'s list, with the options only the live service implements;
-    ``snapshot``: ``pooltree fair-share``'s, less what it implements of those (:data:`SNAPSHOT_IMPLEMENTED`).
+    simulator's and ``pooltree fair-share``'s list, with the options only the live service implements.
     """
     definitions = trees.values() if isinstance(trees, Mapping) else trees
     found: list[UnsupportedOption] = []
@@ -307,8 +281,6 @@ def unsupported_options(
             )
     for operation_id, spec in operations:
         found.extend(unsupported_spec_options(spec, f"operations.{operation_id}.spec", offline=offline))
-    if snapshot:
-        found = [item for item in found if item.option not in SNAPSHOT_IMPLEMENTED]
     return [item.to_dict() for item in found]
 
 

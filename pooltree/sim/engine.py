@@ -65,6 +65,7 @@ from pooltree.sim.state import (
     _Op,
     _TreeState,
 )
+from pooltree.sim.tentative import SimulationTentative
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import NodeHeartbeat
 from pooltree.tree import PoolTree
@@ -190,6 +191,8 @@ class Simulation:
         """Jobs: started from heartbeat decisions, their ends, preemption, memory peaks (a part of the run)."""
         self.operation_model = SimulationOperations(self)
         """Operations: arrival and registration, controllers, lifetimes, operations no node fits."""
+        self.tentative = SimulationTentative(self)
+        """Operations in tentative pool trees (`tentative.py`)."""
         self.seed = scenario.seed if seed is None else seed
         self.horizon = until if until is not None else scenario.horizon()
         settings = scenario.scheduler
@@ -350,7 +353,7 @@ class Simulation:
         kind = event.get("event")
         if kind == "operation_running":
             op = self.op_by_id.get(event["operation_id"])
-            if op is not None and op.state == "pending":
+            if op is not None and op.state == "pending" and event.get("tree", op.tree) == op.tree:
                 op.state = "running"
                 op.start_time = event["time"]
                 tree = self.trees[op.tree]
@@ -358,6 +361,8 @@ class Simulation:
                 if op.controller.pending_allocation_count > 0:
                     self._add_pending(tree, op)
                     self.operation_model.check_fit(op)
+            elif op is not None and event.get("tree") in op.tentative_trees and op.state == "running":
+                self._add_pending(self.trees[event["tree"]], op)  # activated in a tentative tree
         elif kind == "allocation_preempted":
             self.preemptions_by_reason[event["reason"]] += 1
             op = self.op_by_id.get(event["operation_id"])

@@ -159,7 +159,7 @@ class SimulationJobs:
 
     def finish_job(self, job: _Job, finished: FinishedAllocation) -> None:
         op = job.op
-        tree = self.sim.trees[op.tree]
+        tree = self.sim.trees[job.node.tree]  # its operation's tree, or one of its tentative trees
         finished = self.with_memory(job, finished)
         tree.core.on_allocation_finished(finished, self.sim.now)
         tree.changed = True
@@ -171,6 +171,8 @@ class SimulationJobs:
             self.sim._wake(node)
         clean = finished.state == "completed" and job.allocation.preemption is None
         self.after_job_change(op, demand_may_grow=not clean or job.task.memory_usage is not None)
+        if op.tentative_trees:
+            self.sim.tentative.on_finished(job, finished)  # a sample; a tree it bans is left
 
     def after_job_change(self, op: _Op, *, demand_may_grow: bool) -> None:
         controller = op.controller
@@ -186,6 +188,8 @@ class SimulationJobs:
             self.sim.operation_model.finish_operation(op, "completed")
             return
         self.sim._refresh_pending(tree, op, demand_may_grow)
+        for name in op.tentative_trees:
+            self.sim._refresh_pending(self.sim.trees[name], op, demand_may_grow)
 
     def memory_peak(self, job: _Job) -> None:
         job.memory_now = job.peak_total

@@ -101,6 +101,11 @@ class SimulationOperations:
             except PooltreeError as error:
                 self.fail_on_arrival(op, error)
                 return
+        try:
+            tentative = self.sim.tentative.trees_for(op)  # spec tentative_pool_trees (`tentative.py`)
+        except PooltreeError as error:
+            self.fail_on_arrival(op, error)
+            return
         tree = self.sim.trees[op.tree]
         op.pool = spec.spec.pool_for_tree(op.tree, spec.user)
         self.sim._emit(
@@ -140,6 +145,8 @@ class SimulationOperations:
             self.sim.job_model.place_running(op, tree)
             self.sim._add_pending(tree, op)
             self.check_fit(op)
+        if tentative:
+            self.sim.tentative.attach(op, tentative)
         if spec.lifetime is not None:
             self.sim._push(self.sim.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
 
@@ -214,6 +221,8 @@ class SimulationOperations:
             self.finish_operation(op, "completed")
 
     def finish_operation(self, op: _Op, state: str) -> None:
+        if op.tentative_trees:
+            self.sim.tentative.finish(op, state)
         tree = self.sim.trees[op.tree]
         leftover = tree.core.unregister_operation(op.spec.id, self.sim.now, state=state)
         tree.changed = True

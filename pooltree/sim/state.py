@@ -95,6 +95,8 @@ class _Op:
     pool: str = ""
     unfit_check_due: bool = False
     """A "can any node ever fit this" check is scheduled (the operation's job fit no online node)."""
+    tentative_trees: tuple[str, ...] = ()
+    """The tentative pool trees it runs in besides ``tree`` (`tentative.py`)."""
 
 
 @dataclass
