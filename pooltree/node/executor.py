@@ -446,7 +446,8 @@ class JobExecutor:
 
     def _launch_in_slot(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
         """Worker thread: the job in a slot's sandbox (``slots.py``): its files written there, its keeper forked
-        into the slot's namespace as pid 1 of namespaces of its own, ``setpriv`` to the slot's uid, the shell."""
+        into the slot's namespace as pid 1 of namespaces of its own, the shell started by it as the slot's uid
+        (the keeper drops groups, capabilities and new privileges as ``setpriv`` would: ``keeper._spawn_as``)."""
         used = self._slots.take()
         try:
             env = job_environment(job.spec, used.sandbox)
@@ -456,7 +457,8 @@ class JobExecutor:
             for path in write_job_files(used.sandbox, job.spec.files, self.file_source):
                 if used.slot is not None:
                     os.chown(path, used.slot.uid, used.slot.gid)
-            argv = self.isolation.as_slot_user(["/bin/sh", "-c", shell_script(job.spec)], used.slot)
+            argv = ["/bin/sh", "-c", shell_script(job.spec)]
+            identity = None if used.slot is None else (used.slot.uid, used.slot.gid)
             self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         except BaseException:
             self._slots.give_back(used)  # nothing ran in it: emptied for the next job
@@ -473,6 +475,7 @@ class JobExecutor:
                     stdout=stdout.fileno(),
                     stderr=stderr.fileno(),
                     namespace=used.namespace,
+                    identity=identity,  # the keeper switches to the slot's uid (no setpriv exec)
                 )
         except BaseException:
             self._slots.abandon(used)  # a keeper may have started in it: never another job there

@@ -209,17 +209,26 @@ def kill_namespace() -> None:
             continue
 
 
-def _keep(lifeline: int, command: list[str], env: dict[str, str], catchable: set[signal.Signals]) -> int:
+def _keep(
+    lifeline: int,
+    command: list[str],
+    env: dict[str, str],
+    catchable: set[signal.Signals],
+    identity: tuple[int, int] | None = None,
+) -> int:
     """The keeper's work once it is a subreaper (or pid 1 of the job's PID namespace): start ``command`` unless
-    the node is gone, watch it and the lifeline, kill what is left; the job's wait status (``KEEPER_EXIT_*`` as
-    an exit code for the keeper's own endings)."""
+    the node is gone (as ``identity``'s uid and gid when given: ``_spawn_as``), watch it and the lifeline, kill
+    what is left; the job's wait status (``KEEPER_EXIT_*`` as an exit code for the keeper's own endings)."""
     end = kill_namespace if os.getpid() == 1 else kill_subtree
     poller = select.poll()
     poller.register(lifeline, select.POLLIN)
     if poller.poll(0):  # the node is already gone: do not start the job at all
         return _exit_status(KEEPER_EXIT_NODE_GONE)
     try:
-        child = os.posix_spawn(_resolve(command[0], env), command, env, setsigdef=catchable)
+        if identity is None:
+            child = os.posix_spawn(_resolve(command[0], env), command, env, setsigdef=catchable)
+        else:
+            child = _spawn_as(identity, _resolve(command[0], env), command, env, catchable)
     except OSError as error:
         sys.stderr.write(f"keeper: cannot start {command[0]}: {error.strerror or error}\n")
         return _exit_status(KEEPER_EXIT_USAGE)
@@ -238,6 +247,84 @@ def _keep(lifeline: int, command: list[str], env: dict[str, str], catchable: set
     _, status = os.waitpid(child, 0)
     end()  # what the job left behind does not outlive it
     return status
+
+
+def _spawn_as(
+    identity: tuple[int, int],
+    path: str,
+    command: list[str],
+    env: dict[str, str],
+    catchable: set[signal.Signals],
+) -> int:
+    """Start ``command`` as ``identity`` (uid, gid), from a keeper that ``_drop_privileges`` prepared: the real
+    ids become the job's for the spawn only, and ``posix_spawn``'s ``resetids`` gives the child those as its
+    effective ids; ``execve`` copies them to the saved ones. The child keeps no capability (none in the
+    inheritable, ambient or bounding sets, and its uids are not 0) and inherits no group and no new privileges.
+    The keeper takes its real ids back at once (as root it may): a job cannot signal a keeper whose ids are all 0."""
+    uid, gid = identity
+    os.setresgid(gid, -1, -1)
+    os.setresuid(uid, -1, -1)
+    try:
+        return os.posix_spawn(path, command, env, setsigdef=catchable, resetids=True)
+    finally:
+        os.setresuid(0, -1, -1)
+        os.setresgid(0, -1, -1)
+
+
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def last_capability() -> int:
+    """The highest capability number this kernel knows (read once by the zygote: each keeper drops them all)."""
+    fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return int(os.read(fd, 32))
+    finally:
+        os.close(fd)
+
+
+def _drop_privileges(libc: ctypes.CDLL, last: int) -> str | None:
+    """In a keeper whose job runs as another uid (``_spawn_as``): what ``setpriv --clear-groups --inh-caps=-all
+    --bounding-set=-all --no-new-privs`` does, done to the keeper itself (its job inherits it), which saves the
+    job an exec of ``setpriv``. The keeper keeps its effective root and capabilities (it still ends the job);
+    a reason when any step fails (the job is then not started)."""
+    if last < 0:
+        return "keeper: the kernel's last capability (/proc/sys/kernel/cap_last_cap) is unknown\n"
+    try:
+        os.setgroups([])
+    except OSError as error:
+        return f"keeper: setgroups: {error}\n"
+    for capability in range(last + 1):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            return f"keeper: prctl(PR_CAPBSET_DROP, {capability}): {os.strerror(ctypes.get_errno())}\n"
+    if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        return f"keeper: prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(ctypes.get_errno())}\n"
+    header, data = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        return f"keeper: capget: {os.strerror(ctypes.get_errno())}\n"
+    for word in data:
+        word.inheritable = 0
+    if libc.capset(ctypes.byref(header), data) != 0:
+        return f"keeper: capset: {os.strerror(ctypes.get_errno())}\n"
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"keeper: prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}\n"
+    return None
 
 
 def _exit_status(code: int) -> int:
@@ -390,6 +477,10 @@ def zygote(argv: list[str]) -> int:
     os.set_inheritable(lifeline, False)
     libc = ctypes.PyDLL(None, use_errno=True)  # the GIL stays held across clone: the child resumes holding it
     catchable = _quiet_signals()
+    try:  # once: a keeper that drops every capability need not read it again
+        last_cap = last_capability()
+    except (OSError, ValueError):
+        last_cap = -1  # a keeper asked to switch uids then refuses to start the job
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # the zygote's own mount namespace
     os.chdir("/")
@@ -430,7 +521,9 @@ def zygote(argv: list[str]) -> int:
             reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
         if pid == 0:
             os.close(settled)
-            _keeper_child(sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot, passed)
+            _keeper_child(
+                sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot, passed, last_cap
+            )
         try:
             if in_slot:  # back to the node's own view before anything else: never serve from a slot's
                 _setns(libc, home)
@@ -467,6 +560,7 @@ def _keeper_child(
     settling: int,
     in_slot: bool,
     passed: int = 0,
+    last_cap: int = 0,
 ) -> None:
     """In the clone: become the job's keeper; never returns to the zygote's loop. ``settling`` is closed once
     the keeper leads its session and is a subreaper (the zygote answers the node then). ``in_slot``: the clone
@@ -486,20 +580,35 @@ def _keeper_child(
         os.dup2(streams[1], 2)
         for fd in (devnull, *fds):
             os.close(fd)
+        identity = _identity(message.get("identity"))
         failure = _own_proc(libc) if in_slot else None
         failure = failure or _make_subreaper(libc)
+        failure = failure or (_drop_privileges(libc, last_cap) if identity is not None else None)
         os.close(settling)
         lifeline = _place(extra, lifeline)
         if failure:
             os.write(2, failure.encode())
         else:
-            status = _keep(lifeline, list(message["argv"]), dict(message["env"]), catchable)
+            status = _keep(lifeline, list(message["argv"]), dict(message["env"]), catchable, identity)
         status = _end_like(status)  # returns the exit code, unless the signal ended this process
     except BaseException:  # whatever happens, never back into the zygote's loop
         with contextlib.suppress(BaseException):
             os.write(2, b"keeper: failed to start the job\n")
         os._exit(KEEPER_EXIT_USAGE)
     os._exit(status)
+
+
+def _identity(value: object) -> tuple[int, int] | None:
+    """A request's ``identity``: ``[uid, gid]`` the job runs as (not 0), or None."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(part, int) and not isinstance(part, bool) and part > 0 for part in value)
+    ):
+        raise ValueError(f"identity must be [uid, gid] of a user other than root, got {value!r}")
+    return value[0], value[1]
 
 
 def _place(extra: list[int], lifeline: int) -> int:
@@ -567,12 +676,15 @@ class KeeperZygote:
         stdin: int | None = None,
         namespace: int | None = None,
         pass_fds: tuple[int, ...] = (),
+        identity: tuple[int, int] | None = None,
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
         ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
         (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``).
-        ``pass_fds``: descriptors ``argv`` gets as 3, 4, ... (a slot's setup bubblewrap: its ``--info-fd``)."""
-        if (namespace is not None or pass_fds) and os.uname().machine not in SYS_CLONE:
+        ``pass_fds``: descriptors ``argv`` gets as 3, 4, ... (a slot's setup bubblewrap: its ``--info-fd``).
+        ``identity``: ``(uid, gid)`` the job runs as, with no group, capability nor new privileges: the keeper
+        switches (``_spawn_as``) where a ``setpriv`` exec did it."""
+        if (namespace is not None or pass_fds or identity) and os.uname().machine not in SYS_CLONE:
             raise OSError(errno.ENOSYS, "jobs in a slot's namespace need the keeper zygote")
         if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
             process = subprocess.Popen(
@@ -595,6 +707,8 @@ class KeeperZygote:
             "namespace": namespace is not None,
             "pass": len(pass_fds),
         }
+        if identity is not None:
+            message["identity"] = [int(identity[0]), int(identity[1])]
         fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
         fds += tuple(pass_fds)
         if namespace is not None:
@@ -654,6 +768,7 @@ class KeeperZygotes:
         stdin: int | None = None,
         namespace: int | None = None,
         pass_fds: tuple[int, ...] = (),
+        identity: tuple[int, int] | None = None,
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
@@ -667,6 +782,7 @@ class KeeperZygotes:
                 stdin=stdin,
                 namespace=namespace,
                 pass_fds=pass_fds,
+                identity=identity,
             )
         finally:
             self._free.put(zygote)

@@ -15,8 +15,8 @@ each) that successive jobs run in, a node whose isolation is ``bwrap+uid`` keeps
   setup (its own ``--die-with-parent`` did not: a 0.8.0 outlived a node killed with -9 during a setup);
 * a job in the slot: its keeper is forked by a zygote (``keeper.py``) that enters the slot's namespace
   (``setns``) and clones the keeper as **pid 1 of new PID, IPC and mount namespaces** (the mount namespace a
-  copy of the slot's, with its own ``/proc``); the keeper starts ``setpriv`` (the slot's uid, no groups,
-  capabilities nor new privileges) ``/bin/sh -c`` as before. When the keeper ends, the kernel kills every
+  copy of the slot's, with its own ``/proc``); the keeper starts ``/bin/sh -c`` as the slot's uid with no
+  groups, capabilities nor new privileges (it drops them itself as ``setpriv`` would: ``keeper._spawn_as``). When the keeper ends, the kernel kills every
   process left in the job's PID namespace: no process of a job outlives it, as under a bubblewrap per job;
 * between two jobs the node empties the slot (``give_back``, on a finisher thread after the job's result is out:
   ``take`` waits for a slot being emptied rather than set a new one up): every entry of the sandbox and of its ``tmp`` is
