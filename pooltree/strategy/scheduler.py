@@ -431,6 +431,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             )
             view.update(self.segments.operation_view(element_id))
             view.update(self.gpu_policy.operation_view(element_id))
+            view.update(self.ssd.operation_view(element_id))
         return view
 
     def starvation_status(self, element_id: str) -> StarvationStatus:

@@ -102,6 +102,8 @@ class SsdPreemption:
         self.config = SsdPriorityPreemptionConfig()
         self.ssd_tasks: dict[str, frozenset[str]] = {}
         """SSD operation → its tasks whose disk requests use an SSD medium."""
+        self.disallowed: frozenset[str] = frozenset()
+        """Operations whose pools set ``allow_regular_allocations_on_ssd_nodes`` to false (SSD ones included)."""
         self.forbidden: frozenset[str] = frozenset()
         """Non-SSD operations whose pools keep them off SSD nodes (``allow_regular_allocations_on_ssd_nodes``)."""
         self.node_enabled = False
@@ -117,7 +119,8 @@ class SsdPreemption:
             self.config = config
             self._matches.clear()
         if not config.enable:
-            self.ssd_tasks, self.forbidden, self.node_enabled = {}, frozenset(), False
+            self.ssd_tasks, self.node_enabled = {}, False
+            self.disallowed = self.forbidden = frozenset()
 
     def is_ssd_node(self, node: ExecNode) -> bool:
         if not self.config.enable:
@@ -169,6 +172,12 @@ class SsdPreemption:
         """In an SSD stage, a non-SSD victim has no preemption-blocking ancestor (graceful mode aside)."""
         return target in _BASE and level >= PreemptionLevel.NON_PREEMPTIBLE
 
+    def operation_view(self, operation_id: str) -> dict[str, Any]:
+        """The orchid's ``are_regular_jobs_on_ssd_nodes_allowed`` of an operation while the option is on."""
+        if not self.config.enable:
+            return {}
+        return {"are_regular_jobs_on_ssd_nodes_allowed": operation_id not in self.disallowed}
+
     def forbids(self, operation_id: str, node: ExecNode) -> bool:
         """Whether the operation's pools keep it off ``node`` (an SSD node, and the operation needs no SSD)."""
         return bool(self.forbidden) and operation_id in self.forbidden and self.is_ssd_node(node)
@@ -182,16 +191,17 @@ def refresh_ssd_operations(ssd: SsdPreemption, operations: Iterable[tuple[str, A
         return
     media = ssd.config.medium_names
     ssd_tasks: dict[str, frozenset[str]] = {}
-    forbidden: set[str] = set()
+    disallowed: set[str] = set()
     allowed: dict[int, bool] = {}
     for operation_id, spec, pool in operations:
         tasks = frozenset(task for task, used in disk_request_media(spec).items() if used & media)
         if tasks:
             ssd_tasks[operation_id] = tasks
-        elif not _pool_allows(pool, allowed):
-            forbidden.add(operation_id)
+        if not _pool_allows(pool, allowed):
+            disallowed.add(operation_id)
     ssd.ssd_tasks = ssd_tasks
-    ssd.forbidden = frozenset(forbidden)
+    ssd.disallowed = frozenset(disallowed)
+    ssd.forbidden = frozenset(disallowed - ssd_tasks.keys())
 
 
 def _pool_allows(pool: Any, memo: dict[int, bool]) -> bool:

@@ -161,6 +161,8 @@ def test_pool_keeps_its_regular_operations_off_ssd_nodes() -> None:
         nodes[allocation.operation_id].add(allocation.node_address)
     assert nodes["protected_op"] == {"n2", "n3"}
     assert nodes["regular_op"] == {"n0", "n1"}
+    assert core.operation_view("protected_op")["are_regular_jobs_on_ssd_nodes_allowed"] is False
+    assert core.operation_view("regular_op")["are_regular_jobs_on_ssd_nodes_allowed"] is True
     reasons = core.operation_view("protected_op")["deactivation_reasons"]
     assert reasons.get("regular_allocation_on_ssd_node_forbidden", 0) > 0
     # an SSD operation of the protected pool still runs on the SSD nodes
