@@ -48,6 +48,7 @@ from pooltree.strategy.model import (
     PreemptionPriority,
     SchedulingStage,
 )
+from pooltree.strategy.time_limits import user_jobs
 
 Stage = tuple[SchedulingStage, PreemptionPriority, PreemptionLevel]
 
@@ -74,18 +75,8 @@ _SSD_LEVEL = {
 def disk_request_media(spec: Any) -> dict[str, frozenset[str]]:
     """Task (user job) name → the media of its ``disk_request`` (``default`` when it names none); tasks without
     a disk request are left out. ``spec`` is an ``OperationSpec`` or a plain map."""
-    if spec is None:
-        return {}
-    if isinstance(spec, Mapping):
-        jobs: dict[str, Any] = dict(spec.get("tasks") or {})
-        for name in ("mapper", "reducer"):
-            if spec.get(name) is not None:
-                jobs.setdefault(name, spec[name])
-    else:
-        user_jobs = getattr(spec, "user_jobs", None)
-        jobs = dict(user_jobs()) if user_jobs is not None else {}
     media: dict[str, frozenset[str]] = {}
-    for name, job in jobs.items():
+    for name, job in user_jobs(spec).items():
         raw = job if isinstance(job, Mapping) else getattr(job, "model_extra", None) or {}
         request = raw.get("disk_request")
         if isinstance(request, Mapping):

@@ -38,6 +38,21 @@ def operation_time_limit(spec: Any) -> float | None:
     return _seconds(spec, "time_limit", "spec")
 
 
+def user_jobs(spec: Any) -> dict[str, Any]:
+    """Every user job of a spec (an ``OperationSpec`` or a plain map) by name: vanilla tasks, ``mapper``,
+    ``reducer``."""
+    if spec is None:
+        return {}
+    if isinstance(spec, Mapping):
+        jobs = dict(spec.get("tasks") or {})
+        for name in ("mapper", "reducer"):
+            if spec.get(name) is not None:
+                jobs.setdefault(name, spec[name])
+        return jobs
+    found = getattr(spec, "user_jobs", None)
+    return dict(found()) if found is not None else {}
+
+
 def job_time_limit(spec: Any, task: str) -> float | None:
     """``job_time_limit`` (seconds) of the user job that runs ``task``: a vanilla task, ``mapper`` or ``reducer``.
 
@@ -45,14 +60,7 @@ def job_time_limit(spec: Any, task: str) -> float | None:
     """
     if spec is None:
         return None
-    if isinstance(spec, Mapping):
-        jobs = dict(spec.get("tasks") or {})
-        for name in ("mapper", "reducer"):
-            if spec.get(name) is not None:
-                jobs.setdefault(name, spec[name])
-    else:
-        user_jobs = getattr(spec, "user_jobs", None)
-        jobs = dict(user_jobs()) if user_jobs is not None else {}
+    jobs = user_jobs(spec)
     job = jobs.get(task)
     if job is None and len(jobs) == 1:
         job = next(iter(jobs.values()))
