@@ -29,23 +29,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import itertools
 import logging
 import math
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.node.arbitration import JobMemoryUsage, OverdraftPolicy, arbitrate_node_memory
+from pooltree.node.arbitration import OverdraftPolicy, arbitrate_node_memory
+from pooltree.node.enforcement import memory_verdicts
 from pooltree.node.files import BlobSource, truncate_output, write_job_files
 from pooltree.node.gpu import (
     DEFAULT_WAITING_TIMEOUT,
@@ -59,7 +56,6 @@ from pooltree.node.gpu import (
 from pooltree.node.isolation import JobIsolation
 from pooltree.node.job import (
     JOB_START_FAILED,
-    RESOURCE_OVERDRAFT_REASON,
     JobResult,
     JobSpec,
     JobState,
@@ -71,16 +67,18 @@ from pooltree.node.job import (
     yt_error,
 )
 from pooltree.node.keeper import KeeperProcess, KeeperZygotes
-from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, MemorySample, make_meter, read_process
+from pooltree.node.launch import SAFE_PATH as SAFE_PATH
+from pooltree.node.launch import job_environment, private_output, shell_script
+from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, make_meter
+from pooltree.node.running import RunningJob, Verdict, bookkeeping_bytes
+from pooltree.node.signalling import JobSignals, send
 from pooltree.node.slots import SandboxSlot, SandboxSlots
+from pooltree.node.trash import Trash
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
 """YTsaurus's default ``max_stderr_size``: what is kept of a job's stderr (and stdout)."""
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 NODE_SHUTDOWN_REASON = "node_shutdown"
-TRASH_DIRECTORY = ".trash"
-CLEANUP_THREADS = 4
 LAUNCH_THREADS = 4
 
 _log = logging.getLogger(__name__)
@@ -88,107 +86,22 @@ _log = logging.getLogger(__name__)
 FinishListener = Callable[[JobResult], None]
 
 
-@dataclass
-class _Verdict:
-    """A decision taken before the process exits (kill for memory, abort, interruption timeout)."""
-
-    state: JobState
-    error: dict
-    abort_reason: str | None = None
-
-
-@dataclass
-class _Job:
-    """The executor's bookkeeping for one running job."""
-
-    spec: JobSpec
-    directory: Path
-    sandbox: Path
-    start_time: float
-    start_mono: float
-    process: KeeperProcess | None = None
-    phase: str = "running"
-    verdict: _Verdict | None = None
-    interruption_reason: str | None = None
-    memory: MemorySample | None = None
-    max_memory: float = 0.0
-    job_proxy_max_memory: float = 0.0
-    exit_mono: float | None = None
-    sandbox_slot: SandboxSlot | None = None
-    """The slot the job runs in (``slots.py``); None for a job in a bubblewrap of its own or unsandboxed."""
-    supervisor: asyncio.Task | None = None
-    killer: asyncio.Task | None = None
-    done: asyncio.Future[JobResult] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    launched: asyncio.Future[int | None] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-
-
-def _bookkeeping_bytes(job: _Job) -> int:
-    """The executor-side memory for one job: its record and the objects it holds directly."""
-    return sys.getsizeof(job) + sum(sys.getsizeof(value) for value in vars(job).values())
-
-
-def job_environment(spec: JobSpec, sandbox: Path) -> dict[str, str]:
-    """A minimal safe environment, the operation's own variables over it, then the YT_* job identity."""
-    env = {
-        "PATH": SAFE_PATH,
-        "HOME": str(sandbox),
-        "TMPDIR": str(sandbox / "tmp"),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "SHELL": "/bin/sh",
-        "PWD": str(sandbox),
-    }
-    env.update(spec.environment)
-    env.update(
-        {
-            "YT_JOB_ID": spec.job_id,
-            "YT_OPERATION_ID": spec.operation_id,
-            "YT_JOB_INDEX": str(spec.job_index),
-            "YT_TASK_JOB_INDEX": str(spec.job_index),
-            "YT_JOB_COOKIE": str(spec.job_index),
-            "YT_TASK_NAME": spec.task_name,
-        }
-    )
-    if spec.memory_limit is not None:
-        env["YT_JOB_MEMORY_LIMIT"] = str(int(spec.memory_limit))
-    return env
-
-
-def shell_script(spec: JobSpec) -> str:
-    """The script ``/bin/sh -c`` runs: the command, behind a no-op trap for the interruption signal.
-
-    The trap keeps the wrapper shell alive when the signal reaches the whole job, so the job's exit status is
-    its command's; programs the shell starts get the default disposition back on exec.
-    """
-    sig = spec.interruption_signal
-    if sig is None:
-        return spec.command
-    assert isinstance(sig, signal.Signals)
-    return f"trap : {sig.name.removeprefix('SIG')}\n{spec.command}"
-
-
-def _send(pid: int, sig: signal.Signals, *, group: bool) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        if group:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-
-
-def _private_output(path: Path) -> Any:
-    """A new output file only the node's user can read (0600): jobs of other uids never see it."""
-    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
-
-
-def _process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
+def _check_settings(
+    memory_sample_period: float, abort_grace: float, stderr_limit: int, node_memory_limit: float
+) -> None:
+    """``ConfigError`` naming the first executor setting out of its range."""
+    if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
+        raise ConfigError(
+            "memory_sample_period", f"must be between 0.01 and 60 seconds, got {memory_sample_period!r}"
+        )
+    if not (isinstance(abort_grace, int | float) and 0 <= abort_grace <= 600):
+        raise ConfigError("abort_grace", f"must be between 0 and 600 seconds, got {abort_grace!r}")
+    if isinstance(stderr_limit, bool) or not isinstance(stderr_limit, int) or stderr_limit <= 0:
+        raise ConfigError("stderr_limit", f"must be a positive number of bytes, got {stderr_limit!r}")
+    if math.isnan(node_memory_limit) or node_memory_limit < 0:
+        raise ConfigError(
+            "node_memory_limit", f"must be a non-negative number of bytes, got {node_memory_limit!r}"
+        )
 
 
 class JobExecutor:
@@ -211,38 +124,17 @@ class JobExecutor:
         sandbox_slots: bool = True,
         gpus: GpuSlots | None = None,
     ):
-        if not (isinstance(memory_sample_period, int | float) and 0.01 <= memory_sample_period <= 60):
-            raise ConfigError(
-                "memory_sample_period", f"must be between 0.01 and 60 seconds, got {memory_sample_period!r}"
-            )
-        if not (isinstance(abort_grace, int | float) and 0 <= abort_grace <= 600):
-            raise ConfigError("abort_grace", f"must be between 0 and 600 seconds, got {abort_grace!r}")
-        if isinstance(stderr_limit, bool) or not isinstance(stderr_limit, int) or stderr_limit <= 0:
-            raise ConfigError("stderr_limit", f"must be a positive number of bytes, got {stderr_limit!r}")
-        if math.isnan(node_memory_limit) or node_memory_limit < 0:
-            raise ConfigError(
-                "node_memory_limit", f"must be a non-negative number of bytes, got {node_memory_limit!r}"
-            )
+        _check_settings(memory_sample_period, abort_grace, stderr_limit, node_memory_limit)
         # Absolute: bubblewrap binds the sandbox by path from another working directory, so a relative root
         # (``pooltree local``'s default ``.pooltree``) made every isolated job fail to start.
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
-        # Deleting a directory costs milliseconds of disk latency; finished sandboxes and forgotten jobs are
-        # renamed into the trash (microseconds) and deleted by a few background threads.
-        self._trash = self.root / TRASH_DIRECTORY
-        shutil.rmtree(self._trash, ignore_errors=True)  # left over by an earlier executor on this root
-        self._trash.mkdir()
-        self._trash_names = itertools.count()
-        self._cleaner = concurrent.futures.ThreadPoolExecutor(
-            CLEANUP_THREADS, thread_name_prefix="pooltree-node-cleanup"
-        )
-        self._removals: set[concurrent.futures.Future] = set()
         self._forgetting: dict[str, concurrent.futures.Future] = {}
         self._forgetting_lock = threading.Lock()
-        # Sandboxes, output files and forks of new jobs, and the cleanup of finished ones, on threads of their
-        # own: they never queue behind the node's other blocking work (or the slow deletions above).
         self.file_source: BlobSource | None = None
         """Where the job's stored files come from (``node/files.py``; set by whoever knows the scheduler)."""
+        # Sandboxes, output files and forks of new jobs on threads of their own: they never queue behind the
+        # node's other blocking work (or the slow deletions of the trash).
         self._launcher = concurrent.futures.ThreadPoolExecutor(
             LAUNCH_THREADS, thread_name_prefix="pooltree-node-launch"
         )
@@ -267,36 +159,37 @@ class JobExecutor:
             isolation if isinstance(isolation, JobIsolation) else JobIsolation(self.root, mode=isolation)
         )
         self.isolation.prepare_root()
+        self._trash = Trash(self.root, self.isolation.sandboxes)
+        """Finished sandboxes and forgotten jobs: renamed away at once, deleted in the background (``trash.py``)."""
+        self._signals = JobSignals(lambda: self.meter, self.isolation)
         wraps_argv = self.meter.argv("probe", ["probe"]) != ["probe"]  # the cgroup meter's join: start cold
         self._slots = SandboxSlots(
             self.root,
             self.isolation,
-            self._discard,
+            self._trash.discard,
             self._keepers.spawn,
             enabled=sandbox_slots and not wraps_argv,
         )
         """Sandboxes set up once per slot and entered by each job (``slots.py``), where the node can."""
-        self._sandbox_trash = self._trash
-        if self.isolation.sandboxes != self.root:  # slot-uid-only sandboxes elsewhere: a trash beside them
-            self._sandbox_trash = self.isolation.sandboxes / TRASH_DIRECTORY
-            shutil.rmtree(self._sandbox_trash, ignore_errors=True)
-            self._sandbox_trash.mkdir(mode=0o700)
-        _log.info("job isolation: %s", self.isolation.summary())
-        if self.isolation.warning:
-            _log.warning("%s", self.isolation.warning)
         self.gpus = gpus if gpus is not None else GpuSlots(control_files=())
         """The node's GPUs, handed to jobs as whole devices (``gpu.py``); none unless the node has some."""
-        if self.gpus.count and not self.isolation.sandboxed:
-            _log.warning("without bubblewrap every job can open every GPU device file of the host")
+        self._log_isolation()
         self._policy = overdraft_policy
         self._clock = clock
         self._listeners: list[FinishListener] = [on_finish] if on_finish else []
-        self._running: dict[str, _Job] = {}
+        self._running: dict[str, RunningJob] = {}
         self._results: dict[str, JobResult] = {}
         self._sampler: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
         self._sweep_waiting: dict[str, asyncio.Future[list[int] | None]] = {}
         self._closed = False
+
+    def _log_isolation(self) -> None:
+        _log.info("job isolation: %s", self.isolation.summary())
+        if self.isolation.warning:
+            _log.warning("%s", self.isolation.warning)
+        if self.gpus.count and not self.isolation.sandboxed:
+            _log.warning("without bubblewrap every job can open every GPU device file of the host")
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
@@ -327,7 +220,7 @@ class JobExecutor:
                 f"job {spec.job_id} is already known to this node", attributes={"job_id": spec.job_id}
             )
         directory = self.root / spec.job_id
-        job = _Job(
+        job = RunningJob(
             spec=spec,
             directory=directory,
             sandbox=self.isolation.sandbox_of(directory, spec.job_id),
@@ -349,7 +242,7 @@ class JobExecutor:
             job = self._get_running(job_id)
         return await asyncio.wait_for(asyncio.shield(job.launched), timeout)
 
-    async def _run(self, job: _Job) -> None:
+    async def _run(self, job: RunningJob) -> None:
         """Launch the job in a worker thread, then supervise it to its result."""
         spec = job.spec
         try:
@@ -362,13 +255,13 @@ class JobExecutor:
             self.gpus.release(spec.job_id)
             job.launched.set_result(None)
             if job.verdict is None and isinstance(error, WaitingTimeout):  # its GPUs stayed held (`gpu.py`)
-                job.verdict = _Verdict(
+                job.verdict = Verdict(
                     JobState.ABORTED,
                     abort_error(WAITING_TIMEOUT_REASON, {"reason": str(error)}),
                     WAITING_TIMEOUT_REASON,
                 )
             if job.verdict is None:
-                job.verdict = _Verdict(
+                job.verdict = Verdict(
                     JobState.FAILED,
                     yt_error(JOB_START_FAILED, "Failed to start user job", {"reason": str(error)}),
                 )
@@ -377,12 +270,12 @@ class JobExecutor:
         self.meter.attach(spec.job_id, job.process.pid, keeper=True)
         job.launched.set_result(job.process.pid)
         if job.verdict is not None:  # aborted (or the node shut down) while launching
-            self._signal(job, signal.SIGKILL, [])
+            self._signals.signal(job, signal.SIGKILL, [])
         elif job.phase == "interrupting" and spec.interruption_signal is not None:
-            self._signal(job, spec.interruption_signal)  # to the processes there are now (a scan)
+            self._signals.signal(job, spec.interruption_signal)  # to the processes there are now (a scan)
         await self._supervise(job)
 
-    async def _assign_gpus(self, job: _Job) -> dict[str, str]:
+    async def _assign_gpus(self, job: RunningJob) -> dict[str, str]:
         """Whole devices for the job's ``gpu`` demand and the variables naming them (none on a GPU-less node).
         Devices still held by other jobs are waited for, at most the spec's ``waiting_for_resources_timeout``
         (`gpu.py`: ``WaitingTimeout``); an abort while waiting ends the wait."""
@@ -405,7 +298,7 @@ class JobExecutor:
         """Host indices of the GPUs a running job holds."""
         return [device.index for device in self.gpus.assigned(job_id)]
 
-    def _launch(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
+    def _launch(self, job: RunningJob, extra: dict[str, str]) -> KeeperProcess:
         """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
         the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies. Where the
         node keeps slots (``slots.py``) a job that needs no sandbox arguments of its own runs in one."""
@@ -419,8 +312,8 @@ class JobExecutor:
             return self._launch_in_slot(job, extra)
         env = job_environment(job.spec, job.sandbox)
         env.update(extra)
-        self._fresh_directory(job.directory)
-        self._fresh_directory(job.sandbox)
+        self._trash.fresh_directory(job.directory)
+        self._trash.fresh_directory(job.sandbox)
         (job.sandbox / "tmp").mkdir()
         slot = self.isolation.acquire(job.spec.job_id)
         self.isolation.prepare(job.directory, job.sandbox, slot)
@@ -437,14 +330,14 @@ class JobExecutor:
         argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
         with (
-            _private_output(job.directory / "stdout") as stdout,
-            _private_output(job.directory / "stderr") as stderr,
+            private_output(job.directory / "stdout") as stdout,
+            private_output(job.directory / "stderr") as stderr,
         ):
             return self._keepers.spawn(
                 argv, env=env, cwd=str(job.sandbox), stdout=stdout.fileno(), stderr=stderr.fileno()
             )
 
-    def _launch_in_slot(self, job: _Job, extra: dict[str, str]) -> KeeperProcess:
+    def _launch_in_slot(self, job: RunningJob, extra: dict[str, str]) -> KeeperProcess:
         """Worker thread: the job in a slot's sandbox (``slots.py``): its files written there, its keeper forked
         into the slot's namespace as pid 1 of namespaces of its own, the shell started by it as the slot's uid
         (the keeper drops groups, capabilities and new privileges as ``setpriv`` would: ``keeper._spawn_as``)."""
@@ -452,7 +345,7 @@ class JobExecutor:
         try:
             env = job_environment(job.spec, used.sandbox)
             env.update(extra)
-            self._fresh_directory(job.directory)
+            self._trash.fresh_directory(job.directory)
             os.chmod(job.directory, 0o700)  # stdout and stderr only: the job never passes through it
             for path in write_job_files(used.sandbox, job.spec.files, self.file_source):
                 if used.slot is not None:
@@ -465,8 +358,8 @@ class JobExecutor:
             raise
         try:
             with (
-                _private_output(job.directory / "stdout") as stdout,
-                _private_output(job.directory / "stderr") as stderr,
+                private_output(job.directory / "stdout") as stdout,
+                private_output(job.directory / "stderr") as stderr,
             ):
                 process = self._keepers.spawn(
                     argv,
@@ -504,7 +397,7 @@ class JobExecutor:
             return
         job.phase = "interrupting"
         job.interruption_reason = reason
-        self._signal(job, sig)
+        self._signals.signal(job, sig)
         job.killer = asyncio.create_task(self._interruption_deadline(job, float(timeout), reason))
 
     def abort(self, job_id: str, reason: str, attributes: Mapping[str, Any] | None = None) -> None:
@@ -512,11 +405,11 @@ class JobExecutor:
         job = self._get_running(job_id)
         if job.verdict is not None or job.exit_mono is not None:
             return
-        job.verdict = _Verdict(JobState.ABORTED, abort_error(reason, attributes), reason)
+        job.verdict = Verdict(JobState.ABORTED, abort_error(reason, attributes), reason)
         job.phase = "aborting"
         if job.killer is not None:
             job.killer.cancel()
-        self._signal(job, signal.SIGTERM)
+        self._signals.signal(job, signal.SIGTERM)
         job.killer = asyncio.create_task(self._kill_after(job, self.abort_grace))
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobResult:
@@ -531,10 +424,10 @@ class JobExecutor:
         self._closed = True
         for job in list(self._running.values()):
             if job.verdict is None and job.exit_mono is None:
-                job.verdict = _Verdict(
+                job.verdict = Verdict(
                     JobState.ABORTED, abort_error(NODE_SHUTDOWN_REASON), NODE_SHUTDOWN_REASON
                 )
-            await self._kill_tree(job)
+            await self._signals.kill_tree(job)
         pending = [job.supervisor for job in self._running.values() if job.supervisor is not None]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
@@ -543,12 +436,8 @@ class JobExecutor:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sampler
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while self._removals and loop.time() < deadline:  # a forget's rename adds its deletion meanwhile
-            removals = [asyncio.wrap_future(future) for future in list(self._removals)]
-            await asyncio.wait(removals, timeout=max(deadline - loop.time(), 0.0))
-        self._cleaner.shutdown(wait=False)
+        await self._trash.drain(timeout)
+        self._trash.shutdown()
         self._launcher.shutdown(wait=False)
         self._finisher.shutdown(wait=False)
         await asyncio.to_thread(self._keepers.close)
@@ -621,19 +510,17 @@ class JobExecutor:
         sandbox = self.isolation.sandbox_of(directory, job_id)
         paths = [directory] if directory in sandbox.parents else [directory, sandbox]
         try:
-            removal = self._cleaner.submit(self._discard_all, paths)
+            removal = self._trash.submit(self._discard_all, paths)
         except RuntimeError:  # shut down: no background threads any more
             self._discard_all(paths)
             return
         with self._forgetting_lock:
             self._forgetting[job_id] = removal
-        self._removals.add(removal)
-        removal.add_done_callback(self._removals.discard)
         removal.add_done_callback(lambda done: self._forgotten(job_id, done))
 
     def _discard_all(self, paths: list[Path]) -> None:
         for path in paths:
-            self._discard(path)
+            self._trash.discard(path)
 
     def _forgotten(self, job_id: str, removal: concurrent.futures.Future) -> None:
         with self._forgetting_lock:
@@ -642,7 +529,7 @@ class JobExecutor:
 
     # ----------------------------------------------------------------------------------------------- internals
 
-    def _get_running(self, job_id: str) -> _Job:
+    def _get_running(self, job_id: str) -> RunningJob:
         job = self._running.get(job_id)
         if job is None:
             raise PooltreeError(
@@ -662,87 +549,30 @@ class JobExecutor:
         except FileNotFoundError:
             return b""
 
-    def _track(self, job: _Job) -> MemoryTrack:
-        job.job_proxy_max_memory = max(job.job_proxy_max_memory, _bookkeeping_bytes(job))
+    def _track(self, job: RunningJob) -> MemoryTrack:
+        job.job_proxy_max_memory = max(job.job_proxy_max_memory, bookkeeping_bytes(job))
         return MemoryTrack(job.max_memory, job.job_proxy_max_memory)
 
-    def _signal(self, job: _Job, sig: signal.Signals, members: list[int] | None = None) -> None:
-        """Deliver ``sig`` once to every process of the job: its process group, then members that left it.
-
-        A process must not get the signal twice: a program that handles the first interruption signal and
-        starts exiting restores the default disposition, and a second copy would kill it (exit 130).
-        ``members`` saves a scan when the caller has just listed them.
-        """
-        if sig != signal.SIGKILL:
-            self._signal_inside(job, sig, members)
-            return
-        group = None
-        if job.process is not None and job.process.returncode is None:
-            group = job.process.pid
-            _send(group, sig, group=True)
-        for pid in self.meter.members(job.spec.job_id) if members is None else members:
-            if group is not None and _process_group(pid) == group:
-                continue
-            _send(pid, sig, group=False)
-
-    def _signal_inside(self, job: _Job, sig: signal.Signals, members: list[int] | None) -> None:
-        """A catchable signal: to every process of the job but its wrappers -- the keeper (it would only ignore
-        it) and, under a sandbox, bubblewrap's monitor (it would die of it and take the job down with SIGKILL)
-        and pid 1 of the namespace (it ignores it) -- each process once."""
-        if job.process is None or job.process.returncode is not None:
-            return
-        wrappers = {job.process.pid}
-        entries = {
-            pid: read_process(pid)
-            for pid in (self.meter.members(job.spec.job_id) if members is None else members)
-        }
-        depth = (
-            0 if job.sandbox_slot is not None else self.isolation.wrapper_depth
-        )  # a slot's: the keeper only
-        for _ in range(depth):  # the wrapper chain, one generation at a time
-            wrappers |= {
-                pid for pid, entry in entries.items() if entry is not None and entry.ppid in wrappers
-            }
-        for pid, entry in entries.items():
-            if entry is not None and pid not in wrappers:
-                _send(pid, sig, group=False)
-
-    async def _kill_tree(self, job: _Job, rounds: int = 100) -> None:
-        """SIGKILL the job's group and members until none is left (bounded: ``rounds`` × 20 ms)."""
-        for _ in range(rounds):
-            alive = self._live_members(job)
-            if not alive:
-                return
-            self._signal(job, signal.SIGKILL, alive)
-            await asyncio.sleep(0.02)
-
-    def _live_members(self, job: _Job) -> list[int]:
-        """The job's processes that are not zombies yet (one scan), with the root while it is unreaped."""
-        alive = self.meter.leftovers([job.spec.job_id]).get(job.spec.job_id, [])
-        if job.process is not None and job.process.returncode is None and job.process.pid not in alive:
-            alive.append(job.process.pid)
-        return alive
-
-    async def _kill_after(self, job: _Job, grace: float) -> None:
+    async def _kill_after(self, job: RunningJob, grace: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done), grace)
             return
-        await self._kill_tree(job)
+        await self._signals.kill_tree(job)
 
-    async def _interruption_deadline(self, job: _Job, timeout: float, reason: str) -> None:
+    async def _interruption_deadline(self, job: RunningJob, timeout: float, reason: str) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(job.done), timeout)
             return
         if job.verdict is None:
-            job.verdict = _Verdict(
+            job.verdict = Verdict(
                 JobState.ABORTED,
                 abort_error(reason, {"interruption_timeout": timeout, "interruption": "timed out"}),
                 reason,
             )
             job.phase = "aborting"
-        await self._kill_tree(job)
+        await self._signals.kill_tree(job)
 
-    async def _supervise(self, job: _Job) -> None:
+    async def _supervise(self, job: RunningJob) -> None:
         """Wait for the root to exit, make sure nothing of the job is left, then publish the result."""
         returncode = await self._wait_exit(job)
         job.exit_mono = time.monotonic()
@@ -751,10 +581,10 @@ class JobExecutor:
         if job.sandbox_slot is None:
             leftovers = await self._sweep(job)
             if leftovers is None or leftovers:
-                await self._kill_tree(job)
+                await self._signals.kill_tree(job)
         await self._finish(job, returncode)
 
-    async def _wait_exit(self, job: _Job) -> int | None:
+    async def _wait_exit(self, job: RunningJob) -> int | None:
         """The root's exit status (``-signal`` when killed by one), as ``asyncio.subprocess`` reports it.
 
         The exit is noticed without reaping (a pidfd on the loop, or ``waitid(WNOWAIT)`` in a thread where
@@ -779,7 +609,7 @@ class JobExecutor:
         else:
             with contextlib.suppress(ChildProcessError):
                 await asyncio.to_thread(os.waitid, os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        _send(pid, signal.SIGKILL, group=True)
+        send(pid, signal.SIGKILL, group=True)
         try:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:  # reaped elsewhere; the status is lost
@@ -788,7 +618,7 @@ class JobExecutor:
         job.process.returncode = self.isolation.exit_code(os.waitstatus_to_exitcode(status))
         return job.process.returncode
 
-    def _sweep(self, job: _Job) -> asyncio.Future[list[int] | None]:
+    def _sweep(self, job: RunningJob) -> asyncio.Future[list[int] | None]:
         """The job's processes still alive after its exit, from a scan shared by every exit of this moment.
 
         None means the scan failed, and the caller falls back to killing round by round.
@@ -813,13 +643,13 @@ class JobExecutor:
                 if not found.done():
                     found.set_result(None if leftovers is None else leftovers.get(job_id, []))
 
-    async def _finish(self, job: _Job, returncode: int | None) -> None:
+    async def _finish(self, job: RunningJob, returncode: int | None) -> None:
         """Turn the exit into a result, clean up the sandbox, publish the result to waiters and listeners."""
         spec = job.spec
         if job.killer is not None and job.killer is not asyncio.current_task():
             job.killer.cancel()
         if job.memory is not None and job.memory.limit_hit and job.verdict is None and returncode != 0:
-            job.verdict = _Verdict(
+            job.verdict = Verdict(
                 JobState.FAILED,
                 memory_limit_error(spec.memory_limit or 0, job.memory.peak, list(job.memory.pids)),
             )
@@ -878,7 +708,7 @@ class JobExecutor:
         for listener in list(self._listeners):
             listener(result)
 
-    def _outputs_within_limit(self, job: _Job) -> bool:
+    def _outputs_within_limit(self, job: RunningJob) -> bool:
         """Whether neither output file of the job needs cutting (two ``stat``s): then nothing of its settling
         touches the disk's data."""
         for name in ("stdout", "stderr"):
@@ -891,7 +721,7 @@ class JobExecutor:
                 return False
         return True
 
-    def _settle(self, job: _Job) -> int:
+    def _settle(self, job: RunningJob) -> int:
         """On the loop, for a job of a slot whose outputs need no cut: its accounting released (a slot's job
         never has the cgroup meter, whose release writes and waits: slots are off with it); the stderr size."""
         self.meter.release(job.spec.job_id)
@@ -913,10 +743,9 @@ class JobExecutor:
         except RuntimeError:  # shut down: empty it here
             self._slots.give_back(used)
             return
-        self._removals.add(emptied)
-        emptied.add_done_callback(self._removals.discard)
+        self._trash.track(emptied)
 
-    def _clean_up(self, job: _Job) -> int:
+    def _clean_up(self, job: RunningJob) -> int:
         """Worker thread: release the job's accounting, cap its output files, drop its sandbox; the stderr size."""
         spec = job.spec
         try:
@@ -934,35 +763,8 @@ class JobExecutor:
         if job.sandbox_slot is not None:
             self._slots.give_back(job.sandbox_slot)  # emptied for the slot's next job
         elif not spec.keep_sandbox:
-            self._discard(job.sandbox)
+            self._trash.discard(job.sandbox)
         return stderr_size
-
-    def _fresh_directory(self, path: Path) -> None:
-        """Worker thread: a new empty directory at ``path`` (one left by an earlier run of this node goes)."""
-        try:
-            path.mkdir()
-        except FileExistsError:
-            self._discard(path)
-            path.mkdir()
-
-    def _discard(self, path: Path) -> None:
-        """Make ``path`` disappear now (a rename into the trash) and delete it in the background; any thread."""
-        trash = self._trash if self.root in path.parents else self._sandbox_trash
-        target = trash / f"{next(self._trash_names)}-{path.name}"
-        try:
-            os.rename(path, target)
-        except FileNotFoundError:
-            return
-        except OSError:  # not renamable (another filesystem, permissions): delete in place
-            shutil.rmtree(path, ignore_errors=True)
-            return
-        try:
-            removal = self._cleaner.submit(shutil.rmtree, target, True)
-        except RuntimeError:  # the executor is shut down: nobody is waiting, delete here
-            shutil.rmtree(target, ignore_errors=True)
-            return
-        self._removals.add(removal)
-        removal.add_done_callback(self._removals.discard)
 
     def _cap_output(self, path: Path) -> int:
         """Cut a finished job's output file to ``stderr_limit`` bytes as YTsaurus's job proxy does (the first half,
@@ -978,64 +780,16 @@ class JobExecutor:
             await asyncio.sleep(self.memory_sample_period)
 
     def sample_now(self) -> None:
-        """Measure every running job once and enforce memory_limit and the node memory limit."""
+        """Measure every running job once and enforce memory_limit and the node memory limit
+        (``enforcement.py`` decides; the jobs it names are killed here)."""
         active = [job for job in self._running.values() if job.process is not None and job.exit_mono is None]
         if not active:
             return
         samples = self.meter.sample([job.spec.job_id for job in active])
-        views: list[JobMemoryUsage] = []
-        for job in active:
-            sample = samples.get(job.spec.job_id)
-            if sample is None:
-                continue
-            job.memory = sample
-            job.max_memory = max(job.max_memory, sample.peak, sample.current)
-            if job.verdict is not None:
-                continue
-            if sample.limit_hit:
-                self._fail_for_memory(job, sample.peak, sample.pids)
-                continue
-            views.append(
-                JobMemoryUsage(
-                    job_id=job.spec.job_id,
-                    usage=sample.current,
-                    reserve=job.spec.memory_reserve,
-                    memory_limit=job.spec.memory_limit,
-                    start_time=job.start_time,
-                )
-            )
-        decision = self._policy(self.node_memory_limit, views)
-        for job_id in decision.memory_limit_exceeded:
-            job = self._running[job_id]
-            assert job.memory is not None
-            self._fail_for_memory(job, job.memory.current, job.memory.pids)
-        node_usage = sum(view.usage for view in views)
-        for job_id in decision.resource_overdraft:
-            job = self._running[job_id]
-            if job.verdict is not None:
-                continue
-            usage = job.memory.current if job.memory else 0.0
-            job.verdict = _Verdict(
-                JobState.ABORTED,
-                abort_error(
-                    RESOURCE_OVERDRAFT_REASON,
-                    {
-                        "usage": int(usage),
-                        "reserve": int(job.spec.memory_reserve),
-                        "node_memory_usage": int(node_usage),
-                        "node_memory_limit": self.node_memory_limit,
-                    },
-                ),
-                RESOURCE_OVERDRAFT_REASON,
-            )
+        for judged in memory_verdicts(active, samples, self._policy, self.node_memory_limit):
+            job = judged.job
+            job.verdict = judged.verdict
             job.phase = "aborting"
-            job.killer = asyncio.create_task(self._kill_tree(job))
-
-    def _fail_for_memory(self, job: _Job, usage: float, pids: tuple[int, ...]) -> None:
-        job.verdict = _Verdict(
-            JobState.FAILED, memory_limit_error(job.spec.memory_limit or 0, usage, list(pids))
-        )
-        job.phase = "aborting"
-        if job.killer is not None:
-            job.killer.cancel()
-        job.killer = asyncio.create_task(self._kill_tree(job))
+            if judged.replaces_killer and job.killer is not None:
+                job.killer.cancel()
+            job.killer = asyncio.create_task(self._signals.kill_tree(job))

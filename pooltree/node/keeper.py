@@ -291,12 +291,16 @@ class _CapData(ctypes.Structure):
 
 
 def last_capability() -> int:
-    """The highest capability number this kernel knows (read once by the zygote: each keeper drops them all)."""
-    fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC)
+    """The highest capability number this kernel knows (read once by the zygote: each keeper drops them all);
+    -1 when unknown (a keeper asked to switch uids then refuses to start the job)."""
     try:
-        return int(os.read(fd, 32))
-    finally:
-        os.close(fd)
+        fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 32))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return -1
 
 
 def _drop_privileges(libc: ctypes.CDLL, last: int) -> str | None:
@@ -477,10 +481,7 @@ def zygote(argv: list[str]) -> int:
     os.set_inheritable(lifeline, False)
     libc = ctypes.PyDLL(None, use_errno=True)  # the GIL stays held across clone: the child resumes holding it
     catchable = _quiet_signals()
-    try:  # once: a keeper that drops every capability need not read it again
-        last_cap = last_capability()
-    except (OSError, ValueError):
-        last_cap = -1  # a keeper asked to switch uids then refuses to start the job
+    last_cap = last_capability()  # once: a keeper that drops every capability need not read it again
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # the zygote's own mount namespace
     os.chdir("/")
@@ -503,14 +504,9 @@ def zygote(argv: list[str]) -> int:
         message, fds = request
         settled = settling = -1
         in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
-        passed = message.get("pass", 0)  # descriptors for the job at 3, 4, ... (before the namespace's)
+        passed = 0
         try:
-            if not isinstance(passed, int) or isinstance(passed, bool) or not 0 <= passed <= len(fds):
-                raise OSError(errno.EINVAL, f"expected a count of passed descriptors, got {passed!r}")
-            if len(fds) - in_slot - passed not in (2, 3):
-                raise OSError(
-                    errno.EINVAL, f"expected stdout, stderr [and stdin] descriptors, got {len(fds)}"
-                )
+            passed = _passed(message, fds, in_slot)
             if in_slot:
                 _setns(libc, fds[-1])
             os.chdir(message["cwd"])
@@ -547,6 +543,17 @@ def zygote(argv: list[str]) -> int:
             _send(sock, reply)
         except OSError:
             return 0
+
+
+def _passed(message: dict, fds: list[int], in_slot: bool) -> int:
+    """How many of a request's descriptors go to the job as 3, 4, ... (they come after stdout, stderr and the
+    optional stdin, before a slot's namespace); ``OSError`` (EINVAL) when the descriptors do not add up."""
+    passed = message.get("pass", 0)
+    if not isinstance(passed, int) or isinstance(passed, bool) or not 0 <= passed <= len(fds):
+        raise OSError(errno.EINVAL, f"expected a count of passed descriptors, got {passed!r}")
+    if len(fds) - in_slot - passed not in (2, 3):
+        raise OSError(errno.EINVAL, f"expected stdout, stderr [and stdin] descriptors, got {len(fds)}")
+    return passed
 
 
 def _keeper_child(
