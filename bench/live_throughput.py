@@ -8,6 +8,8 @@ reads the jobs back with ``list_jobs``. Reported per run:
 * ``jobs_per_second``: jobs completed / (last job finish - first operation start), server timestamps;
 * ``start_to_running_ms`` p50/p99: job start time - its operation's start time (the scheduling latency the
   user sees, including queueing behind the other operations' jobs while slots are busy);
+* ``cpu_ms_per_job``: CPU of the scheduler and of the nodes (with the jobs' processes they reaped: keepers,
+  shells) from the submission to the last operation's end, per job;
 * ``first_job_latency_ms`` p50/p99: the first job of each operation - the operation's start (pure scheduling
   latency: a node heartbeat has to come, so it is bounded by the heartbeat period unless a job finishes);
 * ``get_operation_ms`` p50/p99: ``--clients`` concurrent httpx clients (asyncio) each sending sequential
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import statistics
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -64,6 +68,19 @@ def _ts(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     return dt.datetime.strptime(str(value), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def _cpu_seconds(local: Local) -> dict[str, float]:
+    """CPU seconds so far of the scheduler and of the nodes, each with the children it reaped."""
+    totals = {"scheduler": 0.0, "nodes": 0.0}
+    for child in psutil.Process(local.process.pid).children():
+        with contextlib.suppress(psutil.Error):
+            cmdline = child.cmdline()
+            role = "scheduler" if "scheduler" in cmdline else "nodes" if "node" in cmdline else None
+            if role is not None:
+                times = child.cpu_times()
+                totals[role] += times.user + times.system + times.children_user + times.children_system
+    return totals
 
 
 def _wait_nodes(client: ytw.YtClient, nodes: int) -> None:
@@ -154,6 +171,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             )
             _wait_nodes(client, args.nodes)
             spec = ytw.VanillaSpecBuilder().begin_task("main").command("true").job_count(args.jobs).end_task()
+            cpu_before = _cpu_seconds(local)
             submit_began = time.time()
             op_ids = [client.run_operation(spec, sync=False).id for _ in range(args.operations)]
             submit_seconds = time.time() - submit_began
@@ -169,6 +187,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.2)
             if pending:
                 raise RuntimeError(f"{len(pending)} operations unfinished after {RUN_TIMEOUT} s")
+            cpu_after = _cpu_seconds(local)
             op_start = {op_id: _ts(client.get_operation(op_id)["start_time"]) for op_id in op_ids}
             to_running: list[float] = []
             first_job: list[float] = []
@@ -200,6 +219,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": round(span, 3),
         "jobs_per_second": round(total_jobs / span, 1),
         "submit_seconds": round(submit_seconds, 3),
+        "cpu_ms_per_job": {
+            role: round((cpu_after[role] - cpu_before[role]) / total_jobs * 1000, 2) for role in cpu_before
+        },
         "start_to_running_ms": {"p50": quantile_ms(to_running, 0.5), "p99": quantile_ms(to_running, 0.99)},
         "first_job_latency_ms": {"p50": quantile_ms(first_job, 0.5), "p99": quantile_ms(first_job, 0.99)},
         "get_operation": load,
