@@ -21,9 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
-NODE_LIMITS = "per-job and per-node resource checks of YTsaurus's scheduler are not modelled"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
 OLD_OPTION = "an old YTsaurus option with no effect today"
+DISCRETIZED = (
+    "discretized (staircase) fair share is not implemented: YTsaurus's code for it is not public, only its "
+    "description, which leaves the per-job vector, the step count and the window open"
+)
+IDLE_CPU = (
+    "idle-CPU slots are a node job-environment feature (Porto/CRI idle_cpu_fraction); like YTsaurus's simple "
+    "(process) job environment, pooltree's nodes have no idle CPU, so the flag cannot change where a job runs"
+)
 
 # Tree options: YTsaurus name -> why pooltree does not implement it.
 TREE_UNSUPPORTED: dict[str, str] = {
@@ -47,7 +54,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "per_pool_satisfaction_profiling_quantiles": PROFILING,
     "enable_detailed_logs_for_starving_operations": PROFILING,
     "enable_detailed_logs_for_single_allocation_vanilla_operations": PROFILING,
-    "best_allocation_share_update_period": "operations' best allocation share is not modelled",
     "use_resource_usage_with_precommit": PERFORMANCE,
     "allowed_resource_usage_staleness": PERFORMANCE,
     "cached_allocation_preemption_statuses_update_period": PERFORMANCE,
@@ -62,9 +68,11 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "testing_options": "YTsaurus testing options",
     "enable_preliminary_resource_limits_check": "YTsaurus testing options",
     "enable_resource_tree_random_sleeps": "YTsaurus testing options",
-    "guaranteed_job_resources": NODE_LIMITS,
-    "enable_discretized_fair_share": "discretized (staircase) fair share is not implemented",
-    "max_discretized_steps": "discretized (staircase) fair share is not implemented",
+    "guaranteed_job_resources": (
+        "declared by YTsaurus's tree config, but no code reading it is public: its rule cannot be restated"
+    ),
+    "enable_discretized_fair_share": DISCRETIZED,
+    "max_discretized_steps": DISCRETIZED,
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",
@@ -150,8 +158,8 @@ POOL_UNSUPPORTED: dict[str, str] = {
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_timeout_limit": "an old YTsaurus option with no effect today",
     "min_share_preemption_timeout": "an old YTsaurus option with no effect today",
-    "allow_idle_cpu_policy": "the idle CPU policy is not modelled",
-    "redirect_to_cluster": "redirecting operations to another cluster is not modelled",
+    "allow_idle_cpu_policy": IDLE_CPU,
+    "redirect_to_cluster": "pooltree is one cluster: there is no other cluster to redirect operations to",
 }
 
 POOL_ALIASES: dict[str, str] = {
@@ -166,7 +174,10 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
     "update_preemptable_jobs_list_logging_period": PROFILING,
     "custom_profiling_tag": PROFILING,
-    "max_speculative_job_count_per_task": "speculative jobs are not modelled",
+    "max_speculative_job_count_per_task": (
+        "pooltree's controllers launch no speculative jobs (no job_speculation_timeout), so there is nothing to cap"
+    ),
+    "allow_idle_cpu_policy": IDLE_CPU,
 }
 
 # Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.

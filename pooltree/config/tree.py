@@ -174,6 +174,8 @@ class PoolTreeConfig(ConfigModel):
     """YTsaurus: in a FIFO pool, operations past the first N with a zero fair share are not schedulable."""
     min_child_heap_size: int = Field(default=16, ge=1)
     node_reconnection_timeout: Duration = 300.0
+    best_allocation_share_update_period: Duration = 60.0
+    """YTsaurus: how often each operation's best allocation share is computed again (`strategy/best_allocation.py`)."""
     schedule_allocations_timeout: Duration = 40.0
     enable_unrecognized_alert: bool = True
     """YTsaurus: whether option names the tree config does not know raise the "unrecognized options" alert."""

@@ -99,6 +99,9 @@ class UpdateSettings:
     fifo_pool_scheduling_order: str = (
         "satisfaction"  # "satisfaction" | "fifo" (post-update satisfaction, e.2)
     )
+    best_allocation_memory: Mapping[str, float] = field(default_factory=dict)
+    """Operation id -> the memory its best allocation share leaves it (absolute), a cap on its limits
+    (``best_allocation.py``); the strategy fills it (``pooltree/strategy/best_allocation.py``)."""
 
 
 @dataclass(eq=False)

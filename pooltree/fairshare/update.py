@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.fairshare import building, distribution, guarantees, historic_usage, integral, reuse
+from pooltree.fairshare import (
+    best_allocation,
+    building,
+    distribution,
+    guarantees,
+    historic_usage,
+    integral,
+    reuse,
+)
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.distribution import _truncate_unsatisfied_gangs_in_fifo_pools
 from pooltree.fairshare.guarantees import (
@@ -151,6 +159,7 @@ def update_fair_share(
     alerts in ``FairShareResult.errors``.
     """
     upd = _Update(root, total_resources, settings, now, state)
+    best_allocation.cap_memory_limits(upd)
     tree = upd.tree
     n = len(tree.elements)
     # b.2 step 1: nested promised-guarantee pools.

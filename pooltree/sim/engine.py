@@ -21,7 +21,8 @@ side effect (the preemptive-scheduling timestamp), in O(1) per elapsed backoff. 
 skipping write identical events and summaries.
 
 Fair-share updates are skipped only when provably identical: nothing started, finished, registered or failed
-since the previous update, no pool has integral guarantees (their volumes depend on time), and no element is
+since the previous update, no pool has integral guarantees or infers its children's weights from their historic
+usage (both depend on time), no operation's best allocation share computed at that time changes, and no element is
 below its fair share (starvation timers depend on time).
 """
 
@@ -40,6 +41,7 @@ import numpy as np
 from pooltree.alerts import AlertSettings
 from pooltree.config import TagFilter
 from pooltree.errors import ConfigError
+from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.gc_policy import survivors_frozen
 from pooltree.phases import PhaseTimes
 from pooltree.resources import RESOURCE_COUNT, Vector
@@ -260,7 +262,7 @@ class Simulation:
                 getattr(pool.config, "integral_guarantees", None) is not None
                 and pool.config.integral_guarantees.has_integral_resources
                 for pool in definition.pools.values()
-            )
+            ) or any(historic_usage_halflife(pool.config) is not None for pool in definition.pools.values())
             state = _TreeState(name, core, integral)
             state.pools = [ROOT, *definition.pools]
             state.pool_set = set(state.pools)
@@ -805,7 +807,11 @@ class Simulation:
             core = tree.core
             self._enforce_time_limits(tree, now)
             identical = (
-                self.skip_updates and core.last_result is not None and not tree.changed and not tree.integral
+                self.skip_updates
+                and core.last_result is not None
+                and not tree.changed
+                and not tree.integral
+                and not core.refresh_best_allocation(now)  # due shares computed now, as an update would
             )
             if identical:
                 self.stats["fair_share_updates_skipped"] += 1

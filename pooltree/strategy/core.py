@@ -21,6 +21,7 @@ from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import UpdateState
 from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, zeros
+from pooltree.strategy.best_allocation import BestAllocationShares, operation_tag_filter
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
@@ -35,7 +36,7 @@ from pooltree.strategy.model import (
     NodeHeartbeat,
 )
 from pooltree.strategy.packing import packing_config
-from pooltree.strategy.reconnection import nodes_for_tag_filters
+from pooltree.strategy.reconnection import nodes_for_tag_filters, total_resource_limits_stable
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
     DefaultSegmentPending,
@@ -99,6 +100,10 @@ class SchedulerCore:
         self.last_result: Any = None
         self.connection_time: float | None = None
         """When the live scheduler connected (`reconnection.py`: ``node_reconnection_timeout``); None: never."""
+        self.best_allocation = BestAllocationShares()
+        """Operations' memory limits from their best allocation share (`best_allocation.py`)."""
+        self._best_allocation_used = 0
+        """The ``best_allocation.revision`` of the limits the last update was given."""
         self._build_cache = BuildCache()
         self._input_cache = FairShareInputCache()
         self._period_revision: int | None = None
@@ -276,6 +281,7 @@ class SchedulerCore:
             with times.phase("input"):
                 delta = self._period_delta()
                 root, settings = self._fair_share_input(delta, now)
+                settings = self._with_best_allocation(settings, now)
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
@@ -307,6 +313,32 @@ class SchedulerCore:
                 if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                     observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return result
+
+    def _with_best_allocation(self, settings: Any, now: float) -> Any:
+        """The update's settings with the memory limits the operations' best allocation shares leave them."""
+        self.refresh_best_allocation(now)
+        self._best_allocation_used = self.best_allocation.revision
+        limits = self.best_allocation.limits
+        return dataclasses.replace(settings, best_allocation_memory=dict(limits)) if limits else settings
+
+    def refresh_best_allocation(self, now: float) -> bool:
+        """Compute the best allocation shares of the operations that are new or due at ``now``; whether the limits
+        they leave differ from those the last update was given (the simulator then does not skip the update)."""
+        self.best_allocation.update(
+            now,
+            float(self.pool_tree.config.best_allocation_share_update_period),
+            total_resource_limits_stable(self.connection_time, self.config.node_reconnection_timeout, now),
+            self.controllers.keys(),
+            self._demand,
+            lambda operation_id: operation_tag_filter(self.pool_tree, operation_id),
+            self.nodes_view,
+        )
+        return self.best_allocation.revision != self._best_allocation_used
+
+    def _demand(self, operation_id: str) -> Vector | None:
+        """An operation's demand (usage + needed resources), None when it reports none."""
+        found = self._resources(operation_id)
+        return None if found is None else np.asarray(found[0], dtype=float) + found[1]
 
     def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
         """Operations of FIFO pools the tree's ``max_schedulable_element_count_in_fifo_pool`` leaves out of this

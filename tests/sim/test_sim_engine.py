@@ -279,3 +279,27 @@ def test_reusing_inputs_and_published_elements_is_exact(monkeypatch, tmp_path):
         assert filecmp.cmp(tmp_path / "cached" / name, tmp_path / "fresh" / name, shallow=False), name
     assert _comparable(cached) == _comparable(fresh)
     assert cached["global"]["preempted_allocation_count"] > 0
+
+
+def test_historic_usage_weights_keep_skipping_exact(tmp_path):
+    """A pool inferring its children's weights from their historic usage makes every update depend on time: the
+    engine then runs every update (heartbeats are still skipped), and both runs agree."""
+    document = mixed_document(until="6m")
+    pools = document["pool_trees"]["physical"]["pools"]
+    document["pool_trees"]["physical"]["pools"] = {
+        "all": {
+            "infer_children_weights_from_historic_usage": True,
+            "historic_usage_aggregation_period": "1m",
+            "strong_guarantee_resources": {"cpu": 24},
+            "pools": pools,
+        }
+    }
+    skipping = run(document, tmp_path / "skip")
+    naive = run(
+        document, tmp_path / "naive", skip_idle_heartbeats=False, skip_unchanged_fair_share_updates=False
+    )
+    assert skipping["engine"]["fair_share_updates_skipped"] == 0
+    assert skipping["engine"]["heartbeats_skipped"] > 0
+    for name in ("events.jsonl", "timeline.csv", "operations.csv"):
+        assert filecmp.cmp(tmp_path / "skip" / name, tmp_path / "naive" / name, shallow=False), name
+    assert _comparable(skipping) == _comparable(naive)
