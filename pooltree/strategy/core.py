@@ -337,7 +337,7 @@ class SchedulerCore:
 
     def _demand(self, operation_id: str) -> Vector | None:
         """An operation's demand (usage + needed resources), None when it reports none."""
-        found = self._resources(operation_id)
+        found = self.input_resources.resources(operation_id)
         return None if found is None else np.asarray(found[0], dtype=float) + found[1]
 
     def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
