@@ -20,10 +20,26 @@ from pydantic import BaseModel
 
 from pooltree.config.base import Resources
 from pooltree.config.pool import PoolConfig
+from pooltree.config.support import (
+    POOL_ALIASES,
+    POOL_IMPLEMENTED_EXTRA,
+    POOL_UNSUPPORTED,
+    TREE_ALIASES,
+    TREE_IMPLEMENTED_EXTRA,
+)
 from pooltree.config.tree import PoolTreeConfig
 from pooltree.errors import ConfigError, join_path
 
-POOL_OPTION_NAMES = frozenset(PoolConfig.model_fields) | frozenset(PoolConfig.ALIASES)
+POOL_OPTION_NAMES = (
+    frozenset(PoolConfig.model_fields)
+    | frozenset(PoolConfig.ALIASES)
+    | frozenset(POOL_IMPLEMENTED_EXTRA)
+    | frozenset(POOL_UNSUPPORTED)
+    | frozenset(POOL_ALIASES)
+)
+"""Pool attributes that configure the pool: the model's options, the implemented ones it keeps aside
+(``allow_regular_allocations_on_ssd_nodes``, ...) and YTsaurus's options pooltree reports as unsupported; any
+other attribute is the user's own."""
 CHILDREN_KEY = "pools"
 
 
@@ -156,8 +172,14 @@ def effective_config(config: BaseModel) -> dict[str, Any]:
 
 def effective_tree_config(config: PoolTreeConfig) -> dict[str, Any]:
     """``effective_config`` of a tree as YTsaurus's postprocessor shows it: ``max_unpreemptible_running_job_count``
-    fills the ``user_slots`` that ``non_preemptible_resource_usage_threshold`` leaves out."""
+    fills the ``user_slots`` that ``non_preemptible_resource_usage_threshold`` leaves out. Implemented options the
+    model keeps aside (``TREE_IMPLEMENTED_EXTRA``: ``ssd_priority_preemption``, ``packing``, ...) are shown as set,
+    under their current names."""
     out = effective_config(config)
+    for name, value in (config.model_extra or {}).items():
+        current = TREE_ALIASES.get(name, name)
+        if current in TREE_IMPLEMENTED_EXTRA and current not in out:
+            out[current] = _plain(value, duration=False)
     threshold = config.non_preemptible_resource_usage_threshold
     count = config.max_unpreemptible_running_allocation_count
     if threshold is not None or count is not None:
