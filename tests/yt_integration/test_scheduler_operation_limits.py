@@ -223,3 +223,42 @@ class TestSchedulerOperationLimits:
             user.run_operation(vanilla("true", pool="p1"))
         user.run_operation(vanilla("true", pool="p2"))
         user.run_operation(vanilla("true", pool="p3"))
+
+    def test_rename_pool_with_running_operation(self) -> None:
+        # "BREAKPOINT; sleep 0.5" jobs: the breakpoint is a long sleep; releasing it is completing the operation
+        # (a vanilla job cannot be released from outside), so the renames upstream makes after the release (while
+        # its jobs still run) come before it here
+        yt = self.yt
+        create_pool(yt, "default_pool", attributes={"resource_limits": {"user_slots": 2}})
+        create_pool(yt, "test_pool", attributes={"resource_limits": {"user_slots": 1}})
+        total_slots = float(yt.get(f"{ORCHID}/cluster/resource_limits/user_slots"))
+
+        def rename_test_pool(check_usage: bool = False) -> None:
+            yt.set(f"{TREES}/default/test_pool/@name", "renamed_pool")
+            wait(lambda: "renamed_pool" in yt.list(POOLS))
+            pool_info = yt.get(f"{POOLS}/test_pool")
+            assert pool_info["full_path"] == "/default_pool/test_pool"
+            assert float(pool_info["resource_limits"]["user_slots"]) == total_slots
+            if check_usage:
+                wait(lambda: float(yt.get(f"{POOLS}/test_pool/resource_usage/user_slots")) == 2.0)
+
+        def restore_test_pool(check_usage: bool = False) -> None:
+            yt.set(f"{TREES}/default/renamed_pool/@name", "test_pool")
+            wait(lambda: "renamed_pool" not in yt.list(POOLS))
+            pool_info = yt.get(f"{POOLS}/test_pool")
+            assert pool_info["full_path"] == "/test_pool"
+            assert float(pool_info["resource_limits"]["user_slots"]) == 1.0
+            if check_usage:
+                wait(lambda: float(yt.get(f"{POOLS}/test_pool/resource_usage/user_slots")) == 1.0)
+
+        op = self.start(job_count=10, pool="test_pool")
+        wait(lambda: running_jobs(yt, op.id) >= 1)  # wait_breakpoint()
+        rename_test_pool(check_usage=True)
+        restore_test_pool(check_usage=True)
+        # after release_breakpoint upstream's jobs still run (0.5 s each) through these renames
+        rename_test_pool()
+        restore_test_pool()
+        rename_test_pool()
+        yt.complete_operation(op.id)  # release_breakpoint
+        wait(lambda: state(yt, op.id) == "completed")  # op.track()
+        wait(lambda: "test_pool" not in yt.list(POOLS))  # the ephemeral pool goes with its last operation
