@@ -43,7 +43,7 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.enforcement import memory_verdicts
-from pooltree.node.files import BlobSource, truncate_output, write_job_files
+from pooltree.node.files import BlobSource, outputs_within_limit, truncate_output, write_job_files
 from pooltree.node.gpu import (
     DEFAULT_WAITING_TIMEOUT,
     WAITING_TIMEOUT_REASON,
@@ -182,6 +182,7 @@ class JobExecutor:
         self._sampler: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
         self._sweep_waiting: dict[str, asyncio.Future[list[int] | None]] = {}
+        self._preparer: threading.Thread | None = None
         self._closed = False
 
     def _log_isolation(self) -> None:
@@ -198,6 +199,16 @@ class JobExecutor:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
+
+    def prepare_slots(self, count: int) -> None:
+        """Set ``count`` slots up in the background now (``SandboxSlots.prepare``), where jobs run in slots: the
+        node's user slots, so its first jobs find them ready."""
+        if not self._slots.enabled or count <= 0 or self._closed or self._preparer is not None:
+            return
+        self._preparer = threading.Thread(
+            target=self._slots.prepare, args=(count,), name="pooltree-node-slots", daemon=True
+        )
+        self._preparer.start()
 
     def add_listener(self, listener: FinishListener) -> None:
         """Call ``listener(result)`` as soon as any job finishes (the agent's extra heartbeat hook)."""
@@ -432,6 +443,8 @@ class JobExecutor:
         if pending:
             await asyncio.wait(pending, timeout=timeout)
         await asyncio.to_thread(self._slots.close)
+        if self._preparer is not None:  # it retires what it was setting up, the slots being closed
+            await asyncio.to_thread(self._preparer.join, timeout)
         if self._sampler is not None:
             self._sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -677,7 +690,7 @@ class JobExecutor:
             exec_seconds=exec_end - job.start_mono,
         )
         devices = tuple(self.gpu_devices(spec.job_id))  # before the clean-up returns them
-        emptying = job.sandbox_slot is not None and self._outputs_within_limit(job)
+        emptying = job.sandbox_slot is not None and outputs_within_limit(job.directory, self.stderr_limit)
         if emptying:  # the slot is emptied after the result is out (below): its next job waits for that
             stderr_size = self._settle(job)
         else:
@@ -707,19 +720,6 @@ class JobExecutor:
         job.done.set_result(result)
         for listener in list(self._listeners):
             listener(result)
-
-    def _outputs_within_limit(self, job: RunningJob) -> bool:
-        """Whether neither output file of the job needs cutting (two ``stat``s): then nothing of its settling
-        touches the disk's data."""
-        for name in ("stdout", "stderr"):
-            try:
-                if os.stat(job.directory / name).st_size > self.stderr_limit:
-                    return False
-            except FileNotFoundError:
-                continue
-            except OSError:
-                return False
-        return True
 
     def _settle(self, job: RunningJob) -> int:
         """On the loop, for a job of a slot whose outputs need no cut: its accounting released (a slot's job
@@ -756,8 +756,9 @@ class JobExecutor:
         self.gpus.release(spec.job_id)  # ... and its GPUs handed to the next job
         stderr_size = 0
         try:
-            stderr_size = self._cap_output(job.directory / "stderr")
-            self._cap_output(job.directory / "stdout")
+            # cut as YTsaurus's job proxy does: the first half, ``\n...skipped...\n``, the last half
+            stderr_size = truncate_output(job.directory / "stderr", self.stderr_limit)
+            truncate_output(job.directory / "stdout", self.stderr_limit)
         except OSError:
             _log.exception("cannot cap the output files of job %s", spec.job_id)
         if job.sandbox_slot is not None:
@@ -765,11 +766,6 @@ class JobExecutor:
         elif not spec.keep_sandbox:
             self._trash.discard(job.sandbox)
         return stderr_size
-
-    def _cap_output(self, path: Path) -> int:
-        """Cut a finished job's output file to ``stderr_limit`` bytes as YTsaurus's job proxy does (the first half,
-        ``\n...skipped...\n``, the last half: ``truncate_output``); returns the size kept."""
-        return truncate_output(path, self.stderr_limit)
 
     async def _sample_loop(self) -> None:
         while self._running:

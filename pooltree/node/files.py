@@ -204,6 +204,20 @@ def truncate_output(path: Path, limit: int) -> int:
     return len(head) + len(SKIPPED) + len(tail)
 
 
+def outputs_within_limit(directory: Path, limit: int) -> bool:
+    """Whether neither output file of a finished job (``stdout``, ``stderr`` in ``directory``) is over ``limit``
+    bytes (two ``stat``s): then ``truncate_output`` would not touch them."""
+    for name in ("stdout", "stderr"):
+        try:
+            if os.stat(directory / name).st_size > limit:
+                return False
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
 def upload_stderr(
     agent: Any, scheduler_url: str, headers: dict[str, str], client: Callable[..., Any] | None = None
 ) -> None:

@@ -249,6 +249,10 @@ def _keep(
     return status
 
 
+HELD_FD = 3
+"""Where a job started by ``_spawn_as`` finds the pipe it waits on before anything else."""
+
+
 def _spawn_as(
     identity: tuple[int, int],
     path: str,
@@ -256,19 +260,30 @@ def _spawn_as(
     env: dict[str, str],
     catchable: set[signal.Signals],
 ) -> int:
-    """Start ``command`` as ``identity`` (uid, gid), from a keeper that ``_drop_privileges`` prepared: the real
-    ids become the job's for the spawn only, and ``posix_spawn``'s ``resetids`` gives the child those as its
-    effective ids; ``execve`` copies them to the saved ones. The child keeps no capability (none in the
-    inheritable, ambient or bounding sets, and its uids are not 0) and inherits no group and no new privileges.
-    The keeper takes its real ids back at once (as root it may): a job cannot signal a keeper whose ids are all 0."""
+    """Start ``command`` (``/bin/sh -c SCRIPT``) as ``identity`` (uid, gid), from a keeper that
+    ``_drop_privileges`` prepared, without an exec of ``setpriv`` (and without a fork of this Python process,
+    which cost more than that exec): the keeper's real ids become the job's for the spawn only, and
+    ``posix_spawn``'s ``resetids`` gives them to the child as its effective ids; ``execve`` copies them to the
+    saved ones, so the job holds no capability. A job may signal a process whose real id is its own: the shell
+    first waits for EOF on a pipe (``HELD_FD``, closed before the script runs) that the keeper closes only once
+    its real ids are root's again, so the job never runs while it could signal its keeper."""
     uid, gid = identity
-    os.setresgid(gid, -1, -1)
-    os.setresuid(uid, -1, -1)
+    if command[:2] != ["/bin/sh", "-c"] or len(command) < 3:
+        raise OSError(errno.EINVAL, "a job started as another uid must be /bin/sh -c SCRIPT")
+    held, release = os.pipe()  # both close-on-exec: the child gets the read end as HELD_FD only
+    argv = [*command[:2], f"read -r _ <&{HELD_FD}; exec {HELD_FD}<&-\n{command[2]}", *command[3:]]
     try:
-        return os.posix_spawn(path, command, env, setsigdef=catchable, resetids=True)
+        os.setresgid(gid, -1, -1)
+        os.setresuid(uid, -1, -1)
+        try:
+            actions = [(os.POSIX_SPAWN_DUP2, held, HELD_FD)]
+            return os.posix_spawn(path, argv, env, file_actions=actions, setsigdef=catchable, resetids=True)
+        finally:
+            os.setresuid(0, -1, -1)
+            os.setresgid(0, -1, -1)
     finally:
-        os.setresuid(0, -1, -1)
-        os.setresgid(0, -1, -1)
+        os.close(held)
+        os.close(release)  # the job's shell goes on from here
 
 
 PR_CAPBSET_DROP = 24

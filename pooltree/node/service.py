@@ -33,7 +33,7 @@ from pooltree.node.executor import JobExecutor
 from pooltree.node.files import BlobCache, http_blob_source, upload_stderr
 from pooltree.node.gpu import GpuSlots, discover_gpus
 from pooltree.node.topology import NodeTopology
-from pooltree.resources import GPU, resources_to_dict, zeros
+from pooltree.resources import GPU, USER_SLOTS, resources_to_dict, zeros
 
 log = logging.getLogger(__name__)
 
@@ -406,6 +406,7 @@ async def run_node(
         executor.file_source = BlobCache(
             Path(root_dir) / ".files", http_blob_source(lambda: loop.scheduler_url, lambda: loop.headers)
         ).get
+        executor.prepare_slots(int(limits[USER_SLOTS]))  # the slots' sandboxes set up before the first job
         if on_ready is not None:
             on_ready(node_loop)
         await node_loop.run(stop)

@@ -115,14 +115,16 @@ class SandboxSlots:
         self._lock = threading.Condition()
         self._emptying: set[str] = set()
         """Slots whose job is over and that are being emptied (``emptying`` .. ``give_back``)."""
+        self._preparing: set[str] = set()
+        """Slots being set up ahead of any job (``prepare``)."""
         self._closed = False
 
     def take(self) -> SandboxSlot:
-        """Worker thread: a free slot (the most recently used first), one being emptied once it is (a new slot
-        costs a bubblewrap's setup), or a new one; ``OSError`` when a new one cannot be set up."""
+        """Worker thread: a free slot (the most recently used first), one being emptied or prepared once it is
+        (a new slot costs a bubblewrap's setup), or a new one; ``OSError`` when a new one cannot be set up."""
         deadline = time.monotonic() + EMPTYING_WAIT
         with self._lock:
-            while not self._free and self._emptying and not self._closed:
+            while not self._free and (self._emptying or self._preparing) and not self._closed:
                 if not self._lock.wait(max(deadline - time.monotonic(), 0)):
                     break
             if self._closed:
@@ -135,6 +137,35 @@ class SandboxSlots:
         with self._lock:
             self._all[name] = made
         return made
+
+    def prepare(self, count: int) -> None:
+        """Worker thread: set slots up until ``count`` exist, ahead of any job (as YTsaurus's slot manager prepares
+        its slots when the node starts), so the node's first jobs do not each wait for a bubblewrap's setup. A
+        slot that cannot be set up ends the preparation (jobs then make theirs on demand, and say why)."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._all) + len(self._preparing) >= count:
+                    return
+                name = f"{SLOT_PREFIX}{self._names}"
+                self._names += 1
+                self._preparing.add(name)
+            try:
+                made = self._make(name)
+            except OSError as error:
+                _log.warning("cannot prepare slot %s ahead of jobs: %s", name, error)
+                with self._lock:
+                    self._preparing.discard(name)
+                    self._lock.notify_all()
+                return
+            with self._lock:
+                self._preparing.discard(name)
+                self._all[name] = made
+                self._lock.notify_all()
+                if not self._closed:
+                    self._free.append(made)
+                    continue
+            self._retire(made)
+            return
 
     def emptying(self, used: SandboxSlot) -> None:
         """The slot's job is over and ``give_back`` follows on another thread: ``take`` waits for it."""

@@ -7,6 +7,7 @@ that changes the slot's layout gets the slot retired."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -210,6 +211,49 @@ def test_shutdown_retires_every_slot_and_leaves_no_process(tmp_path: Path) -> No
     for pid in pids + children:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not [entry.name for entry in (tmp_path / "slots").iterdir() if entry.name.startswith(SLOT_PREFIX)]
+
+
+def test_slots_prepared_at_start_serve_the_first_jobs_and_no_more_are_made(tmp_path: Path) -> None:
+    """``prepare_slots`` (what ``pooltree node`` asks for its user slots at start) sets the slots up before any
+    job: jobs started at once afterwards run in those, and no slot is added."""
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(tmp_path, isolation="sandbox") as ex:
+            ex.prepare_slots(3)
+            deadline = asyncio.get_running_loop().time() + 30
+            while ex._preparer is not None and ex._preparer.is_alive():  # bounded: the setup of 3 slots
+                assert asyncio.get_running_loop().time() < deadline, "slots not prepared within 30 s"
+                await asyncio.sleep(0.02)
+            prepared = sorted(entry.name for entry in (tmp_path / "slots").glob(f"{SLOT_PREFIX}*"))
+            for index in range(3):
+                await ex.start(spec(f"job-{index}", "echo home=$HOME; sleep 0.3"))
+            homes = []
+            for index in range(3):
+                await ex.wait(f"job-{index}", 15)
+                homes.append(_home(ex.stdout(f"job-{index}").decode()))
+            after = sorted(entry.name for entry in (tmp_path / "slots").glob(f"{SLOT_PREFIX}*"))
+            return prepared, homes, after
+
+    prepared, homes, after = run(scenario(), 60)
+    assert prepared == [f"{SLOT_PREFIX}{index}" for index in range(3)]
+    assert sorted(Path(home).parent.name for home in homes) == prepared, "each job ran in a prepared slot"
+    assert after == prepared, "no slot was set up beyond the prepared ones"
+
+
+def test_shutdown_while_slots_are_being_prepared_leaves_none(tmp_path: Path) -> None:
+    async def scenario():  # type: ignore[no-untyped-def]
+        async with executor(tmp_path, isolation="sandbox") as ex:
+            ex.prepare_slots(8)
+            await asyncio.sleep(0.05)  # likely some set up and some not: whatever the moment, none is left
+
+    run(scenario(), 60)
+    assert not [entry.name for entry in (tmp_path / "slots").iterdir() if entry.name.startswith(SLOT_PREFIX)]
+    assert not [
+        process.pid
+        for process in psutil.process_iter(["cmdline"])
+        if any(str(tmp_path) in part for part in process.info["cmdline"] or ())
+        and process.status() != psutil.STATUS_ZOMBIE
+    ], "a slot's setup outlived the executor"
 
 
 def test_the_slots_can_be_turned_off(tmp_path: Path) -> None:
