@@ -80,13 +80,17 @@ class PreemptionStages(SchedulingStages):
 
     def _preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
         status = allocation.preemption_status
-        if status == PreemptionStatus.NON_PREEMPTIBLE:
-            return self.ssd.level(PreemptionLevel.NON_PREEMPTIBLE, allocation)
-        if status == PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE:
-            if element.settings.allow_aggressive_preemption:
-                return self.ssd.level(PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE, allocation)
-            return self.ssd.level(PreemptionLevel.NON_PREEMPTIBLE, allocation)
-        return PreemptionLevel.PREEMPTIBLE
+        if status == PreemptionStatus.PREEMPTIBLE:
+            return PreemptionLevel.PREEMPTIBLE
+        if (
+            status == PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE
+            and element.settings.allow_aggressive_preemption
+        ):
+            level = PreemptionLevel.AGGRESSIVELY_PREEMPTIBLE
+        else:
+            level = PreemptionLevel.NON_PREEMPTIBLE
+        # on an SSD node an SSD allocation's level is its SSD variant (`ssd_preemption.py`)
+        return self.ssd.level(level, allocation) if self.ssd.node_enabled else level
 
     def _local_satisfaction(self, element: _Element) -> float:
         return local_satisfaction_ratio(self._usage_share(element), element.fair_share, element.blocked)
@@ -136,6 +140,7 @@ class PreemptionStages(SchedulingStages):
         blockers: dict[str, _Element | None] = {}
         memo: dict[_Element, float] = {}
         enable_conditional = self.config.enable_conditional_preemption
+        ssd_stage = self.ssd.node_enabled and self.ssd.is_ssd_stage(target)
         for allocation in node.allocations.values():
             if allocation.preempted:
                 continue
@@ -145,7 +150,11 @@ class PreemptionStages(SchedulingStages):
             level = self._preemption_level(allocation, element)
             if level < min_level:
                 continue
-            if self.ssd.ignores_blockers(target, level) and element.spec.preemption_mode != "graceful":
+            if (
+                ssd_stage
+                and self.ssd.ignores_blockers(target, level)
+                and element.spec.preemption_mode != "graceful"
+            ):
                 blocker = None  # an SSD stage's non-SSD victim (`ssd_preemption.py`)
             elif element.id in blockers:
                 blocker = blockers[element.id]
@@ -218,16 +227,24 @@ class PreemptionStages(SchedulingStages):
         stages: tuple[tuple[SchedulingStage, PreemptionPriority, PreemptionLevel], ...],
     ) -> None:
         ssd, full_host, starvation = self.ssd, self.full_host, self.starvation
+        routed = ssd.node_enabled or full_host.enabled  # SSD or full-host priorities decide the candidates
         for stage, target, min_level in stages:
-            targets = [
-                e
-                for source in full_host.sources(ssd.operations_priority(target))
-                for e in self._ops_by_priority.get(source, [])
-                if e.op is not None
-                and self._op_activity(e) is None
-                and ssd.eligible(e.id, target)
-                and full_host.eligible(e.id, target, starvation, now)
-            ]
+            if routed:
+                targets = [
+                    e
+                    for source in full_host.sources(ssd.operations_priority(target))
+                    for e in self._ops_by_priority.get(source, [])
+                    if e.op is not None
+                    and self._op_activity(e) is None
+                    and ssd.eligible(e.id, target)
+                    and full_host.eligible(e.id, target, starvation, now)
+                ]
+            else:
+                targets = [
+                    e
+                    for e in self._ops_by_priority.get(target, [])
+                    if e.op is not None and self._op_activity(e) is None
+                ]
             force = stage == SchedulingStage.PREEMPTIVE_NORMAL
             if not targets and not force:
                 continue

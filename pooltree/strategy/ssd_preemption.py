@@ -159,6 +159,9 @@ class SsdPreemption:
             return _SSD_LEVEL.get(level, level)
         return level
 
+    def is_ssd_stage(self, target: PreemptionPriority) -> bool:
+        return target in _BASE
+
     def ignores_blockers(self, target: PreemptionPriority, level: PreemptionLevel) -> bool:
         """In an SSD stage, a non-SSD victim has no preemption-blocking ancestor (graceful mode aside)."""
         return target in _BASE and level >= PreemptionLevel.NON_PREEMPTIBLE
