@@ -126,7 +126,8 @@ def _deep_merge(base: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any
 def _apply_presets(
     options: dict[str, Any], tree: PoolTreeConfig, path: str
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Base the pool on its presets (list order, later wins) and patch its explicit options on top."""
+    """Base the pool on its presets (an earlier preset in ``config_presets`` wins over a later one, as YTsaurus's
+    test_multiple_presets shows) and patch its explicit options on top."""
     single = options.get("config_preset")
     listed = options.get("config_presets")
     if single is not None and listed:
@@ -148,7 +149,7 @@ def _apply_presets(
     else:
         return options, ()
     merged: dict[str, Any] = {}
-    for name, name_path in names:
+    for name, name_path in reversed(names):
         if not isinstance(name, str):
             raise ConfigError(name_path, f"preset name must be a string, got {name!r}")
         if name not in tree.pool_config_presets:

@@ -15,6 +15,7 @@ Deny by default: ``CommandRegistry`` refuses to register a command that has no r
 | `remove PATH` | `remove` on the node and every descendant, `write` or `modify_children` on its parent (YTsaurus `RemoveSelf`); users and groups: superusers |
 | `remove PATH/@NAME` | `write` on the node; `administer` for `acl`, `inherit_acl`, `owner` or all attributes, and on a pool as `set POOL/@NAME` |
 | `move` | `remove` on the source and its descendants, `write` or `modify_children` on the source's parent and on the destination's parent; `remove` on a destination `force` replaces |
+| `transfer_pool_resources` | `write` on every pool whose guarantees or limits change (the source, the destination and their ancestors below their lowest common ancestor) |
 | `read_file` | `read` on the file |
 | `write_file` | `write` on the file |
 | `lock` | `read` for a `snapshot` lock, else `write` (YTsaurus `Lock`) |
@@ -388,6 +389,28 @@ def _move(security: Security, user: str, params: Mapping[str, Any], _input: Any,
         _require_child_change(security, user, destination.parent)
 
 
+def _transfer_pool_resources(
+    security: Security, user: str, params: Mapping[str, Any], _input: Any, _b: bool
+) -> None:
+    tree = _strip(params.get("pool_tree"))
+    names = (_strip(params.get("source_pool")), _strip(params.get("destination_pool")))
+    if not isinstance(tree, str) or not all(isinstance(name, str) for name in names):
+        return  # the handler names the missing parameter
+    sides: list[list[str]] = []
+    for name in names:
+        if name == "<Root>":
+            sides.append([])
+            continue
+        chain = security._resolver().pool_chain(tree, name)
+        if chain is None:
+            return  # the handler answers "does not exist"
+        inside = f"{POOL_TREES}/{tree}/"  # the pools of the chain, not the tree and above
+        sides.append([node.path for node in chain if node.path and node.path.startswith(inside)])
+    common = set(sides[0]) & set(sides[1])
+    for path in dict.fromkeys(p for side in sides for p in side if p not in common):
+        _require_path(security, user, "write", path)
+
+
 # ---------------------------------------------------------------------- files and the file cache
 
 
@@ -570,6 +593,9 @@ RULES: dict[str, Rule] = {
     "create": Rule("write on the parent; administer for acl; remove on a node force replaces", _create, True),
     "remove": Rule("remove on the node and its descendants, write on its parent", _remove),
     "move": Rule("remove on the source (and descendants), write on both parents", _move),
+    "transfer_pool_resources": Rule(
+        "write on the pools whose guarantees change (below the common ancestor)", _transfer_pool_resources
+    ),
     "read_file": Rule("read on the file", _on_path("read")),
     "write_file": Rule("write on the file", _on_path("write")),
     "lock": Rule("read for a snapshot lock, else write on the node", _lock),

@@ -49,6 +49,8 @@ from pooltree.server.commands import (
 )
 from pooltree.server.cypress import Cypress, OrchidProvider, Validator
 from pooltree.server.files import FileService
+from pooltree.server.pool_transfer import parse_delta
+from pooltree.server.pool_transfer import transfer_pool_resources as apply_transfer
 from pooltree.server.protocol import (
     AUTHENTICATION_ERROR,
     MAX_DECOMPRESSED_BYTES,
@@ -208,7 +210,15 @@ def register_cypress_commands(
         )
         return {"node_id": node_id}
 
+    def transfer_pool_resources(ctx: CommandContext) -> None:
+        tree, source = ctx.str_param("pool_tree"), ctx.str_param("source_pool")
+        destination, delta = ctx.str_param("destination_pool"), parse_delta(ctx.param("resource_delta"))
+        cypress.mutate(lambda root, _now: apply_transfer(root, tree, source, destination, delta))
+
     registry.register("move", move, is_volatile=True)
+    registry.register(
+        "transfer_pool_resources", transfer_pool_resources, output_type="null", is_volatile=True
+    )
     registry.register("get", get)
     registry.register("list", list_)
     registry.register("exists", exists)

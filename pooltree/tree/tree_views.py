@@ -109,6 +109,7 @@ class TreeViews:
             "lightweight_operations_enabled": pool.lightweight_operations_enabled,
             "effective_lightweight_operations_enabled": pool.effective_lightweight_operations_enabled,
             "user": pool.created_by_user,
+            **_starvation_options(config),
         }
 
     def pending_positions(self) -> dict[str, int]:
@@ -210,3 +211,16 @@ def _after_appends(
     for index, op_id in enumerate(reversed(joined)):
         positions[op_id] = old_length + index
     return positions
+
+
+def _starvation_options(config: Any) -> dict[str, Any]:
+    """The pool's own ``fair_share_starvation_timeout`` (ms) and ``fair_share_starvation_tolerance``, its presets
+    applied, where set (YTsaurus's orchid shows the pool config's values beside the inherited ``effective_*``)."""
+    out: dict[str, Any] = {}
+    if config is None:
+        return out
+    if config.fair_share_starvation_timeout is not None:
+        out["fair_share_starvation_timeout"] = round(float(config.fair_share_starvation_timeout) * 1000)
+    if config.fair_share_starvation_tolerance is not None:
+        out["fair_share_starvation_tolerance"] = config.fair_share_starvation_tolerance
+    return out

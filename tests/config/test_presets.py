@@ -33,13 +33,14 @@ def test_single_preset_is_the_base() -> None:
     assert pool.config.explicit("max_running_operation_count")
 
 
-def test_presets_apply_in_list_order_later_wins() -> None:
-    pool = parse_pool_trees(tree_with({"config_presets": ["small", "heavy"]}))["t"].pools["p"]
-    assert pool.applied_presets == ("small", "heavy")
-    assert pool.config.resource_limits["cpu"] == 100  # heavy overrides small
+def test_presets_earlier_in_the_list_win() -> None:
+    # YTsaurus's test_multiple_presets: [presetA, presetB] takes A's tolerance and B's timeout
+    pool = parse_pool_trees(tree_with({"config_presets": ["heavy", "small"]}))["t"].pools["p"]
+    assert pool.applied_presets == ("heavy", "small")
+    assert pool.config.resource_limits["cpu"] == 100  # heavy, listed first, wins over small
     assert pool.config.resource_limits["memory"] == 8 * 1024**3  # maps merge key by key
     assert pool.config.weight == 5
-    reverse = parse_pool_trees(tree_with({"config_presets": ["heavy", "small"]}))["t"].pools["p"]
+    reverse = parse_pool_trees(tree_with({"config_presets": ["small", "heavy"]}))["t"].pools["p"]
     assert reverse.config.resource_limits["cpu"] == 10
 
 

@@ -9,16 +9,18 @@ from a snapshot are scheduler restarts here (the scheduler holds Cypress in its 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import TREES, YtEnv, create_pool, create_pool_tree, remove_pool_tree
+from yt_env import ORCHID, TREES, YtEnv, create_pool, create_pool_tree, remove_pool_tree, wait
 
 YtError = ytw.YtError
 ResolveErrorCode = 500
+ORCHID_POOLS = f"{ORCHID}/scheduling_info_per_pool_tree/default/fair_share_info/pools"
 
 
 @pytest.fixture(scope="module")
@@ -992,3 +994,289 @@ class TestSchedulerPoolAcls:
         yt.set(f"{TREES}/@acl", [make_ace("allow", "u", ["write", "remove"])])
         create_pool_tree(u, "new_tree")
         remove_pool_tree(u, "my_tree")
+
+
+@pytest.fixture(scope="module")
+def env1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
+    """``TestSchedulerPoolConfigPresets``'s environment: a scheduler and its node (pooltree alerts about a tree
+    without nodes, which YTsaurus does not)."""
+    made = YtEnv(Path(tmp_path_factory.mktemp("presets")), num_nodes=1)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+class TestSchedulerPoolConfigPresets:
+    @pytest.fixture(autouse=True)
+    def setup_method_fixture(self, env1: YtEnv) -> None:
+        env1.reset()
+        self.yt = env1.yt
+
+    def pool_info(self, key: str) -> Any:
+        return self.yt.get(f"{ORCHID_POOLS}/pool/{key}")
+
+    def set_presets(self, presets: dict[str, Any]) -> None:
+        self.yt.set(f"{TREES}/default/@config/pool_config_presets", presets)
+
+    def alerts(self) -> list[Any]:
+        return list(self.yt.get("//sys/scheduler/@alerts"))
+
+    def test_presets(self) -> None:
+        yt = self.yt
+        create_pool(yt, "pool", attributes={"fair_share_starvation_timeout": 1000})
+        wait(lambda: self.pool_info("fair_share_starvation_timeout") == 1000)
+        self.set_presets(
+            {
+                "presetA": {"fair_share_starvation_tolerance": 0.6},
+                "presetB": {"fair_share_starvation_tolerance": 0.5, "fair_share_starvation_timeout": 2000},
+            }
+        )
+        config = f"{ORCHID}/scheduling_info_per_pool_tree/default/config"
+        wait(lambda: sorted(yt.get(config)["pool_config_presets"]) == ["presetA", "presetB"])
+        yt.set(f"{TREES}/default/pool/@config_preset", "presetA")
+        wait(lambda: self.pool_info("fair_share_starvation_tolerance") == 0.6)
+        yt.set(f"{TREES}/default/pool/@config_preset", "presetB")
+        wait(lambda: self.pool_info("fair_share_starvation_tolerance") == 0.5)
+        wait(lambda: self.pool_info("fair_share_starvation_timeout") == 1000)
+        yt.remove(f"{TREES}/default/pool/@fair_share_starvation_timeout")
+        wait(lambda: self.pool_info("fair_share_starvation_timeout") == 2000)
+
+    def test_multiple_presets(self) -> None:
+        yt = self.yt
+        create_pool(yt, "pool")
+        self.set_presets(
+            {
+                "presetA": {"fair_share_starvation_tolerance": 0.6},
+                "presetB": {"fair_share_starvation_tolerance": 0.5, "fair_share_starvation_timeout": 2000},
+            }
+        )
+        yt.set(f"{TREES}/default/pool/@config_presets", ["presetA", "presetB"])
+        wait(lambda: self.pool_info("fair_share_starvation_tolerance") == 0.6)
+        wait(lambda: self.pool_info("fair_share_starvation_timeout") == 2000)
+
+    def preset_alert(self, preset: dict[str, Any], text: str) -> None:
+        yt = self.yt
+        create_pool(yt, "pool")
+        wait(lambda: yt.exists(f"{ORCHID_POOLS}/pool"))
+        assert self.alerts() == []
+        self.set_presets({"preset": preset})
+        yt.set(f"{TREES}/default/pool/@config_preset", "preset")
+        wait(lambda: len(self.alerts()) == 1)
+        assert text in json.dumps(self.alerts()[0])
+
+    @pytest.mark.skip(
+        reason="pooltree's presets take any pool option; YTsaurus's TPoolPresetConfig takes only some (mode is not "
+        "one) and raises the 'contains unrecognized options' alert when a pool uses such a preset"
+    )
+    def test_preset_with_forbidden_option(self) -> None:
+        self.preset_alert({"mode": "fifo"}, "contains unrecognized options")
+
+    def test_preset_with_unrecognized_option(self) -> None:
+        self.preset_alert({"ffair_share_starvation_timeout": "fifo"}, "contains unrecognized options")
+
+    @pytest.mark.skip(
+        reason="pooltree validates pool_config_presets when the tree config is set: a negative duration is refused "
+        "then, the error naming the field, where YTsaurus accepts it and raises an alert when a pool uses the preset"
+    )
+    def test_preset_with_incorrect_option(self) -> None:
+        self.preset_alert({"fair_share_starvation_timeout": -10}, "failed to load as TPoolPresetConfig")
+
+
+FULL = {
+    "strong_guarantee_resources": {"cpu": 5},
+    "resource_flow": {"cpu": 10},
+    "burst_guarantee_resources": {"cpu": 15},
+    "max_operation_count": 25,
+    "max_running_operation_count": 20,
+}
+
+
+def guarantees(strong: float, flow: float, burst: float, running: int, total: int) -> dict[str, Any]:
+    """A pool's attributes with these guarantees and limits (the tests' pools)."""
+    return {
+        "strong_guarantee_resources": {"cpu": strong},
+        "integral_guarantees": {"resource_flow": {"cpu": flow}, "burst_guarantee_resources": {"cpu": burst}},
+        "max_running_operation_count": running,
+        "max_operation_count": total,
+    }
+
+
+class TestTransferPoolResourcesCommand:
+    """YTsaurus's ``TestTransferPoolResourcesCommand``: ``transfer_pool_resources`` in the default tree."""
+
+    @pytest.fixture(autouse=True)
+    def setup_method_fixture(self, env: YtEnv) -> None:
+        env.reset()
+        self.yt = env.yt
+
+    def pool(self, name: str, parent_name: str | None = None, **attributes: Any) -> None:
+        create_pool(self.yt, name, parent_name=parent_name, attributes=attributes)
+
+    def transfer(self, source: str, destination: str, delta: dict[str, Any]) -> None:
+        self.yt.transfer_pool_resources(source, destination, "default", delta)
+
+    def assert_pool_resources(
+        self, pool_path: str, strong: Any, flow: Any, burst: Any, running: Any, total: Any
+    ) -> None:
+        def value(path: str) -> Any:
+            got = get_or_none(self.yt, f"{TREES}/default/{pool_path}/@{path}")
+            return None if got is None else type(strong if "cpu" in path else total or 0)(got)
+
+        assert value("strong_guarantee_resources/cpu") == strong
+        assert value("integral_guarantees/resource_flow/cpu") == flow
+        assert value("integral_guarantees/burst_guarantee_resources/cpu") == burst
+        assert value("max_operation_count") == total
+        assert value("max_running_operation_count") == running
+
+    def test_transfer_to_empty_pool(self) -> None:
+        self.pool("from", **guarantees(15, 5, 10, 20, 25))
+        self.pool("to")
+        self.transfer("from", "to", {**FULL, "strong_guarantee_resources": {"cpu": 15}, "resource_flow": {"cpu": 5}, "burst_guarantee_resources": {"cpu": 10}})  # fmt: skip
+        self.assert_pool_resources("from", 0.0, 0.0, 0.0, 0, 0)
+        self.assert_pool_resources("to", 15.0, 5.0, 10.0, 20, 25)
+
+    def test_transfer_operation_count_from_empty_pool_fails(self) -> None:
+        self.pool("from")
+        self.pool("to")
+        with pytest.raises(YtError):
+            self.transfer("from", "to", {"max_running_operation_count": 10})
+        self.assert_pool_resources("from", None, None, None, None, None)
+        self.assert_pool_resources("to", None, None, None, None, None)
+
+    def test_transfer_cpu_from_empty_pool_fails(self) -> None:
+        self.pool("from")
+        self.pool("to")
+        with pytest.raises(YtError):
+            self.transfer("from", "to", {"strong_guarantee_resources": {"cpu": 10}})
+        self.assert_pool_resources("from", None, None, None, None, None)
+        self.assert_pool_resources("to", None, None, None, None, None)
+
+    def test_transfer_to_pool_with_resources(self) -> None:
+        self.pool("from", **guarantees(30, 10, 20, 40, 50))
+        self.pool("to", **guarantees(30, 10, 20, 40, 50))
+        self.transfer("from", "to", {**FULL, "strong_guarantee_resources": {"cpu": 15}, "resource_flow": {"cpu": 5}, "burst_guarantee_resources": {"cpu": 10}})  # fmt: skip
+        self.assert_pool_resources("from", 15.0, 5.0, 10.0, 20, 25)
+        self.assert_pool_resources("to", 45.0, 15.0, 30.0, 60, 75)
+
+    def test_transfer_in_non_trivial_hierarchy(self) -> None:
+        self.pool("some_root", **guarantees(40, 80, 120, 160, 200))
+        self.pool("from_ancestor", "some_root", **guarantees(20, 40, 60, 80, 100))
+        self.pool("from", "from_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("sibling_of_from", "from_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("to_ancestor", "some_root", **guarantees(10, 20, 30, 40, 50))
+        self.pool("sibling_of_to_ancestor", "some_root", **guarantees(10, 20, 30, 40, 50))
+        self.pool("to", "to_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.transfer("from", "to", FULL)
+        self.assert_pool_resources("some_root", 40.0, 80.0, 120.0, 160, 200)
+        self.assert_pool_resources("some_root/from_ancestor", 15.0, 30.0, 45.0, 60, 75)
+        self.assert_pool_resources("some_root/from_ancestor/from", 5.0, 10.0, 15.0, 20, 25)
+        self.assert_pool_resources("some_root/from_ancestor/sibling_of_from", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("some_root/to_ancestor", 15.0, 30.0, 45.0, 60, 75)
+        self.assert_pool_resources("some_root/sibling_of_to_ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("some_root/to_ancestor/to", 15.0, 30.0, 45.0, 60, 75)
+
+    def test_transfer_integral_guarantees_does_not_touch_guarantee_type(self) -> None:
+        self.pool("from", integral_guarantees={"resource_flow": {"cpu": 5}})
+        self.pool("to")
+        self.transfer("from", "to", {"resource_flow": {"cpu": 5}})
+        assert not self.yt.exists(f"{TREES}/default/from/@integral_guarantees/guarantee_type")
+        assert not self.yt.exists(f"{TREES}/default/to/@integral_guarantees/guarantee_type")
+
+    def test_transfer_from_parent_to_child_increases_guarantees_on_path(self) -> None:
+        self.pool("from_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("intermediate", "from_ancestor")
+        self.pool("to_child", "intermediate")
+        self.transfer("from_ancestor", "to_child", FULL)
+        self.assert_pool_resources("from_ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("from_ancestor/intermediate", 5.0, 10.0, 15.0, 20, 25)
+        self.assert_pool_resources("from_ancestor/intermediate/to_child", 5.0, 10.0, 15.0, 20, 25)
+        self.transfer("from_ancestor", "to_child", FULL)
+        self.assert_pool_resources("from_ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("from_ancestor/intermediate", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("from_ancestor/intermediate/to_child", 10.0, 20.0, 30.0, 40, 50)
+
+    def test_transfer_from_child_to_parent_decreases_guarantees_on_path(self) -> None:
+        self.pool("to_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("intermediate", "to_ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("from_child", "intermediate", **guarantees(10, 20, 30, 40, 50))
+        self.transfer("from_child", "to_ancestor", FULL)
+        self.assert_pool_resources("to_ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("to_ancestor/intermediate", 5.0, 10.0, 15.0, 20, 25)
+        self.assert_pool_resources("to_ancestor/intermediate/from_child", 5.0, 10.0, 15.0, 20, 25)
+        self.transfer("from_child", "to_ancestor", FULL)
+        self.assert_pool_resources("to_ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("to_ancestor/intermediate", 0.0, 0.0, 0.0, 0, 0)
+        self.assert_pool_resources("to_ancestor/intermediate/from_child", 0.0, 0.0, 0.0, 0, 0)
+
+    def test_fail_on_negative_delta(self) -> None:
+        self.pool("ancestor", **guarantees(10, 20, 30, 40, 50))
+        self.pool("child", "ancestor", **guarantees(10, 20, 30, 40, 50))
+        with pytest.raises(YtError):
+            self.transfer("ancestor", "child", {"max_running_operation_count": -1})
+        with pytest.raises(YtError):
+            self.transfer("ancestor", "child", {"strong_guarantee_resources": {"cpu": -1}})
+        self.assert_pool_resources("ancestor", 10.0, 20.0, 30.0, 40, 50)
+        self.assert_pool_resources("ancestor/child", 10.0, 20.0, 30.0, 40, 50)
+
+    def test_transfer_pool_resources_rolls_back_on_failed_validation(self) -> None:
+        self.pool("ancestor_from", **guarantees(10, 20, 30, 5, 5))
+        self.pool("from", "ancestor_from", **guarantees(10, 20, 30, 5, 5))
+        self.pool("ancestor_to", max_operation_count=5)
+        self.pool("to", "ancestor_to", max_operation_count=4)
+        with pytest.raises(YtError):
+            self.transfer(
+                "from",
+                "to",
+                {
+                    "strong_guarantee_resources": {"cpu": 10},
+                    "integral_guarantees": {
+                        "resource_flow": {"cpu": 20},
+                        "burst_guarantee_resources": {"cpu": 30},
+                    },
+                    "max_running_operation_count": 5,
+                },
+            )
+        self.assert_pool_resources("ancestor_from", 10, 20, 30, 5, 5)
+        self.assert_pool_resources("ancestor_from/from", 10, 20, 30, 5, 5)
+        self.assert_pool_resources("ancestor_to", None, None, None, None, 5)
+        self.assert_pool_resources("ancestor_to/to", None, None, None, None, 4)
+
+    def test_transfer_from_root_increases_guarantees_on_path(self) -> None:
+        self.pool("ancestor")
+        self.pool("target", "ancestor")
+        self.transfer("<Root>", "target", FULL)
+        self.assert_pool_resources("ancestor", 5.0, 10.0, 15.0, 20, 25)
+        self.assert_pool_resources("ancestor/target", 5.0, 10.0, 15.0, 20, 25)
+
+    def test_transfer_to_root_decreases_guarantees_on_path(self) -> None:
+        self.pool("ancestor", **guarantees(5, 10, 15, 20, 25))
+        self.pool("from", "ancestor", **guarantees(5, 10, 15, 20, 25))
+        self.transfer("from", "<Root>", FULL)
+        self.assert_pool_resources("ancestor", 0.0, 0.0, 0.0, 0, 0)
+        self.assert_pool_resources("ancestor/from", 0.0, 0.0, 0.0, 0, 0)
+
+    def test_src_and_dst_must_differ(self) -> None:
+        self.pool("target", **guarantees(5, 10, 15, 20, 25))
+        with pytest.raises(YtError):
+            self.transfer("target", "target", FULL)
+
+    def test_src_is_lca_and_cannot_overflow_it(self) -> None:
+        self.pool("from_ancestor", strong_guarantee_resources={"cpu": 10})
+        self.pool("intermediate", "from_ancestor")
+        self.pool("to_child", "intermediate")
+        with pytest.raises(YtError):
+            self.transfer("from_ancestor", "to_child", {"strong_guarantee_resources": {"cpu": 20}})
+        self.assert_pool_resources("from_ancestor", 10, None, None, None, None)
+        self.assert_pool_resources("from_ancestor/intermediate", None, None, None, None, None)
+        self.assert_pool_resources("from_ancestor/intermediate/to_child", None, None, None, None, None)
+
+
+def get_or_none(yt: ytw.YtClient, path: str) -> Any:
+    """``get(path, default=None)``."""
+    try:
+        return yt.get(path)
+    except ytw.YtResponseError as error:
+        if error.is_resolve_error():
+            return None
+        raise
