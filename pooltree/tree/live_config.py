@@ -30,7 +30,8 @@ class LiveConfig:
         The new tree is built aside and swapped in only when complete: any exception leaves this tree as it was.
         Operations keep their pools where the pool still exists. Otherwise:
         - an ephemeral subpool ``hub$user`` stays under ``hub`` while ``hub`` still creates ephemeral subpools
-          (non-FIFO); else its operations move to ``hub`` (resolved by these same rules);
+          (non-FIFO); else its operations move to ``hub`` (resolved by these same rules); a removed ``hub``
+          comes back as an ephemeral pool (the rule below) and keeps the subpool;
         - any other pool that is gone (a removed configured pool or an ephemeral pool of a default parent) is
           re-created as an ephemeral pool of the same name, with default config, under the default parent pool
           of the user who owns it (removed nested pools are flattened there).
@@ -56,6 +57,19 @@ class LiveConfig:
                 result = new.root
             elif (kept := new._pools.get(old_pool.name)) is not None and not kept.is_ephemeral:
                 result = kept
+            elif (
+                old_pool.is_ephemeral
+                and old_pool.explicit_parent
+                and old_pool.parent is not None
+                and old_pool.parent.name not in new._pools
+            ):
+                # its hub was removed: as on YTsaurus the hub comes back as an ephemeral pool, keeping this subpool
+                result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                    old_pool.name,
+                    target_for(old_pool.parent),
+                    old_pool.created_by_user or "",
+                    in_default_parent=False,
+                )
             elif old_pool.is_ephemeral and old_pool.explicit_parent:
                 assert old_pool.parent is not None
                 hub = new._pools.get(old_pool.parent.name)

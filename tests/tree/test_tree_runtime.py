@@ -63,6 +63,23 @@ def test_removed_pool_with_operations_becomes_ephemeral_in_default_parent():
     assert "old" not in tree.pools
 
 
+def test_removed_hub_comes_back_ephemeral_and_keeps_its_subpool():
+    """YTsaurus's test_ephemeral_pool_parent_is_removed_after_operation_complete: removing a pool that hosts
+    ephemeral subpools keeps ``hub$user`` under the hub, which comes back as an ephemeral pool; both go with the
+    last operation."""
+    document = seed_document(extra_pools={"hub": {"create_ephemeral_subpools": True}})
+    trees = make_trees(document)
+    start(trees, "o1", "hub", user="jo")
+    del document["physical"]["pools"]["hub"]
+    trees.apply_config(definitions(document), now=1)
+    tree = trees.trees["physical"]
+    assert tree.pool_orchid("hub")["is_ephemeral"]
+    assert tree.pool_orchid("hub$jo")["parent"] == "hub"
+    assert tree.operation("o1").pool.name == "hub$jo"
+    trees.complete_operation("o1", now=2)
+    assert "hub$jo" not in tree.pools and "hub" not in tree.pools
+
+
 def test_hub_that_stops_creating_subpools_takes_their_operations():
     document = seed_document(extra_pools={"hub": {"create_ephemeral_subpools": True}})
     trees = make_trees(document)

@@ -165,7 +165,8 @@ class TestEphemeralPools(Base):
         op = self.sleeping(pool="custom_pool")
         wait(lambda: len(running_jobs(yt, op.id)) == 1)  # wait_breakpoint
         yt.remove(f"{TREES}/default/custom_pool", recursive=True)
-        wait(lambda: yt.exists(f"{POOLS}/custom_pool"))
+        # is_ephemeral: the orchid shows the state after the removal (not a view published before it)
+        wait(lambda: get_or(yt, f"{POOLS}/custom_pool/is_ephemeral", False))
         wait(lambda: yt.exists(f"{POOLS}/custom_pool$root"))
         self.release(op)
         wait(lambda: not yt.exists(f"{POOLS}/custom_pool"))
