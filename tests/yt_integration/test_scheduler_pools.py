@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yt.wrapper as ytw
-from yt_env import ORCHID, TREES, YtEnv, create_pool, create_pool_tree, remove_pool_tree, wait
+from yt_env import ORCHID, TREES, YtEnv, create_pool, create_pool_tree, get_or, remove_pool_tree, wait
 
 YtError = ytw.YtError
 ResolveErrorCode = 500
@@ -921,39 +921,32 @@ class TestSchedulerPoolAcls:
         yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
         u.set(f"{TREES}/my_tree/nirvana/@max_operation_count", 10)
 
-    def test_administer_allows_to_set_non_user_managed_attribute(self) -> None:
+    def write_then_administer(self, act: Any, custom_attribute: bool = False) -> None:
+        """``act(u)`` on pool ``nirvana`` is refused with ``write`` only and passes with ``administer`` too."""
         yt = self.yt
         create_pool_tree(yt, "my_tree")
         create_pool(yt, "nirvana", pool_tree="my_tree")
+        if custom_attribute:
+            yt.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
         u = self.user()
         yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
         with pytest.raises(YtError):
-            u.set(f"{TREES}/my_tree/nirvana/@enable_aggressive_starvation", True)
+            act(u)
         yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
-        u.set(f"{TREES}/my_tree/nirvana/@enable_aggressive_starvation", True)
+        act(u)
+
+    def test_administer_allows_to_set_non_user_managed_attribute(self) -> None:
+        self.write_then_administer(
+            lambda u: u.set(f"{TREES}/my_tree/nirvana/@enable_aggressive_starvation", True)
+        )
 
     def test_administer_allows_to_set_non_system_attribute(self) -> None:
-        yt = self.yt
-        create_pool_tree(yt, "my_tree")
-        create_pool(yt, "nirvana", pool_tree="my_tree")
-        u = self.user()
-        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
-        with pytest.raises(YtError):
-            u.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
-        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
-        u.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
+        self.write_then_administer(lambda u: u.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True))
 
     def test_administer_allows_to_remove_non_system_attribute(self) -> None:
-        yt = self.yt
-        create_pool_tree(yt, "my_tree")
-        create_pool(yt, "nirvana", pool_tree="my_tree")
-        yt.set(f"{TREES}/my_tree/nirvana/@non_system_attribute", True)
-        u = self.user()
-        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", "write")])
-        with pytest.raises(YtError):
-            u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute")
-        yt.set(f"{TREES}/my_tree/nirvana/@acl", [make_ace("allow", "u", ["administer", "write"])])
-        u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute")
+        self.write_then_administer(
+            lambda u: u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute"), custom_attribute=True
+        )
 
     @pytest.mark.skip(
         reason="per-user pool name rules are not modelled: //sys/schemas/scheduler_pool (administer on it allows the "
@@ -1120,7 +1113,7 @@ class TestTransferPoolResourcesCommand:
         self, pool_path: str, strong: Any, flow: Any, burst: Any, running: Any, total: Any
     ) -> None:
         def value(path: str) -> Any:
-            got = get_or_none(self.yt, f"{TREES}/default/{pool_path}/@{path}")
+            got = get_or(self.yt, f"{TREES}/default/{pool_path}/@{path}")
             return None if got is None else type(strong if "cpu" in path else total or 0)(got)
 
         assert value("strong_guarantee_resources/cpu") == strong
@@ -1270,13 +1263,3 @@ class TestTransferPoolResourcesCommand:
         self.assert_pool_resources("from_ancestor", 10, None, None, None, None)
         self.assert_pool_resources("from_ancestor/intermediate", None, None, None, None, None)
         self.assert_pool_resources("from_ancestor/intermediate/to_child", None, None, None, None, None)
-
-
-def get_or_none(yt: ytw.YtClient, path: str) -> Any:
-    """``get(path, default=None)``."""
-    try:
-        return yt.get(path)
-    except ytw.YtResponseError as error:
-        if error.is_resolve_error():
-            return None
-        raise

@@ -20,10 +20,12 @@ from yt_env import (
     create_pool,
     get_or,
     holds_for,
+    job_count,
     module_env,
     operation_path,
     pool_path,
     running_jobs,
+    set_tree_options,
     sleeping,
     update_tree_config,
     vanilla,
@@ -42,10 +44,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
 
 def scheduling_options(user_slots: int) -> dict[str, Any]:
     return {"scheduling_options_per_pool_tree": {"default": {"resource_limits": {"user_slots": user_slots}}}}
-
-
-def job_count(yt: ytw.YtClient, op_id: str, state: str) -> int:
-    return sum(1 for job in yt.list_jobs(op_id)["jobs"] if job["state"] == state)
 
 
 def progress(yt: ytw.YtClient, op_id: str, key: str) -> Any:
@@ -67,8 +65,7 @@ class TestSchedulerPreemption:
             "preemptive_scheduling_backoff": 0,
             "job_graceful_interrupt_timeout": 10000,
         }
-        for key, value in config.items():  # update_pool_tree_config
-            self.yt.set(f"{TREES}/default/@config/{key}", value)
+        set_tree_options(self.yt, config)
         wait(lambda: self.yt.get(f"{ORCHID}/pool_trees/default/config/fair_share_starvation_timeout") == 1000)
 
     def total_cpu(self) -> float:
@@ -150,23 +147,26 @@ class TestSchedulerPreemption:
         op0.abort()
         op1.abort()
 
-    def sigint_trapping(self, pool: str, job_count: int, trap_seconds: int) -> Any:
-        """``run_test_vanilla(with_breakpoint('(trap "sleep N; exit 0" SIGINT; BREAKPOINT)'), task_patch=
-        {"interruption_signal": "SIGINT"})``: the breakpoint is a long sleep the trap interrupts."""
+    def interrupted_pool2(
+        self, waiting_job_timeout: int, job_interrupt_timeout: int, trap_seconds: int
+    ) -> None:
+        """The waiting-job tests' start: the timeouts, ``pool1`` guaranteed the whole cluster, and in ``pool2``
+        ``run_test_vanilla(with_breakpoint('(trap "sleep N; exit 0" SIGINT; BREAKPOINT)'), job_count=3,
+        task_patch={"interruption_signal": "SIGINT"})``: the breakpoint is a long sleep the trap interrupts."""
+        yt = self.yt
+        yt.set(f"{TREES}/default/@config/waiting_job_timeout", waiting_job_timeout)
+        yt.set(f"{TREES}/default/@config/job_interrupt_timeout", job_interrupt_timeout)
+        create_pool(yt, "pool1", attributes={"min_share_resources": {"cpu": self.total_cpu()}})
+        create_pool(yt, "pool2")
         command = f"trap 'sleep {trap_seconds}; exit 0' INT; sleep 1000 & wait $!"
-        task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(job_count).cpu_limit(1)
-        builder = task.spec({"interruption_signal": "SIGINT"}).end_task().spec({"pool": pool})
-        op = self.yt.run_operation(builder, sync=False)
-        wait(lambda: job_count == len(running_jobs(self.yt, op.id)))  # wait_breakpoint(job_count=...)
-        return op
+        task = ytw.VanillaSpecBuilder().begin_task("task").command(command).job_count(3).cpu_limit(1)
+        builder = task.spec({"interruption_signal": "SIGINT"}).end_task().spec({"pool": "pool2"})
+        op = yt.run_operation(builder, sync=False)
+        wait(lambda: len(running_jobs(yt, op.id)) == 3)  # wait_breakpoint(job_count=3)
 
     def test_waiting_job_timeout(self) -> None:
         yt = self.yt
-        yt.set(f"{TREES}/default/@config/waiting_job_timeout", 10000)
-        yt.set(f"{TREES}/default/@config/job_interrupt_timeout", 5000)
-        create_pool(yt, "pool1", attributes={"min_share_resources": {"cpu": self.total_cpu()}})
-        create_pool(yt, "pool2")
-        self.sigint_trapping("pool2", 3, trap_seconds=15)
+        self.interrupted_pool2(10000, 5000, trap_seconds=15)
         op1 = yt.run_operation(vanilla("sleep 1", 1, pool="pool1"), sync=False)
         op1.wait(timeout=60_000)
         assert job_count(yt, op1.id, "completed") == 1
@@ -180,11 +180,7 @@ class TestSchedulerPreemption:
     def test_inconsistent_waiting_job_timeout(self) -> None:
         # pool tree misconfiguration: the waiting job gives up before the interrupted job is aborted
         yt = self.yt
-        yt.set(f"{TREES}/default/@config/waiting_job_timeout", 5000)
-        yt.set(f"{TREES}/default/@config/job_interrupt_timeout", 15000)
-        create_pool(yt, "pool1", attributes={"min_share_resources": {"cpu": self.total_cpu()}})
-        create_pool(yt, "pool2")
-        self.sigint_trapping("pool2", 3, trap_seconds=10)
+        self.interrupted_pool2(5000, 15000, trap_seconds=10)
         op1 = yt.run_operation(vanilla("cat", 1, pool="pool1"), sync=False)
         wait(lambda: job_count(yt, op1.id, "aborted") == 1)
 

@@ -23,9 +23,11 @@ from yt_env import (
     create_pool,
     get_or,
     holds_for,
+    job_count,
     module_env,
     operation_path,
     running_jobs,
+    set_tree_options,
     sleeping,
     wait,
 )
@@ -52,10 +54,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YtEnv]:
     )
 
 
-def job_count(yt: ytw.YtClient, op_id: str, state: str) -> int:
-    return sum(1 for job in yt.list_jobs(op_id)["jobs"] if job["state"] == state)
-
-
 class TestSsdPriorityPreemption:
     @pytest.fixture(autouse=True)
     def setup_method_fixture(self, env: YtEnv) -> None:
@@ -78,8 +76,7 @@ class TestSsdPriorityPreemption:
                 "medium_names": [SSD_MEDIUM],
             },
         }
-        for key, value in config.items():  # update_pool_tree_config
-            self.yt.set(f"{TREES}/default/@config/{key}", value)
+        set_tree_options(self.yt, config)
         wait(lambda: self.config().get("ssd_priority_preemption", {}).get("medium_names") == [SSD_MEDIUM])
 
     def config(self) -> dict[str, Any]:

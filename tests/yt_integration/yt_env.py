@@ -239,6 +239,11 @@ def state(yt: ytw.YtClient, op_id: str) -> str:
     return yt.get_operation(op_id, attributes=["state"])["state"]
 
 
+def job_count(yt: ytw.YtClient, op_id: str, state: str) -> int:
+    """``op.get_job_count(state)``."""
+    return sum(1 for job in yt.list_jobs(op_id)["jobs"] if job["state"] == state)
+
+
 def running_jobs(yt: ytw.YtClient, op_id: str) -> list[dict[str, Any]]:
     return [job for job in yt.list_jobs(op_id)["jobs"] if job["state"] == "running"]
 
@@ -270,6 +275,13 @@ def pool_path(pool: str, tree: str = "default") -> str:
 def operation_path(op_id: str, tree: str = "default") -> str:
     """YTsaurus's ``scheduler_orchid_operation_path``."""
     return f"{PER_TREE}/{tree}/fair_share_info/operations/{op_id}"
+
+
+def set_tree_options(yt: ytw.YtClient, options: dict[str, Any], tree: str = "default") -> None:
+    """The writes of YTsaurus's ``update_pool_tree_config(tree, options)`` (each option set in ``@config``); the
+    caller waits for what it needs in the orchid (option names there are the current ones)."""
+    for key, value in options.items():
+        yt.set(f"{TREES}/{tree}/@config/{key}", value)
 
 
 def update_tree_config(yt: ytw.YtClient, tree: str = "default", **options: Any) -> None:
