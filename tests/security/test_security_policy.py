@@ -158,3 +158,30 @@ def test_job_commands_follow_the_operation(service: SchedulerService) -> None:
             "bob",
             {"spec": {"acl": [{"action": "allow", "subjects": ["x"], "permissions": ["use"]}]}},
         )
+
+
+def test_pool_children_attributes_and_transfers(service: SchedulerService) -> None:
+    """YTsaurus's master: a child is added or removed with ``write`` or ``modify_children`` on its parent; pool
+    attributes other than the user-managed ones need ``administer``; ``transfer_pool_resources`` needs ``write`` on
+    every pool whose guarantees change (below the two pools' common ancestor)."""
+    modify = [{"action": "allow", "subjects": ["alice"], "permissions": ["modify_children"]}]
+    service.cypress.set(TREE + "/theirs/@acl", modify)
+    pool = {
+        "type": "scheduler_pool",
+        "attributes": {"name": "kid", "pool_tree": "default", "parent_name": "theirs"},
+    }
+    assert allowed(service, "create", pool)
+    assert not allowed(
+        service, "set", {"path": TREE + "/theirs/@weight"}, 2.0
+    )  # modify_children is not write
+    assert allowed(service, "set", {"path": TREE + "/mine/@weight"}, 2.0)  # user-managed: write is enough
+    assert not allowed(service, "set", {"path": TREE + "/mine/@enable_aggressive_starvation"}, True)
+    assert not allowed(service, "set", {"path": TREE + "/mine/@my_note"}, "x")  # a custom attribute
+    assert not allowed(service, "remove", {"path": TREE + "/mine/@my_note"})
+    transfer = {"pool_tree": "default", "resource_delta": {"max_operation_count": 1}}
+    assert allowed(
+        service, "transfer_pool_resources", {**transfer, "source_pool": "mine", "destination_pool": "sub"}
+    )
+    assert not allowed(
+        service, "transfer_pool_resources", {**transfer, "source_pool": "mine", "destination_pool": "theirs"}
+    )
