@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pooltree.fairshare.functions import row_all, row_any, row_max, row_min
+from pooltree.fairshare.batch import row_all, row_any, row_max, row_min
 
 INFINITE_SATISFACTION_RATIO = 1e9
 RATIO_COMPUTATION_PRECISION = 1e-9  # "nearly zero" fair share
