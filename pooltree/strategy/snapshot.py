@@ -434,16 +434,7 @@ class SchedulingTree:
         tree.skeleton = object()
         tree.prepared = {}
         hint = elements if type(elements) is SpecRows and elements.base is self else None
-        if hint is not None and hint.ids is not None and 2 * hint.tail >= len(elements):
-            specs = _derived_map(self.elements, hint, removed)
-        elif hint is not None and hint.ids is not None:
-            specs = dict(zip(hint.ids, elements, strict=True))  # the builder's ids of these very specs
-        else:
-            specs = {element.id: element for element in elements}
-        if len(specs) != len(elements):
-            raise ConfigError(f"elements.{_first_repeat(elements)}", "element id is given twice")
-        if ROOT_ID not in specs:
-            specs[ROOT_ID] = self.elements[ROOT_ID]
+        specs = self._specs_of(elements, hint, removed)
         tree.elements = specs
         if hint is not None:  # every spec not in ``replaced`` is this tree's very object (the builder's rows)
             tree.respecced = (weakref.ref(self), hint.replaced)
@@ -452,8 +443,8 @@ class SchedulingTree:
         children = self.children.copy()
         depth = self.depth.copy()
         effective = self.effective.copy()
-        previous = self.elements
         parents: set[str] = set()
+        previous = self.elements
         for element_id in removed:
             spec = previous[element_id]
             if not spec.is_operation:
@@ -461,23 +452,11 @@ class SchedulingTree:
             parents.add(spec.parent or "")
             del children[element_id], depth[element_id], effective[element_id]
         for element_id in added:
-            spec = specs[element_id]
-            path = f"elements.{element_id}"
-            if spec.kind != "operation":
-                raise ConfigError(join_path(path, "kind"), "an added element must be an operation")
-            if element_id in children:
-                raise ConfigError(path, "element id is given twice")
-            if spec.preemption_mode not in ("normal", "graceful"):
-                raise ConfigError(join_path(path, "preemption_mode"), "must be normal or graceful")
-            parent = specs.get(spec.parent or "")
-            if parent is None:
-                raise ConfigError(join_path(path, "parent"), f"unknown parent {spec.parent!r}")
-            if parent.is_operation:
-                raise ConfigError(join_path(path, "parent"), f"parent {parent.id!r} is an operation")
+            parent = _added_operation_parent(specs, element_id, children)
             parents.add(parent.id)
             children[element_id] = []
             depth[element_id] = depth[parent.id] + 1
-            effective[element_id] = _settings_of(spec, effective[parent.id])
+            effective[element_id] = _settings_of(specs[element_id], effective[parent.id])
         # the parents' children in ``elements`` order, as __init__ collects them (or as the builder gives them)
         known = None if hint is None else hint.children
         if known is not None and parents <= known.keys():
@@ -488,12 +467,42 @@ class SchedulingTree:
                 listed = fresh.get(element.parent)  # type: ignore[arg-type]
                 if listed is not None:
                     listed.append(element.id)
+        tree.children = children
+        tree.order = self._reordered(fresh, children, specs)
+        tree.depth = depth
+        tree.effective = effective
+        tree.pool_satisfaction_used = self.pool_satisfaction_used  # the pools are this tree's
+        tree.delta = TreeDelta(self.skeleton, removed, added, parents)
+        return tree
+
+    def _specs_of(
+        self, elements: list[ElementSpec], hint: SpecRows | None, removed: set[str]
+    ) -> dict[str, ElementSpec]:
+        """Id → spec of ``elements`` (the builder's rows ``hint`` spare reading every id), with this tree's root
+        when they have none; an id given twice is an error."""
+        if hint is not None and hint.ids is not None and 2 * hint.tail >= len(elements):
+            specs = _derived_map(self.elements, hint, removed)
+        elif hint is not None and hint.ids is not None:
+            specs = dict(zip(hint.ids, elements, strict=True))  # the builder's ids of these very specs
+        else:
+            specs = {element.id: element for element in elements}
+        if len(specs) != len(elements):
+            raise ConfigError(f"elements.{_first_repeat(elements)}", "element id is given twice")
+        if ROOT_ID not in specs:
+            specs[ROOT_ID] = self.elements[ROOT_ID]
+        return specs
+
+    def _reordered(
+        self, fresh: dict[str, list[str]], children: dict[str, list[str]], specs: dict[str, ElementSpec]
+    ) -> list[str]:
+        """This tree's ``order`` with the operations of each ``fresh`` parent (its new children) re-laid, the
+        children lists written into ``children``. Pools precede operations in a built tree: the operations form
+        the segment right after the parent in ``order`` (children are visited last first); any other layout
+        re-walks the whole order."""
         order = list(self.order)
-        walk = False
+        previous = self.elements
         for parent, listed in fresh.items():
             before = self.children[parent]
-            # pools precede operations in a built tree: the operations form the segment right after the parent
-            # in ``order`` (children are visited last first); otherwise re-walk the whole order
             old_ops = _operation_suffix(before, previous)
             new_ops = _operation_suffix(listed, specs)
             if (
@@ -501,26 +510,22 @@ class SchedulingTree:
                 or new_ops is None
                 or before[: len(before) - len(old_ops)] != listed[: len(listed) - len(new_ops)]
             ):
-                order, walk = [], True
                 break
             start = order.index(parent) + 1
             order[start : start + len(old_ops)] = reversed(new_ops)
             children[parent] = listed
-        if walk:  # unusual layout: the order of a full walk
-            for parent, listed in fresh.items():
-                children[parent] = listed
-            stack = [ROOT_ID]
-            while stack:
-                element_id = stack.pop()
-                order.append(element_id)
-                stack.extend(children[element_id])
-        tree.children = children
-        tree.order = order
-        tree.depth = depth
-        tree.effective = effective
-        tree.pool_satisfaction_used = self.pool_satisfaction_used  # the pools are this tree's
-        tree.delta = TreeDelta(self.skeleton, removed, added, parents)
-        return tree
+        else:
+            return order
+        # unusual layout: the order of a full walk
+        for parent, listed in fresh.items():
+            children[parent] = listed
+        order = []
+        stack = [ROOT_ID]
+        while stack:
+            element_id = stack.pop()
+            order.append(element_id)
+            stack.extend(children[element_id])
+        return order
 
     def ancestors(self, element_id: str) -> list[str]:
         """Proper ancestors from the parent up to and including the root."""
@@ -568,6 +573,27 @@ def _settings_of(spec: ElementSpec, base: EffectiveSettings) -> EffectiveSetting
         normal_preemption_allowed_by_ancestors=base.normal_preemption_allowed_by_ancestors and own_normal,
         use_pool_satisfaction=_pick(spec.use_pool_satisfaction_for_scheduling, base.use_pool_satisfaction),
     )
+
+
+def _added_operation_parent(
+    specs: dict[str, ElementSpec], element_id: str, children: dict[str, Any]
+) -> ElementSpec:
+    """The parent of an operation added by `SchedulingTree.with_operation_changes`, after the checks `__init__`
+    makes of it (an operation, new, a known preemption mode, under a known pool)."""
+    spec = specs[element_id]
+    path = f"elements.{element_id}"
+    if spec.kind != "operation":
+        raise ConfigError(join_path(path, "kind"), "an added element must be an operation")
+    if element_id in children:
+        raise ConfigError(path, "element id is given twice")
+    if spec.preemption_mode not in ("normal", "graceful"):
+        raise ConfigError(join_path(path, "preemption_mode"), "must be normal or graceful")
+    parent = specs.get(spec.parent or "")
+    if parent is None:
+        raise ConfigError(join_path(path, "parent"), f"unknown parent {spec.parent!r}")
+    if parent.is_operation:
+        raise ConfigError(join_path(path, "parent"), f"parent {parent.id!r} is an operation")
+    return parent
 
 
 def _operation_suffix(listed: list[str], specs: Mapping[str, ElementSpec]) -> list[str] | None:
