@@ -162,12 +162,46 @@ def update_fair_share(
     best_allocation.cap_memory_limits(upd)
     tree = upd.tree
     n = len(tree.elements)
-    # b.2 step 1: nested promised-guarantee pools.
+    promised_pools, nested = _promised_guarantee_pools(upd)  # b.2 step 1
+    guarantees.validate_priority_pools(upd)
+    # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
+    # they are among the inputs of the steps the previous update's results may stand in for.
+    integral.compute_integral_ratios(upd)
+    reuse.reuse_guarantees(upd)
+    guarantees.compute_attributes(upd)
+    historic_usage.apply_historic_weights(upd)
+    _guarantees_and_weights(upd)
+    # Step 7: integral guarantees.
+    pis = np.zeros((n, RESOURCE_COUNT))
+    if len(upd.integral_pools):
+        # The base functions (strong guarantees only); integral stages rebuild just the pools they change.
+        building.build_functions(upd, np.arange(n), upd.sgs, upd.limits_share)
+        pis = _integral_shares(upd)
+    guarantee = upd.sgs + pis
+    # Step 8: functions and the top-down distribution from the root with suggestion 1.
+    table = building.build_functions(upd, np.arange(n), guarantee, upd.limits_share)
+    if settings.enable_improved_fair_share_by_fit_factor_computation:
+        fs = distribution.distribute_improved(upd, table)
+    else:
+        fs = distribution.distribute(upd, table, np.array([0]), np.ones(1))
+    _truncate_unsatisfied_gangs_in_fifo_pools(upd, fs)
+    limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
+    # Step 9: promised guarantee fair share.
+    promised = _promised_fair_share(upd, table, [i for i in promised_pools if i not in nested])
+    # Step 10: root fair share = sum of children.
+    strong_part, integral_part, weight_part = _root_sum(upd, fs, pis)
+    return _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+
+
+def _promised_guarantee_pools(upd: _Update) -> tuple[list[int], list[int]]:
+    """b.2 step 1: the pools computing a promised guarantee fair share, and those of them nested inside another
+    such pool (an alert names them; only the outermost are computed)."""
+    tree = upd.tree
     pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)).tolist()
     promised_pools = [
         i for i, p in zip(pool_idx, tree.pools, strict=True) if p.compute_promised_guarantee_fair_share
     ]
-    promised_flag = np.zeros(n, dtype=bool)
+    promised_flag = np.zeros(len(tree.elements), dtype=bool)
     promised_flag[promised_pools] = True
     nested = []
     for i in promised_pools:
@@ -185,13 +219,13 @@ def update_fair_share(
                 attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
             )
         )
-    guarantees.validate_priority_pools(upd)
-    # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
-    # they are among the inputs of the steps the previous update's results may stand in for.
-    integral.compute_integral_ratios(upd)
-    reuse.reuse_guarantees(upd)
-    guarantees.compute_attributes(upd)
-    historic_usage.apply_historic_weights(upd)
+    return promised_pools, nested
+
+
+def _guarantees_and_weights(upd: _Update) -> None:
+    """b.3-b.6 with b.7's volume accounting: inferred strong guarantees, their adjustment, weights, estimated
+    guarantees, or, where the previous update's results stand in for them (``reuse``: their inputs are the same),
+    those; the FIFO order is computed either way."""
     reused = upd.reused
     if reused is None:
         guarantees.infer_strong_guarantees(upd)
@@ -208,32 +242,26 @@ def update_fair_share(
     else:
         upd.sgs, upd.weight, upd.egs = reused.sgs, reused.weight, reused.egs
         guarantees.compute_fifo_order(upd)
-    # Step 7: integral guarantees.
-    pis = np.zeros((n, RESOURCE_COUNT))
-    if len(upd.integral_pools):
-        # The base functions (strong guarantees only); integral stages rebuild just the pools they change.
-        building.build_functions(upd, np.arange(n), upd.sgs, upd.limits_share)
-        pis = _integral_shares(upd)
-    guarantee = upd.sgs + pis
-    # Step 8: functions and the top-down distribution from the root with suggestion 1.
-    table = building.build_functions(upd, np.arange(n), guarantee, upd.limits_share)
-    if settings.enable_improved_fair_share_by_fit_factor_computation:
-        fs = distribution.distribute_improved(upd, table)
-    else:
-        fs = distribution.distribute(upd, table, np.array([0]), np.ones(1))
-    _truncate_unsatisfied_gangs_in_fifo_pools(upd, fs)
-    limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
-    # Step 9: promised guarantee fair share.
-    promised = None
-    outermost = [i for i in promised_pools if i not in nested]
-    if outermost:
-        promised = np.full((n, RESOURCE_COUNT), np.nan)
-        for i in outermost:
-            part = distribution.distribute(upd, table, np.array([i]), np.zeros(1))
-            sub = tree.subtree(i)
-            promised[sub] = part[sub]
-    # Step 10: root fair share = sum of children.
-    top = np.array(list(tree.children(0)), dtype=np.int64)
+
+
+def _promised_fair_share(upd: _Update, table: Any, outermost: list[int]) -> np.ndarray | None:
+    """b.2 step 9: each outermost promised-guarantee pool's subtree distributed from the pool with suggestion 0
+    (NaN elsewhere); None without such pools."""
+    if not outermost:
+        return None
+    tree = upd.tree
+    promised = np.full((len(tree.elements), RESOURCE_COUNT), np.nan)
+    for i in outermost:
+        part = distribution.distribute(upd, table, np.array([i]), np.zeros(1))
+        sub = tree.subtree(i)
+        promised[sub] = part[sub]
+    return promised
+
+
+def _root_sum(upd: _Update, fs: np.ndarray, pis: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """b.2 step 10: the root's fair share is the sum of its children's (written into ``fs``); returns the detailed
+    parts (strong guarantee, integral guarantee, weight proportional) of every element, the root's from that sum."""
+    top = np.array(list(upd.tree.children(0)), dtype=np.int64)
     strong_part, integral_part, weight_part = _detailed(fs, upd.sgs, pis)
     if len(top):
         fs[0] = fs[top].sum(axis=0)
@@ -243,4 +271,4 @@ def update_fair_share(
         used_strong = np.zeros(RESOURCE_COUNT)
     root_sg, root_ig, root_wp = _detailed(fs[0], used_strong, pis[0])
     strong_part[0], integral_part[0], weight_part[0] = root_sg, root_ig, root_wp
-    return _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+    return strong_part, integral_part, weight_part
