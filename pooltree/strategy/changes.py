@@ -133,57 +133,15 @@ class ChangedPublisher(SchedulingStages):
         """
         touched = self._touched
         self._touched = set()
-        step = self._step
         if total != self._total:
             self._drop_step()
             return False
-        elements = self._elements
-        ordered: list[_Element] | None = None
-        resort = False
-        if step is None or step.skeleton is not tree.skeleton:
-            states = self.starvation
-            if (
-                step is not None
-                and changed is not None
-                and self._statuses_timed
-                and _all_given(elements[element_id] for element_id in changed[0])
-            ):  # the step of the tree the operation changes were applied to (its other specs were checked)
-                resort = step.follow(tree.skeleton, elements, changed[2])
-                for element_id in changed[0]:  # every other element has its state after a publish with a time
-                    if element_id not in states:
-                        states[element_id] = StarvationState()
-            else:
-                self._drop_step()
-                if not self._statuses_timed or not _all_given(elements.values()):
-                    # a step starts from statuses a publish with a time evaluated for every element
-                    return False
-                ordered = [elements[element_id] for element_id in tree.order]
-                step = PublishStep(tree.skeleton, ordered)
-                if changed is not None:  # the lists still hold the elements the operation changes removed
-                    self._update_priorities()
-                step.priorities = {
-                    element: priority
-                    for priority, listed in self._ops_by_priority.items()
-                    for element in listed
-                }
-            if len(states) < len(elements):  # every element has its state after a publish with a time
-                for element_id in tree.order:
-                    if element_id not in states:
-                        states[element_id] = StarvationState()
+        found = self._step_for(tree, changed)
+        if found is None:
+            return False
+        step, ordered, resort = found
         specs = tree.elements
-        respecced = self._respecced
-        if respecced is not None:  # a tree derived from the last one with these specs new
-            fresh = sorted(
-                {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
-            )
-        else:
-            if ordered is None:
-                ordered = [elements[element_id] for element_id in tree.order]
-            fresh = [
-                element
-                for element, spec in zip(ordered, map(specs.__getitem__, tree.order), strict=True)
-                if spec is not element.spec
-            ]
+        fresh = self._respecced_elements(tree, ordered)
         for element in fresh:
             spec = specs[element.id]
             if spec.scheduling_status is None or spec.demand_share is None:
@@ -215,6 +173,66 @@ class ChangedPublisher(SchedulingStages):
         rebuild = renumbered or self.tree.pool_satisfaction_used
         self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=rebuild)
         return True
+
+    def _step_for(
+        self, tree: SchedulingTree, changed: tuple[list[str], list[_Element], list[_Element], bool] | None
+    ) -> tuple[PublishStep, list[_Element] | None, bool] | None:
+        """The step this publish continues (`PublishStep`): the last one, the last one following ``changed``'s
+        operation changes, or a new one from the statuses of a publish with a time; with the elements in tree
+        order when it had to list them and whether the priority lists must be re-sorted. None (the step
+        dropped) when the three-pass path must run instead."""
+        step = self._step
+        elements = self._elements
+        ordered: list[_Element] | None = None
+        resort = False
+        if step is not None and step.skeleton is tree.skeleton:
+            return step, ordered, resort
+        states = self.starvation
+        if (
+            step is not None
+            and changed is not None
+            and self._statuses_timed
+            and _all_given(elements[element_id] for element_id in changed[0])
+        ):  # the step of the tree the operation changes were applied to (its other specs were checked)
+            resort = step.follow(tree.skeleton, elements, changed[2])
+            for element_id in changed[0]:  # every other element has its state after a publish with a time
+                if element_id not in states:
+                    states[element_id] = StarvationState()
+        else:
+            self._drop_step()
+            if not self._statuses_timed or not _all_given(elements.values()):
+                # a step starts from statuses a publish with a time evaluated for every element
+                return None
+            ordered = [elements[element_id] for element_id in tree.order]
+            step = PublishStep(tree.skeleton, ordered)
+            if changed is not None:  # the lists still hold the elements the operation changes removed
+                self._update_priorities()
+            step.priorities = {
+                element: priority for priority, listed in self._ops_by_priority.items() for element in listed
+            }
+        if len(states) < len(elements):  # every element has its state after a publish with a time
+            for element_id in tree.order:
+                if element_id not in states:
+                    states[element_id] = StarvationState()
+        return step, ordered, resort
+
+    def _respecced_elements(self, tree: SchedulingTree, ordered: list[_Element] | None) -> list[_Element]:
+        """The elements whose spec in ``tree`` is not the one they hold, in tree order: those the tree names as
+        re-specced when it was derived from the last one, else found by comparing every element's spec."""
+        elements = self._elements
+        respecced = self._respecced
+        if respecced is not None:  # a tree derived from the last one with these specs new
+            return sorted(
+                {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
+            )
+        if ordered is None:
+            ordered = [elements[element_id] for element_id in tree.order]
+        specs = tree.elements
+        return [
+            element
+            for element, spec in zip(ordered, map(specs.__getitem__, tree.order), strict=True)
+            if spec is not element.spec
+        ]
 
     # ------------------------------------------------------------------ pass 1: specs, usage, lists
 
