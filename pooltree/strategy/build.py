@@ -31,7 +31,7 @@ from pooltree.strategy.build_static import (
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
 from pooltree.tree.delta import PeriodDelta, period_delta
-from pooltree.tree.elements import frozen_spec
+from pooltree.tree.elements import frozen_spec, pool_key
 
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
 """Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
@@ -235,16 +235,7 @@ class _Walk:
                 parent_chain = _chain(parent, tree_config)
             own_chain = (*parent_chain, pool.config)
             chain[pool_name] = own_chain
-            key = (
-                pool,
-                pool.config,
-                pool.ephemeral_config,
-                pool.mode,
-                pool.is_root,
-                parent,
-                None if parent is None else parent.name,
-                own_chain,
-            )
+            key = (*pool_key(pool), parent, None if parent is None else parent.name, own_chain)
             static = _cached(
                 self.cache.pools,
                 seen,

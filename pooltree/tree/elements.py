@@ -183,3 +183,10 @@ def frozen_spec(spec: Any) -> bool:
         )
         _FROZEN_TYPES[kind] = frozen
     return frozen
+
+
+def pool_key(pool: PoolElement) -> tuple[Any, ...]:
+    """What every per-period projection of a pool (the fair-share input's element, the strategy's static spec) is
+    computed from in the pool itself: the runtime object, its config objects (frozen: compared by identity), mode
+    and rootness. Each projection appends what else it reads (inherited values, the tree config, the parent)."""
+    return (pool, pool.config, pool.ephemeral_config, pool.mode, pool.is_root)

@@ -22,7 +22,7 @@ from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, period_delta
-from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
+from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec, pool_key
 from pooltree.tree.pool_tree import PoolTree, _spec_option
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
@@ -387,6 +387,10 @@ def _pool_element(
     return element
 
 
+_TOLERANCE = 5
+"""Where a pool's cache key (`_CachedBuild.pool`) holds its inherited starvation tolerance, after `pool_key`."""
+
+
 class _CachedBuild:
     """One build through a `FairShareInputCache` (same order and values as ``_pool_element``)."""
 
@@ -412,16 +416,7 @@ class _CachedBuild:
     def pool(self, pool: PoolElement, parent_tolerance: float) -> Pool:
         tree = self.tree
         tolerance = _pool_tolerance(tree, pool, parent_tolerance)
-        key = (
-            pool,
-            pool.config,
-            pool.ephemeral_config,
-            pool.mode,
-            pool.is_root,
-            tolerance,
-            tree.config,
-            SameObject(self.nodes),
-        )
+        key = (*pool_key(pool), tolerance, tree.config, SameObject(self.nodes))
         self.seen_pools.add(pool.name)
         entry = self.cache.pools.get(pool.name)
         if entry is not None and entry[0] == key:
@@ -576,7 +571,7 @@ def _apply_operation_changes(
         del parent_of[op_id]
     for name, pool in touched.items():
         key, element = cached_pools[name]
-        tolerance = key[5]  # the pool's inherited starvation tolerance, as the walk computed it
+        tolerance = key[_TOLERANCE]  # the pool's inherited starvation tolerance, as the walk computed it
         children: list[Any] = [cached_pools[child][1] for child in pool.children]
         for op in pool.operations.values():
             if not op.running:
