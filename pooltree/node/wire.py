@@ -50,6 +50,9 @@ def decode(body: bytes) -> Any:
     return orjson.loads(body)
 
 
+HEARTBEAT_PATH = "/internal/node_heartbeat"
+"""Where nodes ``POST`` their heartbeats (the scheduler and its node shards)."""
+
 # heartbeat keys
 NODE_ADDRESS = "node_address"
 RESOURCE_LIMITS = "resource_limits"

@@ -61,7 +61,11 @@ class LeadingService(Protocol):
     """What the runner needs of the service it serves while leading (``server/service.py``'s ``SchedulerService``)."""
 
     app: Any
-    """The ASGI app requests go to while this process leads."""
+    """The service's ASGI app."""
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Where requests go while this process leads (the app, with the node heartbeat's direct path)."""
+        ...
 
     def store_health(self) -> dict[str, Any]: ...
 
@@ -133,7 +137,7 @@ class SchedulerRunner:
             return
         service = self.service
         if service is not None:
-            await service.app(scope, receive, send)
+            await service.asgi(scope, receive, send)
             return
         await self._unavailable(send)
 

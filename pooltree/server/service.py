@@ -17,6 +17,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
-from pooltree.server.app import create_app, new_request_id, read_body
+from pooltree.server.app import DrainUnreadBody, create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
@@ -61,6 +62,9 @@ ORCHID_CACHE_PERIOD = 1.0
 """YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
+HEARTBEAT_THREADS = 16
+"""Threads for heartbeats that wait for the scheduling lock or for their job records to be stored (one group
+commit serves all that wait at once)."""
 SWITCH_INTERVAL = 0.001
 """Seconds a thread holds the GIL while another waits for it (Python's default is 0.005). The event loop answers
 cached reads itself and hands the rest to worker threads; each time a worker's SQLite call or the loop's socket
@@ -350,7 +354,7 @@ class SchedulerService:
         self.scheduler.job_files = self.app.state.files.job_files
         self._api = api
         self.app.router.routes[0:0] = [
-            Route("/internal/node_heartbeat", self._heartbeat, methods=["POST"]),
+            Route(wire.HEARTBEAT_PATH, self._heartbeat, methods=["POST"]),
             Route("/metrics", self._metrics, methods=["GET"]),
             Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
             Route("/internal/job_stderr/{operation_id}/{job_id}", self._job_stderr, methods=["PUT"]),
@@ -359,6 +363,13 @@ class SchedulerService:
         self.app.router.routes[0:0] = self.web.routes()
         self.app.state.service = self
         self.app.state.body_limits["/internal/node_heartbeat"] = MAX_HEARTBEAT_BYTES
+        self._heartbeat_asgi = DrainUnreadBody(
+            self._heartbeat_endpoint, {wire.HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES}
+        )
+        """The heartbeat's direct path (``asgi``): its handler, with the body an early answer leaves drained."""
+        self._heartbeat_threads: ThreadPoolExecutor | None = None
+        """Heartbeats waiting for the scheduling lock or for their job records to be stored (from ``start``
+        to ``stop``; before and after, Starlette's threads)."""
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
@@ -407,6 +418,19 @@ class SchedulerService:
 
     # ------------------------------------------------------------------ HTTP endpoints
 
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The process's ASGI entry while leading: node heartbeats go straight to their handler (the hot path:
+        with 1,000 nodes the API's middleware and route matching cost more than the heartbeat's own work),
+        everything else, and a heartbeat sent to a test client of ``app``, through the app."""
+        if scope["type"] == "http" and scope["path"] == wire.HEARTBEAT_PATH and scope["method"] == "POST":
+            await self._heartbeat_asgi(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _heartbeat_endpoint(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        response = await self._heartbeat(Request(scope, receive))
+        await response(scope, receive, send)
+
     async def _heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()
         try:
@@ -417,8 +441,8 @@ class SchedulerService:
             heartbeat = decode_heartbeat(body)
             limit = self.enter_heartbeat(heartbeat)  # counted in flight from here
             try:
-                response = await run_in_threadpool(
-                    self.answer_heartbeat, heartbeat, peer, limit is not None, request.url.hostname
+                response = await self._answer_heartbeat_async(
+                    heartbeat, peer, limit is not None, request.url.hostname
                 )
             finally:
                 self.leave_heartbeat()
@@ -431,6 +455,34 @@ class SchedulerService:
                 YtError(f"Internal error while processing the heartbeat: {type(error).__name__}: {error}"),
                 request_id,
             )
+
+    async def _answer_heartbeat_async(
+        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
+    ) -> dict[str, Any]:
+        """``answer_heartbeat`` from the event loop. When the scheduling lock is free the heartbeat is processed
+        right here (a heartbeat's work is a fraction of a millisecond; a hop to a worker thread and back costs
+        about as much), and only the wait for its job records to be stored goes to a heartbeat thread; when the
+        lock is busy (a fair-share update, another heartbeat) the whole answer waits on a heartbeat thread."""
+        threads = self._heartbeat_threads
+        if threads is None:  # not started (a test client of ``app``): Starlette's threads
+            return await run_in_threadpool(self.answer_heartbeat, heartbeat, peer, throttled, hostname)
+        loop = asyncio.get_running_loop()
+        self.store.check_writable()
+        self.security.bind_node(heartbeat.address, peer)
+        began = time.perf_counter()
+        attempt = self.scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
+        if attempt is None:
+            return await loop.run_in_executor(
+                threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
+            )
+        response, ticket = attempt
+        try:
+            if ticket:
+                await loop.run_in_executor(threads, self.scheduler.commits.wait, ticket)
+        finally:
+            self.scheduler.record_duration("heartbeat", time.perf_counter() - began)
+        self._name_shard(response, heartbeat.address, hostname)
+        return response
 
     def enter_heartbeat(self, heartbeat: HeartbeatRequest) -> str | None:
         """Count a heartbeat in flight (``throttle.py``); the limit it is over, if any. ``leave_heartbeat``
@@ -461,11 +513,15 @@ class SchedulerService:
         self.security.bind_node(heartbeat.address, peer)
         process = functools.partial(self.scheduler.process_heartbeat, throttled=throttled)
         response = self._timed("heartbeat", process, heartbeat, self.clock())
+        self._name_shard(response, heartbeat.address, hostname)
+        return response
+
+    def _name_shard(self, response: dict[str, Any], address: str, hostname: str | None) -> None:
+        """With node shards, the answer names the node's shard (``wire.HEARTBEAT_URL``)."""
         if self.shards is not None:
-            url = self.shards.url_for(heartbeat.address, hostname)
+            url = self.shards.url_for(address, hostname)
             if url is not None:
                 response[wire.HEARTBEAT_URL] = url
-        return response
 
     async def _file_blob(self, request: Request) -> Response:
         """A blob of a running operation's files, for the node that starts its jobs (node/files.py)."""
@@ -518,6 +574,8 @@ class SchedulerService:
         if self.started:
             return
         self.started = True
+        if self._heartbeat_threads is None:
+            self._heartbeat_threads = ThreadPoolExecutor(HEARTBEAT_THREADS, thread_name_prefix="heartbeat")
         if self.create_default_tree:
             await run_in_threadpool(self._create_default_tree)
         now = self.clock()
@@ -556,6 +614,9 @@ class SchedulerService:
             shards, self.shards = self.shards, None
             await run_in_threadpool(shards.close)
         await run_in_threadpool(self.forecasts.stop)
+        if self._heartbeat_threads is not None:
+            threads, self._heartbeat_threads = self._heartbeat_threads, None
+            threads.shutdown(wait=False)
         if self.started:
             GC.uninstall()
         self.started = False

@@ -72,14 +72,36 @@ class LiveJobs:
         answer waits, outside the lock, until they are stored: jobs it starts are stored before the node starts
         them, and finished jobs it acknowledges are durable."""
         with self.lock:
-            self._job_writes = {}
-            try:
-                response = self._process_heartbeat(heartbeat, now, throttled)
-            finally:
-                writes, self._job_writes = self._job_writes, None
-                ticket = self.commits.submit(writes.values())
+            response, ticket = self._locked_heartbeat(heartbeat, now, throttled)
         self.commits.wait(ticket)
         return response
+
+    def try_process_heartbeat(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> tuple[dict[str, Any], int] | None:
+        """``process_heartbeat`` without waiting: None when the lock is busy or a stale tree would be published
+        first (work too long for the event loop, where this is called); else the response and the group commit
+        ticket the caller must ``commits.wait`` for before it answers (0: nothing to store)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if self._stale_trees:
+                return None
+            return self._locked_heartbeat(heartbeat, now, throttled)
+        finally:
+            self.lock.release()
+
+    def _locked_heartbeat(
+        self, heartbeat: HeartbeatRequest, now: float, throttled: bool
+    ) -> tuple[dict[str, Any], int]:
+        """The heartbeat under the lock: (its response, the ticket of its job records in the group commit)."""
+        self._job_writes = {}
+        try:
+            response = self._process_heartbeat(heartbeat, now, throttled)
+        finally:
+            writes, self._job_writes = self._job_writes, None
+            ticket = self.commits.submit(writes.values())
+        return response, ticket
 
     def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float, throttled: bool) -> dict[str, Any]:
         """The body of ``process_heartbeat`` (lock held, job writes collected)."""
