@@ -165,6 +165,45 @@ def below_min_spare(limits: np.ndarray, spare: np.ndarray) -> list[str]:
     ]
 
 
+@dataclass
+class NodeGroup:
+    """Nodes of one tree with the same tags and resource limits."""
+
+    tags: frozenset[str]
+    limits: np.ndarray
+    count: int
+
+
+class NodeFleet:
+    """The exec nodes grouped by (tree, tags, resource limits): whether a job fits "some node", the largest node
+    and the counts depend only on these, so an alert check costs the distinct kinds of nodes (a handful on a
+    cluster of thousands) instead of every node once per operation."""
+
+    def __init__(self, nodes: Iterable[Any]) -> None:
+        self._trees: dict[str, dict[tuple[frozenset[str], bytes], NodeGroup]] = {}
+        self._matches: dict[tuple[str, frozenset[str]], bool] = {}
+        for node in nodes:
+            limits = np.asarray(node.resource_limits, dtype=float)
+            for tree in node.trees:
+                groups = self._trees.setdefault(tree, {})
+                key = (node.tags, limits.tobytes())
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = NodeGroup(node.tags, limits, 1)
+                else:
+                    group.count += 1
+
+    def in_tree(self, tree: str) -> list[NodeGroup]:
+        return list(self._trees.get(tree, {}).values())
+
+    def matches(self, tag_filter: TagFilter, tags: frozenset[str]) -> bool:
+        key = (tag_filter.text, tags)
+        known = self._matches.get(key)
+        if known is None:
+            known = self._matches[key] = tag_filter.matches(tags)
+        return known
+
+
 def starving_for(view: Mapping[str, Any] | None, now: float) -> float | None:
     """Seconds the element has been starving (strategy view), or None when it is not starving."""
     if not view or view.get("starvation_status") in (None, "non_starving"):
@@ -414,8 +453,9 @@ class SchedulerAlerts:
             )
         return alerts
 
-    def _unfit(self, op: LiveOperation) -> dict[str, Any] | None:
-        """The ``no_online_node_to_schedule_job`` error when no node of some tree of ``op`` fits a pending job."""
+    def _unfit(self, op: LiveOperation, fleet: NodeFleet | None = None) -> dict[str, Any] | None:
+        """The ``no_online_node_to_schedule_job`` error when no node of some tree of ``op`` fits a pending job.
+        ``fleet``: the nodes grouped once for many operations (``operations_to_fail``); else grouped here."""
         if op.is_final or op.controller.pending_allocation_count == 0:
             return None
         tasks = op.controller.pending_task_resources()
@@ -423,29 +463,30 @@ class SchedulerAlerts:
             tag_filter = TagFilter.parse(op.model.scheduling_tag_filter or "", "spec.scheduling_tag_filter")
         except ConfigError:
             tag_filter = TagFilter("")
+        if fleet is None:
+            fleet = NodeFleet(self.scheduler.nodes.values())
         for tree in op.trees:
-            nodes = [
-                node
-                for node in self.scheduler.nodes.values()
-                if tree in node.trees and tag_filter.matches(node.tags)
-            ]
-            in_tree = sum(1 for node in self.scheduler.nodes.values() if tree in node.trees)
+            groups = fleet.in_tree(tree)
+            in_tree = sum(group.count for group in groups)
             if in_tree < max(self.settings.safe_online_node_count, 1):
                 continue
+            matching = [group for group in groups if fleet.matches(tag_filter, group.tags)]
+            node_count = sum(group.count for group in matching)
             spare = self._min_spare(tree)
-            usable = [node for node in nodes if not below_min_spare(node.resource_limits, spare)]
-            found = unschedulable_task(tasks, [node.resource_limits for node in usable]) if usable else None
+            usable = [group for group in matching if not below_min_spare(group.limits, spare)]
+            usable_count = sum(group.count for group in usable)
+            found = unschedulable_task(tasks, [group.limits for group in usable]) if usable else None
             if not usable:
                 found = next(iter(tasks.items()), None)
             if found is None:
                 continue
             name, needed = found
-            largest = np.max(np.vstack([n.resource_limits for n in nodes]), axis=0) if nodes else None
+            largest = np.max(np.vstack([group.limits for group in matching]), axis=0) if matching else None
             attributes: dict[str, Any] = {
                 "task_name": name,
                 "needed_resources": resources_to_dict(needed),
                 "pool_tree": tree,
-                "node_count": len(nodes),
+                "node_count": node_count,
             }
             if largest is not None:
                 attributes["max_node_resources"] = resources_to_dict(largest)
@@ -454,13 +495,11 @@ class SchedulerAlerts:
             if tag_filter.text:
                 attributes["scheduling_tag_filter"] = tag_filter.text
             inner: list[dict[str, Any]] = []
-            if len(usable) < len(nodes):
+            if usable_count < node_count:
                 attributes["min_spare_allocation_resources_on_node"] = resources_to_dict(spare)
-                attributes["nodes_below_min_spare"] = len(nodes) - len(usable)
+                attributes["nodes_below_min_spare"] = node_count - usable_count
                 if not usable:
-                    short = sorted(
-                        {r for node in nodes for r in below_min_spare(node.resource_limits, spare)}
-                    )
+                    short = sorted({r for group in matching for r in below_min_spare(group.limits, spare)})
                     inner.append(
                         yt_error(
                             GENERIC_ERROR,
@@ -488,10 +527,11 @@ class SchedulerAlerts:
         """Operations of ``tree`` no node has fit for ``unschedulable_operation_timeout``: (id, the error to fail
         them with). Called after each fair-share update of ``tree``."""
         failing: list[tuple[str, dict[str, Any]]] = []
+        fleet = NodeFleet(self.scheduler.nodes.values())  # once for every operation, not once per operation
         for op in list(self.scheduler.operations.values()):
             if tree not in op.trees:
                 continue
-            unfit = None if op.is_final or op.state == "pending" else self._unfit(op)
+            unfit = None if op.is_final or op.state == "pending" else self._unfit(op, fleet)
             if unfit is None:
                 self.unschedulable_since.pop(op.id, None)
                 continue
