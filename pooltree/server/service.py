@@ -459,28 +459,39 @@ class SchedulerService:
     async def _answer_heartbeat_async(
         self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
     ) -> dict[str, Any]:
-        """``answer_heartbeat`` from the event loop. When the scheduling lock is free the heartbeat is processed
-        right here (a heartbeat's work is a fraction of a millisecond; a hop to a worker thread and back costs
-        about as much), and only the wait for its job records to be stored goes to a heartbeat thread; when the
-        lock is busy (a fair-share update, another heartbeat) the whole answer waits on a heartbeat thread."""
+        """``answer_heartbeat`` on the event loop: the heartbeat is processed right here when the scheduling lock
+        is free (its work is a fraction of a millisecond; a hop to a worker thread and back cost about as much);
+        when the lock is busy (a fair-share update, a command) it waits for the lock's release without blocking
+        the loop (``live/lock.py``) and tries again; its job records are stored by the group commit, whose
+        write runs on a heartbeat thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
+        stale tree (a fair-share pass) is answered on a heartbeat thread."""
         threads = self._heartbeat_threads
+        scheduler = self.scheduler
         if threads is None:  # not started (a test client of ``app``): Starlette's threads
             return await run_in_threadpool(self.answer_heartbeat, heartbeat, peer, throttled, hostname)
         loop = asyncio.get_running_loop()
         self.store.check_writable()
         self.security.bind_node(heartbeat.address, peer)
         began = time.perf_counter()
-        attempt = self.scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
-        if attempt is None:
-            return await loop.run_in_executor(
-                threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
-            )
+        while True:
+            if scheduler.publishing:
+                return await loop.run_in_executor(
+                    threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
+                )
+            attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
+            if attempt is not None:
+                break
+            released = scheduler.lock.released(loop)
+            attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
+            if attempt is not None:
+                break
+            if not scheduler.publishing:  # else: to a heartbeat thread, at the top
+                await released
         response, ticket = attempt
         try:
-            if ticket:
-                await loop.run_in_executor(threads, self.scheduler.commits.wait, ticket)
+            await scheduler.commits.wait_async(ticket, threads)
         finally:
-            self.scheduler.record_duration("heartbeat", time.perf_counter() - began)
+            scheduler.record_duration("heartbeat", time.perf_counter() - began)
         self._name_shard(response, heartbeat.address, hostname)
         return response
 

@@ -80,9 +80,9 @@ class LiveJobs:
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
     ) -> tuple[dict[str, Any], int] | None:
         """``process_heartbeat`` without waiting: None when the lock is busy or a stale tree would be published
-        first (work too long for the event loop, where this is called); else the response and the group commit
-        ticket the caller must ``commits.wait`` for before it answers (0: nothing to store)."""
-        if not self.lock.acquire(blocking=False):
+        first (``publishing``: work too long for the event loop, where this is called); else the response and the
+        group commit ticket the caller must wait for before it answers (0: nothing to store)."""
+        if not self.lock.try_enter():
             return None
         try:
             if self._stale_trees:
@@ -90,6 +90,11 @@ class LiveJobs:
             return self._locked_heartbeat(heartbeat, now, throttled)
         finally:
             self.lock.release()
+
+    @property
+    def publishing(self) -> bool:
+        """Whether a heartbeat would publish a stale tree first (read without the lock: a hint)."""
+        return bool(self._stale_trees)
 
     def _locked_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, throttled: bool

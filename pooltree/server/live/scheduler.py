@@ -32,6 +32,7 @@ from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.index import Reservations, RunningJobs
 from pooltree.server.live.jobs import LiveJobs
+from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
     DEFAULT_HEARTBEAT_PERIOD,
@@ -83,7 +84,9 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.node_heartbeat_timeout = node_heartbeat_timeout
         self.heartbeat_period = heartbeat_period
         self.update_period = check_update_period(fair_share_update_period, "fair_share_update_period")
-        self.lock = threading.RLock()
+        self.lock = SchedulingLock()
+        """Everything below is read and changed under it (``lock.py``: an ``RLock`` that wakes the event loop's
+        heartbeats waiting for it)."""
         self._start_mutation: Mutation | None = None
         """The mutation id of the start being committed (saved with the operation's first record)."""
         self.config_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()

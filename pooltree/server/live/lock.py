@@ -1,0 +1,77 @@
+"""The scheduling lock: a re-entrant lock that also tells an event loop when it is released.
+
+The service processes a node heartbeat on its event loop when the lock is free (``LiveJobs.try_process_heartbeat``:
+a heartbeat's work is a fraction of a millisecond, less than a hop to a worker thread and back). When the lock is
+busy (a fair-share update, a command, a heartbeat of a node shard) the heartbeat must not block the loop, and
+handing it to a thread that blocks on the lock made the threads hold the lock in turn, so heartbeats kept missing
+it. Instead the loop parks the heartbeat on a future (``released``) that the lock resolves when it is next
+released, and tries again: heartbeats stay on the loop, one after the other, without a thread between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+
+class SchedulingLock:
+    """``threading.RLock`` (``acquire``, ``release``, ``with``) plus ``try_enter`` (taken only when no one, this
+    thread included, holds it) and ``released(loop)``: a future resolved when the lock is next released."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._owner: int | None = None
+        self._depth = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._waiters_lock = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._owner = threading.get_ident()
+        self._depth += 1
+        return True
+
+    def try_enter(self) -> bool:
+        """Take the lock if it is free. Unlike ``acquire(blocking=False)``, never re-entered by its holder's
+        thread: a coroutine of the event loop must not run inside a section that loop's thread opened."""
+        if self._owner == threading.get_ident():
+            return False
+        return self.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+        self._lock.release()
+        if self._waiters:
+            self._wake()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def released(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A future of ``loop`` resolved at the lock's next release. The caller tries the lock again after
+        registering (a release in between has resolved the future already, so no wake-up is lost)."""
+        future: asyncio.Future[None] = loop.create_future()
+        with self._waiters_lock:
+            self._waiters.append((loop, future))
+        return future
+
+    def _wake(self) -> None:
+        with self._waiters_lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                continue
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,178 @@
+"""Heartbeats processed on the service's event loop (``SchedulerService._answer_heartbeat_async``): the scheduling
+lock wakes the loop when released (``live/lock.py``), the group commit has event-loop waiters
+(``GroupCommit.wait_async``), and over real HTTP a heartbeat that meets a held lock is answered after the lock is
+released while the loop keeps answering other requests."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pooltree.node import wire
+from pooltree.server.live.commit import GroupCommit
+from pooltree.server.live.lock import SchedulingLock
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import JobRecord, open_store
+
+WAIT = 30.0
+TOKEN = "ytct-0000-" + "7a11" * 8
+SECRET = "ptns-test-node-secret-" + "cd" * 16
+
+
+def _record(job_id: str) -> JobRecord:
+    return JobRecord("op", job_id, "running", "n1", 1.0, None, None, {})
+
+
+def test_a_release_by_another_thread_wakes_the_loop() -> None:
+    lock = SchedulingLock()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        holder_ready = threading.Event()
+
+        def hold() -> None:
+            with lock:
+                holder_ready.set()
+                time.sleep(0.2)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        holder_ready.wait(WAIT)
+        assert not lock.acquire(blocking=False)
+        released = lock.released(loop)
+        began = time.monotonic()
+        await asyncio.wait_for(released, WAIT)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        thread.join(WAIT)
+        return time.monotonic() - began
+
+    assert asyncio.run(main()) < WAIT
+
+
+def test_loop_waiters_share_one_batch_and_a_failure_reaches_each() -> None:
+    writes: list[list[str]] = []
+    gate = threading.Event()
+    fail = {"next": False}
+
+    def write(records: Sequence[JobRecord]) -> None:
+        gate.wait(WAIT)
+        writes.append([r.id for r in records])
+        if fail["next"]:
+            raise OSError("disk full")
+
+    commits = GroupCommit(write)
+    threads = ThreadPoolExecutor(4)
+
+    async def main() -> list[Any]:
+        first = asyncio.ensure_future(commits.wait_async(commits.submit([_record("j0")]), threads))
+        while not commits._committing:
+            await asyncio.sleep(0.001)
+        rest = [
+            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"j{i}")]), threads))
+            for i in range(1, 10)
+        ]
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, *rest), WAIT)
+        fail["next"] = True
+        failing = [
+            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"k{i}")]), threads))
+            for i in range(3)
+        ]
+        return await asyncio.wait_for(asyncio.gather(*failing, return_exceptions=True), WAIT)
+
+    try:
+        errors = asyncio.run(main())
+    finally:
+        threads.shutdown()
+    assert writes[0] == ["j0"] and sorted(writes[1]) == sorted(f"j{i}" for i in range(1, 10))
+    assert len(writes) == 3 and all(isinstance(error, OSError) for error in errors)
+
+
+@pytest.mark.anyio
+async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_path: Path) -> None:
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=SECRET,
+    )
+    await service.start()
+    transport = httpx.ASGITransport(app=service.asgi, client=("127.0.0.1", 1234))
+    held, release = threading.Event(), threading.Event()
+
+    def slow_update() -> None:  # a fair-share update holding the lock on another thread
+        with service.scheduler.lock:
+            held.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=slow_update)
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
+        ) as client:
+            started = await client.post(
+                "/api/v4/start_operation",
+                json={
+                    "operation_type": "vanilla",
+                    "spec": {"tasks": {"main": {"command": "true", "job_count": 2}}},
+                },
+            )
+            assert started.status_code == 200, started.text
+            holder.start()
+            assert await asyncio.to_thread(held.wait, WAIT)
+            beat = asyncio.ensure_future(
+                client.post(
+                    wire.HEARTBEAT_PATH, content=_heartbeat("n1"), headers={"X-Pooltree-Node-Secret": SECRET}
+                )
+            )
+            throttle = service.scheduler.heartbeat_throttle
+            for _ in range(int(WAIT / 0.01)):
+                if throttle.in_flight == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert throttle.in_flight == 1 and not beat.done()
+            # the loop answers other requests while the heartbeat waits for the lock
+            whoami = await asyncio.wait_for(client.get("/auth/whoami"), WAIT)
+            assert whoami.status_code == 200 and not beat.done()
+            release.set()
+            answer = await asyncio.wait_for(beat, WAIT)
+            assert answer.status_code == 200, answer.text
+            assert len(wire.decode(answer.content)[wire.START]) == 2  # scheduled once the lock was free
+            assert throttle.in_flight == 0
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join(WAIT)
+        await service.stop()
+        service.store.close()
+
+
+def _heartbeat(address: str) -> bytes:
+    return wire.encode(
+        wire.heartbeat(
+            address,
+            sequence=1,
+            time=0.0,
+            resource_limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30},
+            resource_usage={},
+            memory_limit=8 << 30,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=[],
+            finished_jobs=[],
+        )
+    )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
