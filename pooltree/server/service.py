@@ -463,7 +463,7 @@ class SchedulerService:
         is free (its work is a fraction of a millisecond; a hop to a worker thread and back cost about as much);
         when the lock is busy (a fair-share update, a command) it waits for the lock's release without blocking
         the loop (``live/lock.py``) and tries again; its job records are stored by the group commit, whose
-        write runs on a heartbeat thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
+        write runs on the group commit's thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
         stale tree (a fair-share pass) is answered on a heartbeat thread."""
         threads = self._heartbeat_threads
         scheduler = self.scheduler
@@ -489,7 +489,7 @@ class SchedulerService:
                 await released
         response, ticket = attempt
         try:
-            await scheduler.commits.wait_async(ticket, threads)
+            await scheduler.commits.wait_async(ticket)
         finally:
             scheduler.record_duration("heartbeat", time.perf_counter() - began)
         self._name_shard(response, heartbeat.address, hostname)
@@ -628,6 +628,7 @@ class SchedulerService:
         if self._heartbeat_threads is not None:
             threads, self._heartbeat_threads = self._heartbeat_threads, None
             threads.shutdown(wait=False)
+        self.scheduler.commits.close()
         if self.started:
             GC.uninstall()
         self.started = False

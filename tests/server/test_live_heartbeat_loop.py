@@ -9,7 +9,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,29 @@ def test_a_release_by_another_thread_wakes_the_loop() -> None:
     assert asyncio.run(main()) < WAIT
 
 
+def test_the_loop_leaves_the_lock_to_a_thread_waiting_for_it() -> None:
+    """Heartbeats on the loop come back to back; were the loop to take the lock whenever it is free, a command's
+    thread waiting for it could wait for ever (the start of 200 operations timed out under 300 nodes)."""
+    lock = SchedulingLock()
+    assert lock.try_enter()
+    assert not lock.try_enter()  # never re-entered by its own holder's thread
+    waiting = threading.Thread(target=lambda: lock.acquire() and lock.release())
+    waiting.start()
+    deadline = time.monotonic() + WAIT
+    while not lock._blocked and time.monotonic() < deadline:
+        time.sleep(0.001)
+    lock.release()
+    waiting.join(WAIT)
+    assert not waiting.is_alive() and lock.try_enter()
+    lock.release()
+    # a free lock with a thread on its way into it (woken, not yet holding it) is left to that thread
+    lock._blocked = 1
+    assert not lock.try_enter()
+    lock._blocked = 0
+    assert lock.try_enter()
+    lock.release()
+
+
 def test_loop_waiters_share_one_batch_and_a_failure_reaches_each() -> None:
     writes: list[list[str]] = []
     gate = threading.Event()
@@ -70,29 +92,27 @@ def test_loop_waiters_share_one_batch_and_a_failure_reaches_each() -> None:
             raise OSError("disk full")
 
     commits = GroupCommit(write)
-    threads = ThreadPoolExecutor(4)
 
     async def main() -> list[Any]:
-        first = asyncio.ensure_future(commits.wait_async(commits.submit([_record("j0")]), threads))
+        first = asyncio.ensure_future(commits.wait_async(commits.submit([_record("j0")])))
         while not commits._committing:
             await asyncio.sleep(0.001)
         rest = [
-            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"j{i}")]), threads))
+            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"j{i}")])))
             for i in range(1, 10)
         ]
         gate.set()
         await asyncio.wait_for(asyncio.gather(first, *rest), WAIT)
         fail["next"] = True
         failing = [
-            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"k{i}")]), threads))
-            for i in range(3)
+            asyncio.ensure_future(commits.wait_async(commits.submit([_record(f"k{i}")]))) for i in range(3)
         ]
         return await asyncio.wait_for(asyncio.gather(*failing, return_exceptions=True), WAIT)
 
     try:
         errors = asyncio.run(main())
     finally:
-        threads.shutdown()
+        commits.close()
     assert writes[0] == ["j0"] and sorted(writes[1]) == sorted(f"j{i}" for i in range(1, 10))
     assert len(writes) == 3 and all(isinstance(error, OSError) for error in errors)
 

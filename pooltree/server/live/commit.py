@@ -15,8 +15,9 @@ queue itself if no committer is running. Records of one job in one batch collaps
 A failed write raises in every waiter of its batch (the heartbeat fails; the node retries it).
 
 Waiters on an event loop (heartbeats processed on the service's loop) use ``wait_async``: they wait on a future
-the batch's end resolves, and a committer among them writes its batch on an executor thread, so a batch costs one
-thread hop instead of one per heartbeat.
+the batch's end resolves, and a committer among them writes its batch on the group commit's own thread, so a batch
+costs one thread hop instead of one per heartbeat. That thread is the group commit's alone: a write must never
+queue behind threads that wait for the scheduling lock, whose holder may be waiting for that write (``flush``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from pooltree.server.store import JobRecord
 
@@ -45,6 +46,8 @@ class GroupCommit:
         self._committing = False
         self._failures: list[tuple[int, int, BaseException]] = []
         """(first ticket, last ticket, error) of failed batches, the latest ``FAILURES_KEPT``."""
+        self._executor: ThreadPoolExecutor | None = None
+        """The thread ``wait_async``'s committers write on (made at the first)."""
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         """Event-loop waiters of the batch being committed (resolved when it ends)."""
         self.batches = 0
@@ -78,9 +81,9 @@ class GroupCommit:
                 self._committing = True
             self._commit(batch, first, last)
 
-    async def wait_async(self, ticket: int, executor: Executor) -> None:
+    async def wait_async(self, ticket: int) -> None:
         """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
-        committer its batch is written on ``executor``."""
+        committer its batch is written on the group commit's thread."""
         if ticket <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -101,11 +104,24 @@ class GroupCommit:
                 await ended
                 continue
             try:
-                pending = loop.run_in_executor(executor, self._commit, batch, first, last)
-            except RuntimeError:  # the executor is shut down (the service stops): write it here
+                pending = loop.run_in_executor(self._writer(), self._commit, batch, first, last)
+            except RuntimeError:  # the thread is shut down (``close``): write it here
                 self._commit(batch, first, last)
                 continue
             await asyncio.shield(pending)
+
+    def _writer(self) -> Executor:
+        with self._condition:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="group-commit")
+            return self._executor
+
+    def close(self) -> None:
+        """End the commit thread of ``wait_async`` (idle once nothing waits)."""
+        with self._condition:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     def flush(self) -> None:
         """Store everything queued so far (the caller's later write then cannot overtake it)."""

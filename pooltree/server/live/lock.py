@@ -17,18 +17,32 @@ from typing import Any
 
 class SchedulingLock:
     """``threading.RLock`` (``acquire``, ``release``, ``with``) plus ``try_enter`` (taken only when no one, this
-    thread included, holds it) and ``released(loop)``: a future resolved when the lock is next released."""
+    thread included, holds it and no thread waits for it) and ``released(loop)``: a future resolved when the lock
+    is next released."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._owner: int | None = None
         self._depth = 0
+        self._blocked = 0
+        """Threads waiting in a blocking ``acquire``: ``try_enter`` leaves the lock to them (the event loop would
+        otherwise take it again and again between its heartbeats while a command's thread waits for it)."""
+        self._counter_lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._waiters_lock = threading.Lock()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not self._lock.acquire(blocking, timeout):
-            return False
+        if not self._lock.acquire(False):
+            if not blocking:
+                return False
+            with self._counter_lock:
+                self._blocked += 1
+            try:
+                if not self._lock.acquire(True, timeout):
+                    return False
+            finally:
+                with self._counter_lock:
+                    self._blocked -= 1
         self._owner = threading.get_ident()
         self._depth += 1
         return True
@@ -36,7 +50,7 @@ class SchedulingLock:
     def try_enter(self) -> bool:
         """Take the lock if it is free. Unlike ``acquire(blocking=False)``, never re-entered by its holder's
         thread: a coroutine of the event loop must not run inside a section that loop's thread opened."""
-        if self._owner == threading.get_ident():
+        if self._owner == threading.get_ident() or self._blocked:
             return False
         return self.acquire(blocking=False)
 
