@@ -36,7 +36,7 @@ from live_nodes import SimNode
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
-from pooltree.server.heartbeats import decode_heartbeat
+from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
 
@@ -91,6 +91,7 @@ def main() -> None:
         ]
         profile = cProfile.Profile()
         step = args.period / len(nodes)
+        reports = RunningReports()  # as the service keeps one
         state = {"now": 1.0, "next_update": 1.0}
 
         def run(until: float, counted: Counted | None) -> None:
@@ -105,7 +106,7 @@ def main() -> None:
                     began = time.process_time()
                     if counted is not None and args.profile:
                         profile.enable()
-                    heartbeat = decode_heartbeat(body)
+                    heartbeat = decode_heartbeat(body, reports)
                     answer = wire.encode(live.process_heartbeat(heartbeat, now))
                     if counted is not None and args.profile:
                         profile.disable()

@@ -240,9 +240,9 @@ def split_response(data: Any) -> tuple[dict[str, Any], ResponseControl]:
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunningJobReport:
-    """One job the node runs right now."""
+    """One job the node runs right now (shared by the heartbeats that report it unchanged: ``RunningReports``)."""
 
     job_id: str
     operation_id: str
@@ -485,8 +485,46 @@ def _list(data: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
-def parse_heartbeat(data: Any) -> HeartbeatRequest:
-    """Validate a heartbeat map; every error names the offending field."""
+MAX_REMEMBERED_NODES = 100_000
+"""Nodes whose last running-job entries ``RunningReports`` keeps (the oldest heard from is forgotten first)."""
+
+
+class RunningReports:
+    """The running-job reports of each node's last heartbeat, with the entries they were read from.
+
+    A node reports every running job in every heartbeat, and most of them have not changed since the last one; an
+    entry equal to the last one of its job gives the report read then, without reading it again (a dict compare
+    in C instead of the per-field checks). Equal entries give equal reports, so nothing a node sends can make
+    another entry's report differ from what reading it would give. One per process that decodes heartbeats (the
+    service's event loop, each node shard), used from one thread.
+    """
+
+    def __init__(self, max_nodes: int = MAX_REMEMBERED_NODES) -> None:
+        self.max_nodes = max_nodes
+        self._nodes: dict[str, dict[str, tuple[dict[str, Any], RunningJobReport]]] = {}
+
+    def parse(self, address: str, entries: list[Any]) -> list[RunningJobReport]:
+        previous = self._nodes.pop(address, None) or {}
+        current: dict[str, tuple[dict[str, Any], RunningJobReport]] = {}
+        reports: list[RunningJobReport] = []
+        for index, entry in enumerate(entries):
+            job_id = entry.get("job_id") if type(entry) is dict else None
+            known = previous.get(job_id) if type(job_id) is str else None
+            if known is not None and known[0] == entry:
+                report = known[1]
+            else:
+                report = _running_report(entry, index)
+            current[report.job_id] = (entry, report)
+            reports.append(report)
+        self._nodes[address] = current
+        if len(self._nodes) > self.max_nodes:
+            del self._nodes[next(iter(self._nodes))]
+        return reports
+
+
+def parse_heartbeat(data: Any, reports: RunningReports | None = None) -> HeartbeatRequest:
+    """Validate a heartbeat map; every error names the offending field. ``reports``: the last heartbeats'
+    running-job reports, reused for entries that did not change."""
     if not isinstance(data, Mapping):
         raise ConfigError("heartbeat", f"expected a map, got {type(data).__name__}")
     address = _string(data, "node_address", "")
@@ -500,8 +538,11 @@ def parse_heartbeat(data: Any) -> HeartbeatRequest:
     tags_raw = data.get("tags") or []
     if not isinstance(tags_raw, list) or not all(isinstance(t, str) and t for t in tags_raw):
         raise ConfigError("tags", "expected a list of non-empty strings")
-    running: list[RunningJobReport] = []
-    running = [_running_report(entry, index) for index, entry in enumerate(_list(data, "running_jobs"))]
+    entries = _list(data, "running_jobs")
+    if reports is not None:
+        running = reports.parse(address, entries)
+    else:
+        running = [_running_report(entry, index) for index, entry in enumerate(entries)]
     finished: list[FinishedJobReport] = []
     for index, entry in enumerate(_list(data, "finished_jobs")):
         path = join_path("finished_jobs", index)

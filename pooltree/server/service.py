@@ -41,7 +41,7 @@ from pooltree.server.app import DrainUnreadBody, create_app, new_request_id, rea
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
-from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
+from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, RunningReports, decode_heartbeat
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.throttle import ThrottleSettings
@@ -367,6 +367,8 @@ class SchedulerService:
             self._heartbeat_endpoint, {wire.HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES}
         )
         """The heartbeat's direct path (``asgi``): its handler, with the body an early answer leaves drained."""
+        self._running_reports = RunningReports()
+        """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
         self._heartbeat_threads: ThreadPoolExecutor | None = None
         """Heartbeats waiting for the scheduling lock or for their job records to be stored (from ``start``
         to ``stop``; before and after, Starlette's threads)."""
@@ -438,7 +440,7 @@ class SchedulerService:
             self.security.authenticate_node(request.headers, peer)
             self.store.check_writable()
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
-            heartbeat = decode_heartbeat(body)
+            heartbeat = decode_heartbeat(body, self._running_reports)
             limit = self.enter_heartbeat(heartbeat)  # counted in flight from here
             try:
                 response = await self._answer_heartbeat_async(

@@ -33,7 +33,7 @@ from pooltree.errors import PooltreeError
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
-from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, decode_heartbeat
+from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, RunningReports, decode_heartbeat
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
 
@@ -75,6 +75,8 @@ class ShardServer:
         self.settings = settings
         self.loop: asyncio.AbstractEventLoop | None = None
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
+        self.reports = RunningReports()
+        """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
         self._serial = 0
 
     async def heartbeat(self, request: Request) -> Response:
@@ -89,7 +91,7 @@ class ShardServer:
                     self.settings.node_networks,
                 )
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
-            heartbeat = decode_heartbeat(body)
+            heartbeat = decode_heartbeat(body, self.reports)
             reply = await self._ask((pack(heartbeat), peer, request.url.hostname))
         except PooltreeError as error:
             return error_response(error, request_id, self.settings.proxy, time.time())

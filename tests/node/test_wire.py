@@ -189,3 +189,29 @@ def test_the_codec_refuses_what_is_not_json() -> None:
             wire.decode(body)
     value = {"a": np.float64(1.5), "b": [np.int64(2)], "c": "\u00e9"}
     assert wire.decode(wire.encode(value)) == {"a": 1.5, "b": [2], "c": "\u00e9"}
+
+
+@given(steps=st.lists(st.lists(running_entries, max_size=4), min_size=1, max_size=6))
+def test_remembered_running_reports_are_what_reading_gives(steps: list[list[object]]) -> None:
+    """``RunningReports`` reuses the last report of an unchanged entry: each heartbeat's reports (or its error
+    path) are those of reading every entry afresh, over a sequence of heartbeats of one node."""
+    reports = wire.RunningReports()
+    stable = wire.running_job("j-stable", "op1", "main", start_time=1.0, resource_usage={"cpu": 1})
+    for entries in steps:
+        entries = [stable, *entries, dict(stable)]
+        try:
+            expected = [wire._running_report(entry, index) for index, entry in enumerate(entries)]
+        except ConfigError as error:
+            with pytest.raises(ConfigError) as raised:
+                reports.parse("n1", entries)
+            assert raised.value.path == error.path
+            continue
+        got = reports.parse("n1", entries)
+        assert got == expected
+
+
+def test_an_unhashable_job_id_is_refused_by_field() -> None:
+    reports = wire.RunningReports()
+    with pytest.raises(ConfigError) as raised:
+        reports.parse("n1", [{"job_id": ["x"], "operation_id": "o"}])
+    assert raised.value.path == "running_jobs[0].job_id"
