@@ -32,8 +32,9 @@ from starlette.routing import Route
 from pooltree.errors import PooltreeError
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
-from pooltree.server.app import error_response, new_request_id, read_body
+from pooltree.server.app import DrainUnreadBody, error_response, new_request_id, read_body
 from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, RunningReports, decode_heartbeat
+from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
 
@@ -44,7 +45,7 @@ except ImportError:  # the scheduler's dependency; a plain asyncio loop without 
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_PATH = "/internal/node_heartbeat"
+HEARTBEAT_PATH = wire.HEARTBEAT_PATH
 
 
 class LeaderGone(YtError):
@@ -77,7 +78,23 @@ class ShardServer:
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
+        self.app = Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
+        self._heartbeat_asgi = DrainUnreadBody(
+            self._heartbeat_endpoint, {HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES}
+        )
         self._serial = 0
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The shard's ASGI app: a heartbeat goes straight to its handler (as the scheduler's own does,
+        ``SchedulerService.asgi``), anything else to Starlette's routing (404 / 405)."""
+        if scope["type"] == "http" and scope["path"] == HEARTBEAT_PATH and scope["method"] == "POST":
+            await self._heartbeat_asgi(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _heartbeat_endpoint(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        response = await self.heartbeat(Request(scope, receive))
+        await response(scope, receive, send)
 
     async def heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()
@@ -144,9 +161,13 @@ def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
     sock.bind((settings.host, 0))
     sock.listen(1024)
     server = ShardServer(conn, settings)
-    app = Starlette(routes=[Route(HEARTBEAT_PATH, server.heartbeat, methods=["POST"])])
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", access_log=False, loop="auto", http="auto"
+        server.asgi,
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+        loop="auto",
+        http=BoundedHeadersProtocol,  # a deadline for request headers; one send per answer
     )
     uvicorn_server = uvicorn.Server(config)
 
