@@ -163,6 +163,7 @@ def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
     server = ShardServer(conn, settings)
     config = uvicorn.Config(
         server.asgi,
+        interface="asgi3",  # a bound coroutine method: uvicorn's guess would be ASGI 2
         log_level="warning",
         lifespan="off",
         access_log=False,
