@@ -204,6 +204,55 @@ class NodeFleet:
         return known
 
 
+def no_node_fits_error(
+    tree: str,
+    task_name: str,
+    needed: np.ndarray,
+    node_limits: list[np.ndarray],
+    node_count: int,
+    below_spare_count: int,
+    spare: np.ndarray,
+    tag_filter_text: str,
+) -> dict[str, Any]:
+    """The ``no_online_node_to_schedule_job`` error of ``tree``: ``node_limits`` are the limits of its nodes
+    matching the operation's tag filter (each kind once or each node: only the largest and which fall below the
+    spare matter), ``node_count`` how many nodes they are, ``below_spare_count`` how many of them are below
+    ``spare`` (``min_spare_allocation_resources_on_node``)."""
+    largest = np.max(np.vstack(node_limits), axis=0) if node_limits else None
+    attributes: dict[str, Any] = {
+        "task_name": task_name,
+        "needed_resources": resources_to_dict(needed),
+        "pool_tree": tree,
+        "node_count": node_count,
+    }
+    if largest is not None:
+        attributes["max_node_resources"] = resources_to_dict(largest)
+        short = [RESOURCES[i] for i in range(len(RESOURCES)) if needed[i] > largest[i] + 1e-9]
+        attributes["unsatisfied_resources"] = short
+    if tag_filter_text:
+        attributes["scheduling_tag_filter"] = tag_filter_text
+    inner: list[dict[str, Any]] = []
+    if below_spare_count > 0:
+        attributes["min_spare_allocation_resources_on_node"] = resources_to_dict(spare)
+        attributes["nodes_below_min_spare"] = below_spare_count
+        if below_spare_count == node_count:
+            short = sorted({r for limits in node_limits for r in below_min_spare(limits, spare)})
+            inner.append(
+                yt_error(
+                    GENERIC_ERROR,
+                    f'Every node of tree "{tree}" has less {", ".join(short)} than the tree\'s '
+                    "min_spare_allocation_resources_on_node even when idle, so none can start a job",
+                    {"pool_tree": tree, "resources": short},
+                )
+            )
+    return yt_error(
+        NO_ONLINE_NODE_TO_SCHEDULE_JOB,
+        "No online node can satisfy the resource demand",
+        {"alert_type": NO_ONLINE_NODE, **attributes},
+        inner,
+    )
+
+
 def starving_for(view: Mapping[str, Any] | None, now: float) -> float | None:
     """Seconds the element has been starving (strategy view), or None when it is not starving."""
     if not view or view.get("starvation_status") in (None, "non_starving"):
@@ -481,38 +530,15 @@ class SchedulerAlerts:
             if found is None:
                 continue
             name, needed = found
-            largest = np.max(np.vstack([group.limits for group in matching]), axis=0) if matching else None
-            attributes: dict[str, Any] = {
-                "task_name": name,
-                "needed_resources": resources_to_dict(needed),
-                "pool_tree": tree,
-                "node_count": node_count,
-            }
-            if largest is not None:
-                attributes["max_node_resources"] = resources_to_dict(largest)
-                short = [RESOURCES[i] for i in range(len(RESOURCES)) if needed[i] > largest[i] + 1e-9]
-                attributes["unsatisfied_resources"] = short
-            if tag_filter.text:
-                attributes["scheduling_tag_filter"] = tag_filter.text
-            inner: list[dict[str, Any]] = []
-            if usable_count < node_count:
-                attributes["min_spare_allocation_resources_on_node"] = resources_to_dict(spare)
-                attributes["nodes_below_min_spare"] = node_count - usable_count
-                if not usable:
-                    short = sorted({r for group in matching for r in below_min_spare(group.limits, spare)})
-                    inner.append(
-                        yt_error(
-                            GENERIC_ERROR,
-                            f'Every node of tree "{tree}" has less {", ".join(short)} than the tree\'s '
-                            "min_spare_allocation_resources_on_node even when idle, so none can start a job",
-                            {"pool_tree": tree, "resources": short},
-                        )
-                    )
-            return yt_error(
-                NO_ONLINE_NODE_TO_SCHEDULE_JOB,
-                "No online node can satisfy the resource demand",
-                {"alert_type": NO_ONLINE_NODE, **attributes},
-                inner,
+            return no_node_fits_error(
+                tree,
+                name,
+                needed,
+                [group.limits for group in matching],
+                node_count,
+                node_count - usable_count,
+                spare,
+                tag_filter.text,
             )
         return None
 

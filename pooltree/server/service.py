@@ -37,11 +37,16 @@ from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
-from pooltree.server.app import DrainUnreadBody, create_app, new_request_id, read_body
+from pooltree.server.app import create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
-from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, RunningReports, decode_heartbeat
+from pooltree.server.heartbeats import (
+    MAX_HEARTBEAT_BYTES,
+    DirectHeartbeats,
+    RunningReports,
+    decode_heartbeat,
+)
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.throttle import ThrottleSettings
@@ -363,10 +368,7 @@ class SchedulerService:
         self.app.router.routes[0:0] = self.web.routes()
         self.app.state.service = self
         self.app.state.body_limits["/internal/node_heartbeat"] = MAX_HEARTBEAT_BYTES
-        self._heartbeat_asgi = DrainUnreadBody(
-            self._heartbeat_endpoint, {wire.HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES}
-        )
-        """The heartbeat's direct path (``asgi``): its handler, with the body an early answer leaves drained."""
+        self._direct = DirectHeartbeats(self._heartbeat, self.app)
         self._running_reports = RunningReports()
         """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
         self._heartbeat_threads: ThreadPoolExecutor | None = None
@@ -421,17 +423,9 @@ class SchedulerService:
     # ------------------------------------------------------------------ HTTP endpoints
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """The process's ASGI entry while leading: node heartbeats go straight to their handler (the hot path:
-        with 1,000 nodes the API's middleware and route matching cost more than the heartbeat's own work),
-        everything else, and a heartbeat sent to a test client of ``app``, through the app."""
-        if scope["type"] == "http" and scope["path"] == wire.HEARTBEAT_PATH and scope["method"] == "POST":
-            await self._heartbeat_asgi(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    async def _heartbeat_endpoint(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        response = await self._heartbeat(Request(scope, receive))
-        await response(scope, receive, send)
+        """The process's ASGI entry while leading: node heartbeats straight to their handler
+        (``heartbeats.DirectHeartbeats``), everything else through the app."""
+        await self._direct(scope, receive, send)
 
     async def _heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()

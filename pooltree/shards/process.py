@@ -32,8 +32,8 @@ from starlette.routing import Route
 from pooltree.errors import PooltreeError
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
-from pooltree.server.app import DrainUnreadBody, error_response, new_request_id, read_body
-from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, RunningReports, decode_heartbeat
+from pooltree.server.app import error_response, new_request_id, read_body
+from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, DirectHeartbeats, RunningReports, decode_heartbeat
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
@@ -78,23 +78,11 @@ class ShardServer:
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
-        self.app = Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
-        self._heartbeat_asgi = DrainUnreadBody(
-            self._heartbeat_endpoint, {HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES}
+        self.asgi = DirectHeartbeats(
+            self.heartbeat, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
         )
+        """The shard's ASGI app: heartbeats straight to ``heartbeat``, anything else to Starlette (404/405)."""
         self._serial = 0
-
-    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """The shard's ASGI app: a heartbeat goes straight to its handler (as the scheduler's own does,
-        ``SchedulerService.asgi``), anything else to Starlette's routing (404 / 405)."""
-        if scope["type"] == "http" and scope["path"] == HEARTBEAT_PATH and scope["method"] == "POST":
-            await self._heartbeat_asgi(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    async def _heartbeat_endpoint(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        response = await self.heartbeat(Request(scope, receive))
-        await response(scope, receive, send)
 
     async def heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()
@@ -163,7 +151,7 @@ def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
     server = ShardServer(conn, settings)
     config = uvicorn.Config(
         server.asgi,
-        interface="asgi3",  # a bound coroutine method: uvicorn's guess would be ASGI 2
+        interface="asgi3",
         log_level="warning",
         lifespan="off",
         access_log=False,

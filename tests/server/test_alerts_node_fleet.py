@@ -8,20 +8,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pooltree.alerts import (
-    NO_ONLINE_NODE,
-    NO_ONLINE_NODE_TO_SCHEDULE_JOB,
-    AlertSettings,
-    NodeFleet,
-    below_min_spare,
-    unschedulable_task,
-)
+from pooltree.alerts import AlertSettings, NodeFleet, below_min_spare, no_node_fits_error, unschedulable_task
 from pooltree.config import parse_pool_trees
 from pooltree.config.tags import TagFilter
-from pooltree.errors import GENERIC_ERROR, yt_error
-from pooltree.resources import RESOURCES, resources_to_dict
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
@@ -30,7 +19,8 @@ GIB = 1 << 30
 
 
 def per_node_unfit(scheduler: LiveScheduler, op: Any) -> dict[str, Any] | None:
-    """The per-node walk ``SchedulerAlerts._unfit`` made before the groups (the reference)."""
+    """The per-node walk ``SchedulerAlerts._unfit`` made before the groups (the reference): which nodes match,
+    fall below the spare and fit, node by node; the error is built from them by the same function."""
     center = scheduler.alert_center
     if op.is_final or op.controller.pending_allocation_count == 0:
         return None
@@ -49,39 +39,9 @@ def per_node_unfit(scheduler: LiveScheduler, op: Any) -> dict[str, Any] | None:
         if found is None:
             continue
         name, needed = found
-        largest = np.max(np.vstack([n.resource_limits for n in nodes]), axis=0) if nodes else None
-        attributes: dict[str, Any] = {
-            "task_name": name,
-            "needed_resources": resources_to_dict(needed),
-            "pool_tree": tree,
-            "node_count": len(nodes),
-        }
-        if largest is not None:
-            attributes["max_node_resources"] = resources_to_dict(largest)
-            attributes["unsatisfied_resources"] = [
-                RESOURCES[i] for i in range(len(RESOURCES)) if needed[i] > largest[i] + 1e-9
-            ]
-        if tag_filter.text:
-            attributes["scheduling_tag_filter"] = tag_filter.text
-        inner: list[dict[str, Any]] = []
-        if len(usable) < len(nodes):
-            attributes["min_spare_allocation_resources_on_node"] = resources_to_dict(spare)
-            attributes["nodes_below_min_spare"] = len(nodes) - len(usable)
-            if not usable:
-                short = sorted({r for n in nodes for r in below_min_spare(n.resource_limits, spare)})
-                inner.append(
-                    yt_error(
-                        GENERIC_ERROR,
-                        f'Every node of tree "{tree}" has less {", ".join(short)} than the tree\'s '
-                        "min_spare_allocation_resources_on_node even when idle, so none can start a job",
-                        {"pool_tree": tree, "resources": short},
-                    )
-                )
-        return yt_error(
-            NO_ONLINE_NODE_TO_SCHEDULE_JOB,
-            "No online node can satisfy the resource demand",
-            {"alert_type": NO_ONLINE_NODE, **attributes},
-            inner,
+        limits = [n.resource_limits for n in nodes]  # every node, not each kind once
+        return no_node_fits_error(
+            tree, name, needed, limits, len(nodes), len(nodes) - len(usable), spare, tag_filter.text
         )
     return None
 

@@ -6,6 +6,7 @@ released while the loop keeps answering other requests."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -20,6 +21,9 @@ from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import JobRecord, open_store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from heartbeat_maps import node_heartbeat
 
 WAIT = 30.0
 TOKEN = "ytct-0000-" + "7a11" * 8
@@ -177,20 +181,7 @@ async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_p
 
 
 def _heartbeat(address: str) -> bytes:
-    return wire.encode(
-        wire.heartbeat(
-            address,
-            sequence=1,
-            time=0.0,
-            resource_limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30},
-            resource_usage={},
-            memory_limit=8 << 30,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=[],
-            finished_jobs=[],
-        )
-    )
+    return wire.encode(node_heartbeat(address, limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30}))
 
 
 @pytest.fixture
