@@ -1,9 +1,12 @@
 """Revival: operations the store holds in non-final states are re-registered after a scheduler restart.
 
-A mixin of ``LiveScheduler`` (``scheduler.py``); running jobs wait for their nodes' first heartbeats (``jobs.py``).
+A part of ``LiveScheduler`` (``scheduler.py``, ``scheduler.revival``) that works on the scheduler's state under its
+lock; running jobs wait for their nodes' first heartbeats (``jobs.py``).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pooltree.config import OperationSpec
 from pooltree.errors import PooltreeError
@@ -19,20 +22,25 @@ from pooltree.server.live.model import (
 )
 from pooltree.server.store import OperationFilter, OperationRecord
 
+if TYPE_CHECKING:
+    from pooltree.server.live.scheduler import LiveScheduler
+
 
 class LiveRevival:
     """Revival of ``LiveScheduler``."""
 
-    # ------------------------------------------------------------------ revival
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
 
     def revive(self, now: float) -> list[str]:
         """Re-register operations the store holds in non-final states; running jobs wait for their nodes."""
+        scheduler = self.scheduler
         revived: list[str] = []
-        with self.lock:
-            self.connect(now)
+        with scheduler.lock:
+            scheduler.connect(now)
             records: list[OperationRecord] = []
             for state in ACTIVE_STATES:
-                records.extend(self.store.list_operations(OperationFilter(state=state, limit=1_000_000)))
+                records.extend(scheduler.store.list_operations(OperationFilter(state=state, limit=1_000_000)))
             records.sort(key=lambda r: (r.start_time, r.id))
             for record in records:
                 try:
@@ -43,16 +51,18 @@ class LiveRevival:
         return revived
 
     def _fail_record(self, record: OperationRecord, error: PooltreeError, now: float) -> None:
+        scheduler = self.scheduler
         record.state = "failed"
         record.finish_time = now
         record.document = {
             **record.document,
             "error": yt_error(OPERATION_FAILED, f"Operation could not be revived: {error.message}"),
         }
-        self.store.put_operation(record)
-        self.counts.put(record, final=True)
+        scheduler.store.put_operation(record)
+        scheduler.counts.put(record, final=True)
 
     def _revive_one(self, record: OperationRecord, now: float) -> None:
+        scheduler = self.scheduler
         if vault_is_sealed(record.spec):  # its jobs must not start without their secrets
             raise PooltreeError(
                 "its spec.secure_vault cannot be opened with this scheduler's store key "
@@ -77,7 +87,7 @@ class LiveRevival:
             tentative = [t for t, entry in per_tree.items() if t not in kept and entry.get("tentative")]
             merged["pool_trees"] = [*kept, *tentative] if kept else list(per_tree)
             spec_for_trees = OperationSpec.parse(merged, "spec")
-        registered = self.registry.register_operation(
+        registered = scheduler.registry.register_operation(
             record.id,
             spec_for_trees,
             user=record.user,
@@ -102,24 +112,24 @@ class LiveRevival:
             lost_jobs=int(doc.get("lost_jobs") or 0),
         )
         controller.failed_job_count = int(doc.get("failed_job_count") or 0)
-        for job_record in self.store.list_jobs(record.id):
+        for job_record in scheduler.store.list_jobs(record.id):
             job = LiveJob.from_record(job_record)
             op.jobs[job.id] = job
             if job.state == "completed":
                 controller.mark_completed(job.task_name, job.job_index)
             elif job.state == "running":
                 if controller.reserve(job.address, job.task_name, job.job_index, job.id, job.start_time):
-                    self.jobs[job.id] = job
-                    self.reservations.add(job.address, op.id)
-                    self.expected_nodes.setdefault(job.address, now)
+                    scheduler.jobs[job.id] = job
+                    scheduler.reservations.add(job.address, op.id)
+                    scheduler.expected_nodes.setdefault(job.address, now)
                 else:
-                    self._mark_lost(job, now)
-        self._attach(op)
-        self.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
-        self.operations[op.id] = op
+                    scheduler._mark_lost(job, now)
+        scheduler._attach(op)
+        scheduler.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
+        scheduler.operations[op.id] = op
         op.events.append({"state": "reviving", "time": now})
         if bool(doc.get("suspended")):
-            self.registry.suspend_operation(op.id)
+            scheduler.registry.suspend_operation(op.id)
             op.suspended = True
         op.state = ""
-        self._sync_state(op, now)
+        scheduler._sync_state(op, now)

@@ -67,7 +67,7 @@ FINAL_STATES = ("completed", "failed", "aborted")
 ALL_OPERATIONS = 1 << 62
 
 
-class LiveScheduler(LiveJobs, LiveRevival):
+class LiveScheduler(LiveJobs):
     """All scheduler state behind one lock; every public method is safe to call from any thread."""
 
     def __init__(
@@ -150,11 +150,17 @@ class LiveScheduler(LiveJobs, LiveRevival):
         self.default_tentative_pool_trees: tuple[str, ...] = ()
         """The scheduler's ``default_tentative_pool_trees`` (spec ``use_default_tentative_pool_trees``)."""
         self.tentative = LiveTentative(self)
+        self.revival = LiveRevival(self)
+        """Revival after a restart (``revival.py``)."""
         """Operations running in tentative pool trees (`tentative.py`)."""
         """Operations per state/user/pools/type for ``list_operations`` counters (every stored operation)."""
         self.counts.load(
             store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
         )
+
+    def revive(self, now: float) -> list[str]:
+        """Re-register operations the store holds in non-final states (``revival.py``); their ids."""
+        return self.revival.revive(now)
 
     def connect(self, now: float) -> None:
         """This scheduler connects (starts or takes over) at ``now``: for each tree's ``node_reconnection_timeout``
