@@ -1,12 +1,13 @@
 """Node heartbeats and jobs: finished reports, re-attachment, scheduling answers, lost jobs, the node sweep.
 
-A mixin of ``LiveScheduler`` (``scheduler.py``); it reads and writes the scheduler's state under its lock.
+A part of ``LiveScheduler`` (``scheduler.py``, ``scheduler.heartbeats``); it reads and writes the scheduler's state
+under the scheduler's lock.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from pooltree.server.live.model import (
     new_guid,
 )
 from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
+
+if TYPE_CHECKING:
+    from pooltree.server.live.scheduler import LiveScheduler
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +54,20 @@ def preemption_error(
 class LiveJobs:
     """Heartbeats and jobs of ``LiveScheduler``."""
 
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+
     # ------------------------------------------------------------------ heartbeats
 
     def _trees_of_node(self, address: str, tags: frozenset[str]) -> list[str]:
         """The trees a node with ``tags`` belongs to (kept per tag set until the pool trees change)."""
-        trees = self._node_trees.get(tags)
+        scheduler = self.scheduler
+        trees = scheduler._node_trees.get(tags)
         if trees is None:
-            filters = {name: tree.config.tag_filter for name, tree in self.registry.trees.items()}
+            filters = {name: tree.config.tag_filter for name, tree in scheduler.registry.trees.items()}
             sets = nodes_of_trees(filters, {address: tags})
             trees = [name for name, addresses in sets.items() if address in addresses]
-            self._node_trees[tags] = trees
+            scheduler._node_trees[tags] = trees
         return list(trees)
 
     def process_heartbeat(
@@ -71,9 +79,10 @@ class LiveJobs:
         Memory changes under the lock; the job records written go to the group commit (``commit.py``) and the
         answer waits, outside the lock, until they are stored: jobs it starts are stored before the node starts
         them, and finished jobs it acknowledges are durable."""
-        with self.lock:
+        scheduler = self.scheduler
+        with scheduler.lock:
             response, ticket = self._locked_heartbeat(heartbeat, now, throttled)
-        self.commits.wait(ticket)
+        scheduler.commits.wait(ticket)
         return response
 
     def try_process_heartbeat(
@@ -82,46 +91,49 @@ class LiveJobs:
         """``process_heartbeat`` without waiting: None when the lock is busy or a stale tree would be published
         first (``publishing``: work too long for the event loop, where this is called); else the response and the
         group commit ticket the caller must wait for before it answers (0: nothing to store)."""
-        if not self.lock.try_enter():
+        scheduler = self.scheduler
+        if not scheduler.lock.try_enter():
             return None
         try:
-            if self._stale_trees:
+            if scheduler._stale_trees:
                 return None
             return self._locked_heartbeat(heartbeat, now, throttled)
         finally:
-            self.lock.release()
+            scheduler.lock.release()
 
     @property
     def publishing(self) -> bool:
         """Whether a heartbeat would publish a stale tree first (read without the lock: a hint)."""
-        return bool(self._stale_trees)
+        return bool(self.scheduler._stale_trees)
 
     def _locked_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, throttled: bool
     ) -> tuple[dict[str, Any], int]:
         """The heartbeat under the lock: (its response, the ticket of its job records in the group commit)."""
-        self._job_writes = {}
+        scheduler = self.scheduler
+        scheduler._job_writes = {}
         try:
             response = self._process_heartbeat(heartbeat, now, throttled)
         finally:
-            writes, self._job_writes = self._job_writes, None
-            ticket = self.commits.submit(writes.values())
+            writes, scheduler._job_writes = scheduler._job_writes, None
+            ticket = scheduler.commits.submit(writes.values())
         return response, ticket
 
     def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float, throttled: bool) -> dict[str, Any]:
         """The body of ``process_heartbeat`` (lock held, job writes collected)."""
-        node = self.nodes.get(heartbeat.address)
+        scheduler = self.scheduler
+        node = scheduler.nodes.get(heartbeat.address)
         if node is None:
             node = NodeState(heartbeat.address, now, heartbeat.resource_limits)
-            self.nodes[heartbeat.address] = node
+            scheduler.nodes[heartbeat.address] = node
         node.last_seen = now
         node.resource_limits = heartbeat.resource_limits
         node.tags = heartbeat.tags
         node.memory_meter = heartbeat.memory_meter
         node.alerts = heartbeat.alerts
-        self.expected_nodes.pop(heartbeat.address, None)
+        scheduler.expected_nodes.pop(heartbeat.address, None)
         node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
-        for tree, core in self.cores.items():
+        for tree, core in scheduler.cores.items():
             # a node whose tags or trees' filters changed leaves the trees it no longer matches (YTsaurus)
             if tree not in node.trees and heartbeat.address in core.node_limits:
                 self._remove_node_from_tree(tree, heartbeat.address, now)
@@ -135,7 +147,7 @@ class LiveJobs:
         self._release_reservations(heartbeat.address, running_ids, now)
         # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
         for job_id in running_ids:
-            job = self.jobs.get(job_id)
+            job = scheduler.jobs.get(job_id)
             if job is not None and job.address != heartbeat.address:
                 _refuse_foreign_report(job, heartbeat.address, "running")
                 node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
@@ -145,7 +157,7 @@ class LiveJobs:
                 job.missed_heartbeats = 0
         # Measured memory above a job's reserve counts as its allocation's usage (SchedulerCore.report_usage).
         for report in heartbeat.running:
-            job = self.jobs.get(report.job_id)
+            job = scheduler.jobs.get(report.job_id)
             if (
                 report.gpu_devices
                 and job is not None
@@ -153,18 +165,18 @@ class LiveJobs:
                 and job.gpu_devices != report.gpu_devices
             ):
                 job.gpu_devices = report.gpu_devices  # YTsaurus's exec_attributes/gpu_devices of the job
-                self._put_job(job.record())
+                scheduler._put_job(job.record())
             if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
                 continue
             if job.address != heartbeat.address:
                 continue  # another node's job: refused above
-            core = self.cores.get(job.tree)
+            core = scheduler.cores.get(job.tree)
             if core is not None:
                 reported = np.array(report.resource_usage, dtype=float)
                 reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
                 core.report_usage(job.allocation_id, reported)
         acknowledged = set(acknowledge)
-        for job in self.jobs.on_node(heartbeat.address):
+        for job in scheduler.jobs.on_node(heartbeat.address):
             if job.state == "running" and job.id not in running_ids:
                 if job.id in acknowledged:
                     continue
@@ -174,18 +186,18 @@ class LiveJobs:
         # Completion first: a finished operation frees its pool's running slot, and the operation activated
         # in its place is published and scheduled in this same heartbeat.
         for operation_id in touched:
-            op = self.operations.get(operation_id)
+            op = scheduler.operations.get(operation_id)
             if op is not None:
-                self._check_completion(op, now)
-        if self.tentative.pending_bans:
-            self.tentative.apply_bans(now)  # tentative trees where the operation's jobs are too slow
-        self._refresh_stale_trees(now)
+                scheduler._check_completion(op, now)
+        if scheduler.tentative.pending_bans:
+            scheduler.tentative.apply_bans(now)  # tentative trees where the operation's jobs are too slow
+        scheduler._refresh_stale_trees(now)
         start = [] if throttled else self._schedule(node, heartbeat, now)
         extra: dict[str, Any] = {}
-        period = self.heartbeat_period
+        period = scheduler.heartbeat_period
         if throttled:  # YTsaurus: scheduling skipped, the node backs off
             extra[wire.SCHEDULING_SKIPPED] = True
-            period = self.heartbeat_throttle.backoff_period(period, self.node_heartbeat_timeout)
+            period = scheduler.heartbeat_throttle.backoff_period(period, scheduler.node_heartbeat_timeout)
         response = wire.response(
             start=start,
             preempt=node.preempts,
@@ -201,9 +213,10 @@ class LiveJobs:
     def _schedule(self, node: NodeState, heartbeat: HeartbeatRequest, now: float) -> list[dict[str, Any]]:
         """The strategy's pass over ``node`` in each of its trees: specs of the jobs to start; preemptions are
         queued on their nodes."""
+        scheduler = self.scheduler
         start: list[dict[str, Any]] = []
         for tree in node.trees:
-            core = self.cores[tree]
+            core = scheduler.cores[tree]
             limits_before = core.node_limits.get(heartbeat.address)
             result = core.process_heartbeat(
                 NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
@@ -211,44 +224,48 @@ class LiveJobs:
             if limits_before is None or not np.array_equal(
                 limits_before, core.node_limits[heartbeat.address]
             ):
-                self.mark_dirty(tree)  # the tree's total resources changed
+                scheduler.mark_dirty(tree)  # the tree's total resources changed
             for allocation in result.allocations_to_start:
                 spec = self._on_started(tree, allocation, node, now)
                 if spec is not None:
                     start.append(spec)
             for record in result.allocations_to_preempt:
-                job_id = self.allocation_jobs.get(record.allocation_id)
-                self.preemptions[(tree, record.reason.value)] += 1
+                job_id = scheduler.allocation_jobs.get(record.allocation_id)
+                scheduler.preemptions[(tree, record.reason.value)] += 1
                 if job_id is None:
                     continue
                 self._note_preemption(job_id, record)
-                if record.error is not None and job_id in self.jobs:  # job time limit: YTsaurus's error 1202
-                    self.jobs[job_id].error = record.error
-                target = self.nodes.get(record.node_address, node)
+                if (
+                    record.error is not None and job_id in scheduler.jobs
+                ):  # job time limit: YTsaurus's error 1202
+                    scheduler.jobs[job_id].error = record.error
+                target = scheduler.nodes.get(record.node_address, node)
                 if record.interruptible and record.timeout > 0:
                     target.preempts.append([job_id, record.reason.value, float(record.timeout)])
                 else:
                     target.aborts.append({"job_id": job_id, "reason": record.reason.value})
-            self._drain(core)
+            scheduler._drain(core)
         return start
 
     def _release_reservations(self, address: str, keep: set[str] | frozenset[str], now: float) -> None:
         """Revived jobs reserved for ``address`` and not in ``keep`` go back to pending; their jobs are lost."""
-        for operation_id in self.reservations.operations_on(address):
-            op = self.operations.get(operation_id)
+        scheduler = self.scheduler
+        for operation_id in scheduler.reservations.operations_on(address):
+            op = scheduler.operations.get(operation_id)
             if op is None or not op.controller.has_reservations(address):
-                self.reservations.discard(address, operation_id)
+                scheduler.reservations.discard(address, operation_id)
                 continue
             for job_id in op.controller.release(address, keep=keep):
-                job = self.jobs.get(job_id)
+                job = scheduler.jobs.get(job_id)
                 if job is not None and job.state == "running":
-                    self._mark_lost(job, now)
+                    self.mark_lost(job, now)
             if not op.controller.has_reservations(address):
-                self.reservations.discard(address, operation_id)
+                scheduler.reservations.discard(address, operation_id)
 
     def _note_preemption(self, job_id: str, record: PreemptionRecord) -> None:
         """Keep why the job was preempted and for whom (YTsaurus ``interruption_info``) on the job and its record."""
-        job = self.jobs.get(job_id)
+        scheduler = self.scheduler
+        job = scheduler.jobs.get(job_id)
         if job is None:
             return
         info: dict[str, Any] = {
@@ -264,13 +281,14 @@ class LiveJobs:
             info["preempted_for"] = {
                 "operation_id": record.preemptor_operation_id,
                 "allocation_id": record.preemptor_allocation_id,
-                "job_id": self.allocation_jobs.get(record.preemptor_allocation_id or ""),
+                "job_id": scheduler.allocation_jobs.get(record.preemptor_allocation_id or ""),
             }
         job.interruption_info = info
-        self._touch(job.operation_id)
-        self._put_job(job.record())
+        scheduler._touch(job.operation_id)
+        scheduler._put_job(job.record())
 
     def _job_spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
+        scheduler = self.scheduler
         task = op.model.tasks[job.task_name]
         environment = dict(task.environment)
         environment.update(
@@ -307,7 +325,7 @@ class LiveJobs:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
-        if self.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
+        if scheduler.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
             spec["network"] = "isolated"
         tree = self.registry.trees.get(job.tree) if job.tree else None
         waiting = waiting_for_resources_timeout(tree.config) if tree is not None else None
@@ -321,8 +339,10 @@ class LiveJobs:
             spec["memory_reserve"] = min(reserve.user_job_memory_reserve, float(task.memory_limit))
             spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
             spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
-        if self.job_files is not None:  # file_paths: contents go with the spec, the node writes the sandbox
-            files = self.job_files(op.id, job.task_name)
+        if (
+            scheduler.job_files is not None
+        ):  # file_paths: contents go with the spec, the node writes the sandbox
+            files = scheduler.job_files(op.id, job.task_name)
             if files:
                 spec["files"] = files
         return spec
@@ -330,17 +350,18 @@ class LiveJobs:
     def _on_started(
         self, tree: str, allocation: Allocation, node: NodeState, now: float
     ) -> dict[str, Any] | None:
-        op = self.operations.get(allocation.operation_id)
+        scheduler = self.scheduler
+        op = scheduler.operations.get(allocation.operation_id)
         if op is None:
             return None
         op.revision += 1
         revived = op.controller.revived_allocations.pop(allocation.id, None)
-        if revived is not None and revived in self.jobs:
-            job = self.jobs[revived]
+        if revived is not None and revived in scheduler.jobs:
+            job = scheduler.jobs[revived]
             job.allocation_id = allocation.id
             job.tree = tree
             job.missed_heartbeats = 0
-            self.allocation_jobs[allocation.id] = job.id
+            scheduler.allocation_jobs[allocation.id] = job.id
             return None
         payload = allocation.payload
         job = LiveJob(
@@ -353,33 +374,34 @@ class LiveJobs:
             start_time=now,
             allocation_id=allocation.id,
         )
-        self.jobs[job.id] = job
+        scheduler.jobs[job.id] = job
         op.jobs[job.id] = job
-        self.allocation_jobs[allocation.id] = job.id
-        self._put_job(job.record())
+        scheduler.allocation_jobs[allocation.id] = job.id
+        scheduler._put_job(job.record())
         return self._job_spec(op, job, allocation)
 
     def _on_finished_report(
         self, node: NodeState, report: FinishedJobReport, now: float, touched: set[str]
     ) -> None:
-        job = self.jobs.get(report.job_id)
+        scheduler = self.scheduler
+        job = scheduler.jobs.get(report.job_id)
         if job is not None and (job.address != node.address or job.operation_id != report.operation_id):
             _refuse_foreign_report(job, node.address, report.state, report.operation_id)
             return
-        op = self.operations.get(report.operation_id)
-        self._touch(report.operation_id)
+        op = scheduler.operations.get(report.operation_id)
+        scheduler._touch(report.operation_id)
         if job is None and op is not None:
             reserved = op.controller.reserved_job_ids(node.address)
             if report.job_id in reserved:
                 task, index = reserved[report.job_id]
                 job = LiveJob(report.job_id, op.id, task, index, node.address, "", report.start_time)
-                self.jobs[job.id] = job
+                scheduler.jobs[job.id] = job
                 op.jobs[job.id] = job
         if job is None:
             return
         if job.state != "running":
             return
-        self.jobs.pop(job.id, None)
+        scheduler.jobs.pop(job.id, None)
         job.state = report.state
         job.finish_time = report.finish_time or now
         job.error = preemption_error(report.error, job.interruption_info, report.state)
@@ -391,11 +413,11 @@ class LiveJobs:
         job.stderr_size = report.stderr_size
         if report.gpu_devices:
             job.gpu_devices = report.gpu_devices
-        self._put_job(job.record())
+        scheduler._put_job(job.record())
         if op is None:
             return
         touched.add(op.id)
-        self.tentative.on_finished(job, report, now)
+        scheduler.tentative.on_finished(job, report, now)
         if report.state == "aborted":
             op.aborted_jobs += 1
         finished = FinishedAllocation(
@@ -406,8 +428,8 @@ class LiveJobs:
             job_proxy_max_memory=report.statistics.get("job_proxy/max_memory"),
         )
         if job.allocation_id is not None:
-            self.allocation_jobs.pop(job.allocation_id, None)
-            core = self.cores.get(job.tree)
+            scheduler.allocation_jobs.pop(job.allocation_id, None)
+            core = scheduler.cores.get(job.tree)
             if core is not None and core.on_allocation_finished(finished, now) is not None:
                 return
             # preempted or detached allocations: the strategy already forgot them
@@ -417,25 +439,27 @@ class LiveJobs:
             finished.allocation_id = allocation.id
             op.controller.on_allocation_finished(allocation, finished, now)
 
-    def _mark_lost(self, job: LiveJob, now: float) -> None:
-        self._touch(job.operation_id)
-        self.jobs.pop(job.id, None)
+    def mark_lost(self, job: LiveJob, now: float) -> None:
+        scheduler = self.scheduler
+        scheduler._touch(job.operation_id)
+        scheduler.jobs.pop(job.id, None)
         job.state = "aborted"
         job.finish_time = now
         job.abort_reason = "node_offline"
         job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": "node_offline"})
-        self._put_job(job.record())
-        op = self.operations.get(job.operation_id)
+        scheduler._put_job(job.record())
+        op = scheduler.operations.get(job.operation_id)
         if op is not None:
             op.lost_jobs += 1
             op.aborted_jobs += 1
 
     def _lose_allocation(self, job: LiveJob, now: float) -> None:
         """A job its node stopped reporting: abort its allocation (the controller restarts the job)."""
-        self._mark_lost(job, now)
+        scheduler = self.scheduler
+        self.mark_lost(job, now)
         if job.allocation_id is not None:
-            self.allocation_jobs.pop(job.allocation_id, None)
-            core = self.cores.get(job.tree)
+            scheduler.allocation_jobs.pop(job.allocation_id, None)
+            core = scheduler.cores.get(job.tree)
             if core is not None:
                 core.on_allocation_finished(
                     FinishedAllocation(job.allocation_id, "aborted", abort_reason="node_offline"), now
@@ -443,27 +467,33 @@ class LiveJobs:
 
     def _remove_node_from_tree(self, tree: str, address: str, now: float) -> None:
         """Take a node out of one tree's core: its allocations there end (their jobs are lost)."""
-        core = self.cores[tree]
+        scheduler = self.scheduler
+        core = scheduler.cores[tree]
         if address in core.node_limits:
-            self.mark_dirty(tree)  # the tree's total resources changed
+            scheduler.mark_dirty(tree)  # the tree's total resources changed
         for allocation in core.remove_node(address, now):
-            job_id = self.allocation_jobs.pop(allocation.id, None)
-            job = self.jobs.get(job_id) if job_id else None
+            job_id = scheduler.allocation_jobs.pop(allocation.id, None)
+            job = scheduler.jobs.get(job_id) if job_id else None
             if job is not None and job.state == "running":
-                self._mark_lost(job, now)
-        self._drain(core)
+                self.mark_lost(job, now)
+        scheduler._drain(core)
 
     def sweep_nodes(self, now: float) -> list[str]:
         """Nodes silent for ``node_heartbeat_timeout``: their allocations are aborted (``node_offline``)."""
-        with self.lock:
-            gone = [a for a, n in self.nodes.items() if now - n.last_seen > self.node_heartbeat_timeout]
+        scheduler = self.scheduler
+        with scheduler.lock:
+            gone = [
+                a for a, n in scheduler.nodes.items() if now - n.last_seen > scheduler.node_heartbeat_timeout
+            ]
             for address in gone:
-                for tree in self.cores:
+                for tree in scheduler.cores:
                     self._remove_node_from_tree(tree, address, now)
-                del self.nodes[address]
-            expired = [a for a, t in self.expected_nodes.items() if now - t > self.node_heartbeat_timeout]
+                del scheduler.nodes[address]
+            expired = [
+                a for a, t in scheduler.expected_nodes.items() if now - t > scheduler.node_heartbeat_timeout
+            ]
             for address in expired:
-                del self.expected_nodes[address]
+                del scheduler.expected_nodes[address]
                 self._release_reservations(address, frozenset(), now)
             return gone + expired
 

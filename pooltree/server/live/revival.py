@@ -123,7 +123,7 @@ class LiveRevival:
                     scheduler.reservations.add(job.address, op.id)
                     scheduler.expected_nodes.setdefault(job.address, now)
                 else:
-                    scheduler._mark_lost(job, now)
+                    scheduler.heartbeats.mark_lost(job, now)
         scheduler._attach(op)
         scheduler.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
         scheduler.operations[op.id] = op

@@ -27,6 +27,7 @@ from pooltree.alerts import (
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
+from pooltree.node.wire import HeartbeatRequest
 from pooltree.orchid import tree_view, unpublished_operation_view
 from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
@@ -67,7 +68,7 @@ FINAL_STATES = ("completed", "failed", "aborted")
 ALL_OPERATIONS = 1 << 62
 
 
-class LiveScheduler(LiveJobs):
+class LiveScheduler:
     """All scheduler state behind one lock; every public method is safe to call from any thread."""
 
     def __init__(
@@ -150,6 +151,8 @@ class LiveScheduler(LiveJobs):
         self.default_tentative_pool_trees: tuple[str, ...] = ()
         """The scheduler's ``default_tentative_pool_trees`` (spec ``use_default_tentative_pool_trees``)."""
         self.tentative = LiveTentative(self)
+        self.heartbeats = LiveJobs(self)
+        """Node heartbeats and jobs (``jobs.py``)."""
         self.revival = LiveRevival(self)
         """Revival after a restart (``revival.py``)."""
         """Operations running in tentative pool trees (`tentative.py`)."""
@@ -157,6 +160,27 @@ class LiveScheduler(LiveJobs):
         self.counts.load(
             store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
         )
+
+    def process_heartbeat(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> dict[str, Any]:
+        """One node heartbeat: its answer, once its job records are stored (``jobs.py``)."""
+        return self.heartbeats.process_heartbeat(heartbeat, now, throttled=throttled)
+
+    def try_process_heartbeat(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> tuple[dict[str, Any], int] | None:
+        """``process_heartbeat`` without waiting for the lock or the store (``jobs.py``)."""
+        return self.heartbeats.try_process_heartbeat(heartbeat, now, throttled=throttled)
+
+    @property
+    def publishing(self) -> bool:
+        """Whether a heartbeat would publish a stale tree first (``jobs.py``)."""
+        return self.heartbeats.publishing
+
+    def sweep_nodes(self, now: float) -> list[str]:
+        """Nodes silent for ``node_heartbeat_timeout`` lose their allocations (``jobs.py``)."""
+        return self.heartbeats.sweep_nodes(now)
 
     def revive(self, now: float) -> list[str]:
         """Re-register operations the store holds in non-final states (``revival.py``); their ids."""
