@@ -327,7 +327,7 @@ class LiveJobs:
             spec["interruption_signal"] = signal
         if scheduler.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
             spec["network"] = "isolated"
-        tree = self.registry.trees.get(job.tree) if job.tree else None
+        tree = scheduler.registry.trees.get(job.tree) if job.tree else None
         waiting = waiting_for_resources_timeout(tree.config) if tree is not None else None
         if waiting is not None:  # the tree's waiting_for_resources_on_node_timeout (`config/node_waiting.py`)
             spec["waiting_for_resources_timeout"] = waiting
