@@ -428,6 +428,7 @@ class SchedulerAlerts:
                     {
                         "throttled_by_soft_limit": throttle.throttled["soft"],
                         "throttled_by_hard_limit": throttle.throttled["hard"],
+                        "throttled_by_queue_wait": throttle.throttled["queued"],
                         "soft_concurrent_heartbeat_limit": settings.soft_limit,
                         "hard_concurrent_heartbeat_limit": settings.hard_limit,
                         "concurrent_heartbeats": throttle.last_in_flight_at_throttle,

@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 HEADER_TIMEOUT = 20.0
 """Seconds a request's line and headers may take from its first byte."""
+ARRIVED = "pooltree.arrived"
+"""The ASGI scope key of the event loop's time when the request's headers were whole (how long a request then
+waited for its handler is how far the loop is behind: ``live/throttle.py``'s ``queued`` limit)."""
 
 
 class CoalescedWrites:
@@ -81,6 +84,7 @@ class BoundedHeadersProtocol(HttpToolsProtocol):
         self.header_deadline = None
         self._disarm()
         super().on_headers_complete()
+        self.scope[ARRIVED] = self.loop.time()  # type: ignore[literal-required]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

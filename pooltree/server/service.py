@@ -47,6 +47,7 @@ from pooltree.server.heartbeats import (
     RunningReports,
     decode_heartbeat,
 )
+from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.throttle import ThrottleSettings
@@ -429,13 +430,15 @@ class SchedulerService:
 
     async def _heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()
+        arrived = request.scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
+        queued = asyncio.get_running_loop().time() - arrived if arrived is not None else 0.0
         try:
             peer = request.client.host if request.client is not None else None
             self.security.authenticate_node(request.headers, peer)
             self.store.check_writable()
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
             heartbeat = decode_heartbeat(body, self._running_reports)
-            limit = self.enter_heartbeat(heartbeat)  # counted in flight from here
+            limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
             try:
                 response = await self._answer_heartbeat_async(
                     heartbeat, peer, limit is not None, request.url.hostname
@@ -491,12 +494,12 @@ class SchedulerService:
         self._name_shard(response, heartbeat.address, hostname)
         return response
 
-    def enter_heartbeat(self, heartbeat: HeartbeatRequest) -> str | None:
-        """Count a heartbeat in flight (``throttle.py``); the limit it is over, if any. ``leave_heartbeat``
-        follows."""
+    def enter_heartbeat(self, heartbeat: HeartbeatRequest, queued: float = 0.0) -> str | None:
+        """Count a heartbeat in flight (``throttle.py``; ``queued``: seconds it waited for its handler); the limit
+        it is over, if any. ``leave_heartbeat`` follows."""
         known = self.scheduler.nodes.get(heartbeat.address)
         return self.scheduler.heartbeat_throttle.enter(
-            known.last_seen if known is not None else None, self.clock()
+            known.last_seen if known is not None else None, self.clock(), queued
         )
 
     def leave_heartbeat(self) -> None:

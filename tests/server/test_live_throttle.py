@@ -19,6 +19,7 @@ from pooltree.node.agent import NodeAgent
 from pooltree.node.executor import JobExecutor
 from pooltree.node.service import NodeLoop
 from pooltree.resources import vector
+from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
@@ -41,12 +42,67 @@ def test_limits_decide_as_ytsaurus_does() -> None:
     assert throttle.in_flight == 1
     assert throttle.enter(90.0, 100.0) is None  # one in flight, node silent longer than the backoff
     assert throttle.enter(None, 100.0) == "hard"  # two in flight: every node
-    assert throttle.throttled == {"soft": 1, "hard": 2}
+    assert throttle.throttled == {"soft": 1, "hard": 2, "queued": 0}
     assert throttle.max_in_flight == 3
     assert throttle.recently_throttled(100.0) and not throttle.recently_throttled(1000.0)
     assert throttle.backoff_period(1.0, 60.0) == 5.0 and throttle.backoff_period(1.0, 8.0) == 2.0
     with pytest.raises(ValueError):
         ThrottleSettings(soft_limit=3, hard_limit=2)
+
+
+def test_a_heartbeat_that_waited_in_the_loop_is_throttled() -> None:
+    """Heartbeats run on the event loop one after the other: an overloaded scheduler queues them before they are in
+    flight, so how long one waited for its handler is a limit of its own (``queued``)."""
+    throttle = HeartbeatThrottle(ThrottleSettings(queued_limit=1.0, process_backoff=5.0))
+    assert throttle.enter(99.0, 100.0, queued=0.5) is None
+    assert throttle.enter(99.0, 100.0, queued=1.5) == "queued"
+    assert throttle.enter(None, 100.0, queued=9.0) is None  # a new node registers whatever the wait
+    assert throttle.enter(90.0, 100.0, queued=9.0) is None  # so does one silent longer than the backoff
+    assert throttle.throttled == {"soft": 0, "hard": 0, "queued": 1}
+    with pytest.raises(ValueError):
+        ThrottleSettings(queued_limit=0)
+
+
+@pytest.mark.anyio
+async def test_the_service_throttles_a_heartbeat_the_loop_kept_waiting(tmp_path: Path) -> None:
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=SECRET,
+    )
+    await service.start()
+    lag = {"seconds": 0.0}
+
+    async def behind(
+        scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:  # as the HTTP protocol stamps it
+        scope[ARRIVED] = asyncio.get_running_loop().time() - lag["seconds"]
+        await service.asgi(scope, receive, send)
+
+    transport = httpx.ASGITransport(app=behind, client=("127.0.0.1", 1234))
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+
+            async def beat() -> dict[str, Any]:
+                answer = await client.post(
+                    "/internal/node_heartbeat",
+                    content=_heartbeat("n1"),
+                    headers={"X-Pooltree-Node-Secret": SECRET},
+                )
+                assert answer.status_code == 200, answer.text
+                return answer.json()
+
+            assert wire.SCHEDULING_SKIPPED not in await beat()  # registers the node
+            lag["seconds"] = 3.0
+            skipped = await beat()
+            assert skipped[wire.SCHEDULING_SKIPPED] is True and skipped[wire.HEARTBEAT_PERIOD] == 5.0
+            assert service.scheduler.heartbeat_throttle.throttled["queued"] == 1
+            lag["seconds"] = 0.0
+            assert wire.SCHEDULING_SKIPPED not in await beat()
+    finally:
+        await service.stop()
+        service.store.close()
 
 
 def _heartbeat(address: str) -> bytes:
@@ -107,7 +163,7 @@ async def test_heartbeat_past_the_hard_limit_schedules_nothing_and_is_visible(tm
             assert len(answers[0][wire.START]) == 2 and not answers[0].get(wire.SCHEDULING_SKIPPED)
             assert answers[1][wire.START] == [] and answers[1][wire.SCHEDULING_SKIPPED] is True
             assert answers[1][wire.HEARTBEAT_PERIOD] == 5.0
-            assert throttle.in_flight == 0 and throttle.throttled == {"soft": 0, "hard": 1}
+            assert throttle.in_flight == 0 and throttle.throttled == {"soft": 0, "hard": 1, "queued": 0}
             alerts = (await client.get("/api/v4/get", params={"path": "//sys/scheduler/@alerts"})).json()[
                 "value"
             ]

@@ -9,6 +9,11 @@ is scheduled on it, and the answer says ``scheduling_skipped``. The node then wa
 ``heartbeat_period`` is the backoff, at most a quarter of the node heartbeat timeout so a throttled node is not
 taken for dead, and the node sends no out-of-turn heartbeat until one is fully processed).
 
+The service processes heartbeats on its event loop, one after the other, so an overloaded scheduler queues them
+before they are in flight (in the loop, not in threads) and the concurrent limits would not see it. A heartbeat
+that waited longer than ``queued_limit`` (1 s: a heartbeat period) from its headers' arrival to its handler is
+throttled the same way (limit ``queued``; a node not heard from within the backoff is never throttled by it).
+
 ``HeartbeatThrottle`` counts the heartbeats in flight (from the request's arrival, so the wait for a worker
 thread and for the scheduling lock is counted) and keeps the figures ``/metrics`` shows and the
 ``heartbeats_throttled`` scheduler alert reads.
@@ -22,6 +27,8 @@ from dataclasses import dataclass
 SOFT_CONCURRENT_HEARTBEAT_LIMIT = 50
 HARD_CONCURRENT_HEARTBEAT_LIMIT = 100
 HEARTBEAT_PROCESS_BACKOFF = 5.0
+HEARTBEAT_QUEUED_LIMIT = 1.0
+"""Seconds a heartbeat may wait in the event loop's queue before it is throttled (limit ``queued``)."""
 THROTTLED_ALERT_SECONDS = 60.0
 """The ``heartbeats_throttled`` alert holds this long after the last throttled heartbeat."""
 
@@ -34,6 +41,7 @@ class ThrottleSettings:
     soft_limit: int = SOFT_CONCURRENT_HEARTBEAT_LIMIT
     hard_limit: int = HARD_CONCURRENT_HEARTBEAT_LIMIT
     process_backoff: float = HEARTBEAT_PROCESS_BACKOFF
+    queued_limit: float = HEARTBEAT_QUEUED_LIMIT
 
     def __post_init__(self) -> None:
         if self.soft_limit < 1 or self.hard_limit < 1:
@@ -42,6 +50,8 @@ class ThrottleSettings:
             raise ValueError("the soft limit on concurrent heartbeats must not exceed the hard one")
         if not self.process_backoff >= 0:
             raise ValueError("heartbeat_process_backoff must be non-negative seconds")
+        if not self.queued_limit > 0:
+            raise ValueError("the queued heartbeat limit must be positive seconds")
 
 
 class HeartbeatThrottle:
@@ -52,14 +62,15 @@ class HeartbeatThrottle:
         self._lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
-        self.throttled: dict[str, int] = {"soft": 0, "hard": 0}
+        self.throttled: dict[str, int] = {"soft": 0, "hard": 0, "queued": 0}
         """Throttled heartbeats so far, by the limit that throttled them."""
         self.last_throttled: float | None = None
         self.last_in_flight_at_throttle = 0
 
-    def enter(self, last_seen: float | None, now: float) -> str | None:
-        """A heartbeat arrives (its node last heard from at ``last_seen``, None if new): counts it in flight and
-        returns the limit that throttles it ("hard" / "soft") or None. Pair with ``leave()``."""
+    def enter(self, last_seen: float | None, now: float, queued: float = 0.0) -> str | None:
+        """A heartbeat arrives (its node last heard from at ``last_seen``, None if new; it waited ``queued``
+        seconds before its handler ran): counts it in flight and returns the limit that throttles it ("hard" /
+        "soft" / "queued") or None. Pair with ``leave()``."""
         with self._lock:
             concurrent = self.in_flight
             self.in_flight += 1
@@ -67,12 +78,11 @@ class HeartbeatThrottle:
             limit: str | None = None
             if concurrent >= self.settings.hard_limit:
                 limit = "hard"
-            elif (
-                concurrent >= self.settings.soft_limit
-                and last_seen is not None
-                and last_seen + self.settings.process_backoff > now
-            ):
-                limit = "soft"
+            elif last_seen is not None and last_seen + self.settings.process_backoff > now:
+                if concurrent >= self.settings.soft_limit:
+                    limit = "soft"
+                elif queued > self.settings.queued_limit:
+                    limit = "queued"
             if limit is not None:
                 self.throttled[limit] += 1
                 self.last_throttled = now
