@@ -132,7 +132,11 @@ class SimulationTentative:
         for name in op.tentative_trees:
             tree = self.sim.trees[name]
             tree.core.strategy.tentative.operations.pop(op.spec.id, None)
-            for allocation in tree.core.unregister_operation(op.spec.id, self.sim.now, state=state):
+            registered = op.spec.id in tree.core.controllers  # false: that tree's update unregistered it
+            leftover = (
+                tree.core.unregister_operation(op.spec.id, self.sim.now, state=state) if registered else []
+            )
+            for allocation in leftover:
                 job = self.sim.jobs.get(allocation.id)
                 if job is not None:
                     self.sim.job_model.drop_job(job, "aborted" if state != "completed" else "completed")
