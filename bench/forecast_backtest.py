@@ -51,6 +51,7 @@ from pooltree.forecast import (  # noqa: E402
     TaskState,
     forecast,
 )
+from pooltree.forecast.arrivals import ArrivalSettings  # noqa: E402
 from pooltree.forecast.replay import SimulationRecorder, state_of  # noqa: E402
 from pooltree.resources import vector  # noqa: E402
 from pooltree.sim import Simulation  # noqa: E402
@@ -85,12 +86,15 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     recorder = SimulationRecorder()
     states: list[ClusterState] = []
     record_cpu = time.process_time()
+    # the recording goes on for one horizon past the last forecast moment: a sample is an operation waiting at a
+    # moment, and its actual start must be seen whenever it comes within the horizon (a recording that ended at
+    # the last moment would keep only the late forecasts' early starts: a bias towards "before p10")
     simulation = Simulation(
         scenario,
-        until=until,
+        until=until + (args.horizon if args.drain else 0.0),
         event_sink=recorder,
         progress=lambda *_: (
-            states.append(state_of(simulation, recorder)) if simulation.now >= args.start else None
+            states.append(state_of(simulation, recorder)) if args.start <= simulation.now <= until else None
         ),
         progress_interval=args.every,
     )
@@ -105,6 +109,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         fair_share_update_period=args.forecast_period,
         first_seed=scenario.seed + 1000,
         cpu_budget=args.cpu_budget,
+        arrivals=ArrivalSettings(enabled=args.arrival_window > 0, window=max(args.arrival_window, 60.0)),
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
     errors: list[float] = []
@@ -115,6 +120,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     waits: list[float] = []
     signed: list[float] = []
     below = above = 0
+    per_forecast: list[dict[str, Any]] = []
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
@@ -123,6 +129,8 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         found = forecast(state, settings, only=waiting, starts_only=True)
         costs.append(time.process_time() - started)
         reaches.append(found.horizon if found.simulated is None else found.simulated)
+        moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0}
+        per_forecast.append(moment)
         for operation_id in waiting:
             actual = recorder.first_start.get(operation_id)
             if actual is None:
@@ -143,6 +151,10 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
             below += actual < low
             above += actual > high
             inside += low <= actual <= high
+            moment["samples"] += 1
+            moment["inside"] += low <= actual <= high
+            moment["below"] += actual < low
+            moment["above"] += actual > high
             widened += low - period <= actual <= high + period
             raw += low + found.resolution <= actual <= high - found.resolution
     finite = sorted(errors)
@@ -165,6 +177,8 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
                 "until",
                 "squeeze",
                 "pool_running_limit",
+                "drain",
+                "arrival_window",
             )
         },
         "forecasts": len(costs),
@@ -184,6 +198,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         "forecast_cpu_seconds_median": _round(statistics.median(costs)) if costs else None,
         "forecast_cpu_seconds_max": _round(max(costs)) if costs else None,
         "record_cpu_seconds": _round(record_cpu),
+        "per_forecast": per_forecast,
         "load_average": _round(_load()),
     }
 
@@ -317,6 +332,18 @@ def main() -> None:
     back.add_argument("--start", type=float, default=0.0, help="first forecast at or after this time")
     back.add_argument("--until", type=float, default=None)
     back.add_argument("--max-forecasts", type=int, default=1000)
+    back.add_argument(
+        "--arrival-window",
+        type=float,
+        default=3600.0,
+        help="seconds of submissions the arrival model draws from (0: no arrivals, the cluster left alone)",
+    )
+    back.add_argument(
+        "--no-drain",
+        dest="drain",
+        action="store_false",
+        help="end the recording at --until (late forecasts then see only their early starts)",
+    )
     for target in (back, sub.add_parser("cost")):
         target.add_argument("--seeds", type=int, default=8)
         target.add_argument("--horizon", type=float, default=3600.0)
