@@ -283,10 +283,15 @@ def _tail(
         redraw=redraw,
         deadline=deadline,
         arrivals=future,
+        on_preempt=lambda preemptor, victim: _count(run.preempted_for, preemptor, victim),
     )
     run.tail_jobs = found.jobs
     run.tail_reached = found.reached
     return run
+
+
+def _count(preempted_for: dict[str, Counter[str]], preemptor: str, victim: str) -> None:
+    preempted_for.setdefault(preemptor, Counter())[victim] += 1
 
 
 def _finish_from_running_jobs(simulation: Simulation, run: SeedRun) -> None:

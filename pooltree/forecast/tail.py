@@ -15,9 +15,11 @@ is carried to the horizon by a coarser model, without nodes, heartbeats or fair-
   ``unregister_operation``: the count limits and queues of the real `PoolTree` decide which queued operations it
   lets run, in the order the core would.
 
-What it does not model: preemption (no job is taken back), fair-share changes between running operations (each
-keeps the capacity it holds until it has nothing left to start), and nodes (only totals). Starts and finishes
-that come from it are marked, and the back-test measures their accuracy (docs/forecast.md).
+Preemption: an operation the core's last update found below its fair share preempts, once its starvation
+timeout passes, the newest jobs of operations above their fair shares (`pooltree.forecast.tail_preemption`).
+What it does not model: fair-share changes past the stop (each operation keeps the capacity it holds until it
+has nothing left to start, unless preempted), and nodes (only totals). Starts and finishes that come from it
+are marked, and the back-test measures their accuracy (docs/forecast.md).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
+from pooltree.forecast.tail_preemption import Starving, dominant_share, fair_shares, starving
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.sim.engine import Simulation
 from pooltree.sim.scenario import SimOperation, SimTask
@@ -42,6 +45,10 @@ from pooltree.sim.scenario import SimOperation, SimTask
 EPSILON = 1e-9
 MAX_TAIL_JOBS = 1_000_000
 """Jobs the hand-over starts at most in one run (a bound on its cost; the horizon usually ends it first)."""
+
+
+Shape = tuple[tuple[int, float], ...]
+"""A job's resources as (resource index, amount) for the amounts that are not zero."""
 
 
 @dataclass(eq=False)
@@ -56,6 +63,10 @@ class _TailOp:
     started: bool = False
     may_run: bool = True
     gang: bool = False
+    usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
+    """Resources its running jobs hold."""
+    jobs: dict[int, tuple[Shape, SimTask]] = field(default_factory=dict)
+    """Its running jobs by serial, oldest first: resources and the task a preempted one returns to."""
 
     def has_pending(self) -> bool:
         return self.left > 0
@@ -73,11 +84,23 @@ class _TailOp:
                 self.left -= 1
                 return
 
+    def give_back(self, task: SimTask) -> None:
+        """A preempted job of ``task`` is pending again."""
+        self.left += 1
+        for index, (candidate, count) in enumerate(self.pending):
+            if candidate is task:
+                self.pending[index] = (candidate, count + 1)
+                return
+        self.pending.append((task, 1))
+
 
 @dataclass
 class _Tree:
     free: list[float]
     pool_tree: Any
+    total: list[float] = field(default_factory=list)
+    shares: dict[str, float] = field(default_factory=dict)
+    """Operation id → its dominant fair share at the stop (`pooltree.forecast.tail_preemption`)."""
     ops: dict[str, _TailOp] = field(default_factory=dict)
     starters: list[tuple[int, str]] = field(default_factory=list)
     """(order, id): operations that may run and have no job yet (a heap; stale entries skipped when read)."""
@@ -93,10 +116,6 @@ class _Tree:
 
 TRIES = 4
 """Operations at the head of a queue tried per freed capacity (a bigger job does not block smaller ones behind)."""
-
-
-Shape = tuple[tuple[int, float], ...]
-"""A job's resources as (resource index, amount) for the amounts that are not zero."""
 
 
 def _shape(resources: Sequence[float]) -> Shape:
@@ -120,6 +139,8 @@ def _take(free: list[float], shape: Shape, sign: float) -> None:
 class TailResult:
     jobs: int = 0
     """Jobs the hand-over started."""
+    preempted: int = 0
+    """Jobs it preempted for starving operations."""
     reached: float = math.inf
     """Where it stopped when its CPU deadline passed (inf: it covered the horizon)."""
 
@@ -136,6 +157,7 @@ def hand_over(
     redraw: bool = False,
     deadline: float | None = None,
     arrivals: Sequence[SimOperation] = (),
+    on_preempt: Callable[[str, str], None] | None = None,
 ) -> TailResult:
     """Carry ``simulation`` (stopped at ``simulation.now``, every operation arrived) to ``horizon``; calls
     ``on_start`` for the first job of an operation not in ``started`` and ``on_finish`` for a completion.
@@ -143,7 +165,8 @@ def hand_over(
     ``redraw``: the running jobs' ends are drawn anew with ``seed`` (conditioned on their having run until now), so
     one stopped simulation serves several seeds. ``deadline``: ``time.process_time()`` when it stops. ``arrivals``:
     submissions still to come (after ``simulation.now``, by time), registered in their pool trees when they come
-    (a count limit may queue them) and served like the others."""
+    (a count limit may queue them) and served like the others. ``on_preempt(preemptor, victim)``: a job preempted
+    for a starving operation (`pooltree.forecast.tail_preemption`)."""
     rng = random.Random(f"{seed}/tail")
     now = simulation.now
     trees: dict[str, _Tree] = {}
@@ -151,9 +174,10 @@ def hand_over(
     for name in simulation.trees:
         limits = [node.limits for node in simulation.nodes if node.alive and node.tree == name]
         total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
-        trees[name] = _Tree([float(x) for x in total], pool_trees[name])
+        trees[name] = _Tree([float(x) for x in total], pool_trees[name], [float(x) for x in total])
     heap: list[tuple[float, int, str, Shape]] = []
     serial = 0
+    held: dict[str, dict[int, tuple[Shape, SimTask]]] = {}
     for job in simulation.jobs.values():
         tree = trees.get(job.op.tree)
         if tree is None:
@@ -166,6 +190,7 @@ def hand_over(
         if end is not None:
             serial += 1
             heap.append((end, serial, job.op.spec.id, resources))
+            held.setdefault(job.op.spec.id, {})[serial] = (resources, job.task)
     heapq.heapify(heap)
     result = TailResult()
     for order, op in enumerate(simulation.ops):
@@ -187,9 +212,19 @@ def hand_over(
             may_run=bool(tree.pool_tree.operation(op.spec.id).running),
             gang=any(task.gang_size is not None for task in op.spec.tasks),
         )
+        tail_op.jobs = held.get(tail_op.id, {})
+        for resources, _ in tail_op.jobs.values():
+            _take(tail_op.usage, resources, 1.0)
         tree.ops[tail_op.id] = tail_op
         tree.admit(tail_op)
         owner[tail_op.id] = tree
+    starvations: list[Starving] = []
+    for name, tree in trees.items():
+        core = simulation.trees[name].core
+        tree.shares = fair_shares(core, tree.ops)
+        usage = {operation_id: op.usage for operation_id, op in tree.ops.items()}
+        starvations.extend(starving(core, name, tree.shares, usage, tree.total, now, horizon))
+    starvations.sort(key=lambda item: (item.at, item.operation_id))
     started_jobs = 0
     shapes: dict[int, Shape] = {}
 
@@ -209,14 +244,43 @@ def hand_over(
             return False
         op.take(task)
         _take(tree.free, resources, -1.0)
+        _take(op.usage, resources, 1.0)
         op.running += 1
         started_jobs += 1
         if not op.started:
             op.started = True
             on_start(op.id, at)
         serial += 1
+        op.jobs[serial] = (resources, task)
         heapq.heappush(heap, (at + task.duration.sample(rng), serial, op.id, resources))
         return True
+
+    def preempt_for(tree: _Tree, op: _TailOp, at: float) -> None:
+        """``op``'s starvation timeout passed: jobs of the operations furthest above their fair shares make room
+        for its jobs until it holds its own fair share (see `pooltree.forecast.tail_preemption`)."""
+        share = tree.shares.get(op.id, 0.0)
+        while op.may_run and op.has_pending() and dominant_share(op.usage, tree.total) < share - EPSILON:
+            if start_job(tree, op, at):
+                continue
+            victim, above = None, EPSILON
+            for candidate in tree.ops.values():
+                if candidate is op or not candidate.jobs or candidate.id not in tree.shares:
+                    continue
+                excess = dominant_share(candidate.usage, tree.total) - tree.shares[candidate.id]
+                if excess > above:
+                    victim, above = candidate, excess
+            if victim is None:
+                return
+            job_serial = next(reversed(victim.jobs))  # the newest job goes first
+            resources, task = victim.jobs.pop(job_serial)
+            _take(tree.free, resources, 1.0)
+            _take(victim.usage, resources, -1.0)
+            victim.running -= 1
+            victim.give_back(task)
+            tree.admit(victim)
+            result.preempted += 1
+            if on_preempt is not None:
+                on_preempt(op.id, victim.id)
 
     least = [math.inf] * RESOURCE_COUNT
     for tree in trees.values():
@@ -297,28 +361,41 @@ def hand_over(
 
     for tree in trees.values():
         dispatch(tree, now, None)
-    coming_index = 0
+    coming_index = starving_index = 0
     while started_jobs < MAX_TAIL_JOBS:
         at = heap[0][0] if heap else math.inf
         arrival_at = coming[coming_index].submit_time if coming_index < len(coming) else math.inf
-        if min(at, arrival_at) > horizon:
+        starving_at = starvations[starving_index].at if starving_index < len(starvations) else math.inf
+        if min(at, arrival_at, starving_at) > horizon:
             break
         if deadline is not None and started_jobs % 64 == 0 and time.process_time() > deadline:
-            result.reached = min(at, arrival_at)
+            result.reached = min(at, arrival_at, starving_at)
             break
+        if starving_at <= min(at, arrival_at):
+            item = starvations[starving_index]
+            starving_index += 1
+            tree = trees[item.tree]
+            op = tree.ops.get(item.operation_id)
+            if op is not None:
+                preempt_for(tree, op, starving_at)
+            continue
         if arrival_at <= at:
             arrive(coming[coming_index], arrival_at)
             coming_index += 1
             continue
-        _, _, operation_id, resources = heap[0]
+        _, job_serial, operation_id, resources = heap[0]
         heapq.heappop(heap)
         tree = owner.get(operation_id)
         if tree is None:
             continue
-        _take(tree.free, resources, 1.0)
         op = tree.ops.get(operation_id)
         if op is None:
+            _take(tree.free, resources, 1.0)
             continue
+        if op.jobs.pop(job_serial, None) is None:
+            continue  # preempted earlier: its resources were freed then
+        _take(tree.free, resources, 1.0)
+        _take(op.usage, resources, -1.0)
         op.running -= 1
         if op.running == 0 and not op.has_pending():
             del tree.ops[operation_id]

@@ -198,3 +198,20 @@ def test_a_simulation_over_its_share_leaves_the_hand_overs_theirs():
     assert found.simulated is not None and found.simulated < 5.0
     assert found.horizon == 1800.0
     assert found.operations["adhoc-1"].start["p50"] is not None
+
+
+def test_the_hand_over_preempts_for_a_starving_operation():
+    """The project example stopped at once: adhoc-1's starvation timeout passes in the hand-over, which preempts
+    batch-1's newest jobs for it as the simulator's core does (it used to wait for batch-1's jobs to end, ~340 s
+    late)."""
+    state = project_state()
+    simulated = forecast(state, ForecastSettings(seeds=3, horizon=1800.0)).operations["adhoc-1"]
+    handed = forecast(
+        state, ForecastSettings(seeds=3, horizon=1800.0, cpu_budget=60.0, simulation_share=1e-7)
+    )
+    assert handed.simulated is not None and handed.simulated < 5.0
+    adhoc = handed.operations["adhoc-1"]
+    assert simulated.start["p50"] is not None and adhoc.start["p50"] is not None
+    assert abs(adhoc.start["p50"] - simulated.start["p50"]) <= 5.0
+    assert [item["operation_id"] for item in adhoc.preempts] == ["batch-1"]
+    assert adhoc.preempts[0]["share_of_runs"] == 1.0 and adhoc.preempts[0]["jobs_p50"] > 0
