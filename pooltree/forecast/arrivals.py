@@ -35,7 +35,7 @@ from pooltree.forecast.state import ClusterState, Submission
 from pooltree.sim.scenario import SimOperation, SimTask
 
 ARRIVAL_ID = "~arrival-{seed}-{index}"
-MAX_ARRIVALS = 100_000
+MAX_ARRIVALS = 20_000
 """Arrivals one seed draws at most over its horizon (a bound on the forecast's cost)."""
 
 

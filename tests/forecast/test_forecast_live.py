@@ -17,7 +17,7 @@ from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
 SETTINGS = WorkerSettings(
-    forecast=ForecastSettings(seeds=3, horizon=900.0, arrivals=ArrivalSettings(min_history=5.0)),
+    forecast=ForecastSettings(seeds=3, horizon=900.0, arrivals=ArrivalSettings(min_history=30.0)),
     refresh_periods=1,
 )
 
@@ -63,10 +63,7 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
             found = client.get_operation(queued, attributes=["scheduling_forecast", "state"])
             attribute = found.get("scheduling_forecast")
             assert attribute is not None and attribute.get("state") != "unavailable", attribute
-            # a forecast made once 5 s of submission history exist (SETTINGS) assumes arrivals
-            return (
-                attribute if attribute.get("state") == "ready" and attribute.get("assumed_arrivals") else None
-            )
+            return attribute if attribute.get("state") == "ready" else None
 
         attribute = wait_for(ready, 60, 0.2)
         start = attribute["estimated_start_time"]
@@ -82,15 +79,25 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
         assert 0.5 < durations["median"] < 5
         assert attribute["seeds"] == 3 and attribute["horizon"] == 900.0
         assert "waiting_for" in attribute
-        # the submissions it saw (busy and queued, both in "queue") are what it assumed will keep coming
-        arrivals = attribute["assumed_arrivals"]
+        # the submissions it saw (all in "queue") are what a forecast made once 30 s of history exist (SETTINGS)
+        # assumes will keep coming; ``later`` waits in the queue long enough to be asked
+        later = start_in_queue(client, "sleep 30", 2)
+
+        def assumed() -> dict[str, Any] | None:
+            found = client.get_operation(later, attributes=["scheduling_forecast", "state"])
+            attribute = found.get("scheduling_forecast")
+            assert attribute is not None, f"later ended ({found.get('state')}) before a forecast assumed arrivals"
+            assert attribute.get("state") != "unavailable", attribute
+            return attribute.get("assumed_arrivals") if attribute.get("state") == "ready" else None
+
+        arrivals = wait_for(assumed, 120, 0.5)
         assert arrivals["pools"] == 1 and arrivals["operations_per_hour"] > 0, arrivals
-        assert 5.0 <= arrivals["observed_seconds"] <= arrivals["window"]
+        assert 30.0 <= arrivals["observed_seconds"] <= arrivals["window"]
+        assert "new submissions assumed as seen recently" in _cli(cluster, later).stdout
 
         # the CLI prints the same attribute, and a dry run of a spec file
         printed = _cli(cluster, queued)
         assert "start" in printed.stdout and "p50" in printed.stdout and "finish" in printed.stdout, printed
-        assert "new submissions assumed as seen recently" in printed.stdout, printed
         spec = tmp_path / "spec.yaml"
         spec.write_text("pool: queue\ntasks: {main: {command: 'sleep 1', job_count: 1, cpu_limit: 1}}\n")
         dry = _cli(cluster, "--spec", str(spec))
