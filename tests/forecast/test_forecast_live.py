@@ -81,16 +81,18 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
         assert "waiting_for" in attribute
         # the submissions it saw (all in "queue") are what a forecast made once 30 s of history exist (SETTINGS)
         # assumes will keep coming; ``later`` waits in the queue long enough to be asked
-        later = start_in_queue(client, "sleep 30", 2)
+        later = start_in_queue(client, "sleep 120", 2)
 
         def assumed() -> dict[str, Any] | None:
             found = client.get_operation(later, attributes=["scheduling_forecast", "state"])
             attribute = found.get("scheduling_forecast")
-            assert attribute is not None, f"later ended ({found.get('state')}) before a forecast assumed arrivals"
+            assert attribute is not None, (
+                f"later ended ({found.get('state')}) before a forecast assumed arrivals"
+            )
             assert attribute.get("state") != "unavailable", attribute
             return attribute.get("assumed_arrivals") if attribute.get("state") == "ready" else None
 
-        arrivals = wait_for(assumed, 120, 0.5)
+        arrivals = wait_for(assumed, 180, 0.5)
         assert arrivals["pools"] == 1 and arrivals["operations_per_hour"] > 0, arrivals
         assert 30.0 <= arrivals["observed_seconds"] <= arrivals["window"]
         assert "new submissions assumed as seen recently" in _cli(cluster, later).stdout
