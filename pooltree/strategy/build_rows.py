@@ -286,17 +286,9 @@ def _operation_changes(
     if registration is None or last.published is None or last.rows_from is not None:
         return None
     operations = pool_tree.operations
-    arriving = []
-    for op_id in changed:
-        op = operations.get(op_id)
-        if op is not None and op.running:
-            if op.spec is not None and not frozen_spec(op.spec):
-                return None
-            index = getattr(op, "registration_index", None)
-            if type(index) is not int:
-                return None
-            arriving.append((index, op_id, op))
-    arriving.sort(key=operator.itemgetter(0))
+    arriving = _arriving(operations, changed)
+    if arriving is None:
+        return None
     arriving_ids = {item[1] for item in arriving}
     operations_cache = cache.operations
     removed = {op_id for op_id in changed if op_id in operations_cache}
@@ -340,13 +332,7 @@ def _operation_changes(
         statics.insert(row, static)
         specs.insert(row, _spec(static, fair_share=np.zeros(RESOURCE_COUNT)))  # re-made with the new shares
         inserted.append(row)
-    # each row's previous row (-1: new): the old rows without the doomed ones, with the new ones inserted
-    rows_from = (
-        np.delete(np.arange(len(last.ids), dtype=np.intp), doomed) if doomed else np.arange(len(last.ids))
-    )
-    if inserted:
-        # np.insert takes the places in the array before any insertion: the k-th new row minus k
-        rows_from = np.insert(rows_from, np.array(inserted) - np.arange(len(inserted)), -1)
+    rows_from = _previous_rows(len(last.ids), doomed, inserted)
     is_op = last.is_op[np.where(rows_from < 0, 0, rows_from)]
     is_op[rows_from < 0] = True
     last.key = runtime_key
@@ -362,6 +348,33 @@ def _operation_changes(
         _children(parents, cache.last[2] if cache.last is not None else None, removed, operations),
         inserted[0] if inserted else len(ids),
     )
+
+
+def _arriving(operations: Any, changed: Collection[str]) -> list[tuple[int, str, Any]] | None:
+    """The changed operations running now, as (registration index, id, operation) in registration order; None
+    when one has a spec that is not a frozen model or no registration index (the walk must run)."""
+    arriving = []
+    for op_id in changed:
+        op = operations.get(op_id)
+        if op is not None and op.running:
+            if op.spec is not None and not frozen_spec(op.spec):
+                return None
+            index = getattr(op, "registration_index", None)
+            if type(index) is not int:
+                return None
+            arriving.append((index, op_id, op))
+    arriving.sort(key=operator.itemgetter(0))
+    return arriving
+
+
+def _previous_rows(count: int, doomed: list[int], inserted: list[int]) -> np.ndarray:
+    """Each row's previous row (-1: new): the ``count`` old rows without the ``doomed`` ones, with the
+    ``inserted`` new ones (ascending rows of the result)."""
+    rows_from = np.delete(np.arange(count, dtype=np.intp), doomed) if doomed else np.arange(count)
+    if inserted:
+        # np.insert takes the places in the array before any insertion: the k-th new row minus k
+        rows_from = np.insert(rows_from, np.array(inserted) - np.arange(len(inserted)), -1)
+    return rows_from
 
 
 def _row_of(

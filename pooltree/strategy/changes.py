@@ -364,8 +364,24 @@ class ChangedPublisher(SchedulingStages):
         of an element its status (of the spec), parent, kind, settings (of the structure) and runtime, and,
         below its fair share, the time only through `StarvationState.due` and the pending count; usage and
         shares do not enter. So it is skipped: the result is the one of advancing every element."""
-        config = self.config
+        visit = self._starvation_visit(step, fresh, rerun, now)
+        moved = self._advance_starvation(step, visit, now)
+        due = step.due
+        if len(due) > 2 * len(step.deadlines) + 64:  # entries of re-evaluated or departed elements: compact
+            step.due = [entry for entry in due if step.deadlines.get(entry[2]) == entry[1]]
+            heapq.heapify(step.due)
         states = self.starvation
+        if len(states) > len(self._elements):
+            for stale in set(states) - set(self._elements):
+                del states[stale]
+        return moved
+
+    def _starvation_visit(
+        self, step: PublishStep, fresh: list[_Element], rerun: list[_Element], now: float
+    ) -> set[_Element]:
+        """The elements whose starvation status or clock can move at ``now`` (see `_update_starvation_of`); the
+        step's clock moves to ``now`` (its deadlines start anew after a time going back or another config)."""
+        config = self.config
         clock = step.clock
         visit = set(rerun)
         for element in fresh:
@@ -395,6 +411,14 @@ class ChangedPublisher(SchedulingStages):
                     visit.add(element)
             self._pending_counts_moved(step, visit)
         step.clock = now
+        return visit
+
+    def _advance_starvation(self, step: PublishStep, visit: set[_Element], now: float) -> list[_Element]:
+        """§c's starvation rules (`StarvationState.advance`) for the ``visit`` elements in tree order, with the
+        step's sets of elements below their fair share, deadlines and pending counts kept; returns the elements
+        whose starvation status changed."""
+        config = self.config
+        states = self.starvation
         below = step.below
         due = step.due
         deadlines = step.deadlines
@@ -437,12 +461,6 @@ class ChangedPublisher(SchedulingStages):
             else:
                 pending.pop(element, None)
         step.numbered = numbered
-        if len(due) > 2 * len(deadlines) + 64:  # entries of re-evaluated or departed elements: compact
-            step.due = [entry for entry in due if deadlines.get(entry[2]) == entry[1]]
-            heapq.heapify(step.due)
-        if len(states) > len(self._elements):
-            for stale in set(states) - set(self._elements):
-                del states[stale]
         return moved
 
     def _pending_counts_moved(self, step: PublishStep, visit: set[_Element]) -> None:
