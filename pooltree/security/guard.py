@@ -145,6 +145,10 @@ class ObjectResolver(Protocol):
 
     def tree_chain(self, tree: str) -> list[AclNode]: ...
 
+    def pool_name_error(self, name: str, *, administrator: bool) -> PooltreeError | None:
+        """The error for a pool name the caller may not give (the administrators' or the users' regex)."""
+        ...
+
     def operation_access(self, operation_id: str, *, blocking: bool = True) -> OperationAccess | None:
         """None for an unknown operation; raises ``WouldBlock`` when not ``blocking`` and the store is needed."""
         ...

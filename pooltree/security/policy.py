@@ -164,6 +164,22 @@ def _require_pool_attribute(security: Security, user: str, target: Any, name: st
         _require_path(security, user, "administer", target.node)
 
 
+POOL_SCHEMA_PATH = "//sys/schemas/scheduler_pool"
+
+
+def _require_pool_name(security: Security, user: str, name: Any) -> None:
+    """The pool name regex that applies to ``user`` (YTsaurus's scheduler pool manager): the administrators' one
+    with ``administer`` on ``//sys/schemas/scheduler_pool``, else the users' one (``//sys/@config/
+    scheduler_pool_manager``); Cypress checks the rest of the name rules."""
+    if not isinstance(name, str):
+        return  # Cypress names the bad name
+    resolver = security._resolver()
+    admin = security.decide(user, "administer", resolver.acl_chain(POOL_SCHEMA_PATH)).allowed
+    error = resolver.pool_name_error(name, administrator=admin)
+    if error is not None:
+        raise error
+
+
 def _require_subtree(security: Security, user: str, permission: str, path: str) -> None:
     """``permission`` on the node at ``path`` and on every node below it (YTsaurus ``This | Descendants``)."""
     _require_path(security, user, permission, path)
@@ -285,6 +301,8 @@ def _set(security: Security, user: str, params: Mapping[str, Any], value: Any, _
     if attribute == ("account",):
         _require_account_use(security, user, value)
     if attribute in (("parent_name",), ("name",)) and target.node_type == "scheduler_pool":
+        if attribute == ("name",):
+            _require_pool_name(security, user, _strip(value))
         _require_subtree(security, user, "remove", target.node)
         _require_child_change(security, user, target.parent)
         new_parent = (
@@ -328,6 +346,10 @@ def _create(security: Security, user: str, params: Mapping[str, Any], _input: An
     if "account" in attributes:
         _require_account_use(security, user, attributes["account"])
     resolver = security._resolver()
+    if node_type == "scheduler_pool":
+        _require_pool_name(
+            security, user, _strip(attributes.get("name")) if path is None else path.rsplit("/", 1)[-1]
+        )
     if path is not None:
         target = resolver.locate(path)
         parent = target.parent

@@ -22,6 +22,7 @@ from pooltree.security.guard import (
     access_of,
 )
 from pooltree.server.cypress import POOL_TREES_PATH, Cypress
+from pooltree.server.pool_rules import pool_name_error, pool_name_regexes
 from pooltree.ypath import join_tokens, parse_ypath
 
 ACCESS_CACHE_SIZE = 4096
@@ -118,6 +119,12 @@ class ServiceResolver:
             self._pool_paths[key] = self.cypress.pool_path(tree, pool)
         path = self._pool_paths[key]
         return None if path is None else self.acl_chain(path)
+
+    def pool_name_error(self, name: str, *, administrator: bool) -> PooltreeError | None:
+        """The error for a pool name the caller may not give: the administrators' or the users' regex of
+        ``//sys/@config/scheduler_pool_manager`` (``pool_rules.py``)."""
+        users, administrators = pool_name_regexes(self.cypress.root.children["sys"].attributes)
+        return pool_name_error(name, "Pool", administrators if administrator else users)
 
     def tree_chain(self, tree: str) -> list[AclNode]:
         return self.acl_chain(f"{POOL_TREES_PATH}/{tree}")

@@ -35,6 +35,8 @@ from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     CREATABLE_TYPES,
     ORCHID_PATH,
     POOL_OBJECT_KEYS,
+    POOL_SCHEMA,
+    POOL_SCHEMA_PATH,
     POOL_TREES,
     POOL_TREES_PATH,
     PROTECTED,
@@ -58,7 +60,13 @@ from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     walk,
 )
 from pooltree.server.cypress_watch import Watch, node_value
-from pooltree.server.pool_rules import check_pool_depth
+from pooltree.server.pool_rules import (
+    check_pool_depth,
+    check_pool_manager_config,
+    check_pool_name,
+    pool_name_error,
+    pool_name_regexes,
+)
 from pooltree.server.protocol import (
     ALREADY_EXISTS,
     RESOLVE_ERROR,
@@ -154,6 +162,8 @@ class Cypress:
                 missing[join_tokens(tokens)] = node.record()
         if missing:
             self._store.save_nodes(missing, [])
+        nodes[("sys",)].attributes.setdefault("config", {})  # the master's dynamic config (pool_rules.py)
+        nodes[POOL_SCHEMA].attributes.setdefault("acl", [])
         for node in nodes.values():
             node.children = dict(sorted(node.children.items()))
             if node.type == "scheduler_pool_tree":
@@ -175,6 +185,14 @@ class Cypress:
             watch = Watch(parse_ypath(path).tokens, parse, listener)
             self._watches.append(watch)
             return parse(node_value(self._root, watch.tokens, self._plain_value))
+
+    def _pool_name(self, root: Node, name: Any) -> str:
+        """``name`` when some caller may give it to a pool: the users' or the administrators' regex of
+        ``//sys/@config/scheduler_pool_manager`` (which one applies to the caller is the security policy's check)."""
+        users, administrators = pool_name_regexes(root.children["sys"].attributes)
+        if pool_name_error(name, "Pool", users) is None:
+            return str(name)
+        return check_pool_name(name, "Pool", regex=administrators)
 
     def _plain_value(self, node: Node, tokens: tuple[str, ...]) -> Any:
         return self._value(node, tokens, None)
@@ -553,6 +571,8 @@ class Cypress:
                     default_tree=default_tree,
                     parsed=parsed,
                 )
+            if "//sys" in upserts:
+                check_pool_manager_config(self._node_at(candidate, ("sys",)).attributes)
             watched = [
                 (watch, watch.parse(node_value(candidate, watch.tokens, self._plain_value)))
                 for watch in self._watches
@@ -590,7 +610,7 @@ class Cypress:
                 self._move_node(root, node, tokens, self._pool_target(root, tokens, value), False, False, now)
                 return
             if ypath.attribute == ("name",) and node is not None and node.type == "scheduler_pool":
-                check_name("Pool", value)  # renaming a pool, as YTsaurus allows
+                self._pool_name(root, value)  # renaming a pool, as YTsaurus allows
                 self._move_node(root, node, tokens, (*tokens[:-1], value), False, False, now)
                 return
             if (
@@ -774,7 +794,7 @@ class Cypress:
                     )
             parent = self._parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
             if node_type == "scheduler_pool":
-                check_name("Pool", tokens[-1])
+                self._pool_name(root, tokens[-1])
                 tree = self._node_at(root, tokens[:3])
                 holder = next(
                     (
@@ -846,7 +866,7 @@ class Cypress:
                 "(attributes={name=...; pool_tree=...; parent_name=...})",
                 attributes={"attribute": missing[0]},
             )
-        name = check_name("Pool", attrs.pop("name"))
+        name = self._pool_name(root, attrs.pop("name"))
         tree_name = attrs.pop("pool_tree")
         parent_name = attrs.pop("parent_name", None)
         trees = self._node_at(root, POOL_TREES)
@@ -914,7 +934,7 @@ class Cypress:
                     f'Pool "{source[-1]}" cannot be moved out of the pool trees (to {target_text})',
                     attributes={"pool": source[-1], "pool_tree": source[2], "destination_path": target_text},
                 )
-            check_name("Pool", target[-1])
+            self._pool_name(root, target[-1])
             moved = {t[-1] for t, _ in walk(node, source)}  # the pool and its subpools keep their names
             holder = next(
                 (

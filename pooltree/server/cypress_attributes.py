@@ -95,6 +95,8 @@ def set_attribute(node: Node, ypath: YPath, value: Any, recursive: bool) -> None
         target[last] = value
     elif isinstance(target, list) and is_index(last, len(target)):
         target[int(last)] = value
+    elif isinstance(target, list) and last == "end":  # YPath's "end": append to the list
+        target.append(value)
     else:
         raise resolve_error(ypath.text, f'Cannot set key "{last}" inside a {type(target).__name__}')
     if name == "acl":

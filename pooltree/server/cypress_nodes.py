@@ -16,6 +16,10 @@ ROOT_POOL = "<Root>"
 POOL_TREES = ("sys", "pool_trees")
 POOL_TREES_PATH = "//sys/pool_trees"
 ORCHID_PATH = ("sys", "scheduler", "orchid")
+POOL_SCHEMA = ("sys", "schemas", "scheduler_pool")
+"""YTsaurus's ``//sys/schemas/scheduler_pool``: ``administer`` on it lets a user name pools with the
+administrators' pool name regex."""
+POOL_SCHEMA_PATH = "//sys/schemas/scheduler_pool"
 COMPOSITE_TYPES = frozenset({"map_node", "scheduler_pool_tree", "scheduler_pool"})
 SCALAR_TYPES = frozenset(
     {"string_node", "int64_node", "uint64_node", "double_node", "boolean_node", "list_node", "document"}
@@ -46,6 +50,8 @@ PROTECTED = (
     POOL_TREES,
     ("sys", "scheduler"),
     ORCHID_PATH,
+    POOL_SCHEMA[:2],
+    POOL_SCHEMA,
     ACCOUNTS,
     (*ACCOUNTS, "sys"),
     (*ACCOUNTS, "tmp"),
@@ -56,6 +62,8 @@ BOOTSTRAP: tuple[tuple[tuple[str, ...], str], ...] = (
     (POOL_TREES, "map_node"),
     (("sys", "scheduler"), "map_node"),
     (ORCHID_PATH, "orchid"),
+    (POOL_SCHEMA[:2], "map_node"),
+    (POOL_SCHEMA, "map_node"),
     (("tmp",), "map_node"),
     (ACCOUNTS, "map_node"),
     ((*ACCOUNTS, "sys"), ACCOUNT_TYPE),

@@ -17,7 +17,12 @@ from pooltree.server.protocol import YtError
 ROOT_POOL = "<Root>"
 POOL_NAME_MAX_LENGTH = 100
 POOL_NAME_REGEX = "[-_a-z0-9:A-Z]+"
-_POOL_NAME_RE = re.compile(POOL_NAME_REGEX)
+"""The administrators' pool name regex (YTsaurus's default ``pool_name_regex_for_administrators``)."""
+USER_POOL_NAME_REGEX = "[-_a-z0-9]+"
+"""The pool name regex of users without ``administer`` on ``//sys/schemas/scheduler_pool`` (YTsaurus's default
+``pool_name_regex_for_users``)."""
+POOL_MANAGER_KEYS = ("pool_name_regex_for_users", "pool_name_regex_for_administrators")
+"""What pooltree models of the master's ``//sys/@config/scheduler_pool_manager``."""
 MAX_POOL_DEPTH = 30
 """Nested pools below a tree's root at most. YTsaurus's master bounds a pool tree's depth too (its
 test_max_depth_structure_loads_from_snapshot creates pools until refused); pooltree's bound also keeps every
@@ -25,8 +30,48 @@ walk over a tree far from Python's recursion limit (without it, 163 levels made 
 with RecursionError)."""
 
 
-def pool_name_error(name: Any, kind: str = "Pool") -> YtError | None:
-    """The YTsaurus error for an invalid pool (or pool tree) name, or None when ``name`` is valid."""
+def pool_name_regexes(sys_attributes: Mapping[str, Any]) -> tuple[str, str]:
+    """``(users', administrators')`` pool name regexes from ``//sys``'s attributes (``@config/scheduler_pool_manager``)."""
+    config = sys_attributes.get("config")
+    manager = (config.get("scheduler_pool_manager") if isinstance(config, Mapping) else None) or {}
+    return (
+        str(manager.get("pool_name_regex_for_users", USER_POOL_NAME_REGEX)),
+        str(manager.get("pool_name_regex_for_administrators", POOL_NAME_REGEX)),
+    )
+
+
+def check_pool_manager_config(sys_attributes: Mapping[str, Any]) -> None:
+    """Refuse a ``//sys/@config/scheduler_pool_manager`` pooltree cannot apply: an unknown (unmodelled) key or a
+    regex that does not compile, naming the field."""
+    config = sys_attributes.get("config")
+    if config is None:
+        return
+    if not isinstance(config, Mapping):
+        raise YtError("//sys/@config must be a map", attributes={"field": "//sys/@config"})
+    manager = config.get("scheduler_pool_manager")
+    if manager is None:
+        return
+    where = "//sys/@config/scheduler_pool_manager"
+    if not isinstance(manager, Mapping):
+        raise YtError(f"{where} must be a map", attributes={"field": where})
+    for key, value in manager.items():
+        field = f"{where}/{key}"
+        if key not in POOL_MANAGER_KEYS:
+            raise YtError(
+                f"{field} is not supported; pooltree models {', '.join(POOL_MANAGER_KEYS)}",
+                attributes={"field": field},
+            )
+        try:
+            re.compile(str(value))
+        except re.error as error:
+            raise YtError(
+                f"{field}: invalid regular expression: {error}", attributes={"field": field}
+            ) from None
+
+
+def pool_name_error(name: Any, kind: str = "Pool", regex: str = POOL_NAME_REGEX) -> YtError | None:
+    """The YTsaurus error for an invalid pool (or pool tree) name, or None when ``name`` is valid (``regex``: the
+    pool name regex that applies)."""
     if not isinstance(name, str) or not name:
         return YtError(
             f"{kind} name must be a non-empty string, got {name!r}", attributes={"name": repr(name)}
@@ -40,17 +85,19 @@ def pool_name_error(name: Any, kind: str = "Pool") -> YtError | None:
             f"{kind} name {name[:40]!r}... is too long",
             attributes={"name": name, "length": len(name), "max_length": POOL_NAME_MAX_LENGTH},
         )
-    if not _POOL_NAME_RE.fullmatch(name):
+    if not re.fullmatch(regex, name):
         return YtError(
-            f'{kind} name "{name}" must match regular expression "{POOL_NAME_REGEX}"',
-            attributes={"name": name, "regex": POOL_NAME_REGEX},
+            f'{kind} name "{name}" must match regular expression "{regex}"',
+            attributes={"name": name, "regex": regex},
         )
     return None
 
 
-def check_pool_name(name: Any, kind: str = "Pool", *, field: str | None = None) -> str:
+def check_pool_name(
+    name: Any, kind: str = "Pool", *, field: str | None = None, regex: str = POOL_NAME_REGEX
+) -> str:
     """``name`` when valid; otherwise the YTsaurus error (with ``field`` naming where the name came from)."""
-    error = pool_name_error(name, kind)
+    error = pool_name_error(name, kind, regex)
     if error is None:
         return str(name)
     if field is None:

@@ -798,7 +798,8 @@ class TestSchedulerPoolManipulations:
         self.set(f"{TREES}/default/@config/main_resource", "user_slots")
 
     @pytest.mark.skip(
-        reason="//sys/@config/scheduler_pool_manager (the master's max_scheduler_pool_subtree_size) is not modelled"
+        reason="//sys/@config/scheduler_pool_manager/max_scheduler_pool_subtree_size (the master's bound on a pool's "
+        "subtree) is not modelled: pooltree refuses the key (it models the pool name regexes only)"
     )
     def test_subtree_size_limits(self) -> None:
         pass
@@ -862,7 +863,10 @@ class TestSchedulerPoolAcls:
         self.yt = env.yt
         if self.yt.exists(f"{TREES}/default"):
             remove_pool_tree(self.yt, "default")
-        self.yt.set(f"{TREES}/@acl", [])  # a fresh environment's: the tests below change it
+        # a fresh environment's: the tests below change them
+        self.yt.set(f"{TREES}/@acl", [])
+        self.yt.set("//sys/schemas/scheduler_pool/@acl", [])
+        self.yt.set("//sys/@config/scheduler_pool_manager", {})
 
     def user(self, name: str = "u") -> ytw.YtClient:
         """``create_user(name)``; the returned client is ``authenticated_user=name``."""
@@ -948,10 +952,6 @@ class TestSchedulerPoolAcls:
             lambda u: u.remove(f"{TREES}/my_tree/nirvana/@non_system_attribute"), custom_attribute=True
         )
 
-    @pytest.mark.skip(
-        reason="per-user pool name rules are not modelled: //sys/schemas/scheduler_pool (administer on it allows the "
-        "administrators' pool name regex) and //sys/@config/scheduler_pool_manager (pool_name_regex_for_users)"
-    )
     def test_administer_allows_some_forbidden_symbols_in_pool_name(self) -> None:
         yt = self.yt
         create_pool_tree(yt, "my_tree")
@@ -962,10 +962,6 @@ class TestSchedulerPoolAcls:
         yt.set("//sys/schemas/scheduler_pool/@acl/end", make_ace("allow", "u", "administer"))
         create_pool(u, "abc:nirvana", pool_tree="my_tree")
 
-    @pytest.mark.skip(
-        reason="per-user pool name rules are not modelled: //sys/schemas/scheduler_pool (administer on it allows the "
-        "administrators' pool name regex) and //sys/@config/scheduler_pool_manager (pool_name_regex_for_users)"
-    )
     def test_custom_pool_name_regex_validation(self) -> None:
         yt = self.yt
         u = self.user()
