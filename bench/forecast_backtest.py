@@ -53,6 +53,7 @@ from pooltree.forecast import (  # noqa: E402
 )
 from pooltree.forecast.arrivals import ArrivalSettings  # noqa: E402
 from pooltree.forecast.replay import SimulationRecorder, state_of  # noqa: E402
+from pooltree.forecast.state import Submission, SubmittedTask  # noqa: E402
 from pooltree.resources import vector  # noqa: E402
 from pooltree.sim import Simulation  # noqa: E402
 from pooltree.sim.scenario import parse_scenario  # noqa: E402
@@ -207,8 +208,12 @@ def _round(value: float) -> float:
     return round(value, 3) if math.isfinite(value) else value
 
 
-def cost_state(nodes: int, running: int, pending: int, pools: int, seed: int) -> ClusterState:
-    """A full cluster: ``running`` operations fill every node's 16 slots, ``pending`` wait behind limits."""
+def cost_state(
+    nodes: int, running: int, pending: int, pools: int, seed: int, submitted_per_hour: int = 0
+) -> ClusterState:
+    """A full cluster: ``running`` operations fill every node's 16 slots, ``pending`` wait behind limits;
+    ``submitted_per_hour`` operations like the pending ones were submitted over the last hour (what the arrival
+    model draws future submissions from)."""
     rng = random.Random(seed)
     trees = parse_pool_trees(
         {
@@ -269,11 +274,32 @@ def cost_state(nodes: int, running: int, pending: int, pools: int, seed: int) ->
                 state="pending",
             )
         )
-    return ClusterState(now, trees, "physical", node_states, tuple(operations))
+    history = tuple(
+        Submission(
+            now - 3600.0 + 3600.0 * i / max(submitted_per_hour, 1),
+            "physical",
+            f"pool-{i % pools:03d}",
+            f"user-{i % 37}",
+            "vanilla",
+            (SubmittedTask("main", job, rng.randint(1, 64)),),
+        )
+        for i in range(submitted_per_hour)
+    )
+    pool_durations = {f"pool-{i:03d}": operations[i % running].tasks[0].durations for i in range(pools)}
+    return ClusterState(
+        now,
+        trees,
+        "physical",
+        node_states,
+        tuple(operations),
+        pool_durations=pool_durations if submitted_per_hour else {},
+        submissions=history,
+        submissions_since=now - 3600.0 if submitted_per_hour else None,
+    )
 
 
 def cost(args: argparse.Namespace) -> dict[str, Any]:
-    state = cost_state(args.nodes, args.running, args.pending, args.pools, args.seed)
+    state = cost_state(args.nodes, args.running, args.pending, args.pools, args.seed, args.submitted_per_hour)
     settings = ForecastSettings(
         seeds=args.seeds,
         horizon=args.horizon,
@@ -305,6 +331,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
                 "forecast_period",
                 "cpu_budget",
                 "repeat",
+                "submitted_per_hour",
             )
         },
         "cpu_seconds_per_refresh": [round(r, 3) for r in runs],
@@ -316,6 +343,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         "pending": len(waiting),
         "running_with_finish_p50": len(finishing),
         "running": len(running),
+        "assumed_arrivals": found.arrivals,
         "load_average": _round(_load()),
         "numpy_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
         "rss_note": "one process; the live service runs this in its worker process",
@@ -364,6 +392,12 @@ def main() -> None:
     costs.add_argument("--running", type=int, default=200)
     costs.add_argument("--pending", type=int, default=2000)
     costs.add_argument("--repeat", type=int, default=3)
+    costs.add_argument(
+        "--submitted-per-hour",
+        type=int,
+        default=2000,
+        help="operations submitted over the last hour (the arrival model's history; 0: none, no arrivals)",
+    )
     args = parser.parse_args()
     result = backtest(args) if args.mode == "backtest" else cost(args)
     print(json.dumps(result, indent=1))

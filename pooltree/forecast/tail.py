@@ -63,8 +63,6 @@ class _TailOp:
     started: bool = False
     may_run: bool = True
     gang: bool = False
-    usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
-    """Resources its running jobs hold."""
     jobs: dict[int, tuple[Shape, SimTask]] = field(default_factory=dict)
     """Its running jobs by serial, oldest first: resources and the task a preempted one returns to."""
 
@@ -83,6 +81,13 @@ class _TailOp:
                 self.pending[index] = (candidate, count - 1)
                 self.left -= 1
                 return
+
+    def usage(self) -> list[float]:
+        """Resources its running jobs hold (summed when asked: only preemption needs it)."""
+        found = [0.0] * RESOURCE_COUNT
+        for resources, _ in self.jobs.values():
+            _take(found, resources, 1.0)
+        return found
 
     def give_back(self, task: SimTask) -> None:
         """A preempted job of ``task`` is pending again."""
@@ -178,11 +183,15 @@ def hand_over(
     heap: list[tuple[float, int, str, Shape]] = []
     serial = 0
     held: dict[str, dict[int, tuple[Shape, SimTask]]] = {}
+    job_shapes: dict[bytes, Shape] = {}
     for job in simulation.jobs.values():
         tree = trees.get(job.op.tree)
         if tree is None:
             continue
-        resources = _shape(job.allocation.resources)
+        key = job.allocation.resources.tobytes()
+        resources = job_shapes.get(key)
+        if resources is None:
+            resources = job_shapes[key] = _shape(job.allocation.resources)
         _take(tree.free, resources, -1.0)
         end = job.end
         if end is not None and redraw and job.task.duration is not None:
@@ -213,8 +222,6 @@ def hand_over(
             gang=any(task.gang_size is not None for task in op.spec.tasks),
         )
         tail_op.jobs = held.get(tail_op.id, {})
-        for resources, _ in tail_op.jobs.values():
-            _take(tail_op.usage, resources, 1.0)
         tree.ops[tail_op.id] = tail_op
         tree.admit(tail_op)
         owner[tail_op.id] = tree
@@ -222,7 +229,7 @@ def hand_over(
     for name, tree in trees.items():
         core = simulation.trees[name].core
         tree.shares = fair_shares(core, tree.ops)
-        usage = {operation_id: op.usage for operation_id, op in tree.ops.items()}
+        usage = {key: op.usage() for key, op in tree.ops.items() if key in tree.shares}
         starvations.extend(starving(core, name, tree.shares, usage, tree.total, now, horizon))
     starvations.sort(key=lambda item: (item.at, item.operation_id))
     started_jobs = 0
@@ -244,7 +251,6 @@ def hand_over(
             return False
         op.take(task)
         _take(tree.free, resources, -1.0)
-        _take(op.usage, resources, 1.0)
         op.running += 1
         started_jobs += 1
         if not op.started:
@@ -259,25 +265,34 @@ def hand_over(
         """``op``'s starvation timeout passed: jobs of the operations furthest above their fair shares make room
         for its jobs until it holds its own fair share (see `pooltree.forecast.tail_preemption`)."""
         share = tree.shares.get(op.id, 0.0)
-        while op.may_run and op.has_pending() and dominant_share(op.usage, tree.total) < share - EPSILON:
+        victims: list[tuple[float, int, _TailOp]] | None = None
+        usage: dict[str, list[float]] = {}
+        while op.may_run and op.has_pending() and dominant_share(op.usage(), tree.total) < share - EPSILON:
             if start_job(tree, op, at):
                 continue
-            victim, above = None, EPSILON
-            for candidate in tree.ops.values():
-                if candidate is op or not candidate.jobs or candidate.id not in tree.shares:
-                    continue
-                excess = dominant_share(candidate.usage, tree.total) - tree.shares[candidate.id]
-                if excess > above:
-                    victim, above = candidate, excess
-            if victim is None:
+            if victims is None:
+                # by how far above their fair shares, the furthest first (only the one taken from moves)
+                candidates = [c for c in tree.ops.values() if c is not op and c.jobs and c.id in tree.shares]
+                usage = {c.id: c.usage() for c in candidates}
+                victims = [
+                    (tree.shares[c.id] - dominant_share(usage[c.id], tree.total), c.order, c)
+                    for c in candidates
+                ]
+                victims = [entry for entry in victims if entry[0] < -EPSILON]
+                heapq.heapify(victims)
+            if not victims:
                 return
+            _, order_key, victim = heapq.heappop(victims)
             job_serial = next(reversed(victim.jobs))  # the newest job goes first
             resources, task = victim.jobs.pop(job_serial)
             _take(tree.free, resources, 1.0)
-            _take(victim.usage, resources, -1.0)
+            _take(usage[victim.id], resources, -1.0)
             victim.running -= 1
             victim.give_back(task)
             tree.admit(victim)
+            still = tree.shares[victim.id] - dominant_share(usage[victim.id], tree.total)
+            if still < -EPSILON and victim.jobs:
+                heapq.heappush(victims, (still, order_key, victim))
             result.preempted += 1
             if on_preempt is not None:
                 on_preempt(op.id, victim.id)
@@ -395,7 +410,6 @@ def hand_over(
         if op.jobs.pop(job_serial, None) is None:
             continue  # preempted earlier: its resources were freed then
         _take(tree.free, resources, 1.0)
-        _take(op.usage, resources, -1.0)
         op.running -= 1
         if op.running == 0 and not op.has_pending():
             del tree.ops[operation_id]
