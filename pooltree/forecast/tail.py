@@ -63,6 +63,8 @@ class _TailOp:
     started: bool = False
     may_run: bool = True
     gang: bool = False
+    held: Counter[Shape] = field(default_factory=Counter)
+    """Its running jobs counted by resources (a counter: cheaper per job than summing a vector)."""
     jobs: dict[int, tuple[Shape, SimTask]] = field(default_factory=dict)
     """Its running jobs by serial, oldest first: resources and the task a preempted one returns to."""
 
@@ -83,10 +85,11 @@ class _TailOp:
                 return
 
     def usage(self) -> list[float]:
-        """Resources its running jobs hold (summed when asked: only preemption needs it)."""
+        """Resources its running jobs hold (from ``held``: only preemption asks)."""
         found = [0.0] * RESOURCE_COUNT
-        for resources, _ in self.jobs.values():
-            _take(found, resources, 1.0)
+        for resources, count in self.held.items():
+            if count:
+                _take(found, resources, float(count))
         return found
 
     def give_back(self, task: SimTask) -> None:
@@ -106,6 +109,8 @@ class _Tree:
     total: list[float] = field(default_factory=list)
     shares: dict[str, float] = field(default_factory=dict)
     """Operation id → its dominant fair share at the stop (`pooltree.forecast.tail_preemption`)."""
+    victims: list[tuple[float, int, Any]] | None = None
+    """(fair share - usage share, order, operation): who is furthest above its fair share (made when needed)."""
     ops: dict[str, _TailOp] = field(default_factory=dict)
     starters: list[tuple[int, str]] = field(default_factory=list)
     """(order, id): operations that may run and have no job yet (a heap; stale entries skipped when read)."""
@@ -222,6 +227,7 @@ def hand_over(
             gang=any(task.gang_size is not None for task in op.spec.tasks),
         )
         tail_op.jobs = held.get(tail_op.id, {})
+        tail_op.held.update(resources for resources, _ in tail_op.jobs.values())
         tree.ops[tail_op.id] = tail_op
         tree.admit(tail_op)
         owner[tail_op.id] = tree
@@ -258,6 +264,7 @@ def hand_over(
             on_start(op.id, at)
         serial += 1
         op.jobs[serial] = (resources, task)
+        op.held[resources] += 1
         heapq.heappush(heap, (at + task.duration.sample(rng), serial, op.id, resources))
         return True
 
@@ -265,33 +272,41 @@ def hand_over(
         """``op``'s starvation timeout passed: jobs of the operations furthest above their fair shares make room
         for its jobs until it holds its own fair share (see `pooltree.forecast.tail_preemption`)."""
         share = tree.shares.get(op.id, 0.0)
-        victims: list[tuple[float, int, _TailOp]] | None = None
-        usage: dict[str, list[float]] = {}
+        victims = tree.victims
+        if victims is None:  # once per hand-over: by how far above their fair shares, the furthest first
+            victims = tree.victims = [
+                (tree.shares[c.id] - dominant_share(c.usage(), tree.total), c.order, c)
+                for c in tree.ops.values()
+                if c.jobs and c.id in tree.shares
+            ]
+            heapq.heapify(victims)
         while op.may_run and op.has_pending() and dominant_share(op.usage(), tree.total) < share - EPSILON:
             if start_job(tree, op, at):
                 continue
-            if victims is None:
-                # by how far above their fair shares, the furthest first (only the one taken from moves)
-                candidates = [c for c in tree.ops.values() if c is not op and c.jobs and c.id in tree.shares]
-                usage = {c.id: c.usage() for c in candidates}
-                victims = [
-                    (tree.shares[c.id] - dominant_share(usage[c.id], tree.total), c.order, c)
-                    for c in candidates
-                ]
-                victims = [entry for entry in victims if entry[0] < -EPSILON]
-                heapq.heapify(victims)
-            if not victims:
+            victim = None
+            while victims:  # entries are refreshed when read (an operation's usage moved since it was keyed)
+                key, order_key, candidate = heapq.heappop(victims)
+                if candidate is op or not candidate.jobs or tree.ops.get(candidate.id) is not candidate:
+                    continue
+                current = tree.shares[candidate.id] - dominant_share(candidate.usage(), tree.total)
+                if current >= -EPSILON:
+                    continue
+                if current > key + EPSILON:
+                    heapq.heappush(victims, (current, order_key, candidate))
+                    continue
+                victim = candidate
+                break
+            if victim is None:
                 return
-            _, order_key, victim = heapq.heappop(victims)
             job_serial = next(reversed(victim.jobs))  # the newest job goes first
             resources, task = victim.jobs.pop(job_serial)
+            victim.held[resources] -= 1
             _take(tree.free, resources, 1.0)
-            _take(usage[victim.id], resources, -1.0)
             victim.running -= 1
             victim.give_back(task)
             tree.admit(victim)
-            still = tree.shares[victim.id] - dominant_share(usage[victim.id], tree.total)
-            if still < -EPSILON and victim.jobs:
+            if victim.jobs:
+                still = tree.shares[victim.id] - dominant_share(victim.usage(), tree.total)
                 heapq.heappush(victims, (still, order_key, victim))
             result.preempted += 1
             if on_preempt is not None:
@@ -409,6 +424,7 @@ def hand_over(
             continue
         if op.jobs.pop(job_serial, None) is None:
             continue  # preempted earlier: its resources were freed then
+        op.held[resources] -= 1
         _take(tree.free, resources, 1.0)
         op.running -= 1
         if op.running == 0 and not op.has_pending():

@@ -85,6 +85,7 @@ def test_submissions_to_come_take_capacity_from_the_queue(budget: float | None) 
         durations=exact,
         cpu_budget=budget,
         simulation_share=1e-7 if budget else 0.6,
+        arrivals=ArrivalSettings(enabled=True),
     )
     alone = forecast(busy_state(history=False), settings)
     coming = forecast(busy_state(history=True), settings)
@@ -108,7 +109,7 @@ def test_submissions_to_come_take_capacity_from_the_queue(budget: float | None) 
 
 def test_the_model_reads_the_window_and_each_seed_draws_its_own_future() -> None:
     state = busy_state(history=True)
-    settings = ArrivalSettings(window=1800.0)
+    settings = ArrivalSettings(enabled=True, window=1800.0)
     model = arrival_model(state.submissions, state.submissions_since, NOW, settings)
     assert model.observed == 1800.0 and len(model.pools[("physical", "b")]) == 6
     assert model.rate_per_hour() == pytest.approx(12.0)

@@ -17,7 +17,9 @@ from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
 SETTINGS = WorkerSettings(
-    forecast=ForecastSettings(seeds=3, horizon=900.0, arrivals=ArrivalSettings(min_history=30.0)),
+    forecast=ForecastSettings(
+        seeds=3, horizon=900.0, arrivals=ArrivalSettings(enabled=True, min_history=30.0)
+    ),
     refresh_periods=1,
 )
 
