@@ -235,7 +235,7 @@ def remaining(distribution: Distribution, elapsed: float, rng: random.Random) ->
 
 
 def remaining_distribution(
-    distribution: Distribution, elapsed: Sequence[float], rng: random.Random, draws: int = 64
+    distribution: Distribution, elapsed: Sequence[float], rng: random.Random, draws: int = 32
 ) -> Distribution:
     """One lognormal for the remaining times of a group of running jobs that have run ``elapsed`` seconds each,
     fitted to ``draws`` conditioned draws over the group (each for an elapsed time picked from the group) by its
