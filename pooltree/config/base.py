@@ -302,3 +302,18 @@ def check_option_map(raw: Any, path: str, known: Iterable[str]) -> Mapping[str, 
         if key not in names:
             raise ConfigError(join_path(path, str(key)), f"unknown option; expected one of {sorted(names)}")
     return raw
+
+
+def raw_extras(config: Any) -> Mapping[str, Any]:
+    """The options a config keeps raw (a pydantic model's extras), or the map itself when given a plain map."""
+    if isinstance(config, Mapping):
+        return config
+    return getattr(config, "model_extra", None) or {}
+
+
+def option_flag(raw: Mapping[str, Any], name: str, path: str, default: bool = False) -> bool:
+    """Boolean option ``name`` of a raw option map (``default`` when absent); a ``ConfigError`` names a non-boolean."""
+    value = raw.get(name, default)
+    if not isinstance(value, bool):
+        raise ConfigError(join_path(path, name), f"expected a boolean, got {value!r}")
+    return value

@@ -8,11 +8,10 @@ allocations without non-preemptible progress are cleared unless the tree allows 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pooltree.config.base import check_option_map
+from pooltree.config.base import check_option_map, option_flag, raw_extras
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import parse_duration
 
@@ -32,9 +31,7 @@ class DefaultGpuFullHostPreemptionConfig:
         if raw is None:
             return cls()
         raw = check_option_map(raw, path, ("enable", "timeout", "max_preemption_penalty"))
-        enable = raw.get("enable", False)
-        if not isinstance(enable, bool):
-            raise ConfigError(join_path(path, "enable"), f"expected a boolean, got {enable!r}")
+        enable = option_flag(raw, "enable", path)
         timeout = (
             cls.timeout
             if raw.get("timeout") is None
@@ -50,7 +47,5 @@ class DefaultGpuFullHostPreemptionConfig:
 
 def full_host_preemption_config(tree_config: Any, path: str) -> DefaultGpuFullHostPreemptionConfig:
     """The tree config's ``default_gpu_full_host_preemption`` (kept raw in the model's extras), validated."""
-    extra: Mapping[str, Any] = (
-        tree_config if isinstance(tree_config, Mapping) else getattr(tree_config, "model_extra", None) or {}
-    )
+    extra = raw_extras(tree_config)
     return DefaultGpuFullHostPreemptionConfig.parse(extra.get(OPTION), join_path(path, OPTION))

@@ -8,9 +8,9 @@ YTsaurus carries it from the tree config to the node in the allocation's attribu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from pooltree.config.base import raw_extras
 from pooltree.errors import join_path
 from pooltree.resources import parse_duration
 
@@ -19,8 +19,6 @@ OPTION = "waiting_for_resources_on_node_timeout"
 
 def waiting_for_resources_timeout(tree_config: Any, path: str = "") -> float | None:
     """The option in seconds, or None when the tree does not set it (a ``ConfigError`` names a bad value)."""
-    extra: Mapping[str, Any] = (
-        tree_config if isinstance(tree_config, Mapping) else getattr(tree_config, "model_extra", None) or {}
-    )
+    extra = raw_extras(tree_config)
     raw = extra.get(OPTION)
     return None if raw is None else parse_duration(raw, join_path(path, OPTION))

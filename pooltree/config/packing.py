@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pooltree.config.base import check_option_map
+from pooltree.config.base import check_option_map, option_flag
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import parse_duration
 
@@ -32,9 +32,7 @@ class PackingConfig:
         if raw is None:
             return cls()
         raw = check_option_map(raw, path, cls.__dataclass_fields__)
-        enable = raw.get("enable", False)
-        if not isinstance(enable, bool):
-            raise ConfigError(join_path(path, "enable"), f"expected a boolean, got {enable!r}")
+        enable = option_flag(raw, "enable", path)
         metric = raw.get("metric", "angle_length")
         if metric not in METRICS:
             raise ConfigError(join_path(path, "metric"), f"expected one of {list(METRICS)}, got {metric!r}")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pooltree.config.base import check_option_map
+from pooltree.config.base import check_option_map, option_flag, raw_extras
 from pooltree.config.tags import TagFilter
 from pooltree.errors import ConfigError, join_path
 
@@ -41,9 +41,7 @@ class SsdPriorityPreemptionConfig:
         if raw is None:
             return cls()
         raw = check_option_map(raw, path, ("enable", "node_tag_filter", "medium_names"))
-        enable = raw.get("enable", False)
-        if not isinstance(enable, bool):
-            raise ConfigError(join_path(path, "enable"), f"expected a boolean, got {enable!r}")
+        enable = option_flag(raw, "enable", path)
         tag_filter = TagFilter.parse(raw.get("node_tag_filter"), join_path(path, "node_tag_filter"))
         names = raw.get("medium_names", [])
         if isinstance(names, str) or not isinstance(names, list | tuple):
@@ -61,9 +59,7 @@ class SsdPriorityPreemptionConfig:
 
 def ssd_preemption_config(tree_config: Any, path: str) -> SsdPriorityPreemptionConfig:
     """The tree config's ``ssd_priority_preemption`` (kept raw in the model's extras), validated."""
-    extra: Mapping[str, Any] = (
-        tree_config if isinstance(tree_config, Mapping) else getattr(tree_config, "model_extra", None) or {}
-    )
+    extra = raw_extras(tree_config)
     return SsdPriorityPreemptionConfig.parse(
         extra.get("ssd_priority_preemption"), join_path(path, "ssd_priority_preemption")
     )
