@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pooltree.fairshare import discretized, improved
 from pooltree.fairshare import functions as fn
-from pooltree.fairshare import improved
 from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree
 from pooltree.fairshare.reuse import (
     derived_statics,
@@ -55,7 +55,10 @@ def build_functions(
         fn.compiled_kernels_active(),
         upd.settings.enable_improved_fair_share_by_fit_factor_computation,
     )
-    kept = kept_functions(tree, key) if full else None
+    # Discretized operations' functions read inputs the kept table does not compare (pending counts, per-job
+    # vectors, the previous fair share): with the option on every update builds everything.
+    reusable = not upd.settings.enable_discretized_fair_share
+    kept = kept_functions(tree, key) if full and reusable else None
     step_full = None
     if step_all is not None:
         step_full = np.zeros(n, dtype=bool)
@@ -74,11 +77,16 @@ def build_functions(
             step = step_all
         else:
             step = _step_flags(upd, ops)
-        batches.append(
-            fn.operation_fair_share_by_suggestion(
-                upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
+        if reusable:
+            batches.append(
+                fn.operation_fair_share_by_suggestion(
+                    upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
+                )
             )
-        )
+        else:
+            batches.append(
+                discretized.operation_fair_share_by_suggestion(upd, ops, step, guarantee[ops], limits[ops])
+            )
         batch_of[ops] = len(batches) - 1
         row_of[ops] = np.arange(len(ops))
         points[ops] = np.diff(batches[-1].offsets)
@@ -104,7 +112,7 @@ def build_functions(
         batches, batch_of = live_batches(batches, batch_of)
     table = fn.FunctionTable(batches, batch_of, row_of, points)
     if full:
-        if key == (True, False) and step_full is not None:
+        if key == (True, False) and step_full is not None and reusable:
             table = keep_functions(
                 upd, key, table, op_idx, step_full, guarantee, limits, (scale_of, shift_of, right_of)
             )

@@ -102,6 +102,14 @@ class UpdateSettings:
     best_allocation_memory: Mapping[str, float] = field(default_factory=dict)
     """Operation id -> the memory its best allocation share leaves it (absolute), a cap on its limits
     (``best_allocation.py``); the strategy fills it (``pooltree/strategy/best_allocation.py``)."""
+    enable_discretized_fair_share: bool = False
+    """YTsaurus tree option: operations' fair-share functions become staircases of whole jobs (``discretized.py``)."""
+    max_discretized_steps: int = 100
+    """YTsaurus tree option: above this many pending allocations only a window of steps is a staircase."""
+    discretized_job_resources: Mapping[str, Vector] = field(default_factory=dict)
+    """Operation id -> one job's resources (absolute; YTsaurus's aggregated initial min needed allocation
+    resources), read only with ``enable_discretized_fair_share``; the strategy fills it from the controllers. An
+    operation without an entry keeps its continuous function."""
 
 
 @dataclass(eq=False)
@@ -118,6 +126,9 @@ class UpdateState:
     historic_usage: dict[tuple[str, str], Any] = field(default_factory=dict)
     """(pool id, child id) -> the child's ``historic_usage.HistoricUsage`` under a pool that infers its children's
     weights from their historic usage."""
+    discretized_fair_share: dict[str, Vector] | None = field(default=None, repr=False)
+    """Operation id -> its fair share in the update that returned this state, kept only with
+    ``enable_discretized_fair_share`` (the window hint of the next update, YTsaurus ``LastFairShare``)."""
     layout: Any = field(default=None, repr=False)
     """The update's flattened tree (``layout._Tree``), taken again only by an update of the very same root."""
     written: Any = field(default=None, repr=False)

@@ -20,6 +20,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.fairshare import (
     best_allocation,
     building,
+    discretized,
     distribution,
     guarantees,
     historic_usage,
@@ -190,7 +191,10 @@ def update_fair_share(
     promised = _promised_fair_share(upd, table, [i for i in promised_pools if i not in nested])
     # Step 10: root fair share = sum of children.
     strong_part, integral_part, weight_part = _root_sum(upd, fs, pis)
-    return _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+    result = _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
+    if settings.enable_discretized_fair_share:
+        result.state.discretized_fair_share = discretized.remember(upd, fs)
+    return result
 
 
 def _promised_guarantee_pools(upd: _Update) -> tuple[list[int], list[int]]:

@@ -1,0 +1,185 @@
+"""Discretized fair share: operations' fair-share functions as staircases of whole jobs (YTsaurus tree options
+``enable_discretized_fair_share`` and ``max_discretized_steps``).
+
+YTsaurus (``yt/yt/library/vector_hdrf/fair_share_update.cpp``, ``TOperationElement::PrepareFairShareByFitFactor``,
+with its scheduler side in ``yt/yt/server/scheduler/strategy/pool_tree_element.cpp``) replaces an operation's
+FairShareByFitFactor (b.5: a ramp to its usage on [0, 1], then to its demand on [1, 2]) by a staircase when all of:
+
+- the tree option is on, and the operation's parent is a pool (the root never discretizes its operations: its
+  ``IsDiscretizedFairShareEnabled`` is false, a pool's is the tree option);
+- the operation has pending allocations (K, its needed resources' user slots, > 0);
+- its per-job vector, the aggregated *initial* minimum needed allocation resources as a share of the tree's
+  total (fixed when the operation materializes), has a positive component;
+- it does not take the gang step function (that one wins).
+
+The staircase: step k (k = 1..K) at fit factor ``k · (2 / (K + 1))`` lifts the value from v(k−1) to v(k), with
+``v(k) = min(k · perJob, demand share)`` per resource (v(0) = 0); flat between steps and after the last one up to
+f = 2. Functions are left-continuous, so at a step's fit factor the value is still the lower one: an operation
+whose parent's fit factor lies between two steps gets a whole number of jobs. Note that K counts *pending*
+allocations only: an operation with running jobs tops out at ``min(K · perJob, demand)``, as in YTsaurus.
+
+Above ``max_discretized_steps`` (M, default 100, > 0) pending allocations, only a window of at most M steps is a
+staircase: its centre is the operation's fair share of the previous update (its usage share when it has none,
+zero when that is zero too) in jobs of the dominant resource, ``round(hint[dom] / perJob[dom])`` clamped to
+[0, K]; ``lo = max(0, centre − M // 2)``, ``hi = min(K, lo + M)``, ``lo = max(0, hi − M)``. Below the window the
+function ramps linearly from (0, 0) to (f(lo), v(lo)), and above it from (f(hi), v(hi)) to (2, demand share).
+
+Only the operations' functions change; pools sum them as before, so with the option off nothing here runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pooltree.errors import ConfigError
+from pooltree.fairshare import functions as fn
+from pooltree.fairshare.layout import _share
+from pooltree.resources import RESOURCE_COUNT
+
+if TYPE_CHECKING:
+    from pooltree.fairshare.update import _Update
+
+DEFAULT_MAX_STEPS = 100
+
+
+def check_max_steps(value: Any, field: str = "settings.max_discretized_steps") -> int:
+    """``max_discretized_steps`` as YTsaurus registers it: an integer greater than 0."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+        raise ConfigError(field, f"must be an integer greater than 0, got {value!r}")
+    return int(value)
+
+
+def eligible(upd: _Update, ops: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which of ``ops`` take the staircase; their pending allocation counts and per-job share vectors (rows of
+    ``ops``; zero where not eligible)."""
+    tree = upd.tree
+    job_resources: Mapping[str, Any] = upd.settings.discretized_job_resources
+    pending = np.zeros(len(ops), dtype=np.int64)
+    per_job = np.zeros((len(ops), RESOURCE_COUNT))
+    parents = tree.parent[ops]
+    for k, i in enumerate(ops.tolist()):
+        op = tree.elements[i]
+        resources = job_resources.get(op.id)
+        if resources is None or int(parents[k]) == 0 or step[k]:
+            continue
+        pending[k] = max(int(op.pending_allocation_count), 0)  # type: ignore[attr-defined]
+        per_job[k] = resources
+    per_job = _share(per_job, upd.total)
+    mask = (pending > 0) & (per_job.max(axis=1) > 0.0) if len(ops) else np.zeros(0, dtype=bool)
+    return mask, pending, per_job
+
+
+def window(pending: int, max_steps: int, hint_jobs: int) -> tuple[int, int]:
+    """The steps ``[lo, hi]`` built as a staircase: all of them up to ``max_steps``, else ``max_steps`` around
+    ``hint_jobs``."""
+    if pending <= max_steps:
+        return 0, pending
+    lo = max(0, hint_jobs - max_steps // 2)
+    hi = min(pending, lo + max_steps)
+    return max(0, hi - max_steps), hi
+
+
+def hint_jobs(
+    previous: np.ndarray | None, usage: np.ndarray, per_job: np.ndarray, dominant: int, pending: int
+) -> int:
+    """The window's centre in jobs: the previous fair share (else the usage share, else 0) in the dominant
+    resource divided by one job's share of it, rounded half away from zero, clamped to [0, pending]."""
+    if previous is not None:
+        hint = previous
+    elif usage.max() > 0.0:
+        hint = usage
+    else:
+        return 0
+    one = float(per_job[dominant])
+    if one <= 0.0:
+        return 0
+    jobs = math.floor(float(hint[dominant]) / one + 0.5)
+    return min(max(jobs, 0), pending)
+
+
+def staircase(
+    pending: int, lo: int, hi: int, demand: np.ndarray, per_job: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The points (fit factors, values) of one operation's staircase FSBFF on [0, 2]."""
+    width = 2.0 / (pending + 1)
+
+    def value(k: int) -> np.ndarray:
+        return np.zeros(RESOURCE_COUNT) if k <= 0 else np.minimum(per_job * float(k), demand)
+
+    xs: list[float] = [0.0]
+    ys: list[np.ndarray] = [np.zeros(RESOURCE_COUNT)]
+    if lo > 0:
+        xs.append(lo * width)
+        ys.append(value(lo))
+    xs.append((lo + 1) * width)
+    ys.append(ys[-1])
+    for k in range(lo + 1, hi + 1):
+        up = value(k)
+        if not np.array_equal(up, ys[-1]):  # a step that adds nothing (capped by demand) is no point
+            xs.append(k * width)
+            ys.append(up)
+        if k < hi:
+            xs.append((k + 1) * width)
+            ys.append(up)
+        elif hi == pending:
+            xs.append(2.0)
+            ys.append(up)
+    if hi < pending:
+        xs.append(2.0)
+        ys.append(np.asarray(demand, dtype=float))
+    return np.array(xs), np.array(ys)
+
+
+def operation_fair_share_by_suggestion(
+    upd: _Update, ops: np.ndarray, step: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+) -> fn.FunctionBatch:
+    """``functions.operation_fair_share_by_suggestion`` for ``ops`` (rows of ``guarantee``/``limits`` by op) with
+    the eligible operations' FSBFF a staircase; one batch in the order of ``ops``."""
+    max_steps = check_max_steps(upd.settings.max_discretized_steps)
+    mask, pending, per_job = eligible(upd, ops, step)
+    usage, demand = upd.usage_share[ops], upd.demand_share[ops]
+    if not mask.any():
+        return fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
+    stairs = np.flatnonzero(mask)
+    previous: Mapping[str, np.ndarray] = upd.state.discretized_fair_share or {}
+    tree = upd.tree
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    for k in stairs.tolist():
+        count = int(pending[k])
+        lo, hi = 0, count
+        if count > max_steps:
+            i = int(ops[k])
+            centre = hint_jobs(previous.get(tree.ids[i]), usage[k], per_job[k], int(upd.dominant[i]), count)
+            lo, hi = window(count, max_steps, centre)
+        x, y = staircase(count, lo, hi, demand[k], per_job[k])
+        xs.append(x)
+        ys.append(y)
+    fsbff = fn.FunctionBatch(
+        fn.offsets_from_counts(np.array([len(x) for x in xs], dtype=np.int64)),
+        np.concatenate(xs),
+        np.concatenate(ys),
+    )
+    stair_batch = fn.fair_share_by_suggestion(fsbff, guarantee[stairs], limits[stairs], merge_collinear=False)
+    if len(stairs) == len(ops):
+        return stair_batch
+    plain = np.flatnonzero(~mask)
+    plain_batch = fn.operation_fair_share_by_suggestion(
+        usage[plain], demand[plain], step[plain], guarantee[plain], limits[plain]
+    )
+    position = np.empty(len(ops), dtype=np.int64)
+    position[plain] = np.arange(len(plain))
+    position[stairs] = len(plain) + np.arange(len(stairs))
+    return fn.gather(fn.concatenate([plain_batch, stair_batch]), position)
+
+
+def remember(upd: _Update, fair_share: np.ndarray) -> dict[str, np.ndarray]:
+    """Every operation's fair share of this update, the next update's window hint (YTsaurus ``LastFairShare``)."""
+    tree = upd.tree
+    op_idx = np.flatnonzero(tree.is_op)
+    rows = np.array(fair_share[op_idx], dtype=float)
+    return {tree.ids[i]: rows[k] for k, i in enumerate(op_idx.tolist())}
