@@ -68,6 +68,9 @@ KNOWN_SPEC_KEYS = frozenset(
         "tentative_pool_trees",
     }
 )
+DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT = 128
+MAX_CUSTOM_STATISTICS_COUNT_LIMIT = 1024
+"""YTsaurus's user job ``custom_statistics_count_limit``: default 128, at most 1024 (``node/user_statistics.py``)."""
 KNOWN_USER_JOB_KEYS = frozenset(
     {
         "check_input_fully_consumed",
@@ -85,7 +88,6 @@ KNOWN_USER_JOB_KEYS = frozenset(
         "redirect_stdout_to_stderr",
         "network_project",
         "max_stderr_size",
-        "custom_statistics_count_limit",
         "disk_request",
         "disk_space_limit",
         "make_rootfs_writable",
@@ -158,6 +160,10 @@ class UserJobSpec(SpecModel):
     memory_reserve_factor: float | None = Field(default=None, gt=0, le=1)
     job_time_limit: Duration | None = None
     """A job running longer is stopped with YTsaurus's "Job time limit exceeded" (1202); seconds."""
+    custom_statistics_count_limit: int = Field(
+        default=DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT, ge=1, le=MAX_CUSTOM_STATISTICS_COUNT_LIMIT
+    )
+    """How many custom statistics paths a job may write to descriptor 5 (``pooltree/node/user_statistics.py``)."""
 
     _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
 

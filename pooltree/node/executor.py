@@ -74,6 +74,7 @@ from pooltree.node.running import RunningJob, Verdict, bookkeeping_bytes
 from pooltree.node.signalling import JobSignals, send
 from pooltree.node.slots import SandboxSlot, SandboxSlots
 from pooltree.node.trash import Trash
+from pooltree.node.user_statistics import UserStatisticsError, statistics_descriptor, user_statistics_error
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -343,9 +344,15 @@ class JobExecutor:
         with (
             private_output(job.directory / "stdout") as stdout,
             private_output(job.directory / "stderr") as stderr,
+            statistics_descriptor(job.directory) as statistics,
         ):
             return self._keepers.spawn(
-                argv, env=env, cwd=str(job.sandbox), stdout=stdout.fileno(), stderr=stderr.fileno()
+                argv,
+                env=env,
+                cwd=str(job.sandbox),
+                stdout=stdout.fileno(),
+                stderr=stderr.fileno(),
+                **statistics,
             )
 
     def _launch_in_slot(self, job: RunningJob, extra: dict[str, str]) -> KeeperProcess:
@@ -371,6 +378,7 @@ class JobExecutor:
             with (
                 private_output(job.directory / "stdout") as stdout,
                 private_output(job.directory / "stderr") as stderr,
+                statistics_descriptor(job.directory) as statistics,
             ):
                 process = self._keepers.spawn(
                     argv,
@@ -380,6 +388,7 @@ class JobExecutor:
                     stderr=stderr.fileno(),
                     namespace=used.namespace,
                     identity=identity,  # the keeper switches to the slot's uid (no setpriv exec)
+                    **statistics,
                 )
         except BaseException:
             self._slots.abandon(used)  # a keeper may have started in it: never another job there
@@ -500,7 +509,12 @@ class JobExecutor:
         """Statistics of a running job so far (same names as the final ones)."""
         job = self._get_running(job_id)
         elapsed = time.monotonic() - job.start_mono
-        return job_statistics(job.spec, self._track(job), total_seconds=elapsed, exec_seconds=elapsed)
+        stats = job_statistics(job.spec, self._track(job), total_seconds=elapsed, exec_seconds=elapsed)
+        with contextlib.suppress(
+            UserStatisticsError
+        ):  # a fault fails the job once it ends, not its heartbeat
+            stats.update(job.user_statistics.read(job.directory, job.spec.custom_statistics_count_limit))
+        return stats
 
     def stderr(self, job_id: str, limit: int | None = None) -> bytes:
         """The tail of the job's stderr, at most ``limit`` (default ``stderr_limit``) bytes."""
@@ -689,6 +703,13 @@ class JobExecutor:
             total_seconds=finish_mono - job.start_mono,
             exec_seconds=exec_end - job.start_mono,
         )
+        try:  # the job's own statistics (descriptor 5); bad ones fail the job, as in YTsaurus
+            stats.update(job.user_statistics.read(job.directory, spec.custom_statistics_count_limit))
+            job.user_statistics.discard(job.directory)
+        except UserStatisticsError as fault:
+            if state is JobState.COMPLETED:  # a job that failed or was aborted keeps its own ending
+                state, interruption_reason = JobState.FAILED, None
+                error = user_statistics_error(str(fault))
         devices = tuple(self.gpu_devices(spec.job_id))  # before the clean-up returns them
         emptying = job.sandbox_slot is not None and outputs_within_limit(job.directory, self.stderr_limit)
         if emptying:  # the slot is emptied after the result is out (below): its next job waits for that

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.config.operation import DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT, MAX_CUSTOM_STATISTICS_COUNT_LIMIT
 from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
 from pooltree.errors import ConfigError, join_path, yt_error
 from pooltree.node import wire
@@ -52,6 +53,7 @@ _JOB_SPEC_FIELDS = frozenset(
         "resources",
         "network",
         "waiting_for_resources_timeout",
+        "custom_statistics_count_limit",
     }
 )
 JOB_NETWORKS = ("shared", "isolated")
@@ -122,6 +124,8 @@ class JobSpec:
     waiting_for_resources_timeout: float | None = None
     """Seconds the job may wait on the node for resources other jobs still hold (its GPUs), from the tree's
     ``waiting_for_resources_on_node_timeout``; None: the node's default (``node/gpu.py``)."""
+    custom_statistics_count_limit: int = DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT
+    """How many custom statistics paths the job may write to descriptor 5 (``node/user_statistics.py``)."""
 
     def __post_init__(self) -> None:
         if self.interruption_signal is not None and not isinstance(
@@ -166,6 +170,16 @@ class JobSpec:
             raise ConfigError(
                 "memory_reserve",
                 f"reserve {self.memory_reserve:.0f} exceeds memory_limit {self.memory_limit:.0f}",
+            )
+        limit = self.custom_statistics_count_limit
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_CUSTOM_STATISTICS_COUNT_LIMIT
+        ):
+            raise ConfigError(
+                "custom_statistics_count_limit",
+                f"expected an integer from 1 to {MAX_CUSTOM_STATISTICS_COUNT_LIMIT}, got {limit!r}",
             )
         if isinstance(self.job_index, bool) or not isinstance(self.job_index, int) or self.job_index < 0:
             raise ConfigError("job_index", f"expected a non-negative integer, got {self.job_index!r}")
@@ -214,7 +228,12 @@ class JobSpec:
             kwargs["interruption_signal"] = parse_signal(
                 data["interruption_signal"], join_path(path, "interruption_signal")
             )
-        for name, kind in (("task_name", str), ("job_index", int), ("keep_sandbox", bool)):
+        for name, kind in (
+            ("task_name", str),
+            ("job_index", int),
+            ("keep_sandbox", bool),
+            ("custom_statistics_count_limit", int),
+        ):
             if name in data:
                 value = data[name]
                 if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):

@@ -519,9 +519,10 @@ def zygote(argv: list[str]) -> int:
         message, fds = request
         settled = settling = -1
         in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
-        passed = 0
+        passed, first = 0, 3
         try:
             passed = _passed(message, fds, in_slot)
+            first = _pass_at(message)
             if in_slot:
                 _setns(libc, fds[-1])
             os.chdir(message["cwd"])
@@ -533,7 +534,18 @@ def zygote(argv: list[str]) -> int:
         if pid == 0:
             os.close(settled)
             _keeper_child(
-                sock, lifeline, devnull, fds, message, libc, catchable, settling, in_slot, passed, last_cap
+                sock,
+                lifeline,
+                devnull,
+                fds,
+                message,
+                libc,
+                catchable,
+                settling,
+                in_slot,
+                passed,
+                last_cap,
+                first,
             )
         try:
             if in_slot:  # back to the node's own view before anything else: never serve from a slot's
@@ -560,6 +572,18 @@ def zygote(argv: list[str]) -> int:
             return 0
 
 
+MAX_PASS_AT = 64
+"""The highest first number a request may ask its passed descriptors to be placed at."""
+
+
+def _pass_at(message: dict) -> int:
+    """Where a request's passed descriptors start for the job (default 3: 3, 4, ...); ``OSError`` (EINVAL)."""
+    first = message.get("pass_at", 3)
+    if not isinstance(first, int) or isinstance(first, bool) or not 3 <= first <= MAX_PASS_AT:
+        raise OSError(errno.EINVAL, f"expected a descriptor number from 3 to {MAX_PASS_AT}, got {first!r}")
+    return first
+
+
 def _passed(message: dict, fds: list[int], in_slot: bool) -> int:
     """How many of a request's descriptors go to the job as 3, 4, ... (they come after stdout, stderr and the
     optional stdin, before a slot's namespace); ``OSError`` (EINVAL) when the descriptors do not add up."""
@@ -583,17 +607,19 @@ def _keeper_child(
     in_slot: bool,
     passed: int = 0,
     last_cap: int = 0,
+    first: int = 3,
 ) -> None:
     """In the clone: become the job's keeper; never returns to the zygote's loop. ``settling`` is closed once
     the keeper leads its session and is a subreaper (the zygote answers the node then). ``in_slot``: the clone
     is pid 1 of new namespaces inside a slot's sandbox (``JOB_NAMESPACES``), and mounts its own ``/proc``.
-    ``passed``: the last descriptors (before a slot's namespace) go to the job as 3, 4, ..."""
+    ``passed``: the last descriptors (before a slot's namespace) go to the job as ``first``, ``first`` + 1, ...
+    (3, 4, ... by default; a job's statistics descriptor is 5)."""
     status = _exit_status(KEEPER_EXIT_USAGE)
     try:
         sock.close()
         os.setsid()
         streams = fds[: len(fds) - in_slot - passed]
-        top = 3 + passed
+        top = first + passed
         extra = [
             fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in fds[len(streams) : len(streams) + passed]
         ]
@@ -607,7 +633,7 @@ def _keeper_child(
         failure = failure or _make_subreaper(libc)
         failure = failure or (_drop_privileges(libc, last_cap) if identity is not None else None)
         os.close(settling)
-        lifeline = _place(extra, lifeline)
+        lifeline = _place(extra, lifeline, first)
         if failure:
             os.write(2, failure.encode())
         else:
@@ -633,13 +659,14 @@ def _identity(value: object) -> tuple[int, int] | None:
     return value[0], value[1]
 
 
-def _place(extra: list[int], lifeline: int) -> int:
+def _place(extra: list[int], lifeline: int, first: int = 3) -> int:
     """In a keeper: the descriptors passed for the job (``extra``, close-on-exec copies above the target
-    numbers) at 3, 4, ... and inherited by the job, the lifeline moved out of their way; the lifeline's number."""
-    top = 3 + len(extra)
+    numbers) at ``first``, ``first`` + 1, ... and inherited by the job, the lifeline moved out of their way; the
+    lifeline's number."""
+    top = first + len(extra)
     if lifeline < top:
         lifeline = fcntl.fcntl(lifeline, fcntl.F_DUPFD_CLOEXEC, top)
-    for number, fd in enumerate(extra, 3):
+    for number, fd in enumerate(extra, first):
         os.dup2(fd, number)  # inheritable, as ``Popen(pass_fds=...)`` leaves it
         os.close(fd)
     return lifeline
@@ -699,11 +726,13 @@ class KeeperZygote:
         namespace: int | None = None,
         pass_fds: tuple[int, ...] = (),
         identity: tuple[int, int] | None = None,
+        pass_at: int = 3,
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
         ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
         (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``).
-        ``pass_fds``: descriptors ``argv`` gets as 3, 4, ... (a slot's setup bubblewrap: its ``--info-fd``).
+        ``pass_fds``: descriptors ``argv`` gets as ``pass_at``, ``pass_at`` + 1, ... (default 3: a slot's setup
+        bubblewrap's ``--info-fd``; a job's statistics descriptor at 5).
         ``identity``: ``(uid, gid)`` the job runs as, with no group, capability nor new privileges: the keeper
         switches (``_spawn_as``) where a ``setpriv`` exec did it."""
         if (namespace is not None or pass_fds or identity) and os.uname().machine not in SYS_CLONE:
@@ -728,6 +757,7 @@ class KeeperZygote:
             "cwd": str(cwd),
             "namespace": namespace is not None,
             "pass": len(pass_fds),
+            "pass_at": pass_at,
         }
         if identity is not None:
             message["identity"] = [int(identity[0]), int(identity[1])]
@@ -791,6 +821,7 @@ class KeeperZygotes:
         namespace: int | None = None,
         pass_fds: tuple[int, ...] = (),
         identity: tuple[int, int] | None = None,
+        pass_at: int = 3,
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
@@ -805,6 +836,7 @@ class KeeperZygotes:
                 namespace=namespace,
                 pass_fds=pass_fds,
                 identity=identity,
+                pass_at=pass_at,
             )
         finally:
             self._free.put(zygote)

@@ -12,6 +12,7 @@ from pooltree.node.job import JobResult, JobSpec, JobState
 from pooltree.node.keeper import KeeperProcess
 from pooltree.node.memory import MemorySample
 from pooltree.node.slots import SandboxSlot
+from pooltree.node.user_statistics import StatisticsFile
 
 
 @dataclass
@@ -44,6 +45,8 @@ class RunningJob:
     """The slot the job runs in (``slots.py``); None for a job in a bubblewrap of its own or unsandboxed."""
     supervisor: asyncio.Task | None = None
     killer: asyncio.Task | None = None
+    user_statistics: StatisticsFile = field(default_factory=StatisticsFile)
+    """What the job wrote to descriptor 5 (``user_statistics.py``), parsed again only when it grew."""
     done: asyncio.Future[JobResult] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )

@@ -90,8 +90,37 @@ def test_python_callable_runs_as_a_vanilla_task(cluster: Cluster) -> None:
         pytest.skip(f"no python3 on the jobs' PATH ({SAFE_PATH})")
     op_id, stderrs = run_python_callable(cluster, python)
     client = cluster.client()
-    assert len(stderrs) == 2 and all(b"callable ran: 49\n" in stderr for stderr in stderrs), stderrs
+    assert stderrs == [b"callable ran: 49\n"] * 2, (
+        "nothing else: the wrapper's statistics went to descriptor 5"
+    )
     assert "unrecognized_spec" not in client.get_operation(op_id)["alerts"]
+    for job in client.list_jobs(op_id)["jobs"]:  # the wrapper writes its preparation time there
+        assert client.get_job(op_id, job["id"])["statistics"]["custom/python_job_preparation_time"] >= 0
+
+
+def test_a_shell_job_s_custom_statistics_and_their_limit(cluster: Cluster) -> None:
+    # YTsaurus's test_job_statistics / test_too_many_custom_statistics, through the official client
+    client = cluster.client()
+    line = 'echo "{ cpu={ k1=4; k3=7 }}; {k2=-7};{k2=1};" >&5'
+    op = client.run_operation(ytw.VanillaSpecBuilder().task("main", {"command": line, "job_count": 1}))
+    job = client.list_jobs(op.id)["jobs"][0]
+    statistics = client.get_job(op.id, job["id"])["statistics"]
+    assert {k: float(v) for k, v in statistics.items() if k.startswith("custom/")} == {
+        "custom/cpu/k1": 4,
+        "custom/cpu/k3": 7,
+        "custom/k2": 1,
+    }
+    too_many = "".join(f'echo "{{name{i}=42}};" >&5; ' for i in range(3))
+    task = {"command": too_many, "job_count": 1, "custom_statistics_count_limit": 2}
+    spec = ytw.VanillaSpecBuilder().task("main", task).max_failed_job_count(1)
+    with pytest.raises(ytw.YtOperationFailedError):
+        client.run_operation(spec)
+    failed = client.list_operations(state="failed")["operations"][0]["id"]
+    error = client.list_jobs(failed)["jobs"][0]["error"]
+    assert "custom_statistics_count_limit (2)" in str(error), error
+    with pytest.raises(ytw.YtResponseError, match="custom_statistics_count_limit"):
+        task = {"command": "true", "job_count": 1, "custom_statistics_count_limit": 0}
+        client.run_operation(ytw.VanillaSpecBuilder().task("main", task))
 
 
 def test_a_file_written_in_pieces_is_whole(cluster: Cluster) -> None:

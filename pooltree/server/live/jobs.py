@@ -13,6 +13,7 @@ import numpy as np
 
 from pooltree.config import nodes_of_trees
 from pooltree.config.node_waiting import waiting_for_resources_timeout
+from pooltree.config.operation import DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT
 from pooltree.controllers.operations import Job
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
@@ -325,6 +326,8 @@ class LiveJobs:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
+        if task.custom_statistics_count_limit != DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT:
+            spec["custom_statistics_count_limit"] = task.custom_statistics_count_limit
         if scheduler.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
             spec["network"] = "isolated"
         tree = scheduler.registry.trees.get(job.tree) if job.tree else None
