@@ -164,6 +164,9 @@ class UserJobSpec(SpecModel):
         default=DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT, ge=1, le=MAX_CUSTOM_STATISTICS_COUNT_LIMIT
     )
     """How many custom statistics paths a job may write to descriptor 5 (``pooltree/node/user_statistics.py``)."""
+    job_speculation_timeout: Duration | None = None
+    """A job running longer gets a speculative copy (`pooltree.controllers.speculative`); ``None`` → the
+    operation spec's value; seconds."""
 
     _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
 
@@ -315,6 +318,13 @@ class OperationSpec(SpecModel):
     time_limit: Duration | None = None
     """An operation running longer fails with "Operation is running for too long, aborted"; seconds."""
     max_failed_job_count: int = Field(default=10, ge=0)
+    job_speculation_timeout: Duration | None = None
+    """A job running longer gets a speculative copy, unless its user job sets its own (seconds;
+    `pooltree.controllers.speculative`)."""
+    max_speculative_job_count_per_task: int = Field(default=10, ge=0)
+    """Speculative requests in flight per task at most (YTsaurus's default 10; 0: none)."""
+    try_avoid_duplicating_jobs: bool = False
+    """No speculative copies at all (YTsaurus: the cap becomes 0)."""
     job_count: int | None = Field(default=None, ge=0)
     user_job_memory_digest_default_value: float = Field(default=0.5, gt=0, le=1)
     user_job_memory_digest_lower_bound: float = Field(default=0.05, gt=0, le=1)

@@ -174,9 +174,6 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "max_concurrent_controller_schedule_job_calls": PERFORMANCE,
     "update_preemptable_jobs_list_logging_period": PROFILING,
     "custom_profiling_tag": PROFILING,
-    "max_speculative_job_count_per_task": (
-        "pooltree's controllers launch no speculative jobs (no job_speculation_timeout), so there is nothing to cap"
-    ),
     "allow_idle_cpu_policy": IDLE_CPU,
 }
 

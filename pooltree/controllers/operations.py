@@ -24,6 +24,13 @@ from typing import Any
 import numpy as np
 
 from pooltree.controllers.memory import RESOURCE_OVERDRAFT, TaskMemoryReserve
+from pooltree.controllers.speculative import (
+    DROPPED,
+    LOST,
+    SPECULATIVE_RUN_LOST,
+    SPECULATIVE_RUN_WON,
+    SpeculativeJobs,
+)
 from pooltree.errors import ConfigError, PooltreeError, join_path
 from pooltree.resources import MEMORY, RESOURCE_COUNT, Vector, parse_resources
 from pooltree.strategy.model import Allocation, ExecNode, FinishedAllocation
@@ -121,6 +128,8 @@ class Job:
     attempt: int = 0
     incarnation: int = 0
     """The operation incarnation the job was started in (gang operations)."""
+    speculative: bool = False
+    """A speculative copy of a running job of the same index (`pooltree.controllers.speculative`)."""
 
 
 @dataclass
@@ -170,6 +179,9 @@ class OperationControllerBase:
         instead of polling every one; see ``pooltree.strategy.watch``)."""
         self._min_signature: tuple[bool, ...] | None = None
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
+        self.speculation: SpeculativeJobs | None = None
+        """Speculative copies of slow jobs (``job_speculation_timeout``), when the spec asks for them
+        (`pooltree.controllers.speculative.speculation_from_spec`); None: the operation never speculates."""
         self._refresh()
 
     # -- what the strategy reads
@@ -232,8 +244,11 @@ class OperationControllerBase:
         count = 0
         with_pending: list[bool] = []
         reserves = False
+        speculation = self.speculation
         for state in self._tasks.values():
             pending = len(state.pending)
+            if speculation is not None:
+                pending += speculation.pending_count(state.spec.name)  # requested copies are demand too
             count += pending
             with_pending.append(pending > 0)
             reserves = reserves or state.spec.memory_reserve is not None
@@ -242,8 +257,8 @@ class OperationControllerBase:
         signature = tuple(with_pending)
         if reserves or signature != self._min_signature:
             min_needed: Vector | None = None
-            for state in self._tasks.values():
-                if state.pending:
+            for state, pending in zip(self._tasks.values(), with_pending, strict=True):
+                if pending:
                     per_job = self._per_job(state)
                     min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
             self._base_min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
@@ -255,9 +270,13 @@ class OperationControllerBase:
         """Total resources of all pending jobs (summed on demand: only fair-share updates read it)."""
         if self._needed_cache is None:
             needed = np.zeros(RESOURCE_COUNT)
+            speculation = self.speculation
             for state in self._tasks.values():
-                if state.pending:
-                    needed += self._per_job(state) * len(state.pending)
+                count = len(state.pending)
+                if speculation is not None:
+                    count += speculation.pending_count(state.spec.name)
+                if count:
+                    needed += self._per_job(state) * count
             self._needed_cache = needed
         return self._needed_cache
 
@@ -276,15 +295,23 @@ class OperationControllerBase:
             if isinstance(available_resources, np.ndarray)
             else [float(x) for x in available_resources]
         )
+        speculation = self.speculation
         for state in self._tasks.values():
-            if not state.pending:
+            copy = False
+            if state.pending:
+                job = state.pending[0]
+            elif speculation is not None and (job := speculation.candidate(state.spec.name)) is not None:
+                copy = True  # YTsaurus: a task starts a speculative copy only with no regular job pending
+            else:
                 continue
-            job = state.pending[0]
             resources = self._allocation_resources(state, job)
             if not fits_floats(resources.tolist(), available):
                 continue
-            state.pending.popleft()
-            job.incarnation = self.incarnation
+            if copy:
+                job = Job(job.task, job.index, job.fraction, job.attempt, job.incarnation, speculative=True)
+            else:
+                state.pending.popleft()
+                job.incarnation = self.incarnation
             return self._run_job(
                 state,
                 job,
@@ -324,6 +351,8 @@ class OperationControllerBase:
             start_time=now,
         )
         self._running[allocation.id] = job
+        if self.speculation is not None:
+            self.speculation.on_started(allocation, job, now, speculative=job.speculative)
         self._refresh()
         return allocation
 
@@ -339,14 +368,33 @@ class OperationControllerBase:
             )
         state = self._tasks[job.task]
         state.running -= 1
+        outcome = self.speculation.on_finished(allocation, finished) if self.speculation is not None else None
+        if outcome == LOST:  # its competitor completed the job: an abort, whatever the node reported
+            self.aborted_job_count_by_reason[
+                SPECULATIVE_RUN_LOST if job.speculative else SPECULATIVE_RUN_WON
+            ] += 1
+            self._refresh()
+            return
         if allocation.preemption is not None:
             self.preempted_job_count += 1
         self._feed_memory(state, job, finished)
+        if outcome == DROPPED:  # its competitor still runs the job: counted here, not run again
+            self._count_unsuccessful(allocation, finished)
+            self._refresh()
+            return
         if finished.state == "completed":
             self._on_completed(state, job, allocation, finished)
-        elif finished.state == "failed":
-            self.failed_job_count += 1
+        else:
+            self._count_unsuccessful(allocation, finished)
             self._requeue(state, job)
+        self._refresh()
+
+    def _count_unsuccessful(self, allocation: Allocation, finished: FinishedAllocation) -> None:
+        """Count a job that failed, was aborted or (completed while preempted) was interrupted."""
+        if finished.state == "failed":
+            self.failed_job_count += 1
+        elif finished.state == "completed":
+            self.interrupted_job_count += 1
         else:
             reason = (
                 allocation.preemption.reason.value
@@ -354,8 +402,14 @@ class OperationControllerBase:
                 else (finished.abort_reason or "other")
             )
             self.aborted_job_count_by_reason[reason] += 1
-            self._requeue(state, job)
+
+    def launch_speculative_jobs(self, now: float) -> bool:
+        """Request speculative copies of the jobs that ran past their ``job_speculation_timeout`` (as far as the
+        per-task cap allows); returns whether the pending jobs grew."""
+        if self.speculation is None or not self.speculation.speculate(now):
+            return False
         self._refresh()
+        return True
 
     def _feed_memory(self, state: _TaskState, job: Job, finished: FinishedAllocation) -> None:
         reserve = state.spec.memory_reserve
@@ -400,6 +454,11 @@ class OperationControllerBase:
             "interrupted_job_count": self.interrupted_job_count,
             "preempted_job_count": self.preempted_job_count,
             "aborted_job_count_by_reason": dict(self.aborted_job_count_by_reason),
+            **(
+                {"speculative_job_counter": self.speculation.progress()}
+                if self.speculation is not None
+                else {}
+            ),
         }
 
 

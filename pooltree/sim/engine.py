@@ -40,6 +40,7 @@ import numpy as np
 
 from pooltree.alerts import AlertSettings
 from pooltree.config import TagFilter
+from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.errors import ConfigError
 from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.gc_policy import survivors_frozen
@@ -365,7 +366,7 @@ class Simulation:
                     self.operation_model.check_fit(op)
             elif op is not None and event.get("tree") in op.tentative_trees and op.state == "running":
                 self._add_pending(self.trees[event["tree"]], op)  # activated in a tentative tree
-        elif kind == "allocation_preempted":
+        elif kind == "allocation_preempted" and event["reason"] not in SPECULATIVE_ABORT_REASONS:
             self.preemptions_by_reason[event["reason"]] += 1
             op = self.op_by_id.get(event["operation_id"])
             if op is not None:
@@ -842,13 +843,17 @@ class Simulation:
             self.metrics.timeline(tree, now, emit)
 
     def _enforce_time_limits(self, tree: _TreeState, now: float) -> None:
-        """Operations past their time_limit fail; jobs past their job_time_limit stop (SchedulerCore rules)."""
+        """Operations past their time_limit fail; jobs past their job_time_limit stop; jobs past their
+        job_speculation_timeout get speculative copies (SchedulerCore rules)."""
         for operation_id, error in tree.core.enforce_time_limits(now):
             op = self.op_by_id.get(operation_id)
             if op is not None and op.state in ("running", "pending"):
                 op.error = error["message"]
                 self.operation_model.finish_operation(op, "failed")
         self._wake_queued(tree)
+        for operation_id in tree.core.launch_speculative_jobs(now):  # copies of slow jobs are demand now
+            tree.changed = True
+            self.job_model.after_job_change(self.op_by_id[operation_id], demand_may_grow=True)
 
     def _wake_queued(self, tree: _TreeState) -> None:
         """Nodes with stops decided outside their heartbeats (gangs, job time limits) beat again soon."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pooltree.controllers.memory import RESOURCE_OVERDRAFT, JobMemory, select_overdraft_victims
+from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.resources import MEMORY
 from pooltree.sim.state import (
     _JOB_END,
@@ -147,7 +148,8 @@ class SimulationJobs:
         op = job.op
         op.jobs_total_duration += runtime
         op.job_max_duration = max(op.job_max_duration, runtime)
-        if job.allocation.preemption is not None:
+        preemption = job.allocation.preemption
+        if preemption is not None and preemption.reason.value not in SPECULATIVE_ABORT_REASONS:
             op.preempted_job_time += runtime
             op.preempted_job_count += 1
         if state in ("aborted", "failed"):
@@ -163,8 +165,12 @@ class SimulationJobs:
         finished = self.with_memory(job, finished)
         tree.core.on_allocation_finished(finished, self.sim.now)
         tree.changed = True
-        if finished.state == "aborted":
-            self.sim._wake_queued(tree)  # a lost gang job restarts the others (queued stops and starts)
+        if finished.state == "aborted" or (
+            op.controller is not None and op.controller.speculation is not None
+        ):
+            self.sim._wake_queued(
+                tree
+            )  # a lost gang job restarts the others; a completed job's competitor stops
         self.drop_job(job, finished.state)
         node = job.node
         if node.alive:

@@ -13,6 +13,7 @@ from pooltree.controllers.memory import (
     TaskMemoryReserve,
 )
 from pooltree.controllers.operations import OperationControllerBase, TaskSpec, make_controller
+from pooltree.controllers.speculative import speculation_from_spec
 from pooltree.errors import PooltreeError
 from pooltree.resources import MEMORY, RESOURCE_COUNT, RESOURCES, Vector, format_size
 from pooltree.sim.state import (
@@ -66,7 +67,11 @@ class SimulationOperations:
                     gang_size=task.gang_size,
                 )
             )
-        return make_controller(spec.id, spec.type, tasks, interruption_signal=spec.spec.interruption_signal)
+        controller = make_controller(
+            spec.id, spec.type, tasks, interruption_signal=spec.spec.interruption_signal
+        )
+        controller.speculation = speculation_from_spec(spec.spec, tasks)  # job_speculation_timeout
+        return controller
 
     def fail_on_arrival(self, op: _Op, error: PooltreeError) -> None:
         op.state = "failed"

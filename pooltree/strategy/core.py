@@ -129,6 +129,8 @@ class SchedulerCore:
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
+        self._speculating: dict[str, OperationController] = {}
+        """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._configure_from_tree_config()
 
     # ------------------------------------------------------------------ events
@@ -261,11 +263,14 @@ class SchedulerCore:
         work moves."""
         self.input_resources.watch(operation_id, controller)
         self._default_pending.watch(operation_id, controller)
+        if getattr(controller, "speculation", None) is not None:
+            self._speculating[operation_id] = controller
 
     def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
         """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
         self.input_resources.unwatch(operation_id, controller)
         self._default_pending.unwatch(operation_id, controller)
+        self._speculating.pop(operation_id, None)
 
     # ------------------------------------------------------------------ fair share and heartbeats
 
@@ -595,6 +600,16 @@ class SchedulerCore:
         (`TimeLimits`), in registration order.
         """
         return self.time_limits.enforce(now, self.checks.due(now))
+
+    def launch_speculative_jobs(self, now: float) -> list[str]:
+        """Operations whose jobs ran past their ``job_speculation_timeout`` request speculative copies
+        (`pooltree/controllers/speculative.py`, the per-task cap applies); returns those whose pending jobs grew.
+        The live service and the simulator call this every fair-share period, after the time limits."""
+        return [
+            operation_id
+            for operation_id, controller in self._speculating.items()
+            if controller.launch_speculative_jobs(now)
+        ]
 
     def attach_controller(self, operation_id: str, controller: OperationController) -> None:
         """Attach the controller of an operation the pool tree already holds (the live service registers

@@ -124,6 +124,10 @@ class AbortReason(enum.StrEnum):
     OPERATION_BOUND_TO_OTHER_MODULE = "operation_bound_to_other_module"
     NODE_UNSCHEDULABLE = "node_unschedulable"
     OPERATION_INCARNATION_CHANGED = "operation_incarnation_changed"
+    SPECULATIVE_RUN_WON = "speculative_run_won"
+    """The job's speculative copy completed first (``pooltree/controllers/speculative.py``)."""
+    SPECULATIVE_RUN_LOST = "speculative_run_lost"
+    """This speculative copy's original completed first."""
     """A ranked job of the same gang operation (a vanilla task with ``gang_options``) failed, was aborted or was
     interrupted: the operation switched to a new incarnation and every running job restarts in its allocation."""
 

@@ -44,6 +44,7 @@ from pooltree.strategy.gpu_policy_inputs import carry_out_plan
 from pooltree.strategy.guarantee_priority import run_regular_stages
 from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import (
+    AbortReason,
     Allocation,
     ExecNode,
     FinishedAllocation,
@@ -336,6 +337,12 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             take_switch = getattr(controller, "take_incarnation_switch", None)
             if take_switch is not None and take_switch():
                 self._switch_incarnation(runtime, allocation, now)
+            speculation = getattr(controller, "speculation", None)
+            if speculation is not None and speculation.losers:  # a competitor completed the job first
+                for loser_id, reason, explanation in speculation.take_losers():
+                    loser = self.allocations.get(loser_id)
+                    if loser is not None:
+                        self.stop_allocation(loser, AbortReason(reason), explanation, now)
             if element is not None and element.op is runtime:
                 self._refresh_leaf(element)
         self._emit(

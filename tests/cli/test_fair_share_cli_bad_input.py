@@ -120,7 +120,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
         CLUSTER
         + "pool_trees: {t: {config: {waiting_for_resources_on_node_timeout: 60000},"
         + " pools: {a: {enable_detailed_logs: true}}}}\n"
-        + "operations: [{id: op1, spec: {pool: a, max_speculative_job_count_per_task: 5}}]\n"
+        + "operations: [{id: op1, spec: {pool: a, allow_idle_cpu_policy: true}}]\n"
     )
     done = run_fair_share(str(path))
     assert done.returncode == 0, done.stderr
@@ -129,7 +129,7 @@ def test_options_pooltree_ignores_are_listed_on_stderr(tmp_path: Path) -> None:
     for fragment in (
         "pool_trees.t.config.waiting_for_resources_on_node_timeout:",
         "pool_trees.t.pools.a.enable_detailed_logs:",
-        "operations.op1.spec.max_speculative_job_count_per_task:",
+        "operations.op1.spec.allow_idle_cpu_policy:",
     ):
         assert fragment in done.stderr, done.stderr
 

@@ -83,13 +83,13 @@ def test_is_gang_without_gang_options_loses_only_the_jobs_of_the_failed_node(tmp
 
 
 def test_the_summary_lists_options_pooltree_ignores(tmp_path) -> None:
-    document = _document({"max_speculative_job_count_per_task": 5})
+    document = _document({"allow_idle_cpu_policy": True})
     document["pool_trees"]["t"]["config"] = {"waiting_for_resources_on_node_timeout": 60000}
     summary = run(document, tmp_path)
     paths = [entry["path"] for entry in summary["unsupported_options"]]
     assert paths == [
         "pool_trees.t.config.waiting_for_resources_on_node_timeout",
-        "operations.op.spec.max_speculative_job_count_per_task",
+        "operations.op.spec.allow_idle_cpu_policy",
     ]
 
 

@@ -15,6 +15,7 @@ from pooltree.config import nodes_of_trees
 from pooltree.config.node_waiting import waiting_for_resources_timeout
 from pooltree.config.operation import DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT
 from pooltree.controllers.operations import Job
+from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest
@@ -232,10 +233,13 @@ class LiveJobs:
                     start.append(spec)
             for record in result.allocations_to_preempt:
                 job_id = scheduler.allocation_jobs.get(record.allocation_id)
-                scheduler.preemptions[(tree, record.reason.value)] += 1
+                speculative = record.reason.value in SPECULATIVE_ABORT_REASONS  # a loser, not a preemption
+                if not speculative:
+                    scheduler.preemptions[(tree, record.reason.value)] += 1
                 if job_id is None:
                     continue
-                self._note_preemption(job_id, record)
+                if not speculative:
+                    self._note_preemption(job_id, record)
                 if (
                     record.error is not None and job_id in scheduler.jobs
                 ):  # job time limit: YTsaurus's error 1202

@@ -15,6 +15,7 @@ import numpy as np
 from pooltree.config import OperationSpec, VanillaTaskSpec
 from pooltree.controllers.memory import JobMemoryReserve, TaskMemoryOptions, TaskMemoryReserve
 from pooltree.controllers.operations import Job, TaskSpec, VanillaController
+from pooltree.controllers.speculative import speculation_from_spec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.resources import Vector, resources_to_dict, vector
 from pooltree.server.store import JobRecord
@@ -340,6 +341,14 @@ class NodeState:
     memory_meter: str | None = None
     alerts: list[dict[str, Any]] = field(default_factory=list)
     """The node's own alerts from its last heartbeat (a reduced job isolation, ...)."""
+
+
+def live_controller(operation_id: str, model: OperationSpec, tasks: list[TaskSpec]) -> LiveVanillaController:
+    """The controller of a live operation: its tasks, the spec's interruption signal and speculative jobs
+    (``job_speculation_timeout``, `pooltree.controllers.speculative`)."""
+    controller = LiveVanillaController(operation_id, tasks, interruption_signal=model.interruption_signal)
+    controller.speculation = speculation_from_spec(model, tasks)
+    return controller
 
 
 def task_memory_reserve(name: str, task: VanillaTaskSpec, model: OperationSpec) -> TaskMemoryReserve:

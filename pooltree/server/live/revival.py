@@ -17,8 +17,8 @@ from pooltree.server.live.model import (
     OPERATION_FAILED,
     LiveJob,
     LiveOperation,
-    LiveVanillaController,
     build_tasks,
+    live_controller,
 )
 from pooltree.server.store import OperationFilter, OperationRecord
 
@@ -70,7 +70,7 @@ class LiveRevival:
             )
         model = OperationSpec.parse(dict(record.spec), "spec")
         tasks = build_tasks(record.id, model)
-        controller = LiveVanillaController(record.id, tasks, interruption_signal=model.interruption_signal)
+        controller = live_controller(record.id, model, tasks)
         doc = record.document
         # register with the runtime parameters the operation had (pool, weight, limits per tree)
         spec_for_trees = model
@@ -112,7 +112,10 @@ class LiveRevival:
             lost_jobs=int(doc.get("lost_jobs") or 0),
         )
         controller.failed_job_count = int(doc.get("failed_job_count") or 0)
-        for job_record in scheduler.store.list_jobs(record.id):
+        # completed jobs first: a job whose speculative competitor completed is never run again, and a loser the
+        # store still has running is not re-attached in the winner's place
+        job_records = sorted(scheduler.store.list_jobs(record.id), key=lambda r: r.state != "completed")
+        for job_record in job_records:
             job = LiveJob.from_record(job_record)
             op.jobs[job.id] = job
             if job.state == "completed":

@@ -46,6 +46,7 @@ from pooltree.server.live.model import (
     _runtime_parameters,
     build_tasks,
     check_update_period,
+    live_controller,
     new_guid,
     no_such_operation,
 )
@@ -408,7 +409,7 @@ class LiveScheduler:
         changed: the parsed spec, a controller that is attached nowhere, and tree → pool (a dry run)."""
         model = self._parse_start(operation_type, spec)
         tasks = build_tasks(operation_id, model)
-        controller = LiveVanillaController(operation_id, tasks, interruption_signal=model.interruption_signal)
+        controller = live_controller(operation_id, model, tasks)
         with self.config_lock, self.lock:
             pools = self.registry.check_operation(operation_id, model, user=user)
         return model, controller, pools
@@ -432,9 +433,7 @@ class LiveScheduler:
         operation_id = operation_id or new_guid()
         tasks = build_tasks(operation_id, model)
         with self.config_lock, self.lock:
-            controller = LiveVanillaController(
-                operation_id, tasks, interruption_signal=model.interruption_signal
-            )
+            controller = live_controller(operation_id, model, tasks)
             # spec schedule_in_single_tree: one of its trees is chosen now, the others are erased
             in_trees, erased = restrict_to_single_tree(
                 self.registry,
@@ -696,6 +695,7 @@ class LiveScheduler:
                 op = self.operations.get(operation_id)
                 if op is not None and not op.is_final:
                     self.finish_operation(operation_id, "failed", now, error=error)
+            self.cores[tree].launch_speculative_jobs(now)  # copies of jobs past job_speculation_timeout
             self._update_tree(tree, now)
             for operation_id, error in self.alert_center.operations_to_fail(now, tree):
                 if operation_id in self.operations:
