@@ -27,7 +27,12 @@ from pooltree.config.base import (
 )
 from pooltree.config.pool import MAX_SCHEDULABLE_WEIGHT, MIN_SCHEDULABLE_WEIGHT
 from pooltree.config.segments import SegmentSpec
-from pooltree.config.support import SPEC_IMPLEMENTED_EXTRA, SPEC_UNSUPPORTED, USER_JOB_UNSUPPORTED
+from pooltree.config.support import (
+    OPERATION_UNSUPPORTED,
+    SPEC_IMPLEMENTED_EXTRA,
+    SPEC_UNSUPPORTED,
+    USER_JOB_UNSUPPORTED,
+)
 from pooltree.errors import ConfigError
 
 PreemptionMode = Literal["normal", "graceful"]
@@ -39,10 +44,8 @@ MAX_DIGEST_BUCKETS = 1000
 KNOWN_SPEC_KEYS = frozenset(
     {
         "acl",
-        "alias",
         "annotations",
         "auto_merge",
-        "core_table_path",
         "data_size_per_job",
         "data_weight_per_job",
         "description",
@@ -50,7 +53,6 @@ KNOWN_SPEC_KEYS = frozenset(
         "job_io",
         "map_job_io",
         "max_data_weight_per_job",
-        "max_stderr_count",
         "output_table_paths",
         "owners",
         "reduce_by",
@@ -59,7 +61,6 @@ KNOWN_SPEC_KEYS = frozenset(
         "sort_by",
         "sort_job_io",
         "started_by",
-        "stderr_table_path",
         "table_writer",
         "ordered",
         "partition_count",
@@ -75,23 +76,13 @@ KNOWN_USER_JOB_KEYS = frozenset(
     {
         "check_input_fully_consumed",
         "copy_files",
-        "docker_image",
-        "enable_core_dump",
         "file_paths",
         "format",
         "input_format",
-        "layer_paths",
         "output_format",
-        "output_table_paths",
-        "restart_completed_jobs",
         "use_yamr_descriptors",
         "redirect_stdout_to_stderr",
-        "network_project",
-        "max_stderr_size",
         "disk_request",
-        "disk_space_limit",
-        "make_rootfs_writable",
-        "set_container_cpu_limit",
         "title",
     }
 )
@@ -289,7 +280,10 @@ class OperationSpec(SpecModel):
         "fair_share_options_per_pool_tree": "scheduling_options_per_pool_tree",
     }
     KNOWN_EXTRA: ClassVar[frozenset[str]] = (
-        KNOWN_SPEC_KEYS | frozenset(SPEC_UNSUPPORTED) | frozenset(SPEC_IMPLEMENTED_EXTRA)
+        KNOWN_SPEC_KEYS
+        | frozenset(SPEC_UNSUPPORTED)
+        | frozenset(OPERATION_UNSUPPORTED)
+        | frozenset(SPEC_IMPLEMENTED_EXTRA)
     )
 
     pool: str | None = Field(default=None, min_length=1)

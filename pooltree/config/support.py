@@ -177,8 +177,29 @@ SPEC_UNSUPPORTED: dict[str, str] = {
     "allow_idle_cpu_policy": IDLE_CPU,
 }
 
-# Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement.
-USER_JOB_UNSUPPORTED: dict[str, str] = {}
+# Options of a user job (mapper, reducer, vanilla task) that pooltree does not implement: job environment and
+# table options outside the scheduling strategy (``docs/unsupported-options.md``, "Job and operation options").
+NO_CONTAINERS = "pooltree's nodes run jobs as processes (in a bubblewrap sandbox where they can), not in Porto/CRI containers"
+NO_TABLES = "pooltree has no tables: a vanilla job's output streams go to its stdout/stderr only"
+USER_JOB_UNSUPPORTED: dict[str, str] = {
+    "docker_image": f"{NO_CONTAINERS}: the job runs in the node's own root filesystem, not in the image",
+    "layer_paths": f"{NO_CONTAINERS}: no Porto layers are mounted; the job sees the node's root filesystem",
+    "make_rootfs_writable": f"{NO_CONTAINERS}: a sandboxed job's root filesystem stays read-only",
+    "set_container_cpu_limit": f"{NO_CONTAINERS}: a job's CPU is not capped at its cpu_limit",
+    "network_project": "pooltree's nodes have no network projects (MTN): the job shares the node's network",
+    "enable_core_dump": "pooltree collects no core dumps (no core table)",
+    "output_table_paths": f"{NO_TABLES}; nothing the job writes is stored in a table",
+    "disk_space_limit": "pooltree's nodes do not limit a job's disk space (no disk quota resource)",
+    "restart_completed_jobs": "a completed job of a vanilla task is not started again",
+    "max_stderr_size": "the node keeps at most 5 MiB of each job's stderr (YTsaurus's default), whatever the spec says",
+}
+# Operation spec options outside the scheduling strategy that pooltree does not implement.
+OPERATION_UNSUPPORTED: dict[str, str] = {
+    "alias": "an operation cannot be found by its alias (get_operation takes its id)",
+    "stderr_table_path": f"{NO_TABLES}; job stderrs are kept by the scheduler (yt get-job-stderr), not in a table",
+    "core_table_path": "pooltree collects no core dumps (no core table)",
+    "max_stderr_count": "the scheduler keeps every job's stderr, not only the first max_stderr_count",
+}
 
 
 NOT_FEATURES = frozenset({PROFILING, PERFORMANCE, "YTsaurus testing options", OLD_OPTION})
@@ -235,9 +256,15 @@ def _set_options(config: Any, unsupported: Mapping[str, str], path: str) -> list
 
 _ANY = object()
 _NONE = object()
-IMPLEMENTED_VALUES: dict[str, Any] = {}
-"""Unsupported options whose value is what pooltree does anyway (none now: both values of ``policy_kind`` are
-implemented)."""
+IMPLEMENTED_VALUES: dict[str, Any] = {
+    "make_rootfs_writable": False,
+    "set_container_cpu_limit": False,
+    "enable_core_dump": False,
+    "restart_completed_jobs": False,
+    "output_table_paths": [],
+}
+"""Unsupported options whose value is what pooltree does anyway (the job options' defaults: a client may send
+them explicitly)."""
 
 
 def unsupported_tree_options(definition: Any, path: str = "") -> list[UnsupportedOption]:
@@ -254,9 +281,8 @@ def unsupported_spec_options(
 ) -> list[UnsupportedOption]:
     """Unimplemented strategy options set in an operation spec (and in its user jobs); ``offline``: for the
     simulator and ``pooltree fair-share``, which also lack the live-only options."""
-    found = _set_options(
-        spec, {**SPEC_UNSUPPORTED, **SPEC_OFFLINE_UNSUPPORTED} if offline else SPEC_UNSUPPORTED, path
-    )
+    strategy = {**SPEC_UNSUPPORTED, **SPEC_OFFLINE_UNSUPPORTED} if offline else SPEC_UNSUPPORTED
+    found = _set_options(spec, {**strategy, **OPERATION_UNSUPPORTED}, path)
     user_jobs = getattr(spec, "user_jobs", None)
     if user_jobs is not None:
         for name, job in user_jobs().items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pooltree.config.support import feature_unsupported_options
+from pooltree.config.support import OPERATION_UNSUPPORTED, USER_JOB_UNSUPPORTED, feature_unsupported_options
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "unsupported-options.md"
 
@@ -21,3 +21,9 @@ def test_the_doc_names_every_unsupported_feature_option_and_its_count() -> None:
     total = sum(len(names) for names in options.values())
     assert f"48 before issue 30, {total} after" in text
     assert f"({len(options['tree'])} tree, {len(options['pool'])} pool," in text
+
+
+def test_the_doc_names_every_unsupported_job_and_operation_option() -> None:
+    section = DOC.read_text().split("## Job and operation options outside the scheduling strategy", 1)[1]
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+    assert listed == set(USER_JOB_UNSUPPORTED) | set(OPERATION_UNSUPPORTED)
