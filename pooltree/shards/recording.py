@@ -23,6 +23,8 @@ from pooltree.node.wire import HeartbeatRequest, parse_heartbeat
 
 JobName = tuple[int, str, int]
 """(operation start index, task, job index): a job's name in every run."""
+JobStart = tuple[JobName, int]
+"""A job's name and which start of that name it is (a preempted or lost job starts again under its name)."""
 
 
 class ReplayDivergence(Exception):
@@ -56,11 +58,11 @@ class Decisions:
 @dataclass
 class Recording:
     """Inputs in order: ``("start", spec, user, now)``, ``("heartbeat", map, now)``, ``("update", tree, now)``;
-    the recorded run's operation ids (start order) and job ids by name, to translate its heartbeats."""
+    the recorded run's operation ids (start order) and job ids by name and start, to translate its heartbeats."""
 
     events: list[tuple[Any, ...]] = field(default_factory=list)
     operation_ids: list[str] = field(default_factory=list)
-    job_ids: dict[JobName, str] = field(default_factory=dict)
+    job_ids: dict[JobStart, str] = field(default_factory=dict)
 
 
 class _Names:
@@ -70,7 +72,9 @@ class _Names:
         self.operation_index: dict[str, int] = {}
         self.operation_ids: list[str] = []
         self.job_name: dict[str, JobName] = {}
-        self.job_ids: dict[JobName, str] = {}
+        self.job_start: dict[str, JobStart] = {}
+        self.job_ids: dict[JobStart, str] = {}
+        self._starts: dict[JobName, int] = {}
 
     def started(self, operation_id: str) -> None:
         self.operation_index[operation_id] = len(self.operation_ids)
@@ -86,8 +90,11 @@ class _Names:
                 str(spec.get("task_name", "main")),
                 int(spec.get("job_index", 0)),
             )
+            start = (name, self._starts.get(name, 0))
+            self._starts[name] = start[1] + 1
             self.job_name[spec["job_id"]] = name
-            self.job_ids[name] = spec["job_id"]
+            self.job_start[spec["job_id"]] = start
+            self.job_ids[start] = spec["job_id"]
             started.append((name, address))
         for job_id, reason, _ in answer[wire.PREEMPT]:
             preempted.append((self.job_name[job_id], reason))
@@ -143,7 +150,7 @@ def replay(recording: Recording, scheduler: Scheduler, send: HeartbeatSender | N
             return scheduler.process_heartbeat(parse_heartbeat(data), now)
 
     names = _Names()
-    recorded_name = {job_id: name for name, job_id in recording.job_ids.items()}
+    recorded_name = {job_id: start for start, job_id in recording.job_ids.items()}
     out = Decisions()
     for event in recording.events:
         if event[0] == "start":
@@ -161,7 +168,7 @@ def replay(recording: Recording, scheduler: Scheduler, send: HeartbeatSender | N
 
 
 def _translate(
-    data: dict[str, Any], recording: Recording, names: _Names, recorded_name: dict[str, JobName]
+    data: dict[str, Any], recording: Recording, names: _Names, recorded_name: dict[str, JobStart]
 ) -> dict[str, Any]:
     """A recorded heartbeat with the replaying scheduler's operation and job ids."""
     out = copy.deepcopy(data)

@@ -104,3 +104,26 @@ def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
         node = nodes[int(now * 4) % len(nodes)]
         node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
     return recorder, recorder.decisions
+
+
+def record_quiet_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+    """A run with long quiet stretches between busy ones, on four nodes heartbeating once a second each: one
+    operation fills every node and completes; the nodes idle; a second one starts more jobs than fit and a third
+    in the other pool starves until it preempts; then everything completes and the nodes idle again."""
+    recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
+    durations: dict[str, float] = {}
+    nodes = [Node(f"n{i}", durations) for i in range(4)]
+    vanilla = {"command": "true", "cpu_limit": 1}
+    arrivals = {0.0: ("a", 8, 6.0), 10.0: ("a", 12, 16.0), 12.0: ("b", 4, 2.0)}
+    now = 0.0
+    while now < 40.0:
+        if now in arrivals:
+            pool, count, duration = arrivals[now]
+            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
+            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
+        if now == int(now):
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        now = round(now + 0.25, 2)
+    return recorder, recorder.decisions

@@ -176,7 +176,8 @@ class LiveJobs:
             if core is not None:
                 reported = np.array(report.resource_usage, dtype=float)
                 reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
-                core.report_usage(job.allocation_id, reported)
+                if core.report_usage(job.allocation_id, reported):
+                    scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
         acknowledged = set(acknowledge)
         for job in scheduler.jobs.on_node(heartbeat.address):
             if job.state == "running" and job.id not in running_ids:
@@ -502,6 +503,8 @@ class LiveJobs:
             for address in expired:
                 del scheduler.expected_nodes[address]
                 self._release_reservations(address, frozenset(), now)
+            if gone or expired:
+                scheduler.generation.bump()  # a swept node's next heartbeat registers it again at the leader
             return gone + expired
 
 

@@ -31,6 +31,7 @@ from pooltree.node.wire import HeartbeatRequest
 from pooltree.orchid import tree_view, unpublished_operation_view
 from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
+from pooltree.server.live.generation import StateGeneration
 from pooltree.server.live.index import Reservations, RunningJobs
 from pooltree.server.live.jobs import LiveJobs
 from pooltree.server.live.lock import SchedulingLock
@@ -121,6 +122,8 @@ class LiveScheduler:
         self.published_updates = 0
         """Fair-share updates published so far, every tree (readers of published views key on it)."""
         """Full fair-share updates run per tree (the periodic ones and those events asked for)."""
+        self.generation = StateGeneration()
+        """Moves with every change that can give a node's heartbeat work (``generation.py``; node shards)."""
         self._stale_trees: set[str] = set()
         """Trees with operations that can run now: published before the next heartbeat is scheduled and by the
         service's loop without waiting for the period."""
@@ -185,6 +188,7 @@ class LiveScheduler:
 
     def revive(self, now: float) -> list[str]:
         """Re-register operations the store holds in non-final states (``revival.py``); their ids."""
+        self.generation.bump()
         return self.revival.revive(now)
 
     def connect(self, now: float) -> None:
@@ -213,6 +217,7 @@ class LiveScheduler:
         False: on YTsaurus only ``@default_tree`` makes a default tree, even when there is one tree.
         """
         with self.lock:
+            self.generation.bump()
             if default_tree is not None and default_tree not in definitions:
                 self.pool_trees_error = default_tree_missing(default_tree, definitions)
                 self.registry.default_tree = None
@@ -254,6 +259,7 @@ class LiveScheduler:
         """Apply ``//sys/scheduler/user_to_default_pool`` (from Cypress): the pools under which each user's
         ephemeral pools are created in trees with ``use_user_default_parent_pool_map``; existing ones move."""
         with self.lock:
+            self.generation.bump()
             activated = self.registry.set_user_default_parent_pools(mapping, now)
             self._dirty.update(self.cores)
             self._on_activated(activated, now)
@@ -276,12 +282,14 @@ class LiveScheduler:
     def _put_job(self, record: JobRecord) -> None:
         """Write a job through to the store; inside a heartbeat the writes are collected and go to the group
         commit when it ends (stored before it answers); outside one, after what is queued, before returning."""
+        self.generation.bump()
         if self._job_writes is None:
             self.commits.wait(self.commits.submit([record]))
         else:
             self._job_writes[(record.operation_id, record.id)] = record
 
     def _touch(self, operation_id: str) -> None:
+        self.generation.bump()
         op = self.operations.get(operation_id)
         if op is not None:
             op.revision += 1
@@ -295,6 +303,7 @@ class LiveScheduler:
 
         Commands that change an operation commit its new record first and change the runtime only after the
         commit succeeded; a failed commit raises and leaves memory as it was."""
+        self.generation.bump()
         document = {
             "state_events": op.events,
             "error": op.error,
@@ -751,6 +760,7 @@ class LiveScheduler:
         self.last_update[tree] = now
         self.views.forget(tree)
         self._drain(core)
+        self.generation.updated(tree, core)
         for listener in self.update_listeners:
             listener(tree, now)
 

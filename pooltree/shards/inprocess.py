@@ -1,0 +1,49 @@
+"""Node shards in one process: the shard step and the leader's side joined by calls instead of pipes.
+
+``InProcessShards(scheduler, count)`` takes heartbeat maps as ``recording.replay``'s sender does: the node's
+shard (``shard_of``) answers a heartbeat its verdict proves empty (``verdicts.ShardNodes``); any other goes to the
+leader with the shard's notes of answered heartbeats applied first, and the leader's verdict comes back to the
+shard. It is the flow of ``host.py`` and ``process.py`` without processes, HTTP or latency: the shard learns
+every new state generation before its next heartbeat (the processes learn it a pipe's latency later), so a
+replay through it must decide exactly as the single-process scheduler does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pooltree.node.wire import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.shards.host import shard_of
+from pooltree.shards.verdicts import LeaderVerdicts, ShardNodes
+
+
+class InProcessShards:
+    """``count`` shard steps in front of ``scheduler``; ``forwarded`` counts the heartbeats the leader took."""
+
+    def __init__(self, scheduler: LiveScheduler, count: int) -> None:
+        if count < 1:
+            raise ValueError("node shards need a count of at least 1")
+        self.scheduler = scheduler
+        scheduler.generation.watch_updates = True
+        self.shards = [ShardNodes() for _ in range(count)]
+        self.leader = LeaderVerdicts(scheduler)
+        self.forwarded = 0
+
+    @property
+    def answered(self) -> int:
+        """Heartbeats the shards answered themselves."""
+        return sum(shard.answered for shard in self.shards)
+
+    def __call__(self, data: dict[str, Any], now: float) -> dict[str, Any]:
+        heartbeat = parse_heartbeat(data)
+        shard = self.shards[shard_of(heartbeat.address, len(self.shards))]
+        shard.learn(self.scheduler.generation.value)
+        local = shard.answer(heartbeat, None, now)
+        if local is not None:
+            return local
+        self.leader.apply_skips(shard.take_skips())
+        self.forwarded += 1
+        answer = self.scheduler.process_heartbeat(heartbeat, now)
+        shard.remember(heartbeat, None, answer, self.leader.proven(heartbeat, answer))
+        return answer

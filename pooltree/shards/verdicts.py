@@ -1,0 +1,211 @@
+"""Heartbeats a node shard answers itself: the leader's proof that a node's next heartbeat changes nothing.
+
+Most heartbeats of a cluster change nothing: the node reports the jobs it reported last time and the strategy
+finds nothing to start, stop or acknowledge (a full node, or no pending work that fits it). YTsaurus's node shards
+process such heartbeats in parallel against the tree snapshot; here the leader proves them empty with the
+strategy's own rule, and the shard answers them without the leader.
+
+After processing a node's heartbeat, the leader (``LeaderVerdicts.proven``, under the scheduler's lock) asks
+whether a heartbeat reporting the same running jobs (same ids, usage, memory, GPUs), no finished job, the same
+limits, tags, memory meter and alerts would change anything, and answers with its state generation when it
+provably would not (the shard keeps that as the node's ``NodeVerdict``, bound to the same peer): the node runs exactly the jobs the scheduler holds running there, no
+revived job is reserved for it, no stop or abort is queued for it, no tree waits to be published and no tentative
+ban to be applied, and in each of its trees ``SchedulerCore.heartbeat_is_noop`` (the rule the simulator skips
+heartbeats by) holds even with the preemptive stages due. That proof reads the node's usage, the tree's pending
+work (``generation.pending_min_needed``), starving operations, violated limits and queued stops; it holds while
+the scheduler's ``StateGeneration`` (``server/live/generation.py``) is the one it was made at.
+
+The shard keeps each node's last verdict (``ShardNodes``) and the latest generation the leader told it. A
+heartbeat equal to the proven one while the generation holds is answered by the shard: nothing to start, stop
+or acknowledge, the period and shard URL of the leader's last answer. Every other heartbeat goes to the leader
+as before. The shard notes each heartbeat it answered (``take_skips``) and sends the notes to the leader before
+the next heartbeat it forwards (and every ``SKIP_FLUSH_PERIOD`` seconds); the leader applies them in order
+(``apply_skips``): the node was seen, and each tree's ``SchedulerCore.skip_heartbeat`` moves the preemptive
+backoff as the heartbeat's strategy pass would have. Nothing else of a proven-empty heartbeat changes the
+leader's state but the orchid's deactivation counters of a pass that tried operations and found none that fits,
+which a skipped heartbeat does not count (as in the simulator).
+
+No decision is made on stale state: a shard either answers what the leader would have answered, or forwards.
+A generation the leader moved reaches the shard a little later (the pipe; ``host.GENERATION_POLL``), and during
+that window a shard may answer a heartbeat the leader would now give work: the work waits for the node's next
+heartbeat, as a start waits for a heartbeat anyway; nothing is started, stopped, lost or run twice by it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pooltree.node import wire
+from pooltree.node.wire import HeartbeatRequest
+from pooltree.server.live.generation import pending_min_needed
+
+if TYPE_CHECKING:
+    from pooltree.server.live import LiveScheduler
+
+SKIP_FLUSH_PERIOD = 0.5
+"""Seconds a shard keeps notes of the heartbeats it answered before sending them without a forwarded one."""
+
+Skip = tuple[str, float]
+"""(node address, the leader's time of the heartbeat a shard answered)."""
+
+
+def heartbeat_key(heartbeat: HeartbeatRequest) -> tuple[Any, ...]:
+    """What the leader reads of a heartbeat that reports no finished job: two heartbeats with equal keys are
+    processed alike (running jobs' statistics are not read by the scheduler)."""
+    return (
+        tuple(heartbeat.resource_limits.tolist()),
+        heartbeat.tags,
+        tuple(
+            (r.job_id, r.operation_id, r.task_name, tuple(r.resource_usage), r.memory_usage, r.gpu_devices)
+            for r in heartbeat.running
+        ),
+        heartbeat.memory_meter,
+        heartbeat.alerts,
+    )
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """The leader's proof that a heartbeat with ``key`` from ``peer`` changes nothing while the scheduler's state
+    generation is ``generation``; ``answer`` is what the leader answers it (nothing to do, period, shard URL)."""
+
+    generation: int
+    key: tuple[Any, ...]
+    peer: str | None
+    answer: dict[str, Any]
+
+
+class ShardNodes:
+    """A shard's verdicts of its nodes and the notes of the heartbeats it answered (pure: no I/O, no clock)."""
+
+    def __init__(self) -> None:
+        self.generation = 0
+        """The latest state generation the leader told this shard."""
+        self._verdicts: dict[str, NodeVerdict] = {}
+        self._skips: list[Skip] = []
+        self.answered = 0
+        """Heartbeats this shard answered itself."""
+
+    def learn(self, generation: int) -> None:
+        """The leader's state generation is at least ``generation``."""
+        if generation > self.generation:
+            self.generation = generation
+
+    def remember(
+        self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], generation: int | None
+    ) -> None:
+        """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty at
+        ``generation`` (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to it)."""
+        if generation is None:
+            self._verdicts.pop(heartbeat.address, None)
+            return
+        self.learn(generation)
+        reply = wire.response(
+            start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=answer[wire.HEARTBEAT_PERIOD]
+        )
+        if wire.HEARTBEAT_URL in answer:
+            reply[wire.HEARTBEAT_URL] = answer[wire.HEARTBEAT_URL]
+        self._verdicts[heartbeat.address] = NodeVerdict(generation, heartbeat_key(heartbeat), peer, reply)
+
+    def answer(self, heartbeat: HeartbeatRequest, peer: str | None, now: float) -> dict[str, Any] | None:
+        """The answer to ``heartbeat`` at the leader's time ``now`` when a verdict proves it empty, else None."""
+        verdict = self._verdicts.get(heartbeat.address)
+        if (
+            verdict is None
+            or verdict.generation != self.generation
+            or heartbeat.finished
+            or peer != verdict.peer
+        ):
+            return None
+        if heartbeat_key(heartbeat) != verdict.key:
+            return None
+        self._skips.append((heartbeat.address, now))
+        self.answered += 1
+        return dict(verdict.answer)
+
+    def take_skips(self) -> list[Skip]:
+        """The notes of the heartbeats answered here since the last call, in order."""
+        skips, self._skips = self._skips, []
+        return skips
+
+
+class LeaderVerdicts:
+    """The leader's side: proofs after heartbeats, notes of shard-answered heartbeats applied.
+
+    ``clock`` is the scheduler's: a note's time is capped by it (a shard's estimate of the leader's time runs
+    ahead by at most the pipe's latency)."""
+
+    def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float] | None = None) -> None:
+        self.scheduler = scheduler
+        self.clock = clock
+        self.applied = 0
+        """Notes of shard-answered heartbeats applied."""
+
+    def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> int | None:
+        """After the leader answered ``heartbeat`` with ``answer``: the state generation at which an equal next
+        heartbeat is proven to change nothing, or None."""
+        if (
+            answer.get(wire.START)
+            or answer.get(wire.PREEMPT)
+            or answer.get(wire.ABORT)
+            or answer.get(wire.SCHEDULING_SKIPPED)
+        ):
+            return None  # the node's next heartbeat reports what this one changed, or it was throttled
+        scheduler = self.scheduler
+        with scheduler.lock:
+            if not self._quiet(heartbeat):
+                return None
+            return scheduler.generation.value
+
+    def _quiet(self, heartbeat: HeartbeatRequest) -> bool:
+        """Whether an equal next heartbeat provably changes nothing (lock held)."""
+        scheduler = self.scheduler
+        address = heartbeat.address
+        node = scheduler.nodes.get(address)
+        if node is None or node.preempts or node.aborts:
+            return False
+        if scheduler.publishing or scheduler.tentative.pending_bans:
+            return False
+        if scheduler.reservations.operations_on(address):
+            return False
+        running = {job.id for job in scheduler.jobs.on_node(address) if job.state == "running"}
+        if running != {report.job_id for report in heartbeat.running} or len(running) != len(
+            heartbeat.running
+        ):
+            return False
+        for tree, core in scheduler.cores.items():
+            if tree not in node.trees:
+                if address in core.node_limits:
+                    return False  # the node would leave this tree
+                continue
+            if core.strategy.segments.enabled or core.strategy.gpu_policy.allocating:
+                return False
+            # now = inf: the preemptive stages due, the strictest case (quiet then is quiet at any time)
+            if not core.heartbeat_is_noop(address, math.inf, lambda core=core: pending_min_needed(core)):
+                return False
+        return bool(node.trees)
+
+    def apply_skips(self, skips: Iterable[Skip]) -> None:
+        """Heartbeats a shard answered, in order: the node was seen; each tree's preemptive backoff moves as the
+        heartbeat's strategy pass would have moved it (``SchedulerCore.skip_heartbeat``)."""
+        skips = list(skips)
+        if not skips:
+            return
+        scheduler = self.scheduler
+        with scheduler.lock:
+            cap = self.clock() if self.clock is not None else math.inf
+            for address, when in skips:
+                now = min(when, cap)
+                node = scheduler.nodes.get(address)
+                if node is None:
+                    continue
+                node.last_seen = max(node.last_seen, now)
+                scheduler.now = max(scheduler.now, now)
+                for tree in node.trees:
+                    core = scheduler.cores.get(tree)
+                    if core is not None and address in core.strategy.nodes:
+                        core.skip_heartbeat(address, now)
+                self.applied += 1

@@ -1,0 +1,97 @@
+"""Node shards answer the heartbeats the leader proved empty and decide as one process.
+
+Recorded runs of the single-process scheduler (starts, completions, preemptions, and long quiet stretches) are
+replayed through shard steps (``InProcessShards``: each node's heartbeat to its shard, which answers it when the
+leader's last verdict proves it empty and forwards it otherwise); the started and preempted allocations must be
+the recorded ones, while the shards answer a good part of the heartbeats themselves. A scheduler whose state
+generation misses changes (none at all, or none after fair-share updates) is caught by the same comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from recorded_run import PREEMPTING, make_scheduler, record_quiet_run, record_run
+
+from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
+from pooltree.shards.inprocess import InProcessShards
+from pooltree.shards.recording import ReplayDivergence, replay
+from pooltree.shards.verdicts import ShardNodes
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_shards_decide_as_one_process_on_a_run_with_preemptions(tmp_path: Path, count: int) -> None:
+    recorder, recorded = record_run(tmp_path / "recorded.db")
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = InProcessShards(scheduler, count)
+    assert replay(recorder.recording, scheduler, shards) == recorded
+    assert recorded.preempted_count > 0
+    assert shards.answered > 0
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_shards_answer_quiet_stretches_and_decide_as_one_process(tmp_path: Path, count: int) -> None:
+    recorder, recorded = record_quiet_run(tmp_path / "recorded.db")
+    assert recorded.started_count > 20 and recorded.preempted_count > 0
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = InProcessShards(scheduler, count)
+    assert replay(recorder.recording, scheduler, shards) == recorded
+    heartbeats = len(recorded.started)
+    assert shards.answered + shards.forwarded == heartbeats
+    assert shards.answered >= heartbeats * 0.4  # the idle and full stretches never reach the leader
+    # the notes of answered heartbeats reached the leader (but those after the last forwarded heartbeat)
+    assert shards.answered - sum(len(s._skips) for s in shards.shards) == shards.leader.applied
+
+
+@pytest.mark.parametrize("frozen", ["bump", "updated"])
+def test_a_generation_that_misses_changes_decides_otherwise(tmp_path: Path, frozen: str) -> None:
+    """Without the generation moving on job and operation changes, or on a fair-share update that made an
+    operation starve, shards answer heartbeats the leader would give work: the comparison sees it."""
+    recorder, recorded = record_quiet_run(tmp_path / "recorded.db")
+    scheduler = make_scheduler(tmp_path / "frozen.db", PREEMPTING)
+    if frozen == "bump":
+        scheduler.generation.bump = lambda: None  # type: ignore[method-assign]
+    else:
+        scheduler.generation.updated = lambda tree, core: None  # type: ignore[method-assign]
+    try:
+        decisions = replay(recorder.recording, scheduler, InProcessShards(scheduler, 2))
+    except ReplayDivergence:
+        return
+    assert decisions != recorded
+
+
+def _heartbeat(
+    running: list[RunningJobReport], finished: list[FinishedJobReport] | None = None
+) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        "n1", np.array([2.0, 2.0, 8.0, 0.0, 0.0]), frozenset({"x"}), running, finished or []
+    )
+
+
+def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() -> None:
+    job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 1})
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
+    shard = ShardNodes()
+    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, 3)
+    assert shard.generation == 3
+    # the same reports (running jobs' statistics are not read by the scheduler) from the same peer: answered
+    same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 2})
+    assert shard.answer(_heartbeat([same]), "10.0.0.1", 5.0) == answer
+    # another peer, a finished job, another usage or memory report, another job: to the leader
+    assert shard.answer(_heartbeat([same]), "10.0.0.2", 6.0) is None
+    finished = FinishedJobReport("j0", "op1", "main", "completed", 0.0, 1.0)
+    assert shard.answer(_heartbeat([same], [finished]), "10.0.0.1", 6.0) is None
+    more = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=5.0)
+    assert shard.answer(_heartbeat([more]), "10.0.0.1", 6.0) is None
+    assert shard.answer(_heartbeat([]), "10.0.0.1", 6.0) is None
+    # the leader's state moved on: to the leader, until a new verdict
+    shard.learn(4)
+    assert shard.answer(_heartbeat([same]), "10.0.0.1", 7.0) is None
+    shard.learn(2)  # an older generation never goes back
+    assert shard.generation == 4
+    assert shard.take_skips() == [("n1", 5.0)] and shard.take_skips() == []
+    assert shard.answered == 1
+    shard.remember(_heartbeat([job]), "10.0.0.1", answer, None)
+    assert shard.answer(_heartbeat([same]), "10.0.0.1", 8.0) is None
