@@ -145,6 +145,10 @@ def tree_view(
         except PooltreeError:
             placement = {}
         (operations if element.is_operation else pools)[element_id] = {**placement, **view}
+    if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
+        active = getattr(result, "discretized_fair_share_active", frozenset())
+        for operation_id, entry in operations.items():
+            entry["discretized_fair_share_active"] = operation_id in active
     for operation_id in tree.operations:
         if operation_id not in operations:
             operations[operation_id] = unpublished_operation_view(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -10,6 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import typer
 import yaml
 from rich.console import Console
@@ -106,6 +108,13 @@ class _TreeStep:
             if name in trees.operation(op.id).trees
         }
         self.total = snapshot.tree_total_resources[name]
+        self.job_resources = {
+            op.id: np.minimum.reduce([group.resources for group in op.jobs])
+            for op in snapshot.operations
+            if op.jobs and op.id in self.resources
+        }
+        """Per operation with job groups: one job's resources (the componentwise minimum over its groups), the
+        per-job vector of discretized fair share; an operation without groups keeps its continuous function."""
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
         self.input_cache = FairShareInputCache()
         self.build_cache = BuildCache()
@@ -124,6 +133,8 @@ class _TreeStep:
             self.tree, self.resources, cache=self.input_cache, delta=delta
         )
         built = time.perf_counter()
+        if settings.enable_discretized_fair_share:
+            settings = dataclasses.replace(settings, discretized_job_resources=self.job_resources)
         update = self.snapshot.fair_share_update
         now = _snapshot_now(self.snapshot)
         # every step is the snapshot's update again, taking what the previous step derived from the same tree

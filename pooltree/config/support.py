@@ -23,10 +23,6 @@ from typing import Any
 PROFILING = "profiling and logging of YTsaurus's scheduler; pooltree has its own metrics"
 PERFORMANCE = "a performance knob of YTsaurus's scheduler; pooltree's results do not depend on it"
 OLD_OPTION = "an old YTsaurus option with no effect today"
-DISCRETIZED = (
-    "discretized (staircase) fair share is not implemented: YTsaurus's code for it is not public, only its "
-    "description, which leaves the per-job vector, the step count and the window open"
-)
 IDLE_CPU = (
     "idle-CPU slots are a node job-environment feature (Porto/CRI idle_cpu_fraction); like YTsaurus's simple "
     "(process) job environment, pooltree's nodes have no idle CPU, so the flag cannot change where a job runs"
@@ -71,8 +67,6 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "guaranteed_job_resources": (
         "declared by YTsaurus's tree config, but no code reading it is public: its rule cannot be restated"
     ),
-    "enable_discretized_fair_share": DISCRETIZED,
-    "max_discretized_steps": DISCRETIZED,
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_tolerance_limit": "an old YTsaurus option with no effect today",

@@ -157,6 +157,11 @@ class PoolTreeConfig(ConfigModel):
     enable_step_function_for_gang_operations: bool = False
     enable_improved_fair_share_by_fit_factor_computation: bool = False
     enable_improved_fair_share_by_fit_factor_computation_distribution_gap: bool = False
+    enable_discretized_fair_share: bool = False
+    """YTsaurus: operations' fair shares are whole numbers of pending jobs (``fairshare/discretized.py``)."""
+    max_discretized_steps: int = Field(default=100, gt=0)
+    """YTsaurus: above this many pending allocations only a window of steps around the previous fair share is a
+    staircase."""
     allow_gang_operations_only_in_fifo_pools: bool = False
     consider_single_allocation_vanilla_operations_as_gang: bool = False
     enable_fair_share_truncation_in_fifo_pool: bool = False

@@ -183,6 +183,10 @@ class OperationControllerBase:
         """Speculative copies of slow jobs (``job_speculation_timeout``), when the spec asks for them
         (`pooltree.controllers.speculative.speculation_from_spec`); None: the operation never speculates."""
         self._refresh()
+        self.initial_min_needed_resources: Vector = self._min_needed.copy()
+        """YTsaurus's aggregated initial min needed allocation resources: the componentwise minimum of one job's
+        allocation over the tasks, as the operation starts; never changed after (the per-job vector of discretized
+        fair share, ``pooltree/fairshare/discretized.py``)."""
 
     # -- what the strategy reads
 

@@ -177,9 +177,13 @@ def operation_fair_share_by_suggestion(
     return fn.gather(fn.concatenate([plain_batch, stair_batch]), position)
 
 
-def remember(upd: _Update, fair_share: np.ndarray) -> dict[str, np.ndarray]:
-    """Every operation's fair share of this update, the next update's window hint (YTsaurus ``LastFairShare``)."""
-    tree = upd.tree
-    op_idx = np.flatnonzero(tree.is_op)
-    rows = np.array(fair_share[op_idx], dtype=float)
-    return {tree.ids[i]: rows[k] for k, i in enumerate(op_idx.tolist())}
+def finish(
+    upd: _Update, fair_share: np.ndarray, ops: np.ndarray, step: np.ndarray
+) -> tuple[frozenset[str], dict[str, np.ndarray]]:
+    """After the update: the operations whose function was a staircase (YTsaurus ``DiscretizedFairShareActive``) and
+    every operation's fair share, the next update's window hint (YTsaurus ``LastFairShare``)."""
+    ids = upd.tree.ids
+    mask, _, _ = eligible(upd, ops, step)
+    rows = np.array(fair_share[ops], dtype=float)
+    active = frozenset(ids[i] for i in ops[mask].tolist())
+    return active, {ids[i]: rows[k] for k, i in enumerate(ops.tolist())}

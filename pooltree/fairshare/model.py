@@ -201,3 +201,5 @@ class FairShareResult:
     elements: Mapping[str, ElementResult]  # id -> result (a lazy ``ElementResults`` view from the update)
     state: UpdateState
     errors: list[PooltreeError] = field(default_factory=list)
+    discretized_fair_share_active: frozenset[str] = frozenset()
+    """Operations whose function was a staircase in this update (YTsaurus ``DiscretizedFairShareActive``)."""

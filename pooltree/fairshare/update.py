@@ -193,7 +193,9 @@ def update_fair_share(
     strong_part, integral_part, weight_part = _root_sum(upd, fs, pis)
     result = _results(upd, fs, strong_part, integral_part, weight_part, limited_demand, promised, pis)
     if settings.enable_discretized_fair_share:
-        result.state.discretized_fair_share = discretized.remember(upd, fs)
+        ops = np.flatnonzero(tree.is_op)
+        active, last = discretized.finish(upd, fs, ops, building._step_flags(upd, ops))
+        result.discretized_fair_share_active, result.state.discretized_fair_share = active, last
     return result
 
 

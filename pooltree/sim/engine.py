@@ -22,7 +22,7 @@ skipping write identical events and summaries.
 
 Fair-share updates are skipped only when provably identical: nothing started, finished, registered or failed
 since the previous update, no pool has integral guarantees or infers its children's weights from their historic
-usage (both depend on time), no operation's best allocation share computed at that time changes, and no element is
+usage (both depend on time), the tree does not discretize fair shares (it depends on the previous update), no operation's best allocation share computed at that time changes, and no element is
 below its fair share (starvation timers depend on time).
 """
 
@@ -264,6 +264,8 @@ class Simulation:
                 and pool.config.integral_guarantees.has_integral_resources
                 for pool in definition.pools.values()
             ) or any(historic_usage_halflife(pool.config) is not None for pool in definition.pools.values())
+            # discretized fair share: a large operation's window is centred on its previous fair share
+            integral = integral or bool(definition.config.enable_discretized_fair_share)
             state = _TreeState(name, core, integral)
             state.pools = [ROOT, *definition.pools]
             state.pool_set = set(state.pools)

@@ -287,6 +287,8 @@ class SchedulerCore:
                 delta = self._period_delta()
                 root, settings = self._fair_share_input(delta, now)
                 settings = self._with_best_allocation(settings, now)
+                if settings.enable_discretized_fair_share:
+                    settings = self._with_job_resources(settings)
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
@@ -325,6 +327,16 @@ class SchedulerCore:
         self._best_allocation_used = self.best_allocation.revision
         limits = self.best_allocation.limits
         return dataclasses.replace(settings, best_allocation_memory=dict(limits)) if limits else settings
+
+    def _with_job_resources(self, settings: Any) -> Any:
+        """The update's settings with every operation's per-job vector (discretized fair share): its controller's
+        initial min needed resources; an operation whose controller has none keeps its continuous function."""
+        jobs = {
+            op_id: vector
+            for op_id, controller in self.controllers.items()
+            if (vector := getattr(controller, "initial_min_needed_resources", None)) is not None
+        }
+        return dataclasses.replace(settings, discretized_job_resources=jobs)
 
     def refresh_best_allocation(self, now: float) -> bool:
         """Compute the best allocation shares of the operations that are new or due at ``now``; whether the limits

@@ -51,6 +51,8 @@ def update_settings(tree: PoolTree) -> UpdateSettings:
             cfg.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
         ),
         fifo_pool_scheduling_order=cfg.fifo_pool_scheduling_order,
+        enable_discretized_fair_share=bool(cfg.enable_discretized_fair_share),
+        max_discretized_steps=int(cfg.max_discretized_steps),
     )
 
 
