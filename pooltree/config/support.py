@@ -185,6 +185,9 @@ USER_JOB_UNSUPPORTED: dict[str, str] = {
     "output_table_paths": f"{NO_TABLES}; nothing the job writes is stored in a table",
     "disk_space_limit": "pooltree's nodes do not limit a job's disk space (no disk quota resource)",
     "restart_completed_jobs": "a completed job of a vanilla task is not started again",
+    "restart_exit_code": (
+        "a job exiting with this code fails like any other (YTsaurus counts it lost and starts it again)"
+    ),
     "max_stderr_size": "the node keeps at most 5 MiB of each job's stderr (YTsaurus's default), whatever the spec says",
 }
 # Operation spec options outside the scheduling strategy that pooltree does not implement.

@@ -28,6 +28,7 @@ def test_options_without_an_effect_here_are_reported(cluster: Cluster) -> None:
         "layer_paths": ["//layers/base"],
         "enable_core_dump": True,
         "max_stderr_size": 1024,
+        "restart_exit_code": 17,
     }
     spec = ytw.VanillaSpecBuilder().task("main", task).spec({"alias": "*nightly", "max_stderr_count": 5})
     op = client.run_operation(spec, sync=False)
@@ -35,7 +36,13 @@ def test_options_without_an_effect_here_are_reported(cluster: Cluster) -> None:
     paths = {entry["path"] for entry in alert["attributes"]["options"]}
     assert paths == {
         f"operations.{op.id}.spec.tasks.main.{name}"
-        for name in ("docker_image", "layer_paths", "enable_core_dump", "max_stderr_size")
+        for name in (
+            "docker_image",
+            "layer_paths",
+            "enable_core_dump",
+            "max_stderr_size",
+            "restart_exit_code",
+        )
     } | {f"operations.{op.id}.spec.{name}" for name in ("alias", "max_stderr_count")}
     reasons = {entry["option"]: entry["reason"] for entry in alert["attributes"]["options"]}
     assert "not in the image" in reasons["docker_image"]
