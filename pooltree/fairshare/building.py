@@ -42,15 +42,15 @@ def build_functions(
     """
     tree = upd.tree
     n = len(tree.elements)
-    batches: list[fn.FunctionBatch] = []
-    batch_of = np.full(n, -1, dtype=np.int64)
-    row_of = np.full(n, -1, dtype=np.int64)
-    points = np.zeros(n, dtype=np.int64)  # every element's number of points (for the sums' capacity)
     base = upd._base_functions
     full = base is None and len(elements) == n
     op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
     step_all = _step_flags(upd, op_idx) if full else None
-    scale_of, shift_of, right_of = _placements(upd)
+    step_full = None
+    if step_all is not None:
+        step_full = np.zeros(n, dtype=bool)
+        step_full[op_idx] = step_all
+    placements = _placements(upd)
     key = (
         fn.compiled_kernels_active(),
         upd.settings.enable_improved_fair_share_by_fit_factor_computation,
@@ -59,65 +59,97 @@ def build_functions(
     # vectors, the previous fair share): with the option on every update builds everything.
     reusable = not upd.settings.enable_discretized_fair_share
     kept = kept_functions(tree, key) if full and reusable else None
-    step_full = None
-    if step_all is not None:
-        step_full = np.zeros(n, dtype=bool)
-        step_full[op_idx] = step_all
+    built = _Built(n)
     if base is not None or kept is not None:
         source_table, elements = rows_to_build(
-            upd, elements, guarantee, limits, base, kept, step_full, (scale_of, shift_of, right_of)
+            upd, elements, guarantee, limits, base, kept, step_full, placements
         )
-        batches.extend(source_table.batches)
-        batch_of[:] = source_table.batch_of
-        row_of[:] = source_table.row_of
-        points[:] = source_table.points
+        built.start_from(source_table)
     ops = elements[tree.is_op[elements]]
     if len(ops):
-        if step_all is not None and len(ops) == len(op_idx):
-            step = step_all
-        else:
-            step = _step_flags(upd, ops)
-        if reusable:
-            batches.append(
-                fn.operation_fair_share_by_suggestion(
-                    upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
-                )
-            )
-        else:
-            batches.append(
-                discretized.operation_fair_share_by_suggestion(upd, ops, step, guarantee[ops], limits[ops])
-            )
-        batch_of[ops] = len(batches) - 1
-        row_of[ops] = np.arange(len(ops))
-        points[ops] = np.diff(batches[-1].offsets)
-    if len(elements) == n:
+        step = step_all if step_all is not None and len(ops) == len(op_idx) else _step_flags(upd, ops)
+        built.add(ops, _operation_functions(upd, ops, step, guarantee, limits))
+    _build_pools(upd, built, elements, guarantee, limits, placements)
+    table = built.table(live_only=kept is not None)
+    if full:
+        if key == (True, False) and step_full is not None and reusable:
+            table = keep_functions(upd, key, table, op_idx, step_full, guarantee, limits, placements)
+        upd._base_functions = (table, guarantee.copy(), limits.copy())
+    return table
+
+
+class _Built:
+    """The functions of one build so far, by element: the batches they are rows of, and each element's batch,
+    row and number of points (for the sums' capacity); -1 where not built yet."""
+
+    def __init__(self, n: int) -> None:
+        self.batches: list[fn.FunctionBatch] = []
+        self.batch_of = np.full(n, -1, dtype=np.int64)
+        self.row_of = np.full(n, -1, dtype=np.int64)
+        self.points = np.zeros(n, dtype=np.int64)
+
+    def start_from(self, table: fn.FunctionTable) -> None:
+        """Take every function of ``table`` (a kept build's; the rows to build are then built anew)."""
+        self.batches.extend(table.batches)
+        self.batch_of[:] = table.batch_of
+        self.row_of[:] = table.row_of
+        self.points[:] = table.points
+
+    def add(self, elements: np.ndarray, batch: fn.FunctionBatch) -> None:
+        """The functions of ``elements``, the rows of ``batch`` in their order."""
+        self.batches.append(batch)
+        self.batch_of[elements] = len(self.batches) - 1
+        self.row_of[elements] = np.arange(len(elements))
+        self.points[elements] = np.diff(batch.offsets)
+
+    def table(self, *, with_points: bool = True, live_only: bool = False) -> fn.FunctionTable:
+        """The table of what is built (``live_only``: without the batches no element's function is a row of)."""
+        batches, batch_of = self.batches, self.batch_of
+        if live_only:
+            batches, batch_of = live_batches(batches, batch_of)
+        if not with_points:
+            return fn.FunctionTable(batches, batch_of, self.row_of)
+        return fn.FunctionTable(batches, batch_of, self.row_of, self.points)
+
+
+def _operation_functions(
+    upd: _Update, ops: np.ndarray, step: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+) -> fn.FunctionBatch:
+    """b.5: the operations' FSBS from their usage and demand shares (FSBFF's closed form, the gang step; with
+    ``enable_discretized_fair_share``, staircases of whole pending jobs: `discretized.py`)."""
+    if upd.settings.enable_discretized_fair_share:
+        return discretized.operation_fair_share_by_suggestion(upd, ops, step, guarantee[ops], limits[ops])
+    return fn.operation_fair_share_by_suggestion(
+        upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
+    )
+
+
+def _build_pools(
+    upd: _Update,
+    built: _Built,
+    elements: np.ndarray,
+    guarantee: np.ndarray,
+    limits: np.ndarray,
+    placements: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """b.5: the pools among ``elements``, lowest first: FSBFF is the sum of the children's FSBS placed by weight
+    (or FIFO rank), FSBS = FSBFF ∘ MFFBS."""
+    tree = upd.tree
+    scale_of, shift_of, right_of = placements
+    if len(elements) == len(tree.elements):
         groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
     else:
         groups = _height_groups(tree, elements[~tree.is_op[elements]])
+    improved_sums = upd.settings.enable_improved_fair_share_by_fit_factor_computation
     for level, _counts, kids, slot, _parent_of in groups:
         scale, shift, right = scale_of[kids], shift_of[kids], right_of[level]
-        if upd.settings.enable_improved_fair_share_by_fit_factor_computation:
+        if improved_sums:
             fsbff = _improved_sums(
-                fn.FunctionTable(batches, batch_of, row_of), len(level), kids, slot, scale, shift, right
+                built.table(with_points=False), len(level), kids, slot, scale, shift, right
             )
         else:
-            fsbff = fn.sum_children(
-                fn.FunctionTable(batches, batch_of, row_of, points), kids, slot, scale, shift, right
-            )
-        batches.append(fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
-        batch_of[level] = len(batches) - 1
-        row_of[level] = np.arange(len(level))
-        points[level] = np.diff(batches[-1].offsets)
-    if kept is not None:
-        batches, batch_of = live_batches(batches, batch_of)
-    table = fn.FunctionTable(batches, batch_of, row_of, points)
-    if full:
-        if key == (True, False) and step_full is not None and reusable:
-            table = keep_functions(
-                upd, key, table, op_idx, step_full, guarantee, limits, (scale_of, shift_of, right_of)
-            )
-        upd._base_functions = (table, guarantee.copy(), limits.copy())
-    return table
+            fsbff = fn.sum_children(built.table(), kids, slot, scale, shift, right)
+        built.add(level, fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
 
 
 def _step_flags(upd: _Update, ops: np.ndarray) -> np.ndarray:

@@ -17,6 +17,8 @@ one pass instead of ~40 numpy passes over the whole level. The numpy versions he
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from pooltree.fairshare.batch import COMPRESS_EPSILON as COMPRESS_EPSILON
@@ -232,25 +234,58 @@ def fair_share_by_suggestion_numpy(
     ``merge_collinear=False`` skips the collinear pass of ``compress`` (operations' functions, built from
     the closed form, almost never have collinear points: 8 of 56,000 in the 1k/10k benchmark).
     """
-    n = fsbff.size
+    guarantee, limit = _clamped_to_range(fsbff, guarantee_share, limits_share)
+    pieces = _pieces_within_limits(fsbff, guarantee, limit)
+    path = _path_points(fsbff, pieces, _extra_points(pieces))
+    s = np.maximum(0.0, row_max(path.sigma - guarantee[path.owner]))
+    # Suggestions within rounding noise of 0 are 0: the value at s = 0 is then the right limit there (the
+    # guarantee), whatever order the children's sums were accumulated in; the same near 1.
+    snap_suggestions(s)
+    return _extended_to_full_suggestion(fsbff.size, s, path, merge_collinear)
+
+
+def _clamped_to_range(
+    fsbff: FunctionBatch, guarantee_share: np.ndarray, limits_share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """YTsaurus's FSBS: guarantee and limits clamped to the range of the function's values (left to right)."""
+    value_left, value_right = fsbff.y[fsbff.offsets[:-1]], fsbff.y[fsbff.offsets[1:] - 1]
+    limit = np.minimum(np.maximum(limits_share, value_left), value_right)
+    return np.minimum(np.maximum(guarantee_share, value_left), limit), limit
+
+
+@dataclass(frozen=True, slots=True)
+class _Pieces:
+    """The pieces ``index -> index + 1`` of FSBFF whose start is within the limits, with their ends, the owner's
+    guarantee, the part of each kept (``t_max``, 1: whole) and the last points of the functions never cut."""
+
+    index: np.ndarray
+    owner: np.ndarray
+    end_kept: np.ndarray
+    xa: np.ndarray
+    xb: np.ndarray
+    ya: np.ndarray
+    yb: np.ndarray
+    dy: np.ndarray
+    vertical: np.ndarray
+    guarantee: np.ndarray
+    t_max: np.ndarray
+    tilted: np.ndarray
+    uncut_ends: np.ndarray
+
+
+def _pieces_within_limits(fsbff: FunctionBatch, guarantee: np.ndarray, limit: np.ndarray) -> _Pieces:
+    """MFFBS stops where FSBFF first exceeds the limits: each function's pieces before that point, the last one
+    cut at the limit crossing (a jump onto a limit the curve then crosses ends there, `_drop_jump_onto_limit`)."""
     offsets, x, y = fsbff.offsets, fsbff.x, fsbff.y
     first = offsets[:-1]
-    last = offsets[1:] - 1
-    value_left, value_right = y[first], y[last]
-    limit = np.minimum(np.maximum(limits_share, value_left), value_right)
-    guarantee = np.minimum(np.maximum(guarantee_share, value_left), limit)
-
-    owner = np.repeat(np.arange(n), np.diff(offsets))
+    owner = np.repeat(np.arange(fsbff.size), np.diff(offsets))
     count = len(x)
     point_index = np.arange(count)
-    # Cut the curve at the first point that exceeds the limits.
     exceeds = row_any(y > limit[owner] + LIMIT_TOLERANCE)
     first_exceeding = np.minimum.reduceat(np.where(exceeds, point_index, count), first)
     _drop_jump_onto_limit(first_exceeding, first, x, y, limit)
     cut = first_exceeding < count
     keep_point = point_index < np.where(cut, first_exceeding, count)[owner]
-
-    # Segments j -> j + 1 whose start is kept.
     seg = np.flatnonzero(keep_point[:-1] & (owner[:-1] == owner[1:]))
     seg_owner = owner[seg]
     seg_end_kept = keep_point[seg + 1]
@@ -258,53 +293,93 @@ def fair_share_by_suggestion_numpy(
     ya, yb = y[seg], y[seg + 1]
     dy = yb - ya
     vertical = xb == xa
-    g_seg = guarantee[seg_owner]
     l_seg = limit[seg_owner]
     # Parameter range of every kept segment: 1, or up to the limit crossing for a cut tilted segment.
     with np.errstate(divide="ignore", invalid="ignore"):
         t_cross = np.where(yb > l_seg + LIMIT_TOLERANCE, (l_seg - ya) / dy, np.inf)
     t_max = np.where(seg_end_kept, 1.0, np.clip(row_min(t_cross), 0.0, 1.0))
     t_max = np.where(~seg_end_kept & vertical, 0.0, t_max)
-    tilted = ~vertical & (t_max > 0)
+    return _Pieces(
+        index=seg,
+        owner=seg_owner,
+        end_kept=seg_end_kept,
+        xa=xa,
+        xb=xb,
+        ya=ya,
+        yb=yb,
+        dy=dy,
+        vertical=vertical,
+        guarantee=guarantee[seg_owner],
+        t_max=t_max,
+        tilted=~vertical & (t_max > 0),
+        uncut_ends=(offsets[1:] - 1)[~cut],
+    )
 
-    # Breakpoints of sigma inside tilted segments (only where the top resource changes).
-    tilted_idx = np.flatnonzero(tilted)
-    h0 = np.concatenate([ya[tilted_idx] - g_seg[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1)
-    slopes = np.concatenate([dy[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1)
+
+def _sigma_breakpoints(pieces: _Pieces) -> tuple[np.ndarray, np.ndarray]:
+    """Where sigma (the top resource above its guarantee) changes its resource inside a tilted piece: (piece,
+    parameter t) of each such breakpoint."""
+    tilted_idx = np.flatnonzero(pieces.tilted)
+    h0 = np.concatenate(
+        [pieces.ya[tilted_idx] - pieces.guarantee[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1
+    )
+    slopes = np.concatenate([pieces.dy[tilted_idx], np.zeros((len(tilted_idx), 1))], axis=1)
     top_start = np.argmax(h0, axis=1)
-    h1 = h0 + slopes * t_max[tilted_idx, None]
+    h1 = h0 + slopes * pieces.t_max[tilted_idx, None]
     top_end = np.argmax(h1, axis=1)
     changes = np.flatnonzero(top_start != top_end)
-    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[tilted_idx[changes]])
+    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], pieces.t_max[tilted_idx[changes]])
     bp_seg = tilted_idx[changes[bp_rows]] if len(bp_rows) else np.zeros(0, dtype=np.int64)
+    return bp_seg, bp_t
 
-    # Extra points: breakpoints (t), cut ends of tilted segments (t = t_max), vertical "wait" points.
-    cut_tilted = np.flatnonzero(~seg_end_kept & tilted)
-    vert_full = np.flatnonzero(vertical & seg_end_kept)
+
+def _extra_points(pieces: _Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The points of FSBS inside pieces, as (piece, t, kind), sorted by piece then t: sigma's breakpoints and the
+    cut ends of tilted pieces (kind 0), and the "wait" point of every whole vertical piece (kind 1, a jump of
+    FSBFF: the value stays at its left limit until the suggestion covers the right one)."""
+    bp_seg, bp_t = _sigma_breakpoints(pieces)
+    cut_tilted = np.flatnonzero(~pieces.end_kept & pieces.tilted)
+    vert_full = np.flatnonzero(pieces.vertical & pieces.end_kept)
     extra_seg = np.concatenate([bp_seg, cut_tilted, vert_full])
-    extra_t = np.concatenate([bp_t, t_max[cut_tilted], np.full(len(vert_full), 0.5)])
+    extra_t = np.concatenate([bp_t, pieces.t_max[cut_tilted], np.full(len(vert_full), 0.5)])
     extra_kind = np.concatenate(
         [np.zeros(len(bp_seg), np.int8), np.zeros(len(cut_tilted), np.int8), np.ones(len(vert_full), np.int8)]
     )
     order = sort_by_group(extra_t, extra_seg)
-    extra_seg, extra_t, extra_kind = extra_seg[order], extra_t[order], extra_kind[order]
+    return extra_seg[order], extra_t[order], extra_kind[order]
 
-    # Points of the path: segment starts, extras, then the last point of every uncut function.
-    # Everything is keyed by the position of its segment in ``seg``.
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    """The points of FSBS in order, function by function: value, fit factor, the value sigma is read from (the
+    right limit at a "wait" point) and the function each belongs to."""
+
+    values: np.ndarray
+    fits: np.ndarray
+    sigma: np.ndarray
+    owner: np.ndarray
+
+
+def _path_points(
+    fsbff: FunctionBatch, pieces: _Pieces, extras: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> _Path:
+    """FSBFF re-parametrised: every kept piece's start, its extra points, and the last point of every function
+    never cut, in order; points inside a piece are interpolated."""
+    extra_seg, extra_t, extra_kind = extras
+    seg, ends = pieces.index, pieces.uncut_ends
+    # Everything is keyed by the position of its piece in ``seg``.
     nseg = len(seg)
-    ends = last[~cut]
-    end_pos = np.searchsorted(seg, ends - 1)  # the segment that ends there (functions have ≥ 2 points)
+    end_pos = np.searchsorted(seg, ends - 1)  # the piece that ends there (functions have ≥ 2 points)
     key = np.concatenate([np.arange(nseg), extra_seg, end_pos])
     merge = np.argsort(key, kind="stable")
     t_all = np.concatenate([np.zeros(nseg), extra_t, np.ones(len(ends))])[merge]
     kind = np.concatenate([np.zeros(nseg, np.int8), extra_kind, np.full(len(ends), 2, np.int8)])[merge]
     seg_pos = key[merge]
     src = np.concatenate([seg, seg[extra_seg], ends])[merge]
-    point_owner = seg_owner[seg_pos]
-
-    # Segment starts and function ends are existing points; only points inside a segment are interpolated.
-    values = y[src]
-    fits = x[src]
+    xa, xb, ya, yb, dy = pieces.xa, pieces.xb, pieces.ya, pieces.yb, pieces.dy
+    # Piece starts and function ends are existing points; only points inside a piece are interpolated.
+    values = fsbff.y[src]
+    fits = fsbff.x[src]
     inside = np.flatnonzero((kind == 0) & (t_all != 0))
     if len(inside):
         sp = seg_pos[inside]
@@ -320,13 +395,13 @@ def fair_share_by_suggestion_numpy(
         values[wait] = ya[seg_pos[wait]]
         fits[wait] = xa[seg_pos[wait]]
         sigma_values[wait] = yb[seg_pos[wait]]
-    s = np.maximum(0.0, row_max(sigma_values - guarantee[point_owner]))
-    # Suggestions within rounding noise of 0 are 0: the value at s = 0 is then the right limit there (the
-    # guarantee), whatever order the children's sums were accumulated in; the same near 1.
-    snap_suggestions(s)
+    return _Path(values, fits, sigma_values, pieces.owner[seg_pos])
 
-    # Extend to s = 1 with the last value.
-    counts = np.bincount(point_owner, minlength=n)
+
+def _extended_to_full_suggestion(n: int, s: np.ndarray, path: _Path, merge_collinear: bool) -> FunctionBatch:
+    """FSBS on the whole [0, 1]: a function ending below s = 1 keeps its last value up to 1."""
+    values, fits = path.values, path.fits
+    counts = np.bincount(path.owner, minlength=n)
     out_offsets = offsets_from_counts(counts)
     last_out = out_offsets[1:] - 1
     need_tail = s[last_out] < 1.0
@@ -541,16 +616,24 @@ def sum_functions_numpy(
     breakpoints of all children: slope changes and jumps are summed per position and integrated.
     """
     m = len(right_bound)
-    n = children.size
-    x, y = children.x, children.y
-    owner = np.repeat(np.arange(n), np.diff(children.offsets))
-    first = children.offsets[:-1]
+    owner = np.repeat(np.arange(children.size), np.diff(children.offsets))
     init = np.zeros((m, R))
-    np.add.at(init, parent_slot, y[first])
+    np.add.at(init, parent_slot, children.y[children.offsets[:-1]])
+    pos, seg, slope, dy, jump = _placed_pieces(children, owner, scale, shift)
+    events = _breakpoint_events(len(children.x), pos, seg, slope, dy, jump, owner, parent_slot, right_bound)
+    gx, gp, gslope, gjump = _summed_by_position(*events)
+    left, right, parent_first, parent_last = _integrated(init, gx, gp, gslope, gjump)
+    return _sum_points(m, gx, gp, gjump, left, right, parent_first, parent_last)
 
+
+def _placed_pieces(
+    children: FunctionBatch, owner: np.ndarray, scale: np.ndarray, shift: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each child's FSBS placed on its parent's axis (``x * scale + shift``): every point's position, the pieces
+    of children of finite scale, their slopes and rises, and which of them are jumps (near-vertical)."""
+    x, y = children.x, children.y
     finite = np.isfinite(scale)[owner]
     seg = np.flatnonzero((owner[:-1] == owner[1:]) & finite[:-1])
-    # Position of every point of a finite-scale child on the parent's axis.
     pts = np.flatnonzero(finite)
     po = owner[pts]
     pos = np.zeros(len(x))
@@ -563,10 +646,24 @@ def sum_functions_numpy(
     jump = dx <= 1e-13 * np.maximum(1.0, np.abs(xb))
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = np.where(jump[:, None], 0.0, dy / np.where(jump, 1.0, dx)[:, None])
-    # One event per child point: the slope change there (next piece's slope minus the previous one's)
-    # and the jump that starts there. Points where neither changes add nothing to the sum.
-    # Row K (one past the last point) stays zero: the parents' bound events read it.
-    count = len(x)
+    return pos, seg, slope, dy, jump
+
+
+def _breakpoint_events(
+    count: int,
+    pos: np.ndarray,
+    seg: np.ndarray,
+    slope: np.ndarray,
+    dy: np.ndarray,
+    jump: np.ndarray,
+    owner: np.ndarray,
+    parent_slot: np.ndarray,
+    right_bound: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One event per child point where the sum's slope changes or a jump starts, and each parent's bounds 0 and
+    ``right_bound``, sorted by parent then position: (position, parent, slope change, jump) of each."""
+    m = len(right_bound)
+    # Row ``count`` (one past the last point) stays zero: the parents' bound events read it.
     change = np.zeros((count + 1, R))
     change[seg] = slope
     before = np.zeros((count + 1, R))
@@ -579,16 +676,31 @@ def sum_functions_numpy(
     ev_parent = np.concatenate([parent_slot[owner[active]], np.arange(m), np.arange(m)])
     ev_src = np.concatenate([active, np.full(2 * m, count)])
     order = sort_by_group(ev_pos, ev_parent, stable=False)  # equal positions are summed
-    ev_pos, ev_parent, ev_src = ev_pos[order], ev_parent[order], ev_src[order]
-    ev_slope, ev_jump = change[ev_src], jumps[ev_src]
+    ev_src = ev_src[order]
+    return ev_pos[order], ev_parent[order], change[ev_src], jumps[ev_src]
+
+
+def _summed_by_position(
+    ev_pos: np.ndarray, ev_parent: np.ndarray, ev_slope: np.ndarray, ev_jump: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The events at one (parent, position) summed: position, parent, slope change and jump of each group."""
     new_group = np.ones(len(ev_pos), dtype=bool)
     new_group[1:] = (ev_pos[1:] != ev_pos[:-1]) | (ev_parent[1:] != ev_parent[:-1])
     starts = np.flatnonzero(new_group)
-    gx = ev_pos[starts]
-    gp = ev_parent[starts]
-    gslope = np.add.reduceat(ev_slope, starts, axis=0)
-    gjump = np.add.reduceat(ev_jump, starts, axis=0)
-    groups = len(starts)
+    return (
+        ev_pos[starts],
+        ev_parent[starts],
+        np.add.reduceat(ev_slope, starts, axis=0),
+        np.add.reduceat(ev_jump, starts, axis=0),
+    )
+
+
+def _integrated(
+    init: np.ndarray, gx: np.ndarray, gp: np.ndarray, gslope: np.ndarray, gjump: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The sum at every group, parent by parent from its children's left values: its left and right limits, and
+    which groups are each parent's first and last."""
+    groups = len(gx)
     parent_first = np.ones(groups, dtype=bool)
     parent_first[1:] = gp[1:] != gp[:-1]
     # Slope after each group: cumulative within the parent.
@@ -606,10 +718,22 @@ def sum_functions_numpy(
     ci_base = np.where((base_index > 0)[:, None], ci[base_index - 1], 0.0)
     inclusive = ci - ci_base
     left = init[gp] + inclusive - increment
-    right = left + gjump
-    # A jump is two points (left and right limit), trimmed as ``compress`` does: at x = 0 only the right
-    # limit is kept, at the right bound only the left one. Positions are distinct within a parent, so no
-    # other point is redundant.
+    return left, left + gjump, parent_first, parent_last
+
+
+def _sum_points(
+    m: int,
+    gx: np.ndarray,
+    gp: np.ndarray,
+    gjump: np.ndarray,
+    left: np.ndarray,
+    right: np.ndarray,
+    parent_first: np.ndarray,
+    parent_last: np.ndarray,
+) -> FunctionBatch:
+    """The sums' points: a jump is two points (left and right limit), trimmed as ``compress`` does: at x = 0 only
+    the right limit is kept, at the right bound only the left one. Positions are distinct within a parent, so no
+    other point is redundant."""
     has_jump = row_any(gjump != 0)
     both = has_jump & ~parent_first & ~parent_last
     reps = 1 + both.astype(np.int64)

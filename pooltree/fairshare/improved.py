@@ -177,12 +177,52 @@ def staircase_sums(
     Returns the new batch and a mask of the pools whose staircase could not be placed (a child jump position
     with no vertical piece of the sum exactly there): the caller builds those with ``improved_sum``.
     """
-    m = base.size
-    failed = np.zeros(m, dtype=bool)
+    failed = np.zeros(base.size, dtype=bool)
+    jumps = _children_jumps(children, parent_slot, scale, shift, right_bound)
+    if jumps is None:
+        return base, failed
+    j_pos, j_parent, jump = jumps
+    # Groups of jumps at one (pool, position); only groups of two or more children change the sum.
+    first = np.ones(len(j_pos), dtype=bool)
+    first[1:] = (j_parent[1:] != j_parent[:-1]) | (j_pos[1:] != j_pos[:-1])
+    group = np.cumsum(first) - 1
+    size = np.bincount(group)
+    multi = size[group] > 1
+    if not np.any(multi):
+        return base, failed
+    inserts_at: list[int] = []
+    inserts_y: list[np.ndarray] = []
+    for g in np.flatnonzero(first & multi).tolist():
+        p = int(j_parent[g])
+        if failed[p]:
+            continue
+        steps = _staircase(base, p, float(j_pos[g]), jump[g : g + int(size[group[g]]) - 1])
+        if steps is None:
+            failed[p] = True
+            continue
+        at, values = steps
+        inserts_at.extend([at] * len(values))
+        inserts_y.append(values)
+    if not inserts_at:
+        return base, failed
+    return _with_points_inserted(
+        base, np.array(inserts_at, dtype=np.int64), np.concatenate(inserts_y)
+    ), failed
+
+
+def _children_jumps(
+    children: fn.FunctionBatch,
+    parent_slot: np.ndarray,
+    scale: np.ndarray,
+    shift: np.ndarray,
+    right_bound: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The children's jumps strictly inside their pool's range, on the pool's axis, as (position, pool, rise),
+    sorted by pool, position and child, one per (pool, position, child); None when there is none."""
     x, y = children.x, children.y
     owner = children.owners()
     if len(x) < 2:
-        return base, failed
+        return None
     finite = np.isfinite(scale)[owner]
     pos = np.zeros(len(x))
     pos[finite] = x[finite] * scale[owner[finite]] + shift[owner[finite]]
@@ -197,7 +237,7 @@ def staircase_sums(
     ev_parent = parent_slot[ev_child]
     keep = fn.row_any(dy != 0.0) & (ev_pos > 0.0) & (ev_pos < right_bound[ev_parent])
     if not np.any(keep):
-        return base, failed
+        return None
     ev_pos, ev_child, ev_parent, dy = ev_pos[keep], ev_child[keep], ev_parent[keep], dy[keep]
     order = np.lexsort((ev_child, ev_pos, ev_parent))
     ev_pos, ev_child, ev_parent, dy = ev_pos[order], ev_child[order], ev_parent[order], dy[order]
@@ -207,42 +247,31 @@ def staircase_sums(
         (ev_parent[1:] != ev_parent[:-1]) | (ev_pos[1:] != ev_pos[:-1]) | (ev_child[1:] != ev_child[:-1])
     )
     starts = np.flatnonzero(new)
-    jump = np.add.reduceat(dy, starts, axis=0)
-    j_pos, j_parent = ev_pos[starts], ev_parent[starts]
-    # Groups of jumps at one (pool, position); only groups of two or more children change the sum.
-    first = np.ones(len(j_pos), dtype=bool)
-    first[1:] = (j_parent[1:] != j_parent[:-1]) | (j_pos[1:] != j_pos[:-1])
-    group = np.cumsum(first) - 1
-    size = np.bincount(group)
-    multi = size[group] > 1
-    if not np.any(multi):
-        return base, failed
-    inserts_at: list[int] = []
-    inserts_y: list[np.ndarray] = []
-    g_starts = np.flatnonzero(first & multi)
-    for g in g_starts.tolist():
-        p = int(j_parent[g])
-        if failed[p]:
-            continue
-        k = int(size[group[g]])
-        lo, hi = int(base.offsets[p]), int(base.offsets[p + 1])
-        xs = base.x[lo:hi]
-        a = int(np.searchsorted(xs, j_pos[g], side="left"))
-        b = int(np.searchsorted(xs, j_pos[g], side="right"))
-        if b - a != 2:
-            failed[p] = True
-            continue
-        left, right = base.y[lo + a], base.y[lo + a + 1]
-        partial = left + np.cumsum(jump[g : g + k - 1], axis=0)
-        inserts_at.extend([lo + a + 1] * (k - 1))
-        inserts_y.append(np.minimum(partial, right))
-    if not inserts_at:
-        return base, failed
-    where = np.array(inserts_at, dtype=np.int64)
-    new_y = np.concatenate(inserts_y)
+    return ev_pos[starts], ev_parent[starts], np.add.reduceat(dy, starts, axis=0)
+
+
+def _staircase(
+    base: fn.FunctionBatch, p: int, position: float, rises: np.ndarray
+) -> tuple[int, np.ndarray] | None:
+    """The steps inside pool ``p``'s vertical piece at ``position`` (YTsaurus's improved FSBFF: simultaneous
+    jumps of children one after another, in child order): where they go in ``base`` and their values (the
+    left limit plus the ``rises`` of all children but the last, at most the right limit); None when the sum has
+    no vertical piece exactly there."""
+    lo, hi = int(base.offsets[p]), int(base.offsets[p + 1])
+    xs = base.x[lo:hi]
+    a = int(np.searchsorted(xs, position, side="left"))
+    b = int(np.searchsorted(xs, position, side="right"))
+    if b - a != 2:
+        return None
+    left, right = base.y[lo + a], base.y[lo + a + 1]
+    return lo + a + 1, np.minimum(left + np.cumsum(rises, axis=0), right)
+
+
+def _with_points_inserted(base: fn.FunctionBatch, where: np.ndarray, new_y: np.ndarray) -> fn.FunctionBatch:
+    """``base`` with a point of value ``new_y[k]`` before point ``where[k]``, at the position of the one before."""
     out_x = np.insert(base.x, where, base.x[where - 1])
     out_y = np.insert(base.y, where, new_y, axis=0)
     owner_of_insert = np.searchsorted(base.offsets, where, side="right") - 1
-    added = np.bincount(owner_of_insert, minlength=m)
+    added = np.bincount(owner_of_insert, minlength=base.size)
     offsets = base.offsets + np.concatenate([[0], np.cumsum(added)])
-    return fn.FunctionBatch(offsets.astype(np.int64), out_x, out_y), failed
+    return fn.FunctionBatch(offsets.astype(np.int64), out_x, out_y)
