@@ -30,7 +30,7 @@ from pooltree.strategy.build_static import (
 )
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
-from pooltree.tree.delta import PeriodDelta, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import frozen_spec, pool_key
 
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
@@ -92,7 +92,7 @@ class _Shares:
 
 
 def scheduling_tree_from_runtime(
-    pool_tree: Any,
+    pool_tree: RuntimeTree,
     result: Any,
     total_resources: Vector,
     config: StrategyConfig | None = None,
@@ -154,7 +154,7 @@ def scheduling_tree_from_runtime(
 
 
 def _brought_up_to_date(
-    pool_tree: Any,
+    pool_tree: RuntimeTree,
     result_elements: Any,
     total_resources: Vector,
     cache: BuildCache,
@@ -187,7 +187,7 @@ class _Walk:
     """One walk of the whole runtime tree: every pool, then every running operation in registration order, each
     with its static part (from ``cache`` while its key is the same) and its shares."""
 
-    def __init__(self, pool_tree: Any, cache: BuildCache, shares: _Shares) -> None:
+    def __init__(self, pool_tree: RuntimeTree, cache: BuildCache, shares: _Shares) -> None:
         self.pool_tree = pool_tree
         self.cache = cache
         self.shares = shares
@@ -257,8 +257,8 @@ class _Walk:
             if not op.running:
                 continue  # pending: not an element of the tree (YTsaurus)
             if registration is not None:
-                index = getattr(op, "registration_index", None)
-                if type(index) is not int or (registration and index <= registration[-1]):
+                index = op.registration_index
+                if registration and index <= registration[-1]:
                     registration = None
                 else:
                     registration.append(index)

@@ -24,7 +24,8 @@ from pooltree.strategy.build_static import (
     _spec,
 )
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows, StrategyConfig
-from pooltree.tree.elements import frozen_spec
+from pooltree.tree.delta import RuntimeTree
+from pooltree.tree.elements import TreeOperation, frozen_spec
 
 
 class BuildCache:
@@ -270,7 +271,7 @@ class _OperationChanges:
 
 
 def _operation_changes(
-    pool_tree: Any,
+    pool_tree: RuntimeTree,
     cache: BuildCache,
     last: _LastRuntime,
     runtime_key: tuple[Any, ...],
@@ -350,19 +351,18 @@ def _operation_changes(
     )
 
 
-def _arriving(operations: Any, changed: Collection[str]) -> list[tuple[int, str, Any]] | None:
+def _arriving(
+    operations: Mapping[str, TreeOperation], changed: Collection[str]
+) -> list[tuple[int, str, TreeOperation]] | None:
     """The changed operations running now, as (registration index, id, operation) in registration order; None
-    when one has a spec that is not a frozen model or no registration index (the walk must run)."""
+    when one has a spec that is not a frozen model (the walk must run)."""
     arriving = []
     for op_id in changed:
         op = operations.get(op_id)
         if op is not None and op.running:
             if op.spec is not None and not frozen_spec(op.spec):
                 return None
-            index = getattr(op, "registration_index", None)
-            if type(index) is not int:
-                return None
-            arriving.append((index, op_id, op))
+            arriving.append((op.registration_index, op_id, op))
     arriving.sort(key=operator.itemgetter(0))
     return arriving
 
@@ -387,11 +387,9 @@ def _row_of(
     """The row of operation ``op_id``: found by its registration index among the operation rows' (``keys``, in
     row order from ``pool_rows`` on; the operation object is the first part of its cache key), checked, else
     looked for in ``ids``."""
-    index = getattr(operations_cache[op_id][0][0], "registration_index", None)
-    if type(index) is int:
-        row = pool_rows + bisect.bisect_left(keys, index)
-        if row < len(ids) and ids[row] == op_id:
-            return row
+    row = pool_rows + bisect.bisect_left(keys, operations_cache[op_id][0][0].registration_index)
+    if row < len(ids) and ids[row] == op_id:
+        return row
     return ids.index(op_id, pool_rows)
 
 

@@ -25,7 +25,8 @@ from pooltree.resources import Vector
 from pooltree.strategy.limits_tolerance import overcommit_tolerance
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec
-from pooltree.tree.elements import frozen_spec
+from pooltree.tree.delta import RuntimeTree
+from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 
 _SPEC_FIELDS = (
     "scheduling_tag_filter",
@@ -107,7 +108,7 @@ def _spec(static: dict[str, Any], **shares: Any) -> ElementSpec:
     return spec
 
 
-def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
+def _pool_static(pool_tree: RuntimeTree, pool_name: str, pool: PoolElement) -> dict[str, Any]:
     pool_config = pool.config if pool.config is not None else pool.ephemeral_config
     threshold = _option(pool_config, "non_preemptible_resource_usage_threshold")
     return {
@@ -133,7 +134,7 @@ def _pool_static(pool_tree: Any, pool_name: str, pool: Any) -> dict[str, Any]:
     }
 
 
-def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
+def _operation_static(pool_tree: RuntimeTree, op_id: str, op: TreeOperation) -> dict[str, Any]:
     spec = op.spec
     tag_text = str(_option(spec, "scheduling_tag_filter", "") or "")
     tag_filter = (
@@ -162,16 +163,16 @@ def _operation_static(pool_tree: Any, op_id: str, op: Any) -> dict[str, Any]:
     }
 
 
-def operation_aggressive_preemption_allowed(pool_tree: Any, spec: Any) -> bool | None:
+def operation_aggressive_preemption_allowed(pool_tree: RuntimeTree, spec: Any) -> bool | None:
     """YTsaurus ``IsAggressivePreemptionAllowed`` of an operation (its orchid's ``aggressive_preemption_allowed``):
     a gang operation is not aggressively preemptible unless the tree allows it
     (``allow_aggressive_preemption_for_gang_operations``, default true); otherwise None, it inherits."""
     is_gang = bool(_option(spec, "is_gang", False))
-    gang_aggressive = bool(getattr(pool_tree.config, "allow_aggressive_preemption_for_gang_operations", True))
+    gang_aggressive = bool(pool_tree.config.allow_aggressive_preemption_for_gang_operations)
     return False if is_gang and not gang_aggressive else None
 
 
-def _operation_key(op: Any, pool_chain: tuple[Any, ...]) -> tuple[Any, ...]:
+def _operation_key(op: TreeOperation, pool_chain: tuple[Any, ...]) -> tuple[Any, ...]:
     """What an operation's static part is computed from (its `BuildCache` key): the runtime object, its spec's
     values, limits, pool, running/suspended flags, start time and its pool's configuration chain."""
     limits = op.resource_limits

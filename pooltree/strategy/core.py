@@ -54,7 +54,7 @@ from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tol
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
 from pooltree.tree import FairShareInputCache, build_fair_share_input
-from pooltree.tree.delta import PeriodDelta, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -78,7 +78,7 @@ class SchedulerCore:
 
     def __init__(
         self,
-        pool_tree: Any,
+        pool_tree: RuntimeTree,
         *,
         fair_share: FairShareFunction | None = None,
         event_sink: Callable[[dict[str, Any]], None] | None = None,

@@ -16,6 +16,7 @@ from pooltree.strategy.operation_checks import (
     limiting_ancestor_error,
     specified_limits,
 )
+from pooltree.tree.delta import RuntimeTree
 
 
 class TreeChecks:
@@ -23,7 +24,7 @@ class TreeChecks:
     the `SchedulerCore`'s own (read, never replaced)."""
 
     def __init__(
-        self, pool_tree: Any, controllers: Mapping[str, Any], registration_order: Mapping[str, int]
+        self, pool_tree: RuntimeTree, controllers: Mapping[str, Any], registration_order: Mapping[str, int]
     ) -> None:
         self.pool_tree = pool_tree
         self.controllers = controllers
@@ -78,8 +79,8 @@ class TreeChecks:
         """Pools with specified ``resource_limits``, read again only when the pools themselves change (the
         tree's ``structure_revision``: created, removed, a config swap), not every period."""
         pool_tree = self.pool_tree
-        key = (pool_tree, getattr(pool_tree, "structure_revision", None), pool_tree.config)
-        if self.limited is None or self.limited[0] != key or key[1] is None:
+        key = (pool_tree, pool_tree.structure_revision, pool_tree.config)
+        if self.limited is None or self.limited[0] != key:
             pools = pool_tree.pools.items()
             found = {name: limits for name, pool in pools if (limits := specified_limits(pool)) is not None}
             self.limited = (key, found)

@@ -18,22 +18,34 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pooltree.tree.elements import PoolElement, TreeOperation
+from pooltree.tree.values import EffectiveParameters
+
 
 class RuntimeTree(Protocol):
-    """What the period's consumers read of a pool tree at run time (`pooltree.tree.PoolTree`)."""
+    """What the period's consumers (the fair-share input, the strategy's element rows, the tree checks) read of
+    a pool tree at run time: `pooltree.tree.PoolTree` is the one implementation, typed here so that no consumer
+    probes for attributes."""
 
     name: str
     config: Any
+    root: PoolElement
     revision: int
     """Bumped by every change the per-period builds read (pools, a running operation's placement or parameters)."""
+    structure_revision: int
+    """The ``revision`` of the latest change of the pools themselves (created, removed, a config swap)."""
 
     @property
-    def pools(self) -> Mapping[str, Any]: ...
+    def pools(self) -> Mapping[str, PoolElement]: ...
 
     @property
-    def operations(self) -> Mapping[str, Any]: ...
+    def operations(self) -> Mapping[str, TreeOperation]:
+        """Every operation of the tree in registration order (running or pending)."""
+        ...
 
     def operations_changed_since(self, revision: int) -> set[str] | None: ...
+
+    def effective_parameters(self, pool_name: str) -> EffectiveParameters: ...
 
 
 @dataclass(frozen=True, slots=True)

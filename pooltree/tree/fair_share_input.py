@@ -21,9 +21,9 @@ from pooltree.config.operation_preemption import (
 from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
-from pooltree.tree.delta import PeriodDelta, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec, pool_key
-from pooltree.tree.pool_tree import PoolTree, _spec_option
+from pooltree.tree.pool_tree import _spec_option
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
 """Operation id → (usage, needed): a mapping (missing ids count as idle) or a callback returning None for idle."""
@@ -32,7 +32,7 @@ NodeResources = Mapping[str, tuple[Iterable[str], Vector]]
 """Node address → (tags, resource limits) for the nodes of one tree (used for scheduling tag filters)."""
 
 
-def update_settings(tree: PoolTree) -> UpdateSettings:
+def update_settings(tree: RuntimeTree) -> UpdateSettings:
     """The tree-level options the fair-share update reads."""
     cfg = tree.config
     return UpdateSettings(
@@ -182,7 +182,7 @@ def _tree_option(spec: Any, tree: str, name: str) -> Any:
     return _spec_option(spec, name, None)
 
 
-def _operation_static(tree: PoolTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
+def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
     """The operation's model element without usage and demand (set by ``_set_resources``)."""
     schedulable = op.running and not op.suspended
     max_share_ratio = _tree_option(op.spec, tree.name, "max_share_ratio")
@@ -239,7 +239,7 @@ def _write_resources(element: Operation, usage: Vector, needed: Vector) -> Opera
 
 
 def _operation_element(
-    tree: PoolTree, op: TreeOperation, tolerance: float, source: OperationResources, tags: _TagLimits
+    tree: RuntimeTree, op: TreeOperation, tolerance: float, source: OperationResources, tags: _TagLimits
 ) -> Operation:
     return _set_resources(_operation_static(tree, op, tolerance, tags), source)
 
@@ -285,12 +285,12 @@ def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any
     )
 
 
-def _gang_like(tree: PoolTree, op: TreeOperation) -> bool:
+def _gang_like(tree: RuntimeTree, op: TreeOperation) -> bool:
     """YTsaurus ``IsGangLike``: spec ``is_gang``, or a vanilla operation of a single allocation when the tree
     sets ``consider_single_allocation_vanilla_operations_as_gang``."""
     if _spec_option(op.spec, "is_gang", False):
         return True
-    if not getattr(tree.config, "consider_single_allocation_vanilla_operations_as_gang", False):
+    if not tree.config.consider_single_allocation_vanilla_operations_as_gang:
         return False
     if op.operation_type != "vanilla":
         return False
@@ -299,7 +299,7 @@ def _gang_like(tree: PoolTree, op: TreeOperation) -> bool:
     return sum(int(count or 0) for count in counts) == 1
 
 
-def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:
+def _integral(config: Any, tree: RuntimeTree) -> IntegralGuarantees:
     """The pool's integral guarantees."""
     if config is None:
         return IntegralGuarantees()
@@ -317,7 +317,7 @@ def _integral(config: Any, tree: PoolTree) -> IntegralGuarantees:
     )
 
 
-def _pool_tolerance(tree: PoolTree, pool: PoolElement, parent_tolerance: float) -> float:
+def _pool_tolerance(tree: RuntimeTree, pool: PoolElement, parent_tolerance: float) -> float:
     config = pool.config
     tolerance = parent_tolerance
     if config is not None and config.fair_share_starvation_tolerance is not None:
@@ -327,7 +327,7 @@ def _pool_tolerance(tree: PoolTree, pool: PoolElement, parent_tolerance: float) 
     return tolerance
 
 
-def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
+def _pool_static(tree: RuntimeTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
     """The pool's model element without children."""
     config = pool.config
     if config is not None:
@@ -375,7 +375,11 @@ def _pool_static(tree: PoolTree, pool: PoolElement, tags: _TagLimits, tolerance:
 
 
 def _pool_element(
-    tree: PoolTree, pool: PoolElement, source: OperationResources, tags: _TagLimits, parent_tolerance: float
+    tree: RuntimeTree,
+    pool: PoolElement,
+    source: OperationResources,
+    tags: _TagLimits,
+    parent_tolerance: float,
 ) -> Pool:
     tolerance = _pool_tolerance(tree, pool, parent_tolerance)
     element = _pool_static(tree, pool, tags, tolerance)
@@ -398,7 +402,7 @@ class _CachedBuild:
 
     def __init__(
         self,
-        tree: PoolTree,
+        tree: RuntimeTree,
         source: OperationResources,
         tags: _TagLimits,
         cache: FairShareInputCache,
@@ -457,7 +461,7 @@ class _CachedBuild:
 
 
 def build_fair_share_input(
-    tree: PoolTree,
+    tree: RuntimeTree,
     operation_resources: OperationResources,
     *,
     nodes: NodeResources | None = None,
@@ -516,7 +520,7 @@ def build_fair_share_input(
 
 
 def _changes_applied(
-    tree: PoolTree,
+    tree: RuntimeTree,
     last: _LastBuild,
     cache: FairShareInputCache,
     source: OperationResources,
@@ -532,7 +536,7 @@ def _changes_applied(
 
 
 def _apply_operation_changes(
-    tree: PoolTree,
+    tree: RuntimeTree,
     last: _LastBuild,
     cache: FairShareInputCache,
     source: OperationResources,
