@@ -41,6 +41,7 @@ from pooltree.strategy.tentative import (
 )
 from pooltree.tree.delta import period_delta
 from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
+from pooltree.tree.projection import TreeProjection
 from pooltree.tree.registry import PoolTrees
 
 
@@ -116,8 +117,9 @@ class _TreeStep:
         """Per operation with job groups: one job's resources (the componentwise minimum over its groups), the
         per-job vector of discretized fair share; an operation without groups keeps its continuous function."""
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
-        self.input_cache = FairShareInputCache()
-        self.build_cache = BuildCache()
+        projection = TreeProjection()  # one per tree, read by both builds
+        self.input_cache = FairShareInputCache(projection)
+        self.build_cache = BuildCache(projection)
         self.revision: int | None = None
         self.layout: Any = None
         """The previous step's flattened tree (``UpdateState.layout``), for the next step of the same tree."""

@@ -17,21 +17,11 @@ import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.build_rows import BuildCache, _LastRuntime, _operation_changes, _unchanged_structure
-from pooltree.strategy.build_static import (
-    _BELOW,
-    _NORMAL,
-    _cached,
-    _chain,
-    _forget,
-    _operation_key,
-    _operation_static,
-    _pool_static,
-    _spec,
-)
+from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _pool_static, _spec
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
-from pooltree.tree.elements import frozen_spec, pool_key
+from pooltree.tree.elements import frozen_spec
 
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
 """Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
@@ -117,6 +107,7 @@ def scheduling_tree_from_runtime(
     built_at = None if last_runtime is None or last_runtime.key[0] is not pool_tree else last_runtime.key[1]
     if delta is None:
         delta = period_delta(pool_tree, built_at)
+    cache.projection.advance(pool_tree, delta)
     runtime_key = (pool_tree, delta.revision, pool_tree.config, config, name)
     if (
         bulk
@@ -185,19 +176,17 @@ def _brought_up_to_date(
 
 class _Walk:
     """One walk of the whole runtime tree: every pool, then every running operation in registration order, each
-    with its static part (from ``cache`` while its key is the same) and its shares."""
+    with its static part (its projection entry's, made there the first time) and its shares."""
 
     def __init__(self, pool_tree: RuntimeTree, cache: BuildCache, shares: _Shares) -> None:
         self.pool_tree = pool_tree
-        self.cache = cache
+        self.projection = cache.projection
         self.shares = shares
         self.elements: list[ElementSpec] = []
         self.statics: list[dict[str, Any]] = []
         self.ids: list[str] = []
         self.cacheable = True
         """False when an operation's spec is a plain map (it may change in place without a revision)."""
-        self.chain: dict[str, tuple[Any, ...]] = {}
-        """Pool name → the configuration objects its effective parameters are resolved from (root first)."""
         self.registration: list[int] | None = []
         """The operation rows' registration indices, None when they are not increasing (see `_LastRuntime`)."""
 
@@ -225,34 +214,18 @@ class _Walk:
 
     def pools(self) -> None:
         pool_tree = self.pool_tree
-        tree_config = pool_tree.config
-        chain = self.chain
-        seen: set[str] = set()
+        projected = self.projection.pools
         for pool_name, pool in pool_tree.pools.items():
-            parent = pool.parent
-            parent_chain = (tree_config,) if parent is None else chain.get(parent.name)
-            if parent_chain is None:  # parent listed after the child: resolve its chain on the spot
-                parent_chain = _chain(parent, tree_config)
-            own_chain = (*parent_chain, pool.config)
-            chain[pool_name] = own_chain
-            key = (*pool_key(pool), parent, None if parent is None else parent.name, own_chain)
-            static = _cached(
-                self.cache.pools,
-                seen,
-                pool_name,
-                key,
-                lambda pool_name=pool_name, pool=pool: _pool_static(pool_tree, pool_name, pool),
-            )
+            entry = projected[pool_name]
+            static = entry.row
+            if static is None:
+                static = entry.row = _pool_static(pool_tree, pool_name, pool)
             self.add(pool_name, static, False)
-        _forget(self.cache.pools, seen)
 
     def operations(self) -> None:
         pool_tree = self.pool_tree
-        tree_config = pool_tree.config
-        chain = self.chain
-        operations = self.cache.operations
+        projected = self.projection.operations
         registration = self.registration
-        seen: set[str] = set()
         for op_id, op in pool_tree.operations.items():
             if not op.running:
                 continue  # pending: not an element of the tree (YTsaurus)
@@ -262,22 +235,12 @@ class _Walk:
                     registration = None
                 else:
                     registration.append(index)
-            op_pool = op.pool
-            pool_chain = chain.get(op_pool.name)
-            if pool_chain is None:
-                pool_chain = _chain(op_pool, tree_config)
             spec = op.spec
             if self.cacheable and spec is not None and not frozen_spec(spec):
                 self.cacheable = False  # a plain-map spec may change in place without a revision
-            key = _operation_key(op, pool_chain)
-            seen.add(op_id)
-            entry = operations.get(op_id)
-            # tuple equality tests identity first, so unchanged objects compare in O(length)
-            if entry is not None and entry[0] == key:
-                static = entry[1]
-            else:
-                static = _operation_static(pool_tree, op_id, op)
-                operations[op_id] = (key, static)
+            entry = projected[op_id]
+            static = entry.row
+            if static is None:
+                static = entry.row = _operation_static(pool_tree, op_id, op)
             self.add(op_id, static, True)
         self.registration = registration
-        _forget(operations, seen)

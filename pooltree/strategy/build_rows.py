@@ -15,31 +15,26 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
-from pooltree.strategy.build_static import (
-    _BELOW,
-    _NORMAL,
-    _chain,
-    _operation_key,
-    _operation_static,
-    _spec,
-)
+from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _spec
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows, StrategyConfig
 from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.elements import TreeOperation, frozen_spec
+from pooltree.tree.projection import TreeProjection
 
 
 class BuildCache:
-    """Static spec parts of pools and operations from previous builds, keyed by the objects they depend on.
+    """The previous build of one tree's element rows, and the projection (`pooltree.tree.projection`) whose entries
+    hold the rows' static spec parts (`Projected.row`), kept while what they are computed from is unchanged.
 
-    Owned by one `SchedulerCore` (one pool tree); entries of elements gone from the tree are dropped per build.
+    Owned by one `SchedulerCore` (one pool tree; it shares the projection with the fair-share input's cache).
     ``last`` is the previous build's sequence of static parts, its config and tree: when the next build yields
     the very same static objects in the same order, the tree's structure is unchanged and the new tree shares
     the previous one's validated structure and resolved settings (`SchedulingTree.with_shares`).
     """
 
-    def __init__(self) -> None:
-        self.pools: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-        self.operations: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+    def __init__(self, projection: TreeProjection | None = None) -> None:
+        self.projection = projection if projection is not None else TreeProjection()
+        """The tree's projection, whose entries keep the static parts."""
         self.last: tuple[list[dict[str, Any]], StrategyConfig, SchedulingTree] | None = None
         self.runtime: _LastRuntime | None = None
         """The previous build's runtime key, element ids, specs and published values (see `_LastRuntime`)."""
@@ -290,9 +285,9 @@ def _operation_changes(
     arriving = _arriving(operations, changed)
     if arriving is None:
         return None
-    arriving_ids = {item[1] for item in arriving}
-    operations_cache = cache.operations
-    removed = {op_id for op_id in changed if op_id in operations_cache}
+    assert cache.last is not None
+    previous_specs = cache.last[2].elements
+    removed = {op_id for op_id in changed if op_id in previous_specs}  # the operations with a row
     if not removed and not arriving:  # e.g. operations registered to wait in a queue: no row changes
         last.key = runtime_key
         return _OperationChanges(removed, [], {})
@@ -303,28 +298,20 @@ def _operation_changes(
     keys = list(registration)
     pool_rows = last.pool_rows
     doomed: list[int] = []
+    projection = cache.projection
     if removed:
-        doomed = sorted(
-            (_row_of(op_id, ids, keys, pool_rows, operations_cache) for op_id in removed), reverse=True
-        )
+        doomed = sorted((_row_of(op_id, ids, keys, pool_rows, projection) for op_id in removed), reverse=True)
         for row in doomed:
             del ids[row], statics[row], specs[row], keys[row - pool_rows]
-        for op_id in removed - arriving_ids:
-            del operations_cache[op_id]
     inserted: list[int] = []  # the new rows, ascending (each insertion lands after the ones before it)
-    tree_config = pool_tree.config
     parents: dict[str, list[str]] = {}  # parent → its arriving operations, in registration order
-    previous_specs = cache.last[2].elements if cache.last is not None else {}
     for op_id in removed:
         parents.setdefault(previous_specs[op_id].parent or "", [])
     for index, op_id, op in arriving:
-        key = _operation_key(op, _chain(op.pool, tree_config))
-        entry = operations_cache.get(op_id)
-        if entry is not None and entry[0] == key:
-            static = entry[1]
-        else:
-            static = _operation_static(pool_tree, op_id, op)
-            operations_cache[op_id] = (key, static)
+        entry = projection.operations[op_id]
+        static = entry.row
+        if static is None:
+            static = entry.row = _operation_static(pool_tree, op_id, op)
         parents.setdefault(static["parent"], []).append(op_id)
         at = bisect.bisect_left(keys, index)
         keys.insert(at, index)
@@ -346,7 +333,7 @@ def _operation_changes(
     return _OperationChanges(
         removed,
         [item[1] for item in arriving],
-        _children(parents, cache.last[2] if cache.last is not None else None, removed, operations),
+        _children(parents, cache.last[2], removed, operations),
         inserted[0] if inserted else len(ids),
     )
 
@@ -377,19 +364,15 @@ def _previous_rows(count: int, doomed: list[int], inserted: list[int]) -> np.nda
     return rows_from
 
 
-def _row_of(
-    op_id: str,
-    ids: list[str],
-    keys: list[int],
-    pool_rows: int,
-    operations_cache: dict[str, tuple[tuple[Any, ...], dict[str, Any]]],
-) -> int:
+def _row_of(op_id: str, ids: list[str], keys: list[int], pool_rows: int, projection: TreeProjection) -> int:
     """The row of operation ``op_id``: found by its registration index among the operation rows' (``keys``, in
-    row order from ``pool_rows`` on; the operation object is the first part of its cache key), checked, else
+    row order from ``pool_rows`` on; the operation object is the first part of its projection key), checked, else
     looked for in ``ids``."""
-    row = pool_rows + bisect.bisect_left(keys, operations_cache[op_id][0][0].registration_index)
-    if row < len(ids) and ids[row] == op_id:
-        return row
+    entry = projection.operations.get(op_id) or projection.departed.get(op_id)
+    if entry is not None:
+        row = pool_rows + bisect.bisect_left(keys, entry.key[0].registration_index)
+        if row < len(ids) and ids[row] == op_id:
+            return row
     return ids.index(op_id, pool_rows)
 
 

@@ -1,5 +1,6 @@
 """The static part of a strategy element's spec (everything but its shares), computed from the pool tree runtime's
-configuration objects, and the keys a `BuildCache` keeps it by (`pooltree.strategy.build`).
+configuration objects (kept in the tree's projection entries, `pooltree.tree.projection`, by the key they are
+computed from; `pooltree.strategy.build`).
 
 A pool's part reads its config (or ephemeral config) and effective parameters; an operation's reads its spec,
 limits, pool and running/suspended flags. Both are plain dicts turned into an `ElementSpec` with the element's
@@ -8,7 +9,6 @@ shares by `_spec`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import MISSING
 from dataclasses import fields as dataclass_fields
 from typing import Any
@@ -26,20 +26,8 @@ from pooltree.strategy.limits_tolerance import overcommit_tolerance
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec
 from pooltree.tree.delta import RuntimeTree
-from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
+from pooltree.tree.elements import PoolElement, TreeOperation
 
-_SPEC_FIELDS = (
-    "scheduling_tag_filter",
-    "enable_aggressive_starvation",
-    "max_unpreemptible_allocation_count",
-    "fair_share_starvation_tolerance",
-    "fair_share_starvation_timeout",
-    "non_preemptible_resource_usage_threshold",
-    "preemption_mode",
-    "interruption_signal",
-    "is_gang",
-)
-"""The operation spec fields the static part reads."""
 _BELOW = SchedulingStatus.BELOW_FAIR_SHARE
 _NORMAL = SchedulingStatus.NORMAL
 
@@ -49,18 +37,6 @@ def _option(source: Any, name: str, default: Any = None) -> Any:
         return default
     value = source.get(name) if isinstance(source, dict) else getattr(source, name, None)
     return default if value is None else value
-
-
-def _spec_values(spec: Any) -> Any:
-    """What the cache key holds of an operation spec: a frozen model itself (it cannot change, and tuple
-    equality tests identity first), else the `_SPEC_FIELDS` values (a plain map may change in place)."""
-    if spec is None:
-        return ()
-    if frozen_spec(spec):
-        return spec
-    if isinstance(spec, Mapping):
-        return tuple(spec.get(name) for name in _SPEC_FIELDS)
-    return tuple(getattr(spec, name, None) for name in _SPEC_FIELDS)
 
 
 def _frozen(array: Vector | None) -> Vector | None:
@@ -172,56 +148,7 @@ def operation_aggressive_preemption_allowed(pool_tree: RuntimeTree, spec: Any) -
     return False if is_gang and not gang_aggressive else None
 
 
-def _operation_key(op: TreeOperation, pool_chain: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What an operation's static part is computed from (its `BuildCache` key): the runtime object, its spec's
-    values, limits, pool, running/suspended flags, start time and its pool's configuration chain."""
-    limits = op.resource_limits
-    return (
-        op,
-        _spec_values(op.spec),
-        tuple(limits.tolist() if type(limits) is np.ndarray else np.asarray(limits, dtype=float).tolist()),
-        op.pool,
-        op.running,
-        op.suspended,
-        op.start_time,
-        pool_chain,
-    )
-
-
-def _cached(
-    store: dict[str, tuple[tuple[Any, ...], dict[str, Any]]],
-    seen: set[str],
-    name: str,
-    key: tuple[Any, ...],
-    compute: Any,
-) -> dict[str, Any]:
-    seen.add(name)
-    entry = store.get(name)
-    # tuple equality tests identity first, so unchanged objects compare in O(length)
-    if entry is not None and entry[0] == key:
-        return entry[1]
-    static = compute()
-    store[name] = (key, static)
-    return static
-
-
 # CPython (3.11+) keeps an instance's attributes inline only while the class's shared key table knows their
 # names; the table stops growing after a few dozen instances made without them (`_spec` assigns ``__dict__``).
 # One instance through ``__init__`` before any `_spec` enters every field's name, in declaration order.
 ElementSpec(id=ROOT_ID, parent=None)
-
-
-def _chain(pool: Any, tree_config: Any) -> tuple[Any, ...]:
-    """Configuration objects of ``pool`` and its ancestors, root first, after the tree's config."""
-    configs = []
-    cursor = pool
-    while cursor is not None:
-        configs.append(cursor.config)
-        cursor = cursor.parent
-    return (tree_config, *reversed(configs))
-
-
-def _forget(store: dict[str, Any], seen: set[str]) -> None:
-    if len(store) > len(seen):
-        for stale in [name for name in store if name not in seen]:
-            del store[stale]

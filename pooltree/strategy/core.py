@@ -55,6 +55,7 @@ from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
 from pooltree.tree import FairShareInputCache, build_fair_share_input
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
+from pooltree.tree.projection import TreeProjection
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -104,8 +105,10 @@ class SchedulerCore:
         """Operations' memory limits from their best allocation share (`best_allocation.py`)."""
         self._best_allocation_used = 0
         """The ``best_allocation.revision`` of the limits the last update was given."""
-        self._build_cache = BuildCache()
-        self._input_cache = FairShareInputCache()
+        # the tree's one projection per period: the static parts both builds read (`pooltree.tree.projection`)
+        projection = TreeProjection()
+        self._build_cache = BuildCache(projection)
+        self._input_cache = FairShareInputCache(projection)
         self._period_revision: int | None = None
         """The tree's revision at the previous period (what the next period's delta starts from)."""
         self._registration_order: dict[str, int] = {}

@@ -22,8 +22,9 @@ from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
-from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec, pool_key
+from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 from pooltree.tree.pool_tree import _spec_option
+from pooltree.tree.projection import Projected, TreeProjection, pool_tolerance
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
 """Operation id → (usage, needed): a mapping (missing ids count as idle) or a callback returning None for idle."""
@@ -90,11 +91,13 @@ class _TagLimits:
 
 
 class FairShareInputCache:
-    """Model objects of the previous builds of one tree, reused while their static inputs are unchanged.
+    """The previous build of one tree's input, and the projection (`pooltree.tree.projection`) whose entries hold
+    its model objects, reused while their static inputs are unchanged.
 
-    Kept by the caller between updates of the same tree (``SchedulerCore`` keeps one per tree). An operation's
-    ``Operation`` object is rebuilt only when something it is computed from changes (its registration, pool,
-    running/suspended flags, weight, limits, spec object, start time, inherited tolerance or the node set);
+    Kept by the caller between updates of the same tree (``SchedulerCore`` keeps one per tree, sharing its
+    projection with the strategy's `BuildCache`). An operation's ``Operation`` object is rebuilt only when its
+    projection entry is new (something it is computed from changed: its registration, pool, running/suspended
+    flags, weight, limits, spec object, start time, its pool's configuration chain) or the node set changed;
     otherwise only its usage, demand and pending count are written into it. Pools likewise keep their ``Pool``
     object and get a fresh ``children`` list. Specs given as plain maps (which may be changed in place) are
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
@@ -106,15 +109,15 @@ class FairShareInputCache:
     reads every row.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, projection: TreeProjection | None = None) -> None:
+        self.projection = projection if projection is not None else TreeProjection()
+        """The tree's projection, whose entries keep the model objects (`Projected.input`)."""
         self.written: list[Operation] | None = None
         """Operation elements whose usage, demand and pending count were written since `take_written` (repeats
         possible); None: not known (every row is read)."""
         self.relaid: set[str] | None = None
         """Pools whose model element got a new ``children`` list since `take_relaid` (the pools of the operations
         the period's delta names); None: not known (it walked the tree, or an update failed)."""
-        self.pools: dict[str, tuple[tuple[Any, ...], Pool]] = {}
-        self.operations: dict[str, tuple[tuple[Any, ...], Operation]] = {}
         self.tags: _TagLimits | None = None
         self.settings: tuple[Any, UpdateSettings] | None = None
         self.last: _LastBuild | None = None
@@ -145,13 +148,6 @@ class FairShareInputCache:
         reads every row and compares every pool's children."""
         self.written = None
         self.relaid = None
-
-    def forget(self, pools: set[str], operations: set[str]) -> None:
-        """Drop entries of elements that are no longer in the tree."""
-        for store, seen in ((self.pools, pools), (self.operations, operations)):
-            if len(store) > len(seen):
-                for stale in [name for name in store if name not in seen]:
-                    del store[stale]
 
 
 def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vector] | None:
@@ -244,47 +240,6 @@ def _operation_element(
     return _set_resources(_operation_static(tree, op, tolerance, tags), source)
 
 
-class SameObject:
-    """A cache key part equal only to one holding the very same object: the nodes mapping is one object until the
-    nodes change, and comparing two mappings by value would compare their numpy vectors (``ValueError``: a node
-    re-registering with other tags made every later update of its tree fail)."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SameObject) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-
-def _operation_key(op: TreeOperation, tolerance: float, nodes: Any) -> tuple[Any, ...] | None:
-    """What ``_operation_static`` reads, for the cache (``None``: not cacheable, a spec that is not a frozen
-    model, e.g. a plain map, which may change in place)."""
-    spec = op.spec
-    if not frozen_spec(spec):
-        return None
-    return (
-        op,
-        op.pool,
-        op.running,
-        op.suspended,
-        op.weight,
-        tuple(
-            limits.tolist()
-            if type(limits := op.resource_limits) is np.ndarray
-            else np.asarray(limits, dtype=float).tolist()
-        ),
-        spec,
-        op.start_time,
-        tolerance,
-        SameObject(nodes),
-    )
-
-
 def _gang_like(tree: RuntimeTree, op: TreeOperation) -> bool:
     """YTsaurus ``IsGangLike``: spec ``is_gang``, or a vanilla operation of a single allocation when the tree
     sets ``consider_single_allocation_vanilla_operations_as_gang``."""
@@ -315,16 +270,6 @@ def _integral(config: Any, tree: RuntimeTree) -> IntegralGuarantees:
             tree.config.should_distribute_free_volume_among_children if distribute is None else distribute
         ),
     )
-
-
-def _pool_tolerance(tree: RuntimeTree, pool: PoolElement, parent_tolerance: float) -> float:
-    config = pool.config
-    tolerance = parent_tolerance
-    if config is not None and config.fair_share_starvation_tolerance is not None:
-        tolerance = float(config.fair_share_starvation_tolerance)
-    if pool.is_root:
-        tolerance = float(tree.config.fair_share_starvation_tolerance)
-    return tolerance
 
 
 def _pool_static(tree: RuntimeTree, pool: PoolElement, tags: _TagLimits, tolerance: float) -> Pool:
@@ -381,7 +326,7 @@ def _pool_element(
     tags: _TagLimits,
     parent_tolerance: float,
 ) -> Pool:
-    tolerance = _pool_tolerance(tree, pool, parent_tolerance)
+    tolerance = pool_tolerance(tree, pool, parent_tolerance)
     element = _pool_static(tree, pool, tags, tolerance)
     children: list[Any] = [
         _pool_element(tree, child, source, tags, tolerance) for child in pool.children.values()
@@ -393,61 +338,64 @@ def _pool_element(
     return element
 
 
-_TOLERANCE = 5
-"""Where a pool's cache key (`_CachedBuild.pool`) holds its inherited starvation tolerance, after `pool_key`."""
+def _operation_input(
+    tree: RuntimeTree, op: TreeOperation, entry: Projected, nodes: Any, tags: _TagLimits
+) -> tuple[Operation, bool]:
+    """The operation's model element without usage and demand: its projection entry's while it was made with
+    these nodes, else made anew (and kept there unless the spec is a plain map); and whether it may be kept."""
+    element = entry.input
+    if element is not None and entry.input_nodes is nodes:
+        return element, True
+    element = _operation_static(tree, op, entry.tolerance, tags)
+    if not frozen_spec(op.spec):
+        return element, False
+    entry.input = element
+    entry.input_nodes = nodes
+    return element, True
+
+
+def _pool_input(tree: RuntimeTree, pool: PoolElement, entry: Projected, nodes: Any, tags: _TagLimits) -> Pool:
+    """The pool's model element without children: its projection entry's while it was made with these nodes."""
+    element = entry.input
+    if element is None or entry.input_nodes is not nodes:
+        element = entry.input = _pool_static(tree, pool, tags, entry.tolerance)
+        entry.input_nodes = nodes
+    return element
 
 
 class _CachedBuild:
-    """One build through a `FairShareInputCache` (same order and values as ``_pool_element``)."""
+    """One walk of the tree through a `FairShareInputCache` (same order and values as ``_pool_element``), taking
+    each element's model object from its projection entry."""
 
     def __init__(
         self,
         tree: RuntimeTree,
         source: OperationResources,
         tags: _TagLimits,
-        cache: FairShareInputCache,
+        projection: TreeProjection,
         nodes: Any,
     ):
         self.tree = tree
         self.source = source
         self.tags = tags
-        self.cache = cache
+        self.projection = projection
         self.nodes = nodes
-        self.seen_pools: set[str] = set()
-        self.seen_operations: set[str] = set()
         self.operations: dict[str, list[Any]] = {}
         self.parent_of: dict[str, str] = {}
         self.cacheable = True
+        """False when an operation's spec is a plain map (it may change in place without a revision)."""
 
-    def pool(self, pool: PoolElement, parent_tolerance: float) -> Pool:
-        tree = self.tree
-        tolerance = _pool_tolerance(tree, pool, parent_tolerance)
-        key = (*pool_key(pool), tolerance, tree.config, SameObject(self.nodes))
-        self.seen_pools.add(pool.name)
-        entry = self.cache.pools.get(pool.name)
-        if entry is not None and entry[0] == key:
-            element = entry[1]
-        else:
-            element = _pool_static(tree, pool, self.tags, tolerance)
-            self.cache.pools[pool.name] = (key, element)
-        children: list[Any] = [self.pool(child, tolerance) for child in pool.children.values()]
-        operations = self.cache.operations
-        seen = self.seen_operations
-        nodes = self.nodes
+    def pool(self, pool: PoolElement) -> Pool:
+        tree, nodes, tags = self.tree, self.nodes, self.tags
+        element = _pool_input(tree, pool, self.projection.pools[pool.name], nodes, tags)
+        children: list[Any] = [self.pool(child) for child in pool.children.values()]
+        projected = self.projection.operations
         for op in pool.operations.values():
             if not op.running:
                 continue  # pending: not an element of the tree (YTsaurus)
-            key = _operation_key(op, tolerance, nodes)
-            seen.add(op.id)
-            entry = operations.get(op.id) if key is not None else None
-            if entry is not None and entry[0] == key:
-                static = entry[1]
-            else:
-                static = _operation_static(tree, op, tolerance, self.tags)
-                if key is not None:
-                    operations[op.id] = (key, static)
-                else:
-                    self.cacheable = False
+            static, kept = _operation_input(tree, op, projected[op.id], nodes, tags)
+            if not kept:
+                self.cacheable = False
             found = _found(self.source, op.id)
             if found is None:
                 _write_resources(static, zeros(), zeros())
@@ -482,14 +430,15 @@ def build_fair_share_input(
     operations it was not notified of. Only these are then asked, instead of every running operation. ``None``:
     unknown, every running operation is asked (a snapshot's mapping, for instance).
     """
-    tolerance = float(tree.config.fair_share_starvation_tolerance)
     if cache is None:
+        tolerance = float(tree.config.fair_share_starvation_tolerance)
         root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
         return root, update_settings(tree)
     last = cache.last
     built_at = None if last is None or last.key[0] is not tree else last.key[1]
     if delta is None:
         delta = period_delta(tree, built_at)
+    cache.projection.advance(tree, delta)
     key = (tree, delta.revision, tree.config, nodes)
     changed = delta.resources
     same_source = (
@@ -510,9 +459,8 @@ def build_fair_share_input(
     else:
         cache.written = None  # every element written: the update reads every row
         cache.relaid = None  # and compares every pool's children
-        build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache, nodes)
-        root = build.pool(tree.root, tolerance)
-        cache.forget(build.seen_pools, build.seen_operations)
+        build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache.projection, nodes)
+        root = build.pool(tree.root)
         cache.last = _LastBuild(key, root, build.operations, build.parent_of) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
@@ -547,50 +495,31 @@ def _apply_operation_changes(
     (arrived, left, activated, suspended, moved, new parameters: the period's delta): the pools whose operations
     changed get a new ``children`` list, built exactly as the walk builds it (child pools, then the running
     operations in the pool's order), and only the changed operations' model elements are looked up or made. Every
-    other pool keeps its list and every other operation its element. False (nothing changed) when a pool is
-    missing from the cache or a changed operation's spec is not a frozen model: the caller then walks the whole
-    tree."""
-    pools = tree.pools
+    other pool keeps its list and every other operation its element. False when a model element of the previous
+    build is missing from the projection or a changed operation's spec is not a frozen model: the caller then walks
+    the whole tree (which sets everything this may have begun anew)."""
+    touched = _touched_pools(tree, last.parent_of, changed)
+    projection = cache.projection
+    if touched is None or any(
+        projection.pools[name].input is None or projection.pools[child].input is None
+        for name, pool in touched.items()
+        for child in (name, *pool.children)
+    ):
+        return False
     parent_of = last.parent_of
-    touched: dict[str, PoolElement] = {}
-    for op_id in changed:
-        before = parent_of.get(op_id)
-        if before is not None:
-            pool = pools.get(before)
-            if pool is None:
-                return False
-            touched[before] = pool
-        op = tree.operations.get(op_id)
-        if op is not None and op.running:
-            if not frozen_spec(op.spec):
-                return False
-            touched[op.pool.name] = op.pool
-    cached_pools = cache.pools
-    operations = cache.operations
-    entries: dict[str, list[Any]] = {}
-    for name, pool in touched.items():
-        entry = cached_pools.get(name)
-        if entry is None or any(cached_pools.get(child) is None for child in pool.children):
-            return False
     removed = [op_id for op_id in changed if op_id in parent_of]
     for op_id in removed:
         del parent_of[op_id]
+    projected = projection.operations
+    entries: dict[str, list[Any]] = {}
     for name, pool in touched.items():
-        key, element = cached_pools[name]
-        tolerance = key[_TOLERANCE]  # the pool's inherited starvation tolerance, as the walk computed it
-        children: list[Any] = [cached_pools[child][1] for child in pool.children]
+        children: list[Any] = [projection.pools[child].input for child in pool.children]
         for op in pool.operations.values():
             if not op.running:
                 continue  # pending: not an element of the tree (YTsaurus)
             op_id = op.id
             if op_id in changed:
-                op_key = _operation_key(op, tolerance, nodes)
-                found_entry = operations.get(op_id)
-                if found_entry is not None and found_entry[0] == op_key:
-                    static = found_entry[1]
-                else:
-                    static = _operation_static(tree, op, tolerance, cache.tag_limits(nodes))
-                    operations[op_id] = (op_key, static)
+                static, _ = _operation_input(tree, op, projected[op_id], nodes, cache.tag_limits(nodes))
                 found = _found(source, op_id)
                 if found is None:
                     _write_resources(static, zeros(), zeros())
@@ -601,20 +530,41 @@ def _apply_operation_changes(
                 entries[op_id] = [static, found]
                 parent_of[op_id] = name
             else:
-                static = operations[op_id][1]
+                static = projected[op_id].input
+                if static is None:
+                    return False
             children.append(static)
-        element.children = children
+        projection.pools[name].input.children = children
     if cache.relaid is not None:
         cache.relaid.update(touched)
-    for op_id in changed:
-        if op_id not in entries:
-            operations.pop(op_id, None)
     if removed or entries:
         by_id = last.operations
         for op_id in changed:
             by_id.pop(op_id, None)
         by_id.update(entries)
     return True
+
+
+def _touched_pools(
+    tree: RuntimeTree, parent_of: Mapping[str, str], changed: Collection[str]
+) -> dict[str, PoolElement] | None:
+    """The pools the ``changed`` operations were in (in the previous build) or are in now; None when one of those
+    pools is gone or a changed operation's spec is not a frozen model."""
+    pools = tree.pools
+    touched: dict[str, PoolElement] = {}
+    for op_id in changed:
+        before = parent_of.get(op_id)
+        if before is not None:
+            pool = pools.get(before)
+            if pool is None:
+                return None
+            touched[before] = pool
+        op = tree.operations.get(op_id)
+        if op is not None and op.running:
+            if not frozen_spec(op.spec):
+                return None
+            touched[op.pool.name] = op.pool
+    return touched
 
 
 def _refresh_resources(

@@ -99,13 +99,15 @@ def test_cached_build_equals_fresh_build_through_changes():
     tree.register_operation("op2", user="u", pool="a2", resource_limits={"cpu": 7})
     tree.register_operation("op3", user="u", pool="b", spec={"max_unpreemptible_allocation_count": 2})
     first = check(tree, cache)
-    static_a1 = cache.pools["a1"][1]
-    static_op2 = cache.operations["op2"][1]
+    static_a1 = cache.projection.pools["a1"].row
+    static_op2 = cache.projection.operations["op2"].row
     assert first.elements["a1"].specified_resource_limits.tolist()[1] == 40
     assert first.elements["a"].non_preemptible_resource_usage_threshold.tolist()[1] == 5
     # nothing changed: the static parts are reused as they are
     check(tree, cache)
-    assert cache.pools["a1"][1] is static_a1 and cache.operations["op2"][1] is static_op2
+    assert (
+        cache.projection.pools["a1"].row is static_a1 and cache.projection.operations["op2"].row is static_op2
+    )
     # an operation's limits changed in place, then it is suspended
     tree.operation("op2").resource_limits[1] = 3.0
     assert check(tree, cache).elements["op2"].specified_resource_limits.tolist()[1] == 3.0
@@ -121,7 +123,7 @@ def test_cached_build_equals_fresh_build_through_changes():
     tree.unregister_operation("op1")
     tree.register_operation("op4", user="v", pool="a1", spec={"preemption_mode": "graceful"})
     latest = check(tree, cache)
-    assert "op1" not in cache.operations and latest.elements["op4"].preemption_mode == "graceful"
+    assert "op1" not in cache.projection.operations and latest.elements["op4"].preemption_mode == "graceful"
 
 
 def test_cached_vectors_are_read_only():

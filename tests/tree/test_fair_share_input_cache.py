@@ -99,13 +99,18 @@ def test_cached_input_equals_fresh_input_through_changes():
     first = check(tree, usage, cache, nodes)
     op1 = next(child for child in first.children[0].children[0].children if child.id == "op1")
     assert isinstance(op1, Operation) and op1.max_share_ratio == 0.5
-    # a plain-map spec may change in place: its operation is never cached
-    assert "op1" in cache.operations and "op3" not in cache.operations
+    # a plain-map spec may change in place: its operation's model element is never kept
+    projected = cache.projection.operations
+    assert projected["op1"].input is not None and projected["op3"].input is None
     # usage moves: the same object gets the new vectors
     usage.values["op1"] = (vector(user_slots=4, cpu=4), vector(user_slots=1, cpu=1))
     usage.values["op2"] = (vector(user_slots=1, cpu=1), vector())
     again = check(tree, usage, cache, nodes)
-    assert cache.operations["op1"][1] is op1 and op1.usage.tolist()[1] == 4 and op1.demand.tolist()[1] == 5
+    assert (
+        cache.projection.operations["op1"].input is op1
+        and op1.usage.tolist()[1] == 4
+        and op1.demand.tolist()[1] == 5
+    )
     assert again.children[0] is first.children[0]
     # limits changed in place, suspension set directly, a parameters update
     tree.operation("op2").resource_limits[1] = 3.0
@@ -128,7 +133,7 @@ def test_cached_input_equals_fresh_input_through_changes():
     tree.unregister_operation("op3")
     tree.register_operation("op4", user="v", pool="a1")
     check(tree, usage, cache, nodes)
-    assert "op2" in cache.operations and "op4" in cache.operations
+    assert "op2" in cache.projection.operations and "op4" in cache.projection.operations
     tree.unregister_operation("op2")
     check(tree, usage, cache, nodes)
-    assert "op2" not in cache.operations
+    assert "op2" not in cache.projection.operations

@@ -1,0 +1,193 @@
+"""One projection of a runtime tree per period, and the one static cache both per-period builds read (issue 28).
+
+Every fair-share period reads the runtime tree twice: the fair-share input (`fair_share_input.py`: one model element
+per pool and running operation) and the strategy's element rows (`pooltree.strategy.build`: one static spec part per
+pool and running operation, the shares come later). Both parts of an element are pure functions of the same few
+objects: the runtime element, its frozen config or spec objects, its flags, limits, start time and weight, and the
+configuration chain of its pool (the tree config, then the configs from the root down), which also decides the
+inherited starvation tolerance. `TreeProjection` finds those objects once per period (`advance`, with the period's
+`PeriodDelta`: the whole tree after a change of the pools or the config, only the operations the delta names
+otherwise, nothing when the tree is unchanged) and keeps, per element, one `Projected` entry: that key and the two
+consumers' static parts made from it. An entry whose key changed is a new entry, so a part is never stale; each
+consumer makes its part the first time it needs it (the fair-share input's part also depends on the tree's nodes,
+for scheduling tag filters: it is kept with the nodes object it was made with).
+
+`SchedulerCore` keeps one projection per tree and hands it to both builds with the period's delta; the first build
+of the period advances it, the second finds it advanced. A build given its own projection (a test, a one-off
+build) advances that one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pooltree.tree.delta import PeriodDelta, RuntimeTree
+from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec, pool_key
+
+SPEC_FIELDS = (
+    "scheduling_tag_filter",
+    "enable_aggressive_starvation",
+    "max_unpreemptible_allocation_count",
+    "fair_share_starvation_tolerance",
+    "fair_share_starvation_timeout",
+    "non_preemptible_resource_usage_threshold",
+    "preemption_mode",
+    "interruption_signal",
+    "is_gang",
+)
+"""The fields of a plain-map spec a key holds (the strategy's static part reads these; the fair-share input never
+keeps a part made from a plain map, which may change in place)."""
+
+
+class Projected:
+    """One pool or running operation of the projection: ``key`` (what both static parts are computed from), the
+    configuration ``chain`` and inherited starvation ``tolerance`` of the pool (an operation's: of its pool), and
+    the parts made from them so far (``None``: not made yet).
+
+    ``input`` is the fair-share input's model element (`pooltree.fairshare.model.Pool` / ``Operation``), made with
+    the nodes object ``input_nodes``; ``row`` is the strategy's static spec part (`pooltree.strategy.build_static`).
+    """
+
+    __slots__ = ("chain", "input", "input_nodes", "key", "row", "tolerance")
+
+    def __init__(self, key: tuple[Any, ...], chain: tuple[Any, ...], tolerance: float) -> None:
+        self.key = key
+        self.chain = chain
+        self.tolerance = tolerance
+        self.input: Any = None
+        self.input_nodes: Any = None
+        self.row: dict[str, Any] | None = None
+
+
+def spec_values(spec: Any) -> Any:
+    """What a key holds of an operation spec: a frozen model itself (it cannot change, and tuple equality tests
+    identity first), else the `SPEC_FIELDS` values (a plain map may change in place)."""
+    if spec is None:
+        return ()
+    if frozen_spec(spec):
+        return spec
+    if isinstance(spec, Mapping):
+        return tuple(spec.get(name) for name in SPEC_FIELDS)
+    return tuple(getattr(spec, name, None) for name in SPEC_FIELDS)
+
+
+def operation_key(op: TreeOperation, chain: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What an operation's static parts are computed from: the runtime object, its spec, limits, pool,
+    running/suspended flags, start time, weight and its pool's configuration chain."""
+    limits = op.resource_limits
+    return (
+        op,
+        spec_values(op.spec),
+        tuple(limits.tolist() if type(limits) is np.ndarray else np.asarray(limits, dtype=float).tolist()),
+        op.pool,
+        op.running,
+        op.suspended,
+        op.start_time,
+        op.weight,
+        chain,
+    )
+
+
+def pool_tolerance(tree: RuntimeTree, pool: PoolElement, parent_tolerance: float) -> float:
+    """The pool's ``fair_share_starvation_tolerance``: its own, else its parent's; the root's is the tree's."""
+    config = pool.config
+    tolerance = parent_tolerance
+    if config is not None and config.fair_share_starvation_tolerance is not None:
+        tolerance = float(config.fair_share_starvation_tolerance)
+    if pool.is_root:
+        tolerance = float(tree.config.fair_share_starvation_tolerance)
+    return tolerance
+
+
+class TreeProjection:
+    """The pools and running operations of one runtime tree as of the last `advance`, each a `Projected` entry."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, Projected] = {}
+        self.operations: dict[str, Projected] = {}
+        """Every running operation of the tree (pending ones are not elements of the tree, as in YTsaurus)."""
+        self.departed: dict[str, Projected] = {}
+        """Operations the last `advance` dropped (they stopped running or left): their entries, for the builds that
+        still have rows of them."""
+        self.tree: Any = None
+        self.revision: int | None = None
+        """The tree's revision at the last `advance` (None: never advanced, or it failed half-way)."""
+        self.exact = True
+        """False when a running operation's spec is a plain map (it may change in place without a revision): every
+        `advance` then walks the tree."""
+
+    def advance(self, tree: RuntimeTree, delta: PeriodDelta) -> None:
+        """Bring the projection to ``delta``'s revision of ``tree``: nothing when it is there already, the operations
+        the delta names when it was at the delta's start, else a walk of the whole tree."""
+        if tree is self.tree and self.revision == delta.revision and self.exact:
+            return
+        revision, self.revision = self.revision, None  # unknown until this advance is complete
+        self.departed = {}
+        if self.exact and delta.applies_to(tree, revision if tree is self.tree else None):
+            self._operations_changed(tree, delta.operations or ())
+        else:
+            self._walk(tree)
+        self.tree = tree
+        self.revision = delta.revision
+
+    def _walk(self, tree: RuntimeTree) -> None:
+        """Every pool (in the tree's order) and every running operation (in registration order) anew, keeping the
+        entries whose key is the same."""
+        previous_pools, previous_operations = self.pools, self.operations
+        pools: dict[str, Projected] = {}
+        for name, pool in tree.pools.items():
+            pools[name] = self._pool(tree, pool, pools, previous_pools.get(name))
+        operations: dict[str, Projected] = {}
+        exact = True
+        for op_id, op in tree.operations.items():
+            if not op.running:
+                continue
+            if exact and not frozen_spec(op.spec):
+                exact = False
+            operations[op_id] = self._operation(op, pools[op.pool.name], previous_operations.get(op_id))
+        self.departed = {
+            op_id: entry for op_id, entry in previous_operations.items() if op_id not in operations
+        }
+        self.pools, self.operations, self.exact = pools, operations, exact
+
+    def _pool(
+        self, tree: RuntimeTree, pool: PoolElement, pools: dict[str, Projected], previous: Projected | None
+    ) -> Projected:
+        parent = pool.parent
+        if parent is None:
+            chain: tuple[Any, ...] = (tree.config, pool.config)
+            tolerance = pool_tolerance(tree, pool, float(tree.config.fair_share_starvation_tolerance))
+        else:
+            above = pools.get(parent.name)
+            if above is None:  # the parent listed after the child: project it on the spot
+                above = pools[parent.name] = self._pool(tree, parent, pools, self.pools.get(parent.name))
+            chain = (*above.chain, pool.config)
+            tolerance = pool_tolerance(tree, pool, above.tolerance)
+        key = (*pool_key(pool), parent, None if parent is None else parent.name, chain)
+        if previous is not None and previous.key == key:
+            return previous
+        return Projected(key, chain, tolerance)
+
+    def _operation(self, op: TreeOperation, pool: Projected, previous: Projected | None) -> Projected:
+        key = operation_key(op, pool.chain)
+        # tuple equality tests identity first, so unchanged objects compare in O(length)
+        if previous is not None and previous.key == key:
+            return previous
+        return Projected(key, pool.chain, pool.tolerance)
+
+    def _operations_changed(self, tree: RuntimeTree, changed: Any) -> None:
+        """Only the operations ``changed`` changed since the last advance (the pools did not)."""
+        operations = self.operations
+        for op_id in changed:
+            op = tree.operations.get(op_id)
+            previous = operations.get(op_id)
+            if op is not None and op.running:
+                if not frozen_spec(op.spec):
+                    self.exact = False
+                operations[op_id] = self._operation(op, self.pools[op.pool.name], previous)
+            elif previous is not None:
+                del operations[op_id]
+                self.departed[op_id] = previous
