@@ -276,7 +276,7 @@ class OperationCommands:
         """What a live operation's attribute map depends on (for a pending one also its place in the queues), or
         None when that cannot be told now."""
         controller = op.controller
-        last_update = self.scheduler.last_update
+        last_update = self.scheduler.updates.last_update
         placement = self._placement(op) if op.state == "pending" else ()
         if placement is None:
             return None

@@ -151,7 +151,7 @@ class LiveOrchid:
             return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
 
         key = (
-            self.scheduler.published_updates,
+            self.scheduler.updates.published_updates,
             default_tree,
             tuple(tokens[2:4]) if tokens[:2] == ["scheduler", "pool_trees"] else (),
             wanted("scheduler", "alerts"),

@@ -1,7 +1,7 @@
 """Issue 13: the work of a request does not grow with the queue.
 
 Starting operations into a pool with running limit 0 runs no fair-share update per start (counted by
-``LiveScheduler.fair_share_updates``), the queued operations still run once the limit is raised, and
+``FairShareUpdates.fair_share_updates``), the queued operations still run once the limit is raised, and
 ``list_operations`` pages with one indexed store query and takes its counters from the in-memory counts.
 """
 
@@ -37,10 +37,10 @@ def test_starts_into_a_full_pool_run_no_update_and_run_when_the_limit_is_raised(
     live.apply_pool_trees(_trees(0), None, 0.0)
     assert live.fair_share_update_period("default") == 0.5
     live.update_fair_share("default", 0.0)
-    assert live.fair_share_updates["default"] == 1
+    assert live.updates.fair_share_updates["default"] == 1
     ops = [live.start_operation("vanilla", SPEC, "alice", 0.01 * i) for i in range(200)]
     assert {op.state for op in ops} == {"pending"}
-    assert live.fair_share_updates["default"] == 1  # 200 starts, no update
+    assert live.updates.fair_share_updates["default"] == 1  # 200 starts, no update
     # pending operations change no share: nothing runs, nothing changed, no update is due
     assert not live.needs_update("default", 5.0, 0.5)
     view = live.views["default"]["operations"]
@@ -68,11 +68,11 @@ def test_an_operation_that_can_run_starts_in_the_next_heartbeat(tmp_path: Path) 
     live.apply_pool_trees(_trees(0), None, 0.0)
     live.update_fair_share("default", 0.0)
     op = live.start_operation("vanilla", {**SPEC, "pool": "other"}, "alice", 0.1)
-    assert op.state == "running" and live.fair_share_updates["default"] == 1
+    assert op.state == "running" and live.updates.fair_share_updates["default"] == 1
     assert live.needs_update("default", 0.11, 0.5)  # due at once, not at the period
     response = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 0.2)
     assert [start["operation_id"] for start in response["start"]] == [op.id]
-    assert live.fair_share_updates["default"] == 2
+    assert live.updates.fair_share_updates["default"] == 2
 
 
 class CountingStore:

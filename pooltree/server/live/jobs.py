@@ -64,12 +64,12 @@ class LiveJobs:
     def _trees_of_node(self, address: str, tags: frozenset[str]) -> list[str]:
         """The trees a node with ``tags`` belongs to (kept per tag set until the pool trees change)."""
         scheduler = self.scheduler
-        trees = scheduler._node_trees.get(tags)
+        trees = scheduler.pool_trees.node_trees.get(tags)
         if trees is None:
             filters = {name: tree.config.tag_filter for name, tree in scheduler.registry.trees.items()}
             sets = nodes_of_trees(filters, {address: tags})
             trees = [name for name, addresses in sets.items() if address in addresses]
-            scheduler._node_trees[tags] = trees
+            scheduler.pool_trees.node_trees[tags] = trees
         return list(trees)
 
     def process_heartbeat(
@@ -97,7 +97,7 @@ class LiveJobs:
         if not scheduler.lock.try_enter():
             return None
         try:
-            if scheduler._stale_trees:
+            if scheduler.updates.stale_trees:
                 return None
             return self._locked_heartbeat(heartbeat, now, throttled)
         finally:
@@ -106,18 +106,18 @@ class LiveJobs:
     @property
     def publishing(self) -> bool:
         """Whether a heartbeat would publish a stale tree first (read without the lock: a hint)."""
-        return bool(self.scheduler._stale_trees)
+        return bool(self.scheduler.updates.stale_trees)
 
     def _locked_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, throttled: bool
     ) -> tuple[dict[str, Any], int]:
         """The heartbeat under the lock: (its response, the ticket of its job records in the group commit)."""
         scheduler = self.scheduler
-        scheduler._job_writes = {}
+        scheduler.persistence.job_writes = {}
         try:
             response = self._process_heartbeat(heartbeat, now, throttled)
         finally:
-            writes, scheduler._job_writes = scheduler._job_writes, None
+            writes, scheduler.persistence.job_writes = scheduler.persistence.job_writes, None
             ticket = scheduler.commits.submit(writes.values())
         return response, ticket
 
@@ -167,7 +167,7 @@ class LiveJobs:
                 and job.gpu_devices != report.gpu_devices
             ):
                 job.gpu_devices = report.gpu_devices  # YTsaurus's exec_attributes/gpu_devices of the job
-                scheduler._put_job(job.record())
+                scheduler.persistence.put_job(job.record())
             if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
                 continue
             if job.address != heartbeat.address:
@@ -191,10 +191,10 @@ class LiveJobs:
         for operation_id in touched:
             op = scheduler.operations.get(operation_id)
             if op is not None:
-                scheduler._check_completion(op, now)
+                scheduler.commands.check_completion(op, now)
         if scheduler.tentative.pending_bans:
             scheduler.tentative.apply_bans(now)  # tentative trees where the operation's jobs are too slow
-        scheduler._refresh_stale_trees(now)
+        scheduler.updates.refresh_stale_trees(now)
         start = [] if throttled else self._schedule(node, heartbeat, now)
         extra: dict[str, Any] = {}
         period = scheduler.heartbeat_period
@@ -250,7 +250,7 @@ class LiveJobs:
                     target.preempts.append([job_id, record.reason.value, float(record.timeout)])
                 else:
                     target.aborts.append({"job_id": job_id, "reason": record.reason.value})
-            scheduler._drain(core)
+            scheduler.updates.drain(core)
         return start
 
     def _release_reservations(self, address: str, keep: set[str] | frozenset[str], now: float) -> None:
@@ -290,8 +290,8 @@ class LiveJobs:
                 "job_id": scheduler.allocation_jobs.get(record.preemptor_allocation_id or ""),
             }
         job.interruption_info = info
-        scheduler._touch(job.operation_id)
-        scheduler._put_job(job.record())
+        scheduler.persistence.touch(job.operation_id)
+        scheduler.persistence.put_job(job.record())
 
     def _job_spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
         scheduler = self.scheduler
@@ -385,7 +385,7 @@ class LiveJobs:
         scheduler.jobs[job.id] = job
         op.jobs[job.id] = job
         scheduler.allocation_jobs[allocation.id] = job.id
-        scheduler._put_job(job.record())
+        scheduler.persistence.put_job(job.record())
         return self._job_spec(op, job, allocation)
 
     def _on_finished_report(
@@ -397,7 +397,7 @@ class LiveJobs:
             _refuse_foreign_report(job, node.address, report.state, report.operation_id)
             return
         op = scheduler.operations.get(report.operation_id)
-        scheduler._touch(report.operation_id)
+        scheduler.persistence.touch(report.operation_id)
         if job is None and op is not None:
             reserved = op.controller.reserved_job_ids(node.address)
             if report.job_id in reserved:
@@ -421,7 +421,7 @@ class LiveJobs:
         job.stderr_size = report.stderr_size
         if report.gpu_devices:
             job.gpu_devices = report.gpu_devices
-        scheduler._put_job(job.record())
+        scheduler.persistence.put_job(job.record())
         if op is None:
             return
         touched.add(op.id)
@@ -449,13 +449,13 @@ class LiveJobs:
 
     def mark_lost(self, job: LiveJob, now: float) -> None:
         scheduler = self.scheduler
-        scheduler._touch(job.operation_id)
+        scheduler.persistence.touch(job.operation_id)
         scheduler.jobs.pop(job.id, None)
         job.state = "aborted"
         job.finish_time = now
         job.abort_reason = "node_offline"
         job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": "node_offline"})
-        scheduler._put_job(job.record())
+        scheduler.persistence.put_job(job.record())
         op = scheduler.operations.get(job.operation_id)
         if op is not None:
             op.lost_jobs += 1
@@ -484,7 +484,7 @@ class LiveJobs:
             job = scheduler.jobs.get(job_id) if job_id else None
             if job is not None and job.state == "running":
                 self.mark_lost(job, now)
-        scheduler._drain(core)
+        scheduler.updates.drain(core)
 
     def sweep_nodes(self, now: float) -> list[str]:
         """Nodes silent for ``node_heartbeat_timeout``: their allocations are aborted (``node_offline``)."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pooltree.errors import PooltreeError
 from pooltree.node.job import yt_error
+from pooltree.server.live.persistence import planned
 from pooltree.strategy.model import FinishedAllocation
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def leave_trees(
         "scheduling_options_per_pool_tree": {k: v for k, v in per_tree.items() if k not in gone},
     }
     pools = {name: pool for name, pool in op.pools.items() if name not in gone}
-    scheduler._commit_operation(
-        scheduler._planned(op, trees=kept, pools=pools, runtime_parameters=runtime_parameters)
+    scheduler.persistence.commit_operation(
+        planned(op, trees=kept, pools=pools, runtime_parameters=runtime_parameters)
     )
     # committed: act
     for name in gone:
@@ -61,13 +62,13 @@ def leave_trees(
         if core is None or op.id not in core.controllers:
             continue
         for allocation in core.detach_controller(op.id):
-            scheduler._abort_on_node(allocation, reason, now)
+            scheduler.commands.abort_on_node(allocation, reason, now)
             finished = FinishedAllocation(allocation.id, "aborted", abort_reason=reason)
             with contextlib.suppress(PooltreeError):  # an allocation the controller no longer runs
                 op.controller.on_allocation_finished(allocation, finished, now)
     activated = scheduler.registry.leave_trees(op.id, gone, now)
     op.trees, op.pools, op.runtime_parameters = kept, pools, runtime_parameters
     op.revision += 1
-    scheduler._dirty.update(kept)
-    scheduler._on_activated(activated, now)
-    scheduler._sync_state(op, now)
+    scheduler.updates.dirty.update(kept)
+    scheduler.commands.on_activated(activated, now)
+    scheduler.commands.sync_state(op, now)

@@ -127,7 +127,7 @@ class LiveRevival:
                     scheduler.expected_nodes.setdefault(job.address, now)
                 else:
                     scheduler.heartbeats.mark_lost(job, now)
-        scheduler._attach(op)
+        scheduler.commands.attach(op)
         scheduler.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
         scheduler.operations[op.id] = op
         op.events.append({"state": "reviving", "time": now})
@@ -135,4 +135,4 @@ class LiveRevival:
             scheduler.registry.suspend_operation(op.id)
             op.suspended = True
         op.state = ""
-        scheduler._sync_state(op, now)
+        scheduler.commands.sync_state(op, now)

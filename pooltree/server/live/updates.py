@@ -1,0 +1,182 @@
+"""Fair-share updates of the live trees: when a tree is due, publishing it, and the event log they feed.
+
+A part of ``LiveScheduler`` (``scheduler.py``, ``scheduler.updates``) that works on the scheduler's state under its
+lock. A tree with operations that can run now is *stale*: published before the next heartbeat schedules and by the
+service's loop at once. A tree whose inputs changed is *dirty*: published at its next period.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from pooltree.errors import PooltreeError
+from pooltree.server.live.model import MAX_STALE_TREE_ROUNDS
+from pooltree.strategy.core import SchedulerCore
+
+if TYPE_CHECKING:
+    from pooltree.server.live.scheduler import LiveScheduler
+
+
+class FairShareUpdates:
+    """The fair-share updates of ``LiveScheduler``."""
+
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+        self.last_update: dict[str, float] = {}
+        """Tree → when it was last published."""
+        self.fair_share_updates: Counter[str] = Counter()
+        """Full fair-share updates run per tree (the periodic ones and those events asked for)."""
+        self.published_updates = 0
+        """Fair-share updates published so far, every tree (readers of published views key on it)."""
+        self.stale_trees: set[str] = set()
+        """Trees with operations that can run now: published before the next heartbeat is scheduled and by the
+        service's loop without waiting for the period."""
+        self.dirty: set[str] = set()
+        """Trees whose fair-share inputs changed since their last update: published at the next period."""
+        self.updating = False
+        """Inside an update (operations it finishes do not publish again)."""
+
+    def refresh_stale_trees(self, now: float) -> None:
+        """Publish the trees where operations were activated (another one finished, a limit was raised) now
+        instead of at the next periodic update: the strategy only schedules operations of a published tree, so
+        otherwise the freed capacity idles for up to a fair-share period plus a node heartbeat period."""
+        scheduler = self.scheduler
+        if self.updating:
+            return
+        for _ in range(MAX_STALE_TREE_ROUNDS):
+            if not self.stale_trees:
+                return
+            tree = self.stale_trees.pop()
+            if tree in scheduler.cores:
+                self.update_tree(tree, now)
+
+    def update_fair_share(self, tree: str, now: float) -> None:
+        """The periodic update of one tree: finish completed operations, recompute shares, publish."""
+        scheduler = self.scheduler
+        with scheduler.lock:
+            if tree not in scheduler.cores:
+                return
+            scheduler.now = max(scheduler.now, now)
+            for op in list(scheduler.operations.values()):
+                if tree in op.trees:
+                    scheduler.commands.check_completion(op, now)
+            # time_limit / job_time_limit (the core's rule): jobs past their limit are stopped at their nodes'
+            # next heartbeats, operations past theirs fail.
+            for operation_id, error in scheduler.cores[tree].enforce_time_limits(now):
+                op = scheduler.operations.get(operation_id)
+                if op is not None and not op.is_final:
+                    scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
+            scheduler.cores[tree].launch_speculative_jobs(now)  # copies of jobs past job_speculation_timeout
+            self.update_tree(tree, now)
+            for operation_id, error in scheduler.alert_center.operations_to_fail(now, tree):
+                if operation_id in scheduler.operations:
+                    scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
+
+    def needs_update(self, tree: str, now: float, period: float) -> bool:
+        """Whether ``tree`` is due an update: at once when operations wait to run (stale); at its period when
+        its inputs changed (dirty), when operations run in it (usage, demand and starvation move with time) or
+        when a pool has integral guarantees (volumes accumulate with time). A tree holding only pending
+        operations and no change would recompute the same shares, so it is left alone."""
+        scheduler = self.scheduler
+        if tree in self.stale_trees:
+            return True
+        last = self.last_update.get(tree)
+        if last is None:
+            return True
+        if now - last < period:
+            return False
+        if tree in self.dirty:
+            return True
+        pool_tree = scheduler.registry.trees.get(tree)
+        if pool_tree is None:
+            return False
+        root = pool_tree.root
+        if root.running_operation_count or root.lightweight_running_operation_count:
+            return True
+        return any(
+            pool.config is not None and pool.config.integral_guarantees.guarantee_type != "none"
+            for pool in pool_tree.pools.values()
+        )
+
+    def mark_dirty(self, tree: str) -> None:
+        """Inputs of ``tree`` changed outside the operation commands (nodes): publish at the next period."""
+        self.dirty.add(tree)
+
+    def update_tree(self, tree: str, now: float) -> None:
+        self.stale_trees.discard(tree)
+        self.dirty.discard(tree)
+        updating, self.updating = self.updating, True
+        try:
+            self.publish_tree(tree, now)
+        finally:
+            self.updating = updating
+
+    def publish_tree(self, tree: str, now: float) -> None:
+        scheduler = self.scheduler
+        core = scheduler.cores[tree]
+        for operation_id, controller in list(core.controllers.items()):
+            op = scheduler.operations.get(operation_id)
+            if op is not None and not op.is_final and getattr(controller, "is_completed", False):
+                scheduler.commands.finish_operation(operation_id, "completed", now)
+        core.update_fair_share(now)
+        self.fair_share_updates[tree] += 1
+        self.published_updates += 1
+        self.last_update[tree] = now
+        scheduler.views.forget(tree)
+        self.drain(core)
+        scheduler.generation.updated(tree, core)
+        for listener in scheduler.update_listeners:
+            listener(tree, now)
+
+    def operation_shares(self, tree: str, operation_id: str) -> dict[str, Any] | None:
+        """One operation's shares and starvation in the last published update of ``tree``; zero shares for a
+        pending operation started since (what the next update would show); None for a running one not yet
+        published."""
+        scheduler = self.scheduler
+        core = scheduler.cores.get(tree)
+        result = core.last_result if core is not None else None
+        if result is None:
+            return None
+        if operation_id not in result.elements:
+            tree_op = core.pool_tree.operations.get(operation_id)
+            if tree_op is None or tree_op.running:
+                return None
+            return {
+                "fair_share_ratio": 0.0,
+                "usage_ratio": 0.0,
+                "demand_ratio": 0.0,
+                "starvation_status": "non_starving",
+            }
+        element = result.elements[operation_id]
+        view: dict[str, Any] = {
+            "fair_share_ratio": float(max(element.fair_share, default=0.0)),
+            "usage_ratio": float(max(element.usage_share, default=0.0)),
+            "demand_ratio": float(max(element.demand_share, default=0.0)),
+            "weight": float(element.weight),
+        }
+        try:
+            view["starvation_status"] = core.strategy.element_view(operation_id)["starvation_status"]
+        except (PooltreeError, KeyError):
+            view["starvation_status"] = "non_starving"
+        return view
+
+    def drain(self, core: SchedulerCore) -> None:
+        """Keep the core's events in the bounded event log (orchid ``scheduler/event_log``); a preempted
+        allocation's event names its job and, YTsaurus style, ``preempted_for`` (operation, allocation, job)."""
+        scheduler = self.scheduler
+        for event in core.drain_events():
+            allocation_id = event.get("allocation_id")
+            if allocation_id is not None:
+                job_id = scheduler.allocation_jobs.get(allocation_id)
+                if job_id is not None:
+                    event["job_id"] = job_id
+            if event.get("event") == "allocation_preempted" and event.get("preemptor_operation_id"):
+                preemptor = event.get("preemptor_allocation_id")
+                event["preempted_for"] = {
+                    "operation_id": event["preemptor_operation_id"],
+                    "allocation_id": preemptor,
+                    "job_id": scheduler.allocation_jobs.get(preemptor or ""),
+                }
+            scheduler.event_log.append(event)
+            scheduler.event_count += 1
