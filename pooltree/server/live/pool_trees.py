@@ -62,7 +62,7 @@ class LivePoolTrees:
             scheduler.pool_trees_error = None
             removed = [name for name in scheduler.registry.trees if name not in definitions]
             if removed:  # as YTsaurus: operations leave removed trees, those left without one are aborted
-                leave_removed_trees(self, removed, now)
+                leave_removed_trees(scheduler, removed, now)
             scheduler.registry.default_tree = (
                 default_tree  # apply_config keeps the old default when given None
             )
