@@ -65,7 +65,9 @@ TREE_UNSUPPORTED: dict[str, str] = {
     "enable_preliminary_resource_limits_check": "YTsaurus testing options",
     "enable_resource_tree_random_sleeps": "YTsaurus testing options",
     "guaranteed_job_resources": (
-        "declared by YTsaurus's tree config, but no code reading it is public: its rule cannot be restated"
+        "declared and registered (unset by default) by YTsaurus's tree config, but no code reading it is public "
+        "(not the strategy, pool tree or fair-share update at the commit that registers it, nor anything the code, "
+        "issue and documentation searches find): its rule cannot be restated"
     ),
     "fair_share_preemption_timeout_limit": "an old YTsaurus option with no effect today",
     "fair_share_starvation_timeout_limit": "an old YTsaurus option with no effect today",
