@@ -134,6 +134,50 @@ def staircase(
     return np.array(xs), np.array(ys)
 
 
+def staircases(
+    pending: np.ndarray, lo: np.ndarray, hi: np.ndarray, demand: np.ndarray, per_job: np.ndarray
+) -> fn.FunctionBatch:
+    """``staircase`` of many operations at once (the same points, bit for bit), as one FSBFF batch.
+
+    Each function is (0, 0), then (f(lo), v(lo)) when lo > 0, then for k = lo..hi−1 the pair (f(k+1), v(k)),
+    (f(k+1), v(k+1)) (flat, then the step), then (2, v(K)) or, with a window below K, (2, demand); a point equal to
+    the one before it (a step that adds nothing) is dropped.
+    """
+    n = len(pending)
+    width = 2.0 / (pending + 1).astype(float)
+    steps = hi - lo
+    owner = np.repeat(np.arange(n), steps)
+    start = np.repeat(np.cumsum(steps) - steps, steps)
+    k = np.repeat(lo, steps) + (np.arange(len(owner)) - start)
+    x_pair = (k + 1) * width[owner]
+    low = np.minimum(per_job[owner] * k[:, None].astype(float), demand[owner])
+    high = np.minimum(per_job[owner] * (k + 1)[:, None].astype(float), demand[owner])
+    with_lo = lo > 0
+    # Per function: [start, (lo point), pairs..., end]; counts before dropping repeats.
+    sizes = 2 + with_lo.astype(np.int64) + 2 * steps
+    offsets = fn.offsets_from_counts(sizes)
+    x = np.empty(int(offsets[-1]))
+    y = np.empty((int(offsets[-1]), RESOURCE_COUNT))
+    first = offsets[:-1]
+    x[first], y[first] = 0.0, 0.0
+    at_lo = first[with_lo] + 1
+    x[at_lo] = lo[with_lo] * width[with_lo]
+    y[at_lo] = np.minimum(per_job[with_lo] * lo[with_lo][:, None].astype(float), demand[with_lo])
+    pair_base = np.repeat(first + 1 + with_lo, steps) + 2 * (np.arange(len(owner)) - start)
+    x[pair_base], y[pair_base] = x_pair, low
+    x[pair_base + 1], y[pair_base + 1] = x_pair, high
+    last = offsets[1:] - 1
+    x[last] = 2.0
+    full = hi == pending
+    y[last] = np.where(full[:, None], np.minimum(per_job * pending[:, None].astype(float), demand), demand)
+    repeat = np.zeros(len(x), dtype=bool)
+    repeat[1:] = (x[1:] == x[:-1]) & np.all(y[1:] == y[:-1], axis=1)
+    repeat[first] = False
+    keep = ~repeat
+    kept = np.add.reduceat(keep.astype(np.int64), first) if n else np.zeros(0, dtype=np.int64)
+    return fn.FunctionBatch(fn.offsets_from_counts(kept), x[keep], y[keep])
+
+
 def operation_fair_share_by_suggestion(
     upd: _Update, ops: np.ndarray, step: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
 ) -> fn.FunctionBatch:
@@ -147,23 +191,15 @@ def operation_fair_share_by_suggestion(
     stairs = np.flatnonzero(mask)
     previous: Mapping[str, np.ndarray] = upd.state.discretized_fair_share or {}
     tree = upd.tree
-    xs: list[np.ndarray] = []
-    ys: list[np.ndarray] = []
-    for k in stairs.tolist():
-        count = int(pending[k])
-        lo, hi = 0, count
-        if count > max_steps:
-            i = int(ops[k])
-            centre = hint_jobs(previous.get(tree.ids[i]), usage[k], per_job[k], int(upd.dominant[i]), count)
-            lo, hi = window(count, max_steps, centre)
-        x, y = staircase(count, lo, hi, demand[k], per_job[k])
-        xs.append(x)
-        ys.append(y)
-    fsbff = fn.FunctionBatch(
-        fn.offsets_from_counts(np.array([len(x) for x in xs], dtype=np.int64)),
-        np.concatenate(xs),
-        np.concatenate(ys),
-    )
+    counts = pending[stairs]
+    lo, hi = np.zeros(len(stairs), dtype=np.int64), counts.copy()
+    for k in np.flatnonzero(counts > max_steps).tolist():  # windows: only operations above the step count
+        i, count = int(ops[stairs[k]]), int(counts[k])
+        centre = hint_jobs(
+            previous.get(tree.ids[i]), usage[stairs[k]], per_job[stairs[k]], int(upd.dominant[i]), count
+        )
+        lo[k], hi[k] = window(count, max_steps, centre)
+    fsbff = staircases(counts, lo, hi, demand[stairs], per_job[stairs])
     stair_batch = fn.fair_share_by_suggestion(fsbff, guarantee[stairs], limits[stairs], merge_collinear=False)
     if len(stairs) == len(ops):
         return stair_batch

@@ -150,6 +150,31 @@ def test_window_of_a_large_operation():
     assert len(jumps) == 4  # steps 4..7
 
 
+def test_batched_staircases_are_the_reference_points():
+    """``staircases`` (all operations at once) gives ``staircase``'s points bit for bit, capped steps included."""
+    rng = np.random.default_rng(7)
+    cases = []
+    for _ in range(300):
+        pending = int(rng.integers(1, 40))
+        max_steps = int(rng.integers(1, 45))
+        lo, hi = dz.window(pending, max_steps, int(rng.integers(0, pending + 1)))
+        per_job = rng.choice([0.0, 0.01, 0.05, 1 / 3], size=5)
+        demand = per_job * (pending + int(rng.integers(0, 3))) * rng.choice([1.0, 0.5])
+        cases.append((pending, lo, hi, demand, per_job))
+    batch = dz.staircases(
+        np.array([c[0] for c in cases]),
+        np.array([c[1] for c in cases]),
+        np.array([c[2] for c in cases]),
+        np.array([c[3] for c in cases]),
+        np.array([c[4] for c in cases]),
+    )
+    for i, case in enumerate(cases):
+        x, y = dz.staircase(*case)
+        lo, hi = batch.offsets[i], batch.offsets[i + 1]
+        assert np.array_equal(batch.x[lo:hi], x), i
+        assert np.array_equal(batch.y[lo:hi], y), i
+
+
 def test_window_hint():
     """The previous fair share, else the usage share, in jobs of the dominant resource, rounded half up."""
     per_job = np.array([0.01, 0.1, 0, 0, 0])
