@@ -7,7 +7,8 @@ FairShareByFitFactor (b.5: a ramp to its usage on [0, 1], then to its demand on 
 
 - the tree option is on, and the operation's parent is a pool (the root never discretizes its operations: its
   ``IsDiscretizedFairShareEnabled`` is false, a pool's is the tree option);
-- the operation has pending allocations (K, its needed resources' user slots, > 0);
+- the operation has pending allocations (K, its needed resources' user slots, > 0; with the spec's
+  ``apply_specified_resource_limits_to_demand``, of the needed resources capped by its limits);
 - its per-job vector, the aggregated *initial* minimum needed allocation resources as a share of the tree's
   total (fixed when the operation materializes), has a positive component;
 - it does not take the gang step function (that one wins).
@@ -38,7 +39,7 @@ import numpy as np
 from pooltree.errors import ConfigError
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.layout import _share
-from pooltree.resources import RESOURCE_COUNT
+from pooltree.resources import RESOURCE_COUNT, USER_SLOTS
 
 if TYPE_CHECKING:
     from pooltree.fairshare.update import _Update
@@ -66,7 +67,12 @@ def eligible(upd: _Update, ops: np.ndarray, step: np.ndarray) -> tuple[np.ndarra
         resources = job_resources.get(op.id)
         if resources is None or int(parents[k]) == 0 or step[k]:
             continue
-        pending[k] = max(int(op.pending_allocation_count), 0)  # type: ignore[attr-defined]
+        if upd.apply_limits[i]:
+            # YTsaurus's apply_specified_resource_limits_to_demand: the needed resources capped by the limits,
+            # their user slots the pending count (the demand was capped so in ``guarantees.compute_attributes``).
+            pending[k] = max(round(float(upd.demand[i][USER_SLOTS] - upd.usage[i][USER_SLOTS])), 0)
+        else:
+            pending[k] = max(int(op.pending_allocation_count), 0)  # type: ignore[attr-defined]
         per_job[k] = resources
     per_job = _share(per_job, upd.total)
     mask = (pending > 0) & (per_job.max(axis=1) > 0.0) if len(ops) else np.zeros(0, dtype=bool)

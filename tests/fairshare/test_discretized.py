@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pooltree.errors import ConfigError
-from pooltree.fairshare import Operation, Pool, UpdateSettings, update_fair_share
+from pooltree.fairshare import Operation, Pool, UpdateSettings, guarantees, update_fair_share
 from pooltree.fairshare import discretized as dz
 from pooltree.fairshare.building import _step_flags
 from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE, use_compiled_kernels
@@ -117,6 +117,22 @@ def test_operations_the_staircase_does_not_apply_to():
     }
     k = [upd.tree.ids[i] for i in ops.tolist()].index("plain")
     assert pending[k] == 3 and per_job[k].tolist() == pytest.approx([0.05, 1 / 3, 0, 0, 0])
+
+
+def test_limits_applied_to_demand_cap_the_pending_count(kernels):
+    """With ``apply_specified_resource_limits_to_demand`` YTsaurus counts the pending allocations of the needed
+    resources capped by the operation's limits: 2 of 3 under a limit of 2 user slots, so the staircase ends at 2 jobs
+    (2/3 of the cpu) even when the cluster could give more."""
+    limits = vector(user_slots=2, cpu=10, gpu=10, memory=10 * 2**30, network=10)
+    capped = _op("op", 3, specified_resource_limits=limits, apply_specified_resource_limits_to_demand=True)
+    root = Pool("<Root>", children=[Pool("pool", children=[capped])])
+    upd = _Update(root, TOTAL, _on({"op": ONE_CPU_JOB}), 0.0, None)
+    guarantees.compute_attributes(upd)
+    ops = np.flatnonzero(upd.tree.is_op)
+    _, pending, _ = dz.eligible(upd, ops, _step_flags(upd, ops))
+    assert pending.tolist() == [2]
+    result = update_fair_share(root, TOTAL, _on({"op": ONE_CPU_JOB}), 0.0)
+    assert _cpu(result, "op") == pytest.approx(2 / 3, abs=1e-12)
 
 
 def test_staircase_points():
