@@ -5,8 +5,11 @@ simulated seconds its state is taken the way the live service takes it (`pooltre
 running jobs with nodes and start times, completed run times, starvation clocks; not the workload's duration
 distributions, not future submissions), and forecast. Each operation that had been submitted but had not
 started at that moment is one sample: its actual first job start (from the same run) against the forecast's
-p10 / p50 / p90. Reported: samples, median and p90 of |p50 - actual|, the share of actual starts inside the
-published [p10, p90] (which reaches out by the fork's timing resolution, one heartbeat plus one update period:
+p10 / p50 / p90, where "after the horizon" is later than any time on both sides (the recording goes on one
+horizon past the last moment, so an operation that had not started by then started after the horizon). The
+headline figures count the samples that started within the horizon; ``inside_p10_p90_with_those`` adds those
+that started after it (inside when the range reaches past the horizon). Reported: samples, median and p90 of
+|p50 - actual|, the share of actual starts inside the published [p10, p90] (which reaches out by the fork's timing resolution, one heartbeat plus one update period:
 the forecast and the cluster beat at different phases), inside the seeds' own p10-p90 without that margin,
 and inside it widened by one more period, how many were forecast after the horizon, and the CPU seconds per
 forecast (each run stops once the operations waiting at that moment have started).
@@ -113,14 +116,11 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         arrivals=ArrivalSettings(enabled=args.arrival_window > 0, window=max(args.arrival_window, 60.0)),
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
-    errors: list[float] = []
-    inside = widened = raw = after = 0
-    samples = 0
+    tally = _Tally()
+    later = _Tally()  # samples whose actual start came after the horizon ("after the horizon" is then right)
     costs: list[float] = []
     reaches: list[float] = []
     waits: list[float] = []
-    signed: list[float] = []
-    below = above = 0
     per_forecast: list[dict[str, Any]] = []
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
@@ -130,35 +130,26 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         found = forecast(state, settings, only=waiting, starts_only=True)
         costs.append(time.process_time() - started)
         reaches.append(found.horizon if found.simulated is None else found.simulated)
-        moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0}
+        moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0, "after_horizon": 0}
         per_forecast.append(moment)
         for operation_id in waiting:
             actual = recorder.first_start.get(operation_id)
-            if actual is None:
-                continue  # never started within the recorded run: no truth to compare with
-            samples += 1
-            waits.append(actual - state.now)
             start = found.operations[operation_id].start
-            low, mid, high = start["p10"], start["p50"], start["p90"]
-            high = math.inf if high is None else high
-            if mid is None:
-                after += 1
-                errors.append(math.inf if actual - state.now <= args.horizon else 0.0)
-            else:
-                errors.append(abs(mid - actual))
-            low = math.inf if low is None else low
-            if mid is not None:
-                signed.append(actual - mid)
-            below += actual < low
-            above += actual > high
-            inside += low <= actual <= high
+            if actual is None and not args.drain:
+                continue  # the recording ended before it started: no truth to compare with
+            if actual is None or actual - state.now > args.horizon:
+                # it started after the horizon (the recording covers one horizon past every moment)
+                later.add(math.inf, start, found.resolution, period)
+                moment["after_horizon"] += 1
+                continue
+            waits.append(actual - state.now)
+            verdict = tally.add(actual, start, found.resolution, period)
             moment["samples"] += 1
-            moment["inside"] += low <= actual <= high
-            moment["below"] += actual < low
-            moment["above"] += actual > high
-            widened += low - period <= actual <= high + period
-            raw += low + found.resolution <= actual <= high - found.resolution
+            moment[verdict] += 1
+    errors = tally.errors
     finite = sorted(errors)
+    samples = tally.samples
+    everything = tally.samples + later.samples
     return {
         "workload": args.workload,
         "parameters": {
@@ -186,13 +177,18 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         "samples": samples,
         "start_abs_error_median_s": _round(statistics.median(finite)) if finite else None,
         "start_abs_error_p90_s": _round(finite[int(0.9 * (len(finite) - 1))]) if finite else None,
-        "inside_p10_p90": _round(inside / samples) if samples else None,
-        "below_p10": _round(below / samples) if samples else None,
-        "above_p90": _round(above / samples) if samples else None,
-        "start_error_signed_median_s": _round(statistics.median(signed)) if signed else None,
-        "inside_p10_p90_widened_by_one_period": _round(widened / samples) if samples else None,
-        "inside_seed_p10_p90_without_resolution_margin": _round(raw / samples) if samples else None,
-        "after_horizon": after,
+        "inside_p10_p90": _round(tally.inside / samples) if samples else None,
+        "below_p10": _round(tally.below / samples) if samples else None,
+        "above_p90": _round(tally.above / samples) if samples else None,
+        "start_error_signed_median_s": _round(statistics.median(tally.signed)) if tally.signed else None,
+        "inside_p10_p90_widened_by_one_period": _round(tally.widened / samples) if samples else None,
+        "inside_seed_p10_p90_without_resolution_margin": _round(tally.raw / samples) if samples else None,
+        "forecast_after_horizon": tally.after,
+        "samples_started_after_horizon": later.samples,
+        "inside_p10_p90_with_those": _round((tally.inside + later.inside) / everything)
+        if everything
+        else None,
+        "above_p90_of_those": _round(later.above / later.samples) if later.samples else None,
         "wait_until_start_median_s": _round(statistics.median(waits)) if waits else None,
         "wait_until_start_p90_s": _round(sorted(waits)[int(0.9 * (len(waits) - 1))]) if waits else None,
         "simulated_horizon_median_s": _round(statistics.median(reaches)) if reaches else None,
@@ -202,6 +198,36 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         "per_forecast": per_forecast,
         "load_average": _round(_load()),
     }
+
+
+class _Tally:
+    """Samples compared with their forecast ranges (times after the horizon are +inf on both sides)."""
+
+    def __init__(self) -> None:
+        self.samples = self.inside = self.below = self.above = self.widened = self.raw = self.after = 0
+        self.errors: list[float] = []
+        self.signed: list[float] = []
+
+    def add(self, actual: float, start: dict[str, float | None], resolution: float, period: float) -> str:
+        low, mid, high = (math.inf if start[key] is None else start[key] for key in ("p10", "p50", "p90"))
+        assert low is not None and mid is not None and high is not None
+        self.samples += 1
+        if math.isinf(mid):
+            self.after += 1
+        if math.isfinite(actual):
+            self.errors.append(abs(mid - actual))
+            if math.isfinite(mid):
+                self.signed.append(actual - mid)
+        self.widened += low - period <= actual <= high + period
+        self.raw += low + resolution <= actual <= high - resolution
+        if actual < low:
+            self.below += 1
+            return "below"
+        if actual > high:
+            self.above += 1
+            return "above"
+        self.inside += 1
+        return "inside"
 
 
 def _round(value: float) -> float:

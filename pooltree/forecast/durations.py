@@ -108,17 +108,15 @@ def _censored_median(logs: Sequence[float], censored: Sequence[float], sigma: fl
     return float(grid[int(np.argmax(likelihood))])
 
 
-def _censored_fit(
-    logs: Sequence[float], censored: Sequence[float], done_weight: float, min_sigma: float
-) -> tuple[float, float]:
-    """The maximum-likelihood (log median, sigma) of a lognormal from complete run times (``logs``, each standing
-    for ``done_weight`` jobs) and jobs still running after ``censored`` log seconds, on a grid. Fitting the
+def _censored_fit(logs: Sequence[float], censored: Sequence[float], min_sigma: float) -> tuple[float, float]:
+    """The maximum-likelihood (log median, sigma) of a lognormal from complete run times (``logs``) and jobs still
+    running after ``censored`` log seconds, on a grid. Fitting the
     spread together with the median matters: the jobs that completed so far are the short ones (a long job is
     still running), so their own spread and median are both too small."""
     done = np.asarray(logs, dtype=float)
-    count = done_weight * len(done)
-    first = done_weight * float(done.sum())
-    second = done_weight * float((done * done).sum())
+    count = float(len(done))
+    first = float(done.sum())
+    second = float((done * done).sum())
     cut = np.sort(np.asarray(censored, dtype=float))
     weights = np.ones(len(cut))
     if len(cut) > _JOINT_BINS:
@@ -172,12 +170,12 @@ def fit(
     source: str,
     settings: DurationSettings,
     censored: Sequence[float] = (),
-    completed: int | None = None,
 ) -> DurationFit:
     """The lognormal fit of observed run times (at least one), with ``censored``: run times so far of the jobs
     still running (a job running for 600 s says the median is likely not 100 s). With two or more observations
-    the median and the spread are fitted together (`_censored_fit`); ``completed``: how many jobs completed in
-    all when ``values`` keeps only the newest (each kept one then stands for ``completed / len(values)``)."""
+    the median and the spread are fitted together (`_censored_fit`). ``values`` and ``censored`` must be the
+    jobs of one window by start time (`pooltree.forecast.window`): the completed and the running ones of the
+    same starts."""
     logs = [math.log(max(value, _MIN_SECONDS)) for value in values]
     mean = sum(logs) / len(logs)
     if source == "prior":
@@ -189,8 +187,7 @@ def fit(
     sigma = max(sigma, settings.min_sigma)
     positive = [math.log(value) for value in censored if value > 0]
     if positive and source != "prior" and len(logs) >= 2 and sigma > 0:
-        weight = max(1.0, completed / len(logs)) if completed else 1.0
-        mean, sigma = _censored_fit(logs, positive, weight, settings.min_sigma)
+        mean, sigma = _censored_fit(logs, positive, settings.min_sigma)
     elif positive and sigma > 0:  # no spread (min_sigma 0, equal run times): every job runs the median
         mean = _censored_median(logs, positive, sigma)
     return DurationFit(math.exp(mean), sigma, len(logs), source)
@@ -201,13 +198,11 @@ def choose(
     pool: Sequence[float],
     settings: DurationSettings,
     running: Sequence[float] = (),
-    completed: int | None = None,
 ) -> DurationFit:
     """The task's own observations, else its pool's, else the prior (one pseudo-observation at its median);
-    ``running``: how long the task's running jobs have run (censored observations); ``completed``: how many of
-    the task's jobs completed in all (``own`` may keep the newest only)."""
+    ``running``: how long the task's running jobs of the same start window have run (censored observations)."""
     if own:
-        return fit(own, "operation", settings, running, completed)
+        return fit(own, "operation", settings, running)
     if pool:
         return fit(pool, "pool", settings, running)
     return fit([settings.prior_median], "prior", settings, running)

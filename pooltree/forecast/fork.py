@@ -27,6 +27,7 @@ from pooltree.controllers.memory import MemoryDigestSettings
 from pooltree.fairshare.model import UpdateState
 from pooltree.forecast.durations import DurationFit, DurationSettings, choose, fit, remaining_distribution
 from pooltree.forecast.state import ClusterState, IntegralState, OperationState, RunningJob
+from pooltree.forecast.window import in_window
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
     Distribution,
@@ -81,26 +82,31 @@ def cluster_snapshot(state: ClusterState) -> Snapshot:
 
 def duration_fits(state: ClusterState, settings: DurationSettings) -> dict[tuple[str, str], DurationFit]:
     """(operation id, task) → the durations the forecast assumes for that task's jobs: the task's own completed
-    jobs with its running ones (censored); else its pool's completed jobs with every running job of the pool's
-    operations (one fit per pool); else the prior."""
-    pool_running: dict[str, list[float]] = {}
+    jobs with its running ones (censored); else its pool's completed jobs with the running jobs of the pool's
+    operations (one fit per pool); else the prior. The censored jobs are those that started in the window the
+    completed ones cover (`pooltree.forecast.window`: together, every job started since then)."""
+    pool_running: dict[str, list[tuple[float, float]]] = {}
     for op in state.operations:
         elapsed = pool_running.setdefault(op.pool, [])
         for task in op.tasks:
-            elapsed.extend(state.now - job.start_time for job in task.running)
+            elapsed.extend((job.start_time, state.now - job.start_time) for job in task.running)
     pool_fits: dict[str, DurationFit] = {}
     fits = {}
     for op in state.operations:
         pool = state.pool_durations.get(op.pool, ())
         for task in op.tasks:
-            running = [state.now - job.start_time for job in task.running]
             if task.durations or not pool:
-                found = choose(task.durations, pool, settings, running, task.completed)
+                running = in_window(
+                    ((job.start_time, state.now - job.start_time) for job in task.running),
+                    task.durations_since,
+                )
+                found = choose(task.durations, pool, settings, running)
             else:
                 found = pool_fits.get(op.pool)
                 if found is None:
+                    since = state.pool_durations_since.get(op.pool, -math.inf)
                     found = pool_fits[op.pool] = fit(
-                        pool, "pool", settings, pool_running[op.pool], state.pool_completed.get(op.pool)
+                        pool, "pool", settings, in_window(pool_running[op.pool], since)
                     )
             fits[(op.id, task.name)] = found
     return fits

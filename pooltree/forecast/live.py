@@ -8,8 +8,9 @@ grows with the operations and their jobs, never with a simulated hour; the simul
 this module does not import the server.
 
 `SubmissionHistory` keeps the operations submitted (what the arrival model draws from), across copies and between
-them through the scheduler's state listener. `DurationHistory` keeps completed run times per pool across copies (finished operations leave the scheduler's
-memory, their pool's history stays): bounded per pool, each job counted once.
+them through the scheduler's state listener. `DurationHistory` keeps completed run times per pool across copies
+(finished operations leave the scheduler's memory, their pool's history stays): a window by start time per pool
+(`pooltree.forecast.window`), each job counted once. A task's own run times are the same window over its jobs.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from pooltree.forecast.state import (
     SubmittedTask,
     TaskState,
 )
+from pooltree.forecast.window import StartWindow, start_window
 from pooltree.resources import vector
 
 KEPT_DURATIONS = 256
-"""Completed run times kept per task and per pool (the newest)."""
+"""Completed run times kept per task and per pool (a window by start time, `pooltree.forecast.window`)."""
 SEEN_JOBS = 200_000
 """Job ids remembered so that a completed job enters its pool's history once."""
 FORECAST_STATES = ("pending", "running")
@@ -60,21 +62,23 @@ class DurationHistory:
 
     def __init__(self, kept: int = KEPT_DURATIONS) -> None:
         self.kept = kept
-        self.pools: dict[str, deque[float]] = {}
-        self.completed: dict[str, int] = {}
+        self.pools: dict[str, StartWindow] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
 
-    def add(self, pool: str, job_id: str, run_time: float) -> None:
+    def add(self, pool: str, job_id: str, start_time: float, run_time: float) -> None:
         if job_id in self._seen:
             return
         self._seen[job_id] = None
         if len(self._seen) > SEEN_JOBS:
             self._seen.popitem(last=False)
-        self.pools.setdefault(pool, deque(maxlen=self.kept)).append(run_time)
-        self.completed[pool] = self.completed.get(pool, 0) + 1
+        self.pools.setdefault(pool, StartWindow(self.kept)).add(start_time, run_time)
 
     def snapshot(self) -> dict[str, tuple[float, ...]]:
-        return {pool: tuple(values) for pool, values in self.pools.items()}
+        return {pool: window.run_times() for pool, window in self.pools.items()}
+
+    def since(self) -> dict[str, float]:
+        """Pool → the start time its window begins at."""
+        return {pool: window.since for pool, window in self.pools.items()}
 
 
 class SubmissionHistory:
@@ -140,7 +144,7 @@ def _operation_state(
     tree = op.trees[0]
     pool = op.pools.get(tree, "")
     core = scheduler.cores.get(tree)
-    by_task: dict[str, tuple[list[Any], list[float]]] = {}
+    by_task: dict[str, tuple[list[Any], list[tuple[float, float]]]] = {}
     first_job: float | None = None
     for job in op.jobs.values():
         if first_job is None or job.start_time < first_job:
@@ -150,11 +154,12 @@ def _operation_state(
             running.append(job)
         elif job.state == "completed" and job.finish_time is not None:
             run_time = max(job.finish_time - job.start_time, 0.0)
-            durations.append(run_time)
-            history.add(pool, job.id, run_time)
+            durations.append((job.start_time, run_time))
+            history.add(pool, job.id, job.start_time, run_time)
     tasks = []
     for name, task in op.model.tasks.items():
         running, durations = by_task.get(name, ([], []))
+        kept, since = start_window(durations, KEPT_DURATIONS)
         interruptible = (task.interruption_signal or op.model.interruption_signal) is not None
         tasks.append(
             TaskState(
@@ -165,7 +170,8 @@ def _operation_state(
                 len(durations),
                 interruptible,
                 task.gang_size,
-                tuple(durations[-KEPT_DURATIONS:]),
+                kept,
+                since,
             )
         )
     options = (op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}).get(tree) or {}
@@ -222,7 +228,7 @@ def take_state(
             fair_share_update_period=scheduler.update_period,
             heartbeat_period=scheduler.heartbeat_period,
             pool_durations=history.snapshot(),
-            pool_completed=dict(history.completed),
+            pool_durations_since=history.since(),
             integral={
                 name: found
                 for name, core in scheduler.cores.items()

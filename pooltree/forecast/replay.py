@@ -9,6 +9,7 @@ live forecast would not see: not the workload's true duration distributions, not
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Any
 
@@ -22,10 +23,11 @@ from pooltree.forecast.state import (
     SubmittedTask,
     TaskState,
 )
+from pooltree.forecast.window import StartWindow
 from pooltree.sim.engine import Simulation
 
 KEPT_DURATIONS = 256
-"""Completed run times kept per (operation, task) and per pool (the newest)."""
+"""Completed run times kept per (operation, task) and per pool (a window by start, `pooltree.forecast.window`)."""
 KEPT_SUBMISSIONS = 20_000
 """Submissions remembered (the newest): what a forecast draws future submissions from."""
 
@@ -37,9 +39,8 @@ class SimulationRecorder:
         self.simulation: Simulation | None = None
         self.first_start: dict[str, float] = {}
         self.completed: dict[tuple[str, str], int] = {}
-        self.durations: dict[tuple[str, str], deque[float]] = {}
-        self.pool_durations: dict[str, deque[float]] = {}
-        self.pool_completed: dict[str, int] = {}
+        self.durations: dict[tuple[str, str], StartWindow] = {}
+        self.pool_durations: dict[str, StartWindow] = {}
         self.submitted: dict[str, float] = {}
         self.submissions: deque[Submission] = deque(maxlen=KEPT_SUBMISSIONS)
         self._ops: dict[str, Any] = {}
@@ -63,9 +64,8 @@ class SimulationRecorder:
             key = (event["operation_id"], job.task.name)
             self.completed[key] = self.completed.get(key, 0) + 1
             run_time = event["time"] - job.start
-            self.durations.setdefault(key, deque(maxlen=KEPT_DURATIONS)).append(run_time)
-            self.pool_durations.setdefault(job.op.pool, deque(maxlen=KEPT_DURATIONS)).append(run_time)
-            self.pool_completed[job.op.pool] = self.pool_completed.get(job.op.pool, 0) + 1
+            self.durations.setdefault(key, StartWindow(KEPT_DURATIONS)).add(job.start, run_time)
+            self.pool_durations.setdefault(job.op.pool, StartWindow(KEPT_DURATIONS)).add(job.start, run_time)
 
     def _submission(self, event: dict[str, Any]) -> None:
         simulation = self.simulation
@@ -108,6 +108,7 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
             key = (op.spec.id, task.name)
             jobs = tuple(running.get(key, ()))
             completed = recorder.completed.get(key, 0)
+            window = recorder.durations.get(key)
             tasks.append(
                 TaskState(
                     task.name,
@@ -117,7 +118,8 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
                     completed,
                     task.interruptible,
                     task.gang_size,
-                    tuple(recorder.durations.get(key, ())),
+                    () if window is None else window.run_times(),
+                    -math.inf if window is None else window.since,
                 )
             )
         core = simulation.trees[op.tree].core
@@ -145,8 +147,8 @@ def state_of(simulation: Simulation, recorder: SimulationRecorder) -> ClusterSta
         tuple(operations),
         fair_share_update_period=scenario.scheduler.fair_share_update_period,
         heartbeat_period=scenario.scheduler.node_heartbeat_period,
-        pool_durations={pool: tuple(values) for pool, values in recorder.pool_durations.items()},
-        pool_completed=dict(recorder.pool_completed),
+        pool_durations={pool: window.run_times() for pool, window in recorder.pool_durations.items()},
+        pool_durations_since={pool: window.since for pool, window in recorder.pool_durations.items()},
         integral={
             name: found
             for name, tree in simulation.trees.items()

@@ -8,6 +8,7 @@ process on a copy. Times are seconds on the source's clock (the live service's w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,7 +46,10 @@ class TaskState:
     interruptible: bool = False
     gang_size: int | None = None
     durations: tuple[float, ...] = ()
-    """Run times (seconds) of this task's jobs that completed (the newest ones, bounded by the source)."""
+    """Run times (seconds) of this task's completed jobs that started at or after ``durations_since``: every one
+    of them (`pooltree.forecast.window`, bounded by the source)."""
+    durations_since: float = -math.inf
+    """Start time of the window ``durations`` covers (-inf: every completed job)."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,10 @@ class ClusterState:
     fair_share_update_period: float = 1.0
     heartbeat_period: float = 1.0
     pool_durations: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    """Pool → run times of completed jobs of its operations, finished ones included (the newest, bounded)."""
-    pool_completed: Mapping[str, int] = field(default_factory=dict)
-    """Pool → how many jobs completed in all since the history began (``pool_durations`` keeps the newest)."""
+    """Pool → run times of completed jobs of its operations, finished ones included: every one that started at or
+    after the pool's ``pool_durations_since`` (`pooltree.forecast.window`, bounded by the source)."""
+    pool_durations_since: Mapping[str, float] = field(default_factory=dict)
+    """Pool → start time of the window its ``pool_durations`` cover (absent: every completed job)."""
     integral: Mapping[str, IntegralState] = field(default_factory=dict)
     """Tree → its integral guarantees' state after the last fair-share update (trees without one: absent)."""
     submissions: tuple[Submission, ...] = ()

@@ -38,16 +38,6 @@ def test_the_running_jobs_bring_back_the_median_and_the_spread() -> None:
         assert abs(found.sigma - TRUE_SIGMA) < 0.08, found
 
 
-def test_kept_completions_stand_for_all_that_completed() -> None:
-    """Only the newest completions kept (a quarter): each stands for four, or the running ones weigh too much."""
-    done, running = early_sample(4)
-    kept = done[-len(done) // 4 :]
-    weighted = fit(kept, "pool", DurationSettings(), running, completed=len(done))
-    unweighted = fit(kept, "pool", DurationSettings(), running)
-    full = fit(done, "pool", DurationSettings(), running)
-    assert abs(math.log(weighted.median / full.median)) < abs(math.log(unweighted.median / full.median))
-
-
 def test_a_group_of_running_jobs_ends_when_its_last_job_would() -> None:
     """The last of 50 running jobs ends, over many draws, about when it would if each job's remaining time were
     drawn on its own (conditioned on its elapsed time): the group's distribution keeps the upper tail."""
