@@ -605,6 +605,7 @@ class SchedulerService:
                 self.security.node_secret,
                 self.security.node_networks,
                 self._api.host,
+                leader_clock=self.clock is not time.time,
             )
             self.shards = await run_in_threadpool(NodeShards, self.node_shards, settings, self)
         self._tasks = [

@@ -8,7 +8,12 @@ group commit, same strategy) and sends the answer map back, which the shard enco
 by shard ``blake2b(address) % count``; the leader's answers name that shard's URL (``wire.HEARTBEAT_URL``) and the
 node sends its next heartbeats there.
 
-Shards hold no scheduler state: a shard that dies loses only the answers it had not yet sent (a started job's
+A heartbeat the leader proved empty after the node's previous one is answered by the shard itself
+(``verdicts.py``): the leader's answer carries the state generation of its proof, a thread pushes every new
+generation to the shards (``GENERATION_POLL``), and the shards send their notes of the heartbeats they answered,
+which the reader applies in order before the shard's next heartbeat (``LeaderVerdicts.apply_skips``).
+
+Shards hold no scheduler state but those proofs: a shard that dies loses only the answers it had not yet sent (a started job's
 record is stored before its answer leaves the leader, so such a job is the node's missing job, lost and run again
 by its controller after ``LOST_AFTER_MISSED_HEARTBEATS``; an unsent acknowledgement makes the node report the
 finished job again, which is acknowledged once more). Its nodes' next heartbeats fail over to the leader, which
@@ -32,8 +37,10 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from pooltree.errors import PooltreeError
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.server.live import LiveScheduler
 from pooltree.shards.messages import unpack
 from pooltree.shards.process import ShardSettings, run_shard
+from pooltree.shards.verdicts import LeaderVerdicts
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +48,11 @@ MAX_NODE_SHARDS = 64
 """Node shard processes a scheduler may run (``--node-shards``)."""
 SHARD_START_TIMEOUT = 60.0
 """Seconds a new shard process has to report its port."""
+GENERATION_POLL = 0.01
+"""Seconds between the leader's looks at its state generation; a new one is pushed to every shard at once (a
+shard may answer a heartbeat on an older proof within that window: the node's work waits one heartbeat)."""
+SYNC_TIMEOUT = 10.0
+"""Seconds ``NodeShards.sync`` waits for every shard."""
 WORKERS_PER_SHARD = 4
 """Leader threads per shard answering its heartbeats (each holds the scheduling lock only for the heartbeat's
 memory work, then waits for the group commit: several in flight let the commit batch them)."""
@@ -48,6 +60,9 @@ memory work, then waits for the group commit: several in flight let the commit b
 
 class HeartbeatService(Protocol):
     """What the shards need of the scheduler service (``SchedulerService``)."""
+
+    scheduler: LiveScheduler
+    clock: Callable[[], float]
 
     def enter_heartbeat(self, heartbeat: HeartbeatRequest) -> str | None: ...
 
@@ -94,9 +109,23 @@ class NodeShards:
         """Shard processes started again after one died."""
         self.answered = [0] * count
         """Heartbeats each shard carried to the scheduler (``pooltree_node_shard_heartbeats_total``)."""
+        self.answered_locally = [0] * count
+        """Heartbeats each shard answered itself, as far as its notes reached the leader
+        (``pooltree_node_shard_local_answers_total``)."""
+        self.verdicts = LeaderVerdicts(service.scheduler, service.clock)
+        """The proofs that let shards answer empty heartbeats, and their notes applied (``verdicts.py``)."""
+        service.scheduler.generation.watch_updates = True
+        self._syncs: dict[int, tuple[threading.Event, set[int]]] = {}
+        """Pending ``sync`` calls: token -> (done, the shards not yet synced)."""
+        self._sync_serial = 0
+        self._stopping = threading.Event()
+        self._pusher = threading.Thread(
+            target=self._push_generations, name="node-shard-generations", daemon=True
+        )
         starts = [self._executor.submit(self._start, index) for index in range(count)]
         for future in starts:
             future.result()
+        self._pusher.start()
 
     # ------------------------------------------------------------------ processes
 
@@ -137,8 +166,15 @@ class NodeShards:
                 message = shard.conn.recv()
             except (EOFError, OSError):
                 break
+            if message[0] == "skips":
+                self._apply_skips(shard, message[1])
+                continue
+            if message[0] == "synced":
+                self._synced(shard, message[1])
+                continue
             self.answered[shard.index] += 1
-            request_id, packed, peer, hostname = message
+            request_id, packed, peer, hostname, skips = message
+            self._apply_skips(shard, skips)  # in order: before the heartbeat that follows them
             try:
                 heartbeat = unpack(packed)
                 # in flight from its arrival (the leader's HTTP route counts the same way): heartbeats waiting
@@ -181,16 +217,83 @@ class NodeShards:
     ) -> None:
         """Answer one heartbeat on a leader thread (counted in flight by the reader; left here)."""
         try:
+            answer = self.service.answer_heartbeat(heartbeat, peer, throttled, hostname)
             reply: tuple[Any, ...] = (
                 request_id,
                 200,
-                self.service.answer_heartbeat(heartbeat, peer, throttled, hostname),
+                answer,
+                self._proven(heartbeat, answer),
+                self.service.clock(),
             )
         except Exception as error:
             reply = self._error_reply(shard, request_id, error)
         finally:
             self.service.leave_heartbeat()
         self._send(shard, reply)
+
+    def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> int | None:
+        """The generation at which the node's next equal heartbeat is proven empty (None: not proven; a failed
+        proof only sends that heartbeat to the leader)."""
+        try:
+            return self.verdicts.proven(heartbeat, answer)
+        except Exception:
+            log.exception("no proof for node %s's next heartbeat", heartbeat.address)
+            return None
+
+    def _apply_skips(self, shard: _Shard, skips: list[Any]) -> None:
+        """A shard's notes of heartbeats it answered, applied in the order they came (the reader's thread)."""
+        if not skips:
+            return
+        try:
+            self.verdicts.apply_skips(skips)
+        except Exception:
+            log.exception(
+                "notes of %d heartbeats answered by node shard %d not applied", len(skips), shard.index
+            )
+        self.answered_locally[shard.index] += len(skips)
+
+    def _push_generations(self) -> None:
+        """Every new state generation to every live shard, with the leader's clock."""
+        generation = self.service.scheduler.generation
+        last = -1
+        while not self._stopping.wait(GENERATION_POLL):
+            value = generation.value
+            if value == last:
+                continue
+            last = value
+            message = ("generation", value, self.service.clock())
+            for shard in list(self._shards):
+                if shard is not None and shard.alive:
+                    self._send(shard, message)
+
+    def sync(self, timeout: float = SYNC_TIMEOUT) -> None:
+        """Wait until every live shard has the leader's current generation and clock (a caller that feeds the
+        scheduler inputs in order, as a replay does, then sees no answer on an older proof)."""
+        with self._lock:
+            self._sync_serial += 1
+            token = self._sync_serial
+            shards = [shard for shard in self._shards if shard is not None and shard.alive]
+            done = threading.Event()
+            self._syncs[token] = (done, {shard.index for shard in shards})
+            if not shards:
+                done.set()
+        try:
+            message = ("sync", token, self.service.scheduler.generation.value, self.service.clock())
+            for shard in shards:
+                self._send(shard, message)
+            if not done.wait(timeout):
+                raise TimeoutError(f"node shards did not sync within {timeout} s")
+        finally:
+            with self._lock:
+                self._syncs.pop(token, None)
+
+    def _synced(self, shard: _Shard, token: int) -> None:
+        with self._lock:
+            entry = self._syncs.get(token)
+            if entry is not None:
+                entry[1].discard(shard.index)
+                if not entry[1]:
+                    entry[0].set()
 
     def _error_reply(self, shard: _Shard, request_id: int, error: Exception) -> tuple[Any, ...]:
         if not isinstance(error, PooltreeError):
@@ -225,6 +328,7 @@ class NodeShards:
 
     def close(self) -> None:
         """End every shard process (their nodes heartbeat to the leader's list again)."""
+        self._stopping.set()
         with self._lock:
             self._closing = True
             shards = [shard for shard in self._shards if shard is not None]
@@ -242,7 +346,7 @@ class NodeShards:
 
 
 class ShardMetrics:
-    """Prometheus collector of the node shards: heartbeats each carried, restarts."""
+    """Prometheus collector of the node shards: heartbeats each carried and answered itself, restarts."""
 
     def __init__(self, shards: Callable[[], NodeShards | None]) -> None:
         self.shards = shards
@@ -256,11 +360,18 @@ class ShardMetrics:
         )
         for index, count in enumerate(shards.answered):
             carried.add_metric([str(index)], count)
+        local = CounterMetricFamily(
+            "pooltree_node_shard_local_answers",
+            "Node heartbeats a shard process answered itself (proven empty by the leader)",
+            labels=["shard"],
+        )
+        for index, count in enumerate(shards.answered_locally):
+            local.add_metric([str(index)], count)
         restarts = CounterMetricFamily(
             "pooltree_node_shard_restarts", "Shard processes started again after dying"
         )
         restarts.add_metric([], shards.restarts)
-        yield from (carried, restarts)
+        yield from (carried, local, restarts)
 
 
 __all__ = ["MAX_NODE_SHARDS", "HeartbeatService", "NodeShards", "ShardMetrics", "ShardSettings", "shard_of"]

@@ -5,15 +5,22 @@
 and uvloop when installed, as the scheduler). Per heartbeat it does the work that does not need the scheduler's
 state: the node secret and network check (``check_node_credentials``, the leader's own), the bounded body read,
 JSON decoding and the wire module's validation (``decode_heartbeat``); malformed or unauthenticated heartbeats are
-answered here and never reach the leader. A valid one goes over the pipe as ``(request id, packed HeartbeatRequest,
-peer, hostname)`` (``messages.py``); the leader's answer comes back as ``(request id, 200, answer map)``, which is encoded here, or
-``(request id, status, headers, body)``: a YT error the leader rendered. A reader thread resolves the waiting
-requests; end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
+answered here and never reach the leader. A heartbeat the leader proved empty after the node's previous one is
+answered here too (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other
+goes over the pipe as ``(request id, packed HeartbeatRequest, peer, hostname, notes)`` (``messages.py``; the notes
+of the heartbeats answered here since the last forwarded one); the leader's answer comes back as ``(request id,
+200, answer map, proof generation or None, leader's clock)``, which is encoded here, or ``(request id, status,
+headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock)`` when its
+state moves and ``("sync", token, g, clock)``, answered ``("synced", token)``; notes not carried by a heartbeat
+go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. A reader thread resolves the waiting requests and passes
+the leader's messages to the loop; end-of-file on the pipe (the leader died or closed the shard) ends the
+process at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -37,6 +44,7 @@ from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, DirectHeartbeats, Ru
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
+from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
 
 try:
     import uvloop
@@ -66,6 +74,9 @@ class ShardSettings:
     """Networks nodes may heartbeat from (``ipaddress`` networks), None: any."""
     proxy: str
     """The scheduler's name in errors' ``X-YT-Proxy``."""
+    leader_clock: bool = False
+    """The leader's clock is not the wall clock (a test's): the time of a heartbeat answered here is the leader's
+    time as its latest message gave it (a test syncs the shards before each heartbeat), not this process's."""
 
 
 class ShardServer:
@@ -83,6 +94,22 @@ class ShardServer:
         )
         """The shard's ASGI app: heartbeats straight to ``heartbeat``, anything else to Starlette (404/405)."""
         self._serial = 0
+        self.nodes = ShardNodes()
+        """The leader's proofs of this shard's nodes' next heartbeats, and notes of those answered here."""
+        self._leader_time: float | None = None
+        """The leader's clock at its latest message (``leader_now``)."""
+
+    def leader_now(self) -> float | None:
+        """The leader's clock now (None before its first message): the wall clock, as the leader's, unless
+        ``settings.leader_clock``."""
+        if self._leader_time is None:
+            return None
+        return self._leader_time if self.settings.leader_clock else time.time()
+
+    def learn(self, generation: int, leader_now: float) -> None:
+        """The leader's state generation and clock (from a push, a sync or an answer)."""
+        self.nodes.learn(generation)
+        self._leader_time = leader_now
 
     async def heartbeat(self, request: Request) -> Response:
         request_id = new_request_id()
@@ -97,7 +124,11 @@ class ShardServer:
                 )
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
             heartbeat = decode_heartbeat(body, self.reports)
-            reply = await self._ask((pack(heartbeat), peer, request.url.hostname))
+            now = self.leader_now()
+            local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
+            if local is not None:
+                return Response(wire.encode(local), media_type=wire.MEDIA_TYPE)
+            reply = await self._ask((pack(heartbeat), peer, request.url.hostname, self.nodes.take_skips()))
         except PooltreeError as error:
             return error_response(error, request_id, self.settings.proxy, time.time())
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
@@ -108,7 +139,10 @@ class ShardServer:
                 time.time(),
             )
         if reply[1] == 200:
-            return Response(wire.encode(reply[2]), media_type=wire.MEDIA_TYPE)
+            _, _, answer, generation, leader_now = reply
+            self._leader_time = leader_now
+            self.nodes.remember(heartbeat, peer, answer, generation)
+            return Response(wire.encode(answer), media_type=wire.MEDIA_TYPE)
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 
@@ -125,9 +159,30 @@ class ShardServer:
             self._waiting.pop(request_id, None)
 
     def _resolve(self, reply: tuple[Any, ...]) -> None:
-        future = self._waiting.get(reply[0])
+        kind = reply[0]
+        if kind == "generation":
+            self.learn(reply[1], reply[2])
+            return
+        if kind == "sync":
+            self.learn(reply[2], reply[3])
+            self._send_quietly(("synced", reply[1]))
+            return
+        future = self._waiting.get(kind)
         if future is not None and not future.done():
             future.set_result(reply)
+
+    def _send_quietly(self, message: tuple[Any, ...]) -> None:
+        """A message to the leader from the loop; a broken pipe ends the process through the reader."""
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(message)
+
+    async def flush_skips(self) -> None:
+        """Every ``SKIP_FLUSH_PERIOD``, the notes no forwarded heartbeat carried (the leader's node sweep)."""
+        while True:
+            await asyncio.sleep(SKIP_FLUSH_PERIOD)
+            skips = self.nodes.take_skips()
+            if skips:
+                self._send_quietly(("skips", skips))
 
     def read_replies(self) -> None:
         """The reader thread: the leader's answers to the waiting requests; the process ends with the pipe."""
@@ -164,7 +219,11 @@ def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
         server.loop = asyncio.get_running_loop()
         threading.Thread(target=server.read_replies, name="leader-replies", daemon=True).start()
         conn.send(("ready", sock.getsockname()[1]))
-        await uvicorn_server.serve(sockets=[sock])
+        flusher = asyncio.create_task(server.flush_skips(), name="flush-skips")
+        try:
+            await uvicorn_server.serve(sockets=[sock])
+        finally:
+            flusher.cancel()
 
     if uvloop is not None:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -1,7 +1,9 @@
 """kill -9 with node shards: a real ``pooltree scheduler --node-shards 2`` with real ``pooltree node`` processes
 (one on each shard) running jobs. A SIGKILLed shard process is started again, its nodes heartbeat to the leader
 meanwhile, and every job runs exactly once; a SIGKILLed leader takes its shards with it, and the restarted
-scheduler re-attaches the running jobs and keeps every operation it acknowledged."""
+scheduler re-attaches the running jobs and keeps every operation it acknowledged. Both start while the shards
+answer their idle nodes' heartbeats themselves (proven empty by the leader), so the operations' starts must
+reach the nodes through the shards' state generation."""
 
 from __future__ import annotations
 
@@ -49,14 +51,30 @@ def _running(yt, op_id: str) -> list[dict]:
     return [job for job in _jobs(yt, op_id) if job["state"] == "running"]
 
 
-def _carried(url: str) -> dict[str, float]:
-    """Heartbeats each shard carried so far (``/metrics``)."""
+def _per_shard(url: str, metric: str) -> dict[str, float]:
+    """A per-shard counter so far (``/metrics``)."""
     text = httpx.get(url + "/metrics", headers={"Authorization": f"OAuth {ROOT_TOKEN}"}, timeout=10).text
     out = {}
     for line in text.splitlines():
-        if line.startswith("pooltree_node_shard_heartbeats_total{"):
+        if line.startswith(metric + "{"):
             out[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def _carried(url: str) -> dict[str, float]:
+    """Heartbeats each shard carried to the leader so far."""
+    return _per_shard(url, "pooltree_node_shard_heartbeats_total")
+
+
+def _seen(url: str) -> dict[str, float]:
+    """Heartbeats each shard took: carried to the leader or answered itself."""
+    local = _per_shard(url, "pooltree_node_shard_local_answers_total")
+    return {shard: count + local.get(shard, 0.0) for shard, count in _carried(url).items()}
+
+
+def _answered_by_shards(url: str) -> float:
+    """Heartbeats the shards answered themselves (proven empty by the leader), as far as the leader heard."""
+    return sum(_per_shard(url, "pooltree_node_shard_local_answers_total").values())
 
 
 def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Path) -> None:
@@ -69,6 +87,8 @@ def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Pat
             procs.node(url, name)
         yt = client(url)
         wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
+        # idle nodes: the shards answer their heartbeats themselves; the start below must reach them anyway
+        wait_for(lambda: _answered_by_shards(url) > 0, timeout=30)
         op_id = yt.run_operation(vanilla("sleep 6", 4), sync=False).id
         running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
         assert {job["address"] for job in running} == set(NODES)
@@ -89,8 +109,8 @@ def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Pat
         assert {job["id"] for job in jobs} == {job["id"] for job in running}  # none lost, none started again
         assert {job["state"] for job in jobs} == {"completed"}
         assert len(_jobs(yt, second)) == 2
-        carried = _carried(url)
-        wait_for(lambda: all(_carried(url)[shard] > carried[shard] for shard in ("0", "1")), timeout=30)
+        seen = _seen(url)  # both shards take their nodes' heartbeats again (carried or answered themselves)
+        wait_for(lambda: all(_seen(url)[shard] > seen[shard] for shard in ("0", "1")), timeout=30)
         log = "".join(path.read_text() for path in tmp_path.glob("proc-*-scheduler.log"))
         assert "ended (exit code -9)" in log
         assert scheduler.poll() is None
@@ -109,6 +129,7 @@ def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(tmp_pa
             procs.node(url, name)
         yt = client(url)
         wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
+        wait_for(lambda: _answered_by_shards(url) > 0, timeout=30)  # shards answer the idle nodes
         command = 'if [ "$YT_JOB_INDEX" = 0 ]; then sleep 0.5; else sleep 8; fi'
         op_id = yt.run_operation(vanilla(command, 4), sync=False).id
         running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
