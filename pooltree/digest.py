@@ -56,11 +56,13 @@ class _BucketCounts:
     O(log size) steps and answer exactly what a linear walk over the counters would.
     """
 
-    __slots__ = ("_top", "_tree", "counts", "size", "total")
+    __slots__ = ("_top", "_tree", "counts", "revision", "size", "total")
 
     def __init__(self, size: int):
         self.size = size
         self._top = _fenwick_top(size)
+        self.revision = 0
+        """Moves with every change of the counters (readers caching what they derived compare it)."""
         self.load([0] * size)
 
     def load(self, counts: list[int]) -> None:
@@ -75,11 +77,13 @@ class _BucketCounts:
         self.counts = list(counts)
         self._tree = tree
         self.total = sum(counts)
+        self.revision += 1
 
     def add(self, bucket: int) -> None:
         """Count one sample in ``bucket`` (0-based, already clamped into range)."""
         self.counts[bucket] += 1
         self.total += 1
+        self.revision += 1
         tree = self._tree
         size = self.size
         i = bucket + 1
@@ -91,6 +95,7 @@ class _BucketCounts:
         """Uncount one sample from ``bucket`` (which must hold one)."""
         self.counts[bucket] -= 1
         self.total -= 1
+        self.revision += 1
         tree = self._tree
         size = self.size
         i = bucket + 1
@@ -101,7 +106,7 @@ class _BucketCounts:
     def copy(self) -> _BucketCounts:
         """An independent copy (no rebuild)."""
         twin = _BucketCounts.__new__(_BucketCounts)
-        twin.size, twin.total, twin._top = self.size, self.total, self._top
+        twin.size, twin.total, twin._top, twin.revision = self.size, self.total, self._top, 0
         twin.counts, twin._tree = list(self.counts), list(self._tree)
         return twin
 
@@ -196,6 +201,11 @@ class LogDigest:
     def sample_count(self) -> int:
         """Number of accepted samples."""
         return self._counts.total
+
+    @property
+    def version(self) -> tuple[object, int]:
+        """Equal versions, equal counters: the counters' object and their revision (a copy is another object)."""
+        return self._counts, self._counts.revision
 
     @property
     def buckets(self) -> tuple[int, ...]:

@@ -466,6 +466,10 @@ class TaskMemoryReserve:
                 path="user_job_memory_digest",
             )
         self.resource_overdraft_count = 0
+        self._factors_key: tuple[object, ...] | None = None
+        """What ``_factors`` was computed from: the settings, the prior and the versions of the digests."""
+        self._factors = (0.0, 0.0)
+        """The (user job, job proxy) factors of a new job, recomputed only when a digest they read moved."""
 
     def _apply_warm_start(self, state: WarmStartState) -> bool:
         """Load carried counters where the digest layout (bounds, precision) is unchanged; report success."""
@@ -511,9 +515,29 @@ class TaskMemoryReserve:
         """The job-proxy factor for a new job: the job-proxy digest quantile."""
         return self.job_proxy_digest.get_quantile(self.settings.job_proxy_memory_reserve_quantile)
 
+    def _new_job_factors(self) -> tuple[float, float]:
+        """``(user_job_reserve_factor(), job_proxy_reserve_factor())``, kept while the settings, the prior and
+        the counters of every digest they read are unchanged (a start reads them; only samples move them)."""
+        prior, recent = self.cold_start_prior, self.recent_user_job_digest
+        key = (
+            self.settings,
+            self.user_job_digest.version,
+            self.job_proxy_digest.version,
+            None if recent is None else recent.version,
+            None if prior is None else prior.version,
+        )
+        if key != self._factors_key:
+            self._factors = (self.user_job_reserve_factor(), self.job_proxy_reserve_factor())
+            self._factors_key = key
+        return self._factors
+
     def memory_demand(self, cookie: Hashable | None = None) -> float:
         """Allocation memory demand in bytes for the next job (of ``cookie``, honouring a restart reserve)."""
-        return self._make_reserve(cookie).memory_demand
+        if cookie is not None and cookie in self._restarts:
+            return self._make_reserve(cookie).memory_demand
+        uj, jp = self._new_job_factors()
+        o = self.options  # JobMemoryReserve.memory_demand's sum, in its order
+        return o.footprint_memory + o.job_proxy_memory * jp + o.memory_limit * uj
 
     def reserve_for_restart(self, cookie: Hashable) -> RestartReserve | None:
         """The dedicated reserve the re-run of ``cookie`` gets after an overdraft abort, if any."""
@@ -521,8 +545,7 @@ class TaskMemoryReserve:
 
     def _make_reserve(self, cookie: Hashable | None) -> JobMemoryReserve:
         restart = self._restarts.get(cookie) if cookie is not None else None
-        uj = self.user_job_reserve_factor()
-        jp = self.job_proxy_reserve_factor()
+        uj, jp = self._new_job_factors()
         if restart is not None:
             uj = restart.user_job_reserve_factor if restart.user_job_reserve_factor is not None else uj
             jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
