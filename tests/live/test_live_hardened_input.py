@@ -20,6 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import NODE_SECRET, ROOT_TOKEN, Procs
+from polling import wait_for
 
 AUTH = (b"Authorization", b"OAuth " + ROOT_TOKEN.encode())
 NODE = (b"X-Pooltree-Node-Secret", NODE_SECRET.encode())
@@ -72,16 +73,23 @@ def test_gzip_bomb_refused_with_bounded_memory_while_other_requests_are_served(
     rss_before, _ = fuzz.rss_bytes(process.pid)
     assert fuzz.reset_peak(process.pid)
     served: list[int] = []
+    errors: list[BaseException] = []
     stop = threading.Event()
 
     def other_requests() -> None:
-        with httpx.Client(base_url=url, headers=HEADERS, timeout=30) as client:
-            while not stop.is_set():
-                served.append(client.get("/api/v4/get", params={"path": "//sys/pool_trees"}).status_code)
+        try:
+            with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as client:
+                while not stop.is_set():
+                    served.append(client.get("/api/v4/get", params={"path": "//sys/pool_trees"}).status_code)
+        except BaseException as error:  # reported by the test, not lost in the thread
+            errors.append(error)
 
     reader = threading.Thread(target=other_requests)
     reader.start()
     try:
+        # the reader is served before the bombs go (under load its first request can take a while) ...
+        wait_for(lambda: served or errors, timeout=60)
+        before = len(served)
         answers = []
         for target in (
             b"/api/v4/set?path=//tmp/bomb",
@@ -91,15 +99,18 @@ def test_gzip_bomb_refused_with_bounded_memory_while_other_requests_are_served(
             method = b"PUT" if b"set" in target else b"POST"
             headers = [(b"Content-Encoding", b"gzip"), (b"Content-Type", b"application/json")]
             answers.append(_raw(fuzz, url, method, target, headers, bomb))
-        time.sleep(0.2)
+        # ... and a request sent after the first bomb is served too (bounded wait, no fixed pause)
+        wait_for(lambda: len(served) >= before + 2 or errors, timeout=60)
     finally:
         stop.set()
-        reader.join(30)
+        reader.join(60)
+    assert not errors, errors
+    assert not reader.is_alive()
     _, peak = fuzz.rss_bytes(process.pid)
     for answer in answers:
         assert answer.status == 413, answer
         assert "larger than" in _error(answer)["message"]
-    assert served and set(served) == {200}
+    assert len(served) >= before + 2 and set(served) == {200}
     assert peak - rss_before < 64 * MiB, f"RSS grew by {(peak - rss_before) / MiB:.1f} MiB under the bomb"
 
 

@@ -94,8 +94,10 @@ def test_pending_abort_suspend_and_parameters(cluster: Cluster) -> None:
         attributes={"name": "small", "pool_tree": "default", "max_running_operation_count": 1},
     )
     client.create("scheduler_pool", attributes={"name": "other", "pool_tree": "default"})
-    first = client.run_operation(vanilla("sleep 30", 1, pool="small"), sync=False)
-    second = client.run_operation(vanilla("sleep 30", 1, pool="small"), sync=False)
+    # jobs that never end by themselves: under load the steps below can take longer than a job would run, and
+    # the client's abort_operation silently does nothing to an operation that has completed meanwhile
+    first = client.run_operation(vanilla("sleep 1000", 1, pool="small"), sync=False)
+    second = client.run_operation(vanilla("sleep 1000", 1, pool="small"), sync=False)
     wait_for(lambda: state(client, first.id) == "running")
     assert state(client, second.id) == "pending"
     shown = cluster.cli("get-operation", second.id).stdout
