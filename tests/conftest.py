@@ -9,9 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 from bwrap_hiding import path_without_system_bwrap
+from hypothesis import settings
 from pg_server import PgServer, PgUnavailable
 
 from pooltree.node.bubblewrap import find_bubblewrap
+
+# No property test has a time limit per example: hypothesis's default deadline (200 ms) made a timed unit test of
+# every one of them, and they failed on a loaded machine (tests/node/test_wire.py's resource parse did, once, with
+# 14 other processes on 2 cores). Speed is measured by bench/, never by a test.
+settings.register_profile("pooltree", deadline=None)
+settings.load_profile("pooltree")
 
 
 @pytest.fixture(scope="session")
