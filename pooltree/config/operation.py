@@ -9,6 +9,7 @@ A known key with a bad value is a ConfigError naming its path.
 from __future__ import annotations
 
 import math
+import posixpath
 import signal
 from typing import Any, ClassVar, Literal
 
@@ -124,9 +125,27 @@ class SpecModel(ConfigModel):
         return found
 
 
+def _in_sandbox(value: str | None) -> str | None:
+    """A tmpfs path: relative to the job's sandbox and normalized (``tmpfs``, ``data/cache``)."""
+    if value is None:
+        return None
+    if (
+        not value
+        or value.startswith("/")
+        or "\0" in value
+        or posixpath.normpath(value) != value
+        or value == "."
+        or value.split("/")[0] == ".."
+    ):
+        raise ValueError(f"must be a normalized path inside the job's sandbox, got {value!r}")
+    return value
+
+
 class TmpfsVolume(SpecModel):
     size: Size
     path: str = Field(min_length=1)
+
+    _path = field_validator("path")(classmethod(lambda cls, value: _in_sandbox(value)))
 
 
 class UserJobSpec(SpecModel):
@@ -160,17 +179,36 @@ class UserJobSpec(SpecModel):
     operation spec's value; seconds."""
 
     _signal = field_validator("interruption_signal")(classmethod(lambda cls, value: _check_signal(value)))
+    _tmpfs_path = field_validator("tmpfs_path")(classmethod(lambda cls, value: _in_sandbox(value)))
 
     @model_validator(mode="after")
     def _check_tmpfs(self) -> UserJobSpec:
         if self.tmpfs_size is not None and self.tmpfs_path is None and not self.tmpfs_volumes:
             raise invalid("tmpfs_size requires tmpfs_path", "tmpfs_path")
+        paths = [path for path, _ in self.tmpfs_mounts()]
+        for index, path in enumerate(paths):
+            if any(
+                other == path or other.startswith(path + "/") or path.startswith(other + "/")
+                for other in paths[:index]
+            ):
+                raise invalid(
+                    f"tmpfs path {path!r} lies in or over another tmpfs of the job", "tmpfs_volumes"
+                )
         if self.tmpfs_total_size > self.memory_limit:
             raise invalid(
                 f"total tmpfs size {self.tmpfs_total_size:.0f} must not exceed memory_limit {self.memory_limit:.0f}",
                 "tmpfs_size" if self.tmpfs_size is not None else "tmpfs_volumes",
             )
         return self
+
+    def tmpfs_mounts(self) -> list[tuple[str, int]]:
+        """(path in the sandbox, bytes) of every tmpfs the job gets: ``tmpfs_path`` (of ``tmpfs_size``, else of
+        the whole ``memory_limit``: a tmpfs lives in the job's memory) and each of ``tmpfs_volumes``."""
+        mounts = [(volume.path, int(volume.size)) for volume in self.tmpfs_volumes]
+        if self.tmpfs_path is not None:
+            size = self.tmpfs_size if self.tmpfs_size is not None else self.memory_limit
+            mounts.insert(0, (self.tmpfs_path, int(size)))
+        return mounts
 
     @property
     def tmpfs_total_size(self) -> float:

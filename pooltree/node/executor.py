@@ -68,7 +68,7 @@ from pooltree.node.job import (
 )
 from pooltree.node.keeper import KeeperProcess, KeeperZygotes
 from pooltree.node.launch import SAFE_PATH as SAFE_PATH
-from pooltree.node.launch import job_environment, private_output, shell_script
+from pooltree.node.launch import job_environment, plain_tmpfs_directories, private_output, shell_script
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, make_meter
 from pooltree.node.running import RunningJob, Verdict, bookkeeping_bytes
 from pooltree.node.signalling import JobSignals, send
@@ -332,12 +332,18 @@ class JobExecutor:
         for path in write_job_files(job.sandbox, job.spec.files, self.file_source):
             if slot is not None:  # the job's own files, as the rest of its sandbox
                 os.chown(path, slot.uid, slot.gid)
+        volumes = [(volume.path, volume.size) for volume in job.spec.tmpfs]
+        if not self.isolation.has_tmpfs:  # no namespace to mount in: plain directories (docs/live-cluster.md)
+            for path in plain_tmpfs_directories(job.sandbox, volumes):
+                if slot is not None:
+                    os.chown(path, slot.uid, slot.gid)
         job_argv = self.isolation.wrap(
             ["/bin/sh", "-c", shell_script(job.spec)],
             job.sandbox,
             slot,
             devices=devices,
             own_network=job.spec.network == "isolated",
+            tmpfs=volumes if self.isolation.has_tmpfs else (),
         )
         argv = self.meter.argv(job.spec.job_id, job_argv)
         self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
@@ -388,6 +394,7 @@ class JobExecutor:
                     stderr=stderr.fileno(),
                     namespace=used.namespace,
                     identity=identity,  # the keeper switches to the slot's uid (no setpriv exec)
+                    tmpfs=[(volume.path, volume.size) for volume in job.spec.tmpfs],  # mounted by the keeper
                     **statistics,
                 )
         except BaseException:

@@ -423,11 +423,14 @@ class JobIsolation:
         devices: Sequence[tuple[str, str]] = (),
         *,
         own_network: bool = False,
+        tmpfs: Sequence[tuple[str, int]] = (),
     ) -> list[str]:
         """``argv`` (the job's shell) behind the sandbox and the uid switch this mode uses; ``devices`` are
         (host file, sandbox path) pairs bound into the sandbox's otherwise minimal ``/dev`` (the job's GPUs).
         ``own_network``: the job gets a network namespace of its own (``--unshare-net``); without bubblewrap
-        that cannot be given, and the job is refused."""
+        that cannot be given, and the job is refused. ``tmpfs``: (path in the sandbox, bytes) mounted by
+        bubblewrap over the sandbox (only this job's processes see them, so they are open to its uid: 1777);
+        without bubblewrap the caller makes plain directories (``has_tmpfs`` is False)."""
         inner = self.as_slot_user(argv, slot)
         if self.bwrap is None:
             if own_network:
@@ -440,7 +443,15 @@ class JobIsolation:
         arguments = self.sandbox_arguments(sandbox, devices)
         if own_network and "--unshare-net" not in arguments:
             arguments.insert(1, "--unshare-net")
+        box = sandbox.resolve()
+        for path, size in tmpfs:  # after the sandbox's own bind, so each lies over it
+            arguments += ["--perms", "1777", "--size", str(size), "--tmpfs", str(box / path)]
         return [self.bwrap, *arguments, "--", *inner]
+
+    @property
+    def has_tmpfs(self) -> bool:
+        """Whether a job's tmpfs volumes are real tmpfs mounts (bubblewrap), not plain sandbox directories."""
+        return self.bwrap is not None
 
     def as_slot_user(self, argv: Sequence[str], slot: Slot | None) -> list[str]:
         """``argv`` run as the slot's uid (behind ``setpriv``), or as it is when jobs keep the node's uid."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import posixpath
 import signal as signal_module
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ _JOB_SPEC_FIELDS = frozenset(
         "network",
         "waiting_for_resources_timeout",
         "custom_statistics_count_limit",
+        "tmpfs",
     }
 )
 JOB_NETWORKS = ("shared", "isolated")
@@ -96,6 +98,31 @@ def _optional_size(value: Any, path: str) -> float | None:
 
 
 @dataclass(frozen=True)
+class TmpfsVolume:
+    """A tmpfs the node mounts for a job: ``path`` relative to its sandbox, ``size`` bytes (``node/tmpfs.py``)."""
+
+    path: str
+    size: int
+
+    def __post_init__(self) -> None:
+        path = self.path
+        if (
+            not isinstance(path, str)
+            or not path
+            or path.startswith("/")
+            or "\0" in path
+            or posixpath.normpath(path) != path
+            or path == "."
+            or path.split("/")[0] == ".."
+        ):
+            raise ConfigError(
+                "path", f"expected a path inside the job's sandbox (relative, normalized), got {path!r}"
+            )
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
+            raise ConfigError("size", f"expected a positive number of bytes, got {self.size!r}")
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What the scheduler asks a node to run: one job of one operation's task.
 
@@ -125,6 +152,8 @@ class JobSpec:
     """Seconds the job may wait on the node for resources other jobs still hold (its GPUs), from the tree's
     ``waiting_for_resources_on_node_timeout``; None: the node's default (``node/gpu.py``)."""
     custom_statistics_count_limit: int = DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT
+    tmpfs: tuple[TmpfsVolume, ...] = ()
+    """The task's ``tmpfs_path`` / ``tmpfs_volumes``: mounted in the sandbox before the command runs."""
     """How many custom statistics paths the job may write to descriptor 5 (``node/user_statistics.py``)."""
 
     def __post_init__(self) -> None:
@@ -171,6 +200,10 @@ class JobSpec:
                 "memory_reserve",
                 f"reserve {self.memory_reserve:.0f} exceeds memory_limit {self.memory_limit:.0f}",
             )
+        paths = [volume.path for volume in self.tmpfs]
+        for index, path in enumerate(paths):
+            if any(other == path or other.startswith(path + "/") for other in paths[index + 1 :]):
+                raise ConfigError(f"tmpfs[{index}].path", f"{path!r} holds another tmpfs of the job")
         limit = self.custom_statistics_count_limit
         if (
             isinstance(limit, bool)
@@ -253,6 +286,8 @@ class JobSpec:
                     join_path(path, "waiting_for_resources_timeout"), f"expected seconds >= 0, got {value!r}"
                 )
             kwargs["waiting_for_resources_timeout"] = float(value)
+        if data.get("tmpfs") is not None:
+            kwargs["tmpfs"] = _parse_tmpfs(data["tmpfs"], join_path(path, "tmpfs"))
         if data.get("resources") is not None:
             resources = parse_resources(data["resources"], join_path(path, "resources"))
             given = {str(key) for key in data["resources"]}
@@ -266,6 +301,22 @@ class JobSpec:
             return cls(**kwargs)
         except ConfigError as error:
             raise ConfigError(join_path(path, error.path), error.reason) from None
+
+
+def _parse_tmpfs(value: Any, path: str) -> tuple[TmpfsVolume, ...]:
+    """``[{path, size}, ...]`` of a heartbeat's job spec; errors name the entry and field."""
+    if not isinstance(value, list):
+        raise ConfigError(path, f"expected a list of {{path, size}} maps, got {type(value).__name__}")
+    volumes = []
+    for index, item in enumerate(value):
+        where = f"{path}[{index}]"
+        if not isinstance(item, Mapping) or set(item) != {"path", "size"}:
+            raise ConfigError(where, "expected a map of exactly path and size")
+        try:
+            volumes.append(TmpfsVolume(item["path"], item["size"]))
+        except ConfigError as error:
+            raise ConfigError(join_path(where, error.path), error.reason) from None
+    return tuple(volumes)
 
 
 def exit_error(returncode: int) -> dict:

@@ -437,6 +437,44 @@ def _own_proc(libc: ctypes.PyDLL) -> str | None:
     return None
 
 
+def _mount_tmpfs(libc: ctypes.PyDLL, volumes: object, identity: tuple[int, int] | None) -> str | None:
+    """In a keeper that has a mount namespace of its own (a slot's job), in its working directory (the job's
+    sandbox): for each ``[path, size]`` of the request's ``tmpfs`` (relative to the sandbox, checked by the
+    node) a new tmpfs of that size whose root is the job's (``identity``), gone with the namespace when the job
+    ends. The directory is made if missing; a path that leads through a link or is not a directory is an error,
+    as is a failed mount: the job does not start."""
+    if not volumes:
+        return None
+    if not isinstance(volumes, list):
+        return "keeper: tmpfs: expected a list of [path, size]\n"
+    owner = "" if identity is None else f",uid={identity[0]},gid={identity[1]}"
+    sandbox = os.path.realpath(os.getcwd())
+    for entry in volumes:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or entry[0].startswith("/")
+            or ".." in entry[0].split("/")
+            or not isinstance(entry[1], int)
+            or isinstance(entry[1], bool)
+            or entry[1] <= 0
+        ):
+            return f"keeper: tmpfs: expected [path in the sandbox, size], got {entry!r}\n"
+        path = os.path.join(sandbox, entry[0])
+        try:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+        except OSError as error:
+            return f"keeper: tmpfs {entry[0]}: {error.strerror or error}\n"
+        if os.path.realpath(path) != path or not os.path.isdir(path):
+            return f"keeper: tmpfs {entry[0]}: not a directory of the sandbox\n"
+        data = f"size={entry[1]},mode=0700{owner}".encode()
+        flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, data) != 0:
+            return f"keeper: mount tmpfs {entry[0]}: {os.strerror(ctypes.get_errno())}\n"
+    return None
+
+
 def _read_exact(sock: socket.socket, size: int) -> bytes | None:
     chunks = []
     while size:
@@ -630,6 +668,7 @@ def _keeper_child(
             os.close(fd)
         identity = _identity(message.get("identity"))
         failure = _own_proc(libc) if in_slot else None
+        failure = failure or (_mount_tmpfs(libc, message.get("tmpfs"), identity) if in_slot else None)
         failure = failure or _make_subreaper(libc)
         failure = failure or (_drop_privileges(libc, last_cap) if identity is not None else None)
         os.close(settling)
@@ -727,6 +766,7 @@ class KeeperZygote:
         pass_fds: tuple[int, ...] = (),
         identity: tuple[int, int] | None = None,
         pass_at: int = 3,
+        tmpfs: list[tuple[str, int]] | None = None,
     ) -> KeeperProcess:
         """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
         ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
@@ -734,7 +774,8 @@ class KeeperZygote:
         ``pass_fds``: descriptors ``argv`` gets as ``pass_at``, ``pass_at`` + 1, ... (default 3: a slot's setup
         bubblewrap's ``--info-fd``; a job's statistics descriptor at 5).
         ``identity``: ``(uid, gid)`` the job runs as, with no group, capability nor new privileges: the keeper
-        switches (``_spawn_as``) where a ``setpriv`` exec did it."""
+        switches (``_spawn_as``) where a ``setpriv`` exec did it. ``tmpfs``: ``(path in the sandbox, bytes)`` the
+        keeper mounts in a slot's job namespace before the job starts (``_mount_tmpfs``)."""
         if (namespace is not None or pass_fds or identity) and os.uname().machine not in SYS_CLONE:
             raise OSError(errno.ENOSYS, "jobs in a slot's namespace need the keeper zygote")
         if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
@@ -761,6 +802,10 @@ class KeeperZygote:
         }
         if identity is not None:
             message["identity"] = [int(identity[0]), int(identity[1])]
+        if tmpfs:
+            if namespace is None:
+                raise OSError(errno.EINVAL, "a keeper mounts tmpfs only in a slot's namespace")
+            message["tmpfs"] = [[str(path), int(size)] for path, size in tmpfs]
         fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
         fds += tuple(pass_fds)
         if namespace is not None:
@@ -822,6 +867,7 @@ class KeeperZygotes:
         pass_fds: tuple[int, ...] = (),
         identity: tuple[int, int] | None = None,
         pass_at: int = 3,
+        tmpfs: list[tuple[str, int]] | None = None,
     ) -> KeeperProcess:
         """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
         zygote = self._free.get()
@@ -837,6 +883,7 @@ class KeeperZygotes:
                 pass_fds=pass_fds,
                 identity=identity,
                 pass_at=pass_at,
+                tmpfs=tmpfs,
             )
         finally:
             self._free.put(zygote)

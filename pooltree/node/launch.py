@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +57,17 @@ def shell_script(spec: JobSpec) -> str:
 def private_output(path: Path) -> Any:
     """A new output file only the node's user can read (0600): jobs of other uids never see it."""
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "wb")
+
+
+def plain_tmpfs_directories(sandbox: Path, volumes: Iterable[tuple[str, int]]) -> list[Path]:
+    """Where the node cannot mount (no bubblewrap, no slot namespace): each tmpfs volume's path made as a plain
+    directory of the sandbox, so the job finds it (its size is not enforced, its files count as disk); the
+    directories made, for the caller to give to the job's uid."""
+    made: list[Path] = []
+    for relative, _size in volumes:
+        path = sandbox / relative
+        for missing in reversed([path, *path.parents]):
+            if sandbox in missing.parents and not missing.exists():
+                missing.mkdir()
+                made.append(missing)
+    return made

@@ -15,6 +15,7 @@ import yt.wrapper as ytw
 sys.path.insert(0, str(Path(__file__).parent))
 from live_cluster import YT, Cluster, run_python_callable
 
+from pooltree.node.bubblewrap import find_bubblewrap
 from pooltree.node.executor import SAFE_PATH
 
 
@@ -139,3 +140,16 @@ def test_a_file_written_in_pieces_is_whole(cluster: Cluster) -> None:
     client.write_file("//tmp/pieces", data)
     assert client.read_file("//tmp/pieces").read() == data
     assert client.get("//tmp/pieces/@chunk_count") >= 2  # appended, not replaced
+
+
+def test_a_task_s_tmpfs_is_mounted_in_its_sandbox(cluster: Cluster) -> None:
+    if os.geteuid() != 0 or find_bubblewrap().found is None:
+        pytest.skip("tmpfs mounts need a sandboxing node (root with bubblewrap)")
+    client = cluster.client()
+    probe = "stat -f -c %T cache >&2; df -B1 --output=size cache | tail -1 | tr -d ' ' >&2"
+    task = {"command": probe, "job_count": 1, "tmpfs_path": "cache", "tmpfs_size": 8 * 1024 * 1024}
+    op = client.run_operation(ytw.VanillaSpecBuilder().task("main", task))
+    assert _stderrs(client, op.id) == [b"tmpfs\n8388608\n"]
+    with pytest.raises(ytw.YtResponseError, match="tmpfs_path"):
+        bad = {"command": "true", "job_count": 1, "tmpfs_path": "../escape"}
+        client.run_operation(ytw.VanillaSpecBuilder().task("main", bad))

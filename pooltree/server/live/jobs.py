@@ -331,6 +331,9 @@ class LiveJobs:
         }
         if signal is not None:
             spec["interruption_signal"] = signal
+        tmpfs = task.tmpfs_mounts()
+        if tmpfs:  # mounted by the node in the sandbox (pooltree/node/keeper.py, isolation.py)
+            spec["tmpfs"] = [{"path": path, "size": size} for path, size in tmpfs]
         if task.custom_statistics_count_limit != DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT:
             spec["custom_statistics_count_limit"] = task.custom_statistics_count_limit
         if scheduler.isolate_job_network:  # no authentication: a job that reached the scheduler would be root
