@@ -1046,6 +1046,8 @@ class OperationCommands:
             "task_name": job.task_name,
             "job_index": job.job_index,
             "pool_tree": job.tree,
+            "job_competition_id": job.competition_id,
+            "has_competitors": job.has_competitors,
             "start_time": iso_time(job.start_time),
             "stderr_size": job.stderr_size,
             "statistics": job.statistics,
@@ -1080,6 +1082,12 @@ class OperationCommands:
             jobs = [j for j in jobs if j.state == state]
         if address is not None:
             jobs = [j for j in jobs if j.address == address]
+        competition = ctx.str_param("job_competition_id", None)
+        if competition is not None:  # a job and its speculative copy
+            jobs = [j for j in jobs if j.competition_id == competition]
+        if ctx.param("with_competitors", None) is not None:
+            with_competitors = ctx.bool_param("with_competitors")
+            jobs = [j for j in jobs if j.has_competitors == with_competitors]
         offset = ctx.int_param("offset", 0)
         limit = ctx.int_param("limit", 1000)
         if offset < 0 or limit < 0:

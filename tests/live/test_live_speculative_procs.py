@@ -3,7 +3,7 @@
 The job sleeps for ten minutes when it runs on the node ``slow-node`` (its sandbox lives under that node's root)
 and ends at once anywhere else. The operation sets ``job_speculation_timeout``: the scheduler asks for a copy once
 the job has run a second, the copy starts on ``fast-node`` (the slow node has one slot) and completes; the original
-is aborted with ``speculative_run_won`` and its processes end. The job is counted completed once.
+is aborted with ``speculative_run_won`` and its processes end. The job is counted completed once; both jobs carry the original's id as ``job_competition_id``.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ def test_a_slow_jobs_speculative_copy_wins_and_the_original_is_aborted(tmp_path:
         lost = final[original["id"]]
         assert (lost["state"], lost.get("abort_reason")) == ("aborted", "speculative_run_won")
         assert yt.get_job_stderr(op_id, copy["id"]).read().decode() == "done\n"
+        # YTsaurus's competition attributes and list_jobs filters
+        assert {job["job_competition_id"] for job in final.values()} == {original["id"]}
+        assert all(job["has_competitors"] for job in final.values())
+        assert len(yt.list_jobs(op_id, job_competition_id=original["id"])["jobs"]) == 2
+        assert yt.list_jobs(op_id, with_competitors=False)["jobs"] == []
         counts = yt.get_operation(op_id, attributes=["brief_progress"])["brief_progress"]["jobs"]
         assert (counts["completed"], counts["aborted"], counts["total"]) == (1, 1, 1)  # counted once
         # the original's processes were stopped by its node

@@ -9,6 +9,7 @@ from typing import Any
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.model import LiveJob
 from pooltree.server.store import open_store
 
 LIMITS = {"user_slots": 1, "cpu": 1, "memory": 8 << 30}
@@ -79,8 +80,11 @@ def test_the_copy_wins_and_the_original_is_aborted_on_its_node(tmp_path: Path) -
     assert record is not None and record.state == "completed"
     assert record.document["progress"]["completed"] == 1  # never both results
     assert record.document["progress"]["aborted"] == 1
-    jobs = {job.id: job for job in live.store.list_jobs(op_id)}
+    jobs = {record.id: record for record in live.store.list_jobs(op_id)}
     assert jobs[original["job_id"]].state == "aborted" and jobs[copy["job_id"]].state == "completed"
+    for record in jobs.values():  # stored with YTsaurus's competition attributes
+        job = LiveJob.from_record(record)
+        assert (job.competition_id, job.has_competitors) == (original["job_id"], True)
     live.store.close()
 
 

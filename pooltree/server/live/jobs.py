@@ -388,8 +388,26 @@ class LiveJobs:
         scheduler.jobs[job.id] = job
         op.jobs[job.id] = job
         scheduler.allocation_jobs[allocation.id] = job.id
+        if getattr(payload, "speculative", False):
+            self._join_competition(op, job, allocation)
         scheduler.persistence.put_job(job.record())
         return self._job_spec(op, job, allocation)
+
+    def _join_competition(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> None:
+        """A speculative copy started: it and its original get YTsaurus's ``job_competition_id`` (the original's
+        id) and ``has_competitors``."""
+        scheduler = self.scheduler
+        speculation = op.controller.speculation
+        competition = speculation.competition_of(allocation.id) if speculation is not None else None
+        original_id = scheduler.allocation_jobs.get(competition.id) if competition is not None else None
+        original = scheduler.jobs.get(original_id) if original_id is not None else None
+        if original is None:
+            return
+        job.job_competition_id = original.competition_id
+        job.has_competitors = True
+        if not original.has_competitors:
+            original.has_competitors = True
+            scheduler.persistence.put_job(original.record())
 
     def _on_finished_report(
         self, node: NodeState, report: FinishedJobReport, now: float, touched: set[str]

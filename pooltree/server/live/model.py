@@ -235,6 +235,15 @@ class LiveJob:
     ``interruption_timeout``, ``preemption_reason``, ``preempted_for``)."""
     gpu_devices: tuple[int, ...] = ()
     """Host indices of the GPUs its node gave it, as the node reports them (``node/gpu.py``)."""
+    job_competition_id: str | None = None
+    """A speculative copy: the id of the job it competes with (YTsaurus's ``job_competition_id``, the original's
+    id; other jobs have their own id, see ``competition_id``)."""
+    has_competitors: bool = False
+    """A speculative copy of it ran, or it is one (YTsaurus's ``has_competitors``)."""
+
+    @property
+    def competition_id(self) -> str:
+        return self.job_competition_id or self.id
 
     def record(self) -> JobRecord:
         document = {
@@ -250,6 +259,8 @@ class LiveJob:
             "stderr_size": self.stderr_size,
             "interruption_info": self.interruption_info,
             "gpu_devices": list(self.gpu_devices),
+            "job_competition_id": self.job_competition_id,
+            "has_competitors": self.has_competitors,
         }
         return JobRecord(
             self.operation_id,
@@ -284,6 +295,8 @@ class LiveJob:
             stderr_size=int(doc.get("stderr_size") or 0),
             interruption_info=doc.get("interruption_info"),
             gpu_devices=tuple(doc.get("gpu_devices") or ()),
+            job_competition_id=doc.get("job_competition_id"),
+            has_competitors=bool(doc.get("has_competitors")),
         )
 
     def exec_attributes(self) -> dict[str, Any] | None:
