@@ -468,37 +468,9 @@ def _simple_operation_fsbs(
 ) -> FunctionBatch:
     """Closed-form FSBS of operations with usage, no guarantee and usage within limits (see above)."""
     n = len(u)
-    # Phase 1: s = 0 and every distinct positive usage value v (fit v / M, value min(u, v)).
-    sorted_usage = np.sort(u, axis=1)
-    previous = np.concatenate([np.zeros((n, 1)), sorted_usage[:, :-1]], axis=1)
-    distinct = sorted_usage > previous
-    p1_s = np.concatenate([np.zeros((n, 1)), sorted_usage], axis=1)
-    p1_f = np.concatenate([np.zeros((n, 1)), sorted_usage / max_usage[:, None]], axis=1)
-    p1_valid = np.concatenate([np.ones((n, 1), dtype=bool), distinct], axis=1)
+    p1_s, p1_f, p1_valid = _usage_points(u, max_usage)
     p1_rows = np.nonzero(p1_valid)[0]
-    # Phase 2: the piece from (1, u) to (2, d), cut where the first resource passes its limit.
-    dy = d - u
-    over = d > limit + LIMIT_TOLERANCE
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_cross = np.where(over, (limit - u) / dy, np.inf)
-    cut = row_any(over)
-    t_max = np.where(cut, np.clip(row_min(t_cross), 0.0, 1.0), 1.0)
-    h0 = np.concatenate([u, np.zeros((n, 1))], axis=1)
-    slopes = np.concatenate([dy, np.zeros((n, 1))], axis=1)
-    top_start = np.argmax(h0, axis=1)
-    top_end = np.argmax(h0 + slopes * t_max[:, None], axis=1)
-    changes = np.flatnonzero(top_start != top_end)
-    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[changes])
-    bp_rows = changes[bp_rows] if len(bp_rows) else np.zeros(0, dtype=np.int64)
-    # Phase 2 points: breakpoints, then the end (cut end at t_max inside (0, 1) interpolated, or the
-    # demand itself when uncut); the cut at t_max = 0 ends the function at the top usage.
-    cut_end = np.flatnonzero(cut & (t_max > 0))
-    t_cut = t_max[cut_end]
-    uncut = np.flatnonzero(~cut)
-    mid_rows = np.concatenate([bp_rows, cut_end])
-    t_col = np.concatenate([bp_t, t_cut])[:, None]
-    ya, dyr = u[mid_rows], dy[mid_rows]
-    mid_y = np.where(t_col < 0.5, ya + dyr * t_col, d[mid_rows] - dyr * (1.0 - t_col))
+    bp_rows, bp_t, cut_end, t_cut, uncut, mid_y = _demand_piece(u, d, limit)
     # Output positions without sorting: phase 1 points, breakpoints (sorted by row then t), end, tail.
     p1_count = p1_valid.sum(axis=1)
     bp_count = np.bincount(bp_rows, minlength=n)
@@ -543,6 +515,49 @@ def _simple_operation_fsbs(
     out_f[tail_pos] = out_f[tail_pos - 1]
     out_y[tail_pos] = out_y[tail_pos - 1]
     return compress(FunctionBatch(offsets, out_s, out_y, out_f), collinear=False)
+
+
+def _usage_points(u: np.ndarray, max_usage: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The closed form's first phase (fit factor up to 1): s = 0 and every distinct positive usage value v, with
+    fit v / M and value min(u, v); as (suggestions, fits, which of them are points), one row per operation."""
+    n = len(u)
+    sorted_usage = np.sort(u, axis=1)
+    previous = np.concatenate([np.zeros((n, 1)), sorted_usage[:, :-1]], axis=1)
+    distinct = sorted_usage > previous
+    p1_s = np.concatenate([np.zeros((n, 1)), sorted_usage], axis=1)
+    p1_f = np.concatenate([np.zeros((n, 1)), sorted_usage / max_usage[:, None]], axis=1)
+    p1_valid = np.concatenate([np.ones((n, 1), dtype=bool), distinct], axis=1)
+    return p1_s, p1_f, p1_valid
+
+
+def _demand_piece(
+    u: np.ndarray, d: np.ndarray, limit: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The closed form's second phase: the piece from (1, u) to (2, d), cut where the first resource passes its
+    limit. Returns sigma's breakpoints on it (rows, t), the cut ends inside (0, 1] (rows, t), the uncut rows, and
+    the values at the breakpoints then at the cut ends; a cut at t = 0 ends the function at the top usage."""
+    n = len(u)
+    dy = d - u
+    over = d > limit + LIMIT_TOLERANCE
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_cross = np.where(over, (limit - u) / dy, np.inf)
+    cut = row_any(over)
+    t_max = np.where(cut, np.clip(row_min(t_cross), 0.0, 1.0), 1.0)
+    h0 = np.concatenate([u, np.zeros((n, 1))], axis=1)
+    slopes = np.concatenate([dy, np.zeros((n, 1))], axis=1)
+    top_start = np.argmax(h0, axis=1)
+    top_end = np.argmax(h0 + slopes * t_max[:, None], axis=1)
+    changes = np.flatnonzero(top_start != top_end)
+    bp_rows, bp_t = _envelope_breakpoints(h0[changes], slopes[changes], t_max[changes])
+    bp_rows = changes[bp_rows] if len(bp_rows) else np.zeros(0, dtype=np.int64)
+    cut_end = np.flatnonzero(cut & (t_max > 0))
+    t_cut = t_max[cut_end]
+    uncut = np.flatnonzero(~cut)
+    mid_rows = np.concatenate([bp_rows, cut_end])
+    t_col = np.concatenate([bp_t, t_cut])[:, None]
+    ya, dyr = u[mid_rows], dy[mid_rows]
+    mid_y = np.where(t_col < 0.5, ya + dyr * t_col, d[mid_rows] - dyr * (1.0 - t_col))
+    return bp_rows, bp_t, cut_end, t_cut, uncut, mid_y
 
 
 def sum_functions(
