@@ -39,7 +39,6 @@ from pooltree.strategy.tentative import (
     tentative_trees,
     with_tentative_trees,
 )
-from pooltree.tree.delta import period_delta
 from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
 from pooltree.tree.projection import TreeProjection
 from pooltree.tree.registry import PoolTrees
@@ -117,10 +116,10 @@ class _TreeStep:
         """Per operation with job groups: one job's resources (the componentwise minimum over its groups), the
         per-job vector of discretized fair share; an operation without groups keeps its continuous function."""
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
-        projection = TreeProjection()  # one per tree, read by both builds
-        self.input_cache = FairShareInputCache(projection)
-        self.build_cache = BuildCache(projection)
-        self.revision: int | None = None
+        self.projection = TreeProjection()
+        """The tree's projection: where the next step's delta starts from, the static parts both builds read."""
+        self.input_cache = FairShareInputCache(self.projection)
+        self.build_cache = BuildCache(self.projection)
         self.layout: Any = None
         """The previous step's flattened tree (``UpdateState.layout``), for the next step of the same tree."""
         """The tree's revision at the previous step (where the next step's delta starts)."""
@@ -129,8 +128,7 @@ class _TreeStep:
 
     def run(self) -> Any:
         begin = time.perf_counter()
-        delta = period_delta(self.tree, self.revision)
-        self.revision = delta.revision
+        delta = self.projection.delta(self.tree)
         root, settings = build_fair_share_input(
             self.tree, self.resources, cache=self.input_cache, delta=delta
         )

@@ -54,7 +54,7 @@ from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tol
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
 from pooltree.tree import FairShareInputCache, build_fair_share_input
-from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.projection import TreeProjection
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
@@ -105,12 +105,11 @@ class SchedulerCore:
         """Operations' memory limits from their best allocation share (`best_allocation.py`)."""
         self._best_allocation_used = 0
         """The ``best_allocation.revision`` of the limits the last update was given."""
-        # the tree's one projection per period: the static parts both builds read (`pooltree.tree.projection`)
-        projection = TreeProjection()
-        self._build_cache = BuildCache(projection)
-        self._input_cache = FairShareInputCache(projection)
-        self._period_revision: int | None = None
-        """The tree's revision at the previous period (what the next period's delta starts from)."""
+        self._projection = TreeProjection()
+        """The tree's one projection per period (`pooltree.tree.projection`): where the next period's delta starts
+        from, and the static parts both builds read."""
+        self._build_cache = BuildCache(self._projection)
+        self._input_cache = FairShareInputCache(self._projection)
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._may_have_completed: set[str] = set()
@@ -393,9 +392,7 @@ class SchedulerCore:
     def _period_delta(self) -> PeriodDelta:
         """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations
         whose usage or pending work was reported moved: found once, read by the input and the build."""
-        delta = period_delta(self.pool_tree, self._period_revision, self.input_resources.take_changed())
-        self._period_revision = delta.revision
-        return delta
+        return self._projection.delta(self.pool_tree, self.input_resources.take_changed())
 
     def _fair_share_input(self, delta: PeriodDelta, now: float) -> tuple[Any, Any]:
         """The fair-share update's input tree and settings, read from the runtime tree with the period's delta."""

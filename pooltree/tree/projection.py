@@ -19,12 +19,12 @@ build) advances that one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 
-from pooltree.tree.delta import PeriodDelta, RuntimeTree
+from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec, pool_key
 
 SPEC_FIELDS = (
@@ -118,6 +118,11 @@ class TreeProjection:
         self.exact = True
         """False when a running operation's spec is a plain map (it may change in place without a revision): every
         `advance` then walks the tree."""
+
+    def delta(self, tree: RuntimeTree, resources: Collection[str] | None = None) -> PeriodDelta:
+        """This period's delta of ``tree``: what changed since the revision the projection stands at (the previous
+        period's), found once for every build of the period (``resources``: see `PeriodDelta`)."""
+        return period_delta(tree, self.revision if tree is self.tree else None, resources)
 
     def advance(self, tree: RuntimeTree, delta: PeriodDelta) -> None:
         """Bring the projection to ``delta``'s revision of ``tree``: nothing when it is there already, the operations
