@@ -246,6 +246,12 @@ def scheduler_command(
         help="CPU seconds of one core a refresh of the scheduling forecast may take (in its worker process, at "
         "nice +10); 0 turns forecasts off.",
     ),
+    forecast_arrivals: bool = typer.Option(
+        False,
+        "--forecast-arrivals",
+        help="The scheduling forecast assumes the last hour's submissions go on (per pool, drawn anew in each "
+        "run; docs/forecast.md). Off: the forecast is that of the cluster left alone.",
+    ),
     node_shards: int = typer.Option(
         1,
         "--node-shards",
@@ -272,7 +278,7 @@ def scheduler_command(
             raise PooltreeError(f"--node-shards must be from 1 to {MAX_NODE_SHARDS}, got {node_shards}")
         check_period(heartbeat_period, "--heartbeat-period")
         check_update_period(fair_share_update_period, "--fair-share-update-period")
-        forecasts = forecast_worker_settings(forecast_budget)
+        forecasts = forecast_worker_settings(forecast_budget, arrivals=forecast_arrivals)
         if no_authentication and not is_loopback(host):
             raise PooltreeError(
                 f"--no-authentication is refused on {host}: anyone who can reach it would be root; "

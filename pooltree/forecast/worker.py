@@ -31,6 +31,7 @@ from typing import Any
 
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.arrivals import ArrivalSettings
 from pooltree.forecast.live import DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
 from pooltree.forecast.run import Forecast, ForecastSettings, forecast
 from pooltree.forecast.state import ClusterState, OperationState
@@ -73,13 +74,18 @@ class WorkerSettings:
             raise ConfigError("forecast.timeout", f"must be seconds in (0, 3600], got {self.timeout!r}")
 
 
-def forecast_worker_settings(cpu_budget: float) -> WorkerSettings:
-    """The live service's settings for ``pooltree scheduler --forecast-budget``: 0 turns forecasts off."""
+def forecast_worker_settings(cpu_budget: float, *, arrivals: bool = False) -> WorkerSettings:
+    """The live service's settings for ``pooltree scheduler --forecast-budget`` (0 turns forecasts off) and
+    ``--forecast-arrivals`` (submissions to come drawn from the last hour's, `pooltree.forecast.arrivals`)."""
     if not math.isfinite(cpu_budget) or not 0 <= cpu_budget <= 3600:
         raise ConfigError("--forecast-budget", f"must be CPU seconds in [0, 3600], got {cpu_budget!r}")
     if cpu_budget == 0:
         return WorkerSettings(enabled=False)
-    return WorkerSettings(forecast=ForecastSettings(seeds=5, horizon=3600.0, cpu_budget=cpu_budget))
+    return WorkerSettings(
+        forecast=ForecastSettings(
+            seeds=5, horizon=3600.0, cpu_budget=cpu_budget, arrivals=ArrivalSettings(enabled=arrivals)
+        )
+    )
 
 
 OFF = "this scheduler makes no forecasts (pooltree scheduler --forecast-budget 0)"
@@ -138,6 +144,19 @@ def _run_in_worker(
         signal.setitimer(signal.ITIMER_PROF, 0)
 
 
+def _exit_reason(code: int | None) -> str:
+    """A worker process's exit code in words: the signal that ended it (SIGKILL: the kernel's OOM killer or an
+    operator), or its exit status."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
 class ForecastService:
     """Forecasts of one live scheduler (see the module docstring)."""
 
@@ -163,6 +182,8 @@ class ForecastService:
         """The last refresh: ``state`` (the copy, in the server: its thread's CPU and wall seconds), ``forecast``
         (the worker's wall time, at its lower priority), and the simulator events it processed."""
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+        self._workers: list[Any] = []
+        """The worker processes of ``_executor`` (their exit codes say why one died)."""
         self._executor_lock = threading.Lock()
         self._wanted = threading.Event()
         self._stopping = threading.Event()
@@ -189,16 +210,24 @@ class ForecastService:
 
     def _send(self, state: ClusterState, settings: ForecastSettings) -> concurrent.futures.Future[Any]:
         try:
-            return self._pool().submit(_run_in_worker, state, settings, self.settings.timeout)
+            pool = self._pool()
+            future = pool.submit(_run_in_worker, state, settings, self.settings.timeout)
         except concurrent.futures.process.BrokenProcessPool:
-            self._forget_pool()
-            raise PooltreeError(
-                "the forecast worker process died (memory limit or killed); it restarts"
-            ) from None
+            raise self._died() from None
+        with self._executor_lock:  # the pool starts its process on the first submit
+            self._workers = list((pool._processes or {}).values()) or self._workers
+        return future
 
-    def _forget_pool(self) -> None:
+    def _died(self) -> PooltreeError:
+        """The pool broke: forgotten (the next refresh starts a new process); the error says how it ended."""
         with self._executor_lock:
             self._executor = None
+            workers, self._workers = self._workers, []
+        for process in workers:
+            process.join(timeout=1.0)
+        how = ", ".join(_exit_reason(process.exitcode) for process in workers) or "unknown exit"
+        log.warning("the forecast worker process died: %s", how)
+        return PooltreeError(f"the forecast worker process died ({how}); it restarts")
 
     @property
     def answer_timeout(self) -> float:
@@ -211,10 +240,7 @@ class ForecastService:
         try:
             found, error = future.result(timeout=timeout)
         except concurrent.futures.process.BrokenProcessPool:
-            self._forget_pool()
-            raise PooltreeError(
-                "the forecast worker process died (memory limit or killed); it restarts"
-            ) from None
+            raise self._died() from None
         except concurrent.futures.TimeoutError:
             raise ForecastTimeout("the forecast worker did not answer in time") from None
         if found is None:

@@ -39,6 +39,24 @@ def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
         service.stop()
 
 
+def test_a_worker_that_dies_says_how_and_is_replaced() -> None:
+    """Killed during a forecast (as the kernel's OOM killer would), the worker's end is reported with its signal
+    and the next forecast runs in a new process."""
+    service = ForecastService(scheduler=None, clock=time.time)  # type: ignore[arg-type]
+    try:
+        service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
+        (pid,) = service._pool()._processes
+        future = service._send(project_state(), ForecastSettings(seeds=8, horizon=200_000.0))
+        psutil.Process(pid).kill()
+        with pytest.raises(PooltreeError, match="died \\(killed by SIGKILL\\)"):
+            service.collect(future, 60)
+        found = service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
+        assert set(found.operations) == {"batch-1", "adhoc-1"}
+        assert next(iter(service._pool()._processes)) != pid
+    finally:
+        service.stop()
+
+
 _SCHEDULER = """
 import os, sys, time
 from pooltree.forecast.worker import ForecastService
@@ -84,5 +102,7 @@ def test_forecasts_turned_off_make_none_and_say_so() -> None:
     finally:
         service.stop()
     assert forecast_worker_settings(2.5).forecast.cpu_budget == 2.5
+    assert not forecast_worker_settings(2.5).forecast.arrivals.enabled
+    assert forecast_worker_settings(2.5, arrivals=True).forecast.arrivals.enabled  # --forecast-arrivals
     with pytest.raises(ConfigError, match="forecast-budget"):
         forecast_worker_settings(-1.0)
