@@ -33,8 +33,25 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_common import machine, process_cpu_seconds, quantile_ms, uptime, yt_client
-from live_nodes import POOL, START_TIMEOUT, Scheduler, _driver, _phase, _start_operations
+from live_common import (
+    join_processes,
+    machine,
+    process_cpu_seconds,
+    quantile_ms,
+    start_drivers,
+    uptime,
+    yt_client,
+)
+from live_nodes import (
+    POOL,
+    START_TIMEOUT,
+    Scheduler,
+    _driver,
+    _phase,
+    _start_operations,
+    add_driver_arguments,
+    driver_options,
+)
 
 QUEUE_POOL = "queued"
 
@@ -102,35 +119,21 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         reader_queue: Any = context.Queue()
         processes: list[Any] = []
         try:
-            host, _, port = scheduler.url.removeprefix("http://").partition(":")
             addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
-            options = {
-                "period": args.period,
-                "node_cpu": float(args.node_cpu),
-                "node_memory": 64.0 * 2**30,
-                "job_seconds": args.job_seconds,
-            }
-            drivers = [
-                context.Process(
-                    target=_driver,
-                    args=(
-                        host,
-                        int(port),
-                        scheduler.secret,
-                        addresses[i :: args.drivers],
-                        options,
-                        end,
-                        queue,
-                    ),
-                )
-                for i in range(args.drivers)
-            ]
-            processes.extend(drivers)
-            for process in drivers:
-                process.start()
-            for _ in drivers:
-                if queue.get(timeout=START_TIMEOUT) != "ready":
-                    raise RuntimeError("a driver did not start")
+            options = driver_options(args)
+            start_drivers(
+                context,
+                _driver,
+                scheduler.url,
+                scheduler.secret,
+                addresses,
+                args.drivers,
+                options,
+                end,
+                queue,
+                START_TIMEOUT,
+                processes,
+            )
             time.sleep(2 * args.period + 1.0)
             _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
             client = yt_client(scheduler.url, scheduler.token)
@@ -151,7 +154,7 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             finish = time.time()
             total, worker = scheduler.cpu_seconds() - total_before, _worker_cpu(scheduler) - worker_before
             end.value = finish
-            results = [queue.get(timeout=120) for _ in drivers]
+            results = [queue.get(timeout=120) for _ in range(min(args.drivers, args.nodes))]
             calls, seen = reader_queue.get(timeout=120)
             heartbeats = _phase(mode, results, (begin, finish), total - worker, args)
             window = [(sent, got) for sent, got, _ in calls if begin <= sent < finish]
@@ -181,10 +184,7 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             }
         finally:
             end.value = min(end.value, time.time())
-            for process in processes:
-                process.join(60)
-                if process.is_alive():
-                    process.terminate()
+            join_processes(processes, 60)
             scheduler.close()
 
 
@@ -196,8 +196,7 @@ def main() -> None:
     parser.add_argument("--operations", type=int, default=100)
     parser.add_argument("--queued", type=int, default=50)
     parser.add_argument("--jobs", type=int, default=100)
-    parser.add_argument("--node-cpu", type=float, default=16)
-    parser.add_argument("--job-seconds", type=float, default=30.0)
+    add_driver_arguments(parser, job_seconds=30.0)
     parser.add_argument("--api-rate", type=float, default=20.0)
     parser.add_argument("--budget", type=float, default=5.0, help="--forecast-budget of mode on")
     parser.add_argument("--seconds", type=float, default=40.0)

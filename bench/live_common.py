@@ -1,8 +1,11 @@
-"""What the live-cluster benchmarks share (``bench/live_queue.py``, ``bench/live_throughput.py``).
+"""What the live-cluster benchmarks share (``bench/live_queue.py``, ``bench/live_throughput.py``,
+``bench/live_nodes.py``, ``bench/forecast_live.py``).
 
 * ``Local``: ``pooltree local`` in a child process (real scheduler and node processes on 127.0.0.1, SQLite under
   the given directory); ``close()`` stops it (SIGINT, bounded wait, then kill).
 * ``yt_client``: a ``yt.wrapper.YtClient`` for it.
+* ``start_drivers``, ``join_processes``: the simulated-node driver processes of ``live_nodes`` and
+  ``forecast_live`` (started, waited for, joined or terminated).
 * ``YtRequests``: the exact HTTP requests ``yt.wrapper`` sends for a command, recorded once from a real
   ``YtClient`` (it talks to a recording listener on 127.0.0.1) and replayed over plain asyncio keep-alive
   connections with the per-request values (operation id, cursor, mutation id, correlation id) put in. A load
@@ -106,6 +109,46 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
+
+
+def start_drivers(
+    context: Any,
+    target: Callable[..., None],
+    url: str,
+    secret: str,
+    addresses: list[str],
+    count: int,
+    options: dict[str, Any],
+    end: Any,
+    queue: Any,
+    timeout: float,
+    started: list[Any],
+) -> None:
+    """``count`` simulated-node driver processes (``bench/live_nodes.py``'s ``_driver``), each heartbeating every
+    ``count``-th of ``addresses`` to the scheduler at ``url``: added to ``started`` (the caller joins them with
+    `join_processes`, also when this raises), started, and each waited for until it puts ``"ready"`` on
+    ``queue`` (RuntimeError otherwise)."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    groups = [addresses[i::count] for i in range(count)]
+    drivers = [
+        context.Process(target=target, args=(host, int(port), secret, group, options, end, queue))
+        for group in groups
+        if group
+    ]
+    started.extend(drivers)
+    for process in drivers:
+        process.start()
+    for _ in drivers:
+        if queue.get(timeout=timeout) != "ready":
+            raise RuntimeError("a driver did not start")
+
+
+def join_processes(processes: list[Any], timeout: float) -> None:
+    """Each of ``processes`` joined within ``timeout`` seconds, else terminated."""
+    for process in processes:
+        process.join(timeout)
+        if process.is_alive():
+            process.terminate()
 
 
 def yt_client(url: str, token: str) -> ytw.YtClient:

@@ -52,7 +52,15 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from live_common import machine, quantile_ms, read_response_body, stop_process, yt_client
+from live_common import (
+    join_processes,
+    machine,
+    quantile_ms,
+    read_response_body,
+    start_drivers,
+    stop_process,
+    yt_client,
+)
 
 from pooltree.node import wire
 
@@ -362,6 +370,28 @@ def _phase(
     }
 
 
+def add_driver_arguments(parser: argparse.ArgumentParser, job_seconds: float) -> None:
+    """The simulated nodes' options (``--node-cpu``, ``--node-memory-gib``, ``--job-seconds``, ``--job-jitter``),
+    also ``bench/forecast_live.py``'s."""
+    parser.add_argument("--node-cpu", type=float, default=16)
+    parser.add_argument("--node-memory-gib", type=float, default=64)
+    parser.add_argument("--job-seconds", type=float, default=job_seconds)
+    parser.add_argument(
+        "--job-jitter", type=float, default=0.5, help="each job lasts job-seconds x U[1 - jitter, 1 + jitter]"
+    )
+
+
+def driver_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What `_driver` reads of its options, from `add_driver_arguments`'s arguments."""
+    return {
+        "period": args.period,
+        "node_cpu": float(args.node_cpu),
+        "node_memory": float(args.node_memory_gib) * 2**30,
+        "job_seconds": args.job_seconds,
+        "job_jitter": args.job_jitter,
+    }
+
+
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
         scheduler = Scheduler(Path(tmp), args.period, shards=args.shards_now)
@@ -370,28 +400,21 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         queue: Any = context.Queue()
         drivers: list[Any] = []
         try:
-            host, _, port = scheduler.url.removeprefix("http://").partition(":")
             addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
-            options = {
-                "period": args.period,
-                "node_cpu": float(args.node_cpu),
-                "node_memory": float(args.node_memory_gib) * 2**30,
-                "job_seconds": args.job_seconds,
-                "job_jitter": args.job_jitter,
-            }
-            groups = [addresses[i :: args.drivers] for i in range(args.drivers)]
-            drivers = [
-                context.Process(
-                    target=_driver, args=(host, int(port), scheduler.secret, group, options, end, queue)
-                )
-                for group in groups
-                if group
-            ]
-            for process in drivers:
-                process.start()
-            for _ in drivers:
-                if queue.get(timeout=START_TIMEOUT) != "ready":
-                    raise RuntimeError("a driver did not start")
+            options = driver_options(args)
+            start_drivers(
+                context,
+                _driver,
+                scheduler.url,
+                scheduler.secret,
+                addresses,
+                args.drivers,
+                options,
+                end,
+                queue,
+                START_TIMEOUT,
+                drivers,
+            )
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
             windows: list[tuple[str, tuple[float, float], float]] = []
 
@@ -430,10 +453,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             return {"phases": phases, "start_operations_seconds": round(start_seconds, 2)}
         finally:
             end.value = min(end.value, time.time())
-            for process in drivers:
-                process.join(REQUEST_TIMEOUT + 10)
-                if process.is_alive():
-                    process.terminate()
+            join_processes(drivers, REQUEST_TIMEOUT + 10)
             scheduler.close()
 
 
@@ -459,12 +479,7 @@ def main() -> None:
     parser.add_argument("--drivers", type=int, default=3)
     parser.add_argument("--operations", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--node-cpu", type=float, default=16)
-    parser.add_argument("--node-memory-gib", type=float, default=64)
-    parser.add_argument("--job-seconds", type=float, default=10.0)
-    parser.add_argument(
-        "--job-jitter", type=float, default=0.5, help="each job lasts job-seconds x U[1 - jitter, 1 + jitter]"
-    )
+    add_driver_arguments(parser, job_seconds=10.0)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--quiet-seconds", type=float, default=5.0)
