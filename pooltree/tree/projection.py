@@ -117,7 +117,9 @@ class TreeProjection:
         """The tree's revision at the last `advance` (None: never advanced, or it failed half-way)."""
         self.exact = True
         """False when a running operation's spec is a plain map (it may change in place without a revision): every
-        `advance` then walks the tree."""
+        period's `advance` then walks the tree."""
+        self.advanced_with: PeriodDelta | None = None
+        """The delta of the last `advance` (the second build of a period finds the projection advanced with it)."""
 
     def delta(self, tree: RuntimeTree, resources: Collection[str] | None = None) -> PeriodDelta:
         """This period's delta of ``tree``: what changed since the revision the projection stands at (the previous
@@ -127,9 +129,12 @@ class TreeProjection:
     def advance(self, tree: RuntimeTree, delta: PeriodDelta) -> None:
         """Bring the projection to ``delta``'s revision of ``tree``: nothing when it is there already, the operations
         the delta names when it was at the delta's start, else a walk of the whole tree."""
-        if tree is self.tree and self.revision == delta.revision and self.exact:
+        if delta is self.advanced_with or (
+            self.exact and tree is self.tree and self.revision == delta.revision
+        ):
             return
         revision, self.revision = self.revision, None  # unknown until this advance is complete
+        self.advanced_with = None
         self.departed = {}
         if self.exact and delta.applies_to(tree, revision if tree is self.tree else None):
             self._operations_changed(tree, delta.operations or ())
@@ -137,6 +142,7 @@ class TreeProjection:
             self._walk(tree)
         self.tree = tree
         self.revision = delta.revision
+        self.advanced_with = delta
 
     def _walk(self, tree: RuntimeTree) -> None:
         """Every pool (in the tree's order) and every running operation (in registration order) anew, keeping the
