@@ -403,8 +403,9 @@ def _runs(
     began: float,
 ) -> list[SeedRun]:
     """One run per seed. Under a budget a new simulation is started while the simulator's share of the budget
-    left per seed left is at least what the last simulation cost; otherwise the last stopped simulation is handed
-    over once more with the next seed (its running jobs' ends drawn anew)."""
+    left per seed left is at least what the last simulation cost and the budget left after it still pays every
+    seed's hand-over (as dear as the dearest so far, one more to spare); otherwise the last stopped simulation is
+    handed over once more with the next seed (its running jobs' ends drawn anew)."""
     budget = settings.cpu_budget
     runs: list[SeedRun] = []
     simulated = (
@@ -412,6 +413,8 @@ def _runs(
     )  # the fits and the arrival model came out of the simulator's share
     last: SeedRun | None = None
     last_cost = 0.0
+    tail_cost = 0.0  # the dearest hand-over so far (0: none yet)
+    reserved = 0.0 if budget is None else budget * (1.0 - settings.simulation_share) / settings.seeds
     for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
         left = settings.seeds - index
         if budget is None:
@@ -428,7 +431,16 @@ def _runs(
             )
             continue
         share = (budget * settings.simulation_share - simulated) / left
-        if last is None or last.simulation is None or share >= last_cost:
+        # a new simulation only if it fits the simulator's share and leaves every seed left its hand-over, as dear
+        # as the dearest so far, with one more to spare (their costs vary by a third): a seed simulated anew whose
+        # hand-over then runs out covers less of the horizon for every seed (the forecast's is the shortest run's)
+        spent = time.process_time() - began
+        hand_overs = (left + 1) * max(tail_cost, reserved)
+        if (
+            last is None
+            or last.simulation is None
+            or (share >= last_cost and budget - spent - last_cost >= hand_overs)
+        ):
             clock = time.process_time()
             last = run_seed(
                 state,
@@ -450,9 +462,10 @@ def _runs(
             )
         # the hand-overs' own share is kept for them even when a simulation ran over its share (its setup is
         # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
-        reserved = budget * (1.0 - settings.simulation_share) / settings.seeds
-        deadline = time.process_time() + max((budget - (time.process_time() - began)) / left, reserved)
+        clock = time.process_time()
+        deadline = clock + max((budget - (clock - began)) / left, reserved)
         runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1, arrivals))
+        tail_cost = max(tail_cost, time.process_time() - clock)
     return runs
 
 
