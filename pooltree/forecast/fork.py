@@ -40,6 +40,13 @@ from pooltree.sim.scenario import (
 
 RUNNING_TASK = "{task}#running{index}"
 """Name of the task of a group of running jobs of similar age (the forecast's own; never shown)."""
+
+
+def spec_task(name: str) -> str:
+    """The spec task a task of the fork runs (a group of running jobs is a task of its own, `RUNNING_TASK`)."""
+    return name.partition("#running")[0]
+
+
 AGE_GROUPS = 4
 """Running jobs of a task are split into at most this many groups by elapsed time (youngest first)."""
 
@@ -132,6 +139,19 @@ def operation_spec(
     if cache is not None:
         cache[key] = spec
     return spec
+
+
+def seed_distributions(
+    state: ClusterState, seed: int, fits: Mapping[tuple[str, str], DurationFit]
+) -> dict[tuple[str, str], Distribution]:
+    """(operation id, spec task) → the job run times ``seed`` assumes: the same draw `fork_operation` makes for
+    that seed (a hand-over of another seed's stopped run draws its own, `pooltree.forecast.tail`)."""
+    return {
+        (op.id, task.name): fits[(op.id, task.name)].for_seed(random.Random(f"{seed}/{op.id}/{task.name}"))
+        for op in state.operations
+        for task in op.tasks
+        if (op.id, task.name) in fits
+    }
 
 
 def fork_operation(

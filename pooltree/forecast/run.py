@@ -28,7 +28,7 @@ import math
 import pickle
 import time
 from collections import Counter
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +36,7 @@ from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError
 from pooltree.forecast.arrivals import Arrivals, ArrivalSettings, is_arrival
 from pooltree.forecast.durations import DurationFit, DurationSettings
-from pooltree.forecast.fork import carry_integral, duration_fits, fork
+from pooltree.forecast.fork import carry_integral, duration_fits, fork, seed_distributions
 from pooltree.forecast.ranges import QUANTILES, prediction_range, quantile
 from pooltree.forecast.state import ClusterState
 from pooltree.forecast.tail import hand_over
@@ -241,9 +241,11 @@ def _tail(
     deadline: float | None,
     last_use: bool,
     arrivals: Arrivals,
+    fits: Mapping[tuple[str, str], DurationFit],
 ) -> SeedRun:
     """``base`` (a run the budget stopped) carried to the horizon by the capacity hand-over with ``seed``: its own
-    seed continues its draws; another seed draws the running jobs' ends anew. ``last_use``: the hand-over may
+    seed continues its draws; another seed draws its own run-time distributions from ``fits`` and the running jobs'
+    ends anew. ``last_use``: the hand-over may
     change the simulation's own pool trees (no other hand-over follows from it)."""
     simulation = base.simulation
     assert simulation is not None and base.trees is not None
@@ -284,6 +286,7 @@ def _tail(
         deadline=deadline,
         arrivals=future,
         on_preempt=lambda preemptor, victim: _count(run.preempted_for, preemptor, victim),
+        durations=seed_distributions(state, seed, fits) if redraw else None,
     )
     run.tail_jobs = found.jobs
     run.tail_reached = found.reached
@@ -464,7 +467,7 @@ def _runs(
         # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
         clock = time.process_time()
         deadline = clock + max((budget - (clock - began)) / left, reserved)
-        runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1, arrivals))
+        runs.append(_tail(state, last, seed, settings, deadline, index == settings.seeds - 1, arrivals, fits))
         tail_cost = max(tail_cost, time.process_time() - clock)
     return runs
 

@@ -37,10 +37,11 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
+from pooltree.forecast.fork import spec_task
 from pooltree.forecast.tail_preemption import Starving, dominant_share, fair_shares, starving
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.sim.engine import Simulation
-from pooltree.sim.scenario import SimOperation, SimTask
+from pooltree.sim.scenario import Distribution, SimOperation, SimTask
 
 EPSILON = 1e-9
 MAX_TAIL_JOBS = 1_000_000
@@ -168,12 +169,16 @@ def hand_over(
     deadline: float | None = None,
     arrivals: Sequence[SimOperation] = (),
     on_preempt: Callable[[str, str], None] | None = None,
+    durations: Mapping[tuple[str, str], Distribution] | None = None,
 ) -> TailResult:
     """Carry ``simulation`` (stopped at ``simulation.now``, every operation arrived) to ``horizon``; calls
     ``on_start`` for the first job of an operation not in ``started`` and ``on_finish`` for a completion.
     ``pool_trees``: the run's pool trees by name, the hand-over's own copies (it unregisters operations in them).
     ``redraw``: the running jobs' ends are drawn anew with ``seed`` (conditioned on their having run until now), so
-    one stopped simulation serves several seeds. ``deadline``: ``time.process_time()`` when it stops. ``arrivals``:
+    one stopped simulation serves several seeds; with ``durations`` ((operation id, spec task) → ``seed``'s own
+    run-time distribution, `pooltree.forecast.fork.seed_distributions`) a running job's end is drawn from it given
+    how long the job has run since it really started, and every job the hand-over starts runs like it, so the
+    seeds differ in what they assume of the run times as simulated seeds do, not only in the single jobs' draws. ``deadline``: ``time.process_time()`` when it stops. ``arrivals``:
     submissions still to come (after ``simulation.now``, by time), registered in their pool trees when they come
     (a count limit may queue them) and served like the others. ``on_preempt(preemptor, victim)``: a job preempted
     for a starving operation (`pooltree.forecast.tail_preemption`)."""
@@ -200,7 +205,11 @@ def hand_over(
         _take(tree.free, resources, -1.0)
         end = job.end
         if end is not None and redraw and job.task.duration is not None:
-            end = now + remaining(job.task.duration, now - job.start, rng)
+            own = None if durations is None else durations.get((job.op.spec.id, spec_task(job.task.name)))
+            if own is not None:  # the seed's own run times, given the time since the job's real start
+                end = now + remaining(own, now - job.allocation.start_time, rng)
+            else:
+                end = now + remaining(job.task.duration, now - job.start, rng)
         if end is not None:
             serial += 1
             heap.append((end, serial, job.op.spec.id, resources))
@@ -265,7 +274,8 @@ def hand_over(
         serial += 1
         op.jobs[serial] = (resources, task)
         op.held[resources] += 1
-        heapq.heappush(heap, (at + task.duration.sample(rng), serial, op.id, resources))
+        own = None if durations is None else durations.get((op.id, task.name))
+        heapq.heappush(heap, (at + (own or task.duration).sample(rng), serial, op.id, resources))
         return True
 
     def preempt_for(tree: _Tree, op: _TailOp, at: float) -> None:

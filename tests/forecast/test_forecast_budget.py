@@ -3,6 +3,8 @@ finishes when its running jobs end (the same time a longer run simulates)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from pooltree.config.pool_trees import parse_pool_trees
@@ -215,3 +217,34 @@ def test_the_hand_over_preempts_for_a_starving_operation():
     assert abs(adhoc.start["p50"] - simulated.start["p50"]) <= 5.0
     assert [item["operation_id"] for item in adhoc.preempts] == ["batch-1"]
     assert adhoc.preempts[0]["share_of_runs"] == 1.0 and adhoc.preempts[0]["jobs_p50"] > 0
+
+
+def test_hand_over_seeds_draw_their_own_run_times_as_simulated_seeds_do():
+    """Two completed jobs say little about a task's median: each simulated seed draws its own. Seeds handed over
+    from one stopped simulation draw theirs too, so their finishes spread as the simulated seeds' do (drawing
+    only the single jobs anew, they spread about half as much)."""
+    trees = parse_pool_trees({"physical": {"pools": {"alone": {}}}})
+    nodes = (NodeState("node-0", np.array(vector(user_slots=40, cpu=40, memory=256 * 2**30))),)
+    solo = OperationState(
+        "solo",
+        "bob",
+        "vanilla",
+        {"pool": "alone"},
+        "physical",
+        "alone",
+        0.0,
+        (TaskState("main", JOB, 30, durations=(300.0, 600.0)),),
+    )
+    state = ClusterState(1000.0, trees, "physical", nodes, (solo,))
+
+    def spread(settings: ForecastSettings) -> float:
+        logs = []
+        for first in range(0, 96, 12):
+            found = forecast(state, replace(settings, first_seed=first, seeds=12)).operations["solo"]
+            assert found.finish["p10"] is not None and found.finish["p90"] is not None
+            logs.append(np.log(found.finish["p90"] - state.now) - np.log(found.finish["p10"] - state.now))
+        return float(np.median(logs))
+
+    simulated = spread(ForecastSettings(horizon=20_000.0))
+    handed = spread(ForecastSettings(horizon=20_000.0, cpu_budget=60.0, simulation_share=1e-7))
+    assert 0.75 * simulated < handed < 1.33 * simulated, (simulated, handed)
