@@ -25,7 +25,9 @@ drivers' own CPU (seconds per second, summed over the driver processes). ``margi
 whole run and reports the median of each figure. ``--shards 1,2,4`` runs the scheduler with each node shard
 count (``--node-shards``) in every round, interleaved; the simulated nodes follow the answers' ``heartbeat_url``
 to their shard as the node agent does. The scheduler's CPU counts its child processes (the shards), and is also
-reported split: the leader's and the shards' CPU per heartbeat, and heartbeats per scheduler CPU-second.
+reported split: the leader's and the shards' CPU per heartbeat, and heartbeats per scheduler CPU-second;
+``answered_by_shards_share``: the share of the phase's answers the shards gave themselves (heartbeats the leader
+proved empty, ``pooltree/shards/verdicts.py``).
 
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
        [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
@@ -45,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +300,17 @@ class Scheduler:
             pass
         return own, children
 
+    def answered_by_shards(self) -> float:
+        """Heartbeats the node shards answered themselves so far (``pooltree_node_shard_local_answers_total``, as
+        far as the leader applied their notes; 0 without shards or on builds without the metric)."""
+        request = urllib.request.Request(
+            self.url + "/metrics", headers={"Authorization": f"OAuth {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
+            text = response.read().decode("utf-8", "replace")
+        prefix = "pooltree_node_shard_local_answers_total{"
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
     def close(self) -> None:
         stop_process(self.process)
         self.log.close()
@@ -419,11 +433,14 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             windows: list[tuple[str, tuple[float, float], float]] = []
 
             split: dict[str, tuple[float, float]] = {}
+            by_shards: dict[str, float] = {}
 
             def measure(name: str, seconds: float) -> None:
+                local = scheduler.answered_by_shards()
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
+                by_shards[name] = scheduler.answered_by_shards() - local
                 split[name] = (after[0] - before[0], after[1] - before[1])
                 windows.append((name, (begin, time.time()), sum(after) - sum(before)))
 
@@ -439,6 +456,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 leader, shards = split[phase["phase"]]
                 answered = max(phase["answered"], 1)
                 phase["shards"] = args.shards_now
+                # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
+                phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
                 phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
                 phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
                 total = leader + shards
