@@ -40,7 +40,7 @@ from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.messages import unpack
 from pooltree.shards.process import ShardSettings, run_shard
-from pooltree.shards.verdicts import LeaderVerdicts
+from pooltree.shards.verdicts import LeaderVerdicts, Proof
 
 log = logging.getLogger(__name__)
 
@@ -231,9 +231,9 @@ class NodeShards:
             self.service.leave_heartbeat()
         self._send(shard, reply)
 
-    def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> int | None:
-        """The generation at which the node's next equal heartbeat is proven empty (None: not proven; a failed
-        proof only sends that heartbeat to the leader)."""
+    def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
+        """The proof that the node's next equal heartbeat is empty (None: not proven; a failed proof only sends
+        that heartbeat to the leader)."""
         try:
             return self.verdicts.proven(heartbeat, answer)
         except Exception:

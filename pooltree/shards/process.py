@@ -9,7 +9,7 @@ answered here and never reach the leader. A heartbeat the leader proved empty af
 answered here too (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other
 goes over the pipe as ``(request id, packed HeartbeatRequest, peer, hostname, notes)`` (``messages.py``; the notes
 of the heartbeats answered here since the last forwarded one); the leader's answer comes back as ``(request id,
-200, answer map, proof generation or None, leader's clock)``, which is encoded here, or ``(request id, status,
+200, answer map, proof or None, leader's clock)``, which is encoded here, or ``(request id, status,
 headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock)`` when its
 state moves and ``("sync", token, g, clock)``, answered ``("synced", token)``; notes not carried by a heartbeat
 go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. A reader thread resolves the waiting requests and passes
@@ -139,9 +139,9 @@ class ShardServer:
                 time.time(),
             )
         if reply[1] == 200:
-            _, _, answer, generation, leader_now = reply
+            _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
-            self.nodes.remember(heartbeat, peer, answer, generation)
+            self.nodes.remember(heartbeat, peer, answer, proof)
             return Response(wire.encode(answer), media_type=wire.MEDIA_TYPE)
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)

@@ -35,12 +35,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pooltree.node import wire
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.resources import MEMORY
 from pooltree.server.live.generation import pending_min_needed
+from pooltree.server.live.jobs import reported_usage
+from pooltree.strategy.scheduler import usage_above_reserve
 
 if TYPE_CHECKING:
     from pooltree.server.live import LiveScheduler
@@ -51,15 +56,26 @@ SKIP_FLUSH_PERIOD = 0.5
 Skip = tuple[str, float]
 """(node address, the leader's time of the heartbeat a shard answered)."""
 
+Proof = tuple[int, dict[str, float]]
+"""(the state generation it holds at, per running job a bound its measured memory may vary up to)."""
 
-def heartbeat_key(heartbeat: HeartbeatRequest) -> tuple[Any, ...]:
+
+def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
     """What the leader reads of a heartbeat that reports no finished job: two heartbeats with equal keys are
-    processed alike (running jobs' statistics are not read by the scheduler)."""
+    processed alike (running jobs' statistics are not read by the scheduler), when the measured memory of each
+    job with a bound is at most that bound (the memory is left out of the key for those)."""
     return (
         tuple(heartbeat.resource_limits.tolist()),
         heartbeat.tags,
         tuple(
-            (r.job_id, r.operation_id, r.task_name, tuple(r.resource_usage), r.memory_usage, r.gpu_devices)
+            (
+                r.job_id,
+                r.operation_id,
+                r.task_name,
+                tuple(r.resource_usage),
+                None if r.job_id in bounds else r.memory_usage,
+                r.gpu_devices,
+            )
             for r in heartbeat.running
         ),
         heartbeat.memory_meter,
@@ -74,6 +90,8 @@ class NodeVerdict:
 
     generation: int
     key: tuple[Any, ...]
+    bounds: dict[str, float]
+    """Per running job, the measured memory up to which its report changes nothing (at most its reserve)."""
     peer: str | None
     answer: dict[str, Any]
 
@@ -95,20 +113,22 @@ class ShardNodes:
             self.generation = generation
 
     def remember(
-        self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], generation: int | None
+        self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], proof: Proof | None
     ) -> None:
-        """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty at
-        ``generation`` (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to it)."""
-        if generation is None:
+        """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty
+        (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to the leader)."""
+        if proof is None:
             self._verdicts.pop(heartbeat.address, None)
             return
+        generation, bounds = proof
         self.learn(generation)
         reply = wire.response(
             start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=answer[wire.HEARTBEAT_PERIOD]
         )
         if wire.HEARTBEAT_URL in answer:
             reply[wire.HEARTBEAT_URL] = answer[wire.HEARTBEAT_URL]
-        self._verdicts[heartbeat.address] = NodeVerdict(generation, heartbeat_key(heartbeat), peer, reply)
+        key = heartbeat_key(heartbeat, bounds)
+        self._verdicts[heartbeat.address] = NodeVerdict(generation, key, bounds, peer, reply)
 
     def answer(self, heartbeat: HeartbeatRequest, peer: str | None, now: float) -> dict[str, Any] | None:
         """The answer to ``heartbeat`` at the leader's time ``now`` when a verdict proves it empty, else None."""
@@ -120,8 +140,13 @@ class ShardNodes:
             or peer != verdict.peer
         ):
             return None
-        if heartbeat_key(heartbeat) != verdict.key:
+        bounds = verdict.bounds
+        if heartbeat_key(heartbeat, bounds) != verdict.key:
             return None
+        for report in heartbeat.running:
+            bound = bounds.get(report.job_id)
+            if bound is not None and report.memory_usage > bound:
+                return None
         self._skips.append((heartbeat.address, now))
         self.answered += 1
         return dict(verdict.answer)
@@ -144,9 +169,9 @@ class LeaderVerdicts:
         self.applied = 0
         """Notes of shard-answered heartbeats applied."""
 
-    def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> int | None:
-        """After the leader answered ``heartbeat`` with ``answer``: the state generation at which an equal next
-        heartbeat is proven to change nothing, or None."""
+    def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
+        """After the leader answered ``heartbeat`` with ``answer``: the proof that an equal next heartbeat
+        changes nothing (the state generation it holds at, the running jobs' memory bounds), or None."""
         if (
             answer.get(wire.START)
             or answer.get(wire.PREEMPT)
@@ -158,7 +183,7 @@ class LeaderVerdicts:
         with scheduler.lock:
             if not self._quiet(heartbeat):
                 return None
-            return scheduler.generation.value
+            return scheduler.generation.value, self._memory_bounds(heartbeat)
 
     def _quiet(self, heartbeat: HeartbeatRequest) -> bool:
         """Whether an equal next heartbeat provably changes nothing (lock held)."""
@@ -187,6 +212,30 @@ class LeaderVerdicts:
             if not core.heartbeat_is_noop(address, math.inf, lambda core=core: pending_min_needed(core)):
                 return False
         return bool(node.trees)
+
+    def _memory_bounds(self, heartbeat: HeartbeatRequest) -> dict[str, float]:
+        """Per running job, the measured memory up to which a report changes nothing (lock held): any, when the
+        scheduler does not count the job's reports (no live allocation); its reserve, when a report at the
+        reserve leaves the allocation's accounted usage as it is (``reported_usage``, ``usage_above_reserve``:
+        the rule ``LiveJobs`` applies); none (the memory must be the same) when a report has raised it above."""
+        scheduler = self.scheduler
+        bounds: dict[str, float] = {}
+        for report in heartbeat.running:
+            job = scheduler.jobs.get(report.job_id)
+            core = scheduler.cores.get(job.tree) if job is not None and job.tree else None
+            allocation = (
+                core.strategy.allocations.get(job.allocation_id)
+                if core is not None and job is not None and job.allocation_id is not None
+                else None
+            )
+            if allocation is None or allocation.preempted:
+                bounds[report.job_id] = math.inf
+                continue
+            reserve = float(allocation.reserve[MEMORY])
+            at_reserve = reported_usage(replace(report, memory_usage=reserve))
+            if np.array_equal(usage_above_reserve(allocation.reserve, at_reserve), allocation.resources):
+                bounds[report.job_id] = reserve
+        return bounds
 
     def apply_skips(self, skips: Iterable[Skip]) -> None:
         """Heartbeats a shard answered, in order: the node was seen; each tree's preemptive backoff moves as the

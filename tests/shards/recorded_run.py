@@ -3,6 +3,7 @@ processes, two pools), shared by the harness's tests and the node shard processe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,18 @@ def make_scheduler(path: Path, trees: dict[str, Any]) -> LiveScheduler:
     return live
 
 
-class Node:
-    """A node without processes: a job runs its operation's duration, then is reported completed."""
+Memory = Callable[[str, float, float], float]
+"""A running job's measured memory: (its operation id, its start, now) -> bytes (0: not measured)."""
 
-    def __init__(self, address: str, durations: dict[str, float]) -> None:
+
+class Node:
+    """A node without processes: a job runs its operation's duration, then is reported completed; ``memory``
+    gives the running jobs' measured memory (none by default)."""
+
+    def __init__(self, address: str, durations: dict[str, float], memory: Memory | None = None) -> None:
         self.address = address
         self.durations = durations
+        self.memory = memory
         self.running: dict[str, tuple[str, float, float]] = {}
         self.finished: dict[str, dict[str, Any]] = {}
 
@@ -48,7 +55,12 @@ class Node:
                 )
         running = [
             wire.running_job(
-                job_id, operation_id, "main", start_time=start, resource_usage={"user_slots": 1, "cpu": 1}
+                job_id,
+                operation_id,
+                "main",
+                start_time=start,
+                resource_usage={"user_slots": 1, "cpu": 1},
+                memory_usage=self.memory(operation_id, start, now) if self.memory is not None else 0,
             )
             for job_id, (operation_id, start, _) in self.running.items()
         ]
@@ -106,13 +118,14 @@ def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
     return recorder, recorder.decisions
 
 
-def record_quiet_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+def record_quiet_run(path: Path, memory: Memory | None = None) -> tuple[RecordingScheduler, Decisions]:
     """A run with long quiet stretches between busy ones, on four nodes heartbeating once a second each: one
     operation fills every node and completes; the nodes idle; a second one starts more jobs than fit and a third
-    in the other pool starves until it preempts; then everything completes and the nodes idle again."""
+    in the other pool starves until it preempts; then everything completes and the nodes idle again. The jobs
+    report ``memory`` when given."""
     recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
     durations: dict[str, float] = {}
-    nodes = [Node(f"n{i}", durations) for i in range(4)]
+    nodes = [Node(f"n{i}", durations, memory) for i in range(4)]
     vanilla = {"command": "true", "cpu_limit": 1}
     arrivals = {0.0: ("a", 8, 6.0), 10.0: ("a", 12, 16.0), 12.0: ("b", 4, 2.0)}
     now = 0.0
@@ -127,3 +140,17 @@ def record_quiet_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
         node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
         now = round(now + 0.25, 2)
     return recorder, recorder.decisions
+
+
+MIB = 1 << 20
+
+
+def wavering_memory(operation_id: str, start: float, now: float) -> float:
+    """Measured memory that moves at every heartbeat: below the jobs' reserve (336 MiB), except for the jobs
+    started in [10, 11) s (the second operation's first ones): after 3 s they go above it and grow for 3 s (each
+    report raises the accounted usage), then stay flat above it."""
+    step = int(now * 4) % 7
+    age = now - start
+    if not 10.0 <= start < 11.0 or age < 3.0:
+        return (100 + step) * MIB
+    return (400 + 10 * min(age, 6.0)) * MIB

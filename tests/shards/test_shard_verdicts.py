@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recorded_run import PREEMPTING, make_scheduler, record_quiet_run, record_run
+from recorded_run import PREEMPTING, make_scheduler, record_quiet_run, record_run, wavering_memory
 
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import ReplayDivergence, replay
 from pooltree.shards.verdicts import ShardNodes
+from pooltree.strategy.core import SchedulerCore
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
@@ -74,7 +75,7 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 1})
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, 3)
+    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, (3, {}))
     assert shard.generation == 3
     # the same reports (running jobs' statistics are not read by the scheduler) from the same peer: answered
     same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 2})
@@ -95,3 +96,54 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     assert shard.answered == 1
     shard.remember(_heartbeat([job]), "10.0.0.1", answer, None)
     assert shard.answer(_heartbeat([same]), "10.0.0.1", 8.0) is None
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_shards_decide_as_one_process_with_measured_memory(
+    tmp_path: Path, count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs report measured memory that moves at every heartbeat: below the reserve it changes nothing and the
+    shards still answer; above it (the accounted usage grows) the heartbeats go to the leader."""
+    raised: list[str] = []
+    report_usage = SchedulerCore.report_usage
+
+    def counting(core: SchedulerCore, allocation_id: str, reported: np.ndarray) -> bool:
+        changed = report_usage(core, allocation_id, reported)
+        if changed:
+            raised.append(allocation_id)
+        return changed
+
+    monkeypatch.setattr(SchedulerCore, "report_usage", counting)
+    recorder, recorded = record_quiet_run(tmp_path / "recorded.db", wavering_memory)
+    recorded_raises = len(raised)
+    assert recorded_raises >= 4  # reports above the reserve raised accounted usage in the recorded run
+    raised.clear()
+    assert recorded.preempted_count > 0
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = InProcessShards(scheduler, count)
+    assert replay(recorder.recording, scheduler, shards) == recorded
+    assert shards.answered >= len(recorded.started) * 0.3
+    # every report that raised the accounted usage in one process reached the leader through the shards (a bound
+    # above the reserve would let the shards answer some: the usage would differ while decisions may not yet)
+    assert len(raised) == recorded_raises
+
+
+def test_a_shard_lets_memory_vary_up_to_its_bound() -> None:
+    job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=100.0)
+    other = RunningJobReport("j2", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=500.0)
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
+    shard = ShardNodes()
+    shard.remember(_heartbeat([job, other]), None, answer, (1, {"j1": 300.0}))
+
+    def with_memory(first: float, second: float) -> HeartbeatRequest:
+        return _heartbeat(
+            [
+                RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=first),
+                RunningJobReport("j2", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=second),
+            ]
+        )
+
+    assert shard.answer(with_memory(250.0, 500.0), None, 1.0) == answer
+    assert shard.answer(with_memory(300.0, 500.0), None, 2.0) == answer
+    assert shard.answer(with_memory(301.0, 500.0), None, 3.0) is None  # above j1's bound
+    assert shard.answer(with_memory(100.0, 501.0), None, 4.0) is None  # j2 has no bound: exactly as proven

@@ -18,7 +18,7 @@ from pooltree.controllers.operations import Job
 from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
-from pooltree.node.wire import FinishedJobReport, HeartbeatRequest
+from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
 from pooltree.resources import MEMORY, resources_to_dict
 from pooltree.security.vault import secure_vault_environment
 from pooltree.server.live.model import (
@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREEMPTION_ERROR_ATTRIBUTES = ("preemption_reason", "preempted_for")
+
+
+def reported_usage(report: RunningJobReport) -> np.ndarray:
+    """What a running job's report says its allocation uses: its resource usage with the memory raised to the
+    measured memory (``SchedulerCore.report_usage`` counts it where it exceeds the reserve)."""
+    reported = np.array(report.resource_usage, dtype=float)
+    reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
+    return reported
 
 
 def preemption_error(
@@ -173,11 +181,8 @@ class LiveJobs:
             if job.address != heartbeat.address:
                 continue  # another node's job: refused above
             core = scheduler.cores.get(job.tree)
-            if core is not None:
-                reported = np.array(report.resource_usage, dtype=float)
-                reported[MEMORY] = max(reported[MEMORY], float(report.memory_usage))
-                if core.report_usage(job.allocation_id, reported):
-                    scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
+            if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
+                scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
         acknowledged = set(acknowledge)
         for job in scheduler.jobs.on_node(heartbeat.address):
             if job.state == "running" and job.id not in running_ids:
