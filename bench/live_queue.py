@@ -32,8 +32,13 @@ after (the machine may be shared with other work).
 generation, objects frozen); ``POOLTREE_GC_TUNING=0`` in the environment runs the scheduler without the tuning
 (``pooltree/server/gc_tuning.py``) for a back-to-back comparison.
 
+``--sim-nodes N`` (0: none) adds N simulated exec nodes heartbeating every ``--sim-period`` (1 s) through both
+phases, from ``--sim-drivers`` (3) driver processes of ``live_nodes.py`` (the real wire format; no job runs: the
+queue's operations stay pending), so the API's figures are taken while the scheduler answers their heartbeats.
+``heartbeats`` reports, per phase, their answered rate, errors and latency p50/p99, and the drivers' CPU.
+
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
-       [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4]
+       [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4] [--sim-nodes 1000]
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from live_common import Local, YtRequests, machine, process_cpu_seconds, quantile_ms, read_response, yt_client
+from live_nodes import _cpu_between, _driver
 
 POOL = "queue"
 ACCEPT_TARGET_SECONDS = 120.0
@@ -291,6 +297,70 @@ def run_mixed(
     }
 
 
+class SimulatedNodes:
+    """``count`` simulated exec nodes heartbeating against the scheduler from ``drivers`` processes until
+    ``close()`` (``live_nodes._driver``); ``figures(begin, finish)`` reports the heartbeats of a time window."""
+
+    def __init__(self, url: str, secret: str, count: int, drivers: int, period: float) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        context = mp.get_context("spawn")
+        self.period = period
+        self.count = count
+        self.end = context.Value("d", float("inf"))
+        self.queue: Any = context.Queue()
+        options = {
+            "period": period,
+            "node_cpu": 16.0,
+            "node_memory": 64.0 * 2**30,
+            "job_seconds": 10.0,
+            "job_jitter": 0.5,
+        }
+        addresses = [f"sim-node-{i:05d}" for i in range(count)]
+        groups = [group for group in (addresses[i::drivers] for i in range(drivers)) if group]
+        self.drivers = [
+            context.Process(
+                target=_driver, args=(host, int(port), secret, group, options, self.end, self.queue)
+            )
+            for group in groups
+        ]
+        for process in self.drivers:
+            process.start()
+        for _ in self.drivers:
+            if self.queue.get(timeout=120) != "ready":
+                raise RuntimeError("a node driver did not start")
+        time.sleep(2 * period + 1.0)  # every node registered by its first heartbeats
+        self.results: list[Any] = []
+
+    def close(self) -> None:
+        """Stop the nodes (each after its heartbeat in flight) and collect their records."""
+        if self.end.value == float("inf"):
+            self.end.value = time.time()
+            self.results = [self.queue.get(timeout=120) for _ in self.drivers]
+        for process in self.drivers:
+            process.join(90)
+            if process.is_alive():
+                process.terminate()
+
+    def figures(self, begin: float, finish: float) -> dict[str, Any]:
+        """Heartbeats answered (by answer time) and their latency (by send time) inside [begin, finish)."""
+        records = [r for records, _ in self.results for r in records]
+        answered = [r for r in records if begin <= r[1] < finish and r[2] == 200]
+        latencies = [
+            got - sent for sent, got, status, _ in records if begin <= sent < finish and status == 200
+        ]
+        seconds = max(finish - begin, 1e-9)
+        driver_cpu = sum(_cpu_between(samples, begin, finish) for _, samples in self.results)
+        return {
+            "nodes": self.count,
+            "offered_per_second": round(self.count / self.period, 1),
+            "answered_per_second": round(len(answered) / seconds, 1),
+            "errors": sum(1 for r in records if begin <= r[1] < finish and r[2] != 200),
+            "p50_ms": quantile_ms(latencies, 0.5),
+            "p99_ms": quantile_ms(latencies, 0.99),
+            "driver_cpu_share": round(driver_cpu / seconds, 3),
+        }
+
+
 def _gc_figures(url: str, token: str) -> dict[str, Any]:
     """The scheduler's garbage collections so far (``pooltree_gc_*`` in ``/metrics``): per generation the count,
     total and longest pause; the objects frozen (``pooltree.server.gc_tuning``)."""
@@ -329,6 +399,9 @@ def main() -> None:
     parser.add_argument("--mixed-seconds", type=float, default=30.0)
     parser.add_argument("--single-seconds", type=float, default=10.0)
     parser.add_argument("--load-processes", type=int, default=4)
+    parser.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes heartbeating meanwhile")
+    parser.add_argument("--sim-drivers", type=int, default=3)
+    parser.add_argument("--sim-period", type=float, default=1.0)
     args = parser.parse_args()
     machine_before = machine()
     report: dict[str, Any] = {
@@ -344,13 +417,21 @@ def main() -> None:
             "load_processes": args.load_processes,
             "store": "sqlite",
             "nodes": 1,
+            "simulated_nodes": args.sim_nodes,
+            "simulated_node_period": args.sim_period,
             "pool": f"{POOL} (max_running_operation_count 0)",
             "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
         },
     }
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
         local = Local(Path(tmp) / "data", nodes=1)
+        nodes: SimulatedNodes | None = None
+        windows: dict[str, tuple[float, float]] = {}
         try:
+            if args.sim_nodes > 0:
+                secret = (Path(tmp) / "data" / "node_secret").read_text().strip()
+                nodes = SimulatedNodes(local.url, secret, args.sim_nodes, args.sim_drivers, args.sim_period)
+            began = time.time()
             client = yt_client(local.url, local.token)
             client.create(
                 "scheduler_pool",
@@ -364,12 +445,14 @@ def main() -> None:
             report["queue"], op_ids = run_queue(
                 local.url, local.token, args.operations, args.clients, args.rate
             )
+            windows["queue"] = (began, time.time())
             report["gc_after_queue"] = _gc_figures(local.url, local.token)
             if args.mode in ("both", "mixed"):
                 listed = client.list_operations(limit=1000)["operations"]
                 starts = [o["start_time"] for o in listed]
                 requests = YtRequests(local.url, local.token, START_SPEC)
                 pid = local.scheduler_pid()
+                began = time.time()
                 single = run_mixed(requests, pid, 1, args.single_seconds, 1, op_ids, starts)
                 many = run_mixed(
                     requests,
@@ -380,6 +463,7 @@ def main() -> None:
                     op_ids,
                     starts,
                 )
+                windows["mixed"] = (began, time.time())
                 commands = many["commands"]
                 report["mixed"] = {
                     "operations_held": client.list_operations(limit=0)["state_counts"],
@@ -397,7 +481,12 @@ def main() -> None:
                     and many["requests_per_second"] >= single["requests_per_second"],
                 }
             report["gc_at_end"] = _gc_figures(local.url, local.token)
+            if nodes is not None:
+                nodes.close()
+                report["heartbeats"] = {name: nodes.figures(*window) for name, window in windows.items()}
         finally:
+            if nodes is not None:
+                nodes.close()
             local.close()
     report["machine"] = {"before": machine_before, "after": machine()}
     print(json.dumps(report, indent=2))
