@@ -178,6 +178,8 @@ class OperationControllerBase:
         notification: ``SchedulerCore`` and ``TreeScheduler`` visit only the operations whose pending work moved
         instead of polling every one; see ``pooltree.strategy.watch``)."""
         self._min_signature: tuple[bool, ...] | None = None
+        self._min_demands: tuple[float, ...] = ()
+        """The per-job memory demands of the pending tasks with reserves that ``_base_min_needed`` was made with."""
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
         self.speculation: SpeculativeJobs | None = None
         """Speculative copies of slow jobs (``job_speculation_timeout``), when the spec asks for them
@@ -240,7 +242,8 @@ class OperationControllerBase:
 
         Called once per started allocation, so it does the least it can: the count exactly; ``_needed`` lazily
         (computed on first read, see the property); ``_min_needed`` again only when the set of tasks with pending
-        jobs changed or a task's per-job memory comes from a reserve. Subclasses may adjust all three afterwards.
+        jobs changed or the per-job memory a task's reserve demands moved (a sample, a warm start). Subclasses may
+        adjust all three afterwards.
         """
         self.pending_revision += 1
         for into, key in self.pending_watchers:
@@ -259,7 +262,16 @@ class OperationControllerBase:
         self._pending_count = count
         self._needed_cache = None
         signature = tuple(with_pending)
-        if reserves or signature != self._min_signature:
+        demands = (
+            tuple(
+                state.spec.memory_reserve.memory_demand()
+                for state, pending in zip(self._tasks.values(), with_pending, strict=True)
+                if pending and state.spec.memory_reserve is not None
+            )
+            if reserves
+            else ()
+        )
+        if signature != self._min_signature or demands != self._min_demands:
             min_needed: Vector | None = None
             for state, pending in zip(self._tasks.values(), with_pending, strict=True):
                 if pending:
@@ -267,6 +279,7 @@ class OperationControllerBase:
                     min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
             self._base_min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
             self._min_signature = signature
+            self._min_demands = demands
         self._min_needed = self._base_min_needed
 
     @property
