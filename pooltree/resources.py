@@ -137,8 +137,9 @@ def round_resources(x: Vector) -> Vector:
 def resources_to_dict(x: Vector, *, drop_infinite: bool = False) -> dict[str, float | int]:
     """Absolute vector as an output map: integers where the resource is integral, cpu rounded to 0.01."""
     out: dict[str, float | int] = {}
-    for index, name in enumerate(RESOURCES):
-        amount = float(x[index])
+    values = x.tolist() if isinstance(x, np.ndarray) else list(x)  # one conversion, not a numpy scalar each
+    for name, value in zip(RESOURCES, values, strict=False):
+        amount = float(value)
         if math.isinf(amount):
             if drop_infinite:
                 continue
