@@ -185,6 +185,10 @@ class UserJobSpec(SpecModel):
     def _check_tmpfs(self) -> UserJobSpec:
         if self.tmpfs_size is not None and self.tmpfs_path is None and not self.tmpfs_volumes:
             raise invalid("tmpfs_size requires tmpfs_path", "tmpfs_path")
+        if (self.tmpfs_size is not None or self.tmpfs_path is not None) and self.tmpfs_volumes:
+            raise invalid(  # YTsaurus's TUserJobSpec says so too
+                "tmpfs_size and tmpfs_path cannot be specified together with tmpfs_volumes", "tmpfs_volumes"
+            )
         paths = [path for path, _ in self.tmpfs_mounts()]
         for index, path in enumerate(paths):
             if any(

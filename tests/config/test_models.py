@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from pooltree.config import PoolConfig, PoolTreeConfig, Resources
+from pooltree.config.operation import OperationSpec
 from pooltree.errors import ConfigError
 
 
@@ -311,3 +312,24 @@ def test_models_are_immutable() -> None:
     config = PoolTreeConfig.parse({})
     with pytest.raises(Exception, match="frozen"):
         config.main_resource = "gpu"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("task", "field", "reason"),
+    [
+        ({"tmpfs_path": "/abs"}, "tmpfs_path", "inside the job's sandbox"),
+        ({"tmpfs_path": "a/../../b"}, "tmpfs_path", "inside the job's sandbox"),
+        (
+            {"tmpfs_volumes": [{"path": "a", "size": 1}, {"path": "a/b", "size": 1}]},
+            "tmpfs_volumes",
+            "lies in",
+        ),
+        ({"tmpfs_path": "a", "tmpfs_volumes": [{"path": "b", "size": 1}]}, "tmpfs_volumes", "together"),
+    ],
+)
+def test_tmpfs_paths_stay_in_the_sandbox_and_apart(task: dict, field: str, reason: str) -> None:
+    """YTsaurus's TUserJobSpec rules: relative paths without traversal, no volume inside another, and either
+    tmpfs_path/tmpfs_size or tmpfs_volumes."""
+    with pytest.raises(ConfigError) as raised:
+        OperationSpec.parse({"tasks": {"main": {"command": "true", "job_count": 1, **task}}})
+    assert field in raised.value.path and reason in raised.value.reason
