@@ -49,6 +49,15 @@ def parse_start(operation_type: str, spec: Any) -> OperationSpec:
     return OperationSpec.parse(dict(spec), "spec")
 
 
+def refuse_finished(op: LiveOperation) -> None:
+    """A command that changes an operation is refused once it has finished (naming its final state)."""
+    if op.is_final:
+        raise PooltreeError(
+            f"Operation {op.id} has already finished ({op.state})",
+            attributes={"operation_id": op.id, "state": op.state},
+        )
+
+
 class OperationCommands:
     """The operation commands of ``LiveScheduler``."""
 
@@ -223,11 +232,7 @@ class OperationCommands:
         scheduler = self.scheduler
         with scheduler.lock:
             op = scheduler.operation(operation_id)
-            if op.is_final:
-                raise PooltreeError(
-                    f"Operation {operation_id} has already finished ({op.state})",
-                    attributes={"operation_id": operation_id, "state": op.state},
-                )
+            refuse_finished(op)
             reason = (
                 "operation_" + {"completed": "completed", "aborted": "aborted", "failed": "failed"}[final]
             )
@@ -300,11 +305,7 @@ class OperationCommands:
         """Commit the suspension (or resumption) to the store, then suspend or resume in the runtime; a failed
         commit raises and leaves the runtime as it was."""
         scheduler = self.scheduler
-        if op.is_final:
-            raise PooltreeError(
-                f"Operation {op.id} has already finished ({op.state})",
-                attributes={"operation_id": op.id, "state": op.state},
-            )
+        refuse_finished(op)
         scheduler.persistence.commit_operation(planned(op, suspended=suspended))
         if suspended:
             scheduler.registry.suspend_operation(op.id)
@@ -318,11 +319,7 @@ class OperationCommands:
         scheduler = self.scheduler
         with scheduler.lock:
             op = scheduler.operation(operation_id)
-            if op.is_final:
-                raise PooltreeError(
-                    f"Operation {operation_id} has already finished ({op.state})",
-                    attributes={"operation_id": operation_id},
-                )
+            refuse_finished(op)
             if not isinstance(parameters, Mapping):
                 raise ConfigError("parameters", f"expected a map, got {type(parameters).__name__}")
             # validated in every tree, committed, and only then applied (a failed commit changes nothing)
