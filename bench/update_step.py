@@ -20,7 +20,10 @@ machine the CPU time and the collector's share compare better than wall medians 
 Both modes run under the process's garbage-collector policy as the CLI does (``pooltree/gc_policy.py``: the
 survivors of each full collection are frozen); ``POOLTREE_GC_TUNING=0`` in the environment turns it off, for A/B.
 
-Usage: .venv/bin/python bench/update_step.py [--changed F] [--pools 1110] [--operations 10000] [--pending 0] [--repeat 5] [--runs 3]
+``--discretized`` turns on the tree's ``enable_discretized_fair_share`` (its cost: every operation's function a
+staircase of its 1-20 pending jobs, built anew every step).
+
+Usage: .venv/bin/python bench/update_step.py [--changed F] [--pools 1110] [--operations 10000] [--pending 0] [--repeat 5] [--runs 3] [--discretized]
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def snapshot_document(pools: int, operations: int, seed: int = 1, pending: int = 0) -> dict[str, Any]:
+def snapshot_document(
+    pools: int, operations: int, seed: int = 1, pending: int = 0, discretized: bool = False
+) -> dict[str, Any]:
     """The synthetic snapshot; with ``pending`` > 0 the tree's running limit is ``operations`` and ``pending``
-    more operations (no usage, only pending jobs) wait in the root's queue."""
+    more operations (no usage, only pending jobs) wait in the root's queue; ``discretized``: the tree sets
+    ``enable_discretized_fair_share`` (every operation's job group gives it a per-job vector)."""
     rng = random.Random(seed)
     top = 10
     mid = 10
@@ -103,6 +109,7 @@ def snapshot_document(pools: int, operations: int, seed: int = 1, pending: int =
                     "max_operation_count": operations + pending,
                     "max_running_operation_count_per_pool": operations + pending,
                     "max_operation_count_per_pool": operations + pending,
+                    **({"enable_discretized_fair_share": True} if discretized else {}),
                 },
                 "pools": tree,
             }
@@ -213,8 +220,13 @@ def main() -> None:
         default=None,
         help="run the step in this process with this fraction of running operations changing usage between steps",
     )
+    parser.add_argument(
+        "--discretized", action="store_true", help="the tree sets enable_discretized_fair_share (its on path)"
+    )
     args = parser.parse_args()
-    document = snapshot_document(args.pools, args.operations, pending=args.pending)
+    document = snapshot_document(
+        args.pools, args.operations, pending=args.pending, discretized=args.discretized
+    )
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "snapshot.json"
         path.write_text(json.dumps(document))
@@ -256,6 +268,7 @@ def main() -> None:
                     "operations": args.operations,
                     "pending": args.pending,
                     "changed": args.changed,
+                    "discretized": args.discretized,
                     "repeat": args.repeat,
                     "runs": args.runs,
                 },
