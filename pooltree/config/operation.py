@@ -258,6 +258,9 @@ class VanillaTaskSpec(UserJobSpec):
 
     job_count: int = Field(ge=1)
     gang_options: GangOptions | None = None
+    restart_completed_jobs: bool = False
+    """YTsaurus's vanilla task option: a job that completes is started again (counted lost), so the task runs
+    until the operation is completed or aborted (services)."""
 
     @model_validator(mode="after")
     def _gang_size(self) -> VanillaTaskSpec:

@@ -186,7 +186,6 @@ USER_JOB_UNSUPPORTED: dict[str, str] = {
     "enable_core_dump": "pooltree collects no core dumps (no core table)",
     "output_table_paths": f"{NO_TABLES}; nothing the job writes is stored in a table",
     "disk_space_limit": "pooltree's nodes do not limit a job's disk space (no disk quota resource)",
-    "restart_completed_jobs": "a completed job of a vanilla task is not started again",
     "restart_exit_code": (
         "a job exiting with this code fails like any other (YTsaurus counts it lost and starts it again)"
     ),
@@ -259,7 +258,6 @@ IMPLEMENTED_VALUES: dict[str, Any] = {
     "make_rootfs_writable": False,
     "set_container_cpu_limit": False,
     "enable_core_dump": False,
-    "restart_completed_jobs": False,
     "output_table_paths": [],
 }
 """Unsupported options whose value is what pooltree does anyway (the job options' defaults: a client may send

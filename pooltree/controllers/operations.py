@@ -50,6 +50,8 @@ class TaskSpec:
     gang_size: int | None = None
     """A vanilla task with YTsaurus ``gang_options``: how many of its jobs hold a gang rank (``gang_options.size``,
     else ``job_count``); ``None``: not a gang task. Losing a ranked job restarts the whole operation's jobs."""
+    restart_completed: bool = False
+    """A vanilla task's ``restart_completed_jobs``: a completed job is started again (counted lost)."""
 
     def __post_init__(self) -> None:
         self.resources = np.asarray(self.resources, dtype=float)
@@ -91,6 +93,9 @@ class TaskSpec:
             raise ConfigError(join_path(path, "interruptible"), "must be a boolean")
         resources = parse_resources(data.get("resources"), join_path(path, "resources"))
         gang_size = gang_size_of(data.get("gang_options"), job_count, join_path(path, "gang_options"))
+        restart_completed = data.get("restart_completed_jobs", False)
+        if not isinstance(restart_completed, bool):
+            raise ConfigError(join_path(path, "restart_completed_jobs"), "must be a boolean")
         return cls(
             name,
             job_count,
@@ -98,6 +103,7 @@ class TaskSpec:
             interruptible=interruptible,
             duration=data.get("duration"),
             gang_size=gang_size,
+            restart_completed=restart_completed,
         )
 
 
@@ -166,6 +172,7 @@ class OperationControllerBase:
         self.failed_job_count = 0
         self.aborted_job_count_by_reason: Counter[str] = Counter()
         self.interrupted_job_count = 0
+        self.lost_job_count = 0  # completed jobs started again (restart_completed_jobs): YTsaurus's lost jobs
         self.preempted_job_count = 0
         self.incarnation = 0
         """Incremented by every gang incarnation switch (YTsaurus ``operation_incarnation``)."""
@@ -469,6 +476,7 @@ class OperationControllerBase:
             "completed_job_count": self.completed_job_count,
             "failed_job_count": self.failed_job_count,
             "interrupted_job_count": self.interrupted_job_count,
+            **({"lost_job_count": self.lost_job_count} if self.lost_job_count else {}),
             "preempted_job_count": self.preempted_job_count,
             "aborted_job_count_by_reason": dict(self.aborted_job_count_by_reason),
             **(
@@ -579,6 +587,10 @@ class VanillaController(OperationControllerBase):
             # a job that finished because the scheduler asked it to (interruption, graceful preemption)
             # did not finish its work: the service instance is started again when resources allow
             self.interrupted_job_count += 1
+            self._requeue(state, job)
+            return
+        if state.spec.restart_completed:  # restart_completed_jobs: YTsaurus counts the completion lost
+            self.lost_job_count += 1
             self._requeue(state, job)
             return
         super()._on_completed(state, job, allocation, finished)

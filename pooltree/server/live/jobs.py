@@ -454,6 +454,12 @@ class LiveJobs:
         scheduler.tentative.on_finished(job, report, now)
         if report.state == "aborted":
             op.aborted_jobs += 1
+        elif (
+            report.state == "completed"
+            and job.interruption_info is None
+            and op.model.tasks[job.task_name].restart_completed_jobs
+        ):
+            op.lost_jobs += 1  # restart_completed_jobs: started again by the controller, counted lost
         finished = FinishedAllocation(
             job.allocation_id or job.id,
             report.state,

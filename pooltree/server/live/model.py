@@ -109,7 +109,10 @@ class LiveVanillaController(VanillaController):
         return None
 
     def mark_completed(self, task: str, index: int) -> bool:
-        """A job that completed in an earlier scheduler run: count it, never run it again."""
+        """A job that completed in an earlier scheduler run: count it, never run it again (unless its task
+        restarts completed jobs: then it runs again, as it would have)."""
+        if self._tasks[task].spec.restart_completed:
+            return False
         job = self._take_pending(task, index)
         if job is None:
             return False
@@ -411,6 +414,7 @@ def build_tasks(operation_id: str, model: OperationSpec) -> list[TaskSpec]:
                 interruptible=interruptible,
                 memory_reserve=reserve,
                 gang_size=task.gang_size,
+                restart_completed=task.restart_completed_jobs,
             )
         )
     return tasks
