@@ -110,3 +110,23 @@ def test_a_restart_never_runs_the_won_job_again(tmp_path: Path) -> None:
     record = revived.store.get_operation(op_id)
     assert record is not None and record.state == "completed"
     revived.store.close()
+
+
+def test_a_revived_job_keeps_its_speculation_clock(tmp_path: Path) -> None:
+    """A job running since 1.1 s when the scheduler restarts at 10 s is long past its 1 s timeout: the first
+    period after its node re-attaches it asks for a copy (the clock runs from the job's start, not the restart)."""
+    live = _live(tmp_path)
+    op = live.start_operation("vanilla", SPEC, "alice", 1.0)
+    live.update_fair_share("default", 1.0)
+    [original] = _beat(live, "n1", 1.1)["start"]
+    live.store.close()
+
+    revived = _live(tmp_path)
+    revived.revive(10.0)
+    revived.update_fair_share("default", 10.0)
+    assert _beat(revived, "n1", 10.1, running=[original])["start"] == []  # re-attached, not started again
+    revived.update_fair_share("default", 10.2)
+    assert revived.progress(revived.operations[op.id])["pending"] == 1
+    [copy] = _beat(revived, "n2", 10.3)["start"]
+    assert copy["job_index"] == original["job_index"]
+    revived.store.close()

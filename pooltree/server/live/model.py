@@ -162,8 +162,9 @@ class LiveVanillaController(VanillaController):
         self._refresh()
         return released
 
-    def _adopt(self, job: Job, node_address: str, now: float) -> Allocation:
-        """A reserved job as running in a new allocation on ``node_address`` (counts refreshed)."""
+    def _adopt(self, job: Job, node_address: str, started: float) -> Allocation:
+        """A reserved job as running, since ``started``, in a new allocation on ``node_address`` (counts
+        refreshed)."""
         state = self._tasks[job.task]
         return self._run_job(
             state,
@@ -172,7 +173,7 @@ class LiveVanillaController(VanillaController):
             interruptible=state.spec.interruptible or self.interruption_signal is not None,
             interruption_signal=self.interruption_signal,
             node_address=node_address,
-            now=now,
+            now=started,
         )
 
     def adopt_finished(self, node_address: str, job_id: str, now: float) -> Allocation | None:
@@ -192,8 +193,8 @@ class LiveVanillaController(VanillaController):
             del reserved[key]
             if not reserved:
                 del self._reserved[node.address]
-            allocation = self._adopt(job, node.address, now)
-            allocation.start_time = min(now, self._reserved_start.pop(job_id, now))
+            # its allocation keeps the job's real start (start order, the job_speculation_timeout clock)
+            allocation = self._adopt(job, node.address, min(now, self._reserved_start.pop(job_id, now)))
             allocation.revived = True
             self.revived_allocations[allocation.id] = job_id
             return allocation
