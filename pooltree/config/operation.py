@@ -45,6 +45,7 @@ MAX_DIGEST_BUCKETS = 1000
 KNOWN_SPEC_KEYS = frozenset(
     {
         "acl",
+        "alias",
         "annotations",
         "auto_merge",
         "data_size_per_job",

@@ -193,7 +193,6 @@ USER_JOB_UNSUPPORTED: dict[str, str] = {
 }
 # Operation spec options outside the scheduling strategy that pooltree does not implement.
 OPERATION_UNSUPPORTED: dict[str, str] = {
-    "alias": "an operation cannot be found by its alias (get_operation takes its id)",
     "stderr_table_path": f"{NO_TABLES}; job stderrs are kept by the scheduler (yt get-job-stderr), not in a table",
     "core_table_path": "pooltree collects no core dumps (no core table)",
     "max_stderr_count": "the scheduler keeps every job's stderr, not only the first max_stderr_count",

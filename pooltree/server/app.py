@@ -504,7 +504,10 @@ class YtApi:
             )
         elif descriptor.input_type != "null":
             ctx.input = body
+        # a resolver may read the store (an operation alias's first lookup): never here on the event loop
         fast = self.registry.fast_handler(name) if not descriptor.is_volatile else None
+        if fast is not None and self.registry.resolves(params):
+            fast = None
         if fast is not None and self.security.authorize(
             name, user, params, ctx.input, rule=descriptor.rule, blocking=False
         ):
@@ -556,6 +559,8 @@ class YtApi:
         self, descriptor: CommandDescriptor, user: str, params: Mapping[str, Any], input_value: Any
     ) -> None:
         """The command's rule decides (error 901 on a denial; a descriptor without a rule is refused)."""
+        if isinstance(params, dict):  # names the command uses resolved once, before the rule decides
+            self.registry.resolve(params)
         if descriptor.rule is None:
             raise no_rule_error(descriptor.name, user)
         self.security.authorize(descriptor.name, user, params, input_value, rule=descriptor.rule)

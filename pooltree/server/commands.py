@@ -157,6 +157,23 @@ class CommandRegistry:
         self._commands: dict[str, tuple[CommandDescriptor, Handler]] = {}
         self._fast: dict[str, Callable[[CommandContext], Any]] = {}
         self._endpoints: dict[str, tuple[str, Handler]] = {}
+        self._resolvers: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+    def register_resolver(self, parameter: str, resolver: Callable[[dict[str, Any]], None]) -> None:
+        """``resolver(parameters)`` runs on a command's parameters that name ``parameter``, before the command is
+        authorized (an operation alias becomes its operation id), so the rule and the handler read the same
+        names. It may block (read the store): such commands skip their fast path."""
+        self._resolvers[parameter] = resolver
+
+    def resolves(self, parameters: dict[str, Any]) -> bool:
+        """Whether ``parameters`` name anything a resolver rewrites."""
+        return any(name in parameters for name in self._resolvers)
+
+    def resolve(self, parameters: dict[str, Any]) -> None:
+        """The resolvers of the names ``parameters`` hold (in place); a resolver's ``YtError`` refuses the command."""
+        for name, resolver in self._resolvers.items():
+            if name in parameters:
+                resolver(parameters)
 
     def register(
         self,

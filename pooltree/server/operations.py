@@ -23,6 +23,7 @@ from pooltree.forecast.attribute import operation_forecast_map, scheduling_forec
 from pooltree.forecast.live import count_limit_holder, submitted_operation
 from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
+from pooltree.server.aliases import OperationAliases
 from pooltree.server.commands import CommandContext, CommandRegistry, Deferred, Encoded, output_format
 from pooltree.server.files import FileService
 from pooltree.server.live import (
@@ -231,6 +232,8 @@ class OperationCommands:
         ``pooltree.security``; ``list_operations`` shows only what it allows."""
         self.scheduler = scheduler
         self.clock = clock
+        self.aliases = OperationAliases(scheduler)
+        """The spec's ``alias`` -> the operation it names (``aliases.py``)."""
         self._live: dict[str, _Attributes] = {}
         self._finished: OrderedDict[str, _Attributes] = OrderedDict()
         self._cache_lock = threading.Lock()
@@ -622,8 +625,10 @@ class OperationCommands:
 
     def _operation_id(self, ctx: CommandContext) -> str:
         value = ctx.param("operation_id", None)
-        if value is None:
-            value = ctx.param("operation_alias", None)
+        if value is None and ctx.param("operation_alias", None) is not None:
+            # the pipeline resolves it before authorizing (registry resolver); here only for direct calls
+            self.aliases.resolve(ctx.parameters)
+            value = ctx.param("operation_id", None)
         if value is None:
             raise YtError(
                 "Missing required parameter 'operation_id'", attributes={"parameter": "operation_id"}
@@ -650,14 +655,18 @@ class OperationCommands:
             self.files.register_operation(operation_id, files)
         try:
             mutation_id = ctx.param("mutation_id", None)
-            op = self.scheduler.start_operation(
-                operation_type,
-                spec,
-                ctx.user,
-                self.clock(),
-                operation_id=operation_id,
-                mutation_id=None if mutation_id is None else mutation_key(ctx.user, str(mutation_id)),
-            )
+            with self.aliases.lock:  # the alias checked free and taken with the start, never by two starts
+                alias = self.aliases.free(spec)
+                op = self.scheduler.start_operation(
+                    operation_type,
+                    spec,
+                    ctx.user,
+                    self.clock(),
+                    operation_id=operation_id,
+                    mutation_id=None if mutation_id is None else mutation_key(ctx.user, str(mutation_id)),
+                )
+                if alias is not None:
+                    self.aliases.taken(alias, op.id, op.start_time)
         except ConfigError as error:
             if files and self.files is not None:
                 self.files.forget_operation(operation_id)
@@ -1163,6 +1172,7 @@ class OperationCommands:
     def register_commands(self, registry: CommandRegistry) -> None:
         # the start saves its mutation id in the operation's own commit
         registry.register("start_operation", self.start_operation, is_volatile=True, saves_mutation=True)
+        registry.register_resolver("operation_alias", self.aliases.resolve)
         registry.register("get_operation", self.get_operation, fast=self.get_operation_fast)
         registry.register("list_operations", self.list_operations_encoded)
         for name, handler in (

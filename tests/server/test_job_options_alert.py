@@ -1,5 +1,5 @@
 """Job and operation options outside the scheduling strategy that pooltree does not implement (a container
-image, Porto layers, tables for output or cores, an alias, a stderr count) are never ignored silently: a live operation
+image, Porto layers, tables for output or cores, a stderr count) are never ignored silently: a live operation
 that sets one carries the "unsupported options" alert naming it, through the official client; the values that
 are what pooltree does anyway raise nothing."""
 
@@ -30,7 +30,7 @@ def test_options_without_an_effect_here_are_reported(cluster: Cluster) -> None:
         "max_stderr_size": 1024,
         "restart_exit_code": 17,
     }
-    spec = ytw.VanillaSpecBuilder().task("main", task).spec({"alias": "*nightly", "max_stderr_count": 5})
+    spec = ytw.VanillaSpecBuilder().task("main", task).spec({"max_stderr_count": 5})
     op = client.run_operation(spec, sync=False)
     alert = _alerts(client, op.id)["unsupported_options"]
     paths = {entry["path"] for entry in alert["attributes"]["options"]}
@@ -43,7 +43,7 @@ def test_options_without_an_effect_here_are_reported(cluster: Cluster) -> None:
             "max_stderr_size",
             "restart_exit_code",
         )
-    } | {f"operations.{op.id}.spec.{name}" for name in ("alias", "max_stderr_count")}
+    } | {f"operations.{op.id}.spec.{name}" for name in ("max_stderr_count",)}
     reasons = {entry["option"]: entry["reason"] for entry in alert["attributes"]["options"]}
     assert "not in the image" in reasons["docker_image"]
 
