@@ -2,8 +2,8 @@
 
 Between two fair-share updates of a tree whose structure is unchanged, most elements keep their spec (the build
 hands out the very same `ElementSpec` object), their usage and their activity. The heartbeat path marks what it
-touches: `SchedulingStages._account` (usage and preemptible lists), `_refresh_leaf` (satisfaction, activity) and
-operation (un)registration put the operation's id into ``_touched``. `ChangedPublisher._publish_changes` then
+touches: `StrategyState.account` (usage and preemptible lists), `BestLeaf.refresh_leaf` (satisfaction, activity) and
+operation (un)registration put the operation's id into ``StrategyState.touched``. `ChangedPublisher.publish_changes` then
 leaves every element, operation runtime, starvation state and heap as `SnapshotPublisher._publish_same_structure`
 (three passes over every element) leaves them, while doing per-element work only for:
 
@@ -25,14 +25,14 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
   the same notified or polled operations) and their ancestors' heap entries.
 
 Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves, so its old entry goes stale and
-`_peek` drops it) and each pool above re-reads its best child the way `_recompute` does. The best entry is the
+`BestLeaf.peek` drops it) and each pool above re-reads its best child the way `BestLeaf.recompute` does. The best entry is the
 same one a rebuild gives, since entries are ordered by (key, least recently served, order key) and the order key
 is unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. From
 `_BULK_SATISFACTION` re-keyed operations on, their satisfactions are computed in bulk (`satisfaction_ratios`, bit
 for bit the per-element floats). Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
-element view reads the counter (`_flush_counts`).
+element view reads the counter (`ChangedPublisher.flush_counts`).
 
 A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
 the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
+from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
 from pooltree.strategy.elements import StarvationState, _Element, _floats
 from pooltree.strategy.model import (
     PRIORITY_OF_RANK,
@@ -64,6 +64,7 @@ from pooltree.strategy.model import (
     PreemptionPriority,
     SchedulingStatus,
 )
+from pooltree.strategy.priorities import configure_lists, update_priorities
 from pooltree.strategy.publish_step import COUNTED_REASONS, PublishStep
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
@@ -72,7 +73,7 @@ from pooltree.strategy.shares import (
     satisfaction_ratios,
 )
 from pooltree.strategy.snapshot import SchedulingTree
-from pooltree.strategy.stages import SchedulingStages, remake_pool_heap
+from pooltree.strategy.state import StrategyState
 
 _NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
 _NOT_SCHEDULABLE = DeactivationReason.NOT_SCHEDULABLE
@@ -80,49 +81,45 @@ _NORMAL = SchedulingStatus.NORMAL
 _INF = math.inf
 
 
-class ChangedPublisher(SchedulingStages):
-    """The incremental same-structure publish, the base of `SnapshotPublisher` (see the module docstring)."""
+class ChangedPublisher:
+    """The incremental same-structure publish, a part of `SnapshotPublisher` (see the module docstring)."""
 
-    _step: PublishStep | None
-    _statuses_timed: bool
-    """The last publish that evaluated every element did so with a time (a publish without one leaves every
-    status normal, so an incremental step may not start from it)."""
-    _configure_lists: Callable[[_Element], None]
-    """`SnapshotPublisher._configure_lists`."""
-    _update_priorities: Callable[[], None]
-    """`SnapshotPublisher._update_priorities`."""
-    _respecced: list[Any] | None
-    """The specs of the tree being published that are not the last published tree's very objects, when the
-    tree says which (`SchedulingTree.respecced`); ``None``: unknown."""
-    _pending_moved: set[str]
-    """`TreeScheduler._pending_moved`: operations whose controllers reported moved pending work."""
-    _pending_polled: set[str]
-    """`TreeScheduler._pending_polled`: operations whose controllers cannot report it."""
+    def __init__(self, state: StrategyState, heaps: BestLeaf) -> None:
+        self.state = state
+        self.heaps = heaps
+        self.step: PublishStep | None = None
+        """What the incremental publish keeps about the published structure (None: no step to continue)."""
+        self.statuses_timed = False
+        """The last publish that evaluated every element did so with a time (a publish without one leaves every
+        status normal, so an incremental step may not start from it)."""
 
-    def _forget_changes(self) -> None:
+    def forget_changes(self) -> None:
         """A publish that recomputes every element: what was touched before it is accounted for."""
-        self._touched = set()
+        self.state.touched = set()
         self._drop_step()
 
     def _drop_step(self) -> None:
-        if self._step is not None:
-            self._step.flush()
-            self._step = None
+        if self.step is not None:
+            self.step.flush()
+            self.step = None
 
-    def _flush_counts(self) -> None:
+    def flush_counts(self) -> None:
         """Bring every ``deactivation_reasons`` up to date (before reading one)."""
-        if self._step is not None:
-            self._step.flush()
+        if self.step is not None:
+            self.step.flush()
 
-    def _publish_changes(
+    def publish_changes(
         self,
         tree: SchedulingTree,
         now: float,
         total: tuple[float, ...],
+        respecced: list[Any] | None,
         changed: tuple[list[str], list[_Element], list[_Element], bool] | None = None,
     ) -> bool:
         """Publish ``tree`` (same skeleton as the last one) doing work only where something changed; ``False``
-        (nothing done) when the three-pass path must run instead.
+        (nothing done) when the three-pass path must run instead. ``respecced``: the specs of ``tree`` that are not
+        the last published tree's very objects, when the tree says which (`SchedulingTree.respecced`); ``None``:
+        unknown.
 
         ``changed``: the tree differs from the last one by operation changes, already applied to the elements
         (`SnapshotPublisher._apply_operation_changes`): the added operations' ids, the parents the removed
@@ -131,9 +128,9 @@ class ChangedPublisher(SchedulingStages):
         entries are stale), the priority lists re-made if a removed operation was on one; every heap is
         rebuilt only after a new numbering (heap entries carry the order keys).
         """
-        touched = self._touched
-        self._touched = set()
-        if total != self._total:
+        touched = self.state.touched
+        self.state.touched = set()
+        if total != self.state.total:
             self._drop_step()
             return False
         found = self._step_for(tree, changed)
@@ -141,17 +138,17 @@ class ChangedPublisher(SchedulingStages):
             return False
         step, ordered, resort = found
         specs = tree.elements
-        fresh = self._respecced_elements(tree, ordered)
+        fresh = self._respecced_elements(tree, ordered, respecced)
         for element in fresh:
             spec = specs[element.id]
             if spec.scheduling_status is None or spec.demand_share is None:
                 self._drop_step()
                 return False
-        self._step = step
+        self.step = step
         self._take_specs(tree, fresh)
         removed_parents: list[_Element] = []
         if changed is not None:
-            added = [self._elements[element_id] for element_id in changed[0]]
+            added = [self.state.elements[element_id] for element_id in changed[0]]
             for element in added:  # a new element's blocked mask is computed by the passes
                 shares = (element.fair_share, element.demand_share)
                 if shares != element.blocked_for:
@@ -167,10 +164,10 @@ class ChangedPublisher(SchedulingStages):
         moved = self._update_starvation_of(step, fresh, rerun, now)
         if moved or rerun or resort:
             self._update_priorities_of(step, moved, rerun, resort)
-        self.last_update_time = now
+        self.state.last_update_time = now
         renumbered = changed is not None and changed[3]
         # a pool's own satisfaction (`pool_satisfaction.py`) moves with any usage below it: every heap anew
-        rebuild = renumbered or self.tree.pool_satisfaction_used
+        rebuild = renumbered or self.state.tree.pool_satisfaction_used
         self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=rebuild)
         return True
 
@@ -181,17 +178,17 @@ class ChangedPublisher(SchedulingStages):
         operation changes, or a new one from the statuses of a publish with a time; with the elements in tree
         order when it had to list them and whether the priority lists must be re-sorted. None (the step
         dropped) when the three-pass path must run instead."""
-        step = self._step
-        elements = self._elements
+        step = self.step
+        elements = self.state.elements
         ordered: list[_Element] | None = None
         resort = False
         if step is not None and step.skeleton is tree.skeleton:
             return step, ordered, resort
-        states = self.starvation
+        states = self.state.starvation
         if (
             step is not None
             and changed is not None
-            and self._statuses_timed
+            and self.statuses_timed
             and _all_given(elements[element_id] for element_id in changed[0])
         ):  # the step of the tree the operation changes were applied to (its other specs were checked)
             resort = step.follow(tree.skeleton, elements, changed[2])
@@ -200,15 +197,17 @@ class ChangedPublisher(SchedulingStages):
                     states[element_id] = StarvationState()
         else:
             self._drop_step()
-            if not self._statuses_timed or not _all_given(elements.values()):
+            if not self.statuses_timed or not _all_given(elements.values()):
                 # a step starts from statuses a publish with a time evaluated for every element
                 return None
             ordered = [elements[element_id] for element_id in tree.order]
             step = PublishStep(tree.skeleton, ordered)
             if changed is not None:  # the lists still hold the elements the operation changes removed
-                self._update_priorities()
+                update_priorities(self.state)
             step.priorities = {
-                element: priority for priority, listed in self._ops_by_priority.items() for element in listed
+                element: priority
+                for priority, listed in self.state.ops_by_priority.items()
+                for element in listed
             }
         if len(states) < len(elements):  # every element has its state after a publish with a time
             for element_id in tree.order:
@@ -216,11 +215,12 @@ class ChangedPublisher(SchedulingStages):
                     states[element_id] = StarvationState()
         return step, ordered, resort
 
-    def _respecced_elements(self, tree: SchedulingTree, ordered: list[_Element] | None) -> list[_Element]:
+    def _respecced_elements(
+        self, tree: SchedulingTree, ordered: list[_Element] | None, respecced: list[Any] | None
+    ) -> list[_Element]:
         """The elements whose spec in ``tree`` is not the one they hold, in tree order: those the tree names as
         re-specced when it was derived from the last one, else found by comparing every element's spec."""
-        elements = self._elements
-        respecced = self._respecced
+        elements = self.state.elements
         if respecced is not None:  # a tree derived from the last one with these specs new
             return sorted(
                 {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
@@ -289,8 +289,8 @@ class ChangedPublisher(SchedulingStages):
 
         Returns the operations to re-key (touched or with a new spec), in tree order, and those whose runtime
         changed."""
-        elements = self._elements
-        operations = self.operations
+        elements = self.state.elements
+        operations = self.state.operations
         ops = [element for element in fresh if element.is_op]
         known: set[_Element] | None = None
         extra: list[_Element] = []
@@ -342,7 +342,7 @@ class ChangedPublisher(SchedulingStages):
         unsettled = set()
         for element in visit:
             if element.op is not None:
-                self._configure_lists(element)
+                configure_lists(self.state, element)
                 if not element.op.lists_settled:
                     unsettled.add(element)
         step.unsettled = unsettled
@@ -370,9 +370,9 @@ class ChangedPublisher(SchedulingStages):
         if len(due) > 2 * len(step.deadlines) + 64:  # entries of re-evaluated or departed elements: compact
             step.due = [entry for entry in due if step.deadlines.get(entry[2]) == entry[1]]
             heapq.heapify(step.due)
-        states = self.starvation
-        if len(states) > len(self._elements):
-            for stale in set(states) - set(self._elements):
+        states = self.state.starvation
+        if len(states) > len(self.state.elements):
+            for stale in set(states) - set(self.state.elements):
                 del states[stale]
         return moved
 
@@ -381,7 +381,7 @@ class ChangedPublisher(SchedulingStages):
     ) -> set[_Element]:
         """The elements whose starvation status or clock can move at ``now`` (see `_update_starvation_of`); the
         step's clock moves to ``now`` (its deadlines start anew after a time going back or another config)."""
-        config = self.config
+        config = self.state.config
         clock = step.clock
         visit = set(rerun)
         for element in fresh:
@@ -417,8 +417,8 @@ class ChangedPublisher(SchedulingStages):
         """§c's starvation rules (`StarvationState.advance`) for the ``visit`` elements in tree order, with the
         step's sets of elements below their fair share, deadlines and pending counts kept; returns the elements
         whose starvation status changed."""
-        config = self.config
-        states = self.starvation
+        config = self.state.config
+        states = self.state.starvation
         below = step.below
         due = step.due
         deadlines = step.deadlines
@@ -466,14 +466,14 @@ class ChangedPublisher(SchedulingStages):
     def _pending_counts_moved(self, step: PublishStep, visit: set[_Element]) -> None:
         """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
         not the one their last evaluation read. Only operations whose controllers reported moved pending work
-        since the last incremental publish (``_pending_moved``, `pooltree.strategy.watch`; `_requeue` empties
-        it) or cannot report (``_pending_polled``) can be such."""
+        since the last incremental publish (``state.pending_moved``, `pooltree.strategy.watch`; `_requeue` empties
+        it) or cannot report (``state.pending_polled``) can be such."""
         counts = step.pending
         if not counts:
             return
-        elements = self._elements
-        polled = self._pending_polled
-        for operation_id in self._pending_moved.union(polled) if polled else self._pending_moved:
+        elements = self.state.elements
+        polled = self.state.pending_polled
+        for operation_id in self.state.pending_moved.union(polled) if polled else self.state.pending_moved:
             element = elements.get(operation_id)
             if element is None:
                 continue
@@ -487,11 +487,11 @@ class ChangedPublisher(SchedulingStages):
     def _update_priorities_of(
         self, step: PublishStep, moved: list[_Element], rerun: list[_Element], resort: bool
     ) -> None:
-        """`_update_priorities` for the operations whose preemption priority can have changed: those whose
+        """`priorities.update_priorities` for the operations whose preemption priority can have changed: those whose
         starvation status ``moved``, those below a pool whose status moved (unless the scope is
-        ``operation_only``) and ``rerun`` (a new runtime or a new element). ``_ops_by_priority`` is made anew
+        ``operation_only``) and ``rerun`` (a new runtime or a new element). ``StrategyState.ops_by_priority`` is made anew
         from ``step.priorities`` in tree order when some priority changed or ``resort`` (tree indices moved)."""
-        own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
+        own_only = self.state.config.scheduling_preemption_priority_scope == "operation_only"
         visit = set(rerun)
         for element in moved:
             if element.is_op:
@@ -532,7 +532,7 @@ class ChangedPublisher(SchedulingStages):
             }
             for element in sorted(priorities, key=_index):
                 by_priority[priorities[element]].append(element)
-            self._ops_by_priority = by_priority
+            self.state.ops_by_priority = by_priority
 
     # ------------------------------------------------------------------ pass 3: activity, counts, heaps
 
@@ -559,10 +559,10 @@ class ChangedPublisher(SchedulingStages):
                 queued.add(element)
                 heapq.heappush(pools, (-element.index, element))
         if rebuild:
-            elements = self._elements
+            elements = self.state.elements
             _rebuild_heaps(
-                [elements[element_id] for element_id in self.tree.order],
-                total if self.tree.pool_satisfaction_used else None,
+                [elements[element_id] for element_id in self.state.tree.order],
+                total if self.state.tree.pool_satisfaction_used else None,
             )
             return
         for parent in removed_parents or ():
@@ -581,12 +581,12 @@ class ChangedPublisher(SchedulingStages):
         """``changed_ops`` and the operations whose pending count crossed zero since their activity was last set.
 
         Only the operations whose controllers reported a change of their pending work since the last call
-        (``_pending_moved``, `pooltree.strategy.watch`) and those that cannot report (``_pending_polled``) can
+        (``state.pending_moved``, `pooltree.strategy.watch`) and those that cannot report (``state.pending_polled``) can
         be such, so only these are checked, not every operation."""
         visit = set(changed_ops)
-        elements = self._elements
-        moved = self._pending_moved
-        polled = self._pending_polled
+        elements = self.state.elements
+        moved = self.state.pending_moved
+        polled = self.state.pending_polled
         for operation_id in moved.union(polled) if polled else list(moved):
             element = elements.get(operation_id)
             if element is None or not element.is_op:
@@ -616,7 +616,7 @@ class ChangedPublisher(SchedulingStages):
         step.serial += 1
         serial = step.serial
         counted = step.counted
-        activity = self._op_activity
+        activity = self.heaps.op_activity
         if len(order) >= _BULK_SATISFACTION:
             # in bulk, bit for bit the per-element floats (`satisfaction_ratios`); the memo is not consulted
             # (a pure function of its key) and is forgotten, so no key tuple is made per element
@@ -629,7 +629,7 @@ class ChangedPublisher(SchedulingStages):
             for element in order:
                 element.sat_for = None
         else:
-            sats = [self._memoised_satisfaction(element, total) for element in order]
+            sats = [memoised_satisfaction(element, total) for element in order]
         push = heapq.heappush
         for element, sat in zip(order, sats, strict=True):
             element.sat = sat
@@ -641,7 +641,7 @@ class ChangedPublisher(SchedulingStages):
             assert parent is not None
             if rebuild:
                 pass  # every heap is made anew by the caller
-            elif reason is None:  # `_push`
+            elif reason is None:  # `BestLeaf.push`
                 start = element.last_start
                 element.keyed_start = start
                 key = element.fifo_key if element.use_fifo else sat
@@ -664,7 +664,7 @@ class ChangedPublisher(SchedulingStages):
         last start moved (or it is a new FIFO pool), re-keys itself in its parent and queues the parent."""
         while pools:
             _, pool = heapq.heappop(pools)
-            best = self._peek(pool, None)
+            best = self.heaps.peek(pool, None)
             active = best is not None
             sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
             parent = pool.parent
@@ -683,31 +683,12 @@ class ChangedPublisher(SchedulingStages):
             if parent is None:
                 continue
             if active:
-                self._push(parent, pool)
+                self.heaps.push(parent, pool)
             else:
                 pool.keyed_start = 0
             if parent not in queued:
                 queued.add(parent)
                 heapq.heappush(pools, (-parent.index, parent))
-
-    @staticmethod
-    def _memoised_satisfaction(element: _Element, total: tuple[float, ...]) -> float:
-        """An operation's satisfaction at publish, memoised on (usage, fair share, blocked, total)."""
-        usage = element.usage
-        fair_share = element.fair_share
-        blocked = element.blocked
-        key = (tuple(usage), fair_share, blocked, total)
-        if key == element.sat_for:
-            sat: float = element.sat_memo
-            return sat
-        sat = local_satisfaction_ratio(
-            [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
-            fair_share,
-            blocked,
-        )
-        element.sat_for = key
-        element.sat_memo = sat
-        return sat
 
 
 _BULK_SATISFACTION = 64
@@ -747,3 +728,22 @@ def _all_given(elements: Any) -> bool:
         element.spec.scheduling_status is not None and element.spec.demand_share is not None
         for element in elements
     )
+
+
+def memoised_satisfaction(element: _Element, total: tuple[float, ...]) -> float:
+    """An operation's satisfaction at publish, memoised on (usage, fair share, blocked, total)."""
+    usage = element.usage
+    fair_share = element.fair_share
+    blocked = element.blocked
+    key = (tuple(usage), fair_share, blocked, total)
+    if key == element.sat_for:
+        sat: float = element.sat_memo
+        return sat
+    sat = local_satisfaction_ratio(
+        [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
+        fair_share,
+        blocked,
+    )
+    element.sat_for = key
+    element.sat_memo = sat
+    return sat

@@ -1,9 +1,8 @@
 """Plain state of the strategy: published elements, operation runtimes, starvation, analysis and pass records.
 
-Everything here is data plus small vector helpers; the behaviour lives in `stages.py` (best-leaf heaps and regular
-scheduling), `preemption.py` (preemptive stages, node overcommit), `gang.py` (gang incarnation switches), `publish.py` (a fair-share update:
-statuses, starvation, preemption priorities, preemptible lists) and `scheduler.py` (`TreeScheduler`: operations,
-heartbeats, allocation accounting, views).
+Everything here is data plus small vector helpers; what one tree's strategy shares between its parts is
+`StrategyState` (`state.py`) and the behaviour lives in `best_leaf.py`, `stages.py`, `preemption.py`, `gang.py`,
+`publish.py` / `changes.py` and `scheduler.py` (`TreeScheduler`, which composes them).
 """
 
 from __future__ import annotations
@@ -164,7 +163,7 @@ class OperationRuntime:
     lists: PreemptibleLists = field(default_factory=PreemptibleLists)
     usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
     usage_serial: int = 0
-    """Moves with every change of ``usage`` (`SchedulingStages._account`): equal serials, equal usage."""
+    """Moves with every change of ``usage`` (`StrategyState.account`): equal serials, equal usage."""
     deactivation_reasons: Counter[str] = field(default_factory=Counter)
     preemption_priority: PreemptionPriority = PreemptionPriority.NONE
     preempted_allocation_count: int = 0

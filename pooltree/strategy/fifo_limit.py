@@ -10,7 +10,7 @@ YTsaurus's default). It bounds the work of a heartbeat in FIFO pools with thousa
 
 `SchedulerCore.update_fair_share` computes the set from the update's result (:func:`fifo_unschedulable`), clears
 their ``below_fair_share`` flags in the result, and hands the set to the strategy, whose activity rule
-(`SchedulingStages._op_activity`) deactivates them (`DeactivationReason.NOT_SCHEDULABLE`); operations whose
+(`BestLeaf.op_activity`) deactivates them (`DeactivationReason.NOT_SCHEDULABLE`); operations whose
 membership changed are re-keyed after the publish (`TreeScheduler.set_fifo_unschedulable`).
 """
 

@@ -12,7 +12,7 @@ interrupted, the operation switches to a new incarnation: every running job is a
 resources, so no other operation can take them in between.
 
 pooltree's controller decides the switch (``VanillaController.take_incarnation_switch``) when it hears of the
-lost job, as YTsaurus's does; :meth:`GangRestarts._switch_incarnation` then restarts the jobs. An allocation is
+lost job, as YTsaurus's does; :meth:`GangRestarts.switch_incarnation` then restarts the jobs. An allocation is
 one job here, so a restart replaces the allocation object: the old one is stopped at once (timeout 0, in the
 node's answer) and a new one with the new job takes its place in the operation's start order and on the same
 node, with its usage accounted without a gap.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from pooltree.resources import RESOURCES
+from pooltree.strategy.best_leaf import BestLeaf
 from pooltree.strategy.elements import OperationRuntime
 from pooltree.strategy.model import (
     AbortReason,
@@ -31,17 +32,21 @@ from pooltree.strategy.model import (
     PreemptionRecord,
     SchedulingStage,
 )
-from pooltree.strategy.preemption import PreemptionStages
 from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.state import StrategyState
 
 INCARNATION_SWITCH_STAGE = "incarnation_switch"
 """``stage`` of the ``allocation_started`` event of a job restarted in its allocation."""
 
 
-class GangRestarts(PreemptionStages):
+class GangRestarts:
     """The incarnation switch of gang operations; see the module docstring."""
 
-    def _switch_incarnation(
+    def __init__(self, state: StrategyState, heaps: BestLeaf) -> None:
+        self.state = state
+        self.heaps = heaps
+
+    def switch_incarnation(
         self,
         runtime: OperationRuntime,
         trigger: Allocation,
@@ -62,15 +67,16 @@ class GangRestarts(PreemptionStages):
             f"{'was ' + trigger.preemption.reason.value if trigger.preemption is not None else 'ended'}; "
             "every running job restarts in its allocation"
         )
-        element = self._elements.get(runtime.id)
+        state = self.state
+        element = state.elements.get(runtime.id)
         for old in list(runtime.lists):
-            node = self.nodes.get(old.node_address)
+            node = state.nodes.get(old.node_address)
             if node is None or old.preempted:
                 continue
             if result is not None and result.address == node.address:
                 target = result
             else:
-                target = self._queued_for(node.address)
+                target = state.queued_for(node.address)
             record = PreemptionRecord(
                 allocation_id=old.id,
                 operation_id=old.operation_id,
@@ -87,13 +93,13 @@ class GangRestarts(PreemptionStages):
             old.preemption = record
             old.restarted = True
             target.allocations_to_preempt.append(record)
-            self._emit({"event": "allocation_preempted", **record.to_dict()})
+            state.emit({"event": "allocation_preempted", **record.to_dict()})
             new = restart(old, now)
             if (
                 new is None
             ):  # the new job does not fit the allocation: it waits as pending, the allocation ends
                 node.usage -= old.resources
-                self._release(old, runtime, element)
+                state.release(old, runtime, element)
                 continue
             new.node_address = node.address
             if new.interruption_signal is None and element is not None:
@@ -101,13 +107,13 @@ class GangRestarts(PreemptionStages):
             delta = new.resources - old.resources
             node.usage += delta
             node.allocations[new.id] = new
-            self.allocations[new.id] = new
+            state.allocations[new.id] = new
             runtime.lists_settled = False
             runtime.lists.replace(old, new)
             if np.any(delta != 0):
-                self._account(runtime, element, delta.tolist(), _add_list)
+                state.account(runtime, element, delta.tolist(), _add_list)
             target.allocations_to_start.append(new)
-            self._emit(
+            state.emit(
                 {
                     "event": "allocation_started",
                     "time": now,
@@ -119,4 +125,4 @@ class GangRestarts(PreemptionStages):
                 }
             )
         if element is not None and element.op is runtime:
-            self._refresh_leaf(element)
+            self.heaps.refresh_leaf(element)

@@ -57,7 +57,7 @@ def operation_facts(strategy: Any, pool_tree: Any, gang_single_vanilla: bool) ->
     found = []
     for operation_id in sorted(strategy.operations):
         runtime = strategy.operations[operation_id]
-        element = strategy._elements.get(operation_id)
+        element = strategy.state.elements.get(operation_id)
         if element is None or not element.is_op or element.op is not runtime:
             continue
         op = pool_tree.operations.get(operation_id)
@@ -101,11 +101,11 @@ def update_plan(strategy: Any, pool_tree: Any, now: float) -> None:
     gang_single = bool(
         getattr(pool_tree.config, "consider_single_allocation_vanilla_operations_as_gang", False)
     )
-    elements = strategy._elements
+    elements = strategy.state.elements
 
     def tag_filter(operation_id: str, tags: frozenset[str]) -> bool:
         element = elements.get(operation_id)
-        return element is None or strategy._tag_matches(element, _TagsOnly(tags))
+        return element is None or strategy.regular.tag_matches(element, _TagsOnly(tags))
 
     policy.tag_filter = tag_filter
     policy.update(
@@ -118,7 +118,7 @@ def update_plan(strategy: Any, pool_tree: Any, now: float) -> None:
 
 
 class _TagsOnly:
-    """What ``_tag_matches`` reads of a node."""
+    """What `RegularStage.tag_matches` reads of a node."""
 
     __slots__ = ("tags",)
 
@@ -136,7 +136,7 @@ def carry_out_plan(strategy: Any, node: ExecNode, now: float, result: HeartbeatR
         allocation = strategy.allocations.get(allocation_id)
         if allocation is None or allocation.preempted or allocation.node_address != node.address:
             continue
-        strategy._preempt(
+        strategy.preemption.preempt(
             allocation,
             node,
             now,
@@ -146,15 +146,15 @@ def carry_out_plan(strategy: Any, node: ExecNode, now: float, result: HeartbeatR
             preempted_for=preempted_for,
         )
     for assignment in policy.preliminary(node.address):
-        element = strategy._elements.get(assignment.operation_id)
+        element = strategy.state.elements.get(assignment.operation_id)
         if element is None or element.op is None:
             policy.drop(assignment)
             continue
-        allocation, reason = strategy._try_schedule(element, node, now, None, None)
+        allocation, reason = strategy.regular.try_schedule(element, node, now, None, None)
         if allocation is None:
             if reason is not None:
                 element.op.deactivation_reasons[reason.value] += 1
             policy.drop(assignment)
             continue
-        strategy._started(allocation, element, node, now, result, SchedulingStage.GPU, None)
+        strategy.regular.started(allocation, element, node, now, result, SchedulingStage.GPU, None)
         policy.realize(assignment, allocation)

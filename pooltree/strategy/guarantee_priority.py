@@ -10,7 +10,7 @@ its set. Off (YTsaurus's default), every operation is medium and there is one st
 
 `SchedulerCore.update_fair_share` computes the set (:func:`high_priority_operations`) and hands it to the strategy
 (``TreeScheduler.high_priority``); :func:`run_regular_stages` runs the stages, each a regular pass of
-`SchedulingStages._regular_scheduling` with the other set excluded.
+`RegularStage.schedule` with the other set excluded.
 """
 
 from __future__ import annotations
@@ -44,19 +44,16 @@ def high_priority_operations(result: Any, operation_ids: Any) -> frozenset[str]:
     return frozenset(high)
 
 
-def run_regular_stages(scheduler: Any, node: Any, now: float, result: Any) -> None:
-    """The heartbeat's regular scheduling: one stage over every operation, or, with high-priority operations, the
-    high stage over them and then the medium stage over the others."""
-    high = scheduler.high_priority
+def run_regular_stages(regular: Any, node: Any, now: float, result: Any) -> None:
+    """The heartbeat's regular scheduling (``regular``: the tree's `RegularStage`): one stage over every operation,
+    or, with high-priority operations, the high stage over them and then the medium stage over the others."""
+    state = regular.state
+    high = state.high_priority
     if not high:
-        scheduler._regular_scheduling(node, now, result)
+        regular.schedule(node, now, result)
         return
-    elements = scheduler._elements
+    elements = state.elements
     high_elements = [elements[op] for op in sorted(high) if op in elements]
     medium_elements = [element for op, element in elements.items() if element.is_op and op not in high]
-    scheduler._regular_scheduling(
-        node, now, result, stage=SchedulingStage.REGULAR_HIGH_PRIORITY, excluded=medium_elements
-    )
-    scheduler._regular_scheduling(
-        node, now, result, stage=SchedulingStage.REGULAR_MEDIUM_PRIORITY, excluded=high_elements
-    )
+    regular.schedule(node, now, result, stage=SchedulingStage.REGULAR_HIGH_PRIORITY, excluded=medium_elements)
+    regular.schedule(node, now, result, stage=SchedulingStage.REGULAR_MEDIUM_PRIORITY, excluded=high_elements)

@@ -4,12 +4,12 @@ YTsaurus (``TResourceTreeElement::IncreaseLocalResourceUsagePrecommitWithCheckUn
 which ``DoScheduleAllocation`` passes in preemptive stages only): when an allocation is started with preemption,
 the room left under a limited pool is ``resource_limits - usage + tolerance`` instead of ``resource_limits - usage``;
 the regular stages keep the plain limit. The usage past the limit does not stay: after the allocation starts, the
-pool's violated limits make its preemptible allocations victims (`PreemptionStages._preempt_after_scheduling`), as
+pool's violated limits make its preemptible allocations victims (`PreemptiveStages._preempt_after_scheduling`), as
 YTsaurus preempts for violated limits. So a starving operation in a pool at its limit can start its allocation and
 have the pool's own preemptible allocations make room, instead of not starting at all.
 
 The strategy reads the tolerance as ``_Element.limits_tolerance`` (from the pool's spec; None without one) in
-`SchedulingStages._try_schedule`, where the preemptive stages pass their per-pool discounts.
+`RegularStage.try_schedule`, where the preemptive stages pass their per-pool discounts.
 """
 
 from __future__ import annotations

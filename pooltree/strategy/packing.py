@@ -42,7 +42,7 @@ from pooltree.errors import join_path
 from pooltree.strategy.model import ExecNode, HeartbeatResult, SchedulingStage
 
 if TYPE_CHECKING:
-    from pooltree.strategy.scheduler import TreeScheduler
+    from pooltree.strategy.stages import RegularStage
 
 _EPSILON = 1e-9
 
@@ -126,7 +126,7 @@ class Packing:
         self.config = PackingConfig()
         self.statistics: dict[str, PackingStatistics] = {}
         self.in_regular_stage = False
-        """True while a regular stage (not the fallback) runs with packing enabled: `_try_schedule` checks then."""
+        """True while a regular stage (not the fallback) runs with packing enabled: `RegularStage.try_schedule` checks then."""
         self.rejected: set[str] = set()
         """Operations rejected for their packing in the current heartbeat's regular stages."""
 
@@ -163,15 +163,13 @@ class Packing:
             stats.record(snapshot, self.config)
 
 
-def run_packing_fallback(
-    scheduler: TreeScheduler, node: ExecNode, now: float, result: HeartbeatResult
-) -> None:
+def run_packing_fallback(regular: RegularStage, node: ExecNode, now: float, result: HeartbeatResult) -> None:
     """The ``regular_packing_fallback`` stage, right after the regular stages when they started nothing and
     rejected some operation for its packing: over the rejected operations only, one allocation with packing
-    ignored."""
-    rejected = scheduler.packing.rejected
-    others = [e for e in scheduler._elements.values() if e.is_op and e.id not in rejected]
-    scheduler._regular_scheduling(
+    ignored (``regular``: the tree's `RegularStage`)."""
+    rejected = regular.packing.rejected
+    others = [e for e in regular.state.elements.values() if e.is_op and e.id not in rejected]
+    regular.schedule(
         node, now, result, stage=SchedulingStage.REGULAR_PACKING_FALLBACK, excluded=others, one_only=True
     )
 

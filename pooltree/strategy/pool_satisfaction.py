@@ -7,9 +7,9 @@ so a pool that already has more than its fair share does not win a heartbeat jus
 is hungry. A pool's value of the option wins over its parent's, the tree's is the root's (`EffectiveSettings`).
 
 The strategy keeps each pool's key (``_Element.sat``) where its heaps are made (`stages.remake_pool_heap`,
-`SchedulingStages._recompute`, `PreemptionStages._best_among`). A pool's own satisfaction moves with every
+`BestLeaf.recompute`, `PreemptiveStages._best_among`). A pool's own satisfaction moves with every
 allocation below it, so while any pool uses the option (`SchedulingTree.pool_satisfaction_used`) a usage change
-re-keys every ancestor (no early stop in `SchedulingStages._propagate`) and the incremental publish makes the heaps
+re-keys every ancestor (no early stop in `BestLeaf.propagate`) and the incremental publish makes the heaps
 anew (`changes.py`); with the option nowhere, nothing here runs and every result is as before.
 """
 

@@ -1,8 +1,8 @@
 """The preemptive stages: graceful preemption, preemptive scheduling, node overcommit, and preempting itself.
 
-`PreemptionStages` adds to `SchedulingStages` what yt-semantics §e.1 and §e.3–§e.5 describe: the graceful stage,
+`PreemptiveStages` runs what yt-semantics §e.1 and §e.3–§e.5 describe: the graceful stage,
 the analysis of a node's preemptible allocations (blocking ancestors, unconditional and conditional victims),
-scheduling with preemption and choosing the minimal set of victims, the overcommit stage, `_preempt` with its
+scheduling with preemption and choosing the minimal set of victims, the overcommit stage, `preempt` with its
 record, and stops decided outside a heartbeat (job time limits), queued for the node's next heartbeat.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT
+from pooltree.strategy.best_leaf import BestLeaf
 from pooltree.strategy.elements import (
     _FIT_EPSILON,
     _Analysis,
@@ -20,7 +21,7 @@ from pooltree.strategy.elements import (
     _fits,
     _sub_np,
 )
-from pooltree.strategy.full_host_preemption import full_host_blocker
+from pooltree.strategy.full_host_preemption import FullHostPreemption, full_host_blocker
 from pooltree.strategy.model import (
     PREEMPTION_REASONS,
     PREEMPTION_STATUS_RANK,
@@ -36,14 +37,16 @@ from pooltree.strategy.model import (
     StarvationStatus,
 )
 from pooltree.strategy.pool_satisfaction import pool_key
+from pooltree.strategy.priorities import priority_of
 from pooltree.strategy.shares import (
     EPSILON,
-    local_satisfaction_ratio,
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import ROOT_ID
-from pooltree.strategy.stages import SchedulingStages
+from pooltree.strategy.ssd_preemption import SsdPreemption
+from pooltree.strategy.stages import RegularStage
 from pooltree.strategy.starving_victims import starvation_blocks
+from pooltree.strategy.state import StrategyState
 
 _GRACEFUL = (AbortReason.GRACEFUL_PREEMPTION, SchedulingStage.GRACEFUL_PREEMPTION)
 _GRACEFUL_TEXT = "Preempted due to graceful preemption: operation usage exceeds its fair share"
@@ -59,26 +62,43 @@ _STAGES = (
 )
 
 
-class PreemptionStages(SchedulingStages):
+class PreemptiveStages:
     """Stages that stop allocations; see the module docstring."""
+
+    def __init__(
+        self,
+        state: StrategyState,
+        heaps: BestLeaf,
+        regular: RegularStage,
+        ssd: SsdPreemption,
+        full_host: FullHostPreemption,
+    ) -> None:
+        self.state = state
+        self.heaps = heaps
+        self.regular = regular
+        """The regular stage, whose checks and start bookkeeping a preemptive start reuses."""
+        self.ssd = ssd
+        """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`)."""
+        self.full_host = full_host
+        """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`)."""
 
     # -------------------------------------------------------------- stage 1: graceful preemption
 
-    def _graceful_preemption(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+    def graceful(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
         for allocation in list(node.allocations.values()):
             if allocation.preempted:
                 continue
-            element = self._elements.get(allocation.operation_id)
+            element = self.state.elements.get(allocation.operation_id)
             if element is None or element.spec.preemption_mode != "graceful":
                 continue
             if allocation.preemption_status != PreemptionStatus.PREEMPTIBLE:
                 continue
-            timeout = self.config.allocation_graceful_preemption_timeout
-            self._preempt(allocation, node, now, result, _GRACEFUL, _GRACEFUL_TEXT, timeout=timeout)
+            timeout = self.state.config.allocation_graceful_preemption_timeout
+            self.preempt(allocation, node, now, result, _GRACEFUL, _GRACEFUL_TEXT, timeout=timeout)
 
     # -------------------------------------------------------------- stage 3: preemptive scheduling
 
-    def _preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
+    def preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
         status = allocation.preemption_status
         if status == PreemptionStatus.PREEMPTIBLE:
             return PreemptionLevel.PREEMPTIBLE
@@ -92,9 +112,6 @@ class PreemptionStages(SchedulingStages):
         # on an SSD node an SSD allocation's level is its SSD variant (`ssd_preemption.py`)
         return self.ssd.level(level, allocation) if self.ssd.node_enabled else level
 
-    def _local_satisfaction(self, element: _Element) -> float:
-        return local_satisfaction_ratio(self._usage_share(element), element.fair_share, element.blocked)
-
     def _current_satisfaction(self, element: _Element, memo: dict[_Element, float]) -> float:
         """Local satisfaction without recomputing: an operation keeps its own up to date (``sat`` is refreshed on
         every usage change); a pool's is memoised for the duration of one analysis, while usage stands still."""
@@ -102,7 +119,7 @@ class PreemptionStages(SchedulingStages):
             return element.sat
         value = memo.get(element)
         if value is None:
-            value = memo[element] = self._local_satisfaction(element)
+            value = memo[element] = self.heaps.local_satisfaction(element)
         return value
 
     def _blocking_ancestor(
@@ -110,7 +127,7 @@ class PreemptionStages(SchedulingStages):
     ) -> _Element | None:
         """FindPreemptionBlockingAncestor (§e.3): the element that protects this operation's allocations."""
         if target == PreemptionPriority.DEFAULT_GPU_FULL_HOST:
-            return full_host_blocker(self.config, element)  # `full_host_preemption.py`
+            return full_host_blocker(self.state.config, element)  # `full_host_preemption.py`
         if element.spec.preemption_mode == "graceful":
             return element
         if (
@@ -118,7 +135,7 @@ class PreemptionStages(SchedulingStages):
             and not element.settings.normal_preemption_allowed_by_ancestors
         ):
             return element
-        config = self.config
+        config = self.state.config
         cursor: _Element | None = element
         while cursor is not None and cursor.parent is not None:
             if cursor.starvation != StarvationStatus.NON_STARVING and starvation_blocks(
@@ -139,15 +156,16 @@ class PreemptionStages(SchedulingStages):
         analysis = _Analysis(target)
         blockers: dict[str, _Element | None] = {}
         memo: dict[_Element, float] = {}
-        enable_conditional = self.config.enable_conditional_preemption
+        enable_conditional = self.state.config.enable_conditional_preemption
+        elements = self.state.elements
         ssd_stage = self.ssd.node_enabled and self.ssd.is_ssd_stage(target)
         for allocation in node.allocations.values():
             if allocation.preempted:
                 continue
-            element = self._elements.get(allocation.operation_id)
+            element = elements.get(allocation.operation_id)
             if element is None or element.op is None:
                 continue
-            level = self._preemption_level(allocation, element)
+            level = self.preemption_level(allocation, element)
             if level < min_level:
                 continue
             if (
@@ -191,6 +209,7 @@ class PreemptionStages(SchedulingStages):
                 children.setdefault(cursor.parent, set()).add(cursor)
                 cursor = cursor.parent
         memo: dict[_Element, tuple[float, _Element]] = {}
+        state = self.state
         sats = {element: element.sat for element in candidates}  # operations keep ``sat`` current
 
         def best(element: _Element) -> tuple[float, _Element]:
@@ -204,58 +223,61 @@ class PreemptionStages(SchedulingStages):
                 key = child.fifo_key if child.use_fifo else sat
                 options.append((key, child.last_start, child.index, sat, leaf))
             _, _, _, sat, leaf = min(options, key=lambda o: (o[0], o[1], o[2]))
-            if self.tree.pool_satisfaction_used:
-                sat = pool_key(element, sat, self._total)
+            if state.tree.pool_satisfaction_used:
+                sat = pool_key(element, sat, state.total)
             memo[element] = (sat, leaf)
             return memo[element]
 
-        return best(self._elements[ROOT_ID])[1]
+        return best(state.elements[ROOT_ID])[1]
 
-    def _preemptive_scheduling(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+    def preemptive(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
         ssd = self.ssd
         ssd.start_node(node)
         try:
-            self._run_preemptive_stages(node, now, result, self.full_host.stages(ssd.stages(_STAGES)))
+            self._run_stages(node, now, result, self.full_host.stages(ssd.stages(_STAGES)))
         finally:
             ssd.node_enabled = False
 
-    def _run_preemptive_stages(
+    def _run_stages(
         self,
         node: ExecNode,
         now: float,
         result: HeartbeatResult,
         stages: tuple[tuple[SchedulingStage, PreemptionPriority, PreemptionLevel], ...],
     ) -> None:
-        ssd, full_host, starvation = self.ssd, self.full_host, self.starvation
+        state = self.state
+        ssd, full_host, starvation = self.ssd, self.full_host, state.starvation
+        by_priority = state.ops_by_priority
+        op_activity = self.heaps.op_activity
         routed = ssd.node_enabled or full_host.enabled  # SSD or full-host priorities decide the candidates
         for stage, target, min_level in stages:
             if routed:
                 targets = [
                     e
                     for source in full_host.sources(ssd.operations_priority(target))
-                    for e in self._ops_by_priority.get(source, [])
+                    for e in by_priority.get(source, [])
                     if e.op is not None
-                    and self._op_activity(e) is None
+                    and op_activity(e) is None
                     and ssd.eligible(e.id, target)
                     and full_host.eligible(e.id, target, starvation, now)
                 ]
             else:
                 targets = [
-                    e
-                    for e in self._ops_by_priority.get(target, [])
-                    if e.op is not None and self._op_activity(e) is None
+                    e for e in by_priority.get(target, []) if e.op is not None and op_activity(e) is None
                 ]
             force = stage == SchedulingStage.PREEMPTIVE_NORMAL
             if not targets and not force:
                 continue
             if target == PreemptionPriority.DEFAULT_GPU_FULL_HOST and not full_host.may_preempt(
-                node, now, self._elements, self._preemption_level
+                node, now, state.elements, self.preemption_level
             ):
                 analysis = _Analysis(target)  # too much progress to lose on this node
             else:
                 analysis = self._analyze(node, target, min_level)
             started = None
-            if targets and (analysis.unconditional or analysis.conditional or self._can_start_more(node)):
+            if targets and (
+                analysis.unconditional or analysis.conditional or self.regular.can_start_more(node)
+            ):
                 started = self._schedule_with_preemption(node, now, targets, analysis, stage, result)
             self._preempt_after_scheduling(node, now, analysis, started, stage, result)
             if started is not None:
@@ -273,10 +295,12 @@ class PreemptionStages(SchedulingStages):
     ) -> tuple[Allocation, _Element] | None:
         remaining = list(targets)
         attempts = 0
+        state = self.state
+        regular = self.regular
         while (
             remaining
-            and attempts < self.config.max_schedule_attempts_per_heartbeat
-            and not self._deadline.passed()
+            and attempts < state.config.max_schedule_attempts_per_heartbeat
+            and not state.deadline.passed()
         ):
             leaf = self._best_among(remaining)
             if leaf is None:
@@ -289,17 +313,17 @@ class PreemptionStages(SchedulingStages):
                 if extra is not None:
                     _add_list(discount, extra)
                 cursor = cursor.parent
-            if not self._can_start_more(node, discount):
+            if not regular.can_start_more(node, discount):
                 result.schedule_attempts += attempts
                 return None
-            allocation, reason = self._try_schedule(leaf, node, now, discount, analysis.ancestor_discount)
+            allocation, reason = regular.try_schedule(leaf, node, now, discount, analysis.ancestor_discount)
             if allocation is None:
                 assert leaf.op is not None and reason is not None
                 leaf.op.deactivation_reasons[reason.value] += 1
                 remaining.remove(leaf)
                 continue
             result.schedule_attempts += attempts
-            self._started(allocation, leaf, node, now, result, stage, None)
+            regular.started(allocation, leaf, node, now, result, stage, None)
             return allocation, leaf
         result.schedule_attempts += attempts
         return None
@@ -329,6 +353,7 @@ class PreemptionStages(SchedulingStages):
         target = analysis.target
         reason = PREEMPTION_REASONS[target]
         preemptor = started[0] if started is not None else None
+        elements = self.state.elements
         for allocation in candidates:
             if _fits(node.usage, node.resource_limits):
                 break
@@ -336,43 +361,36 @@ class PreemptionStages(SchedulingStages):
                 continue
             text = "Node resource limits violated"
             if started is not None:
-                element = self._elements[allocation.operation_id]
-                own = self._priority(started[1])
+                element = elements[allocation.operation_id]
+                own = priority_of(started[1])
                 priority = self.full_host.priority(
-                    started[1].id, self.ssd.priority(started[1].id, own), self.starvation, now
+                    started[1].id, self.ssd.priority(started[1].id, own), self.state.starvation, now
                 )
                 text = (
                     f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
                     f"this allocation had status {allocation.preemption_status.value} and level "
-                    f"{self._preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
+                    f"{self.preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
                     f"was {priority.name.lower()}, and scheduling stage target priority was {target.name.lower()}"
                 )
                 if allocation.id in conditional:
                     text += "; this allocation was conditionally preemptible"
-            self._preempt(allocation, node, now, result, (reason, stage), text, preemptor=preemptor)
+            self.preempt(allocation, node, now, result, (reason, stage), text, preemptor=preemptor)
         for allocation in candidates:
             if allocation.preempted or allocation.id in conditional:
                 continue
-            element = self._elements[allocation.operation_id]
-            violated = self._violated_limits(element)
+            element = elements[allocation.operation_id]
+            violated = violated_limits(element)
             if violated is None:
                 continue
             if violated is element:
                 text = f"Preempted due to violation of resource limits of operation {element.id}"
             else:
                 text = f'Preempted due to violation of limits on pool "{violated.id}"'
-            self._preempt(allocation, node, now, result, (AbortReason.RESOURCE_LIMITS_VIOLATED, stage), text)
-
-    def _violated_limits(self, element: _Element) -> _Element | None:
-        for limited in element.limited:
-            assert limited.limits is not None
-            if any(u > lim + _FIT_EPSILON for u, lim in zip(limited.usage, limited.limits, strict=True)):
-                return limited
-        return None
+            self.preempt(allocation, node, now, result, (AbortReason.RESOURCE_LIMITS_VIOLATED, stage), text)
 
     # -------------------------------------------------------------- stage 4: node overcommit
 
-    def _abort_for_overcommit(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+    def overcommit(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
         if _fits(node.usage, node.resource_limits):
             return
         running = [a for a in node.allocations.values() if not a.preempted]
@@ -385,11 +403,11 @@ class PreemptionStages(SchedulingStages):
             if np.all(candidate <= node.resource_limits + _FIT_EPSILON):
                 kept = candidate
                 continue
-            self._preempt(allocation, node, now, result, _OVERCOMMIT, _OVERCOMMIT_TEXT)
+            self.preempt(allocation, node, now, result, _OVERCOMMIT, _OVERCOMMIT_TEXT)
 
     # -------------------------------------------------------------- preemption
 
-    def _preempt(
+    def preempt(
         self,
         allocation: Allocation,
         node: ExecNode,
@@ -408,8 +426,9 @@ class PreemptionStages(SchedulingStages):
         (interruptible allocations get that long to finish), graceful preemption passes its own.
         """
         reason, stage = why
+        state = self.state
         if timeout is None:
-            timeout = self.config.allocation_preemption_timeout
+            timeout = state.config.allocation_preemption_timeout
         record = PreemptionRecord(
             allocation_id=allocation.id,
             operation_id=allocation.operation_id,
@@ -425,18 +444,18 @@ class PreemptionStages(SchedulingStages):
             interruptible=allocation.interruptible,
             allocation_status=allocation.preemption_status,
         )
-        runtime = self.operations.get(allocation.operation_id)
-        element = self._elements.get(allocation.operation_id)
+        runtime = state.operations.get(allocation.operation_id)
+        element = state.elements.get(allocation.operation_id)
         _sub_np(node.usage, allocation.resources)
         if runtime is not None:
-            self._release(allocation, runtime, element)
+            state.release(allocation, runtime, element)
             runtime.preempted_allocation_count += 1
         allocation.preemption = record
         if element is not None and element.op is runtime and runtime is not None:
-            self._refresh_leaf(element)
+            self.heaps.refresh_leaf(element)
         result.allocations_to_preempt.append(record)
         event = {"event": "allocation_preempted", **record.to_dict()}
-        self._emit(event)
+        state.emit(event)
         return record
 
     def stop_allocation(
@@ -444,11 +463,11 @@ class PreemptionStages(SchedulingStages):
     ) -> PreemptionRecord | None:
         """Stop a running allocation outside a heartbeat (job time limit): released now, delivered to its node
         in its next heartbeat answer with no timeout."""
-        node = self.nodes.get(allocation.node_address)
+        node = self.state.nodes.get(allocation.node_address)
         if node is None or allocation.preempted:
             return None
-        target = self._queued_for(node.address)
-        record = self._preempt(
+        target = self.state.queued_for(node.address)
+        record = self.preempt(
             allocation,
             node,
             now,
@@ -461,23 +480,11 @@ class PreemptionStages(SchedulingStages):
         record.interruptible = False  # aborted at once, never interrupted to finish its work
         return record
 
-    def _queued_for(self, address: str) -> HeartbeatResult:
-        """The answer kept for a node's next heartbeat (stops and restarts decided outside its heartbeat)."""
-        return self._queued_preemptions.setdefault(address, HeartbeatResult(address=address))
 
-    def nodes_with_queued_preemptions(self) -> list[str]:
-        """Nodes whose next heartbeat answer carries stops (or job restarts) decided outside their heartbeats."""
-        return [
-            address
-            for address, queued in self._queued_preemptions.items()
-            if queued.allocations_to_preempt or queued.allocations_to_start
-        ]
-
-    def has_queued_preemptions(self, address: str) -> bool:
-        """Whether stops or job restarts wait for the node's next heartbeat (time limits, gang incarnations)."""
-        queued = self._queued_preemptions.get(address)
-        return queued is not None and bool(queued.allocations_to_preempt or queued.allocations_to_start)
-
-    def drop_queued_preemptions(self, address: str) -> None:
-        """Forget what was queued for a node that left the cluster."""
-        self._queued_preemptions.pop(address, None)
+def violated_limits(element: _Element) -> _Element | None:
+    """The nearest of the element and its ancestors whose usage exceeds its resource limits (§e.4), else None."""
+    for limited in element.limited:
+        assert limited.limits is not None
+        if any(u > lim + _FIT_EPSILON for u, lim in zip(limited.usage, limited.limits, strict=True)):
+            return limited
+    return None

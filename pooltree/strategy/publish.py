@@ -15,12 +15,12 @@ import numpy as np
 
 from pooltree.fairshare.status import is_below_fair_share
 from pooltree.resources import RESOURCE_COUNT
-from pooltree.strategy.changes import ChangedPublisher
+from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
+from pooltree.strategy.changes import ChangedPublisher, memoised_satisfaction
 from pooltree.strategy.elements import (
     StarvationState,
     _Element,
     _floats,
-    _lists_state,
 )
 from pooltree.strategy.limits_tolerance import tolerance_floats
 from pooltree.strategy.model import (
@@ -32,21 +32,30 @@ from pooltree.strategy.model import (
     StarvationStatus,
 )
 from pooltree.strategy.order import number, place
+from pooltree.strategy.priorities import configure_lists, update_priorities
 from pooltree.strategy.shares import (
     INFINITE_SATISFACTION_RATIO,
     blocked_mask,
 )
 from pooltree.strategy.shares import add_floats as _add_list
 from pooltree.strategy.snapshot import SchedulingTree
-from pooltree.strategy.stages import remake_pool_heap
+from pooltree.strategy.state import StrategyState
 
 
-class SnapshotPublisher(ChangedPublisher):
+class SnapshotPublisher:
     """Publishing a fair-share update; see the module docstring."""
 
-    _skeleton: Any
-    _bounds: dict[_Element, int]
-    """Each pool's bound of its operations' order keys (`order.number`), kept while the pools are the same."""
+    def __init__(self, state: StrategyState, heaps: BestLeaf) -> None:
+        self.state = state
+        self.heaps = heaps
+        self.changes = ChangedPublisher(state, heaps)
+        """The incremental publish of a tree of the same structure (`changes.py`)."""
+        self.skeleton: Any = None
+        """The published tree's ``skeleton`` (its structure): elements are reused while it is the same."""
+        self.bounds: dict[_Element, int] = {}
+        """Each pool's bound of its operations' order keys (`order.number`), kept while the pools are the same."""
+        self.respecced: Any = None
+        """The specs that differ from the previously published tree's (`SchedulingTree.respecced`), else None."""
 
     # ------------------------------------------------------------------ fair-share update
 
@@ -54,38 +63,42 @@ class SnapshotPublisher(ChangedPublisher):
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
         respecced = tree.respecced
         # every published element's spec is the last published tree's: derived from it, only these can differ
-        self._respecced = respecced[1] if respecced is not None and respecced[0]() is self.tree else None
-        self.tree = tree
-        self.config = tree.config
-        self._spare = tuple(self.config.min_spare_allocation_resources_on_node.tolist())
+        self.respecced = respecced[1] if respecced is not None and respecced[0]() is self.state.tree else None
+        self.state.tree = tree
+        self.state.config = tree.config
+        self.state.spare = tuple(self.state.config.min_spare_allocation_resources_on_node.tolist())
         total = tuple(float(x) for x in tree.total_resources)
-        previous = self._elements
-        fifo_order = self.config.fifo_pool_scheduling_order == "fifo"
-        if previous and now is not None and tree.skeleton is self._skeleton:
-            if not self._publish_changes(tree, now, total):  # changes.py; else every element in three passes
+        previous = self.state.elements
+        fifo_order = self.state.config.fifo_pool_scheduling_order == "fifo"
+        if previous and now is not None and tree.skeleton is self.skeleton:
+            if not self.changes.publish_changes(
+                tree, now, total, self.respecced
+            ):  # changes.py; else every element in three passes
                 self._publish_same_structure(tree, now, total)
-                self._statuses_timed = True
+                self.changes.statuses_timed = True
             return
         delta = tree.delta
-        if previous and now is not None and delta is not None and delta.base is self._skeleton:
+        if previous and now is not None and delta is not None and delta.base is self.skeleton:
             departed = [element for i in delta.removed if (element := previous.get(i)) is not None]
             parents = [element.parent for element in departed]
             renumbered = self._apply_operation_changes(tree, delta, fifo_order)
-            self._skeleton = tree.skeleton
+            self.skeleton = tree.skeleton
             changed = (delta.added, parents, departed, renumbered)
-            if not self._publish_changes(tree, now, total, changed):  # changes.py
+            if not self.changes.publish_changes(tree, now, total, self.respecced, changed):  # changes.py
                 self._publish_same_structure(tree, now, total)
-                self._statuses_timed = True
+                self.changes.statuses_timed = True
             return
-        self._forget_changes()  # the paths below recompute every element
-        self._statuses_timed = now is not None  # without a time, statuses and starvation are not evaluated
-        if previous and tree.skeleton is self._skeleton:
+        self.changes.forget_changes()  # the paths below recompute every element
+        self.changes.statuses_timed = (
+            now is not None
+        )  # without a time, statuses and starvation are not evaluated
+        if previous and tree.skeleton is self.skeleton:
             elements = self._reuse_elements(tree)
         else:
             elements = self._new_elements(tree, previous, fifo_order)
-        self._skeleton = tree.skeleton
-        self._elements = elements
-        self._total = total
+        self.skeleton = tree.skeleton
+        self.state.elements = elements
+        self.state.total = total
         # usage bottom-up and demand shares
         for element_id in reversed(tree.order):
             element = elements[element_id]
@@ -103,12 +116,12 @@ class SnapshotPublisher(ChangedPublisher):
                 element.blocked_for = shares
         if now is not None:
             self._update_starvation(now)
-            self.last_update_time = now
-        self._update_priorities()
+            self.state.last_update_time = now
+        update_priorities(self.state)
         for element in elements.values():
             if element.is_op and element.op is not None:
-                self._configure_lists(element)
-        self._rebuild_heaps()
+                configure_lists(self.state, element)
+        self.heaps.rebuild_heaps()
 
     def _publish_same_structure(self, tree: SchedulingTree, now: float, total: tuple[float, ...]) -> None:
         """`publish` for a tree of the previous structure, in three passes, leaving every element, operation runtime
@@ -120,11 +133,11 @@ class SnapshotPublisher(ChangedPublisher):
         total changed. Pool usage is still re-summed from the children (bit-identical sums), and starvation,
         priorities, preemptible lists and heaps still visit every element, each in one pass.
         """
-        elements = self._elements
+        elements = self.state.elements
         specs = tree.elements
-        operations = self.operations
+        operations = self.state.operations
         order = tree.order
-        self._total = total
+        self.state.total = total
         unknown: list[_Element] = []
         prepared = tree.prepared
         # 1. bottom-up: specs, usage and demand shares, blocked masks, preemptible lists
@@ -169,18 +182,18 @@ class SnapshotPublisher(ChangedPublisher):
                     element.blocked = blocked_mask(*shares)
                 element.blocked_for = shares
             if element.is_op and element.op is not None:
-                self._configure_lists(element)
+                configure_lists(self.state, element)
         # 2. top-down: statuses, starvation (§c) and preemption priorities (§e.2)
         computed = self._statuses_of(unknown) if unknown else {}
         self._starvation_and_priorities(order, now, computed)
-        self.last_update_time = now
+        self.state.last_update_time = now
         # 3. bottom-up: satisfaction, activity and heaps
         self._rebuild_heaps_same_structure(order, total)
 
     def _statuses_of(self, pending: list[_Element]) -> dict[str, SchedulingStatus]:
         below = is_below_fair_share(
             np.array([element.fair_share for element in pending]),
-            np.array([self._usage_share(element) for element in pending]),
+            np.array([self.state.usage_share(element) for element in pending]),
             np.array([element.demand_share for element in pending]),
             np.array([element.settings.starvation_tolerance for element in pending]),
             is_operation=np.array([element.is_op for element in pending]),
@@ -200,9 +213,9 @@ class SnapshotPublisher(ChangedPublisher):
         self, order: list[str], now: float, computed: dict[str, SchedulingStatus]
     ) -> None:
         """`_update_starvation` and `_update_priorities` in one top-down pass (same rules, same results)."""
-        config = self.config
-        elements = self._elements
-        states = self.starvation
+        config = self.state.config
+        elements = self.state.elements
+        states = self.state.starvation
         normal = SchedulingStatus.NORMAL
         own_only = config.scheduling_preemption_priority_scope == "operation_only"
         rank_of = STARVATION_RANK
@@ -244,26 +257,26 @@ class SnapshotPublisher(ChangedPublisher):
         if len(states) > len(elements):
             for stale in set(states) - set(elements):
                 del states[stale]
-        self._ops_by_priority = by_priority
+        self.state.ops_by_priority = by_priority
 
     def _rebuild_heaps_same_structure(self, order: list[str], total: tuple[float, ...]) -> None:
         """`_rebuild_heaps` after `_publish_same_structure` (which skips `_reuse_elements`' resets): the same
         satisfactions, activity, deactivation counts, heaps and ``keyed_start`` values (0 off the heaps)."""
-        elements = self._elements
+        elements = self.state.elements
         counted = (DeactivationReason.FAIR_SHARE_EXCEEDED, DeactivationReason.NO_AVAILABLE_DEMAND)
-        activity = self._op_activity
+        activity = self.heaps.op_activity
         for element_id in reversed(order):
             element = elements[element_id]
             element.version += 1
             if element.is_op:
-                element.sat = self._memoised_satisfaction(element, total)
+                element.sat = memoised_satisfaction(element, total)
                 reason = activity(element)
                 element.inactive_reason = reason
                 element.active = reason is None
                 if reason in counted and element.op is not None:
                     element.op.deactivation_reasons[reason.value] += 1
             else:
-                remake_pool_heap(element, False, total if self.tree.pool_satisfaction_used else None)
+                remake_pool_heap(element, False, total if self.state.tree.pool_satisfaction_used else None)
 
     def _new_elements(
         self, tree: SchedulingTree, previous: dict[str, _Element], fifo_order: bool
@@ -293,11 +306,11 @@ class SnapshotPublisher(ChangedPublisher):
             else:
                 element.limited = own
             if element.is_op:
-                element.op = self.operations.get(element_id)
+                element.op = self.state.operations.get(element_id)
                 if element.op is not None:
                     element.usage = element.op.usage
             elements[element_id] = element
-        self._bounds = number(elements.values())
+        self.bounds = number(elements.values())
         return elements
 
     def _apply_operation_changes(self, tree: SchedulingTree, delta: Any, fifo_order: bool) -> bool:
@@ -313,15 +326,15 @@ class SnapshotPublisher(ChangedPublisher):
         ``version`` moves; a renewed element's keeps counting) and their starvation states go. Returns whether
         every element was numbered anew (a block without room or off the layout): the heaps must then be made
         anew, since their entries carry the old keys."""
-        elements = self._elements
+        elements = self.state.elements
         specs = tree.elements
         gone = {element_id: elements.pop(element_id) for element_id in delta.removed}
-        states = self.starvation
+        states = self.state.starvation
         for element_id, element in gone.items():
             element.version += 1  # its entries in its parent's heap are stale from now on
             if element_id not in specs:
                 states.pop(element_id, None)
-        operations = self.operations
+        operations = self.state.operations
         added: set[_Element] = set()
         for element_id in delta.added:
             spec = specs[element_id]
@@ -346,7 +359,7 @@ class SnapshotPublisher(ChangedPublisher):
             elements[element_id] = element
             added.add(element)
         children = tree.children
-        bounds = self._bounds  # set by `_new_elements`, which made the previous elements
+        bounds = self.bounds  # set by `_new_elements`, which made the previous elements
         renumber = False
         for parent_id in delta.parents:
             pool = elements[parent_id]
@@ -365,7 +378,7 @@ class SnapshotPublisher(ChangedPublisher):
                 heapq.heapify(heap)
                 pool.heap = heap
         if renumber:
-            self._bounds = number(elements[element_id] for element_id in tree.order)
+            self.bounds = number(elements[element_id] for element_id in tree.order)
         return renumber
 
     def _reuse_elements(self, tree: SchedulingTree) -> dict[str, _Element]:
@@ -376,9 +389,9 @@ class SnapshotPublisher(ChangedPublisher):
         element would start with is reset to the same values, and its spec, fair share and FIFO key taken from
         the new tree, so the rest of :meth:`publish` computes exactly what it computes on new elements.
         """
-        elements = self._elements
+        elements = self.state.elements
         specs = tree.elements
-        operations = self.operations
+        operations = self.state.operations
         normal = SchedulingStatus.NORMAL
         non_starving = StarvationStatus.NON_STARVING
         for element_id, element in elements.items():
@@ -404,16 +417,16 @@ class SnapshotPublisher(ChangedPublisher):
         """§c statuses of the elements the snapshot gives none for, by the fair-share update's own rule, at once."""
         pending = [
             element
-            for element_id in self.tree.order
-            if (element := self._elements[element_id]).spec.scheduling_status is None
+            for element_id in self.state.tree.order
+            if (element := self.state.elements[element_id]).spec.scheduling_status is None
         ]
         return self._statuses_of(pending) if pending else {}
 
     def _update_starvation(self, now: float) -> None:
-        config = self.config
+        config = self.state.config
         computed = self._computed_statuses()
-        for element_id in self.tree.order:
-            element = self._elements[element_id]
+        for element_id in self.state.tree.order:
+            element = self.state.elements[element_id]
             spec = element.spec
             if spec.scheduling_status is not None:
                 status = SchedulingStatus(spec.scheduling_status)
@@ -422,66 +435,10 @@ class SnapshotPublisher(ChangedPublisher):
             if element.parent is None:
                 status = SchedulingStatus.NORMAL
             element.status = status
-            state = self.starvation.setdefault(element_id, StarvationState())
+            state = self.state.starvation.setdefault(element_id, StarvationState())
             element.starvation = state.advance(element, status != SchedulingStatus.NORMAL, now, config)
-        for stale in set(self.starvation) - set(self._elements):
-            del self.starvation[stale]
-
-    def _update_priorities(self) -> None:
-        """Operation preemption priority from starving ancestors-or-self (§e.2, scheduling_preemption_priority_scope)."""
-        by_priority: dict[PreemptionPriority, list[_Element]] = {
-            PreemptionPriority.NORMAL: [],
-            PreemptionPriority.AGGRESSIVE: [],
-        }
-        own_only = self.config.scheduling_preemption_priority_scope == "operation_only"
-        # per pool: the most severe starvation status among the pool and its ancestors (parents come first)
-        severity: dict[str, int] = {}
-        elements = self._elements
-        for element_id in self.tree.order:
-            element = elements[element_id]
-            if element.is_op:
-                element.starvation = self.starvation.get(element_id, StarvationState()).status
-                rank = STARVATION_RANK[element.starvation]
-                if not own_only and element.parent is not None:
-                    rank = max(rank, severity[element.parent.id])
-                priority = PRIORITY_OF_RANK[rank]
-                if element.op is not None:
-                    element.op.preemption_priority = priority
-                if rank:
-                    by_priority[priority].append(element)
-            else:
-                rank = STARVATION_RANK[element.starvation]
-                if element.parent is not None:
-                    rank = max(rank, severity[element.parent.id])
-                severity[element_id] = rank
-        self._ops_by_priority = by_priority
-
-    def _priority(self, element: _Element) -> PreemptionPriority:
-        return element.op.preemption_priority if element.op is not None else PreemptionPriority.NONE
-
-    def _configure_lists(self, element: _Element) -> None:
-        config = self.config
-        runtime = element.op
-        assert runtime is not None
-        key = (
-            element.fair_share,
-            element.demand_share,
-            self._total,
-            element.threshold_key,
-            config.aggressive_preemption_satisfaction_threshold,
-            config.preemption_satisfaction_threshold,
-        )
-        lists = runtime.lists
-        if key != runtime.lists_key:
-            # configure is a function of these arguments only: equal ones would leave the lists as they are
-            lists.configure(*key)
-            runtime.lists_key = key
-            runtime.lists_settled = False
-        elif runtime.lists_settled:
-            return
-        before = _lists_state(lists)
-        lists.rebalance()
-        runtime.lists_settled = _lists_state(lists) == before
+        for stale in set(self.state.starvation) - set(self.state.elements):
+            del self.state.starvation[stale]
 
 
 def _demand_share_of_needed(usage: list[float], op: Any, total: tuple[float, ...]) -> tuple[float, ...]:
@@ -533,7 +490,7 @@ def _renew(element: _Element, spec: Any, index: int, settings: Any) -> None:
     element.sat = INFINITE_SATISFACTION_RATIO
     element.fifo_key = float(spec.fifo_index)
     element.use_fifo = False
-    # ``version`` keeps counting (entries of this object in a heap must stay stale: see `_peek`)
+    # ``version`` keeps counting (entries of this object in a heap must stay stale: see `BestLeaf.peek`)
     element.keyed_start = 0
     element.active = False
     element.excluded = -1

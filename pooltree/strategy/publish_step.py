@@ -59,7 +59,7 @@ class PublishStep:
         }
         """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
         self.priorities: dict[_Element, PreemptionPriority] = {}
-        """Operation → its preemption priority where that is not ``NONE`` (``_ops_by_priority`` in a dict)."""
+        """Operation → its preemption priority where that is not ``NONE`` (``StrategyState.ops_by_priority`` in a dict)."""
         self.serial = 0
         """Incremental publishes of this step so far (the current one's number while it runs)."""
         self.counted: dict[_Element, tuple[Any, str, int]] = {

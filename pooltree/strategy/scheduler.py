@@ -6,11 +6,13 @@ starvation timestamps, each operation's allocation lists, and the exec nodes. A 
 the stages of yt-semantics §e: graceful preemption, regular scheduling, preemptive scheduling (aggressive, then
 normal) and node overcommit.
 
-The class is assembled from one module per concern: `publish.py` (`SnapshotPublisher`: a fair-share update),
-`stages.py` (`SchedulingStages`: best-leaf heaps and the regular stage), `preemption.py` (`PreemptionStages`: the
-stages that stop allocations), `gang.py` (`GangRestarts`: gang incarnation switches) and `elements.py` (the
-state they share). This module keeps the operations, the heartbeat's order of stages, allocation accounting
-from node reports, and the orchid views.
+`TreeScheduler` is composed of one object per concern, each made in `__init__` and handed the one
+`StrategyState` (`state.py`) they share: `BestLeaf` (`best_leaf.py`: the per-pool heaps choosing the best leaf),
+`RegularStage` (`stages.py`: the regular stage and the bookkeeping of a start), `PreemptiveStages`
+(`preemption.py`: the stages that stop allocations), `GangRestarts` (`gang.py`: gang incarnation switches) and
+`SnapshotPublisher` (`publish.py`, with `ChangedPublisher` of `changes.py`: a fair-share update). This module
+keeps the operations, the heartbeat's order of stages, allocation accounting from node reports, and the orchid
+views.
 
 Hot path: choosing the best leaf operation uses one lazy min-heap of children per pool, keyed by satisfaction
 (or FIFO index); equal keys go to the child served least recently, then tree order. Starting an allocation only
@@ -27,6 +29,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
+from pooltree.strategy.best_leaf import BestLeaf
 from pooltree.strategy.elements import (
     EventSink,
     OperationController,
@@ -50,16 +53,20 @@ from pooltree.strategy.model import (
     FinishedAllocation,
     HeartbeatResult,
     NodeHeartbeat,
-    PreemptionPriority,
+    PreemptionRecord,
     StarvationStatus,
 )
 from pooltree.strategy.packing import Packing, run_packing_fallback
+from pooltree.strategy.preemption import PreemptiveStages, violated_limits
+from pooltree.strategy.priorities import configure_lists
 from pooltree.strategy.publish import SnapshotPublisher
 from pooltree.strategy.segment_inputs import preempt_incompatible
 from pooltree.strategy.segments import SegmentsManager
 from pooltree.strategy.shares import add_floats as _add_list
-from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.ssd_preemption import SsdPreemption
+from pooltree.strategy.stages import RegularStage
+from pooltree.strategy.state import StrategyState
 from pooltree.strategy.tentative import TentativeGate
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 
@@ -73,69 +80,118 @@ __all__ = [
 ]
 
 
-class TreeScheduler(SnapshotPublisher, GangRestarts):
+class TreeScheduler:
     """Scheduling strategy of one pool tree (pure: time is passed in; deterministic)."""
 
     def __init__(self, tree: SchedulingTree, *, event_sink: EventSink | None = None):
-        self.tree = tree
-        self.config = tree.config
-        self.nodes: dict[str, ExecNode] = {}
-        self.operations: dict[str, OperationRuntime] = {}
-        self.allocations: dict[str, Allocation] = {}
-        self.starvation: dict[str, StarvationState] = {}
-        self._elements: dict[str, _Element] = {}
-        self._touched: set[str] = set()
-        self._pending_moved: set[str] = set()
-        """Operations whose controller's pending work moved since the last incremental publish took this set
-        (notified by the controllers, `pooltree.strategy.watch`): `_requeue` checks only these for a pending
-        count that crossed zero, and the ones in ``_pending_polled``."""
-        self._pending_polled: set[str] = set()
-        """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
-        self.usage_watch: set[str] | None = None
+        state = StrategyState(tree, event_sink)
+        self.state = state
+        """What the parts below share (`state.py`)."""
+        self.nodes: dict[str, ExecNode] = state.nodes
+        """The state's nodes (the same dict)."""
+        self.operations: dict[str, OperationRuntime] = state.operations
+        """The state's operation runtimes (the same dict)."""
+        self.allocations: dict[str, Allocation] = state.allocations
+        """The state's running allocations (the same dict)."""
+        self.starvation: dict[str, StarvationState] = state.starvation
+        """The state's starvation clocks (the same dict)."""
         self.segments = SegmentsManager()
+        """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
         self.gpu_policy = GpuPolicy()
         """The GPU scheduling policy (``policy_kind: gpu``; off by default): when it allocates, a heartbeat only
         carries out its plan (`carry_out_plan`); `SchedulerCore` configures it and updates the plan."""
-        self.scheduling_tags_enabled = True
-        self.fifo_unschedulable: frozenset[str] = frozenset()
-        self.clock: Callable[[], float] | None = None
-        self._deadline = HeartbeatDeadline(None, 0.0)
-        self.high_priority: frozenset[str] = frozenset()
         self.tentative = TentativeGate()
+        """Operations running tentatively in this tree (`tentative.py`; the live service fills it)."""
         self.ssd = SsdPreemption()
+        """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`; `SchedulerCore` configures it)."""
         self.full_host = FullHostPreemption()
         """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`; `SchedulerCore` configures it)."""
-        """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`; `SchedulerCore` configures it)."""
         self.packing = Packing()
         """The tree's ``packing`` (`packing.py`; `SchedulerCore` configures it)."""
-        """Operations running tentatively in this tree (`tentative.py`; the live service fills it)."""
-        self.allocation_on_bound_preemptible = False
-        """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
-        """Scheduling segments (off unless the tree sets ``scheduling_segments``); `SchedulerCore` updates them."""
-        """When set (``SchedulerCore`` sets its own set), every operation whose usage moves is added to it."""
-        self._step = None
-        self._statuses_timed = False
-        self._ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
-        self._serial = 0
-        self._start_serial = 0
-        self._event_sink = event_sink
-        self.last_update_time: float | None = None
-        self._queued_preemptions: dict[str, HeartbeatResult] = {}
-        """Stops and job restarts decided for a node outside its heartbeat (job time limits, gang incarnation
-        switches), delivered in the node's next heartbeat answer."""
+        self.heaps = BestLeaf(state)
+        """The best-leaf heaps (`best_leaf.py`)."""
+        self.regular = RegularStage(state, self.heaps, self.packing, self.segments, self.ssd, self.tentative)
+        """The regular stage (`stages.py`)."""
+        self.preemption = PreemptiveStages(state, self.heaps, self.regular, self.ssd, self.full_host)
+        """Graceful preemption, the preemptive stages and node overcommit (`preemption.py`)."""
+        self.gang = GangRestarts(state, self.heaps)
+        """Gang operations' incarnation switches (`gang.py`)."""
+        self.publisher = SnapshotPublisher(state, self.heaps)
+        """Fair-share updates reaching the strategy (`publish.py`, `changes.py`)."""
         self._limited_cache: tuple[object, dict[str, _Element], list[_Element]] | None = None
         """(skeleton, element map, the map's elements with limits): see `_limited_elements`."""
-        self._skeleton: object = None
-        """The published tree's ``skeleton`` (its structure): elements are reused while it is the same."""
-        self._bounds: dict[_Element, int] = {}
-        """Each pool's bound of its operations' order keys (`order.number`), kept while the pools are the same."""
-        self._respecced: Any = None
-        """The specs that differ from the previously published tree's (`SchedulingTree.respecced`), else None."""
-        self._spare: tuple[float, ...] = ()
-        """``min_spare_allocation_resources_on_node`` of the published config, as floats."""
-        self._total: tuple[float, ...] = ()
-        """The published tree's total resources, as floats."""
         self.publish(tree, now=None)
+
+    # ------------------------------------------------------------------ settings and views of the state
+
+    @property
+    def tree(self) -> SchedulingTree:
+        """The published tree."""
+        return self.state.tree
+
+    @property
+    def config(self) -> StrategyConfig:
+        """The published tree's strategy options."""
+        return self.state.config
+
+    @property
+    def last_update_time(self) -> float | None:
+        """When the last publish with a time took place."""
+        return self.state.last_update_time
+
+    @property
+    def allocation_on_bound_preemptible(self) -> bool:
+        """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
+        return self.state.allocation_on_bound_preemptible
+
+    @property
+    def clock(self) -> Callable[[], float] | None:
+        """Wall clock for ``schedule_allocations_timeout`` (the live service sets it; None: no bound)."""
+        return self.state.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float] | None) -> None:
+        self.state.clock = clock
+
+    @property
+    def high_priority(self) -> frozenset[str]:
+        """Operations scheduled in the ``regular_high_priority`` stage (`guarantee_priority.py`; `SchedulerCore`)."""
+        return self.state.high_priority
+
+    @high_priority.setter
+    def high_priority(self, operations: frozenset[str]) -> None:
+        self.state.high_priority = operations
+
+    @property
+    def fifo_unschedulable(self) -> frozenset[str]:
+        """Operations left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`; `SchedulerCore`)."""
+        return self.state.fifo_unschedulable
+
+    @fifo_unschedulable.setter
+    def fifo_unschedulable(self, operations: frozenset[str]) -> None:
+        self.state.fifo_unschedulable = operations
+
+    @property
+    def scheduling_tags_enabled(self) -> bool:
+        """The tree's ``enable_scheduling_tags`` (`SchedulerCore` sets it)."""
+        return self.state.scheduling_tags_enabled
+
+    @scheduling_tags_enabled.setter
+    def scheduling_tags_enabled(self, enabled: bool) -> None:
+        self.state.scheduling_tags_enabled = enabled
+
+    @property
+    def usage_watch(self) -> set[str] | None:
+        """Where every operation whose usage moves is added (`SchedulerCore`'s set), or None."""
+        return self.state.usage_watch
+
+    @usage_watch.setter
+    def usage_watch(self, watch: set[str] | None) -> None:
+        self.state.usage_watch = watch
+
+    def publish(self, tree: SchedulingTree, now: float | None) -> None:
+        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
+        self.publisher.publish(tree, now)
 
     # ------------------------------------------------------------------ operations
 
@@ -144,33 +200,33 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if operation_id in self.operations:
             raise PooltreeError(f"operation {operation_id} is already registered in tree {self.tree.name}")
         runtime = OperationRuntime(operation_id, controller)
-        runtime.lists.inclusive = self.allocation_on_bound_preemptible
+        runtime.lists.inclusive = self.state.allocation_on_bound_preemptible
         self.operations[operation_id] = runtime
-        self._touched.add(operation_id)
-        if not watch_pending(controller, self._pending_moved, operation_id):
-            self._pending_polled.add(operation_id)
-        element = self._elements.get(operation_id)
+        self.state.touched.add(operation_id)
+        if not watch_pending(controller, self.state.pending_moved, operation_id):
+            self.state.pending_polled.add(operation_id)
+        element = self.state.elements.get(operation_id)
         if element is not None and element.is_op:
             element.op = runtime
             element.usage = runtime.usage
-            self._configure_lists(element)
-            self._refresh_leaf(element)
+            configure_lists(self.state, element)
+            self.heaps.refresh_leaf(element)
 
     def unregister_operation(self, operation_id: str) -> list[Allocation]:
         """Forget an operation; returns its still-running allocations so the caller can abort them on their nodes."""
         runtime = self.operations.pop(operation_id, None)
         if runtime is None:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
-        self._touched.add(operation_id)
+        self.state.touched.add(operation_id)
         self.packing.forget(operation_id)
-        unwatch_pending(runtime.controller, self._pending_moved, operation_id)
-        self._pending_moved.discard(operation_id)
-        self._pending_polled.discard(operation_id)
-        element = self._elements.get(operation_id)
+        unwatch_pending(runtime.controller, self.state.pending_moved, operation_id)
+        self.state.pending_moved.discard(operation_id)
+        self.state.pending_polled.discard(operation_id)
+        element = self.state.elements.get(operation_id)
         running = [a for a in self.allocations.values() if a.operation_id == operation_id]
         for allocation in running:
             if not allocation.preempted:
-                self._release(allocation, runtime, element)
+                self.state.release(allocation, runtime, element)
                 node = self.nodes.get(allocation.node_address)
                 if node is not None:
                     _sub_np(node.usage, allocation.resources)
@@ -181,27 +237,27 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if element is not None:
             element.op = None
             element.usage = [0.0] * RESOURCE_COUNT
-            self._refresh_leaf(element)
+            self.heaps.refresh_leaf(element)
         return running
 
     def rekey_operations(self, operation_ids: Iterable[str]) -> None:
         """Re-evaluate the activity and satisfaction of these published operations at once (a rule outside the
         published specs changed for them, e.g. `fifo_limit.py`'s set) and re-key their ancestors."""
         for operation_id in sorted(operation_ids):
-            element = self._elements.get(operation_id)
+            element = self.state.elements.get(operation_id)
             if element is not None and element.is_op:
-                self._refresh_leaf(element)
+                self.heaps.refresh_leaf(element)
 
     def set_allocation_on_bound_preemptible(self, enabled: bool) -> None:
         """Switch the tree's ``consider_allocation_on_fair_share_bound_preemptible``: every operation's lists are
         rebalanced with the new rule at once (`PreemptibleLists.inclusive`)."""
-        if enabled == self.allocation_on_bound_preemptible:
+        if enabled == self.state.allocation_on_bound_preemptible:
             return
-        self.allocation_on_bound_preemptible = enabled
+        self.state.allocation_on_bound_preemptible = enabled
         for operation_id, runtime in self.operations.items():
             runtime.lists.inclusive = enabled
             runtime.lists.rebalance()
-            self._touched.add(operation_id)
+            self.state.touched.add(operation_id)
 
     def operation_usage(self, operation_id: str) -> Vector:
         runtime = self.operations.get(operation_id)
@@ -217,8 +273,9 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         """Run one node heartbeat through every stage and return what to start and what to preempt."""
         node = self._sync_node(heartbeat, now)
         result = HeartbeatResult(address=node.address)
-        self._deadline = HeartbeatDeadline(self.clock, self.config.schedule_allocations_timeout)
-        queued = self._queued_preemptions.pop(node.address, None)
+        state = self.state
+        state.deadline = HeartbeatDeadline(state.clock, state.config.schedule_allocations_timeout)
+        queued = state.queued_preemptions.pop(node.address, None)
         if queued is not None:
             result.allocations_to_preempt.extend(
                 record for record in queued.allocations_to_preempt if record.allocation_id in node.allocations
@@ -231,19 +288,20 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if self.gpu_policy.allocating:
             carry_out_plan(self, node, now, result)
             return result
-        self._graceful_preemption(node, now, result)
+        preemption = self.preemption
+        preemption.graceful(node, now, result)
         self.packing.rejected.clear()
-        run_regular_stages(self, node, now, result)
+        run_regular_stages(self.regular, node, now, result)
         if self.packing.rejected and not result.allocations_to_start:
-            run_packing_fallback(self, node, now, result)
+            run_packing_fallback(self.regular, node, now, result)
         last = node.last_preemptive_scheduling_time
-        if last is None or now > last + self.config.preemptive_scheduling_backoff:
+        if last is None or now > last + state.config.preemptive_scheduling_backoff:
             node.last_preemptive_scheduling_time = now
             result.preemptive_scheduling_performed = True
-            preempt_incompatible(self, node, now, result)
-            self._preemptive_scheduling(node, now, result)
-        self._abort_for_overcommit(node, now, result)
-        result.timeout_expired = self._deadline.expired
+            preempt_incompatible(self.segments, preemption, node, now, result)
+            preemption.preemptive(node, now, result)
+        preemption.overcommit(node, now, result)
+        result.timeout_expired = state.deadline.expired
         return result
 
     def _sync_node(self, heartbeat: NodeHeartbeat, now: float) -> ExecNode:
@@ -258,7 +316,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             self.finish_allocation(finished, now)
         if heartbeat.running is not None:
             reported = heartbeat.running
-            queued = self._queued_preemptions.get(node.address)
+            queued = self.state.queued_preemptions.get(node.address)
             # jobs restarted outside this node's heartbeats start with this answer: the node cannot report them yet
             undelivered = {a.id for a in queued.allocations_to_start} if queued is not None else set()
             for allocation in list(node.allocations.values()):
@@ -297,13 +355,13 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         self.allocations[allocation.id] = allocation
-        element = self._elements.get(operation_id)
-        self._account(runtime, element, allocation.amounts, _add_list)
+        element = self.state.elements.get(operation_id)
+        self.state.account(runtime, element, allocation.amounts, _add_list)
         runtime.lists_settled = False
         runtime.lists.add(allocation)
         if element is not None and element.op is runtime:
-            self._refresh_leaf(element)
-        self._emit(
+            self.heaps.refresh_leaf(element)
+        self.state.emit(
             {
                 "event": "allocation_started",
                 "time": now,
@@ -323,12 +381,12 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             return None
         node = self.nodes.get(allocation.node_address)
         runtime = self.operations.get(allocation.operation_id)
-        element = self._elements.get(allocation.operation_id)
+        element = self.state.elements.get(allocation.operation_id)
         if not allocation.preempted:
             if node is not None:
                 _sub_np(node.usage, allocation.resources)
             if runtime is not None:
-                self._release(allocation, runtime, element)
+                self.state.release(allocation, runtime, element)
         if node is not None:
             node.allocations.pop(allocation.id, None)
         if runtime is not None and not allocation.restarted:
@@ -336,7 +394,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             controller.on_allocation_finished(allocation, finished, now)
             take_switch = getattr(controller, "take_incarnation_switch", None)
             if take_switch is not None and take_switch():
-                self._switch_incarnation(runtime, allocation, now)
+                self.gang.switch_incarnation(runtime, allocation, now)
             speculation = getattr(controller, "speculation", None)
             if speculation is not None and speculation.losers:  # a competitor completed the job first
                 for loser_id, reason, explanation in speculation.take_losers():
@@ -344,8 +402,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
                     if loser is not None:
                         self.stop_allocation(loser, AbortReason(reason), explanation, now)
             if element is not None and element.op is runtime:
-                self._refresh_leaf(element)
-        self._emit(
+                self.heaps.refresh_leaf(element)
+        self.state.emit(
             {
                 "event": "allocation_finished"
                 if finished.state == "completed"
@@ -371,12 +429,12 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         if runtime is None:
             allocation.resources = usage
             return
-        element = self._elements.get(allocation.operation_id)
-        self._account(runtime, element, delta.tolist(), _add_list)
+        element = self.state.elements.get(allocation.operation_id)
+        self.state.account(runtime, element, delta.tolist(), _add_list)
         runtime.lists_settled = False
         runtime.lists.update_usage(allocation, usage)
         if element is not None and element.op is runtime:
-            self._refresh_leaf(element)
+            self.heaps.refresh_leaf(element)
 
     def report_usage(self, allocation_id: str, reported: Vector) -> bool:
         """A node reports what an allocation uses: it counts when above the reserve (``usage_above_reserve``).
@@ -398,7 +456,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
 
     def element_view(self, element_id: str) -> dict[str, Any]:
         """Strategy fields of one element for the orchid (starvation, status, preemption counts, reasons)."""
-        element = self._elements.get(element_id)
+        element = self.state.elements.get(element_id)
         if element is None:
             raise PooltreeError(f"no element {element_id} in tree {self.tree.name}", code=500)
         state = self.starvation.get(element_id, StarvationState())
@@ -411,7 +469,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
             "starving_since": state.starving_since,
             "lowest_starving_ancestor": lowest,
             "lowest_aggressively_starving_ancestor": lowest_aggressive,
-            "local_satisfaction_ratio": self._local_satisfaction(element),
+            "local_satisfaction_ratio": self.heaps.local_satisfaction(element),
             "effective_fair_share_starvation_tolerance": element.settings.starvation_tolerance,
             "effective_fair_share_starvation_timeout": element.settings.starvation_timeout,
             "effective_aggressive_starvation_enabled": element.settings.aggressive_starvation_enabled,
@@ -420,7 +478,7 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         }
         runtime = element.op
         if element.is_op and runtime is not None:
-            self._flush_counts()
+            self.publisher.changes.flush_counts()
             counts = runtime.lists.counts()
             view.update(
                 {
@@ -445,7 +503,33 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         return self.starvation.get(element_id, StarvationState()).status
 
     def element_usage(self, element_id: str) -> Vector:
-        return np.array(self._elements[element_id].usage)
+        return np.array(self.state.elements[element_id].usage)
+
+    # ------------------------------------------------- stops decided outside heartbeats
+
+    def stop_allocation(
+        self, allocation: Allocation, reason: AbortReason, explanation: str, now: float, error: Any = None
+    ) -> PreemptionRecord | None:
+        """Stop a running allocation outside a heartbeat (job time limit): released now, delivered to its node
+        in its next heartbeat answer with no timeout."""
+        return self.preemption.stop_allocation(allocation, reason, explanation, now, error)
+
+    def nodes_with_queued_preemptions(self) -> list[str]:
+        """Nodes whose next heartbeat answer carries stops (or job restarts) decided outside their heartbeats."""
+        return [
+            address
+            for address, queued in self.state.queued_preemptions.items()
+            if queued.allocations_to_preempt or queued.allocations_to_start
+        ]
+
+    def has_queued_preemptions(self, address: str) -> bool:
+        """Whether stops or job restarts wait for the node's next heartbeat (time limits, gang incarnations)."""
+        queued = self.state.queued_preemptions.get(address)
+        return queued is not None and bool(queued.allocations_to_preempt or queued.allocations_to_start)
+
+    def drop_queued_preemptions(self, address: str) -> None:
+        """Forget what was queued for a node that left the cluster."""
+        self.state.queued_preemptions.pop(address, None)
 
     # ------------------------------------------------- queries for callers that skip heartbeats
 
@@ -454,29 +538,29 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         for allocation in node.allocations.values():
             if allocation.preempted:
                 continue
-            element = self._elements.get(allocation.operation_id)
+            element = self.state.elements.get(allocation.operation_id)
             if element is not None and element.spec.preemption_mode == "graceful":
                 return True
         return False
 
     def is_published(self, operation_id: str) -> bool:
         """Whether the published tree has the operation's element (only such operations get allocations)."""
-        return operation_id in self._elements
+        return operation_id in self.state.elements
 
     def can_start_more(self, node: ExecNode) -> bool:
         """Whether the node's free resources reach ``min_spare_allocation_resources_on_node``."""
-        return self._can_start_more(node)
+        return self.regular.can_start_more(node)
 
     def has_preemption_targets(self) -> bool:
         """Whether the published tree has operations with a preemption priority (starving ones)."""
-        return any(self._ops_by_priority.values())
+        return any(self.state.ops_by_priority.values())
 
     def limits_violated(self) -> bool:
         """Whether some pool or operation uses more than its specified resource limits.
 
         Only the published elements with limits are checked (`_limited_elements`), not every element: a
         simulator asks this on every due noop heartbeat check and after every update."""
-        return any(self._violated_limits(element) is not None for element in self._limited_elements())
+        return any(violated_limits(element) is not None for element in self._limited_elements())
 
     def _limited_elements(self) -> list[_Element]:
         """The published elements with limits (in no particular order), kept while the published structure is the same.
@@ -489,8 +573,8 @@ class TreeScheduler(SnapshotPublisher, GangRestarts):
         and added operations are looked at (the other elements keep their objects and limits); otherwise every
         element is scanned once.
         """
-        elements = self._elements
-        skeleton = self._skeleton
+        elements = self.state.elements
+        skeleton = self.publisher.skeleton
         cached = self._limited_cache
         if cached is not None and cached[0] is skeleton and cached[1] is elements:
             return cached[2]

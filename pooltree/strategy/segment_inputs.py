@@ -72,7 +72,7 @@ def segment_operations(
     total_gpu = float(total[GPU])
     found = []
     for operation_id, runtime in strategy.operations.items():
-        element = strategy._elements.get(operation_id)
+        element = strategy.state.elements.get(operation_id)
         if element is None or not element.is_op:
             continue
         static = registered_operation(operation_id, runtime.controller, pool_tree, initial_gpu)
@@ -153,10 +153,12 @@ def has_incompatible_allocations(strategy: Any, node: ExecNode) -> bool:
     )
 
 
-def preempt_incompatible(strategy: Any, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+def preempt_incompatible(
+    manager: SegmentsManager, preemption: Any, node: ExecNode, now: float, result: HeartbeatResult
+) -> None:
     """Preempt every allocation on ``node`` whose operation belongs to another segment or module (YTsaurus's
-    forcefully preemptible allocations, reason ``incompatible_scheduling_segment``)."""
-    manager: SegmentsManager = strategy.segments
+    forcefully preemptible allocations, reason ``incompatible_scheduling_segment``); ``preemption`` is the
+    tree's `PreemptiveStages`."""
     if not manager.enabled:
         return
     segment = manager.state.node_segment(node.address)
@@ -165,7 +167,7 @@ def preempt_incompatible(strategy: Any, node: ExecNode, now: float, result: Hear
         if allocation.preempted or manager.compatible(allocation.operation_id, node.address, node.tags):
             continue
         op_state = manager.state.operations.get(allocation.operation_id)
-        strategy._preempt(
+        preemption.preempt(
             allocation,
             node,
             now,
@@ -241,7 +243,7 @@ def has_starving_operations_for(strategy: Any, node: ExecNode) -> bool:
     """Whether an operation with a preemption priority (a starving one) may run on the node: the preemptive stages
     start allocations only for such operations, and only where their segment and module allow."""
     manager: SegmentsManager = strategy.segments
-    for elements in strategy._ops_by_priority.values():
+    for elements in strategy.state.ops_by_priority.values():
         for element in elements:
             if manager.compatible(element.id, node.address, node.tags):
                 return True

@@ -35,7 +35,6 @@ from pooltree.strategy import order as order_module
 from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import SchedulingStatus
-from pooltree.strategy.publish import SnapshotPublisher
 from tests.sim.test_sim_engine import mixed_document
 from tests.strategy.test_operation_changes import positions
 
@@ -43,11 +42,11 @@ GiB = 1024.0**3
 
 
 def _state(scheduler: Any) -> tuple[Any, ...]:
-    scheduler._flush_counts()
+    scheduler.publisher.changes.flush_counts()
     rows: list[Any] = []
     position = positions(scheduler)  # order keys are not positions (`pooltree/strategy/order.py`)
     for element_id in scheduler.tree.order:
-        element = scheduler._elements[element_id]
+        element = scheduler.state.elements[element_id]
         state = scheduler.starvation.get(element_id)
         row: tuple[Any, ...] = (
             element_id,
@@ -83,25 +82,25 @@ def _state(scheduler: Any) -> tuple[Any, ...]:
                 ),
             )
         rows.append(row)
-    priorities = {level: [e.id for e in listed] for level, listed in scheduler._ops_by_priority.items()}
+    priorities = {level: [e.id for e in listed] for level, listed in scheduler.state.ops_by_priority.items()}
     return tuple(rows), sorted(priorities.items()), scheduler.last_update_time
 
 
 def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tuple[list[Any], int]:
     states: list[Any] = []
     used = [0]
-    publish = SnapshotPublisher.publish
-    changes = ChangedPublisher._publish_changes
+    publish = TreeScheduler.publish
+    changes = ChangedPublisher.publish_changes
 
     def recorded(self: Any, tree: Any, now: Any) -> None:
         publish(self, tree, now)
         states.append(_state(self))
 
-    def switched(self: Any, tree: Any, now: float, total: Any, changed: Any = None) -> bool:
+    def switched(self: Any, tree: Any, now: float, total: Any, respecced: Any, changed: Any = None) -> bool:
         if not incremental:
-            self._forget_changes()
+            self.forget_changes()
             return False
-        done = changes(self, tree, now, total, changed)
+        done = changes(self, tree, now, total, respecced, changed)
         used[0] += done
         return done
 
@@ -119,8 +118,8 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
 
     with monkeypatch.context() as patch:
         patch.setattr(SchedulerCore, "update_fair_share", checked)
-        patch.setattr(SnapshotPublisher, "publish", recorded)
-        patch.setattr(ChangedPublisher, "_publish_changes", switched)
+        patch.setattr(TreeScheduler, "publish", recorded)
+        patch.setattr(ChangedPublisher, "publish_changes", switched)
         # every re-keyed operation's satisfaction through the bulk path (`satisfaction_ratios`), which a tree of
         # this size would otherwise reach only in busy publishes; the direct test below keeps the per-element one
         patch.setattr(changes_module, "_BULK_SATISFACTION", 1)
@@ -222,7 +221,11 @@ def _incremental_and_full(
     current = SchedulingTree(total, list(specs.values()), config)
     schedulers = [TreeScheduler(current), TreeScheduler(current)]
     full = schedulers[1]
-    full._publish_changes = lambda tree, now, total, changed=None: (full._forget_changes(), False)[1]  # type: ignore[method-assign]
+    refused = full.publisher.changes
+    refused.publish_changes = lambda tree, now, total, respecced, changed=None: (  # type: ignore[method-assign]
+        refused.forget_changes(),
+        False,
+    )[1]
     publish = full.publish
 
     def whole(tree: SchedulingTree, now: float | None) -> None:
@@ -428,6 +431,6 @@ def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvati
         for scheduler in schedulers:
             scheduler.publish(current, now)
         assert _state(schedulers[0]) == _state(full), f"step {step} at {now}"
-        seen.update(schedulers[0]._elements[name].starvation for name in names)
+        seen.update(schedulers[0].state.elements[name].starvation for name in names)
     # the deadlines were reached (not a test of statuses that never move)
     assert len(seen) >= 2

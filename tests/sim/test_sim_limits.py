@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pooltree.sim import Simulation, parse_scenario
+from pooltree.strategy.preemption import violated_limits
 from pooltree.strategy.scheduler import TreeScheduler
 from tests.sim.test_sim_engine import mixed_document
 from tests.strategy.golden_trace import GoldenScenario
@@ -18,8 +19,8 @@ from tests.strategy.golden_trace import GoldenScenario
 def _scan(strategy: TreeScheduler) -> bool:
     """The check before the kept list: every published element."""
     return any(
-        strategy._violated_limits(element) is not None
-        for element in strategy._elements.values()
+        violated_limits(element) is not None
+        for element in strategy.state.elements.values()
         if element.limits is not None
     )
 
@@ -37,7 +38,7 @@ class _Checked:
             answer = original(strategy)
             assert answer == _scan(strategy)
             kept = strategy._limited_elements()
-            expected = [element for element in strategy._elements.values() if element.limits is not None]
+            expected = [element for element in strategy.state.elements.values() if element.limits is not None]
             assert sorted(map(id, kept)) == sorted(map(id, expected))
             if getattr(strategy.tree, "delta", None) is not None:
                 checked.delta_trees += 1

@@ -58,10 +58,10 @@ def positions(scheduler: TreeScheduler) -> dict[str, int]:
     (``index``, not positions: see `pooltree/strategy/order.py`) increase along that order and that every heap
     entry carries its element's key."""
     order = scheduler.tree.order
-    assert sorted(scheduler._elements) == sorted(order)
-    keys = [scheduler._elements[element_id].index for element_id in order]
+    assert sorted(scheduler.state.elements) == sorted(order)
+    keys = [scheduler.state.elements[element_id].index for element_id in order]
     assert all(a < b for a, b in itertools.pairwise(keys)), "order keys do not follow the tree order"
-    for element in scheduler._elements.values():
+    for element in scheduler.state.elements.values():
         for entry in element.heap:
             if entry[3] == entry[4].version and entry[4].active:
                 assert entry[2] == entry[4].index, (element.id, entry[4].id)
@@ -74,7 +74,7 @@ def published(scheduler: TreeScheduler) -> list[tuple[Any, ...]]:
     rows = []
     position = positions(scheduler)
     for element_id in scheduler.tree.order:
-        element = scheduler._elements[element_id]
+        element = scheduler.state.elements[element_id]
         rows.append(
             (
                 element_id,

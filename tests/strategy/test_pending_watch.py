@@ -58,14 +58,14 @@ def test_scheduler_watches_registered_operations_and_polls_the_others():
     watched = VanillaController("x", [TaskSpec("main", 2, JOB)])
     scheduler.register_operation("x", watched)
     scheduler.register_operation("y", _Controller("y", 1))
-    assert watched.pending_watchers == [(scheduler._pending_moved, "x")]
-    assert scheduler._pending_polled == {"y"}
+    assert watched.pending_watchers == [(scheduler.state.pending_moved, "x")]
+    assert scheduler.state.pending_polled == {"y"}
     watched._refresh()
-    assert scheduler._pending_moved == {"x"}
+    assert scheduler.state.pending_moved == {"x"}
     scheduler.unregister_operation("x")
     scheduler.unregister_operation("y")
-    assert watched.pending_watchers == [] and scheduler._pending_moved == set()
-    assert scheduler._pending_polled == set()
+    assert watched.pending_watchers == [] and scheduler.state.pending_moved == set()
+    assert scheduler.state.pending_polled == set()
 
 
 def _run(seed: int, factory: Any, steps: int = 30) -> list[int]:

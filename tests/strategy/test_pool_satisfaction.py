@@ -4,7 +4,7 @@ min(its best child's satisfaction, its own).
 One node of 10 cpu. Pool A (fair share 5 cpu) runs a1 on 1 cpu, but a1's own fair share is 0.5 cpu: a1 is
 satisfied (2.0) while A itself is hungry (1 / 5 = 0.2). Pool B (fair share 5) runs b1 on 2 cpu of 5 (0.4). By
 default A's key is its best child's, 2.0, so B wins the next allocation; with the option A's key is 0.2, so A wins
-it. The same choice in the preemptive stage's ordering is `PreemptionStages._best_among`."""
+it. The same choice in the preemptive stage's ordering is `PreemptiveStages._best_among`."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def test_keys_follow_usage_between_publishes() -> None:
     _, kit = _first_winner(StrategyConfig(use_pool_satisfaction_for_scheduling=True))
     result = kit.heartbeat(0, 3.0, limits=vector(user_slots=5, cpu=5, memory=5 * GiB))
     assert [a.operation_id for a in result.allocations_to_start] == ["b1"]
-    pool_a = kit.scheduler._elements["A"]
+    pool_a = kit.scheduler.state.elements["A"]
     assert pool_a.sat == pytest.approx(0.4)
 
 

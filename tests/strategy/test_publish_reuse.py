@@ -20,7 +20,7 @@ def lists_state(lists: PreemptibleLists) -> list[tuple[str, str]]:
 
 def full_work_changes_nothing(scheduler: TreeScheduler) -> None:
     """Redo configure + rebalance for every operation; the lists must stay as publish left them."""
-    for element in scheduler._elements.values():
+    for element in scheduler.state.elements.values():
         runtime = element.op
         if not element.is_op or runtime is None:
             continue

@@ -49,9 +49,9 @@ def test_operations_keep_their_satisfaction_current_through_heartbeats():
     checked = 0
     for step in range(25):
         scenario.run_step(step)
-        for element in scheduler._elements.values():
+        for element in scheduler.state.elements.values():
             if element.is_op:
-                assert element.sat == scheduler._local_satisfaction(element), element.id
+                assert element.sat == scheduler.heaps.local_satisfaction(element), element.id
                 checked += 1
     assert checked > 100
 

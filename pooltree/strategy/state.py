@@ -1,0 +1,156 @@
+"""`StrategyState`: everything one tree's strategy keeps between heartbeats and fair-share updates, in one object.
+
+`TreeScheduler` (scheduler.py) makes one `StrategyState` and hands it to each part it is composed of: the best-leaf
+heaps (`best_leaf.py`), the regular stage (`stages.py`), the preemptive stages (`preemption.py`), gang restarts
+(`gang.py`) and the publisher of fair-share updates (`publish.py`, `changes.py`). Each part keeps its own
+bookkeeping; what more than one of them reads or writes lives here, every field declared in `__init__`. The few
+methods are the usage accounting every part shares (an allocation's usage added to or taken from its operation
+and the pools above it) and the event sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pooltree.strategy.elements import EventSink, OperationRuntime, StarvationState, _Element
+from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
+from pooltree.strategy.model import Allocation, ExecNode, HeartbeatResult, PreemptionPriority
+from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.shares import sub_floats as _sub_list
+from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
+
+
+class StrategyState:
+    """The shared state of one tree's strategy (see the module docstring)."""
+
+    __slots__ = (
+        "allocation_on_bound_preemptible",
+        "allocations",
+        "clock",
+        "config",
+        "deadline",
+        "elements",
+        "event_sink",
+        "fifo_unschedulable",
+        "high_priority",
+        "last_update_time",
+        "nodes",
+        "operations",
+        "ops_by_priority",
+        "pending_moved",
+        "pending_polled",
+        "queued_preemptions",
+        "scheduling_tags_enabled",
+        "serial",
+        "spare",
+        "start_serial",
+        "starvation",
+        "total",
+        "touched",
+        "tree",
+        "usage_watch",
+    )
+
+    def __init__(self, tree: SchedulingTree, event_sink: EventSink | None) -> None:
+        self.tree = tree
+        """The published `SchedulingTree` (the last fair-share update)."""
+        self.config: StrategyConfig = tree.config
+        """The published tree's strategy options."""
+        self.nodes: dict[str, ExecNode] = {}
+        self.operations: dict[str, OperationRuntime] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self.starvation: dict[str, StarvationState] = {}
+        """Each published element's starvation clock (§c)."""
+        self.elements: dict[str, _Element] = {}
+        """The published elements by id (made or reused by each publish)."""
+        self.touched: set[str] = set()
+        """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
+        (`changes.py` re-keys only these and the pools above them)."""
+        self.pending_moved: set[str] = set()
+        """Operations whose controller's pending work moved since the last incremental publish took this set
+        (notified by the controllers, `pooltree.strategy.watch`): the incremental publish checks only these for a
+        pending count that crossed zero, and the ones in ``pending_polled``."""
+        self.pending_polled: set[str] = set()
+        """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
+        self.usage_watch: set[str] | None = None
+        """Where `account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
+        for the fair-share input; ``None``: nobody listens)."""
+        self.scheduling_tags_enabled = True
+        """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
+        self.fifo_unschedulable: frozenset[str] = frozenset()
+        """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
+        self.high_priority: frozenset[str] = frozenset()
+        """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
+        self.allocation_on_bound_preemptible = False
+        """The tree's ``consider_allocation_on_fair_share_bound_preemptible``."""
+        self.clock: Callable[[], float] | None = None
+        """Wall clock for ``schedule_allocations_timeout`` (the live service's; None: no bound, `heartbeat_deadline.py`)."""
+        self.deadline = HeartbeatDeadline(None, 0.0)
+        """The current heartbeat's scheduling deadline."""
+        self.ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
+        """The starving operations by preemption priority (§e.2), in tree order: the preemptive stages' candidates."""
+        self.serial = 0
+        """Serial of the last best-leaf pass (`_Pass`): an element excluded in a pass holds that pass's serial."""
+        self.start_serial = 0
+        """Serial of the last allocation started: ``last_start`` of its operation and pools."""
+        self.event_sink = event_sink
+        self.last_update_time: float | None = None
+        """When the last publish with a time took place."""
+        self.queued_preemptions: dict[str, HeartbeatResult] = {}
+        """Stops and job restarts decided for a node outside its heartbeat (job time limits, gang incarnation
+        switches), delivered in the node's next heartbeat answer."""
+        self.spare: tuple[float, ...] = ()
+        """``min_spare_allocation_resources_on_node`` of the published config, as floats."""
+        self.total: tuple[float, ...] = ()
+        """The published tree's total resources, as floats."""
+
+    # ------------------------------------------------------------------ accounting shared by every part
+
+    def usage_share(self, element: _Element) -> list[float]:
+        """The element's usage over the tree's total resources."""
+        return [u / t if t > 0 else 0.0 for u, t in zip(element.usage, self.total, strict=True)]
+
+    def pool_total(self) -> tuple[float, ...] | None:
+        """The tree's resources while some pool uses its own satisfaction (`pool_satisfaction.py`), else None."""
+        return self.total if self.tree.pool_satisfaction_used else None
+
+    def account(
+        self,
+        runtime: OperationRuntime,
+        element: _Element | None,
+        amounts: Sequence[float],
+        apply: Callable[[list[float], Sequence[float]], None],
+    ) -> None:
+        """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
+        apply(runtime.usage, amounts)
+        runtime.usage_serial += 1
+        self.touched.add(runtime.id)
+        if self.usage_watch is not None:  # SchedulerCore's notification for the fair-share input
+            self.usage_watch.add(runtime.id)
+        if element is not None and element.op is runtime:
+            cursor = element.parent
+            while cursor is not None:
+                apply(cursor.usage, amounts)
+                cursor = cursor.parent
+            element.usage = runtime.usage
+
+    def release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
+        """An allocation stops counting: out of the operation's preemptible lists and usage (and its pools')."""
+        runtime.lists_settled = False
+        runtime.lists.remove(allocation)
+        self.account(runtime, element, allocation.amounts, _sub_list)
+
+    def charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
+        """An allocation starts counting: into the operation's usage (and its pools') and preemptible lists."""
+        self.account(runtime, element, allocation.amounts, _add_list)
+        runtime.lists_settled = False
+        runtime.lists.add(allocation)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        if self.event_sink is not None:
+            self.event_sink(event)
+
+    def queued_for(self, address: str) -> HeartbeatResult:
+        """The answer kept for a node's next heartbeat (stops and restarts decided outside its heartbeat)."""
+        return self.queued_preemptions.setdefault(address, HeartbeatResult(address=address))
