@@ -145,21 +145,46 @@ def parse_elements_dump(
         raise ConfigError("guarantees", f"must be 'gpu' or 'all', got {guarantees!r}")
     if not isinstance(document, list) or not document:
         raise ConfigError(source, "expected a non-empty list of elements")
-    pools: dict[str, Pool] = {}
-    names: set[str] = set()
-    production: dict[str, Vector] = {}
-    operation_types: dict[str, str] = {}
-    order: list[str] = []
-    root: Pool | None = None
-    total: Vector | None = None
-    guaranteed: set[str] = set()
+    reader = _DumpReader(guarantees)
     for index, item in enumerate(document):
-        path = join_path(source, index)
+        reader.read(item, join_path(source, index))
+    if reader.root is None or reader.total is None:
+        raise ConfigError(source, f"no {ROOT_ID} pool")
+    return ElementsDump(
+        reader.root,
+        reader.total,
+        reader.production,
+        reader.operation_types,
+        reader.order,
+        infer_main_resource(reader.guaranteed),
+    )
+
+
+class _DumpReader:
+    """The tree of a dump read element by element (parents listed before their children)."""
+
+    def __init__(self, guarantees: GuaranteeMode) -> None:
+        self.guarantees: GuaranteeMode = guarantees
+        self.pools: dict[str, Pool] = {}
+        self.names: set[str] = set()
+        """Every element read so far."""
+        self.production: dict[str, Vector] = {}
+        """Each element's ``total_fair_share`` in the dump."""
+        self.operation_types: dict[str, str] = {}
+        self.order: list[str] = []
+        self.root: Pool | None = None
+        self.total: Vector | None = None
+        """The root's ``resource_limits``: the tree's total resources."""
+        self.guaranteed: set[str] = set()
+        """Resources some pool has a strong guarantee of."""
+
+    def read(self, item: Any, path: str) -> None:
+        """Add one element of the dump under its parent."""
         if not isinstance(item, Mapping):
             raise ConfigError(path, f"expected a map, got {type(item).__name__}")
         name = _string(item, "name", path)
         kind = _string(item, "type", path)
-        if name in names:
+        if name in self.names:
             raise ConfigError(join_path(path, "name"), f"element {name!r} appears twice")
         fair_share = _resources(
             _field(item, "total_fair_share", path), join_path(path, "total_fair_share"), share=True
@@ -170,67 +195,75 @@ def parse_elements_dump(
             if mode not in POOL_MODES:
                 raise ConfigError(join_path(path, "mode"), f"expected one of {', '.join(POOL_MODES)}")
             if name == ROOT_ID:
-                if root is not None:
-                    raise ConfigError(join_path(path, "name"), "a second root")
-                if item.get("parent") is not None:
-                    raise ConfigError(join_path(path, "parent"), "the root has no parent")
-                total = _resources(_field(item, "resource_limits", path), join_path(path, "resource_limits"))
-                root = Pool(ROOT_ID, mode=mode)
-                pools[name] = root
-                names.add(name)
-                production[name] = fair_share
-                order.append(name)
-                continue
-            strong = _resources(
-                _field(item, "strong_guarantee_resources", path),
-                join_path(path, "strong_guarantee_resources"),
-            )
-            guaranteed.update(RESOURCES[r] for r in np.flatnonzero(strong).tolist())
-            if guarantees == "gpu":
-                strong = np.where(np.arange(RESOURCE_COUNT) == GPU, strong, 0.0)
-                specified = frozenset({"gpu"})
-            else:
-                specified = frozenset(RESOURCES)
-            element = pool = Pool(
-                name,
-                weight=_weight(item, path),
-                mode=mode,
-                strong_guarantee_resources=strong,
-                specified_guarantee_resources=specified,
-                fifo_sort_parameters=("weight",),
-            )
-            pools[name] = pool
+                self._read_root(item, path, mode)
+                self._add(name, fair_share)
+                return
+            element = self.pools[name] = self._pool(item, path, name, mode)
         elif kind == "operation":
-            usage = _resources(_field(item, "resource_usage", path), join_path(path, "resource_usage"))
-            demand = _resources(_field(item, "resource_demand", path), join_path(path, "resource_demand"))
-            if np.any(demand < usage):
-                raise ConfigError(
-                    join_path(path, "resource_demand"),
-                    "demand must include usage (≥ usage in every resource)",
-                )
-            operation_type = _string(item, "operation_type", path)
-            element = Operation(
-                name,
-                weight=_weight(item, path),
-                usage=usage,
-                demand=demand,
-                is_gang=operation_type == "vanilla",
-            )
-            operation_types[name] = operation_type
+            element = _operation(item, path, name)
+            self.operation_types[name] = _string(item, "operation_type", path)
         else:
             raise ConfigError(join_path(path, "type"), f"expected 'pool' or 'operation', got {kind!r}")
         parent_name = _string(item, "parent", path)
-        parent = pools.get(parent_name)
+        parent = self.pools.get(parent_name)
         if parent is None:
-            where = "is an operation" if parent_name in names else "is not a pool listed before it"
+            where = "is an operation" if parent_name in self.names else "is not a pool listed before it"
             raise ConfigError(join_path(path, "parent"), f"{parent_name!r} {where}")
         parent.children.append(element)
-        names.add(name)
-        production[name] = fair_share
-        order.append(name)
-    if root is None or total is None:
-        raise ConfigError(source, f"no {ROOT_ID} pool")
-    return ElementsDump(root, total, production, operation_types, order, infer_main_resource(guaranteed))
+        self._add(name, fair_share)
+
+    def _add(self, name: str, fair_share: Vector) -> None:
+        self.names.add(name)
+        self.production[name] = fair_share
+        self.order.append(name)
+
+    def _read_root(self, item: Mapping[str, Any], path: str, mode: str) -> None:
+        if self.root is not None:
+            raise ConfigError(join_path(path, "name"), "a second root")
+        if item.get("parent") is not None:
+            raise ConfigError(join_path(path, "parent"), "the root has no parent")
+        self.total = _resources(_field(item, "resource_limits", path), join_path(path, "resource_limits"))
+        self.root = self.pools[ROOT_ID] = Pool(ROOT_ID, mode=mode)
+
+    def _pool(self, item: Mapping[str, Any], path: str, name: str, mode: str) -> Pool:
+        """A pool with the dump's weight and strong guarantees (only the GPU one with ``guarantees="gpu"``)."""
+        strong = _resources(
+            _field(item, "strong_guarantee_resources", path),
+            join_path(path, "strong_guarantee_resources"),
+        )
+        self.guaranteed.update(RESOURCES[r] for r in np.flatnonzero(strong).tolist())
+        if self.guarantees == "gpu":
+            strong = np.where(np.arange(RESOURCE_COUNT) == GPU, strong, 0.0)
+            specified = frozenset({"gpu"})
+        else:
+            specified = frozenset(RESOURCES)
+        return Pool(
+            name,
+            weight=_weight(item, path),
+            mode=mode,
+            strong_guarantee_resources=strong,
+            specified_guarantee_resources=specified,
+            fifo_sort_parameters=("weight",),
+        )
+
+
+def _operation(item: Mapping[str, Any], path: str, name: str) -> Operation:
+    """An operation with the dump's weight, usage and demand (a vanilla operation as a gang)."""
+    usage = _resources(_field(item, "resource_usage", path), join_path(path, "resource_usage"))
+    demand = _resources(_field(item, "resource_demand", path), join_path(path, "resource_demand"))
+    if np.any(demand < usage):
+        raise ConfigError(
+            join_path(path, "resource_demand"),
+            "demand must include usage (≥ usage in every resource)",
+        )
+    operation_type = _string(item, "operation_type", path)
+    return Operation(
+        name,
+        weight=_weight(item, path),
+        usage=usage,
+        demand=demand,
+        is_gang=operation_type == "vanilla",
+    )
 
 
 def load_elements_dump(path: str | Path, *, guarantees: GuaranteeMode = "gpu") -> ElementsDump:

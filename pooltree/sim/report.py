@@ -122,70 +122,88 @@ def _plotted_pools(result: SimulationResult) -> list[tuple[str, str]]:
 
 def write_report(result: SimulationResult, out: Path) -> list[str]:
     """Write the PNG plots and report.html; returns the PNG file names."""
-    import matplotlib
+    import matplotlib  # plots only: the simulator runs without loading matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = []
     chosen = _plotted_pools(result)
-    if chosen:
-        columns = 2 if len(chosen) > 1 else 1
-        rows = math.ceil(len(chosen) / columns)
-        figure, axes = plt.subplots(
-            rows, columns, figsize=(6 * columns, 2.6 * rows), squeeze=False, sharex=True
+    names = [
+        name
+        for name in (
+            _plot_shares(plt, result, chosen, out),
+            _plot_pending(plt, result, out),
+            _plot_preemptions(plt, result, out),
         )
-        for axis, (tree, pool) in zip(axes.flat, chosen, strict=False):
-            points = result.pool_series[tree][pool]
-            times = [p[0] / 3600.0 for p in points]
-            axis.step(times, [p[1] for p in points], where="post", label="fair share", color="tab:blue")
-            axis.step(times, [p[2] for p in points], where="post", label="usage", color="tab:orange")
-            axis.step(
-                times,
-                [p[3] for p in points],
-                where="post",
-                label="demand",
-                color="tab:gray",
-                alpha=0.5,
-                linestyle=":",
-            )
-            axis.set_title(pool if len(result.pool_series) == 1 else f"{tree}/{pool}", fontsize=9)
-            top = max(
-                [p[1] for p in points] + [p[2] for p in points] + [min(1.0, p[3]) for p in points] + [0.05]
-            )
-            axis.set_ylim(0, top * 1.1)
-            axis.grid(alpha=0.3)
-        for axis in list(axes.flat)[len(chosen) :]:
-            axis.set_visible(False)
-        axes.flat[0].legend(fontsize=7, loc="upper right")
-        for axis in axes[-1]:
-            axis.set_xlabel("simulated time, h")
-        figure.suptitle("Fair share vs usage (dominant share of the tree)")
-        figure.tight_layout()
-        figure.savefig(out / "fair_share_vs_usage.png", dpi=90)
-        plt.close(figure)
-        names.append("fair_share_vs_usage.png")
+        if name is not None
+    ]
+    (out / "report.html").write_text(report_html(result, out, names, chosen), encoding="utf-8")
+    return names
 
+
+def _plot_shares(plt: Any, result: SimulationResult, chosen: list[tuple[str, str]], out: Path) -> str | None:
+    """fair_share_vs_usage.png: fair share, usage and demand over time of the ``chosen`` pools (None: no pool)."""
+    if not chosen:
+        return None
+    columns = 2 if len(chosen) > 1 else 1
+    rows = math.ceil(len(chosen) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(6 * columns, 2.6 * rows), squeeze=False, sharex=True)
+    for axis, (tree, pool) in zip(axes.flat, chosen, strict=False):
+        points = result.pool_series[tree][pool]
+        times = [p[0] / 3600.0 for p in points]
+        axis.step(times, [p[1] for p in points], where="post", label="fair share", color="tab:blue")
+        axis.step(times, [p[2] for p in points], where="post", label="usage", color="tab:orange")
+        axis.step(
+            times,
+            [p[3] for p in points],
+            where="post",
+            label="demand",
+            color="tab:gray",
+            alpha=0.5,
+            linestyle=":",
+        )
+        axis.set_title(pool if len(result.pool_series) == 1 else f"{tree}/{pool}", fontsize=9)
+        top = max([p[1] for p in points] + [p[2] for p in points] + [min(1.0, p[3]) for p in points] + [0.05])
+        axis.set_ylim(0, top * 1.1)
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(chosen) :]:
+        axis.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="upper right")
+    for axis in axes[-1]:
+        axis.set_xlabel("simulated time, h")
+    figure.suptitle("Fair share vs usage (dominant share of the tree)")
+    figure.tight_layout()
+    figure.savefig(out / "fair_share_vs_usage.png", dpi=90)
+    plt.close(figure)
+    return "fair_share_vs_usage.png"
+
+
+def _plot_pending(plt: Any, result: SimulationResult, out: Path) -> str | None:
+    """pending_time.png: mean and maximum pending time of the operations of each pool (None: no operation)."""
     pending: dict[str, list[float]] = defaultdict(list)
     for operation in result.summary["operations"]:
         pending[operation["pool"]].append(operation["pending_duration"])
-    if pending:
-        pools = sorted(pending)
-        figure, axis = plt.subplots(figsize=(max(6, 0.5 * len(pools)), 3.5))
-        means = [sum(pending[p]) / len(pending[p]) for p in pools]
-        maxima = [max(pending[p]) for p in pools]
-        positions = range(len(pools))
-        axis.bar([x - 0.2 for x in positions], means, width=0.4, label="mean")
-        axis.bar([x + 0.2 for x in positions], maxima, width=0.4, label="max")
-        axis.set_xticks(list(positions), pools, rotation=45, ha="right", fontsize=8)
-        axis.set_ylabel("pending time, s")
-        axis.set_title("Operation pending time per pool")
-        axis.legend(fontsize=8)
-        figure.tight_layout()
-        figure.savefig(out / "pending_time.png", dpi=90)
-        plt.close(figure)
-        names.append("pending_time.png")
+    if not pending:
+        return None
+    pools = sorted(pending)
+    figure, axis = plt.subplots(figsize=(max(6, 0.5 * len(pools)), 3.5))
+    means = [sum(pending[p]) / len(pending[p]) for p in pools]
+    maxima = [max(pending[p]) for p in pools]
+    positions = range(len(pools))
+    axis.bar([x - 0.2 for x in positions], means, width=0.4, label="mean")
+    axis.bar([x + 0.2 for x in positions], maxima, width=0.4, label="max")
+    axis.set_xticks(list(positions), pools, rotation=45, ha="right", fontsize=8)
+    axis.set_ylabel("pending time, s")
+    axis.set_title("Operation pending time per pool")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(out / "pending_time.png", dpi=90)
+    plt.close(figure)
+    return "pending_time.png"
 
+
+def _plot_preemptions(plt: Any, result: SimulationResult, out: Path) -> str:
+    """preemptions.png: preempted allocations by reason and by pool (subtree)."""
     reasons = result.preemptions_by_reason
     by_pool = {
         pool: values["preempted_allocation_count"]
@@ -202,6 +220,4 @@ def write_report(result: SimulationResult, out: Path) -> list[str]:
     figure.tight_layout()
     figure.savefig(out / "preemptions.png", dpi=90)
     plt.close(figure)
-    names.append("preemptions.png")
-    (out / "report.html").write_text(report_html(result, out, names, chosen), encoding="utf-8")
-    return names
+    return "preemptions.png"

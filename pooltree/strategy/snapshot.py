@@ -349,12 +349,14 @@ class SchedulingTree:
         """Set by :meth:`with_shares` and :meth:`with_operation_changes` from a `SpecRows` hint: (the tree derived
         from, the specs that are not its very objects). When that tree is the one published last, `publish` looks
         only at these for elements with a new spec."""
+        self.pool_satisfaction_used = False
+        """Whether some pool's heap key is min(best child's, its own satisfaction) (`pool_satisfaction.py`)."""
         self._resolve_settings()
 
     def _resolve_settings(self) -> None:
+        """Each element's effective settings, inherited top-down, and ``pool_satisfaction_used``."""
         config = self.config
         self.pool_satisfaction_used = False
-        """Whether some pool's heap key is min(best child's, its own satisfaction) (`pool_satisfaction.py`)."""
         for element_id in self.order:
             spec = self.elements[element_id]
             parent = self.effective.get(spec.parent) if spec.parent is not None else None

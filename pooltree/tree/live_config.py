@@ -47,73 +47,16 @@ class LiveConfig:
         new = type(self)(definition, user_default_parent_pools=self.user_default_parent_pools)  # type: ignore[call-arg]
         new._registration_counter = self._registration_counter
         new._pending_counter = self._pending_counter
-        targets: dict[str, PoolElement] = {}
-
-        def target_for(old_pool: PoolElement) -> PoolElement:
-            cached = targets.get(old_pool.name)
-            if cached is not None:
-                return cached
-            if old_pool.is_root:
-                result = new.root
-            elif (kept := new._pools.get(old_pool.name)) is not None and not kept.is_ephemeral:
-                result = kept
-            elif (
-                old_pool.is_ephemeral
-                and old_pool.explicit_parent
-                and old_pool.parent is not None
-                and old_pool.parent.name not in new._pools
-            ):
-                # its hub was removed: as on YTsaurus the hub comes back as an ephemeral pool, keeping this subpool
-                result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                    old_pool.name,
-                    target_for(old_pool.parent),
-                    old_pool.created_by_user or "",
-                    in_default_parent=False,
-                )
-            elif old_pool.is_ephemeral and old_pool.explicit_parent:
-                assert old_pool.parent is not None
-                hub = new._pools.get(old_pool.parent.name)
-                still_allowed = hub is not None and hub.mode != "fifo"
-                if still_allowed and hub is not None and not hub.hosts_ephemeral_subpools:
-                    # It stopped being a hub: its ephemeral subpools dissolve into it.
-                    still_allowed = not old_pool.parent.hosts_ephemeral_subpools
-                if still_allowed and hub is not None:
-                    result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                        old_pool.name, hub, old_pool.created_by_user or "", in_default_parent=False
-                    )
-                else:
-                    result = target_for(old_pool.parent)
-            else:
-                owner = old_pool.created_by_user or self._first_user(old_pool)
-                result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                    old_pool.name, new.default_parent_pool(owner), owner, in_default_parent=True
-                )
-            targets[old_pool.name] = result
-            return result
-
+        targets = _PoolTargets(new, self._first_user)
         ops = list(self._operations.values())
         copies: dict[str, TreeOperation] = {}
         for op in ops:
-            clone = TreeOperation(
-                op.id,
-                user=op.user,
-                operation_type=op.operation_type,
-                pool=new.root,
-                weight=op.weight,
-                resource_limits=op.resource_limits,
-                spec=op.spec,
-                start_time=op.start_time,
-                registration_index=op.registration_index,
-                offloading=op.offloading,
-            )
-            clone.suspended = op.suspended
-            copies[op.id] = clone
-            new._operations[op.id] = clone
+            copies[op.id] = new._operations[op.id] = _copy_operation(op, new.root)
         for op in ops:
             if op.running:
-                new._attach(copies[op.id], target_for(op.pool), keep_running=True)
+                new._attach(copies[op.id], targets.target_for(op.pool), keep_running=True)
         for op in sorted((o for o in ops if not o.running), key=lambda o: o.pending_index):
-            new._attach(copies[op.id], target_for(op.pool), keep_running=False)
+            new._attach(copies[op.id], targets.target_for(op.pool), keep_running=False)
         new.try_run_all_pending_operations()
         return new
 
@@ -158,3 +101,78 @@ class LiveConfig:
     def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
         self.operation(operation_id).suspended = suspended
         self._bump_operation(operation_id)
+
+
+class _PoolTargets:
+    """Where each pool of the current tree goes in the tree built under a new definition (`staged_config`'s
+    rules), each answer remembered by pool name."""
+
+    def __init__(self, new: Any, first_user: Any) -> None:
+        self.new = new
+        """The tree being built."""
+        self.first_user = first_user
+        """The user of a pool's first operation (the owner of a re-created ephemeral pool without a creator)."""
+        self.targets: dict[str, PoolElement] = {}
+
+    def target_for(self, old_pool: PoolElement) -> PoolElement:
+        """The pool of the new tree that takes ``old_pool``'s operations."""
+        cached = self.targets.get(old_pool.name)
+        if cached is not None:
+            return cached
+        new = self.new
+        if old_pool.is_root:
+            result = new.root
+        elif (kept := new._pools.get(old_pool.name)) is not None and not kept.is_ephemeral:
+            result = kept
+        elif old_pool.is_ephemeral and old_pool.explicit_parent:
+            result = self._subpool_target(old_pool)
+        else:
+            owner = old_pool.created_by_user or self.first_user(old_pool)
+            result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                old_pool.name, new.default_parent_pool(owner), owner, in_default_parent=True
+            )
+        self.targets[old_pool.name] = result
+        return result
+
+    def _subpool_target(self, old_pool: PoolElement) -> PoolElement:
+        """An ephemeral subpool ``hub$user``: kept under its hub while the hub still hosts ephemeral subpools, under
+        a re-created ephemeral hub when the hub was removed, else its operations go to the hub's target."""
+        new = self.new
+        parent = old_pool.parent
+        assert parent is not None
+        if parent.name not in new._pools:
+            # its hub was removed: as on YTsaurus the hub comes back as an ephemeral pool, keeping this subpool
+            return new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                old_pool.name,
+                self.target_for(parent),
+                old_pool.created_by_user or "",
+                in_default_parent=False,
+            )
+        hub = new._pools.get(parent.name)
+        still_allowed = hub is not None and hub.mode != "fifo"
+        if still_allowed and hub is not None and not hub.hosts_ephemeral_subpools:
+            # It stopped being a hub: its ephemeral subpools dissolve into it.
+            still_allowed = not parent.hosts_ephemeral_subpools
+        if still_allowed and hub is not None:
+            return new._pools.get(old_pool.name) or new._new_ephemeral_pool(
+                old_pool.name, hub, old_pool.created_by_user or "", in_default_parent=False
+            )
+        return self.target_for(parent)
+
+
+def _copy_operation(op: TreeOperation, root: PoolElement) -> TreeOperation:
+    """A copy of ``op`` for a tree being built, attached to nothing yet (its pool set to ``root``)."""
+    clone = TreeOperation(
+        op.id,
+        user=op.user,
+        operation_type=op.operation_type,
+        pool=root,
+        weight=op.weight,
+        resource_limits=op.resource_limits,
+        spec=op.spec,
+        start_time=op.start_time,
+        registration_index=op.registration_index,
+        offloading=op.offloading,
+    )
+    clone.suspended = op.suspended
+    return clone
