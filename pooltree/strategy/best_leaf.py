@@ -61,7 +61,7 @@ class BestLeaf:
         return local_satisfaction_ratio(self.state.usage_share(element), element.fair_share, element.blocked)
 
     def op_activity(self, element: _Element) -> DeactivationReason | None:
-        """Why an operation cannot be scheduled now, or None when it is active (§e.2)."""
+        """§e.2 why an operation cannot be scheduled now, or None (YTsaurus `CheckForDeactivation`)."""
         runtime = element.op
         if runtime is None or not element.spec.schedulable:
             return DeactivationReason.NOT_SCHEDULABLE
@@ -114,7 +114,7 @@ class BestLeaf:
         return None
 
     def recompute(self, composite: _Element, current: _Pass | None) -> bool:
-        """Re-read the pool's best child; re-key the pool in its parent when its key moved (returns whether)."""
+        """A pool's key from its best child (YTsaurus `UpdateAttributesAtCompositeElement`); whether it moved."""
         best = self.peek(composite, current)
         active = best is not None
         sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
@@ -166,7 +166,7 @@ class BestLeaf:
         heapq.heappush(parent.heap, (key, child.last_start, child.index, child.version, child))
 
     def best_leaf(self, current: _Pass) -> _Element | None:
-        """The best operation of the tree not excluded in ``current`` (None: none is active)."""
+        """§e.2 the best leaf, descending by satisfaction or FIFO order (YTsaurus `FindBestOperationForScheduling`)."""
         elements = self.state.elements
         element = elements[ROOT_ID]
         while not element.is_op:

@@ -85,6 +85,7 @@ class PreemptiveStages:
     # -------------------------------------------------------------- stage 1: graceful preemption
 
     def graceful(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        """§e.1 graceful preemption (YTsaurus `PreemptAllocationsGracefully`): preempt the node's preemptible allocations of graceful operations."""
         for allocation in list(node.allocations.values()):
             if allocation.preempted:
                 continue
@@ -99,6 +100,7 @@ class PreemptiveStages:
     # -------------------------------------------------------------- stage 3: preemptive scheduling
 
     def preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
+        """An allocation's preemption level from its status (YTsaurus `GetAllocationPreemptionLevel`, SSD levels on SSD nodes)."""
         status = allocation.preemption_status
         if status == PreemptionStatus.PREEMPTIBLE:
             return PreemptionLevel.PREEMPTIBLE
@@ -153,6 +155,7 @@ class PreemptiveStages:
         return None
 
     def _analyze(self, node: ExecNode, target: PreemptionPriority, min_level: PreemptionLevel) -> _Analysis:
+        """§e.3 the node's unconditional and conditional victims for a stage (YTsaurus `AnalyzePreemptibleAllocations`)."""
         analysis = _Analysis(target)
         blockers: dict[str, _Element | None] = {}
         memo: dict[_Element, float] = {}
@@ -231,6 +234,7 @@ class PreemptiveStages:
         return best(state.elements[ROOT_ID])[1]
 
     def preemptive(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        """§e.1 the preemptive stages on the node (YTsaurus `DoPreemptiveAllocationScheduling`, `BuildPreemptiveSchedulingStageList`)."""
         ssd = self.ssd
         ssd.start_node(node)
         try:
@@ -245,6 +249,7 @@ class PreemptiveStages:
         result: HeartbeatResult,
         stages: tuple[tuple[SchedulingStage, PreemptionPriority, PreemptionLevel], ...],
     ) -> None:
+        """Each preemptive stage in turn until one starts an allocation (YTsaurus `RunPreemptiveSchedulingStage`)."""
         state = self.state
         ssd, full_host, starvation = self.ssd, self.full_host, state.starvation
         by_priority = state.ops_by_priority
@@ -293,6 +298,7 @@ class PreemptiveStages:
         stage: SchedulingStage,
         result: HeartbeatResult,
     ) -> tuple[Allocation, _Element] | None:
+        """§e.3 start one allocation of a starving operation counting its victims as free (YTsaurus `ScheduleAllocation` with discounts)."""
         remaining = list(targets)
         attempts = 0
         state = self.state
@@ -337,7 +343,7 @@ class PreemptiveStages:
         stage: SchedulingStage,
         result: HeartbeatResult,
     ) -> None:
-        """§e.4: preempt the minimal set (Preemptible first, latest first) so the node fits; then limit violators."""
+        """§e.4 the minimal set of victims, then limit violators (YTsaurus `PreemptAllocationsAfterScheduling`)."""
         conditional: set[str] = set()
         candidates = list(analysis.unconditional)
         if started is not None:
@@ -391,6 +397,7 @@ class PreemptiveStages:
     # -------------------------------------------------------------- stage 4: node overcommit
 
     def overcommit(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
+        """§e.5 abort allocations beyond the node's resources, least preemptible kept first (YTsaurus `AbortAllocationsSinceResourcesOvercommit`)."""
         if _fits(node.usage, node.resource_limits):
             return
         running = [a for a in node.allocations.values() if not a.preempted]
@@ -420,7 +427,7 @@ class PreemptiveStages:
         preemptor: Allocation | None = None,
         preempted_for: str | None = None,
     ) -> PreemptionRecord:
-        """Stop accounting the allocation now and ask the node to stop it within ``timeout``.
+        """Stop accounting the allocation now, ask the node to stop it within ``timeout`` (YTsaurus `PreemptAllocation`).
 
         ``why`` is the abort reason and the stage deciding it; ``timeout`` defaults to allocation_preemption_timeout
         (interruptible allocations get that long to finish), graceful preemption passes its own.

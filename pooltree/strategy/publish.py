@@ -423,6 +423,7 @@ class SnapshotPublisher:
         return self._statuses_of(pending) if pending else {}
 
     def _update_starvation(self, now: float) -> None:
+        """§c every element's status and starvation clock at this publish (YTsaurus `CheckForStarvation`)."""
         config = self.state.config
         computed = self._computed_statuses()
         for element_id in self.state.tree.order:

@@ -57,10 +57,11 @@ class RegularStage:
         """Operations running tentatively in this tree (`tentative.py`)."""
 
     def can_start_more(self, node: ExecNode, discount: list[float] | None = None) -> bool:
+        """Whether the node's free resources reach the spare (YTsaurus `CanStartMoreAllocations`)."""
         return self.has_spare(node.resource_limits.tolist(), node.usage.tolist(), discount)
 
     def has_spare(self, limits: list[float], usage: list[float], discount: list[float] | None) -> bool:
-        """min_spare_allocation_resources_on_node: free (+ discount) covers the spare in every resource the node has."""
+        """``min_spare_allocation_resources_on_node`` (YTsaurus `CanStartMoreAllocations`): free (+ discount) covers the spare."""
         spare = self.state.spare
         for r in range(RESOURCE_COUNT):
             if limits[r] <= 0:
@@ -79,8 +80,10 @@ class RegularStage:
         excluded: Sequence[_Element] = (),
         one_only: bool = False,
     ) -> None:
-        """One regular stage on ``node``; ``excluded`` operations are not considered in it
-        (`guarantee_priority.run_regular_stages`); ``one_only``: at most one allocation (`packing.py`'s fallback)."""
+        """§e.2 one regular stage on the node (YTsaurus `RunRegularSchedulingStage`).
+
+        ``excluded`` operations are not considered in it (`guarantee_priority.run_regular_stages`); ``one_only``: at
+        most one allocation (`packing.py`'s fallback)."""
         state = self.state
         heaps = self.heaps
         current = heaps.new_pass()
@@ -122,6 +125,7 @@ class RegularStage:
         result.schedule_attempts += attempts
 
     def tag_matches(self, element: _Element, node: ExecNode) -> bool:
+        """The operation's scheduling tag filter accepts the node (YTsaurus `CanSchedule`; off without ``enable_scheduling_tags``)."""
         tag_filter = element.spec.scheduling_tag_filter
         if tag_filter is None or not self.state.scheduling_tags_enabled:
             return True
@@ -147,7 +151,7 @@ class RegularStage:
         ancestor_discount: dict[str, list[float]] | None,
         node_floats: tuple[list[float], list[float]] | None = None,
     ) -> tuple[Allocation | None, DeactivationReason | None]:
-        """One attempt of §e.2: checks, then the controller call with the available resources.
+        """§e.2 one attempt: checks, then the controller's answer (YTsaurus `TryStartScheduleAllocation`, `DoScheduleAllocation`).
 
         ``node_floats`` are the node's limits and usage as float lists when the caller keeps them current.
         """
@@ -225,7 +229,7 @@ class RegularStage:
         stage: SchedulingStage,
         current: _Pass | None,
     ) -> None:
-        """Book an allocation the controller gave: on the node, in the operation's usage and lists, re-keyed."""
+        """Book a started allocation on the node, its operation and pools (YTsaurus `OnAllocationStarted`), re-keyed."""
         runtime = element.op
         assert runtime is not None
         state = self.state
