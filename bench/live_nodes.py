@@ -72,6 +72,7 @@ NODE_SECRET_HEADER = "X-Pooltree-Node-Secret"
 REQUEST_TIMEOUT = 60.0
 POOL = "bench"
 START_TIMEOUT = 120.0
+METRICS_TIMEOUT = 10.0
 
 
 # ------------------------------------------------------------------------------------------- simulated node
@@ -259,6 +260,7 @@ class Scheduler:
         ]
         self.log = open(data / "scheduler.log", "wb")  # noqa: SIM115 (closed in close())
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        self.shards = shards
         found: list[str] = []
 
         def read() -> None:
@@ -300,14 +302,20 @@ class Scheduler:
             pass
         return own, children
 
-    def answered_by_shards(self) -> float:
+    def answered_by_shards(self) -> float | None:
         """Heartbeats the node shards answered themselves so far (``pooltree_node_shard_local_answers_total``, as
-        far as the leader applied their notes; 0 without shards or on builds without the metric)."""
+        far as the leader applied their notes; 0 on builds without the metric); None without shards or when the
+        scheduler did not answer ``/metrics`` in time (the figure is then left out, the run goes on)."""
+        if self.shards < 2:
+            return None
         request = urllib.request.Request(
             self.url + "/metrics", headers={"Authorization": f"OAuth {self.token}"}
         )
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as response:
-            text = response.read().decode("utf-8", "replace")
+        try:
+            with urllib.request.urlopen(request, timeout=METRICS_TIMEOUT) as response:
+                text = response.read().decode("utf-8", "replace")
+        except OSError:
+            return None
         prefix = "pooltree_node_shard_local_answers_total{"
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
@@ -440,7 +448,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
-                by_shards[name] = scheduler.answered_by_shards() - local
+                now_local = scheduler.answered_by_shards()
+                if local is not None and now_local is not None:
+                    by_shards[name] = now_local - local
                 split[name] = (after[0] - before[0], after[1] - before[1])
                 windows.append((name, (begin, time.time()), sum(after) - sum(before)))
 
@@ -457,7 +467,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 answered = max(phase["answered"], 1)
                 phase["shards"] = args.shards_now
                 # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
-                phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
+                if phase["phase"] in by_shards:
+                    phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
                 phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
                 phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
                 total = leader + shards
