@@ -60,7 +60,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from live_common import Local, YtRequests, machine, process_cpu_seconds, quantile_ms, read_response, yt_client
+from live_common import (
+    Local,
+    YtRequests,
+    join_processes,
+    machine,
+    process_cpu_seconds,
+    quantile_ms,
+    read_response,
+    start_drivers,
+    yt_client,
+)
 from live_nodes import _cpu_between, _driver
 
 POOL = "queue"
@@ -302,12 +312,13 @@ class SimulatedNodes:
     ``close()`` (``live_nodes._driver``); ``figures(begin, finish)`` reports the heartbeats of a time window."""
 
     def __init__(self, url: str, secret: str, count: int, drivers: int, period: float) -> None:
-        host, _, port = url.removeprefix("http://").partition(":")
         context = mp.get_context("spawn")
         self.period = period
         self.count = count
         self.end = context.Value("d", float("inf"))
         self.queue: Any = context.Queue()
+        self.drivers: list[Any] = []
+        self.results: list[Any] = []
         options = {
             "period": period,
             "node_cpu": 16.0,
@@ -316,30 +327,31 @@ class SimulatedNodes:
             "job_jitter": 0.5,
         }
         addresses = [f"sim-node-{i:05d}" for i in range(count)]
-        groups = [group for group in (addresses[i::drivers] for i in range(drivers)) if group]
-        self.drivers = [
-            context.Process(
-                target=_driver, args=(host, int(port), secret, group, options, self.end, self.queue)
+        try:
+            start_drivers(
+                context,
+                _driver,
+                url,
+                secret,
+                addresses,
+                drivers,
+                options,
+                self.end,
+                self.queue,
+                120,
+                self.drivers,
             )
-            for group in groups
-        ]
-        for process in self.drivers:
-            process.start()
-        for _ in self.drivers:
-            if self.queue.get(timeout=120) != "ready":
-                raise RuntimeError("a node driver did not start")
+        except BaseException:
+            self.close()
+            raise
         time.sleep(2 * period + 1.0)  # every node registered by its first heartbeats
-        self.results: list[Any] = []
 
     def close(self) -> None:
         """Stop the nodes (each after its heartbeat in flight) and collect their records."""
         if self.end.value == float("inf"):
             self.end.value = time.time()
             self.results = [self.queue.get(timeout=120) for _ in self.drivers]
-        for process in self.drivers:
-            process.join(90)
-            if process.is_alive():
-                process.terminate()
+        join_processes(self.drivers, 90)
 
     def figures(self, begin: float, finish: float) -> dict[str, Any]:
         """Heartbeats answered (by answer time) and their latency (by send time) inside [begin, finish)."""
