@@ -121,6 +121,14 @@ class SpeculativeJobs:
     def competition_of(self, allocation_id: str) -> Competition | None:
         return self._by_allocation.get(allocation_id)
 
+    def loser_reason(self, allocation_id: str) -> str | None:
+        """The abort reason of a running allocation whose competitor already completed (a loser that may report
+        an end of its own before the stop reaches it: YTsaurus aborts such a completing job), else None."""
+        competition = self._by_allocation.get(allocation_id)
+        if competition is None or not competition.completed:
+            return None
+        return SPECULATIVE_RUN_LOST if allocation_id == competition.speculative_id else SPECULATIVE_RUN_WON
+
     # ------------------------------------------------------------------ starts and ends
 
     def on_started(self, allocation: Any, job: Any, now: float, *, speculative: bool) -> None:

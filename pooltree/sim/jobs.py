@@ -162,6 +162,10 @@ class SimulationJobs:
     def finish_job(self, job: _Job, finished: FinishedAllocation) -> None:
         op = job.op
         tree = self.sim.trees[job.node.tree]  # its operation's tree, or one of its tentative trees
+        speculation = op.controller.speculation if op.controller is not None else None
+        lost = speculation.loser_reason(job.allocation.id) if speculation is not None else None
+        if lost is not None and finished.state != "aborted":  # its competitor completed first: an abort
+            finished = FinishedAllocation(finished.allocation_id, "aborted", abort_reason=lost)
         finished = self.with_memory(job, finished)
         tree.core.on_allocation_finished(finished, self.sim.now)
         tree.changed = True

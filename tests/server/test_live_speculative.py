@@ -130,3 +130,20 @@ def test_a_revived_job_keeps_its_speculation_clock(tmp_path: Path) -> None:
     [copy] = _beat(revived, "n2", 10.3)["start"]
     assert copy["job_index"] == original["job_index"]
     revived.store.close()
+
+
+def test_a_loser_that_completes_before_its_abort_is_recorded_aborted(tmp_path: Path) -> None:
+    """Both runs end at about the same time: the original's completion arrives after the copy won, before the
+    abort reached its node. YTsaurus aborts such a completing job: it is recorded aborted, counted once."""
+    live = _live(tmp_path)
+    op_id, original, copy = _race(live)
+    _beat(live, "n2", 3.0, finished=[_done(copy, "completed", 3.0)])
+    _beat(live, "n1", 3.05, finished=[_done(original, "completed", 3.05)])
+    record = live.store.get_operation(op_id)
+    assert record is not None and record.state == "completed"
+    progress = record.document["progress"]
+    assert (progress["completed"], progress["aborted"], progress["total"]) == (1, 1, 1)
+    job = LiveJob.from_record(next(r for r in live.store.list_jobs(op_id) if r.id == original["job_id"]))
+    assert (job.state, job.abort_reason) == ("aborted", "speculative_run_won")
+    assert job.error is not None and job.error["attributes"]["abort_reason"] == "speculative_run_won"
+    live.store.close()

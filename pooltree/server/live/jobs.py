@@ -436,11 +436,16 @@ class LiveJobs:
         if job.state != "running":
             return
         scheduler.jobs.pop(job.id, None)
-        job.state = report.state
+        state, abort_reason, error = report.state, report.abort_reason, report.error
+        lost = self._speculative_loser(op, job)
+        if lost is not None and state != "aborted":  # its competitor completed first: aborted, as on YTsaurus
+            state, abort_reason = "aborted", lost
+            error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": lost})
+        job.state = state
         job.finish_time = report.finish_time or now
-        job.error = preemption_error(report.error, job.interruption_info, report.state)
+        job.error = preemption_error(error, job.interruption_info, state)
         job.exit_code = report.exit_code
-        job.abort_reason = report.abort_reason
+        job.abort_reason = abort_reason
         job.interruption_reason = report.interruption_reason
         job.statistics = report.statistics
         job.stderr = report.stderr
@@ -452,18 +457,18 @@ class LiveJobs:
             return
         touched.add(op.id)
         scheduler.tentative.on_finished(job, report, now)
-        if report.state == "aborted":
+        if state == "aborted":
             op.aborted_jobs += 1
         elif (
-            report.state == "completed"
+            state == "completed"
             and job.interruption_info is None
             and op.model.tasks[job.task_name].restart_completed_jobs
         ):
             op.lost_jobs += 1  # restart_completed_jobs: started again by the controller, counted lost
         finished = FinishedAllocation(
             job.allocation_id or job.id,
-            report.state,
-            abort_reason=report.abort_reason,
+            state,
+            abort_reason=abort_reason,
             user_job_max_memory=report.statistics.get("user_job/max_memory"),
             job_proxy_max_memory=report.statistics.get("job_proxy/max_memory"),
         )
@@ -478,6 +483,14 @@ class LiveJobs:
         if allocation is not None:
             finished.allocation_id = allocation.id
             op.controller.on_allocation_finished(allocation, finished, now)
+
+    @staticmethod
+    def _speculative_loser(op: LiveOperation | None, job: LiveJob) -> str | None:
+        """The abort reason of a job whose speculative competitor already completed, else None."""
+        speculation = op.controller.speculation if op is not None else None
+        if speculation is None or job.allocation_id is None:
+            return None
+        return speculation.loser_reason(job.allocation_id)
 
     def mark_lost(self, job: LiveJob, now: float) -> None:
         scheduler = self.scheduler
