@@ -38,7 +38,6 @@ from live_common import (
     machine,
     process_cpu_seconds,
     quantile_ms,
-    start_drivers,
     uptime,
     yt_client,
 )
@@ -46,11 +45,10 @@ from live_nodes import (
     POOL,
     START_TIMEOUT,
     Scheduler,
-    _driver,
     _phase,
     _start_operations,
     add_driver_arguments,
-    driver_options,
+    start_node_drivers,
 )
 
 QUEUE_POOL = "queued"
@@ -119,21 +117,7 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         reader_queue: Any = context.Queue()
         processes: list[Any] = []
         try:
-            addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
-            options = driver_options(args)
-            start_drivers(
-                context,
-                _driver,
-                scheduler.url,
-                scheduler.secret,
-                addresses,
-                args.drivers,
-                options,
-                end,
-                queue,
-                START_TIMEOUT,
-                processes,
-            )
+            start_node_drivers(context, scheduler, args, end, queue, processes)
             time.sleep(2 * args.period + 1.0)
             _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
             client = yt_client(scheduler.url, scheduler.token)

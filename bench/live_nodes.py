@@ -414,6 +414,27 @@ def driver_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def start_node_drivers(
+    context: Any, scheduler: Scheduler, args: argparse.Namespace, end: Any, queue: Any, started: list[Any]
+) -> None:
+    """``args.drivers`` driver processes simulating ``args.nodes`` nodes against ``scheduler``
+    (`live_common.start_drivers`; also ``bench/forecast_live.py``'s)."""
+    addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
+    start_drivers(
+        context,
+        _driver,
+        scheduler.url,
+        scheduler.secret,
+        addresses,
+        args.drivers,
+        driver_options(args),
+        end,
+        queue,
+        START_TIMEOUT,
+        started,
+    )
+
+
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
         scheduler = Scheduler(Path(tmp), args.period, shards=args.shards_now)
@@ -422,21 +443,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         queue: Any = context.Queue()
         drivers: list[Any] = []
         try:
-            addresses = [f"sim-node-{i:05d}" for i in range(args.nodes)]
-            options = driver_options(args)
-            start_drivers(
-                context,
-                _driver,
-                scheduler.url,
-                scheduler.secret,
-                addresses,
-                args.drivers,
-                options,
-                end,
-                queue,
-                START_TIMEOUT,
-                drivers,
-            )
+            start_node_drivers(context, scheduler, args, end, queue, drivers)
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
             windows: list[tuple[str, tuple[float, float], float]] = []
 
