@@ -7,7 +7,8 @@ so neither heartbeats nor API calls ever wait for a forecast. The worker is a se
 forked from the threaded server) so the simulation does not hold the server's GIL; it runs at a lower CPU
 priority (``nice`` +10), under an address-space limit (``memory_limit``), and each forecast under a CPU-time
 alarm (``timeout``): a forecast over the limit fails with an error kept in ``last_error``, the process stays.
-A process that dies (the kernel's OOM killer) is replaced on the next refresh.
+A process that dies (the kernel's OOM killer) is replaced on the next refresh; the error (``last_error``, the
+attribute's ``error``) names how it ended: the signal that killed it, or its exit status.
 
 Refreshes are demand-driven: every ``refresh_periods`` fair-share periods while someone has read a forecast in
 the last ``idle_after`` seconds, and at once when asked (``request``). An idle scheduler starts no process.
