@@ -55,6 +55,9 @@ class BestLeaf:
 
     def __init__(self, state: StrategyState) -> None:
         self.state = state
+        self.fifo_unschedulable: frozenset[str] = frozenset()
+        """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`;
+        `SchedulerCore` sets them through `TreeScheduler.fifo_unschedulable`)."""
 
     def local_satisfaction(self, element: _Element) -> float:
         """The element's local satisfaction ratio from its current usage (§e.2)."""
@@ -65,8 +68,7 @@ class BestLeaf:
         runtime = element.op
         if runtime is None or not element.spec.schedulable:
             return DeactivationReason.NOT_SCHEDULABLE
-        unschedulable = self.state.fifo_unschedulable
-        if unschedulable and element.id in unschedulable:
+        if self.fifo_unschedulable and element.id in self.fifo_unschedulable:
             return DeactivationReason.NOT_SCHEDULABLE
         if runtime.controller.pending_allocation_count <= 0:
             return DeactivationReason.NO_AVAILABLE_DEMAND

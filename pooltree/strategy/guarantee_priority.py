@@ -47,12 +47,11 @@ def high_priority_operations(result: Any, operation_ids: Any) -> frozenset[str]:
 def run_regular_stages(regular: Any, node: Any, now: float, result: Any) -> None:
     """The heartbeat's regular scheduling (``regular``: the tree's `RegularStage`): one stage over every operation,
     or, with high-priority operations, the high stage over them and then the medium stage over the others."""
-    state = regular.state
-    high = state.high_priority
+    high = regular.high_priority
     if not high:
         regular.schedule(node, now, result)
         return
-    elements = state.elements
+    elements = regular.state.elements
     high_elements = [elements[op] for op in sorted(high) if op in elements]
     medium_elements = [element for op, element in elements.items() if element.is_op and op not in high]
     regular.schedule(node, now, result, stage=SchedulingStage.REGULAR_HIGH_PRIORITY, excluded=medium_elements)

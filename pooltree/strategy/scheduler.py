@@ -118,6 +118,11 @@ class TreeScheduler:
         """Gang operations' incarnation switches (`gang.py`)."""
         self.publisher = SnapshotPublisher(state, self.heaps)
         """Fair-share updates reaching the strategy (`publish.py`, `changes.py`)."""
+        self.clock: Callable[[], float] | None = None
+        """Wall clock for ``schedule_allocations_timeout`` (the live service sets it; None: no bound,
+        `heartbeat_deadline.py`)."""
+        self.allocation_on_bound_preemptible = False
+        """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
         self._limited_cache: tuple[object, dict[str, _Element], list[_Element]] | None = None
         """(skeleton, element map, the map's elements with limits): see `_limited_elements`."""
         self.publish(tree, now=None)
@@ -140,45 +145,31 @@ class TreeScheduler:
         return self.state.last_update_time
 
     @property
-    def allocation_on_bound_preemptible(self) -> bool:
-        """The tree's ``consider_allocation_on_fair_share_bound_preemptible`` (`set_allocation_on_bound_preemptible`)."""
-        return self.state.allocation_on_bound_preemptible
-
-    @property
-    def clock(self) -> Callable[[], float] | None:
-        """Wall clock for ``schedule_allocations_timeout`` (the live service sets it; None: no bound)."""
-        return self.state.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float] | None) -> None:
-        self.state.clock = clock
-
-    @property
     def high_priority(self) -> frozenset[str]:
         """Operations scheduled in the ``regular_high_priority`` stage (`guarantee_priority.py`; `SchedulerCore`)."""
-        return self.state.high_priority
+        return self.regular.high_priority
 
     @high_priority.setter
     def high_priority(self, operations: frozenset[str]) -> None:
-        self.state.high_priority = operations
+        self.regular.high_priority = operations
 
     @property
     def fifo_unschedulable(self) -> frozenset[str]:
         """Operations left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`; `SchedulerCore`)."""
-        return self.state.fifo_unschedulable
+        return self.heaps.fifo_unschedulable
 
     @fifo_unschedulable.setter
     def fifo_unschedulable(self, operations: frozenset[str]) -> None:
-        self.state.fifo_unschedulable = operations
+        self.heaps.fifo_unschedulable = operations
 
     @property
     def scheduling_tags_enabled(self) -> bool:
         """The tree's ``enable_scheduling_tags`` (`SchedulerCore` sets it)."""
-        return self.state.scheduling_tags_enabled
+        return self.regular.scheduling_tags_enabled
 
     @scheduling_tags_enabled.setter
     def scheduling_tags_enabled(self, enabled: bool) -> None:
-        self.state.scheduling_tags_enabled = enabled
+        self.regular.scheduling_tags_enabled = enabled
 
     @property
     def usage_watch(self) -> set[str] | None:
@@ -200,7 +191,7 @@ class TreeScheduler:
         if operation_id in self.operations:
             raise PooltreeError(f"operation {operation_id} is already registered in tree {self.tree.name}")
         runtime = OperationRuntime(operation_id, controller)
-        runtime.lists.inclusive = self.state.allocation_on_bound_preemptible
+        runtime.lists.inclusive = self.allocation_on_bound_preemptible
         self.operations[operation_id] = runtime
         self.state.touched.add(operation_id)
         if not watch_pending(controller, self.state.pending_moved, operation_id):
@@ -251,9 +242,9 @@ class TreeScheduler:
     def set_allocation_on_bound_preemptible(self, enabled: bool) -> None:
         """Switch the tree's ``consider_allocation_on_fair_share_bound_preemptible``: every operation's lists are
         rebalanced with the new rule at once (`PreemptibleLists.inclusive`)."""
-        if enabled == self.state.allocation_on_bound_preemptible:
+        if enabled == self.allocation_on_bound_preemptible:
             return
-        self.state.allocation_on_bound_preemptible = enabled
+        self.allocation_on_bound_preemptible = enabled
         for operation_id, runtime in self.operations.items():
             runtime.lists.inclusive = enabled
             runtime.lists.rebalance()
@@ -274,7 +265,7 @@ class TreeScheduler:
         node = self._sync_node(heartbeat, now)
         result = HeartbeatResult(address=node.address)
         state = self.state
-        state.deadline = HeartbeatDeadline(state.clock, state.config.schedule_allocations_timeout)
+        state.deadline = HeartbeatDeadline(self.clock, state.config.schedule_allocations_timeout)
         queued = state.queued_preemptions.pop(node.address, None)
         if queued is not None:
             result.allocations_to_preempt.extend(

@@ -55,6 +55,10 @@ class RegularStage:
         """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`): operations kept off SSD nodes."""
         self.tentative = tentative
         """Operations running tentatively in this tree (`tentative.py`)."""
+        self.scheduling_tags_enabled = True
+        """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
+        self.high_priority: frozenset[str] = frozenset()
+        """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
 
     def can_start_more(self, node: ExecNode, discount: list[float] | None = None) -> bool:
         """Whether the node's free resources reach the spare (YTsaurus `CanStartMoreAllocations`)."""
@@ -127,7 +131,7 @@ class RegularStage:
     def tag_matches(self, element: _Element, node: ExecNode) -> bool:
         """The operation's scheduling tag filter accepts the node (YTsaurus `CanSchedule`; off without ``enable_scheduling_tags``)."""
         tag_filter = element.spec.scheduling_tag_filter
-        if tag_filter is None or not self.state.scheduling_tags_enabled:
+        if tag_filter is None or not self.scheduling_tags_enabled:
             return True
         cached = element.tag_cache.get(node.tags)
         if cached is None:

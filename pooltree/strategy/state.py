@@ -25,15 +25,11 @@ class StrategyState:
     """The shared state of one tree's strategy (see the module docstring)."""
 
     __slots__ = (
-        "allocation_on_bound_preemptible",
         "allocations",
-        "clock",
         "config",
         "deadline",
         "elements",
         "event_sink",
-        "fifo_unschedulable",
-        "high_priority",
         "last_update_time",
         "nodes",
         "operations",
@@ -41,7 +37,6 @@ class StrategyState:
         "pending_moved",
         "pending_polled",
         "queued_preemptions",
-        "scheduling_tags_enabled",
         "serial",
         "spare",
         "start_serial",
@@ -76,16 +71,6 @@ class StrategyState:
         self.usage_watch: set[str] | None = None
         """Where `account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
         for the fair-share input; ``None``: nobody listens)."""
-        self.scheduling_tags_enabled = True
-        """The tree's ``enable_scheduling_tags`` (YTsaurus: true; false ignores scheduling tag filters)."""
-        self.fifo_unschedulable: frozenset[str] = frozenset()
-        """Operations of FIFO pools left out by ``max_schedulable_element_count_in_fifo_pool`` (`fifo_limit.py`)."""
-        self.high_priority: frozenset[str] = frozenset()
-        """Operations below their promised guarantee fair share (`guarantee_priority.py`): scheduled in a stage first."""
-        self.allocation_on_bound_preemptible = False
-        """The tree's ``consider_allocation_on_fair_share_bound_preemptible``."""
-        self.clock: Callable[[], float] | None = None
-        """Wall clock for ``schedule_allocations_timeout`` (the live service's; None: no bound, `heartbeat_deadline.py`)."""
         self.deadline = HeartbeatDeadline(None, 0.0)
         """The current heartbeat's scheduling deadline."""
         self.ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
