@@ -60,10 +60,14 @@ class DurationFit:
     count: int
     source: str
     """``operation`` (the task's own jobs), ``pool`` (its pool's jobs) or ``prior``."""
+    doubt: float | None = None
+    """Log-space spread of the median each seed draws (None: ``sigma / sqrt(count)``, the prior's ``sigma``)."""
 
     def for_seed(self, rng: random.Random) -> Distribution:
         """The distribution one seed assumes: the median drawn around the observed one."""
-        doubt = self.sigma / math.sqrt(self.count) if self.source != "prior" else self.sigma
+        doubt = self.doubt
+        if doubt is None:
+            doubt = self.sigma / math.sqrt(self.count) if self.source != "prior" else self.sigma
         median = self.median * math.exp(doubt * rng.gauss(0.0, 1.0)) if doubt > 0 else self.median
         if self.sigma <= 0:
             return Distribution("fixed", median)
@@ -254,3 +258,43 @@ def quantile_of(ordered: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def partial_pooling(pairs: Sequence[tuple[DurationFit, DurationFit]]) -> list[DurationFit]:
+    """Each task's own fit drawn towards its pool's fit (``pairs``: (own, pool)) as far as the data say tasks of a
+    pool differ: a normal-normal model of the log median (and of the log spread) across the cluster's tasks, the
+    spread between tasks and their pools (``tau``) estimated by the method of moments from all the pairs (the
+    squared differences less their sampling variances ``sigma^2 / n``, resp. ``1 / (2 (n - 1))``), each own
+    estimate then weighted by ``tau^2 / (tau^2 + its variance)``. A task with few completed jobs then leans on its
+    pool (where tasks are alike, fully), one with many keeps its own; the median each seed draws keeps the
+    posterior's spread. With fewer than two pairs nothing is estimated and the own fits stay."""
+    if len(pairs) < 2:
+        return [own for own, _ in pairs]
+    medians = [math.log(own.median / pool.median) for own, pool in pairs]
+    median_variances = [own.sigma**2 / own.count for own, _ in pairs]
+    spreads = [math.log(max(own.sigma, 1e-6) / max(pool.sigma, 1e-6)) for own, pool in pairs]
+    spread_variances = [1.0 / (2.0 * max(own.count - 1, 1)) for own, _ in pairs]
+    tau_median = max(0.0, _mean([d * d for d in medians]) - _mean(median_variances))
+    tau_spread = max(0.0, _mean([d * d for d in spreads]) - _mean(spread_variances))
+    found = []
+    for (own, pool), difference, variance, spread, spread_variance in zip(
+        pairs, medians, median_variances, spreads, spread_variances, strict=True
+    ):
+        weight = tau_median / (tau_median + variance) if variance > 0 else 1.0
+        spread_weight = tau_spread / (tau_spread + spread_variance)
+        pool_variance = pool.sigma**2 / pool.count
+        doubt = math.sqrt(weight * variance + (1.0 - weight) ** 2 * pool_variance)
+        found.append(
+            DurationFit(
+                pool.median * math.exp(weight * difference),
+                pool.sigma * math.exp(spread_weight * spread),
+                own.count,
+                own.source,
+                doubt,
+            )
+        )
+    return found
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)

@@ -25,7 +25,14 @@ from pooltree.config.snapshot import Cluster, NodeGroup, Snapshot
 from pooltree.config.tags import nodes_of_trees
 from pooltree.controllers.memory import MemoryDigestSettings
 from pooltree.fairshare.model import UpdateState
-from pooltree.forecast.durations import DurationFit, DurationSettings, choose, fit, remaining_distribution
+from pooltree.forecast.durations import (
+    DurationFit,
+    DurationSettings,
+    choose,
+    fit,
+    partial_pooling,
+    remaining_distribution,
+)
 from pooltree.forecast.state import ClusterState, IntegralState, OperationState, RunningJob
 from pooltree.forecast.window import in_window
 from pooltree.resources import RESOURCES
@@ -116,6 +123,21 @@ def duration_fits(state: ClusterState, settings: DurationSettings) -> dict[tuple
                         pool, "pool", settings, in_window(pool_running[op.pool], since)
                     )
             fits[(op.id, task.name)] = found
+    # every own fit leans on its pool's as far as tasks differ from their pools (`durations.partial_pooling`)
+    pairs = []
+    for op in state.operations:
+        pool = state.pool_durations.get(op.pool, ())
+        if not pool:
+            continue
+        base = pool_fits.get(op.pool)
+        if base is None:
+            since = state.pool_durations_since.get(op.pool, -math.inf)
+            base = pool_fits[op.pool] = fit(pool, "pool", settings, in_window(pool_running[op.pool], since))
+        pairs.extend(
+            ((op.id, task.name), base) for task in op.tasks if fits[(op.id, task.name)].source == "operation"
+        )
+    pooled = partial_pooling([(fits[key], base) for key, base in pairs])
+    fits.update(zip((key for key, _ in pairs), pooled, strict=True))
     return fits
 
 

@@ -8,7 +8,14 @@ import math
 import random
 import statistics
 
-from pooltree.forecast.durations import DurationSettings, fit, remaining, remaining_distribution
+from pooltree.forecast.durations import (
+    DurationFit,
+    DurationSettings,
+    fit,
+    partial_pooling,
+    remaining,
+    remaining_distribution,
+)
 from pooltree.sim.scenario import Distribution
 
 TRUE_MEDIAN, TRUE_SIGMA = 300.0, 0.8
@@ -54,3 +61,29 @@ def test_a_group_of_running_jobs_ends_when_its_last_job_would() -> None:
             last = max(last, *(drawn.sample(rng) for _ in group))
         grouped.append(last)
     assert abs(math.log(statistics.median(grouped) / statistics.median(exact))) < 0.15
+
+
+def test_own_fits_lean_on_their_pool_as_far_as_tasks_differ() -> None:
+    """Tasks alike (every task's jobs LN(300 s, 0.6)): a task's own fit from 3 jobs is drawn to its pool's. Tasks
+    that differ (medians spread by a factor of e between tasks) keep their own fits from 200 jobs."""
+    rng = random.Random(5)
+    pool = fit([300.0 * math.exp(0.6 * rng.gauss(0, 1)) for _ in range(256)], "pool", DurationSettings())
+
+    def own(median: float, count: int) -> DurationFit:
+        return fit(
+            [median * math.exp(0.6 * rng.gauss(0, 1)) for _ in range(count)], "operation", DurationSettings()
+        )
+
+    alike = [own(300.0, 3) for _ in range(30)]
+    pooled = partial_pooling([(found, pool) for found in alike])
+    spread_own = statistics.pstdev(math.log(found.median) for found in alike)
+    spread_pooled = statistics.pstdev(math.log(found.median) for found in pooled)
+    assert spread_pooled < 0.5 * spread_own, (spread_own, spread_pooled)
+    assert all(found.count == 3 and found.source == "operation" for found in pooled)
+    assert all(found.doubt is not None and found.doubt < found.sigma / math.sqrt(3) for found in pooled)
+    differ = [own(300.0 * math.exp(rng.gauss(0, 1)), 200) for _ in range(30)]
+    kept = partial_pooling([(found, pool) for found in differ])
+    for before, after in zip(differ, kept, strict=True):
+        assert (
+            abs(math.log(after.median / before.median)) < 0.05 * abs(math.log(before.median / 300.0)) + 0.01
+        )
