@@ -130,7 +130,10 @@ def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(tmp_pa
         yt = client(url)
         wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
         wait_for(lambda: _answered_by_shards(url) > 0, timeout=30)  # shards answer the idle nodes
-        command = 'if [ "$YT_JOB_INDEX" = 0 ]; then sleep 0.5; else sleep 8; fi'
+        # job 0 ends soon (while no scheduler runs, or just after); the others outlive the restart. Job 0 runs 3 s,
+        # not 0.5: with shards the two nodes' heartbeats need not fall together, and all four must be seen
+        # running at once (a node's jobs can start a heartbeat period after the other's).
+        command = 'if [ "$YT_JOB_INDEX" = 0 ]; then sleep 3; else sleep 8; fi'
         op_id = yt.run_operation(vanilla(command, 4), sync=False).id
         running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
         queued = yt.run_operation(vanilla("true", 2), sync=False).id  # acknowledged just before the kill
