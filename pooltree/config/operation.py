@@ -126,18 +126,23 @@ class SpecModel(ConfigModel):
         return found
 
 
+def is_sandbox_path(value: object) -> bool:
+    """A path inside a job's sandbox: relative, normalized, not leaving it (``tmpfs``, ``data/cache``); the rule
+    of the spec's tmpfs paths and of the node's job spec."""
+    return (
+        isinstance(value, str)
+        and bool(value)
+        and not value.startswith("/")
+        and "\0" not in value
+        and posixpath.normpath(value) == value
+        and value != "."
+        and value.split("/")[0] != ".."
+    )
+
+
 def _in_sandbox(value: str | None) -> str | None:
     """A tmpfs path: relative to the job's sandbox and normalized (``tmpfs``, ``data/cache``)."""
-    if value is None:
-        return None
-    if (
-        not value
-        or value.startswith("/")
-        or "\0" in value
-        or posixpath.normpath(value) != value
-        or value == "."
-        or value.split("/")[0] == ".."
-    ):
+    if value is not None and not is_sandbox_path(value):
         raise ValueError(f"must be a normalized path inside the job's sandbox, got {value!r}")
     return value
 

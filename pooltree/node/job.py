@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-import posixpath
 import signal as signal_module
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.config.operation import DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT, MAX_CUSTOM_STATISTICS_COUNT_LIMIT
+from pooltree.config.operation import (
+    DEFAULT_CUSTOM_STATISTICS_COUNT_LIMIT,
+    MAX_CUSTOM_STATISTICS_COUNT_LIMIT,
+    is_sandbox_path,
+)
 from pooltree.controllers.statistics import CUMULATIVE_STATISTICS
 from pooltree.errors import ConfigError, join_path, yt_error
 from pooltree.node import wire
@@ -99,24 +102,16 @@ def _optional_size(value: Any, path: str) -> float | None:
 
 @dataclass(frozen=True)
 class TmpfsVolume:
-    """A tmpfs the node mounts for a job: ``path`` relative to its sandbox, ``size`` bytes (``node/tmpfs.py``)."""
+    """A tmpfs the node mounts for a job: ``path`` relative to its sandbox, ``size`` bytes (mounted by a slot's
+    keeper, ``keeper._mount_tmpfs``, or by bubblewrap, ``isolation.wrap``)."""
 
     path: str
     size: int
 
     def __post_init__(self) -> None:
-        path = self.path
-        if (
-            not isinstance(path, str)
-            or not path
-            or path.startswith("/")
-            or "\0" in path
-            or posixpath.normpath(path) != path
-            or path == "."
-            or path.split("/")[0] == ".."
-        ):
+        if not is_sandbox_path(self.path):
             raise ConfigError(
-                "path", f"expected a path inside the job's sandbox (relative, normalized), got {path!r}"
+                "path", f"expected a path inside the job's sandbox (relative, normalized), got {self.path!r}"
             )
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size <= 0:
             raise ConfigError("size", f"expected a positive number of bytes, got {self.size!r}")
