@@ -158,6 +158,18 @@ def _exit_reason(code: int | None) -> str:
     return f"exit status {code}"
 
 
+def _reap(process: Any, timeout: float = 10.0) -> None:
+    """Wait (up to ``timeout`` seconds) until the ended worker ``process`` has its exit code.
+
+    The pool's own manager thread joins a broken pool's processes after it fails the futures, so it races this
+    thread to ``waitpid``: the loser's ``join`` returns at once with no exit code (``ECHILD``) and the code appears
+    when the winner stores it on the same process object."""
+    deadline = time.monotonic() + timeout
+    process.join(timeout=timeout)
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 class ForecastService:
     """Forecasts of one live scheduler (see the module docstring)."""
 
@@ -225,7 +237,7 @@ class ForecastService:
             self._executor = None
             workers, self._workers = self._workers, []
         for process in workers:
-            process.join(timeout=1.0)
+            _reap(process)
         how = ", ".join(_exit_reason(process.exitcode) for process in workers) or "unknown exit"
         log.warning("the forecast worker process died: %s", how)
         return PooltreeError(f"the forecast worker process died ({how}); it restarts")

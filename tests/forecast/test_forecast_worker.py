@@ -3,8 +3,12 @@ answer the next one; a failure inside the worker comes back as text."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +18,14 @@ import pytest
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast import ForecastSettings
-from pooltree.forecast.worker import OFF, ForecastService, WorkerSettings, forecast_worker_settings
+from pooltree.forecast.worker import (
+    OFF,
+    ForecastService,
+    WorkerSettings,
+    _exit_reason,
+    _reap,
+    forecast_worker_settings,
+)
 from tests.forecast.test_forecast_fork import project_state
 
 
@@ -55,6 +66,26 @@ def test_a_worker_that_dies_says_how_and_is_replaced() -> None:
         assert next(iter(service._pool()._processes)) != pid
     finally:
         service.stop()
+
+
+def test_the_exit_code_is_read_when_the_pool_reaps_the_worker_first() -> None:
+    """A broken pool's manager thread joins the dead worker too: when its ``waitpid`` wins, this thread's ``join``
+    finds no child (ECHILD) and must wait for the code the manager stores, not report the worker 'still running'."""
+    process = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,))
+    process.start()
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+        _, status = os.waitpid(process.pid, 0)  # the manager thread's waitpid wins the race ...
+        manager = threading.Timer(
+            0.3, setattr, (process._popen, "returncode", os.waitstatus_to_exitcode(status))
+        )
+        manager.start()  # ... and stores the code a moment later
+        _reap(process)
+        assert _exit_reason(process.exitcode) == "killed by SIGKILL"
+        manager.join()
+    finally:
+        if process.exitcode is None:
+            process.kill()
 
 
 _SCHEDULER = """
