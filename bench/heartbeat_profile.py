@@ -15,6 +15,7 @@ own work is not counted) per heartbeat and per started allocation over ``--secon
 HTTP stack costs is not in it (``live_nodes.py`` measures the whole).
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
+       [--profile-sort tottime] [--profile-lines 45]
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=12.0)
     parser.add_argument("--quiet-seconds", type=float, default=3.0)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)")
+    parser.add_argument("--profile-lines", type=int, default=45)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
         live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
@@ -141,7 +144,7 @@ def main() -> None:
         }
         print(json.dumps(result, indent=2))
         if args.profile:
-            pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(45)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(args.profile_lines)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Match, Route
 
@@ -49,6 +49,7 @@ from pooltree.server.commands import (
 )
 from pooltree.server.cypress import Cypress, OrchidProvider, Validator
 from pooltree.server.files import FileService
+from pooltree.server.http_protocol import BODY_WHOLE
 from pooltree.server.pool_transfer import parse_delta
 from pooltree.server.pool_transfer import transfer_pool_resources as apply_transfer
 from pooltree.server.protocol import (
@@ -357,34 +358,41 @@ async def read_body(request: Request, limit: int, what: str = "Request body") ->
     once decoded: a declared ``Content-Length`` over the limit is refused before anything is read, and a
     compressed body is inflated step by step as it arrives, never whole. A body whose next piece does not come
     within ``BODY_IDLE_TIMEOUT`` seconds, or that is not whole after ``BODY_TOTAL_TIMEOUT``, is answered 408 (a
-    half-sent request holds no connection for ever); a client that hangs up mid-body raises ``ClientGone``."""
-    encoding = request.headers.get("content-encoding")
+    half-sent request holds no connection for ever); a client that hangs up mid-body raises ``ClientGone``.
+    A body the HTTP protocol already holds whole (``http_protocol.BODY_WHOLE``) is read without a timer."""
+    headers = request.headers
+    encoding = headers.get("content-encoding")
     decoder = BodyDecoder(encoding, min(limit, MAX_DECOMPRESSED_BYTES) if encoding else limit, what)
-    declared = request.headers.get("content-length")
+    declared = headers.get("content-length")
     if declared is not None and declared.strip().isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
+    receive = request.receive
+    scope = request.scope
     size = 0
-    chunks = request.stream().__aiter__()
     deadline = anyio.current_time() + BODY_TOTAL_TIMEOUT
     while True:
-        wait = min(BODY_IDLE_TIMEOUT, deadline - anyio.current_time())
-        try:
-            with anyio.fail_after(max(wait, 0.0)):
-                chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            break
-        except TimeoutError:
-            raise BodyTimeout(
-                f"{what} did not arrive: {size} bytes received, then nothing for {wait:.0f} s",
-                attributes={"received_bytes": size, "timeout": round(wait, 3)},
-            ) from None
-        except ClientDisconnect:
-            raise ClientGone(f"The client hung up after {size} bytes of the {what.lower()}") from None
+        if scope.get(BODY_WHOLE):
+            message = await receive()  # in the protocol's buffer: no wait
+        else:
+            wait = min(BODY_IDLE_TIMEOUT, deadline - anyio.current_time())
+            try:
+                with anyio.fail_after(max(wait, 0.0)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTimeout(
+                    f"{what} did not arrive: {size} bytes received, then nothing for {wait:.0f} s",
+                    attributes={"received_bytes": size, "timeout": round(wait, 3)},
+                ) from None
+        if message["type"] != "http.request":
+            raise ClientGone(f"The client hung up after {size} bytes of the {what.lower()}")
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(f"{what} is larger than {limit} bytes", attributes={"limit": limit})
-        decoder.feed(chunk)
-    return decoder.finish()
+        if chunk:
+            decoder.feed(chunk)
+        if not message.get("more_body", False):
+            return decoder.finish()
 
 
 def error_response(error: BaseException, request_id: str, host: str, now: float) -> Response:

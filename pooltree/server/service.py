@@ -439,10 +439,9 @@ class SchedulerService:
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
             heartbeat = decode_heartbeat(body, self._running_reports)
             limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
+            hostname = request.url.hostname if self.shards is not None else None  # parsed only when named
             try:
-                response = await self._answer_heartbeat_async(
-                    heartbeat, peer, limit is not None, request.url.hostname
-                )
+                response = await self._answer_heartbeat_async(heartbeat, peer, limit is not None, hostname)
             finally:
                 self.leave_heartbeat()
             return Response(wire.encode(response), media_type=wire.MEDIA_TYPE)
