@@ -75,7 +75,9 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=12.0)
     parser.add_argument("--quiet-seconds", type=float, default=3.0)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)")
+    parser.add_argument(
+        "--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)"
+    )
     parser.add_argument("--profile-lines", type=int, default=45)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
@@ -144,7 +146,9 @@ def main() -> None:
         }
         print(json.dumps(result, indent=2))
         if args.profile:
-            pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(args.profile_lines)
+            pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(
+                args.profile_lines
+            )
 
 
 if __name__ == "__main__":
