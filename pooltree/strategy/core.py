@@ -512,6 +512,12 @@ class SchedulerCore:
         return self._process_heartbeat(heartbeat, now)
 
     def _process_heartbeat(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
+        self.sync_node_limits(heartbeat)
+        return self.strategy.process_heartbeat(heartbeat, now)
+
+    def sync_node_limits(self, heartbeat: NodeHeartbeat) -> None:
+        """The node's limits and tags as its heartbeat reports them (the tree's total resources follow); the
+        first step of `process_heartbeat`, also taken alone when a node shard runs the stages (`pooltree.shards`)."""
         if heartbeat.address not in self.node_limits:
             self.add_node(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
         else:
@@ -524,7 +530,6 @@ class SchedulerCore:
                 self._nodes_view = None
             self.node_limits[heartbeat.address] = limits
             self.node_tags[heartbeat.address] = tags
-        return self.strategy.process_heartbeat(heartbeat, now)
 
     def adopt_allocation(
         self, operation_id: str, address: str, now: float, *, started: float | None = None

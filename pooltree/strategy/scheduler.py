@@ -266,16 +266,7 @@ class TreeScheduler:
         result = HeartbeatResult(address=node.address)
         state = self.state
         state.deadline = HeartbeatDeadline(self.clock, state.config.schedule_allocations_timeout)
-        queued = state.queued_preemptions.pop(node.address, None)
-        if queued is not None:
-            result.allocations_to_preempt.extend(
-                record for record in queued.allocations_to_preempt if record.allocation_id in node.allocations
-            )
-            result.allocations_to_start.extend(
-                allocation
-                for allocation in queued.allocations_to_start
-                if node.allocations.get(allocation.id) is allocation
-            )
+        self.take_queued(node, result)
         if self.gpu_policy.allocating:
             carry_out_plan(self, node, now, result)
             return result
@@ -294,6 +285,24 @@ class TreeScheduler:
         preemption.overcommit(node, now, result)
         result.timeout_expired = state.deadline.expired
         return result
+
+    def take_queued(self, node: ExecNode, result: HeartbeatResult) -> None:
+        """Move what was decided for the node outside its heartbeats (stops, job restarts) into ``result``."""
+        queued = self.state.queued_preemptions.pop(node.address, None)
+        if queued is not None:
+            result.allocations_to_preempt.extend(
+                record for record in queued.allocations_to_preempt if record.allocation_id in node.allocations
+            )
+            result.allocations_to_start.extend(
+                allocation
+                for allocation in queued.allocations_to_start
+                if node.allocations.get(allocation.id) is allocation
+            )
+
+    def sync_node(self, heartbeat: NodeHeartbeat, now: float) -> ExecNode:
+        """The node as its heartbeat reports it (limits, tags, finished and running allocations), without the
+        stages: the first step of `process_heartbeat` (node shards run the stages elsewhere, `pooltree.shards`)."""
+        return self._sync_node(heartbeat, now)
 
     def _sync_node(self, heartbeat: NodeHeartbeat, now: float) -> ExecNode:
         node = self.nodes.get(heartbeat.address)
