@@ -154,3 +154,39 @@ def wavering_memory(operation_id: str, start: float, now: float) -> float:
     if not 10.0 <= start < 11.0 or age < 3.0:
         return (100 + step) * MIB
     return (400 + 10 * min(age, 6.0)) * MIB
+
+
+BUSY = {
+    "default": {
+        "config": {"fair_share_starvation_timeout": 1000, "fair_share_starvation_tolerance": 1.0},
+        "pools": {"a": {}, "b": {}, "c": {"resource_limits": {"cpu": 5}}},
+    }
+}
+
+
+def record_busy_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+    """A run where the shards must follow each other between fair-share updates: eight nodes, each heartbeating
+    once per 2-second period (an update every period), operations in three pools (one with a cpu limit below what
+    its operation asks) whose jobs of several lengths end and start within periods, and one that arrives later,
+    starves and preempts."""
+    recorder = RecordingScheduler(make_scheduler(path, BUSY))
+    durations: dict[str, float] = {}
+    nodes = [Node(f"n{i}", durations) for i in range(8)]
+    vanilla = {"command": "true", "cpu_limit": 1}
+    arrivals = {
+        0.0: [("a", 40, 3.25), ("c", 30, 2.75), ("a", 10, 25.0)],
+        0.5: [("b", 6, 4.75)],
+        1.0: [("a", 30, 1.75)],
+        9.0: [("b", 12, 6.0)],
+    }
+    now = 0.0
+    while now < 30.0:
+        for pool, count, duration in arrivals.get(now, []):
+            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
+            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
+        if now % 2 == 0:
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        now = round(now + 0.25, 2)
+    return recorder, recorder.decisions

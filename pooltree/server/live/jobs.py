@@ -226,9 +226,11 @@ class LiveJobs:
         for tree in node.trees:
             core = scheduler.cores[tree]
             limits_before = core.node_limits.get(heartbeat.address)
-            result = core.process_heartbeat(
-                NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags), now
-            )
+            report = NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
+            if scheduler.tree_pass is not None:  # node shards start allocations (`pooltree.shards.starts`)
+                result = scheduler.tree_pass(tree, core, report, now)
+            else:
+                result = core.process_heartbeat(report, now)
             if limits_before is None or not np.array_equal(
                 limits_before, core.node_limits[heartbeat.address]
             ):

@@ -48,11 +48,14 @@ from pooltree.server.live.updates import FairShareUpdates
 from pooltree.server.live.views import StrategyViews, TreeViews, progress
 from pooltree.server.store import OperationFilter, Store
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.model import HeartbeatResult, NodeHeartbeat
 from pooltree.tree import PoolTrees
 
 EVENT_LOG_SIZE = 2_000
 """Events kept in memory for the orchid's ``event_log`` and the web UI (oldest dropped first)."""
 FINAL_STATES = ("completed", "failed", "aborted")
+TreePass = Callable[[str, SchedulerCore, NodeHeartbeat, float], HeartbeatResult]
+"""(tree, its core, the node's heartbeat, now) → what the strategy's stages decided (``LiveScheduler.tree_pass``)."""
 ALL_OPERATIONS = 1 << 62
 
 
@@ -123,6 +126,9 @@ class LiveScheduler:
         """Operations per state/user/pools/type for ``list_operations`` counters (every stored operation)."""
         self.generation = StateGeneration()
         """Moves with every change that can give a node's heartbeat work (``generation.py``; node shards)."""
+        self.tree_pass: TreePass | None = None
+        """Runs the strategy's stages of a node's heartbeat in one tree in place of ``core.process_heartbeat``:
+        node shards that start allocations (``pooltree.shards.starts``); None: the core runs them."""
         self.default_tentative_pool_trees: tuple[str, ...] = ()
         """The scheduler's ``default_tentative_pool_trees`` (spec ``use_default_tentative_pool_trees``)."""
         self.pool_trees = LivePoolTrees(self)

@@ -1,0 +1,326 @@
+"""A node shard's replica of one tree's strategy: the same `TreeScheduler`, brought forward by the leader's increments.
+
+The leader's `TreeScheduler` of a tree is the truth. A shard holds a replica of it per tree: a copy of the truth
+taken when the truth's published state moves (a fair-share update, an operation or node joining or leaving: the
+replica's ``source`` no longer matches, `TreeReplica.stale`) with every controller replaced by a `ClaimController`,
+and between copies brought forward by *increments* applied in the leader's order through the strategy's own
+methods (`apply`):
+
+- `PendingWork`: an operation's controller has new pending work (count, min needed resources);
+- `NodeSynced`: a node's limits and tags as its heartbeat reported them;
+- `AllocationStarted`: the strategy's start bookkeeping (`RegularStage.started`: the node, the operation and its
+  pools charged, the least-recently-served serial, preemptible lists, heaps re-keyed);
+- `AllocationPreempted`: `PreemptiveStages.preempt` (usage released, the allocation marked preempted);
+- `AllocationFinished`: `TreeScheduler.finish_allocation`;
+- `UsageChanged`: `TreeScheduler.report_usage` (a node's measured usage above the reserve).
+
+The replica runs the stages of its nodes' heartbeats itself (`TreeScheduler.process_heartbeat` on the copy). Its
+controllers are proxies: an operation's pending work is what the increments last said, and ``schedule_allocation``
+is a *claim* to the leader (`Claim`), answered with the allocation the real controller chose (and the pending
+work it leaves) or None (refused: the pass goes on as if the controller had returned nothing). What the pass
+decides is reported in order through the replica's event sink (``allocation_started``, ``allocation_preempted``),
+which the leader applies to the truth.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pooltree.resources import Vector
+from pooltree.strategy.model import (
+    Allocation,
+    ExecNode,
+    FinishedAllocation,
+    HeartbeatResult,
+    NodeHeartbeat,
+    PreemptionRecord,
+    SchedulingStage,
+)
+from pooltree.strategy.scheduler import TreeScheduler
+
+# ------------------------------------------------------------------ increments
+
+
+@dataclass(frozen=True)
+class PendingWork:
+    """An operation's controller has ``pending`` allocations to start, each needing at least ``min_needed``."""
+
+    operation_id: str
+    pending: int
+    min_needed: Vector
+
+
+@dataclass(frozen=True)
+class NodeSynced:
+    """A node's heartbeat reported these limits and tags (a node new to the tree joins it)."""
+
+    address: str
+    limits: Vector
+    tags: frozenset[str]
+    time: float
+
+
+@dataclass(frozen=True)
+class AllocationStarted:
+    """The leader started ``allocation`` (a copy, with its node) in ``stage`` at ``time``."""
+
+    allocation: Allocation
+    stage: SchedulingStage
+    time: float
+
+
+@dataclass(frozen=True)
+class AllocationPreempted:
+    """The leader preempted (or stopped) an allocation; ``record`` says why, when and for whom."""
+
+    record: PreemptionRecord
+
+
+@dataclass(frozen=True)
+class AllocationFinished:
+    """A node reported an allocation ended (or the leader lost it)."""
+
+    finished: FinishedAllocation
+    time: float
+
+
+@dataclass(frozen=True)
+class UsageChanged:
+    """An allocation's accounted usage is now ``resources`` (a node's report above the reserve)."""
+
+    allocation_id: str
+    resources: Vector
+
+
+Increment = (
+    PendingWork | NodeSynced | AllocationStarted | AllocationPreempted | AllocationFinished | UsageChanged
+)
+
+Source = tuple[int, float | None, int]
+"""What a replica was copied from: the published tree (its id), its publish time and the number of operations the
+truth held (`source_of`)."""
+
+
+def source_of(strategy: TreeScheduler) -> Source:
+    """The truth's published state, as far as a replica follows it by copying (not by increments)."""
+    return (id(strategy.state.tree), strategy.state.last_update_time, len(strategy.operations))
+
+
+def copy_allocation(allocation: Allocation) -> Allocation:
+    """An allocation as a replica holds it: its own object (a replica's bookkeeping writes into it)."""
+    out = copy.copy(allocation)
+    out.resources = np.array(allocation.resources, dtype=float)
+    out.reserve = np.array(allocation.reserve, dtype=float)
+    return out
+
+
+# ------------------------------------------------------------------ claims
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A start a replica's pass decided: the operation's next allocation on ``address`` within ``available``,
+    checked by the leader against the truth; ``limited_usage`` is the replica's usage of the operation and each
+    ancestor with resource limits when it decided (the leader refuses when the truth has more: another shard's
+    start the replica has not heard of could make the start overshoot a limit)."""
+
+    tree: str
+    operation_id: str
+    address: str
+    available: Vector
+    limited_usage: tuple[tuple[str, tuple[float, ...]], ...]
+    time: float
+
+
+@dataclass(frozen=True)
+class ClaimAnswer:
+    """The allocation the real controller chose (None: refused) and the pending work it leaves."""
+
+    allocation: Allocation | None
+    pending: int
+    min_needed: Vector
+
+
+ClaimSender = Callable[[Claim], ClaimAnswer]
+"""Carries a claim to the leader and returns its answer."""
+
+
+class ClaimController:
+    """A replica's controller of one operation: its pending work as the increments said, starts claimed from the
+    leader (the `OperationController` protocol the strategy reads)."""
+
+    def __init__(self, replica: TreeReplica, operation_id: str, pending: int, min_needed: Vector) -> None:
+        self.replica = replica
+        self.operation_id = operation_id
+        self.pending_allocation_count = pending
+        self.min_needed_resources = np.array(min_needed, dtype=float)
+        self.needed_resources = self.min_needed_resources * max(pending, 0)
+        """Read only by fair-share inputs, which a replica never computes."""
+        self.pending_revision = 0
+
+    def schedule_allocation(self, node: ExecNode, available: Vector, now: float) -> Allocation | None:
+        """A claim to the leader; the allocation it granted (a copy the replica books) or None."""
+        return self.replica.claim(self.operation_id, node.address, available, now)
+
+    def on_allocation_finished(
+        self, allocation: Allocation, finished: FinishedAllocation, now: float
+    ) -> None:
+        """An increment's finish: the leader told the real controller already. A granted allocation the pass
+        could not book (``scheduling_resource_overcommit``) goes back to the leader."""
+        if not self.replica.applying:
+            self.replica.unclaim(allocation, finished, now)
+
+    def set_pending(self, pending: int, min_needed: Vector) -> None:
+        self.pending_allocation_count = pending
+        self.min_needed_resources = np.array(min_needed, dtype=float)
+        self.needed_resources = self.min_needed_resources * max(pending, 0)
+
+
+# ------------------------------------------------------------------ the replica
+
+
+class TreeReplica:
+    """One shard's replica of one tree's strategy (see the module docstring)."""
+
+    def __init__(
+        self,
+        tree: str,
+        send_claim: ClaimSender,
+        send_unclaim: Callable[[str, Allocation, FinishedAllocation, float], None],
+    ) -> None:
+        self.tree = tree
+        self.send_claim = send_claim
+        self.send_unclaim = send_unclaim
+        self.strategy: TreeScheduler | None = None
+        self.source: Source | None = None
+        self.controllers: dict[str, ClaimController] = {}
+        self.applying = False
+        """Increments are being applied (a proxy's finish then is the leader's, already done)."""
+        self.send_effect: Callable[[dict[str, Any]], None] | None = None
+        """Where what the current pass decides goes, at once and in order (the copy's events: starts, preemptions)."""
+        self.copies = 0
+        """Copies taken of the truth."""
+        self.applied = 0
+        """Increments applied."""
+        self.claims = 0
+        self.refused = 0
+
+    # -------------------------------------------------------------- copies and increments
+
+    def copy_from(self, truth: TreeScheduler, pending: Callable[[str], tuple[int, Vector]]) -> None:
+        """Become a copy of ``truth`` (its published tree shared, not copied; controllers replaced by proxies
+        holding ``pending(operation_id)``; no clock, no listeners)."""
+        state = truth.state
+        memo: dict[int, Any] = {id(state.tree): state.tree, id(state.config): state.config}
+        if truth.clock is not None:
+            memo[id(truth.clock)] = truth.clock
+        for element in state.elements.values():  # published, never changed in place: shared
+            memo[id(element.spec)] = element.spec
+            memo[id(element.settings)] = element.settings
+        self.controllers = {}
+        for operation_id, runtime in truth.operations.items():
+            count, min_needed = pending(operation_id)
+            proxy = ClaimController(self, operation_id, count, min_needed)
+            self.controllers[operation_id] = proxy
+            memo[id(runtime.controller)] = proxy
+        sink, watch = state.event_sink, state.usage_watch
+        state.event_sink, state.usage_watch = None, None
+        try:
+            replica = copy.deepcopy(truth, memo)
+        finally:
+            state.event_sink, state.usage_watch = sink, watch
+        replica.state.event_sink = self._event
+        replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
+        self.strategy = replica
+        self.source = source_of(truth)
+        self.copies += 1
+
+    def stale(self, truth: TreeScheduler) -> bool:
+        """Whether the truth's published state moved past the copy (a new copy is due)."""
+        return self.strategy is None or self.source != source_of(truth)
+
+    def apply(self, increments: list[Increment]) -> None:
+        """Bring the copy forward by the leader's increments, in order, through the strategy's own methods."""
+        strategy = self.strategy
+        assert strategy is not None
+        self.applying = True
+        try:
+            for increment in increments:
+                _apply(self, strategy, increment)
+            self.applied += len(increments)
+        finally:
+            self.applying = False
+
+    def _event(self, event: dict[str, Any]) -> None:
+        if not self.applying and self.send_effect is not None:
+            self.send_effect(event)
+
+    # -------------------------------------------------------------- a heartbeat's stages
+
+    def schedule(self, heartbeat: NodeHeartbeat, now: float) -> HeartbeatResult:
+        """The stages of the node's heartbeat on the copy; the decisions go out as claims and effects."""
+        strategy = self.strategy
+        assert strategy is not None
+        return strategy.process_heartbeat(heartbeat, now)
+
+    def claim(self, operation_id: str, address: str, available: Vector, now: float) -> Allocation | None:
+        strategy = self.strategy
+        assert strategy is not None
+        element = strategy.state.elements.get(operation_id)
+        limited = tuple((e.id, tuple(e.usage)) for e in element.limited) if element is not None else ()
+        self.claims += 1
+        answer = self.send_claim(Claim(self.tree, operation_id, address, available, limited, now))
+        proxy = self.controllers.get(operation_id)
+        if proxy is not None:
+            proxy.set_pending(answer.pending, answer.min_needed)
+        if answer.allocation is None:
+            self.refused += 1
+            return None
+        return copy_allocation(answer.allocation)
+
+    def unclaim(self, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
+        self.send_unclaim(self.tree, allocation, finished, now)
+
+
+def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) -> None:
+    """One increment on the copy (see the module docstring)."""
+    if isinstance(increment, PendingWork):
+        proxy = replica.controllers.get(increment.operation_id)
+        if proxy is not None:
+            proxy.set_pending(increment.pending, increment.min_needed)
+    elif isinstance(increment, NodeSynced):
+        strategy.sync_node(NodeHeartbeat(increment.address, increment.limits, increment.tags), increment.time)
+    elif isinstance(increment, AllocationStarted):
+        allocation = copy_allocation(increment.allocation)
+        element = strategy.state.elements[allocation.operation_id]
+        node = strategy.nodes[allocation.node_address]
+        result = HeartbeatResult(address=node.address)
+        strategy.regular.started(allocation, element, node, increment.time, result, increment.stage, None)
+    elif isinstance(increment, AllocationPreempted):
+        record = increment.record
+        allocation = strategy.allocations[record.allocation_id]
+        preemptor = (
+            strategy.allocations.get(record.preemptor_allocation_id)
+            if record.preemptor_allocation_id is not None
+            else None
+        )
+        strategy.preemption.preempt(
+            allocation,
+            strategy.nodes[allocation.node_address],
+            record.time,
+            HeartbeatResult(address=allocation.node_address),
+            (record.reason, record.stage),
+            record.explanation,
+            timeout=record.timeout,
+            preemptor=preemptor,
+            preempted_for=record.preemptor_operation_id if preemptor is None else None,
+        )
+    elif isinstance(increment, AllocationFinished):
+        strategy.finish_allocation(increment.finished, increment.time)
+    else:
+        strategy.report_usage(increment.allocation_id, increment.resources)

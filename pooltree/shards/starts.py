@@ -1,0 +1,360 @@
+"""Node shards that start allocations: the leader's side (the owner of the truth) and in-process shards.
+
+`ShardStarts(scheduler, count)` makes ``count`` shards, each holding a `TreeReplica` per tree (`replica.py`), and
+becomes the scheduler's ``tree_pass`` (`LiveScheduler.tree_pass`): the leader still takes every heartbeat's reports
+(finished jobs stored and acknowledged, usage, lost jobs, the node's limits), then the stages of the node's
+heartbeat run in the replica of the node's shard (`shard_of`). For each tree, per heartbeat:
+
+1. The truth (the leader's `TreeScheduler`) takes the node's limits and tags; what changed of them, the pending
+   work that moved (controllers notify, `strategy/watch.py`) and the node's allocations whose accounted usage a
+   report moved become increments for every shard, after the ones the truth's own events made (starts,
+   preemptions, ends: the truth's event sink is tapped).
+2. The shard's replica takes its increments in order, or a new copy of the truth when the truth's published state
+   moved (`TreeReplica.stale`: a fair-share update, an operation registered or gone, a node gone).
+3. The replica runs the stages. A start is a claim (`Claim`): the leader refuses it when the operation no longer
+   runs or has no pending work, or when the truth's usage of the operation or an ancestor with resource limits is
+   above what the replica decided on (another shard's start it has not heard of: YTsaurus's precommit, so a limit
+   is never overshot, also not by two shards at once); else the real controller chooses the job. The replica's
+   bookkeeping of the start, and each preemption, reach the truth at once through the replica's event sink, and
+   the truth applies them with the same methods (`RegularStage.started`, `PreemptiveStages.preempt`): usage
+   charged, and increments for the other shards. The live scheduler then stores the job before its node is told
+   to start it (the group commit, as for every start), and queues the stops.
+
+A tree whose strategy keeps per-heartbeat state this does not carry (the GPU policy, scheduling segments, packing,
+SSD or full-host preemption, tentative operations) is scheduled on the truth by the leader as before; its events
+still reach the replicas as increments.
+
+In one process every increment reaches every replica before its next heartbeat, so a replay decides exactly as
+the single-process scheduler (`tests/shards/test_shard_starts.py`). Shards in processes would see increments a
+pipe's latency late: then a fair share may be overshot by what one heartbeat starts per other shard (never a
+limit), until the increments arrive; that is the design of `ARCHITECTURE.md` and is not built yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pooltree.resources import Vector
+from pooltree.server.live import LiveScheduler
+from pooltree.shards.host import shard_of
+from pooltree.shards.replica import (
+    AllocationFinished,
+    AllocationPreempted,
+    AllocationStarted,
+    Claim,
+    ClaimAnswer,
+    Increment,
+    NodeSynced,
+    PendingWork,
+    TreeReplica,
+    UsageChanged,
+    copy_allocation,
+)
+from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.model import (
+    Allocation,
+    FinishedAllocation,
+    HeartbeatResult,
+    NodeHeartbeat,
+    SchedulingStage,
+)
+from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.watch import watch_pending
+
+_LIMIT_EPSILON = 1e-9
+STAGES = frozenset(stage.value for stage in SchedulingStage)
+
+
+def replicable(strategy: TreeScheduler) -> bool:
+    """Whether a replica decides a heartbeat of this tree exactly as the truth (the parts that keep state of
+    their own across heartbeats, or that a heartbeat changes besides starts and preemptions, are off)."""
+    return not (
+        strategy.gpu_policy.allocating
+        or strategy.segments.enabled
+        or strategy.packing.config.enable
+        or strategy.ssd.enabled
+        or strategy.full_host.enabled
+        or strategy.tentative.operations
+    )
+
+
+class _Tree:
+    """The leader's bookkeeping of one tree: its core, the pending work that moved, what shards were told."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+        self.pending_moved: set[str] = set()
+        self.watched: set[str] = set()
+        self.accounted: dict[str, Vector] = {}
+        """Per allocation, the accounted usage the replicas were told (a report that moves it is an increment)."""
+        self.granted: dict[str, Allocation] = {}
+        """Allocations the real controllers chose for claims, until the replica books them (or gives them back)."""
+
+
+class ShardStarts:
+    """``count`` node shards that start allocations for ``scheduler`` (see the module docstring)."""
+
+    def __init__(self, scheduler: LiveScheduler, count: int) -> None:
+        if count < 1:
+            raise ValueError("node shards need a count of at least 1")
+        self.scheduler = scheduler
+        self.count = count
+        self.replicas: list[dict[str, TreeReplica]] = [{} for _ in range(count)]
+        self.inboxes: list[dict[str, list[Increment]]] = [{} for _ in range(count)]
+        self.trees: dict[str, _Tree] = {}
+        self.origin: int | None = None
+        """The shard whose pass is being applied to the truth (its replica has those changes already)."""
+        self.passes = 0
+        """Heartbeat passes the shards ran."""
+        self.leader_passes = 0
+        """Heartbeat passes of trees a replica cannot decide, run on the truth."""
+        scheduler.tree_pass = self.tree_pass
+
+    # -------------------------------------------------------------- the heartbeat in one tree
+
+    def tree_pass(
+        self, tree: str, core: SchedulerCore, heartbeat: NodeHeartbeat, now: float
+    ) -> HeartbeatResult:
+        """The stages of ``heartbeat`` in ``tree``: run by the node's shard, applied to the truth."""
+        state = self._attach(tree, core)
+        truth = core.strategy
+        self._sync_node(tree, core, heartbeat, now)
+        self._report_usage(tree, state, truth, heartbeat.address)
+        self._flush_pending(tree, state)
+        if not replicable(truth):
+            self.leader_passes += 1
+            return core.process_heartbeat(heartbeat, now)
+        shard = shard_of(heartbeat.address, self.count)
+        replica = self._replica(shard, tree, state, truth)
+        result = HeartbeatResult(address=heartbeat.address)
+        node = truth.nodes[heartbeat.address]
+        truth.take_queued(node, result)
+        self.origin = shard
+        try:
+            replica.send_effect = lambda event: self._effect(tree, state, truth, replica, event, result)
+            shard_result = replica.schedule(heartbeat, now)
+        finally:
+            replica.send_effect = None
+            self.origin = None
+        copied = replica.strategy.nodes[heartbeat.address] if replica.strategy is not None else None
+        if copied is not None:
+            node.last_preemptive_scheduling_time = copied.last_preemptive_scheduling_time
+        result.preemptive_scheduling_performed = shard_result.preemptive_scheduling_performed
+        result.scheduled_with_preemption = shard_result.scheduled_with_preemption
+        result.schedule_attempts = shard_result.schedule_attempts
+        result.timeout_expired = shard_result.timeout_expired
+        self.passes += 1
+        return result
+
+    def _attach(self, tree: str, core: SchedulerCore) -> _Tree:
+        """The tree's bookkeeping; a tree (re)made since is tapped: its events become increments."""
+        state = self.trees.get(tree)
+        if state is not None and state.core is core:
+            return state
+        state = _Tree(core)
+        self.trees[tree] = state
+        strategy = core.strategy
+        sink = strategy.state.event_sink
+
+        def tap(event: dict[str, Any]) -> None:
+            if sink is not None:
+                sink(event)
+            self._truth_event(tree, state, strategy, event)
+
+        strategy.state.event_sink = tap
+        for inboxes in self.inboxes:
+            inboxes.pop(tree, None)
+        for replicas in self.replicas:
+            replicas.pop(tree, None)
+        return state
+
+    def _replica(self, shard: int, tree: str, state: _Tree, truth: TreeScheduler) -> TreeReplica:
+        """The shard's replica of the tree, brought up to the truth (increments, or a new copy)."""
+        replica = self.replicas[shard].get(tree)
+        if replica is None:
+            replica = TreeReplica(tree, self._claim, self._unclaim)
+            self.replicas[shard][tree] = replica
+        inbox = self.inboxes[shard].pop(tree, [])
+        if not replica.stale(truth):
+            replica.apply(inbox)
+            if len(replica.strategy.nodes) == len(truth.nodes):  # type: ignore[union-attr]
+                return replica
+        for operation_id, runtime in truth.operations.items():
+            if operation_id not in state.watched:
+                state.watched.add(operation_id)
+                watch_pending(runtime.controller, state.pending_moved, operation_id)
+        replica.copy_from(truth, lambda operation_id: _pending(truth, operation_id))
+        return replica
+
+    # -------------------------------------------------------------- increments
+
+    def _send(self, tree: str, increment: Increment, *, others: bool = False) -> None:
+        """Queue an increment for every shard's replica of ``tree`` (``others``: but the origin's)."""
+        for shard, inboxes in enumerate(self.inboxes):
+            if others and shard == self.origin:
+                continue
+            if tree in self.replicas[shard]:
+                inboxes.setdefault(tree, []).append(increment)
+
+    def _sync_node(self, tree: str, core: SchedulerCore, heartbeat: NodeHeartbeat, now: float) -> None:
+        """The node's limits and tags into the truth; a change (or a new node) is an increment."""
+        truth = core.strategy
+        before = truth.nodes.get(heartbeat.address)
+        limits = None if before is None else before.resource_limits.copy()
+        tags = None if before is None else before.tags
+        core.sync_node_limits(heartbeat)
+        node = truth.sync_node(heartbeat, now)
+        if limits is None or tags != node.tags or not np.array_equal(limits, node.resource_limits):
+            self._send(tree, NodeSynced(node.address, node.resource_limits.copy(), node.tags, now))
+
+    def _report_usage(self, tree: str, state: _Tree, truth: TreeScheduler, address: str) -> None:
+        """The node's allocations whose accounted usage its reports moved (`TreeScheduler.report_usage`)."""
+        node = truth.nodes.get(address)
+        if node is None:
+            return
+        accounted = state.accounted
+        for allocation in node.allocations.values():
+            told = accounted.get(allocation.id)
+            if told is None or told is allocation.resources or allocation.preempted:
+                continue
+            accounted[allocation.id] = allocation.resources
+            if not np.array_equal(told, allocation.resources):
+                self._send(tree, UsageChanged(allocation.id, allocation.resources.copy()))
+
+    def _flush_pending(self, tree: str, state: _Tree) -> None:
+        """Pending work that moved since the last flush, as increments (before what moved it reaches them)."""
+        if not state.pending_moved:
+            return
+        truth = state.core.strategy
+        moved = sorted(state.pending_moved)
+        state.pending_moved.clear()
+        for operation_id in moved:
+            if operation_id in truth.operations:
+                pending, min_needed = _pending(truth, operation_id)
+                self._send(tree, PendingWork(operation_id, pending, min_needed))
+
+    def _truth_event(self, tree: str, state: _Tree, truth: TreeScheduler, event: dict[str, Any]) -> None:
+        """An event of the truth's strategy: a start, preemption or end the replicas must apply."""
+        kind = event.get("event", "")
+        if not kind.startswith("allocation_"):
+            return
+        self._flush_pending(tree, state)
+        allocation_id = event["allocation_id"]
+        if kind == "allocation_started":
+            allocation = truth.allocations[allocation_id]
+            state.accounted[allocation_id] = allocation.resources
+            if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
+                self._recopy(tree)
+                return
+            stage = SchedulingStage(event["stage"])
+            self._send(
+                tree, AllocationStarted(copy_allocation(allocation), stage, event["time"]), others=True
+            )
+        elif kind == "allocation_preempted":
+            allocation = truth.allocations.get(allocation_id)
+            if allocation is None or allocation.preemption is None:
+                self._recopy(tree)
+                return
+            self._send(tree, AllocationPreempted(allocation.preemption), others=True)
+        else:
+            state.accounted.pop(allocation_id, None)
+            finished = FinishedAllocation(allocation_id, event.get("state", "aborted"))
+            self._send(tree, AllocationFinished(finished, event["time"]))
+
+    def _recopy(self, tree: str) -> None:
+        """Every replica of ``tree`` takes a new copy before its next pass."""
+        for shard, replicas in enumerate(self.replicas):
+            replica = replicas.get(tree)
+            if replica is not None:
+                replica.source = None
+            self.inboxes[shard].pop(tree, None)
+
+    # -------------------------------------------------------------- claims and effects
+
+    def _claim(self, claim: Claim) -> ClaimAnswer:
+        """A shard's start, checked against the truth (YTsaurus's precommit); the real controller's choice."""
+        state = self.trees[claim.tree]
+        truth = state.core.strategy
+        runtime = truth.operations.get(claim.operation_id)
+        node = truth.nodes.get(claim.address)
+        if runtime is None or node is None:
+            return ClaimAnswer(None, 0, np.zeros(len(claim.available)))
+        pending, min_needed = _pending(truth, claim.operation_id)
+        element = truth.state.elements.get(claim.operation_id)
+        if element is None or element.op is not runtime or pending <= 0 or not _room(truth, claim):
+            return ClaimAnswer(None, pending, min_needed)
+        allocation = runtime.controller.schedule_allocation(node, claim.available, claim.time)
+        pending, min_needed = _pending(truth, claim.operation_id)
+        if allocation is not None:
+            state.granted[allocation.id] = allocation
+        return ClaimAnswer(allocation, pending, min_needed)
+
+    def _unclaim(self, tree: str, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
+        """A granted allocation the replica could not book goes back to its real controller."""
+        state = self.trees[tree]
+        granted = state.granted.pop(allocation.id, None)
+        runtime = state.core.strategy.operations.get(allocation.operation_id)
+        if granted is not None and runtime is not None:
+            runtime.controller.on_allocation_finished(granted, finished, now)
+
+    def _effect(
+        self,
+        tree: str,
+        state: _Tree,
+        truth: TreeScheduler,
+        replica: TreeReplica,
+        event: dict[str, Any],
+        result: HeartbeatResult,
+    ) -> None:
+        """What the shard's pass decided, applied to the truth at once and in order."""
+        kind = event.get("event")
+        if kind == "allocation_started":
+            allocation = state.granted.pop(event["allocation_id"])
+            element = truth.state.elements[allocation.operation_id]
+            node = truth.nodes[event["node"]]
+            stage = SchedulingStage(event["stage"])
+            truth.regular.started(allocation, element, node, event["time"], result, stage, None)
+        elif kind == "allocation_preempted":
+            copied = replica.strategy.allocations[event["allocation_id"]]  # type: ignore[union-attr]
+            record = copied.preemption
+            allocation = truth.allocations.get(event["allocation_id"])
+            if record is None or allocation is None or allocation.preempted:
+                return  # the victim ended already: nothing to stop
+            preemptor = (
+                truth.allocations.get(record.preemptor_allocation_id)
+                if record.preemptor_allocation_id is not None
+                else None
+            )
+            truth.preemption.preempt(
+                allocation,
+                truth.nodes[allocation.node_address],
+                record.time,
+                result,
+                (record.reason, record.stage),
+                record.explanation,
+                timeout=record.timeout,
+                preemptor=preemptor,
+                preempted_for=record.preemptor_operation_id if preemptor is None else None,
+            )
+
+
+def _pending(truth: TreeScheduler, operation_id: str) -> tuple[int, Vector]:
+    """The real controller's pending work (count, min needed resources)."""
+    controller = truth.operations[operation_id].controller
+    return controller.pending_allocation_count, np.array(controller.min_needed_resources, dtype=float)
+
+
+def _room(truth: TreeScheduler, claim: Claim) -> bool:
+    """Whether the truth's usage of the operation and of each ancestor with limits is at most what the replica
+    decided on (then the start fits every limit the replica checked)."""
+    elements = truth.state.elements
+    for element_id, usage in claim.limited_usage:
+        element = elements.get(element_id)
+        if element is None:
+            return False
+        for truth_used, seen in zip(element.usage, usage, strict=True):
+            if truth_used > seen + _LIMIT_EPSILON:
+                return False
+    return True

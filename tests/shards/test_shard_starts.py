@@ -1,0 +1,106 @@
+"""Node shards that start allocations decide as one process.
+
+Recorded runs of the single-process scheduler (starts, completions, preemptions, measured memory above the
+reserve) are replayed with the stages of every heartbeat run in the replica of the node's shard (``ShardStarts``:
+starts claimed from the leader, the truth brought forward and the replicas fed by increments). The started and
+preempted allocations must be the recorded ones; a replica that misses an increment must be caught by the same
+comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from recorded_run import (
+    BUSY,
+    PREEMPTING,
+    make_scheduler,
+    record_busy_run,
+    record_quiet_run,
+    record_run,
+    wavering_memory,
+)
+
+from pooltree.shards import replica as replica_module
+from pooltree.shards.recording import ReplayDivergence, replay
+from pooltree.shards.starts import ShardStarts
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_shards_start_and_preempt_as_one_process(tmp_path: Path, count: int) -> None:
+    recorder, recorded = record_run(tmp_path / "recorded.db")
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = ShardStarts(scheduler, count)
+    assert replay(recorder.recording, scheduler) == recorded
+    assert recorded.started_count > 0 and recorded.preempted_count > 0
+    assert shards.passes > 0 and shards.leader_passes == 0
+    claims = sum(r.claims for replicas in shards.replicas for r in replicas.values())
+    assert claims >= recorded.started_count
+
+
+@pytest.mark.parametrize("count", [2])
+def test_shards_decide_as_one_process_on_quiet_stretches_and_measured_memory(
+    tmp_path: Path, count: int
+) -> None:
+    for name, memory in (("quiet", None), ("memory", wavering_memory)):
+        recorder, recorded = record_quiet_run(tmp_path / f"{name}-recorded.db", memory)
+        assert recorded.started_count > 20 and recorded.preempted_count > 0
+        scheduler = make_scheduler(tmp_path / f"{name}-sharded.db", PREEMPTING)
+        shards = ShardStarts(scheduler, count)
+        assert replay(recorder.recording, scheduler) == recorded, name
+        replicas = [r for replicas in shards.replicas for r in replicas.values()]
+        assert len(replicas) == count
+        # a replica is copied only when the truth publishes (fair-share updates, operations started) and follows
+        # it by increments in between
+        events = recorder.recording.events
+        publishes = sum(1 for event in events if event[0] in ("update", "start"))
+        assert sum(r.copies for r in replicas) <= count * (publishes + 1)
+        assert sum(r.applied for r in replicas) > recorded.started_count
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_shards_follow_each_other_between_updates(tmp_path: Path, count: int) -> None:
+    """Eight nodes, one heartbeat each per fair-share period: every replica takes the other shards' starts and
+    ends between copies, and the decisions (a limited pool, a starving operation that preempts) are the recorded."""
+    recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+    assert recorded.started_count > 100 and recorded.preempted_count > 0
+    scheduler = make_scheduler(tmp_path / "sharded.db", BUSY)
+    shards = ShardStarts(scheduler, count)
+    assert replay(recorder.recording, scheduler) == recorded
+    replicas = [r for replicas in shards.replicas for r in replicas.values()]
+    assert sum(r.applied for r in replicas) > 2 * recorded.started_count
+    # in one process a replica is never behind the truth: the leader refuses no claim
+    assert sum(r.claims for r in replicas) >= recorded.started_count
+    assert sum(r.refused for r in replicas) == 0
+
+
+@pytest.mark.parametrize(
+    "dropped", ["AllocationStarted", "AllocationFinished", "AllocationPreempted", "PendingWork"]
+)
+def test_a_replica_that_misses_an_increment_decides_otherwise(
+    tmp_path: Path, dropped: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Increments of one kind are lost on their way to the replicas: the replay diverges, or (a replica that
+    missed pending work claims starts of an operation that has none left) the leader refuses claims."""
+    recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+    apply = replica_module._apply
+    seen = [0]
+
+    def lossy(replica: object, strategy: object, increment: object) -> None:
+        if type(increment).__name__ == dropped:
+            seen[0] += 1
+            return
+        apply(replica, strategy, increment)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(replica_module, "_apply", lossy)
+    scheduler = make_scheduler(tmp_path / "lossy.db", BUSY)
+    shards = ShardStarts(scheduler, 2)
+    try:
+        decisions = replay(recorder.recording, scheduler)
+    except (ReplayDivergence, KeyError, AssertionError):
+        assert seen[0] > 0
+        return
+    assert seen[0] > 0
+    refused = sum(r.refused for replicas in shards.replicas for r in replicas.values())
+    assert decisions != recorded or refused > 0
