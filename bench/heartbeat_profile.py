@@ -40,6 +40,7 @@ from pooltree.node import wire
 from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
+from pooltree.shards.starts import ShardStarts
 
 
 class Counted:
@@ -79,6 +80,13 @@ def main() -> None:
         "--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)"
     )
     parser.add_argument("--profile-lines", type=int, default=45)
+    parser.add_argument(
+        "--shard-starts",
+        type=int,
+        default=0,
+        help="run every heartbeat's stages in this many in-process shard replicas (pooltree/shards/starts.py) "
+        "and report the replicas' CPU apart from the leader's",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
         live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
@@ -86,6 +94,7 @@ def main() -> None:
             "bench": {"max_operation_count": args.operations, "max_running_operation_count": args.operations}
         }
         live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0)
+        shards = ShardStarts(live, args.shard_starts) if args.shard_starts else None
         spec = {
             "pool": "bench",
             "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}},
@@ -130,8 +139,19 @@ def main() -> None:
         began = state["now"]
         run(began + args.warmup_seconds, None)
         loaded = Counted()
+        shard_cpu_before = sum(shards.shard_cpu) if shards is not None else 0.0
         run(began + args.seconds, loaded)
         figures = loaded.figures()
+        if shards is not None:  # the replicas' work, which shard processes would take off the leader
+            replicas = sum(shards.shard_cpu) - shard_cpu_before
+            leader = loaded.cpu - replicas
+            figures["shard_replicas_cpu_seconds"] = round(replicas, 3)
+            figures["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / max(loaded.heartbeats, 1), 4)
+            if loaded.started:
+                figures["leader_cpu_ms_per_started_allocation"] = round(1000 * leader / loaded.started, 4)
+            figures["replica_copies"] = sum(
+                r.copies for per_shard in shards.replicas for r in per_shard.values()
+            )
         quiet_figures = quiet.figures()
         if loaded.started:
             idle_cost = quiet.cpu / max(quiet.heartbeats, 1)

@@ -42,6 +42,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.snapshot import SchedulingTree
 
 # ------------------------------------------------------------------ increments
 
@@ -97,18 +98,55 @@ class UsageChanged:
     resources: Vector
 
 
+@dataclass(frozen=True)
+class Published:
+    """The truth published ``tree`` at ``time`` (a fair-share update), with the settings its core gave it."""
+
+    tree: SchedulingTree
+    time: float | None
+    high_priority: frozenset[str]
+    fifo_unschedulable: frozenset[str]
+    scheduling_tags_enabled: bool
+
+
+@dataclass(frozen=True)
+class Registered:
+    """An operation's controller attached to the tree (with its pending work)."""
+
+    operation_id: str
+    pending: int
+    min_needed: Vector
+
+
+@dataclass(frozen=True)
+class Unregistered:
+    """An operation left the tree (its allocations no longer count)."""
+
+    operation_id: str
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    """These operations were re-keyed (a rule outside the published specs changed for them)."""
+
+    operation_ids: frozenset[str]
+
+
 Increment = (
-    PendingWork | NodeSynced | AllocationStarted | AllocationPreempted | AllocationFinished | UsageChanged
+    PendingWork
+    | NodeSynced
+    | AllocationStarted
+    | AllocationPreempted
+    | AllocationFinished
+    | UsageChanged
+    | Published
+    | Registered
+    | Unregistered
+    | Rekeyed
 )
 
-Source = tuple[int, float | None, int]
-"""What a replica was copied from: the published tree (its id), its publish time and the number of operations the
-truth held (`source_of`)."""
-
-
-def source_of(strategy: TreeScheduler) -> Source:
-    """The truth's published state, as far as a replica follows it by copying (not by increments)."""
-    return (id(strategy.state.tree), strategy.state.last_update_time, len(strategy.operations))
+TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations")
+"""The truth's methods the leader taps (`starts.py`): a copy must not keep the taps."""
 
 
 def copy_allocation(allocation: Allocation) -> Allocation:
@@ -162,6 +200,8 @@ class ClaimController:
         self.needed_resources = self.min_needed_resources * max(pending, 0)
         """Read only by fair-share inputs, which a replica never computes."""
         self.pending_revision = 0
+        self.pending_watchers: list[tuple[set[str], str]] = []
+        """``(into, key)``: ``key`` added to ``into`` whenever the pending work is set (`strategy/watch.py`)."""
 
     def schedule_allocation(self, node: ExecNode, available: Vector, now: float) -> Allocation | None:
         """A claim to the leader; the allocation it granted (a copy the replica books) or None."""
@@ -179,6 +219,9 @@ class ClaimController:
         self.pending_allocation_count = pending
         self.min_needed_resources = np.array(min_needed, dtype=float)
         self.needed_resources = self.min_needed_resources * max(pending, 0)
+        self.pending_revision += 1
+        for into, key in self.pending_watchers:
+            into.add(key)
 
 
 # ------------------------------------------------------------------ the replica
@@ -197,7 +240,8 @@ class TreeReplica:
         self.send_claim = send_claim
         self.send_unclaim = send_unclaim
         self.strategy: TreeScheduler | None = None
-        self.source: Source | None = None
+        self.current = False
+        """The copy follows the truth (False: a new copy is due before the next pass)."""
         self.controllers: dict[str, ClaimController] = {}
         self.applying = False
         """Increments are being applied (a proxy's finish then is the leader's, already done)."""
@@ -217,6 +261,13 @@ class TreeReplica:
         holding ``pending(operation_id)``; no clock, no listeners)."""
         state = truth.state
         memo: dict[int, Any] = {id(state.tree): state.tree, id(state.config): state.config}
+        skeleton = truth.publisher.skeleton
+        if skeleton is not None:  # the published structure: shared, so the next publish may be incremental
+            memo[id(skeleton)] = skeleton
+        for name in TAPPED:
+            tap = truth.__dict__.get(name)
+            if tap is not None:
+                memo[id(tap)] = None
         if truth.clock is not None:
             memo[id(truth.clock)] = truth.clock
         for element in state.elements.values():  # published, never changed in place: shared
@@ -234,15 +285,19 @@ class TreeReplica:
             replica = copy.deepcopy(truth, memo)
         finally:
             state.event_sink, state.usage_watch = sink, watch
+        for name in TAPPED:
+            replica.__dict__.pop(name, None)
+        for operation_id, proxy in self.controllers.items():
+            proxy.pending_watchers.append((replica.state.pending_moved, operation_id))
         replica.state.event_sink = self._event
         replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
         self.strategy = replica
-        self.source = source_of(truth)
+        self.current = True
         self.copies += 1
 
-    def stale(self, truth: TreeScheduler) -> bool:
-        """Whether the truth's published state moved past the copy (a new copy is due)."""
-        return self.strategy is None or self.source != source_of(truth)
+    def stale(self) -> bool:
+        """Whether a new copy is due (none yet, or the leader asked for one)."""
+        return self.strategy is None or not self.current
 
     def apply(self, increments: list[Increment]) -> None:
         """Bring the copy forward by the leader's increments, in order, through the strategy's own methods."""
@@ -322,5 +377,19 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) 
         )
     elif isinstance(increment, AllocationFinished):
         strategy.finish_allocation(increment.finished, increment.time)
-    else:
+    elif isinstance(increment, UsageChanged):
         strategy.report_usage(increment.allocation_id, increment.resources)
+    elif isinstance(increment, Published):
+        strategy.high_priority = increment.high_priority
+        strategy.fifo_unschedulable = increment.fifo_unschedulable
+        strategy.scheduling_tags_enabled = increment.scheduling_tags_enabled
+        strategy.publish(increment.tree, increment.time)
+    elif isinstance(increment, Registered):
+        proxy = ClaimController(replica, increment.operation_id, increment.pending, increment.min_needed)
+        replica.controllers[increment.operation_id] = proxy
+        strategy.register_operation(increment.operation_id, proxy)  # the proxy's pending work is watched
+    elif isinstance(increment, Unregistered):
+        strategy.unregister_operation(increment.operation_id)
+        replica.controllers.pop(increment.operation_id, None)
+    else:
+        strategy.rekey_operations(increment.operation_ids)

@@ -32,6 +32,7 @@ limit), until the increments arrive; that is the design of `ARCHITECTURE.md` and
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,11 @@ from pooltree.shards.replica import (
     Increment,
     NodeSynced,
     PendingWork,
+    Published,
+    Registered,
+    Rekeyed,
     TreeReplica,
+    Unregistered,
     UsageChanged,
     copy_allocation,
 )
@@ -110,6 +115,11 @@ class ShardStarts:
         """Heartbeat passes the shards ran."""
         self.leader_passes = 0
         """Heartbeat passes of trees a replica cannot decide, run on the truth."""
+        self.shard_cpu = [0.0] * count
+        """Per shard, CPU seconds of its replicas' work (copies, increments, stages; without the leader's
+        handling of its claims and effects): what shard processes would take off the leader (`bench/`)."""
+        self._handling = 0.0
+        """CPU seconds of the leader's claim and effect handling during the current pass."""
         scheduler.tree_pass = self.tree_pass
 
     # -------------------------------------------------------------- the heartbeat in one tree
@@ -127,17 +137,20 @@ class ShardStarts:
             self.leader_passes += 1
             return core.process_heartbeat(heartbeat, now)
         shard = shard_of(heartbeat.address, self.count)
+        began = time.process_time()
         replica = self._replica(shard, tree, state, truth)
         result = HeartbeatResult(address=heartbeat.address)
         node = truth.nodes[heartbeat.address]
         truth.take_queued(node, result)
         self.origin = shard
+        self._handling = 0.0
         try:
             replica.send_effect = lambda event: self._effect(tree, state, truth, replica, event, result)
             shard_result = replica.schedule(heartbeat, now)
         finally:
             replica.send_effect = None
             self.origin = None
+            self.shard_cpu[shard] += time.process_time() - began - self._handling
         copied = replica.strategy.nodes[heartbeat.address] if replica.strategy is not None else None
         if copied is not None:
             node.last_preemptive_scheduling_time = copied.last_preemptive_scheduling_time
@@ -164,6 +177,7 @@ class ShardStarts:
             self._truth_event(tree, state, strategy, event)
 
         strategy.state.event_sink = tap
+        self._tap_methods(tree, state, strategy)
         for inboxes in self.inboxes:
             inboxes.pop(tree, None)
         for replicas in self.replicas:
@@ -177,10 +191,10 @@ class ShardStarts:
             replica = TreeReplica(tree, self._claim, self._unclaim)
             self.replicas[shard][tree] = replica
         inbox = self.inboxes[shard].pop(tree, [])
-        if not replica.stale(truth):
+        if not replica.stale():
             replica.apply(inbox)
             if len(replica.strategy.nodes) == len(truth.nodes):  # type: ignore[union-attr]
-                return replica
+                return replica  # (a node the truth lost: a new copy)
         for operation_id, runtime in truth.operations.items():
             if operation_id not in state.watched:
                 state.watched.add(operation_id)
@@ -268,13 +282,57 @@ class ShardStarts:
         for shard, replicas in enumerate(self.replicas):
             replica = replicas.get(tree)
             if replica is not None:
-                replica.source = None
+                replica.current = False
             self.inboxes[shard].pop(tree, None)
+
+    def _tap_methods(self, tree: str, state: _Tree, strategy: TreeScheduler) -> None:
+        """The truth's publishes and operation changes become increments, in order with its events."""
+        publish = strategy.publish
+        register = strategy.register_operation
+        unregister = strategy.unregister_operation
+        rekey = strategy.rekey_operations
+
+        def tapped_publish(published: Any, now: float | None) -> None:
+            publish(published, now)
+            self._flush_pending(tree, state)
+            settings = (strategy.high_priority, strategy.fifo_unschedulable, strategy.scheduling_tags_enabled)
+            self._send(tree, Published(published, now, *settings))
+
+        def tapped_register(operation_id: str, controller: Any) -> None:
+            register(operation_id, controller)
+            self._flush_pending(tree, state)
+            if operation_id not in state.watched:
+                state.watched.add(operation_id)
+                watch_pending(controller, state.pending_moved, operation_id)
+            self._send(tree, Registered(operation_id, *_pending(strategy, operation_id)))
+
+        def tapped_unregister(operation_id: str) -> list[Allocation]:
+            running = unregister(operation_id)
+            self._flush_pending(tree, state)
+            self._send(tree, Unregistered(operation_id))
+            return running
+
+        def tapped_rekey(operation_ids: Any) -> None:
+            operation_ids = frozenset(operation_ids)
+            rekey(operation_ids)
+            self._send(tree, Rekeyed(operation_ids))
+
+        strategy.publish = tapped_publish  # type: ignore[method-assign]
+        strategy.register_operation = tapped_register  # type: ignore[method-assign]
+        strategy.unregister_operation = tapped_unregister  # type: ignore[method-assign]
+        strategy.rekey_operations = tapped_rekey  # type: ignore[method-assign]
 
     # -------------------------------------------------------------- claims and effects
 
     def _claim(self, claim: Claim) -> ClaimAnswer:
         """A shard's start, checked against the truth (YTsaurus's precommit); the real controller's choice."""
+        began = time.process_time()
+        try:
+            return self._check_claim(claim)
+        finally:
+            self._handling += time.process_time() - began
+
+    def _check_claim(self, claim: Claim) -> ClaimAnswer:
         state = self.trees[claim.tree]
         truth = state.core.strategy
         runtime = truth.operations.get(claim.operation_id)
@@ -309,6 +367,20 @@ class ShardStarts:
         result: HeartbeatResult,
     ) -> None:
         """What the shard's pass decided, applied to the truth at once and in order."""
+        began = time.process_time()
+        try:
+            self._apply_effect(state, truth, replica, event, result)
+        finally:
+            self._handling += time.process_time() - began
+
+    def _apply_effect(
+        self,
+        state: _Tree,
+        truth: TreeScheduler,
+        replica: TreeReplica,
+        event: dict[str, Any],
+        result: HeartbeatResult,
+    ) -> None:
         kind = event.get("event")
         if kind == "allocation_started":
             allocation = state.granted.pop(event["allocation_id"])
