@@ -312,6 +312,27 @@ class SchedulerAlerts:
         self._ranks: dict[str | None, dict[str, int]] = {}
         self.store_health: Any = None
         """A callable returning None (healthy) or an error message / mapping; set by the service."""
+        self.fleet_revision = 0
+        """Moved whenever a node joins, leaves or changes its limits, tags or trees (``fleet_moved``)."""
+        self._fleet: tuple[int, NodeFleet] | None = None
+        """The nodes grouped at ``fleet_revision`` (a start's alert check read every node before: ~1 ms with 1,000)."""
+
+    def fleet_moved(self) -> None:
+        """A node joined, left or changed what ``NodeFleet`` groups it by: the next alert check groups anew."""
+        self.fleet_revision += 1
+
+    def fleet(self) -> NodeFleet:
+        """The scheduler's nodes grouped by kind, built once per ``fleet_revision``."""
+        cached = self._fleet
+        revision = self.fleet_revision
+        if cached is not None and cached[0] == revision:
+            return cached[1]
+        fleet = NodeFleet(list(self.scheduler.nodes.values()))
+        self._fleet = (
+            revision,
+            fleet,
+        )  # a move while grouping left the revision ahead: grouped again next time
+        return fleet
 
     # -- trees
 
@@ -514,7 +535,7 @@ class SchedulerAlerts:
         except ConfigError:
             tag_filter = TagFilter("")
         if fleet is None:
-            fleet = NodeFleet(self.scheduler.nodes.values())
+            fleet = self.fleet()
         for tree in op.trees:
             groups = fleet.in_tree(tree)
             in_tree = sum(group.count for group in groups)

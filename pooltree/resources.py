@@ -44,6 +44,12 @@ def vector(
     return np.array([user_slots, cpu, gpu, memory, network], dtype=float)
 
 
+def same_vector(a: Vector, b: Vector) -> bool:
+    """``np.array_equal(a, b)`` for resource vectors (NaN never equal), without its generic checks: a heartbeat
+    compares its node's limits this way."""
+    return a.shape == b.shape and bool((a == b).all())
+
+
 def parse_size(value: Any, path: str = "") -> float:
     """Bytes from an integer or a string with a binary suffix (``512Mi``, ``64Gi``, ``1T``, ``10G``)."""
     if isinstance(value, bool):

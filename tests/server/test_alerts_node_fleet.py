@@ -84,3 +84,62 @@ def test_grouped_nodes_give_the_per_node_errors(tmp_path: Path) -> None:
         expected = per_node_unfit(scheduler, op)
         assert scheduler.alert_center._unfit(op) == expected
         assert scheduler.alert_center._unfit(op, fleet) == expected
+
+
+def test_the_kept_groups_follow_nodes_that_change_join_and_leave(tmp_path: Path) -> None:
+    """The groups are kept between checks (``SchedulerAlerts.fleet``) and rebuilt when a node joins, leaves or
+    changes its limits, tags or trees: after every such step the errors are the per-node walk's."""
+    rng = random.Random(11)
+    trees = {
+        "default": {"config": {"node_tag_filter": "!gpu"}, "pools": {}},
+        "gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {}},
+    }
+    scheduler = LiveScheduler(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        alert_settings=AlertSettings(safe_online_node_count=1),
+        node_heartbeat_timeout=10.0,
+    )
+    scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+
+    def beat(address: str, now: float) -> None:
+        data = {
+            "node_address": address,
+            "resource_limits": {
+                "user_slots": 4,
+                "cpu": rng.choice([1, 4]),
+                "memory": rng.choice([1, 8]) * GIB,
+            },
+            "tags": rng.choice([[], ["ssd"], ["gpu"]]),
+        }
+        scheduler.process_heartbeat(parse_heartbeat(data), now)
+
+    for index in range(4):
+        beat(f"n{index}", 0.5)
+    operations = [
+        scheduler.start_operation(
+            "vanilla",
+            {
+                "tasks": {
+                    "main": {"command": "true", "job_count": 1, "cpu_limit": cpu, "memory_limit": memory}
+                },
+                **({"scheduling_tag_filter": "ssd"} if index % 2 else {}),
+            },
+            "u",
+            1.0,
+        )
+        for index, (cpu, memory) in enumerate([(2, GIB // 2), (1, 4 * GIB), (4, 4 * GIB), (0.5, GIB // 2)])
+    ]
+    seen: set[bool] = set()
+    now = 1.0
+    for step in range(40):
+        now += 1.0
+        if step % 10 == 9:
+            scheduler.sweep_nodes(now + 11.0)  # every node silent past the timeout: all leave
+            now += 11.0
+        for index in rng.sample(range(6), 3):
+            beat(f"n{index}", now)
+        for op in operations:
+            expected = per_node_unfit(scheduler, op)
+            seen.add(expected is None)
+            assert scheduler.alert_center._unfit(op) == expected, (step, op.id)
+    assert seen == {True, False}

@@ -19,7 +19,7 @@ from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.node import wire
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
-from pooltree.resources import MEMORY, resources_to_dict
+from pooltree.resources import MEMORY, resources_to_dict, same_vector
 from pooltree.security.vault import secure_vault_environment
 from pooltree.server.live.model import (
     LOST_AFTER_MISSED_HEARTBEATS,
@@ -133,16 +133,22 @@ class LiveJobs:
         """The body of ``process_heartbeat`` (lock held, job writes collected)."""
         scheduler = self.scheduler
         node = scheduler.nodes.get(heartbeat.address)
+        moved = node is None or node.tags != heartbeat.tags
         if node is None:
             node = NodeState(heartbeat.address, now, heartbeat.resource_limits)
             scheduler.nodes[heartbeat.address] = node
+        elif not same_vector(node.resource_limits, heartbeat.resource_limits):
+            moved = True
         node.last_seen = now
         node.resource_limits = heartbeat.resource_limits
         node.tags = heartbeat.tags
         node.memory_meter = heartbeat.memory_meter
         node.alerts = heartbeat.alerts
         scheduler.expected_nodes.pop(heartbeat.address, None)
-        node.trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        if moved or trees != node.trees:
+            scheduler.alert_center.fleet_moved()  # the nodes' kinds the alert checks group by
+        node.trees = trees
         for tree, core in scheduler.cores.items():
             # a node whose tags or trees' filters changed leaves the trees it no longer matches (YTsaurus)
             if tree not in node.trees and heartbeat.address in core.node_limits:
@@ -231,9 +237,7 @@ class LiveJobs:
                 result = scheduler.tree_pass(tree, core, report, now)
             else:
                 result = core.process_heartbeat(report, now)
-            if limits_before is None or not np.array_equal(
-                limits_before, core.node_limits[heartbeat.address]
-            ):
+            if limits_before is None or not same_vector(limits_before, core.node_limits[heartbeat.address]):
                 scheduler.mark_dirty(tree)  # the tree's total resources changed
             for allocation in result.allocations_to_start:
                 spec = self._on_started(tree, allocation, node, now)
@@ -544,6 +548,7 @@ class LiveJobs:
                 for tree in scheduler.cores:
                     self._remove_node_from_tree(tree, address, now)
                 del scheduler.nodes[address]
+                scheduler.alert_center.fleet_moved()
             expired = [
                 a for a, t in scheduler.expected_nodes.items() if now - t > scheduler.node_heartbeat_timeout
             ]
