@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import threading
@@ -217,16 +218,25 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=4096)
+def _peer_ip(peer: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``peer`` parsed as an IP address (None if it is not one); kept per peer, as every heartbeat of a node comes
+    from the same address (parsing was ~3% of a scheduler answering 1,000 idle nodes)."""
+    try:
+        return ipaddress.ip_address(peer)
+    except ValueError:
+        return None
+
+
 def check_node_credentials(secret: str, peer: str | None, node_secret: str | None, networks: Any) -> None:
     """A node's secret must be the cluster's and its peer address in a node network (``networks`` None: any);
     the check ``Security.authenticate_node`` makes, also made by node shard processes (``pooltree/shards``)."""
     if node_secret is None or not secret or not constant_time_equal(secret, node_secret):
         raise _auth_error("Node authentication failed: the heartbeat carries no valid node secret")
     if networks is not None:
-        try:
-            ip = ipaddress.ip_address(peer or "")
-        except ValueError:
-            raise _auth_error(f"Node heartbeat from unknown peer {peer!r} refused") from None
+        ip = _peer_ip(peer or "")
+        if ip is None:
+            raise _auth_error(f"Node heartbeat from unknown peer {peer!r} refused")
         if not any(ip in network for network in networks):
             raise _auth_error(f"Node heartbeat from {peer} refused: not a registered node network")
 
