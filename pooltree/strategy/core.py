@@ -20,7 +20,7 @@ from pooltree.config.ssd_preemption import ssd_preemption_config
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import UpdateState
 from pooltree.phases import PhaseTimes
-from pooltree.resources import GPU, Vector, zeros
+from pooltree.resources import GPU, Vector, same_vector, zeros
 from pooltree.strategy.best_allocation import BestAllocationShares, operation_tag_filter
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
@@ -522,7 +522,7 @@ class SchedulerCore:
             self.add_node(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
         else:
             limits = np.asarray(heartbeat.resource_limits, dtype=float)
-            if not np.array_equal(limits, self.node_limits[heartbeat.address]):
+            if not same_vector(limits, self.node_limits[heartbeat.address]):
                 self._total_resources = None
                 self._nodes_view = None
             tags = frozenset(heartbeat.tags)

@@ -307,7 +307,9 @@ def _lowest(element: _Element, predicate: Callable[[_Element], bool]) -> str | N
 
 
 def _fits(usage: Vector, limits: Vector) -> bool:
-    return bool(np.all(usage <= limits + _FIT_EPSILON))
+    return bool(
+        (usage <= limits + _FIT_EPSILON).all()
+    )  # the method: np.all's dispatch cost more than the test
 
 
 def _sub_np(target: Vector, values: Vector) -> None:
