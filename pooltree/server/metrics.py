@@ -117,7 +117,18 @@ class SchedulerCollector(Collector):
         )
         for limit, count in sorted(throttle.throttled.items()):
             throttled.add_metric([limit], float(count))
-        yield from (in_flight, most, throttled)
+        waited = SummaryMetricFamily(
+            "pooltree_scheduler_heartbeat_queue_wait_seconds",
+            "How long node heartbeats waited for their handler after their headers arrived (the event loop's "
+            "backlog; past the queued limit a heartbeat is throttled)",
+        )
+        waited.add_metric([], count_value=throttle.queue_waits, sum_value=throttle.queue_wait_seconds)
+        longest_wait = GaugeMetricFamily(
+            "pooltree_scheduler_heartbeat_queue_wait_max_seconds",
+            "Longest wait of a node heartbeat for its handler so far",
+        )
+        longest_wait.add_metric([], throttle.queue_wait_max)
+        yield from (in_flight, most, throttled, waited, longest_wait)
 
 
 def _starving(status: object) -> float:

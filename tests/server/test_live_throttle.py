@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,9 +101,22 @@ async def test_the_service_throttles_a_heartbeat_the_loop_kept_waiting(tmp_path:
             assert service.scheduler.heartbeat_throttle.throttled["queued"] == 1
             lag["seconds"] = 0.0
             assert wire.SCHEDULING_SKIPPED not in await beat()
+            # the backlog is visible before any throttling: the waits summed, the longest kept
+            metrics = (await client.get("/metrics", headers={"Authorization": f"OAuth {TOKEN}"})).text
+            assert "pooltree_scheduler_heartbeat_queue_wait_seconds_count 3.0" in metrics
+            waited = float(_sample(metrics, "pooltree_scheduler_heartbeat_queue_wait_seconds_sum"))
+            longest = float(_sample(metrics, "pooltree_scheduler_heartbeat_queue_wait_max_seconds"))
+            assert 3.0 <= waited < 3.5 and 3.0 <= longest < 3.5
     finally:
         await service.stop()
         service.store.close()
+
+
+def _sample(metrics: str, name: str) -> str:
+    """The value of the unlabelled sample ``name`` in a ``/metrics`` text."""
+    found = re.search(rf"^{name} (\S+)$", metrics, re.MULTILINE)
+    assert found is not None, name
+    return found.group(1)
 
 
 def _heartbeat(address: str) -> bytes:

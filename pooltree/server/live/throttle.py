@@ -15,8 +15,9 @@ that waited longer than ``queued_limit`` (1 s: a heartbeat period) from its head
 throttled the same way (limit ``queued``; a node not heard from within the backoff is never throttled by it).
 
 ``HeartbeatThrottle`` counts the heartbeats in flight (from the request's arrival, so the wait for a worker
-thread and for the scheduling lock is counted) and keeps the figures ``/metrics`` shows and the
-``heartbeats_throttled`` scheduler alert reads.
+thread and for the scheduling lock is counted), sums how long heartbeats waited for their handler (the loop's
+backlog, ``pooltree_scheduler_heartbeat_queue_wait_seconds``: visible before it reaches the ``queued`` limit) and
+keeps the figures ``/metrics`` shows and the ``heartbeats_throttled`` scheduler alert reads.
 """
 
 from __future__ import annotations
@@ -66,12 +67,22 @@ class HeartbeatThrottle:
         """Throttled heartbeats so far, by the limit that throttled them."""
         self.last_throttled: float | None = None
         self.last_in_flight_at_throttle = 0
+        self.queue_waits = 0
+        """Heartbeats whose wait for their handler (the event loop's backlog) was measured."""
+        self.queue_wait_seconds = 0.0
+        """Their waits summed (with ``queue_waits``: the mean backlog a heartbeat met)."""
+        self.queue_wait_max = 0.0
+        """The longest wait so far."""
 
     def enter(self, last_seen: float | None, now: float, queued: float = 0.0) -> str | None:
         """A heartbeat arrives (its node last heard from at ``last_seen``, None if new; it waited ``queued``
         seconds before its handler ran): counts it in flight and returns the limit that throttles it ("hard" /
         "soft" / "queued") or None. Pair with ``leave()``."""
         with self._lock:
+            self.queue_waits += 1
+            self.queue_wait_seconds += queued
+            if queued > self.queue_wait_max:
+                self.queue_wait_max = queued
             concurrent = self.in_flight
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
