@@ -61,6 +61,40 @@ def test_a_release_by_another_thread_wakes_the_loop() -> None:
     assert asyncio.run(main()) < WAIT
 
 
+def test_one_release_wakes_every_waiter_of_a_loop_at_once() -> None:
+    """Heartbeats parked on a held lock are woken by one call into their loop (each call writes to the loop's
+    pipe: with hundreds parked behind a fair-share update, one per waiter was hundreds of system calls)."""
+    lock = SchedulingLock()
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        calls = []
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args[0])
+            return threadsafe(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        holder_ready, go = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with lock:
+                holder_ready.set()
+                go.wait(WAIT)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        holder_ready.wait(WAIT)
+        waiters = [lock.released(loop) for _ in range(5)]
+        go.set()
+        await asyncio.wait_for(asyncio.gather(*waiters), WAIT)
+        thread.join(WAIT)
+        return len(calls)
+
+    assert asyncio.run(main()) == 1
+
+
 def test_the_loop_leaves_the_lock_to_a_thread_waiting_for_it() -> None:
     """Heartbeats on the loop come back to back; were the loop to take the lock whenever it is free, a command's
     thread waiting for it could wait for ever (the start of 200 operations timed out under 300 nodes)."""

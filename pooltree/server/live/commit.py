@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
+from pooltree.server.live.lock import resolve_all
 from pooltree.server.store import JobRecord
 
 FAILURES_KEPT = 64
@@ -145,9 +146,12 @@ class GroupCommit:
                 del self._failures[:-FAILURES_KEPT]
             self._condition.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for loop, ended in waiters:
+            by_loop.setdefault(loop, []).append(ended)
+        for loop, futures in by_loop.items():  # one wake-up per loop, not one per waiter (each is a write)
             try:
-                loop.call_soon_threadsafe(_resolve, ended)
+                loop.call_soon_threadsafe(resolve_all, futures)
             except RuntimeError:  # its loop is closed
                 continue
 
@@ -155,8 +159,3 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -79,13 +79,21 @@ class SchedulingLock:
     def _wake(self) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for loop, future in waiters:
+            by_loop.setdefault(loop, []).append(future)
+        for (
+            loop,
+            futures,
+        ) in by_loop.items():  # one wake-up per loop (each is a write to its pipe), not per waiter
             try:
-                loop.call_soon_threadsafe(_resolve, future)
+                loop.call_soon_threadsafe(resolve_all, futures)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 continue
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def resolve_all(futures: list[asyncio.Future[None]]) -> None:
+    """Resolve the futures not yet done (the wake-up of event-loop waiters, called on their loop)."""
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
