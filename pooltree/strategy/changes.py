@@ -352,7 +352,7 @@ class ChangedPublisher:
     def _update_starvation_of(
         self, step: PublishStep, fresh: list[_Element], rerun: list[_Element], now: float
     ) -> list[_Element]:
-        """`_starvation_and_priorities`' starvation rules for the elements whose status or clock can move: those
+        """`priorities.update_priorities`' starvation rules for the elements whose status or clock can move: those
         whose new spec gives another scheduling status, ``rerun`` (operations with a new runtime, added
         elements), elements below their fair share whose deadline fell due (``now`` later than their
         `StarvationState.due`) and operations below their fair share whose pending allocation count moved

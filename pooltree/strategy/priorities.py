@@ -1,13 +1,17 @@
-"""Operations' preemption priorities from starvation (§e.2) and the configuration of their preemptible lists (§d).
+"""Elements' statuses and starvation (§c) with operations' preemption priorities (§e.2), and the configuration of
+their preemptible lists (§d).
 
-Both are read by the publish of a fair-share update, in full (`publish.py`) and incrementally (`changes.py`); the
-preemptive stages read an operation's priority (`preemption.py`).
+`update_priorities` is the one top-down pass both full publishes run (`publish.py`: the general path and the
+three-pass same-structure path); the incremental publish (`changes.py`) applies the same rules to the elements
+that moved. The preemptive stages read an operation's priority (`preemption.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pooltree.strategy.elements import StarvationState, _Element, _lists_state
-from pooltree.strategy.model import PRIORITY_OF_RANK, STARVATION_RANK, PreemptionPriority
+from pooltree.strategy.model import PRIORITY_OF_RANK, STARVATION_RANK, PreemptionPriority, SchedulingStatus
 from pooltree.strategy.state import StrategyState
 
 
@@ -16,34 +20,69 @@ def priority_of(element: _Element) -> PreemptionPriority:
     return element.op.preemption_priority if element.op is not None else PreemptionPriority.NONE
 
 
-def update_priorities(state: StrategyState) -> None:
-    """Operation preemption priority from starving ancestors-or-self (§e.2, scheduling_preemption_priority_scope)."""
+def update_priorities(
+    state: StrategyState,
+    now: float | None = None,
+    computed: Mapping[str, SchedulingStatus] | None = None,
+) -> None:
+    """Operation preemption priority from starving ancestors-or-self (§e.2, scheduling_preemption_priority_scope),
+    in one top-down pass over the published tree.
+
+    With ``now``, the same pass first sets each element's §c status (the snapshot's, else ``computed``'s; the root
+    is normal) and advances its starvation clock (YTsaurus ``CheckForStarvation``); stale clocks are dropped.
+    Without it, the statuses and clocks of the last publish with a time are read as they are.
+    """
+    config = state.config
+    elements = state.elements
+    states = state.starvation
+    normal = SchedulingStatus.NORMAL
+    own_only = config.scheduling_preemption_priority_scope == "operation_only"
+    rank_of = STARVATION_RANK
+    priority_of_rank = PRIORITY_OF_RANK
     by_priority: dict[PreemptionPriority, list[_Element]] = {
         PreemptionPriority.NORMAL: [],
         PreemptionPriority.AGGRESSIVE: [],
     }
-    own_only = state.config.scheduling_preemption_priority_scope == "operation_only"
     # per pool: the most severe starvation status among the pool and its ancestors (parents come first)
     severity: dict[str, int] = {}
-    elements = state.elements
-    starvation = state.starvation
     for element_id in state.tree.order:
         element = elements[element_id]
-        if element.is_op:
-            element.starvation = starvation.get(element_id, StarvationState()).status
-            rank = STARVATION_RANK[element.starvation]
-            if not own_only and element.parent is not None:
-                rank = max(rank, severity[element.parent.id])
-            priority = PRIORITY_OF_RANK[rank]
+        parent = element.parent
+        is_op = element.is_op
+        if now is not None:
+            status = element.spec.scheduling_status
+            if status is None:
+                assert computed is not None
+                status = computed[element_id]
+            elif type(status) is not SchedulingStatus:
+                status = SchedulingStatus(status)
+            if parent is None:
+                status = normal
+            element.status = status
+            clock = states.get(element_id)
+            if clock is None:
+                clock = states[element_id] = StarvationState()
+            own = element.starvation = clock.advance(element, status != normal, now, config)
+        elif is_op:
+            own = element.starvation = states.get(element_id, StarvationState()).status
+        else:
+            own = element.starvation
+        rank = rank_of[own]
+        if is_op:
+            if not own_only and parent is not None:
+                rank = max(rank, severity[parent.id])
+            priority = priority_of_rank[rank]
             if element.op is not None:
                 element.op.preemption_priority = priority
             if rank:
                 by_priority[priority].append(element)
         else:
-            rank = STARVATION_RANK[element.starvation]
-            if element.parent is not None:
-                rank = max(rank, severity[element.parent.id])
+            if parent is not None:
+                rank = max(rank, severity[parent.id])
             severity[element_id] = rank
+    if now is not None and len(states) > len(elements):
+        for stale in set(states) - set(elements):
+            del states[stale]
     state.ops_by_priority = by_priority
 
 

@@ -18,16 +18,12 @@ from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
 from pooltree.strategy.changes import ChangedPublisher, memoised_satisfaction
 from pooltree.strategy.elements import (
-    StarvationState,
     _Element,
     _floats,
 )
 from pooltree.strategy.limits_tolerance import tolerance_floats
 from pooltree.strategy.model import (
-    PRIORITY_OF_RANK,
-    STARVATION_RANK,
     DeactivationReason,
-    PreemptionPriority,
     SchedulingStatus,
     StarvationStatus,
 )
@@ -114,10 +110,11 @@ class SnapshotPublisher:
             if shares != element.blocked_for:  # a function of these two only
                 element.blocked = blocked_mask(*shares)
                 element.blocked_for = shares
-        if now is not None:
-            self._update_starvation(now)
+        if now is not None:  # statuses and starvation (§c) with the priorities (§e.2), one top-down pass
+            update_priorities(self.state, now, self._computed_statuses())
             self.state.last_update_time = now
-        update_priorities(self.state)
+        else:
+            update_priorities(self.state)
         for element in elements.values():
             if element.is_op and element.op is not None:
                 configure_lists(self.state, element)
@@ -185,7 +182,7 @@ class SnapshotPublisher:
                 configure_lists(self.state, element)
         # 2. top-down: statuses, starvation (§c) and preemption priorities (§e.2)
         computed = self._statuses_of(unknown) if unknown else {}
-        self._starvation_and_priorities(order, now, computed)
+        update_priorities(self.state, now, computed)
         self.state.last_update_time = now
         # 3. bottom-up: satisfaction, activity and heaps
         self._rebuild_heaps_same_structure(order, total)
@@ -208,56 +205,6 @@ class SnapshotPublisher:
             element.id: SchedulingStatus.BELOW_FAIR_SHARE if flag else SchedulingStatus.NORMAL
             for element, flag in zip(pending, np.atleast_1d(below).tolist(), strict=True)
         }
-
-    def _starvation_and_priorities(
-        self, order: list[str], now: float, computed: dict[str, SchedulingStatus]
-    ) -> None:
-        """`_update_starvation` and `_update_priorities` in one top-down pass (same rules, same results)."""
-        config = self.state.config
-        elements = self.state.elements
-        states = self.state.starvation
-        normal = SchedulingStatus.NORMAL
-        own_only = config.scheduling_preemption_priority_scope == "operation_only"
-        rank_of = STARVATION_RANK
-        priority_of = PRIORITY_OF_RANK
-        by_priority: dict[PreemptionPriority, list[_Element]] = {
-            PreemptionPriority.NORMAL: [],
-            PreemptionPriority.AGGRESSIVE: [],
-        }
-        severity: dict[str, int] = {}
-        for element_id in order:
-            element = elements[element_id]
-            status = element.spec.scheduling_status
-            if status is None:
-                status = computed[element_id]
-            elif type(status) is not SchedulingStatus:
-                status = SchedulingStatus(status)
-            parent = element.parent
-            if parent is None:
-                status = normal
-            element.status = status
-            state = states.get(element_id)
-            if state is None:
-                state = states[element_id] = StarvationState()
-            is_op = element.is_op
-            own = element.starvation = state.advance(element, status != normal, now, config)
-            rank = rank_of[own]
-            if is_op:
-                if not own_only and parent is not None:
-                    rank = max(rank, severity[parent.id])
-                priority = priority_of[rank]
-                if element.op is not None:
-                    element.op.preemption_priority = priority
-                if rank:
-                    by_priority[priority].append(element)
-            else:
-                if parent is not None:
-                    rank = max(rank, severity[parent.id])
-                severity[element_id] = rank
-        if len(states) > len(elements):
-            for stale in set(states) - set(elements):
-                del states[stale]
-        self.state.ops_by_priority = by_priority
 
     def _rebuild_heaps_same_structure(self, order: list[str], total: tuple[float, ...]) -> None:
         """`_rebuild_heaps` after `_publish_same_structure` (which skips `_reuse_elements`' resets): the same
@@ -421,25 +368,6 @@ class SnapshotPublisher:
             if (element := self.state.elements[element_id]).spec.scheduling_status is None
         ]
         return self._statuses_of(pending) if pending else {}
-
-    def _update_starvation(self, now: float) -> None:
-        """§c every element's status and starvation clock at this publish (YTsaurus `CheckForStarvation`)."""
-        config = self.state.config
-        computed = self._computed_statuses()
-        for element_id in self.state.tree.order:
-            element = self.state.elements[element_id]
-            spec = element.spec
-            if spec.scheduling_status is not None:
-                status = SchedulingStatus(spec.scheduling_status)
-            else:
-                status = computed[element_id]
-            if element.parent is None:
-                status = SchedulingStatus.NORMAL
-            element.status = status
-            state = self.state.starvation.setdefault(element_id, StarvationState())
-            element.starvation = state.advance(element, status != SchedulingStatus.NORMAL, now, config)
-        for stale in set(self.state.starvation) - set(self.state.elements):
-            del self.state.starvation[stale]
 
 
 def _demand_share_of_needed(usage: list[float], op: Any, total: tuple[float, ...]) -> tuple[float, ...]:
