@@ -160,7 +160,10 @@ def _brought_up_to_date(
     try:
         if delta.unchanged:
             return _unchanged_structure(result_elements, total_resources, cache, last_runtime)
-        changes = _operation_changes(pool_tree, cache, last_runtime, runtime_key, delta.operations or ())
+        found = cache.projection.changes
+        if found is None or cache.projection.advanced_with is not delta:
+            return None  # the projection walked the tree: so does this build
+        changes = _operation_changes(pool_tree, cache, last_runtime, runtime_key, found)
         if changes is None:
             return None
         # no row changed: the structure is the previous one (`with_shares`, same skeleton)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields as dataclass_fields
 from typing import Any
 
@@ -18,8 +18,7 @@ from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _spec
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows, StrategyConfig
 from pooltree.tree.delta import RuntimeTree
-from pooltree.tree.elements import TreeOperation, frozen_spec
-from pooltree.tree.projection import TreeProjection
+from pooltree.tree.projection import OperationChanges, TreeProjection
 
 
 class BuildCache:
@@ -270,24 +269,23 @@ def _operation_changes(
     cache: BuildCache,
     last: _LastRuntime,
     runtime_key: tuple[Any, ...],
-    changed: Collection[str],
+    changed: OperationChanges,
 ) -> _OperationChanges | None:
-    """Bring the previous build's rows up to the pool tree's revision when only the operations ``changed`` changed
-    since (the period's delta): the rows of changed operations are dropped, and those running now get new rows at
-    their place in registration order, with the static part the element walk computes (same cache key) and a spec
+    """Bring the previous build's rows up to the pool tree's revision when only some operations changed since (the
+    period's delta, as the projection classified it: ``changed``): the rows of changed operations are dropped, and
+    those running now get new rows at their place in registration order, with the static part the element walk computes (same cache key) and a spec
     the bulk path re-makes with this result's shares (their previous values are NaN, so they count as changed).
     None, with nothing changed, when the walk must run (rows not in registration order, a spec that is not a
     frozen model)."""
     registration = last.registration
     if registration is None or last.published is None or last.rows_from is not None:
         return None
-    operations = pool_tree.operations
-    arriving = _arriving(operations, changed)
-    if arriving is None:
+    if not changed.frozen:
         return None
+    operations = pool_tree.operations
+    arriving = changed.running
     assert cache.last is not None
-    previous_specs = cache.last[2].elements
-    removed = {op_id for op_id in changed if op_id in previous_specs}  # the operations with a row
+    removed = set(changed.before)  # the operations with a row
     if not removed and not arriving:  # e.g. operations registered to wait in a queue: no row changes
         last.key = runtime_key
         return _OperationChanges(removed, [], {})
@@ -305,8 +303,8 @@ def _operation_changes(
             del ids[row], statics[row], specs[row], keys[row - pool_rows]
     inserted: list[int] = []  # the new rows, ascending (each insertion lands after the ones before it)
     parents: dict[str, list[str]] = {}  # parent → its arriving operations, in registration order
-    for op_id in removed:
-        parents.setdefault(previous_specs[op_id].parent or "", [])
+    for parent in changed.before.values():
+        parents.setdefault(parent, [])
     for index, op_id, op in arriving:
         entry = projection.operations[op_id]
         static = entry.row
@@ -336,22 +334,6 @@ def _operation_changes(
         _children(parents, cache.last[2], removed, operations),
         inserted[0] if inserted else len(ids),
     )
-
-
-def _arriving(
-    operations: Mapping[str, TreeOperation], changed: Collection[str]
-) -> list[tuple[int, str, TreeOperation]] | None:
-    """The changed operations running now, as (registration index, id, operation) in registration order; None
-    when one has a spec that is not a frozen model (the walk must run)."""
-    arriving = []
-    for op_id in changed:
-        op = operations.get(op_id)
-        if op is not None and op.running:
-            if op.spec is not None and not frozen_spec(op.spec):
-                return None
-            arriving.append((op.registration_index, op_id, op))
-    arriving.sort(key=operator.itemgetter(0))
-    return arriving
 
 
 def _previous_rows(count: int, doomed: list[int], inserted: list[int]) -> np.ndarray:

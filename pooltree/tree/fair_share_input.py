@@ -24,7 +24,7 @@ from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 from pooltree.tree.pool_tree import _spec_option
-from pooltree.tree.projection import Projected, TreeProjection, pool_tolerance
+from pooltree.tree.projection import OperationChanges, Projected, TreeProjection, pool_tolerance
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
 """Operation id → (usage, needed): a mapping (missing ids count as idle) or a callback returning None for idle."""
@@ -203,17 +203,14 @@ def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, ta
 class _LastBuild:
     """One cached build's result: what it was built from, its root and, per operation id, the operation's model
     element with the ``(usage, needed)`` object its resources were last written from (``None``: the source had
-    none), and the pool each operation element is a child of (for `_apply_operation_changes`)."""
+    none)."""
 
-    __slots__ = ("key", "operations", "parent_of", "root")
+    __slots__ = ("key", "operations", "root")
 
-    def __init__(
-        self, key: tuple[Any, ...], root: Pool, operations: dict[str, list[Any]], parent_of: dict[str, str]
-    ):
+    def __init__(self, key: tuple[Any, ...], root: Pool, operations: dict[str, list[Any]]):
         self.key = key
         self.root = root
         self.operations = operations
-        self.parent_of = parent_of
 
 
 def _set_resources(element: Operation, source: OperationResources) -> Operation:
@@ -381,7 +378,6 @@ class _CachedBuild:
         self.projection = projection
         self.nodes = nodes
         self.operations: dict[str, list[Any]] = {}
-        self.parent_of: dict[str, str] = {}
         self.cacheable = True
         """False when an operation's spec is a plain map (it may change in place without a revision)."""
 
@@ -402,7 +398,6 @@ class _CachedBuild:
             else:
                 _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
             self.operations[op.id] = [static, found]
-            self.parent_of[op.id] = pool.name
             children.append(static)
         element.children = children
         return element
@@ -461,7 +456,7 @@ def build_fair_share_input(
         cache.relaid = None  # and compares every pool's children
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache.projection, nodes)
         root = build.pool(tree.root)
-        cache.last = _LastBuild(key, root, build.operations, build.parent_of) if build.cacheable else None
+        cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
     return root, cache.settings[1]
@@ -475,9 +470,13 @@ def _changes_applied(
     nodes: Any,
     delta: PeriodDelta,
 ) -> bool:
-    """`_apply_operation_changes`, forgetting the previous build if it fails half-way (the next build walks)."""
+    """`_apply_operation_changes` with the changes the projection found for this delta (none: the projection
+    walked, and so does this build), forgetting the previous build if it fails half-way (the next build walks)."""
+    changes = cache.projection.changes
+    if changes is None or cache.projection.advanced_with is not delta:
+        return False
     try:
-        return _apply_operation_changes(tree, last, cache, source, nodes, delta.operations or frozenset())
+        return _apply_operation_changes(tree, last, cache, source, nodes, changes)
     except BaseException:
         cache.last = None
         raise
@@ -489,27 +488,32 @@ def _apply_operation_changes(
     cache: FairShareInputCache,
     source: OperationResources,
     nodes: Any,
-    changed: Collection[str],
+    changes: OperationChanges,
 ) -> bool:
-    """Bring the previous build up to the tree's revision when only the operations ``changed`` changed since
-    (arrived, left, activated, suspended, moved, new parameters: the period's delta): the pools whose operations
-    changed get a new ``children`` list, built exactly as the walk builds it (child pools, then the running
-    operations in the pool's order), and only the changed operations' model elements are looked up or made. Every
-    other pool keeps its list and every other operation its element. False when a model element of the previous
-    build is missing from the projection or a changed operation's spec is not a frozen model: the caller then walks
-    the whole tree (which sets everything this may have begun anew)."""
-    touched = _touched_pools(tree, last.parent_of, changed)
+    """Bring the previous build up to the tree's revision when only some operations changed since (arrived, left,
+    activated, suspended, moved, new parameters: the period's delta, as the projection classified it): the pools
+    they ran in or run in now get a new ``children`` list, built exactly as the walk builds it (child pools, then
+    the running operations in the pool's order), and only the changed operations' model elements are looked up or
+    made. Every other pool keeps its list and every other operation its element. False when a pool of the changes
+    is gone, a model element of the previous build is missing from the projection or a changed operation's spec
+    is not a frozen model: the caller then walks the whole tree (which sets everything this may have begun anew)."""
+    if not changes.frozen:
+        return False
+    pools = tree.pools
     projection = cache.projection
-    if touched is None or any(
+    touched: dict[str, PoolElement] = {}
+    for name in changes.pools():
+        pool = pools.get(name)
+        if pool is None:
+            return False
+        touched[name] = pool
+    if any(
         projection.pools[name].input is None or projection.pools[child].input is None
         for name, pool in touched.items()
         for child in (name, *pool.children)
     ):
         return False
-    parent_of = last.parent_of
-    removed = [op_id for op_id in changed if op_id in parent_of]
-    for op_id in removed:
-        del parent_of[op_id]
+    changed = {op_id for _, op_id, _ in changes.running}
     projected = projection.operations
     entries: dict[str, list[Any]] = {}
     for name, pool in touched.items():
@@ -528,7 +532,6 @@ def _apply_operation_changes(
                 if cache.written is not None:
                     cache.written.append(static)
                 entries[op_id] = [static, found]
-                parent_of[op_id] = name
             else:
                 static = projected[op_id].input
                 if static is None:
@@ -537,34 +540,12 @@ def _apply_operation_changes(
         projection.pools[name].input.children = children
     if cache.relaid is not None:
         cache.relaid.update(touched)
-    if removed or entries:
+    if changes.before or entries:
         by_id = last.operations
-        for op_id in changed:
+        for op_id in changes.before:
             by_id.pop(op_id, None)
         by_id.update(entries)
     return True
-
-
-def _touched_pools(
-    tree: RuntimeTree, parent_of: Mapping[str, str], changed: Collection[str]
-) -> dict[str, PoolElement] | None:
-    """The pools the ``changed`` operations were in (in the previous build) or are in now; None when one of those
-    pools is gone or a changed operation's spec is not a frozen model."""
-    pools = tree.pools
-    touched: dict[str, PoolElement] = {}
-    for op_id in changed:
-        before = parent_of.get(op_id)
-        if before is not None:
-            pool = pools.get(before)
-            if pool is None:
-                return None
-            touched[before] = pool
-        op = tree.operations.get(op_id)
-        if op is not None and op.running:
-            if not frozen_spec(op.spec):
-                return None
-            touched[op.pool.name] = op.pool
-    return touched
 
 
 def _refresh_resources(

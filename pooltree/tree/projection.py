@@ -62,6 +62,30 @@ class Projected:
         self.row: dict[str, Any] | None = None
 
 
+class OperationChanges:
+    """The period's operation changes as the projection found them when it advanced with a delta that names
+    operations (`TreeProjection.changes`), read by both builds to bring their previous rows up to date.
+
+    ``before``: each named operation that ran at the previous period → the pool it ran in (its row is gone or
+    re-made); ``running``: the named operations running now, as (registration index, id, operation) in
+    registration order (each gets a row again); ``frozen``: whether every one of those has a frozen spec (a
+    plain map may change in place: the builds then walk the tree).
+    """
+
+    __slots__ = ("before", "frozen", "running")
+
+    def __init__(
+        self, before: dict[str, str], running: list[tuple[int, str, TreeOperation]], frozen: bool
+    ) -> None:
+        self.before = before
+        self.running = running
+        self.frozen = frozen
+
+    def pools(self) -> set[str]:
+        """The pools whose running operations changed: where a named operation ran before or runs now."""
+        return {*self.before.values(), *(op.pool.name for _, _, op in self.running)}
+
+
 def spec_values(spec: Any) -> Any:
     """What a key holds of an operation spec: a frozen model itself (it cannot change, and tuple equality tests
     identity first), else the `SPEC_FIELDS` values (a plain map may change in place)."""
@@ -120,6 +144,9 @@ class TreeProjection:
         period's `advance` then walks the tree."""
         self.advanced_with: PeriodDelta | None = None
         """The delta of the last `advance` (the second build of a period finds the projection advanced with it)."""
+        self.changes: OperationChanges | None = None
+        """The operations the last `advance`'s delta named, classified once for both builds; None when that advance
+        walked the tree (the pools changed, or the projection did not stand at the delta's start)."""
 
     def delta(self, tree: RuntimeTree, resources: Collection[str] | None = None) -> PeriodDelta:
         """This period's delta of ``tree``: what changed since the revision the projection stands at (the previous
@@ -135,9 +162,10 @@ class TreeProjection:
             return
         revision, self.revision = self.revision, None  # unknown until this advance is complete
         self.advanced_with = None
+        self.changes = None
         self.departed = {}
         if self.exact and delta.applies_to(tree, revision if tree is self.tree else None):
-            self._operations_changed(tree, delta.operations or ())
+            self.changes = self._operations_changed(tree, delta.operations or ())
         else:
             self._walk(tree)
         self.tree = tree
@@ -189,16 +217,29 @@ class TreeProjection:
             return previous
         return Projected(key, pool.chain, pool.tolerance)
 
-    def _operations_changed(self, tree: RuntimeTree, changed: Any) -> None:
-        """Only the operations ``changed`` changed since the last advance (the pools did not)."""
+    def _operations_changed(self, tree: RuntimeTree, changed: Any) -> OperationChanges:
+        """Only the operations ``changed`` changed since the last advance (the pools did not): their entries anew,
+        and what changed, classified for the builds."""
         operations = self.operations
+        before: dict[str, str] = {}
+        running: list[tuple[int, str, TreeOperation]] = []
+        frozen = True
         for op_id in changed:
             op = tree.operations.get(op_id)
             previous = operations.get(op_id)
+            if previous is not None:
+                before[op_id] = previous.key[3].name  # the pool it ran in (`operation_key`)
             if op is not None and op.running:
                 if not frozen_spec(op.spec):
-                    self.exact = False
+                    self.exact = frozen = False
                 operations[op_id] = self._operation(op, self.pools[op.pool.name], previous)
+                running.append((op.registration_index, op_id, op))
             elif previous is not None:
                 del operations[op_id]
                 self.departed[op_id] = previous
+        running.sort(key=_first)
+        return OperationChanges(before, running, frozen)
+
+
+def _first(item: tuple[int, str, TreeOperation]) -> int:
+    return item[0]

@@ -14,8 +14,9 @@ import pytest
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import layout, update_fair_share
 from pooltree.resources import vector
+from pooltree.strategy import build, build_rows
 from pooltree.strategy.core import SchedulerCore
-from pooltree.tree import PoolTree
+from pooltree.tree import PoolTree, fair_share_input
 from pooltree.tree.delta import PeriodDelta, period_delta
 from tests.sim.test_publish_changes import _Controller
 
@@ -144,3 +145,41 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
     assert len(told) == 5 and all(told)
     core.update_fair_share(6.0)  # nothing changed: the previous layout is taken whole, nothing compared
     assert len(told) == 5
+
+
+def test_both_builds_read_the_changes_the_projection_classified(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the delta's operations did (where each ran, which run now) is classified once per period, by the
+    projection, and both the input and the strategy's rows are brought up to date from that very record."""
+    tree = _tree()
+    core = SchedulerCore(tree)
+    core.add_node("n1", LIMITS)
+    for serial in (1, 2):
+        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 2), user="u", pool="a", now=0.0)
+    core.update_fair_share(0.0)
+    read: list[tuple[str, Any]] = []
+    apply_input = fair_share_input._apply_operation_changes
+    apply_rows = build_rows._operation_changes
+
+    def input_reads(*args: Any) -> Any:
+        read.append(("input", args[-1]))
+        return apply_input(*args)
+
+    def rows_read(*args: Any) -> Any:
+        read.append(("rows", args[-1]))
+        return apply_rows(*args)
+
+    monkeypatch.setattr(fair_share_input, "_apply_operation_changes", input_reads)
+    monkeypatch.setattr(build, "_operation_changes", rows_read)
+    serial = 2
+    for period in range(1, 5):
+        serial += 1
+        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 1), user="u", pool="b1", now=period)
+        core.unregister_operation(f"op{serial - 2}", float(period))
+        read.clear()
+        core.update_fair_share(float(period))
+        changes = core._projection.changes
+        assert changes is not None
+        assert changes.before == {f"op{serial - 2}": "a" if serial - 2 <= 2 else "b1"}
+        assert [op_id for _, op_id, _ in changes.running] == [f"op{serial}"]
+        assert [who for who, _ in read] == ["input", "rows"]
+        assert all(record is changes for _, record in read)
