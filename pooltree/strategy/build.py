@@ -178,8 +178,9 @@ def _brought_up_to_date(
 
 
 class _Walk:
-    """One walk of the whole runtime tree: every pool, then every running operation in registration order, each
-    with its static part (its projection entry's, made there the first time) and its shares."""
+    """Every row anew, from the projection's walk of the tree (`TreeProjection`): every pool in the tree's order,
+    then every running operation in registration order, each with its static part (its projection entry's, made
+    there the first time) and its shares."""
 
     def __init__(self, pool_tree: RuntimeTree, cache: BuildCache, shares: _Shares) -> None:
         self.pool_tree = pool_tree
@@ -217,21 +218,17 @@ class _Walk:
 
     def pools(self) -> None:
         pool_tree = self.pool_tree
-        projected = self.projection.pools
-        for pool_name, pool in pool_tree.pools.items():
-            entry = projected[pool_name]
+        for pool_name, entry in self.projection.pools.items():
             static = entry.row
             if static is None:
-                static = entry.row = _pool_static(pool_tree, pool_name, pool)
+                static = entry.row = _pool_static(pool_tree, pool_name, entry.key[0])
             self.add(pool_name, static, False)
 
     def operations(self) -> None:
         pool_tree = self.pool_tree
-        projected = self.projection.operations
         registration = self.registration
-        for op_id, op in pool_tree.operations.items():
-            if not op.running:
-                continue  # pending: not an element of the tree (YTsaurus)
+        for op_id, entry in self.projection.running(pool_tree).items():
+            op = entry.key[0]
             if registration is not None:
                 index = op.registration_index
                 if registration and index <= registration[-1]:
@@ -241,7 +238,6 @@ class _Walk:
             spec = op.spec
             if self.cacheable and spec is not None and not frozen_spec(spec):
                 self.cacheable = False  # a plain-map spec may change in place without a revision
-            entry = projected[op_id]
             static = entry.row
             if static is None:
                 static = entry.row = _operation_static(pool_tree, op_id, op)

@@ -361,8 +361,9 @@ def _pool_input(tree: RuntimeTree, pool: PoolElement, entry: Projected, nodes: A
 
 
 class _CachedBuild:
-    """One walk of the tree through a `FairShareInputCache` (same order and values as ``_pool_element``), taking
-    each element's model object from its projection entry."""
+    """The input made from the projection's walk of the tree (same order and values as ``_pool_element``): each
+    pool's children are its child pools and running operations as the projection lists them, each element's model
+    object is its projection entry's."""
 
     def __init__(
         self,
@@ -381,23 +382,23 @@ class _CachedBuild:
         self.cacheable = True
         """False when an operation's spec is a plain map (it may change in place without a revision)."""
 
-    def pool(self, pool: PoolElement) -> Pool:
+    def pool(self, name: str) -> Pool:
         tree, nodes, tags = self.tree, self.nodes, self.tags
-        element = _pool_input(tree, pool, self.projection.pools[pool.name], nodes, tags)
-        children: list[Any] = [self.pool(child) for child in pool.children.values()]
+        entry = self.projection.pools[name]
+        element = _pool_input(tree, entry.key[0], entry, nodes, tags)
+        children: list[Any] = [self.pool(child) for child in entry.children]
         projected = self.projection.operations
-        for op in pool.operations.values():
-            if not op.running:
-                continue  # pending: not an element of the tree (YTsaurus)
-            static, kept = _operation_input(tree, op, projected[op.id], nodes, tags)
+        for op_id in entry.running:
+            op_entry = projected[op_id]
+            static, kept = _operation_input(tree, op_entry.key[0], op_entry, nodes, tags)
             if not kept:
                 self.cacheable = False
-            found = _found(self.source, op.id)
+            found = _found(self.source, op_id)
             if found is None:
                 _write_resources(static, zeros(), zeros())
             else:
                 _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
-            self.operations[op.id] = [static, found]
+            self.operations[op_id] = [static, found]
             children.append(static)
         element.children = children
         return element
@@ -455,7 +456,7 @@ def build_fair_share_input(
         cache.written = None  # every element written: the update reads every row
         cache.relaid = None  # and compares every pool's children
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache.projection, nodes)
-        root = build.pool(tree.root)
+        root = build.pool(tree.root.name)
         cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
@@ -499,31 +500,21 @@ def _apply_operation_changes(
     is not a frozen model: the caller then walks the whole tree (which sets everything this may have begun anew)."""
     if not changes.frozen:
         return False
-    pools = tree.pools
     projection = cache.projection
-    touched: dict[str, PoolElement] = {}
-    for name in changes.pools():
-        pool = pools.get(name)
-        if pool is None:
-            return False
-        touched[name] = pool
-    if any(
-        projection.pools[name].input is None or projection.pools[child].input is None
-        for name, pool in touched.items()
-        for child in (name, *pool.children)
-    ):
+    pools = projection.pools
+    touched = changes.pools()
+    if any(pools[child].input is None for name in touched for child in (name, *pools[name].children)):
         return False
     changed = {op_id for _, op_id, _ in changes.running}
     projected = projection.operations
     entries: dict[str, list[Any]] = {}
-    for name, pool in touched.items():
-        children: list[Any] = [projection.pools[child].input for child in pool.children]
-        for op in pool.operations.values():
-            if not op.running:
-                continue  # pending: not an element of the tree (YTsaurus)
-            op_id = op.id
+    for name in touched:
+        entry = pools[name]
+        children: list[Any] = [pools[child].input for child in entry.children]
+        for op_id in entry.running:
             if op_id in changed:
-                static, _ = _operation_input(tree, op, projected[op_id], nodes, cache.tag_limits(nodes))
+                op_entry = projected[op_id]
+                static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, cache.tag_limits(nodes))
                 found = _found(source, op_id)
                 if found is None:
                     _write_resources(static, zeros(), zeros())
@@ -537,7 +528,7 @@ def _apply_operation_changes(
                 if static is None:
                     return False
             children.append(static)
-        projection.pools[name].input.children = children
+        entry.input.children = children
     if cache.relaid is not None:
         cache.relaid.update(touched)
     if changes.before or entries:

@@ -15,6 +15,10 @@ for scheduling tag filters: it is kept with the nodes object it was made with).
 `SchedulerCore` keeps one projection per tree and hands it to both builds with the period's delta; the first build
 of the period advances it, the second finds it advanced. A build given its own projection (a test, a one-off
 build) advances that one.
+
+The projection is also the one walk of the tree: it lists each pool's child pools and running operations and
+every running operation in registration order, and classifies the operations a delta names (`OperationChanges`);
+the builds read those, never the tree's pools and operations themselves.
 """
 
 from __future__ import annotations
@@ -49,9 +53,12 @@ class Projected:
 
     ``input`` is the fair-share input's model element (`pooltree.fairshare.model.Pool` / ``Operation``), made with
     the nodes object ``input_nodes``; ``row`` is the strategy's static spec part (`pooltree.strategy.build_static`).
+    A pool's entry also lists its place in the tree as of the last `TreeProjection.advance`: ``children`` (its
+    child pools' names, in the tree's order) and ``running`` (its running operations' ids, in the pool's order),
+    which is what the fair-share input's children lists are made of.
     """
 
-    __slots__ = ("chain", "input", "input_nodes", "key", "row", "tolerance")
+    __slots__ = ("chain", "children", "input", "input_nodes", "key", "row", "running", "tolerance")
 
     def __init__(self, key: tuple[Any, ...], chain: tuple[Any, ...], tolerance: float) -> None:
         self.key = key
@@ -60,6 +67,13 @@ class Projected:
         self.input: Any = None
         self.input_nodes: Any = None
         self.row: dict[str, Any] | None = None
+        self.children: tuple[str, ...] = ()
+        self.running: list[str] = []
+
+    @property
+    def element(self) -> Any:
+        """The runtime object (`PoolElement` or `TreeOperation`): the first part of the key."""
+        return self.key[0]
 
 
 class OperationChanges:
@@ -131,8 +145,17 @@ class TreeProjection:
 
     def __init__(self) -> None:
         self.pools: dict[str, Projected] = {}
+        """Every pool of the tree, in the tree's order."""
         self.operations: dict[str, Projected] = {}
-        """Every running operation of the tree (pending ones are not elements of the tree, as in YTsaurus)."""
+        """Every running operation of the tree (pending ones are not elements of the tree, as in YTsaurus), in the
+        tree's (registration) order while ``ordered``; `running` restores that order."""
+        self.ordered = True
+        """Whether ``operations`` is in the tree's order (an operation that starts running again, or is activated
+        from a queue, is appended at the end: `running` re-orders it when a build walks)."""
+        self.last_index = 0
+        """The registration index of the last operation appended to ``operations``."""
+        self._out_of_order = False
+        """A walk met a pool before its parent (the parent was projected on the spot): ``pools`` is re-ordered."""
         self.departed: dict[str, Projected] = {}
         """Operations the last `advance` dropped (they stopped running or left): their entries, for the builds that
         still have rows of them."""
@@ -172,25 +195,43 @@ class TreeProjection:
         self.revision = delta.revision
         self.advanced_with = delta
 
+    def running(self, tree: RuntimeTree) -> dict[str, Projected]:
+        """Every running operation's entry in the tree's (registration) order, the order of the strategy's rows."""
+        if not self.ordered:
+            operations = self.operations
+            self.operations = {op_id: operations[op_id] for op_id in tree.operations if op_id in operations}
+            self.ordered = True
+        return self.operations
+
     def _walk(self, tree: RuntimeTree) -> None:
-        """Every pool (in the tree's order) and every running operation (in registration order) anew, keeping the
-        entries whose key is the same."""
+        """The one walk of the tree: every pool (in the tree's order, with its child pools and running operations)
+        and every running operation (in registration order) anew, keeping the entries whose key is the same."""
         previous_pools, previous_operations = self.pools, self.operations
         pools: dict[str, Projected] = {}
+        self._out_of_order = False
         for name, pool in tree.pools.items():
             pools[name] = self._pool(tree, pool, pools, previous_pools.get(name))
+        if self._out_of_order:
+            pools = {name: pools[name] for name in tree.pools}
+        for entry in pools.values():
+            pool = entry.key[0]
+            entry.children = tuple(pool.children)
+            entry.running = [op_id for op_id, op in pool.operations.items() if op.running]
         operations: dict[str, Projected] = {}
         exact = True
+        last_index = 0
         for op_id, op in tree.operations.items():
             if not op.running:
                 continue
             if exact and not frozen_spec(op.spec):
                 exact = False
             operations[op_id] = self._operation(op, pools[op.pool.name], previous_operations.get(op_id))
+            last_index = op.registration_index
         self.departed = {
             op_id: entry for op_id, entry in previous_operations.items() if op_id not in operations
         }
         self.pools, self.operations, self.exact = pools, operations, exact
+        self.ordered, self.last_index = True, last_index
 
     def _pool(
         self, tree: RuntimeTree, pool: PoolElement, pools: dict[str, Projected], previous: Projected | None
@@ -203,6 +244,7 @@ class TreeProjection:
             above = pools.get(parent.name)
             if above is None:  # the parent listed after the child: project it on the spot
                 above = pools[parent.name] = self._pool(tree, parent, pools, self.pools.get(parent.name))
+                self._out_of_order = True
             chain = (*above.chain, pool.config)
             tolerance = pool_tolerance(tree, pool, above.tolerance)
         key = (*pool_key(pool), parent, None if parent is None else parent.name, chain)
@@ -217,9 +259,10 @@ class TreeProjection:
             return previous
         return Projected(key, pool.chain, pool.tolerance)
 
-    def _operations_changed(self, tree: RuntimeTree, changed: Any) -> OperationChanges:
+    def _operations_changed(self, tree: RuntimeTree, changed: Any) -> OperationChanges | None:
         """Only the operations ``changed`` changed since the last advance (the pools did not): their entries anew,
-        and what changed, classified for the builds."""
+        their pools' running lists, and what changed, classified for the builds (None: a pool they name is gone,
+        so the tree was walked instead)."""
         operations = self.operations
         before: dict[str, str] = {}
         running: list[tuple[int, str, TreeOperation]] = []
@@ -232,13 +275,27 @@ class TreeProjection:
             if op is not None and op.running:
                 if not frozen_spec(op.spec):
                     self.exact = frozen = False
+                index = op.registration_index
+                if previous is None:  # appended: still in the tree's order only after every other one
+                    if index < self.last_index:
+                        self.ordered = False
+                    else:
+                        self.last_index = index
                 operations[op_id] = self._operation(op, self.pools[op.pool.name], previous)
-                running.append((op.registration_index, op_id, op))
+                running.append((index, op_id, op))
             elif previous is not None:
                 del operations[op_id]
                 self.departed[op_id] = previous
         running.sort(key=_first)
-        return OperationChanges(before, running, frozen)
+        changes = OperationChanges(before, running, frozen)
+        pools = tree.pools
+        touched = changes.pools()
+        if not touched <= pools.keys() or not touched <= self.pools.keys():  # not a change of operations only
+            self._walk(tree)
+            return None
+        for name in touched:  # their running operations, in the pool's order
+            self.pools[name].running = [op_id for op_id, op in pools[name].operations.items() if op.running]
+        return changes
 
 
 def _first(item: tuple[int, str, TreeOperation]) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pooltree.config import OperationSpec
+from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import StrategyConfig
@@ -132,3 +132,47 @@ def test_one_projection_per_period_feeds_both_builds(seed: int, monkeypatch: pyt
         assert set(shared.operations) == {op_id for op_id, op in tree.operations.items() if op.running}
         assert set(shared.pools) == set(tree.pools)
     assert walks >= 12 and incremental >= 5
+
+
+def test_builds_that_walk_read_the_projection_in_the_tree_order() -> None:
+    """The builds make their rows from the projection's walk, not from the tree: an operation activated from a
+    queue after later ones started is appended to the projection's operations, and a build that walks (here:
+    new caches on the shared projection) still gets the rows in registration order and the pools' children in
+    the pools' order, as builds from scratch do."""
+    pools = {"a": {"max_running_operation_count": 1}, "b": {}}
+    tree = PoolTree(parse_pool_trees({"t": {"pools": pools}})["t"])
+    usage = Usage()
+    for op_id, pool in (("op1", "a"), ("op2", "a"), ("op3", "b"), ("op4", "b")):
+        spec = OperationSpec.model_validate({"pool": pool})
+        tree.register_operation(op_id, user="u", pool=pool, spec=spec, now=0.0)
+        usage.set(op_id, 1, 2)
+    shared = TreeProjection()
+    input_cache, build_cache = FairShareInputCache(shared), BuildCache(shared)
+    for period, step in enumerate(("first", "activate", "walk")):
+        if step == "activate":
+            tree.unregister_operation("op1")  # op2 (registered before op3) leaves the queue
+            usage.values.pop("op1")
+        if step == "walk":
+            tree.unregister_operation(
+                "op4"
+            )  # the input brings its build up to date, the new rows' cache walks
+            usage.values.pop("op4")
+            build_cache = BuildCache(shared)
+        delta = shared.delta(tree)
+        root, settings = build_fair_share_input(tree, usage, cache=input_cache, delta=delta)
+        if step != "first":
+            assert shared.changes is not None  # advanced with the delta, not walked
+        if step == "activate":
+            assert not shared.ordered  # op2 was appended after op3 and op4
+        result = update_fair_share(root, TOTAL, settings, float(period))
+        config = StrategyConfig.from_options(tree.config)
+        built = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache, delta=delta)
+        fresh_root, _ = build_fair_share_input(tree, usage)
+        assert flat(root) == flat(fresh_root)
+        fresh = scheduling_tree_from_runtime(
+            tree, dataclasses.replace(result, elements=dict(result.elements)), TOTAL, config
+        )
+        assert list(built.elements) == list(fresh.elements)
+        assert built.children == fresh.children
+        assert comparable(built) == comparable(fresh)
+    assert list(shared.operations) == ["op2", "op3"]
