@@ -186,98 +186,111 @@ HEARTBEAT_PERIOD_OPTION = typer.Option(
 )
 
 
+STORE_OPTION = typer.Option(
+    None,
+    "--store",
+    help="Store URL: a SQLite path / sqlite:///file.db or postgresql://... (default: under --data).",
+)
+DATA_OPTION = typer.Option(DEFAULT_DATA, "--data", help="Directory for the default SQLite store.")
+HOST_OPTION = typer.Option("127.0.0.1", "--host", help="Address to listen on.")
+PORT_OPTION = typer.Option(0, "--port", help="Port to listen on; 0 picks a free one.")
+TOKEN_FILE_OPTION = typer.Option(
+    None,
+    "--token-file",
+    help="File (mode 0600) with the superuser (root) token; else $POOLTREE_TOKEN, else DATA/token "
+    "(created on first start).",
+)
+TOKEN_OPTION = typer.Option(
+    None, "--token", help="The superuser token (visible in ps: prefer --token-file or $POOLTREE_TOKEN)."
+)
+NODE_SECRET_FILE_OPTION = typer.Option(
+    None,
+    "--node-secret-file",
+    help="File (mode 0600) with the cluster node secret; else $POOLTREE_NODE_SECRET, else DATA/node_secret.",
+)
+STORE_KEY_FILE_OPTION = typer.Option(
+    None,
+    "--store-key-file",
+    help="File (mode 0600) with the key that seals secrets kept in the store (operations' secure_vault, "
+    "saved mutation answers); default DATA/store_key (created on first start). Schedulers sharing a "
+    "PostgreSQL database must share it.",
+)
+NODE_NETWORKS_OPTION = typer.Option(
+    None,
+    "--node-networks",
+    help="Networks nodes may heartbeat from, e.g. '10.0.0.0/8,127.0.0.1' (default: loopback when --host is "
+    "loopback, else any).",
+)
+NO_AUTHENTICATION_OPTION = typer.Option(
+    False,
+    "--no-authentication",
+    help="Every caller is root (refused unless --host is a loopback address).",
+)
+METRICS_PUBLIC_OPTION = typer.Option(False, "--metrics-public", help="Serve /metrics without a token.")
+CONFIG_OPTION = typer.Option(
+    None,
+    "--config",
+    help="Pool trees document (YAML/JSON/YSON) loaded at start if the store has no tree.",
+)
+CREATE_DEFAULT_TREE_OPTION = typer.Option(
+    False, "--create-default-tree", help="Create pool tree 'default' if the store has no tree."
+)
+FORECAST_BUDGET_OPTION = typer.Option(
+    5.0,
+    "--forecast-budget",
+    help="CPU seconds of one core a refresh of the scheduling forecast may take (in its worker process, at "
+    "nice +10); 0 turns forecasts off.",
+)
+FORECAST_ARRIVALS_OPTION = typer.Option(
+    False,
+    "--forecast-arrivals",
+    help="The scheduling forecast assumes the last hour's submissions go on (per pool, drawn anew in each "
+    "run; docs/forecast.md). Off: the forecast is that of the cluster left alone.",
+)
+NODE_SHARDS_OPTION = typer.Option(
+    1,
+    "--node-shards",
+    help="Processes taking node heartbeats (each on a port of its own, nodes assigned by address); "
+    "1 takes them in the scheduler's process.",
+)
+DEFAULT_TENTATIVE_POOL_TREES_OPTION = typer.Option(
+    "",
+    "--default-tentative-pool-trees",
+    help="Comma-separated pool trees an operation with use_default_tentative_pool_trees (and no "
+    "tentative_pool_trees of its own) tries tentatively (YTsaurus's scheduler default_tentative_pool_trees).",
+)
+
+
 @app.command("scheduler")
 def scheduler_command(
-    store: str = typer.Option(
-        None,
-        "--store",
-        help="Store URL: a SQLite path / sqlite:///file.db or postgresql://... (default: under --data).",
-    ),
-    data: Path = typer.Option(DEFAULT_DATA, "--data", help="Directory for the default SQLite store."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(0, "--port", help="Port to listen on; 0 picks a free one."),
-    token_file: Path = typer.Option(
-        None,
-        "--token-file",
-        help="File (mode 0600) with the superuser (root) token; else $POOLTREE_TOKEN, else DATA/token "
-        "(created on first start).",
-    ),
-    token: str = typer.Option(
-        None, "--token", help="The superuser token (visible in ps: prefer --token-file or $POOLTREE_TOKEN)."
-    ),
-    node_secret_file: Path = typer.Option(
-        None,
-        "--node-secret-file",
-        help="File (mode 0600) with the cluster node secret; else $POOLTREE_NODE_SECRET, else DATA/node_secret.",
-    ),
-    store_key_file: Path = typer.Option(
-        None,
-        "--store-key-file",
-        help="File (mode 0600) with the key that seals secrets kept in the store (operations' secure_vault, "
-        "saved mutation answers); default DATA/store_key (created on first start). Schedulers sharing a "
-        "PostgreSQL database must share it.",
-    ),
-    node_networks: str = typer.Option(
-        None,
-        "--node-networks",
-        help="Networks nodes may heartbeat from, e.g. '10.0.0.0/8,127.0.0.1' (default: loopback when --host is "
-        "loopback, else any).",
-    ),
-    no_authentication: bool = typer.Option(
-        False,
-        "--no-authentication",
-        help="Every caller is root (refused unless --host is a loopback address).",
-    ),
-    metrics_public: bool = typer.Option(False, "--metrics-public", help="Serve /metrics without a token."),
-    config: Path = typer.Option(
-        None,
-        "--config",
-        help="Pool trees document (YAML/JSON/YSON) loaded at start if the store has no tree.",
-    ),
-    create_default_tree: bool = typer.Option(
-        False, "--create-default-tree", help="Create pool tree 'default' if the store has no tree."
-    ),
+    store: str = STORE_OPTION,
+    data: Path = DATA_OPTION,
+    host: str = HOST_OPTION,
+    port: int = PORT_OPTION,
+    token_file: Path = TOKEN_FILE_OPTION,
+    token: str = TOKEN_OPTION,
+    node_secret_file: Path = NODE_SECRET_FILE_OPTION,
+    store_key_file: Path = STORE_KEY_FILE_OPTION,
+    node_networks: str = NODE_NETWORKS_OPTION,
+    no_authentication: bool = NO_AUTHENTICATION_OPTION,
+    metrics_public: bool = METRICS_PUBLIC_OPTION,
+    config: Path = CONFIG_OPTION,
+    create_default_tree: bool = CREATE_DEFAULT_TREE_OPTION,
     node_heartbeat_timeout: float = NODE_HEARTBEAT_TIMEOUT_OPTION,
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
     fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
-    forecast_budget: float = typer.Option(
-        5.0,
-        "--forecast-budget",
-        help="CPU seconds of one core a refresh of the scheduling forecast may take (in its worker process, at "
-        "nice +10); 0 turns forecasts off.",
-    ),
-    forecast_arrivals: bool = typer.Option(
-        False,
-        "--forecast-arrivals",
-        help="The scheduling forecast assumes the last hour's submissions go on (per pool, drawn anew in each "
-        "run; docs/forecast.md). Off: the forecast is that of the cluster left alone.",
-    ),
-    node_shards: int = typer.Option(
-        1,
-        "--node-shards",
-        help="Processes taking node heartbeats (each on a port of its own, nodes assigned by address); "
-        "1 takes them in the scheduler's process.",
-    ),
-    default_tentative_pool_trees: str = typer.Option(
-        "",
-        "--default-tentative-pool-trees",
-        help="Comma-separated pool trees an operation with use_default_tentative_pool_trees (and no "
-        "tentative_pool_trees of its own) tries tentatively (YTsaurus's scheduler default_tentative_pool_trees).",
-    ),
+    forecast_budget: float = FORECAST_BUDGET_OPTION,
+    forecast_arrivals: bool = FORECAST_ARRIVALS_OPTION,
+    node_shards: int = NODE_SHARDS_OPTION,
+    default_tentative_pool_trees: str = DEFAULT_TENTATIVE_POOL_TREES_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     _setup_logging()
     default_trees = tuple(name.strip() for name in default_tentative_pool_trees.split(",") if name.strip())
     try:
-        check_port_option(port)
-        if not (math.isfinite(node_heartbeat_timeout) and node_heartbeat_timeout > 0):
-            raise PooltreeError(
-                f"--node-heartbeat-timeout must be positive seconds, got {node_heartbeat_timeout}"
-            )
-        if not 1 <= node_shards <= MAX_NODE_SHARDS:
-            raise PooltreeError(f"--node-shards must be from 1 to {MAX_NODE_SHARDS}, got {node_shards}")
-        check_period(heartbeat_period, "--heartbeat-period")
-        check_update_period(fair_share_update_period, "--fair-share-update-period")
+        _check_scheduler_options(
+            host, port, node_heartbeat_timeout, node_shards, heartbeat_period, fair_share_update_period
+        )
         forecasts = forecast_worker_settings(forecast_budget, arrivals=forecast_arrivals)
         if no_authentication and not is_loopback(host):
             raise PooltreeError(
@@ -325,6 +338,26 @@ def scheduler_command(
         if error.code not in (0, None):
             fail(f"scheduler HTTP server failed to start on {host}:{port}")
         raise
+
+
+def _check_scheduler_options(
+    host: str,
+    port: int,
+    node_heartbeat_timeout: float,
+    node_shards: int,
+    heartbeat_period: float,
+    fair_share_update_period: float,
+) -> None:
+    """The scheduler's numeric options, each checked with an error naming it."""
+    check_port_option(port)
+    if not (math.isfinite(node_heartbeat_timeout) and node_heartbeat_timeout > 0):
+        raise PooltreeError(
+            f"--node-heartbeat-timeout must be positive seconds, got {node_heartbeat_timeout}"
+        )
+    if not 1 <= node_shards <= MAX_NODE_SHARDS:
+        raise PooltreeError(f"--node-shards must be from 1 to {MAX_NODE_SHARDS}, got {node_shards}")
+    check_period(heartbeat_period, "--heartbeat-period")
+    check_update_period(fair_share_update_period, "--fair-share-update-period")
 
 
 def _run_fast(main: Coroutine[Any, Any, None]) -> None:
