@@ -249,26 +249,7 @@ class TaskMemoryOptions:
         )
         if memory_limit <= 0:
             raise ConfigError(join_path(path, "memory_limit"), "must be > 0")
-        default = _number(
-            spec.get("user_job_memory_digest_default_value", 0.5),
-            join_path(path, "user_job_memory_digest_default_value"),
-            low=0,
-            high=1,
-            low_open=True,
-        )
-        lower = _number(
-            spec.get("user_job_memory_digest_lower_bound", 0.05),
-            join_path(path, "user_job_memory_digest_lower_bound"),
-            low=0,
-            high=1,
-            low_open=True,
-        )
-        factor = spec.get("memory_reserve_factor")
-        if factor is not None:
-            factor = _number(factor, join_path(path, "memory_reserve_factor"), low=0, high=1, low_open=True)
-            if factor == 1.0 or not settings.ignore_memory_reserve_factor_less_than_one:
-                lower = default = factor
-
+        lower, default = _user_job_digest(spec, settings, path)
         tmpfs_size = cls._tmpfs_total(spec, path)
         if tmpfs_size > memory_limit:
             raise ConfigError(
@@ -276,41 +257,16 @@ class TaskMemoryOptions:
                 f"total tmpfs size {tmpfs_size:.0f} bytes exceeds memory_limit {memory_limit:.0f} bytes; "
                 "tmpfs lives inside the job's memory",
             )
-        tmpfs_fraction = tmpfs_size / memory_limit
+        tmpfs_fraction = (
+            tmpfs_size / memory_limit
+        )  # tmpfs lives inside the job's memory: the digest starts above
         default = min(1.0, max(default, tmpfs_fraction))
         lower = min(1.0, max(lower, tmpfs_fraction))
         default = max(lower, default)
-
-        jp_path = join_path(path, "job_proxy_memory_digest")
-        jp = spec.get("job_proxy_memory_digest") or {}
-        if not isinstance(jp, Mapping):
-            raise ConfigError(jp_path, f"expected a map, got {type(jp).__name__}")
-        for key in jp:
-            if key not in ("lower_bound", "upper_bound", "default_value", "relative_precision"):
-                raise ConfigError(join_path(jp_path, key), "unknown log digest option")
-        jp_lower, jp_upper, jp_default, jp_precision = (
-            _number(jp.get(key, fallback), join_path(jp_path, key), low=0, high=math.inf, low_open=True)
-            for key, fallback in (
-                ("lower_bound", 0.5),
-                ("upper_bound", 2.0),
-                ("default_value", 1.0),
-                ("relative_precision", settings.user_job_memory_digest_precision),
-            )
-        )
-        LogDigest(jp_lower, jp_upper, jp_precision, jp_default, path=jp_path)  # validates the digest config
-
+        jp_lower, jp_upper, jp_default, jp_precision = _job_proxy_digest(spec, settings, path)
         footprint = parse_size(
             spec.get("footprint_memory", settings.footprint_memory), join_path(path, "footprint_memory")
         )
-        if "job_proxy_memory" in spec:
-            job_proxy_memory = parse_size(spec["job_proxy_memory"], join_path(path, "job_proxy_memory"))
-        else:
-            try:
-                job_proxy_memory = estimate_job_proxy_memory(
-                    spec.get("input_table_count", 1), spec.get("output_table_count", 1)
-                )
-            except ConfigError as error:
-                raise ConfigError(join_path(path, error.path), error.reason) from None
         return cls(
             memory_limit=memory_limit,
             user_job_digest_lower_bound=lower,
@@ -320,7 +276,7 @@ class TaskMemoryOptions:
             job_proxy_digest_upper_bound=jp_upper,
             job_proxy_digest_default_value=jp_default,
             job_proxy_digest_precision=jp_precision,
-            job_proxy_memory=job_proxy_memory,
+            job_proxy_memory=_job_proxy_memory(spec, path),
             footprint_memory=footprint,
         )
 
@@ -922,3 +878,65 @@ def select_overdraft_victims(
             aborted.append(job)
             usage -= job.usage
     return OverdraftVictims(failed=failed, aborted=aborted, usage_after=usage, fits=usage <= limit)
+
+
+def _user_job_digest(
+    spec: Mapping[str, Any], settings: MemoryDigestSettings, path: str
+) -> tuple[float, float]:
+    """The user job's digest as specified (lower bound, default value): the spec's (0.05, 0.5), both pinned by
+    ``memory_reserve_factor``."""
+    default = _number(
+        spec.get("user_job_memory_digest_default_value", 0.5),
+        join_path(path, "user_job_memory_digest_default_value"),
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    lower = _number(
+        spec.get("user_job_memory_digest_lower_bound", 0.05),
+        join_path(path, "user_job_memory_digest_lower_bound"),
+        low=0,
+        high=1,
+        low_open=True,
+    )
+    factor = spec.get("memory_reserve_factor")
+    if factor is not None:
+        factor = _number(factor, join_path(path, "memory_reserve_factor"), low=0, high=1, low_open=True)
+        if factor == 1.0 or not settings.ignore_memory_reserve_factor_less_than_one:
+            lower = default = factor
+    return lower, default
+
+
+def _job_proxy_digest(
+    spec: Mapping[str, Any], settings: MemoryDigestSettings, path: str
+) -> tuple[float, float, float, float]:
+    """``job_proxy_memory_digest``: (lower bound, upper bound, default value, relative precision), validated as a
+    log digest's configuration."""
+    jp_path = join_path(path, "job_proxy_memory_digest")
+    jp = spec.get("job_proxy_memory_digest") or {}
+    if not isinstance(jp, Mapping):
+        raise ConfigError(jp_path, f"expected a map, got {type(jp).__name__}")
+    for key in jp:
+        if key not in ("lower_bound", "upper_bound", "default_value", "relative_precision"):
+            raise ConfigError(join_path(jp_path, key), "unknown log digest option")
+    jp_lower, jp_upper, jp_default, jp_precision = (
+        _number(jp.get(key, fallback), join_path(jp_path, key), low=0, high=math.inf, low_open=True)
+        for key, fallback in (
+            ("lower_bound", 0.5),
+            ("upper_bound", 2.0),
+            ("default_value", 1.0),
+            ("relative_precision", settings.user_job_memory_digest_precision),
+        )
+    )
+    LogDigest(jp_lower, jp_upper, jp_precision, jp_default, path=jp_path)  # validates the digest config
+    return jp_lower, jp_upper, jp_default, jp_precision
+
+
+def _job_proxy_memory(spec: Mapping[str, Any], path: str) -> float:
+    """``job_proxy_memory``, else estimated from ``input_table_count`` and ``output_table_count``."""
+    if "job_proxy_memory" in spec:
+        return parse_size(spec["job_proxy_memory"], join_path(path, "job_proxy_memory"))
+    try:
+        return estimate_job_proxy_memory(spec.get("input_table_count", 1), spec.get("output_table_count", 1))
+    except ConfigError as error:
+        raise ConfigError(join_path(path, error.path), error.reason) from None
