@@ -254,6 +254,19 @@ def _navigate(root: Any, path_tokens: Sequence[str]) -> Any:
     return value
 
 
+def _checked_node_shards(node_shards: Any) -> int:
+    """``node_shards``: an integer from 1 to `MAX_NODE_SHARDS`, else a `ConfigError` naming it."""
+    if (
+        not isinstance(node_shards, int)
+        or isinstance(node_shards, bool)
+        or not 1 <= node_shards <= MAX_NODE_SHARDS
+    ):
+        raise ConfigError(
+            "node_shards", f"must be an integer from 1 to {MAX_NODE_SHARDS}, got {node_shards!r}"
+        )
+    return node_shards
+
+
 class SchedulerService:
     """One scheduler: the Starlette ``app``, ``start()`` (revival + loops) and ``stop()``."""
 
@@ -285,15 +298,7 @@ class SchedulerService:
         (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not).
         ``node_shards`` > 1: node heartbeats are taken by that many shard processes listening on ``shard_host``
         (``pooltree.shards``), started by ``start()``; 1 answers them in this process only."""
-        if (
-            not isinstance(node_shards, int)
-            or isinstance(node_shards, bool)
-            or not 1 <= node_shards <= MAX_NODE_SHARDS
-        ):
-            raise ConfigError(
-                "node_shards", f"must be an integer from 1 to {MAX_NODE_SHARDS}, got {node_shards!r}"
-            )
-        self.node_shards = node_shards
+        self.node_shards = _checked_node_shards(node_shards)
         self.shard_host = shard_host
         self.shards: NodeShards | None = None
         """The node shard processes while started with ``node_shards`` > 1."""
@@ -322,53 +327,21 @@ class SchedulerService:
         self.scheduler.default_tentative_pool_trees = tuple(default_tentative_pool_trees)
         self._validator = default_validator()
         self.cypress = Cypress(store, clock=clock, validator=self._validate_pool_trees)
-        # starts hold Cypress's lock (taken first, as everywhere): a tree removal is checked and applied whole
-        self.scheduler.config_lock = self.cypress._lock
-        self.scheduler.alert_center.store_health = self._store_trouble
         self.orchid = LiveOrchid(self.scheduler, self._default_tree)
-        self.cypress.orchid = self.orchid
-        self.cypress.subscribe(self._on_pool_trees)
-        self.scheduler.apply_pool_trees(
-            self.cypress.parsed_pool_trees or {},
-            self.cypress.default_tree_attribute(),
-            clock(),
-            single_tree_default=False,
-        )
-        try:
-            user_default_pools = self.cypress.watch(
-                USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool, self._on_user_default_pools
-            )
-        except YtError as error:  # stored before pooltree read it: unused until it is set right
-            log.warning("%s not applied: %s", USER_TO_DEFAULT_POOL_PATH, error.message)
-            user_default_pools = {}
-        self.scheduler.set_user_default_parent_pools(user_default_pools, clock())
+        self._follow_cypress()
         self.commands = OperationCommands(self.scheduler, clock)
         self.forecasts = ForecastService(self.scheduler, clock, forecast_settings)
-        self.commands.forecasts = self.forecasts
         resolver = ServiceResolver(self.cypress, self.scheduler)
         self.security.resolver = resolver
-        self.commands.visible = self.security.operation_visible
         self.metrics = make_registry(self.scheduler)
         self.metrics.register(GcCollector())
         self.metrics.register(ShardMetrics(lambda: self.shards))
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
         )
-        api = self.app.state.api
-        self.commands.files = self.app.state.files
-        resolver.files = self.app.state.files  # transactions belong to their users
-        self.scheduler.job_files = self.app.state.files.job_files
-        self._api = api
-        self.app.router.routes[0:0] = [
-            Route(wire.HEARTBEAT_PATH, self._heartbeat, methods=["POST"]),
-            Route("/metrics", self._metrics, methods=["GET"]),
-            Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
-            Route("/internal/job_stderr/{operation_id}/{job_id}", self._job_stderr, methods=["PUT"]),
-        ]
+        self._api = self.app.state.api
         self.web = WebUI(self)
-        self.app.router.routes[0:0] = self.web.routes()
-        self.app.state.service = self
-        self.app.state.body_limits["/internal/node_heartbeat"] = MAX_HEARTBEAT_BYTES
+        self._wire_parts(resolver)
         self._direct = DirectHeartbeats(self._heartbeat, self.app)
         self._running_reports = RunningReports()
         """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
@@ -377,6 +350,49 @@ class SchedulerService:
         to ``stop``; before and after, Starlette's threads)."""
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
+
+    def _follow_cypress(self) -> None:
+        """The scheduler takes its pool trees and users' default parent pools from Cypress, now and on every change
+        (Cypress's lock is taken first, as everywhere: a tree removal is checked and applied whole)."""
+        scheduler, cypress, clock = self.scheduler, self.cypress, self.clock
+        scheduler.config_lock = cypress._lock
+        scheduler.alert_center.store_health = self._store_trouble
+        cypress.orchid = self.orchid
+        cypress.subscribe(self._on_pool_trees)
+        scheduler.apply_pool_trees(
+            cypress.parsed_pool_trees or {},
+            cypress.default_tree_attribute(),
+            clock(),
+            single_tree_default=False,
+        )
+        try:
+            user_default_pools = cypress.watch(
+                USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool, self._on_user_default_pools
+            )
+        except YtError as error:  # stored before pooltree read it: unused until it is set right
+            log.warning("%s not applied: %s", USER_TO_DEFAULT_POOL_PATH, error.message)
+            user_default_pools = {}
+        scheduler.set_user_default_parent_pools(user_default_pools, clock())
+
+    def _wire_parts(self, resolver: ServiceResolver) -> None:
+        """What the parts read of each other: the commands' forecasts and visibility rule, the HTTP app's file
+        store (shared with the commands, the resolver and the jobs), and the internal routes (node heartbeats,
+        metrics, job files and stderr) and the web UI's before the API's."""
+        self.commands.forecasts = self.forecasts
+        self.commands.visible = self.security.operation_visible
+        app = self.app
+        self.commands.files = app.state.files
+        resolver.files = app.state.files  # transactions belong to their users
+        self.scheduler.job_files = app.state.files.job_files
+        app.router.routes[0:0] = [
+            Route(wire.HEARTBEAT_PATH, self._heartbeat, methods=["POST"]),
+            Route("/metrics", self._metrics, methods=["GET"]),
+            Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
+            Route("/internal/job_stderr/{operation_id}/{job_id}", self._job_stderr, methods=["PUT"]),
+        ]
+        app.router.routes[0:0] = self.web.routes()
+        app.state.service = self
+        app.state.body_limits["/internal/node_heartbeat"] = MAX_HEARTBEAT_BYTES
 
     def _validate_pool_trees(self, trees: Any) -> Any:
         """Cypress's validator. A removed tree's operations are not a reason to refuse: as on YTsaurus, the
