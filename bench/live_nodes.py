@@ -25,7 +25,8 @@ drivers' own CPU (seconds per second, summed over the driver processes). ``margi
 whole run and reports the median of each figure. ``--shards 1,2,4`` runs the scheduler with each node shard
 count (``--node-shards``) in every round, interleaved; the simulated nodes follow the answers' ``heartbeat_url``
 to their shard as the node agent does. The scheduler's CPU counts its child processes (the shards), and is also
-reported split: the leader's and the shards' CPU per heartbeat, and heartbeats per scheduler CPU-second;
+reported split: the leader's and the shards' CPU per heartbeat, the leader's per started allocation, and
+heartbeats and allocations started per scheduler CPU-second (leader and shards summed);
 ``answered_by_shards_share``: the share of the phase's answers the shards gave themselves (heartbeats the leader
 proved empty, ``pooltree/shards/verdicts.py``).
 
@@ -481,6 +482,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 total = leader + shards
                 phase["heartbeats_per_scheduler_cpu_second"] = (
                     round(phase["answered"] / total, 1) if total else None
+                )
+                phase["allocations_started_per_scheduler_cpu_second"] = (
+                    round(phase["started"] / total, 1) if total else None
+                )
+                phase["leader_cpu_ms_per_started_allocation"] = (
+                    round(1000 * leader / phase["started"], 3) if phase["started"] else None
                 )
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]

@@ -15,6 +15,7 @@ import pytest
 from recorded_run import (
     BUSY,
     PREEMPTING,
+    Node,
     make_scheduler,
     record_busy_run,
     record_quiet_run,
@@ -23,7 +24,7 @@ from recorded_run import (
 )
 
 from pooltree.shards import replica as replica_module
-from pooltree.shards.recording import ReplayDivergence, replay
+from pooltree.shards.recording import RecordingScheduler, ReplayDivergence, replay
 from pooltree.shards.starts import ShardStarts
 
 
@@ -122,3 +123,31 @@ def test_a_replica_that_misses_an_increment_decides_otherwise(
     assert seen[0] > 0
     refused = sum(r.refused for replicas in shards.replicas for r in replicas.values())
     assert decisions != recorded or refused > 0
+
+
+def test_a_tree_a_replica_cannot_decide_is_scheduled_by_the_leader(tmp_path: Path) -> None:
+    """With the tree's packing on (a part that keeps per-heartbeat windows of its own), every pass runs on the
+    leader's truth, and the decisions are the recorded ones."""
+    packing = {
+        "default": {
+            **PREEMPTING["default"],
+            "config": {**PREEMPTING["default"]["config"], "packing": {"enable": True}},
+        }
+    }
+    recorder = RecordingScheduler(make_scheduler(tmp_path / "recorded.db", packing))
+    durations: dict[str, float] = {}
+    nodes = [Node(f"n{i}", durations) for i in range(3)]
+    spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": 10}}}
+    durations[recorder.start_operation("vanilla", spec, "u", 0.0).id] = 1.5
+    now = 0.0
+    while now < 6.0:
+        if now == int(now):
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        now = round(now + 0.25, 2)
+    assert recorder.decisions.started_count >= 10
+    scheduler = make_scheduler(tmp_path / "sharded.db", packing)
+    shards = ShardStarts(scheduler, 2)
+    assert replay(recorder.recording, scheduler) == recorder.decisions
+    assert shards.leader_passes == len(recorder.decisions.started) and shards.passes == 0
