@@ -21,6 +21,7 @@ from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
 from pooltree.resources import MEMORY, resources_to_dict, same_vector
 from pooltree.security.vault import secure_vault_environment
+from pooltree.server.live.job_specs import JobSpecs
 from pooltree.server.live.model import (
     LOST_AFTER_MISSED_HEARTBEATS,
     LiveJob,
@@ -66,6 +67,8 @@ class LiveJobs:
 
     def __init__(self, scheduler: LiveScheduler) -> None:
         self.scheduler = scheduler
+        self.specs = JobSpecs(scheduler, self._job_spec)
+        """Started jobs' specs from per-task templates (``job_specs.py``); ``_job_spec`` is the plain builder."""
 
     # ------------------------------------------------------------------ heartbeats
 
@@ -402,7 +405,7 @@ class LiveJobs:
         if getattr(payload, "speculative", False):
             self._join_competition(op, job, allocation)
         scheduler.persistence.put_job(job.record())
-        return self._job_spec(op, job, allocation)
+        return self.specs.spec(op, job, allocation)
 
     def _join_competition(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> None:
         """A speculative copy started: it and its original get YTsaurus's ``job_competition_id`` (the original's
