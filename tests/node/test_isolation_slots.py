@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -74,11 +75,14 @@ def test_a_job_in_a_slot_runs_as_in_a_bubblewrap_of_its_own(tmp_path: Path, bwra
     assert int(lines[-1]) >= 1_990_000_000
 
 
+DAEMON_SECONDS = f"{300 + random.random() * 60:.6f}"
+"""How long the first job's daemon sleeps: a duration no other process on the host uses (other test runs, and
+other tests of this run, start sandboxed ``sleep 300`` jobs too), so the check below finds only this daemon."""
 LEAVE_BEHIND = (
     "echo secret > $HOME/left; echo secret > /tmp/left; echo secret > /var/tmp/left2; "
     "echo secret > /dev/shm/left3; mkdir -p $HOME/deep/er && echo secret > $HOME/deep/er/left4; "
     "ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; "
-    "setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 & "
+    f"setsid sh -c 'sleep {DAEMON_SECONDS}' </dev/null >/dev/null 2>&1 & "
     "echo daemon=$!; echo home=$HOME; echo pid=$$"
 )
 LOOK_AROUND = (
@@ -113,7 +117,7 @@ def test_successive_jobs_of_a_slot_share_no_file_process_or_ipc_object(tmp_path:
     daemons = [
         process
         for process in psutil.process_iter(["cmdline"])
-        if process.info["cmdline"] == ["sleep", "300"] and process.status() != psutil.STATUS_ZOMBIE
+        if process.info["cmdline"] == ["sleep", DAEMON_SECONDS] and process.status() != psutil.STATUS_ZOMBIE
     ]
     assert not [p for p in daemons if p.uids().real >= 1_990_000_000], "the first job's daemon survived it"
 
