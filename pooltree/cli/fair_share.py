@@ -122,7 +122,6 @@ class _TreeStep:
         self.build_cache = BuildCache(self.projection)
         self.layout: Any = None
         """The previous step's flattened tree (``UpdateState.layout``), for the next step of the same tree."""
-        """The tree's revision at the previous step (where the next step's delta starts)."""
         self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
         self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
 

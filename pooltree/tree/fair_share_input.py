@@ -24,7 +24,7 @@ from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 from pooltree.tree.pool_tree import _spec_option
-from pooltree.tree.projection import OperationChanges, Projected, TreeProjection, pool_tolerance
+from pooltree.tree.projection import OperationChanges, Projected, TreeProjection
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
 """Operation id → (usage, needed): a mapping (missing ids count as idle) or a callback returning None for idle."""
@@ -156,17 +156,6 @@ def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vecto
     return source.get(operation_id)
 
 
-def _resources_of(source: OperationResources, operation_id: str) -> tuple[Vector, Vector]:
-    if callable(source):
-        found = source(operation_id)
-    else:
-        found = source.get(operation_id)
-    if found is None:
-        return zeros(), zeros()
-    usage, needed = found
-    return np.array(usage, dtype=float), np.array(needed, dtype=float)
-
-
 def _tree_option(spec: Any, tree: str, name: str) -> Any:
     per_tree = _spec_option(spec, "scheduling_options_per_pool_tree", None)
     if per_tree:
@@ -179,7 +168,7 @@ def _tree_option(spec: Any, tree: str, name: str) -> Any:
 
 
 def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
-    """The operation's model element without usage and demand (set by ``_set_resources``)."""
+    """The operation's model element without usage and demand (written by ``_write_found``)."""
     schedulable = op.running and not op.suspended
     max_share_ratio = _tree_option(op.spec, tree.name, "max_share_ratio")
     return Operation(
@@ -213,10 +202,12 @@ class _LastBuild:
         self.operations = operations
 
 
-def _set_resources(element: Operation, source: OperationResources) -> Operation:
-    """Write the operation's current usage, demand and pending allocation count into its model element."""
-    usage, needed = _resources_of(source, element.id)
-    return _write_resources(element, usage, needed)
+def _write_found(element: Operation, found: tuple[Vector, Vector] | None) -> None:
+    """Write what the source answered (usage, needed; None: idle) into the operation's model element."""
+    if found is None:
+        _write_resources(element, zeros(), zeros())
+    else:
+        _write_resources(element, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
 
 
 def _write_resources(element: Operation, usage: Vector, needed: Vector) -> Operation:
@@ -229,12 +220,6 @@ def _write_resources(element: Operation, usage: Vector, needed: Vector) -> Opera
         element.demand = usage.copy()
         element.pending_allocation_count = 0
     return element
-
-
-def _operation_element(
-    tree: RuntimeTree, op: TreeOperation, tolerance: float, source: OperationResources, tags: _TagLimits
-) -> Operation:
-    return _set_resources(_operation_static(tree, op, tolerance, tags), source)
 
 
 def _gang_like(tree: RuntimeTree, op: TreeOperation) -> bool:
@@ -316,25 +301,6 @@ def _pool_static(tree: RuntimeTree, pool: PoolElement, tags: _TagLimits, toleran
     )
 
 
-def _pool_element(
-    tree: RuntimeTree,
-    pool: PoolElement,
-    source: OperationResources,
-    tags: _TagLimits,
-    parent_tolerance: float,
-) -> Pool:
-    tolerance = pool_tolerance(tree, pool, parent_tolerance)
-    element = _pool_static(tree, pool, tags, tolerance)
-    children: list[Any] = [
-        _pool_element(tree, child, source, tags, tolerance) for child in pool.children.values()
-    ]
-    children.extend(
-        _operation_element(tree, op, tolerance, source, tags) for op in pool.operations.values() if op.running
-    )
-    element.children = children
-    return element
-
-
 def _operation_input(
     tree: RuntimeTree, op: TreeOperation, entry: Projected, nodes: Any, tags: _TagLimits
 ) -> tuple[Operation, bool]:
@@ -394,10 +360,7 @@ class _CachedBuild:
             if not kept:
                 self.cacheable = False
             found = _found(self.source, op_id)
-            if found is None:
-                _write_resources(static, zeros(), zeros())
-            else:
-                _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+            _write_found(static, found)
             self.operations[op_id] = [static, found]
             children.append(static)
         element.children = children
@@ -426,10 +389,8 @@ def build_fair_share_input(
     operations it was not notified of. Only these are then asked, instead of every running operation. ``None``:
     unknown, every running operation is asked (a snapshot's mapping, for instance).
     """
-    if cache is None:
-        tolerance = float(tree.config.fair_share_starvation_tolerance)
-        root = _pool_element(tree, tree.root, operation_resources, _TagLimits(nodes), tolerance)
-        return root, update_settings(tree)
+    if cache is None:  # a one-off input: the same walk, through a projection of its own
+        cache = FairShareInputCache()
     last = cache.last
     built_at = None if last is None or last.key[0] is not tree else last.key[1]
     if delta is None:
@@ -516,10 +477,7 @@ def _apply_operation_changes(
                 op_entry = projected[op_id]
                 static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, cache.tag_limits(nodes))
                 found = _found(source, op_id)
-                if found is None:
-                    _write_resources(static, zeros(), zeros())
-                else:
-                    _write_resources(static, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+                _write_found(static, found)
                 if cache.written is not None:
                     cache.written.append(static)
                 entries[op_id] = [static, found]
@@ -567,10 +525,7 @@ def _refresh_resources(
         entry[1] = found
         if written is not None:
             written.append(element)
-        if found is None:
-            _write_resources(element, zeros(), zeros())
-        else:
-            _write_resources(element, np.array(found[0], dtype=float), np.array(found[1], dtype=float))
+        _write_found(element, found)
 
 
 def tree_total_resources(nodes: NodeResources) -> Vector:
