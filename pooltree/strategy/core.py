@@ -251,7 +251,6 @@ class SchedulerCore:
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self.time_limits.forget(operation_id)
         self.checks.forget(operation_id)
-        self.input_resources.forget(operation_id)
         self._registration_order.pop(operation_id, None)
         self._may_have_completed.discard(operation_id)
         activated = self.pool_tree.unregister_operation(operation_id)
@@ -650,7 +649,6 @@ class SchedulerCore:
         self._unwatch_input(operation_id, self.controllers.pop(operation_id))
         self.time_limits.forget(operation_id)
         self.checks.forget(operation_id)
-        self.input_resources.forget(operation_id)
         return running
 
     def report_usage(self, allocation_id: str, reported: Vector) -> bool:

@@ -13,18 +13,15 @@ from pooltree.strategy.watch import unwatch_pending, watch_pending
 
 
 class InputResources:
-    """(usage, needed) of the operations of one tree, the same tuple object while both are unchanged (the input
-    then skips rewriting the operation's model element), and the operations whose answer may have moved.
+    """(usage, needed) of the operations of one tree for the fair-share input, and the operations whose answer may
+    have moved since the last input (the period's ``PeriodDelta.resources``): only those are asked, and the input
+    writes an answer into the operation's model element only when its values moved.
 
     ``controllers`` and ``strategy`` are the `SchedulerCore`'s own (read, never replaced)."""
 
     def __init__(self, controllers: Mapping[str, Any], strategy: Any) -> None:
         self.controllers = controllers
         self.strategy = strategy
-        self.cache: dict[str, tuple[Any, int, Any, Any, tuple[Vector, Vector]]] = {}
-        """Operation id → (runtime, its ``usage_serial``, the controller's ``pending_revision`` or, for a
-        controller without one, its needed resources as floats, the controller, the (usage, needed) handed to
-        the fair-share input) of the last input build."""
         self.dirty: set[str] = set()
         """Operations whose (usage, needed) may have moved since the last fair-share input was built: the strategy
         adds those whose usage moves (``usage_watch``), the controllers those whose pending work moves
@@ -47,10 +44,6 @@ class InputResources:
         self.polled.discard(operation_id)
         self.dirty.add(operation_id)
 
-    def forget(self, operation_id: str) -> None:
-        """Drop the operation's cached answer (it holds the controller and the runtime)."""
-        self.cache.pop(operation_id, None)
-
     def take_changed(self) -> set[str]:
         """The operations whose answer may have moved since the last call (notified or polled); the next call
         answers from here on."""
@@ -60,45 +53,10 @@ class InputResources:
         return changed
 
     def resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
-        """(usage, needed) of one operation for the fair-share input: the same tuple object as last time while
-        both are unchanged.
-
-        Usage is unchanged while the runtime's ``usage_serial`` is (the strategy moves it with every change);
-        needed resources while the controller's ``pending_revision`` is (`OperationControllerBase` moves it
-        whenever its pending work is set anew). A controller without a revision may change its pending work
-        without the strategy hearing of it: its needed resources are read every time and compared as floats.
-        """
-        cached = self.cache.get(operation_id)
-        if cached is not None:
-            runtime, serial, revision, controller, found = cached
-            if (
-                (runtime is None or runtime.usage_serial == serial)
-                and self.controllers.get(operation_id) is controller
-                and self.strategy.operations.get(operation_id) is runtime
-            ):
-                if type(revision) is int:
-                    if controller.pending_revision == revision:
-                        return found
-                else:
-                    needed = controller.needed_resources
-                    values = (
-                        needed.tolist()
-                        if type(needed) is np.ndarray
-                        else np.asarray(needed, dtype=float).tolist()
-                    )
-                    if values == revision:
-                        return found
+        """(usage, needed) of one operation for the fair-share input (None: no controller)."""
         controller = self.controllers.get(operation_id)
         if controller is None:
             return None
-        runtime = self.strategy.operations.get(operation_id)
-        revision = getattr(controller, "pending_revision", None)
-        needed = controller.needed_resources
-        if type(revision) is not int:
-            revision = (
-                needed.tolist() if type(needed) is np.ndarray else np.asarray(needed, dtype=float).tolist()
-            )
-        serial = -1 if runtime is None else runtime.usage_serial
-        found = (self.strategy.operation_usage(operation_id), np.asarray(needed, dtype=float))
-        self.cache[operation_id] = (runtime, serial, revision, controller, found)
-        return found
+        return self.strategy.operation_usage(operation_id), np.asarray(
+            controller.needed_resources, dtype=float
+        )

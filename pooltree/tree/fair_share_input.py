@@ -383,11 +383,10 @@ def build_fair_share_input(
 
     ``delta`` (with ``cache``): the period's changes of the tree (`pooltree.tree.delta`), found once per period
     for every consumer; without it they are found here (`period_delta` since the cache's previous build). Its
-    ``resources`` is a change notification instead of a poll: the operations for which ``operation_resources`` may
-    answer with another object than it did for the previous build through ``cache``; every other operation's
-    answer must be the very same object (or ``None`` again), as ``SchedulerCore.input_resources`` guarantees for the
-    operations it was not notified of. Only these are then asked, instead of every running operation. ``None``:
-    unknown, every running operation is asked (a snapshot's mapping, for instance).
+    ``resources`` is a change notification instead of a poll: the operations whose answer from
+    ``operation_resources`` may have moved since the previous build through ``cache`` (every other operation's must
+    be what it was, as ``SchedulerCore``'s notifications guarantee). Only these are then asked, instead of every
+    running operation. ``None``: unknown, every running operation is asked (a snapshot's mapping, for instance).
     """
     if cache is None:  # a one-off input: the same walk, through a projection of its own
         cache = FairShareInputCache()
@@ -506,10 +505,9 @@ def _refresh_resources(
     """Write current usage and demand into the cached operations' model elements: of every cached operation, or
     (``changed`` given) of the cached ones among ``changed`` only (the source answers the others as last time).
 
-    An operation whose source returned the very same ``(usage, needed)`` object as last time keeps what was
-    written from it: sources hand out a new object when the values change (``SchedulerCore`` keeps one per
-    operation while its usage and needed resources are unchanged; a snapshot's map never changes). Without
-    ``changed``, an operation the source has nothing for gets zeros written again (equal values).
+    An operation whose source answered as last time (the very same ``(usage, needed)`` object, as a snapshot's
+    map does, or arrays of the same bits, as `SchedulerCore`'s answers for an operation whose values did not
+    move) keeps what was written from it, and is not counted as written.
     """
     lookup = source if callable(source) else source.get
     if changed is None:
@@ -520,12 +518,30 @@ def _refresh_resources(
     for entry in entries:
         element = entry[0]
         found = lookup(element.id)
-        if found is entry[1] and found is not None:
+        if found is entry[1] or _same_answer(found, entry[1]):
             continue
         entry[1] = found
         if written is not None:
             written.append(element)
         _write_found(element, found)
+
+
+def _same_answer(found: tuple[Vector, Vector] | None, last: tuple[Vector, Vector] | None) -> bool:
+    """Whether two answers of the source are float arrays of the same bits (what is written from them is)."""
+    if found is None or last is None:
+        return False
+    return _same_bits(found[0], last[0]) and _same_bits(found[1], last[1])
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    return (
+        type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and a.dtype == np.float64
+        and b.dtype == np.float64
+        and a.shape == b.shape
+        and a.tobytes() == b.tobytes()
+    )
 
 
 def tree_total_resources(nodes: NodeResources) -> Vector:

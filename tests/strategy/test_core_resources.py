@@ -1,5 +1,5 @@
-"""`SchedulerCore.input_resources` hands the fair-share input each operation's current (usage, needed), the same
-object while both are unchanged, and forgets an operation whose controller leaves."""
+"""`SchedulerCore.input_resources` hands the fair-share input each operation's current (usage, needed) and says which
+operations may have moved; the input writes an answer into the operation's element only when it moved."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _controller(operation_id: str, jobs: int) -> VanillaController:
     return VanillaController(operation_id, [TaskSpec("main", jobs, JOB)])
 
 
-def test_resources_follow_revisions_and_controllers():
+def test_resources_follow_controllers():
     tree = PoolTree(parse_pool_trees({"t": {"pools": {"a": {}}}})["t"])
     core = SchedulerCore(tree)
     core.add_node("n0", vector(user_slots=8, cpu=8, memory=8 * GiB))
@@ -25,16 +25,35 @@ def test_resources_follow_revisions_and_controllers():
     core.update_fair_share(0.0)
     first = core.input_resources.resources("x")
     assert first is not None and first[1].tolist() == (JOB * 3).tolist()
-    assert core.input_resources.resources("x") is first  # unchanged: the very same object
     controller = core.controllers["x"]
-    controller._tasks["main"].pending.pop()  # pending work changes behind the strategy's back
+    controller._tasks["main"].pending.pop()  # pending work changes behind the strategy's back: notified
     controller._refresh()
+    assert "x" in core.input_resources.dirty
     second = core.input_resources.resources("x")
-    assert second is not first and second[1].tolist() == (JOB * 2).tolist()
-    # detached: the cached entry (which holds the controller and the runtime) goes; a new controller of the same
-    # id is read afresh
-    core.detach_controller("x")
-    assert "x" not in core.input_resources.cache
+    assert second is not None and second[1].tolist() == (JOB * 2).tolist()
+    core.detach_controller("x")  # no controller, no answer; a new controller of the same id is read afresh
+    assert core.input_resources.resources("x") is None
     core.attach_controller("x", _controller("x", 5))
     third = core.input_resources.resources("x")
     assert third is not None and third[1].tolist() == (JOB * 5).tolist()
+
+
+def test_the_input_writes_only_answers_that_moved():
+    """A notified operation whose usage and needed resources are the same bits as last time is not written again
+    (the update then re-reads no row of it); one whose answer moved is."""
+    tree = PoolTree(parse_pool_trees({"t": {"pools": {"a": {}}}})["t"])
+    core = SchedulerCore(tree)
+    core.add_node("n0", vector(user_slots=8, cpu=8, memory=8 * GiB))
+    core.register_operation("x", _controller("x", 3), user="u", pool="a")
+    core.register_operation("y", _controller("y", 2), user="u", pool="a")
+    core.update_fair_share(0.0)
+    core.input_resources.dirty.update({"x", "y"})  # notified, nothing moved
+    controller = core.controllers["y"]
+    controller._tasks["main"].pending.pop()  # y's pending work moves
+    controller._refresh()
+    core._fair_share_input(core._period_delta(), 1.0)
+    written = core._input_cache.take_written()
+    assert written is not None and [element.id for element in written] == ["y"]
+    assert core._input_cache.last is not None
+    element = core._input_cache.last.operations["y"][0]
+    assert element.demand.tolist() == (JOB * 1).tolist()
