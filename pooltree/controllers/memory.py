@@ -885,19 +885,12 @@ def _user_job_digest(
 ) -> tuple[float, float]:
     """The user job's digest as specified (lower bound, default value): the spec's (0.05, 0.5), both pinned by
     ``memory_reserve_factor``."""
-    default = _number(
-        spec.get("user_job_memory_digest_default_value", 0.5),
-        join_path(path, "user_job_memory_digest_default_value"),
-        low=0,
-        high=1,
-        low_open=True,
-    )
-    lower = _number(
-        spec.get("user_job_memory_digest_lower_bound", 0.05),
-        join_path(path, "user_job_memory_digest_lower_bound"),
-        low=0,
-        high=1,
-        low_open=True,
+    default, lower = (
+        _number(spec.get(key, fallback), join_path(path, key), low=0, high=1, low_open=True)
+        for key, fallback in (
+            ("user_job_memory_digest_default_value", 0.5),
+            ("user_job_memory_digest_lower_bound", 0.05),
+        )
     )
     factor = spec.get("memory_reserve_factor")
     if factor is not None:

@@ -91,16 +91,21 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
     assert core.operation_is_published(f"op{serial}")
 
 
-def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the period's delta (``UpdateState.relaid``: the pools whose children lists the input replaced), the
-    fair-share layout re-lays only those pools' blocks: neither identity sweep over every pool runs, nothing is
-    flattened anew, and every result is that of an update of fresh copies."""
-    tree = _tree()
-    core = SchedulerCore(tree)
+def _core_with_two_operations() -> SchedulerCore:
+    """A core on `_tree` with two operations in pool ``a``, after its first update."""
+    core = SchedulerCore(_tree())
     core.add_node("n1", LIMITS)
     for serial in (1, 2):
         core.register_operation(f"op{serial}", _Controller(f"op{serial}", 2), user="u", pool="a", now=0.0)
     core.update_fair_share(0.0)
+    return core
+
+
+def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the period's delta (``UpdateState.relaid``: the pools whose children lists the input replaced), the
+    fair-share layout re-lays only those pools' blocks: neither identity sweep over every pool runs, nothing is
+    flattened anew, and every result is that of an update of fresh copies."""
+    core = _core_with_two_operations()
 
     def refuse(*args: Any) -> Any:
         raise AssertionError("every pool compared although the delta says which changed")
@@ -150,12 +155,7 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
 def test_both_builds_read_the_changes_the_projection_classified(monkeypatch: pytest.MonkeyPatch) -> None:
     """What the delta's operations did (where each ran, which run now) is classified once per period, by the
     projection, and both the input and the strategy's rows are brought up to date from that very record."""
-    tree = _tree()
-    core = SchedulerCore(tree)
-    core.add_node("n1", LIMITS)
-    for serial in (1, 2):
-        core.register_operation(f"op{serial}", _Controller(f"op{serial}", 2), user="u", pool="a", now=0.0)
-    core.update_fair_share(0.0)
+    core = _core_with_two_operations()
     read: list[tuple[str, Any]] = []
     apply_input = fair_share_input._apply_operation_changes
     apply_rows = build_rows._operation_changes
