@@ -8,7 +8,11 @@ that started since ``since``, those that completed are kept (every one of them),
 censored observations (`pooltree.forecast.durations`); together they are every job started in the window, the
 short and the long alike. When more than ``kept`` completed, the earliest-started are dropped and ``since``
 moves to the earliest start kept; a completion of a job that started before ``since`` is not added (its
-siblings of that time are gone: keeping it alone would keep only the long ones).
+siblings of that time are gone: keeping it alone would keep only the long ones). Jobs that started at the same
+moment (a node's slots filled by one heartbeat) leave the window together: dropping only some of them would drop
+the ones that completed first, the short ones, while their long siblings stay in (kept, or censored while they
+run), and every pool's window would lean long (on the 200-node day slice its fitted medians sat 2-3% above the
+true one).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ class StartWindow:
             return
         heapq.heappush(self._jobs, (start_time, run_time))
         if len(self._jobs) > self.kept:
-            heapq.heappop(self._jobs)
-            self.since = self._jobs[0][0]
+            dropped, _ = heapq.heappop(self._jobs)
+            while self._jobs and self._jobs[0][0] <= dropped:  # its siblings of the same start go too
+                heapq.heappop(self._jobs)
+            self.since = self._jobs[0][0] if self._jobs else math.nextafter(dropped, math.inf)
 
     def run_times(self) -> tuple[float, ...]:
         """The kept run times in order of start."""

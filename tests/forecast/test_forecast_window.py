@@ -113,3 +113,18 @@ def test_a_pool_of_batches_is_fitted_to_its_true_run_times() -> None:
     assert found.source == "pool"
     assert abs(math.log(found.median / TRUE_MEDIAN)) < 0.15, found
     assert abs(found.sigma - TRUE_SIGMA) < 0.12, found
+
+
+def test_jobs_that_started_together_leave_the_window_together() -> None:
+    """A node's slots start their jobs at one moment and the short ones complete first: dropping only some of
+    that moment's jobs would drop the short ones and keep (or censor) the long ones."""
+    window = StartWindow(4)
+    for run_time in (1.0, 2.0, 3.0):
+        window.add(0.0, run_time)  # three siblings of one start completed, their long sibling still runs
+    window.add(10.0, 5.0)
+    window.add(20.0, 6.0)  # one too many: the whole start at 0 goes, not only its shortest job
+    assert window.run_times() == (5.0, 6.0) and window.since == 10.0
+    window.add(0.0, 900.0)  # the long sibling completes later: its short siblings are gone, so it is too
+    assert window.run_times() == (5.0, 6.0)
+    assert in_window([(0.0, 950.0), (10.0, 1.0)], window.since) == [1.0]
+    assert start_window([(0.0, 1.0), (0.0, 2.0), (5.0, 3.0)], 2) == ((3.0,), 5.0)
