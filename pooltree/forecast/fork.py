@@ -13,6 +13,7 @@ a fork is a pure function of the state, the seed and the settings.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -95,50 +96,72 @@ def cluster_snapshot(state: ClusterState) -> Snapshot:
 
 
 def duration_fits(state: ClusterState, settings: DurationSettings) -> dict[tuple[str, str], DurationFit]:
-    """(operation id, task) → the durations the forecast assumes for that task's jobs: the task's own completed
-    jobs with its running ones (censored); else its pool's completed jobs with the running jobs of the pool's
-    operations (one fit per pool); else the prior. The censored jobs are those that started in the window the
-    completed ones cover (`pooltree.forecast.window`: together, every job started since then)."""
+    """(operation id, task) → the durations the forecast assumes for that task's jobs, from three levels of
+    estimates (`durations.partial_pooling` draws each towards the one above it as far as the data say they
+    differ): the cluster (every pool's completed jobs with every running job of their windows), a pool (its
+    completed jobs, finished operations included, with the running jobs of its operations), a task (its own
+    completed jobs with its running ones). A task without completed jobs of its own gets its pool's fit, a pool
+    without any the cluster's, an empty cluster the prior. The censored jobs are those that started in the window
+    the completed ones cover (`pooltree.forecast.window`: together, every job started since then)."""
     pool_running: dict[str, list[tuple[float, float]]] = {}
     for op in state.operations:
         elapsed = pool_running.setdefault(op.pool, [])
         for task in op.tasks:
             elapsed.extend((job.start_time, state.now - job.start_time) for job in task.running)
-    pool_fits: dict[str, DurationFit] = {}
-    fits = {}
+    pools, cluster, pool_spread = _pool_fits(state, settings, pool_running)
+    fits: dict[tuple[str, str], DurationFit] = {}
+    pairs = []
     for op in state.operations:
-        pool = state.pool_durations.get(op.pool, ())
+        pool = pools.get(op.pool)
         for task in op.tasks:
-            if task.durations or not pool:
+            key = (op.id, task.name)
+            if task.durations:
                 running = in_window(
                     ((job.start_time, state.now - job.start_time) for job in task.running),
                     task.durations_since,
                 )
-                found = choose(task.durations, pool, settings, running)
+                fits[key] = fit(task.durations, "operation", settings, running)
+                if pool is not None:
+                    pairs.append((key, pool))
+            elif pool is not None:
+                fits[key] = pool  # made an estimate once the tasks' spread around their pools is known
+            elif cluster is not None:
+                fits[key] = cluster.as_estimate(pool_spread)
             else:
-                found = pool_fits.get(op.pool)
-                if found is None:
-                    since = state.pool_durations_since.get(op.pool, -math.inf)
-                    found = pool_fits[op.pool] = fit(
-                        pool, "pool", settings, in_window(pool_running[op.pool], since)
-                    )
-            fits[(op.id, task.name)] = found
-    # every own fit leans on its pool's as far as tasks differ from their pools (`durations.partial_pooling`)
-    pairs = []
-    for op in state.operations:
-        pool = state.pool_durations.get(op.pool, ())
-        if not pool:
-            continue
-        base = pool_fits.get(op.pool)
-        if base is None:
-            since = state.pool_durations_since.get(op.pool, -math.inf)
-            base = pool_fits[op.pool] = fit(pool, "pool", settings, in_window(pool_running[op.pool], since))
-        pairs.extend(
-            ((op.id, task.name), base) for task in op.tasks if fits[(op.id, task.name)].source == "operation"
-        )
-    pooled = partial_pooling([(fits[key], base) for key, base in pairs])
+                fits[key] = choose((), (), settings)
+    # every own fit leans on its pool's as far as tasks differ from their pools
+    pooled, task_spread = partial_pooling([(fits[key], base) for key, base in pairs])
     fits.update(zip((key for key, _ in pairs), pooled, strict=True))
+    estimates = {name: found.as_estimate(task_spread) for name, found in pools.items()}
+    for op in state.operations:
+        if op.pool in estimates:
+            for task in op.tasks:
+                if fits[(op.id, task.name)] is pools[op.pool]:
+                    fits[(op.id, task.name)] = estimates[op.pool]
     return fits
+
+
+def _pool_fits(
+    state: ClusterState, settings: DurationSettings, pool_running: Mapping[str, list[tuple[float, float]]]
+) -> tuple[dict[str, DurationFit], DurationFit | None, float]:
+    """Each pool's fit drawn towards the cluster's, the cluster's fit (None: no pool has a completed job) and the
+    spread of pools around it (log median, 0 when not estimated)."""
+    own: dict[str, DurationFit] = {}
+    every: list[float] = []
+    censored: list[float] = []
+    for pool, durations in state.pool_durations.items():
+        if not durations:
+            continue
+        since = state.pool_durations_since.get(pool, -math.inf)
+        running = in_window(pool_running.get(pool, ()), since)
+        own[pool] = dataclasses.replace(fit(durations, "pool", settings, running), key=f"pool/{pool}")
+        every.extend(durations)
+        censored.extend(running)
+    if not own:
+        return {}, None, 0.0
+    cluster = dataclasses.replace(fit(every, "cluster", settings, censored), key="cluster")
+    pooled, spread = partial_pooling([(found, cluster) for found in own.values()])
+    return dict(zip(own, pooled, strict=True)), cluster, spread
 
 
 def operation_spec(
@@ -169,7 +192,9 @@ def seed_distributions(
     """(operation id, spec task) → the job run times ``seed`` assumes: the same draw `fork_operation` makes for
     that seed (a hand-over of another seed's stopped run draws its own, `pooltree.forecast.tail`)."""
     return {
-        (op.id, task.name): fits[(op.id, task.name)].for_seed(random.Random(f"{seed}/{op.id}/{task.name}"))
+        (op.id, task.name): fits[(op.id, task.name)].for_seed(
+            random.Random(f"{seed}/{op.id}/{task.name}"), seed
+        )
         for op in state.operations
         for task in op.tasks
         if (op.id, task.name) in fits
@@ -190,7 +215,7 @@ def fork_operation(
     since: list[float] = []
     for task in op.tasks:
         rng = random.Random(f"{seed}/{op.id}/{task.name}")
-        distribution: Distribution = fits[(op.id, task.name)].for_seed(rng)
+        distribution: Distribution = fits[(op.id, task.name)].for_seed(rng, seed)
         for index, group in enumerate(_age_groups(task.running, now)):
             elapsed = [now - job.start_time for job in group]
             tasks.append(
