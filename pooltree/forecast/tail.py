@@ -182,132 +182,182 @@ def hand_over(
     submissions still to come (after ``simulation.now``, by time), registered in their pool trees when they come
     (a count limit may queue them) and served like the others. ``on_preempt(preemptor, victim)``: a job preempted
     for a starving operation (`pooltree.forecast.tail_preemption`)."""
-    rng = random.Random(f"{seed}/tail")
-    now = simulation.now
-    trees: dict[str, _Tree] = {}
-    owner: dict[str, _Tree] = {}
-    for name in simulation.trees:
-        limits = [node.limits for node in simulation.nodes if node.alive and node.tree == name]
-        total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
-        trees[name] = _Tree([float(x) for x in total], pool_trees[name], [float(x) for x in total])
-    heap: list[tuple[float, int, str, Shape]] = []
-    serial = 0
-    held: dict[str, dict[int, tuple[Shape, SimTask]]] = {}
-    job_shapes: dict[bytes, Shape] = {}
-    for job in simulation.jobs.values():
-        tree = trees.get(job.op.tree)
-        if tree is None:
-            continue
-        key = job.allocation.resources.tobytes()
-        resources = job_shapes.get(key)
-        if resources is None:
-            resources = job_shapes[key] = _shape(job.allocation.resources)
-        _take(tree.free, resources, -1.0)
-        end = job.end
-        if end is not None and redraw and job.task.duration is not None:
-            own = None if durations is None else durations.get((job.op.spec.id, spec_task(job.task.name)))
-            if own is not None:  # the seed's own run times, given the time since the job's real start
-                end = now + remaining(own, now - job.allocation.start_time, rng)
-            else:
-                end = now + remaining(job.task.duration, now - job.start, rng)
-        if end is not None:
-            serial += 1
-            heap.append((end, serial, job.op.spec.id, resources))
-            held.setdefault(job.op.spec.id, {})[serial] = (resources, job.task)
-    heapq.heapify(heap)
-    result = TailResult()
-    for order, op in enumerate(simulation.ops):
-        tree = trees.get(op.tree)
-        controller = op.controller
-        if tree is None or controller is None or op.state in ("completed", "failed", "aborted"):
-            continue
-        if op.spec.id not in tree.pool_tree.operations:
-            continue
-        counts = controller.pending_task_counts()
-        pending = [(task, counts[task.name]) for task in op.spec.tasks if counts.get(task.name, 0) > 0]
-        tail_op = _TailOp(
-            op.spec.id,
-            order,
-            pending,
-            sum(count for _, count in pending),
-            running=controller.running_allocation_count,
-            started=op.spec.id in started,
-            may_run=bool(tree.pool_tree.operation(op.spec.id).running),
-            gang=any(task.gang_size is not None for task in op.spec.tasks),
-        )
-        tail_op.jobs = held.get(tail_op.id, {})
-        tail_op.held.update(resources for resources, _ in tail_op.jobs.values())
-        tree.ops[tail_op.id] = tail_op
-        tree.admit(tail_op)
-        owner[tail_op.id] = tree
-    starvations: list[Starving] = []
-    for name, tree in trees.items():
-        core = simulation.trees[name].core
-        tree.shares = fair_shares(core, tree.ops)
-        usage = {key: op.usage() for key, op in tree.ops.items() if key in tree.shares}
-        starvations.extend(starving(core, name, tree.shares, usage, tree.total, now, horizon))
-    starvations.sort(key=lambda item: (item.at, item.operation_id))
-    started_jobs = 0
-    shapes: dict[int, Shape] = {}
+    tail = _HandOver(simulation, pool_trees, seed, on_start, on_finish, on_preempt, durations)
+    tail.place_running(redraw)
+    tail.take_operations(started)
+    starvations = tail.starvations(horizon)
+    coming = sorted((op for op in arrivals if op.submit_time > tail.now), key=lambda op: op.submit_time)
+    tail.smallest = tail.smallest_job(coming)
+    for tree in tail.trees.values():
+        tail.dispatch(tree, tail.now, None)
+    tail.run(horizon, deadline, coming, starvations)
+    tail.result.jobs = tail.started_jobs
+    if tail.result.reached == math.inf:
+        tail.finish_past_horizon()
+    return tail.result
 
-    def shape(task: SimTask) -> Shape:
-        found = shapes.get(id(task))
-        if found is None:
-            found = shapes[id(task)] = _shape(task.resources)
+
+class _HandOver:
+    """One hand-over's state: the trees' free capacity and operations, the heap of job ends, and the callbacks
+    (see `hand_over`; each method is one concern of it)."""
+
+    def __init__(
+        self,
+        simulation: Simulation,
+        pool_trees: Mapping[str, Any],
+        seed: int,
+        on_start: Callable[[str, float], None],
+        on_finish: Callable[[str, float], None],
+        on_preempt: Callable[[str, str], None] | None,
+        durations: Mapping[tuple[str, str], Distribution] | None,
+    ) -> None:
+        self.simulation = simulation
+        self.rng = random.Random(f"{seed}/tail")
+        self.now = simulation.now
+        self.on_start = on_start
+        self.on_finish = on_finish
+        self.on_preempt = on_preempt
+        self.durations = durations
+        self.trees: dict[str, _Tree] = {}
+        for name in simulation.trees:
+            limits = [node.limits for node in simulation.nodes if node.alive and node.tree == name]
+            total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
+            self.trees[name] = _Tree([float(x) for x in total], pool_trees[name], [float(x) for x in total])
+        self.owner: dict[str, _Tree] = {}
+        """Operation id → the tree it runs in."""
+        self.heap: list[tuple[float, int, str, Shape]] = []
+        """(end, serial, operation id, resources) of every running job."""
+        self.serial = 0
+        self.held: dict[str, dict[int, tuple[Shape, SimTask]]] = {}
+        """Operation id → its jobs running at the stop, by serial."""
+        self.result = TailResult()
+        self.started_jobs = 0
+        self.shapes: dict[int, Shape] = {}
+        """id(task) → its job's resources as a `Shape`."""
+        self.smallest: Shape = ()
+        """The smallest job of any operation: while it does not fit, nothing is served."""
+        self.order = len(simulation.ops)
+        """The next arrival's place in the queues (after every operation of the simulation)."""
+        self.default_tree = simulation.scenario.snapshot.default_pool_tree
+
+    def place_running(self, redraw: bool) -> None:
+        """The jobs running at the stop hold their resources until their ends (drawn anew with ``redraw``)."""
+        now = self.now
+        job_shapes: dict[bytes, Shape] = {}
+        for job in self.simulation.jobs.values():
+            tree = self.trees.get(job.op.tree)
+            if tree is None:
+                continue
+            key = job.allocation.resources.tobytes()
+            resources = job_shapes.get(key)
+            if resources is None:
+                resources = job_shapes[key] = _shape(job.allocation.resources)
+            _take(tree.free, resources, -1.0)
+            end = job.end
+            if end is not None and redraw and job.task.duration is not None:
+                durations = self.durations
+                own = None if durations is None else durations.get((job.op.spec.id, spec_task(job.task.name)))
+                if own is not None:  # the seed's own run times, given the time since the job's real start
+                    end = now + remaining(own, now - job.allocation.start_time, self.rng)
+                else:
+                    end = now + remaining(job.task.duration, now - job.start, self.rng)
+            if end is not None:
+                self.serial += 1
+                self.heap.append((end, self.serial, job.op.spec.id, resources))
+                self.held.setdefault(job.op.spec.id, {})[self.serial] = (resources, job.task)
+        heapq.heapify(self.heap)
+
+    def take_operations(self, started: set[str]) -> None:
+        """Every unfinished operation of the simulation, with its jobs still to start, in its tree's queues."""
+        for order, op in enumerate(self.simulation.ops):
+            tree = self.trees.get(op.tree)
+            controller = op.controller
+            if tree is None or controller is None or op.state in ("completed", "failed", "aborted"):
+                continue
+            if op.spec.id not in tree.pool_tree.operations:
+                continue
+            counts = controller.pending_task_counts()
+            pending = [(task, counts[task.name]) for task in op.spec.tasks if counts.get(task.name, 0) > 0]
+            tail_op = _TailOp(
+                op.spec.id,
+                order,
+                pending,
+                sum(count for _, count in pending),
+                running=controller.running_allocation_count,
+                started=op.spec.id in started,
+                may_run=bool(tree.pool_tree.operation(op.spec.id).running),
+                gang=any(task.gang_size is not None for task in op.spec.tasks),
+            )
+            tail_op.jobs = self.held.get(tail_op.id, {})
+            tail_op.held.update(resources for resources, _ in tail_op.jobs.values())
+            tree.ops[tail_op.id] = tail_op
+            tree.admit(tail_op)
+            self.owner[tail_op.id] = tree
+
+    def starvations(self, horizon: float) -> list[Starving]:
+        """The operations the core's last update found starving, by when their timeouts pass."""
+        found: list[Starving] = []
+        for name, tree in self.trees.items():
+            core = self.simulation.trees[name].core
+            tree.shares = fair_shares(core, tree.ops)
+            usage = {key: op.usage() for key, op in tree.ops.items() if key in tree.shares}
+            found.extend(starving(core, name, tree.shares, usage, tree.total, self.now, horizon))
+        found.sort(key=lambda item: (item.at, item.operation_id))
         return found
 
-    def start_job(tree: _Tree, op: _TailOp, at: float) -> bool:
-        nonlocal serial, started_jobs
+    def smallest_job(self, coming: Sequence[SimOperation]) -> Shape:
+        """Each resource's least amount over the jobs still to start and those of the submissions to come."""
+        least = [math.inf] * RESOURCE_COUNT
+        for tree in self.trees.values():
+            for op in tree.ops.values():
+                for task, _ in op.pending:
+                    least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
+        for arrival in coming:
+            for task in arrival.tasks:
+                least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
+        return _shape([0.0 if math.isinf(amount) else amount for amount in least])
+
+    def shape(self, task: SimTask) -> Shape:
+        found = self.shapes.get(id(task))
+        if found is None:
+            found = self.shapes[id(task)] = _shape(task.resources)
+        return found
+
+    def start_job(self, tree: _Tree, op: _TailOp, at: float) -> bool:
+        """Start ``op``'s next job at ``at`` if it fits the tree's free capacity."""
         task = op.next_task()
         if task is None or task.duration is None:
             return False
-        resources = shape(task)
+        resources = self.shape(task)
         if not _fits(resources, tree.free):
             return False
         op.take(task)
         _take(tree.free, resources, -1.0)
         op.running += 1
-        started_jobs += 1
+        self.started_jobs += 1
         if not op.started:
             op.started = True
-            on_start(op.id, at)
-        serial += 1
-        op.jobs[serial] = (resources, task)
+            self.on_start(op.id, at)
+        self.serial += 1
+        op.jobs[self.serial] = (resources, task)
         op.held[resources] += 1
-        own = None if durations is None else durations.get((op.id, task.name))
-        heapq.heappush(heap, (at + (own or task.duration).sample(rng), serial, op.id, resources))
+        own = None if self.durations is None else self.durations.get((op.id, task.name))
+        heapq.heappush(
+            self.heap, (at + (own or task.duration).sample(self.rng), self.serial, op.id, resources)
+        )
         return True
 
-    def preempt_for(tree: _Tree, op: _TailOp, at: float) -> None:
+    def preempt_for(self, tree: _Tree, op: _TailOp, at: float) -> None:
         """``op``'s starvation timeout passed: jobs of the operations furthest above their fair shares make room
         for its jobs until it holds its own fair share (see `pooltree.forecast.tail_preemption`)."""
         share = tree.shares.get(op.id, 0.0)
-        victims = tree.victims
-        if victims is None:  # once per hand-over: by how far above their fair shares, the furthest first
-            victims = tree.victims = [
-                (tree.shares[c.id] - dominant_share(c.usage(), tree.total), c.order, c)
-                for c in tree.ops.values()
-                if c.jobs and c.id in tree.shares
-            ]
-            heapq.heapify(victims)
         while op.may_run and op.has_pending() and dominant_share(op.usage(), tree.total) < share - EPSILON:
-            if start_job(tree, op, at):
+            if self.start_job(tree, op, at):
                 continue
-            victim = None
-            while victims:  # entries are refreshed when read (an operation's usage moved since it was keyed)
-                key, order_key, candidate = heapq.heappop(victims)
-                if candidate is op or not candidate.jobs or tree.ops.get(candidate.id) is not candidate:
-                    continue
-                current = tree.shares[candidate.id] - dominant_share(candidate.usage(), tree.total)
-                if current >= -EPSILON:
-                    continue
-                if current > key + EPSILON:
-                    heapq.heappush(victims, (current, order_key, candidate))
-                    continue
-                victim = candidate
-                break
-            if victim is None:
+            found = self.victim(tree, op)
+            if found is None:
                 return
+            victim, order_key = found
             job_serial = next(reversed(victim.jobs))  # the newest job goes first
             resources, task = victim.jobs.pop(job_serial)
             victim.held[resources] -= 1
@@ -317,60 +367,71 @@ def hand_over(
             tree.admit(victim)
             if victim.jobs:
                 still = tree.shares[victim.id] - dominant_share(victim.usage(), tree.total)
-                heapq.heappush(victims, (still, order_key, victim))
-            result.preempted += 1
-            if on_preempt is not None:
-                on_preempt(op.id, victim.id)
+                assert tree.victims is not None
+                heapq.heappush(tree.victims, (still, order_key, victim))
+            self.result.preempted += 1
+            if self.on_preempt is not None:
+                self.on_preempt(op.id, victim.id)
 
-    least = [math.inf] * RESOURCE_COUNT
-    for tree in trees.values():
-        for op in tree.ops.values():
-            for task, _ in op.pending:
-                least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
-    coming = sorted((op for op in arrivals if op.submit_time > now), key=lambda op: op.submit_time)
-    for arrival in coming:
-        for task in arrival.tasks:
-            least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
-    smallest = _shape([0.0 if math.isinf(amount) else amount for amount in least])
+    def victim(self, tree: _Tree, op: _TailOp) -> tuple[_TailOp, int] | None:
+        """The operation furthest above its fair share (not ``op``) and its order key; None: nobody is above."""
+        victims = tree.victims
+        if victims is None:  # once per hand-over: by how far above their fair shares, the furthest first
+            victims = tree.victims = [
+                (tree.shares[c.id] - dominant_share(c.usage(), tree.total), c.order, c)
+                for c in tree.ops.values()
+                if c.jobs and c.id in tree.shares
+            ]
+            heapq.heapify(victims)
+        while victims:  # entries are refreshed when read (an operation's usage moved since it was keyed)
+            key, order_key, candidate = heapq.heappop(victims)
+            if candidate is op or not candidate.jobs or tree.ops.get(candidate.id) is not candidate:
+                continue
+            current = tree.shares[candidate.id] - dominant_share(candidate.usage(), tree.total)
+            if current >= -EPSILON:
+                continue
+            if current > key + EPSILON:
+                heapq.heappush(victims, (current, order_key, candidate))
+                continue
+            return candidate, order_key
+        return None
 
-    def serve(tree: _Tree, queue: list[tuple[int, str]], at: float, first_only: bool) -> None:
+    def serve(self, tree: _Tree, queue: list[tuple[int, str]], at: float, first_only: bool) -> None:
         """Start jobs for the operations at the head of ``queue`` while they fit (``first_only``: one each)."""
-        if not _fits(smallest, tree.free):
+        if not _fits(self.smallest, tree.free):
             return  # not even the smallest job fits
         skipped = []
-        while queue and len(skipped) < TRIES and started_jobs < MAX_TAIL_JOBS:
+        while queue and len(skipped) < TRIES and self.started_jobs < MAX_TAIL_JOBS:
             operation_id = queue[0][1]
             op = tree.ops.get(operation_id)
             if op is None or not op.may_run or not op.has_pending() or (first_only and op.running > 0):
                 heapq.heappop(queue)
                 continue
-            if not start_job(tree, op, at):
+            if not self.start_job(tree, op, at):
                 skipped.append(heapq.heappop(queue))
                 continue
             if first_only:
                 heapq.heappop(queue)
             else:
-                while op.has_pending() and start_job(tree, op, at):
+                while op.has_pending() and self.start_job(tree, op, at):
                     pass
                 if op.has_pending():
                     break
         for entry in skipped:
             heapq.heappush(queue, entry)
 
-    def dispatch(tree: _Tree, at: float, last: _TailOp | None) -> None:
-        serve(tree, tree.starters, at, True)
+    def dispatch(self, tree: _Tree, at: float, last: _TailOp | None) -> None:
+        """Freed capacity: operations without a job first, then ``last`` (whose job ended), then the oldest."""
+        self.serve(tree, tree.starters, at, True)
         if last is not None and last.may_run:
-            while last.has_pending() and start_job(tree, last, at):
+            while last.has_pending() and self.start_job(tree, last, at):
                 pass
-        serve(tree, tree.hungry, at, False)
+        self.serve(tree, tree.hungry, at, False)
 
-    default_tree = simulation.scenario.snapshot.default_pool_tree
-    order = len(simulation.ops)
-
-    def arrive(arrival: SimOperation, at: float) -> None:
-        nonlocal order
-        names = arrival.spec.pool_trees_or(default_tree)
-        tree = trees.get(names[0]) if names else None
+    def arrive(self, arrival: SimOperation, at: float) -> None:
+        """A submission registered in its pool tree (refused as a real start would be) and served."""
+        names = arrival.spec.pool_trees_or(self.default_tree)
+        tree = self.trees.get(names[0]) if names else None
         if tree is None:
             return
         try:
@@ -387,77 +448,86 @@ def hand_over(
         pending = [(task, task.job_count) for task in arrival.tasks if task.job_count > 0]
         tail_op = _TailOp(
             arrival.id,
-            order,
+            self.order,
             pending,
             sum(count for _, count in pending),
             may_run=bool(registered.running),
             gang=any(task.gang_size is not None for task in arrival.tasks),
         )
-        order += 1
+        self.order += 1
         tree.ops[tail_op.id] = tail_op
         tree.admit(tail_op)
-        owner[tail_op.id] = tree
-        dispatch(tree, at, None)
+        self.owner[tail_op.id] = tree
+        self.dispatch(tree, at, None)
 
-    for tree in trees.values():
-        dispatch(tree, now, None)
-    coming_index = starving_index = 0
-    while started_jobs < MAX_TAIL_JOBS:
-        at = heap[0][0] if heap else math.inf
-        arrival_at = coming[coming_index].submit_time if coming_index < len(coming) else math.inf
-        starving_at = starvations[starving_index].at if starving_index < len(starvations) else math.inf
-        if min(at, arrival_at, starving_at) > horizon:
-            break
-        if deadline is not None and started_jobs % 64 == 0 and time.process_time() > deadline:
-            result.reached = min(at, arrival_at, starving_at)
-            break
-        if starving_at <= min(at, arrival_at):
-            item = starvations[starving_index]
-            starving_index += 1
-            tree = trees[item.tree]
-            op = tree.ops.get(item.operation_id)
-            if op is not None:
-                preempt_for(tree, op, starving_at)
-            continue
-        if arrival_at <= at:
-            arrive(coming[coming_index], arrival_at)
-            coming_index += 1
-            continue
-        _, job_serial, operation_id, resources = heap[0]
-        heapq.heappop(heap)
-        tree = owner.get(operation_id)
+    def job_ended(self, at: float) -> None:
+        """The first job end of the heap: its resources are freed; its operation finishes when it was the last
+        (leaving its pool tree, which may let queued operations run), and the freed capacity is dispatched."""
+        _, job_serial, operation_id, resources = heapq.heappop(self.heap)
+        tree = self.owner.get(operation_id)
         if tree is None:
-            continue
+            return
         op = tree.ops.get(operation_id)
         if op is None:
             _take(tree.free, resources, 1.0)
-            continue
+            return
         if op.jobs.pop(job_serial, None) is None:
-            continue  # preempted earlier: its resources were freed then
+            return  # preempted earlier: its resources were freed then
         op.held[resources] -= 1
         _take(tree.free, resources, 1.0)
         op.running -= 1
         if op.running == 0 and not op.has_pending():
             del tree.ops[operation_id]
-            on_finish(operation_id, at)
+            self.on_finish(operation_id, at)
             for activated in tree.pool_tree.unregister_operation(operation_id):
                 if activated in tree.ops:
                     tree.ops[activated].may_run = True
                     tree.admit(tree.ops[activated])
-        dispatch(tree, at, op)
-    result.jobs = started_jobs
-    if result.reached < math.inf:
-        return result
-    # past the horizon: an operation with nothing left to start finishes when its last running job ends
-    last_end: dict[str, float] = {}
-    ends: Counter[str] = Counter()
-    for at, _, operation_id, _ in heap:
-        last_end[operation_id] = max(last_end.get(operation_id, at), at)
-        ends[operation_id] += 1
-    for operation_id, at in last_end.items():
-        tree = owner.get(operation_id)
-        op = None if tree is None else tree.ops.get(operation_id)
-        if op is None or op.has_pending() or op.gang or op.running != ends[operation_id]:
-            continue  # jobs left to start, a gang, or a job that never ends
-        on_finish(operation_id, at)
-    return result
+        self.dispatch(tree, at, op)
+
+    def run(
+        self,
+        horizon: float,
+        deadline: float | None,
+        coming: Sequence[SimOperation],
+        starvations: Sequence[Starving],
+    ) -> None:
+        """Job ends, submissions and starvation timeouts in time order until the horizon (or the deadline)."""
+        heap = self.heap
+        coming_index = starving_index = 0
+        while self.started_jobs < MAX_TAIL_JOBS:
+            at = heap[0][0] if heap else math.inf
+            arrival_at = coming[coming_index].submit_time if coming_index < len(coming) else math.inf
+            starving_at = starvations[starving_index].at if starving_index < len(starvations) else math.inf
+            if min(at, arrival_at, starving_at) > horizon:
+                break
+            if deadline is not None and self.started_jobs % 64 == 0 and time.process_time() > deadline:
+                self.result.reached = min(at, arrival_at, starving_at)
+                break
+            if starving_at <= min(at, arrival_at):
+                item = starvations[starving_index]
+                starving_index += 1
+                tree = self.trees[item.tree]
+                op = tree.ops.get(item.operation_id)
+                if op is not None:
+                    self.preempt_for(tree, op, starving_at)
+                continue
+            if arrival_at <= at:
+                self.arrive(coming[coming_index], arrival_at)
+                coming_index += 1
+                continue
+            self.job_ended(at)
+
+    def finish_past_horizon(self) -> None:
+        """Past the horizon: an operation with nothing left to start finishes when its last running job ends."""
+        last_end: dict[str, float] = {}
+        ends: Counter[str] = Counter()
+        for at, _, operation_id, _ in self.heap:
+            last_end[operation_id] = max(last_end.get(operation_id, at), at)
+            ends[operation_id] += 1
+        for operation_id, at in last_end.items():
+            tree = self.owner.get(operation_id)
+            op = None if tree is None else tree.ops.get(operation_id)
+            if op is None or op.has_pending() or op.gang or op.running != ends[operation_id]:
+                continue  # jobs left to start, a gang, or a job that never ends
+            self.on_finish(operation_id, at)
