@@ -150,10 +150,13 @@ TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operat
 
 
 def copy_allocation(allocation: Allocation) -> Allocation:
-    """An allocation as a replica holds it: its own object (a replica's bookkeeping writes into it)."""
-    out = copy.copy(allocation)
-    out.resources = np.array(allocation.resources, dtype=float)
-    out.reserve = np.array(allocation.reserve, dtype=float)
+    """An allocation as a replica holds it: its own object (a replica's bookkeeping writes into it), with its
+    own vectors (`Allocation.__slots__` copied one by one: `copy.copy` of a slotted object is several times slower)."""
+    out = Allocation.__new__(Allocation)
+    for name in Allocation.__slots__:
+        setattr(out, name, getattr(allocation, name))
+    out.resources = allocation.resources.copy()
+    out.reserve = allocation.reserve.copy()
     return out
 
 

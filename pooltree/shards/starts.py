@@ -120,6 +120,8 @@ class ShardStarts:
         handling of its claims and effects): what shard processes would take off the leader (`bench/`)."""
         self._handling = 0.0
         """CPU seconds of the leader's claim and effect handling during the current pass."""
+        self._shards: dict[str, int] = {}
+        """Node address → its shard (`shard_of`, a hash: kept)."""
         scheduler.tree_pass = self.tree_pass
 
     # -------------------------------------------------------------- the heartbeat in one tree
@@ -136,7 +138,9 @@ class ShardStarts:
         if not replicable(truth):
             self.leader_passes += 1
             return core.process_heartbeat(heartbeat, now)
-        shard = shard_of(heartbeat.address, self.count)
+        shard = self._shards.get(heartbeat.address)
+        if shard is None:
+            shard = self._shards[heartbeat.address] = shard_of(heartbeat.address, self.count)
         began = time.process_time()
         replica = self._replica(shard, tree, state, truth)
         result = HeartbeatResult(address=heartbeat.address)
