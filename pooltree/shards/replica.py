@@ -345,6 +345,29 @@ class TreeReplica:
         self.send_unclaim(self.tree, allocation, finished, now)
 
 
+def preempt_as(
+    strategy: TreeScheduler, allocation: Allocation, record: PreemptionRecord, result: HeartbeatResult | None
+) -> None:
+    """Preempt ``allocation`` in ``strategy`` as ``record`` says another strategy did (`PreemptiveStages.preempt`:
+    the same reason, stage, time, explanation, timeout and preemptor), into ``result`` when given."""
+    preemptor = (
+        strategy.allocations.get(record.preemptor_allocation_id)
+        if record.preemptor_allocation_id is not None
+        else None
+    )
+    strategy.preemption.preempt(
+        allocation,
+        strategy.nodes[allocation.node_address],
+        record.time,
+        result if result is not None else HeartbeatResult(address=allocation.node_address),
+        (record.reason, record.stage),
+        record.explanation,
+        timeout=record.timeout,
+        preemptor=preemptor,
+        preempted_for=record.preemptor_operation_id if preemptor is None else None,
+    )
+
+
 def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) -> None:
     """One increment on the copy (see the module docstring)."""
     if isinstance(increment, PendingWork):
@@ -361,23 +384,7 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) 
         strategy.regular.started(allocation, element, node, increment.time, result, increment.stage, None)
     elif isinstance(increment, AllocationPreempted):
         record = increment.record
-        allocation = strategy.allocations[record.allocation_id]
-        preemptor = (
-            strategy.allocations.get(record.preemptor_allocation_id)
-            if record.preemptor_allocation_id is not None
-            else None
-        )
-        strategy.preemption.preempt(
-            allocation,
-            strategy.nodes[allocation.node_address],
-            record.time,
-            HeartbeatResult(address=allocation.node_address),
-            (record.reason, record.stage),
-            record.explanation,
-            timeout=record.timeout,
-            preemptor=preemptor,
-            preempted_for=record.preemptor_operation_id if preemptor is None else None,
-        )
+        preempt_as(strategy, strategy.allocations[record.allocation_id], record, None)
     elif isinstance(increment, AllocationFinished):
         strategy.finish_allocation(increment.finished, increment.time)
     elif isinstance(increment, UsageChanged):

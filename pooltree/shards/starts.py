@@ -32,7 +32,9 @@ limit), until the increments arrive; that is the design of `ARCHITECTURE.md` and
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,7 @@ from pooltree.shards.replica import (
     Unregistered,
     UsageChanged,
     copy_allocation,
+    preempt_as,
 )
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import (
@@ -149,7 +152,7 @@ class ShardStarts:
         self.origin = shard
         self._handling = 0.0
         try:
-            replica.send_effect = lambda event: self._effect(tree, state, truth, replica, event, result)
+            replica.send_effect = lambda event: self._effect(state, truth, replica, event, result)
             shard_result = replica.schedule(heartbeat, now)
         finally:
             replica.send_effect = None
@@ -330,11 +333,8 @@ class ShardStarts:
 
     def _claim(self, claim: Claim) -> ClaimAnswer:
         """A shard's start, checked against the truth (YTsaurus's precommit); the real controller's choice."""
-        began = time.process_time()
-        try:
+        with self._handling_time():
             return self._check_claim(claim)
-        finally:
-            self._handling += time.process_time() - began
 
     def _check_claim(self, claim: Claim) -> ClaimAnswer:
         state = self.trees[claim.tree]
@@ -361,9 +361,17 @@ class ShardStarts:
         if granted is not None and runtime is not None:
             runtime.controller.on_allocation_finished(granted, finished, now)
 
+    @contextlib.contextmanager
+    def _handling_time(self) -> Iterator[None]:
+        """Counts the CPU time of the leader's handling of a claim or an event during a shard's pass."""
+        began = time.process_time()
+        try:
+            yield
+        finally:
+            self._handling += time.process_time() - began
+
     def _effect(
         self,
-        tree: str,
         state: _Tree,
         truth: TreeScheduler,
         replica: TreeReplica,
@@ -371,23 +379,20 @@ class ShardStarts:
         result: HeartbeatResult,
     ) -> None:
         """What the shard's pass decided, applied to the truth at once and in order."""
-        began = time.process_time()
-        try:
-            self._apply_effect(state, truth, replica, event, result)
-        finally:
-            self._handling += time.process_time() - began
+        with self._handling_time():
+            self._apply_effect(truth, replica, event, result, state.granted)
 
+    @staticmethod
     def _apply_effect(
-        self,
-        state: _Tree,
         truth: TreeScheduler,
         replica: TreeReplica,
         event: dict[str, Any],
         result: HeartbeatResult,
+        granted: dict[str, Allocation],
     ) -> None:
         kind = event.get("event")
         if kind == "allocation_started":
-            allocation = state.granted.pop(event["allocation_id"])
+            allocation = granted.pop(event["allocation_id"])
             element = truth.state.elements[allocation.operation_id]
             node = truth.nodes[event["node"]]
             stage = SchedulingStage(event["stage"])
@@ -398,22 +403,7 @@ class ShardStarts:
             allocation = truth.allocations.get(event["allocation_id"])
             if record is None or allocation is None or allocation.preempted:
                 return  # the victim ended already: nothing to stop
-            preemptor = (
-                truth.allocations.get(record.preemptor_allocation_id)
-                if record.preemptor_allocation_id is not None
-                else None
-            )
-            truth.preemption.preempt(
-                allocation,
-                truth.nodes[allocation.node_address],
-                record.time,
-                result,
-                (record.reason, record.stage),
-                record.explanation,
-                timeout=record.timeout,
-                preemptor=preemptor,
-                preempted_for=record.preemptor_operation_id if preemptor is None else None,
-            )
+            preempt_as(truth, allocation, record, result)
 
 
 def _pending(truth: TreeScheduler, operation_id: str) -> tuple[int, Vector]:
