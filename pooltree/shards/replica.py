@@ -145,7 +145,7 @@ Increment = (
     | Rekeyed
 )
 
-TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations")
+TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations", "report_usage")
 """The truth's methods the leader taps (`starts.py`): a copy must not keep the taps."""
 
 

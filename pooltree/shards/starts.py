@@ -5,12 +5,13 @@ becomes the scheduler's ``tree_pass`` (`LiveScheduler.tree_pass`): the leader st
 (finished jobs stored and acknowledged, usage, lost jobs, the node's limits), then the stages of the node's
 heartbeat run in the replica of the node's shard (`shard_of`). For each tree, per heartbeat:
 
-1. The truth (the leader's `TreeScheduler`) takes the node's limits and tags; what changed of them, the pending
-   work that moved (controllers notify, `strategy/watch.py`) and the node's allocations whose accounted usage a
-   report moved become increments for every shard, after the ones the truth's own events made (starts,
-   preemptions, ends: the truth's event sink is tapped).
-2. The shard's replica takes its increments in order, or a new copy of the truth when the truth's published state
-   moved (`TreeReplica.stale`: a fair-share update, an operation registered or gone, a node gone).
+1. The truth (the leader's `TreeScheduler`) takes the node's limits and tags; a change (or a new node) and the
+   pending work that moved (controllers notify, `strategy/watch.py`) become increments for every shard, in order
+   with the ones the truth's own changes made: its events (starts, preemptions, ends: its event sink is tapped)
+   and its publishes, operations attached or gone, re-keys and accounted usage reports (those methods of the
+   truth's instance are wrapped, `_tap_methods`).
+2. The shard's replica takes its increments in order (a copy of the truth the first time, and when the truth lost
+   a node or restarted a job outside the stages).
 3. The replica runs the stages. A start is a claim (`Claim`): the leader refuses it when the operation no longer
    runs or has no pending work, or when the truth's usage of the operation or an ancestor with resource limits is
    above what the replica decided on (another shard's start it has not heard of: YTsaurus's precommit, so a limit
@@ -95,8 +96,6 @@ class _Tree:
         self.core = core
         self.pending_moved: set[str] = set()
         self.watched: set[str] = set()
-        self.accounted: dict[str, Vector] = {}
-        """Per allocation, the accounted usage the replicas were told (a report that moves it is an increment)."""
         self.granted: dict[str, Allocation] = {}
         """Allocations the real controllers chose for claims, until the replica books them (or gives them back)."""
 
@@ -136,7 +135,6 @@ class ShardStarts:
         state = self._attach(tree, core)
         truth = core.strategy
         self._sync_node(tree, core, heartbeat, now)
-        self._report_usage(tree, state, truth, heartbeat.address)
         self._flush_pending(tree, state)
         if not replicable(truth):
             self.leader_passes += 1
@@ -230,20 +228,6 @@ class ShardStarts:
         if limits is None or tags != node.tags or not np.array_equal(limits, node.resource_limits):
             self._send(tree, NodeSynced(node.address, node.resource_limits.copy(), node.tags, now))
 
-    def _report_usage(self, tree: str, state: _Tree, truth: TreeScheduler, address: str) -> None:
-        """The node's allocations whose accounted usage its reports moved (`TreeScheduler.report_usage`)."""
-        node = truth.nodes.get(address)
-        if node is None:
-            return
-        accounted = state.accounted
-        for allocation in node.allocations.values():
-            told = accounted.get(allocation.id)
-            if told is None or told is allocation.resources or allocation.preempted:
-                continue
-            accounted[allocation.id] = allocation.resources
-            if not np.array_equal(told, allocation.resources):
-                self._send(tree, UsageChanged(allocation.id, allocation.resources.copy()))
-
     def _flush_pending(self, tree: str, state: _Tree) -> None:
         """Pending work that moved since the last flush, as increments (before what moved it reaches them)."""
         if not state.pending_moved:
@@ -265,7 +249,6 @@ class ShardStarts:
         allocation_id = event["allocation_id"]
         if kind == "allocation_started":
             allocation = truth.allocations[allocation_id]
-            state.accounted[allocation_id] = allocation.resources
             if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
                 self._recopy(tree)
                 return
@@ -280,7 +263,6 @@ class ShardStarts:
                 return
             self._send(tree, AllocationPreempted(allocation.preemption), others=True)
         else:
-            state.accounted.pop(allocation_id, None)
             finished = FinishedAllocation(allocation_id, event.get("state", "aborted"))
             self._send(tree, AllocationFinished(finished, event["time"]))
 
@@ -298,6 +280,7 @@ class ShardStarts:
         register = strategy.register_operation
         unregister = strategy.unregister_operation
         rekey = strategy.rekey_operations
+        report_usage = strategy.report_usage
 
         def tapped_publish(published: Any, now: float | None) -> None:
             publish(published, now)
@@ -324,10 +307,18 @@ class ShardStarts:
             rekey(operation_ids)
             self._send(tree, Rekeyed(operation_ids))
 
+        def tapped_report_usage(allocation_id: str, reported: Vector) -> bool:
+            changed = report_usage(allocation_id, reported)
+            if changed:
+                resources = strategy.allocations[allocation_id].resources
+                self._send(tree, UsageChanged(allocation_id, resources.copy()))
+            return changed
+
         strategy.publish = tapped_publish  # type: ignore[method-assign]
         strategy.register_operation = tapped_register  # type: ignore[method-assign]
         strategy.unregister_operation = tapped_unregister  # type: ignore[method-assign]
         strategy.rekey_operations = tapped_rekey  # type: ignore[method-assign]
+        strategy.report_usage = tapped_report_usage  # type: ignore[method-assign]
 
     # -------------------------------------------------------------- claims and effects
 
