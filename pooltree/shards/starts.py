@@ -147,6 +147,11 @@ class ShardStarts:
         result = HeartbeatResult(address=heartbeat.address)
         node = truth.nodes[heartbeat.address]
         truth.take_queued(node, result)
+        copied = replica.strategy.nodes.get(heartbeat.address)  # type: ignore[union-attr]
+        if (
+            copied is not None
+        ):  # the leader's backoff: heartbeats the verdicts answered moved it (`verdicts.py`)
+            copied.last_preemptive_scheduling_time = node.last_preemptive_scheduling_time
         self.origin = shard
         self._handling = 0.0
         try:

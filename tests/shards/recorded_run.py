@@ -118,12 +118,14 @@ def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
     return recorder, recorder.decisions
 
 
-def record_quiet_run(path: Path, memory: Memory | None = None) -> tuple[RecordingScheduler, Decisions]:
+def record_quiet_run(
+    path: Path, memory: Memory | None = None, trees: dict[str, Any] | None = None
+) -> tuple[RecordingScheduler, Decisions]:
     """A run with long quiet stretches between busy ones, on four nodes heartbeating once a second each: one
     operation fills every node and completes; the nodes idle; a second one starts more jobs than fit and a third
     in the other pool starves until it preempts; then everything completes and the nodes idle again. The jobs
-    report ``memory`` when given."""
-    recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
+    report ``memory`` when given; ``trees`` (default ``PREEMPTING``) are the pool trees."""
+    recorder = RecordingScheduler(make_scheduler(path, PREEMPTING if trees is None else trees))
     durations: dict[str, float] = {}
     nodes = [Node(f"n{i}", durations, memory) for i in range(4)]
     vanilla = {"command": "true", "cpu_limit": 1}

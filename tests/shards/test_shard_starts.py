@@ -24,6 +24,7 @@ from recorded_run import (
 )
 
 from pooltree.shards import replica as replica_module
+from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import RecordingScheduler, ReplayDivergence, replay
 from pooltree.shards.starts import ShardStarts
 
@@ -151,3 +152,18 @@ def test_a_tree_a_replica_cannot_decide_is_scheduled_by_the_leader(tmp_path: Pat
     shards = ShardStarts(scheduler, 2)
     assert replay(recorder.recording, scheduler) == recorder.decisions
     assert shards.leader_passes == len(recorder.decisions.started) and shards.passes == 0
+
+
+def test_verdicts_and_shards_that_start_allocations_decide_as_one_process(tmp_path: Path) -> None:
+    """The two steps of a node shard together: a heartbeat the leader proved empty is answered by the shard
+    (`InProcessShards`), any other has its stages run in the shard's replica (`ShardStarts`). The preemptive
+    backoff (2.5 s, nodes heartbeat every second) moves at the heartbeats the shards answered: the replica takes
+    it from the leader (without that the replay diverges)."""
+    config = {**PREEMPTING["default"]["config"], "preemptive_scheduling_backoff": 2500}
+    trees = {"default": {**PREEMPTING["default"], "config": config}}
+    recorder, recorded = record_quiet_run(tmp_path / "recorded.db", trees=trees)
+    scheduler = make_scheduler(tmp_path / "sharded.db", trees)
+    starts = ShardStarts(scheduler, 2)
+    verdicts = InProcessShards(scheduler, 2)
+    assert replay(recorder.recording, scheduler, verdicts) == recorded
+    assert verdicts.answered >= len(recorded.started) * 0.4 and starts.passes > 0
