@@ -166,12 +166,15 @@ BUSY = {
 }
 
 
-def record_busy_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+def record_busy_run(
+    path: Path, scheduler: LiveScheduler | None = None, after: Callable[[], None] | None = None
+) -> tuple[RecordingScheduler, Decisions]:
     """A run where the shards must follow each other between fair-share updates: eight nodes, each heartbeating
     once per 2-second period (an update every period), operations in three pools (one with a cpu limit below what
     its operation asks) whose jobs of several lengths end and start within periods, and one that arrives later,
-    starves and preempts."""
-    recorder = RecordingScheduler(make_scheduler(path, BUSY))
+    starves and preempts. ``scheduler`` (made with ``BUSY``) is recorded instead of a new one; ``after`` is called
+    after every heartbeat."""
+    recorder = RecordingScheduler(make_scheduler(path, BUSY) if scheduler is None else scheduler)
     durations: dict[str, float] = {}
     nodes = [Node(f"n{i}", durations) for i in range(8)]
     vanilla = {"command": "true", "cpu_limit": 1}
@@ -190,5 +193,7 @@ def record_busy_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
             recorder.update_fair_share("default", now)
         node = nodes[int(now * 4) % len(nodes)]
         node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        if after is not None:
+            after()
         now = round(now + 0.25, 2)
     return recorder, recorder.decisions

@@ -23,9 +23,11 @@ from recorded_run import (
     wavering_memory,
 )
 
+from pooltree.resources import RESOURCES
 from pooltree.shards import replica as replica_module
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import RecordingScheduler, ReplayDivergence, replay
+from pooltree.shards.replica import TreeReplica
 from pooltree.shards.starts import ShardStarts
 
 
@@ -167,3 +169,42 @@ def test_verdicts_and_shards_that_start_allocations_decide_as_one_process(tmp_pa
     verdicts = InProcessShards(scheduler, 2)
     assert replay(recorder.recording, scheduler, verdicts) == recorded
     assert verdicts.answered >= len(recorded.started) * 0.4 and starts.passes > 0
+
+
+def test_replicas_behind_the_truth_never_overshoot_a_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas that take their increments late (two passes in three see nothing new, as shard processes a pipe's
+    latency behind would) claim starts in pool ``c`` (cpu limit 5) that the truth has no room for: the leader
+    refuses them, and the pool's usage in the truth never goes above its limit."""
+    apply, copy_from = TreeReplica.apply, TreeReplica.copy_from
+    held: dict[int, list[object]] = {}
+    passes = [0]
+
+    def late(replica: TreeReplica, increments: list[object]) -> None:
+        waiting = held.setdefault(id(replica), [])
+        waiting.extend(increments)
+        passes[0] += 1
+        if passes[0] % 3 == 0:
+            held[id(replica)] = []
+            apply(replica, waiting)  # type: ignore[arg-type]
+
+    def fresh(replica: TreeReplica, *args: object) -> None:
+        held.pop(id(replica), None)  # a copy is the truth itself: nothing is late
+        copy_from(replica, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TreeReplica, "apply", late)
+    monkeypatch.setattr(TreeReplica, "copy_from", fresh)
+    scheduler = make_scheduler(tmp_path / "behind.db", BUSY)
+    shards = ShardStarts(scheduler, 2)
+    used: list[float] = []
+
+    def pool_usage() -> None:
+        element = scheduler.cores["default"].strategy.state.elements.get("c")
+        if element is not None:
+            used.append(element.usage[RESOURCES.index("cpu")])
+
+    _, decisions = record_busy_run(tmp_path / "unused.db", scheduler, pool_usage)
+    assert decisions.started_count > 50
+    assert max(used) == pytest.approx(5.0)  # the pool ran at its limit, never above
+    assert sum(r.refused for replicas in shards.replicas for r in replicas.values()) > 0
