@@ -47,7 +47,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class ServerThread:
     """uvicorn serving an ASGI app on 127.0.0.1 in a background thread (bounded start and stop)."""
 
-    def __init__(self, app: object) -> None:
+    def __init__(self, app: object, http: object = "auto") -> None:
+        """``http``: uvicorn's HTTP protocol (a class such as ``http_protocol.BoundedHeadersProtocol``)."""
         import threading
 
         import uvicorn
@@ -55,7 +56,9 @@ class ServerThread:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+            uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", http=http
+            )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -75,11 +78,12 @@ class ServerThread:
 
 @pytest.fixture
 def serve() -> Iterator[object]:
-    """``serve(app)`` starts uvicorn for ``app`` and returns its base URL; stopped after the test."""
+    """``serve(app, http=...)`` starts uvicorn for ``app`` (with that HTTP protocol) and returns its base URL;
+    stopped after the test."""
     started: list[ServerThread] = []
 
-    def start(app: object) -> str:
-        server = ServerThread(app).__enter__()
+    def start(app: object, http: object = "auto") -> str:
+        server = ServerThread(app, http).__enter__()
         started.append(server)
         return server.url
 

@@ -5,13 +5,11 @@ same bytes, and a client hanging up mid-body is ``ClientGone``."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -36,31 +34,10 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await Response(str(len(body)).encode())(scope, receive, send)
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    config = uvicorn.Config(
-        _app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        lifespan="off",
-        http=http_protocol.BoundedHeadersProtocol,
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
+@pytest.fixture
+def url(serve: Callable[..., str]) -> str:
+    """host:port of uvicorn serving ``_app`` with the scheduler's HTTP protocol (``serve``: tests/server/conftest.py)."""
+    return serve(_app, http=http_protocol.BoundedHeadersProtocol).removeprefix("http://")
 
 
 def _head(length: int) -> bytes:
