@@ -46,17 +46,24 @@ def per_node_unfit(scheduler: LiveScheduler, op: Any) -> dict[str, Any] | None:
     return None
 
 
-def test_grouped_nodes_give_the_per_node_errors(tmp_path: Path) -> None:
-    rng = random.Random(7)
+def two_trees(tmp_path: Path, safe_online_node_count: int, **settings: Any) -> LiveScheduler:
+    """A scheduler with trees ``default`` (nodes without tag ``gpu``) and ``gpu`` (nodes with it)."""
     trees = {
         "default": {"config": {"node_tag_filter": "!gpu"}, "pools": {}},
         "gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {}},
     }
     scheduler = LiveScheduler(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
-        alert_settings=AlertSettings(safe_online_node_count=3),
+        alert_settings=AlertSettings(safe_online_node_count=safe_online_node_count),
+        **settings,
     )
     scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+    return scheduler
+
+
+def test_grouped_nodes_give_the_per_node_errors(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    scheduler = two_trees(tmp_path, safe_online_node_count=3)
     for index in range(60):
         tags = rng.choice([[], ["ssd"], ["ssd", "fast"], ["gpu"], ["gpu", "ssd"]])
         cpu = rng.choice([0.5, 2, 8])
@@ -90,16 +97,7 @@ def test_the_kept_groups_follow_nodes_that_change_join_and_leave(tmp_path: Path)
     """The groups are kept between checks (``SchedulerAlerts.fleet``) and rebuilt when a node joins, leaves or
     changes its limits, tags or trees: after every such step the errors are the per-node walk's."""
     rng = random.Random(11)
-    trees = {
-        "default": {"config": {"node_tag_filter": "!gpu"}, "pools": {}},
-        "gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {}},
-    }
-    scheduler = LiveScheduler(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
-        alert_settings=AlertSettings(safe_online_node_count=1),
-        node_heartbeat_timeout=10.0,
-    )
-    scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 0.0)
+    scheduler = two_trees(tmp_path, safe_online_node_count=1, node_heartbeat_timeout=10.0)
 
     def beat(address: str, now: float) -> None:
         data = {
