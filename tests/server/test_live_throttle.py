@@ -225,3 +225,15 @@ def test_node_backs_off_on_a_skipped_scheduling(tmp_path: Path) -> None:
         return seen
 
     assert asyncio.run(main()) == [(True, 4.0, 1), (False, 1.0, 1)]
+
+
+def test_the_queued_limit_is_a_quarter_second_and_can_be_set_for_comparisons(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("POOLTREE_HEARTBEAT_QUEUED_LIMIT", raising=False)
+    assert ThrottleSettings().queued_limit == 0.25
+    monkeypatch.setenv("POOLTREE_HEARTBEAT_QUEUED_LIMIT", "1")
+    assert ThrottleSettings().queued_limit == 1.0
+    for bad in ("0", "-1", "soon", "61"):
+        monkeypatch.setenv("POOLTREE_HEARTBEAT_QUEUED_LIMIT", bad)
+        assert ThrottleSettings().queued_limit == 0.25

@@ -11,8 +11,8 @@ taken for dead, and the node sends no out-of-turn heartbeat until one is fully p
 
 The service processes heartbeats on its event loop, one after the other, so an overloaded scheduler queues them
 before they are in flight (in the loop, not in threads) and the concurrent limits would not see it. A heartbeat
-that waited longer than ``queued_limit`` (1 s: a heartbeat period) from its headers' arrival to its handler is
-throttled the same way (limit ``queued``; a node not heard from within the backoff is never throttled by it).
+that waited longer than ``queued_limit`` (0.25 s, ``HEARTBEAT_QUEUED_LIMIT``) from its headers' arrival to its
+handler is throttled the same way (limit ``queued``; a node not heard from within the backoff is never throttled by it).
 
 ``HeartbeatThrottle`` counts the heartbeats in flight (from the request's arrival, so the wait for a worker
 thread and for the scheduling lock is counted), sums how long heartbeats waited for their handler (the loop's
@@ -22,14 +22,43 @@ keeps the figures ``/metrics`` shows and the ``heartbeats_throttled`` scheduler 
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 SOFT_CONCURRENT_HEARTBEAT_LIMIT = 50
 HARD_CONCURRENT_HEARTBEAT_LIMIT = 100
 HEARTBEAT_PROCESS_BACKOFF = 5.0
-HEARTBEAT_QUEUED_LIMIT = 1.0
-"""Seconds a heartbeat may wait in the event loop's queue before it is throttled (limit ``queued``)."""
+HEARTBEAT_QUEUED_LIMIT = 0.25
+"""Seconds a heartbeat may wait in the event loop's queue before it is throttled (limit ``queued``). API requests
+wait in the same queue: when heartbeats offer more work than the process has CPU for, the backlog settles where
+throttled nodes' back-off balances it, i.e. at this limit, and every read served on the loop waits that long
+(with 1 s, ``get_operation`` p99 was ~1.2 s while 1,000 nodes heartbeated). ``POOLTREE_HEARTBEAT_QUEUED_LIMIT``
+(seconds) overrides it for comparisons."""
+
+
+def heartbeat_queued_limit() -> float:
+    """``POOLTREE_HEARTBEAT_QUEUED_LIMIT`` when it is seconds in (0, 60], else ``HEARTBEAT_QUEUED_LIMIT``."""
+    raw = os.environ.get("POOLTREE_HEARTBEAT_QUEUED_LIMIT")
+    if raw is None:
+        return HEARTBEAT_QUEUED_LIMIT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 60:
+        log.warning(
+            "POOLTREE_HEARTBEAT_QUEUED_LIMIT=%r is not seconds in (0, 60]; using %s",
+            raw,
+            HEARTBEAT_QUEUED_LIMIT,
+        )
+        return HEARTBEAT_QUEUED_LIMIT
+    return value
+
+
 THROTTLED_ALERT_SECONDS = 60.0
 """The ``heartbeats_throttled`` alert holds this long after the last throttled heartbeat."""
 
@@ -42,7 +71,7 @@ class ThrottleSettings:
     soft_limit: int = SOFT_CONCURRENT_HEARTBEAT_LIMIT
     hard_limit: int = HARD_CONCURRENT_HEARTBEAT_LIMIT
     process_backoff: float = HEARTBEAT_PROCESS_BACKOFF
-    queued_limit: float = HEARTBEAT_QUEUED_LIMIT
+    queued_limit: float = field(default_factory=heartbeat_queued_limit)
 
     def __post_init__(self) -> None:
         if self.soft_limit < 1 or self.hard_limit < 1:
