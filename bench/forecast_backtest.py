@@ -87,8 +87,8 @@ def _workload(args: argparse.Namespace) -> Any:
     return parse_scenario(document, source="day")
 
 
-def backtest(args: argparse.Namespace) -> dict[str, Any]:
-    scenario = _workload(args)
+def _record(args: argparse.Namespace, scenario: Any) -> tuple[list[ClusterState], SimulationRecorder, float]:
+    """The workload run in the simulator, its states taken every ``--every`` seconds; the CPU seconds it took."""
     until = args.until if args.until is not None else scenario.horizon()
     recorder = SimulationRecorder()
     states: list[ClusterState] = []
@@ -107,7 +107,56 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     )
     recorder.simulation = simulation
     simulation.run()
-    record_cpu = time.process_time() - record_cpu
+    return states, recorder, time.process_time() - record_cpu
+
+
+class _Scores:
+    """Every forecast's samples scored against what then happened (see the module docstring)."""
+
+    def __init__(self, horizon: float, period: float, drain: bool) -> None:
+        self.horizon = horizon
+        self.period = period
+        self.drain = drain
+        self.tally = _Tally()
+        self.later = _Tally()
+        """Samples whose actual start came after the horizon ("after the horizon" is then right)."""
+        self.dated = _Tally()
+        """Samples chosen by what the forecast said (its p50 within the horizon), every actual start counted:
+        choosing by the outcome (started within the horizon) keeps the early starts of long waits and drops
+        their late ones."""
+        self.costs: list[float] = []
+        self.reaches: list[float] = []
+        self.waits: list[float] = []
+        self.per_forecast: list[dict[str, Any]] = []
+
+    def score(
+        self, state: ClusterState, found: Any, waiting: list[str], first_start: dict[str, float]
+    ) -> None:
+        moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0, "after_horizon": 0}
+        self.per_forecast.append(moment)
+        for operation_id in waiting:
+            actual = first_start.get(operation_id)
+            start = found.operations[operation_id].start
+            if actual is None and not self.drain:
+                continue  # the recording ended before it started: no truth to compare with
+            late = actual is None or actual - state.now > self.horizon
+            if start["p50"] is not None:
+                self.dated.add(math.inf if late else actual, start, found.resolution, self.period)
+            if late:
+                # it started after the horizon (the recording covers one horizon past every moment)
+                self.later.add(math.inf, start, found.resolution, self.period)
+                moment["after_horizon"] += 1
+                continue
+            assert actual is not None
+            self.waits.append(actual - state.now)
+            verdict = self.tally.add(actual, start, found.resolution, self.period)
+            moment["samples"] += 1
+            moment[verdict] += 1
+
+
+def backtest(args: argparse.Namespace) -> dict[str, Any]:
+    scenario = _workload(args)
+    states, recorder, record_cpu = _record(args, scenario)
     # the forecast's seeds are kept apart from the recorded run's: the simulator derives heartbeat phases from
     # the seed, and a fork with the recorded run's own seed would beat exactly when the "cluster" did
     settings = ForecastSettings(
@@ -119,42 +168,23 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         arrivals=ArrivalSettings(enabled=args.arrival_window > 0, window=max(args.arrival_window, 60.0)),
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
-    tally = _Tally()
-    later = _Tally()  # samples whose actual start came after the horizon ("after the horizon" is then right)
-    # samples chosen by what the forecast said (its p50 within the horizon), every actual start counted: choosing
-    # by the outcome (started within the horizon) keeps the early starts of long waits and drops their late ones
-    dated = _Tally()
-    costs: list[float] = []
-    reaches: list[float] = []
-    waits: list[float] = []
-    per_forecast: list[dict[str, Any]] = []
+    scores = _Scores(args.horizon, period, args.drain)
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
             continue
         started = time.process_time()
         found = forecast(state, settings, only=waiting, starts_only=True)
-        costs.append(time.process_time() - started)
-        reaches.append(found.horizon if found.simulated is None else found.simulated)
-        moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0, "after_horizon": 0}
-        per_forecast.append(moment)
-        for operation_id in waiting:
-            actual = recorder.first_start.get(operation_id)
-            start = found.operations[operation_id].start
-            if actual is None and not args.drain:
-                continue  # the recording ended before it started: no truth to compare with
-            if start["p50"] is not None:
-                late = actual is None or actual - state.now > args.horizon
-                dated.add(math.inf if late else actual, start, found.resolution, period)
-            if actual is None or actual - state.now > args.horizon:
-                # it started after the horizon (the recording covers one horizon past every moment)
-                later.add(math.inf, start, found.resolution, period)
-                moment["after_horizon"] += 1
-                continue
-            waits.append(actual - state.now)
-            verdict = tally.add(actual, start, found.resolution, period)
-            moment["samples"] += 1
-            moment[verdict] += 1
+        scores.costs.append(time.process_time() - started)
+        scores.reaches.append(found.horizon if found.simulated is None else found.simulated)
+        scores.score(state, found, waiting, recorder.first_start)
+    return _summary(args, scores, record_cpu)
+
+
+def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> dict[str, Any]:
+    """The back-test's JSON: the figures over every sample, and each forecast's own counts."""
+    tally, later, dated = scores.tally, scores.later, scores.dated
+    costs, reaches, waits, per_forecast = scores.costs, scores.reaches, scores.waits, scores.per_forecast
     errors = tally.errors
     finite = sorted(errors)
     samples = tally.samples
@@ -248,14 +278,9 @@ def _round(value: float) -> float:
     return round(value, 3) if math.isfinite(value) else value
 
 
-def cost_state(
-    nodes: int, running: int, pending: int, pools: int, seed: int, submitted_per_hour: int = 0
-) -> ClusterState:
-    """A full cluster: ``running`` operations fill every node's 16 slots, ``pending`` wait behind limits;
-    ``submitted_per_hour`` operations like the pending ones were submitted over the last hour (what the arrival
-    model draws future submissions from)."""
-    rng = random.Random(seed)
-    trees = parse_pool_trees(
+def _cost_trees(running: int, pools: int) -> Any:
+    """One tree of ``pools`` pools (weights 1-3), each running ``running / pools`` operations at most."""
+    return parse_pool_trees(
         {
             "physical": {
                 "config": {
@@ -274,6 +299,16 @@ def cost_state(
             }
         }
     )
+
+
+def cost_state(
+    nodes: int, running: int, pending: int, pools: int, seed: int, submitted_per_hour: int = 0
+) -> ClusterState:
+    """A full cluster: ``running`` operations fill every node's 16 slots, ``pending`` wait behind limits;
+    ``submitted_per_hour`` operations like the pending ones were submitted over the last hour (what the arrival
+    model draws future submissions from)."""
+    rng = random.Random(seed)
+    trees = _cost_trees(running, pools)
     job = vector(user_slots=1, cpu=1, memory=4 << 30)
     node_states = tuple(
         NodeState(f"node-{i:04d}", vector(user_slots=16, cpu=16, memory=64 << 30)) for i in range(nodes)
