@@ -13,7 +13,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +47,7 @@ from pooltree.server.heartbeats import (
     decode_heartbeat,
 )
 from pooltree.server.http_protocol import ARRIVED
+from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.throttle import ThrottleSettings
@@ -80,19 +80,9 @@ I/O gives the GIL up, getting it back waits for the holder's interval, so under 
 
 def switch_interval() -> float:
     """The GIL switch interval ``serve`` sets: ``POOLTREE_SWITCH_INTERVAL`` when valid, else ``SWITCH_INTERVAL``."""
-    raw = os.environ.get("POOLTREE_SWITCH_INTERVAL")
-    if raw is None:
-        return SWITCH_INTERVAL
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 1e-5 <= value <= 1.0:
-        log.warning(
-            "POOLTREE_SWITCH_INTERVAL=%r is not seconds in [1e-05, 1]; using %s", raw, SWITCH_INTERVAL
-        )
-        return SWITCH_INTERVAL
-    return value
+    return seconds_override(
+        "POOLTREE_SWITCH_INTERVAL", SWITCH_INTERVAL, lambda v: 1e-5 <= v <= 1.0, "[1e-05, 1]"
+    )
 
 
 def resource_map(values: Any) -> dict[str, float]:

@@ -69,7 +69,7 @@ class JobSpecs:
             own["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
             own["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
         if "files" in template:
-            own["files"] = [{**entry, "blobs": list(entry["blobs"])} for entry in template["files"]]
+            own["files"] = _own_files(template["files"])
         return {name: own[name] if name in PER_JOB else value for name, value in template.items()}
 
     def _plain(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
@@ -82,5 +82,10 @@ def _copy(spec: dict[str, Any]) -> dict[str, Any]:
     copied = dict(spec)
     copied["environment"] = dict(spec["environment"])
     if "files" in spec:
-        copied["files"] = [{**entry, "blobs": list(entry["blobs"])} for entry in spec["files"]]
+        copied["files"] = _own_files(spec["files"])
     return copied
+
+
+def _own_files(files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of a spec's ``files`` entries (and their blob lists) that no other spec shares."""
+    return [{**entry, "blobs": list(entry["blobs"])} for entry in files]

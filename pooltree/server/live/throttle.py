@@ -22,12 +22,10 @@ keeps the figures ``/metrics`` shows and the ``heartbeats_throttled`` scheduler 
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 from dataclasses import dataclass, field
 
-log = logging.getLogger(__name__)
+from pooltree.server.knobs import seconds_override
 
 SOFT_CONCURRENT_HEARTBEAT_LIMIT = 50
 HARD_CONCURRENT_HEARTBEAT_LIMIT = 100
@@ -42,21 +40,9 @@ throttled nodes' back-off balances it, i.e. at this limit, and every read served
 
 def heartbeat_queued_limit() -> float:
     """``POOLTREE_HEARTBEAT_QUEUED_LIMIT`` when it is seconds in (0, 60], else ``HEARTBEAT_QUEUED_LIMIT``."""
-    raw = os.environ.get("POOLTREE_HEARTBEAT_QUEUED_LIMIT")
-    if raw is None:
-        return HEARTBEAT_QUEUED_LIMIT
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 60:
-        log.warning(
-            "POOLTREE_HEARTBEAT_QUEUED_LIMIT=%r is not seconds in (0, 60]; using %s",
-            raw,
-            HEARTBEAT_QUEUED_LIMIT,
-        )
-        return HEARTBEAT_QUEUED_LIMIT
-    return value
+    return seconds_override(
+        "POOLTREE_HEARTBEAT_QUEUED_LIMIT", HEARTBEAT_QUEUED_LIMIT, lambda v: 0 < v <= 60, "(0, 60]"
+    )
 
 
 THROTTLED_ALERT_SECONDS = 60.0

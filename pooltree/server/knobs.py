@@ -1,0 +1,26 @@
+"""Environment overrides of the service's tuning constants, for back-to-back comparisons (``POOLTREE_*``).
+
+An override that is not a number in its range is ignored with a warning naming it, and the constant applies."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+def seconds_override(name: str, default: float, valid: Callable[[float], bool], valid_text: str) -> float:
+    """The environment variable ``name`` as seconds when ``valid`` holds for it, else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not valid(value):
+        log.warning("%s=%r is not seconds in %s; using %s", name, raw, valid_text, default)
+        return default
+    return value
