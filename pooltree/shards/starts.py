@@ -99,6 +99,12 @@ class _Tree:
         self.granted: dict[str, Allocation] = {}
         """Allocations the real controllers chose for claims, until the replica books them (or gives them back)."""
 
+    def watch(self, operation_id: str, controller: Any) -> None:
+        """Hear of the operation's pending work moving (into ``pending_moved``), once per operation."""
+        if operation_id not in self.watched:
+            self.watched.add(operation_id)
+            watch_pending(controller, self.pending_moved, operation_id)
+
 
 class ShardStarts:
     """``count`` node shards that start allocations for ``scheduler`` (see the module docstring)."""
@@ -206,9 +212,7 @@ class ShardStarts:
             if len(replica.strategy.nodes) == len(truth.nodes):  # type: ignore[union-attr]
                 return replica  # (a node the truth lost: a new copy)
         for operation_id, runtime in truth.operations.items():
-            if operation_id not in state.watched:
-                state.watched.add(operation_id)
-                watch_pending(runtime.controller, state.pending_moved, operation_id)
+            state.watch(operation_id, runtime.controller)
         replica.copy_from(truth, lambda operation_id: _pending(truth, operation_id))
         return replica
 
@@ -296,9 +300,7 @@ class ShardStarts:
         def tapped_register(operation_id: str, controller: Any) -> None:
             register(operation_id, controller)
             self._flush_pending(tree, state)
-            if operation_id not in state.watched:
-                state.watched.add(operation_id)
-                watch_pending(controller, state.pending_moved, operation_id)
+            state.watch(operation_id, controller)
             self._send(tree, Registered(operation_id, *_pending(strategy, operation_id)))
 
         def tapped_unregister(operation_id: str) -> list[Allocation]:
