@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import Vector
+from pooltree.shards.pickling import TAPPED, Pending, load_snapshot
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -144,9 +145,6 @@ Increment = (
     | Unregistered
     | Rekeyed
 )
-
-TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations", "report_usage")
-"""The truth's methods the leader taps (`starts.py`): a copy must not keep the taps."""
 
 
 def copy_allocation(allocation: Allocation) -> Allocation:
@@ -290,10 +288,25 @@ class TreeReplica:
             state.event_sink, state.usage_watch = sink, watch
         for name in TAPPED:
             replica.__dict__.pop(name, None)
+        replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
+        self._adopt(replica)
+
+    def load(self, snapshot: bytes) -> None:
+        """Become the replica of a snapshot of the truth (`pickling.snapshot_of`: the copy of a shard process)."""
+        self.controllers = {}
+
+        def proxy(pending: Pending) -> ClaimController:
+            controller = ClaimController(self, pending.operation_id, pending.pending, pending.min_needed)
+            self.controllers[pending.operation_id] = controller
+            return controller
+
+        self._adopt(load_snapshot(snapshot, proxy))
+
+    def _adopt(self, replica: TreeScheduler) -> None:
+        """``replica`` (its controllers our proxies) becomes the copy the heartbeats' stages run on."""
         for operation_id, proxy in self.controllers.items():
             proxy.pending_watchers.append((replica.state.pending_moved, operation_id))
         replica.state.event_sink = self._event
-        replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
         self.strategy = replica
         self.current = True
         self.copies += 1

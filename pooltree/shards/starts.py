@@ -43,6 +43,7 @@ import numpy as np
 from pooltree.resources import Vector
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.host import shard_of
+from pooltree.shards.pickling import dumps, loads, snapshot_of
 from pooltree.shards.replica import (
     AllocationFinished,
     AllocationPreempted,
@@ -109,11 +110,14 @@ class _Tree:
 class ShardStarts:
     """``count`` node shards that start allocations for ``scheduler`` (see the module docstring)."""
 
-    def __init__(self, scheduler: LiveScheduler, count: int) -> None:
+    def __init__(self, scheduler: LiveScheduler, count: int, *, pickled: bool = False) -> None:
         if count < 1:
             raise ValueError("node shards need a count of at least 1")
         self.scheduler = scheduler
         self.count = count
+        self.pickled = pickled
+        """Copies, increments and claim answers reach the replicas in their pickling form (`pickling.py`), as
+        a shard process receives them."""
         self.replicas: list[dict[str, TreeReplica]] = [{} for _ in range(count)]
         self.inboxes: list[dict[str, list[Increment]]] = [{} for _ in range(count)]
         self.trees: dict[str, _Tree] = {}
@@ -208,12 +212,15 @@ class ShardStarts:
             self.replicas[shard][tree] = replica
         inbox = self.inboxes[shard].pop(tree, [])
         if not replica.stale():
-            replica.apply(inbox)
+            replica.apply(loads(dumps(inbox)) if self.pickled else inbox)
             if len(replica.strategy.nodes) == len(truth.nodes):  # type: ignore[union-attr]
                 return replica  # (a node the truth lost: a new copy)
         for operation_id, runtime in truth.operations.items():
             state.watch(operation_id, runtime.controller)
-        replica.copy_from(truth, lambda operation_id: _pending(truth, operation_id))
+        if self.pickled:
+            replica.load(snapshot_of(truth, lambda operation_id: _pending(truth, operation_id)))
+        else:
+            replica.copy_from(truth, lambda operation_id: _pending(truth, operation_id))
         return replica
 
     # -------------------------------------------------------------- increments
@@ -332,6 +339,8 @@ class ShardStarts:
     def _claim(self, claim: Claim) -> ClaimAnswer:
         """A shard's start, checked against the truth (YTsaurus's precommit); the real controller's choice."""
         with self._handling_time():
+            if self.pickled:
+                return loads(dumps(self._check_claim(loads(dumps(claim)))))
             return self._check_claim(claim)
 
     def _check_claim(self, claim: Claim) -> ClaimAnswer:

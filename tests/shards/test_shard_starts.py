@@ -208,3 +208,27 @@ def test_replicas_behind_the_truth_never_overshoot_a_limit(
     assert decisions.started_count > 50
     assert max(used) == pytest.approx(5.0)  # the pool ran at its limit, never above
     assert sum(r.refused for replicas in shards.replicas for r in replicas.values()) > 0
+
+
+@pytest.mark.parametrize("run", ["busy", "swelling"])
+def test_replicas_made_and_fed_in_their_pickling_form_decide_as_one_process(tmp_path: Path, run: str) -> None:
+    """Each replica made from the truth's snapshot in bytes (`pickling.snapshot_of`, what a shard process
+    receives) and every increment and claim answer passed through `pickling.dumps` / `loads`: the decisions are
+    the recorded ones (the busy run: a limited pool, starving preemption; the swelling one: usage reports above the
+    reserve, aborts for overcommit)."""
+    if run == "busy":
+        recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+        trees = BUSY
+    else:
+        recorder, recorded = record_quiet_run(tmp_path / "recorded.db", swelling_memory)
+        trees = PREEMPTING
+    scheduler = make_scheduler(tmp_path / "pickled.db", trees)
+    shards = ShardStarts(scheduler, 2, pickled=True)
+    assert replay(recorder.recording, scheduler) == recorded
+    replicas = [r for replicas in shards.replicas for r in replicas.values()]
+    assert sum(r.copies for r in replicas) == 2 and sum(r.refused for r in replicas) == 0
+    assert sum(r.applied for r in replicas) > recorded.started_count
+    # the replicas hold no controller's object and no payload: only what the pickling form carries
+    for replica in replicas:
+        assert replica.strategy is not None
+        assert all(a.payload is None for a in replica.strategy.allocations.values())

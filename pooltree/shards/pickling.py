@@ -1,0 +1,136 @@
+"""The pickling form of what the leader sends a shard process: a replica's first state and the increments.
+
+A shard process holds its replicas (`replica.py`) in its own memory, so the leader sends them bytes:
+
+- **a snapshot** (`snapshot_of`): the truth's `TreeScheduler` as a replica starts from it (`TreeReplica.copy_from`
+  does the same in one process by ``deepcopy``): each real controller replaced by its pending work (the shard
+  makes a `ClaimController` of it), the leader's taps of the truth's methods, its event sink and usage watch left
+  out; `TreeReplica.load` makes the replica of it.
+- **increments** (`dumps` / `loads`): the `Increment` dataclasses as they are.
+
+What does not pickle, or must not travel, is left out by the pickler's dispatch table: an `Allocation`'s
+``payload`` (the controller's own object, which the strategy never reads: a replica's allocations carry none) and
+a `SchedulingTree`'s ``respecced`` (a weak reference to the tree it was derived from, a hint that lets ``publish``
+look at fewer specs; without it ``publish`` compares every spec: the same result).
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pooltree.resources import Vector
+from pooltree.strategy.model import Allocation
+from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.snapshot import SchedulingTree
+
+TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations", "report_usage")
+"""The truth's methods the leader taps (`starts.py`): a replica never keeps the taps."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A real controller as a snapshot carries it: its operation's pending work (the shard's `ClaimController`)."""
+
+    operation_id: str
+    pending: int
+    min_needed: Vector
+
+
+def _reduce_allocation(allocation: Allocation) -> tuple[Any, ...]:
+    state = {name: getattr(allocation, name) for name in Allocation.__slots__ if hasattr(allocation, name)}
+    state["payload"] = None
+    return (copyreg.__newobj__, (Allocation,), (None, state))
+
+
+def _reduce_tree(tree: SchedulingTree) -> tuple[Any, ...]:
+    return (copyreg.__newobj__, (SchedulingTree,), {**tree.__dict__, "respecced": None})
+
+
+_DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[Allocation] = _reduce_allocation
+_DISPATCH[SchedulingTree] = _reduce_tree
+
+
+class _Pickler(pickle.Pickler):
+    """The dispatch table above; objects in ``replaced`` (by id) go as what it maps them to."""
+
+    def __init__(self, file: io.BytesIO, replaced: dict[int, Any] | None = None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.dispatch_table = _DISPATCH
+        self.replaced = replaced or {}
+
+    def persistent_id(self, obj: Any) -> Any:
+        return self.replaced.get(id(obj)) if self.replaced else None
+
+
+class _Unpickler(pickle.Unpickler):
+    """Replaced objects come back as ``load(key)``."""
+
+    def __init__(self, file: io.BytesIO, load: Callable[[Any], Any]) -> None:
+        super().__init__(file)
+        self.load_replaced = load
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.load_replaced(pid)
+
+
+def dumps(value: Any) -> bytes:
+    """``value`` (increments, claims, answers) in the pickling form."""
+    out = io.BytesIO()
+    _Pickler(out).dump(value)
+    return out.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    """What `dumps` made ``data`` of."""
+    return pickle.loads(data)
+
+
+def snapshot_of(truth: TreeScheduler, pending: Callable[[str], tuple[int, Vector]]) -> bytes:
+    """The truth's strategy as a replica starts from it: controllers as their `Pending` work (``pending``), no
+    taps, no event sink, no usage watch, no queued preemptions (the leader delivers what it queued)."""
+    state = truth.state
+    replaced: dict[int, Any] = {}
+    keep: list[Any] = []  # the replacements' keys live as long as the pickler
+    for operation_id, runtime in truth.operations.items():
+        count, min_needed = pending(operation_id)
+        key = Pending(operation_id, count, min_needed)
+        keep.append(key)
+        replaced[id(runtime.controller)] = ("controller", key)
+    for name in TAPPED:
+        tap = truth.__dict__.get(name)
+        if tap is not None:
+            replaced[id(tap)] = ("none",)
+    queued = state.queued_preemptions
+    if queued:
+        replaced[id(queued)] = ("empty", type(queued))
+    sink, watch = state.event_sink, state.usage_watch
+    state.event_sink, state.usage_watch = None, None
+    out = io.BytesIO()
+    try:
+        _Pickler(out, replaced).dump(truth)
+    finally:
+        state.event_sink, state.usage_watch = sink, watch
+    return out.getvalue()
+
+
+def load_snapshot(data: bytes, controller: Callable[[Pending], Any]) -> TreeScheduler:
+    """The strategy `snapshot_of` made ``data`` of, each controller made by ``controller(pending)``; the taps
+    are dropped."""
+
+    def load(pid: Any) -> Any:
+        if pid[0] == "controller":
+            return controller(pid[1])
+        if pid[0] == "empty":
+            return pid[1]()
+        return None
+
+    strategy: TreeScheduler = _Unpickler(io.BytesIO(data), load).load()
+    for name in TAPPED:
+        strategy.__dict__.pop(name, None)
+    return strategy
