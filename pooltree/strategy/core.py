@@ -49,7 +49,7 @@ from pooltree.strategy.segment_inputs import (
     several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
-from pooltree.strategy.ssd_preemption import refresh_ssd_operations, ssd_operations
+from pooltree.strategy.ssd_preemption import refresh_ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
@@ -317,7 +317,7 @@ class SchedulerCore:
             with times.phase("segments"):
                 self.update_gpu_scheduling(now)
                 if self.strategy.ssd.enabled:  # `ssd_preemption.py`
-                    refresh_ssd_operations(self.strategy.ssd, ssd_operations(self.pool_tree))
+                    refresh_ssd_operations(self.strategy.ssd, self._projection, delta)
                 if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                     observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return result
@@ -364,7 +364,7 @@ class SchedulerCore:
         limit = self.config.max_schedulable_element_count_in_fifo_pool
         if limit is None:
             return frozenset()
-        left_out = fifo_unschedulable(self.pool_tree, result, limit)
+        left_out = fifo_unschedulable(self._projection, result, limit)
         clear_statuses(result, left_out)
         return left_out
 

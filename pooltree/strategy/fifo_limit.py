@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 
 from pooltree.fairshare.status import RATIO_COMPUTATION_PRECISION
+from pooltree.tree.projection import TreeProjection
 
 
-def fifo_unschedulable(pool_tree: Any, result: Any, limit: int) -> frozenset[str]:
+def fifo_unschedulable(projection: TreeProjection, result: Any, limit: int) -> frozenset[str]:
     """The operations of FIFO pools left out by the limit, from one update's ``result`` (its ``fair_share`` and
-    ``fifo_index`` arrays) and the tree's running, unsuspended operations."""
+    ``fifo_index`` arrays) and the running, unsuspended operations of each FIFO pool as the period's projection
+    lists them (`Projected.running`)."""
     elements = getattr(result, "elements", None)
     arrays = getattr(elements, "arrays", None)
     index = getattr(elements, "index", None)
@@ -33,16 +35,18 @@ def fifo_unschedulable(pool_tree: Any, result: Any, limit: int) -> frozenset[str
         return frozenset()
     fair_share = arrays["fair_share"]
     fifo_index = arrays["fifo_index"]
-    by_pool: dict[str, list[tuple[int, int, str]]] = {}
-    for operation_id, op in pool_tree.operations.items():
-        if not op.running or op.suspended or op.pool.mode != "fifo":
-            continue  # not schedulable (pending or suspended): neither counted nor left out
-        row = index.get(operation_id)
-        if row is None:
-            continue
-        by_pool.setdefault(op.pool.name, []).append((int(fifo_index.get(row, 0)), row, operation_id))
+    operations = projection.operations
     left_out: set[str] = set()
-    for children in by_pool.values():
+    for entry in projection.pools.values():
+        if entry.element.mode != "fifo" or len(entry.running) <= limit:
+            continue
+        children: list[tuple[int, int, str]] = []
+        for operation_id in entry.running:
+            if operations[operation_id].element.suspended:
+                continue  # not schedulable: neither counted nor left out
+            row = index.get(operation_id)
+            if row is not None:
+                children.append((int(fifo_index.get(row, 0)), row, operation_id))
         if len(children) <= limit:
             continue
         children.sort()

@@ -28,7 +28,7 @@ or on a node outside the filter, nothing changes. pooltree's nodes have no disk 
 of the disk requests matter here (YTsaurus also checks the node's free disk quota per medium).
 
 This module is pure: :class:`SsdPreemption` is the strategy's (``TreeScheduler.ssd``); the core refreshes it at
-every fair-share update (:func:`refresh_ssd_operations`) and the preemptive stages ask it (``preemption.py``).
+every fair-share update with the period's delta (:func:`refresh_ssd_operations`) and the preemptive stages ask it (``preemption.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.time_limits import user_jobs
+from pooltree.tree.delta import PeriodDelta
+from pooltree.tree.projection import TreeProjection
 
 Stage = tuple[SchedulingStage, PreemptionPriority, PreemptionLevel]
 
@@ -100,6 +102,9 @@ class SsdPreemption:
         self.node_enabled = False
         """The node of the preemptive stages running now is an SSD node (set by :meth:`start_node`)."""
         self._matches: dict[frozenset[str], bool] = {}
+        self.refreshed_at: tuple[Any, int] | None = None
+        """(tree, revision) the SSD operations were last refreshed at (:func:`refresh_ssd_operations`), so that the
+        next period reads only what its delta names; None: refresh them all."""
 
     @property
     def enabled(self) -> bool:
@@ -109,9 +114,11 @@ class SsdPreemption:
         if config != self.config:
             self.config = config
             self._matches.clear()
+            self.refreshed_at = None
         if not config.enable:
             self.ssd_tasks, self.node_enabled = {}, False
             self.disallowed = self.forbidden = frozenset()
+            self.refreshed_at = None
 
     def is_ssd_node(self, node: ExecNode) -> bool:
         if not self.config.enable:
@@ -177,21 +184,47 @@ class SsdPreemption:
         return bool(self.forbidden) and operation_id in self.forbidden and self.is_ssd_node(node)
 
 
-def refresh_ssd_operations(ssd: SsdPreemption, operations: Iterable[tuple[str, Any, Any]]) -> None:
-    """Recompute the SSD operations and the forbidden ones from ``(operation id, spec, pool)`` triples; only
-    while the tree enables SSD priority preemption (a pool's allowance: false when it or an ancestor sets
-    ``allow_regular_allocations_on_ssd_nodes`` to false)."""
+def refresh_ssd_operations(ssd: SsdPreemption, projection: TreeProjection, delta: PeriodDelta) -> None:
+    """Bring the SSD operations and the forbidden ones to the period of ``delta``, while the tree enables SSD
+    priority preemption: only the operations the delta names when the last refresh was at its start (the
+    projection classified them, `OperationChanges`), else every running operation of the projection."""
     if not ssd.enabled:
         return
+    since = (delta.tree, delta.since)
+    if ssd.refreshed_at == since and delta.unchanged:
+        return
+    changes = projection.changes if projection.advanced_with is delta else None
+    if ssd.refreshed_at == since and changes is not None:
+        gone = changes.before.keys()
+        arrived = [(op_id, op.spec, op.pool) for _, op_id, op in changes.running]
+        _classify(ssd, gone, arrived)
+    else:
+        ssd.ssd_tasks, ssd.disallowed = {}, frozenset()
+        running = projection.running(delta.tree).values()
+        _classify(ssd, (), [(entry.element.id, entry.element.spec, entry.element.pool) for entry in running])
+    ssd.refreshed_at = (delta.tree, delta.revision)
+
+
+def _classify(ssd: SsdPreemption, gone: Iterable[str], arrived: Iterable[tuple[str, Any, Any]]) -> None:
+    """Drop the ``gone`` operations from the SSD state and classify the ``arrived`` ``(operation id, spec, pool)``
+    triples (a pool's allowance: false when it or an ancestor sets ``allow_regular_allocations_on_ssd_nodes`` to
+    false)."""
     media = ssd.config.medium_names
-    ssd_tasks: dict[str, frozenset[str]] = {}
-    disallowed: set[str] = set()
+    ssd_tasks = dict(ssd.ssd_tasks)
+    disallowed = set(ssd.disallowed)
+    for operation_id in gone:
+        ssd_tasks.pop(operation_id, None)
+        disallowed.discard(operation_id)
     allowed: dict[int, bool] = {}
-    for operation_id, spec, pool in operations:
+    for operation_id, spec, pool in arrived:
         tasks = frozenset(task for task, used in disk_request_media(spec).items() if used & media)
         if tasks:
             ssd_tasks[operation_id] = tasks
-        if not _pool_allows(pool, allowed):
+        else:
+            ssd_tasks.pop(operation_id, None)
+        if _pool_allows(pool, allowed):
+            disallowed.discard(operation_id)
+        else:
             disallowed.add(operation_id)
     ssd.ssd_tasks = ssd_tasks
     ssd.disallowed = frozenset(disallowed)
@@ -208,8 +241,3 @@ def _pool_allows(pool: Any, memo: dict[int, bool]) -> bool:
             getattr(pool, "parent", None), memo
         )
     return value
-
-
-def ssd_operations(pool_tree: Any) -> list[tuple[str, Any, Any]]:
-    """The ``(operation id, spec, pool)`` of the tree's running operations, for :func:`refresh_ssd_operations`."""
-    return [(op.id, op.spec, op.pool) for op in pool_tree.operations.values() if op.running]

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from pooltree.config import parse_pool_trees
+from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.config.support import unsupported_options
 from pooltree.controllers.operations import TaskSpec, VanillaController
 from pooltree.errors import ConfigError
 from pooltree.resources import vector
 from pooltree.strategy import FinishedAllocation, NodeHeartbeat
 from pooltree.strategy.core import SchedulerCore
-from pooltree.strategy.ssd_preemption import disk_request_media
+from pooltree.strategy.ssd_preemption import disk_request_media, refresh_ssd_operations
 from pooltree.tree import PoolTree
 
 GiB = 1024.0**3
@@ -53,16 +53,25 @@ def _core(enable: bool, pools: dict[str, Any] | None = None, **config: Any) -> S
 
 
 def _start(
-    core: SchedulerCore, op: str, jobs: int, *, ssd: bool = False, now: float = 0.0, **spec: Any
+    core: SchedulerCore,
+    op: str,
+    jobs: int,
+    *,
+    ssd: bool = False,
+    now: float = 0.0,
+    frozen: bool = False,
+    **spec: Any,
 ) -> None:
     task: dict[str, Any] = {"command": "sleep 1000"}
     if ssd:
         task["disk_request"] = {"disk_space": 1024**2, "medium_name": MEDIUM}
         spec.setdefault("scheduling_tag_filter", SSD_TAG)
     controller = VanillaController(op, [TaskSpec("main", jobs, vector(user_slots=1, cpu=1, memory=GiB / 4))])
-    core.register_operation(
-        op, controller, user="u", pool=spec.get("pool"), spec={**spec, "tasks": {"main": task}}, now=now
-    )
+    document = {**spec, "tasks": {"main": task}}
+    if frozen:  # a frozen model: the per-period delta names its changes (a plain map is re-read every period)
+        task["job_count"] = jobs
+    parsed = OperationSpec.parse(document, "spec") if frozen else document
+    core.register_operation(op, controller, user="u", pool=spec.get("pool"), spec=parsed, now=now)
 
 
 def _round(core: SchedulerCore, now: float, order: tuple[str, ...] = tuple(NODES)) -> list[Any]:
@@ -223,3 +232,46 @@ def test_disk_request_media_of_a_spec() -> None:
         }
     }
     assert disk_request_media(spec) == {"a": frozenset({MEDIUM}), "b": frozenset({"default"})}
+
+
+def test_the_ssd_state_follows_the_period_delta() -> None:
+    """Each update classifies only the operations its delta names (arrived, left, moved to a pool with another
+    allowance, queued behind a running limit and activated): the state is what classifying every running
+    operation anew gives, and an unchanged tree classifies nothing."""
+    pools = {
+        "protected": {"allow_regular_jobs_on_ssd_nodes": False},
+        "regular": {"max_running_operation_count": 2},
+        "other": {},
+    }
+    core = _core(True, pools=pools)
+    ssd = core.strategy.ssd
+
+    def check(now: float, *, walked: bool = False) -> None:
+        core.update_fair_share(now)
+        assert (core._projection.changes is None) == walked  # the delta named operations: only they are read
+        state = (dict(ssd.ssd_tasks), ssd.disallowed, ssd.forbidden)
+        ssd.refreshed_at = None  # classify every running operation anew
+        refresh_ssd_operations(ssd, core._projection, core._projection.advanced_with)
+        assert (ssd.ssd_tasks, ssd.disallowed, ssd.forbidden) == state
+
+    _start(core, "a", 1, ssd=True, pool="protected", frozen=True)
+    _start(core, "b", 1, frozen=True, pool="protected")
+    check(0.0, walked=True)
+    assert set(ssd.ssd_tasks) == {"a"} and ssd.forbidden == {"b"}
+    _start(core, "c", 1, frozen=True, ssd=True, pool="regular")
+    _start(core, "d", 1, frozen=True, pool="regular")
+    _start(core, "e", 1, frozen=True, ssd=True, pool="regular", now=1.0)  # queued: the pool runs two
+    check(1.0)
+    assert set(ssd.ssd_tasks) == {"a", "c"} and ssd.disallowed == {"a", "b"}
+    core.pool_tree.commit_parameters_update(core.pool_tree.prepare_parameters_update("b", pool="other"))
+    check(2.0)
+    assert ssd.forbidden == frozenset()
+    core.unregister_operation("c", now=3.0)  # "e" runs in its place
+    check(3.0)
+    assert set(ssd.ssd_tasks) == {"a", "e"} and ssd.disallowed == {"a"}
+    core.pool_tree.commit_parameters_update(core.pool_tree.prepare_parameters_update("d", pool="protected"))
+    check(4.0)
+    assert ssd.forbidden == {"d"}
+    refreshed = ssd.refreshed_at
+    check(5.0)  # nothing changed
+    assert ssd.refreshed_at == refreshed
