@@ -1,14 +1,52 @@
-"""The ``pooltree`` typer application that every command module registers on."""
+"""The ``pooltree`` typer application that every command module registers on.
+
+A command's module is imported when that command runs (`COMMANDS`), so ``pooltree node`` does not load the
+simulator's or the fair-share CLI's modules; ``--help`` and a mistyped command load them all.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import NoReturn
 
 import typer
 import typer.core
+import typer.main
 from rich.console import Console
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="pooltree: the YTsaurus scheduler model.")
+COMMANDS: dict[str, str] = {
+    "fair-share": "pooltree.cli.fair_share",
+    "forecast": "pooltree.cli.forecast",
+    "scheduler": "pooltree.cli.live",
+    "node": "pooltree.cli.live",
+    "local": "pooltree.cli.live",
+    "simulate": "pooltree.cli.simulate",
+    "workload": "pooltree.cli.simulate",
+}
+"""Every top-level command and the module that registers it on `app` when imported (in ``--help``'s order)."""
+
+
+class _LazyCommands(typer.core.TyperGroup):
+    """The click group of `app`: it knows every command's name (`COMMANDS`) and imports a command's module the
+    first time the command is looked up, then takes the command from `app`'s registrations."""
+
+    def list_commands(self, ctx: typer.core._click.Context) -> list[str]:
+        return list(dict.fromkeys([*COMMANDS, *super().list_commands(ctx)]))
+
+    def get_command(self, ctx: typer.core._click.Context, cmd_name: str) -> typer.core._click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(module)
+            self.commands.update(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+        return super().get_command(ctx, cmd_name)
+
+
+app = typer.Typer(
+    cls=_LazyCommands,
+    add_completion=False,
+    no_args_is_help=True,
+    help="pooltree: the YTsaurus scheduler model.",
+)
 
 _display_type_rich = typer.core.TyperOption.display_type_rich
 
