@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
-from pooltree.strategy.build_rows import BuildCache, _LastRuntime, _operation_changes, _unchanged_structure
+from pooltree.strategy.build_rows import BuildCache, _LastBuild, _operation_changes, _unchanged_structure
 from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _pool_static, _spec
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
@@ -103,44 +103,47 @@ def scheduling_tree_from_runtime(
     config = config or StrategyConfig.from_options(pool_tree.config, f"pool_trees.{name}.config")
     cache = cache if cache is not None else BuildCache()
     bulk = _bulk(result.elements)
-    last_runtime = cache.runtime
-    built_at = None if last_runtime is None or last_runtime.key[0] is not pool_tree else last_runtime.key[1]
+    last = cache.last
+    key = None if last is None else last.key
+    built_at = None if key is None or key[0] is not pool_tree else key[1]
     if delta is None:
         delta = period_delta(pool_tree, built_at)
     cache.projection.advance(pool_tree, delta)
     runtime_key = (pool_tree, delta.revision, pool_tree.config, config, name)
     if (
         bulk
-        and last_runtime is not None
-        and last_runtime.published is not None
-        and cache.last is not None
+        and last is not None
+        and key is not None
+        and last.published is not None
         and delta.applies_to(pool_tree, built_at)
-        and all(map(operator.is_, last_runtime.key[2:], runtime_key[2:]))
+        and all(map(operator.is_, key[2:], runtime_key[2:]))
     ):
-        tree = _brought_up_to_date(pool_tree, result.elements, total_resources, cache, runtime_key, delta)
+        tree = _brought_up_to_date(
+            pool_tree, result.elements, total_resources, cache, last, runtime_key, delta
+        )
         if tree is not None:
             return tree
     walk = _Walk(pool_tree, cache, _Shares(result.elements))
     walk.pools()
     walk.operations()
     statics, elements = walk.statics, walk.elements
-    last = cache.last
     if (
         last is not None
-        and last[1] is config
-        and last[2].name == name
-        and len(last[0]) == len(statics)
-        and all(map(operator.is_, last[0], statics))
+        and last.config is config
+        and last.tree.name == name
+        and len(last.statics) == len(statics)
+        and all(map(operator.is_, last.statics, statics))
     ):
-        tree = last[2].with_shares(total_resources, elements)
+        tree = last.tree.with_shares(total_resources, elements)
     else:
         tree = SchedulingTree(total_resources, elements, config, name=name)
-    cache.last = (statics, config, tree)
-    cache.runtime = None
-    if bulk and walk.cacheable:
-        runtime = _LastRuntime(runtime_key, walk.ids, statics, elements, walk.registration)
-        runtime.read(result.elements)
-        cache.runtime = runtime
+    readable = bulk and walk.cacheable
+    last = _LastBuild(
+        runtime_key if readable else None, walk.ids, statics, elements, tree, config, walk.registration
+    )
+    if readable:
+        last.read(result.elements)
+    cache.last = last
     return tree
 
 
@@ -149,30 +152,28 @@ def _brought_up_to_date(
     result_elements: Any,
     total_resources: Vector,
     cache: BuildCache,
+    last: _LastBuild,
     runtime_key: tuple[Any, ...],
     delta: PeriodDelta,
 ) -> SchedulingTree | None:
     """The previous build's tree with this result's shares, when the delta allows it: the same rows (an unchanged
     revision), or rows brought up to date for the operations the delta names (`_operation_changes`); None when
     the tree must be walked."""
-    last_runtime = cache.runtime
-    assert last_runtime is not None
     try:
         if delta.unchanged:
-            return _unchanged_structure(result_elements, total_resources, cache, last_runtime)
+            return _unchanged_structure(result_elements, total_resources, last)
         found = cache.projection.changes
         if found is None or cache.projection.advanced_with is not delta:
             return None  # the projection walked the tree: so does this build
-        changes = _operation_changes(pool_tree, cache, last_runtime, runtime_key, found)
+        changes = _operation_changes(pool_tree, cache, last, runtime_key, found)
         if changes is None:
             return None
         # no row changed: the structure is the previous one (`with_shares`, same skeleton)
         rows_changed = changes if changes.removed or changes.added else None
-        return _unchanged_structure(result_elements, total_resources, cache, last_runtime, rows_changed)
+        return _unchanged_structure(result_elements, total_resources, last, rows_changed)
     except BaseException:
         # the rows or the copies of the last result may be half brought up to date: the next build walks
         # the whole tree
-        cache.runtime = None
         cache.last = None
         raise
 
@@ -192,7 +193,7 @@ class _Walk:
         self.cacheable = True
         """False when an operation's spec is a plain map (it may change in place without a revision)."""
         self.registration: list[int] | None = []
-        """The operation rows' registration indices, None when they are not increasing (see `_LastRuntime`)."""
+        """The operation rows' registration indices, None when they are not increasing (see `_LastBuild`)."""
 
     def add(self, element_id: str, static: dict[str, Any], is_operation: bool) -> None:
         """One row: the element's static part and its spec with the result's shares (zero when it has none)."""

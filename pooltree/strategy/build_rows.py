@@ -22,30 +22,34 @@ from pooltree.tree.projection import OperationChanges, TreeProjection
 
 
 class BuildCache:
-    """The previous build of one tree's element rows, and the projection (`pooltree.tree.projection`) whose entries
-    hold the rows' static spec parts (`Projected.row`), kept while what they are computed from is unchanged.
+    """The previous build of one tree's element rows (`last`), and the projection (`pooltree.tree.projection`)
+    whose entries hold the rows' static spec parts (`Projected.row`), kept while what they are computed from is
+    unchanged.
 
     Owned by one `SchedulerCore` (one pool tree; it shares the projection with the fair-share input's cache).
-    ``last`` is the previous build's sequence of static parts, its config and tree: when the next build yields
-    the very same static objects in the same order, the tree's structure is unchanged and the new tree shares
-    the previous one's validated structure and resolved settings (`SchedulingTree.with_shares`).
     """
 
     def __init__(self, projection: TreeProjection | None = None) -> None:
         self.projection = projection if projection is not None else TreeProjection()
         """The tree's projection, whose entries keep the static parts."""
-        self.last: tuple[list[dict[str, Any]], StrategyConfig, SchedulingTree] | None = None
-        self.runtime: _LastRuntime | None = None
-        """The previous build's runtime key, element ids, specs and published values (see `_LastRuntime`)."""
+        self.last: _LastBuild | None = None
+        """The previous build: its rows, specs and tree, and what it read (see `_LastBuild`)."""
 
 
-class _LastRuntime:
-    """What the previous build read, for the next one: while the pool tree's ``revision`` (and the tree config
-    and strategy config objects) are the same, every static part is the same object as before, so the next build
-    skips the per-element walk and only re-creates the specs whose published values changed, found by comparing
-    the result's arrays with copies of the previous result's (`_Published`)."""
+class _LastBuild:
+    """The previous build of a tree's rows, the one thing a build keeps for the next one.
+
+    Its rows (``ids``, the static parts ``statics``, the ``specs``), the strategy ``config`` and the ``tree`` made
+    of them: when the next build's walk yields the very same static objects in the same order, the structure is
+    unchanged and the new tree shares the previous one's validated structure and resolved settings
+    (`SchedulingTree.with_shares`). With a ``key`` (the build read a result in bulk and every spec is a frozen
+    model), also what it read: while the pool tree's ``revision`` (and the tree config and strategy config
+    objects) are the same, every static part is the same object as before, so the next build skips the walk and
+    only re-creates the specs whose published values changed, found by comparing the result's arrays with copies
+    of the previous result's (`_Published`)."""
 
     __slots__ = (
+        "config",
         "ids",
         "is_op",
         "key",
@@ -58,20 +62,27 @@ class _LastRuntime:
         "rows_from",
         "specs",
         "statics",
+        "tree",
     )
 
     def __init__(
         self,
-        key: tuple[Any, ...],
+        key: tuple[Any, ...] | None,
         ids: list[str],
         statics: list[dict[str, Any]],
         specs: list[ElementSpec],
+        tree: SchedulingTree,
+        config: StrategyConfig,
         registration: list[int] | None = None,
     ):
         self.key = key
+        """(pool tree, revision, tree config, strategy config, name) the rows were read at; None when the next build
+        cannot bring them up to date (the result was not read in bulk, or a spec is a plain map): it walks."""
         self.ids = ids
         self.statics = statics
         self.specs = specs
+        self.tree = tree
+        self.config = config
         self.is_op = np.array([static["kind"] == "operation" for static in statics], dtype=bool)
         self.pool_rows = len(ids) - (0 if registration is None else len(registration))
         self.registration = registration
@@ -267,7 +278,7 @@ class _OperationChanges:
 def _operation_changes(
     pool_tree: RuntimeTree,
     cache: BuildCache,
-    last: _LastRuntime,
+    last: _LastBuild,
     runtime_key: tuple[Any, ...],
     changed: OperationChanges,
 ) -> _OperationChanges | None:
@@ -284,7 +295,6 @@ def _operation_changes(
         return None
     operations = pool_tree.operations
     arriving = changed.running
-    assert cache.last is not None
     removed = set(changed.before)  # the operations with a row
     if not removed and not arriving:  # e.g. operations registered to wait in a queue: no row changes
         last.key = runtime_key
@@ -331,7 +341,7 @@ def _operation_changes(
     return _OperationChanges(
         removed,
         [item[1] for item in arriving],
-        _children(parents, cache.last[2], removed, operations),
+        _children(parents, last.tree, removed, operations),
         inserted[0] if inserted else len(ids),
     )
 
@@ -389,8 +399,7 @@ def _children(
 def _unchanged_structure(
     result_elements: Any,
     total_resources: Vector,
-    cache: BuildCache,
-    last: _LastRuntime,
+    last: _LastBuild,
     delta: _OperationChanges | None = None,
 ) -> SchedulingTree:
     """The build for a pool tree whose revision is unchanged: the previous specs, re-created only where the
@@ -402,7 +411,7 @@ def _unchanged_structure(
     its arrays with the copies of the previous ones (`_Published.refresh`), and only they are read; otherwise
     (operations changed, or the result's rows moved) every row is gathered in build order from both results and
     compared, and the copies are taken anew."""
-    assert cache.last is not None and last.published is not None
+    assert last.published is not None
     result_ids = result_elements.ids
     changed: np.ndarray | None = None
     if last.rows_from is None and result_ids == last.result_ids:
@@ -426,21 +435,20 @@ def _unchanged_structure(
         current = _Rows(last.published, last.positions)
         changed = current.changed(previous)
         rows = current.subset(changed)
-    statics = last.statics
     specs = SpecRows(last.specs)
     prepared: Mapping[str, tuple[tuple[float, ...], tuple[float, ...], tuple[bool, ...]]] = {}
     if changed.size:
         prepared = _respec(rows, changed, last, specs)
     last.specs = specs
-    specs.base = cache.last[2]  # the previous tree: the hints say how these specs derive from it
+    specs.base = last.tree  # the previous tree: the hints say how these specs derive from it
     try:
         if delta is None:
-            tree = cache.last[2].with_shares(total_resources, specs)
+            tree = last.tree.with_shares(total_resources, specs)
         else:
             specs.ids = last.ids
             specs.tail = delta.first_new_row
             specs.children = delta.children
-            tree = cache.last[2].with_operation_changes(total_resources, specs, delta.removed, delta.added)
+            tree = last.tree.with_operation_changes(total_resources, specs, delta.removed, delta.added)
     finally:
         # the hints are for this call only (and keep no tree alive until the next build); ``replaced`` is
         # rebound, never cleared: the tree may keep the list (`SchedulingTree.respecced`)
@@ -449,7 +457,7 @@ def _unchanged_structure(
         specs.ids = None
         specs.children = None
     tree.prepared = prepared
-    cache.last = (statics, cache.last[1], tree)
+    last.tree = tree
     return tree
 
 
@@ -530,7 +538,7 @@ _BLOCKED_MASKS: tuple[tuple[bool, ...], ...] = tuple(
 def _respec(
     values: _Rows,
     changed: np.ndarray,
-    last: _LastRuntime,
+    last: _LastBuild,
     specs: SpecRows,
 ) -> _Prepared:
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static
