@@ -158,7 +158,7 @@ def _censored_median(logs: Sequence[float], censored: Sequence[float], sigma: fl
     return float(grid[int(np.argmax(likelihood))])
 
 
-def _censored_fit(logs: Sequence[float], censored: Sequence[float], min_sigma: float) -> tuple[float, float]:
+def censored_fit(logs: Sequence[float], censored: Sequence[float], min_sigma: float) -> tuple[float, float]:
     """The maximum-likelihood (log median, sigma) of a lognormal from complete run times (``logs``) and jobs still
     running after ``censored`` log seconds, on a grid. Fitting the
     spread together with the median matters: the jobs that completed so far are the short ones (a long job is
@@ -223,7 +223,7 @@ def fit(
 ) -> DurationFit:
     """The lognormal fit of observed run times (at least one), with ``censored``: run times so far of the jobs
     still running (a job running for 600 s says the median is likely not 100 s). With two or more observations
-    the median and the spread are fitted together (`_censored_fit`). ``values`` and ``censored`` must be the
+    the median and the spread are fitted together (`censored_fit`). ``values`` and ``censored`` must be the
     jobs of one window by start time (`pooltree.forecast.window`): the completed and the running ones of the
     same starts."""
     logs = [math.log(max(value, _MIN_SECONDS)) for value in values]
@@ -237,7 +237,7 @@ def fit(
     sigma = max(sigma, settings.min_sigma)
     positive = [math.log(value) for value in censored if value > 0]
     if positive and source != "prior" and len(logs) >= 2 and sigma > 0:
-        mean, sigma = _censored_fit(logs, positive, settings.min_sigma)
+        mean, sigma = censored_fit(logs, positive, settings.min_sigma)
     elif positive and sigma > 0:  # no spread (min_sigma 0, equal run times): every job runs the median
         mean = _censored_median(logs, positive, sigma)
     return DurationFit(math.exp(mean), sigma, len(logs), source)

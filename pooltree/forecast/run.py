@@ -370,8 +370,8 @@ def forecast(
         operations[op.id] = OperationForecast(
             op.id,
             started,
-            _range(starts, state.now, margin),
-            _range(finishes, state.now, resolution),
+            _range(starts, state.now, margin, covered),
+            _range(finishes, state.now, resolution, covered),
             _preempts(op.id, runs),
             {
                 task.name: {
@@ -483,10 +483,11 @@ def _clip(runs: Sequence[SeedRun], covered: float) -> None:
                 del run.finish[operation_id]
 
 
-def _range(values: Sequence[float], now: float, margin: float) -> dict[str, float | None]:
-    """p10 / p50 / p90 as absolute times (`pooltree.forecast.ranges.prediction_range`; None: after the horizon)."""
+def _range(values: Sequence[float], now: float, margin: float, covered: float) -> dict[str, float | None]:
+    """p10 / p50 / p90 as absolute times (`pooltree.forecast.ranges.prediction_range`, a run's inf a time after
+    ``covered``; None: after the horizon)."""
     found: dict[str, float | None] = {}
-    for q, value in zip(QUANTILES, prediction_range(values, margin), strict=True):
+    for q, value in zip(QUANTILES, prediction_range(values, margin, covered), strict=True):
         found[f"p{round(q * 100)}"] = None if math.isinf(value) else now + value
     return found
 
