@@ -9,7 +9,7 @@ import numpy as np
 
 from pooltree.config.pool_trees import parse_pool_trees
 from pooltree.forecast.durations import DurationSettings
-from pooltree.forecast.run import ForecastSettings, forecast
+from pooltree.forecast.run import ForecastSettings, TreesCopy, forecast, run_seed
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
 from pooltree.resources import vector
 from tests.forecast.test_forecast_fork import project_state
@@ -248,3 +248,22 @@ def test_hand_over_seeds_draw_their_own_run_times_as_simulated_seeds_do():
     simulated = spread(ForecastSettings(horizon=20_000.0))
     handed = spread(ForecastSettings(horizon=20_000.0, cpu_budget=60.0, simulation_share=1e-7))
     assert 0.75 * simulated < handed < 1.33 * simulated, (simulated, handed)
+
+
+def test_each_hand_over_gets_its_own_trees_with_the_specs_shared():
+    """The stopped run's pool trees are copied for each hand-over (it unregisters operations in its own copy);
+    the operations' frozen specs are shared, not copied."""
+    state = queue_state()
+    run = run_seed(state, 0, ForecastSettings(seeds=1, horizon=5000.0), deadline=0.0)
+    assert run.simulation is not None
+    original = run.simulation.trees["physical"].core.pool_tree
+    copies = TreesCopy({"physical": original})
+    one, other = copies.load()["physical"], copies.load()["physical"]
+    assert one is not original and one is not other
+    assert set(one.operations) == set(original.operations) == {"first", "second"}
+    one.unregister_operation("first")
+    assert "first" not in one.operations and "first" in other.operations and "first" in original.operations
+    spec = original.operation("second").spec
+    assert (
+        spec is not None and one.operation("second").spec is spec and other.operation("second").spec is spec
+    )
