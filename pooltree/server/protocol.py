@@ -265,9 +265,27 @@ def parse_format(value: Any, what: str = "format") -> Format:
 
 
 def parse_header_format(text: str | None) -> Format:
-    """The ``X-YT-Header-Format`` value (YSON text such as ``<format=text>yson``); YSON text if absent."""
+    """The ``X-YT-Header-Format`` value (YSON text such as ``<format=text>yson``); YSON text if absent.
+
+    Clients send one of a few values on every request, so the parsed formats are kept by their text
+    (``HEADER_FORMATS_KEPT`` of them; an invalid one is not kept): the YSON parser is pure Python. A ``Format``
+    is frozen and its attributes are only read."""
     if not text:
-        return Format("yson", {"format": "text"})
+        return _TEXT_YSON
+    found = _header_formats.get(text)
+    if found is None:
+        found = _parse_header_format(text)
+        if len(_header_formats) < HEADER_FORMATS_KEPT:
+            _header_formats[text] = found
+    return found
+
+
+HEADER_FORMATS_KEPT = 64
+_TEXT_YSON = Format("yson", {"format": "text"})
+_header_formats: dict[str, Format] = {}
+
+
+def _parse_header_format(text: str) -> Format:
     try:
         return parse_format(from_yson(yson.loads(text.encode("latin-1"))), "X-YT-Header-Format")
     except (yson.YsonError, UnicodeEncodeError) as error:

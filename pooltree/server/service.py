@@ -36,7 +36,7 @@ from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
-from pooltree.server.app import create_app, new_request_id, read_body
+from pooltree.server.app import DirectCommands, create_app, new_request_id, read_body
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
@@ -332,7 +332,7 @@ class SchedulerService:
         self._api = self.app.state.api
         self.web = WebUI(self)
         self._wire_parts(resolver)
-        self._direct = DirectHeartbeats(self._heartbeat, self.app)
+        self._direct = DirectHeartbeats(self._heartbeat, DirectCommands(self.app))
         self._running_reports = RunningReports()
         """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
         self._heartbeat_threads: ThreadPoolExecutor | None = None
@@ -430,8 +430,8 @@ class SchedulerService:
     # ------------------------------------------------------------------ HTTP endpoints
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """The process's ASGI entry while leading: node heartbeats straight to their handler
-        (``heartbeats.DirectHeartbeats``), everything else through the app."""
+        """The process's ASGI entry while leading: node heartbeats and API commands straight to their handlers
+        (``heartbeats.DirectHeartbeats``, ``app.DirectCommands``), everything else through the app."""
         await self._direct(scope, receive, send)
 
     async def _heartbeat(self, request: Request) -> Response:
