@@ -129,10 +129,12 @@ def test_pooltree_node_cleans_its_root_before_heartbeating(tmp_path: Path) -> No
         )
         assert job.wait(30) == -signal.SIGKILL
         assert _wait(lambda: not (root / "job-1").exists())
-        # The node logs the clean-up just after removing the directories: wait for that line before SIGINT (a
-        # SIGINT between the removal and the log line ended the node before it said anything).
+        # SIGINT only once the node has said it heartbeats: it logs that after its loop took SIGINT/SIGTERM over
+        # (the clean-up's own line comes before asyncio.run; a SIGINT between that line and the loop's handler was
+        # lost in a full run at load 15, and the node went on retrying its unreachable scheduler)
         assert node.stderr is not None
-        said = _read_until(node.stderr, b"job directories left under", timeout=30)
+        said = _read_until(node.stderr, b"heartbeating to", timeout=60)
+        assert b"heartbeating to" in said and b"job directories left under" in said, said
         node.send_signal(signal.SIGINT)
         _, rest = node.communicate(timeout=30)
         stderr = said + rest
