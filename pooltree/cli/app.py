@@ -18,7 +18,7 @@ COMMANDS: dict[str, str] = {
     "fair-share": "pooltree.cli.fair_share",
     "forecast": "pooltree.cli.forecast",
     "scheduler": "pooltree.cli.live",
-    "node": "pooltree.cli.live",
+    "node": "pooltree.cli.node",
     "local": "pooltree.cli.live",
     "simulate": "pooltree.cli.simulate",
     "workload": "pooltree.cli.simulate",

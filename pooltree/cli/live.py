@@ -1,11 +1,11 @@
-"""``pooltree scheduler``, ``pooltree node`` and ``pooltree local``: the live cluster's processes.
+"""``pooltree scheduler`` and ``pooltree local``: the live cluster's scheduler, and a whole cluster on one machine.
 
 ``scheduler`` serves the YTsaurus HTTP API and node heartbeats on one store (SQLite file or PostgreSQL URL) and
-prints ``listening on URL`` on stdout once it accepts connections. ``node`` runs one exec-node agent heartbeating
-to a scheduler. ``local`` starts one scheduler (creating pool tree ``default``) and N nodes as child processes,
-prints the proxy address, restarts a node that dies (the others and the scheduler keep running; a node in a crash
-loop is left down with a log line naming it), and stops them all on SIGINT/SIGTERM (SIGTERM first, bounded wait,
-then SIGKILL). The scheduler's death stops the cluster.
+prints ``listening on URL`` on stdout once it accepts connections. ``local`` starts one scheduler (creating pool
+tree ``default``) and N nodes (``pooltree node``, `pooltree.cli.node`) as child processes, prints the proxy
+address, restarts a node that dies (the others and the scheduler keep running; a node in a crash loop is left down
+with a log line naming it), and stops them all on SIGINT/SIGTERM (SIGTERM first, bounded wait, then SIGKILL). The
+scheduler's death stops the cluster.
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ import errno
 import logging
 import math
 import os
-import shutil
-import signal
 import socket
 import sys
-import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from pooltree.cli.app import app, fail
+from pooltree.cli.node import ISOLATION_OPTION, check_isolation_option, parse_node_resources
+from pooltree.cli.processes import DEFAULT_DATA, install_stop_handlers, setup_logging
 from pooltree.cli.secrets_options import (
     STORE_KEY_FILE,
     node_secret,
@@ -39,39 +38,16 @@ from pooltree.config.pool_trees import CHILDREN_KEY, parse_pool_trees
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.worker import WorkerSettings, forecast_worker_settings
 from pooltree.local.cluster import READY_PREFIX, ROLE_PREFIX, LocalCluster
-from pooltree.node.agent import detect_resource_limits
-from pooltree.node.isolation import CHOICES, Resolution, resolve_isolation, sandbox_location
-from pooltree.node.service import (
-    check_period,
-    parse_resources_option,
-    parse_scheduler_urls,
-    parse_tags,
-    run_node,
-)
-from pooltree.node.topology import NodeTopology
+from pooltree.node.isolation import Resolution, resolve_isolation
+from pooltree.node.service import check_period
 from pooltree.security.guard import LOOPBACK_NETWORKS, is_loopback, parse_networks
 from pooltree.server.live.model import check_update_period
 from pooltree.shards.host import MAX_NODE_SHARDS
 
-DEFAULT_DATA = Path(".pooltree")
 SUPERVISE_PERIOD = 0.5
 """Seconds between ``pooltree local``'s checks of its children."""
 
 log = logging.getLogger("pooltree.cli.live")
-
-
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def _install_stop_handlers(stop: asyncio.Event) -> None:
-    """SIGINT and SIGTERM set ``stop`` (a clean shutdown instead of a traceback)."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -285,7 +261,7 @@ def scheduler_command(
     default_tentative_pool_trees: str = DEFAULT_TENTATIVE_POOL_TREES_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
-    _setup_logging()
+    setup_logging()
     default_trees = tuple(name.strip() for name in default_tentative_pool_trees.split(",") if name.strip())
     try:
         _check_scheduler_options(
@@ -421,7 +397,7 @@ async def _run_scheduler(
     from pooltree.server.service import serve
 
     stop = asyncio.Event()
-    _install_stop_handlers(stop)
+    install_stop_handlers(stop)
 
     def ready(url: str) -> None:
         print(f"{READY_PREFIX}{url}", flush=True)
@@ -454,220 +430,6 @@ async def _run_scheduler(
     log.info("scheduler stopped")
 
 
-# ------------------------------------------------------------------------------------------------- node
-
-ORPHAN_KILL_TIMEOUT = 5.0
-"""Seconds to wait for killed leftover job processes to exit before the node goes on regardless."""
-
-
-def _inside(path: str, root: str) -> bool:
-    path = path.removesuffix(" (deleted)")
-    return path == root or path.startswith(root + os.sep)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return True  # gone
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
-
-
-def processes_in_sandboxes(root: Path) -> list[int]:
-    """Live processes that run in a sandbox under ``root``: their cwd, ``HOME`` or ``PWD`` (a job's environment
-    points both at its sandbox) lies under it. Read from /proc; processes we may not inspect are skipped."""
-    root_text = str(root.resolve())
-    own = {os.getpid(), os.getppid()}
-    found: list[int] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit() or int(name) in own:
-            continue
-        pid = int(name)
-        try:
-            if _inside(os.readlink(f"/proc/{pid}/cwd"), root_text):
-                found.append(pid)
-                continue
-        except OSError:
-            pass
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                environment = handle.read()
-        except OSError:
-            continue
-        for variable in environment.split(b"\0"):
-            if variable.startswith((b"HOME=", b"PWD=")):
-                value = variable.split(b"=", 1)[1].decode("utf-8", "replace")
-                if _inside(value, root_text):
-                    found.append(pid)
-                    break
-    return [pid for pid in found if not _is_zombie(pid)]
-
-
-def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list[int], int]:
-    """Before a node starts on ``root``: SIGKILL the job processes an earlier node left running there or in its
-    slot-uid-only sandbox directory (their whole process groups; jobs run in sessions of their own) and remove
-    the leftover job directories.
-
-    Returns (killed pids, removed directories). The wait for the processes to exit is bounded by ``timeout``.
-    """
-    roots = [path for path in (root, sandbox_location(root)) if path.is_dir()]
-    if not roots:
-        return [], 0
-    own_group = os.getpgrp()
-    killed = [pid for path in roots for pid in processes_in_sandboxes(path)]
-    for pid in killed:
-        try:
-            group = os.getpgid(pid)
-            if group == pid and group != own_group:  # a job: the leader of its own session, take it all
-                os.killpg(group, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        except PermissionError:
-            log.warning("cannot kill leftover job process %d under %s: permission denied", pid, root)
-    deadline = time.monotonic() + timeout
-    waiting = list(killed)
-    for _ in range(int(timeout / 0.02) + 1):
-        waiting = [pid for pid in waiting if not _is_zombie(pid)]
-        if not waiting or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    if waiting:
-        log.warning("leftover job processes still alive after %.1f s: %s", timeout, waiting)
-    removed = 0
-    for entry in (entry for path in roots for entry in path.iterdir()):
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-    return killed, removed
-
-
-def parse_node_resources(text: str | None) -> dict[str, Any] | None:
-    """``--resources`` text → the override map, validated now (so a typo fails before anything starts)."""
-    if not text:
-        return None
-    overrides = parse_resources_option(text, "--resources")
-    detect_resource_limits(overrides, "--resources")
-    return overrides
-
-
-ISOLATION_OPTION = typer.Option(
-    "auto",
-    "--isolation",
-    help="How jobs are isolated: auto (the strongest this host allows), sandbox (bubblewrap: read-only /, private "
-    "/tmp, PID namespace; per-slot uids as root), slot-uid (per-slot uids only, needs root) or none.",
-)
-
-
-def check_isolation_option(value: str) -> str:
-    if value not in CHOICES:
-        raise ConfigError("--isolation", f"expected one of {', '.join(CHOICES)}, got {value!r}")
-    return value
-
-
-@app.command("node")
-def node_command(
-    scheduler: str = typer.Option(
-        ...,
-        "--scheduler",
-        help="Scheduler URL, e.g. http://127.0.0.1:8000, or several (a leader and its standbys) comma separated.",
-    ),
-    resources: str = typer.Option(
-        None, "--resources", help="Resource limits, e.g. 'cpu=4,memory=8Gi,user_slots=4' (others detected)."
-    ),
-    tags: str = typer.Option("", "--tags", help="Node tags, comma separated (for node_tag_filter)."),
-    root: Path = typer.Option(
-        None, "--root", help="Directory for job sandboxes (default .pooltree/node-ADDRESS)."
-    ),
-    address: str = typer.Option(
-        None, "--address", help="Node address reported to the scheduler (default: host)."
-    ),
-    node_secret_file: Path = typer.Option(
-        None,
-        "--node-secret-file",
-        help="File (mode 0600) with the cluster node secret (the scheduler's DATA/node_secret); "
-        "else $POOLTREE_NODE_SECRET.",
-    ),
-    memory_meter: str = typer.Option("auto", "--memory-meter", help="auto, cgroup or psutil."),
-    gpu_devices: str = typer.Option(
-        None,
-        "--gpu-devices",
-        help="GPU device files, e.g. '0=/dev/nvidia0,1=/dev/nvidia1' (default: nvidia-smi, else /dev/nvidiaN).",
-    ),
-    data_center: str = typer.Option(None, "--data-center", help="The node's data center (a module)."),
-    infiniband_cluster: str = typer.Option(
-        None, "--infiniband-cluster", help="The node's InfiniBand cluster (a module)."
-    ),
-    isolation: str = ISOLATION_OPTION,
-) -> None:
-    """Run one exec node: heartbeats to the scheduler, runs its jobs as local processes."""
-    _setup_logging()
-    from pooltree.node.service import default_address
-
-    try:
-        overrides = parse_node_resources(resources)
-        tag_list = parse_tags(tags, "--tags")
-        parse_scheduler_urls(scheduler, "--scheduler")
-        if memory_meter not in ("auto", "cgroup", "psutil"):
-            raise ConfigError("--memory-meter", f"expected auto, cgroup or psutil, got {memory_meter!r}")
-        resolve_isolation(check_isolation_option(isolation))  # a mode this host cannot give fails here
-        secret, _, _ = node_secret(node_secret_file, None)
-        placement = {
-            "gpu_devices": gpu_devices,
-            "topology": NodeTopology(data_center=data_center, infiniband_cluster=infiniband_cluster),
-            "isolation": isolation,
-        }
-        node_address = address or default_address()
-        root_dir = root if root is not None else DEFAULT_DATA / f"node-{node_address}"
-        killed, removed = kill_orphans(root_dir)
-        if killed or removed:
-            log.warning(
-                "node %s: killed %d job processes and removed %d job directories left under %s by an earlier node",
-                node_address,
-                len(killed),
-                removed,
-                root_dir,
-            )
-        asyncio.run(
-            _run_node(scheduler, root_dir, node_address, overrides, tag_list, secret, memory_meter, placement)
-        )
-    except PooltreeError as error:
-        fail(error.message)
-
-
-async def _run_node(
-    scheduler: str,
-    root_dir: Path,
-    address: str,
-    resources: dict[str, Any] | None,
-    tags: Sequence[str],
-    secret: str,
-    memory_meter: str,
-    placement: dict[str, Any],
-) -> None:
-    stop = asyncio.Event()
-    _install_stop_handlers(stop)
-    log.info("node %s heartbeating to %s (sandboxes under %s)", address, scheduler, root_dir)
-    stats = await run_node(
-        scheduler,
-        root_dir=root_dir,
-        address=address,
-        resources=resources,
-        tags=tags,
-        node_secret=secret,
-        stop=stop,
-        memory_meter=memory_meter,
-        **placement,
-    )
-    log.info("node %s stopped after %d heartbeats (%d failed)", address, stats.heartbeats, stats.failures)
-
-
 # ------------------------------------------------------------------------------------------------- local
 
 
@@ -693,7 +455,7 @@ def local_command(
     isolation: str = ISOLATION_OPTION,
 ) -> None:
     """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
-    _setup_logging()
+    setup_logging()
     try:
         if not 0 <= nodes <= 64:
             raise ConfigError("--nodes", f"must be between 0 and 64, got {nodes}")
@@ -731,7 +493,7 @@ async def _run_local(
     cluster: LocalCluster, job_isolation: Resolution, echo: Callable[[str], None] = print
 ) -> int:
     stop = asyncio.Event()
-    _install_stop_handlers(stop)
+    install_stop_handlers(stop)
     try:
         url = await cluster.start()
         echo(f"pooltree local: scheduler at {url} with {cluster.nodes} nodes; state in {cluster.data}")

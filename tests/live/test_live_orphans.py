@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from pooltree.cli.live import kill_orphans, processes_in_sandboxes
+from pooltree.cli.node import kill_orphans, processes_in_sandboxes
 
 
 def _alive(pid: int) -> bool:
