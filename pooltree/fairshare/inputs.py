@@ -301,6 +301,7 @@ def _read_inputs(upd: _Update) -> None:
             rows = _written_rows(upd, last, written, new_rows)
             if rows is not None:
                 _read_rows(upd, last, rows)
+                upd.read_rows, upd.read_from = rows, last
                 return
     _read_rows(upd, tree.inputs, None)
 

@@ -123,6 +123,7 @@ class _KeptFunctions:
     __slots__ = (
         "demand_share",
         "guarantee",
+        "inputs",
         "key",
         "limits",
         "right",
@@ -144,6 +145,10 @@ class _KeptFunctions:
         self.key = key
         self.table = table
         self.stale = stale  # rows to build whatever their inputs (``_carried``: new elements, changed pools)
+        self.inputs: Any = None
+        """The read (``inputs._KeptInputs``) the kept usage and demand shares were computed from: an update whose
+        read started from it and re-read only the period's written rows (``_Update.read_rows``) finds the
+        operations whose shares may differ among those rows alone."""
         for name, value in arrays.items():
             setattr(self, name, value)
 
@@ -287,7 +292,8 @@ def rows_to_build(
 
     With this update's ``base`` build (the integral stages' rebuilds), rows of ``elements`` whose guarantee or
     limits differ from the base's; with the previous update's ``kept`` build, rows whose guarantee, limits,
-    usage or demand share, step flag or placement in the parent's sum differ, and its stale rows.
+    usage or demand share (among the rows the period's delta wrote, when it can say: `_shares_moved`), step
+    flag or placement in the parent's sum differ, and its stale rows.
     """
     tree = upd.tree
     n = len(tree.elements)
@@ -302,11 +308,8 @@ def rows_to_build(
         source_table = kept.table
         member = np.ones(n, dtype=bool)
         dirty = _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
-        dirty |= tree.is_op & (
-            _rows_differ(upd.usage_share, kept.usage_share)
-            | _rows_differ(upd.demand_share, kept.demand_share)
-            | (step_full != kept.step)
-        )
+        dirty |= tree.is_op & (step_full != kept.step)
+        _shares_moved(upd, kept, dirty)
         if kept.stale is not None:
             dirty |= kept.stale
         moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
@@ -317,6 +320,27 @@ def rows_to_build(
         kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
         dirty[level.parents] |= kids_dirty & member[level.parents]
     return source_table, np.flatnonzero(dirty)
+
+
+def _shares_moved(upd: _Update, kept: _KeptFunctions, dirty: np.ndarray) -> None:
+    """Mark the operations whose usage or demand share differs in some bit from the kept build's.
+
+    An operation's shares are computed from its own inputs and the totals only (``compute_attributes``). When the
+    kept build's shares came from the read this update's read started from (the same totals), only the rows it
+    re-read, the period's written operations (``_Update.read_rows``), can differ: only those are compared.
+    Otherwise every operation is."""
+    tree = upd.tree
+    rows = upd.read_rows
+    if rows is None or kept.stale is not None or kept.inputs is None or kept.inputs is not upd.read_from:
+        dirty |= tree.is_op & (
+            _rows_differ(upd.usage_share, kept.usage_share)
+            | _rows_differ(upd.demand_share, kept.demand_share)
+        )
+        return
+    ops = rows[tree.is_op[rows]]
+    moved = _rows_differ(upd.usage_share[ops], kept.usage_share[ops])
+    moved |= _rows_differ(upd.demand_share[ops], kept.demand_share[ops])
+    dirty[ops[moved]] = True
 
 
 def keep_functions(
@@ -335,7 +359,7 @@ def keep_functions(
     if len(table.batches) > _KEPT_BATCHES_LIMIT:
         table = _consolidated(table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)))
     scale_of, shift_of, right_of = placements
-    tree.functions = _KeptFunctions(
+    kept = tree.functions = _KeptFunctions(
         key,
         table,
         usage_share=upd.usage_share.copy(),
@@ -347,4 +371,5 @@ def keep_functions(
         shift=shift_of,
         right=right_of,
     )
+    kept.inputs = tree.inputs  # this update's read
     return table

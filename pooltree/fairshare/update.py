@@ -142,6 +142,10 @@ class _Update:
         # functions (b.5), set by building.build_functions
         self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
         self._placement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # the period's delta of inputs as the read took it (inputs._read_inputs): the rows it read, None for all;
+        # and the previous read (``_KeptInputs``) whose arrays hold every other row
+        self.read_rows: np.ndarray | None = None
+        self.read_from: Any = None
         _read_inputs(self)
         self.any_fifo = bool(self.fifo.any())
 

@@ -16,6 +16,7 @@ import pytest
 from pooltree.config import parse_pool_trees
 from pooltree.fairshare import Operation, Pool, UpdateState, update_fair_share
 from pooltree.fairshare import inputs as inputs_module
+from pooltree.fairshare import reuse as reuse_module
 from pooltree.resources import vector
 from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
 from pooltree.tree import fair_share_input as input_module
@@ -207,3 +208,34 @@ def test_a_write_the_input_does_not_report_shows(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(input_module, "_refresh_resources", unreported)
     assert _runtime_steps() != []
+
+
+def test_the_kept_functions_compare_only_the_written_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The functions kept by the previous update are compared with this update's inputs: the operations' usage
+    and demand shares only in the rows the period's delta wrote (the other operations' inputs and the totals are
+    the ones the kept functions were built from), and the result is the one of a fresh update."""
+    root, total, settings = case(33)
+    compared: list[int] = []
+    original = reuse_module._rows_differ
+
+    def spy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        compared.append(len(a))
+        return original(a, b)
+
+    monkeypatch.setattr(reuse_module, "_rows_differ", spy)
+    first = update_fair_share(root, total, settings, 0.0)
+    second = update_fair_share(root, total, settings, 1.0, _told(first.state, []))
+    n = len(second.elements.ids)
+    compared.clear()
+    ops = list(_ops(root))
+    for op in ops[3:6]:
+        op.usage = op.usage * 0.5
+    got = update_fair_share(root, total, settings, 2.0, _told(second.state, ops[3:6]))
+    assert (
+        3 in compared and compared.count(n) == 2
+    )  # shares of the three written; guarantees and limits of all
+    fresh = copy.deepcopy((root, total, settings))
+    assert _digest(got) == _digest(update_fair_share(*fresh, 2.0, second.state))
+    compared.clear()
+    update_fair_share(root, total, settings, 3.0, got.state)  # not told what was written: every operation
+    assert compared.count(n) == 4
