@@ -20,6 +20,8 @@ node, with its usage accounted without a gap.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from pooltree.resources import RESOURCES
@@ -28,6 +30,7 @@ from pooltree.strategy.elements import OperationRuntime
 from pooltree.strategy.model import (
     AbortReason,
     Allocation,
+    ExecNode,
     HeartbeatResult,
     PreemptionRecord,
     SchedulingStage,
@@ -73,27 +76,12 @@ class GangRestarts:
             node = state.nodes.get(old.node_address)
             if node is None or old.preempted:
                 continue
-            if result is not None and result.address == node.address:
-                target = result
-            else:
-                target = state.queued_for(node.address)
-            record = PreemptionRecord(
-                allocation_id=old.id,
-                operation_id=old.operation_id,
-                node_address=node.address,
-                reason=AbortReason.OPERATION_INCARNATION_CHANGED,
-                timeout=0.0,
-                explanation=explanation,
-                stage=SchedulingStage.PREEMPTIVE_NORMAL,
-                time=now,
-                interruption_signal=old.interruption_signal,
-                interruptible=False,
-                allocation_status=old.preemption_status,
+            target = (
+                result
+                if result is not None and result.address == node.address
+                else state.queued_for(node.address)
             )
-            old.preemption = record
-            old.restarted = True
-            target.allocations_to_preempt.append(record)
-            state.emit({"event": "allocation_preempted", **record.to_dict()})
+            self._stop(old, target, explanation, now)
             new = restart(old, now)
             if (
                 new is None
@@ -101,28 +89,63 @@ class GangRestarts:
                 node.usage -= old.resources
                 state.release(old, runtime, element)
                 continue
-            new.node_address = node.address
-            if new.interruption_signal is None and element is not None:
-                new.interruption_signal = element.spec.interruption_signal
-            delta = new.resources - old.resources
-            node.usage += delta
-            node.allocations[new.id] = new
-            state.allocations[new.id] = new
-            runtime.lists_settled = False
-            runtime.lists.replace(old, new)
-            if np.any(delta != 0):
-                state.account(runtime, element, delta.tolist(), _add_list)
-            target.allocations_to_start.append(new)
-            state.emit(
-                {
-                    "event": "allocation_started",
-                    "time": now,
-                    "allocation_id": new.id,
-                    "operation_id": new.operation_id,
-                    "node": node.address,
-                    "stage": INCARNATION_SWITCH_STAGE,
-                    "resources": {name: float(new.resources[i]) for i, name in enumerate(RESOURCES)},
-                }
-            )
+            self._start_in_place(runtime, element, node, old, new, target, now)
         if element is not None and element.op is runtime:
             self.heaps.refresh_leaf(element)
+
+    def _stop(self, old: Allocation, target: HeartbeatResult, explanation: str, now: float) -> None:
+        """The old job is stopped at once (``operation_incarnation_changed``, timeout 0), in ``target``'s answer."""
+        record = PreemptionRecord(
+            allocation_id=old.id,
+            operation_id=old.operation_id,
+            node_address=old.node_address,
+            reason=AbortReason.OPERATION_INCARNATION_CHANGED,
+            timeout=0.0,
+            explanation=explanation,
+            stage=SchedulingStage.PREEMPTIVE_NORMAL,
+            time=now,
+            interruption_signal=old.interruption_signal,
+            interruptible=False,
+            allocation_status=old.preemption_status,
+        )
+        old.preemption = record
+        old.restarted = True
+        target.allocations_to_preempt.append(record)
+        self.state.emit({"event": "allocation_preempted", **record.to_dict()})
+
+    def _start_in_place(
+        self,
+        runtime: OperationRuntime,
+        element: Any,
+        node: ExecNode,
+        old: Allocation,
+        new: Allocation,
+        target: HeartbeatResult,
+        now: float,
+    ) -> None:
+        """The new incarnation's job takes the old one's place: on its node, in the operation's start order, with
+        its usage accounted without a gap."""
+        state = self.state
+        new.node_address = node.address
+        if new.interruption_signal is None and element is not None:
+            new.interruption_signal = element.spec.interruption_signal
+        delta = new.resources - old.resources
+        node.usage += delta
+        node.allocations[new.id] = new
+        state.allocations[new.id] = new
+        runtime.lists_settled = False
+        runtime.lists.replace(old, new)
+        if np.any(delta != 0):
+            state.account(runtime, element, delta.tolist(), _add_list)
+        target.allocations_to_start.append(new)
+        state.emit(
+            {
+                "event": "allocation_started",
+                "time": now,
+                "allocation_id": new.id,
+                "operation_id": new.operation_id,
+                "node": node.address,
+                "stage": INCARNATION_SWITCH_STAGE,
+                "resources": {name: float(new.resources[i]) for i, name in enumerate(RESOURCES)},
+            }
+        )
