@@ -11,7 +11,8 @@ from pooltree.config.gpu_policy import GpuPolicyConfig
 from pooltree.config.segments import SegmentSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import RESOURCE_COUNT
-from pooltree.strategy.gpu_policy import GpuPolicy, OperationFacts
+from pooltree.strategy.gpu_plan import OperationFacts
+from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.model import ExecNode, HeartbeatResult, SchedulingStage, StarvationStatus
 
 PRIORITY_MODULE_BINDING = "enable_priority_scheduling_segment_module_assignment"
