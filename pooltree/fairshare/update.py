@@ -75,24 +75,7 @@ class _Update:
         self.now = float(now)
         self.state = state or UpdateState()
         self.errors: list[PooltreeError] = []
-        self.total = np.asarray(total, dtype=float)
-        if (
-            self.total.shape != (RESOURCE_COUNT,)
-            or not np.all(np.isfinite(self.total))
-            or np.any(self.total < 0)
-        ):
-            raise ConfigError("total_resources", "expected 5 non-negative finite resource amounts")
-        if settings.main_resource not in RESOURCES:
-            raise ConfigError("settings.main_resource", f"unknown resource {settings.main_resource!r}")
-        m = settings.infer_weight_from_guarantees_share_multiplier
-        if m is not None and not (math.isfinite(m) and m >= 1.0):
-            raise ConfigError(
-                "settings.infer_weight_from_guarantees_share_multiplier", "must be a number ≥ 1"
-            )
-        if settings.integral_smooth_period <= 0:
-            raise ConfigError("settings.integral_smooth_period", "must be positive")
-        if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
-            raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
+        self.total = _checked(total, settings)
         self.tree = _flatten(root, self.state.layout, self.state.written, self.state.relaid)
         # what the previous update of this tree left to reuse (reuse.reuse_guarantees / keep_guarantees)
         self.reused: _StaticGuarantees | None = None
@@ -148,6 +131,24 @@ class _Update:
         self.read_from: Any = None
         _read_inputs(self)
         self.any_fifo = bool(self.fifo.any())
+
+
+def _checked(total: Vector, settings: UpdateSettings) -> np.ndarray:
+    """The cluster's total resources as floats, once they and the settings are valid (else an error naming the
+    field)."""
+    array = np.asarray(total, dtype=float)
+    if array.shape != (RESOURCE_COUNT,) or not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ConfigError("total_resources", "expected 5 non-negative finite resource amounts")
+    if settings.main_resource not in RESOURCES:
+        raise ConfigError("settings.main_resource", f"unknown resource {settings.main_resource!r}")
+    m = settings.infer_weight_from_guarantees_share_multiplier
+    if m is not None and not (math.isfinite(m) and m >= 1.0):
+        raise ConfigError("settings.infer_weight_from_guarantees_share_multiplier", "must be a number ≥ 1")
+    if settings.integral_smooth_period <= 0:
+        raise ConfigError("settings.integral_smooth_period", "must be positive")
+    if settings.fifo_pool_scheduling_order not in ("satisfaction", "fifo"):
+        raise ConfigError("settings.fifo_pool_scheduling_order", "must be 'satisfaction' or 'fifo'")
+    return array
 
 
 def update_fair_share(
