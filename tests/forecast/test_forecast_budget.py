@@ -3,11 +3,15 @@ finishes when its running jobs end (the same time a longer run simulates)."""
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
+import pytest
 
 from pooltree.config.pool_trees import parse_pool_trees
+from pooltree.forecast import run as run_module
 from pooltree.forecast.durations import DurationSettings
 from pooltree.forecast.run import ForecastSettings, TreesCopy, forecast, run_seed
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
@@ -267,3 +271,30 @@ def test_each_hand_over_gets_its_own_trees_with_the_specs_shared():
     assert (
         spec is not None and one.operation("second").spec is spec and other.operation("second").spec is spec
     )
+
+
+def test_the_collector_waits_for_the_forecast_and_collects_once_after(monkeypatch: pytest.MonkeyPatch):
+    """While a forecast runs the cyclic collector is off and what existed before is frozen; after it, the
+    collector is on again, nothing stays frozen, and the forecast's cyclic garbage is gone. A caller that turned
+    the collector off keeps it off."""
+    state = queue_state()
+    seen: list[tuple[bool, int]] = []
+    original = run_module._runs
+
+    def runs(*args: Any, **kwargs: Any) -> Any:
+        seen.append((gc.isenabled(), gc.get_freeze_count()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(run_module, "_runs", runs)
+    settings = ForecastSettings(seeds=2, horizon=5000.0, cpu_budget=60.0, simulation_share=1e-7)
+    assert gc.isenabled()
+    forecast(state, settings)
+    assert not seen[0][0] and seen[0][1] > 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert gc.collect() == 0  # the forecast's cycles were collected already
+    gc.disable()
+    try:
+        forecast(state, settings)
+        assert not gc.isenabled() and seen[1] == (False, 0)
+    finally:
+        gc.enable()
