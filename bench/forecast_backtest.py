@@ -382,11 +382,13 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         cpu_budget=args.cpu_budget,
     )
     runs = []
+    covered = []
     found = None
     for _ in range(args.repeat):
         started = time.process_time()
         found = forecast(state, settings)
         runs.append(time.process_time() - started)
+        covered.append(round(found.horizon, 1))
     assert found is not None
     waiting = [f for f in found.operations.values() if not f.started]
     dated = [f for f in waiting if f.start["p50"] is not None]
@@ -414,6 +416,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_seconds_per_seed_median": round(statistics.median(runs) / args.seeds, 3),
         "simulator_events": found.events,
         "horizon_covered_s": round(found.horizon, 1),
+        "horizon_covered_s_per_refresh": covered,
         "pending_with_start_in_horizon": len(dated),
         "pending": len(waiting),
         "running_with_finish_p50": len(finishing),
