@@ -23,7 +23,8 @@ process and its children) per answered heartbeat and per started allocation, the
 drivers' own CPU (seconds per second, summed over the driver processes). ``marginal_ms_per_started_allocation``:
 (loaded CPU - quiet cost per heartbeat x loaded heartbeats) / started allocations. ``--repeat`` repeats the
 whole run and reports the median of each figure. ``--shards 1,2,4`` runs the scheduler with each node shard
-count (``--node-shards``) in every round, interleaved; the simulated nodes follow the answers' ``heartbeat_url``
+count (``--node-shards``) in every round, interleaved (``1s``, ``2s``: that many shard processes with
+``--shard-starts``, which also run their nodes' scheduling passes); the simulated nodes follow the answers' ``heartbeat_url``
 to their shard as the node agent does. The scheduler's CPU counts its child processes (the shards), and is also
 reported split: the leader's and the shards' CPU per heartbeat, the leader's per started allocation, and
 heartbeats and allocations started per scheduler CPU-second (leader and shards summed);
@@ -242,7 +243,9 @@ def _driver(
 class Scheduler:
     """``pooltree scheduler`` in a child process on 127.0.0.1 with a SQLite store under ``data``."""
 
-    def __init__(self, data: Path, period: float, extra: tuple[str, ...] = (), shards: int = 1) -> None:
+    def __init__(
+        self, data: Path, period: float, extra: tuple[str, ...] = (), shards: int = 1, starts: bool = False
+    ) -> None:
         argv = [
             sys.executable,
             "-m",
@@ -257,11 +260,14 @@ class Scheduler:
             "120",
             "--node-shards",
             str(shards),
+            *(("--shard-starts",) if starts else ()),
             *extra,
         ]
         self.log = open(data / "scheduler.log", "wb")  # noqa: SIM115 (closed in close())
         self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
         self.shards = shards
+        self.processes = shards > 1 or starts
+        """Whether node shard processes run (``--node-shards`` above 1, or any count with ``--shard-starts``)."""
         found: list[str] = []
 
         def read() -> None:
@@ -307,7 +313,7 @@ class Scheduler:
         """Heartbeats the node shards answered themselves so far (``pooltree_node_shard_local_answers_total``, as
         far as the leader applied their notes; 0 on builds without the metric); None without shards or when the
         scheduler did not answer ``/metrics`` in time (the figure is then left out, the run goes on)."""
-        if self.shards < 2:
+        if not self.processes:
             return None
         request = urllib.request.Request(
             self.url + "/metrics", headers={"Authorization": f"OAuth {self.token}"}
@@ -438,7 +444,8 @@ def start_node_drivers(
 
 def run_once(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-live-nodes-") as tmp:
-        scheduler = Scheduler(Path(tmp), args.period, shards=args.shards_now)
+        count, starts = _shard_setting(args.shards_now)
+        scheduler = Scheduler(Path(tmp), args.period, shards=count, starts=starts)
         context = mp.get_context("spawn")
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
@@ -501,6 +508,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             scheduler.close()
 
 
+def _shard_setting(text: str) -> tuple[int, bool]:
+    """``--shards``' ``N`` or ``Ns``: (``--node-shards``, ``--shard-starts``)."""
+    starts = text.endswith("s")
+    return int(text.removesuffix("s")), starts
+
+
 def _median_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per phase, the median of each numeric figure over the runs."""
     out = []
@@ -529,19 +542,23 @@ def main() -> None:
     parser.add_argument("--quiet-seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
-        "--shards", default="1", help="node shard counts to run, e.g. 1,2,4 (each round runs every count)"
+        "--shards",
+        default="1",
+        help="node shard settings to run, e.g. 1,2,1s,2s: N is --node-shards N (1: no shard process), Ns adds "
+        "--shard-starts (N shard processes that also run their nodes' scheduling passes); each round runs every one",
     )
     args = parser.parse_args()
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
+    counts = [part.strip() for part in args.shards.split(",")]
     try:
-        counts = [int(part) for part in args.shards.split(",")]
+        settings = [_shard_setting(part) for part in counts]
     except ValueError:
-        parser.error(f"--shards must be shard counts separated by commas, got {args.shards!r}")
-    if min(counts) < 1:
+        parser.error(f"--shards must be settings like 1,2,2s separated by commas, got {args.shards!r}")
+    if min(count for count, _ in settings) < 1:
         parser.error("--shards counts must be positive")
     before = machine()
-    runs: dict[int, list[dict[str, Any]]] = {count: [] for count in counts}
+    runs: dict[str, list[dict[str, Any]]] = {count: [] for count in counts}
     for _ in range(args.repeat):  # shard counts interleaved in each round: the same machine load for each
         for count in counts:
             args.shards_now = count

@@ -229,6 +229,12 @@ NODE_SHARDS_OPTION = typer.Option(
     help="Processes taking node heartbeats (each on a port of its own, nodes assigned by address); "
     "1 takes them in the scheduler's process.",
 )
+SHARD_STARTS_OPTION = typer.Option(
+    False,
+    "--shard-starts",
+    help="Each node shard process also runs its nodes' scheduling passes on its replica of the strategy, "
+    "claiming starts from the scheduler (pooltree.shards: remote.py); with --node-shards 1, one shard process.",
+)
 DEFAULT_TENTATIVE_POOL_TREES_OPTION = typer.Option(
     "",
     "--default-tentative-pool-trees",
@@ -258,6 +264,7 @@ def scheduler_command(
     forecast_budget: float = FORECAST_BUDGET_OPTION,
     forecast_arrivals: bool = FORECAST_ARRIVALS_OPTION,
     node_shards: int = NODE_SHARDS_OPTION,
+    shard_starts: bool = SHARD_STARTS_OPTION,
     default_tentative_pool_trees: str = DEFAULT_TENTATIVE_POOL_TREES_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
@@ -305,6 +312,7 @@ def scheduler_command(
                 prepare=prepare,
                 forecasts=forecasts,
                 node_shards=node_shards,
+                shard_starts=shard_starts,
                 default_tentative_pool_trees=default_trees,
             )
         )
@@ -392,6 +400,7 @@ async def _run_scheduler(
     prepare: Callable[[Any], None] | None = None,
     forecasts: WorkerSettings | None = None,
     node_shards: int = 1,
+    shard_starts: bool = False,
     default_tentative_pool_trees: tuple[str, ...] = (),
 ) -> None:
     from pooltree.server.service import serve
@@ -425,6 +434,7 @@ async def _run_scheduler(
         stop=stop,
         forecast_settings=forecasts,
         node_shards=node_shards,
+        shard_starts=shard_starts,
         default_tentative_pool_trees=default_tentative_pool_trees,
     )
     log.info("scheduler stopped")

@@ -57,6 +57,7 @@ from pooltree.server.protocol import YtError
 from pooltree.server.store import Store
 from pooltree.server.tree_options import effective_tree_config
 from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
+from pooltree.shards.remote import ProcessShardStarts
 from pooltree.web.app import WebUI
 
 log = logging.getLogger(__name__)
@@ -281,14 +282,18 @@ class SchedulerService:
         node_shards: int = 1,
         shard_host: str = "127.0.0.1",
         default_tentative_pool_trees: Sequence[str] = (),
+        shard_starts: bool = False,
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
         ``tune_gc``: freeze the garbage collector's survivors after start-up and after every full collection
         (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not).
         ``node_shards`` > 1: node heartbeats are taken by that many shard processes listening on ``shard_host``
-        (``pooltree.shards``), started by ``start()``; 1 answers them in this process only."""
+        (``pooltree.shards``), started by ``start()``; 1 answers them in this process only. ``shard_starts``: the
+        shard processes also run their nodes' scheduling passes (``pooltree.shards.remote``); with ``node_shards`` 1
+        one shard process runs them (and takes every node's heartbeats)."""
         self.node_shards = _checked_node_shards(node_shards)
+        self.shard_starts = shard_starts
         self.shard_host = shard_host
         self.shards: NodeShards | None = None
         """The node shard processes while started with ``node_shards`` > 1."""
@@ -603,7 +608,7 @@ class SchedulerService:
         if self.tune_gc:
             GC.settle()  # the revived operations are frozen before the first request is served
         self.forecasts.start()
-        if self.node_shards > 1:
+        if self.node_shards > 1 or self.shard_starts:
             settings = ShardSettings(
                 self.shard_host,
                 self.security.authentication,
@@ -612,7 +617,10 @@ class SchedulerService:
                 self._api.host,
                 leader_clock=self.clock is not time.time,
             )
-            self.shards = await run_in_threadpool(NodeShards, self.node_shards, settings, self)
+            starts = (
+                ProcessShardStarts(self.scheduler, self.node_shards) if self.shard_starts else None
+            )  # installed as the scheduler's tree_pass
+            self.shards = await run_in_threadpool(NodeShards, self.node_shards, settings, self, starts)
         self._tasks = [
             asyncio.create_task(self._fair_share_loop(), name="fair-share"),
             asyncio.create_task(self._sweep_loop(), name="node-sweep"),
@@ -693,6 +701,7 @@ async def serve(
     store_key_file: Path | None = None,
     node_shards: int = 1,
     default_tentative_pool_trees: Sequence[str] = (),
+    shard_starts: bool = False,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -730,6 +739,7 @@ async def serve(
             tune_gc=tune_gc,
             forecast_settings=forecast_settings,
             node_shards=node_shards,
+            shard_starts=shard_starts,
             shard_host=host,
             default_tentative_pool_trees=default_tentative_pool_trees,
         )

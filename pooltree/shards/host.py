@@ -23,6 +23,7 @@ reads end-of-file on its pipe and exits.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import multiprocessing
@@ -75,6 +76,19 @@ class HeartbeatService(Protocol):
     def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]: ...
 
 
+class PassLinks(Protocol):
+    """The leader's side of shards that start allocations in their processes (``remote.ProcessShardStarts``)."""
+
+    def attach(self, index: int, conn: Connection) -> None: ...
+
+    def detach(self, index: int) -> None: ...
+
+    def carrying(self, index: int) -> contextlib.AbstractContextManager[None]: ...
+
+    @property
+    def shard_passes(self) -> list[int]: ...
+
+
 def shard_of(address: str, count: int) -> int:
     """The shard that owns node ``address`` (stable across processes and restarts)."""
     digest = hashlib.blake2b(address.encode("utf-8"), digest_size=8).digest()
@@ -94,12 +108,23 @@ class _Shard:
 class NodeShards:
     """``count`` shard processes answering node heartbeats for ``service``; ``close()`` ends them."""
 
-    def __init__(self, count: int, settings: ShardSettings, service: HeartbeatService) -> None:
-        if count < 2:
-            raise ValueError("node shards in processes need a count of at least 2")
+    def __init__(
+        self,
+        count: int,
+        settings: ShardSettings,
+        service: HeartbeatService,
+        starts: PassLinks | None = None,
+    ) -> None:
+        if count < (1 if starts is not None else 2):
+            raise ValueError(
+                "node shards in processes need a count of at least 2 (1 when they start allocations)"
+            )
         self.count = count
         self.settings = settings
         self.service = service
+        self.starts = starts
+        """Shards that start allocations: each process also runs its nodes' passes (``remote.py``) on a second
+        pipe; None: the leader runs every pass (the shards answer the heartbeats proven empty)."""
         self._context = multiprocessing.get_context("spawn")
         self._executor = ThreadPoolExecutor(WORKERS_PER_SHARD * count, thread_name_prefix="node-shard")
         self._lock = threading.Lock()
@@ -132,11 +157,17 @@ class NodeShards:
     def _start(self, index: int) -> None:
         """Spawn shard ``index`` and wait for its port; its reader thread then serves it."""
         parent, child = self._context.Pipe(duplex=True)
+        passes_parent, passes_child = self._context.Pipe(duplex=True) if self.starts else (None, None)
         process = self._context.Process(
-            target=run_shard, args=(child, index, self.settings), name=f"pooltree-shard-{index}", daemon=True
+            target=run_shard,
+            args=(child, index, self.settings, passes_child),
+            name=f"pooltree-shard-{index}",
+            daemon=True,
         )
         process.start()
         child.close()
+        if passes_child is not None:
+            passes_child.close()
         try:
             if not parent.poll(SHARD_START_TIMEOUT):
                 raise RuntimeError(f"node shard {index} did not start within {SHARD_START_TIMEOUT} s")
@@ -146,14 +177,20 @@ class NodeShards:
         except BaseException:
             process.kill()
             parent.close()
+            if passes_parent is not None:
+                passes_parent.close()
             raise
         shard = _Shard(index, process, parent, int(port), threading.Lock())
         with self._lock:
             if self._closing:
                 process.kill()
                 parent.close()
+                if passes_parent is not None:
+                    passes_parent.close()
                 return
             self._shards[index] = shard
+        if self.starts is not None and passes_parent is not None:
+            self.starts.attach(index, passes_parent)
         threading.Thread(
             target=self._read, args=(shard,), name=f"node-shard-{index}-reader", daemon=True
         ).start()
@@ -187,6 +224,8 @@ class NodeShards:
                 self._answer, shard, request_id, heartbeat, peer, hostname, limit is not None
             )
         shard.alive = False
+        if self.starts is not None:
+            self.starts.detach(shard.index)
         with self._lock:
             if self._closing:
                 return
@@ -217,7 +256,8 @@ class NodeShards:
     ) -> None:
         """Answer one heartbeat on a leader thread (counted in flight by the reader; left here)."""
         try:
-            answer = self.service.answer_heartbeat(heartbeat, peer, throttled, hostname)
+            with self.starts.carrying(shard.index) if self.starts is not None else contextlib.nullcontext():
+                answer = self.service.answer_heartbeat(heartbeat, peer, throttled, hostname)
             reply: tuple[Any, ...] = (
                 request_id,
                 200,
@@ -342,6 +382,8 @@ class NodeShards:
             if shard.process.is_alive():
                 shard.process.kill()
                 shard.process.join(timeout=5.0)
+            if self.starts is not None:
+                self.starts.detach(shard.index)
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -367,6 +409,15 @@ class ShardMetrics:
         )
         for index, count in enumerate(shards.answered_locally):
             local.add_metric([str(index)], count)
+        if shards.starts is not None:
+            passes = CounterMetricFamily(
+                "pooltree_node_shard_passes",
+                "Node heartbeats' scheduling passes a shard process ran (shards that start allocations)",
+                labels=["shard"],
+            )
+            for index, count in enumerate(shards.starts.shard_passes):
+                passes.add_metric([str(index)], count)
+            yield passes
         restarts = CounterMetricFamily(
             "pooltree_node_shard_restarts", "Shard processes started again after dying"
         )

@@ -44,6 +44,7 @@ from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, DirectHeartbeats, Ru
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
+from pooltree.shards.passes import serve_passes
 from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
 
 try:
@@ -195,8 +196,11 @@ class ShardServer:
             self.loop.call_soon_threadsafe(self._resolve, reply)
 
 
-def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
-    """The body of shard process ``index``: listen, report the port, serve until the leader's pipe ends."""
+def run_shard(
+    conn: Connection, index: int, settings: ShardSettings, passes: Connection | None = None
+) -> None:
+    """The body of shard process ``index``: listen, report the port, serve until the leader's pipe ends; with
+    ``passes``, run its nodes' heartbeat passes asked on that pipe (``passes.serve_passes``, a thread)."""
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s shard-{index} %(levelname)s %(message)s")
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -218,6 +222,8 @@ def run_shard(conn: Connection, index: int, settings: ShardSettings) -> None:
     async def main() -> None:
         server.loop = asyncio.get_running_loop()
         threading.Thread(target=server.read_replies, name="leader-replies", daemon=True).start()
+        if passes is not None:
+            threading.Thread(target=serve_passes, args=(passes,), name="passes", daemon=True).start()
         conn.send(("ready", sock.getsockname()[1]))
         flusher = asyncio.create_task(server.flush_skips(), name="flush-skips")
         try:

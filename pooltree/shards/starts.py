@@ -146,17 +146,44 @@ class ShardStarts:
         truth = core.strategy
         self._sync_node(tree, core, heartbeat, now)
         self._flush_pending(tree, state)
-        if not replicable(truth):
+        shard = self._shard_for(heartbeat.address)
+        if shard is None or not replicable(truth):
             self.leader_passes += 1
             return core.process_heartbeat(heartbeat, now)
-        shard = self._shards.get(heartbeat.address)
-        if shard is None:
-            shard = self._shards[heartbeat.address] = shard_of(heartbeat.address, self.count)
-        began = time.process_time()
-        replica = self._replica(shard, tree, state, truth)
         result = HeartbeatResult(address=heartbeat.address)
         node = truth.nodes[heartbeat.address]
         truth.take_queued(node, result)
+        flags = self._run_pass(shard, tree, state, truth, heartbeat, now, result)
+        if flags is not None:
+            result.preemptive_scheduling_performed = flags.preemptive_scheduling_performed
+            result.scheduled_with_preemption = flags.scheduled_with_preemption
+            result.schedule_attempts = flags.schedule_attempts
+            result.timeout_expired = flags.timeout_expired
+        self.passes += 1
+        return result
+
+    def _shard_for(self, address: str) -> int | None:
+        """The shard that runs the node's passes (None: the leader runs them on the truth)."""
+        shard = self._shards.get(address)
+        if shard is None:
+            shard = self._shards[address] = shard_of(address, self.count)
+        return shard
+
+    def _run_pass(
+        self,
+        shard: int,
+        tree: str,
+        state: _Tree,
+        truth: TreeScheduler,
+        heartbeat: NodeHeartbeat,
+        now: float,
+        result: HeartbeatResult,
+    ) -> HeartbeatResult | None:
+        """The stages in the shard's replica, its decisions applied to the truth into ``result`` as they come;
+        the replica's own result (its flags)."""
+        began = time.process_time()
+        replica = self._replica(shard, tree, state, truth)
+        node = truth.nodes[heartbeat.address]
         copied = replica.strategy.nodes.get(heartbeat.address)  # type: ignore[union-attr]
         if (
             copied is not None
@@ -174,12 +201,7 @@ class ShardStarts:
         copied = replica.strategy.nodes[heartbeat.address] if replica.strategy is not None else None
         if copied is not None:
             node.last_preemptive_scheduling_time = copied.last_preemptive_scheduling_time
-        result.preemptive_scheduling_performed = shard_result.preemptive_scheduling_performed
-        result.scheduled_with_preemption = shard_result.scheduled_with_preemption
-        result.schedule_attempts = shard_result.schedule_attempts
-        result.timeout_expired = shard_result.timeout_expired
-        self.passes += 1
-        return result
+        return shard_result
 
     def _attach(self, tree: str, core: SchedulerCore) -> _Tree:
         """The tree's bookkeeping; a tree (re)made since is tapped: its events become increments."""
@@ -198,10 +220,9 @@ class ShardStarts:
 
         strategy.state.event_sink = tap
         self._tap_methods(tree, state, strategy)
-        for inboxes in self.inboxes:
+        for shard, inboxes in enumerate(self.inboxes):
             inboxes.pop(tree, None)
-        for replicas in self.replicas:
-            replicas.pop(tree, None)
+            self._mark_stale(shard, tree)
         return state
 
     def _replica(self, shard: int, tree: str, state: _Tree, truth: TreeScheduler) -> TreeReplica:
@@ -230,8 +251,12 @@ class ShardStarts:
         for shard, inboxes in enumerate(self.inboxes):
             if others and shard == self.origin:
                 continue
-            if tree in self.replicas[shard]:
+            if self._holds(shard, tree):
                 inboxes.setdefault(tree, []).append(increment)
+
+    def _holds(self, shard: int, tree: str) -> bool:
+        """Whether the shard holds a replica of ``tree`` (increments are kept for it)."""
+        return tree in self.replicas[shard]
 
     def _sync_node(self, tree: str, core: SchedulerCore, heartbeat: NodeHeartbeat, now: float) -> None:
         """The node's limits and tags into the truth; a change (or a new node) is an increment."""
@@ -284,11 +309,15 @@ class ShardStarts:
 
     def _recopy(self, tree: str) -> None:
         """Every replica of ``tree`` takes a new copy before its next pass."""
-        for shard, replicas in enumerate(self.replicas):
-            replica = replicas.get(tree)
-            if replica is not None:
-                replica.current = False
+        for shard in range(self.count):
+            self._mark_stale(shard, tree)
             self.inboxes[shard].pop(tree, None)
+
+    def _mark_stale(self, shard: int, tree: str) -> None:
+        """The shard's replica of ``tree`` takes a new copy before its next pass."""
+        replica = self.replicas[shard].get(tree)
+        if replica is not None:
+            replica.current = False
 
     def _tap_methods(self, tree: str, state: _Tree, strategy: TreeScheduler) -> None:
         """The truth's publishes and operation changes become increments, in order with its events."""

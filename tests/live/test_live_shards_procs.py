@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from live_procs import ROOT_TOKEN, Procs, client, free_port, state, vanilla
@@ -77,11 +78,16 @@ def _answered_by_shards(url: str) -> float:
     return sum(_per_shard(url, "pooltree_node_shard_local_answers_total").values())
 
 
-def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Path) -> None:
+SHARD_MODES = [[], ["--shard-starts"]]
+"""The shards answer proven-empty heartbeats only, or also run their nodes' scheduling passes."""
+
+
+@pytest.mark.parametrize("mode", SHARD_MODES, ids=["verdicts", "starts"])
+def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Path, mode: list[str]) -> None:
     assert {shard_of(name, 2) for name in NODES} == {0, 1}
     procs = Procs(tmp_path)
     try:
-        scheduler, url = procs.scheduler(tmp_path / "data", 0, "--node-shards", "2")
+        scheduler, url = procs.scheduler(tmp_path / "data", 0, "--node-shards", "2", *mode)
         wait_for(lambda: len(_shard_pids(scheduler.pid)) == 2, timeout=60)
         for name in NODES:
             procs.node(url, name)
@@ -93,6 +99,8 @@ def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Pat
         running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
         assert {job["address"] for job in running} == set(NODES)
         wait_for(lambda: all(_carried(url).get(shard, 0) > 0 for shard in ("0", "1")), timeout=30)
+        if mode:  # the shards ran their nodes' scheduling passes
+            assert all(_per_shard(url, "pooltree_node_shard_passes_total").get(s, 0) > 0 for s in ("0", "1"))
         before = _shard_pids(scheduler.pid)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
@@ -118,11 +126,14 @@ def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Pat
         procs.close()
 
 
-def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", SHARD_MODES, ids=["verdicts", "starts"])
+def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(
+    tmp_path: Path, mode: list[str]
+) -> None:
     procs = Procs(tmp_path)
     try:
         port = free_port()
-        scheduler, url = procs.scheduler(tmp_path / "data", port, "--node-shards", "2")
+        scheduler, url = procs.scheduler(tmp_path / "data", port, "--node-shards", "2", *mode)
         wait_for(lambda: len(_shard_pids(scheduler.pid)) == 2, timeout=60)
         shards = _shard_pids(scheduler.pid)
         for name in NODES:
@@ -140,7 +151,7 @@ def test_a_killed_leader_takes_its_shards_and_the_restart_keeps_every_job(tmp_pa
         procs.stop(scheduler, signal.SIGKILL)
         wait_for(lambda: not any(psutil.pid_exists(pid) and _alive(pid) for pid in shards), timeout=20)
         time.sleep(1.0)  # job 0 finishes while no scheduler runs; its report is sent again
-        scheduler, url2 = procs.scheduler(tmp_path / "data", port, "--node-shards", "2")
+        scheduler, url2 = procs.scheduler(tmp_path / "data", port, "--node-shards", "2", *mode)
         assert url2 == url
         wait_for(lambda: state(yt, op_id) == "completed", timeout=60)
         wait_for(lambda: state(yt, queued) == "completed", timeout=60)

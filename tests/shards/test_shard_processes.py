@@ -6,6 +6,7 @@ started again while the leader answers its nodes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from polling import wait_for
-from recorded_run import PREEMPTING, record_quiet_run, record_run
+from recorded_run import BUSY, PREEMPTING, record_busy_run, record_quiet_run, record_run
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
@@ -23,6 +24,7 @@ from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 from pooltree.shards.host import NodeShards, ShardSettings, shard_of
 from pooltree.shards.recording import replay
+from pooltree.shards.remote import ProcessShardStarts
 
 HEARTBEAT = "/internal/node_heartbeat"
 
@@ -35,21 +37,34 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def sharded(tmp_path: Path) -> Iterator[tuple[SchedulerService, Clock]]:
-    """A scheduler service (loops not started: the replay drives updates) with two shard processes."""
+@contextlib.contextmanager
+def sharded_service(
+    tmp_path: Path, trees: dict[str, Any], starts: bool
+) -> Iterator[tuple[SchedulerService, Clock, ProcessShardStarts | None]]:
+    """A scheduler service (loops not started: the replay drives updates) with two shard processes; with
+    ``starts`` they also run their nodes' passes."""
     clock = Clock()
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'sharded.db'}"), authentication=False, clock=clock
     )
-    service.scheduler.apply_pool_trees(parse_pool_trees(PREEMPTING), None, 0.0)
+    service.scheduler.apply_pool_trees(parse_pool_trees(trees), None, 0.0)
+    shard_starts = ProcessShardStarts(service.scheduler, 2) if starts else None
     service.shards = NodeShards(
-        2, ShardSettings("127.0.0.1", False, None, None, "test", leader_clock=True), service
+        2,
+        ShardSettings("127.0.0.1", False, None, None, "test", leader_clock=True),
+        service,
+        shard_starts,
     )
     try:
-        yield service, clock
+        yield service, clock, shard_starts
     finally:
         service.shards.close()
+
+
+@pytest.fixture
+def sharded(tmp_path: Path) -> Iterator[tuple[SchedulerService, Clock]]:
+    with sharded_service(tmp_path, PREEMPTING, False) as (service, clock, _):
+        yield service, clock
 
 
 def _sender(service: SchedulerService, clock: Clock, client: httpx.Client, seen: dict[str, str]) -> Any:
@@ -90,6 +105,29 @@ def test_shard_processes_decide_as_one_process(
     forwarded = sum(service.shards.answered)
     wait_for(lambda: sum(service.shards.answered_locally) + forwarded == len(recorded.started), timeout=10.0)
     assert sum(service.shards.answered_locally) > 0
+
+
+@pytest.mark.parametrize("run", ["busy", "quiet"])
+def test_shard_processes_that_start_allocations_decide_as_one_process(tmp_path: Path, run: str) -> None:
+    """The stages of every forwarded heartbeat run in the replica held by the node's shard process (snapshot and
+    increments over its pass pipe, claims back to the leader, which lets its lock go meanwhile): the busy run (a
+    limited pool, starving preemption, eight nodes) and the quiet one decide as recorded."""
+    if run == "busy":
+        recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+        trees = BUSY
+    else:
+        recorder, recorded = record_quiet_run(tmp_path / "recorded.db")
+        trees = PREEMPTING
+    with sharded_service(tmp_path, trees, True) as (service, clock, starts):
+        assert starts is not None
+        with httpx.Client(timeout=30.0) as client:
+            decisions = replay(recorder.recording, service.scheduler, _sender(service, clock, client, {}))
+        assert decisions == recorded
+        assert recorded.started_count > 20 and recorded.preempted_count > 0
+        # every pass ran in a shard process: each copied the truth once, then followed it by increments
+        assert starts.passes > 0 and starts.leader_passes == 0
+        assert starts.snapshots == 2 and starts.dropped == 0
+        assert all(cpu > 0 for cpu in starts.shard_cpu)
 
 
 def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(

@@ -11,7 +11,9 @@ released, and tries again: heartbeats stay on the loop, one after the other, wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -67,6 +69,21 @@ class SchedulingLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+    @contextlib.contextmanager
+    def suspended(self) -> Iterator[None]:
+        """Its holder (this thread) lets the lock go wholly for the block and takes it again after, to the same
+        depth (a node shard's pass runs in its process while other heartbeats take the lock)."""
+        if self._owner != threading.get_ident():
+            raise RuntimeError("only the scheduling lock's holder can suspend it")
+        depth = self._depth
+        for _ in range(depth):
+            self.release()
+        try:
+            yield
+        finally:
+            for _ in range(depth):
+                self.acquire()
 
     def released(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
         """A future of ``loop`` resolved at the lock's next release. The caller tries the lock again after

@@ -1,0 +1,178 @@
+"""A shard process's side of shards that start allocations: its replicas, and the heartbeat passes it runs.
+
+The leader sends a `PassRequest` per heartbeat and tree of one of this shard's nodes (over the shard's pass pipe,
+`serve_passes`): the increments since the shard's last pass of the tree in the leader's order (or first a
+snapshot of the truth, `pickling.snapshot_of`), the node's limits and tags, the time and the node's preemptive
+backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
+the node's heartbeat on it. Each start it decides is a `Claim` sent to the leader, which answers it
+(`ClaimAnswer`: the real controller's allocation, or None); what the pass books goes to the leader at once and
+in order (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`), and the pass ends
+with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
+the pickling form (`pickling.dumps`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from pooltree.resources import Vector
+from pooltree.shards.pickling import dumps, loads
+from pooltree.shards.replica import Claim, ClaimAnswer, Increment, TreeReplica
+from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PassRequest:
+    """The stages of node ``address``'s heartbeat in ``tree``, after ``increments`` (a new copy first when
+    ``snapshot`` is given)."""
+
+    tree: str
+    snapshot: bytes | None
+    increments: list[Increment]
+    address: str
+    limits: Vector
+    tags: frozenset[str]
+    now: float
+    backoff: float
+    """The node's ``last_preemptive_scheduling_time`` in the leader (heartbeats the verdicts answered moved it)."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The pass booked the granted allocation ``allocation_id`` on ``node`` in ``stage`` at ``time``."""
+
+    allocation_id: str
+    node: str
+    stage: str
+    time: float
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """The pass preempted an allocation; ``record`` says why, when and for whom."""
+
+    record: PreemptionRecord
+
+
+@dataclass(frozen=True)
+class Unclaimed:
+    """A granted allocation the pass could not book goes back to its controller."""
+
+    allocation_id: str
+    operation_id: str
+    finished: FinishedAllocation
+    time: float
+
+
+@dataclass(frozen=True)
+class PassDone:
+    """The pass's end: its flags, the node's backoff after it and the CPU seconds it took in the shard."""
+
+    preemptive_scheduling_performed: bool
+    scheduled_with_preemption: bool
+    schedule_attempts: int
+    timeout_expired: bool
+    backoff: float | None
+    cpu: float
+
+
+@dataclass(frozen=True)
+class PassFailed:
+    """The pass raised ``error`` (the leader copies the truth to the shard again before its next pass)."""
+
+    error: str
+
+
+Effect = Started | Preempted | Unclaimed
+
+
+class ShardPasses:
+    """One shard's replicas, one per tree, and its passes (see the module docstring)."""
+
+    def __init__(self, ask: Callable[[Claim], ClaimAnswer], tell: Callable[[Effect], None]) -> None:
+        self.ask = ask
+        self.tell = tell
+        self.replicas: dict[str, TreeReplica] = {}
+
+    def run(self, request: PassRequest) -> PassDone:
+        began = time.process_time()
+        replica = self.replicas.get(request.tree)
+        if replica is None:
+            replica = self.replicas[request.tree] = TreeReplica(request.tree, self.ask, self._unclaim)
+        if request.snapshot is not None:
+            replica.load(request.snapshot)
+        elif replica.stale():
+            raise RuntimeError(f"node shard has no replica of tree {request.tree!r} and got no snapshot")
+        replica.apply(request.increments)
+        strategy = replica.strategy
+        assert strategy is not None
+        copied = strategy.nodes.get(request.address)
+        if copied is not None:
+            copied.last_preemptive_scheduling_time = request.backoff
+        replica.send_effect = lambda event: self._effect(replica, event)
+        try:
+            result = replica.schedule(
+                NodeHeartbeat(request.address, request.limits, request.tags), request.now
+            )
+        finally:
+            replica.send_effect = None
+        copied = strategy.nodes.get(request.address)
+        return PassDone(
+            result.preemptive_scheduling_performed,
+            result.scheduled_with_preemption,
+            result.schedule_attempts,
+            result.timeout_expired,
+            copied.last_preemptive_scheduling_time if copied is not None else None,
+            time.process_time() - began,
+        )
+
+    def _effect(self, replica: TreeReplica, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "allocation_started":
+            self.tell(Started(event["allocation_id"], event["node"], event["stage"], event["time"]))
+        elif kind == "allocation_preempted":
+            strategy = replica.strategy
+            assert strategy is not None
+            record = strategy.allocations[event["allocation_id"]].preemption
+            if record is not None:
+                self.tell(Preempted(record))
+
+    def _unclaim(self, tree: str, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
+        self.tell(Unclaimed(allocation.id, allocation.operation_id, finished, now))
+
+
+def serve_passes(conn: Connection) -> None:
+    """A shard process's pass thread: requests from the leader, one at a time; claims asked on the same pipe.
+    The process ends when the leader's end of the pipe closes."""
+
+    def ask(claim: Claim) -> ClaimAnswer:
+        conn.send_bytes(dumps(claim))
+        answer: ClaimAnswer = loads(conn.recv_bytes())
+        return answer
+
+    def tell(effect: Effect) -> None:
+        conn.send_bytes(dumps(effect))
+
+    passes = ShardPasses(ask, tell)
+    while True:
+        try:
+            request: PassRequest = loads(conn.recv_bytes())
+            try:
+                reply: PassDone | PassFailed = passes.run(request)
+            except (EOFError, OSError):
+                raise
+            except Exception as error:
+                log.exception("node shard pass in tree %s failed", request.tree)
+                passes.replicas.pop(request.tree, None)
+                reply = PassFailed(repr(error))
+            conn.send_bytes(dumps(reply))
+        except (EOFError, OSError):
+            os._exit(0)  # the leader is gone: nothing here outlives it

@@ -1,0 +1,346 @@
+"""Shards that start allocations in their own processes: the leader's side.
+
+`ProcessShardStarts(scheduler, count)` is `ShardStarts` (`starts.py`: the truth, its increments, the claim check)
+with each shard's replicas in the shard's process (`passes.py`) at the end of a pipe of its own (a `ShardLink`,
+attached by `host.NodeShards` when it starts the process). A heartbeat that reached the leader through a shard
+(`carrying`) has its passes run there; any other (a node whose shard is down, a node's first heartbeat to the
+leader's own address) is scheduled on the truth by the leader, and its decisions reach the shards as increments.
+
+Per heartbeat and tree, on the leader thread that answers it:
+
+1. Under the scheduling lock: the node's reports, its limits into the truth, what was queued for the node.
+2. The scheduling lock is let go (`SchedulingLock.suspended`): the shard's pass runs in its process while the
+   leader takes other heartbeats. One pass per shard at a time (the link's lock, taken with the scheduling lock
+   let go); the increments the shard has not seen are taken, in order, under the scheduling lock with the
+   link's lock held, and sent with the request (a snapshot of the truth first when the shard has no current copy).
+3. Each claim and each booking the pass sends is handled under the scheduling lock, briefly, with the
+   heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
+   preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the
+   node gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes
+   back to its controller and the shard takes a new copy before its next pass.
+4. The scheduling lock is taken again; the heartbeat goes on as in one process (job records of the starts, stored
+   before the node is told; stops queued).
+
+A shard process that dies during a pass (kill -9) ends the conversation: the starts already applied are the
+heartbeat's (stored, then sent to a node that no longer hears from this shard: they are the node's missing jobs,
+lost after `LOST_AFTER_MISSED_HEARTBEATS` and run again by their controllers, never twice); the allocations granted
+to its claims and not yet booked go back to their controllers. The restarted process gets snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from pooltree.server.live import LiveScheduler
+from pooltree.shards.passes import (
+    PassDone,
+    PassFailed,
+    PassRequest,
+    Preempted,
+    Started,
+    Unclaimed,
+)
+from pooltree.shards.pickling import dumps, loads, snapshot_of
+from pooltree.shards.replica import Claim, ClaimAnswer, NodeSynced, preempt_as
+from pooltree.shards.starts import ShardStarts, _pending, _Tree
+from pooltree.strategy.model import FinishedAllocation, HeartbeatResult, NodeHeartbeat, SchedulingStage
+from pooltree.strategy.scheduler import TreeScheduler
+
+log = logging.getLogger(__name__)
+
+
+class ShardLink:
+    """The leader's end of one shard process's pass pipe, and what its replicas hold."""
+
+    def __init__(self, index: int, conn: Connection) -> None:
+        self.index = index
+        self.conn = conn
+        self.lock = threading.Lock()
+        """One pass of this shard at a time (taken with the scheduling lock let go)."""
+        self.alive = True
+        self.nodes: dict[str, set[str]] = {}
+        """Per tree the shard holds a current copy of: the nodes its replica knows (absent: a snapshot is due)."""
+
+
+class ProcessShardStarts(ShardStarts):
+    """``count`` shard processes that start allocations for ``scheduler`` (see the module docstring)."""
+
+    def __init__(self, scheduler: LiveScheduler, count: int) -> None:
+        super().__init__(scheduler, count)
+        self.links: list[ShardLink | None] = [None] * count
+        self._via = threading.local()
+        self.unsettled: set[str] = set()
+        """Allocations started by passes still in flight (their jobs not yet recorded): not preempted meanwhile."""
+        self.shard_passes = [0] * count
+        """Passes each shard process ran to their end (``pooltree_node_shard_passes_total``)."""
+        self.snapshots = 0
+        """Snapshots of a truth sent to shard processes."""
+        self.dropped = 0
+        """Bookings of a shard the truth could not take (each made the shard copy the truth again)."""
+
+    # -------------------------------------------------------------- the processes
+
+    def attach(self, index: int, conn: Connection) -> None:
+        """Shard ``index``'s (new) process is at the end of ``conn``; its replicas come as snapshots."""
+        with self.scheduler.lock:
+            self.links[index] = ShardLink(index, conn)
+            self.inboxes[index].clear()
+
+    def detach(self, index: int) -> None:
+        """Shard ``index``'s process is gone: its nodes' passes run on the truth until it is back. Its pipe is
+        closed once no pass uses it (a pass in flight reads the end of the pipe first): a descriptor closed under a
+        pass could be reused by the next process's pipe."""
+        link = self.links[index]
+        if link is None:
+            return
+        link.alive = False
+        with self.scheduler.lock:
+            if self.links[index] is link:
+                self.links[index] = None
+            self.inboxes[index].clear()
+        with link.lock, contextlib.suppress(OSError):
+            link.conn.close()
+
+    @contextlib.contextmanager
+    def carrying(self, index: int) -> Iterator[None]:
+        """The heartbeat this thread answers came through shard ``index``: its passes run there."""
+        self._via.shard = index
+        try:
+            yield
+        finally:
+            self._via.shard = None
+
+    # -------------------------------------------------------------- ShardStarts' hooks
+
+    def _shard_for(self, address: str) -> int | None:
+        shard = getattr(self._via, "shard", None)
+        if shard is None:
+            return None
+        link = self.links[shard]
+        return shard if link is not None and link.alive else None
+
+    def _holds(self, shard: int, tree: str) -> bool:
+        link = self.links[shard]
+        return link is not None and tree in link.nodes
+
+    def _mark_stale(self, shard: int, tree: str) -> None:
+        link = self.links[shard]
+        if link is not None:
+            link.nodes.pop(tree, None)
+
+    def _run_pass(
+        self,
+        shard: int,
+        tree: str,
+        state: _Tree,
+        truth: TreeScheduler,
+        heartbeat: NodeHeartbeat,
+        now: float,
+        result: HeartbeatResult,
+    ) -> PassDone | None:
+        scheduler = self.scheduler
+        link = self.links[shard]
+        assert link is not None
+        backoff = truth.nodes[heartbeat.address].last_preemptive_scheduling_time
+        writes = scheduler.persistence.job_writes
+        granted: set[str] = set()
+        started: list[str] = []
+        done: PassDone | None = None
+        with scheduler.lock.suspended(), link.lock:
+            with self._locked(writes):
+                request = self._request(link, tree, state, truth, heartbeat, now, backoff)
+            if request is not None:
+                done = self._converse(link, state, truth, request, result, writes, granted, started)
+        scheduler.persistence.job_writes = writes
+        self.unsettled.difference_update(started)  # their jobs are recorded before the lock is let go again
+        self._give_back(state, granted, now)
+        if done is None:
+            self._mark_stale(shard, tree)
+            return None
+        self.shard_cpu[shard] += done.cpu
+        self.shard_passes[shard] += 1
+        node = truth.nodes.get(heartbeat.address)
+        if node is not None and done.backoff is not None:
+            node.last_preemptive_scheduling_time = done.backoff
+        return done
+
+    # -------------------------------------------------------------- one pass
+
+    @contextlib.contextmanager
+    def _locked(self, writes: dict | None) -> Iterator[None]:  # type: ignore[type-arg]
+        """The scheduling lock, with the heartbeat's job writes collected."""
+        persistence = self.scheduler.persistence
+        with self.scheduler.lock:
+            before, persistence.job_writes = persistence.job_writes, writes
+            try:
+                yield
+            finally:
+                persistence.job_writes = before
+
+    def _request(
+        self,
+        link: ShardLink,
+        tree: str,
+        state: _Tree,
+        truth: TreeScheduler,
+        heartbeat: NodeHeartbeat,
+        now: float,
+        backoff: float,
+    ) -> PassRequest | None:
+        """The pass's request: the increments the shard has not seen (or a snapshot); None when the shard or
+        the tree went away meanwhile."""
+        if not link.alive or self.links[link.index] is not link or self.trees.get(tree) is not state:
+            return None
+        node = truth.nodes.get(heartbeat.address)
+        if node is None:
+            return None
+        inbox = self.inboxes[link.index].pop(tree, [])
+        known = link.nodes.get(tree)
+        snapshot = None
+        if known is not None:
+            known.update(i.address for i in inbox if isinstance(i, NodeSynced))
+        if known is None or len(known) != len(truth.nodes):  # (a node the truth lost: a new copy)
+            for operation_id, runtime in truth.operations.items():
+                state.watch(operation_id, runtime.controller)
+            snapshot = snapshot_of(truth, lambda operation_id: _pending(truth, operation_id))
+            link.nodes[tree] = set(truth.nodes)
+            inbox = []
+            self.snapshots += 1
+        return PassRequest(
+            tree,
+            snapshot,
+            inbox,
+            heartbeat.address,
+            np.array(node.resource_limits, dtype=float),
+            node.tags,
+            now,
+            backoff,
+        )
+
+    def _converse(
+        self,
+        link: ShardLink,
+        state: _Tree,
+        truth: TreeScheduler,
+        request: PassRequest,
+        result: HeartbeatResult,
+        writes: dict | None,  # type: ignore[type-arg]
+        granted: set[str],
+        started: list[str],
+    ) -> PassDone | None:
+        """The pass in the shard process: its claims answered and bookings applied as they come."""
+        conn = link.conn
+        try:
+            conn.send_bytes(dumps(request))
+            while True:
+                message = loads(conn.recv_bytes())
+                if isinstance(message, PassDone):
+                    return message
+                if isinstance(message, PassFailed):
+                    log.error(
+                        "node shard %d's pass in tree %s failed: %s", link.index, request.tree, message.error
+                    )
+                    return None
+                with self._locked(writes):
+                    if isinstance(message, Claim):
+                        answer = self._remote_claim(state, message, granted)
+                    else:
+                        answer = None
+                        self._booking(link.index, state, truth, message, result, granted, started)
+                if answer is not None:
+                    conn.send_bytes(dumps(answer))
+        except (EOFError, OSError) as error:  # the shard process died: its pass ends here
+            log.warning("node shard %d ended during a pass in tree %s: %s", link.index, request.tree, error)
+            link.alive = False
+            return None
+
+    def _remote_claim(self, state: _Tree, claim: Claim, granted: set[str]) -> ClaimAnswer:
+        if self.trees.get(claim.tree) is not state:
+            return ClaimAnswer(None, 0, np.zeros(len(claim.available)))
+        answer = self._check_claim(claim)
+        if answer.allocation is not None:
+            granted.add(answer.allocation.id)
+        return answer
+
+    def _booking(
+        self,
+        shard: int,
+        state: _Tree,
+        truth: TreeScheduler,
+        message: Started | Preempted | Unclaimed,
+        result: HeartbeatResult,
+        granted: set[str],
+        started: list[str],
+    ) -> None:
+        """A start, preemption or give-back of the shard's pass, applied to the truth (or refused: see above)."""
+        if isinstance(message, Unclaimed):
+            granted.discard(message.allocation_id)
+            self._give_back(state, {message.allocation_id}, message.time, message.finished)
+            return
+        if isinstance(message, Started):
+            allocation = state.granted.get(message.allocation_id)
+            element = truth.state.elements.get(allocation.operation_id) if allocation is not None else None
+            node = truth.nodes.get(message.node)
+            if (
+                allocation is None
+                or element is None
+                or element.op is not truth.operations.get(allocation.operation_id)
+                or node is None
+            ):
+                self._dropped(shard, state)
+                return
+            del state.granted[message.allocation_id]
+            granted.discard(message.allocation_id)
+            self.origin = shard
+            try:
+                truth.regular.started(
+                    allocation, element, node, message.time, result, SchedulingStage(message.stage), None
+                )
+            finally:
+                self.origin = None
+            self.unsettled.add(allocation.id)
+            started.append(allocation.id)
+            return
+        record = message.record
+        victim = truth.allocations.get(record.allocation_id)
+        if (
+            victim is None
+            or victim.preempted
+            or (victim.id in self.unsettled and victim.id not in started)
+            or victim.node_address not in truth.nodes
+        ):
+            self._dropped(shard, state)
+            return
+        self.origin = shard
+        try:
+            preempt_as(truth, victim, record, result)
+        finally:
+            self.origin = None
+
+    def _dropped(self, shard: int, state: _Tree) -> None:
+        """A booking the truth could not take: the shard's replica of the tree is copied again."""
+        self.dropped += 1
+        for tree, kept in self.trees.items():
+            if kept is state:
+                self._mark_stale(shard, tree)
+
+    def _give_back(
+        self, state: _Tree, ids: set[str], now: float, finished: FinishedAllocation | None = None
+    ) -> None:
+        """Allocations granted to claims and not booked go back to their controllers."""
+        truth = state.core.strategy
+        for allocation_id in sorted(ids):
+            allocation = state.granted.pop(allocation_id, None)
+            if allocation is None:
+                continue
+            runtime = truth.operations.get(allocation.operation_id)
+            if runtime is not None:
+                runtime.controller.on_allocation_finished(
+                    allocation, finished or FinishedAllocation(allocation_id, "aborted"), now
+                )

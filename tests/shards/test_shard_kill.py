@@ -1,0 +1,111 @@
+"""A shard process that starts allocations killed (SIGKILL) while the leader holds one of its claims: no job is
+lost or run twice. The node's pass has booked one start in the truth (its job stored, the answer never reaches the
+node) and holds a second granted allocation when the shard dies: that one goes back to its controller, the first
+is the node's missing job (lost after ``LOST_AFTER_MISSED_HEARTBEATS`` heartbeats, run again by its controller),
+the shard is restarted (its replicas copied anew), and every job index completes exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from polling import wait_for
+from recorded_run import PREEMPTING, Node
+from test_shard_processes import HEARTBEAT, sharded_service
+
+from pooltree.node import wire
+from pooltree.shards.host import shard_of
+from pooltree.shards.remote import ProcessShardStarts
+from pooltree.shards.replica import Claim, ClaimAnswer
+
+JOBS = 6
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with sharded_service(tmp_path, PREEMPTING, True) as (service, clock, starts):
+        assert starts is not None and service.shards is not None
+        scheduler = service.scheduler
+        spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": JOBS}}}
+        op = scheduler.start_operation("vanilla", spec, "u", 0.0)
+        scheduler.update_fair_share("default", 0.0)
+        nodes = [Node(f"n{i}", {op.id: 2.0}) for i in range(3)]
+        victim = shard_of("n0", 2)
+        claim_of = ProcessShardStarts._remote_claim
+        granted_on_n0: list[str] = []
+        killed: list[int] = []
+
+        def claim(self: ProcessShardStarts, state: Any, message: Claim, granted: set[str]) -> ClaimAnswer:
+            answer = claim_of(self, state, message, granted)
+            if message.address == "n0" and answer.allocation is not None and not killed:
+                granted_on_n0.append(answer.allocation.id)
+                if len(granted_on_n0) == 2:  # the first one is booked already: kill before this one is
+                    pid = service.shards.pids()[victim]  # type: ignore[union-attr]
+                    assert pid is not None
+                    killed.append(pid)  # (before the kill: the heartbeat's HTTP request fails at once)
+                    os.kill(pid, signal.SIGKILL)
+                    wait_for(lambda: _dead(pid), timeout=30.0)
+            return answer
+
+        monkeypatch.setattr(ProcessShardStarts, "_remote_claim", claim)
+        urls: dict[str, str] = {}
+        ran: dict[str, list[str]] = {}  # job id -> the nodes that were told to start it
+        with httpx.Client(timeout=30.0) as client:
+            for step in range(1, 161):
+                now = step * 0.25
+                clock.now = now
+                if now == int(now):
+                    scheduler.update_fair_share("default", now)
+                node = nodes[step % len(nodes)]
+                url = service.shards.url_for(node.address, "127.0.0.1")
+                if url is None:  # the shard is being restarted: its nodes wait for it
+                    wait_for(lambda a=node.address: service.shards.url_for(a, "127.0.0.1"), timeout=60.0)
+                    url = service.shards.url_for(node.address, "127.0.0.1")
+                assert url is not None
+                service.shards.sync()
+                try:
+                    response = client.post(url + HEARTBEAT, json=node.heartbeat(now))
+                except httpx.TransportError:  # the shard died under this heartbeat: no answer
+                    assert killed and node.address == "n0"
+                    wait_for(
+                        lambda: starts.links[victim] is None or not starts.links[victim].alive, timeout=30.0
+                    )
+                    continue
+                if response.status_code != 200:  # the leader answered for a shard it lost (503)
+                    continue
+                answer = response.json()
+                urls[node.address] = answer.pop(wire.HEARTBEAT_URL)
+                for entry in answer[wire.START]:
+                    ran.setdefault(entry["job_id"], []).append(node.address)
+                node.apply(answer, now)
+                if op.state == "completed":
+                    break
+        assert killed, "the shard was never killed with a claim in flight"
+        assert op.state == "completed"
+        jobs = list(op.jobs.values())
+        completed = [job for job in jobs if job.state == "completed"]
+        # every job index completed once; nothing was started twice on nodes
+        assert sorted(job.job_index for job in completed) == list(range(JOBS))
+        assert all(len(addresses) == 1 for addresses in ran.values())
+        assert {job.id for job in completed} <= set(ran)
+        # the start booked before the kill was stored but never reached its node: lost, then run again
+        lost = [job for job in jobs if job.abort_reason == "node_offline"]
+        assert len(lost) == 1 and lost[0].id not in ran and lost[0].allocation_id == granted_on_n0[0]
+        # the allocation granted to the claim in flight went back to its controller (never a job)
+        assert all(job.allocation_id != granted_on_n0[1] for job in jobs)
+        # the restarted shard got a new copy and ran its nodes' passes again
+        assert service.shards.restarts == 1 and starts.snapshots >= 3
+        assert starts.shard_passes[victim] > 0
