@@ -5,9 +5,9 @@ The leader sends a `PassRequest` per heartbeat and tree of one of this shard's n
 snapshot of the truth, `pickling.snapshot_of`), the node's limits and tags, the time and the node's preemptive
 backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
 the node's heartbeat on it. Each start it decides is a `Claim` sent to the leader, which answers it
-(`ClaimAnswer`: the real controller's allocation, or None); what the pass books goes to the leader at once and
-in order (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`), and the pass ends
-with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
+(`ClaimAnswer`: the real controller's allocation, or None); what the pass books goes to the leader in order
+(`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next claim or with
+the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
 the pickling form (`pickling.dumps`).
 """
 
@@ -153,15 +153,18 @@ def serve_passes(conn: Connection) -> None:
     """A shard process's pass thread: requests from the leader, one at a time; claims asked on the same pipe.
     The process ends when the leader's end of the pipe closes."""
 
+    told: list[Effect] = []
+    """Bookings not yet sent: they go with the next claim or the pass's end, in order (one message, and one
+    section under the leader's lock, instead of one per booking)."""
+
     def ask(claim: Claim) -> ClaimAnswer:
-        conn.send_bytes(dumps(claim))
+        batch: list[Any] = [*told, claim]
+        told.clear()
+        conn.send_bytes(dumps(batch))
         answer: ClaimAnswer = loads(conn.recv_bytes())
         return answer
 
-    def tell(effect: Effect) -> None:
-        conn.send_bytes(dumps(effect))
-
-    passes = ShardPasses(ask, tell)
+    passes = ShardPasses(ask, told.append)
     while True:
         try:
             request: PassRequest = loads(conn.recv_bytes())
@@ -173,6 +176,8 @@ def serve_passes(conn: Connection) -> None:
                 log.exception("node shard pass in tree %s failed", request.tree)
                 passes.replicas.pop(request.tree, None)
                 reply = PassFailed(repr(error))
-            conn.send_bytes(dumps(reply))
+            batch = [*told, reply]
+            told.clear()
+            conn.send_bytes(dumps(batch))
         except (EOFError, OSError):
             os._exit(0)  # the leader is gone: nothing here outlives it

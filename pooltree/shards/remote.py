@@ -13,8 +13,8 @@ Per heartbeat and tree, on the leader thread that answers it:
    leader takes other heartbeats. One pass per shard at a time (the link's lock, taken with the scheduling lock
    let go); the increments the shard has not seen are taken, in order, under the scheduling lock with the
    link's lock held, and sent with the request (a snapshot of the truth first when the shard has no current copy).
-3. Each claim and each booking the pass sends is handled under the scheduling lock, briefly, with the
-   heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
+3. Each claim, with the bookings the pass made since its last message (sent together, in order), is handled under
+   the scheduling lock, briefly, with the heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
    preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the
    node gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes
    back to its controller and the shard takes a new copy before its next pass.
@@ -239,22 +239,25 @@ class ProcessShardStarts(ShardStarts):
         try:
             conn.send_bytes(dumps(request))
             while True:
-                message = loads(conn.recv_bytes())
-                if isinstance(message, PassDone):
-                    return message
-                if isinstance(message, PassFailed):
+                batch = loads(
+                    conn.recv_bytes()
+                )  # the bookings since the last message, then a claim or the end
+                *bookings, last = batch
+                answer = None
+                if bookings or isinstance(last, Claim):
+                    with self._locked(writes):
+                        for booking in bookings:
+                            self._booking(link.index, state, truth, booking, result, granted, started)
+                        if isinstance(last, Claim):
+                            answer = self._remote_claim(state, last, granted)
+                if isinstance(last, PassDone):
+                    return last
+                if isinstance(last, PassFailed):
                     log.error(
-                        "node shard %d's pass in tree %s failed: %s", link.index, request.tree, message.error
+                        "node shard %d's pass in tree %s failed: %s", link.index, request.tree, last.error
                     )
                     return None
-                with self._locked(writes):
-                    if isinstance(message, Claim):
-                        answer = self._remote_claim(state, message, granted)
-                    else:
-                        answer = None
-                        self._booking(link.index, state, truth, message, result, granted, started)
-                if answer is not None:
-                    conn.send_bytes(dumps(answer))
+                conn.send_bytes(dumps(answer))
         except (EOFError, OSError) as error:  # the shard process died: its pass ends here
             log.warning("node shard %d ended during a pass in tree %s: %s", link.index, request.tree, error)
             link.alive = False
