@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import multiprocessing as mp
 import pstats
 import sys
 import tempfile
@@ -40,6 +41,9 @@ from pooltree.node import wire
 from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
+from pooltree.shards.host import shard_of
+from pooltree.shards.passes import serve_passes
+from pooltree.shards.remote import ProcessShardStarts
 from pooltree.shards.starts import ShardStarts
 
 
@@ -87,14 +91,35 @@ def main() -> None:
         help="run every heartbeat's stages in this many in-process shard replicas (pooltree/shards/starts.py) "
         "and report the replicas' CPU apart from the leader's",
     )
+    parser.add_argument(
+        "--shard-processes",
+        type=int,
+        default=0,
+        help="run every heartbeat's stages in this many shard processes (pooltree/shards/remote.py and "
+        "passes.py: replicas in their processes, claims over pipes); the leader's CPU is this process's, the "
+        "shards' is what their passes report",
+    )
     args = parser.parse_args()
+    if args.shard_starts and args.shard_processes:
+        parser.error("--shard-starts and --shard-processes are two forms of the same: choose one")
+    context = mp.get_context("spawn")
+    processes: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
         live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
         pools = {
             "bench": {"max_operation_count": args.operations, "max_running_operation_count": args.operations}
         }
         live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0)
-        shards = ShardStarts(live, args.shard_starts) if args.shard_starts else None
+        shards: ShardStarts | None = ShardStarts(live, args.shard_starts) if args.shard_starts else None
+        if args.shard_processes:
+            shards = remote = ProcessShardStarts(live, args.shard_processes)
+            for index in range(args.shard_processes):
+                parent, child = context.Pipe(duplex=True)
+                process = context.Process(target=serve_passes, args=(child,), daemon=True)
+                process.start()
+                child.close()
+                processes.append(process)
+                remote.attach(index, parent)
         spec = {
             "pool": "bench",
             "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}},
@@ -103,7 +128,7 @@ def main() -> None:
             SimNode(f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds, args.job_jitter)
             for i in range(args.nodes)
         ]
-        profile = cProfile.Profile()
+        profile = cProfile.Profile(time.process_time)  # CPU: a leader waiting on a shard's pipe costs none
         step = args.period / len(nodes)
         reports = RunningReports()  # as the service keeps one
         state = {"now": 1.0, "next_update": 1.0}
@@ -121,7 +146,11 @@ def main() -> None:
                     if counted is not None and args.profile:
                         profile.enable()
                     heartbeat = decode_heartbeat(body, reports)
-                    answer = wire.encode(live.process_heartbeat(heartbeat, now))
+                    if args.shard_processes:  # as through the node's shard (`NodeShards`)
+                        with remote.carrying(shard_of(node.address, args.shard_processes)):
+                            answer = wire.encode(live.process_heartbeat(heartbeat, now))
+                    else:
+                        answer = wire.encode(live.process_heartbeat(heartbeat, now))
                     if counted is not None and args.profile:
                         profile.disable()
                     spent = time.process_time() - began
@@ -144,14 +173,25 @@ def main() -> None:
         figures = loaded.figures()
         if shards is not None:  # the replicas' work, which shard processes would take off the leader
             replicas = sum(shards.shard_cpu) - shard_cpu_before
-            leader = loaded.cpu - replicas
+            # in one process the replicas' CPU is in this process's; shard processes report theirs apart
+            leader = loaded.cpu if args.shard_processes else loaded.cpu - replicas
             figures["shard_replicas_cpu_seconds"] = round(replicas, 3)
             figures["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / max(loaded.heartbeats, 1), 4)
             if loaded.started:
                 figures["leader_cpu_ms_per_started_allocation"] = round(1000 * leader / loaded.started, 4)
             figures["replica_copies"] = sum(
                 r.copies for per_shard in shards.replicas for r in per_shard.values()
-            )
+            ) + (remote.snapshots if args.shard_processes else 0)
+            figures["shard_passes"] = shards.passes
+            figures["leader_passes"] = shards.leader_passes
+            if args.shard_processes:
+                figures["refused_bookings"] = remote.dropped
+                figures["pipe_bytes_sent_per_pass"] = round(remote.sent_bytes / max(remote.passes, 1))
+                figures["pipe_bytes_received_per_pass"] = round(remote.received_bytes / max(remote.passes, 1))
+                figures["pipe_messages_per_pass"] = round(remote.messages / max(remote.passes, 1), 2)
+                figures["shard_processes_alive"] = sum(
+                    1 for link in remote.links if link is not None and link.alive
+                )
         quiet_figures = quiet.figures()
         if loaded.started:
             idle_cost = quiet.cpu / max(quiet.heartbeats, 1)
@@ -169,6 +209,10 @@ def main() -> None:
             pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(
                 args.profile_lines
             )
+    for process in processes:  # their pipes closed with the leader's objects: they end; else ended here
+        process.join(timeout=5.0)
+        if process.is_alive():
+            process.kill()
 
 
 if __name__ == "__main__":

@@ -57,15 +57,22 @@ _DISPATCH[SchedulingTree] = _reduce_tree
 
 
 class _Pickler(pickle.Pickler):
-    """The dispatch table above; objects in ``replaced`` (by id) go as what it maps them to."""
+    """The dispatch table above (no persistent ids: the C pickler then never calls back into Python per object)."""
 
-    def __init__(self, file: io.BytesIO, replaced: dict[int, Any] | None = None) -> None:
+    def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.dispatch_table = _DISPATCH
-        self.replaced = replaced or {}
+
+
+class _SnapshotPickler(_Pickler):
+    """Objects in ``replaced`` (by id) go as what it maps them to (a snapshot's controllers and taps)."""
+
+    def __init__(self, file: io.BytesIO, replaced: dict[int, Any]) -> None:
+        super().__init__(file)
+        self.replaced = replaced
 
     def persistent_id(self, obj: Any) -> Any:
-        return self.replaced.get(id(obj)) if self.replaced else None
+        return self.replaced.get(id(obj))
 
 
 class _Unpickler(pickle.Unpickler):
@@ -113,7 +120,7 @@ def snapshot_of(truth: TreeScheduler, pending: Callable[[str], tuple[int, Vector
     state.event_sink, state.usage_watch = None, None
     out = io.BytesIO()
     try:
-        _Pickler(out, replaced).dump(truth)
+        _SnapshotPickler(out, replaced).dump(truth)
     finally:
         state.event_sink, state.usage_watch = sink, watch
     return out.getvalue()

@@ -81,6 +81,12 @@ class ProcessShardStarts(ShardStarts):
         """Passes each shard process ran to their end (``pooltree_node_shard_passes_total``)."""
         self.snapshots = 0
         """Snapshots of a truth sent to shard processes."""
+        self.sent_bytes = 0
+        """Bytes of requests and claim answers sent to the shard processes."""
+        self.received_bytes = 0
+        """Bytes of claims, bookings and pass ends received from them."""
+        self.messages = 0
+        """Messages received from the shard processes (a claim with the bookings before it, or a pass's end)."""
         self.dropped = 0
         """Bookings of a shard the truth could not take (each made the shard copy the truth again)."""
 
@@ -237,12 +243,14 @@ class ProcessShardStarts(ShardStarts):
         """The pass in the shard process: its claims answered and bookings applied as they come."""
         conn = link.conn
         try:
-            conn.send_bytes(dumps(request))
+            data = dumps(request)
+            self.sent_bytes += len(data)
+            conn.send_bytes(data)
             while True:
-                batch = loads(
-                    conn.recv_bytes()
-                )  # the bookings since the last message, then a claim or the end
-                *bookings, last = batch
+                data = conn.recv_bytes()
+                self.received_bytes += len(data)
+                self.messages += 1
+                *bookings, last = loads(data)  # the bookings since the last message, then a claim or the end
                 answer = None
                 if bookings or isinstance(last, Claim):
                     with self._locked(writes):
@@ -257,7 +265,9 @@ class ProcessShardStarts(ShardStarts):
                         "node shard %d's pass in tree %s failed: %s", link.index, request.tree, last.error
                     )
                     return None
-                conn.send_bytes(dumps(answer))
+                data = dumps(answer)
+                self.sent_bytes += len(data)
+                conn.send_bytes(data)
         except (EOFError, OSError) as error:  # the shard process died: its pass ends here
             log.warning("node shard %d ended during a pass in tree %s: %s", link.index, request.tree, error)
             link.alive = False
