@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from pooltree.resources import Vector
 from pooltree.strategy.model import Allocation
 from pooltree.strategy.scheduler import TreeScheduler
@@ -51,7 +53,20 @@ def _reduce_tree(tree: SchedulingTree) -> tuple[Any, ...]:
     return (copyreg.__newobj__, (SchedulingTree,), {**tree.__dict__, "respecced": None})
 
 
+def _vector(values: list[float]) -> np.ndarray:
+    return np.array(values, dtype=float)
+
+
+def _reduce_array(array: np.ndarray) -> Any:
+    """A resource vector (1-D float64) as a list of floats: numpy's own reduce pickles the dtype and a bytes
+    buffer, and its reconstruction runs in Python, several times the cost for a 5-element vector."""
+    if type(array) is np.ndarray and array.ndim == 1 and array.dtype == np.float64:
+        return (_vector, (array.tolist(),))
+    return array.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+
+
 _DISPATCH = copyreg.dispatch_table.copy()
+_DISPATCH[np.ndarray] = _reduce_array
 _DISPATCH[Allocation] = _reduce_allocation
 _DISPATCH[SchedulingTree] = _reduce_tree
 
