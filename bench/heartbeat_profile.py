@@ -12,10 +12,13 @@ allocations started, the scheduler's CPU seconds (decoding, processing, encoding
 own work is not counted) per heartbeat and per started allocation over ``--seconds`` simulated seconds (the first
 ``--warmup-seconds`` not counted), and the same for a quiet phase before any operation starts
 (``--quiet-seconds``): what a heartbeat reporting nothing costs, and from it the marginal cost of a start. What the
-HTTP stack costs is not in it (``live_nodes.py`` measures the whole).
+HTTP stack costs is not in it (``live_nodes.py`` measures the whole). ``--shard-starts N``: the stages in N
+in-process replicas (their CPU reported apart); ``--shard-processes N``: in N shard processes at the end of pipes
+(``pooltree/shards/remote.py``; this process is the leader, its CPU the leader's; the shards' CPU is what their
+passes report, split into bringing the replica forward and the stages; pipe bytes and messages per pass).
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
-       [--profile-sort tottime] [--profile-lines 45]
+       [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
 """
 
 from __future__ import annotations
@@ -169,6 +172,7 @@ def main() -> None:
         run(began + args.warmup_seconds, None)
         loaded = Counted()
         shard_cpu_before = sum(shards.shard_cpu) if shards is not None else 0.0
+        apply_before = sum(remote.shard_apply_cpu) if args.shard_processes else 0.0
         run(began + args.seconds, loaded)
         figures = loaded.figures()
         if shards is not None:  # the replicas' work, which shard processes would take off the leader
@@ -186,6 +190,7 @@ def main() -> None:
             figures["leader_passes"] = shards.leader_passes
             if args.shard_processes:
                 figures["refused_bookings"] = remote.dropped
+                figures["shard_apply_cpu_seconds"] = round(sum(remote.shard_apply_cpu) - apply_before, 3)
                 figures["pipe_bytes_sent_per_pass"] = round(remote.sent_bytes / max(remote.passes, 1))
                 figures["pipe_bytes_received_per_pass"] = round(remote.received_bytes / max(remote.passes, 1))
                 figures["pipe_messages_per_pass"] = round(remote.messages / max(remote.passes, 1), 2)

@@ -82,6 +82,8 @@ class PassDone:
     timeout_expired: bool
     backoff: float | None
     cpu: float
+    apply_cpu: float
+    """Of ``cpu``, what bringing the replica forward took (a snapshot loaded, the increments applied)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class ShardPasses:
         elif replica.stale():
             raise RuntimeError(f"node shard has no replica of tree {request.tree!r} and got no snapshot")
         replica.apply(request.increments)
+        applied = time.process_time()
         strategy = replica.strategy
         assert strategy is not None
         copied = strategy.nodes.get(request.address)
@@ -132,6 +135,7 @@ class ShardPasses:
             result.timeout_expired,
             copied.last_preemptive_scheduling_time if copied is not None else None,
             time.process_time() - began,
+            applied - began,
         )
 
     def _effect(self, replica: TreeReplica, event: dict[str, Any]) -> None:

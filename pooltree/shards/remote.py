@@ -98,6 +98,8 @@ class ProcessShardStarts(ShardStarts):
         self._via = threading.local()
         self.unsettled: set[str] = set()
         """Allocations started by passes still in flight (their jobs not yet recorded): not preempted meanwhile."""
+        self.shard_apply_cpu = [0.0] * count
+        """Of ``shard_cpu``, what bringing the replicas forward took (snapshots, increments)."""
         self.shard_passes = [0] * count
         """Passes each shard process ran to their end (``pooltree_node_shard_passes_total``)."""
         self.snapshots = 0
@@ -191,6 +193,7 @@ class ProcessShardStarts(ShardStarts):
             self._mark_stale(shard, tree)
             return None
         self.shard_cpu[shard] += done.cpu
+        self.shard_apply_cpu[shard] += done.apply_cpu
         self.shard_passes[shard] += 1
         node = truth.nodes.get(heartbeat.address)
         if node is not None and done.backoff is not None:
