@@ -534,6 +534,7 @@ class YtApi:
             body if descriptor.input_type == "null" else None,
             request.headers.get("content-type"),
             dict(request.query_params),
+            keep=not descriptor.is_volatile,  # reads repeat their parameters; a mutation's carry its id
         )
         # the HTTP proxy's headers for a mutation's id and retry flag (the parameters win when both are sent)
         if descriptor.is_volatile and "mutation_id" not in params and request.headers.get("x-yt-mutation-id"):

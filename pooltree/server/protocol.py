@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -489,17 +491,26 @@ def decode_parameters(
     body: bytes | None = None,
     content_type: str | None = None,
     query: Mapping[str, str] | None = None,
+    *,
+    keep: bool = False,
 ) -> dict[str, Any]:
     """Command parameters from the query string, ``X-YT-Parameters`` and (for POST) the body, in that order.
 
     Top-level scalars lose their attributes (the client sends ``job_id=<address=..>"id"``); ``*_format``
-    parameters keep theirs, because the attributes are the format options.
+    parameters keep theirs, because the attributes are the format options. ``keep``: the header's map is kept
+    by its text (``ParsedHeaders``) for the next request sending the same; for reads, whose parameters carry no
+    mutation id and which clients repeat (an operation's state polled, a listing refreshed).
     """
     params: dict[str, Any] = dict(query or {})
     if header_value:
-        fmt = parse_header_format(header_format)
-        raw = header_value.encode("latin-1", "replace")  # header bytes arrive latin-1 decoded
-        params.update(_parameter_map(parse_structured(raw, fmt, "X-YT-Parameters"), "X-YT-Parameters"))
+        kept = PARSED_HEADERS.get(header_value, header_format) if keep else None
+        if kept is None:
+            fmt = parse_header_format(header_format)
+            raw = header_value.encode("latin-1", "replace")  # header bytes arrive latin-1 decoded
+            kept = _parameter_map(parse_structured(raw, fmt, "X-YT-Parameters"), "X-YT-Parameters")
+            if keep:
+                PARSED_HEADERS.put(header_value, header_format, kept)
+        params.update(_copied(kept) if keep else kept)
     if body:
         value = parse_structured(body, content_type_format(content_type), "request body")
         params.update(_parameter_map(value, "request body"))
@@ -508,6 +519,47 @@ def decode_parameters(
     if kept:  # e.g. write_file's <append=%true>//path: commands that need them read them from here
         out[PARAMETER_ATTRIBUTES] = kept
     return out
+
+
+class ParsedHeaders:
+    """``X-YT-Parameters`` maps kept by the header's text and format, least recently used dropped past ``size``;
+    a header longer than ``max_length`` characters is not kept. YSON is parsed by pure Python here (hundreds of
+    microseconds for a small map, much of a cheap read's cost). A kept map is never handed out itself: callers
+    get a copy (``_copied``), as handlers may change their parameters."""
+
+    def __init__(self, size: int, max_length: int) -> None:
+        self.size = size
+        self.max_length = max_length
+        self._maps: OrderedDict[tuple[str, str | None], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str, header_format: str | None) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._maps.get((text, header_format))
+            if found is not None:
+                self._maps.move_to_end((text, header_format))
+            return found
+
+    def put(self, text: str, header_format: str | None, value: dict[str, Any]) -> None:
+        if len(text) > self.max_length:
+            return
+        with self._lock:
+            self._maps[(text, header_format)] = value
+            while len(self._maps) > self.size:
+                self._maps.popitem(last=False)
+
+
+PARSED_HEADERS = ParsedHeaders(4096, 2048)
+
+
+def _copied(value: Any) -> Any:
+    """A copy of a parsed value's maps and lists (the scalars in them are immutable)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if kind is list:
+        return [_copied(v) for v in value]
+    return value
 
 
 def _parameter_map(value: Any, what: str) -> dict[str, Any]:
