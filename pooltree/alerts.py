@@ -504,6 +504,17 @@ class SchedulerAlerts:
                     },
                 )
                 break
+        if op.spec_alerts is None:  # the spec never changes: its alerts are found once
+            op.spec_alerts = self._spec_alerts(op)
+        for key, value in op.spec_alerts.items():
+            alerts[key] = copy.deepcopy(value)
+        return alerts
+
+    @staticmethod
+    def _spec_alerts(op: LiveOperation) -> dict[str, dict[str, Any]]:
+        """The alerts ``op``'s spec alone raises: options pooltree accepts but does not implement, and options it
+        does not know (with the known option a typo misspells)."""
+        alerts: dict[str, dict[str, Any]] = {}
         unsupported = unsupported_options_alert(unsupported_options([], [(op.id, op.model)]))
         if unsupported is not None:
             alerts[UNSUPPORTED_OPTIONS] = unsupported

@@ -231,6 +231,33 @@ def test_unrecognized_spec_alert_names_the_closest_known_option(tmp_path: Path) 
     }
 
 
+def test_spec_alerts_are_found_once_and_handed_out_as_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec's own alerts (unsupported, unrecognized options) are made at the first read and kept: a pending
+    operation's map is built again at every start into its pool. Readers get copies."""
+    scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}})
+    spec = {**vanilla(docker_image="registry.example/ml:1"), "max_failed_job_cuont": 3}
+    op = scheduler.start_operation("vanilla", spec, "alice", 1.0)
+    found: list[str] = []
+    real = type(scheduler.alert_center)._spec_alerts
+
+    def counted(operation: Any) -> Any:
+        found.append(operation.id)
+        return real(operation)
+
+    monkeypatch.setattr(scheduler.alert_center, "_spec_alerts", counted)
+    op.spec_alerts = None  # as if never read
+    first = scheduler.alerts(op)
+    assert set(first) >= {"unsupported_options", "unrecognized_spec"}
+    first["unrecognized_spec"]["attributes"]["unrecognized_spec"].clear()
+    scheduler.unrecognized_spec(op).clear()
+    second = scheduler.alerts(op)
+    assert second["unrecognized_spec"]["attributes"]["unrecognized_spec"] == {"max_failed_job_cuont": 3}
+    assert scheduler.unrecognized_spec(op) == {"max_failed_job_cuont": 3}
+    assert list(second) == list(first) and found == [op.id]  # made once
+
+
 def test_store_trouble_appears_and_clears(tmp_path: Path) -> None:
     scheduler = live(tmp_path, {"default": {"config": {}, "pools": {}}})
     heartbeat(scheduler, "n1", 0.5)

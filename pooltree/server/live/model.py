@@ -341,6 +341,12 @@ class LiveOperation:
     """Bumped on every change the attribute map shows (state, jobs, parameters), so readers can cache it."""
     job_spec_templates: dict[tuple[str, str], tuple[Any, bool, dict[str, Any]]] = field(default_factory=dict)
     """(task, tree) → (the tree's config, the job network setting, the first job's spec): ``live/job_specs.py``."""
+    spec_alerts: dict[str, dict[str, Any]] | None = None
+    """The alerts the spec alone raises (unsupported, unrecognized options), made at the first read of the
+    operation's alerts (``SchedulerAlerts.operation_alerts``): the spec never changes, and a pending operation's
+    attribute map is built again at every start into its pool (its place in the queue)."""
+    unrecognized: dict[str, Any] | None = None
+    """``model.unrecognized_spec()``, made at its first read (``LiveScheduler.unrecognized_spec``)."""
 
     @property
     def is_final(self) -> bool:

@@ -15,6 +15,7 @@ writes, ``persistence.py``), ``updates`` (fair-share updates and the event log, 
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -287,7 +288,10 @@ class LiveScheduler:
         return self.alert_center.scheduler_alerts()
 
     def unrecognized_spec(self, op: LiveOperation) -> dict[str, Any]:
-        return op.model.unrecognized_spec()
+        """The spec's unrecognized keys (``OperationSpec.unrecognized_spec``), found once per operation."""
+        if op.unrecognized is None:
+            op.unrecognized = op.model.unrecognized_spec()
+        return copy.deepcopy(op.unrecognized) if op.unrecognized else {}
 
     def progress(self, op: LiveOperation) -> dict[str, Any]:
         """Job counts as ``brief_progress.jobs`` needs them (``views.py``)."""
