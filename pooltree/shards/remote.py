@@ -148,8 +148,10 @@ class ProcessShardStarts(ShardStarts):
     # -------------------------------------------------------------- ShardStarts' hooks
 
     def _shard_for(self, address: str) -> int | None:
+        """The shard the heartbeat came through, when it owns the node (a node's passes run in one shard only:
+        its replica's view of the node is then the truth's); else the leader."""
         shard = getattr(self._via, "shard", None)
-        if shard is None:
+        if shard is None or super()._shard_for(address) != shard:
             return None
         link = self.links[shard]
         return shard if link is not None and link.alive else None
