@@ -266,6 +266,9 @@ class SchedulerRunner:
             log_level="warning",
             lifespan="off",
             http=BoundedHeadersProtocol,  # half-sent request headers hold no connection for ever
+            # a caller's address is its connection's: no X-Forwarded-For (uvicorn trusts it from 127.0.0.1 by
+            # default) moves a node to another host (``Security.bind_node``); and no middleware per request
+            proxy_headers=False,
         )
         config.access_log = False
         server = uvicorn.Server(config)
