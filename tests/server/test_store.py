@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pooltree.errors import PooltreeError
-from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, StoreError, open_store
+from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, StoreError, open_store, sql
 
 
 def _op(i: int, **kw: object) -> OperationRecord:
@@ -86,6 +86,35 @@ def test_operations_filters_and_paging(store_url: str) -> None:
         store.put_operation(changed)
         assert store.get_operation("op-1") == changed
         assert store.count_operations() == 6
+
+
+def test_a_page_reads_bodies_only_of_operations_the_caller_does_not_hold(store_url: str) -> None:
+    """``list_operations(known=...)``: the same page in the same order; the held operations come partial (no body
+    read), the others whole, as ``get_operation`` gives them (also past one ``IN`` list of bodies)."""
+    with open_store(store_url) as store:
+        for i in range(12):
+            store.put_operation(_op(i, state="completed" if i % 3 else "running"))
+        known = {"op-11", "op-6", "op-0"}
+        for query in (OperationFilter(limit=20), OperationFilter(limit=5, cursor_time=108.0)):
+            plain = store.list_operations(query)
+            listed = store.list_operations(query, known=known)
+            assert [r.id for r in listed] == [r.id for r in plain]
+            for record in listed:
+                if record.id in known:
+                    assert (
+                        record.partial
+                        and record.spec == {}
+                        and record.state == store.get_operation(record.id).state
+                    )
+                else:
+                    assert record == store.get_operation(record.id) and not record.partial
+        chunk, sql.BODY_CHUNK = sql.BODY_CHUNK, 2
+        try:
+            listed = store.list_operations(OperationFilter(limit=20), known={"op-5"})
+        finally:
+            sql.BODY_CHUNK = chunk
+        assert [r.id for r in listed if not r.partial] == [f"op-{i}" for i in range(11, -1, -1) if i != 5]
+        assert all(r == store.get_operation(r.id) for r in listed if not r.partial)
 
 
 def test_jobs_and_delete_cascade(store_url: str) -> None:

@@ -398,17 +398,20 @@ def operation_where(query: OperationFilter, placeholder: str) -> tuple[str, list
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", args
 
 
-def operation_page_sql(query: OperationFilter, placeholder: str) -> tuple[str, list[Any]]:
-    """``SELECT`` of one page of operations for ``query`` in the store's common schema."""
+def operation_page_sql(
+    query: OperationFilter, placeholder: str, *, body: bool = True
+) -> tuple[str, list[Any]]:
+    """``SELECT`` of one page of operations for ``query`` in the store's common schema; without ``body`` the rows
+    end before the ``body`` column."""
     where, args = operation_where(query, placeholder)
     if query.cursor_time is not None:
         op = "<" if query.cursor_direction == "past" else ">"
         where += (" AND " if where else " WHERE ") + f"start_time {op} {placeholder}"
         args.append(float(query.cursor_time))
     order = "DESC" if query.cursor_direction == "past" else "ASC"
+    columns = "id, type, state, user_name, pool, start_time, finish_time" + (", body" if body else "")
     sql = (
-        "SELECT id, type, state, user_name, pool, start_time, finish_time, body FROM operations"
-        f"{where} ORDER BY start_time {order}, id {order} LIMIT {placeholder}"
+        f"SELECT {columns} FROM operations{where} ORDER BY start_time {order}, id {order} LIMIT {placeholder}"
     )
     args.append(query.limit)
     return sql, args

@@ -31,6 +31,8 @@ from pooltree.server.store.base import (
 )
 
 KEY_CHECK = "store_key_check"
+BODY_CHUNK = 500
+"""Operation ids per ``IN`` list when a page's bodies are read (SQLite allows 999 parameters in old builds)."""
 """``meta`` row holding a value sealed with the store's key (``SqlStore._check_key``)."""
 
 
@@ -241,10 +243,32 @@ class SqlStore(Store):
     def list_operations(
         self, query: OperationFilter = OperationFilter(), *, known: Container[str] = ()
     ) -> list[OperationRecord]:
-        sql, args = operation_page_sql(query, "?")
+        if not known:
+            sql, args = operation_page_sql(query, "?")
+            return [self._opened(operation_from_row(row)) for row in self._rows(sql, args)]
+        # the page without bodies, then the bodies of the rows the caller does not hold (a live operation's
+        # body is never decoded: reading its text was a third of a page of live operations)
+        sql, args = operation_page_sql(query, "?", body=False)
+        rows = self._rows(sql, args)
+        missing = [row[0] for row in rows if row[0] not in known]
+        bodies = self._bodies(missing)
         return [
-            self._opened(operation_from_row(row, body=row[0] not in known)) for row in self._rows(sql, args)
+            self._opened(
+                operation_from_row(row, body=False)
+                if row[0] not in bodies
+                else operation_from_row((*row, bodies[row[0]]))
+            )
+            for row in rows
         ]
+
+    def _bodies(self, operation_ids: list[str]) -> dict[str, str]:
+        """``operation id -> body`` of those of ``operation_ids`` that are stored (in chunks of ``IN`` lists)."""
+        found: dict[str, str] = {}
+        for begin in range(0, len(operation_ids), BODY_CHUNK):
+            chunk = operation_ids[begin : begin + BODY_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            found.update(self._rows(f"SELECT id, body FROM operations WHERE id IN ({marks})", chunk))
+        return found
 
     def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
         where, args = operation_where(query, "?")
