@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from live_common import Local, YtRequests, machine, process_cpu_seconds, quantile_ms, read_response, yt_client
-from live_queue import POOL, START_SPEC, SimulatedNodes, run_queue
+from live_queue import START_SPEC, SimulatedNodes, create_queue_pool, run_queue
 
 KINDS = ("get_operation", "list_newest", "list_pending", "list_cursor", "start_operation")
 
@@ -84,15 +84,7 @@ def main() -> None:
                 secret = (Path(tmp) / "data" / "node_secret").read_text().strip()
                 nodes = SimulatedNodes(local.url, secret, args.sim_nodes, args.sim_drivers, 1.0)
             client = yt_client(local.url, local.token)
-            client.create(
-                "scheduler_pool",
-                attributes={
-                    "name": POOL,
-                    "pool_tree": "default",
-                    "max_running_operation_count": 0,
-                    "max_operation_count": 100_000,
-                },
-            )
+            create_queue_pool(client)
             _, op_ids = run_queue(local.url, local.token, args.operations, 4, 0)
             starts = [o["start_time"] for o in client.list_operations(limit=1000)["operations"]]
             requests = YtRequests(local.url, local.token, START_SPEC)

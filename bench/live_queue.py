@@ -79,6 +79,20 @@ MIX = (("get_operation", 0.60), ("list_operations", 0.25), ("start_operation", 0
 START_SPEC = {"pool": POOL, "tasks": {"main": {"command": "true", "job_count": 1}}}
 
 
+def create_queue_pool(client: Any) -> None:
+    """Pool ``POOL`` in tree ``default`` with ``max_running_operation_count`` 0: whatever starts into it stays
+    pending, so the queue only grows."""
+    client.create(
+        "scheduler_pool",
+        attributes={
+            "name": POOL,
+            "pool_tree": "default",
+            "max_running_operation_count": 0,
+            "max_operation_count": 100_000,
+        },
+    )
+
+
 def _fair_share_updates(url: str, token: str) -> int | None:
     """Fair-share updates the scheduler ran so far (``pooltree_scheduler_work_seconds_count``)."""
     import httpx
@@ -445,15 +459,7 @@ def main() -> None:
                 nodes = SimulatedNodes(local.url, secret, args.sim_nodes, args.sim_drivers, args.sim_period)
             began = time.time()
             client = yt_client(local.url, local.token)
-            client.create(
-                "scheduler_pool",
-                attributes={
-                    "name": POOL,
-                    "pool_tree": "default",
-                    "max_running_operation_count": 0,
-                    "max_operation_count": 100_000,
-                },
-            )
+            create_queue_pool(client)
             report["queue"], op_ids = run_queue(
                 local.url, local.token, args.operations, args.clients, args.rate
             )
