@@ -215,6 +215,7 @@ def run_shard(
         lifespan="off",
         access_log=False,
         loop="auto",
+        proxy_headers=False,  # a node's host is its connection's, never an X-Forwarded-For header's
         http=BoundedHeadersProtocol,  # a deadline for request headers; one send per answer
     )
     uvicorn_server = uvicorn.Server(config)

@@ -18,9 +18,10 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_procs import ROOT_TOKEN, Procs, client, free_port, state, vanilla
+from live_procs import NODE_SECRET, ROOT_TOKEN, Procs, client, free_port, state, vanilla
 from polling import wait_for
 
+from pooltree.node import wire
 from pooltree.shards.host import shard_of
 
 NODES = ("n1", "n2")  # on shards 1 and 0 of 2
@@ -168,3 +169,57 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def _shard_port(scheduler_pid: int) -> int:
+    """The port the scheduler's one shard process listens on."""
+    (pid,) = _shard_pids(scheduler_pid)
+    (port,) = {
+        c.laddr.port
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    return port
+
+
+def _heartbeat(
+    port: int, address: str, *, source: str = "127.0.0.1", forwarded: str | None = None
+) -> httpx.Response:
+    body = wire.encode(
+        wire.heartbeat(
+            address,
+            sequence=1,
+            time=0.0,
+            resource_limits={"user_slots": 0, "cpu": 0, "memory": 0},
+            resource_usage={},
+            memory_limit=0.0,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=(),
+            finished_jobs=(),
+        )
+    )
+    headers = {"X-Pooltree-Node-Secret": NODE_SECRET, "Content-Type": wire.MEDIA_TYPE}
+    if forwarded is not None:
+        headers["X-Forwarded-For"] = forwarded
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as http:
+        return http.post(f"http://127.0.0.1:{port}{wire.HEARTBEAT_PATH}", content=body, headers=headers)
+
+
+def test_a_shard_takes_a_nodes_address_from_its_connection_not_from_forwarded_for(tmp_path: Path) -> None:
+    """A shard process checks a heartbeat's host against the registered node networks by its connection: an
+    ``X-Forwarded-For`` header (which uvicorn trusts from 127.0.0.1 by default) does not let a local process
+    holding the node secret pass as a host of a registered network."""
+    procs = Procs(tmp_path)
+    try:
+        scheduler, _url = procs.scheduler(
+            tmp_path / "data", 0, "--node-shards", "1", "--shard-starts", "--node-networks", "127.0.0.2/32"
+        )
+        wait_for(lambda: len(_shard_pids(scheduler.pid)) == 1, timeout=60)
+        port = _shard_port(scheduler.pid)
+        spoofed = _heartbeat(port, "n-spoofed", forwarded="127.0.0.2")
+        assert spoofed.status_code == 401 and "not a registered node network" in spoofed.text, spoofed.text
+        registered = _heartbeat(port, "n-registered", source="127.0.0.2")
+        assert registered.status_code == 200, registered.text
+    finally:
+        procs.close()
