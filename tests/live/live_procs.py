@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import yt.wrapper as ytw
 
+from pooltree.node import wire
 from pooltree.security.credentials import write_secret_file
 
 PYTHON = sys.executable
@@ -180,3 +181,26 @@ def vanilla(command: str, job_count: int, *, pool: str | None = None, **spec: An
 
 def state(yt: ytw.YtClient, op_id: str) -> str:
     return yt.get_operation(op_id, attributes=["state"])["state"]
+
+
+def slotless_heartbeat(address: str) -> bytes:
+    """A node's first heartbeat in the wire format, offering no resources (so it is never given a job), with no
+    jobs to report: for tests of who may heartbeat, not of scheduling."""
+    return wire.encode(
+        wire.heartbeat(
+            address,
+            sequence=1,
+            time=0.0,
+            resource_limits={"user_slots": 0, "cpu": 0, "memory": 0},
+            resource_usage={},
+            memory_limit=0.0,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=(),
+            finished_jobs=(),
+        )
+    )
+
+
+NODE_HEADERS = {"X-Pooltree-Node-Secret": NODE_SECRET, "Content-Type": wire.MEDIA_TYPE}
+"""The headers of a node's heartbeat with the test cluster's node secret."""

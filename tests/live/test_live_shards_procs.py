@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from live_procs import NODE_SECRET, ROOT_TOKEN, Procs, client, free_port, state, vanilla
+from live_procs import NODE_HEADERS, ROOT_TOKEN, Procs, client, free_port, slotless_heartbeat, state, vanilla
 from polling import wait_for
 
 from pooltree.node import wire
@@ -185,21 +185,8 @@ def _shard_port(scheduler_pid: int) -> int:
 def _heartbeat(
     port: int, address: str, *, source: str = "127.0.0.1", forwarded: str | None = None
 ) -> httpx.Response:
-    body = wire.encode(
-        wire.heartbeat(
-            address,
-            sequence=1,
-            time=0.0,
-            resource_limits={"user_slots": 0, "cpu": 0, "memory": 0},
-            resource_usage={},
-            memory_limit=0.0,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=(),
-            finished_jobs=(),
-        )
-    )
-    headers = {"X-Pooltree-Node-Secret": NODE_SECRET, "Content-Type": wire.MEDIA_TYPE}
+    body = slotless_heartbeat(address)
+    headers = dict(NODE_HEADERS)
     if forwarded is not None:
         headers["X-Forwarded-For"] = forwarded
     with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as http:

@@ -19,7 +19,16 @@ import yt.wrapper as ytw
 from pooltree.node import wire
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "live"))
-from live_procs import NODE_SECRET, ROOT_TOKEN, Procs, client, state, vanilla
+from live_procs import (
+    NODE_HEADERS,
+    NODE_SECRET,
+    ROOT_TOKEN,
+    Procs,
+    client,
+    slotless_heartbeat,
+    state,
+    vanilla,
+)
 from polling import wait_for
 
 TREES = "//sys/pool_trees/default"
@@ -284,22 +293,9 @@ def test_a_forwarded_for_header_does_not_move_a_node_to_another_host(cluster: Cl
     """The scheduler takes a caller's address from its connection: an ``X-Forwarded-For`` header (which uvicorn
     trusted from 127.0.0.1 by default) does not make a node's heartbeat come from elsewhere, so it can neither
     bind a node address to a host it does not heartbeat from nor take a bound one over."""
-    body = wire.encode(
-        wire.heartbeat(
-            "n-forwarded",
-            sequence=1,
-            time=0.0,
-            resource_limits={"user_slots": 0, "cpu": 0, "memory": 0},  # never given a job of the module's
-            resource_usage={},
-            memory_limit=0.0,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=(),
-            finished_jobs=(),
-        )
-    )
+    body = slotless_heartbeat("n-forwarded")
     url = f"{cluster.url}{wire.HEARTBEAT_PATH}"
-    headers = {"X-Pooltree-Node-Secret": NODE_SECRET, "Content-Type": wire.MEDIA_TYPE}
+    headers = NODE_HEADERS
     spoofed = httpx.post(url, content=body, headers={**headers, "X-Forwarded-For": "10.20.30.40"}, timeout=30)
     assert spoofed.status_code == 200, spoofed.text
     plain = httpx.post(url, content=body, headers=headers, timeout=30)
