@@ -31,9 +31,9 @@ from pooltree.server.store.base import (
 )
 
 KEY_CHECK = "store_key_check"
+"""``meta`` row holding a value sealed with the store's key (``SqlStore._check_key``)."""
 BODY_CHUNK = 500
 """Operation ids per ``IN`` list when a page's bodies are read (SQLite allows 999 parameters in old builds)."""
-"""``meta`` row holding a value sealed with the store's key (``SqlStore._check_key``)."""
 
 
 class SqlStore(Store):
