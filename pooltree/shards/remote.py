@@ -48,7 +48,7 @@ from pooltree.shards.passes import (
 )
 from pooltree.shards.pickling import dumps, loads, snapshot_of
 from pooltree.shards.replica import Claim, ClaimAnswer, NodeSynced, preempt_as
-from pooltree.shards.starts import ShardStarts, _pending, _Tree
+from pooltree.shards.starts import ShardStarts, _give_back, _pending, _Tree
 from pooltree.strategy.model import FinishedAllocation, HeartbeatResult, NodeHeartbeat, SchedulingStage
 from pooltree.strategy.scheduler import TreeScheduler
 
@@ -366,13 +366,5 @@ class ProcessShardStarts(ShardStarts):
         self, state: _Tree, ids: set[str], now: float, finished: FinishedAllocation | None = None
     ) -> None:
         """Allocations granted to claims and not booked go back to their controllers."""
-        truth = state.core.strategy
         for allocation_id in sorted(ids):
-            allocation = state.granted.pop(allocation_id, None)
-            if allocation is None:
-                continue
-            runtime = truth.operations.get(allocation.operation_id)
-            if runtime is not None:
-                runtime.controller.on_allocation_finished(
-                    allocation, finished or FinishedAllocation(allocation_id, "aborted"), now
-                )
+            _give_back(state, allocation_id, finished or FinishedAllocation(allocation_id, "aborted"), now)

@@ -391,11 +391,7 @@ class ShardStarts:
 
     def _unclaim(self, tree: str, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
         """A granted allocation the replica could not book goes back to its real controller."""
-        state = self.trees[tree]
-        granted = state.granted.pop(allocation.id, None)
-        runtime = state.core.strategy.operations.get(allocation.operation_id)
-        if granted is not None and runtime is not None:
-            runtime.controller.on_allocation_finished(granted, finished, now)
+        _give_back(self.trees[tree], allocation.id, finished, now)
 
     @contextlib.contextmanager
     def _handling_time(self) -> Iterator[None]:
@@ -440,6 +436,16 @@ class ShardStarts:
             if record is None or allocation is None or allocation.preempted:
                 return  # the victim ended already: nothing to stop
             preempt_as(truth, allocation, record, result)
+
+
+def _give_back(state: _Tree, allocation_id: str, finished: FinishedAllocation, now: float) -> None:
+    """An allocation granted to a claim and not booked goes back to its real controller (if still granted)."""
+    allocation = state.granted.pop(allocation_id, None)
+    if allocation is None:
+        return
+    runtime = state.core.strategy.operations.get(allocation.operation_id)
+    if runtime is not None:
+        runtime.controller.on_allocation_finished(allocation, finished, now)
 
 
 def _pending(truth: TreeScheduler, operation_id: str) -> tuple[int, Vector]:
