@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import platform
@@ -164,10 +165,14 @@ def run(
     rng = np.random.default_rng(7)
     ops = _operations(root)
     for _ in range(runs):
+        written = []
         for k in rng.choice(len(ops), int(changed * len(ops)), replace=False).tolist():
             op = ops[k]
             op.usage = op.usage * float(rng.choice([0.5, 1.0]))
+            written.append(op)
         tree = copy.deepcopy(root) if fresh else root
+        if result is not None and not fresh:  # the caller's delta: these written, no children list replaced
+            state = dataclasses.replace(state, written=written, relaid=frozenset())
         start = time.perf_counter()
         cpu_start = time.process_time()
         result = update_fair_share(tree, total, settings, now, state)

@@ -8,7 +8,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.fairshare import functions as fn
-from pooltree.fairshare.inputs import _readonly, _same_objects
+from pooltree.fairshare.inputs import _readonly
 from pooltree.fairshare.layout import (
     EPSILON,
     _block,
@@ -154,12 +154,12 @@ def validate_priority_pools(upd: _Update) -> None:
     """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
     tree = upd.tree
     n = len(tree.elements)
-    flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
-    donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
-    last = tree.priority_tier  # the same flag objects as last time: the same tier
-    if last is not None and _same_objects(last[0], flags) and _same_objects(last[1], donors):
-        upd.priority, orphans = last[2], last[3]
+    tier = tree.priority_tier  # this very tree's: its pools are the objects they were (``layout._flatten``)
+    if tier is not None:
+        upd.priority, orphans = tier
     else:
+        flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
+        donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
         flagged = np.zeros(n, dtype=bool)
         donor = np.zeros(n, dtype=bool)
         pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
@@ -172,7 +172,7 @@ def validate_priority_pools(upd: _Update) -> None:
             donor_above[level.children] = parents_donor[level.slot]
         orphans = np.flatnonzero(flagged & ~donor_above)
         upd.priority = _readonly(flagged & donor_above)
-        tree.priority_tier = (flags, donors, upd.priority, orphans)
+        tree.priority_tier = (upd.priority, orphans)
     if len(orphans):
         upd.errors.append(
             PooltreeError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from itertools import compress, repeat
-from operator import is_, is_not
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -172,11 +172,6 @@ def _pool_inputs(
     return fifo, integral_type, spec_mask
 
 
-def _same_objects(last: list[Any] | None, now: list[Any]) -> bool:
-    """Whether two lists hold the very same objects, in order (None: not known)."""
-    return last is not None and len(last) == len(now) and all(map(is_, last, now))
-
-
 def _readonly(array: np.ndarray) -> np.ndarray:
     """``array``, made read-only: later updates of the same tree may take it (``_KeptInputs``)."""
     array.flags.writeable = False
@@ -184,41 +179,31 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 
 class _KeptInputs:
-    """One update's raw scalar inputs (the objects read from the elements) and the checked arrays made from
-    them, kept on the tree (``_Tree.inputs``) for the next update of the same structure.
-
-    Also every array as read (before ``compute_attributes`` sums usage and demand in place), read-only: an
+    """One update's checked input arrays, kept on the tree (``_Tree.inputs``) for the next update of the same
+    structure: every array as read (before ``compute_attributes`` sums usage and demand in place), read-only. An
     update told which operations were written since (``UpdateState.written``) copies them and reads again only
-    those operations' rows (``_read_rows`` with rows)."""
+    those operations' rows (``_read_rows`` with rows); any other update reads and checks every row."""
 
     __slots__ = (
         "apply_limits",
         "demand",
-        "msr",
         "msr_array",
         "pool_arrays",
-        "pool_raw",
         "schedulable",
         "specified_limits",
         "step",
         "strong_config",
         "tag_limits",
-        "tol",
         "tol_array",
         "total",
         "usage",
         "weight_cfg",
-        "weights",
     )
 
-    msr: list[Any] | None  # None: not read in full (the next full read checks every value again)
     msr_array: np.ndarray
     pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
-    pool_raw: list[list[Any]]
-    tol: list[Any] | None
     tol_array: np.ndarray
     weight_cfg: np.ndarray
-    weights: list[Any] | None
     total: bytes
     usage: np.ndarray
     demand: np.ndarray
@@ -254,7 +239,6 @@ def _carried_inputs(tree: _Tree) -> tuple[_KeptInputs, np.ndarray] | None:
         array = np.take(getattr(last, name), source, axis=0)  # faster than [source]
         array[new_rows] = 0  # what a full read leaves in an operation's row where it reads nothing (strong)
         setattr(carried, name, array)
-    carried.pool_raw = last.pool_raw  # the same pools in the same order (``layout._patched``)
     pool_arrays = tuple(np.take(array, source, axis=0) for array in last.pool_arrays)
     for array in pool_arrays:
         array[new_rows] = 0  # not a pool: not FIFO, no integral type, no specified guarantee resources
@@ -303,7 +287,7 @@ def _read_inputs(upd: _Update) -> None:
                 _read_rows(upd, last, rows)
                 upd.read_rows, upd.read_from = rows, last
                 return
-    _read_rows(upd, tree.inputs, None)
+    _read_rows(upd, None, None)
 
 
 def _written_rows(
@@ -337,9 +321,8 @@ def _written_rows(
 
 def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
     """The elements' inputs into the update's arrays, checked (the checks run in a fixed order and raise for the
-    first bad row): of every row (``rows`` None; ``last``, the tree's previous read if any, lends the arrays of
-    scalar fields whose values are the very same objects), or of ``rows`` only (sorted), written into copies of
-    ``last``'s arrays (the other rows passed the checks then, so the first bad row is among these).
+    first bad row): of every row (``rows`` None, ``last`` None), or of ``rows`` only (sorted), written into copies
+    of ``last``'s arrays (the other rows passed the checks then, so the first bad row is among these).
 
     One comprehension per attribute (a slot read the interpreter specialises, cheaper than one ``attrgetter`` of
     all fields), vectors copied per element (``_read_interleaved``); a vector that is not a float64 vector of 5
@@ -350,7 +333,7 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
     read, ops, pools = rows_read.read, rows_read.ops, rows_read.pools
     op_rows, pool_rows = rows_read.op_rows, rows_read.pool_rows
     if rows is None:
-        weight_cfg, msr, tol = _read_scalars(read, last, kept)
+        weight_cfg, msr, tol = _read_scalars(read, kept)
     else:
         assert last is not None
         weight_cfg, msr, tol = _read_written_scalars(read, rows, last, kept)
@@ -362,7 +345,7 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
     op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
     strong_rows = [e.strong_guarantee_resources for e in pools]
     pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
-    arrays = _Arrays(upd, last if rows is not None else None, rows)
+    arrays = _Arrays(upd, last, rows)
     if ops:
         (
             arrays.usage[op_rows],
@@ -379,7 +362,7 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
         else:
             arrays.strong[pool_rows] = pool_vectors[:, 0]
     if rows is None:
-        upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_rows, pools, last, kept)
+        upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_rows, pools, kept)
     else:
         assert last is not None
         upd.fifo, upd.integral_type, spec_mask = _read_written_pool_arrays(tree, pool_rows, pools, last, kept)
@@ -458,50 +441,27 @@ class _Arrays:
             self.tag_limits[rows] = upd.total
 
 
-def _read_scalars(
-    elements: list[Any], last: _KeptInputs | None, kept: _KeptInputs
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every element's weight, max share ratio and starvation tolerance, checked, as arrays (kept in ``kept``).
-    Fields whose values are the very objects of the previous read of this tree (immutable values: the same object
-    is the same value) reuse the arrays made and checked from them then."""
-    weights = [e.weight for e in elements]
-    msr_raw = [e.max_share_ratio for e in elements]
-    tol_raw = [e.starvation_tolerance for e in elements]
-    if last is not None and _same_objects(last.weights, weights):
-        weight_cfg = last.weight_cfg
-    else:
-        weight_cfg = _readonly(_weights(elements, weights))
-    if last is not None and _same_objects(last.msr, msr_raw):
-        msr = last.msr_array
-    else:
-        msr = _readonly(_unit_interval(elements, msr_raw, "max_share_ratio"))
-    if last is not None and _same_objects(last.tol, tol_raw):
-        tol = last.tol_array
-    else:
-        tol = _readonly(_unit_interval(elements, tol_raw, "starvation_tolerance"))
-    kept.weights, kept.weight_cfg = weights, weight_cfg
-    kept.msr, kept.msr_array, kept.tol, kept.tol_array = msr_raw, msr, tol_raw, tol
+def _read_scalars(elements: list[Any], kept: _KeptInputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every element's weight, max share ratio and starvation tolerance, checked, as read-only arrays (kept in
+    ``kept``)."""
+    weight_cfg = _readonly(_weights(elements, [e.weight for e in elements]))
+    msr = _readonly(_unit_interval(elements, [e.max_share_ratio for e in elements], "max_share_ratio"))
+    tol = _readonly(
+        _unit_interval(elements, [e.starvation_tolerance for e in elements], "starvation_tolerance")
+    )
+    kept.weight_cfg, kept.msr_array, kept.tol_array = weight_cfg, msr, tol
     return weight_cfg, msr, tol
 
 
 def _read_pool_arrays(
-    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool], last: _KeptInputs | None, kept: _KeptInputs
+    tree: _Tree, pool_idx: np.ndarray, pools: list[Pool], kept: _KeptInputs
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The pools' FIFO flags, integral types and specified-guarantee masks (kept in ``kept``, read-only), the
-    previous read's when the pools' values are the very same objects."""
-    pool_raw = [
-        [p.mode for p in pools],
-        [p.specified_guarantee_resources for p in pools],
-        [p.integral_guarantees.guarantee_type for p in pools],
-        [p.fifo_sort_parameters for p in pools],
-    ]
-    if last is not None and last.pool_raw is not None and all(map(_same_objects, last.pool_raw, pool_raw)):
-        pool_arrays = last.pool_arrays
-    else:
-        pool_arrays = _pool_inputs(tree, pool_idx, pools)
-        for array in pool_arrays:
-            _readonly(array)
-    kept.pool_raw, kept.pool_arrays = pool_raw, pool_arrays
+    """The pools' FIFO flags, integral types and specified-guarantee masks, checked (kept in ``kept``,
+    read-only)."""
+    pool_arrays = _pool_inputs(tree, pool_idx, pools)
+    for array in pool_arrays:
+        _readonly(array)
+    kept.pool_arrays = pool_arrays
     return pool_arrays
 
 
@@ -560,7 +520,6 @@ def _read_written_scalars(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The weights, max share ratios and starvation tolerances of ``last`` with the ``rows`` (the elements
     ``read``) read again and checked (kept in ``kept``, read-only)."""
-    kept.weights = kept.msr = kept.tol = None  # a later full read checks every value again
     weight_cfg = last.weight_cfg.copy()
     weight_cfg[rows] = _weights(read, [e.weight for e in read])
     msr_read = _unit_interval(read, [e.max_share_ratio for e in read], "max_share_ratio")
@@ -584,9 +543,7 @@ def _read_written_pool_arrays(
         for array, new in zip(pool_arrays, checked, strict=True):
             array[pool_rows] = new[pool_rows]
             _readonly(array)
-        kept.pool_raw = None  # a later full read checks every pool again
     else:
         pool_arrays = last.pool_arrays
-        kept.pool_raw = last.pool_raw
     kept.pool_arrays = pool_arrays  # type: ignore[assignment]
     return pool_arrays  # type: ignore[return-value]

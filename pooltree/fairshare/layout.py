@@ -76,7 +76,7 @@ class _Tree:
     previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
     # with ``previous`` when patched from it: each row's row there (-1: new)
     rows_from: np.ndarray | None = None
-    priority_tier: Any = None  # the last update's priority flags, donor flags, priority tier and orphans
+    priority_tier: Any = None  # the priority tier and its orphans, computed once per tree (``guarantees``)
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         """What ``build`` derives from the structure alone, computed once per tree (the tree is reused by later
@@ -138,81 +138,42 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
-def _flatten(
-    root: Pool, previous: _Tree | None = None, written: Any = None, relaid: frozenset[str] | None = None
-) -> _Tree:
-    """The flattened tree of ``root``: ``previous`` (the previous update's, carried by its ``UpdateState``) when it
-    is the tree of this very root with the same structure, else a new one.
-
-    The same structure means the same element objects in the same places (each pool's children, compared by
-    identity, and every element's id): a caller that keeps its model objects between updates (the tree
-    runtime's ``FairShareInputCache``) then pays one walk over the pools' children lists instead of the
-    flattening, and every structural array derived from the tree (``_Tree.memo``) is reused. When only
-    operations arrived, left or moved under the same pools, the new tree is the previous one patched
-    (``_patched``: its rows shifted with numpy, the changed pools' blocks re-laid), row for row what
-    ``_flatten_new`` makes; anything else is flattened anew. ``written`` (``UpdateState.written``): the only
-    elements written since ``previous`` was read (None: not known, every id is compared).
+def _flatten(root: Pool, previous: _Tree | None = None, relaid: frozenset[str] | None = None) -> _Tree:
+    """The flattened tree of ``root``, laid out as the caller's delta says.
 
     ``relaid`` (``UpdateState.relaid``, from the period's delta): the pools whose children lists the caller
-    replaced since ``previous`` was read; only their blocks are compared (none: the structure is the previous
-    one). None: not known, every pool's children are compared with ``previous``'s by identity.
+    replaced since ``previous`` (the previous update's tree, carried by its ``UpdateState``) was read. Empty: the
+    structure is ``previous``'s, taken whole with everything derived from it (``_Tree.memo``). Pools named: when
+    only operations arrived, left or moved under them, ``previous`` patched (``_patched``: its rows shifted with
+    numpy, those pools' blocks re-laid), row for row what ``_flatten_new`` makes. None (not known: the first
+    update, a caller that does not say) or ``previous`` of another root: flattened anew.
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
     cached = previous if previous is not None and previous.elements[0] is root else None
+    if cached is None or relaid is None:
+        return _flatten_new(root)
+    if not relaid:
+        return cached  # no pool's children list was replaced (the period's delta)
+    child_lists = [p.children or () for p in cached.pools]
+    changed = _relaid_places(cached, relaid, child_lists)
+    if changed is not None and not changed:
+        return cached  # the replaced lists hold the same objects
     tree = None
-    if cached is not None:
-        if relaid is not None and not relaid:
-            return cached  # no pool's children list was replaced (the period's delta)
-        child_lists = [p.children or () for p in cached.pools]
+    if changed:
         counts = list(map(len, child_lists))  # children must be sized lists, as before
         elements: list[Any] = [root]
         elements += chain.from_iterable(child_lists)
-        if relaid is None and _same_structure(cached, counts, elements, written):
-            return cached
-        blocks = _Blocks(cached, counts, elements)
-        changed = blocks.changed_pools() if relaid is None else _relaid_places(cached, relaid, child_lists)
-        if changed is not None and not changed and relaid is not None:
-            return cached  # the replaced lists hold the same objects
-        if changed:
-            tree = _patched(cached, blocks, changed, child_lists, elements, counts)
+        tree = _patched(cached, _Blocks(cached, counts, elements), changed, child_lists, elements, counts)
     if tree is None:
-        tree = _flatten_new(root)
-    if cached is not None and cached.functions is not None:
+        return _flatten_new(root)
+    if cached.functions is not None:
         cached.previous = None  # one step back only
         cached.rows_from = None
-        tree.previous = cached  # its functions are carried to the elements still there (``building``)
+        tree.previous = cached  # its functions and inputs are carried to the elements still there
     else:
         tree.rows_from = None
     return tree
-
-
-def _same_structure(tree: _Tree, counts: list[int], elements: list[Any], written: Any = None) -> bool:
-    """Whether the root still has ``tree``'s structure: the pools' children lists (``counts`` long), read in
-    breadth-first order (``elements``), hold the same objects in the same numbers (the breadth-first order
-    alone does not fix the structure), and the elements keep their ids (only the ``written`` ones can have
-    another, when the caller says which were written)."""
-    if counts != tree.pool_child_counts:
-        return False
-    if len(elements) != len(tree.elements) or not all(map(is_, elements, tree.elements)):
-        return False
-    if written is None or tree.inputs is None or len(written) > len(tree.elements) // 4:
-        return [e.id for e in elements] == tree.ids
-    # only the elements written since the last read need their id compared (a cold read of 12k ids costs ~1 ms)
-    tree_objects = None
-    for element in written:
-        if tree.row_of(element) is not None:
-            continue  # the same id in the same row
-        if tree_objects is None:
-            tree_objects = tree.memo("tree_objects", lambda: dict.fromkeys(map(id, tree.elements)))
-        if id(element) in tree_objects:
-            return False  # an element of the tree has another id now
-    return True
-
-
-def _object_ids(elements: list[Any]) -> np.ndarray:
-    """``id`` of every element (the tree holds them, so the ids stay theirs while it lives)."""
-    return np.fromiter(map(id, elements), dtype=np.uint64, count=len(elements))
 
 
 def _relaid_places(old: _Tree, relaid: frozenset[str], child_lists: list[Any]) -> list[int] | None:
@@ -279,8 +240,6 @@ class _Blocks:
         self.old_starts = old.child_start[self.old_pool_rows]
         self.elements = elements
         self.old = old
-        self.objects: np.ndarray | None = None
-        """Every element's ``id()`` (`changed_pools` only: the period's delta needs none)."""
         # Each child's pool (by its place in ``pools``) and its row in that pool's block before.
         self.owner = np.repeat(np.arange(count, dtype=np.int64), self.new_counts)
         self.rows_from = np.empty(n, dtype=np.int64)
@@ -288,19 +247,6 @@ class _Blocks:
         self.rows_from[1:] = self.old_starts[self.owner] + (
             np.arange(1, n, dtype=np.int64) - self.new_starts[self.owner]
         )
-
-    def changed_pools(self) -> list[int]:
-        """The pools (by place) whose number of children or child objects differ."""
-        old = self.old
-        old_objects = old.memo("objects", lambda: _object_ids(old.elements))
-        self.objects = _object_ids(self.elements)
-        same_count = self.new_counts == self.old_counts
-        kept = same_count[self.owner]
-        differs = np.zeros(len(same_count), dtype=bool)
-        before = old_objects[np.where(kept, self.rows_from[1:], 0)]
-        differs[self.owner[kept & (self.objects[1:] != before)]] = True
-        changed: list[int] = np.flatnonzero(differs | ~same_count).tolist()
-        return changed
 
 
 def _relaid(
@@ -396,8 +342,6 @@ def _patched_tree(
     memo = tree._memo
     memo["pool_idx"] = pool_rows
     memo["pool_counts"] = new_counts
-    if blocks.objects is not None:
-        memo["objects"] = blocks.objects
     height = old._memo.get("height")
     if height is not None:  # a pool's height does not depend on its operations
         new_height = np.zeros(n, dtype=height.dtype)

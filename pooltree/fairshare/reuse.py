@@ -10,7 +10,6 @@ same tree").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -178,18 +177,16 @@ def _values_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:
-    """The previous tree's kept functions laid out by ``tree``'s rows, for an update of a new structure of the
-    same root (an operation arrived or left, a pool moved): an element that was in the previous tree keeps its
-    row's function and inputs; elements that were not, and pools whose children are not the same elements in
-    the same order (a sum depends on its order), are ``stale``."""
+    """The previous tree's kept functions laid out by ``tree``'s rows, for an update of the previous tree patched
+    with the period's delta (operations arrived, left or moved: ``layout._patched``, whose ``rows_from`` maps each
+    row to its row before): an element that was in the previous tree keeps its row's function and inputs;
+    elements that were not, and pools whose children are not the same elements in the same order (a sum depends
+    on its order), are ``stale``."""
     kept = previous.functions
-    if kept is None:
+    rows = tree.rows_from
+    if kept is None or rows is None:
         return None
     n = len(tree.elements)
-    rows = tree.rows_from  # the layout's own map when it patched the previous tree (``layout._patched``)
-    if rows is None:
-        where = dict(zip(map(id, previous.elements), range(len(previous.elements)), strict=True))
-        rows = np.fromiter(map(where.get, map(id, tree.elements), repeat(-1)), dtype=np.int64, count=n)
     mapped = rows >= 0
     stale = ~mapped
     # Children: the child at position k of a pool must be the element at position k of the same pool before.

@@ -502,12 +502,12 @@ def _refresh_resources(
     changed: Collection[str] | None = None,
     written: list[Operation] | None = None,
 ) -> None:
-    """Write current usage and demand into the cached operations' model elements: of every cached operation, or
-    (``changed`` given) of the cached ones among ``changed`` only (the source answers the others as last time).
+    """Write current usage and demand into the cached operations' model elements: of every cached operation (a
+    poll: ``changed`` None), or of the cached ones among ``changed`` only, the period's notified operations (the
+    source answers the others as last time). Each one written is reported in ``written``.
 
-    An operation whose source answered as last time (the very same ``(usage, needed)`` object, as a snapshot's
-    map does, or arrays of the same bits, as `SchedulerCore`'s answers for an operation whose values did not
-    move) keeps what was written from it, and is not counted as written.
+    A poll's answer that is the very object written last time (a snapshot's map hands out the same tuple every
+    time) is not written again.
     """
     lookup = source if callable(source) else source.get
     if changed is None:
@@ -518,30 +518,12 @@ def _refresh_resources(
     for entry in entries:
         element = entry[0]
         found = lookup(element.id)
-        if found is entry[1] or _same_answer(found, entry[1]):
+        if found is entry[1]:
             continue
         entry[1] = found
         if written is not None:
             written.append(element)
         _write_found(element, found)
-
-
-def _same_answer(found: tuple[Vector, Vector] | None, last: tuple[Vector, Vector] | None) -> bool:
-    """Whether two answers of the source are float arrays of the same bits (what is written from them is)."""
-    if found is None or last is None:
-        return False
-    return _same_bits(found[0], last[0]) and _same_bits(found[1], last[1])
-
-
-def _same_bits(a: Any, b: Any) -> bool:
-    return (
-        type(a) is np.ndarray
-        and type(b) is np.ndarray
-        and a.dtype == np.float64
-        and b.dtype == np.float64
-        and a.shape == b.shape
-        and a.tobytes() == b.tobytes()
-    )
 
 
 def tree_total_resources(nodes: NodeResources) -> Vector:

@@ -8,6 +8,7 @@ and the build must actually be proportional: only the changed operations' functi
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -124,53 +125,66 @@ class _Recorder:
         return self.original(usage, *args)
 
 
+def _told(state: UpdateState, written: list[Any], relaid: frozenset[str] = frozenset()) -> UpdateState:
+    """``state`` with the caller's delta since the update that returned it (``UpdateState.written``, ``.relaid``)."""
+    return dataclasses.replace(state, written=list(written), relaid=relaid)
+
+
 @needs_compiled
 def test_only_changed_operations_are_built_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Told what changed since the previous update (the elements written, the pools whose children lists were
+    replaced), an update builds again only the functions of the changed operations."""
     root, total, settings = case(33)  # a bench tree: no integral pools, one full build per update
     recorder = _Recorder()
     monkeypatch.setattr(building_module.fn, "operation_fair_share_by_suggestion", recorder)
     ops = _ops(root)
-    first = update_fair_share(root, total, settings, 0.0)
+
+    def update(now: float, written: list[Any], relaid: frozenset[str] = frozenset()) -> Any:
+        nonlocal state
+        told = _told(state, written, relaid)
+        got = update_fair_share(root, total, settings, now, told)
+        built = list(recorder.sizes)
+        fresh = copy.deepcopy((root, total, settings))
+        assert _digest(got) == _digest(update_fair_share(*fresh, now, state))
+        recorder.sizes[:] = built  # the fresh update's builds are not counted
+        state = got.state
+        return got
+
+    state = update_fair_share(root, total, settings, 0.0).state
     assert recorder.sizes == [len(ops)]
     recorder.sizes.clear()
     # Nothing changed: nothing is built.
-    update_fair_share(root, total, settings, 1.0, first.state)
+    update(1.0, [])
     assert sum(recorder.sizes) == 0
     # Two operations get new vectors with the same values: the same bits, nothing to build either.
     for op in ops[:2]:
         op.usage, op.demand = op.usage.copy(), op.demand.copy()
-    update_fair_share(root, total, settings, 2.0, first.state)
+    update(2.0, ops[:2])
     assert sum(recorder.sizes) == 0
     # Three operations' usage moves: exactly those three are built again, and the result is a fresh update's.
     changed: list[Operation] = [ops[5], ops[17], ops[-1]]
     for op in changed:
         op.usage = op.usage * 0.5
-    got = update_fair_share(root, total, settings, 3.0, first.state)
+    update(3.0, changed)
     assert recorder.sizes == [3]
-    fresh = copy.deepcopy((root, total, settings))
-    assert _digest(got) == _digest(update_fair_share(*fresh, 3.0, first.state))
     # A limit that cuts one operation's demand: that operation alone, as a fresh update.
     limited = ops[9]
     limited.specified_resource_limits = (limited.usage + limited.demand) / 2.0
     recorder.sizes.clear()
-    got = update_fair_share(root, total, settings, 3.5, first.state)
+    update(3.5, [limited])
     assert recorder.sizes == [1]
-    fresh = copy.deepcopy((root, total, settings))
-    assert _digest(got) == _digest(update_fair_share(*fresh, 3.5, first.state))
     # An operation arrives and one leaves: the new tree takes the functions of the elements still there.
     parent = next(p for p in _pools(root) if p.children and isinstance(p.children[0], Operation))
     arrived = Operation("arrived", usage=ops[3].usage * 2.0, demand=ops[3].demand * 3.0)
     parent.children = [*parent.children[1:], arrived]
     recorder.sizes.clear()
-    got = update_fair_share(root, total, settings, 3.7, first.state)
+    update(3.7, [], frozenset({parent.id}))
     assert recorder.sizes == [1]
-    fresh = copy.deepcopy((root, total, settings))
-    assert _digest(got) == _digest(update_fair_share(*fresh, 3.7, first.state))
     # A changed operation's function is not taken from the previous build: its fair share moved with it.
-    before = update_fair_share(root, total, settings, 4.0, first.state).elements[changed[0].id]
+    before = update(4.0, []).elements[changed[0].id]
     changed[0].usage = changed[0].usage * 0.0
     changed[0].demand = changed[0].demand * 0.0
-    after = update_fair_share(root, total, settings, 5.0, first.state).elements[changed[0].id]
+    after = update(5.0, [changed[0]]).elements[changed[0].id]
     assert np.all(after.fair_share == 0.0) and np.any(before.fair_share != 0.0)
 
 
