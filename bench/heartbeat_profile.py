@@ -87,6 +87,7 @@ def main() -> None:
         "--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)"
     )
     parser.add_argument("--profile-lines", type=int, default=45)
+    parser.add_argument("--profile-dump", default=None, help="also write the cProfile stats to this file")
     parser.add_argument(
         "--shard-starts",
         type=int,
@@ -210,6 +211,8 @@ def main() -> None:
             "loaded": figures,
         }
         print(json.dumps(result, indent=2))
+        if args.profile and args.profile_dump:
+            profile.dump_stats(args.profile_dump)
         if args.profile:
             pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(
                 args.profile_lines
