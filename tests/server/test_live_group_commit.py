@@ -177,3 +177,4 @@ def test_running_jobs_by_node_matches_a_scan(steps: list[tuple[str, int, str]]) 
         for node in ("n1", "n2", "n3"):
             expected = {j.id for j in jobs.values() if j.address == node}
             assert {j.id for j in jobs.on_node(node)} == expected
+            assert jobs.count_on_node(node) == len(expected)

@@ -8,14 +8,17 @@ import contextlib
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pooltree.config import parse_pool_trees
 from pooltree.errors import ConfigError
+from pooltree.resources import same_vector
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.model import LOST_AFTER_MISSED_HEARTBEATS
 from pooltree.server.service import serve
 from pooltree.server.store import open_store
 
@@ -153,3 +156,55 @@ def test_serve_stops_on_event_and_on_cancellation(tmp_path: Path) -> None:
         base = asyncio.run(run(cancel))
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"{base}/api", timeout=2)
+
+
+def test_running_reports_are_taken_in_one_pass(tmp_path: Path) -> None:
+    """A node's running reports, read in one pass (``LiveJobs._take_running_reports``): unknown and other nodes'
+    jobs aborted once each (duplicates too), known ones confirmed, and a known job missing from the report counted
+    missed and lost after ``LOST_AFTER_MISSED_HEARTBEATS`` heartbeats in a row, as the separate walks did."""
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    live.start_operation("vanilla", {"tasks": {"main": {"command": "true", "job_count": 3}}}, "alice", 1.0)
+    two = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+    one = {"user_slots": 1, "cpu": 1, "memory": 4 << 30}
+    first = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": two}), 2.0)
+    other = live.process_heartbeat(parse_heartbeat({"node_address": "n2", "resource_limits": one}), 2.1)
+    assert len(first["start"]) == 2 and len(other["start"]) == 1
+    kept, dropped = (spec["job_id"] for spec in first["start"])
+    foreign = other["start"][0]["job_id"]
+    operation_id = other["start"][0]["operation_id"]
+
+    def entry(job_id: str) -> dict[str, object]:
+        return {"job_id": job_id, "operation_id": operation_id, "resource_usage": {"cpu": 1, "user_slots": 1}}
+
+    running = [entry(kept), entry(kept), entry(foreign), entry("ghost"), entry("ghost")]
+    for beat in range(LOST_AFTER_MISSED_HEARTBEATS + 1):
+        now = 3.0 + beat
+        answer = live.process_heartbeat(
+            parse_heartbeat({"node_address": "n1", "resource_limits": two, "running_jobs": running}), now
+        )
+        aborts = sorted((item["job_id"], item["reason"]) for item in answer["abort"])
+        assert aborts == sorted([(foreign, "unknown_job"), ("ghost", "unknown_job")])
+        assert live.jobs[kept].missed_heartbeats == 0
+        if beat < LOST_AFTER_MISSED_HEARTBEATS:
+            assert live.jobs[dropped].missed_heartbeats == beat + 1
+    assert dropped not in live.jobs  # lost: missing from more than LOST_AFTER_MISSED_HEARTBEATS heartbeats
+    assert kept in live.jobs and live.jobs[foreign].address == "n2"  # n1 cannot speak for n2's job
+    restarted = [job for job in live.jobs.on_node("n1") if job.id != kept]  # the lost job, run again on n1
+    assert len(restarted) == 1 and live.jobs.count_on_node("n1") == 2
+
+
+floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1.0]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a=st.lists(floats, min_size=5, max_size=5), b=st.lists(floats, min_size=5, max_size=5), same=st.booleans()
+)
+def test_same_vector_is_array_equal(a: list[float], b: list[float], same: bool) -> None:
+    """The heartbeat's limits compare (``resources.same_vector``) answers as ``np.array_equal``: NaN never equal,
+    -0.0 equal to 0.0."""
+    left = np.array(a, dtype=float)
+    right = np.array(a if same else b, dtype=float)
+    assert same_vector(left, right) == np.array_equal(left, right)
+    assert same_vector(left, right[:4]) is False

@@ -54,6 +54,11 @@ class RunningJobs(MutableMapping[str, LiveJob]):
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def count_on_node(self, address: str) -> int:
+        """How many jobs run on ``address``."""
+        on_node = self._by_node.get(address)
+        return 0 if on_node is None else len(on_node)
+
     def on_node(self, address: str) -> list[LiveJob]:
         """The jobs running on ``address`` (a list: callers may change the index while they walk it)."""
         return list(self._by_node.get(address, {}).values())

@@ -164,42 +164,17 @@ class LiveJobs:
         running_ids = {job.job_id for job in heartbeat.running}
         # Reservations (revived jobs) this node did not confirm go back to pending.
         self._release_reservations(heartbeat.address, running_ids, now)
-        # Running jobs the scheduler does not know are aborted; known ones that vanished are lost.
-        for job_id in running_ids:
-            job = scheduler.jobs.get(job_id)
-            if job is not None and job.address != heartbeat.address:
-                _refuse_foreign_report(job, heartbeat.address, "running")
-                node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
-            elif job is None or job.state != "running":
-                node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
-            else:
-                job.missed_heartbeats = 0
-        # Measured memory above a job's reserve counts as its allocation's usage (SchedulerCore.report_usage).
-        for report in heartbeat.running:
-            job = scheduler.jobs.get(report.job_id)
-            if (
-                report.gpu_devices
-                and job is not None
-                and job.address == heartbeat.address
-                and job.gpu_devices != report.gpu_devices
-            ):
-                job.gpu_devices = report.gpu_devices  # YTsaurus's exec_attributes/gpu_devices of the job
-                scheduler.persistence.put_job(job.record())
-            if job is None or job.state != "running" or job.allocation_id is None or report.memory_usage <= 0:
-                continue
-            if job.address != heartbeat.address:
-                continue  # another node's job: refused above
-            core = scheduler.cores.get(job.tree)
-            if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
-                scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
-        acknowledged = set(acknowledge)
-        for job in scheduler.jobs.on_node(heartbeat.address):
-            if job.state == "running" and job.id not in running_ids:
-                if job.id in acknowledged:
-                    continue
-                job.missed_heartbeats += 1
-                if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
-                    self._lose_allocation(job, now)
+        confirmed = self._take_running_reports(node, heartbeat)
+        if confirmed < scheduler.jobs.count_on_node(heartbeat.address):
+            # known running jobs missing from the report: lost after LOST_AFTER_MISSED_HEARTBEATS in a row
+            acknowledged = set(acknowledge)
+            for job in scheduler.jobs.on_node(heartbeat.address):
+                if job.state == "running" and job.id not in running_ids:
+                    if job.id in acknowledged:
+                        continue
+                    job.missed_heartbeats += 1
+                    if job.missed_heartbeats > LOST_AFTER_MISSED_HEARTBEATS:
+                        self._lose_allocation(job, now)
         # Completion first: a finished operation frees its pool's running slot, and the operation activated
         # in its place is published and scheduled in this same heartbeat.
         for operation_id in touched:
@@ -226,6 +201,44 @@ class LiveJobs:
         node.preempts = []
         node.aborts = []
         return response
+
+    def _take_running_reports(self, node: NodeState, heartbeat: HeartbeatRequest) -> int:
+        """The node's running-job reports, in one pass: a job the scheduler does not know (or another node's) is
+        aborted (``unknown_job``), a known one is confirmed, a new GPU placement is kept, and measured memory above
+        a job's reserve counts as its allocation's usage (``SchedulerCore.report_usage``). Returns how many of the
+        node's running jobs the report confirmed (distinct ids), so the caller walks the node's jobs for missing
+        ones only when some are missing."""
+        scheduler = self.scheduler
+        address = heartbeat.address
+        seen: set[str] = set()
+        confirmed = 0
+        for report in heartbeat.running:
+            job_id = report.job_id
+            job = scheduler.jobs.get(job_id)
+            first = job_id not in seen
+            if first:
+                seen.add(job_id)
+            if job is not None and job.address != address:
+                if first:
+                    _refuse_foreign_report(job, address, "running")
+                    node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+                continue
+            if job is not None and report.gpu_devices and job.gpu_devices != report.gpu_devices:
+                job.gpu_devices = report.gpu_devices  # YTsaurus's exec_attributes/gpu_devices of the job
+                scheduler.persistence.put_job(job.record())
+            if job is None or job.state != "running":
+                if first:
+                    node.aborts.append({"job_id": job_id, "reason": "unknown_job"})
+                continue
+            if first:
+                job.missed_heartbeats = 0
+                confirmed += 1
+            if job.allocation_id is None or report.memory_usage <= 0:
+                continue
+            core = scheduler.cores.get(job.tree)
+            if core is not None and core.report_usage(job.allocation_id, reported_usage(report)):
+                scheduler.generation.bump()  # usage moved: limits and fits elsewhere may differ
+        return confirmed
 
     def _schedule(self, node: NodeState, heartbeat: HeartbeatRequest, now: float) -> list[dict[str, Any]]:
         """The strategy's pass over ``node`` in each of its trees: specs of the jobs to start; preemptions are
