@@ -3,14 +3,17 @@ a node address stays bound to the host it first heartbeated from."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 from security_harness import ServerThread
 
+from pooltree.errors import PooltreeError
 from pooltree.node.service import NODE_SECRET_HEADER
-from pooltree.security.guard import parse_networks
+from pooltree.security.directory import AUTHENTICATION_ERROR
+from pooltree.security.guard import check_node_credentials, parse_networks
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -85,3 +88,25 @@ def test_serving_off_loopback_without_authentication_is_refused(tmp_path: Path) 
     with pytest.raises(PooltreeError, match="without authentication"):
         asyncio.run(serve(f"sqlite:///{tmp_path / 'db.sqlite'}", host="0.0.0.0", authentication=False))
     assert not (tmp_path / "db.sqlite").exists()  # refused before anything was opened
+
+
+def test_the_kept_network_verdict_is_the_plain_walks() -> None:
+    """``check_node_credentials`` keeps whether a peer is in the node networks per (address, networks): the same
+    verdict as walking the networks, for each network set (a peer allowed by one set is refused by another)."""
+    wide = parse_networks("10.0.0.0/8,127.0.0.0/8,::1/128")
+    narrow = parse_networks("10.1.0.0/16")
+    peers = ["10.1.2.3", "10.9.9.9", "127.0.0.1", "::1", "192.168.1.1", "10.1.2.3", "fe80::1", "not-an-ip"]
+    for networks in (wide, narrow, wide):
+        for peer in peers:
+            try:
+                ip = ipaddress.ip_address(peer)
+            except ValueError:
+                ip = None
+            expected = ip is not None and any(ip in network for network in networks)
+            try:
+                check_node_credentials("s", peer, "s", networks)
+            except PooltreeError as error:
+                assert not expected, (peer, error)
+                assert error.code == AUTHENTICATION_ERROR
+            else:
+                assert expected, peer
