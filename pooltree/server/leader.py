@@ -84,6 +84,26 @@ def sqlite_path_of(url: str) -> Path | None:
     return None
 
 
+def http_config(app: Any, host: str, port: int) -> uvicorn.Config:
+    """The leader's uvicorn configuration.
+
+    ``access_log=False`` is given to the constructor, which is where uvicorn takes the access logger's handlers
+    away: set on the config afterwards (as before), the access logger kept them, and every answer formatted the
+    access log's arguments (the request path quoted, the client's address) for a record dropped at level warning."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        http=BoundedHeadersProtocol,  # half-sent request headers hold no connection for ever
+        # a caller's address is its connection's: no X-Forwarded-For (uvicorn trusts it from 127.0.0.1 by
+        # default) moves a node to another host (``Security.bind_node``); and no middleware per request
+        proxy_headers=False,
+        access_log=False,
+    )
+
+
 class SchedulerRunner:
     """Leadership, the watch over the store and the HTTP face of one ``pooltree scheduler`` process."""
 
@@ -259,18 +279,7 @@ class SchedulerRunner:
             await run_in_threadpool(lock.announce, url)
 
     async def _start_http(self) -> None:
-        config = uvicorn.Config(
-            self,
-            host=self.host,
-            port=self.port,
-            log_level="warning",
-            lifespan="off",
-            http=BoundedHeadersProtocol,  # half-sent request headers hold no connection for ever
-            # a caller's address is its connection's: no X-Forwarded-For (uvicorn trusts it from 127.0.0.1 by
-            # default) moves a node to another host (``Security.bind_node``); and no middleware per request
-            proxy_headers=False,
-        )
-        config.access_log = False
+        config = http_config(self, self.host, self.port)
         server = uvicorn.Server(config)
         self._server = server
         self._server_task = asyncio.create_task(server.serve(), name="uvicorn")

@@ -4,15 +4,20 @@ queue, and the GIL switch interval the scheduler process sets."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from uvicorn.server import ServerState
 
 from pooltree.config import parse_pool_trees
 from pooltree.server.app import COMMAND_THREADS, CommandContext, command_threads, output_format
+from pooltree.server.http_protocol import BoundedHeadersProtocol
+from pooltree.server.leader import http_config
 from pooltree.server.live import LiveScheduler
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import Format, encode_structured, normalize, utf8_to_code_points
@@ -162,3 +167,23 @@ def test_a_queued_operation_read_on_the_loop_keeps_its_encoding_not_its_map(tmp_
     again = commands.get_operation_fast(whole)
     assert again is not None and again.data != first.data  # its queue grew: "position 1 of 2"
     live.store.close()
+
+
+def test_the_leaders_http_protocol_formats_no_access_log() -> None:
+    """The leader's uvicorn protocol has no access log (``leader.http_config``): uvicorn decides it per
+    connection from whether its access logger has handlers, and formats each answer's record (path, client)
+    before the level drops it; a config whose ``access_log`` was set after construction kept the handlers."""
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        return None
+
+    logging.getLogger("uvicorn.access").propagate = True  # as a process's earlier uvicorn may have left it
+    protocol = BoundedHeadersProtocol(
+        config=http_config(app, "127.0.0.1", 0),
+        server_state=ServerState(),
+        app_state={},
+        _loop=asyncio.new_event_loop(),
+    )
+    protocol.loop.close()
+    assert protocol.access_log is False
+    assert not logging.getLogger("uvicorn.access").hasHandlers()
