@@ -29,7 +29,8 @@ from pooltree.fairshare.model import UpdateState
 from pooltree.gc_policy import survivors_frozen
 from pooltree.orchid import ROOT, snapshot_strategy, tree_view
 from pooltree.resources import zeros
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.strategy.kept import KeptState
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.tentative import (
@@ -39,8 +40,7 @@ from pooltree.strategy.tentative import (
     tentative_trees,
     with_tentative_trees,
 )
-from pooltree.tree.fair_share_input import FairShareInputCache, build_fair_share_input
-from pooltree.tree.projection import TreeProjection
+from pooltree.tree.fair_share_input import build_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
 
@@ -116,40 +116,30 @@ class _TreeStep:
         """Per operation with job groups: one job's resources (the componentwise minimum over its groups), the
         per-job vector of discretized fair share; an operation without groups keeps its continuous function."""
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
-        self.projection = TreeProjection()
-        """The tree's projection: where the next step's delta starts from, the static parts both builds read."""
-        self.input_cache = FairShareInputCache(self.projection)
-        self.build_cache = BuildCache(self.projection)
-        self.layout: Any = None
-        """The previous step's flattened tree (``UpdateState.layout``), for the next step of the same tree."""
+        self.kept = KeptState()
+        """What each step keeps for the next (`pooltree.strategy.kept`), as a period of the live service does."""
         self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
         self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
 
     def run(self) -> Any:
         begin = time.perf_counter()
-        delta = self.projection.delta(self.tree)
-        root, settings = build_fair_share_input(
-            self.tree, self.resources, cache=self.input_cache, delta=delta
-        )
+        delta = self.kept.delta(self.tree)
+        root, settings = build_fair_share_input(self.tree, self.resources, cache=self.kept.input, delta=delta)
         built = time.perf_counter()
         if settings.enable_discretized_fair_share:
             settings = dataclasses.replace(settings, discretized_job_resources=self.job_resources)
         update = self.snapshot.fair_share_update
         now = _snapshot_now(self.snapshot)
         # every step is the snapshot's update again, taking what the previous step derived from the same tree
-        state = UpdateState(
-            layout=self.layout,
-            written=self.input_cache.take_written(),
-            relaid=self.input_cache.take_relaid(),
-        )
+        base = UpdateState()
         if update is not None:
-            state.previous_update_time = update.previous_update_time
-            state.accumulated_resource_volume = dict(update.accumulated_resource_volume)
-        result = update_fair_share(root, self.total, settings, now, state)
-        self.layout = result.state.layout
+            base.previous_update_time = update.previous_update_time
+            base.accumulated_resource_volume = dict(update.accumulated_resource_volume)
+        result = update_fair_share(root, self.total, settings, now, self.kept.update_state(base))
+        self.kept.update = result.state
         updated = time.perf_counter()
         published = scheduling_tree_from_runtime(
-            self.tree, result, self.total, self.config, cache=self.build_cache, delta=delta
+            self.tree, result, self.total, self.config, cache=self.kept.build, delta=delta
         )
         self.strategy.publish(published, now)
         done = time.perf_counter()

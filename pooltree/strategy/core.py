@@ -18,17 +18,17 @@ import numpy as np
 from pooltree.config.full_host_preemption import full_host_preemption_config
 from pooltree.config.ssd_preemption import ssd_preemption_config
 from pooltree.errors import PooltreeError
-from pooltree.fairshare.model import UpdateState
 from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, same_vector, zeros
 from pooltree.strategy.best_allocation import BestAllocationShares, operation_tag_filter
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.guarantee_priority import high_priority_operations
 from pooltree.strategy.input_resources import InputResources
+from pooltree.strategy.kept import KeptState
 from pooltree.strategy.model import (
     Allocation,
     FinishedAllocation,
@@ -53,9 +53,8 @@ from pooltree.strategy.ssd_preemption import refresh_ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
-from pooltree.tree import FairShareInputCache, build_fair_share_input
+from pooltree.tree import build_fair_share_input
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
-from pooltree.tree.projection import TreeProjection
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
@@ -97,7 +96,6 @@ class SchedulerCore:
         self.node_limits: dict[str, Vector] = {}
         self._total_resources: Vector | None = None
         self._nodes_view: dict[str, tuple[frozenset[str], Vector]] | None = None
-        self.fair_share_state: Any = None
         self.last_result: Any = None
         self.connection_time: float | None = None
         """When the live scheduler connected (`reconnection.py`: ``node_reconnection_timeout``); None: never."""
@@ -105,11 +103,9 @@ class SchedulerCore:
         """Operations' memory limits from their best allocation share (`best_allocation.py`)."""
         self._best_allocation_used = 0
         """The ``best_allocation.revision`` of the limits the last update was given."""
-        self._projection = TreeProjection()
-        """The tree's one projection per period (`pooltree.tree.projection`): where the next period's delta starts
-        from, and the static parts both builds read."""
-        self._build_cache = BuildCache(self._projection)
-        self._input_cache = FairShareInputCache(self._projection)
+        self.kept = KeptState()
+        """What each fair-share period keeps for the next (`kept.py`): the projection, the previous input and
+        build, the previous update's state."""
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
         self._may_have_completed: set[str] = set()
@@ -134,6 +130,16 @@ class SchedulerCore:
         self._speculating: dict[str, OperationController] = {}
         """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._configure_from_tree_config()
+
+    @property
+    def fair_share_state(self) -> Any:
+        """The last fair-share update's returned state (``kept.update``; set before the first update to start from
+        given integral volumes, as a forecast's fork does)."""
+        return self.kept.update
+
+    @fair_share_state.setter
+    def fair_share_state(self, state: Any) -> None:
+        self.kept.update = state
 
     # ------------------------------------------------------------------ events
 
@@ -302,11 +308,11 @@ class SchedulerCore:
                     if self.config.enable_guarantee_priority_scheduling
                     else frozenset()
                 )
-            self.fair_share_state = getattr(result, "state", None)
+            self.kept.update = getattr(result, "state", None)
             self.last_result = result
             with times.phase("build"):
                 tree = scheduling_tree_from_runtime(
-                    self.pool_tree, result, total, self.config, cache=self._build_cache, delta=delta
+                    self.pool_tree, result, total, self.config, cache=self.kept.build, delta=delta
                 )
             with times.phase("publish"):
                 previous = self.strategy.fifo_unschedulable
@@ -317,7 +323,7 @@ class SchedulerCore:
             with times.phase("segments"):
                 self.update_gpu_scheduling(now)
                 if self.strategy.ssd.enabled:  # `ssd_preemption.py`
-                    refresh_ssd_operations(self.strategy.ssd, self._projection, delta)
+                    refresh_ssd_operations(self.strategy.ssd, self.kept.projection, delta)
                 if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                     observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return result
@@ -364,7 +370,7 @@ class SchedulerCore:
         limit = self.config.max_schedulable_element_count_in_fifo_pool
         if limit is None:
             return frozenset()
-        left_out = fifo_unschedulable(self._projection, result, limit)
+        left_out = fifo_unschedulable(self.kept.projection, result, limit)
         clear_statuses(result, left_out)
         return left_out
 
@@ -377,21 +383,17 @@ class SchedulerCore:
     ) -> Any:
         """The update of this period's input, given the previous update's state and the operations the input
         wrote since (the period's delta of inputs: the update reads only their rows)."""
-        state = self.fair_share_state
-        written = self._input_cache.take_written()
-        relaid = self._input_cache.take_relaid()
-        if isinstance(state, UpdateState) and written is not None:
-            state = dataclasses.replace(state, written=written, relaid=relaid)
+        state = self.kept.update_state()
         try:
             return function(root, total, settings, now, state)
         except BaseException:
-            self._input_cache.forget_written()  # the next update reads every row
+            self.kept.update_failed()  # the next update reads every row
             raise
 
     def _period_delta(self) -> PeriodDelta:
         """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations
         whose usage or pending work was reported moved: found once, read by the input and the build."""
-        return self._projection.delta(self.pool_tree, self.input_resources.take_changed())
+        return self.kept.delta(self.pool_tree, self.input_resources.take_changed())
 
     def _fair_share_input(self, delta: PeriodDelta, now: float) -> tuple[Any, Any]:
         """The fair-share update's input tree and settings, read from the runtime tree with the period's delta."""
@@ -403,7 +405,7 @@ class SchedulerCore:
                 self.pool_tree,
                 self.input_resources.resources,
                 nodes=nodes,
-                cache=self._input_cache,
+                cache=self.kept.input,
                 delta=delta,
             )
         except BaseException:

@@ -52,8 +52,8 @@ def test_the_input_writes_the_notified_operations():
     controller._tasks["main"].pending.pop()  # y's pending work moves
     controller._refresh()
     core._fair_share_input(core._period_delta(), 1.0)
-    written = core._input_cache.take_written()
+    written = core.kept.input.take_written()
     assert written is not None and sorted(element.id for element in written) == ["x", "y"]
-    assert core._input_cache.last is not None
-    element = core._input_cache.last.operations["y"][0]
+    assert core.kept.input.last is not None
+    element = core.kept.input.last.operations["y"][0]
     assert element.demand.tolist() == (JOB * 1).tolist()

@@ -72,7 +72,7 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
     core.update_fair_share(0.0)
     counting = _Counting(tree)
     tree.operations_changed_since = counting  # type: ignore[method-assign]
-    input_root = core._input_cache.last.root
+    input_root = core.kept.input.last.root
     for period in range(1, 4):
         for _ in range(arrivals):
             serial += 1
@@ -86,8 +86,8 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
         calls = counting.calls
         core.update_fair_share(float(period))
         assert counting.calls - calls == (1 if arrivals else 0)  # an unchanged revision needs no question
-        assert core._input_cache.last.root is input_root  # patched or reused, never walked anew
-        assert core._build_cache.last is not None and core._build_cache.last.key is not None
+        assert core.kept.input.last.root is input_root  # patched or reused, never walked anew
+        assert core.kept.build.last is not None and core.kept.build.last.key is not None
     assert core.operation_is_published(f"op{serial}")
 
 
@@ -131,8 +131,8 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
             core.unregister_operation(f"op{serial - 2}", float(period))
         result = core.update_fair_share(float(period))
         assert not flattened  # the previous tree patched, not flattened anew
-        root = core._input_cache.last.root
-        settings = core._input_cache.settings[1]
+        root = core.kept.input.last.root
+        settings = core.kept.input.settings[1]
         fresh = update_fair_share(copy.deepcopy(root), core.total_resources, settings, float(period), None)
         flattened.clear()
         assert list(result.elements) == list(fresh.elements)
@@ -171,7 +171,7 @@ def test_both_builds_read_the_changes_the_projection_classified(monkeypatch: pyt
         core.unregister_operation(f"op{serial - 2}", float(period))
         read.clear()
         core.update_fair_share(float(period))
-        changes = core._projection.changes
+        changes = core.kept.projection.changes
         assert changes is not None
         assert changes.before == {f"op{serial - 2}": "a" if serial - 2 <= 2 else "b1"}
         assert [op_id for _, op_id, _ in changes.running] == [f"op{serial}"]
