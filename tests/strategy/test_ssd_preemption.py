@@ -248,7 +248,9 @@ def test_the_ssd_state_follows_the_period_delta() -> None:
 
     def check(now: float, *, walked: bool = False) -> None:
         core.update_fair_share(now)
-        assert (core.kept.projection.changes is None) == walked  # the delta named operations: only they are read
+        assert (
+            core.kept.projection.changes is None
+        ) == walked  # the delta named operations: only they are read
         state = (dict(ssd.ssd_tasks), ssd.disallowed, ssd.forbidden)
         ssd.refreshed_at = None  # classify every running operation anew
         refresh_ssd_operations(ssd, core.kept.projection, core.kept.projection.advanced_with)
