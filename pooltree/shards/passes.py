@@ -2,7 +2,8 @@
 
 The leader sends a `PassRequest` per heartbeat and tree of one of this shard's nodes (over the shard's pass pipe,
 `serve_passes`): the increments since the shard's last pass of the tree in the leader's order (or first a
-snapshot of the truth, `pickling.snapshot_of`), the node's limits and tags, the time and the node's preemptive
+snapshot of the truth, `pickling.snapshot_of`; the increments as batches of the tree's log, `increments.py`, the
+same bytes for every shard), the node's limits and tags, the time and the node's preemptive
 backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
 the node's heartbeat on it. Each start it decides is a `Claim` sent to the leader, which answers it
 (`ClaimAnswer`: the real controller's allocation, or None); what the pass books goes to the leader in order
@@ -22,8 +23,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from pooltree.resources import Vector
+from pooltree.shards.increments import decode_chunks
 from pooltree.shards.pickling import dumps, loads
-from pooltree.shards.replica import Claim, ClaimAnswer, Increment, TreeReplica
+from pooltree.shards.replica import Claim, ClaimAnswer, TreeReplica
 from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,10 @@ class PassRequest:
 
     tree: str
     snapshot: bytes | None
-    increments: list[Increment]
+    increments: list[bytes]
+    """Batches of the tree's `IncrementLog` (`increments.py`) since the shard's last pass of the tree."""
+    shard: int
+    """The shard asked (its own entries in the batches, starts its passes booked already, are skipped)."""
     address: str
     limits: Vector
     tags: frozenset[str]
@@ -113,7 +118,7 @@ class ShardPasses:
             replica.load(request.snapshot)
         elif replica.stale():
             raise RuntimeError(f"node shard has no replica of tree {request.tree!r} and got no snapshot")
-        replica.apply(request.increments)
+        replica.apply(decode_chunks(request.increments, request.shard), owned=True)
         applied = time.process_time()
         strategy = replica.strategy
         assert strategy is not None

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import Vector
-from pooltree.strategy.model import Allocation
+from pooltree.strategy.model import Allocation, PreemptionStatus
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree
 
@@ -43,10 +43,67 @@ class Pending:
     min_needed: Vector
 
 
+def allocation_fields(allocation: Allocation) -> tuple[Any, ...]:
+    """An allocation as a tuple of plain values, taken now (vectors as float lists, its reserve None when it is its
+    resources, the status by value); no payload."""
+    resources = allocation._resources
+    reserve = allocation.reserve
+    return (
+        allocation.id,
+        allocation.operation_id,
+        resources.tolist(),
+        None if reserve is resources else reserve.tolist(),
+        allocation.task,
+        allocation.interruptible,
+        allocation.interruption_signal,
+        allocation.node_address,
+        allocation.start_time,
+        allocation.preemption_status.value,
+        allocation.preemption,
+        allocation.restarted,
+        allocation.revived,
+    )
+
+
+def allocation_of(fields: tuple[Any, ...]) -> Allocation:
+    """The allocation `allocation_fields` took (a new object, with vectors of its own)."""
+    (
+        id_,
+        operation_id,
+        resources,
+        reserve,
+        task,
+        interruptible,
+        signal,
+        node,
+        start,
+        status,
+        preemption,
+        restarted,
+        revived,
+    ) = fields
+    allocation = Allocation.__new__(Allocation)
+    allocation.id = id_
+    allocation.operation_id = operation_id
+    allocation.resources = np.array(resources, dtype=float)
+    allocation.reserve = allocation._resources if reserve is None else np.array(reserve, dtype=float)
+    allocation.task = task
+    allocation.payload = None
+    allocation.interruptible = interruptible
+    allocation.interruption_signal = signal
+    allocation.node_address = node
+    allocation.start_time = start
+    allocation.preemption_status = PreemptionStatus(status)
+    allocation.preemption = preemption
+    allocation.restarted = restarted
+    allocation.revived = revived
+    return allocation
+
+
 def _reduce_allocation(allocation: Allocation) -> tuple[Any, ...]:
-    state = {name: getattr(allocation, name) for name in Allocation.__slots__ if hasattr(allocation, name)}
-    state["payload"] = None
-    return (copyreg.__newobj__, (Allocation,), (None, state))
+    """An allocation as its fields (`allocation_fields`: no payload), made again by `allocation_of` (a tuple
+    pickles several times faster than the slots' state dict)."""
+    return (allocation_of, (allocation_fields(allocation),))
 
 
 def _reduce_tree(tree: SchedulingTree) -> tuple[Any, ...]:

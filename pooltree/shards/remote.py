@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from pooltree.server.live import LiveScheduler
+from pooltree.shards.increments import ANY_SHARD, IncrementLog, encode, encode_started
 from pooltree.shards.passes import (
     PassDone,
     PassFailed,
@@ -47,12 +48,21 @@ from pooltree.shards.passes import (
     Unclaimed,
 )
 from pooltree.shards.pickling import dumps, loads, snapshot_of
-from pooltree.shards.replica import Claim, ClaimAnswer, NodeSynced, preempt_as
+from pooltree.shards.replica import Claim, ClaimAnswer, Increment, NodeSynced, preempt_as
 from pooltree.shards.starts import ShardStarts, _give_back, _pending, _Tree
-from pooltree.strategy.model import FinishedAllocation, HeartbeatResult, NodeHeartbeat, SchedulingStage
+from pooltree.strategy.model import (
+    Allocation,
+    FinishedAllocation,
+    HeartbeatResult,
+    NodeHeartbeat,
+    SchedulingStage,
+)
 from pooltree.strategy.scheduler import TreeScheduler
 
 log = logging.getLogger(__name__)
+
+LOG_LIMIT = 200_000
+"""Increments a tree's log holds at most for a shard that has not asked for them (past it, a new copy instead)."""
 
 
 class _Locked:
@@ -87,6 +97,8 @@ class ShardLink:
         self.alive = True
         self.nodes: dict[str, set[str]] = {}
         """Per tree the shard holds a current copy of: the nodes its replica knows (absent: a snapshot is due)."""
+        self.cursors: dict[str, int] = {}
+        """Per tree it holds a copy of: its position in the tree's `IncrementLog` (what it has seen)."""
 
 
 class ProcessShardStarts(ShardStarts):
@@ -112,6 +124,8 @@ class ProcessShardStarts(ShardStarts):
         """Messages received from the shard processes (a claim with the bookings before it, or a pass's end)."""
         self.dropped = 0
         """Bookings of a shard the truth could not take (each made the shard copy the truth again)."""
+        self.logs: dict[str, IncrementLog] = {}
+        """Per tree, the increments for the shard processes, each batch pickled once for all (`increments.py`)."""
 
     # -------------------------------------------------------------- the processes
 
@@ -164,6 +178,48 @@ class ProcessShardStarts(ShardStarts):
         link = self.links[shard]
         if link is not None:
             link.nodes.pop(tree, None)
+            link.cursors.pop(tree, None)
+
+    def _send(self, tree: str, increment: Increment, *, others: bool = False) -> None:
+        """Into the tree's log, once for every shard process that holds the tree (``others``: but the origin)."""
+        holders = [link for link in self.links if link is not None and tree in link.nodes]
+        if not holders:
+            self.logs.pop(tree, None)  # nobody follows the tree: the next pass of each starts from a snapshot
+            return
+        if isinstance(increment, NodeSynced):
+            for link in holders:
+                link.nodes[tree].add(increment.address)
+        tree_log = self.logs.get(tree)
+        if tree_log is None:
+            tree_log = self.logs[tree] = IncrementLog()
+        origin = self.origin if others and self.origin is not None else ANY_SHARD
+        tree_log.append(encode(increment), origin)
+        if tree_log.entries > LOG_LIMIT:
+            self._bound(tree, tree_log)
+
+    def _send_started(self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float) -> None:
+        """The start's fields taken now into the log (no copy of the allocation), for every shard but the origin."""
+        if not any(link is not None and tree in link.nodes for link in self.links):
+            self.logs.pop(tree, None)
+            return
+        tree_log = self.logs.get(tree)
+        if tree_log is None:
+            tree_log = self.logs[tree] = IncrementLog()
+        tree_log.append(
+            encode_started(allocation, stage, now), ANY_SHARD if self.origin is None else self.origin
+        )
+        if tree_log.entries > LOG_LIMIT:
+            self._bound(tree, tree_log)
+
+    def _bound(self, tree: str, tree_log: IncrementLog) -> None:
+        """The log is over `LOG_LIMIT`: the shards furthest behind (holding a copy of a tree none of their nodes'
+        passes asked for in a long time) take a new copy at their next pass instead, and the log is trimmed."""
+        end = tree_log.end()
+        oldest = min(link.cursors.get(tree, end) for link in self.links if link is not None)
+        for link in self.links:
+            if link is not None and link.cursors.get(tree, end) == oldest:
+                self._mark_stale(link.index, tree)
+        tree_log.trim(min(link.cursors.get(tree, end) for link in self.links if link is not None))
 
     def _run_pass(
         self,
@@ -225,22 +281,28 @@ class ProcessShardStarts(ShardStarts):
         node = truth.nodes.get(heartbeat.address)
         if node is None:
             return None
-        inbox = self.inboxes[link.index].pop(tree, [])
+        tree_log = self.logs.get(tree)
+        if tree_log is None:
+            tree_log = self.logs[tree] = IncrementLog()
+        end = tree_log.end()
         known = link.nodes.get(tree)
         snapshot = None
-        if known is not None:
-            known.update(i.address for i in inbox if isinstance(i, NodeSynced))
+        chunks: list[bytes] = []
         if known is None or len(known) != len(truth.nodes):  # (a node the truth lost: a new copy)
             for operation_id, runtime in truth.operations.items():
                 state.watch(operation_id, runtime.controller)
             snapshot = snapshot_of(truth, lambda operation_id: _pending(truth, operation_id))
             link.nodes[tree] = set(truth.nodes)
-            inbox = []
             self.snapshots += 1
+        else:
+            chunks = tree_log.since(link.cursors[tree])
+        link.cursors[tree] = end
+        tree_log.trim(min(kept.cursors.get(tree, end) for kept in self.links if kept is not None))
         return PassRequest(
             tree,
             snapshot,
-            inbox,
+            chunks,
+            link.index,
             heartbeat.address,
             np.array(node.resource_limits, dtype=float),
             node.tags,

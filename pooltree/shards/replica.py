@@ -315,14 +315,15 @@ class TreeReplica:
         """Whether a new copy is due (none yet, or the leader asked for one)."""
         return self.strategy is None or not self.current
 
-    def apply(self, increments: list[Increment]) -> None:
-        """Bring the copy forward by the leader's increments, in order, through the strategy's own methods."""
+    def apply(self, increments: list[Increment], *, owned: bool = False) -> None:
+        """Bring the copy forward by the leader's increments, in order, through the strategy's own methods
+        (``owned``: the increments' allocations are this replica's own objects, not copied again)."""
         strategy = self.strategy
         assert strategy is not None
         self.applying = True
         try:
             for increment in increments:
-                _apply(self, strategy, increment)
+                _apply(self, strategy, increment, owned)
             self.applied += len(increments)
         finally:
             self.applying = False
@@ -381,7 +382,7 @@ def preempt_as(
     )
 
 
-def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) -> None:
+def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, owned: bool) -> None:
     """One increment on the copy (see the module docstring)."""
     if isinstance(increment, PendingWork):
         proxy = replica.controllers.get(increment.operation_id)
@@ -390,7 +391,7 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment) 
     elif isinstance(increment, NodeSynced):
         strategy.sync_node(NodeHeartbeat(increment.address, increment.limits, increment.tags), increment.time)
     elif isinstance(increment, AllocationStarted):
-        allocation = copy_allocation(increment.allocation)
+        allocation = increment.allocation if owned else copy_allocation(increment.allocation)
         element = strategy.state.elements[allocation.operation_id]
         node = strategy.nodes[allocation.node_address]
         result = HeartbeatResult(address=node.address)

@@ -254,6 +254,10 @@ class ShardStarts:
             if self._holds(shard, tree):
                 inboxes.setdefault(tree, []).append(increment)
 
+    def _send_started(self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float) -> None:
+        """The truth started ``allocation``: an increment for every shard but the origin (whose pass booked it)."""
+        self._send(tree, AllocationStarted(copy_allocation(allocation), stage, now), others=True)
+
     def _holds(self, shard: int, tree: str) -> bool:
         """Whether the shard holds a replica of ``tree`` (increments are kept for it)."""
         return tree in self.replicas[shard]
@@ -293,10 +297,7 @@ class ShardStarts:
             if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
                 self._recopy(tree)
                 return
-            stage = SchedulingStage(event["stage"])
-            self._send(
-                tree, AllocationStarted(copy_allocation(allocation), stage, event["time"]), others=True
-            )
+            self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"])
         elif kind == "allocation_preempted":
             allocation = truth.allocations.get(allocation_id)
             if allocation is None or allocation.preemption is None:

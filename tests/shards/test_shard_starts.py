@@ -109,11 +109,11 @@ def test_a_replica_that_misses_an_increment_decides_otherwise(
     apply = replica_module._apply
     seen = [0]
 
-    def lossy(replica: object, strategy: object, increment: object) -> None:
+    def lossy(replica: object, strategy: object, increment: object, owned: bool) -> None:
         if type(increment).__name__ == dropped:
             seen[0] += 1
             return
-        apply(replica, strategy, increment)  # type: ignore[arg-type]
+        apply(replica, strategy, increment, owned)  # type: ignore[arg-type]
 
     monkeypatch.setattr(replica_module, "_apply", lossy)
     scheduler = make_scheduler(tmp_path / "lossy.db", trees)

@@ -1,0 +1,142 @@
+"""The increments as shard processes receive them: a log per tree, each batch encoded once for every shard.
+
+The leader keeps, per tree, one `IncrementLog` of the increments its truth made (`starts.py`: its events, publishes,
+operations, re-keys, usage reports, node limits, pending work), in its order. A batch is sealed when a shard's pass
+asks for what it has not seen: the increments since the last seal are pickled together once (`pickling.dumps`),
+and every shard process gets the same bytes, each from its own cursor (`ShardLink.cursors`). So the leader's cost
+of an increment does not grow with the shard count (before, each shard's increments were copied and pickled for
+it alone).
+
+The increments made most often travel as plain tuples (`encode`), not as their dataclasses: a start as the
+allocation's fields (its controller's payload left out, as the pickling form leaves it out), an end as its id,
+state and time, a usage report, a node's limits, an operation's pending work. `decode_chunks` gives the shard the
+same `Increment` dataclasses back (a start with a new `Allocation` of its own), in order.
+
+An entry carries its origin: the shard whose pass made it (a start it booked in its replica already), or -1. A
+shard skips its own entries, as the leader used to leave them out of its inbox; the others apply them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pooltree.shards.pickling import allocation_fields, allocation_of, dumps, loads
+from pooltree.shards.replica import (
+    AllocationFinished,
+    AllocationStarted,
+    Increment,
+    NodeSynced,
+    PendingWork,
+    UsageChanged,
+)
+from pooltree.strategy.model import Allocation, FinishedAllocation, SchedulingStage
+
+ANY_SHARD = -1
+"""The origin of an increment every shard applies."""
+
+_PENDING, _NODE, _STARTED, _FINISHED, _USAGE = range(5)
+
+
+def encode_started(allocation: Allocation, stage: SchedulingStage, time: float) -> tuple[Any, ...]:
+    """A start the truth booked, taken now (the truth's allocation moves on)."""
+    return (_STARTED, allocation_fields(allocation), stage.value, time)
+
+
+def encode(increment: Increment) -> Any:
+    """The increment as it goes into the log: a tuple for the frequent kinds, else the dataclass itself."""
+    if isinstance(increment, AllocationFinished):
+        finished = increment.finished
+        if (
+            finished.processed_fraction is None
+            and finished.abort_reason is None
+            and finished.user_job_max_memory is None
+            and finished.job_proxy_max_memory is None
+        ):
+            return (_FINISHED, finished.allocation_id, finished.state, increment.time)
+        return increment
+    if isinstance(increment, PendingWork):
+        return (_PENDING, increment.operation_id, increment.pending, increment.min_needed)
+    if isinstance(increment, UsageChanged):
+        return (_USAGE, increment.allocation_id, increment.resources)
+    if isinstance(increment, NodeSynced):
+        return (_NODE, increment.address, increment.limits, increment.tags, increment.time)
+    if isinstance(increment, AllocationStarted):
+        return encode_started(increment.allocation, increment.stage, increment.time)
+    return increment
+
+
+def decode(entry: Any) -> Increment:
+    """The increment `encode` made ``entry`` of."""
+    if type(entry) is not tuple:
+        return entry  # type: ignore[no-any-return]
+    kind = entry[0]
+    if kind == _FINISHED:
+        return AllocationFinished(FinishedAllocation(entry[1], entry[2]), entry[3])
+    if kind == _PENDING:
+        return PendingWork(entry[1], entry[2], entry[3])
+    if kind == _STARTED:
+        return AllocationStarted(allocation_of(entry[1]), SchedulingStage(entry[2]), entry[3])
+    if kind == _USAGE:
+        return UsageChanged(entry[1], entry[2])
+    if kind == _NODE:
+        return NodeSynced(entry[1], entry[2], entry[3], entry[4])
+    raise ValueError(f"unknown increment entry kind {kind!r}")
+
+
+def decode_chunks(chunks: Iterable[bytes], shard: int) -> list[Increment]:
+    """The increments of the log's batches ``chunks``, in order, without shard ``shard``'s own."""
+    out: list[Increment] = []
+    for chunk in chunks:
+        for origin, entry in loads(chunk):
+            if origin != shard:
+                out.append(decode(entry))
+    return out
+
+
+class IncrementLog:
+    """One tree's increments for the shard processes, in the leader's order, batches pickled once (see above).
+
+    A position in the log is a batch number: ``first`` is the number of ``chunks[0]``; `end` seals what is open and
+    is the position a shard that has seen everything is at."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.first = 0
+        self.sizes: list[int] = []
+        """Entries per batch in ``chunks``."""
+        self.open: list[tuple[int, Any]] = []
+        """``(origin, entry)`` since the last seal."""
+        self.entries = 0
+        """Entries held (sealed and open): what `trim` has not dropped."""
+        self.encoded_bytes = 0
+        """Bytes of the batches sealed so far (each sent to every shard that holds the tree)."""
+
+    def append(self, entry: Any, origin: int = ANY_SHARD) -> None:
+        self.open.append((origin, entry))
+        self.entries += 1
+
+    def end(self) -> int:
+        """Seal the open batch; the position after every batch."""
+        if self.open:
+            chunk = dumps(self.open)
+            self.encoded_bytes += len(chunk)
+            self.chunks.append(chunk)
+            self.sizes.append(len(self.open))
+            self.open = []
+        return self.first + len(self.chunks)
+
+    def since(self, position: int) -> list[bytes]:
+        """The batches from ``position`` on (what it has not seen; call `end` first to seal the open one)."""
+        if position < self.first:
+            raise ValueError(f"increment log position {position} was trimmed (first kept is {self.first})")
+        return self.chunks[position - self.first :]
+
+    def trim(self, position: int) -> None:
+        """Drop the batches before ``position`` (every shard is past them)."""
+        drop = min(max(position - self.first, 0), len(self.chunks))
+        if drop:
+            self.entries -= sum(self.sizes[:drop])
+            del self.chunks[:drop]
+            del self.sizes[:drop]
+            self.first += drop
