@@ -188,6 +188,7 @@ def main() -> None:
                 r.copies for per_shard in shards.replicas for r in per_shard.values()
             ) + (remote.snapshots if args.shard_processes else 0)
             figures["shard_passes"] = shards.passes
+            figures["proven_empty_passes"] = shards.proven_empty
             figures["leader_passes"] = shards.leader_passes
             if args.shard_processes:
                 figures["refused_bookings"] = remote.dropped

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.resources import Vector
+from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.host import shard_of
 from pooltree.shards.pickling import dumps, loads, snapshot_of
@@ -127,6 +127,9 @@ class ShardStarts:
         """Heartbeat passes the shards ran."""
         self.leader_passes = 0
         """Heartbeat passes of trees a replica cannot decide, run on the truth."""
+        self.proven_empty = 0
+        """Heartbeat passes not run: `SchedulerCore.heartbeat_is_noop` proved them empty (a full node, nothing to
+        preempt for), so the shard was not asked."""
         self.shard_cpu = [0.0] * count
         """Per shard, CPU seconds of its replicas' work (copies, increments, stages; without the leader's
         handling of its claims and effects): what shard processes would take off the leader (`bench/`)."""
@@ -150,6 +153,12 @@ class ShardStarts:
         if shard is None or not replicable(truth):
             self.leader_passes += 1
             return core.process_heartbeat(heartbeat, now)
+        if core.heartbeat_is_noop(heartbeat.address, now, _no_bound):
+            # the strategy's own proof (the simulator skips heartbeats by it): the pass would start and preempt
+            # nothing, so the shard is not asked; only the node's preemptive backoff moves, as the pass moves it
+            core.skip_heartbeat(heartbeat.address, now)
+            self.proven_empty += 1
+            return HeartbeatResult(address=heartbeat.address)
         result = HeartbeatResult(address=heartbeat.address)
         node = truth.nodes[heartbeat.address]
         truth.take_queued(node, result)
@@ -447,6 +456,12 @@ def _give_back(state: _Tree, allocation_id: str, finished: FinishedAllocation, n
     runtime = state.core.strategy.operations.get(allocation.operation_id)
     if runtime is not None:
         runtime.controller.on_allocation_finished(allocation, finished, now)
+
+
+def _no_bound() -> Vector:
+    """The lower bound of pending work's min needed resources `heartbeat_is_noop` takes: none (zeros), so a pass
+    is proven empty only on a node that cannot start more (no walk over the operations per heartbeat)."""
+    return np.zeros(RESOURCE_COUNT)
 
 
 def _pending(truth: TreeScheduler, operation_id: str) -> tuple[int, Vector]:

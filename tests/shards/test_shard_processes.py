@@ -111,7 +111,8 @@ def test_shard_processes_decide_as_one_process(
 def test_shard_processes_that_start_allocations_decide_as_one_process(tmp_path: Path, run: str) -> None:
     """The stages of every forwarded heartbeat run in the replica held by the node's shard process (snapshot and
     increments over its pass pipe, claims back to the leader, which lets its lock go meanwhile): the busy run (a
-    limited pool, starving preemption, eight nodes) and the quiet one decide as recorded."""
+    limited pool, starving preemption, eight nodes) and the quiet one decide as recorded. The increments go as
+    batches of the tree's log (`increments.py`); passes proven empty by the strategy's rule are not sent."""
     if run == "busy":
         recorder, recorded = record_busy_run(tmp_path / "recorded.db")
         trees = BUSY
@@ -128,6 +129,10 @@ def test_shard_processes_that_start_allocations_decide_as_one_process(tmp_path: 
         assert starts.passes > 0 and starts.leader_passes == 0
         assert starts.snapshots == 2 and starts.dropped == 0
         assert all(cpu > 0 for cpu in starts.shard_cpu)
+        # the increments went as batches of one log per tree, each pickled once for both processes
+        assert sum(log.encoded_bytes for log in starts.logs.values()) > 0
+        # and passes the strategy's own rule proved empty were not sent to a shard (decided the same)
+        assert starts.proven_empty > 0
 
 
 def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
