@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,91 @@ def _reader(url: str, token: str, ids: list[str], rate: float, end: Any, out: An
     out.put((records, sorted(seen)))
 
 
+PHASES = ("copy", "pickle", "worker", "unpickle")
+
+
+def _phases(log: str) -> dict[str, list[tuple[float, float]]]:
+    """The refreshes' phases from the scheduler's log (``forecast phases:`` lines, wall-clock intervals)."""
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in PHASES}
+    for line in log.splitlines():
+        if "forecast phases:" not in line:
+            continue
+        for word in line.split("forecast phases:", 1)[1].split():
+            name, _, value = word.partition("=")
+            if name in PHASES:
+                for interval in value.split(","):
+                    begin, _, end = interval.partition("-")
+                    found[name].append((float(begin), float(end)))
+    return found
+
+
+def _attribution(
+    drivers: list[Any], window: tuple[float, float], phases: dict[str, list[tuple[float, float]]]
+) -> dict[str, Any]:
+    """Heartbeats sent in the window, by the refresh phase their [sent, answered] overlaps (the first in
+    ``PHASES`` order; ``none``: no phase): count, p50 and p99 per class, and the p99 of the window without each."""
+    begin, finish = window
+    beats = [
+        (sent, got)
+        for records, _ in drivers
+        for sent, got, status, _ in records
+        if begin <= sent < finish and status == 200
+    ]
+
+    def overlapping(sent: float, got: float) -> str:
+        for name in PHASES:
+            if any(sent < end and got > start for start, end in phases[name]):
+                return name
+        return "none"
+
+    classes: dict[str, list[float]] = {}
+    for sent, got in beats:
+        classes.setdefault(overlapping(sent, got), []).append(got - sent)
+    return {
+        "by_phase": {
+            name: {
+                "count": len(values),
+                "p50_ms": quantile_ms(values, 0.5),
+                "p99_ms": quantile_ms(values, 0.99),
+            }
+            for name, values in sorted(classes.items())
+        },
+        "p99_ms_without": {
+            name: quantile_ms([v for other, values in classes.items() if other != name for v in values], 0.99)
+            for name in classes
+            if name != "none"
+        },
+        "phase_ms": {
+            name: [round(1000 * (end - start), 1) for start, end in intervals]
+            for name, intervals in phases.items()
+        },
+    }
+
+
+def _gc_pauses(scheduler: Scheduler) -> dict[str, float]:
+    """The scheduler's garbage collections so far (``/metrics``): per generation the count and seconds, and the
+    longest pause (None: no answer in time)."""
+    request = urllib.request.Request(
+        scheduler.url + "/metrics", headers={"Authorization": f"OAuth {scheduler.token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode("utf-8", "replace")
+    except OSError:
+        return {}
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for prefix, name in (
+            ("pooltree_gc_pause_seconds_count{", "count"),
+            ("pooltree_gc_pause_seconds_sum{", "seconds"),
+            ("pooltree_gc_pause_max_seconds{", "max_seconds"),
+        ):
+            if line.startswith(prefix):
+                generation = line.split('generation="', 1)[1].split('"', 1)[0]
+                found[f"gen{generation}_{name}"] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def _worker_cpu(scheduler: Scheduler) -> float:
     """CPU seconds of the scheduler's child processes (its forecast worker): all of it minus its own process's."""
     own = process_cpu_seconds(scheduler.process.pid)
@@ -107,10 +194,25 @@ def _queue_operations(url: str, token: str, count: int, jobs: int) -> list[str]:
     ]
 
 
+def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> Scheduler:
+    """The scheduler of a round: forecasts off (``off``), on (``on``), or on in the ``--base`` tree's code
+    (``base``: its ``pooltree`` first on the scheduler's PYTHONPATH, e.g. a worktree of the session's start)."""
+    budget = 0.0 if mode == "off" else args.budget
+    before = os.environ.get("PYTHONPATH")
+    if mode == "base":
+        os.environ["PYTHONPATH"] = str(Path(args.base).resolve())
+    try:
+        return Scheduler(data, args.period, ("--forecast-budget", str(budget)))
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
 def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    budget = args.budget if mode == "on" else 0.0
     with tempfile.TemporaryDirectory(prefix="pooltree-forecast-live-") as tmp:
-        scheduler = Scheduler(Path(tmp), args.period, ("--forecast-budget", str(budget)))
+        scheduler = _scheduler(Path(tmp), args, mode)
         context = mp.get_context("spawn")
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
@@ -134,13 +236,17 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             time.sleep(args.warmup_seconds)
             begin, total_before, worker_before = time.time(), scheduler.cpu_seconds(), _worker_cpu(scheduler)
             load_before = uptime()
+            gc_before = _gc_pauses(scheduler)
             time.sleep(args.seconds)
             finish = time.time()
+            gc_after = _gc_pauses(scheduler)
             total, worker = scheduler.cpu_seconds() - total_before, _worker_cpu(scheduler) - worker_before
             end.value = finish
             results = [queue.get(timeout=120) for _ in range(min(args.drivers, args.nodes))]
             calls, seen = reader_queue.get(timeout=120)
             heartbeats = _phase(mode, results, (begin, finish), total - worker, args)
+            log = (Path(tmp) / "scheduler.log").read_text(errors="replace")
+            attribution = _attribution(results, (begin, finish), _phases(log))
             window = [(sent, got) for sent, got, _ in calls if begin <= sent < finish]
             latencies = [got - sent for sent, got in window]
             refreshes = max(len(seen) - 1, 0)  # the first was made before the window
@@ -160,9 +266,14 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
                 "worker_cpu_seconds_per_refresh": round(worker / refreshes, 2) if refreshes else None,
                 "scheduler_log": [
                     line.strip()
-                    for line in (Path(tmp) / "scheduler.log").read_text(errors="replace").splitlines()
-                    if "pooltree.forecast" in line
+                    for line in log.splitlines()
+                    if "pooltree.forecast" in line and "forecast phases:" not in line
                 ][-args.log_lines :],
+                "attribution": attribution,
+                "gc_in_window": {
+                    key: round(value - gc_before.get(key, 0.0), 4) if "max" not in key else round(value, 4)
+                    for key, value in gc_after.items()
+                },
                 "load_before": load_before,
                 "load_after": uptime(),
             }
@@ -187,7 +298,12 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--log-lines", type=int, default=5, help="forecast lines of the scheduler's log kept")
-    parser.add_argument("--modes", default="off,on", help="modes of each round, in order")
+    parser.add_argument(
+        "--modes",
+        default="off,on",
+        help="modes of each round, in order: off, on, base (on, in --base's code)",
+    )
+    parser.add_argument("--base", default="/work/wt/s22base", help="the tree whose code mode base runs")
     args = parser.parse_args()
     rounds = []
     for _ in range(args.rounds):

@@ -22,18 +22,19 @@ import logging
 import math
 import multiprocessing
 import os
+import pickle
 import resource
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.arrivals import ArrivalSettings
-from pooltree.forecast.live import DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
+from pooltree.forecast.live import CopyCost, DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
 from pooltree.forecast.run import Forecast, ForecastSettings, forecast
 from pooltree.forecast.state import ClusterState, OperationState
 
@@ -126,16 +127,73 @@ def _worker_init(memory_limit: int, niceness: int, parent: int) -> None:
     signal.signal(signal.SIGPROF, expired)
 
 
+PICKLE_SLICE = 0.001
+"""Seconds of pickling (or unpickling) the server's refresher does before it lets other threads have the
+interpreter (see `Parcel`)."""
+
+Parcel = tuple[bytes, tuple[bytes, ...]]
+"""A `ClusterState` or a `Forecast` as it crosses to and from the worker: the object without its operations, and
+each operation pickled on its own. One ``pickle.dumps`` of a whole state is one call into C that keeps the GIL
+throughout (14-33 ms at 300 nodes, every heartbeat on the event loop waiting); item by item, the server's
+refresher lets the interpreter go every ``PICKLE_SLICE`` seconds (`_parcel`, `_opened`)."""
+
+
+def _parcel(head: Any, items: Sequence[Any], yielding: bool) -> Parcel:
+    """``head`` and ``items`` pickled; ``yielding``: let other threads run every ``PICKLE_SLICE`` seconds."""
+    pickled = []
+    deadline = time.perf_counter() + PICKLE_SLICE
+    for item in items:
+        pickled.append(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
+        if yielding and time.perf_counter() >= deadline:
+            time.sleep(0)
+            deadline = time.perf_counter() + PICKLE_SLICE
+    return pickle.dumps(head, pickle.HIGHEST_PROTOCOL), tuple(pickled)
+
+
+def _opened(parcel: Parcel, yielding: bool) -> tuple[Any, list[Any]]:
+    """A `Parcel`'s head and items (``yielding`` as in `_parcel`)."""
+    head, pickled = parcel
+    items = []
+    deadline = time.perf_counter() + PICKLE_SLICE
+    for item in pickled:
+        items.append(pickle.loads(item))
+        if yielding and time.perf_counter() >= deadline:
+            time.sleep(0)
+            deadline = time.perf_counter() + PICKLE_SLICE
+    return pickle.loads(head), items
+
+
+def state_parcel(state: ClusterState, yielding: bool = True) -> Parcel:
+    """``state`` as it is sent to the worker (its operations one by one)."""
+    return _parcel(replace(state, operations=()), state.operations, yielding)
+
+
+def opened_state(parcel: Parcel) -> ClusterState:
+    head, operations = _opened(parcel, yielding=False)
+    return replace(head, operations=tuple(operations))
+
+
+def forecast_parcel(found: Forecast) -> Parcel:
+    """``found`` as the worker sends it back (its operations one by one)."""
+    return _parcel(replace(found, operations={}), tuple(found.operations.items()), yielding=False)
+
+
+def opened_forecast(parcel: Parcel, yielding: bool = True) -> Forecast:
+    head, operations = _opened(parcel, yielding)
+    return replace(head, operations=dict(operations))
+
+
 def _run_in_worker(
-    state: ClusterState, settings: ForecastSettings, timeout: float
-) -> tuple[Forecast | None, str | None]:
-    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU): the
-    forecast, or the error's text (errors cross the process boundary as text: not every error pickles)."""
+    parcel: Parcel, settings: ForecastSettings, timeout: float
+) -> tuple[Parcel | None, str | None]:
+    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU): the state's
+    `Parcel` in, the forecast's out, or the error's text (errors cross the process boundary as text: not every
+    error pickles)."""
     if len(_SPECS) > _SPEC_CACHE_SIZE:
         _SPECS.clear()
     signal.setitimer(signal.ITIMER_PROF, timeout)
     try:
-        return forecast(state, settings, specs=_SPECS), None
+        return forecast_parcel(forecast(opened_state(parcel), settings, specs=_SPECS)), None
     except MemoryError:
         _SPECS.clear()
         return None, "the forecast ran out of its memory limit"
@@ -198,6 +256,8 @@ class ForecastService:
         self._workers: list[Any] = []
         """The worker processes of ``_executor`` (their exit codes say why one died)."""
         self._executor_lock = threading.Lock()
+        self._copying = threading.Lock()
+        """One copy at a time (a refresh's and a dry run's share the histories)."""
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -222,9 +282,10 @@ class ForecastService:
             return self._executor
 
     def _send(self, state: ClusterState, settings: ForecastSettings) -> concurrent.futures.Future[Any]:
+        parcel = state_parcel(state)
         try:
             pool = self._pool()
-            future = pool.submit(_run_in_worker, state, settings, self.settings.timeout)
+            future = pool.submit(_run_in_worker, parcel, settings, self.settings.timeout)
         except concurrent.futures.process.BrokenProcessPool:
             raise self._died() from None
         with self._executor_lock:  # the pool starts its process on the first submit
@@ -250,6 +311,9 @@ class ForecastService:
     def collect(self, future: concurrent.futures.Future[Any], timeout: float = 0.0) -> Forecast:
         """The forecast ``future`` (from the worker) holds, waiting up to ``timeout`` seconds; errors as
         `PooltreeError` (``ForecastTimeout`` when it is not done)."""
+        return opened_forecast(self._answer(future, timeout))
+
+    def _answer(self, future: concurrent.futures.Future[Any], timeout: float) -> Parcel:
         try:
             found, error = future.result(timeout=timeout)
         except concurrent.futures.process.BrokenProcessPool:
@@ -265,14 +329,26 @@ class ForecastService:
 
     # ------------------------------------------------------------------ refreshes
 
+    def _take_state(self, cost: CopyCost | None = None) -> ClusterState:
+        """A copy of the live cluster (one at a time: the histories are the copies' own)."""
+        with self._copying:
+            return take_state(self.scheduler, self.history, self.clock(), self.submissions, cost)
+
     def refresh(self) -> Forecast | None:
-        """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker)."""
-        started, began = time.thread_time(), time.perf_counter()
-        state = take_state(self.scheduler, self.history, self.clock(), self.submissions)
-        copied, copy_wall = time.thread_time() - started, time.perf_counter() - began
-        wall = time.perf_counter()
+        """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker). Each phase's
+        wall-clock interval is logged (``forecast phases:``; `bench/forecast_live.py` reads them)."""
+        cost = CopyCost()
+        began, cpu = time.time(), time.thread_time()
+        state = self._take_state(cost)
+        copied, cpu = time.thread_time() - cpu, time.thread_time()
+        sending = time.time()
         try:
-            found = self._submit(state, self.settings.forecast)
+            future = self._send(state, self.settings.forecast)
+            sent, pickling, cpu = time.time(), time.thread_time() - cpu, time.thread_time()
+            parcel = self._answer(future, self.answer_timeout)
+            answered = time.time()
+            found = opened_forecast(parcel)
+            opened, opening = time.time(), time.thread_time() - cpu
         except (PooltreeError, MemoryError) as error:
             self.last_error = str(error)
             log.warning("forecast failed: %s", self.last_error)
@@ -282,19 +358,38 @@ class ForecastService:
         self.refreshes += 1
         self.last_cost = {
             "state_cpu_seconds": round(copied, 4),
-            "state_wall_seconds": round(copy_wall, 4),
-            "forecast_wall_seconds": round(time.perf_counter() - wall, 4),
+            "state_wall_seconds": round(sending - began, 4),
+            "lock_held_seconds": round(cost.held, 4),
+            "longest_lock_hold_seconds": round(cost.longest_hold, 4),
+            "lock_holds": float(len(cost.holds)),
+            "pickle_cpu_seconds": round(pickling, 4),
+            "unpickle_cpu_seconds": round(opening, 4),
+            "forecast_wall_seconds": round(answered - sent, 4),
             "events": float(found.events),
         }
         log.info(
-            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall), worker %.2f s wall, %d operations, "
-            "simulated %.0f of %.0f s",
+            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms), "
+            "pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, simulated %.0f of %.0f s",
             1000 * copied,
-            1000 * copy_wall,
-            self.last_cost["forecast_wall_seconds"],
+            1000 * (sending - began),
+            len(cost.holds),
+            1000 * cost.longest_hold,
+            1000 * pickling,
+            1000 * opening,
+            answered - sent,
             len(state.operations),
             found.horizon if found.simulated is None else found.simulated,
             found.horizon,
+        )
+        log.info(
+            "forecast phases: copy=%s pickle=%.4f-%.4f worker=%.4f-%.4f unpickle=%.4f-%.4f",
+            ",".join(f"{begin:.4f}-{end:.4f}" for begin, end in cost.holds),
+            sending,
+            sent,
+            sent,
+            answered,
+            answered,
+            opened,
         )
         return found
 
@@ -364,6 +459,6 @@ class ForecastService:
         worker: `collect` its future once done (the caller need not hold a thread meanwhile); nothing is kept."""
         if not self.settings.enabled:
             raise PooltreeError(OFF)
-        state = take_state(self.scheduler, self.history, self.clock(), self.submissions)
+        state = self._take_state()
         state = replace(state, operations=(*state.operations, operation))
         return self._send(state, self.settings.forecast)
