@@ -24,6 +24,9 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   ``store_trouble``: the store's health accessor reports an error.
   ``heartbeats_throttled``: node heartbeats arrived past the concurrent heartbeat limits within the last minute
   and had their scheduling skipped (``pooltree/server/live/throttle.py``): the scheduler is overloaded.
+  ``forecast_worker_died``: the scheduling forecast's worker process died (killed, out of memory, crashed) and no
+  forecast succeeded since, or did so less than 10 minutes ago (``pooltree/forecast/health.py``): deaths, deaths
+  in a row, how the last one ended, seconds until the next restart.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
 operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's operation ``@alerts``)
@@ -77,6 +80,7 @@ UNSUPPORTED_OPTIONS = UNSUPPORTED_OPTIONS_ALERT
 UNRECOGNIZED_OPTIONS = UNRECOGNIZED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
 HEARTBEATS_THROTTLED = "heartbeats_throttled"
+FORECAST_WORKER_DIED = "forecast_worker_died"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
 OPERATION_STARVING = "operation_starving"
@@ -91,6 +95,7 @@ SCHEDULER_ALERT_TYPES = (
     UNRECOGNIZED_OPTIONS,
     STORE_TROUBLE,
     HEARTBEATS_THROTTLED,
+    FORECAST_WORKER_DIED,
 )
 OPERATION_ALERT_TYPES = (
     OPERATION_PENDING,
@@ -312,6 +317,8 @@ class SchedulerAlerts:
         self._ranks: dict[str | None, dict[str, int]] = {}
         self.store_health: Any = None
         """A callable returning None (healthy) or an error message / mapping; set by the service."""
+        self.forecast_alert: Any = None
+        """A callable of the scheduler's time returning the forecast worker's alert or None; set by the service."""
         self.fleet_revision = 0
         """Moved whenever a node joins, leaves or changes its limits, tags or trees (``fleet_moved``)."""
         self._fleet: tuple[int, NodeFleet] | None = None
@@ -439,6 +446,9 @@ class SchedulerAlerts:
         trouble = self._store_trouble()
         if trouble is not None:
             alerts.append(trouble)
+        forecast = self.forecast_alert(scheduler.now) if self.forecast_alert is not None else None
+        if forecast is not None:
+            alerts.append(forecast)
         throttle = scheduler.heartbeat_throttle
         if throttle.recently_throttled(scheduler.now):
             settings = throttle.settings

@@ -1,14 +1,13 @@
 """The forecast off the request path: a worker process, refreshed while people look, bounded in time and memory.
 
-`ForecastService` belongs to the live service. A refresh copies the cluster (`take_state`, under the scheduler's
-lock, proportional to operations and jobs) on a thread of its own, sends the copy to one worker process and keeps
-the answer as ``latest``; readers (``get_operation``, the web pages, the CLI through them) only read ``latest``,
-so neither heartbeats nor API calls ever wait for a forecast. The worker is a separate process (spawned, never
-forked from the threaded server) so the simulation does not hold the server's GIL; it runs at a lower CPU
-priority (``nice`` +10), under an address-space limit (``memory_limit``), and each forecast under a CPU-time
-alarm (``timeout``): a forecast over the limit fails with an error kept in ``last_error``, the process stays.
-A process that dies (the kernel's OOM killer) is replaced on the next refresh; the error (``last_error``, the
-attribute's ``error``) names how it ended: the signal that killed it, or its exit status.
+`ForecastService` belongs to the live service. A refresh copies the cluster (`take_state`, in 2 ms holds of the
+scheduler's lock, proportional to operations and jobs) on a thread of its own, sends the copy to the worker
+process (`pooltree.forecast.process`: spawned, ``nice`` +10, an address-space limit ``memory_limit``, each
+forecast under a CPU-time alarm ``timeout``) and keeps the answer as ``latest``; readers (``get_operation``, the
+web pages, the CLI through them) only read ``latest``, so neither heartbeats nor API calls ever wait for a
+forecast. A forecast that fails keeps its error in ``last_error`` (the attribute's ``error``). A worker that dies
+is seen at once, counted and alerted on, and replaced after a back-off (``restart_backoff``, doubling with every
+death in a row; `pooltree.forecast.health`); the error names how it ended: the signal, or its exit status.
 
 Refreshes are demand-driven: every ``refresh_periods`` fair-share periods while someone has read a forecast in
 the last ``idle_after`` seconds, and at once when asked (``request``). An idle scheduler starts no process.
@@ -20,29 +19,21 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import math
-import multiprocessing
-import os
-import pickle
-import resource
-import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pooltree.config import OperationSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.arrivals import ArrivalSettings
+from pooltree.forecast.health import WorkerHealth
 from pooltree.forecast.live import CopyCost, DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
-from pooltree.forecast.run import Forecast, ForecastSettings, forecast
+from pooltree.forecast.process import WorkerProcess, opened_forecast, state_parcel
+from pooltree.forecast.run import Forecast, ForecastSettings
 from pooltree.forecast.state import ClusterState, OperationState
 
 log = logging.getLogger("pooltree.forecast")
-
-_SPECS: dict[tuple[str, int], OperationSpec] = {}
-"""The worker process's parsed specs by (operation id, revision), reused across refreshes."""
-_SPEC_CACHE_SIZE = 20_000
 
 
 @dataclass(frozen=True)
@@ -64,6 +55,10 @@ class WorkerSettings:
     memory_limit: int = 2 << 30
     """Bytes of address space of the worker process."""
     niceness: int = 10
+    restart_backoff: float = 1.0
+    """Seconds before a new worker starts after one died (doubled with every death in a row,
+    `pooltree.forecast.health`)."""
+    restart_backoff_max: float = 300.0
     enabled: bool = True
     """False: no forecast is ever made (``pooltree scheduler --forecast-budget 0``); the attribute says so."""
 
@@ -93,141 +88,6 @@ def forecast_worker_settings(cpu_budget: float, *, arrivals: bool = False) -> Wo
 OFF = "this scheduler makes no forecasts (pooltree scheduler --forecast-budget 0)"
 
 
-class ForecastTimeout(PooltreeError):
-    """A forecast ran past its CPU-time budget."""
-
-
-PARENT_CHECK_PERIOD = 1.0
-"""Seconds between the worker's checks that the scheduler that started it is still its parent."""
-
-
-def _exit_with_parent(parent: int) -> None:
-    """Worker thread: end the worker once its scheduler is gone (a SIGKILLed scheduler cannot end its pool, and
-    the orphaned worker would go on simulating under init). ``PR_SET_PDEATHSIG`` is no fit: it fires when the
-    *thread* that spawned the worker ends, and the pool spawns from whichever thread submits."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_PERIOD)
-    os._exit(0)
-
-
-def _worker_init(memory_limit: int, niceness: int, parent: int) -> None:
-    """In the worker process: lower priority, bounded address space, the alarm that ends a long forecast, and
-    an end with the scheduler that started it."""
-    threading.Thread(
-        target=_exit_with_parent, args=(parent,), name="forecast-parent-watch", daemon=True
-    ).start()
-    os.nice(niceness)
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
-    def expired(signum: int, frame: Any) -> None:
-        raise ForecastTimeout("the forecast ran past its CPU-time budget")
-
-    signal.signal(signal.SIGPROF, expired)
-
-
-PICKLE_SLICE = 0.001
-"""Seconds of pickling (or unpickling) the server's refresher does before it lets other threads have the
-interpreter (see `Parcel`)."""
-
-Parcel = tuple[bytes, tuple[bytes, ...]]
-"""A `ClusterState` or a `Forecast` as it crosses to and from the worker: the object without its operations, and
-each operation pickled on its own. One ``pickle.dumps`` of a whole state is one call into C that keeps the GIL
-throughout (14-33 ms at 300 nodes, every heartbeat on the event loop waiting); item by item, the server's
-refresher lets the interpreter go every ``PICKLE_SLICE`` seconds (`_parcel`, `_opened`)."""
-
-
-def _parcel(head: Any, items: Sequence[Any], yielding: bool) -> Parcel:
-    """``head`` and ``items`` pickled; ``yielding``: let other threads run every ``PICKLE_SLICE`` seconds."""
-    pickled = []
-    deadline = time.perf_counter() + PICKLE_SLICE
-    for item in items:
-        pickled.append(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
-        if yielding and time.perf_counter() >= deadline:
-            time.sleep(0)
-            deadline = time.perf_counter() + PICKLE_SLICE
-    return pickle.dumps(head, pickle.HIGHEST_PROTOCOL), tuple(pickled)
-
-
-def _opened(parcel: Parcel, yielding: bool) -> tuple[Any, list[Any]]:
-    """A `Parcel`'s head and items (``yielding`` as in `_parcel`)."""
-    head, pickled = parcel
-    items = []
-    deadline = time.perf_counter() + PICKLE_SLICE
-    for item in pickled:
-        items.append(pickle.loads(item))
-        if yielding and time.perf_counter() >= deadline:
-            time.sleep(0)
-            deadline = time.perf_counter() + PICKLE_SLICE
-    return pickle.loads(head), items
-
-
-def state_parcel(state: ClusterState, yielding: bool = True) -> Parcel:
-    """``state`` as it is sent to the worker (its operations one by one)."""
-    return _parcel(replace(state, operations=()), state.operations, yielding)
-
-
-def opened_state(parcel: Parcel) -> ClusterState:
-    head, operations = _opened(parcel, yielding=False)
-    return replace(head, operations=tuple(operations))
-
-
-def forecast_parcel(found: Forecast) -> Parcel:
-    """``found`` as the worker sends it back (its operations one by one)."""
-    return _parcel(replace(found, operations={}), tuple(found.operations.items()), yielding=False)
-
-
-def opened_forecast(parcel: Parcel, yielding: bool = True) -> Forecast:
-    head, operations = _opened(parcel, yielding)
-    return replace(head, operations=dict(operations))
-
-
-def _run_in_worker(
-    parcel: Parcel, settings: ForecastSettings, timeout: float
-) -> tuple[Parcel | None, str | None]:
-    """One forecast inside the worker, under a CPU-time alarm (ITIMER_PROF counts this process's CPU): the state's
-    `Parcel` in, the forecast's out, or the error's text (errors cross the process boundary as text: not every
-    error pickles)."""
-    if len(_SPECS) > _SPEC_CACHE_SIZE:
-        _SPECS.clear()
-    signal.setitimer(signal.ITIMER_PROF, timeout)
-    try:
-        return forecast_parcel(forecast(opened_state(parcel), settings, specs=_SPECS)), None
-    except MemoryError:
-        _SPECS.clear()
-        return None, "the forecast ran out of its memory limit"
-    except Exception as error:
-        return None, f"{type(error).__name__}: {error}"
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-
-
-def _exit_reason(code: int | None) -> str:
-    """A worker process's exit code in words: the signal that ended it (SIGKILL: the kernel's OOM killer or an
-    operator), or its exit status."""
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
-def _reap(process: Any, timeout: float = 10.0) -> None:
-    """Wait (up to ``timeout`` seconds) until the ended worker ``process`` has its exit code.
-
-    The pool's own manager thread joins a broken pool's processes after it fails the futures, so it races this
-    thread to ``waitpid``: the loser's ``join`` returns at once with no exit code (``ECHILD``) and the code appears
-    when the winner stores it on the same process object."""
-    deadline = time.monotonic() + timeout
-    process.join(timeout=timeout)
-    while process.exitcode is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 class ForecastService:
     """Forecasts of one live scheduler (see the module docstring)."""
 
@@ -252,10 +112,8 @@ class ForecastService:
         self.last_cost: dict[str, float] = {}
         """The last refresh: ``state`` (the copy, in the server: its thread's CPU and wall seconds), ``forecast``
         (the worker's wall time, at its lower priority), and the simulator events it processed."""
-        self._executor: concurrent.futures.ProcessPoolExecutor | None = None
-        self._workers: list[Any] = []
-        """The worker processes of ``_executor`` (their exit codes say why one died)."""
-        self._executor_lock = threading.Lock()
+        self.health = WorkerHealth(self.settings.restart_backoff, self.settings.restart_backoff_max)
+        self.worker = WorkerProcess(self.settings.memory_limit, self.settings.niceness, self.health, clock)
         self._copying = threading.Lock()
         """One copy at a time (a refresh's and a dry run's share the histories)."""
         self._wanted = threading.Event()
@@ -270,38 +128,8 @@ class ForecastService:
 
     # ------------------------------------------------------------------ process
 
-    def _pool(self) -> concurrent.futures.ProcessPoolExecutor:
-        with self._executor_lock:
-            if self._executor is None:
-                self._executor = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=1,
-                    mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_worker_init,
-                    initargs=(self.settings.memory_limit, self.settings.niceness, os.getpid()),
-                )
-            return self._executor
-
     def _send(self, state: ClusterState, settings: ForecastSettings) -> concurrent.futures.Future[Any]:
-        parcel = state_parcel(state)
-        try:
-            pool = self._pool()
-            future = pool.submit(_run_in_worker, parcel, settings, self.settings.timeout)
-        except concurrent.futures.process.BrokenProcessPool:
-            raise self._died() from None
-        with self._executor_lock:  # the pool starts its process on the first submit
-            self._workers = list((pool._processes or {}).values()) or self._workers
-        return future
-
-    def _died(self) -> PooltreeError:
-        """The pool broke: forgotten (the next refresh starts a new process); the error says how it ended."""
-        with self._executor_lock:
-            self._executor = None
-            workers, self._workers = self._workers, []
-        for process in workers:
-            _reap(process)
-        how = ", ".join(_exit_reason(process.exitcode) for process in workers) or "unknown exit"
-        log.warning("the forecast worker process died: %s", how)
-        return PooltreeError(f"the forecast worker process died ({how}); it restarts")
+        return self.worker.send(state_parcel(state), settings, self.settings.timeout)
 
     @property
     def answer_timeout(self) -> float:
@@ -311,17 +139,8 @@ class ForecastService:
     def collect(self, future: concurrent.futures.Future[Any], timeout: float = 0.0) -> Forecast:
         """The forecast ``future`` (from the worker) holds, waiting up to ``timeout`` seconds; errors as
         `PooltreeError` (``ForecastTimeout`` when it is not done)."""
-        return opened_forecast(self._answer(future, timeout))
-
-    def _answer(self, future: concurrent.futures.Future[Any], timeout: float) -> Parcel:
-        try:
-            found, error = future.result(timeout=timeout)
-        except concurrent.futures.process.BrokenProcessPool:
-            raise self._died() from None
-        except concurrent.futures.TimeoutError:
-            raise ForecastTimeout("the forecast worker did not answer in time") from None
-        if found is None:
-            raise PooltreeError(f"the forecast failed: {error}")
+        found = opened_forecast(self.worker.answer(future, timeout))
+        self.health.succeeded()
         return found
 
     def _submit(self, state: ClusterState, settings: ForecastSettings) -> Forecast:
@@ -345,12 +164,13 @@ class ForecastService:
         try:
             future = self._send(state, self.settings.forecast)
             sent, pickling, cpu = time.time(), time.thread_time() - cpu, time.thread_time()
-            parcel = self._answer(future, self.answer_timeout)
+            parcel = self.worker.answer(future, self.answer_timeout)
             answered = time.time()
             found = opened_forecast(parcel)
             opened, opening = time.time(), time.thread_time() - cpu
         except (PooltreeError, MemoryError) as error:
             self.last_error = str(error)
+            self.health.failed()
             log.warning("forecast failed: %s", self.last_error)
             return None
         self.latest = found
@@ -367,6 +187,7 @@ class ForecastService:
             "forecast_wall_seconds": round(answered - sent, 4),
             "events": float(found.events),
         }
+        self.health.succeeded(self.last_cost)
         log.info(
             "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms), "
             "pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, simulated %.0f of %.0f s",
@@ -416,6 +237,7 @@ class ForecastService:
         if self._thread is not None or not self.settings.enabled:
             return
         self._stopping.clear()
+        self.worker.stopping = False
         self._thread = threading.Thread(target=self._loop, name="forecast-refresher", daemon=True)
         self._thread.start()
 
@@ -424,15 +246,7 @@ class ForecastService:
         (a refresh waiting for the worker returns at once with the pool broken)."""
         self._stopping.set()
         self._wanted.set()
-        with self._executor_lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            processes = list((executor._processes or {}).values())
-            executor.shutdown(wait=False, cancel_futures=True)
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                process.join(timeout=10)
+        self.worker.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -444,6 +258,10 @@ class ForecastService:
                 return
             reading = time.monotonic() - self.last_read < self.settings.idle_after
             if self._wanted.is_set() or (reading and self._stale()):
+                backoff = self.health.restart_wait()
+                if backoff > 0:  # the worker died: the next one starts after its back-off
+                    self._stopping.wait(backoff)
+                    continue
                 self._wanted.clear()
                 try:
                     self.refresh()

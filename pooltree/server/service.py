@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from pooltree.alerts import AlertSettings
 from pooltree.errors import ConfigError, PooltreeError
+from pooltree.forecast.health import ForecastCollector
 from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node import wire
 from pooltree.node.service import check_period
@@ -330,6 +331,7 @@ class SchedulerService:
         self.security.resolver = resolver
         self.metrics = make_registry(self.scheduler)
         self.metrics.register(GcCollector())
+        self.metrics.register(ForecastCollector(self.forecasts.health))
         self.metrics.register(ShardMetrics(lambda: self.shards))
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
@@ -374,6 +376,7 @@ class SchedulerService:
         store (shared with the commands, the resolver and the jobs), and the internal routes (node heartbeats,
         metrics, job files and stderr) and the web UI's before the API's."""
         self.commands.forecasts = self.forecasts
+        self.scheduler.alert_center.forecast_alert = self.forecasts.health.alert
         self.commands.visible = self.security.operation_visible
         app = self.app
         self.commands.files = app.state.files

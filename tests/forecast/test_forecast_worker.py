@@ -18,15 +18,11 @@ import pytest
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast import ForecastSettings
-from pooltree.forecast.worker import (
-    OFF,
-    ForecastService,
-    WorkerSettings,
-    _exit_reason,
-    _reap,
-    forecast_worker_settings,
-)
+from pooltree.forecast.health import ALERT_HOLD, WorkerHealth
+from pooltree.forecast.process import _exit_reason, _reap
+from pooltree.forecast.worker import OFF, ForecastService, WorkerSettings, forecast_worker_settings
 from tests.forecast.test_forecast_fork import project_state
+from tests.polling import wait_for
 
 
 def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
@@ -34,10 +30,10 @@ def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
     try:
         with pytest.raises(PooltreeError, match="CPU-time budget"):
             service._submit(project_state(), ForecastSettings(seeds=8, horizon=20_000.0))
-        pid = next(iter(service._pool()._processes))
+        pid = service.worker.pid
         quick = service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
         assert set(quick.operations) == {"batch-1", "adhoc-1"}
-        assert next(iter(service._pool()._processes)) == pid  # the same process answered
+        assert service.worker.pid == pid  # the same process answered
         gone = replace(project_state(), pool_trees={})
         found = service._submit(gone, ForecastSettings(seeds=1, horizon=5.0))
         assert found.operations["adhoc-1"].start["p50"] is None  # its tree is gone: it never starts
@@ -45,27 +41,67 @@ def test_the_cpu_budget_ends_a_forecast_and_the_worker_stays() -> None:
         bad = replace(state, operations=(replace(state.operations[1], spec={"weight": -1}, revision=1),))
         with pytest.raises(PooltreeError, match=r"the forecast failed: ConfigError.*weight"):
             service._submit(bad, ForecastSettings(seeds=1, horizon=5.0))
-        assert next(iter(service._pool()._processes)) == pid
+        assert service.worker.pid == pid
     finally:
         service.stop()
 
 
-def test_a_worker_that_dies_says_how_and_is_replaced() -> None:
-    """Killed during a forecast (as the kernel's OOM killer would), the worker's end is reported with its signal
-    and the next forecast runs in a new process."""
-    service = ForecastService(scheduler=None, clock=time.time)  # type: ignore[arg-type]
+def test_a_worker_that_dies_says_how_and_is_replaced_after_a_back_off() -> None:
+    """Killed during a forecast (as the kernel's OOM killer would), the worker's end is reported with its signal,
+    counted and alerted on; no new process starts before the back-off, the next forecast after it runs in a new
+    process. A worker killed while idle is seen too (its watcher), and a second death in a row doubles the
+    back-off."""
+    settings = WorkerSettings(restart_backoff=0.5)
+    service = ForecastService(scheduler=None, clock=time.time, settings=settings)  # type: ignore[arg-type]
     try:
         service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
-        (pid,) = service._pool()._processes
+        pid = service.worker.pid
+        assert pid is not None and service.health.alert(time.time()) is None
         future = service._send(project_state(), ForecastSettings(seeds=8, horizon=200_000.0))
         psutil.Process(pid).kill()
         with pytest.raises(PooltreeError, match="died \\(killed by SIGKILL\\)"):
             service.collect(future, 60)
+        health = service.health
+        assert (health.deaths, health.in_a_row) == (1, 1)
+        alert = health.alert(time.time())
+        assert alert is not None and alert["attributes"]["alert_type"] == "forecast_worker_died"
+        assert alert["attributes"]["last_death_reason"] == "killed by SIGKILL"
+        assert "not refreshed" in alert["message"]
+        with pytest.raises(PooltreeError, match="restarts in"):  # within the back-off: no new process
+            service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
+        assert service.worker.pid is None
+        wait_for(lambda: health.restart_wait() == 0, 10)
         found = service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
         assert set(found.operations) == {"batch-1", "adhoc-1"}
-        assert next(iter(service._pool()._processes)) != pid
+        second = service.worker.pid
+        assert second is not None and second != pid
+        assert (health.in_a_row, health.restarts) == (0, 1)
+        assert "succeeded since" in service.health.alert(time.time())["message"]  # type: ignore[index]
+        # killed while idle: the watcher sees it without a forecast in flight
+        psutil.Process(second).kill()
+        wait_for(lambda: health.deaths == 2, 30)
+        assert service.worker.pid is None and health.in_a_row == 1
+        assert 0 < health.restart_wait() <= 0.5
+        wait_for(lambda: health.restart_wait() == 0, 10)
+        service._submit(project_state(), ForecastSettings(seeds=1, horizon=5.0))
+        third = service.worker.pid
+        psutil.Process(third).kill()  # a death in a row (none succeeded since): twice the back-off
+        wait_for(lambda: health.deaths == 3, 30)
+        assert health.in_a_row == 1  # the forecast between the two deaths succeeded: a new row
     finally:
         service.stop()
+
+
+def test_the_back_off_doubles_with_deaths_in_a_row() -> None:
+    health = WorkerHealth(backoff=1.0, backoff_max=5.0)
+    delays = [health.died("killed by SIGKILL", 100.0 + index) for index in range(5)]
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    health.succeeded()
+    assert health.died("exit status 1", 200.0) == 1.0
+    assert health.alert(200.0 + ALERT_HOLD + 1) is not None  # still in a row: holds
+    health.succeeded()
+    assert health.alert(200.0 + ALERT_HOLD - 1) is not None
+    assert health.alert(200.0 + ALERT_HOLD + 1) is None
 
 
 def test_the_exit_code_is_read_when_the_pool_reaps_the_worker_first() -> None:
@@ -92,7 +128,7 @@ _SCHEDULER = """
 import os, sys, time
 from pooltree.forecast.worker import ForecastService
 service = ForecastService(scheduler=None, clock=time.time)
-print(service._pool().submit(os.getpid).result(60), flush=True)
+print(service.worker._started().submit(os.getpid).result(60), flush=True)
 time.sleep(120)
 """
 
@@ -126,7 +162,7 @@ def test_forecasts_turned_off_make_none_and_say_so() -> None:
     service = ForecastService(scheduler=None, clock=time.time, settings=settings)  # type: ignore[arg-type]
     service.start()
     try:
-        assert service._thread is None and service._executor is None
+        assert service._thread is None and service.worker.pid is None
         assert service.read() is None and service.last_error == OFF
         with pytest.raises(PooltreeError, match="makes no forecasts"):
             service.dry_run(project_state().operations[1])
