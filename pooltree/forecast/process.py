@@ -251,7 +251,7 @@ class WorkerProcess:
         (``ForecastTimeout`` when it is not done, `WorkerDied`)."""
         try:
             found, error = future.result(timeout=timeout)
-        except concurrent.futures.process.BrokenProcessPool:
+        except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError):
             raise self._died(self._sent.get(future)) from None
         except concurrent.futures.TimeoutError:
             raise ForecastTimeout("the forecast worker did not answer in time") from None
@@ -282,7 +282,7 @@ class WorkerProcess:
             _reap(process)
         how = ", ".join(_exit_reason(process.exitcode) for process in processes) or "unknown exit"
         delay = self.health.died(how, self.clock())
-        executor.shutdown(wait=False, cancel_futures=True)
+        executor.shutdown(wait=False)  # its own thread fails the futures in flight (BrokenProcessPool)
         log.warning("the forecast worker process died: %s; a new one may start in %.1f s", how, delay)
         return WorkerDied(f"the forecast worker process died ({how}); it restarts in {delay:.1f} s")
 
