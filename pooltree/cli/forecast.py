@@ -56,6 +56,9 @@ def render(forecast: dict[str, Any], console: Console) -> None:
     waiting = forecast.get("waiting_for")
     if waiting:
         console.print(f"waiting for: {waiting.get('message', waiting.get('reason'))}")
+    limitation = forecast.get("limitation")
+    if limitation:
+        console.print(f"not forecast: {limitation['message']}")
     if state != "ready":
         console.print(f"forecast: {state}" + (f" ({forecast['error']})" if forecast.get("error") else ""))
         return

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -357,6 +357,26 @@ def submitted_operation(
         weight=model.weight_for_tree(tree),
         resource_limits=dict(limits) if isinstance(limits, Mapping) else None,
     )
+
+
+def tree_limitation(trees: Sequence[str]) -> dict[str, Any] | None:
+    """What the forecast of an operation in ``trees`` leaves out, as the attribute's ``limitation`` (None: nothing).
+
+    YTsaurus schedules an operation of several pool trees in each of them (one controller, its jobs started by
+    whichever tree finds room first). The simulator schedules an operation in one tree (the first of its spec's
+    ``pool_trees``), so the forecast does too: its jobs in the other trees are not forecast (their running jobs
+    are not placed, their capacity is not counted for it), so it may start and finish earlier than forecast."""
+    if len(trees) < 2:
+        return None
+    first, others = trees[0], list(trees[1:])
+    return {
+        "reason": "multiple_pool_trees",
+        "forecast_pool_tree": first,
+        "pool_trees_not_forecast": others,
+        "message": f"The operation runs in pool trees {', '.join(trees)}; the forecast schedules it in {first} "
+        f"only (the simulator runs an operation in one tree): its jobs in {', '.join(others)} are not forecast, "
+        "so it may start and finish earlier than forecast",
+    }
 
 
 def count_limit_holder(scheduler: LiveSchedulerView, tree: str, pool: str) -> dict[str, Any] | None:

@@ -28,7 +28,14 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.arrivals import ArrivalSettings
 from pooltree.forecast.health import WorkerHealth
-from pooltree.forecast.live import CopyCost, DurationHistory, LiveSchedulerView, SubmissionHistory, take_state
+from pooltree.forecast.live import (
+    FORECAST_STATES,
+    CopyCost,
+    DurationHistory,
+    LiveSchedulerView,
+    SubmissionHistory,
+    take_state,
+)
 from pooltree.forecast.process import WorkerProcess, opened_forecast, state_parcel
 from pooltree.forecast.run import Forecast, ForecastSettings
 from pooltree.forecast.state import ClusterState, OperationState
@@ -214,14 +221,23 @@ class ForecastService:
         )
         return found
 
-    def read(self) -> Forecast | None:
-        """The latest forecast (None before the first); a read keeps periodic refreshes going."""
+    def read(self, operation: Any = None) -> Forecast | None:
+        """The latest forecast (None before the first); a read keeps periodic refreshes going. ``operation``: the
+        live operation read (None: none in particular); if it is one a forecast shows (pending or running) and
+        was submitted after the latest forecast was made, that forecast is refreshed at once."""
         self.last_read = time.monotonic()
         if not self.settings.enabled:
             return None
-        if self.latest is None or self._stale():
+        latest = self.latest
+        newer = (
+            latest is not None
+            and operation is not None
+            and operation.state in FORECAST_STATES
+            and operation.start_time > latest.now
+        )
+        if latest is None or newer or self._stale():
             self._wanted.set()
-        return self.latest
+        return latest
 
     def request(self) -> None:
         """Refresh as soon as the refresher is free."""

@@ -20,7 +20,7 @@ from typing import Any
 from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.attribute import operation_forecast_map, scheduling_forecast
-from pooltree.forecast.live import count_limit_holder, submitted_operation
+from pooltree.forecast.live import count_limit_holder, submitted_operation, tree_limitation
 from pooltree.forecast.worker import ForecastService
 from pooltree.resources import resources_to_dict
 from pooltree.server.aliases import OperationAliases
@@ -489,6 +489,9 @@ class OperationCommands:
                 error=self.forecasts.last_error,
                 time_format=iso_time,
             )
+            limitation = tree_limitation(op.trees)
+            if limitation is not None:
+                attributes["scheduling_forecast"]["limitation"] = limitation
         return attributes
 
     def _effective_values(self, tree: str, operation_id: str) -> dict[str, Any]:
@@ -697,6 +700,9 @@ class OperationCommands:
         tree = next(iter(pools))
         answer: dict[str, Any] = {"dry_run": True, "pool_trees": dict(pools)}
         forecast: dict[str, Any] = {"waiting_for": count_limit_holder(self.scheduler, tree, pools[tree])}
+        limitation = tree_limitation(list(pools))
+        if limitation is not None:
+            forecast["limitation"] = limitation
         answer["scheduling_forecast"] = forecast
         forecasts = self.forecasts
         if forecasts is None:
@@ -725,10 +731,18 @@ class OperationCommands:
 
         return Deferred(future, finish, forecasts.answer_timeout)
 
+    def _read_forecast(self, operation_id: str) -> None:
+        """A read of ``operation_id``'s forecast: keeps refreshes going, and asks for one at once if the latest
+        forecast is older than the operation (read without the lock: a hint)."""
+        forecasts = self.forecasts
+        if forecasts is None:
+            return
+        forecasts.read(self.scheduler.operations.get(operation_id))
+
     def get_operation(self, ctx: CommandContext) -> Encoded:
-        if self.forecasts is not None:
-            self.forecasts.read()
-        return self._encoded(self._entry(self._operation_id(ctx)), ctx)
+        operation_id = self._operation_id(ctx)
+        self._read_forecast(operation_id)
+        return self._encoded(self._entry(operation_id), ctx)
 
     def get_operation_fast(self, ctx: CommandContext) -> Encoded | None:
         """``get_operation`` on the event loop when the cached map is current (no lock, no store, no thread), or
@@ -737,8 +751,7 @@ class OperationCommands:
         coming in a queued operation's cached map is nearly always stale; built here, a read does not queue for a
         worker thread behind listings and starts."""
         operation_id = self._operation_id(ctx)
-        if self.forecasts is not None:
-            self.forecasts.read()
+        self._read_forecast(operation_id)
         entry = self._cached(operation_id)
         if entry is not None:
             if entry.attributes is not None:

@@ -323,10 +323,12 @@ class WebUI:
             forecast_info=forecast_info,
         )
 
-    def _forecast(self) -> Any:
-        """The latest forecast (a page view keeps refreshes going, as a ``get_operation`` does)."""
+    def _forecast(self, operation_id: str | None = None) -> Any:
+        """The latest forecast (a page view keeps refreshes going, and asks for one at once when the forecast is
+        older than the operation ``operation_id`` it shows, as a ``get_operation`` does)."""
         forecasts = self.service.forecasts
-        return forecasts.read(), forecasts.last_error
+        op = None if operation_id is None else self.scheduler.operations.get(operation_id)
+        return forecasts.read(op), forecasts.last_error
 
     def _tree_forecast(self, operation_ids: list[str]) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
         """The waiting operations among ``operation_ids`` with their forecast, soonest first (at most
@@ -446,7 +448,7 @@ class WebUI:
         jobs, explanations, shares, preempting = self.reads.read(("operation", operation_id), gather)
         preempted = [j for j in jobs if j.get("interruption_info")]
         spec = {k: ("<hidden>" if k == "secure_vault" else v) for k, v in attributes["spec"].items()}
-        latest, _ = self._forecast()
+        latest, _ = self._forecast(operation_id)
         found = None if latest is None else latest.operations.get(operation_id)
         forecast_chart = ""
         if latest is not None and found is not None:

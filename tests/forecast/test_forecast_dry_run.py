@@ -15,7 +15,7 @@ from pooltree.forecast.worker import WorkerSettings
 from tests.polling import wait_for
 from tests.server.live_cluster import Cluster
 
-SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=3, horizon=600.0), refresh_periods=1)
+SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=3, horizon=600.0))
 
 
 def _start(cluster: Cluster, spec: dict[str, Any], **parameters: Any) -> httpx.Response:

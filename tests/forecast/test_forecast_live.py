@@ -20,10 +20,11 @@ SETTINGS = WorkerSettings(
     forecast=ForecastSettings(
         seeds=3, horizon=900.0, arrivals=ArrivalSettings(enabled=True, min_history=30.0)
     ),
-    refresh_periods=1,
     niceness=0,
 )
-"""``niceness=0``: the worker runs at the test's own priority. Its production ``nice`` +10 protects a scheduler's
+"""The default refresh period (30 fair-share periods): the waits below are for conditions, each met by the refresh
+a read asks for when the operation read is newer than the latest forecast (``ForecastService.read``), not by a
+worker recomputing continuously. ``niceness=0``: the worker runs at the test's own priority. Its production ``nice`` +10 protects a scheduler's
 heartbeats from the forecast; here it would only turn the machine's load into a race between the forecast and the
 jobs' wall-clock sleeps (at a load of 15 on 2 cores a forecast with arrivals, ~10 CPU seconds, took minutes)."""
 
@@ -78,7 +79,7 @@ def test_a_queued_operation_shows_when_it_will_start(tmp_path: Path) -> None:
             assert attribute is not None and attribute.get("state") != "unavailable", attribute
             return attribute if attribute.get("state") == "ready" else None
 
-        attribute = wait_for(ready, 60, 0.2)
+        attribute = wait_for(ready, 60, 0.5)
         start = attribute["estimated_start_time"]
         computed = _seconds(attribute["computed_at"])
         # it starts when busy's last jobs end: after the forecast was made, within busy's work (and a minute)

@@ -18,8 +18,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Chromium is not installed (.ci/run installs Debian's chromium with apt)"
 )
-SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=4, horizon=1800.0), refresh_periods=1, niceness=0)
-"""``niceness=0``: the worker at the test's own priority (tests/forecast/test_forecast_live.py's SETTINGS say why)."""
+SETTINGS = WorkerSettings(forecast=ForecastSettings(seeds=4, horizon=1800.0), niceness=0)
+"""The default refresh period, ``niceness=0``: tests/forecast/test_forecast_live.py's SETTINGS say why."""
 
 
 def test_the_forecast_is_drawn_on_the_operation_and_scheduling_pages(tmp_path: Path) -> None:
@@ -42,7 +42,7 @@ def test_the_forecast_is_drawn_on_the_operation_and_scheduling_pages(tmp_path: P
                 == "ready"
             ),
             60,
-            0.2,
+            0.5,
         )
         screens = tmp_path / "screens"
         screens.mkdir()

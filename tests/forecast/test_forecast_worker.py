@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
@@ -20,6 +21,7 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast import ForecastSettings
 from pooltree.forecast.health import ALERT_HOLD, WorkerHealth
 from pooltree.forecast.process import _exit_reason, _reap
+from pooltree.forecast.run import Forecast
 from pooltree.forecast.worker import OFF, ForecastService, WorkerSettings, forecast_worker_settings
 from tests.forecast.test_forecast_fork import project_state
 from tests.polling import wait_for
@@ -173,3 +175,22 @@ def test_forecasts_turned_off_make_none_and_say_so() -> None:
     assert forecast_worker_settings(2.5, arrivals=True).forecast.arrivals.enabled  # --forecast-arrivals
     with pytest.raises(ConfigError, match="forecast-budget"):
         forecast_worker_settings(-1.0)
+
+
+def test_a_read_of_an_operation_newer_than_the_forecast_asks_for_one_at_once() -> None:
+    """Refreshes come every ``refresh_periods`` while forecasts are read, and at once when the operation read is
+    pending or running and was submitted after the latest forecast was made (that forecast cannot show it)."""
+    scheduler = SimpleNamespace(update_period=1.0, operations={})
+    service = ForecastService(scheduler=scheduler, clock=lambda: 105.0)  # type: ignore[arg-type]
+    service.latest = Forecast(now=100.0, horizon=600.0, seeds=1, operations={}, events=0)
+
+    def asks(op: object) -> bool:
+        service._wanted.clear()
+        service.read(op)
+        return service._wanted.is_set()
+
+    assert not asks(None)  # 5 s old, refreshed every 30 s
+    assert asks(SimpleNamespace(state="pending", start_time=101.0))
+    assert asks(SimpleNamespace(state="running", start_time=101.0))
+    assert not asks(SimpleNamespace(state="pending", start_time=99.0))  # the forecast shows it
+    assert not asks(SimpleNamespace(state="completed", start_time=101.0))  # no forecast shows it

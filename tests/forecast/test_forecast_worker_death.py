@@ -18,8 +18,9 @@ from tests.polling import wait_for
 from tests.server.live_cluster import auth_headers
 
 SETTINGS = WorkerSettings(
-    forecast=ForecastSettings(seeds=2, horizon=600.0), refresh_periods=1, restart_backoff=1.0
+    forecast=ForecastSettings(seeds=2, horizon=600.0), refresh_periods=5, restart_backoff=1.0
 )
+"""A refresh every 5 fair-share periods while read (5 s): after the death, the next one comes by itself."""
 
 
 def _worker() -> psutil.Process | None:
