@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pooltree.config import OperationSpec
@@ -165,7 +165,11 @@ def _exit_reason(code: int | None) -> str:
     return f"exit status {code}"
 
 
-def _reap(process: Any, timeout: float = 10.0) -> None:
+REAP_TIMEOUT = 10.0
+"""Seconds a dead worker's exit code is waited for."""
+
+
+def _reap(process: Any, timeout: float = REAP_TIMEOUT) -> None:
     """Wait (up to ``timeout`` seconds) until the ended worker ``process`` has its exit code.
 
     The pool's own manager thread joins a broken pool's processes after it fails the futures, so it races this
@@ -175,6 +179,12 @@ def _reap(process: Any, timeout: float = 10.0) -> None:
     process.join(timeout=timeout)
     while process.exitcode is None and time.monotonic() < deadline:
         time.sleep(0.01)
+
+
+@dataclass
+class _Death:
+    how: str = ""
+    known: threading.Event = field(default_factory=threading.Event)
 
 
 class WorkerDied(PooltreeError):
@@ -197,6 +207,8 @@ class WorkerProcess:
         self._processes: list[Any] = []
         """The processes of ``_executor`` (their exit codes say why one died)."""
         self._lock = threading.Lock()
+        self._deaths: weakref.WeakKeyDictionary[Any, _Death] = weakref.WeakKeyDictionary()
+        """Executor → how its process ended, once the thread that saw the death first has reaped it."""
         self._sent: weakref.WeakKeyDictionary[concurrent.futures.Future[Any], Any] = (
             weakref.WeakKeyDictionary()
         )
@@ -274,13 +286,15 @@ class WorkerProcess:
             if first:
                 self._executor = None
                 processes, self._processes = self._processes, []
-        if not first:
-            return WorkerDied(
-                f"the forecast worker process died ({self.health.last_reason or 'unknown exit'})"
-            )
+            noted = self._deaths.setdefault(executor, _Death()) if executor is not None else _Death()
+        if not first:  # another thread notes it: its reason, once known
+            noted.known.wait(REAP_TIMEOUT + 5)
+            return WorkerDied(f"the forecast worker process died ({noted.how or 'unknown exit'})")
         for process in processes:
             _reap(process)
         how = ", ".join(_exit_reason(process.exitcode) for process in processes) or "unknown exit"
+        noted.how = how
+        noted.known.set()
         delay = self.health.died(how, self.clock())
         executor.shutdown(wait=False)  # its own thread fails the futures in flight (BrokenProcessPool)
         log.warning("the forecast worker process died: %s; a new one may start in %.1f s", how, delay)
