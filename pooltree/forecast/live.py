@@ -9,9 +9,9 @@ scheduler is read through the attributes named in `LiveSchedulerView`, so this m
 The copy is made in short holds of the scheduler's lock (``COPY_HOLD``, 2 ms; the first takes the trees, nodes,
 integral volumes and the operations' order, each next one as many operations as fit), and lets the lock go
 between them as long as it held it: heartbeats parked behind the lock wait at most one hold. A copy in one hold
-took 8-58 ms of CPU at 300 nodes and 150 operations (up to 250 ms of wall time on a loaded machine), and every
-heartbeat that came meanwhile waited for all of it: that was the forecast's whole cost in heartbeat p99
-(`bench/forecast_live.py`'s attribution of slow heartbeats to the refresh's phases). Each operation is copied
+took 8-70 ms of CPU at 300 nodes and 150 operations (up to 250 ms of wall time on a loaded machine), and every
+heartbeat that came meanwhile waited for all of it (`bench/forecast_live.py` attributes slow heartbeats to the
+refresh's phases: those overlapping the copy had a p50 of 60-400 ms). Each operation is copied
 whole within one hold, so it is consistent with itself; two operations may be copied a few milliseconds apart
 (a job that moved between them between two holds shows in both or neither: the fork refuses a placement that does
 not fit, `stats["placed_jobs_refused"]`). An operation finished in between is left out.
