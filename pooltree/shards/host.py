@@ -203,6 +203,10 @@ class NodeShards:
                 message = shard.conn.recv()
             except (EOFError, OSError):
                 break
+            except TypeError:  # `close` closed the pipe under this read (its handle is gone): the end
+                if shard.alive:
+                    raise
+                break
             if message[0] == "skips":
                 self._apply_skips(shard, message[1])
                 continue

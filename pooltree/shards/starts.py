@@ -153,7 +153,9 @@ class ShardStarts:
         if shard is None or not replicable(truth):
             self.leader_passes += 1
             return core.process_heartbeat(heartbeat, now)
-        if core.heartbeat_is_noop(heartbeat.address, now, _no_bound):
+        if not truth.can_start_more(truth.nodes[heartbeat.address]) and core.heartbeat_is_noop(
+            heartbeat.address, now, _no_bound
+        ):
             # the strategy's own proof (the simulator skips heartbeats by it): the pass would start and preempt
             # nothing, so the shard is not asked; only the node's preemptive backoff moves, as the pass moves it
             core.skip_heartbeat(heartbeat.address, now)
@@ -460,7 +462,8 @@ def _give_back(state: _Tree, allocation_id: str, finished: FinishedAllocation, n
 
 def _no_bound() -> Vector:
     """The lower bound of pending work's min needed resources `heartbeat_is_noop` takes: none (zeros), so a pass
-    is proven empty only on a node that cannot start more (no walk over the operations per heartbeat)."""
+    is proven empty only on a node that cannot start more (no walk over the operations per heartbeat; the proof
+    is asked only of such nodes, `TreeScheduler.can_start_more` first)."""
     return np.zeros(RESOURCE_COUNT)
 
 
