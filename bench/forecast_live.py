@@ -25,6 +25,7 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -194,16 +195,26 @@ def _queue_operations(url: str, token: str, count: int, jobs: int) -> list[str]:
     ]
 
 
-def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> Scheduler:
+def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> tuple[Scheduler, str]:
     """The scheduler of a round: forecasts off (``off``), on (``on``), or on in the ``--base`` tree's code
-    (``base``: its ``pooltree`` first on the scheduler's PYTHONPATH, e.g. a worktree of the session's start)."""
+    (``base``: its ``pooltree`` first on the scheduler's PYTHONPATH, e.g. a worktree of the session's start); and
+    where its ``pooltree`` was imported from. It starts in ``data`` (``-m`` puts the working directory first on
+    the path: a bench run from a source tree would run that tree's code in every mode)."""
     budget = 0.0 if mode == "off" else args.budget
-    before = os.environ.get("PYTHONPATH")
+    before, directory = os.environ.get("PYTHONPATH"), os.getcwd()
     if mode == "base":
         os.environ["PYTHONPATH"] = str(Path(args.base).resolve())
+    os.chdir(data)
     try:
-        return Scheduler(data, args.period, ("--forecast-budget", str(budget)))
+        code = subprocess.run(
+            [sys.executable, "-c", "import pooltree; print(pooltree.__file__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        return Scheduler(data, args.period, ("--forecast-budget", str(budget))), code
     finally:
+        os.chdir(directory)
         if before is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -212,7 +223,7 @@ def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> Scheduler:
 
 def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="pooltree-forecast-live-") as tmp:
-        scheduler = _scheduler(Path(tmp), args, mode)
+        scheduler, code = _scheduler(Path(tmp), args, mode)
         context = mp.get_context("spawn")
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
@@ -252,6 +263,7 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             refreshes = max(len(seen) - 1, 0)  # the first was made before the window
             return {
                 "mode": mode,
+                "code": code,
                 "heartbeat_p50_ms": heartbeats["heartbeat_p50_ms"],
                 "heartbeat_p99_ms": heartbeats["heartbeat_p99_ms"],
                 "answered_heartbeats_per_second": heartbeats["answered_heartbeats_per_second"],

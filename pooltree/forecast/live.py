@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -209,7 +209,6 @@ def _operation_state(
             )
         )
     options = (op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}).get(tree) or {}
-    starvation = core.strategy.starvation.get(op.id) if core is not None else None
     return OperationState(
         op.id,
         op.user,
@@ -223,10 +222,66 @@ def _operation_state(
         weight=options.get("weight"),
         resource_limits=options.get("resource_limits"),
         first_job_time=first_job,
-        below_fair_share_since=None if starvation is None else starvation.below_fair_share_since,
+        below_fair_share_since=_starving_since(scheduler, op, tree),
         suspended=op.suspended,
         revision=op.revision,
     )
+
+
+class OperationCopies:
+    """Each operation's last copy and what it was copied at (`_copy_key`): an operation unchanged since is not
+    copied again (its starvation clock, which moves without the operation changing, is read anew). Most of a
+    large cluster's operations wait in queues and do not change between two refreshes."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[Hashable, OperationState]] = {}
+        self.reused = 0
+        """Operations the last copy took from here."""
+
+    def copy(self, scheduler: LiveSchedulerView, op: Any, history: DurationHistory) -> OperationState | None:
+        """``op`` copied (call under the scheduler's lock)."""
+        key = _copy_key(op)
+        kept = self.kept.get(op.id)
+        if kept is None or kept[0] != key:
+            found = _operation_state(scheduler, op, history)
+            if found is not None:
+                self.kept[op.id] = (key, found)
+            return found
+        found = kept[1]
+        since = _starving_since(scheduler, op, found.tree)
+        if since != found.below_fair_share_since:
+            found = replace(found, below_fair_share_since=since)
+            self.kept[op.id] = (key, found)
+        self.reused += 1
+        return found
+
+    def keep_only(self, operation_ids: set[str]) -> None:
+        for gone in [op_id for op_id in self.kept if op_id not in operation_ids]:
+            del self.kept[gone]
+
+
+def _copy_key(op: Any) -> Hashable:
+    """What an operation's copy depends on: its revision (moved by every change of its state, jobs and
+    parameters) and, in case a change does not move it, its job and allocation counts and trees."""
+    controller = op.controller
+    return (
+        op.revision,
+        op.state,
+        op.suspended,
+        len(op.jobs),
+        op.aborted_jobs,
+        op.lost_jobs,
+        controller.pending_allocation_count,
+        controller.completed_job_count,
+        controller.failed_job_count,
+        tuple(op.trees),
+    )
+
+
+def _starving_since(scheduler: LiveSchedulerView, op: Any, tree: str) -> float | None:
+    core = scheduler.cores.get(tree)
+    starvation = core.strategy.starvation.get(op.id) if core is not None else None
+    return None if starvation is None else starvation.below_fair_share_since
 
 
 def take_state(
@@ -236,12 +291,16 @@ def take_state(
     submissions: SubmissionHistory | None = None,
     cost: CopyCost | None = None,
     hold: float = COPY_HOLD,
+    copies: OperationCopies | None = None,
 ) -> ClusterState:
     """The live cluster at ``now`` (call without holding the scheduler's lock: it takes it, in short holds, see the
     module docstring); ``submissions``: the submission history the copy adds its operations to and carries (None:
     no arrivals are drawn); ``cost``: where the lock's holds are noted; ``hold``: seconds one hold may last (at
-    least one operation is copied per hold). Copies that share ``history`` must not run at once."""
+    least one operation is copied per hold); ``copies``: the last copies of operations, reused where unchanged
+    (None: every operation copied anew). Copies that share ``history`` or ``copies`` must not run at once."""
     cost = CopyCost() if cost is None else cost
+    copies = OperationCopies() if copies is None else copies
+    copies.reused = 0
     with _holding(scheduler, cost):
         registry = scheduler.registry
         definitions = {name: tree.definition for name, tree in registry.trees.items()}
@@ -267,13 +326,11 @@ def take_state(
                     continue  # finished and forgotten since the first hold
                 if submissions is not None:
                     submissions.add(op, scheduler)
-                if (
-                    op.state in FORECAST_STATES
-                    and (found := _operation_state(scheduler, op, history)) is not None
-                ):
+                if op.state in FORECAST_STATES and (found := copies.copy(scheduler, op, history)) is not None:
                     operations.append(found)
                 if time.perf_counter() >= deadline:
                     break
+    copies.keep_only({op.id for op in operations})
     submitted: list[Submission] = []
     if submissions is not None:
         _pause(cost)

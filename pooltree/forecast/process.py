@@ -112,9 +112,29 @@ def _opened(parcel: Parcel, yielding: bool) -> tuple[Any, list[Any]]:
     return pickle.loads(head), items
 
 
-def state_parcel(state: ClusterState, yielding: bool = True) -> Parcel:
-    """``state`` as it is sent to the worker (its operations one by one)."""
-    return _parcel(replace(state, operations=()), state.operations, yielding)
+def state_parcel(
+    state: ClusterState, kept: dict[str, tuple[Any, bytes]] | None = None, yielding: bool = True
+) -> Parcel:
+    """``state`` as it is sent to the worker (its operations one by one). ``kept``: operation id → (the copy, its
+    bytes) of the last parcel, reused for a copy that is the same object (`pooltree.forecast.live.OperationCopies`
+    keeps unchanged operations' copies); replaced by this parcel's."""
+    if kept is None:
+        return _parcel(replace(state, operations=()), state.operations, yielding)
+    pickled = []
+    made: dict[str, tuple[Any, bytes]] = {}
+    deadline = time.perf_counter() + PICKLE_SLICE
+    for op in state.operations:
+        found = kept.get(op.id)
+        if found is None or found[0] is not op:
+            found = (op, pickle.dumps(op, pickle.HIGHEST_PROTOCOL))
+            if yielding and time.perf_counter() >= deadline:
+                time.sleep(0)
+                deadline = time.perf_counter() + PICKLE_SLICE
+        made[op.id] = found
+        pickled.append(found[1])
+    kept.clear()
+    kept.update(made)
+    return pickle.dumps(replace(state, operations=()), pickle.HIGHEST_PROTOCOL), tuple(pickled)
 
 
 def opened_state(parcel: Parcel) -> ClusterState:

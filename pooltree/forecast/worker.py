@@ -33,6 +33,7 @@ from pooltree.forecast.live import (
     CopyCost,
     DurationHistory,
     LiveSchedulerView,
+    OperationCopies,
     SubmissionHistory,
     take_state,
 )
@@ -122,7 +123,10 @@ class ForecastService:
         self.health = WorkerHealth(self.settings.restart_backoff, self.settings.restart_backoff_max)
         self.worker = WorkerProcess(self.settings.memory_limit, self.settings.niceness, self.health, clock)
         self._copying = threading.Lock()
-        """One copy at a time (a refresh's and a dry run's share the histories)."""
+        """One copy at a time (a refresh's and a dry run's share the histories and ``copies``)."""
+        self.copies = OperationCopies()
+        self._pickled: dict[str, tuple[Any, bytes]] = {}
+        """The last refresh's operations and their pickled bytes (`state_parcel`)."""
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,9 +160,11 @@ class ForecastService:
     # ------------------------------------------------------------------ refreshes
 
     def _take_state(self, cost: CopyCost | None = None) -> ClusterState:
-        """A copy of the live cluster (one at a time: the histories are the copies' own)."""
+        """A copy of the live cluster (one at a time: the histories and the operations' copies are theirs)."""
         with self._copying:
-            return take_state(self.scheduler, self.history, self.clock(), self.submissions, cost)
+            return take_state(
+                self.scheduler, self.history, self.clock(), self.submissions, cost, copies=self.copies
+            )
 
     def refresh(self) -> Forecast | None:
         """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker). Each phase's
@@ -169,7 +175,8 @@ class ForecastService:
         copied, cpu = time.thread_time() - cpu, time.thread_time()
         sending = time.time()
         try:
-            future = self._send(state, self.settings.forecast)
+            parcel = state_parcel(state, self._pickled)  # the refresher's own: dry runs pickle anew
+            future = self.worker.send(parcel, self.settings.forecast, self.settings.timeout)
             sent, pickling, cpu = time.time(), time.thread_time() - cpu, time.thread_time()
             parcel = self.worker.answer(future, self.answer_timeout)
             answered = time.time()
@@ -189,6 +196,7 @@ class ForecastService:
             "lock_held_seconds": round(cost.held, 4),
             "longest_lock_hold_seconds": round(cost.longest_hold, 4),
             "lock_holds": float(len(cost.holds)),
+            "operations_reused": float(self.copies.reused),
             "pickle_cpu_seconds": round(pickling, 4),
             "unpickle_cpu_seconds": round(opening, 4),
             "forecast_wall_seconds": round(answered - sent, 4),
@@ -196,12 +204,14 @@ class ForecastService:
         }
         self.health.succeeded(self.last_cost)
         log.info(
-            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms), "
-            "pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, simulated %.0f of %.0f s",
+            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms; "
+            "%d operations unchanged), pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, simulated "
+            "%.0f of %.0f s",
             1000 * copied,
             1000 * (sending - began),
             len(cost.holds),
             1000 * cost.longest_hold,
+            self.copies.reused,
             1000 * pickling,
             1000 * opening,
             answered - sent,

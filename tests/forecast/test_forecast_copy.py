@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from pooltree.config import parse_pool_trees
-from pooltree.forecast.live import CopyCost, DurationHistory, SubmissionHistory, take_state
+from pooltree.forecast.live import CopyCost, DurationHistory, OperationCopies, SubmissionHistory, take_state
+from pooltree.forecast.process import opened_state, state_parcel
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
@@ -143,3 +144,27 @@ def test_between_two_holds_others_take_the_lock_and_what_they_changed_is_copied(
         running = sum(1 for job in now[op_id].jobs.values() if job.state == "running")
         assert sum(len(task.running) for task in op.tasks) == running
         assert op.state == now[op_id].state
+
+
+def test_an_unchanged_operation_is_not_copied_again_and_the_copy_equals_a_fresh_one(
+    live: LiveScheduler,
+) -> None:
+    copies, history = OperationCopies(), DurationHistory()
+    first = take_state(live, history, 40.0, copies=copies)
+    again = take_state(live, history, 41.0, copies=copies)
+    assert copies.reused == len(first.operations) == OPERATIONS
+    assert all(a is b for a, b in zip(first.operations, again.operations, strict=True))
+    # a heartbeat completes a job of each running operation on n1 and starts queued ones: those are copied anew
+    _heartbeat(live, "n1", 42.0, finished=2)
+    kept = take_state(live, history, 43.0, copies=copies)
+    assert 0 < copies.reused < len(kept.operations)
+    fresh = take_state(live, DurationHistory(), 43.0)
+    assert _plain(kept) == _plain(fresh)
+    # pickled: an unchanged copy's bytes are reused, and the parcel opens to the same state
+    pickled: dict[str, tuple[Any, bytes]] = {}
+    state_parcel(kept, pickled)
+    reused = dict(pickled)
+    again = take_state(live, history, 44.0, copies=copies)
+    parcel = state_parcel(again, pickled)
+    assert all(pickled[op_id][1] is reused[op_id][1] for op_id in reused)
+    assert _plain(opened_state(parcel)) == _plain(again)
