@@ -1,20 +1,22 @@
-"""Live config changes of a pool tree: build the new state aside, swap it in when complete (a `PoolTree` mixin)."""
+"""Live config changes of a pool tree: build the new state aside, swap it in when complete (a part of `PoolTree`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pooltree.errors import PooltreeError
 from pooltree.tree.elements import PoolElement, TreeOperation
+
+if TYPE_CHECKING:
+    from pooltree.tree.pool_tree import PoolTree
 
 
 class LiveConfig:
     """``apply_config`` / ``staged_config`` / ``commit_staged`` of `PoolTree`."""
 
-    name: str
-    revision: int
-    _bump_structure: Any
-    _bump_operation: Any
+    def __init__(self, tree: PoolTree) -> None:
+        self.tree = tree
+        """The tree whose state this part reads and changes (its one owner)."""
 
     # ------------------------------------------------------------------------------------------ live config
 
@@ -39,16 +41,16 @@ class LiveConfig:
         for a limit); a pool's ``enable_lightweight_operations`` toggle re-accounts them. Pending operations keep
         their FIFO order and are re-checked (``try_run_all_pending_operations``).
         """
-        if definition.name != self.name:
+        if definition.name != self.tree.name:
             raise PooltreeError(
-                f"Cannot apply the config of tree {definition.name!r} to tree {self.name!r}",
-                attributes={"pool_tree": self.name},
+                f"Cannot apply the config of tree {definition.name!r} to tree {self.tree.name!r}",
+                attributes={"pool_tree": self.tree.name},
             )
-        new = type(self)(definition, user_default_parent_pools=self.user_default_parent_pools)  # type: ignore[call-arg]
-        new._registration_counter = self._registration_counter
-        new._pending_counter = self._pending_counter
+        new = type(self.tree)(definition, user_default_parent_pools=self.tree.user_default_parent_pools)
+        new._registration_counter = self.tree._registration_counter
+        new._pending_counter = self.tree._pending_counter
         targets = _PoolTargets(new, self._first_user)
-        ops = list(self._operations.values())
+        ops = list(self.tree._operations.values())
         copies: dict[str, TreeOperation] = {}
         for op in ops:
             copies[op.id] = new._operations[op.id] = _copy_operation(op, new.root)
@@ -64,7 +66,7 @@ class LiveConfig:
         """Swap in a state built by :meth:`staged_config`; returns operations that were pending and now run."""
         activated = [
             op_id
-            for op_id, op in self._operations.items()
+            for op_id, op in self.tree._operations.items()
             if not op.running and new._operations[op_id].running
         ]
         self._swap_state(new)
@@ -76,9 +78,9 @@ class LiveConfig:
         return ""
 
     def _swap_state(self, new: Any) -> None:
-        for (
-            user
-        ) in self._user_ephemeral_pools:  # a user whose pools became explicit stays listed, as on YTsaurus
+        for user in (
+            self.tree._user_ephemeral_pools
+        ):  # a user whose pools became explicit stays listed, as on YTsaurus
             new._user_ephemeral_pools.setdefault(user, [])
         for name in (
             "definition",
@@ -95,12 +97,12 @@ class LiveConfig:
             "root",
             "_pools",
         ):
-            setattr(self, name, getattr(new, name))
-        self._bump_structure()
+            setattr(self.tree, name, getattr(new, name))
+        self.tree._bump_structure()
 
     def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
-        self.operation(operation_id).suspended = suspended
-        self._bump_operation(operation_id)
+        self.tree.operation(operation_id).suspended = suspended
+        self.tree._bump_operation(operation_id)
 
 
 class _PoolTargets:
@@ -129,7 +131,7 @@ class _PoolTargets:
         else:
             owner = old_pool.created_by_user or self.first_user(old_pool)
             result = new._pools.get(old_pool.name) or new._new_ephemeral_pool(
-                old_pool.name, new.default_parent_pool(owner), owner, in_default_parent=True
+                old_pool.name, new.naming.default_parent_pool(owner), owner, in_default_parent=True
             )
         self.targets[old_pool.name] = result
         return result

@@ -26,7 +26,7 @@ from pooltree.errors import PooltreeError
 from pooltree.resources import unlimited
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
 from pooltree.tree.live_config import LiveConfig
-from pooltree.tree.naming import PoolNaming
+from pooltree.tree.naming import PoolNaming, lowest_violating_pool
 from pooltree.tree.tree_views import TreeViews
 from pooltree.tree.values import (
     DEFAULT_EPHEMERAL_POOL_NAME_REGEX,
@@ -66,8 +66,13 @@ __all__ = [
 ]
 
 
-class PoolTree(PoolNaming, LiveConfig, TreeViews):
-    """One pool tree at run time, built from a ``PoolTreeDefinition`` (``name``, ``config``, ``pools``)."""
+class PoolTree:
+    """One pool tree at run time, built from a ``PoolTreeDefinition`` (``name``, ``config``, ``pools``).
+
+    Composed of three parts made here, each holding this tree: ``naming`` (where an operation goes and the checks
+    before it is placed, `naming.py`), ``live_config`` (config changes built aside and swapped in,
+    `live_config.py`) and ``views`` (effective parameters and orchid data, `tree_views.py`); the methods below that
+    other code calls on a tree pass to them."""
 
     def __init__(self, definition: Any, *, user_default_parent_pools: Mapping[str, str] | None = None):
         self.name: str = definition.name
@@ -106,7 +111,53 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
             full_path="/",
         )
         self._pools: dict[str, PoolElement] = {ROOT_POOL_NAME: self.root}
+        self.naming = PoolNaming(self)
+        self.live_config = LiveConfig(self)
+        self.views = TreeViews(self)
         self._build_configured_pools(definition.pools)
+
+    # ------------------------------------------------------------------------ the parts' methods, on the tree
+
+    def default_parent_pool(self, user: str) -> PoolElement:
+        return self.naming.default_parent_pool(user)
+
+    def resolve_pool(self, pool_name: str | None, user: str) -> PoolPlacement:
+        return self.naming.resolve_pool(pool_name, user)
+
+    lowest_violating_pool = staticmethod(lowest_violating_pool)
+
+    def apply_config(self, definition: Any) -> list[str]:
+        return self.live_config.apply_config(definition)
+
+    def staged_config(self, definition: Any) -> PoolTree:
+        return self.live_config.staged_config(definition)
+
+    def commit_staged(self, new: PoolTree) -> list[str]:
+        return self.live_config.commit_staged(new)
+
+    def set_operation_suspended(self, operation_id: str, suspended: bool) -> None:
+        self.live_config.set_operation_suspended(operation_id, suspended)
+
+    def effective_parameters(self, pool_name: str) -> EffectiveParameters:
+        return self.views.effective_parameters(pool_name)
+
+    def operation_effective_parameters(self, operation_id: str) -> EffectiveParameters:
+        return self.views.operation_effective_parameters(operation_id)
+
+    def pool_orchid(self, name: str) -> dict[str, Any]:
+        return self.views.pool_orchid(name)
+
+    def pending_positions(self) -> dict[str, int]:
+        return self.views.pending_positions()
+
+    def pending_position(self, holder: PoolElement, operation_id: str) -> int:
+        return self.views.pending_position(holder, operation_id)
+
+    def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
+        return self.views.operation_orchid(operation_id, position=position)
+
+    def orchid(self) -> dict[str, Any]:
+        return self.views.orchid()
 
     # ----------------------------------------------------------------------------------------------- building
 
@@ -300,13 +351,13 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 attributes={"operation_id": operation_id, "pool_tree": self.name},
             )
         if revival:
-            placement = self.resolve_pool(self._revival_pool_name(pool, user), user)
+            placement = self.naming.resolve_pool(self._revival_pool_name(pool, user), user)
         else:
-            placement = self.resolve_pool(pool, user)
+            placement = self.naming.resolve_pool(pool, user)
         if is_gang:
             self._check_gang(placement)
         if not revival:
-            self._check_operation_count(self._check_placement(placement, user))
+            self.naming._check_operation_count(self.naming._check_placement(placement, user))
         return placement
 
     def _revival_pool_name(self, pool_name: str | None, user: str) -> str:
@@ -447,7 +498,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         if op.lightweight or keep_running:
             self._mark_running(op)
             return
-        violating = self.lowest_violating_pool(pool)
+        violating = lowest_violating_pool(pool)
         if violating is None:
             self._mark_running(op)
         else:
@@ -516,7 +567,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                 op = next(iter(queue.values()))
                 del queue[op.id]
                 op.pending_pool = None
-                violating = self.lowest_violating_pool(op.pool)
+                violating = lowest_violating_pool(op.pool)
                 if violating is not None:
                     self._enqueue(op, violating)
                     continue
@@ -536,7 +587,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
                     self._mark_running(op)
                     activated.append(op.id)
                     continue
-                violating = self.lowest_violating_pool(op.pool)
+                violating = lowest_violating_pool(op.pool)
                 if violating is pool:
                     continue
                 del pool.pending[op.id]
@@ -595,7 +646,7 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
         new_limits = _limits_vector(resource_limits) if resource_limits is not None else op.resource_limits
         placement: PoolPlacement | None = None
         if pool is not None:
-            candidate = self.resolve_pool(pool, op.user)
+            candidate = self.naming.resolve_pool(pool, op.user)
             if candidate.pool is not op.pool:
                 self._validate_pool_change(op, candidate)
                 placement = candidate
@@ -612,8 +663,8 @@ class PoolTree(PoolNaming, LiveConfig, TreeViews):
 
     def _validate_pool_change(self, op: TreeOperation, placement: PoolPlacement) -> None:
         """§f: every pool of the new path (only the part not shared with the old one for a running operation)."""
-        start = self._check_placement(placement, op.user)
-        lightweight_in_new = self._is_lightweight(op.operation_type, placement.pool)
+        start = self.naming._check_placement(placement, op.user)
+        lightweight_in_new = self.naming._is_lightweight(op.operation_type, placement.pool)
         for element in self.pools_to_validate_on_pool_change(
             op, start, lightweight_in_new=lightweight_in_new
         ):

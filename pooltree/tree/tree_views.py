@@ -1,9 +1,9 @@
-"""Effective starvation/preemption parameters and the orchid data of a pool tree (a `PoolTree` mixin)."""
+"""Effective starvation/preemption parameters and the orchid data of a pool tree (a part of `PoolTree`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,15 +17,16 @@ from pooltree.tree.values import (
     _threshold_vector,
 )
 
+if TYPE_CHECKING:
+    from pooltree.tree.pool_tree import PoolTree
+
 
 class TreeViews:
     """Read-only views of `PoolTree` state: effective parameters, pool and operation orchid, queue positions."""
 
-    name: str
-    config: Any
-    _pools: dict[str, PoolElement]
-    _operations: dict[str, TreeOperation]
-    _position_cache: dict[str, tuple[tuple[int, str, str], dict[str, int]]]
+    def __init__(self, tree: PoolTree) -> None:
+        self.tree = tree
+        """The tree whose state this part reads and changes (its one owner)."""
 
     # ------------------------------------------------------------------------------- effective parameters
 
@@ -34,8 +35,8 @@ class TreeViews:
 
         Ephemeral pools set none of them, so they inherit from their parent. The root takes the tree config.
         """
-        chain = reversed(self.pool(pool_name).path)
-        cfg = self.config
+        chain = reversed(self.tree.pool(pool_name).path)
+        cfg = self.tree.config
         params = EffectiveParameters(
             fair_share_starvation_tolerance=float(cfg.fair_share_starvation_tolerance),
             fair_share_starvation_timeout=float(cfg.fair_share_starvation_timeout),
@@ -69,7 +70,7 @@ class TreeViews:
     def operation_effective_parameters(self, operation_id: str) -> EffectiveParameters:
         """An operation inherits its pool's parameters; the spec may enable aggressive starvation and lower the
         non-preemptible ``user_slots`` threshold (``max_unpreemptible_allocation_count``)."""
-        op = self.operation(operation_id)
+        op = self.tree.operation(operation_id)
         params = self.effective_parameters(op.pool.name)
         if _spec_option(op.spec, "enable_aggressive_starvation", False):
             params.aggressive_starvation_enabled = True
@@ -84,7 +85,7 @@ class TreeViews:
 
     def pool_orchid(self, name: str) -> dict[str, Any]:
         """Counts, effective limits, pending queue and placement of one pool (view layer input)."""
-        pool = self.pool(name)
+        pool = self.tree.pool(name)
         config = pool.config
         return {
             "name": pool.name,
@@ -102,7 +103,7 @@ class TreeViews:
             "pending_operation_count": len(pool.pending),
             "child_pool_count": len(pool.children),
             "forbid_immediate_operations": (
-                bool(_option(self.config, "forbid_immediate_operations_in_root", True))
+                bool(_option(self.tree.config, "forbid_immediate_operations_in_root", True))
                 if pool.is_root
                 else bool(config is not None and config.forbid_immediate_operations)
             ),
@@ -115,7 +116,7 @@ class TreeViews:
     def pending_positions(self) -> dict[str, int]:
         """Every pending operation's position in its queue (one pass; ``operation_orchid`` per operation would
         look each one up in its queue)."""
-        return {op_id: i for pool in self._pools.values() for i, op_id in enumerate(pool.pending)}
+        return {op_id: i for pool in self.tree._pools.values() for i, op_id in enumerate(pool.pending)}
 
     def pending_position(self, holder: PoolElement, operation_id: str) -> int:
         """``operation_id``'s position in ``holder``'s pending queue. The queue's positions are computed in one pass
@@ -126,20 +127,20 @@ class TreeViews:
         if not queue:
             raise KeyError(operation_id)
         key = (len(queue), next(iter(queue)), next(reversed(queue)))
-        cached = self._position_cache.get(holder.name)
+        cached = self.tree._position_cache.get(holder.name)
         if cached is None or cached[0] != key:
             positions = _after_appends(queue, cached, key)
             cached = (
                 key,
                 positions if positions is not None else {op_id: i for i, op_id in enumerate(queue)},
             )
-            self._position_cache[holder.name] = cached
+            self.tree._position_cache[holder.name] = cached
         return cached[1][operation_id]
 
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         """An operation's placement in this tree; a pending one names the pool holding it and its position
         (``position`` when the caller already knows it)."""
-        op = self.operation(operation_id)
+        op = self.tree.operation(operation_id)
         info: dict[str, Any] = {
             "pool": op.pool.name,
             "user": op.user,
@@ -176,9 +177,9 @@ class TreeViews:
     def orchid(self) -> dict[str, Any]:
         """Every pool (top-down) and every operation of the tree."""
         return {
-            "pools": {pool.name: self.pool_orchid(pool.name) for pool in self._pools_top_down()},
-            "operations": {op_id: self.operation_orchid(op_id) for op_id in self._operations},
-            "alerts": dict(self.alerts),
+            "pools": {pool.name: self.pool_orchid(pool.name) for pool in self.tree._pools_top_down()},
+            "operations": {op_id: self.operation_orchid(op_id) for op_id in self.tree._operations},
+            "alerts": dict(self.tree.alerts),
         }
 
     def iter_operations(self, pool: PoolElement) -> Iterable[TreeOperation]:
