@@ -405,11 +405,13 @@ async def read_body(request: Request, limit: int, what: str = "Request body") ->
     receive = request.receive
     scope = request.scope
     size = 0
-    deadline = anyio.current_time() + BODY_TOTAL_TIMEOUT
+    deadline: float | None = None  # set at the first wait (a body held whole never asks the clock)
     while True:
         if scope.get(BODY_WHOLE):
             message = await receive()  # in the protocol's buffer: no wait
         else:
+            if deadline is None:
+                deadline = anyio.current_time() + BODY_TOTAL_TIMEOUT
             wait = min(BODY_IDLE_TIMEOUT, deadline - anyio.current_time())
             try:
                 with anyio.fail_after(max(wait, 0.0)):
