@@ -28,6 +28,7 @@ def test_template_specs_are_the_plain_builders(tmp_path: Path) -> None:
     scheduler.job_files = lambda operation_id, task: [dict(entry) for entry in files.get(task, [])]
     specs = scheduler.heartbeats.specs
     compared: list[str] = []
+    memories: set[tuple[str, int]] = set()
     spec_of = specs.spec
 
     def checked(op: Any, job: Any, allocation: Any) -> dict[str, Any]:
@@ -35,6 +36,7 @@ def test_template_specs_are_the_plain_builders(tmp_path: Path) -> None:
         plain = specs.build(op, job, allocation)
         assert json.dumps(spec) == json.dumps(plain)  # same keys, values and order
         compared.append(job.id)
+        memories.add((job.task_name, spec["resources"]["memory"]))
         return spec
 
     specs.spec = checked  # type: ignore[method-assign]
@@ -96,6 +98,8 @@ def test_template_specs_are_the_plain_builders(tmp_path: Path) -> None:
                         "operation_id": job.operation_id,
                         "task_name": job.task_name,
                         "state": "completed",
+                        # measured memory moves the task's reserve: later jobs' resources differ from the template's
+                        "statistics": {"user_job/max_memory": (step + 1) * GIB // 4},
                     }
                     for job in done
                 ],
@@ -103,4 +107,5 @@ def test_template_specs_are_the_plain_builders(tmp_path: Path) -> None:
             scheduler.process_heartbeat(parse_heartbeat(data), now)
         now += 1.0
     assert len(compared) >= 40
+    assert len({memory for task, memory in memories if task == "main"}) > 1  # templates met other resources
     assert specs.built_plain < len(compared) // 2  # most came from templates

@@ -49,9 +49,17 @@ class JobSpecs:
         kept = op.job_spec_templates.get(key)
         if kept is None or kept[0] is not config or kept[1] != scheduler.isolate_job_network:
             spec = self._plain(op, job, allocation)
-            op.job_spec_templates[key] = (config, scheduler.isolate_job_network, spec)
+            op.job_spec_templates[key] = (
+                config,
+                scheduler.isolate_job_network,
+                spec,
+                allocation.resources.tolist(),
+            )
             return _copy(spec)
         template = kept[2]
+        amounts = allocation.resources.tolist()
+        # most jobs of a task get the same resources: the template's output map, copied, unless they differ
+        resources = dict(template["resources"]) if amounts == kept[3] else resources_to_dict(amounts)
         reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
         if (reserve is not None) != ("memory_reserve" in template):
             return self._plain(op, job, allocation)
@@ -62,7 +70,7 @@ class JobSpecs:
             "job_id": job.id,
             "job_index": job.job_index,
             "environment": environment,
-            "resources": resources_to_dict(allocation.resources),
+            "resources": resources,
         }
         if reserve is not None:
             own["memory_reserve"] = min(reserve.user_job_memory_reserve, template["memory_limit"])
