@@ -532,9 +532,11 @@ def parse_heartbeat(data: Any, reports: RunningReports | None = None) -> Heartbe
         raise ConfigError("resource_limits", "required field is missing")
     if not isinstance(data["resource_limits"], Mapping):
         raise ConfigError("resource_limits", "expected a map of resources")
-    limits = _resources(data["resource_limits"], "resource_limits")
-    if not all(math.isfinite(x) and x >= 0 for x in limits):
-        raise ConfigError("resource_limits", "expected finite non-negative amounts")
+    limits = _plain_resources(data["resource_limits"])  # plain numbers are finite and non-negative already
+    if limits is None:
+        limits = parse_resources(data["resource_limits"], "resource_limits")
+        if not all(math.isfinite(x) and x >= 0 for x in limits.tolist()):
+            raise ConfigError("resource_limits", "expected finite non-negative amounts")
     tags_raw = data.get("tags") or []
     if not isinstance(tags_raw, list) or not all(isinstance(t, str) and t for t in tags_raw):
         raise ConfigError("tags", "expected a list of non-empty strings")

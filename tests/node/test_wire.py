@@ -215,3 +215,21 @@ def test_an_unhashable_job_id_is_refused_by_field() -> None:
     with pytest.raises(ConfigError) as raised:
         reports.parse("n1", [{"job_id": ["x"], "operation_id": "o"}])
     assert raised.value.path == "running_jobs[0].job_id"
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"cpu": -1}, {"cpu": 1e309}, {"memory": "-1Gi"}, {"cpu": 2, "user_slots": -0.5}, {"cpu": True}],
+)
+def test_heartbeat_limits_must_be_finite_and_non_negative(limits: dict[str, object]) -> None:
+    """Plain limit maps are read without ``parse_resources`` (their numbers are checked as they are read); every
+    other map goes through it and the finiteness check: refused either way, naming ``resource_limits``."""
+    with pytest.raises(ConfigError) as raised:
+        wire.parse_heartbeat({"node_address": "n1", "resource_limits": limits})
+    assert raised.value.path.startswith("resource_limits")
+
+
+def test_plain_heartbeat_limits_read_as_parse_resources_reads_them() -> None:
+    limits = {"cpu": 3.14159, "user_slots": 4, "memory": 2.6 * 2**30, "gpu": 0}
+    parsed = wire.parse_heartbeat({"node_address": "n1", "resource_limits": limits})
+    assert parsed.resource_limits.tolist() == parse_resources(limits, "resource_limits").tolist()
