@@ -261,21 +261,9 @@ class OperationCopies:
 
 
 def _copy_key(op: Any) -> Hashable:
-    """What an operation's copy depends on: its revision (moved by every change of its state, jobs and
-    parameters) and, in case a change does not move it, its job and allocation counts and trees."""
-    controller = op.controller
-    return (
-        op.revision,
-        op.state,
-        op.suspended,
-        len(op.jobs),
-        op.aborted_jobs,
-        op.lost_jobs,
-        controller.pending_allocation_count,
-        controller.completed_job_count,
-        controller.failed_job_count,
-        tuple(op.trees),
-    )
+    """What an operation's copy depends on: its change mark (``LiveOperation.change_mark``: the revision, moved
+    by every change of its state, jobs and parameters, and its counts) and its trees."""
+    return op.change_mark(), tuple(op.trees)
 
 
 def _starving_since(scheduler: LiveSchedulerView, op: Any, tree: str) -> float | None:

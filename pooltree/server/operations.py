@@ -278,23 +278,12 @@ class OperationCommands:
     def _fingerprint(self, op: LiveOperation) -> Hashable | None:
         """What a live operation's attribute map depends on (for a pending one also its place in the queues), or
         None when that cannot be told now."""
-        controller = op.controller
         last_update = self.scheduler.updates.last_update
         placement = self._placement(op) if op.state == "pending" else ()
         if placement is None:
             return None
         return (
-            op.revision,
-            op.state,
-            op.suspended,
-            len(op.events),
-            len(op.jobs),
-            op.aborted_jobs,
-            op.lost_jobs,
-            controller.pending_allocation_count,
-            controller.completed_job_count,
-            controller.failed_job_count,
-            controller.reserved_count,
+            *op.change_mark(),
             tuple(last_update.get(tree) for tree in op.trees),
             placement,
             self._forecast_mark(),

@@ -354,6 +354,25 @@ class LiveOperation:
     def is_final(self) -> bool:
         return self.state in ("completed", "failed", "aborted")
 
+    def change_mark(self) -> tuple[Any, ...]:
+        """What moves whenever the operation's state, jobs or parameters change: its revision and, in case a change
+        does not move it, its event, job and allocation counts (readers key what they derived from it on this: the
+        attribute map's fingerprint, the forecast's copy)."""
+        controller = self.controller
+        return (
+            self.revision,
+            self.state,
+            self.suspended,
+            len(self.events),
+            len(self.jobs),
+            self.aborted_jobs,
+            self.lost_jobs,
+            controller.pending_allocation_count,
+            controller.completed_job_count,
+            controller.failed_job_count,
+            controller.reserved_count,
+        )
+
 
 @dataclass
 class NodeState:
