@@ -10,12 +10,15 @@ forecast refreshing (a refresh every 30 fair-share periods while forecasts are r
 refreshes run throughout the window: the copy of the cluster under the scheduler's lock and the simulation in
 the worker process at nice +10.
 
-Rounds alternate off / on ``--rounds`` times each; reported per mode: medians over its rounds of heartbeat p50 /
-p99, API p50 / p99 (client-side, send to answer), answered heartbeats/s, the scheduler process's own CPU share
-and its forecast worker's (children), the refreshes made in the window (distinct ``computed_at`` the reader saw)
-and the worker's CPU seconds per refresh.
+Rounds alternate the ``--modes`` (``off``, ``on``, ``base``: on, in the ``--base`` tree's code) ``--rounds`` times
+each; reported per mode: medians over its rounds of heartbeat p50 / p99, API p50 / p99 (client-side, send to
+answer), answered heartbeats/s, the scheduler process's own CPU share and its forecast worker's (children), the
+refreshes made in the window (distinct ``computed_at`` the reader saw) and the worker's CPU seconds per refresh.
+Per round also: the code it ran, the scheduler's garbage collections in the window (``/metrics``), and the
+heartbeats by the refresh phase they overlapped (``attribution``: the copy's holds of the lock, the pickling,
+the worker's run, the unpickling, none; from the ``forecast phases:`` lines of the scheduler's log).
 
-    flock -w 1800 /work/bench.lock .venv/bin/python bench/forecast_live.py --nodes 300 --rounds 3
+    flock -w 1800 /work/bench.lock .venv/bin/python bench/forecast_live.py --nodes 300 --rounds 3 --modes off,base,on
 """
 
 from __future__ import annotations
