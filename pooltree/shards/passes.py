@@ -114,6 +114,7 @@ class ShardPasses:
         replica = self.replicas.get(request.tree)
         if replica is None:
             replica = self.replicas[request.tree] = TreeReplica(request.tree, self.ask, self._unclaim)
+            replica.owned_answers = True  # each answer is unpickled here: its allocation is the replica's own
         if request.snapshot is not None:
             replica.load(request.snapshot)
         elif replica.stale():

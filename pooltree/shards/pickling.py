@@ -65,6 +65,9 @@ def allocation_fields(allocation: Allocation) -> tuple[Any, ...]:
     )
 
 
+_STATUSES = {status.value: status for status in PreemptionStatus}
+
+
 def allocation_of(fields: tuple[Any, ...]) -> Allocation:
     """The allocation `allocation_fields` took (a new object, with vectors of its own)."""
     (
@@ -85,15 +88,17 @@ def allocation_of(fields: tuple[Any, ...]) -> Allocation:
     allocation = Allocation.__new__(Allocation)
     allocation.id = id_
     allocation.operation_id = operation_id
-    allocation.resources = np.array(resources, dtype=float)
-    allocation.reserve = allocation._resources if reserve is None else np.array(reserve, dtype=float)
+    vector = np.array(resources, dtype=float)
+    allocation._resources = vector  # what the ``resources`` setter keeps, from the float list at hand
+    allocation.amounts = tuple(resources)
+    allocation.reserve = vector if reserve is None else np.array(reserve, dtype=float)
     allocation.task = task
     allocation.payload = None
     allocation.interruptible = interruptible
     allocation.interruption_signal = signal
     allocation.node_address = node
     allocation.start_time = start
-    allocation.preemption_status = PreemptionStatus(status)
+    allocation.preemption_status = _STATUSES[status]
     allocation.preemption = preemption
     allocation.restarted = restarted
     allocation.revived = revived

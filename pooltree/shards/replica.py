@@ -254,6 +254,8 @@ class TreeReplica:
         """Increments applied."""
         self.claims = 0
         self.refused = 0
+        self.owned_answers = False
+        """Claims' answers come as new objects (unpickled in a shard process): their allocations are not copied."""
 
     # -------------------------------------------------------------- copies and increments
 
@@ -353,7 +355,7 @@ class TreeReplica:
         if answer.allocation is None:
             self.refused += 1
             return None
-        return copy_allocation(answer.allocation)
+        return answer.allocation if self.owned_answers else copy_allocation(answer.allocation)
 
     def unclaim(self, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
         self.send_unclaim(self.tree, allocation, finished, now)
