@@ -22,6 +22,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.node import wire
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
+from pooltree.shards import remote
 from pooltree.shards.host import NodeShards, ShardSettings, shard_of
 from pooltree.shards.recording import replay
 from pooltree.shards.remote import ProcessShardStarts
@@ -105,6 +106,22 @@ def test_shard_processes_decide_as_one_process(
     forwarded = sum(service.shards.answered)
     wait_for(lambda: sum(service.shards.answered_locally) + forwarded == len(recorded.started), timeout=10.0)
     assert sum(service.shards.answered_locally) > 0
+
+
+def test_a_shard_far_behind_the_log_takes_a_new_copy_and_decides_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the increment log bounded at 3 entries (`remote.LOG_LIMIT`), the shard furthest behind is not followed
+    past it: it takes a new copy of the truth at its next pass instead, and the busy run still decides as
+    recorded."""
+    monkeypatch.setattr(remote, "LOG_LIMIT", 3)
+    recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+    with sharded_service(tmp_path, BUSY, True) as (service, clock, starts):
+        assert starts is not None
+        with httpx.Client(timeout=30.0) as client:
+            decisions = replay(recorder.recording, service.scheduler, _sender(service, clock, client, {}))
+        assert decisions == recorded
+        assert starts.snapshots > 2 and starts.dropped == 0  # copies again past the bound
 
 
 @pytest.mark.parametrize("run", ["busy", "quiet"])
