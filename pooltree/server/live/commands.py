@@ -275,7 +275,11 @@ class OperationCommands:
             node.aborts.append({"job_id": job.id, "reason": reason})
         scheduler.jobs.pop(job.id, None)
         if job.state == "running":
-            job.state = "aborted"
+            op = scheduler.operations.get(job.operation_id)
+            if op is not None:
+                op.end_job(job, "aborted")
+            else:
+                job.state = "aborted"
             job.finish_time = now
             job.abort_reason = reason
             job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": reason})

@@ -413,7 +413,7 @@ class LiveJobs:
             allocation_id=allocation.id,
         )
         scheduler.jobs[job.id] = job
-        op.jobs[job.id] = job
+        op.add_job(job)
         scheduler.allocation_jobs[allocation.id] = job.id
         if getattr(payload, "speculative", False):
             self._join_competition(op, job, allocation)
@@ -452,7 +452,7 @@ class LiveJobs:
                 task, index = reserved[report.job_id]
                 job = LiveJob(report.job_id, op.id, task, index, node.address, "", report.start_time)
                 scheduler.jobs[job.id] = job
-                op.jobs[job.id] = job
+                op.add_job(job)
         if job is None:
             return
         if job.state != "running":
@@ -463,7 +463,10 @@ class LiveJobs:
         if lost is not None and state != "aborted":  # its competitor completed first: aborted, as on YTsaurus
             state, abort_reason = "aborted", lost
             error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": lost})
-        job.state = state
+        if op is not None:
+            op.end_job(job, state)
+        else:
+            job.state = state
         job.finish_time = report.finish_time or now
         job.error = preemption_error(error, job.interruption_info, state)
         job.exit_code = report.exit_code
@@ -518,12 +521,15 @@ class LiveJobs:
         scheduler = self.scheduler
         scheduler.persistence.touch(job.operation_id)
         scheduler.jobs.pop(job.id, None)
-        job.state = "aborted"
+        op = scheduler.operations.get(job.operation_id)
+        if op is not None:
+            op.end_job(job, "aborted")
+        else:
+            job.state = "aborted"
         job.finish_time = now
         job.abort_reason = "node_offline"
         job.error = yt_error(ABORT_BY_SCHEDULER, "Job aborted by scheduler", {"abort_reason": "node_offline"})
         scheduler.persistence.put_job(job.record())
-        op = scheduler.operations.get(job.operation_id)
         if op is not None:
             op.lost_jobs += 1
             op.aborted_jobs += 1

@@ -335,6 +335,10 @@ class LiveOperation:
     trees: list[str] = field(default_factory=list)
     pools: dict[str, str] = field(default_factory=dict)
     jobs: dict[str, LiveJob] = field(default_factory=dict)
+    """Its jobs by id (running and finished); added with ``add_job``, a running one ended with ``end_job``."""
+    running_job_count: int = 0
+    """Jobs of ``jobs`` in state ``running``, kept by ``add_job`` and ``end_job`` (what ``brief_progress`` shows,
+    read per listed operation: counting ``jobs`` walked every job the operation ever ran)."""
     aborted_jobs: int = 0
     lost_jobs: int = 0
     revision: int = 0
@@ -372,6 +376,21 @@ class LiveOperation:
             controller.failed_job_count,
             controller.reserved_count,
         )
+
+    def add_job(self, job: LiveJob) -> None:
+        """Put ``job`` in ``jobs`` (in place of one of the same id), keeping ``running_job_count``."""
+        replaced = self.jobs.get(job.id)
+        if replaced is not None and replaced.state == "running":
+            self.running_job_count -= 1
+        self.jobs[job.id] = job
+        if job.state == "running":
+            self.running_job_count += 1
+
+    def end_job(self, job: LiveJob, state: str) -> None:
+        """``job`` (one of ``jobs``) leaves the running state for ``state``."""
+        if job.state == "running" and state != "running" and self.jobs.get(job.id) is job:
+            self.running_job_count -= 1
+        job.state = state
 
 
 @dataclass

@@ -117,7 +117,6 @@ class LiveRevival:
         job_records = sorted(scheduler.store.list_jobs(record.id), key=lambda r: r.state != "completed")
         for job_record in job_records:
             job = LiveJob.from_record(job_record)
-            op.jobs[job.id] = job
             if job.state == "completed":
                 controller.mark_completed(job.task_name, job.job_index)
             elif job.state == "running":
@@ -126,7 +125,8 @@ class LiveRevival:
                     scheduler.reservations.add(job.address, op.id)
                     scheduler.expected_nodes.setdefault(job.address, now)
                 else:
-                    scheduler.heartbeats.mark_lost(job, now)
+                    scheduler.heartbeats.mark_lost(job, now)  # op is not in scheduler.operations yet
+            op.add_job(job)  # in its state after the above (running_job_count)
         scheduler.commands.attach(op)
         scheduler.tentative.attach(op, [t for t in op.trees if (per_tree.get(t) or {}).get("tentative")])
         scheduler.operations[op.id] = op

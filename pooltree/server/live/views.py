@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def progress(op: LiveOperation) -> dict[str, Any]:
     """Job counts as ``brief_progress.jobs`` needs them (running, completed, pending, failed, aborted, lost)."""
     controller = op.controller
-    running = sum(1 for j in op.jobs.values() if j.state == "running")
+    running = op.running_job_count
     pending = controller.pending_allocation_count if not op.is_final else 0
     if op.is_final:
         running = 0
