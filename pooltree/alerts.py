@@ -45,7 +45,7 @@ operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's o
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -545,12 +545,35 @@ class SchedulerAlerts:
             )
         return alerts
 
-    def _unfit(self, op: LiveOperation, fleet: NodeFleet | None = None) -> dict[str, Any] | None:
+    def _unfit(
+        self,
+        op: LiveOperation,
+        fleet: NodeFleet | None = None,
+        verdicts: dict[Hashable, dict[str, Any] | None] | None = None,
+    ) -> dict[str, Any] | None:
         """The ``no_online_node_to_schedule_job`` error when no node of some tree of ``op`` fits a pending job.
-        ``fleet``: the nodes grouped once for many operations (``operations_to_fail``); else grouped here."""
+        ``fleet``: the nodes grouped once for many operations (``operations_to_fail``); else grouped here.
+        ``verdicts``: the answers already found against ``fleet``, by what they depend on (the operation's trees,
+        tag filter and pending tasks' needs): operations of one spec are judged once (the answer is shared, and
+        not to be changed)."""
         if op.is_final or op.controller.pending_allocation_count == 0:
             return None
         tasks = op.controller.pending_task_resources()
+        if verdicts is None:
+            return self._unfit_tasks(op, tasks, fleet)
+        key = (
+            tuple(op.trees),
+            op.model.scheduling_tag_filter,
+            tuple((name, tuple(needed.tolist())) for name, needed in tasks.items()),
+        )
+        if key not in verdicts:
+            verdicts[key] = self._unfit_tasks(op, tasks, fleet)
+        return verdicts[key]
+
+    def _unfit_tasks(
+        self, op: LiveOperation, tasks: dict[str, np.ndarray], fleet: NodeFleet | None
+    ) -> dict[str, Any] | None:
+        """``_unfit`` for ``op`` with pending ``tasks`` (reads only its trees and tag filter)."""
         try:
             tag_filter = TagFilter.parse(op.model.scheduling_tag_filter or "", "spec.scheduling_tag_filter")
         except ConfigError:
@@ -597,10 +620,11 @@ class SchedulerAlerts:
         them with). Called after each fair-share update of ``tree``."""
         failing: list[tuple[str, dict[str, Any]]] = []
         fleet = NodeFleet(self.scheduler.nodes.values())  # once for every operation, not once per operation
+        verdicts: dict[Hashable, dict[str, Any] | None] = {}  # operations of one spec judged once
         for op in list(self.scheduler.operations.values()):
             if tree not in op.trees:
                 continue
-            unfit = None if op.is_final or op.state == "pending" else self._unfit(op, fleet)
+            unfit = None if op.is_final or op.state == "pending" else self._unfit(op, fleet, verdicts)
             if unfit is None:
                 self.unschedulable_since.pop(op.id, None)
                 continue

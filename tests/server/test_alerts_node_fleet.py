@@ -87,10 +87,13 @@ def test_grouped_nodes_give_the_per_node_errors(tmp_path: Path) -> None:
     fleet = NodeFleet(scheduler.nodes.values())
     kinds = {error is None for error in (per_node_unfit(scheduler, op) for op in operations)}
     assert kinds == {True, False}  # some operations fit, some do not
+    verdicts: dict[Any, Any] = {}  # shared across operations, as operations_to_fail shares them in one check
     for op in operations:
         expected = per_node_unfit(scheduler, op)
         assert scheduler.alert_center._unfit(op) == expected
         assert scheduler.alert_center._unfit(op, fleet) == expected
+        assert scheduler.alert_center._unfit(op, fleet, verdicts) == expected
+    assert len(verdicts) < len(operations)  # operations of one spec were judged once
 
 
 def test_the_kept_groups_follow_nodes_that_change_join_and_leave(tmp_path: Path) -> None:
