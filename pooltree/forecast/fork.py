@@ -3,9 +3,9 @@ clock whose zero is the state's ``now``.
 
 Every unfinished operation is submitted at time 0, in registration order (so pending queues keep their order
 and count limits hold the same operations back). Its running jobs are placed on their nodes when it arrives
-(``SimOperation.placed``: adopted by the core without a heartbeat, with their real start times), in up to four
-tasks by age, each with a lognormal fitted to remaining times drawn conditioned on the group's elapsed times (a job
-that ran long is likely long; the fork's tasks do not grow with the running jobs); its pending jobs
+(``SimOperation.placed``: adopted by the core without a heartbeat, with their real start times), as one task per
+spec task whose jobs each end after a remaining time drawn conditioned on that job's own elapsed time (a job that
+ran long is likely long; `pooltree.forecast.durations.RemainingTimes`); its pending jobs
 are one task per spec task with the learned distribution (`pooltree.forecast.durations`). Its starvation clock
 is carried over (``below_fair_share_since``). What one seed draws comes from ``Random("<seed>/<op>/...")``, so
 a fork is a pure function of the state, the seed and the settings.
@@ -32,9 +32,9 @@ from pooltree.forecast.durations import (
     choose,
     fit,
     partial_pooling,
-    remaining_distribution,
+    remaining_times,
 )
-from pooltree.forecast.state import ClusterState, IntegralState, OperationState, RunningJob
+from pooltree.forecast.state import ClusterState, IntegralState, OperationState
 from pooltree.forecast.window import in_window
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
@@ -47,27 +47,12 @@ from pooltree.sim.scenario import (
 )
 
 RUNNING_TASK = "{task}#running{index}"
-"""Name of the task of a group of running jobs of similar age (the forecast's own; never shown)."""
+"""Name of the task of a spec task's running jobs (the forecast's own; never shown)."""
 
 
 def spec_task(name: str) -> str:
-    """The spec task a task of the fork runs (a group of running jobs is a task of its own, `RUNNING_TASK`)."""
+    """The spec task a task of the fork runs (its running jobs are a task of their own, `RUNNING_TASK`)."""
     return name.partition("#running")[0]
-
-
-AGE_GROUPS = 4
-"""Running jobs of a task are split into at most this many groups by elapsed time (youngest first)."""
-
-
-def _age_groups(running: tuple[RunningJob, ...], now: float) -> list[list[RunningJob]]:
-    """Running jobs in up to ``AGE_GROUPS`` groups of similar age: each group's remaining times are drawn from one
-    distribution (one task of the fork), so the fork's tasks do not grow with the running jobs."""
-    if not running:
-        return []
-    ordered = sorted(running, key=lambda job: (-job.start_time, job.node))
-    count = min(AGE_GROUPS, len(ordered))
-    size = math.ceil(len(ordered) / count)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def cluster_snapshot(state: ClusterState) -> Snapshot:
@@ -216,19 +201,18 @@ def fork_operation(
     for task in op.tasks:
         rng = random.Random(f"{seed}/{op.id}/{task.name}")
         distribution: Distribution = fits[(op.id, task.name)].for_seed(rng, seed)
-        for index, group in enumerate(_age_groups(task.running, now)):
-            elapsed = [now - job.start_time for job in group]
+        if task.running:
             tasks.append(
                 SimTask(
-                    RUNNING_TASK.format(task=task.name, index=index),
-                    len(group),
+                    RUNNING_TASK.format(task=task.name, index=0),
+                    len(task.running),
                     task.resources,
-                    remaining_distribution(distribution, elapsed, rng),
+                    remaining_times(distribution, [now - job.start_time for job in task.running], rng),
                     task.interruptible,
                 )
             )
-            placed.extend(job.node for job in group)
-            since.extend(job.start_time - now for job in group)
+            placed.extend(job.node for job in task.running)
+            since.extend(job.start_time - now for job in task.running)
         if task.pending > 0 and not op.suspended:
             pending.append(
                 SimTask(

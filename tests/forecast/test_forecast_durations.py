@@ -1,6 +1,5 @@
 """Run times the forecast assumes: early in a workload the jobs that completed are the short ones, so their own
-median and spread are both too small; the running jobs (censored) bring both back. A group of running jobs'
-remaining times keeps the upper tail that decides when the last of them ends."""
+median and spread are both too small; the running jobs (censored) bring both back."""
 
 from __future__ import annotations
 
@@ -14,13 +13,10 @@ from pooltree.forecast.durations import (
     DurationSettings,
     fit,
     partial_pooling,
-    remaining,
-    remaining_distribution,
 )
 from pooltree.forecast.fork import duration_fits, seed_distributions
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, TaskState
 from pooltree.resources import vector
-from pooltree.sim.scenario import Distribution
 
 TRUE_MEDIAN, TRUE_SIGMA = 300.0, 0.8
 
@@ -47,24 +43,6 @@ def test_the_running_jobs_bring_back_the_median_and_the_spread() -> None:
         found = fit(done, "pool", DurationSettings(), running)
         assert abs(math.log(found.median / TRUE_MEDIAN)) < 0.12, found
         assert abs(found.sigma - TRUE_SIGMA) < 0.08, found
-
-
-def test_a_group_of_running_jobs_ends_when_its_last_job_would() -> None:
-    """The last of 50 running jobs ends, over many draws, about when it would if each job's remaining time were
-    drawn on its own (conditioned on its elapsed time): the group's distribution keeps the upper tail."""
-    distribution = Distribution("lognormal", 337.0, 0.6)
-    rng = random.Random(3)
-    elapsed = sorted(rng.uniform(0, 600) for _ in range(52))
-    groups = [elapsed[i : i + 13] for i in range(0, 52, 13)]
-    exact, grouped = [], []
-    for _ in range(300):
-        exact.append(max(remaining(distribution, e, rng) for e in elapsed))
-        last = 0.0
-        for group in groups:
-            drawn = remaining_distribution(distribution, group, rng)
-            last = max(last, *(drawn.sample(rng) for _ in group))
-        grouped.append(last)
-    assert abs(math.log(statistics.median(grouped) / statistics.median(exact))) < 0.15
 
 
 def test_own_fits_lean_on_their_pool_as_far_as_tasks_differ() -> None:

@@ -4,12 +4,13 @@ example comes out of the same core, and a forecast is a pure function of the sta
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import numpy as np
 
 from pooltree.config import load_document
-from pooltree.forecast.durations import DurationSettings, remaining
+from pooltree.forecast.durations import DurationFit, DurationSettings, remaining
 from pooltree.forecast.fork import fork
 from pooltree.forecast.replay import SimulationRecorder, state_of
 from pooltree.forecast.run import ForecastSettings, forecast, quantile
@@ -140,3 +141,26 @@ def test_quantiles_of_runs_that_never_happened_are_after_the_horizon():
     assert quantile([1.0, 2.0, math.inf], 0.1) < math.inf
     assert quantile([1.0, math.inf, math.inf], 0.5) == math.inf
     assert quantile([5.0, math.inf, math.inf], 0.0) == 5.0
+
+
+def test_each_running_job_ends_after_its_own_remaining_time():
+    """The last of batch-1's 100 running jobs (elapsed 5-620 s, run times LN(1,200 s, 0.6) known exactly) ends in
+    the fork, over 300 seeds, as it does when each job's remaining time is drawn on its own given its elapsed
+    time: p10 and p90 within 8%. One lognormal fitted per group of jobs of similar age (the model before) put the
+    p90 20-30% later and the p10 earlier: ranges too wide."""
+    state = project_state()
+    known = DurationFit(1200.0, 0.6, 10**9, "operation", 0.0)
+    fits = {("batch-1", "map"): known, ("adhoc-1", "map"): known}
+    elapsed = [state.now - job.start_time for job in state.operations[0].tasks[0].running]
+    forked, exact = [], []
+    rng = random.Random(11)
+    for seed in range(300):
+        scenario = fork(state, seed, horizon=1.0, durations=DurationSettings(), fits=fits)
+        simulation = Simulation(scenario, until=0.0)
+        simulation.run()
+        ends = [job.end for job in simulation.jobs.values() if job.op.spec.id == "batch-1"]
+        assert len(ends) == 100 and all(end is not None and end >= 0.0 for end in ends)
+        forked.append(max(end for end in ends if end is not None))
+        exact.append(max(remaining(Distribution("lognormal", 1200.0, 0.6), e, rng) for e in elapsed))
+    for q in (0.1, 0.9):
+        assert abs(math.log(quantile(forked, q) / quantile(exact, q))) < 0.08, (q, forked, exact)
