@@ -20,6 +20,10 @@ forecast (each run stops once the operations waiting at that moment have started
     .venv/bin/python bench/forecast_backtest.py backtest --workload project-root --every 5
     .venv/bin/python bench/forecast_backtest.py backtest --workload day --nodes 1000 --hours 1 --every 600
 
+``--oracle`` forecasts the same moments with the workload's true run-time distributions instead of the learned
+ones: what the forecast scores when its duration model is perfect, and so which part of a miss is the
+duration model's and which is the rest (the runs, the hand-over, the ranges, and the counting itself).
+
 ``cost``: one forecast of a synthetic state (``--nodes`` nodes of 16 cpu, ``--running`` running operations
 filling them, ``--pending`` operations queued behind the pools' running-operation limits), timed in CPU seconds
 (the state copy is not included: it is taken on the scheduler's side, see ``pooltree.forecast.live``).
@@ -58,6 +62,7 @@ from pooltree.forecast import (  # noqa: E402
     forecast,
 )
 from pooltree.forecast.arrivals import ArrivalSettings  # noqa: E402
+from pooltree.forecast.durations import DurationFit  # noqa: E402
 from pooltree.forecast.replay import SimulationRecorder, state_of  # noqa: E402
 from pooltree.forecast.state import Submission, SubmittedTask  # noqa: E402
 from pooltree.resources import vector  # noqa: E402
@@ -176,16 +181,38 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
     scores = _Scores(args.horizon, period, args.drain)
+    truth = _true_run_times(scenario) if args.oracle else None
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
             continue
+        known = None
+        if truth is not None:
+            known = {
+                (op.id, task.name): truth[(op.id, task.name)] for op in state.operations for task in op.tasks
+            }
         started = time.process_time()
-        found = forecast(state, settings, only=waiting, starts_only=True)
+        oracle = {} if known is None else {"fits": known}  # (a forecast before `fits` runs without it)
+        found = forecast(state, settings, only=waiting, starts_only=True, **oracle)
         scores.costs.append(time.process_time() - started)
         scores.reaches.append(found.horizon if found.simulated is None else found.simulated)
         scores.score(state, found, waiting, recorder.first_start)
     return _summary(args, scores, record_cpu)
+
+
+def _true_run_times(scenario: Any) -> dict[tuple[str, str], DurationFit]:
+    """``--oracle``: (operation id, task) → the workload's own run-time distribution, known exactly (no doubt of
+    the median): what the same forecast scores when its duration model is perfect, the rest as it is (the fork,
+    the runs, the hand-over, the ranges). Lognormal and fixed run times only (what a `DurationFit` states)."""
+    found = {}
+    for op in scenario.operations:
+        for task in op.tasks:
+            distribution = task.duration
+            if distribution is None or distribution.kind not in ("lognormal", "fixed"):
+                raise SystemExit(f"--oracle: {op.id}/{task.name} has no lognormal or fixed run time")
+            sigma = distribution.b if distribution.kind == "lognormal" else 0.0
+            found[(op.id, task.name)] = DurationFit(distribution.a, sigma, 1, "operation", 0.0)
+    return found
 
 
 def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> dict[str, Any]:
@@ -217,6 +244,7 @@ def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> di
                 "pool_running_limit",
                 "drain",
                 "arrival_window",
+                "oracle",
             )
         },
         "forecasts": len(costs),
@@ -461,6 +489,11 @@ def main() -> None:
         type=float,
         default=3600.0,
         help="seconds of submissions the arrival model draws from (0: no arrivals, the cluster left alone)",
+    )
+    back.add_argument(
+        "--oracle",
+        action="store_true",
+        help="forecast with the workload's true run-time distributions (what a perfect duration model scores)",
     )
     back.add_argument(
         "--no-drain",

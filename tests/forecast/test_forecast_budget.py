@@ -288,6 +288,7 @@ def test_the_collector_waits_for_the_forecast_and_collects_once_after(monkeypatc
     monkeypatch.setattr(run_module, "_runs", runs)
     settings = ForecastSettings(seeds=2, horizon=5000.0, cpu_budget=60.0, simulation_share=1e-7)
     assert gc.isenabled()
+    gc.collect()  # garbage made before the forecast stays frozen with what existed (collected after it)
     forecast(state, settings)
     assert not seen[0][0] and seen[0][1] > 0
     assert gc.isenabled() and gc.get_freeze_count() == 0
@@ -298,3 +299,26 @@ def test_the_collector_waits_for_the_forecast_and_collects_once_after(monkeypatc
         assert not gc.isenabled() and seen[1] == (False, 0)
     finally:
         gc.enable()
+
+
+def test_the_one_collection_walks_only_what_the_forecast_made():
+    """The simulator's run loop holds the process's collector policy too, and its last holder unfreezes every
+    object: the forecast holds the policy while it runs, so what existed before it stays frozen until the one
+    collection after the runs is done (before, the first simulated run unfroze it, and that collection walked the
+    whole process)."""
+    state = queue_state()
+    at_collection: list[int] = []
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start" and info.get("generation") == 2:
+            at_collection.append(gc.get_freeze_count())
+
+    existing = len(gc.get_objects())
+    gc.callbacks.append(callback)
+    try:
+        forecast(state, ForecastSettings(seeds=2, horizon=5000.0))
+    finally:
+        gc.callbacks.remove(callback)
+    assert at_collection, "no full collection after the forecast"
+    assert at_collection[0] >= 0.9 * existing, (at_collection, existing)
+    assert gc.get_freeze_count() == 0
