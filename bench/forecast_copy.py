@@ -11,6 +11,10 @@ the lock, and for the interpreter after its sleep). Meanwhile the refresher's se
 - ``sliced``: the copy in 2 ms holds (``COPY_HOLD``) with unchanged operations reused (`OperationCopies`), and
   the state pickled operation by operation (`state_parcel`), as the service does now.
 
+Before each refresh every node heartbeats once (a job completed, another started), so the running operations
+change between two copies as they do live (the queued ones do not); those heartbeats' own holds count in
+``none``.
+
 Per mode, over ``--rounds`` refreshes: the probe's lateness (p50, p99, max) while a refresh ran and while none
 did, the refresher's CPU seconds, and the longest hold of the lock. The machine's load is noted; the probe's
 lateness grows with it (a thread holding the lock can be preempted), so compare the modes of one run.
@@ -21,6 +25,7 @@ lateness grows with it (a thread holding the lock can be preempted), so compare 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import pickle
@@ -60,7 +65,7 @@ def _heartbeat(live: LiveScheduler, node: str, slots: int, now: float, finished:
     live.process_heartbeat(parse_heartbeat(body), now)
 
 
-def cluster(args: argparse.Namespace, data: Path) -> LiveScheduler:
+def cluster(args: argparse.Namespace, data: Path) -> tuple[LiveScheduler, list[str]]:
     live = LiveScheduler(open_store(f"sqlite:///{data / 'db.sqlite'}"))
     many = {"max_operation_count": 100_000, "max_running_operation_count": 100_000}
     queue = {"max_operation_count": 100_000, "max_running_operation_count": 1}
@@ -74,7 +79,7 @@ def cluster(args: argparse.Namespace, data: Path) -> LiveScheduler:
     for step in range(3):
         for node in nodes:
             _heartbeat(live, node, args.slots, 10.0 + step * 10, finished=2 if step else 0)
-    return live
+    return live, nodes
 
 
 class Probe:
@@ -121,7 +126,9 @@ def main() -> None:
     args = parser.parse_args()
     load_before = uptime()
     with tempfile.TemporaryDirectory(prefix="pooltree-forecast-copy-") as tmp:
-        live = cluster(args, Path(tmp))
+        live, nodes = cluster(args, Path(tmp))
+        gc.collect()
+        gc.freeze()  # as the service settles after start-up (`pooltree.server.gc_tuning`)
         sliced_state = {
             "history": DurationHistory(),
             "submissions": SubmissionHistory(0.0),
@@ -133,8 +140,14 @@ def main() -> None:
         probe.thread.start()
         windows: dict[str, list[tuple[float, float]]] = {"single": [], "sliced": []}
         costs: dict[str, list[dict[str, float]]] = {"single": [], "sliced": []}
+        now = 40.0
         for _ in range(args.rounds):
             for mode in ("single", "sliced"):
+                now += 10.0
+                for (
+                    node
+                ) in nodes:  # every node reports a job completed and is given another: operations change
+                    _heartbeat(live, node, args.slots, now, finished=1)
                 time.sleep(args.gap)
                 begin = time.perf_counter()
                 costs[mode].append(refresh(live, mode, sliced_state))
