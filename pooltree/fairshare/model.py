@@ -139,9 +139,9 @@ class UpdateState:
     relaid: frozenset[str] | None = field(default=None, repr=False)
     """Set by the caller with ``written``: the pools whose children lists it replaced since the update that
     returned this state (operations arrived, left or moved; every other pool keeps its very list and every element
-    its id), so the layout re-lays only their blocks (``layout._flatten``); None: not known, the layout compares
-    every pool's children with the previous tree's. The tree runtime's input cache reports them from the period's
-    delta (``FairShareInputCache.take_relaid``)."""
+    its id), so the layout re-lays only their blocks (``layout._flatten``; empty: the previous tree is taken whole);
+    None: not known, the tree is flattened anew. The tree runtime's input cache reports them from the period's delta
+    (``FairShareInputCache.take_relaid``)."""
 
 
 @dataclass(eq=False, slots=True)
