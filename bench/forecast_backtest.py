@@ -11,7 +11,9 @@ headline figures count the samples that started within the horizon; ``inside_p10
 that started after it (inside when the range reaches past the horizon); ``..._forecast_within_horizon`` counts
 the samples whose forecast p50 was within the horizon, wherever their actual start fell (chosen by what was
 known when forecasting: choosing by the outcome, as the headline does, keeps a long wait's early starts and
-drops its late ones, and leans towards "below p10"). Reported: samples, median and p90 of
+drops its late ones, and leans towards "below p10", even for a perfect forecast: see bench/RESULTS.md, seventh
+round); ``..._range_within_horizon`` counts the samples whose forecast p90 was within the horizon, every outcome
+scored (a start after the horizon is above p90): chosen by the forecast, and nothing left to guess. Reported: samples, median and p90 of
 |p50 - actual|, the share of actual starts inside the published [p10, p90] (which reaches out by the fork's timing resolution, one heartbeat plus one update period:
 the forecast and the cluster beat at different phases), inside the seeds' own p10-p90 without that margin,
 and inside it widened by one more period, how many were forecast after the horizon, and the CPU seconds per
