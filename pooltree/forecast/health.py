@@ -64,7 +64,8 @@ class WorkerHealth:
             self.in_a_row += 1
             self.last_death = now
             self.last_reason = reason
-            delay = min(self.backoff * 2 ** (self.in_a_row - 1), self.backoff_max)
+            # the exponent held at 30: 2 ** 1024 is past a float, and a worker may die that often in a long night
+            delay = min(self.backoff * 2.0 ** min(self.in_a_row - 1, 30), self.backoff_max)
             self.restart_after = time.monotonic() + delay
             return delay
 

@@ -106,6 +106,12 @@ def test_the_back_off_doubles_with_deaths_in_a_row() -> None:
     assert health.alert(200.0 + ALERT_HOLD + 1) is None
 
 
+def test_the_back_off_stays_at_its_cap_after_any_number_of_deaths() -> None:
+    health = WorkerHealth(backoff=1.0, backoff_max=300.0)
+    delays = [health.died("killed by SIGKILL", float(index)) for index in range(1100)]
+    assert delays[-1] == 300.0 and health.in_a_row == 1100
+
+
 def test_the_exit_code_is_read_when_the_pool_reaps_the_worker_first() -> None:
     """A broken pool's manager thread joins the dead worker too: when its ``waitpid`` wins, this thread's ``join``
     finds no child (ECHILD) and must wait for the code the manager stores, not report the worker 'still running'."""
