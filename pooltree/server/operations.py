@@ -1,19 +1,17 @@
-"""Operation and job commands of the HTTP API (yt-http-api.md §6–§7): the attribute maps the ``yt`` client reads.
+"""Operation commands of the HTTP API (yt-http-api.md §6): the attribute maps the ``yt`` client reads.
 
 ``OperationCommands(scheduler, clock)`` is a ``CommandProvider``: ``register_commands(registry)`` adds
-``start_operation``, ``get_operation``, ``list_operations``, ``abort_operation``, ``complete_operation``,
-``suspend_operation``, ``resume_operation``, ``update_operation_parameters``, ``list_jobs``, ``get_job`` and
-``get_job_stderr``. Live operations are read from ``LiveScheduler``; finished ones of earlier runs from the store.
+``start_operation``, ``get_operation``, ``abort_operation``, ``complete_operation``, ``suspend_operation``,
+``resume_operation`` and ``update_operation_parameters``; its ``listing`` (``operation_listing.py``) adds
+``list_operations`` and its ``jobs`` (``job_commands.py``) the job commands. Live operations are read from
+``LiveScheduler``; finished ones of earlier runs from the store.
 """
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
-import datetime as dt
-import functools
 import threading
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -26,19 +24,18 @@ from pooltree.resources import resources_to_dict
 from pooltree.server.aliases import OperationAliases
 from pooltree.server.commands import CommandContext, CommandRegistry, Deferred, Encoded, output_format
 from pooltree.server.files import FileService
+from pooltree.server.job_commands import JobCommands
 from pooltree.server.live import (
-    NO_SUCH_JOB,
-    LiveJob,
     LiveOperation,
     LiveScheduler,
     new_guid,
     no_such_operation,
 )
-from pooltree.server.live.counts import CountFilter, CountKey, count_key
-from pooltree.server.live.counts import counters as counts_of
+from pooltree.server.operation_listing import OperationListing, brief_attributes
+from pooltree.server.operation_times import iso_time
 from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
-from pooltree.server.store import JobRecord, OperationFilter, OperationRecord
+from pooltree.server.store import OperationRecord
 from pooltree.server.store.base import mutation_key
 
 BRIEF_ATTRIBUTES = (
@@ -74,21 +71,10 @@ SCHEDULING_INFO_KEYS = (
     "effective_aggressive_preemption_allowed",
 )
 """What ``progress/scheduling_info_per_pool_tree/<tree>`` shows of the operation's element, as YTsaurus names it."""
-STDERR_PREFIX = "job_stderr/"
-"""Store key of a job's whole stderr (uploaded by its node when longer than the heartbeat report's tail)."""
 FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
 """Distinct (output format, attribute list) encodings kept per operation."""
-ALL = 1 << 62
-"""A store query limit that means every matching row."""
-FRAGMENT_CACHE_SIZE = 20_000
-"""Encoded briefs of listed operations kept (least recently listed dropped)."""
-BUILD_TIME_MARK = "build-time-of-the-listing"
-BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
-"""Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
-
-
 STALE_READ_PERIOD = 1.0
 """Seconds a running operation's attribute map may be behind when ``get_operation`` finds the scheduling lock busy
 (heartbeats, an update): it is answered from the kept map instead of waiting, as the orchid is (YTsaurus's
@@ -118,79 +104,6 @@ def without_secrets(spec: dict[str, Any]) -> dict[str, Any]:
     if "secure_vault" not in spec:
         return spec
     return {key: value for key, value in spec.items() if key != "secure_vault"}
-
-
-def iso_time(seconds: float | None) -> str | None:
-    """``%Y-%m-%dT%H:%M:%S.%fZ``, the format the client parses (a fraction is mandatory)."""
-    if seconds is None:
-        return None
-    return _iso_time(float(seconds))
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _iso_time(seconds: float) -> str:
-    """``iso_time`` of a number, remembered: a listing formats the same start times again and again."""
-    moment = dt.datetime.fromtimestamp(float(seconds), tz=dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: Any, name: str) -> float | None:
-    """Seconds from an ISO time string or a number (list_operations ``from_time``/``to_time``/``cursor_time``)."""
-    if value is None:
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value) / (1000.0 if value > 1e11 else 1.0)
-    if isinstance(value, str):
-        try:
-            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as error:
-            raise parameter_error(name, f"expected an ISO 8601 time, got {value!r}") from error
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=dt.UTC)
-        return moment.timestamp()
-    raise parameter_error(name, f"expected a time, got {type(value).__name__}")
-
-
-def _filter_factors(record: OperationRecord) -> str:
-    """The text ``list_operations``'s ``filter`` searches (lower case): id, user, state, type, pools and title."""
-    title = record.spec.get("title") if isinstance(record.spec.get("title"), str) else ""
-    pools = " ".join(count_key(record).pools)
-    return f"{record.id} {record.user} {record.state} {record.type} {pools} {title}".lower()
-
-
-def _brief_attributes(
-    operation_id: str,
-    operation_type: str,
-    state: str,
-    user: str,
-    start_time: float,
-    finish_time: float | None,
-    spec: dict[str, Any],
-    runtime_parameters: dict[str, Any],
-    suspended: bool,
-    pool: str | None,
-    jobs: dict[str, Any],
-    build_time: float,
-    trees: list[str],
-) -> dict[str, Any]:
-    """The ``BRIEF_ATTRIBUTES`` of an operation; ``OperationCommands._attributes`` starts from them."""
-    title = spec.get("title") if isinstance(spec.get("title"), str) else None
-    attributes: dict[str, Any] = {
-        "id": operation_id,
-        "type": operation_type,
-        "operation_type": operation_type,
-        "state": state,
-        "authenticated_user": user,
-        "start_time": iso_time(start_time),
-        "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
-        "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
-        "suspended": suspended,
-        "pool": pool,
-        "runtime_parameters": {"owners": [], "acl": [], "annotations": {}, **runtime_parameters},
-    }
-    if finish_time is not None:
-        attributes["finish_time"] = iso_time(finish_time)
-    return attributes
 
 
 def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
@@ -224,27 +137,27 @@ def _spec_error(error: ConfigError) -> YtError:
 
 
 class OperationCommands:
-    """The operation and job commands over a ``LiveScheduler``."""
+    """The operation commands over a ``LiveScheduler`` (the job commands are its ``jobs``)."""
 
     def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float]) -> None:
-        self.visible: Callable[[str, str, str, dict[str, Any], dict[str, Any]], bool] | None = None
-        """``visible(user, operation_id, owner, spec, runtime_parameters)``: set by the service from
-        ``pooltree.security``; ``list_operations`` shows only what it allows."""
         self.scheduler = scheduler
         self.clock = clock
         self.aliases = OperationAliases(scheduler)
         """The spec's ``alias`` -> the operation it names (``aliases.py``)."""
+        self.listing = OperationListing(scheduler, clock)
+        """``list_operations`` (``operation_listing.py``)."""
+        self.jobs = JobCommands(scheduler, self._operation_id)
+        """``list_jobs``, ``get_job``, ``abort_job``, ``get_job_stderr`` (``job_commands.py``)."""
         self._live: dict[str, _Attributes] = {}
         self._finished: OrderedDict[str, _Attributes] = OrderedDict()
         self._cache_lock = threading.Lock()
+        """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
         self.stale_reads = 0
         """get_operation answers served from a map of a moment ago because the scheduling lock was busy."""
-        self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
         self.files: FileService | None = None
         """Resolves ``file_paths`` when an operation starts (set by the service)."""
         self.forecasts: ForecastService | None = None
         """The forecast of the live cluster (``scheduling_forecast``; set by the service)."""
-        """Guards the finished-operations LRU against concurrent threadpool readers (the event loop only gets)."""
 
     # ------------------------------------------------------------------ cached attribute maps
 
@@ -561,7 +474,7 @@ class OperationCommands:
         trees: list[str],
         scheduling_info: dict[str, Any],
     ) -> dict[str, Any]:
-        attributes = _brief_attributes(
+        attributes = brief_attributes(
             operation_id,
             operation_type,
             state,
@@ -761,220 +674,6 @@ class OperationCommands:
         self._live[op.id] = kept
         return found
 
-    def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
-        """One page of operations with the counters (see ``_listing``)."""
-        page, incomplete, counters, now = self._listing(ctx)
-        items = [self._brief(record, now) for record in page]
-        return {"operations": items, "incomplete": incomplete, **counters}
-
-    def list_operations_encoded(self, ctx: CommandContext) -> Encoded:
-        """``list_operations`` as the command answers it, byte for byte what ``encode_structured`` makes of
-        ``list_operations``'s map: each listed operation's brief is encoded once per change (``_fragment``) and the
-        page is joined from those (a page of 100 is ~70 kB of JSON; encoding it whole took much of a listing's
-        CPU and held the GIL in one C call); the rest is built from plain values (``plain=True``)."""
-        fmt = output_format(ctx.parameters)
-        if fmt.name != "json" or fmt.attributes.get("format") == "pretty":
-            data, content_type = encode_structured(self.list_operations(ctx), fmt, plain=True)
-            return Encoded(data, content_type)
-        page, incomplete, counters, now = self._listing(ctx)
-        fmt_key = repr(ctx.parameters.get("output_format"))
-        now_text = f'"build_time": "{iso_time(now)}"'.encode()
-        fragments = [self._fragment(record, now, now_text, fmt, fmt_key) for record in page]
-        rest, content_type = encode_structured({"incomplete": incomplete, **counters}, fmt, plain=True)
-        return Encoded(b'{"operations": [' + b", ".join(fragments) + b"], " + rest[1:], content_type)
-
-    def _fragment(
-        self, record: OperationRecord, now: float, now_text: bytes, fmt: Any, fmt_key: str
-    ) -> bytes:
-        """One listed operation's brief, encoded; kept while what it shows is unchanged: a live operation's
-        revision, state, suspension and job counts (its ``build_time`` is the listing's time, put in when
-        joined), a finished one's state."""
-        op = self.scheduler.operations.get(record.id)
-        if op is not None:
-            try:
-                jobs: Any = tuple(self.scheduler.progress(op).values())
-            except RuntimeError:  # its jobs changed while counted: not cached
-                jobs = None
-            key: Hashable | None = None if jobs is None else (op.revision, op.state, op.suspended, jobs)
-        elif record.state in ("completed", "failed", "aborted"):
-            key = ("final", record.state, record.finish_time)
-        else:
-            key = None
-        if key is None:
-            return encode_structured(self._brief(record, now), fmt, plain=True)[0]
-        with self._cache_lock:
-            found = self._fragments.get((record.id, fmt_key))
-        if found is None or found[0] != key:
-            brief = self._brief(record, now)
-            if op is not None:
-                brief["brief_progress"]["build_time"] = BUILD_TIME_MARK
-            found = (key, encode_structured(brief, fmt, plain=True)[0])
-            with self._cache_lock:
-                self._fragments[(record.id, fmt_key)] = found
-                self._fragments.move_to_end((record.id, fmt_key))
-                while len(self._fragments) > FRAGMENT_CACHE_SIZE:
-                    self._fragments.popitem(last=False)
-        if op is None:
-            return found[1]
-        return found[1].replace(BUILD_TIME_FIELD, now_text, 1)
-
-    def _listing(self, ctx: CommandContext) -> tuple[list[OperationRecord], bool, dict[str, Any], float]:
-        """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
-        of every operation matching the filters.
-
-        The page is one indexed store query of ``limit + 1`` rows; the counters come from the in-memory counts
-        (``LiveScheduler.counts``), so a call costs the page, not the number of operations. Time bounds
-        (``from_time``/``to_time``), ``filter`` text and ``with_failed_jobs`` are not columns of the index: with
-        them the matching rows are read and counted (the cost grows with how many match)."""
-        limit = ctx.int_param("limit", 100)
-        if limit < 0 or limit > 1000:
-            raise parameter_error("limit", "must be between 0 and 1000")
-        direction = ctx.str_param("cursor_direction", "past")
-        if direction not in ("past", "future"):
-            raise parameter_error("cursor_direction", "expected past or future")
-        filters = {name: ctx.str_param(name, None) for name in ("state", "user", "pool", "type")}
-        text = ctx.str_param("filter", None)
-        with_failed_jobs = ctx.param("with_failed_jobs", None)
-        if with_failed_jobs is not None and not isinstance(with_failed_jobs, bool):
-            with_failed_jobs = ctx.bool_param("with_failed_jobs", False)
-        from_time = parse_time(ctx.param("from_time", None), "from_time")
-        to_time = parse_time(ctx.param("to_time", None), "to_time")
-        cursor_time = parse_time(ctx.param("cursor_time", None), "cursor_time")
-        count_filter = CountFilter(
-            state=filters["state"],
-            user=filters["user"],
-            pool=filters["pool"],
-            type=filters["type"],
-            with_failed_jobs=with_failed_jobs,
-        )
-        store = self.scheduler.store
-        if from_time is None and to_time is None and not text and with_failed_jobs is None:
-            page = store.list_operations(
-                OperationFilter(
-                    state=filters["state"],
-                    user=filters["user"],
-                    pool=filters["pool"],
-                    type=filters["type"],
-                    cursor_time=cursor_time,
-                    cursor_direction=direction,
-                    limit=limit + 1,
-                ),
-                known=self.scheduler.operations,  # live ones are briefed from memory: their bodies not decoded
-            )
-            counters = self.scheduler.counts.counters(count_filter)
-        else:
-            page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
-        now = self.clock()
-        page = [self._whole(record) for record in page]
-        listed = [
-            record
-            for record in page[:limit]
-            # the user may not read it (pooltree.security); counters still count it
-            if self.visible is None
-            or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
-        ]
-        return listed, len(page) > limit, counters, now
-
-    def _whole(self, record: OperationRecord) -> OperationRecord:
-        """A listed record as the listing needs it: a live operation's from memory, one that was live when listed
-        but finished since read whole (its body was not decoded)."""
-        op = self.scheduler.operations.get(record.id)
-        if op is not None:
-            if record.partial:
-                record.spec, record.runtime_parameters = op.spec, op.runtime_parameters
-            return record
-        if record.partial:
-            return self.scheduler.store.get_operation(record.id) or record
-        return record
-
-    def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:
-        """A listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as ``get_operation`` shows them): a live
-        operation's current state and progress, read without the scheduler's lock; else the stored record's."""
-        op = self.scheduler.operations.get(record.id)
-        if op is None:
-            doc = record.document
-            jobs = dict(doc.get("progress") or {})
-            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-                jobs.setdefault(key, 0)
-            return _brief_attributes(
-                record.id,
-                record.type,
-                record.state,
-                record.user,
-                record.start_time,
-                record.finish_time,
-                record.spec,
-                record.runtime_parameters,
-                bool(doc.get("suspended")),
-                record.pool,
-                jobs,
-                record.finish_time or record.start_time,
-                list(doc.get("trees") or []),
-            )
-        try:
-            jobs = self.scheduler.progress(op)
-        except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = dict((record.document or {}).get("progress") or {})
-            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-                jobs.setdefault(key, 0)
-        return _brief_attributes(
-            op.id,
-            op.type,
-            op.state,
-            op.user,
-            op.start_time,
-            op.finish_time,
-            op.spec,
-            op.runtime_parameters,
-            op.suspended,
-            next(iter(op.pools.values()), None),
-            jobs,
-            now,
-            op.trees,
-        )
-
-    def _scan(
-        self,
-        count_filter: CountFilter,
-        text: str | None,
-        from_time: float | None,
-        to_time: float | None,
-        cursor_time: float | None,
-        direction: str,
-        limit: int,
-    ) -> tuple[list[OperationRecord], dict[str, Any]]:
-        """Filters the index cannot answer: read the operations in the time range, count and page them here."""
-        records = self.scheduler.store.list_operations(
-            OperationFilter(from_time=from_time, to_time=to_time, cursor_direction=direction, limit=ALL)
-        )
-        if text:
-            needle = text.lower()
-            records = [r for r in records if needle in _filter_factors(r)]
-        groups: Counter[CountKey] = Counter(count_key(r) for r in records)
-        counters = counts_of(groups.items(), count_filter)
-        page = []
-        for record in records:
-            if cursor_time is not None and (
-                record.start_time >= cursor_time if direction == "past" else record.start_time <= cursor_time
-            ):
-                continue
-            key = count_key(record)
-            if (
-                (count_filter.state is not None and key.state != count_filter.state)
-                or (count_filter.user is not None and key.user != count_filter.user)
-                or (count_filter.pool is not None and count_filter.pool not in key.pools)
-                or (count_filter.type is not None and key.type != count_filter.type)
-                or (
-                    count_filter.with_failed_jobs is not None
-                    and key.has_failed_jobs != count_filter.with_failed_jobs
-                )
-            ):
-                continue
-            page.append(record)
-            if len(page) > limit:
-                break
-        return page, counters
-
     def _finish(self, ctx: CommandContext, final: str) -> None:
         operation_id = self._operation_id(ctx)
         error = None
@@ -1032,151 +731,12 @@ class OperationCommands:
                 inner_errors=[error],
             ) from error
 
-    # ------------------------------------------------------------------ jobs
-
-    def _jobs(self, operation_id: str) -> list[LiveJob]:
-        with self.scheduler.lock:
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None:
-                return sorted(op.jobs.values(), key=lambda j: (j.start_time, j.id))
-        if self.scheduler.store.get_operation(operation_id) is None:
-            raise no_such_operation(operation_id)
-        return [LiveJob.from_record(r) for r in self.scheduler.store.list_jobs(operation_id)]
-
-    @staticmethod
-    def job_attributes(job: LiveJob) -> dict[str, Any]:
-        """A job as ``list_jobs`` / ``get_job`` return it."""
-        attributes: dict[str, Any] = {
-            "id": job.id,
-            "job_id": job.id,
-            "operation_id": job.operation_id,
-            "type": "vanilla",
-            "job_type": "vanilla",
-            "state": job.state,
-            "address": job.address,
-            "task_name": job.task_name,
-            "job_index": job.job_index,
-            "pool_tree": job.tree,
-            "job_competition_id": job.competition_id,
-            "has_competitors": job.has_competitors,
-            "start_time": iso_time(job.start_time),
-            "stderr_size": job.stderr_size,
-            "statistics": job.statistics,
-        }
-        if job.finish_time is not None:
-            attributes["finish_time"] = iso_time(job.finish_time)
-        if job.error is not None:
-            attributes["error"] = job.error
-        if job.exit_code is not None:
-            attributes["exit_code"] = job.exit_code
-        if job.abort_reason is not None:
-            attributes["abort_reason"] = job.abort_reason
-        if job.interruption_reason is not None:
-            attributes["interruption_reason"] = job.interruption_reason
-        exec_attributes = job.exec_attributes()
-        if exec_attributes is not None:
-            attributes["exec_attributes"] = exec_attributes
-        if job.interruption_info is not None:
-            attributes["interruption_info"] = job.interruption_info
-            attributes["preemption_reason"] = job.interruption_info.get("preemption_reason")
-            if "preempted_for" in job.interruption_info:
-                attributes["preempted_for"] = job.interruption_info["preempted_for"]
-        return attributes
-
-    def list_jobs(self, ctx: CommandContext) -> dict[str, Any]:
-        operation_id = self._operation_id(ctx)
-        jobs = self._jobs(operation_id)
-        state_counts = Counter(j.state for j in jobs)
-        state = ctx.str_param("job_state", None)
-        address = ctx.str_param("address", None)
-        if state is not None:
-            jobs = [j for j in jobs if j.state == state]
-        if address is not None:
-            jobs = [j for j in jobs if j.address == address]
-        competition = ctx.str_param("job_competition_id", None)
-        if competition is not None:  # a job and its speculative copy
-            jobs = [j for j in jobs if j.competition_id == competition]
-        if ctx.param("with_competitors", None) is not None:
-            with_competitors = ctx.bool_param("with_competitors")
-            jobs = [j for j in jobs if j.has_competitors == with_competitors]
-        offset = ctx.int_param("offset", 0)
-        limit = ctx.int_param("limit", 1000)
-        if offset < 0 or limit < 0:
-            raise parameter_error("limit" if limit < 0 else "offset", "must be non-negative")
-        page = jobs[offset : offset + limit]
-        return {
-            "jobs": [self.job_attributes(j) for j in page],
-            "cypress_job_count": len(jobs),
-            "controller_agent_job_count": len(jobs),
-            "scheduler_job_count": len(jobs),
-            "archive_job_count": 0,
-            "type_counts": {"vanilla": len(jobs)},
-            "state_counts": dict(state_counts),
-            "errors": [],
-        }
-
-    def _job(self, ctx: CommandContext) -> LiveJob:
-        operation_id = self._operation_id(ctx)
-        job_id = ctx.str_param("job_id")
-        with self.scheduler.lock:
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None and job_id in op.jobs:
-                return op.jobs[job_id]
-        record: JobRecord | None = self.scheduler.store.get_job(operation_id, job_id)
-        if record is None:
-            raise YtError(
-                f"No such job {job_id} in operation {operation_id}",
-                code=NO_SUCH_JOB,
-                attributes={"job_id": job_id, "operation_id": operation_id},
-            )
-        return LiveJob.from_record(record)
-
-    def get_job(self, ctx: CommandContext) -> dict[str, Any]:
-        return self.job_attributes(self._job(ctx))
-
-    def abort_job(self, ctx: CommandContext) -> None:
-        """Abort a running job (``user_request``); its node kills it at its next heartbeat and the operation's
-        controller runs the job again, as YTsaurus does."""
-        job_id = ctx.str_param("job_id")
-        with self.scheduler.lock:
-            job = self.scheduler.jobs.get(job_id)
-            node = self.scheduler.nodes.get(job.address) if job is not None else None
-            if job is None or job.state != "running" or node is None:
-                raise YtError(
-                    f"No such running job {job_id}",
-                    code=NO_SUCH_JOB,
-                    attributes={"job_id": job_id},
-                )
-            if not any(entry.get("job_id") == job_id for entry in node.aborts):
-                node.aborts.append({"job_id": job_id, "reason": "user_request"})
-
-    def store_stderr(self, operation_id: str, job_id: str, data: bytes) -> None:
-        """Keep a job's whole stderr its node uploaded (the heartbeat report carries only its tail)."""
-        known = False
-        with self.scheduler.lock:
-            op = self.scheduler.operations.get(operation_id)
-            known = op is not None and job_id in op.jobs
-        if not known and self.scheduler.store.get_job(operation_id, job_id) is None:
-            raise YtError(
-                f"No such job {job_id} in operation {operation_id}",
-                code=NO_SUCH_JOB,
-                attributes={"job_id": job_id, "operation_id": operation_id},
-            )
-        self.scheduler.store.set_value(STDERR_PREFIX + job_id, base64.b64encode(data).decode("ascii"))
-
-    def get_job_stderr(self, ctx: CommandContext) -> bytes:
-        job = self._job(ctx)
-        uploaded = self.scheduler.store.get_value(STDERR_PREFIX + job.id)
-        if isinstance(uploaded, str):
-            return base64.b64decode(uploaded)
-        return job.stderr.encode("utf-8", "replace")
-
     def register_commands(self, registry: CommandRegistry) -> None:
         # the start saves its mutation id in the operation's own commit
         registry.register("start_operation", self.start_operation, is_volatile=True, saves_mutation=True)
         registry.register_resolver("operation_alias", self.aliases.resolve)
         registry.register("get_operation", self.get_operation, fast=self.get_operation_fast)
-        registry.register("list_operations", self.list_operations_encoded)
+        self.listing.register_commands(registry)
         for name, handler in (
             ("abort_operation", self.abort_operation),
             ("complete_operation", self.complete_operation),
@@ -1185,7 +745,4 @@ class OperationCommands:
             ("update_operation_parameters", self.update_operation_parameters),
         ):
             registry.register(name, handler, output_type="null", is_volatile=True)
-        registry.register("list_jobs", self.list_jobs)
-        registry.register("get_job", self.get_job)
-        registry.register("abort_job", self.abort_job, output_type="null", is_volatile=True)
-        registry.register("get_job_stderr", self.get_job_stderr, output_type="binary")
+        self.jobs.register_commands(registry)

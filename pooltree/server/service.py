@@ -377,7 +377,7 @@ class SchedulerService:
         metrics, job files and stderr) and the web UI's before the API's."""
         self.commands.forecasts = self.forecasts
         self.scheduler.alert_center.forecast_alert = self.forecasts.health.alert
-        self.commands.visible = self.security.operation_visible
+        self.commands.listing.visible = self.security.operation_visible
         app = self.app
         self.commands.files = app.state.files
         resolver.files = app.state.files  # transactions belong to their users
@@ -565,7 +565,7 @@ class SchedulerService:
             self.security.authenticate_node(request.headers, peer)  # nodes only, with the node secret
             body = await read_body(request, MAX_STDERR_UPLOAD_BYTES, "Job stderr upload")  # bounded in time
             await run_in_threadpool(
-                self.commands.store_stderr,
+                self.commands.jobs.store_stderr,
                 request.path_params["operation_id"],
                 request.path_params["job_id"],
                 body,

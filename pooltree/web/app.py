@@ -32,6 +32,7 @@ from pooltree.alerts import explain_pending
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCES, format_size, resources_to_dict
 from pooltree.server.app import read_body
+from pooltree.server.job_commands import job_attributes
 from pooltree.server.live.reads import RecentReads
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
@@ -424,7 +425,7 @@ class WebUI:
         attributes = self.commands.operation_attributes(operation_id)
 
         def gather() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-            jobs = [self.commands.job_attributes(job) for job in self.commands._jobs(operation_id)]
+            jobs = [job_attributes(job) for job in self.commands.jobs.jobs(operation_id)]
             explanations: dict[str, Any] = {}
             op = self.scheduler.operations.get(operation_id)
             if op is not None:
@@ -474,7 +475,7 @@ class WebUI:
         operation_id = request.query_params.get("operation_id", "")
         job_id = request.query_params.get("job_id", "")
         self.service.security.require_operation(request.state.user, "read", operation_id)
-        for job in self.commands._jobs(operation_id):
+        for job in self.commands.jobs.jobs(operation_id):
             if job.id == job_id:
                 return PlainTextResponse(job.stderr)
         return PlainTextResponse(f"no job {job_id} in operation {operation_id}", status_code=404)

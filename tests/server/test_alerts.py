@@ -14,8 +14,8 @@ import pytest
 from pooltree.alerts import AlertSettings
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.job_commands import job_attributes
 from pooltree.server.live import LiveScheduler
-from pooltree.server.operations import OperationCommands
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -343,7 +343,7 @@ def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
             break
     assert preempted, "no preemption happened"
     job = hog.jobs[preempted[0]]
-    attributes = OperationCommands.job_attributes(job)
+    attributes = job_attributes(job)
     info = attributes["interruption_info"]
     assert info["interruption_reason"] == "preemption"
     assert info["preempted_for"]["operation_id"] == late.id
@@ -366,7 +366,7 @@ def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
     }
     finished = {"job_id": job.id, "operation_id": hog.id, "state": "aborted", "abort_reason": "preemption"}
     heartbeat(scheduler, "n1", 13.0, finished_jobs=[{**finished, "error": node_error}])
-    attributes = OperationCommands.job_attributes(hog.jobs[job.id])
+    attributes = job_attributes(hog.jobs[job.id])
     assert attributes["state"] == "aborted" and attributes["abort_reason"] == "preemption"
     error_attributes = attributes["error"]["attributes"]
     assert error_attributes["abort_reason"] == "preemption"

@@ -168,7 +168,7 @@ def test_list_operations_pages_and_counts_without_reading_every_operation(
         parameters = {**filters, "limit": 100}
         if cursor is not None:
             parameters["cursor_time"] = cursor
-        page = commands.list_operations(CommandContext("list_operations", parameters))
+        page = commands.listing.list_operations(CommandContext("list_operations", parameters))
         assert {k: page[k] for k in _expected_counters(records, filters)} == _expected_counters(
             records, filters
         )
@@ -191,26 +191,28 @@ def test_list_operations_counts_follow_live_operations(tmp_path: Path) -> None:
     live.apply_pool_trees(_trees(0), None, 0.0)
     commands = OperationCommands(live, lambda: 10_000.0)
     ops = [live.start_operation("vanilla", SPEC, "dave", 5000.0 + i) for i in range(5)]
-    listed = commands.list_operations(CommandContext("list_operations", {"user": "dave", "limit": 3}))
+    listed = commands.listing.list_operations(CommandContext("list_operations", {"user": "dave", "limit": 3}))
     assert [o["id"] for o in listed["operations"]] == [op.id for op in reversed(ops)][:3]
     for item in (
         *listed["operations"],
-        *commands.list_operations(CommandContext("list_operations", {}))["operations"],
+        *commands.listing.list_operations(CommandContext("list_operations", {}))["operations"],
     ):
         full = commands.operation_attributes(item["id"])
         assert item == {key: full[key] for key in item} and set(item) <= set(full)  # brief = get_operation's
     assert listed["incomplete"] and listed["state_counts"] == {"pending": 5}
     assert listed["pool_counts"] == {"queue": 5}
     live.finish_operation(ops[0].id, "aborted", 6000.0)
-    listed = commands.list_operations(CommandContext("list_operations", {"user": "dave", "state": "pending"}))
+    listed = commands.listing.list_operations(
+        CommandContext("list_operations", {"user": "dave", "state": "pending"})
+    )
     assert listed["state_counts"] == {"pending": 4, "aborted": 1}
     assert len(listed["operations"]) == 4 and not listed["incomplete"]
     assert listed["user_counts"] == {"dave": 4}  # every pending operation, of any user
     # a restarted scheduler counts what the store holds
     again = OperationCommands(LiveScheduler(store), lambda: 10_000.0)
-    counted = again.list_operations(CommandContext("list_operations", {"user": "dave"}))
+    counted = again.listing.list_operations(CommandContext("list_operations", {"user": "dave"}))
     assert counted["state_counts"] == {"pending": 4, "aborted": 1}
-    text = again.list_operations(CommandContext("list_operations", {"filter": "JOB 1"}))
+    text = again.listing.list_operations(CommandContext("list_operations", {"filter": "JOB 1"}))
     assert {o["id"] for o in text["operations"]} == {f"op-{i:05d}" for i in (1, *range(10, 20))}
 
 
@@ -228,10 +230,10 @@ def test_listed_live_operations_are_not_decoded_and_one_finished_meanwhile_is_re
     assert [r.partial for r in page] == [True, True, True] and page[0].spec == {}
     commands = OperationCommands(live, lambda: 10.0)
     live.finish_operation(ops[2].id, "aborted", 5.0)  # newest first: page[0] is ops[2]
-    whole = commands._whole(page[0])
+    whole = commands.listing._whole(page[0])
     assert not whole.partial and whole.state == "aborted" and whole.spec["title"] == "queued"
-    assert commands._whole(page[1]).spec["title"] == "queued"  # a live one takes memory's spec
-    listed = commands.list_operations(CommandContext("list_operations", {"limit": 10}))["operations"]
+    assert commands.listing._whole(page[1]).spec["title"] == "queued"  # a live one takes memory's spec
+    listed = commands.listing.list_operations(CommandContext("list_operations", {"limit": 10}))["operations"]
     assert [(o["id"], o["state"], o["brief_spec"]["title"]) for o in listed] == [
         (ops[2].id, "aborted", "queued"),
         (ops[1].id, "pending", "queued"),

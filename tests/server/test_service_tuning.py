@@ -127,8 +127,8 @@ def test_listing_joined_from_cached_briefs_is_the_whole_encoding(tmp_path: Path)
         for fmt in formats:
             params: dict[str, object] = {"limit": 10} if fmt is None else {"limit": 10, "output_format": fmt}
             ctx = CommandContext("list_operations", params)
-            whole = encode_structured(commands.list_operations(ctx), output_format(params))
-            assert commands.list_operations_encoded(ctx).data == whole[0], fmt
+            whole = encode_structured(commands.listing.list_operations(ctx), output_format(params))
+            assert commands.listing.list_operations_encoded(ctx).data == whole[0], fmt
 
     check()
     now[0] = 101.0  # a later listing shows its own build time in the cached live briefs

@@ -1,0 +1,304 @@
+"""``list_operations`` of the HTTP API (yt-http-api.md §6): one page of operations with the counters of every
+operation matching the filters, each listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as
+``get_operation`` shows them).
+
+``OperationListing(scheduler, clock)`` is a ``CommandProvider``; ``OperationCommands`` makes one (its
+``listing``). A page is one indexed store query; the counters come from the scheduler's in-memory counts; a live
+operation is briefed from memory without the scheduling lock; each listed brief is encoded once per change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from pooltree.server.commands import CommandContext, CommandRegistry, Encoded, output_format
+from pooltree.server.live import LiveScheduler
+from pooltree.server.live.counts import CountFilter, CountKey, count_key
+from pooltree.server.live.counts import counters as counts_of
+from pooltree.server.operation_times import iso_time, parse_time
+from pooltree.server.protocol import encode_structured, parameter_error
+from pooltree.server.store import OperationFilter, OperationRecord
+
+ALL = 1 << 62
+"""A store query limit that means every matching row."""
+FRAGMENT_CACHE_SIZE = 20_000
+"""Encoded briefs of listed operations kept (least recently listed dropped)."""
+BUILD_TIME_MARK = "build-time-of-the-listing"
+BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
+"""Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
+
+
+def _filter_factors(record: OperationRecord) -> str:
+    """The text ``list_operations``'s ``filter`` searches (lower case): id, user, state, type, pools and title."""
+    title = record.spec.get("title") if isinstance(record.spec.get("title"), str) else ""
+    pools = " ".join(count_key(record).pools)
+    return f"{record.id} {record.user} {record.state} {record.type} {pools} {title}".lower()
+
+
+def brief_attributes(
+    operation_id: str,
+    operation_type: str,
+    state: str,
+    user: str,
+    start_time: float,
+    finish_time: float | None,
+    spec: dict[str, Any],
+    runtime_parameters: dict[str, Any],
+    suspended: bool,
+    pool: str | None,
+    jobs: dict[str, Any],
+    build_time: float,
+    trees: list[str],
+) -> dict[str, Any]:
+    """The ``BRIEF_ATTRIBUTES`` of an operation; ``OperationCommands._attributes`` starts from them too."""
+    title = spec.get("title") if isinstance(spec.get("title"), str) else None
+    attributes: dict[str, Any] = {
+        "id": operation_id,
+        "type": operation_type,
+        "operation_type": operation_type,
+        "state": state,
+        "authenticated_user": user,
+        "start_time": iso_time(start_time),
+        "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
+        "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
+        "suspended": suspended,
+        "pool": pool,
+        "runtime_parameters": {"owners": [], "acl": [], "annotations": {}, **runtime_parameters},
+    }
+    if finish_time is not None:
+        attributes["finish_time"] = iso_time(finish_time)
+    return attributes
+
+
+class OperationListing:
+    """``list_operations`` over a ``LiveScheduler``."""
+
+    def __init__(self, scheduler: LiveScheduler, clock: Callable[[], float]) -> None:
+        self.scheduler = scheduler
+        self.clock = clock
+        self.visible: Callable[[str, str, str, dict[str, Any], dict[str, Any]], bool] | None = None
+        """``visible(user, operation_id, owner, spec, runtime_parameters)``: set by the service from
+        ``pooltree.security``; ``list_operations`` shows only what it allows."""
+        self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
+        self._fragments_lock = threading.Lock()
+        """Guards ``_fragments`` against concurrent threadpool readers."""
+
+    def register_commands(self, registry: CommandRegistry) -> None:
+        registry.register("list_operations", self.list_operations_encoded)
+
+    def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
+        """One page of operations with the counters (see ``_listing``)."""
+        page, incomplete, counters, now = self._listing(ctx)
+        items = [self._brief(record, now) for record in page]
+        return {"operations": items, "incomplete": incomplete, **counters}
+
+    def list_operations_encoded(self, ctx: CommandContext) -> Encoded:
+        """``list_operations`` as the command answers it, byte for byte what ``encode_structured`` makes of
+        ``list_operations``'s map: each listed operation's brief is encoded once per change (``_fragment``) and the
+        page is joined from those (a page of 100 is ~70 kB of JSON; encoding it whole took much of a listing's
+        CPU and held the GIL in one C call); the rest is built from plain values (``plain=True``)."""
+        fmt = output_format(ctx.parameters)
+        if fmt.name != "json" or fmt.attributes.get("format") == "pretty":
+            data, content_type = encode_structured(self.list_operations(ctx), fmt, plain=True)
+            return Encoded(data, content_type)
+        page, incomplete, counters, now = self._listing(ctx)
+        fmt_key = repr(ctx.parameters.get("output_format"))
+        now_text = f'"build_time": "{iso_time(now)}"'.encode()
+        fragments = [self._fragment(record, now, now_text, fmt, fmt_key) for record in page]
+        rest, content_type = encode_structured({"incomplete": incomplete, **counters}, fmt, plain=True)
+        return Encoded(b'{"operations": [' + b", ".join(fragments) + b"], " + rest[1:], content_type)
+
+    def _fragment(
+        self, record: OperationRecord, now: float, now_text: bytes, fmt: Any, fmt_key: str
+    ) -> bytes:
+        """One listed operation's brief, encoded; kept while what it shows is unchanged: a live operation's
+        revision, state, suspension and job counts (its ``build_time`` is the listing's time, put in when
+        joined), a finished one's state."""
+        op = self.scheduler.operations.get(record.id)
+        if op is not None:
+            try:
+                jobs: Any = tuple(self.scheduler.progress(op).values())
+            except RuntimeError:  # its jobs changed while counted: not cached
+                jobs = None
+            key: Hashable | None = None if jobs is None else (op.revision, op.state, op.suspended, jobs)
+        elif record.state in ("completed", "failed", "aborted"):
+            key = ("final", record.state, record.finish_time)
+        else:
+            key = None
+        if key is None:
+            return encode_structured(self._brief(record, now), fmt, plain=True)[0]
+        with self._fragments_lock:
+            found = self._fragments.get((record.id, fmt_key))
+        if found is None or found[0] != key:
+            brief = self._brief(record, now)
+            if op is not None:
+                brief["brief_progress"]["build_time"] = BUILD_TIME_MARK
+            found = (key, encode_structured(brief, fmt, plain=True)[0])
+            with self._fragments_lock:
+                self._fragments[(record.id, fmt_key)] = found
+                self._fragments.move_to_end((record.id, fmt_key))
+                while len(self._fragments) > FRAGMENT_CACHE_SIZE:
+                    self._fragments.popitem(last=False)
+        if op is None:
+            return found[1]
+        return found[1].replace(BUILD_TIME_FIELD, now_text, 1)
+
+    def _listing(self, ctx: CommandContext) -> tuple[list[OperationRecord], bool, dict[str, Any], float]:
+        """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
+        of every operation matching the filters.
+
+        The page is one indexed store query of ``limit + 1`` rows; the counters come from the in-memory counts
+        (``LiveScheduler.counts``), so a call costs the page, not the number of operations. Time bounds
+        (``from_time``/``to_time``), ``filter`` text and ``with_failed_jobs`` are not columns of the index: with
+        them the matching rows are read and counted (the cost grows with how many match)."""
+        limit = ctx.int_param("limit", 100)
+        if limit < 0 or limit > 1000:
+            raise parameter_error("limit", "must be between 0 and 1000")
+        direction = ctx.str_param("cursor_direction", "past")
+        if direction not in ("past", "future"):
+            raise parameter_error("cursor_direction", "expected past or future")
+        filters = {name: ctx.str_param(name, None) for name in ("state", "user", "pool", "type")}
+        text = ctx.str_param("filter", None)
+        with_failed_jobs = ctx.param("with_failed_jobs", None)
+        if with_failed_jobs is not None and not isinstance(with_failed_jobs, bool):
+            with_failed_jobs = ctx.bool_param("with_failed_jobs", False)
+        from_time = parse_time(ctx.param("from_time", None), "from_time")
+        to_time = parse_time(ctx.param("to_time", None), "to_time")
+        cursor_time = parse_time(ctx.param("cursor_time", None), "cursor_time")
+        count_filter = CountFilter(
+            state=filters["state"],
+            user=filters["user"],
+            pool=filters["pool"],
+            type=filters["type"],
+            with_failed_jobs=with_failed_jobs,
+        )
+        store = self.scheduler.store
+        if from_time is None and to_time is None and not text and with_failed_jobs is None:
+            page = store.list_operations(
+                OperationFilter(
+                    state=filters["state"],
+                    user=filters["user"],
+                    pool=filters["pool"],
+                    type=filters["type"],
+                    cursor_time=cursor_time,
+                    cursor_direction=direction,
+                    limit=limit + 1,
+                ),
+                known=self.scheduler.operations,  # live ones are briefed from memory: their bodies not decoded
+            )
+            counters = self.scheduler.counts.counters(count_filter)
+        else:
+            page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
+        now = self.clock()
+        page = [self._whole(record) for record in page]
+        listed = [
+            record
+            for record in page[:limit]
+            # the user may not read it (pooltree.security); counters still count it
+            if self.visible is None
+            or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
+        ]
+        return listed, len(page) > limit, counters, now
+
+    def _whole(self, record: OperationRecord) -> OperationRecord:
+        """A listed record as the listing needs it: a live operation's from memory, one that was live when listed
+        but finished since read whole (its body was not decoded)."""
+        op = self.scheduler.operations.get(record.id)
+        if op is not None:
+            if record.partial:
+                record.spec, record.runtime_parameters = op.spec, op.runtime_parameters
+            return record
+        if record.partial:
+            return self.scheduler.store.get_operation(record.id) or record
+        return record
+
+    def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:
+        """A listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as ``get_operation`` shows them): a live
+        operation's current state and progress, read without the scheduler's lock; else the stored record's."""
+        op = self.scheduler.operations.get(record.id)
+        if op is None:
+            doc = record.document
+            jobs = dict(doc.get("progress") or {})
+            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+                jobs.setdefault(key, 0)
+            return brief_attributes(
+                record.id,
+                record.type,
+                record.state,
+                record.user,
+                record.start_time,
+                record.finish_time,
+                record.spec,
+                record.runtime_parameters,
+                bool(doc.get("suspended")),
+                record.pool,
+                jobs,
+                record.finish_time or record.start_time,
+                list(doc.get("trees") or []),
+            )
+        try:
+            jobs = self.scheduler.progress(op)
+        except RuntimeError:  # its jobs changed while counted: the progress the store has
+            jobs = dict((record.document or {}).get("progress") or {})
+            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+                jobs.setdefault(key, 0)
+        return brief_attributes(
+            op.id,
+            op.type,
+            op.state,
+            op.user,
+            op.start_time,
+            op.finish_time,
+            op.spec,
+            op.runtime_parameters,
+            op.suspended,
+            next(iter(op.pools.values()), None),
+            jobs,
+            now,
+            op.trees,
+        )
+
+    def _scan(
+        self,
+        count_filter: CountFilter,
+        text: str | None,
+        from_time: float | None,
+        to_time: float | None,
+        cursor_time: float | None,
+        direction: str,
+        limit: int,
+    ) -> tuple[list[OperationRecord], dict[str, Any]]:
+        """Filters the index cannot answer: read the operations in the time range, count and page them here."""
+        records = self.scheduler.store.list_operations(
+            OperationFilter(from_time=from_time, to_time=to_time, cursor_direction=direction, limit=ALL)
+        )
+        if text:
+            needle = text.lower()
+            records = [r for r in records if needle in _filter_factors(r)]
+        groups: Counter[CountKey] = Counter(count_key(r) for r in records)
+        counters = counts_of(groups.items(), count_filter)
+        page = []
+        for record in records:
+            if cursor_time is not None and (
+                record.start_time >= cursor_time if direction == "past" else record.start_time <= cursor_time
+            ):
+                continue
+            key = count_key(record)
+            if (
+                (count_filter.state is not None and key.state != count_filter.state)
+                or (count_filter.user is not None and key.user != count_filter.user)
+                or (count_filter.pool is not None and count_filter.pool not in key.pools)
+                or (count_filter.type is not None and key.type != count_filter.type)
+                or (
+                    count_filter.with_failed_jobs is not None
+                    and key.has_failed_jobs != count_filter.with_failed_jobs
+                )
+            ):
+                continue
+            page.append(record)
+            if len(page) > limit:
+                break
+        return page, counters
