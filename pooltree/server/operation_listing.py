@@ -73,6 +73,14 @@ def brief_attributes(
     return attributes
 
 
+def _stored_progress(document: dict[str, Any] | None) -> dict[str, Any]:
+    """The job counts a stored record holds, every state present (``brief_progress/jobs``)."""
+    jobs = dict((document or {}).get("progress") or {})
+    for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
+        jobs.setdefault(key, 0)
+    return jobs
+
+
 class OperationListing:
     """``list_operations`` over a ``LiveScheduler``."""
 
@@ -221,9 +229,7 @@ class OperationListing:
         op = self.scheduler.operations.get(record.id)
         if op is None:
             doc = record.document
-            jobs = dict(doc.get("progress") or {})
-            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-                jobs.setdefault(key, 0)
+            jobs = _stored_progress(doc)
             return brief_attributes(
                 record.id,
                 record.type,
@@ -242,9 +248,7 @@ class OperationListing:
         try:
             jobs = self.scheduler.progress(op)
         except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = dict((record.document or {}).get("progress") or {})
-            for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-                jobs.setdefault(key, 0)
+            jobs = _stored_progress(record.document)
         return brief_attributes(
             op.id,
             op.type,
