@@ -201,6 +201,10 @@ def _reap(process: Any, timeout: float = REAP_TIMEOUT) -> None:
         time.sleep(0.01)
 
 
+STOPPED = "stopped"
+"""`_Death.how` of a worker that `WorkerProcess.stop` ended."""
+
+
 @dataclass
 class _Death:
     how: str = ""
@@ -307,8 +311,10 @@ class WorkerProcess:
                 self._executor = None
                 processes, self._processes = self._processes, []
             noted = self._deaths.setdefault(executor, _Death()) if executor is not None else _Death()
-        if not first:  # another thread notes it: its reason, once known
+        if not first:  # another thread notes it (or `stop` ended it): its reason, once known
             noted.known.wait(REAP_TIMEOUT + 5)
+            if noted.how == STOPPED:
+                return WorkerDied("the forecast worker process was stopped with the scheduler")
             return WorkerDied(f"the forecast worker process died ({noted.how or 'unknown exit'})")
         for process in processes:
             _reap(process)
@@ -326,6 +332,10 @@ class WorkerProcess:
         with self._lock:
             executor, self._executor = self._executor, None
             processes, self._processes = self._processes, []
+            if executor is not None:  # a refresh waiting on it hears at once that it was stopped, not died
+                stopped = self._deaths.setdefault(executor, _Death())
+                stopped.how = STOPPED
+                stopped.known.set()
         if executor is not None:
             processes = list((executor._processes or {}).values()) or processes
             executor.shutdown(wait=False, cancel_futures=True)
