@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -87,29 +87,32 @@ Parcel = tuple[bytes, tuple[bytes, ...]]
 """A `ClusterState` or a `Forecast` as it crosses to and from the worker (see the module docstring)."""
 
 
-def _parcel(head: Any, items: Sequence[Any], yielding: bool) -> Parcel:
-    """``head`` and ``items`` pickled; ``yielding``: let other threads run every ``PICKLE_SLICE`` seconds."""
-    pickled = []
+def _sliced(work: Callable[[Any], Any], items: Iterable[Any], yielding: bool) -> list[Any]:
+    """``work(item)`` of every item; ``yielding``: let other threads have the interpreter every ``PICKLE_SLICE``
+    seconds (see `Parcel`)."""
+    done = []
     deadline = time.perf_counter() + PICKLE_SLICE
     for item in items:
-        pickled.append(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
+        done.append(work(item))
         if yielding and time.perf_counter() >= deadline:
             time.sleep(0)
             deadline = time.perf_counter() + PICKLE_SLICE
-    return pickle.dumps(head, pickle.HIGHEST_PROTOCOL), tuple(pickled)
+    return done
+
+
+def _pickled(item: Any) -> bytes:
+    return pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+
+
+def _parcel(head: Any, items: Sequence[Any], yielding: bool) -> Parcel:
+    """``head`` and ``items`` pickled (``yielding`` as in `_sliced`)."""
+    return _pickled(head), tuple(_sliced(_pickled, items, yielding))
 
 
 def _opened(parcel: Parcel, yielding: bool) -> tuple[Any, list[Any]]:
-    """A `Parcel`'s head and items (``yielding`` as in `_parcel`)."""
+    """A `Parcel`'s head and items (``yielding`` as in `_sliced`)."""
     head, pickled = parcel
-    items = []
-    deadline = time.perf_counter() + PICKLE_SLICE
-    for item in pickled:
-        items.append(pickle.loads(item))
-        if yielding and time.perf_counter() >= deadline:
-            time.sleep(0)
-            deadline = time.perf_counter() + PICKLE_SLICE
-    return pickle.loads(head), items
+    return pickle.loads(head), _sliced(pickle.loads, pickled, yielding)
 
 
 def state_parcel(
@@ -120,21 +123,15 @@ def state_parcel(
     keeps unchanged operations' copies); replaced by this parcel's."""
     if kept is None:
         return _parcel(replace(state, operations=()), state.operations, yielding)
-    pickled = []
-    made: dict[str, tuple[Any, bytes]] = {}
-    deadline = time.perf_counter() + PICKLE_SLICE
-    for op in state.operations:
+
+    def pickled(op: Any) -> tuple[Any, bytes]:
         found = kept.get(op.id)
-        if found is None or found[0] is not op:
-            found = (op, pickle.dumps(op, pickle.HIGHEST_PROTOCOL))
-            if yielding and time.perf_counter() >= deadline:
-                time.sleep(0)
-                deadline = time.perf_counter() + PICKLE_SLICE
-        made[op.id] = found
-        pickled.append(found[1])
+        return found if found is not None and found[0] is op else (op, _pickled(op))
+
+    made = _sliced(pickled, state.operations, yielding)
     kept.clear()
-    kept.update(made)
-    return pickle.dumps(replace(state, operations=()), pickle.HIGHEST_PROTOCOL), tuple(pickled)
+    kept.update((op.id, found) for op, found in zip(state.operations, made, strict=True))
+    return _pickled(replace(state, operations=())), tuple(found[1] for found in made)
 
 
 def opened_state(parcel: Parcel) -> ClusterState:
