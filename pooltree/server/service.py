@@ -51,6 +51,7 @@ from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.reads import RecentReads
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
@@ -68,6 +69,8 @@ DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
 """Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
 ORCHID_CACHE_PERIOD = 1.0
 """YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
+MAX_PUBLISHED_READS = 256
+"""Orchid paths whose last answer is kept for reads that find the scheduling lock busy."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
 HEARTBEAT_THREADS = 16
@@ -110,10 +113,11 @@ class LiveOrchid:
     """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout).
 
     As YTsaurus serves its scheduler orchid from a cache refreshed every ``static_orchid_cache_update_period``
-    (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered from the
-    orchid published by an earlier read of the same shape if that is at most ``ORCHID_CACHE_PERIOD`` old and no
-    fair-share update was published since, instead of waiting for the lock; otherwise it waits and publishes
-    what it builds."""
+    (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered with the
+    last answer built for the same path if that is at most ``ORCHID_CACHE_PERIOD`` old and no fair-share update
+    was published since, instead of waiting for the lock; otherwise it waits. Every answer built under the lock
+    replaces the kept one, so a path's answers never go back in time (a config change between two updates
+    read once is never read as before it again)."""
 
     def __init__(
         self,
@@ -124,10 +128,10 @@ class LiveOrchid:
         self.scheduler = scheduler
         self.cypress_default = cypress_default
         self.clock = clock
-        self._published: dict[tuple[Any, ...], tuple[float, str]] = {}
-        """(default tree, what the read includes) → (when, the whole orchid as JSON text)."""
-        self.served_published = 0
-        """Reads answered from the published orchid while the lock was busy (tests and metrics read it)."""
+        self.published = RecentReads(
+            scheduler.lock, lambda: self.clock(), period=ORCHID_CACHE_PERIOD, size=MAX_PUBLISHED_READS
+        )
+        """(fair-share updates published, default tree, the read's path) → the last answer, as JSON text."""
 
     def get(self, path_tokens: Sequence[str]) -> Any:
         # Cypress calls this under its own lock: read the default tree first, so the lock order is always
@@ -142,26 +146,18 @@ class LiveOrchid:
             """Whether the path reaches ``prefix`` (alerts are computed only for reads that include them)."""
             return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
 
-        key = (
-            self.scheduler.updates.published_updates,
-            default_tree,
-            tuple(tokens[2:4]) if tokens[:2] == ["scheduler", "pool_trees"] else (),
-            wanted("scheduler", "alerts"),
-            tokens[:2] == ["scheduler", "event_log"],
-        )
-        published = self._published.get(key)
-        fresh = published is not None and self.clock() - published[0] <= ORCHID_CACHE_PERIOD
-        if not self.scheduler.lock.acquire(blocking=not fresh):
-            assert published is not None
-            self.served_published += 1
-            return _navigate(json.loads(published[1]), path_tokens)
-        try:
-            root = self._build(path_tokens, default_tree, wanted)
-            if not fresh:
-                self._published[key] = (self.clock(), json.dumps(root, default=float))
-            return json.loads(json.dumps(_navigate(root, path_tokens), default=float))
-        finally:
-            self.scheduler.lock.release()
+        def answer() -> str:
+            return json.dumps(
+                _navigate(self._build(path_tokens, default_tree, wanted), path_tokens), default=float
+            )
+
+        key = (self.scheduler.updates.published_updates, default_tree, tuple(tokens))
+        return json.loads(self.published.read(key, answer))
+
+    @property
+    def served_published(self) -> int:
+        """Reads answered from a kept answer while the lock was busy (tests and metrics read it)."""
+        return self.published.served
 
     def _build(
         self,

@@ -69,3 +69,43 @@ def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
     after_update.join(WAIT)
     assert out and service.orchid.served_published == 1
     service.store.close()
+
+
+def _types(alerts: list[dict[str, Any]]) -> list[str]:
+    return [a["attributes"]["alert_type"] for a in alerts]
+
+
+def test_a_path_is_never_answered_older_than_before(tmp_path: Path) -> None:
+    """A change between two fair-share updates (here a tree config raising the "unrecognized options" alert),
+    once read, is never read as before it again while the lock is busy: the answer built under the lock
+    replaces the one kept for that path, fresh or not. (Before, a fresh kept answer was not replaced, and a
+    read that found the lock busy was answered from before the change: `//sys/scheduler/@alerts` showed the
+    alert, then none.)"""
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    now = [100.0]
+    service.orchid.clock = lambda: now[0]
+    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    service.scheduler.update_fair_share("default", 1.0)
+    path = ["scheduler", "alerts"]
+    assert _types(service.orchid.get(path)) == ["pool_tree_without_nodes"]  # kept for the path
+    service.cypress.set("//sys/pool_trees/default/@config/pool_config_presets", {"p": {"ffair_share": 1}})
+    seen = service.orchid.get(path)  # lock free: built anew
+    assert _types(seen) == ["pool_tree_without_nodes", "unrecognized_pool_tree_config_options"]
+    holder_has_lock, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service.scheduler.lock:
+            holder_has_lock.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holder_has_lock.wait(WAIT)
+    try:
+        reader, out = _read_in_thread(service, path)
+        reader.join(WAIT)
+        assert out == [seen] and service.orchid.served_published == 1  # while the lock is held: as last read
+    finally:
+        release.set()
+    holder.join(WAIT)
+    service.store.close()
