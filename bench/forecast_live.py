@@ -14,9 +14,12 @@ Rounds alternate the ``--modes`` (``off``, ``on``, ``base``: on, in the ``--base
 each; reported per mode: medians over its rounds of heartbeat p50 / p99, API p50 / p99 (client-side, send to
 answer), answered heartbeats/s, the scheduler process's own CPU share and its forecast worker's (children), the
 refreshes made in the window (distinct ``computed_at`` the reader saw) and the worker's CPU seconds per refresh.
-Per round also: the code it ran, the scheduler's garbage collections in the window (``/metrics``), and the
-heartbeats by the refresh phase they overlapped (``attribution``: the copy's holds of the lock, the pickling,
-the worker's run, the unpickling, none; from the ``forecast phases:`` lines of the scheduler's log).
+Per round also: the code it ran, the scheduler's garbage collections in the window (``/metrics``), the refresh
+phases' mean wall milliseconds in the window (``phase_metrics``: ``pooltree_forecast_refresh_phase_seconds`` of
+``/metrics``; none in code older than that metric), and the heartbeats by the refresh phase they overlapped
+(``attribution``: the copy's holds of the lock, the pickling, the worker's run, the unpickling, none; from the
+``forecast phases:`` lines of the scheduler's log, logged at DEBUG: the bench sets ``POOLTREE_DEBUG_LOGGERS``;
+older code logged them at INFO).
 
     flock -w 1800 /work/bench.lock .venv/bin/python bench/forecast_live.py --nodes 300 --rounds 3 --modes off,base,on
 """
@@ -56,6 +59,8 @@ from live_nodes import (
     add_driver_arguments,
     start_node_drivers,
 )
+
+from pooltree.cli.processes import DEBUG_LOGGERS
 
 QUEUE_POOL = "queued"
 
@@ -150,17 +155,47 @@ def _attribution(
     }
 
 
-def _gc_pauses(scheduler: Scheduler) -> dict[str, float]:
-    """The scheduler's garbage collections so far (``/metrics``): per generation the count and seconds, and the
-    longest pause (None: no answer in time)."""
+def _metrics_text(scheduler: Scheduler) -> str:
+    """The scheduler's ``/metrics`` ("" : no answer in time)."""
     request = urllib.request.Request(
         scheduler.url + "/metrics", headers={"Authorization": f"OAuth {scheduler.token}"}
     )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode("utf-8", "replace")
+            return response.read().decode("utf-8", "replace")
     except OSError:
-        return {}
+        return ""
+
+
+def _phase_sums(text: str) -> dict[str, tuple[float, float]]:
+    """Refresh phase → (seconds, refreshes) so far, from ``pooltree_forecast_refresh_phase_seconds``."""
+    found: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, column in (("_sum{", 0), ("_count{", 1)):
+            if line.startswith("pooltree_forecast_refresh_phase_seconds" + suffix):
+                phase = line.split('phase="', 1)[1].split('"', 1)[0]
+                found.setdefault(phase, [0.0, 0.0])[column] = float(line.rsplit(" ", 1)[1])
+    return {phase: (values[0], values[1]) for phase, values in found.items()}
+
+
+def _phase_metrics(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, Any]:
+    """Per phase, the refreshes in the window and their mean wall milliseconds."""
+    found: dict[str, Any] = {}
+    for phase, (seconds, count) in sorted(after.items()):
+        was_seconds, was_count = before.get(phase, (0.0, 0.0))
+        refreshes = count - was_count
+        found[phase] = {
+            "refreshes": int(refreshes),
+            "mean_ms": round(1000 * (seconds - was_seconds) / refreshes, 1) if refreshes else None,
+        }
+    return found
+
+
+def _gc_pauses(text: str) -> dict[str, float]:
+    """The scheduler's garbage collections so far (its ``/metrics`` ``text``): per generation the count and
+    seconds, and the longest pause."""
     found: dict[str, float] = {}
     for line in text.splitlines():
         for prefix, name in (
@@ -207,6 +242,7 @@ def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> tuple[Schedul
     before, directory = os.environ.get("PYTHONPATH"), os.getcwd()
     if mode == "base":
         os.environ["PYTHONPATH"] = str(Path(args.base).resolve())
+    os.environ[DEBUG_LOGGERS] = "pooltree.forecast"  # the ``forecast phases:`` lines (`_phases`)
     os.chdir(data)
     try:
         code = subprocess.run(
@@ -218,6 +254,7 @@ def _scheduler(data: Path, args: argparse.Namespace, mode: str) -> tuple[Schedul
         return Scheduler(data, args.period, ("--forecast-budget", str(budget))), code
     finally:
         os.chdir(directory)
+        os.environ.pop(DEBUG_LOGGERS, None)
         if before is None:
             os.environ.pop("PYTHONPATH", None)
         else:
@@ -250,10 +287,11 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
             time.sleep(args.warmup_seconds)
             begin, total_before, worker_before = time.time(), scheduler.cpu_seconds(), _worker_cpu(scheduler)
             load_before = uptime()
-            gc_before = _gc_pauses(scheduler)
+            metrics_before = _metrics_text(scheduler)
             time.sleep(args.seconds)
             finish = time.time()
-            gc_after = _gc_pauses(scheduler)
+            metrics_after = _metrics_text(scheduler)
+            gc_before, gc_after = _gc_pauses(metrics_before), _gc_pauses(metrics_after)
             total, worker = scheduler.cpu_seconds() - total_before, _worker_cpu(scheduler) - worker_before
             end.value = finish
             results = [queue.get(timeout=120) for _ in range(min(args.drivers, args.nodes))]
@@ -285,6 +323,7 @@ def run_round(args: argparse.Namespace, mode: str) -> dict[str, Any]:
                     if "pooltree.forecast" in line and "forecast phases:" not in line
                 ][-args.log_lines :],
                 "attribution": attribution,
+                "phase_metrics": _phase_metrics(_phase_sums(metrics_before), _phase_sums(metrics_after)),
                 "gc_in_window": {
                     key: round(value - gc_before.get(key, 0.0), 4) if "max" not in key else round(value, 4)
                     for key, value in gc_after.items()

@@ -10,8 +10,10 @@ for the worker.
 The scheduler alert ``forecast_worker_died`` holds while no forecast succeeded since the last death, and for
 ``ALERT_HOLD`` seconds after it (a worker that dies now and then stays visible). ``GET /metrics`` shows
 ``pooltree_forecast_worker_deaths_total``, ``..._restarts_total``, ``pooltree_forecast_refreshes_total``,
-``pooltree_forecast_failures_total`` and the last refresh's cost in the server (the longest hold of the
-scheduler's lock, the copy's and the pickling's CPU).
+``pooltree_forecast_failures_total``, the last refresh's cost in the server (the longest hold of the
+scheduler's lock, the copy's and the pickling's CPU), and per refresh phase a histogram of its wall seconds
+(``pooltree_forecast_refresh_phase_seconds{phase="copy|pickle|worker|unpickle"}``) and of the copy's longest
+hold of the scheduler's lock (``pooltree_forecast_refresh_longest_lock_hold_seconds``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -30,6 +33,48 @@ from pooltree.alerts import FORECAST_WORKER_DIED, alert
 
 ALERT_HOLD = 600.0
 """Seconds the ``forecast_worker_died`` alert holds after a death once forecasts succeed again."""
+
+PHASES = ("copy", "pickle", "worker", "unpickle")
+"""A refresh's phases in order: the copy of the cluster (in holds of the scheduler's lock), its pickling, the
+worker's forecast, the answer's unpickling."""
+PHASE_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
+"""Histogram buckets (seconds) of the phases: milliseconds for the copy and the pickling, seconds for the worker."""
+
+
+def _phase_histograms() -> tuple[Histogram, Histogram]:
+    """The refresh phases' histograms (unregistered: `ForecastCollector` yields them for its service)."""
+    return (
+        Histogram(
+            "pooltree_forecast_refresh_phase_seconds",
+            "Wall seconds of each phase of a forecast refresh",
+            ["phase"],
+            registry=None,
+            buckets=PHASE_BUCKETS,
+        ),
+        Histogram(
+            "pooltree_forecast_refresh_longest_lock_hold_seconds",
+            "The longest hold of the scheduler's lock by a refresh's copy of the cluster",
+            registry=None,
+            buckets=PHASE_BUCKETS,
+        ),
+    )
 
 
 @dataclass
@@ -55,6 +100,8 @@ class WorkerHealth:
     restart_after: float = -math.inf
     """``time.monotonic()`` before which no worker is started."""
     last_cost: dict[str, float] = field(default_factory=dict)
+    histograms: tuple[Histogram, Histogram] = field(default_factory=_phase_histograms, repr=False)
+    """The refresh phases' wall seconds and the copy's longest lock hold, per refresh (`refreshed`)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def died(self, reason: str, now: float) -> float:
@@ -84,6 +131,13 @@ class WorkerHealth:
             if cost is not None:
                 self.refreshes += 1
                 self.last_cost = dict(cost)
+
+    def refreshed(self, phases: dict[str, float], longest_hold: float) -> None:
+        """A refresh's phases' wall seconds (`PHASES`) and its longest hold of the scheduler's lock."""
+        seconds, hold = self.histograms
+        for phase, value in phases.items():
+            seconds.labels(phase).observe(value)
+        hold.observe(longest_hold)
 
     def failed(self) -> None:
         with self._lock:
@@ -149,3 +203,5 @@ class ForecastCollector(Collector):
             if part.endswith("_seconds"):
                 cost.add_metric([part.removesuffix("_seconds")], value)
         yield cost
+        for histogram in health.histograms:
+            yield from histogram.collect()

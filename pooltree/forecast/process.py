@@ -217,12 +217,19 @@ class WorkerProcess:
     deaths noted in ``health``."""
 
     def __init__(
-        self, memory_limit: int, niceness: int, health: WorkerHealth, clock: Callable[[], float]
+        self,
+        memory_limit: int,
+        niceness: int,
+        health: WorkerHealth,
+        clock: Callable[[], float],
+        on_death: Callable[[], None] | None = None,
     ) -> None:
         self.memory_limit = memory_limit
         self.niceness = niceness
         self.health = health
         self.clock = clock
+        self.on_death = on_death
+        """Called once per death, after it is noted (the service then replaces the worker after its back-off)."""
         self.stopping = False
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         self._processes: list[Any] = []
@@ -321,6 +328,8 @@ class WorkerProcess:
         delay = self.health.died(how, self.clock())
         executor.shutdown(wait=False)  # its own thread fails the futures in flight (BrokenProcessPool)
         log.warning("the forecast worker process died: %s; a new one may start in %.1f s", how, delay)
+        if self.on_death is not None:
+            self.on_death()
         return WorkerDied(f"the forecast worker process died ({how}); it restarts in {delay:.1f} s")
 
     def stop(self) -> None:

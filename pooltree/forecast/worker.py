@@ -10,7 +10,9 @@ is seen at once, counted and alerted on, and replaced after a back-off (``restar
 death in a row; `pooltree.forecast.health`); the error names how it ended: the signal, or its exit status.
 
 Refreshes are demand-driven: every ``refresh_periods`` fair-share periods while someone has read a forecast in
-the last ``idle_after`` seconds, and at once when asked (``request``). An idle scheduler starts no process.
+the last ``idle_after`` seconds, and at once when asked (``request``). An idle scheduler starts no process, except
+to replace one that died: a death asks for one refresh, made after the back-off whether or not anyone reads, so
+that the ``forecast_worker_died`` alert says the worker recovered (or, if it dies again, the back-off doubles).
 ``dry_run`` forecasts one more operation synchronously (on the caller's thread, which waits for the worker).
 """
 
@@ -121,13 +123,20 @@ class ForecastService:
         """The last refresh: ``state`` (the copy, in the server: its thread's CPU and wall seconds), ``forecast``
         (the worker's wall time, at its lower priority), and the simulator events it processed."""
         self.health = WorkerHealth(self.settings.restart_backoff, self.settings.restart_backoff_max)
-        self.worker = WorkerProcess(self.settings.memory_limit, self.settings.niceness, self.health, clock)
+        self._wanted = threading.Event()
+        """A refresh is wanted now (a read of a stale or missing forecast, `request`, a worker's death)."""
+        self.worker = WorkerProcess(
+            self.settings.memory_limit,
+            self.settings.niceness,
+            self.health,
+            clock,
+            on_death=self._wanted.set,  # replaced after its back-off, read or not (see the module docstring)
+        )
         self._copying = threading.Lock()
         """One copy at a time (a refresh's and a dry run's share the histories and ``copies``)."""
         self.copies = OperationCopies()
         self._pickled: dict[str, tuple[Any, bytes]] = {}
         """The last refresh's operations and their pickled bytes (`state_parcel`)."""
-        self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -168,7 +177,8 @@ class ForecastService:
 
     def refresh(self) -> Forecast | None:
         """Copy the cluster and forecast it now (on the caller's thread, which waits for the worker). Each phase's
-        wall-clock interval is logged (``forecast phases:``; `bench/forecast_live.py` reads them)."""
+        wall seconds go to the metrics (`WorkerHealth.refreshed`); at DEBUG each phase's wall-clock interval is
+        logged too (``forecast phases:``; `bench/forecast_live.py` turns it on to attribute slow heartbeats)."""
         cost = CopyCost()
         began, cpu = time.time(), time.thread_time()
         state = self._take_state(cost)
@@ -203,32 +213,42 @@ class ForecastService:
             "events": float(found.events),
         }
         self.health.succeeded(self.last_cost)
-        log.info(
-            "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms; "
-            "%d operations unchanged), pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, simulated "
-            "%.0f of %.0f s",
-            1000 * copied,
-            1000 * (sending - began),
-            len(cost.holds),
-            1000 * cost.longest_hold,
-            self.copies.reused,
-            1000 * pickling,
-            1000 * opening,
-            answered - sent,
-            len(state.operations),
-            found.horizon if found.simulated is None else found.simulated,
-            found.horizon,
+        self.health.refreshed(
+            {
+                "copy": sending - began,
+                "pickle": sent - sending,
+                "worker": answered - sent,
+                "unpickle": opened - answered,
+            },
+            cost.longest_hold,
         )
-        log.info(
-            "forecast phases: copy=%s pickle=%.4f-%.4f worker=%.4f-%.4f unpickle=%.4f-%.4f",
-            ",".join(f"{begin:.4f}-{end:.4f}" for begin, end in cost.holds),
-            sending,
-            sent,
-            sent,
-            answered,
-            answered,
-            opened,
-        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "forecast refreshed: copy %.1f ms CPU (%.1f ms wall; %d holds of the lock, the longest %.1f ms; "
+                "%d operations unchanged), pickling %.1f + %.1f ms CPU, worker %.2f s wall, %d operations, "
+                "simulated %.0f of %.0f s",
+                1000 * copied,
+                1000 * (sending - began),
+                len(cost.holds),
+                1000 * cost.longest_hold,
+                self.copies.reused,
+                1000 * pickling,
+                1000 * opening,
+                answered - sent,
+                len(state.operations),
+                found.horizon if found.simulated is None else found.simulated,
+                found.horizon,
+            )
+            log.debug(
+                "forecast phases: copy=%s pickle=%.4f-%.4f worker=%.4f-%.4f unpickle=%.4f-%.4f",
+                ",".join(f"{begin:.4f}-{end:.4f}" for begin, end in cost.holds),
+                sending,
+                sent,
+                sent,
+                answered,
+                answered,
+                opened,
+            )
         return found
 
     def read(self, operation: Any = None) -> Forecast | None:
