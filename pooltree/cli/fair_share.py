@@ -40,7 +40,7 @@ from pooltree.strategy.tentative import (
     tentative_trees,
     with_tentative_trees,
 )
-from pooltree.tree.fair_share_input import build_fair_share_input
+from pooltree.tree.fair_share_input import read_fair_share_input
 from pooltree.tree.registry import PoolTrees
 
 
@@ -116,15 +116,18 @@ class _TreeStep:
         """Per operation with job groups: one job's resources (the componentwise minimum over its groups), the
         per-job vector of discretized fair share; an operation without groups keeps its continuous function."""
         self.config = StrategyConfig.from_options(self.tree.config, f"pool_trees.{name}.config")
-        self.kept = KeptState()
-        """What each step keeps for the next (`pooltree.strategy.kept`), as a period of the live service does."""
+        self.kept = KeptState.new()
+        """What the last step returned for the next (`pooltree.strategy.kept`), as a period of the live service does."""
         self.strategy = TreeScheduler(SchedulingTree(zeros(), [], self.config, name=name))
         self.split: dict[str, list[float]] = {"input_s": [], "fair_share_s": [], "publish_s": []}
 
     def run(self) -> Any:
         begin = time.perf_counter()
-        delta = self.kept.delta(self.tree)
-        root, settings = build_fair_share_input(self.tree, self.resources, cache=self.kept.input, delta=delta)
+        kept = self.kept
+        self.kept = kept.failed()  # until this step's update returns
+        delta = kept.delta(self.tree)
+        read = read_fair_share_input(self.tree, self.resources, cache=kept.input, delta=delta)
+        settings = read.settings
         built = time.perf_counter()
         if settings.enable_discretized_fair_share:
             settings = dataclasses.replace(settings, discretized_job_resources=self.job_resources)
@@ -135,11 +138,11 @@ class _TreeStep:
         if update is not None:
             base.previous_update_time = update.previous_update_time
             base.accumulated_resource_volume = dict(update.accumulated_resource_volume)
-        result = update_fair_share(root, self.total, settings, now, self.kept.update_state(base))
-        self.kept.update = result.state
+        result = update_fair_share(read.root, self.total, settings, now, kept.update_state(read, base))
+        self.kept = kept = kept.updated(result.state)
         updated = time.perf_counter()
         published = scheduling_tree_from_runtime(
-            self.tree, result, self.total, self.config, cache=self.kept.build, delta=delta
+            self.tree, result, self.total, self.config, cache=kept.build, delta=delta
         )
         self.strategy.publish(published, now)
         done = time.perf_counter()

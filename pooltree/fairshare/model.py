@@ -135,13 +135,13 @@ class UpdateState:
     """Set by the caller before the next update: the operation elements whose usage, demand or pending count it
     wrote since the update that returned this state (repeats allowed; any other change of an element must be a new
     element object), so that update reads only their rows; None (an update's own state): not known, every row is
-    read. The tree runtime's input cache reports them (``FairShareInputCache.take_written``)."""
+    read. The tree runtime's input reports them (``pooltree.tree.read_fair_share_input``: ``FairShareInput.written``)."""
     relaid: frozenset[str] | None = field(default=None, repr=False)
     """Set by the caller with ``written``: the pools whose children lists it replaced since the update that
     returned this state (operations arrived, left or moved; every other pool keeps its very list and every element
     its id), so the layout re-lays only their blocks (``layout._flatten``; empty: the previous tree is taken whole);
     None: not known, the tree is flattened anew. The tree runtime's input cache reports them from the period's delta
-    (``FairShareInputCache.take_relaid``)."""
+    (``FairShareInput.relaid``)."""
 
 
 @dataclass(eq=False, slots=True)

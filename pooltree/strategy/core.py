@@ -53,7 +53,7 @@ from pooltree.strategy.ssd_preemption import refresh_ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
-from pooltree.tree import build_fair_share_input
+from pooltree.tree import FairShareInput, read_fair_share_input
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
@@ -103,8 +103,8 @@ class SchedulerCore:
         """Operations' memory limits from their best allocation share (`best_allocation.py`)."""
         self._best_allocation_used = 0
         """The ``best_allocation.revision`` of the limits the last update was given."""
-        self.kept = KeptState()
-        """What each fair-share period keeps for the next (`kept.py`): the projection, the previous input and
+        self.kept = KeptState.new()
+        """What the last fair-share period returned for the next (`kept.py`): the projection, the previous input and
         build, the previous update's state."""
         self._registration_order: dict[str, int] = {}
         self._registrations = 0
@@ -139,7 +139,7 @@ class SchedulerCore:
 
     @fair_share_state.setter
     def fair_share_state(self, state: Any) -> None:
-        self.kept.update = state
+        self.kept = dataclasses.replace(self.kept, update=state)
 
     # ------------------------------------------------------------------ events
 
@@ -287,19 +287,24 @@ class SchedulerCore:
         Operations whose controllers report completion are unregistered first (event ``operation_completed``).
         """
         times = self.phase_times
+        kept = self.kept
+        self.kept = (
+            kept.failed()
+        )  # until this period's update returns: a period stopped half-way is not followed
         with times.phase("update"):
             with times.phase("unregister"):
                 self.unregister_completed(now)
             with times.phase("input"):
-                delta = self._period_delta()
-                root, settings = self._fair_share_input(delta, now)
-                settings = self._with_best_allocation(settings, now)
+                delta = kept.delta(self.pool_tree, self.input_resources.take_changed())
+                read = self._fair_share_input(kept, delta, now)
+                settings = self._with_best_allocation(read.settings, now)
                 if settings.enable_discretized_fair_share:
                     settings = self._with_job_resources(settings)
             function = self._fair_share or _default_fair_share()
             total = self.total_resources
             with times.phase("fair_share"):
-                result = self._run_fair_share(function, root, total, settings, now)
+                result = function(read.root, total, settings, now, kept.update_state(read))
+                self.kept = kept = kept.updated(getattr(result, "state", None))
                 if self.config.enable_absolute_fair_share_starvation_tolerance:
                     apply_absolute_starvation_tolerance(result, self._min_needed(), total)
                 left_out = self._fifo_unschedulable(result)
@@ -308,11 +313,10 @@ class SchedulerCore:
                     if self.config.enable_guarantee_priority_scheduling
                     else frozenset()
                 )
-            self.kept.update = getattr(result, "state", None)
             self.last_result = result
             with times.phase("build"):
                 tree = scheduling_tree_from_runtime(
-                    self.pool_tree, result, total, self.config, cache=self.kept.build, delta=delta
+                    self.pool_tree, result, total, self.config, cache=kept.build, delta=delta
                 )
             with times.phase("publish"):
                 previous = self.strategy.fifo_unschedulable
@@ -323,7 +327,7 @@ class SchedulerCore:
             with times.phase("segments"):
                 self.update_gpu_scheduling(now)
                 if self.strategy.ssd.enabled:  # `ssd_preemption.py`
-                    refresh_ssd_operations(self.strategy.ssd, self.kept.projection, delta)
+                    refresh_ssd_operations(self.strategy.ssd, kept.projection, delta)
                 if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                     observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return result
@@ -378,34 +382,18 @@ class SchedulerCore:
         """Operation id → its controller's aggregated minimum needed allocation resources."""
         return {op_id: controller.min_needed_resources for op_id, controller in self.controllers.items()}
 
-    def _run_fair_share(
-        self, function: FairShareFunction, root: Any, total: Vector, settings: Any, now: float
-    ) -> Any:
-        """The update of this period's input, given the previous update's state and the operations the input
-        wrote since (the period's delta of inputs: the update reads only their rows)."""
-        state = self.kept.update_state()
-        try:
-            return function(root, total, settings, now, state)
-        except BaseException:
-            self.kept.update_failed()  # the next update reads every row
-            raise
-
-    def _period_delta(self) -> PeriodDelta:
-        """This period's changes of the tree since the previous period (`pooltree.tree.delta`), with the operations
-        whose usage or pending work was reported moved: found once, read by the input and the build."""
-        return self.kept.delta(self.pool_tree, self.input_resources.take_changed())
-
-    def _fair_share_input(self, delta: PeriodDelta, now: float) -> tuple[Any, Any]:
-        """The fair-share update's input tree and settings, read from the runtime tree with the period's delta."""
+    def _fair_share_input(self, kept: KeptState, delta: PeriodDelta, now: float) -> FairShareInput:
+        """The fair-share update's input tree and settings, read from the runtime tree with the period's delta, and
+        what the read wrote for the update."""
         nodes = nodes_for_tag_filters(
             self.nodes_view, self.connection_time, self.config.node_reconnection_timeout, now
         )
         try:
-            return build_fair_share_input(
+            return read_fair_share_input(
                 self.pool_tree,
                 self.input_resources.resources,
                 nodes=nodes,
-                cache=self.kept.input,
+                cache=kept.input,
                 delta=delta,
             )
         except BaseException:

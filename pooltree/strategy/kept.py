@@ -1,9 +1,14 @@
 """`KeptState`: everything one fair-share period of a tree keeps for the next, in one object (issue 28).
 
-A period reads the runtime tree through its delta (`pooltree.tree.delta`), builds the fair-share input, runs the
+A period reads the runtime tree through its delta (`pooltree.tree.delta`), reads the fair-share input, runs the
 update and builds the strategy's tree. What each of these keeps for the next period lives here and nowhere else:
-`SchedulerCore` and `pooltree fair-share`'s step each hold one `KeptState` per tree, hand it to the period and get
-it back brought up to date. Nothing is kept in module globals, and no step keeps state of its own between periods.
+`SchedulerCore` and `pooltree fair-share`'s step each hold the `KeptState` the previous period returned, hand it to
+the period, and hold the one the period returns (`updated`; `failed` when the period stopped half-way). Nothing is
+kept in module globals, and no step keeps state of its own between periods.
+
+The three builds' caches it holds (the projection, the input's and the strategy's previous builds) are objects that
+each bring their previous build up to date with the period's delta; what the input wrote for the update is not
+kept in them but handed from the read to the update (`pooltree.tree.FairShareInput` → `update_state`).
 """
 
 from __future__ import annotations
@@ -13,49 +18,60 @@ from typing import Any
 
 from pooltree.fairshare.model import UpdateState
 from pooltree.strategy.build import BuildCache
-from pooltree.tree import FairShareInputCache
+from pooltree.tree import FairShareInput, FairShareInputCache
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.projection import TreeProjection
 
 
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class KeptState:
-    """What one period of a tree hands the next."""
+    """What one period of a tree hands the next (immutable: a period returns a new one)."""
 
-    __slots__ = ("build", "input", "projection", "update")
+    projection: TreeProjection
+    """The tree's one projection: the revision the next period's delta starts from, each element's static parts
+    for both builds (`pooltree.tree.projection`)."""
+    input: FairShareInputCache
+    """The previous fair-share input, its model objects kept in the projection's entries."""
+    build: BuildCache
+    """The strategy's previous build (`pooltree.strategy.build_rows`)."""
+    update: Any = None
+    """The previous update's returned state (`UpdateState`: integral volumes, historic usage, the flattened tree
+    with what was derived from it); None before the first update."""
+    complete: bool = True
+    """Whether that update read the input read just before it (False: a period stopped between its read and the
+    end of its update, so what the next read writes is not all that changed since: that update reads every row and
+    lays the tree anew)."""
 
-    def __init__(self) -> None:
-        self.projection = TreeProjection()
-        """The tree's one projection: the revision the next period's delta starts from, each element's static parts
-        for both builds (`pooltree.tree.projection`)."""
-        self.input = FairShareInputCache(self.projection)
-        """The previous fair-share input, and what the input wrote and re-laid since the update read it."""
-        self.build = BuildCache(self.projection)
-        """The strategy's previous build (`pooltree.strategy.build_rows`)."""
-        self.update: Any = None
-        """The previous update's returned state (`UpdateState`: integral volumes, historic usage, the flattened tree
-        with what was derived from it); None before the first update."""
+    @classmethod
+    def new(cls) -> KeptState:
+        """The state before a tree's first period: one projection, both caches made on it."""
+        projection = TreeProjection()
+        return cls(projection, FairShareInputCache(projection), BuildCache(projection))
 
     def delta(self, tree: RuntimeTree, resources: Any = None) -> PeriodDelta:
         """This period's delta of ``tree`` from where the previous period stood (``resources``: the operations whose
         usage or pending work was notified, see `PeriodDelta`)."""
         return self.projection.delta(tree, resources)
 
-    def update_state(self, base: UpdateState | None = None) -> Any:
-        """The state this period's update starts from: ``base`` (default: the previous update's returned state),
-        with the previous update's flattened tree and the input's delta since that update (the operations it wrote,
-        the pools it re-laid; `UpdateState.written`, `.relaid`)."""
-        written = self.input.take_written()
-        relaid = self.input.take_relaid()
+    def update_state(self, read: FairShareInput, base: UpdateState | None = None) -> Any:
+        """The state the update of ``read`` starts from: ``base`` (default: the previous update's returned state),
+        with the previous update's flattened tree and what ``read`` wrote and re-laid since that update
+        (`UpdateState.written`, `.relaid`)."""
         previous = self.update
         state = previous if base is None else base
         if not isinstance(state, UpdateState):
             return state
         if base is not None:
             state = dataclasses.replace(state, layout=getattr(previous, "layout", None))
-        if written is not None:
-            state = dataclasses.replace(state, written=written, relaid=relaid)
+        if self.complete and read.written is not None:
+            state = dataclasses.replace(state, written=read.written, relaid=read.relaid)
         return state
 
-    def update_failed(self) -> None:
-        """The update that read this period's input failed: the next one reads every row and lays the tree anew."""
-        self.input.forget_written()
+    def updated(self, state: Any) -> KeptState:
+        """What the next period starts from after an update that read this period's input returned ``state``."""
+        return dataclasses.replace(self, update=state, complete=True)
+
+    def failed(self) -> KeptState:
+        """What the next period starts from when this one stops before its update returned: the same builds, and
+        the next update reads every row."""
+        return self if not self.complete else dataclasses.replace(self, complete=False)

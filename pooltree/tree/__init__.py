@@ -9,8 +9,10 @@
 
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
 from pooltree.tree.fair_share_input import (
+    FairShareInput,
     FairShareInputCache,
     build_fair_share_input,
+    read_fair_share_input,
     tree_total_resources,
     update_settings,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "TOO_MANY_OPERATIONS_CODE",
     "TRANSITIONS",
     "EffectiveParameters",
+    "FairShareInput",
     "FairShareInputCache",
     "InvalidOperationStateError",
     "Operation",
@@ -54,6 +57,7 @@ __all__ = [
     "TreeOperation",
     "TreeRegistration",
     "build_fair_share_input",
+    "read_fair_share_input",
     "tree_total_resources",
     "update_settings",
 ]

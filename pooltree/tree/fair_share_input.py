@@ -9,7 +9,7 @@ not suspended; otherwise demand = usage and the operation is not schedulable.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,21 +103,13 @@ class FairShareInputCache:
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
     objects gives the same result as building new ones.
 
-    What it wrote since the last update (`take_written`) is the update's delta of inputs: the operations whose
-    usage, demand and pending count it wrote into their elements (``written``; any other change of an element is a
-    new element object). ``None`` when it does not know (it walked the tree, or an update failed): the next update
-    reads every row.
+    What a read wrote is not kept here: `read_fair_share_input` returns it with the input (`FairShareInput`), and
+    the caller hands it to the update that reads that input.
     """
 
     def __init__(self, projection: TreeProjection | None = None) -> None:
         self.projection = projection if projection is not None else TreeProjection()
         """The tree's projection, whose entries keep the model objects (`Projected.input`)."""
-        self.written: list[Operation] | None = None
-        """Operation elements whose usage, demand and pending count were written since `take_written` (repeats
-        possible); None: not known (every row is read)."""
-        self.relaid: set[str] | None = None
-        """Pools whose model element got a new ``children`` list since `take_relaid` (the pools of the operations
-        the period's delta names); None: not known (it walked the tree, or an update failed)."""
         self.tags: _TagLimits | None = None
         self.settings: tuple[Any, UpdateSettings] | None = None
         self.last: _LastBuild | None = None
@@ -129,25 +121,20 @@ class FairShareInputCache:
             self.tags = _TagLimits(nodes)
         return self.tags
 
-    def take_written(self) -> list[Operation] | None:
-        """The operations written since the last call (None: not known), for the update that reads this input;
-        the next call answers from here on."""
-        written = self.written
-        self.written = []
-        return written
 
-    def take_relaid(self) -> frozenset[str] | None:
-        """The pools whose children lists were replaced since the last call (None: not known), for the update that
-        reads this input (``UpdateState.relaid``); the next call answers from here on."""
-        relaid = self.relaid
-        self.relaid = set()
-        return None if relaid is None else frozenset(relaid)
+class FairShareInput(NamedTuple):
+    """One read of a tree's fair-share input (`read_fair_share_input`): the root and the settings, and what this read
+    changed in the input objects of the previous read through the same cache, for the update that reads it
+    (``UpdateState.written``, ``.relaid``)."""
 
-    def forget_written(self) -> None:
-        """What was written and re-laid is not known any more (an update that read it failed): the next update
-        reads every row and compares every pool's children."""
-        self.written = None
-        self.relaid = None
+    root: Pool
+    settings: UpdateSettings
+    written: list[Operation] | None
+    """The operation elements whose usage, demand and pending count this read wrote (repeats possible; any other
+    change of an element is a new element object); None: not known (it walked the tree), every row is read."""
+    relaid: frozenset[str] | None
+    """The pools whose model element got a new ``children`` list in this read (the pools of the operations the
+    period's delta names); None: not known (it walked the tree)."""
 
 
 def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vector] | None:
@@ -375,11 +362,26 @@ def build_fair_share_input(
     cache: FairShareInputCache | None = None,
     delta: PeriodDelta | None = None,
 ) -> tuple[Pool, UpdateSettings]:
-    """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, and the
-    tree's update settings. ``nodes`` (this tree's nodes) is needed only for elements with a
-    ``scheduling_tag_filter``; without it such elements get no tag-filter limits. ``cache`` (kept by the caller
-    between updates of the same tree, with the same ``nodes`` object until the nodes change) reuses the model
-    objects of unchanged elements; the input is the same either way.
+    """The fair-share model of ``tree`` (the root pool, id ``<Root>``, with every pool and operation) and the tree's
+    update settings: `read_fair_share_input` without what the read wrote (a one-off input, or a caller whose update
+    reads every row)."""
+    read = read_fair_share_input(tree, operation_resources, nodes=nodes, cache=cache, delta=delta)
+    return read.root, read.settings
+
+
+def read_fair_share_input(
+    tree: RuntimeTree,
+    operation_resources: OperationResources,
+    *,
+    nodes: NodeResources | None = None,
+    cache: FairShareInputCache | None = None,
+    delta: PeriodDelta | None = None,
+) -> FairShareInput:
+    """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, the tree's
+    update settings, and what this read wrote into the previous read's objects. ``nodes`` (this tree's nodes) is
+    needed only for elements with a ``scheduling_tag_filter``; without it such elements get no tag-filter limits.
+    ``cache`` (kept by the caller between updates of the same tree, with the same ``nodes`` object until the nodes
+    change) reuses the model objects of unchanged elements; the input is the same either way.
 
     ``delta`` (with ``cache``): the period's changes of the tree (`pooltree.tree.delta`), found once per period
     for every consumer; without it they are found here (`period_delta` since the cache's previous build). Its
@@ -403,24 +405,27 @@ def build_fair_share_input(
         and last.key[2] is tree.config
         and last.key[3] is nodes
     )
+    written: list[Operation] | None = []
+    relaid: set[str] = set()
     if same_source and delta.unchanged:
         assert last is not None
-        _refresh_resources(last.operations, operation_resources, changed, cache.written)
+        _refresh_resources(last.operations, operation_resources, changed, written)
         root = last.root
-    elif same_source and _changes_applied(tree, last, cache, operation_resources, nodes, delta):
+    elif same_source and _changes_applied(
+        tree, last, cache, operation_resources, nodes, delta, written, relaid
+    ):
         assert last is not None
         last.key = key
-        _refresh_resources(last.operations, operation_resources, changed, cache.written)
+        _refresh_resources(last.operations, operation_resources, changed, written)
         root = last.root
     else:
-        cache.written = None  # every element written: the update reads every row
-        cache.relaid = None  # and compares every pool's children
+        written = None  # every element written: the update reads every row and lays the tree anew
         build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache.projection, nodes)
         root = build.pool(tree.root.name)
         cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
-    return root, cache.settings[1]
+    return FairShareInput(root, cache.settings[1], written, None if written is None else frozenset(relaid))
 
 
 def _changes_applied(
@@ -430,6 +435,8 @@ def _changes_applied(
     source: OperationResources,
     nodes: Any,
     delta: PeriodDelta,
+    written: list[Operation],
+    relaid: set[str],
 ) -> bool:
     """`_apply_operation_changes` with the changes the projection found for this delta (none: the projection
     walked, and so does this build), forgetting the previous build if it fails half-way (the next build walks)."""
@@ -437,7 +444,7 @@ def _changes_applied(
     if changes is None or cache.projection.advanced_with is not delta:
         return False
     try:
-        return _apply_operation_changes(tree, last, cache, source, nodes, changes)
+        return _apply_operation_changes(tree, last, cache, source, nodes, (written, relaid), changes)
     except BaseException:
         cache.last = None
         raise
@@ -449,6 +456,7 @@ def _apply_operation_changes(
     cache: FairShareInputCache,
     source: OperationResources,
     nodes: Any,
+    told: tuple[list[Operation], set[str]],
     changes: OperationChanges,
 ) -> bool:
     """Bring the previous build up to the tree's revision when only some operations changed since (arrived, left,
@@ -457,9 +465,11 @@ def _apply_operation_changes(
     the running operations in the pool's order), and only the changed operations' model elements are looked up or
     made. Every other pool keeps its list and every other operation its element. False when a pool of the changes
     is gone, a model element of the previous build is missing from the projection or a changed operation's spec
-    is not a frozen model: the caller then walks the whole tree (which sets everything this may have begun anew)."""
+    is not a frozen model: the caller then walks the whole tree (which sets everything this may have begun anew).
+    ``told`` collects what the read tells the update (the elements written, the pools re-laid)."""
     if not changes.frozen:
         return False
+    written, relaid = told  # what this read tells the update: the elements it wrote, the pools it re-laid
     projection = cache.projection
     pools = projection.pools
     touched = changes.pools()
@@ -477,8 +487,7 @@ def _apply_operation_changes(
                 static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, cache.tag_limits(nodes))
                 found = _found(source, op_id)
                 _write_found(static, found)
-                if cache.written is not None:
-                    cache.written.append(static)
+                written.append(static)
                 entries[op_id] = [static, found]
             else:
                 static = projected[op_id].input
@@ -486,8 +495,7 @@ def _apply_operation_changes(
                     return False
             children.append(static)
         entry.input.children = children
-    if cache.relaid is not None:
-        cache.relaid.update(touched)
+    relaid.update(touched)
     if changes.before or entries:
         by_id = last.operations
         for op_id in changes.before:

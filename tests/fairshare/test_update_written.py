@@ -1,7 +1,7 @@
 """An update told which operations were written since the previous update of the same tree (``UpdateState.written``,
 the period's delta of inputs) reads only their rows (``inputs._read_rows`` with rows): its results must be those of an
 update of fresh copies (which reads every row), bit for bit. The tree runtime's input cache reports what it wrote
-(``FairShareInputCache.take_written``), and a write it did not report would show.
+(``read_fair_share_input``'s ``written``), and a write it did not report would show.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pooltree.fairshare import Operation, Pool, UpdateState, update_fair_share
 from pooltree.fairshare import inputs as inputs_module
 from pooltree.fairshare import reuse as reuse_module
 from pooltree.resources import vector
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import FairShareInputCache, PoolTree, read_fair_share_input
 from pooltree.tree import fair_share_input as input_module
 from tests.fairshare.fairshare_random_trees import case
 from tests.fairshare.test_update_reuse import _digest, _ops, _pools, matches_fresh_update
@@ -190,10 +190,11 @@ def _runtime_steps(steps: int = 30) -> list[int]:
                 usage + vector(cpu=float(rng.integers(0, 3))),
                 needed * float(rng.integers(0, 2)),
             )
-        root, settings = build_fair_share_input(tree, resources, cache=cache)
+        read = read_fair_share_input(tree, resources, cache=cache)
+        root, settings = read.root, read.settings
         fresh = copy.deepcopy((root, total, settings))
         expected = update_fair_share(*fresh, float(step), copy.deepcopy(state))
-        told = dataclasses.replace(state, written=cache.take_written(), relaid=cache.take_relaid())
+        told = dataclasses.replace(state, written=read.written, relaid=read.relaid)
         got = update_fair_share(root, total, settings, float(step), told)
         if _digest(got) != _digest(expected):
             differ.append(step)

@@ -51,8 +51,10 @@ def test_the_input_writes_the_notified_operations():
     controller = core.controllers["y"]
     controller._tasks["main"].pending.pop()  # y's pending work moves
     controller._refresh()
-    core._fair_share_input(core._period_delta(), 1.0)
-    written = core.kept.input.take_written()
+    kept = core.kept
+    written = core._fair_share_input(
+        kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0
+    ).written
     assert written is not None and sorted(element.id for element in written) == ["x", "y"]
     assert core.kept.input.last is not None
     element = core.kept.input.last.operations["y"][0]
