@@ -26,10 +26,11 @@ whole run and reports the median of each figure. ``--shards 1,2,4`` runs the sch
 count (``--node-shards``) in every round, interleaved (``1s``, ``2s``: that many shard processes with
 ``--shard-starts``, which also run their nodes' scheduling passes); the simulated nodes follow the answers' ``heartbeat_url``
 to their shard as the node agent does. The scheduler's CPU counts its child processes (the shards), and is also
-reported split: the leader's and the shards' CPU per heartbeat, the leader's per started allocation, and
-heartbeats and allocations started per scheduler CPU-second (leader and shards summed);
-``answered_by_shards_share``: the share of the phase's answers the shards gave themselves (heartbeats the leader
-proved empty, ``pooltree/shards/verdicts.py``).
+reported split: the leader's and the shards' CPU per heartbeat and per started allocation, and heartbeats and
+allocations started per scheduler CPU-second (leader and shards summed); ``answered_by_shards_share``: the share
+of the phase's answers the shards gave themselves (heartbeats the leader proved empty,
+``pooltree/shards/verdicts.py``); ``shard_starts_granted_share``: the share of the shard passes' starts that took
+an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``).
 
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
        [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
@@ -75,6 +76,8 @@ REQUEST_TIMEOUT = 60.0
 POOL = "bench"
 START_TIMEOUT = 120.0
 METRICS_TIMEOUT = 10.0
+GRANTED = 'pooltree_node_shard_starts_total{way="granted"'
+CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
 
 
 # ------------------------------------------------------------------------------------------- simulated node
@@ -313,6 +316,11 @@ class Scheduler:
         """Heartbeats the node shards answered themselves so far (``pooltree_node_shard_local_answers_total``, as
         far as the leader applied their notes; 0 on builds without the metric); None without shards or when the
         scheduler did not answer ``/metrics`` in time (the figure is then left out, the run goes on)."""
+        return self.metric_sum("pooltree_node_shard_local_answers_total{")
+
+    def metric_sum(self, prefix: str) -> float | None:
+        """The sum of the scheduler's metric lines starting with ``prefix`` (0 when there are none); None without
+        shard processes or when ``/metrics`` did not answer in time."""
         if not self.processes:
             return None
         request = urllib.request.Request(
@@ -323,7 +331,6 @@ class Scheduler:
                 text = response.read().decode("utf-8", "replace")
         except OSError:
             return None
-        prefix = "pooltree_node_shard_local_answers_total{"
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
     def close(self) -> None:
@@ -457,15 +464,21 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
 
             split: dict[str, tuple[float, float]] = {}
             by_shards: dict[str, float] = {}
+            ways: dict[str, tuple[float, float]] = {}
 
             def measure(name: str, seconds: float) -> None:
                 local = scheduler.answered_by_shards()
+                granted = scheduler.metric_sum(GRANTED)
+                claimed = scheduler.metric_sum(CLAIMED)
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
                 now_local = scheduler.answered_by_shards()
                 if local is not None and now_local is not None:
                     by_shards[name] = now_local - local
+                now_granted, now_claimed = scheduler.metric_sum(GRANTED), scheduler.metric_sum(CLAIMED)
+                if None not in (granted, claimed, now_granted, now_claimed):
+                    ways[name] = (now_granted - granted, now_claimed - claimed)  # type: ignore[operator]
                 split[name] = (after[0] - before[0], after[1] - before[1])
                 windows.append((name, (begin, time.time()), sum(after) - sum(before)))
 
@@ -496,6 +509,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 phase["leader_cpu_ms_per_started_allocation"] = (
                     round(1000 * leader / phase["started"], 3) if phase["started"] else None
                 )
+                phase["shards_cpu_ms_per_started_allocation"] = (
+                    round(1000 * shards / phase["started"], 3) if phase["started"] else None
+                )
+                granted, claimed = ways.get(phase["phase"], (0.0, 0.0))
+                if granted + claimed > 0:  # the shard passes' starts that took a grant (no round trip)
+                    phase["shard_starts_granted_share"] = round(granted / (granted + claimed), 3)
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(

@@ -522,6 +522,12 @@ class TaskMemoryReserve:
             self._running[cookie] = reserve
         return reserve
 
+    def cancel_start(self, cookie: Hashable) -> None:
+        """The job ``start_job(cookie)`` started never ran (its allocation was taken back before any node got it):
+        its reserve is forgotten, as if never started (a job's cookie is remembered only while it runs: every
+        end forgets it, so nothing was there before the start)."""
+        self._running.pop(cookie, None)
+
     def running_reserve(self, cookie: Hashable) -> JobMemoryReserve | None:
         """The reserve a running job of ``cookie`` was started with."""
         return self._running.get(cookie)

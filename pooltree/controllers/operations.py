@@ -347,6 +347,37 @@ class OperationControllerBase:
             )
         return None
 
+    @property
+    def can_take_back(self) -> bool:
+        """Whether `take_back` undoes a `schedule_allocation` exactly: no speculative copies (they keep per-start
+        state of their own)."""
+        return self.speculation is None
+
+    def take_back(self, allocation: Allocation) -> None:
+        """Undo the `schedule_allocation` that made ``allocation`` (never started on a node, never finished): its
+        job pending again at the front of its task, counts as before, the allocation number given again when it
+        was the last one made. Allocations taken back last-made first leave the controller as it was before
+        them (node shards' claims granted ahead, `pooltree/shards/remote.py`). Only where `can_take_back`."""
+        if not self.can_take_back:
+            raise PooltreeError(
+                f"operation {self.operation_id}: allocations cannot be taken back (speculative jobs)",
+                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
+            )
+        job = self._running.pop(allocation.id, None)
+        if job is None:
+            raise PooltreeError(
+                f"operation {self.operation_id}: allocation {allocation.id} is not running",
+                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
+            )
+        state = self._tasks[job.task]
+        state.running -= 1
+        if state.spec.memory_reserve is not None:
+            state.spec.memory_reserve.cancel_start((job.task, job.index))
+        state.pending.appendleft(job)
+        if allocation.id == f"{self.operation_id}/{self._next_allocation}":
+            self._next_allocation -= 1
+        self._refresh()
+
     def _run_job(
         self,
         state: _TaskState,

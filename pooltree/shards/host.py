@@ -88,6 +88,18 @@ class PassLinks(Protocol):
     @property
     def shard_passes(self) -> list[int]: ...
 
+    @property
+    def granted_starts(self) -> int: ...
+
+    @property
+    def claims(self) -> int: ...
+
+    @property
+    def claims_refused(self) -> int: ...
+
+    @property
+    def grants_taken_back(self) -> int: ...
+
 
 def shard_of(address: str, count: int) -> int:
     """The shard that owns node ``address`` (stable across processes and restarts)."""
@@ -422,6 +434,20 @@ class ShardMetrics:
             for index, count in enumerate(shards.starts.shard_passes):
                 passes.add_metric([str(index)], count)
             yield passes
+            starts = CounterMetricFamily(
+                "pooltree_node_shard_starts",
+                "Allocations the shard processes' passes started: granted ahead with the pass's request, or "
+                "claimed (one round trip to the leader each)",
+                labels=["way"],
+            )
+            starts.add_metric(["granted"], shards.starts.granted_starts)
+            starts.add_metric(["claimed"], shards.starts.claims - shards.starts.claims_refused)
+            taken_back = CounterMetricFamily(
+                "pooltree_node_shard_grants_taken_back",
+                "Allocations granted ahead that no start of their pass took (back to their controllers)",
+            )
+            taken_back.add_metric([], shards.starts.grants_taken_back)
+            yield from (starts, taken_back)
         restarts = CounterMetricFamily(
             "pooltree_node_shard_restarts", "Shard processes started again after dying"
         )

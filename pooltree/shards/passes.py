@@ -5,8 +5,9 @@ The leader sends a `PassRequest` per heartbeat and tree of one of this shard's n
 snapshot of the truth, `pickling.snapshot_of`; the increments as batches of the tree's log, `increments.py`, the
 same bytes for every shard), the node's limits and tags, the time and the node's preemptive
 backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
-the node's heartbeat on it. Each start it decides is a `Claim` sent to the leader, which answers it
-(`ClaimAnswer`: the real controller's allocation, or None); what the pass books goes to the leader in order
+the node's heartbeat on it. Each start it decides takes an allocation the request granted ahead (`replica.Grant`,
+when it answers the start exactly) or is a `Claim` sent to the leader, which answers it (`ClaimAnswer`: the real
+controller's allocation, or None); what the pass books goes to the leader in order
 (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next claim or with
 the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
 the pickling form (`pickling.dumps`).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -25,7 +27,7 @@ from typing import Any
 from pooltree.resources import Vector
 from pooltree.shards.increments import decode_chunks
 from pooltree.shards.pickling import dumps, loads
-from pooltree.shards.replica import Claim, ClaimAnswer, TreeReplica
+from pooltree.shards.replica import Claim, ClaimAnswer, Grant, TreeReplica
 from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,9 @@ class PassRequest:
     now: float
     backoff: float
     """The node's ``last_preemptive_scheduling_time`` in the leader (heartbeats the verdicts answered moved it)."""
+    grants: tuple[Grant, ...] = ()
+    """Allocations granted ahead (`replica.Grant`), per operation in the order they were made: the pass's claims
+    take them instead of asking the leader while they answer the claim exactly."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ class Started:
     node: str
     stage: str
     time: float
+    limited_usage: tuple[tuple[str, tuple[float, ...]], ...] | None = None
+    """For an allocation taken from a grant: the replica's usage of its operation and each ancestor with limits
+    when it decided (the leader's claim check, made at the booking); None for an answered claim's."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +135,17 @@ class ShardPasses:
         if copied is not None:
             copied.last_preemptive_scheduling_time = request.backoff
         replica.send_effect = lambda event: self._effect(replica, event)
+        replica.grants = {}
+        for grant in request.grants:
+            replica.grants.setdefault(grant.operation_id, deque()).append(grant)
         try:
             result = replica.schedule(
                 NodeHeartbeat(request.address, request.limits, request.tags), request.now
             )
         finally:
             replica.send_effect = None
+            replica.grants = {}
+            replica.granted_usage.clear()
         copied = strategy.nodes.get(request.address)
         return PassDone(
             result.preemptive_scheduling_performed,
@@ -147,7 +160,9 @@ class ShardPasses:
     def _effect(self, replica: TreeReplica, event: dict[str, Any]) -> None:
         kind = event.get("event")
         if kind == "allocation_started":
-            self.tell(Started(event["allocation_id"], event["node"], event["stage"], event["time"]))
+            allocation_id = event["allocation_id"]
+            limited = replica.granted_usage.pop(allocation_id, None)
+            self.tell(Started(allocation_id, event["node"], event["stage"], event["time"], limited))
         elif kind == "allocation_preempted":
             strategy = replica.strategy
             assert strategy is not None

@@ -12,19 +12,27 @@ Per heartbeat and tree, on the leader thread that answers it:
 2. The scheduling lock is let go (`SchedulingLock.suspended`): the shard's pass runs in its process while the
    leader takes other heartbeats. One pass per shard at a time (the link's lock, taken with the scheduling lock
    let go); the increments the shard has not seen are taken, in order, under the scheduling lock with the
-   link's lock held, and sent with the request (a snapshot of the truth first when the shard has no current copy).
+   link's lock held, and sent with the request (a snapshot of the truth first when the shard has no current copy),
+   with allocations granted ahead (`_grants`): for each allocation that ended on the node since its last pass (not
+   preempted), its operation's real controller is asked for the next one now, on the node's free resources
+   (`replica.Grant`). A start of the pass that a grant answers exactly (the same node and time, no more offered,
+   the allocation fits) takes it without a round trip; its booking carries the usage the replica decided on, and
+   the leader makes the claim's limit check then.
 3. Each claim, with the bookings the pass made since its last message (sent together, in order), is handled under
    the scheduling lock, briefly, with the heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
    preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the
    node gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes
-   back to its controller and the shard takes a new copy before its next pass.
-4. The scheduling lock is taken again; the heartbeat goes on as in one process (job records of the starts, stored
-   before the node is told; stops queued).
+   back to its controller and the shard takes a new copy before its next pass. A claim for an operation whose
+   grants the pass did not take first has those taken back before it is answered (`take_back`: the controller
+   as if they were never made, so the claim gets what it would have got).
+4. The scheduling lock is taken again; the grants no start took are taken back (last made first); the heartbeat
+   goes on as in one process (job records of the starts, stored before the node is told; stops queued).
 
 A shard process that dies during a pass (kill -9) ends the conversation: the starts already applied are the
 heartbeat's (stored, then sent to a node that no longer hears from this shard: they are the node's missing jobs,
 lost after `LOST_AFTER_MISSED_HEARTBEATS` and run again by their controllers, never twice); the allocations granted
-to its claims and not yet booked go back to their controllers. The restarted process gets snapshots.
+to its claims and not yet booked go back to their controllers, its grants not booked are taken back. The
+restarted process gets snapshots.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 
@@ -48,10 +57,11 @@ from pooltree.shards.passes import (
     Unclaimed,
 )
 from pooltree.shards.pickling import dumps, loads, snapshot_of
-from pooltree.shards.replica import Claim, ClaimAnswer, Increment, NodeSynced, preempt_as
-from pooltree.shards.starts import ShardStarts, _give_back, _pending, _Tree
+from pooltree.shards.replica import Claim, ClaimAnswer, Grant, Increment, NodeSynced, preempt_as
+from pooltree.shards.starts import ShardStarts, _give_back, _pending, _room_for, _Tree
 from pooltree.strategy.model import (
     Allocation,
+    ExecNode,
     FinishedAllocation,
     HeartbeatResult,
     NodeHeartbeat,
@@ -63,6 +73,11 @@ log = logging.getLogger(__name__)
 
 LOG_LIMIT = 200_000
 """Increments a tree's log holds at most for a shard that has not asked for them (past it, a new copy instead)."""
+
+_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
+
+GRANTS_PER_PASS = 8
+"""Allocations granted ahead with one pass's request at most."""
 
 
 class _Locked:
@@ -126,6 +141,19 @@ class ProcessShardStarts(ShardStarts):
         """Bookings of a shard the truth could not take (each made the shard copy the truth again)."""
         self.logs: dict[str, IncrementLog] = {}
         """Per tree, the increments for the shard processes, each batch pickled once for all (`increments.py`)."""
+        self.freed: dict[tuple[str, str], list[str]] = {}
+        """Per (tree, node): the operations whose allocations ended there (not preempted) since the node's last
+        pass, in order: its next pass's request grants each of them an allocation ahead (`_grants`)."""
+        self.grants_made = 0
+        """Allocations granted ahead with pass requests."""
+        self.grants_taken_back = 0
+        """Of those, the ones no start of their pass took (taken back by their controllers, `take_back`)."""
+        self.claims = 0
+        """Claims answered over a pass pipe (one round trip each)."""
+        self.claims_refused = 0
+        """Of those, the ones answered with no allocation."""
+        self.granted_starts = 0
+        """Starts booked from allocations granted ahead (no round trip)."""
 
     # -------------------------------------------------------------- the processes
 
@@ -239,6 +267,7 @@ class ProcessShardStarts(ShardStarts):
         granted: set[str] = set()
         started: list[str] = []
         done: PassDone | None = None
+        request: PassRequest | None = None
         with scheduler.lock.suspended(), link.lock:
             with self._locked(writes):
                 request = self._request(link, tree, state, truth, heartbeat, now, backoff)
@@ -246,6 +275,8 @@ class ProcessShardStarts(ShardStarts):
                 done = self._converse(link, state, truth, request, result, writes, granted, started)
         scheduler.persistence.job_writes = writes
         self.unsettled.difference_update(started)  # their jobs are recorded before the lock is let go again
+        if request is not None:
+            self._take_back(state, request.grants)
         self._give_back(state, granted, now)
         if done is None:
             self._mark_stale(shard, tree)
@@ -308,7 +339,65 @@ class ProcessShardStarts(ShardStarts):
             node.tags,
             now,
             backoff,
+            self._grants(tree, state, truth, node, now),
         )
+
+    def _grants(
+        self, tree: str, state: _Tree, truth: TreeScheduler, node: ExecNode, now: float
+    ) -> tuple[Grant, ...]:
+        """Allocations granted ahead for the node's pass: one per allocation that ended on the node since its
+        last pass (not preempted), of its operation, asked of the real controller with the node's free resources
+        as the truth holds them (the operation is likely the pass's first choice: its usage just fell). Only
+        controllers that can take an allocation back exactly (`can_take_back`) and hold no revived job for the
+        node are asked; each grant is checked as a claim would be (the operation runs in the published tree with
+        pending work)."""
+        freed = self.freed.pop((tree, node.address), None)
+        if not freed:
+            return ()
+        offered = tuple((node.resource_limits - node.usage).tolist())
+        available = np.array(offered)
+        grants: list[Grant] = []
+        for operation_id in freed:
+            runtime = truth.operations.get(operation_id)
+            element = truth.state.elements.get(operation_id)
+            if runtime is None or element is None or element.op is not runtime:
+                continue
+            controller = runtime.controller
+            reserved = getattr(controller, "has_reservations", None)
+            if (
+                not getattr(controller, "can_take_back", False)
+                or (reserved is not None and reserved(node.address))
+                or controller.pending_allocation_count <= 0
+            ):
+                continue
+            allocation = controller.schedule_allocation(node, available, now)
+            if allocation is None:
+                continue
+            state.granted[allocation.id] = allocation
+            pending, min_needed = _pending(truth, operation_id)
+            grants.append(Grant(operation_id, allocation, offered, now, pending, min_needed))
+        self.grants_made += len(grants)
+        return tuple(grants)
+
+    def _take_back(self, state: _Tree, grants: tuple[Grant, ...] | list[Grant]) -> None:
+        """Grants no start of the pass took (still in ``state.granted``: not booked, not given back) go back to
+        their controllers as if never made (`take_back`, last made first)."""
+        strategy = state.core.strategy
+        for grant in reversed(grants):
+            allocation = state.granted.pop(grant.allocation.id, None)
+            if allocation is None:
+                continue
+            runtime = strategy.operations.get(grant.operation_id)
+            if runtime is not None:
+                runtime.controller.take_back(allocation)
+            self.grants_taken_back += 1
+
+    def _truth_event(self, tree: str, state: _Tree, truth: TreeScheduler, event: dict[str, Any]) -> None:
+        super()._truth_event(tree, state, truth, event)
+        if event.get("event") in _END_EVENTS and event.get("reason") is None:
+            freed = self.freed.setdefault((tree, event["node"]), [])
+            if len(freed) < GRANTS_PER_PASS:
+                freed.append(event["operation_id"])
 
     def _converse(
         self,
@@ -338,6 +427,11 @@ class ProcessShardStarts(ShardStarts):
                         for booking in bookings:
                             self._booking(link.index, state, truth, booking, result, granted, started)
                         if isinstance(last, Claim):
+                            # the operation's grants the pass did not take first (the replica dropped them)
+                            self._take_back(
+                                state, [g for g in request.grants if g.operation_id == last.operation_id]
+                            )
+                            self.claims += 1
                             answer = self._remote_claim(state, last, granted)
                 if isinstance(last, PassDone):
                     return last
@@ -356,10 +450,13 @@ class ProcessShardStarts(ShardStarts):
 
     def _remote_claim(self, state: _Tree, claim: Claim, granted: set[str]) -> ClaimAnswer:
         if self.trees.get(claim.tree) is not state:
+            self.claims_refused += 1
             return ClaimAnswer(None, 0, np.zeros(len(claim.available)))
         answer = self._check_claim(claim)
         if answer.allocation is not None:
             granted.add(answer.allocation.id)
+        else:
+            self.claims_refused += 1
         return answer
 
     def _booking(
@@ -386,11 +483,14 @@ class ProcessShardStarts(ShardStarts):
                 or element is None
                 or element.op is not truth.operations.get(allocation.operation_id)
                 or node is None
+                or (message.limited_usage is not None and not _room_for(truth, message.limited_usage))
             ):
                 self._dropped(shard, state)
                 return
             del state.granted[message.allocation_id]
             granted.discard(message.allocation_id)
+            if message.limited_usage is not None:
+                self.granted_starts += 1
             self.origin = shard
             try:
                 truth.regular.started(

@@ -25,6 +25,7 @@ which the leader applies to the truth.
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.shares import fits_floats
 from pooltree.strategy.snapshot import SchedulingTree
 
 # ------------------------------------------------------------------ increments
@@ -185,6 +187,23 @@ class ClaimAnswer:
     min_needed: Vector
 
 
+@dataclass(frozen=True)
+class Grant:
+    """An allocation granted ahead with a pass's request: what the operation's real controller answered
+    ``schedule_allocation(node, offered, time)`` with (after the operation's earlier grants of the pass), and the
+    pending work it left. A claim of the pass for the operation takes it instead of asking the leader when the
+    claim's node and time are the grant's, what it offers is at most ``offered`` and the allocation fits it: the
+    controller (its tasks in order, each offering its first pending job) would then have answered the claim with
+    this allocation (`TreeReplica.claim`)."""
+
+    operation_id: str
+    allocation: Allocation
+    offered: tuple[float, ...]
+    time: float
+    pending: int
+    min_needed: Vector
+
+
 ClaimSender = Callable[[Claim], ClaimAnswer]
 """Carries a claim to the leader and returns its answer."""
 
@@ -256,6 +275,13 @@ class TreeReplica:
         self.refused = 0
         self.owned_answers = False
         """Claims' answers come as new objects (unpickled in a shard process): their allocations are not copied."""
+        self.grants: dict[str, deque[Grant]] = {}
+        """Per operation, the allocations granted ahead for the current pass, in the order they were made."""
+        self.granted_usage: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {}
+        """Per allocation taken from a grant in the current pass: the usage of its operation and each ancestor with
+        limits when the replica decided on it (the leader checks the truth against it at the booking, as a claim)."""
+        self.grants_used = 0
+        """Claims answered by a grant (no round trip to the leader)."""
 
     # -------------------------------------------------------------- copies and increments
 
@@ -347,9 +373,20 @@ class TreeReplica:
         assert strategy is not None
         element = strategy.state.elements.get(operation_id)
         limited = tuple((e.id, tuple(e.usage)) for e in element.limited) if element is not None else ()
+        proxy = self.controllers.get(operation_id)
+        grants = self.grants.get(operation_id)
+        if grants:
+            grant = grants[0]
+            if _answers(grant, address, available, now):
+                grants.popleft()
+                self.grants_used += 1
+                self.granted_usage[grant.allocation.id] = limited
+                if proxy is not None:
+                    proxy.set_pending(grant.pending, grant.min_needed)
+                return grant.allocation if self.owned_answers else copy_allocation(grant.allocation)
+            del self.grants[operation_id]  # the leader takes them back before it answers the claim
         self.claims += 1
         answer = self.send_claim(Claim(self.tree, operation_id, address, available, limited, now))
-        proxy = self.controllers.get(operation_id)
         if proxy is not None:
             proxy.set_pending(answer.pending, answer.min_needed)
         if answer.allocation is None:
@@ -359,6 +396,17 @@ class TreeReplica:
 
     def unclaim(self, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
         self.send_unclaim(self.tree, allocation, finished, now)
+
+
+def _answers(grant: Grant, address: str, available: Vector, now: float) -> bool:
+    """Whether the real controller would answer this claim with the grant's allocation (see `Grant`)."""
+    allocation = grant.allocation
+    if allocation.node_address != address or grant.time != now:
+        return False
+    offered = available.tolist()
+    if any(amount > limit for amount, limit in zip(offered, grant.offered, strict=True)):
+        return False
+    return fits_floats(allocation.amounts, offered)
 
 
 def preempt_as(

@@ -476,8 +476,13 @@ def _pending(truth: TreeScheduler, operation_id: str) -> tuple[int, Vector]:
 def _room(truth: TreeScheduler, claim: Claim) -> bool:
     """Whether the truth's usage of the operation and of each ancestor with limits is at most what the replica
     decided on (then the start fits every limit the replica checked)."""
+    return _room_for(truth, claim.limited_usage)
+
+
+def _room_for(truth: TreeScheduler, limited_usage: tuple[tuple[str, tuple[float, ...]], ...]) -> bool:
+    """`_room` for the usage a replica decided on (a claim's, or a granted start's at its booking)."""
     elements = truth.state.elements
-    for element_id, usage in claim.limited_usage:
+    for element_id, usage in limited_usage:
         element = elements.get(element_id)
         if element is None:
             return False

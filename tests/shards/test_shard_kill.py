@@ -33,6 +33,58 @@ def _dead(pid: int) -> bool:
         return True
 
 
+def _drive(
+    service: Any,
+    starts: ProcessShardStarts,
+    clock: Any,
+    nodes: list[Node],
+    op: Any,
+    killed: list[int],
+    victim: int,
+) -> dict[str, list[str]]:
+    """Heartbeats of ``nodes`` in turn through their shards (a fair-share update every second) until ``op``
+    completes; returns, per job id, the nodes that were told to start it."""
+    scheduler = service.scheduler
+    ran: dict[str, list[str]] = {}
+    with httpx.Client(timeout=30.0) as client:
+        for step in range(1, 161):
+            now = step * 0.25
+            clock.now = now
+            if now == int(now):
+                scheduler.update_fair_share("default", now)
+            node = nodes[step % len(nodes)]
+            url = service.shards.url_for(node.address, "127.0.0.1")
+            if url is None:  # the shard is being restarted: its nodes wait for it
+                wait_for(lambda a=node.address: service.shards.url_for(a, "127.0.0.1"), timeout=60.0)
+                url = service.shards.url_for(node.address, "127.0.0.1")
+            assert url is not None
+            service.shards.sync()
+            try:
+                response = client.post(url + HEARTBEAT, json=node.heartbeat(now))
+            except httpx.TransportError:  # the shard died under this heartbeat: no answer
+                assert killed and shard_of(node.address, 2) == victim
+                wait_for(lambda: starts.links[victim] is None or not starts.links[victim].alive, timeout=30.0)
+                continue
+            if response.status_code != 200:  # the leader answered for a shard it lost (503)
+                continue
+            answer = response.json()
+            answer.pop(wire.HEARTBEAT_URL)
+            for entry in answer[wire.START]:
+                ran.setdefault(entry["job_id"], []).append(node.address)
+            node.apply(answer, now)
+            if op.state == "completed":
+                break
+    return ran
+
+
+def _kill(service: Any, victim: int, killed: list[int]) -> None:
+    pid = service.shards.pids()[victim]
+    assert pid is not None
+    killed.append(pid)  # (before the kill: the heartbeat's HTTP request fails at once)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _dead(pid), timeout=30.0)
+
+
 def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,46 +105,11 @@ def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
             if message.address == "n0" and answer.allocation is not None and not killed:
                 granted_on_n0.append(answer.allocation.id)
                 if len(granted_on_n0) == 2:  # the first one is booked already: kill before this one is
-                    pid = service.shards.pids()[victim]  # type: ignore[union-attr]
-                    assert pid is not None
-                    killed.append(pid)  # (before the kill: the heartbeat's HTTP request fails at once)
-                    os.kill(pid, signal.SIGKILL)
-                    wait_for(lambda: _dead(pid), timeout=30.0)
+                    _kill(service, victim, killed)
             return answer
 
         monkeypatch.setattr(ProcessShardStarts, "_remote_claim", claim)
-        urls: dict[str, str] = {}
-        ran: dict[str, list[str]] = {}  # job id -> the nodes that were told to start it
-        with httpx.Client(timeout=30.0) as client:
-            for step in range(1, 161):
-                now = step * 0.25
-                clock.now = now
-                if now == int(now):
-                    scheduler.update_fair_share("default", now)
-                node = nodes[step % len(nodes)]
-                url = service.shards.url_for(node.address, "127.0.0.1")
-                if url is None:  # the shard is being restarted: its nodes wait for it
-                    wait_for(lambda a=node.address: service.shards.url_for(a, "127.0.0.1"), timeout=60.0)
-                    url = service.shards.url_for(node.address, "127.0.0.1")
-                assert url is not None
-                service.shards.sync()
-                try:
-                    response = client.post(url + HEARTBEAT, json=node.heartbeat(now))
-                except httpx.TransportError:  # the shard died under this heartbeat: no answer
-                    assert killed and node.address == "n0"
-                    wait_for(
-                        lambda: starts.links[victim] is None or not starts.links[victim].alive, timeout=30.0
-                    )
-                    continue
-                if response.status_code != 200:  # the leader answered for a shard it lost (503)
-                    continue
-                answer = response.json()
-                urls[node.address] = answer.pop(wire.HEARTBEAT_URL)
-                for entry in answer[wire.START]:
-                    ran.setdefault(entry["job_id"], []).append(node.address)
-                node.apply(answer, now)
-                if op.state == "completed":
-                    break
+        ran = _drive(service, starts, clock, nodes, op, killed, victim)
         assert killed, "the shard was never killed with a claim in flight"
         assert op.state == "completed"
         jobs = list(op.jobs.values())
@@ -109,3 +126,43 @@ def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
         # the restarted shard got a new copy and ran its nodes' passes again
         assert service.shards.restarts == 1 and starts.snapshots >= 3
         assert starts.shard_passes[victim] > 0
+
+
+def test_a_shard_killed_with_grants_in_flight_loses_no_job_and_runs_none_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shard dies after the leader granted its pass allocations ahead (for the jobs that ended on n0) and
+    before it booked any: every grant is taken back by its controller (never a job, nothing lost), the shard is
+    restarted, and every job index completes exactly once."""
+    with sharded_service(tmp_path, PREEMPTING, True) as (service, clock, starts):
+        assert starts is not None and service.shards is not None
+        scheduler = service.scheduler
+        spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": 2 * JOBS}}}
+        op = scheduler.start_operation("vanilla", spec, "u", 0.0)
+        scheduler.update_fair_share("default", 0.0)
+        nodes = [Node(f"n{i}", {op.id: 1.0}) for i in range(3)]
+        victim = shard_of("n0", 2)
+        grants_of = ProcessShardStarts._grants
+        granted: list[str] = []
+        killed: list[int] = []
+
+        def grants(self: ProcessShardStarts, tree: str, state: Any, truth: Any, node: Any, now: float) -> Any:
+            made = grants_of(self, tree, state, truth, node, now)
+            if node.address == "n0" and made and not killed:
+                granted.extend(grant.allocation.id for grant in made)
+                _kill(service, victim, killed)
+            return made
+
+        monkeypatch.setattr(ProcessShardStarts, "_grants", grants)
+        ran = _drive(service, starts, clock, nodes, op, killed, victim)
+        assert killed and granted, "the shard was never killed with grants in flight"
+        assert op.state == "completed"
+        jobs = list(op.jobs.values())
+        completed = [job for job in jobs if job.state == "completed"]
+        assert sorted(job.job_index for job in completed) == list(range(2 * JOBS))
+        assert all(len(addresses) == 1 for addresses in ran.values())
+        # the grants went back to the controller as if never made (their allocation numbers given again): none
+        # became a job record, none was lost; each job ran once
+        assert len(jobs) == len(completed) == 2 * JOBS
+        assert starts.grants_taken_back >= len(granted)
+        assert service.shards.restarts == 1 and starts.shard_passes[victim] > 0

@@ -20,12 +20,14 @@ from recorded_run import BUSY, PREEMPTING, record_busy_run, record_quiet_run, re
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
+from pooltree.server.live.model import LiveVanillaController
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 from pooltree.shards import remote
 from pooltree.shards.host import NodeShards, ShardSettings, shard_of
-from pooltree.shards.recording import replay
+from pooltree.shards.recording import ReplayDivergence, replay
 from pooltree.shards.remote import ProcessShardStarts
+from pooltree.strategy import FinishedAllocation
 
 HEARTBEAT = "/internal/node_heartbeat"
 
@@ -150,6 +152,37 @@ def test_shard_processes_that_start_allocations_decide_as_one_process(tmp_path: 
         assert sum(log.encoded_bytes for log in starts.logs.values()) > 0
         # and passes the strategy's own rule proved empty were not sent to a shard (decided the same)
         assert starts.proven_empty > 0
+        # claims granted ahead (one allocation per job that ended on the node since its last pass): most starts
+        # took a grant instead of a round trip to the leader; the unused grants were taken back
+        used = starts.grants_made - starts.grants_taken_back
+        assert used > 0 and starts.claims + used == recorded.started_count + refused(starts)
+        assert starts.granted_starts == used
+        if run == "busy":
+            assert starts.grants_taken_back > 0 and starts.claims < recorded.started_count / 2
+
+
+def refused(starts: ProcessShardStarts) -> int:
+    """Claims the leader answered with no allocation (none in these replays: `_remote_claim` counts them)."""
+    return starts.claims_refused
+
+
+def test_grants_given_back_as_aborts_instead_of_taken_back_decide_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay tells an inexact take-back apart: grants returned to their controllers as aborted allocations
+    (their jobs queued last, their attempts counted) start other jobs than the single process did."""
+
+    def give_back(self: Any, allocation: Any) -> None:
+        self.on_allocation_finished(allocation, FinishedAllocation(allocation.id, "aborted"), 0.0)
+
+    monkeypatch.setattr(LiveVanillaController, "take_back", give_back)
+    recorder, recorded = record_busy_run(tmp_path / "recorded.db")
+    with sharded_service(tmp_path, BUSY, True) as (service, clock, starts):
+        assert starts is not None
+        with httpx.Client(timeout=30.0) as client, contextlib.suppress(ReplayDivergence):
+            decisions = replay(recorder.recording, service.scheduler, _sender(service, clock, client, {}))
+            assert decisions != recorded
+        assert starts.grants_taken_back > 0
 
 
 def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
