@@ -358,7 +358,10 @@ class Simulation:
         kind = event.get("event")
         if kind == "operation_running":
             op = self.op_by_id.get(event["operation_id"])
-            if op is not None and op.state == "pending" and event.get("tree", op.tree) == op.tree:
+            if op is not None and op.other_trees and op.state in ("pending", "running"):
+                if event.get("tree") in op.regular_trees:  # a tree of an operation in several
+                    self.operation_model.activated(op, event["tree"], event["time"])
+            elif op is not None and op.state == "pending" and event.get("tree", op.tree) == op.tree:
                 op.state = "running"
                 op.start_time = event["time"]
                 tree = self.trees[op.tree]
@@ -372,9 +375,13 @@ class Simulation:
             self.preemptions_by_reason[event["reason"]] += 1
             op = self.op_by_id.get(event["operation_id"])
             if op is not None:
-                tree = self.trees[op.tree]
+                tree, pool_name = self.trees[op.tree], op.pool
+                if event.get("tree") in op.other_trees:  # preempted in another of its trees: its pool there
+                    tree = self.trees[event["tree"]]
+                    registered = tree.core.pool_tree.operations.get(op.spec.id)
+                    pool_name = registered.pool.name if registered is not None else ""
                 pools = tree.core.pool_tree.pools
-                pool = pools.get(op.pool)
+                pool = pools.get(pool_name)
                 while pool is not None and not pool.is_root:
                     tree.preempted_by_pool[pool.name] += 1
                     pool = pool.parent
@@ -430,7 +437,11 @@ class Simulation:
 
     def _refresh_pending(self, tree: _TreeState, op: _Op, demand_may_grow: bool) -> None:
         controller = op.controller
-        if controller is None or op.state != "running":
+        if op.other_trees and op.state in ("running", "pending"):  # schedulable where its tree runs it
+            running = self.operation_model.runs_in(op, tree.name)
+        else:
+            running = op.state == "running"
+        if controller is None or not running:
             self._drop_pending(tree, op.spec.id)
             return
         if controller.pending_allocation_count > 0:

@@ -49,20 +49,34 @@ class SimulationJobs:
             assert op.controller is not None
             if op.controller.pending_allocation_count == 0:
                 self.sim._drop_pending(tree, op.spec.id)
+            if op.other_trees:
+                self.demand_changed(op)
+
+    def demand_changed(self, op: _Op) -> None:
+        """A job of an operation in several trees started or ended: its demand (one controller) changed in each
+        of its trees, so none may skip its next fair-share update."""
+        for name in op.regular_trees:
+            self.sim.trees[name].changed = True
 
     def place_running(self, op: _Op, tree: _TreeState) -> None:
-        """Jobs already running when the run starts (``SimOperation.placed``): adopted on their nodes at once."""
+        """Jobs already running when the run starts (``SimOperation.placed``): adopted on their nodes at once (an
+        operation in several trees: by the core of the node's tree, if that tree runs it)."""
         spec = op.spec
         for index, address in enumerate(spec.placed):
             node = self.sim.node_by_address.get(address)
             started = spec.placed_since[index] if index < len(spec.placed_since) else None
             allocation = None
-            if node is not None and node.alive:
-                allocation = tree.core.adopt_allocation(spec.id, address, self.sim.now, started=started)
+            adopting = tree
+            if node is not None and op.other_trees:
+                adopting = self.sim.trees[node.tree] if node.tree in op.regular_trees else None
+                if adopting is not None and not self.sim.operation_model.runs_in(op, node.tree):
+                    adopting = None
+            if node is not None and node.alive and adopting is not None:
+                allocation = adopting.core.adopt_allocation(spec.id, address, self.sim.now, started=started)
             if allocation is None:
                 self.sim.stats["placed_jobs_refused"] += 1
                 continue
-            tree.changed = True
+            adopting.changed = True
             self.start_job(allocation, op, node)
 
     def start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
@@ -169,6 +183,8 @@ class SimulationJobs:
         finished = self.with_memory(job, finished)
         tree.core.on_allocation_finished(finished, self.sim.now)
         tree.changed = True
+        if op.other_trees:
+            self.demand_changed(op)
         if finished.state == "aborted" or (
             op.controller is not None and op.controller.speculation is not None
         ):
@@ -198,6 +214,8 @@ class SimulationJobs:
             self.sim.operation_model.finish_operation(op, "completed")
             return
         self.sim._refresh_pending(tree, op, demand_may_grow)
+        for name in op.other_trees:
+            self.sim._refresh_pending(self.sim.trees[name], op, demand_may_grow)
         for name in op.tentative_trees:
             self.sim._refresh_pending(self.sim.trees[name], op, demand_may_grow)
 

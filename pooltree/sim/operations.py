@@ -20,7 +20,8 @@ from pooltree.sim.state import (
     OPERATION_EVENT,
     _Op,
 )
-from pooltree.strategy.single_tree import choose_tree
+from pooltree.strategy.model import Allocation
+from pooltree.strategy.single_tree import choose_tree, schedules_in_single_tree
 
 if TYPE_CHECKING:
     from pooltree.sim.engine import Simulation
@@ -91,7 +92,9 @@ class SimulationOperations:
         spec = op.spec
         op.controller = self.controller(op)
         trees = spec.spec.pool_trees_or(self.sim.scenario.snapshot.default_pool_tree)
-        if len(trees) > 1:  # schedule_in_single_tree (the scenario allows several trees only with it)
+        if len(trees) > 1 and not schedules_in_single_tree(spec.spec):
+            op.other_trees = tuple(trees[1:])  # scheduled in every tree, as the live service does
+        elif len(trees) > 1:  # schedule_in_single_tree: the core chooses one
             try:
                 op.tree = choose_tree(
                     {name: self.sim.trees[name].core for name in trees},
@@ -113,16 +116,18 @@ class SimulationOperations:
             return
         tree = self.sim.trees[op.tree]
         op.pool = spec.spec.pool_for_tree(op.tree, spec.user)
-        self.sim._emit(
-            {
-                "event": "operation_submitted",
-                "time": self.sim.now,
-                "operation_id": spec.id,
-                "pool": op.pool,
-                "tree": op.tree,
-            }
-        )
+        submitted: dict[str, Any] = {
+            "event": "operation_submitted",
+            "time": self.sim.now,
+            "operation_id": spec.id,
+            "pool": op.pool,
+            "tree": op.tree,
+        }
+        if op.other_trees:
+            submitted["pool_trees"] = list(op.regular_trees)
+        self.sim._emit(submitted)
         try:
+            self.check_other_trees(op)  # every tree admits it before any registers it, as at a live start
             state = tree.core.register_operation(
                 spec.id,
                 op.controller,
@@ -142,6 +147,8 @@ class SimulationOperations:
         registered = tree.core.pool_tree.operations.get(spec.id)
         if registered is not None:
             op.pool = registered.pool.name
+        if op.other_trees:
+            state = self.join_other_trees(op, state)
         op.state = state
         if spec.below_fair_share_since is not None:
             tree.core.set_below_fair_share_since(spec.id, spec.below_fair_share_since)
@@ -149,11 +156,74 @@ class SimulationOperations:
             op.start_time = self.sim.now
             self.sim.job_model.place_running(op, tree)
             self.sim._add_pending(tree, op)
+            for name in op.other_trees:
+                self.sim._add_pending(self.sim.trees[name], op)
             self.check_fit(op)
+        elif op.other_trees:  # pending in some tree: the trees that run it schedule it meanwhile
+            self.sim.job_model.place_running(op, tree)
+            for name in op.regular_trees:
+                self.sim._refresh_pending(self.sim.trees[name], op, True)
         if tentative:
             self.sim.tentative.attach(op, tentative)
         if spec.lifetime is not None:
             self.sim._push(self.sim.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
+
+    # ------------------------------------------------------------------ operations in several trees
+
+    def check_other_trees(self, op: _Op) -> None:
+        """What registering ``op`` in its other trees would refuse (a pool, a count limit): raised before any
+        tree registers it (``PooltreeError``), so a refused start leaves no tree changed, as the live service's
+        all-or-nothing registration does (`pooltree.tree.registry`)."""
+        spec = op.spec
+        for name in op.other_trees:
+            self.sim.trees[name].core.pool_tree.prepare_registration(
+                spec.id,
+                user=spec.user,
+                pool=spec.spec.pool_for_tree(name, spec.user),
+                is_gang=spec.spec.is_gang,
+            )
+
+    def join_other_trees(self, op: _Op, state: str) -> str:
+        """Register ``op`` (registered in ``op.tree`` with ``state``) in its other trees, with its one
+        controller; its state: ``pending`` while any tree holds it in a queue, ``running`` once every tree runs
+        it (the live service's rule, `pooltree.tree.registry`)."""
+        spec = op.spec
+        for name in op.other_trees:
+            tree = self.sim.trees[name]
+            in_tree = tree.core.register_operation(
+                spec.id,
+                op.controller,
+                user=spec.user,
+                operation_type=spec.type,
+                pool=spec.spec.pool_for_tree(name, spec.user),
+                weight=spec.spec.weight_for_tree(name),
+                resource_limits=spec.spec.resource_limits_for_tree(name),
+                spec=spec.spec,
+                now=self.sim.now,
+            )
+            tree.changed = True
+            if in_tree != "running":
+                state = in_tree
+        return state
+
+    def runs_in(self, op: _Op, name: str) -> bool:
+        """Whether tree ``name`` runs ``op`` now (its core schedules it there; not queued, not finished)."""
+        registered = self.sim.trees[name].core.pool_tree.operations.get(op.spec.id)
+        return registered is not None and bool(registered.running)
+
+    def activated(self, op: _Op, name: str, now: float) -> None:
+        """Tree ``name`` runs ``op`` of several trees now (a queue let it go): it runs once every tree does;
+        meanwhile the trees that run it schedule it."""
+        assert op.controller is not None
+        if op.state == "pending" and all(self.runs_in(op, other) for other in op.regular_trees):
+            op.state = "running"
+            op.start_time = now
+            if op.controller.pending_allocation_count > 0:
+                for other in op.regular_trees:
+                    self.sim._add_pending(self.sim.trees[other], op)
+                self.check_fit(op)
+        elif op.controller.pending_allocation_count > 0:
+            self.sim._add_pending(self.sim.trees[name], op)
 
     # ------------------------------------------------------------------ operations no node can fit
 
@@ -175,25 +245,35 @@ class SimulationOperations:
         return cached
 
     def unfit(self, op: _Op) -> str | None:
-        """Why no online node of the operation's tree can ever fit one job of a pending task (the live service's
-        rule, ``pooltree.alerts.unschedulable_task``), or None when some node can."""
+        """Why no online node of one of the operation's trees can ever fit one job of a pending task (the live
+        service's rule, ``pooltree.alerts.unschedulable_task``; the first such tree), or None when some node of
+        each can."""
         controller = op.controller
         if controller is None or op.state != "running" or controller.pending_allocation_count == 0:
             return None
-        online = self.sim._online_counts.get(op.tree)
+        for tree in op.regular_trees:
+            reason = self._unfit_in(op, tree)
+            if reason is not None:
+                return reason
+        return None
+
+    def _unfit_in(self, op: _Op, tree: str) -> str | None:
+        """`unfit` in one of the operation's trees."""
+        assert op.controller is not None
+        online = self.sim._online_counts.get(tree)
         if online is None:
-            online = sum(1 for node in self.sim.nodes if node.alive and node.tree == op.tree)
-            self.sim._online_counts[op.tree] = online
+            online = sum(1 for node in self.sim.nodes if node.alive and node.tree == tree)
+            self.sim._online_counts[tree] = online
         if online < self.sim.safe_online_node_count:
             return None
         filter_text = str(getattr(op.spec.spec, "scheduling_tag_filter", None) or "")
-        limits = self.online_limits(op.tree, filter_text)
-        tasks = controller.pending_task_resources()
+        limits = self.online_limits(tree, filter_text)
+        tasks = op.controller.pending_task_resources()
         found = unschedulable_task(tasks, limits) if limits else next(iter(tasks.items()), None)
         if found is None:
             return None
         name, needed = found
-        where = f'tree "{op.tree}"' + (f" matching {filter_text!r}" if filter_text else "")
+        where = f'tree "{tree}"' + (f" matching {filter_text!r}" if filter_text else "")
         if not limits:
             return f"No online node can satisfy the resource demand: no node of {where} is online"
         largest = np.max(np.vstack(limits), axis=0)
@@ -235,6 +315,25 @@ class SimulationOperations:
         op.finish_time = self.sim.now
         self.sim._drop_pending(tree, op.spec.id)
         self.sim.active_ops -= 1
+        self.end_jobs(op, op.tree, leftover, state)
+        for name in op.other_trees:  # it leaves its other trees too, with its jobs there
+            other = self.sim.trees[name]
+            leftover = other.core.unregister_operation(op.spec.id, self.sim.now, state=state)
+            other.changed = True
+            self.sim._drop_pending(other, op.spec.id)
+            self.end_jobs(op, name, leftover, state)
+        if op.error is not None:
+            self.sim._emit(
+                {
+                    "event": "operation_error",
+                    "time": self.sim.now,
+                    "operation_id": op.spec.id,
+                    "error": op.error,
+                }
+            )
+
+    def end_jobs(self, op: _Op, tree: str, leftover: list[Allocation], state: str) -> None:
+        """The jobs an ended operation still had in ``tree`` (its core's ``leftover``) end with it."""
         for allocation in leftover:
             self.sim._emit(
                 {
@@ -246,7 +345,7 @@ class SimulationOperations:
                     "state": "completed" if state == "completed" else "aborted",
                     "reason": f"operation_{state}",
                     "preemptor_operation_id": None,
-                    "tree": op.tree,
+                    "tree": tree,
                 }
             )
             job = self.sim.jobs.get(allocation.id)
@@ -254,15 +353,6 @@ class SimulationOperations:
                 self.sim.job_model.drop_job(job, "aborted" if state != "completed" else "completed")
                 if job.node.alive:
                     self.sim._wake(job.node)
-        if op.error is not None:
-            self.sim._emit(
-                {
-                    "event": "operation_error",
-                    "time": self.sim.now,
-                    "operation_id": op.spec.id,
-                    "error": op.error,
-                }
-            )
 
 
 def _resources_text(vector: Vector) -> str:

@@ -29,7 +29,6 @@ from pooltree.controllers.operations import gang_size_of
 from pooltree.errors import ConfigError, join_path
 from pooltree.resources import MEMORY, Vector, parse_duration, parse_resources, parse_size
 from pooltree.sim.workload import load_trace
-from pooltree.strategy.single_tree import schedules_in_single_tree
 
 SCENARIO_KEYS = (
     "seed",
@@ -369,10 +368,10 @@ def parse_operation(value: Any, path: str, *, operation_id: str, snapshot: Snaps
     raw_spec = value.get("spec") or {}
     spec = OperationSpec.parse(raw_spec, join_path(path, "spec"))
     trees = spec.pool_trees_or(snapshot.default_pool_tree)
-    if len(trees) != 1 and not (trees and schedules_in_single_tree(spec)):
+    if not trees:
         raise ConfigError(
             join_path(join_path(path, "spec"), "pool_trees"),
-            "the simulator runs each operation in exactly one pool tree (several only with schedule_in_single_tree)",
+            "no pool tree: give pool_trees or the scenario's default_pool_tree",
         )
     for tree in trees:
         if tree not in snapshot.pool_trees:

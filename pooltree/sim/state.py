@@ -97,6 +97,15 @@ class _Op:
     """A "can any node ever fit this" check is scheduled (the operation's job fit no online node)."""
     tentative_trees: tuple[str, ...] = ()
     """The tentative pool trees it runs in besides ``tree`` (`tentative.py`)."""
+    other_trees: tuple[str, ...] = ()
+    """The other pool trees of its spec's ``pool_trees`` (after ``tree``, the first; not with
+    ``schedule_in_single_tree``): it is registered in each with its one controller and each tree's core schedules
+    it there while it runs there, as in the live service (`operations.py`)."""
+
+    @property
+    def regular_trees(self) -> tuple[str, ...]:
+        """``tree`` and ``other_trees``: the trees of its spec it runs in."""
+        return (self.tree, *self.other_trees)
 
 
 @dataclass

@@ -61,7 +61,7 @@ class SimulationTentative:
         """Register the operation (already registered in its regular tree) in its tentative ``trees``; a tree
         that refuses it is left out (its limits, as a live start would be refused there)."""
         joined = []
-        spec = with_tentative_trees(op.spec.spec, [op.tree], trees)
+        spec = with_tentative_trees(op.spec.spec, list(op.regular_trees), trees)
         for name in trees:
             tree = self.sim.trees[name]
             try:

@@ -1,15 +1,12 @@
 """The simulator runs an operation with ``schedule_in_single_tree`` in the one tree the core chooses
-(``pooltree/strategy/single_tree.py``, the live service's rule too); several ``pool_trees`` without it are refused."""
+(``pooltree/strategy/single_tree.py``, the live service's rule too); several ``pool_trees`` without it run in
+each (``test_sim_trees.py``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from simkit import events, job, run
-
-from pooltree.errors import ConfigError
-from pooltree.sim import parse_scenario
 
 
 def _document(spec: dict[str, Any], research_b: dict[str, Any]) -> dict[str, Any]:
@@ -54,8 +51,3 @@ def test_consider_guarantees_without_any_fails_the_operation(tmp_path) -> None:
     assert summary["operations"][0]["state"] == "failed"
     failed = [e for e in events(tmp_path) if e["event"] == "operation_failed"]
     assert failed[0]["error"] == "Found no best single non-empty tree for operation"
-
-
-def test_several_trees_need_the_option() -> None:
-    with pytest.raises(ConfigError, match="pool_trees"):
-        parse_scenario(_document({}, {}))
