@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import is_
 from typing import Any
 
 import numpy as np
@@ -138,15 +137,22 @@ class _Tree:
         return np.flatnonzero(inside)
 
 
-def _flatten(root: Pool, previous: _Tree | None = None, relaid: frozenset[str] | None = None) -> _Tree:
+def _flatten(
+    root: Pool,
+    previous: _Tree | None = None,
+    relaid: frozenset[str] | None = None,
+    renewed: frozenset[str] = frozenset(),
+) -> _Tree:
     """The flattened tree of ``root``, laid out as the caller's delta says.
 
     ``relaid`` (``UpdateState.relaid``, from the period's delta): the pools whose children lists the caller
-    replaced since ``previous`` (the previous update's tree, carried by its ``UpdateState``) was read. Empty: the
-    structure is ``previous``'s, taken whole with everything derived from it (``_Tree.memo``). Pools named: when
-    only operations arrived, left or moved under them, ``previous`` patched (``_patched``: its rows shifted with
-    numpy, those pools' blocks re-laid), row for row what ``_flatten_new`` makes. None (not known: the first
-    update, a caller that does not say) or ``previous`` of another root: flattened anew.
+    replaced since ``previous`` (the previous update's tree, carried by its ``UpdateState``) was read; ``renewed``
+    (``UpdateState.renewed``): the operations among their children whose element is a new object (arrived, re-made
+    or moved). Empty: the structure is ``previous``'s, taken whole with everything derived from it (``_Tree.memo``).
+    Pools named: when only operations arrived, left or moved under them, ``previous`` patched (``_patched``: its
+    rows shifted with numpy, those pools' blocks re-laid, each child that is not renewed at its row before, found by
+    its id), row for row what ``_flatten_new`` makes. None (not known: the first update, a caller that does not say)
+    or ``previous`` of another root: flattened anew.
     """
     if not isinstance(root, Pool):
         raise ConfigError("pools", "the root must be a Pool")
@@ -155,16 +161,16 @@ def _flatten(root: Pool, previous: _Tree | None = None, relaid: frozenset[str] |
         return _flatten_new(root)
     if not relaid:
         return cached  # no pool's children list was replaced (the period's delta)
-    child_lists = [p.children or () for p in cached.pools]
-    changed = _relaid_places(cached, relaid, child_lists)
-    if changed is not None and not changed:
-        return cached  # the replaced lists hold the same objects
+    place = cached.memo("pool_place", lambda: {pool.id: k for k, pool in enumerate(cached.pools)})
+    changed = sorted(place.get(pool_id, -1) for pool_id in relaid)
     tree = None
-    if changed:
+    if changed[0] >= 0:  # every pool named is one of the previous tree's
+        child_lists = [p.children or () for p in cached.pools]
         counts = list(map(len, child_lists))  # children must be sized lists, as before
         elements: list[Any] = [root]
         elements += chain.from_iterable(child_lists)
-        tree = _patched(cached, _Blocks(cached, counts, elements), changed, child_lists, elements, counts)
+        blocks = _Blocks(cached, counts, elements)
+        tree = _patched(cached, blocks, changed, child_lists, renewed, counts)
     if tree is None:
         return _flatten_new(root)
     if cached.functions is not None:
@@ -176,49 +182,29 @@ def _flatten(root: Pool, previous: _Tree | None = None, relaid: frozenset[str] |
     return tree
 
 
-def _relaid_places(old: _Tree, relaid: frozenset[str], child_lists: list[Any]) -> list[int] | None:
-    """The places in ``old.pools`` (ascending) of the ``relaid`` pools whose children are not the same objects as
-    in ``old``; None when one of them is not a pool of ``old`` (flattened anew)."""
-    place = old.memo("pool_place", lambda: {pool.id: k for k, pool in enumerate(old.pools)})
-    counts = old.pool_child_counts
-    starts = old.memo("pool_starts", lambda: old.child_start[np.flatnonzero(~old.is_op)].tolist())
-    elements = old.elements
-    changed = []
-    for pool_id in relaid:
-        k = place.get(pool_id)
-        if k is None:
-            return None
-        block = child_lists[k]
-        start = starts[k]
-        if len(block) != counts[k] or not all(map(is_, block, elements[start : start + counts[k]])):
-            changed.append(k)
-    changed.sort()
-    return changed
-
-
 def _patched(
     old: _Tree,
     blocks: _Blocks,
     changed: list[int],
     child_lists: list[Any],
-    elements: list[Any],
+    renewed: frozenset[str],
     counts: list[int],
 ) -> _Tree | None:
-    """``old`` with the ``changed`` pools (places in ``old.pools``, ascending) re-laid, when only operations arrived, left or moved (every
-    pool the same object in the same place; each changed pool's child pools the same, in the same order):
-    ``elements`` (the root, then the pools' children lists in ``old``'s pool order) is then the new
-    breadth-first order, and the arrays are ``old``'s shifted with numpy. The result is row for row what
-    ``_flatten_new`` gives (``tests/fairshare/test_layout_patch.py``). None for anything else (a pool added,
-    removed or moved, an element twice, a duplicate or changed id, a child of another type): the caller then
-    flattens anew, which raises the errors.
+    """``old`` with the ``changed`` pools (places in ``old.pools``, ascending) re-laid, when only operations arrived,
+    left or moved (every pool the same object in the same place; each changed pool's child pools the same, in the
+    same order): ``blocks.elements`` (the root, then the pools' children lists in ``old``'s pool order) is then the
+    new breadth-first order, and the arrays are ``old``'s shifted with numpy. The result is row for row what
+    ``_flatten_new`` gives (``tests/fairshare/test_layout_patch.py``). None for anything else (a pool added, removed
+    or moved, an element twice, a duplicate or changed id, a child of another type): the caller then flattens anew,
+    which raises the errors.
 
     Cost: a few numpy passes over the rows and Python work only for the changed pools' children.
     """
-    moves = _relaid(old, blocks, changed, child_lists, elements)
+    moves = _relaid(old, blocks, changed, child_lists, renewed)
     if moves is None:
         return None
     leaving, ids = moves
-    tree = _patched_tree(old, blocks, elements, ids, counts)
+    tree = _patched_tree(old, blocks, blocks.elements, ids, counts)
     tree._memo["index"] = _patched_index(old, leaving, blocks.rows_from, ids)
     return tree
 
@@ -250,56 +236,59 @@ class _Blocks:
 
 
 def _relaid(
-    old: _Tree, blocks: _Blocks, changed: list[int], child_lists: list[Any], elements: list[Any]
-) -> tuple[dict[int, int], list[str]] | None:
-    """The changed pools' blocks re-laid: ``blocks.rows_from`` set for their children (-1: arrived), and
-    (``id()`` → row before of every element of their old blocks that left, the new ids); None when a pool
-    arrived, left or moved, some element's id changed or an arriving id is a duplicate."""
+    old: _Tree, blocks: _Blocks, changed: list[int], child_lists: list[Any], renewed: frozenset[str]
+) -> tuple[list[int], list[str]] | None:
+    """The changed pools' blocks re-laid: ``blocks.rows_from`` set for their children (an operation not
+    ``renewed`` that was in a changed pool's block before: its row there, found by its id; -1: arrived), and (the
+    rows before of the elements of their old blocks that left, the new ids); None when a pool arrived, left or
+    moved, some element's id changed, or an id is a duplicate or was in a pool not named."""
     old_elements = old.elements
     old_ids = old.ids
     old_starts = blocks.old_starts
     old_counts = blocks.old_counts
     rows_from = blocks.rows_from
-    leaving: dict[int, int] = {}  # id() -> row before, of every element of the changed pools' old blocks
+    index = old.id_index()
+    in_changed = np.zeros(len(old_ids), dtype=bool)  # the rows of the changed pools' old blocks
     for c in changed:
-        start = int(old_starts[c])
-        for row in range(start, start + int(old_counts[c])):
-            leaving[id(old_elements[row])] = row
-    arriving: list[tuple[int, Any]] = []  # (row, element) of elements that were in no changed pool before
+        in_changed[int(old_starts[c]) : int(old_starts[c] + old_counts[c])] = True
+    taken: set[int] = set()  # old rows taken by a child of a changed pool
+    arrived: set[str] = set()  # ids of the children that arrived
     expected: list[str] = []  # the ids the elements must have: the unchanged pools' as before
     done = 0
     for c in changed:
         start = int(blocks.new_starts[c])
         block = child_lists[c]
         old_start = int(old_starts[c])
-        old_block = old_elements[old_start : old_start + int(old_counts[c])]
+        old_end = old_start + int(old_counts[c])
         if [e for e in block if not isinstance(e, Operation)] != [
-            e for e in old_block if not isinstance(e, Operation)
+            e for e in old_elements[old_start:old_end] if not isinstance(e, Operation)
         ]:
             return None  # a pool arrived, left or moved (or a child of another type): flattened anew
         expected += old_ids[done:old_start]
-        done = old_start + len(old_block)
+        done = old_end
         for k, e in enumerate(block, start):
-            row = leaving.pop(id(e), None)
+            op_id = e.id
+            row = None if op_id in renewed else index.get(op_id)
             if row is None:
-                arriving.append((k, e))
+                if op_id in arrived:
+                    return None  # a duplicate id: flattened anew, which names it
+                arrived.add(op_id)
                 rows_from[k] = -1
-                expected.append(e.id)
+            elif not in_changed[row] or row in taken:
+                return None  # an id of a pool not named, or twice: flattened anew
             else:
+                taken.add(row)
                 rows_from[k] = row
-                expected.append(old_ids[row])
+            expected.append(op_id)
     expected += old_ids[done:]
-    ids = [e.id for e in elements]
+    ids = [e.id for e in blocks.elements]
     if ids != expected:
         return None  # some element's id changed
-    # The arriving elements' ids are new, or ids of elements that left (an operation re-made with its id).
-    index = old.id_index()
-    seen: set[str] = set()
-    for _, e in arriving:
-        row = index.get(e.id)
-        if e.id in seen or (row is not None and id(old_elements[row]) not in leaving):
-            return None  # a duplicate id: flattened anew, which names it
-        seen.add(e.id)
+    leaving = [row for row in np.flatnonzero(in_changed).tolist() if row not in taken]
+    for op_id in arrived:
+        row = index.get(op_id)
+        if row is not None and not (in_changed[row] and row not in taken):
+            return None  # a duplicate of an element still there: flattened anew, which names it
     return leaving, ids
 
 
@@ -350,15 +339,13 @@ def _patched_tree(
     return tree
 
 
-def _patched_index(
-    old: _Tree, leaving: dict[int, int], rows_from: np.ndarray, ids: list[str]
-) -> dict[str, int]:
+def _patched_index(old: _Tree, leaving: list[int], rows_from: np.ndarray, ids: list[str]) -> dict[str, int]:
     """The id -> row index (``results``): the previous one copied, with the ids that left dropped and the rows
     that moved or arrived written (a copy and few writes cost a fraction of a new dict over cold ids). Its keys
     are then not in row order; nothing iterates it (``ElementResults`` iterates ``ids``)."""
     new_index = old.id_index().copy()
     old_ids = old.ids
-    for row in leaving.values():
+    for row in leaving:
         del new_index[old_ids[row]]
     moved = np.flatnonzero(rows_from != np.arange(len(ids), dtype=np.int64)).tolist()
     new_index.update(zip(map(ids.__getitem__, moved), moved, strict=True))

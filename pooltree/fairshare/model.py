@@ -142,6 +142,11 @@ class UpdateState:
     its id), so the layout re-lays only their blocks (``layout._flatten``; empty: the previous tree is taken whole);
     None: not known, the tree is flattened anew. The tree runtime's input cache reports them from the period's delta
     (``FairShareInput.relaid``)."""
+    renewed: frozenset[str] = field(default=frozenset(), repr=False)
+    """Set by the caller with ``relaid``: the operations among the children of those pools whose element is a new
+    object since the update that returned this state (arrived, re-made, moved); the layout gives them new rows, and
+    every other child of those pools takes the row of the element with its id (``layout._relaid``). The tree
+    runtime's input reports them (``FairShareInput.renewed``)."""
 
 
 @dataclass(eq=False, slots=True)

@@ -76,7 +76,7 @@ class _Update:
         self.state = state or UpdateState()
         self.errors: list[PooltreeError] = []
         self.total = _checked(total, settings)
-        self.tree = _flatten(root, self.state.layout, self.state.relaid)
+        self.tree = _flatten(root, self.state.layout, self.state.relaid, self.state.renewed)
         # what the previous update of this tree left to reuse (reuse.reuse_guarantees / keep_guarantees)
         self.reused: _StaticGuarantees | None = None
         self.statics: _StaticGuarantees | None = None  # reused or kept by this update

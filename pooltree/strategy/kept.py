@@ -55,8 +55,8 @@ class KeptState:
 
     def update_state(self, read: FairShareInput, base: UpdateState | None = None) -> Any:
         """The state the update of ``read`` starts from: ``base`` (default: the previous update's returned state),
-        with the previous update's flattened tree and what ``read`` wrote and re-laid since that update
-        (`UpdateState.written`, `.relaid`)."""
+        with the previous update's flattened tree and what ``read`` wrote, re-laid and made anew since that
+        update (`UpdateState.written`, `.relaid`, `.renewed`)."""
         previous = self.update
         state = previous if base is None else base
         if not isinstance(state, UpdateState):
@@ -64,7 +64,7 @@ class KeptState:
         if base is not None:
             state = dataclasses.replace(state, layout=getattr(previous, "layout", None))
         if self.complete and read.written is not None:
-            state = dataclasses.replace(state, written=read.written, relaid=read.relaid)
+            state = dataclasses.replace(state, written=read.written, relaid=read.relaid, renewed=read.renewed)
         return state
 
     def updated(self, state: Any) -> KeptState:

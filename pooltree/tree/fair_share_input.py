@@ -135,6 +135,9 @@ class FairShareInput(NamedTuple):
     relaid: frozenset[str] | None
     """The pools whose model element got a new ``children`` list in this read (the pools of the operations the
     period's delta names); None: not known (it walked the tree)."""
+    renewed: frozenset[str]
+    """The operations among those pools' children whose model element this read made anew (arrived, re-made,
+    moved): every other child of those pools is the element the previous read had under its id."""
 
 
 def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vector] | None:
@@ -407,12 +410,13 @@ def read_fair_share_input(
     )
     written: list[Operation] | None = []
     relaid: set[str] = set()
+    renewed: set[str] = set()
     if same_source and delta.unchanged:
         assert last is not None
         _refresh_resources(last.operations, operation_resources, changed, written)
         root = last.root
     elif same_source and _changes_applied(
-        tree, last, cache, operation_resources, nodes, delta, written, relaid
+        tree, last, cache, operation_resources, nodes, delta, (written, relaid, renewed)
     ):
         assert last is not None
         last.key = key
@@ -425,7 +429,9 @@ def read_fair_share_input(
         cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
     if cache.settings is None or cache.settings[0] is not tree.config:
         cache.settings = (tree.config, update_settings(tree))
-    return FairShareInput(root, cache.settings[1], written, None if written is None else frozenset(relaid))
+    if written is None:
+        return FairShareInput(root, cache.settings[1], None, None, frozenset())
+    return FairShareInput(root, cache.settings[1], written, frozenset(relaid), frozenset(renewed))
 
 
 def _changes_applied(
@@ -435,8 +441,7 @@ def _changes_applied(
     source: OperationResources,
     nodes: Any,
     delta: PeriodDelta,
-    written: list[Operation],
-    relaid: set[str],
+    told: tuple[list[Operation], set[str], set[str]],
 ) -> bool:
     """`_apply_operation_changes` with the changes the projection found for this delta (none: the projection
     walked, and so does this build), forgetting the previous build if it fails half-way (the next build walks)."""
@@ -444,7 +449,7 @@ def _changes_applied(
     if changes is None or cache.projection.advanced_with is not delta:
         return False
     try:
-        return _apply_operation_changes(tree, last, cache, source, nodes, (written, relaid), changes)
+        return _apply_operation_changes(tree, last, cache, source, nodes, told, changes)
     except BaseException:
         cache.last = None
         raise
@@ -456,7 +461,7 @@ def _apply_operation_changes(
     cache: FairShareInputCache,
     source: OperationResources,
     nodes: Any,
-    told: tuple[list[Operation], set[str]],
+    told: tuple[list[Operation], set[str], set[str]],
     changes: OperationChanges,
 ) -> bool:
     """Bring the previous build up to the tree's revision when only some operations changed since (arrived, left,
@@ -466,10 +471,11 @@ def _apply_operation_changes(
     made. Every other pool keeps its list and every other operation its element. False when a pool of the changes
     is gone, a model element of the previous build is missing from the projection or a changed operation's spec
     is not a frozen model: the caller then walks the whole tree (which sets everything this may have begun anew).
-    ``told`` collects what the read tells the update (the elements written, the pools re-laid)."""
+    ``told`` collects what the read tells the update (the elements written, the pools re-laid, the operations whose
+    element is made anew)."""
     if not changes.frozen:
         return False
-    written, relaid = told  # what this read tells the update: the elements it wrote, the pools it re-laid
+    written, relaid, renewed = told
     projection = cache.projection
     pools = projection.pools
     touched = changes.pools()
@@ -484,6 +490,8 @@ def _apply_operation_changes(
         for op_id in entry.running:
             if op_id in changed:
                 op_entry = projected[op_id]
+                if op_entry.input is None or op_entry.input_nodes is not nodes:
+                    renewed.add(op_id)  # its element is made anew below
                 static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, cache.tag_limits(nodes))
                 found = _found(source, op_id)
                 _write_found(static, found)

@@ -75,10 +75,14 @@ def _leave(rng: random.Random, pool: Pool, op: Operation) -> None:
         pool.children.remove(op)
 
 
-def _change(rng: random.Random, root: Pool, kind: int, serial: int) -> set[str] | None:
+def _change(
+    rng: random.Random, root: Pool, kind: int, serial: int, renewed: set[str] | None = None
+) -> set[str] | None:
     """One change of the tree; kinds 0-5 are what the patch handles, 6-11 what it hands to a fresh flatten.
     Returns the ids of the pools whose children it changed (the caller's ``UpdateState.relaid``), or None when it
-    changed an id (which a caller may not promise away: the layout is then not told)."""
+    changed an id (which a caller may not promise away: the layout is then not told); adds to ``renewed`` the ids of
+    operations it re-made with their id (the caller's ``UpdateState.renewed``)."""
+    renewed = set() if renewed is None else renewed
     pools = _pools(root)
     ops = _ops(root)
     pool = pools[rng.randrange(len(pools))]
@@ -103,6 +107,7 @@ def _change(rng: random.Random, root: Pool, kind: int, serial: int) -> set[str] 
     if kind == 4:  # an operation re-made with its id (new parameters), and one leaving with one arriving
         parent, op = ops[rng.randrange(len(ops))]
         parent.children = [_operation(op.id, rng) if c is op else c for c in parent.children]
+        renewed.add(op.id)
         _arrive(rng, pool, f"arrived-{serial}")
         return {parent.id, pool.id}
     if kind == 5:  # a pool's operations reordered, or all of them gone (a level may empty)
@@ -217,21 +222,22 @@ def _check_steps(spy: _Spy, seed: int, steps: list[list[int]]) -> None:
     for serial, kinds in enumerate(steps):
         before = [(p, list(p.children)) for p in _pools(root)]
         told: set[str] | None = set()
+        renewed: set[str] = set()
         for kind in kinds:
-            told = _told(told, _change(rng, root, kind, serial))
+            told = _told(told, _change(rng, root, kind, serial, renewed))
         relaid = None if told is None else frozenset(told)
         spy.results.clear()
         try:
             expected = _flatten_new(root)
         except ConfigError as error:
             with pytest.raises(ConfigError) as raised:
-                _flatten(root, previous, relaid)
+                _flatten(root, previous, relaid, frozenset(renewed))
             assert str(raised.value) == str(error)
             for pool, children in before:  # undone: the next change starts from a valid tree
                 pool.children = children
             previous = _flatten(root, previous)
             continue
-        got = _flatten(root, previous, relaid)
+        got = _flatten(root, previous, relaid, frozenset(renewed))
         _same_tree(got, expected)
         if got is previous:
             assert not spy.results  # the same structure: nothing patched
@@ -265,8 +271,11 @@ def test_updates_over_patched_layouts_match_fresh_updates(seed: int) -> None:
     state, fresh_state = UpdateState(), UpdateState()
     for step in range(10):
         if step:
-            relaid = _change(rng, root, rng.randrange(6), step)
-            state = dataclasses.replace(state, relaid=None if relaid is None else frozenset(relaid))
+            renewed: set[str] = set()
+            relaid = _change(rng, root, rng.randrange(6), step, renewed)
+            state = dataclasses.replace(
+                state, relaid=None if relaid is None else frozenset(relaid), renewed=frozenset(renewed)
+            )
         pair = matches_fresh_update(
             root, TOTAL, update_settings, 5.0 * step, state, fresh_state, f"seed {seed} step {step}"
         )

@@ -194,7 +194,7 @@ def _runtime_steps(steps: int = 30) -> list[int]:
         root, settings = read.root, read.settings
         fresh = copy.deepcopy((root, total, settings))
         expected = update_fair_share(*fresh, float(step), copy.deepcopy(state))
-        told = dataclasses.replace(state, written=read.written, relaid=read.relaid)
+        told = dataclasses.replace(state, written=read.written, relaid=read.relaid, renewed=read.renewed)
         got = update_fair_share(root, total, settings, float(step), told)
         if _digest(got) != _digest(expected):
             differ.append(step)

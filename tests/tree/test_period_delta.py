@@ -102,8 +102,8 @@ def _core_with_two_operations() -> SchedulerCore:
 
 
 def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the period's delta (``UpdateState.relaid``: the pools whose children lists the input replaced), the
-    fair-share layout re-lays only those pools' blocks: nothing is flattened anew, and every result is that of an
+    """With the period's delta (``UpdateState.relaid``: the pools whose children lists the input replaced, and
+    ``.renewed``: the operations whose elements it made), the fair-share layout re-lays only those pools' blocks: nothing is flattened anew, and every result is that of an
     update of fresh copies."""
     core = _core_with_two_operations()
     flattened: list[Any] = []
@@ -114,14 +114,16 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
         return flatten_new(root)
 
     monkeypatch.setattr(layout, "_flatten_new", counted)
-    told: list[frozenset[str]] = []
-    places = layout._relaid_places
+    told: list[tuple[list[int], frozenset[str]]] = []
+    patched = layout._patched
 
-    def recorded(old: Any, relaid: frozenset[str], child_lists: Any) -> Any:
-        told.append(relaid)
-        return places(old, relaid, child_lists)
+    def recorded(
+        old: Any, blocks: Any, changed: list[int], child_lists: Any, renewed: Any, counts: Any
+    ) -> Any:
+        told.append((changed, renewed))
+        return patched(old, blocks, changed, child_lists, renewed, counts)
 
-    monkeypatch.setattr(layout, "_relaid_places", recorded)
+    monkeypatch.setattr(layout, "_patched", recorded)
     serial = 2
     for period in range(1, 6):
         serial += 1
@@ -131,6 +133,7 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
             core.unregister_operation(f"op{serial - 2}", float(period))
         result = core.update_fair_share(float(period))
         assert not flattened  # the previous tree patched, not flattened anew
+        assert f"op{serial}" in told[-1][1]  # the input said its element is new
         root = core.kept.input.last.root
         settings = core.kept.input.settings[1]
         fresh = update_fair_share(copy.deepcopy(root), core.total_resources, settings, float(period), None)
@@ -141,7 +144,7 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
                 result.elements[element_id].fair_share.tolist()
                 == fresh.elements[element_id].fair_share.tolist()
             )
-    assert len(told) == 5 and all(told)
+    assert len(told) == 5 and all(changed for changed, _ in told)
     core.update_fair_share(6.0)  # nothing changed: the previous layout is taken whole, nothing compared
     assert len(told) == 5
 
