@@ -174,6 +174,11 @@ def main() -> None:
         loaded = Counted()
         shard_cpu_before = sum(shards.shard_cpu) if shards is not None else 0.0
         apply_before = sum(remote.shard_apply_cpu) if args.shard_processes else 0.0
+        ways_before = (
+            (remote.granted_starts, remote.claims - remote.claims_refused, remote.grants_taken_back)
+            if args.shard_processes
+            else (0, 0, 0)
+        )
         run(began + args.seconds, loaded)
         figures = loaded.figures()
         if shards is not None:  # the replicas' work, which shard processes would take off the leader
@@ -196,6 +201,11 @@ def main() -> None:
                 figures["pipe_bytes_sent_per_pass"] = round(remote.sent_bytes / max(remote.passes, 1))
                 figures["pipe_bytes_received_per_pass"] = round(remote.received_bytes / max(remote.passes, 1))
                 figures["pipe_messages_per_pass"] = round(remote.messages / max(remote.passes, 1), 2)
+                granted = remote.granted_starts - ways_before[0]
+                claimed = remote.claims - remote.claims_refused - ways_before[1]
+                figures["shard_starts_granted"] = granted  # took an allocation granted ahead: no round trip
+                figures["shard_starts_claimed"] = claimed
+                figures["grants_taken_back"] = remote.grants_taken_back - ways_before[2]
                 figures["shard_processes_alive"] = sum(
                     1 for link in remote.links if link is not None and link.alive
                 )

@@ -347,6 +347,16 @@ class OperationControllerBase:
             )
         return None
 
+    def _take_running(self, allocation: Allocation) -> Job:
+        """The running job of ``allocation``, no longer running (an error naming both when it does not run)."""
+        job = self._running.pop(allocation.id, None)
+        if job is None:
+            raise PooltreeError(
+                f"operation {self.operation_id}: allocation {allocation.id} is not running",
+                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
+            )
+        return job
+
     @property
     def can_take_back(self) -> bool:
         """Whether `take_back` undoes a `schedule_allocation` exactly: no speculative copies (they keep per-start
@@ -363,12 +373,7 @@ class OperationControllerBase:
                 f"operation {self.operation_id}: allocations cannot be taken back (speculative jobs)",
                 attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
             )
-        job = self._running.pop(allocation.id, None)
-        if job is None:
-            raise PooltreeError(
-                f"operation {self.operation_id}: allocation {allocation.id} is not running",
-                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
-            )
+        job = self._take_running(allocation)
         state = self._tasks[job.task]
         state.running -= 1
         if state.spec.memory_reserve is not None:
@@ -415,12 +420,7 @@ class OperationControllerBase:
         self, allocation: Allocation, finished: FinishedAllocation, now: float
     ) -> None:
         """Account the outcome and return work to pending as the operation type requires."""
-        job = self._running.pop(allocation.id, None)
-        if job is None:
-            raise PooltreeError(
-                f"operation {self.operation_id}: allocation {allocation.id} is not running",
-                attributes={"operation_id": self.operation_id, "allocation_id": allocation.id},
-            )
+        job = self._take_running(allocation)
         state = self._tasks[job.task]
         state.running -= 1
         outcome = self.speculation.on_finished(allocation, finished) if self.speculation is not None else None

@@ -77,6 +77,16 @@ def _drive(
     return ran
 
 
+def _operation(service: Any, jobs: int, seconds: float) -> tuple[Any, list[Node], int]:
+    """A vanilla operation of ``jobs`` one-cpu jobs of ``seconds`` each, three nodes to run them, and the shard
+    of n0 (the one killed)."""
+    scheduler = service.scheduler
+    spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": jobs}}}
+    op = scheduler.start_operation("vanilla", spec, "u", 0.0)
+    scheduler.update_fair_share("default", 0.0)
+    return op, [Node(f"n{i}", {op.id: seconds}) for i in range(3)], shard_of("n0", 2)
+
+
 def _kill(service: Any, victim: int, killed: list[int]) -> None:
     pid = service.shards.pids()[victim]
     assert pid is not None
@@ -90,12 +100,7 @@ def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
 ) -> None:
     with sharded_service(tmp_path, PREEMPTING, True) as (service, clock, starts):
         assert starts is not None and service.shards is not None
-        scheduler = service.scheduler
-        spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": JOBS}}}
-        op = scheduler.start_operation("vanilla", spec, "u", 0.0)
-        scheduler.update_fair_share("default", 0.0)
-        nodes = [Node(f"n{i}", {op.id: 2.0}) for i in range(3)]
-        victim = shard_of("n0", 2)
+        op, nodes, victim = _operation(service, JOBS, 2.0)
         claim_of = ProcessShardStarts._remote_claim
         granted_on_n0: list[str] = []
         killed: list[int] = []
@@ -136,12 +141,7 @@ def test_a_shard_killed_with_grants_in_flight_loses_no_job_and_runs_none_twice(
     restarted, and every job index completes exactly once."""
     with sharded_service(tmp_path, PREEMPTING, True) as (service, clock, starts):
         assert starts is not None and service.shards is not None
-        scheduler = service.scheduler
-        spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": 2 * JOBS}}}
-        op = scheduler.start_operation("vanilla", spec, "u", 0.0)
-        scheduler.update_fair_share("default", 0.0)
-        nodes = [Node(f"n{i}", {op.id: 1.0}) for i in range(3)]
-        victim = shard_of("n0", 2)
+        op, nodes, victim = _operation(service, 2 * JOBS, 1.0)
         grants_of = ProcessShardStarts._grants
         granted: list[str] = []
         killed: list[int] = []
