@@ -144,6 +144,9 @@ class ProcessShardStarts(ShardStarts):
         self.freed: dict[tuple[str, str], list[str]] = {}
         """Per (tree, node): the operations whose allocations ended there (not preempted) since the node's last
         pass, in order: its next pass's request grants each of them an allocation ahead (`_grants`)."""
+        self.granted_by: dict[str, Any] = {}
+        """Allocation id → the controller that granted it ahead, until its pass ends (taken back by that controller
+        even when its operation left the tree meanwhile)."""
         self.grants_made = 0
         """Allocations granted ahead with pass requests."""
         self.grants_taken_back = 0
@@ -374,6 +377,7 @@ class ProcessShardStarts(ShardStarts):
             if allocation is None:
                 continue
             state.granted[allocation.id] = allocation
+            self.granted_by[allocation.id] = controller
             pending, min_needed = _pending(truth, operation_id)
             grants.append(Grant(operation_id, allocation, offered, now, pending, min_needed))
         self.grants_made += len(grants)
@@ -382,14 +386,12 @@ class ProcessShardStarts(ShardStarts):
     def _take_back(self, state: _Tree, grants: tuple[Grant, ...] | list[Grant]) -> None:
         """Grants no start of the pass took (still in ``state.granted``: not booked, not given back) go back to
         their controllers as if never made (`take_back`, last made first)."""
-        strategy = state.core.strategy
         for grant in reversed(grants):
+            controller = self.granted_by.pop(grant.allocation.id, None)
             allocation = state.granted.pop(grant.allocation.id, None)
-            if allocation is None:
+            if allocation is None or controller is None:
                 continue
-            runtime = strategy.operations.get(grant.operation_id)
-            if runtime is not None:
-                runtime.controller.take_back(allocation)
+            controller.take_back(allocation)
             self.grants_taken_back += 1
 
     def _truth_event(self, tree: str, state: _Tree, truth: TreeScheduler, event: dict[str, Any]) -> None:
