@@ -137,6 +137,8 @@ class _Scores:
         without a guess. The headline's choice by the outcome (started within the horizon) drops the late
         starts of long waits and so leans towards "below p10" even for a perfect forecast."""
         self.costs: list[float] = []
+        self.runs: list[int] = []
+        """Runs summed up per forecast (more than --seeds when --max-seeds lets the budget pay them)."""
         self.reaches: list[float] = []
         self.waits: list[float] = []
         self.per_forecast: list[dict[str, Any]] = []
@@ -180,6 +182,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         first_seed=scenario.seed + 1000,
         cpu_budget=args.cpu_budget,
         arrivals=ArrivalSettings(enabled=args.arrival_window > 0, window=max(args.arrival_window, 60.0)),
+        max_seeds=args.max_seeds,
     )
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
     scores = _Scores(args.horizon, period, args.drain)
@@ -197,6 +200,7 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
         oracle = {} if known is None else {"fits": known}  # (a forecast before `fits` runs without it)
         found = forecast(state, settings, only=waiting, starts_only=True, **oracle)
         scores.costs.append(time.process_time() - started)
+        scores.runs.append(found.seeds)
         scores.reaches.append(found.horizon if found.simulated is None else found.simulated)
         scores.score(state, found, waiting, recorder.first_start)
     return _summary(args, scores, record_cpu)
@@ -233,6 +237,7 @@ def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> di
                 "every",
                 "start",
                 "seeds",
+                "max_seeds",
                 "horizon",
                 "forecast_period",
                 "cpu_budget",
@@ -282,6 +287,13 @@ def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> di
         "simulated_horizon_median_s": _round(statistics.median(reaches)) if reaches else None,
         "forecast_cpu_seconds_median": _round(statistics.median(costs)) if costs else None,
         "forecast_cpu_seconds_max": _round(max(costs)) if costs else None,
+        "runs_per_forecast_min_median_max": [
+            min(scores.runs),
+            statistics.median(scores.runs),
+            max(scores.runs),
+        ]
+        if scores.runs
+        else None,
         "record_cpu_seconds": _round(record_cpu),
         "per_forecast": per_forecast,
         "load_average": _round(_load()),
@@ -428,15 +440,18 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         horizon=args.horizon,
         fair_share_update_period=args.forecast_period,
         cpu_budget=args.cpu_budget,
+        max_seeds=args.max_seeds,
     )
     runs = []
     covered = []
+    seeds = []
     found = None
     for _ in range(args.repeat):
         started = time.process_time()
         found = forecast(state, settings)
         runs.append(time.process_time() - started)
         covered.append(round(found.horizon, 1))
+        seeds.append(found.seeds)
     assert found is not None
     waiting = [f for f in found.operations.values() if not f.started]
     dated = [f for f in waiting if f.start["p50"] is not None]
@@ -452,6 +467,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
                 "pending",
                 "pools",
                 "seeds",
+                "max_seeds",
                 "horizon",
                 "forecast_period",
                 "cpu_budget",
@@ -465,6 +481,7 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
         "simulator_events": found.events,
         "horizon_covered_s": round(found.horizon, 1),
         "horizon_covered_s_per_refresh": covered,
+        "runs_per_refresh": seeds,
         "pending_with_start_in_horizon": len(dated),
         "pending": len(waiting),
         "running_with_finish_p50": len(finishing),
@@ -505,6 +522,12 @@ def main() -> None:
     )
     for target in (back, sub.add_parser("cost")):
         target.add_argument("--seeds", type=int, default=8)
+        target.add_argument(
+            "--max-seeds",
+            type=int,
+            default=None,
+            help="runs at most: more than --seeds while the CPU budget left pays them (default: --seeds)",
+        )
         target.add_argument("--horizon", type=float, default=3600.0)
         target.add_argument("--forecast-period", type=float, default=None)
         target.add_argument("--cpu-budget", type=float, default=None, help="CPU seconds per forecast")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from pooltree.config.pool_trees import parse_pool_trees
+from pooltree.errors import ConfigError
 from pooltree.forecast import run as run_module
 from pooltree.forecast.durations import DurationSettings
 from pooltree.forecast.run import ForecastSettings, TreesCopy, forecast, run_seed
@@ -322,3 +323,40 @@ def test_the_one_collection_walks_only_what_the_forecast_made():
     assert at_collection, "no full collection after the forecast"
     assert at_collection[0] >= 0.9 * existing, (at_collection, existing)
     assert gc.get_freeze_count() == 0
+
+
+def test_a_budget_left_over_pays_more_runs_up_to_max_seeds():
+    """Runs cost a few milliseconds here: a budget of seconds pays every seed up to ``max_seeds``; without a
+    budget exactly ``seeds`` run."""
+    more = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0, cpu_budget=30.0, max_seeds=6))
+    assert more.seeds == 6 and more.horizon == 900.0
+    plain = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0, max_seeds=6))
+    assert plain.seeds == 2
+    with pytest.raises(ConfigError, match="max_seeds"):
+        ForecastSettings(seeds=4, max_seeds=3)
+
+
+def test_more_runs_are_hand_overs_of_the_stopped_simulation():
+    """The simulator stopped at once (a tiny share): the runs after ``seeds`` are more hand-overs of it, and the
+    forecast still reaches the horizon."""
+    settings = ForecastSettings(seeds=2, horizon=1800.0, cpu_budget=5.0, simulation_share=0.005, max_seeds=5)
+    found = forecast(project_state(), settings)
+    assert found.simulated is not None and found.simulated < 1800.0
+    assert found.seeds == 5 and found.horizon == 1800.0
+
+
+def test_a_further_run_that_falls_short_is_left_out(monkeypatch: pytest.MonkeyPatch):
+    """A run after ``seeds`` whose hand-over did not reach what the others reached would shorten the forecast's
+    horizon for every run: it is left out instead."""
+    real = run_module._tail
+
+    def short_after_two(state: Any, base: Any, seed: int, *rest: Any) -> Any:
+        run = real(state, base, seed, *rest)
+        if seed >= 2:
+            run.tail_reached = 10.0
+        return run
+
+    monkeypatch.setattr(run_module, "_tail", short_after_two)
+    settings = ForecastSettings(seeds=2, horizon=1800.0, cpu_budget=5.0, simulation_share=0.005, max_seeds=5)
+    found = forecast(project_state(), settings)
+    assert found.seeds == 2 and found.horizon == 1800.0
