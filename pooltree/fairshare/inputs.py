@@ -186,6 +186,7 @@ class _KeptInputs:
 
     __slots__ = (
         "apply_limits",
+        "carried_from",
         "demand",
         "msr_array",
         "pool_arrays",
@@ -199,6 +200,11 @@ class _KeptInputs:
         "usage",
         "weight_cfg",
     )
+
+    def __init__(self, carried_from: _KeptInputs | None = None) -> None:
+        self.carried_from = carried_from
+        """The previous tree's read whose arrays these are, laid out by this tree's rows (`_carried_inputs`); None:
+        read (or copied and re-read) here."""
 
     msr_array: np.ndarray
     pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -233,7 +239,7 @@ def _carried_inputs(tree: _Tree) -> tuple[_KeptInputs, np.ndarray] | None:
         return None
     source = np.maximum(rows_from, 0)
     new_rows = np.flatnonzero(rows_from < 0)
-    carried = _KeptInputs()
+    carried = _KeptInputs(last)
     carried.total = last.total
     for name in _CARRIED_ARRAYS:
         array = np.take(getattr(last, name), source, axis=0)  # faster than [source]

@@ -219,7 +219,7 @@ def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:
         take(old.row_of, -1),
         take(old.points, 0),  # type: ignore[arg-type]
     )
-    return _KeptFunctions(
+    carried = _KeptFunctions(
         kept.key,
         table,
         stale,
@@ -232,6 +232,8 @@ def _carried(previous: _Tree, tree: _Tree) -> _KeptFunctions | None:
         shift=take(kept.shift, np.nan),
         right=take(kept.right, np.nan),
     )
+    carried.inputs = kept.inputs  # laid out by the same rows as the read carried from the previous tree's
+    return carried
 
 
 def live_batches(
@@ -355,11 +357,14 @@ def _shares_moved(upd: _Update, kept: _KeptFunctions, dirty: np.ndarray) -> None
 
     An operation's shares are computed from its own inputs and the totals only (``compute_attributes``). When the
     kept build's shares came from the read this update's read started from (the same totals), only the rows it
-    re-read, the period's written operations (``_Update.read_rows``), can differ: only those are compared.
-    Otherwise every operation is."""
+    re-read, the period's written operations and the new rows (``_Update.read_rows``), can differ: only those are
+    compared. So it is after a patched layout, when the kept build was carried by the same rows as that read
+    (``_carried``, ``inputs._carried_inputs``). Otherwise every operation is."""
     tree = upd.tree
     rows = upd.read_rows
-    if rows is None or kept.stale is not None or kept.inputs is None or kept.inputs is not upd.read_from:
+    read_from = upd.read_from
+    started_from = read_from if kept.stale is None or read_from is None else read_from.carried_from
+    if rows is None or kept.inputs is None or kept.inputs is not started_from:
         dirty |= tree.is_op & (
             _rows_differ(upd.usage_share, kept.usage_share)
             | _rows_differ(upd.demand_share, kept.demand_share)
