@@ -58,7 +58,7 @@ def render(forecast: dict[str, Any], console: Console) -> None:
         console.print(f"waiting for: {waiting.get('message', waiting.get('reason'))}")
     limitation = forecast.get("limitation")
     if limitation:
-        console.print(f"not forecast: {limitation['message']}")
+        console.print(f"forecast limitation: {limitation['message']}")
     if state != "ready":
         console.print(f"forecast: {state}" + (f" ({forecast['error']})" if forecast.get("error") else ""))
         return

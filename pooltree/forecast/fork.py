@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from pooltree.forecast.durations import (
     partial_pooling,
     remaining_times,
 )
-from pooltree.forecast.state import ClusterState, IntegralState, OperationState
+from pooltree.forecast.state import ClusterState, IntegralState, OperationState, TreePlace
 from pooltree.forecast.window import in_window
 from pooltree.resources import RESOURCES
 from pooltree.sim.scenario import (
@@ -150,20 +150,31 @@ def _pool_fits(
 
 
 def operation_spec(
-    op: OperationState, cache: MutableMapping[tuple[str, int], OperationSpec] | None
+    op: OperationState,
+    cache: MutableMapping[tuple[str, int], OperationSpec] | None,
+    known: Collection[str] | None = None,
 ) -> OperationSpec:
-    """The spec as it runs now: in its tree only, in its current pool, with its runtime weight and limits."""
+    """The spec as it runs now: in its trees (``known``: the ones the fork has; None: all), in its current pool
+    of each, with its runtime weight and limits there."""
+    places = [TreePlace(op.tree, op.pool, op.weight, op.resource_limits), *op.other_trees]
+    if known is not None:
+        places = [place for place in places if place.tree in known]
     key = (op.id, op.revision)
     if cache is not None and key in cache:
-        return cache[key]
+        cached = cache[key]
+        if cached.pool_trees_or(None) == tuple(place.tree for place in places):
+            return cached  # (not when a tree it runs in is gone since)
     raw = dict(op.spec)
-    options: dict[str, Any] = {"pool": op.pool}
-    if op.weight is not None:
-        options["weight"] = op.weight
-    if op.resource_limits:
-        options["resource_limits"] = dict(op.resource_limits)
-    raw["pool_trees"] = [op.tree]
-    raw["scheduling_options_per_pool_tree"] = {op.tree: options}
+    per_tree: dict[str, dict[str, Any]] = {}
+    for place in places:
+        options: dict[str, Any] = {"pool": place.pool}
+        if place.weight is not None:
+            options["weight"] = place.weight
+        if place.resource_limits:
+            options["resource_limits"] = dict(place.resource_limits)
+        per_tree[place.tree] = options
+    raw["pool_trees"] = list(per_tree)
+    raw["scheduling_options_per_pool_tree"] = per_tree
     raw.pop("fair_share_options_per_pool_tree", None)
     spec = OperationSpec.parse(raw, f"operations.{op.id}.spec")
     if cache is not None:
@@ -260,7 +271,7 @@ def fork(
     for op in state.operations:
         if op.tree not in snapshot.pool_trees:
             continue
-        forked = fork_operation(op, state.now, seed, fits, operation_spec(op, specs))
+        forked = fork_operation(op, state.now, seed, fits, operation_spec(op, specs, snapshot.pool_trees))
         if forked is not None:
             operations.append(forked)
     operations.extend(op for op in arrivals if set(op.spec.pool_trees_or(None)) <= set(snapshot.pool_trees))

@@ -42,6 +42,7 @@ from pooltree.forecast.state import (
     Submission,
     SubmittedTask,
     TaskState,
+    TreePlace,
 )
 from pooltree.forecast.window import StartWindow, start_window
 from pooltree.resources import vector
@@ -208,7 +209,17 @@ def _operation_state(
                 since,
             )
         )
-    options = (op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}).get(tree) or {}
+    per_tree = op.runtime_parameters.get("scheduling_options_per_pool_tree") or {}
+    options = per_tree.get(tree) or {}
+    others = tuple(
+        TreePlace(
+            name,
+            op.pools.get(name, ""),
+            (per_tree.get(name) or {}).get("weight"),
+            (per_tree.get(name) or {}).get("resource_limits"),
+        )
+        for name in op.trees[1:]
+    )
     return OperationState(
         op.id,
         op.user,
@@ -225,6 +236,7 @@ def _operation_state(
         below_fair_share_since=_starving_since(scheduler, op, tree),
         suspended=op.suspended,
         revision=op.revision,
+        other_trees=others,
     )
 
 
@@ -373,11 +385,15 @@ def submitted_operation(
     now: float,
 ) -> OperationState:
     """A start that has passed every check but was not made (a dry run), as the operation it would be now: in its
-    first tree and pool, all jobs pending, submitted last."""
+    trees and pools (``pools``: tree → pool, in the start's order), all jobs pending, submitted last."""
     tree = next(iter(pools))
     per_tree = spec.get("scheduling_options_per_pool_tree")
-    options = per_tree.get(tree) if isinstance(per_tree, Mapping) else None
-    limits = options.get("resource_limits") if isinstance(options, Mapping) else None
+
+    def limits_in(name: str) -> dict[str, float] | None:
+        options = per_tree.get(name) if isinstance(per_tree, Mapping) else None
+        limits = options.get("resource_limits") if isinstance(options, Mapping) else None
+        return dict(limits) if isinstance(limits, Mapping) else None
+
     per_job = controller.pending_task_resources()
     tasks = tuple(
         TaskState(
@@ -400,27 +416,35 @@ def submitted_operation(
         tasks,
         state="pending",
         weight=model.weight_for_tree(tree),
-        resource_limits=dict(limits) if isinstance(limits, Mapping) else None,
+        resource_limits=limits_in(tree),
+        other_trees=tuple(
+            TreePlace(name, pool, model.weight_for_tree(name), limits_in(name))
+            for name, pool in list(pools.items())[1:]
+        ),
     )
 
 
-def tree_limitation(trees: Sequence[str]) -> dict[str, Any] | None:
-    """What the forecast of an operation in ``trees`` leaves out, as the attribute's ``limitation`` (None: nothing).
+def tree_limitation(trees: Sequence[str], found: Any) -> dict[str, Any] | None:
+    """What the forecast ``found`` of an operation in ``trees`` leaves out, as the attribute's ``limitation``
+    (None: nothing).
 
-    YTsaurus schedules an operation of several pool trees in each of them (one controller, its jobs started by
-    whichever tree finds room first). The simulator schedules an operation in one tree (the first of its spec's
-    ``pool_trees``), so the forecast does too: its jobs in the other trees are not forecast (their running jobs
-    are not placed, their capacity is not counted for it), so it may start and finish earlier than forecast."""
-    if len(trees) < 2:
+    The simulator schedules an operation of several pool trees in each of them, as the live service does. Past
+    the simulated part (``found.simulated`` of ``found.horizon``: the CPU budget ran out) the capacity hand-over
+    (`pooltree.forecast.tail`) carries the runs; it starts such an operation's new jobs in its first tree only
+    (its jobs already running elsewhere hold their trees' capacity until they end), so past that point it may
+    start and finish earlier than forecast."""
+    if len(trees) < 2 or found is None or found.simulated is None or found.simulated >= found.horizon:
         return None
     first, others = trees[0], list(trees[1:])
     return {
-        "reason": "multiple_pool_trees",
+        "reason": "multiple_pool_trees_past_simulated_horizon",
         "forecast_pool_tree": first,
         "pool_trees_not_forecast": others,
-        "message": f"The operation runs in pool trees {', '.join(trees)}; the forecast schedules it in {first} "
-        f"only (the simulator runs an operation in one tree): its jobs in {', '.join(others)} are not forecast, "
-        "so it may start and finish earlier than forecast",
+        "simulated_horizon": found.simulated,
+        "message": f"The operation runs in pool trees {', '.join(trees)}; the forecast schedules it in each for "
+        f"the first {found.simulated:.0f} s of its {found.horizon:.0f} s horizon, and after that in {first} only "
+        f"(the capacity hand-over): its new jobs in {', '.join(others)} after that are not forecast, so it may "
+        "start and finish earlier than forecast",
     }
 
 

@@ -53,12 +53,23 @@ class TaskState:
 
 
 @dataclass(frozen=True)
+class TreePlace:
+    """Where an operation runs in one more of its pool trees: the pool there and its runtime parameters."""
+
+    tree: str
+    pool: str
+    weight: float | None = None
+    resource_limits: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
 class OperationState:
     """An operation that has not finished: its spec and where it stands in ``tree``.
 
     ``spec`` is the raw spec document; ``tree`` and ``pool`` are where it runs now (a pool changed by
     ``update_operation_parameters`` or made ephemeral by the tree is the current one), ``weight`` and
-    ``resource_limits`` its runtime parameters in that tree. ``start_time`` is when it was submitted,
+    ``resource_limits`` its runtime parameters in that tree; an operation of several pool trees runs in
+    ``other_trees`` too (each with its own pool and parameters). ``start_time`` is when it was submitted,
     ``first_job_time`` when its first job started (None: none yet).
     """
 
@@ -80,6 +91,13 @@ class OperationState:
     suspended: bool = False
     revision: int = 0
     """Moves whenever the source changed the operation (readers may cache what they derived from it)."""
+    other_trees: tuple[TreePlace, ...] = ()
+    """The other pool trees it runs in, after ``tree`` (the simulator schedules it in each)."""
+
+    @property
+    def trees(self) -> tuple[str, ...]:
+        """Every pool tree it runs in, ``tree`` first."""
+        return (self.tree, *(place.tree for place in self.other_trees))
 
 
 @dataclass(frozen=True)

@@ -224,7 +224,11 @@ class _HandOver:
             total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
             self.trees[name] = _Tree([float(x) for x in total], pool_trees[name], [float(x) for x in total])
         self.owner: dict[str, _Tree] = {}
-        """Operation id → the tree it runs in."""
+        """Operation id → the tree it runs in (an operation of several trees: its first; see ``elsewhere``)."""
+        self.elsewhere: dict[int, _Tree] = {}
+        """Serial → the tree of a job running at the stop on a node of another tree than its operation's first
+        (an operation of several trees): its resources are that tree's until it ends. The hand-over starts new
+        jobs in the operation's first tree only."""
         self.heap: list[tuple[float, int, str, Shape]] = []
         """(end, serial, operation id, resources) of every running job."""
         self.serial = 0
@@ -245,7 +249,7 @@ class _HandOver:
         now = self.now
         job_shapes: dict[bytes, Shape] = {}
         for job in self.simulation.jobs.values():
-            tree = self.trees.get(job.op.tree)
+            tree = self.trees.get(job.node.tree)  # the tree of the node it runs on (of its operation's trees)
             if tree is None:
                 continue
             key = job.allocation.resources.tobytes()
@@ -265,6 +269,8 @@ class _HandOver:
                 self.serial += 1
                 self.heap.append((end, self.serial, job.op.spec.id, resources))
                 self.held.setdefault(job.op.spec.id, {})[self.serial] = (resources, job.task)
+                if job.node.tree != job.op.tree:
+                    self.elsewhere[self.serial] = tree
         heapq.heapify(self.heap)
 
     def take_operations(self, started: set[str]) -> None:
@@ -363,7 +369,7 @@ class _HandOver:
             job_serial = next(reversed(victim.jobs))  # the newest job goes first
             resources, task = victim.jobs.pop(job_serial)
             victim.held[resources] -= 1
-            _take(tree.free, resources, 1.0)
+            _take(self.elsewhere.pop(job_serial, tree).free, resources, 1.0)
             victim.running -= 1
             victim.give_back(task)
             tree.admit(victim)
@@ -475,20 +481,28 @@ class _HandOver:
             return
         op = tree.ops.get(operation_id)
         if op is None:
-            _take(tree.free, resources, 1.0)
+            _take(self.elsewhere.pop(job_serial, tree).free, resources, 1.0)
             return
         if op.jobs.pop(job_serial, None) is None:
             return  # preempted earlier: its resources were freed then
+        where = self.elsewhere.pop(job_serial, tree)
         op.held[resources] -= 1
-        _take(tree.free, resources, 1.0)
+        _take(where.free, resources, 1.0)
         op.running -= 1
         if op.running == 0 and not op.has_pending():
             del tree.ops[operation_id]
             self.on_finish(operation_id, at)
-            for activated in tree.pool_tree.unregister_operation(operation_id):
-                if activated in tree.ops:
-                    tree.ops[activated].may_run = True
-                    tree.admit(tree.ops[activated])
+            for left in self.trees.values():  # every tree it runs in (its first, and any other)
+                if operation_id not in left.pool_tree.operations:
+                    continue
+                for activated in left.pool_tree.unregister_operation(operation_id):
+                    if activated in left.ops:
+                        left.ops[activated].may_run = True
+                        left.admit(left.ops[activated])
+                if left is not tree:
+                    self.dispatch(left, at, None)
+        if where is not tree:
+            self.dispatch(where, at, None)
         self.dispatch(tree, at, op)
 
     def run(

@@ -383,15 +383,17 @@ class OperationCommands:
             scheduling_info,
         )
         if self.forecasts is not None:
-            first = op.trees[0] if op.trees else None
+            reasons = (scheduling_info.get(tree, {}).get("pending_allocations_reason") for tree in op.trees)
             attributes["scheduling_forecast"] = scheduling_forecast(
                 self.forecasts.latest,
                 op.id,
-                waiting_for=scheduling_info.get(first, {}).get("pending_allocations_reason"),
+                waiting_for=next(
+                    (reason for reason in reasons if reason), None
+                ),  # its first tree's that holds it
                 error=self.forecasts.last_error,
                 time_format=iso_time,
             )
-            limitation = tree_limitation(op.trees)
+            limitation = tree_limitation(op.trees, self.forecasts.latest)
             if limitation is not None:
                 attributes["scheduling_forecast"]["limitation"] = limitation
         return attributes
@@ -599,12 +601,9 @@ class OperationCommands:
             model, controller, pools = self.scheduler.check_start(operation_type, spec, user, operation_id)
         except ConfigError as error:
             raise _spec_error(error) from error
-        tree = next(iter(pools))
         answer: dict[str, Any] = {"dry_run": True, "pool_trees": dict(pools)}
-        forecast: dict[str, Any] = {"waiting_for": count_limit_holder(self.scheduler, tree, pools[tree])}
-        limitation = tree_limitation(list(pools))
-        if limitation is not None:
-            forecast["limitation"] = limitation
+        holders = (count_limit_holder(self.scheduler, tree, pool) for tree, pool in pools.items())
+        forecast: dict[str, Any] = {"waiting_for": next((found for found in holders if found), None)}
         answer["scheduling_forecast"] = forecast
         forecasts = self.forecasts
         if forecasts is None:
@@ -629,6 +628,9 @@ class OperationCommands:
                     state="ready", computed_at=iso_time(found.now), horizon=found.horizon, seeds=found.seeds
                 )
                 forecast.update(operation_forecast_map(found.operations[operation_id], iso_time))
+                limitation = tree_limitation(list(pools), found)
+                if limitation is not None:
+                    forecast["limitation"] = limitation
             return answer
 
         return Deferred(future, finish, forecasts.answer_timeout)

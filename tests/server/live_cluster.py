@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,10 +110,13 @@ class Node:
         node_secret: str | None = NODE_SECRET,
         period: float = 0.1,
         isolation: str = "auto",
+        tags: Sequence[str] = (),
     ) -> None:
         self.loop = loop
         self.scheduler_url = scheduler_url
         self.period = period
+        self.tags = list(tags)
+        """Node tags sent with every heartbeat (for pool trees' ``nodes_filter``)."""
         self.node_secret = node_secret
         self.heartbeats = 0
         self.errors: list[str] = []
@@ -150,10 +153,11 @@ class Node:
                     if self.agent.pending_stderr_uploads():
                         await asyncio.to_thread(upload_stderr, self.agent, self.scheduler_url, headers)
                     try:
+                        body = self.agent.build_heartbeat()
+                        if self.tags:
+                            body["tags"] = self.tags
                         response = await client.post(
-                            f"{self.scheduler_url}/internal/node_heartbeat",
-                            json=self.agent.build_heartbeat(),
-                            headers=headers,
+                            f"{self.scheduler_url}/internal/node_heartbeat", json=body, headers=headers
                         )
                         if response.status_code == 200:
                             body = response.json()
@@ -185,6 +189,7 @@ class Cluster:
         slots: int = 2,
         db: str | None = None,
         isolation: str = "auto",
+        node_tags: Mapping[int, Sequence[str]] | None = None,
         **kwargs: object,
     ) -> None:
         self.root = root
@@ -203,6 +208,7 @@ class Cluster:
                 slots=slots,
                 node_secret=self.node_secret,
                 isolation=isolation,
+                tags=(node_tags or {}).get(i, ()),
             )
             for i in range(nodes)
         ]
