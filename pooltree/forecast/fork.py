@@ -154,11 +154,16 @@ def operation_spec(
     cache: MutableMapping[tuple[str, int], OperationSpec] | None,
     known: Collection[str] | None = None,
 ) -> OperationSpec:
-    """The spec as it runs now: in its trees (``known``: the ones the fork has; None: all), in its current pool
-    of each, with its runtime weight and limits there."""
+    """The spec as it runs now: in its trees (``known``: the ones the fork has; None: all; the spec's own
+    ``tentative_pool_trees`` stay tentative, not regular), in its current pool of each, with its runtime weight and
+    limits there."""
     places = [TreePlace(op.tree, op.pool, op.weight, op.resource_limits), *op.other_trees]
     if known is not None:
         places = [place for place in places if place.tree in known]
+    tentative = op.spec.get("tentative_pool_trees")
+    if places and isinstance(tentative, list | tuple) and tentative:
+        # the spec's tentative trees stay tentative (the simulator's `tentative.py`), not regular trees too
+        places = [places[0], *(place for place in places[1:] if place.tree not in tentative)]
     key = (op.id, op.revision)
     if cache is not None and key in cache:
         cached = cache[key]

@@ -7,6 +7,7 @@ never silently."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -124,6 +125,25 @@ def test_the_hand_over_keeps_a_job_in_the_tree_of_its_node() -> None:
         start = found.operations["waiter"].start
         assert start["p50"] is not None and start["p10"] is not None
         assert start["p10"] > state.now + 20.0  # after a job of multi ends (~100-250 s left), not at once
+
+
+def test_a_tentative_tree_of_the_spec_stays_tentative() -> None:
+    """The live operation's trees include its ``tentative_pool_trees``: the fork lists them as tentative, not as
+    regular trees too (a spec naming a tree as both fails its start)."""
+    state = two_tree_state()
+    multi = replace(
+        state.operations[0],
+        spec={"pool": "research", "pool_trees": ["a"], "tentative_pool_trees": ["b"]},
+        revision=1,
+    )
+    scenario = fork(
+        replace(state, operations=(multi, state.operations[1])), 0, horizon=1.0, durations=DurationSettings()
+    )
+    simulation = Simulation(scenario, until=0.0)
+    simulation.run()
+    forked = simulation.op_by_id["multi"]
+    assert (forked.state, forked.error) == ("running", None)
+    assert (forked.other_trees, forked.tentative_trees) == ((), ("b",))
 
 
 def test_a_limitation_only_past_the_simulated_part_of_several_trees() -> None:
