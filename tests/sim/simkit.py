@@ -27,6 +27,32 @@ def job(cpu: float = 1, memory: str = "2Gi") -> dict[str, Any]:
     return {"cpu": cpu, "memory": memory, "user_slots": 1}
 
 
+def two_tree_document(
+    operations: list[dict[str, Any]],
+    research_b: dict[str, Any] | None = None,
+    *,
+    seed: int = 1,
+    until: str = "2m",
+) -> dict[str, Any]:
+    """Pool trees ``a`` (node ``na``, tag ``ta``) and ``b`` (node ``nb``, tag ``tb``) of one 4-cpu node each, both
+    with a pool ``research`` (``research_b``: its config in ``b``), and ``operations``."""
+    node = {"count": 1, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": "8Gi"}}
+    return {
+        "seed": seed,
+        "until": until,
+        "default_pool_tree": "a",
+        "scheduler": {"fair_share_update_period": "1s", "node_heartbeat_period": "1s"},
+        "cluster": {
+            "nodes": [{**node, "address": "na", "tags": ["ta"]}, {**node, "address": "nb", "tags": ["tb"]}]
+        },
+        "pool_trees": {
+            "a": {"config": {"node_tag_filter": "ta"}, "pools": {"research": {}}},
+            "b": {"config": {"node_tag_filter": "tb"}, "pools": {"research": research_b or {}}},
+        },
+        "operations": operations,
+    }
+
+
 def project_document(**overrides: Any) -> dict[str, Any]:
     """The seeds' project example on 10 nodes × 10 cpu (100 cpu = project-root's guarantee)."""
     document: dict[str, Any] = {

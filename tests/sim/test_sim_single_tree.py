@@ -6,32 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from simkit import events, job, run
+from simkit import events, job, run, two_tree_document
 
 
 def _document(spec: dict[str, Any], research_b: dict[str, Any]) -> dict[str, Any]:
-    node = {"count": 1, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": "8Gi"}}
-    return {
-        "seed": 1,
-        "until": "2m",
-        "default_pool_tree": "a",
-        "scheduler": {"fair_share_update_period": "1s", "node_heartbeat_period": "1s"},
-        "cluster": {
-            "nodes": [{**node, "address": "na", "tags": ["ta"]}, {**node, "address": "nb", "tags": ["tb"]}]
-        },
-        "pool_trees": {
-            "a": {"config": {"node_tag_filter": "ta"}, "pools": {"research": {}}},
-            "b": {"config": {"node_tag_filter": "tb"}, "pools": {"research": research_b}},
-        },
-        "operations": [
-            {
-                "id": "op",
-                "submit_time": 5,
-                "spec": {"pool": "research", "pool_trees": ["a", "b"], **spec},
-                "tasks": [{"job_count": 2, "resources": job(cpu=1, memory="1Gi"), "duration": "30s"}],
-            }
-        ],
+    operation = {
+        "id": "op",
+        "submit_time": 5,
+        "spec": {"pool": "research", "pool_trees": ["a", "b"], **spec},
+        "tasks": [{"job_count": 2, "resources": job(cpu=1, memory="1Gi"), "duration": "30s"}],
     }
+    return two_tree_document([operation], research_b)
 
 
 def test_the_tree_with_the_guarantee_runs_the_operation(tmp_path) -> None:

@@ -9,27 +9,13 @@ import filecmp
 from pathlib import Path
 from typing import Any
 
-from simkit import events, job, run
+from simkit import events, job, run, two_tree_document
 
 
 def _document(
     operations: list[dict[str, Any]], research_b: dict[str, Any] | None = None, until: str = "5m"
 ) -> dict[str, Any]:
-    node = {"count": 1, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": "8Gi"}}
-    return {
-        "seed": 3,
-        "until": until,
-        "default_pool_tree": "a",
-        "scheduler": {"fair_share_update_period": "1s", "node_heartbeat_period": "1s"},
-        "cluster": {
-            "nodes": [{**node, "address": "na", "tags": ["ta"]}, {**node, "address": "nb", "tags": ["tb"]}]
-        },
-        "pool_trees": {
-            "a": {"config": {"node_tag_filter": "ta"}, "pools": {"research": {}}},
-            "b": {"config": {"node_tag_filter": "tb"}, "pools": {"research": research_b or {}}},
-        },
-        "operations": operations,
-    }
+    return two_tree_document(operations, research_b, seed=3, until=until)
 
 
 def _op(op_id: str, trees: list[str], jobs: int, duration: str, submit: float = 5) -> dict[str, Any]:
