@@ -2,7 +2,7 @@
 
 ``SchedulerCore`` and ``Simulation`` take a :class:`PhaseTimes` and wrap each phase of their periodic work in
 ``with times.phase(name):`` (the core: ``update``, ``unregister``, ``input``, ``fair_share``, ``build``,
-``publish``, ``segments``, ``republish``, ``heartbeat``; the simulator: ``period``) and count ``register_operation`` and
+``publish``, ``lists``, ``segments``, ``republish``, ``heartbeat``; the simulator: ``period``) and count ``register_operation`` and
 ``unregister_operation``. Benchmarks read ``seconds`` and ``counts`` (or extend :meth:`PhaseTimes.add`) instead
 of patching the code they measure. Without a clock (the default) every phase is the same no-op context.
 """

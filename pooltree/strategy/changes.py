@@ -92,6 +92,10 @@ class ChangedPublisher:
         self.statuses_timed = False
         """The last publish that evaluated every element did so with a time (a publish without one leaves every
         status normal, so an incremental step may not start from it)."""
+        self.unconfigured: list[_Element] = []
+        """Operations whose preemptible lists the last publish left to configure (`configure_lists`)."""
+        self.unconfigured_step: PublishStep | None = None
+        """The step whose ``unsettled`` set their configuration fills."""
 
     def forget_changes(self) -> None:
         """A publish that recomputes every element: what was touched before it is accounted for."""
@@ -338,14 +342,32 @@ class ChangedPublisher:
         return ops, runtime_changed
 
     def _configure_changed(self, step: PublishStep, changed_ops: list[_Element]) -> None:
-        visit = step.unsettled.union(changed_ops)
-        unsettled = set()
-        for element in visit:
+        """Name the operations whose preemptible lists this publish must configure (the changed ones and those the
+        last publish left unsettled); `configure_lists` configures them. Nothing else a publish computes reads
+        the lists, so configuring them after the rest of the publish leaves the same state."""
+        self.unconfigured.extend(step.unsettled.union(changed_ops))
+        self.unconfigured_step = step
+        step.unsettled = set()
+
+    def configure_lists(self, limit: int | None = None) -> bool:
+        """Configure the preemptible lists the last publish named (`_configure_changed`), at most ``limit``
+        operations of them (None: all); whether none is left. Each operation's lists are a function of its own
+        published shares, the total and the thresholds, so they can be configured one operation at a time: the
+        live service does it in short holds of its lock (`server/live/updates.py`), as YTsaurus updates each
+        operation's preemptible allocation list while node shards go on scheduling."""
+        pending = self.unconfigured
+        step = self.unconfigured_step
+        count = len(pending) if limit is None else min(limit, len(pending))
+        for _ in range(count):
+            element = pending.pop()
             if element.op is not None:
                 configure_lists(self.state, element)
                 if not element.op.lists_settled:
-                    unsettled.add(element)
-        step.unsettled = unsettled
+                    step.unsettled.add(element)  # type: ignore[union-attr]
+        if pending:
+            return False
+        self.unconfigured_step = None
+        return True
 
     # ------------------------------------------------------------------ pass 2: statuses and starvation
 

@@ -127,6 +127,8 @@ class SchedulerCore:
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
+        self._unfinished: tuple[float, PeriodDelta, Any] | None = None
+        """(time, delta, projection) of the last fair-share update while its end (`finish_update`) has not run."""
         self._speculating: dict[str, OperationController] = {}
         """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._configure_from_tree_config()
@@ -281,11 +283,16 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------ fair share and heartbeats
 
-    def update_fair_share(self, now: float) -> Any:
+    def update_fair_share(self, now: float, *, in_parts: bool = False) -> Any:
         """Run the fair-share update on current usage and demand and publish it to the strategy.
 
         Operations whose controllers report completion are unregistered first (event ``operation_completed``).
+        ``in_parts``: the update returns once its snapshot is published, leaving its end (the changed operations'
+        preemptible lists, then the segments) to `finish_update`, which the caller may run in parts: the live
+        service does, in short holds of its lock, so that heartbeats are served meanwhile. Run to its end with no
+        heartbeat between, it leaves the state an update run whole leaves.
         """
+        self.finish_update()  # what an update left unfinished comes first
         times = self.phase_times
         kept = self.kept
         self.kept = (
@@ -321,16 +328,37 @@ class SchedulerCore:
             with times.phase("publish"):
                 previous = self.strategy.fifo_unschedulable
                 self.strategy.fifo_unschedulable = left_out
-                self.strategy.publish(tree, now)
+                if in_parts:
+                    self.strategy.publish(tree, now, lists_later=True)
+                else:
+                    self.strategy.publish(tree, now)
                 if left_out != previous:
                     self.strategy.rekey_operations(left_out ^ previous)
-            with times.phase("segments"):
-                self.update_gpu_scheduling(now)
-                if self.strategy.ssd.enabled:  # `ssd_preemption.py`
-                    refresh_ssd_operations(self.strategy.ssd, kept.projection, delta)
-                if self.strategy.full_host.enabled:  # `full_host_preemption.py`
-                    observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
+            self._unfinished = (now, delta, kept.projection)
+            if not in_parts:
+                self.finish_update()
         return result
+
+    def finish_update(self, limit: int | None = None) -> bool:
+        """The end of the last fair-share update (`update_fair_share` ``in_parts``): the preemptible lists its
+        publish left, at most ``limit`` operations' (None: all), then, once none is left, the scheduling segments
+        and the SSD and full-host preemption observations, which read the lists. Whether the update is finished
+        (True at once when none is unfinished)."""
+        if self._unfinished is None:
+            return True
+        times = self.phase_times
+        with times.phase("lists"):
+            if not self.strategy.configure_lists(limit):
+                return False
+        now, delta, projection = self._unfinished
+        self._unfinished = None
+        with times.phase("segments"):
+            self.update_gpu_scheduling(now)
+            if self.strategy.ssd.enabled:  # `ssd_preemption.py`
+                refresh_ssd_operations(self.strategy.ssd, projection, delta)
+            if self.strategy.full_host.enabled:  # `full_host_preemption.py`
+                observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
+        return True
 
     def _with_best_allocation(self, settings: Any, now: float) -> Any:
         """The update's settings with the memory limits the operations' best allocation shares leave them."""
@@ -687,6 +715,7 @@ class SchedulerCore:
         if self.last_result is None:
             self.update_fair_share(now)
             return
+        self.finish_update()
         with self.phase_times.phase("republish"):
             self.strategy.publish(self.strategy.tree, now)
             self.update_gpu_scheduling(now)

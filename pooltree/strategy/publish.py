@@ -56,7 +56,10 @@ class SnapshotPublisher:
     # ------------------------------------------------------------------ fair-share update
 
     def publish(self, tree: SchedulingTree, now: float | None) -> None:
-        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
+        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps. The
+        incremental publish leaves the changed operations' lists to `ChangedPublisher.configure_lists`; what the
+        previous publish left is configured first."""
+        self.changes.configure_lists()
         respecced = tree.respecced
         # every published element's spec is the last published tree's: derived from it, only these can differ
         self.respecced = respecced[1] if respecced is not None and respecced[0]() is self.state.tree else None

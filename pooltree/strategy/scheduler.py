@@ -180,9 +180,18 @@ class TreeScheduler:
     def usage_watch(self, watch: set[str] | None) -> None:
         self.state.usage_watch = watch
 
-    def publish(self, tree: SchedulingTree, now: float | None) -> None:
-        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps."""
+    def publish(self, tree: SchedulingTree, now: float | None, *, lists_later: bool = False) -> None:
+        """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps.
+        ``lists_later``: the changed operations' preemptible lists are left to `configure_lists` (the rest of the
+        snapshot reads none of them), so that a caller can configure them in parts."""
         self.publisher.publish(tree, now)
+        if not lists_later:
+            self.publisher.changes.configure_lists()
+
+    def configure_lists(self, limit: int | None = None) -> bool:
+        """Configure the preemptible lists the last publish left (at most ``limit`` operations); whether none is
+        left (`changes.ChangedPublisher.configure_lists`)."""
+        return self.publisher.changes.configure_lists(limit)
 
     # ------------------------------------------------------------------ operations
 
