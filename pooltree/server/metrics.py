@@ -11,10 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
 
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.lock import HOLD_BUCKETS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -129,6 +136,27 @@ class SchedulerCollector(Collector):
         )
         longest_wait.add_metric([], throttle.queue_wait_max)
         yield from (in_flight, most, throttled, waited, longest_wait)
+        yield from _lock_holds(self.scheduler)
+
+
+def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
+    """How long the scheduling lock was held each time (a heartbeat waits for the longest holds)."""
+    lock = scheduler.lock
+    holds = list(lock.holds)
+    cumulative, buckets = 0, []
+    for bound, count in zip((*map(str, HOLD_BUCKETS), "+Inf"), holds, strict=True):
+        cumulative += count
+        buckets.append((bound, float(cumulative)))
+    histogram = HistogramMetricFamily(
+        "pooltree_scheduler_lock_hold_seconds",
+        "How long the scheduling lock was held, per hold (heartbeats, commands, each part of a fair-share update)",
+    )
+    histogram.add_metric([], buckets, sum_value=lock.hold_seconds)
+    longest = GaugeMetricFamily(
+        "pooltree_scheduler_lock_hold_max_seconds", "Longest single hold of the scheduling lock so far"
+    )
+    longest.add_metric([], lock.hold_max)
+    yield from (histogram, longest)
 
 
 def _starving(status: object) -> float:

@@ -11,8 +11,10 @@ released, and tries again: heartbeats stay on the loop, one after the other, wit
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +34,16 @@ class SchedulingLock:
         self._counter_lock = threading.Lock()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._waiters_lock = threading.Lock()
+        self._passed: threading.Event | None = None
+        """Set once every loop woken at the last release with waiters has run them (`let_waiters_in`)."""
+        self._since = 0.0
+        """When the current holder took the lock (outermost)."""
+        self.holds = [0] * (len(HOLD_BUCKETS) + 1)
+        """Holds of the lock (outermost acquire to release) per `HOLD_BUCKETS` upper bound, the last past them."""
+        self.hold_seconds = 0.0
+        """Seconds the lock was held, summed over every hold."""
+        self.hold_max = 0.0
+        """The longest single hold so far, seconds."""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not self._lock.acquire(False):
@@ -47,6 +59,8 @@ class SchedulingLock:
                     self._blocked -= 1
         self._owner = threading.get_ident()
         self._depth += 1
+        if self._depth == 1:
+            self._since = time.perf_counter()
         return True
 
     def try_enter(self) -> bool:
@@ -60,6 +74,11 @@ class SchedulingLock:
         self._depth -= 1
         if self._depth == 0:
             self._owner = None
+            held = time.perf_counter() - self._since
+            self.holds[bisect.bisect_left(HOLD_BUCKETS, held)] += 1
+            self.hold_seconds += held
+            if held > self.hold_max:
+                self.hold_max = held
         self._lock.release()
         if self._waiters:
             self._wake()
@@ -93,20 +112,61 @@ class SchedulingLock:
             self._waiters.append((loop, future))
         return future
 
+    def let_waiters_in(self, timeout: float) -> None:
+        """Called between two holds of a long task cut into parts (a fair-share update, `updates.py`), without
+        the lock: when event-loop heartbeats were waiting at the last release, wait (at most ``timeout``
+        seconds) until their loops have run them, so that they get the lock before the task's next part.
+        Without this the task's thread, which has the interpreter, takes the lock again before a loop wakes."""
+        passed = self._passed
+        if passed is not None:
+            passed.wait(timeout)
+
     def _wake(self) -> None:
         with self._waiters_lock:
             waiters, self._waiters = self._waiters, []
         by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for loop, future in waiters:
             by_loop.setdefault(loop, []).append(future)
+        passed = _Passed(len(by_loop))
+        self._passed = passed
         for (
             loop,
             futures,
         ) in by_loop.items():  # one wake-up per loop (each is a write to its pipe), not per waiter
             try:
-                loop.call_soon_threadsafe(resolve_all, futures)
+                loop.call_soon_threadsafe(resolve_then_mark, loop, futures, passed)
             except RuntimeError:  # the loop is closed: nobody waits any more
+                passed.mark()
                 continue
+
+
+HOLD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+"""Upper bounds (seconds) of the lock hold histogram (``/metrics`` ``pooltree_scheduler_lock_hold_seconds``)."""
+
+
+class _Passed(threading.Event):
+    """Set when ``loops`` loops have each run the waiters a release woke (`SchedulingLock.let_waiters_in`)."""
+
+    def __init__(self, loops: int) -> None:
+        super().__init__()
+        self._left = loops
+        self._left_lock = threading.Lock()
+
+    def mark(self) -> None:
+        with self._left_lock:
+            self._left -= 1
+            if self._left > 0:
+                return
+        self.set()
+
+
+def resolve_then_mark(
+    loop: asyncio.AbstractEventLoop, futures: list[asyncio.Future[None]], passed: _Passed
+) -> None:
+    """On ``loop``: resolve its waiters, then mark ``passed`` once the tasks they wake have had their turn (their
+    wake-ups are queued before the mark)."""
+    resolve_all(futures)
+    loop.call_soon(passed.mark)
 
 
 def resolve_all(futures: list[asyncio.Future[None]]) -> None:

@@ -7,6 +7,7 @@ service's loop at once. A tree whose inputs changed is *dirty*: published at its
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,14 @@ from pooltree.strategy.core import SchedulerCore
 
 if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
+
+HOLD_BUDGET = 0.002
+"""Seconds of preemptible list configuration per hold of the scheduling lock (`FairShareUpdates.finish_in_parts`):
+at 1,000 nodes and 200 running operations a period configures ~160 operations' lists, ~18 ms in one hold."""
+LISTS_PER_PART = 4
+"""Operations' lists configured between two looks at the clock."""
+WAITERS_TIMEOUT = 0.1
+"""The longest wait, between two holds of an update, for the heartbeats that waited to be served."""
 
 
 class FairShareUpdates:
@@ -52,9 +61,16 @@ class FairShareUpdates:
                 self.update_tree(tree, now)
 
     def update_fair_share(self, tree: str, now: float) -> None:
-        """The periodic update of one tree: finish completed operations, recompute shares, publish."""
+        """The periodic update of one tree: finish completed operations, recompute shares, publish, fail the
+        operations the alerts condemn. Each step is one hold of the scheduling lock, and the publish's end (the
+        preemptible lists of the operations whose shares moved, `SchedulerCore.finish_update`) is cut into holds
+        of about `HOLD_BUDGET`, with the heartbeats that waited let in between (`SchedulingLock.let_waiters_in`):
+        heartbeats are served while the update runs, each against a whole state (the last publish's snapshot,
+        and each operation's lists configured from its old or its new shares, as YTsaurus's node shards see an
+        operation's preemptible list updated while they schedule)."""
         scheduler = self.scheduler
-        with scheduler.lock:
+        lock = scheduler.lock
+        with lock:
             if tree not in scheduler.cores:
                 return
             scheduler.now = max(scheduler.now, now)
@@ -68,10 +84,45 @@ class FairShareUpdates:
                 if op is not None and not op.is_final:
                     scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
             scheduler.cores[tree].launch_speculative_jobs(now)  # copies of jobs past job_speculation_timeout
-            self.update_tree(tree, now)
+        lock.let_waiters_in(WAITERS_TIMEOUT)
+        with lock:
+            core = scheduler.cores.get(tree)
+            if core is None:
+                return
+            self.update_tree(tree, now, in_parts=self.in_parts)
+        self.finish_in_parts(core)
+        with lock:
+            if tree not in scheduler.cores:
+                return
             for operation_id, error in scheduler.alert_center.operations_to_fail(now, tree):
                 if operation_id in scheduler.operations:
                     scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
+
+    @property
+    def in_parts(self) -> bool:
+        """Whether a periodic update's end is run in parts (`finish_in_parts`): not with node shards, whose
+        replicas copy the truth's lists and whose proofs hold against a state published whole."""
+        scheduler = self.scheduler
+        return scheduler.tree_pass is None and not scheduler.generation.watch_updates
+
+    def finish_in_parts(self, core: SchedulerCore) -> None:
+        """Run the end of ``core``'s last update in holds of the lock of about `HOLD_BUDGET` each, letting the
+        heartbeats that waited in between. Another update of the tree, which finishes this one first, or the
+        tree's removal ends it early."""
+        scheduler = self.scheduler
+        lock = scheduler.lock
+        while True:
+            lock.let_waiters_in(WAITERS_TIMEOUT)
+            with lock:
+                if scheduler.cores.get(core.pool_tree.name) is not core:
+                    return
+                began = time.perf_counter()
+                while not core.finish_update(LISTS_PER_PART):
+                    if time.perf_counter() - began >= HOLD_BUDGET:
+                        break
+                else:
+                    scheduler.views.forget(core.pool_tree.name)  # a view read meanwhile counted old lists
+                    return
 
     def needs_update(self, tree: str, now: float, period: float) -> bool:
         """Whether ``tree`` is due an update: at once when operations wait to run (stale); at its period when
@@ -103,23 +154,24 @@ class FairShareUpdates:
         """Inputs of ``tree`` changed outside the operation commands (nodes): publish at the next period."""
         self.dirty.add(tree)
 
-    def update_tree(self, tree: str, now: float) -> None:
+    def update_tree(self, tree: str, now: float, *, in_parts: bool = False) -> None:
+        """Publish ``tree`` now; ``in_parts``: its update's end is left to the caller (`finish_in_parts`)."""
         self.stale_trees.discard(tree)
         self.dirty.discard(tree)
         updating, self.updating = self.updating, True
         try:
-            self.publish_tree(tree, now)
+            self.publish_tree(tree, now, in_parts=in_parts)
         finally:
             self.updating = updating
 
-    def publish_tree(self, tree: str, now: float) -> None:
+    def publish_tree(self, tree: str, now: float, *, in_parts: bool = False) -> None:
         scheduler = self.scheduler
         core = scheduler.cores[tree]
         for operation_id, controller in list(core.controllers.items()):
             op = scheduler.operations.get(operation_id)
             if op is not None and not op.is_final and getattr(controller, "is_completed", False):
                 scheduler.commands.finish_operation(operation_id, "completed", now)
-        core.update_fair_share(now)
+        core.update_fair_share(now, in_parts=in_parts)
         self.fair_share_updates[tree] += 1
         self.published_updates += 1
         self.last_update[tree] = now
