@@ -15,7 +15,9 @@ own work is not counted) per heartbeat and per started allocation over ``--secon
 HTTP stack costs is not in it (``live_nodes.py`` measures the whole). ``--shard-starts N``: the stages in N
 in-process replicas (their CPU reported apart); ``--shard-processes N``: in N shard processes at the end of pipes
 (``pooltree/shards/remote.py``; this process is the leader, its CPU the leader's; the shards' CPU is what their
-passes report, split into bringing the replica forward and the stages; pipe bytes and messages per pass).
+passes report, split into bringing the replica forward and the stages; pipe bytes and messages per pass). Per
+measured fair-share update, its longest hold of the scheduling lock (wall; on code whose lock does not count holds,
+the whole update, which then is one hold): median and max.
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
@@ -137,13 +139,23 @@ def main() -> None:
         reports = RunningReports()  # as the service keeps one
         state = {"now": 1.0, "next_update": 1.0}
 
+        updates: list[float] = []  # per measured fair-share update: its longest hold of the lock, seconds
+        lock = live.lock
+
         def run(until: float, counted: Counted | None) -> None:
             now = state["now"]
             while now < until:
                 for node in nodes:
                     now += step
                     if now >= state["next_update"]:
+                        longest = getattr(lock, "hold_max", None)
+                        if longest is not None:
+                            lock.hold_max = 0.0
+                        began = time.perf_counter()
                         live.update_fair_share("default", now)
+                        if counted is not None:  # a lock without hold figures (older code): the whole update
+                            held = time.perf_counter() - began if longest is None else lock.hold_max
+                            updates.append(held)
                         state["next_update"] += 1.0
                     body = node.body(now)
                     began = time.process_time()
@@ -209,6 +221,11 @@ def main() -> None:
                 figures["shard_processes_alive"] = sum(
                     1 for link in remote.links if link is not None and link.alive
                 )
+        if updates:
+            ordered = sorted(updates)
+            figures["fair_share_updates"] = len(ordered)
+            figures["update_longest_hold_ms_median"] = round(1000 * ordered[len(ordered) // 2], 2)
+            figures["update_longest_hold_ms_max"] = round(1000 * ordered[-1], 2)
         quiet_figures = quiet.figures()
         if loaded.started:
             idle_cost = quiet.cpu / max(quiet.heartbeats, 1)

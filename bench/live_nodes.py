@@ -30,7 +30,9 @@ reported split: the leader's and the shards' CPU per heartbeat and per started a
 allocations started per scheduler CPU-second (leader and shards summed); ``answered_by_shards_share``: the share
 of the phase's answers the shards gave themselves (heartbeats the leader proved empty,
 ``pooltree/shards/verdicts.py``); ``shard_starts_granted_share``: the share of the shard passes' starts that took
-an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``).
+an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``). From ``/metrics`` read at a
+phase's start and end: the fair-share updates in it and their mean wall time, and (builds that count the
+scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far.
 
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
        [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
@@ -323,15 +325,21 @@ class Scheduler:
         shard processes or when ``/metrics`` did not answer in time."""
         if not self.processes:
             return None
+        text = self.metrics()
+        if text is None:
+            return None
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+    def metrics(self) -> str | None:
+        """The scheduler's ``/metrics`` text; None when it did not answer in time."""
         request = urllib.request.Request(
             self.url + "/metrics", headers={"Authorization": f"OAuth {self.token}"}
         )
         try:
             with urllib.request.urlopen(request, timeout=METRICS_TIMEOUT) as response:
-                text = response.read().decode("utf-8", "replace")
+                return response.read().decode("utf-8", "replace")
         except OSError:
             return None
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
     def close(self) -> None:
         stop_process(self.process)
@@ -466,13 +474,17 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             by_shards: dict[str, float] = {}
             ways: dict[str, tuple[float, float]] = {}
 
+            holds: dict[str, dict[str, Any]] = {}
+
             def measure(name: str, seconds: float) -> None:
                 local = scheduler.answered_by_shards()
                 granted = scheduler.metric_sum(GRANTED)
                 claimed = scheduler.metric_sum(CLAIMED)
+                metrics_before = scheduler.metrics()
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
+                holds[name] = lock_figures(metrics_before, scheduler.metrics())
                 now_local = scheduler.answered_by_shards()
                 if local is not None and now_local is not None:
                     by_shards[name] = now_local - local
@@ -494,6 +506,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 leader, shards = split[phase["phase"]]
                 answered = max(phase["answered"], 1)
                 phase["shards"] = args.shards_now
+                phase.update(holds[phase["phase"]])
                 # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
                 if phase["phase"] in by_shards:
                     phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
@@ -525,6 +538,45 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             end.value = min(end.value, time.time())
             join_processes(drivers, REQUEST_TIMEOUT + 10)
             scheduler.close()
+
+
+def _sample(text: str, name: str) -> float | None:
+    """The value of the sample ``name`` (with its labels, as written) in a ``/metrics`` text, None if absent."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
+    """What a phase did to the scheduling lock, from ``/metrics`` read at its start and end: holds longer than
+    50 and 100 ms in it, the longest hold so far (the metric is not per phase), and the fair-share updates'
+    mean wall time in it (lock waits included; older builds without the lock's histogram report only this)."""
+    if before is None or after is None:
+        return {}
+    figures: dict[str, Any] = {}
+    update = 'pooltree_scheduler_work_seconds_{}{{work="fair_share_update"}}'
+    counts = [_sample(text, update.format("count")) for text in (before, after)]
+    sums = [_sample(text, update.format("sum")) for text in (before, after)]
+    if None not in counts and None not in sums and counts[1] > counts[0]:  # type: ignore[operator]
+        figures["fair_share_updates"] = counts[1] - counts[0]  # type: ignore[operator]
+        figures["fair_share_update_mean_ms"] = round(
+            1000 * (sums[1] - sums[0]) / (counts[1] - counts[0]),  # type: ignore[operator]
+            2,
+        )
+    bucket = 'pooltree_scheduler_lock_hold_seconds_bucket{{le="{}"}}'
+    every = [_sample(text, bucket.format("+Inf")) for text in (before, after)]
+    if None in every:
+        return figures
+    for bound, label in (("0.05", "50"), ("0.1", "100")):
+        below = [_sample(text, bucket.format(bound)) for text in (before, after)]
+        if None not in below:
+            figures[f"lock_holds_over_{label}ms"] = (every[1] - below[1]) - (every[0] - below[0])  # type: ignore[operator]
+    figures["lock_holds"] = every[1] - every[0]  # type: ignore[operator]
+    longest = _sample(after, "pooltree_scheduler_lock_hold_max_seconds")
+    if longest is not None:
+        figures["lock_hold_max_ms_so_far"] = round(1000 * longest, 1)
+    return figures
 
 
 def _shard_setting(text: str) -> tuple[int, bool]:
