@@ -46,13 +46,13 @@ from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.gc_policy import survivors_frozen
 from pooltree.phases import PhaseTimes
 from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.sim.beats import VECTOR_GAP, beat_time, replay_chain
 from pooltree.sim.jobs import SimulationJobs
 from pooltree.sim.metrics import SimulationMetrics
 from pooltree.sim.operations import SimulationOperations
 from pooltree.sim.scenario import Scenario, node_addresses
 from pooltree.sim.state import (
     _JOB_PEAK,
-    _MASK64,
     FAIR_SHARE_EVENT,
     HEARTBEAT_EVENT,
     NODE_EVENT,
@@ -75,95 +75,6 @@ from pooltree.tree import PoolTree
 
 _WAKE_SLACK = 1e-6
 """Seconds of float rounding allowed in the phase bounds of `_wake_idle` (taking a node early is harmless)."""
-
-
-def _beat_time(phase: float, salt: int, period: float, jitter: float, k: int) -> float:
-    """Time of beat ``k`` of a node with ``phase`` and ``salt``: `Simulation.beat_time` (splitmix64 inlined)."""
-    if jitter <= 0:
-        return phase + k * period
-    x = ((salt ^ (k * 0xD1B54A32D192ED03 & _MASK64)) + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return phase + k * period + jitter * (((x ^ (x >> 31)) >> 11) / float(1 << 53))
-
-
-_U64 = np.uint64
-
-
-_HASH = (
-    _U64(0xD1B54A32D192ED03),
-    _U64(0x9E3779B97F4A7C15),
-    _U64(0xBF58476D1CE4E5B9),
-    _U64(0x94D049BB133111EB),
-)
-_SHIFTS = (_U64(30), _U64(27), _U64(31), _U64(11))
-
-
-def _beat_times(phase: float, salt: int, period: float, jitter: float, start: int, stop: int) -> np.ndarray:
-    """`_beat_time` of beats ``start .. stop - 1`` at once: the same hash in uint64 arithmetic (wrapping like
-    the masked Python integers) and the same float operations in the same order, so the same doubles (in place:
-    no temporary array per operation)."""
-    k = np.arange(start, stop, dtype=np.uint64)
-    base = k.astype(np.float64)
-    base *= period
-    base += phase
-    if jitter <= 0:
-        return base
-    c1, c2, c3, c4 = _HASH
-    s30, s27, s31, s11 = _SHIFTS
-    x = k
-    x *= c1
-    x ^= _U64(salt)
-    x += c2
-    y = x >> s30
-    x ^= y
-    x *= c3
-    np.right_shift(x, s27, out=y)
-    x ^= y
-    x *= c4
-    np.right_shift(x, s31, out=y)
-    x ^= y
-    x >>= s11
-    fraction = x.astype(np.float64)
-    fraction /= float(1 << 53)
-    fraction *= jitter
-    base += fraction
-    return base
-
-
-_VECTOR_GAP = 48
-"""Slept beats above which `_catch_up` follows the backoff chain over an array of their times."""
-
-
-def _replay_chain(
-    phase: float,
-    salt: int,
-    period: float,
-    jitter: float,
-    backoff: float,
-    start: int,
-    stop: int,
-    last: float | None,
-) -> tuple[float | None, int]:
-    """The backoff chain over beats ``start .. stop - 1`` (see `Simulation._catch_up`): the last timestamp and
-    how many beats moved it. Each beat's successor (the first beat after its time + backoff) is found for all
-    of them at once; the chain then follows those links."""
-    times = _beat_times(phase, salt, period, jitter, start, stop)
-    count = stop - start
-    position = 0 if last is None else int(np.searchsorted(times, last + backoff, side="right"))
-    if position >= count:
-        return last, 0
-    # each beat's successor, read through a memoryview of the int64 array: the walk converts only the ~count ·
-    # period / backoff entries it visits to Python integers, not all of them (``tolist`` was most of the cost)
-    found = np.searchsorted(times, times + backoff, side="right").astype(np.int64, copy=False)
-    following = memoryview(found).cast("B").cast("q")
-    replayed = 1
-    successor = following[position]
-    while successor < count:
-        position = successor
-        replayed += 1
-        successor = following[position]
-    return float(times[position]), replayed
 
 
 __all__ = ["ROOT", "EventSink", "ProgressCallback", "Simulation", "SimulationResult", "TimelineSink"]
@@ -322,7 +233,7 @@ class Simulation:
 
     def beat_time(self, node: _Node, k: int) -> float:
         """Time of beat ``k`` of ``node``: phase + k·period + jitter, the jitter a hash of (seed, node, k)."""
-        return _beat_time(node.phase, node.salt, self.period, self.jitter, k)
+        return beat_time(node.phase, node.salt, self.period, self.jitter, k)
 
     def _first_beat_at_or_after(self, node: _Node, when: float) -> int:
         return self._first_beat_at_or_after_timed(node, when)[0]
@@ -331,16 +242,16 @@ class Simulation:
         """The first beat of ``node`` (from ``k_next`` on) at or after ``when``, and its time."""
         phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
         k = max(node.k_next, math.floor((when - phase - jitter) / period))
-        t = _beat_time(phase, salt, period, jitter, k)
+        t = beat_time(phase, salt, period, jitter, k)
         while t < when:
             k += 1
-            t = _beat_time(phase, salt, period, jitter, k)
+            t = beat_time(phase, salt, period, jitter, k)
         return k, t
 
     def _first_beat_after(self, node: _Node, when: float, start: int) -> int:
         phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
         k = max(start, math.floor((when - phase - jitter) / period))
-        while _beat_time(phase, salt, period, jitter, k) <= when:
+        while beat_time(phase, salt, period, jitter, k) <= when:
             k += 1
         return k
 
@@ -589,8 +500,8 @@ class Simulation:
         backoff = core.config.preemptive_scheduling_backoff
         last = exec_node.last_preemptive_scheduling_time
         phase, salt, period, jitter = node.phase, node.salt, self.period, self.jitter
-        if until_k - k > _VECTOR_GAP:
-            last, replayed = _replay_chain(phase, salt, period, jitter, backoff, k, until_k, last)
+        if until_k - k > VECTOR_GAP:
+            last, replayed = replay_chain(phase, salt, period, jitter, backoff, k, until_k, last)
             k = until_k
         else:
             replayed = 0
@@ -598,7 +509,7 @@ class Simulation:
         while k < until_k:
             if last is None:
                 j = k
-                t = _beat_time(phase, salt, period, jitter, j)
+                t = beat_time(phase, salt, period, jitter, j)
             else:
                 when = last + backoff
                 j = max(k, math.floor((when - phase - jitter) / period))
@@ -608,10 +519,10 @@ class Simulation:
                     j += 1
                 if j >= until_k:
                     break
-                t = _beat_time(phase, salt, period, jitter, j)
+                t = beat_time(phase, salt, period, jitter, j)
                 while t <= when:
                     j += 1
-                    t = _beat_time(phase, salt, period, jitter, j)
+                    t = beat_time(phase, salt, period, jitter, j)
             if j >= until_k:
                 break
             last = t

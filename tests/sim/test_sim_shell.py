@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from pooltree.sim import Simulation, parse_scenario
-from pooltree.sim.engine import _beat_time, _beat_times
+from pooltree.sim.beats import beat_time, beat_times
 from pooltree.sim.state import PoolSeries
 from tests.sim.simkit import job, project_document
 
@@ -60,8 +60,8 @@ def test_beat_times_in_bulk_are_the_same_doubles() -> None:
         (0.2, 7, 0.3, 0.0),
     ):
         start = 987_654
-        bulk = _beat_times(phase, salt, period, jitter, start, start + 300).tolist()
-        assert bulk == [_beat_time(phase, salt, period, jitter, k) for k in range(start, start + 300)]
+        bulk = beat_times(phase, salt, period, jitter, start, start + 300).tolist()
+        assert bulk == [beat_time(phase, salt, period, jitter, k) for k in range(start, start + 300)]
 
 
 def test_pool_records_read_in_bulk_equal_the_per_element_read(monkeypatch) -> None:
