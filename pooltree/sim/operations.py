@@ -87,29 +87,33 @@ class SimulationOperations:
             }
         )
 
+    def choose_trees(self, op: _Op) -> None:
+        """The trees of ``op`` (its spec's ``pool_trees``, else the default tree): with several, it runs in each
+        (``other_trees`` after ``tree``), or with ``schedule_in_single_tree`` in the one the core chooses
+        (``PooltreeError`` when none fits)."""
+        spec = op.spec
+        trees = spec.spec.pool_trees_or(self.sim.scenario.snapshot.default_pool_tree)
+        if len(trees) > 1 and not schedules_in_single_tree(spec.spec):
+            op.other_trees = tuple(trees[1:])  # scheduled in every tree, as the live service does
+        elif len(trees) > 1:
+            assert op.controller is not None
+            op.tree = choose_tree(
+                {name: self.sim.trees[name].core for name in trees},
+                trees,
+                spec.id,
+                spec.spec,
+                user=spec.user,
+                operation_type=spec.type,
+                new_demand=op.controller.needed_resources,
+                pool_of={name: spec.spec.pool_for_tree(name, spec.user) for name in trees},
+            )
+
     def arrive(self, op: _Op) -> None:
         self.sim.arrivals_left -= 1
         spec = op.spec
         op.controller = self.controller(op)
-        trees = spec.spec.pool_trees_or(self.sim.scenario.snapshot.default_pool_tree)
-        if len(trees) > 1 and not schedules_in_single_tree(spec.spec):
-            op.other_trees = tuple(trees[1:])  # scheduled in every tree, as the live service does
-        elif len(trees) > 1:  # schedule_in_single_tree: the core chooses one
-            try:
-                op.tree = choose_tree(
-                    {name: self.sim.trees[name].core for name in trees},
-                    trees,
-                    spec.id,
-                    spec.spec,
-                    user=spec.user,
-                    operation_type=spec.type,
-                    new_demand=op.controller.needed_resources,
-                    pool_of={name: spec.spec.pool_for_tree(name, spec.user) for name in trees},
-                )
-            except PooltreeError as error:
-                self.fail_on_arrival(op, error)
-                return
         try:
+            self.choose_trees(op)
             tentative = self.sim.tentative.trees_for(op)  # spec tentative_pool_trees (`tentative.py`)
         except PooltreeError as error:
             self.fail_on_arrival(op, error)
