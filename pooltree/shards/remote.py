@@ -68,6 +68,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.shares import fits_floats, sub_floats
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ LOG_LIMIT = 200_000
 
 _END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 
-GRANTS_PER_PASS = 8
+GRANTS_PER_PASS = 16
 """Allocations granted ahead with one pass's request at most."""
 
 
@@ -348,19 +349,23 @@ class ProcessShardStarts(ShardStarts):
     def _grants(
         self, tree: str, state: _Tree, truth: TreeScheduler, node: ExecNode, now: float
     ) -> tuple[Grant, ...]:
-        """Allocations granted ahead for the node's pass: one per allocation that ended on the node since its
-        last pass (not preempted), of its operation, asked of the real controller with the node's free resources
-        as the truth holds them (the operation is likely the pass's first choice: its usage just fell). Only
-        controllers that can take an allocation back exactly (`can_take_back`) and hold no revived job for the
-        node are asked; each grant is checked as a claim would be (the operation runs in the published tree with
-        pending work)."""
-        freed = self.freed.pop((tree, node.address), None)
-        if not freed:
-            return ()
+        """Allocations granted ahead for the node's pass, asked of the real controllers with the node's free
+        resources as the truth holds them, while those fit what the grants so far leave: first one per allocation
+        that ended on the node since its last pass (not preempted), of its operation (its usage just fell: likely
+        the pass's first choice), then one for each operation the truth's heaps put first (`BestLeaf.leading`:
+        what a pass on a node that is filling tries first). Only controllers that can take an allocation back
+        exactly (`can_take_back`) and hold no revived job for the node are asked; each grant is checked as a
+        claim would be (the operation runs in the published tree with pending work). A guess: a grant no start
+        takes is taken back."""
+        freed = self.freed.pop((tree, node.address), [])
         offered = tuple((node.resource_limits - node.usage).tolist())
         available = np.array(offered)
+        room = list(offered)
+        leading = [element.id for element in truth.heaps.leading(GRANTS_PER_PASS) if element.id not in freed]
         grants: list[Grant] = []
-        for operation_id in freed:
+        for operation_id in freed + leading:
+            if len(grants) >= GRANTS_PER_PASS:
+                break
             runtime = truth.operations.get(operation_id)
             element = truth.state.elements.get(operation_id)
             if runtime is None or element is None or element.op is not runtime:
@@ -371,11 +376,13 @@ class ProcessShardStarts(ShardStarts):
                 not getattr(controller, "can_take_back", False)
                 or (reserved is not None and reserved(node.address))
                 or controller.pending_allocation_count <= 0
+                or not fits_floats(controller.min_needed_resources.tolist(), room)
             ):
                 continue
             allocation = controller.schedule_allocation(node, available, now)
             if allocation is None:
                 continue
+            sub_floats(room, allocation.amounts)
             state.granted[allocation.id] = allocation
             self.granted_by[allocation.id] = controller
             pending, min_needed = _pending(truth, operation_id)

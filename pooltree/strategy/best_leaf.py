@@ -185,6 +185,30 @@ class BestLeaf:
             element = child
         return element
 
+    def leading(self, count: int) -> list[_Element]:
+        """Up to ``count`` active operations in heap order, each pool's best children first (depth first): a
+        guess of the operations the next heartbeat's regular stage tries first, read without changing any heap
+        (stale entries skipped, not popped). Node shards grant allocations ahead for them
+        (`pooltree/shards/remote.py`); no decision reads it."""
+        found: list[_Element] = []
+        seen: set[str] = set()
+        pending = [self.state.elements[ROOT_ID]]
+        while pending and len(found) < count:
+            element = pending.pop()
+            if element.is_op:
+                found.append(element)
+                continue
+            children = [
+                entry[4]
+                for entry in heapq.nsmallest(2 * count, element.heap)
+                if entry[3] == entry[4].version and entry[4].active
+            ]
+            for child in reversed(children):  # the best child on top of the stack
+                if child.id not in seen:
+                    seen.add(child.id)
+                    pending.append(child)
+        return found
+
     def exclude(self, element: _Element, current: _Pass) -> None:
         """Leave the operation out of the rest of the pass ``current``."""
         element.excluded = current.serial

@@ -19,6 +19,7 @@ from recorded_run import PREEMPTING, Node
 from test_shard_processes import HEARTBEAT, sharded_service
 
 from pooltree.node import wire
+from pooltree.shards import remote
 from pooltree.shards.host import shard_of
 from pooltree.shards.remote import ProcessShardStarts
 from pooltree.shards.replica import Claim, ClaimAnswer
@@ -114,6 +115,7 @@ def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
             return answer
 
         monkeypatch.setattr(ProcessShardStarts, "_remote_claim", claim)
+        monkeypatch.setattr(remote, "GRANTS_PER_PASS", 0)  # every start a claim (grants: the test below)
         ran = _drive(service, starts, clock, nodes, op, killed, victim)
         assert killed, "the shard was never killed with a claim in flight"
         assert op.state == "completed"
@@ -136,8 +138,7 @@ def test_a_shard_killed_with_a_claim_in_flight_loses_no_job_and_runs_none_twice(
 def test_a_shard_killed_with_grants_in_flight_loses_no_job_and_runs_none_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shard dies after the leader granted its pass allocations ahead (for the jobs that ended on n0) and
-    before it booked any: every grant is taken back by its controller (never a job, nothing lost), the shard is
+    """The shard dies after the leader granted its pass allocations ahead and before it booked any: every grant is taken back by its controller (never a job, nothing lost), the shard is
     restarted, and every job index completes exactly once."""
     with sharded_service(tmp_path, PREEMPTING, True) as (service, clock, starts):
         assert starts is not None and service.shards is not None
