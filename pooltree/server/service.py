@@ -664,6 +664,11 @@ class SchedulerService:
                     Exception
                 ):  # a bug in one update must not end every later one (the loop task would die)
                     log.exception("fair-share update of tree %s failed unexpectedly", tree)
+            if self.scheduler.updates.unfinished:  # lists a stale publish left, in short holds of the lock
+                try:
+                    await run_in_threadpool(self.scheduler.updates.finish_unfinished)
+                except Exception:
+                    log.exception("configuring the preemptible lists a publish left failed unexpectedly")
             await asyncio.sleep(min(LOOP_TICK, self.scheduler.update_period))
 
     async def _sweep_loop(self) -> None:

@@ -56,12 +56,12 @@ class _Node:
 
 
 def _busy(tmp_path: Path) -> tuple[LiveScheduler, list[_Node]]:
-    """Twelve operations sharing four 16-cpu nodes; then jobs end and others start in their places, so that the
+    """Seven operations sharing four 16-cpu nodes; then jobs end and others start in their places, so that the
     next update configures the lists of the operations whose usage moved."""
     live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
     live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
     spec = {"tasks": {"main": {"command": "true", "job_count": 40, "cpu_limit": 1}}}
-    for _ in range(12):
+    for _ in range(7):  # one fewer than a pool runs at once (``max_running_operation_count`` 8)
         live.start_operation("vanilla", spec, "alice", 1.0)
     nodes = [_Node(f"n{i}") for i in range(4)]
     now = 1.0
@@ -202,3 +202,24 @@ def test_lock_holds_are_in_the_metrics(tmp_path: Path) -> None:
         line for line in text.splitlines() if line.startswith("pooltree_scheduler_lock_hold_max_seconds ")
     )
     assert float(longest.split()[1]) == live.lock.hold_max > 0
+
+
+def test_a_stale_publish_leaves_its_lists_to_the_loop_in_parts(tmp_path: Path, monkeypatch: Any) -> None:
+    """A heartbeat that publishes a stale tree first (an operation that can run now) holds the lock for the
+    snapshot only; the lists it leaves are configured by `finish_unfinished` (the service's loop), in parts."""
+    live, nodes = _busy(tmp_path)
+    core = live.cores["default"]
+    for node in nodes:
+        node.finish(3, 9.0)
+    live.start_operation("vanilla", {"tasks": {"main": {"command": "true", "job_count": 4}}}, "alice", 9.0)
+    assert live.publishing  # the next heartbeat publishes the tree first
+    answer = nodes[0].beat(live, 9.5)
+    assert answer.get(wire.START)
+    assert not live.publishing and live.updates.unfinished == {"default"}
+    assert core._unfinished is not None and core.strategy.publisher.changes.unconfigured
+    monkeypatch.setattr(updates, "HOLD_BUDGET", 0.0)
+    holds = sum(live.lock.holds)
+    live.updates.finish_unfinished()
+    assert core._unfinished is None and not core.strategy.publisher.changes.unconfigured
+    assert not live.updates.unfinished
+    assert sum(live.lock.holds) - holds > 2  # the first to take the set, then one per part

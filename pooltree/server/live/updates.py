@@ -45,6 +45,8 @@ class FairShareUpdates:
         """Trees whose fair-share inputs changed since their last update: published at the next period."""
         self.updating = False
         """Inside an update (operations it finishes do not publish again)."""
+        self.unfinished: set[str] = set()
+        """Trees a stale publish left with preemptible lists to configure (`finish_unfinished`, the service's loop)."""
 
     def refresh_stale_trees(self, now: float) -> None:
         """Publish the trees where operations were activated (another one finished, a limit was raised) now
@@ -58,7 +60,10 @@ class FairShareUpdates:
                 return
             tree = self.stale_trees.pop()
             if tree in scheduler.cores:
-                self.update_tree(tree, now)
+                # the lists the publish leaves are configured in parts by the service's loop (`finish_unfinished`)
+                self.update_tree(tree, now, in_parts=self.in_parts)
+                if not scheduler.cores[tree].finish_update(0):
+                    self.unfinished.add(tree)
 
     def update_fair_share(self, tree: str, now: float) -> None:
         """The periodic update of one tree: finish completed operations, recompute shares, publish, fail the
@@ -84,6 +89,9 @@ class FairShareUpdates:
                 if op is not None and not op.is_final:
                     scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
             scheduler.cores[tree].launch_speculative_jobs(now)  # copies of jobs past job_speculation_timeout
+        core = scheduler.cores.get(tree)
+        if core is not None:
+            self.finish_in_parts(core)  # what a stale publish left
         lock.let_waiters_in(WAITERS_TIMEOUT)
         with lock:
             core = scheduler.cores.get(tree)
@@ -104,6 +112,15 @@ class FairShareUpdates:
         replicas copy the truth's lists and whose proofs hold against a state published whole."""
         scheduler = self.scheduler
         return scheduler.tree_pass is None and not scheduler.generation.watch_updates
+
+    def finish_unfinished(self) -> None:
+        """Configure, in parts, the lists the stale publishes left (called by the service's loop off the loop)."""
+        scheduler = self.scheduler
+        with scheduler.lock:
+            trees, self.unfinished = self.unfinished, set()
+            cores = [core for tree in sorted(trees) if (core := scheduler.cores.get(tree)) is not None]
+        for core in cores:
+            self.finish_in_parts(core)
 
     def finish_in_parts(self, core: SchedulerCore) -> None:
         """Run the end of ``core``'s last update in holds of the lock of about `HOLD_BUDGET` each, letting the
