@@ -127,13 +127,19 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
     return states, used[0]
 
 
-@settings(
+TWO_SIMULATIONS = settings(
     max_examples=3,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: each example is two simulations
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(seed=st.integers(1, 10_000), jitter=st.sampled_from(["0s", "200ms", "700ms"]))
+"""Hypothesis settings of a test whose example runs a busy simulation twice (also `test_update_in_parts.py`)."""
+BUSY_SEEDS = given(seed=st.integers(1, 10_000), jitter=st.sampled_from(["0s", "200ms", "700ms"]))
+"""The seed and heartbeat jitter of `mixed_document`'s busy simulation."""
+
+
+@TWO_SIMULATIONS
+@BUSY_SEEDS
 def test_incremental_publish_equals_three_passes(monkeypatch, seed, jitter):
     # monkeypatch.context() inside _states undoes its patches for every example
     document = mixed_document(until="8m", seed=seed)

@@ -12,12 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-
 from pooltree.sim import Simulation, parse_scenario
 from pooltree.strategy.core import SchedulerCore
-from tests.sim.test_publish_changes import _state
+from tests.sim.test_publish_changes import BUSY_SEEDS, TWO_SIMULATIONS, _state
 from tests.sim.test_sim_engine import mixed_document
 
 
@@ -47,13 +44,8 @@ def _run(document: dict[str, Any], monkeypatch: Any, in_parts: bool) -> tuple[li
     return states, [summary, result.operation_rows, result.preemptions_by_reason], cut[0]
 
 
-@settings(
-    max_examples=3,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking: each example is two simulations
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
-@given(seed=st.integers(1, 10_000), jitter=st.sampled_from(["0s", "200ms", "700ms"]))
+@TWO_SIMULATIONS
+@BUSY_SEEDS
 def test_an_update_in_parts_decides_as_the_whole_update(monkeypatch, seed, jitter):
     document = mixed_document(until="8m", seed=seed)
     document["scheduler"]["node_heartbeat_jitter"] = jitter
