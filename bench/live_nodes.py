@@ -30,7 +30,8 @@ reported split: the leader's and the shards' CPU per heartbeat and per started a
 allocations started per scheduler CPU-second (leader and shards summed); ``answered_by_shards_share``: the share
 of the phase's answers the shards gave themselves (heartbeats the leader proved empty,
 ``pooltree/shards/verdicts.py``); ``shard_starts_granted_share``: the share of the shard passes' starts that took
-an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``). From ``/metrics`` read at a
+an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``),
+``grants_taken_back_per_start``: grants no start took, per start of the shard passes. From ``/metrics`` read at a
 phase's start and end: the fair-share updates in it and their mean wall time, and (builds that count the
 scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far.
 
@@ -80,6 +81,7 @@ START_TIMEOUT = 120.0
 METRICS_TIMEOUT = 10.0
 GRANTED = 'pooltree_node_shard_starts_total{way="granted"'
 CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
+TAKEN_BACK = "pooltree_node_shard_grants_taken_back_total "
 
 
 # ------------------------------------------------------------------------------------------- simulated node
@@ -480,6 +482,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 local = scheduler.answered_by_shards()
                 granted = scheduler.metric_sum(GRANTED)
                 claimed = scheduler.metric_sum(CLAIMED)
+                back = scheduler.metric_sum(TAKEN_BACK)
                 metrics_before = scheduler.metrics()
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
@@ -489,8 +492,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 if local is not None and now_local is not None:
                     by_shards[name] = now_local - local
                 now_granted, now_claimed = scheduler.metric_sum(GRANTED), scheduler.metric_sum(CLAIMED)
-                if None not in (granted, claimed, now_granted, now_claimed):
-                    ways[name] = (now_granted - granted, now_claimed - claimed)  # type: ignore[operator]
+                now_back = scheduler.metric_sum(TAKEN_BACK)
+                if None not in (granted, claimed, back, now_granted, now_claimed, now_back):
+                    ways[name] = (now_granted - granted, now_claimed - claimed, now_back - back)  # type: ignore[operator]
                 split[name] = (after[0] - before[0], after[1] - before[1])
                 windows.append((name, (begin, time.time()), sum(after) - sum(before)))
 
@@ -525,9 +529,11 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 phase["shards_cpu_ms_per_started_allocation"] = (
                     round(1000 * shards / phase["started"], 3) if phase["started"] else None
                 )
-                granted, claimed = ways.get(phase["phase"], (0.0, 0.0))
+                granted, claimed, back = ways.get(phase["phase"], (0.0, 0.0, 0.0))
                 if granted + claimed > 0:  # the shard passes' starts that took a grant (no round trip)
                     phase["shard_starts_granted_share"] = round(granted / (granted + claimed), 3)
+                    # grants no start took (each a controller's choice made and undone by the leader)
+                    phase["grants_taken_back_per_start"] = round(back / (granted + claimed), 3)
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(

@@ -80,6 +80,13 @@ _END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocatio
 GRANTS_PER_PASS = 16
 """Allocations granted ahead with one pass's request at most."""
 
+GRANT_USE_FLOOR = 0.5
+"""A shard's passes get grants while the share of their grants that starts took (a moving average over its passes
+with grants, `ShardLink.grant_use`) is at least this; below it only every `GRANT_PROBE`-th pass gets them (a grant
+no start takes costs the leader a controller's choice made and undone)."""
+
+GRANT_PROBE = 8
+
 
 class _Locked:
     """``with``: the scheduler's lock held and the heartbeat's job writes collected (a plain class: a generator
@@ -115,6 +122,10 @@ class ShardLink:
         """Per tree the shard holds a current copy of: the nodes its replica knows (absent: a snapshot is due)."""
         self.cursors: dict[str, int] = {}
         """Per tree it holds a copy of: its position in the tree's `IncrementLog` (what it has seen)."""
+        self.grant_use = 1.0
+        """The share of its passes' grants that starts took, a moving average (weight 1/5 per pass with grants)."""
+        self.passes_without_grants = 0
+        """Passes since its last one with grants while ``grant_use`` is below `GRANT_USE_FLOOR`."""
 
 
 class ProcessShardStarts(ShardStarts):
@@ -279,7 +290,14 @@ class ProcessShardStarts(ShardStarts):
                 done = self._converse(link, state, truth, request, result, writes, granted, started)
         scheduler.persistence.job_writes = writes
         self.unsettled.difference_update(started)  # their jobs are recorded before the lock is let go again
-        if request is not None:
+        if request is not None and request.grants:
+            if done is not None:  # booked: no longer granted, not taken back (still known to `granted_by`)
+                used = sum(
+                    1
+                    for grant in request.grants
+                    if grant.allocation.id in self.granted_by and grant.allocation.id not in state.granted
+                )
+                link.grant_use = 0.8 * link.grant_use + 0.2 * used / len(request.grants)
             self._take_back(state, request.grants)
         self._give_back(state, granted, now)
         if done is None:
@@ -343,7 +361,7 @@ class ProcessShardStarts(ShardStarts):
             node.tags,
             now,
             backoff,
-            self._grants(tree, state, truth, node, now),
+            self._grants(tree, state, truth, node, now) if self._granting(link) else (),
         )
 
     def _grants(
@@ -389,6 +407,18 @@ class ProcessShardStarts(ShardStarts):
             grants.append(Grant(operation_id, allocation, offered, now, pending, min_needed))
         self.grants_made += len(grants)
         return tuple(grants)
+
+    @staticmethod
+    def _granting(link: ShardLink) -> bool:
+        """Whether the shard's next pass gets grants: while its passes take most of theirs, else every
+        `GRANT_PROBE`-th pass (to see whether they would again)."""
+        if link.grant_use >= GRANT_USE_FLOOR:
+            return True
+        link.passes_without_grants += 1
+        if link.passes_without_grants < GRANT_PROBE:
+            return False
+        link.passes_without_grants = 0
+        return True
 
     def _take_back(self, state: _Tree, grants: tuple[Grant, ...] | list[Grant]) -> None:
         """Grants no start of the pass took (still in ``state.granted``: not booked, not given back) go back to
