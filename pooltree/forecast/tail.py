@@ -135,8 +135,6 @@ class _Tree:
                 heapq.heappush(self.starters, (op.order, op.id))
 
 
-NORMALS_BLOCK = 4096
-"""Standard normals numpy draws at a time for the hand-over's job run times."""
 TRIES = 4
 """Operations at the head of a queue tried per freed capacity (a bigger job does not block smaller ones behind)."""
 
@@ -257,10 +255,8 @@ class _HandOver:
         self.interned: dict[Shape, _Resources] = {}
         """Each distinct shape's one `_Resources`."""
         self.samplers: dict[int, tuple[float, float] | Distribution] = {}
-        """id(task) → what its jobs' run times are drawn from: (median, sigma) of a lognormal (drawn here from
-        ``normals``), else the distribution itself."""
-        self.np_rng = np.random.default_rng(random.Random(f"{seed}/tail/normals").getrandbits(64))
-        self.normals: list[float] = []
+        """id(task) → what its jobs' run times are drawn from: (median, sigma) of a lognormal (drawn here as
+        `Distribution.sample` draws it, from the same generator: the same run times), else the distribution."""
         self.smallest: Shape = ()
         """The smallest job of any operation: while it does not fit, nothing is served."""
         self.order = len(simulation.ops)
@@ -379,12 +375,6 @@ class _HandOver:
         self.samplers[id(task)] = found
         return found
 
-    def normal(self) -> float:
-        """The next standard normal (drawn by numpy in blocks: a tenth of what one `random.gauss` costs)."""
-        if not self.normals:
-            self.normals = self.np_rng.standard_normal(NORMALS_BLOCK).tolist()
-        return self.normals.pop()
-
     def start_job(self, tree: _Tree, op: _TailOp, at: float) -> bool:
         """Start ``op``'s next job at ``at`` if it fits the tree's free capacity."""
         task = op.next_task()
@@ -410,7 +400,7 @@ class _HandOver:
             drawn = self.sampler(op, task)
         if type(drawn) is tuple:
             median, sigma = drawn
-            run_time = median * math.exp(sigma * self.normal())
+            run_time = median * math.exp(sigma * self.rng.gauss(0.0, 1.0))
         else:
             run_time = drawn.sample(self.rng)
         heapq.heappush(self.heap, (at + run_time, self.serial, tree, op, resources))
