@@ -295,9 +295,8 @@ class SchedulerCore:
         self.finish_update()  # what an update left unfinished comes first
         times = self.phase_times
         kept = self.kept
-        self.kept = (
-            kept.failed()
-        )  # until this period's update returns: a period stopped half-way is not followed
+        # until this period's update returns: a period stopped half-way leaves the next reading every row
+        self.kept = kept.failed()
         with times.phase("update"):
             with times.phase("unregister"):
                 self.unregister_completed(now)
