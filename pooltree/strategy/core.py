@@ -338,6 +338,11 @@ class SchedulerCore:
                 self.finish_update()
         return result
 
+    @property
+    def update_finished(self) -> bool:
+        """Whether the last fair-share update ran to its end (`finish_update`)."""
+        return self._unfinished is None
+
     def finish_update(self, limit: int | None = None) -> bool:
         """The end of the last fair-share update (`update_fair_share` ``in_parts``): the preemptible lists its
         publish left, at most ``limit`` operations' (None: all), then, once none is left, the scheduling segments

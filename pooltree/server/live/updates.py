@@ -128,7 +128,8 @@ class FairShareUpdates:
         tree's removal ends it early."""
         scheduler = self.scheduler
         lock = scheduler.lock
-        while True:
+        # read without the lock: a publish that leaves lists after this look notes them in `unfinished`
+        while not core.update_finished:
             lock.let_waiters_in(WAITERS_TIMEOUT)
             with lock:
                 if scheduler.cores.get(core.pool_tree.name) is not core:
