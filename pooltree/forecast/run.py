@@ -548,17 +548,7 @@ def _runs(
     for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
         left = settings.seeds - index
         if budget is None:
-            runs.append(
-                run_seed(
-                    state,
-                    seed,
-                    settings,
-                    specs=specs,
-                    fits=fits,
-                    starts_of=starts_of,
-                    arrivals=arrivals.draw(seed, settings.horizon),
-                )
-            )
+            runs.append(_simulated(state, seed, settings, specs, fits, starts_of, arrivals, None))
             continue
         share = (budget * settings.simulation_share - simulated) / left
         # a new simulation only if it fits the simulator's share and leaves every seed left its hand-over, as dear
@@ -574,15 +564,8 @@ def _runs(
             if last is not None and last.simulation is not None:
                 _let_go(last, collect)
             clock = time.process_time()
-            last = run_seed(
-                state,
-                seed,
-                settings,
-                specs=specs,
-                fits=fits,
-                starts_of=starts_of,
-                deadline=clock + max(share, 0.0),
-                arrivals=arrivals.draw(seed, settings.horizon),
+            last = _simulated(
+                state, seed, settings, specs, fits, starts_of, arrivals, clock + max(share, 0.0)
             )
             last_cost = time.process_time() - clock
             simulated += last_cost
@@ -613,6 +596,29 @@ def _runs(
     return runs
 
 
+def _simulated(
+    state: ClusterState,
+    seed: int,
+    settings: ForecastSettings,
+    specs: MutableMapping[tuple[str, int], OperationSpec],
+    fits: dict[tuple[str, str], DurationFit],
+    starts_of: Sequence[str] | None,
+    arrivals: Arrivals,
+    deadline: float | None,
+) -> SeedRun:
+    """`run_seed` with ``seed``'s own draw of submissions to come."""
+    return run_seed(
+        state,
+        seed,
+        settings,
+        specs=specs,
+        fits=fits,
+        starts_of=starts_of,
+        deadline=deadline,
+        arrivals=arrivals.draw(seed, settings.horizon),
+    )
+
+
 def _more_runs(
     state: ClusterState,
     settings: ForecastSettings,
@@ -640,16 +646,8 @@ def _more_runs(
                 return
             assert spent.last is not None
             _let_go(spent.last, spent.collect)
-            base = run_seed(
-                state,
-                seed,
-                settings,
-                specs=specs,
-                fits=fits,
-                starts_of=starts_of,
-                deadline=clock,  # stops at its first check (one fair-share period in)
-                arrivals=arrivals.draw(seed, settings.horizon),
-            )
+            # stopped at its first check (one fair-share period in)
+            base = _simulated(state, seed, settings, specs, fits, starts_of, arrivals, clock)
             spent.simulation = max(spent.simulation, time.process_time() - clock)
             if base.simulation is None:  # nothing left to simulate after its first period
                 return
@@ -660,16 +658,7 @@ def _more_runs(
         if base is not None:
             run = _tail(state, base, seed, settings, spent.end, False, arrivals, fits)
         else:
-            run = run_seed(
-                state,
-                seed,
-                settings,
-                specs=specs,
-                fits=fits,
-                starts_of=starts_of,
-                deadline=spent.end,
-                arrivals=arrivals.draw(seed, settings.horizon),
-            )
+            run = _simulated(state, seed, settings, specs, fits, starts_of, arrivals, spent.end)
             if run.simulation is not None:  # stopped by the budget: not a whole run
                 run.simulation = None
                 return
