@@ -4,7 +4,9 @@ from the orchid an earlier read published, if that is at most ``ORCHID_CACHE_PER
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,26 @@ def _read_in_thread(service: SchedulerService, path: list[str]) -> tuple[threadi
     return thread, out
 
 
+@contextlib.contextmanager
+def _lock_held(service: SchedulerService) -> Iterator[None]:
+    """The scheduling lock held by another thread (heartbeats, an update) for the body's length."""
+    has_lock, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service.scheduler.lock:
+            has_lock.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert has_lock.wait(WAIT)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(WAIT)
+
+
 def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
     service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
     now = [100.0]
@@ -30,17 +52,7 @@ def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
     path = ["scheduler", "pool_trees", "default", "pools"]
     first = service.orchid.get(path)  # lock free: built and published
     assert "<Root>" in first
-    holder_has_lock, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with service.scheduler.lock:
-            holder_has_lock.set()
-            release.wait(WAIT)
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert holder_has_lock.wait(WAIT)
-    try:
+    with _lock_held(service):
         reader, out = _read_in_thread(service, path)
         reader.join(WAIT)
         assert out == [first] and service.orchid.served_published == 1  # answered while the lock is held
@@ -48,24 +60,15 @@ def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
         late_reader, late = _read_in_thread(service, path)
         late_reader.join(0.5)
         assert late == [] and late_reader.is_alive()  # it waits for the lock
-    finally:
-        release.set()
     late_reader.join(WAIT)
     assert late == [first] and service.orchid.served_published == 1
     service.scheduler.update_fair_share(
         "default", 2.0
     )  # a new update: what was published before is not served
-    holder_has_lock.clear()
-    release.clear()
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert holder_has_lock.wait(WAIT)
-    try:
+    with _lock_held(service):
         after_update, out = _read_in_thread(service, path)
         after_update.join(0.5)
         assert out == [] and after_update.is_alive()
-    finally:
-        release.set()
     after_update.join(WAIT)
     assert out and service.orchid.served_published == 1
     service.store.close()
@@ -91,21 +94,8 @@ def test_a_path_is_never_answered_older_than_before(tmp_path: Path) -> None:
     service.cypress.set("//sys/pool_trees/default/@config/pool_config_presets", {"p": {"ffair_share": 1}})
     seen = service.orchid.get(path)  # lock free: built anew
     assert _types(seen) == ["pool_tree_without_nodes", "unrecognized_pool_tree_config_options"]
-    holder_has_lock, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with service.scheduler.lock:
-            holder_has_lock.set()
-            release.wait(WAIT)
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    assert holder_has_lock.wait(WAIT)
-    try:
+    with _lock_held(service):
         reader, out = _read_in_thread(service, path)
         reader.join(WAIT)
         assert out == [seen] and service.orchid.served_published == 1  # while the lock is held: as last read
-    finally:
-        release.set()
-    holder.join(WAIT)
     service.store.close()
