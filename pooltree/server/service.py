@@ -115,9 +115,9 @@ class LiveOrchid:
     As YTsaurus serves its scheduler orchid from a cache refreshed every ``static_orchid_cache_update_period``
     (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered with the
     last answer built for the same path if that is at most ``ORCHID_CACHE_PERIOD`` old and no fair-share update
-    was published since, instead of waiting for the lock; otherwise it waits. Every answer built under the lock
-    replaces the kept one, so a path's answers never go back in time (a config change between two updates
-    read once is never read as before it again)."""
+    was published since and no answer for any path was built after it, instead of waiting for the lock; otherwise
+    it waits. So no answer goes back in time: a change between two updates (a tree config), once read at any
+    path, is never read as before it again."""
 
     def __init__(
         self,
@@ -129,7 +129,11 @@ class LiveOrchid:
         self.cypress_default = cypress_default
         self.clock = clock
         self.published = RecentReads(
-            scheduler.lock, lambda: self.clock(), period=ORCHID_CACHE_PERIOD, size=MAX_PUBLISHED_READS
+            scheduler.lock,
+            lambda: self.clock(),
+            period=ORCHID_CACHE_PERIOD,
+            size=MAX_PUBLISHED_READS,
+            latest_only=True,
         )
         """(fair-share updates published, default tree, the read's path) → the last answer, as JSON text."""
 

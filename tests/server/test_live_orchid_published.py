@@ -99,3 +99,30 @@ def test_a_path_is_never_answered_older_than_before(tmp_path: Path) -> None:
         reader.join(WAIT)
         assert out == [seen] and service.orchid.served_published == 1  # while the lock is held: as last read
     service.store.close()
+
+
+def test_no_path_is_answered_older_than_another_path_was(tmp_path: Path) -> None:
+    """A change read at one path is not read as before it at another: a kept answer built before any later
+    answer (of any path) waits for the lock. (Before, each path kept its own: reading a tree's ``config`` after
+    a change, then its ``config/<option>`` while the lock was busy, gave the option from before the change.)"""
+    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
+    now = [100.0]
+    service.orchid.clock = lambda: now[0]
+    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
+    service.scheduler.update_fair_share("default", 1.0)
+    config = ["scheduler", "pool_trees", "default", "config"]
+    option = [*config, "fair_share_starvation_timeout"]
+    before = service.orchid.get(option)  # kept for the path
+    service.cypress.set("//sys/pool_trees/default/@config/fair_share_starvation_timeout", 7000)
+    assert service.orchid.get(config)["fair_share_starvation_timeout"] == 7000 != before
+    with _lock_held(service):
+        reader, out = _read_in_thread(service, option)
+        reader.join(0.5)
+        assert out == [] and reader.is_alive()  # the option kept from before the change is not served
+    reader.join(WAIT)
+    assert out == [7000] and service.orchid.served_published == 0
+    with _lock_held(service):  # the newest answer is served while the lock is busy
+        again, out = _read_in_thread(service, option)
+        again.join(WAIT)
+        assert out == [7000] and service.orchid.served_published == 1
+    service.store.close()
