@@ -43,12 +43,18 @@ def _lock_held(service: SchedulerService) -> Iterator[None]:
         holder.join(WAIT)
 
 
-def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
+def _service(tmp_path: Path) -> tuple[SchedulerService, list[float]]:
+    """A service with tree ``default`` after one fair-share update, its orchid on a clock the test moves."""
     service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
     now = [100.0]
     service.orchid.clock = lambda: now[0]
     service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
     service.scheduler.update_fair_share("default", 1.0)
+    return service, now
+
+
+def test_orchid_reads_do_not_wait_for_a_busy_lock(tmp_path: Path) -> None:
+    service, now = _service(tmp_path)
     path = ["scheduler", "pool_trees", "default", "pools"]
     first = service.orchid.get(path)  # lock free: built and published
     assert "<Root>" in first
@@ -84,11 +90,7 @@ def test_a_path_is_never_answered_older_than_before(tmp_path: Path) -> None:
     replaces the one kept for that path, fresh or not. (Before, a fresh kept answer was not replaced, and a
     read that found the lock busy was answered from before the change: `//sys/scheduler/@alerts` showed the
     alert, then none.)"""
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
-    now = [100.0]
-    service.orchid.clock = lambda: now[0]
-    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
-    service.scheduler.update_fair_share("default", 1.0)
+    service, _ = _service(tmp_path)
     path = ["scheduler", "alerts"]
     assert _types(service.orchid.get(path)) == ["pool_tree_without_nodes"]  # kept for the path
     service.cypress.set("//sys/pool_trees/default/@config/pool_config_presets", {"p": {"ffair_share": 1}})
@@ -105,11 +107,7 @@ def test_no_path_is_answered_older_than_another_path_was(tmp_path: Path) -> None
     """A change read at one path is not read as before it at another: a kept answer built before any later
     answer (of any path) waits for the lock. (Before, each path kept its own: reading a tree's ``config`` after
     a change, then its ``config/<option>`` while the lock was busy, gave the option from before the change.)"""
-    service = SchedulerService(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True)
-    now = [100.0]
-    service.orchid.clock = lambda: now[0]
-    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
-    service.scheduler.update_fair_share("default", 1.0)
+    service, _ = _service(tmp_path)
     config = ["scheduler", "pool_trees", "default", "config"]
     option = [*config, "fair_share_starvation_timeout"]
     before = service.orchid.get(option)  # kept for the path
