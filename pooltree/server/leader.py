@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 STANDBY_POLL = 0.2
 """Seconds between a standby's attempts to take the lock (bounds the failover time with the revival)."""
 PROBE_PERIOD = 0.25
+SQLITE_LOCK_WAIT = 3.0
+"""Seconds a scheduler starting on a SQLite store waits for its lock before refusing: a predecessor that just
+stopped may still be letting it go (a process it was forking shares the lock's open file until it execs)."""
 """Seconds between active checks of the leader's store (a request that hits the trouble first fails by itself)."""
 RECONNECT_DELAY = 0.5
 
@@ -324,7 +327,12 @@ class SchedulerRunner:
 
     async def _run_sqlite(self, path: Path, stop: asyncio.Event) -> None:
         self.lock = SqliteLeaderLock(path)
-        if not self.lock.try_acquire():
+        deadline = time.monotonic() + SQLITE_LOCK_WAIT
+        acquired = self.lock.try_acquire()
+        while not acquired and not stop.is_set() and time.monotonic() < deadline:
+            await self._wait(stop, PROBE_PERIOD)
+            acquired = self.lock.try_acquire()
+        if not acquired:
             holder = self.lock.holder()
             raise StoreError(
                 f"another pooltree scheduler ({holder.describe() if holder else 'pid unknown'}) already runs "
