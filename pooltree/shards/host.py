@@ -425,6 +425,12 @@ class ShardMetrics:
         )
         for index, count in enumerate(shards.answered_locally):
             local.add_metric([str(index)], count)
+        spared = CounterMetricFamily(
+            "pooltree_node_shard_proofs_spared",
+            "Quiet heartbeats the leader did not prove empty because the node's last proofs went unused",
+        )
+        spared.add_metric([], shards.verdicts.proofs_spared)
+        yield spared
         if shards.starts is not None:
             passes = CounterMetricFamily(
                 "pooltree_node_shard_passes",

@@ -59,6 +59,15 @@ Skip = tuple[str, float]
 Proof = tuple[int, dict[str, float]]
 """(the state generation it holds at, per running job a bound its measured memory may vary up to)."""
 
+UNUSED_PROOFS = 3
+"""Proofs for a node in a row that no shard-answered heartbeat used, after which the leader proves only every
+`PROOF_PROBE`-th of the node's heartbeats: on a busy cluster the generation moves before the node's next heartbeat,
+so the proof (under the scheduling lock, per running job a memory bound) is made for nothing."""
+
+PROOF_PROBE = 4
+"""While a node's proofs go unused, one of its heartbeats in this many is proven (to see whether they would be
+used again: the first note of a heartbeat a shard answered proves every heartbeat of the node again)."""
+
 
 def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
     """What the leader reads of a heartbeat that reports no finished job: two heartbeats with equal keys are
@@ -168,10 +177,21 @@ class LeaderVerdicts:
         self.clock = clock
         self.applied = 0
         """Notes of shard-answered heartbeats applied."""
+        self._unused: dict[str, int] = {}
+        """Per node, the proofs made for it since a shard last answered one of its heartbeats (absent: none)."""
+        self._unproven: dict[str, int] = {}
+        """Per node whose proofs go unused, its quiet heartbeats not proven since its last proof."""
+        self.proofs_made = 0
+        self.proofs_spared = 0
+        """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
 
     def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
         """After the leader answered ``heartbeat`` with ``answer``: the proof that an equal next heartbeat
-        changes nothing (the state generation it holds at, the running jobs' memory bounds), or None."""
+        changes nothing (the state generation it holds at, the running jobs' memory bounds), or None.
+
+        None also when the node's last `UNUSED_PROOFS` proofs were not used (no heartbeat of it answered by a
+        shard since), but for every `PROOF_PROBE`-th such heartbeat: not proving only sends the node's next
+        heartbeat to the leader, which decides it as one process would."""
         if (
             answer.get(wire.START)
             or answer.get(wire.PREEMPT)
@@ -179,11 +199,22 @@ class LeaderVerdicts:
             or answer.get(wire.SCHEDULING_SKIPPED)
         ):
             return None  # the node's next heartbeat reports what this one changed, or it was throttled
+        address = heartbeat.address
+        if self._unused.get(address, 0) >= UNUSED_PROOFS:
+            unproven = self._unproven.get(address, 0) + 1
+            if unproven < PROOF_PROBE:
+                self._unproven[address] = unproven
+                self.proofs_spared += 1
+                return None
+            self._unproven[address] = 0
         scheduler = self.scheduler
         with scheduler.lock:
             if not self._quiet(heartbeat):
                 return None
-            return scheduler.generation.value, self._memory_bounds(heartbeat)
+            proof = scheduler.generation.value, self._memory_bounds(heartbeat)
+        self._unused[address] = self._unused.get(address, 0) + 1
+        self.proofs_made += 1
+        return proof
 
     def _quiet(self, heartbeat: HeartbeatRequest) -> bool:
         """Whether an equal next heartbeat provably changes nothing (lock held)."""
@@ -248,6 +279,8 @@ class LeaderVerdicts:
             cap = self.clock() if self.clock is not None else math.inf
             for address, when in skips:
                 now = min(when, cap)
+                self._unused.pop(address, None)  # a proof of the node was used: prove its heartbeats again
+                self._unproven.pop(address, None)
                 node = scheduler.nodes.get(address)
                 if node is None:
                     continue

@@ -16,9 +16,10 @@ import pytest
 from recorded_run import PREEMPTING, make_scheduler, record_quiet_run, record_run, wavering_memory
 
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
+from pooltree.shards import verdicts
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import ReplayDivergence, replay
-from pooltree.shards.verdicts import ShardNodes
+from pooltree.shards.verdicts import PROOF_PROBE, UNUSED_PROOFS, LeaderVerdicts, ShardNodes
 from pooltree.strategy.core import SchedulerCore
 
 
@@ -147,3 +148,45 @@ def test_a_shard_lets_memory_vary_up_to_its_bound() -> None:
     assert shard.answer(with_memory(300.0, 500.0), None, 2.0) == answer
     assert shard.answer(with_memory(301.0, 500.0), None, 3.0) is None  # above j1's bound
     assert shard.answer(with_memory(100.0, 501.0), None, 4.0) is None  # j2 has no bound: exactly as proven
+
+
+def test_the_leader_proves_a_node_sparingly_while_its_proofs_go_unused(tmp_path: Path) -> None:
+    """A node whose last `UNUSED_PROOFS` proofs no shard used (the state moved before its next heartbeat) is proven
+    at one quiet heartbeat in `PROOF_PROBE`; the first note of a heartbeat a shard answered for it proves every
+    one again. Another node's proofs are not touched."""
+    scheduler = make_scheduler(tmp_path / "leader.db", PREEMPTING)
+    leader = LeaderVerdicts(scheduler)
+    heartbeat = HeartbeatRequest("n1", np.array([2.0, 2.0, 8 << 30, 0.0, 0.0]), frozenset(), [], [])
+    other = HeartbeatRequest("n2", np.array([2.0, 2.0, 8 << 30, 0.0, 0.0]), frozenset(), [], [])
+    now = 1.0
+
+    def proofs(node: HeartbeatRequest, count: int) -> list[bool]:
+        nonlocal now
+        made = []
+        for _ in range(count):
+            now += 1.0
+            answer = scheduler.process_heartbeat(node, now)
+            made.append(leader.proven(node, answer) is not None)
+        return made
+
+    probe = [False] * (PROOF_PROBE - 1) + [True]
+    assert proofs(heartbeat, UNUSED_PROOFS) == [True] * UNUSED_PROOFS  # an idle node: provably empty
+    assert proofs(heartbeat, 2 * PROOF_PROBE) == probe * 2
+    assert leader.proofs_spared == 2 * (PROOF_PROBE - 1)
+    assert proofs(other, UNUSED_PROOFS) == [True] * UNUSED_PROOFS
+    leader.apply_skips([("n1", now)])  # a shard answered a heartbeat of n1 on its last proof
+    assert proofs(heartbeat, UNUSED_PROOFS + 1) == [True] * UNUSED_PROOFS + [False]
+    assert proofs(other, PROOF_PROBE) == probe
+
+
+def test_sparing_proofs_keeps_the_decisions_and_the_quiet_answers(tmp_path: Path) -> None:
+    """The run with long idle and full stretches replayed with proofs spared after one unused proof: the same
+    decisions, the quiet stretches still answered by the shards, and some proofs spared."""
+    recorder, recorded = record_quiet_run(tmp_path / "recorded.db")
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = InProcessShards(scheduler, 2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(verdicts, "UNUSED_PROOFS", 1)
+        assert replay(recorder.recording, scheduler, shards) == recorded
+    assert shards.leader.proofs_spared > 0
+    assert shards.answered >= len(recorded.started) * 0.3
