@@ -95,6 +95,13 @@ class TreeViews(Mapping[str, dict[str, Any]]):
         self._built[tree] = view
         return view
 
+    def __contains__(self, tree: object) -> bool:
+        """Whether ``tree`` has a view, without building it (``Mapping``'s own test reads the item)."""
+        if tree in self._built:
+            return True
+        core = self.scheduler.cores.get(tree) if isinstance(tree, str) else None
+        return core is not None and core.last_result is not None
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._published())
 

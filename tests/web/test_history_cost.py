@@ -1,0 +1,34 @@
+"""The pool history reads a tree's view (built per element on first read after an update) only when it takes a
+sample: one in ``period`` seconds, not at every fair-share update."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pooltree.config import parse_pool_trees
+from pooltree.server.live import LiveScheduler, views
+from pooltree.server.store import open_store
+from pooltree.web.history import PoolHistory
+
+
+def test_a_view_is_built_only_for_the_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[int] = []
+    tree_view = views.tree_view
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return tree_view(*args, **kwargs)
+
+    monkeypatch.setattr(views, "tree_view", counting)
+    scheduler = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'history.db'}"))
+    scheduler.apply_pool_trees(parse_pool_trees({"default": {"pools": {"a": {}}}}), None, 0.0)
+    history = PoolHistory(period=10.0)
+    history.attach(scheduler)
+    for second in range(1, 31):  # a fair-share update every second
+        scheduler.update_fair_share("default", float(second))
+    assert [sample.time for sample in history.trees["default"].samples] == [1.0, 11.0, 21.0]
+    assert len(built) == 3
+    assert "default" in scheduler.views and "other" not in scheduler.views
+    assert len(built) == 3  # telling whether a tree has a view builds none
