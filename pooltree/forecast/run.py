@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import math
-import pickle
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
@@ -53,6 +51,7 @@ from pooltree.forecast.durations import DurationFit, DurationSettings
 from pooltree.forecast.fork import carry_integral, duration_fits, fork, seed_distributions
 from pooltree.forecast.ranges import QUANTILES, prediction_range, quantile
 from pooltree.forecast.state import ClusterState
+from pooltree.forecast.stopped import StoppedRun
 from pooltree.forecast.tail import hand_over
 from pooltree.gc_policy import survivors_frozen
 from pooltree.sim.engine import Simulation
@@ -139,8 +138,9 @@ class SeedRun:
     """Where the hand-over stopped when its CPU deadline passed (inf: at the horizon)."""
     simulation: Simulation | None = None
     """The stopped simulation, kept while hand-overs continue it."""
-    trees: TreesCopy | None = None
-    """Its pool trees, pickled when it stopped (each hand-over unregisters operations in its own copy)."""
+    stopped: StoppedRun | None = None
+    """The stopped simulation read once for its hand-overs, with its pool trees pickled when it stopped (each
+    hand-over unregisters operations in its own copy)."""
 
     def covered(self) -> float:
         """Simulated seconds this run answers for."""
@@ -151,44 +151,6 @@ SUMMARY_SHARE = 0.12
 """Share of ``cpu_budget`` kept for what comes after the runs: summing them up per operation (~0.1 s at 2,200
 operations and 4 runs) and the one garbage collection of what the forecast made (`_collected_once`, ~0.4 s
 there). The runs' deadlines used to reach the budget's end, and a refresh took that much more than its budget."""
-
-
-class TreesCopy:
-    """A stopped run's pool trees, pickled once so that each hand-over gets its own copy to change. The operations'
-    specs (frozen `OperationSpec` models, never changed in place) are kept by reference, not copied: they were
-    most of the bytes, and loading them took most of a hand-over's setup (0.21 s of 0.25 s per copy at 1,000
-    nodes and 2,200 operations; 0.02 s without them)."""
-
-    def __init__(self, trees: Mapping[str, Any]) -> None:
-        self.specs: dict[int, OperationSpec] = {}
-        buffer = io.BytesIO()
-        _SpecsKept(buffer, self.specs).dump(dict(trees))
-        self.data = buffer.getvalue()
-
-    def load(self) -> dict[str, Any]:
-        """A new copy of the trees (sharing the specs)."""
-        return _SpecsShared(io.BytesIO(self.data), self.specs).load()
-
-
-class _SpecsKept(pickle.Pickler):
-    def __init__(self, buffer: io.BytesIO, specs: dict[int, OperationSpec]) -> None:
-        super().__init__(buffer, pickle.HIGHEST_PROTOCOL)
-        self.specs = specs
-
-    def persistent_id(self, obj: Any) -> int | None:
-        if type(obj) is OperationSpec:
-            self.specs[id(obj)] = obj
-            return id(obj)
-        return None
-
-
-class _SpecsShared(pickle.Unpickler):
-    def __init__(self, buffer: io.BytesIO, specs: dict[int, OperationSpec]) -> None:
-        super().__init__(buffer)
-        self.specs = specs
-
-    def persistent_load(self, pid: Any) -> OperationSpec:
-        return self.specs[pid]
 
 
 class _AllStarted(Exception):
@@ -325,7 +287,8 @@ def _tail(
     ends anew. ``last_use``: the hand-over may
     change the simulation's own pool trees (no other hand-over follows from it)."""
     simulation = base.simulation
-    assert simulation is not None and base.trees is not None
+    stopped = base.stopped
+    assert simulation is not None and stopped is not None
     redraw = seed != simulation.seed
     run = SeedRun(
         dict(base.first_start),
@@ -342,7 +305,6 @@ def _tail(
             for operation_id, when in base.finish.items()
             if operation_id not in base.finished_after
         }
-    started = set(run.first_start) | {op.id for op in state.operations if op.first_job_time is not None}
     # submissions still to come: the simulation's own (its seed), or the new seed's draw past where it stopped
     future = (
         [op for op in arrivals.draw(seed, settings.horizon) if op.submit_time > simulation.now]
@@ -350,13 +312,12 @@ def _tail(
         else [op.spec for op in simulation.ops if op.state == "submitted"]
     )
     found = hand_over(
-        simulation,
+        stopped,
         {name: tree.core.pool_tree for name, tree in simulation.trees.items()}
         if last_use
-        else base.trees.load(),
+        else stopped.trees.load(),
         seed,
         settings.horizon,
-        started,
         lambda operation_id, at: run.first_start.setdefault(operation_id, at),
         lambda operation_id, at: run.finish.setdefault(operation_id, at),
         redraw=redraw,
@@ -368,6 +329,13 @@ def _tail(
     run.tail_jobs = found.jobs
     run.tail_reached = found.reached
     return run
+
+
+def _stopped(state: ClusterState, run: SeedRun, settings: ForecastSettings) -> StoppedRun:
+    """``run``'s stopped simulation read once for all its hand-overs (`pooltree.forecast.stopped`)."""
+    assert run.simulation is not None
+    started = set(run.first_start) | {op.id for op in state.operations if op.first_job_time is not None}
+    return StoppedRun(run.simulation, started, settings.horizon)
 
 
 def _count(preempted_for: dict[str, Counter[str]], preemptor: str, victim: str) -> None:
@@ -572,9 +540,7 @@ def _runs(
             if last.simulation is None:
                 runs.append(last)
                 continue
-            last.trees = TreesCopy(
-                {name: tree.core.pool_tree for name, tree in last.simulation.trees.items()}
-            )
+            last.stopped = _stopped(state, last, settings)
         # the hand-overs' own share is kept for them even when a simulation ran over its share (its setup is
         # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
         clock = time.process_time()
@@ -651,9 +617,7 @@ def _more_runs(
             spent.simulation = max(spent.simulation, time.process_time() - clock)
             if base.simulation is None:  # nothing left to simulate after its first period
                 return
-            base.trees = TreesCopy(
-                {name: tree.core.pool_tree for name, tree in base.simulation.trees.items()}
-            )
+            base.stopped = _stopped(state, base, settings)
             clock = time.process_time()
         if base is not None:
             run = _tail(state, base, seed, settings, spent.end, False, arrivals, fits)
@@ -692,7 +656,7 @@ def _let_go(run: SeedRun, collect: bool) -> None:
     to the one collection after the runs, they were walked where the budget keeps only `SUMMARY_SHARE` (in the
     1,000-node back-test that collection took 0.2-0.4 s beside the summary's 0.3 s, over the 0.6 s kept)."""
     run.simulation = None
-    run.trees = None
+    run.stopped = None
     if collect:
         gc.collect()
 

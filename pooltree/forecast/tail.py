@@ -33,14 +33,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
-from pooltree.forecast.fork import spec_task
-from pooltree.forecast.tail_preemption import Starving, dominant_share, fair_shares, starving
+from pooltree.forecast.stopped import Resources, Shape, StoppedRun, shape_of
+from pooltree.forecast.tail_preemption import Starving, dominant_share
 from pooltree.resources import RESOURCE_COUNT
-from pooltree.sim.engine import Simulation
 from pooltree.sim.scenario import Distribution, SimOperation, SimTask
 
 EPSILON = 1e-9
@@ -48,52 +45,25 @@ MAX_TAIL_JOBS = 1_000_000
 """Jobs the hand-over starts at most in one run (a bound on its cost; the horizon usually ends it first)."""
 
 
-Shape = tuple[tuple[int, float], ...]
-"""A job's resources as (resource index, amount) for the amounts that are not zero."""
-
-
-class _Resources:
-    """One job shape of a hand-over (one object per distinct shape): counted and looked up by identity, which
-    hashes in a fraction of the time a tuple of tuples does (twice per job)."""
-
-    __slots__ = ("amounts",)
-
-    def __init__(self, amounts: Shape) -> None:
-        self.amounts = amounts
-
-
 @dataclass(eq=False)
 class _TailOp:
     id: str
     order: int
-    pending: list[tuple[SimTask, int]]
-    """(task, jobs still to start), tasks in spec order."""
+    pending: list[list[Any]]
+    """[task, jobs still to start], tasks in spec order (mutable pairs: a start changes a count in place)."""
     left: int = 0
     """Jobs still to start over all tasks."""
     running: int = 0
     started: bool = False
     may_run: bool = True
     gang: bool = False
-    held: Counter[_Resources] = field(default_factory=Counter)
+    held: Counter[Resources] = field(default_factory=Counter)
     """Its running jobs counted by resources (a counter: cheaper per job than summing a vector)."""
-    jobs: dict[int, tuple[_Resources, SimTask]] = field(default_factory=dict)
+    jobs: dict[int, tuple[Resources, SimTask]] = field(default_factory=dict)
     """Its running jobs by serial, oldest first: resources and the task a preempted one returns to."""
 
     def has_pending(self) -> bool:
         return self.left > 0
-
-    def next_task(self) -> SimTask | None:
-        for task, count in self.pending:
-            if count > 0:
-                return task
-        return None
-
-    def take(self, task: SimTask) -> None:
-        for index, (candidate, count) in enumerate(self.pending):
-            if candidate is task:
-                self.pending[index] = (candidate, count - 1)
-                self.left -= 1
-                return
 
     def usage(self) -> list[float]:
         """Resources its running jobs hold (from ``held``: only preemption asks)."""
@@ -106,11 +76,11 @@ class _TailOp:
     def give_back(self, task: SimTask) -> None:
         """A preempted job of ``task`` is pending again."""
         self.left += 1
-        for index, (candidate, count) in enumerate(self.pending):
-            if candidate is task:
-                self.pending[index] = (candidate, count + 1)
+        for entry in self.pending:
+            if entry[0] is task:
+                entry[1] += 1
                 return
-        self.pending.append((task, 1))
+        self.pending.append([task, 1])
 
 
 @dataclass
@@ -139,18 +109,6 @@ TRIES = 4
 """Operations at the head of a queue tried per freed capacity (a bigger job does not block smaller ones behind)."""
 
 
-def _shape(resources: Sequence[float]) -> Shape:
-    return tuple((index, float(amount)) for index, amount in enumerate(resources) if amount)
-
-
-def _fits(shape: Shape, free: list[float]) -> bool:
-    # a loop, not all(...): this runs for every job the hand-over starts, and the generator costs twice as much
-    for index, amount in shape:  # noqa: SIM110
-        if amount > free[index] + EPSILON:
-            return False
-    return True
-
-
 def _take(free: list[float], shape: Shape, sign: float) -> None:
     for index, amount in shape:
         free[index] += sign * amount
@@ -167,11 +125,10 @@ class TailResult:
 
 
 def hand_over(
-    simulation: Simulation,
+    stopped: StoppedRun,
     pool_trees: Mapping[str, Any],
     seed: int,
     horizon: float,
-    started: set[str],
     on_start: Callable[[str, float], None],
     on_finish: Callable[[str, float], None],
     *,
@@ -181,27 +138,27 @@ def hand_over(
     on_preempt: Callable[[str, str], None] | None = None,
     durations: Mapping[tuple[str, str], Distribution] | None = None,
 ) -> TailResult:
-    """Carry ``simulation`` (stopped at ``simulation.now``, every operation arrived) to ``horizon``; calls
-    ``on_start`` for the first job of an operation not in ``started`` and ``on_finish`` for a completion.
+    """Carry ``stopped`` (a simulation stopped at ``stopped.now``, every operation arrived, read once for all its
+    hand-overs: `pooltree.forecast.stopped`) to ``horizon``; calls ``on_start`` for the first job of an operation
+    that had not started by the stop and ``on_finish`` for a completion.
     ``pool_trees``: the run's pool trees by name, the hand-over's own copies (it unregisters operations in them).
     ``redraw``: the running jobs' ends are drawn anew with ``seed`` (conditioned on their having run until now), so
     one stopped simulation serves several seeds; with ``durations`` ((operation id, spec task) → ``seed``'s own
     run-time distribution, `pooltree.forecast.fork.seed_distributions`) a running job's end is drawn from it given
     how long the job has run since it really started, and every job the hand-over starts runs like it, so the
-    seeds differ in what they assume of the run times as simulated seeds do, not only in the single jobs' draws. ``deadline``: ``time.process_time()`` when it stops. ``arrivals``:
-    submissions still to come (after ``simulation.now``, by time), registered in their pool trees when they come
-    (a count limit may queue them) and served like the others. ``on_preempt(preemptor, victim)``: a job preempted
-    for a starving operation (`pooltree.forecast.tail_preemption`)."""
-    tail = _HandOver(simulation, pool_trees, seed, on_start, on_finish, on_preempt, durations)
+    seeds differ in what they assume of the run times as simulated seeds do, not only in the single jobs' draws.
+    ``deadline``: ``time.process_time()`` when it stops. ``arrivals``: submissions still to come (after
+    ``stopped.now``, by time), registered in their pool trees when they come (a count limit may queue them) and
+    served like the others. ``on_preempt(preemptor, victim)``: a job preempted for a starving operation
+    (`pooltree.forecast.tail_preemption`)."""
+    tail = _HandOver(stopped, pool_trees, seed, on_start, on_finish, on_preempt, durations)
+    tail.take_operations()
     tail.place_running(redraw)
-    tail.take_operations(started)
-    tail.heap_placed()
-    starvations = tail.starvations(horizon)
     coming = sorted((op for op in arrivals if op.submit_time > tail.now), key=lambda op: op.submit_time)
     tail.smallest = tail.smallest_job(coming)
     for tree in tail.trees.values():
         tail.dispatch(tree, tail.now, None)
-    tail.run(horizon, deadline, coming, starvations)
+    tail.run(horizon, deadline, coming, stopped.starvations)
     tail.result.jobs = tail.started_jobs
     if tail.result.reached == math.inf:
         tail.finish_past_horizon()
@@ -214,7 +171,7 @@ class _HandOver:
 
     def __init__(
         self,
-        simulation: Simulation,
+        stopped: StoppedRun,
         pool_trees: Mapping[str, Any],
         seed: int,
         on_start: Callable[[str, float], None],
@@ -222,196 +179,165 @@ class _HandOver:
         on_preempt: Callable[[str, str], None] | None,
         durations: Mapping[tuple[str, str], Distribution] | None,
     ) -> None:
-        self.simulation = simulation
+        self.stopped = stopped
         self.rng = random.Random(f"{seed}/tail")
-        self.now = simulation.now
+        self.now = stopped.now
         self.on_start = on_start
         self.on_finish = on_finish
         self.on_preempt = on_preempt
         self.durations = durations
-        self.trees: dict[str, _Tree] = {}
-        for name in simulation.trees:
-            limits = [node.limits for node in simulation.nodes if node.alive and node.tree == name]
-            total = np.sum(limits, axis=0) if limits else np.zeros(RESOURCE_COUNT)
-            self.trees[name] = _Tree([float(x) for x in total], pool_trees[name], [float(x) for x in total])
+        self.trees: dict[str, _Tree] = {
+            name: _Tree(list(stopped.free[name]), pool_trees[name], total, stopped.shares.get(name, {}))
+            for name, total in stopped.totals.items()
+        }
         self.owner: dict[str, _Tree] = {}
         """Operation id → the tree it runs in (an operation of several trees: its first; see ``elsewhere``)."""
         self.elsewhere: dict[int, _Tree] = {}
         """Serial → the tree of a job running at the stop on a node of another tree than its operation's first
         (an operation of several trees): its resources are that tree's until it ends. The hand-over starts new
         jobs in the operation's first tree only."""
-        self.heap: list[tuple[float, int, _Tree | None, _TailOp | None, _Resources]] = []
+        self.heap: list[tuple[float, int, _Tree | None, _TailOp | None, Resources]] = []
         """(end, serial, tree, operation, resources) of every running job (None: an operation the hand-over does
         not serve, whose jobs keep what they hold)."""
-        self.serial = 0
-        self.placed: list[tuple[float, int, str, _Resources]] = []
-        """The jobs running at the stop, (end, serial, operation id, resources), until `heap_placed`."""
-        self.held: dict[str, dict[int, tuple[_Resources, SimTask]]] = {}
-        """Operation id → its jobs running at the stop, by serial."""
+        self.serial = len(stopped.jobs)
         self.result = TailResult()
         self.started_jobs = 0
-        self.shapes: dict[int, _Resources] = {}
-        """id(task) → its job's resources."""
-        self.interned: dict[Shape, _Resources] = {}
-        """Each distinct shape's one `_Resources`."""
-        self.samplers: dict[int, tuple[float, float] | Distribution] = {}
-        """id(task) → what its jobs' run times are drawn from: (median, sigma) of a lognormal (drawn here as
-        `Distribution.sample` draws it, from the same generator: the same run times), else the distribution."""
+        self.tasks: dict[int, tuple[Resources, tuple[float, float] | Distribution]] = {}
+        """id(task) → its job's resources and what its jobs' run times are drawn from: (median, sigma) of a
+        lognormal (drawn here as `Distribution.sample` draws it, from the same generator: the same run times),
+        else the distribution."""
         self.smallest: Shape = ()
         """The smallest job of any operation: while it does not fit, nothing is served."""
-        self.order = len(simulation.ops)
+        self.order = len(stopped.simulation.ops)
         """The next arrival's place in the queues (after every operation of the simulation)."""
-        self.default_tree = simulation.scenario.snapshot.default_pool_tree
+        self.default_tree = stopped.simulation.scenario.snapshot.default_pool_tree
+
+    def take_operations(self) -> None:
+        """Every unfinished operation of the simulation, with its jobs still to start, in its tree's queues
+        (each with its own counters; the queues as `_Tree.admit` makes them, copied)."""
+        for taken in self.stopped.operations:
+            tree = self.trees[taken.tree]
+            tail_op = _TailOp(
+                taken.id,
+                taken.order,
+                [[task, count] for task, count in taken.pending],
+                sum(count for _, count in taken.pending),
+                running=taken.running,
+                started=taken.started,
+                may_run=taken.may_run,
+                gang=taken.gang,
+                held=Counter(taken.held),
+            )
+            tree.ops[tail_op.id] = tail_op
+            self.owner[tail_op.id] = tree
+        for name, (starters, hungry) in self.stopped.queues.items():
+            self.trees[name].starters = list(starters)
+            self.trees[name].hungry = list(hungry)
 
     def place_running(self, redraw: bool) -> None:
-        """The jobs running at the stop hold their resources until their ends (drawn anew with ``redraw``)."""
+        """The jobs running at the stop hold their resources until their ends (drawn anew with ``redraw``), in
+        the heap with their tree and operation (after `take_operations`)."""
         now = self.now
-        job_shapes: dict[bytes, _Resources] = {}
-        ended: list[tuple[float, int, str, _Resources]] = []
-        for job in self.simulation.jobs.values():
-            tree = self.trees.get(job.node.tree)  # the tree of the node it runs on (of its operation's trees)
-            if tree is None:
-                continue
-            key = job.allocation.resources.tobytes()
-            resources = job_shapes.get(key)
-            if resources is None:
-                resources = job_shapes[key] = self.intern(_shape(job.allocation.resources))
-            _take(tree.free, resources.amounts, -1.0)
-            end = job.end
-            if end is not None and redraw and job.task.duration is not None:
-                durations = self.durations
-                own = None if durations is None else durations.get((job.op.spec.id, spec_task(job.task.name)))
-                if own is not None:  # the seed's own run times, given the time since the job's real start
-                    end = now + remaining(own, now - job.allocation.start_time, self.rng)
-                else:
-                    end = now + remaining(job.task.duration, now - job.start, self.rng)
-            if end is not None:
-                self.serial += 1
-                ended.append((end, self.serial, job.op.spec.id, resources))
-                self.held.setdefault(job.op.spec.id, {})[self.serial] = (resources, job.task)
-                if job.node.tree != job.op.tree:
-                    self.elsewhere[self.serial] = tree
-        self.placed = ended
-
-    def intern(self, amounts: Shape) -> _Resources:
-        found = self.interned.get(amounts)
-        if found is None:
-            found = self.interned[amounts] = _Resources(amounts)
-        return found
-
-    def heap_placed(self) -> None:
-        """The placed jobs' ends in the heap, each with its tree and operation (after `take_operations`)."""
         heap = self.heap
-        for end, serial, operation_id, resources in self.placed:
-            tree = self.owner.get(operation_id)
-            heap.append((end, serial, tree, None if tree is None else tree.ops.get(operation_id), resources))
-        self.placed = []
+        durations = self.durations
+        rng = self.rng
+        for job in self.stopped.jobs:
+            end = job.end
+            if redraw and job.redrawn is not None:
+                own = None if durations is None else durations.get(job.key)
+                if own is not None:  # the seed's own run times, given the time since the job's real start
+                    end = now + remaining(own, job.since_start, rng)
+                else:
+                    end = now + remaining(job.redrawn, job.since_placed, rng)
+            tree = self.owner.get(job.operation_id)
+            op = None if tree is None else tree.ops[job.operation_id]
+            if op is not None:
+                op.jobs[job.serial] = (job.resources, job.task)
+            if job.elsewhere:
+                self.elsewhere[job.serial] = self.trees[job.tree]
+            heap.append((end, job.serial, tree, op, job.resources))
         heapq.heapify(heap)
-
-    def take_operations(self, started: set[str]) -> None:
-        """Every unfinished operation of the simulation, with its jobs still to start, in its tree's queues."""
-        for order, op in enumerate(self.simulation.ops):
-            tree = self.trees.get(op.tree)
-            controller = op.controller
-            if tree is None or controller is None or op.state in ("completed", "failed", "aborted"):
-                continue
-            if op.spec.id not in tree.pool_tree.operations:
-                continue
-            counts = controller.pending_task_counts()
-            pending = [(task, counts[task.name]) for task in op.spec.tasks if counts.get(task.name, 0) > 0]
-            tail_op = _TailOp(
-                op.spec.id,
-                order,
-                pending,
-                sum(count for _, count in pending),
-                running=controller.running_allocation_count,
-                started=op.spec.id in started,
-                may_run=bool(tree.pool_tree.operation(op.spec.id).running),
-                gang=any(task.gang_size is not None for task in op.spec.tasks),
-            )
-            tail_op.jobs = self.held.get(tail_op.id, {})
-            tail_op.held.update(resources for resources, _ in tail_op.jobs.values())
-            tree.ops[tail_op.id] = tail_op
-            tree.admit(tail_op)
-            self.owner[tail_op.id] = tree
-
-    def starvations(self, horizon: float) -> list[Starving]:
-        """The operations the core's last update found starving, by when their timeouts pass."""
-        found: list[Starving] = []
-        for name, tree in self.trees.items():
-            core = self.simulation.trees[name].core
-            tree.shares = fair_shares(core, tree.ops)
-            usage = {key: op.usage() for key, op in tree.ops.items() if key in tree.shares}
-            found.extend(starving(core, name, tree.shares, usage, tree.total, self.now, horizon))
-        found.sort(key=lambda item: (item.at, item.operation_id))
-        return found
 
     def smallest_job(self, coming: Sequence[SimOperation]) -> Shape:
         """Each resource's least amount over the jobs still to start and those of the submissions to come."""
-        least = [math.inf] * RESOURCE_COUNT
-        for tree in self.trees.values():
-            for op in tree.ops.values():
-                for task, _ in op.pending:
-                    least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
+        least = self.stopped.least
         for arrival in coming:
             for task in arrival.tasks:
                 least = [min(a, float(b)) for a, b in zip(least, task.resources, strict=True)]
-        return _shape([0.0 if math.isinf(amount) else amount for amount in least])
+        return shape_of([0.0 if math.isinf(amount) else amount for amount in least])
 
-    def shape(self, task: SimTask) -> _Resources:
-        found = self.shapes.get(id(task))
-        if found is None:
-            found = self.shapes[id(task)] = self.intern(_shape(task.resources))
-        return found
+    def shape(self, task: SimTask) -> Resources:
+        return self.stopped.shapes.intern(shape_of(task.resources))
 
     def sampler(self, op: _TailOp, task: SimTask) -> tuple[float, float] | Distribution:
         """What ``op``'s jobs of ``task`` draw their run times from (see ``samplers``)."""
         own = None if self.durations is None else self.durations.get((op.id, task.name))
         distribution = own or task.duration
         assert distribution is not None
-        found: tuple[float, float] | Distribution = distribution
         if type(distribution) is Distribution and distribution.kind == "lognormal":
-            found = (distribution.a, distribution.b)
-        self.samplers[id(task)] = found
-        return found
+            return (distribution.a, distribution.b)
+        return distribution
 
-    def start_job(self, tree: _Tree, op: _TailOp, at: float) -> bool:
-        """Start ``op``'s next job at ``at`` if it fits the tree's free capacity."""
-        task = op.next_task()
-        if task is None or task.duration is None:
-            return False
-        resources = self.shapes.get(id(task))
-        if resources is None:
-            resources = self.shape(task)
-        if not _fits(resources.amounts, tree.free):
-            return False
-        op.take(task)
-        _take(tree.free, resources.amounts, -1.0)
-        op.running += 1
-        self.started_jobs += 1
-        if not op.started:
-            op.started = True
-            self.on_start(op.id, at)
-        self.serial += 1
-        op.jobs[self.serial] = (resources, task)
-        op.held[resources] += 1
-        drawn = self.samplers.get(id(task))
-        if drawn is None:
-            drawn = self.sampler(op, task)
-        if type(drawn) is tuple:
-            median, sigma = drawn
-            run_time = median * math.exp(sigma * self.rng.gauss(0.0, 1.0))
-        else:
-            run_time = drawn.sample(self.rng)
-        heapq.heappush(self.heap, (at + run_time, self.serial, tree, op, resources))
-        return True
+    def start_jobs(self, tree: _Tree, op: _TailOp, at: float, most: float = math.inf) -> int:
+        """Start ``op``'s next jobs at ``at`` one by one while they fit the tree's free capacity, at most
+        ``most``; how many started. The checks and the counting are written out here, not called: this runs
+        for every job the hand-over starts, and once more for the job that does not fit."""
+        started = 0
+        free = tree.free
+        heap = self.heap
+        gauss = self.rng.gauss
+        while started < most:
+            for entry in op.pending:
+                if entry[1] > 0:
+                    break
+            else:
+                return started
+            task = entry[0]
+            if task.duration is None:
+                return started
+            found = self.tasks.get(id(task))
+            if found is None:
+                found = self.tasks[id(task)] = (self.shape(task), self.sampler(op, task))
+            resources, drawn = found
+            amounts = resources.amounts
+            for index, amount in amounts:
+                if amount > free[index] + EPSILON:
+                    return started
+            lognormal = type(drawn) is tuple
+            held = op.held
+            jobs = op.jobs
+            while started < most and entry[1] > 0:  # the same task's jobs, while they fit
+                if started:
+                    for index, amount in amounts:
+                        if amount > free[index] + EPSILON:
+                            return started
+                entry[1] -= 1
+                op.left -= 1
+                for index, amount in amounts:
+                    free[index] -= amount
+                op.running += 1
+                self.started_jobs += 1
+                started += 1
+                if not op.started:
+                    op.started = True
+                    self.on_start(op.id, at)
+                self.serial += 1
+                jobs[self.serial] = (resources, task)
+                held[resources] += 1
+                if lognormal:
+                    median, sigma = drawn
+                    run_time = median * math.exp(sigma * gauss(0.0, 1.0))
+                else:
+                    run_time = drawn.sample(self.rng)
+                heapq.heappush(heap, (at + run_time, self.serial, tree, op, resources))
+        return started
 
     def preempt_for(self, tree: _Tree, op: _TailOp, at: float) -> None:
         """``op``'s starvation timeout passed: jobs of the operations furthest above their fair shares make room
         for its jobs until it holds its own fair share (see `pooltree.forecast.tail_preemption`)."""
         share = tree.shares.get(op.id, 0.0)
         while op.may_run and op.has_pending() and dominant_share(op.usage(), tree.total) < share - EPSILON:
-            if self.start_job(tree, op, at):
+            if self.start_jobs(tree, op, at, 1):
                 continue
             found = self.victim(tree, op)
             if found is None:
@@ -456,9 +382,8 @@ class _HandOver:
         return None
 
     def serve(self, tree: _Tree, queue: list[tuple[int, str]], at: float, first_only: bool) -> None:
-        """Start jobs for the operations at the head of ``queue`` while they fit (``first_only``: one each)."""
-        if not _fits(self.smallest, tree.free):
-            return  # not even the smallest job fits
+        """Start jobs for the operations at the head of ``queue`` while they fit (``first_only``: one each); the
+        caller saw that the smallest job fits."""
         skipped = []
         while queue and len(skipped) < TRIES and self.started_jobs < MAX_TAIL_JOBS:
             operation_id = queue[0][1]
@@ -466,29 +391,33 @@ class _HandOver:
             if op is None or not op.may_run or not op.has_pending() or (first_only and op.running > 0):
                 heapq.heappop(queue)
                 continue
-            if not self.start_job(tree, op, at):
+            if not self.start_jobs(tree, op, at, 1 if first_only else math.inf):
                 skipped.append(heapq.heappop(queue))
                 continue
             if first_only:
                 heapq.heappop(queue)
-            else:
-                while op.has_pending() and self.start_job(tree, op, at):
-                    pass
-                if op.has_pending():
-                    break
+            elif op.has_pending():
+                break
         for entry in skipped:
             heapq.heappush(queue, entry)
 
     def dispatch(self, tree: _Tree, at: float, last: _TailOp | None) -> None:
         """Freed capacity: operations without a job first, then ``last`` (whose job ended), then the oldest."""
-        # the checks `serve` begins with, made here first: most job ends restart their own operation's next job
-        # and leave nothing for the queues (a call less per queue and job end)
-        if tree.starters and _fits(self.smallest, tree.free):
-            self.serve(tree, tree.starters, at, True)
-        if last is not None and last.may_run:
-            while last.left > 0 and self.start_job(tree, last, at):
-                pass
-        if tree.hungry and _fits(self.smallest, tree.free):
+        # nothing is served while not even the smallest job fits (checked here, written out: most job ends restart
+        # their own operation's next job and leave nothing for the queues)
+        free = tree.free
+        if tree.starters:
+            for index, amount in self.smallest:
+                if amount > free[index] + EPSILON:
+                    break
+            else:
+                self.serve(tree, tree.starters, at, True)
+        if last is not None and last.may_run and last.left > 0:
+            self.start_jobs(tree, last, at)
+        if tree.hungry:
+            for index, amount in self.smallest:
+                if amount > free[index] + EPSILON:
+                    return
             self.serve(tree, tree.hungry, at, False)
 
     def arrive(self, arrival: SimOperation, at: float) -> None:
@@ -508,7 +437,7 @@ class _HandOver:
             )
         except PooltreeError:
             return  # refused as the real start would be (a count limit of the pool's operations)
-        pending = [(task, task.job_count) for task in arrival.tasks if task.job_count > 0]
+        pending: list[list[Any]] = [[task, task.job_count] for task in arrival.tasks if task.job_count > 0]
         tail_op = _TailOp(
             arrival.id,
             self.order,
@@ -529,16 +458,19 @@ class _HandOver:
         _, job_serial, tree, op, resources = heapq.heappop(self.heap)
         if tree is None:
             return
+        elsewhere = self.elsewhere
         if op is None:
-            _take(self.elsewhere.pop(job_serial, tree).free, resources.amounts, 1.0)
+            _take((elsewhere.pop(job_serial, tree) if elsewhere else tree).free, resources.amounts, 1.0)
             return
         if op.jobs.pop(job_serial, None) is None:
             return  # preempted earlier: its resources were freed then
-        where = self.elsewhere.pop(job_serial, tree)
+        where = elsewhere.pop(job_serial, tree) if elsewhere else tree
         op.held[resources] -= 1
-        _take(where.free, resources.amounts, 1.0)
+        free = where.free
+        for index, amount in resources.amounts:
+            free[index] += amount
         op.running -= 1
-        if op.running == 0 and not op.has_pending():
+        if op.running == 0 and op.left <= 0:
             operation_id = op.id
             del tree.ops[operation_id]
             self.on_finish(operation_id, at)
@@ -564,18 +496,33 @@ class _HandOver:
     ) -> None:
         """Job ends, submissions and starvation timeouts in time order until the horizon (or the deadline)."""
         heap = self.heap
+        job_ended = self.job_ended
         coming_index = starving_index = 0
         events = 0
         while self.started_jobs < MAX_TAIL_JOBS:
-            at = heap[0][0] if heap else math.inf
             arrival_at = coming[coming_index].submit_time if coming_index < len(coming) else math.inf
             starving_at = starvations[starving_index].at if starving_index < len(starvations) else math.inf
-            if min(at, arrival_at, starving_at) > horizon:
+            other = min(arrival_at, starving_at)
+            # job ends before the next submission or starvation timeout (ties go to those): the same order and
+            # checks as below, without looking at the others again for each job end
+            while heap and self.started_jobs < MAX_TAIL_JOBS:
+                at = heap[0][0]
+                if at >= other or at > horizon:
+                    break
+                events += 1
+                if deadline is not None and events % 64 == 0 and time.process_time() > deadline:
+                    self.result.reached = at
+                    return
+                job_ended(at)
+            if self.started_jobs >= MAX_TAIL_JOBS:
+                break
+            at = heap[0][0] if heap else math.inf
+            if min(at, other) > horizon:
                 break
             events += 1
             # every 64 events (it was every 64 jobs started: job ends that start nothing never looked at the clock)
             if deadline is not None and events % 64 == 0 and time.process_time() > deadline:
-                self.result.reached = min(at, arrival_at, starving_at)
+                self.result.reached = min(at, other)
                 break
             if starving_at <= min(at, arrival_at):
                 item = starvations[starving_index]
@@ -589,7 +536,7 @@ class _HandOver:
                 self.arrive(coming[coming_index], arrival_at)
                 coming_index += 1
                 continue
-            self.job_ended(at)
+            job_ended(at)
 
     def finish_past_horizon(self) -> None:
         """Past the horizon: an operation with nothing left to start finishes when its last running job ends."""

@@ -14,8 +14,9 @@ from pooltree.config.pool_trees import parse_pool_trees
 from pooltree.errors import ConfigError
 from pooltree.forecast import run as run_module
 from pooltree.forecast.durations import DurationSettings
-from pooltree.forecast.run import ForecastSettings, TreesCopy, forecast, run_seed
+from pooltree.forecast.run import ForecastSettings, forecast, run_seed
 from pooltree.forecast.state import ClusterState, NodeState, OperationState, RunningJob, TaskState
+from pooltree.forecast.stopped import TreesCopy
 from pooltree.resources import vector
 from tests.forecast.test_forecast_fork import project_state
 
