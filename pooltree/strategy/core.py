@@ -21,9 +21,7 @@ from pooltree.errors import PooltreeError
 from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, same_vector, zeros
 from pooltree.strategy.best_allocation import BestAllocationShares, operation_tag_filter
-from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.elements import StarvationState
-from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
 from pooltree.strategy.guarantee_priority import high_priority_operations
@@ -50,9 +48,9 @@ from pooltree.strategy.segment_inputs import (
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.ssd_preemption import refresh_ssd_operations
-from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
+from pooltree.strategy.update_steps import UpdateComputed, UpdateRead, compute_update
 from pooltree.tree import FairShareInput, read_fair_share_input
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 
@@ -130,6 +128,9 @@ class SchedulerCore:
         self._unfinished: tuple[float, PeriodDelta, Any] | None = None
         """(time, delta, projection) of the last fair-share update while its end (`finish_update`) has not run."""
         self._speculating: dict[str, OperationController] = {}
+        self._update_number = 0
+        """Fair-share updates read so far (`read_update`): an update computed apart is published only if no other
+        update read after it."""
         """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._configure_from_tree_config()
 
@@ -291,12 +292,26 @@ class SchedulerCore:
         preemptible lists, then the segments) to `finish_update`, which the caller may run in parts: the live
         service does, in short holds of its lock, so that heartbeats are served meanwhile. Run to its end with no
         heartbeat between, it leaves the state an update run whole leaves.
+
+        The same three steps a caller may run apart (`update_steps.py`): `read_update`, `compute_update` (which
+        the live service runs without its lock) and `publish_update`.
         """
+        computed = compute_update(self.read_update(now), self.phase_times)
+        if not self.publish_update(computed, in_parts=in_parts):
+            raise PooltreeError(
+                f"the fair-share update of tree {self.pool_tree.name} was overtaken while computed"
+            )
+        return computed.result
+
+    def read_update(self, now: float) -> UpdateRead:
+        """The first step of an update: finish the last one, unregister completed operations and read the period's
+        input (`update_steps.UpdateRead`). Until the update is published the core keeps its caches' ``failed``
+        form: a period stopped half-way leaves the next reading every row."""
         self.finish_update()  # what an update left unfinished comes first
         times = self.phase_times
         kept = self.kept
-        # until this period's update returns: a period stopped half-way leaves the next reading every row
         self.kept = kept.failed()
+        self._update_number += 1
         with times.phase("update"):
             with times.phase("unregister"):
                 self.unregister_completed(now)
@@ -306,37 +321,73 @@ class SchedulerCore:
                 settings = self._with_best_allocation(read.settings, now)
                 if settings.enable_discretized_fair_share:
                     settings = self._with_job_resources(settings)
-            function = self._fair_share or _default_fair_share()
-            total = self.total_resources
-            with times.phase("fair_share"):
-                result = function(read.root, total, settings, now, kept.update_state(read))
-                self.kept = kept = kept.updated(getattr(result, "state", None))
-                if self.config.enable_absolute_fair_share_starvation_tolerance:
-                    apply_absolute_starvation_tolerance(result, self._min_needed(), total)
-                left_out = self._fifo_unschedulable(result)
-                self.strategy.high_priority = (
-                    high_priority_operations(result, self.controllers)
-                    if self.config.enable_guarantee_priority_scheduling
-                    else frozenset()
+                min_needed = (
+                    self._min_needed()
+                    if self.config.enable_absolute_fair_share_starvation_tolerance
+                    else None
                 )
+        return UpdateRead(
+            now=now,
+            number=self._update_number,
+            kept=kept,
+            delta=delta,
+            read=read,
+            settings=settings,
+            total=self.total_resources,
+            pool_tree=self.pool_tree,
+            revision=self.pool_tree.revision,
+            tree_config=self.pool_tree.config,
+            config=self.config,
+            function=self._fair_share or _default_fair_share(),
+            min_needed=min_needed,
+        )
+
+    def update_is_current(self, update: UpdateRead) -> bool:
+        """Whether the core stands where ``update``'s read left it: no other update read since, the same tree at the
+        same revision with the same config objects, the same total resources (no node joined, left or changed)."""
+        return (
+            update.number == self._update_number
+            and update.pool_tree is self.pool_tree
+            and update.revision == self.pool_tree.revision
+            and update.tree_config is self.pool_tree.config
+            and update.config is self.config
+            and update.total is self._total_resources
+        )
+
+    def publish_update(self, computed: UpdateComputed, *, in_parts: bool = False) -> bool:
+        """The last step of an update: hand the computed snapshot to the strategy (``in_parts``: as
+        `update_fair_share`). False, with nothing published, when the core no longer stands where the update's read
+        left it (`update_is_current`); the caller then reads again (the core keeps the caches' ``failed`` form, and
+        the build's previous rows are dropped: the build may have walked the tree while it changed)."""
+        update = computed.update
+        if not self.update_is_current(update):
+            if update.number == self._update_number:
+                self.kept.build.last = None
+            return False
+        times = self.phase_times
+        result = computed.result
+        with times.phase("update"):
+            self.kept = computed.kept
+            self.strategy.high_priority = (
+                high_priority_operations(result, self.controllers)
+                if self.config.enable_guarantee_priority_scheduling
+                else frozenset()
+            )
             self.last_result = result
-            with times.phase("build"):
-                tree = scheduling_tree_from_runtime(
-                    self.pool_tree, result, total, self.config, cache=kept.build, delta=delta
-                )
             with times.phase("publish"):
                 previous = self.strategy.fifo_unschedulable
+                left_out = computed.left_out
                 self.strategy.fifo_unschedulable = left_out
                 if in_parts:
-                    self.strategy.publish(tree, now, lists_later=True)
+                    self.strategy.publish(computed.tree, update.now, lists_later=True)
                 else:
-                    self.strategy.publish(tree, now)
+                    self.strategy.publish(computed.tree, update.now)
                 if left_out != previous:
                     self.strategy.rekey_operations(left_out ^ previous)
-            self._unfinished = (now, delta, kept.projection)
+            self._unfinished = (update.now, update.delta, computed.kept.projection)
             if not in_parts:
                 self.finish_update()
-        return result
+        return True
 
     @property
     def update_finished(self) -> bool:
@@ -399,16 +450,6 @@ class SchedulerCore:
         """An operation's demand (usage + needed resources), None when it reports none."""
         found = self.input_resources.resources(operation_id)
         return None if found is None else np.asarray(found[0], dtype=float) + found[1]
-
-    def _fifo_unschedulable(self, result: Any) -> frozenset[str]:
-        """Operations of FIFO pools the tree's ``max_schedulable_element_count_in_fifo_pool`` leaves out of this
-        update (their statuses cleared in ``result``); empty without the option (`fifo_limit.py`)."""
-        limit = self.config.max_schedulable_element_count_in_fifo_pool
-        if limit is None:
-            return frozenset()
-        left_out = fifo_unschedulable(self.kept.projection, result, limit)
-        clear_statuses(result, left_out)
-        return left_out
 
     def _min_needed(self) -> dict[str, Vector]:
         """Operation id → its controller's aggregated minimum needed allocation resources."""

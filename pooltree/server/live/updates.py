@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pooltree.errors import PooltreeError
 from pooltree.server.live.model import MAX_STALE_TREE_ROUNDS
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.update_steps import UpdateRead, compute_update
 
 if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
@@ -25,6 +26,9 @@ LISTS_PER_PART = 4
 """Operations' lists configured between two looks at the clock."""
 WAITERS_TIMEOUT = 0.1
 """The longest wait, between two holds of an update, for the heartbeats that waited to be served."""
+COMPUTE_ATTEMPTS = 2
+"""Times an update computed outside the lock is read and computed again when its tree changed meanwhile, before it
+runs whole under the lock."""
 
 
 class FairShareUpdates:
@@ -47,6 +51,11 @@ class FairShareUpdates:
         """Inside an update (operations it finishes do not publish again)."""
         self.unfinished: set[str] = set()
         """Trees a stale publish left with preemptible lists to configure (`finish_unfinished`, the service's loop)."""
+        self.computing: set[str] = set()
+        """Trees whose update is being computed outside the lock (`publish_computed_apart`): a stale publish of
+        one waits for it (the computation owns the tree's caches)."""
+        self.computes_overtaken = 0
+        """Updates computed outside the lock and not published because the tree changed meanwhile."""
 
     def refresh_stale_trees(self, now: float) -> None:
         """Publish the trees where operations were activated (another one finished, a limit was raised) now
@@ -55,10 +64,17 @@ class FairShareUpdates:
         scheduler = self.scheduler
         if self.updating:
             return
+        computing: set[str] = set()
         for _ in range(MAX_STALE_TREE_ROUNDS):
-            if not self.stale_trees:
-                return
-            tree = self.stale_trees.pop()
+            trees = self.stale_trees - computing
+            if not trees:
+                break
+            tree = min(trees)
+            self.stale_trees.discard(tree)
+            if tree in self.computing:  # its update, computed now, publishes it (or reads it again)
+                computing.add(tree)
+                self.stale_trees.add(tree)
+                continue
             if tree in scheduler.cores:
                 # the lists the publish leaves are configured in parts by the service's loop (`finish_unfinished`)
                 self.update_tree(tree, now, in_parts=self.in_parts)
@@ -93,11 +109,15 @@ class FairShareUpdates:
         if core is not None:
             self.finish_in_parts(core)  # what a stale publish left
         lock.let_waiters_in(WAITERS_TIMEOUT)
-        with lock:
-            core = scheduler.cores.get(tree)
-            if core is None:
-                return
-            self.update_tree(tree, now, in_parts=self.in_parts)
+        if self.in_parts:
+            core = self.publish_computed_apart(tree, now)
+        else:
+            with lock:
+                core = scheduler.cores.get(tree)
+                if core is not None:
+                    self.update_tree(tree, now)
+        if core is None:
+            return
         self.finish_in_parts(core)
         with lock:
             if tree not in scheduler.cores:
@@ -105,6 +125,46 @@ class FairShareUpdates:
             for operation_id, error in scheduler.alert_center.operations_to_fail(now, tree):
                 if operation_id in scheduler.operations:
                     scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
+
+    def publish_computed_apart(self, tree: str, now: float) -> SchedulerCore | None:
+        """The snapshot step of a periodic update with its computation outside the scheduling lock: the input read
+        and the publish each take one hold, the fair share and the build run between them
+        (`pooltree.strategy.update_steps`) while heartbeats and commands are served. When the tree changed
+        meanwhile (`SchedulerCore.update_is_current`), the update is read and computed again, at most
+        `COMPUTE_ATTEMPTS` times, then run whole under the lock. The tree's core (None when it left)."""
+        scheduler = self.scheduler
+        lock = scheduler.lock
+        for _ in range(COMPUTE_ATTEMPTS):
+            with lock:
+                core = scheduler.cores.get(tree)
+                if core is None:
+                    return None
+                update = self.read_tree(tree, core, now)
+                self.computing.add(tree)
+            try:
+                computed = compute_update(update, core.phase_times)
+            except BaseException:
+                with lock:
+                    self.computing.discard(tree)
+                    if core.update_is_current(update):
+                        raise  # nothing changed under it: the computation's own failure
+                    core.kept.build.last = None  # it may have walked the tree while it changed
+                self.computes_overtaken += 1
+                continue
+            lock.let_waiters_in(WAITERS_TIMEOUT)
+            with lock:
+                self.computing.discard(tree)
+                if scheduler.cores.get(tree) is not core:
+                    return None
+                if core.publish_update(computed, in_parts=True):
+                    self.published(tree, core, now)
+                    return core
+            self.computes_overtaken += 1
+        with lock:
+            core = scheduler.cores.get(tree)
+            if core is not None:
+                self.update_tree(tree, now, in_parts=True)
+            return core
 
     @property
     def in_parts(self) -> bool:
@@ -183,13 +243,34 @@ class FairShareUpdates:
             self.updating = updating
 
     def publish_tree(self, tree: str, now: float, *, in_parts: bool = False) -> None:
+        core = self.scheduler.cores[tree]
+        self.finish_completed(core, now)
+        core.update_fair_share(now, in_parts=in_parts)
+        self.published(tree, core, now)
+
+    def read_tree(self, tree: str, core: SchedulerCore, now: float) -> UpdateRead:
+        """Under the lock: the first step of an update computed apart (`publish_computed_apart`), as
+        `update_tree` begins."""
+        self.stale_trees.discard(tree)
+        self.dirty.discard(tree)
+        updating, self.updating = self.updating, True
+        try:
+            self.finish_completed(core, now)
+            return core.read_update(now)
+        finally:
+            self.updating = updating
+
+    def finish_completed(self, core: SchedulerCore, now: float) -> None:
+        """Finish the operations whose controllers completed before the tree is read."""
         scheduler = self.scheduler
-        core = scheduler.cores[tree]
         for operation_id, controller in list(core.controllers.items()):
             op = scheduler.operations.get(operation_id)
             if op is not None and not op.is_final and getattr(controller, "is_completed", False):
                 scheduler.commands.finish_operation(operation_id, "completed", now)
-        core.update_fair_share(now, in_parts=in_parts)
+
+    def published(self, tree: str, core: SchedulerCore, now: float) -> None:
+        """What follows a publish of ``tree``: counts, views, the event log, the generation, the listeners."""
+        scheduler = self.scheduler
         self.fair_share_updates[tree] += 1
         self.published_updates += 1
         self.last_update[tree] = now
