@@ -61,7 +61,7 @@ def churn_document() -> dict[str, Any]:
 
 
 def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_path):
-    import pooltree.strategy.core as core
+    import pooltree.strategy.update_steps as steps
     import pooltree.tree as tree
     from pooltree.strategy.snapshot import SchedulingTree
 
@@ -77,9 +77,9 @@ def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_pat
     cached = run(document, tmp_path / "cached")
     assert len(derived) >= 40  # the incremental path ran in most periods that changed operations
     build_input = tree.build_fair_share_input
-    build_tree = core.scheduling_tree_from_runtime
+    build_tree = steps.scheduling_tree_from_runtime
     monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build_input(*a, **k))
-    monkeypatch.setattr(core, "scheduling_tree_from_runtime", lambda *a, cache=None, **k: build_tree(*a, **k))
+    monkeypatch.setattr(steps, "scheduling_tree_from_runtime", lambda *a, cache=None, **k: build_tree(*a, **k))
     derived.clear()
     fresh = run(document, tmp_path / "fresh")
     assert not derived
