@@ -79,7 +79,9 @@ def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_pat
     build_input = tree.build_fair_share_input
     build_tree = steps.scheduling_tree_from_runtime
     monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build_input(*a, **k))
-    monkeypatch.setattr(steps, "scheduling_tree_from_runtime", lambda *a, cache=None, **k: build_tree(*a, **k))
+    monkeypatch.setattr(
+        steps, "scheduling_tree_from_runtime", lambda *a, cache=None, **k: build_tree(*a, **k)
+    )
     derived.clear()
     fresh = run(document, tmp_path / "fresh")
     assert not derived
