@@ -23,6 +23,7 @@ import yt.yson as yson
 from yt.yson.yson_types import YsonBoolean, YsonEntity, YsonStringProxy
 
 from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, YtError
+from pooltree.server.yson_templates import YsonTemplates
 
 # YTsaurus error codes the official client acts on (yt-http-api.md §5).
 RESOLVE_ERROR = 500
@@ -316,19 +317,29 @@ def parse_structured(data: bytes, fmt: Format | None, what: str) -> Any:
         check_value(value, what)
         return code_points_to_utf8(value) if fmt.encode_utf8 else value
     if fmt.name == "yson":
-        try:
-            value = from_yson(yson.loads(data))
-        except RecursionError as error:
-            raise _too_deep(what) from error
-        except (yson.YsonError, ValueError, OverflowError) as error:
-            raise YtError(
-                f"Cannot parse {what} as YSON: {_first_line(error)}", attributes={"field": what}
-            ) from error
-        check_value(value, what)
-        return value
+        kept = YSON_TEMPLATES.load(data, lambda text: _parse_yson(text, what))
+        return kept if kept is not None else _parse_yson(data, what)
     raise YtError(
         f"Format {fmt.name!r} is not supported for {what}; use json or yson", attributes={"field": what}
     )
+
+
+def _parse_yson(data: bytes, what: str) -> Any:
+    """YSON (text or binary) parsed by yt's parser, as plain values, checked (``check_value``)."""
+    try:
+        value = from_yson(yson.loads(data))
+    except RecursionError as error:
+        raise _too_deep(what) from error
+    except (yson.YsonError, ValueError, OverflowError) as error:
+        raise YtError(
+            f"Cannot parse {what} as YSON: {_first_line(error)}", attributes={"field": what}
+        ) from error
+    check_value(value, what)
+    return value
+
+
+YSON_TEMPLATES = YsonTemplates()
+"""YSON parameter texts parsed once per shape (``yson_templates.py``)."""
 
 
 def _too_deep(what: str) -> YtError:
