@@ -14,6 +14,7 @@ steps and return exactly what the linear walk would return.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +49,16 @@ def _fenwick_top(size: int) -> int:
     return top
 
 
+@functools.lru_cache(maxsize=64)
+def _geometric_edges(lower: float, step: float, count: int) -> tuple[float, ...]:
+    """The lower edges of ``count`` geometric buckets, built by repeated multiplication (as YTsaurus builds them);
+    shared by the digests of one configuration (every task of every operation makes three)."""
+    edges = [lower]
+    for _ in range(count - 1):
+        edges.append(edges[-1] * step)
+    return tuple(edges)
+
+
 class _BucketCounts:
     """Bucket counters mirrored in a Fenwick tree: the bucket logic both digests share.
 
@@ -61,9 +72,12 @@ class _BucketCounts:
     def __init__(self, size: int):
         self.size = size
         self._top = _fenwick_top(size)
-        self.revision = 0
+        self.revision = 1
         """Moves with every change of the counters (readers caching what they derived compare it)."""
-        self.load([0] * size)
+        # what load([0] * size) makes, without its O(size) walk (each task of each start makes three digests)
+        self.counts = [0] * size
+        self._tree = [0] * (size + 1)
+        self.total = 0
 
     def load(self, counts: list[int]) -> None:
         """Replace every counter (length ``size``) and rebuild the tree in O(size)."""
@@ -191,10 +205,7 @@ class LogDigest:
         self.step = step
         self._log_step = log_step
         self.bucket_count = max(1, math.ceil(raw_count))
-        edges = [lower]
-        for _ in range(self.bucket_count - 1):
-            edges.append(edges[-1] * step)
-        self._edges = edges
+        self._edges = _geometric_edges(lower, step, self.bucket_count)
         self._counts = _BucketCounts(self.bucket_count)
 
     @property
