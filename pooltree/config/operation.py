@@ -8,6 +8,8 @@ A known key with a bad value is a ConfigError naming its path.
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import posixpath
 import signal
@@ -410,7 +412,13 @@ class OperationSpec(SpecModel):
         return value
 
     def unrecognized_spec(self) -> dict[str, Any]:
-        """Spec keys pooltree does not know, nested as in the spec (YTsaurus ``unrecognized_spec``)."""
+        """Spec keys pooltree does not know, nested as in the spec (YTsaurus ``unrecognized_spec``); a copy of what
+        the (frozen) spec's first call found (a start stores and alerts it: each walk was ~0.1 ms)."""
+        found = self._unrecognized_found
+        return copy.deepcopy(found) if found else {}
+
+    @functools.cached_property
+    def _unrecognized_found(self) -> dict[str, Any]:
         return self.unrecognized()
 
     def pool_trees_or(self, default_tree: str | None) -> tuple[str, ...]:
