@@ -127,11 +127,12 @@ class OperationListing:
         joined), a finished one's state."""
         op = self.scheduler.operations.get(record.id)
         if op is not None:
+            # what its brief shows moves its change mark or its running count (``views.progress`` reads only
+            # those counters): a key without building the progress map of every listed operation
             try:
-                jobs: Any = tuple(self.scheduler.progress(op).values())
-            except RuntimeError:  # its jobs changed while counted: not cached
-                jobs = None
-            key: Hashable | None = None if jobs is None else (op.revision, op.state, op.suspended, jobs)
+                key: Hashable | None = (op.change_mark(), op.running_job_count)
+            except RuntimeError:  # its reservations changed while counted: not cached
+                key = None
         elif record.state in ("completed", "failed", "aborted"):
             key = ("final", record.state, record.finish_time)
         else:

@@ -16,6 +16,7 @@ from uvicorn.server import ServerState
 
 from pooltree.config import parse_pool_trees
 from pooltree.server.app import COMMAND_THREADS, CommandContext, command_threads, output_format
+from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.leader import http_config
 from pooltree.server.live import LiveScheduler
@@ -132,6 +133,18 @@ def test_listing_joined_from_cached_briefs_is_the_whole_encoding(tmp_path: Path)
 
     check()
     now[0] = 101.0  # a later listing shows its own build time in the cached live briefs
+    check()
+    # its jobs start, run and finish on a node: the running operation's brief follows (job counts)
+    limits = {"user_slots": 4, "cpu": 4, "memory": 8 * 2**30}
+    answer = live.process_heartbeat(parse_heartbeat({"node_address": "n1", "resource_limits": limits}), 100.5)
+    assert [spec["operation_id"] for spec in answer["start"]] == [ops[0].id]
+    job = answer["start"][0]
+    running = {"job_id": job["job_id"], "operation_id": ops[0].id, "resource_usage": job["resources"]}
+    check()
+    live.process_heartbeat(
+        parse_heartbeat({"node_address": "n1", "resource_limits": limits, "running_jobs": [running]}), 100.6
+    )
+    assert live.progress(ops[0])["running"] == 1
     check()
     live.suspend_operation(ops[1].id, 102.0)
     live.finish_operation(ops[0].id, "aborted", 103.0)  # the next one in the queue runs
