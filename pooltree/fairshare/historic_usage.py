@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pooltree.fairshare import functions as fn
-from pooltree.fairshare.reuse import _guarantees_key
 
 if TYPE_CHECKING:
     from pooltree.fairshare.update import _Update
@@ -111,7 +110,6 @@ def apply_historic_weights(upd: _Update) -> None:
     weight_cfg.flags.writeable = False
     upd.weight_cfg = weight_cfg
     upd.historic_usage = averages
-    key = _guarantees_key(upd)
-    if upd.reused is not None and upd.reused.key != key:
-        upd.reused = upd.statics = None
-    upd._key = key
+    reused = upd.reused
+    if reused is not None and np.any(weight_cfg.view(np.int64) != reused.weight_cfg.view(np.int64)):
+        upd.reused = upd.statics = None  # the weights moved in some bit: computed anew

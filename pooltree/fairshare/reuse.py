@@ -23,18 +23,60 @@ if TYPE_CHECKING:
 
 # ---- reuse of the previous update's guarantees ---------------------------------------------------
 def reuse_guarantees(upd: _Update) -> None:
-    """Take the previous update's limits, guarantees and weights when everything they are computed from
-    is the same (``_StaticGuarantees``), else leave ``reused`` None so that the steps compute them.
+    """Take the previous update's limits, guarantees and weights when everything they are computed from is the
+    same (``_guarantees_key`` and `_same_statics`), else leave ``reused`` None so that the steps compute them.
 
-    Run after ``validate_priority_pools`` and ``compute_integral_ratios`` (whose results are among the
-    inputs); the limits (``compute_attributes``), ``infer_strong_guarantees``, ``adjust_guarantees``, the
-    weights of ``compute_weights`` and ``compute_estimated_guarantees`` then take it.
+    Run after ``validate_priority_pools`` and ``compute_integral_ratios``; the limits (``compute_attributes``),
+    ``infer_strong_guarantees``, ``adjust_guarantees``, the weights of ``compute_weights`` and
+    ``compute_estimated_guarantees`` then take it (and ``historic_usage.apply_historic_weights`` drops it when the
+    historic weights moved).
     """
     key = _guarantees_key(upd)
+    sources = tuple(getattr(upd, name) for name in _STATIC_INPUTS)
     kept = upd.tree.guarantees
-    upd.reused = kept if kept is not None and kept.key == key else None
+    same = kept is not None and kept.key == key and _same_statics(upd, kept, sources)
+    upd.reused = kept if same else None
     upd.statics = upd.reused
     upd._key = key
+    upd._sources = sources
+    if same:
+        kept.read = upd.tree.inputs  # the latest read its sources are every row of
+
+
+_STATIC_INPUTS = (
+    "tag_limits",
+    "max_share_ratio",
+    "specified_limits",
+    "strong_config",
+    "spec_mask",
+    "weight_cfg",
+    "fifo",
+    "priority",
+    "integral_type",
+    "burst_ratio",
+    "total_burst_ratio",
+    "total_flow_ratio",
+)
+"""The element inputs of the reusable steps (read, then capped, flagged and turned into integral ratios by the
+steps before them)."""
+
+
+def _same_statics(upd: _Update, kept: _StaticGuarantees, sources: tuple[np.ndarray, ...]) -> bool:
+    """Whether this update's element inputs of the reusable steps are ``kept``'s, bit for bit.
+
+    The period's delta says where they can differ: when the kept ones are every row of the read this update's read
+    started from (``kept.read``), only the rows it read again (``_Update.read_rows``: the operations the caller
+    wrote, `UpdateState.written`) can; so only those are compared, unless one of them is a pool (a pool's flags
+    reach its descendants' priority). Otherwise (every row read) every row is compared."""
+    rows = upd.read_rows
+    if rows is None or upd.read_from is not kept.read or not upd.tree.is_op[rows].all():
+        return all(_same_bits(now, then) for now, then in zip(sources, kept.sources, strict=True))
+    return all(_same_bits(now[rows], then[rows]) for now, then in zip(sources, kept.sources, strict=True))
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of the same layout are equal bit for bit (-0.0 is not 0.0; the same NaN is the same)."""
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def derived_statics(upd: _Update) -> dict[Any, Any] | None:
@@ -48,24 +90,16 @@ def derived_statics(upd: _Update) -> dict[Any, Any] | None:
 
 
 def _guarantees_key(upd: _Update) -> tuple[Any, ...]:
-    """Every input of the reusable steps, exactly (floats by their bytes: -0.0 is not 0.0, NaN is NaN)."""
+    """What the reusable steps read besides the element inputs (`_STATIC_INPUTS`): the two settings they read, the
+    totals and the best-allocation memory caps (floats by their bytes: -0.0 is not 0.0)."""
     settings = upd.settings
+    caps = settings.best_allocation_memory
     return (
         settings.main_resource,
         settings.infer_weight_from_guarantees_share_multiplier,
         upd.total.tobytes(),
-        upd.tag_limits.tobytes(),
-        upd.max_share_ratio.tobytes(),
-        upd.specified_limits.tobytes(),
-        upd.strong_config.tobytes(),
-        upd.spec_mask.tobytes(),
-        upd.weight_cfg.tobytes(),
-        upd.fifo.tobytes(),
-        upd.priority.tobytes(),
-        upd.burst_ratio.tobytes(),
-        upd.total_burst_ratio.tobytes(),
-        upd.total_flow_ratio.tobytes(),
-        tuple(upd.burst_pools),
+        tuple(caps),
+        np.fromiter(caps.values(), dtype=float, count=len(caps)).tobytes(),
     )
 
 
@@ -74,6 +108,9 @@ def keep_guarantees(upd: _Update) -> None:
     results of later updates share them)."""
     kept = _StaticGuarantees(
         upd._key,
+        upd._sources,
+        upd.tree.inputs,
+        upd.weight_cfg,
         upd.resource_limits,
         upd.limits_share,
         upd.inferred,
@@ -100,11 +137,17 @@ class _StaticGuarantees:
     """Results of the steps that depend on the configuration and the totals only, with what they came from.
 
     In a simulator or a live tree most updates change only usage and demand: the next update of the same tree
-    (the same ``_Tree``, so the same structure) with the same ``key`` takes these instead of recomputing them.
+    (the same ``_Tree``, so the same structure) with the same ``key`` and element inputs (`_same_statics`) takes
+    these instead of recomputing them.
     Kept only when those steps raised no alert, so that reusing them repeats no alert and drops none.
     """
 
     key: tuple[Any, ...]
+    sources: tuple[np.ndarray, ...]  # the element inputs they were computed from (`_STATIC_INPUTS`)
+    read: Any  # the latest read (``inputs._KeptInputs``) whose arrays ``sources`` are, in every row
+    weight_cfg: (
+        np.ndarray
+    )  # the configured weights (the historic ones included) the weights were computed from
     resource_limits: np.ndarray
     limits_share: np.ndarray
     inferred: np.ndarray
