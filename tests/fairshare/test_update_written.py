@@ -135,6 +135,43 @@ def test_an_update_reads_only_the_written_operations(monkeypatch: pytest.MonkeyP
     assert _digest(again) == _digest(update_fair_share(*fresh, 3.0, got.state))
 
 
+def test_the_kept_guarantees_are_taken_again_unless_a_written_row_or_the_totals_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guarantee steps' element inputs are compared only in the rows the caller said it wrote: usage moving
+    there keeps the previous update's guarantees, a limit written there (or new totals) makes them anew, and every
+    update equals an update of fresh copies."""
+    root, total, settings = case(33)
+    made: list[int] = []
+    original = reuse_module.keep_guarantees
+
+    def keep(upd: Any) -> None:
+        made.append(len(upd.tree.elements))
+        original(upd)
+
+    monkeypatch.setattr(reuse_module, "keep_guarantees", keep)
+    state = update_fair_share(root, total, settings, 0.0).state
+    ops = list(_ops(root))
+
+    def update(now: float, written: list[Any], totals: np.ndarray) -> None:
+        nonlocal state
+        fresh = copy.deepcopy((root, totals, settings))
+        expected = update_fair_share(*fresh, now, state)
+        got = update_fair_share(root, totals, settings, now, _told(state, written))
+        assert _digest(got) == _digest(expected)
+        state = got.state
+
+    assert len(made) == 1
+    ops[3].usage = ops[3].usage * 0.5
+    update(1.0, [ops[3]], total)
+    assert len(made) == 2  # only the fresh update made them
+    ops[4].specified_resource_limits = (ops[4].usage + ops[4].demand) / 2.0
+    update(2.0, [ops[4]], total)
+    assert len(made) == 4  # the written limit: made anew (and by the fresh update)
+    update(3.0, [], total * 2.0)
+    assert len(made) == 6  # new totals: made anew
+
+
 def test_an_update_not_told_reads_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """An update's own state, a state whose ``written`` is None, or a copy of the tree: every row is read."""
     root, total, settings = case(31)
