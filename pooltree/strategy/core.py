@@ -47,7 +47,7 @@ from pooltree.strategy.segment_inputs import (
     several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
-from pooltree.strategy.ssd_preemption import refresh_ssd_operations
+from pooltree.strategy.ssd_preemption import classify_ssd_operations
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
 from pooltree.strategy.update_steps import UpdateComputed, UpdateRead, compute_update
@@ -125,8 +125,9 @@ class SchedulerCore:
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
-        self._unfinished: tuple[float, PeriodDelta, Any] | None = None
-        """(time, delta, projection) of the last fair-share update while its end (`finish_update`) has not run."""
+        self._unfinished: tuple[float, PeriodDelta, Any, Any] | None = None
+        """(time, delta, projection, the previous period's SSD classification) of the last fair-share update while its
+        end (`finish_update`) has not run."""
         self._speculating: dict[str, OperationController] = {}
         self._update_number = 0
         """Fair-share updates read so far (`read_update`): an update computed apart is published only if no other
@@ -384,7 +385,7 @@ class SchedulerCore:
                     self.strategy.publish(computed.tree, update.now)
                 if left_out != previous:
                     self.strategy.rekey_operations(left_out ^ previous)
-            self._unfinished = (update.now, update.delta, computed.kept.projection)
+            self._unfinished = (update.now, update.delta, computed.kept.projection, update.kept.ssd)
             if not in_parts:
                 self.finish_update()
         return True
@@ -405,12 +406,14 @@ class SchedulerCore:
         with times.phase("lists"):
             if not self.strategy.configure_lists(limit):
                 return False
-        now, delta, projection = self._unfinished
+        now, delta, projection, ssd = self._unfinished
         self._unfinished = None
         with times.phase("segments"):
             self.update_gpu_scheduling(now)
-            if self.strategy.ssd.enabled:  # `ssd_preemption.py`
-                refresh_ssd_operations(self.strategy.ssd, projection, delta)
+            if self.strategy.ssd.enabled:  # `ssd_preemption.py`: from the previous period's, with the delta
+                ssd = classify_ssd_operations(ssd, self.strategy.ssd.config, projection, delta)
+                self.kept = self.kept.finished(ssd)
+                self.strategy.ssd.take(ssd)
             if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                 observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return True

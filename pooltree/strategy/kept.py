@@ -37,6 +37,10 @@ class KeptState:
     update: Any = None
     """The previous update's returned state (`UpdateState`: integral volumes, historic usage, the flattened tree
     with what was derived from it); None before the first update."""
+    ssd: Any = None
+    """The SSD classification of the running operations the last period made at its end
+    (`pooltree.strategy.ssd_preemption.SsdOperations`, while the tree enables SSD priority preemption); None: none,
+    or the period stopped before its end (the next one classifies every running operation)."""
     complete: bool = True
     """Whether that update read the input read just before it (False: a period stopped between its read and the
     end of its update, so what the next read writes is not all that changed since: that update reads every row and
@@ -68,10 +72,17 @@ class KeptState:
         return state
 
     def updated(self, state: Any) -> KeptState:
-        """What the next period starts from after an update that read this period's input returned ``state``."""
-        return dataclasses.replace(self, update=state, complete=True)
+        """What the next period starts from after an update that read this period's input returned ``state`` (the
+        SSD classification is this period's once its end makes it: `finished`)."""
+        return dataclasses.replace(self, update=state, complete=True, ssd=None)
+
+    def finished(self, ssd: Any) -> KeptState:
+        """What the next period starts from once this one's end made the SSD classification ``ssd``."""
+        return dataclasses.replace(self, ssd=ssd)
 
     def failed(self) -> KeptState:
-        """What the next period starts from when this one stops before its update returned: the same builds, and
-        the next update reads every row."""
-        return self if not self.complete else dataclasses.replace(self, complete=False)
+        """What the next period starts from when this one stops before its update returned: the same builds, the
+        next update reads every row and the next period classifies every running operation for SSD."""
+        if not self.complete and self.ssd is None:
+            return self
+        return dataclasses.replace(self, complete=False, ssd=None)

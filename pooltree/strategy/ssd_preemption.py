@@ -27,13 +27,16 @@ Preempted allocations get the abort reasons ``ssd_preemption`` / ``ssd_aggressiv
 or on a node outside the filter, nothing changes. pooltree's nodes have no disk space resource, so only the media
 of the disk requests matter here (YTsaurus also checks the node's free disk quota per medium).
 
-This module is pure: :class:`SsdPreemption` is the strategy's (``TreeScheduler.ssd``); the core refreshes it at
-every fair-share update with the period's delta (:func:`refresh_ssd_operations`) and the preemptive stages ask it (``preemption.py``).
+This module is pure: :class:`SsdPreemption` is the strategy's (``TreeScheduler.ssd``) and the preemptive stages ask
+it (``preemption.py``). The classification of the running operations is a value, :class:`SsdOperations`: every
+fair-share period makes the next one from the previous period's with the period's delta
+(:func:`classify_ssd_operations`), keeps it in the period's ``KeptState`` and hands it to ``SsdPreemption``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pooltree.config.ssd_preemption import (
@@ -93,7 +96,7 @@ class SsdPreemption:
 
     def __init__(self) -> None:
         self.config = SsdPriorityPreemptionConfig()
-        self.ssd_tasks: dict[str, frozenset[str]] = {}
+        self.ssd_tasks: Mapping[str, frozenset[str]] = {}
         """SSD operation → its tasks whose disk requests use an SSD medium."""
         self.disallowed: frozenset[str] = frozenset()
         """Operations whose pools set ``allow_regular_allocations_on_ssd_nodes`` to false (SSD ones included)."""
@@ -102,9 +105,6 @@ class SsdPreemption:
         self.node_enabled = False
         """The node of the preemptive stages running now is an SSD node (set by :meth:`start_node`)."""
         self._matches: dict[frozenset[str], bool] = {}
-        self.refreshed_at: tuple[Any, int] | None = None
-        """(tree, revision) the SSD operations were last refreshed at (:func:`refresh_ssd_operations`), so that the
-        next period reads only what its delta names; None: refresh them all."""
 
     @property
     def enabled(self) -> bool:
@@ -114,11 +114,15 @@ class SsdPreemption:
         if config != self.config:
             self.config = config
             self._matches.clear()
-            self.refreshed_at = None
         if not config.enable:
             self.ssd_tasks, self.node_enabled = {}, False
             self.disallowed = self.forbidden = frozenset()
-            self.refreshed_at = None
+
+    def take(self, operations: SsdOperations) -> None:
+        """The classification of the period just finished (`classify_ssd_operations`)."""
+        self.ssd_tasks = operations.ssd_tasks
+        self.disallowed = operations.disallowed
+        self.forbidden = operations.forbidden
 
     def is_ssd_node(self, node: ExecNode) -> bool:
         if not self.config.enable:
@@ -184,34 +188,51 @@ class SsdPreemption:
         return bool(self.forbidden) and operation_id in self.forbidden and self.is_ssd_node(node)
 
 
-def refresh_ssd_operations(ssd: SsdPreemption, projection: TreeProjection, delta: PeriodDelta) -> None:
-    """Bring the SSD operations and the forbidden ones to the period of ``delta``, while the tree enables SSD
-    priority preemption: only the operations the delta names when the last refresh was at its start (the
-    projection classified them, `OperationChanges`), else every running operation of the projection."""
-    if not ssd.enabled:
-        return
-    since = (delta.tree, delta.since)
-    if ssd.refreshed_at == since and delta.unchanged:
-        return
-    changes = projection.changes if projection.advanced_with is delta else None
-    if ssd.refreshed_at == since and changes is not None:
-        gone = changes.before.keys()
-        arrived = [(op_id, op.spec, op.pool) for _, op_id, op in changes.running]
-        _classify(ssd, gone, arrived)
-    else:
-        ssd.ssd_tasks, ssd.disallowed = {}, frozenset()
-        running = projection.running(delta.tree).values()
-        _classify(ssd, (), [(entry.element.id, entry.element.spec, entry.element.pool) for entry in running])
-    ssd.refreshed_at = (delta.tree, delta.revision)
+@dataclass(frozen=True, slots=True, eq=False)
+class SsdOperations:
+    """The SSD classification of a tree's running operations at the end of one fair-share period, made with
+    ``config``: a value, handed to the next period (``KeptState.ssd``) and to `SsdPreemption` (`SsdPreemption.take`)."""
+
+    config: SsdPriorityPreemptionConfig
+    ssd_tasks: Mapping[str, frozenset[str]]
+    """SSD operation → its tasks whose disk requests use an SSD medium."""
+    disallowed: frozenset[str]
+    """Operations whose pools set ``allow_regular_allocations_on_ssd_nodes`` to false (SSD ones included)."""
+    forbidden: frozenset[str]
+    """Non-SSD operations among those: kept off SSD nodes."""
 
 
-def _classify(ssd: SsdPreemption, gone: Iterable[str], arrived: Iterable[tuple[str, Any, Any]]) -> None:
-    """Drop the ``gone`` operations from the SSD state and classify the ``arrived`` ``(operation id, spec, pool)``
-    triples (a pool's allowance: false when it or an ancestor sets ``allow_regular_allocations_on_ssd_nodes`` to
+def classify_ssd_operations(
+    previous: SsdOperations | None,
+    config: SsdPriorityPreemptionConfig,
+    projection: TreeProjection,
+    delta: PeriodDelta,
+) -> SsdOperations:
+    """The SSD classification at the end of the period of ``delta``: ``previous`` (the previous period's, made with
+    the same config) with only the operations the delta names classified again (the projection classified them,
+    `OperationChanges`), the very ``previous`` when the tree is unchanged; without it (the first period, a config
+    change, a period stopped before its end), every running operation of the projection."""
+    if previous is not None and previous.config == config:
+        if delta.unchanged:
+            return previous
+        changes = projection.changes if projection.advanced_with is delta else None
+        if changes is not None:
+            arrived = [(op_id, op.spec, op.pool) for _, op_id, op in changes.running]
+            return _classify(previous, changes.before.keys(), arrived)
+    running = projection.running(delta.tree).values()
+    every = [(entry.element.id, entry.element.spec, entry.element.pool) for entry in running]
+    return _classify(SsdOperations(config, {}, frozenset(), frozenset()), (), every)
+
+
+def _classify(
+    previous: SsdOperations, gone: Iterable[str], arrived: Iterable[tuple[str, Any, Any]]
+) -> SsdOperations:
+    """``previous`` without the ``gone`` operations and with the ``arrived`` ``(operation id, spec, pool)`` triples
+    classified (a pool's allowance: false when it or an ancestor sets ``allow_regular_allocations_on_ssd_nodes`` to
     false)."""
-    media = ssd.config.medium_names
-    ssd_tasks = dict(ssd.ssd_tasks)
-    disallowed = set(ssd.disallowed)
+    media = previous.config.medium_names
+    ssd_tasks = dict(previous.ssd_tasks)
+    disallowed = set(previous.disallowed)
     for operation_id in gone:
         ssd_tasks.pop(operation_id, None)
         disallowed.discard(operation_id)
@@ -226,9 +247,9 @@ def _classify(ssd: SsdPreemption, gone: Iterable[str], arrived: Iterable[tuple[s
             disallowed.discard(operation_id)
         else:
             disallowed.add(operation_id)
-    ssd.ssd_tasks = ssd_tasks
-    ssd.disallowed = frozenset(disallowed)
-    ssd.forbidden = frozenset(disallowed - ssd_tasks.keys())
+    return SsdOperations(
+        previous.config, ssd_tasks, frozenset(disallowed), frozenset(disallowed - ssd_tasks.keys())
+    )
 
 
 def _pool_allows(pool: Any, memo: dict[int, bool]) -> bool:

@@ -18,7 +18,7 @@ from pooltree.errors import ConfigError
 from pooltree.resources import vector
 from pooltree.strategy import FinishedAllocation, NodeHeartbeat
 from pooltree.strategy.core import SchedulerCore
-from pooltree.strategy.ssd_preemption import disk_request_media, refresh_ssd_operations
+from pooltree.strategy.ssd_preemption import classify_ssd_operations, disk_request_media
 from pooltree.tree import PoolTree
 
 GiB = 1024.0**3
@@ -251,10 +251,19 @@ def test_the_ssd_state_follows_the_period_delta() -> None:
         assert (
             core.kept.projection.changes is None
         ) == walked  # the delta named operations: only they are read
-        state = (dict(ssd.ssd_tasks), ssd.disallowed, ssd.forbidden)
-        ssd.refreshed_at = None  # classify every running operation anew
-        refresh_ssd_operations(ssd, core.kept.projection, core.kept.projection.advanced_with)
-        assert (ssd.ssd_tasks, ssd.disallowed, ssd.forbidden) == state
+        kept = core.kept.ssd
+        assert (ssd.ssd_tasks, ssd.disallowed, ssd.forbidden) == (
+            kept.ssd_tasks,
+            kept.disallowed,
+            kept.forbidden,
+        )
+        projection = core.kept.projection
+        anew = classify_ssd_operations(None, ssd.config, projection, projection.advanced_with)
+        assert (anew.ssd_tasks, anew.disallowed, anew.forbidden) == (
+            kept.ssd_tasks,
+            kept.disallowed,
+            kept.forbidden,
+        )
 
     _start(core, "a", 1, ssd=True, pool="protected", frozen=True)
     _start(core, "b", 1, frozen=True, pool="protected")
@@ -274,6 +283,29 @@ def test_the_ssd_state_follows_the_period_delta() -> None:
     core.pool_tree.commit_parameters_update(core.pool_tree.prepare_parameters_update("d", pool="protected"))
     check(4.0)
     assert ssd.forbidden == {"d"}
-    refreshed = ssd.refreshed_at
+    refreshed = core.kept.ssd
     check(5.0)  # nothing changed
-    assert ssd.refreshed_at == refreshed
+    assert core.kept.ssd is refreshed
+
+
+def test_a_period_stopped_before_its_end_leaves_the_next_classifying_every_operation() -> None:
+    """An operation that arrives in a period whose update fails (the projection advanced past it) is still
+    classified by the next period: the SSD classification is handed on only by a period that reached its end."""
+    core = _core(True, pools={"protected": {"allow_regular_jobs_on_ssd_nodes": False}})
+    ssd = core.strategy.ssd
+    _start(core, "a", 1, ssd=True, frozen=True)
+    core.update_fair_share(0.0)
+    assert set(ssd.ssd_tasks) == {"a"} and core.kept.ssd is not None
+    _start(core, "b", 1, ssd=True, frozen=True, now=1.0)
+    _start(core, "c", 1, frozen=True, pool="protected", now=1.0)
+
+    def failing(*args: Any) -> Any:
+        raise RuntimeError("stopped half-way")
+
+    core._fair_share = failing
+    with pytest.raises(RuntimeError):
+        core.update_fair_share(1.0)
+    assert core.kept.ssd is None
+    core._fair_share = None
+    core.update_fair_share(2.0)
+    assert set(ssd.ssd_tasks) == {"a", "b"} and ssd.forbidden == {"c"}
