@@ -87,6 +87,10 @@ no start takes costs the leader a controller's choice made and undone)."""
 
 GRANT_PROBE = 8
 
+GRANTS_PER_PROBE = 2
+"""Allocations granted ahead with a probe's request at most (a probe only tells whether grants would be used
+again; a full one cost the leader 3% of its CPU in `live_nodes`' loaded window, where they went unused)."""
+
 
 class _Locked:
     """``with``: the scheduler's lock held and the heartbeat's job writes collected (a plain class: a generator
@@ -361,11 +365,11 @@ class ProcessShardStarts(ShardStarts):
             node.tags,
             now,
             backoff,
-            self._grants(tree, state, truth, node, now) if self._granting(link) else (),
+            self._grants(tree, state, truth, node, now, self._granting(link)),
         )
 
     def _grants(
-        self, tree: str, state: _Tree, truth: TreeScheduler, node: ExecNode, now: float
+        self, tree: str, state: _Tree, truth: TreeScheduler, node: ExecNode, now: float, limit: int
     ) -> tuple[Grant, ...]:
         """Allocations granted ahead for the node's pass, asked of the real controllers with the node's free
         resources as the truth holds them, while those fit what the grants so far leave: first one per allocation
@@ -374,15 +378,17 @@ class ProcessShardStarts(ShardStarts):
         what a pass on a node that is filling tries first). Only controllers that can take an allocation back
         exactly (`can_take_back`) and hold no revived job for the node are asked; each grant is checked as a
         claim would be (the operation runs in the published tree with pending work). A guess: a grant no start
-        takes is taken back."""
+        takes is taken back. At most ``limit`` (none: the ended jobs' operations are forgotten all the same)."""
         freed = self.freed.pop((tree, node.address), [])
+        if limit <= 0:
+            return ()
         offered = tuple((node.resource_limits - node.usage).tolist())
         available = np.array(offered)
         room = list(offered)
-        leading = [element.id for element in truth.heaps.leading(GRANTS_PER_PASS) if element.id not in freed]
+        leading = [element.id for element in truth.heaps.leading(limit) if element.id not in freed]
         grants: list[Grant] = []
         for operation_id in freed + leading:
-            if len(grants) >= GRANTS_PER_PASS:
+            if len(grants) >= limit:
                 break
             runtime = truth.operations.get(operation_id)
             element = truth.state.elements.get(operation_id)
@@ -409,16 +415,17 @@ class ProcessShardStarts(ShardStarts):
         return tuple(grants)
 
     @staticmethod
-    def _granting(link: ShardLink) -> bool:
-        """Whether the shard's next pass gets grants: while its passes take most of theirs, else every
-        `GRANT_PROBE`-th pass (to see whether they would again)."""
+    def _granting(link: ShardLink) -> int:
+        """How many grants the shard's next pass may get: `GRANTS_PER_PASS` while its passes take most of theirs,
+        else none but on every `GRANT_PROBE`-th pass, a probe of `GRANTS_PER_PROBE` (to see whether they would be
+        taken again)."""
         if link.grant_use >= GRANT_USE_FLOOR:
-            return True
+            return GRANTS_PER_PASS
         link.passes_without_grants += 1
         if link.passes_without_grants < GRANT_PROBE:
-            return False
+            return 0
         link.passes_without_grants = 0
-        return True
+        return min(GRANTS_PER_PROBE, GRANTS_PER_PASS)
 
     def _take_back(self, state: _Tree, grants: tuple[Grant, ...] | list[Grant]) -> None:
         """Grants no start of the pass took (still in ``state.granted``: not booked, not given back) go back to

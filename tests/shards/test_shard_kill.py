@@ -147,8 +147,10 @@ def test_a_shard_killed_with_grants_in_flight_loses_no_job_and_runs_none_twice(
         granted: list[str] = []
         killed: list[int] = []
 
-        def grants(self: ProcessShardStarts, tree: str, state: Any, truth: Any, node: Any, now: float) -> Any:
-            made = grants_of(self, tree, state, truth, node, now)
+        def grants(
+            self: ProcessShardStarts, tree: str, state: Any, truth: Any, node: Any, now: float, limit: int
+        ) -> Any:
+            made = grants_of(self, tree, state, truth, node, now, limit)
             if node.address == "n0" and made and not killed:
                 granted.extend(grant.allocation.id for grant in made)
                 _kill(service, victim, killed)
