@@ -8,7 +8,7 @@ their jobs placed by heartbeats of ``--nodes`` nodes; between two periods ``--ch
 and the nodes that held them heartbeat (starting pending jobs), as in a period of the day where ~10-20 jobs start
 or end. Reported: CPU time (``time.process_time``) per period, median over ``--periods``, and from a cProfile of
 ``--profiled`` more periods the calls per period of the input's and the publish's per-operation functions
-(`InputResources.resources`, `_refresh_resources`, `ChangedPublisher._requeue`, and the controllers'
+(`InputResources.resources`, `_refresh_resources`, `heap_changes.requeue`, and the controllers'
 ``pending_allocation_count``, which a poll reads for every operation) with their cumulative milliseconds.
 
 Usage: .venv/bin/python bench/core_period.py [--operations 6000] [--pools 1110] [--nodes 1000] [--changed 20]
@@ -41,7 +41,7 @@ from pooltree.strategy.model import FinishedAllocation, NodeHeartbeat  # noqa: E
 from pooltree.tree import PoolTree  # noqa: E402
 
 GiB = 1024.0**3
-WATCHED = ("resources", "_refresh_resources", "_requeue", "pending_allocation_count")
+WATCHED = ("resources", "_refresh_resources", "requeue", "pending_allocation_count")
 
 
 def _tree(pools: int, operations: int, rng: random.Random) -> tuple[PoolTree, list[str]]:

@@ -20,7 +20,7 @@ leaves every element, operation runtime, starvation state and heap as `SnapshotP
   `StarvationState.advance` as it is (usage and shares do not enter the rules). The first publish of a step (the
   counts the last evaluation read are unknown), a time going back or another config re-evaluates every element
   below. Preemption priorities are recomputed only for the operations whose own or an ancestor's starvation
-  status moved, new runtimes and added operations (`_update_priorities_of`);
+  status moved, new runtimes and added operations (`starvation_changes.update_priorities_of`);
 - operations whose controller's pending count crossed zero without the strategy hearing of it (looked for among
   the same notified or polled operations) and their ancestors' heap entries.
 
@@ -28,7 +28,7 @@ Heaps are not rebuilt: a changed element gets a new entry (its ``version`` moves
 `BestLeaf.peek` drops it) and each pool above re-reads its best child the way `BestLeaf.recompute` does. The best entry is the
 same one a rebuild gives, since entries are ordered by (key, least recently served, order key) and the order key
 is unique. A heap holding more than twice as many entries as children (plus 8) is compacted at every publish. From
-`_BULK_SATISFACTION` re-keyed operations on, their satisfactions are computed in bulk (`satisfaction_ratios`, bit
+`heap_changes._BULK_SATISFACTION` re-keyed operations on, their satisfactions are computed in bulk (`satisfaction_ratios`, bit
 for bit the per-element floats). Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
@@ -50,35 +50,18 @@ randomized busy trees; the simulator's exactness tests compare both with fresh t
 
 from __future__ import annotations
 
-import heapq
-import math
 from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
-from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
+from pooltree.strategy.best_leaf import BestLeaf
 from pooltree.strategy.elements import StarvationState, _Element, _floats
-from pooltree.strategy.model import (
-    PRIORITY_OF_RANK,
-    STARVATION_RANK,
-    DeactivationReason,
-    PreemptionPriority,
-    SchedulingStatus,
-)
+from pooltree.strategy.heap_changes import requeue
 from pooltree.strategy.priorities import configure_lists, update_priorities
-from pooltree.strategy.publish_step import COUNTED_REASONS, PublishStep
-from pooltree.strategy.shares import (
-    INFINITE_SATISFACTION_RATIO,
-    blocked_mask,
-    local_satisfaction_ratio,
-    satisfaction_ratios,
-)
+from pooltree.strategy.publish_step import PublishStep
+from pooltree.strategy.shares import blocked_mask
 from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.starvation_changes import element_index, update_priorities_of, update_starvation_of
 from pooltree.strategy.state import StrategyState
-
-_NO_DEMAND = DeactivationReason.NO_AVAILABLE_DEMAND
-_NOT_SCHEDULABLE = DeactivationReason.NOT_SCHEDULABLE
-_NORMAL = SchedulingStatus.NORMAL
-_INF = math.inf
 
 
 class ChangedPublisher:
@@ -165,14 +148,14 @@ class ChangedPublisher:
         self._configure_changed(step, changed_ops)
         if changed is not None:
             rerun.extend(added)
-        moved = self._update_starvation_of(step, fresh, rerun, now)
+        moved = update_starvation_of(self.state, step, fresh, rerun, now)
         if moved or rerun or resort:
-            self._update_priorities_of(step, moved, rerun, resort)
+            update_priorities_of(self.state, step, moved, rerun, resort)
         self.state.last_update_time = now
         renumbered = changed is not None and changed[3]
         # a pool's own satisfaction (`pool_satisfaction.py`) moves with any usage below it: every heap anew
         rebuild = renumbered or self.state.tree.pool_satisfaction_used
-        self._requeue(step, fresh, changed_ops, total, removed_parents, rebuild=rebuild)
+        requeue(self.state, self.heaps, step, fresh, changed_ops, total, removed_parents, rebuild=rebuild)
         return True
 
     def _step_for(
@@ -227,7 +210,8 @@ class ChangedPublisher:
         elements = self.state.elements
         if respecced is not None:  # a tree derived from the last one with these specs new
             return sorted(
-                {element for spec in respecced if (element := elements[spec.id]).spec is not spec}, key=_index
+                {element for spec in respecced if (element := elements[spec.id]).spec is not spec},
+                key=element_index,
             )
         if ordered is None:
             ordered = [elements[element_id] for element_id in tree.order]
@@ -338,7 +322,7 @@ class ChangedPublisher:
                 u4 += c[4]
             pools[index].usage = [u0, u1, u2, u3, u4]
         if extra or not in_order:
-            ops = sorted({*ops, *extra}, key=_index)
+            ops = sorted({*ops, *extra}, key=element_index)
         return ops, runtime_changed
 
     def _configure_changed(self, step: PublishStep, changed_ops: list[_Element]) -> None:
@@ -371,377 +355,6 @@ class ChangedPublisher:
 
     # ------------------------------------------------------------------ pass 2: statuses and starvation
 
-    def _update_starvation_of(
-        self, step: PublishStep, fresh: list[_Element], rerun: list[_Element], now: float
-    ) -> list[_Element]:
-        """`priorities.update_priorities`' starvation rules for the elements whose status or clock can move: those
-        whose new spec gives another scheduling status, ``rerun`` (operations with a new runtime, added
-        elements), elements below their fair share whose deadline fell due (``now`` later than their
-        `StarvationState.due`) and operations below their fair share whose pending allocation count moved
-        (their timeouts follow it). The first publish of a step, one whose time went back or whose config is
-        another re-evaluates every element below its fair share. Returns the elements whose starvation status
-        changed.
-
-        Every other element would leave `StarvationState.advance` with every field as it is: the rules read
-        of an element its status (of the spec), parent, kind, settings (of the structure) and runtime, and,
-        below its fair share, the time only through `StarvationState.due` and the pending count; usage and
-        shares do not enter. So it is skipped: the result is the one of advancing every element."""
-        visit = self._starvation_visit(step, fresh, rerun, now)
-        moved = self._advance_starvation(step, visit, now)
-        due = step.due
-        if len(due) > 2 * len(step.deadlines) + 64:  # entries of re-evaluated or departed elements: compact
-            step.due = [entry for entry in due if step.deadlines.get(entry[2]) == entry[1]]
-            heapq.heapify(step.due)
-        states = self.state.starvation
-        if len(states) > len(self.state.elements):
-            for stale in set(states) - set(self.state.elements):
-                del states[stale]
-        return moved
-
-    def _starvation_visit(
-        self, step: PublishStep, fresh: list[_Element], rerun: list[_Element], now: float
-    ) -> set[_Element]:
-        """The elements whose starvation status or clock can move at ``now`` (see `_update_starvation_of`); the
-        step's clock moves to ``now`` (its deadlines start anew after a time going back or another config)."""
-        config = self.state.config
-        clock = step.clock
-        visit = set(rerun)
-        for element in fresh:
-            status = element.spec.scheduling_status
-            if status is element.status:  # the same member: the same status (the root's is normal either way)
-                continue
-            if type(status) is not SchedulingStatus:
-                status = SchedulingStatus(status)
-            if element.parent is None:
-                status = _NORMAL
-            if status is not element.status:
-                visit.add(element)
-        if clock is None or now < clock or config is not step.config:
-            visit.update(step.below)
-            step.due = []
-            step.deadlines = {}
-            step.pending = {}
-            step.config = config
-        else:
-            due = step.due
-            deadlines = step.deadlines
-            pop = heapq.heappop
-            while due and due[0][0] < now:
-                _, number, element = pop(due)
-                if deadlines.get(element) == number:
-                    del deadlines[element]
-                    visit.add(element)
-            self._pending_counts_moved(step, visit)
-        step.clock = now
-        return visit
-
-    def _advance_starvation(self, step: PublishStep, visit: set[_Element], now: float) -> list[_Element]:
-        """§c's starvation rules (`StarvationState.advance`) for the ``visit`` elements in tree order, with the
-        step's sets of elements below their fair share, deadlines and pending counts kept; returns the elements
-        whose starvation status changed."""
-        config = self.state.config
-        states = self.state.starvation
-        below = step.below
-        due = step.due
-        deadlines = step.deadlines
-        pending = step.pending
-        push = heapq.heappush
-        numbered = step.numbered
-        moved: list[_Element] = []
-        for element in sorted(visit, key=_index):
-            status = element.spec.scheduling_status
-            if type(status) is not SchedulingStatus:
-                status = SchedulingStatus(status)
-            parent = element.parent
-            if parent is None:
-                status = _NORMAL
-            element.status = status
-            element_id = element.id
-            state = states.get(element_id)
-            if state is None:
-                state = states[element_id] = StarvationState()
-            own = state.advance(element, status is not _NORMAL, now, config)
-            if element.starvation != own:
-                element.starvation = own
-                moved.append(element)
-            if status is _NORMAL:
-                below.discard(element)
-                deadlines.pop(element, None)
-                pending.pop(element, None)
-                continue
-            below.add(element)
-            deadline = state.due
-            if deadline < _INF:
-                numbered += 1
-                deadlines[element] = numbered
-                push(due, (deadline, numbered, element))
-            else:
-                deadlines.pop(element, None)
-            runtime = element.op
-            if element.is_op and runtime is not None:
-                pending[element] = runtime.controller.pending_allocation_count
-            else:
-                pending.pop(element, None)
-        step.numbered = numbered
-        return moved
-
-    def _pending_counts_moved(self, step: PublishStep, visit: set[_Element]) -> None:
-        """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
-        not the one their last evaluation read. Only operations whose controllers reported moved pending work
-        since the last incremental publish (``state.pending_moved``, `pooltree.strategy.watch`; `_requeue` empties
-        it) or cannot report (``state.pending_polled``) can be such."""
-        counts = step.pending
-        if not counts:
-            return
-        elements = self.state.elements
-        polled = self.state.pending_polled
-        for operation_id in self.state.pending_moved.union(polled) if polled else self.state.pending_moved:
-            element = elements.get(operation_id)
-            if element is None:
-                continue
-            count = counts.get(element)
-            if count is None:
-                continue
-            runtime = element.op
-            if runtime is None or runtime.controller.pending_allocation_count != count:
-                visit.add(element)
-
-    def _update_priorities_of(
-        self, step: PublishStep, moved: list[_Element], rerun: list[_Element], resort: bool
-    ) -> None:
-        """`priorities.update_priorities` for the operations whose preemption priority can have changed: those whose
-        starvation status ``moved``, those below a pool whose status moved (unless the scope is
-        ``operation_only``) and ``rerun`` (a new runtime or a new element). ``StrategyState.ops_by_priority`` is made anew
-        from ``step.priorities`` in tree order when some priority changed or ``resort`` (tree indices moved)."""
-        own_only = self.state.config.scheduling_preemption_priority_scope == "operation_only"
-        visit = set(rerun)
-        for element in moved:
-            if element.is_op:
-                visit.add(element)
-            elif not own_only:  # every operation below the pool
-                stack = list(element.children)
-                while stack:
-                    child = stack.pop()
-                    if child.is_op:
-                        visit.add(child)
-                    else:
-                        stack.extend(child.children)
-        priorities = step.priorities
-        severity: dict[_Element, int] = {}
-        changed = resort
-        for element in visit:
-            rank = STARVATION_RANK[element.starvation]
-            parent = element.parent
-            if not own_only and parent is not None:
-                above = _severity(parent, severity)
-                if above > rank:
-                    rank = above
-            priority = PRIORITY_OF_RANK[rank]
-            if element.op is not None:
-                element.op.preemption_priority = priority
-            if priorities.get(element) is not priority:
-                if rank:
-                    priorities[element] = priority
-                elif element in priorities:
-                    del priorities[element]
-                else:
-                    continue
-                changed = True
-        if changed:
-            by_priority: dict[PreemptionPriority, list[_Element]] = {
-                PreemptionPriority.NORMAL: [],
-                PreemptionPriority.AGGRESSIVE: [],
-            }
-            for element in sorted(priorities, key=_index):
-                by_priority[priorities[element]].append(element)
-            self.state.ops_by_priority = by_priority
-
-    # ------------------------------------------------------------------ pass 3: activity, counts, heaps
-
-    def _requeue(
-        self,
-        step: PublishStep,
-        fresh: list[_Element],
-        changed_ops: list[_Element],
-        total: tuple[float, ...],
-        removed_parents: list[_Element] | None = None,
-        rebuild: bool = False,
-    ) -> None:
-        """Satisfaction and activity of the changed operations, deactivation counts, and the heap entries of
-        every element whose key, activity or last start moved (as `_rebuild_heaps_same_structure` leaves them);
-        ``removed_parents``: pools that lost children (their entries are stale) re-read their best child too;
-        ``rebuild``: every heap made anew instead."""
-        visit = self._pending_crossed(changed_ops)
-        pools: list[tuple[int, _Element]] = []
-        queued: set[_Element] = set()
-        order = sorted(visit, key=_index) if len(visit) > len(changed_ops) else changed_ops
-        self._rekey_operations(step, order, total, rebuild, pools, queued)
-        for element in fresh:
-            if not element.is_op and element.use_fifo and element not in queued:
-                queued.add(element)
-                heapq.heappush(pools, (-element.index, element))
-        if rebuild:
-            elements = self.state.elements
-            _rebuild_heaps(
-                [elements[element_id] for element_id in self.state.tree.order],
-                total if self.state.tree.pool_satisfaction_used else None,
-            )
-            return
-        for parent in removed_parents or ():
-            if parent is not None and parent not in queued:
-                queued.add(parent)
-                heapq.heappush(pools, (-parent.index, parent))
-        fresh_fifo = {element for element in fresh if element.use_fifo}
-        # heartbeats push entries between publishes, and no rebuild drops the stale ones any more: compact
-        for pool in [pool for pool in step.pools if len(pool.heap) > 2 * len(pool.children) + 8]:
-            heap = [entry for entry in pool.heap if entry[3] == entry[4].version and entry[4].active]
-            heapq.heapify(heap)
-            pool.heap = heap
-        self._rekey_pools(pools, queued, fresh_fifo)
-
-    def _pending_crossed(self, changed_ops: list[_Element]) -> set[_Element]:
-        """``changed_ops`` and the operations whose pending count crossed zero since their activity was last set.
-
-        Only the operations whose controllers reported a change of their pending work since the last call
-        (``state.pending_moved``, `pooltree.strategy.watch`) and those that cannot report (``state.pending_polled``) can
-        be such, so only these are checked, not every operation."""
-        visit = set(changed_ops)
-        elements = self.state.elements
-        moved = self.state.pending_moved
-        polled = self.state.pending_polled
-        for operation_id in moved.union(polled) if polled else list(moved):
-            element = elements.get(operation_id)
-            if element is None or not element.is_op:
-                continue
-            runtime = element.op
-            if runtime is None:
-                continue
-            reason = element.inactive_reason
-            if reason is _NOT_SCHEDULABLE:
-                continue
-            if (runtime.controller.pending_allocation_count <= 0) is not (reason is _NO_DEMAND):
-                visit.add(element)
-        moved.clear()
-        return visit
-
-    def _rekey_operations(
-        self,
-        step: PublishStep,
-        order: list[_Element],
-        total: tuple[float, ...],
-        rebuild: bool,
-        pools: list[tuple[int, _Element]],
-        queued: set[_Element],
-    ) -> None:
-        """The operations of ``order`` (tree order): satisfaction, activity (§e.2), deactivation counts and heap
-        entries (none with ``rebuild``); their parents are queued in ``pools`` (deepest first)."""
-        step.serial += 1
-        serial = step.serial
-        counted = step.counted
-        activity = self.heaps.op_activity
-        if len(order) >= _BULK_SATISFACTION:
-            # in bulk, bit for bit the per-element floats (`satisfaction_ratios`); the memo is not consulted
-            # (a pure function of its key) and is forgotten, so no key tuple is made per element
-            sats = satisfaction_ratios(
-                [element.usage for element in order],
-                [element.fair_share for element in order],
-                [element.blocked for element in order],
-                total,
-            )
-            for element in order:
-                element.sat_for = None
-        else:
-            sats = [memoised_satisfaction(element, total) for element in order]
-        push = heapq.heappush
-        for element, sat in zip(order, sats, strict=True):
-            element.sat = sat
-            reason = activity(element)
-            element.inactive_reason = reason
-            element.active = reason is None
-            element.version += 1
-            parent = element.parent
-            assert parent is not None
-            if rebuild:
-                pass  # every heap is made anew by the caller
-            elif reason is None:  # `BestLeaf.push`
-                start = element.last_start
-                element.keyed_start = start
-                key = element.fifo_key if element.use_fifo else sat
-                push(parent.heap, (key, start, element.index, element.version, element))
-            else:
-                element.keyed_start = 0
-            entry = counted.pop(element, None)
-            if entry is not None and entry[2] < serial:  # counted up to the previous publish
-                entry[0].deactivation_reasons[entry[1]] += serial - entry[2]
-            if reason in COUNTED_REASONS and element.op is not None:
-                counted[element] = (element.op, reason.value, serial)
-            if parent not in queued:
-                queued.add(parent)
-                push(pools, (-parent.index, parent))
-
-    def _rekey_pools(
-        self, pools: list[tuple[int, _Element]], queued: set[_Element], fresh_fifo: set[_Element]
-    ) -> None:
-        """The queued pools, deepest first: each re-reads its best child and, when its activity, satisfaction or
-        last start moved (or it is a new FIFO pool), re-keys itself in its parent and queues the parent."""
-        while pools:
-            _, pool = heapq.heappop(pools)
-            best = self.heaps.peek(pool, None)
-            active = best is not None
-            sat = best.sat if best is not None else INFINITE_SATISFACTION_RATIO
-            parent = pool.parent
-            if (
-                active == pool.active
-                and sat == pool.sat
-                and (not active or parent is None or pool.keyed_start == pool.last_start)
-                and pool not in fresh_fifo
-            ):
-                if not active:
-                    pool.keyed_start = 0
-                continue
-            pool.active = active
-            pool.sat = sat
-            pool.version += 1
-            if parent is None:
-                continue
-            if active:
-                self.heaps.push(parent, pool)
-            else:
-                pool.keyed_start = 0
-            if parent not in queued:
-                queued.add(parent)
-                heapq.heappush(pools, (-parent.index, parent))
-
-
-_BULK_SATISFACTION = 64
-"""From this many operations re-keyed in one publish on, their satisfactions are computed in bulk."""
-
-
-def _rebuild_heaps(ordered: list[_Element], total: tuple[float, ...] | None = None) -> None:
-    """Every pool's heap made anew from its children's current keys (the pool branch of
-    `_rebuild_heaps_same_structure`), children before their parents (``total``: see `remake_pool_heap`)."""
-    for element in reversed(ordered):
-        if not element.is_op:
-            remake_pool_heap(element, True, total)
-
-
-def _index(element: _Element) -> int:
-    return element.index
-
-
-def _severity(pool: _Element, known: dict[_Element, int]) -> int:
-    """The most severe starvation rank among ``pool`` and its ancestors (memoised in ``known``)."""
-    rank = known.get(pool)
-    if rank is None:
-        rank = STARVATION_RANK[pool.starvation]
-        parent = pool.parent
-        if parent is not None:
-            above = _severity(parent, known)
-            if above > rank:
-                rank = above
-        known[pool] = rank
-    return rank
-
 
 def _all_given(elements: Any) -> bool:
     """Whether every element's spec gives its scheduling status and demand share (the incremental path's
@@ -750,22 +363,3 @@ def _all_given(elements: Any) -> bool:
         element.spec.scheduling_status is not None and element.spec.demand_share is not None
         for element in elements
     )
-
-
-def memoised_satisfaction(element: _Element, total: tuple[float, ...]) -> float:
-    """An operation's satisfaction at publish, memoised on (usage, fair share, blocked, total)."""
-    usage = element.usage
-    fair_share = element.fair_share
-    blocked = element.blocked
-    key = (tuple(usage), fair_share, blocked, total)
-    if key == element.sat_for:
-        sat: float = element.sat_memo
-        return sat
-    sat = local_satisfaction_ratio(
-        [u / t if t > 0 else 0.0 for u, t in zip(usage, total, strict=True)],
-        fair_share,
-        blocked,
-    )
-    element.sat_for = key
-    element.sat_memo = sat
-    return sat

@@ -16,11 +16,12 @@ import numpy as np
 from pooltree.fairshare.status import is_below_fair_share
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
-from pooltree.strategy.changes import ChangedPublisher, memoised_satisfaction
+from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.elements import (
     _Element,
     _floats,
 )
+from pooltree.strategy.heap_changes import memoised_satisfaction
 from pooltree.strategy.limits_tolerance import tolerance_floats
 from pooltree.strategy.model import (
     DeactivationReason,

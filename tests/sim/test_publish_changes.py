@@ -30,7 +30,7 @@ from pooltree.strategy import (
     StrategyConfig,
     TreeScheduler,
 )
-from pooltree.strategy import changes as changes_module
+from pooltree.strategy import heap_changes as heap_changes_module
 from pooltree.strategy import order as order_module
 from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.core import SchedulerCore
@@ -122,7 +122,7 @@ def _states(document: dict[str, Any], monkeypatch: Any, incremental: bool) -> tu
         patch.setattr(ChangedPublisher, "publish_changes", switched)
         # every re-keyed operation's satisfaction through the bulk path (`satisfaction_ratios`), which a tree of
         # this size would otherwise reach only in busy publishes; the direct test below keeps the per-element one
-        patch.setattr(changes_module, "_BULK_SATISFACTION", 1)
+        patch.setattr(heap_changes_module, "_BULK_SATISFACTION", 1)
         Simulation(parse_scenario(copy.deepcopy(document), source="test")).run()
     return states, used[0]
 

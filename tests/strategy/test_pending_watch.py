@@ -1,5 +1,5 @@
 """Controllers notify their watchers when their pending work moves (`pooltree.strategy.watch`), and the
-incremental publish's activity check (`ChangedPublisher._requeue`) visits only the notified operations (and those
+incremental publish's activity check (`heap_changes.requeue`) visits only the notified operations (and those
 whose controllers cannot notify) instead of polling every operation's pending count.
 
 The seeded runs change pending work behind the strategy's back (not through a heartbeat) and compare, after every
