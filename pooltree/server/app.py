@@ -90,10 +90,13 @@ MUTATION_PRUNE_PERIOD = 60.0
 
 
 COMMAND_THREADS = 2
-"""Commands (those not answered on the event loop) that run on worker threads at once; the others wait their turn
-in order. Every runnable thread competes for the GIL with the event loop, which answers cached reads itself: with
-dozens of commands in threads at once the loop waited dozens of switch intervals for its turn. Heartbeats and
-fair-share updates have threads of their own (Starlette's pool). ``POOLTREE_COMMAND_THREADS`` overrides it."""
+"""Commands (those not answered on the event loop) that run on worker threads at once, for reads and for changes
+each (two queues): the others wait their turn in order. Every runnable thread competes for the GIL with the event
+loop, which answers cached reads itself: with dozens of commands in threads at once the loop waited dozens of
+switch intervals for its turn. Reads have their own threads so that they never queue behind changes waiting for
+the scheduling lock (a start blocks on it while a fair-share update or heartbeats hold it; ``list_operations`` and
+stored operations need no lock). Heartbeats and fair-share updates have threads of their own (Starlette's pool).
+``POOLTREE_COMMAND_THREADS`` overrides it."""
 
 
 def command_threads() -> int:
@@ -468,8 +471,9 @@ class YtApi:
         self.host = host
         self.clock = clock
         self._last_prune = float("-inf")
-        self._limiter: anyio.CapacityLimiter | None = None
-        """Worker threads commands run on at once (made on the event loop at the first command)."""
+        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
+        """Worker threads commands run on at once, for reads (False) and for changes (True): made on the event loop
+        at the first command of each kind."""
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         return error_response(error, request_id, self.host, self.clock())
@@ -563,10 +567,11 @@ class YtApi:
                 return self._output(descriptor, result, params, request_id)
         # one trip to a worker thread: each hand-over costs a wake-up and a GIL switch, several per request
         # added up to much of a cheap command's time under load
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(command_threads())
+        limiter = self._limiters.get(descriptor.is_volatile)
+        if limiter is None:
+            limiter = self._limiters[descriptor.is_volatile] = anyio.CapacityLimiter(command_threads())
         answer = await anyio.to_thread.run_sync(
-            functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=self._limiter
+            functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=limiter
         )
         if isinstance(answer, Deferred):  # waited for here, on the loop: no command thread is held
             with contextlib.suppress(TimeoutError):
