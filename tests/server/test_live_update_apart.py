@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from pooltree.node import wire
+from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler, updates
-from tests.server.test_live_update_in_parts import WAIT, _busy, _Node
+from tests.server.test_live_update_in_parts import LIMITS, WAIT, _busy, _Node
 
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 40, "cpu_limit": 1}}}
 
@@ -98,6 +99,10 @@ def test_an_update_whose_tree_changed_meanwhile_is_read_and_computed_again(pause
     operation_id = live.start_operation("vanilla", SPEC, "alice", 10.05).id
     assert operation_id in core.pool_tree.operations and core.pool_tree.operations[operation_id].running
     assert "default" in live.updates.stale_trees  # left stale: the computation owns the tree's caches
+    # heartbeats stay on the event loop's path meanwhile (they would go to threads to publish a stale tree)
+    assert not live.heartbeats.publishing
+    heartbeat = parse_heartbeat({"node_address": "n0", "resource_limits": LIMITS, "running_jobs": []})
+    assert live.try_process_heartbeat(heartbeat, 10.06) is not None
     assert core.strategy.last_update_time != 10.0
     pause.finish()
     assert pause.computations == 2 and live.updates.computes_overtaken == 1

@@ -108,7 +108,7 @@ class LiveJobs:
         if not scheduler.lock.try_enter():
             return None
         try:
-            if scheduler.updates.stale_trees:
+            if scheduler.updates.waiting:
                 return None
             return self._locked_heartbeat(heartbeat, now, throttled)
         finally:
@@ -117,7 +117,7 @@ class LiveJobs:
     @property
     def publishing(self) -> bool:
         """Whether a heartbeat would publish a stale tree first (read without the lock: a hint)."""
-        return bool(self.scheduler.updates.stale_trees)
+        return self.scheduler.updates.waiting
 
     def _locked_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, throttled: bool

@@ -57,6 +57,13 @@ class FairShareUpdates:
         self.computes_overtaken = 0
         """Updates computed outside the lock and not published because the tree changed meanwhile."""
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a stale tree waits for the next heartbeat or command to publish it (`refresh_stale_trees`): not
+        one whose update is being computed apart, which that update publishes (read without the lock: a hint)."""
+        stale = self.stale_trees
+        return bool(stale) and not stale <= self.computing
+
     def refresh_stale_trees(self, now: float) -> None:
         """Publish the trees where operations were activated (another one finished, a limit was raised) now
         instead of at the next periodic update: the strategy only schedules operations of a published tree, so
