@@ -21,6 +21,7 @@ from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.update_steps import compute_update
 from tests.sim.test_publish_changes import BUSY_SEEDS, TWO_SIMULATIONS, _state
 from tests.sim.test_sim_engine import mixed_document
+from tests.sim.test_update_in_parts import run_patched
 
 _COMPUTE = ThreadPoolExecutor(1, thread_name_prefix="apart")
 
@@ -51,12 +52,7 @@ def _run(document: dict[str, Any], monkeypatch: Any, apart: bool) -> tuple[list[
         states.append(_state(self.strategy))
         return result
 
-    with monkeypatch.context() as patch:
-        patch.setattr(SchedulerCore, "update_fair_share", updated)
-        result = Simulation(parse_scenario(copy.deepcopy(document), source="test")).run()
-    summary = copy.deepcopy(result.summary)
-    del summary["global"]["wall_time"]  # how long the run took
-    return states, [summary, result.operation_rows, result.preemptions_by_reason]
+    return states, run_patched(document, monkeypatch, updated)
 
 
 @TWO_SIMULATIONS

@@ -36,12 +36,18 @@ def _run(document: dict[str, Any], monkeypatch: Any, in_parts: bool) -> tuple[li
         states.append(_state(self.strategy))
         return result
 
+    return states, run_patched(document, monkeypatch, updated), cut[0]
+
+
+def run_patched(document: dict[str, Any], monkeypatch: Any, updated: Any) -> list[Any]:
+    """The simulation of ``document`` with ``updated`` as ``SchedulerCore.update_fair_share``: its summary (but
+    the wall time), operation rows and preemptions (also `test_update_apart.py`)."""
     with monkeypatch.context() as patch:
         patch.setattr(SchedulerCore, "update_fair_share", updated)
         result = Simulation(parse_scenario(copy.deepcopy(document), source="test")).run()
     summary = copy.deepcopy(result.summary)
     del summary["global"]["wall_time"]  # how long the run took
-    return states, [summary, result.operation_rows, result.preemptions_by_reason], cut[0]
+    return [summary, result.operation_rows, result.preemptions_by_reason]
 
 
 @TWO_SIMULATIONS
