@@ -156,7 +156,13 @@ def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
         "pooltree_scheduler_lock_hold_max_seconds", "Longest single hold of the scheduling lock so far"
     )
     longest.add_metric([], lock.hold_max)
-    yield from (histogram, longest)
+    overtaken = CounterMetricFamily(
+        "pooltree_scheduler_fair_share_computes_overtaken",
+        "Fair-share updates computed outside the scheduling lock and computed again because their tree changed "
+        "meanwhile (live/updates.py publish_computed_apart)",
+    )
+    overtaken.add_metric([], float(scheduler.updates.computes_overtaken))
+    yield from (histogram, longest, overtaken)
 
 
 def _starving(status: object) -> float:

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from pooltree.node import wire
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler, updates
+from pooltree.server.metrics import make_registry
 from tests.server.test_live_update_in_parts import LIMITS, WAIT, _busy, _Node
 
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 40, "cpu_limit": 1}}}
@@ -109,3 +111,5 @@ def test_an_update_whose_tree_changed_meanwhile_is_read_and_computed_again(pause
     assert core.strategy.last_update_time == 10.0
     assert operation_id in core.last_result.elements  # the second computation read it
     assert "default" not in live.updates.stale_trees
+    text = generate_latest(make_registry(live)).decode()
+    assert "pooltree_scheduler_fair_share_computes_overtaken_total 1.0" in text
