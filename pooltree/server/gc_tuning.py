@@ -20,6 +20,12 @@ by reference counting, i.e. nearly all, are freed as before). ``POOLTREE_GC_TUNI
 the tuning off (for comparisons, see bench/live_queue.py); the pauses are measured either way and exported in
 ``GET /metrics`` as ``pooltree_gc_pause_seconds`` / ``pooltree_gc_pause_max_seconds`` by generation and
 ``pooltree_gc_frozen_objects``.
+
+``pooltree_gc_frozen_objects`` is counted at most once per ``FROZEN_RECOUNT_SECONDS`` and kept between: CPython
+counts the permanent generation by walking it with the GIL held (~50 ms per million objects), and frozen objects
+freed by reference counting leave it at any time, so no cheaper exact count exists. Counting at every scrape
+stalled every request for that long (3% of a loaded scheduler's CPU in ``bench/live_nodes.py``, which reads
+``/metrics`` a few times per phase).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
@@ -35,21 +41,35 @@ from prometheus_client.registry import Collector
 
 from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled
 
-__all__ = ["ENVIRONMENT", "GC", "THRESHOLDS", "GcCollector", "GcTuning", "tuning_enabled"]
+__all__ = [
+    "ENVIRONMENT",
+    "FROZEN_RECOUNT_SECONDS",
+    "GC",
+    "THRESHOLDS",
+    "GcCollector",
+    "GcTuning",
+    "tuning_enabled",
+]
+
+FROZEN_RECOUNT_SECONDS = 60.0
+"""How old the frozen-objects gauge may be before a scrape counts again (the count walks the whole generation)."""
 
 
 class GcTuning:
     """Pause accounting (a ``gc.callbacks`` hook) and the service's hold on the freezing policy
     (``pooltree.gc_policy.POLICY``, frozen at each ``tick``); the gc is per process, so is this."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.lock = threading.Lock()
+        self.clock = clock
         # generation -> [count, total seconds, longest seconds]
         self.pauses: dict[int, list[float]] = {0: [0, 0.0, 0.0], 1: [0, 0.0, 0.0], 2: [0, 0.0, 0.0]}
         self.tuned = False
         self._began: float | None = None
         self._installed = 0
         self._settling = False
+        self._frozen: tuple[float, int] | None = None
+        """(when counted, by ``clock``; the count) of the last walk of the permanent generation."""
 
     @property
     def freezes(self) -> int:
@@ -90,6 +110,7 @@ class GcTuning:
         if self.tuned:
             POLICY.release(at_collection=False)  # the last holder unfreezes and restores the thresholds
             self.tuned = False
+            self._frozen = None
 
     # ------------------------------------------------------------------ tuning
 
@@ -112,12 +133,23 @@ class GcTuning:
 
     # ------------------------------------------------------------------ metrics
 
+    def frozen_objects(self) -> int:
+        """The permanent generation's size, counted again only once the last count is ``FROZEN_RECOUNT_SECONDS``
+        old (or the tuning was undone since)."""
+        now = self.clock()
+        kept = self._frozen
+        if kept is not None and now - kept[0] < FROZEN_RECOUNT_SECONDS:
+            return kept[1]
+        count = gc.get_freeze_count()
+        self._frozen = (now, count)
+        return count
+
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             pauses = {generation: tuple(entry) for generation, entry in self.pauses.items()}
         return {
             "pauses": pauses,
-            "frozen": gc.get_freeze_count(),
+            "frozen": self.frozen_objects(),
             "freezes": self.freezes,
             "tuned": self.tuned,
         }

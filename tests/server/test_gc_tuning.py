@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pooltree.errors import ConfigError
-from pooltree.server.gc_tuning import GC, THRESHOLDS, tuning_enabled
+from pooltree.server.gc_tuning import FROZEN_RECOUNT_SECONDS, GC, THRESHOLDS, GcTuning, tuning_enabled
 from pooltree.server.metrics import render
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
@@ -80,3 +80,25 @@ def test_environment_switch_is_checked() -> None:
     assert tuning_enabled({"POOLTREE_GC_TUNING": "0"}) is False
     with pytest.raises(ConfigError, match="POOLTREE_GC_TUNING"):
         tuning_enabled({"POOLTREE_GC_TUNING": "yes"})
+
+
+def test_frozen_objects_are_counted_at_most_once_per_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counting the permanent generation walks it with the GIL held: scrapes within FROZEN_RECOUNT_SECONDS of the
+    last count are answered from it (every scrape walked it before)."""
+    now = [100.0]
+    tuning = GcTuning(clock=lambda: now[0])
+    counts: list[int] = []
+    sizes = iter([7, 9])
+
+    def counted() -> int:
+        counts.append(1)
+        return next(sizes)
+
+    monkeypatch.setattr(gc, "get_freeze_count", counted)
+    assert tuning.snapshot()["frozen"] == 7
+    now[0] += FROZEN_RECOUNT_SECONDS - 1
+    assert tuning.snapshot()["frozen"] == 7
+    assert len(counts) == 1
+    now[0] += 1
+    assert tuning.snapshot()["frozen"] == 9
+    assert len(counts) == 2
