@@ -138,6 +138,9 @@ class SeedRun:
     """Where the hand-over stopped when its CPU deadline passed (inf: at the horizon)."""
     simulation: Simulation | None = None
     """The stopped simulation, kept while hand-overs continue it."""
+    gave_up: bool = False
+    """The simulator stopped it as soon as it could not reach the horizon within its share (`_GiveUp`, with
+    ``max_seeds``): its hand-overs share only what it simulated by then."""
     stopped: StoppedRun | None = None
     """The stopped simulation read once for its hand-overs, with its pool trees pickled when it stopped (each
     hand-over unregisters operations in its own copy)."""
@@ -151,6 +154,34 @@ SUMMARY_SHARE = 0.12
 """Share of ``cpu_budget`` kept for what comes after the runs: summing them up per operation (~0.1 s at 2,200
 operations and 4 runs) and the one garbage collection of what the forecast made (`_collected_once`, ~0.4 s
 there). The runs' deadlines used to reach the budget's end, and a refresh took that much more than its budget."""
+
+
+@dataclass
+class _GiveUp:
+    """Whether a simulation can still reach ``horizon`` within its deadline, asked at each of its checks: not when
+    its first check comes after the deadline (its setup alone took the share: 0.9 s at 1,000 nodes and 2,200
+    operations), nor when its cost per simulated second since its first check, carried to the horizon, is more
+    than `GIVE_UP_OVER` times the CPU left (the first seconds, with every queued job starting, cost more per
+    second than later ones: the margin keeps a run that would get there, such as the seeds' project example's,
+    simulating). Where it will not reach the horizon anyway, what it simulates further is shared by every
+    hand-over of it, and they agree where the cluster need not (see "More runs")."""
+
+    horizon: float
+    first: tuple[float, float] | None = None
+    """(simulated seconds, CPU clock) at the first check."""
+
+    def cannot_reach(self, now: float, clock: float, deadline: float) -> bool:
+        if self.first is None:
+            self.first = (now, clock)
+            return clock > deadline
+        since, cpu = self.first
+        if now <= since:
+            return False
+        rate = (clock - cpu) / (now - since)
+        return rate * (self.horizon - now) > GIVE_UP_OVER * (deadline - clock)
+
+
+GIVE_UP_OVER = 4.0
 
 
 class _AllStarted(Exception):
@@ -208,10 +239,12 @@ def run_seed(
     starts_of: Iterable[str] | None = None,
     deadline: float | None = None,
     arrivals: Sequence[SimOperation] = (),
+    give_up: bool = False,
 ) -> SeedRun:
-    """One run of the fork with ``seed`` (and ``arrivals``, its draw of submissions to come); with ``starts_of`` it stops once each of those operations started (their
-    finishes, and everything after, are then not known); with ``deadline`` (``time.process_time()``) it stops when
-    that moment passed."""
+    """One run of the fork with ``seed`` (and ``arrivals``, its draw of submissions to come); with ``starts_of`` it
+    stops once each of those operations started (their finishes, and everything after, are then not known); with
+    ``deadline`` (``time.process_time()``) it stops when that moment passed; with ``give_up`` also as soon as it
+    cannot reach the horizon by then (`_GiveUp`; ``SeedRun.gave_up``)."""
     scenario = fork(
         state,
         seed,
@@ -240,11 +273,18 @@ def run_seed(
     watch = set(starts_of) if starts_of is not None else None
     checked = watch is not None or deadline is not None
 
-    def check(*_: Any) -> None:
+    hopeless = _GiveUp(settings.horizon) if give_up and deadline is not None else None
+
+    def check(now: float, _horizon: float, done: int, total: int) -> None:
         if watch is not None and watch.issubset(first_start):
             raise _AllStarted
-        if deadline is not None and time.process_time() > deadline:
-            raise _OutOfBudget
+        if deadline is not None:
+            clock = time.process_time()
+            if hopeless is not None and done < total and hopeless.cannot_reach(now, clock, deadline):
+                run.gave_up = True
+                raise _OutOfBudget
+            if clock > deadline:
+                raise _OutOfBudget
 
     simulation = Simulation(
         scenario,
@@ -527,7 +567,7 @@ def _runs(
         if (
             last is None
             or last.simulation is None
-            or (share >= last_cost and budget - spent - last_cost >= hand_overs)
+            or (not last.gave_up and share >= last_cost and budget - spent - last_cost >= hand_overs)
         ):
             if last is not None and last.simulation is not None:
                 _let_go(last, collect)
@@ -572,7 +612,8 @@ def _simulated(
     arrivals: Arrivals,
     deadline: float | None,
 ) -> SeedRun:
-    """`run_seed` with ``seed``'s own draw of submissions to come."""
+    """`run_seed` with ``seed``'s own draw of submissions to come; with more runs wanted (``max_seeds``) it gives
+    up as soon as it cannot reach the horizon by ``deadline`` (`_GiveUp`)."""
     return run_seed(
         state,
         seed,
@@ -582,6 +623,7 @@ def _simulated(
         starts_of=starts_of,
         deadline=deadline,
         arrivals=arrivals.draw(seed, settings.horizon),
+        give_up=settings.most_seeds > settings.seeds,
     )
 
 
@@ -607,6 +649,8 @@ def _more_runs(
         if spent.end - clock < 2.0 * spent.run:
             return
         stopped = spent.last is not None and spent.last.simulation is not None
+        if base is None and stopped and spent.last is not None and spent.last.gave_up:
+            base = spent.last  # it gave up early: its hand-overs are nearly independent already
         if base is None and stopped:
             if spent.end - clock < spent.simulation + 2.0 * spent.run:
                 return
