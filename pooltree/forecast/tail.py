@@ -280,56 +280,64 @@ class _HandOver:
 
     def start_jobs(self, tree: _Tree, op: _TailOp, at: float, most: float = math.inf) -> int:
         """Start ``op``'s next jobs at ``at`` one by one while they fit the tree's free capacity, at most
-        ``most``; how many started. The checks and the counting are written out here, not called: this runs
-        for every job the hand-over starts, and once more for the job that does not fit."""
+        ``most``; how many started. The checks and the counting are written out here, not called, and the
+        counters that nothing reads meanwhile are summed up once at the end: this runs for every job the
+        hand-over starts, and once more for the job that does not fit."""
         started = 0
         free = tree.free
         heap = self.heap
+        push = heapq.heappush
         gauss = self.rng.gauss
-        while started < most:
+        exp = math.exp
+        serial = self.serial
+        jobs = op.jobs
+        full = False
+        while started < most and not full:
             for entry in op.pending:
                 if entry[1] > 0:
                     break
             else:
-                return started
+                break
             task = entry[0]
             if task.duration is None:
-                return started
+                break
             found = self.tasks.get(id(task))
             if found is None:
                 found = self.tasks[id(task)] = (self.shape(task), self.sampler(op, task))
             resources, drawn = found
             amounts = resources.amounts
-            for index, amount in amounts:
-                if amount > free[index] + EPSILON:
-                    return started
             lognormal = type(drawn) is tuple
-            held = op.held
-            jobs = op.jobs
+            if lognormal:
+                median, sigma = drawn
+            begun = started
             while started < most and entry[1] > 0:  # the same task's jobs, while they fit
-                if started:
-                    for index, amount in amounts:
-                        if amount > free[index] + EPSILON:
-                            return started
-                entry[1] -= 1
-                op.left -= 1
+                for index, amount in amounts:
+                    if amount > free[index] + EPSILON:
+                        full = True
+                        break
+                if full:
+                    break
                 for index, amount in amounts:
                     free[index] -= amount
-                op.running += 1
-                self.started_jobs += 1
+                entry[1] -= 1
                 started += 1
-                if not op.started:
-                    op.started = True
-                    self.on_start(op.id, at)
-                self.serial += 1
-                jobs[self.serial] = (resources, task)
-                held[resources] += 1
+                serial += 1
+                jobs[serial] = (resources, task)
                 if lognormal:
-                    median, sigma = drawn
-                    run_time = median * math.exp(sigma * gauss(0.0, 1.0))
+                    run_time = median * exp(sigma * gauss(0.0, 1.0))
                 else:
                     run_time = drawn.sample(self.rng)
-                heapq.heappush(heap, (at + run_time, self.serial, tree, op, resources))
+                push(heap, (at + run_time, serial, tree, op, resources))
+            if started > begun:
+                op.held[resources] += started - begun
+        if started:
+            self.serial = serial
+            op.left -= started
+            op.running += started
+            self.started_jobs += started
+            if not op.started:
+                op.started = True
+                self.on_start(op.id, at)
         return started
 
     def preempt_for(self, tree: _Tree, op: _TailOp, at: float) -> None:
