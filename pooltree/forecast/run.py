@@ -19,13 +19,16 @@ count as "after the horizon" in every run, so runs that got further do not bias 
 **More runs** (``max_seeds``). The ranges are a statement about one more run from a handful of them (`ranges`); with
 4 runs the waits' spread is known poorly and the prediction interval is wide, with 16-32 it is close to the
 model's own quantiles. Under a budget left over after the ``seeds`` runs, more seeds run, up to ``max_seeds``,
-while the budget left pays one more as dear as the dearest twice over. Hand-overs of one stopped simulation
-share what it simulated (every start within its simulated part is the same in all of them): a dozen hand-overs
-of a simulation that got 30 s in put every operation starting in those 30 s at one time, and the range there
-collapsed (200-node back-test, 4 runs + up to 28 such hand-overs: 77.3% inside against 78.0% with 4 runs). The
-further runs are therefore hand-overs of one more simulation stopped at its first check (one fair-share period
-in), nearly independent of each other (79.7% inside, median error 289 -> 242 s). A further run that covers less
-than the others is left out.
+while the budget left pays one more as dear as the dearest `MORE_RUN_MARGIN` times over (each further run leaves
+`MORE_RUN_SHARE` of the budget for its summing up). Hand-overs of one stopped simulation share what it simulated
+(every start within its simulated part is the same in all of them): a dozen hand-overs of a simulation that got
+30 s in put every operation starting in those 30 s at one time, and the range there collapsed (200-node
+back-test, 4 runs + up to 28 such hand-overs: 77.3% inside against 78.0% with 4 runs). So with more runs wanted a
+simulation gives up as soon as it cannot reach the horizon within its share (`_GiveUp`: at its first check when
+its setup alone took the share, as at 1,000 nodes), and every run, the ``seeds`` ones too, is a hand-over of it:
+they share one fair-share period or a few, and are nearly independent. A simulation that got further before the
+budget stopped it (one that looked as if it would reach the horizon) is replaced for the further runs by one more
+simulation stopped at its first check. A further run that covers less than the others is left out.
 
 **Finishes past the simulated part.** An operation whose every remaining job is running when a run stops (no job
 pending, no gang) finishes in that run when its last running job ends: the end each job drew when it started. This
@@ -602,6 +605,15 @@ def _runs(
     return runs
 
 
+MORE_RUN_MARGIN = 1.5
+"""A further run starts only while the budget left pays this many of the dearest run so far (a run the budget
+then stops short is left out: its CPU would be spent for nothing)."""
+MORE_RUN_SHARE = 0.004
+"""Share of ``cpu_budget`` each further run leaves for what follows the runs: summing it up (each operation's
+ranges over one more run) and collecting its garbage (at 1,000 nodes and 2,200 operations about 0.015 s per run;
+`SUMMARY_SHARE` pays the ``seeds`` runs'). Without it, 23-32 runs took up to 5.13 s of a 5 s budget."""
+
+
 def _simulated(
     state: ClusterState,
     seed: int,
@@ -637,22 +649,25 @@ def _more_runs(
     spent: _Spent,
 ) -> Iterator[SeedRun]:
     """Seeds after the ``seeds`` runs, up to ``max_seeds``, while the budget left pays one more as dear as the
-    dearest so far twice over (`_Spent`). When the budget stopped the simulator, the further runs are hand-overs
-    of one more simulation stopped at its first check: the hand-overs of one stopped simulation share what it
-    simulated (an operation it started has that start in every one of them), so a dozen hand-overs of a run that
-    got 30 s in would agree on every start within those 30 s, and the range would be too narrow there. When no run
-    stopped, each further run is simulated whole. A run that did not cover what every run before it covered is
-    left out (it would shorten the forecast's horizon for all)."""
+    dearest so far `MORE_RUN_MARGIN` times over (`_Spent`). When the budget stopped the simulator, the further runs
+    are hand-overs of the simulation that gave up early (`_GiveUp`), else of one more simulation stopped at its
+    first check: the hand-overs of one stopped simulation share what it simulated (an operation it started has
+    that start in every one of them), so a dozen hand-overs of a run that got 30 s in would agree on every start
+    within those 30 s, and the range would be too narrow there. When no run stopped, each further run is simulated
+    whole. A run that did not cover what every run before it covered is left out (it would shorten the forecast's
+    horizon for all)."""
     base: SeedRun | None = None
     for seed in range(settings.first_seed + settings.seeds, settings.first_seed + settings.most_seeds):
         clock = time.process_time()
-        if spent.end - clock < 2.0 * spent.run:
+        # each further run is summed up and collected after the runs too: the end moves back by its share
+        spent.end -= settings.cpu_budget * MORE_RUN_SHARE if settings.cpu_budget is not None else 0.0
+        if spent.end - clock < MORE_RUN_MARGIN * spent.run:
             return
         stopped = spent.last is not None and spent.last.simulation is not None
         if base is None and stopped and spent.last is not None and spent.last.gave_up:
             base = spent.last  # it gave up early: its hand-overs are nearly independent already
         if base is None and stopped:
-            if spent.end - clock < spent.simulation + 2.0 * spent.run:
+            if spent.end - clock < spent.simulation + MORE_RUN_MARGIN * spent.run:
                 return
             assert spent.last is not None
             _let_go(spent.last, spent.collect)

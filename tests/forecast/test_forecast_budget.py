@@ -331,19 +331,46 @@ def test_a_budget_left_over_pays_more_runs_up_to_max_seeds():
     budget exactly ``seeds`` run."""
     more = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0, cpu_budget=30.0, max_seeds=6))
     assert more.seeds == 6 and more.horizon == 900.0
+    assert more.simulated == 900.0  # a run that reaches the horizon within its share does not give up
     plain = forecast(project_state(), ForecastSettings(seeds=2, horizon=900.0, max_seeds=6))
     assert plain.seeds == 2
     with pytest.raises(ConfigError, match="max_seeds"):
         ForecastSettings(seeds=4, max_seeds=3)
 
 
-def test_more_runs_are_hand_overs_of_the_stopped_simulation():
-    """The simulator stopped at once (a tiny share): the runs after ``seeds`` are more hand-overs of it, and the
-    forecast still reaches the horizon."""
+def test_more_runs_are_hand_overs_of_the_stopped_simulation(monkeypatch: pytest.MonkeyPatch):
+    """The simulator's share is spent before its first check (a tiny share): with more runs wanted it gives up
+    there, and every run, the ``seeds`` ones too, is a hand-over of that one simulation (they share only its first
+    fair-share period); the forecast still reaches the horizon."""
+    simulations: list[int] = []
+    real = run_module._simulated
+
+    def counted(state: Any, seed: int, *rest: Any) -> Any:
+        simulations.append(seed)
+        return real(state, seed, *rest)
+
+    monkeypatch.setattr(run_module, "_simulated", counted)
     settings = ForecastSettings(seeds=2, horizon=1800.0, cpu_budget=5.0, simulation_share=0.005, max_seeds=5)
     found = forecast(project_state(), settings)
-    assert found.simulated is not None and found.simulated < 1800.0
+    assert simulations == [0]
+    assert found.simulated is not None and found.simulated <= 2.0
     assert found.seeds == 5 and found.horizon == 1800.0
+
+
+def test_a_simulation_gives_up_when_it_cannot_reach_the_horizon():
+    """At its first check a simulation gives up only if its deadline passed (its setup took its share); later,
+    when its cost per simulated second since that check, carried to the horizon, is more than `GIVE_UP_OVER`
+    times the CPU left."""
+    late = run_module._GiveUp(3600.0)
+    assert late.cannot_reach(1.0, 12.5, 12.0)
+    slow = run_module._GiveUp(3600.0)
+    assert not slow.cannot_reach(1.0, 10.0, 12.0)
+    assert not slow.cannot_reach(1.0, 10.05, 12.0)  # no simulated time since the first check: no rate yet
+    assert slow.cannot_reach(2.0, 10.1, 12.0)  # 0.1 s per simulated second: 360 s to go, 1.9 s left
+    cheap = run_module._GiveUp(3600.0)
+    assert not cheap.cannot_reach(1.0, 10.0, 12.0)
+    # 0.0004 s per simulated second: 1.44 s to go with 1.99 s left (four times over: still simulating)
+    assert not cheap.cannot_reach(26.0, 10.01, 12.0)
 
 
 def test_a_further_run_that_falls_short_is_left_out(monkeypatch: pytest.MonkeyPatch):
