@@ -23,10 +23,11 @@ while the budget left pays one more as dear as the dearest `MORE_RUN_MARGIN` tim
 `MORE_RUN_SHARE` of the budget for its summing up). Hand-overs of one stopped simulation share what it simulated
 (every start within its simulated part is the same in all of them): a dozen hand-overs of a simulation that got
 30 s in put every operation starting in those 30 s at one time, and the range there collapsed (200-node
-back-test, 4 runs + up to 28 such hand-overs: 77.3% inside against 78.0% with 4 runs). So with more runs wanted a
-simulation gives up as soon as it cannot reach the horizon within its share (`_GiveUp`: at its first check when
-its setup alone took the share, as at 1,000 nodes), and every run, the ``seeds`` ones too, is a hand-over of it:
-they share one fair-share period or a few, and are nearly independent. A simulation that got further before the
+back-test, 4 runs + up to 28 such hand-overs: 77.3% inside against 78.0% with 4 runs). So a simulation under a budget gives up as soon as it cannot reach the horizon within its share (`_GiveUp`: at its
+first check when its setup alone took the share, as at 1,000 nodes), and every further run, the ``seeds`` ones
+too, is a hand-over of it: they share one fair-share period or a few, and are nearly independent (before, whether
+the next seed was simulated anew was decided on the clock, and one that was got 20-30 s in and took the budget of
+the hand-overs after it: at 1,000 nodes 2 of 6 refreshes of the live default covered only 1,900-2,200 s). A simulation that got further before the
 budget stopped it (one that looked as if it would reach the horizon) is replaced for the further runs by one more
 simulation stopped at its first check. A further run that covers less than the others is left out.
 
@@ -142,8 +143,8 @@ class SeedRun:
     simulation: Simulation | None = None
     """The stopped simulation, kept while hand-overs continue it."""
     gave_up: bool = False
-    """The simulator stopped it as soon as it could not reach the horizon within its share (`_GiveUp`, with
-    ``max_seeds``): its hand-overs share only what it simulated by then."""
+    """The simulator stopped it as soon as it could not reach the horizon within its share (`_GiveUp`): its
+    hand-overs share only what it simulated by then."""
     stopped: StoppedRun | None = None
     """The stopped simulation read once for its hand-overs, with its pool trees pickled when it stopped (each
     hand-over unregisters operations in its own copy)."""
@@ -543,10 +544,11 @@ def _runs(
     began: float,
     collect: bool = False,
 ) -> list[SeedRun]:
-    """One run per seed. Under a budget a new simulation is started while the simulator's share of the budget
-    left per seed left is at least what the last simulation cost and the budget left after it still pays every
-    seed's hand-over (as dear as the dearest so far, one more to spare); otherwise the last stopped simulation is
-    handed over once more with the next seed (its running jobs' ends drawn anew)."""
+    """One run per seed. Under a budget a new simulation is started while the last one did not give up
+    (`_GiveUp`), the simulator's share of the budget left per seed left is at least what the last simulation cost
+    and the budget left after it still pays every seed's hand-over (as dear as the dearest so far, one more to
+    spare); otherwise the last stopped simulation is handed over once more with the next seed (its running jobs'
+    ends drawn anew)."""
     budget = None if settings.cpu_budget is None else settings.cpu_budget * (1.0 - SUMMARY_SHARE)
     runs: list[SeedRun] = []
     simulated = (
@@ -635,7 +637,7 @@ def _simulated(
         starts_of=starts_of,
         deadline=deadline,
         arrivals=arrivals.draw(seed, settings.horizon),
-        give_up=settings.most_seeds > settings.seeds,
+        give_up=True,
     )
 
 

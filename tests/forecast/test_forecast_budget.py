@@ -338,10 +338,13 @@ def test_a_budget_left_over_pays_more_runs_up_to_max_seeds():
         ForecastSettings(seeds=4, max_seeds=3)
 
 
-def test_more_runs_are_hand_overs_of_the_stopped_simulation(monkeypatch: pytest.MonkeyPatch):
-    """The simulator's share is spent before its first check (a tiny share): with more runs wanted it gives up
-    there, and every run, the ``seeds`` ones too, is a hand-over of that one simulation (they share only its first
-    fair-share period); the forecast still reaches the horizon."""
+@pytest.mark.parametrize("most", [None, 5])
+def test_more_runs_are_hand_overs_of_the_stopped_simulation(
+    monkeypatch: pytest.MonkeyPatch, most: int | None
+):
+    """The simulator's share is spent before its first check (a tiny share): it gives up there, and every run,
+    the ``seeds`` ones and any further ones (``max_seeds``), is a hand-over of that one simulation (they share
+    only its first fair-share period); the forecast still reaches the horizon."""
     simulations: list[int] = []
     real = run_module._simulated
 
@@ -350,11 +353,13 @@ def test_more_runs_are_hand_overs_of_the_stopped_simulation(monkeypatch: pytest.
         return real(state, seed, *rest)
 
     monkeypatch.setattr(run_module, "_simulated", counted)
-    settings = ForecastSettings(seeds=2, horizon=1800.0, cpu_budget=5.0, simulation_share=0.005, max_seeds=5)
+    settings = ForecastSettings(
+        seeds=2, horizon=1800.0, cpu_budget=5.0, simulation_share=0.005, max_seeds=most
+    )
     found = forecast(project_state(), settings)
     assert simulations == [0]
     assert found.simulated is not None and found.simulated <= 2.0
-    assert found.seeds == 5 and found.horizon == 1800.0
+    assert found.seeds == (most or 2) and found.horizon == 1800.0
 
 
 def test_a_simulation_gives_up_when_it_cannot_reach_the_horizon():
