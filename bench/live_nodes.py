@@ -33,7 +33,8 @@ of the phase's answers the shards gave themselves (heartbeats the leader proved 
 an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``),
 ``grants_taken_back_per_start``: grants no start took, per start of the shard passes. From ``/metrics`` read at a
 phase's start and end: the fair-share updates in it and their mean wall time, and (builds that count the
-scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far.
+scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far, and (builds that
+compute the fair share outside the lock) the updates computed again because their tree changed meanwhile.
 
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
        [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
@@ -82,6 +83,7 @@ METRICS_TIMEOUT = 10.0
 GRANTED = 'pooltree_node_shard_starts_total{way="granted"'
 CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
 TAKEN_BACK = "pooltree_node_shard_grants_taken_back_total "
+OVERTAKEN = "pooltree_scheduler_fair_share_computes_overtaken_total"
 
 
 # ------------------------------------------------------------------------------------------- simulated node
@@ -582,6 +584,9 @@ def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     longest = _sample(after, "pooltree_scheduler_lock_hold_max_seconds")
     if longest is not None:
         figures["lock_hold_max_ms_so_far"] = round(1000 * longest, 1)
+    overtaken = [_sample(text, OVERTAKEN) for text in (before, after)]
+    if None not in overtaken:  # builds that compute the fair share outside the lock
+        figures["fair_share_computes_overtaken"] = overtaken[1] - overtaken[0]  # type: ignore[operator]
     return figures
 
 
