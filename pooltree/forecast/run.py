@@ -316,20 +316,26 @@ def run_seed(
     return run
 
 
-def _tail(
-    state: ClusterState,
-    base: SeedRun,
-    seed: int,
-    settings: ForecastSettings,
-    deadline: float | None,
-    last_use: bool,
-    arrivals: Arrivals,
-    fits: Mapping[tuple[str, str], DurationFit],
-) -> SeedRun:
+@dataclass(frozen=True)
+class _Inputs:
+    """What every run of one forecast starts from (`_runs`, `_simulated`, `_more_runs`, `_tail`)."""
+
+    state: ClusterState
+    settings: ForecastSettings
+    specs: MutableMapping[tuple[str, int], OperationSpec]
+    """Parsed specs by (operation id, revision), kept by the worker across refreshes."""
+    fits: dict[tuple[str, str], DurationFit]
+    starts_of: Sequence[str] | None
+    """``starts_only``: the operations whose starts are watched (a run stops once all started)."""
+    arrivals: Arrivals
+
+
+def _tail(inputs: _Inputs, base: SeedRun, seed: int, deadline: float | None, last_use: bool) -> SeedRun:
     """``base`` (a run the budget stopped) carried to the horizon by the capacity hand-over with ``seed``: its own
     seed continues its draws; another seed draws its own run-time distributions from ``fits`` and the running jobs'
     ends anew. ``last_use``: the hand-over may
     change the simulation's own pool trees (no other hand-over follows from it)."""
+    state, settings = inputs.state, inputs.settings
     simulation = base.simulation
     stopped = base.stopped
     assert simulation is not None and stopped is not None
@@ -351,7 +357,7 @@ def _tail(
         }
     # submissions still to come: the simulation's own (its seed), or the new seed's draw past where it stopped
     future = (
-        [op for op in arrivals.draw(seed, settings.horizon) if op.submit_time > simulation.now]
+        [op for op in inputs.arrivals.draw(seed, settings.horizon) if op.submit_time > simulation.now]
         if redraw
         else [op.spec for op in simulation.ops if op.state == "submitted"]
     )
@@ -368,18 +374,20 @@ def _tail(
         deadline=deadline,
         arrivals=future,
         on_preempt=lambda preemptor, victim: _count(run.preempted_for, preemptor, victim),
-        durations=seed_distributions(state, seed, fits) if redraw else None,
+        durations=seed_distributions(state, seed, inputs.fits) if redraw else None,
     )
     run.tail_jobs = found.jobs
     run.tail_reached = found.reached
     return run
 
 
-def _stopped(state: ClusterState, run: SeedRun, settings: ForecastSettings) -> StoppedRun:
+def _stopped(inputs: _Inputs, run: SeedRun) -> StoppedRun:
     """``run``'s stopped simulation read once for all its hand-overs (`pooltree.forecast.stopped`)."""
     assert run.simulation is not None
-    started = set(run.first_start) | {op.id for op in state.operations if op.first_job_time is not None}
-    return StoppedRun(run.simulation, started, settings.horizon)
+    started = set(run.first_start) | {
+        op.id for op in inputs.state.operations if op.first_job_time is not None
+    }
+    return StoppedRun(run.simulation, started, inputs.settings.horizon)
 
 
 def _count(preempted_for: dict[str, Counter[str]], preemptor: str, victim: str) -> None:
@@ -482,7 +490,7 @@ def _forecast(
         if wanted is not None:
             starts_of = [operation_id for operation_id in starts_of if operation_id in wanted]
     arrivals = Arrivals(state, settings.arrivals, settings.durations)
-    runs = _runs(state, settings, specs, fits, starts_of, arrivals, began, collect)
+    runs = _runs(_Inputs(state, settings, specs, fits, starts_of, arrivals), began, collect)
     simulated = min([settings.horizon, *(run.reached for run in runs)])
     covered = min([settings.horizon, *(run.covered() for run in runs)])
     if covered < settings.horizon:
@@ -534,21 +542,13 @@ def _forecast(
     )
 
 
-def _runs(
-    state: ClusterState,
-    settings: ForecastSettings,
-    specs: MutableMapping[tuple[str, int], OperationSpec],
-    fits: dict[tuple[str, str], DurationFit],
-    starts_of: Sequence[str] | None,
-    arrivals: Arrivals,
-    began: float,
-    collect: bool = False,
-) -> list[SeedRun]:
+def _runs(inputs: _Inputs, began: float, collect: bool = False) -> list[SeedRun]:
     """One run per seed. Under a budget a new simulation is started while the last one did not give up
     (`_GiveUp`), the simulator's share of the budget left per seed left is at least what the last simulation cost
     and the budget left after it still pays every seed's hand-over (as dear as the dearest so far, one more to
     spare); otherwise the last stopped simulation is handed over once more with the next seed (its running jobs'
     ends drawn anew)."""
+    settings = inputs.settings
     budget = None if settings.cpu_budget is None else settings.cpu_budget * (1.0 - SUMMARY_SHARE)
     runs: list[SeedRun] = []
     simulated = (
@@ -561,7 +561,7 @@ def _runs(
     for index, seed in enumerate(range(settings.first_seed, settings.first_seed + settings.seeds)):
         left = settings.seeds - index
         if budget is None:
-            runs.append(_simulated(state, seed, settings, specs, fits, starts_of, arrivals, None))
+            runs.append(_simulated(inputs, seed, None))
             continue
         share = (budget * settings.simulation_share - simulated) / left
         # a new simulation only if it fits the simulator's share and leaves every seed left its hand-over, as dear
@@ -577,21 +577,19 @@ def _runs(
             if last is not None and last.simulation is not None:
                 _let_go(last, collect)
             clock = time.process_time()
-            last = _simulated(
-                state, seed, settings, specs, fits, starts_of, arrivals, clock + max(share, 0.0)
-            )
+            last = _simulated(inputs, seed, clock + max(share, 0.0))
             last_cost = time.process_time() - clock
             simulated += last_cost
             if last.simulation is None:
                 runs.append(last)
                 continue
-            last.stopped = _stopped(state, last, settings)
+            last.stopped = _stopped(inputs, last)
         # the hand-overs' own share is kept for them even when a simulation ran over its share (its setup is
         # not interruptible): the budget is then exceeded by that overrun, never the hand-overs starved
         clock = time.process_time()
         deadline = clock + max((budget - (clock - began)) / left, reserved)
         last_use = index == settings.seeds - 1 and settings.most_seeds == settings.seeds
-        runs.append(_tail(state, last, seed, settings, deadline, last_use, arrivals, fits))
+        runs.append(_tail(inputs, last, seed, deadline, last_use))
         tail_cost = max(tail_cost, time.process_time() - clock)
     if budget is not None and settings.most_seeds > settings.seeds:
         stopped = last is not None and last.simulation is not None
@@ -603,7 +601,7 @@ def _runs(
             min(run.covered() for run in runs),
             collect,
         )
-        runs.extend(_more_runs(state, settings, specs, fits, starts_of, arrivals, spent))
+        runs.extend(_more_runs(inputs, spent))
     return runs
 
 
@@ -616,40 +614,23 @@ ranges over one more run) and collecting its garbage (at 1,000 nodes and 2,200 o
 `SUMMARY_SHARE` pays the ``seeds`` runs'). Without it, 23-32 runs took up to 5.13 s of a 5 s budget."""
 
 
-def _simulated(
-    state: ClusterState,
-    seed: int,
-    settings: ForecastSettings,
-    specs: MutableMapping[tuple[str, int], OperationSpec],
-    fits: dict[tuple[str, str], DurationFit],
-    starts_of: Sequence[str] | None,
-    arrivals: Arrivals,
-    deadline: float | None,
-) -> SeedRun:
+def _simulated(inputs: _Inputs, seed: int, deadline: float | None) -> SeedRun:
     """`run_seed` with ``seed``'s own draw of submissions to come; with more runs wanted (``max_seeds``) it gives
     up as soon as it cannot reach the horizon by ``deadline`` (`_GiveUp`)."""
     return run_seed(
-        state,
+        inputs.state,
         seed,
-        settings,
-        specs=specs,
-        fits=fits,
-        starts_of=starts_of,
+        inputs.settings,
+        specs=inputs.specs,
+        fits=inputs.fits,
+        starts_of=inputs.starts_of,
         deadline=deadline,
-        arrivals=arrivals.draw(seed, settings.horizon),
+        arrivals=inputs.arrivals.draw(seed, inputs.settings.horizon),
         give_up=True,
     )
 
 
-def _more_runs(
-    state: ClusterState,
-    settings: ForecastSettings,
-    specs: MutableMapping[tuple[str, int], OperationSpec],
-    fits: dict[tuple[str, str], DurationFit],
-    starts_of: Sequence[str] | None,
-    arrivals: Arrivals,
-    spent: _Spent,
-) -> Iterator[SeedRun]:
+def _more_runs(inputs: _Inputs, spent: _Spent) -> Iterator[SeedRun]:
     """Seeds after the ``seeds`` runs, up to ``max_seeds``, while the budget left pays one more as dear as the
     dearest so far `MORE_RUN_MARGIN` times over (`_Spent`). When the budget stopped the simulator, the further runs
     are hand-overs of the simulation that gave up early (`_GiveUp`), else of one more simulation stopped at its
@@ -658,6 +639,7 @@ def _more_runs(
     within those 30 s, and the range would be too narrow there. When no run stopped, each further run is simulated
     whole. A run that did not cover what every run before it covered is left out (it would shorten the forecast's
     horizon for all)."""
+    settings = inputs.settings
     base: SeedRun | None = None
     for seed in range(settings.first_seed + settings.seeds, settings.first_seed + settings.most_seeds):
         clock = time.process_time()
@@ -674,16 +656,16 @@ def _more_runs(
             assert spent.last is not None
             _let_go(spent.last, spent.collect)
             # stopped at its first check (one fair-share period in)
-            base = _simulated(state, seed, settings, specs, fits, starts_of, arrivals, clock)
+            base = _simulated(inputs, seed, clock)
             spent.simulation = max(spent.simulation, time.process_time() - clock)
             if base.simulation is None:  # nothing left to simulate after its first period
                 return
-            base.stopped = _stopped(state, base, settings)
+            base.stopped = _stopped(inputs, base)
             clock = time.process_time()
         if base is not None:
-            run = _tail(state, base, seed, settings, spent.end, False, arrivals, fits)
+            run = _tail(inputs, base, seed, spent.end, False)
         else:
-            run = _simulated(state, seed, settings, specs, fits, starts_of, arrivals, spent.end)
+            run = _simulated(inputs, seed, spent.end)
             if run.simulation is not None:  # stopped by the budget: not a whole run
                 run.simulation = None
                 return

@@ -348,9 +348,9 @@ def test_more_runs_are_hand_overs_of_the_stopped_simulation(
     simulations: list[int] = []
     real = run_module._simulated
 
-    def counted(state: Any, seed: int, *rest: Any) -> Any:
+    def counted(inputs: Any, seed: int, *rest: Any) -> Any:
         simulations.append(seed)
-        return real(state, seed, *rest)
+        return real(inputs, seed, *rest)
 
     monkeypatch.setattr(run_module, "_simulated", counted)
     settings = ForecastSettings(
@@ -383,8 +383,8 @@ def test_a_further_run_that_falls_short_is_left_out(monkeypatch: pytest.MonkeyPa
     horizon for every run: it is left out instead."""
     real = run_module._tail
 
-    def short_after_two(state: Any, base: Any, seed: int, *rest: Any) -> Any:
-        run = real(state, base, seed, *rest)
+    def short_after_two(inputs: Any, base: Any, seed: int, *rest: Any) -> Any:
+        run = real(inputs, base, seed, *rest)
         if seed >= 2:
             run.tail_reached = 10.0
         return run

@@ -13,7 +13,7 @@ import pytest
 
 from pooltree.forecast.arrivals import Arrivals, ArrivalSettings
 from pooltree.forecast.fork import duration_fits
-from pooltree.forecast.run import ForecastSettings, SeedRun, _stopped, _tail, run_seed
+from pooltree.forecast.run import ForecastSettings, SeedRun, _Inputs, _stopped, _tail, run_seed
 from pooltree.forecast.state import ClusterState
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "forecast_backtest.py"
@@ -28,14 +28,15 @@ def bench() -> Any:
     return module
 
 
-def stopped_run(state: ClusterState, settings: ForecastSettings) -> tuple[SeedRun, Arrivals, Any]:
+def stopped_run(state: ClusterState, settings: ForecastSettings) -> tuple[SeedRun, _Inputs]:
     """Seed 0 of ``state`` stopped at its first check (one fair-share period in), read for its hand-overs."""
     fits = duration_fits(state, settings.durations)
     arrivals = Arrivals(state, settings.arrivals, settings.durations)
     base = run_seed(state, 0, settings, fits=fits, deadline=0.0, arrivals=arrivals.draw(0, settings.horizon))
     assert base.simulation is not None
-    base.stopped = _stopped(state, base, settings)
-    return base, arrivals, fits
+    inputs = _Inputs(state, settings, {}, fits, None, arrivals)
+    base.stopped = _stopped(inputs, base)
+    return base, inputs
 
 
 def decisions(run: SeedRun) -> list[Any]:
@@ -66,11 +67,8 @@ def test_the_hand_overs_decide_as_the_hand_over_before_the_shared_setup(
     nodes, running, pending, pools, seed, with_arrivals = shape
     state = bench.cost_state(nodes, running, pending, pools, seed, 300 if with_arrivals else 0)
     settings = ForecastSettings(seeds=1, horizon=3600.0, arrivals=ArrivalSettings(enabled=with_arrivals))
-    base, arrivals, fits = stopped_run(state, settings)
-    found = [
-        [*decisions(_tail(state, base, s, settings, None, False, arrivals, fits)), base.reached]
-        for s in seeds
-    ]
+    base, inputs = stopped_run(state, settings)
+    found = [[*decisions(_tail(inputs, base, s, None, False)), base.reached] for s in seeds]
     assert sum(run[3] for run in found) == jobs
     assert sum(len(run[2]) for run in found) == preemptors
     assert hashlib.sha256(json.dumps(found).encode()).hexdigest()[:16] == digest
@@ -81,10 +79,10 @@ def test_a_shared_setup_decides_as_one_read_for_each_seed(bench: Any) -> None:
     (each seed's decisions equal those from a setup read anew for that seed alone)."""
     state = bench.cost_state(40, 8, 80, 8, 5, 0)
     settings = ForecastSettings(seeds=1, horizon=3600.0)
-    base, arrivals, fits = stopped_run(state, settings)
-    shared = [decisions(_tail(state, base, s, settings, None, False, arrivals, fits)) for s in (0, 1, 2, 1)]
+    base, inputs = stopped_run(state, settings)
+    shared = [decisions(_tail(inputs, base, s, None, False)) for s in (0, 1, 2, 1)]
     assert shared[1] == shared[3]  # seed 1 again, after seed 2 used the same setup
     assert any(run[2] for run in shared), "no preemption: the case does not exercise the victims' counters"
     for index, s in enumerate((0, 1, 2)):
-        fresh, arrivals, fits = stopped_run(state, settings)
-        assert decisions(_tail(state, fresh, s, settings, None, False, arrivals, fits)) == shared[index]
+        fresh, inputs = stopped_run(state, settings)
+        assert decisions(_tail(inputs, fresh, s, None, False)) == shared[index]
