@@ -223,6 +223,7 @@ class BestLeaf:
         for heap, entry in current.popped:
             heapq.heappush(heap, entry)
         self.state.serial += 1
-        for composite in sorted(current.touched, key=lambda e: -e.depth):
+        # deepest first, then tree order: never the set's own order (identity-hashed elements, memory addresses)
+        for composite in sorted(current.touched, key=lambda e: (-e.depth, e.index)):
             if self.recompute(composite, None):
                 self.propagate(composite, None)

@@ -329,7 +329,9 @@ class ChangedPublisher:
         """Name the operations whose preemptible lists this publish must configure (the changed ones and those the
         last publish left unsettled); `configure_lists` configures them. Nothing else a publish computes reads
         the lists, so configuring them after the rest of the publish leaves the same state."""
-        self.unconfigured.extend(step.unsettled.union(changed_ops))
+        # in tree order, not the set's (identity-hashed elements: their order would follow memory addresses), so
+        # that configuring in parts (`configure_lists` with a limit) takes the same operations first in every process
+        self.unconfigured.extend(sorted(step.unsettled.union(changed_ops), key=element_index, reverse=True))
         self.unconfigured_step = step
         step.unsettled = set()
 

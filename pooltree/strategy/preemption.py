@@ -205,11 +205,12 @@ class PreemptiveStages:
         """Best leaf of the subtree spanned by the candidates, by the same comparator as regular scheduling."""
         if not candidates:
             return None
-        children: dict[_Element, set[_Element]] = {}
+        # children as ordered sets (dicts): a set of elements would iterate in memory-address order
+        children: dict[_Element, dict[_Element, None]] = {}
         for element in candidates:
             cursor = element
             while cursor.parent is not None:
-                children.setdefault(cursor.parent, set()).add(cursor)
+                children.setdefault(cursor.parent, {})[cursor] = None
                 cursor = cursor.parent
         memo: dict[_Element, tuple[float, _Element]] = {}
         state = self.state
