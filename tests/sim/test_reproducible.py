@@ -3,7 +3,9 @@
 Elements, runtimes and allocations hash by identity; a set of them iterates in an order that moves with the
 process's memory layout (the working directory alone moved it). Each test here runs the same busy simulation in
 processes whose memory layout differs (allocations of random sizes, some freed, before the run; the same
-``PYTHONHASHSEED``) and compares what they decided, or pins an order that used to be a set's.
+``PYTHONHASHSEED``) and compares what they decided, or pins an order that used to be a set's. The last test
+pins, as a strict xfail, the divergence that was taken for one: the compiled fair-share passes against the numpy
+reference (a tree copied without its built ``_kernels`` runs the reference).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE, use_compiled_kernels
 from pooltree.sim import Simulation, parse_scenario
 from pooltree.strategy import changes
 from pooltree.strategy.core import SchedulerCore
+from tests.sim.test_sim_engine import mixed_document
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,6 +71,9 @@ layout = int(sys.argv[1])
 rng = random.Random(layout)
 junk = [[object() for _ in range(rng.randrange(1, 64))] for _ in range(layout * 400)]
 del junk[:: 2 + layout % 3]
+import pytest
+
+from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE, use_compiled_kernels
 from pooltree.sim import Simulation, parse_scenario
 from tests.sim.test_reproducible import busy_document
 document = busy_document(int(sys.argv[2]))
@@ -127,3 +136,27 @@ def test_lists_configured_in_parts_are_taken_in_tree_order(monkeypatch):
         sum(len(batch) > 3 for batch in batches) > 5
     )  # several updates configured several operations' lists
     assert all(batch == sorted(batch) for batch in batches)
+
+
+def _events(document: dict[str, Any]) -> list[str]:
+    events: list[str] = []
+    scenario = parse_scenario(json.loads(json.dumps(document)), source="test")
+    Simulation(scenario, event_sink=lambda e: events.append(json.dumps(e, sort_keys=True, default=str))).run()
+    return events
+
+
+@pytest.mark.skipif(not COMPILED_KERNELS_AVAILABLE, reason="the compiled fair-share passes are not built")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: the compiled fair-share passes (_kernels.c) and the numpy reference give fair shares that "
+    "differ in the last bits (e.g. 0.6633333333333333 / 0.6633333333333308), and equal pools' satisfaction ties "
+    "break differently: a checkout without the built _kernels (a copied tree) decides otherwise. This was the "
+    "1,000-node forecast divergence (bench/RESULTS.md, ninth round), not an order by identity",
+)
+def test_the_compiled_and_reference_fair_share_passes_decide_the_same():
+    document = mixed_document()
+    with use_compiled_kernels(True):
+        compiled = _events(document)
+    with use_compiled_kernels(False):
+        reference = _events(document)
+    assert compiled == reference
