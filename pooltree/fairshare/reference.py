@@ -396,7 +396,7 @@ def _breakpoint_events(
     ev_pos = np.concatenate([pos[active], np.zeros(m), right_bound])
     ev_parent = np.concatenate([parent_slot[owner[active]], np.arange(m), np.arange(m)])
     ev_src = np.concatenate([active, np.full(2 * m, count)])
-    order = sort_by_group(ev_pos, ev_parent, stable=False)  # equal positions are summed
+    order = sort_by_group(ev_pos, ev_parent)  # equal positions are summed, in child order
     ev_src = ev_src[order]
     return ev_pos[order], ev_parent[order], change[ev_src], jumps[ev_src]
 
@@ -424,21 +424,24 @@ def _integrated(
     groups = len(gx)
     parent_first = np.ones(groups, dtype=bool)
     parent_first[1:] = gp[1:] != gp[:-1]
-    # Slope after each group: cumulative within the parent.
-    cs = np.cumsum(gslope, axis=0)
-    base_index = np.maximum.accumulate(np.where(parent_first, np.arange(groups), 0))
-    base = np.where((base_index > 0)[:, None], cs[base_index - 1], 0.0)
-    slope_after = cs - base
-    dxg = np.zeros(groups)
-    dxg[:-1] = gx[1:] - gx[:-1]
     parent_last = np.ones(groups, dtype=bool)
     parent_last[:-1] = parent_first[1:]
+    dxg = np.zeros(groups)
+    dxg[:-1] = gx[1:] - gx[:-1]
     dxg[parent_last] = 0.0
-    increment = gjump + slope_after * dxg[:, None]
-    ci = np.cumsum(increment, axis=0)
-    ci_base = np.where((base_index > 0)[:, None], ci[base_index - 1], 0.0)
-    inclusive = ci - ci_base
-    left = init[gp] + inclusive - increment
+    # Running sums parent by parent, in the compiled sweep's order (``_kernels.c`` ``sum_functions``): the slope
+    # after each group, and the value before it from the parent's left value, one addition per group. (One
+    # cumulative sum over every parent with each parent's base subtracted rounds differently.)
+    slope_after = np.empty_like(gslope)
+    left = np.empty_like(gslope)
+    starts = np.flatnonzero(parent_first)
+    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), groups], strict=True):
+        slope_after[a:b] = np.cumsum(gslope[a:b], axis=0)
+        increment = gjump[a:b] + slope_after[a:b] * dxg[a:b, None]
+        running = np.empty((b - a + 1, R))
+        running[0] = init[gp[a]]
+        running[1:] = increment
+        left[a:b] = np.cumsum(running, axis=0)[:-1]
     return left, left + gjump, parent_first, parent_last
 
 

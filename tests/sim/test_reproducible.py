@@ -4,8 +4,8 @@ Elements, runtimes and allocations hash by identity; a set of them iterates in a
 process's memory layout (the working directory alone moved it). Each test here runs the same busy simulation in
 processes whose memory layout differs (allocations of random sizes, some freed, before the run; the same
 ``PYTHONHASHSEED``) and compares what they decided, or pins an order that used to be a set's. The last test
-pins, as a strict xfail, the divergence that was taken for one: the compiled fair-share passes against the numpy
-reference (a tree copied without its built ``_kernels`` runs the reference).
+checks the divergence that was taken for one: the compiled fair-share passes against the numpy reference (a tree
+copied without its built ``_kernels`` runs the reference).
 """
 
 from __future__ import annotations
@@ -146,14 +146,12 @@ def _events(document: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.skipif(not COMPILED_KERNELS_AVAILABLE, reason="the compiled fair-share passes are not built")
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the compiled fair-share passes (_kernels.c) and the numpy reference give fair shares that "
-    "differ in the last bits (e.g. 0.6633333333333333 / 0.6633333333333308), and equal pools' satisfaction ties "
-    "break differently: a checkout without the built _kernels (a copied tree) decides otherwise. This was the "
-    "1,000-node forecast divergence (bench/RESULTS.md, ninth round), not an order by identity",
-)
 def test_the_compiled_and_reference_fair_share_passes_decide_the_same():
+    """A tree without the built ``_kernels`` (a copied checkout) runs the numpy reference: it must decide as the
+    compiled passes. The reference's pool sums (`reference._integrated`) subtracted each parent's base from one
+    cumulative sum over every parent; their last bits differed from the compiled sweep's running sums, and equal
+    pools' satisfaction ties broke the other way (the 1,000-node forecast divergence of bench/RESULTS.md's ninth
+    round; here event 183)."""
     document = mixed_document()
     with use_compiled_kernels(True):
         compiled = _events(document)
