@@ -125,9 +125,8 @@ class SchedulerCore:
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
         self._default_pending = DefaultSegmentPending()
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
-        self._unfinished: tuple[float, PeriodDelta, Any, Any] | None = None
-        """(time, delta, projection, the previous period's SSD classification) of the last fair-share update while its
-        end (`finish_update`) has not run."""
+        self._unfinished: float | None = None
+        """The time of the last fair-share update while its end (`finish_update`) has not run."""
         self._speculating: dict[str, OperationController] = {}
         self._update_number = 0
         """Fair-share updates read so far (`read_update`): an update computed apart is published only if no other
@@ -375,6 +374,13 @@ class SchedulerCore:
                 else frozenset()
             )
             self.last_result = result
+            # `ssd_preemption.py`: classified before the publish, so no heartbeat sees a published operation unclassified
+            if self.strategy.ssd.enabled:
+                ssd = classify_ssd_operations(
+                    update.kept.ssd, self.strategy.ssd.config, computed.kept.projection, update.delta
+                )
+                self.kept = self.kept.finished(ssd)
+                self.strategy.ssd.take(ssd)
             with times.phase("publish"):
                 previous = self.strategy.fifo_unschedulable
                 left_out = computed.left_out
@@ -385,7 +391,7 @@ class SchedulerCore:
                     self.strategy.publish(computed.tree, update.now)
                 if left_out != previous:
                     self.strategy.rekey_operations(left_out ^ previous)
-            self._unfinished = (update.now, update.delta, computed.kept.projection, update.kept.ssd)
+            self._unfinished = update.now
             if not in_parts:
                 self.finish_update()
         return True
@@ -398,7 +404,8 @@ class SchedulerCore:
     def finish_update(self, limit: int | None = None) -> bool:
         """The end of the last fair-share update (`update_fair_share` ``in_parts``): the preemptible lists its
         publish left, at most ``limit`` operations' (None: all), then, once none is left, the scheduling segments
-        and the SSD and full-host preemption observations, which read the lists. Whether the update is finished
+        and the full-host preemption observations, which read the lists (the SSD classification is made with the
+        publish: `publish_update`). Whether the update is finished
         (True at once when none is unfinished)."""
         if self._unfinished is None:
             return True
@@ -406,14 +413,10 @@ class SchedulerCore:
         with times.phase("lists"):
             if not self.strategy.configure_lists(limit):
                 return False
-        now, delta, projection, ssd = self._unfinished
+        now = self._unfinished
         self._unfinished = None
         with times.phase("segments"):
             self.update_gpu_scheduling(now)
-            if self.strategy.ssd.enabled:  # `ssd_preemption.py`: from the previous period's, with the delta
-                ssd = classify_ssd_operations(ssd, self.strategy.ssd.config, projection, delta)
-                self.kept = self.kept.finished(ssd)
-                self.strategy.ssd.take(ssd)
             if self.strategy.full_host.enabled:  # `full_host_preemption.py`
                 observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
         return True

@@ -38,7 +38,7 @@ class KeptState:
     """The previous update's returned state (`UpdateState`: integral volumes, historic usage, the flattened tree
     with what was derived from it); None before the first update."""
     ssd: Any = None
-    """The SSD classification of the running operations the last period made at its end
+    """The SSD classification of the running operations the last period made with its publish
     (`pooltree.strategy.ssd_preemption.SsdOperations`, while the tree enables SSD priority preemption); None: none,
     or the period stopped before its end (the next one classifies every running operation)."""
     complete: bool = True
@@ -73,11 +73,11 @@ class KeptState:
 
     def updated(self, state: Any) -> KeptState:
         """What the next period starts from after an update that read this period's input returned ``state`` (the
-        SSD classification is this period's once its end makes it: `finished`)."""
+        SSD classification is this period's once its publish makes it: `finished`)."""
         return dataclasses.replace(self, update=state, complete=True, ssd=None)
 
     def finished(self, ssd: Any) -> KeptState:
-        """What the next period starts from once this one's end made the SSD classification ``ssd``."""
+        """What the next period starts from once this one's publish made the SSD classification ``ssd``."""
         return dataclasses.replace(self, ssd=ssd)
 
     def failed(self) -> KeptState:

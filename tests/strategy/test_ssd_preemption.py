@@ -309,3 +309,21 @@ def test_a_period_stopped_before_its_end_leaves_the_next_classifying_every_opera
     core._fair_share = None
     core.update_fair_share(2.0)
     assert set(ssd.ssd_tasks) == {"a", "b"} and ssd.forbidden == {"c"}
+
+
+def test_an_update_in_parts_classifies_before_any_heartbeat_schedules() -> None:
+    """The live service publishes an update in parts (`update_fair_share(in_parts=True)`, the preemptible lists
+    configured later between heartbeats): a protected pool's operation published by it is kept off SSD nodes by the
+    very next heartbeat (CI once saw its job on an SSD node when the classification waited for the lists)."""
+    core = _core(True, pools={"protected": {"allow_regular_jobs_on_ssd_nodes": False}})
+    _start(core, "protected_op", 4, pool="protected")
+    core.update_fair_share(0.0, in_parts=True)
+    assert not core.update_finished
+    assert core.strategy.ssd.forbidden == {"protected_op"}
+    for address in ("n0", "n1"):  # the SSD nodes
+        result = core.process_heartbeat(NodeHeartbeat(address, _limits(), NODES[address]), 0.1)
+        assert not result.allocations_to_start
+    assert core.finish_update()
+    for address in ("n2", "n3"):
+        core.process_heartbeat(NodeHeartbeat(address, _limits(), NODES[address]), 0.2)
+    assert _cpu(core, "protected_op") == 4
