@@ -145,9 +145,7 @@ class _StaticGuarantees:
     key: tuple[Any, ...]
     sources: tuple[np.ndarray, ...]  # the element inputs they were computed from (`_STATIC_INPUTS`)
     read: Any  # the latest read (``inputs._KeptInputs``) whose arrays ``sources`` are, in every row
-    weight_cfg: (
-        np.ndarray
-    )  # the configured weights (the historic ones included) the weights were computed from
+    weight_cfg: np.ndarray  # the configured weights (historic ones included) they came from
     resource_limits: np.ndarray
     limits_share: np.ndarray
     inferred: np.ndarray

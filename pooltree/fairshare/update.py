@@ -81,9 +81,8 @@ class _Update:
         self.reused: _StaticGuarantees | None = None
         self.statics: _StaticGuarantees | None = None  # reused or kept by this update
         self._key: tuple[Any, ...] = ()
-        self._sources: tuple[
-            np.ndarray, ...
-        ] = ()  # the element inputs of those steps (``reuse._STATIC_INPUTS``)
+        self._sources: tuple[np.ndarray, ...] = ()
+        """The element inputs of those steps (``reuse._STATIC_INPUTS``)."""
         # inputs (b.1), set by inputs._read_inputs
         self.usage: np.ndarray = _UNSET
         self.demand: np.ndarray = _UNSET

@@ -620,8 +620,8 @@ ranges over one more run) and collecting its garbage (at 1,000 nodes and 2,200 o
 
 
 def _simulated(inputs: _Inputs, seed: int, deadline: float | None) -> SeedRun:
-    """`run_seed` with ``seed``'s own draw of submissions to come; with more runs wanted (``max_seeds``) it gives
-    up as soon as it cannot reach the horizon by ``deadline`` (`_GiveUp`)."""
+    """`run_seed` with ``seed``'s own draw of submissions to come; with a ``deadline`` it gives up as soon as it
+    cannot reach the horizon by then (`_GiveUp`)."""
     return run_seed(
         inputs.state,
         seed,

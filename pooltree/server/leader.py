@@ -53,10 +53,10 @@ log = logging.getLogger(__name__)
 STANDBY_POLL = 0.2
 """Seconds between a standby's attempts to take the lock (bounds the failover time with the revival)."""
 PROBE_PERIOD = 0.25
+"""Seconds between active checks of the leader's store (a request that hits the trouble first fails by itself)."""
 SQLITE_LOCK_WAIT = 3.0
 """Seconds a scheduler starting on a SQLite store waits for its lock before refusing: a predecessor that just
 stopped may still be letting it go (a process it was forking shares the lock's open file until it execs)."""
-"""Seconds between active checks of the leader's store (a request that hits the trouble first fails by itself)."""
 RECONNECT_DELAY = 0.5
 
 

@@ -128,10 +128,10 @@ class SchedulerCore:
         self._unfinished: float | None = None
         """The time of the last fair-share update while its end (`finish_update`) has not run."""
         self._speculating: dict[str, OperationController] = {}
+        """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._update_number = 0
         """Fair-share updates read so far (`read_update`): an update computed apart is published only if no other
         update read after it."""
-        """Operations whose controllers may request speculative copies of slow jobs (`launch_speculative_jobs`)."""
         self._configure_from_tree_config()
 
     @property

@@ -40,7 +40,7 @@ class KeptState:
     ssd: Any = None
     """The SSD classification of the running operations the last period made with its publish
     (`pooltree.strategy.ssd_preemption.SsdOperations`, while the tree enables SSD priority preemption); None: none,
-    or the period stopped before its end (the next one classifies every running operation)."""
+    or the period stopped before its publish (the next one classifies every running operation)."""
     complete: bool = True
     """Whether that update read the input read just before it (False: a period stopped between its read and the
     end of its update, so what the next read writes is not all that changed since: that update reads every row and

@@ -29,7 +29,7 @@ of the disk requests matter here (YTsaurus also checks the node's free disk quot
 
 This module is pure: :class:`SsdPreemption` is the strategy's (``TreeScheduler.ssd``) and the preemptive stages ask
 it (``preemption.py``). The classification of the running operations is a value, :class:`SsdOperations`: every
-fair-share period makes the next one from the previous period's with the period's delta
+fair-share period's publish makes the next one from the previous period's with the period's delta
 (:func:`classify_ssd_operations`), keeps it in the period's ``KeptState`` and hands it to ``SsdPreemption``.
 """
 
@@ -190,7 +190,7 @@ class SsdPreemption:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class SsdOperations:
-    """The SSD classification of a tree's running operations at the end of one fair-share period, made with
+    """The SSD classification of a tree's running operations made with one fair-share period's publish, with
     ``config``: a value, handed to the next period (``KeptState.ssd``) and to `SsdPreemption` (`SsdPreemption.take`)."""
 
     config: SsdPriorityPreemptionConfig
@@ -208,10 +208,10 @@ def classify_ssd_operations(
     projection: TreeProjection,
     delta: PeriodDelta,
 ) -> SsdOperations:
-    """The SSD classification at the end of the period of ``delta``: ``previous`` (the previous period's, made with
+    """The SSD classification of the period of ``delta`` (made with its publish): ``previous`` (the previous period's, made with
     the same config) with only the operations the delta names classified again (the projection classified them,
     `OperationChanges`), the very ``previous`` when the tree is unchanged; without it (the first period, a config
-    change, a period stopped before its end), every running operation of the projection."""
+    change, a period stopped before its publish), every running operation of the projection."""
     if previous is not None and previous.config == config:
         if delta.unchanged:
             return previous

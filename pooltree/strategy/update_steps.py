@@ -8,7 +8,7 @@ YTsaurus computes a tree's fair share on a snapshot and publishes the result to 
 
 The computation reads only what the read captured (`UpdateRead`) and the period's caches (`KeptState`), which only
 an update of the same tree touches: heartbeats and commands change neither. What they may change meanwhile is the
-runtime tree the build walks and the nodes: `UpdateRead.current` says whether the core still stands where the read
+runtime tree the build walks and the nodes: `SchedulerCore.update_is_current` says whether the core still stands where the read
 left it (the tree's ``revision``, its config objects, the total resources, no other update since); when it does
 not, the publish refuses the computed update and the caller reads and computes again.
 """
