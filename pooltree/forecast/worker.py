@@ -52,17 +52,25 @@ LIVE_MAX_SEEDS: int | None = 32
 by 10-20%, and leave heartbeat and API p99 as they were (docs/forecast.md, ninth round)."""
 
 
+def live_forecast_settings(cpu_budget: float = 5.0, *, arrivals: bool = False) -> ForecastSettings:
+    """The forecasts the live service makes: 5 runs of up to one simulated hour (more up to `LIVE_MAX_SEEDS`, when
+    set, while the budget pays them) within ``cpu_budget`` CPU seconds together."""
+    return ForecastSettings(
+        seeds=5,
+        horizon=3600.0,
+        cpu_budget=cpu_budget,
+        arrivals=ArrivalSettings(enabled=arrivals),
+        max_seeds=LIVE_MAX_SEEDS,
+    )
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
     """How the service runs forecasts."""
 
-    forecast: ForecastSettings = field(
-        default_factory=lambda: ForecastSettings(
-            seeds=5, horizon=3600.0, cpu_budget=5.0, max_seeds=LIVE_MAX_SEEDS
-        )
-    )
-    """The live default: 5 runs of up to one simulated hour (more up to `LIVE_MAX_SEEDS`, when set, while the
-    budget pays them) within 5 CPU seconds together (at 1,000 busy nodes the simulator's setup alone takes ~0.8 s,
+    forecast: ForecastSettings = field(default_factory=live_forecast_settings)
+    """The live default (`live_forecast_settings`): 5 runs of up to one simulated hour (more up to `LIVE_MAX_SEEDS`,
+    when set, while the budget pays them) within 5 CPU seconds together (at 1,000 busy nodes the simulator's setup alone takes ~0.8 s,
     so it gives up at its first check and the capacity hand-over carries every run: see docs/forecast.md)."""
     refresh_periods: int = 30
     """Fair-share periods between refreshes while forecasts are read."""
@@ -96,15 +104,7 @@ def forecast_worker_settings(cpu_budget: float, *, arrivals: bool = False) -> Wo
         raise ConfigError("--forecast-budget", f"must be CPU seconds in [0, 3600], got {cpu_budget!r}")
     if cpu_budget == 0:
         return WorkerSettings(enabled=False)
-    return WorkerSettings(
-        forecast=ForecastSettings(
-            seeds=5,
-            horizon=3600.0,
-            cpu_budget=cpu_budget,
-            arrivals=ArrivalSettings(enabled=arrivals),
-            max_seeds=LIVE_MAX_SEEDS,
-        )
-    )
+    return WorkerSettings(forecast=live_forecast_settings(cpu_budget, arrivals=arrivals))
 
 
 OFF = "this scheduler makes no forecasts (pooltree scheduler --forecast-budget 0)"
