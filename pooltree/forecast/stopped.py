@@ -250,7 +250,9 @@ class StoppedRun:
             core = self.simulation.trees[name].core
             ids = [op.id for op in self.operations if op.tree == name]
             shares = self.shares[name] = fair_shares(core, ids)
-            usage = {op.id: _usage(op.held) for op in self.operations if op.tree == name and op.id in shares}
+            usage = {
+                op.id: held_usage(op.held) for op in self.operations if op.tree == name and op.id in shares
+            }
             found.extend(starving(core, name, shares, usage, total, self.now, horizon))
         found.sort(key=lambda item: (item.at, item.operation_id))
         return found
@@ -263,8 +265,8 @@ class StoppedRun:
         return least
 
 
-def _usage(held: Mapping[Resources, int]) -> list[float]:
-    """Resources the jobs ``held`` counts hold."""
+def held_usage(held: Mapping[Resources, int]) -> list[float]:
+    """Resources the jobs ``held`` counts hold (jobs counted by their resources)."""
     found = [0.0] * RESOURCE_COUNT
     for resources, count in held.items():
         if count:

@@ -35,9 +35,8 @@ from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
-from pooltree.forecast.stopped import Resources, Shape, StoppedRun, shape_of
+from pooltree.forecast.stopped import Resources, Shape, StoppedRun, held_usage, shape_of
 from pooltree.forecast.tail_preemption import Starving, dominant_share
-from pooltree.resources import RESOURCE_COUNT
 from pooltree.sim.scenario import Distribution, SimOperation, SimTask
 
 EPSILON = 1e-9
@@ -67,11 +66,7 @@ class _TailOp:
 
     def usage(self) -> list[float]:
         """Resources its running jobs hold (from ``held``: only preemption asks)."""
-        found = [0.0] * RESOURCE_COUNT
-        for resources, count in self.held.items():
-            if count:
-                _take(found, resources.amounts, float(count))
-        return found
+        return held_usage(self.held)
 
     def give_back(self, task: SimTask) -> None:
         """A preempted job of ``task`` is pending again."""
