@@ -54,12 +54,17 @@ class TreeViews(Mapping[str, dict[str, Any]]):
     def _published(self) -> list[str]:
         return [name for name, core in self.scheduler.cores.items() if core.last_result is not None]
 
+    def _published_core(self, tree: object) -> SchedulerCore | None:
+        """``tree``'s core when it has published a fair-share update (a view can be built), else None."""
+        core = self.scheduler.cores.get(tree) if isinstance(tree, str) else None
+        return core if core is not None and core.last_result is not None else None
+
     def __getitem__(self, tree: str) -> dict[str, Any]:
         view = self._built.get(tree)
         if view is not None:
             return view
-        core = self.scheduler.cores.get(tree)
-        if core is None or core.last_result is None:
+        core = self._published_core(tree)
+        if core is None:
             raise KeyError(tree)
         view = tree_view(core.pool_tree, core.last_result, core.total_resources)
         missing = [i for i in core.pool_tree.operations if i not in core.last_result.elements]
@@ -97,10 +102,7 @@ class TreeViews(Mapping[str, dict[str, Any]]):
 
     def __contains__(self, tree: object) -> bool:
         """Whether ``tree`` has a view, without building it (``Mapping``'s own test reads the item)."""
-        if tree in self._built:
-            return True
-        core = self.scheduler.cores.get(tree) if isinstance(tree, str) else None
-        return core is not None and core.last_result is not None
+        return tree in self._built or self._published_core(tree) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._published())
