@@ -9,20 +9,15 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
+from loopback import free_port
+
 
 class PgUnavailable(Exception):
     """PostgreSQL cannot run here (the message says why)."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def pg_bin(name: str) -> str | None:
@@ -43,7 +38,7 @@ class PgServer:
         self.prefix = prefix
         self.user = user
         self.pg_ctl = pg_ctl
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"postgresql://{user}@127.0.0.1:{self.port}/postgres"
 
     @classmethod

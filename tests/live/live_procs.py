@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from typing import Any
 
 import psutil
 import yt.wrapper as ytw
+from loopback import free_port as free_port  # re-exported: the live tests import it from here
 
 from pooltree.node import wire
 from pooltree.security.credentials import write_secret_file
@@ -33,13 +33,6 @@ READY_PREFIX = "listening on "
 ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
 ROOT_TOKEN = "ytct-0000-" + "9a" * 16
 NODE_SECRET = "ptns-live-procs-" + "5c" * 16
-
-
-def free_port() -> int:
-    """A port that was free a moment ago on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _read_lines(stream: Any, sink: queue.Queue[str]) -> None:

@@ -1,25 +1,20 @@
 """Fixtures for the server tests: stores of each kind (real SQLite files, and databases on the session's PostgreSQL
-server from ``tests/conftest.py``), free ports, uvicorn in a thread, the live ``cluster``."""
+server from ``tests/conftest.py``), free ports and uvicorn in a thread (``loopback``), the live ``cluster``."""
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from loopback import (
+    ServerThread as ServerThread,  # re-exported: tests/security/security_harness.py reads it here
+)
+from loopback import free_port as free_port  # re-exported likewise
 
 if TYPE_CHECKING:
     from live_cluster import Cluster
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -42,38 +37,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'state' / 'pooltree.db'}"
     return str(request.getfixturevalue("fresh_postgres_url"))
-
-
-class ServerThread:
-    """uvicorn serving an ASGI app on 127.0.0.1 in a background thread (bounded start and stop)."""
-
-    def __init__(self, app: object, http: object = "auto") -> None:
-        """``http``: uvicorn's HTTP protocol (a class such as ``http_protocol.BoundedHeadersProtocol``)."""
-        import threading
-
-        import uvicorn
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", http=http
-            )
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start within 20 s")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
 
 
 @pytest.fixture
