@@ -9,7 +9,6 @@ The fair-share update is injected (``fair_share``), by default ``pooltree.fairsh
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,9 +21,8 @@ from pooltree.phases import PhaseTimes
 from pooltree.resources import GPU, Vector, same_vector, zeros
 from pooltree.strategy.best_allocation import BestAllocationShares, operation_tag_filter
 from pooltree.strategy.elements import StarvationState
-from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.gpu_policy_inputs import gpu_policy_config, update_plan
-from pooltree.strategy.guarantee_priority import high_priority_operations
+from pooltree.strategy.heartbeat_skip import heartbeat_is_noop, skip_heartbeat
 from pooltree.strategy.input_resources import InputResources
 from pooltree.strategy.kept import KeptState
 from pooltree.strategy.model import (
@@ -34,12 +32,10 @@ from pooltree.strategy.model import (
     NodeHeartbeat,
 )
 from pooltree.strategy.packing import packing_config
-from pooltree.strategy.reconnection import nodes_for_tag_filters, total_resource_limits_stable
+from pooltree.strategy.reconnection import total_resource_limits_stable
 from pooltree.strategy.scheduler import OperationController, TreeScheduler
 from pooltree.strategy.segment_inputs import (
     DefaultSegmentPending,
-    has_incompatible_allocations,
-    has_starving_operations_for,
     registered_operation,
     segment_nodes,
     segment_operations,
@@ -47,28 +43,22 @@ from pooltree.strategy.segment_inputs import (
     several_trees_error,
 )
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
-from pooltree.strategy.ssd_preemption import classify_ssd_operations
 from pooltree.strategy.time_limit_watch import TimeLimits
 from pooltree.strategy.tree_checks import TreeChecks
-from pooltree.strategy.update_steps import UpdateComputed, UpdateRead, compute_update
-from pooltree.tree import FairShareInput, read_fair_share_input
-from pooltree.tree.delta import PeriodDelta, RuntimeTree
+from pooltree.strategy.update_steps import (
+    FairShareFunction,
+    UpdateComputed,
+    UpdateRead,
+    compute_update,
+    finish_update,
+    publish_update,
+    read_update,
+    update_is_current,
+)
+from pooltree.tree.delta import RuntimeTree
 
 _ALLOCATION_END_EVENTS = frozenset({"allocation_finished", "allocation_aborted", "allocation_failed"})
 """Strategy events after which an operation's controller may report completion."""
-
-FairShareFunction = Callable[..., Any]
-"""``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
-
-
-def _default_fair_share() -> FairShareFunction:
-    try:
-        module = importlib.import_module("pooltree.fairshare")
-        return module.update_fair_share
-    except (ImportError, AttributeError) as error:
-        raise PooltreeError(
-            "pooltree.fairshare.update_fair_share is not available; pass fair_share= to SchedulerCore"
-        ) from error
 
 
 class SchedulerCore:
@@ -304,97 +294,16 @@ class SchedulerCore:
         return computed.result
 
     def read_update(self, now: float) -> UpdateRead:
-        """The first step of an update: finish the last one, unregister completed operations and read the period's
-        input (`update_steps.UpdateRead`). Until the update is published the core keeps its caches' ``failed``
-        form: a period stopped half-way leaves the next reading every row."""
-        self.finish_update()  # what an update left unfinished comes first
-        times = self.phase_times
-        kept = self.kept
-        self.kept = kept.failed()
-        self._update_number += 1
-        with times.phase("update"):
-            with times.phase("unregister"):
-                self.unregister_completed(now)
-            with times.phase("input"):
-                delta = kept.delta(self.pool_tree, self.input_resources.take_changed())
-                read = self._fair_share_input(kept, delta, now)
-                settings = self._with_best_allocation(read.settings, now)
-                if settings.enable_discretized_fair_share:
-                    settings = self._with_job_resources(settings)
-                min_needed = (
-                    self._min_needed()
-                    if self.config.enable_absolute_fair_share_starvation_tolerance
-                    else None
-                )
-        return UpdateRead(
-            now=now,
-            number=self._update_number,
-            kept=kept,
-            delta=delta,
-            read=read,
-            settings=settings,
-            total=self.total_resources,
-            pool_tree=self.pool_tree,
-            revision=self.pool_tree.revision,
-            tree_config=self.pool_tree.config,
-            config=self.config,
-            function=self._fair_share or _default_fair_share(),
-            min_needed=min_needed,
-        )
+        """The first step of an update: the period's input read (`update_steps.read_update`)."""
+        return read_update(self, now)
 
     def update_is_current(self, update: UpdateRead) -> bool:
-        """Whether the core stands where ``update``'s read left it: no other update read since, the same tree at the
-        same revision with the same config objects, the same total resources (no node joined, left or changed)."""
-        return (
-            update.number == self._update_number
-            and update.pool_tree is self.pool_tree
-            and update.revision == self.pool_tree.revision
-            and update.tree_config is self.pool_tree.config
-            and update.config is self.config
-            and update.total is self._total_resources
-        )
+        """Whether the core stands where ``update``'s read left it (`update_steps.update_is_current`)."""
+        return update_is_current(self, update)
 
     def publish_update(self, computed: UpdateComputed, *, in_parts: bool = False) -> bool:
-        """The last step of an update: hand the computed snapshot to the strategy (``in_parts``: as
-        `update_fair_share`). False, with nothing published, when the core no longer stands where the update's read
-        left it (`update_is_current`); the caller then reads again (the core keeps the caches' ``failed`` form, and
-        the build's previous rows are dropped: the build may have walked the tree while it changed)."""
-        update = computed.update
-        if not self.update_is_current(update):
-            if update.number == self._update_number:
-                self.kept.build.last = None
-            return False
-        times = self.phase_times
-        result = computed.result
-        with times.phase("update"):
-            self.kept = computed.kept
-            self.strategy.high_priority = (
-                high_priority_operations(result, self.controllers)
-                if self.config.enable_guarantee_priority_scheduling
-                else frozenset()
-            )
-            self.last_result = result
-            # `ssd_preemption.py`: classified before the publish, so no heartbeat sees a published operation unclassified
-            if self.strategy.ssd.enabled:
-                ssd = classify_ssd_operations(
-                    update.kept.ssd, self.strategy.ssd.config, computed.kept.projection, update.delta
-                )
-                self.kept = self.kept.finished(ssd)
-                self.strategy.ssd.take(ssd)
-            with times.phase("publish"):
-                previous = self.strategy.fifo_unschedulable
-                left_out = computed.left_out
-                self.strategy.fifo_unschedulable = left_out
-                if in_parts:
-                    self.strategy.publish(computed.tree, update.now, lists_later=True)
-                else:
-                    self.strategy.publish(computed.tree, update.now)
-                if left_out != previous:
-                    self.strategy.rekey_operations(left_out ^ previous)
-            self._unfinished = update.now
-            if not in_parts:
-                self.finish_update()
-        return True
+        """The last step of an update: the snapshot published, False if stale (`update_steps.publish_update`)."""
+        return publish_update(self, computed, in_parts=in_parts)
 
     @property
     def update_finished(self) -> bool:
@@ -402,41 +311,8 @@ class SchedulerCore:
         return self._unfinished is None
 
     def finish_update(self, limit: int | None = None) -> bool:
-        """The end of the last fair-share update (`update_fair_share` ``in_parts``): the preemptible lists its
-        publish left, at most ``limit`` operations' (None: all), then, once none is left, the scheduling segments
-        and the full-host preemption observations, which read the lists (the SSD classification is made with the
-        publish: `publish_update`). Whether the update is finished
-        (True at once when none is unfinished)."""
-        if self._unfinished is None:
-            return True
-        times = self.phase_times
-        with times.phase("lists"):
-            if not self.strategy.configure_lists(limit):
-                return False
-        now = self._unfinished
-        self._unfinished = None
-        with times.phase("segments"):
-            self.update_gpu_scheduling(now)
-            if self.strategy.full_host.enabled:  # `full_host_preemption.py`
-                observe_operations(self.strategy.full_host, self.pool_tree, self.controllers)
-        return True
-
-    def _with_best_allocation(self, settings: Any, now: float) -> Any:
-        """The update's settings with the memory limits the operations' best allocation shares leave them."""
-        self.refresh_best_allocation(now)
-        self._best_allocation_used = self.best_allocation.revision
-        limits = self.best_allocation.limits
-        return dataclasses.replace(settings, best_allocation_memory=dict(limits)) if limits else settings
-
-    def _with_job_resources(self, settings: Any) -> Any:
-        """The update's settings with every operation's per-job vector (discretized fair share): its controller's
-        initial min needed resources; an operation whose controller has none keeps its continuous function."""
-        jobs = {
-            op_id: vector
-            for op_id, controller in self.controllers.items()
-            if (vector := getattr(controller, "initial_min_needed_resources", None)) is not None
-        }
-        return dataclasses.replace(settings, discretized_job_resources=jobs)
+        """The end of the last update, at most ``limit`` operations' lists (`update_steps.finish_update`)."""
+        return finish_update(self, limit)
 
     def refresh_best_allocation(self, now: float) -> bool:
         """Compute the best allocation shares of the operations that are new or due at ``now``; whether the limits
@@ -456,29 +332,6 @@ class SchedulerCore:
         """An operation's demand (usage + needed resources), None when it reports none."""
         found = self.input_resources.resources(operation_id)
         return None if found is None else np.asarray(found[0], dtype=float) + found[1]
-
-    def _min_needed(self) -> dict[str, Vector]:
-        """Operation id → its controller's aggregated minimum needed allocation resources."""
-        return {op_id: controller.min_needed_resources for op_id, controller in self.controllers.items()}
-
-    def _fair_share_input(self, kept: KeptState, delta: PeriodDelta, now: float) -> FairShareInput:
-        """The fair-share update's input tree and settings, read from the runtime tree with the period's delta, and
-        what the read wrote for the update."""
-        nodes = nodes_for_tag_filters(
-            self.nodes_view, self.connection_time, self.config.node_reconnection_timeout, now
-        )
-        try:
-            return read_fair_share_input(
-                self.pool_tree,
-                self.input_resources.resources,
-                nodes=nodes,
-                cache=kept.input,
-                delta=delta,
-            )
-        except BaseException:
-            if delta.resources is not None:
-                self.input_resources.dirty.update(delta.resources)  # not taken in: the next input reads them
-            raise
 
     def _configure_from_tree_config(self) -> None:
         """Configure the strategy's parts from the tree config (segments, GPU policy, packing, scheduling tags,
@@ -619,60 +472,8 @@ class SchedulerCore:
     def heartbeat_is_noop(
         self, address: str, now: float, pending_min_needed: Callable[[], Vector | None]
     ) -> bool:
-        """Whether a heartbeat of ``address`` at ``now`` that reports nothing provably starts and preempts nothing.
-
-        Sufficient conditions, stage by stage (yt-semantics §e.1): the node fits its limits (no overcommit abort);
-        it runs no allocation of a graceful-mode operation (graceful pass); it cannot start more, or no operation's
-        min needed resources fit its free resources (``pending_min_needed`` returns the componentwise minimum over
-        operations with pending allocations, or ``None`` when there are none; a lower bound is enough); and, if the
-        preemptive stages are due, no operation is starving and no element violates its resource limits. A
-        simulator may then call :meth:`skip_heartbeat` instead of :meth:`process_heartbeat`.
-        """
-        strategy = self.strategy
-        node = strategy.nodes.get(address)
-        if node is None or strategy.has_queued_preemptions(address):
-            return False
-        if strategy.gpu_policy.allocating:  # a heartbeat only carries out the plan
-            return not strategy.gpu_policy.has_work(address)
-        # Python floats of the 5-vectors: the same float operations as the numpy forms, without their overhead
-        limits = node.resource_limits.tolist()
-        usage = node.usage.tolist()
-        for used, limit in zip(usage, limits, strict=True):
-            if used > limit + 1e-9:
-                return False
-        if strategy.runs_graceful_allocations(node):
-            return False
-        candidates = (
-            strategy.segments.module_aware_candidates(address, node.tags)
-            if strategy.segments.enabled
-            else None
-        )
-        if candidates is not None:  # a node of a module-aware segment runs only the operations bound there
-            if strategy.can_start_more(node) and self._any_fits(candidates, limits, usage):
-                return False
-        elif strategy.can_start_more(node):
-            needed = pending_min_needed()
-            if needed is not None and strategy.segments.enabled:  # module-aware operations never run here
-                needed = self._default_pending.minimum(self.controllers, strategy.segments)
-            if needed is not None and all(
-                n <= limit - used + 1e-9
-                for n, limit, used in zip(needed.tolist(), limits, usage, strict=True)
-            ):
-                return False
-        last = node.last_preemptive_scheduling_time
-        due = last is None or now > last + self.config.preemptive_scheduling_backoff
-        return not (
-            due
-            and (
-                (
-                    has_starving_operations_for(strategy, node)
-                    if strategy.segments.enabled
-                    else self.has_starving_operations()
-                )
-                or self.limits_violated()
-                or has_incompatible_allocations(strategy, node)
-            )
-        )
+        """Whether an empty heartbeat provably starts and preempts nothing (`heartbeat_skip.heartbeat_is_noop`)."""
+        return heartbeat_is_noop(self, address, now, pending_min_needed)
 
     def enforce_time_limits(self, now: float) -> list[tuple[str, dict[str, Any]]]:
         """Apply ``time_limit`` and ``job_time_limit`` at ``now`` (pooltree/strategy/time_limits.py).
@@ -729,17 +530,6 @@ class SchedulerCore:
         """Nodes whose next heartbeat answer carries stops decided outside their heartbeats (gangs, time limits)."""
         return self.strategy.nodes_with_queued_preemptions()
 
-    def _any_fits(self, operation_ids: list[str], limits: list[float], usage: list[float]) -> bool:
-        """Whether one of the operations has a pending allocation whose min needed resources fit the free ones."""
-        for operation_id in operation_ids:
-            controller = self.controllers.get(operation_id)
-            if controller is None or controller.pending_allocation_count <= 0:
-                continue
-            needed = controller.min_needed_resources.tolist()
-            if all(n <= limit - used + 1e-9 for n, limit, used in zip(needed, limits, usage, strict=True)):
-                return True
-        return False
-
     def nodes_to_wake(self) -> list[str]:
         """Nodes whose heartbeat may now do what it could not before the last segments or GPU plan update: every
         node when segments moved a node or an operation's module, the nodes with work in the GPU plan. A
@@ -785,11 +575,8 @@ class SchedulerCore:
         return self.strategy.has_preemption_targets()
 
     def skip_heartbeat(self, address: str, now: float) -> None:
-        """Account a heartbeat that :meth:`heartbeat_is_noop` proved empty: only the preemptive backoff moves."""
-        node = self.strategy.nodes[address]
-        last = node.last_preemptive_scheduling_time
-        if last is None or now > last + self.config.preemptive_scheduling_backoff:
-            node.last_preemptive_scheduling_time = now
+        """Account a heartbeat that `heartbeat_is_noop` proved empty (`heartbeat_skip.skip_heartbeat`)."""
+        return skip_heartbeat(self, address, now)
 
     def operation_view(self, operation_id: str) -> dict[str, Any]:
         """Strategy orchid fields of one operation plus its controller's progress."""

@@ -7,6 +7,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.controllers.operations import TaskSpec, VanillaController
 from pooltree.resources import vector
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.update_steps import _fair_share_input
 from pooltree.tree import PoolTree
 
 GiB = 1024.0**3
@@ -52,8 +53,8 @@ def test_the_input_writes_the_notified_operations():
     controller._tasks["main"].pending.pop()  # y's pending work moves
     controller._refresh()
     kept = core.kept
-    written = core._fair_share_input(
-        kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0
+    written = _fair_share_input(
+        core, kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0
     ).written
     assert written is not None and sorted(element.id for element in written) == ["x", "y"]
     assert core.kept.input.last is not None
