@@ -147,6 +147,7 @@ class JobCommands:
                 )
             if not any(entry.get("job_id") == job_id for entry in node.aborts):
                 node.aborts.append({"job_id": job_id, "reason": "user_request"})
+                self.scheduler.generation.bump_node(job.address)
 
     def store_stderr(self, operation_id: str, job_id: str, data: bytes) -> None:
         """Keep a job's whole stderr its node uploaded (the heartbeat report carries only its tail)."""

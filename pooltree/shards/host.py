@@ -152,6 +152,9 @@ class NodeShards:
         self.verdicts = LeaderVerdicts(service.scheduler, service.clock)
         """The proofs that let shards answer empty heartbeats, and their notes applied (``verdicts.py``)."""
         service.scheduler.generation.watch_updates = True
+        self._moved_lock = threading.Lock()
+        """Held while the node stamps that moved are taken and sent (the pusher and ``sync``), so each shard gets
+        them in the order they moved."""
         self._syncs: dict[int, tuple[threading.Event, set[int]]] = {}
         """Pending ``sync`` calls: token -> (done, the shards not yet synced)."""
         self._sync_serial = 0
@@ -309,7 +312,8 @@ class NodeShards:
         self.answered_locally[shard.index] += len(skips)
 
     def _push_generations(self) -> None:
-        """Every new state generation to every live shard, with the leader's clock."""
+        """Every new state generation to every live shard, with the leader's clock, its ``coarse`` counter and
+        the node stamps that moved (``StateGeneration.bump_node``)."""
         generation = self.service.scheduler.generation
         last = -1
         while not self._stopping.wait(GENERATION_POLL):
@@ -317,10 +321,19 @@ class NodeShards:
             if value == last:
                 continue
             last = value
-            message = ("generation", value, self.service.clock())
-            for shard in list(self._shards):
-                if shard is not None and shard.alive:
-                    self._send(shard, message)
+            with self._moved_lock:
+                # every shard gets every moved stamp: a node heartbeating to another shard than its own (a
+                # stale URL) leaves its proof there
+                message = (
+                    "generation",
+                    value,
+                    self.service.clock(),
+                    generation.coarse,
+                    generation.take_moved(),
+                )
+                for shard in list(self._shards):
+                    if shard is not None and shard.alive:
+                        self._send(shard, message)
 
     def sync(self, timeout: float = SYNC_TIMEOUT) -> None:
         """Wait until every live shard has the leader's current generation and clock (a caller that feeds the
@@ -334,9 +347,12 @@ class NodeShards:
             if not shards:
                 done.set()
         try:
-            message = ("sync", token, self.service.scheduler.generation.value, self.service.clock())
-            for shard in shards:
-                self._send(shard, message)
+            generation = self.service.scheduler.generation
+            with self._moved_lock:
+                moved = generation.take_moved()
+                message = ("sync", token, generation.value, self.service.clock(), generation.coarse, moved)
+                for shard in shards:
+                    self._send(shard, message)
             if not done.wait(timeout):
                 raise TimeoutError(f"node shards did not sync within {timeout} s")
         finally:

@@ -3,8 +3,8 @@
 ``InProcessShards(scheduler, count)`` takes heartbeat maps as ``recording.replay``'s sender does: the node's
 shard (``shard_of``) answers a heartbeat its verdict proves empty (``verdicts.ShardNodes``); any other goes to the
 leader with the shard's notes of answered heartbeats applied first, and the leader's verdict comes back to the
-shard. It is the flow of ``host.py`` and ``process.py`` without processes, HTTP or latency: the shard learns
-every new state generation before its next heartbeat (the processes learn it a pipe's latency later), so a
+shard. It is the flow of ``host.py`` and ``process.py`` without processes, HTTP or latency: the shards learn
+every new state generation (and ``coarse`` counter and node stamps) before the next heartbeat (the processes learn it a pipe's latency later), so a
 replay through it must decide exactly as the single-process scheduler does.
 """
 
@@ -37,8 +37,12 @@ class InProcessShards:
 
     def __call__(self, data: dict[str, Any], now: float) -> dict[str, Any]:
         heartbeat = parse_heartbeat(data)
-        shard = self.shards[shard_of(heartbeat.address, len(self.shards))]
-        shard.learn(self.scheduler.generation.value)
+        count = len(self.shards)
+        shard = self.shards[shard_of(heartbeat.address, count)]
+        generation = self.scheduler.generation
+        moved = generation.take_moved()
+        for each in self.shards:
+            each.learn(generation.value, generation.coarse, moved)
         local = shard.answer(heartbeat, None, now)
         if local is not None:
             return local

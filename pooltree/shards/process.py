@@ -10,8 +10,8 @@ answered here too (``verdicts.ShardNodes``: nothing to do, while the leader's st
 goes over the pipe as ``(request id, packed HeartbeatRequest, peer, hostname, notes)`` (``messages.py``; the notes
 of the heartbeats answered here since the last forwarded one); the leader's answer comes back as ``(request id,
 200, answer map, proof or None, leader's clock)``, which is encoded here, or ``(request id, status,
-headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock)`` when its
-state moves and ``("sync", token, g, clock)``, answered ``("synced", token)``; notes not carried by a heartbeat
+headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
+state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
 go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. A reader thread resolves the waiting requests and passes
 the leader's messages to the loop; end-of-file on the pipe (the leader died or closed the shard) ends the
 process at once.
@@ -131,9 +131,16 @@ class ShardServer:
             return None
         return self._leader_time if self.settings.leader_clock else time.time()
 
-    def learn(self, generation: int, leader_now: float) -> None:
-        """The leader's state generation and clock (from a push, a sync or an answer)."""
-        self.nodes.learn(generation)
+    def learn(
+        self,
+        generation: int,
+        leader_now: float,
+        coarse: int = 0,
+        stamps: list[tuple[str, int]] | tuple[()] = (),
+    ) -> None:
+        """The leader's state generation and clock (from a push, a sync or an answer), with its ``coarse``
+        counter and the stamps of this shard's nodes that moved (a push or a sync)."""
+        self.nodes.learn(generation, coarse, stamps)
         self._leader_time = leader_now
 
     async def heartbeat(self, request: Request) -> Response:
@@ -188,10 +195,10 @@ class ShardServer:
     def _resolve(self, reply: tuple[Any, ...]) -> None:
         kind = reply[0]
         if kind == "generation":
-            self.learn(reply[1], reply[2])
+            self.learn(reply[1], reply[2], reply[3], reply[4])
             return
         if kind == "sync":
-            self.learn(reply[2], reply[3])
+            self.learn(reply[2], reply[3], reply[4], reply[5])
             self._send_quietly(("synced", reply[1]))
             return
         future = self._waiting.get(kind)

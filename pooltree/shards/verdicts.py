@@ -25,6 +25,12 @@ backoff as the heartbeat's strategy pass would have. Nothing else of a proven-em
 leader's state but the orchid's deactivation counters of a pass that tried operations and found none that fits,
 which a skipped heartbeat does not count (as in the simulator).
 
+**Full nodes.** A node that cannot start more in any of its trees reads no pending work, so its proof also holds
+while only other nodes' jobs start and end: the leader adds (``StateGeneration.full_stamp``) the generation's
+``coarse`` counter and the node's own stamp, and the shard answers while either the whole generation or both of
+those are the proven ones (``generation.py`` says what moves them). On a busy cluster the generation moves at
+every start and end anywhere, but the heartbeats of full nodes that report nothing new are answered by the shards.
+
 No decision is made on stale state: a shard either answers what the leader would have answered, or forwards.
 A generation the leader moved reaches the shard a little later (the pipe; ``host.GENERATION_POLL``), and during
 that window a shard may answer a heartbeat the leader would now give work: the work waits for the node's next
@@ -56,8 +62,12 @@ SKIP_FLUSH_PERIOD = 0.5
 Skip = tuple[str, float]
 """(node address, the leader's time of the heartbeat a shard answered)."""
 
-Proof = tuple[int, dict[str, float]]
-"""(the state generation it holds at, per running job a bound its measured memory may vary up to)."""
+FullStamp = tuple[int, int]
+"""(the generation's ``coarse`` counter, the node's stamp): what a full node's proof also holds at."""
+
+Proof = tuple[int, dict[str, float], FullStamp | None]
+"""(the state generation it holds at, per running job a bound its measured memory may vary up to, the full
+node's stamp or None: a node that can start more)."""
 
 UNUSED_PROOFS = 3
 """Proofs for a node in a row that no shard-answered heartbeat used, after which the leader proves only every
@@ -103,6 +113,8 @@ class NodeVerdict:
     """Per running job, the measured memory up to which its report changes nothing (at most its reserve)."""
     peer: str | None
     answer: dict[str, Any]
+    full: FullStamp | None = None
+    """For a node that could not start more: the proof also holds while this stamp is the current one."""
 
 
 class ShardNodes:
@@ -111,15 +123,28 @@ class ShardNodes:
     def __init__(self) -> None:
         self.generation = 0
         """The latest state generation the leader told this shard."""
+        self.coarse = 0
+        """The latest ``coarse`` counter the leader told this shard."""
+        self.stamps: dict[str, int] = {}
+        """Per node, the latest stamp the leader told this shard (absent: 0)."""
         self._verdicts: dict[str, NodeVerdict] = {}
         self._skips: list[Skip] = []
         self.answered = 0
         """Heartbeats this shard answered itself."""
+        self.answered_full = 0
+        """Of those, the heartbeats of full nodes answered after the generation moved (on ``NodeVerdict.full``)."""
 
-    def learn(self, generation: int) -> None:
-        """The leader's state generation is at least ``generation``."""
+    def learn(self, generation: int, coarse: int = 0, stamps: Iterable[tuple[str, int]] = ()) -> None:
+        """The leader's state generation is at least ``generation``, its ``coarse`` counter at least ``coarse``,
+        and each node's stamp at least the one in ``stamps`` ((node, stamp) pairs)."""
         if generation > self.generation:
             self.generation = generation
+        if coarse > self.coarse:
+            self.coarse = coarse
+        known = self.stamps
+        for address, stamp in stamps:
+            if stamp > known.get(address, 0):
+                known[address] = stamp
 
     def remember(
         self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], proof: Proof | None
@@ -129,26 +154,29 @@ class ShardNodes:
         if proof is None:
             self._verdicts.pop(heartbeat.address, None)
             return
-        generation, bounds = proof
-        self.learn(generation)
+        generation, bounds, full = proof
+        if full is None:
+            self.learn(generation)
+        else:
+            self.learn(generation, full[0], ((heartbeat.address, full[1]),))
         reply = wire.response(
             start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=answer[wire.HEARTBEAT_PERIOD]
         )
         if wire.HEARTBEAT_URL in answer:
             reply[wire.HEARTBEAT_URL] = answer[wire.HEARTBEAT_URL]
         key = heartbeat_key(heartbeat, bounds)
-        self._verdicts[heartbeat.address] = NodeVerdict(generation, key, bounds, peer, reply)
+        self._verdicts[heartbeat.address] = NodeVerdict(generation, key, bounds, peer, reply, full)
 
     def answer(self, heartbeat: HeartbeatRequest, peer: str | None, now: float) -> dict[str, Any] | None:
         """The answer to ``heartbeat`` at the leader's time ``now`` when a verdict proves it empty, else None."""
         verdict = self._verdicts.get(heartbeat.address)
-        if (
-            verdict is None
-            or verdict.generation != self.generation
-            or heartbeat.finished
-            or peer != verdict.peer
-        ):
+        if verdict is None or heartbeat.finished or peer != verdict.peer:
             return None
+        on_full = verdict.generation != self.generation
+        if on_full:
+            full = verdict.full
+            if full is None or full[0] != self.coarse or full[1] != self.stamps.get(heartbeat.address, 0):
+                return None
         bounds = verdict.bounds
         if heartbeat_key(heartbeat, bounds) != verdict.key:
             return None
@@ -158,6 +186,7 @@ class ShardNodes:
                 return None
         self._skips.append((heartbeat.address, now))
         self.answered += 1
+        self.answered_full += on_full
         return dict(verdict.answer)
 
     def take_skips(self) -> list[Skip]:
@@ -211,7 +240,9 @@ class LeaderVerdicts:
         with scheduler.lock:
             if not self._quiet(heartbeat):
                 return None
-            proof = scheduler.generation.value, self._memory_bounds(heartbeat)
+            generation = scheduler.generation
+            full = generation.full_stamp(address) if self._full(address) else None
+            proof = generation.value, self._memory_bounds(heartbeat), full
         self._unused[address] = self._unused.get(address, 0) + 1
         self.proofs_made += 1
         return proof
@@ -243,6 +274,13 @@ class LeaderVerdicts:
             if not core.heartbeat_is_noop(address, math.inf, lambda core=core: pending_min_needed(core)):
                 return False
         return bool(node.trees)
+
+    def _full(self, address: str) -> bool:
+        """Whether the (quiet) node cannot start more in any of its trees (lock held): its proof reads no pending
+        work, so it holds at the generation's ``full_stamp`` too."""
+        scheduler = self.scheduler
+        node = scheduler.nodes[address]
+        return all(not scheduler.cores[tree].can_start_more(address) for tree in node.trees)
 
     def _memory_bounds(self, heartbeat: HeartbeatRequest) -> dict[str, float]:
         """Per running job, the measured memory up to which a report changes nothing (lock held): any, when the

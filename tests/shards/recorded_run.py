@@ -197,3 +197,27 @@ def record_busy_run(
             after()
         now = round(now + 0.25, 2)
     return recorder, recorder.decisions
+
+
+def record_full_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
+    """A busy run where most heartbeats of full nodes report nothing new: six nodes heartbeating every 1.5 s
+    (an update every second); long jobs (40 s) and short ones (1.25 s, ending at nearly every heartbeat of their
+    node) of pool ``a`` fill every node, so jobs start and end somewhere at almost every heartbeat while the
+    nodes full of long jobs stay quiet; an operation in pool ``b`` arrives at 12 s, starves and preempts on
+    full nodes."""
+    recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
+    durations: dict[str, float] = {}
+    nodes = [Node(f"n{i}", durations) for i in range(6)]
+    vanilla = {"command": "true", "cpu_limit": 1}
+    arrivals = {0.0: [("a", 6, 40.0)], 2.0: [("a", 60, 1.25)], 12.0: [("b", 6, 5.0)]}
+    now = 0.0
+    while now < 30.0:
+        for pool, count, duration in arrivals.get(now, []):
+            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
+            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
+        if now == int(now):
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        now = round(now + 0.25, 2)
+    return recorder, recorder.decisions

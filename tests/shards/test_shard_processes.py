@@ -16,7 +16,14 @@ from typing import Any
 import httpx
 import pytest
 from polling import wait_for
-from recorded_run import BUSY, PREEMPTING, record_busy_run, record_quiet_run, record_run
+from recorded_run import (
+    BUSY,
+    PREEMPTING,
+    record_busy_run,
+    record_full_run,
+    record_quiet_run,
+    record_run,
+)
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
@@ -87,7 +94,7 @@ def _sender(service: SchedulerService, clock: Clock, client: httpx.Client, seen:
     return send
 
 
-@pytest.mark.parametrize("run", [record_run, record_quiet_run])
+@pytest.mark.parametrize("run", [record_run, record_quiet_run, record_full_run])
 def test_shard_processes_decide_as_one_process(
     tmp_path: Path, sharded: tuple[SchedulerService, Clock], run: Any
 ) -> None:

@@ -13,9 +13,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from recorded_run import PREEMPTING, make_scheduler, record_quiet_run, record_run, wavering_memory
+from recorded_run import (
+    PREEMPTING,
+    make_scheduler,
+    record_full_run,
+    record_quiet_run,
+    record_run,
+    wavering_memory,
+)
 
+from pooltree.node import wire
 from pooltree.node.wire import FinishedJobReport, HeartbeatRequest, RunningJobReport
+from pooltree.server.job_commands import JobCommands
+from pooltree.server.live import generation
 from pooltree.shards import verdicts
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import ReplayDivergence, replay
@@ -49,8 +59,8 @@ def test_shards_answer_quiet_stretches_and_decide_as_one_process(tmp_path: Path,
 
 @pytest.mark.parametrize("frozen", ["bump", "updated"])
 def test_a_generation_that_misses_changes_decides_otherwise(tmp_path: Path, frozen: str) -> None:
-    """Without the generation moving on job and operation changes, or on a fair-share update that made an
-    operation starve, shards answer heartbeats the leader would give work: the comparison sees it."""
+    """Without the generation moving on operation changes, or on a fair-share update that made an operation
+    starve, shards answer heartbeats the leader would give work: the comparison sees it."""
     recorder, recorded = record_quiet_run(tmp_path / "recorded.db")
     scheduler = make_scheduler(tmp_path / "frozen.db", PREEMPTING)
     if frozen == "bump":
@@ -62,6 +72,96 @@ def test_a_generation_that_misses_changes_decides_otherwise(tmp_path: Path, froz
     except ReplayDivergence:
         return
     assert decisions != recorded
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_full_nodes_are_answered_while_jobs_start_elsewhere(tmp_path: Path, count: int) -> None:
+    """A busy run (jobs start and end somewhere at nearly every heartbeat): the heartbeats of nodes full of long
+    jobs are answered by the shards on their full-node proofs although the generation moved, and the decisions
+    are the recorded ones, the preemptions on full nodes of an operation that starts to starve included."""
+    recorder, recorded = record_full_run(tmp_path / "recorded.db")
+    assert recorded.preempted_count > 0 and recorded.started_count > 50
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = InProcessShards(scheduler, count)
+    assert replay(recorder.recording, scheduler, shards) == recorded
+    full = sum(shard.answered_full for shard in shards.shards)
+    assert full >= 15  # none without the full-node proofs: the generation moves at every start and end
+    assert shards.answered >= len(recorded.started) * 0.25
+
+
+def test_full_node_proofs_without_the_tree_flags_decide_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When what a full node's proof reads of the whole tree is not compared (a starving operation, which
+    preempts on full nodes), the shards answer full nodes' heartbeats that the leader would preempt on."""
+    recorder, recorded = record_full_run(tmp_path / "recorded.db")
+    monkeypatch.setattr(generation, "full_flags", lambda core: ())
+    scheduler = make_scheduler(tmp_path / "frozen.db", PREEMPTING)
+    try:
+        decisions = replay(recorder.recording, scheduler, InProcessShards(scheduler, 2))
+    except ReplayDivergence:
+        return
+    assert decisions != recorded
+
+
+class _Context:
+    def __init__(self, **params: str) -> None:
+        self.params = params
+
+    def str_param(self, name: str) -> str:
+        return self.params[name]
+
+
+def test_a_job_aborted_on_a_full_node_voids_its_proof(tmp_path: Path) -> None:
+    """A stop queued for a full node outside its heartbeats (``abort_job``) moves the node's stamp: the shard
+    forwards the node's next heartbeat, whose answer carries the abort; another full node stays answered."""
+    scheduler = make_scheduler(tmp_path / "leader.db", PREEMPTING)
+    shards = InProcessShards(scheduler, 1)
+    spec = {"pool": "a", "tasks": {"main": {"command": "true", "cpu_limit": 1, "job_count": 4}}}
+    scheduler.start_operation("vanilla", spec, "u", 0.0)
+    scheduler.update_fair_share("default", 0.0)
+    running: dict[str, list[dict[str, object]]] = {"n1": [], "n2": []}
+
+    def beat(address: str, now: float) -> dict[str, object]:
+        data = wire.heartbeat(
+            address,
+            sequence=0,
+            time=now,
+            resource_limits={"user_slots": 2, "cpu": 2, "memory": 8 << 30},
+            resource_usage={},
+            memory_limit=8 << 30,
+            memory_usage=0,
+            memory_meter="none",
+            running_jobs=running[address],
+            finished_jobs=[],
+        )
+        answer = shards(data, now)
+        for entry in answer[wire.START]:
+            running[address].append(
+                wire.running_job(
+                    entry["job_id"],
+                    entry["operation_id"],
+                    "main",
+                    start_time=now,
+                    resource_usage={"user_slots": 1, "cpu": 1},
+                )
+            )
+        return answer
+
+    for now, address in [(1.0, "n1"), (1.0, "n2"), (2.0, "n1"), (2.0, "n2")]:
+        beat(address, now)  # both full (2 jobs each); then proven full
+    scheduler.update_fair_share("default", 2.5)
+    answered = shards.answered
+    beat("n1", 3.0)
+    beat("n2", 3.0)
+    assert shards.answered == answered + 2
+    victim = str(running["n1"][0]["job_id"])
+    JobCommands(scheduler, lambda ctx: "").abort_job(_Context(job_id=victim))  # type: ignore[arg-type]
+    answer = beat("n1", 4.0)
+    assert [entry["job_id"] for entry in answer[wire.ABORT]] == [victim]
+    assert shards.answered == answered + 2
+    beat("n2", 4.0)  # n2's proof holds: only n1's stamp moved
+    assert shards.answered == answered + 3
 
 
 def _heartbeat(
@@ -76,7 +176,7 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 1})
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, (3, {}))
+    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, (3, {}, None))
     assert shard.generation == 3
     # the same reports (running jobs' statistics are not read by the scheduler) from the same peer: answered
     same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 2})
@@ -97,6 +197,30 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     assert shard.answered == 1
     shard.remember(_heartbeat([job]), "10.0.0.1", answer, None)
     assert shard.answer(_heartbeat([same]), "10.0.0.1", 8.0) is None
+
+
+def test_a_full_nodes_verdict_holds_while_its_stamp_and_the_coarse_counter_do() -> None:
+    job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0))
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
+    shard = ShardNodes()
+    shard.remember(_heartbeat([job]), None, answer, (7, {}, (5, 6)))
+    assert (shard.generation, shard.coarse, shard.stamps) == (7, 5, {"n1": 6})
+    shard.learn(
+        9, 5, [("n2", 8)]
+    )  # another node's job and pending work moved: the generation, not n1's stamp
+    assert shard.answer(_heartbeat([job]), None, 1.0) == answer
+    assert shard.answered_full == 1
+    shard.learn(10, 5, [("n1", 10)])  # n1's own change (a stop queued for it): to the leader
+    assert shard.answer(_heartbeat([job]), None, 2.0) is None
+    shard.remember(_heartbeat([job]), None, answer, (11, {}, (5, 10)))
+    shard.learn(12, 5, [("n1", 10)])
+    assert shard.answer(_heartbeat([job]), None, 3.0) == answer
+    shard.learn(13, 13)  # a change that can give any node work: to the leader
+    assert shard.answer(_heartbeat([job]), None, 4.0) is None
+    # a verdict of a node that could start more holds at its generation only
+    shard.remember(_heartbeat([job]), None, answer, (13, {}, None))
+    shard.learn(14, 13, [("n2", 14)])
+    assert shard.answer(_heartbeat([job]), None, 5.0) is None
 
 
 @pytest.mark.parametrize("count", [1, 2])
@@ -134,7 +258,7 @@ def test_a_shard_lets_memory_vary_up_to_its_bound() -> None:
     other = RunningJobReport("j2", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=500.0)
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job, other]), None, answer, (1, {"j1": 300.0}))
+    shard.remember(_heartbeat([job, other]), None, answer, (1, {"j1": 300.0}, None))
 
     def with_memory(first: float, second: float) -> HeartbeatRequest:
         return _heartbeat(

@@ -273,6 +273,7 @@ class OperationCommands:
         node = scheduler.nodes.get(job.address)
         if node is not None:
             node.aborts.append({"job_id": job.id, "reason": reason})
+        scheduler.generation.bump_node(job.address)
         scheduler.jobs.pop(job.id, None)
         if job.state == "running":
             op = scheduler.operations.get(job.operation_id)
@@ -297,6 +298,7 @@ class OperationCommands:
                         node = scheduler.nodes.get(job.address)
                         if node is not None:
                             node.aborts.append({"job_id": job.id, "reason": "operation_suspended"})
+                            scheduler.generation.bump_node(job.address)
 
     def resume_operation(self, operation_id: str, now: float) -> None:
         scheduler = self.scheduler

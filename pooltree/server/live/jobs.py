@@ -130,6 +130,7 @@ class LiveJobs:
         finally:
             writes, scheduler.persistence.job_writes = scheduler.persistence.job_writes, None
             ticket = scheduler.commits.submit(writes.values())
+            scheduler.generation.settle(scheduler.cores, scheduler.stale_for_full_nodes())
         return response, ticket
 
     def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float, throttled: bool) -> dict[str, Any]:
@@ -277,6 +278,8 @@ class LiveJobs:
                     target.preempts.append([job_id, record.reason.value, float(record.timeout)])
                 else:
                     target.aborts.append({"job_id": job_id, "reason": record.reason.value})
+                if target is not node:  # a stop for another node's next heartbeat (a speculative loser)
+                    scheduler.generation.bump_node(target.address)
             scheduler.updates.drain(core)
         return start
 

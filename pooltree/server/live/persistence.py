@@ -41,15 +41,19 @@ class LivePersistence:
         """Write a job through to the store; inside a heartbeat the writes are collected and go to the group
         commit when it ends (stored before it answers); outside one, after what is queued, before returning."""
         scheduler = self.scheduler
-        scheduler.generation.bump()
+        if record.address:  # a job of one node: void for that node's proofs and for the non-full nodes'
+            scheduler.generation.bump_node(record.address)
+        else:
+            scheduler.generation.bump()
         if self.job_writes is None:
             scheduler.commits.wait(scheduler.commits.submit([record]))
         else:
             self.job_writes[(record.operation_id, record.id)] = record
 
     def touch(self, operation_id: str) -> None:
+        """The operation's jobs changed (pending work: the node's own changes bump it by their job records)."""
         scheduler = self.scheduler
-        scheduler.generation.bump()
+        scheduler.generation.bump_work()
         op = scheduler.operations.get(operation_id)
         if op is not None:
             op.revision += 1

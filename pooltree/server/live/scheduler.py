@@ -167,6 +167,11 @@ class LiveScheduler:
         """Whether a heartbeat would publish a stale tree first (``jobs.py``)."""
         return self.heartbeats.publishing
 
+    def stale_for_full_nodes(self) -> bool:
+        """Whether the next heartbeat the leader processes does work a full node's would too: publish a stale
+        tree, apply tentative bans (``StateGeneration.settle``: no full node's heartbeat answered meanwhile)."""
+        return bool(self.updates.waiting or self.tentative.pending_bans)
+
     def sweep_nodes(self, now: float) -> list[str]:
         """Nodes silent for ``node_heartbeat_timeout`` lose their allocations (``jobs.py``)."""
         return self.heartbeats.sweep_nodes(now)
