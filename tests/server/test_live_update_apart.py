@@ -30,6 +30,8 @@ class _Paused:
         self.computing, self.go = threading.Event(), threading.Event()
         self.computations = 0
         self.failures: list[BaseException] = []
+        self.error: BaseException | None = None
+        """Raised by the first computation once let go, instead of its result."""
         self.thread = threading.Thread(target=self._update)
 
     def compute(self, update: Any, times: Any) -> Any:
@@ -38,6 +40,8 @@ class _Paused:
         if self.computations == 1:
             self.computing.set()
             assert self.go.wait(WAIT)
+            if self.error is not None:
+                raise self.error
         return COMPUTE(update, times)
 
     def _update(self) -> None:
@@ -113,3 +117,17 @@ def test_an_update_whose_tree_changed_meanwhile_is_read_and_computed_again(pause
     assert "default" not in live.updates.stale_trees
     text = generate_latest(make_registry(live)).decode()
     assert "pooltree_scheduler_fair_share_computes_overtaken_total 1.0" in text
+
+
+def test_an_interrupt_of_the_computation_is_not_taken_for_a_change_of_the_tree(paused: Any) -> None:
+    """A ``KeyboardInterrupt`` (or ``SystemExit``) ends the update even when the tree changed meanwhile: it is not
+    counted as overtaken and computed again (it was, when every ``BaseException`` was taken for a change)."""
+    live, _, pause = paused
+    live.start_operation("vanilla", SPEC, "alice", 10.05)  # the tree changes under the computation
+    pause.error = KeyboardInterrupt()
+    pause.go.set()
+    pause.thread.join(WAIT)
+    assert not pause.thread.is_alive()
+    assert len(pause.failures) == 1 and isinstance(pause.failures[0], KeyboardInterrupt)
+    assert pause.computations == 1 and live.updates.computes_overtaken == 0
+    assert not live.updates.computing  # a stale publish of the tree is not left waiting for it

@@ -150,12 +150,16 @@ class FairShareUpdates:
                 self.computing.add(tree)
             try:
                 computed = compute_update(update, core.phase_times)
-            except BaseException:
+            except BaseException as error:
                 with lock:
-                    self.computing.discard(tree)
-                    if core.update_is_current(update):
-                        raise  # nothing changed under it: the computation's own failure
-                    core.kept.build.last = None  # it may have walked the tree while it changed
+                    self.computing.discard(tree)  # whatever ends the computation: a stale publish may run
+                    current = core.update_is_current(update)
+                    if not current:
+                        core.kept.build.last = None  # it may have walked the tree while it changed
+                    # nothing changed under it: the computation's own failure; an interrupt or exit (not an
+                    # ``Exception``) is never taken for a change of the tree and computed again
+                    if current or not isinstance(error, Exception):
+                        raise
                 self.computes_overtaken += 1
                 continue
             lock.let_waiters_in(WAITERS_TIMEOUT)
