@@ -21,6 +21,7 @@ from pooltree.server.store.base import (
     Store,
     StoreError,
     StoreUnavailable,
+    dump_document,
     dump_json,
     job_from_row,
     load_json,
@@ -298,7 +299,7 @@ class SqlStore(Store):
             float(record.start_time),
             None if record.finish_time is None else float(record.finish_time),
             record.stderr_ref,
-            dump_json(record.document),
+            dump_document(record.document),
         )
 
     def put_job(self, record: JobRecord) -> None:
