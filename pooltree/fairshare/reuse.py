@@ -170,7 +170,6 @@ class _KeptFunctions:
         "scale",
         "shift",
         "stale",
-        "statics",
         "step",
         "table",
         "usage_share",
@@ -186,10 +185,6 @@ class _KeptFunctions:
         self.key = key
         self.table = table
         self.stale = stale  # rows to build whatever their inputs (``_carried``: new elements, changed pools)
-        self.statics: tuple[_StaticGuarantees, bool] | None = None
-        """The guarantees this build's guarantee, limits and placement rows were made of (`_static_source`): a later
-        build made the same way of the very same guarantees has the same rows, so `rows_to_build` does not compare
-        them. None: they are compared."""
         self.inputs: Any = None
         """The read (``inputs._KeptInputs``) the kept usage and demand shares were computed from: an update whose
         read started from it and re-read only the period's written rows (``_Update.read_rows``) finds the
@@ -356,41 +351,15 @@ def rows_to_build(
         _shares_moved(upd, kept, dirty)
         if kept.stale is not None:
             dirty |= kept.stale
-        source = _static_source(upd, guarantee, limits, placements)
-        if source is None or kept.statics != source:
-            dirty |= _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
-            moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
-            moved_kids = np.flatnonzero(moved)
-            dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
-            dirty |= _values_differ(right_of, kept.right)
+        dirty |= _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
+        moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
+        moved_kids = np.flatnonzero(moved)
+        dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
+        dirty |= _values_differ(right_of, kept.right)
     for level in tree.parent_levels(bottom_up=True):
         kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
         dirty[level.parents] |= kids_dirty & member[level.parents]
     return source_table, np.flatnonzero(dirty)
-
-
-def _static_source(
-    upd: _Update,
-    guarantee: np.ndarray,
-    limits: np.ndarray,
-    placements: tuple[np.ndarray, np.ndarray, np.ndarray],
-) -> tuple[_StaticGuarantees, bool] | None:
-    """The kept guarantees a full build's guarantee, limits and placement rows are exactly made of, or None.
-
-        The guarantee step says so itself: when it took the previous update's guarantees (``reuse_guarantees``) or kept
-        its own (``keep_guarantees``), ``upd.statics`` holds the strong guarantees, the limits shares and (without FIFO
-        pools) the placements of this build. A full build that starts from kept functions is the update's first, whose
-        guarantee is the strong guarantees themselves (the integral stages' base build) or their sum with zeros (no
-        integral pools): the pair (guarantees, whether it is the strong guarantees themselves), the two forms compared
-    bit for bit differ where a strong guarantee is -0.0."""
-    statics = upd.statics
-    if statics is None or limits is not statics.limits_share:
-        return None
-    if statics.derived.get("placement") is not placements:
-        return None
-    if guarantee is statics.sgs:
-        return statics, True
-    return None if len(upd.integral_pools) else (statics, False)
 
 
 def _shares_moved(upd: _Update, kept: _KeptFunctions, dirty: np.ndarray) -> None:
@@ -446,5 +415,4 @@ def keep_functions(
         right=right_of,
     )
     kept.inputs = tree.inputs  # this update's read
-    kept.statics = _static_source(upd, guarantee, limits, placements)
     return table
