@@ -81,8 +81,9 @@ class KeptState:
         return dataclasses.replace(self, ssd=ssd)
 
     def failed(self) -> KeptState:
-        """What the next period starts from when this one stops before its update returned: the same builds, the
-        next update reads every row and the next period classifies every running operation for SSD."""
-        if not self.complete and self.ssd is None:
-            return self
-        return dataclasses.replace(self, complete=False, ssd=None)
+        """What the next period starts from when this one stops before its update is published (its computation
+        failed, or the publish refused it: `update_steps.publish_update`): the next update reads every row, the
+        next period classifies every running operation for SSD and its build walks the tree (a new `BuildCache`
+        without rows: the stopped build may have brought the previous rows half up to date, or walked the tree
+        while it changed: it keeps its rows in the cache it was given, which this state does not hold)."""
+        return dataclasses.replace(self, complete=False, ssd=None, build=BuildCache(self.projection))

@@ -170,12 +170,10 @@ def update_is_current(core: SchedulerCore, update: UpdateRead) -> bool:
 def publish_update(core: SchedulerCore, computed: UpdateComputed, *, in_parts: bool = False) -> bool:
     """The last step of an update: hand the computed snapshot to the strategy (``in_parts``: as
     `update_fair_share`). False, with nothing published, when the core no longer stands where the update's read
-    left it (`update_is_current`); the caller then reads again (the core keeps the caches' ``failed`` form, and
-    the build's previous rows are dropped: the build may have walked the tree while it changed)."""
+    left it (`update_is_current`); the caller then reads again (the core keeps the ``failed`` form of its kept
+    state, `KeptState.failed`: whose build walks the tree, since this one may have walked it while it changed)."""
     update = computed.update
     if not core.update_is_current(update):
-        if update.number == core._update_number:
-            core.kept.build.last = None
         return False
     times = core.phase_times
     result = computed.result

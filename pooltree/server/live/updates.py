@@ -154,8 +154,6 @@ class FairShareUpdates:
                 with lock:
                     self.computing.discard(tree)  # whatever ends the computation: a stale publish may run
                     current = core.update_is_current(update)
-                    if not current:
-                        core.kept.build.last = None  # it may have walked the tree while it changed
                     # nothing changed under it: the computation's own failure; an interrupt or exit (not an
                     # ``Exception``) is never taken for a change of the tree and computed again
                     if current or not isinstance(error, Exception):
