@@ -26,6 +26,17 @@ forecast (each run stops once the operations waiting at that moment have started
 ones: what the forecast scores when its duration model is perfect, and so which part of a miss is the
 duration model's and which is the rest (the runs, the hand-over, the ranges, and the counting itself).
 
+``--ideal N`` (``day`` with ``--pool-running-limit``) scores beside it, with the same counting, the ideal forecast
+of every sample (`bench/forecast_ideal.py`: N draws of the workload's true run times, each pool a queue under
+its running-operation limit): what a perfect forecast scores on that recorded day, so which part of a miss is
+the counting and the day's own draw. ``--samples PATH`` writes one JSON line per sample (moment, operation,
+pool, place in its pool's queue, seconds it had waited, actual start, the forecast's range and verdict, where
+its run times came from; the ideal range with ``--ideal``), and the summary breaks the verdicts down by place in
+the queue and by how long the operation then still waited (``breakdown``; the ideal's beside it). A breakdown
+by the outcome (how long it still waited) leans even for a perfect forecast: its "< 300 s" row holds the early
+starts and misses below p10 by its choice; read it against the ideal's. ``--ideal-only`` scores the ideal
+alone (no forecast: a recorded day's reference in the recording's time).
+
 ``cost``: one forecast of a synthetic state (``--nodes`` nodes of 16 cpu, ``--running`` running operations
 filling them, ``--pending`` operations queued behind the pools' running-operation limits), timed in CPU seconds
 (the state copy is not included: it is taken on the scheduler's side, see ``pooltree.forecast.live``).
@@ -44,13 +55,15 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from forecast_ideal import ideal_range, ideal_starts  # noqa: E402
 
 from pooltree.config import load_document  # noqa: E402
 from pooltree.config.pool_trees import parse_pool_trees  # noqa: E402
@@ -145,7 +158,9 @@ class _Scores:
 
     def score(
         self, state: ClusterState, found: Any, waiting: list[str], first_start: dict[str, float]
-    ) -> None:
+    ) -> dict[str, str]:
+        """Each sample's verdict (``inside``, ``below``, ``above``; ``after_horizon``: it started after it)."""
+        verdicts: dict[str, str] = {}
         moment = {"at": state.now, "samples": 0, "inside": 0, "below": 0, "above": 0, "after_horizon": 0}
         self.per_forecast.append(moment)
         for operation_id in waiting:
@@ -162,12 +177,15 @@ class _Scores:
                 # it started after the horizon (the recording covers one horizon past every moment)
                 self.later.add(math.inf, start, found.resolution, self.period)
                 moment["after_horizon"] += 1
+                verdicts[operation_id] = "after_horizon"
                 continue
             assert actual is not None
             self.waits.append(actual - state.now)
             verdict = self.tally.add(actual, start, found.resolution, self.period)
             moment["samples"] += 1
             moment[verdict] += 1
+            verdicts[operation_id] = verdict
+        return verdicts
 
 
 def backtest(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,6 +205,10 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
     period = args.forecast_period or scenario.scheduler.fair_share_update_period
     scores = _Scores(args.horizon, period, args.drain)
     truth = _true_run_times(scenario) if args.oracle else None
+    ideal = _Ideal(args, scenario, period) if args.ideal else None
+    breakdown = _Breakdown()
+    ideal_breakdown = _Breakdown()
+    samples = open(args.samples, "w") if args.samples else None  # noqa: SIM115 (closed below)
     for state in states[: args.max_forecasts]:
         waiting = [op.id for op in state.operations if op.first_job_time is None]
         if not waiting:
@@ -196,14 +218,174 @@ def backtest(args: argparse.Namespace) -> dict[str, Any]:
             known = {
                 (op.id, task.name): truth[(op.id, task.name)] for op in state.operations for task in op.tasks
             }
+        if ideal is not None and args.ideal_only:
+            resolution = (args.forecast_period or state.fair_share_update_period) + state.heartbeat_period
+            ideal.score(state, resolution, waiting, recorder.first_start)
+            continue
         started = time.process_time()
         oracle = {} if known is None else {"fits": known}  # (a forecast before `fits` runs without it)
         found = forecast(state, settings, only=waiting, starts_only=True, **oracle)
         scores.costs.append(time.process_time() - started)
         scores.runs.append(found.seeds)
         scores.reaches.append(found.horizon if found.simulated is None else found.simulated)
-        scores.score(state, found, waiting, recorder.first_start)
-    return _summary(args, scores, record_cpu)
+        verdicts = scores.score(state, found, waiting, recorder.first_start)
+        ideal_verdicts: dict[str, str] = {}
+        if ideal is not None:
+            ideal_verdicts = ideal.score(state, found.resolution, waiting, recorder.first_start)
+        places = _queue_places(state)
+        for operation_id, verdict in verdicts.items():
+            actual = recorder.first_start.get(operation_id)
+            wait = None if actual is None else actual - state.now
+            breakdown.add(places[operation_id], wait, verdict)
+            if operation_id in ideal_verdicts:
+                ideal_breakdown.add(places[operation_id], wait, ideal_verdicts[operation_id])
+        if samples is not None:
+            _write_samples(
+                samples, state, found, verdicts, ideal, ideal_verdicts, places, recorder.first_start
+            )
+    if samples is not None:
+        samples.close()
+    result = _summary(args, scores, record_cpu)
+    result["breakdown"] = breakdown.summary()
+    if ideal is not None:
+        result["ideal"] = ideal.summary()
+        if not args.ideal_only:
+            result["ideal"]["breakdown"] = ideal_breakdown.summary()
+    return result
+
+
+def _queue_places(state: ClusterState) -> dict[str, int]:
+    """Operation id → how many operations of its pool that had not started were registered before it."""
+    found: dict[str, int] = {}
+    ahead: dict[tuple[str, str], int] = {}
+    for op in state.operations:
+        if op.first_job_time is None:
+            key = (op.tree, op.pool)
+            found[op.id] = ahead.get(key, 0)
+            ahead[key] = found[op.id] + 1
+    return found
+
+
+class _Breakdown:
+    """Verdicts by place in the pool's queue and by how long the operation then still waited."""
+
+    WAITS = (60.0, 300.0, 900.0, 1800.0, math.inf)
+
+    def __init__(self) -> None:
+        self.by_place: dict[str, dict[str, int]] = {}
+        self.by_wait: dict[str, dict[str, int]] = {}
+
+    def add(self, place: int, wait: float | None, verdict: str) -> None:
+        if verdict == "after_horizon":
+            return
+        assert wait is not None
+        place_key = str(place) if place < 5 else "5+"
+        wait_key = next(f"<{bound:g}s" for bound in self.WAITS if wait < bound)
+        for table, key in ((self.by_place, place_key), (self.by_wait, wait_key)):
+            counts = table.setdefault(key, {"samples": 0, "inside": 0, "below": 0, "above": 0})
+            counts["samples"] += 1
+            counts[verdict] += 1
+
+    def summary(self) -> dict[str, Any]:
+        def shares(table: dict[str, dict[str, int]]) -> dict[str, Any]:
+            return {
+                key: {
+                    "samples": counts["samples"],
+                    **{v: _share(counts[v], counts["samples"]) for v in ("inside", "below", "above")},
+                }
+                for key, counts in table.items()
+            }
+
+        return {
+            "by_queue_place": shares(dict(sorted(self.by_place.items()))),
+            "by_wait_until_start": shares(
+                dict(sorted(self.by_wait.items(), key=lambda item: float(item[0][1:-1])))
+            ),
+        }
+
+
+class _Ideal:
+    """``--ideal``: every sample's ideal range (`forecast_ideal`), scored as the forecast is."""
+
+    def __init__(self, args: argparse.Namespace, scenario: Any, period: float) -> None:
+        if args.workload != "day" or args.pool_running_limit is None:
+            raise SystemExit("--ideal: the day workload with --pool-running-limit (its only queue model)")
+        self.truth = {(op.id, task.name): task.duration for op in scenario.operations for task in op.tasks}
+        self.limit = args.pool_running_limit
+        self.draws = args.ideal
+        self.horizon = args.horizon
+        self.seed = scenario.seed + 2000
+        self.scores = _Scores(args.horizon, period, args.drain)
+        self.ranges: dict[str, dict[str, float | None]] = {}
+
+    def score(
+        self, state: ClusterState, resolution: float, waiting: list[str], first_start: dict[str, float]
+    ) -> dict[str, str]:
+        starts = ideal_starts(state, self.truth, self.limit, self.draws, self.seed + round(state.now))
+        self.ranges = {
+            operation_id: ideal_range(starts[operation_id], state.now, resolution, self.horizon)
+            for operation_id in waiting
+        }
+        found = _IdealRanges({key: _IdealRange(value) for key, value in self.ranges.items()}, resolution)
+        return self.scores.score(state, found, waiting, first_start)
+
+    def summary(self) -> dict[str, Any]:
+        tally, ranged = self.scores.tally, self.scores.ranged
+        everything = tally.samples + self.scores.later.samples
+        return {
+            "draws": self.draws,
+            "samples": tally.samples,
+            "inside_p10_p90": _share(tally.inside, tally.samples),
+            "below_p10": _share(tally.below, tally.samples),
+            "above_p90": _share(tally.above, tally.samples),
+            "start_abs_error_median_s": _round(statistics.median(tally.errors)) if tally.errors else None,
+            "inside_p10_p90_with_those": _share(tally.inside + self.scores.later.inside, everything),
+            "samples_range_within_horizon": ranged.samples,
+            "inside_p10_p90_range_within_horizon": _share(ranged.inside, ranged.samples),
+            "below_p10_range_within_horizon": _share(ranged.below, ranged.samples),
+            "above_p90_range_within_horizon": _share(ranged.above, ranged.samples),
+        }
+
+
+class _IdealRange(NamedTuple):
+    start: dict[str, float | None]
+
+
+class _IdealRanges(NamedTuple):
+    operations: dict[str, _IdealRange]
+    resolution: float
+
+
+def _write_samples(
+    out: Any,
+    state: ClusterState,
+    found: Any,
+    verdicts: dict[str, str],
+    ideal: _Ideal | None,
+    ideal_verdicts: dict[str, str],
+    places: dict[str, int],
+    first_start: dict[str, float],
+) -> None:
+    """``--samples``: one JSON line per sample (see the module docstring)."""
+    ops = {op.id: op for op in state.operations}
+    for operation_id, verdict in verdicts.items():
+        op = ops[operation_id]
+        forecast_of = found.operations[operation_id]
+        line = {
+            "at": state.now,
+            "operation": operation_id,
+            "pool": op.pool,
+            "queue_place": places[operation_id],
+            "waited": state.now - op.start_time,
+            "actual_start": first_start.get(operation_id),
+            "start": forecast_of.start,
+            "verdict": verdict,
+            "sources": sorted({task["source"] for task in forecast_of.durations.values()}),
+        }
+        if ideal is not None:
+            line["ideal_start"] = ideal.ranges.get(operation_id)
+            line["ideal_verdict"] = ideal_verdicts.get(operation_id)
+        out.write(json.dumps(line) + "\n")
 
 
 def _true_run_times(scenario: Any) -> dict[tuple[str, str], DurationFit]:
@@ -252,6 +434,9 @@ def _summary(args: argparse.Namespace, scores: _Scores, record_cpu: float) -> di
                 "drain",
                 "arrival_window",
                 "oracle",
+                "ideal",
+                "ideal_only",
+                "seed",
             )
         },
         "forecasts": len(costs),
@@ -514,6 +699,16 @@ def main() -> None:
         action="store_true",
         help="forecast with the workload's true run-time distributions (what a perfect duration model scores)",
     )
+    back.add_argument(
+        "--ideal",
+        type=int,
+        default=0,
+        help="score the ideal forecast too with this many draws (day with --pool-running-limit; 0: not)",
+    )
+    back.add_argument(
+        "--ideal-only", action="store_true", help="with --ideal: score the ideal forecast alone (no forecast)"
+    )
+    back.add_argument("--samples", default=None, help="write one JSON line per sample to this file")
     back.add_argument(
         "--no-drain",
         dest="drain",
