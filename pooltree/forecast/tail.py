@@ -35,6 +35,7 @@ from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.durations import remaining
+from pooltree.forecast.fork import spec_task
 from pooltree.forecast.stopped import Resources, Shape, StoppedRun, held_usage, shape_of
 from pooltree.forecast.tail_preemption import Starving, dominant_share
 from pooltree.sim.scenario import Distribution, SimOperation, SimTask
@@ -60,6 +61,10 @@ class _TailOp:
     """Its running jobs counted by resources (a counter: cheaper per job than summing a vector)."""
     jobs: dict[int, tuple[Resources, SimTask]] = field(default_factory=dict)
     """Its running jobs by serial, oldest first: resources and the task a preempted one returns to."""
+    drawn: dict[str, tuple[Resources, tuple[float, float] | Distribution]] = field(default_factory=dict)
+    """Task name → its job's resources and what its jobs' run times are drawn from (`_HandOver.sampler`), looked
+    up once per task: keyed by the operation's own task names, not by the task objects' identities (an id is
+    unique only while its object lives)."""
 
     def has_pending(self) -> bool:
         return self.left > 0
@@ -197,10 +202,6 @@ class _HandOver:
         self.serial = len(stopped.jobs)
         self.result = TailResult()
         self.started_jobs = 0
-        self.tasks: dict[int, tuple[Resources, tuple[float, float] | Distribution]] = {}
-        """id(task) → its job's resources and what its jobs' run times are drawn from: (median, sigma) of a
-        lognormal (drawn here as `Distribution.sample` draws it, from the same generator: the same run times),
-        else the distribution."""
         self.smallest: Shape = ()
         """The smallest job of any operation: while it does not fit, nothing is served."""
         self.order = len(stopped.simulation.ops)
@@ -265,12 +266,19 @@ class _HandOver:
         return self.stopped.shapes.intern(shape_of(task.resources))
 
     def sampler(self, op: _TailOp, task: SimTask) -> tuple[float, float] | Distribution:
-        """What ``op``'s jobs of ``task`` draw their run times from (see ``samplers``)."""
-        own = None if self.durations is None else self.durations.get((op.id, task.name))
+        """What ``op``'s jobs of ``task`` draw their run times from: the seed's own distribution of its spec task
+        (a preempted job of the fork's running jobs' task starts again as a job of its spec task), else the
+        task's; (median, sigma) of a lognormal (drawn in `start_jobs` as `Distribution.sample` draws it, from the
+        same generator: the same run times). A whole run time always: the running jobs' remaining times
+        (`durations.RemainingTimes`, handed out to the simulation's placed jobs) are never handed out here (they
+        were the stopped simulation's, shared by all its hand-overs)."""
+        own = None if self.durations is None else self.durations.get((op.id, spec_task(task.name)))
         distribution = own or task.duration
         assert distribution is not None
-        if type(distribution) is Distribution and distribution.kind == "lognormal":
+        if distribution.kind == "lognormal":
             return (distribution.a, distribution.b)
+        if type(distribution) is not Distribution:
+            return Distribution(distribution.kind, distribution.a, distribution.b)
         return distribution
 
     def start_jobs(self, tree: _Tree, op: _TailOp, at: float, most: float = math.inf) -> int:
@@ -296,9 +304,9 @@ class _HandOver:
             task = entry[0]
             if task.duration is None:
                 break
-            found = self.tasks.get(id(task))
+            found = op.drawn.get(task.name)
             if found is None:
-                found = self.tasks[id(task)] = (self.shape(task), self.sampler(op, task))
+                found = op.drawn[task.name] = (self.shape(task), self.sampler(op, task))
             resources, drawn = found
             amounts = resources.amounts
             lognormal = type(drawn) is tuple
