@@ -25,6 +25,13 @@ backoff as the heartbeat's strategy pass would have. Nothing else of a proven-em
 leader's state but the orchid's deactivation counters of a pass that tried operations and found none that fits,
 which a skipped heartbeat does not count (as in the simulator).
 
+**After starts.** A heartbeat answered with jobs to start is followed by one that first reports them running;
+reported as started (the resources of their start entry, no measured memory yet or up to the bound) they change
+nothing at the leader that a later report would not (``LiveJobs._take_running_reports``: a known running job
+confirmed). So the leader proves that expected heartbeat (``expected_next``: this heartbeat's running jobs and
+the started ones, in that order, no finished job) and the shard keeps the verdict for it: the nodes that a start
+fills are answered by their shard from their next heartbeat on, not from the one after.
+
 **Full nodes.** A node that cannot start more in any of its trees reads no pending work, so its proof also holds
 while only other nodes' jobs start and end: the leader adds (``StateGeneration.full_stamp``) the generation's
 ``coarse`` counter and the node's own stamp, and the shard answers while either the whole generation or both of
@@ -46,9 +53,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pooltree.errors import ConfigError
 from pooltree.node import wire
-from pooltree.node.wire import HeartbeatRequest
-from pooltree.resources import MEMORY
+from pooltree.node.wire import HeartbeatRequest, RunningJobReport
+from pooltree.resources import MEMORY, parse_resources
 from pooltree.server.live.generation import pending_min_needed
 from pooltree.server.live.jobs import reported_usage
 from pooltree.strategy.scheduler import usage_above_reserve
@@ -77,6 +85,28 @@ so the proof (under the scheduling lock, per running job a memory bound) is made
 PROOF_PROBE = 4
 """While a node's proofs go unused, one of its heartbeats in this many is proven (to see whether they would be
 used again: the first note of a heartbeat a shard answered proves every heartbeat of the node again)."""
+
+
+def expected_next(heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> HeartbeatRequest | None:
+    """The node's next heartbeat as the leader's ``answer`` to ``heartbeat`` leaves it when nothing else happens
+    on the node: the same running jobs and then the started ones in the answer's order, each with the resources
+    of its start entry (what a node reports for it: ``node/agent.py``, ``bench/live_nodes.py``) and no measured
+    memory, and no finished job (the answer acknowledged them). ``heartbeat`` itself when nothing was started;
+    None when a start entry cannot be read so (its next heartbeat then goes to the leader)."""
+    started = answer.get(wire.START)
+    if not started:
+        return heartbeat
+    running = list(heartbeat.running)
+    try:
+        for entry in started:
+            usage = parse_resources(entry["resources"], "resources")
+            task = entry.get("task_name") or "main"
+            running.append(
+                RunningJobReport(entry["job_id"], entry["operation_id"], task, tuple(usage.tolist()))
+            )
+    except (KeyError, TypeError, AttributeError, ConfigError):
+        return None
+    return replace(heartbeat, running=running, finished=[])
 
 
 def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
@@ -151,9 +181,11 @@ class ShardNodes:
     ) -> None:
         """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty
         (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to the leader)."""
-        if proof is None:
+        expected = expected_next(heartbeat, answer) if proof is not None else None
+        if proof is None or expected is None:
             self._verdicts.pop(heartbeat.address, None)
             return
+        heartbeat = expected
         generation, bounds, full = proof
         if full is None:
             self.learn(generation)
@@ -215,21 +247,27 @@ class LeaderVerdicts:
         """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
 
     def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
-        """After the leader answered ``heartbeat`` with ``answer``: the proof that an equal next heartbeat
-        changes nothing (the state generation it holds at, the running jobs' memory bounds), or None.
+        """After the leader answered ``heartbeat`` with ``answer``: the proof that the node's next heartbeat as
+        the answer leaves it (``expected_next``: with the started jobs running) changes nothing (the state
+        generation it holds at, the running jobs' memory bounds, the full node's stamp), or None.
 
         None also when the node's last `UNUSED_PROOFS` proofs were not used (no heartbeat of it answered by a
         shard since), but for every `PROOF_PROBE`-th such heartbeat: not proving only sends the node's next
-        heartbeat to the leader, which decides it as one process would."""
-        if (
-            answer.get(wire.START)
-            or answer.get(wire.PREEMPT)
-            or answer.get(wire.ABORT)
-            or answer.get(wire.SCHEDULING_SKIPPED)
-        ):
-            return None  # the node's next heartbeat reports what this one changed, or it was throttled
+        heartbeat to the leader, which decides it as one process would. A proof after starts is a guess (the node
+        may report its jobs otherwise, or one may end first): it is not made while the node's proofs go unused,
+        and is not counted as unused itself."""
+        if answer.get(wire.PREEMPT) or answer.get(wire.ABORT) or answer.get(wire.SCHEDULING_SKIPPED):
+            return None  # the node's next heartbeat reports what this one stopped, or it was throttled
+        expected = expected_next(heartbeat, answer)
+        if expected is None:
+            return None
+        started = expected is not heartbeat
+        heartbeat = expected
         address = heartbeat.address
         if self._unused.get(address, 0) >= UNUSED_PROOFS:
+            if started:
+                self.proofs_spared += 1
+                return None
             unproven = self._unproven.get(address, 0) + 1
             if unproven < PROOF_PROBE:
                 self._unproven[address] = unproven
@@ -243,7 +281,8 @@ class LeaderVerdicts:
             generation = scheduler.generation
             full = generation.full_stamp(address) if self._full(address) else None
             proof = generation.value, self._memory_bounds(heartbeat), full
-        self._unused[address] = self._unused.get(address, 0) + 1
+        if not started:
+            self._unused[address] = self._unused.get(address, 0) + 1
         self.proofs_made += 1
         return proof
 

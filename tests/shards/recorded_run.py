@@ -37,12 +37,21 @@ Memory = Callable[[str, float, float], float]
 
 class Node:
     """A node without processes: a job runs its operation's duration, then is reported completed; ``memory``
-    gives the running jobs' measured memory (none by default)."""
+    gives the running jobs' measured memory (none by default). A running job reports one slot and one cpu, or
+    with ``as_started`` the resources of its start entry (as the node agent does)."""
 
-    def __init__(self, address: str, durations: dict[str, float], memory: Memory | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        durations: dict[str, float],
+        memory: Memory | None = None,
+        as_started: bool = False,
+    ) -> None:
         self.address = address
         self.durations = durations
         self.memory = memory
+        self.as_started = as_started
+        self.resources: dict[str, dict[str, float]] = {}
         self.running: dict[str, tuple[str, float, float]] = {}
         self.finished: dict[str, dict[str, Any]] = {}
 
@@ -59,7 +68,7 @@ class Node:
                 operation_id,
                 "main",
                 start_time=start,
-                resource_usage={"user_slots": 1, "cpu": 1},
+                resource_usage=self.resources[job_id] if self.as_started else {"user_slots": 1, "cpu": 1},
                 memory_usage=self.memory(operation_id, start, now) if self.memory is not None else 0,
             )
             for job_id, (operation_id, start, _) in self.running.items()
@@ -92,6 +101,7 @@ class Node:
         for spec in answer[wire.START]:
             operation_id = spec["operation_id"]
             self.running[spec["job_id"]] = (operation_id, now, now + self.durations[operation_id])
+            self.resources[spec["job_id"]] = spec["resources"]
 
 
 def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
@@ -204,10 +214,10 @@ def record_full_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
     (an update every second); long jobs (40 s) and short ones (1.25 s, ending at nearly every heartbeat of their
     node) of pool ``a`` fill every node, so jobs start and end somewhere at almost every heartbeat while the
     nodes full of long jobs stay quiet; an operation in pool ``b`` arrives at 12 s, starves and preempts on
-    full nodes."""
+    full nodes. The nodes report their jobs with the resources of their start (``as_started``)."""
     recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
     durations: dict[str, float] = {}
-    nodes = [Node(f"n{i}", durations) for i in range(6)]
+    nodes = [Node(f"n{i}", durations, as_started=True) for i in range(6)]
     vanilla = {"command": "true", "cpu_limit": 1}
     arrivals = {0.0: [("a", 6, 40.0)], 2.0: [("a", 60, 1.25)], 12.0: [("b", 6, 5.0)]}
     now = 0.0
