@@ -15,6 +15,7 @@ from pooltree.node.wire import (
     HEARTBEAT_PATH,
     MAX_ALERT_TEXT,
     MAX_NODE_ALERTS,
+    MEDIA_TYPE,
     FinishedJobReport,
     HeartbeatRequest,
     RunningJobReport,
@@ -23,7 +24,8 @@ from pooltree.node.wire import (
     parse_heartbeat,
     parse_node_alerts,
 )
-from pooltree.server.app import DrainUnreadBody
+from pooltree.server.app import DrainUnreadBody, read_body
+from pooltree.server.http_protocol import BODY_WHOLE
 from pooltree.server.protocol import YtError
 
 __all__ = [
@@ -33,11 +35,13 @@ __all__ = [
     "DirectHeartbeats",
     "FinishedJobReport",
     "HeartbeatRequest",
+    "HeartbeatRoute",
     "RunningJobReport",
     "RunningReports",
     "decode_heartbeat",
     "parse_heartbeat",
     "parse_node_alerts",
+    "read_heartbeat_body",
 ]
 
 MAX_HEARTBEAT_BYTES = 16 << 20
@@ -84,3 +88,72 @@ class DirectHeartbeats:
     async def _answer(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         response = await self.endpoint(Request(scope, receive))
         await response(scope, receive, send)
+
+
+_ANSWER_TYPE = MEDIA_TYPE.encode("latin-1")
+
+Answer = Callable[[dict[str, Any], Any], Awaitable[bytes | Response]]
+"""``(scope, receive)`` → a heartbeat's answer: its body (200, JSON) or an error's ``Response``."""
+
+
+class HeartbeatRoute:
+    """ASGI: ``POST /internal/node_heartbeat`` answered by ``answer(scope, receive)`` past Starlette's ``Request``
+    and ``Response`` (two thirds of the ~10 µs a heartbeat spent in the HTTP layer above uvicorn): an answer's
+    body goes out as the two messages ``Response(body, media_type=wire.MEDIA_TYPE)`` sends (the same status and
+    headers), an error's ``Response`` as it is; what an early answer leaves of the body is drained
+    (``DrainUnreadBody``); everything else to ``app``. The scheduler's entry (``SchedulerService.asgi``), whose
+    app route answers the same (``tests/server/test_heartbeat_route.py``)."""
+
+    def __init__(self, answer: Answer, app: Any) -> None:
+        self.answer = answer
+        self.app = app
+        self._drained = DrainUnreadBody(self._answer, {HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES})
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == HEARTBEAT_PATH and scope["method"] == "POST":
+            await self._drained(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        answer = await self.answer(scope, receive)
+        if isinstance(answer, Response):
+            await answer(scope, receive, send)
+            return
+        headers = [(b"content-length", b"%d" % len(answer)), (b"content-type", _ANSWER_TYPE)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+
+async def read_heartbeat_body(scope: dict[str, Any], receive: Any) -> bytes:
+    """``app.read_body`` of a heartbeat (limit ``MAX_HEARTBEAT_BYTES``): a body the protocol holds whole
+    (``BODY_WHOLE``), sent without ``Content-Encoding`` and not declared over the limit, is its one message's
+    bytes (no decoder, no copy, no ``Request``); anything else, and any message but that one, is ``read_body``'s
+    (the message already taken is given to it again), so the answers and errors are its own."""
+    if scope.get(BODY_WHOLE):
+        for name, value in scope["headers"]:
+            if name == b"content-encoding" or (
+                name == b"content-length" and not (value.isdigit() and int(value) <= MAX_HEARTBEAT_BYTES)
+            ):
+                break
+        else:
+            message = await receive()
+            body = message.get("body", b"")
+            if (
+                message["type"] == "http.request"
+                and not message.get("more_body", False)
+                and len(body) <= MAX_HEARTBEAT_BYTES
+            ):
+                return body
+            receive = _again(message, receive)
+    return await read_body(Request(scope, receive), MAX_HEARTBEAT_BYTES, "Heartbeat")
+
+
+def _again(message: dict[str, Any], receive: Any) -> Callable[[], Awaitable[Any]]:
+    """``receive`` whose first message is ``message`` (taken already), then the rest."""
+    pending = [message]
+
+    async def replay() -> Any:
+        return pending.pop() if pending else await receive()
+
+    return replay

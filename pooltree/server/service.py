@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -43,9 +44,10 @@ from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
-    DirectHeartbeats,
+    HeartbeatRoute,
     RunningReports,
     decode_heartbeat,
+    read_heartbeat_body,
 )
 from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.knobs import seconds_override
@@ -339,7 +341,7 @@ class SchedulerService:
         self._api = self.app.state.api
         self.web = WebUI(self)
         self._wire_parts(resolver)
-        self._direct = DirectHeartbeats(self._heartbeat, DirectCommands(self.app))
+        self._direct = HeartbeatRoute(self.heartbeat_answer, DirectCommands(self.app))
         self._running_reports = RunningReports()
         """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
         self._heartbeat_threads: ThreadPoolExecutor | None = None
@@ -439,26 +441,34 @@ class SchedulerService:
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """The process's ASGI entry while leading: node heartbeats and API commands straight to their handlers
-        (``heartbeats.DirectHeartbeats``, ``app.DirectCommands``), everything else through the app."""
+        (``heartbeats.HeartbeatRoute``, ``app.DirectCommands``), everything else through the app."""
         await self._direct(scope, receive, send)
 
     async def _heartbeat(self, request: Request) -> Response:
+        """The app's heartbeat route; the process's entry answers the same past Starlette's objects
+        (``heartbeats.HeartbeatRoute``)."""
+        answer = await self.heartbeat_answer(request.scope, request.receive)
+        return answer if isinstance(answer, Response) else Response(answer, media_type=wire.MEDIA_TYPE)
+
+    async def heartbeat_answer(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
+        """One heartbeat request: the answer's body (200, JSON) or an error's response."""
         request_id = new_request_id()
-        arrived = request.scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
+        arrived = scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
         queued = asyncio.get_running_loop().time() - arrived if arrived is not None else 0.0
         try:
-            peer = request.client.host if request.client is not None else None
-            self.security.authenticate_node(request.headers, peer)
+            client = scope.get("client")
+            peer = client[0] if client else None
+            self.security.authenticate_node(Headers(scope=scope), peer)
             self.store.check_writable()
-            body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")  # refused before read whole
+            body = await read_heartbeat_body(scope, receive)  # refused before read whole
             heartbeat = decode_heartbeat(body, self._running_reports)
             limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
-            hostname = request.url.hostname if self.shards is not None else None  # parsed only when named
+            hostname = Request(scope).url.hostname if self.shards is not None else None  # only when named
             try:
                 response = await self._answer_heartbeat_async(heartbeat, peer, limit is not None, hostname)
             finally:
                 self.leave_heartbeat()
-            return Response(wire.encode(response), media_type=wire.MEDIA_TYPE)
+            return wire.encode(response)
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
         except Exception as error:
