@@ -17,10 +17,13 @@ in-process replicas (their CPU reported apart); ``--shard-processes N``: in N sh
 (``pooltree/shards/remote.py``; this process is the leader, its CPU the leader's; the shards' CPU is what their
 passes report, split into bringing the replica forward and the stages; pipe bytes and messages per pass). Per
 measured fair-share update, its longest hold of the scheduling lock (wall; on code whose lock does not count holds,
-the whole update, which then is one hold): median and max.
+the whole update, which then is one hold): median and max; per measured heartbeat, its longest hold, apart for
+the heartbeats that first published a stale tree (operations activated: ``--start-every`` N starts the operations
+one per N heartbeats during the run, ``--max-running`` makes finished operations activate pending ones).
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
+       [--max-running N] [--start-every N]
 """
 
 from __future__ import annotations
@@ -72,7 +75,19 @@ class Counted:
         }
 
 
-def main() -> None:
+def _hold_figures(holds: dict[str, list[float]]) -> dict[str, Any]:
+    """Per cause, the measured heartbeats' count and their longest holds of the lock: median and max (ms)."""
+    figures: dict[str, Any] = {}
+    for cause, held in holds.items():
+        if held:
+            ordered = sorted(held)
+            figures[f"heartbeat_{cause}_count"] = len(ordered)
+            figures[f"heartbeat_{cause}_hold_ms_median"] = round(1000 * ordered[len(ordered) // 2], 3)
+            figures[f"heartbeat_{cause}_hold_ms_max"] = round(1000 * ordered[-1], 2)
+    return figures
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=300)
     parser.add_argument("--operations", type=int, default=200)
@@ -84,6 +99,20 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup-seconds", type=float, default=12.0)
     parser.add_argument("--quiet-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--max-running",
+        type=int,
+        default=0,
+        help="the pool's max_running_operation_count (0: --operations, all run at once); fewer makes finished "
+        "operations activate pending ones during the run (a stale tree, published by the next heartbeat)",
+    )
+    parser.add_argument(
+        "--start-every",
+        type=int,
+        default=0,
+        help="start the operations one per this many heartbeats from the loaded phase on (0: all at its start), "
+        "as API starts arrive while nodes heartbeat",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)"
@@ -108,13 +137,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.shard_starts and args.shard_processes:
         parser.error("--shard-starts and --shard-processes are two forms of the same: choose one")
+    return args
+
+
+def main() -> None:
+    args = _arguments()
     context = mp.get_context("spawn")
     processes: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
         live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
-        pools = {
-            "bench": {"max_operation_count": args.operations, "max_running_operation_count": args.operations}
-        }
+        running = args.max_running or args.operations
+        pools = {"bench": {"max_operation_count": args.operations, "max_running_operation_count": running}}
         live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0)
         shards: ShardStarts | None = ShardStarts(live, args.shard_starts) if args.shard_starts else None
         if args.shard_processes:
@@ -140,7 +173,11 @@ def main() -> None:
         state = {"now": 1.0, "next_update": 1.0}
 
         updates: list[float] = []  # per measured fair-share update: its longest hold of the lock, seconds
+        holds: dict[str, list[float]] = {"plain": [], "stale_publish": []}
+        """Per measured heartbeat, its longest hold of the lock, by whether it published a stale tree first."""
         lock = live.lock
+        to_start = [0]  # operations to start one per ``--start-every`` heartbeats (from the loaded phase on)
+        beats = [0]
 
         def run(until: float, counted: Counted | None) -> None:
             now = state["now"]
@@ -157,7 +194,14 @@ def main() -> None:
                             held = time.perf_counter() - began if longest is None else lock.hold_max
                             updates.append(held)
                         state["next_update"] += 1.0
+                    beats[0] += 1
+                    if to_start[0] and args.start_every and beats[0] % args.start_every == 0:
+                        live.start_operation("vanilla", spec, "root", now)
+                        to_start[0] -= 1
                     body = node.body(now)
+                    published = live.updates.published_updates
+                    if hasattr(lock, "hold_max"):
+                        lock.hold_max = 0.0
                     began = time.process_time()
                     if counted is not None and args.profile:
                         profile.enable()
@@ -175,12 +219,20 @@ def main() -> None:
                         counted.cpu += spent
                         counted.heartbeats += 1
                         counted.started += started
+                        if hasattr(lock, "hold_max") and counted is not quiet:
+                            cause = (
+                                "stale_publish" if live.updates.published_updates != published else "plain"
+                            )
+                            holds[cause].append(lock.hold_max)
             state["now"] = now
 
         quiet = Counted()
         run(1.0 + args.quiet_seconds, quiet)  # nodes registered, nothing to run
-        for _ in range(args.operations):
-            live.start_operation("vanilla", spec, "root", state["now"])
+        if args.start_every:
+            to_start[0] = args.operations
+        else:
+            for _ in range(args.operations):
+                live.start_operation("vanilla", spec, "root", state["now"])
         began = state["now"]
         run(began + args.warmup_seconds, None)
         loaded = Counted()
@@ -226,6 +278,7 @@ def main() -> None:
             figures["fair_share_updates"] = len(ordered)
             figures["update_longest_hold_ms_median"] = round(1000 * ordered[len(ordered) // 2], 2)
             figures["update_longest_hold_ms_max"] = round(1000 * ordered[-1], 2)
+        figures.update(_hold_figures(holds))
         quiet_figures = quiet.figures()
         if loaded.started:
             idle_cost = quiet.cpu / max(quiet.heartbeats, 1)
