@@ -29,7 +29,7 @@ from pooltree.fairshare.model import UpdateState
 from pooltree.gc_policy import survivors_frozen
 from pooltree.orchid import ROOT, snapshot_strategy, tree_view
 from pooltree.resources import zeros
-from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.strategy.build import build_scheduling_tree
 from pooltree.strategy.kept import KeptState
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
@@ -92,7 +92,7 @@ def _snapshot_now(snapshot: Snapshot) -> float:
 
 class _TreeStep:
     """The per-period step of one tree as the live service pays it: input from the tree runtime (kept in a
-    `FairShareInputCache`), the fair-share update, and publishing to a strategy (`BuildCache` + `publish`).
+    `FairShareInputCache`), the fair-share update, and publishing to a strategy (`build_scheduling_tree` + `publish`).
 
     ``--repeat`` runs this step K times on one `_TreeStep`, so from the second run on the caches hold, as they do
     from one period to the next in the service; ``update_first_s`` reports the first (cold) run.
@@ -141,9 +141,10 @@ class _TreeStep:
         result = update_fair_share(read.root, self.total, settings, now, kept.update_state(read, base))
         self.kept = kept = kept.updated(result.state)
         updated = time.perf_counter()
-        published = scheduling_tree_from_runtime(
-            self.tree, result, self.total, self.config, cache=kept.build, delta=delta
+        published, rows = build_scheduling_tree(
+            self.tree, result, self.total, self.config, kept.projection, kept.build, delta
         )
+        self.kept = kept.built(rows)
         self.strategy.publish(published, now)
         done = time.perf_counter()
         self.split["input_s"].append(built - begin)

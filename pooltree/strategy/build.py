@@ -2,8 +2,9 @@
 
 Per update only the shares change for most elements; the rest of an element's spec (parent, limits, starvation and
 preemption options, effective thresholds, tag filter) is a function of the pool tree's immutable configuration
-objects. A `BuildCache` keeps those static parts keyed by the exact objects they were computed from (configs and
-specs are frozen models, `Resources` vectors are immutable), so an unchanged element costs one key comparison.
+objects. The tree's projection (`pooltree.tree.projection`) keeps those static parts keyed by the exact objects they
+were computed from (configs and specs are frozen models, `Resources` vectors are immutable), so an unchanged element
+costs one key comparison; a build takes the previous build's rows (`BuildRows`) and returns its own.
 Shares are read in bulk from the result's arrays (``result.elements.arrays`` / ``.index``) when it offers them.
 """
 
@@ -16,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
-from pooltree.strategy.build_rows import BuildCache, _LastBuild, _operation_changes, _unchanged_structure
+from pooltree.strategy.build_rows import BuildCache, BuildRows, _operation_changes, _unchanged_structure
 from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _pool_static, _spec
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import frozen_spec
+from pooltree.tree.projection import TreeProjection
 
 _ARRAY_KEYS = frozenset({"fair_share", "demand_share", "below", "weight", "fifo_index"})
 """Arrays of ``ElementResults`` read in bulk; a result without them is read element by element."""
@@ -90,25 +92,46 @@ def scheduling_tree_from_runtime(
     cache: BuildCache | None = None,
     delta: PeriodDelta | None = None,
 ) -> SchedulingTree:
-    """Snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a FairShareResult).
+    """Snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a FairShareResult):
+    `build_scheduling_tree` through ``cache`` (kept by the caller between builds of the same tree: its projection,
+    and the rows of its last build, which this build takes and replaces; a build that raises leaves none)."""
+    cache = cache if cache is not None else BuildCache()
+    previous, cache.last = cache.last, None
+    tree, cache.last = build_scheduling_tree(
+        pool_tree, result, total_resources, config, cache.projection, previous, delta
+    )
+    return tree
+
+
+def build_scheduling_tree(
+    pool_tree: RuntimeTree,
+    result: Any,
+    total_resources: Vector,
+    config: StrategyConfig | None,
+    projection: TreeProjection,
+    previous: BuildRows | None,
+    delta: PeriodDelta | None = None,
+) -> tuple[SchedulingTree, BuildRows]:
+    """Snapshot of ``pool_tree`` with the shares of ``result``, and its rows for the next build of the tree.
 
     Pools pass their own starvation/preemption options (the snapshot resolves inheritance); operations pass
     their spec's preemption mode, scheduling tag filter, interruption signal and effective non-preemptible
-    usage threshold. Elements missing from ``result`` get zero fair share. ``cache`` (kept by the caller between
-    updates of the same tree) skips recomputing the static part of elements whose configuration is unchanged;
-    ``delta`` (the period's changes of the tree, `pooltree.tree.delta`; found here when not given) says whether
-    the previous build's rows stand as they are, need only some operations' rows, or the tree must be walked.
+    usage threshold. Elements missing from ``result`` get zero fair share. ``projection`` (the tree's, kept by the
+    caller) skips recomputing the static part of elements whose configuration is unchanged; ``previous`` (the rows
+    the last build of the tree returned, or None) and ``delta`` (the period's changes of the tree,
+    `pooltree.tree.delta`; found here when not given) say whether the previous rows stand as they are, need only
+    some operations' rows, or the tree must be walked. ``previous`` is the next rows' material: it may be re-made
+    in place, and is not to be built from again.
     """
     name = pool_tree.name
     config = config or StrategyConfig.from_options(pool_tree.config, f"pool_trees.{name}.config")
-    cache = cache if cache is not None else BuildCache()
     bulk = _bulk(result.elements)
-    last = cache.last
+    last = previous
     key = None if last is None else last.key
     built_at = None if key is None or key[0] is not pool_tree else key[1]
     if delta is None:
         delta = period_delta(pool_tree, built_at)
-    cache.projection.advance(pool_tree, delta)
+    projection.advance(pool_tree, delta)
     runtime_key = (pool_tree, delta.revision, pool_tree.config, config, name)
     if (
         bulk
@@ -119,11 +142,11 @@ def scheduling_tree_from_runtime(
         and all(map(operator.is_, key[2:], runtime_key[2:]))
     ):
         tree = _brought_up_to_date(
-            pool_tree, result.elements, total_resources, cache, last, runtime_key, delta
+            pool_tree, result.elements, total_resources, projection, last, runtime_key, delta
         )
         if tree is not None:
-            return tree
-    walk = _Walk(pool_tree, cache, _Shares(result.elements))
+            return tree, last
+    walk = _Walk(pool_tree, projection, _Shares(result.elements))
     walk.pools()
     walk.operations()
     statics, elements = walk.statics, walk.elements
@@ -138,44 +161,37 @@ def scheduling_tree_from_runtime(
     else:
         tree = SchedulingTree(total_resources, elements, config, name=name)
     readable = bulk and walk.cacheable
-    last = _LastBuild(
+    rows = BuildRows(
         runtime_key if readable else None, walk.ids, statics, elements, tree, config, walk.registration
     )
     if readable:
-        last.read(result.elements)
-    cache.last = last
-    return tree
+        rows.read(result.elements)
+    return tree, rows
 
 
 def _brought_up_to_date(
     pool_tree: RuntimeTree,
     result_elements: Any,
     total_resources: Vector,
-    cache: BuildCache,
-    last: _LastBuild,
+    projection: TreeProjection,
+    last: BuildRows,
     runtime_key: tuple[Any, ...],
     delta: PeriodDelta,
 ) -> SchedulingTree | None:
     """The previous build's tree with this result's shares, when the delta allows it: the same rows (an unchanged
     revision), or rows brought up to date for the operations the delta names (`_operation_changes`); None when
-    the tree must be walked."""
-    try:
-        if delta.unchanged:
-            return _unchanged_structure(result_elements, total_resources, last)
-        found = cache.projection.changes
-        if found is None or cache.projection.advanced_with is not delta:
-            return None  # the projection walked the tree: so does this build
-        changes = _operation_changes(pool_tree, cache, last, runtime_key, found)
-        if changes is None:
-            return None
-        # no row changed: the structure is the previous one (`with_shares`, same skeleton)
-        rows_changed = changes if changes.removed or changes.added else None
-        return _unchanged_structure(result_elements, total_resources, last, rows_changed)
-    except BaseException:
-        # the rows or the copies of the last result may be half brought up to date: the next build walks
-        # the whole tree
-        cache.last = None
-        raise
+    the tree must be walked. (When it raises, ``last`` may be half brought up to date: the caller drops it.)"""
+    if delta.unchanged:
+        return _unchanged_structure(result_elements, total_resources, last)
+    found = projection.changes
+    if found is None or projection.advanced_with is not delta:
+        return None  # the projection walked the tree: so does this build
+    changes = _operation_changes(pool_tree, projection, last, runtime_key, found)
+    if changes is None:
+        return None
+    # no row changed: the structure is the previous one (`with_shares`, same skeleton)
+    rows_changed = changes if changes.removed or changes.added else None
+    return _unchanged_structure(result_elements, total_resources, last, rows_changed)
 
 
 class _Walk:
@@ -183,9 +199,9 @@ class _Walk:
     then every running operation in registration order, each with its static part (its projection entry's, made
     there the first time) and its shares."""
 
-    def __init__(self, pool_tree: RuntimeTree, cache: BuildCache, shares: _Shares) -> None:
+    def __init__(self, pool_tree: RuntimeTree, projection: TreeProjection, shares: _Shares) -> None:
         self.pool_tree = pool_tree
-        self.projection = cache.projection
+        self.projection = projection
         self.shares = shares
         self.elements: list[ElementSpec] = []
         self.statics: list[dict[str, Any]] = []
@@ -193,7 +209,7 @@ class _Walk:
         self.cacheable = True
         """False when an operation's spec is a plain map (it may change in place without a revision)."""
         self.registration: list[int] | None = []
-        """The operation rows' registration indices, None when they are not increasing (see `_LastBuild`)."""
+        """The operation rows' registration indices, None when they are not increasing (see `BuildRows`)."""
 
     def add(self, element_id: str, static: dict[str, Any], is_operation: bool) -> None:
         """One row: the element's static part and its spec with the result's shares (zero when it has none)."""

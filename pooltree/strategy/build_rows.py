@@ -1,4 +1,4 @@
-"""The previous build's rows (`BuildCache`) and how the next build of the same tree re-makes only what changed:
+"""The previous build's rows (`BuildRows`) and how the next build of the same tree re-makes only what changed:
 the published values compared with copies of the previous result's (`_Published`, `_Rows`), the specs of the
 changed rows re-made in bulk (`_respec`), and the rows of the operations named by the period's delta
 (`_operation_changes`). Every spec made here is the one `scheduling_tree_from_runtime`'s element walk makes.
@@ -22,22 +22,22 @@ from pooltree.tree.projection import OperationChanges, TreeProjection
 
 
 class BuildCache:
-    """The previous build of one tree's element rows (`last`), and the projection (`pooltree.tree.projection`)
-    whose entries hold the rows' static spec parts (`Projected.row`), kept while what they are computed from is
-    unchanged.
-
-    Owned by one `SchedulerCore` (one pool tree; it shares the projection with the fair-share input's cache).
+    """A projection (`pooltree.tree.projection`), whose entries hold the rows' static spec parts (`Projected.row`),
+    and the rows of the last build made through it (`last`): for a caller that builds one tree's `SchedulingTree`
+    again and again without a `KeptState` (`scheduling_tree_from_runtime`; a period of `SchedulerCore` hands the
+    previous rows to `build_scheduling_tree` and keeps those it returns).
     """
 
     def __init__(self, projection: TreeProjection | None = None) -> None:
         self.projection = projection if projection is not None else TreeProjection()
         """The tree's projection, whose entries keep the static parts."""
-        self.last: _LastBuild | None = None
-        """The previous build: its rows, specs and tree, and what it read (see `_LastBuild`)."""
+        self.last: BuildRows | None = None
+        """The last build's rows (None: none, or the last build raised)."""
 
 
-class _LastBuild:
-    """The previous build of a tree's rows, the one thing a build keeps for the next one.
+class BuildRows:
+    """The rows of a tree's build, the one thing a build hands the next (`build_scheduling_tree` takes the previous
+    rows and returns its own; it may re-make the previous ones in place, so they are the next build's alone).
 
     Its rows (``ids``, the static parts ``statics``, the ``specs``), the strategy ``config`` and the ``tree`` made
     of them: when the next build's walk yields the very same static objects in the same order, the structure is
@@ -277,8 +277,8 @@ class _OperationChanges:
 
 def _operation_changes(
     pool_tree: RuntimeTree,
-    cache: BuildCache,
-    last: _LastBuild,
+    projection: TreeProjection,
+    last: BuildRows,
     runtime_key: tuple[Any, ...],
     changed: OperationChanges,
 ) -> _OperationChanges | None:
@@ -306,7 +306,6 @@ def _operation_changes(
     keys = list(registration)
     pool_rows = last.pool_rows
     doomed: list[int] = []
-    projection = cache.projection
     if removed:
         doomed = sorted((_row_of(op_id, ids, keys, pool_rows, projection) for op_id in removed), reverse=True)
         for row in doomed:
@@ -399,7 +398,7 @@ def _children(
 def _unchanged_structure(
     result_elements: Any,
     total_resources: Vector,
-    last: _LastBuild,
+    last: BuildRows,
     delta: _OperationChanges | None = None,
 ) -> SchedulingTree:
     """The build for a pool tree whose revision is unchanged: the previous specs, re-created only where the
@@ -538,7 +537,7 @@ _BLOCKED_MASKS: tuple[tuple[bool, ...], ...] = tuple(
 def _respec(
     values: _Rows,
     changed: np.ndarray,
-    last: _LastBuild,
+    last: BuildRows,
     specs: SpecRows,
 ) -> _Prepared:
     """New specs for the ``changed`` rows, converted in bulk: each is its previous spec (built from the same static

@@ -6,9 +6,10 @@ update and builds the strategy's tree. What each of these keeps for the next per
 the period, and hold the one the period returns (`updated`; `failed` when the period stopped half-way). Nothing is
 kept in module globals, and no step keeps state of its own between periods.
 
-The three builds' caches it holds (the projection, the input's and the strategy's previous builds) are objects that
-each bring their previous build up to date with the period's delta; what the input wrote for the update is not
-kept in them but handed from the read to the update (`pooltree.tree.FairShareInput` → `update_state`).
+The projection and the input's cache it holds are objects that bring themselves up to date with the period's delta;
+the strategy's previous build is a value (`BuildRows`) the period's build takes and returns (`built`); what the input
+wrote for the update is not kept in the cache but handed from the read to the update (`pooltree.tree.FairShareInput`
+→ `update_state`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import dataclasses
 from typing import Any
 
 from pooltree.fairshare.model import UpdateState
-from pooltree.strategy.build import BuildCache
+from pooltree.strategy.build_rows import BuildRows
 from pooltree.tree import FairShareInput, FairShareInputCache
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.projection import TreeProjection
@@ -32,8 +33,9 @@ class KeptState:
     for both builds (`pooltree.tree.projection`)."""
     input: FairShareInputCache
     """The previous fair-share input, its model objects kept in the projection's entries."""
-    build: BuildCache
-    """The strategy's previous build (`pooltree.strategy.build_rows`)."""
+    build: BuildRows | None = None
+    """The rows of the strategy's previous build (`pooltree.strategy.build_rows`), which the next build takes (and
+    may re-make in place); None: the next build walks the tree."""
     update: Any = None
     """The previous update's returned state (`UpdateState`: integral volumes, historic usage, the flattened tree
     with what was derived from it); None before the first update."""
@@ -48,9 +50,9 @@ class KeptState:
 
     @classmethod
     def new(cls) -> KeptState:
-        """The state before a tree's first period: one projection, both caches made on it."""
+        """The state before a tree's first period: one projection, the input's cache made on it, no build."""
         projection = TreeProjection()
-        return cls(projection, FairShareInputCache(projection), BuildCache(projection))
+        return cls(projection, FairShareInputCache(projection))
 
     def delta(self, tree: RuntimeTree, resources: Any = None) -> PeriodDelta:
         """This period's delta of ``tree`` from where the previous period stood (``resources``: the operations whose
@@ -76,6 +78,10 @@ class KeptState:
         SSD classification is this period's once its publish makes it: `finished`)."""
         return dataclasses.replace(self, update=state, complete=True, ssd=None)
 
+    def built(self, rows: BuildRows) -> KeptState:
+        """What the next period starts from once this one's build returned ``rows``."""
+        return dataclasses.replace(self, build=rows)
+
     def finished(self, ssd: Any) -> KeptState:
         """What the next period starts from once this one's publish made the SSD classification ``ssd``."""
         return dataclasses.replace(self, ssd=ssd)
@@ -83,7 +89,9 @@ class KeptState:
     def failed(self) -> KeptState:
         """What the next period starts from when this one stops before its update is published (its computation
         failed, or the publish refused it: `update_steps.publish_update`): the next update reads every row, the
-        next period classifies every running operation for SSD and its build walks the tree (a new `BuildCache`
-        without rows: the stopped build may have brought the previous rows half up to date, or walked the tree
-        while it changed: it keeps its rows in the cache it was given, which this state does not hold)."""
-        return dataclasses.replace(self, complete=False, ssd=None, build=BuildCache(self.projection))
+        next period classifies every running operation for SSD and its build walks the tree (no rows: the stopped
+        build took the previous ones and may have brought them half up to date, or walked the tree while it
+        changed)."""
+        if not self.complete and self.ssd is None and self.build is None:
+            return self
+        return dataclasses.replace(self, complete=False, ssd=None, build=None)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pooltree.errors import PooltreeError
 from pooltree.resources import Vector
-from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.strategy.build import build_scheduling_tree
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
 from pooltree.strategy.full_host_preemption import observe_operations
 from pooltree.strategy.guarantee_priority import high_priority_operations
@@ -110,9 +110,16 @@ def compute_update(update: UpdateRead, times: Any) -> UpdateComputed:
                 left_out = fifo_unschedulable(kept.projection, result, limit)
                 clear_statuses(result, left_out)
         with times.phase("build"):
-            tree = scheduling_tree_from_runtime(
-                update.pool_tree, result, update.total, update.config, cache=kept.build, delta=update.delta
+            tree, rows = build_scheduling_tree(
+                update.pool_tree,
+                result,
+                update.total,
+                update.config,
+                kept.projection,
+                kept.build,
+                update.delta,
             )
+            kept = kept.built(rows)
     return UpdateComputed(update, result, kept, left_out, tree)
 
 

@@ -95,7 +95,7 @@ class FairShareInputCache:
     its model objects, reused while their static inputs are unchanged.
 
     Kept by the caller between updates of the same tree (``SchedulerCore`` keeps one per tree, sharing its
-    projection with the strategy's `BuildCache`). An operation's ``Operation`` object is rebuilt only when its
+    projection with the strategy's build). An operation's ``Operation`` object is rebuilt only when its
     projection entry is new (something it is computed from changed: its registration, pool, running/suspended
     flags, weight, limits, spec object, start time, its pool's configuration chain) or the node set changed;
     otherwise only its usage, demand and pending count are written into it. Pools likewise keep their ``Pool``

@@ -64,6 +64,7 @@ def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_pat
     import pooltree.strategy.update_steps as steps
     import pooltree.tree as tree
     from pooltree.strategy.snapshot import SchedulingTree
+    from pooltree.tree.projection import TreeProjection
 
     derived: list[int] = []
     original = SchedulingTree.with_operation_changes
@@ -77,10 +78,14 @@ def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_pat
     cached = run(document, tmp_path / "cached")
     assert len(derived) >= 40  # the incremental path ran in most periods that changed operations
     build_input = tree.build_fair_share_input
-    build_tree = steps.scheduling_tree_from_runtime
+    build_tree = steps.build_scheduling_tree
     monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build_input(*a, **k))
-    monkeypatch.setattr(
-        steps, "scheduling_tree_from_runtime", lambda *a, cache=None, **k: build_tree(*a, **k)
+    monkeypatch.setattr(  # every build on a projection of its own, without the previous rows: a fresh build
+        steps,
+        "build_scheduling_tree",
+        lambda pool_tree, result, total, config, projection, previous, delta: build_tree(
+            pool_tree, result, total, config, TreeProjection(), None, delta
+        ),
     )
     derived.clear()
     fresh = run(document, tmp_path / "fresh")

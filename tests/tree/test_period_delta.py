@@ -87,7 +87,7 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
         core.update_fair_share(float(period))
         assert counting.calls - calls == (1 if arrivals else 0)  # an unchanged revision needs no question
         assert core.kept.input.last.root is input_root  # patched or reused, never walked anew
-        assert core.kept.build.last is not None and core.kept.build.last.key is not None
+        assert core.kept.build is not None and core.kept.build.key is not None
     assert core.operation_is_published(f"op{serial}")
 
 
