@@ -64,6 +64,18 @@ def check_port_free(host: str, port: int) -> None:
             raise PooltreeError(f"cannot listen on {host}:{port}: {error.strerror or error}") from None
 
 
+def parse_heartbeat_port(value: str) -> int | None:
+    """``--heartbeat-port``: ``auto`` -> 0 (a free port), ``off`` -> None, else a port number (1-65535)."""
+    text = value.strip().lower()
+    if text == "auto":
+        return 0
+    if text == "off":
+        return None
+    if text.isdigit() and 1 <= int(text) <= 65535:
+        return int(text)
+    raise PooltreeError(f"--heartbeat-port must be auto, off or a port from 1 to 65535, got {value!r}")
+
+
 def check_port_option(port: int) -> int:
     if not 0 <= port <= 65535:
         raise PooltreeError(f"--port must be between 0 and 65535, got {port}")
@@ -170,6 +182,13 @@ STORE_OPTION = typer.Option(
 DATA_OPTION = typer.Option(DEFAULT_DATA, "--data", help="Directory for the default SQLite store.")
 HOST_OPTION = typer.Option("127.0.0.1", "--host", help="Address to listen on.")
 PORT_OPTION = typer.Option(0, "--port", help="Port to listen on; 0 picks a free one.")
+HEARTBEAT_PORT_OPTION = typer.Option(
+    "auto",
+    "--heartbeat-port",
+    help="Port (on --host) where node heartbeats are taken on an event loop of their own, so API requests do "
+    "not wait behind them: 'auto' picks a free one, 'off' takes heartbeats only on --port. Nodes are given "
+    "--port's URL only: the answer to their first heartbeat names this port, and they move to it.",
+)
 TOKEN_FILE_OPTION = typer.Option(
     None,
     "--token-file",
@@ -249,6 +268,7 @@ def scheduler_command(
     data: Path = DATA_OPTION,
     host: str = HOST_OPTION,
     port: int = PORT_OPTION,
+    heartbeat_port: str = HEARTBEAT_PORT_OPTION,
     token_file: Path = TOKEN_FILE_OPTION,
     token: str = TOKEN_OPTION,
     node_secret_file: Path = NODE_SECRET_FILE_OPTION,
@@ -274,6 +294,9 @@ def scheduler_command(
         _check_scheduler_options(
             host, port, node_heartbeat_timeout, node_shards, heartbeat_period, fair_share_update_period
         )
+        heartbeats = parse_heartbeat_port(heartbeat_port)
+        if heartbeats and heartbeats == port:
+            raise PooltreeError(f"--heartbeat-port must differ from --port ({port})")
         forecasts = forecast_worker_settings(forecast_budget, arrivals=forecast_arrivals)
         if no_authentication and not is_loopback(host):
             raise PooltreeError(
@@ -281,6 +304,7 @@ def scheduler_command(
                 "listen on 127.0.0.1 or keep authentication"
             )
         check_port_free(host, port)
+        check_port_free(host, heartbeats or 0)
         os.umask(0o077)  # the store, its journal and the secret files are the scheduler's alone
         url = store_url_for(store, data)
         secrets = _scheduler_secrets(token_file, token, node_secret_file, node_networks, host, data)
@@ -314,6 +338,7 @@ def scheduler_command(
                 node_shards=node_shards,
                 shard_starts=shard_starts,
                 default_tentative_pool_trees=default_trees,
+                heartbeat_port=heartbeats,
             )
         )
     except PooltreeError as error:
@@ -402,6 +427,7 @@ async def _run_scheduler(
     node_shards: int = 1,
     shard_starts: bool = False,
     default_tentative_pool_trees: tuple[str, ...] = (),
+    heartbeat_port: int | None = None,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -436,6 +462,7 @@ async def _run_scheduler(
         node_shards=node_shards,
         shard_starts=shard_starts,
         default_tentative_pool_trees=default_tentative_pool_trees,
+        heartbeat_port=heartbeat_port,
     )
     log.info("scheduler stopped")
 

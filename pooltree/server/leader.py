@@ -37,6 +37,7 @@ from starlette.concurrency import run_in_threadpool
 
 from pooltree.errors import PooltreeError
 from pooltree.security.sealing import Sealer
+from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
@@ -65,9 +66,15 @@ class LeadingService(Protocol):
 
     app: Any
     """The service's ASGI app."""
+    heartbeat_port: int | None
+    """The heartbeat listener's port, set by the runner (None: heartbeats only on the API's port)."""
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Where requests go while this process leads (the app, with the node heartbeat's direct path)."""
+        ...
+
+    async def heartbeat_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Where the heartbeat listener's requests go while this process leads (on the listener's loop)."""
         ...
 
     def store_health(self) -> dict[str, Any]: ...
@@ -121,8 +128,15 @@ class SchedulerRunner:
         on_role: Callable[[str], None] | None = None,
         store_key_file: Path | None = None,
         operator_check: Callable[[Mapping[str, str]], None] | None = None,
+        heartbeat_port: int | None = None,
     ) -> None:
+        """``heartbeat_port``: node heartbeats are also taken on that port (0: a free one) by a listener with an
+        event loop of its own (``heartbeat_listener.py``), which answers on the API's port name; None: heartbeats
+        only on the API's port and loop."""
         self.store_url = store_url
+        self.heartbeat_port = heartbeat_port
+        self.heartbeats: HeartbeatListener | None = None
+        """The heartbeat listener while HTTP is served (``heartbeat_port`` not None)."""
         self.operator_check = operator_check
         """Who may read ``/internal/store_health`` while no service runs (a standby): the bootstrap superuser
         token or the node secret; None refuses everyone then. With a service, ``Security`` decides."""
@@ -250,6 +264,17 @@ class SchedulerRunner:
         await send({"type": "http.response.start", "status": 503, "headers": headers})
         await send({"type": "http.response.body", "body": text.encode()})
 
+    async def _heartbeat_entry(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The heartbeat listener's ASGI app (on its own loop): the leading service's heartbeats, else 503 (a
+        node that gets it goes back to its scheduler list)."""
+        if scope["type"] != "http":
+            return
+        service = self.service
+        if service is not None:
+            await service.heartbeat_asgi(scope, receive, send)
+            return
+        await self._unavailable(send)
+
     # ------------------------------------------------------------------ lifecycle
 
     def _set_role(self, role: str) -> None:
@@ -269,6 +294,7 @@ class SchedulerRunner:
     async def _lead(self, store: Store) -> None:
         """Build the service on ``store`` (Cypress, pool trees) and revive operations; this process now leads."""
         service = await run_in_threadpool(self.service_factory, store)
+        service.heartbeat_port = self.heartbeats.port if self.heartbeats is not None else None
         await service.start()
         self.service = service
         self.trouble = None
@@ -296,8 +322,26 @@ class SchedulerRunner:
             raise PooltreeError(f"scheduler HTTP server did not start on {self.host}:{self.port}")
         bound = server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://{self.host}:{bound}"
+        if self.heartbeat_port is not None:
+            await self._start_heartbeats(self.heartbeat_port)
         if self.on_ready is not None:
             self.on_ready(self.url)
+
+    async def _start_heartbeats(self, port: int) -> None:
+        """The heartbeat listener on ``port`` (0: a free one) of the API's host, named to nodes from now on."""
+        try:
+            sock = bind_socket(self.host, port)
+        except OSError as error:
+            raise PooltreeError(
+                f"scheduler heartbeat listener cannot listen on {self.host}:{port}: {error.strerror or error}"
+            ) from None
+        config = http_config(self._heartbeat_entry, self.host, port)
+        config.interface = "asgi3"  # a bound coroutine method: uvicorn's guess would take it for ASGI 2
+        listener = HeartbeatListener(config, sock)
+        await run_in_threadpool(listener.start)
+        self.heartbeats = listener
+        if self.service is not None:
+            self.service.heartbeat_port = listener.port
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Lead (or stand by) until ``stop`` is set or the task is cancelled; closes everything."""
@@ -438,6 +482,9 @@ class SchedulerRunner:
         if self._server_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(self._server_task), 10.0)
+        if self.heartbeats is not None:
+            listener, self.heartbeats = self.heartbeats, None
+            await run_in_threadpool(listener.stop)
         service, self.service = self.service, None
         if service is not None:
             await service.stop()

@@ -42,6 +42,7 @@ from pooltree.server.app import DirectCommands, create_app, new_request_id, read
 from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
+from pooltree.server.heartbeat_listener import url_for
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
     HeartbeatRoute,
@@ -71,6 +72,8 @@ DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
 """Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
 ORCHID_CACHE_PERIOD = 1.0
 """YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
+ON_LISTENER = "pooltree.heartbeat_listener"
+"""Scope key of a request that came through the heartbeat listener (``SchedulerService.heartbeat_asgi``)."""
 MAX_PUBLISHED_READS = 256
 """Orchid paths whose last answer is kept for reads that find the scheduling lock busy."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
@@ -342,8 +345,14 @@ class SchedulerService:
         self.web = WebUI(self)
         self._wire_parts(resolver)
         self._direct = HeartbeatRoute(self.heartbeat_answer, DirectCommands(self.app))
+        self._heartbeats_only = HeartbeatRoute(self.heartbeat_answer, self._not_a_heartbeat)
         self._running_reports = RunningReports()
-        """Nodes' last running-job reports (``wire.RunningReports``), read on the event loop only."""
+        """Nodes' last running-job reports (``wire.RunningReports``), read on the API's event loop only."""
+        self._listener_reports = RunningReports()
+        """The same for the heartbeat listener's event loop (``heartbeat_asgi``), read on that loop only."""
+        self.heartbeat_port: int | None = None
+        """The port of the process's heartbeat listener (``heartbeat_listener.py``, set by ``SchedulerRunner``),
+        which answers to heartbeats sent to the API's port name (``wire.HEARTBEAT_URL``); None: no listener."""
         self._heartbeat_threads: ThreadPoolExecutor | None = None
         """Heartbeats waiting for the scheduling lock or for their job records to be stored (from ``start``
         to ``stop``; before and after, Starlette's threads)."""
@@ -444,6 +453,23 @@ class SchedulerService:
         (``heartbeats.HeartbeatRoute``, ``app.DirectCommands``), everything else through the app."""
         await self._direct(scope, receive, send)
 
+    async def heartbeat_asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The heartbeat listener's ASGI entry (on its own event loop): node heartbeats, the same handler as the
+        API's port; any other request is refused."""
+        scope[ON_LISTENER] = True
+        await self._heartbeats_only(scope, receive, send)
+
+    async def _not_a_heartbeat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        error = YtError(
+            f"This port takes node heartbeats only (POST {wire.HEARTBEAT_PATH}); send API requests to the "
+            "scheduler's API port",
+            attributes={"path": scope.get("path")},
+        )
+        error.http_status = 404
+        await self._api.error_response(error, new_request_id())(scope, receive, send)
+
     async def _heartbeat(self, request: Request) -> Response:
         """The app's heartbeat route; the process's entry answers the same past Starlette's objects
         (``heartbeats.HeartbeatRoute``)."""
@@ -461,9 +487,12 @@ class SchedulerService:
             self.security.authenticate_node(Headers(scope=scope), peer)
             self.store.check_writable()
             body = await read_heartbeat_body(scope, receive)  # refused before read whole
-            heartbeat = decode_heartbeat(body, self._running_reports)
+            on_listener = ON_LISTENER in scope
+            reports = self._listener_reports if on_listener else self._running_reports  # one per event loop
+            heartbeat = decode_heartbeat(body, reports)
             limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
-            hostname = Request(scope).url.hostname if self.shards is not None else None  # only when named
+            names = self.shards is not None or (self.heartbeat_port is not None and not on_listener)
+            hostname = Request(scope).url.hostname if names else None  # parsed only when named
             try:
                 response = await self._answer_heartbeat_async(heartbeat, peer, limit is not None, hostname)
             finally:
@@ -550,11 +579,14 @@ class SchedulerService:
         return response
 
     def _name_shard(self, response: dict[str, Any], address: str, hostname: str | None) -> None:
-        """With node shards, the answer names the node's shard (``wire.HEARTBEAT_URL``)."""
+        """With node shards, the answer names the node's shard (``wire.HEARTBEAT_URL``); without, an answer on the
+        API's port (``hostname`` given) names the heartbeat listener when there is one."""
         if self.shards is not None:
             url = self.shards.url_for(address, hostname)
             if url is not None:
                 response[wire.HEARTBEAT_URL] = url
+        elif hostname is not None and self.heartbeat_port is not None:
+            response[wire.HEARTBEAT_URL] = url_for(hostname, self.heartbeat_port)
 
     async def _file_blob(self, request: Request) -> Response:
         """A blob of a running operation's files, for the node that starts its jobs (node/files.py)."""
@@ -720,6 +752,7 @@ async def serve(
     node_shards: int = 1,
     default_tentative_pool_trees: Sequence[str] = (),
     shard_starts: bool = False,
+    heartbeat_port: int | None = None,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -729,7 +762,8 @@ async def serve(
     ``prepare_store(store)`` runs once this process holds the leader lock, before the service is built (``--config``).
     ``heartbeat_period`` is the period every node is told to heartbeat at when it has nothing to report.
     ``store_key_file`` seals the store's secrets (``SchedulerRunner``). ``node_shards`` > 1 runs that many node
-    shard processes on ``host`` while this process leads (``pooltree.shards``).
+    shard processes on ``host`` while this process leads (``pooltree.shards``). ``heartbeat_port`` (0: a free
+    port; None: none) takes node heartbeats on a listener and event loop of their own (``heartbeat_listener.py``).
     """
     check_period(heartbeat_period, "heartbeat_period")
     if not authentication and not is_loopback(host):
@@ -771,5 +805,6 @@ async def serve(
         on_role=on_role,
         store_key_file=store_key_file,
         operator_check=bootstrap_operator_check(token, node_secret, authentication=authentication),
+        heartbeat_port=heartbeat_port,
     )
     await runner.run(stop)

@@ -1,0 +1,80 @@
+"""Node heartbeats on a listener and an event loop of their own: a thread of the scheduler's process.
+
+With one event loop for everything, an API request that arrives while 1,000 nodes heartbeat every second waits for
+its turn behind the loop's backlog of heartbeats: py-spy found the loop's thread busy 85-93% of the time,
+heartbeats 55-65% of it, while the worker threads idled and no read waited for the scheduling lock. Here the
+heartbeats' HTTP (parsing, the body, the answer's write) and their processing run on a second loop in a thread,
+so each loop is a thread the interpreter shares its time between (``sys.setswitchinterval``): an API request
+waits at most a switch interval or two for the interpreter, not for a queue of heartbeats.
+
+The nodes need no second address: they are configured with the scheduler's API URL, and the answer to a heartbeat
+sent there names this listener (``wire.HEARTBEAT_URL``, on the host the node reached the scheduler at, the way
+node shards are named), which the node agent follows; a heartbeat the listener does not answer (connection
+refused, 502/503) goes back to the API's port, which answers it and names the listener again. The same handler
+(``SchedulerService._heartbeat``) answers both ports: the same authentication, errors, throttling and scheduling.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+START_TIMEOUT = 30.0
+"""Seconds the listener's thread has to start serving."""
+STOP_TIMEOUT = 10.0
+"""Seconds ``stop`` waits for the thread to end its connections."""
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound on ``host``:``port`` (0: a free port), ready for uvicorn to listen on."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def url_for(hostname: str, port: int) -> str:
+    """``http://hostname:port`` (an IPv6 address in brackets)."""
+    return f"http://[{hostname}]:{port}" if ":" in hostname else f"http://{hostname}:{port}"
+
+
+class HeartbeatListener:
+    """uvicorn serving ``config``'s app on a socket of its own, on an event loop in a thread of its own.
+
+    ``config`` is the listener's uvicorn configuration (the API's, made for ``sock``'s port); ``sock`` is bound by
+    the caller, so a port in use fails before anything starts."""
+
+    def __init__(self, config: uvicorn.Config, sock: socket.socket) -> None:
+        self.socket = sock
+        self.port = int(sock.getsockname()[1])
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [sock]}, name="heartbeat-loop", daemon=True
+        )
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Serve; returns once the listener accepts connections (RuntimeError if it did not within ``timeout``)."""
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the heartbeat listener did not start on port {self.port}")
+            time.sleep(0.005)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """End the loop (its open connections closed by uvicorn) and wait for the thread, at most ``timeout``."""
+        self.server.should_exit = True
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+        self.socket.close()

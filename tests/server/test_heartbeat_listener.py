@@ -1,0 +1,193 @@
+"""Node heartbeats on a listener and event loop of their own (``server/heartbeat_listener.py``): an answer on the
+API's port names it, the node's next heartbeats go there, and an API request is answered while a heartbeat holds
+that loop; auth and errors are the API port's."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from pooltree.errors import PooltreeError
+from pooltree.node import wire
+from pooltree.node.service import NODE_SECRET_HEADER
+from pooltree.server.leader import SchedulerRunner
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import Store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from heartbeat_maps import node_heartbeat
+from live_cluster import NODE_SECRET, ROOT_TOKEN, Loop, auth_headers
+
+from pooltree.cli.live import parse_heartbeat_port
+
+WAIT = 30.0
+NODE = {NODE_SECRET_HEADER: NODE_SECRET, "Content-Type": wire.MEDIA_TYPE}
+
+
+class Runner:
+    """A ``SchedulerRunner`` with a heartbeat listener (port 0) on a SQLite file, served from a background loop;
+    ``service`` is the leading ``SchedulerService``."""
+
+    def __init__(self, loop: Loop, root: Path, heartbeat_port: int | None = 0) -> None:
+        self.loop = loop
+        self.services: list[SchedulerService] = []
+        ready: concurrent.futures.Future[str] = concurrent.futures.Future()
+
+        def factory(store: Store) -> SchedulerService:
+            service = SchedulerService(
+                store, token=ROOT_TOKEN, node_secret=NODE_SECRET, create_default_tree=True
+            )
+            self.services.append(service)
+            return service
+
+        self.runner = SchedulerRunner(
+            f"sqlite:///{root / 'state.db'}",
+            service_factory=factory,
+            on_ready=ready.set_result,
+            heartbeat_port=heartbeat_port,
+        )
+        self._stop: asyncio.Event | None = None
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            await self.runner.run(self._stop)
+
+        self.task = loop.submit(main())
+        self.url = ready.result(timeout=WAIT)
+
+    @property
+    def service(self) -> SchedulerService:
+        return self.services[-1]
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self.loop.loop.call_soon_threadsafe(self._stop.set)
+        self.task.result(timeout=WAIT)
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Any:
+    loop = Loop()
+    started = Runner(loop, tmp_path)
+    try:
+        yield started
+    finally:
+        try:
+            started.stop()
+        finally:
+            loop.close()
+
+
+def _beat(address: str) -> bytes:
+    return wire.encode(node_heartbeat(address))
+
+
+def test_an_answer_on_the_api_port_names_the_heartbeat_listener(runner: Runner) -> None:
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    assert first.status_code == 200, first.text
+    named = wire.decode(first.content)[wire.HEARTBEAT_URL]
+    assert runner.runner.heartbeats is not None
+    assert named == f"http://127.0.0.1:{runner.runner.heartbeats.port}"
+    assert urlsplit(named).port != urlsplit(runner.url).port
+    again = httpx.post(named + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    assert again.status_code == 200, again.text
+    assert wire.HEARTBEAT_URL not in wire.decode(again.content)  # already there: nothing to name
+    assert "n1" in runner.service.scheduler.nodes
+
+
+def test_an_api_read_is_answered_while_a_heartbeat_holds_the_heartbeat_loop(runner: Runner) -> None:
+    """A heartbeat that keeps the listener's loop busy (blocked inside its processing, on that loop's thread)
+    does not hold the API: a read is answered meanwhile, and the heartbeat once let go. With heartbeats on the
+    API's loop (``heartbeat_port=None``) the same blocked heartbeat holds every API request."""
+    service = runner.service
+    scheduler = service.scheduler
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    listener = wire.decode(first.content)[wire.HEARTBEAT_URL]
+    entered, release = threading.Event(), threading.Event()
+    original = scheduler.try_process_heartbeat
+    loop_threads: list[str] = []
+
+    def blocking(*args: Any, **kwargs: Any) -> Any:
+        loop_threads.append(threading.current_thread().name)
+        entered.set()
+        release.wait(WAIT)  # the loop's thread is held here: nothing else of that loop runs
+        return original(*args, **kwargs)
+
+    scheduler.try_process_heartbeat = blocking  # type: ignore[method-assign]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            beat = pool.submit(
+                httpx.post, listener + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT
+            )
+            assert entered.wait(WAIT)
+            assert loop_threads == ["heartbeat-loop"]
+            read = httpx.post(
+                runner.url + "/api/v4/list_operations", headers=auth_headers(ROOT_TOKEN), timeout=WAIT
+            )
+            assert read.status_code == 200, read.text
+            got = httpx.get(
+                runner.url + "/api/v4/get",
+                params={"path": "//sys/pool_trees/default"},
+                headers=auth_headers(ROOT_TOKEN),
+                timeout=WAIT,
+            )
+            assert got.status_code == 200, got.text
+            assert not beat.done()  # both answered while the heartbeat still held its loop
+        finally:
+            release.set()
+        answer = beat.result(WAIT)
+    assert answer.status_code == 200, answer.text
+
+
+def test_the_listener_answers_errors_as_the_api_port_does(runner: Runner) -> None:
+    """A heartbeat without the node secret, or malformed, is refused with the same status and YT error on both
+    ports; any other request to the listener is refused."""
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    listener = wire.decode(first.content)[wire.HEARTBEAT_URL]
+    cases: list[tuple[bytes, dict[str, str]]] = [
+        (_beat("n2"), {"Content-Type": wire.MEDIA_TYPE}),
+        (_beat("n2"), {**NODE, NODE_SECRET_HEADER: "ptns-wrong"}),
+        (b"{not json", NODE),
+        (wire.encode({"node_address": "n2"}), NODE),
+    ]
+    for body, headers in cases:
+        answers = [
+            httpx.post(base + wire.HEARTBEAT_PATH, content=body, headers=headers, timeout=WAIT)
+            for base in (runner.url, listener)
+        ]
+        assert answers[0].status_code == answers[1].status_code >= 400
+        errors = [answer.json() for answer in answers]
+        assert errors[0]["code"] == errors[1]["code"] and errors[0]["message"] == errors[1]["message"]
+    other = httpx.post(listener + "/api/v4/list_operations", headers=auth_headers(ROOT_TOKEN), timeout=WAIT)
+    assert other.status_code == 404 and "node heartbeats only" in other.json()["message"]
+
+
+def test_without_a_listener_heartbeats_name_nothing(tmp_path: Path) -> None:
+    loop = Loop()
+    started = Runner(loop, tmp_path, heartbeat_port=None)
+    try:
+        first = httpx.post(started.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+        assert first.status_code == 200 and wire.HEARTBEAT_URL not in wire.decode(first.content)
+        assert started.runner.heartbeats is None
+    finally:
+        try:
+            started.stop()
+        finally:
+            loop.close()
+
+
+def test_heartbeat_port_option() -> None:
+    assert parse_heartbeat_port("auto") == 0
+    assert parse_heartbeat_port(" OFF ") is None
+    assert parse_heartbeat_port("8123") == 8123
+    for bad in ("0", "65536", "-1", "x", ""):
+        with pytest.raises(PooltreeError, match="--heartbeat-port"):
+            parse_heartbeat_port(bad)
