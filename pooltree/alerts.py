@@ -656,27 +656,43 @@ class SchedulerAlerts:
 # ---------------------------------------------------------------------- why an operation's allocations wait
 
 
-def explain_pending(scheduler: LiveScheduler, op: LiveOperation, tree: str) -> dict[str, Any] | None:
+def count_limit_reason(placement: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``max_running_operation_count`` reason of an operation's placement in a tree
+    (``PoolTreeViews.operation_orchid``) when a pool's running-operation count holds it there, else None."""
+    if "pending_pool" not in placement:
+        return None
+    return {
+        "reason": "max_running_operation_count",
+        "message": placement["pending_reason"],
+        "pool": placement["pending_pool"],
+        "queue_position": placement["pending_position"] + 1,
+    }
+
+
+def explain_pending(
+    scheduler: LiveScheduler,
+    op: LiveOperation,
+    tree: str,
+    placement: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """Why ``op`` has pending allocations in ``tree`` (None when it has none): the first reason that holds of
     the running-operation count limit (pool, limit, queue position), no node fitting a job, the scheduling tag
     filter matching no node, a resource limit of the operation or a pool on its path (pool, resource, usage,
     limit), its fair share reached (with its position among the pool's operations by satisfaction), or no node
-    with enough free resources now. Expects the scheduler's lock to be held."""
+    with enough free resources now. ``placement``: its ``operation_orchid`` in ``tree`` when the caller has
+    built it already (else built here). Expects the scheduler's lock to be held."""
     if op.is_final or (op.controller.pending_allocation_count == 0 and op.state != "pending"):
         return None
     pool_tree = scheduler.registry.trees.get(tree)
     if pool_tree is not None and op.id in scheduler.registry.operations:
-        try:
-            placement = pool_tree.operation_orchid(op.id)
-        except PooltreeError:
-            placement = {}
-        if "pending_pool" in placement:
-            return {
-                "reason": "max_running_operation_count",
-                "message": placement["pending_reason"],
-                "pool": placement["pending_pool"],
-                "queue_position": placement["pending_position"] + 1,
-            }
+        if placement is None:
+            try:
+                placement = pool_tree.operation_orchid(op.id)
+            except PooltreeError:
+                placement = {}
+        held = count_limit_reason(placement)
+        if held is not None:
+            return held
     tag_filter_text = op.model.scheduling_tag_filter or ""
     in_tree = [node for node in scheduler.nodes.values() if tree in node.trees]
     if tag_filter_text:

@@ -20,7 +20,6 @@ from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.attribute import operation_forecast_map, scheduling_forecast
 from pooltree.forecast.live import count_limit_holder, submitted_operation, tree_limitation
 from pooltree.forecast.worker import ForecastService
-from pooltree.resources import resources_to_dict
 from pooltree.server.aliases import OperationAliases
 from pooltree.server.commands import CommandContext, CommandRegistry, Deferred, Encoded, output_format
 from pooltree.server.files import FileService
@@ -31,8 +30,17 @@ from pooltree.server.live import (
     new_guid,
     no_such_operation,
 )
-from pooltree.server.operation_listing import OperationListing, brief_attributes
+from pooltree.server.operation_listing import OperationListing
+from pooltree.server.operation_maps import attribute_map, effective_values, stored_attributes
 from pooltree.server.operation_times import iso_time
+from pooltree.server.pending_maps import (
+    PLACEMENT_KEYS,
+    Template,
+    base_of,
+    make_template,
+    placements_of,
+    templated,
+)
 from pooltree.server.pool_rules import check_pool_name
 from pooltree.server.protocol import YtError, encode_structured, parameter_error
 from pooltree.server.store import OperationRecord
@@ -52,25 +60,6 @@ BRIEF_ATTRIBUTES = (
     "pool",
     "runtime_parameters",
 )
-SCHEDULING_INFO_KEYS = (
-    "fair_share_ratio",
-    "usage_ratio",
-    "demand_ratio",
-    "weight",
-    "starvation_status",
-    "scheduling_status",
-    "satisfaction_ratio",
-    "dominant_resource",
-    "detailed_fair_share",
-    "resource_usage",
-    "resource_demand",
-    "resource_limits",
-    "effective_fair_share_starvation_tolerance",
-    "effective_fair_share_starvation_timeout",
-    "effective_aggressive_starvation_enabled",
-    "effective_aggressive_preemption_allowed",
-)
-"""What ``progress/scheduling_info_per_pool_tree/<tree>`` shows of the operation's element, as YTsaurus names it."""
 FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
@@ -88,30 +77,18 @@ class _Attributes:
     it changes with every start into its pool, and a kept map is ~100 objects the garbage collector walks until
     it is replaced; bytes are not walked)."""
 
-    __slots__ = ("attributes", "built", "encoded", "fingerprint")
+    __slots__ = ("attributes", "built", "encoded", "fingerprint", "templates")
 
     def __init__(self, fingerprint: Hashable, attributes: dict[str, Any] | None, built: float = 0.0) -> None:
         self.fingerprint = fingerprint
         self.attributes = attributes
         self.encoded: dict[Hashable, Encoded] = {}
+        self.templates: dict[Hashable, Template] = {}
+        """A pending operation's answers per encoding key with its queue numbers left out (``pending_maps.py``),
+        valid while its fingerprint's base (``_base``) is this entry's."""
         self.built = built
         """When the map was built (the commands' clock): a stale one is served while the lock is busy only if
         it is at most ``STALE_READ_PERIOD`` old."""
-
-
-def without_secrets(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec as answered to clients: ``secure_vault`` reaches only the job's environment (as in YTsaurus)."""
-    if "secure_vault" not in spec:
-        return spec
-    return {key: value for key, value in spec.items() if key != "secure_vault"}
-
-
-def _error_result(error: dict[str, Any] | None, state: str) -> dict[str, Any]:
-    if error is not None:
-        return {"error": error}
-    if state == "aborted":
-        return {"error": {"code": 1, "message": "Operation aborted", "attributes": {}, "inner_errors": []}}
-    return {"error": {"code": 0, "message": "", "attributes": {}, "inner_errors": []}}
 
 
 def check_pool_names(spec: dict[str, Any], field: str) -> None:
@@ -201,6 +178,14 @@ class OperationCommands:
             placement,
             self._forecast_mark(),
         )
+
+    @staticmethod
+    def _base(fingerprint: Hashable) -> Hashable:
+        """A pending operation's fingerprint without its queue numbers (what its templates depend on); None for
+        no fingerprint."""
+        if not isinstance(fingerprint, tuple):
+            return None
+        return (*fingerprint[:-2], base_of(fingerprint[-2]), fingerprint[-1])
 
     def _forecast_mark(self) -> Hashable:
         """Which forecast an attribute map shows (a new one, or a failed refresh, makes the map stale)."""
@@ -347,21 +332,22 @@ class OperationCommands:
             shares = scheduler.operation_shares(tree, op.id)
             if shares is not None:
                 info.update(shares)
-                info.update(self._effective_values(tree, op.id))
+                info.update(effective_values(scheduler, tree, op.id))
+            placement: dict[str, Any] | None = None
             if op.id in scheduler.registry.operations and tree in scheduler.registry.trees:
                 try:
                     placement = scheduler.registry.trees[tree].operation_orchid(op.id)
                 except PooltreeError:
                     placement = {}
-                for key in ("pending_pool", "pending_reason", "pending_position", "running"):
+                for key in PLACEMENT_KEYS:
                     if key in placement:
                         info[key] = placement[key]
-            explanation = explain_pending(scheduler, op, tree)
+            explanation = explain_pending(scheduler, op, tree, placement)
             if explanation is not None:
                 info["pending_allocations_reason"] = explanation
             scheduling_info[tree] = info
         alerts = scheduler.alerts(op)
-        attributes = self._attributes(
+        attributes = attribute_map(
             op.id,
             op.type,
             op.state,
@@ -398,125 +384,8 @@ class OperationCommands:
                 attributes["scheduling_forecast"]["limitation"] = limitation
         return attributes
 
-    def _effective_values(self, tree: str, operation_id: str) -> dict[str, Any]:
-        """The operation element's effective values in ``tree`` (lock held): YTsaurus's
-        ``scheduling_info_per_pool_tree`` fields beyond the shares (limits, demand, starvation settings)."""
-        core = self.scheduler.cores.get(tree)
-        if core is None:
-            return {}
-        out: dict[str, Any] = {}
-        try:
-            view = core.strategy.element_view(operation_id)
-        except (PooltreeError, KeyError):
-            view = {}
-        for key in SCHEDULING_INFO_KEYS:
-            if key in view:
-                out[key] = view[key]
-        result = core.last_result
-        element = result.elements.get(operation_id) if result is not None else None
-        if element is not None:
-            for key in ("resource_limits", "resource_demand"):
-                value = getattr(element, key, None)
-                if value is not None:
-                    out[key] = resources_to_dict(value, drop_infinite=True)
-            if getattr(element, "dominant_resource", None) is not None:
-                out["dominant_resource"] = element.dominant_resource
-            if getattr(element, "satisfaction_ratio", None) is not None:
-                out["satisfaction_ratio"] = float(element.satisfaction_ratio)
-        return out
-
     def _stored_attributes(self, record: OperationRecord) -> dict[str, Any]:
-        doc = record.document
-        jobs = dict(doc.get("progress") or {})
-        for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-            jobs.setdefault(key, 0)
-        return self._attributes(
-            record.id,
-            record.type,
-            record.state,
-            record.user,
-            record.start_time,
-            record.finish_time,
-            record.spec,
-            dict(doc.get("unrecognized_spec") or {}),
-            record.runtime_parameters,
-            bool(doc.get("suspended")),
-            record.pool,
-            jobs,
-            record.finish_time or record.start_time,
-            doc.get("error"),
-            list(doc.get("state_events") or []),
-            {k: v for k, v in (doc.get("alerts") or {}).items() if k != "operation_pending"},
-            list((record.spec.get("tasks") or {}).keys())
-            if isinstance(record.spec.get("tasks"), dict)
-            else [],
-            list(doc.get("trees") or []),
-            {},
-        )
-
-    @staticmethod
-    def _attributes(
-        operation_id: str,
-        operation_type: str,
-        state: str,
-        user: str,
-        start_time: float,
-        finish_time: float | None,
-        spec: dict[str, Any],
-        unrecognized: dict[str, Any],
-        runtime_parameters: dict[str, Any],
-        suspended: bool,
-        pool: str | None,
-        jobs: dict[str, Any],
-        build_time: float,
-        error: dict[str, Any] | None,
-        events: list[dict[str, Any]],
-        alerts: dict[str, Any],
-        task_names: list[str],
-        trees: list[str],
-        scheduling_info: dict[str, Any],
-    ) -> dict[str, Any]:
-        attributes = brief_attributes(
-            operation_id,
-            operation_type,
-            state,
-            user,
-            start_time,
-            finish_time,
-            spec,
-            runtime_parameters,
-            suspended,
-            pool,
-            jobs,
-            build_time,
-            trees,
-        )
-        annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
-        attributes["runtime_parameters"] = {
-            "owners": [],
-            "acl": [],
-            "annotations": annotations,
-            **runtime_parameters,
-        }
-        attributes.update(
-            {
-                "spec": without_secrets(spec),
-                "full_spec": without_secrets(spec),
-                "provided_spec": without_secrets(spec),
-                "unrecognized_spec": unrecognized,
-                "progress": {
-                    "jobs": dict(jobs),
-                    "build_time": iso_time(build_time),
-                    "scheduling_info_per_pool_tree": scheduling_info,
-                },
-                "events": [{"state": e["state"], "time": iso_time(e["time"])} for e in events],
-                "alerts": alerts,
-                "task_names": task_names,
-            }
-        )
-        if state in ("completed", "failed", "aborted"):
-            attributes["result"] = _error_result(error, state)
-        return attributes
+        return stored_attributes(record)
 
     def operation_attributes(self, operation_id: str) -> dict[str, Any]:
         """The full attribute map of one operation (live or stored); callers must not modify it (it is cached)."""
@@ -666,14 +535,74 @@ class OperationCommands:
         op = self.scheduler.operations.get(operation_id)
         if op is None or op.state != "pending":
             return None
+        filled = self._filled(op, ctx)
+        if filled is not None:
+            return filled
         built = self._pending_entry(op, keep=False)
         if built is None:
             return None
-        found = self._encoded(built, ctx)
-        # keep the encoding, not the map (see _Attributes)
+        previous = self._live.get(op.id)
+        key = self._encoding_key(ctx)
+        # an operation read before is likely read again (a client waiting for it): its answer is made from a
+        # template (``pending_maps.py``), kept for the next reads; one read once is encoded whole
+        made = self._template(op, built, ctx) if previous is not None else None
+        if made is not None:
+            template, values = made
+            found = Encoded(template.join(values, output_format(ctx.parameters)), template.content_type)
+            built.encoded[key] = found
+        else:
+            found = self._encoded(built, ctx)
+        # keep the encoding, not the map (see _Attributes), and the templates
         kept = _Attributes(built.fingerprint, None)
         kept.encoded = dict(built.encoded)
+        base = self._base(built.fingerprint)
+        if previous is not None and base is not None and self._base(previous.fingerprint) == base:
+            kept.templates = previous.templates
+        if made is not None and len(kept.templates) < ENCODINGS_PER_OPERATION:
+            kept.templates = {**kept.templates, key: made[0]}
         self._live[op.id] = kept
+        return found
+
+    def _template(
+        self, op: LiveOperation, built: _Attributes, ctx: CommandContext
+    ) -> tuple[Template, list[Any]] | None:
+        """The template of ``built``'s answer to ``ctx`` and its values there, when its format is templated."""
+        fmt = output_format(ctx.parameters)
+        if not templated(fmt) or built.attributes is None or not isinstance(built.fingerprint, tuple):
+            return None
+        wanted = ctx.list_param("attributes")
+        waiting = [place[0] for place in built.fingerprint[-2] if len(place) > 2]
+        return make_template(
+            built.attributes, op.trees, waiting, fmt, lambda marked: self._select(marked, wanted)
+        )
+
+    def _filled(self, op: LiveOperation, ctx: CommandContext) -> Encoded | None:
+        """A pending operation's answer from its template (``pending_maps.py``) when its map changed only in its
+        queue numbers since the template was made; None otherwise (then it is built whole)."""
+        kept = self._live.get(op.id)
+        key = self._encoding_key(ctx)
+        template = kept.templates.get(key) if kept is not None else None
+        if template is None:
+            return None
+        fingerprint = self._fingerprint(op)
+        base = self._base(fingerprint)
+        if base is None or base != self._base(kept.fingerprint):
+            return None
+        assert isinstance(fingerprint, tuple)
+        trees = self.scheduler.registry.trees
+        try:
+            placements = placements_of(
+                fingerprint[-2], lambda tree, position: trees[tree].operation_orchid(op.id, position=position)
+            )
+        except (KeyError, ValueError, RuntimeError, PooltreeError):
+            return None
+        data = template.fill(placements, output_format(ctx.parameters))
+        if data is None or op.state != "pending" or self._fingerprint(op) != fingerprint:
+            return None  # moved while it was read
+        entry = _Attributes(fingerprint, None)
+        entry.encoded[key] = found = Encoded(data, template.content_type)
+        entry.templates = kept.templates
+        self._live[op.id] = entry
         return found
 
     def _finish(self, ctx: CommandContext, final: str) -> None:

@@ -1,0 +1,167 @@
+"""A queued operation's ``get_operation`` answer from a template: what its place in the queues does not move is
+encoded once, the place is filled in per read.
+
+Every start into a pool moves the queue length of each operation queued there ("position X of N"), so a pending
+operation's attribute map was built and encoded again on nearly every read: ~0.27 ms in process with 1,500 queued,
+~0.09 ms the map and ~0.12 ms its normalization and JSON. Here the map is built once per *base* (the map's
+fingerprint without the queue numbers: the operation's change mark, its trees' updates and forecast, and in each tree
+whether and in which pool it waits), encoded with markers in place of the values the queue numbers decide, and cut
+at the markers. A read fills in those values, each encoded alone: per tree where a pool's running-operation count
+holds it, ``pending_position``, ``pending_reason`` and the ``pending_allocations_reason`` made of them
+(``alerts.count_limit_reason``), and the forecast's ``waiting_for`` (the first of its trees' reasons).
+
+Only JSON without pretty printing (what ``yt.wrapper`` asks for): there a value's encoding is the same wherever it
+stands in the document. The bytes are those of the whole map built and encoded anew (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pooltree.alerts import count_limit_reason
+from pooltree.server.protocol import Format, encode_structured
+
+PLACEMENT_KEYS = ("pending_pool", "pending_reason", "pending_position", "running")
+"""What ``progress/scheduling_info_per_pool_tree/<tree>`` shows of the operation's placement in the tree
+(``PoolTreeViews.operation_orchid``)."""
+QUEUE_KEYS = ("pending_position", "pending_reason", "pending_allocations_reason")
+"""Of a tree's scheduling info, what the queue numbers decide (filled in per read)."""
+WAITING_FOR = "waiting_for"
+
+_MARK = f"pooltree-slot-{secrets.token_hex(8)}-"
+"""Markers put in place of the filled values: plain ASCII, unchanged by the encoder, never in a real map."""
+
+
+def templated(fmt: Format) -> bool:
+    """Whether answers in ``fmt`` are made from templates (JSON, not pretty)."""
+    return fmt.name == "json" and fmt.attributes.get("format") != "pretty"
+
+
+def base_of(placement: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, ...], ...]:
+    """Of a pending operation's placement (per tree: ``(tree, running)`` or ``(tree, pool, position, queue length,
+    running count, running limit)``, ``OperationCommands._placement``), what its template depends on: the tree and
+    whether it waits there and in which pool."""
+    return tuple(place[:2] for place in placement)
+
+
+@dataclass(frozen=True)
+class Template:
+    """An encoded answer cut where the filled values go: ``pieces[0] + value(slots[0]) + pieces[1] + ...``."""
+
+    pieces: tuple[bytes, ...]
+    slots: tuple[tuple[str | None, str], ...]
+    """(tree, key) per gap; (None, ``WAITING_FOR``) for the forecast's."""
+    fixed_reasons: tuple[tuple[str, Any], ...]
+    """The operation's trees in order, each with its ``pending_allocations_reason`` when that is not filled in
+    (None for the trees whose reason is)."""
+    content_type: str
+
+    def fill(self, placements: Mapping[str, Mapping[str, Any]], fmt: Format) -> bytes | None:
+        """The answer with the operation's placement (``operation_orchid``) in each tree where it waits in a pool;
+        None when a slot's tree is missing from ``placements``."""
+        if any(tree is not None and tree not in placements for tree, _ in self.slots):
+            return None
+        reasons: dict[str, Any] = {}
+        for tree, fixed in self.fixed_reasons:
+            placement = placements.get(tree)
+            reasons[tree] = count_limit_reason(placement) if placement is not None else fixed
+        values = []
+        for tree, key in self.slots:
+            if tree is None:
+                values.append(next((reason for reason in reasons.values() if reason), None))
+            elif key == "pending_allocations_reason":
+                values.append(reasons[tree])
+            else:
+                placement = placements.get(tree)
+                if placement is None or key not in placement:
+                    return None
+                values.append(placement[key])
+        return self.join(values, fmt)
+
+    def join(self, values: Sequence[Any], fmt: Format) -> bytes:
+        """The answer with ``values`` (one per slot, in order) each encoded alone in its gap."""
+        parts = [self.pieces[0]]
+        for value, piece in zip(values, self.pieces[1:], strict=True):
+            parts.append(encode_structured(value, fmt)[0])
+            parts.append(piece)
+        return b"".join(parts)
+
+
+def make_template(
+    attributes: Mapping[str, Any],
+    trees: Sequence[str],
+    waiting: Sequence[str],
+    fmt: Format,
+    select: Callable[[dict[str, Any]], dict[str, Any]],
+) -> tuple[Template, list[Any]] | None:
+    """The template of ``attributes`` (a pending operation's map, its trees ``trees`` in order, waiting in a pool in
+    the trees ``waiting``) encoded in ``fmt`` after ``select`` (the requested attributes), and the values its slots
+    had in ``attributes`` (``template.join(values, fmt)`` is ``attributes``' answer); None when a marker is not
+    found where it was put (then the map is encoded whole per read)."""
+    marked = dict(attributes)
+    slots: list[tuple[str | None, str]] = []
+    originals: list[Any] = []
+
+    def mark(slot: tuple[str | None, str], original: Any) -> str:
+        slots.append(slot)
+        originals.append(original)
+        return f"{_MARK}{len(slots) - 1}"
+
+    progress = marked.get("progress")
+    per_tree = progress.get("scheduling_info_per_pool_tree") if isinstance(progress, dict) else None
+    if waiting and not isinstance(per_tree, dict):
+        return None
+    fixed: list[tuple[str, Any]] = []
+    if isinstance(per_tree, dict):
+        marked["progress"] = progress = dict(progress)
+        progress["scheduling_info_per_pool_tree"] = per_tree = dict(per_tree)
+        for tree in trees:
+            info = per_tree.get(tree)
+            if tree not in waiting:
+                fixed.append(
+                    (tree, info.get("pending_allocations_reason") if isinstance(info, dict) else None)
+                )
+                continue
+            if not isinstance(info, dict) or any(key not in info for key in QUEUE_KEYS):
+                return None
+            fixed.append((tree, None))
+            per_tree[tree] = info = dict(info)
+            for key in QUEUE_KEYS:
+                info[key] = mark((tree, key), info[key])
+    forecast = marked.get("scheduling_forecast")
+    if isinstance(forecast, dict) and WAITING_FOR in forecast:
+        marked["scheduling_forecast"] = forecast = dict(forecast)
+        forecast[WAITING_FOR] = mark((None, WAITING_FOR), forecast[WAITING_FOR])
+    data, content_type = encode_structured(select(marked), fmt)
+    found: list[tuple[int, int, int]] = []  # (offset, length, slot index), sorted: the document's order
+    for index in range(len(slots)):
+        quoted = json.dumps(f"{_MARK}{index}").encode()
+        count = data.count(quoted)
+        if count > 1:
+            return None
+        if count == 1:  # else not among the requested attributes
+            found.append((data.index(quoted), len(quoted), index))
+    found.sort()
+    pieces: list[bytes] = []
+    start = 0
+    for offset, length, _ in found:
+        pieces.append(data[start:offset])
+        start = offset + length
+    pieces.append(data[start:])
+    if any(_MARK.encode() in piece for piece in pieces):
+        return None
+    kept = [index for _, _, index in found]
+    template = Template(tuple(pieces), tuple(slots[i] for i in kept), tuple(fixed), content_type)
+    return template, [originals[i] for i in kept]
+
+
+def placements_of(
+    placement: Sequence[tuple[Any, ...]], orchid: Callable[[str, int], dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per tree where the operation waits in a pool (``placement`` as in ``base_of``), its ``operation_orchid`` at
+    the position ``placement`` read (``orchid(tree, position)``)."""
+    return {place[0]: orchid(place[0], place[2]) for place in placement if len(place) > 2}
