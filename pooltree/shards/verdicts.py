@@ -30,7 +30,8 @@ reported as started (the resources of their start entry, no measured memory yet 
 nothing at the leader that a later report would not (``LiveJobs._take_running_reports``: a known running job
 confirmed). So the leader proves that expected heartbeat (``expected_next``: this heartbeat's running jobs and
 the started ones, in that order, no finished job) and the shard keeps the verdict for it: the nodes that a start
-fills are answered by their shard from their next heartbeat on, not from the one after.
+fills are answered by their shard from their next heartbeat on, not from the one after. Such a proof counts
+toward the sparing of unused proofs as any other.
 
 **Full nodes.** A node that cannot start more in any of its trees reads no pending work, so its proof also holds
 while only other nodes' jobs start and end: the leader adds (``StateGeneration.full_stamp``) the generation's
@@ -99,14 +100,29 @@ def expected_next(heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Heartb
     running = list(heartbeat.running)
     try:
         for entry in started:
-            usage = parse_resources(entry["resources"], "resources")
             task = entry.get("task_name") or "main"
-            running.append(
-                RunningJobReport(entry["job_id"], entry["operation_id"], task, tuple(usage.tolist()))
-            )
-    except (KeyError, TypeError, AttributeError, ConfigError):
+            usage = _reported_resources(entry["resources"])
+            running.append(RunningJobReport(entry["job_id"], entry["operation_id"], task, usage))
+    except (KeyError, TypeError, AttributeError, ValueError, ConfigError):
         return None
     return replace(heartbeat, running=running, finished=[])
+
+
+_REPORTED: dict[tuple[tuple[str, Any], ...], tuple[float, ...]] = {}
+"""Start entries' resources as a node's report of them reads (``_reported_resources``), by their items."""
+_REPORTED_LIMIT = 4096
+
+
+def _reported_resources(resources: dict[str, Any]) -> tuple[float, ...]:
+    """A start entry's resources as the node's running report of them reads (``parse_resources``), kept per
+    distinct map (an operation's jobs share theirs)."""
+    key = tuple(sorted(resources.items()))
+    usage = _REPORTED.get(key)
+    if usage is None:
+        if len(_REPORTED) >= _REPORTED_LIMIT:
+            _REPORTED.clear()
+        usage = _REPORTED[key] = tuple(parse_resources(resources, "resources").tolist())
+    return usage
 
 
 def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
@@ -242,6 +258,8 @@ class LeaderVerdicts:
         """Per node, the proofs made for it since a shard last answered one of its heartbeats (absent: none)."""
         self._unproven: dict[str, int] = {}
         """Per node whose proofs go unused, its quiet heartbeats not proven since its last proof."""
+        self._bounds: dict[str, dict[str, tuple[Any, float | None]]] = {}
+        """Per node, its running jobs' memory bounds of its last proof with what they were computed from."""
         self.proofs_made = 0
         self.proofs_spared = 0
         """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
@@ -253,21 +271,17 @@ class LeaderVerdicts:
 
         None also when the node's last `UNUSED_PROOFS` proofs were not used (no heartbeat of it answered by a
         shard since), but for every `PROOF_PROBE`-th such heartbeat: not proving only sends the node's next
-        heartbeat to the leader, which decides it as one process would. A proof after starts is a guess (the node
-        may report its jobs otherwise, or one may end first): it is not made while the node's proofs go unused,
-        and is not counted as unused itself."""
+        heartbeat to the leader, which decides it as one process would. A proof after starts counts as any other:
+        on a cluster where jobs end before their node's next heartbeat it goes unused, and the node's proofs
+        are spared."""
         if answer.get(wire.PREEMPT) or answer.get(wire.ABORT) or answer.get(wire.SCHEDULING_SKIPPED):
             return None  # the node's next heartbeat reports what this one stopped, or it was throttled
         expected = expected_next(heartbeat, answer)
         if expected is None:
             return None
-        started = expected is not heartbeat
         heartbeat = expected
         address = heartbeat.address
         if self._unused.get(address, 0) >= UNUSED_PROOFS:
-            if started:
-                self.proofs_spared += 1
-                return None
             unproven = self._unproven.get(address, 0) + 1
             if unproven < PROOF_PROBE:
                 self._unproven[address] = unproven
@@ -281,8 +295,7 @@ class LeaderVerdicts:
             generation = scheduler.generation
             full = generation.full_stamp(address) if self._full(address) else None
             proof = generation.value, self._memory_bounds(heartbeat), full
-        if not started:
-            self._unused[address] = self._unused.get(address, 0) + 1
+        self._unused[address] = self._unused.get(address, 0) + 1
         self.proofs_made += 1
         return proof
 
@@ -328,6 +341,8 @@ class LeaderVerdicts:
         the rule ``LiveJobs`` applies); none (the memory must be the same) when a report has raised it above."""
         scheduler = self.scheduler
         bounds: dict[str, float] = {}
+        known = self._bounds.get(heartbeat.address, {})
+        kept: dict[str, tuple[Any, float | None]] = {}
         for report in heartbeat.running:
             job = scheduler.jobs.get(report.job_id)
             core = scheduler.cores.get(job.tree) if job is not None and job.tree else None
@@ -339,10 +354,20 @@ class LeaderVerdicts:
             if allocation is None or allocation.preempted:
                 bounds[report.job_id] = math.inf
                 continue
-            reserve = float(allocation.reserve[MEMORY])
-            at_reserve = reported_usage(replace(report, memory_usage=reserve))
-            if np.array_equal(usage_above_reserve(allocation.reserve, at_reserve), allocation.resources):
-                bounds[report.job_id] = reserve
+            # the bound is a function of these: computed again only when one of them changed
+            inputs = (report.resource_usage, allocation.reserve.tolist(), allocation.resources.tolist())
+            cached = known.get(report.job_id)
+            if cached is not None and cached[0] == inputs:
+                bound = cached[1]
+            else:
+                reserve = float(allocation.reserve[MEMORY])
+                at_reserve = reported_usage(replace(report, memory_usage=reserve))
+                above = usage_above_reserve(allocation.reserve, at_reserve)
+                bound = reserve if np.array_equal(above, allocation.resources) else None
+            kept[report.job_id] = (inputs, bound)
+            if bound is not None:
+                bounds[report.job_id] = bound
+        self._bounds[heartbeat.address] = kept
         return bounds
 
     def apply_skips(self, skips: Iterable[Skip]) -> None:
