@@ -183,8 +183,8 @@ def _brought_up_to_date(
     the tree must be walked. (When it raises, ``last`` may be half brought up to date: the caller drops it.)"""
     if delta.unchanged:
         return _unchanged_structure(result_elements, total_resources, last)
-    found = projection.changes
-    if found is None or projection.advanced_with is not delta:
+    found = projection.changes_with(delta)
+    if found is None:
         return None  # the projection walked the tree: so does this build
     changes = _operation_changes(pool_tree, projection, last, runtime_key, found)
     if changes is None:

@@ -215,7 +215,7 @@ def classify_ssd_operations(
     if previous is not None and previous.config == config:
         if delta.unchanged:
             return previous
-        changes = projection.changes if projection.advanced_with is delta else None
+        changes = projection.changes_with(delta)
         if changes is not None:
             arrived = [(op_id, op.spec, op.pool) for _, op_id, op in changes.running]
             return _classify(previous, changes.before.keys(), arrived)

@@ -445,8 +445,8 @@ def _changes_applied(
 ) -> bool:
     """`_apply_operation_changes` with the changes the projection found for this delta (none: the projection
     walked, and so does this build), forgetting the previous build if it fails half-way (the next build walks)."""
-    changes = cache.projection.changes
-    if changes is None or cache.projection.advanced_with is not delta:
+    changes = cache.projection.changes_with(delta)
+    if changes is None:
         return False
     try:
         return _apply_operation_changes(tree, last, cache, source, nodes, told, changes)

@@ -171,6 +171,12 @@ class TreeProjection:
         """The operations the last `advance`'s delta named, classified once for both builds; None when that advance
         walked the tree (the pools changed, or the projection did not stand at the delta's start)."""
 
+    def changes_with(self, delta: PeriodDelta) -> OperationChanges | None:
+        """The operation changes of ``delta`` as this projection classified them when it advanced with it (every
+        consumer of the period reads them here); None when it walked the tree for it, or last advanced with
+        another delta (the consumer then walks the tree too)."""
+        return self.changes if self.advanced_with is delta else None
+
     def delta(self, tree: RuntimeTree, resources: Collection[str] | None = None) -> PeriodDelta:
         """This period's delta of ``tree``: what changed since the revision the projection stands at (the previous
         period's), found once for every build of the period (``resources``: see `PeriodDelta`)."""
