@@ -365,14 +365,14 @@ def test_more_runs_are_hand_overs_of_the_stopped_simulation(
 def test_a_simulation_gives_up_when_it_cannot_reach_the_horizon():
     """At its first check a simulation gives up only if its deadline passed (its setup took its share); later,
     once it has spent half its share, when its cost per simulated second since that check, carried to the
-    horizon, is more than `GIVE_UP_OVER` times the CPU left."""
+    horizon, is more than `GIVE_UP_OVER` times the CPU left, and at once when it is more than
+    `GIVE_UP_AT_ONCE` times."""
     late = run_module._GiveUp(3600.0, 8.0)
     assert late.cannot_reach(1.0, 12.5, 12.0)
     slow = run_module._GiveUp(3600.0, 8.0)  # a share of 4 s
     assert not slow.cannot_reach(1.0, 9.0, 12.0)
-    assert not slow.cannot_reach(
-        2.0, 9.1, 12.0
-    )  # 0.1 s per simulated second, but a quarter of the share spent
+    # 0.003 s per simulated second: 10.8 s to go with 2.99 s left (3.6 times), a quarter of the share spent
+    assert not slow.cannot_reach(2.0, 9.003, 12.0)
     assert not slow.cannot_reach(1.0, 10.05, 12.0)  # no simulated time since the first check: no rate yet
     assert slow.cannot_reach(11.0, 10.05, 12.0)  # half spent: 0.105 s per second, 376 s to go, 1.95 s left
     cheap = run_module._GiveUp(3600.0, 8.0)
@@ -380,6 +380,18 @@ def test_a_simulation_gives_up_when_it_cannot_reach_the_horizon():
     # half spent at 0.00041 s per simulated second: 1.45 s to go with 1.9 s left (twice over: still simulating)
     assert not cheap.cannot_reach(2500.0, 10.1, 12.0)
     assert cheap.cannot_reach(2500.0, 11.8, 12.0)  # 0.0011 s per second: 1.2 s to go with 0.2 s left
+
+
+def test_a_simulation_far_out_of_reach_gives_up_at_once():
+    """A simulation whose projection is more than `GIVE_UP_AT_ONCE` times the CPU left gives up at its second
+    check, before half its share is spent: what it would simulate until then is shared by every hand-over of
+    it (at 200 nodes 11-22 s, where the runs then agreed on every job end; the project example's runs, which
+    reach the horizon, project at most 3 times the CPU left)."""
+    far = run_module._GiveUp(3600.0, 8.0)  # a share of 4 s
+    assert not far.cannot_reach(1.0, 9.0, 12.0)
+    assert far.cannot_reach(
+        2.0, 9.1, 12.0
+    )  # 0.1 s per simulated second: 360 s to go with 2.9 s left, 124 times
 
 
 def test_a_cheap_simulation_does_not_give_up_on_its_first_seconds():
