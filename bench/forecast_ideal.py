@@ -3,8 +3,8 @@
 What a perfect forecast of a waiting operation's start would say, from the same cluster state the forecast
 gets plus what the forecast cannot know: the workload's true run-time distributions. Each draw runs every pool
 as the queue it is on that workload (`--pool-running-limit L`: an operation starts when its pool runs fewer than
-L operations, in registration order; the cluster has room for every job: `day` runs 10,000-12,000 of 16,000
-slots at 1,000 nodes), an operation finishes with its last job, a running job ends after a remaining time
+L operations, in registration order; the cluster has room for every job: `day` keeps 2,500-4,000 of 16,000
+slots busy at 1,000 nodes), an operation finishes with its last job, a running job ends after a remaining time
 drawn from its task's true distribution given how long it has run, and a job still to start runs a whole draw
 (the last of ``n`` of them: one draw of the maximum). Its p10 / p50 / p90 are the draws' own quantiles, moved
 out by the same timing resolution as the forecast's published range; the back-test scores it with the same
