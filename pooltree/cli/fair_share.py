@@ -40,7 +40,7 @@ from pooltree.strategy.tentative import (
     tentative_trees,
     with_tentative_trees,
 )
-from pooltree.tree.fair_share_input import read_fair_share_input
+from pooltree.tree.fair_share_input import read_input
 from pooltree.tree.registry import PoolTrees
 
 
@@ -92,7 +92,7 @@ def _snapshot_now(snapshot: Snapshot) -> float:
 
 class _TreeStep:
     """The per-period step of one tree as the live service pays it: input from the tree runtime (kept in a
-    `FairShareInputCache`), the fair-share update, and publishing to a strategy (`build_scheduling_tree` + `publish`).
+    `read_input`'s rows), the fair-share update, and publishing to a strategy (`build_scheduling_tree` + `publish`).
 
     ``--repeat`` runs this step K times on one `_TreeStep`, so from the second run on the caches hold, as they do
     from one period to the next in the service; ``update_first_s`` reports the first (cold) run.
@@ -126,7 +126,15 @@ class _TreeStep:
         kept = self.kept
         self.kept = kept.failed()  # until this step's update returns
         delta = kept.delta(self.tree)
-        read = read_fair_share_input(self.tree, self.resources, cache=kept.input, delta=delta)
+        read = read_input(
+            self.tree,
+            self.resources,
+            nodes=None,
+            projection=kept.projection,
+            previous=kept.input,
+            delta=delta,
+        )
+        kept = kept.read(read.rows)
         settings = read.settings
         built = time.perf_counter()
         if settings.enable_discretized_fair_share:

@@ -6,10 +6,10 @@ update and builds the strategy's tree. What each of these keeps for the next per
 the period, and hold the one the period returns (`updated`; `failed` when the period stopped half-way). Nothing is
 kept in module globals, and no step keeps state of its own between periods.
 
-The projection and the input's cache it holds are objects that bring themselves up to date with the period's delta;
-the strategy's previous build is a value (`BuildRows`) the period's build takes and returns (`built`); what the input
-wrote for the update is not kept in the cache but handed from the read to the update (`pooltree.tree.FairShareInput`
-→ `update_state`).
+The projection is an object that brings itself up to date with the period's delta; the input's and the strategy's
+previous builds are values (`InputRows`, `BuildRows`) the period's read and build take and return (`read`, `built`);
+what the input wrote for the update is not kept in them but handed from the read to the update
+(`pooltree.tree.FairShareInput` → `update_state`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from pooltree.fairshare.model import UpdateState
 from pooltree.strategy.build_rows import BuildRows
-from pooltree.tree import FairShareInput, FairShareInputCache
+from pooltree.tree import FairShareInput, InputRows
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.projection import TreeProjection
 
@@ -31,8 +31,9 @@ class KeptState:
     projection: TreeProjection
     """The tree's one projection: the revision the next period's delta starts from, each element's static parts
     for both builds (`pooltree.tree.projection`)."""
-    input: FairShareInputCache
-    """The previous fair-share input, its model objects kept in the projection's entries."""
+    input: InputRows | None = None
+    """The rows of the previous fair-share input read (its model objects kept in the projection's entries), which
+    the next read takes (and may bring up to date in place); None: the next read walks the tree."""
     build: BuildRows | None = None
     """The rows of the strategy's previous build (`pooltree.strategy.build_rows`), which the next build takes (and
     may re-make in place); None: the next build walks the tree."""
@@ -50,9 +51,8 @@ class KeptState:
 
     @classmethod
     def new(cls) -> KeptState:
-        """The state before a tree's first period: one projection, the input's cache made on it, no build."""
-        projection = TreeProjection()
-        return cls(projection, FairShareInputCache(projection))
+        """The state before a tree's first period: one projection, no input read, no build."""
+        return cls(TreeProjection())
 
     def delta(self, tree: RuntimeTree, resources: Any = None) -> PeriodDelta:
         """This period's delta of ``tree`` from where the previous period stood (``resources``: the operations whose
@@ -78,6 +78,10 @@ class KeptState:
         SSD classification is this period's once its publish makes it: `finished`)."""
         return dataclasses.replace(self, update=state, complete=True, ssd=None)
 
+    def read(self, rows: InputRows | None) -> KeptState:
+        """What the next period starts from once this one's input read returned ``rows``."""
+        return dataclasses.replace(self, input=rows)
+
     def built(self, rows: BuildRows) -> KeptState:
         """What the next period starts from once this one's build returned ``rows``."""
         return dataclasses.replace(self, build=rows)
@@ -91,7 +95,7 @@ class KeptState:
         failed, or the publish refused it: `update_steps.publish_update`): the next update reads every row, the
         next period classifies every running operation for SSD and its build walks the tree (no rows: the stopped
         build took the previous ones and may have brought them half up to date, or walked the tree while it
-        changed)."""
-        if not self.complete and self.ssd is None and self.build is None:
+        changed). Its input read walks the tree too, unless the period's read returned (`read`: its rows)."""
+        if not self.complete and self.ssd is None and self.build is None and self.input is None:
             return self
-        return dataclasses.replace(self, complete=False, ssd=None, build=None)
+        return dataclasses.replace(self, complete=False, ssd=None, build=None, input=None)

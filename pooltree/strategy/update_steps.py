@@ -33,7 +33,7 @@ from pooltree.strategy.reconnection import nodes_for_tag_filters
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 from pooltree.strategy.ssd_preemption import classify_ssd_operations
 from pooltree.strategy.starvation_tolerance import apply_absolute_starvation_tolerance
-from pooltree.tree import FairShareInput, read_fair_share_input
+from pooltree.tree import FairShareInput, read_input
 from pooltree.tree.delta import PeriodDelta, RuntimeTree
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ class UpdateRead:
     number: int
     """The core's update number at the read: another update read since (a stale tree's publish) makes it old."""
     kept: KeptState
-    """The period's caches as the previous period left them (the core holds their ``failed`` form meanwhile)."""
+    """What the previous period kept, with this period's input rows (the core holds its ``failed`` form with those
+    rows meanwhile)."""
     delta: PeriodDelta
     read: FairShareInput
     settings: Any
@@ -138,6 +139,8 @@ def read_update(core: SchedulerCore, now: float) -> UpdateRead:
         with times.phase("input"):
             delta = kept.delta(core.pool_tree, core.input_resources.take_changed())
             read = _fair_share_input(core, kept, delta, now)
+            kept = kept.read(read.rows)
+            core.kept = core.kept.read(read.rows)  # a read that returned: its rows stand whatever follows
             settings = _with_best_allocation(core, read.settings, now)
             if settings.enable_discretized_fair_share:
                 settings = _with_job_resources(core, settings)
@@ -267,11 +270,12 @@ def _fair_share_input(core: SchedulerCore, kept: KeptState, delta: PeriodDelta, 
         core.nodes_view, core.connection_time, core.config.node_reconnection_timeout, now
     )
     try:
-        return read_fair_share_input(
+        return read_input(
             core.pool_tree,
             core.input_resources.resources,
             nodes=nodes,
-            cache=kept.input,
+            projection=kept.projection,
+            previous=kept.input,
             delta=delta,
         )
     except BaseException:

@@ -11,8 +11,10 @@ from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElem
 from pooltree.tree.fair_share_input import (
     FairShareInput,
     FairShareInputCache,
+    InputRows,
     build_fair_share_input,
     read_fair_share_input,
+    read_input,
     tree_total_resources,
     update_settings,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "EffectiveParameters",
     "FairShareInput",
     "FairShareInputCache",
+    "InputRows",
     "InvalidOperationStateError",
     "Operation",
     "OperationEvent",
@@ -58,6 +61,7 @@ __all__ = [
     "TreeRegistration",
     "build_fair_share_input",
     "read_fair_share_input",
+    "read_input",
     "tree_total_resources",
     "update_settings",
 ]

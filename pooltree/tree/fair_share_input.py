@@ -91,11 +91,12 @@ class _TagLimits:
 
 
 class FairShareInputCache:
-    """The previous build of one tree's input, and the projection (`pooltree.tree.projection`) whose entries hold
-    its model objects, reused while their static inputs are unchanged.
+    """A projection (`pooltree.tree.projection`), whose entries hold the input's model objects, and the rows of the
+    last read made through it (`last`): for a caller that reads one tree's input again and again without a
+    `KeptState` (`read_fair_share_input`; a period of `SchedulerCore` hands the previous rows to `read_input` and
+    keeps those it returns).
 
-    Kept by the caller between updates of the same tree (``SchedulerCore`` keeps one per tree, sharing its
-    projection with the strategy's build). An operation's ``Operation`` object is rebuilt only when its
+    The model objects are reused while their static inputs are unchanged. An operation's ``Operation`` object is rebuilt only when its
     projection entry is new (something it is computed from changed: its registration, pool, running/suspended
     flags, weight, limits, spec object, start time, its pool's configuration chain) or the node set changed;
     otherwise only its usage, demand and pending count are written into it. Pools likewise keep their ``Pool``
@@ -103,28 +104,20 @@ class FairShareInputCache:
     never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
     objects gives the same result as building new ones.
 
-    What a read wrote is not kept here: `read_fair_share_input` returns it with the input (`FairShareInput`), and
-    the caller hands it to the update that reads that input.
+    What a read wrote is not kept here: `read_input` returns it with the input (`FairShareInput`), and the caller
+    hands it to the update that reads that input.
     """
 
     def __init__(self, projection: TreeProjection | None = None) -> None:
         self.projection = projection if projection is not None else TreeProjection()
         """The tree's projection, whose entries keep the model objects (`Projected.input`)."""
-        self.tags: _TagLimits | None = None
-        self.settings: tuple[Any, UpdateSettings] | None = None
-        self.last: _LastBuild | None = None
-        """The previous build, reused whole while the tree's ``revision`` (and config, node set) is the same, and
-        brought up to date with the period's delta when only operations changed."""
-
-    def tag_limits(self, nodes: NodeResources | None) -> _TagLimits:
-        if self.tags is None or self.tags._source is not nodes:
-            self.tags = _TagLimits(nodes)
-        return self.tags
+        self.last: InputRows | None = None
+        """The last read's rows (None: none, or the last read raised)."""
 
 
 class FairShareInput(NamedTuple):
     """One read of a tree's fair-share input (`read_fair_share_input`): the root and the settings, and what this read
-    changed in the input objects of the previous read through the same cache, for the update that reads it
+    changed in the input objects of the previous read (its rows), for the update that reads it
     (``UpdateState.written``, ``.relaid``)."""
 
     root: Pool
@@ -138,6 +131,8 @@ class FairShareInput(NamedTuple):
     renewed: frozenset[str]
     """The operations among those pools' children whose model element this read made anew (arrived, re-made,
     moved): every other child of those pools is the element the previous read had under its id."""
+    rows: InputRows | None = None
+    """This read's rows, for the next read of the tree (`read_input`)."""
 
 
 def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vector] | None:
@@ -179,17 +174,29 @@ def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, ta
     )
 
 
-class _LastBuild:
-    """One cached build's result: what it was built from, its root and, per operation id, the operation's model
-    element with the ``(usage, needed)`` object its resources were last written from (``None``: the source had
-    none)."""
+class InputRows:
+    """The rows of a tree's input read, the one thing a read hands the next (`read_input` takes the previous rows
+    and returns its own; it may bring the previous ones up to date in place, so they are the next read's alone):
+    what the read was made from (``key``; None: it cannot be brought up to date, a plain-map spec may change in
+    place), its root and, per operation id, the operation's model element with the ``(usage, needed)`` object its
+    resources were last written from (``None``: the source had none); and the tag-filter limits of its nodes and
+    the update settings of its tree config, made again only when those objects change."""
 
-    __slots__ = ("key", "operations", "root")
+    __slots__ = ("key", "operations", "root", "settings", "tags")
 
-    def __init__(self, key: tuple[Any, ...], root: Pool, operations: dict[str, list[Any]]):
+    def __init__(
+        self,
+        key: tuple[Any, ...] | None,
+        root: Pool,
+        operations: dict[str, list[Any]],
+        tags: _TagLimits,
+        settings: tuple[Any, UpdateSettings],
+    ):
         self.key = key
         self.root = root
         self.operations = operations
+        self.tags = tags
+        self.settings = settings
 
 
 def _write_found(element: Operation, found: tuple[Vector, Vector] | None) -> None:
@@ -380,30 +387,58 @@ def read_fair_share_input(
     cache: FairShareInputCache | None = None,
     delta: PeriodDelta | None = None,
 ) -> FairShareInput:
-    """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, the tree's
-    update settings, and what this read wrote into the previous read's objects. ``nodes`` (this tree's nodes) is
-    needed only for elements with a ``scheduling_tag_filter``; without it such elements get no tag-filter limits.
-    ``cache`` (kept by the caller between updates of the same tree, with the same ``nodes`` object until the nodes
-    change) reuses the model objects of unchanged elements; the input is the same either way.
+    """`read_input` through ``cache`` (kept by the caller between reads of the same tree, with the same ``nodes``
+    object until the nodes change: its projection, and the rows of its last read, which this read takes and
+    replaces; a read that raises leaves none). Without ``cache``: a one-off input, through a projection of its
+    own."""
+    cache = cache if cache is not None else FairShareInputCache()
+    previous, cache.last = cache.last, None
+    read = read_input(
+        tree, operation_resources, nodes=nodes, projection=cache.projection, previous=previous, delta=delta
+    )
+    cache.last = read.rows
+    return read
 
-    ``delta`` (with ``cache``): the period's changes of the tree (`pooltree.tree.delta`), found once per period
-    for every consumer; without it they are found here (`period_delta` since the cache's previous build). Its
-    ``resources`` is a change notification instead of a poll: the operations whose answer from
-    ``operation_resources`` may have moved since the previous build through ``cache`` (every other operation's must
-    be what it was, as ``SchedulerCore``'s notifications guarantee). Only these are then asked, instead of every
-    running operation. ``None``: unknown, every running operation is asked (a snapshot's mapping, for instance).
+
+def read_input(
+    tree: RuntimeTree,
+    operation_resources: OperationResources,
+    *,
+    nodes: NodeResources | None,
+    projection: TreeProjection,
+    previous: InputRows | None,
+    delta: PeriodDelta | None = None,
+) -> FairShareInput:
+    """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, the tree's
+    update settings, what this read wrote into the previous read's objects, and this read's rows for the next
+    read. ``nodes`` (this tree's nodes) is needed only for elements with a ``scheduling_tag_filter``; without it
+    such elements get no tag-filter limits. ``projection`` (the tree's, kept by the caller) and ``previous`` (the
+    rows the last read of the tree returned, or None; it may be brought up to date in place, and is not to be
+    read from again) reuse the model objects of unchanged elements; the input is the same either way.
+
+    ``delta``: the period's changes of the tree (`pooltree.tree.delta`), found once per period for every
+    consumer; without it they are found here (`period_delta` since the previous read). Its ``resources`` is a
+    change notification instead of a poll: the operations whose answer from ``operation_resources`` may have
+    moved since the previous read (every other operation's must be what it was, as ``SchedulerCore``'s
+    notifications guarantee). Only these are then asked, instead of every running operation. ``None``: unknown,
+    every running operation is asked (a snapshot's mapping, for instance).
     """
-    if cache is None:  # a one-off input: the same walk, through a projection of its own
-        cache = FairShareInputCache()
-    last = cache.last
-    built_at = None if last is None or last.key[0] is not tree else last.key[1]
+    last = previous
+    built_at = None if last is None or last.key is None or last.key[0] is not tree else last.key[1]
     if delta is None:
         delta = period_delta(tree, built_at)
-    cache.projection.advance(tree, delta)
+    projection.advance(tree, delta)
     key = (tree, delta.revision, tree.config, nodes)
     changed = delta.resources
+    tags = last.tags if last is not None and last.tags._source is nodes else _TagLimits(nodes)
+    settings = (
+        last.settings
+        if last is not None and last.settings[0] is tree.config
+        else (tree.config, update_settings(tree))
+    )
     same_source = (
         last is not None
+        and last.key is not None
         and delta.applies_to(tree, built_at)
         and last.key[2] is tree.config
         and last.key[3] is nodes
@@ -414,51 +449,48 @@ def read_fair_share_input(
     if same_source and delta.unchanged:
         assert last is not None
         _refresh_resources(last.operations, operation_resources, changed, written)
-        root = last.root
+        rows = last
     elif same_source and _changes_applied(
-        tree, last, cache, operation_resources, nodes, delta, (written, relaid, renewed)
+        tree, last, projection, tags, operation_resources, nodes, delta, (written, relaid, renewed)
     ):
         assert last is not None
         last.key = key
         _refresh_resources(last.operations, operation_resources, changed, written)
-        root = last.root
+        rows = last
     else:
         written = None  # every element written: the update reads every row and lays the tree anew
-        build = _CachedBuild(tree, operation_resources, cache.tag_limits(nodes), cache.projection, nodes)
+        build = _CachedBuild(tree, operation_resources, tags, projection, nodes)
         root = build.pool(tree.root.name)
-        cache.last = _LastBuild(key, root, build.operations) if build.cacheable else None
-    if cache.settings is None or cache.settings[0] is not tree.config:
-        cache.settings = (tree.config, update_settings(tree))
+        rows = InputRows(key if build.cacheable else None, root, build.operations, tags, settings)
+    rows.tags, rows.settings = tags, settings
     if written is None:
-        return FairShareInput(root, cache.settings[1], None, None, frozenset())
-    return FairShareInput(root, cache.settings[1], written, frozenset(relaid), frozenset(renewed))
+        return FairShareInput(rows.root, settings[1], None, None, frozenset(), rows)
+    return FairShareInput(rows.root, settings[1], written, frozenset(relaid), frozenset(renewed), rows)
 
 
 def _changes_applied(
     tree: RuntimeTree,
-    last: _LastBuild,
-    cache: FairShareInputCache,
+    last: InputRows,
+    projection: TreeProjection,
+    tags: _TagLimits,
     source: OperationResources,
     nodes: Any,
     delta: PeriodDelta,
     told: tuple[list[Operation], set[str], set[str]],
 ) -> bool:
     """`_apply_operation_changes` with the changes the projection found for this delta (none: the projection
-    walked, and so does this build), forgetting the previous build if it fails half-way (the next build walks)."""
-    changes = cache.projection.changes_with(delta)
+    walked, and so does this read). When it raises, ``last`` may be half brought up to date: the caller drops it."""
+    changes = projection.changes_with(delta)
     if changes is None:
         return False
-    try:
-        return _apply_operation_changes(tree, last, cache, source, nodes, told, changes)
-    except BaseException:
-        cache.last = None
-        raise
+    return _apply_operation_changes(tree, last, projection, tags, source, nodes, told, changes)
 
 
 def _apply_operation_changes(
     tree: RuntimeTree,
-    last: _LastBuild,
-    cache: FairShareInputCache,
+    last: InputRows,
+    projection: TreeProjection,
+    tags: _TagLimits,
     source: OperationResources,
     nodes: Any,
     told: tuple[list[Operation], set[str], set[str]],
@@ -476,7 +508,6 @@ def _apply_operation_changes(
     if not changes.frozen:
         return False
     written, relaid, renewed = told
-    projection = cache.projection
     pools = projection.pools
     touched = changes.pools()
     if any(pools[child].input is None for name in touched for child in (name, *pools[name].children)):
@@ -492,7 +523,7 @@ def _apply_operation_changes(
                 op_entry = projected[op_id]
                 if op_entry.input is None or op_entry.input_nodes is not nodes:
                     renewed.add(op_id)  # its element is made anew below
-                static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, cache.tag_limits(nodes))
+                static, _ = _operation_input(tree, op_entry.key[0], op_entry, nodes, tags)
                 found = _found(source, op_id)
                 _write_found(static, found)
                 written.append(static)

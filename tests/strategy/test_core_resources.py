@@ -53,10 +53,9 @@ def test_the_input_writes_the_notified_operations():
     controller._tasks["main"].pending.pop()  # y's pending work moves
     controller._refresh()
     kept = core.kept
-    written = _fair_share_input(
-        core, kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0
-    ).written
+    read = _fair_share_input(core, kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0)
+    written = read.written
     assert written is not None and sorted(element.id for element in written) == ["x", "y"]
-    assert core.kept.input.last is not None
-    element = core.kept.input.last.operations["y"][0]
+    assert read.rows is not None
+    element = read.rows.operations["y"][0]
     assert element.demand.tolist() == (JOB * 1).tolist()

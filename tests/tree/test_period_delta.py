@@ -72,7 +72,7 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
     core.update_fair_share(0.0)
     counting = _Counting(tree)
     tree.operations_changed_since = counting  # type: ignore[method-assign]
-    input_root = core.kept.input.last.root
+    input_root = core.kept.input.root
     for period in range(1, 4):
         for _ in range(arrivals):
             serial += 1
@@ -86,7 +86,7 @@ def test_each_period_asks_the_tree_once(arrivals: int) -> None:
         calls = counting.calls
         core.update_fair_share(float(period))
         assert counting.calls - calls == (1 if arrivals else 0)  # an unchanged revision needs no question
-        assert core.kept.input.last.root is input_root  # patched or reused, never walked anew
+        assert core.kept.input.root is input_root  # patched or reused, never walked anew
         assert core.kept.build is not None and core.kept.build.key is not None
     assert core.operation_is_published(f"op{serial}")
 
@@ -134,7 +134,7 @@ def test_the_layout_reads_the_delta_instead_of_comparing_every_pool(monkeypatch:
         result = core.update_fair_share(float(period))
         assert not flattened  # the previous tree patched, not flattened anew
         assert f"op{serial}" in told[-1][1]  # the input said its element is new
-        root = core.kept.input.last.root
+        root = core.kept.input.root
         settings = core.kept.input.settings[1]
         fresh = update_fair_share(copy.deepcopy(root), core.total_resources, settings, float(period), None)
         flattened.clear()
