@@ -340,6 +340,11 @@ class SchedulerRunner:
         listener = HeartbeatListener(config, sock)
         await run_in_threadpool(listener.start)
         self.heartbeats = listener
+        log.info(
+            "node heartbeats taken on %s:%d (nodes are sent there by their first answer)",
+            self.host,
+            listener.port,
+        )
         if self.service is not None:
             self.service.heartbeat_port = listener.port
 
