@@ -18,11 +18,10 @@ not, the publish refuses the computed update and the caller reads and computes a
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pooltree.errors import PooltreeError
+from pooltree.fairshare import update_fair_share
 from pooltree.resources import Vector
 from pooltree.strategy.build import build_scheduling_tree
 from pooltree.strategy.fifo_limit import clear_statuses, fifo_unschedulable
@@ -42,16 +41,6 @@ if TYPE_CHECKING:
 
 FairShareFunction = Callable[..., Any]
 """``(root_pool, total_resources, settings, now, state) -> FairShareResult`` (see pooltree.fairshare)."""
-
-
-def _default_fair_share() -> FairShareFunction:
-    try:
-        module = importlib.import_module("pooltree.fairshare")
-        return module.update_fair_share
-    except (ImportError, AttributeError) as error:
-        raise PooltreeError(
-            "pooltree.fairshare.update_fair_share is not available; pass fair_share= to SchedulerCore"
-        ) from error
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -159,7 +148,7 @@ def read_update(core: SchedulerCore, now: float) -> UpdateRead:
         revision=core.pool_tree.revision,
         tree_config=core.pool_tree.config,
         config=core.config,
-        function=core._fair_share or _default_fair_share(),
+        function=core._fair_share or update_fair_share,
         min_needed=min_needed,
     )
 
