@@ -32,13 +32,13 @@ __all__ = [
     "FINISHED_STATES",
     "MAX_ALERT_TEXT",
     "MAX_NODE_ALERTS",
-    "DirectHeartbeats",
     "FinishedJobReport",
     "HeartbeatRequest",
     "HeartbeatRoute",
     "RunningJobReport",
     "RunningReports",
     "decode_heartbeat",
+    "direct_heartbeats",
     "parse_heartbeat",
     "parse_node_alerts",
     "read_heartbeat_body",
@@ -66,28 +66,6 @@ def decode_heartbeat(body: bytes, reports: RunningReports | None = None) -> Hear
             f"Malformed node heartbeat: {error.message}",
             attributes={"field": error.path, "reason": error.reason},
         ) from error
-
-
-class DirectHeartbeats:
-    """ASGI: ``POST /internal/node_heartbeat`` straight to ``endpoint`` (a request → response handler), past the
-    app's middleware and route matching (with 1,000 nodes they cost more than the heartbeat's own work), with
-    what an early answer leaves of the body drained (``DrainUnreadBody``); everything else to ``app``. The
-    scheduler's entry (``SchedulerService.asgi``) and a node shard's (``shards/process.py``)."""
-
-    def __init__(self, endpoint: Callable[[Request], Awaitable[Response]], app: Any) -> None:
-        self.endpoint = endpoint
-        self.app = app
-        self._drained = DrainUnreadBody(self._answer, {HEARTBEAT_PATH: MAX_HEARTBEAT_BYTES})
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] == HEARTBEAT_PATH and scope["method"] == "POST":
-            await self._drained(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-    async def _answer(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        response = await self.endpoint(Request(scope, receive))
-        await response(scope, receive, send)
 
 
 _ANSWER_TYPE = MEDIA_TYPE.encode("latin-1")
@@ -123,6 +101,17 @@ class HeartbeatRoute:
         headers = [(b"content-length", b"%d" % len(answer)), (b"content-type", _ANSWER_TYPE)]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
+
+
+def direct_heartbeats(endpoint: Callable[[Request], Awaitable[Response]], app: Any) -> HeartbeatRoute:
+    """``HeartbeatRoute`` for an endpoint that takes a Starlette ``Request`` and returns a ``Response`` (a node
+    shard's, ``shards/process.py``): heartbeats straight to it, past the app's middleware and route matching;
+    everything else to ``app``."""
+
+    async def answer(scope: dict[str, Any], receive: Any) -> Response:
+        return await endpoint(Request(scope, receive))
+
+    return HeartbeatRoute(answer, app)
 
 
 async def read_heartbeat_body(scope: dict[str, Any], receive: Any) -> bytes:

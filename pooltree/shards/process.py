@@ -42,7 +42,12 @@ from pooltree.errors import PooltreeError
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
-from pooltree.server.heartbeats import MAX_HEARTBEAT_BYTES, DirectHeartbeats, RunningReports, decode_heartbeat
+from pooltree.server.heartbeats import (
+    MAX_HEARTBEAT_BYTES,
+    RunningReports,
+    decode_heartbeat,
+    direct_heartbeats,
+)
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
@@ -114,7 +119,7 @@ class ShardServer:
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
-        self.asgi = DirectHeartbeats(
+        self.asgi = direct_heartbeats(
             self.heartbeat, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
         )
         """The shard's ASGI app: heartbeats straight to ``heartbeat``, anything else to Starlette (404/405)."""
