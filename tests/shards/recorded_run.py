@@ -128,6 +128,37 @@ def record_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
     return recorder, recorder.decisions
 
 
+Arrivals = dict[float, list[tuple[str, int, float]]]
+"""Per moment, the operations submitted then: (pool, job count, each job's duration)."""
+
+
+def drive(
+    recorder: RecordingScheduler,
+    nodes: list[Node],
+    durations: dict[str, float],
+    arrivals: Arrivals,
+    until: float,
+    update_every: float = 1.0,
+    after: Callable[[], None] | None = None,
+) -> tuple[RecordingScheduler, Decisions]:
+    """Every 0.25 s until ``until``: the operations arriving then, a fair-share update every ``update_every``
+    seconds, and one node's heartbeat (the nodes in turn); ``after`` is called after every heartbeat."""
+    vanilla = {"command": "true", "cpu_limit": 1}
+    now = 0.0
+    while now < until:
+        for pool, count, duration in arrivals.get(now, []):
+            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
+            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
+        if now % update_every == 0:
+            recorder.update_fair_share("default", now)
+        node = nodes[int(now * 4) % len(nodes)]
+        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
+        if after is not None:
+            after()
+        now = round(now + 0.25, 2)
+    return recorder, recorder.decisions
+
+
 def record_quiet_run(
     path: Path, memory: Memory | None = None, trees: dict[str, Any] | None = None
 ) -> tuple[RecordingScheduler, Decisions]:
@@ -138,20 +169,8 @@ def record_quiet_run(
     recorder = RecordingScheduler(make_scheduler(path, PREEMPTING if trees is None else trees))
     durations: dict[str, float] = {}
     nodes = [Node(f"n{i}", durations, memory) for i in range(4)]
-    vanilla = {"command": "true", "cpu_limit": 1}
-    arrivals = {0.0: ("a", 8, 6.0), 10.0: ("a", 12, 16.0), 12.0: ("b", 4, 2.0)}
-    now = 0.0
-    while now < 40.0:
-        if now in arrivals:
-            pool, count, duration = arrivals[now]
-            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
-            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
-        if now == int(now):
-            recorder.update_fair_share("default", now)
-        node = nodes[int(now * 4) % len(nodes)]
-        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
-        now = round(now + 0.25, 2)
-    return recorder, recorder.decisions
+    arrivals = {0.0: [("a", 8, 6.0)], 10.0: [("a", 12, 16.0)], 12.0: [("b", 4, 2.0)]}
+    return drive(recorder, nodes, durations, arrivals, 40.0)
 
 
 MIB = 1 << 20
@@ -187,26 +206,13 @@ def record_busy_run(
     recorder = RecordingScheduler(make_scheduler(path, BUSY) if scheduler is None else scheduler)
     durations: dict[str, float] = {}
     nodes = [Node(f"n{i}", durations) for i in range(8)]
-    vanilla = {"command": "true", "cpu_limit": 1}
-    arrivals = {
+    arrivals: Arrivals = {
         0.0: [("a", 40, 3.25), ("c", 30, 2.75), ("a", 10, 25.0)],
         0.5: [("b", 6, 4.75)],
         1.0: [("a", 30, 1.75)],
         9.0: [("b", 12, 6.0)],
     }
-    now = 0.0
-    while now < 30.0:
-        for pool, count, duration in arrivals.get(now, []):
-            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
-            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
-        if now % 2 == 0:
-            recorder.update_fair_share("default", now)
-        node = nodes[int(now * 4) % len(nodes)]
-        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
-        if after is not None:
-            after()
-        now = round(now + 0.25, 2)
-    return recorder, recorder.decisions
+    return drive(recorder, nodes, durations, arrivals, 30.0, update_every=2.0, after=after)
 
 
 def record_full_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
@@ -218,16 +224,5 @@ def record_full_run(path: Path) -> tuple[RecordingScheduler, Decisions]:
     recorder = RecordingScheduler(make_scheduler(path, PREEMPTING))
     durations: dict[str, float] = {}
     nodes = [Node(f"n{i}", durations, as_started=True) for i in range(6)]
-    vanilla = {"command": "true", "cpu_limit": 1}
-    arrivals = {0.0: [("a", 6, 40.0)], 2.0: [("a", 60, 1.25)], 12.0: [("b", 6, 5.0)]}
-    now = 0.0
-    while now < 30.0:
-        for pool, count, duration in arrivals.get(now, []):
-            spec = {"pool": pool, "tasks": {"main": {**vanilla, "job_count": count}}}
-            durations[recorder.start_operation("vanilla", spec, "u", now).id] = duration
-        if now == int(now):
-            recorder.update_fair_share("default", now)
-        node = nodes[int(now * 4) % len(nodes)]
-        node.apply(recorder.heartbeat(node.heartbeat(now), now), now)
-        now = round(now + 0.25, 2)
-    return recorder, recorder.decisions
+    arrivals: Arrivals = {0.0: [("a", 6, 40.0)], 2.0: [("a", 60, 1.25)], 12.0: [("b", 6, 5.0)]}
+    return drive(recorder, nodes, durations, arrivals, 30.0)
