@@ -208,27 +208,43 @@ def fork_operation(
     seed: int,
     fits: Mapping[tuple[str, str], DurationFit],
     spec: OperationSpec,
+    tentative_nodes: Collection[str] = (),
 ) -> SimOperation | None:
-    """One operation of the fork (None: it has no job left to run)."""
+    """One operation of the fork (None: it has no job left to run). Its running jobs on ``tentative_nodes`` (the
+    nodes of its tentative trees) are tasks of their own after the others' (`RUNNING_TASK` index 1) and come last
+    in ``placed``: the simulator places them once the operation joined its tentative trees
+    (`pooltree.sim.jobs.SimulationJobs.place_tentative`), and the controller hands out jobs in task order."""
     tasks: list[SimTask] = []
+    later: list[SimTask] = []
     pending: list[SimTask] = []
     placed: list[str] = []
     since: list[float] = []
+    later_placed: list[str] = []
+    later_since: list[float] = []
     for task in op.tasks:
         rng = random.Random(f"{seed}/{op.id}/{task.name}")
         distribution: Distribution = fits[(op.id, task.name)].for_seed(rng, seed)
         if task.running:
-            tasks.append(
-                SimTask(
-                    RUNNING_TASK.format(task=task.name, index=0),
-                    len(task.running),
-                    task.resources,
-                    remaining_times(distribution, [now - job.start_time for job in task.running], rng),
-                    task.interruptible,
+            groups = [list(task.running)]
+            if tentative_nodes:
+                groups = [
+                    [job for job in task.running if job.node not in tentative_nodes],
+                    [job for job in task.running if job.node in tentative_nodes],
+                ]
+            for index, jobs in enumerate(groups):
+                if not jobs:
+                    continue
+                (tasks if index == 0 else later).append(
+                    SimTask(
+                        RUNNING_TASK.format(task=task.name, index=index),
+                        len(jobs),
+                        task.resources,
+                        remaining_times(distribution, [now - job.start_time for job in jobs], rng),
+                        task.interruptible,
+                    )
                 )
-            )
-            placed.extend(job.node for job in task.running)
-            since.extend(job.start_time - now for job in task.running)
+                (placed if index == 0 else later_placed).extend(job.node for job in jobs)
+                (since if index == 0 else later_since).extend(job.start_time - now for job in jobs)
         if task.pending > 0 and not op.suspended:
             pending.append(
                 SimTask(
@@ -240,6 +256,9 @@ def fork_operation(
                     gang_size=task.gang_size if task.gang_size is not None and not task.running else None,
                 )
             )
+    tasks.extend(later)
+    placed.extend(later_placed)
+    since.extend(later_since)
     tasks.extend(pending)
     if not tasks:
         return None
@@ -255,6 +274,18 @@ def fork_operation(
         placed_since=tuple(since),
         below_fair_share_since=None if op.below_fair_share_since is None else op.below_fair_share_since - now,
     )
+
+
+def tentative_nodes(op: OperationState, spec: OperationSpec, node_tree: Mapping[str, str]) -> set[str]:
+    """The nodes of the operation's running jobs that are in one of its spec's ``tentative_pool_trees`` (not
+    one of the trees it runs in regularly): ``node_tree`` is each node's tree in the fork (the simulator's, the
+    last tree that lists it)."""
+    tentative = op.spec.get("tentative_pool_trees")
+    if not isinstance(tentative, list | tuple) or not tentative:
+        return set()
+    regular = set(spec.pool_trees_or(None) or ())
+    trees = {tree for tree in tentative if isinstance(tree, str) and tree not in regular}
+    return {job.node for task in op.tasks for job in task.running if node_tree.get(job.node) in trees}
 
 
 def fork(
@@ -273,10 +304,12 @@ def fork(
     snapshot = cluster_snapshot(state)
     fits = duration_fits(state, durations) if fits is None else fits
     operations = []
+    node_tree = {address: tree for tree, addresses in snapshot.tree_nodes.items() for address in addresses}
     for op in state.operations:
         if op.tree not in snapshot.pool_trees:
             continue
-        forked = fork_operation(op, state.now, seed, fits, operation_spec(op, specs, snapshot.pool_trees))
+        spec = operation_spec(op, specs, snapshot.pool_trees)
+        forked = fork_operation(op, state.now, seed, fits, spec, tentative_nodes(op, spec, node_tree))
         if forked is not None:
             operations.append(forked)
     operations.extend(op for op in arrivals if set(op.spec.pool_trees_or(None)) <= set(snapshot.pool_trees))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,26 +59,48 @@ class SimulationJobs:
         for name in op.regular_trees:
             self.sim.trees[name].changed = True
 
-    def place_running(self, op: _Op, tree: _TreeState) -> None:
+    def place_running(self, op: _Op, tree: _TreeState, tentative: Collection[str] = ()) -> None:
         """Jobs already running when the run starts (``SimOperation.placed``): adopted on their nodes at once (an
-        operation in several trees: by the core of the node's tree, if that tree runs it)."""
+        operation in several trees: by the core of the node's tree, if that tree runs it). A job on a node of one
+        of its ``tentative`` trees waits for `place_tentative` (the operation joins those trees after its regular
+        ones; such jobs come last in ``placed``, `pooltree.forecast.fork`)."""
         spec = op.spec
         for index, address in enumerate(spec.placed):
             node = self.sim.node_by_address.get(address)
-            started = spec.placed_since[index] if index < len(spec.placed_since) else None
-            allocation = None
+            if node is not None and node.tree in tentative and node.tree not in op.regular_trees:
+                continue
             adopting = tree
             if node is not None and op.other_trees:
                 adopting = self.sim.trees[node.tree] if node.tree in op.regular_trees else None
                 if adopting is not None and not self.sim.operation_model.runs_in(op, node.tree):
                     adopting = None
-            if node is not None and node.alive and adopting is not None:
-                allocation = adopting.core.adopt_allocation(spec.id, address, self.sim.now, started=started)
-            if allocation is None:
-                self.sim.stats["placed_jobs_refused"] += 1
+            self._adopt(op, index, node, adopting)
+
+    def place_tentative(self, op: _Op, tentative: Collection[str]) -> None:
+        """The placed jobs on nodes of the operation's ``tentative`` trees (those `place_running` left), once it
+        joined them: adopted by the core of the node's tree if that tree runs it (a tree that refused it or
+        queues it adopts none)."""
+        for index, address in enumerate(op.spec.placed):
+            node = self.sim.node_by_address.get(address)
+            if node is None or node.tree not in tentative or node.tree in op.regular_trees:
                 continue
-            adopting.changed = True
-            self.start_job(allocation, op, node)
+            adopting = None
+            if node.tree in op.tentative_trees and self.sim.operation_model.runs_in(op, node.tree):
+                adopting = self.sim.trees[node.tree]
+            self._adopt(op, index, node, adopting)
+
+    def _adopt(self, op: _Op, index: int, node: _Node | None, adopting: _TreeState | None) -> None:
+        """Placed job ``index`` of ``op`` adopted on ``node`` by ``adopting``'s core (refused: counted)."""
+        spec = op.spec
+        started = spec.placed_since[index] if index < len(spec.placed_since) else None
+        allocation = None
+        if node is not None and node.alive and adopting is not None:
+            allocation = adopting.core.adopt_allocation(spec.id, node.address, self.sim.now, started=started)
+        if allocation is None or adopting is None or node is None:
+            self.sim.stats["placed_jobs_refused"] += 1
+            return
+        adopting.changed = True
+        self.start_job(allocation, op, node)
 
     def start_job(self, allocation: Allocation, op: _Op, node: _Node) -> None:
         now = self.sim.now

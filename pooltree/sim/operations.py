@@ -156,19 +156,22 @@ class SimulationOperations:
         op.state = state
         if spec.below_fair_share_since is not None:
             tree.core.set_below_fair_share_since(spec.id, spec.below_fair_share_since)
+        placing = state == "running" or bool(op.other_trees)
         if state == "running":
             op.start_time = self.sim.now
-            self.sim.job_model.place_running(op, tree)
+            self.sim.job_model.place_running(op, tree, tentative)
             self.sim._add_pending(tree, op)
             for name in op.other_trees:
                 self.sim._add_pending(self.sim.trees[name], op)
             self.check_fit(op)
         elif op.other_trees:  # pending in some tree: the trees that run it schedule it meanwhile
-            self.sim.job_model.place_running(op, tree)
+            self.sim.job_model.place_running(op, tree, tentative)
             for name in op.regular_trees:
                 self.sim._refresh_pending(self.sim.trees[name], op, True)
         if tentative:
             self.sim.tentative.attach(op, tentative)
+            if placing and spec.placed:  # its jobs running in a tentative tree, once it joined that tree
+                self.sim.job_model.place_tentative(op, tentative)
         if spec.lifetime is not None:
             self.sim._push(self.sim.now + spec.lifetime, OPERATION_EVENT, op.index, 1, ("lifetime", op))
 

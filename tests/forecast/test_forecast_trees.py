@@ -146,6 +146,46 @@ def test_a_tentative_tree_of_the_spec_stays_tentative() -> None:
     assert (forked.other_trees, forked.tentative_trees) == ((), ("b",))
 
 
+def tentative_state() -> ClusterState:
+    """`two_tree_state` with ``multi`` in tree ``a`` and tree ``b`` its spec's tentative tree, where its two jobs
+    run (on ``nb``)."""
+    state = two_tree_state()
+    multi = replace(
+        state.operations[0],
+        spec={"pool": "research", "pool_trees": ["a"], "tentative_pool_trees": ["b"]},
+        other_trees=(),
+        revision=1,
+    )
+    return replace(state, operations=(multi, state.operations[1]))
+
+
+def test_jobs_running_in_a_tentative_tree_are_placed_there() -> None:
+    """The fork places ``multi``'s jobs on ``nb`` through tree ``b``'s core once it joined ``b`` (they were
+    refused, and ran again as new jobs wherever a heartbeat started them)."""
+    simulation = Simulation(fork(tentative_state(), 0, horizon=1.0, durations=DurationSettings()), until=0.0)
+    simulation.run()
+    assert simulation.stats["placed_jobs_refused"] == 0
+    usage = {
+        name: {address: float(node.usage[CPU]) for address, node in tree.core.strategy.nodes.items()}
+        for name, tree in simulation.trees.items()
+    }
+    assert usage == {"a": {"na": 0.0}, "b": {"nb": 2.0}}
+    assert simulation.trees["b"].core.strategy.operations["multi"].controller.pending_allocation_count == 0
+
+
+def test_a_pending_operation_waits_for_the_jobs_of_a_tentative_tree() -> None:
+    """``waiter`` needs ``nb``'s two slots, which ``multi``'s jobs in its tentative tree hold: it starts once
+    one of them ends, simulated or carried by the capacity hand-over."""
+    state = tentative_state()
+    simulated = forecast(state, ForecastSettings(seeds=3, horizon=3600.0))
+    handed = forecast(state, ForecastSettings(seeds=3, horizon=3600.0, cpu_budget=1e-6))
+    assert handed.simulated is not None and handed.simulated < 5.0
+    for found in (simulated, handed):
+        start = found.operations["waiter"].start
+        assert start["p50"] is not None and start["p10"] is not None
+        assert start["p10"] > state.now + 20.0  # after a job of multi ends (~100-250 s left), not at once
+
+
 def test_a_limitation_only_past_the_simulated_part_of_several_trees() -> None:
     whole = SimpleNamespace(simulated=None, horizon=600.0)
     cut = SimpleNamespace(simulated=120.0, horizon=600.0)
