@@ -102,29 +102,39 @@ def two_tree_state() -> ClusterState:
     return ClusterState(1000.0, snapshot.pool_trees, "a", nodes, (multi, waiter))
 
 
-def test_running_jobs_of_an_operation_in_two_trees_are_placed_in_the_tree_of_their_node() -> None:
-    state = two_tree_state()
-    simulation = Simulation(fork(state, 0, horizon=1.0, durations=DurationSettings()), until=0.0)
-    simulation.run()
-    assert simulation.stats["placed_jobs_refused"] == 0
-    usage = {
+def cpu_usage_by_tree(simulation: Simulation) -> dict[str, dict[str, float]]:
+    """Per pool tree of ``simulation``, each node's cpu usage as its core accounts it."""
+    return {
         name: {address: float(node.usage[CPU]) for address, node in tree.core.strategy.nodes.items()}
         for name, tree in simulation.trees.items()
     }
-    assert usage == {"a": {"na": 0.0}, "b": {"nb": 2.0}}
 
 
-def test_the_hand_over_keeps_a_job_in_the_tree_of_its_node() -> None:
-    """``waiter`` starts once a job of ``multi`` ends on ``nb``, simulated or carried by the capacity hand-over
-    (whose runs stop one fair-share period in): ``multi``'s jobs hold tree ``b``'s capacity, not tree ``a``'s."""
-    state = two_tree_state()
+def assert_waiter_starts_after_a_job_of_multi(state: ClusterState) -> None:
+    """``waiter`` is forecast to start once a job of ``multi`` ends (~100-250 s left), not at once: simulated whole
+    and carried by the capacity hand-over (whose runs stop one fair-share period in)."""
     simulated = forecast(state, ForecastSettings(seeds=3, horizon=3600.0))
     handed = forecast(state, ForecastSettings(seeds=3, horizon=3600.0, cpu_budget=1e-6))
     assert handed.simulated is not None and handed.simulated < 5.0
     for found in (simulated, handed):
         start = found.operations["waiter"].start
         assert start["p50"] is not None and start["p10"] is not None
-        assert start["p10"] > state.now + 20.0  # after a job of multi ends (~100-250 s left), not at once
+        assert start["p10"] > state.now + 20.0
+
+
+def test_running_jobs_of_an_operation_in_two_trees_are_placed_in_the_tree_of_their_node() -> None:
+    state = two_tree_state()
+    simulation = Simulation(fork(state, 0, horizon=1.0, durations=DurationSettings()), until=0.0)
+    simulation.run()
+    assert simulation.stats["placed_jobs_refused"] == 0
+    usage = cpu_usage_by_tree(simulation)
+    assert usage == {"a": {"na": 0.0}, "b": {"nb": 2.0}}
+
+
+def test_the_hand_over_keeps_a_job_in_the_tree_of_its_node() -> None:
+    """``waiter`` starts once a job of ``multi`` ends on ``nb``, simulated or carried by the capacity hand-over
+    (whose runs stop one fair-share period in): ``multi``'s jobs hold tree ``b``'s capacity, not tree ``a``'s."""
+    assert_waiter_starts_after_a_job_of_multi(two_tree_state())
 
 
 def test_a_tentative_tree_of_the_spec_stays_tentative() -> None:
@@ -165,10 +175,7 @@ def test_jobs_running_in_a_tentative_tree_are_placed_there() -> None:
     simulation = Simulation(fork(tentative_state(), 0, horizon=1.0, durations=DurationSettings()), until=0.0)
     simulation.run()
     assert simulation.stats["placed_jobs_refused"] == 0
-    usage = {
-        name: {address: float(node.usage[CPU]) for address, node in tree.core.strategy.nodes.items()}
-        for name, tree in simulation.trees.items()
-    }
+    usage = cpu_usage_by_tree(simulation)
     assert usage == {"a": {"na": 0.0}, "b": {"nb": 2.0}}
     assert simulation.trees["b"].core.strategy.operations["multi"].controller.pending_allocation_count == 0
 
@@ -176,14 +183,7 @@ def test_jobs_running_in_a_tentative_tree_are_placed_there() -> None:
 def test_a_pending_operation_waits_for_the_jobs_of_a_tentative_tree() -> None:
     """``waiter`` needs ``nb``'s two slots, which ``multi``'s jobs in its tentative tree hold: it starts once
     one of them ends, simulated or carried by the capacity hand-over."""
-    state = tentative_state()
-    simulated = forecast(state, ForecastSettings(seeds=3, horizon=3600.0))
-    handed = forecast(state, ForecastSettings(seeds=3, horizon=3600.0, cpu_budget=1e-6))
-    assert handed.simulated is not None and handed.simulated < 5.0
-    for found in (simulated, handed):
-        start = found.operations["waiter"].start
-        assert start["p50"] is not None and start["p10"] is not None
-        assert start["p10"] > state.now + 20.0  # after a job of multi ends (~100-250 s left), not at once
+    assert_waiter_starts_after_a_job_of_multi(tentative_state())
 
 
 def test_a_limitation_only_past_the_simulated_part_of_several_trees() -> None:
