@@ -162,8 +162,6 @@ class OperationRuntime:
     controller: OperationController
     lists: PreemptibleLists = field(default_factory=PreemptibleLists)
     usage: list[float] = field(default_factory=lambda: [0.0] * RESOURCE_COUNT)
-    usage_serial: int = 0
-    """Moves with every change of ``usage`` (`StrategyState.account`): equal serials, equal usage."""
     deactivation_reasons: Counter[str] = field(default_factory=Counter)
     preemption_priority: PreemptionPriority = PreemptionPriority.NONE
     preempted_allocation_count: int = 0

@@ -109,7 +109,6 @@ class StrategyState:
     ) -> None:
         """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
         apply(runtime.usage, amounts)
-        runtime.usage_serial += 1
         self.touched.add(runtime.id)
         if self.usage_watch is not None:  # SchedulerCore's notification for the fair-share input
             self.usage_watch.add(runtime.id)
