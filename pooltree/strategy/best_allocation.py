@@ -27,6 +27,7 @@ from typing import Any
 
 from pooltree.config import TagFilter
 from pooltree.resources import MEMORY, USER_SLOTS, Vector
+from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.pool_tree import _spec_option
 
 DEFAULT_UPDATE_PERIOD = 60.0
@@ -123,7 +124,7 @@ class BestAllocationShares:
         return self.limits
 
 
-def operation_tag_filter(pool_tree: Any, operation_id: str) -> str:
+def operation_tag_filter(pool_tree: RuntimeTree, operation_id: str) -> str:
     """The ``scheduling_tag_filter`` text of a registered operation's spec ("" without one)."""
     operation = pool_tree.operations.get(operation_id)
     if operation is None:

@@ -44,6 +44,7 @@ from pooltree.strategy.model import (
 )
 from pooltree.strategy.snapshot import StrategyConfig
 from pooltree.strategy.starving_victims import starvation_blocks
+from pooltree.tree.delta import RuntimeTree
 
 FULL_HOST_GPUS = 8
 """GPUs of a full-host allocation (YTsaurus's ``FullHostGpuAllocationGpuDemand``)."""
@@ -175,7 +176,9 @@ def full_host_blocker(config: StrategyConfig, element: _Element) -> _Element | N
     return None
 
 
-def observe_operations(full_host: FullHostPreemption, pool_tree: Any, controllers: Mapping[str, Any]) -> None:
+def observe_operations(
+    full_host: FullHostPreemption, pool_tree: RuntimeTree, controllers: Mapping[str, Any]
+) -> None:
     """Classify the tree's operations not seen yet (at each fair-share update while the option is on)."""
     for operation_id, controller in controllers.items():
         if not full_host.seen(operation_id):

@@ -14,6 +14,8 @@ from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.gpu_plan import OperationFacts
 from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.model import ExecNode, HeartbeatResult, SchedulingStage, StarvationStatus
+from pooltree.tree.delta import RuntimeTree
+from pooltree.tree.elements import PoolElement
 
 PRIORITY_MODULE_BINDING = "enable_priority_scheduling_segment_module_assignment"
 """The pool option (inherited; root: false) that lets a pool's full-host operations bind to a module first and
@@ -31,16 +33,16 @@ def gpu_policy_config(tree_config: Any, path: str) -> GpuPolicyConfig:
     )
 
 
-def priority_module_binding(pool: Any) -> bool:
+def priority_module_binding(pool: PoolElement | None) -> bool:
     """The pool's effective ``enable_priority_scheduling_segment_module_assignment``: its own value, else its
     parent's, false at the root."""
     cursor = pool
     while cursor is not None:
-        extra = getattr(getattr(cursor, "config", None), "model_extra", None) or {}
+        extra = getattr(cursor.config, "model_extra", None) or {}
         value = extra.get(PRIORITY_MODULE_BINDING)
         if value is not None:
             return value is True
-        cursor = getattr(cursor, "parent", None)
+        cursor = cursor.parent
     return False
 
 
@@ -53,7 +55,7 @@ def _spec_value(spec: Any, name: str, default: Any) -> Any:
     return getattr(spec, name, extra.get(name, default))
 
 
-def operation_facts(strategy: Any, pool_tree: Any, gang_single_vanilla: bool) -> list[OperationFacts]:
+def operation_facts(strategy: Any, pool_tree: RuntimeTree, gang_single_vanilla: bool) -> list[OperationFacts]:
     """Every published operation as the plan update reads it."""
     found = []
     for operation_id in sorted(strategy.operations):
@@ -62,8 +64,8 @@ def operation_facts(strategy: Any, pool_tree: Any, gang_single_vanilla: bool) ->
         if element is None or not element.is_op or element.op is not runtime:
             continue
         op = pool_tree.operations.get(operation_id)
-        spec = getattr(op, "spec", None)
-        operation_type = getattr(op, "operation_type", "vanilla") or "vanilla"
+        spec = op.spec if op is not None else None
+        operation_type = (op.operation_type if op is not None else None) or "vanilla"
         gang = bool(_spec_value(spec, "is_gang", False))
         if not gang and gang_single_vanilla and operation_type == "vanilla":
             tasks = _spec_value(spec, "tasks", None) or {}
@@ -89,19 +91,17 @@ def operation_facts(strategy: Any, pool_tree: Any, gang_single_vanilla: bool) ->
                 pending_count=int(controller.pending_allocation_count),
                 min_needed=tuple(float(x) for x in controller.min_needed_resources.tolist()),
                 starving=strategy.starvation_status(operation_id) != StarvationStatus.NON_STARVING,
-                priority_binding_enabled=priority_module_binding(getattr(op, "pool", None)),
+                priority_binding_enabled=priority_module_binding(op.pool if op is not None else None),
                 limit_room=room,
             )
         )
     return found
 
 
-def update_plan(strategy: Any, pool_tree: Any, now: float) -> None:
+def update_plan(strategy: Any, pool_tree: RuntimeTree, now: float) -> None:
     """One plan update of the tree's GPU policy from the published tree."""
     policy: GpuPolicy = strategy.gpu_policy
-    gang_single = bool(
-        getattr(pool_tree.config, "consider_single_allocation_vanilla_operations_as_gang", False)
-    )
+    gang_single = bool(pool_tree.config.consider_single_allocation_vanilla_operations_as_gang)
     elements = strategy.state.elements
 
     def tag_filter(operation_id: str, tags: frozenset[str]) -> bool:

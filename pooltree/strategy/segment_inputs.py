@@ -21,6 +21,8 @@ from pooltree.strategy.model import (
 )
 from pooltree.strategy.segments import SegmentNode, SegmentOperation, SegmentsManager
 from pooltree.strategy.watch import unwatch_pending, watch_pending
+from pooltree.tree.delta import RuntimeTree
+from pooltree.tree.elements import TreeOperation
 
 SHARE_EPSILON = 1e-9
 
@@ -61,7 +63,7 @@ def segment_nodes(strategy: Any, manager: SegmentsManager, now: float) -> list[S
 
 
 def segment_operations(
-    strategy: Any, pool_tree: Any, manager: SegmentsManager, initial_gpu: dict[str, float]
+    strategy: Any, pool_tree: RuntimeTree, manager: SegmentsManager, initial_gpu: dict[str, float]
 ) -> list[SegmentOperation]:
     """Every published operation with its per-allocation GPUs, demand and fair share of the tree's GPUs.
 
@@ -76,6 +78,7 @@ def segment_operations(
         if element is None or not element.is_op:
             continue
         static = registered_operation(operation_id, runtime.controller, pool_tree, initial_gpu)
+        op = pool_tree.operations.get(operation_id)
         demand = element.demand_share
         fair = element.fair_share
         found.append(
@@ -92,9 +95,7 @@ def segment_operations(
                 ),
                 zero_usage_and_fair_share=not any(element.usage) and all(f <= SHARE_EPSILON for f in fair),
                 spec=static.spec,
-                priority_assignment_enabled=priority_module_binding(
-                    getattr(pool_tree.operations.get(operation_id), "pool", None)
-                ),
+                priority_assignment_enabled=priority_module_binding(op.pool if op is not None else None),
             )
         )
     for gone in [op for op in initial_gpu if op not in strategy.operations]:
@@ -103,14 +104,14 @@ def segment_operations(
 
 
 def registered_operation(
-    operation_id: str, controller: Any, pool_tree: Any, initial_gpu: dict[str, float]
+    operation_id: str, controller: Any, pool_tree: RuntimeTree, initial_gpu: dict[str, float]
 ) -> SegmentOperation:
     """What decides an operation's segment, known from its registration on (YTsaurus sets the segment when the
     operation's needs are known, before it schedules anything): per-allocation GPUs, gang, spec."""
     if operation_id not in initial_gpu and controller.pending_allocation_count > 0:
         initial_gpu[operation_id] = float(controller.min_needed_resources[GPU])
     op = pool_tree.operations.get(operation_id)
-    spec = getattr(op, "spec", None)
+    spec = op.spec if op is not None else None
     try:
         segment_spec = SegmentSpec.from_spec(spec)
     except ConfigError:
@@ -134,8 +135,8 @@ def _spec_value(spec: Any, name: str, default: Any) -> Any:
     return getattr(spec, name, default)
 
 
-def _single_allocation_vanilla(op: Any, spec: Any) -> bool:
-    if getattr(op, "operation_type", None) != "vanilla":
+def _single_allocation_vanilla(op: TreeOperation | None, spec: Any) -> bool:
+    if op is None or op.operation_type != "vanilla":
         return False
     tasks = _spec_value(spec, "tasks", None) or {}
     counts = [_spec_value(task, "job_count", None) for task in tasks.values()]
@@ -179,11 +180,13 @@ def preempt_incompatible(
         )
 
 
-def several_trees_error(segment: str | None, operation: SegmentOperation, op: Any, allow_single: bool) -> Any:
+def several_trees_error(
+    segment: str | None, operation: SegmentOperation, op: TreeOperation | None, allow_single: bool
+) -> Any:
     """YTsaurus's refusal of a module-aware-segment operation launched in several pool trees, or None."""
     if segment not in MODULE_AWARE_SEGMENTS:
         return None
-    trees = _spec_value(getattr(op, "spec", None), "pool_trees", None)
+    trees = _spec_value(op.spec if op is not None else None, "pool_trees", None)
     if trees is None or len(trees) <= 1:
         return None
     if operation.single_allocation_vanilla and allow_single:

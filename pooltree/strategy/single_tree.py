@@ -30,6 +30,7 @@ import numpy as np
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.tree.pool_tree import PoolTree
 
 NEAR_ZERO_SHARE = 1e-8
 """A share this small counts as zero (YTsaurus compares the estimated guarantee share with a small epsilon)."""
@@ -126,7 +127,7 @@ def choose_single_tree(
     return empty[0]
 
 
-def _would_run(pool_tree: Any, placement: Any, operation_type: str) -> bool:
+def _would_run(pool_tree: PoolTree, placement: Any, operation_type: str) -> bool:
     """Whether a registration at ``placement`` would run at once (not wait behind a running-operation limit)."""
     pool = placement.pool
     if pool is None:  # a new ephemeral pool: its own count is zero, its ancestors decide

@@ -18,6 +18,7 @@ from pooltree.strategy.time_limits import (
     operation_time_limit,
     operation_time_limit_error,
 )
+from pooltree.tree.delta import RuntimeTree
 
 _UNSET = object()
 
@@ -58,7 +59,7 @@ class TimeLimits:
 
     ``pool_tree``, ``strategy`` and ``controllers`` are the `SchedulerCore`'s own (read, never replaced)."""
 
-    def __init__(self, pool_tree: Any, strategy: Any, controllers: Mapping[str, Any]) -> None:
+    def __init__(self, pool_tree: RuntimeTree, strategy: Any, controllers: Mapping[str, Any]) -> None:
         self.pool_tree = pool_tree
         self.strategy = strategy
         self.controllers = controllers
