@@ -226,19 +226,7 @@ def _check_guarantees(tree: PoolTreeDefinition) -> None:
 
 def parse_pool_tree(name: str, document: Any, path: str) -> PoolTreeDefinition:
     """Validate one tree ``{config: {...}, pools: {...}}``; ``path`` is where it sits in the document."""
-    if not isinstance(name, str) or not name:
-        raise ConfigError(path, f"pool tree name must be a non-empty string, got {name!r}")
-    if document is None:
-        document = {}
-    if not isinstance(document, Mapping):
-        raise ConfigError(
-            path, f"a pool tree must be a map with keys config and pools, got {type(document).__name__}"
-        )
-    for key in document:
-        if key not in TREE_KEYS:
-            raise ConfigError(
-                join_path(path, str(key)), f"unknown pool tree key {key!r}; expected config and pools"
-            )
+    document = _tree_document(name, document, path)
     config = PoolTreeConfig.parse(document.get("config"), join_path(path, "config"))
 
     pools: dict[str, PoolDefinition] = {}
@@ -286,7 +274,34 @@ def parse_pool_tree(name: str, document: Any, path: str) -> PoolTreeDefinition:
         children_of.setdefault(parent, []).append(pool_name)
         enqueue(children, pool_name, full_path, join_path(pool_path, CHILDREN_KEY))
 
-    # Pre-order with final children lists (the queue above is breadth-first).
+    tree = PoolTreeDefinition(name, config, _preorder(pools, children_of))
+    _check_guarantees(tree)
+    return tree
+
+
+def _tree_document(name: Any, document: Any, path: str) -> Mapping[str, Any]:
+    """The tree's document once its name is a non-empty string and it is a map of ``config`` and ``pools`` only
+    (``None``: an empty map)."""
+    if not isinstance(name, str) or not name:
+        raise ConfigError(path, f"pool tree name must be a non-empty string, got {name!r}")
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(
+            path, f"a pool tree must be a map with keys config and pools, got {type(document).__name__}"
+        )
+    for key in document:
+        if key not in TREE_KEYS:
+            raise ConfigError(
+                join_path(path, str(key)), f"unknown pool tree key {key!r}; expected config and pools"
+            )
+    return document
+
+
+def _preorder(
+    pools: dict[str, PoolDefinition], children_of: dict[str, list[str]]
+) -> dict[str, PoolDefinition]:
+    """The pools in pre-order with their final children lists (``parse_pool_tree`` reads them breadth-first)."""
     ordered: dict[str, PoolDefinition] = {}
 
     def visit(pool_name: str) -> None:
@@ -305,9 +320,7 @@ def parse_pool_tree(name: str, document: Any, path: str) -> PoolTreeDefinition:
 
     for top in children_of.get(ROOT_POOL, ()):
         visit(top)
-    tree = PoolTreeDefinition(name, config, ordered)
-    _check_guarantees(tree)
-    return tree
+    return ordered
 
 
 def parse_pool_trees(document: Any, path: str = "pool_trees") -> dict[str, PoolTreeDefinition]:
