@@ -28,7 +28,7 @@ from typing import Any
 from pooltree.config import TagFilter
 from pooltree.resources import MEMORY, USER_SLOTS, Vector
 from pooltree.tree.delta import RuntimeTree
-from pooltree.tree.pool_tree import _spec_option
+from pooltree.tree.values import spec_option
 
 DEFAULT_UPDATE_PERIOD = 60.0
 """Seconds: YTsaurus's default ``best_allocation_share_update_period``."""
@@ -129,7 +129,7 @@ def operation_tag_filter(pool_tree: RuntimeTree, operation_id: str) -> str:
     operation = pool_tree.operations.get(operation_id)
     if operation is None:
         return ""
-    return str(_spec_option(operation.spec, "scheduling_tag_filter", "") or "")
+    return str(spec_option(operation.spec, "scheduling_tag_filter", "") or "")
 
 
 def _node_memory(nodes: NodesView, filter_text: str) -> dict[int, int]:

@@ -16,6 +16,7 @@ from pooltree.strategy.gpu_policy import GpuPolicy
 from pooltree.strategy.model import ExecNode, HeartbeatResult, SchedulingStage, StarvationStatus
 from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.elements import PoolElement
+from pooltree.tree.values import spec_option
 
 PRIORITY_MODULE_BINDING = "enable_priority_scheduling_segment_module_assignment"
 """The pool option (inherited; root: false) that lets a pool's full-host operations bind to a module first and
@@ -46,15 +47,6 @@ def priority_module_binding(pool: PoolElement | None) -> bool:
     return False
 
 
-def _spec_value(spec: Any, name: str, default: Any) -> Any:
-    if spec is None:
-        return default
-    if isinstance(spec, Mapping):
-        return spec.get(name, default)
-    extra = getattr(spec, "model_extra", None) or {}
-    return getattr(spec, name, extra.get(name, default))
-
-
 def operation_facts(strategy: Any, pool_tree: RuntimeTree, gang_single_vanilla: bool) -> list[OperationFacts]:
     """Every published operation as the plan update reads it."""
     found = []
@@ -66,10 +58,10 @@ def operation_facts(strategy: Any, pool_tree: RuntimeTree, gang_single_vanilla: 
         op = pool_tree.operations.get(operation_id)
         spec = op.spec if op is not None else None
         operation_type = (op.operation_type if op is not None else None) or "vanilla"
-        gang = bool(_spec_value(spec, "is_gang", False))
+        gang = bool(spec_option(spec, "is_gang", False))
         if not gang and gang_single_vanilla and operation_type == "vanilla":
-            tasks = _spec_value(spec, "tasks", None) or {}
-            counts = [_spec_value(task, "job_count", 0) for task in tasks.values()]
+            tasks = spec_option(spec, "tasks", None) or {}
+            counts = [spec_option(task, "job_count", 0) for task in tasks.values()]
             gang = sum(int(count or 0) for count in counts) == 1
         try:
             modules = SegmentSpec.from_spec(spec).modules

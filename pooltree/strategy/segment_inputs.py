@@ -23,6 +23,7 @@ from pooltree.strategy.segments import SegmentNode, SegmentOperation, SegmentsMa
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.elements import TreeOperation
+from pooltree.tree.values import spec_option
 
 SHARE_EPSILON = 1e-9
 
@@ -121,25 +122,17 @@ def registered_operation(
         allocation_gpu=initial_gpu.get(operation_id),
         demand_gpu=0.0,
         fair_share_gpu=0.0,
-        gang=bool(_spec_value(spec, "is_gang", False)),
+        gang=bool(spec_option(spec, "is_gang", False)),
         single_allocation_vanilla=_single_allocation_vanilla(op, spec),
         spec=segment_spec,
     )
 
 
-def _spec_value(spec: Any, name: str, default: Any) -> Any:
-    if spec is None:
-        return default
-    if isinstance(spec, Mapping):
-        return spec.get(name, default)
-    return getattr(spec, name, default)
-
-
 def _single_allocation_vanilla(op: TreeOperation | None, spec: Any) -> bool:
     if op is None or op.operation_type != "vanilla":
         return False
-    tasks = _spec_value(spec, "tasks", None) or {}
-    counts = [_spec_value(task, "job_count", None) for task in tasks.values()]
+    tasks = spec_option(spec, "tasks", None) or {}
+    counts = [spec_option(task, "job_count", None) for task in tasks.values()]
     return len(counts) == 1 and counts[0] == 1
 
 
@@ -186,7 +179,7 @@ def several_trees_error(
     """YTsaurus's refusal of a module-aware-segment operation launched in several pool trees, or None."""
     if segment not in MODULE_AWARE_SEGMENTS:
         return None
-    trees = _spec_value(op.spec if op is not None else None, "pool_trees", None)
+    trees = spec_option(op.spec if op is not None else None, "pool_trees", None)
     if trees is None or len(trees) <= 1:
         return None
     if operation.single_allocation_vanilla and allow_single:

@@ -23,8 +23,8 @@ from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, Update
 from pooltree.resources import USER_SLOTS, Vector, zeros
 from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
-from pooltree.tree.pool_tree import _spec_option
 from pooltree.tree.projection import OperationChanges, Projected, TreeProjection
+from pooltree.tree.values import spec_option
 
 OperationResources = Mapping[str, tuple[Vector, Vector]] | Callable[[str], tuple[Vector, Vector] | None]
 """Operation id → (usage, needed): a mapping (missing ids count as idle) or a callback returning None for idle."""
@@ -142,14 +142,14 @@ def _found(source: OperationResources, operation_id: str) -> tuple[Vector, Vecto
 
 
 def _tree_option(spec: Any, tree: str, name: str) -> Any:
-    per_tree = _spec_option(spec, "scheduling_options_per_pool_tree", None)
+    per_tree = spec_option(spec, "scheduling_options_per_pool_tree", None)
     if per_tree:
         options = per_tree.get(tree)
         if options is not None:
-            value = _spec_option(options, name, None)
+            value = spec_option(options, name, None)
             if value is not None:
                 return value
-    return _spec_option(spec, name, None)
+    return spec_option(spec, name, None)
 
 
 def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, tags: _TagLimits) -> Operation:
@@ -161,7 +161,7 @@ def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, ta
         weight=op.weight,
         specified_resource_limits=np.array(op.resource_limits, dtype=float),
         max_share_ratio=1.0 if max_share_ratio is None else float(max_share_ratio),
-        tag_filter_resource_limits=tags.limits(str(_spec_option(op.spec, "scheduling_tag_filter", "") or "")),
+        tag_filter_resource_limits=tags.limits(str(spec_option(op.spec, "scheduling_tag_filter", "") or "")),
         starvation_tolerance=operation_starvation_tolerance(
             tolerance, specified_starvation_tolerance(op.spec)
         ),
@@ -169,7 +169,7 @@ def _operation_static(tree: RuntimeTree, op: TreeOperation, tolerance: float, ta
         schedulable=schedulable,
         is_gang=_gang_like(tree, op),
         apply_specified_resource_limits_to_demand=bool(
-            _spec_option(op.spec, "apply_specified_resource_limits_to_demand", False)
+            spec_option(op.spec, "apply_specified_resource_limits_to_demand", False)
         ),
     )
 
@@ -222,14 +222,14 @@ def _write_resources(element: Operation, usage: Vector, needed: Vector) -> Opera
 def _gang_like(tree: RuntimeTree, op: TreeOperation) -> bool:
     """YTsaurus ``IsGangLike``: spec ``is_gang``, or a vanilla operation of a single allocation when the tree
     sets ``consider_single_allocation_vanilla_operations_as_gang``."""
-    if _spec_option(op.spec, "is_gang", False):
+    if spec_option(op.spec, "is_gang", False):
         return True
     if not tree.config.consider_single_allocation_vanilla_operations_as_gang:
         return False
     if op.operation_type != "vanilla":
         return False
-    tasks = _spec_option(op.spec, "tasks", None) or {}
-    counts = [_spec_option(task, "job_count", 0) for task in tasks.values()]
+    tasks = spec_option(op.spec, "tasks", None) or {}
+    counts = [spec_option(task, "job_count", 0) for task in tasks.values()]
     return sum(int(count or 0) for count in counts) == 1
 
 

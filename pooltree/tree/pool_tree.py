@@ -40,8 +40,7 @@ from pooltree.tree.values import (
     _check_weight,
     _limits_vector,
     _option,
-    _spec_option,
-    _threshold_vector,
+    spec_option,
 )
 
 _JOURNAL_LIMIT = 4096
@@ -58,11 +57,6 @@ __all__ = [
     "PoolPlacement",
     "PoolTree",
     "TooManyOperationsError",
-    "_check_weight",
-    "_limits_vector",
-    "_option",
-    "_spec_option",
-    "_threshold_vector",
 ]
 
 
@@ -462,7 +456,7 @@ class PoolTree:
         """Validate and attach one operation (``TooManyOperationsError`` etc. leave the tree unchanged)."""
         checked_weight = _check_weight(weight, "weight")
         limits = _limits_vector(resource_limits)
-        is_gang = bool(_spec_option(spec, "is_gang", False))
+        is_gang = bool(spec_option(spec, "is_gang", False))
         placement = self.prepare_registration(operation_id, user=user, pool=pool, is_gang=is_gang)
         return self.commit_registration(
             operation_id,

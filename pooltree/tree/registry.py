@@ -23,10 +23,8 @@ from pooltree.tree.pool_tree import (
     ParametersUpdate,
     PoolPlacement,
     PoolTree,
-    _check_weight,
-    _limits_vector,
-    _spec_option,
 )
+from pooltree.tree.values import _check_weight, _limits_vector, spec_option
 
 _UNSET: Any = object()
 POOL_TREES_ARE_UNSPECIFIED = 214
@@ -158,7 +156,7 @@ class PoolTrees:
     ) -> tuple[list[tuple[TreeRegistration, PoolPlacement, float | None, Any]], dict[str, str]]:
         """Every check of a start in every tree (and its offloading trees), nothing changed: the placements."""
         registrations = self.registrations_for(spec, user)
-        is_gang = bool(_spec_option(spec, "is_gang", False))
+        is_gang = bool(spec_option(spec, "is_gang", False))
         prepared: list[tuple[TreeRegistration, PoolPlacement, float | None, Any]] = []
         for reg in registrations:
             weight = _check_weight(reg.weight, f"scheduling_options_per_pool_tree.{reg.tree}.weight")

@@ -13,8 +13,8 @@ from pooltree.tree.values import (
     OPERATION_PENDING_ALERT,
     EffectiveParameters,
     _option,
-    _spec_option,
     _threshold_vector,
+    spec_option,
 )
 
 if TYPE_CHECKING:
@@ -72,9 +72,9 @@ class TreeViews:
         non-preemptible ``user_slots`` threshold (``max_unpreemptible_allocation_count``)."""
         op = self.tree.operation(operation_id)
         params = self.effective_parameters(op.pool.name)
-        if _spec_option(op.spec, "enable_aggressive_starvation", False):
+        if spec_option(op.spec, "enable_aggressive_starvation", False):
             params.aggressive_starvation_enabled = True
-        cap = _spec_option(op.spec, "max_unpreemptible_allocation_count", None)
+        cap = spec_option(op.spec, "max_unpreemptible_allocation_count", None)
         if cap is not None:
             threshold = params.non_preemptible_resource_usage_threshold.copy()
             threshold[USER_SLOTS] = min(threshold[USER_SLOTS], float(cap))

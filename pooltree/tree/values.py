@@ -80,7 +80,7 @@ def _threshold_vector(threshold: Any) -> Vector:
     return vector
 
 
-def _spec_option(spec: Any, name: str, default: Any) -> Any:
+def spec_option(spec: Any, name: str, default: Any) -> Any:
     """An operation spec option from an ``OperationSpec`` or a plain map (``None`` → ``default``)."""
     if spec is None:
         return default
