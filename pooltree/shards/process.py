@@ -39,6 +39,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
+from pooltree.gc_policy import survivors_frozen
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
@@ -270,9 +271,12 @@ def run_shard(
         finally:
             flusher.cancel()
 
-    if uvloop is not None:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(main())
-    else:
-        asyncio.run(main())
+    # the process's gc policy (`pooltree/gc_policy.py`): a replica is long-lived objects, and each full
+    # collection's survivors are frozen, so later ones walk only what came since (not the whole replica)
+    with survivors_frozen():
+        if uvloop is not None:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(main())
+        else:
+            asyncio.run(main())
     os._exit(0)
