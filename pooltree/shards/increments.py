@@ -28,9 +28,12 @@ from pooltree.shards.replica import (
     Increment,
     NodeSynced,
     PendingWork,
+    Published,
+    PublishedChanges,
     UsageChanged,
 )
 from pooltree.strategy.model import Allocation, FinishedAllocation, SchedulingStage
+from pooltree.strategy.snapshot import ElementSpec, SchedulingTree
 
 ANY_SHARD = -1
 """The origin of an increment every shard applies."""
@@ -64,6 +67,44 @@ def encode(increment: Increment) -> Any:
     if isinstance(increment, AllocationStarted):
         return encode_started(increment.allocation, increment.stage, increment.time)
     return increment
+
+
+def published_changes(
+    published: Published, previous: SchedulingTree, base: int, serial: int
+) -> PublishedChanges | None:
+    """``published`` as the changes from ``previous`` (the tree the truth published before it, numbered ``base``),
+    when it has ``previous``'s structure (its ``skeleton``: `SchedulingTree.with_shares` derived it) and the same
+    element ids in the same order; else None (it goes whole). The changed specs are the builder's hint
+    (`SchedulingTree.respecced`, when derived from ``previous``) or, without it, the specs that are not
+    ``previous``'s very objects."""
+    tree = published.tree
+    if tree.skeleton is not previous.skeleton or tree.config is not previous.config:
+        return None
+    hint = tree.respecced
+    replaced: list[ElementSpec]
+    if hint is not None and hint[0]() is previous:
+        replaced = list(hint[1])  # `with_shares` wrote these over a copy of ``previous``'s id map
+    else:
+        new, old = tree.elements, previous.elements
+        if len(new) != len(old):
+            return None
+        replaced = []
+        for (element_id, spec), (old_id, old_spec) in zip(new.items(), old.items(), strict=True):
+            if element_id != old_id:
+                return None
+            if spec is not old_spec:
+                replaced.append(spec)
+    return PublishedChanges(
+        base,
+        serial,
+        tree.total_resources,
+        replaced,
+        tree.prepared,
+        published.time,
+        published.high_priority,
+        published.fifo_unschedulable,
+        published.scheduling_tags_enabled,
+    )
 
 
 def decode(entry: Any) -> Increment:

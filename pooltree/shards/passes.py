@@ -53,6 +53,8 @@ class PassRequest:
     grants: tuple[Grant, ...] = ()
     """Allocations granted ahead (`replica.Grant`), per operation in the order they were made: the pass's claims
     take them instead of asking the leader while they answer the claim exactly."""
+    published: int | None = None
+    """With ``snapshot``: the leader's number of the published tree in it (`replica.PublishedChanges`), if any."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class ShardPasses:
             replica = self.replicas[request.tree] = TreeReplica(request.tree, self.ask, self._unclaim)
             replica.owned_answers = True  # each answer is unpickled here: its allocation is the replica's own
         if request.snapshot is not None:
-            replica.load(request.snapshot)
+            replica.load(request.snapshot, request.published)
         elif replica.stale():
             raise RuntimeError(f"node shard has no replica of tree {request.tree!r} and got no snapshot")
         replica.apply(decode_chunks(request.increments, request.shard), owned=True)

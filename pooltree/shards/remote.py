@@ -47,7 +47,12 @@ from typing import Any
 import numpy as np
 
 from pooltree.server.live import LiveScheduler
-from pooltree.shards.increments import ANY_SHARD, IncrementLog, encode, encode_started
+from pooltree.shards.increments import (
+    ANY_SHARD,
+    IncrementLog,
+    encode,
+    encode_started,
+)
 from pooltree.shards.passes import (
     PassDone,
     PassFailed,
@@ -57,7 +62,14 @@ from pooltree.shards.passes import (
     Unclaimed,
 )
 from pooltree.shards.pickling import dumps, loads, snapshot_of
-from pooltree.shards.replica import Claim, ClaimAnswer, Grant, Increment, NodeSynced, preempt_as
+from pooltree.shards.replica import (
+    Claim,
+    ClaimAnswer,
+    Grant,
+    Increment,
+    NodeSynced,
+    preempt_as,
+)
 from pooltree.shards.starts import ShardStarts, _give_back, _pending, _room_for, _Tree
 from pooltree.strategy.model import (
     Allocation,
@@ -136,7 +148,7 @@ class ProcessShardStarts(ShardStarts):
     """``count`` shard processes that start allocations for ``scheduler`` (see the module docstring)."""
 
     def __init__(self, scheduler: LiveScheduler, count: int) -> None:
-        super().__init__(scheduler, count)
+        super().__init__(scheduler, count, pickled=True)
         self.links: list[ShardLink | None] = [None] * count
         self._via = threading.local()
         self.unsettled: set[str] = set()
@@ -344,11 +356,13 @@ class ProcessShardStarts(ShardStarts):
         end = tree_log.end()
         known = link.nodes.get(tree)
         snapshot = None
+        published = None
         chunks: list[bytes] = []
         if known is None or len(known) != len(truth.nodes):  # (a node the truth lost: a new copy)
             for operation_id, runtime in truth.operations.items():
                 state.watch(operation_id, runtime.controller)
             snapshot = snapshot_of(truth, lambda operation_id: _pending(truth, operation_id))
+            published = self.published_serial(tree, truth)
             link.nodes[tree] = set(truth.nodes)
             self.snapshots += 1
         else:
@@ -366,6 +380,7 @@ class ProcessShardStarts(ShardStarts):
             now,
             backoff,
             self._grants(tree, state, truth, node, now, self._granting(link)),
+            published,
         )
 
     def _grants(

@@ -45,7 +45,7 @@ from pooltree.strategy.model import (
 )
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.shares import fits_floats
-from pooltree.strategy.snapshot import SchedulingTree
+from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows
 
 # ------------------------------------------------------------------ increments
 
@@ -110,6 +110,31 @@ class Published:
     high_priority: frozenset[str]
     fifo_unschedulable: frozenset[str]
     scheduling_tags_enabled: bool
+    serial: int | None = None
+    """The leader's number for ``tree`` (shard processes: a later `PublishedChanges` names its base by it)."""
+
+
+@dataclass(frozen=True)
+class PublishedChanges:
+    """The truth published a tree of the structure of the one it published before (``base``, by the leader's
+    number): that tree's specs with ``replaced`` written over them, ``total_resources`` and ``prepared`` (what
+    `SchedulingTree.with_shares` derives from ``base``), published at ``time`` with the settings its core gave it.
+    The shard process derives it from its replica's published tree, so that the structure and the unchanged specs
+    stay its very objects and `TreeScheduler.publish` takes the incremental path (`increments.published_changes`)."""
+
+    base: int
+    serial: int
+    total_resources: Vector
+    replaced: list[ElementSpec]
+    prepared: Any
+    time: float | None
+    high_priority: frozenset[str]
+    fifo_unschedulable: frozenset[str]
+    scheduling_tags_enabled: bool
+
+
+class ReplicaBehind(RuntimeError):
+    """A `PublishedChanges` names a base the replica does not hold (the pass fails: the leader sends a new copy)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +168,7 @@ Increment = (
     | AllocationFinished
     | UsageChanged
     | Published
+    | PublishedChanges
     | Registered
     | Unregistered
     | Rekeyed
@@ -282,6 +308,10 @@ class TreeReplica:
         limits when the replica decided on it (the leader checks the truth against it at the booking, as a claim)."""
         self.grants_used = 0
         """Claims answered by a grant (no round trip to the leader)."""
+        self.published_serial: int | None = None
+        """The leader's number of the tree the copy published last (None: not known; see `PublishedChanges`)."""
+        self.published_changes = 0
+        """Publishes derived from the copy's own published tree (`PublishedChanges`)."""
 
     # -------------------------------------------------------------- copies and increments
 
@@ -319,9 +349,11 @@ class TreeReplica:
         replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
         self._adopt(replica)
 
-    def load(self, snapshot: bytes) -> None:
-        """Become the replica of a snapshot of the truth (`pickling.snapshot_of`: the copy of a shard process)."""
+    def load(self, snapshot: bytes, published: int | None = None) -> None:
+        """Become the replica of a snapshot of the truth (`pickling.snapshot_of`: the copy of a shard process);
+        ``published``: the leader's number of the truth's published tree in it, if it has one."""
         self.controllers = {}
+        self.published_serial = published
 
         def proxy(pending: Pending) -> ClaimController:
             controller = ClaimController(self, pending.operation_id, pending.pending, pending.min_needed)
@@ -458,6 +490,24 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         strategy.fifo_unschedulable = increment.fifo_unschedulable
         strategy.scheduling_tags_enabled = increment.scheduling_tags_enabled
         strategy.publish(increment.tree, increment.time)
+        replica.published_serial = increment.serial
+    elif isinstance(increment, PublishedChanges):
+        if replica.published_serial != increment.base:
+            raise ReplicaBehind(
+                f"published tree {increment.base} is not the replica's ({replica.published_serial})"
+            )
+        base = strategy.state.tree
+        rows = SpecRows()
+        rows.base = base
+        rows.replaced = increment.replaced
+        tree = base.with_shares(increment.total_resources, rows)
+        tree.prepared = increment.prepared
+        strategy.high_priority = increment.high_priority
+        strategy.fifo_unschedulable = increment.fifo_unschedulable
+        strategy.scheduling_tags_enabled = increment.scheduling_tags_enabled
+        strategy.publish(tree, increment.time)
+        replica.published_serial = increment.serial
+        replica.published_changes += 1
     elif isinstance(increment, Registered):
         proxy = ClaimController(replica, increment.operation_id, increment.pending, increment.min_needed)
         replica.controllers[increment.operation_id] = proxy

@@ -34,6 +34,8 @@ limit), until the increments arrive; that is the design of `ARCHITECTURE.md` and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +45,7 @@ import numpy as np
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.host import shard_of
+from pooltree.shards.increments import published_changes
 from pooltree.shards.pickling import dumps, loads, snapshot_of
 from pooltree.shards.replica import (
     AllocationFinished,
@@ -71,6 +74,7 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.watch import watch_pending
 
 _LIMIT_EPSILON = 1e-9
@@ -137,6 +141,13 @@ class ShardStarts:
         """CPU seconds of the leader's claim and effect handling during the current pass."""
         self._shards: dict[str, int] = {}
         """Node address → its shard (`shard_of`, a hash: kept)."""
+        self.published: dict[str, tuple[SchedulingTree, int]] = {}
+        """In the pickling form, per tree: the truth's last published tree and its number (`_send_published`)."""
+        self._serials = itertools.count(1)
+        self.published_whole = 0
+        """Publishes sent in the pickling form whole (a new structure, or no numbered base)."""
+        self.published_as_changes = 0
+        """Publishes sent as their changes from the tree published before (`replica.PublishedChanges`)."""
         scheduler.tree_pass = self.tree_pass
 
     # -------------------------------------------------------------- the heartbeat in one tree
@@ -250,7 +261,8 @@ class ShardStarts:
         for operation_id, runtime in truth.operations.items():
             state.watch(operation_id, runtime.controller)
         if self.pickled:
-            replica.load(snapshot_of(truth, lambda operation_id: _pending(truth, operation_id)))
+            snapshot = snapshot_of(truth, lambda operation_id: _pending(truth, operation_id))
+            replica.load(snapshot, self.published_serial(tree, truth))
         else:
             replica.copy_from(truth, lambda operation_id: _pending(truth, operation_id))
         return replica
@@ -264,6 +276,34 @@ class ShardStarts:
                 continue
             if self._holds(shard, tree):
                 inboxes.setdefault(tree, []).append(increment)
+
+    def _send_published(self, tree: str, published: Published, previous: SchedulingTree) -> None:
+        """The truth published (``previous``: the tree it had published before). In one process the replicas share
+        the published tree (their publish is incremental as the truth's). In the pickling form (shard processes)
+        the publish is numbered and goes as its changes from ``previous`` when the replicas hold that tree by its
+        number (every publish of the truth passes here, so a replica's published tree is the truth's at the same
+        place of its increments), else whole; a replica whose tree is not the named base fails its pass
+        (`replica.ReplicaBehind`) and is copied again."""
+        if not self.pickled:
+            self._send(tree, published)
+            return
+        serial = next(self._serials)
+        base = self.published.get(tree)
+        self.published[tree] = (published.tree, serial)
+        changes = None
+        if base is not None and base[0] is previous:
+            changes = published_changes(published, previous, base[1], serial)
+        if changes is not None:
+            self.published_as_changes += 1
+            self._send(tree, changes)
+        else:
+            self.published_whole += 1
+            self._send(tree, dataclasses.replace(published, serial=serial))
+
+    def published_serial(self, tree: str, truth: TreeScheduler) -> int | None:
+        """The number of the truth's published tree (what a snapshot of it holds), None when not numbered."""
+        known = self.published.get(tree)
+        return known[1] if known is not None and known[0] is truth.state.tree else None
 
     def _send_started(self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float) -> None:
         """The truth started ``allocation``: an increment for every shard but the origin (whose pass booked it)."""
@@ -340,10 +380,11 @@ class ShardStarts:
         report_usage = strategy.report_usage
 
         def tapped_publish(published: Any, now: float | None) -> None:
+            previous = strategy.state.tree
             publish(published, now)
             self._flush_pending(tree, state)
             settings = (strategy.high_priority, strategy.fifo_unschedulable, strategy.scheduling_tags_enabled)
-            self._send(tree, Published(published, now, *settings))
+            self._send_published(tree, Published(published, now, *settings), previous)
 
         def tapped_register(operation_id: str, controller: Any) -> None:
             register(operation_id, controller)

@@ -230,6 +230,8 @@ def test_replicas_made_and_fed_in_their_pickling_form_decide_as_one_process(tmp_
     replicas = [r for replicas in shards.replicas for r in replicas.values()]
     assert sum(r.copies for r in replicas) == 2 and sum(r.refused for r in replicas) == 0
     assert sum(r.applied for r in replicas) > recorded.started_count
+    # publishes of the same structure went as their changes, derived from each replica's own published tree
+    assert shards.published_as_changes > 0 and sum(r.published_changes for r in replicas) > 0
     # the replicas hold no controller's object and no payload: only what the pickling form carries
     for replica in replicas:
         assert replica.strategy is not None
