@@ -38,6 +38,7 @@ from starlette.concurrency import run_in_threadpool
 from pooltree.errors import PooltreeError
 from pooltree.security.sealing import Sealer
 from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket
+from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
 from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
@@ -94,8 +95,10 @@ def sqlite_path_of(url: str) -> Path | None:
     return None
 
 
-def http_config(app: Any, host: str, port: int) -> uvicorn.Config:
-    """The leader's uvicorn configuration.
+def http_config(
+    app: Any, host: str, port: int, http: type[asyncio.Protocol] = BoundedHeadersProtocol
+) -> uvicorn.Config:
+    """The leader's uvicorn configuration (``http``: the heartbeat listener's is ``HeartbeatProtocol``).
 
     ``access_log=False`` is given to the constructor, which is where uvicorn takes the access logger's handlers
     away: set on the config afterwards (as before), the access logger kept them, and every answer formatted the
@@ -106,7 +109,7 @@ def http_config(app: Any, host: str, port: int) -> uvicorn.Config:
         port=port,
         log_level="warning",
         lifespan="off",
-        http=BoundedHeadersProtocol,  # half-sent request headers hold no connection for ever
+        http=http,  # half-sent request headers hold no connection for ever
         # a caller's address is its connection's: no X-Forwarded-For (uvicorn trusts it from 127.0.0.1 by
         # default) moves a node to another host (``Security.bind_node``); and no middleware per request
         proxy_headers=False,
@@ -335,7 +338,8 @@ class SchedulerRunner:
             raise PooltreeError(
                 f"scheduler heartbeat listener cannot listen on {self.host}:{port}: {error.strerror or error}"
             ) from None
-        config = http_config(self._heartbeat_entry, self.host, port)
+        # plain heartbeats past uvicorn's request machinery, anything else by uvicorn (``heartbeat_protocol.py``)
+        config = http_config(self._heartbeat_entry, self.host, port, http=HeartbeatProtocol)
         config.interface = "asgi3"  # a bound coroutine method: uvicorn's guess would take it for ASGI 2
         listener = HeartbeatListener(config, sock)
         await run_in_threadpool(listener.start)

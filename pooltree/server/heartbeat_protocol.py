@@ -1,0 +1,382 @@
+"""The heartbeat listener's HTTP/1.1 protocol: plain node heartbeats served past uvicorn's request machinery.
+
+Measured on this VM with 300 keep-alive clients at 600 requests/s (``bench/heartbeat_transport.py``), uvicorn's
+httptools protocol with a trivial ASGI app costs its server ~115 us of CPU per request, a bare httptools parser
+answering the same bytes ~43 us and a length-prefixed frame protocol ~39 us: HTTP itself is not the cost, uvicorn's
+per-request Python is (the scope and cycle objects, the ``asyncio.Event`` and task per request, the checks of every
+response header, the keep-alive timer armed and cancelled per request).
+
+``HeartbeatProtocol`` takes the requests every node sends, and only those: ``POST /internal/node_heartbeat
+HTTP/1.1`` whose head is whole and well formed (token names, values without control characters), with one
+``Content-Length`` within ``MAX_HEARTBEAT_BYTES`` and none of ``Transfer-Encoding``, ``Content-Encoding``,
+``Expect``, ``Upgrade`` nor a ``Connection`` other than ``keep-alive``. It runs the same ASGI app as uvicorn would
+(so the same handler gives the same answers, refusals included) with the body as its one message, and writes the
+answer in one ``send``. Anything else (another path or method, a compressed or chunked body, a head it does not
+take, a request still partial after ``PARTIAL_SECONDS``) hands the connection, with the bytes it holds of that
+request onwards, to uvicorn's protocol (``BoundedHeadersProtocol``) for the rest of its life, as uvicorn hands a
+connection to its WebSocket protocol: such requests get exactly the answers they got before.
+
+Idle keep-alive connections are closed after uvicorn's ``timeout_keep_alive``, as uvicorn closes them, by one timer
+per connection re-armed lazily (not one per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import re
+from typing import Any
+
+from pooltree.node.wire import HEARTBEAT_PATH
+from pooltree.server.http_protocol import ARRIVED, BODY_WHOLE, BoundedHeadersProtocol
+
+log = logging.getLogger(__name__)
+
+MAX_HEARTBEAT_BYTES = 16 << 20
+"""A body declared larger is handed to uvicorn's protocol (whose route answers 413), as ``heartbeats.py`` limits."""
+MAX_HEAD_BYTES = 16 << 10
+"""A request head not whole within this many bytes is handed over."""
+PARTIAL_SECONDS = 1.0
+"""A request still partial this long after its first byte is handed over (uvicorn then times its head and the
+route its body, as before)."""
+PAUSE_BYTES = 256 << 10
+"""Reading pauses while a request is answered and this much of the next ones is held."""
+
+_REQUEST_LINE = b"POST " + HEARTBEAT_PATH.encode("ascii") + b" HTTP/1.1"
+_HEADER_LINES = re.compile(rb"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t \x21-\x7e\x80-\xff]*\r\n)*")
+"""Header lines as the protocol takes them: a token name, a colon, a value of visible characters, spaces and tabs
+(obs-text allowed, as httptools allows it); no obs-fold."""
+_HANDED_OVER = frozenset((b"transfer-encoding", b"content-encoding", b"expect", b"upgrade"))
+_STATUS_LINES = {
+    status.value: b"HTTP/1.1 %d %s\r\n" % (status.value, status.phrase.encode("ascii"))
+    for status in http.HTTPStatus
+}
+
+
+class HeartbeatProtocol(asyncio.Protocol):
+    """``uvicorn.Config(app, http=HeartbeatProtocol)``: plain node heartbeats answered here, everything else by
+    ``BoundedHeadersProtocol`` (see the module docstring). Constructed by uvicorn as its HTTP protocols are."""
+
+    def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any], _loop: Any = None) -> None:
+        if not config.loaded:
+            config.load()
+        self.config = config
+        self.app = config.loaded_app
+        self.loop = _loop or asyncio.get_event_loop()
+        self.server_state = server_state
+        self.app_state = app_state
+        self.keep_alive_seconds = float(config.timeout_keep_alive)
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.client: tuple[str, int] | None = None
+        self.server: tuple[str, int] | None = None
+        self.buffer = bytearray()
+        self.arrived = 0.0
+        """Loop time of the last bytes received (a request's ``ARRIVED``)."""
+        self.partial_since: float | None = None
+        """Loop time of the first byte of a request not yet whole (None: none is)."""
+        self.busy = False
+        """A request is being answered (the next one waits in ``buffer``)."""
+        self.closing = False
+        """Close once the request being answered is answered (uvicorn's shutdown)."""
+        self.disconnected = False
+        self.handed_over = False
+        self.paused = False
+        self.write_paused = False
+        """The transport's buffer is over its high-water mark (a client not reading its answers): no request is
+        taken until it drains."""
+        self.last_activity = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.serial = 0
+        """Requests taken so far (the one being answered is the last)."""
+        self.response_started = False
+        self.response: list[bytes] = []
+        self.status = 200
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        self.server_state.connections.add(self)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, (list, tuple)) and len(peer) >= 2:
+            self.client = (str(peer[0]), int(peer[1]))
+        local = transport.get_extra_info("sockname")
+        if isinstance(local, (list, tuple)) and len(local) >= 2:
+            self.server = (str(local[0]), int(local[1]))
+        self.last_activity = self.loop.time()
+        self._arm(self.last_activity + self.keep_alive_seconds)
+
+    def data_received(self, data: bytes) -> None:
+        now = self.loop.time()
+        self.last_activity = self.arrived = now
+        if not self.buffer:
+            self.partial_since = now
+        self.buffer += data
+        if self.busy or self.write_paused:
+            if len(self.buffer) > PAUSE_BYTES and not self.paused:
+                self.paused = True
+                self.transport.pause_reading()
+            return
+        self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.disconnected = True
+        self.server_state.connections.discard(self)
+        self._disarm()
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side once the answer being written is written
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._continue()
+
+    # ------------------------------------------------------------------ uvicorn's server
+
+    def shutdown(self) -> None:
+        """Called by uvicorn's server as it stops: close now when idle, else after the answer being written."""
+        if self.busy:
+            self.closing = True
+        else:
+            self.transport.close()
+
+    # ------------------------------------------------------------------ requests
+
+    def _next(self) -> None:
+        """Take the next whole request held, if any; hand over what this protocol does not take."""
+        buffer = self.buffer
+        if not buffer:
+            self.partial_since = None
+            return
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > MAX_HEAD_BYTES or not _REQUEST_LINE.startswith(
+                bytes(buffer[: len(_REQUEST_LINE)])
+            ):
+                self._hand_over()
+            else:
+                self._wait_partial()
+            return
+        line_end = buffer.find(b"\r\n")
+        if buffer[:line_end] != _REQUEST_LINE:
+            self._hand_over()
+            return
+        headers = self._headers(buffer, line_end + 2, end + 2)
+        length = _content_length(headers) if headers is not None else None
+        if length is None:
+            self._hand_over()
+            return
+        start = end + 4
+        if len(buffer) < start + length:
+            self._wait_partial()
+            return
+        body = bytes(buffer[start : start + length])
+        del buffer[: start + length]
+        self.partial_since = self.loop.time() if buffer else None
+        self._run(headers, body)  # type: ignore[arg-type]
+
+    def _headers(self, buffer: bytearray, begin: int, end: int) -> list[tuple[bytes, bytes]] | None:
+        """The head's header lines (names lowercased, values stripped), None when it is not one this protocol
+        takes."""
+        block = bytes(buffer[begin:end])
+        if _HEADER_LINES.fullmatch(block) is None:
+            return None
+        headers = []
+        for line in block.split(b"\r\n")[:-1]:
+            name, _, value = line.partition(b":")
+            name = name.lower()
+            value = value.strip(b" \t")
+            if name in _HANDED_OVER or (name == b"connection" and value.lower() != b"keep-alive"):
+                return None
+            headers.append((name, value))
+        return headers
+
+    def _wait_partial(self) -> None:
+        if self.partial_since is None:
+            self.partial_since = self.loop.time()
+        self._arm(self.partial_since + PARTIAL_SECONDS)
+
+    def _run(self, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.busy = True
+        self.serial += 1
+        self.response_started = False
+        self.response = []
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": "http",
+            "root_path": "",
+            "headers": headers,
+            "state": self.app_state.copy(),
+            "method": "POST",
+            "path": HEARTBEAT_PATH,
+            "raw_path": HEARTBEAT_PATH.encode("ascii"),
+            "query_string": b"",
+            ARRIVED: self.arrived,
+            BODY_WHOLE: True,
+        }
+        task = self.loop.create_task(self._answer(scope, body, self.serial))
+        tasks = self.server_state.tasks
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _answer(self, scope: dict[str, Any], body: bytes, serial: int) -> None:
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        try:
+            await self.app(scope, receive, self._send)
+        except BaseException as error:  # what uvicorn's cycle does with a crashed app
+            log.error("Exception in ASGI application", exc_info=error)
+            self._end_unanswered(serial)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            return
+        if self.busy and serial == self.serial:
+            log.error("ASGI callable returned without completing its response.")
+            self._end_unanswered(serial)
+            return
+        self._continue()
+
+    def _end_unanswered(self, serial: int) -> None:
+        """A request the app did not answer whole: a 500 when nothing of the answer was written, and nothing
+        more on this connection."""
+        if not self.busy or serial != self.serial:
+            return
+        self.closing = True
+        if not self.disconnected:
+            if not self.response_started:
+                headers = [(b"content-type", b"text/plain; charset=utf-8")]
+                self._write_whole(500, headers, b"Internal Server Error")
+            self.transport.close()
+        self.busy = False
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self.disconnected or not self.busy:
+            return
+        if not self.response_started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.start', but got '{message['type']}'."
+                )
+            self.response_started = True
+            self.status = int(message["status"])
+            self.headers = list(message.get("headers", ()))
+            return
+        if message["type"] != "http.response.body":
+            raise RuntimeError(f"Expected ASGI message 'http.response.body', but got '{message['type']}'.")
+        self.response.append(bytes(message.get("body", b"")))
+        if not message.get("more_body", False):
+            body = self.response[0] if len(self.response) == 1 else b"".join(self.response)
+            self._write_whole(self.status, self.headers, body)
+            self.busy = False
+            self.server_state.total_requests += 1
+            if self.closing:
+                self.transport.close()
+
+    def _write_whole(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The answer's head and body in one write: uvicorn's default headers (``date``, ``server``), the app's,
+        ``content-length`` when the app gave none, ``connection: close`` when this connection ends with it."""
+        content = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status]
+        length = None
+        for name, value in (*self.server_state.default_headers, *headers):
+            name = name.lower()
+            if name == b"content-length":
+                length = value
+            elif name == b"connection" and b"close" in value.lower():
+                self.closing = True
+                continue
+            content.append(b"%s: %s\r\n" % (name, value))
+        if length is None:
+            content.append(b"content-length: %d\r\n" % len(body))
+        if self.closing:
+            content.append(b"connection: close\r\n")
+        content.append(b"\r\n")
+        content.append(body)
+        self.transport.write(b"".join(content))
+
+    def _continue(self) -> None:
+        """After an answer: the next request held, or the idle timer."""
+        if self.busy or self.write_paused or self.closing or self.disconnected or self.handed_over:
+            return
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        self.last_activity = self.loop.time()
+        self._next()
+        if not self.busy and not self.buffer and self.timer is None:
+            self._arm(self.last_activity + self.keep_alive_seconds)
+
+    # ------------------------------------------------------------------ timers and handing over
+
+    def _arm(self, when: float) -> None:
+        if self.timer is not None:
+            if self.timer.when() <= when:
+                return  # fires first; ``_expired`` arms again
+            self.timer.cancel()
+        self.timer = self.loop.call_at(when, self._expired)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _expired(self) -> None:
+        self.timer = None
+        if self.disconnected or self.handed_over:
+            return
+        now = self.loop.time()
+        if self.busy:
+            return  # armed again when the answer is written
+        if self.buffer:
+            since = self.partial_since if self.partial_since is not None else now
+            if now >= since + PARTIAL_SECONDS:
+                self._hand_over()
+            else:
+                self._arm(since + PARTIAL_SECONDS)
+            return
+        idle_until = self.last_activity + self.keep_alive_seconds
+        if now >= idle_until:
+            self.transport.close()
+        else:
+            self._arm(idle_until)
+
+    def _hand_over(self) -> None:
+        """uvicorn's protocol takes the connection from here, with the bytes held (a request's first byte on)."""
+        self.handed_over = True
+        self._disarm()
+        self.server_state.connections.discard(self)
+        if self.paused:
+            self.paused = False
+            self.transport.resume_reading()
+        protocol = BoundedHeadersProtocol(
+            config=self.config, server_state=self.server_state, app_state=self.app_state, _loop=self.loop
+        )
+        self.transport.set_protocol(protocol)
+        protocol.connection_made(self.transport)
+        data, self.buffer = bytes(self.buffer), bytearray()
+        if data:
+            protocol.data_received(data)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The one ``content-length`` of ``headers`` when it is digits within ``MAX_HEARTBEAT_BYTES``, else None."""
+    found = None
+    for name, value in headers:
+        if name == b"content-length":
+            if found is not None or not value.isdigit() or len(value) > 9:
+                return None
+            found = int(value)
+    if found is None or found > MAX_HEARTBEAT_BYTES:
+        return None
+    return found
