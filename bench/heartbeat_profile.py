@@ -20,16 +20,22 @@ measured fair-share update, its longest hold of the scheduling lock (wall; on co
 the whole update, which then is one hold): median and max; per measured heartbeat, its longest hold, apart for
 the heartbeats that first published a stale tree (operations activated: ``--start-every`` N starts the operations
 one per N heartbeats during the run, ``--max-running`` makes finished operations activate pending ones).
+``--commit-batch N``: the job records of N heartbeats in one store transaction, their answers held until it is
+stored, as the service's group commit stores the heartbeats its event loop processed while the last transaction
+was written (1, the default: one transaction per heartbeat; ``live_nodes.py`` reports the service's figure,
+``group_commit_submissions_per_batch``). ``decisions_sha256``: a digest of every answer's starts and stops (by
+operation place and job index, ids being random), equal between two builds that decide alike.
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
-       [--max-running N] [--start-every N]
+       [--max-running N] [--start-every N] [--commit-batch N]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import multiprocessing as mp
 import pstats
@@ -113,6 +119,14 @@ def _arguments() -> argparse.Namespace:
         help="start the operations one per this many heartbeats from the loaded phase on (0: all at its start), "
         "as API starts arrive while nodes heartbeat",
     )
+    parser.add_argument(
+        "--commit-batch",
+        type=int,
+        default=1,
+        help="heartbeats whose job records one store transaction holds, as the service's group commit batches "
+        "the heartbeats processed while a transaction is written (live_nodes.py reports the live figure, "
+        "group_commit_submissions_per_batch); 1: a transaction per heartbeat, each answered when stored",
+    )
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
         "--profile-sort", default="cumulative", help="pstats order of the table (e.g. tottime)"
@@ -137,6 +151,8 @@ def _arguments() -> argparse.Namespace:
     args = parser.parse_args()
     if args.shard_starts and args.shard_processes:
         parser.error("--shard-starts and --shard-processes are two forms of the same: choose one")
+    if args.commit_batch < 1 or (args.commit_batch > 1 and (args.shard_starts or args.shard_processes)):
+        parser.error("--commit-batch is a count from 1, without --shard-starts / --shard-processes")
     return args
 
 
@@ -179,6 +195,63 @@ def main() -> None:
         to_start = [0]  # operations to start one per ``--start-every`` heartbeats (from the loaded phase on)
         beats = [0]
 
+        waiting: list[tuple[SimNode, bytes, float]] = []
+        """Answers not yet applied by their nodes: with ``--commit-batch`` N, the batch's records are stored first."""
+        tickets = [0]
+
+        def batched(heartbeat: Any, now: float) -> bytes:
+            """A heartbeat as the service's event loop processes it: its records queued for the group commit, the
+            answer held until the batch is stored (`settle`)."""
+            attempt = live.try_process_heartbeat(heartbeat, now)
+            if attempt is None:  # a stale tree to publish first: the service sends it to a heartbeat thread
+                return wire.encode(live.process_heartbeat(heartbeat, now))
+            response, ticket = attempt
+            tickets[0] = max(tickets[0], ticket)
+            return wire.encode(response)
+
+        ordinals: dict[str, int] = {}
+        """Operation id -> its place in the start order (ids are random; decisions are compared by places)."""
+        jobs: dict[str, tuple[int, str, int]] = {}
+        decisions = hashlib.sha256()
+
+        def note_decisions(address: str, at: float, answer: dict[str, Any]) -> None:
+            """Fold what the answer decided into ``decisions`` (by operation place and job index, not random ids):
+            two builds that decide alike print the same ``decisions_sha256``."""
+            started = []
+            for entry in answer.get(wire.START, ()):
+                key = (
+                    ordinals.get(entry["operation_id"], -1),
+                    entry.get("task_name", ""),
+                    entry["job_index"],
+                )
+                jobs[entry["job_id"]] = key
+                started.append(key)
+            stopped = [(jobs.get(entry[0]), entry[1]) for entry in answer.get(wire.PREEMPT, ())] + [
+                (jobs.get(entry["job_id"] if isinstance(entry, dict) else entry), "abort")
+                for entry in answer.get(wire.ABORT, ())
+            ]
+            decisions.update(repr((address, round(at, 6), started, stopped)).encode())
+
+        def settle(counted: Counted | None) -> None:
+            """Store the held answers' records in one transaction (its CPU counted), then let the nodes apply them."""
+            if tickets[0]:
+                began = time.process_time()
+                if counted is not None and args.profile:
+                    profile.enable()
+                live.commits.wait(tickets[0])
+                if counted is not None and args.profile:
+                    profile.disable()
+                if counted is not None:
+                    counted.cpu += time.process_time() - began
+                tickets[0] = 0
+            for node, answer, at in waiting:
+                decoded = wire.decode(answer)
+                note_decisions(node.address, at, decoded)
+                started = node.apply(decoded, at)
+                if counted is not None:
+                    counted.started += started
+            waiting.clear()
+
         def run(until: float, counted: Counted | None) -> None:
             now = state["now"]
             while now < until:
@@ -196,7 +269,7 @@ def main() -> None:
                         state["next_update"] += 1.0
                     beats[0] += 1
                     if to_start[0] and args.start_every and beats[0] % args.start_every == 0:
-                        live.start_operation("vanilla", spec, "root", now)
+                        ordinals[live.start_operation("vanilla", spec, "root", now).id] = len(ordinals)
                         to_start[0] -= 1
                     body = node.body(now)
                     published = live.updates.published_updates
@@ -209,21 +282,25 @@ def main() -> None:
                     if args.shard_processes:  # as through the node's shard (`NodeShards`)
                         with remote.carrying(shard_of(node.address, args.shard_processes)):
                             answer = wire.encode(live.process_heartbeat(heartbeat, now))
+                    elif args.commit_batch > 1:
+                        answer = batched(heartbeat, now)
                     else:
                         answer = wire.encode(live.process_heartbeat(heartbeat, now))
                     if counted is not None and args.profile:
                         profile.disable()
                     spent = time.process_time() - began
-                    started = node.apply(wire.decode(answer), now)
                     if counted is not None:
                         counted.cpu += spent
                         counted.heartbeats += 1
-                        counted.started += started
                         if hasattr(lock, "hold_max") and counted is not quiet:
                             cause = (
                                 "stale_publish" if live.updates.published_updates != published else "plain"
                             )
                             holds[cause].append(lock.hold_max)
+                    waiting.append((node, answer, now))
+                    if len(waiting) >= args.commit_batch:
+                        settle(counted)
+            settle(counted)
             state["now"] = now
 
         quiet = Counted()
@@ -232,7 +309,7 @@ def main() -> None:
             to_start[0] = args.operations
         else:
             for _ in range(args.operations):
-                live.start_operation("vanilla", spec, "root", state["now"])
+                ordinals[live.start_operation("vanilla", spec, "root", state["now"]).id] = len(ordinals)
         began = state["now"]
         run(began + args.warmup_seconds, None)
         loaded = Counted()
@@ -285,6 +362,7 @@ def main() -> None:
             figures["marginal_ms_per_started_allocation"] = round(
                 1000 * (loaded.cpu - idle_cost * loaded.heartbeats) / loaded.started, 4
             )
+        figures["decisions_sha256"] = decisions.hexdigest()[:16]
         result = {
             "bench": "heartbeat_profile",
             "parameters": vars(args),

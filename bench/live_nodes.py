@@ -84,6 +84,8 @@ GRANTED = 'pooltree_node_shard_starts_total{way="granted"'
 CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
 TAKEN_BACK = "pooltree_node_shard_grants_taken_back_total "
 OVERTAKEN = "pooltree_scheduler_fair_share_computes_overtaken_total"
+COMMIT_BATCHES = "pooltree_scheduler_group_commit_batches_total"
+COMMIT_SUBMISSIONS = "pooltree_scheduler_group_commit_submissions_total"
 
 
 # ------------------------------------------------------------------------------------------- simulated node
@@ -587,6 +589,15 @@ def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     overtaken = [_sample(text, OVERTAKEN) for text in (before, after)]
     if None not in overtaken:  # builds that compute the fair share outside the lock
         figures["fair_share_computes_overtaken"] = overtaken[1] - overtaken[0]  # type: ignore[operator]
+    batches = [_sample(text, COMMIT_BATCHES) for text in (before, after)]
+    submissions = [_sample(text, COMMIT_SUBMISSIONS) for text in (before, after)]
+    if None not in batches and None not in submissions and batches[1] > batches[0]:  # type: ignore[operator]
+        # heartbeats' record sets stored per store transaction (`heartbeat_profile.py --commit-batch`)
+        figures["group_commit_batches"] = batches[1] - batches[0]  # type: ignore[operator]
+        figures["group_commit_submissions_per_batch"] = round(
+            (submissions[1] - submissions[0]) / (batches[1] - batches[0]),  # type: ignore[operator]
+            2,
+        )
     return figures
 
 

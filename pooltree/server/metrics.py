@@ -163,6 +163,21 @@ def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
     )
     overtaken.add_metric([], float(scheduler.updates.computes_overtaken))
     yield from (histogram, longest, overtaken)
+    yield from _group_commit(scheduler)
+
+
+def _group_commit(scheduler: LiveScheduler) -> Iterator[Metric]:
+    """The group commit's transactions and what they stored (``live/commit.py``): submissions (a heartbeat's job
+    records, or one write outside a heartbeat) per transaction say how many heartbeats one sync served."""
+    commits = scheduler.commits
+    for name, value, text in (
+        ("batches", commits.batches, "Store transactions of the group commit"),
+        ("submissions", commits.tickets, "Submissions (a heartbeat's job records) the group commit stored"),
+        ("records", commits.records, "Job records the group commit stored"),
+    ):
+        counter = CounterMetricFamily(f"pooltree_scheduler_group_commit_{name}", text)
+        counter.add_metric([], float(value))
+        yield counter
 
 
 def _starving(status: object) -> float:

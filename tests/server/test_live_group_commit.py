@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import generate_latest
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
@@ -21,6 +22,7 @@ from pooltree.server.live import LiveScheduler
 from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.index import RunningJobs
 from pooltree.server.live.model import LiveJob
+from pooltree.server.metrics import make_registry
 from pooltree.server.store import JobRecord, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -65,6 +67,23 @@ def test_concurrent_waiters_share_batches_and_see_their_records_stored() -> None
     assert sorted(done) == sorted(f"j{i}" for i in range(20))
     assert sorted(job for batch in stored for job in batch) == sorted(done)
     assert len(stored) == 2  # the held batch, then everyone who queued meanwhile in one
+
+
+def test_the_group_commit_counts_its_transactions_and_the_submissions_they_stored(tmp_path: Path) -> None:
+    """``/metrics`` says how many heartbeats' records one store transaction served (``live_nodes.py`` reports it
+    per phase): two submissions queued before a wait go in one batch."""
+    live = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    commits = live.commits
+    first = commits.submit([_record("a"), _record("b")])
+    second = commits.submit([_record("c")])
+    commits.wait(second)
+    assert commits.wait(first) is None
+    commits.wait(commits.submit([_record("d")]))
+    assert (commits.batches, commits.tickets, commits.records) == (2, 3, 4)
+    text = generate_latest(make_registry(live)).decode()
+    assert "pooltree_scheduler_group_commit_batches_total 2.0" in text
+    assert "pooltree_scheduler_group_commit_submissions_total 3.0" in text
+    assert "pooltree_scheduler_group_commit_records_total 4.0" in text
 
 
 def test_a_failed_batch_fails_every_waiter_in_it_and_the_next_batch_proceeds() -> None:

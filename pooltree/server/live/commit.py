@@ -57,6 +57,9 @@ class GroupCommit:
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         """Event-loop waiters of the batch being committed (resolved when it ends)."""
         self.batches = 0
+        """Transactions written (``pooltree_scheduler_group_commit_batches_total``)."""
+        self.tickets = 0
+        """Submissions (heartbeats with records) those transactions stored: per batch, how much a sync served."""
         self.records = 0
 
     def submit(self, records: Iterable[JobRecord]) -> int:
@@ -156,6 +159,7 @@ class GroupCommit:
             self._committing = False
             self._durable = last
             self.batches += 1
+            self.tickets += last - first + 1
             self.records += len(batch)
             if error is not None:
                 self._failures.append((first, last, error))
