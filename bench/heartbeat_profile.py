@@ -205,6 +205,8 @@ def main() -> None:
             attempt = live.try_process_heartbeat(heartbeat, now)
             if attempt is None:  # a stale tree to publish first: the service sends it to a heartbeat thread
                 return wire.encode(live.process_heartbeat(heartbeat, now))
+            if not isinstance(attempt, tuple):
+                attempt = attempt.finish()  # its reports made a tree stale: finished as on a heartbeat thread
             response, ticket = attempt
             tickets[0] = max(tickets[0], ticket)
             return wire.encode(response)

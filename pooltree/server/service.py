@@ -54,6 +54,7 @@ from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.jobs import DeferredHeartbeat
 from pooltree.server.live.reads import RecentReads
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
@@ -550,6 +551,9 @@ class SchedulerService:
                 break
             if not scheduler.publishing:  # else: to a heartbeat thread, at the top
                 await released
+        if isinstance(attempt, DeferredHeartbeat):
+            # its reports made a tree stale: published computed apart, then scheduled, on a heartbeat thread
+            attempt = await loop.run_in_executor(threads, attempt.finish)
         response, ticket = attempt
         try:
             await scheduler.commits.wait_async(ticket, inline)

@@ -62,6 +62,34 @@ def preemption_error(
     return {**error, "attributes": attributes}
 
 
+class DeferredHeartbeat:
+    """A heartbeat stopped after its reports because they left a stale tree to publish (an operation completed,
+    another activated in its slot): ``finish`` (on a thread, without the scheduling lock) publishes the tree
+    computed apart and schedules in a second hold (``LiveJobs.finish_deferred``); (the response, the group commit
+    ticket covering both holds' records)."""
+
+    def __init__(
+        self,
+        jobs: LiveJobs,
+        heartbeat: HeartbeatRequest,
+        node: NodeState,
+        acknowledge: list[str],
+        now: float,
+        throttled: bool,
+    ) -> None:
+        self.jobs = jobs
+        self.heartbeat = heartbeat
+        self.node = node
+        self.acknowledge = acknowledge
+        self.now = now
+        self.throttled = throttled
+        self.ticket = 0
+        """The group commit ticket of the first hold's records (the finished jobs it acknowledges)."""
+
+    def finish(self) -> tuple[dict[str, Any], int]:
+        return self.jobs.finish_deferred(self)
+
+
 class LiveJobs:
     """Heartbeats and jobs of ``LiveScheduler``."""
 
@@ -91,26 +119,35 @@ class LiveJobs:
 
         Memory changes under the lock; the job records written go to the group commit (``commit.py``) and the
         answer waits, outside the lock, until they are stored: jobs it starts are stored before the node starts
-        them, and finished jobs it acknowledges are durable."""
+        them, and finished jobs it acknowledges are durable. A stale tree (waiting before, or made stale by the
+        heartbeat's own reports: an operation completed, another activated) is published computed without the lock
+        (``FairShareUpdates.publish_stale_apart``) before the heartbeat schedules (``DeferredHeartbeat``), so the
+        heartbeat's holds run no update."""
         scheduler = self.scheduler
+        apart = not scheduler.lock.held  # a caller holding the lock keeps the whole heartbeat in its hold
+        if apart and scheduler.updates.waiting:  # read without the lock: a hint
+            scheduler.updates.publish_stale_apart(now)
         with scheduler.lock:
-            response, ticket = self._locked_heartbeat(heartbeat, now, throttled)
+            attempt = self._locked_heartbeat(heartbeat, now, throttled, defer=apart)
+        response, ticket = attempt.finish() if isinstance(attempt, DeferredHeartbeat) else attempt
         scheduler.commits.wait(ticket)
         return response
 
     def try_process_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
-    ) -> tuple[dict[str, Any], int] | None:
+    ) -> tuple[dict[str, Any], int] | DeferredHeartbeat | None:
         """``process_heartbeat`` without waiting: None when the lock is busy or a stale tree would be published
         first (``publishing``: work too long for the event loop, where this is called); else the response and the
-        group commit ticket the caller must wait for before it answers (0: nothing to store)."""
+        group commit ticket the caller must wait for before it answers (0: nothing to store); or, when the
+        heartbeat's reports made a tree stale, a ``DeferredHeartbeat`` whose ``finish`` the caller runs on a
+        thread (it publishes the tree computed apart, then schedules)."""
         scheduler = self.scheduler
         if not scheduler.lock.try_enter():
             return None
         try:
             if scheduler.updates.waiting:
                 return None
-            return self._locked_heartbeat(heartbeat, now, throttled)
+            return self._locked_heartbeat(heartbeat, now, throttled, defer=True)
         finally:
             scheduler.lock.release()
 
@@ -120,21 +157,62 @@ class LiveJobs:
         return self.scheduler.updates.waiting
 
     def _locked_heartbeat(
-        self, heartbeat: HeartbeatRequest, now: float, throttled: bool
-    ) -> tuple[dict[str, Any], int]:
-        """The heartbeat under the lock: (its response, the ticket of its job records in the group commit)."""
+        self, heartbeat: HeartbeatRequest, now: float, throttled: bool, *, defer: bool = False
+    ) -> tuple[dict[str, Any], int] | DeferredHeartbeat:
+        """The heartbeat under the lock: (its response, the ticket of its job records in the group commit). With
+        ``defer``, a heartbeat whose reports leave a stale tree to publish (and whose trees' updates are computed
+        apart: ``FairShareUpdates.in_parts``) stops after its reports: a ``DeferredHeartbeat``."""
         scheduler = self.scheduler
         scheduler.persistence.job_writes = {}
+        deferred: DeferredHeartbeat | None = None
+        updates = scheduler.updates
+        apart = defer and updates.in_parts
         try:
-            response = self._process_heartbeat(heartbeat, now, throttled)
+            updates.deferring = apart  # a tree made stale by the reports waits for the publish apart
+            try:
+                node, acknowledge = self._take_reports(heartbeat, now)
+            finally:
+                updates.deferring = False
+            if apart and updates.waiting:
+                deferred = DeferredHeartbeat(self, heartbeat, node, acknowledge, now, throttled)
+                response: dict[str, Any] = {}
+            else:
+                response = self._answer(node, heartbeat, acknowledge, now, throttled)
         finally:
             writes, scheduler.persistence.job_writes = scheduler.persistence.job_writes, None
             ticket = scheduler.commits.submit(writes.values())
             scheduler.generation.settle(scheduler.cores, scheduler.stale_for_full_nodes())
+        if deferred is not None:
+            deferred.ticket = ticket
+            return deferred
         return response, ticket
 
-    def _process_heartbeat(self, heartbeat: HeartbeatRequest, now: float, throttled: bool) -> dict[str, Any]:
-        """The body of ``process_heartbeat`` (lock held, job writes collected)."""
+    def finish_deferred(self, deferred: DeferredHeartbeat) -> tuple[dict[str, Any], int]:
+        """The rest of a ``DeferredHeartbeat`` (the lock not held): the stale trees published computed apart,
+        then, in a second hold, the stale trees left (published whole, as before) and the scheduling pass. The
+        ticket covers both holds' records. A node swept between the two holds is answered without a pass."""
+        scheduler = self.scheduler
+        scheduler.updates.publish_stale_apart(deferred.now)
+        with scheduler.lock:
+            scheduler.persistence.job_writes = {}
+            try:
+                node = deferred.node
+                if scheduler.nodes.get(node.address) is not node:  # swept meanwhile: registered again later
+                    response = self._response(node, [], deferred.acknowledge, deferred.throttled)
+                else:
+                    response = self._answer(
+                        node, deferred.heartbeat, deferred.acknowledge, deferred.now, deferred.throttled
+                    )
+            finally:
+                writes, scheduler.persistence.job_writes = scheduler.persistence.job_writes, None
+                ticket = scheduler.commits.submit(writes.values())
+                scheduler.generation.settle(scheduler.cores, scheduler.stale_for_full_nodes())
+        return response, max(ticket, deferred.ticket)
+
+    def _take_reports(self, heartbeat: HeartbeatRequest, now: float) -> tuple[NodeState, list[str]]:
+        """The first part of a heartbeat (lock held, job writes collected): the node's state, trees, finished and
+        running reports, lost jobs, completed operations and tentative bans; (the node, the job ids to
+        acknowledge)."""
         scheduler = self.scheduler
         node = scheduler.nodes.get(heartbeat.address)
         moved = node is None or node.tags != heartbeat.tags
@@ -184,8 +262,27 @@ class LiveJobs:
                 scheduler.commands.check_completion(op, now)
         if scheduler.tentative.pending_bans:
             scheduler.tentative.apply_bans(now)  # tentative trees where the operation's jobs are too slow
-        scheduler.updates.refresh_stale_trees(now)
+        return node, acknowledge
+
+    def _answer(
+        self,
+        node: NodeState,
+        heartbeat: HeartbeatRequest,
+        acknowledge: list[str],
+        now: float,
+        throttled: bool,
+    ) -> dict[str, Any]:
+        """The second part of a heartbeat (lock held, job writes collected): stale trees published, the scheduling
+        pass, the response map."""
+        self.scheduler.updates.refresh_stale_trees(now)
         start = [] if throttled else self._schedule(node, heartbeat, now)
+        return self._response(node, start, acknowledge, throttled)
+
+    def _response(
+        self, node: NodeState, start: list[dict[str, Any]], acknowledge: list[str], throttled: bool
+    ) -> dict[str, Any]:
+        """The answer: jobs to start, the stops queued for the node, the acknowledged jobs, the period."""
+        scheduler = self.scheduler
         extra: dict[str, Any] = {}
         period = scheduler.heartbeat_period
         if throttled:  # YTsaurus: scheduling skipped, the node backs off

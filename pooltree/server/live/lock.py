@@ -63,6 +63,11 @@ class SchedulingLock:
             self._since = time.perf_counter()
         return True
 
+    @property
+    def held(self) -> bool:
+        """Whether this thread holds the lock."""
+        return self._owner == threading.get_ident()
+
     def try_enter(self) -> bool:
         """Take the lock if it is free. Unlike ``acquire(blocking=False)``, never re-entered by its holder's
         thread: a coroutine of the event loop must not run inside a section that loop's thread opened."""

@@ -29,7 +29,7 @@ from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.generation import StateGeneration
 from pooltree.server.live.index import Reservations, RunningJobs
-from pooltree.server.live.jobs import LiveJobs
+from pooltree.server.live.jobs import DeferredHeartbeat, LiveJobs
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
@@ -158,8 +158,9 @@ class LiveScheduler:
 
     def try_process_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
-    ) -> tuple[dict[str, Any], int] | None:
-        """``process_heartbeat`` without waiting for the lock or the store (``jobs.py``)."""
+    ) -> tuple[dict[str, Any], int] | DeferredHeartbeat | None:
+        """``process_heartbeat`` without waiting for the lock or the store; a ``DeferredHeartbeat`` to finish on a
+        thread when its reports made a tree stale (``jobs.py``)."""
         return self.heartbeats.try_process_heartbeat(heartbeat, now, throttled=throttled)
 
     @property

@@ -54,6 +54,9 @@ class FairShareUpdates:
         self.computing: set[str] = set()
         """Trees whose update is being computed outside the lock (`publish_computed_apart`): a stale publish of
         one waits for it (the computation owns the tree's caches)."""
+        self.deferring = False
+        """Inside a heartbeat's reports whose stale trees the heartbeat publishes computed apart before it
+        schedules (`LiveJobs._locked_heartbeat`, `publish_stale_apart`): `refresh_stale_trees` leaves them to it."""
         self.computes_overtaken = 0
         """Updates computed outside the lock and not published because the tree changed meanwhile."""
 
@@ -69,7 +72,7 @@ class FairShareUpdates:
         instead of at the next periodic update: the strategy only schedules operations of a published tree, so
         otherwise the freed capacity idles for up to a fair-share period plus a node heartbeat period."""
         scheduler = self.scheduler
-        if self.updating:
+        if self.updating or self.deferring:
             return
         computing: set[str] = set()
         for _ in range(MAX_STALE_TREE_ROUNDS):
@@ -87,6 +90,32 @@ class FairShareUpdates:
                 self.update_tree(tree, now, in_parts=self.in_parts)
                 if not scheduler.cores[tree].finish_update(0):
                     self.unfinished.add(tree)
+
+    def publish_stale_apart(self, now: float) -> None:
+        """Publish the stale trees before a heartbeat takes the lock for its own work (on a heartbeat thread, the
+        lock not held), each as the periodic update's snapshot step (`publish_computed_apart`): one hold reads the
+        input, the fair share and the strategy's tree are computed without the lock, one hold publishes; the lists
+        the publish leaves are configured by the service's loop in short holds (`finish_unfinished`), as a stale
+        publish under the lock leaves them. The heartbeat's hold (`refresh_stale_trees`) then finds them published
+        and schedules against the same snapshot; a tree made stale in between is published there, whole. Not when
+        this thread holds the lock (the computation would hold it), nor with node shards (`in_parts`)."""
+        scheduler = self.scheduler
+        lock = scheduler.lock
+        if not self.in_parts or lock.held:
+            return
+        for _ in range(MAX_STALE_TREE_ROUNDS):
+            with lock:
+                if self.updating:
+                    return
+                trees = [tree for tree in self.stale_trees - self.computing if tree in scheduler.cores]
+                if not trees:
+                    return
+                tree = min(trees)
+            core = self.publish_computed_apart(tree, now, stale_only=True)
+            if core is not None:
+                with lock:
+                    if scheduler.cores.get(tree) is core and not core.finish_update(0):
+                        self.unfinished.add(tree)
 
     def update_fair_share(self, tree: str, now: float) -> None:
         """The periodic update of one tree: finish completed operations, recompute shares, publish, fail the
@@ -133,19 +162,25 @@ class FairShareUpdates:
                 if operation_id in scheduler.operations:
                     scheduler.commands.finish_operation(operation_id, "failed", now, error=error)
 
-    def publish_computed_apart(self, tree: str, now: float) -> SchedulerCore | None:
+    def publish_computed_apart(
+        self, tree: str, now: float, *, stale_only: bool = False
+    ) -> SchedulerCore | None:
         """The snapshot step of a periodic update with its computation outside the scheduling lock: the input read
         and the publish each take one hold, the fair share and the build run between them
         (`pooltree.strategy.update_steps`) while heartbeats and commands are served. When the tree changed
         meanwhile (`SchedulerCore.update_is_current`), the update is read and computed again, at most
-        `COMPUTE_ATTEMPTS` times, then run whole under the lock. The tree's core (None when it left)."""
+        `COMPUTE_ATTEMPTS` times, then run whole under the lock. The tree's core (None when it left).
+        ``stale_only`` (`publish_stale_apart`): nothing is done (None) unless, at the first read, the tree is still
+        stale and no other update computes it."""
         scheduler = self.scheduler
         lock = scheduler.lock
-        for _ in range(COMPUTE_ATTEMPTS):
+        for attempt in range(COMPUTE_ATTEMPTS):
             with lock:
                 core = scheduler.cores.get(tree)
                 if core is None:
                     return None
+                if stale_only and attempt == 0 and (tree not in self.stale_trees or tree in self.computing):
+                    return None  # published meanwhile, or its update is computed by another thread
                 update = self.read_tree(tree, core, now)
                 self.computing.add(tree)
             try:
