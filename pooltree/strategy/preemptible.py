@@ -218,7 +218,9 @@ class PreemptibleLists:
                 return False
         return True
 
-    def _balance(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> None:
+    def _balance(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> bool:
+        """Move the boundary between lists ``left`` and ``left + 1`` to where ``bound`` puts it; whether it moved."""
+        moved = False
         left_list, right_list = self._lists[left], self._lists[left + 1]
         left_usage, right_usage = self._usage[left], self._usage[left + 1]
         right_status = _STATUSES[left + 1]
@@ -235,6 +237,7 @@ class PreemptibleLists:
             _sub(left_usage, last.amounts)
             _add(right_usage, last.amounts)
             cumulative[:] = without
+            moved = True
         while right_list and self._below(
             [c + r for c, r in zip(cumulative, right_list[0].amounts, strict=True)]
             if inclusive
@@ -247,15 +250,19 @@ class PreemptibleLists:
             _sub(right_usage, head.amounts)
             _add(left_usage, head.amounts)
             _add(cumulative, head.amounts)
+            moved = True
+        return moved
 
     def rebalance(self) -> None:
-        """Two passes of both boundaries so that large threshold changes propagate."""
+        """Two passes of both boundaries so that large threshold changes propagate. A first pass that moves
+        nothing leaves the lists, usages and bounds it read, so the second would move nothing: it is skipped."""
         aggressive_bound = self._aggressive_bound
         normal_bound = self._normal
         for _ in range(2):
-            self._balance(0, aggressive_bound, list(self._usage[0]))
+            moved = self._balance(0, aggressive_bound, list(self._usage[0]))
             cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
-            self._balance(1, normal_bound, cumulative)
+            if not self._balance(1, normal_bound, cumulative) and not moved:
+                return
 
 
 _STATUSES = (
