@@ -28,7 +28,8 @@ PRIORITY_POOLS_WITHOUT_DONOR = 29002
 
 # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
 def compute_attributes(upd: _Update) -> None:
-    """b.1 (PreUpdate): operations' demand, usage and limits; every element's shares, limits shares and dominant resource."""
+    """b.1 (PreUpdate): operations' demand and usage; every element's usage and demand shares and dominant resource
+    (its limits: `compute_limits`)."""
     tree, total = upd.tree, upd.total
     is_op = tree.is_op
     # Operation demand (b.1).
@@ -41,15 +42,6 @@ def compute_attributes(upd: _Update) -> None:
         demand[lim] = upd.usage[lim] + needed
     _sum_children_into(tree, upd.usage)
     _sum_children_into(tree, demand)
-    if upd.reused is not None:
-        upd.resource_limits, upd.limits_share = upd.reused.resource_limits, upd.reused.limits_share
-    else:
-        limits = np.minimum(
-            np.minimum(upd.tag_limits, total * upd.max_share_ratio[:, None]), upd.specified_limits
-        )
-        limits[0] = total
-        upd.resource_limits = limits
-        upd.limits_share = _share(np.minimum(limits, total), total)
     upd.usage_share = _share(upd.usage, total)
     upd.demand_share = _share(demand, total)
     # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
@@ -58,6 +50,18 @@ def compute_attributes(upd: _Update) -> None:
     best = np.argmax(basis, axis=1)
     best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
     upd.dominant = best
+
+
+def compute_limits(upd: _Update) -> None:
+    """b.1 (PreUpdate): every element's resource limits (the least of its tag-filter limits, its max share ratio of
+    the total and its specified limits; the root's: the total) and their shares."""
+    total = upd.total
+    limits = np.minimum(
+        np.minimum(upd.tag_limits, total * upd.max_share_ratio[:, None]), upd.specified_limits
+    )
+    limits[0] = total
+    upd.resource_limits = limits
+    upd.limits_share = _share(np.minimum(limits, total), total)
 
 
 # ---- b.3 ----------------------------------------------------------------------------------------

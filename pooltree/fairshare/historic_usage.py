@@ -85,14 +85,14 @@ def _historic_pools(upd: _Update) -> list[tuple[int, float]]:
     return tree.memo("historic_pools", build)  # type: ignore[no-any-return]
 
 
-def apply_historic_weights(upd: _Update) -> None:
+def apply_historic_weights(upd: _Update) -> bool:
     """Sample every historic pool's children's dominant usage share and make their weights (weight or 1) ×
     2^−average for this update (``upd.weight_cfg``, so ``compute_weights`` takes them as set); keep the averages
     for the next update (``upd.historic_usage``). Run after ``compute_attributes`` (usage shares) and before the
-    weights: the previous update's guarantees are taken again only when these weights are also the same."""
+    weights. Whether the tree has such pools (the weights were made here)."""
     pools = _historic_pools(upd)
     if not pools:
-        return
+        return False
     tree, now = upd.tree, upd.now
     previous = upd.state.historic_usage
     averages: dict[tuple[str, str], HistoricUsage] = {}
@@ -110,6 +110,4 @@ def apply_historic_weights(upd: _Update) -> None:
     weight_cfg.flags.writeable = False
     upd.weight_cfg = weight_cfg
     upd.historic_usage = averages
-    reused = upd.reused
-    if reused is not None and np.any(weight_cfg.view(np.int64) != reused.weight_cfg.view(np.int64)):
-        upd.reused = upd.statics = None  # the weights moved in some bit: computed anew
+    return True

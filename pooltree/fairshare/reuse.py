@@ -26,10 +26,10 @@ def reuse_guarantees(upd: _Update) -> None:
     """Take the previous update's limits, guarantees and weights when everything they are computed from is the
     same (``_guarantees_key`` and `_same_statics`), else leave ``reused`` None so that the steps compute them.
 
-    Run after ``validate_priority_pools`` and ``compute_integral_ratios``; the limits (``compute_attributes``),
-    ``infer_strong_guarantees``, ``adjust_guarantees``, the weights of ``compute_weights`` and
-    ``compute_estimated_guarantees`` then take it (and ``historic_usage.apply_historic_weights`` drops it when the
-    historic weights moved).
+    Run after ``validate_priority_pools`` and ``compute_integral_ratios``; the update's sequence
+    (``update._limits``, ``update._guarantees_and_weights``) then takes it instead of running ``compute_limits``,
+    ``infer_strong_guarantees``, ``adjust_guarantees``, ``compute_weights`` and ``compute_estimated_guarantees``
+    (and ``check_weights`` drops it when the historic weights moved).
     """
     key = _guarantees_key(upd)
     sources = tuple(getattr(upd, name) for name in _STATIC_INPUTS)
@@ -41,6 +41,14 @@ def reuse_guarantees(upd: _Update) -> None:
     upd._sources = sources
     if same:
         kept.read = upd.tree.inputs  # the latest read its sources are every row of
+
+
+def check_weights(upd: _Update) -> None:
+    """After the historic weights were made (`historic_usage.apply_historic_weights`): the previous update's
+    guarantees are taken again only when these weights are also the same in every bit."""
+    reused = upd.reused
+    if reused is not None and np.any(upd.weight_cfg.view(np.int64) != reused.weight_cfg.view(np.int64)):
+        upd.reused = upd.statics = None  # the weights moved in some bit: computed anew
 
 
 _STATIC_INPUTS = (

@@ -176,8 +176,10 @@ def update_fair_share(
     # they are among the inputs of the steps the previous update's results may stand in for.
     integral.compute_integral_ratios(upd)
     reuse.reuse_guarantees(upd)
+    _limits(upd)
     guarantees.compute_attributes(upd)
-    historic_usage.apply_historic_weights(upd)
+    if historic_usage.apply_historic_weights(upd):
+        reuse.check_weights(upd)
     _guarantees_and_weights(upd)
     # Step 7: integral guarantees.
     pis = np.zeros((n, RESOURCE_COUNT))
@@ -233,6 +235,15 @@ def _promised_guarantee_pools(upd: _Update) -> tuple[list[int], list[int]]:
             )
         )
     return promised_pools, nested
+
+
+def _limits(upd: _Update) -> None:
+    """b.1's resource limits and their shares, or the previous update's where they stand in (``reuse``)."""
+    reused = upd.reused
+    if reused is None:
+        guarantees.compute_limits(upd)
+    else:
+        upd.resource_limits, upd.limits_share = reused.resource_limits, reused.limits_share
 
 
 def _guarantees_and_weights(upd: _Update) -> None:
