@@ -12,10 +12,11 @@ from __future__ import annotations
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 from pooltree.server.commands import CommandContext, CommandRegistry, Encoded, output_format
-from pooltree.server.live import LiveScheduler
+from pooltree.server.live import LiveOperation, LiveScheduler
 from pooltree.server.live.counts import CountFilter, CountKey, count_key
 from pooltree.server.live.counts import counters as counts_of
 from pooltree.server.operation_times import iso_time, parse_time
@@ -38,42 +39,90 @@ def _filter_factors(record: OperationRecord) -> str:
     return f"{record.id} {record.user} {record.state} {record.type} {pools} {title}".lower()
 
 
-def brief_attributes(
-    operation_id: str,
-    operation_type: str,
-    state: str,
-    user: str,
-    start_time: float,
-    finish_time: float | None,
-    spec: dict[str, Any],
-    runtime_parameters: dict[str, Any],
-    suspended: bool,
-    pool: str | None,
-    jobs: dict[str, Any],
-    build_time: float,
-    trees: list[str],
-) -> dict[str, Any]:
-    """The ``BRIEF_ATTRIBUTES`` of an operation; ``OperationCommands._attributes`` starts from them too."""
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """What an operation's brief shows (``BRIEF_ATTRIBUTES``): read from a live operation (``live_brief``) or from
+    its stored record (``stored_brief``). ``list_operations`` answers its map (``brief_attributes``);
+    ``get_operation`` starts from it (``operation_maps.attribute_map``)."""
+
+    id: str
+    type: str
+    state: str
+    user: str
+    start_time: float
+    finish_time: float | None
+    spec: dict[str, Any]
+    runtime_parameters: dict[str, Any]
+    suspended: bool
+    pool: str | None
+    jobs: dict[str, Any]
+    build_time: float
+    trees: list[str]
+
+
+def live_brief(op: LiveOperation, jobs: dict[str, Any], build_time: float) -> Brief:
+    """A live operation's brief with its job counts ``jobs`` (``LiveScheduler.progress``) at ``build_time``."""
+    return Brief(
+        op.id,
+        op.type,
+        op.state,
+        op.user,
+        op.start_time,
+        op.finish_time,
+        op.spec,
+        op.runtime_parameters,
+        op.suspended,
+        next(iter(op.pools.values()), None),
+        jobs,
+        build_time,
+        op.trees,
+    )
+
+
+def stored_brief(record: OperationRecord, jobs: dict[str, Any] | None = None) -> Brief:
+    """A stored operation's brief: its record's values, the job counts it holds (``stored_progress``) unless
+    ``jobs`` is given."""
+    doc = record.document
+    return Brief(
+        record.id,
+        record.type,
+        record.state,
+        record.user,
+        record.start_time,
+        record.finish_time,
+        record.spec,
+        record.runtime_parameters,
+        bool(doc.get("suspended")),
+        record.pool,
+        stored_progress(doc) if jobs is None else jobs,
+        record.finish_time or record.start_time,
+        list(doc.get("trees") or []),
+    )
+
+
+def brief_attributes(brief: Brief) -> dict[str, Any]:
+    """The ``BRIEF_ATTRIBUTES`` of an operation; ``operation_maps.attribute_map`` starts from them too."""
+    spec = brief.spec
     title = spec.get("title") if isinstance(spec.get("title"), str) else None
     attributes: dict[str, Any] = {
-        "id": operation_id,
-        "type": operation_type,
-        "operation_type": operation_type,
-        "state": state,
-        "authenticated_user": user,
-        "start_time": iso_time(start_time),
-        "brief_spec": {"pool": pool, "title": title, "pool_trees": trees},
-        "brief_progress": {"jobs": dict(jobs), "build_time": iso_time(build_time)},
-        "suspended": suspended,
-        "pool": pool,
-        "runtime_parameters": {"owners": [], "acl": [], "annotations": {}, **runtime_parameters},
+        "id": brief.id,
+        "type": brief.type,
+        "operation_type": brief.type,
+        "state": brief.state,
+        "authenticated_user": brief.user,
+        "start_time": iso_time(brief.start_time),
+        "brief_spec": {"pool": brief.pool, "title": title, "pool_trees": brief.trees},
+        "brief_progress": {"jobs": dict(brief.jobs), "build_time": iso_time(brief.build_time)},
+        "suspended": brief.suspended,
+        "pool": brief.pool,
+        "runtime_parameters": {"owners": [], "acl": [], "annotations": {}, **brief.runtime_parameters},
     }
-    if finish_time is not None:
-        attributes["finish_time"] = iso_time(finish_time)
+    if brief.finish_time is not None:
+        attributes["finish_time"] = iso_time(brief.finish_time)
     return attributes
 
 
-def _stored_progress(document: dict[str, Any] | None) -> dict[str, Any]:
+def stored_progress(document: dict[str, Any] | None) -> dict[str, Any]:
     """The job counts a stored record holds, every state present (``brief_progress/jobs``)."""
     jobs = dict((document or {}).get("progress") or {})
     for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
@@ -229,42 +278,12 @@ class OperationListing:
         operation's current state and progress, read without the scheduler's lock; else the stored record's."""
         op = self.scheduler.operations.get(record.id)
         if op is None:
-            doc = record.document
-            jobs = _stored_progress(doc)
-            return brief_attributes(
-                record.id,
-                record.type,
-                record.state,
-                record.user,
-                record.start_time,
-                record.finish_time,
-                record.spec,
-                record.runtime_parameters,
-                bool(doc.get("suspended")),
-                record.pool,
-                jobs,
-                record.finish_time or record.start_time,
-                list(doc.get("trees") or []),
-            )
+            return brief_attributes(stored_brief(record))
         try:
             jobs = self.scheduler.progress(op)
         except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = _stored_progress(record.document)
-        return brief_attributes(
-            op.id,
-            op.type,
-            op.state,
-            op.user,
-            op.start_time,
-            op.finish_time,
-            op.spec,
-            op.runtime_parameters,
-            op.suspended,
-            next(iter(op.pools.values()), None),
-            jobs,
-            now,
-            op.trees,
-        )
+            jobs = stored_progress(record.document)
+        return brief_attributes(live_brief(op, jobs, now))
 
     def _scan(
         self,

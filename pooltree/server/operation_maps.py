@@ -9,7 +9,7 @@ from typing import Any
 from pooltree.errors import PooltreeError
 from pooltree.resources import resources_to_dict
 from pooltree.server.live import LiveScheduler
-from pooltree.server.operation_listing import brief_attributes
+from pooltree.server.operation_listing import Brief, brief_attributes, stored_brief
 from pooltree.server.operation_times import iso_time
 from pooltree.server.store import OperationRecord
 
@@ -79,74 +79,35 @@ def effective_values(scheduler: LiveScheduler, tree: str, operation_id: str) -> 
 
 def stored_attributes(record: OperationRecord) -> dict[str, Any]:
     doc = record.document
-    jobs = dict(doc.get("progress") or {})
-    for key in ("running", "completed", "pending", "failed", "aborted", "lost", "total"):
-        jobs.setdefault(key, 0)
     return attribute_map(
-        record.id,
-        record.type,
-        record.state,
-        record.user,
-        record.start_time,
-        record.finish_time,
-        record.spec,
+        stored_brief(record),
         dict(doc.get("unrecognized_spec") or {}),
-        record.runtime_parameters,
-        bool(doc.get("suspended")),
-        record.pool,
-        jobs,
-        record.finish_time or record.start_time,
         doc.get("error"),
         list(doc.get("state_events") or []),
         {k: v for k, v in (doc.get("alerts") or {}).items() if k != "operation_pending"},
         list((record.spec.get("tasks") or {}).keys()) if isinstance(record.spec.get("tasks"), dict) else [],
-        list(doc.get("trees") or []),
         {},
     )
 
 
 def attribute_map(
-    operation_id: str,
-    operation_type: str,
-    state: str,
-    user: str,
-    start_time: float,
-    finish_time: float | None,
-    spec: dict[str, Any],
+    brief: Brief,
     unrecognized: dict[str, Any],
-    runtime_parameters: dict[str, Any],
-    suspended: bool,
-    pool: str | None,
-    jobs: dict[str, Any],
-    build_time: float,
     error: dict[str, Any] | None,
     events: list[dict[str, Any]],
     alerts: dict[str, Any],
     task_names: list[str],
-    trees: list[str],
     scheduling_info: dict[str, Any],
 ) -> dict[str, Any]:
-    attributes = brief_attributes(
-        operation_id,
-        operation_type,
-        state,
-        user,
-        start_time,
-        finish_time,
-        spec,
-        runtime_parameters,
-        suspended,
-        pool,
-        jobs,
-        build_time,
-        trees,
-    )
+    """An operation's attribute map as ``get_operation`` answers it: its brief (``brief_attributes``) and the rest."""
+    attributes = brief_attributes(brief)
+    spec = brief.spec
     annotations = spec.get("annotations") if isinstance(spec.get("annotations"), dict) else {}
     attributes["runtime_parameters"] = {
         "owners": [],
         "acl": [],
         "annotations": annotations,
-        **runtime_parameters,
+        **brief.runtime_parameters,
     }
     attributes.update(
         {
@@ -155,8 +116,8 @@ def attribute_map(
             "provided_spec": without_secrets(spec),
             "unrecognized_spec": unrecognized,
             "progress": {
-                "jobs": dict(jobs),
-                "build_time": iso_time(build_time),
+                "jobs": dict(brief.jobs),
+                "build_time": iso_time(brief.build_time),
                 "scheduling_info_per_pool_tree": scheduling_info,
             },
             "events": [{"state": e["state"], "time": iso_time(e["time"])} for e in events],
@@ -164,6 +125,6 @@ def attribute_map(
             "task_names": task_names,
         }
     )
-    if state in ("completed", "failed", "aborted"):
-        attributes["result"] = error_result(error, state)
+    if brief.state in ("completed", "failed", "aborted"):
+        attributes["result"] = error_result(error, brief.state)
     return attributes

@@ -30,7 +30,7 @@ from pooltree.server.live import (
     new_guid,
     no_such_operation,
 )
-from pooltree.server.operation_listing import OperationListing
+from pooltree.server.operation_listing import OperationListing, live_brief
 from pooltree.server.operation_maps import attribute_map, effective_values, stored_attributes
 from pooltree.server.operation_times import iso_time
 from pooltree.server.pending_maps import (
@@ -325,7 +325,6 @@ class OperationCommands:
         scheduler = self.scheduler
         now = self.clock()
         progress_jobs = scheduler.progress(op)
-        pool = next(iter(op.pools.values()), None)
         scheduling_info: dict[str, Any] = {}
         for tree in op.trees:
             info: dict[str, Any] = {"pool": op.pools.get(tree)}
@@ -348,24 +347,12 @@ class OperationCommands:
             scheduling_info[tree] = info
         alerts = scheduler.alerts(op)
         attributes = attribute_map(
-            op.id,
-            op.type,
-            op.state,
-            op.user,
-            op.start_time,
-            op.finish_time,
-            op.spec,
+            live_brief(op, progress_jobs, now),
             scheduler.unrecognized_spec(op),
-            op.runtime_parameters,
-            op.suspended,
-            pool,
-            progress_jobs,
-            now,
             op.error,
             op.events,
             alerts,
             list(op.model.tasks),
-            op.trees,
             scheduling_info,
         )
         if self.forecasts is not None:
