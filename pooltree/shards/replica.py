@@ -243,8 +243,6 @@ class ClaimController:
         self.operation_id = operation_id
         self.pending_allocation_count = pending
         self.min_needed_resources = np.array(min_needed, dtype=float)
-        self.needed_resources = self.min_needed_resources * max(pending, 0)
-        """Read only by fair-share inputs, which a replica never computes."""
         self.pending_revision = 0
         self.pending_watchers: list[tuple[set[str], str]] = []
         """``(into, key)``: ``key`` added to ``into`` whenever the pending work is set (`strategy/watch.py`)."""
@@ -261,10 +259,15 @@ class ClaimController:
         if not self.replica.applying:
             self.replica.unclaim(allocation, finished, now)
 
+    @property
+    def needed_resources(self) -> Vector:
+        """The pending work's resources (read by a publish of the whole tree only, for an operation without a
+        demand share: made when read, not at every change of the pending work)."""
+        return self.min_needed_resources * max(self.pending_allocation_count, 0)
+
     def set_pending(self, pending: int, min_needed: Vector) -> None:
         self.pending_allocation_count = pending
         self.min_needed_resources = np.array(min_needed, dtype=float)
-        self.needed_resources = self.min_needed_resources * max(pending, 0)
         self.pending_revision += 1
         for into, key in self.pending_watchers:
             into.add(key)
