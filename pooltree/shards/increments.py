@@ -27,6 +27,7 @@ from pooltree.shards.replica import (
     AllocationStarted,
     Increment,
     NodeSynced,
+    OperationChanges,
     PendingWork,
     Published,
     PublishedChanges,
@@ -73,19 +74,24 @@ def published_changes(
     published: Published, previous: SchedulingTree, base: int, serial: int
 ) -> PublishedChanges | None:
     """``published`` as the changes from ``previous`` (the tree the truth published before it, numbered ``base``),
-    when it has ``previous``'s structure (its ``skeleton``: `SchedulingTree.with_shares` derived it) and the same
-    element ids in the same order; else None (it goes whole). The changed specs are the builder's hint
-    (`SchedulingTree.respecced`, when derived from ``previous``) or, without it, the specs that are not
-    ``previous``'s very objects."""
+    when it was derived from ``previous``: of the same structure (its ``skeleton``: `SchedulingTree.with_shares`,
+    with the same element ids in the same order) or with operations added and removed
+    (`SchedulingTree.with_operation_changes`: its ``delta`` names ``previous``'s skeleton); else None (it goes
+    whole). The changed specs are the builder's hint (`SchedulingTree.respecced`, when derived from ``previous``)
+    or, without it, the specs that are not ``previous``'s very objects."""
     tree = published.tree
-    if tree.skeleton is not previous.skeleton or tree.config is not previous.config:
+    if tree.config is not previous.config:
         return None
+    delta = tree.delta
+    same = tree.skeleton is previous.skeleton
+    if not same and (delta is None or delta.base is not previous.skeleton):
+        return None
+    new, old = tree.elements, previous.elements
     hint = tree.respecced
     replaced: list[ElementSpec]
     if hint is not None and hint[0]() is previous:
-        replaced = list(hint[1])  # `with_shares` wrote these over a copy of ``previous``'s id map
-    else:
-        new, old = tree.elements, previous.elements
+        replaced = list(hint[1])  # the specs of the tree that are not ``previous``'s very objects
+    elif same:
         if len(new) != len(old):
             return None
         replaced = []
@@ -94,6 +100,13 @@ def published_changes(
                 return None
             if spec is not old_spec:
                 replaced.append(spec)
+    else:
+        replaced = [spec for element_id, spec in new.items() if old.get(element_id) is not spec]
+    operations = None
+    if not same:
+        assert delta is not None
+        children = {parent: list(tree.children[parent]) for parent in delta.parents}
+        operations = OperationChanges(list(new), set(delta.removed), list(delta.added), children)
     return PublishedChanges(
         base,
         serial,
@@ -104,6 +117,7 @@ def published_changes(
         published.high_priority,
         published.fifo_unschedulable,
         published.scheduling_tags_enabled,
+        operations,
     )
 
 

@@ -115,10 +115,23 @@ class Published:
 
 
 @dataclass(frozen=True)
+class OperationChanges:
+    """How a published tree's structure differs from its base's (`SchedulingTree.with_operation_changes`, its
+    ``delta``): operations ``removed`` and ``added`` (a changed one in both), the tree's element ids in its order,
+    and the new children lists of the parents whose operations changed."""
+
+    ids: list[str]
+    removed: set[str]
+    added: list[str]
+    children: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
 class PublishedChanges:
-    """The truth published a tree of the structure of the one it published before (``base``, by the leader's
-    number): that tree's specs with ``replaced`` written over them, ``total_resources`` and ``prepared`` (what
-    `SchedulingTree.with_shares` derives from ``base``), published at ``time`` with the settings its core gave it.
+    """The truth published a tree derived from the one it published before (``base``, by the leader's number):
+    that tree's specs with ``replaced`` written over them, ``total_resources`` and ``prepared``, of the base's
+    structure (`SchedulingTree.with_shares`) or, with ``operations``, of the base's with operations added and
+    removed (`SchedulingTree.with_operation_changes`), published at ``time`` with the settings its core gave it.
     The shard process derives it from its replica's published tree, so that the structure and the unchanged specs
     stay its very objects and `TreeScheduler.publish` takes the incremental path (`increments.published_changes`)."""
 
@@ -131,6 +144,7 @@ class PublishedChanges:
     high_priority: frozenset[str]
     fifo_unschedulable: frozenset[str]
     scheduling_tags_enabled: bool
+    operations: OperationChanges | None = None
 
 
 class ReplicaBehind(RuntimeError):
@@ -499,11 +513,7 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
             raise ReplicaBehind(
                 f"published tree {increment.base} is not the replica's ({replica.published_serial})"
             )
-        base = strategy.state.tree
-        rows = SpecRows()
-        rows.base = base
-        rows.replaced = increment.replaced
-        tree = base.with_shares(increment.total_resources, rows)
+        tree = _derived_tree(strategy.state.tree, increment)
         tree.prepared = increment.prepared
         strategy.high_priority = increment.high_priority
         strategy.fifo_unschedulable = increment.fifo_unschedulable
@@ -520,3 +530,27 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         replica.controllers.pop(increment.operation_id, None)
     else:
         strategy.rekey_operations(increment.operation_ids)
+
+
+def _derived_tree(base: SchedulingTree, changes: PublishedChanges) -> SchedulingTree:
+    """The tree ``changes`` says the truth derived from ``base`` (the replica's published tree), derived the same
+    way, so that the structure's unchanged parts and the unchanged specs are ``base``'s objects."""
+    rows = SpecRows()
+    rows.base = base
+    rows.replaced = changes.replaced
+    operations = changes.operations
+    if operations is None:
+        return base.with_shares(changes.total_resources, rows)
+    replaced = {spec.id: spec for spec in changes.replaced}
+    previous = base.elements
+    for element_id in operations.ids:
+        spec = replaced.get(element_id) or previous.get(element_id)
+        if spec is None:
+            raise ReplicaBehind(
+                f"element {element_id!r} is neither replaced nor in the replica's published tree"
+            )
+        rows.append(spec)
+    rows.ids = operations.ids
+    rows.tail = 0  # the ids are the truth's tree's, in its order: its map is made of them (`_specs_of`)
+    rows.children = operations.children
+    return base.with_operation_changes(changes.total_resources, rows, operations.removed, operations.added)

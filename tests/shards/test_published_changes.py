@@ -1,7 +1,7 @@
-"""A publish of the same structure goes to shard processes as its changes (`increments.published_changes`,
-`replica.PublishedChanges`): the replica derives the tree from its own published one, so that its publish takes
-the incremental path, and ends where the truth's publish of the whole tree ends; a replica holding another base
-refuses the changes."""
+"""A publish derived from the one before (the same structure, or operations added and removed) goes to shard
+processes as its changes (`increments.published_changes`, `replica.PublishedChanges`): the replica derives the
+tree from its own published one, so that its publish takes the incremental path, and ends where the truth's
+publish ends; a replica holding another base refuses the changes."""
 
 from __future__ import annotations
 
@@ -96,6 +96,54 @@ def test_a_replica_holding_another_base_refuses_the_changes() -> None:
         replica = _replica(truth, held)
         with pytest.raises(ReplicaBehind):
             replica.apply([changes])
+
+
+def test_operations_added_and_removed_are_derived_from_the_replicas_own_tree() -> None:
+    first = SchedulingTree(
+        TOTAL,
+        [
+            ElementSpec("a", ROOT_ID, fair_share=np.full(5, 0.5)),
+            ElementSpec("b", ROOT_ID, fair_share=np.full(5, 0.5)),
+            ElementSpec(
+                "o1", "a", kind="operation", fair_share=np.full(5, 0.2), demand_share=np.full(5, 0.3)
+            ),
+            ElementSpec(
+                "o2", "b", kind="operation", fair_share=np.full(5, 0.3), demand_share=np.full(5, 0.3)
+            ),
+        ],
+    )
+    truth = TreeScheduler(first)
+    truth.publish(first, 1.0)
+    replica = _replica(truth, 1)
+    own = replica.strategy.state.tree  # type: ignore[union-attr]
+    o3 = ElementSpec("o3", "a", kind="operation", fair_share=np.full(5, 0.1), demand_share=np.full(5, 0.4))
+    o2 = dataclasses.replace(first.elements["o2"], fair_share=np.full(5, 0.25))
+    kept = [first.elements[i] for i in (ROOT_ID, "a", "b")]
+    second = first.with_operation_changes(TOTAL, [*kept, o2, o3], {"o1"}, ["o3"])
+    changes = published_changes(_settings(second, 2.0), first, 1, 2)
+    assert changes is not None and changes.operations is not None
+    assert sorted(spec.id for spec in changes.replaced) == ["o2", "o3"]
+    replica.apply([loads(dumps(changes))])
+    truth.publish(second, 2.0)
+    strategy = replica.strategy
+    assert strategy is not None
+    derived = strategy.state.tree
+    # derived from the replica's own tree: its delta names the replica's skeleton (the publish's delta path), the
+    # untouched parent's children and the unchanged elements' settings are its objects
+    assert derived.delta is not None and derived.delta.base is own.skeleton
+    assert strategy.publisher.skeleton is derived.skeleton
+    assert derived.children["b"] is own.children["b"] and derived.effective["b"] is own.effective["b"]
+    assert derived.elements["a"] is own.elements["a"]
+    assert list(derived.elements) == list(second.elements) and derived.order == second.order
+    assert derived.children == second.children and derived.depth == second.depth
+    assert set(strategy.state.elements) == set(truth.state.elements) == {ROOT_ID, "a", "b", "o2", "o3"}
+    for element_id, element in truth.state.elements.items():
+        copied = strategy.state.elements[element_id]
+        assert (copied.fair_share, copied.demand_share, copied.usage) == (
+            element.fair_share,
+            element.demand_share,
+            element.usage,
+        )
 
 
 def test_a_tree_of_another_structure_goes_whole() -> None:
