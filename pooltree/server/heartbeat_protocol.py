@@ -223,10 +223,7 @@ class HeartbeatProtocol(asyncio.Protocol):
             ARRIVED: self.arrived,
             BODY_WHOLE: True,
         }
-        task = self.loop.create_task(self._answer(scope, body, self.serial))
-        tasks = self.server_state.tasks
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        self.server_state.tasks.add(self.loop.create_task(self._answer(scope, body, self.serial)))
 
     async def _answer(self, scope: dict[str, Any], body: bytes, serial: int) -> None:
         messages = [{"type": "http.request", "body": body, "more_body": False}]
@@ -242,6 +239,8 @@ class HeartbeatProtocol(asyncio.Protocol):
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
             return
+        finally:  # uvicorn's server waits for these as it stops (no done callback: one loop turn less)
+            self.server_state.tasks.discard(asyncio.current_task())
         if self.busy and serial == self.serial:
             log.error("ASGI callable returned without completing its response.")
             self._end_unanswered(serial)
