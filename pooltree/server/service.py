@@ -60,7 +60,7 @@ from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.protocol import YtError
-from pooltree.server.store import SqliteStore, Store
+from pooltree.server.store import Store
 from pooltree.server.tree_options import effective_tree_config
 from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
 from pooltree.shards.remote import ProcessShardStarts
@@ -305,9 +305,6 @@ class SchedulerService:
         self.shards: NodeShards | None = None
         """The node shard processes while started with ``node_shards`` > 1."""
         self.store = store
-        self._inline_commits = isinstance(store, SqliteStore)
-        """Whether the heartbeat listener's loop writes its group commits itself (``GroupCommit.wait_async``):
-        SQLite's writes are local and short; a PostgreSQL round trip would hold every heartbeat of the loop."""
         self.tune_gc = tune_gc
         self.clock = clock
         self.security = Security(
@@ -498,9 +495,7 @@ class SchedulerService:
             names = self.shards is not None or (self.heartbeat_port is not None and not on_listener)
             hostname = Request(scope).url.hostname if names else None  # parsed only when named
             try:
-                response = await self._answer_heartbeat_async(
-                    heartbeat, peer, limit is not None, hostname, inline=on_listener and self._inline_commits
-                )
+                response = await self._answer_heartbeat_async(heartbeat, peer, limit is not None, hostname)
             finally:
                 self.leave_heartbeat()
             return wire.encode(response)
@@ -514,20 +509,13 @@ class SchedulerService:
             )
 
     async def _answer_heartbeat_async(
-        self,
-        heartbeat: HeartbeatRequest,
-        peer: str | None,
-        throttled: bool,
-        hostname: str | None,
-        *,
-        inline: bool = False,
+        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
     ) -> dict[str, Any]:
         """``answer_heartbeat`` on the event loop: the heartbeat is processed right here when the scheduling lock
         is free (its work is a fraction of a millisecond; a hop to a worker thread and back cost about as much);
         when the lock is busy (a fair-share update, a command) it waits for the lock's release without blocking
         the loop (``live/lock.py``) and tries again; its job records are stored by the group commit, whose
-        write runs on the group commit's thread (``GroupCommit.wait_async``), or with ``inline`` (the heartbeat
-        listener's loop on a SQLite store) on this loop's thread. A heartbeat that would first publish a
+        write runs on the group commit's thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
         stale tree (a fair-share pass) is answered on a heartbeat thread."""
         threads = self._heartbeat_threads
         scheduler = self.scheduler
@@ -556,7 +544,7 @@ class SchedulerService:
             attempt = await loop.run_in_executor(threads, attempt.finish)
         response, ticket = attempt
         try:
-            await scheduler.commits.wait_async(ticket, inline)
+            await scheduler.commits.wait_async(ticket)
         finally:
             scheduler.record_duration("heartbeat", time.perf_counter() - began)
         self._name_shard(response, heartbeat.address, hostname)

@@ -155,60 +155,6 @@ def test_loop_waiters_share_one_batch_and_a_failure_reaches_each() -> None:
     assert len(writes) == 3 and all(isinstance(error, OSError) for error in errors)
 
 
-def test_inline_committers_write_on_the_loops_thread_with_the_turns_other_waiters() -> None:
-    writes: list[tuple[list[str], int]] = []
-    gate = threading.Event()
-    gate.set()
-    fail = {"next": False}
-
-    def write(records: Sequence[JobRecord]) -> None:
-        gate.wait(WAIT)
-        writes.append(([r.id for r in records], threading.get_ident()))
-        if fail["next"]:
-            raise OSError("disk full")
-
-    commits = GroupCommit(write)
-
-    async def waiter(job_id: str, inline: bool) -> str:
-        await commits.wait_async(commits.submit([_record(job_id)]), inline)
-        return job_id
-
-    async def main() -> list[Any]:
-        # heartbeats of one turn of the loop: one write, on this thread, after each of them queued its records
-        together = await asyncio.wait_for(asyncio.gather(*(waiter(f"j{i}", True) for i in range(5))), WAIT)
-        assert together == [f"j{i}" for i in range(5)]
-        # an inline waiter behind a committer of the group commit's thread waits for its batch, never blocks
-        gate.clear()
-        first = asyncio.ensure_future(waiter("k0", False))
-        while not commits._committing:
-            await asyncio.sleep(0.001)
-        behind = asyncio.ensure_future(waiter("k1", True))
-        while not commits._async_waiters:  # queued behind the batch being written
-            await asyncio.sleep(0.001)
-        assert not behind.done()
-        gate.set()
-        assert await asyncio.wait_for(asyncio.gather(first, behind), WAIT) == ["k0", "k1"]
-        fail["next"] = True
-        failing = [waiter(f"f{i}", True) for i in range(3)]
-        return await asyncio.wait_for(asyncio.gather(*failing, return_exceptions=True), WAIT)
-
-    loop_thread: list[int] = []
-
-    async def run() -> list[Any]:
-        loop_thread.append(threading.get_ident())
-        return await main()
-
-    try:
-        errors = asyncio.run(run())
-    finally:
-        commits.close()
-    assert writes[0] == ([f"j{i}" for i in range(5)], loop_thread[0])
-    assert writes[1][0] == ["k0"] and writes[1][1] != loop_thread[0]  # the group commit's own thread
-    assert writes[2] == (["k1"], loop_thread[0])
-    assert sorted(writes[3][0]) == ["f0", "f1", "f2"] and len(writes) == 4
-    assert all(isinstance(error, OSError) for error in errors)
-
-
 @pytest.mark.anyio
 async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_path: Path) -> None:
     service = SchedulerService(

@@ -18,11 +18,6 @@ Waiters on an event loop (heartbeats processed on the service's loop) use ``wait
 the batch's end resolves, and a committer among them writes its batch on the group commit's own thread, so a batch
 costs one thread hop instead of one per heartbeat. That thread is the group commit's alone: a write must never
 queue behind threads that wait for the scheduling lock, whose holder may be waiting for that write (``flush``).
-A loop that serves nothing but heartbeats (the heartbeat listener's) on a store that commits locally (SQLite) asks
-for ``inline`` commits: its committer lets the loop's other ready heartbeats run first (one turn, so they join the
-batch) and then writes on the loop's own thread. Live, the hop to the group commit's thread and back (a wake-up,
-the interpreter handed over twice, the loop woken by a write to its pipe) cost more than SQLite's write itself:
-~0.1 ms of a 1.1 ms heartbeat with 300 nodes (``bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -90,16 +85,13 @@ class GroupCommit:
                 self._committing = True
             self._commit(batch, first, last)
 
-    async def wait_async(self, ticket: int, inline: bool = False) -> None:
-        """``wait`` for a caller on an event loop: the loop is never blocked by another committer; when this
-        caller becomes the committer its batch is written on the group commit's thread, or with ``inline`` on
-        this loop's thread after one turn of the loop (see the module docstring)."""
+    async def wait_async(self, ticket: int) -> None:
+        """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
+        committer its batch is written on the group commit's thread."""
         if ticket <= 0:
             return
         loop = asyncio.get_running_loop()
-        turned = not inline
         while True:
-            batch: list[JobRecord] | None = None
             with self._condition:
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
@@ -109,19 +101,11 @@ class GroupCommit:
                     self._async_waiters.append((loop, ended))  # type: ignore[arg-type]
                 else:
                     ended = None
-                    if turned:
-                        batch, last, first = list(self._queue.values()), self._submitted, self._durable + 1
-                        self._queue = {}
-                        self._committing = True
+                    batch, last, first = list(self._queue.values()), self._submitted, self._durable + 1
+                    self._queue = {}
+                    self._committing = True
             if ended is not None:
                 await ended
-                continue
-            if batch is None:  # inline: the loop's heartbeats ready in this turn queue their records first
-                turned = True
-                await asyncio.sleep(0)
-                continue
-            if inline:
-                self._commit(batch, first, last)
                 continue
             try:
                 pending = loop.run_in_executor(self._writer(), self._commit, batch, first, last)
@@ -169,13 +153,9 @@ class GroupCommit:
         by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         for loop, ended in waiters:
             by_loop.setdefault(loop, []).append(ended)
-        running = _running_loop()  # an inline committer's: its own waiters need no wake-up
         for loop, futures in by_loop.items():  # one wake-up per loop, not one per waiter (each is a write)
             try:
-                if loop is running:
-                    loop.call_soon(resolve_all, futures)
-                else:
-                    loop.call_soon_threadsafe(resolve_all, futures)
+                loop.call_soon_threadsafe(resolve_all, futures)
             except RuntimeError:  # its loop is closed
                 continue
 
@@ -183,11 +163,3 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running on this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
