@@ -15,16 +15,19 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from pooltree.config import parse_pool_trees
 from pooltree.errors import PooltreeError
 from pooltree.node import wire
 from pooltree.node.service import NODE_SECRET_HEADER
 from pooltree.server.leader import SchedulerRunner
+from pooltree.server.live.jobs import DeferredHeartbeat
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import Store
 
 sys.path.insert(0, str(Path(__file__).parent))
 from heartbeat_maps import node_heartbeat
 from live_cluster import NODE_SECRET, ROOT_TOKEN, Loop, auth_headers
+from polling import wait_for
 
 from pooltree.cli.live import parse_heartbeat_port
 
@@ -191,3 +194,37 @@ def test_heartbeat_port_option() -> None:
     for bad in ("0", "65536", "-1", "x", ""):
         with pytest.raises(PooltreeError, match="--heartbeat-port"):
             parse_heartbeat_port(bad)
+
+
+def test_a_heartbeat_whose_report_activates_an_operation_starts_it_over_http(
+    runner: Runner, monkeypatch: Any
+) -> None:
+    """The heartbeat that reports the last job of an operation, in a pool running one at a time, is finished on a
+    heartbeat thread after the tree is published apart (``DeferredHeartbeat``): its answer acknowledges the job
+    and starts the operation activated in its place."""
+    deferred: list[DeferredHeartbeat] = []
+    finish = DeferredHeartbeat.finish
+    monkeypatch.setattr(DeferredHeartbeat, "finish", lambda self: deferred.append(self) or finish(self))
+    first = httpx.post(runner.url + wire.HEARTBEAT_PATH, content=_beat("n1"), headers=NODE, timeout=WAIT)
+    listener = wire.decode(first.content)[wire.HEARTBEAT_URL] + wire.HEARTBEAT_PATH
+    live = runner.service.scheduler
+    pools = {"small": {"max_running_operation_count": 1}}
+    spec = {"pool": "small", "tasks": {"main": {"command": "true", "job_count": 1, "cpu_limit": 1}}}
+    with live.lock:
+        live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 1.0)
+        running, queued = (live.start_operation("vanilla", spec, "alice", 1.0).id for _ in range(2))
+
+    def beat(**jobs: Any) -> dict[str, Any]:
+        body = wire.encode(node_heartbeat("n1", **jobs))
+        answer = httpx.post(listener, content=body, headers=NODE, timeout=WAIT)
+        assert answer.status_code == 200, answer.text
+        return wire.decode(answer.content)
+
+    started = wait_for(lambda: beat().get(wire.START), WAIT)  # once the service's loop published it
+    assert [spec["operation_id"] for spec in started] == [running]
+    job = started[0]["job_id"]
+    done = wire.finished_job(job, running, "main", "completed", 1.0, 2.0)
+    answer = beat(finished=[done])
+    assert answer[wire.ACKNOWLEDGE] == [job]
+    assert [spec["operation_id"] for spec in answer.get(wire.START, [])] == [queued]
+    assert deferred  # finished on a heartbeat thread, the tree published apart
