@@ -185,6 +185,11 @@ async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_p
                 },
             )
             assert started.status_code == 200, started.text
+            # a heartbeat that meets the tree's periodic update computing outside the lock schedules against the
+            # last published tree (`refresh_stale_trees` leaves the tree to that update): wait for the operation
+            # to be published, so that the heartbeat below has its jobs to start whichever thread published it
+            operation_id = started.json()["operation_id"]
+            assert await asyncio.to_thread(_published, service, operation_id)
             holder.start()
             assert await asyncio.to_thread(held.wait, WAIT)
             beat = asyncio.ensure_future(
@@ -212,6 +217,17 @@ async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_p
             holder.join(WAIT)
         await service.stop()
         service.store.close()
+
+
+def _published(service: SchedulerService, operation_id: str) -> bool:
+    """Whether ``operation_id`` shows in the default tree's published update within ``WAIT`` (polled)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with service.scheduler.lock:
+            if service.scheduler.updates.operation_shares("default", operation_id) is not None:
+                return True
+        time.sleep(0.01)
+    return False
 
 
 def _heartbeat(address: str) -> bytes:

@@ -188,7 +188,9 @@ class OperationCommands:
             finally:
                 scheduler.persistence.start_mutation = None
             # No fair-share update per start (its cost grows with the operations in the tree): an operation that
-            # can run now is published before the next heartbeat schedules and by the service loop at once. A
+            # can run now is published before the next heartbeat schedules and by the service loop at once (or,
+            # when the tree's periodic update is computing outside the lock then, by that update: a heartbeat in
+            # between schedules against the last published tree, as YTsaurus's node shards do). A
             # pending one changes no share (no usage, no demand): no update for it; views show it with zero
             # shares until an update includes it.
             if registered.state is OperationState.RUNNING:
