@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,3 +31,17 @@ def node_heartbeat(
         running_jobs=running,
         finished_jobs=finished,
     )
+
+
+def published(scheduler: Any, operation_id: str, within: float, tree: str = "default") -> bool:
+    """Whether ``operation_id`` shows in ``tree``'s published update within ``within`` seconds (polled under the
+    scheduling lock). A heartbeat that meets the tree's periodic update computing outside the lock schedules
+    against the last published tree (`refresh_stale_trees` leaves the tree to that update): a test that needs a
+    heartbeat to start an operation just started waits for this first."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with scheduler.lock:
+            if scheduler.updates.operation_shares(tree, operation_id) is not None:
+                return True
+        time.sleep(0.01)
+    return False

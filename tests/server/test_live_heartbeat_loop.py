@@ -23,7 +23,7 @@ from pooltree.server.service import SchedulerService
 from pooltree.server.store import JobRecord, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from heartbeat_maps import node_heartbeat
+from heartbeat_maps import node_heartbeat, published
 
 WAIT = 30.0
 TOKEN = "ytct-0000-" + "7a11" * 8
@@ -185,11 +185,8 @@ async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_p
                 },
             )
             assert started.status_code == 200, started.text
-            # a heartbeat that meets the tree's periodic update computing outside the lock schedules against the
-            # last published tree (`refresh_stale_trees` leaves the tree to that update): wait for the operation
-            # to be published, so that the heartbeat below has its jobs to start whichever thread published it
-            operation_id = started.json()["operation_id"]
-            assert await asyncio.to_thread(_published, service, operation_id)
+            # the heartbeat below starts the operation's jobs only from a tree that has it published
+            assert await asyncio.to_thread(published, service.scheduler, started.json()["operation_id"], WAIT)
             holder.start()
             assert await asyncio.to_thread(held.wait, WAIT)
             beat = asyncio.ensure_future(
@@ -217,17 +214,6 @@ async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_p
             holder.join(WAIT)
         await service.stop()
         service.store.close()
-
-
-def _published(service: SchedulerService, operation_id: str) -> bool:
-    """Whether ``operation_id`` shows in the default tree's published update within ``WAIT`` (polled)."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        with service.scheduler.lock:
-            if service.scheduler.updates.operation_shares("default", operation_id) is not None:
-                return True
-        time.sleep(0.01)
-    return False
 
 
 def _heartbeat(address: str) -> bytes:

@@ -26,7 +26,7 @@ from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
-from heartbeat_maps import node_heartbeat
+from heartbeat_maps import node_heartbeat, published
 
 TOKEN = "ytct-0000-" + "c3" * 16
 SECRET = "node-secret-" + "5" * 24
@@ -155,6 +155,10 @@ async def test_heartbeat_past_the_hard_limit_schedules_nothing_and_is_visible(tm
                 },
             )
             assert response.status_code == 200, response.text
+            # the first heartbeat below starts the operation's jobs only from a tree that has it published
+            assert await asyncio.to_thread(
+                published, service.scheduler, response.json()["operation_id"], WAIT
+            )
 
             async def beat(address: str) -> dict[str, Any]:
                 answer = await client.post(
