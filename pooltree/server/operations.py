@@ -15,7 +15,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from pooltree.alerts import explain_pending
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.attribute import operation_forecast_map, scheduling_forecast
 from pooltree.forecast.live import count_limit_holder, submitted_operation, tree_limitation
@@ -30,6 +29,7 @@ from pooltree.server.live import (
     new_guid,
     no_such_operation,
 )
+from pooltree.server.live.alerts import explain_pending
 from pooltree.server.operation_listing import OperationListing, live_brief
 from pooltree.server.operation_maps import attribute_map, effective_values, stored_attributes
 from pooltree.server.operation_times import iso_time

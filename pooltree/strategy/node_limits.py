@@ -53,7 +53,7 @@ def insufficient_node_limits(
     tree: str, tree_config: Any, nodes: Mapping[str, tuple[Any, np.ndarray]]
 ) -> tuple[str, dict[str, Any]] | None:
     """The message and attributes of YTsaurus's tree alert for the tree's violating nodes, or None (also without
-    the option); ``pooltree.alerts`` makes the alert."""
+    the option); ``pooltree.server.live.alerts`` makes the alert."""
     minimum = min_node_resource_limits(tree_config, f"pool_trees.{tree}.config")
     if minimum is None:
         return None

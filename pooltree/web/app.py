@@ -28,11 +28,11 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from pooltree.alerts import explain_pending
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCES, format_size, resources_to_dict
 from pooltree.server.app import read_body
 from pooltree.server.job_commands import job_attributes
+from pooltree.server.live.alerts import explain_pending
 from pooltree.server.live.reads import RecentReads
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure

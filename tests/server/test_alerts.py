@@ -1,7 +1,8 @@
-"""Alerts of the live scheduler (pooltree/alerts.py): each one appears when its cause holds and clears when the
-cause goes; ``//sys/scheduler/@alerts``, the orchid and ``/metrics`` show them; an operation no node can ever fit
-fails with YTsaurus's ``NoOnlineNodeToScheduleJob`` (4410) after the timeout. Driven without processes: the
-``LiveScheduler`` gets heartbeats and updates at injected times; the HTTP part goes through the ASGI app."""
+"""Alerts of the live scheduler (pooltree/alerts.py, pooltree/server/live/alerts.py): each one appears when its
+cause holds and clears when the cause goes; ``//sys/scheduler/@alerts``, the orchid and ``/metrics`` show them; an
+operation no node can ever fit fails with YTsaurus's ``NoOnlineNodeToScheduleJob`` (4410) after the timeout. Driven
+without processes: the ``LiveScheduler`` gets heartbeats and updates at injected times; the HTTP part goes through
+the ASGI app."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.job_commands import job_attributes
 from pooltree.server.live import LiveScheduler
+from pooltree.server.live.alerts import explain_pending
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -382,8 +384,6 @@ def test_preempted_job_says_why_and_for_whom(tmp_path: Path) -> None:
 
 
 def explanation(scheduler: LiveScheduler, op: Any, tree: str = "default") -> dict[str, Any] | None:
-    from pooltree.alerts import explain_pending
-
     return explain_pending(scheduler, op, tree)
 
 

@@ -21,9 +21,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pooltree.alerts import AlertSettings, SchedulerAlerts
+from pooltree.alerts import AlertSettings
 from pooltree.config import OperationSpec
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.server.live.alerts import SchedulerAlerts
 from pooltree.server.live.commands import OperationCommands
 from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
@@ -286,7 +287,7 @@ class LiveScheduler:
     # ------------------------------------------------------------------ views
 
     def alerts(self, op: LiveOperation, now: float | None = None) -> dict[str, Any]:
-        """The operation's ``alerts`` attribute (see ``pooltree.server.alerts``)."""
+        """The operation's ``alerts`` attribute (see ``pooltree.server.live.alerts``)."""
         return self.alert_center.operation_alerts(op, self.now if now is None else now)
 
     def scheduler_alerts(self) -> list[dict[str, Any]]:
