@@ -20,12 +20,11 @@ import os
 import secrets
 import socket
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -97,13 +96,7 @@ loop, which answers cached reads itself: with dozens of commands in threads at o
 switch intervals for its turn. Reads have their own threads so that they never queue behind changes waiting for
 the scheduling lock (a start blocks on it while a fair-share update or heartbeats hold it; ``list_operations`` and
 stored operations need no lock). Heartbeats and fair-share updates have threads of their own (Starlette's pool).
-``POOLTREE_COMMAND_THREADS`` overrides it.
-
-Each queue is a thread pool of its own (``YtApi._threads``), not a limiter on the event loop: a thread that ends a
-command takes the next one waiting at once. Behind anyio's ``CapacityLimiter`` a thread's turn was handed on by the
-loop (the thread's answer resumed its request on the loop, which then released the turn and woke the next request,
-which then handed its command to a thread): three turns of a loop serving ~1,000 requests/s per command, so with 50
-clients a ~1 ms ``list_operations`` held its turn ~12 ms and waited ~130 ms for one (``live_queue.py``)."""
+``POOLTREE_COMMAND_THREADS`` overrides it."""
 
 
 def command_threads() -> int:
@@ -478,9 +471,9 @@ class YtApi:
         self.host = host
         self.clock = clock
         self._last_prune = float("-inf")
-        self._threads: dict[bool, ThreadPoolExecutor] = {}
-        """The worker threads commands run on (``COMMAND_THREADS`` each), for reads (False) and for changes (True):
-        made at the first command of each kind, shut down when this object is collected."""
+        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
+        """Worker threads commands run on at once, for reads (False) and for changes (True): made on the event loop
+        at the first command of each kind."""
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         return error_response(error, request_id, self.host, self.clock())
@@ -574,26 +567,17 @@ class YtApi:
                 return self._output(descriptor, result, params, request_id)
         # one trip to a worker thread: each hand-over costs a wake-up and a GIL switch, several per request
         # added up to much of a cheap command's time under load
-        answer = await asyncio.get_running_loop().run_in_executor(
-            self._command_threads(descriptor.is_volatile),
-            functools.partial(self._run, descriptor, handler, ctx, request_id),
+        limiter = self._limiters.get(descriptor.is_volatile)
+        if limiter is None:
+            limiter = self._limiters[descriptor.is_volatile] = anyio.CapacityLimiter(command_threads())
+        answer = await anyio.to_thread.run_sync(
+            functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=limiter
         )
         if isinstance(answer, Deferred):  # waited for here, on the loop: no command thread is held
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(answer.future)), answer.timeout)
             return self._output(descriptor, answer.finish(answer.future), params, request_id)
         return answer
-
-    def _command_threads(self, volatile: bool) -> ThreadPoolExecutor:
-        """The queue of reads (``volatile`` False) or of changes: its threads take the commands in order."""
-        threads = self._threads.get(volatile)
-        if threads is None:
-            threads = ThreadPoolExecutor(
-                command_threads(), thread_name_prefix="changes" if volatile else "reads"
-            )
-            threads = self._threads.setdefault(volatile, threads)
-            weakref.finalize(self, threads.shutdown, wait=False)
-        return threads
 
     def _run(
         self, descriptor: CommandDescriptor, handler: Handler, ctx: CommandContext, request_id: str
