@@ -154,7 +154,10 @@ def test_revival_keeps_running_jobs(tmp_path: Path) -> None:
         client.update_operation_parameters(op.id, {"weight": 3})
         cluster.restart_scheduler()
         client = cluster.client()
-        assert state(client, op.id) in ("running", "pending")
+        # revived, and its jobs may already have ended: the node reports them to the restarted scheduler at its
+        # first heartbeat, which can come before this read when the restart is slow (seen at load ~11); that the
+        # jobs were kept, not run again, is checked below by their ids
+        assert state(client, op.id) in ("running", "pending", "completed")
         params = client.get_operation(op.id)["runtime_parameters"]["scheduling_options_per_pool_tree"]
         assert float(params["default"]["weight"]) == 3.0
         assert "reviving" in [e["state"] for e in client.get_operation(op.id)["events"]]
