@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,3 +46,23 @@ def published(scheduler: Any, operation_id: str, within: float, tree: str = "def
                 return True
         time.sleep(0.01)
     return False
+
+
+def _timeless(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _timeless(v) for k, v in value.items() if k != "datetime"}
+    if isinstance(value, list):
+        return [_timeless(v) for v in value]
+    return value
+
+
+def comparable_answer(status: int, headers: Mapping[str, str], body: bytes) -> tuple[Any, ...]:
+    """An HTTP answer as two routes or protocols must give it alike: status, content type and length, ``X-YT-*``
+    headers and body, the request id and times taken out."""
+    yt = {k: v for k, v in headers.items() if k.startswith("x-yt-") and k != "x-yt-request-id"}
+    if "x-yt-error" in yt:
+        yt["x-yt-error"] = _timeless(json.loads(yt["x-yt-error"]))
+    content: Any = body
+    if headers.get("content-type", "").startswith("application/json") and body:
+        content = _timeless(json.loads(body))
+    return status, headers.get("content-type"), headers.get("content-length"), yt, content

@@ -8,7 +8,6 @@ connections closed."""
 from __future__ import annotations
 
 import gzip
-import json
 import socket
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from heartbeat_maps import comparable_answer
 from loopback import ServerThread
 
 from pooltree.node import wire
@@ -71,25 +71,6 @@ REQUESTS: list[tuple[str, str, dict[str, str], bytes]] = [
     ("POST", "/api/v4/get", {}, b"{}"),
     ("POST", PATH + "?x=1", {}, GOOD),
 ]
-
-
-def _timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if k != "datetime"}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
-def _comparable(status: int, headers: dict[str, str], body: bytes) -> tuple[Any, ...]:
-    """Status, content type and length, ``X-YT-*`` headers and body, the request id and times taken out."""
-    yt = {k: v for k, v in headers.items() if k.startswith("x-yt-") and k != "x-yt-request-id"}
-    if "x-yt-error" in yt:
-        yt["x-yt-error"] = _timeless(json.loads(yt["x-yt-error"]))
-    content: Any = body
-    if headers.get("content-type", "").startswith("application/json") and body:
-        content = _timeless(json.loads(body))
-    return status, headers.get("content-type"), headers.get("content-length"), yt, content
 
 
 class _Listener:
@@ -175,7 +156,9 @@ async def test_every_request_gets_uvicorns_answer(service: SchedulerService, mon
             for base in (lean.url, plain.url):
                 async with httpx.AsyncClient(timeout=WAIT) as client:  # a connection of its own
                     response = await client.request(method, base + path, headers=headers, content=body)
-                answers.append(_comparable(response.status_code, dict(response.headers), response.content))
+                answers.append(
+                    comparable_answer(response.status_code, dict(response.headers), response.content)
+                )
             assert answers[0] == answers[1], (method, path, extra, body[:40])
             # the protocol answers plain heartbeats itself (refused or not), and hands over everything else
             plain_heartbeat = (
@@ -193,7 +176,7 @@ async def test_every_request_gets_uvicorns_answer(service: SchedulerService, mon
                 for base in (lean.url, plain.url):
                     response = await client.post(base + PATH, headers=headers, content=body)
                     answers.append(
-                        _comparable(response.status_code, dict(response.headers), response.content)
+                        comparable_answer(response.status_code, dict(response.headers), response.content)
                     )
                 assert answers[0][0] == (401 if sequence == 4 else 200)
                 assert answers[0][:4] == answers[1][:4]
@@ -214,14 +197,14 @@ async def test_pipelined_split_and_stalled_requests(service: SchedulerService, m
             with _connect(server.url) as sock:
                 held = bytearray()
                 sock.sendall(b"".join(requests))  # three heartbeats in one write: three answers in order
-                got += [_comparable(*_read_answer(sock, held)) for _ in requests]
+                got += [comparable_answer(*_read_answer(sock, held)) for _ in requests]
                 for cut in (
                     10,
                     len(requests[0]) - 3,
                 ):  # one heartbeat in two writes, cut in its head, its body
                     sock.sendall(requests[0][:cut])
                     sock.sendall(requests[0][cut:])
-                    got.append(_comparable(*_read_answer(sock, held)))
+                    got.append(comparable_answer(*_read_answer(sock, held)))
                 assert not held
         assert answers["lean"] == answers["plain"]
         assert [answer[0] for answer in answers["lean"]] == [200] * 5
@@ -235,7 +218,7 @@ async def test_pipelined_split_and_stalled_requests(service: SchedulerService, m
                 "the connection handed over",
             )
             sock.sendall(requests[1][-5:])
-            assert _comparable(*_read_answer(sock, bytearray())) == answers["plain"][1]
+            assert comparable_answer(*_read_answer(sock, bytearray())) == answers["plain"][1]
 
 
 def test_idle_keep_alive_connections_are_closed() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from heartbeat_maps import comparable_answer
 from loopback import ServerThread
 
 from pooltree.node import wire
@@ -63,25 +64,6 @@ REQUESTS: list[tuple[str, dict[str, str], bytes]] = [
     ("GET", {}, b""),
     ("PUT", {}, GOOD),
 ]
-
-
-def _timeless(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _timeless(v) for k, v in value.items() if k != "datetime"}
-    if isinstance(value, list):
-        return [_timeless(v) for v in value]
-    return value
-
-
-def _comparable(status: int, headers: dict[str, str], body: bytes) -> tuple[Any, ...]:
-    """Status, content type, ``X-YT-*`` headers and body, the request id and times taken out."""
-    yt = {k: v for k, v in headers.items() if k.startswith("x-yt-") and k != "x-yt-request-id"}
-    if "x-yt-error" in yt:
-        yt["x-yt-error"] = _timeless(json.loads(yt["x-yt-error"]))
-    content: Any = body
-    if headers.get("content-type", "").startswith("application/json") and body:
-        content = _timeless(json.loads(body))
-    return status, headers.get("content-type"), headers.get("content-length"), yt, content
 
 
 class _Entry:
@@ -140,7 +122,7 @@ async def test_the_direct_heartbeat_route_answers_as_the_apps(tmp_path: Path, mo
                     for base in (direct.url, through_app.url):
                         response = await client.request(method, base + PATH, headers=headers, content=body)
                         answers.append(
-                            _comparable(response.status_code, dict(response.headers), response.content)
+                            comparable_answer(response.status_code, dict(response.headers), response.content)
                         )
                     assert answers[0] == answers[1], (method, extra, body[:40])
                     if body == GOOD and method == "POST" and len(extra) == 1 and "Content-Type" in extra:
@@ -156,9 +138,9 @@ async def test_the_direct_heartbeat_route_answers_as_the_apps(tmp_path: Path, mo
             fast = 0
             for _ in range(ONE_WRITE_ATTEMPTS):
                 reads = len(plain_reads)
-                whole = _comparable(*_raw(direct.url, one_write))
+                whole = comparable_answer(*_raw(direct.url, one_write))
                 fast += len(plain_reads) == reads
-                assert whole == _comparable(*_raw(through_app.url, one_write))
+                assert whole == comparable_answer(*_raw(through_app.url, one_write))
                 assert whole[0] == 200
                 if fast:
                     break
@@ -168,7 +150,7 @@ async def test_the_direct_heartbeat_route_answers_as_the_apps(tmp_path: Path, mo
                 f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pooltree-Node-Secret: {SECRET}\r\n"
                 f"Content-Length: {heartbeats.MAX_HEARTBEAT_BYTES + 1}\r\nConnection: close\r\n\r\n"
             ).encode()
-            large = [_comparable(*_raw(base, head)) for base in (direct.url, through_app.url)]
+            large = [comparable_answer(*_raw(base, head)) for base in (direct.url, through_app.url)]
             assert large[0][0] == 413 and large[0] == large[1]
     finally:
         await service.stop()
