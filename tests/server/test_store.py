@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -12,7 +10,6 @@ import pytest
 
 from pooltree.errors import PooltreeError
 from pooltree.server.store import JobRecord, OperationFilter, OperationRecord, StoreError, open_store, sql
-from pooltree.server.store.sqlite import READERS, SqliteStore
 
 
 def _op(i: int, **kw: object) -> OperationRecord:
@@ -204,32 +201,3 @@ def test_put_jobs_writes_a_batch_and_the_last_version_wins(store_url: str) -> No
         jobs = {job.id: job for job in store.list_jobs("op-1")}
         assert jobs["a"].state == "failed" and jobs["a"].document == {"exit_code": 1}
         assert jobs["b"].state == "completed" and jobs["b"].finish_time == 2.0
-
-
-def test_sqlite_reads_each_have_a_connection_and_do_not_wait_for_each_other(tmp_path: Path) -> None:
-    """SQLite reads run on connections of their own (``READERS``): while reads hold connections, another read is
-    answered; a read past ``READERS`` at once waits for one to end; ``close`` closes a held connection when its
-    read ends, and reads after it fail as before."""
-    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    assert isinstance(store, SqliteStore)
-    record = _op(1)
-    store.put_operation(record)
-    with contextlib.ExitStack() as held:
-        readers = [held.enter_context(store._reading()) for _ in range(READERS - 1)]
-        assert len({id(reader) for reader in readers}) == READERS - 1
-        assert store.get_operation("op-1") == record  # the one connection left
-        held.enter_context(store._reading())
-        got: list[object] = []
-        late = threading.Thread(target=lambda: got.append(store.get_operation("op-1")))
-        late.start()
-        late.join(0.2)
-        assert late.is_alive() and got == []  # every connection is held: it waits for one
-    late.join(30)
-    assert got == [record]
-    with store._reading() as reader:
-        store.close()
-        assert reader.execute("SELECT COUNT(*) FROM operations").fetchone() == (1,)  # still its own
-    with pytest.raises(sqlite3.ProgrammingError):
-        reader.execute("SELECT 1")
-    with pytest.raises(StoreError):
-        store.get_operation("op-1")

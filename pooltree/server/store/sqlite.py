@@ -1,6 +1,5 @@
-"""SQLite store: the embedded default (one file, WAL journal; one connection under a lock writes, each read has a
-connection of its own (up to ``READERS`` at once), so a listing waits neither for a start's commit nor for other
-reads: WAL readers see the last commit).
+"""SQLite store: the embedded default (one file, WAL journal; one connection under a lock writes, a second one
+under its own lock reads, so a listing does not wait for a start's commit: WAL readers see the last commit).
 
 The file is watched: every transaction checks, before it commits, that the path still names the file the store
 opened (same device and inode) and that its header is still SQLite's. A deleted, replaced or overwritten file
@@ -28,8 +27,6 @@ from pooltree.server.store.base import JOURNAL_BOUND, StoreError, StoreHealth, S
 from pooltree.server.store.sql import SqlStore
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-READERS = 8
-"""Reads at once, each on a connection of its own (WAL readers do not wait for each other or for the writer)."""
 
 log = logging.getLogger(__name__)
 
@@ -97,47 +94,18 @@ class SqliteStore(SqlStore):
         self._wal_identity = _identity_of(self.wal_path)
         """The write-ahead log SQLite writes commits to (it exists once the schema is written): watched like the
         database file, since commits not yet checkpointed live only there."""
-        self._read_lock = contextlib.nullcontext()  # each read has a connection of its own (``_reading``)
-        self._reader_slots = threading.BoundedSemaphore(READERS)
-        self._idle_readers: list[sqlite3.Connection] = []
-        self._readers_lock = threading.Lock()
-        """Guards ``_idle_readers`` and ``_closed``."""
-        self._closed = False
-        try:  # all opened now: one opened later could create a new file where the store's was deleted
-            for _ in range(READERS):
-                self._idle_readers.append(self._open_reader())
+        try:
+            self._reader = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
+            )
+            self._reader.execute("PRAGMA busy_timeout=10000")
         except sqlite3.Error as error:
-            for reader in self._idle_readers:
-                reader.close()
             self._conn.close()
             os.close(self._fd)
             raise StoreError(
                 f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
             ) from error
-
-    def _open_reader(self) -> sqlite3.Connection:
-        reader = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0)
-        reader.execute("PRAGMA busy_timeout=10000")
-        return reader
-
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """A reading connection of this read alone, for as long as it reads: up to ``READERS`` reads at once, each
-        on its own connection, the others wait for one. Under one shared connection and its lock, a read whose thread lost the GIL held the lock until it got the GIL back: beside 1,000 heartbeating
-        nodes a ``list_operations`` page (~0.2 ms) and the starts' mutation-id lookups queued behind each other."""
-        with self._reader_slots:
-            with self._readers_lock:
-                if self._closed:  # as the one shared connection answered once closed
-                    raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-                reader = self._idle_readers.pop()
-            try:
-                yield reader
-            finally:
-                with self._readers_lock:
-                    if self._closed:
-                        reader.close()
-                    else:
-                        self._idle_readers.append(reader)
+        self._read_lock = threading.Lock()
 
     def _verify(self) -> str | None:
         """Why the file can no longer be trusted (deleted, replaced, corrupted), or None."""
@@ -220,21 +188,20 @@ class SqliteStore(SqlStore):
         """A read: one SELECT in SQLite's autocommit mode (its own read transaction), without ``BEGIN IMMEDIATE``
         (which takes the write lock) and the file check of a commit: nothing is acknowledged by a read, a vanished
         or replaced file is noticed by the next write and by ``probe``, corruption by SQLite when it reads."""
-        with self._reading() as reader:
-            cur = reader.cursor()
-            try:
-                yield cur
-            finally:
-                cur.close()
+        cur = self._reader.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
 
     def disk_space(self) -> tuple[int, int] | None:
         """Free bytes under the store, counting the database's own free pages (removed data: SQLite reuses them
         without giving them back to the filesystem), and the filesystem's size."""
         try:
             info = os.statvfs(self.path.parent)
-            with self._reading() as reader:
-                pages = reader.execute("PRAGMA freelist_count").fetchone()[0]
-                page_size = reader.execute("PRAGMA page_size").fetchone()[0]
+            with self._read_lock:
+                pages = self._reader.execute("PRAGMA freelist_count").fetchone()[0]
+                page_size = self._reader.execute("PRAGMA page_size").fetchone()[0]
         except (OSError, sqlite3.Error):
             return None
         return info.f_bavail * info.f_frsize + int(pages) * int(page_size), info.f_blocks * info.f_frsize
@@ -259,12 +226,8 @@ class SqliteStore(SqlStore):
             return self.health()
 
     def close(self) -> None:
-        with self._lock:
-            with self._readers_lock:  # a read still going closes its connection when it ends
-                self._closed = True
-                for reader in self._idle_readers:
-                    reader.close()
-                self._idle_readers.clear()
+        with self._lock, self._read_lock:
+            self._reader.close()
             self._conn.close()
             if self._fd is not None:
                 os.close(self._fd)
