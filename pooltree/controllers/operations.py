@@ -230,6 +230,15 @@ class OperationControllerBase:
     def _all_done(self) -> bool:
         return True
 
+    def take_incarnation_switch(self) -> bool:
+        """Whether the last finished allocation switched the operation's incarnation: never, but for a gang
+        (`VanillaController`)."""
+        return False
+
+    def restart_job(self, allocation: Allocation, now: float) -> Allocation | None:
+        """Not asked: only a gang switches incarnation (`VanillaController.restart_job`)."""
+        return None
+
     def _allocation_resources(self, state: _TaskState, job: Job) -> Vector:
         resources = state.spec.resources.copy()
         reserve = state.spec.memory_reserve

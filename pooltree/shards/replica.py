@@ -34,6 +34,7 @@ import numpy as np
 
 from pooltree.resources import Vector
 from pooltree.shards.pickling import TAPPED, Pending, load_snapshot
+from pooltree.strategy.elements import ControllerDefaults, Speculation
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -248,9 +249,9 @@ ClaimSender = Callable[[Claim], ClaimAnswer]
 """Carries a claim to the leader and returns its answer."""
 
 
-class ClaimController:
+class ClaimController(ControllerDefaults):
     """A replica's controller of one operation: its pending work as the increments said, starts claimed from the
-    leader (the `OperationController` protocol the strategy reads)."""
+    leader (the `OperationController` protocol the strategy reads; the defaults for the rest)."""
 
     def __init__(self, replica: TreeReplica, operation_id: str, pending: int, min_needed: Vector) -> None:
         self.replica = replica
@@ -260,6 +261,8 @@ class ClaimController:
         self.pending_revision = 0
         self.pending_watchers: list[tuple[set[str], str]] = []
         """``(into, key)``: ``key`` added to ``into`` whenever the pending work is set (`strategy/watch.py`)."""
+        self.speculation: Speculation | None = None
+        self.initial_min_needed_resources: Vector | None = None
 
     def schedule_allocation(self, node: ExecNode, available: Vector, now: float) -> Allocation | None:
         """A claim to the leader; the allocation it granted (a copy the replica books) or None."""

@@ -263,7 +263,7 @@ class SchedulerCore:
         work moves."""
         self.input_resources.watch(operation_id, controller)
         self._default_pending.watch(operation_id, controller)
-        if getattr(controller, "speculation", None) is not None:
+        if controller.speculation is not None:
             self._speculating[operation_id] = controller
 
     def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
@@ -411,7 +411,7 @@ class SchedulerCore:
         done = []
         for operation_id in sorted(candidates, key=order.__getitem__):
             controller = self.controllers.get(operation_id)
-            if controller is not None and getattr(controller, "is_completed", False):
+            if controller is not None and controller.is_completed:
                 self.unregister_operation(operation_id, now)
                 done.append(operation_id)
         return done
@@ -582,6 +582,6 @@ class SchedulerCore:
         """Strategy orchid fields of one operation plus its controller's progress."""
         view = self.strategy.element_view(operation_id)
         controller = self.controllers.get(operation_id)
-        if controller is not None and hasattr(controller, "progress"):
-            view["progress"] = controller.progress()
+        if controller is not None and (progress := controller.progress()) is not None:
+            view["progress"] = progress
         return view

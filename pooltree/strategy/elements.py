@@ -61,8 +61,32 @@ def _floats(values: Any) -> list[float]:
 _FIT_EPSILON = 1e-9
 
 
+class Speculation(Protocol):
+    """What the strategy asks of a controller's speculative jobs (`pooltree.controllers.speculative.SpeculativeJobs`)."""
+
+    losers: list[tuple[str, str, str]]
+    """``(allocation id, abort reason, explanation)`` of the copies a competitor beat, not yet taken."""
+
+    def take_losers(self) -> list[tuple[str, str, str]]: ...
+
+
 class OperationController(Protocol):
-    """What the strategy asks of an operation controller (see :mod:`pooltree.controllers.operations`)."""
+    """What the strategy asks of an operation controller (see :mod:`pooltree.controllers.operations`).
+
+    Every member is read plainly (issue 28): a controller with nothing to say on one answers its default, as
+    `ControllerDefaults` does for the methods and the property; the data members are set where the controller
+    is made (``None`` where it has none)."""
+
+    speculation: Speculation | None
+    """Its speculative jobs; ``None``: it never speculates (the strategy then never asks for losers)."""
+
+    pending_watchers: list[tuple[set[str], str]] | None
+    """``(into, key)`` pairs told of every change of the pending work (`pooltree.strategy.watch`); ``None``: it
+    cannot tell, its watchers poll it."""
+
+    initial_min_needed_resources: Vector | None
+    """One job's allocation as the operation started (discretized fair share's per-job vector); ``None``: the
+    operation keeps its continuous fair-share function."""
 
     @property
     def pending_allocation_count(self) -> int: ...
@@ -73,6 +97,11 @@ class OperationController(Protocol):
     @property
     def min_needed_resources(self) -> Vector: ...
 
+    @property
+    def is_completed(self) -> bool:
+        """Whether the operation is done (the core then unregisters it); default ``False``."""
+        ...
+
     def schedule_allocation(
         self, node: ExecNode, available_resources: Vector, now: float
     ) -> Allocation | None: ...
@@ -81,6 +110,46 @@ class OperationController(Protocol):
         self, allocation: Allocation, finished: FinishedAllocation, now: float
     ) -> None:
         """The allocation ended (``allocation.preemption`` tells whether the scheduler asked it to stop)."""
+
+    def take_incarnation_switch(self) -> bool:
+        """Whether the last finished allocation switched a gang operation's incarnation (and forget it); default
+        ``False``."""
+        ...
+
+    def restart_job(self, allocation: Allocation, now: float) -> Allocation | None:
+        """Restart the allocation's job in place after an incarnation switch (asked only after
+        `take_incarnation_switch` answered ``True``); ``None``: the job waits as pending."""
+        ...
+
+    def pending_task_resources(self) -> dict[str, Vector] | None:
+        """Per task with pending jobs, one job's resources (the tree's job resource limits check); default
+        ``None``: the controller does not tell, the check is skipped."""
+        ...
+
+    def progress(self) -> dict[str, Any] | None:
+        """Counters for the operation's orchid view; default ``None``: no ``progress`` field."""
+        ...
+
+
+class ControllerDefaults:
+    """The defaults of the `OperationController` methods and property a controller has nothing to say on
+    (a controller that lacks the behaviour subclasses it and sets the protocol's data members itself)."""
+
+    @property
+    def is_completed(self) -> bool:
+        return False
+
+    def take_incarnation_switch(self) -> bool:
+        return False
+
+    def restart_job(self, allocation: Allocation, now: float) -> Allocation | None:
+        return None
+
+    def pending_task_resources(self) -> dict[str, Vector] | None:
+        return None
+
+    def progress(self) -> dict[str, Any] | None:
+        return None
 
 
 @dataclass

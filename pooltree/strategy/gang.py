@@ -62,9 +62,7 @@ class GangRestarts:
         heartbeats. Allocations already being stopped, and those on nodes that left, are not restarted.
         """
         controller = runtime.controller
-        restart = getattr(controller, "restart_job", None)
-        if restart is None:
-            return
+        restart = controller.restart_job
         explanation = (
             f"Operation {runtime.id} switched to a new incarnation: its gang job {trigger.id} "
             f"{'was ' + trigger.preemption.reason.value if trigger.preemption is not None else 'ended'}; "

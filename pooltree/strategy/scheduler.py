@@ -401,10 +401,9 @@ class TreeScheduler:
         if runtime is not None and not allocation.restarted:
             controller = runtime.controller
             controller.on_allocation_finished(allocation, finished, now)
-            take_switch = getattr(controller, "take_incarnation_switch", None)
-            if take_switch is not None and take_switch():
+            if controller.take_incarnation_switch():
                 self.gang.switch_incarnation(runtime, allocation, now)
-            speculation = getattr(controller, "speculation", None)
+            speculation = controller.speculation
             if speculation is not None and speculation.losers:  # a competitor completed the job first
                 for loser_id, reason, explanation in speculation.take_losers():
                     loser = self.allocations.get(loser_id)

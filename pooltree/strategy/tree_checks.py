@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pooltree.strategy.elements import OperationController
 from pooltree.strategy.necessary_resources import necessary_resources_violation, tree_necessary_resources
 from pooltree.strategy.operation_checks import (
     LimitingAncestorWatch,
@@ -24,7 +25,10 @@ class TreeChecks:
     the `SchedulerCore`'s own (read, never replaced)."""
 
     def __init__(
-        self, pool_tree: RuntimeTree, controllers: Mapping[str, Any], registration_order: Mapping[str, int]
+        self,
+        pool_tree: RuntimeTree,
+        controllers: Mapping[str, OperationController],
+        registration_order: Mapping[str, int],
     ) -> None:
         self.pool_tree = pool_tree
         self.controllers = controllers
@@ -54,7 +58,7 @@ class TreeChecks:
             )
         return self.job_bounds[1]
 
-    def check_materialized(self, operation_id: str, controller: Any) -> None:
+    def check_materialized(self, operation_id: str, controller: OperationController) -> None:
         """The tree's ``min_job_resource_limits`` / ``max_job_resource_limits`` against each task's per-job needs,
         then its ``necessary_resources_for_operation`` against the operation's minimum needed resources."""
         necessary = tree_necessary_resources(
@@ -68,10 +72,12 @@ class TreeChecks:
                 self.failures[operation_id] = error
                 return
         bounds = self._bounds()
-        tasks = getattr(controller, "pending_task_resources", None)
-        if (bounds[0] is None and bounds[1] is None) or tasks is None:
+        if bounds[0] is None and bounds[1] is None:
             return
-        error = job_resource_limits_violation(self.pool_tree.name, operation_id, tasks(), bounds)
+        tasks = controller.pending_task_resources()
+        if tasks is None:
+            return
+        error = job_resource_limits_violation(self.pool_tree.name, operation_id, tasks, bounds)
         if error is not None:
             self.failures[operation_id] = error
 

@@ -242,7 +242,7 @@ def _with_job_resources(core: SchedulerCore, settings: Any) -> Any:
     jobs = {
         op_id: vector
         for op_id, controller in core.controllers.items()
-        if (vector := getattr(controller, "initial_min_needed_resources", None)) is not None
+        if (vector := controller.initial_min_needed_resources) is not None
     }
     return dataclasses.replace(settings, discretized_job_resources=jobs)
 

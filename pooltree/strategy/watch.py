@@ -4,27 +4,30 @@ A controller that keeps a ``pending_watchers`` list (`OperationControllerBase` d
 ``into`` set of its ``(into, key)`` pairs whenever its pending work (pending allocation count, needed and min
 needed resources) is set anew, which is also when its ``pending_revision`` moves. ``SchedulerCore`` (for the
 fair-share input) and ``TreeScheduler`` (for the publish's activity check) each keep such a set and visit only
-the operations in it. A controller without the list (the `OperationController` protocol does not require it) may
-change its pending work without telling anyone: its watchers put the operation among the ones they poll.
+the operations in it. A controller whose list is ``None`` (the `OperationController` protocol's member allows it)
+may change its pending work without telling anyone: its watchers put the operation among the ones they poll.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pooltree.strategy.elements import OperationController
 
 
-def watch_pending(controller: Any, into: set[str], key: str) -> bool:
+def watch_pending(controller: OperationController, into: set[str], key: str) -> bool:
     """Have ``controller`` add ``key`` to ``into`` whenever its pending work moves; ``False`` when it cannot
-    (no ``pending_watchers`` list): the caller must then poll it."""
-    watchers = getattr(controller, "pending_watchers", None)
-    if type(watchers) is not list:
+    (its ``pending_watchers`` is ``None``): the caller must then poll it."""
+    watchers = controller.pending_watchers
+    if watchers is None:
         return False
     watchers.append((into, key))
     return True
 
 
-def unwatch_pending(controller: Any, into: set[str], key: str) -> None:
+def unwatch_pending(controller: OperationController, into: set[str], key: str) -> None:
     """Undo `watch_pending` (the controller no longer holds ``into``)."""
-    watchers = getattr(controller, "pending_watchers", None)
-    if type(watchers) is list:
+    watchers = controller.pending_watchers
+    if watchers is not None:
         watchers[:] = [entry for entry in watchers if entry[0] is not into or entry[1] != key]

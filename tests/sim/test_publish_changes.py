@@ -34,6 +34,7 @@ from pooltree.strategy import heap_changes as heap_changes_module
 from pooltree.strategy import order as order_module
 from pooltree.strategy.changes import ChangedPublisher
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.elements import ControllerDefaults, Speculation
 from pooltree.strategy.model import SchedulingStatus
 from tests.sim.test_sim_engine import mixed_document
 from tests.strategy.test_operation_changes import positions
@@ -154,10 +155,15 @@ def test_incremental_publish_equals_three_passes(monkeypatch, seed, jitter):
     assert any(counts)  # idle operations were counted
 
 
-class _Controller:
+class _Controller(ControllerDefaults):
     """A controller whose pending work also changes without the strategy hearing of it (as a live one may)."""
 
-    def __init__(self, operation_id: str, pending: int):
+    def __init__(
+        self, operation_id: str, pending: int, *, watchers: list[tuple[set[str], str]] | None = None
+    ):
+        self.pending_watchers = watchers
+        self.speculation: Speculation | None = None
+        self.initial_min_needed_resources: Any = None
         self.operation_id = operation_id
         self.pending_allocation_count = pending
         self.started = 0
@@ -357,9 +363,8 @@ class _NotifyingController(_Controller):
     or, ``forgetful``, claims to and never does."""
 
     def __init__(self, operation_id: str, pending: int, *, forgetful: bool = False):
-        self.pending_watchers: list[tuple[set[str], str]] = []
         self._forgetful = forgetful
-        super().__init__(operation_id, pending)
+        super().__init__(operation_id, pending, watchers=[])
 
     @property  # type: ignore[override]
     def pending_allocation_count(self) -> int:
@@ -369,7 +374,7 @@ class _NotifyingController(_Controller):
     def pending_allocation_count(self, count: int) -> None:
         self._count = count
         if not self._forgetful:
-            for into, key in self.pending_watchers:
+            for into, key in self.pending_watchers or ():
                 into.add(key)
 
 
