@@ -309,7 +309,7 @@ class FairShareUpdates:
         scheduler = self.scheduler
         for operation_id, controller in list(core.controllers.items()):
             op = scheduler.operations.get(operation_id)
-            if op is not None and not op.is_final and getattr(controller, "is_completed", False):
+            if op is not None and not op.is_final and controller.is_completed:
                 scheduler.commands.finish_operation(operation_id, "completed", now)
 
     def published(self, tree: str, core: SchedulerCore, now: float) -> None:
