@@ -66,3 +66,21 @@ def comparable_answer(status: int, headers: Mapping[str, str], body: bytes) -> t
     if headers.get("content-type", "").startswith("application/json") and body:
         content = _timeless(json.loads(body))
     return status, headers.get("content-type"), headers.get("content-length"), yt, content
+
+
+def reporting_heartbeat(address: str = "n1", sequence: int = 1) -> dict[str, Any]:
+    """A heartbeat of a 4-cpu node with one running and one finished job (the routes' and protocols' tests)."""
+    return wire.heartbeat(
+        address,
+        sequence=sequence,
+        time=1.0,
+        resource_limits={"user_slots": 4, "cpu": 4.0, "memory": 8 << 30, "network": 100},
+        resource_usage={},
+        memory_limit=8 << 30,
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=[
+            wire.running_job("1-2-3-4", "5-6-7-8", "main", start_time=0.5, resource_usage={"cpu": 1.0})
+        ],
+        finished_jobs=[wire.finished_job("9-9-9-9", "5-6-7-8", "main", "completed", 0.1, 0.9)],
+    )

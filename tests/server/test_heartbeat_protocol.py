@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from heartbeat_maps import comparable_answer
+from heartbeat_maps import comparable_answer, reporting_heartbeat
 from loopback import ServerThread
 
 from pooltree.node import wire
@@ -28,29 +28,11 @@ from pooltree.server.store import open_store
 
 TOKEN = "ytct-0000-" + "be47" * 8
 SECRET = "node-secret-" + "6" * 32
-LIMITS = {"user_slots": 4, "cpu": 4.0, "memory": 8 << 30, "network": 100}
 PATH = wire.HEARTBEAT_PATH
 WAIT = 20.0
 
 
-def _heartbeat(address: str = "n1", sequence: int = 1) -> dict[str, Any]:
-    return wire.heartbeat(
-        address,
-        sequence=sequence,
-        time=1.0,
-        resource_limits=LIMITS,
-        resource_usage={},
-        memory_limit=8 << 30,
-        memory_usage=0,
-        memory_meter="none",
-        running_jobs=[
-            wire.running_job("1-2-3-4", "5-6-7-8", "main", start_time=0.5, resource_usage={"cpu": 1.0})
-        ],
-        finished_jobs=[wire.finished_job("9-9-9-9", "5-6-7-8", "main", "completed", 0.1, 0.9)],
-    )
-
-
-GOOD = wire.encode(_heartbeat())
+GOOD = wire.encode(reporting_heartbeat())
 # (method, path, headers, body) of each request: the node secret is added unless the headers name it
 REQUESTS: list[tuple[str, str, dict[str, str], bytes]] = [
     ("POST", PATH, {"Content-Type": "application/json"}, GOOD),
@@ -60,7 +42,7 @@ REQUESTS: list[tuple[str, str, dict[str, str], bytes]] = [
     ("POST", PATH, {}, b""),
     ("POST", PATH, {}, b"[1, 2]"),
     ("POST", PATH, {}, wire.encode({"node_address": "n2"})),
-    ("POST", PATH, {}, wire.encode({**_heartbeat("n3"), "running_jobs": [{"job_id": 7}]})),
+    ("POST", PATH, {}, wire.encode({**reporting_heartbeat("n3"), "running_jobs": [{"job_id": 7}]})),
     ("POST", PATH, {"Content-Encoding": "gzip"}, gzip.compress(GOOD)),
     ("POST", PATH, {"Content-Encoding": "br"}, GOOD),
     ("POST", PATH, {"Content-Encoding": "gzip"}, b"not gzip"),
@@ -170,7 +152,7 @@ async def test_every_request_gets_uvicorns_answer(service: SchedulerService, mon
         # a node's keep-alive connection: many heartbeats, then a refusal, then heartbeats again, on one connection
         async with httpx.AsyncClient(timeout=WAIT) as client:
             for sequence in range(2, 6):
-                body = wire.encode(_heartbeat("n4", sequence))
+                body = wire.encode(reporting_heartbeat("n4", sequence))
                 headers = {"X-Pooltree-Node-Secret": SECRET if sequence != 4 else "wrong"}
                 answers = []
                 for base in (lean.url, plain.url):
@@ -189,7 +171,7 @@ async def test_pipelined_split_and_stalled_requests(service: SchedulerService, m
         ServerThread(_Listener(service), http=HeartbeatProtocol) as lean,
         ServerThread(_Listener(service), http=BoundedHeadersProtocol) as plain,
     ):
-        bodies = [wire.encode(_heartbeat("n5", sequence)) for sequence in (1, 2, 3)]
+        bodies = [wire.encode(reporting_heartbeat("n5", sequence)) for sequence in (1, 2, 3)]
         requests = [_head(len(body)) + body for body in bodies]
         answers: dict[str, list[tuple[Any, ...]]] = {}
         for name, server in (("lean", lean), ("plain", plain)):

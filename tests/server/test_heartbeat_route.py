@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from heartbeat_maps import comparable_answer
+from heartbeat_maps import comparable_answer, reporting_heartbeat
 from loopback import ServerThread
 
 from pooltree.node import wire
@@ -25,29 +25,11 @@ from pooltree.server.store import open_store
 
 TOKEN = "ytct-0000-" + "be47" * 8
 SECRET = "node-secret-" + "5" * 32
-LIMITS = {"user_slots": 4, "cpu": 4.0, "memory": 8 << 30, "network": 100}
 PATH = wire.HEARTBEAT_PATH
 ONE_WRITE_ATTEMPTS = 20
 
 
-def _heartbeat(address: str = "n1") -> dict[str, Any]:
-    return wire.heartbeat(
-        address,
-        sequence=1,
-        time=1.0,
-        resource_limits=LIMITS,
-        resource_usage={},
-        memory_limit=8 << 30,
-        memory_usage=0,
-        memory_meter="none",
-        running_jobs=[
-            wire.running_job("1-2-3-4", "5-6-7-8", "main", start_time=0.5, resource_usage={"cpu": 1.0})
-        ],
-        finished_jobs=[wire.finished_job("9-9-9-9", "5-6-7-8", "main", "completed", 0.1, 0.9)],
-    )
-
-
-GOOD = wire.encode(_heartbeat())
+GOOD = wire.encode(reporting_heartbeat())
 # (method, headers, body) of each request: the node secret is added unless the headers name it
 REQUESTS: list[tuple[str, dict[str, str], bytes]] = [
     ("POST", {"Content-Type": "application/json"}, GOOD),
@@ -57,7 +39,7 @@ REQUESTS: list[tuple[str, dict[str, str], bytes]] = [
     ("POST", {}, b""),
     ("POST", {}, b"[1, 2]"),
     ("POST", {}, wire.encode({"node_address": "n2"})),
-    ("POST", {}, wire.encode({**_heartbeat("n3"), "running_jobs": [{"job_id": 7}]})),
+    ("POST", {}, wire.encode({**reporting_heartbeat("n3"), "running_jobs": [{"job_id": 7}]})),
     ("POST", {"Content-Encoding": "gzip"}, gzip.compress(GOOD)),
     ("POST", {"Content-Encoding": "br"}, GOOD),
     ("POST", {"Content-Encoding": "gzip"}, b"not gzip"),

@@ -54,6 +54,17 @@ def _replica(truth: TreeScheduler, published: int | None) -> TreeReplica:
     return replica
 
 
+def _assert_shares_as_truth(strategy: TreeScheduler, truth: TreeScheduler) -> None:
+    """Every element of the replica's strategy has the truth's fair share, demand share and usage."""
+    for element_id, element in truth.state.elements.items():
+        copied = strategy.state.elements[element_id]
+        assert (copied.fair_share, copied.demand_share, copied.usage) == (
+            element.fair_share,
+            element.demand_share,
+            element.usage,
+        )
+
+
 @pytest.mark.parametrize("hinted", [True, False])
 def test_the_replica_derives_the_tree_from_its_own_and_ends_as_the_truth(hinted: bool) -> None:
     first = _first()
@@ -76,13 +87,8 @@ def test_the_replica_derives_the_tree_from_its_own_and_ends_as_the_truth(hinted:
     assert strategy.publisher.skeleton is own.skeleton
     assert replica.published_serial == 2 and replica.published_changes == 1
     assert np.array_equal(derived.total_resources, second.total_resources)
-    for element_id, element in truth.state.elements.items():
-        copied = strategy.state.elements[element_id]
-        assert (copied.fair_share, copied.demand_share, copied.usage) == (
-            element.fair_share,
-            element.demand_share,
-            element.usage,
-        )
+    _assert_shares_as_truth(strategy, truth)
+    for element_id in truth.state.elements:
         assert np.array_equal(derived.elements[element_id].fair_share, second.elements[element_id].fair_share)
 
 
@@ -137,13 +143,7 @@ def test_operations_added_and_removed_are_derived_from_the_replicas_own_tree() -
     assert list(derived.elements) == list(second.elements) and derived.order == second.order
     assert derived.children == second.children and derived.depth == second.depth
     assert set(strategy.state.elements) == set(truth.state.elements) == {ROOT_ID, "a", "b", "o2", "o3"}
-    for element_id, element in truth.state.elements.items():
-        copied = strategy.state.elements[element_id]
-        assert (copied.fair_share, copied.demand_share, copied.usage) == (
-            element.fair_share,
-            element.demand_share,
-            element.usage,
-        )
+    _assert_shares_as_truth(strategy, truth)
 
 
 def test_a_tree_of_another_structure_goes_whole() -> None:
