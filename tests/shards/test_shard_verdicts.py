@@ -33,6 +33,22 @@ from pooltree.shards.verdicts import PROOF_PROBE, UNUSED_PROOFS, LeaderVerdicts,
 from pooltree.strategy.core import SchedulerCore
 
 
+def _two_cpu_heartbeat(address: str, now: float, running: list[dict[str, object]]) -> dict[str, object]:
+    """A heartbeat of a 2-cpu, 2-slot node running ``running`` and reporting nothing finished."""
+    return wire.heartbeat(
+        address,
+        sequence=0,
+        time=now,
+        resource_limits={"user_slots": 2, "cpu": 2, "memory": 8 << 30},
+        resource_usage={},
+        memory_limit=8 << 30,
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=running,
+        finished_jobs=[],
+    )
+
+
 @pytest.mark.parametrize("count", [1, 2, 3])
 def test_shards_decide_as_one_process_on_a_run_with_preemptions(tmp_path: Path, count: int) -> None:
     recorder, recorded = record_run(tmp_path / "recorded.db")
@@ -100,18 +116,7 @@ def test_the_heartbeat_after_starts_is_answered_when_it_reports_them_as_started(
     scheduler.update_fair_share("default", 0.0)
 
     def beat(address: str, now: float, running: list[dict[str, object]]) -> dict[str, object]:
-        data = wire.heartbeat(
-            address,
-            sequence=0,
-            time=now,
-            resource_limits={"user_slots": 2, "cpu": 2, "memory": 8 << 30},
-            resource_usage={},
-            memory_limit=8 << 30,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=running,
-            finished_jobs=[],
-        )
+        data = _two_cpu_heartbeat(address, now, running)
         return shards(data, now)
 
     def reports(
@@ -175,18 +180,7 @@ def test_a_job_aborted_on_a_full_node_voids_its_proof(tmp_path: Path) -> None:
     running: dict[str, list[dict[str, object]]] = {"n1": [], "n2": []}
 
     def beat(address: str, now: float) -> dict[str, object]:
-        data = wire.heartbeat(
-            address,
-            sequence=0,
-            time=now,
-            resource_limits={"user_slots": 2, "cpu": 2, "memory": 8 << 30},
-            resource_usage={},
-            memory_limit=8 << 30,
-            memory_usage=0,
-            memory_meter="none",
-            running_jobs=running[address],
-            finished_jobs=[],
-        )
+        data = _two_cpu_heartbeat(address, now, running[address])
         answer = shards(data, now)
         for entry in answer[wire.START]:
             running[address].append(
