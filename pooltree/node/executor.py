@@ -66,7 +66,6 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
-from pooltree.node.keeper import KeeperProcess, KeeperZygotes
 from pooltree.node.launch import SAFE_PATH as SAFE_PATH
 from pooltree.node.launch import job_environment, plain_tmpfs_directories, private_output, shell_script
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, make_meter
@@ -75,6 +74,7 @@ from pooltree.node.signalling import JobSignals, send
 from pooltree.node.slots import SandboxSlot, SandboxSlots
 from pooltree.node.trash import Trash
 from pooltree.node.user_statistics import UserStatisticsError, statistics_descriptor, user_statistics_error
+from pooltree.node.zygotes import KeeperProcess, KeeperZygotes
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024

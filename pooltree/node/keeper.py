@@ -1,6 +1,7 @@
 """A job's keeper: the job dies when its node dies, without a race.
 
-Each job's root process is a keeper. The executor gets them from one **zygote** per node (``KeeperZygote``; run as
+Each job's root process is a keeper. The executor gets them from one **zygote** per node (``zygotes.KeeperZygote``, the
+node's side, starts it and sends it requests; run as
 ``python -I -S keeper.py --zygote SOCKET_FD LIFELINE_FD``, started with the node's first job): on each request it
 forks a keeper with ``clone(CLONE_PARENT)``, so the keeper is the node's own child (the node reaps it and reads
 its status as it would a ``Popen``'s) while the interpreter start is paid once per node, not once per job. A
@@ -44,15 +45,12 @@ import errno
 import fcntl
 import json
 import os
-import queue
 import resource
 import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
-import threading
 import time
 
 KEEPER_PATH = os.path.abspath(__file__)
@@ -486,7 +484,7 @@ def _read_exact(sock: socket.socket, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
+def receive_message(sock: socket.socket) -> tuple[dict, list[int]] | None:
     """One request: a length, the descriptors riding with it, then that many bytes of JSON; None at EOF."""
     data, fds, _, _ = socket.recv_fds(sock, _HEADER.size, 8)
     if not data:
@@ -503,7 +501,8 @@ def _receive(sock: socket.socket) -> tuple[dict, list[int]] | None:
     return json.loads(payload), fds
 
 
-def _send(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
+def send_message(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
+    """One message the other way: its length and the descriptors riding with it, then its JSON."""
     payload = json.dumps(message).encode()
     header = _HEADER.pack(len(payload))
     if fds:
@@ -549,7 +548,7 @@ def zygote(argv: list[str]) -> int:
         if lifeline in ready:
             return 0
         try:
-            request = _receive(sock)
+            request = receive_message(sock)
         except (OSError, ValueError):
             return 0
         if request is None:
@@ -605,7 +604,7 @@ def zygote(argv: list[str]) -> int:
             os.close(settled)
             reply = {"pid": pid}
         try:
-            _send(sock, reply)
+            send_message(sock, reply)
         except OSError:
             return 0
 
@@ -709,188 +708,6 @@ def _place(extra: list[int], lifeline: int, first: int = 3) -> int:
         os.dup2(fd, number)  # inheritable, as ``Popen(pass_fds=...)`` leaves it
         os.close(fd)
     return lifeline
-
-
-class KeeperProcess:
-    """What the executor needs of a keeper started by the zygote (the subset of ``subprocess.Popen`` it uses)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-
-class KeeperZygote:
-    """The node's side of the zygote: started on the first job, one request at a time (a lock), restarted if it
-    died before a request was sent; ``close`` ends it."""
-
-    def __init__(self, lifeline: int) -> None:
-        self._lifeline = lifeline
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._process: subprocess.Popen | None = None
-
-    def _start(self) -> socket.socket:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            python = sys.executable or "/usr/bin/python3"
-            self._process = subprocess.Popen(
-                [python, "-I", "-S", KEEPER_PATH, "--zygote", str(theirs.fileno()), str(self._lifeline)],
-                stdin=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(), self._lifeline),
-                start_new_session=True,
-            )
-        finally:
-            theirs.close()
-        self._sock = ours
-        return ours
-
-    def _drop(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if self._process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._process.wait(5)
-            self._process = None
-
-    def spawn(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdout: int,
-        stderr: int,
-        stdin: int | None = None,
-        namespace: int | None = None,
-        pass_fds: tuple[int, ...] = (),
-        identity: tuple[int, int] | None = None,
-        pass_at: int = 3,
-        tmpfs: list[tuple[str, int]] | None = None,
-    ) -> KeeperProcess:
-        """Start ``argv`` behind a keeper (a child of this process); ``OSError`` when it cannot be started.
-        ``stdin`` (default ``/dev/null``) is the job's standard input. ``namespace``: a slot's mount namespace
-        (``slots.py``) the keeper starts in, as pid 1 of namespaces of its own (``JOB_NAMESPACES``).
-        ``pass_fds``: descriptors ``argv`` gets as ``pass_at``, ``pass_at`` + 1, ... (default 3: a slot's setup
-        bubblewrap's ``--info-fd``; a job's statistics descriptor at 5).
-        ``identity``: ``(uid, gid)`` the job runs as, with no group, capability nor new privileges: the keeper
-        switches (``_spawn_as``) where a ``setpriv`` exec did it. ``tmpfs``: ``(path in the sandbox, bytes)`` the
-        keeper mounts in a slot's job namespace before the job starts (``_mount_tmpfs``)."""
-        if (namespace is not None or pass_fds or identity) and os.uname().machine not in SYS_CLONE:
-            raise OSError(errno.ENOSYS, "jobs in a slot's namespace need the keeper zygote")
-        if os.uname().machine not in SYS_CLONE:  # no zygote here: a keeper of its own, started as a program
-            process = subprocess.Popen(
-                keeper_argv(self._lifeline, argv),
-                stdin=subprocess.DEVNULL if stdin is None else stdin,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-                pass_fds=(self._lifeline,),
-            )
-            started = KeeperProcess(process.pid)
-            process.returncode = 0  # reaped by the executor through the pid, never through this object
-            return started
-        message = {
-            "argv": list(argv),
-            "env": dict(env),
-            "cwd": str(cwd),
-            "namespace": namespace is not None,
-            "pass": len(pass_fds),
-            "pass_at": pass_at,
-        }
-        if identity is not None:
-            message["identity"] = [int(identity[0]), int(identity[1])]
-        if tmpfs:
-            if namespace is None:
-                raise OSError(errno.EINVAL, "a keeper mounts tmpfs only in a slot's namespace")
-            message["tmpfs"] = [[str(path), int(size)] for path, size in tmpfs]
-        fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
-        fds += tuple(pass_fds)
-        if namespace is not None:
-            fds += (namespace,)
-        with self._lock:
-            for attempt in range(2):
-                sock = self._sock or self._start()
-                try:
-                    _send(sock, message, fds)
-                except OSError:  # the zygote is gone and got nothing: a new one may start the job
-                    self._drop()
-                    if attempt:
-                        raise
-                    continue
-                try:
-                    reply = _receive(sock)
-                except (OSError, ValueError):
-                    reply = None
-                if reply is None:  # whether the job started is unknown: never start it twice
-                    self._drop()
-                    raise OSError(errno.EPIPE, "the node's job keeper zygote died while starting the job")
-                break
-        answer, fds = reply
-        for fd in fds:
-            os.close(fd)
-        if "pid" in answer:
-            return KeeperProcess(int(answer["pid"]))
-        raise OSError(int(answer.get("errno") or errno.EINVAL), str(answer.get("error")))
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-
-
-class KeeperZygotes:
-    """A few zygotes, each serving one request at a time: a launch waits for its keeper's ``setsid`` (the keeper
-    must be scheduled to run), and one zygote made every launch of the node queue behind that wait (8 slots of
-    trivial jobs spent most of their start time there). ``spawn`` takes a free zygote (each started on its
-    first request), so up to ``count`` launches overlap; ``close`` ends them all."""
-
-    def __init__(self, lifeline: int, count: int) -> None:
-        if count < 1:
-            raise ValueError(f"count must be at least 1, got {count}")
-        self._zygotes = [KeeperZygote(lifeline) for _ in range(count)]
-        self._free: queue.SimpleQueue[KeeperZygote] = queue.SimpleQueue()
-        for zygote in self._zygotes:
-            self._free.put(zygote)
-
-    def spawn(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdout: int,
-        stderr: int,
-        stdin: int | None = None,
-        namespace: int | None = None,
-        pass_fds: tuple[int, ...] = (),
-        identity: tuple[int, int] | None = None,
-        pass_at: int = 3,
-        tmpfs: list[tuple[str, int]] | None = None,
-    ) -> KeeperProcess:
-        """``KeeperZygote.spawn`` on a free zygote (waiting for one while all are busy)."""
-        zygote = self._free.get()
-        try:
-            return zygote.spawn(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdout=stdout,
-                stderr=stderr,
-                stdin=stdin,
-                namespace=namespace,
-                pass_fds=pass_fds,
-                identity=identity,
-                pass_at=pass_at,
-                tmpfs=tmpfs,
-            )
-        finally:
-            self._free.put(zygote)
-
-    def close(self) -> None:
-        for zygote in self._zygotes:
-            zygote.close()
 
 
 if __name__ == "__main__":

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pooltree.node.job import JobResult, JobSpec, JobState
-from pooltree.node.keeper import KeeperProcess
 from pooltree.node.memory import MemorySample
 from pooltree.node.slots import SandboxSlot
 from pooltree.node.user_statistics import StatisticsFile
+from pooltree.node.zygotes import KeeperProcess
 
 
 @dataclass

@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pooltree.node.isolation import JobIsolation, Mode, Slot
-from pooltree.node.keeper import SYS_CLONE, KeeperProcess
+from pooltree.node.keeper import SYS_CLONE
+from pooltree.node.zygotes import KeeperProcess
 
 SLOT_PREFIX = ".slot-"
 SETUP_TIMEOUT = 30.0

@@ -16,7 +16,8 @@ import pytest
 from polling import wait_for
 from process_table import processes_with
 
-from pooltree.node.keeper import KEEPER_EXIT_NODE_GONE, KeeperZygote, keeper_argv
+from pooltree.node.keeper import KEEPER_EXIT_NODE_GONE, keeper_argv
+from pooltree.node.zygotes import KeeperZygote
 
 
 @pytest.fixture
