@@ -11,8 +11,9 @@ from pooltree.node.arbitration import (
     OverdraftPolicy,
     arbitrate_node_memory,
 )
-from pooltree.node.executor import JobExecutor, job_environment
+from pooltree.node.executor import JobExecutor
 from pooltree.node.job import JobResult, JobSpec, JobState
+from pooltree.node.launch import job_environment
 from pooltree.node.memory import CgroupMeter, ProcessTreeMeter, make_meter, probe_cgroup_v2
 
 __all__ = [

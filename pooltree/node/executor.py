@@ -43,13 +43,12 @@ from typing import Any
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.arbitration import OverdraftPolicy, arbitrate_node_memory
 from pooltree.node.enforcement import memory_verdicts
-from pooltree.node.files import BlobSource, outputs_within_limit, truncate_output, write_job_files
+from pooltree.node.files import BlobSource, outputs_within_limit, truncate_output
 from pooltree.node.gpu import (
     DEFAULT_WAITING_TIMEOUT,
     WAITING_TIMEOUT_REASON,
     GpuSlots,
     WaitingTimeout,
-    device_binds,
     gpu_demand,
     gpu_environment,
 )
@@ -66,15 +65,14 @@ from pooltree.node.job import (
     memory_limit_error,
     yt_error,
 )
-from pooltree.node.launch import SAFE_PATH as SAFE_PATH
-from pooltree.node.launch import job_environment, plain_tmpfs_directories, private_output, shell_script
+from pooltree.node.launcher import JobLauncher
 from pooltree.node.memory import DEFAULT_CGROUP_PARENT, JobMemoryMeter, make_meter
 from pooltree.node.running import RunningJob, Verdict, bookkeeping_bytes
 from pooltree.node.signalling import JobSignals, send
 from pooltree.node.slots import SandboxSlot, SandboxSlots
 from pooltree.node.trash import Trash
-from pooltree.node.user_statistics import UserStatisticsError, statistics_descriptor, user_statistics_error
-from pooltree.node.zygotes import KeeperProcess, KeeperZygotes
+from pooltree.node.user_statistics import UserStatisticsError, user_statistics_error
+from pooltree.node.zygotes import KeeperZygotes
 from pooltree.resources import GPU
 
 DEFAULT_STDERR_LIMIT = 5 * 1024 * 1024
@@ -130,10 +128,6 @@ class JobExecutor:
         # (``pooltree local``'s default ``.pooltree``) made every isolated job fail to start.
         self.root = Path(root).absolute()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._forgetting: dict[str, concurrent.futures.Future] = {}
-        self._forgetting_lock = threading.Lock()
-        self.file_source: BlobSource | None = None
-        """Where the job's stored files come from (``node/files.py``; set by whoever knows the scheduler)."""
         # Sandboxes, output files and forks of new jobs on threads of their own: they never queue behind the
         # node's other blocking work (or the slow deletions of the trash).
         self._launcher = concurrent.futures.ThreadPoolExecutor(
@@ -174,6 +168,10 @@ class JobExecutor:
         """Sandboxes set up once per slot and entered by each job (``slots.py``), where the node can."""
         self.gpus = gpus if gpus is not None else GpuSlots(control_files=())
         """The node's GPUs, handed to jobs as whole devices (``gpu.py``); none unless the node has some."""
+        self._launching = JobLauncher(
+            self.isolation, self.meter, self._trash, self._slots, self._keepers, self.gpus
+        )
+        """Sandboxes, files and keepers of new jobs, on the launcher threads (``launcher.py``)."""
         self._log_isolation()
         self._policy = overdraft_policy
         self._clock = clock
@@ -185,6 +183,15 @@ class JobExecutor:
         self._sweep_waiting: dict[str, asyncio.Future[list[int] | None]] = {}
         self._preparer: threading.Thread | None = None
         self._closed = False
+
+    @property
+    def file_source(self) -> BlobSource | None:
+        """Where the job's stored files come from (``node/files.py``; set by whoever knows the scheduler)."""
+        return self._launching.file_source
+
+    @file_source.setter
+    def file_source(self, source: BlobSource | None) -> None:
+        self._launching.file_source = source
 
     def _log_isolation(self) -> None:
         _log.info("job isolation: %s", self.isolation.summary())
@@ -260,7 +267,7 @@ class JobExecutor:
         try:
             extra = await self._assign_gpus(job)
             job.process = await asyncio.get_running_loop().run_in_executor(
-                self._launcher, self._launch, job, extra
+                self._launcher, self._launching.launch, job, extra
             )
         except (OSError, subprocess.SubprocessError, PooltreeError) as error:
             self.isolation.release(spec.job_id)
@@ -309,99 +316,6 @@ class JobExecutor:
     def gpu_devices(self, job_id: str) -> list[int]:
         """Host indices of the GPUs a running job holds."""
         return [device.index for device in self.gpus.assigned(job_id)]
-
-    def _launch(self, job: RunningJob, extra: dict[str, str]) -> KeeperProcess:
-        """Worker thread: a slot uid, a fresh sandbox, the output files, the meter's setup, then the process:
-        the job's keeper (``keeper.py``), which starts the job and kills all of it if this node dies. Where the
-        node keeps slots (``slots.py``) a job that needs no sandbox arguments of its own runs in one."""
-        with self._forgetting_lock:
-            forgetting = self._forgetting.get(job.spec.job_id)
-        if forgetting is not None:  # an earlier job with this id is being forgotten: let it go first
-            concurrent.futures.wait([forgetting])
-        devices = device_binds(self.gpus.assigned(job.spec.job_id), self.gpus.control_files)
-        own_arguments = bool(devices) or job.spec.network == "isolated"  # sandbox arguments of its own
-        if self._slots.enabled and not own_arguments and not job.spec.keep_sandbox:
-            return self._launch_in_slot(job, extra)
-        env = job_environment(job.spec, job.sandbox)
-        env.update(extra)
-        self._trash.fresh_directory(job.directory)
-        self._trash.fresh_directory(job.sandbox)
-        (job.sandbox / "tmp").mkdir()
-        slot = self.isolation.acquire(job.spec.job_id)
-        self.isolation.prepare(job.directory, job.sandbox, slot)
-        for path in write_job_files(job.sandbox, job.spec.files, self.file_source):
-            if slot is not None:  # the job's own files, as the rest of its sandbox
-                os.chown(path, slot.uid, slot.gid)
-        volumes = [(volume.path, volume.size) for volume in job.spec.tmpfs]
-        if not self.isolation.has_tmpfs:  # no namespace to mount in: plain directories (docs/live-cluster.md)
-            for path in plain_tmpfs_directories(job.sandbox, volumes):
-                if slot is not None:
-                    os.chown(path, slot.uid, slot.gid)
-        job_argv = self.isolation.wrap(
-            ["/bin/sh", "-c", shell_script(job.spec)],
-            job.sandbox,
-            slot,
-            devices=devices,
-            own_network=job.spec.network == "isolated",
-            tmpfs=volumes if self.isolation.has_tmpfs else (),
-        )
-        argv = self.meter.argv(job.spec.job_id, job_argv)
-        self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
-        with (
-            private_output(job.directory / "stdout") as stdout,
-            private_output(job.directory / "stderr") as stderr,
-            statistics_descriptor(job.directory) as statistics,
-        ):
-            return self._keepers.spawn(
-                argv,
-                env=env,
-                cwd=str(job.sandbox),
-                stdout=stdout.fileno(),
-                stderr=stderr.fileno(),
-                **statistics,
-            )
-
-    def _launch_in_slot(self, job: RunningJob, extra: dict[str, str]) -> KeeperProcess:
-        """Worker thread: the job in a slot's sandbox (``slots.py``): its files written there, its keeper forked
-        into the slot's namespace as pid 1 of namespaces of its own, the shell started by it as the slot's uid
-        (the keeper drops groups, capabilities and new privileges as ``setpriv`` would: ``keeper._spawn_as``)."""
-        used = self._slots.take()
-        try:
-            env = job_environment(job.spec, used.sandbox)
-            env.update(extra)
-            self._trash.fresh_directory(job.directory)
-            os.chmod(job.directory, 0o700)  # stdout and stderr only: the job never passes through it
-            for path in write_job_files(used.sandbox, job.spec.files, self.file_source):
-                if used.slot is not None:
-                    os.chown(path, used.slot.uid, used.slot.gid)
-            argv = ["/bin/sh", "-c", shell_script(job.spec)]
-            identity = None if used.slot is None else (used.slot.uid, used.slot.gid)
-            self.meter.prepare(job.spec.job_id, job.spec.memory_limit)
-        except BaseException:
-            self._slots.give_back(used)  # nothing ran in it: emptied for the next job
-            raise
-        try:
-            with (
-                private_output(job.directory / "stdout") as stdout,
-                private_output(job.directory / "stderr") as stderr,
-                statistics_descriptor(job.directory) as statistics,
-            ):
-                process = self._keepers.spawn(
-                    argv,
-                    env=env,
-                    cwd=str(used.sandbox),
-                    stdout=stdout.fileno(),
-                    stderr=stderr.fileno(),
-                    namespace=used.namespace,
-                    identity=identity,  # the keeper switches to the slot's uid (no setpriv exec)
-                    tmpfs=[(volume.path, volume.size) for volume in job.spec.tmpfs],  # mounted by the keeper
-                    **statistics,
-                )
-        except BaseException:
-            self._slots.abandon(used)  # a keeper may have started in it: never another job there
-            raise
-        job.sandbox, job.sandbox_slot = used.sandbox, used
-        return process
 
     def interrupt(self, job_id: str, timeout: float, reason: str = "preemption") -> None:
         """Ask the job to finish: send its interruption_signal and abort it with ``reason`` after ``timeout``.
@@ -548,18 +462,11 @@ class JobExecutor:
         except RuntimeError:  # shut down: no background threads any more
             self._discard_all(paths)
             return
-        with self._forgetting_lock:
-            self._forgetting[job_id] = removal
-        removal.add_done_callback(lambda done: self._forgotten(job_id, done))
+        self._launching.forgetting(job_id, removal)
 
     def _discard_all(self, paths: list[Path]) -> None:
         for path in paths:
             self._trash.discard(path)
-
-    def _forgotten(self, job_id: str, removal: concurrent.futures.Future) -> None:
-        with self._forgetting_lock:
-            if self._forgetting.get(job_id) is removal:
-                del self._forgetting[job_id]
 
     # ----------------------------------------------------------------------------------------------- internals
 

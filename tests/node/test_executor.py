@@ -377,14 +377,14 @@ def test_an_interruption_asked_while_the_launch_is_being_reported_reaches_the_jo
 
     async def scenario():
         async with executor(tmp_path) as ex:
-            launch = ex._launch
+            launch = ex._launching.launch
 
             def slow_to_report(job, extra):  # type: ignore[no-untyped-def]
                 process = launch(job, extra)
                 time.sleep(0.5)  # the job is running; the node has not taken the launch in yet
                 return process
 
-            ex._launch = slow_to_report
+            ex._launching.launch = slow_to_report  # type: ignore[method-assign]
             await ex.start(spec("job-s", trap, interruption_signal="SIGUSR1"))
             await wait_for_output(ex, "job-s", b"ready")
             assert ex._running["job-s"].process is None, "the launch was taken in already: nothing tested"

@@ -22,9 +22,9 @@ from pooltree.errors import ConfigError
 from pooltree.node import JobState
 from pooltree.node import bubblewrap as bubblewrap_module
 from pooltree.node.bubblewrap import SYSTEM, WHEEL, find_bubblewrap, wheel_bwrap
-from pooltree.node.executor import SAFE_PATH
 from pooltree.node.files import JobFile
 from pooltree.node.isolation import JobIsolation, Mode, reachable_by_others
+from pooltree.node.launch import SAFE_PATH
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="per-slot job uids need the node to run as root")
 

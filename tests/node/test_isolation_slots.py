@@ -21,8 +21,8 @@ from node_support import MiB, allocate, executor, py, run, spec, wait_for_output
 
 from pooltree.node import JobState
 from pooltree.node.bubblewrap import wheel_bwrap
-from pooltree.node.executor import job_environment
 from pooltree.node.files import JobFile
+from pooltree.node.launch import job_environment
 from pooltree.node.slots import SLOT_PREFIX
 
 if os.geteuid() != 0:

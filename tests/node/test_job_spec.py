@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pooltree.errors import ConfigError
-from pooltree.node.executor import job_environment
 from pooltree.node.job import JobSpec, exit_error
+from pooltree.node.launch import job_environment
 from pooltree.resources import MEMORY, USER_SLOTS
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from live_cluster import YT, Cluster, run_python_callable
 
 from pooltree.node.bubblewrap import find_bubblewrap
-from pooltree.node.executor import SAFE_PATH
+from pooltree.node.launch import SAFE_PATH
 
 
 def _cli(cluster: Cluster, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from live_cluster import YT, Cluster, run_python_callable
 
 from pooltree.node.bubblewrap import WHEEL, wheel_bwrap
-from pooltree.node.executor import SAFE_PATH
 from pooltree.node.isolation import Mode
+from pooltree.node.launch import SAFE_PATH
 
 PYTHON = shutil.which("python3", path=SAFE_PATH)
 pytestmark = [
