@@ -54,10 +54,10 @@ import itertools
 from pooltree.controllers.memory import (
     JobMemoryReserve,
     MemoryDigestSettings,
-    MemoryDigestWarmStartStore,
     TaskMemoryOptions,
     TaskMemoryReserve,
 )
+from pooltree.controllers.warm_start import MemoryDigestWarmStartStore
 from pooltree.digest import LogDigest
 
 FAMILIES = ("lognormal", "constant", "bimodal", "drift", "under_declared")

@@ -1,19 +1,17 @@
 """Operation controllers' pure parts: job memory reserves from digests and job statistics."""
 
 from pooltree.controllers.memory import (
-    JobMemory,
     JobMemoryReserve,
     MemoryDigestSettings,
-    MemoryDigestWarmStartStore,
-    OverdraftVictims,
     RestartReserve,
     TaskMemoryOptions,
     TaskMemoryReserve,
     WarmStartState,
     estimate_job_proxy_memory,
-    select_overdraft_victims,
 )
+from pooltree.controllers.overdraft import JobMemory, OverdraftVictims, select_overdraft_victims
 from pooltree.controllers.statistics import JobStatistics, job_memory_statistics
+from pooltree.controllers.warm_start import MemoryDigestWarmStartStore
 
 __all__ = [
     "JobMemory",

@@ -21,9 +21,9 @@ Choices where the sources are silent, all documented on the names below:
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pooltree.digest import LogDigest
@@ -46,7 +46,7 @@ MEMORY_LIMIT_EXCEEDED = "Memory limit exceeded"
 RESOURCE_OVERDRAFT = "resource_overdraft"
 
 
-def _number(value: Any, path: str, *, low: float, high: float, low_open: bool = False) -> float:
+def checked_number(value: Any, path: str, *, low: float, high: float, low_open: bool = False) -> float:
     """A finite number within ``[low, high]`` (``(low, high]`` when ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(path, f"expected a number, got {value!r}")
@@ -93,16 +93,20 @@ class MemoryDigestSettings:
     user_job_recent_window: int = 0
 
     def __post_init__(self) -> None:
-        _number(
+        checked_number(
             self.user_job_memory_digest_precision,
             "user_job_memory_digest_precision",
             low=0,
             high=1,
             low_open=True,
         )
-        _number(self.user_job_memory_reserve_quantile, "user_job_memory_reserve_quantile", low=0, high=1)
-        _number(self.job_proxy_memory_reserve_quantile, "job_proxy_memory_reserve_quantile", low=0, high=1)
-        _number(
+        checked_number(
+            self.user_job_memory_reserve_quantile, "user_job_memory_reserve_quantile", low=0, high=1
+        )
+        checked_number(
+            self.job_proxy_memory_reserve_quantile, "job_proxy_memory_reserve_quantile", low=0, high=1
+        )
+        checked_number(
             self.memory_digest_resource_overdraft_factor,
             "memory_digest_resource_overdraft_factor",
             low=1,
@@ -114,7 +118,7 @@ class MemoryDigestSettings:
         ):
             value = getattr(self, name)
             if value is not None:
-                _number(value, name, low=1, high=100)
+                checked_number(value, name, low=1, high=100)
         if self.overdraft_sample_variant not in OVERDRAFT_SAMPLE_VARIANTS:
             raise ConfigError(
                 "overdraft_sample_variant",
@@ -122,14 +126,16 @@ class MemoryDigestSettings:
             )
         if not isinstance(self.ignore_memory_reserve_factor_less_than_one, bool):
             raise ConfigError("ignore_memory_reserve_factor_less_than_one", "expected a boolean")
-        _number(self.footprint_memory, "footprint_memory", low=0, high=math.inf)
-        _number(self.user_job_reserve_margin, "user_job_reserve_margin", low=1, high=10)
+        checked_number(self.footprint_memory, "footprint_memory", low=0, high=math.inf)
+        checked_number(self.user_job_reserve_margin, "user_job_reserve_margin", low=1, high=10)
         if self.user_job_reserve_rule not in RESERVE_RULES:
             raise ConfigError(
                 "user_job_reserve_rule",
                 f"must be one of {', '.join(RESERVE_RULES)}, got {self.user_job_reserve_rule!r}",
             )
-        _number(self.user_job_overdraft_cost, "user_job_overdraft_cost", low=0, high=1000, low_open=True)
+        checked_number(
+            self.user_job_overdraft_cost, "user_job_overdraft_cost", low=0, high=1000, low_open=True
+        )
         window = self.user_job_recent_window
         if isinstance(window, bool) or not isinstance(window, int) or not 0 <= window <= 100_000:
             raise ConfigError("user_job_recent_window", f"expected an integer in [0, 100000], got {window!r}")
@@ -352,7 +358,7 @@ def overdraft_cost_reserve(digest: LogDigest, overdraft_cost: float) -> float:
         raise ConfigError("user_job_overdraft_cost", error.reason) from None
 
 
-def _scaled_counts(buckets: list[int], limit: int) -> list[int]:
+def scaled_counts(buckets: list[int], limit: int) -> list[int]:
     """Counters scaled down to at most ``limit`` samples (largest remainder), keeping the shape."""
     total = sum(buckets)
     if total <= limit:
@@ -683,7 +689,7 @@ class TaskMemoryReserve:
         ``scale`` ≥ 1 moves the user-job counters up by that factor (whole buckets), a safety margin for the
         drift between runs of the same task.
         """
-        _number(scale, "scale", low=1, high=10)
+        checked_number(scale, "scale", low=1, high=10)
         states = []
         for digest in (self.user_job_digest, self.job_proxy_digest):
             state = digest.to_state()
@@ -694,196 +700,10 @@ class TaskMemoryReserve:
                     moved[min(index + shift, digest.bucket_count - 1)] += count
                 state["buckets"] = moved
             if max_samples is not None:
-                state["buckets"] = _scaled_counts(state["buckets"], max_samples)
+                state["buckets"] = scaled_counts(state["buckets"], max_samples)
                 state["sample_count"] = sum(state["buckets"])
             states.append(state)
         return WarmStartState(states[0], states[1])
-
-
-WarmStartKey = tuple[str, str, str]
-
-
-@dataclass
-class MemoryDigestWarmStartStore:
-    """Opt-in warm start: digest counters of finished operations, keyed by (user, pool, task command or title).
-
-    Bounded to ``capacity`` keys with least-recently-used eviction. ``max_carried_samples`` scales the carried
-    counters down (keeping their shape) so the new operation's own samples take over quickly;
-    ``carried_scale`` (≥ 1) moves the carried user-job counters up by that factor (runs of a task drift).
-
-    It also keeps a cluster-wide prior for tasks never seen: every remembered operation adds its user-job
-    counters (at most ``max_carried_samples`` of them, at their buckets' middles) to one digest on
-    ``[0.05, 1]``; :meth:`cluster_prior` hands it out once it holds ``min_prior_samples``.
-    """
-
-    capacity: int = 1024
-    max_carried_samples: int | None = None
-    carried_scale: float = 1.0
-    min_prior_samples: int = 200
-    _entries: OrderedDict[WarmStartKey, WarmStartState] = field(default_factory=OrderedDict, repr=False)
-    _prior: LogDigest = field(default_factory=lambda: LogDigest(0.05, 1.0, 0.01, 1.0), repr=False)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.capacity, bool) or not isinstance(self.capacity, int) or self.capacity < 1:
-            raise ConfigError("capacity", f"expected an integer >= 1, got {self.capacity!r}")
-        if self.max_carried_samples is not None and (
-            isinstance(self.max_carried_samples, bool)
-            or not isinstance(self.max_carried_samples, int)
-            or self.max_carried_samples < 1
-        ):
-            raise ConfigError(
-                "max_carried_samples", f"expected an integer >= 1, got {self.max_carried_samples!r}"
-            )
-        _number(self.carried_scale, "carried_scale", low=1, high=10)
-        if (
-            isinstance(self.min_prior_samples, bool)
-            or not isinstance(self.min_prior_samples, int)
-            or self.min_prior_samples < 1
-        ):
-            raise ConfigError(
-                "min_prior_samples", f"expected an integer >= 1, got {self.min_prior_samples!r}"
-            )
-
-    @classmethod
-    def pooltree_improved(cls, capacity: int = 1024) -> MemoryDigestWarmStartStore:
-        """The store of pooltree's improved policy: at most 50 carried samples, moved up ×1.1."""
-        return cls(capacity=capacity, max_carried_samples=50, carried_scale=1.1)
-
-    @staticmethod
-    def key(user: str, pool: str, task: str) -> WarmStartKey:
-        """The warm-start key; every part must be a non-empty string."""
-        for name, value in (("user", user), ("pool", pool), ("task", task)):
-            if not isinstance(value, str) or not value:
-                raise ConfigError(name, f"expected a non-empty string, got {value!r}")
-        return (user, pool, task)
-
-    def remember(self, user: str, pool: str, task: str, reserve: TaskMemoryReserve) -> bool:
-        """Keep a finished operation's digests under its key (skipped when it has no samples)."""
-        key = self.key(user, pool, task)
-        if reserve.user_job_digest.sample_count == 0 and reserve.job_proxy_digest.sample_count == 0:
-            return False
-        self._entries[key] = reserve.warm_start_state(self.max_carried_samples, self.carried_scale)
-        self._entries.move_to_end(key)
-        user = reserve.user_job_digest
-        counts = user.buckets
-        if self.max_carried_samples is not None:
-            counts = _scaled_counts(list(counts), self.max_carried_samples)
-        for index, count in enumerate(counts):
-            # the bucket's geometric middle (the last bucket: the limit) lands in the same bucket of the prior
-            middle = user.lower_bound * user.step ** (index + 0.5) if index < user.bucket_count - 1 else 1.0
-            for _ in range(count):
-                self._prior.add_sample(min(middle, 1.0))
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
-        return True
-
-    def lookup(self, user: str, pool: str, task: str) -> WarmStartState | None:
-        """The carried state for a new operation with this key, or ``None`` (cold start)."""
-        key = self.key(user, pool, task)
-        state = self._entries.get(key)
-        if state is not None:
-            self._entries.move_to_end(key)
-        return state
-
-    def cluster_prior(self) -> LogDigest | None:
-        """A copy of the cluster-wide user-job prior, or ``None`` while it holds fewer than ``min_prior_samples``."""
-        if self._prior.sample_count < self.min_prior_samples:
-            return None
-        return self._prior.copy()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def keys(self) -> list[WarmStartKey]:
-        """Keys from least to most recently used."""
-        return list(self._entries)
-
-
-# Node-side arbitration.
-
-
-@dataclass(frozen=True)
-class JobMemory:
-    """One job on a node: its reserve, current usage and user ``memory_limit`` (bytes), start time (seconds)."""
-
-    id: str
-    reserve: float
-    usage: float
-    memory_limit: float
-    start_time: float
-
-    @property
-    def overdraft(self) -> float:
-        """Bytes above the reserve (0 when within it)."""
-        return max(self.usage - self.reserve, 0.0)
-
-
-@dataclass(frozen=True)
-class OverdraftVictims:
-    """The node's decision: jobs failed with "Memory limit exceeded", jobs aborted with ``resource_overdraft``."""
-
-    failed: list[JobMemory]
-    aborted: list[JobMemory]
-    usage_after: float
-    fits: bool
-
-    @property
-    def failure_error(self) -> str:
-        return MEMORY_LIMIT_EXCEEDED
-
-    @property
-    def abort_reason(self) -> str:
-        return RESOURCE_OVERDRAFT
-
-
-def select_overdraft_victims(
-    node_memory_limit: float,
-    jobs: Iterable[JobMemory],
-    order: Literal["largest_overdraft", "latest_started"] = "largest_overdraft",
-) -> OverdraftVictims:
-    """Decide which jobs a node stops when memory runs short.
-
-    1. Every job whose usage exceeds its ``memory_limit`` fails with "Memory limit exceeded", whatever the node's
-       state; its memory is freed.
-    2. A job above its reserve keeps running while the node's total usage fits ``node_memory_limit``.
-    3. Otherwise jobs above their reserve are aborted with ``resource_overdraft`` until usage fits. Order
-       ``"largest_overdraft"`` (default): the largest usage − reserve first, so the fewest jobs die; ties go to
-       the latest-started job (least work lost), then the job id. ``"latest_started"``: latest start first,
-       ties by the larger overdraft, then id. Jobs within their reserve are never aborted here (``fits`` is
-       false if even that does not suffice).
-    """
-    limit = _number(node_memory_limit, "node_memory_limit", low=0, high=math.inf)
-    jobs = list(jobs)
-    for index, job in enumerate(jobs):
-        for name in ("reserve", "usage", "memory_limit", "start_time"):
-            value = getattr(job, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not math.isfinite(value)
-                or value < 0
-            ):
-                raise ConfigError(f"jobs[{index}].{name}", f"expected a finite number >= 0, got {value!r}")
-    if order not in ("largest_overdraft", "latest_started"):
-        raise ConfigError("order", f"must be largest_overdraft or latest_started, got {order!r}")
-
-    failed = [job for job in jobs if job.usage > job.memory_limit]
-    failed_ids = {id(job) for job in failed}
-    survivors = [job for job in jobs if id(job) not in failed_ids]
-    usage = sum(job.usage for job in survivors)
-    aborted: list[JobMemory] = []
-    if usage > limit:
-        candidates = [job for job in survivors if job.usage > job.reserve]
-        if order == "largest_overdraft":
-            candidates.sort(key=lambda job: (-job.overdraft, -job.start_time, job.id))
-        else:
-            candidates.sort(key=lambda job: (-job.start_time, -job.overdraft, job.id))
-        for job in candidates:
-            if usage <= limit:
-                break
-            aborted.append(job)
-            usage -= job.usage
-    return OverdraftVictims(failed=failed, aborted=aborted, usage_after=usage, fits=usage <= limit)
 
 
 def _user_job_digest(
@@ -892,7 +712,7 @@ def _user_job_digest(
     """The user job's digest as specified (lower bound, default value): the spec's (0.05, 0.5), both pinned by
     ``memory_reserve_factor``."""
     default, lower = (
-        _number(spec.get(key, fallback), join_path(path, key), low=0, high=1, low_open=True)
+        checked_number(spec.get(key, fallback), join_path(path, key), low=0, high=1, low_open=True)
         for key, fallback in (
             ("user_job_memory_digest_default_value", 0.5),
             ("user_job_memory_digest_lower_bound", 0.05),
@@ -900,7 +720,9 @@ def _user_job_digest(
     )
     factor = spec.get("memory_reserve_factor")
     if factor is not None:
-        factor = _number(factor, join_path(path, "memory_reserve_factor"), low=0, high=1, low_open=True)
+        factor = checked_number(
+            factor, join_path(path, "memory_reserve_factor"), low=0, high=1, low_open=True
+        )
         if factor == 1.0 or not settings.ignore_memory_reserve_factor_less_than_one:
             lower = default = factor
     return lower, default
@@ -919,7 +741,7 @@ def _job_proxy_digest(
         if key not in ("lower_bound", "upper_bound", "default_value", "relative_precision"):
             raise ConfigError(join_path(jp_path, key), "unknown log digest option")
     jp_lower, jp_upper, jp_default, jp_precision = (
-        _number(jp.get(key, fallback), join_path(jp_path, key), low=0, high=math.inf, low_open=True)
+        checked_number(jp.get(key, fallback), join_path(jp_path, key), low=0, high=math.inf, low_open=True)
         for key, fallback in (
             ("lower_bound", 0.5),
             ("upper_bound", 2.0),

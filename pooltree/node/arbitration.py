@@ -1,7 +1,7 @@
 """Node memory arbitration: the executor's plug for the controller's pure policy.
 
 The executor measures and kills; the decision is one pure call, ``select_overdraft_victims`` from
-``pooltree.controllers.memory`` (jobs above ``memory_limit`` fail with "Memory limit exceeded"; a job above its
+``pooltree.controllers.overdraft`` (jobs above ``memory_limit`` fail with "Memory limit exceeded"; a job above its
 reserve keeps running while the node has free memory; when the jobs together use more than the node's memory
 limit, jobs above their reserve are aborted with ``resource_overdraft`` until the rest fit). Another policy can
 be passed as ``JobExecutor(overdraft_policy=...)``.
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pooltree.controllers.memory import JobMemory, select_overdraft_victims
+from pooltree.controllers.overdraft import JobMemory, select_overdraft_victims
 
 # The controller's policy takes finite numbers only; "no limit" becomes the largest float.
 _NO_LIMIT = sys.float_info.max

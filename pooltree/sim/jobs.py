@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pooltree.controllers.memory import RESOURCE_OVERDRAFT, JobMemory, select_overdraft_victims
+from pooltree.controllers.memory import RESOURCE_OVERDRAFT
+from pooltree.controllers.overdraft import JobMemory, select_overdraft_victims
 from pooltree.controllers.speculative import SPECULATIVE_ABORT_REASONS
 from pooltree.resources import MEMORY
 from pooltree.sim.state import (

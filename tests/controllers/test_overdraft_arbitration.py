@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pooltree.controllers.memory import JobMemory, select_overdraft_victims
+from pooltree.controllers.overdraft import JobMemory, select_overdraft_victims
 from pooltree.errors import ConfigError
 
 

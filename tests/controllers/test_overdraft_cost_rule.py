@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from pooltree.controllers.memory import (
     MemoryDigestSettings,
-    MemoryDigestWarmStartStore,
     TaskMemoryOptions,
     TaskMemoryReserve,
 )
+from pooltree.controllers.warm_start import MemoryDigestWarmStartStore
 from pooltree.digest import LogDigest
 from pooltree.errors import ConfigError
 

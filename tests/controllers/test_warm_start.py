@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pooltree.controllers.memory import MemoryDigestWarmStartStore, TaskMemoryOptions, TaskMemoryReserve
+from pooltree.controllers.memory import TaskMemoryOptions, TaskMemoryReserve
+from pooltree.controllers.warm_start import MemoryDigestWarmStartStore
 from pooltree.errors import ConfigError
 
 GiB = 1024.0**3
