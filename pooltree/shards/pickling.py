@@ -58,6 +58,7 @@ def allocation_fields(allocation: Allocation) -> tuple[Any, ...]:
         allocation.interruption_signal,
         allocation.node_address,
         allocation.start_time,
+        allocation.start_order,
         allocation.preemption_status.value,
         allocation.preemption,
         allocation.restarted,
@@ -80,6 +81,7 @@ def allocation_of(fields: tuple[Any, ...]) -> Allocation:
         signal,
         node,
         start,
+        order,
         status,
         preemption,
         restarted,
@@ -98,6 +100,7 @@ def allocation_of(fields: tuple[Any, ...]) -> Allocation:
     allocation.interruption_signal = signal
     allocation.node_address = node
     allocation.start_time = start
+    allocation.start_order = order
     allocation.preemption_status = _STATUSES[status]
     allocation.preemption = preemption
     allocation.restarted = restarted

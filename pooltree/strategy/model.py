@@ -183,6 +183,7 @@ class Allocation:
         "reserve",
         "restarted",
         "revived",
+        "start_order",
         "start_time",
         "task",
     )
@@ -212,6 +213,9 @@ class Allocation:
         self.interruption_signal = interruption_signal
         self.node_address = node_address
         self.start_time = start_time
+        self.start_order = 0
+        """Its place in its operation's start order (`PreemptibleLists` numbers it): the preemption classes are
+        read from it against the lists' boundaries (`PreemptibleLists.status`)."""
         self.preemption_status = PreemptionStatus.PREEMPTIBLE
         self.preemption: PreemptionRecord | None = None
         self.restarted = False

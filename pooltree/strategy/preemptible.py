@@ -6,6 +6,11 @@ left (less preemptible) class iff the usage of everything before it is still bel
 that crosses the boundary belongs to the less preemptible class. With the tree's
 ``consider_allocation_on_fair_share_bound_preemptible`` (``inclusive``) the test counts the allocation itself, so
 the crossing allocation belongs to the more preemptible class.
+
+Each listed allocation carries its place in the start order (``Allocation.start_order``, numbered here), so an
+allocation's class is read from the two boundaries alone (`ClassBoundaries`: where the AggressivelyPreemptible and
+the Preemptible lists begin): what the preemptive stages read (`PreemptibleLists.status`), and what a holder of
+the boundaries without the other allocations (a node shard's replica) can answer the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import Allocation, PreemptionStatus
@@ -23,6 +29,47 @@ from pooltree.strategy.shares import sub_floats as _sub
 _INF = math.inf
 
 
+class PreemptionClasses(Protocol):
+    """What the preemptive stages read of an operation's classes: a listed allocation's class
+    (`PreemptibleLists`, `ClassBoundaries`)."""
+
+    def status(self, allocation: Allocation) -> PreemptionStatus: ...
+
+
+class ClassBoundaries:
+    """An operation's preemption classes as its two boundaries in the start order: an allocation before
+    ``aggressive_from`` is NonPreemptible, before ``preemptible_from`` AggressivelyPreemptible, else Preemptible
+    (``math.inf``: no allocation of the more preemptible class)."""
+
+    __slots__ = ("aggressive_from", "preemptible_from")
+
+    def __init__(self, aggressive_from: float, preemptible_from: float) -> None:
+        self.aggressive_from = aggressive_from
+        self.preemptible_from = preemptible_from
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ClassBoundaries)
+            and self.aggressive_from == other.aggressive_from
+            and self.preemptible_from == other.preemptible_from
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.aggressive_from, self.preemptible_from))
+
+    def __repr__(self) -> str:
+        return f"ClassBoundaries({self.aggressive_from!r}, {self.preemptible_from!r})"
+
+    def status(self, allocation: Allocation) -> PreemptionStatus:
+        """The class of a listed allocation, from its place in the start order."""
+        order = allocation.start_order
+        if order >= self.preemptible_from:
+            return PreemptionStatus.PREEMPTIBLE
+        if order >= self.aggressive_from:
+            return PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE
+        return PreemptionStatus.NON_PREEMPTIBLE
+
+
 class PreemptibleLists:
     """The three ordered allocation lists of one operation and their cumulative usage (absolute, as floats)."""
 
@@ -31,6 +78,7 @@ class PreemptibleLists:
         "_all_blocked",
         "_inverse_total",
         "_lists",
+        "_next_order",
         "_normal",
         "_open",
         "_usage",
@@ -52,6 +100,8 @@ class PreemptibleLists:
             deque(),
         )
         self._usage: list[list[float]] = [[0.0] * RESOURCE_COUNT for _ in range(3)]
+        self._next_order = 0
+        """The start order the next appended allocation takes (above every listed one's)."""
         self.fair_share: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self.blocked: tuple[bool, ...] = (True,) * RESOURCE_COUNT
         self.total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
@@ -116,6 +166,25 @@ class PreemptibleLists:
     def usage(self, index: int) -> list[float]:
         return list(self._usage[index])
 
+    def status(self, allocation: Allocation) -> PreemptionStatus:
+        """A listed allocation's class, read from the boundaries alone (as `ClassBoundaries.status`): its start
+        order against the heads of the AggressivelyPreemptible and Preemptible lists."""
+        order = allocation.start_order
+        lists = self._lists
+        if lists[2] and order >= lists[2][0].start_order:
+            return PreemptionStatus.PREEMPTIBLE
+        if lists[1] and order >= lists[1][0].start_order:
+            return PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE
+        return PreemptionStatus.NON_PREEMPTIBLE
+
+    def boundaries(self) -> ClassBoundaries:
+        """The two boundaries as start orders: the first AggressivelyPreemptible allocation's (else the first
+        Preemptible one's) and the first Preemptible one's; ``math.inf`` where there is none."""
+        _, aggressive, preemptible = self._lists
+        preemptible_from = preemptible[0].start_order if preemptible else _INF
+        aggressive_from = aggressive[0].start_order if aggressive else preemptible_from
+        return ClassBoundaries(aggressive_from, preemptible_from)
+
     def add(self, allocation: Allocation) -> None:
         """Append a new allocation as Preemptible and rebalance.
 
@@ -127,6 +196,8 @@ class PreemptibleLists:
             self._insert_in_start_order(allocation)
             return
         allocation.preemption_status = PreemptionStatus.PREEMPTIBLE
+        allocation.start_order = self._next_order
+        self._next_order += 1
         had_preemptible = bool(self._lists[2])
         self._lists[2].append(allocation)
         _add(self._usage[2], allocation.amounts)
@@ -143,7 +214,8 @@ class PreemptibleLists:
 
     def _insert_in_start_order(self, allocation: Allocation) -> None:
         """A re-attached allocation (its job ran before a scheduler restart and keeps its start time, as YTsaurus's
-        revived allocations do): placed after every allocation that started no later, classes recomputed."""
+        revived allocations do): placed after every allocation that started no later, classes recomputed, the
+        start order numbered again."""
         ordered = list(self)
         position = len(ordered)
         while position > 0 and ordered[position - 1].start_time > allocation.start_time:
@@ -152,7 +224,9 @@ class PreemptibleLists:
         for index, listed in enumerate(self._lists):
             listed.clear()
             self._usage[index] = [0.0] * RESOURCE_COUNT
-        for item in ordered:
+        self._next_order = len(ordered)
+        for order, item in enumerate(ordered):
+            item.start_order = order
             item.preemption_status = PreemptionStatus.PREEMPTIBLE
             self._lists[2].append(item)
             _add(self._usage[2], item.amounts)
@@ -191,6 +265,7 @@ class PreemptibleLists:
         listed = self._lists[index]
         listed[listed.index(old)] = new
         new.preemption_status = old.preemption_status
+        new.start_order = old.start_order
         _sub(self._usage[index], old.amounts)
         _add(self._usage[index], new.amounts)
         self.rebalance()

@@ -16,6 +16,7 @@ from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.best_leaf import BestLeaf
 from pooltree.strategy.elements import (
     _FIT_EPSILON,
+    OperationRuntime,
     _Analysis,
     _Element,
     _fits,
@@ -37,6 +38,7 @@ from pooltree.strategy.model import (
     StarvationStatus,
 )
 from pooltree.strategy.pool_satisfaction import pool_key
+from pooltree.strategy.preemptible import PreemptionClasses
 from pooltree.strategy.priorities import priority_of
 from pooltree.strategy.shares import (
     EPSILON,
@@ -92,16 +94,33 @@ class PreemptiveStages:
             element = self.state.elements.get(allocation.operation_id)
             if element is None or element.spec.preemption_mode != "graceful":
                 continue
-            if allocation.preemption_status != PreemptionStatus.PREEMPTIBLE:
+            if self.status(allocation) != PreemptionStatus.PREEMPTIBLE:
                 continue
             timeout = self.state.config.allocation_graceful_preemption_timeout
             self.preempt(allocation, node, now, result, _GRACEFUL, _GRACEFUL_TEXT, timeout=timeout)
+
+    # -------------------------------------------------------------- the classes the stages read
+
+    def classes(self, runtime: OperationRuntime) -> PreemptionClasses:
+        """An operation's preemption classes as the stages read them: from the two boundaries of its start order
+        alone (`PreemptibleLists.status`, which `ClassBoundaries` answers the same way)."""
+        return runtime.lists
+
+    def status(self, allocation: Allocation) -> PreemptionStatus:
+        """A running allocation's class (preemptible, aggressively preemptible, not), through `classes`; an
+        allocation whose operation left the strategy is listed nowhere and keeps the class it last had."""
+        runtime = self.state.operations.get(allocation.operation_id)
+        if runtime is None:
+            return allocation.preemption_status
+        return self.classes(runtime).status(allocation)
 
     # -------------------------------------------------------------- stage 3: preemptive scheduling
 
     def preemption_level(self, allocation: Allocation, element: _Element) -> PreemptionLevel:
         """An allocation's preemption level from its status (YTsaurus `GetAllocationPreemptionLevel`, SSD levels on SSD nodes)."""
-        status = allocation.preemption_status
+        return self._level(self.status(allocation), allocation, element)
+
+    def _level(self, status: PreemptionStatus, allocation: Allocation, element: _Element) -> PreemptionLevel:
         if status == PreemptionStatus.PREEMPTIBLE:
             return PreemptionLevel.PREEMPTIBLE
         if (
@@ -168,7 +187,8 @@ class PreemptiveStages:
             element = elements.get(allocation.operation_id)
             if element is None or element.op is None:
                 continue
-            level = self.preemption_level(allocation, element)
+            status = self.status(allocation)
+            level = self._level(status, allocation, element)
             if level < min_level:
                 continue
             if (
@@ -189,11 +209,7 @@ class PreemptiveStages:
                         analysis.ancestor_discount.setdefault(limited.id, [0.0] * RESOURCE_COUNT),
                         allocation.amounts,
                     )
-            elif (
-                blocker is not element
-                and enable_conditional
-                and allocation.preemption_status == PreemptionStatus.PREEMPTIBLE
-            ):
+            elif blocker is not element and enable_conditional and status == PreemptionStatus.PREEMPTIBLE:
                 analysis.conditional.setdefault(blocker.id, []).append(allocation)
                 _add_list(
                     analysis.conditional_discount.setdefault(blocker.id, [0.0] * RESOURCE_COUNT),
@@ -354,9 +370,8 @@ class PreemptiveStages:
                     candidates.append(allocation)
                     conditional.add(allocation.id)
                 cursor = cursor.parent
-        candidates.sort(
-            key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time), reverse=True
-        )
+        ranks = {a.id: PREEMPTION_STATUS_RANK[self.status(a)] for a in candidates}
+        candidates.sort(key=lambda a: (ranks[a.id], a.start_time), reverse=True)
         target = analysis.target
         reason = PREEMPTION_REASONS[target]
         preemptor = started[0] if started is not None else None
@@ -369,14 +384,15 @@ class PreemptiveStages:
             text = "Node resource limits violated"
             if started is not None:
                 element = elements[allocation.operation_id]
+                status = self.status(allocation)
                 own = priority_of(started[1])
                 priority = self.full_host.priority(
                     started[1].id, self.ssd.priority(started[1].id, own), self.state.starvation, now
                 )
                 text = (
                     f"Preempted to start allocation {started[0].id} of operation {started[0].operation_id}; "
-                    f"this allocation had status {allocation.preemption_status.value} and level "
-                    f"{self.preemption_level(allocation, element).name.lower()}, preemptor operation local priority "
+                    f"this allocation had status {status.value} and level "
+                    f"{self._level(status, allocation, element).name.lower()}, preemptor operation local priority "
                     f"was {priority.name.lower()}, and scheduling stage target priority was {target.name.lower()}"
                 )
                 if allocation.id in conditional:
@@ -402,7 +418,8 @@ class PreemptiveStages:
         if _fits(node.usage, node.resource_limits):
             return
         running = [a for a in node.allocations.values() if not a.preempted]
-        running.sort(key=lambda a: (PREEMPTION_STATUS_RANK[a.preemption_status], a.start_time))
+        ranks = {a.id: PREEMPTION_STATUS_RANK[self.status(a)] for a in running}
+        running.sort(key=lambda a: (ranks[a.id], a.start_time))
         kept = np.zeros(RESOURCE_COUNT)
         for allocation in running:
             if allocation.preempted:
@@ -450,7 +467,7 @@ class PreemptiveStages:
             preemptor_operation_id=preemptor.operation_id if preemptor is not None else preempted_for,
             interruption_signal=allocation.interruption_signal,
             interruptible=allocation.interruptible,
-            allocation_status=allocation.preemption_status,
+            allocation_status=self.status(allocation),
         )
         runtime = state.operations.get(allocation.operation_id)
         element = state.elements.get(allocation.operation_id)
