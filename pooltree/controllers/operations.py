@@ -177,6 +177,8 @@ class OperationControllerBase:
         self.incarnation = 0
         """Incremented by every gang incarnation switch (YTsaurus ``operation_incarnation``)."""
         self._needed_cache: Vector | None = None
+        self.is_gang = False
+        """Whether the jobs run as a gang (`VanillaController` with a task's ``gang_options``)."""
         self.pending_revision = 0
         """Moves whenever the pending work (pending count, needed and min needed resources) is set anew
         (`_refresh`): equal revisions, equal values. ``SchedulerCore`` reads it instead of comparing vectors."""
@@ -371,6 +373,11 @@ class OperationControllerBase:
         """Whether `take_back` undoes a `schedule_allocation` exactly: no speculative copies (they keep per-start
         state of their own)."""
         return self.speculation is None
+
+    def has_reservations(self, node_address: str) -> bool:
+        """Whether revived jobs are held for this node (`pooltree.server.live.model.LiveVanillaController` holds
+        them); none here."""
+        return False
 
     def take_back(self, allocation: Allocation) -> None:
         """Undo the `schedule_allocation` that made ``allocation`` (never started on a node, never finished): its

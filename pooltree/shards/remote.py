@@ -410,10 +410,9 @@ class ProcessShardStarts(ShardStarts):
             if runtime is None or element is None or element.op is not runtime:
                 continue
             controller = runtime.controller
-            reserved = getattr(controller, "has_reservations", None)
             if (
-                not getattr(controller, "can_take_back", False)
-                or (reserved is not None and reserved(node.address))
+                not controller.can_take_back
+                or controller.has_reservations(node.address)
                 or controller.pending_allocation_count <= 0
                 or not fits_floats(controller.min_needed_resources.tolist(), room)
             ):

@@ -88,6 +88,10 @@ class OperationController(Protocol):
     """One job's allocation as the operation started (discretized fair share's per-job vector); ``None``: the
     operation keeps its continuous fair-share function."""
 
+    is_gang: bool
+    """Whether the controller runs its jobs as a gang (a vanilla task's ``gang_options``: incarnations and ranks,
+    which the live service puts into the jobs' environment); ``ControllerDefaults``: ``False``."""
+
     @property
     def pending_allocation_count(self) -> int: ...
 
@@ -130,10 +134,31 @@ class OperationController(Protocol):
         """Counters for the operation's orchid view; default ``None``: no ``progress`` field."""
         ...
 
+    @property
+    def can_take_back(self) -> bool:
+        """Whether ``take_back`` undoes a ``schedule_allocation`` exactly (node shards grant ahead only then,
+        `pooltree/shards/remote.py`); default ``False``."""
+        ...
+
+    def has_reservations(self, node_address: str) -> bool:
+        """Whether the controller holds revived jobs for this node (only its next heartbeat may take them);
+        default ``False``."""
+        ...
+
 
 class ControllerDefaults:
-    """The defaults of the `OperationController` methods and property a controller has nothing to say on
-    (a controller that lacks the behaviour subclasses it and sets the protocol's data members itself)."""
+    """The defaults of the `OperationController` methods, properties and ``is_gang`` a controller has nothing to
+    say on (a controller that lacks the behaviour subclasses it and sets the protocol's other data members
+    itself)."""
+
+    is_gang = False
+
+    @property
+    def can_take_back(self) -> bool:
+        return False
+
+    def has_reservations(self, node_address: str) -> bool:
+        return False
 
     @property
     def is_completed(self) -> bool:

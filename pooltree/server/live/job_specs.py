@@ -41,7 +41,7 @@ class JobSpecs:
     def spec(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
         """The spec of ``job`` (started in ``allocation``), equal to ``build(op, job, allocation)``."""
         scheduler = self.scheduler
-        if getattr(op.controller, "is_gang", False):
+        if op.controller.is_gang:
             return self._plain(op, job, allocation)
         tree = scheduler.registry.trees.get(job.tree) if job.tree else None
         config = tree.config if tree is not None else None

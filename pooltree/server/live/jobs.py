@@ -432,7 +432,7 @@ class LiveJobs:
                 "YT_TASK_NAME": job.task_name,
             }
         )
-        if getattr(op.controller, "is_gang", False):
+        if op.controller.is_gang:
             # YTsaurus's gang controller: the incarnation, and the rank of a job that holds one
             payload = allocation.payload
             environment["YT_OPERATION_INCARNATION"] = str(op.controller.incarnation)
