@@ -10,22 +10,19 @@ share is one in them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 import numpy as np
 
+from pooltree.fairshare.layout import _Tree
 from pooltree.resources import MEMORY
 
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
 
-
-def cap_memory_limits(upd: _Update) -> None:
-    """Cap the memory limit of every operation named in ``settings.best_allocation_memory``."""
-    caps = upd.settings.best_allocation_memory
+def cap_memory_limits(tree: _Tree, tag_limits: np.ndarray, caps: Mapping[str, float]) -> np.ndarray:
+    """YTsaurus ``ComputeLimitsShare``'s best allocation share: the memory limit of every operation named in
+    ``caps`` capped by it (``tag_limits`` itself when none is)."""
     if not caps:
-        return
-    tree = upd.tree
+        return tag_limits
     index = tree.id_index()
     rows: list[int] = []
     values: list[float] = []
@@ -35,8 +32,8 @@ def cap_memory_limits(upd: _Update) -> None:
             rows.append(row)
             values.append(float(cap))
     if not rows:
-        return
-    limits = upd.tag_limits.copy()
+        return tag_limits
+    limits = tag_limits.copy()
     limits[rows, MEMORY] = np.minimum(limits[rows, MEMORY], values)
     limits.flags.writeable = False
-    upd.tag_limits = limits
+    return limits

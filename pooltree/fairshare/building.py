@@ -174,7 +174,7 @@ def _placements(upd: _Update) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if upd._placement is not None:
         return upd._placement
     tree = upd.tree
-    derived = derived_statics(upd)
+    derived = derived_statics(upd.statics, upd.any_fifo)
     placement = None if derived is None else derived.get("placement")
     if placement is not None:
         upd._placement = placement

@@ -165,7 +165,7 @@ def _child_suggestions(
     taken from the kept guarantees (``derived``), where the first update with these weights put them.
     """
     f = fit[slot]
-    derived = derived_statics(upd) if key is not None else None
+    derived = derived_statics(upd.statics, upd.any_fifo) if key is not None else None
     if derived is not None:
         ratios = derived.get(key)
         if ratios is None:

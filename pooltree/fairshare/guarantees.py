@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.inputs import _readonly
+from pooltree.fairshare.integral import IntegralRatios
 from pooltree.fairshare.layout import (
     EPSILON,
     _block,
     _share,
     _sum_children_into,
+    _Tree,
     floating_point_inverse_lower_bound,
 )
 from pooltree.resources import RESOURCES
-
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
 
 GUARANTEES_OVERCOMMIT = 29000
 
@@ -27,62 +26,99 @@ PRIORITY_POOLS_WITHOUT_DONOR = 29002
 
 
 # ---- b.1, b.4 (attributes) ----------------------------------------------------------------------
-def compute_attributes(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class Attributes:
+    """b.1's attributes by element: usage and demand (a pool's: its subtree's sums), their shares of the total and
+    the dominant resource."""
+
+    usage: np.ndarray
+    demand: np.ndarray
+    usage_share: np.ndarray
+    demand_share: np.ndarray
+    dominant: np.ndarray
+
+
+def compute_attributes(
+    tree: _Tree,
+    total: np.ndarray,
+    usage: np.ndarray,
+    demand: np.ndarray,
+    schedulable: np.ndarray,
+    apply_limits: np.ndarray,
+    specified_limits: np.ndarray,
+) -> Attributes:
     """b.1 (PreUpdate): operations' demand and usage; every element's usage and demand shares and dominant resource
     (its limits: `compute_limits`)."""
-    tree, total = upd.tree, upd.total
     is_op = tree.is_op
+    usage, demand = usage.copy(), demand.copy()
     # Operation demand (b.1).
-    demand = upd.demand
-    not_running = is_op & ~upd.schedulable
-    demand[not_running] = upd.usage[not_running]
-    lim = upd.apply_limits & is_op
+    not_running = is_op & ~schedulable
+    demand[not_running] = usage[not_running]
+    lim = apply_limits & is_op
     if np.any(lim):
-        needed = np.maximum(np.minimum(demand[lim], upd.specified_limits[lim]) - upd.usage[lim], 0.0)
-        demand[lim] = upd.usage[lim] + needed
-    _sum_children_into(tree, upd.usage)
+        needed = np.maximum(np.minimum(demand[lim], specified_limits[lim]) - usage[lim], 0.0)
+        demand[lim] = usage[lim] + needed
+    _sum_children_into(tree, usage)
     _sum_children_into(tree, demand)
-    upd.usage_share = _share(upd.usage, total)
-    upd.demand_share = _share(demand, total)
+    usage_share = _share(usage, total)
+    demand_share = _share(demand, total)
     # Dominant resource: on usage if non-zero, else on demand; ties to the earlier resource; zero -> cpu.
-    basis = np.where(fn.row_any(upd.usage > 0)[:, None], upd.usage_share, upd.demand_share)
+    basis = np.where(fn.row_any(usage > 0)[:, None], usage_share, demand_share)
     basis = np.where(total > 0, basis, 0.0)
     best = np.argmax(basis, axis=1)
     best = np.where(fn.row_max(basis) > 0, best, RESOURCES.index("cpu"))
-    upd.dominant = best
+    return Attributes(usage, demand, usage_share, demand_share, best)
 
 
-def compute_limits(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """b.1's resource limits by element and their shares of the total."""
+
+    resource_limits: np.ndarray
+    limits_share: np.ndarray
+
+
+def compute_limits(
+    total: np.ndarray, tag_limits: np.ndarray, max_share_ratio: np.ndarray, specified_limits: np.ndarray
+) -> Limits:
     """b.1 (PreUpdate): every element's resource limits (the least of its tag-filter limits, its max share ratio of
     the total and its specified limits; the root's: the total) and their shares."""
-    total = upd.total
-    limits = np.minimum(
-        np.minimum(upd.tag_limits, total * upd.max_share_ratio[:, None]), upd.specified_limits
-    )
+    limits = np.minimum(np.minimum(tag_limits, total * max_share_ratio[:, None]), specified_limits)
     limits[0] = total
-    upd.resource_limits = limits
-    upd.limits_share = _share(np.minimum(limits, total), total)
+    return Limits(limits, _share(np.minimum(limits, total), total))
+
+
+@dataclass(frozen=True, slots=True)
+class Guarantees:
+    """b.3-b.6's results by element: inferred strong guarantee resources, strong guarantee shares, weights and
+    estimated guarantee shares."""
+
+    inferred: np.ndarray
+    sgs: np.ndarray
+    weight: np.ndarray
+    egs: np.ndarray
 
 
 # ---- b.3 ----------------------------------------------------------------------------------------
-def infer_strong_guarantees(upd: _Update) -> None:
+def infer_strong_guarantees(
+    tree: _Tree, total: np.ndarray, main_resource: str, strong_config: np.ndarray, spec_mask: np.ndarray
+) -> np.ndarray:
     """b.3: strong guarantees of the resources a pool does not name, in proportion to its main_resource guarantee."""
-    tree = upd.tree
-    main = RESOURCES.index(upd.settings.main_resource)
-    inferred = upd.strong_config.copy()
-    inferred[0] = upd.total
+    main = RESOURCES.index(main_resource)
+    inferred = strong_config.copy()
+    inferred[0] = total
     take = np.take
     for level in tree.parent_levels():
         parents, seg, slot = level.parents, level.seg, level.slot
         children = _block(level)  # a level's children are one contiguous block: slices, not gathers
         par = tree.parent[children]
-        explicit = upd.strong_config[children]
+        explicit = strong_config[children]
         explicit_sum = np.add.reduceat(explicit, seg, axis=0)
         parent_inferred = take(inferred, parents, axis=0)
         residual = np.maximum(parent_inferred - explicit_sum, 0.0)
         p_main = take(inferred[:, main], par)
         ratio = np.where(p_main > 0, explicit[:, main] / np.where(p_main > 0, p_main, 1.0), 0.0)
-        implicit_mask = ~upd.spec_mask[children]
+        implicit_mask = ~spec_mask[children]
         implicit_mask[:, main] = False
         implicit = np.where(implicit_mask, ratio[:, None] * take(inferred, par, axis=0), 0.0)
         implicit_sum = np.add.reduceat(implicit, seg, axis=0)
@@ -91,27 +127,45 @@ def infer_strong_guarantees(upd: _Update) -> None:
         scale[over] = residual[over] / implicit_sum[over]
         implicit = implicit * take(scale, slot, axis=0)
         inferred[children] = np.where(implicit_mask, implicit, explicit)
-    upd.inferred = inferred
+    return inferred
 
 
 # ---- b.4 ----------------------------------------------------------------------------------------
-def adjust_guarantees(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class Adjusted:
+    """b.4's results: strong guarantee shares by element, the burst pools' ratios (scaled down when strong and burst
+    guarantees overcommit the cluster) and the overcommit alerts."""
+
+    sgs: np.ndarray
+    burst_ratio: np.ndarray
+    alerts: tuple[PooltreeError, ...]
+
+
+def adjust_guarantees(
+    tree: _Tree,
+    total: np.ndarray,
+    inferred: np.ndarray,
+    limits_share: np.ndarray,
+    priority: np.ndarray,
+    ratios: IntegralRatios,
+) -> Adjusted:
     """b.4: children's guarantees shrunk to fit their parent's, by tiers (``_shrink_guarantees``); alert 29000 on overcommit."""
-    tree, total = upd.tree, upd.total
-    sgs = _share(upd.inferred, total)
+    sgs = _share(inferred, total)
     top = (
         np.arange(tree.level_start[1], tree.level_start[2]) if len(tree.level_start) > 2 else np.zeros(0, int)
     )
     sgs[0] = sgs[top].sum(axis=0)
-    strong_total = upd.inferred[top].sum(axis=0)
-    flow = total * upd.total_flow_ratio[0]
-    burst = total * upd.total_burst_ratio[0]
+    strong_total = inferred[top].sum(axis=0)
+    flow = total * ratios.total_flow_ratio[0]
+    burst = total * ratios.total_burst_ratio[0]
+    burst_ratio = ratios.burst_ratio
+    alerts: list[PooltreeError] = []
     attrs = {
         "total_cluster_resources": total.tolist(),
         "total_strong_guarantee_resources": strong_total.tolist(),
     }
     if not np.all(total >= strong_total + flow):
-        upd.errors.append(
+        alerts.append(
             PooltreeError(
                 "Strong guarantees and resource flows exceed total cluster resources",
                 code=GUARANTEES_OVERCOMMIT,
@@ -119,23 +173,29 @@ def adjust_guarantees(upd: _Update) -> None:
             )
         )
     if not np.all(total >= strong_total + burst):
-        upd.errors.append(
+        alerts.append(
             PooltreeError(
                 "Strong guarantees and burst guarantees exceed total cluster resources",
                 code=GUARANTEES_OVERCOMMIT,
                 attributes={**attrs, "total_burst_resources": burst.tolist()},
             )
         )
-        burst_sum = sum(upd.burst_ratio[i] for i in upd.burst_pools)
+        burst_sum = sum(burst_ratio[i] for i in ratios.burst_pools)
         root_sgs = sgs[0].copy()
         factor = floating_point_inverse_lower_bound(
             0.0, 1.0, lambda f: bool(np.all(root_sgs * f + burst_sum * f <= 1.0))
         )
         sgs[0] = root_sgs * factor
-        for i in upd.burst_pools:
-            upd.burst_ratio[i] *= factor
-    # Top-down: own guarantee within own limits, children's sum within own guarantee.
-    ls = upd.limits_share
+        burst_ratio = burst_ratio.copy()
+        for i in ratios.burst_pools:
+            burst_ratio[i] *= factor
+    _fit_children(tree, sgs, limits_share, priority)
+    return Adjusted(sgs, burst_ratio, tuple(alerts))
+
+
+def _fit_children(tree: _Tree, sgs: np.ndarray, limits_share: np.ndarray, priority: np.ndarray) -> None:
+    """b.4 top-down (in place): a pool's guarantee within its own limits, its children's sum within its guarantee."""
+    ls = limits_share
     for d in range(len(tree.level_start) - 1):
         lo, hi = tree.level_start[d], tree.level_start[d + 1]
         pools = np.arange(lo, hi)
@@ -150,70 +210,83 @@ def adjust_guarantees(upd: _Update) -> None:
         for k in over:
             p = int(parents[k])
             kids = np.array(tree.children(p))
-            sgs[kids] = _shrink_guarantees(sgs[kids].copy(), upd.priority[kids], np.maximum(sgs[p], 0.0))
-    upd.sgs = sgs
+            sgs[kids] = _shrink_guarantees(sgs[kids].copy(), priority[kids], np.maximum(sgs[p], 0.0))
 
 
-def validate_priority_pools(upd: _Update) -> None:
-    """b.2 step 1: pools in the priority guarantee tier need a donor ancestor (alert 29002, else regular)."""
-    tree = upd.tree
+@dataclass(frozen=True, slots=True)
+class PriorityTier:
+    """The pools in the priority guarantee tier (by element), and the flagged pools without a donor ancestor."""
+
+    priority: np.ndarray
+    orphans: np.ndarray
+
+
+def priority_tier(tree: _Tree) -> PriorityTier:
+    """b.2 step 1: the pools with priority strong guarantee adjustment that have a donor ancestor; the others are
+    orphans (`priority_alert`) and stay regular."""
     n = len(tree.elements)
-    tier = tree.priority_tier  # this very tree's: its pools are the objects they were (``layout._flatten``)
-    if tier is not None:
-        upd.priority, orphans = tier
-    else:
-        flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
-        donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
-        flagged = np.zeros(n, dtype=bool)
-        donor = np.zeros(n, dtype=bool)
-        pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
-        flagged[pool_idx] = [bool(f) for f in flags]
-        donor[pool_idx] = [bool(d) for d in donors]
-        # Whether some strict ancestor is a donor, top-down.
-        donor_above = np.zeros(n, dtype=bool)
-        for level in tree.parent_levels():
-            parents_donor = donor_above[level.parents] | donor[level.parents]
-            donor_above[level.children] = parents_donor[level.slot]
-        orphans = np.flatnonzero(flagged & ~donor_above)
-        upd.priority = _readonly(flagged & donor_above)
-        tree.priority_tier = (upd.priority, orphans)
-    if len(orphans):
-        upd.errors.append(
-            PooltreeError(
-                "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
-                code=PRIORITY_POOLS_WITHOUT_DONOR,
-                attributes={"pools_without_donor": [tree.ids[i] for i in orphans]},
-            )
-        )
+    flags = [p.enable_priority_strong_guarantee_adjustment for p in tree.pools]
+    donors = [p.enable_priority_strong_guarantee_adjustment_donorship for p in tree.pools]
+    flagged = np.zeros(n, dtype=bool)
+    donor = np.zeros(n, dtype=bool)
+    pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op))
+    flagged[pool_idx] = [bool(f) for f in flags]
+    donor[pool_idx] = [bool(d) for d in donors]
+    # Whether some strict ancestor is a donor, top-down.
+    donor_above = np.zeros(n, dtype=bool)
+    for level in tree.parent_levels():
+        parents_donor = donor_above[level.parents] | donor[level.parents]
+        donor_above[level.children] = parents_donor[level.slot]
+    return PriorityTier(_readonly(flagged & donor_above), np.flatnonzero(flagged & ~donor_above))
+
+
+def priority_alert(tree: _Tree, tier: PriorityTier) -> PooltreeError | None:
+    """b.2 step 1: alert 29002 naming the priority-tier pools without a donor ancestor, if any."""
+    if not len(tier.orphans):
+        return None
+    return PooltreeError(
+        "Found pools with enabled priority strong guarantee adjustment which have no donor ancestor",
+        code=PRIORITY_POOLS_WITHOUT_DONOR,
+        attributes={"pools_without_donor": [tree.ids[i] for i in tier.orphans]},
+    )
 
 
 # ---- b.6 ----------------------------------------------------------------------------------------
-def compute_weights(upd: _Update) -> None:
+def compute_weights(
+    tree: _Tree,
+    weight_cfg: np.ndarray,
+    multiplier: float | None,
+    sgs: np.ndarray,
+    total_flow_ratio: np.ndarray,
+) -> np.ndarray:
     """b.6: weights (unset: 1, or inferred from guarantees by infer_weight_from_guarantees_share_multiplier)."""
-    tree = upd.tree
-    weight = np.where(np.isnan(upd.weight_cfg), 1.0, upd.weight_cfg)
-    multiplier = upd.settings.infer_weight_from_guarantees_share_multiplier
+    weight = np.where(np.isnan(weight_cfg), 1.0, weight_cfg)
     if multiplier is not None:
-        g = fn.row_max(upd.sgs) + upd.total_flow_ratio
-        unset = np.isnan(upd.weight_cfg)
+        g = fn.row_max(sgs) + total_flow_ratio
+        unset = np.isnan(weight_cfg)
         unset[0] = False
         gp = g[np.maximum(tree.parent, 0)]
         ok = (g >= EPSILON) & (gp >= EPSILON)
         inferred = np.where(ok, multiplier * g / np.where(ok, gp, 1.0), 1.0)
         weight = np.where(unset, inferred, weight)
     weight[0] = 1.0
-    upd.weight = weight
-    compute_fifo_order(upd)
+    return weight
 
 
-def compute_fifo_order(upd: _Update) -> None:
-    """FIFO order (b.6) of operations in FIFO pools (by their current pending allocations, when so set)."""
-    tree = upd.tree
-    weight = upd.weight
+@dataclass(frozen=True, slots=True)
+class FifoOrder:
+    """Every operation's rank in its FIFO pool (0 elsewhere), and the ranks of those in FIFO pools by row."""
+
+    rank: np.ndarray
+    index: dict[int, int]
+
+
+def compute_fifo_order(tree: _Tree, fifo: np.ndarray, weight: np.ndarray) -> FifoOrder:
+    """b.6: FIFO order of operations in FIFO pools, by the pools' ``fifo_sort_parameters``."""
     n = len(tree.elements)
-    upd.fifo_rank = np.zeros(n, dtype=np.int64)
-    upd.fifo_index: dict[int, int] = {}
-    for p in np.flatnonzero(upd.fifo):
+    fifo_rank = np.zeros(n, dtype=np.int64)
+    fifo_index: dict[int, int] = {}
+    for p in np.flatnonzero(fifo):
         pool = tree.elements[p]
         kids = list(tree.children(int(p)))
         params = pool.fifo_sort_parameters  # type: ignore[attr-defined]
@@ -231,21 +304,23 @@ def compute_fifo_order(upd: _Update) -> None:
             return tuple(out)
 
         for rank, c in enumerate(sorted(kids, key=key)):
-            upd.fifo_rank[c] = rank
-            upd.fifo_index[c] = rank
+            fifo_rank[c] = rank
+            fifo_index[c] = rank
+    return FifoOrder(fifo_rank, fifo_index)
 
 
-def compute_estimated_guarantees(upd: _Update) -> None:
+def compute_estimated_guarantees(
+    tree: _Tree, sgs: np.ndarray, total_flow_ratio: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
     """b.3: estimated guarantees top-down: each child takes its guarantee and flow within what its parent's
     estimate has left, in order, and the rest of the parent's is split by weight."""
-    tree = upd.tree
-    egs = np.zeros_like(upd.sgs)
-    egs[0] = upd.sgs[0]
+    egs = np.zeros_like(sgs)
+    egs[0] = sgs[0]
     take = np.take
     for level in tree.parent_levels():
         parents, seg, slot = level.parents, level.seg, level.slot
         children = _block(level)
-        want = upd.sgs[children] + upd.total_flow_ratio[children, None]
+        want = sgs[children] + total_flow_ratio[children, None]
         budget = take(take(egs, parents, axis=0), slot, axis=0)
         prefix = np.cumsum(want, axis=0)
         base = np.where((seg > 0)[:, None], take(prefix, np.maximum(seg - 1, 0), axis=0), 0.0)
@@ -254,12 +329,12 @@ def compute_estimated_guarantees(upd: _Update) -> None:
         # Sequential "min(want, still undistributed)" over the children, as prefix sums.
         got = np.minimum(incl, budget) - np.minimum(excl, budget)
         undistributed = take(egs, parents, axis=0) - np.add.reduceat(got, seg, axis=0)
-        weights = upd.weight[children]
+        weights = weight[children]
         wsum = np.add.reduceat(weights, seg)
         with np.errstate(divide="ignore", invalid="ignore"):
             part = np.where(take(wsum, slot) > 0, weights / take(wsum, slot), 0.0)
         egs[children] = got + take(undistributed, slot, axis=0) * part[:, None]
-    upd.egs = egs
+    return egs
 
 
 def _guarantee_fit_factor(shares: np.ndarray, available: np.ndarray) -> float:

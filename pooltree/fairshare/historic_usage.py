@@ -19,15 +19,14 @@ by (pool id, child id)), like the integral guarantees' volumes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from pooltree.fairshare import functions as fn
-
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
+from pooltree.fairshare.layout import _Tree
 
 DEFAULT_HALFLIFE = 10.0
 """Seconds: YTsaurus's ``TAdjustedExponentialMovingAverage::DefaultHalflife``, the half-life when the pool sets
@@ -70,9 +69,8 @@ class HistoricUsage:
         return HistoricUsage(halflife, now, 1.0 + state.denominator * decay, value + state.numerator * decay)
 
 
-def _historic_pools(upd: _Update) -> list[tuple[int, float]]:
+def _historic_pools(tree: _Tree) -> list[tuple[int, float]]:
     """(row, half-life) of every pool of the tree that infers its children's weights (memoised per tree)."""
-    tree = upd.tree
 
     def build() -> list[tuple[int, float]]:
         rows = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)).tolist()
@@ -85,19 +83,30 @@ def _historic_pools(upd: _Update) -> list[tuple[int, float]]:
     return tree.memo("historic_pools", build)  # type: ignore[no-any-return]
 
 
-def apply_historic_weights(upd: _Update) -> bool:
-    """Sample every historic pool's children's dominant usage share and make their weights (weight or 1) ×
-    2^−average for this update (``upd.weight_cfg``, so ``compute_weights`` takes them as set); keep the averages
-    for the next update (``upd.historic_usage``). Run after ``compute_attributes`` (usage shares) and before the
-    weights. Whether the tree has such pools (the weights were made here)."""
-    pools = _historic_pools(upd)
+@dataclass(frozen=True, slots=True)
+class HistoricWeights:
+    """The configured weights by element with the historic pools' children's made from their averages, and the
+    averages by (pool id, child id) for the next update."""
+
+    weight_cfg: np.ndarray
+    averages: dict[tuple[str, str], HistoricUsage]
+
+
+def apply_historic_weights(
+    tree: _Tree,
+    now: float,
+    previous: Mapping[tuple[str, str], HistoricUsage],
+    usage_share: np.ndarray,
+    weight_cfg: np.ndarray,
+) -> HistoricWeights | None:
+    """YTsaurus ``infer_children_weights_from_historic_usage``: each historic pool's child's weight (or 1) ×
+    2^−(EMA of its dominant usage share); None when the tree has no such pool."""
+    pools = _historic_pools(tree)
     if not pools:
-        return False
-    tree, now = upd.tree, upd.now
-    previous = upd.state.historic_usage
+        return None
     averages: dict[tuple[str, str], HistoricUsage] = {}
-    dominant = fn.row_max(upd.usage_share)
-    weight_cfg = upd.weight_cfg.copy()
+    dominant = fn.row_max(usage_share)
+    weight_cfg = weight_cfg.copy()
     for row, halflife in pools:
         pool_id = tree.ids[row]
         for child in tree.children(row):
@@ -108,6 +117,4 @@ def apply_historic_weights(upd: _Update) -> bool:
             specified = weight_cfg[child]
             weight_cfg[child] = (1.0 if np.isnan(specified) else specified) * 2.0 ** (-usage.average)
     weight_cfg.flags.writeable = False
-    upd.weight_cfg = weight_cfg
-    upd.historic_usage = averages
-    return True
+    return HistoricWeights(weight_cfg, averages)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from pooltree.fairshare.building import build_functions
+from pooltree.fairshare import functions as fn
 from pooltree.fairshare.inputs import _vector
-from pooltree.fairshare.layout import EPSILON, _sum_children_into, floating_point_inverse_lower_bound
+from pooltree.fairshare.layout import EPSILON, _sum_children_into, _Tree, floating_point_inverse_lower_bound
+from pooltree.fairshare.model import UpdateSettings, UpdateState
 from pooltree.resources import RESOURCE_COUNT, Vector
 
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
+Build = Callable[[np.ndarray, np.ndarray, np.ndarray], fn.FunctionTable]
+"""Builds the fair-share functions (b.5) of some elements (closed under descendants) with given guarantee and
+limits shares: ``build(elements, guarantee, limits)``."""
 
 
 def adjust_proposed_integral_share(limits: Vector, strong: Vector, proposed: Vector) -> Vector:
@@ -29,18 +32,29 @@ def adjust_proposed_integral_share(limits: Vector, strong: Vector, proposed: Vec
 
 
 # ---- b.2 step 4 (cumulative integral attributes) --------------------------------------------------
-def compute_integral_ratios(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class IntegralRatios:
+    """b.7 step 4's results: integral pools' burst and flow ratios by element, their sums over every subtree, the
+    integral pools, and the burst and relaxed ones in depth-first pre-order."""
+
+    burst_ratio: np.ndarray
+    flow_ratio: np.ndarray
+    total_burst_ratio: np.ndarray
+    total_flow_ratio: np.ndarray
+    integral_pools: np.ndarray
+    burst_pools: list[int]
+    relaxed_pools: list[int]
+
+
+def compute_integral_ratios(tree: _Tree, total: np.ndarray, integral_type: np.ndarray) -> IntegralRatios:
     """b.7 step 4: burst and flow ratios of integral pools and their cumulative sums up the tree."""
-    tree, total = upd.tree, upd.total
     n = len(tree.elements)
-    upd.burst_ratio = np.zeros(n)
-    upd.flow_ratio = np.zeros(n)
-    upd.integral_pools = np.flatnonzero(upd.integral_type > 0)
-    if not len(upd.integral_pools):  # every ratio and every subtree's sum of them is 0.0
-        upd.burst_pools, upd.relaxed_pools = [], []
-        upd.total_burst_ratio, upd.total_flow_ratio = np.zeros(n), np.zeros(n)
-        return
-    for i in upd.integral_pools:
+    burst_ratio = np.zeros(n)
+    flow_ratio = np.zeros(n)
+    integral_pools = np.flatnonzero(integral_type > 0)
+    if not len(integral_pools):  # every ratio and every subtree's sum of them is 0.0
+        return IntegralRatios(burst_ratio, flow_ratio, np.zeros(n), np.zeros(n), integral_pools, [], [])
+    for i in integral_pools:
         ig = tree.elements[i].integral_guarantees  # type: ignore[attr-defined]
         burst = _vector(
             tree.elements[i],
@@ -49,28 +63,30 @@ def compute_integral_ratios(upd: _Update) -> None:
         )
         flow = _vector(tree.elements[i], "integral_guarantees.resource_flow", ig.resource_flow)
         positive = total > 0
-        upd.burst_ratio[i] = float(np.max(burst[positive] / total[positive], initial=0.0))
-        upd.flow_ratio[i] = float(np.max(flow[positive] / total[positive], initial=0.0))
-    if len(upd.integral_pools):
-        # Burst, then relaxed pools, each in depth-first pre-order (InitIntegralPoolLists).
-        order = _preorder_rank(upd)
-        ranked = sorted(upd.integral_pools.tolist(), key=lambda i: order[i])
-        upd.burst_pools = [i for i in ranked if upd.integral_type[i] == 1]
-        upd.relaxed_pools = [i for i in ranked if upd.integral_type[i] == 2]
-    else:
-        upd.burst_pools, upd.relaxed_pools = [], []
-    upd.total_burst_ratio = upd.burst_ratio.copy()
-    upd.total_flow_ratio = upd.flow_ratio.copy()
-    both = np.stack([upd.total_burst_ratio, upd.total_flow_ratio], axis=1)
+        burst_ratio[i] = float(np.max(burst[positive] / total[positive], initial=0.0))
+        flow_ratio[i] = float(np.max(flow[positive] / total[positive], initial=0.0))
+    # Burst, then relaxed pools, each in depth-first pre-order (InitIntegralPoolLists).
+    order = _preorder_rank(tree, integral_pools)
+    ranked = sorted(integral_pools.tolist(), key=lambda i: order[i])
+    burst_pools = [i for i in ranked if integral_type[i] == 1]
+    relaxed_pools = [i for i in ranked if integral_type[i] == 2]
+    both = np.stack([burst_ratio.copy(), flow_ratio.copy()], axis=1)
     _sum_children_into(tree, both, own=True)
-    upd.total_burst_ratio, upd.total_flow_ratio = both[:, 0].copy(), both[:, 1].copy()
+    return IntegralRatios(
+        burst_ratio,
+        flow_ratio,
+        both[:, 0].copy(),
+        both[:, 1].copy(),
+        integral_pools,
+        burst_pools,
+        relaxed_pools,
+    )
 
 
-def _preorder_rank(upd: _Update) -> dict[int, tuple[int, ...]]:
+def _preorder_rank(tree: _Tree, integral_pools: np.ndarray) -> dict[int, tuple[int, ...]]:
     """Depth-first pre-order keys of the integral pools: their root paths compare lexicographically."""
-    tree = upd.tree
     keys: dict[int, tuple[int, ...]] = {}
-    for i in upd.integral_pools.tolist():
+    for i in integral_pools.tolist():
         path = []
         j = i
         while j > 0:
@@ -81,52 +97,78 @@ def _preorder_rank(upd: _Update) -> dict[int, tuple[int, ...]]:
 
 
 # ---- b.7 volume accounting ----------------------------------------------------------------------
-def consume_and_refill(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class Volumes:
+    """b.7's volume accounting by integral pool row: accumulated volumes, capacities and the previous update's
+    integral share ratios (LastShareRatio)."""
+
+    volume: dict[int, np.ndarray]
+    capacity: dict[int, np.ndarray]
+    last_ratio: dict[int, float]
+
+
+def consume_and_refill(
+    tree: _Tree,
+    total: np.ndarray,
+    settings: UpdateSettings,
+    state: UpdateState,
+    now: float,
+    ratios: IntegralRatios,
+    integral_type: np.ndarray,
+) -> Volumes:
     """b.7: integral pools' accumulated volumes consumed by usage since the last update and refilled by their flow."""
-    tree, total, st = upd.tree, upd.total, upd.state
     n = len(tree.elements)
-    upd.volume: dict[int, np.ndarray] = {}
-    upd.last_ratio: dict[int, float] = {}
-    upd.capacity: dict[int, np.ndarray] = {}
+    volumes: dict[int, np.ndarray] = {}
+    last_ratio: dict[int, float] = {}
+    capacities: dict[int, np.ndarray] = {}
     overflow = np.zeros((n, RESOURCE_COUNT))
     acceptable = np.zeros((n, RESOURCE_COUNT))
-    period = upd.settings.integral_pool_capacity_saturation_period
-    for i in upd.integral_pools:
+    period = settings.integral_pool_capacity_saturation_period
+    st = state
+    for i in ratios.integral_pools:
         pid = tree.ids[i]
         volume = np.array(st.accumulated_resource_volume.get(pid, np.zeros(RESOURCE_COUNT)), dtype=float)
-        upd.last_ratio[i] = float(st.last_integral_share_ratio.get(pid, 0.0))
-        capacity = total * upd.flow_ratio[i] * period
-        upd.capacity[i] = capacity
+        last_ratio[i] = float(st.last_integral_share_ratio.get(pid, 0.0))
+        capacity = total * ratios.flow_ratio[i] * period
+        capacities[i] = capacity
         if st.previous_update_time is not None and np.any(total != 0):
-            dt = upd.now - st.previous_update_time
+            dt = now - st.previous_update_time
             old = volume.copy()
-            volume = volume + total * dt * upd.flow_ratio[i] - total * dt * upd.last_ratio[i]
+            volume = volume + total * dt * ratios.flow_ratio[i] - total * dt * last_ratio[i]
             volume = np.maximum(volume, 0.0)
             upper = np.maximum(old, capacity)
             overflow[i] = np.maximum(volume - upper, 0.0)
             if tree.elements[i].integral_guarantees.can_accept_free_volume:  # type: ignore[attr-defined]
                 acceptable[i] = np.maximum(capacity - volume, 0.0)
             volume = np.minimum(volume, upper)
-        upd.volume[i] = volume
+        volumes[i] = volume
     # Free volume only ever reaches integral pools through a pool that distributes it.
     if (
-        len(upd.integral_pools)
+        len(ratios.integral_pools)
         and st.previous_update_time is not None
         and any(p.integral_guarantees.should_distribute_free_volume_among_children for p in tree.pools[1:])
     ):
-        _distribute_free_volume(upd, overflow, acceptable)
+        _distribute_free_volume(tree, integral_type, ratios.total_flow_ratio, volumes, overflow, acceptable)
+    return Volumes(volumes, capacities, last_ratio)
 
 
-def _distribute_free_volume(upd: _Update, overflow: np.ndarray, acceptable: np.ndarray) -> None:
-    """Overflow of integral pools flows up through plain pools and, where enabled, down to hungry pools."""
-    tree = upd.tree
+def _distribute_free_volume(
+    tree: _Tree,
+    integral_type: np.ndarray,
+    total_flow_ratio: np.ndarray,
+    volumes: dict[int, np.ndarray],
+    overflow: np.ndarray,
+    acceptable: np.ndarray,
+) -> None:
+    """b.7: overflow of integral pools flows up through plain pools and, where enabled, down to hungry pools (added to
+    ``volumes`` in place)."""
     children_overflow = np.zeros_like(overflow)
 
     def pool_children(i: int) -> list[int]:
         return [c for c in tree.children(i) if not tree.is_op[c]]
 
     def gather(i: int) -> None:
-        if upd.integral_type[i] > 0:
+        if integral_type[i] > 0:
             return
         kids = pool_children(i)
         for c in kids:
@@ -145,8 +187,8 @@ def _distribute_free_volume(upd: _Update, overflow: np.ndarray, acceptable: np.n
 
     def distribute(i: int) -> None:
         free = accepted[i].copy()
-        if upd.integral_type[i] > 0:
-            upd.volume[i] = upd.volume[i] + free
+        if integral_type[i] > 0:
+            volumes[i] = volumes[i] + free
             return
         element = tree.elements[i]
         should = i != 0 and element.integral_guarantees.should_distribute_free_volume_among_children  # type: ignore[attr-defined]
@@ -156,96 +198,138 @@ def _distribute_free_volume(upd: _Update, overflow: np.ndarray, acceptable: np.n
             for r in range(RESOURCE_COUNT):
                 if free[r] == 0:
                     continue
-                hungry = [c for c in kids if acceptable[c, r] > EPSILON and upd.total_flow_ratio[c] > EPSILON]
-                weight_sum = sum(upd.total_flow_ratio[c] for c in hungry)
-                hungry.sort(key=lambda c: acceptable[c, r] / upd.total_flow_ratio[c])
+                hungry = [c for c in kids if acceptable[c, r] > EPSILON and total_flow_ratio[c] > EPSILON]
+                weight_sum = sum(total_flow_ratio[c] for c in hungry)
+                hungry.sort(key=lambda c: acceptable[c, r] / total_flow_ratio[c])
                 k = 0
                 while k < len(hungry):
                     c = hungry[k]
-                    suggested = free[r] * (upd.total_flow_ratio[c] / weight_sum)
+                    suggested = free[r] * (total_flow_ratio[c] / weight_sum)
                     if suggested < acceptable[c, r]:
                         break
                     accepted[c, r] = acceptable[c, r]
                     free[r] -= acceptable[c, r]
-                    weight_sum -= upd.total_flow_ratio[c]
+                    weight_sum -= total_flow_ratio[c]
                     k += 1
                 for c in hungry[k:]:
-                    accepted[c, r] = free[r] * (upd.total_flow_ratio[c] / weight_sum)
+                    accepted[c, r] = free[r] * (total_flow_ratio[c] / weight_sum)
         for c in kids:
             distribute(c)
 
     distribute(0)
 
 
-def volume_ratio(upd: _Update, i: int) -> float:
+def volume_ratio(total: np.ndarray, volume: np.ndarray, smooth_period: float) -> float:
     """b.7: the share of the cluster an integral pool's accumulated volume pays for over the smooth period."""
-    total = upd.total
     positive = total > 0
     if not np.any(positive):
         return 0.0
-    return float(np.min(upd.volume[i][positive] / total[positive])) / upd.settings.integral_smooth_period
+    return float(np.min(volume[positive] / total[positive])) / smooth_period
 
 
-def _hierarchical_available(upd: _Update, i: int, guarantee: np.ndarray) -> np.ndarray:
+def _hierarchical_available(
+    tree: _Tree, limits_share: np.ndarray, i: int, guarantee: np.ndarray
+) -> np.ndarray:
     """min over the element and its non-root ancestors of (limits share − guarantee share)."""
     result = np.ones(RESOURCE_COUNT)
-    tree = upd.tree
     while i > 0:
-        result = np.minimum(result, upd.limits_share[i] - guarantee[i])
+        result = np.minimum(result, limits_share[i] - guarantee[i])
         i = int(tree.parent[i])
     return np.maximum(result, 0.0)
 
 
-def _increase_integral(upd: _Update, i: int, delta: np.ndarray, pis: np.ndarray) -> None:
+def _increase_integral(
+    tree: _Tree, limits_share: np.ndarray, sgs: np.ndarray, i: int, delta: np.ndarray, pis: np.ndarray
+) -> None:
     """Add ``delta`` to the proposed integral share of the pool and every ancestor (root may overcommit)."""
-    tree = upd.tree
     while i >= 0:
         increased = pis[i] + delta
         if i != 0:
-            increased = adjust_proposed_integral_share(upd.limits_share[i], upd.sgs[i], increased)
+            increased = adjust_proposed_integral_share(limits_share[i], sgs[i], increased)
         pis[i] = increased
         i = int(tree.parent[i])
 
 
-def _integral_shares(upd: _Update) -> np.ndarray:
-    """Burst then relaxed pools' proposed integral shares (b.7); also sets their LastShareRatio."""
-    tree = upd.tree
+@dataclass(frozen=True, slots=True)
+class IntegralShares:
+    """b.7's results: proposed integral shares by element, and every integral pool's integral share ratio of this
+    update (the next update's LastShareRatio)."""
+
+    pis: np.ndarray
+    last_ratio: dict[int, float]
+
+
+def integral_shares(
+    tree: _Tree,
+    total: np.ndarray,
+    settings: UpdateSettings,
+    ratios: IntegralRatios,
+    volumes: Volumes,
+    sgs: np.ndarray,
+    limits_share: np.ndarray,
+    demand_share: np.ndarray,
+    build: Build,
+) -> IntegralShares:
+    """b.7: burst pools' proposed integral shares one by one, then relaxed pools' together (their functions rebuilt
+    by ``build`` with the guarantees and limits each stage sets)."""
     pis = np.zeros((len(tree.elements), RESOURCE_COUNT))
-    for b in upd.burst_pools:
-        ratio = min(upd.burst_ratio[b], volume_ratio(upd, b))
-        proposed = np.minimum(np.full(RESOURCE_COUNT, ratio), _hierarchical_available(upd, b, upd.sgs + pis))
-        proposed = adjust_proposed_integral_share(upd.limits_share[b], upd.sgs[b], proposed)
+    last_ratio = dict(volumes.last_ratio)
+    smooth = settings.integral_smooth_period
+    for b in ratios.burst_pools:
+        ratio = min(ratios.burst_ratio[b], volume_ratio(total, volumes.volume[b], smooth))
+        available = _hierarchical_available(tree, limits_share, b, sgs + pis)
+        proposed = np.minimum(np.full(RESOURCE_COUNT, ratio), available)
+        proposed = adjust_proposed_integral_share(limits_share[b], sgs[b], proposed)
         pis[b] = proposed
-        subtree = tree.subtree(b)
-        table = build_functions(upd, subtree, upd.sgs + pis, upd.limits_share)
+        table = build(tree.subtree(b), sgs + pis, limits_share)
         pis[b] = 0.0
         within, _ = table.evaluate(np.array([b]), np.zeros(1))
-        integral = np.maximum(within[0] - upd.sgs[b], 0.0)
-        _increase_integral(upd, b, integral, pis)
-        upd.last_ratio[b] = float(integral.max())
-    relaxed = [r for r in upd.relaxed_pools if volume_ratio(upd, r) != 0]
-    for r in upd.relaxed_pools:
+        integral = np.maximum(within[0] - sgs[b], 0.0)
+        _increase_integral(tree, limits_share, sgs, b, integral, pis)
+        last_ratio[b] = float(integral.max())
+    relaxed = [r for r in ratios.relaxed_pools if volume_ratio(total, volumes.volume[r], smooth) != 0]
+    for r in ratios.relaxed_pools:
         if r not in relaxed:
-            upd.last_ratio[r] = upd.last_ratio.get(r, 0.0)
-    if not relaxed:
-        return pis
+            last_ratio[r] = last_ratio.get(r, 0.0)
+    if relaxed:
+        weights = np.array([volume_ratio(total, volumes.volume[r], smooth) for r in relaxed])
+        _relaxed_shares(
+            tree, settings, ratios, sgs, limits_share, demand_share, build, relaxed, weights, pis, last_ratio
+        )
+    return IntegralShares(pis, last_ratio)
+
+
+def _relaxed_shares(
+    tree: _Tree,
+    settings: UpdateSettings,
+    ratios: IntegralRatios,
+    sgs: np.ndarray,
+    limits_share: np.ndarray,
+    demand_share: np.ndarray,
+    build: Build,
+    relaxed: list[int],
+    weights: np.ndarray,
+    pis: np.ndarray,
+    last_ratio: dict[int, float],
+) -> None:
+    """b.7: relaxed pools' proposed integral shares (into ``pis`` and ``last_ratio``): one fit factor over their
+    functions, weighted by their volume ratios, within what the top pools' guarantees and demands leave."""
     top = list(tree.children(0))
-    guarantee = upd.sgs + pis
-    available = np.maximum(1.0 - np.minimum(guarantee[top], upd.demand_share[top]).sum(axis=0), 0.0)
-    weights = np.array([volume_ratio(upd, r) for r in relaxed])
-    limits = upd.limits_share.copy()
+    guarantee = sgs + pis
+    available = np.maximum(1.0 - np.minimum(guarantee[top], demand_share[top]).sum(axis=0), 0.0)
+    limits = limits_share.copy()
     for r, w in zip(relaxed, weights, strict=True):
         pool = tree.elements[r]
         multiplier = pool.integral_guarantees.relaxed_share_multiplier_limit  # type: ignore[attr-defined]
         if multiplier is None:
-            multiplier = upd.settings.relaxed_share_multiplier_limit
-        cap = min(w, upd.flow_ratio[r] * multiplier)
-        limits[r] = np.minimum(limits[r], upd.sgs[r] + cap)
+            multiplier = settings.relaxed_share_multiplier_limit
+        cap = min(w, ratios.flow_ratio[r] * multiplier)
+        limits[r] = np.minimum(limits[r], sgs[r] + cap)
     elements = np.unique(np.concatenate([tree.subtree(r) for r in relaxed]))
-    table = build_functions(upd, elements, guarantee, limits)
+    table = build(elements, guarantee, limits)
     weights = weights / weights.min()
     relaxed_elements = np.array(relaxed, dtype=np.int64)
-    strong = upd.sgs[relaxed]
+    strong = sgs[relaxed]
 
     def shares(f: float) -> np.ndarray:
         values, _ = table.evaluate(relaxed_elements, np.minimum(1.0, f * weights))
@@ -256,7 +340,6 @@ def _integral_shares(upd: _Update) -> np.ndarray:
     )
     integral = shares(fit)
     for k, r in enumerate(relaxed):
-        limited = np.minimum(integral[k], _hierarchical_available(upd, r, upd.sgs + pis))
-        _increase_integral(upd, r, limited, pis)
-        upd.last_ratio[r] = float(limited.max())
-    return pis
+        limited = np.minimum(integral[k], _hierarchical_available(tree, limits_share, r, sgs + pis))
+        _increase_integral(tree, limits_share, sgs, r, limited, pis)
+        last_ratio[r] = float(limited.max())

@@ -15,40 +15,39 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare.guarantees import Guarantees, Limits
 from pooltree.fairshare.layout import _Tree
+from pooltree.fairshare.model import UpdateSettings
 
 if TYPE_CHECKING:
     from pooltree.fairshare.update import _Update
 
 
 # ---- reuse of the previous update's guarantees ---------------------------------------------------
-def reuse_guarantees(upd: _Update) -> None:
-    """Take the previous update's limits, guarantees and weights when everything they are computed from is the
-    same (``_guarantees_key`` and `_same_statics`), else leave ``reused`` None so that the steps compute them.
-
-    Run after ``validate_priority_pools`` and ``compute_integral_ratios``; the update's sequence
-    (``update._limits``, ``update._guarantees_and_weights``) then takes it instead of running ``compute_limits``,
-    ``infer_strong_guarantees``, ``adjust_guarantees``, ``compute_weights`` and ``compute_estimated_guarantees``
-    (and ``check_weights`` drops it when the historic weights moved).
-    """
-    key = _guarantees_key(upd)
-    sources = tuple(getattr(upd, name) for name in _STATIC_INPUTS)
-    kept = upd.tree.guarantees
-    same = kept is not None and kept.key == key and _same_statics(upd, kept, sources)
-    upd.reused = kept if same else None
-    upd.statics = upd.reused
-    upd._key = key
-    upd._sources = sources
-    if same:
-        kept.read = upd.tree.inputs  # the latest read its sources are every row of
+def reuse_guarantees(
+    tree: _Tree,
+    key: tuple[Any, ...],
+    sources: tuple[np.ndarray, ...],
+    read_rows: np.ndarray | None,
+    read_from: Any,
+) -> _StaticGuarantees | None:
+    """The previous update's limits, guarantees and weights when everything they are computed from is the same
+    (``key``: `guarantees_key`; ``sources``: the element inputs `_STATIC_INPUTS` names, compared by
+    `_same_statics`), else None: the update computes them (``compute_limits``, ``infer_strong_guarantees``,
+    ``adjust_guarantees``, ``compute_weights``, ``compute_estimated_guarantees``)."""
+    kept = tree.guarantees
+    if kept is None or kept.key != key or not _same_statics(tree, kept, sources, read_rows, read_from):
+        return None
+    kept.read = tree.inputs  # the latest read its sources are every row of
+    return kept  # type: ignore[no-any-return]
 
 
-def check_weights(upd: _Update) -> None:
+def check_weights(reused: _StaticGuarantees | None, weight_cfg: np.ndarray) -> _StaticGuarantees | None:
     """After the historic weights were made (`historic_usage.apply_historic_weights`): the previous update's
     guarantees are taken again only when these weights are also the same in every bit."""
-    reused = upd.reused
-    if reused is not None and np.any(upd.weight_cfg.view(np.int64) != reused.weight_cfg.view(np.int64)):
-        upd.reused = upd.statics = None  # the weights moved in some bit: computed anew
+    if reused is not None and np.any(weight_cfg.view(np.int64) != reused.weight_cfg.view(np.int64)):
+        return None  # the weights moved in some bit: computed anew
+    return reused
 
 
 _STATIC_INPUTS = (
@@ -66,18 +65,23 @@ _STATIC_INPUTS = (
     "total_flow_ratio",
 )
 """The element inputs of the reusable steps (read, then capped, flagged and turned into integral ratios by the
-steps before them)."""
+steps before them), in the order of ``sources``."""
 
 
-def _same_statics(upd: _Update, kept: _StaticGuarantees, sources: tuple[np.ndarray, ...]) -> bool:
+def _same_statics(
+    tree: _Tree,
+    kept: _StaticGuarantees,
+    sources: tuple[np.ndarray, ...],
+    rows: np.ndarray | None,
+    read_from: Any,
+) -> bool:
     """Whether this update's element inputs of the reusable steps are ``kept``'s, bit for bit.
 
     The period's delta says where they can differ: when the kept ones are every row of the read this update's read
-    started from (``kept.read``), only the rows it read again (``_Update.read_rows``: the operations the caller
+    started from (``kept.read`` is ``read_from``), only the rows it read again (``rows``: the operations the caller
     wrote, `UpdateState.written`) can; so only those are compared, unless one of them is a pool (a pool's flags
     reach its descendants' priority). Otherwise (every row read) every row is compared."""
-    rows = upd.read_rows
-    if rows is None or upd.read_from is not kept.read or not upd.tree.is_op[rows].all():
+    if rows is None or read_from is not kept.read or not tree.is_op[rows].all():
         return all(_same_bits(now, then) for now, then in zip(sources, kept.sources, strict=True))
     return all(_same_bits(now[rows], then[rows]) for now, then in zip(sources, kept.sources, strict=True))
 
@@ -87,57 +91,50 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def derived_statics(upd: _Update) -> dict[Any, Any] | None:
+def derived_statics(statics: _StaticGuarantees | None, any_fifo: bool) -> dict[Any, Any] | None:
     """Where arrays computed from the kept guarantees' weights and the structure alone are kept for later
     updates that reuse them (the functions' placements, the children's suggestion ratios); None when there
     is no kept state or some pool is FIFO (then those arrays also depend on the FIFO order)."""
-    statics = upd.statics
-    if statics is None or upd.any_fifo:
+    if statics is None or any_fifo:
         return None
     return statics.derived
 
 
-def _guarantees_key(upd: _Update) -> tuple[Any, ...]:
+def guarantees_key(settings: UpdateSettings, total: np.ndarray) -> tuple[Any, ...]:
     """What the reusable steps read besides the element inputs (`_STATIC_INPUTS`): the two settings they read, the
     totals and the best-allocation memory caps (floats by their bytes: -0.0 is not 0.0)."""
-    settings = upd.settings
     caps = settings.best_allocation_memory
     return (
         settings.main_resource,
         settings.infer_weight_from_guarantees_share_multiplier,
-        upd.total.tobytes(),
+        total.tobytes(),
         tuple(caps),
         np.fromiter(caps.values(), dtype=float, count=len(caps)).tobytes(),
     )
 
 
-def keep_guarantees(upd: _Update) -> None:
-    """Keep this update's results of the reusable steps for the next update of the same tree (read-only:
-    results of later updates share them)."""
-    kept = _StaticGuarantees(
-        upd._key,
-        upd._sources,
-        upd.tree.inputs,
-        upd.weight_cfg,
-        upd.resource_limits,
-        upd.limits_share,
-        upd.inferred,
-        upd.sgs,
-        upd.weight,
-        upd.egs,
-        {},
-    )
+def keep_guarantees(
+    tree: _Tree,
+    key: tuple[Any, ...],
+    sources: tuple[np.ndarray, ...],
+    weight_cfg: np.ndarray,
+    limits: Limits,
+    strong: Guarantees,
+) -> _StaticGuarantees:
+    """Keep this update's results of the reusable steps for the next update of the same tree (read-only: results
+    of later updates share them); run only when those steps raised no alert."""
+    kept = _StaticGuarantees(key, sources, tree.inputs, weight_cfg, limits, strong, {})
     for array in (
-        kept.resource_limits,
-        kept.limits_share,
-        kept.inferred,
-        kept.sgs,
-        kept.weight,
-        kept.egs,
+        limits.resource_limits,
+        limits.limits_share,
+        strong.inferred,
+        strong.sgs,
+        strong.weight,
+        strong.egs,
     ):
         array.flags.writeable = False
-    upd.tree.guarantees = kept
-    upd.statics = kept
+    tree.guarantees = kept
+    return kept
 
 
 @dataclass(eq=False, slots=True)
@@ -154,12 +151,8 @@ class _StaticGuarantees:
     sources: tuple[np.ndarray, ...]  # the element inputs they were computed from (`_STATIC_INPUTS`)
     read: Any  # the latest read (``inputs._KeptInputs``) whose arrays ``sources`` are, in every row
     weight_cfg: np.ndarray  # the configured weights (historic ones included) they came from
-    resource_limits: np.ndarray
-    limits_share: np.ndarray
-    inferred: np.ndarray
-    sgs: np.ndarray
-    weight: np.ndarray
-    egs: np.ndarray
+    limits: Limits
+    strong: Guarantees
     derived: dict[Any, Any]  # arrays of later steps computed from these weights (``derived_statics``)
 
 

@@ -11,6 +11,7 @@ them in order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -34,8 +35,8 @@ from pooltree.fairshare.guarantees import (
     PRIORITY_POOLS_WITHOUT_DONOR,
 )
 from pooltree.fairshare.inputs import _read_inputs
-from pooltree.fairshare.integral import _integral_shares, adjust_proposed_integral_share
-from pooltree.fairshare.layout import EPSILON, _flatten, floating_point_inverse_lower_bound
+from pooltree.fairshare.integral import IntegralRatios, Volumes, adjust_proposed_integral_share
+from pooltree.fairshare.layout import EPSILON, _flatten, _Tree, floating_point_inverse_lower_bound
 from pooltree.fairshare.model import FairShareResult, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare.results import ElementResults, _detailed, _results
 from pooltree.fairshare.reuse import _StaticGuarantees
@@ -61,11 +62,12 @@ __all__ = [
 
 
 class _Update:
-    """The state of one update run: its inputs and every array the steps of b.2 compute, by element row.
+    """The state of one update run: its inputs and what the steps of b.2 computed, by element row.
 
-    The steps are plain functions of it, one module per concern (``inputs``, ``guarantees``, ``integral``,
-    ``building``, ``distribution``, ``results``); ``update_fair_share`` calls them in order. Every attribute is
-    declared here; an array a step has not set yet is the empty ``_UNSET``.
+    The orchestrator's record, not a rule's argument: every step is a plain function of the arrays and dataclasses
+    it reads (``guarantees``, ``integral``, ``building``, ``distribution``, ``results``), and ``update_fair_share``
+    calls them in order, with the decisions of ``reuse`` beside them. Every attribute is declared here; an array a
+    step has not set yet is the empty ``_UNSET``.
     """
 
     def __init__(
@@ -77,12 +79,8 @@ class _Update:
         self.errors: list[PooltreeError] = []
         self.total = _checked(total, settings)
         self.tree = _flatten(root, self.state.layout, self.state.relaid, self.state.renewed)
-        # what the previous update of this tree left to reuse (reuse.reuse_guarantees / keep_guarantees)
-        self.reused: _StaticGuarantees | None = None
-        self.statics: _StaticGuarantees | None = None  # reused or kept by this update
-        self._key: tuple[Any, ...] = ()
-        self._sources: tuple[np.ndarray, ...] = ()
-        """The element inputs of those steps (``reuse._STATIC_INPUTS``)."""
+        # the guarantees the previous update of this tree kept (``reuse``), or this update's once kept
+        self.statics: _StaticGuarantees | None = None
         # inputs (b.1), set by inputs._read_inputs
         self.usage: np.ndarray = _UNSET
         self.demand: np.ndarray = _UNSET
@@ -119,11 +117,11 @@ class _Update:
         self.total_burst_ratio: np.ndarray = _UNSET
         self.total_flow_ratio: np.ndarray = _UNSET
         self.integral_pools: np.ndarray = _UNSET
-        self.burst_pools: list[int] = []
-        self.relaxed_pools: list[int] = []
         self.volume: dict[int, np.ndarray] = {}
         self.capacity: dict[int, np.ndarray] = {}
         self.last_ratio: dict[int, float] = {}
+        self.ratios: IntegralRatios | None = None
+        self.volumes: Volumes | None = None
         # functions (b.5), set by building.build_functions
         self._base_functions: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
         self._placement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -167,20 +165,18 @@ def update_fair_share(
     alerts in ``FairShareResult.errors``.
     """
     upd = _Update(root, total_resources, settings, now, state)
-    best_allocation.cap_memory_limits(upd)
     tree = upd.tree
     n = len(tree.elements)
-    promised_pools, nested = _promised_guarantee_pools(upd)  # b.2 step 1
-    guarantees.validate_priority_pools(upd)
-    # Steps 2-6. The integral ratios come first (they read only the pools' inputs): with the priority tier,
-    # they are among the inputs of the steps the previous update's results may stand in for.
-    integral.compute_integral_ratios(upd)
-    reuse.reuse_guarantees(upd)
-    _limits(upd)
-    guarantees.compute_attributes(upd)
-    if historic_usage.apply_historic_weights(upd):
-        reuse.check_weights(upd)
-    _guarantees_and_weights(upd)
+    upd.tag_limits = best_allocation.cap_memory_limits(tree, upd.tag_limits, settings.best_allocation_memory)
+    promised_pools, nested = _promised_guarantee_pools(tree)  # b.2 step 1
+    _alert(upd, _nested_promised_alert(tree, nested))
+    tier = tree.priority_tier or guarantees.priority_tier(
+        tree
+    )  # per tree: its pools are the objects they were
+    tree.priority_tier = tier
+    upd.priority = tier.priority
+    _alert(upd, guarantees.priority_alert(tree, tier))
+    _guarantees_and_weights(upd)  # steps 2-6
     # Step 7: integral guarantees.
     pis = np.zeros((n, RESOURCE_COUNT))
     if len(upd.integral_pools):
@@ -208,10 +204,124 @@ def update_fair_share(
     return result
 
 
-def _promised_guarantee_pools(upd: _Update) -> tuple[list[int], list[int]]:
+def _alert(upd: _Update, alert: PooltreeError | None) -> None:
+    if alert is not None:
+        upd.errors.append(alert)
+
+
+def _guarantees_and_weights(upd: _Update) -> None:
+    """Steps 2-6: integral ratios, limits, attributes, historic weights, guarantees and weights, volumes, FIFO order;
+    the limits, guarantees and weights are the previous update's where those stand in for them (``reuse``: every
+    input they are computed from is the same in every bit), else computed and kept for the next update."""
+    tree, total, settings = upd.tree, upd.total, upd.settings
+    # The integral ratios come first (they read only the pools' inputs): with the priority tier, they are among the
+    # inputs of the steps the previous update's results may stand in for.
+    ratios = integral.compute_integral_ratios(tree, total, upd.integral_type)
+    key, sources = reuse.guarantees_key(settings, total), _static_sources(upd, ratios)
+    reused = reuse.reuse_guarantees(tree, key, sources, upd.read_rows, upd.read_from)
+    limits = reused.limits if reused is not None else _limits(upd)
+    attrs = guarantees.compute_attributes(
+        tree, total, upd.usage, upd.demand, upd.schedulable, upd.apply_limits, upd.specified_limits
+    )
+    historic = historic_usage.apply_historic_weights(
+        tree, upd.now, upd.state.historic_usage, attrs.usage_share, upd.weight_cfg
+    )
+    if historic is not None:
+        upd.weight_cfg, upd.historic_usage = historic.weight_cfg, historic.averages
+        reused = reuse.check_weights(reused, upd.weight_cfg)
+    volumes = integral.consume_and_refill(
+        tree, total, settings, upd.state, upd.now, ratios, upd.integral_type
+    )
+    if reused is None:
+        strong, adjusted = _guarantees(upd, limits, ratios)
+        ratios = dataclasses.replace(ratios, burst_ratio=adjusted.burst_ratio)
+        upd.errors.extend(adjusted.alerts)
+        if not adjusted.alerts:
+            reused = reuse.keep_guarantees(tree, key, sources, upd.weight_cfg, limits, strong)
+    else:
+        strong = reused.strong
+    fifo = guarantees.compute_fifo_order(tree, upd.fifo, strong.weight)
+    upd.statics = reused
+    upd.resource_limits, upd.limits_share = limits.resource_limits, limits.limits_share
+    upd.usage, upd.demand, upd.usage_share, upd.demand_share, upd.dominant = (
+        attrs.usage,
+        attrs.demand,
+        attrs.usage_share,
+        attrs.demand_share,
+        attrs.dominant,
+    )
+    upd.inferred, upd.sgs, upd.weight, upd.egs = strong.inferred, strong.sgs, strong.weight, strong.egs
+    upd.fifo_rank, upd.fifo_index = fifo.rank, fifo.index
+    upd.burst_ratio, upd.flow_ratio = ratios.burst_ratio, ratios.flow_ratio
+    upd.total_burst_ratio, upd.total_flow_ratio = ratios.total_burst_ratio, ratios.total_flow_ratio
+    upd.integral_pools = ratios.integral_pools
+    upd.ratios = ratios
+    upd.volume, upd.capacity, upd.last_ratio = volumes.volume, volumes.capacity, volumes.last_ratio
+    upd.volumes = volumes
+
+
+def _limits(upd: _Update) -> guarantees.Limits:
+    """b.1's limits rule over this update's inputs."""
+    return guarantees.compute_limits(upd.total, upd.tag_limits, upd.max_share_ratio, upd.specified_limits)
+
+
+def _guarantees(
+    upd: _Update, limits: guarantees.Limits, ratios: integral.IntegralRatios
+) -> tuple[guarantees.Guarantees, guarantees.Adjusted]:
+    """b.3, b.4, b.6 in order: inferred strong guarantees, their adjustment, weights, estimated guarantees."""
+    tree, total, settings = upd.tree, upd.total, upd.settings
+    inferred = guarantees.infer_strong_guarantees(
+        tree, total, settings.main_resource, upd.strong_config, upd.spec_mask
+    )
+    adjusted = guarantees.adjust_guarantees(tree, total, inferred, limits.limits_share, upd.priority, ratios)
+    multiplier = settings.infer_weight_from_guarantees_share_multiplier
+    weight = guarantees.compute_weights(
+        tree, upd.weight_cfg, multiplier, adjusted.sgs, ratios.total_flow_ratio
+    )
+    egs = guarantees.compute_estimated_guarantees(tree, adjusted.sgs, ratios.total_flow_ratio, weight)
+    return guarantees.Guarantees(inferred, adjusted.sgs, weight, egs), adjusted
+
+
+def _static_sources(upd: _Update, ratios: integral.IntegralRatios) -> tuple[np.ndarray, ...]:
+    """The element inputs of the steps the previous update's results may stand in for, in the order of
+    ``reuse._STATIC_INPUTS``."""
+    return (
+        upd.tag_limits,
+        upd.max_share_ratio,
+        upd.specified_limits,
+        upd.strong_config,
+        upd.spec_mask,
+        upd.weight_cfg,
+        upd.fifo,
+        upd.priority,
+        upd.integral_type,
+        ratios.burst_ratio,
+        ratios.total_burst_ratio,
+        ratios.total_flow_ratio,
+    )
+
+
+def _integral_shares(upd: _Update) -> np.ndarray:
+    """Step 7 with b.7: the proposed integral shares (also this update's integral share ratios)."""
+    assert upd.ratios is not None and upd.volumes is not None
+    shares = integral.integral_shares(
+        upd.tree,
+        upd.total,
+        upd.settings,
+        upd.ratios,
+        upd.volumes,
+        upd.sgs,
+        upd.limits_share,
+        upd.demand_share,
+        lambda elements, guarantee, limits: building.build_functions(upd, elements, guarantee, limits),
+    )
+    upd.last_ratio = shares.last_ratio
+    return shares.pis
+
+
+def _promised_guarantee_pools(tree: _Tree) -> tuple[list[int], list[int]]:
     """b.2 step 1: the pools computing a promised guarantee fair share, and those of them nested inside another
-    such pool (an alert names them; only the outermost are computed)."""
-    tree = upd.tree
+    such pool (only the outermost are computed)."""
     pool_idx = tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)).tolist()
     promised_pools = [
         i for i, p in zip(pool_idx, tree.pools, strict=True) if p.compute_promised_guarantee_fair_share
@@ -226,46 +336,18 @@ def _promised_guarantee_pools(upd: _Update) -> tuple[list[int], list[int]]:
                 nested.append(i)
                 break
             p = int(tree.parent[p])
-    if nested:
-        upd.errors.append(
-            PooltreeError(
-                "Found pools with enabled promised guarantee fair share computation which are nested inside other such pools",
-                code=NESTED_PROMISED_GUARANTEE_POOLS,
-                attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
-            )
-        )
     return promised_pools, nested
 
 
-def _limits(upd: _Update) -> None:
-    """b.1's resource limits and their shares, or the previous update's where they stand in (``reuse``)."""
-    reused = upd.reused
-    if reused is None:
-        guarantees.compute_limits(upd)
-    else:
-        upd.resource_limits, upd.limits_share = reused.resource_limits, reused.limits_share
-
-
-def _guarantees_and_weights(upd: _Update) -> None:
-    """b.3-b.6 with b.7's volume accounting: inferred strong guarantees, their adjustment, weights, estimated
-    guarantees, or, where the previous update's results stand in for them (``reuse``: their inputs are the same),
-    those; the FIFO order is computed either way."""
-    reused = upd.reused
-    if reused is None:
-        guarantees.infer_strong_guarantees(upd)
-    else:
-        upd.inferred = reused.inferred
-    integral.consume_and_refill(upd)
-    if reused is None:
-        alerts = len(upd.errors)
-        guarantees.adjust_guarantees(upd)
-        guarantees.compute_weights(upd)
-        guarantees.compute_estimated_guarantees(upd)
-        if len(upd.errors) == alerts:
-            reuse.keep_guarantees(upd)
-    else:
-        upd.sgs, upd.weight, upd.egs = reused.sgs, reused.weight, reused.egs
-        guarantees.compute_fifo_order(upd)
+def _nested_promised_alert(tree: _Tree, nested: list[int]) -> PooltreeError | None:
+    """b.2 step 1: alert 29001 naming the promised-guarantee pools nested inside another, if any."""
+    if not nested:
+        return None
+    return PooltreeError(
+        "Found pools with enabled promised guarantee fair share computation which are nested inside other such pools",
+        code=NESTED_PROMISED_GUARANTEE_POOLS,
+        attributes={"nested_promised_guarantee_fair_share_pools": [tree.ids[i] for i in nested]},
+    )
 
 
 def _promised_fair_share(upd: _Update, table: Any, outermost: list[int]) -> np.ndarray | None:

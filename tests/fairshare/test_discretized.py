@@ -127,7 +127,9 @@ def test_limits_applied_to_demand_cap_the_pending_count(kernels):
     capped = _op("op", 3, specified_resource_limits=limits, apply_specified_resource_limits_to_demand=True)
     root = Pool("<Root>", children=[Pool("pool", children=[capped])])
     upd = _Update(root, TOTAL, _on({"op": ONE_CPU_JOB}), 0.0, None)
-    guarantees.compute_attributes(upd)
+    upd.demand = guarantees.compute_attributes(
+        upd.tree, upd.total, upd.usage, upd.demand, upd.schedulable, upd.apply_limits, upd.specified_limits
+    ).demand
     ops = np.flatnonzero(upd.tree.is_op)
     _, pending, _ = dz.eligible(upd, ops, _step_flags(upd, ops))
     assert pending.tolist() == [2]

@@ -145,9 +145,9 @@ def test_the_kept_guarantees_are_taken_again_unless_a_written_row_or_the_totals_
     made: list[int] = []
     original = reuse_module.keep_guarantees
 
-    def keep(upd: Any) -> None:
-        made.append(len(upd.tree.elements))
-        original(upd)
+    def keep(tree: Any, *args: Any) -> Any:
+        made.append(len(tree.elements))
+        return original(tree, *args)
 
     monkeypatch.setattr(reuse_module, "keep_guarantees", keep)
     state = update_fair_share(root, total, settings, 0.0).state
