@@ -2,7 +2,9 @@
 
 ``run_shard(conn, index, settings)`` is the process's body (spawned by ``host.NodeShards``). It binds a port on
 ``settings.host``, sends ``("ready", port)`` and serves ``POST /internal/node_heartbeat`` under uvicorn (httptools
-and uvloop when installed, as the scheduler). Per heartbeat it does the work that does not need the scheduler's
+and uvloop when installed, as the scheduler) with the leader's heartbeat listener's protocol
+(``server/heartbeat_protocol.py``: plain node heartbeats answered past uvicorn's per-request machinery, anything
+else by uvicorn's). Per heartbeat it does the work that does not need the scheduler's
 state: the node secret and network check (``check_node_credentials``, the leader's own), the bounded body read,
 JSON decoding and the wire module's validation (``decode_heartbeat``); malformed or unauthenticated heartbeats are
 answered here and never reach the leader. A heartbeat the leader proved empty after the node's previous one is
@@ -43,13 +45,13 @@ from pooltree.gc_policy import survivors_frozen
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id, read_body
+from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
     RunningReports,
     decode_heartbeat,
     direct_heartbeats,
 )
-from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
 from pooltree.shards.passes import serve_passes
@@ -255,7 +257,9 @@ def run_shard(
         access_log=False,
         loop="auto",
         proxy_headers=False,  # a node's host is its connection's, never an X-Forwarded-For header's
-        http=BoundedHeadersProtocol,  # a deadline for request headers; one send per answer
+        # plain heartbeats past uvicorn's request machinery (the leader's heartbeat listener's protocol), anything
+        # else by uvicorn's with a deadline for request headers (``server/heartbeat_protocol.py``)
+        http=HeartbeatProtocol,
     )
     uvicorn_server = uvicorn.Server(config)
 

@@ -7,6 +7,7 @@ started again while the leader answers its nodes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -216,6 +217,26 @@ def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
         answer = client.post(restarted + HEARTBEAT, json=_idle_heartbeat("n0"))
         assert answer.status_code == 200 and answer.json()[wire.HEARTBEAT_URL] == restarted
     assert service.shards.restarts == 1
+
+
+def test_a_shard_answers_what_its_heartbeat_protocol_hands_to_uvicorn_as_before(
+    sharded: tuple[SchedulerService, Clock],
+) -> None:
+    """The shard's listener takes plain heartbeats past uvicorn (``HeartbeatProtocol``); another method or path
+    and a chunked heartbeat go to uvicorn's protocol and are answered as before (405, 404, the heartbeat's answer)."""
+    service, _ = sharded
+    assert service.shards is not None
+    url = service.shards.url_for("n1", "127.0.0.1")
+    assert url is not None
+    body = json.dumps(_idle_heartbeat("n1")).encode()
+    with httpx.Client(timeout=30.0) as client:
+        assert client.get(url + HEARTBEAT).status_code == 405
+        assert client.post(url + "/internal/other", content=body).status_code == 404
+        chunked = client.post(url + HEARTBEAT, content=iter([body[:10], body[10:]]))
+        assert chunked.status_code == 200, chunked.text
+        plain = client.post(url + HEARTBEAT, content=body)
+        assert plain.status_code == 200, plain.text
+        assert plain.json()[wire.HEARTBEAT_URL] == chunked.json()[wire.HEARTBEAT_URL] == url
 
 
 def _idle_heartbeat(address: str) -> dict[str, Any]:
