@@ -26,6 +26,18 @@ from pooltree.server.cypress_attributes import (
     remove_attribute,
     set_attribute,
 )
+from pooltree.server.cypress_edits import (
+    build_node,
+    create_target,
+    find,
+    find_for_write,
+    move_node,
+    node_at,
+    parent_for_create,
+    pool_name,
+    pool_target,
+    resolve_tokens,
+)
 from pooltree.server.cypress_nodes import (  # noqa: F401 (re-exported)
     ACCOUNT_TYPE,
     ACCOUNTS,
@@ -63,9 +75,6 @@ from pooltree.server.cypress_watch import Watch, node_value
 from pooltree.server.pool_rules import (
     check_pool_depth,
     check_pool_manager_config,
-    check_pool_name,
-    pool_name_error,
-    pool_name_regexes,
 )
 from pooltree.server.protocol import (
     ALREADY_EXISTS,
@@ -104,7 +113,8 @@ class Cypress:
             self.pool_trees_document(self._root), self.default_tree_attribute(), disjoint=False
         )
 
-    # Public hooks for the modules that extend Cypress (files, transactions).
+    # Public hooks for the modules that extend Cypress (files, transactions; they resolve paths with
+    # ``cypress_edits``).
 
     blob_released: Callable[[set[str]], None] | None = None
     """Called (under the lock) with content blobs no file node refers to any more after a mutation."""
@@ -116,12 +126,6 @@ class Cypress:
     @property
     def root(self) -> Node:
         return self._root
-
-    def resolve_tokens(self, root: Node, ypath: YPath) -> tuple[str, ...]:
-        return self._resolve_tokens(root, ypath)
-
-    def find(self, root: Node, tokens: tuple[str, ...], text: str) -> tuple[Node | None, tuple[str, ...]]:
-        return self._find(root, tokens, text)
 
     def mutate(self, change: Callable[[Node, float], Any]) -> Any:
         """Apply ``change(root_copy, now)`` atomically (validated, stored, then current)."""
@@ -186,14 +190,6 @@ class Cypress:
             self._watches.append(watch)
             return parse(node_value(self._root, watch.tokens, self._plain_value))
 
-    def _pool_name(self, root: Node, name: Any) -> str:
-        """``name`` when some caller may give it to a pool: the users' or the administrators' regex of
-        ``//sys/@config/scheduler_pool_manager`` (which one applies to the caller is the security policy's check)."""
-        users, administrators = pool_name_regexes(root.children["sys"].attributes)
-        if pool_name_error(name, "Pool", users) is None:
-            return str(name)
-        return check_pool_name(name, "Pool", regex=administrators)
-
     def _plain_value(self, node: Node, tokens: tuple[str, ...]) -> Any:
         return self._value(node, tokens, None)
 
@@ -204,7 +200,7 @@ class Cypress:
 
     def pool_trees_document(self, root: Node | None = None) -> dict[str, dict[str, Any]]:
         """The current pool trees as ``{tree: {"config": {...}, "pools": {pool: {...options, "pools": ...}}}}``."""
-        trees_node = self._node_at(root or self._root, POOL_TREES)
+        trees_node = node_at(root or self._root, POOL_TREES)
         return {name: self._tree_document(tree) for name, tree in trees_node.children.items()}
 
     @staticmethod
@@ -219,7 +215,7 @@ class Cypress:
         return {"config": config, "pools": {name: pool_doc(child) for name, child in tree.children.items()}}
 
     def default_tree_attribute(self, root: Node | None = None) -> str | None:
-        value = self._node_at(root or self._root, POOL_TREES).attributes.get("default_tree")
+        value = node_at(root or self._root, POOL_TREES).attributes.get("default_tree")
         return value if isinstance(value, str) else None
 
     def default_tree(self) -> str:
@@ -230,7 +226,7 @@ class Cypress:
         """
         with self._lock:
             configured = self.default_tree_attribute()
-            trees = self._node_at(self._root, POOL_TREES).children
+            trees = node_at(self._root, POOL_TREES).children
             if configured is not None and configured in trees:
                 return configured
         reason = (
@@ -280,40 +276,6 @@ class Cypress:
 
     # Resolution helpers.
 
-    def _node_at(self, root: Node, tokens: tuple[str, ...]) -> Node:
-        node = root
-        for token in tokens:
-            node = node.children[token]
-        return node
-
-    def _resolve_tokens(self, root: Node, ypath: YPath) -> tuple[str, ...]:
-        if ypath.object_id is None:
-            return ypath.tokens
-        for tokens, node in walk(root):
-            if node.id == ypath.object_id:
-                return tokens + ypath.tokens
-        raise resolve_error(ypath.text, f"No such object {ypath.object_id}")
-
-    def _find(self, root: Node, tokens: tuple[str, ...], text: str) -> tuple[Node | None, tuple[str, ...]]:
-        """The node at ``tokens``, or the orchid node with the tokens below it; resolve error if missing."""
-        node = root
-        for index, token in enumerate(tokens):
-            if node.type == "orchid":
-                return None, tokens[index:]
-            child = node.children.get(token)
-            if child is None:
-                if node.type not in COMPOSITE_TYPES:
-                    raise resolve_error(
-                        text, f"Node {join_tokens(tokens[:index])} of type {node.type} has no children"
-                    )
-                raise resolve_error(
-                    text, f'Node {join_tokens(tokens[:index])} has no child with key "{token}"'
-                )
-            node = child
-        if node.type == "orchid":
-            return None, ()
-        return node, ()
-
     # Reads.
 
     def get(self, path: str, *, attributes: Sequence[str] | None = None) -> Any:
@@ -321,8 +283,8 @@ class Cypress:
         ypath = parse_ypath(path)
         with self._lock:
             root = self._root
-            tokens = self._resolve_tokens(root, ypath)
-            node, rest = self._find(root, tokens, ypath.text)
+            tokens = resolve_tokens(root, ypath)
+            node, rest = find(root, tokens, ypath.text)
             if node is None:
                 return self._orchid_get(rest, ypath)
             if ypath.attribute is not None:
@@ -334,8 +296,8 @@ class Cypress:
         ypath = parse_ypath(path)
         with self._lock:
             root = self._root
-            tokens = self._resolve_tokens(root, ypath)
-            node, rest = self._find(root, tokens, ypath.text)
+            tokens = resolve_tokens(root, ypath)
+            node, rest = find(root, tokens, ypath.text)
             if node is None:
                 value = self._orchid_get(rest, ypath)
                 if not isinstance(value, dict):
@@ -381,7 +343,7 @@ class Cypress:
         ypath = parse_ypath(path)
         with self._lock:
             root = self._root
-            tokens = self._resolve_tokens(root, ypath)
+            tokens = resolve_tokens(root, ypath)
             found: list[tuple[tuple[str, ...], Node]] = [((), root)]
             for index, token in enumerate(tokens):
                 child = found[-1][1].children.get(token)
@@ -400,7 +362,7 @@ class Cypress:
     def _published(self, ypath: YPath) -> tuple[tuple[str, ...], Node | None]:
         """The resolved tokens of ``ypath`` and its node in the published tree (None when missing); the caller
         holds the lock."""
-        tokens = self._resolve_tokens(self._root, ypath)
+        tokens = resolve_tokens(self._root, ypath)
         node: Node | None = self._root
         for token in tokens:
             node = node.children.get(token) if node is not None else None
@@ -436,7 +398,7 @@ class Cypress:
     def pool_path(self, tree: str, pool: str) -> str | None:
         """The Cypress path of pool ``pool`` of pool tree ``tree`` (None when there is no such pool)."""
         with self._lock:
-            trees = self._node_at(self._root, POOL_TREES)
+            trees = node_at(self._root, POOL_TREES)
             if tree not in trees.children:
                 return None
             tree_tokens = (*POOL_TREES, tree)
@@ -483,7 +445,7 @@ class Cypress:
         if node.type == ACCOUNT_TYPE:
             attrs.update(quotas.account_attributes(self._root, tokens[-1], node))
         if tokens:
-            attrs["parent_id"] = self._node_at(self._root, tokens[:-1]).id if self._has(tokens[:-1]) else None
+            attrs["parent_id"] = node_at(self._root, tokens[:-1]).id if self._has(tokens[:-1]) else None
         if node.type in COMPOSITE_TYPES:
             attrs["child_count"] = len(node.children)
         if node.type in SCALAR_TYPES:
@@ -505,7 +467,7 @@ class Cypress:
 
     def _has(self, tokens: tuple[str, ...]) -> bool:
         try:
-            self._node_at(self._root, tokens)
+            node_at(self._root, tokens)
         except KeyError:
             return False
         return True
@@ -562,7 +524,7 @@ class Cypress:
             if any(p == POOL_TREES_PATH or p.startswith(POOL_TREES_PATH + "/") for p in touched):
                 old_trees = self.pool_trees_document(self._root)
                 new_trees = self.pool_trees_document(candidate)
-                default_tree = self._node_at(candidate, POOL_TREES).attributes.get("default_tree")
+                default_tree = node_at(candidate, POOL_TREES).attributes.get("default_tree")
                 parsed = self._validate(new_trees, default_tree)
                 event = PoolTreesChange(
                     trees=new_trees,
@@ -572,7 +534,7 @@ class Cypress:
                     parsed=parsed,
                 )
             if "//sys" in upserts:
-                check_pool_manager_config(self._node_at(candidate, ("sys",)).attributes)
+                check_pool_manager_config(node_at(candidate, ("sys",)).attributes)
             watched = [
                 (watch, watch.parse(node_value(candidate, watch.tokens, self._plain_value)))
                 for watch in self._watches
@@ -604,14 +566,14 @@ class Cypress:
         ypath = parse_ypath(path)
 
         def change(root: Node, now: float) -> None:
-            tokens = self._resolve_tokens(root, ypath)
-            node, _ = self._find_for_write(root, tokens, ypath, missing_ok=ypath.attribute is None)
+            tokens = resolve_tokens(root, ypath)
+            node, _ = find_for_write(root, tokens, ypath, missing_ok=ypath.attribute is None)
             if ypath.attribute == ("parent_name",) and node is not None and node.type == "scheduler_pool":
-                self._move_node(root, node, tokens, self._pool_target(root, tokens, value), False, False, now)
+                move_node(root, node, tokens, pool_target(root, tokens, value), False, False, now)
                 return
             if ypath.attribute == ("name",) and node is not None and node.type == "scheduler_pool":
-                self._pool_name(root, value)  # renaming a pool, as YTsaurus allows
-                self._move_node(root, node, tokens, (*tokens[:-1], value), False, False, now)
+                pool_name(root, value)  # renaming a pool, as YTsaurus allows
+                move_node(root, node, tokens, (*tokens[:-1], value), False, False, now)
                 return
             if (
                 ypath.attribute == ("parent_name",)
@@ -635,124 +597,24 @@ class Cypress:
                         f"({ypath.text}/@<name>) instead",
                         attributes={"path": ypath.text, "type": node.type},
                     )
-                parent = self._node_at(root, tokens[:-1])
+                parent = node_at(root, tokens[:-1])
                 if node.type == "document":  # as YTsaurus: a document's new value is still one document
                     replacement = Node(
                         node.id, "document", value=copy.deepcopy(value), creation_time=node.creation_time
                     )
                     replacement.modification_time = now
                 else:
-                    replacement = self._build(value, now)
+                    replacement = build_node(value, now)
                 replacement.attributes = node.attributes if replacement.type == node.type else {}
                 parent.children[tokens[-1]] = replacement
                 parent.modification_time = now
                 return
-            parent = self._parent_for_create(root, tokens, ypath, recursive, now, "map_node")
-            parent.children[tokens[-1]] = self._build(value, now)
+            parent = parent_for_create(root, tokens, ypath, recursive, now, "map_node")
+            parent.children[tokens[-1]] = build_node(value, now)
             parent.children = dict(sorted(parent.children.items()))
             parent.modification_time = now
 
         self._mutate(change)
-
-    def _pool_target(self, root: Node, tokens: tuple[str, ...], parent_name: Any) -> tuple[str, ...]:
-        """Where pool ``tokens`` goes when its ``@parent_name`` becomes ``parent_name``."""
-        tree_tokens = tokens[:3]
-        if parent_name == ROOT_POOL:
-            return (*tree_tokens, tokens[-1])
-        if not isinstance(parent_name, str):
-            raise YtError(
-                f"Attribute parent_name must be a pool name, got {parent_name!r}",
-                attributes={"path": join_tokens(tokens) + "/@parent_name"},
-            )
-        for found, node in walk(self._node_at(root, tree_tokens), tree_tokens):
-            if len(found) > 3 and found[-1] == parent_name and node.type == "scheduler_pool":
-                return (*found, tokens[-1])
-        raise YtError(
-            f'Parent pool "{parent_name}" does not exist in pool tree "{tokens[2]}"',
-            code=RESOLVE_ERROR,
-            attributes={"pool_tree": tokens[2], "parent_name": parent_name},
-        )
-
-    def _find_for_write(
-        self, root: Node, tokens: tuple[str, ...], ypath: YPath, *, missing_ok: bool
-    ) -> tuple[Node | None, tuple[str, ...]]:
-        for index in range(len(tokens) + 1):
-            if self._is_orchid(root, tokens[:index]):
-                raise YtError(f"{ypath.text} is read-only: the orchid reflects the scheduler state")
-        try:
-            return self._find(root, tokens, ypath.text)
-        except YtError:
-            if missing_ok and tokens:
-                return None, ()
-            raise
-
-    def _is_orchid(self, root: Node, tokens: tuple[str, ...]) -> bool:
-        node = root
-        for token in tokens:
-            if node.type == "orchid" or token not in node.children:
-                return node.type == "orchid"
-            node = node.children[token]
-        return node.type == "orchid"
-
-    def _build(self, value: Any, now: float) -> Node:
-        if isinstance(value, dict) and not ("$value" in value and set(value) <= {"$value", "$attributes"}):
-            node = Node(new_id(), "map_node", creation_time=now, modification_time=now)
-            for name in sorted(value):
-                node.children[name] = self._build(value[name], now)
-            return node
-        return Node(new_id(), scalar_type(value), value=value, creation_time=now, modification_time=now)
-
-    def _parent_for_create(
-        self, root: Node, tokens: tuple[str, ...], ypath: YPath, recursive: bool, now: float, node_type: str
-    ) -> Node:
-        if not tokens:
-            raise YtError(
-                "The root node already exists", code=ALREADY_EXISTS, attributes={"path": ypath.text}
-            )
-        parent = root
-        for index, token in enumerate(tokens[:-1]):
-            child = parent.children.get(token)
-            if child is None:
-                if not recursive:
-                    raise resolve_error(
-                        ypath.text, f'Node {join_tokens(tokens[:index])} has no child with key "{token}"'
-                    )
-                if under_pool_trees(tokens[: index + 1]):
-                    raise YtError(
-                        f"Cannot create intermediate nodes inside {POOL_TREES_PATH}: create pool trees and pools "
-                        "one level at a time",
-                        attributes={"path": ypath.text},
-                    )
-                child = Node(new_id(), "map_node", creation_time=now, modification_time=now)
-                parent.children[token] = child
-                parent.children = dict(sorted(parent.children.items()))
-            parent = child
-        parent_tokens = tokens[:-1]
-        if parent.type not in COMPOSITE_TYPES:
-            raise YtError(
-                f"Cannot create {ypath.text}: its parent is a {parent.type}", attributes={"path": ypath.text}
-            )
-        if parent_tokens == POOL_TREES and node_type != "scheduler_pool_tree":
-            raise YtError(
-                f"Only scheduler_pool_tree nodes can be created in {POOL_TREES_PATH}, not {node_type}",
-                attributes={"path": ypath.text, "type": node_type},
-            )
-        if parent.type in ("scheduler_pool_tree", "scheduler_pool") and node_type != "scheduler_pool":
-            raise YtError(
-                f"Only scheduler_pool nodes can be created inside a pool tree, not {node_type}",
-                attributes={"path": ypath.text, "type": node_type},
-            )
-        if node_type == "scheduler_pool_tree" and parent_tokens != POOL_TREES:
-            raise YtError(
-                f"scheduler_pool_tree nodes live directly in {POOL_TREES_PATH}",
-                attributes={"path": ypath.text},
-            )
-        if node_type == "scheduler_pool" and parent.type not in ("scheduler_pool_tree", "scheduler_pool"):
-            raise YtError(
-                "scheduler_pool nodes live inside a pool tree (//sys/pool_trees/<tree>/...)",
-                attributes={"path": ypath.text},
-            )
-        return parent
 
     def create(
         self,
@@ -777,10 +639,10 @@ class Cypress:
             raise YtError("Parameter 'attributes' must be a map", attributes={"parameter": "attributes"})
 
         def change(root: Node, now: float) -> str:
-            tokens, text = self._create_target(root, node_type, path, attrs)
+            tokens, text = create_target(root, node_type, path, attrs)
             existing: Node | None = None
             try:
-                existing, _ = self._find(root, tokens, text)
+                existing, _ = find(root, tokens, text)
             except YtError:
                 existing = None
             if existing is not None:
@@ -792,10 +654,10 @@ class Cypress:
                         code=ALREADY_EXISTS,
                         attributes={"path": text, "type": existing.type},
                     )
-            parent = self._parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
+            parent = parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
             if node_type == "scheduler_pool":
-                self._pool_name(root, tokens[-1])
-                tree = self._node_at(root, tokens[:3])
+                pool_name(root, tokens[-1])
+                tree = node_at(root, tokens[:3])
                 holder = next(
                     (
                         join_tokens(t)
@@ -841,53 +703,6 @@ class Cypress:
 
         return str(self._mutate(change))
 
-    def _create_target(
-        self, root: Node, node_type: str, path: str | None, attrs: dict[str, Any]
-    ) -> tuple[tuple[str, ...], str]:
-        """Where a new node goes; consumes ``name``/``pool_tree``/``parent_name`` of object-style creation."""
-        if path is not None:
-            ypath = parse_ypath(path)
-            if ypath.attribute is not None:
-                raise YtError(f"Cannot create a node at attribute path {path}", attributes={"path": path})
-            tokens = self._resolve_tokens(root, ypath)
-            return tokens, join_tokens(tokens)
-        if node_type == "scheduler_pool_tree":
-            name = check_name("Pool tree", attrs.pop("name", None))
-            return (*POOL_TREES, name), f"{POOL_TREES_PATH}/{name}"
-        if node_type == ACCOUNT_TYPE:
-            name = check_name("Account", attrs.pop("name", None))
-            return (*ACCOUNTS, name), f"{ACCOUNTS_PATH}/{name}"
-        if node_type != "scheduler_pool":
-            raise YtError(f"Creating a {node_type} needs a path", attributes={"parameter": "path"})
-        missing = [key for key in ("name", "pool_tree") if key not in attrs]
-        if missing:
-            raise YtError(
-                f'Attribute "{missing[0]}" is required to create a scheduler_pool '
-                "(attributes={name=...; pool_tree=...; parent_name=...})",
-                attributes={"attribute": missing[0]},
-            )
-        name = self._pool_name(root, attrs.pop("name"))
-        tree_name = attrs.pop("pool_tree")
-        parent_name = attrs.pop("parent_name", None)
-        trees = self._node_at(root, POOL_TREES)
-        if not isinstance(tree_name, str) or tree_name not in trees.children:
-            raise YtError(
-                f'Pool tree "{tree_name}" does not exist',
-                code=RESOLVE_ERROR,
-                attributes={"pool_tree": str(tree_name)},
-            )
-        tree_tokens = (*POOL_TREES, tree_name)
-        if parent_name in (None, ROOT_POOL):
-            return (*tree_tokens, name), join_tokens((*tree_tokens, name))
-        for tokens, node in walk(trees.children[tree_name], tree_tokens):
-            if len(tokens) > 3 and tokens[-1] == parent_name and node.type == "scheduler_pool":
-                return (*tokens, name), join_tokens((*tokens, name))
-        raise YtError(
-            f'Parent pool "{parent_name}" does not exist in pool tree "{tree_name}"',
-            code=RESOLVE_ERROR,
-            attributes={"pool_tree": tree_name, "parent_name": str(parent_name)},
-        )
-
     def move(self, source: str, destination: str, *, recursive: bool = False, force: bool = False) -> str:
         """Move (or rename) a node; pools move within their tree (YTsaurus rules), the whole tree is validated."""
         src, dst = parse_ypath(source), parse_ypath(destination)
@@ -895,82 +710,12 @@ class Cypress:
             raise YtError("Attributes cannot be moved; move the node", attributes={"path": source})
 
         def change(root: Node, now: float) -> str:
-            source_tokens = self._resolve_tokens(root, src)
-            node, _ = self._find_for_write(root, source_tokens, src, missing_ok=False)
+            source_tokens = resolve_tokens(root, src)
+            node, _ = find_for_write(root, source_tokens, src, missing_ok=False)
             assert node is not None
-            return self._move_node(
-                root, node, source_tokens, self._resolve_tokens(root, dst), recursive, force, now
-            )
+            return move_node(root, node, source_tokens, resolve_tokens(root, dst), recursive, force, now)
 
         return str(self._mutate(change))
-
-    def _move_node(
-        self,
-        root: Node,
-        node: Node,
-        source: tuple[str, ...],
-        target: tuple[str, ...],
-        recursive: bool,
-        force: bool,
-        now: float,
-    ) -> str:
-        text, target_text = join_tokens(source), join_tokens(target)
-        if source in PROTECTED:
-            raise YtError(f"Node {text} cannot be moved", attributes={"path": text})
-        if target[: len(source)] == source:
-            raise YtError(
-                f"Cannot move {text} into itself or its own descendant {target_text}",
-                attributes={"source_path": text, "destination_path": target_text},
-            )
-        if node.type == "scheduler_pool_tree":
-            raise YtError(
-                f"Pool tree {text} cannot be moved or renamed: operations and @default_tree refer to it by name",
-                attributes={"path": text},
-            )
-        if node.type == "scheduler_pool":
-            trees = self._node_at(root, POOL_TREES)
-            if target[:2] != POOL_TREES or len(target) < 4 or target[2] not in trees.children:
-                raise YtError(
-                    f'Pool "{source[-1]}" cannot be moved out of the pool trees (to {target_text})',
-                    attributes={"pool": source[-1], "pool_tree": source[2], "destination_path": target_text},
-                )
-            self._pool_name(root, target[-1])
-            moved = {t[-1] for t, _ in walk(node, source)}  # the pool and its subpools keep their names
-            holder = next(
-                (
-                    join_tokens(t)
-                    for t, _ in walk(trees.children[target[2]], target[:3])
-                    if len(t) > 3 and t[-1] in moved and t[: len(source)] != source
-                ),
-                None,
-            )
-            if holder is not None and holder != target_text:
-                raise YtError(
-                    f'Pool "{holder.rsplit("/", 1)[-1]}" already exists in pool tree "{target[2]}" at {holder}',
-                    code=ALREADY_EXISTS,
-                    attributes={"pool": holder.rsplit("/", 1)[-1], "pool_tree": target[2], "path": holder},
-                )
-        try:
-            existing, _ = self._find(root, target, target_text)
-        except YtError:
-            existing = None
-        if existing is not None and (
-            not force or target in PROTECTED or existing.type in ("scheduler_pool_tree", "scheduler_pool")
-        ):
-            raise YtError(
-                f"Node {target_text} already exists",
-                code=ALREADY_EXISTS,
-                attributes={"path": target_text},
-            )
-        parent = self._parent_for_create(root, target, parse_ypath(target_text), recursive, now, node.type)
-        old_parent = self._node_at(root, source[:-1])
-        del old_parent.children[source[-1]]
-        old_parent.modification_time = now
-        parent.children[target[-1]] = node
-        parent.children = dict(sorted(parent.children.items()))
-        parent.modification_time = now
-        node.modification_time = now
-        return node.id
 
     def remove(self, path: str, *, recursive: bool = False, force: bool = False) -> None:
         """Remove a node (``recursive`` for non-empty composites) or an attribute; ``force`` ignores absence."""
@@ -978,8 +723,8 @@ class Cypress:
 
         def change(root: Node, now: float) -> None:
             try:
-                tokens = self._resolve_tokens(root, ypath)
-                node, _ = self._find_for_write(root, tokens, ypath, missing_ok=False)
+                tokens = resolve_tokens(root, ypath)
+                node, _ = find_for_write(root, tokens, ypath, missing_ok=False)
             except YtError as error:
                 if force and error.code == RESOLVE_ERROR:
                     return
@@ -996,7 +741,7 @@ class Cypress:
                     f"Cannot remove non-empty composite node {ypath.text} without recursive=%true",
                     attributes={"path": ypath.text, "child_count": len(node.children)},
                 )
-            parent = self._node_at(root, tokens[:-1])
+            parent = node_at(root, tokens[:-1])
             del parent.children[tokens[-1]]
             parent.modification_time = now
 

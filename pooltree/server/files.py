@@ -34,6 +34,7 @@ from typing import Any
 from pooltree.server import quotas
 from pooltree.server.commands import CommandContext, CommandRegistry
 from pooltree.server.cypress import Cypress
+from pooltree.server.cypress_edits import find, resolve_tokens
 from pooltree.server.cypress_nodes import Node, new_id
 from pooltree.server.protocol import (
     PARAMETER_ATTRIBUTES,
@@ -269,7 +270,7 @@ class FileService:
             tx = self._get(ctx.param("transaction_id"))
             ypath = parse_ypath(path)
             root = self.cypress.root
-            node, _ = self.cypress.find(root, self.cypress.resolve_tokens(root, ypath), ypath.text)
+            node, _ = find(root, resolve_tokens(root, ypath), ypath.text)
             if node is None:
                 raise YtError(f"{path} cannot be locked: it is in the orchid", attributes={"path": path})
             if node.type == "file":
@@ -281,8 +282,8 @@ class FileService:
     def _file_node(self, path: str) -> Node:
         ypath = parse_ypath(path)
         root = self.cypress.root
-        tokens = self.cypress.resolve_tokens(root, ypath)
-        node, _ = self.cypress.find(root, tokens, ypath.text)
+        tokens = resolve_tokens(root, ypath)
+        node, _ = find(root, tokens, ypath.text)
         if node is None or node.type != "file":
             kind = "orchid" if node is None else node.type
             raise YtError(
@@ -297,8 +298,8 @@ class FileService:
         def change(root: Node, now: float) -> None:
             for write in writes:
                 ypath = parse_ypath(write.path)
-                tokens = self.cypress.resolve_tokens(root, ypath)
-                node, _ = self.cypress.find(root, tokens, ypath.text)
+                tokens = resolve_tokens(root, ypath)
+                node, _ = find(root, tokens, ypath.text)
                 if node is None or node.type != "file":
                     raise YtError(f"{ypath.text} is not a file", attributes={"path": ypath.text})
                 meta = file_metadata(node) if write.append else {"chunks": [], "size": 0}
@@ -336,12 +337,12 @@ class FileService:
         for tx in self._transactions.values():
             for write in tx.writes:
                 try:
-                    tokens = self.cypress.resolve_tokens(root, parse_ypath(write.path))
+                    tokens = resolve_tokens(root, parse_ypath(write.path))
                 except YtError:
                     continue
                 account = quotas.account_of(root, tokens)
                 staged[account] = staged.get(account, 0) + write.size
-        tokens = self.cypress.resolve_tokens(root, parse_ypath(path))
+        tokens = resolve_tokens(root, parse_ypath(path))
         quotas.check_disk_space(root, tokens, size, staged)
         # the disk under the store keeps room for removals; a file's bytes take about three times their size
         # there until the journal is checkpointed (base64 in the store, the journal's copy)
