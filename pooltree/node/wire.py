@@ -485,6 +485,113 @@ def _list(data: Mapping[str, Any], key: str) -> list[Any]:
     return value
 
 
+def _limits(raw: Mapping[str, Any]) -> Vector:
+    """A heartbeat's ``resource_limits``: the plain map read directly (its numbers are finite and non-negative
+    already), anything else through ``parse_resources`` and the finiteness check, naming ``resource_limits``."""
+    limits = _plain_resources(raw)
+    if limits is None:
+        limits = parse_resources(raw, "resource_limits")
+        if not all(math.isfinite(x) and x >= 0 for x in limits.tolist()):
+            raise ConfigError("resource_limits", "expected finite non-negative amounts")
+    return limits
+
+
+def _finished_report(entry: Any, index: int) -> FinishedJobReport:
+    """One ``finished_jobs`` entry. The common shape (strings, finite numbers, no error, a shallow statistics map,
+    no GPU devices) is read directly; anything else goes through the checked path, which names the bad field."""
+    if type(entry) is dict:
+        get = entry.get
+        job_id, operation_id, task_name, state = (
+            get("job_id"),
+            get("operation_id"),
+            get("task_name"),
+            get("state"),
+        )
+        exit_code, stderr, statistics = get("exit_code"), get("stderr", ""), get("statistics")
+        start, finish, size = get("start_time"), get("finish_time"), get("stderr_size")
+        abort_reason, interruption_reason = get("abort_reason"), get("interruption_reason")
+        if (
+            type(job_id) is str
+            and job_id
+            and type(operation_id) is str
+            and operation_id
+            and (task_name is None or (type(task_name) is str and task_name))
+            and type(state) is str
+            and state in FINISHED_STATES
+            and (exit_code is None or type(exit_code) is int)
+            and get("error") is None
+            and type(stderr) is str
+            and _plain_number(start)
+            and _plain_number(finish)
+            and _plain_number(size)
+            and (abort_reason is None or (type(abort_reason) is str and abort_reason))
+            and (interruption_reason is None or (type(interruption_reason) is str and interruption_reason))
+            and (
+                statistics is None or (type(statistics) is dict and (not statistics or _shallow(statistics)))
+            )
+            and get(GPU_DEVICES) is None
+        ):
+            encoded_size = len(stderr.encode())  # as the checked path, which reads it whether sent or not
+            return FinishedJobReport(
+                job_id=job_id,
+                operation_id=operation_id,
+                task_name="main" if task_name is None else task_name,
+                state=state,
+                start_time=0.0 if start is None else float(start),
+                finish_time=0.0 if finish is None else float(finish),
+                exit_code=exit_code,
+                abort_reason=abort_reason,
+                interruption_reason=interruption_reason,
+                statistics=dict(statistics) if statistics else {},
+                stderr=stderr,
+                stderr_size=encoded_size if size is None else int(float(size)),
+            )
+    return _finished_report_checked(entry, join_path("finished_jobs", index))
+
+
+def _plain_number(value: Any) -> bool:
+    """None or a finite int or float (not a bool): what ``_number`` reads without an error."""
+    kind = type(value)
+    return value is None or ((kind is float or kind is int) and math.isfinite(value))
+
+
+def _finished_report_checked(entry: Any, path: str) -> FinishedJobReport:
+    if not isinstance(entry, Mapping):
+        raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
+    state = _string(entry, "state", path)
+    if state not in FINISHED_STATES:
+        raise ConfigError(
+            join_path(path, "state"), f"expected one of completed, failed, aborted, got {state!r}"
+        )
+    exit_code = entry.get("exit_code")
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise ConfigError(join_path(path, "exit_code"), f"expected an integer, got {exit_code!r}")
+    error = entry.get("error")
+    if error is not None and not isinstance(error, Mapping):
+        raise ConfigError(join_path(path, "error"), "expected a YT error map")
+    if error and not _shallow(error):
+        raise ConfigError(join_path(path, "error"), f"nested deeper than {MAX_NESTING} levels")
+    stderr = entry.get("stderr", "")
+    if not isinstance(stderr, str):
+        raise ConfigError(join_path(path, "stderr"), "expected a string")
+    return FinishedJobReport(
+        job_id=_string(entry, "job_id", path),
+        operation_id=_string(entry, "operation_id", path),
+        task_name=_string(entry, "task_name", path, required=False, default="main"),
+        state=state,
+        start_time=_number(entry, "start_time", path, 0.0),
+        finish_time=_number(entry, "finish_time", path, 0.0),
+        exit_code=exit_code,
+        error=None if error is None else dict(error),
+        abort_reason=_string(entry, "abort_reason", path, required=False) or None,
+        interruption_reason=_string(entry, "interruption_reason", path, required=False) or None,
+        statistics=_map(entry, "statistics", path),
+        stderr=stderr,
+        stderr_size=int(_number(entry, "stderr_size", path, float(len(stderr.encode())))),
+        gpu_devices=_device_indices(entry, path),
+    )
+
+
 MAX_REMEMBERED_NODES = 100_000
 """Nodes whose last running-job entries ``RunningReports`` keeps (the oldest heard from is forgotten first)."""
 
@@ -525,18 +632,15 @@ class RunningReports:
 def parse_heartbeat(data: Any, reports: RunningReports | None = None) -> HeartbeatRequest:
     """Validate a heartbeat map; every error names the offending field. ``reports``: the last heartbeats'
     running-job reports, reused for entries that did not change."""
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise ConfigError("heartbeat", f"expected a map, got {type(data).__name__}")
     address = _string(data, "node_address", "")
     if "resource_limits" not in data:
         raise ConfigError("resource_limits", "required field is missing")
-    if not isinstance(data["resource_limits"], Mapping):
+    raw_limits = data["resource_limits"]
+    if type(raw_limits) is not dict and not isinstance(raw_limits, Mapping):
         raise ConfigError("resource_limits", "expected a map of resources")
-    limits = _plain_resources(data["resource_limits"])  # plain numbers are finite and non-negative already
-    if limits is None:
-        limits = parse_resources(data["resource_limits"], "resource_limits")
-        if not all(math.isfinite(x) and x >= 0 for x in limits.tolist()):
-            raise ConfigError("resource_limits", "expected finite non-negative amounts")
+    limits = _limits(raw_limits)
     tags_raw = data.get("tags") or []
     if not isinstance(tags_raw, list) or not all(isinstance(t, str) and t for t in tags_raw):
         raise ConfigError("tags", "expected a list of non-empty strings")
@@ -545,45 +649,7 @@ def parse_heartbeat(data: Any, reports: RunningReports | None = None) -> Heartbe
         running = reports.parse(address, entries)
     else:
         running = [_running_report(entry, index) for index, entry in enumerate(entries)]
-    finished: list[FinishedJobReport] = []
-    for index, entry in enumerate(_list(data, "finished_jobs")):
-        path = join_path("finished_jobs", index)
-        if not isinstance(entry, Mapping):
-            raise ConfigError(path, f"expected a map, got {type(entry).__name__}")
-        state = _string(entry, "state", path)
-        if state not in FINISHED_STATES:
-            raise ConfigError(
-                join_path(path, "state"), f"expected one of completed, failed, aborted, got {state!r}"
-            )
-        exit_code = entry.get("exit_code")
-        if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
-            raise ConfigError(join_path(path, "exit_code"), f"expected an integer, got {exit_code!r}")
-        error = entry.get("error")
-        if error is not None and not isinstance(error, Mapping):
-            raise ConfigError(join_path(path, "error"), "expected a YT error map")
-        if error and not _shallow(error):
-            raise ConfigError(join_path(path, "error"), f"nested deeper than {MAX_NESTING} levels")
-        stderr = entry.get("stderr", "")
-        if not isinstance(stderr, str):
-            raise ConfigError(join_path(path, "stderr"), "expected a string")
-        finished.append(
-            FinishedJobReport(
-                job_id=_string(entry, "job_id", path),
-                operation_id=_string(entry, "operation_id", path),
-                task_name=_string(entry, "task_name", path, required=False, default="main"),
-                state=state,
-                start_time=_number(entry, "start_time", path, 0.0),
-                finish_time=_number(entry, "finish_time", path, 0.0),
-                exit_code=exit_code,
-                error=None if error is None else dict(error),
-                abort_reason=_string(entry, "abort_reason", path, required=False) or None,
-                interruption_reason=_string(entry, "interruption_reason", path, required=False) or None,
-                statistics=_map(entry, "statistics", path),
-                stderr=stderr,
-                stderr_size=int(_number(entry, "stderr_size", path, float(len(stderr.encode())))),
-                gpu_devices=_device_indices(entry, path),
-            )
-        )
+    finished = [_finished_report(entry, index) for index, entry in enumerate(_list(data, "finished_jobs"))]
     meter = data.get("memory_meter")
     return HeartbeatRequest(
         address=address,

@@ -127,6 +127,98 @@ def test_fast_running_entry_agrees_with_the_checked_path(entry: object) -> None:
     assert np.array_equal(got.resource_usage, expected.resource_usage)
 
 
+_FINISHED_FIELDS = {
+    "job_id": values,
+    "operation_id": values,
+    "task_name": values,
+    "state": st.one_of(values, st.sampled_from(["completed", "failed", "aborted", "running"])),
+    "start_time": values,
+    "finish_time": values,
+    "exit_code": values,
+    "error": st.one_of(values, st.just({"code": 1, "message": "m"})),
+    "stderr": st.one_of(values, st.sampled_from(["out", "\u00e9"])),
+    "stderr_size": values,
+    "abort_reason": values,
+    "interruption_reason": values,
+    "statistics": st.one_of(values, st.just({"a": {"b": 1}})),
+    "gpu_devices": st.one_of(values, st.just([0, 1])),
+}
+finished_entries = st.one_of(
+    values,
+    st.fixed_dictionaries({}, optional=_FINISHED_FIELDS),
+    # a sound entry with a few fields dropped or replaced: most reach the direct read
+    st.builds(
+        lambda changes, dropped: {
+            key: value
+            for key, value in {
+                **wire.finished_job("j1", "op1", "main", "completed", 1.0, 2.5, exit_code=0),
+                **dict(changes),
+            }.items()
+            if key not in dropped
+        },
+        st.lists(
+            st.sampled_from(sorted(_FINISHED_FIELDS)).flatmap(
+                lambda key: st.tuples(st.just(key), _FINISHED_FIELDS[key])
+            ),
+            max_size=2,
+        ),
+        st.sets(st.sampled_from(sorted(_FINISHED_FIELDS)), max_size=2),
+    ),
+)
+
+
+@given(entry=finished_entries)
+def test_fast_finished_entry_agrees_with_the_checked_path(entry: object) -> None:
+    """A finished entry read directly gives the checked path's report, or its error naming the same field."""
+    _assert_finished_reads_alike(entry)
+
+
+_SAMPLE_VALUES = (
+    None,
+    True,
+    0,
+    3,
+    -2,
+    2.5,
+    math.nan,
+    math.inf,
+    "",
+    "j1",
+    "completed",
+    "\u00e9",
+    {},
+    [],
+    {"a": 1},
+    [0],
+)
+
+
+def _assert_finished_reads_alike(entry: object) -> None:
+    try:
+        expected = wire._finished_report_checked(entry, "finished_jobs[0]")
+    except ConfigError as error:
+        with pytest.raises(ConfigError) as raised:
+            wire._finished_report(entry, 0)
+        assert raised.value.path == error.path
+        return
+    got = wire._finished_report(entry, 0)
+    assert got == expected
+    assert [type(getattr(got, name)) for name in ("start_time", "finish_time", "stderr_size")] == [
+        type(getattr(expected, name)) for name in ("start_time", "finish_time", "stderr_size")
+    ]
+
+
+def test_fast_finished_entry_agrees_with_the_checked_path_field_by_field() -> None:
+    """Every field of a sound finished entry dropped or set to each sample value, one at a time: the direct read
+    gives the checked path's report or its error naming the same field."""
+    base = wire.finished_job("j1", "op1", "main", "completed", 1.0, 2.5, exit_code=0, stderr="x")
+    _assert_finished_reads_alike(base)
+    for key in _FINISHED_FIELDS:
+        _assert_finished_reads_alike({name: value for name, value in base.items() if name != key})
+        for value in _SAMPLE_VALUES:
+            _assert_finished_reads_alike({**base, key: value})
+
+
 def test_job_gpu_devices_parse_and_bad_lists_name_the_field() -> None:
     """A job's GPU devices (issue 30) travel on running and finished entries; a malformed list names its field."""
     running = wire.running_job(
