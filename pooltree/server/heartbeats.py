@@ -24,6 +24,7 @@ from pooltree.node.wire import (
     parse_heartbeat,
     parse_node_alerts,
 )
+from pooltree.node.wire_structs import read_heartbeat
 from pooltree.server.app import DrainUnreadBody, read_body
 from pooltree.server.http_protocol import BODY_WHOLE
 from pooltree.server.protocol import YtError
@@ -55,6 +56,9 @@ def decode_heartbeat(body: bytes, reports: RunningReports | None = None) -> Hear
     only the fields it knows and bounds the nesting of the free-form maps among them, so the whole value is not
     walked again here. ``reports``: the process's ``RunningReports`` (unchanged running jobs are not read
     again)."""
+    request = read_heartbeat(body, reports) if body else None  # the typed fast path, else the plain one
+    if request is not None:
+        return request
     try:
         data = decode(body or b"null")
     except (ValueError, UnicodeDecodeError, RecursionError) as error:
