@@ -10,7 +10,9 @@ when it answers the start exactly) or is a `Claim` sent to the leader, which ans
 controller's allocation, or None); what the pass books goes to the leader in order
 (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next claim or with
 the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
-the pickling form (`pickling.dumps`).
+the pickling form (`pickling.dumps`), each of these dataclasses as a plain tuple (`flat`, `unflat`): unpickling
+a dataclass costs a Python call and its state dict, several times a tuple's cost, and these messages cross the
+pipe at every pass.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from multiprocessing.connection import Connection
 from typing import Any
 
 from pooltree.resources import Vector
 from pooltree.shards.increments import decode_chunks
-from pooltree.shards.pickling import dumps, loads
+from pooltree.shards.pickling import allocation_fields, allocation_of, dumps, loads, vector_of
 from pooltree.shards.replica import Claim, ClaimAnswer, Grant, TreeReplica
 from pooltree.strategy.model import Allocation, FinishedAllocation, NodeHeartbeat, PreemptionRecord
 
@@ -176,6 +178,69 @@ class ShardPasses:
         self.tell(Unclaimed(allocation.id, allocation.operation_id, finished, now))
 
 
+# ------------------------------------------------------------------ the pass pipe's form
+
+PASS_MESSAGES: tuple[type, ...] = (
+    Started,
+    Preempted,
+    Unclaimed,
+    PassDone,
+    PassFailed,
+    Claim,
+    ClaimAnswer,
+    Grant,
+    PassRequest,
+)
+_NAMES = tuple(tuple(field.name for field in fields(kind)) for kind in PASS_MESSAGES)
+_KIND = {kind: index for index, kind in enumerate(PASS_MESSAGES)}
+
+
+def _optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
+
+
+_VECTOR = (lambda vector: vector.tolist(), vector_of)
+_ALLOCATION = (_optional(allocation_fields), _optional(allocation_of))
+_CONVERTED: dict[type, tuple[tuple[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]], ...]] = {
+    Claim: (("available", _VECTOR),),
+    ClaimAnswer: (("allocation", _ALLOCATION), ("min_needed", _VECTOR)),
+    Grant: (("allocation", _ALLOCATION), ("min_needed", _VECTOR)),
+    PassRequest: (
+        ("limits", _VECTOR),
+        ("grants", (lambda grants: tuple(map(flat, grants)), lambda grants: tuple(map(unflat, grants)))),
+    ),
+}
+"""Per kind, the fields that go as plain values (vectors as float lists, allocations as their fields, grants
+flat) and how each is made again."""
+_CONVERSIONS = tuple(
+    tuple((_NAMES[index].index(name), pair) for name, pair in _CONVERTED.get(kind, ()))
+    for index, kind in enumerate(PASS_MESSAGES)
+)
+
+
+def flat(message: Any) -> tuple[Any, ...]:
+    """A message of the pass pipe as a tuple of plain values: its kind's index, then its fields in order (see
+    `_CONVERTED`); `unflat` makes it again."""
+    kind = _KIND[type(message)]
+    state = message.__dict__
+    values = [kind, *[state[name] for name in _NAMES[kind]]]
+    for at, (to_plain, _) in _CONVERSIONS[kind]:
+        values[1 + at] = to_plain(values[1 + at])
+    return tuple(values)
+
+
+def unflat(values: tuple[Any, ...]) -> Any:
+    """The message `flat` took (its fields written as unpickling writes a dataclass's state)."""
+    kind = values[0]
+    message = object.__new__(PASS_MESSAGES[kind])
+    state = message.__dict__
+    state.update(zip(_NAMES[kind], values[1:], strict=True))
+    for at, (_, made) in _CONVERSIONS[kind]:
+        name = _NAMES[kind][at]
+        state[name] = made(state[name])
+    return message
+
+
 def serve_passes(conn: Connection) -> None:
     """A shard process's pass thread: requests from the leader, one at a time; claims asked on the same pipe.
     The process ends when the leader's end of the pipe closes."""
@@ -187,14 +252,14 @@ def serve_passes(conn: Connection) -> None:
     def ask(claim: Claim) -> ClaimAnswer:
         batch: list[Any] = [*told, claim]
         told.clear()
-        conn.send_bytes(dumps(batch))
-        answer: ClaimAnswer = loads(conn.recv_bytes())
+        conn.send_bytes(dumps([flat(message) for message in batch]))
+        answer: ClaimAnswer = unflat(loads(conn.recv_bytes()))
         return answer
 
     passes = ShardPasses(ask, told.append)
     while True:
         try:
-            request: PassRequest = loads(conn.recv_bytes())
+            request: PassRequest = unflat(loads(conn.recv_bytes()))
             try:
                 reply: PassDone | PassFailed = passes.run(request)
             except (EOFError, OSError):
@@ -205,6 +270,6 @@ def serve_passes(conn: Connection) -> None:
                 reply = PassFailed(repr(error))
             batch = [*told, reply]
             told.clear()
-            conn.send_bytes(dumps(batch))
+            conn.send_bytes(dumps([flat(message) for message in batch]))
         except (EOFError, OSError):
             os._exit(0)  # the leader is gone: nothing here outlives it

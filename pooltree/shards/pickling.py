@@ -118,7 +118,8 @@ def _reduce_tree(tree: SchedulingTree) -> tuple[Any, ...]:
     return (copyreg.__newobj__, (SchedulingTree,), {**tree.__dict__, "respecced": None})
 
 
-def _vector(values: list[float]) -> np.ndarray:
+def vector_of(values: list[float]) -> np.ndarray:
+    """A resource vector made again from its float list."""
     return np.array(values, dtype=float)
 
 
@@ -126,7 +127,7 @@ def _reduce_array(array: np.ndarray) -> Any:
     """A resource vector (1-D float64) as a list of floats: numpy's own reduce pickles the dtype and a bytes
     buffer, and its reconstruction runs in Python, several times the cost for a 5-element vector."""
     if type(array) is np.ndarray and array.ndim == 1 and array.dtype == np.float64:
-        return (_vector, (array.tolist(),))
+        return (vector_of, (array.tolist(),))
     return array.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
 
 

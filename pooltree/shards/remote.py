@@ -60,6 +60,8 @@ from pooltree.shards.passes import (
     Preempted,
     Started,
     Unclaimed,
+    flat,
+    unflat,
 )
 from pooltree.shards.pickling import dumps, loads, snapshot_of
 from pooltree.shards.replica import (
@@ -473,14 +475,15 @@ class ProcessShardStarts(ShardStarts):
         """The pass in the shard process: its claims answered and bookings applied as they come."""
         conn = link.conn
         try:
-            data = dumps(request)
+            data = dumps(flat(request))
             self.sent_bytes += len(data)
             conn.send_bytes(data)
             while True:
                 data = conn.recv_bytes()
                 self.received_bytes += len(data)
                 self.messages += 1
-                *bookings, last = loads(data)  # the bookings since the last message, then a claim or the end
+                # the bookings since the last message, then a claim or the end
+                *bookings, last = [unflat(message) for message in loads(data)]
                 answer = None
                 if bookings or isinstance(last, Claim):
                     with self._locked(writes):
@@ -500,7 +503,7 @@ class ProcessShardStarts(ShardStarts):
                         "node shard %d's pass in tree %s failed: %s", link.index, request.tree, last.error
                     )
                     return None
-                data = dumps(answer)
+                data = dumps(flat(answer))
                 self.sent_bytes += len(data)
                 conn.send_bytes(data)
         except (EOFError, OSError) as error:  # the shard process died: its pass ends here
