@@ -514,6 +514,85 @@ def send_message(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) 
     sock.sendall(payload)
 
 
+class _ZygoteContext:
+    """What the zygote set up once and every keeper it forks starts from (a plain class: the zygote imports as
+    little as it can)."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        lifeline: int,
+        libc: ctypes.PyDLL,
+        catchable: set[signal.Signals],
+        last_cap: int,
+        devnull: int,
+        home: int,
+    ) -> None:
+        self.sock = sock
+        self.lifeline = lifeline
+        self.libc = libc
+        self.catchable = catchable
+        self.last_cap = last_cap
+        self.devnull = devnull
+        self.home = home
+        """The zygote's own mount namespace (a descriptor), to come back to from a slot's."""
+
+
+def _serve(context: _ZygoteContext, message: dict, fds: list[int]) -> dict | None:
+    """One request: fork a keeper for it (in the slot's namespaces when it names one); the answer for the node,
+    ``{pid}`` or ``{error, errno}``, or None when the zygote must exit. The forked child never returns here."""
+    settled = settling = -1
+    in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
+    passed, first = 0, 3
+    try:
+        passed = _passed(message, fds, in_slot)
+        first = _pass_at(message)
+        if in_slot:
+            _setns(context.libc, fds[-1])
+        os.chdir(message["cwd"])
+        settled, settling = os.pipe()
+        pid = _clone_parent(context.libc, JOB_NAMESPACES if in_slot else 0)
+    except (OSError, KeyError, TypeError) as error:
+        pid = -1
+        reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
+    if pid == 0:
+        os.close(settled)
+        _keeper_child(
+            context.sock,
+            context.lifeline,
+            context.devnull,
+            fds,
+            message,
+            context.libc,
+            context.catchable,
+            settling,
+            in_slot,
+            passed,
+            context.last_cap,
+            first,
+        )
+    try:
+        if in_slot:  # back to the node's own view before anything else: never serve from a slot's
+            _setns(context.libc, context.home)
+    except OSError:
+        return None  # a zygote that cannot leave a slot's namespace must not fork any more keepers
+    os.chdir("/")  # the zygote never stays in a sandbox (a sweep of processes in sandboxes kills them)
+    if pid < 0:
+        for fd in (*fds, settled, settling):
+            if fd >= 0:
+                os.close(fd)
+    else:
+        for fd in (*fds, settling):
+            os.close(fd)
+        # Answer once the keeper leads its own session (as ``Popen(start_new_session=True)`` returns after
+        # ``setsid``): the node may signal the keeper's process group as soon as it has the pid.
+        with contextlib.suppress(OSError):
+            os.read(settled, 1)
+        os.close(settled)
+        reply = {"pid": pid}
+    return reply
+
+
 def zygote(argv: list[str]) -> int:
     """``keeper.py --zygote SOCKET_FD LIFELINE_FD``: one per node, started once; it forks a keeper per job.
 
@@ -537,6 +616,7 @@ def zygote(argv: list[str]) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)  # the zygote's own mount namespace
     os.chdir("/")
+    context = _ZygoteContext(sock, lifeline, libc, catchable, last_cap, devnull, home)
     poller = select.poll()
     poller.register(lifeline, select.POLLIN)
     poller.register(sock.fileno(), select.POLLIN)
@@ -553,56 +633,9 @@ def zygote(argv: list[str]) -> int:
             return 0
         if request is None:
             return 0
-        message, fds = request
-        settled = settling = -1
-        in_slot = message.get("namespace") is True and bool(fds)  # the last descriptor: a slot's namespace
-        passed, first = 0, 3
-        try:
-            passed = _passed(message, fds, in_slot)
-            first = _pass_at(message)
-            if in_slot:
-                _setns(libc, fds[-1])
-            os.chdir(message["cwd"])
-            settled, settling = os.pipe()
-            pid = _clone_parent(libc, JOB_NAMESPACES if in_slot else 0)
-        except (OSError, KeyError, TypeError) as error:
-            pid = -1
-            reply = {"error": str(error), "errno": getattr(error, "errno", None) or errno.EINVAL}
-        if pid == 0:
-            os.close(settled)
-            _keeper_child(
-                sock,
-                lifeline,
-                devnull,
-                fds,
-                message,
-                libc,
-                catchable,
-                settling,
-                in_slot,
-                passed,
-                last_cap,
-                first,
-            )
-        try:
-            if in_slot:  # back to the node's own view before anything else: never serve from a slot's
-                _setns(libc, home)
-        except OSError:
-            return 0  # a zygote that cannot leave a slot's namespace must not fork any more keepers
-        os.chdir("/")  # the zygote never stays in a sandbox (a sweep of processes in sandboxes kills them)
-        if pid < 0:
-            for fd in (*fds, settled, settling):
-                if fd >= 0:
-                    os.close(fd)
-        else:
-            for fd in (*fds, settling):
-                os.close(fd)
-            # Answer once the keeper leads its own session (as ``Popen(start_new_session=True)`` returns after
-            # ``setsid``): the node may signal the keeper's process group as soon as it has the pid.
-            with contextlib.suppress(OSError):
-                os.read(settled, 1)
-            os.close(settled)
-            reply = {"pid": pid}
+        reply = _serve(context, *request)
+        if reply is None:
+            return 0
         try:
             send_message(sock, reply)
         except OSError:

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Required, TypedDict, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 from pooltree.node.keeper import KEEPER_PATH, SYS_CLONE, keeper_argv, receive_message, send_message
 
@@ -117,24 +117,9 @@ class KeeperZygote:
             started = KeeperProcess(process.pid)
             process.returncode = 0  # reaped by the executor through the pid, never through this object
             return started
-        message = {
-            "argv": list(argv),
-            "env": dict(env),
-            "cwd": str(cwd),
-            "namespace": namespace is not None,
-            "pass": len(pass_fds),
-            "pass_at": pass_at,
-        }
-        if identity is not None:
-            message["identity"] = [int(identity[0]), int(identity[1])]
-        if tmpfs:
-            if namespace is None:
-                raise OSError(errno.EINVAL, "a keeper mounts tmpfs only in a slot's namespace")
-            message["tmpfs"] = [[str(path), int(size)] for path, size in tmpfs]
-        fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
-        fds += tuple(pass_fds)
-        if namespace is not None:
-            fds += (namespace,)
+        message, fds = _request(
+            argv, env, cwd, stdout, stderr, stdin, namespace, pass_fds, identity, pass_at, tmpfs
+        )
         with self._lock:
             for attempt in range(2):
                 sock = self._sock or self._start()
@@ -163,6 +148,42 @@ class KeeperZygote:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def _request(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: int,
+    stderr: int,
+    stdin: int | None,
+    namespace: int | None,
+    pass_fds: tuple[int, ...],
+    identity: tuple[int, int] | None,
+    pass_at: int,
+    tmpfs: list[tuple[str, int]] | None,
+) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """A zygote's request for ``KeeperZygote.spawn``'s arguments: the message and the descriptors riding with it
+    (stdout, stderr, stdin if given, ``pass_fds``, the slot's namespace last)."""
+    message: dict[str, Any] = {
+        "argv": list(argv),
+        "env": dict(env),
+        "cwd": str(cwd),
+        "namespace": namespace is not None,
+        "pass": len(pass_fds),
+        "pass_at": pass_at,
+    }
+    if identity is not None:
+        message["identity"] = [int(identity[0]), int(identity[1])]
+    if tmpfs:
+        if namespace is None:
+            raise OSError(errno.EINVAL, "a keeper mounts tmpfs only in a slot's namespace")
+        message["tmpfs"] = [[str(path), int(size)] for path, size in tmpfs]
+    fds = (stdout, stderr) if stdin is None else (stdout, stderr, stdin)
+    fds += tuple(pass_fds)
+    if namespace is not None:
+        fds += (namespace,)
+    return message, fds
 
 
 class KeeperZygotes:

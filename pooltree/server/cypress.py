@@ -28,6 +28,7 @@ from pooltree.server.cypress_attributes import (
 )
 from pooltree.server.cypress_edits import (
     build_node,
+    check_creation,
     create_target,
     find,
     find_for_write,
@@ -655,32 +656,7 @@ class Cypress:
                         attributes={"path": text, "type": existing.type},
                     )
             parent = parent_for_create(root, tokens, parse_ypath(text), recursive, now, node_type)
-            if node_type == "scheduler_pool":
-                pool_name(root, tokens[-1])
-                tree = node_at(root, tokens[:3])
-                holder = next(
-                    (
-                        join_tokens(t)
-                        for t, n in walk(tree, tokens[:3])
-                        if t != tokens and t[-1] == tokens[-1] and len(t) > 3
-                    ),
-                    None,
-                )
-                if holder is not None:
-                    raise YtError(
-                        f'Pool "{tokens[-1]}" already exists in pool tree "{tokens[2]}" at {holder}',
-                        code=ALREADY_EXISTS,
-                        attributes={"pool": tokens[-1], "pool_tree": tokens[2], "path": holder},
-                    )
-            elif node_type == "scheduler_pool_tree":
-                check_name("Pool tree", tokens[-1])
-                if not isinstance(attrs.setdefault("config", {}), dict):
-                    raise YtError(
-                        f'Attribute "config" of pool tree "{tokens[-1]}" must be a map of tree options',
-                        attributes={"path": f"{text}/@config"},
-                    )
-                if not parent.children and "default_tree" not in parent.attributes:
-                    parent.attributes["default_tree"] = tokens[-1]  # the first tree becomes the default
+            check_creation(root, parent, node_type, tokens, attrs, text)
             node = Node(new_id(), node_type, creation_time=now, modification_time=now)
             if node_type in SCALAR_TYPES:
                 node.value = attrs.pop("value", None)

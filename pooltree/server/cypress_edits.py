@@ -292,3 +292,36 @@ def move_node(
     parent.modification_time = now
     node.modification_time = now
     return node.id
+
+
+def check_creation(
+    root: Node, parent: Node, node_type: str, tokens: tuple[str, ...], attrs: dict[str, Any], text: str
+) -> None:
+    """The master's rules for a new pool (a name the pool manager's regexes allow, unique in its tree) and a new
+    pool tree (a valid name, ``@config`` a map; the first tree becomes ``@default_tree``)."""
+    if node_type == "scheduler_pool":
+        pool_name(root, tokens[-1])
+        tree = node_at(root, tokens[:3])
+        holder = next(
+            (
+                join_tokens(t)
+                for t, n in walk(tree, tokens[:3])
+                if t != tokens and t[-1] == tokens[-1] and len(t) > 3
+            ),
+            None,
+        )
+        if holder is not None:
+            raise YtError(
+                f'Pool "{tokens[-1]}" already exists in pool tree "{tokens[2]}" at {holder}',
+                code=ALREADY_EXISTS,
+                attributes={"pool": tokens[-1], "pool_tree": tokens[2], "path": holder},
+            )
+    elif node_type == "scheduler_pool_tree":
+        check_name("Pool tree", tokens[-1])
+        if not isinstance(attrs.setdefault("config", {}), dict):
+            raise YtError(
+                f'Attribute "config" of pool tree "{tokens[-1]}" must be a map of tree options',
+                attributes={"path": f"{text}/@config"},
+            )
+        if not parent.children and "default_tree" not in parent.attributes:
+            parent.attributes["default_tree"] = tokens[-1]  # the first tree becomes the default
