@@ -2,80 +2,58 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
 from pooltree.fairshare import discretized, improved
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree
-from pooltree.fairshare.reuse import (
-    derived_statics,
-    keep_functions,
-    kept_functions,
-    live_batches,
-    rows_to_build,
-)
 from pooltree.resources import RESOURCE_COUNT
 
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
+
+@dataclass(frozen=True, slots=True)
+class Placements:
+    """Every child's scale and shift and every pool's right bound in its parent's sum (b.5), by element."""
+
+    scale: np.ndarray
+    shift: np.ndarray
+    right: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionInputs:
+    """What every element's fair-share function is built from besides its guarantee and limits shares: the
+    operations' usage and demand shares and gang step flags (`step_flags`), the children's placements, whether
+    pools' sums are the improved ones, and the discretized operations' inputs (None with the option off)."""
+
+    tree: _Tree
+    usage_share: np.ndarray
+    demand_share: np.ndarray
+    step: np.ndarray
+    placements: Placements
+    improved: bool
+    discretized: discretized.DiscretizedInputs | None
 
 
 # ---- functions (b.5) ----------------------------------------------------------------------------
 def build_functions(
-    upd: _Update, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+    inputs: FunctionInputs,
+    elements: np.ndarray,
+    guarantee: np.ndarray,
+    limits: np.ndarray,
+    start: fn.FunctionTable | None = None,
 ) -> fn.FunctionTable:
-    """FSBS (with MFFBS) of ``elements`` (closed under descendants), bottom-up, as a table by element.
-
-    The first build over the whole tree with the strong guarantees and limits shares is kept as the base:
-    later builds recompute only the elements whose guarantee or limits differ from it (integral pools)
-    and their ancestors, and take every other function from the base (the table refers to the base's
-    batches; nothing is copied).
-
-    The first full build of an update likewise starts from the previous update's full build of the same tree
-    (``reuse._KeptFunctions``): only operations whose usage share, demand share, step flag, guarantee or limits
-    changed, pools whose guarantee, limits or children's placements changed, and their ancestors are built.
-    Each function depends only on its own inputs with the compiled passes (the sums are per parent, the
-    suggestion pass function by function), so this is the same table bit for bit; with the numpy reference
-    or the improved computation every update builds everything.
-    """
-    tree = upd.tree
-    n = len(tree.elements)
-    base = upd._base_functions
-    full = base is None and len(elements) == n
-    op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
-    step_all = _step_flags(upd, op_idx) if full else None
-    step_full = None
-    if step_all is not None:
-        step_full = np.zeros(n, dtype=bool)
-        step_full[op_idx] = step_all
-    placements = _placements(upd)
-    key = (
-        fn.compiled_kernels_active(),
-        upd.settings.enable_improved_fair_share_by_fit_factor_computation,
-    )
-    # Discretized operations' functions read inputs the kept table does not compare (pending counts, per-job
-    # vectors, the previous fair share): with the option on every update builds everything.
-    reusable = not upd.settings.enable_discretized_fair_share
-    kept = kept_functions(tree, key) if full and reusable else None
-    built = _Built(n)
-    if base is not None or kept is not None:
-        source_table, elements = rows_to_build(
-            upd, elements, guarantee, limits, base, kept, step_full, placements
-        )
-        built.start_from(source_table)
-    ops = elements[tree.is_op[elements]]
+    """b.5: FSBS (with MFFBS) of ``elements`` (closed under ancestors), bottom-up, as a table by element; every
+    other element's function is ``start``'s (the table refers to its batches; nothing is copied)."""
+    built = _Built(len(inputs.tree.elements))
+    if start is not None:
+        built.start_from(start)
+    ops = elements[inputs.tree.is_op[elements]]
     if len(ops):
-        step = step_all if step_all is not None and len(ops) == len(op_idx) else _step_flags(upd, ops)
-        built.add(ops, _operation_functions(upd, ops, step, guarantee, limits))
-    _build_pools(upd, built, elements, guarantee, limits, placements)
-    table = built.table(live_only=kept is not None)
-    if full:
-        if key == (True, False) and step_full is not None and reusable:
-            table = keep_functions(upd, key, table, op_idx, step_full, guarantee, limits, placements)
-        upd._base_functions = (table, guarantee.copy(), limits.copy())
-    return table
+        built.add(ops, _operation_functions(inputs, ops, guarantee, limits))
+    _build_pools(inputs, built, elements, guarantee, limits)
+    return built.table()
 
 
 class _Built:
@@ -102,48 +80,41 @@ class _Built:
         self.row_of[elements] = np.arange(len(elements))
         self.points[elements] = np.diff(batch.offsets)
 
-    def table(self, *, with_points: bool = True, live_only: bool = False) -> fn.FunctionTable:
-        """The table of what is built (``live_only``: without the batches no element's function is a row of)."""
-        batches, batch_of = self.batches, self.batch_of
-        if live_only:
-            batches, batch_of = live_batches(batches, batch_of)
+    def table(self, *, with_points: bool = True) -> fn.FunctionTable:
+        """The table of what is built."""
         if not with_points:
-            return fn.FunctionTable(batches, batch_of, self.row_of)
-        return fn.FunctionTable(batches, batch_of, self.row_of, self.points)
+            return fn.FunctionTable(self.batches, self.batch_of, self.row_of)
+        return fn.FunctionTable(self.batches, self.batch_of, self.row_of, self.points)
 
 
 def _operation_functions(
-    upd: _Update, ops: np.ndarray, step: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+    inputs: FunctionInputs, ops: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
 ) -> fn.FunctionBatch:
     """b.5: the operations' FSBS from their usage and demand shares (FSBFF's closed form, the gang step; with
     ``enable_discretized_fair_share``, staircases of whole pending jobs: `discretized.py`)."""
-    if upd.settings.enable_discretized_fair_share:
-        return discretized.operation_fair_share_by_suggestion(upd, ops, step, guarantee[ops], limits[ops])
-    return fn.operation_fair_share_by_suggestion(
-        upd.usage_share[ops], upd.demand_share[ops], step, guarantee[ops], limits[ops]
-    )
+    usage, demand, step = inputs.usage_share[ops], inputs.demand_share[ops], inputs.step[ops]
+    if inputs.discretized is not None:
+        return discretized.operation_fair_share_by_suggestion(
+            inputs.discretized, ops, step, usage, demand, guarantee[ops], limits[ops]
+        )
+    return fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee[ops], limits[ops])
 
 
 def _build_pools(
-    upd: _Update,
-    built: _Built,
-    elements: np.ndarray,
-    guarantee: np.ndarray,
-    limits: np.ndarray,
-    placements: tuple[np.ndarray, np.ndarray, np.ndarray],
+    inputs: FunctionInputs, built: _Built, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
 ) -> None:
     """b.5: the pools among ``elements``, lowest first: FSBFF is the sum of the children's FSBS placed by weight
     (or FIFO rank), FSBS = FSBFF ∘ MFFBS."""
-    tree = upd.tree
-    scale_of, shift_of, right_of = placements
+    tree = inputs.tree
+    placements = inputs.placements
+    scale_of, shift_of, right_of = placements.scale, placements.shift, placements.right
     if len(elements) == len(tree.elements):
         groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
     else:
         groups = _height_groups(tree, elements[~tree.is_op[elements]])
-    improved_sums = upd.settings.enable_improved_fair_share_by_fit_factor_computation
     for level, _counts, kids, slot, _parent_of in groups:
         scale, shift, right = scale_of[kids], shift_of[kids], right_of[level]
-        if improved_sums:
+        if inputs.improved:
             fsbff = _improved_sums(
                 built.table(with_points=False), len(level), kids, slot, scale, shift, right
             )
@@ -152,55 +123,46 @@ def _build_pools(
         built.add(level, fn.fair_share_by_suggestion(fsbff, guarantee[level], limits[level]))
 
 
-def _step_flags(upd: _Update, ops: np.ndarray) -> np.ndarray:
-    """Whether each of ``ops`` takes the gang step function (its flag, the setting and its parent pool's)."""
-    tree = upd.tree
-    step = upd.step[ops] & upd.settings.enable_step_function_for_gang_operations
-    gang = np.flatnonzero(step)
-    step[gang] = [
+def step_flags(tree: _Tree, step: np.ndarray, enabled: bool) -> np.ndarray:
+    """b.5's gang step: whether each element is an operation that takes the step function (its flag, the setting
+    ``enable_step_function_for_gang_operations`` and its parent pool's ``allow_gang_step_function``)."""
+    ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+    flags = step[ops] & enabled
+    gang = np.flatnonzero(flags)
+    flags[gang] = [
         tree.elements[p].allow_gang_step_function  # type: ignore[attr-defined]
         for p in tree.parent[ops[gang]].tolist()
     ]
-    return step
+    full = np.zeros(len(tree.elements), dtype=bool)
+    full[ops] = flags
+    return full
 
 
-def _placements(upd: _Update) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every child's scale and shift and every pool's right bound in its parent's sum, by element.
+def placements(tree: _Tree, fifo: np.ndarray, weight: np.ndarray, fifo_rank: np.ndarray) -> Placements:
+    """b.5: every child's scale (the least positive weight among its siblings over its own; 1 in a FIFO pool) and
+    shift (its FIFO rank) on its parent's axis, and every pool's right bound (a FIFO pool's: its child count).
 
-    Computed for every pool (each value depends only on its pool and its children, so a build of a subset
-    of pools reads the same numbers); kept with the guarantees while the weights are unchanged and no pool
-    is FIFO (``derived_statics``).
+    Each value depends only on its pool and its children, so a build of a subset of pools reads the same numbers.
     """
-    if upd._placement is not None:
-        return upd._placement
-    tree = upd.tree
-    derived = derived_statics(upd.statics, upd.any_fifo)
-    placement = None if derived is None else derived.get("placement")
-    if placement is not None:
-        upd._placement = placement
-        return placement  # type: ignore[no-any-return]
     n = len(tree.elements)
     scale_of = np.zeros(n)
     shift_of = np.zeros(n)
     right_of = np.ones(n)
     groups = tree.memo("height_groups", lambda: _height_groups(tree, np.flatnonzero(~tree.is_op)))
     for level, counts, kids, slot, parent_of in groups:
-        fifo_child = upd.fifo[parent_of]
-        w = upd.weight[kids]
+        fifo_child = fifo[parent_of]
+        w = weight[kids]
         positive = w > EPSILON
         min_w = np.full(len(level), np.inf)
         np.minimum.at(min_w, slot[positive], w[positive])
         with np.errstate(divide="ignore", invalid="ignore"):
             scale = np.where(positive, min_w[slot] / np.where(positive, w, 1.0), np.inf)
         scale_of[kids] = np.where(fifo_child, 1.0, scale)
-        shift_of[kids] = np.where(fifo_child, upd.fifo_rank[kids].astype(float), 0.0)
-        right_of[level] = np.where(upd.fifo[level] & (counts > 0), counts.astype(float), 1.0)
+        shift_of[kids] = np.where(fifo_child, fifo_rank[kids].astype(float), 0.0)
+        right_of[level] = np.where(fifo[level] & (counts > 0), counts.astype(float), 1.0)
     for array in (scale_of, shift_of, right_of):
         array.flags.writeable = False
-    upd._placement = (scale_of, shift_of, right_of)
-    if derived is not None:
-        derived["placement"] = upd._placement
-    return upd._placement
+    return Placements(scale_of, shift_of, right_of)
 
 
 def _heights(tree: _Tree) -> np.ndarray:

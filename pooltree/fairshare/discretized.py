@@ -32,17 +32,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pooltree.errors import ConfigError
 from pooltree.fairshare import functions as fn
-from pooltree.fairshare.layout import _share
+from pooltree.fairshare.layout import _share, _Tree
 from pooltree.resources import RESOURCE_COUNT, USER_SLOTS
-
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
 
 DEFAULT_MAX_STEPS = 100
 
@@ -54,11 +52,30 @@ def check_max_steps(value: Any, field: str = "settings.max_discretized_steps") -
     return int(value)
 
 
-def eligible(upd: _Update, ops: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclass(frozen=True, slots=True)
+class DiscretizedInputs:
+    """What the staircases read besides the operations' shares: the tree and its total, every operation's per-job
+    resources (``settings.discretized_job_resources``), ``max_discretized_steps``, the operations' limits-to-demand
+    flags, usage and demand (b.1's), dominant resources, and the previous update's fair shares by id."""
+
+    tree: _Tree
+    total: np.ndarray
+    job_resources: Mapping[str, Any]
+    max_steps: Any
+    apply_limits: np.ndarray
+    usage: np.ndarray
+    demand: np.ndarray
+    dominant: np.ndarray
+    previous: Mapping[str, np.ndarray]
+
+
+def eligible(
+    inputs: DiscretizedInputs, ops: np.ndarray, step: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which of ``ops`` take the staircase; their pending allocation counts and per-job share vectors (rows of
     ``ops``; zero where not eligible)."""
-    tree = upd.tree
-    job_resources: Mapping[str, Any] = upd.settings.discretized_job_resources
+    tree = inputs.tree
+    job_resources = inputs.job_resources
     pending = np.zeros(len(ops), dtype=np.int64)
     per_job = np.zeros((len(ops), RESOURCE_COUNT))
     parents = tree.parent[ops]
@@ -67,14 +84,14 @@ def eligible(upd: _Update, ops: np.ndarray, step: np.ndarray) -> tuple[np.ndarra
         resources = job_resources.get(op.id)
         if resources is None or int(parents[k]) == 0 or step[k]:
             continue
-        if upd.apply_limits[i]:
+        if inputs.apply_limits[i]:
             # YTsaurus's apply_specified_resource_limits_to_demand: the needed resources capped by the limits,
             # their user slots the pending count (the demand was capped so in ``guarantees.compute_attributes``).
-            pending[k] = max(round(float(upd.demand[i][USER_SLOTS] - upd.usage[i][USER_SLOTS])), 0)
+            pending[k] = max(round(float(inputs.demand[i][USER_SLOTS] - inputs.usage[i][USER_SLOTS])), 0)
         else:
             pending[k] = max(int(op.pending_allocation_count), 0)  # type: ignore[attr-defined]
         per_job[k] = resources
-    per_job = _share(per_job, upd.total)
+    per_job = _share(per_job, inputs.total)
     mask = (pending > 0) & (per_job.max(axis=1) > 0.0) if len(ops) else np.zeros(0, dtype=bool)
     return mask, pending, per_job
 
@@ -185,24 +202,30 @@ def staircases(
 
 
 def operation_fair_share_by_suggestion(
-    upd: _Update, ops: np.ndarray, step: np.ndarray, guarantee: np.ndarray, limits: np.ndarray
+    inputs: DiscretizedInputs,
+    ops: np.ndarray,
+    step: np.ndarray,
+    usage: np.ndarray,
+    demand: np.ndarray,
+    guarantee: np.ndarray,
+    limits: np.ndarray,
 ) -> fn.FunctionBatch:
-    """``functions.operation_fair_share_by_suggestion`` for ``ops`` (rows of ``guarantee``/``limits`` by op) with
-    the eligible operations' FSBFF a staircase; one batch in the order of ``ops``."""
-    max_steps = check_max_steps(upd.settings.max_discretized_steps)
-    mask, pending, per_job = eligible(upd, ops, step)
-    usage, demand = upd.usage_share[ops], upd.demand_share[ops]
+    """``functions.operation_fair_share_by_suggestion`` for ``ops`` (rows of ``step``, the usage and demand shares,
+    ``guarantee`` and ``limits`` by op) with the eligible operations' FSBFF a staircase; one batch in the order of
+    ``ops``."""
+    max_steps = check_max_steps(inputs.max_steps)
+    mask, pending, per_job = eligible(inputs, ops, step)
     if not mask.any():
         return fn.operation_fair_share_by_suggestion(usage, demand, step, guarantee, limits)
     stairs = np.flatnonzero(mask)
-    previous: Mapping[str, np.ndarray] = upd.state.discretized_fair_share or {}
-    tree = upd.tree
+    previous = inputs.previous
+    tree = inputs.tree
     counts = pending[stairs]
     lo, hi = np.zeros(len(stairs), dtype=np.int64), counts.copy()
     for k in np.flatnonzero(counts > max_steps).tolist():  # windows: only operations above the step count
         i, count = int(ops[stairs[k]]), int(counts[k])
         centre = hint_jobs(
-            previous.get(tree.ids[i]), usage[stairs[k]], per_job[stairs[k]], int(upd.dominant[i]), count
+            previous.get(tree.ids[i]), usage[stairs[k]], per_job[stairs[k]], int(inputs.dominant[i]), count
         )
         lo[k], hi[k] = window(count, max_steps, centre)
     fsbff = staircases(counts, lo, hi, demand[stairs], per_job[stairs])
@@ -220,12 +243,12 @@ def operation_fair_share_by_suggestion(
 
 
 def finish(
-    upd: _Update, fair_share: np.ndarray, ops: np.ndarray, step: np.ndarray
+    inputs: DiscretizedInputs, fair_share: np.ndarray, ops: np.ndarray, step: np.ndarray
 ) -> tuple[frozenset[str], dict[str, np.ndarray]]:
     """After the update: the operations whose function was a staircase (YTsaurus ``DiscretizedFairShareActive``) and
     every operation's fair share, the next update's window hint (YTsaurus ``LastFairShare``)."""
-    ids = upd.tree.ids
-    mask, _, _ = eligible(upd, ops, step)
+    ids = inputs.tree.ids
+    mask, _, _ = eligible(inputs, ops, step)
     rows = np.array(fair_share[ops], dtype=float)
     active = frozenset(ids[i] for i in ops[mask].tolist())
     return active, {ids[i]: rows[k] for k, i in enumerate(ops.tolist())}

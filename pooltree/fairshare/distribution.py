@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare import improved
 from pooltree.fairshare.layout import EPSILON, _child_ranges, _Tree, floating_point_inverse_lower_bound
-from pooltree.fairshare.reuse import derived_statics
 from pooltree.resources import RESOURCE_COUNT
 
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
+
+@dataclass(frozen=True, slots=True)
+class Suggestions:
+    """What children's suggestions are made from (`child_suggestions`): weights, FIFO flags and FIFO ranks by
+    element, and where the weight ratios of fixed levels may be kept for later updates (``reuse.derived_statics``;
+    None: computed each time)."""
+
+    weight: np.ndarray
+    fifo: np.ndarray
+    fifo_rank: np.ndarray
+    ratios: dict[Any, Any] | None
 
 
 def distribute(
-    upd: _Update, table: fn.FunctionTable, start: np.ndarray, suggestion: np.ndarray
+    tree: _Tree, table: fn.FunctionTable, suggestions: Suggestions, start: np.ndarray, suggestion: np.ndarray
 ) -> np.ndarray:
     """ComputeAndSetFairShare top-down from ``start`` elements with scalar suggestions; returns FS (N, 5)."""
-    tree = upd.tree
     fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
     current = np.asarray(start, dtype=np.int64)
     s = np.asarray(suggestion, dtype=float)
@@ -33,7 +41,7 @@ def distribute(
             break
         target = values[pools]
         fit = fits[pools]  # type: ignore[index]
-        ks = _child_suggestions(upd, parents, kids, slot, fit, key=(start_key, depth))
+        ks = child_suggestions(suggestions, parents, kids, slot, fit, key=(start_key, depth))
         kv, kf = table.evaluate(kids, ks)
         sums = np.add.reduceat(kv, seg, axis=0)
         bad = np.flatnonzero(fn.row_any(sums > target + EPSILON))
@@ -46,29 +54,33 @@ def distribute(
             def fits_target(
                 f: float, p_arr=p_arr, sub_kids=sub_kids, zero_slot=zero_slot, bound=target[k] + EPSILON
             ) -> bool:
-                sug = _child_suggestions(upd, p_arr, sub_kids, zero_slot, np.array([f]))
+                sug = child_suggestions(suggestions, p_arr, sub_kids, zero_slot, np.array([f]))
                 v, _ = table.evaluate(sub_kids, sug)
                 return bool(np.all(v.sum(axis=0) <= bound))
 
             f_new = floating_point_inverse_lower_bound(0.0, float(fit[k]), fits_target)
-            sug = _child_suggestions(upd, p_arr, sub_kids, zero_slot, np.array([f_new]))
+            sug = child_suggestions(suggestions, p_arr, sub_kids, zero_slot, np.array([f_new]))
             v, f2 = table.evaluate(sub_kids, sug)
             ks[sel], kv[sel], kf[sel] = sug, v, f2  # type: ignore[index]
         values, fits = kv, kf
     return fs
 
 
-def distribute_improved(upd: _Update, table: fn.FunctionTable) -> np.ndarray:
-    """The improved top-down pass (``improved.py``), level by level: every pool splits its target vector
-    among its children (``_split_targets``); an operation's fair share is its target."""
-    tree = upd.tree
+def distribute_improved(
+    tree: _Tree, table: fn.FunctionTable, suggestions: Suggestions, distribution_gap: bool
+) -> np.ndarray:
+    """The improved top-down pass (``improved.py``, YTsaurus's vector ``ComputeAndSetFairShare``), level by level:
+    every pool splits its target vector among its children (``_split_targets``); an operation's fair share is its
+    target."""
     fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
     root_value, _ = table.evaluate(np.array([0]), np.ones(1))
     fs[0] = root_value[0]
-    gap = upd.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
+    gap = distribution_gap
     for level in tree.parent_levels():
         parents = level.parents
-        chosen = _split_targets(upd, table, parents, level.children, level.seg, level.slot, fs[parents])
+        chosen = _split_targets(
+            suggestions, table, parents, level.children, level.seg, level.slot, fs[parents]
+        )
         if gap:
             short = fn.row_any(fs[parents] - np.add.reduceat(chosen, level.seg, axis=0) > EPSILON)
             if np.any(short):
@@ -78,14 +90,20 @@ def distribute_improved(upd: _Update, table: fn.FunctionTable) -> np.ndarray:
                 sub_slot = np.searchsorted(again, level.slot[member])
                 sub_seg = np.concatenate([[0], np.cumsum(np.bincount(sub_slot, minlength=len(again)))[:-1]])
                 chosen[member] = _split_targets(
-                    upd, table, parents[again], sub_kids, sub_seg, sub_slot, fs[parents[again]] + EPSILON
+                    suggestions,
+                    table,
+                    parents[again],
+                    sub_kids,
+                    sub_seg,
+                    sub_slot,
+                    fs[parents[again]] + EPSILON,
                 )
         fs[level.children] = chosen
     return fs
 
 
 def _split_targets(
-    upd: _Update,
+    suggestions: Suggestions,
     table: fn.FunctionTable,
     parents: np.ndarray,
     kids: np.ndarray,
@@ -98,7 +116,7 @@ def _split_targets(
     ``floating_point_inverse_lower_bound``, run for all pools at once), then the children's jumps there in
     child order while they fit; the first that does not fit ends the walk (the stretched fit-factor axis)."""
     m = len(parents)
-    fit_range = np.where(upd.fifo[parents], np.diff(np.append(seg, len(kids))).astype(float), 1.0)
+    fit_range = np.where(suggestions.fifo[parents], np.diff(np.append(seg, len(kids))).astype(float), 1.0)
 
     def values(rows: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Children's values of pools ``rows`` (sorted) at fit factors ``f`` (per pool), the children's rows
@@ -108,8 +126,8 @@ def _split_targets(
         sub = np.flatnonzero(selected[slot])
         position = np.searchsorted(rows, slot[sub])
         starts = np.flatnonzero(np.concatenate([[True], position[1:] != position[:-1]]))
-        suggestions = _child_suggestions(upd, parents[rows], kids[sub], position, f)
-        return table.evaluate(kids[sub], suggestions)[0], sub, starts
+        values = child_suggestions(suggestions, parents[rows], kids[sub], position, f)
+        return table.evaluate(kids[sub], values)[0], sub, starts
 
     def fits(rows: np.ndarray, f: np.ndarray) -> np.ndarray:
         v, _, starts = values(rows, f)
@@ -156,37 +174,43 @@ def _split_targets(
     return chosen
 
 
-def _child_suggestions(
-    upd: _Update, parents: np.ndarray, kids: np.ndarray, slot: np.ndarray, fit: np.ndarray, key: Any = None
+def child_suggestions(
+    suggestions: Suggestions,
+    parents: np.ndarray,
+    kids: np.ndarray,
+    slot: np.ndarray,
+    fit: np.ndarray,
+    key: Any = None,
 ) -> np.ndarray:
-    """Children's suggestions from the parent's fit factor: min(1, f·w/w_min), or FIFO unit steps.
+    """b.5: children's suggestions from the parent's fit factor: min(1, f·w/w_min), or FIFO unit steps.
 
     ``key`` names a fixed (parents, kids, slot) of the tree: without FIFO pools, the weight ratios are then
-    taken from the kept guarantees (``derived``), where the first update with these weights put them.
+    taken from ``suggestions.ratios`` (the kept guarantees' ``derived``), where the first update with these weights
+    put them.
     """
     f = fit[slot]
-    derived = derived_statics(upd.statics, upd.any_fifo) if key is not None else None
-    if derived is not None:
-        ratios = derived.get(key)
-        if ratios is None:
-            w = upd.weight[kids]
+    ratios = suggestions.ratios if key is not None else None
+    if ratios is not None:
+        kept = ratios.get(key)
+        if kept is None:
+            w = suggestions.weight[kids]
             positive = w > EPSILON
             min_w = np.full(len(parents), np.inf)
             np.minimum.at(min_w, slot[positive], w[positive])
             with np.errstate(invalid="ignore"):
-                ratios = (positive, w / min_w[slot])
-            derived[key] = ratios
-        positive, ratio = ratios
+                kept = (positive, w / min_w[slot])
+            ratios[key] = kept
+        positive, ratio = kept
         with np.errstate(invalid="ignore"):
             return np.minimum(1.0, np.where(positive, f * ratio, 0.0))
-    fifo = upd.fifo[parents][slot]
-    w = upd.weight[kids]
+    fifo = suggestions.fifo[parents][slot]
+    w = suggestions.weight[kids]
     positive = w > EPSILON
     min_w = np.full(len(parents), np.inf)
     np.minimum.at(min_w, slot[positive], w[positive])
     with np.errstate(invalid="ignore"):
         normal = np.minimum(1.0, np.where(positive, f * (w / min_w[slot]), 0.0))
-    fifo_s = np.clip(f - upd.fifo_rank[kids], 0.0, 1.0)
+    fifo_s = np.clip(f - suggestions.fifo_rank[kids], 0.0, 1.0)
     return np.where(fifo, fifo_s, normal)
 
 
@@ -211,18 +235,21 @@ def _distribution_steps(tree: _Tree, start: np.ndarray) -> list[tuple[Any, ...]]
     return steps
 
 
-def _truncate_unsatisfied_gangs_in_fifo_pools(upd: _Update, fs: np.ndarray) -> None:
-    """YTsaurus ``TruncateFairShareInFifoPools`` (in place): in FIFO pools with truncation enabled, a gang
-    operation with a non-zero fair share that does not cover its demand (within ``EPSILON``) gets zero; every
-    ancestor loses the truncated amounts of its subtree (never below zero)."""
-    tree = upd.tree
+def _truncate_unsatisfied_gangs_in_fifo_pools(
+    tree: _Tree, fifo: np.ndarray, demand_share: np.ndarray, fs: np.ndarray
+) -> np.ndarray:
+    """YTsaurus ``TruncateFairShareInFifoPools``: in FIFO pools with truncation enabled, a gang operation with a
+    non-zero fair share that does not cover its demand (within ``EPSILON``) gets zero; every ancestor loses the
+    truncated amounts of its subtree (never below zero). Returns the fair shares (``fs`` itself when none is
+    truncated)."""
     pools = [
         p
-        for p in np.flatnonzero(upd.fifo).tolist()
+        for p in np.flatnonzero(fifo).tolist()
         if tree.elements[p].enable_fair_share_truncation_in_fifo_pool  # type: ignore[attr-defined]
     ]
     if not pools:
-        return
+        return fs
+    fs = fs.copy()
     truncated = np.zeros_like(fs)
     for p in pools:
         for c in tree.children(p):
@@ -230,7 +257,7 @@ def _truncate_unsatisfied_gangs_in_fifo_pools(upd: _Update, fs: np.ndarray) -> N
             if not tree.is_op[c] or not op.is_gang:  # type: ignore[attr-defined]
                 continue
             share = fs[c]
-            if not np.any(share != 0.0) or np.all(share + EPSILON >= upd.demand_share[c]):
+            if not np.any(share != 0.0) or np.all(share + EPSILON >= demand_share[c]):
                 continue
             truncated[c] = share
             fs[c] = 0.0
@@ -240,3 +267,4 @@ def _truncate_unsatisfied_gangs_in_fifo_pools(upd: _Update, fs: np.ndarray) -> N
         truncated[level.parents] += sums
         changed = level.parents[fn.row_any(sums != 0.0)]
         fs[changed] = np.maximum(fs[changed] - sums[fn.row_any(sums != 0.0)], 0.0)
+    return fs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import is_not
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,6 @@ from pooltree.resources import RESOURCE_COUNT, RESOURCES
 
 if TYPE_CHECKING:
     from pooltree.fairshare.layout import _Tree
-    from pooltree.fairshare.update import _Update
 
 _DEFAULT_FIFO_SORT = ("weight", "start_time")
 
@@ -180,7 +180,7 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 class _KeptInputs:
     """One update's checked input arrays, kept on the tree (``_Tree.inputs``) for the next update of the same
-    structure: every array as read (before ``compute_attributes`` sums usage and demand in place), read-only. An
+    structure: every array as read (``compute_attributes`` sums usage and demand into copies), read-only. An
     update told which operations were written since (``UpdateState.written``) copies them and reads again only
     those operations' rows (``_read_rows`` with rows); any other update reads and checks every row."""
 
@@ -269,17 +269,43 @@ _CARRIED_ARRAYS = (
 
 
 # ---- inputs (b.1) -------------------------------------------------------------------------------
-def _read_inputs(upd: _Update) -> None:
+@dataclass(frozen=True, slots=True)
+class ElementInputs:
+    """b.1's inputs by element row, checked: operations' usage and demand, limits (specified, tag-filter), pools'
+    strong guarantee resources and which resources they name (the main one always), configured weights, max share
+    ratios, starvation tolerances, operations' flags (limits applied to demand, schedulable, gang step), pools'
+    FIFO flags and integral guarantee types; and how the read took them: the rows it read again (the period's
+    delta; None: every row) and the previous read (``_KeptInputs``) whose arrays hold every other row."""
+
+    usage: np.ndarray
+    demand: np.ndarray
+    tag_limits: np.ndarray
+    specified_limits: np.ndarray
+    strong_config: np.ndarray
+    spec_mask: np.ndarray
+    weight_cfg: np.ndarray
+    max_share_ratio: np.ndarray
+    tolerance: np.ndarray
+    apply_limits: np.ndarray
+    schedulable: np.ndarray
+    step: np.ndarray
+    fifo: np.ndarray
+    integral_type: np.ndarray
+    read_rows: np.ndarray | None = None
+    read_from: Any = None
+
+
+def read_inputs(
+    tree: _Tree, total: np.ndarray, main_resource: str, written: Collection[Any] | None
+) -> ElementInputs:
     """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
 
-    An update told which operations were written since the previous update of the same tree
-    (``UpdateState.written``: the period's delta of inputs) reads only those operations' rows into the previous
+    An update told which operations were written since the previous update of the same tree (``written``:
+    ``UpdateState.written``, the period's delta of inputs) reads only those operations' rows into the previous
     read's arrays; so does the update of a tree patched from the previous one (operations arrived, left or moved:
     ``layout._patched``), which also reads the new rows. Anything else reads every row. Both are `_read_rows`, and
     give the same arrays and raise the same first error.
     """
-    tree = upd.tree
-    written = upd.state.written
     if written is not None:
         last: _KeptInputs | None = tree.inputs
         new_rows = None
@@ -288,22 +314,23 @@ def _read_inputs(upd: _Update) -> None:
             if carried is not None:
                 last, new_rows = carried
         if last is not None:
-            rows = _written_rows(upd, last, written, new_rows)
+            rows = _written_rows(tree, total, last, written, new_rows)
             if rows is not None:
-                _read_rows(upd, last, rows)
-                upd.read_rows, upd.read_from = rows, last
-                return
-    _read_rows(upd, None, None)
+                return _read_rows(tree, total, main_resource, last, rows)
+    return _read_rows(tree, total, main_resource, None, None)
 
 
 def _written_rows(
-    upd: _Update, last: _KeptInputs, written: Collection[Any], new_rows: np.ndarray | None = None
+    tree: _Tree,
+    total: np.ndarray,
+    last: _KeptInputs,
+    written: Collection[Any],
+    new_rows: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """Rows (sorted) of the tree's operations among ``written`` and the ``new_rows``, or None: read every row
     (the totals changed, or too many were written)."""
-    if last.total != upd.total.tobytes():
+    if last.total != total.tobytes():
         return None  # every row's default tag-filter limits are the totals
-    tree = upd.tree
     ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
     limit = len(ops) * WRITTEN_SHARE_LIMIT
     if len(written) > 4 * limit:
@@ -325,15 +352,16 @@ def _written_rows(
     return np.array(rows, dtype=np.int64)
 
 
-def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
-    """The elements' inputs into the update's arrays, checked (the checks run in a fixed order and raise for the
-    first bad row): of every row (``rows`` None, ``last`` None), or of ``rows`` only (sorted), written into copies
-    of ``last``'s arrays (the other rows passed the checks then, so the first bad row is among these).
+def _read_rows(
+    tree: _Tree, total: np.ndarray, main_resource: str, last: _KeptInputs | None, rows: np.ndarray | None
+) -> ElementInputs:
+    """The elements' inputs into arrays, checked (the checks run in a fixed order and raise for the first bad row):
+    of every row (``rows`` None, ``last`` None), or of ``rows`` only (sorted), written into copies of ``last``'s
+    arrays (the other rows passed the checks then, so the first bad row is among these).
 
     One comprehension per attribute (a slot read the interpreter specialises, cheaper than one ``attrgetter`` of
     all fields), vectors copied per element (``_read_interleaved``); a vector that is not a float64 vector of 5
     sends the rows of its kind through ``_stack``, which converts them or raises for the first bad element."""
-    tree = upd.tree
     kept = _KeptInputs()
     rows_read = _RowsRead(tree, rows)
     read, ops, pools = rows_read.read, rows_read.ops, rows_read.pools
@@ -351,7 +379,7 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
     op_vectors = _read_interleaved(usage_rows, demand_rows, [e.specified_resource_limits for e in ops])
     strong_rows = [e.strong_guarantee_resources for e in pools]
     pool_vectors = _read_interleaved(strong_rows, [e.specified_resource_limits for e in pools])
-    arrays = _Arrays(upd, last, rows)
+    arrays = _Arrays(len(tree.elements), total, last, rows)
     if ops:
         (
             arrays.usage[op_rows],
@@ -368,10 +396,10 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
         else:
             arrays.strong[pool_rows] = pool_vectors[:, 0]
     if rows is None:
-        upd.fifo, upd.integral_type, spec_mask = _read_pool_arrays(tree, pool_rows, pools, kept)
+        fifo, integral_type, spec_mask = _read_pool_arrays(tree, pool_rows, pools, kept)
     else:
         assert last is not None
-        upd.fifo, upd.integral_type, spec_mask = _read_written_pool_arrays(tree, pool_rows, pools, last, kept)
+        fifo, integral_type, spec_mask = _read_written_pool_arrays(tree, pool_rows, pools, last, kept)
     if op_vectors is None or pool_vectors is None:
         specified = [e.specified_resource_limits for e in read]
         arrays.specified[rows_read.all] = _stack(read, "specified_resource_limits", specified)
@@ -382,16 +410,12 @@ def _read_rows(upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) 
         arrays.tag_limits[tagged if rows is None else rows[tagged]] = _stack(
             [read[i] for i in tagged], "tag_filter_resource_limits", [tag_rows[i] for i in tagged]
         )
-    upd.usage, upd.demand, upd.strong_config = arrays.usage, arrays.demand, arrays.strong
-    upd.specified_limits, upd.tag_limits = arrays.specified, arrays.tag_limits
-    upd.schedulable, upd.step = arrays.schedulable, arrays.step
-    _check_vectors(upd, rows)
+    _check_vectors(tree, arrays, rows)
     # Pools specify their main resource whenever they specify a strong guarantee (master validation).
-    upd.spec_mask = spec_mask.copy()
-    upd.spec_mask[:, RESOURCES.index(upd.settings.main_resource)] = True
-    upd.weight_cfg, upd.max_share_ratio, upd.tolerance = weight_cfg, msr, tol
-    upd.apply_limits = arrays.apply_limits
-    _keep_arrays(upd, kept)  # sets ``tree.inputs``: only once every check has passed
+    spec_mask = spec_mask.copy()
+    spec_mask[:, RESOURCES.index(main_resource)] = True
+    _keep_arrays(tree, total, arrays, kept)  # sets ``tree.inputs``: only once every check has passed
+    return arrays.element_inputs((weight_cfg, msr, tol), (fifo, integral_type, spec_mask), rows, last)
 
 
 class _RowsRead:
@@ -422,9 +446,8 @@ class _Arrays:
     pool's usage, demand and flags are what a row nobody writes holds), or copies of ``last``'s with the default
     tag-filter limits (the totals) in ``rows``. ``strong`` is ``last``'s own until a pool row is written."""
 
-    def __init__(self, upd: _Update, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
+    def __init__(self, n: int, total: np.ndarray, last: _KeptInputs | None, rows: np.ndarray | None) -> None:
         if last is None:
-            n = len(upd.tree.elements)
             self.usage = np.zeros((n, RESOURCE_COUNT))
             self.demand = np.zeros((n, RESOURCE_COUNT))
             self.strong = np.zeros((n, RESOURCE_COUNT))
@@ -432,9 +455,7 @@ class _Arrays:
             self.step = np.zeros(n, dtype=bool)
             self.apply_limits = np.zeros(n, dtype=bool)
             self.specified = np.empty((n, RESOURCE_COUNT))
-            self.tag_limits = np.tile(
-                upd.total, (n, 1)
-            )  # element 0 is the root; its own limits are the totals
+            self.tag_limits = np.tile(total, (n, 1))  # element 0 is the root; its own limits are the totals
         else:
             self.usage = last.usage.copy()
             self.demand = last.demand.copy()
@@ -444,7 +465,37 @@ class _Arrays:
             self.apply_limits = last.apply_limits.copy()
             self.specified = last.specified_limits.copy()
             self.tag_limits = last.tag_limits.copy()  # the totals are those of ``last`` (``_written_rows``)
-            self.tag_limits[rows] = upd.total
+            self.tag_limits[rows] = total
+
+    def element_inputs(
+        self,
+        scalars: tuple[np.ndarray, np.ndarray, np.ndarray],
+        pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+        rows: np.ndarray | None,
+        last: _KeptInputs | None,
+    ) -> ElementInputs:
+        """These arrays with the read's ``scalars`` (weights, max share ratios, tolerances) and ``pool_arrays``
+        (FIFO flags, integral types, named-resource masks), as the read took them (``rows`` from ``last``)."""
+        weight_cfg, msr, tol = scalars
+        fifo, integral_type, spec_mask = pool_arrays
+        return ElementInputs(
+            usage=self.usage,
+            demand=self.demand,
+            tag_limits=self.tag_limits,
+            specified_limits=self.specified,
+            strong_config=self.strong,
+            spec_mask=spec_mask,
+            weight_cfg=weight_cfg,
+            max_share_ratio=msr,
+            tolerance=tol,
+            apply_limits=self.apply_limits,
+            schedulable=self.schedulable,
+            step=self.step,
+            fifo=fifo,
+            integral_type=integral_type,
+            read_rows=rows,
+            read_from=last,
+        )
 
 
 def _read_scalars(elements: list[Any], kept: _KeptInputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -471,32 +522,31 @@ def _read_pool_arrays(
     return pool_arrays
 
 
-def _keep_arrays(upd: _Update, kept: _KeptInputs) -> None:
-    """Keep this read's arrays for the next read of the tree (read-only; usage and demand as read, since
-    ``compute_attributes`` writes into the update's own), then set ``tree.inputs`` (every check has passed)."""
-    kept.total = upd.total.tobytes()
-    kept.usage = _readonly(upd.usage.copy())
-    kept.demand = _readonly(upd.demand.copy())
-    kept.specified_limits = _readonly(upd.specified_limits)
-    kept.tag_limits = _readonly(upd.tag_limits)
-    kept.strong_config = _readonly(upd.strong_config)
-    kept.schedulable = _readonly(upd.schedulable)
-    kept.step = _readonly(upd.step)
-    kept.apply_limits = _readonly(upd.apply_limits)
-    upd.tree.inputs = kept
+def _keep_arrays(tree: _Tree, total: np.ndarray, arrays: _Arrays, kept: _KeptInputs) -> None:
+    """Keep this read's arrays for the next read of the tree (read-only, shared with the update, whose steps
+    write into none of them), then set ``tree.inputs`` (every check has passed)."""
+    kept.total = total.tobytes()
+    kept.usage = _readonly(arrays.usage)
+    kept.demand = _readonly(arrays.demand)
+    kept.specified_limits = _readonly(arrays.specified)
+    kept.tag_limits = _readonly(arrays.tag_limits)
+    kept.strong_config = _readonly(arrays.strong)
+    kept.schedulable = _readonly(arrays.schedulable)
+    kept.step = _readonly(arrays.step)
+    kept.apply_limits = _readonly(arrays.apply_limits)
+    tree.inputs = kept
 
 
-def _check_vectors(upd: _Update, rows: np.ndarray | None) -> None:
+def _check_vectors(tree: _Tree, arrays: _Arrays, rows: np.ndarray | None) -> None:
     """Vector inputs are non-negative numbers (finite but for limits) and operations' demand covers usage: of
     every row (``rows`` None) or of ``rows`` (sorted; the other rows were checked before). Raises for the first
     bad row of the first field, in the order of the fields."""
-    tree = upd.tree
     for name, arr, allow_inf in (
-        ("usage", upd.usage, False),
-        ("demand", upd.demand, False),
-        ("specified_resource_limits", upd.specified_limits, True),
-        ("tag_filter_resource_limits", upd.tag_limits, True),
-        ("strong_guarantee_resources", upd.strong_config, False),
+        ("usage", arrays.usage, False),
+        ("demand", arrays.demand, False),
+        ("specified_resource_limits", arrays.specified, True),
+        ("tag_filter_resource_limits", arrays.tag_limits, True),
+        ("strong_guarantee_resources", arrays.strong, False),
     ):
         part = arr if rows is None else arr[rows]
         # ``0 <= x`` is false for NaN and negatives, ``x < inf`` for infinities: one test of the whole
@@ -512,10 +562,11 @@ def _check_vectors(upd: _Update, rows: np.ndarray | None) -> None:
             raise ConfigError(
                 _path(e, name), f"resources must be non-negative numbers, got {arr[row].tolist()}"
             )
+    usage, demand = arrays.usage, arrays.demand
     if rows is None:
-        short = np.flatnonzero(fn.row_any(upd.demand < upd.usage) & tree.is_op)
+        short = np.flatnonzero(fn.row_any(demand < usage) & tree.is_op)
     else:
-        short = rows[fn.row_any(upd.demand[rows] < upd.usage[rows]) & tree.is_op[rows]]
+        short = rows[fn.row_any(demand[rows] < usage[rows]) & tree.is_op[rows]]
     if len(short):
         e = tree.elements[int(short[0])]
         raise ConfigError(_path(e, "demand"), "demand must include usage (demand ≥ usage in every resource)")

@@ -75,7 +75,6 @@ class _Tree:
     previous: _Tree | None = None  # the root's previous tree, until the first build of this one has used it
     # with ``previous`` when patched from it: each row's row there (-1: new)
     rows_from: np.ndarray | None = None
-    priority_tier: Any = None  # the priority tier and its orphans, computed once per tree (``guarantees``)
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         """What ``build`` derives from the structure alone, computed once per tree (the tree is reused by later

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from pooltree.fairshare.model import DetailedFairShare, ElementResult, FairShareResult, UpdateState
+from pooltree.fairshare.layout import _Tree
+from pooltree.fairshare.model import DetailedFairShare, ElementResult, UpdateState
 from pooltree.fairshare.status import BELOW_FAIR_SHARE, NORMAL, is_below_fair_share, local_satisfaction_ratio
 from pooltree.resources import RESOURCES
-
-if TYPE_CHECKING:
-    from pooltree.fairshare.layout import _Tree
-    from pooltree.fairshare.update import _Update
 
 
 def _detailed(total: np.ndarray, strong: np.ndarray, integral: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -23,12 +21,52 @@ def _detailed(total: np.ndarray, strong: np.ndarray, integral: np.ndarray) -> tu
     return sg, ig, total - sg - ig
 
 
-def _post_update_satisfaction(upd: _Update, local: np.ndarray) -> np.ndarray:
-    """Pools take their best schedulable child's satisfaction (smallest; first in FIFO order when so set)."""
-    tree = upd.tree
+@dataclass(frozen=True, slots=True)
+class Statuses:
+    """§c's results by element: below fair share (the scheduling status), local and post-update satisfaction."""
+
+    below: np.ndarray
+    local: np.ndarray
+    satisfaction: np.ndarray
+
+
+def statuses(
+    tree: _Tree,
+    fs: np.ndarray,
+    usage_share: np.ndarray,
+    demand_share: np.ndarray,
+    tolerance: np.ndarray,
+    schedulable: np.ndarray,
+    fifo: np.ndarray,
+    fifo_rank: np.ndarray,
+    fifo_order: bool,
+) -> Statuses:
+    """§c with usage at the update: every element's status (the root's normal), local satisfaction ratio and
+    satisfaction (`_post_update_satisfaction`)."""
+    is_op = tree.is_op
+    below = np.asarray(
+        is_below_fair_share(
+            fs, usage_share, demand_share, tolerance, is_operation=is_op, schedulable=schedulable
+        )
+    ).copy()
+    below[0] = False
+    local = np.asarray(local_satisfaction_ratio(fs, usage_share, demand_share))
+    satisfaction = _post_update_satisfaction(tree, local, schedulable, fifo, fifo_rank, fifo_order)
+    return Statuses(below, local, satisfaction)
+
+
+def _post_update_satisfaction(
+    tree: _Tree,
+    local: np.ndarray,
+    schedulable: np.ndarray,
+    fifo: np.ndarray,
+    fifo_rank: np.ndarray,
+    fifo_order: bool,
+) -> np.ndarray:
+    """§e.2: pools take their best schedulable child's satisfaction (smallest; first in FIFO order when
+    ``fifo_pool_scheduling_order`` is "fifo")."""
     satisfaction = local.copy()
-    schedulable = upd.schedulable.copy()
-    fifo_order = upd.settings.fifo_pool_scheduling_order == "fifo"
+    schedulable = schedulable.copy()
     for childless, parents, clo, chi, seg in tree.memo(
         "satisfaction_levels", lambda: _satisfaction_levels(tree)
     ):
@@ -40,13 +78,13 @@ def _post_update_satisfaction(upd: _Update, local: np.ndarray) -> np.ndarray:
         schedulable[parents] = any_ok
         candidate = np.where(kids_ok, satisfaction[clo:chi], np.inf)
         best = np.minimum.reduceat(candidate, seg)
-        if fifo_order and np.any(upd.fifo[parents]):
-            rank = np.where(kids_ok, upd.fifo_rank[clo:chi], np.iinfo(np.int64).max)
+        if fifo_order and np.any(fifo[parents]):
+            rank = np.where(kids_ok, fifo_rank[clo:chi], np.iinfo(np.int64).max)
             slot = np.repeat(np.arange(len(parents)), tree.child_count[parents])
             first_rank = np.minimum.reduceat(rank, seg)
             chosen = kids_ok & (rank == first_rank[slot])
             fifo_best = np.minimum.reduceat(np.where(chosen, satisfaction[clo:chi], np.inf), seg)
-            best = np.where(upd.fifo[parents], fifo_best, best)
+            best = np.where(fifo[parents], fifo_best, best)
         satisfaction[parents] = np.where(any_ok, best, satisfaction[parents])
     return satisfaction
 
@@ -160,68 +198,20 @@ class ElementResults(Mapping[str, ElementResult]):
         )
 
 
-def _results(
-    upd: _Update,
-    fs: np.ndarray,
-    strong_part: np.ndarray,
-    integral_part: np.ndarray,
-    weight_part: np.ndarray,
-    limited_demand: np.ndarray,
-    promised: np.ndarray | None,
-    pis: np.ndarray,
-) -> FairShareResult:
-    """b.2 step 10 and §c: the update's result: per-element arrays, statuses, satisfaction and the next state."""
-    tree = upd.tree
-    is_op = tree.is_op
-    # Statuses (§c), computed with usage at update.
-    below = np.asarray(
-        is_below_fair_share(
-            fs,
-            upd.usage_share,
-            upd.demand_share,
-            upd.tolerance,
-            is_operation=is_op,
-            schedulable=upd.schedulable,
-        )
-    ).copy()
-    below[0] = False
-    local = np.asarray(local_satisfaction_ratio(fs, upd.usage_share, upd.demand_share))
-    satisfaction = _post_update_satisfaction(upd, local)
-    arrays: dict[str, Any] = {
-        "resource_usage": upd.usage,
-        "resource_demand": upd.demand,
-        "usage_share": upd.usage_share,
-        "demand_share": upd.demand_share,
-        "limits_share": upd.limits_share,
-        "resource_limits": upd.resource_limits,
-        "strong_guarantee_share": upd.sgs,
-        "inferred_strong_guarantee_resources": upd.inferred,
-        "estimated_guarantee_share": upd.egs,
-        "proposed_integral_share": pis,
-        "fair_share": fs,
-        "strong_part": strong_part,
-        "integral_part": integral_part,
-        "weight_part": weight_part,
-        "limited_demand_share": limited_demand,
-        "promised": promised,
-        "dominant": upd.dominant,
-        "weight": upd.weight,
-        "satisfaction_ratio": satisfaction,
-        "local_satisfaction_ratio": local,
-        "below": below,
-        "fifo_index": upd.fifo_index,
-        "burst_ratio": upd.burst_ratio,
-        "resource_flow_ratio": upd.flow_ratio,
-        "total_burst_ratio": upd.total_burst_ratio,
-        "total_resource_flow_ratio": upd.total_flow_ratio,
-        "integral_rows": {int(i): (upd.volume[i], upd.capacity[i]) for i in upd.integral_pools},
-    }
-    elements = ElementResults(arrays, tree.ids, tree.parent, is_op, tree.id_index())
-    new_state = UpdateState(
-        previous_update_time=upd.now,
-        accumulated_resource_volume={tree.ids[i]: upd.volume[i] for i in upd.integral_pools},
-        last_integral_share_ratio={tree.ids[i]: upd.last_ratio.get(i, 0.0) for i in upd.integral_pools},
-        historic_usage=upd.historic_usage,
+def next_state(
+    tree: _Tree,
+    now: float,
+    integral_pools: np.ndarray,
+    volume: dict[int, np.ndarray],
+    last_ratio: dict[int, float],
+    historic_usage: dict[tuple[str, str], Any],
+) -> UpdateState:
+    """What this update leaves to the next: its time, the integral pools' volumes and share ratios, the historic
+    usage averages and the flattened tree."""
+    return UpdateState(
+        previous_update_time=now,
+        accumulated_resource_volume={tree.ids[i]: volume[i] for i in integral_pools},
+        last_integral_share_ratio={tree.ids[i]: last_ratio.get(i, 0.0) for i in integral_pools},
+        historic_usage=historic_usage,
         layout=tree,
     )
-    return FairShareResult(elements=elements, state=new_state, errors=upd.errors)

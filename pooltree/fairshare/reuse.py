@@ -9,18 +9,19 @@ same tree").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare.building import FunctionInputs, build_functions
 from pooltree.fairshare.guarantees import Guarantees, Limits
 from pooltree.fairshare.layout import _Tree
 from pooltree.fairshare.model import UpdateSettings
 
-if TYPE_CHECKING:
-    from pooltree.fairshare.update import _Update
+T = TypeVar("T")
 
 
 # ---- reuse of the previous update's guarantees ---------------------------------------------------
@@ -318,102 +319,162 @@ def kept_functions(tree: _Tree, key: tuple[Any, ...]) -> _KeptFunctions | None:
     return kept if kept is not None and kept.key == key else None
 
 
-def rows_to_build(
-    upd: _Update,
+class FunctionBuilds:
+    """An update's builds of the fair-share functions (b.5's rule: `building.build_functions`), each started from
+    what may be taken again.
+
+    The first full build starts from the previous update's full build of the same tree (``_KeptFunctions``): only
+    operations whose usage share, demand share, step flag, guarantee or limits changed, pools whose guarantee,
+    limits or children's placements changed, and their ancestors are built (`_rows_from_kept`). Each function
+    depends only on its own inputs with the compiled passes (the sums are per parent, the suggestion pass function
+    by function), so this is the same table bit for bit; with the numpy reference, the improved computation or
+    discretized operations (whose functions read inputs the kept table does not compare: pending counts, per-job
+    vectors, the previous fair share) every update builds everything. That first full build, with the strong
+    guarantees and limits shares, is kept as this update's *base*: later builds (the integral stages', the final
+    one) build only the elements whose guarantee or limits differ from it and their ancestors (`_rows_from_base`).
+    """
+
+    def __init__(self, inputs: FunctionInputs, read_rows: np.ndarray | None, read_from: Any) -> None:
+        self.inputs = inputs
+        self.read_rows = read_rows  # the rows this update's read took again (None: every row)
+        self.read_from = read_from  # the read it started from
+        self.key = (fn.compiled_kernels_active(), inputs.improved)
+        self.base: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None = None
+
+    def build(self, elements: np.ndarray, guarantee: np.ndarray, limits: np.ndarray) -> fn.FunctionTable:
+        """The functions of ``elements`` (closed under descendants) with these guarantee and limits shares, as a
+        table by element."""
+        inputs = self.inputs
+        tree = inputs.tree
+        full = self.base is None and len(elements) == len(tree.elements)
+        reusable = inputs.discretized is None
+        kept = kept_functions(tree, self.key) if full and reusable else None
+        start = None
+        if self.base is not None:
+            start, elements = _rows_from_base(tree, elements, guarantee, limits, self.base)
+        elif kept is not None:
+            start, elements = kept.table, _rows_from_kept(self, kept, guarantee, limits)
+        table = build_functions(inputs, elements, guarantee, limits, start)
+        if kept is not None:
+            batches, batch_of = live_batches(table.batches, table.batch_of)
+            if batches is not table.batches:  # some kept batch is no element's any more
+                table = fn.FunctionTable(batches, batch_of, table.row_of, table.points)
+        if full:
+            if self.key == (True, False) and reusable:
+                table = keep_functions(tree, self.key, table, inputs, guarantee, limits)
+            self.base = (table, guarantee.copy(), limits.copy())
+        return table
+
+
+def _rows_from_base(
+    tree: _Tree,
     elements: np.ndarray,
     guarantee: np.ndarray,
     limits: np.ndarray,
-    base: tuple[fn.FunctionTable, np.ndarray, np.ndarray] | None,
-    kept: _KeptFunctions | None,
-    step_full: np.ndarray | None,
-    placements: tuple[np.ndarray, np.ndarray, np.ndarray],
+    base: tuple[fn.FunctionTable, np.ndarray, np.ndarray],
 ) -> tuple[fn.FunctionTable, np.ndarray]:
-    """The table a build starts from and the rows it must build: those whose inputs differ in some bit from the
-    ones the table's rows were built from, and their ancestors.
+    """This update's base build and the rows of ``elements`` to build on top of it: those whose guarantee or limits
+    differ from the base's, and their ancestors among ``elements``."""
+    source_table, base_guarantee, base_limits = base
+    member = np.zeros(len(tree.elements), dtype=bool)
+    member[elements] = True
+    dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
+    return source_table, _with_ancestors(tree, dirty, member)
 
-    With this update's ``base`` build (the integral stages' rebuilds), rows of ``elements`` whose guarantee or
-    limits differ from the base's; with the previous update's ``kept`` build, rows whose guarantee, limits,
-    usage or demand share (among the rows the period's delta wrote, when it can say: `_shares_moved`), step
-    flag or placement in the parent's sum differ, and its stale rows.
-    """
-    tree = upd.tree
-    n = len(tree.elements)
-    scale_of, shift_of, right_of = placements
-    if base is not None:
-        source_table, base_guarantee, base_limits = base
-        member = np.zeros(n, dtype=bool)
-        member[elements] = True
-        dirty = member & (fn.row_any(guarantee != base_guarantee) | fn.row_any(limits != base_limits))
-    else:
-        assert kept is not None and step_full is not None
-        source_table = kept.table
-        member = np.ones(n, dtype=bool)
-        dirty = tree.is_op & (step_full != kept.step)
-        _shares_moved(upd, kept, dirty)
-        if kept.stale is not None:
-            dirty |= kept.stale
-        dirty |= _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
-        moved = _values_differ(scale_of, kept.scale) | _values_differ(shift_of, kept.shift)
-        moved_kids = np.flatnonzero(moved)
-        dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
-        dirty |= _values_differ(right_of, kept.right)
+
+def _rows_from_kept(
+    builds: FunctionBuilds, kept: _KeptFunctions, guarantee: np.ndarray, limits: np.ndarray
+) -> np.ndarray:
+    """The rows to build on top of the previous update's ``kept`` build: those whose guarantee, limits, usage or
+    demand share (among the rows the period's delta wrote, when it can say: `_shares_moved`), step flag or placement
+    in the parent's sum differ in some bit from the ones its rows were built from, its stale rows, and their
+    ancestors."""
+    inputs = builds.inputs
+    tree = inputs.tree
+    placements = inputs.placements
+    dirty = tree.is_op & (inputs.step != kept.step)
+    _shares_moved(builds, kept, dirty)
+    if kept.stale is not None:
+        dirty |= kept.stale
+    dirty |= _rows_differ(guarantee, kept.guarantee) | _rows_differ(limits, kept.limits)
+    moved = _values_differ(placements.scale, kept.scale) | _values_differ(placements.shift, kept.shift)
+    moved_kids = np.flatnonzero(moved)
+    dirty[tree.parent[moved_kids[moved_kids > 0]]] = True
+    dirty |= _values_differ(placements.right, kept.right)
+    return _with_ancestors(tree, dirty, None)
+
+
+def _with_ancestors(tree: _Tree, dirty: np.ndarray, member: np.ndarray | None) -> np.ndarray:
+    """The rows of ``dirty`` and their ancestors (among ``member``, when given), sorted."""
     for level in tree.parent_levels(bottom_up=True):
         kids_dirty = np.logical_or.reduceat(dirty[level.children], level.seg)
-        dirty[level.parents] |= kids_dirty & member[level.parents]
-    return source_table, np.flatnonzero(dirty)
+        if member is not None:
+            kids_dirty &= member[level.parents]
+        dirty[level.parents] |= kids_dirty
+    return np.flatnonzero(dirty)
 
 
-def _shares_moved(upd: _Update, kept: _KeptFunctions, dirty: np.ndarray) -> None:
+def _shares_moved(builds: FunctionBuilds, kept: _KeptFunctions, dirty: np.ndarray) -> None:
     """Mark the operations whose usage or demand share differs in some bit from the kept build's.
 
     An operation's shares are computed from its own inputs and the totals only (``compute_attributes``). When the
     kept build's shares came from the read this update's read started from (the same totals), only the rows it
-    re-read, the period's written operations and the new rows (``_Update.read_rows``), can differ: only those are
+    re-read, the period's written operations and the new rows (``read_rows``), can differ: only those are
     compared. So it is after a patched layout, when the kept build was carried by the same rows as that read
     (``_carried``, ``inputs._carried_inputs``). Otherwise every operation is."""
-    tree = upd.tree
-    rows = upd.read_rows
-    read_from = upd.read_from
+    inputs = builds.inputs
+    tree = inputs.tree
+    rows = builds.read_rows
+    read_from = builds.read_from
     started_from = read_from if kept.stale is None or read_from is None else read_from.carried_from
     if rows is None or kept.inputs is None or kept.inputs is not started_from:
         dirty |= tree.is_op & (
-            _rows_differ(upd.usage_share, kept.usage_share)
-            | _rows_differ(upd.demand_share, kept.demand_share)
+            _rows_differ(inputs.usage_share, kept.usage_share)
+            | _rows_differ(inputs.demand_share, kept.demand_share)
         )
         return
     ops = rows[tree.is_op[rows]]
-    moved = _rows_differ(upd.usage_share[ops], kept.usage_share[ops])
-    moved |= _rows_differ(upd.demand_share[ops], kept.demand_share[ops])
+    moved = _rows_differ(inputs.usage_share[ops], kept.usage_share[ops])
+    moved |= _rows_differ(inputs.demand_share[ops], kept.demand_share[ops])
     dirty[ops[moved]] = True
 
 
 def keep_functions(
-    upd: _Update,
+    tree: _Tree,
     key: tuple[Any, ...],
     table: fn.FunctionTable,
-    op_idx: np.ndarray,
-    step_full: np.ndarray,
+    inputs: FunctionInputs,
     guarantee: np.ndarray,
     limits: np.ndarray,
-    placements: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> fn.FunctionTable:
     """Keep this full build and its inputs on the tree for the next update (``_Tree.functions``); returns the
     table, copied into two batches once it is spread over more than ``_KEPT_BATCHES_LIMIT``."""
-    tree = upd.tree
     if len(table.batches) > _KEPT_BATCHES_LIMIT:
+        op_idx = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
         table = _consolidated(table, op_idx, tree.memo("pool_idx", lambda: np.flatnonzero(~tree.is_op)))
-    scale_of, shift_of, right_of = placements
+    placements = inputs.placements
     kept = tree.functions = _KeptFunctions(
         key,
         table,
-        usage_share=upd.usage_share.copy(),
-        demand_share=upd.demand_share.copy(),
-        step=step_full,
+        usage_share=inputs.usage_share.copy(),
+        demand_share=inputs.demand_share.copy(),
+        step=inputs.step,
         guarantee=guarantee.copy(),
         limits=limits.copy(),
-        scale=scale_of,
-        shift=shift_of,
-        right=right_of,
+        scale=placements.scale,
+        shift=placements.shift,
+        right=placements.right,
     )
     kept.inputs = tree.inputs  # this update's read
     return table
+
+
+def derived_value(derived: dict[Any, Any] | None, key: Any, make: Callable[[], T]) -> T:
+    """``derived[key]`` (arrays of later steps computed from the kept guarantees' weights: `derived_statics`), made
+    by ``make`` and kept there the first time; ``make()`` each time without a place to keep it."""
+    if derived is None:
+        return make()
+    value = derived.get(key)
+    if value is None:
+        value = derived[key] = make()
+    return value  # type: ignore[no-any-return]

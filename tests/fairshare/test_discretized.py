@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pooltree.errors import ConfigError
 from pooltree.fairshare import Operation, Pool, UpdateSettings, guarantees, update_fair_share
 from pooltree.fairshare import discretized as dz
-from pooltree.fairshare.building import _step_flags
+from pooltree.fairshare.building import step_flags
 from pooltree.fairshare.compiled import COMPILED_KERNELS_AVAILABLE, use_compiled_kernels
 from pooltree.fairshare.model import UpdateState
 from pooltree.fairshare.update import _Update
@@ -30,6 +30,41 @@ def kernels(request):
     previous = use_compiled_kernels(request.param)
     yield request.param
     use_compiled_kernels(previous)
+
+
+def _staircase_inputs(
+    root: Pool, settings: UpdateSettings
+) -> tuple[dz.DiscretizedInputs, np.ndarray, np.ndarray]:
+    """What the staircases read for ``root`` (b.1's attributes computed), its operations' rows and their gang step
+    flags."""
+    upd = _Update(root, TOTAL, settings, 0.0, None)
+    tree, inputs = upd.tree, upd.inputs
+    attrs = guarantees.compute_attributes(
+        tree,
+        upd.total,
+        inputs.usage,
+        inputs.demand,
+        inputs.schedulable,
+        inputs.apply_limits,
+        inputs.specified_limits,
+    )
+    staircases = dz.DiscretizedInputs(
+        tree,
+        upd.total,
+        settings.discretized_job_resources,
+        settings.max_discretized_steps,
+        inputs.apply_limits,
+        attrs.usage,
+        attrs.demand,
+        attrs.dominant,
+        {},
+    )
+    ops = np.flatnonzero(tree.is_op)
+    return (
+        staircases,
+        ops,
+        step_flags(tree, inputs.step, settings.enable_step_function_for_gang_operations)[ops],
+    )
 
 
 def _op(name: str, pending: int, running: int = 0, per_job=ONE_CPU_JOB, **kwargs) -> Operation:
@@ -103,10 +138,10 @@ def test_operations_the_staircase_does_not_apply_to():
     )
     jobs = {name: ONE_CPU_JOB for name in ("in_root", "gang", "idle", "plain")}
     jobs["zero_vector"] = vector()
-    upd = _Update(root, TOTAL, _on(jobs, enable_step_function_for_gang_operations=True), 0.0, None)
-    ops = np.flatnonzero(upd.tree.is_op)
-    mask, pending, per_job = dz.eligible(upd, ops, _step_flags(upd, ops))
-    found = {upd.tree.ids[i]: bool(m) for i, m in zip(ops.tolist(), mask.tolist(), strict=True)}
+    staircases, ops, step = _staircase_inputs(root, _on(jobs, enable_step_function_for_gang_operations=True))
+    mask, pending, per_job = dz.eligible(staircases, ops, step)
+    ids = staircases.tree.ids
+    found = {ids[i]: bool(m) for i, m in zip(ops.tolist(), mask.tolist(), strict=True)}
     assert found == {
         "in_root": False,
         "no_vector": False,
@@ -115,7 +150,7 @@ def test_operations_the_staircase_does_not_apply_to():
         "zero_vector": False,
         "plain": True,
     }
-    k = [upd.tree.ids[i] for i in ops.tolist()].index("plain")
+    k = [ids[i] for i in ops.tolist()].index("plain")
     assert pending[k] == 3 and per_job[k].tolist() == pytest.approx([0.05, 1 / 3, 0, 0, 0])
 
 
@@ -126,12 +161,8 @@ def test_limits_applied_to_demand_cap_the_pending_count(kernels):
     limits = vector(user_slots=2, cpu=10, gpu=10, memory=10 * 2**30, network=10)
     capped = _op("op", 3, specified_resource_limits=limits, apply_specified_resource_limits_to_demand=True)
     root = Pool("<Root>", children=[Pool("pool", children=[capped])])
-    upd = _Update(root, TOTAL, _on({"op": ONE_CPU_JOB}), 0.0, None)
-    upd.demand = guarantees.compute_attributes(
-        upd.tree, upd.total, upd.usage, upd.demand, upd.schedulable, upd.apply_limits, upd.specified_limits
-    ).demand
-    ops = np.flatnonzero(upd.tree.is_op)
-    _, pending, _ = dz.eligible(upd, ops, _step_flags(upd, ops))
+    staircases, ops, step = _staircase_inputs(root, _on({"op": ONE_CPU_JOB}))
+    _, pending, _ = dz.eligible(staircases, ops, step)
     assert pending.tolist() == [2]
     result = update_fair_share(root, TOTAL, _on({"op": ONE_CPU_JOB}), 0.0)
     assert _cpu(result, "op") == pytest.approx(2 / 3, abs=1e-12)

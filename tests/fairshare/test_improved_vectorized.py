@@ -47,11 +47,9 @@ def _reference_sums(table, count, kids, slot, scale, shift, right):  # type: ign
     return fn.FunctionBatch(offsets, np.concatenate(xs), np.concatenate(ys).reshape(-1, RESOURCE_COUNT))
 
 
-def _reference_distribute(upd, table):  # type: ignore[no-untyped-def]
-    tree = upd.tree
+def _reference_distribute(tree, table, suggestions, gap):  # type: ignore[no-untyped-def]
     fs = np.zeros((len(tree.elements), RESOURCE_COUNT))
     root_value, _ = table.evaluate(np.array([0]), np.ones(1))
-    gap = upd.settings.enable_improved_fair_share_by_fit_factor_computation_distribution_gap
     stack = [(0, root_value[0])]
     while stack:
         p, target = stack.pop()
@@ -64,13 +62,13 @@ def _reference_distribute(upd, table):  # type: ignore[no-untyped-def]
 
         def values(f: float, parents=parents, kids=kids, slot=slot) -> np.ndarray:  # type: ignore[no-untyped-def]
             return table.evaluate(
-                kids, distribution_module._child_suggestions(upd, parents, kids, slot, np.array([f]))
+                kids, distribution_module.child_suggestions(suggestions, parents, kids, slot, np.array([f]))
             )[0]
 
         chosen = improved.split_target(
             values,
             target,
-            float(len(kids)) if upd.fifo[p] else 1.0,
+            float(len(kids)) if suggestions.fifo[p] else 1.0,
             update_module.EPSILON,
             distribution_gap=gap,
             inverse_lower_bound=update_module.floating_point_inverse_lower_bound,

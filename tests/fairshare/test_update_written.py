@@ -34,11 +34,12 @@ class _Reads:
         self.rows: list[int] = []
         original = inputs_module._read_rows
 
-        def spy(upd: Any, last: Any, rows: np.ndarray | None) -> None:
+        def spy(*args: Any) -> Any:
+            rows = args[-1]
             if rows is not None:  # only the written rows
                 self.partial += 1
                 self.rows.append(len(rows))
-            original(upd, last, rows)
+            return original(*args)
 
         monkeypatch.setattr(inputs_module, "_read_rows", spy)
 
