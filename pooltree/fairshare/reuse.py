@@ -189,7 +189,7 @@ class _KeptFunctions:
         self.stale = stale  # rows to build whatever their inputs (``_carried``: new elements, changed pools)
         self.inputs: Any = None
         """The read (``inputs._KeptInputs``) the kept usage and demand shares were computed from: an update whose
-        read started from it and re-read only the period's written rows (``_Update.read_rows``) finds the
+        read started from it and re-read only the period's written rows (``ElementInputs.read_rows``) finds the
         operations whose shares may differ among those rows alone."""
         for name, value in arrays.items():
             setattr(self, name, value)
