@@ -4,7 +4,7 @@ A shard process holds its replicas (`replica.py`) in its own memory, so the lead
 
 - **a snapshot** (`snapshot_of`): the truth's `TreeScheduler` as a replica starts from it (`TreeReplica.copy_from`
   does the same in one process by ``deepcopy``): each real controller replaced by its pending work (the shard
-  makes a `ClaimController` of it), the leader's taps of the truth's methods, its event sink and usage watch left
+  makes a `ClaimController` of it), the leader's taps of the truth's methods, its event sink left
   out; `TreeReplica.load` makes the replica of it.
 - **increments** (`dumps` / `loads`): the `Increment` dataclasses as they are.
 
@@ -181,7 +181,8 @@ def loads(data: bytes) -> Any:
 
 def snapshot_of(truth: TreeScheduler, pending: Callable[[str], tuple[int, Vector]]) -> bytes:
     """The truth's strategy as a replica starts from it: controllers as their `Pending` work (``pending``), no
-    taps, no event sink, no usage watch, no queued preemptions (the leader delivers what it queued)."""
+    taps, no event sink, no queued preemptions (the leader delivers what it queued); the change log as it is (the
+    replica drops the core's readers of it, `TreeReplica._adopt`)."""
     state = truth.state
     replaced: dict[int, Any] = {}
     keep: list[Any] = []  # the replacements' keys live as long as the pickler
@@ -197,13 +198,13 @@ def snapshot_of(truth: TreeScheduler, pending: Callable[[str], tuple[int, Vector
     queued = state.queued_preemptions
     if queued:
         replaced[id(queued)] = ("empty", type(queued))
-    sink, watch = state.event_sink, state.usage_watch
-    state.event_sink, state.usage_watch = None, None
+    sink = state.event_sink
+    state.event_sink = None
     out = io.BytesIO()
     try:
         _SnapshotPickler(out, replaced).dump(truth)
     finally:
-        state.event_sink, state.usage_watch = sink, watch
+        state.event_sink = sink
     return out.getvalue()
 
 

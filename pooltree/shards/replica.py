@@ -34,6 +34,7 @@ import numpy as np
 
 from pooltree.resources import Vector
 from pooltree.shards.pickling import TAPPED, Pending, load_snapshot
+from pooltree.strategy.change_log import STRATEGY_READERS
 from pooltree.strategy.elements import ControllerDefaults, Speculation
 from pooltree.strategy.model import (
     Allocation,
@@ -358,12 +359,12 @@ class TreeReplica:
             proxy = ClaimController(self, operation_id, count, min_needed)
             self.controllers[operation_id] = proxy
             memo[id(runtime.controller)] = proxy
-        sink, watch = state.event_sink, state.usage_watch
-        state.event_sink, state.usage_watch = None, None
+        sink = state.event_sink
+        state.event_sink = None
         try:
             replica = copy.deepcopy(truth, memo)
         finally:
-            state.event_sink, state.usage_watch = sink, watch
+            state.event_sink = sink
         for name in TAPPED:
             replica.__dict__.pop(name, None)
         replica.state.queued_preemptions.clear()  # the leader delivers what it queued (`take_queued`)
@@ -384,8 +385,10 @@ class TreeReplica:
 
     def _adopt(self, replica: TreeScheduler) -> None:
         """``replica`` (its controllers our proxies) becomes the copy the heartbeats' stages run on."""
+        changes = replica.state.changes
+        changes.keep_readers(STRATEGY_READERS)  # the truth's core reads the truth's log, not this copy's
         for operation_id, proxy in self.controllers.items():
-            proxy.pending_watchers.append((replica.state.pending_moved, operation_id))
+            proxy.pending_watchers.append((changes.pending, operation_id))
         replica.state.event_sink = self._event
         self.strategy = replica
         self.current = True

@@ -149,7 +149,7 @@ class BestLeaf:
     def refresh_leaf(self, element: _Element, current: _Pass | None = None) -> None:
         """Re-key an operation after its usage or demand changed and propagate to the root."""
         state = self.state
-        state.touched.add(element.id)
+        state.changes.usage.add(element.id)
         element.sat = local_satisfaction_ratio(
             state.usage_share(element), element.fair_share, element.blocked
         )

@@ -3,7 +3,8 @@
 Between two fair-share updates of a tree whose structure is unchanged, most elements keep their spec (the build
 hands out the very same `ElementSpec` object), their usage and their activity. The heartbeat path marks what it
 touches: `StrategyState.account` (usage and preemptible lists), `BestLeaf.refresh_leaf` (satisfaction, activity) and
-operation (un)registration put the operation's id into ``StrategyState.touched``. `ChangedPublisher.publish_changes` then
+operation (un)registration write the operation's id into the change log's ``usage`` (`change_log.py`), which this
+publish reads from where it last read. `ChangedPublisher.publish_changes` then
 leaves every element, operation runtime, starvation state and heap as `SnapshotPublisher._publish_same_structure`
 (three passes over every element) leaves them, while doing per-element work only for:
 
@@ -54,6 +55,7 @@ from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.best_leaf import BestLeaf
+from pooltree.strategy.change_log import PUBLISH
 from pooltree.strategy.elements import StarvationState, _Element, _floats
 from pooltree.strategy.heap_changes import requeue
 from pooltree.strategy.priorities import configure_lists, update_priorities
@@ -82,7 +84,7 @@ class ChangedPublisher:
 
     def forget_changes(self) -> None:
         """A publish that recomputes every element: what was touched before it is accounted for."""
-        self.state.touched = set()
+        self.state.changes.skip(PUBLISH)
         self._drop_step()
 
     def _drop_step(self) -> None:
@@ -115,8 +117,7 @@ class ChangedPublisher:
         entries are stale), the priority lists re-made if a removed operation was on one; every heap is
         rebuilt only after a new numbering (heap entries carry the order keys).
         """
-        touched = self.state.touched
-        self.state.touched = set()
+        touched = self.state.changes.take(PUBLISH)
         if total != self.state.total:
             self._drop_step()
             return False

@@ -113,7 +113,7 @@ class SchedulerCore:
         it changes (`_configure_from_tree_config`)."""
         self._segments_initial_gpu: dict[str, float] = {}
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
-        self._default_pending = DefaultSegmentPending()
+        self._default_pending = DefaultSegmentPending(self.strategy.state.changes)
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
         self._unfinished: float | None = None
         """The time of the last fair-share update while its end (`finish_update`) has not run."""
@@ -247,7 +247,8 @@ class SchedulerCore:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.pool_tree.name}")
         running = self.strategy.unregister_operation(operation_id)
         self.strategy.full_host.forget(operation_id)
-        self._unwatch_input(operation_id, self.controllers.pop(operation_id))
+        self.controllers.pop(operation_id)
+        self._unwatch_input(operation_id)
         self.time_limits.forget(operation_id)
         self.checks.forget(operation_id)
         self._registration_order.pop(operation_id, None)
@@ -259,17 +260,17 @@ class SchedulerCore:
         return running
 
     def _watch_input(self, operation_id: str, controller: OperationController) -> None:
-        """From now on the controller tells the input (and the default segment's pending view) when its pending
-        work moves."""
-        self.input_resources.watch(operation_id, controller)
-        self._default_pending.watch(operation_id, controller)
+        """A controller attached: the next input and the default segment's pending view read the operation anew
+        (its pending work moves reach both through the strategy's change log, which its registration watches)."""
+        self.input_resources.attached(operation_id)
+        self._default_pending.changed()
         if controller.speculation is not None:
             self._speculating[operation_id] = controller
 
-    def _unwatch_input(self, operation_id: str, controller: OperationController) -> None:
-        """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
-        self.input_resources.unwatch(operation_id, controller)
-        self._default_pending.unwatch(operation_id, controller)
+    def _unwatch_input(self, operation_id: str) -> None:
+        """A controller left (the strategy's unregistration wrote the operation into the change log: the next input
+        reads it anew)."""
+        self._default_pending.changed()
         self._speculating.pop(operation_id, None)
 
     # ------------------------------------------------------------------ fair share and heartbeats
@@ -500,15 +501,14 @@ class SchedulerCore:
     def attach_controller(self, operation_id: str, controller: OperationController) -> None:
         """Attach the controller of an operation the pool tree already holds (the live service registers
         operations in its pool trees itself); :meth:`detach_controller` undoes it."""
-        previous = self.controllers.get(operation_id)
+        if operation_id in self.controllers:  # before anything changes: the core stays as it was
+            raise PooltreeError(
+                f"operation {operation_id} is already registered in tree {self.pool_tree.name}"
+            )
         self.controllers[operation_id] = controller
         self.time_limits.add(operation_id)
-        try:
-            self.strategy.register_operation(operation_id, controller)
-        finally:  # the input follows the controller the core holds
-            if previous is not None:
-                self._unwatch_input(operation_id, previous)
-            self._watch_input(operation_id, controller)
+        self.strategy.register_operation(operation_id, controller)
+        self._watch_input(operation_id, controller)
         self._init_segment(operation_id, controller)
         self.checks.check_materialized(operation_id, controller)
 
@@ -516,7 +516,8 @@ class SchedulerCore:
         """Detach an operation's controller; returns its allocations still on nodes (to abort there)."""
         running = self.strategy.unregister_operation(operation_id)
         self.strategy.full_host.forget(operation_id)
-        self._unwatch_input(operation_id, self.controllers.pop(operation_id))
+        self.controllers.pop(operation_id)
+        self._unwatch_input(operation_id)
         self.time_limits.forget(operation_id)
         self.checks.forget(operation_id)
         return running

@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 
 from pooltree.strategy.best_leaf import BestLeaf, remake_pool_heap
+from pooltree.strategy.change_log import PENDING
 from pooltree.strategy.elements import _Element
 from pooltree.strategy.model import DeactivationReason
 from pooltree.strategy.publish_step import COUNTED_REASONS, PublishStep
@@ -69,13 +70,11 @@ def _pending_crossed(state: StrategyState, changed_ops: list[_Element]) -> set[_
     """``changed_ops`` and the operations whose pending count crossed zero since their activity was last set.
 
     Only the operations whose controllers reported a change of their pending work since the last call
-    (``state.pending_moved``, `pooltree.strategy.watch`) and those that cannot report (``state.pending_polled``) can
-    be such, so only these are checked, not every operation."""
+    and those that cannot report (the change log's pending work, `change_log.py`, `pooltree.strategy.watch`) can be
+    such, so only these are checked, not every operation."""
     visit = set(changed_ops)
     elements = state.elements
-    moved = state.pending_moved
-    polled = state.pending_polled
-    for operation_id in moved.union(polled) if polled else list(moved):
+    for operation_id in state.changes.take(PENDING):
         element = elements.get(operation_id)
         if element is None or not element.is_op:
             continue
@@ -87,7 +86,6 @@ def _pending_crossed(state: StrategyState, changed_ops: list[_Element]) -> set[_
             continue
         if (runtime.controller.pending_allocation_count <= 0) is not (reason is _NO_DEMAND):
             visit.add(element)
-    moved.clear()
     return visit
 
 

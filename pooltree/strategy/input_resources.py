@@ -1,5 +1,6 @@
 """`InputResources`: each operation's (usage, needed) for the fair-share input, and which of them may have moved
-since the last input (`SchedulerCore`'s part; the period's ``PeriodDelta.resources``, `pooltree.tree.delta`)."""
+since the last input: the strategy's change log (`change_log.py`) read as `FAIR_SHARE_INPUT` (`SchedulerCore`'s
+part; the period's ``PeriodDelta.resources``, `pooltree.tree.delta`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import Vector
-from pooltree.strategy.watch import unwatch_pending, watch_pending
+from pooltree.strategy.change_log import FAIR_SHARE_INPUT, PENDING_WORK, USAGE, ChangeLog
 
 
 class InputResources:
@@ -17,40 +18,29 @@ class InputResources:
     have moved since the last input (the period's ``PeriodDelta.resources``): only those are asked, and the input
     writes an answer into the operation's model element only when its values moved.
 
-    ``controllers`` and ``strategy`` are the `SchedulerCore`'s own (read, never replaced)."""
+    ``controllers`` and ``strategy`` are the `SchedulerCore`'s own (read, never replaced). What moved is the
+    strategy's change log, both kinds: usage (the strategy writes it, registrations included) and pending work
+    (the controllers write it; the core when it attaches another controller)."""
 
     def __init__(self, controllers: Mapping[str, Any], strategy: Any) -> None:
         self.controllers = controllers
         self.strategy = strategy
-        self.dirty: set[str] = set()
-        """Operations whose (usage, needed) may have moved since the last fair-share input was built: the strategy
-        adds those whose usage moves (``usage_watch``), the controllers those whose pending work moves
-        (`watch_pending`), and the core those whose controller it attaches or detaches. The input re-reads only
-        these (and ``polled``), not every running operation. The controllers and the strategy hold this very
-        set: it is emptied, never replaced."""
-        self.polled: set[str] = set()
-        """Operations whose controllers cannot notify (no ``pending_watchers``): re-read for every input."""
-        strategy.usage_watch = self.dirty
+        self.log: ChangeLog = strategy.state.changes
+        self.log.follow(FAIR_SHARE_INPUT, (USAGE, PENDING_WORK))
 
-    def watch(self, operation_id: str, controller: Any) -> None:
-        """From now on the controller tells the input when its pending work moves (or is polled, if it cannot)."""
-        self.dirty.add(operation_id)
-        if not watch_pending(controller, self.dirty, operation_id):
-            self.polled.add(operation_id)
+    def attached(self, operation_id: str) -> None:
+        """The core holds another controller of the operation: the next input reads it anew."""
+        self.log.pending.add(operation_id)
 
-    def unwatch(self, operation_id: str, controller: Any) -> None:
-        """The controller leaves: it no longer notifies, and the next input reads the operation anew."""
-        unwatch_pending(controller, self.dirty, operation_id)
-        self.polled.discard(operation_id)
-        self.dirty.add(operation_id)
+    def changed(self) -> tuple[set[str], int]:
+        """The operations whose answer may have moved since the last input took them in (notified or polled),
+        and the generation to hand `taken` once the input has read them (an input that fails does not: the next
+        one reads them again)."""
+        return self.log.read(FAIR_SHARE_INPUT)
 
-    def take_changed(self) -> set[str]:
-        """The operations whose answer may have moved since the last call (notified or polled); the next call
-        answers from here on."""
-        dirty = self.dirty
-        changed = dirty.union(self.polled) if self.polled else set(dirty)
-        dirty.clear()
-        return changed
+    def taken(self, generation: int) -> None:
+        """The input read the operations `changed` answered with ``generation``."""
+        self.log.commit(FAIR_SHARE_INPUT, generation)
 
     def resources(self, operation_id: str) -> tuple[Vector, Vector] | None:
         """(usage, needed) of one operation for the fair-share input (None: no controller)."""

@@ -171,15 +171,6 @@ class TreeScheduler:
     def scheduling_tags_enabled(self, enabled: bool) -> None:
         self.regular.scheduling_tags_enabled = enabled
 
-    @property
-    def usage_watch(self) -> set[str] | None:
-        """Where every operation whose usage moves is added (`SchedulerCore`'s set), or None."""
-        return self.state.usage_watch
-
-    @usage_watch.setter
-    def usage_watch(self, watch: set[str] | None) -> None:
-        self.state.usage_watch = watch
-
     def publish(self, tree: SchedulingTree, now: float | None, *, lists_later: bool = False) -> None:
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps.
         ``lists_later``: the changed operations' preemptible lists are left to `configure_lists` (the rest of the
@@ -202,9 +193,10 @@ class TreeScheduler:
         runtime = OperationRuntime(operation_id, controller)
         runtime.lists.inclusive = self.allocation_on_bound_preemptible
         self.operations[operation_id] = runtime
-        self.state.touched.add(operation_id)
-        if not watch_pending(controller, self.state.pending_moved, operation_id):
-            self.state.pending_polled.add(operation_id)
+        changes = self.state.changes
+        changes.usage.add(operation_id)
+        if not watch_pending(controller, changes.pending, operation_id):
+            changes.polled.add(operation_id)
         element = self.state.elements.get(operation_id)
         if element is not None and element.is_op:
             element.op = runtime
@@ -217,11 +209,11 @@ class TreeScheduler:
         runtime = self.operations.pop(operation_id, None)
         if runtime is None:
             raise PooltreeError(f"operation {operation_id} is not registered in tree {self.tree.name}")
-        self.state.touched.add(operation_id)
+        changes = self.state.changes
+        changes.usage.add(operation_id)
         self.packing.forget(operation_id)
-        unwatch_pending(runtime.controller, self.state.pending_moved, operation_id)
-        self.state.pending_moved.discard(operation_id)
-        self.state.pending_polled.discard(operation_id)
+        unwatch_pending(runtime.controller, changes.pending, operation_id)
+        changes.drop_pending(operation_id)
         element = self.state.elements.get(operation_id)
         running = [a for a in self.allocations.values() if a.operation_id == operation_id]
         for allocation in running:
@@ -257,7 +249,7 @@ class TreeScheduler:
         for operation_id, runtime in self.operations.items():
             runtime.lists.inclusive = enabled
             runtime.lists.rebalance()
-            self.state.touched.add(operation_id)
+            self.state.changes.usage.add(operation_id)
 
     def operation_usage(self, operation_id: str) -> Vector:
         runtime = self.operations.get(operation_id)

@@ -11,6 +11,7 @@ import numpy as np
 from pooltree.config.segments import MODULE_AWARE_SEGMENTS, SchedulingSegmentsConfig, SegmentSpec
 from pooltree.errors import ConfigError
 from pooltree.resources import GPU, RESOURCE_COUNT, Vector
+from pooltree.strategy.change_log import DEFAULT_SEGMENT, PENDING_WORK, ChangeLog
 from pooltree.strategy.gpu_policy_inputs import priority_module_binding
 from pooltree.strategy.model import (
     AbortReason,
@@ -20,7 +21,6 @@ from pooltree.strategy.model import (
     SchedulingStage,
 )
 from pooltree.strategy.segments import SegmentNode, SegmentOperation, SegmentsManager
-from pooltree.strategy.watch import unwatch_pending, watch_pending
 from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.elements import TreeOperation
 from pooltree.tree.values import spec_option
@@ -196,29 +196,22 @@ class DefaultSegmentPending:
     """The componentwise minimum of the min needed resources of the default segment's operations with pending
     allocations: what a node of the default segment can start at most (operations of a module-aware segment never
     run there). `SchedulerCore.heartbeat_is_noop` asks it; it is recomputed only when some controller's pending
-    work moved (`watch.watch_pending`), the segments' state is a new one, or a controller cannot notify."""
+    work moved (the strategy's change log, read as `DEFAULT_SEGMENT`), an operation came or went, the segments'
+    state is a new one, or a controller cannot notify."""
 
-    def __init__(self) -> None:
-        self.moved: set[str] = set()
-        """Operations whose pending work moved since the last computation (filled by their controllers)."""
-        self.polled: set[str] = set()
-        """Operations whose controllers cannot notify: the minimum is recomputed whenever one exists."""
+    def __init__(self, log: ChangeLog) -> None:
+        self.log = log
+        log.follow(DEFAULT_SEGMENT, (PENDING_WORK,))
         self._state: object = None
         self._minimum: Vector | None = None
         self._fresh = False
 
-    def watch(self, operation_id: str, controller: Any) -> None:
+    def changed(self) -> None:
+        """An operation came or went (or changed its controller)."""
         self._fresh = False
-        if not watch_pending(controller, self.moved, operation_id):
-            self.polled.add(operation_id)
-
-    def unwatch(self, operation_id: str, controller: Any) -> None:
-        self._fresh = False
-        unwatch_pending(controller, self.moved, operation_id)
-        self.polled.discard(operation_id)
 
     def minimum(self, controllers: Mapping[str, Any], manager: SegmentsManager) -> Vector | None:
-        if self._fresh and not self.moved and not self.polled and self._state is manager.state:
+        if self._fresh and self._state is manager.state and not self.log.moved_since(DEFAULT_SEGMENT):
             return self._minimum
         found: Vector | None = None
         operations = manager.state.operations
@@ -230,7 +223,7 @@ class DefaultSegmentPending:
                 continue
             needed = controller.min_needed_resources
             found = needed.copy() if found is None else np.minimum(found, needed)
-        self.moved.clear()
+        self.log.skip(DEFAULT_SEGMENT)
         self._state, self._minimum, self._fresh = manager.state, found, True
         return found
 

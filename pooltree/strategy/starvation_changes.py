@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from pooltree.strategy.change_log import PENDING
 from pooltree.strategy.elements import StarvationState, _Element
 from pooltree.strategy.model import PRIORITY_OF_RANK, STARVATION_RANK, PreemptionPriority, SchedulingStatus
 from pooltree.strategy.publish_step import PublishStep
@@ -139,14 +140,13 @@ def _advance_starvation(
 def _pending_counts_moved(state: StrategyState, step: PublishStep, visit: set[_Element]) -> None:
     """Add to ``visit`` the operations below their fair share whose controller's pending allocation count is
     not the one their last evaluation read. Only operations whose controllers reported moved pending work
-    since the last incremental publish (``state.pending_moved``, `pooltree.strategy.watch`; `heap_changes.requeue` empties
-    it) or cannot report (``state.pending_polled``) can be such."""
+    since the last incremental publish or cannot report (the change log's pending work, `change_log.py`, which
+    `heap_changes.requeue` takes afterwards) can be such."""
     counts = step.pending
     if not counts:
         return
     elements = state.elements
-    polled = state.pending_polled
-    for operation_id in state.pending_moved.union(polled) if polled else state.pending_moved:
+    for operation_id in state.changes.read(PENDING)[0]:
         element = elements.get(operation_id)
         if element is None:
             continue

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pooltree.strategy.change_log import ChangeLog
 from pooltree.strategy.elements import EventSink, OperationRuntime, StarvationState, _Element
 from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import Allocation, ExecNode, HeartbeatResult, PreemptionPriority
@@ -26,6 +27,7 @@ class StrategyState:
 
     __slots__ = (
         "allocations",
+        "changes",
         "config",
         "deadline",
         "elements",
@@ -34,17 +36,13 @@ class StrategyState:
         "nodes",
         "operations",
         "ops_by_priority",
-        "pending_moved",
-        "pending_polled",
         "queued_preemptions",
         "serial",
         "spare",
         "start_serial",
         "starvation",
         "total",
-        "touched",
         "tree",
-        "usage_watch",
     )
 
     def __init__(self, tree: SchedulingTree, event_sink: EventSink | None) -> None:
@@ -59,18 +57,10 @@ class StrategyState:
         """Each published element's starvation clock (§c)."""
         self.elements: dict[str, _Element] = {}
         """The published elements by id (made or reused by each publish)."""
-        self.touched: set[str] = set()
-        """Operations whose usage, preemptible lists, satisfaction or activity changed since the last publish
-        (`changes.py` re-keys only these and the pools above them)."""
-        self.pending_moved: set[str] = set()
-        """Operations whose controller's pending work moved since the last incremental publish took this set
-        (notified by the controllers, `pooltree.strategy.watch`): the incremental publish checks only these for a
-        pending count that crossed zero, and the ones in ``pending_polled``."""
-        self.pending_polled: set[str] = set()
-        """Operations whose controllers cannot notify (no ``pending_watchers``): checked at every publish."""
-        self.usage_watch: set[str] | None = None
-        """Where `account` also reports each operation whose usage moves (``SchedulerCore``'s change notification
-        for the fair-share input; ``None``: nobody listens)."""
+        self.changes = ChangeLog()
+        """The operations changed since each reader read (`change_log.py`): every part writes a change there once
+        (usage, lists, satisfaction, activity, registrations; the controllers their pending work), and the
+        incremental publish and the core's fair-share input each read what is new to them."""
         self.deadline = HeartbeatDeadline(None, 0.0)
         """The current heartbeat's scheduling deadline."""
         self.ops_by_priority: dict[PreemptionPriority, list[_Element]] = {}
@@ -109,9 +99,7 @@ class StrategyState:
     ) -> None:
         """Apply a usage change (``add_floats`` or ``sub_floats``) to the operation and, if published, its pools."""
         apply(runtime.usage, amounts)
-        self.touched.add(runtime.id)
-        if self.usage_watch is not None:  # SchedulerCore's notification for the fair-share input
-            self.usage_watch.add(runtime.id)
+        self.changes.usage.add(runtime.id)
         if element is not None and element.op is runtime:
             cursor = element.parent
             while cursor is not None:

@@ -126,8 +126,10 @@ def read_update(core: SchedulerCore, now: float) -> UpdateRead:
         with times.phase("unregister"):
             core.unregister_completed(now)
         with times.phase("input"):
-            delta = kept.delta(core.pool_tree, core.input_resources.take_changed())
+            changed, generation = core.input_resources.changed()
+            delta = kept.delta(core.pool_tree, changed)
             read = _fair_share_input(core, kept, delta, now)
+            core.input_resources.taken(generation)  # a read that failed leaves them to the next
             kept = kept.read(read.rows)
             core.kept = core.kept.read(read.rows)  # a read that returned: its rows stand whatever follows
             settings = _with_best_allocation(core, read.settings, now)
@@ -258,16 +260,11 @@ def _fair_share_input(core: SchedulerCore, kept: KeptState, delta: PeriodDelta, 
     nodes = nodes_for_tag_filters(
         core.nodes_view, core.connection_time, core.config.node_reconnection_timeout, now
     )
-    try:
-        return read_input(
-            core.pool_tree,
-            core.input_resources.resources,
-            nodes=nodes,
-            projection=kept.projection,
-            previous=kept.input,
-            delta=delta,
-        )
-    except BaseException:
-        if delta.resources is not None:
-            core.input_resources.dirty.update(delta.resources)  # not taken in: the next input reads them
-        raise
+    return read_input(
+        core.pool_tree,
+        core.input_resources.resources,
+        nodes=nodes,
+        projection=kept.projection,
+        previous=kept.input,
+        delta=delta,
+    )

@@ -2,10 +2,11 @@
 
 A controller that keeps a ``pending_watchers`` list (`OperationControllerBase` does) adds ``key`` to each
 ``into`` set of its ``(into, key)`` pairs whenever its pending work (pending allocation count, needed and min
-needed resources) is set anew, which is also when its ``pending_revision`` moves. ``SchedulerCore`` (for the
-fair-share input) and ``TreeScheduler`` (for the publish's activity check) each keep such a set and visit only
-the operations in it. A controller whose list is ``None`` (the `OperationController` protocol's member allows it)
-may change its pending work without telling anyone: its watchers put the operation among the ones they poll.
+needed resources) is set anew, which is also when its ``pending_revision`` moves. ``TreeScheduler`` registers the
+pending work of its change log (`change_log.py`), which the publish's checks, the core's fair-share input and its
+default segment's view each read from where they last read. A controller whose list is ``None`` (the
+`OperationController` protocol's member allows it) may change its pending work without telling anyone: the log
+holds the operation among the polled ones.
 """
 
 from __future__ import annotations

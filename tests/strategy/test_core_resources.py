@@ -29,7 +29,7 @@ def test_resources_follow_controllers():
     controller = core.controllers["x"]
     controller._tasks["main"].pending.pop()  # pending work changes behind the strategy's back: notified
     controller._refresh()
-    assert "x" in core.input_resources.dirty
+    assert "x" in core.input_resources.changed()[0]
     second = core.input_resources.resources("x")
     assert second is not None and second[1].tolist() == (JOB * 2).tolist()
     core.detach_controller("x")  # no controller, no answer; a new controller of the same id is read afresh
@@ -48,12 +48,12 @@ def test_the_input_writes_the_notified_operations():
     core.register_operation("x", _controller("x", 3), user="u", pool="a")
     core.register_operation("y", _controller("y", 2), user="u", pool="a")
     core.update_fair_share(0.0)
-    core.input_resources.dirty.update({"x", "y"})  # notified, nothing moved
+    core.strategy.state.changes.usage.update({"x", "y"})  # notified, nothing moved
     controller = core.controllers["y"]
     controller._tasks["main"].pending.pop()  # y's pending work moves
     controller._refresh()
     kept = core.kept
-    read = _fair_share_input(core, kept, kept.delta(core.pool_tree, core.input_resources.take_changed()), 1.0)
+    read = _fair_share_input(core, kept, kept.delta(core.pool_tree, core.input_resources.changed()[0]), 1.0)
     written = read.written
     assert written is not None and sorted(element.id for element in written) == ["x", "y"]
     assert read.rows is not None

@@ -1,6 +1,6 @@
 """`SchedulerCore` builds the fair-share input from change notifications, not by polling every running operation:
-the strategy reports operations whose usage moves (``usage_watch``), controllers those whose pending work moves
-(`pooltree.strategy.watch`), and only those (plus controllers that cannot notify) are read again.
+the strategy writes operations whose usage moves into its change log, controllers those whose pending work moves
+(`pooltree.strategy.watch`, `pooltree.strategy.change_log`), and only those (plus controllers that cannot notify) are read again.
 
 Seeded runs move usage (heartbeats start and finish allocations, nodes report memory above the reserve), change pending work behind the strategy's back,
 detach and re-attach controllers, and let operations come and go; after every update the input the core built
@@ -20,7 +20,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.controllers.operations import Job, MapController, TaskSpec, VanillaController
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import MEMORY, vector
-from pooltree.strategy import input_resources as input_module
+from pooltree.strategy import scheduler as scheduler_module
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import FinishedAllocation, NodeHeartbeat
 from pooltree.tree import PoolTree, build_fair_share_input
@@ -152,13 +152,17 @@ def test_input_from_notifications_equals_a_full_poll():
 
 
 def test_a_missed_usage_notification_shows():
+    class _Deaf(set):
+        def add(self, element: Any) -> None:
+            pass
+
     def deaf(core: SchedulerCore) -> None:
-        core.strategy.usage_watch = set()  # usage moves are reported where the core does not look
+        core.strategy.state.changes.usage = _Deaf()  # usage moves (and registrations) are not written
 
     assert any(_run(seed, deaf) for seed in range(10))
 
 
 def test_a_missed_pending_notification_shows(monkeypatch):
     # controllers claim to notify but never do (and are not polled either)
-    monkeypatch.setattr(input_module, "watch_pending", lambda controller, into, key: True)
+    monkeypatch.setattr(scheduler_module, "watch_pending", lambda controller, into, key: True)
     assert any(_run(seed) for seed in range(10))

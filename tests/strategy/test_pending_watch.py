@@ -21,6 +21,7 @@ from pooltree.strategy import (
     StrategyConfig,
     TreeScheduler,
 )
+from pooltree.strategy.change_log import PENDING
 from pooltree.strategy.watch import unwatch_pending, watch_pending
 from tests.sim.test_publish_changes import (
     _OPS,
@@ -58,14 +59,16 @@ def test_scheduler_watches_registered_operations_and_polls_the_others():
     watched = VanillaController("x", [TaskSpec("main", 2, JOB)])
     scheduler.register_operation("x", watched)
     scheduler.register_operation("y", _Controller("y", 1))
-    assert watched.pending_watchers == [(scheduler.state.pending_moved, "x")]
-    assert scheduler.state.pending_polled == {"y"}
+    changes = scheduler.state.changes
+    assert watched.pending_watchers == [(changes.pending, "x")]
+    assert changes.polled == {"y"}
+    changes.skip(PENDING)
     watched._refresh()
-    assert scheduler.state.pending_moved == {"x"}
+    assert changes.read(PENDING)[0] == {"x", "y"}  # notified, and polled
     scheduler.unregister_operation("x")
     scheduler.unregister_operation("y")
-    assert watched.pending_watchers == [] and scheduler.state.pending_moved == set()
-    assert scheduler.state.pending_polled == set()
+    assert watched.pending_watchers == [] and changes.read(PENDING)[0] == set()
+    assert changes.polled == set()
 
 
 def _run(seed: int, factory: Any, steps: int = 30) -> list[int]:
