@@ -6,7 +6,10 @@ Writers add an operation's id to one of the two sets of the current generation:
 - ``usage``: its usage, preemptible lists, satisfaction or activity moved, or it was registered or unregistered
   (`StrategyState.account`, `BestLeaf.refresh_leaf`, `TreeScheduler`);
 - ``pending``: its controller's pending work moved (the controllers add it themselves: the set is their watcher,
-  `pooltree.strategy.watch`), or the core gave it another controller.
+  `pooltree.strategy.watch`), or the core gave it another controller;
+- ``lists``: a configuration of its preemptible lists left them unsettled (the last rebalance moved allocations:
+  the next publish configures them again), written by `ChangedPublisher.configure_lists`, which the live service
+  runs in parts between heartbeats, and by a new publish step for the operations unsettled when it starts.
 
 ``polled`` holds the operations whose controllers cannot tell (no ``pending_watchers``): every reader of pending
 work reads them as changed.
@@ -21,8 +24,11 @@ and kind.
 
 The readers: `FAIR_SHARE_INPUT` (`SchedulerCore`, both kinds: the period delta's ``resources``, which the input
 re-reads), `DEFAULT_SEGMENT` (`SchedulerCore`, pending work: what a default-segment node can start, for heartbeat
-skipping), `PUBLISH` (usage: the operations the incremental publish re-keys, `changes.py`) and `PENDING` (pending
-work: the incremental publish's activity and starvation checks, `heap_changes.py`, `starvation_changes.py`). The
+skipping), `PUBLISH` (usage: the operations the incremental publish re-keys, `changes.py`), `PENDING` (pending
+work: the incremental publish's activity and starvation checks, `heap_changes.py`, `starvation_changes.py`) and
+`UNSETTLED` (lists: the operations the incremental publish configures again). So what heartbeat-time code changes
+for the next publish goes through the log, and the publish's own state between publishes
+(`publish_step.PublishStep`) is changed by publishes alone. The
 live service reads the input under its lock, computes without it and publishes under it again: heartbeats in
 between write into the current generation, which the publish reads, and the next input too.
 """
@@ -35,6 +41,8 @@ USAGE = 0
 """The kind of ``ChangeLog.usage``."""
 PENDING_WORK = 1
 """The kind of ``ChangeLog.pending``."""
+LISTS = 2
+"""The kind of ``ChangeLog.lists``."""
 
 FAIR_SHARE_INPUT = "fair_share_input"
 """The fair-share input's reader (both kinds), `SchedulerCore`'s."""
@@ -45,14 +53,16 @@ PENDING = "pending"
 DEFAULT_SEGMENT = "default_segment"
 """The default segment's pending view's reader of pending work (`segment_inputs.DefaultSegmentPending`,
 `SchedulerCore`'s)."""
-STRATEGY_READERS = (PUBLISH, PENDING)
+UNSETTLED = "unsettled"
+"""The incremental publish's reader of unsettled lists."""
+STRATEGY_READERS = (PUBLISH, PENDING, UNSETTLED)
 """The readers of the strategy itself (a copy of the strategy without its core keeps only these)."""
 
 
 class ChangeLog:
     """The operations changed, by generation, and each reader's mark (see the module docstring)."""
 
-    __slots__ = ("_kinds", "_marks", "_sealed", "generation", "pending", "polled", "usage")
+    __slots__ = ("_kinds", "_marks", "_sealed", "generation", "lists", "pending", "polled", "usage")
 
     def __init__(self) -> None:
         self.usage: set[str] = set()
@@ -60,11 +70,13 @@ class ChangeLog:
         self.pending: set[str] = set()
         """Operations whose pending work moved in the current generation (the controllers' watcher: written in
         place, never replaced)."""
+        self.lists: set[str] = set()
+        """Operations whose preemptible lists a configuration left unsettled in the current generation."""
         self.polled: set[str] = set()
         """Operations whose controllers cannot tell when their pending work moves: changed for every read."""
         self.generation = 0
         """The current generation's number (sealed by the next read)."""
-        self._sealed: tuple[list[tuple[int, set[str]]], list[tuple[int, set[str]]]] = ([], [])
+        self._sealed: tuple[list[tuple[int, set[str]]], ...] = ([], [], [])
         """Per kind, (generation, operations) of the sealed generations some reader has not read, oldest first."""
         self._marks: dict[str, int] = {}
         """Reader → the first generation it has not read."""
@@ -72,6 +84,7 @@ class ChangeLog:
         """Reader → the kinds it reads."""
         self.follow(PUBLISH, (USAGE,))
         self.follow(PENDING, (PENDING_WORK,))
+        self.follow(UNSETTLED, (LISTS,))
 
     def follow(self, reader: str, kinds: tuple[int, ...]) -> None:
         """``reader`` reads ``kinds`` from now on (what was written before is not its)."""
@@ -137,11 +150,11 @@ class ChangeLog:
 
     def _seal(self) -> None:
         """Close the current generation (when anything was written in it)."""
-        usage, pending = self.usage, self.pending
-        if not usage and not pending:
+        currents = (self.usage, self.pending, self.lists)
+        if not any(currents):
             return
         generation = self.generation
-        for kind, current in ((USAGE, usage), (PENDING_WORK, pending)):
+        for kind, current in enumerate(currents):
             if current:
                 self._sealed[kind].append((generation, set(current)))
                 current.clear()  # the writers hold these very sets

@@ -33,7 +33,8 @@ is unique. A heap holding more than twice as many entries as children (plus 8) i
 for bit the per-element floats). Deactivation counts (one per publish per operation
 inactive for `FAIR_SHARE_EXCEEDED` or `NO_AVAILABLE_DEMAND`) are kept lazily: the step remembers from which
 publish an idle operation counts and adds the sum when its reason changes, when the step ends and before an
-element view reads the counter (`ChangedPublisher.flush_counts`).
+element view reads the counter, which adds what the step holds without changing it
+(`ChangedPublisher.deactivation_reasons`).
 
 A period in which operations arrived or left (`SnapshotPublisher._apply_operation_changes` brought the elements to
 the new tree first) runs the same way with the added operations as touched ones with a new spec and the removed
@@ -55,7 +56,7 @@ from typing import Any
 
 from pooltree.resources import RESOURCE_COUNT
 from pooltree.strategy.best_leaf import BestLeaf
-from pooltree.strategy.change_log import PUBLISH
+from pooltree.strategy.change_log import PUBLISH, UNSETTLED
 from pooltree.strategy.elements import StarvationState, _Element, _floats
 from pooltree.strategy.heap_changes import requeue
 from pooltree.strategy.priorities import configure_lists, update_priorities
@@ -79,8 +80,6 @@ class ChangedPublisher:
         status normal, so an incremental step may not start from it)."""
         self.unconfigured: list[_Element] = []
         """Operations whose preemptible lists the last publish left to configure (`configure_lists`)."""
-        self.unconfigured_step: PublishStep | None = None
-        """The step whose ``unsettled`` set their configuration fills."""
 
     def forget_changes(self) -> None:
         """A publish that recomputes every element: what was touched before it is accounted for."""
@@ -88,14 +87,23 @@ class ChangedPublisher:
         self._drop_step()
 
     def _drop_step(self) -> None:
+        """End the step: its lazy counts added; the lists it would have configured again are configured by the
+        publish that ends it (every operation's)."""
+        self.state.changes.skip(UNSETTLED)
         if self.step is not None:
             self.step.flush()
             self.step = None
 
-    def flush_counts(self) -> None:
-        """Bring every ``deactivation_reasons`` up to date (before reading one)."""
-        if self.step is not None:
-            self.step.flush()
+    def deactivation_reasons(self, element: _Element) -> dict[str, int]:
+        """The deactivation counts of ``element``'s operation, with what the step holds lazily (the step and the
+        operation's counter left as they are)."""
+        runtime = element.op
+        assert runtime is not None
+        counts = dict(runtime.deactivation_reasons)
+        lazy = None if self.step is None else self.step.lazy_count(element)
+        if lazy is not None:
+            counts[lazy[0]] = counts.get(lazy[0], 0) + lazy[1]
+        return counts
 
     def publish_changes(
         self,
@@ -146,7 +154,7 @@ class ChangedPublisher:
             touched.update(changed[0])
             removed_parents = changed[1]
         changed_ops, rerun = self._take_touched(touched, fresh, removed_parents, changed is None)
-        self._configure_changed(step, changed_ops)
+        self._configure_changed(changed_ops)
         if changed is not None:
             rerun.extend(added)
         moved = update_starvation_of(self.state, step, fresh, rerun, now)
@@ -190,6 +198,11 @@ class ChangedPublisher:
                 return None
             ordered = [elements[element_id] for element_id in tree.order]
             step = PublishStep(tree.skeleton, ordered)
+            self.state.changes.lists.update(  # the new step's first publish configures them again
+                element.id
+                for element in ordered
+                if element.is_op and element.op is not None and not element.op.lists_settled
+            )
             if changed is not None:  # the lists still hold the elements the operation changes removed
                 update_priorities(self.state)
             step.priorities = {
@@ -326,15 +339,19 @@ class ChangedPublisher:
             ops = sorted({*ops, *extra}, key=element_index)
         return ops, runtime_changed
 
-    def _configure_changed(self, step: PublishStep, changed_ops: list[_Element]) -> None:
+    def _configure_changed(self, changed_ops: list[_Element]) -> None:
         """Name the operations whose preemptible lists this publish must configure (the changed ones and those the
         last publish left unsettled); `configure_lists` configures them. Nothing else a publish computes reads
         the lists, so configuring them after the rest of the publish leaves the same state."""
+        elements = self.state.elements
+        unsettled = {
+            element
+            for operation_id in self.state.changes.take(UNSETTLED)
+            if (element := elements.get(operation_id)) is not None and element.is_op
+        }
         # in tree order, not the set's (identity-hashed elements: their order would follow memory addresses), so
         # that configuring in parts (`configure_lists` with a limit) takes the same operations first in every process
-        self.unconfigured.extend(sorted(step.unsettled.union(changed_ops), key=element_index, reverse=True))
-        self.unconfigured_step = step
-        step.unsettled = set()
+        self.unconfigured.extend(sorted(unsettled.union(changed_ops), key=element_index, reverse=True))
 
     def configure_lists(self, limit: int | None = None) -> bool:
         """Configure the preemptible lists the last publish named (`_configure_changed`), at most ``limit``
@@ -343,18 +360,15 @@ class ChangedPublisher:
         live service does it in short holds of its lock (`server/live/updates.py`), as YTsaurus updates each
         operation's preemptible allocation list while node shards go on scheduling."""
         pending = self.unconfigured
-        step = self.unconfigured_step
+        unsettled = self.state.changes.lists  # the next publish configures these again
         count = len(pending) if limit is None else min(limit, len(pending))
         for _ in range(count):
             element = pending.pop()
             if element.op is not None:
                 configure_lists(self.state, element)
                 if not element.op.lists_settled:
-                    step.unsettled.add(element)  # type: ignore[union-attr]
-        if pending:
-            return False
-        self.unconfigured_step = None
-        return True
+                    unsettled.add(element.id)
+        return not pending
 
     # ------------------------------------------------------------------ pass 2: statuses and starvation
 

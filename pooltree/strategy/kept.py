@@ -5,8 +5,9 @@ update and builds the strategy's tree. What each of these keeps for the next per
 `SchedulerCore` and `pooltree fair-share`'s step each hold the `KeptState` the previous period returned, hand it to
 the period, and hold the one the period returns (`updated`; `failed` when the period stopped half-way). Nothing is
 kept in module globals, and no step of the computation keeps state of its own between periods. The publish's own
-state (`pooltree.strategy.publish_step.PublishStep`) is the strategy's: it indexes the published elements, which
-heartbeats change between periods, and heartbeat-time readers change it too (`pooltree/tree/ARCHITECTURE.md`).
+state (`pooltree.strategy.publish_step.PublishStep`) is the strategy's: it indexes the published elements, which are
+the strategy's, and only publishes change it (what heartbeats change for the next publish goes through the strategy's
+change log, `pooltree.strategy.change_log`; `pooltree/tree/ARCHITECTURE.md`).
 
 The projection is an object that brings itself up to date with the period's delta; the input's and the strategy's
 previous builds are values (`InputRows`, `BuildRows`) the period's read and build take and return (`read`, `built`);

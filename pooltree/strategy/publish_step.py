@@ -1,5 +1,13 @@
 """`PublishStep`: what the incremental same-structure publish (`changes.py`) keeps about one structure between publishes
-(starvation deadlines, pending counts read, unsettled lists, preemption priorities, lazy deactivation counts)."""
+(starvation deadlines, pending counts read, preemption priorities, lazy deactivation counts).
+
+How it flows: `ChangedPublisher.step` is its one holder, and only a publish changes it: the incremental publish
+continues it (`ChangedPublisher.publish_changes`, `follow` for operation changes) or starts a new one, a publish
+that recomputes every element ends it (adding its lazy counts, `flush`). What heartbeats and commands change
+between publishes reaches the next publish through the strategy's change log instead (`change_log.py`: the
+operations touched, whose pending work moved, whose lists a configuration in parts left unsettled), and an element
+view reads the lazy counts without adding them (`ChangedPublisher.deactivation_reasons`). It is not a part of the
+period's `KeptState`: it indexes the published elements, which are the strategy's."""
 
 from __future__ import annotations
 
@@ -29,7 +37,6 @@ class PublishStep:
         "priorities",
         "serial",
         "skeleton",
-        "unsettled",
     )
 
     def __init__(self, skeleton: object, ordered: list[_Element]):
@@ -54,10 +61,6 @@ class PublishStep:
         self.pending: dict[_Element, int] = {}
         """Operation below its fair share → the pending allocation count its last evaluation read (its timeouts
         shrink with it): a different count re-evaluates it."""
-        self.unsettled = {
-            element for element in ops if element.op is not None and not element.op.lists_settled
-        }
-        """Operations whose last rebalance moved allocations: the next publish rebalances them again."""
         self.priorities: dict[_Element, PreemptionPriority] = {}
         """Operation → its preemption priority where that is not ``NONE`` (``StrategyState.ops_by_priority`` in a dict)."""
         self.serial = 0
@@ -83,7 +86,6 @@ class PublishStep:
             if elements.get(element.id) is element:  # a changed operation: its element renewed, still there
                 continue
             self.below.discard(element)
-            self.unsettled.discard(element)
             self.deadlines.pop(element, None)  # its entries in ``due`` are skipped when popped
             self.pending.pop(element, None)
             if self.priorities.pop(element, None) is not None:
@@ -92,6 +94,14 @@ class PublishStep:
             if entry is not None and entry[2] <= serial:
                 entry[0].deactivation_reasons[entry[1]] += serial - entry[2] + 1
         return listed
+
+    def lazy_count(self, element: _Element) -> tuple[str, int] | None:
+        """The deactivation count of ``element``'s operation this step holds and has not added yet: (reason, count),
+        or None."""
+        entry = self.counted.get(element)
+        if entry is None or entry[0] is not element.op or entry[2] > self.serial:
+            return None
+        return entry[1], self.serial - entry[2] + 1
 
     def flush(self) -> None:
         """Add the counts of the publishes so far to the operations' ``deactivation_reasons``."""

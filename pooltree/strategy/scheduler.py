@@ -478,7 +478,6 @@ class TreeScheduler:
         }
         runtime = element.op
         if element.is_op and runtime is not None:
-            self.publisher.changes.flush_counts()
             counts = runtime.lists.counts()
             view.update(
                 {
@@ -487,7 +486,7 @@ class TreeScheduler:
                     "non_preemptible_allocation_count": counts["non_preemptible"],
                     "running_allocation_count": len(runtime.lists),
                     "preempted_allocation_count": runtime.preempted_allocation_count,
-                    "deactivation_reasons": dict(runtime.deactivation_reasons),
+                    "deactivation_reasons": self.publisher.changes.deactivation_reasons(element),
                     "preemption_priority": runtime.preemption_priority.name.lower(),
                     "preemption_mode": element.spec.preemption_mode,
                     "allocation_preemption_timeout": self.config.allocation_preemption_timeout,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import random
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,6 @@ GiB = 1024.0**3
 
 
 def _state(scheduler: Any) -> tuple[Any, ...]:
-    scheduler.publisher.changes.flush_counts()
     rows: list[Any] = []
     position = positions(scheduler)  # order keys are not positions (`pooltree/strategy/order.py`)
     for element_id in scheduler.tree.order:
@@ -69,7 +69,7 @@ def _state(scheduler: Any) -> tuple[Any, ...]:
         if element.is_op and runtime is not None:
             row += (
                 runtime.preemption_priority,
-                sorted(runtime.deactivation_reasons.items()),
+                sorted(scheduler.publisher.changes.deactivation_reasons(element).items()),
                 runtime.lists_key,
                 runtime.lists_settled,
                 [(allocation.id, allocation.preemption_status) for allocation in runtime.lists],
@@ -445,3 +445,32 @@ def test_starvation_deadlines_fall_due_without_other_changes(seed, pool_starvati
         seen.update(schedulers[0].state.elements[name].starvation for name in names)
     # the deadlines were reached (not a test of statuses that never move)
     assert len(seen) >= 2
+
+
+def test_element_views_leave_the_publish_step(monkeypatch):
+    """An element view reads the lazy deactivation counts without adding them (`ChangedPublisher.deactivation_reasons`):
+    after every publish of a busy simulation, viewing every operation leaves the publish's step as it was, and
+    the counts viewed are those adding them would give."""
+    publish = TreeScheduler.publish
+    checked = [0]
+
+    def viewed(self: Any, tree: Any, now: Any) -> None:
+        publish(self, tree, now)
+        step = self.publisher.changes.step
+        if step is None:
+            return
+        before = (dict(step.counted), step.serial)
+        ops = [e for e in self.state.elements.values() if e.is_op and e.op is not None]
+        views = {element.id: self.element_view(element.id)["deactivation_reasons"] for element in ops}
+        assert (dict(step.counted), step.serial) == before
+        added = {element.op.id: Counter(element.op.deactivation_reasons) for element in ops}
+        for element, (runtime, reason, start) in step.counted.items():
+            if start <= step.serial and runtime.id in added and element.op is runtime:
+                added[runtime.id][reason] += step.serial - start + 1
+        assert views == {key: dict(counts) for key, counts in added.items()}
+        checked[0] += len(ops)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TreeScheduler, "publish", viewed)
+        Simulation(parse_scenario(mixed_document(until="10m"), source="test")).run()
+    assert checked[0] > 0
