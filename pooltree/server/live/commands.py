@@ -1,8 +1,11 @@
 """Operation commands: start (checked, admitted, committed, attached), finish, suspend, resume, parameters.
 
 A part of ``LiveScheduler`` (``scheduler.py``, ``scheduler.commands``) that works on the scheduler's state under its
-lock. Every command commits its new record to the store first (``persistence.py``) and changes the runtime only
-after the commit succeeded; a failed commit raises and leaves memory as it was.
+lock. Every command but the start commits its new record to the store first (``persistence.py``) and changes the
+runtime only after the commit succeeded; a failed commit raises and leaves memory as it was. A start admits the
+operation in memory and queues its record for the group commit (``commit.py``), which stores it after the lock is
+released: the start is acknowledged only once it is stored, and a job of it can only be queued after it, so none is
+stored (or told to its node) before it; a failed write undoes the start.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pooltree.config import OperationSpec
+from pooltree.controllers.operations import TaskSpec
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.node.job import ABORT_BY_SCHEDULER, yt_error
 from pooltree.server.live.model import (
@@ -49,6 +53,14 @@ def parse_start(operation_type: str, spec: Any) -> OperationSpec:
     return OperationSpec.parse(dict(spec), "spec")
 
 
+def enter_state(op: LiveOperation, state: str, now: float) -> None:
+    """``op`` moves to ``state`` in memory (its event; its finish time when final); the caller stores it."""
+    op.state = state
+    op.events.append({"state": state, "time": now})
+    if state in ("completed", "failed", "aborted"):
+        op.finish_time = now
+
+
 def refuse_finished(op: LiveOperation) -> None:
     """A command that changes an operation is refused once it has finished (naming its final state)."""
     if op.is_final:
@@ -65,16 +77,15 @@ class OperationCommands:
         self.scheduler = scheduler
 
     def set_state(self, op: LiveOperation, state: str, now: float) -> None:
-        scheduler = self.scheduler
         if op.state == state:
             return
-        op.state = state
-        op.events.append({"state": state, "time": now})
-        if state in ("completed", "failed", "aborted"):
-            op.finish_time = now
-        scheduler.persistence.save_operation(op)
-        for listener in scheduler.listeners:
-            listener(op.id, state)
+        enter_state(op, state, now)
+        self.scheduler.persistence.save_operation(op)
+        self.tell_listeners(op)
+
+    def tell_listeners(self, op: LiveOperation) -> None:
+        for listener in self.scheduler.listeners:
+            listener(op.id, op.state)
 
     def sync_state(self, op: LiveOperation, now: float) -> None:
         scheduler = self.scheduler
@@ -114,7 +125,8 @@ class OperationCommands:
         operation_id: str | None = None,
         mutation_id: str | None = None,
     ) -> LiveOperation:
-        """Validate the spec, admit the operation in its trees, commit it to the store, attach its controller.
+        """Validate the spec, admit the operation in its trees and attach its controller (lock held), then wait,
+        without the lock, until the group commit has stored it.
 
         A failed commit rolls the runtime back (nothing of the operation is left to run later) and raises.
         ``mutation_id`` is saved with the operation in one commit, answered ``{"operation_id": ...}`` on a retry.
@@ -124,69 +136,20 @@ class OperationCommands:
         operation_id = operation_id or new_guid()
         tasks = build_tasks(operation_id, model)
         with scheduler.config_lock, scheduler.lock:
-            controller = live_controller(operation_id, model, tasks)
-            # spec schedule_in_single_tree: one of its trees is chosen now, the others are erased
-            in_trees, erased = restrict_to_single_tree(
-                scheduler.registry,
-                scheduler.cores,
-                operation_id,
-                model,
-                user=user,
-                operation_type=operation_type,
-                new_demand=controller.needed_resources,
-            )
-            # spec tentative_pool_trees: more trees the operation runs in on trial (live/tentative.py)
-            tentative = (
-                scheduler.tentative.trees_for_start(spec, operation_type)
-                if asks_for_tentative_trees(spec)
-                else []
-            )
-            in_trees = with_tentative_trees(
-                in_trees, in_trees.pool_trees_or(scheduler.registry.default_tree), tentative
-            )
-            registered = scheduler.registry.register_operation(
-                operation_id, in_trees, user=user, operation_type=operation_type, now=now
-            )
-            op = LiveOperation(
-                operation_id,
-                user,
-                operation_type,
-                dict(spec),
-                model,
-                controller,
-                start_time=now,
-                events=[{"state": "starting", "time": now}],
-                trees=list(registered.trees),
-            )
-            self.attach(op)
-            scheduler.operations[operation_id] = op
-            op.runtime_parameters = {
-                "scheduling_options_per_pool_tree": _runtime_parameters(scheduler.registry, op.id, op.trees)
-            }
-            if erased:
-                op.runtime_parameters["erased_trees"] = erased
-            scheduler.tentative.attach(op, [t for t in tentative if t in op.trees])
-            op.pools = {
-                name: opts["pool"]
-                for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
-            }
-            # validated and admitted; now committed (with the mutation id, in the same transaction), and rolled
-            # back from the runtime if the commit fails: a refused start leaves nothing that could run later
-            scheduler.persistence.start_mutation = (
-                Mutation(mutation_id, {"operation_id": operation_id}, now) if mutation_id else None
-            )
+            op = self.admit(operation_type, spec, user, model, operation_id, tasks, now)
+            # validated and admitted, in its state after admission (pending or running): its record (with the
+            # mutation id, in the same transaction) is queued for the group commit and stored after the lock is
+            # released, before the start is acknowledged; a job of it is queued after it, so never stored first
+            registered = scheduler.registry.operations[operation_id]
+            op.suspended = registered.suspended
+            enter_state(op, registered.state.value, now)
+            mutation = Mutation(mutation_id, {"operation_id": operation_id}, now) if mutation_id else None
             try:
-                saved = op.revision
-                self.sync_state(
-                    op, now
-                )  # saves the operation in its state after admission (pending or running)
-                if op.revision == saved:
-                    scheduler.persistence.save_operation(op)
+                ticket = scheduler.persistence.queue_start(op, mutation)
             except BaseException:
                 self.roll_back_start(op, now)
                 raise
-            finally:
-                scheduler.persistence.start_mutation = None
+            self.tell_listeners(op)
             # No fair-share update per start (its cost grows with the operations in the tree): an operation that
             # can run now is published before the next heartbeat schedules and by the service loop at once (or,
             # when the tree's periodic update is computing outside the lock then, by that update: a heartbeat in
@@ -197,13 +160,89 @@ class OperationCommands:
                 scheduler.updates.stale_trees.update(op.trees)
             for name in op.trees:
                 scheduler.views.forget(name)  # placements and pool counters changed; rebuilt when read
-            return op
+        try:
+            scheduler.commits.wait(ticket)
+        except BaseException:
+            # a refused start leaves nothing that could run later
+            with scheduler.config_lock, scheduler.lock:
+                if scheduler.operations.get(op.id) is op:
+                    self.roll_back_start(op, now)
+                scheduler.counts.forget(op.id, None)
+            raise
+        return op
+
+    def admit(
+        self,
+        operation_type: str,
+        spec: Any,
+        user: str,
+        model: OperationSpec,
+        operation_id: str,
+        tasks: list[TaskSpec],
+        now: float,
+    ) -> LiveOperation:
+        """A checked start's operation registered in its trees, attached to their cores and to the scheduler, not
+        stored yet (lock held)."""
+        scheduler = self.scheduler
+        controller = live_controller(operation_id, model, tasks)
+        # spec schedule_in_single_tree: one of its trees is chosen now, the others are erased
+        in_trees, erased = restrict_to_single_tree(
+            scheduler.registry,
+            scheduler.cores,
+            operation_id,
+            model,
+            user=user,
+            operation_type=operation_type,
+            new_demand=controller.needed_resources,
+        )
+        # spec tentative_pool_trees: more trees the operation runs in on trial (live/tentative.py)
+        tentative = (
+            scheduler.tentative.trees_for_start(spec, operation_type)
+            if asks_for_tentative_trees(spec)
+            else []
+        )
+        in_trees = with_tentative_trees(
+            in_trees, in_trees.pool_trees_or(scheduler.registry.default_tree), tentative
+        )
+        registered = scheduler.registry.register_operation(
+            operation_id, in_trees, user=user, operation_type=operation_type, now=now
+        )
+        op = LiveOperation(
+            operation_id,
+            user,
+            operation_type,
+            dict(spec),
+            model,
+            controller,
+            start_time=now,
+            events=[{"state": "starting", "time": now}],
+            trees=list(registered.trees),
+        )
+        self.attach(op)
+        scheduler.operations[operation_id] = op
+        op.runtime_parameters = {
+            "scheduling_options_per_pool_tree": _runtime_parameters(scheduler.registry, op.id, op.trees)
+        }
+        if erased:
+            op.runtime_parameters["erased_trees"] = erased
+        scheduler.tentative.attach(op, [t for t in tentative if t in op.trees])
+        op.pools = {
+            name: opts["pool"]
+            for name, opts in op.runtime_parameters["scheduling_options_per_pool_tree"].items()
+        }
+        return op
 
     def roll_back_start(self, op: LiveOperation, now: float) -> None:
-        """Undo a start whose commit failed: the operation leaves the cores, the trees and the scheduler."""
+        """Undo a start whose commit failed: the operation leaves the cores, the trees and the scheduler. A job
+        of it started meanwhile (only when a later batch was stored: a store that failed and came back) is
+        aborted on its node."""
         scheduler = self.scheduler
-        self.detach(op)
+        for allocation in self.detach(op):
+            self.abort_on_node(allocation, "operation_aborted", now)
         scheduler.operations.pop(op.id, None)
+        scheduler.updates.dirty.update(op.trees)
+        for name in op.trees:
+            scheduler.views.forget(name)
         if op.id in scheduler.registry.operations:
             activated = scheduler.registry.unregister_operation(op.id, now)
             # if the store fails again the leader steps down and revives from the store

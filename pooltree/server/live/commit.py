@@ -9,6 +9,10 @@ to start a job only after the job's record is stored, and finished jobs are ackn
 before, but the store's sync no longer holds the lock every other heartbeat and command waits on, and under load
 one sync serves many heartbeats.
 
+An operation's first record (a start: ``submit(..., operations=[(record, mutation)])``) goes through the same queue,
+so the start commits outside the lock too: it is written in its batch's one transaction with the batch's job records
+(``write_operations``), and any job record of the operation is queued after it, so it is never stored before it.
+
 Ordering with the scheduler's other writes: a write that must not overtake queued job records (an operation's
 record, a job written outside a heartbeat) calls ``flush()`` first, under the scheduler lock, which commits the
 queue itself if no committer is running. Records of one job in one batch collapse to the last one queued.
@@ -28,18 +32,29 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 from pooltree.server.live.lock import resolve_all
-from pooltree.server.store import JobRecord
+from pooltree.server.store import JobRecord, Mutation, OperationRecord
 
 FAILURES_KEPT = 64
+
+OperationWrite = tuple[OperationRecord, Mutation | None]
+"""An operation's record and the mutation saved in its commit (a start's)."""
 
 
 class GroupCommit:
     """Batches ``JobRecord`` writes of concurrent callers into single ``write(records)`` calls."""
 
-    def __init__(self, write: Callable[[Sequence[JobRecord]], None]) -> None:
+    def __init__(
+        self,
+        write: Callable[[Sequence[JobRecord]], None],
+        write_operations: Callable[[Sequence[OperationWrite], Sequence[JobRecord]], None] | None = None,
+    ) -> None:
         self._write = write
+        self._write_operations = write_operations
+        """Writes a batch holding operation records (theirs and the job records in one transaction)."""
         self._condition = threading.Condition()
         self._queue: dict[tuple[str, str], JobRecord] = {}
+        self._operations: list[OperationWrite] = []
+        """Operation records queued (``submit``'s ``operations``), in the order submitted."""
         self._submitted = 0
         """Tickets handed out so far (a ticket is the count at its submit)."""
         self._durable = 0
@@ -57,10 +72,14 @@ class GroupCommit:
         """Submissions (heartbeats with records) those transactions stored: per batch, how much a sync served."""
         self.records = 0
 
-    def submit(self, records: Iterable[JobRecord]) -> int:
-        """Queue ``records``; returns the ticket to ``wait`` for (0 when there was nothing to write)."""
+    def submit(self, records: Iterable[JobRecord], operations: Sequence[OperationWrite] = ()) -> int:
+        """Queue ``records`` (and ``operations``: needs ``write_operations``); returns the ticket to ``wait`` for
+        (0 when there was nothing to write)."""
+        if operations and self._write_operations is None:
+            raise ValueError("this group commit writes no operation records")
         with self._condition:
-            added = False
+            added = bool(operations)
+            self._operations.extend(operations)
             for record in records:
                 self._queue[(record.operation_id, record.id)] = record
                 added = True
@@ -80,9 +99,7 @@ class GroupCommit:
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
                     return
-                batch, last, first = list(self._queue.values()), self._submitted, self._durable + 1
-                self._queue = {}
-                self._committing = True
+                batch, last, first = self._take()
             self._commit(batch, first, last)
 
     async def wait_async(self, ticket: int) -> None:
@@ -101,9 +118,7 @@ class GroupCommit:
                     self._async_waiters.append((loop, ended))  # type: ignore[arg-type]
                 else:
                     ended = None
-                    batch, last, first = list(self._queue.values()), self._submitted, self._durable + 1
-                    self._queue = {}
-                    self._committing = True
+                    batch, last, first = self._take()
             if ended is not None:
                 await ended
                 continue
@@ -113,6 +128,13 @@ class GroupCommit:
                 self._commit(batch, first, last)
                 continue
             await asyncio.shield(pending)
+
+    def _take(self) -> tuple[_Batch, int, int]:
+        """Everything queued as the next batch (the condition held): (the batch, its last ticket, its first)."""
+        batch = _Batch(list(self._queue.values()), self._operations)
+        self._queue, self._operations = {}, []
+        self._committing = True
+        return batch, self._submitted, self._durable + 1
 
     def _writer(self) -> Executor:
         with self._condition:
@@ -133,10 +155,14 @@ class GroupCommit:
             ticket = self._submitted
         self.wait(ticket)
 
-    def _commit(self, batch: list[JobRecord], first: int, last: int) -> None:
+    def _commit(self, batch: _Batch, first: int, last: int) -> None:
         error: BaseException | None = None
         try:
-            self._write(batch)
+            if batch.operations:
+                assert self._write_operations is not None
+                self._write_operations(batch.operations, batch.jobs)
+            else:
+                self._write(batch.jobs)
         except BaseException as exc:  # every waiter of the batch gets it
             error = exc
         with self._condition:
@@ -144,7 +170,7 @@ class GroupCommit:
             self._durable = last
             self.batches += 1
             self.tickets += last - first + 1
-            self.records += len(batch)
+            self.records += len(batch.jobs)
             if error is not None:
                 self._failures.append((first, last, error))
                 del self._failures[:-FAILURES_KEPT]
@@ -163,3 +189,13 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
+
+
+class _Batch:
+    """One transaction's worth of the queue: job records (one per job) and operation records (in order)."""
+
+    __slots__ = ("jobs", "operations")
+
+    def __init__(self, jobs: list[JobRecord], operations: list[OperationWrite]) -> None:
+        self.jobs = jobs
+        self.operations = operations

@@ -34,8 +34,6 @@ class LivePersistence:
         self.job_writes: dict[tuple[str, str], JobRecord] | None = None
         """Job records written during the heartbeat being processed (None outside one): stored by the heartbeat's
         group commit, or with an operation record committed meanwhile (``jobs.py`` sets and takes it)."""
-        self.start_mutation: Mutation | None = None
-        """The mutation id of the start being committed (saved with the operation's first record)."""
 
     def put_job(self, record: JobRecord) -> None:
         """Write a job through to the store; inside a heartbeat the writes are collected and go to the group
@@ -68,6 +66,32 @@ class LivePersistence:
         Commands that change an operation commit its new record first and change the runtime only after the
         commit succeeded; a failed commit raises and leaves memory as it was."""
         scheduler = self.scheduler
+        record = self.operation_record(op)
+        # job rows collected in this heartbeat go in the same commit: a completed operation never has a job that
+        # the store still calls running (a kill right after the operation's commit would leave it so forever);
+        # those other heartbeats queued for the group commit are stored first, so none lands after it
+        scheduler.commits.flush()
+        jobs = list(self.job_writes.values()) if self.job_writes else []
+        scheduler.store.put_operation(record, mutation=mutation, jobs=jobs)
+        if jobs and self.job_writes is not None:
+            self.job_writes.clear()
+        scheduler.counts.put(record, final=op.is_final)
+
+    def queue_start(self, op: LiveOperation, mutation: Mutation | None) -> int:
+        """Queue a started operation's first record (with the start's mutation) in the group commit (lock held);
+        the ticket the start waits for, without the lock, before it is acknowledged. Its job records can only
+        be queued after it, so none is stored before it (``commit.py``); a failed write is undone by the start
+        (``OperationCommands.roll_back_start``)."""
+        scheduler = self.scheduler
+        op.revision += 1
+        record = self.operation_record(op)
+        ticket = scheduler.commits.submit((), [(record, mutation)])
+        scheduler.counts.put(record, final=op.is_final)
+        return ticket
+
+    def operation_record(self, op: LiveOperation) -> OperationRecord:
+        """The store's record of ``op`` as it is now (a state change: every state view moves on)."""
+        scheduler = self.scheduler
         scheduler.generation.bump()
         document = {
             "state_events": op.events,
@@ -83,7 +107,7 @@ class LivePersistence:
             "alerts": self.stored_alerts(op),
         }
         pool = next(iter(op.pools.values()), None)
-        record = OperationRecord(
+        return OperationRecord(
             op.id,
             op.type,
             op.state,
@@ -95,15 +119,6 @@ class LivePersistence:
             runtime_parameters=op.runtime_parameters,
             document=document,
         )
-        # job rows collected in this heartbeat go in the same commit: a completed operation never has a job that
-        # the store still calls running (a kill right after the operation's commit would leave it so forever);
-        # those other heartbeats queued for the group commit are stored first, so none lands after it
-        scheduler.commits.flush()
-        jobs = list(self.job_writes.values()) if self.job_writes else []
-        scheduler.store.put_operation(record, mutation=mutation or self.start_mutation, jobs=jobs)
-        if jobs and self.job_writes is not None:
-            self.job_writes.clear()
-        scheduler.counts.put(record, final=op.is_final)
 
     def stored_alerts(self, op: LiveOperation) -> dict[str, Any]:
         """The alerts saved with ``op``; a finishing one (committed before it leaves the trees) keeps only those

@@ -95,8 +95,9 @@ class LiveScheduler:
         """The operations holding revived jobs per node."""
         self.heartbeat_throttle = HeartbeatThrottle(throttle_settings)
         """Heartbeats in flight; throttles them past YTsaurus's concurrent heartbeat limits (``throttle.py``)."""
-        self.commits = GroupCommit(store.put_jobs)
-        """Job records of heartbeats, stored in batches outside the lock (``commit.py``)."""
+        self.commits = GroupCommit(store.put_jobs, store.put_operations)
+        """Job records of heartbeats and starts' operation records, stored in batches outside the lock
+        (``commit.py``)."""
         self.allocation_jobs: dict[str, str] = {}
         self.nodes: dict[str, NodeState] = {}
         self.expected_nodes: dict[str, float] = {}

@@ -304,6 +304,15 @@ class Store(ABC):
         """Insert or replace an operation; ``mutation`` (a start's id and answer) and ``jobs`` (job rows written
         with it: a finishing operation's last jobs) are saved in the same commit."""
 
+    def put_operations(
+        self, operations: Sequence[tuple[OperationRecord, Mutation | None]], jobs: Sequence[JobRecord] = ()
+    ) -> None:
+        """Several operations (each with its mutation) and ``jobs`` in one commit: the group commit's batch that
+        holds starts (``live/commit.py``). SQL stores write one transaction; this default, one commit each."""
+        last = len(operations) - 1
+        for index, (record, mutation) in enumerate(operations):
+            self.put_operation(record, mutation=mutation, jobs=jobs if index == last else ())
+
     @abstractmethod
     def get_operation(self, operation_id: str) -> OperationRecord | None: ...
 

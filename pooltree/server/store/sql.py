@@ -198,35 +198,45 @@ class SqlStore(Store):
     def put_operation(
         self, record: OperationRecord, *, mutation: Mutation | None = None, jobs: Sequence[JobRecord] = ()
     ) -> None:
+        self.put_operations([(record, mutation)], jobs)
+
+    def put_operations(
+        self, operations: Sequence[tuple[OperationRecord, Mutation | None]], jobs: Sequence[JobRecord] = ()
+    ) -> None:
         with self._lock, self._transaction() as cur:
-            if mutation is not None:
-                self._remember(cur, mutation)
+            for _, mutation in operations:
+                if mutation is not None:
+                    self._remember(cur, mutation)
             if jobs:
                 cur.executemany(self._q(self._PUT_JOB), [self._job_row(job) for job in jobs])
-            cur.execute(
-                self._q(
-                    "INSERT INTO operations (id, type, state, user_name, pool, start_time, finish_time, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET type = excluded.type,"
-                    " state = excluded.state, user_name = excluded.user_name, pool = excluded.pool,"
-                    " start_time = excluded.start_time, finish_time = excluded.finish_time, body = excluded.body"
+            for record, _ in operations:
+                self._put_operation_row(cur, record)
+
+    def _put_operation_row(self, cur: Any, record: OperationRecord) -> None:
+        cur.execute(
+            self._q(
+                "INSERT INTO operations (id, type, state, user_name, pool, start_time, finish_time, body)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET type = excluded.type,"
+                " state = excluded.state, user_name = excluded.user_name, pool = excluded.pool,"
+                " start_time = excluded.start_time, finish_time = excluded.finish_time, body = excluded.body"
+            ),
+            (
+                record.id,
+                record.type,
+                record.state,
+                record.user,
+                record.pool,
+                float(record.start_time),
+                None if record.finish_time is None else float(record.finish_time),
+                dump_json(
+                    {
+                        "spec": seal_secure_vault(record.spec, self.sealer),
+                        "runtime_parameters": record.runtime_parameters,
+                        "document": record.document,
+                    }
                 ),
-                (
-                    record.id,
-                    record.type,
-                    record.state,
-                    record.user,
-                    record.pool,
-                    float(record.start_time),
-                    None if record.finish_time is None else float(record.finish_time),
-                    dump_json(
-                        {
-                            "spec": seal_secure_vault(record.spec, self.sealer),
-                            "runtime_parameters": record.runtime_parameters,
-                            "document": record.document,
-                        }
-                    ),
-                ),
-            )
+            ),
+        )
 
     def get_operation(self, operation_id: str) -> OperationRecord | None:
         rows = self._rows(

@@ -1,0 +1,183 @@
+"""A start commits its operation outside the scheduling lock (#25): its record goes through the group commit after
+the lock is released, so a heartbeat is never held by a start's store sync; commit-before-act stays: the start
+returns only once the operation is stored, and a job of it is stored (and its node told) only with or after it.
+
+The stores are real (SQLite and PostgreSQL), instrumented in place: each operation write notes whether the
+scheduling lock was free at that moment (another thread could take it) and can be held at a gate.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from polling import wait_for
+
+from pooltree.config import parse_pool_trees
+from pooltree.server.heartbeats import parse_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.live.lock import SchedulingLock
+from pooltree.server.store import JobRecord, Mutation, OperationRecord, Store, StoreUnavailable, open_store
+
+WAIT = 30.0
+SPEC = {"tasks": {"main": {"command": "true", "job_count": 2}}}
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+
+
+def _free(lock: SchedulingLock) -> bool:
+    """Whether another thread can take ``lock`` now (nobody holds it)."""
+    taken: list[bool] = []
+
+    def attempt() -> None:
+        got = lock.acquire(blocking=False)
+        taken.append(got)
+        if got:
+            lock.release()
+
+    thread = threading.Thread(target=attempt)
+    thread.start()
+    thread.join(WAIT)
+    return taken == [True]
+
+
+class Writes:
+    """The store's writes in order: ("operation", id, state, lock free) and ("jobs", operation ids, lock free)."""
+
+    def __init__(self, store: Store) -> None:
+        self.log: list[tuple[Any, ...]] = []
+        self.lock: SchedulingLock | None = None
+        self.gate: threading.Event | None = None
+        """When set up, an operation write waits for it (``holding`` is set meanwhile)."""
+        self.holding = threading.Event()
+        put_operation, put_operations, put_jobs = store.put_operation, store.put_operations, store.put_jobs
+        depth = [0]
+
+        def note_operations(records: Sequence[tuple[OperationRecord, Mutation | None]]) -> None:
+            free = self.lock is not None and _free(self.lock)
+            for record, _ in records:
+                self.log.append(("operation", record.id, record.state, free))
+            if self.gate is not None:
+                self.holding.set()
+                assert self.gate.wait(WAIT)
+
+        def operation(record: OperationRecord, **kwargs: Any) -> None:
+            depth[0] += 1
+            try:
+                if depth[0] == 1:
+                    note_operations([(record, kwargs.get("mutation"))])
+                put_operation(record, **kwargs)
+            finally:
+                depth[0] -= 1
+
+        def operations(records: Sequence[tuple[OperationRecord, Mutation | None]], *args: Any) -> None:
+            depth[0] += 1
+            try:
+                if depth[0] == 1:
+                    note_operations(records)
+                put_operations(records, *args)
+            finally:
+                depth[0] -= 1
+
+        def jobs(records: Sequence[JobRecord]) -> None:
+            self.log.append(("jobs", {record.operation_id for record in records}))
+            put_jobs(records)
+
+        # on the instance, before the scheduler takes its bound methods
+        store.put_operation = operation  # type: ignore[method-assign]
+        store.put_operations = operations  # type: ignore[method-assign]
+        store.put_jobs = jobs  # type: ignore[method-assign]
+
+
+def _scheduler(store_url: str) -> tuple[LiveScheduler, Store, Writes]:
+    store = open_store(store_url)
+    writes = Writes(store)
+    live = LiveScheduler(store)
+    writes.lock = live.lock
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), "default", 0.0)
+    return live, store, writes
+
+
+def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(work()), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_start_is_stored_without_the_scheduling_lock_and_before_it_returns(store_url: str) -> None:
+    live, store, writes = _scheduler(store_url)
+    try:
+        op = live.start_operation("vanilla", SPEC, "alice", 1.0, mutation_id="m1")
+        assert [entry for entry in writes.log if entry[0] == "operation"] == [
+            ("operation", op.id, "running", True)
+        ]
+        reader = open_store(store_url)  # another connection: it is committed, not only written
+        try:
+            stored = reader.get_operation(op.id)
+            assert stored is not None and stored.state == "running"
+        finally:
+            reader.close()
+        assert store.get_mutation("m1") == (True, {"operation_id": op.id})  # sealed with this store's key
+    finally:
+        live.commits.close()
+        store.close()
+
+
+def test_a_heartbeat_beside_a_start_being_stored_schedules_it_but_answers_after_it_is_stored(
+    store_url: str,
+) -> None:
+    live, store, writes = _scheduler(store_url)
+    try:
+        writes.gate = threading.Event()
+        starting, started = _in_thread(lambda: live.start_operation("vanilla", SPEC, "alice", 1.0))
+        assert writes.holding.wait(WAIT)  # the start's record is being written, the lock released
+        submitted = live.commits._submitted
+        beating, answered = _in_thread(
+            lambda: live.process_heartbeat(
+                parse_heartbeat({"node_address": "n1", "resource_limits": LIMITS}), 2.0
+            )
+        )
+        # the heartbeat took the lock and queued its started jobs (on the old code it waits for the lock)
+        wait_for(lambda: live.commits._submitted > submitted or not beating.is_alive(), WAIT, 0.01)
+        assert live.commits._submitted > submitted
+        assert beating.is_alive() and answered == []  # not answered while the operation is not stored
+        assert starting.is_alive() and started == []  # nor the start acknowledged
+        writes.gate.set()
+        starting.join(WAIT)
+        beating.join(WAIT)
+        op = started[0]
+        assert len(answered[0]["start"]) == 2
+        kinds = [entry[0] for entry in writes.log]
+        assert kinds.index("operation") < kinds.index("jobs")
+        assert op.id in writes.log[kinds.index("jobs")][1]
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()
+
+
+def test_a_start_whose_group_commit_fails_is_undone_and_leaves_the_counts(store_url: str) -> None:
+    live, store, _ = _scheduler(store_url)
+    try:
+        kept = live.start_operation("vanilla", SPEC, "alice", 1.0)
+        before = live.counts.groups()
+
+        def failing(records: Any, *args: Any) -> None:
+            raise StoreUnavailable(
+                "Scheduler store is unavailable, nothing is acknowledged: injected failure"
+            )
+
+        live.commits._write_operations = failing
+        with pytest.raises(StoreUnavailable):
+            live.start_operation("vanilla", SPEC, "alice", 2.0, operation_id="ghost")
+        assert list(live.operations) == [kept.id]
+        assert "ghost" not in live.registry.operations
+        assert all("ghost" not in core.controllers for core in live.cores.values())
+        assert sorted(live.counts.groups()) == sorted(before)
+        assert store.get_operation("ghost") is None
+    finally:
+        live.commits.close()
+        store.close()
