@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import is_not
@@ -182,7 +181,8 @@ class _KeptInputs:
     """One update's checked input arrays, kept on the tree (``_Tree.inputs``) for the next update of the same
     structure: every array as read (``compute_attributes`` sums usage and demand into copies), read-only. An
     update told which operations were written since (``UpdateState.written``) copies them and reads again only
-    those operations' rows (``_read_rows`` with rows); any other update reads and checks every row."""
+    those operations' rows (``read_rows`` with rows, as ``reuse.rows_to_read`` decides); any other update reads and
+    checks every row."""
 
     __slots__ = (
         "apply_limits",
@@ -203,8 +203,8 @@ class _KeptInputs:
 
     def __init__(self, carried_from: _KeptInputs | None = None) -> None:
         self.carried_from = carried_from
-        """The previous tree's read whose arrays these are, laid out by this tree's rows (`_carried_inputs`); None:
-        read (or copied and re-read) here."""
+        """The previous tree's read whose arrays these are, laid out by this tree's rows
+        (``reuse._carried_inputs``); None: read (or copied and re-read) here."""
 
     msr_array: np.ndarray
     pool_arrays: tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -219,53 +219,6 @@ class _KeptInputs:
     schedulable: np.ndarray
     step: np.ndarray
     apply_limits: np.ndarray
-
-
-WRITTEN_SHARE_LIMIT = 0.5
-"""Above this share of the operations written since the last read, every row is read (one pass over each field
-costs less than finding the rows)."""
-
-
-def _carried_inputs(tree: _Tree) -> tuple[_KeptInputs, np.ndarray] | None:
-    """The inputs kept by the previous tree of the root laid out by ``tree``'s rows, when the layout patched that
-    tree into this one (``_Tree.rows_from``: operations arrived, left or moved under the same pools), and the rows
-    that are new (read by the update with the written ones). None when there is nothing to carry."""
-    previous = tree.previous
-    rows_from = tree.rows_from
-    if previous is None or rows_from is None:
-        return None
-    last = previous.inputs
-    if last is None:
-        return None
-    source = np.maximum(rows_from, 0)
-    new_rows = np.flatnonzero(rows_from < 0)
-    carried = _KeptInputs(last)
-    carried.total = last.total
-    for name in _CARRIED_ARRAYS:
-        array = np.take(getattr(last, name), source, axis=0)  # faster than [source]
-        array[new_rows] = 0  # what a full read leaves in an operation's row where it reads nothing (strong)
-        setattr(carried, name, array)
-    pool_arrays = tuple(np.take(array, source, axis=0) for array in last.pool_arrays)
-    for array in pool_arrays:
-        array[new_rows] = 0  # not a pool: not FIFO, no integral type, no specified guarantee resources
-        _readonly(array)
-    carried.pool_arrays = pool_arrays  # type: ignore[assignment]
-    return carried, new_rows
-
-
-_CARRIED_ARRAYS = (
-    "weight_cfg",
-    "msr_array",
-    "tol_array",
-    "usage",
-    "demand",
-    "specified_limits",
-    "tag_limits",
-    "strong_config",
-    "schedulable",
-    "step",
-    "apply_limits",
-)
 
 
 # ---- inputs (b.1) -------------------------------------------------------------------------------
@@ -295,69 +248,13 @@ class ElementInputs:
     read_from: Any = None
 
 
-def read_inputs(
-    tree: _Tree, total: np.ndarray, main_resource: str, written: Collection[Any] | None
-) -> ElementInputs:
-    """Gather every element's inputs into arrays, then validate them (the checks run in a fixed order).
-
-    An update told which operations were written since the previous update of the same tree (``written``:
-    ``UpdateState.written``, the period's delta of inputs) reads only those operations' rows into the previous
-    read's arrays; so does the update of a tree patched from the previous one (operations arrived, left or moved:
-    ``layout._patched``), which also reads the new rows. Anything else reads every row. Both are `_read_rows`, and
-    give the same arrays and raise the same first error.
-    """
-    if written is not None:
-        last: _KeptInputs | None = tree.inputs
-        new_rows = None
-        if last is None:
-            carried = _carried_inputs(tree)
-            if carried is not None:
-                last, new_rows = carried
-        if last is not None:
-            rows = _written_rows(tree, total, last, written, new_rows)
-            if rows is not None:
-                return _read_rows(tree, total, main_resource, last, rows)
-    return _read_rows(tree, total, main_resource, None, None)
-
-
-def _written_rows(
-    tree: _Tree,
-    total: np.ndarray,
-    last: _KeptInputs,
-    written: Collection[Any],
-    new_rows: np.ndarray | None = None,
-) -> np.ndarray | None:
-    """Rows (sorted) of the tree's operations among ``written`` and the ``new_rows``, or None: read every row
-    (the totals changed, or too many were written)."""
-    if last.total != total.tobytes():
-        return None  # every row's default tag-filter limits are the totals
-    ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
-    limit = len(ops) * WRITTEN_SHARE_LIMIT
-    if len(written) > 4 * limit:
-        return None
-    elements = tree.elements
-    unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
-    rows: list[int] = []
-    if new_rows is not None:
-        for row in new_rows.tolist():
-            unique.pop(elements[row], None)
-            rows.append(row)
-    if len(unique) + len(rows) > limit:
-        return None
-    for element in unique:
-        row = tree.row_of(element)
-        if row is not None:
-            rows.append(row)
-    rows.sort()
-    return np.array(rows, dtype=np.int64)
-
-
-def _read_rows(
+def read_rows(
     tree: _Tree, total: np.ndarray, main_resource: str, last: _KeptInputs | None, rows: np.ndarray | None
-) -> ElementInputs:
-    """The elements' inputs into arrays, checked (the checks run in a fixed order and raise for the first bad row):
-    of every row (``rows`` None, ``last`` None), or of ``rows`` only (sorted), written into copies of ``last``'s
-    arrays (the other rows passed the checks then, so the first bad row is among these).
+) -> tuple[ElementInputs, _KeptInputs]:
+    """b.1: the elements' inputs into arrays, checked (the checks run in a fixed order and raise for the first bad
+    row): of every row (``rows`` None, ``last`` None), or of ``rows`` only (sorted), written into copies of
+    ``last``'s arrays (the other rows passed the checks then, so the first bad row is among these); with the read
+    to keep for the next update (``reuse.rows_to_read`` says which rows to read from which kept read).
 
     One comprehension per attribute (a slot read the interpreter specialises, cheaper than one ``attrgetter`` of
     all fields), vectors copied per element (``_read_interleaved``); a vector that is not a float64 vector of 5
@@ -414,8 +311,8 @@ def _read_rows(
     # Pools specify their main resource whenever they specify a strong guarantee (master validation).
     spec_mask = spec_mask.copy()
     spec_mask[:, RESOURCES.index(main_resource)] = True
-    _keep_arrays(tree, total, arrays, kept)  # sets ``tree.inputs``: only once every check has passed
-    return arrays.element_inputs((weight_cfg, msr, tol), (fifo, integral_type, spec_mask), rows, last)
+    _keep_arrays(total, arrays, kept)
+    return arrays.element_inputs((weight_cfg, msr, tol), (fifo, integral_type, spec_mask), rows, last), kept
 
 
 class _RowsRead:
@@ -522,9 +419,9 @@ def _read_pool_arrays(
     return pool_arrays
 
 
-def _keep_arrays(tree: _Tree, total: np.ndarray, arrays: _Arrays, kept: _KeptInputs) -> None:
-    """Keep this read's arrays for the next read of the tree (read-only, shared with the update, whose steps
-    write into none of them), then set ``tree.inputs`` (every check has passed)."""
+def _keep_arrays(total: np.ndarray, arrays: _Arrays, kept: _KeptInputs) -> None:
+    """This read's arrays into ``kept`` for the next read of the tree (read-only, shared with the update, whose
+    steps write into none of them)."""
     kept.total = total.tobytes()
     kept.usage = _readonly(arrays.usage)
     kept.demand = _readonly(arrays.demand)
@@ -534,7 +431,6 @@ def _keep_arrays(tree: _Tree, total: np.ndarray, arrays: _Arrays, kept: _KeptInp
     kept.schedulable = _readonly(arrays.schedulable)
     kept.step = _readonly(arrays.step)
     kept.apply_limits = _readonly(arrays.apply_limits)
-    tree.inputs = kept
 
 
 def _check_vectors(tree: _Tree, arrays: _Arrays, rows: np.ndarray | None) -> None:

@@ -68,7 +68,7 @@ class _Tree:
     pool_child_counts: list[int] = field(default_factory=list)  # their numbers of children
     _memo: dict[Any, Any] = field(default_factory=dict)
     guarantees: Any = None  # the last update's reusable guarantees (``reuse._StaticGuarantees``)
-    inputs: Any = None  # the last update's raw scalar inputs and their arrays (``inputs._KeptInputs``)
+    inputs: Any = None  # the last update's read (``inputs._KeptInputs``, kept by ``reuse.keep_read``)
     functions: Any = (
         None  # the last update's full build of functions and its inputs (``reuse._KeptFunctions``)
     )

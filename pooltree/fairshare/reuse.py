@@ -1,15 +1,15 @@
 """What one fair-share update keeps for the next update of the same tree, and when it may take it again.
 
 The rules of the update live in their modules (``guarantees.py``, ``building.py``, ...); this module holds only
-the reuse: the kept results (``_StaticGuarantees`` on ``_Tree.guarantees``, ``_KeptFunctions`` on
-``_Tree.functions``), the exact keys and bit-for-bit comparisons that decide what may be taken again, and the
-functions that keep them. Taking kept results gives the same update bit for bit (ARCHITECTURE.md, "Updates of the
+the reuse: the kept results (the read's arrays, ``inputs._KeptInputs`` on ``_Tree.inputs``; ``_StaticGuarantees``
+on ``_Tree.guarantees``; ``_KeptFunctions`` on ``_Tree.functions``), the exact keys and bit-for-bit comparisons
+that decide what may be taken again, and the functions that keep them; ``update.py`` calls them beside the steps. Taking kept results gives the same update bit for bit (ARCHITECTURE.md, "Updates of the
 same tree").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,10 +18,122 @@ import numpy as np
 from pooltree.fairshare import functions as fn
 from pooltree.fairshare.building import FunctionInputs, build_functions
 from pooltree.fairshare.guarantees import Guarantees, Limits
+from pooltree.fairshare.inputs import _KeptInputs, _readonly
 from pooltree.fairshare.layout import _Tree
 from pooltree.fairshare.model import UpdateSettings
 
 T = TypeVar("T")
+
+
+# ---- reuse of the previous read ----------------------------------------------------------------
+def rows_to_read(
+    tree: _Tree, total: np.ndarray, written: Collection[Any] | None
+) -> tuple[_KeptInputs | None, np.ndarray | None]:
+    """The previous read to start this update's read from and the rows to read again (``inputs.read_rows``), or
+    (None, None): read every row.
+
+    An update told which operations were written since the previous update of the same tree (``written``:
+    ``UpdateState.written``, the period's delta of inputs) reads only those operations' rows into the previous
+    read's arrays; so does the update of a tree patched from the previous one (operations arrived, left or moved:
+    ``layout._patched``), which also reads the new rows. Anything else reads every row. Both give the same arrays
+    and raise the same first error.
+    """
+    if written is None:
+        return None, None
+    last: _KeptInputs | None = tree.inputs
+    new_rows = None
+    if last is None:
+        carried = _carried_inputs(tree)
+        if carried is not None:
+            last, new_rows = carried
+    if last is None:
+        return None, None
+    rows = _written_rows(tree, total, last, written, new_rows)
+    return (None, None) if rows is None else (last, rows)
+
+
+def keep_read(tree: _Tree, read: _KeptInputs) -> None:
+    """Keep this update's read for the next update of the tree (its checks have all passed)."""
+    tree.inputs = read
+
+
+def _written_rows(
+    tree: _Tree,
+    total: np.ndarray,
+    last: _KeptInputs,
+    written: Collection[Any],
+    new_rows: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """Rows (sorted) of the tree's operations among ``written`` and the ``new_rows``, or None: read every row
+    (the totals changed, or too many were written)."""
+    if last.total != total.tobytes():
+        return None  # every row's default tag-filter limits are the totals
+    ops = tree.memo("op_idx", lambda: np.flatnonzero(tree.is_op))
+    limit = len(ops) * WRITTEN_SHARE_LIMIT
+    if len(written) > 4 * limit:
+        return None
+    elements = tree.elements
+    unique = dict.fromkeys(written)  # elements hash by identity (``eq=False``)
+    rows: list[int] = []
+    if new_rows is not None:
+        for row in new_rows.tolist():
+            unique.pop(elements[row], None)
+            rows.append(row)
+    if len(unique) + len(rows) > limit:
+        return None
+    for element in unique:
+        row = tree.row_of(element)
+        if row is not None:
+            rows.append(row)
+    rows.sort()
+    return np.array(rows, dtype=np.int64)
+
+
+WRITTEN_SHARE_LIMIT = 0.5
+"""Above this share of the operations written since the last read, every row is read (one pass over each field
+costs less than finding the rows)."""
+
+
+def _carried_inputs(tree: _Tree) -> tuple[_KeptInputs, np.ndarray] | None:
+    """The inputs kept by the previous tree of the root laid out by ``tree``'s rows, when the layout patched that
+    tree into this one (``_Tree.rows_from``: operations arrived, left or moved under the same pools), and the rows
+    that are new (read by the update with the written ones). None when there is nothing to carry."""
+    previous = tree.previous
+    rows_from = tree.rows_from
+    if previous is None or rows_from is None:
+        return None
+    last = previous.inputs
+    if last is None:
+        return None
+    source = np.maximum(rows_from, 0)
+    new_rows = np.flatnonzero(rows_from < 0)
+    carried = _KeptInputs(last)
+    carried.total = last.total
+    for name in _CARRIED_ARRAYS:
+        array = np.take(getattr(last, name), source, axis=0)  # faster than [source]
+        array[new_rows] = 0  # what a full read leaves in an operation's row where it reads nothing (strong)
+        setattr(carried, name, array)
+    pool_arrays = tuple(np.take(array, source, axis=0) for array in last.pool_arrays)
+    for array in pool_arrays:
+        array[new_rows] = 0  # not a pool: not FIFO, no integral type, no specified guarantee resources
+        _readonly(array)
+    carried.pool_arrays = pool_arrays  # type: ignore[assignment]
+    return carried, new_rows
+
+
+_CARRIED_ARRAYS = (
+    "weight_cfg",
+    "msr_array",
+    "tol_array",
+    "usage",
+    "demand",
+    "specified_limits",
+    "tag_limits",
+    "strong_config",
+    "schedulable",
+    "step",
+    "apply_limits",
+)
 
 
 # ---- reuse of the previous update's guarantees ---------------------------------------------------
@@ -421,7 +533,7 @@ def _shares_moved(builds: FunctionBuilds, kept: _KeptFunctions, dirty: np.ndarra
     kept build's shares came from the read this update's read started from (the same totals), only the rows it
     re-read, the period's written operations and the new rows (``read_rows``), can differ: only those are
     compared. So it is after a patched layout, when the kept build was carried by the same rows as that read
-    (``_carried``, ``inputs._carried_inputs``). Otherwise every operation is."""
+    (``_carried``, ``_carried_inputs``). Otherwise every operation is."""
     inputs = builds.inputs
     tree = inputs.tree
     rows = builds.read_rows

@@ -32,11 +32,12 @@ from pooltree.fairshare import (
     reuse,
 )
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare import inputs as reader
 from pooltree.fairshare.guarantees import (
     GUARANTEES_OVERCOMMIT,
     PRIORITY_POOLS_WITHOUT_DONOR,
 )
-from pooltree.fairshare.inputs import ElementInputs, read_inputs
+from pooltree.fairshare.inputs import ElementInputs
 from pooltree.fairshare.integral import adjust_proposed_integral_share
 from pooltree.fairshare.layout import EPSILON, _flatten, _Tree, floating_point_inverse_lower_bound
 from pooltree.fairshare.model import FairShareResult, Pool, UpdateSettings, UpdateState
@@ -72,9 +73,10 @@ class _Update:
         self.errors: list[PooltreeError] = []
         self.total = _checked(total, settings)
         self.tree = _flatten(root, self.state.layout, self.state.relaid, self.state.renewed)
-        self.inputs: ElementInputs = read_inputs(
-            self.tree, self.total, settings.main_resource, self.state.written
-        )
+        last, rows = reuse.rows_to_read(self.tree, self.total, self.state.written)
+        read, kept = reader.read_rows(self.tree, self.total, settings.main_resource, last, rows)
+        reuse.keep_read(self.tree, kept)
+        self.inputs: ElementInputs = read
 
     def alert(self, alert: PooltreeError | None) -> None:
         if alert is not None:

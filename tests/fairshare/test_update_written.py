@@ -1,5 +1,5 @@
 """An update told which operations were written since the previous update of the same tree (``UpdateState.written``,
-the period's delta of inputs) reads only their rows (``inputs._read_rows`` with rows): its results must be those of an
+the period's delta of inputs) reads only their rows (``inputs.read_rows`` with rows): its results must be those of an
 update of fresh copies (which reads every row), bit for bit. The tree runtime's input cache reports what it wrote
 (``read_fair_share_input``'s ``written``), and a write it did not report would show.
 """
@@ -32,7 +32,7 @@ class _Reads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.partial = 0
         self.rows: list[int] = []
-        original = inputs_module._read_rows
+        original = inputs_module.read_rows
 
         def spy(*args: Any) -> Any:
             rows = args[-1]
@@ -41,7 +41,7 @@ class _Reads:
                 self.rows.append(len(rows))
             return original(*args)
 
-        monkeypatch.setattr(inputs_module, "_read_rows", spy)
+        monkeypatch.setattr(inputs_module, "read_rows", spy)
 
 
 def _told(state: UpdateState, written: list[Any], relaid: frozenset[str] = frozenset()) -> UpdateState:
@@ -89,7 +89,7 @@ def test_updates_told_what_was_written_match_fresh_updates_bit_for_bit(
 ) -> None:
     root, total, settings = case(seed)
     reads = _Reads(monkeypatch)
-    monkeypatch.setattr(inputs_module, "WRITTEN_SHARE_LIMIT", 2.0)  # small trees too
+    monkeypatch.setattr(reuse_module, "WRITTEN_SHARE_LIMIT", 2.0)  # small trees too
     rng = np.random.default_rng(700 + seed)
     state = UpdateState()
     fresh_state = UpdateState()
