@@ -609,8 +609,9 @@ class RunningReports:
     def __init__(self, max_nodes: int = MAX_REMEMBERED_NODES) -> None:
         self.max_nodes = max_nodes
         self._nodes: dict[str, dict[str, tuple[dict[str, Any], RunningJobReport]]] = {}
-        self.struct_nodes: dict[str, dict[str, tuple[Any, RunningJobReport]]] = {}
-        """The same for heartbeats read into structs (``wire_structs.read_heartbeat``): each job's entry struct."""
+        self.struct_nodes: dict[str, tuple[bytes, Vector, dict[bytes, RunningJobReport]]] = {}
+        """The same for heartbeats read into structs (``wire_structs.read_heartbeat``), by the text sent: the node's
+        ``resource_limits`` and the vector they read as, and its running-job entries' reports."""
 
     def parse(self, address: str, entries: list[Any]) -> list[RunningJobReport]:
         previous = self._nodes.pop(address, None) or {}
