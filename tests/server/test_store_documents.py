@@ -105,3 +105,5 @@ def test_a_job_document_is_written_by_orjson_as_the_standard_library_writes_it()
         "has_competitors": False,
     }
     assert dump_document(document) == dump_json(document)
+    running = {**document, "statistics": {}, "exit_code": None, "job_competition_id": None}
+    assert dump_document(running) == dump_json(running)

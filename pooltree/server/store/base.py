@@ -113,9 +113,24 @@ def dump_document(value: Any) -> str:
         text = orjson.dumps(value, option=_DOCUMENT_OPTIONS)
     except TypeError:  # a key that is not a string, an integer past 64 bits, a type orjson does not know
         return dump_json(value)
-    if text.isascii() and b"\x7f" not in text and orjson.loads(text) == value:
+    if text.isascii() and b"\x7f" not in text and (_flat(value) or orjson.loads(text) == value):
         return text.decode("ascii")
     return dump_json(value)
+
+
+_FLAT_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _flat(value: Any) -> bool:
+    """A map of strings, integers, booleans, nulls and empty maps or lists (a running job's record): orjson's text
+    of it reads back as it, so the read-back check is not needed (an integer orjson could not write raised)."""
+    if type(value) is not dict:
+        return False
+    for item in value.values():
+        kind = type(item)
+        if kind not in _FLAT_SCALARS and not ((kind is dict or kind is list) and not item):
+            return False
+    return True
 
 
 def load_json(text: str) -> Any:
