@@ -88,11 +88,16 @@ class PreemptiveStages:
 
     def graceful(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
         """§e.1 graceful preemption (YTsaurus `PreemptAllocationsGracefully`): preempt the node's preemptible allocations of graceful operations."""
-        for allocation in list(node.allocations.values()):
+        elements = self.state.elements
+        # the operation's mode first (it does not move while the stage runs): most nodes hold no graceful ones
+        graceful = [
+            allocation
+            for allocation in node.allocations.values()
+            if (element := elements.get(allocation.operation_id)) is not None
+            and element.spec.preemption_mode == "graceful"
+        ]
+        for allocation in graceful:
             if allocation.preempted:
-                continue
-            element = self.state.elements.get(allocation.operation_id)
-            if element is None or element.spec.preemption_mode != "graceful":
                 continue
             if self.status(allocation) != PreemptionStatus.PREEMPTIBLE:
                 continue
