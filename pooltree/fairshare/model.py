@@ -135,7 +135,7 @@ class UpdateState:
     """Set by the caller before the next update: the operation elements whose usage, demand or pending count it
     wrote since the update that returned this state (repeats allowed; any other change of an element must be a new
     element object), so that update reads only their rows; None (an update's own state): not known, every row is
-    read. The tree runtime's input reports them (``pooltree.tree.read_fair_share_input``: ``FairShareInput.written``)."""
+    read. The tree runtime's input reports them (``pooltree.tree.read_input``: ``FairShareInput.written``)."""
     relaid: frozenset[str] | None = field(default=None, repr=False)
     """Set by the caller with ``written``: the pools whose children lists it replaced since the update that
     returned this state (operations arrived, left or moved; every other pool keeps its very list and every element

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
-from pooltree.strategy.build_rows import BuildCache, BuildRows, _operation_changes, _unchanged_structure
+from pooltree.strategy.build_rows import BuildRows, _operation_changes, _unchanged_structure
 from pooltree.strategy.build_static import _BELOW, _NORMAL, _operation_static, _pool_static, _spec
 from pooltree.strategy.model import SchedulingStatus
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, StrategyConfig
-from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.elements import frozen_spec
 from pooltree.tree.projection import TreeProjection
 
@@ -88,17 +88,14 @@ def scheduling_tree_from_runtime(
     result: Any,
     total_resources: Vector,
     config: StrategyConfig | None = None,
-    *,
-    cache: BuildCache | None = None,
-    delta: PeriodDelta | None = None,
 ) -> SchedulingTree:
-    """Snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a FairShareResult):
-    `build_scheduling_tree` through ``cache`` (kept by the caller between builds of the same tree: its projection,
-    and the rows of its last build, which this build takes and replaces; a build that raises leaves none)."""
-    cache = cache if cache is not None else BuildCache()
-    previous, cache.last = cache.last, None
-    tree, cache.last = build_scheduling_tree(
-        pool_tree, result, total_resources, config, cache.projection, previous, delta
+    """A one-off snapshot of ``pool_tree`` (``pooltree.tree.PoolTree``) with the shares of ``result`` (a
+    FairShareResult): `build_scheduling_tree` through a fresh projection, with the delta of a tree built for the
+    first time (every element walked). A caller that builds the tree period after period keeps a
+    `pooltree.strategy.kept.KeptState` and hands `build_scheduling_tree` its projection, rows and delta instead."""
+    projection = TreeProjection()
+    tree, _ = build_scheduling_tree(
+        pool_tree, result, total_resources, config, projection, None, projection.delta(pool_tree)
     )
     return tree
 
@@ -110,7 +107,7 @@ def build_scheduling_tree(
     config: StrategyConfig | None,
     projection: TreeProjection,
     previous: BuildRows | None,
-    delta: PeriodDelta | None = None,
+    delta: PeriodDelta,
 ) -> tuple[SchedulingTree, BuildRows]:
     """Snapshot of ``pool_tree`` with the shares of ``result``, and its rows for the next build of the tree.
 
@@ -119,7 +116,7 @@ def build_scheduling_tree(
     usage threshold. Elements missing from ``result`` get zero fair share. ``projection`` (the tree's, kept by the
     caller) skips recomputing the static part of elements whose configuration is unchanged; ``previous`` (the rows
     the last build of the tree returned, or None) and ``delta`` (the period's changes of the tree,
-    `pooltree.tree.delta`; found here when not given) say whether the previous rows stand as they are, need only
+    `pooltree.tree.delta`: `KeptState.delta`, a fresh projection's for a first build) say whether the previous rows stand as they are, need only
     some operations' rows, or the tree must be walked. ``previous`` is the next rows' material: it may be re-made
     in place, and is not to be built from again.
     """
@@ -129,8 +126,6 @@ def build_scheduling_tree(
     last = previous
     key = None if last is None else last.key
     built_at = None if key is None or key[0] is not pool_tree else key[1]
-    if delta is None:
-        delta = period_delta(pool_tree, built_at)
     projection.advance(pool_tree, delta)
     runtime_key = (pool_tree, delta.revision, pool_tree.config, config, name)
     if (

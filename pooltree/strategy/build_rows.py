@@ -21,20 +21,6 @@ from pooltree.tree.delta import RuntimeTree
 from pooltree.tree.projection import OperationChanges, TreeProjection
 
 
-class BuildCache:
-    """A projection (`pooltree.tree.projection`), whose entries hold the rows' static spec parts (`Projected.row`),
-    and the rows of the last build made through it (`last`): for a caller that builds one tree's `SchedulingTree`
-    again and again without a `KeptState` (`scheduling_tree_from_runtime`; a period of `SchedulerCore` hands the
-    previous rows to `build_scheduling_tree` and keeps those it returns).
-    """
-
-    def __init__(self, projection: TreeProjection | None = None) -> None:
-        self.projection = projection if projection is not None else TreeProjection()
-        """The tree's projection, whose entries keep the static parts."""
-        self.last: BuildRows | None = None
-        """The last build's rows (None: none, or the last build raised)."""
-
-
 class BuildRows:
     """The rows of a tree's build, the one thing a build hands the next (`build_scheduling_tree` takes the previous
     rows and returns its own; it may re-make the previous ones in place, so they are the next build's alone).

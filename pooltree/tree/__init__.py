@@ -10,10 +10,8 @@
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
 from pooltree.tree.fair_share_input import (
     FairShareInput,
-    FairShareInputCache,
     InputRows,
     build_fair_share_input,
-    read_fair_share_input,
     read_input,
     tree_total_resources,
     update_settings,
@@ -44,7 +42,6 @@ __all__ = [
     "TRANSITIONS",
     "EffectiveParameters",
     "FairShareInput",
-    "FairShareInputCache",
     "InputRows",
     "InvalidOperationStateError",
     "Operation",
@@ -60,7 +57,6 @@ __all__ = [
     "TreeOperation",
     "TreeRegistration",
     "build_fair_share_input",
-    "read_fair_share_input",
     "read_input",
     "tree_total_resources",
     "update_settings",

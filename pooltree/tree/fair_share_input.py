@@ -21,7 +21,7 @@ from pooltree.config.operation_preemption import (
 from pooltree.fairshare.historic_usage import historic_usage_halflife
 from pooltree.fairshare.model import IntegralGuarantees, Operation, Pool, UpdateSettings
 from pooltree.resources import USER_SLOTS, Vector, zeros
-from pooltree.tree.delta import PeriodDelta, RuntimeTree, period_delta
+from pooltree.tree.delta import PeriodDelta, RuntimeTree
 from pooltree.tree.elements import PoolElement, TreeOperation, frozen_spec
 from pooltree.tree.projection import OperationChanges, Projected, TreeProjection
 from pooltree.tree.values import spec_option
@@ -90,33 +90,8 @@ class _TagLimits:
         return cached.copy()
 
 
-class FairShareInputCache:
-    """A projection (`pooltree.tree.projection`), whose entries hold the input's model objects, and the rows of the
-    last read made through it (`last`): for a caller that reads one tree's input again and again without a
-    `KeptState` (`read_fair_share_input`; a period of `SchedulerCore` hands the previous rows to `read_input` and
-    keeps those it returns).
-
-    The model objects are reused while their static inputs are unchanged. An operation's ``Operation`` object is rebuilt only when its
-    projection entry is new (something it is computed from changed: its registration, pool, running/suspended
-    flags, weight, limits, spec object, start time, its pool's configuration chain) or the node set changed;
-    otherwise only its usage, demand and pending count are written into it. Pools likewise keep their ``Pool``
-    object and get a fresh ``children`` list. Specs given as plain maps (which may be changed in place) are
-    never cached. The fair-share update only reads its input and copies what it keeps, so reusing the
-    objects gives the same result as building new ones.
-
-    What a read wrote is not kept here: `read_input` returns it with the input (`FairShareInput`), and the caller
-    hands it to the update that reads that input.
-    """
-
-    def __init__(self, projection: TreeProjection | None = None) -> None:
-        self.projection = projection if projection is not None else TreeProjection()
-        """The tree's projection, whose entries keep the model objects (`Projected.input`)."""
-        self.last: InputRows | None = None
-        """The last read's rows (None: none, or the last read raised)."""
-
-
 class FairShareInput(NamedTuple):
-    """One read of a tree's fair-share input (`read_fair_share_input`): the root and the settings, and what this read
+    """One read of a tree's fair-share input (`read_input`): the root and the settings, and what this read
     changed in the input objects of the previous read (its rows), for the update that reads it
     (``UpdateState.written``, ``.relaid``)."""
 
@@ -369,35 +344,21 @@ def build_fair_share_input(
     operation_resources: OperationResources,
     *,
     nodes: NodeResources | None = None,
-    cache: FairShareInputCache | None = None,
-    delta: PeriodDelta | None = None,
 ) -> tuple[Pool, UpdateSettings]:
-    """The fair-share model of ``tree`` (the root pool, id ``<Root>``, with every pool and operation) and the tree's
-    update settings: `read_fair_share_input` without what the read wrote (a one-off input, or a caller whose update
-    reads every row)."""
-    read = read_fair_share_input(tree, operation_resources, nodes=nodes, cache=cache, delta=delta)
-    return read.root, read.settings
-
-
-def read_fair_share_input(
-    tree: RuntimeTree,
-    operation_resources: OperationResources,
-    *,
-    nodes: NodeResources | None = None,
-    cache: FairShareInputCache | None = None,
-    delta: PeriodDelta | None = None,
-) -> FairShareInput:
-    """`read_input` through ``cache`` (kept by the caller between reads of the same tree, with the same ``nodes``
-    object until the nodes change: its projection, and the rows of its last read, which this read takes and
-    replaces; a read that raises leaves none). Without ``cache``: a one-off input, through a projection of its
-    own."""
-    cache = cache if cache is not None else FairShareInputCache()
-    previous, cache.last = cache.last, None
+    """A one-off fair-share model of ``tree`` (the root pool, id ``<Root>``, with every pool and operation) and the
+    tree's update settings: `read_input` through a fresh projection, with the delta of a tree read for the first
+    time (every element walked). A caller that reads the tree period after period keeps a
+    `pooltree.strategy.kept.KeptState` and hands `read_input` its projection, rows and delta instead."""
+    projection = TreeProjection()
     read = read_input(
-        tree, operation_resources, nodes=nodes, projection=cache.projection, previous=previous, delta=delta
+        tree,
+        operation_resources,
+        nodes=nodes,
+        projection=projection,
+        previous=None,
+        delta=projection.delta(tree),
     )
-    cache.last = read.rows
-    return read
+    return read.root, read.settings
 
 
 def read_input(
@@ -407,7 +368,7 @@ def read_input(
     nodes: NodeResources | None,
     projection: TreeProjection,
     previous: InputRows | None,
-    delta: PeriodDelta | None = None,
+    delta: PeriodDelta,
 ) -> FairShareInput:
     """The fair-share model of ``tree``: the root pool (id ``<Root>``) with every pool and operation, the tree's
     update settings, what this read wrote into the previous read's objects, and this read's rows for the next
@@ -417,7 +378,7 @@ def read_input(
     read from again) reuse the model objects of unchanged elements; the input is the same either way.
 
     ``delta``: the period's changes of the tree (`pooltree.tree.delta`), found once per period for every
-    consumer; without it they are found here (`period_delta` since the previous read). Its ``resources`` is a
+    consumer (`KeptState.delta`; a fresh projection's for a tree read for the first time). Its ``resources`` is a
     change notification instead of a poll: the operations whose answer from ``operation_resources`` may have
     moved since the previous read (every other operation's must be what it was, as ``SchedulerCore``'s
     notifications guarantee). Only these are then asked, instead of every running operation. ``None``: unknown,
@@ -425,8 +386,6 @@ def read_input(
     """
     last = previous
     built_at = None if last is None or last.key is None or last.key[0] is not tree else last.key[1]
-    if delta is None:
-        delta = period_delta(tree, built_at)
     projection.advance(tree, delta)
     key = (tree, delta.revision, tree.config, nodes)
     changed = delta.resources

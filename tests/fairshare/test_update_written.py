@@ -1,7 +1,7 @@
 """An update told which operations were written since the previous update of the same tree (``UpdateState.written``,
 the period's delta of inputs) reads only their rows (``inputs.read_rows`` with rows): its results must be those of an
 update of fresh copies (which reads every row), bit for bit. The tree runtime's input cache reports what it wrote
-(``read_fair_share_input``'s ``written``), and a write it did not report would show.
+(``read_input``'s ``written``), and a write it did not report would show.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pooltree.fairshare import Operation, Pool, UpdateState, update_fair_share
 from pooltree.fairshare import inputs as inputs_module
 from pooltree.fairshare import reuse as reuse_module
 from pooltree.resources import vector
-from pooltree.tree import FairShareInputCache, PoolTree, read_fair_share_input
+from pooltree.tree import PoolTree
 from pooltree.tree import fair_share_input as input_module
 from tests.fairshare.fairshare_random_trees import case
 from tests.fairshare.test_update_reuse import _digest, _ops, _pools, matches_fresh_update
+from tests.periods import InputReads
 
 GiB = 1024.0**3
 
@@ -199,7 +200,7 @@ POOLS = {
 
 
 def _runtime_steps(steps: int = 30) -> list[int]:
-    """Steps of a tree runtime's input (``FairShareInputCache``: three operations' usage and needed resources moving
+    """Steps of a tree runtime's input (``tests.periods.InputReads``: three operations' usage and needed resources moving
     each step, now and then one arriving and one leaving), its writes handed to the update, whose update differs
     from an update of fresh copies (which reads every row)."""
     rng = np.random.default_rng(5)
@@ -211,7 +212,7 @@ def _runtime_steps(steps: int = 30) -> list[int]:
         for index in range(24)
     }
     total = vector(cpu=40.0, memory=100 * GiB, user_slots=40.0)
-    cache = FairShareInputCache()
+    cache = InputReads()
     state = UpdateState()
     differ = []
     for step in range(steps):
@@ -228,7 +229,7 @@ def _runtime_steps(steps: int = 30) -> list[int]:
                 usage + vector(cpu=float(rng.integers(0, 3))),
                 needed * float(rng.integers(0, 2)),
             )
-        read = read_fair_share_input(tree, resources, cache=cache)
+        read = cache.read(tree, resources)
         root, settings = read.root, read.settings
         fresh = copy.deepcopy((root, total, settings))
         expected = update_fair_share(*fresh, float(step), copy.deepcopy(state))

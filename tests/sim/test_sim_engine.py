@@ -266,14 +266,21 @@ def test_reusing_inputs_and_published_elements_is_exact(monkeypatch, tmp_path):
     document = mixed_document(until="10m")
     cached = run(document, tmp_path / "cached")
     import pooltree.strategy.snapshot as snapshot
-    import pooltree.tree as tree
+    import pooltree.strategy.update_steps as steps
+    from pooltree.tree.projection import TreeProjection
 
     def fresh_tree(self, total, elements):
         return snapshot.SchedulingTree(total, elements, self.config, name=self.name)
 
-    build = tree.build_fair_share_input
+    read = steps.read_input
     monkeypatch.setattr(snapshot.SchedulingTree, "with_shares", fresh_tree)
-    monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build(*a, **k))
+    monkeypatch.setattr(  # every input read on a projection of its own, without the previous rows
+        steps,
+        "read_input",
+        lambda pool_tree, resources, *, nodes, projection, previous, delta: read(
+            pool_tree, resources, nodes=nodes, projection=TreeProjection(), previous=None, delta=delta
+        ),
+    )
     fresh = run(document, tmp_path / "fresh")
     for name in ("events.jsonl", "timeline.csv", "operations.csv"):
         assert filecmp.cmp(tmp_path / "cached" / name, tmp_path / "fresh" / name, shallow=False), name

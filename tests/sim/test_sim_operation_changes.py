@@ -62,7 +62,6 @@ def churn_document() -> dict[str, Any]:
 
 def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_path):
     import pooltree.strategy.update_steps as steps
-    import pooltree.tree as tree
     from pooltree.strategy.snapshot import SchedulingTree
     from pooltree.tree.projection import TreeProjection
 
@@ -77,9 +76,15 @@ def test_operation_changes_give_the_outputs_of_fresh_builds(monkeypatch, tmp_pat
     document = churn_document()
     cached = run(document, tmp_path / "cached")
     assert len(derived) >= 40  # the incremental path ran in most periods that changed operations
-    build_input = tree.build_fair_share_input
+    read = steps.read_input
     build_tree = steps.build_scheduling_tree
-    monkeypatch.setattr(tree, "build_fair_share_input", lambda *a, cache=None, **k: build_input(*a, **k))
+    monkeypatch.setattr(  # every input read on a projection of its own, without the previous rows: a fresh read
+        steps,
+        "read_input",
+        lambda pool_tree, resources, *, nodes, projection, previous, delta: read(
+            pool_tree, resources, nodes=nodes, projection=TreeProjection(), previous=None, delta=delta
+        ),
+    )
     monkeypatch.setattr(  # every build on a projection of its own, without the previous rows: a fresh build
         steps,
         "build_scheduling_tree",

@@ -1,4 +1,4 @@
-"""`scheduling_tree_from_runtime` with a `BuildCache` and array reads equals a fresh, per-element build.
+"""Builds kept period after period (`tests.periods.Builds`: a `KeptState`) with array reads equal a fresh, per-element build.
 
 The cache keeps each element's static spec part keyed by the objects it was computed from; these tests change
 each of those inputs between builds (a new tree config, a pool's threshold and limits, an operation's limits in
@@ -17,9 +17,10 @@ import numpy as np
 from pooltree.config import parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import vector
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.tree import PoolTree, build_fair_share_input
+from tests.periods import Builds
 
 GiB = 1024.0**3
 TOTAL = vector(user_slots=100, cpu=100, memory=400 * GiB)
@@ -72,9 +73,9 @@ def comparable(tree: SchedulingTree) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check(tree: PoolTree, cache: BuildCache) -> SchedulingTree:
+def check(tree: PoolTree, cache: Builds) -> SchedulingTree:
     result = fair_share(tree)
-    cached = scheduling_tree_from_runtime(tree, result, TOTAL, cache=cache)
+    cached = cache.build(tree, result, TOTAL)
     fresh = scheduling_tree_from_runtime(
         tree, dataclasses.replace(result, elements=dict(result.elements)), TOTAL
     )
@@ -94,7 +95,7 @@ def check(tree: PoolTree, cache: BuildCache) -> SchedulingTree:
 
 def test_cached_build_equals_fresh_build_through_changes():
     tree = PoolTree(definition())
-    cache = BuildCache()
+    cache = Builds()
     tree.register_operation("op1", user="u", pool="a1", spec={"scheduling_tag_filter": "gpu"})
     tree.register_operation("op2", user="u", pool="a2", resource_limits={"cpu": 7})
     tree.register_operation("op3", user="u", pool="b", spec={"max_unpreemptible_allocation_count": 2})
@@ -129,6 +130,6 @@ def test_cached_build_equals_fresh_build_through_changes():
 def test_cached_vectors_are_read_only():
     tree = PoolTree(definition())
     tree.register_operation("op1", user="u", pool="a1", resource_limits={"cpu": 7})
-    built = check(tree, BuildCache())
+    built = check(tree, Builds())
     limits = built.elements["op1"].specified_resource_limits
     assert limits is not None and not limits.flags.writeable

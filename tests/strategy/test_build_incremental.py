@@ -2,7 +2,7 @@
 
 Seeded runs on a three-level tree: in most periods a few operations' usage moves (what a 1 s period of the
 simulated day sees), in some operations arrive, leave or are suspended. Each build of the cached path
-(`BuildCache` kept between periods, results read in bulk) is compared field by field, and in key order, with a
+(`tests.periods.Builds` kept between periods, results read in bulk) is compared field by field, and in key order, with a
 build from scratch of the same result read element by element; in periods under the same structure, an element's
 spec must be the previous tree's very object exactly when its published values (shares, status, weight, FIFO
 index) are unchanged. A changed row that the incremental build skipped shows as a stale spec; a row re-made
@@ -21,9 +21,10 @@ import pytest
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import vector
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import ROOT_ID, ElementSpec, SchedulingTree, SpecRows, StrategyConfig
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import PoolTree
+from tests.periods import Builds, InputReads
 from tests.strategy.test_build_unchanged_structure import Usage, comparable
 
 GiB = 1024.0**3
@@ -69,8 +70,8 @@ class Periods:
     def __init__(self, tree: PoolTree, usage: Usage):
         self.tree = tree
         self.usage = usage
-        self.input_cache = FairShareInputCache()
-        self.build_cache = BuildCache()
+        self.input_cache = InputReads()
+        self.build_cache = Builds()
         self.config = StrategyConfig.from_options(tree.config)
         self.last: SchedulingTree | None = None
         self.same_structure = 0
@@ -80,9 +81,9 @@ class Periods:
 
     def run(self) -> SchedulingTree:
         self.now += 1.0
-        root, settings = build_fair_share_input(self.tree, self.usage, cache=self.input_cache)
+        root, settings = self.input_cache.input(self.tree, self.usage)
         result = update_fair_share(root, TOTAL, settings, self.now)
-        built = scheduling_tree_from_runtime(self.tree, result, TOTAL, self.config, cache=self.build_cache)
+        built = self.build_cache.build(self.tree, result, TOTAL, self.config)
         # the same result read element by element (no arrays), without a cache: the full walk
         fresh = scheduling_tree_from_runtime(
             self.tree, dataclasses.replace(result, elements=dict(result.elements)), TOTAL, self.config
@@ -232,13 +233,13 @@ def test_moved_and_missing_result_rows_give_a_build_from_scratch(seed: int) -> N
         spec = OperationSpec.model_validate({"pool": pool})
         tree.register_operation(op_id, user="u", pool=pool, spec=spec, now=index)
         usage.set(op_id, rng.randint(0, 4), rng.randint(0, 8))
-    input_cache = FairShareInputCache()
-    cache = BuildCache()
+    input_cache = InputReads()
+    cache = Builds()
     config = StrategyConfig.from_options(tree.config)
     last: SchedulingTree | None = None
     for period in range(12):
         move_usage(rng, usage, 2)
-        root, settings = build_fair_share_input(tree, usage, cache=input_cache)
+        root, settings = input_cache.input(tree, usage)
         result = update_fair_share(root, TOTAL, settings, float(period))
         count = len(result.elements.ids)
         keep = list(range(count))
@@ -247,9 +248,7 @@ def test_moved_and_missing_result_rows_give_a_build_from_scratch(seed: int) -> N
         elif period % 3 == 2:
             del keep[rng.randrange(1 + count // 2, count)]  # an operation missing from the result
         rows = PartialResult(result.elements, keep)
-        built = scheduling_tree_from_runtime(
-            tree, dataclasses.replace(result, elements=rows), TOTAL, config, cache=cache
-        )
+        built = cache.build(tree, dataclasses.replace(result, elements=rows), TOTAL, config)
         fresh = scheduling_tree_from_runtime(
             tree, dataclasses.replace(result, elements=rows.walk), TOTAL, config
         )

@@ -18,9 +18,10 @@ import numpy as np
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import vector
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import PoolTree, build_fair_share_input
+from tests.periods import Builds, InputReads
 
 GiB = 1024.0**3
 TOTAL = vector(user_slots=100, cpu=100, memory=400 * GiB)
@@ -98,14 +99,14 @@ class Step:
     def __init__(self, tree: PoolTree, usage: Usage):
         self.tree = tree
         self.usage = usage
-        self.input_cache = FairShareInputCache()
-        self.build_cache = BuildCache()
+        self.input_cache = InputReads()
+        self.build_cache = Builds()
         self.last: SchedulingTree | None = None
         self.config = StrategyConfig.from_options(tree.config)
 
     def run(self) -> tuple[Any, SchedulingTree]:
         tree, usage = self.tree, self.usage
-        root, settings = build_fair_share_input(tree, usage, cache=self.input_cache)
+        root, settings = self.input_cache.input(tree, usage)
         fresh_root, fresh_settings = build_fair_share_input(tree, usage)
         assert flat_input(root) == flat_input(fresh_root)
         assert vars(settings) == vars(fresh_settings)
@@ -113,7 +114,7 @@ class Step:
         fresh_result = update_fair_share(fresh_root, TOTAL, fresh_settings, 0.0)
         if self.config.fair_share_starvation_tolerance != tree.config.fair_share_starvation_tolerance:
             self.config = StrategyConfig.from_options(tree.config)
-        built = scheduling_tree_from_runtime(tree, result, TOTAL, self.config, cache=self.build_cache)
+        built = self.build_cache.build(tree, result, TOTAL, self.config)
         fresh = scheduling_tree_from_runtime(
             tree, dataclasses.replace(fresh_result, elements=dict(fresh_result.elements)), TOTAL
         )

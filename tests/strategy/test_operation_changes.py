@@ -21,10 +21,11 @@ import pytest
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.resources import vector
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import PoolTree, build_fair_share_input
+from tests.periods import Builds, InputReads
 from tests.strategy.test_build_unchanged_structure import Usage, comparable, flat_input
 
 GiB = 1024.0**3
@@ -113,8 +114,8 @@ class Periods:
     def __init__(self, tree: PoolTree, usage: Usage):
         self.tree = tree
         self.usage = usage
-        self.input_cache = FairShareInputCache()
-        self.build_cache = BuildCache()
+        self.input_cache = InputReads()
+        self.build_cache = Builds()
         self.config = StrategyConfig.from_options(tree.config)
         self.cached = TreeScheduler(SchedulingTree(TOTAL, [], self.config))
         self.fresh = TreeScheduler(SchedulingTree(TOTAL, [], self.config))
@@ -124,12 +125,12 @@ class Periods:
     def run(self) -> SchedulingTree:
         tree, usage = self.tree, self.usage
         self.now += 1.0
-        root, settings = build_fair_share_input(tree, usage, cache=self.input_cache)
+        root, settings = self.input_cache.input(tree, usage)
         fresh_root, fresh_settings = build_fair_share_input(tree, usage)
         assert flat_input(root) == flat_input(fresh_root)
         result = update_fair_share(root, TOTAL, settings, self.now)
         fresh_result = update_fair_share(fresh_root, TOTAL, fresh_settings, self.now)
-        built = scheduling_tree_from_runtime(tree, result, TOTAL, self.config, cache=self.build_cache)
+        built = self.build_cache.build(tree, result, TOTAL, self.config)
         fresh = scheduling_tree_from_runtime(tree, fresh_result, TOTAL, self.config)
         assert comparable(built) == comparable(fresh)
         assert list(built.elements) == list(fresh.elements)

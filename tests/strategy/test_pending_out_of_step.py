@@ -14,9 +14,9 @@ from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
 from pooltree.orchid import snapshot_strategy, tree_view
 from pooltree.resources import vector
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import StrategyConfig
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import PoolTree
+from tests.periods import Builds, InputReads
 
 TOTAL = vector(user_slots=100, cpu=100, memory=400 * 1024.0**3)
 
@@ -40,9 +40,9 @@ def usage(operation_id: str) -> tuple[Any, Any]:
 
 
 def step(tree: PoolTree) -> tuple[Any, Any]:
-    root, settings = build_fair_share_input(tree, usage, cache=FairShareInputCache())
+    root, settings = InputReads().input(tree, usage)
     result = update_fair_share(root, TOTAL, settings, 10.0)
-    built = scheduling_tree_from_runtime(tree, result, TOTAL, StrategyConfig(), cache=BuildCache())
+    built = Builds().build(tree, result, TOTAL, StrategyConfig())
     return result, built
 
 
@@ -77,10 +77,10 @@ def test_queueing_does_not_leave_the_fast_path():
     """Operations joining or leaving a queue change nothing the step reads: the tree's revision stays, so the
     input and snapshot are reused whole while a long queue grows (as in the live service)."""
     tree = tree_with_queue(3)
-    input_cache, build_cache, config = FairShareInputCache(), BuildCache(), StrategyConfig()
-    root, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    input_cache, build_cache, config = InputReads(), Builds(), StrategyConfig()
+    root, settings = input_cache.input(tree, usage)
     result = update_fair_share(root, TOTAL, settings, 10.0)
-    first = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache)
+    first = build_cache.build(tree, result, TOTAL, config)
     revision = tree.revision
     for index in range(5, 25):
         tree.register_operation(
@@ -88,13 +88,13 @@ def test_queueing_does_not_leave_the_fast_path():
         )
     tree.unregister_operation("t4")
     assert tree.revision == revision
-    again, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    again, settings = input_cache.input(tree, usage)
     assert again is root
     result = update_fair_share(again, TOTAL, settings, 11.0)
-    built = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache)
+    built = build_cache.build(tree, result, TOTAL, config)
     assert all(built.elements[key] is first.elements[key] for key in first.elements)
     # a running operation leaving activates the head of the queue: a structural change
     tree.unregister_operation("t1")
     assert tree.revision > revision
-    root, settings = build_fair_share_input(tree, usage, cache=input_cache)
+    root, settings = input_cache.input(tree, usage)
     assert "t2" in {child.id for child in root.children[0].children}

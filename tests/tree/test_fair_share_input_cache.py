@@ -1,4 +1,4 @@
-"""`build_fair_share_input` with a `FairShareInputCache` builds exactly the input of a fresh build.
+"""Reads kept period after period (`tests.periods.InputReads`: a `KeptState`) build exactly the input of a fresh build.
 
 The cache keeps each element's model object while the runtime objects it was computed from are unchanged and
 writes only usage, demand and pending counts into it. These tests change every such input between builds
@@ -18,7 +18,8 @@ import numpy as np
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare.model import Operation, Pool
 from pooltree.resources import vector
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input
+from pooltree.tree import PoolTree, build_fair_share_input
+from tests.periods import InputReads
 
 GiB = 1024.0**3
 
@@ -75,8 +76,8 @@ class Usage:
         return self.values.get(operation_id)
 
 
-def check(tree: PoolTree, usage: Usage, cache: FairShareInputCache, nodes: Any) -> Pool:
-    cached, cached_settings = build_fair_share_input(tree, usage, nodes=nodes, cache=cache)
+def check(tree: PoolTree, usage: Usage, cache: InputReads, nodes: Any) -> Pool:
+    cached, cached_settings = cache.input(tree, usage, nodes=nodes)
     fresh, fresh_settings = build_fair_share_input(tree, usage, nodes=nodes)
     assert flat(cached) == flat(fresh)
     assert vars(cached_settings) == vars(fresh_settings)
@@ -86,7 +87,7 @@ def check(tree: PoolTree, usage: Usage, cache: FairShareInputCache, nodes: Any) 
 def test_cached_input_equals_fresh_input_through_changes():
     tree = PoolTree(definition())
     usage = Usage()
-    cache = FairShareInputCache()
+    cache = InputReads()
     nodes = {
         "n1": (frozenset({"gpu"}), vector(user_slots=8, cpu=8, memory=32 * GiB)),
         "n2": (frozenset(), vector(user_slots=8, cpu=16, memory=64 * GiB)),

@@ -19,10 +19,11 @@ import pytest
 
 from pooltree.config import OperationSpec, parse_pool_trees
 from pooltree.fairshare import update_fair_share
-from pooltree.strategy.build import BuildCache, scheduling_tree_from_runtime
+from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.strategy.snapshot import StrategyConfig
-from pooltree.tree import FairShareInputCache, PoolTree, build_fair_share_input, projection
+from pooltree.tree import PoolTree, build_fair_share_input, projection
 from pooltree.tree.projection import TreeProjection
+from tests.periods import Builds, InputReads
 from tests.strategy.test_build_incremental import TOTAL, definition, move_usage
 from tests.strategy.test_build_unchanged_structure import Usage, comparable
 from tests.tree.test_fair_share_input_cache import flat
@@ -90,7 +91,7 @@ def test_one_projection_per_period_feeds_both_builds(seed: int, monkeypatch: pyt
         tree.register_operation(f"op{index:03d}", user=f"u{index % 5}", pool=pool, spec=spec, now=index)
         usage.set(f"op{index:03d}", rng.randint(0, 4), rng.randint(0, 8))
     shared = TreeProjection()
-    input_cache, build_cache = FairShareInputCache(shared), BuildCache(shared)
+    input_cache, build_cache = InputReads(shared), Builds(shared)
     keys = KeyCount(monkeypatch)
     walks = incremental = 0
     for period in range(40):
@@ -105,11 +106,11 @@ def test_one_projection_per_period_feeds_both_builds(seed: int, monkeypatch: pyt
         delta = shared.delta(tree)
         before, exact = keys.calls, shared.exact
         running = sum(op.running for op in tree.operations.values())
-        root, settings = build_fair_share_input(tree, usage, cache=input_cache, delta=delta)
+        root, settings = input_cache.input(tree, usage, delta=delta)
         after_input = keys.calls
         result = update_fair_share(root, TOTAL, settings, float(period))
         config = StrategyConfig.from_options(tree.config)
-        built = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache, delta=delta)
+        built = build_cache.build(tree, result, TOTAL, config, delta=delta)
         assert keys.calls == after_input  # the second build of the period finds the projection advanced
         if delta.operations is None or not exact:
             assert after_input - before == running  # a walk (the plain-map spec forces one while it runs)
@@ -147,7 +148,7 @@ def test_builds_that_walk_read_the_projection_in_the_tree_order() -> None:
         tree.register_operation(op_id, user="u", pool=pool, spec=spec, now=0.0)
         usage.set(op_id, 1, 2)
     shared = TreeProjection()
-    input_cache, build_cache = FairShareInputCache(shared), BuildCache(shared)
+    input_cache, build_cache = InputReads(shared), Builds(shared)
     for period, step in enumerate(("first", "activate", "walk")):
         if step == "activate":
             tree.unregister_operation("op1")  # op2 (registered before op3) leaves the queue
@@ -157,16 +158,16 @@ def test_builds_that_walk_read_the_projection_in_the_tree_order() -> None:
                 "op4"
             )  # the input brings its build up to date, the new rows' cache walks
             usage.values.pop("op4")
-            build_cache = BuildCache(shared)
+            build_cache = Builds(shared)
         delta = shared.delta(tree)
-        root, settings = build_fair_share_input(tree, usage, cache=input_cache, delta=delta)
+        root, settings = input_cache.input(tree, usage, delta=delta)
         if step != "first":
             assert shared.changes is not None  # advanced with the delta, not walked
         if step == "activate":
             assert not shared.ordered  # op2 was appended after op3 and op4
         result = update_fair_share(root, TOTAL, settings, float(period))
         config = StrategyConfig.from_options(tree.config)
-        built = scheduling_tree_from_runtime(tree, result, TOTAL, config, cache=build_cache, delta=delta)
+        built = build_cache.build(tree, result, TOTAL, config, delta=delta)
         fresh_root, _ = build_fair_share_input(tree, usage)
         assert flat(root) == flat(fresh_root)
         fresh = scheduling_tree_from_runtime(
