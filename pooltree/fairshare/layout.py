@@ -78,7 +78,7 @@ class _Tree:
 
     def memo(self, key: Any, build: Callable[[], Any]) -> Any:
         """What ``build`` derives from the structure alone, computed once per tree (the tree is reused by later
-        updates of the same structure, see ``_flatten``). Callers never write into what it returns."""
+        updates of the same structure, see ``reuse.flatten``). Callers never write into what it returns."""
         value = self._memo.get(key)
         if value is None:
             value = build()
@@ -134,51 +134,6 @@ class _Tree:
         for level in self.parent_levels():
             inside[level.children] |= inside[level.parents][level.slot]
         return np.flatnonzero(inside)
-
-
-def _flatten(
-    root: Pool,
-    previous: _Tree | None = None,
-    relaid: frozenset[str] | None = None,
-    renewed: frozenset[str] = frozenset(),
-) -> _Tree:
-    """The flattened tree of ``root``, laid out as the caller's delta says.
-
-    ``relaid`` (``UpdateState.relaid``, from the period's delta): the pools whose children lists the caller
-    replaced since ``previous`` (the previous update's tree, carried by its ``UpdateState``) was read; ``renewed``
-    (``UpdateState.renewed``): the operations among their children whose element is a new object (arrived, re-made
-    or moved). Empty: the structure is ``previous``'s, taken whole with everything derived from it (``_Tree.memo``).
-    Pools named: when only operations arrived, left or moved under them, ``previous`` patched (``_patched``: its
-    rows shifted with numpy, those pools' blocks re-laid, each child that is not renewed at its row before, found by
-    its id), row for row what ``_flatten_new`` makes. None (not known: the first update, a caller that does not say)
-    or ``previous`` of another root: flattened anew.
-    """
-    if not isinstance(root, Pool):
-        raise ConfigError("pools", "the root must be a Pool")
-    cached = previous if previous is not None and previous.elements[0] is root else None
-    if cached is None or relaid is None:
-        return _flatten_new(root)
-    if not relaid:
-        return cached  # no pool's children list was replaced (the period's delta)
-    place = cached.memo("pool_place", lambda: {pool.id: k for k, pool in enumerate(cached.pools)})
-    changed = sorted(place.get(pool_id, -1) for pool_id in relaid)
-    tree = None
-    if changed[0] >= 0:  # every pool named is one of the previous tree's
-        child_lists = [p.children or () for p in cached.pools]
-        counts = list(map(len, child_lists))  # children must be sized lists, as before
-        elements: list[Any] = [root]
-        elements += chain.from_iterable(child_lists)
-        blocks = _Blocks(cached, counts, elements)
-        tree = _patched(cached, blocks, changed, child_lists, renewed, counts)
-    if tree is None:
-        return _flatten_new(root)
-    if cached.functions is not None:
-        cached.previous = None  # one step back only
-        cached.rows_from = None
-        tree.previous = cached  # its functions and inputs are carried to the elements still there
-    else:
-        tree.rows_from = None
-    return tree
 
 
 def _patched(

@@ -139,7 +139,7 @@ class UpdateState:
     relaid: frozenset[str] | None = field(default=None, repr=False)
     """Set by the caller with ``written``: the pools whose children lists it replaced since the update that
     returned this state (operations arrived, left or moved; every other pool keeps its very list and every element
-    its id), so the layout re-lays only their blocks (``layout._flatten``; empty: the previous tree is taken whole);
+    its id), so the layout re-lays only their blocks (``reuse.flatten``; empty: the previous tree is taken whole);
     None: not known, the tree is flattened anew. The tree runtime's input cache reports them from the period's delta
     (``FairShareInput.relaid``)."""
     renewed: frozenset[str] = field(default=frozenset(), repr=False)

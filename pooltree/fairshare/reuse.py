@@ -1,7 +1,7 @@
 """What one fair-share update keeps for the next update of the same tree, and when it may take it again.
 
 The rules of the update live in their modules (``guarantees.py``, ``building.py``, ...); this module holds only
-the reuse: the kept results (the read's arrays, ``inputs._KeptInputs`` on ``_Tree.inputs``; ``_StaticGuarantees``
+the reuse: the kept results (the flattened tree, `flatten`; the read's arrays, ``inputs._KeptInputs`` on ``_Tree.inputs``; ``_StaticGuarantees``
 on ``_Tree.guarantees``; ``_KeptFunctions`` on ``_Tree.functions``), the exact keys and bit-for-bit comparisons
 that decide what may be taken again, and the functions that keep them; ``update.py`` calls them beside the steps. Taking kept results gives the same update bit for bit (ARCHITECTURE.md, "Updates of the
 same tree").
@@ -11,18 +11,68 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
 
+from pooltree.errors import ConfigError
 from pooltree.fairshare import functions as fn
+from pooltree.fairshare import layout
 from pooltree.fairshare.building import FunctionInputs, build_functions
 from pooltree.fairshare.guarantees import Guarantees, Limits
 from pooltree.fairshare.inputs import _KeptInputs, _readonly
 from pooltree.fairshare.layout import _Tree
-from pooltree.fairshare.model import UpdateSettings
+from pooltree.fairshare.model import Pool, UpdateSettings
 
 T = TypeVar("T")
+
+
+# ---- reuse of the previous layout ---------------------------------------------------------------
+def flatten(
+    root: Pool,
+    previous: _Tree | None = None,
+    relaid: frozenset[str] | None = None,
+    renewed: frozenset[str] = frozenset(),
+) -> _Tree:
+    """The flattened tree of ``root`` (``layout._flatten_new``), or the previous update's taken whole or patched, as
+    the caller's delta says.
+
+    ``relaid`` (``UpdateState.relaid``, from the period's delta): the pools whose children lists the caller
+    replaced since ``previous`` (the previous update's tree, carried by its ``UpdateState``) was read; ``renewed``
+    (``UpdateState.renewed``): the operations among their children whose element is a new object (arrived, re-made
+    or moved). Empty: the structure is ``previous``'s, taken whole with everything derived from it (``_Tree.memo``).
+    Pools named: when only operations arrived, left or moved under them, ``previous`` patched (``_patched``: its
+    rows shifted with numpy, those pools' blocks re-laid, each child that is not renewed at its row before, found by
+    its id), row for row what ``_flatten_new`` makes. None (not known: the first update, a caller that does not say)
+    or ``previous`` of another root: flattened anew.
+    """
+    if not isinstance(root, Pool):
+        raise ConfigError("pools", "the root must be a Pool")
+    cached = previous if previous is not None and previous.elements[0] is root else None
+    if cached is None or relaid is None:
+        return layout._flatten_new(root)
+    if not relaid:
+        return cached  # no pool's children list was replaced (the period's delta)
+    place = cached.memo("pool_place", lambda: {pool.id: k for k, pool in enumerate(cached.pools)})
+    changed = sorted(place.get(pool_id, -1) for pool_id in relaid)
+    tree = None
+    if changed[0] >= 0:  # every pool named is one of the previous tree's
+        child_lists = [p.children or () for p in cached.pools]
+        counts = list(map(len, child_lists))  # children must be sized lists, as before
+        elements: list[Any] = [root]
+        elements += chain.from_iterable(child_lists)
+        blocks = layout._Blocks(cached, counts, elements)
+        tree = layout._patched(cached, blocks, changed, child_lists, renewed, counts)
+    if tree is None:
+        return layout._flatten_new(root)
+    if cached.functions is not None:
+        cached.previous = None  # one step back only
+        cached.rows_from = None
+        tree.previous = cached  # its functions and inputs are carried to the elements still there
+    else:
+        tree.rows_from = None
+    return tree
 
 
 # ---- reuse of the previous read ----------------------------------------------------------------

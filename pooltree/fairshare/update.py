@@ -39,7 +39,7 @@ from pooltree.fairshare.guarantees import (
 )
 from pooltree.fairshare.inputs import ElementInputs
 from pooltree.fairshare.integral import adjust_proposed_integral_share
-from pooltree.fairshare.layout import EPSILON, _flatten, _Tree, floating_point_inverse_lower_bound
+from pooltree.fairshare.layout import EPSILON, _Tree, floating_point_inverse_lower_bound
 from pooltree.fairshare.model import FairShareResult, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare.results import ElementResults, _detailed
 from pooltree.fairshare.reuse import _StaticGuarantees
@@ -72,7 +72,7 @@ class _Update:
         self.state = state or UpdateState()
         self.errors: list[PooltreeError] = []
         self.total = _checked(total, settings)
-        self.tree = _flatten(root, self.state.layout, self.state.relaid, self.state.renewed)
+        self.tree = reuse.flatten(root, self.state.layout, self.state.relaid, self.state.renewed)
         last, rows = reuse.rows_to_read(self.tree, self.total, self.state.written)
         read, kept = reader.read_rows(self.tree, self.total, settings.main_resource, last, rows)
         reuse.keep_read(self.tree, kept)

@@ -19,7 +19,8 @@ from pooltree.errors import ConfigError
 from pooltree.fairshare import Operation, Pool, UpdateSettings, UpdateState
 from pooltree.fairshare import layout as layout_module
 from pooltree.fairshare.building import _heights
-from pooltree.fairshare.layout import _flatten, _flatten_new, _Tree
+from pooltree.fairshare.layout import _flatten_new, _Tree
+from pooltree.fairshare.reuse import flatten
 from tests.fairshare.test_update_reuse import matches_fresh_update, walk
 
 TOTAL = np.array([1000.0, 400.0, 8.0, 2.0**42, 100.0])
@@ -218,7 +219,7 @@ def test_patched_layout_is_the_fresh_flatten(seed: int, steps: list[list[int]]) 
 def _check_steps(spy: _Spy, seed: int, steps: list[list[int]]) -> None:
     rng = random.Random(seed)
     root = _tree(rng)
-    previous = _flatten(root)
+    previous = flatten(root)
     for serial, kinds in enumerate(steps):
         before = [(p, list(p.children)) for p in _pools(root)]
         told: set[str] | None = set()
@@ -231,13 +232,13 @@ def _check_steps(spy: _Spy, seed: int, steps: list[list[int]]) -> None:
             expected = _flatten_new(root)
         except ConfigError as error:
             with pytest.raises(ConfigError) as raised:
-                _flatten(root, previous, relaid, frozenset(renewed))
+                flatten(root, previous, relaid, frozenset(renewed))
             assert str(raised.value) == str(error)
             for pool, children in before:  # undone: the next change starts from a valid tree
                 pool.children = children
-            previous = _flatten(root, previous)
+            previous = flatten(root, previous)
             continue
-        got = _flatten(root, previous, relaid, frozenset(renewed))
+        got = flatten(root, previous, relaid, frozenset(renewed))
         _same_tree(got, expected)
         if got is previous:
             assert not spy.results  # the same structure: nothing patched
@@ -316,12 +317,12 @@ def test_a_caller_that_does_not_say_what_changed_gets_a_fresh_layout(rename: str
         state, fresh_state = pair[0].state, pair[1].state
     tree = state.layout
     assert tree.elements[0] is root
-    assert _flatten(root, tree, frozenset()) is tree
+    assert flatten(root, tree, frozenset()) is tree
     if rename == "operation":
         _ops(root)[0][1].id = "renamed-operation"
     else:
         _pools(root)[1].id = "renamed-pool"
-    got = _flatten(root, tree)
+    got = flatten(root, tree)
     assert got is not tree
     _same_tree(got, _flatten_new(root))
     assert matches_fresh_update(root, TOTAL, update_settings, 2.0, state, fresh_state, rename) is not None

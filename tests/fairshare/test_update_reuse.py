@@ -1,5 +1,5 @@
 """Updates of the same model objects reuse the previous update's tree, checked inputs and guarantees
-(``layout._flatten``, ``inputs._KeptInputs``, ``reuse._StaticGuarantees``): every result must be the one an
+(``reuse.flatten``, ``inputs._KeptInputs``, ``reuse._StaticGuarantees``): every result must be the one an
 update of fresh copies of the same inputs gives, bit for bit, whatever changed in between (usage, a vector
 written in place, a weight, a mode, the priority tier, the structure, an id, the totals, the settings)."""
 
