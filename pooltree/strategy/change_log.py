@@ -1,7 +1,7 @@
 """`ChangeLog`: which operations a tree's heartbeats, commands and controllers changed, written once and read by
 every consumer (issue 28: one change log instead of a tracker per consumer).
 
-Writers add an operation's id to one of the two sets of the current generation:
+Writers add an operation's id to one of the three sets of the current generation:
 
 - ``usage``: its usage, preemptible lists, satisfaction or activity moved, or it was registered or unregistered
   (`StrategyState.account`, `BestLeaf.refresh_leaf`, `TreeScheduler`);
@@ -14,7 +14,7 @@ Writers add an operation's id to one of the two sets of the current generation:
 ``polled`` holds the operations whose controllers cannot tell (no ``pending_watchers``): every reader of pending
 work reads them as changed.
 
-Each reader has a name, follows one kind or both, and remembers the generation it has read to (its mark). A
+Each reader has a name, follows one kind or more, and remembers the generation it has read to (its mark). A
 read seals the current generation (its sets move into the sealed ones and the generation advances) and answers
 the operations of every sealed generation from the reader's mark on, of its kinds; ``commit`` moves the mark. A
 read that is not committed (the caller failed) leaves the mark where it was: the next read answers the same
@@ -22,15 +22,15 @@ operations again, with those written since. Generations every reader of a kind h
 only some readers still need are merged between the readers' marks, so the log holds at most one set per reader
 and kind.
 
-The readers: `FAIR_SHARE_INPUT` (`SchedulerCore`, both kinds: the period delta's ``resources``, which the input
+The readers: `FAIR_SHARE_INPUT` (`SchedulerCore`, usage and pending work: the period delta's ``resources``, which the input
 re-reads), `DEFAULT_SEGMENT` (`SchedulerCore`, pending work: what a default-segment node can start, for heartbeat
 skipping), `PUBLISH` (usage: the operations the incremental publish re-keys, `changes.py`), `PENDING` (pending
 work: the incremental publish's activity and starvation checks, `heap_changes.py`, `starvation_changes.py`) and
 `UNSETTLED` (lists: the operations the incremental publish configures again). So what heartbeat-time code changes
 for the next publish goes through the log, and the publish's own state between publishes
-(`publish_step.PublishStep`) is changed by publishes alone. The
-live service reads the input under its lock, computes without it and publishes under it again: heartbeats in
-between write into the current generation, which the publish reads, and the next input too.
+(`publish_step.PublishStep`) is changed by publishes alone. The live service reads the input under its lock,
+computes without it and publishes under it again: heartbeats in between write into the current generation, which
+the publish reads, and the next input too.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ LISTS = 2
 """The kind of ``ChangeLog.lists``."""
 
 FAIR_SHARE_INPUT = "fair_share_input"
-"""The fair-share input's reader (both kinds), `SchedulerCore`'s."""
+"""The fair-share input's reader (usage and pending work), `SchedulerCore`'s."""
 PUBLISH = "publish"
 """The incremental publish's reader of usage changes."""
 PENDING = "pending"

@@ -113,7 +113,7 @@ class SchedulerCore:
         it changes (`_configure_from_tree_config`)."""
         self._segments_initial_gpu: dict[str, float] = {}
         """Operation → GPUs per allocation when it first asked for allocations (`segment_inputs`)."""
-        self._default_pending = DefaultSegmentPending(self.strategy.state.changes)
+        self.default_pending = DefaultSegmentPending(self.strategy.state.changes)
         """What a node of the default segment can start at most, for `heartbeat_is_noop` (`segment_inputs`)."""
         self._unfinished: float | None = None
         """The time of the last fair-share update while its end (`finish_update`) has not run."""
@@ -263,14 +263,14 @@ class SchedulerCore:
         """A controller attached: the next input and the default segment's pending view read the operation anew
         (its pending work moves reach both through the strategy's change log, which its registration watches)."""
         self.input_resources.attached(operation_id)
-        self._default_pending.changed()
+        self.default_pending.changed()
         if controller.speculation is not None:
             self._speculating[operation_id] = controller
 
     def _unwatch_input(self, operation_id: str) -> None:
         """A controller left (the strategy's unregistration wrote the operation into the change log: the next input
         reads it anew)."""
-        self._default_pending.changed()
+        self.default_pending.changed()
         self._speculating.pop(operation_id, None)
 
     # ------------------------------------------------------------------ fair share and heartbeats

@@ -48,7 +48,7 @@ def heartbeat_is_noop(
     elif strategy.can_start_more(node):
         needed = pending_min_needed()
         if needed is not None and strategy.segments.enabled:  # module-aware operations never run here
-            needed = core._default_pending.minimum(core.controllers, strategy.segments)
+            needed = core.default_pending.minimum(core.controllers, strategy.segments)
         if needed is not None and all(
             n <= limit - used + 1e-9 for n, limit, used in zip(needed.tolist(), limits, usage, strict=True)
         ):
