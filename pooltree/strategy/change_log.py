@@ -62,7 +62,17 @@ STRATEGY_READERS = (PUBLISH, PENDING, UNSETTLED)
 class ChangeLog:
     """The operations changed, by generation, and each reader's mark (see the module docstring)."""
 
-    __slots__ = ("_kinds", "_marks", "_sealed", "generation", "lists", "pending", "polled", "usage")
+    __slots__ = (
+        "_followers",
+        "_kinds",
+        "_marks",
+        "_sealed",
+        "generation",
+        "lists",
+        "pending",
+        "polled",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.usage: set[str] = set()
@@ -82,6 +92,8 @@ class ChangeLog:
         """Reader → the first generation it has not read."""
         self._kinds: dict[str, tuple[int, ...]] = {}
         """Reader → the kinds it reads."""
+        self._followers: tuple[tuple[str, ...], ...] = ((), (), ())
+        """Per kind, the readers that read it."""
         self.follow(PUBLISH, (USAGE,))
         self.follow(PENDING, (PENDING_WORK,))
         self.follow(UNSETTLED, (LISTS,))
@@ -91,6 +103,7 @@ class ChangeLog:
         self._seal()
         self._marks[reader] = self.generation
         self._kinds[reader] = kinds
+        self._follow_kinds()
 
     def keep_readers(self, readers: tuple[str, ...]) -> None:
         """Every reader but ``readers`` reads no more (a copy of the strategy without the core that read it: a
@@ -98,7 +111,8 @@ class ChangeLog:
         for reader in [reader for reader in self._marks if reader not in readers]:
             del self._marks[reader]
             del self._kinds[reader]
-        self._compact()
+        self._follow_kinds()
+        self._compact((USAGE, PENDING_WORK, LISTS))
 
     def moved_since(self, reader: str) -> bool:
         """Whether some operation's pending work moved since ``reader``'s mark, or some is polled (without a
@@ -112,7 +126,6 @@ class ChangeLog:
         """The operations changed since ``reader``'s mark (of its kinds; with pending work, the polled ones too),
         and the generation to `commit` once they are taken in."""
         self._seal()
-        self._compact()
         mark = self._marks[reader]
         kinds = self._kinds[reader]
         changed: set[str] = set()
@@ -127,7 +140,7 @@ class ChangeLog:
     def commit(self, reader: str, generation: int) -> None:
         """``reader`` took in what `read` answered with ``generation``."""
         self._marks[reader] = generation
-        self._compact()
+        self._compact(self._kinds[reader])
 
     def take(self, reader: str) -> set[str]:
         """`read` and `commit` at once."""
@@ -156,17 +169,28 @@ class ChangeLog:
         generation = self.generation
         for kind, current in enumerate(currents):
             if current:
-                self._sealed[kind].append((generation, set(current)))
+                sealed = self._sealed[kind]
+                sealed.append((generation, set(current)))
                 current.clear()  # the writers hold these very sets
+                if len(sealed) > len(self._followers[kind]):  # more than the readers' marks need
+                    self._compact((kind,))
         self.generation = generation + 1
 
-    def _compact(self) -> None:
-        """Drop the sealed generations every reader of their kind has read; merge those between two marks (every
-        reader reads all of them or none)."""
-        for kind, sealed in enumerate(self._sealed):
+    def _follow_kinds(self) -> None:
+        self._followers = tuple(
+            tuple(reader for reader, kinds in self._kinds.items() if kind in kinds)
+            for kind in (USAGE, PENDING_WORK, LISTS)
+        )
+
+    def _compact(self, kinds: tuple[int, ...]) -> None:
+        """Drop the sealed generations of ``kinds`` every reader of their kind has read; merge those between two
+        marks (every reader reads all of them or none)."""
+        marks = self._marks
+        for kind in kinds:
+            sealed = self._sealed[kind]
             if not sealed:
                 continue
-            bounds = sorted({mark for reader, mark in self._marks.items() if kind in self._kinds[reader]})
+            bounds = sorted({marks[reader] for reader in self._followers[kind]})
             kept: list[tuple[int, set[str]]] = []
             last = 0
             for generation, operations in sealed:
