@@ -235,7 +235,7 @@ def _distribution_steps(tree: _Tree, start: np.ndarray) -> list[tuple[Any, ...]]
     return steps
 
 
-def _truncate_unsatisfied_gangs_in_fifo_pools(
+def truncate_unsatisfied_gangs_in_fifo_pools(
     tree: _Tree, fifo: np.ndarray, demand_share: np.ndarray, fs: np.ndarray
 ) -> np.ndarray:
     """YTsaurus ``TruncateFairShareInFifoPools``: in FIFO pools with truncation enabled, a gang operation with a

@@ -153,7 +153,7 @@ def update_fair_share(
         fs = distribution.distribute_improved(tree, table, suggestions, gap)
     else:
         fs = distribution.distribute(tree, table, suggestions, np.array([0]), np.ones(1))
-    fs = distribution._truncate_unsatisfied_gangs_in_fifo_pools(
+    fs = distribution.truncate_unsatisfied_gangs_in_fifo_pools(
         tree, upd.inputs.fifo, st.attrs.demand_share, fs
     )
     limited_demand, _ = table.evaluate(np.arange(n), np.ones(n))
@@ -161,7 +161,7 @@ def update_fair_share(
     outermost = [i for i in promised_pools if i not in nested]
     promised = _promised_fair_share(tree, table, suggestions, outermost)
     # Step 10: root fair share = sum of children.
-    parts = _root_sum(tree, fs, st.strong.sgs, shares.pis)
+    fs, parts = _root_sum(tree, fs, st.strong.sgs, shares.pis)
     result = _result(upd, st, shares, fs, parts, limited_demand, promised)
     if function_inputs.discretized is not None:
         ops = np.flatnonzero(tree.is_op)
@@ -360,11 +360,12 @@ def _promised_fair_share(
 
 def _root_sum(
     tree: _Tree, fs: np.ndarray, sgs: np.ndarray, pis: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """b.2 step 10: the root's fair share is the sum of its children's (written into ``fs``); returns the detailed
-    parts (strong guarantee, integral guarantee, weight proportional) of every element, the root's from that sum."""
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """b.2 step 10: the fair shares with the root's the sum of its children's, and the detailed parts (strong
+    guarantee, integral guarantee, weight proportional) of every element, the root's from that sum."""
     top = np.array(list(tree.children(0)), dtype=np.int64)
     strong_part, integral_part, weight_part = _detailed(fs, sgs, pis)
+    fs = fs.copy()
     if len(top):
         fs[0] = fs[top].sum(axis=0)
         used_strong = strong_part[top].sum(axis=0)
@@ -373,7 +374,7 @@ def _root_sum(
         used_strong = np.zeros(RESOURCE_COUNT)
     root_sg, root_ig, root_wp = _detailed(fs[0], used_strong, pis[0])
     strong_part[0], integral_part[0], weight_part[0] = root_sg, root_ig, root_wp
-    return strong_part, integral_part, weight_part
+    return fs, (strong_part, integral_part, weight_part)
 
 
 def _result(
