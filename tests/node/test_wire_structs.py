@@ -188,14 +188,17 @@ running_entries = st.builds(
 )
 
 
+limit_maps = st.sampled_from([{"cpu": 16, "user_slots": 16}, {"cpu": 8, "user_slots": 16}, {"cpu": 16.0}])
+
+
 @settings(max_examples=60)
-@given(steps=st.lists(st.lists(running_entries, max_size=4), min_size=1, max_size=6))
-def test_remembered_entries_read_as_afresh(steps: list[list[dict[str, Any]]]) -> None:
-    """Over a node's sequence of heartbeats, the fast path's remembered running reports are what reading each
-    heartbeat afresh gives."""
+@given(steps=st.lists(st.tuples(st.lists(running_entries, max_size=4), limit_maps), min_size=1, max_size=6))
+def test_remembered_entries_read_as_afresh(steps: list[tuple[list[dict[str, Any]], dict[str, Any]]]) -> None:
+    """Over a node's sequence of heartbeats, the fast path's remembered running reports and limits are what
+    reading each heartbeat afresh gives."""
     fast = wire.RunningReports()
-    for entries in steps:
-        body = _body(_heartbeat(running_jobs=entries))
+    for entries, limits in steps:
+        body = _body(_heartbeat(running_jobs=entries, resource_limits=limits))
         got = read_heartbeat(body, fast)
         assert got is not None
         assert _comparable(got) == _plain(body, None)
