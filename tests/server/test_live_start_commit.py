@@ -19,6 +19,7 @@ from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.lock import SchedulingLock
+from pooltree.server.live.model import LiveOperation
 from pooltree.server.store import JobRecord, Mutation, OperationRecord, Store, StoreUnavailable, open_store
 
 WAIT = 30.0
@@ -179,5 +180,109 @@ def test_a_start_whose_group_commit_fails_is_undone_and_leaves_the_counts(store_
         assert sorted(live.counts.groups()) == sorted(before)
         assert store.get_operation("ghost") is None
     finally:
+        live.commits.close()
+        store.close()
+
+
+def _claims_noted(live: LiveScheduler) -> threading.Event:
+    """Set once a start finds its mutation id claimed by a start in flight (on code without claims: never)."""
+    noted = threading.Event()
+    claims = getattr(live.commands, "start_claims", None)
+    if claims is not None:
+        claim = claims.claim
+
+        def noting(mutation_id: str) -> Any:
+            found = claim(mutation_id)
+            if found is not None and not isinstance(found, LiveOperation):
+                noted.set()
+            return found
+
+        claims.claim = noting  # type: ignore[method-assign]
+    return noted
+
+
+def test_a_retry_while_the_start_is_being_stored_answers_the_first_operation(store_url: str) -> None:
+    live, store, writes = _scheduler(store_url)
+    try:
+        in_flight = _claims_noted(live)
+        writes.gate = threading.Event()
+        starting, started = _in_thread(
+            lambda: live.start_operation("vanilla", SPEC, "alice", 1.0, mutation_id="m")
+        )
+        assert writes.holding.wait(WAIT)  # the first start's record is being written, the lock released
+        submitted = live.commits._submitted
+        retrying, retried = _in_thread(
+            lambda: live.start_operation("vanilla", SPEC, "alice", 2.0, mutation_id="m")
+        )
+        # the retry waits for the first start (or, on code without claims, queues a start of its own)
+        wait_for(lambda: in_flight.is_set() or live.commits._submitted > submitted, WAIT, 0.01)
+        assert retrying.is_alive() and retried == []  # not answered before the first start is stored
+        writes.gate.set()
+        starting.join(WAIT)
+        retrying.join(WAIT)
+        first, retry = started[0], retried[0]
+        assert retry.id == first.id, f"the retry started a second operation {retry.id} beside {first.id}"
+        assert list(live.operations) == [first.id]
+        assert [entry[1] for entry in writes.log if entry[0] == "operation"] == [first.id]
+        assert store.get_mutation("m") == (True, {"operation_id": first.id})
+        # a retry after the first start was stored answers it too
+        again = live.start_operation("vanilla", SPEC, "alice", 3.0, mutation_id="m")
+        assert again.id == first.id and list(live.operations) == [first.id]
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()
+
+
+def test_a_retry_of_a_start_whose_commit_failed_starts_afresh(store_url: str) -> None:
+    live, store, writes = _scheduler(store_url)
+    try:
+        in_flight = _claims_noted(live)
+        writes.gate = threading.Event()
+        write_operations = live.commits._write_operations
+        assert write_operations is not None
+        failed: list[bool] = []
+
+        def failing_once(records: Any, *args: Any) -> None:
+            if not failed:
+                failed.append(True)
+                writes.holding.set()
+                assert writes.gate is not None and writes.gate.wait(WAIT)
+                raise StoreUnavailable(
+                    "Scheduler store is unavailable, nothing is acknowledged: injected failure"
+                )
+            write_operations(records, *args)
+
+        live.commits._write_operations = failing_once
+        errors: list[BaseException] = []
+
+        def first_start() -> LiveOperation | None:
+            try:
+                return live.start_operation(
+                    "vanilla", SPEC, "alice", 1.0, operation_id="ghost", mutation_id="m"
+                )
+            except StoreUnavailable as error:
+                errors.append(error)
+                return None
+
+        starting, started = _in_thread(first_start)
+        assert writes.holding.wait(WAIT)
+        submitted = live.commits._submitted
+        retrying, retried = _in_thread(
+            lambda: live.start_operation("vanilla", SPEC, "alice", 2.0, operation_id="kept", mutation_id="m")
+        )
+        wait_for(lambda: in_flight.is_set() or live.commits._submitted > submitted, WAIT, 0.01)
+        writes.gate.set()
+        starting.join(WAIT)
+        retrying.join(WAIT)
+        assert started == [None] and len(errors) == 1  # the first start failed
+        assert [op.id for op in retried] == ["kept"]
+        assert list(live.operations) == ["kept"] and "ghost" not in live.registry.operations
+        assert store.get_operation("ghost") is None
+        assert store.get_mutation("m") == (True, {"operation_id": "kept"})
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
         live.commits.close()
         store.close()

@@ -5,7 +5,8 @@ lock. Every command but the start commits its new record to the store first (``p
 runtime only after the commit succeeded; a failed commit raises and leaves memory as it was. A start admits the
 operation in memory and queues its record for the group commit (``commit.py``), which stores it after the lock is
 released: the start is acknowledged only once it is stored, and a job of it can only be queued after it, so none is
-stored (or told to its node) before it; a failed write undoes the start.
+stored (or told to its node) before it; a failed write undoes the start. A start's mutation id is claimed at admission
+(``start_claims.py``): a retry while the first start is being stored answers its operation.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pooltree.server.live.model import (
     new_guid,
 )
 from pooltree.server.live.persistence import planned
+from pooltree.server.live.start_claims import StartClaims
 from pooltree.server.store import Mutation
 from pooltree.strategy.model import Allocation
 from pooltree.strategy.single_tree import restrict_to_single_tree
@@ -75,6 +77,8 @@ class OperationCommands:
 
     def __init__(self, scheduler: LiveScheduler) -> None:
         self.scheduler = scheduler
+        self.start_claims = StartClaims()
+        """Mutation ids of starts in flight and recently stored (a retry answers the first start's operation)."""
 
     def set_state(self, op: LiveOperation, state: str, now: float) -> None:
         if op.state == state:
@@ -129,37 +133,83 @@ class OperationCommands:
         without the lock, until the group commit has stored it.
 
         A failed commit rolls the runtime back (nothing of the operation is left to run later) and raises.
-        ``mutation_id`` is saved with the operation in one commit, answered ``{"operation_id": ...}`` on a retry.
+        ``mutation_id`` is claimed at admission (``start_claims.py``) and saved with the operation in one commit:
+        a retry with it answers the first start's operation, also while that one is still being stored.
         """
-        scheduler = self.scheduler
         model = parse_start(operation_type, spec)
         operation_id = operation_id or new_guid()
         tasks = build_tasks(operation_id, model)
-        with scheduler.config_lock, scheduler.lock:
-            op = self.admit(operation_type, spec, user, model, operation_id, tasks, now)
-            # validated and admitted, in its state after admission (pending or running): its record (with the
-            # mutation id, in the same transaction) is queued for the group commit and stored after the lock is
-            # released, before the start is acknowledged; a job of it is queued after it, so never stored first
-            registered = scheduler.registry.operations[operation_id]
-            op.suspended = registered.suspended
-            enter_state(op, registered.state.value, now)
-            mutation = Mutation(mutation_id, {"operation_id": operation_id}, now) if mutation_id else None
-            try:
-                ticket = scheduler.persistence.queue_start(op, mutation)
-            except BaseException:
-                self.roll_back_start(op, now)
-                raise
-            self.tell_listeners(op)
-            # No fair-share update per start (its cost grows with the operations in the tree): an operation that
-            # can run now is published before the next heartbeat schedules and by the service loop at once (or,
-            # when the tree's periodic update is computing outside the lock then, by that update: a heartbeat in
-            # between schedules against the last published tree, as YTsaurus's node shards do). A
-            # pending one changes no share (no usage, no demand): no update for it; views show it with zero
-            # shares until an update includes it.
-            if registered.state is OperationState.RUNNING:
-                scheduler.updates.stale_trees.update(op.trees)
-            for name in op.trees:
-                scheduler.views.forget(name)  # placements and pool counters changed; rebuilt when read
+        if mutation_id is None:
+            with self.scheduler.config_lock, self.scheduler.lock:
+                op, ticket = self.queue_start(operation_type, spec, user, model, operation_id, tasks, now)
+            return self.store_start(op, ticket, now)
+        claims = self.start_claims
+        while True:
+            with self.scheduler.config_lock, self.scheduler.lock:
+                earlier = claims.claim(mutation_id)
+                if earlier is None:
+                    try:
+                        op, ticket = self.queue_start(
+                            operation_type, spec, user, model, operation_id, tasks, now, mutation_id
+                        )
+                    except BaseException:
+                        claims.settle(mutation_id, None, now)
+                        raise
+            if earlier is None:
+                break
+            if isinstance(earlier, LiveOperation):
+                return earlier  # a retry: the first start's operation
+            earlier.settled.wait()  # the first start is being stored; its outcome answers this one
+        try:
+            self.store_start(op, ticket, now)
+        except BaseException:
+            claims.settle(mutation_id, None, now)  # nothing of it committed: a retry starts afresh
+            raise
+        claims.settle(mutation_id, op, now)
+        return op
+
+    def queue_start(
+        self,
+        operation_type: str,
+        spec: Any,
+        user: str,
+        model: OperationSpec,
+        operation_id: str,
+        tasks: list[TaskSpec],
+        now: float,
+        mutation_id: str | None = None,
+    ) -> tuple[LiveOperation, int]:
+        """The start admitted and its record queued for the group commit (lock held): the operation, the ticket."""
+        scheduler = self.scheduler
+        op = self.admit(operation_type, spec, user, model, operation_id, tasks, now)
+        # validated and admitted, in its state after admission (pending or running): its record (with the
+        # mutation id, in the same transaction) is queued for the group commit and stored after the lock is
+        # released, before the start is acknowledged; a job of it is queued after it, so never stored first
+        registered = scheduler.registry.operations[operation_id]
+        op.suspended = registered.suspended
+        enter_state(op, registered.state.value, now)
+        mutation = Mutation(mutation_id, {"operation_id": operation_id}, now) if mutation_id else None
+        try:
+            ticket = scheduler.persistence.queue_start(op, mutation)
+        except BaseException:
+            self.roll_back_start(op, now)
+            raise
+        self.tell_listeners(op)
+        # No fair-share update per start (its cost grows with the operations in the tree): an operation that
+        # can run now is published before the next heartbeat schedules and by the service loop at once (or,
+        # when the tree's periodic update is computing outside the lock then, by that update: a heartbeat in
+        # between schedules against the last published tree, as YTsaurus's node shards do). A
+        # pending one changes no share (no usage, no demand): no update for it; views show it with zero
+        # shares until an update includes it.
+        if registered.state is OperationState.RUNNING:
+            scheduler.updates.stale_trees.update(op.trees)
+        for name in op.trees:
+            scheduler.views.forget(name)  # placements and pool counters changed; rebuilt when read
+        return op, ticket
+
+    def store_start(self, op: LiveOperation, ticket: int, now: float) -> LiveOperation:
+        """Wait, without the lock, until the start's record is stored; a refused start is rolled back."""
+        scheduler = self.scheduler
         try:
             scheduler.commits.wait(ticket)
         except BaseException:
