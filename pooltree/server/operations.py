@@ -418,18 +418,25 @@ class OperationCommands:
             self.files.register_operation(operation_id, files)
         try:
             mutation_id = ctx.param("mutation_id", None)
+            key = None if mutation_id is None else mutation_key(ctx.user, str(mutation_id))
             with self.aliases.lock:  # the alias checked free and taken with the start, never by two starts
-                alias = self.aliases.free(spec)
-                op = self.scheduler.start_operation(
-                    operation_type,
-                    spec,
-                    ctx.user,
-                    self.clock(),
-                    operation_id=operation_id,
-                    mutation_id=None if mutation_id is None else mutation_key(ctx.user, str(mutation_id)),
-                )
-                if alias is not None:
-                    self.aliases.taken(alias, op.id, op.start_time)
+                # a retry that waited here for its first start (held for that start's commit) answers it: the
+                # alias is that start's now
+                earlier = None if key is None else self.scheduler.commands.start_claims.answered(key)
+                if earlier is not None:
+                    op = earlier
+                else:
+                    alias = self.aliases.free(spec)
+                    op = self.scheduler.start_operation(
+                        operation_type,
+                        spec,
+                        ctx.user,
+                        self.clock(),
+                        operation_id=operation_id,
+                        mutation_id=key,
+                    )
+                    if alias is not None:
+                        self.aliases.taken(alias, op.id, op.start_time)
         except ConfigError as error:
             if files and self.files is not None:
                 self.files.forget_operation(operation_id)

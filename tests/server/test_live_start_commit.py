@@ -16,10 +16,13 @@ import pytest
 from polling import wait_for
 
 from pooltree.config import parse_pool_trees
+from pooltree.errors import PooltreeError
+from pooltree.server.commands import CommandContext
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.model import LiveOperation
+from pooltree.server.operations import OperationCommands
 from pooltree.server.store import JobRecord, Mutation, OperationRecord, Store, StoreUnavailable, open_store
 
 WAIT = 30.0
@@ -281,6 +284,56 @@ def test_a_retry_of_a_start_whose_commit_failed_starts_afresh(store_url: str) ->
         assert list(live.operations) == ["kept"] and "ghost" not in live.registry.operations
         assert store.get_operation("ghost") is None
         assert store.get_mutation("m") == (True, {"operation_id": "kept"})
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()
+
+
+class _NotedLock:
+    """A lock whose ``with`` notes each thread that comes to take it (before it waits)."""
+
+    def __init__(self, lock: Any, entering: list[str]) -> None:
+        self.lock, self.entering = lock, entering
+
+    def __enter__(self) -> None:
+        self.entering.append(threading.current_thread().name)
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_retry_of_a_start_with_an_alias_while_it_is_being_stored_answers_its_operation(
+    store_url: str,
+) -> None:
+    """Through the start command (``server/operations.py``): the retry waits for the first start behind the
+    aliases' lock and must answer it, not find the alias taken by the operation it is retrying."""
+    live, store, writes = _scheduler(store_url)
+    commands = OperationCommands(live, lambda: 1.0)
+    spec = {**SPEC, "alias": "*service"}
+    entering: list[str] = []
+    commands.aliases.lock = _NotedLock(commands.aliases.lock, entering)
+
+    def start() -> Any:
+        parameters = {"operation_type": "vanilla", "spec": spec, "mutation_id": "m", "retry": True}
+        try:
+            return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
+        except PooltreeError as error:
+            return str(error)
+
+    try:
+        writes.gate = threading.Event()
+        starting, started = _in_thread(start)
+        assert writes.holding.wait(WAIT)
+        retrying, retried = _in_thread(start)
+        wait_for(lambda: len(entering) == 2, WAIT, 0.01)  # the retry waits for the aliases' lock
+        writes.gate.set()
+        starting.join(WAIT)
+        retrying.join(WAIT)
+        assert retried == started and len(started) == 1, f"the retry answered {retried}, the first {started}"
+        assert list(live.operations) == [started[0]["operation_id"]]
     finally:
         if writes.gate is not None:
             writes.gate.set()

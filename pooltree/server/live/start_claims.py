@@ -54,6 +54,12 @@ class StartClaims:
             self._in_flight[mutation_id] = InFlight()
             return None
 
+    def answered(self, mutation_id: str) -> LiveOperation | None:
+        """The operation a settled start with ``mutation_id`` answered (None: none settled, or it failed)."""
+        with self._lock:
+            answered = self._answered.get(mutation_id)
+        return None if answered is None else answered[1]
+
     def settle(self, mutation_id: str, op: LiveOperation | None, now: float) -> None:
         """The claimed start's outcome: ``op`` once it is stored, None when it failed (nothing of it committed)."""
         with self._lock:
