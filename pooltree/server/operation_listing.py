@@ -4,14 +4,15 @@ operation matching the filters, each listed operation's brief attributes (``BRIE
 
 ``OperationListing(scheduler, clock)`` is a ``CommandProvider``; ``OperationCommands`` makes one (its
 ``listing``). A page is one indexed store query; the counters come from the scheduler's in-memory counts; a live
-operation is briefed from memory without the scheduling lock; each listed brief is encoded once per change.
+operation is briefed from memory without the scheduling lock, a finished one from its record as kept when first
+listed (slimmed; its stored body is not decoded again); each listed brief is encoded once per change.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Container, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,11 @@ ALL = 1 << 62
 """A store query limit that means every matching row."""
 FRAGMENT_CACHE_SIZE = 20_000
 """Encoded briefs of listed operations kept (least recently listed dropped)."""
+FINISHED_KEPT = 5_000
+"""Finished operations' records kept, slimmed to what a listing reads (least recently listed dropped)."""
+FINAL_STATES = ("completed", "failed", "aborted")
+BRIEF_DOCUMENT = ("suspended", "trees", "progress")
+"""What of a stored record's document its brief reads (``stored_brief``)."""
 BUILD_TIME_MARK = "build-time-of-the-listing"
 BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
 """Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
@@ -130,6 +136,37 @@ def stored_progress(document: dict[str, Any] | None) -> dict[str, Any]:
     return jobs
 
 
+def slim(record: OperationRecord) -> OperationRecord:
+    """A finished operation's record with only what the listing reads of its body (spec and runtime parameters for
+    who may see it, the document's ``BRIEF_DOCUMENT``): a finished operation's record is never written again."""
+    document = record.document
+    return OperationRecord(
+        record.id,
+        record.type,
+        record.state,
+        record.user,
+        record.pool,
+        record.start_time,
+        record.finish_time,
+        spec=record.spec,
+        runtime_parameters=record.runtime_parameters,
+        document={key: document[key] for key in BRIEF_DOCUMENT if key in document},
+    )
+
+
+class _Held:
+    """The operations a listing holds in memory (the store does not decode their bodies): the live ones and the
+    finished ones kept (``OperationListing._finished``)."""
+
+    __slots__ = ("finished", "live")
+
+    def __init__(self, live: Container[str], finished: Container[str]) -> None:
+        self.live, self.finished = live, finished
+
+    def __contains__(self, operation_id: object) -> bool:
+        return operation_id in self.live or operation_id in self.finished
+
+
 class OperationListing:
     """``list_operations`` over a ``LiveScheduler``."""
 
@@ -141,7 +178,10 @@ class OperationListing:
         ``pooltree.security``; ``list_operations`` shows only what it allows."""
         self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
         self._fragments_lock = threading.Lock()
-        """Guards ``_fragments`` against concurrent threadpool readers."""
+        """Guards ``_fragments`` and ``_finished`` against concurrent threadpool readers."""
+        self._finished: OrderedDict[str, OperationRecord] = OrderedDict()
+        """Finished operations' records as listed (``slim``), so a page does not decode their bodies again; one
+        whose row's state or finish time differs is read anew."""
 
     def register_commands(self, registry: CommandRegistry) -> None:
         registry.register("list_operations", self.list_operations_encoded)
@@ -182,7 +222,7 @@ class OperationListing:
                 key: Hashable | None = (op.change_mark(), op.running_job_count)
             except RuntimeError:  # its reservations changed while counted: not cached
                 key = None
-        elif record.state in ("completed", "failed", "aborted"):
+        elif record.state in FINAL_STATES:
             key = ("final", record.state, record.finish_time)
         else:
             key = None
@@ -245,7 +285,9 @@ class OperationListing:
                     cursor_direction=direction,
                     limit=limit + 1,
                 ),
-                known=self.scheduler.operations,  # live ones are briefed from memory: their bodies not decoded
+                # live ones are briefed from memory and finished ones listed before from their kept records: their
+                # bodies are not decoded
+                known=_Held(self.scheduler.operations, self._finished),
             )
             counters = self.scheduler.counts.counters(count_filter)
         else:
@@ -262,15 +304,29 @@ class OperationListing:
         return listed, len(page) > limit, counters, now
 
     def _whole(self, record: OperationRecord) -> OperationRecord:
-        """A listed record as the listing needs it: a live operation's from memory, one that was live when listed
-        but finished since read whole (its body was not decoded)."""
+        """A listed record as the listing needs it: a live operation's from memory, a finished one's as kept (or
+        read, and kept), one that was live when listed but finished since read whole (its body was not decoded)."""
         op = self.scheduler.operations.get(record.id)
         if op is not None:
             if record.partial:
                 record.spec, record.runtime_parameters = op.spec, op.runtime_parameters
             return record
         if record.partial:
-            return self.scheduler.store.get_operation(record.id) or record
+            with self._fragments_lock:
+                kept = self._finished.get(record.id)
+                if kept is not None:
+                    self._finished.move_to_end(record.id)
+            if kept is not None and (kept.state, kept.finish_time) == (record.state, record.finish_time):
+                return kept
+            record = self.scheduler.store.get_operation(record.id) or record
+        if record.state in FINAL_STATES and not record.partial:
+            kept = slim(record)
+            with self._fragments_lock:
+                self._finished[record.id] = kept
+                self._finished.move_to_end(record.id)
+                while len(self._finished) > FINISHED_KEPT:
+                    self._finished.popitem(last=False)
+            return kept
         return record
 
     def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:

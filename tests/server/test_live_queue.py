@@ -20,6 +20,7 @@ from pooltree.errors import ConfigError
 from pooltree.server.app import CommandContext
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
+from pooltree.server.operation_times import iso_time
 from pooltree.server.operations import OperationCommands
 from pooltree.server.store import OperationFilter, OperationRecord, Store, open_store
 
@@ -239,4 +240,72 @@ def test_listed_live_operations_are_not_decoded_and_one_finished_meanwhile_is_re
         (ops[1].id, "pending", "queued"),
         (ops[0].id, "pending", "queued"),
     ]
+    store.close()
+
+
+def test_listed_finished_operations_are_kept_and_answer_as_a_fresh_listing_does(tmp_path: Path) -> None:
+    """A finished operation listed once is kept (slimmed to what a brief reads): a later page does not decode its
+    body again and answers byte for byte what a listing reading every body answers, in every output format and
+    with a user who sees only some of the operations; a kept one whose row changed is read anew."""
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    live = LiveScheduler(store)
+    live.apply_pool_trees(_trees(1), None, 0.0)
+    ops = [
+        live.start_operation("vanilla", {**SPEC, "title": f"op {i}", "acl": acl}, user, float(i))
+        for i, (user, acl) in enumerate(
+            [
+                ("alice", []),
+                ("bob", [{"action": "allow", "subjects": ["alice"], "permissions": ["read"]}]),
+                ("bob", []),
+            ]
+            * 2
+        )
+    ]
+    live.finish_operation(ops[0].id, "completed", 10.0)
+    live.finish_operation(ops[1].id, "failed", 11.0, error={"message": "broken"})
+    live.finish_operation(ops[2].id, "aborted", 12.0)
+    live.suspend_operation(ops[4].id, 13.0)
+    bodies: list[str] = []
+    read_bodies = store._bodies  # type: ignore[attr-defined]
+
+    def noting(operation_ids: list[str]) -> dict[str, str]:
+        bodies.extend(operation_ids)
+        return read_bodies(operation_ids)
+
+    store._bodies = noting  # type: ignore[attr-defined]
+    kept = OperationCommands(live, lambda: 20.0).listing
+    visible = lambda user, operation_id, owner, spec, runtime: user == owner or bool(spec.get("acl"))  # noqa: E731
+    kept.visible = visible
+    formats = [None, {"$value": "json", "$attributes": {"format": "pretty"}}, "yson"]
+
+    def answers(listing: Any) -> list[bytes]:
+        found = []
+        for fmt in formats:
+            for params in ({"limit": 10}, {"limit": 2}, {"limit": 10, "state": "completed"}):
+                ctx = CommandContext(
+                    "list_operations",
+                    {**params, **({} if fmt is None else {"output_format": fmt})},
+                    user="alice",
+                )
+                found.append(listing.list_operations_encoded(ctx).data)
+        return found
+
+    first = answers(kept)
+    assert ops[2].id not in first[0].decode() and ops[1].id in first[0].decode()  # alice sees only some
+    assert set(bodies) == {op.id for op in ops[:3]}
+    bodies.clear()
+    again = answers(kept)
+    assert bodies == [] and again == first  # nothing decoded: the kept records
+    fresh = OperationCommands(live, lambda: 20.0).listing
+    fresh.visible = visible
+    assert answers(fresh) == first and set(bodies) == {op.id for op in ops[:3]}
+    # a kept operation's row changed (another finish time): read anew
+    record = store.get_operation(ops[0].id)
+    assert record is not None
+    record.finish_time, record.document = 14.0, {**record.document, "progress": {"completed": 7}}
+    store.put_operation(record)
+    changed = kept.list_operations(CommandContext("list_operations", {"limit": 10}, user="alice"))
+    listed = {o["id"]: o for o in changed["operations"]}
+    assert listed[ops[0].id]["brief_progress"]["jobs"]["completed"] == 7
+    assert listed[ops[0].id]["finish_time"] == iso_time(14.0)
     store.close()
