@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -419,7 +420,10 @@ class OperationCommands:
         try:
             mutation_id = ctx.param("mutation_id", None)
             key = None if mutation_id is None else mutation_key(ctx.user, str(mutation_id))
-            with self.aliases.lock:  # the alias checked free and taken with the start, never by two starts
+            # a start with an alias holds the aliases' lock through its commit: the alias checked free and taken
+            # with the start, never by two starts; one without takes no lock but the scheduler's (its mutation id
+            # claimed there), so starts share the group commit's batches
+            with self.aliases.lock if "alias" in spec else contextlib.nullcontext():
                 # a retry that waited here for its first start (held for that start's commit) answers it: the
                 # alias is that start's now
                 earlier = None if key is None else self.scheduler.commands.start_claims.answered(key)

@@ -339,3 +339,38 @@ def test_a_retry_of_a_start_with_an_alias_while_it_is_being_stored_answers_its_o
             writes.gate.set()
         live.commits.close()
         store.close()
+
+
+def test_a_start_without_an_alias_being_stored_holds_neither_alias_reads_nor_its_retry(
+    store_url: str,
+) -> None:
+    """Through the start command: a start without an alias takes no aliases' lock, so an alias is resolved while
+    it is being stored (it held every alias read for its store write), and its retry is answered by the
+    scheduler's claim once it is stored."""
+    live, store, writes = _scheduler(store_url)
+    commands = OperationCommands(live, lambda: 1.0)
+
+    def start() -> Any:
+        parameters = {"operation_type": "vanilla", "spec": SPEC, "mutation_id": "m", "retry": True}
+        return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
+
+    try:
+        in_flight = _claims_noted(live)
+        writes.gate = threading.Event()
+        starting, started = _in_thread(start)
+        assert writes.holding.wait(WAIT)
+        resolving, resolved = _in_thread(lambda: commands.aliases.operation_id("*nobody"))
+        resolving.join(10.0)
+        assert resolved == [None], "an alias read waited for a start without an alias to be stored"
+        retrying, retried = _in_thread(start)
+        wait_for(in_flight.is_set, WAIT, 0.01)
+        writes.gate.set()
+        starting.join(WAIT)
+        retrying.join(WAIT)
+        assert retried == started and len(started) == 1
+        assert list(live.operations) == [started[0]["operation_id"]]
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()
