@@ -31,6 +31,7 @@ from pooltree.server.live import (
     no_such_operation,
 )
 from pooltree.server.live.alerts import explain_pending
+from pooltree.server.live.start_claims import NotMarkedRetry
 from pooltree.server.operation_listing import OperationListing, live_brief
 from pooltree.server.operation_maps import attribute_map, effective_values, stored_attributes
 from pooltree.server.operation_times import iso_time
@@ -427,18 +428,25 @@ class OperationCommands:
                 # a retry that waited here for its first start (held for that start's commit) answers it: the
                 # alias is that start's now
                 earlier = None if key is None else self.scheduler.commands.start_claims.answered(key)
+                retry = ctx.bool_param("retry", False)
+                if earlier is not None and not retry:
+                    raise NotMarkedRetry(str(mutation_id))
                 if earlier is not None:
                     op = earlier
                 else:
                     alias = self.aliases.free(spec)
-                    op = self.scheduler.start_operation(
-                        operation_type,
-                        spec,
-                        ctx.user,
-                        self.clock(),
-                        operation_id=operation_id,
-                        mutation_id=key,
-                    )
+                    try:
+                        op = self.scheduler.start_operation(
+                            operation_type,
+                            spec,
+                            ctx.user,
+                            self.clock(),
+                            operation_id=operation_id,
+                            mutation_id=key,
+                            retry=retry,
+                        )
+                    except NotMarkedRetry:  # named by the user's id, not the stored key
+                        raise NotMarkedRetry(str(mutation_id)) from None
                     if alias is not None:
                         self.aliases.taken(alias, op.id, op.start_time)
         except ConfigError as error:

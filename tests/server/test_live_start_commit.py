@@ -374,3 +374,30 @@ def test_a_start_without_an_alias_being_stored_holds_neither_alias_reads_nor_its
             writes.gate.set()
         live.commits.close()
         store.close()
+
+
+def test_a_second_start_with_the_mutation_id_not_marked_retry_is_refused(store_url: str) -> None:
+    """As the pipeline refuses one whose answer is stored: while the first start is stored and after it."""
+    live, store, writes = _scheduler(store_url)
+    try:
+        writes.gate = threading.Event()
+        starting, started = _in_thread(
+            lambda: live.start_operation("vanilla", SPEC, "alice", 1.0, mutation_id="m")
+        )
+        assert writes.holding.wait(WAIT)
+        with pytest.raises(PooltreeError, match='Duplicate request is not marked as "retry"'):
+            live.start_operation("vanilla", SPEC, "alice", 2.0, mutation_id="m", retry=False)
+        writes.gate.set()
+        starting.join(WAIT)
+        with pytest.raises(PooltreeError, match='Duplicate request is not marked as "retry"'):
+            live.start_operation("vanilla", SPEC, "alice", 3.0, mutation_id="m", retry=False)
+        assert list(live.operations) == [started[0].id]
+        assert (
+            live.start_operation("vanilla", SPEC, "alice", 4.0, mutation_id="m", retry=True).id
+            == started[0].id
+        )
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()

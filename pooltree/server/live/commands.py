@@ -30,7 +30,7 @@ from pooltree.server.live.model import (
     new_guid,
 )
 from pooltree.server.live.persistence import planned
-from pooltree.server.live.start_claims import StartClaims
+from pooltree.server.live.start_claims import NotMarkedRetry, StartClaims
 from pooltree.server.store import Mutation
 from pooltree.strategy.model import Allocation
 from pooltree.strategy.single_tree import restrict_to_single_tree
@@ -128,13 +128,15 @@ class OperationCommands:
         *,
         operation_id: str | None = None,
         mutation_id: str | None = None,
+        retry: bool = True,
     ) -> LiveOperation:
         """Validate the spec, admit the operation in its trees and attach its controller (lock held), then wait,
         without the lock, until the group commit has stored it.
 
         A failed commit rolls the runtime back (nothing of the operation is left to run later) and raises.
         ``mutation_id`` is claimed at admission (``start_claims.py``) and saved with the operation in one commit:
-        a retry with it answers the first start's operation, also while that one is still being stored.
+        a retry with it answers the first start's operation, also while that one is still being stored (a second
+        request with it that is not marked ``retry`` is refused: ``NotMarkedRetry``).
         """
         model = parse_start(operation_type, spec)
         operation_id = operation_id or new_guid()
@@ -157,6 +159,8 @@ class OperationCommands:
                         raise
             if earlier is None:
                 break
+            if not retry:
+                raise NotMarkedRetry(mutation_id)
             if isinstance(earlier, LiveOperation):
                 return earlier  # a retry: the first start's operation
             earlier.settled.wait()  # the first start is being stored; its outcome answers this one

@@ -239,10 +239,11 @@ class LiveScheduler:
         *,
         operation_id: str | None = None,
         mutation_id: str | None = None,
+        retry: bool = True,
     ) -> LiveOperation:
         """Validate the spec, admit the operation in its trees, commit it to the store, attach its controller."""
         return self.commands.start_operation(
-            operation_type, spec, user, now, operation_id=operation_id, mutation_id=mutation_id
+            operation_type, spec, user, now, operation_id=operation_id, mutation_id=mutation_id, retry=retry
         )
 
     def operation(self, operation_id: str) -> LiveOperation:

@@ -17,10 +17,22 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
+from pooltree.errors import YtError
 from pooltree.server.live.model import LiveOperation
 
 KEPT_SECONDS = 120.0
 """How long a settled start's answer is kept in memory (the app's ``MUTATION_TTL``)."""
+
+
+class NotMarkedRetry(YtError):
+    """A second request with a mutation id whose start is in flight or stored, not marked ``retry`` (as the
+    pipeline answers one whose answer is stored, ``app.py``; YTsaurus's response keeper does the same)."""
+
+    def __init__(self, mutation_id: str) -> None:
+        super().__init__(
+            f'Duplicate request is not marked as "retry" (mutation_id {mutation_id})',
+            attributes={"mutation_id": mutation_id},
+        )
 
 
 class InFlight:
