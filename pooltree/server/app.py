@@ -50,6 +50,7 @@ from pooltree.server.commands import (
 from pooltree.server.cypress import Cypress, OrchidProvider, Validator
 from pooltree.server.files import FileService
 from pooltree.server.http_protocol import BODY_WHOLE
+from pooltree.server.mutations_in_flight import MutationsInFlight
 from pooltree.server.pool_transfer import parse_delta
 from pooltree.server.pool_transfer import transfer_pool_resources as apply_transfer
 from pooltree.server.protocol import (
@@ -471,6 +472,8 @@ class YtApi:
         self.host = host
         self.clock = clock
         self._last_prune = float("-inf")
+        self._in_flight = MutationsInFlight()
+        """Mutation ids of the requests running now (a retry waits for its first request)."""
         self._limiters: dict[bool, anyio.CapacityLimiter] = {}
         """Worker threads commands run on at once, for reads (False) and for changes (True): made on the event loop
         at the first command of each kind."""
@@ -582,11 +585,27 @@ class YtApi:
     def _run(
         self, descriptor: CommandDescriptor, handler: Handler, ctx: CommandContext, request_id: str
     ) -> Response | Deferred:
-        """Authorize, check the mutation id, run the handler, remember its answer and encode it (worker thread)."""
+        """Authorize, check the mutation id, run the handler, remember its answer and encode it (worker thread).
+        Requests with one mutation id run one after the other (``mutations_in_flight.py``)."""
         params = ctx.parameters
         self.authorize(descriptor, ctx.user, params, ctx.input)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
+        if mutation_id is None:
+            return self._execute(descriptor, handler, ctx, request_id, None)
         key = mutation_key(ctx.user, str(mutation_id))  # after authorization; a replay only to the same user
+        with self._in_flight.held(key):
+            return self._execute(descriptor, handler, ctx, request_id, mutation_id)
+
+    def _execute(
+        self,
+        descriptor: CommandDescriptor,
+        handler: Handler,
+        ctx: CommandContext,
+        request_id: str,
+        mutation_id: Any,
+    ) -> Response | Deferred:
+        params = ctx.parameters
+        key = mutation_key(ctx.user, str(mutation_id))
         if mutation_id is not None:
             seen, saved = self.store.get_mutation(key)
             if seen:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from polling import wait_for
 
 from pooltree.security.policy import ANY_USER
 from pooltree.server import CommandContext, CommandRegistry, create_app, open_store
 from pooltree.server.store.base import mutation_key
+
+try:
+    from pooltree.server.mutations_in_flight import MutationsInFlight
+except ImportError:  # checking the test on the code before it
+    MutationsInFlight = None  # type: ignore[assignment,misc]
 
 YSON_HEADER = {"X-YT-Header-Format": "<format=text>yson"}
 TOKEN = "ytct-0000-" + "a1" * 16
@@ -25,11 +33,18 @@ class Extra:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.gate: threading.Event | None = None
+        """When set up, ``bump`` waits for it after counting (``bumping`` is set meanwhile)."""
+        self.bumping = threading.Event()
 
     def register_commands(self, registry: CommandRegistry) -> None:
         def bump(ctx: CommandContext) -> dict[str, object]:
             self.calls += 1
-            return {"calls": self.calls}
+            calls = self.calls
+            if self.gate is not None:
+                self.bumping.set()
+                assert self.gate.wait(30)
+            return {"calls": calls}
 
         def crash(ctx: CommandContext) -> None:
             raise RuntimeError("unexpected")
@@ -258,3 +273,39 @@ def test_binary_yson_set_body(server: tuple[str, Extra]) -> None:
                headers=YSON_HEADER)  # fmt: skip
     assert got.headers["content-type"] == "application/x-yt-yson-binary"
     assert got.content == b"\x03" + struct.pack("<d", 5.0)
+
+
+def test_a_retry_while_the_first_request_runs_waits_and_answers_its_answer(
+    server: tuple[str, Extra], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry with the mutation id of a request still running (its change not yet remembered) waits for it and
+    answers what it answered; the command runs once."""
+    base, extra = server
+    waiting = threading.Event()
+    if MutationsInFlight is not None:  # the code before it has no wait to note
+        held = MutationsInFlight.held
+
+        def noting(self: Any, key: str) -> Any:
+            if key in self._running:
+                waiting.set()
+            return held(self, key)
+
+        monkeypatch.setattr(MutationsInFlight, "held", noting)
+    extra.gate = threading.Event()
+    answers: list[httpx.Response] = []
+    params = {"mutation_id": "held-1", "retry": True}
+    first = threading.Thread(target=lambda: answers.append(call(base, "POST", "bump", params)), daemon=True)
+    first.start()
+    try:
+        assert extra.bumping.wait(30)
+        second = threading.Thread(
+            target=lambda: answers.append(call(base, "POST", "bump", params)), daemon=True
+        )
+        second.start()
+        wait_for(lambda: waiting.is_set() or extra.calls == 2, 30)
+    finally:
+        extra.gate.set()
+    first.join(30)
+    second.join(30)
+    assert extra.calls == 1, "the retry ran the command a second time"
+    assert [answer.json() for answer in answers] == [{"calls": 1}, {"calls": 1}]

@@ -1,0 +1,37 @@
+"""Requests with one mutation id run one at a time: a retry that comes while the first request is running waits
+for it, then reads the answer it saved (``app.py``'s pipeline), as YTsaurus's response keeper answers a pending
+mutation's retry with the first request's response.
+
+Without it a retry that came between a command's commit and the saving of its answer ran the command again (an
+abort retried answered "already finished"; a second ``set`` or ``create`` applied twice). A start saves its answer
+in its own commit and claims its mutation id in the scheduler too (``live/start_claims.py``); this covers every
+volatile command the pipeline runs. If the first request failed, nothing is saved and the retry runs afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+
+class MutationsInFlight:
+    """Mutation ids (``mutation_key``) of the requests running now."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._running: set[str] = set()
+
+    @contextlib.contextmanager
+    def held(self, key: str) -> Iterator[None]:
+        """Wait until no request with ``key`` runs, then run with it held (released on leaving)."""
+        with self._condition:
+            while key in self._running:
+                self._condition.wait()
+            self._running.add(key)
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._running.discard(key)
+                self._condition.notify_all()
