@@ -585,28 +585,34 @@ class YtApi:
     def _run(
         self, descriptor: CommandDescriptor, handler: Handler, ctx: CommandContext, request_id: str
     ) -> Response | Deferred:
-        """Authorize, check the mutation id, run the handler, remember its answer and encode it (worker thread).
-        Requests with one mutation id run one after the other (``mutations_in_flight.py``)."""
+        """Authorize, run the handler (once per mutation id: ``run_mutation``) and encode its answer (worker
+        thread)."""
         params = ctx.parameters
         self.authorize(descriptor, ctx.user, params, ctx.input)
         mutation_id = params.get("mutation_id") if descriptor.is_volatile else None
         if mutation_id is None:
-            return self._execute(descriptor, handler, ctx, request_id, None)
-        key = mutation_key(ctx.user, str(mutation_id))  # after authorization; a replay only to the same user
-        with self._in_flight.held(key):
-            return self._execute(descriptor, handler, ctx, request_id, mutation_id)
+            result = handler(ctx)
+        else:
+            result = self.run_mutation(descriptor, handler, ctx, mutation_id)
+        if isinstance(result, Deferred):
+            return result
+        return self._output(descriptor, result, params, request_id)
 
-    def _execute(
+    def run_mutation(
         self,
         descriptor: CommandDescriptor,
         handler: Handler,
         ctx: CommandContext,
-        request_id: str,
         mutation_id: Any,
-    ) -> Response | Deferred:
-        params = ctx.parameters
-        key = mutation_key(ctx.user, str(mutation_id))
-        if mutation_id is not None:
+        *,
+        wait: float | None = None,
+    ) -> Any:
+        """Run an authorized volatile command with a mutation id once: a request with a saved answer gets it if
+        marked ``retry`` (and is refused if not) without running again, and the answer of one that runs is
+        remembered. Requests with one mutation id run one after the other (``mutations_in_flight.py``; ``wait``
+        bounds the wait). A plain command and each request of ``execute_batch`` come here."""
+        key = mutation_key(ctx.user, str(mutation_id))  # after authorization; a replay only to the same user
+        with self._in_flight.held(key, timeout=wait):
             seen, saved = self.store.get_mutation(key)
             if seen:
                 if not ctx.bool_param("retry", False):
@@ -614,17 +620,15 @@ class YtApi:
                         f'Duplicate request is not marked as "retry" (mutation_id {mutation_id})',
                         attributes={"mutation_id": str(mutation_id)},
                     )
-                return self._output(descriptor, saved, params, request_id)
-        result = handler(ctx)
-        if isinstance(result, Deferred):
+                return saved
+            result = handler(ctx)
+            if (
+                not isinstance(result, Deferred)
+                and descriptor.output_type in ("structured", "null")
+                and not descriptor.saves_mutation
+            ):
+                self.remember(key, result)
             return result
-        if (
-            mutation_id is not None
-            and descriptor.output_type in ("structured", "null")
-            and not descriptor.saves_mutation
-        ):
-            self.remember(key, result)
-        return self._output(descriptor, result, params, request_id)
 
     def authorize(
         self, descriptor: CommandDescriptor, user: str, params: Mapping[str, Any], input_value: Any
@@ -705,7 +709,7 @@ def create_app(
 
     register_unsupported_commands(registry)
     register_batch_command(
-        registry, host=api.host, clock=clock, remember=api.remember, authorize=api.authorize
+        registry, host=api.host, clock=clock, run_mutation=api.run_mutation, authorize=api.authorize
     )
 
     async def api_versions(request: Request) -> Response:

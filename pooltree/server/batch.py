@@ -4,7 +4,8 @@ The official client batches reads and writes (``yt.wrapper.create_batch_client``
 operations and uploads): ``execute_batch(requests=[{command, parameters, input}])`` answers
 ``{"results": [{"output": ...} | {"error": ...}]}`` in request order. Each request runs through the same handler
 as a single command; one failing request does not fail the others. Commands with binary or tabular data cannot be
-batched (as in YTsaurus).
+batched (as in YTsaurus). A request with a mutation id runs once, as a single command does: a batch retried with the
+same ids answers the saved answers of its requests (``run_mutation``) instead of applying them again.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pooltree.errors import PooltreeError
 from pooltree.security.policy import UNSUPPORTED as UNSUPPORTED_RULE
 from pooltree.server.commands import CommandContext, CommandDescriptor, CommandRegistry, Deferred, Encoded
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
-from pooltree.server.store.base import mutation_key
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH_SIZE = 1000
+MUTATION_WAIT = 30.0
+"""Seconds a request waits for a request with its mutation id still running (the batch holds its own meanwhile)."""
 UNSUPPORTED = (
     "pooltree is a scheduler: it runs vanilla operations (yt vanilla, run_operation with a VanillaSpecBuilder) and "
     "serves Cypress nodes, files, transactions, pool trees, operations and jobs; table I/O and map, reduce, sort, "
@@ -89,11 +91,12 @@ def register_batch_command(
     *,
     host: str,
     clock: Callable[[], float],
-    remember: Callable[[str, Any], None],
+    run_mutation: Callable[..., Any],
     authorize: Callable[[CommandDescriptor, str, dict[str, Any], Any], None],
 ) -> None:
     """Add ``execute_batch`` over the commands already in ``registry`` (register it last); ``authorize`` checks
-    each request by its own command's rule, as if it came on its own."""
+    each request by its own command's rule, as if it came on its own, and ``run_mutation`` runs one with a mutation
+    id (``YtApi.run_mutation``: once per id, its answer saved)."""
 
     def run_one(ctx: CommandContext, index: int, request: Any) -> dict[str, Any]:
         try:
@@ -132,15 +135,20 @@ def register_batch_command(
                 request_id=f"{ctx.request_id}.{index}",
             )
             authorize(descriptor, ctx.user, parameters, sub.input)
-            result = handler(sub)
+            mutation_id = parameters.get("mutation_id") if descriptor.is_volatile else None
+            if mutation_id is None:
+                result = handler(sub)
+            elif str(mutation_id) == str(ctx.parameters.get("mutation_id")):
+                raise YtError(
+                    f"Batch request {index} carries the mutation id of the batch itself",
+                    attributes={"index": index, "mutation_id": str(mutation_id)},
+                )
+            else:
+                result = run_mutation(descriptor, handler, sub, mutation_id, wait=MUTATION_WAIT)
             if isinstance(result, Deferred):  # inside a batch (already on a command thread): waited for here
                 with contextlib.suppress(concurrent.futures.TimeoutError):
                     result.future.result(timeout=result.timeout)
                 result = result.finish(result.future)
-            elif (
-                mutation_id := parameters.get("mutation_id") if descriptor.is_volatile else None
-            ) is not None:
-                remember(mutation_key(ctx.user, str(mutation_id)), result)
         except PooltreeError as error:
             return {"error": error_to_dict(error, host=host, now=clock())}
         except Exception as error:

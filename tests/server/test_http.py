@@ -180,6 +180,62 @@ def test_mutation_ids_deduplicate_retries(server: tuple[str, Extra]) -> None:
     assert created.json() == again.json() and "node_id" in created.json()
 
 
+def test_a_retried_batch_answers_its_requests_saved_answers_without_running_them_again(
+    server: tuple[str, Extra],
+) -> None:
+    """A batch sent again with its requests' mutation ids (as after a lost answer) answers what the first run
+    answered and applies nothing again; without "retry" each such request is refused, as a single command is."""
+    base, extra = server
+
+    def batch(retry: bool) -> list[dict[str, Any]]:
+        requests = [
+            {
+                "command": "create",
+                "parameters": {"type": "map_node", "path": "//tmp/b", "mutation_id": "b-1"},
+            },
+            {"command": "set", "parameters": {"path": "//tmp/b/@n", "mutation_id": "b-2"}, "input": 7},
+            {"command": "bump", "parameters": {"mutation_id": "b-3"}},
+            {"command": "get", "parameters": {"path": "//tmp/b/@n"}},
+        ]
+        for request in requests[:3]:
+            request["parameters"]["retry"] = retry
+        response = call(base, "POST", "execute_batch", {"requests": requests})
+        assert response.status_code == 200, response.text
+        return response.json()["results"]
+
+    first = batch(retry=False)
+    assert "node_id" in first[0]["output"] and first[1:] == [
+        {},
+        {"output": {"calls": 1}},
+        {"output": {"value": 7}},
+    ]
+    assert (
+        call(base, "PUT", "set", {"path": "//tmp/b/@n", "input_format": "json"}, content=b"8").status_code
+        == 200
+    )
+    again = batch(retry=True)
+    assert again[:3] == first[:3], f"the retried batch ran its requests again: {again} after {first}"
+    assert again[3] == {"output": {"value": 8}}, "the retried set applied again"
+    assert extra.calls == 1
+    refused = batch(retry=False)
+    assert [r.get("error", {}).get("message", "")[:38] for r in refused[:3]] == [
+        'Duplicate request is not marked as "re'
+    ] * 3
+    assert refused[3] == {"output": {"value": 8}} and extra.calls == 1
+
+
+def test_a_batch_request_with_the_batchs_own_mutation_id_is_refused_at_once(
+    server: tuple[str, Extra],
+) -> None:
+    """The batch holds its own mutation id while it runs: a request of it with that id would wait for itself."""
+    base, extra = server
+    requests = [{"command": "bump", "parameters": {"mutation_id": "own-1"}}]
+    response = call(base, "POST", "execute_batch", {"mutation_id": "own-1", "requests": requests})
+    assert response.status_code == 200, response.text
+    assert "mutation id of the batch itself" in response.json()["results"][0]["error"]["message"]
+    assert extra.calls == 0
+
+
 def test_post_body_parameters_and_outputs(server: tuple[str, Extra]) -> None:
     base, _ = server
     response = httpx.post(
@@ -285,10 +341,10 @@ def test_a_retry_while_the_first_request_runs_waits_and_answers_its_answer(
     if MutationsInFlight is not None:  # the code before it has no wait to note
         held = MutationsInFlight.held
 
-        def noting(self: Any, key: str) -> Any:
+        def noting(self: Any, key: str, timeout: float | None = None) -> Any:
             if key in self._running:
                 waiting.set()
-            return held(self, key)
+            return held(self, key, timeout)
 
         monkeypatch.setattr(MutationsInFlight, "held", noting)
     extra.gate = threading.Event()
