@@ -205,6 +205,11 @@ class ForecastService:
             found = opened_forecast(parcel)
             opened, opening = time.time(), time.thread_time() - cpu
         except (PooltreeError, MemoryError) as error:
+            if (
+                self.worker.stopping
+            ):  # the scheduler is stopping: the refresh in flight ends with it, not failed
+                log.info("forecast refresh ended with the scheduler: %s", error)
+                return None
             self.last_error = str(error)
             self.health.failed()
             log.warning("forecast failed: %s", self.last_error)

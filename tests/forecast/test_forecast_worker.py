@@ -3,6 +3,7 @@ answer the next one; a failure inside the worker comes back as text."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -13,6 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 import pytest
@@ -117,6 +119,39 @@ def test_a_refresh_waiting_on_the_worker_ends_at_once_when_the_service_stops() -
     collector.join(5)
     assert ended == ["the forecast worker process was stopped with the scheduler"]
     assert service.health.deaths == 0
+
+
+def test_a_refresh_in_flight_when_the_service_stops_is_not_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Stopping the scheduler while a refresh waits on the worker ends that refresh, and is no failure: it was
+    counted in ``pooltree_forecast_failures`` and logged as a WARNING "forecast failed: ... stopped with the
+    scheduler" at every Ctrl-C of ``pooltree local`` during a refresh."""
+    settings = WorkerSettings(forecast=ForecastSettings(seeds=8, horizon=200_000.0))
+    service = ForecastService(scheduler=None, clock=time.time, settings=settings)  # type: ignore[arg-type]
+    service._take_state = lambda cost=None: project_state()  # type: ignore[method-assign]
+    sent: list[Any] = []
+    send = service.worker.send
+
+    def noted_send(*args: Any, **kwargs: Any) -> Any:
+        future = send(*args, **kwargs)
+        sent.append(future)
+        return future
+
+    service.worker.send = noted_send  # type: ignore[method-assign]
+    results: list[Forecast | None] = []
+    refresher = threading.Thread(target=lambda: results.append(service.refresh()))
+    try:
+        refresher.start()
+        wait_for(lambda: bool(sent) and sent[0].running(), 60)  # the forecast is in the worker
+    finally:
+        service.stop()
+    refresher.join(30)
+    assert results == [None]
+    assert service.health.failures == 0
+    assert not [
+        r for r in caplog.records if r.levelno >= logging.WARNING and "forecast failed" in r.getMessage()
+    ]
 
 
 def test_the_back_off_doubles_with_deaths_in_a_row() -> None:
