@@ -8,8 +8,9 @@ scheduling lock was free at that moment (another thread could take it) and can b
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -94,13 +95,21 @@ class Writes:
         store.put_jobs = jobs  # type: ignore[method-assign]
 
 
-def _scheduler(store_url: str) -> tuple[LiveScheduler, Store, Writes]:
+@contextlib.contextmanager
+def _scheduler(store_url: str) -> Iterator[tuple[LiveScheduler, Store, Writes]]:
+    """A live scheduler over an instrumented store; at the end a held write is let go, then both are closed."""
     store = open_store(store_url)
     writes = Writes(store)
     live = LiveScheduler(store)
     writes.lock = live.lock
     live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), "default", 0.0)
-    return live, store, writes
+    try:
+        yield live, store, writes
+    finally:
+        if writes.gate is not None:
+            writes.gate.set()
+        live.commits.close()
+        store.close()
 
 
 def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -111,8 +120,7 @@ def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_a_start_is_stored_without_the_scheduling_lock_and_before_it_returns(store_url: str) -> None:
-    live, store, writes = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, store, writes):
         op = live.start_operation("vanilla", SPEC, "alice", 1.0, mutation_id="m1")
         assert [entry for entry in writes.log if entry[0] == "operation"] == [
             ("operation", op.id, "running", True)
@@ -124,16 +132,12 @@ def test_a_start_is_stored_without_the_scheduling_lock_and_before_it_returns(sto
         finally:
             reader.close()
         assert store.get_mutation("m1") == (True, {"operation_id": op.id})  # sealed with this store's key
-    finally:
-        live.commits.close()
-        store.close()
 
 
 def test_a_heartbeat_beside_a_start_being_stored_schedules_it_but_answers_after_it_is_stored(
     store_url: str,
 ) -> None:
-    live, store, writes = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, _store, writes):
         writes.gate = threading.Event()
         starting, started = _in_thread(lambda: live.start_operation("vanilla", SPEC, "alice", 1.0))
         assert writes.holding.wait(WAIT)  # the start's record is being written, the lock released
@@ -156,16 +160,10 @@ def test_a_heartbeat_beside_a_start_being_stored_schedules_it_but_answers_after_
         kinds = [entry[0] for entry in writes.log]
         assert kinds.index("operation") < kinds.index("jobs")
         assert op.id in writes.log[kinds.index("jobs")][1]
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
 
 
 def test_a_start_whose_group_commit_fails_is_undone_and_leaves_the_counts(store_url: str) -> None:
-    live, store, _ = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, store, _):
         kept = live.start_operation("vanilla", SPEC, "alice", 1.0)
         before = live.counts.groups()
 
@@ -182,9 +180,6 @@ def test_a_start_whose_group_commit_fails_is_undone_and_leaves_the_counts(store_
         assert all("ghost" not in core.controllers for core in live.cores.values())
         assert sorted(live.counts.groups()) == sorted(before)
         assert store.get_operation("ghost") is None
-    finally:
-        live.commits.close()
-        store.close()
 
 
 def _claims_noted(live: LiveScheduler) -> threading.Event:
@@ -205,8 +200,7 @@ def _claims_noted(live: LiveScheduler) -> threading.Event:
 
 
 def test_a_retry_while_the_start_is_being_stored_answers_the_first_operation(store_url: str) -> None:
-    live, store, writes = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, store, writes):
         in_flight = _claims_noted(live)
         writes.gate = threading.Event()
         starting, started = _in_thread(
@@ -231,16 +225,10 @@ def test_a_retry_while_the_start_is_being_stored_answers_the_first_operation(sto
         # a retry after the first start was stored answers it too
         again = live.start_operation("vanilla", SPEC, "alice", 3.0, mutation_id="m")
         assert again.id == first.id and list(live.operations) == [first.id]
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
 
 
 def test_a_retry_of_a_start_whose_commit_failed_starts_afresh(store_url: str) -> None:
-    live, store, writes = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, store, writes):
         in_flight = _claims_noted(live)
         writes.gate = threading.Event()
         write_operations = live.commits._write_operations
@@ -284,11 +272,6 @@ def test_a_retry_of_a_start_whose_commit_failed_starts_afresh(store_url: str) ->
         assert list(live.operations) == ["kept"] and "ghost" not in live.registry.operations
         assert store.get_operation("ghost") is None
         assert store.get_mutation("m") == (True, {"operation_id": "kept"})
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
 
 
 class _NotedLock:
@@ -310,20 +293,19 @@ def test_a_retry_of_a_start_with_an_alias_while_it_is_being_stored_answers_its_o
 ) -> None:
     """Through the start command (``server/operations.py``): the retry waits for the first start behind the
     aliases' lock and must answer it, not find the alias taken by the operation it is retrying."""
-    live, store, writes = _scheduler(store_url)
-    commands = OperationCommands(live, lambda: 1.0)
-    spec = {**SPEC, "alias": "*service"}
-    entering: list[str] = []
-    commands.aliases.lock = _NotedLock(commands.aliases.lock, entering)
+    with _scheduler(store_url) as (live, _store, writes):
+        commands = OperationCommands(live, lambda: 1.0)
+        spec = {**SPEC, "alias": "*service"}
+        entering: list[str] = []
+        commands.aliases.lock = _NotedLock(commands.aliases.lock, entering)
 
-    def start() -> Any:
-        parameters = {"operation_type": "vanilla", "spec": spec, "mutation_id": "m", "retry": True}
-        try:
-            return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
-        except PooltreeError as error:
-            return str(error)
+        def start() -> Any:
+            parameters = {"operation_type": "vanilla", "spec": spec, "mutation_id": "m", "retry": True}
+            try:
+                return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
+            except PooltreeError as error:
+                return str(error)
 
-    try:
         writes.gate = threading.Event()
         starting, started = _in_thread(start)
         assert writes.holding.wait(WAIT)
@@ -334,11 +316,6 @@ def test_a_retry_of_a_start_with_an_alias_while_it_is_being_stored_answers_its_o
         retrying.join(WAIT)
         assert retried == started and len(started) == 1, f"the retry answered {retried}, the first {started}"
         assert list(live.operations) == [started[0]["operation_id"]]
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
 
 
 def test_a_start_without_an_alias_being_stored_holds_neither_alias_reads_nor_its_retry(
@@ -347,14 +324,13 @@ def test_a_start_without_an_alias_being_stored_holds_neither_alias_reads_nor_its
     """Through the start command: a start without an alias takes no aliases' lock, so an alias is resolved while
     it is being stored (it held every alias read for its store write), and its retry is answered by the
     scheduler's claim once it is stored."""
-    live, store, writes = _scheduler(store_url)
-    commands = OperationCommands(live, lambda: 1.0)
+    with _scheduler(store_url) as (live, _store, writes):
+        commands = OperationCommands(live, lambda: 1.0)
 
-    def start() -> Any:
-        parameters = {"operation_type": "vanilla", "spec": SPEC, "mutation_id": "m", "retry": True}
-        return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
+        def start() -> Any:
+            parameters = {"operation_type": "vanilla", "spec": SPEC, "mutation_id": "m", "retry": True}
+            return commands.start_operation(CommandContext("start_operation", parameters, user="alice"))
 
-    try:
         in_flight = _claims_noted(live)
         writes.gate = threading.Event()
         starting, started = _in_thread(start)
@@ -369,17 +345,11 @@ def test_a_start_without_an_alias_being_stored_holds_neither_alias_reads_nor_its
         retrying.join(WAIT)
         assert retried == started and len(started) == 1
         assert list(live.operations) == [started[0]["operation_id"]]
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
 
 
 def test_a_second_start_with_the_mutation_id_not_marked_retry_is_refused(store_url: str) -> None:
     """As the pipeline refuses one whose answer is stored: while the first start is stored and after it."""
-    live, store, writes = _scheduler(store_url)
-    try:
+    with _scheduler(store_url) as (live, _store, writes):
         writes.gate = threading.Event()
         starting, started = _in_thread(
             lambda: live.start_operation("vanilla", SPEC, "alice", 1.0, mutation_id="m")
@@ -396,8 +366,3 @@ def test_a_second_start_with_the_mutation_id_not_marked_retry_is_refused(store_u
             live.start_operation("vanilla", SPEC, "alice", 4.0, mutation_id="m", retry=True).id
             == started[0].id
         )
-    finally:
-        if writes.gate is not None:
-            writes.gate.set()
-        live.commits.close()
-        store.close()
