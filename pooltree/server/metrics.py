@@ -33,110 +33,124 @@ class SchedulerCollector(Collector):
         self.scheduler = scheduler
 
     def collect(self) -> Iterator[Metric]:
-        pool_gauges = {
-            key: GaugeMetricFamily(
-                f"pooltree_pool_{key}", f"Pool {key.replace('_', ' ')}", labels=["tree", "pool"]
-            )
-            for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
-        }
-        pool_starving = GaugeMetricFamily(
-            "pooltree_pool_starving", "1 if the pool is starving", labels=["tree", "pool"]
-        )
-        running = GaugeMetricFamily(
-            "pooltree_pool_running_operations",
-            "Running operations in the pool subtree",
-            labels=["tree", "pool"],
-        )
-        pending = GaugeMetricFamily(
-            "pooltree_pool_pending_operations", "Operations the pool holds pending", labels=["tree", "pool"]
-        )
-        op_gauges = {
-            key: GaugeMetricFamily(
-                f"pooltree_operation_{key}",
-                f"Operation {key.replace('_', ' ')}",
-                labels=["tree", "operation"],
-            )
-            for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
-        }
-        op_starving = GaugeMetricFamily(
-            "pooltree_operation_starving", "1 if the operation is starving", labels=["tree", "operation"]
-        )
-        preemptions = CounterMetricFamily(
-            "pooltree_preemptions", "Allocations preempted by the scheduler", labels=["tree", "reason"]
-        )
-        nodes = GaugeMetricFamily("pooltree_nodes", "Exec nodes heard from")
-        alerts = GaugeMetricFamily(
-            "pooltree_alerts",
-            "Alerts holding now, by scope (scheduler, operation) and type",
-            labels=["scope", "type"],
-        )
-        with self.scheduler.lock:
-            for (scope, kind), count in sorted(
-                self.scheduler.alert_center.counts(self.scheduler.now).items()
-            ):
-                alerts.add_metric([scope, kind], float(count))
-            for tree, view in self.scheduler.views.items():
-                for name, pool in view.get("pools", {}).items():
-                    for key, gauge in pool_gauges.items():
-                        gauge.add_metric([tree, name], float(pool.get(key, 0.0)))
-                    pool_starving.add_metric([tree, name], _starving(pool.get("starvation_status")))
-                    running.add_metric([tree, name], float(pool.get("running_operation_count", 0)))
-                    pending.add_metric([tree, name], float(pool.get("pending_operation_count", 0)))
-                for op_id, op in view.get("operations", {}).items():
-                    for key, gauge in op_gauges.items():
-                        gauge.add_metric([tree, op_id], float(op.get(key, 0.0)))
-                    op_starving.add_metric([tree, op_id], _starving(op.get("starvation_status")))
-            for (tree, reason), count in sorted(self.scheduler.preemptions.items()):
-                preemptions.add_metric([tree, reason], float(count))
-            nodes.add_metric([], float(len(self.scheduler.nodes)))
-        yield from pool_gauges.values()
-        yield from (pool_starving, running, pending)
-        yield from op_gauges.values()
-        yield from (op_starving, preemptions, nodes, alerts)
-        durations = SummaryMetricFamily(
-            "pooltree_scheduler_work_seconds",
-            "Time the scheduler spent per node heartbeat / fair-share update (lock wait included)",
-            labels=["work"],
-        )
-        longest = GaugeMetricFamily(
-            "pooltree_scheduler_work_max_seconds",
-            "Longest single heartbeat / fair-share update",
-            labels=["work"],
-        )
-        for work, (count, total, maximum) in sorted(dict(self.scheduler.durations).items()):
-            durations.add_metric([work], count_value=count, sum_value=total)
-            longest.add_metric([work], maximum)
-        yield from (durations, longest)
-        throttle = self.scheduler.heartbeat_throttle
-        in_flight = GaugeMetricFamily(
-            "pooltree_scheduler_heartbeats_in_flight",
-            "Node heartbeats received and not yet answered (waiting for a worker thread or the lock included)",
-        )
-        in_flight.add_metric([], float(throttle.in_flight))
-        most = GaugeMetricFamily(
-            "pooltree_scheduler_heartbeats_in_flight_max", "Most node heartbeats in flight at once so far"
-        )
-        most.add_metric([], float(throttle.max_in_flight))
-        throttled = CounterMetricFamily(
-            "pooltree_scheduler_heartbeats_throttled",
-            "Node heartbeats whose scheduling was skipped past a concurrent heartbeat limit",
-            labels=["limit"],
-        )
-        for limit, count in sorted(throttle.throttled.items()):
-            throttled.add_metric([limit], float(count))
-        waited = SummaryMetricFamily(
-            "pooltree_scheduler_heartbeat_queue_wait_seconds",
-            "How long node heartbeats waited for their handler after their headers arrived (the event loop's "
-            "backlog; past the queued limit a heartbeat is throttled)",
-        )
-        waited.add_metric([], count_value=throttle.queue_waits, sum_value=throttle.queue_wait_seconds)
-        longest_wait = GaugeMetricFamily(
-            "pooltree_scheduler_heartbeat_queue_wait_max_seconds",
-            "Longest wait of a node heartbeat for its handler so far",
-        )
-        longest_wait.add_metric([], throttle.queue_wait_max)
-        yield from (in_flight, most, throttled, waited, longest_wait)
+        yield from _tree_metrics(self.scheduler)
+        yield from _work_durations(self.scheduler)
+        yield from _heartbeat_queue(self.scheduler)
         yield from _lock_holds(self.scheduler)
+
+
+def _tree_metrics(scheduler: LiveScheduler) -> Iterator[Metric]:
+    """Per tree, pool and operation the last fair-share views' ratios and starvation, the preemptions so far, the
+    nodes heard from and the alerts holding now: read together under the scheduling lock."""
+    pool_gauges = {
+        key: GaugeMetricFamily(
+            f"pooltree_pool_{key}", f"Pool {key.replace('_', ' ')}", labels=["tree", "pool"]
+        )
+        for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
+    }
+    pool_starving = GaugeMetricFamily(
+        "pooltree_pool_starving", "1 if the pool is starving", labels=["tree", "pool"]
+    )
+    running = GaugeMetricFamily(
+        "pooltree_pool_running_operations",
+        "Running operations in the pool subtree",
+        labels=["tree", "pool"],
+    )
+    pending = GaugeMetricFamily(
+        "pooltree_pool_pending_operations", "Operations the pool holds pending", labels=["tree", "pool"]
+    )
+    op_gauges = {
+        key: GaugeMetricFamily(
+            f"pooltree_operation_{key}",
+            f"Operation {key.replace('_', ' ')}",
+            labels=["tree", "operation"],
+        )
+        for key in ("fair_share_ratio", "usage_ratio", "demand_ratio")
+    }
+    op_starving = GaugeMetricFamily(
+        "pooltree_operation_starving", "1 if the operation is starving", labels=["tree", "operation"]
+    )
+    preemptions = CounterMetricFamily(
+        "pooltree_preemptions", "Allocations preempted by the scheduler", labels=["tree", "reason"]
+    )
+    nodes = GaugeMetricFamily("pooltree_nodes", "Exec nodes heard from")
+    alerts = GaugeMetricFamily(
+        "pooltree_alerts",
+        "Alerts holding now, by scope (scheduler, operation) and type",
+        labels=["scope", "type"],
+    )
+    with scheduler.lock:
+        for (scope, kind), count in sorted(scheduler.alert_center.counts(scheduler.now).items()):
+            alerts.add_metric([scope, kind], float(count))
+        for tree, view in scheduler.views.items():
+            for name, pool in view.get("pools", {}).items():
+                for key, gauge in pool_gauges.items():
+                    gauge.add_metric([tree, name], float(pool.get(key, 0.0)))
+                pool_starving.add_metric([tree, name], _starving(pool.get("starvation_status")))
+                running.add_metric([tree, name], float(pool.get("running_operation_count", 0)))
+                pending.add_metric([tree, name], float(pool.get("pending_operation_count", 0)))
+            for op_id, op in view.get("operations", {}).items():
+                for key, gauge in op_gauges.items():
+                    gauge.add_metric([tree, op_id], float(op.get(key, 0.0)))
+                op_starving.add_metric([tree, op_id], _starving(op.get("starvation_status")))
+        for (tree, reason), count in sorted(scheduler.preemptions.items()):
+            preemptions.add_metric([tree, reason], float(count))
+        nodes.add_metric([], float(len(scheduler.nodes)))
+    yield from pool_gauges.values()
+    yield from (pool_starving, running, pending)
+    yield from op_gauges.values()
+    yield from (op_starving, preemptions, nodes, alerts)
+
+
+def _work_durations(scheduler: LiveScheduler) -> Iterator[Metric]:
+    """Time spent per node heartbeat and per fair-share update (lock wait included), and the longest of each."""
+    durations = SummaryMetricFamily(
+        "pooltree_scheduler_work_seconds",
+        "Time the scheduler spent per node heartbeat / fair-share update (lock wait included)",
+        labels=["work"],
+    )
+    longest = GaugeMetricFamily(
+        "pooltree_scheduler_work_max_seconds",
+        "Longest single heartbeat / fair-share update",
+        labels=["work"],
+    )
+    for work, (count, total, maximum) in sorted(dict(scheduler.durations).items()):
+        durations.add_metric([work], count_value=count, sum_value=total)
+        longest.add_metric([work], maximum)
+    yield from (durations, longest)
+
+
+def _heartbeat_queue(scheduler: LiveScheduler) -> Iterator[Metric]:
+    """Node heartbeats in flight, throttled past a limit, and how long they waited for their handler."""
+    throttle = scheduler.heartbeat_throttle
+    in_flight = GaugeMetricFamily(
+        "pooltree_scheduler_heartbeats_in_flight",
+        "Node heartbeats received and not yet answered (waiting for a worker thread or the lock included)",
+    )
+    in_flight.add_metric([], float(throttle.in_flight))
+    most = GaugeMetricFamily(
+        "pooltree_scheduler_heartbeats_in_flight_max", "Most node heartbeats in flight at once so far"
+    )
+    most.add_metric([], float(throttle.max_in_flight))
+    throttled = CounterMetricFamily(
+        "pooltree_scheduler_heartbeats_throttled",
+        "Node heartbeats whose scheduling was skipped past a concurrent heartbeat limit",
+        labels=["limit"],
+    )
+    for limit, count in sorted(throttle.throttled.items()):
+        throttled.add_metric([limit], float(count))
+    waited = SummaryMetricFamily(
+        "pooltree_scheduler_heartbeat_queue_wait_seconds",
+        "How long node heartbeats waited for their handler after their headers arrived (the event loop's "
+        "backlog; past the queued limit a heartbeat is throttled)",
+    )
+    waited.add_metric([], count_value=throttle.queue_waits, sum_value=throttle.queue_wait_seconds)
+    longest_wait = GaugeMetricFamily(
+        "pooltree_scheduler_heartbeat_queue_wait_max_seconds",
+        "Longest wait of a node heartbeat for its handler so far",
+    )
+    longest_wait.add_metric([], throttle.queue_wait_max)
+    yield from (in_flight, most, throttled, waited, longest_wait)
 
 
 def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
