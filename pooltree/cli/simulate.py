@@ -35,9 +35,18 @@ def simulate(
     ),
 ) -> None:
     """Run SCENARIO on a simulated clock with the scheduler core and write the reports to --out."""
+    runs, horizon = _load_runs(scenario, until, seed, variant)
+    results = _run_all(runs, out, seed=seed, horizon=horizon, plots=not no_plots)
+    typer.echo(json.dumps(_summary_line(results, runs, out)))
+
+
+def _load_runs(
+    scenario: Path, until: str | None, seed: int | None, variant: list[Path]
+) -> tuple[list[tuple[str, Any]], float | None]:
+    """The baseline run and one per ``--variant``, each checked against the horizon; a clear error otherwise."""
     from pooltree.config import load_document
-    from pooltree.sim import load_scenario, run_to_directory
-    from pooltree.sim.compare import BASELINE, compare, parse_variants, write_comparison
+    from pooltree.sim import load_scenario
+    from pooltree.sim.compare import BASELINE, parse_variants
 
     try:
         loaded = load_scenario(scenario)
@@ -54,6 +63,17 @@ def simulate(
         fail(error.message)
     except OSError as error:
         fail(f"{error.filename or scenario}: {error.strerror or error}")
+    return runs, horizon
+
+
+def _run_all(
+    runs: list[tuple[str, Any]], out: Path, *, seed: int | None, horizon: float | None, plots: bool
+) -> dict[str, Any]:
+    """Each run to its directory (``out`` itself when there is one run) with a progress bar, then the
+    comparison of several."""
+    from pooltree.sim import run_to_directory
+    from pooltree.sim.compare import compare, write_comparison
+
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]simulating[/]"),
@@ -87,7 +107,7 @@ def simulate(
                     seed=seed,
                     until=horizon,
                     progress=report,
-                    plots=not no_plots,
+                    plots=plots,
                 )
             except PooltreeError as error:
                 fail(f"{label}{error.message}")
@@ -99,27 +119,29 @@ def simulate(
                 write_comparison(compare(results), out)
             except OSError as error:
                 fail(f"{out}: {error.strerror or error}")
-    result = results[BASELINE]
-    glob = result.summary["global"]
+    return results
+
+
+def _summary_line(results: dict[str, Any], runs: list[tuple[str, Any]], out: Path) -> dict[str, Any]:
+    """The one JSON line printed: the baseline's times, operations by state and preemptions."""
+    from pooltree.sim.compare import BASELINE
+
+    glob = results[BASELINE].summary["global"]
     states: dict[str, int] = {}
-    for operation in result.summary["operations"]:
+    for operation in results[BASELINE].summary["operations"]:
         states[operation["state"]] = states.get(operation["state"], 0) + 1
-    typer.echo(
-        json.dumps(
-            {
-                "out": str(out),
-                "simulated_time": glob["simulated_time"],
-                "wall_time": glob["wall_time"],
-                "operations": states,
-                "preempted_allocation_count": glob["preempted_allocation_count"],
-                **(
-                    {"comparison": str(out / "comparison.html"), "runs": [name for name, _ in runs]}
-                    if len(runs) > 1
-                    else {}
-                ),
-            }
-        )
-    )
+    return {
+        "out": str(out),
+        "simulated_time": glob["simulated_time"],
+        "wall_time": glob["wall_time"],
+        "operations": states,
+        "preempted_allocation_count": glob["preempted_allocation_count"],
+        **(
+            {"comparison": str(out / "comparison.html"), "runs": [name for name, _ in runs]}
+            if len(runs) > 1
+            else {}
+        ),
+    }
 
 
 @workload_app.command("generate")
