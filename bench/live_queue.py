@@ -72,6 +72,7 @@ from live_common import (
     yt_client,
 )
 from live_nodes import _cpu_between, _driver
+from request_split import probe_environment, summary
 
 POOL = "queue"
 ACCEPT_TARGET_SECONDS = 120.0
@@ -311,6 +312,7 @@ def run_mixed(
         cpu["scheduler_cpu_per_second"] = round(used / wall, 3)
         cpu["scheduler_cpu_ms_per_request"] = round(1000 * used / max(total, 1), 3)
     return {
+        "window": (wall_began, wall_began + wall),
         "clients": clients,
         "processes": processes,
         "seconds": round(elapsed, 2),
@@ -428,7 +430,16 @@ def main() -> None:
     parser.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes heartbeating meanwhile")
     parser.add_argument("--sim-drivers", type=int, default=3)
     parser.add_argument("--sim-period", type=float, default=1.0)
+    parser.add_argument(
+        "--split",
+        type=Path,
+        default=None,
+        help="load bench/split_probe into the scheduler, writing its records to this file, and report where "
+        "the 50-client run's commands spent their time (request_split.py)",
+    )
     args = parser.parse_args()
+    if args.split is not None:
+        os.environ.update(probe_environment(args.split.resolve()))
     machine_before = machine()
     report: dict[str, Any] = {
         "name": "live_queue",
@@ -483,6 +494,11 @@ def main() -> None:
                 )
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
+                many_window = many.pop("window")
+                single.pop("window")
+                if args.split is not None:
+                    time.sleep(1.5)  # the probe writes its records every second
+                    report["split"] = summary(args.split.resolve(), *many_window)
                 report["mixed"] = {
                     "operations_held": client.list_operations(limit=0)["state_counts"],
                     "one_client": single,

@@ -1,0 +1,131 @@
+"""Where an API command's time in the scheduler goes: the records of ``split_probe/sitecustomize.py`` summarized.
+
+``live_queue.py --split FILE`` loads the probe into the scheduler and adds ``split`` to its report: for each
+command of the 50-client mixed run, how many were answered on the event loop (``fast``) and, for those run on a
+worker thread, the medians and p99 of each part (``split_probe``'s docstring says what each is) and the mean of each
+part over the slowest 1% (by the scheduler's own time): what a tail is made of. ``wait`` is a worker's wall time
+not spent on its CPU (``wall - cpu``); ``store_wait`` the same inside the store's reads. Standalone:
+``python bench/request_split.py FILE [BEGIN END]`` (monotonic seconds) prints the same JSON. ``api_loop``: how late
+a callback due every 10 ms ran on the API's event loop, and its thread's share of a CPU and voluntary switches (one
+per sleep: in epoll with nothing to do, or waiting for the GIL) per second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+PROBE = Path(__file__).resolve().parent / "split_probe"
+PARTS = (
+    "before",
+    "total",
+    "queued",
+    "wall",
+    "cpu",
+    "wait",
+    "lock",
+    "store",
+    "store_wait",
+    "read_lock",
+    "back",
+    "nvcsw",
+    "nivcsw",
+)
+FAST_PARTS = ("before", "total", "fast", "fast_cpu", "fast_nvcsw", "fast_nivcsw")
+
+
+def probe_environment(out: Path) -> dict[str, str]:
+    """The environment variables that load the probe into processes started with them, writing to ``out``."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        "PYTHONPATH": f"{PROBE}{os.pathsep}{path}" if path else str(PROBE),
+        "POOLTREE_REQUEST_SPLIT": str(out),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value * 1000, 3)
+
+
+def read(
+    path: Path, begin: float = float("-inf"), end: float = float("inf")
+) -> tuple[list[dict], list[list[float]], float | None]:
+    """The probe's records of commands that began in [begin, end), its loop-lag samples taken then, and the switch
+    interval it saw last."""
+    records, lags, interval = [], [], None
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "lags" in record:
+            lags.extend(lag for lag in record["lags"] if begin <= lag[0] < end)
+            continue
+        if "command" not in record:
+            interval = record.get("switch_interval", interval)
+            continue
+        if begin <= record["t0"] < end:
+            if "wall" in record:
+                record["wait"] = record["wall"] - record["cpu"]
+                record["store_wait"] = record.get("store", 0.0) - record.get("store_cpu", 0.0)
+            records.append(record)
+    return records, lags, interval
+
+
+def _parts(records: list[dict], names: tuple[str, ...]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    slowest = sorted(records, key=lambda r: r["total"])[-max(1, len(records) // 100) :]
+    for name in names:
+        values = [float(r.get(name) or 0.0) for r in records]
+        scale = (lambda v: v) if name.endswith(("nvcsw", "nivcsw")) else _ms
+        figures[name] = {
+            "p50": scale(_quantile(values, 0.5)),
+            "p99": scale(_quantile(values, 0.99)),
+            "mean": scale(sum(values) / len(values)) if values else None,
+            "mean_of_slowest_1pct": scale(sum(float(r.get(name) or 0.0) for r in slowest) / len(slowest)),
+        }
+        if name.endswith(("nvcsw", "nivcsw")):
+            for key, value in figures[name].items():
+                figures[name][key] = None if value is None else round(value, 2)
+    return figures
+
+
+def summary(path: Path, begin: float = float("-inf"), end: float = float("inf")) -> dict[str, Any]:
+    """Per command: counts, and the parts (ms; switches as counts) of those on worker threads and on the loop."""
+    records, lags, interval = read(path, begin, end)
+    report: dict[str, Any] = {"switch_interval_ms": None if interval is None else interval * 1000}
+    if lags:
+        late = [lag[1] for lag in lags]
+        seconds = lags[-1][0] - lags[0][0]
+        report["api_loop"] = {
+            "late_p50_ms": _ms(_quantile(late, 0.5)),
+            "late_p99_ms": _ms(_quantile(late, 0.99)),
+            "late_max_ms": _ms(max(late)),
+            "thread_cpu_share": round(sum(lag[2] for lag in lags[1:]) / max(seconds, 1e-9), 3),
+            "voluntary_switches_per_second": round(sum(lag[3] for lag in lags[1:]) / max(seconds, 1e-9), 1),
+        }
+    for command in sorted({r["command"] for r in records}):
+        mine = [r for r in records if r["command"] == command]
+        threaded = [r for r in mine if "wall" in r]
+        fast = [r for r in mine if "fast" in r and "wall" not in r]
+        entry: dict[str, Any] = {"requests": len(mine), "on_the_loop": len(fast), "on_threads": len(threaded)}
+        if threaded:
+            entry["threaded"] = _parts(threaded, PARTS)
+        if fast:
+            entry["loop"] = _parts(fast, FAST_PARTS)
+        report[command] = entry
+    return report
+
+
+if __name__ == "__main__":
+    window = [float(v) for v in sys.argv[2:4]] or [float("-inf"), float("inf")]
+    print(json.dumps(summary(Path(sys.argv[1]), *window), indent=2))
