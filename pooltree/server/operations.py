@@ -66,6 +66,9 @@ FINISHED_CACHE_SIZE = 4096
 """Finished operations whose attribute maps (and encodings) are kept in memory, least recently read dropped."""
 ENCODINGS_PER_OPERATION = 8
 """Distinct (output format, attribute list) encodings kept per operation."""
+FAST_TRIES = 3
+"""Times ``get_operation``'s event-loop path reads a pending operation that moved while it was read before it hands
+the read to a worker thread."""
 STALE_READ_PERIOD = 1.0
 """Seconds a running operation's attribute map may be behind when ``get_operation`` finds the scheduling lock busy
 (heartbeats, an update): it is answered from the kept map instead of waiting, as the orchid is (YTsaurus's
@@ -528,7 +531,10 @@ class OperationCommands:
         when the operation is pending: its map is built without the lock (``_pending_entry``, well under a
         millisecond at 10,000 queued), and every start into its pool changes its queue length, so with starts
         coming in a queued operation's cached map is nearly always stale; built here, a read does not queue for a
-        worker thread behind listings and starts."""
+        worker thread behind listings and starts. A pending operation read while a start or a fair-share update moves
+        its queue (read without the lock, the read sees the change and gives up) is read again here, up to
+        ``FAST_TRIES`` times: on a worker thread it would wait behind every listing queued for one (session 28's
+        ``live_queue --split``: ~1% of the reads, 140-210 ms each, which made ``get_operation``'s p99)."""
         operation_id = self._operation_id(ctx)
         self._read_forecast(operation_id)
         entry = self._cached(operation_id)
@@ -538,9 +544,17 @@ class OperationCommands:
             found = entry.encoded.get(self._encoding_key(ctx))
             if found is not None:
                 return found
-        op = self.scheduler.operations.get(operation_id)
-        if op is None or op.state != "pending":
-            return None
+        for _ in range(FAST_TRIES):
+            op = self.scheduler.operations.get(operation_id)
+            if op is None or op.state != "pending":
+                return None
+            found = self._pending_fast(op, ctx)
+            if found is not None:
+                return found
+        return None
+
+    def _pending_fast(self, op: LiveOperation, ctx: CommandContext) -> Encoded | None:
+        """A pending operation's answer built on the event loop; None when it moved while it was read."""
         filled = self._filled(op, ctx)
         if filled is not None:
             return filled

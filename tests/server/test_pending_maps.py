@@ -119,3 +119,28 @@ def test_a_template_refuses_a_map_without_its_values() -> None:
     template, values = made
     assert isinstance(template, Template) and template.slots == () and values == []
     assert template.fill({}, Format("json")) == encode_structured(attributes, Format("json"))[0]
+
+
+def test_a_queued_operation_moved_while_read_is_read_again_on_the_loop(service: SchedulerService) -> None:
+    """A start into its pool while a queued operation's map is built (read without the lock) makes that read give
+    up; the event loop reads it again instead of handing it to a worker thread, where it would queue behind every
+    listing waiting for one (session 28: ~1% of the reads, 140-210 ms each). The answer is the one built anew."""
+    scheduler, commands = service.scheduler, service.commands
+    ops = [scheduler.start_operation("vanilla", SPEC, "root", NOW) for _ in range(3)]
+    real_build = commands._live_attributes
+    moves = 0
+
+    def moved_while_read(op: Any) -> dict[str, Any]:
+        nonlocal moves
+        if moves == 0:  # another thread's start lands while this read is under way
+            moves += 1
+            scheduler.start_operation("vanilla", SPEC, "root", NOW)
+        return real_build(op)
+
+    commands._live_attributes = moved_while_read  # type: ignore[method-assign]
+    ctx = _ctx(ops[1].id)
+    answer = commands.get_operation_fast(ctx)
+    commands._live_attributes = real_build  # type: ignore[method-assign]
+    assert moves == 1
+    assert answer is not None, "a read that saw its queue move went to a worker thread"
+    assert answer.data == _fresh(service, ctx)
