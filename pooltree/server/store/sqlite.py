@@ -1,5 +1,6 @@
-"""SQLite store: the embedded default (one file, WAL journal; one connection under a lock writes, a second one
-under its own lock reads, so a listing does not wait for a start's commit: WAL readers see the last commit).
+"""SQLite store: the embedded default (one file, WAL journal; one connection under a lock writes, ``READERS`` others
+read, each read on one of its own, so a listing waits neither for a start's commit nor for another read: WAL
+readers see the last commit).
 
 The file is watched: every transaction checks, before it commits, that the path still names the file the store
 opened (same device and inode) and that its header is still SQLite's. A deleted, replaced or overwritten file
@@ -27,6 +28,10 @@ from pooltree.server.store.base import JOURNAL_BOUND, StoreError, StoreHealth, S
 from pooltree.server.store.sql import SqlStore
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+READERS = 4
+"""Reader connections: reads on different ones run at once (WAL: each sees the last commit). With one connection
+under one lock, a listing that lost the GIL between two of its rows (``sqlite3`` lets it go at every row) held
+every other read meanwhile: another listing, a start's mutation-id check (session 28's ``live_queue --split``)."""
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +99,28 @@ class SqliteStore(SqlStore):
         self._wal_identity = _identity_of(self.wal_path)
         """The write-ahead log SQLite writes commits to (it exists once the schema is written): watched like the
         database file, since commits not yet checkpointed live only there."""
+        self._readers: list[sqlite3.Connection] = []
+        """Every reader connection, opened here (one opened later on a deleted path would create a new file)."""
         try:
-            self._reader = sqlite3.connect(
-                str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
-            )
-            self._reader.execute("PRAGMA busy_timeout=10000")
+            for _ in range(READERS):
+                reader = sqlite3.connect(
+                    str(self.path), check_same_thread=False, isolation_level=None, timeout=10.0
+                )
+                self._readers.append(reader)
+                reader.execute("PRAGMA busy_timeout=10000")
         except sqlite3.Error as error:
+            for reader in self._readers:
+                reader.close()
             self._conn.close()
             os.close(self._fd)
             raise StoreError(
                 f"cannot open SQLite store {self.path}: {_reason(error)}", attributes={"url": self.url}
             ) from error
-        self._read_lock = threading.Lock()
+        self._idle = list(self._readers)
+        """Reader connections no read holds now."""
+        self._idle_changed = threading.Condition(threading.Lock())
+        self._read_lock = contextlib.nullcontext()
+        """Reads hold a reader connection of their own (``_reader``), not a lock shared with every other read."""
 
     def _verify(self) -> str | None:
         """Why the file can no longer be trusted (deleted, replaced, corrupted), or None."""
@@ -188,20 +203,35 @@ class SqliteStore(SqlStore):
         """A read: one SELECT in SQLite's autocommit mode (its own read transaction), without ``BEGIN IMMEDIATE``
         (which takes the write lock) and the file check of a commit: nothing is acknowledged by a read, a vanished
         or replaced file is noticed by the next write and by ``probe``, corruption by SQLite when it reads."""
-        cur = self._reader.cursor()
+        with self._reader() as reader:
+            cur = reader.cursor()
+            try:
+                yield cur
+            finally:
+                cur.close()
+
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        """An idle reader connection for the block (waiting for one when every one is in use)."""
+        with self._idle_changed:
+            while not self._idle:
+                self._idle_changed.wait()
+            reader = self._idle.pop()
         try:
-            yield cur
+            yield reader
         finally:
-            cur.close()
+            with self._idle_changed:
+                self._idle.append(reader)
+                self._idle_changed.notify()
 
     def disk_space(self) -> tuple[int, int] | None:
         """Free bytes under the store, counting the database's own free pages (removed data: SQLite reuses them
         without giving them back to the filesystem), and the filesystem's size."""
         try:
             info = os.statvfs(self.path.parent)
-            with self._read_lock:
-                pages = self._reader.execute("PRAGMA freelist_count").fetchone()[0]
-                page_size = self._reader.execute("PRAGMA page_size").fetchone()[0]
+            with self._reader() as reader:
+                pages = reader.execute("PRAGMA freelist_count").fetchone()[0]
+                page_size = reader.execute("PRAGMA page_size").fetchone()[0]
         except (OSError, sqlite3.Error):
             return None
         return info.f_bavail * info.f_frsize + int(pages) * int(page_size), info.f_blocks * info.f_frsize
@@ -226,8 +256,11 @@ class SqliteStore(SqlStore):
             return self.health()
 
     def close(self) -> None:
-        with self._lock, self._read_lock:
-            self._reader.close()
+        with self._lock, self._idle_changed:
+            while len(self._idle) < len(self._readers):  # the reads in flight end first
+                self._idle_changed.wait()
+            for reader in self._readers:
+                reader.close()
             self._conn.close()
             if self._fd is not None:
                 os.close(self._fd)
