@@ -24,7 +24,6 @@ reads end-of-file on its pipe and exits.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import multiprocessing
 import threading
@@ -39,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from pooltree.errors import PooltreeError
 from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live import LiveScheduler
+from pooltree.shards.deltas import shard_of
 from pooltree.shards.messages import unpack
 from pooltree.shards.process import ShardSettings, run_shard
 from pooltree.shards.verdicts import LeaderVerdicts, Proof
@@ -99,12 +99,6 @@ class PassLinks(Protocol):
 
     @property
     def grants_taken_back(self) -> int: ...
-
-
-def shard_of(address: str, count: int) -> int:
-    """The shard that owns node ``address`` (stable across processes and restarts)."""
-    digest = hashlib.blake2b(address.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % count
 
 
 @dataclass

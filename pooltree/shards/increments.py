@@ -18,9 +18,10 @@ shard skips its own entries, as the leader used to leave them out of its inbox; 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from pooltree.shards.deltas import ClassesMoved, StartCounted, StartOrder
 from pooltree.shards.pickling import allocation_fields, allocation_of, dumps, loads
 from pooltree.shards.replica import (
     AllocationFinished,
@@ -39,7 +40,9 @@ from pooltree.strategy.snapshot import ElementSpec, SchedulingTree
 ANY_SHARD = -1
 """The origin of an increment every shard applies."""
 
-_PENDING, _NODE, _STARTED, _FINISHED, _USAGE = range(5)
+_PENDING, _NODE, _STARTED, _FINISHED, _USAGE, _ORDER, _CLASSES = range(7)
+_NODE_FIELD = 7
+"""The node's address in `pickling.allocation_fields`."""
 
 
 def encode_started(allocation: Allocation, stage: SchedulingStage, time: float) -> tuple[Any, ...]:
@@ -57,12 +60,24 @@ def encode(increment: Increment) -> Any:
             and finished.user_job_max_memory is None
             and finished.job_proxy_max_memory is None
         ):
-            return (_FINISHED, finished.allocation_id, finished.state, increment.time)
+            return (
+                _FINISHED,
+                finished.allocation_id,
+                finished.state,
+                increment.time,
+                increment.operation_id,
+                increment.released,
+                increment.restarted,
+            )
         return increment
     if isinstance(increment, PendingWork):
         return (_PENDING, increment.operation_id, increment.pending, increment.min_needed)
     if isinstance(increment, UsageChanged):
-        return (_USAGE, increment.allocation_id, increment.resources)
+        return (_USAGE, increment.allocation_id, increment.resources, increment.operation_id, increment.delta)
+    if isinstance(increment, StartOrder):
+        return (_ORDER, increment.allocation_id, increment.order)
+    if isinstance(increment, ClassesMoved):
+        return (_CLASSES, increment.boundaries)
     if isinstance(increment, NodeSynced):
         return (_NODE, increment.address, increment.limits, increment.tags, increment.time)
     if isinstance(increment, AllocationStarted):
@@ -121,31 +136,44 @@ def published_changes(
     )
 
 
-def decode(entry: Any) -> Increment:
-    """The increment `encode` made ``entry`` of."""
+def decode(entry: Any, owns: Callable[[str], bool] | None = None) -> Increment:
+    """The increment `encode` made ``entry`` of (``owns``: which nodes the decoding shard holds; another node's
+    start is then only what a replica reads of it, `deltas.StartCounted`)."""
     if type(entry) is not tuple:
         return entry  # type: ignore[no-any-return]
     kind = entry[0]
     if kind == _FINISHED:
-        return AllocationFinished(FinishedAllocation(entry[1], entry[2]), entry[3])
+        return AllocationFinished(
+            FinishedAllocation(entry[1], entry[2]), entry[3], entry[4], entry[5], entry[6]
+        )
     if kind == _PENDING:
         return PendingWork(entry[1], entry[2], entry[3])
     if kind == _STARTED:
-        return AllocationStarted(allocation_of(entry[1]), SchedulingStage(entry[2]), entry[3])
+        fields = entry[1]
+        if owns is not None and not owns(fields[_NODE_FIELD]):
+            return StartCounted(fields[1], tuple(fields[2]))
+        return AllocationStarted(allocation_of(fields), SchedulingStage(entry[2]), entry[3])
     if kind == _USAGE:
-        return UsageChanged(entry[1], entry[2])
+        return UsageChanged(entry[1], entry[2], entry[3], entry[4])
     if kind == _NODE:
         return NodeSynced(entry[1], entry[2], entry[3], entry[4])
+    if kind == _ORDER:
+        return StartOrder(entry[1], entry[2])
+    if kind == _CLASSES:
+        return ClassesMoved(entry[1])
     raise ValueError(f"unknown increment entry kind {kind!r}")
 
 
-def decode_chunks(chunks: Iterable[bytes], shard: int) -> list[Increment]:
-    """The increments of the log's batches ``chunks``, in order, without shard ``shard``'s own."""
+def decode_chunks(
+    chunks: Iterable[bytes], shard: int, owns: Callable[[str], bool] | None = None
+) -> list[Increment]:
+    """The increments of the log's batches ``chunks``, in order, without shard ``shard``'s own (``owns``: see
+    `decode`)."""
     out: list[Increment] = []
     for chunk in chunks:
         for origin, entry in loads(chunk):
             if origin != shard:
-                out.append(decode(entry))
+                out.append(decode(entry, owns))
     return out
 
 

@@ -5,11 +5,12 @@ The leader sends a `PassRequest` per heartbeat and tree of one of this shard's n
 snapshot of the truth, `pickling.snapshot_of`; the increments as batches of the tree's log, `increments.py`, the
 same bytes for every shard), the node's limits and tags, the time and the node's preemptive
 backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
-the node's heartbeat on it. Each start it decides takes an allocation the request granted ahead (`replica.Grant`,
+the node's heartbeat on it. Its replica holds its own nodes' allocations only (`deltas.py`). Each start it decides takes an allocation the request granted ahead (`replica.Grant`,
 when it answers the start exactly) or is a `Claim` sent to the leader, which answers it (`ClaimAnswer`: the real
-controller's allocation, or None); what the pass books goes to the leader in order
-(`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next claim or with
-the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
+controller's allocation, or None); a class read of an operation the pass changed is a
+`deltas.ClassQuery`, answered with the truth's boundaries and start orders; what the pass books goes to the
+leader in order (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next
+claim or class query or with the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
 the pickling form (`pickling.dumps`), each of these dataclasses as a plain tuple (`flat`, `unflat`): unpickling
 a dataclass costs a Python call and its state dict, several times a tuple's cost, and these messages cross the
 pipe at every pass.
@@ -27,6 +28,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from pooltree.resources import Vector
+from pooltree.shards.deltas import ClassAnswer, ClassQuery, owner
 from pooltree.shards.increments import decode_chunks
 from pooltree.shards.pickling import allocation_fields, allocation_of, dumps, loads, vector_of
 from pooltree.shards.replica import Claim, ClaimAnswer, Grant, TreeReplica
@@ -57,6 +59,8 @@ class PassRequest:
     take them instead of asking the leader while they answer the claim exactly."""
     published: int | None = None
     """With ``snapshot``: the leader's number of the published tree in it (`replica.PublishedChanges`), if any."""
+    shards: int = 1
+    """The number of shards (which nodes are this shard's: `deltas.shard_of`; its replicas hold their allocations)."""
 
 
 @dataclass(frozen=True)
@@ -116,22 +120,30 @@ Effect = Started | Preempted | Unclaimed
 class ShardPasses:
     """One shard's replicas, one per tree, and its passes (see the module docstring)."""
 
-    def __init__(self, ask: Callable[[Claim], ClaimAnswer], tell: Callable[[Effect], None]) -> None:
+    def __init__(
+        self,
+        ask: Callable[[Claim], ClaimAnswer],
+        tell: Callable[[Effect], None],
+        ask_classes: Callable[[ClassQuery], ClassAnswer],
+    ) -> None:
         self.ask = ask
         self.tell = tell
+        self.ask_classes = ask_classes
         self.replicas: dict[str, TreeReplica] = {}
 
     def run(self, request: PassRequest) -> PassDone:
         began = time.process_time()
         replica = self.replicas.get(request.tree)
         if replica is None:
-            replica = self.replicas[request.tree] = TreeReplica(request.tree, self.ask, self._unclaim)
+            owns = owner(request.shard, request.shards)
+            replica = TreeReplica(request.tree, self.ask, self._unclaim, owns, self.ask_classes)
+            self.replicas[request.tree] = replica
             replica.owned_answers = True  # each answer is unpickled here: its allocation is the replica's own
         if request.snapshot is not None:
             replica.load(request.snapshot, request.published)
         elif replica.stale():
             raise RuntimeError(f"node shard has no replica of tree {request.tree!r} and got no snapshot")
-        replica.apply(decode_chunks(request.increments, request.shard), owned=True)
+        replica.apply(decode_chunks(request.increments, request.shard, replica.owns), owned=True)
         applied = time.process_time()
         strategy = replica.strategy
         assert strategy is not None
@@ -190,6 +202,8 @@ PASS_MESSAGES: tuple[type, ...] = (
     ClaimAnswer,
     Grant,
     PassRequest,
+    ClassQuery,
+    ClassAnswer,
 )
 _NAMES = tuple(tuple(field.name for field in fields(kind)) for kind in PASS_MESSAGES)
 _KIND = {kind: index for index, kind in enumerate(PASS_MESSAGES)}
@@ -249,14 +263,13 @@ def serve_passes(conn: Connection) -> None:
     """Bookings not yet sent: they go with the next claim or the pass's end, in order (one message, and one
     section under the leader's lock, instead of one per booking)."""
 
-    def ask(claim: Claim) -> ClaimAnswer:
+    def ask(claim: Claim | ClassQuery) -> Any:
         batch: list[Any] = [*told, claim]
         told.clear()
         conn.send_bytes(dumps([flat(message) for message in batch]))
-        answer: ClaimAnswer = unflat(loads(conn.recv_bytes()))
-        return answer
+        return unflat(loads(conn.recv_bytes()))
 
-    passes = ShardPasses(ask, told.append)
+    passes = ShardPasses(ask, told.append, ask)
     while True:
         try:
             request: PassRequest = unflat(loads(conn.recv_bytes()))

@@ -30,7 +30,16 @@ from pooltree.strategy.model import Allocation, PreemptionStatus
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree
 
-TAPPED = ("publish", "register_operation", "unregister_operation", "rekey_operations", "report_usage")
+TAPPED = (
+    "publish",
+    "register_operation",
+    "unregister_operation",
+    "rekey_operations",
+    "report_usage",
+    "finish_allocation",
+    "configure_lists",
+    "set_allocation_on_bound_preemptible",
+)
 """The truth's methods the leader taps (`starts.py`): a replica never keeps the taps."""
 
 

@@ -18,7 +18,7 @@ Per heartbeat and tree, on the leader thread that answers it:
    (`replica.Grant`). A start of the pass that a grant answers exactly (the same node and time, no more offered,
    the allocation fits) takes it without a round trip; its booking carries the usage the replica decided on, and
    the leader makes the claim's limit check then.
-3. Each claim, with the bookings the pass made since its last message (sent together, in order), is handled under
+3. Each claim (and each class read of an operation the pass changed, `deltas.ClassQuery`), with the bookings the pass made since its last message (sent together, in order), is handled under
    the scheduling lock, briefly, with the heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
    preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the
    node gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes
@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.server.live import LiveScheduler
+from pooltree.shards.deltas import ClassQuery, answer_classes
 from pooltree.shards.increments import (
     ANY_SHARD,
     IncrementLog,
@@ -352,6 +353,7 @@ class ProcessShardStarts(ShardStarts):
         node = truth.nodes.get(heartbeat.address)
         if node is None:
             return None
+        self._send_classes(tree, state, truth)  # (before the log is taken: with no holder it is dropped)
         tree_log = self.logs.get(tree)
         if tree_log is None:
             tree_log = self.logs[tree] = IncrementLog()
@@ -383,6 +385,7 @@ class ProcessShardStarts(ShardStarts):
             backoff,
             self._grants(tree, state, truth, node, now, self._granting(link)),
             published,
+            self.count,
         )
 
     def _grants(
@@ -484,12 +487,14 @@ class ProcessShardStarts(ShardStarts):
                 self.messages += 1
                 # the bookings since the last message, then a claim or the end
                 *bookings, last = [unflat(message) for message in loads(data)]
-                answer = None
-                if bookings or isinstance(last, Claim):
+                answer: Any = None
+                if bookings or isinstance(last, (Claim, ClassQuery)):
                     with self._locked(writes):
                         for booking in bookings:
                             self._booking(link.index, state, truth, booking, result, granted, started)
-                        if isinstance(last, Claim):
+                        if isinstance(last, ClassQuery):
+                            answer = answer_classes(truth, last)
+                        elif isinstance(last, Claim):
                             # the operation's grants the pass did not take first (the replica dropped them)
                             self._take_back(
                                 state, [g for g in request.grants if g.operation_id == last.operation_id]

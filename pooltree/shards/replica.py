@@ -9,10 +9,16 @@ methods (`apply`):
 - `PendingWork`: an operation's controller has new pending work (count, min needed resources);
 - `NodeSynced`: a node's limits and tags as its heartbeat reported them;
 - `AllocationStarted`: the strategy's start bookkeeping (`RegularStage.started`: the node, the operation and its
-  pools charged, the least-recently-served serial, preemptible lists, heaps re-keyed);
+  pools charged, the least-recently-served serial, heaps re-keyed);
 - `AllocationPreempted`: `PreemptiveStages.preempt` (usage released, the allocation marked preempted);
 - `AllocationFinished`: `TreeScheduler.finish_allocation`;
-- `UsageChanged`: `TreeScheduler.report_usage` (a node's measured usage above the reserve).
+- `UsageChanged`: `TreeScheduler.report_usage` (a node's measured usage above the reserve);
+- `ClassesMoved`, `StartOrder`: the truth's class boundaries and start orders (`deltas.py`).
+
+The replica holds its own nodes' allocations only (``owns``): another node's start, preemption, end or usage
+report is applied as a delta of its operation (`deltas.py`), and the replica keeps no preemptible lists: its
+stages read an operation's classes through `TreeReplica.classes` (the leader's boundaries; for an operation the
+current pass changed, a `ClassQuery` to the leader).
 
 The replica runs the stages of its nodes' heartbeats itself (`TreeScheduler.process_heartbeat` on the copy). Its
 controllers are proxies: an operation's pending work is what the increments last said, and ``schedule_allocation``
@@ -33,9 +39,25 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import Vector
+from pooltree.shards.deltas import (
+    NO_BOUNDARIES,
+    UNNUMBERED,
+    ClassAnswer,
+    ClassesMoved,
+    ClassQuery,
+    StartCounted,
+    StartOrder,
+    count_finish,
+    count_preempt,
+    count_start,
+    count_usage,
+    drop_lists,
+    drop_others,
+    unregister_in_order,
+)
 from pooltree.shards.pickling import TAPPED, Pending, load_snapshot
 from pooltree.strategy.change_log import STRATEGY_READERS
-from pooltree.strategy.elements import ControllerDefaults, Speculation
+from pooltree.strategy.elements import ControllerDefaults, OperationRuntime, Speculation
 from pooltree.strategy.model import (
     Allocation,
     ExecNode,
@@ -45,6 +67,7 @@ from pooltree.strategy.model import (
     PreemptionRecord,
     SchedulingStage,
 )
+from pooltree.strategy.preemptible import ClassBoundaries
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.shares import fits_floats
 from pooltree.strategy.snapshot import ElementSpec, SchedulingTree, SpecRows
@@ -82,25 +105,35 @@ class AllocationStarted:
 
 @dataclass(frozen=True)
 class AllocationPreempted:
-    """The leader preempted (or stopped) an allocation; ``record`` says why, when and for whom."""
+    """The leader preempted (or stopped) an allocation; ``record`` says why, when and for whom; ``amounts``: the
+    usage it released (what a replica that does not hold the allocation applies, `deltas.count_preempt`)."""
 
     record: PreemptionRecord
+    amounts: tuple[float, ...]
 
 
 @dataclass(frozen=True)
 class AllocationFinished:
-    """A node reported an allocation ended (or the leader lost it)."""
+    """A node reported an allocation ended (or the leader lost it): of ``operation_id``, releasing ``released``
+    (None: it was preempted, and released then); ``restarted``: a gang's job restarted in it (a replica without
+    the allocation applies these, `deltas.count_finish`)."""
 
     finished: FinishedAllocation
     time: float
+    operation_id: str
+    released: tuple[float, ...] | None
+    restarted: bool
 
 
 @dataclass(frozen=True)
 class UsageChanged:
-    """An allocation's accounted usage is now ``resources`` (a node's report above the reserve)."""
+    """An allocation's accounted usage is now ``resources`` (a node's report above the reserve), ``delta`` more
+    than before, of ``operation_id`` (a replica without the allocation applies the delta, `deltas.count_usage`)."""
 
     allocation_id: str
     resources: Vector
+    operation_id: str
+    delta: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -164,9 +197,11 @@ class Registered:
 
 @dataclass(frozen=True)
 class Unregistered:
-    """An operation left the tree (its allocations no longer count)."""
+    """An operation left the tree (its allocations no longer count): ``running``, its running allocations in the
+    truth's order, each one's id and amounts (None: preempted), released in that order (`deltas.unregister_in_order`)."""
 
     operation_id: str
+    running: tuple[tuple[str, tuple[float, ...] | None], ...]
 
 
 @dataclass(frozen=True)
@@ -188,6 +223,9 @@ Increment = (
     | Registered
     | Unregistered
     | Rekeyed
+    | StartCounted
+    | ClassesMoved
+    | StartOrder
 )
 
 
@@ -302,10 +340,27 @@ class TreeReplica:
         tree: str,
         send_claim: ClaimSender,
         send_unclaim: Callable[[str, Allocation, FinishedAllocation, float], None],
+        owns: Callable[[str], bool],
+        send_classes: Callable[[ClassQuery], ClassAnswer],
     ) -> None:
         self.tree = tree
         self.send_claim = send_claim
         self.send_unclaim = send_unclaim
+        self.owns = owns
+        """Whether a node is this shard's (the replica holds its allocations; another's come as deltas)."""
+        self.send_classes = send_classes
+        """Asks the leader a class read of an operation the current pass changed (`deltas.ClassQuery`)."""
+        self.boundaries: dict[str, ClassBoundaries] = {}
+        """Per operation, the truth's boundaries as the last batch (or the copy) gave them."""
+        self.marked: set[str] = set()
+        """Operations the current pass changed since their last class query."""
+        self.asked: dict[str, ClassBoundaries] = {}
+        """Per operation, the boundaries the leader answered the current pass's last class query of it with."""
+        self.unnumbered: list[str] = []
+        """The current pass's starts whose truth's number is not known yet (the truth numbers them at their
+        bookings; `deltas.UNNUMBERED` meanwhile)."""
+        self.class_queries = 0
+        """Class reads asked of the leader."""
         self.strategy: TreeScheduler | None = None
         self.current = False
         """The copy follows the truth (False: a new copy is due before the next pass)."""
@@ -384,7 +439,13 @@ class TreeReplica:
         self._adopt(load_snapshot(snapshot, proxy))
 
     def _adopt(self, replica: TreeScheduler) -> None:
-        """``replica`` (its controllers our proxies) becomes the copy the heartbeats' stages run on."""
+        """``replica`` (its controllers our proxies) becomes the copy the heartbeats' stages run on: the other
+        shards' nodes' allocations dropped, each operation's lists replaced by their boundaries."""
+        drop_others(replica, self.owns)
+        self.boundaries = {
+            operation_id: drop_lists(replica, runtime) for operation_id, runtime in replica.operations.items()
+        }
+        replica.preemption.classes = self.classes  # type: ignore[method-assign]
         changes = replica.state.changes
         changes.keep_readers(STRATEGY_READERS)  # the truth's core reads the truth's log, not this copy's
         for operation_id, proxy in self.controllers.items():
@@ -412,8 +473,56 @@ class TreeReplica:
             self.applying = False
 
     def _event(self, event: dict[str, Any]) -> None:
-        if not self.applying and self.send_effect is not None:
+        if self.applying:
+            return
+        kind = event.get("event", "")
+        if kind == "allocation_started":
+            operation_id = event["operation_id"]
+            allocation = self.strategy.allocations[event["allocation_id"]]  # type: ignore[union-attr]
+            allocation.start_order = UNNUMBERED  # type: ignore[assignment]
+            self.unnumbered.append(allocation.id)
+            if self.classes_of(operation_id).preemptible_from == UNNUMBERED:
+                # no Preemptible allocation before it: the truth's lists may move their boundaries (with one,
+                # the start is appended as Preemptible and nothing moves: `PreemptibleLists.add`)
+                self.marked.add(operation_id)
+        elif kind.startswith("allocation_"):
+            self.marked.add(
+                event["operation_id"]
+            )  # a removal may move the boundaries past allocations not held
+        if self.send_effect is not None:
             self.send_effect(event)
+
+    def classes_of(self, operation_id: str) -> ClassBoundaries:
+        """The boundaries the replica holds for the operation (the current pass's last answer, else the batch's)."""
+        asked = self.asked.get(operation_id)
+        if asked is not None:
+            return asked
+        return self.boundaries.get(operation_id, NO_BOUNDARIES)
+
+    def classes(self, runtime: OperationRuntime) -> ClassBoundaries:
+        """An operation's classes as the stages read them (`PreemptiveStages.classes`): the batch's boundaries;
+        for an operation the current pass changed (`marked`), the leader's now: one `ClassQuery` for every marked
+        operation, after the pass's bookings so far, which also numbers the pass's starts as the truth did."""
+        if runtime.id in self.marked and not self.applying:
+            self._ask()
+        return self.classes_of(runtime.id)
+
+    def _ask(self) -> None:
+        operations = tuple(sorted(self.marked))
+        started = tuple(self.unnumbered)
+        self.marked.clear()
+        self.unnumbered.clear()
+        self.class_queries += 1
+        answer = self.send_classes(ClassQuery(self.tree, operations, started))
+        for operation_id, (aggressive_from, preemptible_from) in zip(
+            operations, answer.boundaries, strict=True
+        ):
+            self.asked[operation_id] = ClassBoundaries(aggressive_from, preemptible_from)
+        allocations = self.strategy.allocations  # type: ignore[union-attr]
+        for allocation_id, order in zip(started, answer.orders, strict=True):
+            allocation = allocations.get(allocation_id)
+            if allocation is not None and order is not None:
+                allocation.start_order = order
 
     # -------------------------------------------------------------- a heartbeat's stages
 
@@ -421,7 +530,15 @@ class TreeReplica:
         """The stages of the node's heartbeat on the copy; the decisions go out as claims and effects."""
         strategy = self.strategy
         assert strategy is not None
-        return strategy.process_heartbeat(heartbeat, now)
+        self.marked.clear()
+        self.asked.clear()
+        self.unnumbered.clear()
+        try:
+            return strategy.process_heartbeat(heartbeat, now)
+        finally:  # the starts left unnumbered take the truth's numbers from the next batch (`StartOrder`)
+            self.marked.clear()
+            self.asked.clear()
+            self.unnumbered.clear()
 
     def claim(self, operation_id: str, address: str, available: Vector, now: float) -> Allocation | None:
         strategy = self.strategy
@@ -495,7 +612,12 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
             proxy.set_pending(increment.pending, increment.min_needed)
     elif isinstance(increment, NodeSynced):
         strategy.sync_node(NodeHeartbeat(increment.address, increment.limits, increment.tags), increment.time)
+    elif isinstance(increment, StartCounted):
+        count_start(strategy, increment.operation_id, increment.amounts)
     elif isinstance(increment, AllocationStarted):
+        if not replica.owns(increment.allocation.node_address):
+            count_start(strategy, increment.allocation.operation_id, increment.allocation.amounts)
+            return
         allocation = increment.allocation if owned else copy_allocation(increment.allocation)
         element = strategy.state.elements[allocation.operation_id]
         node = strategy.nodes[allocation.node_address]
@@ -503,11 +625,29 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         strategy.regular.started(allocation, element, node, increment.time, result, increment.stage, None)
     elif isinstance(increment, AllocationPreempted):
         record = increment.record
-        preempt_as(strategy, strategy.allocations[record.allocation_id], record, None)
+        held = strategy.allocations.get(record.allocation_id)
+        if held is None:
+            count_preempt(strategy, record.operation_id, increment.amounts)
+        else:
+            preempt_as(strategy, held, record, None)
     elif isinstance(increment, AllocationFinished):
-        strategy.finish_allocation(increment.finished, increment.time)
+        if increment.finished.allocation_id in strategy.allocations:
+            strategy.finish_allocation(increment.finished, increment.time)
+        else:
+            count_finish(strategy, increment.operation_id, increment.released, increment.restarted)
     elif isinstance(increment, UsageChanged):
-        strategy.report_usage(increment.allocation_id, increment.resources)
+        if increment.allocation_id in strategy.allocations:
+            strategy.report_usage(increment.allocation_id, increment.resources)
+        else:
+            count_usage(strategy, increment.operation_id, increment.delta)
+    elif isinstance(increment, ClassesMoved):
+        boundaries = replica.boundaries
+        for operation_id, aggressive_from, preemptible_from in increment.boundaries:
+            boundaries[operation_id] = ClassBoundaries(aggressive_from, preemptible_from)
+    elif isinstance(increment, StartOrder):
+        allocation = strategy.allocations.get(increment.allocation_id)
+        if allocation is not None:
+            allocation.start_order = increment.order
     elif isinstance(increment, Published):
         strategy.high_priority = increment.high_priority
         strategy.fifo_unschedulable = increment.fifo_unschedulable
@@ -531,9 +671,13 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         proxy = ClaimController(replica, increment.operation_id, increment.pending, increment.min_needed)
         replica.controllers[increment.operation_id] = proxy
         strategy.register_operation(increment.operation_id, proxy)  # the proxy's pending work is watched
+        replica.boundaries[increment.operation_id] = drop_lists(
+            strategy, strategy.operations[increment.operation_id]
+        )
     elif isinstance(increment, Unregistered):
-        strategy.unregister_operation(increment.operation_id)
+        unregister_in_order(strategy, increment.operation_id, increment.running)
         replica.controllers.pop(increment.operation_id, None)
+        replica.boundaries.pop(increment.operation_id, None)
     else:
         strategy.rekey_operations(increment.operation_ids)
 

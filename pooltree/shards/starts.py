@@ -44,6 +44,14 @@ import numpy as np
 
 from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.server.live import LiveScheduler
+from pooltree.shards.deltas import (
+    ClassAnswer,
+    ClassesMoved,
+    ClassQuery,
+    StartOrder,
+    answer_classes,
+    owner,
+)
 from pooltree.shards.host import shard_of
 from pooltree.shards.increments import published_changes
 from pooltree.shards.pickling import dumps, loads, snapshot_of
@@ -73,6 +81,7 @@ from pooltree.strategy.model import (
     NodeHeartbeat,
     SchedulingStage,
 )
+from pooltree.strategy.preemptible import ClassBoundaries
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.watch import watch_pending
@@ -103,6 +112,12 @@ class _Tree:
         self.watched: set[str] = set()
         self.granted: dict[str, Allocation] = {}
         """Allocations the real controllers chose for claims, until the replica books them (or gives them back)."""
+        self.touched: set[str] = set()
+        """Operations whose boundaries may have moved since the last batch (`ShardStarts._send_classes`)."""
+        self.sent: dict[str, ClassBoundaries] = {}
+        """Per operation, the boundaries the replicas were last told (`deltas.ClassesMoved`)."""
+        self.finishing: dict[str, Allocation] = {}
+        """The allocations the truth's ``finish_allocation`` is ending (their end's increment carries them)."""
 
     def watch(self, operation_id: str, controller: Any) -> None:
         """Hear of the operation's pending work moving (into ``pending_moved``), once per operation."""
@@ -249,9 +264,12 @@ class ShardStarts:
 
     def _replica(self, shard: int, tree: str, state: _Tree, truth: TreeScheduler) -> TreeReplica:
         """The shard's replica of the tree, brought up to the truth (increments, or a new copy)."""
+        self._send_classes(tree, state, truth)
         replica = self.replicas[shard].get(tree)
         if replica is None:
-            replica = TreeReplica(tree, self._claim, self._unclaim)
+            replica = TreeReplica(
+                tree, self._claim, self._unclaim, owner(shard, self.count), self._ask_classes
+            )
             self.replicas[shard][tree] = replica
         inbox = self.inboxes[shard].pop(tree, [])
         if not replica.stale():
@@ -268,6 +286,27 @@ class ShardStarts:
         return replica
 
     # -------------------------------------------------------------- increments
+
+    def _send_classes(self, tree: str, state: _Tree, truth: TreeScheduler) -> None:
+        """The truth's boundaries of the operations whose boundaries moved since the last batch (`ClassesMoved`),
+        before a pass's batch or copy: a replica's unchanged operations are classified by them."""
+        if not state.touched:
+            return
+        operations = truth.operations
+        sent = state.sent
+        moved: list[tuple[str, float, float]] = []
+        for operation_id in sorted(state.touched):
+            runtime = operations.get(operation_id)
+            if runtime is None:
+                sent.pop(operation_id, None)
+                continue
+            boundaries = runtime.lists.boundaries()
+            if sent.get(operation_id) != boundaries:
+                sent[operation_id] = boundaries
+                moved.append((operation_id, boundaries.aggressive_from, boundaries.preemptible_from))
+        state.touched.clear()
+        if moved:
+            self._send(tree, ClassesMoved(tuple(moved)))
 
     def _send(self, tree: str, increment: Increment, *, others: bool = False) -> None:
         """Queue an increment for every shard's replica of ``tree`` (``others``: but the origin's)."""
@@ -343,21 +382,32 @@ class ShardStarts:
             return
         self._flush_pending(tree, state)
         allocation_id = event["allocation_id"]
+        state.touched.add(event["operation_id"])
         if kind == "allocation_started":
             allocation = truth.allocations[allocation_id]
             if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
                 self._recopy(tree)
                 return
             self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"])
+            if self.origin is not None:  # the pass that booked it holds it: the truth's number of it
+                self._send(tree, StartOrder(allocation_id, allocation.start_order))
         elif kind == "allocation_preempted":
             allocation = truth.allocations.get(allocation_id)
             if allocation is None or allocation.preemption is None:
                 self._recopy(tree)
                 return
-            self._send(tree, AllocationPreempted(allocation.preemption), others=True)
+            self._send(tree, AllocationPreempted(allocation.preemption, allocation.amounts), others=True)
         else:
+            ended = state.finishing.get(allocation_id)
+            if ended is None:  # an end not of `finish_allocation`: every replica copies the truth again
+                self._recopy(tree)
+                return
             finished = FinishedAllocation(allocation_id, event.get("state", "aborted"))
-            self._send(tree, AllocationFinished(finished, event["time"]))
+            released = None if ended.preempted else ended.amounts
+            self._send(
+                tree,
+                AllocationFinished(finished, event["time"], ended.operation_id, released, ended.restarted),
+            )
 
     def _recopy(self, tree: str) -> None:
         """Every replica of ``tree`` takes a new copy before its next pass."""
@@ -382,6 +432,7 @@ class ShardStarts:
         def tapped_publish(published: Any, now: float | None) -> None:
             previous = strategy.state.tree
             publish(published, now)
+            state.touched.update(strategy.operations)
             self._flush_pending(tree, state)
             settings = (strategy.high_priority, strategy.fifo_unschedulable, strategy.scheduling_tags_enabled)
             self._send_published(tree, Published(published, now, *settings), previous)
@@ -390,12 +441,20 @@ class ShardStarts:
             register(operation_id, controller)
             self._flush_pending(tree, state)
             state.watch(operation_id, controller)
+            state.touched.add(operation_id)
             self._send(tree, Registered(operation_id, *_pending(strategy, operation_id)))
 
         def tapped_unregister(operation_id: str) -> list[Allocation]:
+            listed = tuple(
+                (a.id, None if a.preempted else a.amounts)
+                for a in strategy.allocations.values()
+                if a.operation_id == operation_id
+            )
             running = unregister(operation_id)
             self._flush_pending(tree, state)
-            self._send(tree, Unregistered(operation_id))
+            state.touched.discard(operation_id)
+            state.sent.pop(operation_id, None)
+            self._send(tree, Unregistered(operation_id, listed))
             return running
 
         def tapped_rekey(operation_ids: Any) -> None:
@@ -404,10 +463,17 @@ class ShardStarts:
             self._send(tree, Rekeyed(operation_ids))
 
         def tapped_report_usage(allocation_id: str, reported: Vector) -> bool:
+            allocation = strategy.allocations.get(allocation_id)
+            before = allocation.resources if allocation is not None else None
             changed = report_usage(allocation_id, reported)
             if changed:
-                resources = strategy.allocations[allocation_id].resources
-                self._send(tree, UsageChanged(allocation_id, resources.copy()))
+                assert allocation is not None and before is not None
+                resources = allocation.resources
+                delta = tuple((resources - before).tolist())  # what the truth accounted (`_change_usage`)
+                state.touched.add(allocation.operation_id)
+                self._send(
+                    tree, UsageChanged(allocation_id, resources.copy(), allocation.operation_id, delta)
+                )
             return changed
 
         strategy.publish = tapped_publish  # type: ignore[method-assign]
@@ -415,6 +481,36 @@ class ShardStarts:
         strategy.unregister_operation = tapped_unregister  # type: ignore[method-assign]
         strategy.rekey_operations = tapped_rekey  # type: ignore[method-assign]
         strategy.report_usage = tapped_report_usage  # type: ignore[method-assign]
+        self._tap_ends_and_lists(state, strategy)
+
+    @staticmethod
+    def _tap_ends_and_lists(state: _Tree, strategy: TreeScheduler) -> None:
+        """An ending allocation is kept while the truth ends it (its end's increment carries its operation and
+        amounts); what configures the truth's lists outside its events marks every operation's boundaries moved."""
+        finish = strategy.finish_allocation
+        configure_lists = strategy.configure_lists
+        set_inclusive = strategy.set_allocation_on_bound_preemptible
+
+        def tapped_finish(finished: FinishedAllocation, now: float) -> Allocation | None:
+            ending = strategy.allocations.get(finished.allocation_id)
+            if ending is not None:
+                state.finishing[finished.allocation_id] = ending
+            try:
+                return finish(finished, now)
+            finally:
+                state.finishing.pop(finished.allocation_id, None)
+
+        def tapped_configure_lists(limit: int | None = None) -> bool:
+            state.touched.update(strategy.operations)
+            return configure_lists(limit)
+
+        def tapped_set_inclusive(enabled: bool) -> None:
+            state.touched.update(strategy.operations)
+            set_inclusive(enabled)
+
+        strategy.finish_allocation = tapped_finish  # type: ignore[method-assign]
+        strategy.configure_lists = tapped_configure_lists  # type: ignore[method-assign]
+        strategy.set_allocation_on_bound_preemptible = tapped_set_inclusive  # type: ignore[method-assign]
 
     # -------------------------------------------------------------- claims and effects
 
@@ -441,6 +537,15 @@ class ShardStarts:
         if allocation is not None:
             state.granted[allocation.id] = allocation
         return ClaimAnswer(allocation, pending, min_needed)
+
+    def _ask_classes(self, query: ClassQuery) -> ClassAnswer:
+        """A replica's class read of an operation its pass changed, answered from the truth (the pass's bookings
+        are applied to it as they are made)."""
+        with self._handling_time():
+            truth = self.trees[query.tree].core.strategy
+            if self.pickled:
+                return loads(dumps(answer_classes(truth, loads(dumps(query)))))  # type: ignore[no-any-return]
+            return answer_classes(truth, query)
 
     def _unclaim(self, tree: str, allocation: Allocation, finished: FinishedAllocation, now: float) -> None:
         """A granted allocation the replica could not book goes back to its real controller."""

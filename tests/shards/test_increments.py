@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pooltree.shards.deltas import ClassesMoved, StartCounted, StartOrder
 from pooltree.shards.increments import (
     ANY_SHARD,
     IncrementLog,
@@ -80,9 +81,16 @@ def test_an_allocation_whose_reserve_is_its_resources_keeps_them_one_vector() ->
     [
         PendingWork("op-1", 5, np.array([1.0, 0.0, 0.0, 0.0, 1.0])),
         NodeSynced("node-1", np.array([16.0, 64e9, 0.0, 0.0, 16.0]), frozenset({"ssd"}), 3.0),
-        AllocationFinished(FinishedAllocation("op-1/2", "failed"), 4.0),
-        AllocationFinished(FinishedAllocation("op-1/3", "completed", processed_fraction=0.5), 4.0),
-        UsageChanged("op-1/2", np.array([1.0, 5e9, 0.0, 0.0, 1.0])),
+        AllocationFinished(
+            FinishedAllocation("op-1/2", "failed"), 4.0, "op-1", (1.0, 2e9, 0.0, 0.0, 1.0), False
+        ),
+        AllocationFinished(FinishedAllocation("op-1/4", "aborted"), 4.0, "op-1", None, True),
+        AllocationFinished(
+            FinishedAllocation("op-1/3", "completed", processed_fraction=0.5), 4.0, "op-1", None, False
+        ),
+        UsageChanged("op-1/2", np.array([1.0, 5e9, 0.0, 0.0, 1.0]), "op-1", (0.0, 3e9, 0.0, 0.0, 0.0)),
+        StartOrder("op-1/2", 17),
+        ClassesMoved((("op-1", 3, float("inf")), ("op-2", 0, 4))),
         Rekeyed(frozenset({"op-1"})),
     ],
 )
@@ -101,7 +109,10 @@ def test_a_batch_is_pickled_once_and_each_shard_skips_its_own_entries() -> None:
     log = IncrementLog()
     log.append(encode(PendingWork("op-1", 1, np.ones(5))))
     log.append(encode_started(_allocation(), SchedulingStage.REGULAR_MEDIUM_PRIORITY, 1.0), 0)
-    log.append(encode(AllocationFinished(FinishedAllocation("op-1/7", "completed"), 2.0)), ANY_SHARD)
+    log.append(
+        encode(AllocationFinished(FinishedAllocation("op-1/7", "completed"), 2.0, "op-1", (1.0,) * 5, False)),
+        ANY_SHARD,
+    )
     end = log.end()
     assert end == 1 and len(log.chunks) == 1 and log.end() == 1  # nothing new: no new batch
     chunks = log.since(0)
@@ -109,6 +120,9 @@ def test_a_batch_is_pickled_once_and_each_shard_skips_its_own_entries() -> None:
     others = decode_chunks(chunks, 1)
     assert [type(i) for i in mine] == [PendingWork, AllocationFinished]
     assert [type(i) for i in others] == [PendingWork, AllocationStarted, AllocationFinished]
+    # a shard that does not hold the started allocation's node reads only its operation and amounts
+    elsewhere = decode_chunks(chunks, 1, lambda address: False)
+    assert elsewhere[1] == StartCounted("op-1", _allocation().amounts)
 
 
 def test_the_log_keeps_what_some_shard_has_not_seen() -> None:

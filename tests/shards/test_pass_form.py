@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from pooltree.resources import vector
+from pooltree.shards.deltas import ClassAnswer, ClassQuery
 from pooltree.shards.passes import (
     PASS_MESSAGES,
     PassDone,
@@ -82,7 +83,9 @@ def test_every_message_of_the_pass_pipe_comes_back_with_its_fields() -> None:
             (grant,),
             9,
         ),
-        PassRequest("default", None, [], 0, "n1", vector(cpu=16), frozenset(), 3.0, 1.5),
+        PassRequest("default", None, [], 0, "n1", vector(cpu=16), frozenset(), 3.0, 1.5, shards=3),
+        ClassQuery("default", ("op-1", "op-2"), ("op-1/2", "op-1/3")),
+        ClassAnswer(((2, float("inf")), (0, 3)), (4, None)),
     ]
     assert {type(message) for message in messages} == set(PASS_MESSAGES)
     for message in messages:

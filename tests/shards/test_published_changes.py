@@ -49,7 +49,13 @@ def _settings(tree: SchedulingTree, now: float) -> Published:
 
 
 def _replica(truth: TreeScheduler, published: int | None) -> TreeReplica:
-    replica = TreeReplica("default", lambda claim: pytest.fail("no claim"), lambda *args: None)
+    replica = TreeReplica(
+        "default",
+        lambda claim: pytest.fail("no claim"),
+        lambda *args: None,
+        lambda address: True,
+        lambda query: pytest.fail("no class query"),
+    )
     replica.load(snapshot_of(truth, lambda operation_id: pytest.fail("no operation")), published)
     return replica
 

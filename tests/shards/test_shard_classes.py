@@ -1,78 +1,149 @@
-"""A shard's preemptive stages need of an operation's preemption classes only what the leader can send: the
-truth's two boundaries and the truth's start order of the shard's own allocations (issue 25, the design in
+"""Replicas that never hold another shard's allocation decide as one process (issue 25, step 2 of
 `pooltree/shards/ARCHITECTURE.md`, "Not done" 2).
 
 Recorded runs of the single process are replayed with every heartbeat's stages in the replica of the node's shard
-(`ShardStarts`, in one process: the replica's bookings reach the truth as they are made); the replicas' stages read
-each class from the truth's boundaries at the read (`ClassBoundaries`) and the truth's number of the allocation,
-never from the replica's own lists. The decisions are the recorded ones, and the replicas number their
-allocations as the truth does.
+(`ShardStarts`, 2 shards in one process). Each replica holds only its own nodes' allocations: other nodes' starts,
+ends, preemptions and usage reports reach it as deltas of their operation (`deltas.py`), and it keeps no
+preemptible lists: its stages classify its allocations by the leader's boundaries (`ClassesMoved` after each
+batch) and, for an operation its own pass changed, by the leader's answer to a class query. Every class a
+replica's stages read is the truth's at that read, and the decisions are the recorded ones. With a wrong boundary,
+without the queries, or with a delta missing, the same replays decide otherwise.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from recorded_run import BUSY, PREEMPTING, make_scheduler, record_busy_run, record_run
 
-from pooltree.shards.recording import replay
+from pooltree.shards import deltas, replica
+from pooltree.shards.deltas import ClassesMoved
+from pooltree.shards.recording import RecordingScheduler, ReplayDivergence, replay
+from pooltree.shards.replica import TreeReplica
 from pooltree.shards.starts import ShardStarts
 from pooltree.strategy.elements import OperationRuntime
-from pooltree.strategy.model import Allocation, PreemptionStatus
-from pooltree.strategy.preemptible import ClassBoundaries, PreemptionClasses
-from pooltree.strategy.preemption import PreemptiveStages
-from pooltree.strategy.scheduler import TreeScheduler
+from pooltree.strategy.preemptible import ClassBoundaries
+
+_RUNS = ["preempting", "busy"]
 
 
-class _TruthClasses:
-    """An operation's classes as the leader would send them: the truth's boundaries, and for an allocation of
-    the shard the truth's start order of it."""
-
-    def __init__(self, truth: TreeScheduler, boundaries: ClassBoundaries, reads: list[bool]) -> None:
-        self.truth = truth
-        self.boundaries = boundaries
-        self.reads = reads
-
-    def status(self, allocation: Allocation) -> PreemptionStatus:
-        listed = self.truth.allocations[allocation.id]
-        self.reads.append(listed.start_order == allocation.start_order)
-        return self.boundaries.status(listed)
-
-
-def _read_from_the_truth(shards: ShardStarts, monkeypatch: pytest.MonkeyPatch, reads: list[bool]) -> None:
-    plain = PreemptiveStages.classes
-
-    def classes(stages: PreemptiveStages, runtime: OperationRuntime) -> PreemptionClasses:
-        for replicas in shards.replicas:
-            for tree, replica in replicas.items():
-                if (
-                    replica.strategy is not None
-                    and replica.strategy.preemption is stages
-                    and not replica.applying  # (a preemption increment's record has the truth's class)
-                ):
-                    truth = shards.trees[tree].core.strategy
-                    return _TruthClasses(truth, truth.operations[runtime.id].lists.boundaries(), reads)
-        return plain(stages, runtime)  # the truth's own stages (none run in these replays)
-
-    monkeypatch.setattr(PreemptiveStages, "classes", classes)
-
-
-@pytest.mark.parametrize("run", ["preempting", "busy"])
-def test_shard_stages_reading_the_truths_boundaries_decide_as_one_process(
-    tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _recorded(tmp_path: Path, run: str) -> tuple[RecordingScheduler, Any, dict[str, Any]]:
     if run == "busy":
         recorder, recorded = record_busy_run(tmp_path / "recorded.db")
-        trees = BUSY
-    else:
-        recorder, recorded = record_run(tmp_path / "recorded.db")
-        trees = PREEMPTING
+        return recorder, recorded, BUSY
+    recorder, recorded = record_run(tmp_path / "recorded.db")
+    return recorder, recorded, PREEMPTING
+
+
+def _check_reads(shards: ShardStarts, monkeypatch: pytest.MonkeyPatch, reads: list[tuple[str, bool]]) -> None:
+    """Each class a replica's stages read is compared with the truth's class of the same allocation then."""
+    plain = TreeReplica.classes
+
+    class Checked:
+        def __init__(self, held: TreeReplica, boundaries: ClassBoundaries) -> None:
+            self.held = held
+            self.boundaries = boundaries
+
+        def status(self, allocation: Any) -> Any:
+            got = self.boundaries.status(allocation)
+            truth = shards.trees[self.held.tree].core.strategy
+            listed = truth.allocations[allocation.id]
+            reads.append((allocation.id, got == truth.preemption.status(listed)))
+            return got
+
+    def classes(self: TreeReplica, runtime: OperationRuntime) -> Any:
+        return Checked(self, plain(self, runtime))
+
+    monkeypatch.setattr(TreeReplica, "classes", classes)
+
+
+def _assert_holds_only_its_own(shards: ShardStarts) -> None:
+    for replicas in shards.replicas:
+        for held in replicas.values():
+            strategy = held.strategy
+            assert strategy is not None
+            assert all(held.owns(a.node_address) for a in strategy.allocations.values())
+            assert all(
+                not node.allocations for address, node in strategy.nodes.items() if not held.owns(address)
+            )
+
+
+@pytest.mark.parametrize("run", _RUNS)
+def test_replicas_without_other_shards_allocations_decide_as_one_process(
+    tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder, recorded, trees = _recorded(tmp_path, run)
     assert recorded.preempted_count > 0
     scheduler = make_scheduler(tmp_path / "sharded.db", trees)
     shards = ShardStarts(scheduler, 2)
-    reads: list[bool] = []
-    _read_from_the_truth(shards, monkeypatch, reads)
+    reads: list[tuple[str, bool]] = []
+    _check_reads(shards, monkeypatch, reads)
+    counted: list[str] = []
+    count_start = replica.count_start
+    monkeypatch.setattr(
+        replica,
+        "count_start",
+        lambda strategy, op, amounts: (counted.append(op), count_start(strategy, op, amounts)),
+    )
     assert replay(recorder.recording, scheduler) == recorded
     assert shards.passes > 0 and shards.leader_passes == 0
-    assert reads and all(reads), "a replica numbered an allocation otherwise than the truth"
+    assert reads and all(ok for _, ok in reads), [read for read in reads if not read[1]][:5]
+    assert counted, "no replica applied another shard's start as a delta"
+    assert sum(held.class_queries for replicas in shards.replicas for held in replicas.values()) > 0
+    _assert_holds_only_its_own(shards)
+
+
+def _replay_with(tmp_path: Path, run: str) -> bool:
+    recorder, recorded, trees = _recorded(tmp_path, run)
+    scheduler = make_scheduler(tmp_path / "sharded.db", trees)
+    ShardStarts(scheduler, 2)
+    try:
+        return replay(recorder.recording, scheduler) == recorded
+    except ReplayDivergence:
+        return False
+
+
+@pytest.mark.parametrize("run", _RUNS)
+def test_a_wrong_boundary_decides_otherwise(
+    tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every batch's boundaries one start later than the truth's: the replicas classify otherwise."""
+    apply = replica._apply
+
+    def shifted(held: TreeReplica, strategy: Any, increment: Any, owned: bool) -> None:
+        if isinstance(increment, ClassesMoved):
+            increment = ClassesMoved(tuple((op, a + 1, p + 1) for op, a, p in increment.boundaries))
+        apply(held, strategy, increment, owned)
+
+    monkeypatch.setattr(replica, "_apply", shifted)
+    assert not _replay_with(tmp_path, run)
+
+
+def test_without_class_queries_the_replicas_decide_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica reading the batch's boundaries also for an operation its own pass changed misclassifies (the
+    busy run: its passes start and then preempt within one heartbeat; the preempting run never reads a class its
+    own pass moved)."""
+    plain = TreeReplica.classes
+
+    def classes(self: TreeReplica, runtime: OperationRuntime) -> Any:
+        self.marked.clear()
+        return plain(self, runtime)
+
+    monkeypatch.setattr(TreeReplica, "classes", classes)
+    assert not _replay_with(tmp_path, "busy")
+
+
+@pytest.mark.parametrize("missing", ["count_start", "count_finish", "count_preempt"])
+def test_a_missing_delta_decides_otherwise(
+    tmp_path: Path, missing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replica, missing, lambda *args: None)
+    assert not _replay_with(tmp_path, "busy")
+
+
+def test_an_operation_without_allocations_has_no_preemptible_allocation() -> None:
+    assert ClassBoundaries(float("inf"), float("inf")) == deltas.NO_BOUNDARIES
