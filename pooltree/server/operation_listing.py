@@ -275,20 +275,23 @@ class OperationListing:
         )
         store = self.scheduler.store
         if from_time is None and to_time is None and not text and with_failed_jobs is None:
-            page = store.list_operations(
-                OperationFilter(
-                    state=filters["state"],
-                    user=filters["user"],
-                    pool=filters["pool"],
-                    type=filters["type"],
-                    cursor_time=cursor_time,
-                    cursor_direction=direction,
-                    limit=limit + 1,
-                ),
-                # live ones are briefed from memory and finished ones listed before from their kept records: their
-                # bodies are not decoded
-                known=_Held(self.scheduler.operations, self._finished),
+            query = OperationFilter(
+                state=filters["state"],
+                user=filters["user"],
+                pool=filters["pool"],
+                type=filters["type"],
+                cursor_time=cursor_time,
+                cursor_direction=direction,
+                limit=limit + 1,
             )
+            page = self._live_page(store.list_operation_ids(query), direction)
+            if page is None:
+                page = store.list_operations(
+                    query,
+                    # live ones are briefed from memory and finished ones listed before from their kept records:
+                    # their bodies are not decoded
+                    known=_Held(self.scheduler.operations, self._finished),
+                )
             counters = self.scheduler.counts.counters(count_filter)
         else:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
@@ -302,6 +305,35 @@ class OperationListing:
             or self.visible(ctx.user, record.id, record.user, record.spec, record.runtime_parameters)
         ]
         return listed, len(page) > limit, counters, now
+
+    def _live_page(self, ids: list[str], direction: str) -> list[OperationRecord] | None:
+        """A page whose operations are all live, from memory in the store's order (``ids``), as the store lists
+        them without bodies (``partial``); None when one is not live (then the store lists the page's rows), or
+        when ``ids`` are not in the page's order. What a listing reads of a live operation's row is its id and
+        user (its brief is its live state), so the rows are not read: per page, a hundred rows the store steps
+        one by one, letting the GIL go at each, and a hundred records made from them."""
+        operations = self.scheduler.operations
+        page = []
+        for operation_id in ids:
+            op = operations.get(operation_id)
+            if op is None:
+                return None
+            page.append(
+                OperationRecord(
+                    op.id,
+                    op.type,
+                    op.state,
+                    op.user,
+                    next(iter(op.pools.values()), None),
+                    op.start_time,
+                    op.finish_time,
+                    partial=True,
+                )
+            )
+        keys = [(record.start_time, record.id) for record in page]
+        if keys != sorted(keys, reverse=direction == "past"):
+            return None
+        return page
 
     def _whole(self, record: OperationRecord) -> OperationRecord:
         """A listed record as the listing needs it: a live operation's from memory, a finished one's as kept (or

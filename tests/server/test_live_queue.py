@@ -309,3 +309,67 @@ def test_listed_finished_operations_are_kept_and_answer_as_a_fresh_listing_does(
     assert listed[ops[0].id]["brief_progress"]["jobs"]["completed"] == 7
     assert listed[ops[0].id]["finish_time"] == iso_time(14.0)
     store.close()
+
+
+def test_a_page_of_live_operations_reads_no_rows_and_answers_as_the_rows_do(tmp_path: Path) -> None:
+    """A page whose operations are all live is made from memory in the store's order (its ids, one row): no
+    operation row is read, and every answer is byte for byte the one made from the rows, in each output format,
+    paging both ways, filtered by state, with a user who sees only some; a page with a finished operation reads
+    its rows as before."""
+    store = open_store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    live = LiveScheduler(store)
+    live.apply_pool_trees(_trees(1), None, 0.0)
+    acl = [{"action": "allow", "subjects": ["alice"], "permissions": ["read"]}]
+    ops = [
+        live.start_operation(
+            "vanilla", {**SPEC, "title": f"op {i}", "acl": acl if i % 3 == 1 else []}, user, float(i)
+        )
+        for i, user in enumerate(["alice", "bob", "bob"] * 3)
+    ]
+    live.suspend_operation(ops[4].id, 13.0)
+    read_rows: list[OperationFilter] = []
+    rows = store.list_operations
+
+    def noting(query: OperationFilter = OperationFilter(), **kwargs: Any) -> list[OperationRecord]:
+        read_rows.append(query)
+        return rows(query, **kwargs)
+
+    store.list_operations = noting  # type: ignore[method-assign]
+    visible = lambda user, operation_id, owner, spec, runtime: user == owner or bool(spec.get("acl"))  # noqa: E731
+    parameters = [
+        {"limit": 10},
+        {"limit": 3},
+        {"limit": 4, "state": "pending"},
+        {"limit": 3, "cursor_time": 4.0},
+        {"limit": 3, "cursor_time": 4.0, "cursor_direction": "future"},
+    ]
+    formats = [None, {"$value": "json", "$attributes": {"format": "pretty"}}, "yson"]
+
+    def answers(listing: Any) -> list[bytes]:
+        return [
+            listing.list_operations_encoded(
+                CommandContext(
+                    "list_operations",
+                    {**params, **({} if fmt is None else {"output_format": fmt})},
+                    user="alice",
+                )
+            ).data
+            for fmt in formats
+            for params in parameters
+        ]
+
+    from_memory = OperationCommands(live, lambda: 20.0).listing
+    from_memory.visible = visible
+    first = answers(from_memory)
+    assert read_rows == [], "a page of live operations read the operations' rows"
+    assert ops[0].id in first[0].decode() and ops[2].id not in first[0].decode()  # alice sees only some
+    from_rows = OperationCommands(live, lambda: 20.0).listing
+    from_rows.visible = visible
+    from_rows._live_page = lambda ids, direction: None  # type: ignore[method-assign]
+    assert answers(from_rows) == first
+    assert len(read_rows) == len(first)
+    read_rows.clear()
+    live.finish_operation(ops[8].id, "completed", 30.0)  # the newest page now holds a finished operation
+    assert answers(from_memory)[0] == answers(from_rows)[0]
+    assert read_rows, "a page with a finished operation is listed from its rows"
+    store.close()

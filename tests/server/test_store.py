@@ -117,6 +117,33 @@ def test_a_page_reads_bodies_only_of_operations_the_caller_does_not_hold(store_u
         assert all(r == store.get_operation(r.id) for r in listed if not r.partial)
 
 
+def test_a_page_of_ids_is_the_page_of_records_in_its_order(store_url: str) -> None:
+    """``list_operation_ids``: the ids ``list_operations`` lists, in its order, for every filter and both
+    directions; ids of any text (SQLite sends them as one row, each after its length), ties on the start time."""
+    with open_store(store_url) as store:
+        odd = ["op:1:", "12:op", "оп,7", "a;b", ""]
+        for i in range(12):
+            start = 100.0 + (i // 2) + (1e-7 if i % 4 == 0 else 0.0)  # ties two by two, some a hair apart
+            store.put_operation(
+                _op(
+                    i,
+                    id=odd[i] if i < len(odd) else f"op-{i}",
+                    start_time=start,
+                    state="completed" if i % 3 else "running",
+                )
+            )
+        for query in (
+            OperationFilter(limit=20),
+            OperationFilter(limit=3),
+            OperationFilter(limit=0),
+            OperationFilter(limit=5, state="completed"),
+            OperationFilter(limit=5, cursor_time=103.0),
+            OperationFilter(limit=4, cursor_time=101.0, cursor_direction="future"),
+            OperationFilter(limit=5, user="nobody"),
+        ):
+            assert store.list_operation_ids(query) == [r.id for r in store.list_operations(query)], query
+
+
 def test_jobs_and_delete_cascade(store_url: str) -> None:
     with open_store(store_url) as store:
         store.put_operation(_op(1))

@@ -338,6 +338,10 @@ class Store(ABC):
         """Operations matching ``query``, ordered by start time (newest first for ``past``). Those whose id is in
         ``known`` (the caller holds them in memory) come ``partial``: their body is not decoded."""
 
+    def list_operation_ids(self, query: OperationFilter = OperationFilter()) -> list[str]:
+        """The ids of ``list_operations(query)``'s operations, in its order."""
+        return [record.id for record in self.list_operations(query, known=_Everything())]
+
     @abstractmethod
     def count_operations(self, query: OperationFilter = OperationFilter()) -> int:
         """How many operations match ``query`` ignoring cursor and limit."""
@@ -382,6 +386,13 @@ class Store(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Everything:
+    """A container holding every operation id (``list_operations`` decodes no body)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def operation_from_row(row: tuple[Any, ...], *, body: bool = True) -> OperationRecord:
@@ -444,17 +455,18 @@ def operation_where(query: OperationFilter, placeholder: str) -> tuple[str, list
 
 
 def operation_page_sql(
-    query: OperationFilter, placeholder: str, *, body: bool = True
+    query: OperationFilter, placeholder: str, *, body: bool = True, columns: str | None = None
 ) -> tuple[str, list[Any]]:
     """``SELECT`` of one page of operations for ``query`` in the store's common schema; without ``body`` the rows
-    end before the ``body`` column."""
+    end before the ``body`` column; ``columns``: only those."""
     where, args = operation_where(query, placeholder)
     if query.cursor_time is not None:
         op = "<" if query.cursor_direction == "past" else ">"
         where += (" AND " if where else " WHERE ") + f"start_time {op} {placeholder}"
         args.append(float(query.cursor_time))
     order = "DESC" if query.cursor_direction == "past" else "ASC"
-    columns = "id, type, state, user_name, pool, start_time, finish_time" + (", body" if body else "")
+    if columns is None:
+        columns = "id, type, state, user_name, pool, start_time, finish_time" + (", body" if body else "")
     sql = (
         f"SELECT {columns} FROM operations{where} ORDER BY start_time {order}, id {order} LIMIT {placeholder}"
     )

@@ -272,6 +272,10 @@ class SqlStore(Store):
             for row in rows
         ]
 
+    def list_operation_ids(self, query: OperationFilter = OperationFilter()) -> list[str]:
+        sql, args = operation_page_sql(query, "?", columns="id")
+        return [row[0] for row in self._rows(sql, args)]
+
     def _bodies(self, operation_ids: list[str]) -> dict[str, str]:
         """``operation id -> body`` of those of ``operation_ids`` that are stored (in chunks of ``IN`` lists)."""
         found: dict[str, str] = {}
