@@ -7,7 +7,9 @@ part over the slowest 1% (by the scheduler's own time): what a tail is made of. 
 not spent on its CPU (``wall - cpu``); ``store_wait`` the same inside the store's reads. Standalone:
 ``python bench/request_split.py FILE [BEGIN END]`` (monotonic seconds) prints the same JSON. ``api_loop``: how late
 a callback due every 10 ms ran on the API's event loop, and its thread's share of a CPU and voluntary switches (one
-per sleep: in epoll with nothing to do, or waiting for the GIL) per second.
+per sleep: in epoll with nothing to do, or waiting for the GIL) per second. ``pauses``: per kind (a garbage
+collection's generation, a forecast refresh's pickling), those of 2 ms or more: one C call each, during which no
+other thread of the scheduler runs Python.
 """
 
 from __future__ import annotations
@@ -59,14 +61,18 @@ def _ms(value: float | None) -> float | None:
 
 def read(
     path: Path, begin: float = float("-inf"), end: float = float("inf")
-) -> tuple[list[dict], list[list[float]], float | None]:
-    """The probe's records of commands that began in [begin, end), its loop-lag samples taken then, and the switch
-    interval it saw last."""
+) -> tuple[list[dict], list[list[float]], list[list[Any]], float | None]:
+    """The probe's records of commands that began in [begin, end), its loop-lag samples and the pauses (kind,
+    began, seconds) of then, and the switch interval it saw last."""
     records, lags, interval = [], [], None
+    pauses: list[list[Any]] = []
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         record = json.loads(line)
+        if "pauses" in record:
+            pauses.extend(pause for pause in record["pauses"] if begin <= pause[1] < end)
+            continue
         if "lags" in record:
             lags.extend(lag for lag in record["lags"] if begin <= lag[0] < end)
             continue
@@ -78,7 +84,7 @@ def read(
                 record["wait"] = record["wall"] - record["cpu"]
                 record["store_wait"] = record.get("store", 0.0) - record.get("store_cpu", 0.0)
             records.append(record)
-    return records, lags, interval
+    return records, lags, pauses, interval
 
 
 def _parts(records: list[dict], names: tuple[str, ...]) -> dict[str, Any]:
@@ -101,8 +107,19 @@ def _parts(records: list[dict], names: tuple[str, ...]) -> dict[str, Any]:
 
 def summary(path: Path, begin: float = float("-inf"), end: float = float("inf")) -> dict[str, Any]:
     """Per command: counts, and the parts (ms; switches as counts) of those on worker threads and on the loop."""
-    records, lags, interval = read(path, begin, end)
+    records, lags, pauses, interval = read(path, begin, end)
     report: dict[str, Any] = {"switch_interval_ms": None if interval is None else interval * 1000}
+    seconds = max(end - begin, 1e-9) if end != float("inf") and begin != float("-inf") else None
+    report["pauses"] = {}
+    for kind in sorted({pause[0] for pause in pauses}):
+        took = sorted(pause[2] for pause in pauses if pause[0] == kind)
+        report["pauses"][kind] = {
+            "count": len(took),
+            "total_ms": _ms(sum(took)),
+            "p50_ms": _ms(_quantile(took, 0.5)),
+            "max_ms": _ms(took[-1]),
+            "share_of_time": None if seconds is None else round(sum(took) / seconds, 4),
+        }
     if lags:
         late = [lag[1] for lag in lags]
         seconds = lags[-1][0] - lags[0][0]

@@ -20,6 +20,7 @@ seconds (comparable with the bench's own clock):
 
 And every ``LAG_PERIOD`` on the API's event loop: how late a callback due then ran, with the loop thread's CPU and
 voluntary switches since the last one (a loop late with its thread off the CPU waited for the GIL or the kernel).
+And the pauses of every thread at once: garbage collections and forecast picklings of ``PAUSE`` or longer.
 
 Nothing else changes: the probe wraps methods and records; it is written out every second as JSON lines.
 """
@@ -31,17 +32,23 @@ import sys
 
 _OUT = os.environ.get("POOLTREE_REQUEST_SPLIT")
 LAG_PERIOD = 0.01
+PAUSE = 0.002
+"""Seconds from which a garbage collection or a forecast refresh's pickling (each one C call: no other thread runs
+Python meanwhile) is recorded as a pause."""
 """Seconds between two samples of the API loop's lag (a callback's lateness, the loop thread's CPU between)."""
 
 
 def _install(out: str) -> None:
     import asyncio
     import atexit
+    import gc
     import json
+    import pickle
     import resource
     import threading
     import time
 
+    from pooltree.forecast import process as forecast_process
     from pooltree.server import app as app_module
     from pooltree.server.http_protocol import ARRIVED
     from pooltree.server.live import lock as lock_module
@@ -199,6 +206,50 @@ def _install(out: str) -> None:
 
     SqliteStore.__init__ = init  # type: ignore[method-assign]
 
+    pauses: list[tuple[str, float, float]] = []
+    collecting: list[float] = []
+
+    def on_collection(phase: str, info: dict) -> None:  # type: ignore[type-arg]
+        if phase == "start":
+            collecting[:] = [monotonic()]
+        elif collecting:
+            took = monotonic() - collecting[0]
+            if took >= PAUSE:
+                pauses.append((f"gc{info.get('generation')}", collecting[0], took))
+
+    gc.callbacks.append(on_collection)
+
+    plain_pickled = forecast_process._pickled
+
+    def pickled(item):  # type: ignore[no-untyped-def]
+        began = monotonic()
+        try:
+            return plain_pickled(item)
+        finally:
+            took = monotonic() - began
+            if took >= PAUSE:
+                pauses.append(("forecast_pickle", began, took))
+
+    forecast_process._pickled = pickled
+
+    class TimedPickle:
+        """``pickle`` as the forecast's module sees it, timing ``loads`` (a forecast's answer opened)."""
+
+        HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+        dumps = staticmethod(pickle.dumps)
+
+        @staticmethod
+        def loads(data):  # type: ignore[no-untyped-def]
+            began = monotonic()
+            try:
+                return pickle.loads(data)
+            finally:
+                took = monotonic() - began
+                if took >= PAUSE:
+                    pauses.append(("forecast_unpickle", began, took))
+
+    forecast_process.pickle = TimedPickle
+
     handle = open(out, "a", buffering=1 << 16)  # noqa: SIM115
     handle.write(json.dumps({"switch_interval": sys.getswitchinterval(), "pid": os.getpid()}) + "\n")
 
@@ -208,6 +259,10 @@ def _install(out: str) -> None:
             del records[:]
             taken_lags = lags[:]
             del lags[:]
+            taken_pauses = pauses[:]
+            del pauses[:]
+        if taken_pauses:
+            handle.write(json.dumps({"pauses": taken_pauses}) + "\n")
         if taken_lags:
             handle.write(json.dumps({"lags": taken_lags}) + "\n")
         if taken:
