@@ -5,7 +5,8 @@ threaded server) so the simulation does not hold the server's GIL. The process r
 (``nice`` +10), under an address-space limit, each forecast under a CPU-time alarm (a forecast over it fails with
 an error, the process stays), and ends with the scheduler that started it.
 
-What crosses the pipe is a `Parcel`: the object without its operations, and each operation pickled on its own, so
+What crosses the pipe is a `Parcel`: the object without its operations (a state also without its nodes and
+submissions), and each of those pickled on its own, so
 that the server's thread pickling it lets the interpreter go every ``PICKLE_SLICE`` (one ``pickle.dumps`` of a
 whole state keeps the GIL throughout: 14-33 ms at 300 nodes, with every heartbeat on the event loop waiting).
 
@@ -118,11 +119,15 @@ def _opened(parcel: Parcel, yielding: bool) -> tuple[Any, list[Any]]:
 def state_parcel(
     state: ClusterState, kept: dict[str, tuple[Any, bytes]] | None = None, yielding: bool = True
 ) -> Parcel:
-    """``state`` as it is sent to the worker (its operations one by one). ``kept``: operation id → (the copy, its
-    bytes) of the last parcel, reused for a copy that is the same object (`pooltree.forecast.live.OperationCopies`
-    keeps unchanged operations' copies); replaced by this parcel's."""
+    """``state`` as it is sent to the worker: its operations, then its nodes and its recent submissions one by one
+    (in one ``pickle.dumps`` the thousand nodes and ten thousand submissions of a loaded cluster kept the GIL for
+    160 ms: session 28's ``live_queue --split``, every API request under way waited). ``kept``: operation id →
+    (the copy, its bytes) of the last parcel, reused for a copy that is the same object
+    (`pooltree.forecast.live.OperationCopies` keeps unchanged operations' copies); replaced by this parcel's."""
+    head = (replace(state, operations=(), nodes=(), submissions=()), len(state.operations), len(state.nodes))
+    rest = (*state.nodes, *state.submissions)
     if kept is None:
-        return _parcel(replace(state, operations=()), state.operations, yielding)
+        return _parcel(head, (*state.operations, *rest), yielding)
 
     def pickled(op: Any) -> tuple[Any, bytes]:
         found = kept.get(op.id)
@@ -131,12 +136,17 @@ def state_parcel(
     made = _sliced(pickled, state.operations, yielding)
     kept.clear()
     kept.update((op.id, found) for op, found in zip(state.operations, made, strict=True))
-    return _pickled(replace(state, operations=())), tuple(found[1] for found in made)
+    return _pickled(head), (*(found[1] for found in made), *_sliced(_pickled, rest, yielding))
 
 
 def opened_state(parcel: Parcel) -> ClusterState:
-    head, operations = _opened(parcel, yielding=False)
-    return replace(head, operations=tuple(operations))
+    (head, operations, nodes), items = _opened(parcel, yielding=False)
+    return replace(
+        head,
+        operations=tuple(items[:operations]),
+        nodes=tuple(items[operations : operations + nodes]),
+        submissions=tuple(items[operations + nodes :]),
+    )
 
 
 def forecast_parcel(found: Forecast) -> Parcel:
