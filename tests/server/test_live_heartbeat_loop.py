@@ -155,6 +155,51 @@ def test_loop_waiters_share_one_batch_and_a_failure_reaches_each() -> None:
     assert len(writes) == 3 and all(isinstance(error, OSError) for error in errors)
 
 
+def test_a_batch_end_wakes_its_loop_once_with_its_committer_and_after_the_write() -> None:
+    """A batch's end resolves every event-loop waiter of it, its committer among them, by one call into their loop
+    (each call is a wake-up of the loop's thread), and only once its records are stored."""
+    gate = threading.Event()
+    stored: list[str] = []
+
+    def write(records: Sequence[JobRecord]) -> None:
+        gate.wait(WAIT)
+        stored.extend(r.id for r in records)
+
+    commits = GroupCommit(write)
+
+    async def waiter(job_id: str) -> None:
+        await commits.wait_async(commits.submit([_record(job_id)]))
+        assert job_id in stored  # acknowledged means stored
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        calls = []
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls.append(args[0])
+            return threadsafe(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        deadline = time.monotonic() + WAIT
+        first = asyncio.ensure_future(waiter("j0"))
+        while not commits._committing and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        rest = [asyncio.ensure_future(waiter(f"j{i}")) for i in range(1, 5)]
+        while commits._submitted < 5 and time.monotonic() < deadline:  # each waits from its submit's step on
+            await asyncio.sleep(0.001)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, *rest), WAIT)
+        return len(calls)
+
+    try:
+        wakeups = asyncio.run(main())
+    finally:
+        commits.close()
+    assert commits.batches == 2 and sorted(stored) == [f"j{i}" for i in range(5)]
+    assert wakeups == 2  # one per batch: the write's completion is no wake-up of its own
+
+
 @pytest.mark.anyio
 async def test_a_heartbeat_waits_for_a_held_lock_without_blocking_the_loop(tmp_path: Path) -> None:
     service = SchedulerService(

@@ -104,7 +104,9 @@ class GroupCommit:
 
     async def wait_async(self, ticket: int) -> None:
         """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
-        committer its batch is written on the group commit's thread."""
+        committer its batch is written on the group commit's thread. The committer waits on a future of its loop
+        as every other waiter of its batch does, so the batch's end wakes each loop once (``_commit``): no second
+        wake-up for the write's own completion."""
         if ticket <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -113,21 +115,18 @@ class GroupCommit:
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
                     return
-                if self._committing:
-                    ended: asyncio.Future[None] | None = loop.create_future()
-                    self._async_waiters.append((loop, ended))  # type: ignore[arg-type]
-                else:
-                    ended = None
-                    batch, last, first = self._take()
-            if ended is not None:
-                await ended
-                continue
-            try:
-                pending = loop.run_in_executor(self._writer(), self._commit, batch, first, last)
-            except RuntimeError:  # the thread is shut down (``close``): write it here
-                self._commit(batch, first, last)
-                continue
-            await asyncio.shield(pending)
+                ended: asyncio.Future[None] = loop.create_future()
+                self._async_waiters.append((loop, ended))
+                taken = None if self._committing else self._take()
+            if taken is not None:
+                batch, last, first = taken
+                try:
+                    self._writer().submit(self._commit, batch, first, last)
+                except (
+                    RuntimeError
+                ):  # the thread is shut down (``close``): written here (``ended`` resolved too)
+                    self._commit(batch, first, last)
+            await ended
 
     def _take(self) -> tuple[_Batch, int, int]:
         """Everything queued as the next batch (the condition held): (the batch, its last ticket, its first)."""
