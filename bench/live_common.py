@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +193,87 @@ async def read_response_body(reader: asyncio.StreamReader) -> tuple[int, bytes]:
             if size == 0:
                 return status, b"".join(parts)
     return status, await reader.readexactly(int(headers.get("content-length", "0")))
+
+
+class HttpConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 client connection for the simulated nodes' drivers: ``request(data)`` writes a whole
+    request and returns the answer's (status, body); answers must carry ``Content-Length`` (the heartbeat routes'
+    always do), anything else fails the request. A protocol instead of ``asyncio.open_connection``'s stream pair
+    and a timer per request instead of ``asyncio.wait_for`` (a task per call): the driver's CPU is the machine's
+    too, taken from the scheduler it measures."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> HttpConnection:
+        _, protocol = await asyncio.get_running_loop().create_connection(cls, host, port)
+        return protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionResetError("connection closed by the server"))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
+        length = None
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value.strip())
+        if length is None:
+            self._fail(ValueError(f"an answer without Content-Length: {head[0]!r}"))
+            return
+        if len(self.buffer) < end + 4 + length:
+            return
+        body = bytes(self.buffer[end + 4 : end + 4 + length])
+        del self.buffer[: end + 4 + length]
+        waiter.set_result((int(head[0].split()[1]), body))
+
+    def _fail(self, error: BaseException) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(error)
+
+    async def request(self, data: bytes, timeout: float) -> tuple[int, bytes]:
+        """Write ``data`` (one whole request) and wait at most ``timeout`` seconds for its answer: (status, body);
+        ``TimeoutError`` or ``OSError`` when there is none."""
+        loop = asyncio.get_running_loop()
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("connection closed")
+        self.waiter = waiter = loop.create_future()
+        timer = loop.call_later(timeout, self._fail, TimeoutError(f"no answer within {timeout} s"))
+        self.transport.write(data)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def run_fast(main: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run(main)`` on uvloop when it is installed (the drivers' loop: a cheaper event loop leaves the
+    machine's CPU to the scheduler measured)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 def uptime() -> str:

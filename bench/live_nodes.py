@@ -63,10 +63,11 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from live_common import (
+    HttpConnection,
     join_processes,
     machine,
     quantile_ms,
-    read_response_body,
+    run_fast,
     start_drivers,
     stop_process,
     yt_client,
@@ -108,29 +109,38 @@ class SimNode:
         """job id → its start entry plus ``finish_at``."""
         self.finished: dict[str, dict[str, Any]] = {}
         self.sequence = 0
+        self._view: tuple[list[dict[str, Any]], dict[str, float], float] | None = None
+        """The running jobs' entries, their summed usage and the first ``finish_at``, as last computed: kept until
+        the running set changes (the same values each heartbeat recomputed; the driver's CPU is the machine's)."""
 
     def body(self, now: float) -> bytes:
-        for job_id, job in list(self.running.items()):
-            if job["finish_at"] <= now:
-                del self.running[job_id]
-                self.finished[job_id] = wire.finished_job(
-                    job_id, job["operation_id"], job["task_name"], "completed", job["start_time"], now
-                )
+        if self._view is None or self._view[2] <= now:
+            for job_id, job in list(self.running.items()):
+                if job["finish_at"] <= now:
+                    del self.running[job_id]
+                    self._view = None
+                    self.finished[job_id] = wire.finished_job(
+                        job_id, job["operation_id"], job["task_name"], "completed", job["start_time"], now
+                    )
         self.sequence += 1
-        usage: dict[str, float] = {}
-        for job in self.running.values():
-            for key, value in job["resources"].items():
-                usage[key] = usage.get(key, 0.0) + float(value)
-        running = [
-            wire.running_job(
-                job_id,
-                job["operation_id"],
-                job["task_name"],
-                start_time=job["start_time"],
-                resource_usage=job["resources"],
-            )
-            for job_id, job in self.running.items()
-        ]
+        if self._view is None:
+            usage: dict[str, float] = {}
+            for job in self.running.values():
+                for key, value in job["resources"].items():
+                    usage[key] = usage.get(key, 0.0) + float(value)
+            running = [
+                wire.running_job(
+                    job_id,
+                    job["operation_id"],
+                    job["task_name"],
+                    start_time=job["start_time"],
+                    resource_usage=job["resources"],
+                )
+                for job_id, job in self.running.items()
+            ]
+            first = min((job["finish_at"] for job in self.running.values()), default=float("inf"))
+            self._view = (running, usage, first)
+        running, usage, _ = self._view
         heartbeat = wire.heartbeat(
             self.address,
             sequence=self.sequence,
@@ -156,6 +166,7 @@ class SimNode:
         for job_id in stops:
             job = self.running.pop(job_id, None)
             if job is not None:
+                self._view = None
                 self.finished[job_id] = wire.finished_job(
                     job_id, job["operation_id"], job["task_name"], "aborted", job["start_time"], now
                 )
@@ -163,6 +174,7 @@ class SimNode:
         for spec in response.get(wire.START, ()):
             if spec["job_id"] in self.running or spec["job_id"] in self.finished:
                 continue
+            self._view = None
             self.running[spec["job_id"]] = {
                 "operation_id": spec["operation_id"],
                 "task_name": spec.get("task_name", "main"),
@@ -200,7 +212,7 @@ def _driver(
 
     async def run_node(node: SimNode) -> None:
         target = port
-        reader, writer = await asyncio.open_connection(host, target)
+        connection = await HttpConnection.open(host, target)
         head = head_for(target)
         slot = time.time() + random.random() * period
         try:
@@ -208,10 +220,11 @@ def _driver(
                 await asyncio.sleep(max(0.0, slot - time.time()))
                 sent = time.time()
                 body = node.body(sent)
-                writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
                 try:
-                    status, data = await asyncio.wait_for(read_response_body(reader), REQUEST_TIMEOUT)
-                except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                    status, data = await connection.request(
+                        head + b"Content-Length: %d\r\n\r\n" % len(body) + body, REQUEST_TIMEOUT
+                    )
+                except (TimeoutError, OSError, ValueError):
                     records.append((sent, time.time(), 0, 0))
                     return
                 got = time.time()
@@ -222,14 +235,14 @@ def _driver(
                 if shard is not None and int(shard.rsplit(":", 1)[1]) != target:
                     # the node's shard (scheduler --node-shards): the next heartbeats go there, as the agent's
                     target = int(shard.rsplit(":", 1)[1])
-                    writer.close()
-                    reader, writer = await asyncio.open_connection(host, target)
+                    connection.close()
+                    connection = await HttpConnection.open(host, target)
                     head = head_for(target)
                 slot += period
                 while slot < got:  # the slots missed while the answer was late: offered, not sent
                     slot += period
         finally:
-            writer.close()
+            connection.close()
 
     async def sample_cpu() -> None:
         process = psutil.Process()
@@ -244,7 +257,7 @@ def _driver(
         await asyncio.gather(*(run_node(node) for node in nodes), return_exceptions=True)
         await sampler
 
-    asyncio.run(main())
+    run_fast(main())
     out.put((records, cpu))
 
 
