@@ -8,8 +8,9 @@ per thread (named as Python names them, read with ``py-spy dump`` when py-spy is
 else the kernel's ``comm``): user and system CPU (``/proc/PID/task/TID/stat``) and voluntary / involuntary context
 switches (``.../status``), per answered heartbeat and per second; from ``/metrics`` at the window's ends: garbage
 collections and their pause time by generation, fair-share updates and their time, group-commit transactions.
-``--strace-seconds S`` then counts the process's system calls for S seconds after each window (``strace -c -f``;
-strace slows the process, so its window is apart from the CPU's) per heartbeat answered meanwhile.
+``--strace-seconds S`` then counts the process's system calls for S seconds after each window (``strace -f``;
+strace slows the process, so its window is apart from the CPU's) per heartbeat answered meanwhile, in all and
+by thread.
 
 The driver's own CPU per heartbeat is reported beside (the drivers share the machine's cores with the scheduler).
 
@@ -52,7 +53,8 @@ GC_SUM = 'pooltree_gc_pause_seconds_sum{{generation="{}"}}'
 UPDATE_COUNT = 'pooltree_scheduler_work_seconds_count{work="fair_share_update"}'
 UPDATE_SUM = 'pooltree_scheduler_work_seconds_sum{work="fair_share_update"}'
 COMMIT_BATCHES = "pooltree_scheduler_group_commit_batches_total"
-STRACE_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
+STRACE_LINE = re.compile(r"^(\d+)\s+(\w+)\(")
+"""A call's line of ``strace -f -o`` (its resumption, ``<... x resumed>``, is not a second call)."""
 
 
 def thread_names(pid: int) -> dict[int, str]:
@@ -154,13 +156,14 @@ def metric_deltas(before: str | None, after: str | None, heartbeats: int, second
     return figures
 
 
-def strace_counts(pid: int, seconds: float) -> tuple[dict[str, int], float, float]:
-    """System calls of the process (all threads) by name over ``seconds``: (counts, begin, end)."""
+def strace_counts(pid: int, seconds: float) -> tuple[dict[int, dict[str, int]], float, float]:
+    """System calls of the process's threads over ``seconds`` (``strace -f``): (TID -> name -> count, begin,
+    end)."""
     with tempfile.NamedTemporaryFile(prefix="live-wire-strace-", suffix=".txt", delete=False) as out:
         path = out.name
     try:
         process = subprocess.Popen(
-            ["strace", "-c", "-f", "-p", str(pid), "-o", path], stderr=subprocess.DEVNULL
+            ["strace", "-f", "-qq", "-p", str(pid), "-o", path], stderr=subprocess.DEVNULL
         )
         begin = time.time()
         time.sleep(seconds)
@@ -171,11 +174,13 @@ def strace_counts(pid: int, seconds: float) -> tuple[dict[str, int], float, floa
             process.kill()
             process.wait(5)
         end = time.time()
-        counts = {}
-        for line in Path(path).read_text().splitlines():
-            match = STRACE_LINE.match(line)
-            if match and match.group(2) != "total":
-                counts[match.group(2)] = int(match.group(1))
+        counts: dict[int, dict[str, int]] = {}
+        with open(path, errors="replace") as lines:
+            for line in lines:
+                match = STRACE_LINE.match(line)
+                if match:
+                    calls = counts.setdefault(int(match.group(1)), {})
+                    calls[match.group(2)] = calls.get(match.group(2), 0) + 1
         return counts, begin, end
     finally:
         os.unlink(path)
@@ -190,7 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         queue: Any = context.Queue()
         drivers: list[Any] = []
         windows: list[dict[str, Any]] = []
-        straces: list[tuple[str, dict[str, int], float, float]] = []
+        straces: list[tuple[str, dict[int, dict[str, int]], float, float]] = []
 
         def measure(name: str, seconds: float) -> None:
             names = thread_names(pid)
@@ -246,14 +251,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         phases.append(figures)
     for name, counts, begin, finish in straces:
         answered = sum(1 for records, _ in results for r in records if begin <= r[1] < finish and r[2] == 200)
+        per = max(answered, 1)
+        window = next(w for w in windows if w["name"] == name)
         phase = next(p for p in phases if p["phase"] == name)
+        totals: dict[str, int] = {}
+        kinds: dict[str, dict[str, int]] = {}
+        for tid, calls in counts.items():
+            kind = kinds.setdefault(_kind(window["names"].get(tid, str(tid))), {})
+            for call, count in calls.items():
+                totals[call] = totals.get(call, 0) + count
+                kind[call] = kind.get(call, 0) + count
         phase["strace_heartbeats"] = answered
+        phase["syscalls_per_heartbeat_total"] = round(sum(totals.values()) / per, 2)
         phase["syscalls_per_heartbeat"] = {
-            call: round(count / max(answered, 1), 3)
-            for call, count in sorted(counts.items(), key=lambda kv: -kv[1])
-            if count / max(answered, 1) >= 0.01 or not answered
+            call: round(count / per, 3)
+            for call, count in sorted(totals.items(), key=lambda kv: -kv[1])
+            if count / per >= 0.01
         }
-        phase["syscalls_per_heartbeat_total"] = round(sum(counts.values()) / max(answered, 1), 2)
+        phase["syscalls_per_heartbeat_by_thread"] = {
+            kind: {
+                call: round(count / per, 3) for call, count in sorted(calls.items(), key=lambda kv: -kv[1])
+            }
+            for kind, calls in kinds.items()
+            if sum(calls.values()) / per >= 0.05
+        }
     return {"phases": phases}
 
 
