@@ -293,7 +293,7 @@ class PreemptiveStages:
                     e for e in by_priority.get(target, []) if e.op is not None and op_activity(e) is None
                 ]
             force = stage == SchedulingStage.PREEMPTIVE_NORMAL
-            if not targets and not force:
+            if not targets and (not force or self._nothing_to_stop(node)):
                 continue
             if target == PreemptionPriority.DEFAULT_GPU_FULL_HOST and not full_host.may_preempt(
                 node, now, state.elements, self.preemption_level
@@ -310,6 +310,20 @@ class PreemptiveStages:
             if started is not None:
                 result.scheduled_with_preemption = started[0].id
                 return
+
+    def _nothing_to_stop(self, node: ExecNode) -> bool:
+        """Whether a stage with no operation to start stops nothing on the node: its resources are not overcommitted
+        and no operation running there has a limited operation or pool. Then `_preempt_after_scheduling`, given no
+        start, preempts nothing (its first loop ends at once on a node that fits, its second finds no violated
+        limits) whatever `_analyze` finds, so the stage is skipped without analysing the node's allocations."""
+        if not _fits(node.usage, node.resource_limits):
+            return False
+        elements = self.state.elements
+        for allocation in node.allocations.values():
+            element = elements.get(allocation.operation_id)
+            if element is not None and element.limited:
+                return False
+        return True
 
     def _schedule_with_preemption(
         self,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from pooltree.fairshare import status
 from pooltree.strategy import shares
+from pooltree.strategy.elements import _FIT_EPSILON, _fits
 
 # small grids make ties, zeros and equalities (the branch boundaries) common
 _value = st.sampled_from([0.0, 0.0, 1e-10, 0.05, 0.1, 0.2, 0.25, 0.3, 0.5, 1.0])
@@ -87,3 +88,15 @@ def test_bulk_satisfaction_ratios_are_the_per_row_floats(rows, total):
         )
         assert type(bulk[index]) is float
         assert struct.pack("<d", bulk[index]) == struct.pack("<d", one), (u, f, b, total)
+
+
+_edge = st.sampled_from([0.0, -0.0, 1e-9, 2e-9, 1.0, 16.0, 16.000000001, 1e300, float("inf"), float("nan")])
+
+
+@settings(max_examples=300, deadline=None)
+@given(usage=st.lists(_edge, min_size=5, max_size=5), limits=st.lists(_edge, min_size=5, max_size=5))
+def test_node_fit_in_floats_equals_numpy(usage, limits):
+    """`elements._fits` (every heartbeat's overcommit check) in Python floats answers as numpy's vector test."""
+    used, limit = np.array(usage), np.array(limits)
+    assert _fits(used, limit) == bool((used <= limit + _FIT_EPSILON).all())
+
