@@ -24,6 +24,8 @@ from pooltree.resources import RESOURCE_COUNT, Vector
 from pooltree.strategy.model import Allocation, PreemptionStatus
 from pooltree.strategy.shares import EPSILON
 from pooltree.strategy.shares import add_floats as _add
+from pooltree.strategy.shares import minus_floats as _minus
+from pooltree.strategy.shares import plus_floats as _plus
 from pooltree.strategy.shares import sub_floats as _sub
 
 _INF = math.inf
@@ -206,7 +208,7 @@ class PreemptibleLists:
         if self.inclusive:
             self.rebalance()
             return
-        cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
+        cumulative = _plus(self._usage[0], self._usage[1])
         if self._lists[1] or not self._below(cumulative, self._aggressive_bound):
             self._balance(1, self._normal, cumulative)
         else:
@@ -240,8 +242,7 @@ class PreemptibleLists:
         and the prefix before the Preemptible head is unchanged, so its removal needs no rebalancing at all.
         Victims are usually the latest started, so the search starts from the tail.
         """
-        first = _STATUSES.index(allocation.preemption_status)
-        for index in (first, *(i for i in range(3) if i != first)):
+        for index in _SEARCH_FROM[allocation.preemption_status]:
             listed = self._lists[index]
             if listed and listed[-1] is allocation:
                 listed.pop()
@@ -303,7 +304,7 @@ class PreemptibleLists:
         inclusive = self.inclusive
         while left_list:
             last = left_list[-1]
-            without = [c - r for c, r in zip(cumulative, last.amounts, strict=True)]
+            without = _minus(cumulative, last.amounts)
             if self._below(cumulative if inclusive else without, bound):
                 break
             left_list.pop()
@@ -314,10 +315,7 @@ class PreemptibleLists:
             cumulative[:] = without
             moved = True
         while right_list and self._below(
-            [c + r for c, r in zip(cumulative, right_list[0].amounts, strict=True)]
-            if inclusive
-            else cumulative,
-            bound,
+            _plus(cumulative, right_list[0].amounts) if inclusive else cumulative, bound
         ):
             head = right_list.popleft()
             left_list.append(head)
@@ -335,8 +333,7 @@ class PreemptibleLists:
         normal_bound = self._normal
         for _ in range(2):
             moved = self._balance(0, aggressive_bound, list(self._usage[0]))
-            cumulative = [a + b for a, b in zip(self._usage[0], self._usage[1], strict=True)]
-            if not self._balance(1, normal_bound, cumulative) and not moved:
+            if not self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1])) and not moved:
                 return
 
 
@@ -345,3 +342,7 @@ _STATUSES = (
     PreemptionStatus.AGGRESSIVELY_PREEMPTIBLE,
     PreemptionStatus.PREEMPTIBLE,
 )
+_SEARCH_FROM = {
+    status: (first, *(i for i in range(3) if i != first)) for first, status in enumerate(_STATUSES)
+}
+"""The lists `remove` looks in, its status's own first, then the others in order."""

@@ -29,6 +29,8 @@ __all__ = [
     "blocked_mask",
     "fits_floats",
     "local_satisfaction_ratio",
+    "minus_floats",
+    "plus_floats",
     "satisfaction_ratios",
     "sub_floats",
 ]
@@ -158,6 +160,16 @@ def sub_floats(target: list[float], values: Floats) -> None:
     target[2] -= values[2]
     target[3] -= values[3]
     target[4] -= values[4]
+
+
+def plus_floats(a: Floats, b: Floats) -> list[float]:
+    """A new list a + b (elementwise); unrolled for speed."""
+    return [a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4]]
+
+
+def minus_floats(a: Floats, b: Floats) -> list[float]:
+    """A new list a - b (elementwise); unrolled for speed."""
+    return [a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4]]
 
 
 def fits_floats(amounts: Floats, available: Floats, epsilon: float = 1e-9) -> bool:

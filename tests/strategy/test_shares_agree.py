@@ -100,3 +100,10 @@ def test_node_fit_in_floats_equals_numpy(usage, limits):
     used, limit = np.array(usage), np.array(limits)
     assert _fits(used, limit) == bool((used <= limit + _FIT_EPSILON).all())
 
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.lists(_edge, min_size=5, max_size=5), b=st.lists(_edge, min_size=5, max_size=5))
+def test_unrolled_sums_equal_the_zipped_ones(a, b):
+    """`plus_floats` / `minus_floats` (the preemptible lists' prefix sums) give the zipped loops' floats."""
+    assert repr(shares.plus_floats(a, b)) == repr([x + y for x, y in zip(a, b, strict=True)])
+    assert repr(shares.minus_floats(a, b)) == repr([x - y for x, y in zip(a, b, strict=True)])
