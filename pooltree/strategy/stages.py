@@ -262,6 +262,6 @@ class RegularStage:
                     "operation_id": allocation.operation_id,
                     "node": node.address,
                     "stage": stage.value,
-                    "resources": {name: float(allocation.resources[i]) for i, name in enumerate(RESOURCES)},
+                    "resources": dict(zip(RESOURCES, allocation.amounts, strict=True)),  # the same floats
                 }
             )

@@ -78,6 +78,10 @@ class Reservations:
     def operations_on(self, address: str) -> list[str]:
         return sorted(self._operations.get(address, ()))
 
+    def held_for(self, address: str) -> bool:
+        """Whether some operation may hold revived jobs for ``address`` (``operations_on`` is not empty)."""
+        return address in self._operations
+
     def discard(self, address: str, operation_id: str) -> None:
         operations = self._operations.get(address)
         if operations is not None:

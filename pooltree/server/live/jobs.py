@@ -240,12 +240,16 @@ class LiveJobs:
         for report in heartbeat.finished:
             self._on_finished_report(node, report, now, touched)
             acknowledge.append(report.job_id)
-        running_ids = {job.job_id for job in heartbeat.running}
-        # Reservations (revived jobs) this node did not confirm go back to pending.
-        self._release_reservations(heartbeat.address, running_ids, now)
+        running_ids: set[str] | None = None  # the reported ids, made only when something reads them
+        if scheduler.reservations.held_for(heartbeat.address):
+            # Reservations (revived jobs) this node did not confirm go back to pending.
+            running_ids = {job.job_id for job in heartbeat.running}
+            self._release_reservations(heartbeat.address, running_ids, now)
         confirmed = self._take_running_reports(node, heartbeat)
         if confirmed < scheduler.jobs.count_on_node(heartbeat.address):
             # known running jobs missing from the report: lost after LOST_AFTER_MISSED_HEARTBEATS in a row
+            if running_ids is None:
+                running_ids = {job.job_id for job in heartbeat.running}
             acknowledged = set(acknowledge)
             for job in scheduler.jobs.on_node(heartbeat.address):
                 if job.state == "running" and job.id not in running_ids:
