@@ -130,63 +130,70 @@ def _subject(path: str | None) -> tuple[str, str | None, tuple[str, ...] | None]
     return None if found is None else (found[0], found[1], ypath.attribute)
 
 
-def register_cypress_commands(
-    registry: CommandRegistry, cypress: Cypress, security: Security | None = None
-) -> None:
-    """``get``, ``list``, ``exists``, ``set``, ``create``, ``remove`` with the v4 response shapes.
+class CypressCommands:
+    """``get``, ``list``, ``exists``, ``set``, ``create``, ``remove``, ``move`` and ``transfer_pool_resources`` with
+    the v4 response shapes. Users and groups (``//sys/users``, ``//sys/groups``) are objects of ``security``, not
+    Cypress nodes."""
 
-    Users and groups (``//sys/users``, ``//sys/groups``) are objects of ``security``, not Cypress nodes.
-    """
+    def __init__(self, cypress: Cypress, security: Security | None) -> None:
+        self.cypress = cypress
+        self.security = security
 
-    def only_value(ctx: CommandContext, value: Any) -> Any:
+    def _subject(self, ctx: CommandContext) -> tuple[str, str | None, tuple[str, ...] | None] | None:
+        """The user or group ``path`` names (``_subject``), when there is a ``security`` to ask."""
+        return _subject(ctx.str_param("path")) if self.security is not None else None
+
+    @staticmethod
+    def _only_value(ctx: CommandContext, value: Any) -> Any:
         return value if ctx.bool_param("return_only_value", False) else {"value": value}
 
-    def get(ctx: CommandContext) -> Any:
-        subject = _subject(ctx.str_param("path")) if security is not None else None
+    def get(self, ctx: CommandContext) -> Any:
+        subject = self._subject(ctx)
         if subject is not None:
-            assert security is not None
-            return only_value(ctx, subjects_get(security, *subject))
-        return only_value(ctx, cypress.get(ctx.str_param("path"), attributes=ctx.list_param("attributes")))
+            assert self.security is not None
+            return self._only_value(ctx, subjects_get(self.security, *subject))
+        value = self.cypress.get(ctx.str_param("path"), attributes=ctx.list_param("attributes"))
+        return self._only_value(ctx, value)
 
-    def list_(ctx: CommandContext) -> Any:
-        subject = _subject(ctx.str_param("path")) if security is not None else None
+    def list_(self, ctx: CommandContext) -> Any:
+        subject = self._subject(ctx)
         if subject is not None:
-            assert security is not None
-            return only_value(ctx, subjects_get(security, *subject, listing=True))
-        value = cypress.list(
+            assert self.security is not None
+            return self._only_value(ctx, subjects_get(self.security, *subject, listing=True))
+        value = self.cypress.list(
             ctx.str_param("path"),
             attributes=ctx.list_param("attributes"),
             max_size=ctx.int_param("max_size", None),
         )
-        return only_value(ctx, value)
+        return self._only_value(ctx, value)
 
-    def exists(ctx: CommandContext) -> Any:
-        subject = _subject(ctx.str_param("path")) if security is not None else None
+    def exists(self, ctx: CommandContext) -> Any:
+        subject = self._subject(ctx)
         if subject is not None:
-            assert security is not None
+            assert self.security is not None
             try:
-                subjects_get(security, *subject)
+                subjects_get(self.security, *subject)
             except PooltreeError:
                 return {"value": False}
             return {"value": True}
-        return {"value": cypress.exists(ctx.str_param("path"))}
+        return {"value": self.cypress.exists(ctx.str_param("path"))}
 
-    def set_(ctx: CommandContext) -> None:
-        cypress.set(
+    def set_(self, ctx: CommandContext) -> None:
+        self.cypress.set(
             ctx.str_param("path"),
             ctx.input,
             recursive=ctx.bool_param("recursive"),
             force=ctx.bool_param("force"),
         )
 
-    def create(ctx: CommandContext) -> Any:
+    def create(self, ctx: CommandContext) -> Any:
         path = ctx.str_param("path", None)
         attributes = ctx.param("attributes", None)
         if attributes is not None and not isinstance(attributes, dict):
             raise parameter_error("attributes", "expected a map")
-        if security is not None and ctx.param("type", None) in ("user", "group") and path is None:
-            return {"object_id": security.create_subject(ctx.user, ctx.str_param("type"), attributes)}
-        object_id = cypress.create(
+        if self.security is not None and ctx.param("type", None) in ("user", "group") and path is None:
+            return {"object_id": self.security.create_subject(ctx.user, ctx.str_param("type"), attributes)}
+        object_id = self.cypress.create(
             ctx.str_param("type"),
             path,
             attributes=attributes,
@@ -196,18 +203,18 @@ def register_cypress_commands(
         )
         return {"node_id": object_id} if path is not None else {"object_id": object_id}
 
-    def remove(ctx: CommandContext) -> None:
-        subject = _subject(ctx.str_param("path")) if security is not None else None
+    def remove(self, ctx: CommandContext) -> None:
+        subject = self._subject(ctx)
         if subject is not None and subject[1] is not None and subject[2] is None:
-            assert security is not None
-            security.remove_subject(ctx.user, subject[0], subject[1])
+            assert self.security is not None
+            self.security.remove_subject(ctx.user, subject[0], subject[1])
             return
-        cypress.remove(
+        self.cypress.remove(
             ctx.str_param("path"), recursive=ctx.bool_param("recursive"), force=ctx.bool_param("force")
         )
 
-    def move(ctx: CommandContext) -> Any:
-        node_id = cypress.move(
+    def move(self, ctx: CommandContext) -> Any:
+        node_id = self.cypress.move(
             ctx.str_param("source_path"),
             ctx.str_param("destination_path"),
             recursive=ctx.bool_param("recursive"),
@@ -215,21 +222,27 @@ def register_cypress_commands(
         )
         return {"node_id": node_id}
 
-    def transfer_pool_resources(ctx: CommandContext) -> None:
+    def transfer_pool_resources(self, ctx: CommandContext) -> None:
         tree, source = ctx.str_param("pool_tree"), ctx.str_param("source_pool")
         destination, delta = ctx.str_param("destination_pool"), parse_delta(ctx.param("resource_delta"))
-        cypress.mutate(lambda root, _now: apply_transfer(root, tree, source, destination, delta))
+        self.cypress.mutate(lambda root, _now: apply_transfer(root, tree, source, destination, delta))
 
-    registry.register("move", move, is_volatile=True)
+
+def register_cypress_commands(
+    registry: CommandRegistry, cypress: Cypress, security: Security | None = None
+) -> None:
+    """``CypressCommands``' commands."""
+    commands = CypressCommands(cypress, security)
+    registry.register("move", commands.move, is_volatile=True)
     registry.register(
-        "transfer_pool_resources", transfer_pool_resources, output_type="null", is_volatile=True
+        "transfer_pool_resources", commands.transfer_pool_resources, output_type="null", is_volatile=True
     )
-    registry.register("get", get)
-    registry.register("list", list_)
-    registry.register("exists", exists)
-    registry.register("set", set_, input_type="structured", output_type="null", is_volatile=True)
-    registry.register("create", create, is_volatile=True)
-    registry.register("remove", remove, output_type="null", is_volatile=True)
+    registry.register("get", commands.get)
+    registry.register("list", commands.list_)
+    registry.register("exists", commands.exists)
+    registry.register("set", commands.set_, input_type="structured", output_type="null", is_volatile=True)
+    registry.register("create", commands.create, is_volatile=True)
+    registry.register("remove", commands.remove, output_type="null", is_volatile=True)
 
 
 AUTH_REALM = "cypress"

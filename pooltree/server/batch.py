@@ -19,7 +19,14 @@ from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.security.policy import UNSUPPORTED as UNSUPPORTED_RULE
-from pooltree.server.commands import CommandContext, CommandDescriptor, CommandRegistry, Deferred, Encoded
+from pooltree.server.commands import (
+    CommandContext,
+    CommandDescriptor,
+    CommandRegistry,
+    Deferred,
+    Encoded,
+    Handler,
+)
 from pooltree.server.protocol import YtError, error_to_dict, parameter_error
 
 log = logging.getLogger(__name__)
@@ -86,6 +93,40 @@ def register_unsupported_commands(registry: CommandRegistry) -> None:
             )
 
 
+def batched_request(
+    registry: CommandRegistry, index: int, request: Any
+) -> tuple[str, CommandDescriptor, Handler, dict[str, Any]]:
+    """Request ``index`` of a batch checked: its command's name, descriptor and handler, and its parameters
+    without output and input formats (the batch's own answer is one map)."""
+    if not isinstance(request, dict):
+        raise YtError(f"Batch request {index} must be a map of command, parameters and input")
+    name = request.get("command")
+    if not isinstance(name, str):
+        raise YtError(f'Batch request {index} needs a "command" string', attributes={"index": index})
+    found = registry.lookup(name)
+    if found is None or name == "execute_batch":
+        raise (unsupported_command(name) if found is None else YtError("execute_batch cannot be nested"))
+    descriptor, handler = found
+    if descriptor.input_type in ("binary", "tabular") or descriptor.output_type in (
+        "binary",
+        "tabular",
+    ):
+        raise YtError(
+            f'Command "{name}" moves {descriptor.input_type if descriptor.input_type != "null" else descriptor.output_type} '
+            "data and cannot be batched; send it on its own",
+            attributes={"command": name},
+        )
+    parameters = request.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise YtError(f'"parameters" of batch request {index} must be a map', attributes={"index": index})
+    return (
+        name,
+        descriptor,
+        handler,
+        {k: v for k, v in parameters.items() if k not in ("output_format", "input_format")},
+    )
+
+
 def register_batch_command(
     registry: CommandRegistry,
     *,
@@ -100,32 +141,7 @@ def register_batch_command(
 
     def run_one(ctx: CommandContext, index: int, request: Any) -> dict[str, Any]:
         try:
-            if not isinstance(request, dict):
-                raise YtError(f"Batch request {index} must be a map of command, parameters and input")
-            name = request.get("command")
-            if not isinstance(name, str):
-                raise YtError(f'Batch request {index} needs a "command" string', attributes={"index": index})
-            found = registry.lookup(name)
-            if found is None or name == "execute_batch":
-                raise (
-                    unsupported_command(name) if found is None else YtError("execute_batch cannot be nested")
-                )
-            descriptor, handler = found
-            if descriptor.input_type in ("binary", "tabular") or descriptor.output_type in (
-                "binary",
-                "tabular",
-            ):
-                raise YtError(
-                    f'Command "{name}" moves {descriptor.input_type if descriptor.input_type != "null" else descriptor.output_type} '
-                    "data and cannot be batched; send it on its own",
-                    attributes={"command": name},
-                )
-            parameters = request.get("parameters") or {}
-            if not isinstance(parameters, dict):
-                raise YtError(
-                    f'"parameters" of batch request {index} must be a map', attributes={"index": index}
-                )
-            parameters = {k: v for k, v in parameters.items() if k not in ("output_format", "input_format")}
+            name, descriptor, handler, parameters = batched_request(registry, index, request)
             sub = CommandContext(
                 name,
                 parameters,
