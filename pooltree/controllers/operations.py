@@ -268,7 +268,7 @@ class OperationControllerBase:
             into.add(key)
         count = 0
         with_pending: list[bool] = []
-        reserves = False
+        pending_demands: list[float] = []  # per task with pending jobs and a memory reserve, in task order
         speculation = self.speculation
         for state in self._tasks.values():
             pending = len(state.pending)
@@ -276,19 +276,14 @@ class OperationControllerBase:
                 pending += speculation.pending_count(state.spec.name)  # requested copies are demand too
             count += pending
             with_pending.append(pending > 0)
-            reserves = reserves or state.spec.memory_reserve is not None
+            if pending:
+                reserve = state.spec.memory_reserve
+                if reserve is not None:
+                    pending_demands.append(reserve.memory_demand())
         self._pending_count = count
         self._needed_cache = None
         signature = tuple(with_pending)
-        demands = (
-            tuple(
-                state.spec.memory_reserve.memory_demand()
-                for state, pending in zip(self._tasks.values(), with_pending, strict=True)
-                if pending and state.spec.memory_reserve is not None
-            )
-            if reserves
-            else ()
-        )
+        demands = tuple(pending_demands)
         if signature != self._min_signature or demands != self._min_demands:
             min_needed: Vector | None = None
             for state, pending in zip(self._tasks.values(), with_pending, strict=True):

@@ -32,6 +32,7 @@ __all__ = [
     "minus_floats",
     "plus_floats",
     "satisfaction_ratios",
+    "share_floats",
     "sub_floats",
 ]
 
@@ -170,6 +171,18 @@ def plus_floats(a: Floats, b: Floats) -> list[float]:
 def minus_floats(a: Floats, b: Floats) -> list[float]:
     """A new list a - b (elementwise); unrolled for speed."""
     return [a[0] - b[0], a[1] - b[1], a[2] - b[2], a[3] - b[3], a[4] - b[4]]
+
+
+def share_floats(values: Floats, total: Floats) -> list[float]:
+    """``[v / t if t > 0 else 0.0 for v, t in zip(values, total)]`` (a usage over the tree's resources); unrolled."""
+    t0, t1, t2, t3, t4 = total
+    return [
+        values[0] / t0 if t0 > 0 else 0.0,
+        values[1] / t1 if t1 > 0 else 0.0,
+        values[2] / t2 if t2 > 0 else 0.0,
+        values[3] / t3 if t3 > 0 else 0.0,
+        values[4] / t4 if t4 > 0 else 0.0,
+    ]
 
 
 def fits_floats(amounts: Floats, available: Floats, epsilon: float = 1e-9) -> bool:

@@ -18,6 +18,7 @@ from pooltree.strategy.elements import EventSink, OperationRuntime, StarvationSt
 from pooltree.strategy.heartbeat_deadline import HeartbeatDeadline
 from pooltree.strategy.model import Allocation, ExecNode, HeartbeatResult, PreemptionPriority
 from pooltree.strategy.shares import add_floats as _add_list
+from pooltree.strategy.shares import share_floats as _share
 from pooltree.strategy.shares import sub_floats as _sub_list
 from pooltree.strategy.snapshot import SchedulingTree, StrategyConfig
 
@@ -84,7 +85,7 @@ class StrategyState:
 
     def usage_share(self, element: _Element) -> list[float]:
         """The element's usage over the tree's total resources."""
-        return [u / t if t > 0 else 0.0 for u, t in zip(element.usage, self.total, strict=True)]
+        return _share(element.usage, self.total)
 
     def pool_total(self) -> tuple[float, ...] | None:
         """The tree's resources while some pool uses its own satisfaction (`pool_satisfaction.py`), else None."""

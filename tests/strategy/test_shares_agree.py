@@ -107,3 +107,6 @@ def test_unrolled_sums_equal_the_zipped_ones(a, b):
     """`plus_floats` / `minus_floats` (the preemptible lists' prefix sums) give the zipped loops' floats."""
     assert repr(shares.plus_floats(a, b)) == repr([x + y for x, y in zip(a, b, strict=True)])
     assert repr(shares.minus_floats(a, b)) == repr([x - y for x, y in zip(a, b, strict=True)])
+    # a usage share (`StrategyState.usage_share`, every re-keyed operation): a total of 0 or NaN gives 0.0
+    plain = [x / t if t > 0 else 0.0 for x, t in zip(a, b, strict=True)]
+    assert repr(shares.share_floats(a, b)) == repr(plain)
