@@ -78,7 +78,9 @@ class JobSpecs:
             own["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
         if "files" in template:
             own["files"] = _own_files(template["files"])
-        return {name: own[name] if name in PER_JOB else value for name, value in template.items()}
+        spec = dict(template)  # every key of ``own`` is one of the template's: update keeps their places
+        spec.update(own)
+        return spec
 
     def _plain(self, op: LiveOperation, job: LiveJob, allocation: Allocation) -> dict[str, Any]:
         self.built_plain += 1

@@ -314,9 +314,10 @@ class LiveJobs:
         address = heartbeat.address
         seen: set[str] = set()
         confirmed = 0
+        find = scheduler.jobs.finder()
         for report in heartbeat.running:
             job_id = report.job_id
-            job = scheduler.jobs.get(job_id)
+            job = find(job_id)
             first = job_id not in seen
             if first:
                 seen.add(job_id)
