@@ -25,6 +25,7 @@ from pooltree.shards.replica import TreeReplica
 from pooltree.shards.starts import ShardStarts
 from pooltree.strategy.elements import OperationRuntime
 from pooltree.strategy.preemptible import ClassBoundaries
+from pooltree.strategy.preemption import PreemptiveStages
 
 _RUNS = ["preempting", "busy"]
 
@@ -76,6 +77,9 @@ def test_replicas_without_other_shards_allocations_decide_as_one_process(
 ) -> None:
     recorder, recorded, trees = _recorded(tmp_path, run)
     assert recorded.preempted_count > 0
+    # every preemptive stage analyses its node, as before the skip of stages with nothing to start or stop
+    # (`PreemptiveStages._nothing_to_stop`): their class reads are what the replicas answer here
+    monkeypatch.setattr(PreemptiveStages, "_nothing_to_stop", lambda self, node: False)
     scheduler = make_scheduler(tmp_path / "sharded.db", trees)
     shards = ShardStarts(scheduler, 2)
     reads: list[tuple[str, bool]] = []
