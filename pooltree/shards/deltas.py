@@ -61,7 +61,17 @@ NO_BOUNDARIES = ClassBoundaries(float("inf"), float("inf"))
 @dataclass(frozen=True)
 class StartCounted:
     """Another shard's node started an allocation of ``operation_id`` using ``amounts`` (what a replica that does
-    not hold the node reads of an `AllocationStarted`)."""
+    not hold the node reads of an `AllocationStarted`; what the leader sends of a start a shard's pass booked on
+    its own node, for the other shards)."""
+
+    operation_id: str
+    amounts: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class PreemptCounted:
+    """Another shard's pass preempted an allocation of ``operation_id`` on its own node, releasing ``amounts``
+    (what the other shards read of it: they do not hold the allocation)."""
 
     operation_id: str
     amounts: tuple[float, ...]

@@ -7,8 +7,9 @@ and every shard process gets the same bytes, each from its own cursor (`ShardLin
 of an increment does not grow with the shard count (before, each shard's increments were copied and pickled for
 it alone).
 
-The increments made most often travel as plain tuples (`encode`), not as their dataclasses: a start as the
-allocation's fields (its controller's payload left out, as the pickling form leaves it out), an end as its id,
+The increments made most often travel as plain tuples (`encode`), not as their dataclasses: a start or
+preemption a shard's pass booked (on its own node: the other shards read only its operation and amounts) as those
+(`deltas.StartCounted`, `deltas.PreemptCounted`), another start as the allocation's fields (its controller's payload left out, as the pickling form leaves it out), an end as its id,
 state and time, a usage report, a node's limits, an operation's pending work. `decode_chunks` gives the shard the
 same `Increment` dataclasses back (a start with a new `Allocation` of its own), in order.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pooltree.shards.deltas import ClassesMoved, StartCounted, StartOrder
+from pooltree.shards.deltas import ClassesMoved, PreemptCounted, StartCounted, StartOrder
 from pooltree.shards.pickling import allocation_fields, allocation_of, dumps, loads
 from pooltree.shards.replica import (
     AllocationFinished,
@@ -40,7 +41,7 @@ from pooltree.strategy.snapshot import ElementSpec, SchedulingTree
 ANY_SHARD = -1
 """The origin of an increment every shard applies."""
 
-_PENDING, _NODE, _STARTED, _FINISHED, _USAGE, _ORDER, _CLASSES = range(7)
+_PENDING, _NODE, _STARTED, _FINISHED, _USAGE, _ORDER, _CLASSES, _COUNTED, _PREEMPT_COUNTED = range(9)
 _NODE_FIELD = 7
 """The node's address in `pickling.allocation_fields`."""
 
@@ -74,6 +75,10 @@ def encode(increment: Increment) -> Any:
         return (_PENDING, increment.operation_id, increment.pending, increment.min_needed)
     if isinstance(increment, UsageChanged):
         return (_USAGE, increment.allocation_id, increment.resources, increment.operation_id, increment.delta)
+    if isinstance(increment, StartCounted):
+        return (_COUNTED, increment.operation_id, increment.amounts)
+    if isinstance(increment, PreemptCounted):
+        return (_PREEMPT_COUNTED, increment.operation_id, increment.amounts)
     if isinstance(increment, StartOrder):
         return (_ORDER, increment.allocation_id, increment.order)
     if isinstance(increment, ClassesMoved):
@@ -157,6 +162,10 @@ def decode(entry: Any, owns: Callable[[str], bool] | None = None) -> Increment:
         return UsageChanged(entry[1], entry[2], entry[3], entry[4])
     if kind == _NODE:
         return NodeSynced(entry[1], entry[2], entry[3], entry[4])
+    if kind == _COUNTED:
+        return StartCounted(entry[1], entry[2])
+    if kind == _PREEMPT_COUNTED:
+        return PreemptCounted(entry[1], entry[2])
     if kind == _ORDER:
         return StartOrder(entry[1], entry[2])
     if kind == _CLASSES:

@@ -45,6 +45,7 @@ from pooltree.shards.deltas import (
     ClassAnswer,
     ClassesMoved,
     ClassQuery,
+    PreemptCounted,
     StartCounted,
     StartOrder,
     count_finish,
@@ -224,6 +225,7 @@ Increment = (
     | Unregistered
     | Rekeyed
     | StartCounted
+    | PreemptCounted
     | ClassesMoved
     | StartOrder
 )
@@ -614,6 +616,8 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         strategy.sync_node(NodeHeartbeat(increment.address, increment.limits, increment.tags), increment.time)
     elif isinstance(increment, StartCounted):
         count_start(strategy, increment.operation_id, increment.amounts)
+    elif isinstance(increment, PreemptCounted):
+        count_preempt(strategy, increment.operation_id, increment.amounts)
     elif isinstance(increment, AllocationStarted):
         if not replica.owns(increment.allocation.node_address):
             count_start(strategy, increment.allocation.operation_id, increment.allocation.amounts)

@@ -48,6 +48,8 @@ from pooltree.shards.deltas import (
     ClassAnswer,
     ClassesMoved,
     ClassQuery,
+    PreemptCounted,
+    StartCounted,
     StartOrder,
     answer_classes,
     owner,
@@ -388,15 +390,20 @@ class ShardStarts:
             if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
                 self._recopy(tree)
                 return
-            self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"])
-            if self.origin is not None:  # the pass that booked it holds it: the truth's number of it
+            if self.origin is None:
+                self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"])
+            else:  # a shard's pass booked it on its own node: the others read its amounts, the origin its number
+                self._send(tree, StartCounted(allocation.operation_id, allocation.amounts), others=True)
                 self._send(tree, StartOrder(allocation_id, allocation.start_order))
         elif kind == "allocation_preempted":
             allocation = truth.allocations.get(allocation_id)
             if allocation is None or allocation.preemption is None:
                 self._recopy(tree)
                 return
-            self._send(tree, AllocationPreempted(allocation.preemption, allocation.amounts), others=True)
+            if self.origin is None:
+                self._send(tree, AllocationPreempted(allocation.preemption, allocation.amounts))
+            else:  # a victim of a shard's pass, on its node: the other shards read its amounts
+                self._send(tree, PreemptCounted(allocation.operation_id, allocation.amounts), others=True)
         else:
             ended = state.finishing.get(allocation_id)
             if ended is None:  # an end not of `finish_allocation`: every replica copies the truth again

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pooltree.shards.deltas import ClassesMoved, StartCounted, StartOrder
+from pooltree.shards.deltas import ClassesMoved, PreemptCounted, StartCounted, StartOrder
 from pooltree.shards.increments import (
     ANY_SHARD,
     IncrementLog,
@@ -90,6 +90,8 @@ def test_an_allocation_whose_reserve_is_its_resources_keeps_them_one_vector() ->
         ),
         UsageChanged("op-1/2", np.array([1.0, 5e9, 0.0, 0.0, 1.0]), "op-1", (0.0, 3e9, 0.0, 0.0, 0.0)),
         StartOrder("op-1/2", 17),
+        StartCounted("op-1", (1.0, 2e9, 0.0, 0.0, 1.0)),
+        PreemptCounted("op-1", (1.0, 2e9, 0.0, 0.0, 1.0)),
         ClassesMoved((("op-1", 3, float("inf")), ("op-2", 0, 4))),
         Rekeyed(frozenset({"op-1"})),
     ],

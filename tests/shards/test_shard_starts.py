@@ -88,9 +88,9 @@ def test_shards_follow_each_other_between_updates(tmp_path: Path, count: int) ->
 @pytest.mark.parametrize(
     "dropped",
     [
-        "AllocationStarted",
+        "StartCounted",  # a start another shard's pass booked (a leader's start goes as `AllocationStarted`)
         "AllocationFinished",
-        "AllocationPreempted",
+        "PreemptCounted",  # a victim of another shard's pass (a leader's preemption: `AllocationPreempted`)
         "PendingWork",
         "Published",
         "UsageChanged",
