@@ -30,6 +30,7 @@ from pooltree.server.store.base import (
     StoreError,
     StoreHealth,
     StoreUnavailable,
+    load_json,
     operation_page_sql,
 )
 from pooltree.server.store.sql import SqlStore
@@ -218,20 +219,12 @@ class SqliteStore(SqlStore):
                 cur.close()
 
     def list_operation_ids(self, query: OperationFilter = OperationFilter()) -> list[str]:
-        """The page's ids as one row (``sqlite3`` lets the GIL go at every row it steps, and a thread that lets it
-        go while other threads want it waits a switch interval or more to get it back: one row instead of a
-        page's hundred). Each id is written after its length, so any text splits back whole."""
+        """The page's ids as one row, a JSON array (``sqlite3`` lets the GIL go at every row it steps, and a thread
+        that lets it go while other threads want it waits a switch interval or more to get it back: one row instead
+        of a page's hundred)."""
         page, args = operation_page_sql(query, "?", columns="id")
-        rows = self._rows(f"SELECT group_concat(length(id) || ':' || id, '') FROM ({page})", args)
-        text = rows[0][0] if rows else None
-        ids: list[str] = []
-        at = 0
-        while text and at < len(text):
-            colon = text.index(":", at)
-            length = int(text[at:colon])
-            ids.append(text[colon + 1 : colon + 1 + length])
-            at = colon + 1 + length
-        return ids
+        rows = self._rows(f"SELECT json_group_array(id) FROM ({page})", args)
+        return list(load_json(rows[0][0])) if rows and rows[0][0] else []
 
     @contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection]:
