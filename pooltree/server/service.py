@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import sys
 import time
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from prometheus_client import CollectorRegistry
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -34,7 +33,6 @@ from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node import wire
 from pooltree.node.service import check_period
 from pooltree.node.wire import HeartbeatRequest
-from pooltree.resources import RESOURCES
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
@@ -55,13 +53,12 @@ from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.jobs import DeferredHeartbeat
-from pooltree.server.live.reads import RecentReads
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
+from pooltree.server.orchid import LiveOrchid
 from pooltree.server.protocol import YtError
 from pooltree.server.store import Store
-from pooltree.server.tree_options import effective_tree_config
 from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
 from pooltree.shards.remote import ProcessShardStarts
 from pooltree.web.app import WebUI
@@ -71,12 +68,8 @@ log = logging.getLogger(__name__)
 DEFAULT_TREE = "default"
 DEFAULT_TREE_CREATED_KEY = "default_pool_tree_created"
 """Store key set once ``--create-default-tree`` has made (or found) the trees: never made again after that."""
-ORCHID_CACHE_PERIOD = 1.0
-"""YTsaurus's ``static_orchid_cache_update_period`` (1 s): how old a published orchid may be when served."""
 ON_LISTENER = "pooltree.heartbeat_listener"
 """Scope key of a request that came through the heartbeat listener (``SchedulerService.heartbeat_asgi``)."""
-MAX_PUBLISHED_READS = 256
-"""Orchid paths whose last answer is kept for reads that find the scheduling lock busy."""
 MAX_STDERR_UPLOAD_BYTES = 16 * 1024 * 1024
 LOOP_TICK = 0.05
 HEARTBEAT_THREADS = 16
@@ -94,162 +87,6 @@ def switch_interval() -> float:
     return seconds_override(
         "POOLTREE_SWITCH_INTERVAL", SWITCH_INTERVAL, lambda v: 1e-5 <= v <= 1.0, "[1e-05, 1]"
     )
-
-
-def resource_map(values: Any) -> dict[str, float]:
-    """A resource vector as YTsaurus labels it (``{user_slots, cpu, gpu, memory, network}``)."""
-    return {name: float(amount) for name, amount in zip(RESOURCES, values, strict=True)}
-
-
-def tree_orchid(tree: Any) -> dict[str, Any]:
-    """The tree's effective ``config`` and ``user_to_ephemeral_pools`` (YTsaurus orchid names)."""
-    if tree is None:
-        return {}
-    return {
-        "config": effective_tree_config(tree.config),
-        "user_to_ephemeral_pools": tree.user_to_ephemeral_pools(),
-    }
-
-
-PER_TREE_MAPS = ("pool_trees", "scheduling_info_per_pool_tree")
-FAIR_SHARE_INFO = "fair_share_info"
-
-
-class LiveOrchid:
-    """``//sys/scheduler/orchid/...`` from the last fair-share views (the ``pooltree fair-share`` layout).
-
-    As YTsaurus serves its scheduler orchid from a cache refreshed every ``static_orchid_cache_update_period``
-    (1 s), a read that finds the scheduling lock busy (heartbeats, a fair-share update) is answered with the
-    last answer built for the same path if that is at most ``ORCHID_CACHE_PERIOD`` old and no fair-share update
-    was published since and no answer for any path was built after it, instead of waiting for the lock; otherwise
-    it waits. So no answer goes back in time: a change between two updates (a tree config), once read at any
-    path, is never read as before it again."""
-
-    def __init__(
-        self,
-        scheduler: LiveScheduler,
-        cypress_default: Callable[[], str | None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.scheduler = scheduler
-        self.cypress_default = cypress_default
-        self.clock = clock
-        self.published = RecentReads(
-            scheduler.lock,
-            lambda: self.clock(),
-            period=ORCHID_CACHE_PERIOD,
-            size=MAX_PUBLISHED_READS,
-            latest_only=True,
-        )
-        """(fair-share updates published, default tree, the read's path) → the last answer, as JSON text."""
-
-    def get(self, path_tokens: Sequence[str]) -> Any:
-        # Cypress calls this under its own lock: read the default tree first, so the lock order is always
-        # Cypress, then scheduler (a pool trees change takes them in that order too).
-        default_tree = self.cypress_default()
-        tokens = list(path_tokens)
-        if len(tokens) > 3 and tokens[1] in PER_TREE_MAPS and tokens[3] == FAIR_SHARE_INFO:
-            # YTsaurus's <tree>/fair_share_info/{pools,operations,pool_count} are the tree's own keys here
-            path_tokens = tokens = [*tokens[:3], *tokens[4:]]
-
-        def wanted(*prefix: str) -> bool:
-            """Whether the path reaches ``prefix`` (alerts are computed only for reads that include them)."""
-            return all(len(tokens) <= i or tokens[i] in (p, "*") for i, p in enumerate(prefix))
-
-        def answer() -> str:
-            return json.dumps(
-                _navigate(self._build(path_tokens, default_tree, wanted), path_tokens), default=float
-            )
-
-        key = (self.scheduler.updates.published_updates, default_tree, tuple(tokens))
-        return json.loads(self.published.read(key, answer))
-
-    @property
-    def served_published(self) -> int:
-        """Reads answered from a kept answer while the lock was busy (tests and metrics read it)."""
-        return self.published.served
-
-    def _build(
-        self,
-        path_tokens: Sequence[str],
-        default_tree: str | None,
-        wanted: Callable[..., bool],
-    ) -> dict[str, Any]:
-        """The orchid document (scheduling lock held)."""
-        trees = self.scheduler.registry.trees
-        pool_trees = {
-            name: {
-                "pools": view["pools"],
-                "operations": view["operations"],
-                "resource_limits": view["resource_limits"],
-                "resource_usage": view["resource_usage"],
-                "pool_count": view["pool_count"],
-                **(
-                    {"scheduling_segments": view["scheduling_segments"]}
-                    if "scheduling_segments" in view
-                    else {}
-                ),
-                **(
-                    {"gpu_assignment_plan": view["gpu_assignment_plan"]}
-                    if "gpu_assignment_plan" in view
-                    else {}
-                ),
-                **tree_orchid(trees.get(name)),
-            }
-            for name, view in self.scheduler.views.items()
-        }
-        for name, tree in pool_trees.items():
-            if wanted("scheduler", "pool_trees", name, "alerts"):
-                tree["alerts"] = self.scheduler.alert_center.tree_alerts(name)
-            # YTsaurus's per-tree node set (scheduling_info_per_pool_tree/<tree>/node_count, node_addresses)
-            addresses = sorted(a for a, node in self.scheduler.nodes.items() if name in node.trees)
-            tree["node_addresses"] = addresses
-            tree["node_count"] = len(addresses)
-        cluster_limits = np.zeros(len(RESOURCES))
-        for node in self.scheduler.nodes.values():
-            cluster_limits += np.asarray(node.resource_limits, dtype=float)
-        root: dict[str, Any] = {
-            "scheduler": {
-                "pool_trees": pool_trees,
-                "default_pool_tree": default_tree,
-                "cluster": {
-                    "resource_limits": resource_map(cluster_limits),
-                    "node_count": len(self.scheduler.nodes),
-                },
-                "nodes": {
-                    address: {
-                        "resource_limits": resource_map(node.resource_limits),
-                        "trees": list(node.trees),
-                        "tree": node.trees[0] if len(node.trees) == 1 else None,  # YTsaurus's single tree
-                        "tags": sorted(node.tags),
-                        "last_seen": node.last_seen,
-                        "alerts": list(node.alerts),
-                    }
-                    for address, node in self.scheduler.nodes.items()
-                },
-            }
-        }
-        # YTsaurus's older name of the per-tree map, still what its tests read
-        root["scheduler"]["scheduling_info_per_pool_tree"] = pool_trees
-        if default_tree is None:  # YTsaurus's orchid has no default tree key then
-            del root["scheduler"]["default_pool_tree"]
-        else:
-            root["scheduler"]["default_fair_share_tree"] = default_tree  # YTsaurus's older name
-        if wanted("scheduler", "alerts"):
-            root["scheduler"]["alerts"] = self.scheduler.scheduler_alerts()
-        if list(path_tokens[:2]) == ["scheduler", "event_log"]:
-            # read only when asked for: it holds up to EVENT_LOG_SIZE events
-            root["scheduler"]["event_log"] = list(self.scheduler.event_log)
-        return root
-
-
-def _navigate(root: Any, path_tokens: Sequence[str]) -> Any:
-    value = root
-    for token in path_tokens:
-        if not isinstance(value, dict) or token not in value:
-            raise LookupError(f"no key {token!r}")
-        value = value[token]
-    return value
 
 
 def _checked_node_shards(node_shards: Any) -> int:
@@ -335,16 +172,28 @@ class SchedulerService:
         self.forecasts = ForecastService(self.scheduler, clock, forecast_settings)
         resolver = ServiceResolver(self.cypress, self.scheduler)
         self.security.resolver = resolver
-        self.metrics = make_registry(self.scheduler)
-        self.metrics.register(GcCollector())
-        self.metrics.register(ForecastCollector(self.forecasts.health))
-        self.metrics.register(ShardMetrics(lambda: self.shards))
+        self.metrics = self._metrics_registry()
         self.app = create_app(
             store, security=self.security, operations=self.commands, clock=clock, cypress=self.cypress
         )
         self._api = self.app.state.api
         self.web = WebUI(self)
         self._wire_parts(resolver)
+        self._heartbeat_parts()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    def _metrics_registry(self) -> CollectorRegistry:
+        """``GET /metrics``' registry: the scheduler's families, the garbage collector's, the forecast's, the shards'."""
+        metrics = make_registry(self.scheduler)
+        metrics.register(GcCollector())
+        metrics.register(ForecastCollector(self.forecasts.health))
+        metrics.register(ShardMetrics(lambda: self.shards))
+        return metrics
+
+    def _heartbeat_parts(self) -> None:
+        """The heartbeat routes (the API's port, the listener's), the nodes' last reports per loop, the listener's
+        port and the heartbeats' threads."""
         self._direct = HeartbeatRoute(self.heartbeat_answer, DirectCommands(self.app))
         self._heartbeats_only = HeartbeatRoute(self.heartbeat_answer, self._not_a_heartbeat)
         self._running_reports = RunningReports()
@@ -357,8 +206,6 @@ class SchedulerService:
         self._heartbeat_threads: ThreadPoolExecutor | None = None
         """Heartbeats waiting for the scheduling lock or for their job records to be stored (from ``start``
         to ``stop``; before and after, Starlette's threads)."""
-        self._tasks: list[asyncio.Task[None]] = []
-        self.started = False
 
     def _follow_cypress(self) -> None:
         """The scheduler takes its pool trees and users' default parent pools from Cypress, now and on every change

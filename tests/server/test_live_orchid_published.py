@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pooltree.server.service import ORCHID_CACHE_PERIOD, SchedulerService
+from pooltree.server.orchid import ORCHID_CACHE_PERIOD
+from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
 WAIT = 30.0
