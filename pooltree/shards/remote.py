@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from pooltree.resources import USER_SLOTS
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.deltas import ClassQuery, answer_classes
 from pooltree.shards.increments import (
@@ -405,9 +406,29 @@ class ProcessShardStarts(ShardStarts):
         offered = tuple((node.resource_limits - node.usage).tolist())
         available = np.array(offered)
         room = list(offered)
-        leading = [element.id for element in truth.heaps.leading(limit) if element.id not in freed]
         grants: list[Grant] = []
-        for operation_id in freed + leading:
+        self._grant(state, truth, node, now, freed, limit, offered, available, room, grants)
+        if len(grants) < limit and room[USER_SLOTS] >= 1.0:  # (every job takes a user slot: else none fits)
+            leading = [element.id for element in truth.heaps.leading(limit) if element.id not in freed]
+            self._grant(state, truth, node, now, leading, limit, offered, available, room, grants)
+        self.grants_made += len(grants)
+        return tuple(grants)
+
+    def _grant(
+        self,
+        state: _Tree,
+        truth: TreeScheduler,
+        node: ExecNode,
+        now: float,
+        operation_ids: list[str],
+        limit: int,
+        offered: tuple[float, ...],
+        available: np.ndarray,
+        room: list[float],
+        grants: list[Grant],
+    ) -> None:
+        """`_grants` for ``operation_ids`` in order, into ``grants`` (``room``: what the grants so far leave)."""
+        for operation_id in operation_ids:
             if len(grants) >= limit:
                 break
             runtime = truth.operations.get(operation_id)
@@ -430,8 +451,6 @@ class ProcessShardStarts(ShardStarts):
             self.granted_by[allocation.id] = controller
             pending, min_needed = _pending(truth, operation_id)
             grants.append(Grant(operation_id, allocation, offered, now, pending, min_needed))
-        self.grants_made += len(grants)
-        return tuple(grants)
 
     @staticmethod
     def _granting(link: ShardLink) -> int:

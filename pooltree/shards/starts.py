@@ -83,7 +83,6 @@ from pooltree.strategy.model import (
     NodeHeartbeat,
     SchedulingStage,
 )
-from pooltree.strategy.preemptible import ClassBoundaries
 from pooltree.strategy.scheduler import TreeScheduler
 from pooltree.strategy.snapshot import SchedulingTree
 from pooltree.strategy.watch import watch_pending
@@ -116,7 +115,7 @@ class _Tree:
         """Allocations the real controllers chose for claims, until the replica books them (or gives them back)."""
         self.touched: set[str] = set()
         """Operations whose boundaries may have moved since the last batch (`ShardStarts._send_classes`)."""
-        self.sent: dict[str, ClassBoundaries] = {}
+        self.sent: dict[str, tuple[float, float]] = {}
         """Per operation, the boundaries the replicas were last told (`deltas.ClassesMoved`)."""
         self.finishing: dict[str, Allocation] = {}
         """The allocations the truth's ``finish_allocation`` is ending (their end's increment carries them)."""
@@ -303,9 +302,10 @@ class ShardStarts:
                 sent.pop(operation_id, None)
                 continue
             boundaries = runtime.lists.boundaries()
-            if sent.get(operation_id) != boundaries:
-                sent[operation_id] = boundaries
-                moved.append((operation_id, boundaries.aggressive_from, boundaries.preemptible_from))
+            now = (boundaries.aggressive_from, boundaries.preemptible_from)
+            if sent.get(operation_id) != now:
+                sent[operation_id] = now
+                moved.append((operation_id, *now))
         state.touched.clear()
         if moved:
             self._send(tree, ClassesMoved(tuple(moved)))
