@@ -1,0 +1,190 @@
+"""What the store pays per job row as a function of rows per transaction; prints one JSON object.
+
+The rows are the bench's own: a ``LiveScheduler`` on a SQLite store runs ``--nodes`` simulated nodes
+(``live_nodes.SimNode``, as ``heartbeat_profile.py``) with ``--operations`` vanilla operations of ``--jobs`` one-cpu
+jobs for ``--seconds`` simulated seconds; every heartbeat's job records (what the group commit would store for it)
+are kept in order. They are then written again, in the same order, into a fresh SQLite store
+(``SqliteStore.put_jobs``, one transaction per call) in transactions of a fixed number of rows (``--rows``) and of
+a fixed number of heartbeats (``--heartbeats``: what a group commit batching that many heartbeats writes), the
+settings interleaved, ``--rounds`` times. Reported per setting: the median CPU (user and system apart) and wall time
+per row and per transaction, and per heartbeat's rows. Also: bytes of the stored body and of the whole row by the
+job's state (a started job's running record, a finished one's), and the CPU of building the rows
+(``SqlStore._job_row``: the document's JSON) apart from writing them.
+
+Usage: .venv/bin/python bench/job_rows.py [--nodes 300] [--seconds 25] [--rows 1,5,20,100]
+       [--heartbeats 1,2,5,10] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from live_nodes import SimNode
+
+from pooltree.config import parse_pool_trees
+from pooltree.node import wire
+from pooltree.server.heartbeats import RunningReports, decode_heartbeat
+from pooltree.server.live import LiveScheduler
+from pooltree.server.store import JobRecord, open_store
+from pooltree.server.store.sql import SqlStore
+
+
+def record_rows(args: argparse.Namespace, folder: Path) -> list[list[JobRecord]]:
+    """Every heartbeat's job records, in order, from a run of the bench's scenario (operations started at 1 s)."""
+    live = LiveScheduler(open_store(f"sqlite:///{folder / 'run.sqlite'}"))
+    pools = {
+        "bench": {"max_operation_count": args.operations, "max_running_operation_count": args.operations}
+    }
+    live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0)
+    spec = {"pool": "bench", "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}}}
+    nodes = [SimNode(f"n{i:05d}", 16, 64 * 2**30, 10.0, 0.5) for i in range(args.nodes)]
+    batches: list[list[JobRecord]] = []
+    write = live.commits._write
+
+    def kept(records: Sequence[JobRecord]) -> None:
+        batches.append(list(records))
+        write(records)
+
+    live.commits._write = kept
+    reports = RunningReports()
+    now, next_update, step = 1.0, 1.0, 1.0 / len(nodes)
+    started = False
+    while now < 1.0 + args.seconds:
+        for node in nodes:
+            now += step
+            if now >= next_update:
+                live.update_fair_share("default", now)
+                next_update += 1.0
+            if not started and now >= 2.0:
+                for _ in range(args.operations):
+                    live.start_operation("vanilla", spec, "root", now)
+                started = True
+            answer = wire.encode(live.process_heartbeat(decode_heartbeat(node.body(now), reports), now))
+            node.apply(wire.decode(answer), now)
+    live.store.close()
+    return [batch for batch in batches if batch]
+
+
+def replay(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
+    """Write ``transactions`` into a fresh store at ``path``: CPU (user, system) and wall seconds."""
+    store = open_store(f"sqlite:///{path}")
+    assert isinstance(store, SqlStore)
+    before, wall = os.times(), time.perf_counter()
+    for transaction in transactions:
+        store.put_jobs(transaction)
+    after, wall = os.times(), time.perf_counter() - wall
+    store.close()
+    for suffix in ("", "-wal", "-shm", ".key"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return {"user": after.user - before.user, "system": after.system - before.system, "wall": wall}
+
+
+def chunks(rows: list[JobRecord], size: int) -> list[list[JobRecord]]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def grouped(batches: list[list[JobRecord]], count: int) -> list[list[JobRecord]]:
+    """``count`` heartbeats' records per transaction, a job's records in one collapsing to its last (as the group
+    commit's queue does)."""
+    found = []
+    for i in range(0, len(batches), count):
+        merged: dict[tuple[str, str], JobRecord] = {}
+        for batch in batches[i : i + count]:
+            for record in batch:
+                merged[(record.operation_id, record.id)] = record
+        found.append(list(merged.values()))
+    return found
+
+
+def sizes(batches: list[list[JobRecord]]) -> dict[str, Any]:
+    """Bytes of the body and of the whole row by state, and the CPU of building the rows."""
+    by_state: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    rows = [record for batch in batches for record in batch]
+    spent = 0.0
+    for batch in batches:  # a batch at a time, as ``put_jobs`` builds them (no list of every row to collect)
+        began = time.process_time()
+        for record in batch:
+            SqlStore._job_row(record)
+        spent += time.process_time() - began
+    for record in rows:
+        row = SqlStore._job_row(record)
+        whole = sum(len(value) if isinstance(value, str) else 8 for value in row if value is not None)
+        by_state[record.state].append((len(row[-1]), whole))
+    figures: dict[str, Any] = {"build_us_per_row": round(1e6 * spent / max(len(rows), 1), 2)}
+    for state, pairs in sorted(by_state.items()):
+        figures[state] = {
+            "rows": len(pairs),
+            "body_bytes_median": statistics.median(p[0] for p in pairs),
+            "row_bytes_median": statistics.median(p[1] for p in pairs),
+        }
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=300)
+    parser.add_argument("--operations", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--rows", default="1,5,20,100")
+    parser.add_argument("--heartbeats", default="1,2,5,10")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pooltree-job-rows-") as tmp:
+        folder = Path(tmp)
+        batches = record_rows(args, folder)
+        rows = [record for batch in batches for record in batch]
+        settings: dict[str, list[list[JobRecord]]] = {}
+        for size in (int(x) for x in args.rows.split(",") if x):
+            settings[f"rows_{size}"] = chunks(rows, size)
+        for count in (int(x) for x in args.heartbeats.split(",") if x):
+            settings[f"heartbeats_{count}"] = grouped(batches, count)
+        runs: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for round_index in range(args.rounds):
+            order = list(settings) if round_index % 2 == 0 else list(reversed(settings))
+            for name in order:
+                runs[name].append(replay(settings[name], folder / f"{name}.sqlite"))
+        figures: dict[str, Any] = {}
+        for name, transactions in settings.items():
+            written = sum(len(t) for t in transactions)
+            cpu = statistics.median(r["user"] + r["system"] for r in runs[name])
+            figures[name] = {
+                "transactions": len(transactions),
+                "rows": written,
+                "rows_per_transaction": round(written / len(transactions), 2),
+                "cpu_us_per_row": round(1e6 * cpu / written, 2),
+                "user_us_per_row": round(1e6 * statistics.median(r["user"] for r in runs[name]) / written, 2),
+                "system_us_per_row": round(
+                    1e6 * statistics.median(r["system"] for r in runs[name]) / written, 2
+                ),
+                "wall_us_per_row": round(1e6 * statistics.median(r["wall"] for r in runs[name]) / written, 2),
+                "cpu_us_per_transaction": round(1e6 * cpu / len(transactions), 1),
+                "cpu_us_per_heartbeat": round(1e6 * cpu / len(batches), 1),
+            }
+        result = {
+            "bench": "job_rows",
+            "parameters": vars(args),
+            "heartbeats_with_rows": len(batches),
+            "rows": len(rows),
+            "rows_per_heartbeat": round(len(rows) / len(batches), 2),
+            "sizes": sizes(batches),
+            "settings": figures,
+        }
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
