@@ -122,9 +122,8 @@ class GroupCommit:
                 batch, last, first = taken
                 try:
                     self._writer().submit(self._commit, batch, first, last)
-                except (
-                    RuntimeError
-                ):  # the thread is shut down (``close``): written here (``ended`` resolved too)
+                except RuntimeError:
+                    # the thread is shut down (``close``): written here (``ended`` resolved too)
                     self._commit(batch, first, last)
             await ended
 
