@@ -214,11 +214,7 @@ def count_start(strategy: TreeScheduler, operation_id: str, amounts: Sequence[fl
     element = state.elements[operation_id]
     runtime = element.op
     assert runtime is not None
-    state.start_serial += 1
-    cursor: Any = element
-    while cursor is not None:
-        cursor.last_start = state.start_serial
-        cursor = cursor.parent
+    state.stamp_start(element)
     state.account(runtime, element, amounts, add_floats)
     strategy.heaps.refresh_leaf(element)
 

@@ -245,11 +245,7 @@ class RegularStage:
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         state.allocations[allocation.id] = allocation
-        state.start_serial += 1
-        cursor: _Element | None = element
-        while cursor is not None:
-            cursor.last_start = state.start_serial
-            cursor = cursor.parent
+        state.stamp_start(element)
         state.charge(allocation, runtime, element)
         self.heaps.refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)

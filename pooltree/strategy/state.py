@@ -108,6 +108,14 @@ class StrategyState:
                 cursor = cursor.parent
             element.usage = runtime.usage
 
+    def stamp_start(self, element: _Element) -> None:
+        """A start under ``element``: the next start serial, as ``last_start`` of it and every pool above it."""
+        self.start_serial += 1
+        cursor: _Element | None = element
+        while cursor is not None:
+            cursor.last_start = self.start_serial
+            cursor = cursor.parent
+
     def release(self, allocation: Allocation, runtime: OperationRuntime, element: _Element | None) -> None:
         """An allocation stops counting: out of the operation's preemptible lists and usage (and its pools')."""
         runtime.lists_settled = False
