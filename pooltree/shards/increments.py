@@ -9,8 +9,9 @@ it alone).
 
 The increments made most often travel as plain tuples (`encode`), not as their dataclasses: a start or
 preemption a shard's pass booked (on its own node: the other shards read only its operation and amounts) as those
-(`deltas.StartCounted`, `deltas.PreemptCounted`), another start as the allocation's fields (its controller's payload left out, as the pickling form leaves it out), an end as its id,
-state and time, a usage report, a node's limits, an operation's pending work. `decode_chunks` gives the shard the
+(`deltas.StartCounted`, `deltas.PreemptCounted`), another start as the allocation's fields (its controller's
+payload left out, as the pickling form leaves it out), an end as its id, state and time, a usage report, a node's
+limits, an operation's pending work. `decode_chunks` gives the shard the
 same `Increment` dataclasses back (a start with a new `Allocation` of its own), in order.
 
 An entry carries its origin: the shard whose pass made it (a start it booked in its replica already), or -1. A

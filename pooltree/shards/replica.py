@@ -488,9 +488,8 @@ class TreeReplica:
                 # the start is appended as Preemptible and nothing moves: `PreemptibleLists.add`)
                 self.marked.add(operation_id)
         elif kind.startswith("allocation_"):
-            self.marked.add(
-                event["operation_id"]
-            )  # a removal may move the boundaries past allocations not held
+            # a removal may move the boundaries past allocations not held
+            self.marked.add(event["operation_id"])
         if self.send_effect is not None:
             self.send_effect(event)
 
