@@ -27,12 +27,25 @@ SETTINGS = WorkerSettings(
 before the death only, so a refresh after it is one the death asked for."""
 
 
-def _worker() -> psutil.Process | None:
-    """This test process's forecast worker: its one spawned child (``multiprocessing``'s spawn)."""
+def _spawned() -> set[int]:
+    """This test process's children started by ``multiprocessing``'s spawn, by pid."""
+    found = set()
     for child in psutil.Process(os.getpid()).children():
         try:
             if "spawn_main" in " ".join(child.cmdline()):
-                return child
+                found.add(child.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _worker(before: set[int]) -> psutil.Process | None:
+    """The cluster's forecast worker: a spawned child of this test process that was not there before the cluster
+    started (under pytest-xdist the process ran other tests first; a child one of them left, such as a shard
+    process still ending, would be taken for the worker, and killing it would raise no forecast alert)."""
+    for pid in sorted(_spawned() - before):
+        try:
+            return psutil.Process(pid)
         except psutil.Error:
             continue
     return None
@@ -50,6 +63,7 @@ def test_a_killed_worker_is_alerted_counted_and_replaced_while_heartbeats_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="pooltree.forecast")
+    before = _spawned()
     cluster = queue_cluster(tmp_path, SETTINGS)
     try:
         client = cluster.client()
@@ -69,7 +83,7 @@ def test_a_killed_worker_is_alerted_counted_and_replaced_while_heartbeats_go_on(
         )
         assert worker_sum is not None and worker_sum > 0
         assert not [r for r in caplog.records if r.levelno >= logging.INFO and "forecast" in r.getMessage()]
-        worker = wait_for(_worker, 30)
+        worker = wait_for(lambda: _worker(before), 30)
         assert _metric(cluster.url, cluster.token, "pooltree_forecast_worker_deaths_total") == 0
         heartbeats = cluster.nodes[0].heartbeats
         worker.kill()  # as the kernel's OOM killer would
@@ -92,7 +106,7 @@ def test_a_killed_worker_is_alerted_counted_and_replaced_while_heartbeats_go_on(
         assert "succeeded since" in recovered["message"]
         refreshes = _metric(cluster.url, cluster.token, "pooltree_forecast_refreshes_total")
         assert refreshes is not None and refreshes >= 2
-        replacement = wait_for(_worker, 30)
+        replacement = wait_for(lambda: _worker(before), 30)
         assert replacement.pid != worker.pid
         assert _metric(cluster.url, cluster.token, "pooltree_forecast_worker_restarts_total") == 1
         newer = forecast()
