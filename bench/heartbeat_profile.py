@@ -156,232 +156,286 @@ def _arguments() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = _arguments()
-    context = mp.get_context("spawn")
-    processes: list[Any] = []
-    with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
-        live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
+class ProfiledCluster:
+    """A ``LiveScheduler`` and its simulated nodes, driven heartbeat by heartbeat in one process, with the CPU
+    of what the scheduler does counted per phase (``Counted``) and what it decided folded into a digest."""
+
+    def __init__(self, args: argparse.Namespace, tmp: str, context: Any) -> None:
+        self.args = args
+        self.live = LiveScheduler(open_store(f"sqlite:///{Path(tmp) / 'db.sqlite'}"))
         running = args.max_running or args.operations
         pools = {"bench": {"max_operation_count": args.operations, "max_running_operation_count": running}}
-        live.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0)
-        shards: ShardStarts | None = ShardStarts(live, args.shard_starts) if args.shard_starts else None
+        self.live.apply_pool_trees(
+            parse_pool_trees({"default": {"config": {}, "pools": pools}}), "default", 0.0
+        )
+        self.processes: list[Any] = []
+        """Shard processes started (``--shard-processes``), joined by ``close``."""
+        self.remote: ProcessShardStarts | None = None
+        self.shards: ShardStarts | None = (
+            ShardStarts(self.live, args.shard_starts) if args.shard_starts else None
+        )
         if args.shard_processes:
-            shards = remote = ProcessShardStarts(live, args.shard_processes)
+            self.shards = self.remote = ProcessShardStarts(self.live, args.shard_processes)
             for index in range(args.shard_processes):
                 parent, child = context.Pipe(duplex=True)
                 process = context.Process(target=serve_passes, args=(child,), daemon=True)
                 process.start()
                 child.close()
-                processes.append(process)
-                remote.attach(index, parent)
-        spec = {
+                self.processes.append(process)
+                self.remote.attach(index, parent)
+        self.spec = {
             "pool": "bench",
             "tasks": {"main": {"command": "true", "job_count": args.jobs, "cpu_limit": 1}},
         }
-        nodes = [
+        self.nodes = [
             SimNode(f"n{i:05d}", args.node_cpu, 64 * 2**30, args.job_seconds, args.job_jitter)
             for i in range(args.nodes)
         ]
-        profile = cProfile.Profile(time.process_time)  # CPU: a leader waiting on a shard's pipe costs none
-        step = args.period / len(nodes)
-        reports = RunningReports()  # as the service keeps one
-        state = {"now": 1.0, "next_update": 1.0}
-
-        updates: list[float] = []  # per measured fair-share update: its longest hold of the lock, seconds
-        holds: dict[str, list[float]] = {"plain": [], "stale_publish": []}
+        self.profile = cProfile.Profile(
+            time.process_time
+        )  # CPU: a leader waiting on a shard's pipe costs none
+        self.step = args.period / len(self.nodes)
+        self.reports = RunningReports()  # as the service keeps one
+        self.now = 1.0
+        self.next_update = 1.0
+        self.updates: list[float] = []
+        """Per measured fair-share update: its longest hold of the lock, seconds."""
+        self.holds: dict[str, list[float]] = {"plain": [], "stale_publish": []}
         """Per measured heartbeat, its longest hold of the lock, by whether it published a stale tree first."""
-        lock = live.lock
-        to_start = [0]  # operations to start one per ``--start-every`` heartbeats (from the loaded phase on)
-        beats = [0]
-
-        waiting: list[tuple[SimNode, bytes, float]] = []
+        self.to_start = 0
+        """Operations to start one per ``--start-every`` heartbeats (from the loaded phase on)."""
+        self.beats = 0
+        self.waiting: list[tuple[SimNode, bytes, float]] = []
         """Answers not yet applied by their nodes: with ``--commit-batch`` N, the batch's records are stored first."""
-        tickets = [0]
-
-        def batched(heartbeat: Any, now: float) -> bytes:
-            """A heartbeat as the service's event loop processes it: its records queued for the group commit, the
-            answer held until the batch is stored (`settle`)."""
-            attempt = live.try_process_heartbeat(heartbeat, now)
-            if attempt is None:  # a stale tree to publish first: the service sends it to a heartbeat thread
-                return wire.encode(live.process_heartbeat(heartbeat, now))
-            if not isinstance(attempt, tuple):
-                attempt = attempt.finish()  # its reports made a tree stale: finished as on a heartbeat thread
-            response, ticket = attempt
-            tickets[0] = max(tickets[0], ticket)
-            return wire.encode(response)
-
-        ordinals: dict[str, int] = {}
+        self.ticket = 0
+        self.ordinals: dict[str, int] = {}
         """Operation id -> its place in the start order (ids are random; decisions are compared by places)."""
-        jobs: dict[str, tuple[int, str, int]] = {}
-        decisions = hashlib.sha256()
+        self.jobs: dict[str, tuple[int, str, int]] = {}
+        self.decisions = hashlib.sha256()
+        self.quiet = Counted()
+        self.loaded = Counted()
 
-        def note_decisions(address: str, at: float, answer: dict[str, Any]) -> None:
-            """Fold what the answer decided into ``decisions`` (by operation place and job index, not random ids):
-            two builds that decide alike print the same ``decisions_sha256``."""
-            started = []
-            for entry in answer.get(wire.START, ()):
-                key = (
-                    ordinals.get(entry["operation_id"], -1),
-                    entry.get("task_name", ""),
-                    entry["job_index"],
-                )
-                jobs[entry["job_id"]] = key
-                started.append(key)
-            stopped = [(jobs.get(entry[0]), entry[1]) for entry in answer.get(wire.PREEMPT, ())] + [
-                (jobs.get(entry["job_id"] if isinstance(entry, dict) else entry), "abort")
-                for entry in answer.get(wire.ABORT, ())
-            ]
-            decisions.update(repr((address, round(at, 6), started, stopped)).encode())
+    def start_operation(self) -> None:
+        operation = self.live.start_operation("vanilla", self.spec, "root", self.now)
+        self.ordinals[operation.id] = len(self.ordinals)
 
-        def settle(counted: Counted | None) -> None:
-            """Store the held answers' records in one transaction (its CPU counted), then let the nodes apply them."""
-            if tickets[0]:
-                began = time.process_time()
-                if counted is not None and args.profile:
-                    profile.enable()
-                live.commits.wait(tickets[0])
-                if counted is not None and args.profile:
-                    profile.disable()
-                if counted is not None:
-                    counted.cpu += time.process_time() - began
-                tickets[0] = 0
-            for node, answer, at in waiting:
-                decoded = wire.decode(answer)
-                note_decisions(node.address, at, decoded)
-                started = node.apply(decoded, at)
-                if counted is not None:
-                    counted.started += started
-            waiting.clear()
+    def batched(self, heartbeat: Any, now: float) -> bytes:
+        """A heartbeat as the service's event loop processes it: its records queued for the group commit, the
+        answer held until the batch is stored (`settle`)."""
+        live = self.live
+        attempt = live.try_process_heartbeat(heartbeat, now)
+        if attempt is None:  # a stale tree to publish first: the service sends it to a heartbeat thread
+            return wire.encode(live.process_heartbeat(heartbeat, now))
+        if not isinstance(attempt, tuple):
+            attempt = attempt.finish()  # its reports made a tree stale: finished as on a heartbeat thread
+        response, ticket = attempt
+        self.ticket = max(self.ticket, ticket)
+        return wire.encode(response)
 
-        def run(until: float, counted: Counted | None) -> None:
-            now = state["now"]
-            while now < until:
-                for node in nodes:
-                    now += step
-                    if now >= state["next_update"]:
-                        longest = getattr(lock, "hold_max", None)
-                        if longest is not None:
-                            lock.hold_max = 0.0
-                        began = time.perf_counter()
-                        live.update_fair_share("default", now)
-                        if counted is not None:  # a lock without hold figures (older code): the whole update
-                            held = time.perf_counter() - began if longest is None else lock.hold_max
-                            updates.append(held)
-                        state["next_update"] += 1.0
-                    beats[0] += 1
-                    if to_start[0] and args.start_every and beats[0] % args.start_every == 0:
-                        ordinals[live.start_operation("vanilla", spec, "root", now).id] = len(ordinals)
-                        to_start[0] -= 1
-                    body = node.body(now)
-                    published = live.updates.published_updates
-                    if hasattr(lock, "hold_max"):
-                        lock.hold_max = 0.0
-                    began = time.process_time()
-                    if counted is not None and args.profile:
-                        profile.enable()
-                    heartbeat = decode_heartbeat(body, reports)
-                    if args.shard_processes:  # as through the node's shard (`NodeShards`)
-                        with remote.carrying(shard_of(node.address, args.shard_processes)):
-                            answer = wire.encode(live.process_heartbeat(heartbeat, now))
-                    elif args.commit_batch > 1:
-                        answer = batched(heartbeat, now)
-                    else:
-                        answer = wire.encode(live.process_heartbeat(heartbeat, now))
-                    if counted is not None and args.profile:
-                        profile.disable()
-                    spent = time.process_time() - began
-                    if counted is not None:
-                        counted.cpu += spent
-                        counted.heartbeats += 1
-                        if hasattr(lock, "hold_max") and counted is not quiet:
-                            cause = (
-                                "stale_publish" if live.updates.published_updates != published else "plain"
-                            )
-                            holds[cause].append(lock.hold_max)
-                    waiting.append((node, answer, now))
-                    if len(waiting) >= args.commit_batch:
-                        settle(counted)
-            settle(counted)
-            state["now"] = now
+    def note_decisions(self, address: str, at: float, answer: dict[str, Any]) -> None:
+        """Fold what the answer decided into ``decisions`` (by operation place and job index, not random ids):
+        two builds that decide alike print the same ``decisions_sha256``."""
+        started = []
+        for entry in answer.get(wire.START, ()):
+            key = (
+                self.ordinals.get(entry["operation_id"], -1),
+                entry.get("task_name", ""),
+                entry["job_index"],
+            )
+            self.jobs[entry["job_id"]] = key
+            started.append(key)
+        stopped = [(self.jobs.get(entry[0]), entry[1]) for entry in answer.get(wire.PREEMPT, ())] + [
+            (self.jobs.get(entry["job_id"] if isinstance(entry, dict) else entry), "abort")
+            for entry in answer.get(wire.ABORT, ())
+        ]
+        self.decisions.update(repr((address, round(at, 6), started, stopped)).encode())
 
-        quiet = Counted()
-        run(1.0 + args.quiet_seconds, quiet)  # nodes registered, nothing to run
+    def settle(self, counted: Counted | None) -> None:
+        """Store the held answers' records in one transaction (its CPU counted), then let the nodes apply them."""
+        profiling = counted is not None and self.args.profile
+        if self.ticket:
+            began = time.process_time()
+            if profiling:
+                self.profile.enable()
+            self.live.commits.wait(self.ticket)
+            if profiling:
+                self.profile.disable()
+            if counted is not None:
+                counted.cpu += time.process_time() - began
+            self.ticket = 0
+        for node, answer, at in self.waiting:
+            decoded = wire.decode(answer)
+            self.note_decisions(node.address, at, decoded)
+            started = node.apply(decoded, at)
+            if counted is not None:
+                counted.started += started
+        self.waiting.clear()
+
+    def update_fair_share(self, now: float, counted: Counted | None) -> None:
+        lock = self.live.lock
+        longest = getattr(lock, "hold_max", None)
+        if longest is not None:
+            lock.hold_max = 0.0
+        began = time.perf_counter()
+        self.live.update_fair_share("default", now)
+        if counted is not None:  # a lock without hold figures (older code): the whole update
+            self.updates.append(time.perf_counter() - began if longest is None else lock.hold_max)
+        self.next_update += 1.0
+
+    def heartbeat(self, node: SimNode, now: float, counted: Counted | None) -> None:
+        """One node's heartbeat through the scheduler, its CPU (decode, process, encode) counted."""
+        args, live = self.args, self.live
+        lock = live.lock
+        self.beats += 1
+        if self.to_start and args.start_every and self.beats % args.start_every == 0:
+            self.start_operation()
+            self.to_start -= 1
+        body = node.body(now)
+        published = live.updates.published_updates
+        if hasattr(lock, "hold_max"):
+            lock.hold_max = 0.0
+        profiling = counted is not None and args.profile
+        began = time.process_time()
+        if profiling:
+            self.profile.enable()
+        heartbeat = decode_heartbeat(body, self.reports)
+        if self.remote is not None:  # as through the node's shard (`NodeShards`)
+            with self.remote.carrying(shard_of(node.address, args.shard_processes)):
+                answer = wire.encode(live.process_heartbeat(heartbeat, now))
+        elif args.commit_batch > 1:
+            answer = self.batched(heartbeat, now)
+        else:
+            answer = wire.encode(live.process_heartbeat(heartbeat, now))
+        if profiling:
+            self.profile.disable()
+        spent = time.process_time() - began
+        if counted is not None:
+            counted.cpu += spent
+            counted.heartbeats += 1
+            if hasattr(lock, "hold_max") and counted is not self.quiet:
+                cause = "stale_publish" if live.updates.published_updates != published else "plain"
+                self.holds[cause].append(lock.hold_max)
+        self.waiting.append((node, answer, now))
+        if len(self.waiting) >= args.commit_batch:
+            self.settle(counted)
+
+    def run(self, until: float, counted: Counted | None) -> None:
+        """Every node heartbeats once per period, fair share updated every simulated second, until ``until``."""
+        now = self.now
+        while now < until:
+            for node in self.nodes:
+                now += self.step
+                if now >= self.next_update:
+                    self.update_fair_share(now, counted)
+                self.now = now
+                self.heartbeat(node, now, counted)
+        self.settle(counted)
+        self.now = now
+
+    def shard_marks(self) -> tuple[float, float, tuple[int, int, int]]:
+        """The shards' counters before the measured phase: replicas' CPU, apply CPU, (granted, claimed, taken back)."""
+        remote = self.remote
+        shard_cpu = sum(self.shards.shard_cpu) if self.shards is not None else 0.0
+        if remote is None:
+            return shard_cpu, 0.0, (0, 0, 0)
+        ways = (remote.granted_starts, remote.claims - remote.claims_refused, remote.grants_taken_back)
+        return shard_cpu, sum(remote.shard_apply_cpu), ways
+
+    def shard_figures(self, marks: tuple[float, float, tuple[int, int, int]]) -> dict[str, Any]:
+        """The replicas' work, which shard processes would take off the leader."""
+        shards, remote, loaded = self.shards, self.remote, self.loaded
+        assert shards is not None
+        shard_cpu_before, apply_before, ways_before = marks
+        figures: dict[str, Any] = {}
+        replicas = sum(shards.shard_cpu) - shard_cpu_before
+        # in one process the replicas' CPU is in this process's; shard processes report theirs apart
+        leader = loaded.cpu if remote is not None else loaded.cpu - replicas
+        figures["shard_replicas_cpu_seconds"] = round(replicas, 3)
+        figures["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / max(loaded.heartbeats, 1), 4)
+        if loaded.started:
+            figures["leader_cpu_ms_per_started_allocation"] = round(1000 * leader / loaded.started, 4)
+        figures["replica_copies"] = sum(
+            r.copies for per_shard in shards.replicas for r in per_shard.values()
+        ) + (remote.snapshots if remote is not None else 0)
+        figures["shard_passes"] = shards.passes
+        figures["proven_empty_passes"] = shards.proven_empty
+        figures["leader_passes"] = shards.leader_passes
+        if remote is not None:
+            figures["refused_bookings"] = remote.dropped
+            figures["shard_apply_cpu_seconds"] = round(sum(remote.shard_apply_cpu) - apply_before, 3)
+            figures["pipe_bytes_sent_per_pass"] = round(remote.sent_bytes / max(remote.passes, 1))
+            figures["pipe_bytes_received_per_pass"] = round(remote.received_bytes / max(remote.passes, 1))
+            figures["pipe_messages_per_pass"] = round(remote.messages / max(remote.passes, 1), 2)
+            granted = remote.granted_starts - ways_before[0]
+            claimed = remote.claims - remote.claims_refused - ways_before[1]
+            figures["shard_starts_granted"] = granted  # took an allocation granted ahead: no round trip
+            figures["shard_starts_claimed"] = claimed
+            figures["grants_taken_back"] = remote.grants_taken_back - ways_before[2]
+            figures["shard_processes_alive"] = sum(
+                1 for link in remote.links if link is not None and link.alive
+            )
+        return figures
+
+    def measure(self) -> dict[str, Any]:
+        """The quiet phase, the operations started, the warm-up, the loaded phase: the printed figures."""
+        args = self.args
+        self.run(1.0 + args.quiet_seconds, self.quiet)  # nodes registered, nothing to run
         if args.start_every:
-            to_start[0] = args.operations
+            self.to_start = args.operations
         else:
             for _ in range(args.operations):
-                ordinals[live.start_operation("vanilla", spec, "root", state["now"]).id] = len(ordinals)
-        began = state["now"]
-        run(began + args.warmup_seconds, None)
-        loaded = Counted()
-        shard_cpu_before = sum(shards.shard_cpu) if shards is not None else 0.0
-        apply_before = sum(remote.shard_apply_cpu) if args.shard_processes else 0.0
-        ways_before = (
-            (remote.granted_starts, remote.claims - remote.claims_refused, remote.grants_taken_back)
-            if args.shard_processes
-            else (0, 0, 0)
-        )
-        run(began + args.seconds, loaded)
+                self.start_operation()
+        began = self.now
+        self.run(began + args.warmup_seconds, None)
+        marks = self.shard_marks()
+        self.run(began + args.seconds, self.loaded)
+        loaded, quiet = self.loaded, self.quiet
         figures = loaded.figures()
-        if shards is not None:  # the replicas' work, which shard processes would take off the leader
-            replicas = sum(shards.shard_cpu) - shard_cpu_before
-            # in one process the replicas' CPU is in this process's; shard processes report theirs apart
-            leader = loaded.cpu if args.shard_processes else loaded.cpu - replicas
-            figures["shard_replicas_cpu_seconds"] = round(replicas, 3)
-            figures["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / max(loaded.heartbeats, 1), 4)
-            if loaded.started:
-                figures["leader_cpu_ms_per_started_allocation"] = round(1000 * leader / loaded.started, 4)
-            figures["replica_copies"] = sum(
-                r.copies for per_shard in shards.replicas for r in per_shard.values()
-            ) + (remote.snapshots if args.shard_processes else 0)
-            figures["shard_passes"] = shards.passes
-            figures["proven_empty_passes"] = shards.proven_empty
-            figures["leader_passes"] = shards.leader_passes
-            if args.shard_processes:
-                figures["refused_bookings"] = remote.dropped
-                figures["shard_apply_cpu_seconds"] = round(sum(remote.shard_apply_cpu) - apply_before, 3)
-                figures["pipe_bytes_sent_per_pass"] = round(remote.sent_bytes / max(remote.passes, 1))
-                figures["pipe_bytes_received_per_pass"] = round(remote.received_bytes / max(remote.passes, 1))
-                figures["pipe_messages_per_pass"] = round(remote.messages / max(remote.passes, 1), 2)
-                granted = remote.granted_starts - ways_before[0]
-                claimed = remote.claims - remote.claims_refused - ways_before[1]
-                figures["shard_starts_granted"] = granted  # took an allocation granted ahead: no round trip
-                figures["shard_starts_claimed"] = claimed
-                figures["grants_taken_back"] = remote.grants_taken_back - ways_before[2]
-                figures["shard_processes_alive"] = sum(
-                    1 for link in remote.links if link is not None and link.alive
-                )
-        if updates:
-            ordered = sorted(updates)
+        if self.shards is not None:
+            figures.update(self.shard_figures(marks))
+        if self.updates:
+            ordered = sorted(self.updates)
             figures["fair_share_updates"] = len(ordered)
             figures["update_longest_hold_ms_median"] = round(1000 * ordered[len(ordered) // 2], 2)
             figures["update_longest_hold_ms_max"] = round(1000 * ordered[-1], 2)
-        figures.update(_hold_figures(holds))
-        quiet_figures = quiet.figures()
+        figures.update(_hold_figures(self.holds))
         if loaded.started:
             idle_cost = quiet.cpu / max(quiet.heartbeats, 1)
             figures["marginal_ms_per_started_allocation"] = round(
                 1000 * (loaded.cpu - idle_cost * loaded.heartbeats) / loaded.started, 4
             )
-        figures["decisions_sha256"] = decisions.hexdigest()[:16]
-        result = {
+        figures["decisions_sha256"] = self.decisions.hexdigest()[:16]
+        return {
             "bench": "heartbeat_profile",
             "parameters": vars(args),
-            "quiet": quiet_figures,
+            "quiet": quiet.figures(),
             "loaded": figures,
         }
-        print(json.dumps(result, indent=2))
-        if args.profile and args.profile_dump:
-            profile.dump_stats(args.profile_dump)
-        if args.profile:
-            pstats.Stats(profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(
-                args.profile_lines
-            )
-    for process in processes:  # their pipes closed with the leader's objects: they end; else ended here
-        process.join(timeout=5.0)
-        if process.is_alive():
-            process.kill()
+
+    def close(self) -> None:
+        """Shard processes end as their pipes close with the leader's objects; else they are ended here."""
+        for process in self.processes:
+            process.join(timeout=5.0)
+            if process.is_alive():
+                process.kill()
+
+
+def main() -> None:
+    args = _arguments()
+    cluster: ProfiledCluster | None = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="pooltree-hb-profile-") as tmp:
+            cluster = ProfiledCluster(args, tmp, mp.get_context("spawn"))
+            print(json.dumps(cluster.measure(), indent=2))
+            if args.profile and args.profile_dump:
+                cluster.profile.dump_stats(args.profile_dump)
+            if args.profile:
+                pstats.Stats(cluster.profile, stream=sys.stderr).sort_stats(args.profile_sort).print_stats(
+                    args.profile_lines
+                )
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 if __name__ == "__main__":
