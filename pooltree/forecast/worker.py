@@ -205,9 +205,8 @@ class ForecastService:
             found = opened_forecast(parcel)
             opened, opening = time.time(), time.thread_time() - cpu
         except (PooltreeError, MemoryError) as error:
-            if (
-                self.worker.stopping
-            ):  # the scheduler is stopping: the refresh in flight ends with it, not failed
+            # the scheduler is stopping: the refresh in flight ends with it, not failed
+            if self.worker.stopping:
                 log.info("forecast refresh ended with the scheduler: %s", error)
                 return None
             self.last_error = str(error)

@@ -431,9 +431,8 @@ class JobExecutor:
         job = self._get_running(job_id)
         elapsed = time.monotonic() - job.start_mono
         stats = job_statistics(job.spec, self._track(job), total_seconds=elapsed, exec_seconds=elapsed)
-        with contextlib.suppress(
-            UserStatisticsError
-        ):  # a fault fails the job once it ends, not its heartbeat
+        # a fault fails the job once it ends, not its heartbeat
+        with contextlib.suppress(UserStatisticsError):
             stats.update(job.user_statistics.read(job.directory, job.spec.custom_statistics_count_limit))
         return stats
 

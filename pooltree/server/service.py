@@ -557,9 +557,8 @@ class SchedulerService:
                     log.warning("fair-share update of tree %s failed: %s", tree, error.message)
                 except KeyError:
                     continue
-                except (
-                    Exception
-                ):  # a bug in one update must not end every later one (the loop task would die)
+                # a bug in one update must not end every later one (the loop task would die)
+                except Exception:
                     log.exception("fair-share update of tree %s failed unexpectedly", tree)
             if self.scheduler.updates.unfinished:  # lists a stale publish left, in short holds of the lock
                 try:

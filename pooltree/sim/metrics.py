@@ -375,9 +375,8 @@ class SimulationMetrics:
             for tree in self.trees.values()
             if tree.core.strategy.segments.enabled
         }
-        if (
-            segments
-        ):  # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
+        # the trees' scheduling segments at the end (strategy/segments.py), only where they are on
+        if segments:
             summary["scheduling_segments"] = segments
         plans = {
             tree.name: tree.core.gpu_policy_view()["statistics"]

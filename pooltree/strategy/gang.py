@@ -81,9 +81,8 @@ class GangRestarts:
             )
             self._stop(old, target, explanation, now)
             new = restart(old, now)
-            if (
-                new is None
-            ):  # the new job does not fit the allocation: it waits as pending, the allocation ends
+            # the new job does not fit the allocation: it waits as pending, the allocation ends
+            if new is None:
                 node.usage -= old.resources
                 state.release(old, runtime, element)
                 continue

@@ -140,9 +140,8 @@ class GpuPolicy:
         self._sync_operations(facts)
         self._reconcile(allocations)
         for op in self.operations.values():
-            if (
-                not op.initialized and op.assignments
-            ):  # found running with nothing pending: its allocations tell
+            # found running with nothing pending: its allocations tell
+            if not op.initialized and op.assignments:
                 op.initial_resources = op.assignments[0].resources
                 op.initial_count = len(op.assignments)
         if (

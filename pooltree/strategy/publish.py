@@ -71,9 +71,8 @@ class SnapshotPublisher:
         previous = self.state.elements
         fifo_order = self.state.config.fifo_pool_scheduling_order == "fifo"
         if previous and now is not None and tree.skeleton is self.skeleton:
-            if not self.changes.publish_changes(
-                tree, now, total, self.respecced
-            ):  # changes.py; else every element in three passes
+            # changes.py; else every element in three passes
+            if not self.changes.publish_changes(tree, now, total, self.respecced):
                 self._publish_same_structure(tree, now, total)
                 self.changes.statuses_timed = True
             return

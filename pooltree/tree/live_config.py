@@ -78,9 +78,8 @@ class LiveConfig:
         return ""
 
     def _swap_state(self, new: Any) -> None:
-        for user in (
-            self.tree._user_ephemeral_pools
-        ):  # a user whose pools became explicit stays listed, as on YTsaurus
+        # a user whose pools became explicit stays listed, as on YTsaurus
+        for user in self.tree._user_ephemeral_pools:
             new._user_ephemeral_pools.setdefault(user, [])
         for name in (
             "definition",

@@ -371,9 +371,8 @@ class LiveJobs:
                     continue
                 if not speculative:
                     self._note_preemption(job_id, record)
-                if (
-                    record.error is not None and job_id in scheduler.jobs
-                ):  # job time limit: YTsaurus's error 1202
+                # job time limit: YTsaurus's error 1202
+                if record.error is not None and job_id in scheduler.jobs:
                     scheduler.jobs[job_id].error = record.error
                 target = scheduler.nodes.get(record.node_address, node)
                 if record.interruptible and record.timeout > 0:
@@ -482,9 +481,8 @@ class LiveJobs:
             spec["memory_reserve"] = min(reserve.user_job_memory_reserve, float(task.memory_limit))
             spec["job_proxy_memory_reserve"] = reserve.job_proxy_memory_reserve
             spec["job_proxy_estimated_memory"] = reserve.job_proxy_estimate
-        if (
-            scheduler.job_files is not None
-        ):  # file_paths: contents go with the spec, the node writes the sandbox
+        # file_paths: contents go with the spec, the node writes the sandbox
+        if scheduler.job_files is not None:
             files = scheduler.job_files(op.id, job.task_name)
             if files:
                 spec["files"] = files

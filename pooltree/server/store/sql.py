@@ -68,9 +68,8 @@ class SqlStore(Store):
         A failed commit is never retried here: the caller answers an error and leaves no trace in memory.
         ``read``: the statements only read (``_read_transaction``).
         """
-        if (
-            not read
-        ):  # a store in trouble still answers reads (what it acknowledged), as the in-memory ones do
+        # a store in trouble still answers reads (what it acknowledged), as the in-memory ones do
+        if not read:
             self.check_writable()
         try:
             with self._read_transaction() if read else self._connection_transaction() as cur:
