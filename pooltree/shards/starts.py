@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from pooltree.resources import RESOURCE_COUNT, Vector
+from pooltree.resources import RESOURCE_COUNT, Vector, same_vector
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.deltas import (
     ClassAnswer,
@@ -362,7 +362,7 @@ class ShardStarts:
         tags = None if before is None else before.tags
         core.sync_node_limits(heartbeat)
         node = truth.sync_node(heartbeat, now)
-        if limits is None or tags != node.tags or not np.array_equal(limits, node.resource_limits):
+        if limits is None or tags != node.tags or not same_vector(limits, node.resource_limits):
             self._send(tree, NodeSynced(node.address, node.resource_limits.copy(), node.tags, now))
 
     def _flush_pending(self, tree: str, state: _Tree) -> None:

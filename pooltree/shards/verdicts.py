@@ -354,16 +354,22 @@ class LeaderVerdicts:
             if allocation is None or allocation.preempted:
                 bounds[report.job_id] = math.inf
                 continue
-            # the bound is a function of these: computed again only when one of them changed
-            inputs = (report.resource_usage, allocation.reserve.tolist(), allocation.resources.tolist())
+            # the bound is a function of these: computed again only when one of them changed (the reserve is
+            # the resources, the same array, until a report raised them: then its floats are compared)
+            reserve = allocation.reserve
+            inputs = (
+                report.resource_usage,
+                None if reserve is allocation.resources else reserve.tolist(),
+                allocation.amounts,
+            )
             cached = known.get(report.job_id)
             if cached is not None and cached[0] == inputs:
                 bound = cached[1]
             else:
-                reserve = float(allocation.reserve[MEMORY])
-                at_reserve = reported_usage(replace(report, memory_usage=reserve))
-                above = usage_above_reserve(allocation.reserve, at_reserve)
-                bound = reserve if np.array_equal(above, allocation.resources) else None
+                memory = float(reserve[MEMORY])
+                at_reserve = reported_usage(replace(report, memory_usage=memory))
+                above = usage_above_reserve(reserve, at_reserve)
+                bound = memory if np.array_equal(above, allocation.resources) else None
             kept[report.job_id] = (inputs, bound)
             if bound is not None:
                 bounds[report.job_id] = bound
