@@ -88,12 +88,39 @@ PROOF_PROBE = 4
 used again: the first note of a heartbeat a shard answered proves every heartbeat of the node again)."""
 
 
-def expected_next(heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> HeartbeatRequest | None:
+_REPORTED_LIMIT = 4096
+"""Distinct start entries' resource maps a `StartEntryResources` keeps at most."""
+
+
+class StartEntryResources:
+    """Start entries' resources as a node's running report of them reads (``parse_resources``), kept per distinct
+    map (an operation's jobs share theirs): owned by the `ShardNodes` or `LeaderVerdicts` that reads them, at most
+    `_REPORTED_LIMIT` maps (then forgotten all at once)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[tuple[str, Any], ...], tuple[float, ...]] = {}
+
+    def reported(self, resources: dict[str, Any]) -> tuple[float, ...]:
+        """``resources`` as the node's report of the job reads them."""
+        key = tuple(sorted(resources.items()))
+        known = self._known
+        usage = known.get(key)
+        if usage is None:
+            if len(known) >= _REPORTED_LIMIT:
+                known.clear()
+            usage = known[key] = tuple(parse_resources(resources, "resources").tolist())
+        return usage
+
+
+def expected_next(
+    heartbeat: HeartbeatRequest, answer: dict[str, Any], entries: StartEntryResources
+) -> HeartbeatRequest | None:
     """The node's next heartbeat as the leader's ``answer`` to ``heartbeat`` leaves it when nothing else happens
     on the node: the same running jobs and then the started ones in the answer's order, each with the resources
-    of its start entry (what a node reports for it: ``node/agent.py``, ``bench/live_nodes.py``) and no measured
-    memory, and no finished job (the answer acknowledged them). ``heartbeat`` itself when nothing was started;
-    None when a start entry cannot be read so (its next heartbeat then goes to the leader)."""
+    of its start entry (what a node reports for it: ``node/agent.py``, ``bench/live_nodes.py``; read through
+    ``entries``) and no measured memory, and no finished job (the answer acknowledged them). ``heartbeat`` itself
+    when nothing was started; None when a start entry cannot be read so (its next heartbeat then goes to the
+    leader)."""
     started = answer.get(wire.START)
     if not started:
         return heartbeat
@@ -101,28 +128,11 @@ def expected_next(heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Heartb
     try:
         for entry in started:
             task = entry.get("task_name") or "main"
-            usage = _reported_resources(entry["resources"])
+            usage = entries.reported(entry["resources"])
             running.append(RunningJobReport(entry["job_id"], entry["operation_id"], task, usage))
     except (KeyError, TypeError, AttributeError, ValueError, ConfigError):
         return None
     return replace(heartbeat, running=running, finished=[])
-
-
-_REPORTED: dict[tuple[tuple[str, Any], ...], tuple[float, ...]] = {}
-"""Start entries' resources as a node's report of them reads (``_reported_resources``), by their items."""
-_REPORTED_LIMIT = 4096
-
-
-def _reported_resources(resources: dict[str, Any]) -> tuple[float, ...]:
-    """A start entry's resources as the node's running report of them reads (``parse_resources``), kept per
-    distinct map (an operation's jobs share theirs)."""
-    key = tuple(sorted(resources.items()))
-    usage = _REPORTED.get(key)
-    if usage is None:
-        if len(_REPORTED) >= _REPORTED_LIMIT:
-            _REPORTED.clear()
-        usage = _REPORTED[key] = tuple(parse_resources(resources, "resources").tolist())
-    return usage
 
 
 def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tuple[Any, ...]:
@@ -179,6 +189,8 @@ class ShardNodes:
         """Heartbeats this shard answered itself."""
         self.answered_full = 0
         """Of those, the heartbeats of full nodes answered after the generation moved (on ``NodeVerdict.full``)."""
+        self.entries = StartEntryResources()
+        """Start entries' resources as reports read them (`expected_next`)."""
 
     def learn(self, generation: int, coarse: int = 0, stamps: Iterable[tuple[str, int]] = ()) -> None:
         """The leader's state generation is at least ``generation``, its ``coarse`` counter at least ``coarse``,
@@ -197,7 +209,7 @@ class ShardNodes:
     ) -> None:
         """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty
         (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to the leader)."""
-        expected = expected_next(heartbeat, answer) if proof is not None else None
+        expected = expected_next(heartbeat, answer, self.entries) if proof is not None else None
         if proof is None or expected is None:
             self._verdicts.pop(heartbeat.address, None)
             return
@@ -260,6 +272,8 @@ class LeaderVerdicts:
         """Per node whose proofs go unused, its quiet heartbeats not proven since its last proof."""
         self._bounds: dict[str, dict[str, tuple[Any, float | None]]] = {}
         """Per node, its running jobs' memory bounds of its last proof with what they were computed from."""
+        self.entries = StartEntryResources()
+        """Start entries' resources as reports read them (`expected_next`)."""
         self.proofs_made = 0
         self.proofs_spared = 0
         """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
@@ -276,7 +290,7 @@ class LeaderVerdicts:
         are spared."""
         if answer.get(wire.PREEMPT) or answer.get(wire.ABORT) or answer.get(wire.SCHEDULING_SKIPPED):
             return None  # the node's next heartbeat reports what this one stopped, or it was throttled
-        expected = expected_next(heartbeat, answer)
+        expected = expected_next(heartbeat, answer, self.entries)
         if expected is None:
             return None
         heartbeat = expected

@@ -362,3 +362,20 @@ def test_sparing_proofs_keeps_the_decisions_and_the_quiet_answers(tmp_path: Path
         assert replay(recorder.recording, scheduler, shards) == recorded
     assert shards.leader.proofs_spared > 0
     assert shards.answered >= len(recorded.started) * 0.25
+
+
+def test_start_entry_resources_are_read_as_a_report_and_kept_per_owner_within_the_limit() -> None:
+    """A start entry's resources read as the node's report of them (``parse_resources``), kept per distinct map by
+    the `StartEntryResources` that read them (each `ShardNodes` and `LeaderVerdicts` owns its own; none is module
+    state), and forgotten all at once past the limit."""
+    entry = {"cpu": 1, "memory": "1Gi", "user_slots": 1}
+    mine, other = verdicts.StartEntryResources(), verdicts.StartEntryResources()
+    read = mine.reported(entry)
+    assert read == tuple(verdicts.parse_resources(entry, "resources").tolist())
+    assert mine.reported(dict(reversed(list(entry.items())))) is read  # the same map in another order
+    assert other.reported(entry) == read and other.reported(entry) is not read
+    for index in range(verdicts._REPORTED_LIMIT + 1):
+        mine.reported({"cpu": index, "user_slots": 1})
+    assert len(mine._known) <= verdicts._REPORTED_LIMIT
+    assert mine.reported(entry) == read
+    assert ShardNodes().entries is not ShardNodes().entries
