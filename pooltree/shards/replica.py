@@ -447,7 +447,7 @@ class TreeReplica:
         self.boundaries = {
             operation_id: drop_lists(replica, runtime) for operation_id, runtime in replica.operations.items()
         }
-        replica.preemption.classes = self.classes  # type: ignore[method-assign]
+        replica.preemption.read_classes_with(self.classes)
         changes = replica.state.changes
         changes.keep_readers(STRATEGY_READERS)  # the truth's core reads the truth's log, not this copy's
         for operation_id, proxy in self.controllers.items():

@@ -8,6 +8,7 @@ record, and stops decided outside a heartbeat (job time limits), queued for the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,15 @@ _STAGES = (
 )
 
 
+ClassReader = Callable[[OperationRuntime], PreemptionClasses]
+"""An operation's preemption classes as the preemptive stages read them."""
+
+
+def lists_of(runtime: OperationRuntime) -> PreemptionClasses:
+    """An operation's classes from its own preemptible lists (the strategy that holds them)."""
+    return runtime.lists
+
+
 class PreemptiveStages:
     """Stages that stop allocations; see the module docstring."""
 
@@ -83,6 +93,10 @@ class PreemptiveStages:
         """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`)."""
         self.full_host = full_host
         """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`)."""
+        self.class_reader: ClassReader = lists_of
+        """Where the stages read an operation's preemption classes (`classes`): its own lists (`lists_of`); a node
+        shard's replica, which holds no lists, reads the leader's boundaries instead (`pooltree/shards/replica.py`,
+        `read_classes_with`)."""
 
     # -------------------------------------------------------------- stage 1: graceful preemption
 
@@ -106,10 +120,14 @@ class PreemptiveStages:
 
     # -------------------------------------------------------------- the classes the stages read
 
+    def read_classes_with(self, reader: ClassReader) -> None:
+        """The stages read operations' classes through ``reader`` from now on (a replica without the lists)."""
+        self.class_reader = reader
+
     def classes(self, runtime: OperationRuntime) -> PreemptionClasses:
         """An operation's preemption classes as the stages read them: from the two boundaries of its start order
-        alone (`PreemptibleLists.status`, which `ClassBoundaries` answers the same way)."""
-        return runtime.lists
+        alone (`PreemptibleLists.status`, which `ClassBoundaries` answers the same way), through `class_reader`."""
+        return self.class_reader(runtime)
 
     def status(self, allocation: Allocation) -> PreemptionStatus:
         """A running allocation's class (preemptible, aggressively preemptible, not), through `classes`; an
@@ -117,7 +135,7 @@ class PreemptiveStages:
         runtime = self.state.operations.get(allocation.operation_id)
         if runtime is None:
             return allocation.preemption_status
-        return self.classes(runtime).status(allocation)
+        return self.class_reader(runtime).status(allocation)
 
     # -------------------------------------------------------------- stage 3: preemptive scheduling
 

@@ -66,6 +66,9 @@ def _assert_holds_only_its_own(shards: ShardStarts) -> None:
             strategy = held.strategy
             assert strategy is not None
             assert all(held.owns(a.node_address) for a in strategy.allocations.values())
+            # its stages read classes through the reader handed to them, no method replaced on the instance
+            assert "classes" not in vars(strategy.preemption)
+            assert strategy.preemption.class_reader == held.classes
             assert all(
                 not node.allocations for address, node in strategy.nodes.items() if not held.owns(address)
             )
