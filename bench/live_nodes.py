@@ -31,7 +31,10 @@ allocations started per scheduler CPU-second (leader and shards summed); ``answe
 of the phase's answers the shards gave themselves (heartbeats the leader proved empty,
 ``pooltree/shards/verdicts.py``); ``shard_starts_granted_share``: the share of the shard passes' starts that took
 an allocation granted ahead with the pass's request instead of a claim's round trip (``pooltree/shards/remote.py``),
-``grants_taken_back_per_start``: grants no start took, per start of the shard passes. From ``/metrics`` read at a
+``grants_taken_back_per_start``: grants no start took, per start of the shard passes; ``proofs_per_heartbeat``:
+proofs the leader made per answered heartbeat (builds with ``pooltree_node_shard_proofs_made``), and
+``shard_answers_per_proof``: heartbeats the shards answered per proof made (a proof serves every equal heartbeat
+of its node until the state generation moves). From ``/metrics`` read at a
 phase's start and end: the fair-share updates in it and their mean wall time, and (builds that count the
 scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far, and (builds that
 compute the fair share outside the lock) the updates computed again because their tree changed meanwhile.
@@ -84,6 +87,7 @@ METRICS_TIMEOUT = 10.0
 GRANTED = 'pooltree_node_shard_starts_total{way="granted"'
 CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
 TAKEN_BACK = "pooltree_node_shard_grants_taken_back_total "
+PROOFS_MADE = "pooltree_node_shard_proofs_made_total "
 OVERTAKEN = "pooltree_scheduler_fair_share_computes_overtaken_total"
 COMMIT_BATCHES = "pooltree_scheduler_group_commit_batches_total"
 COMMIT_SUBMISSIONS = "pooltree_scheduler_group_commit_submissions_total"
@@ -492,6 +496,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             split: dict[str, tuple[float, float]] = {}
             by_shards: dict[str, float] = {}
             ways: dict[str, tuple[float, float]] = {}
+            made: dict[str, float] = {}
 
             holds: dict[str, dict[str, Any]] = {}
 
@@ -500,6 +505,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 granted = scheduler.metric_sum(GRANTED)
                 claimed = scheduler.metric_sum(CLAIMED)
                 back = scheduler.metric_sum(TAKEN_BACK)
+                proofs = scheduler.metric_sum(PROOFS_MADE)
                 metrics_before = scheduler.metrics()
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
@@ -510,6 +516,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                     by_shards[name] = now_local - local
                 now_granted, now_claimed = scheduler.metric_sum(GRANTED), scheduler.metric_sum(CLAIMED)
                 now_back = scheduler.metric_sum(TAKEN_BACK)
+                now_proofs = scheduler.metric_sum(PROOFS_MADE)
+                if proofs is not None and now_proofs is not None:
+                    made[name] = now_proofs - proofs
                 if None not in (granted, claimed, back, now_granted, now_claimed, now_back):
                     ways[name] = (now_granted - granted, now_claimed - claimed, now_back - back)  # type: ignore[operator]
                 split[name] = (after[0] - before[0], after[1] - before[1])
@@ -531,6 +540,14 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
                 if phase["phase"] in by_shards:
                     phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
+                if (
+                    phase["phase"] in made
+                ):  # proofs the leader made per answered heartbeat, and how many were used
+                    phase["proofs_per_heartbeat"] = round(made[phase["phase"]] / answered, 3)
+                    if made[phase["phase"]] and phase["phase"] in by_shards:
+                        phase["shard_answers_per_proof"] = round(
+                            by_shards[phase["phase"]] / made[phase["phase"]], 3
+                        )
                 phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
                 phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
                 total = leader + shards

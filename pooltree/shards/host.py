@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +102,45 @@ class PassLinks(Protocol):
     def grants_taken_back(self) -> int: ...
 
 
+class _Workers:
+    """The leader threads that answer the shards' heartbeats: a fixed pool fed by one `queue.SimpleQueue` (a C
+    queue: a heartbeat handed over costs a put and a get, where `ThreadPoolExecutor` makes a future and takes
+    Python-level locks and a semaphore per item). ``shutdown``: work still queued is dropped, work running ends."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._work: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
+            for index in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, work: Callable[..., None], *args: Any) -> None:
+        self._work.put((work, args))
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            if self._stopping:
+                continue
+            work, args = item
+            try:
+                work(*args)
+            except Exception:
+                log.exception("a node shard's heartbeat failed on its leader thread")
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        for _ in self._threads:
+            self._work.put(None)
+
+
 @dataclass
 class _Shard:
     index: int
@@ -132,7 +172,7 @@ class NodeShards:
         """Shards that start allocations: each process also runs its nodes' passes (``remote.py``) on a second
         pipe; None: the leader runs every pass (the shards answer the heartbeats proven empty)."""
         self._context = multiprocessing.get_context("spawn")
-        self._executor = ThreadPoolExecutor(WORKERS_PER_SHARD * count, thread_name_prefix="node-shard")
+        self._workers = _Workers(WORKERS_PER_SHARD * count, "node-shard")
         self._lock = threading.Lock()
         self._closing = False
         self._shards: list[_Shard | None] = [None] * count
@@ -156,9 +196,12 @@ class NodeShards:
         self._pusher = threading.Thread(
             target=self._push_generations, name="node-shard-generations", daemon=True
         )
-        starts = [self._executor.submit(self._start, index) for index in range(count)]
-        for future in starts:
-            future.result()
+        try:
+            with ThreadPoolExecutor(count, thread_name_prefix="node-shard-start") as starting:
+                list(starting.map(self._start, range(count)))
+        except BaseException:
+            self._workers.shutdown()
+            raise
         self._pusher.start()
 
     # ------------------------------------------------------------------ processes
@@ -233,7 +276,7 @@ class NodeShards:
             except Exception as error:
                 self._send(shard, self._error_reply(shard, request_id, error))
                 continue
-            self._executor.submit(
+            self._workers.submit(
                 self._answer, shard, request_id, heartbeat, peer, hostname, limit is not None
             )
         shard.alive = False
@@ -410,7 +453,7 @@ class NodeShards:
                 shard.process.join(timeout=5.0)
             if self.starts is not None:
                 self.starts.detach(shard.index)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown()
 
 
 class ShardMetrics:
@@ -440,7 +483,13 @@ class ShardMetrics:
             "Quiet heartbeats the leader did not prove empty because the node's last proofs went unused",
         )
         spared.add_metric([], shards.verdicts.proofs_spared)
-        yield spared
+        made = CounterMetricFamily(
+            "pooltree_node_shard_proofs_made",
+            "Proofs the leader made that a node's next heartbeat changes nothing (each used by the node's shard "
+            "for the heartbeats it answers until the state generation moves)",
+        )
+        made.add_metric([], shards.verdicts.proofs_made)
+        yield from (spared, made)
         if shards.starts is not None:
             passes = CounterMetricFamily(
                 "pooltree_node_shard_passes",

@@ -74,6 +74,12 @@ def _seen(url: str) -> dict[str, float]:
     return {shard: count + local.get(shard, 0.0) for shard, count in _carried(url).items()}
 
 
+def _counter(url: str, metric: str) -> float:
+    """A counter without labels so far (``/metrics``)."""
+    text = httpx.get(url + "/metrics", headers={"Authorization": f"OAuth {ROOT_TOKEN}"}, timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(metric + " "))
+
+
 def _answered_by_shards(url: str) -> float:
     """Heartbeats the shards answered themselves (proven empty by the leader), as far as the leader heard."""
     return sum(_per_shard(url, "pooltree_node_shard_local_answers_total").values())
@@ -96,6 +102,7 @@ def test_a_killed_shard_comes_back_and_no_job_is_lost_or_run_twice(tmp_path: Pat
         wait_for(lambda: len(yt.get("//sys/scheduler/orchid/scheduler/nodes")) == 2, timeout=30)
         # idle nodes: the shards answer their heartbeats themselves; the start below must reach them anyway
         wait_for(lambda: _answered_by_shards(url) > 0, timeout=30)
+        assert _counter(url, "pooltree_node_shard_proofs_made_total") >= 1  # what the shards answered by
         op_id = yt.run_operation(vanilla("sleep 6", 4), sync=False).id
         running = wait_for(lambda: len(_running(yt, op_id)) == 4 and _running(yt, op_id), timeout=30)
         assert {job["address"] for job in running} == set(NODES)
