@@ -264,22 +264,38 @@ class LiveJob:
         return self.job_competition_id or self.id
 
     def record(self) -> JobRecord:
-        document = {
+        """The store's record of the job. Its document holds the task, index and tree, and only those other fields
+        that differ from their defaults (``from_record`` reads a missing field as its default, as it reads every
+        field of the rows older builds wrote). A running job's body is ~50 bytes instead of ~265; a job's row is
+        written at its start and at its end, inside the heartbeat's commit, and smaller rows dirty fewer pages of
+        SQLite's journal and are cheaper to build (``tests/server/test_job_records.py``)."""
+        document: dict[str, Any] = {
             "task_name": self.task_name,
             "job_index": self.job_index,
             "tree": self.tree,
-            "error": self.error,
-            "exit_code": self.exit_code,
-            "abort_reason": self.abort_reason,
-            "interruption_reason": self.interruption_reason,
-            "statistics": self.statistics,
-            "stderr": self.stderr,
-            "stderr_size": self.stderr_size,
-            "interruption_info": self.interruption_info,
-            "gpu_devices": list(self.gpu_devices),
-            "job_competition_id": self.job_competition_id,
-            "has_competitors": self.has_competitors,
         }
+        if self.error is not None:
+            document["error"] = self.error
+        if self.exit_code is not None:
+            document["exit_code"] = self.exit_code
+        if self.abort_reason is not None:
+            document["abort_reason"] = self.abort_reason
+        if self.interruption_reason is not None:
+            document["interruption_reason"] = self.interruption_reason
+        if self.statistics:
+            document["statistics"] = self.statistics
+        if self.stderr:
+            document["stderr"] = self.stderr
+        if self.stderr_size:
+            document["stderr_size"] = self.stderr_size
+        if self.interruption_info is not None:
+            document["interruption_info"] = self.interruption_info
+        if self.gpu_devices:
+            document["gpu_devices"] = list(self.gpu_devices)
+        if self.job_competition_id is not None:
+            document["job_competition_id"] = self.job_competition_id
+        if self.has_competitors:
+            document["has_competitors"] = True
         return JobRecord(
             self.operation_id,
             self.id,
