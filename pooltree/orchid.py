@@ -45,7 +45,7 @@ def _ratio(x: Vector) -> float:
     return float(np.max(x)) if len(x) else 0.0
 
 
-def _element_view(result: Any) -> dict[str, Any]:
+def element_view(result: Any) -> dict[str, Any]:
     detailed = result.detailed_fair_share
     return {
         "fair_share_ratio": _ratio(result.fair_share),
@@ -81,9 +81,14 @@ def unpublished_operation_view(
     """A pending operation (not an element of the fair-share update, as in YTsaurus), or one registered in ``tree``
     after the update a view shows, as an update shows it while it is pending: its placement and queue position and
     zero shares (a pending operation has no usage and no demand)."""
+    return pending_view(tree.operation_orchid(operation_id, position=position))
+
+
+def pending_view(placement: dict[str, Any]) -> dict[str, Any]:
+    """``unpublished_operation_view`` from the operation's placement (``PoolTree.operation_orchid``)."""
     zero = zeros()
     view = {
-        **tree.operation_orchid(operation_id, position=position),
+        **placement,
         "fair_share_ratio": 0.0,
         "usage_ratio": 0.0,
         "demand_ratio": 0.0,
@@ -131,7 +136,7 @@ def tree_view(
     operations: dict[str, Any] = {}
     positions = tree.pending_positions()
     for element_id, element in result.elements.items():
-        view = _element_view(element)
+        view = element_view(element)
         if strategy is not None:
             extra = strategy.element_view(element_id)
             view.update((key, extra[key]) for key in STRATEGY_FIELDS if key in extra)

@@ -560,6 +560,11 @@ class SchedulerService:
                 # a bug in one update must not end every later one (the loop task would die)
                 except Exception:
                     log.exception("fair-share update of tree %s failed unexpectedly", tree)
+            if self.scheduler.snapshots.due(self.scheduler.update_period):  # a change no update published
+                try:
+                    await run_in_threadpool(self.scheduler.snapshots.publish)
+                except Exception:
+                    log.exception("publishing the read snapshot failed unexpectedly")
             if self.scheduler.updates.unfinished:  # lists a stale publish left, in short holds of the lock
                 try:
                     await run_in_threadpool(self.scheduler.updates.finish_unfinished)

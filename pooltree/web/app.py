@@ -29,11 +29,11 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
-from pooltree.resources import RESOURCES, format_size, resources_to_dict
+from pooltree.resources import RESOURCES, format_size
 from pooltree.server.app import read_body
 from pooltree.server.job_commands import job_attributes
-from pooltree.server.live.alerts import explain_pending
-from pooltree.server.live.reads import RecentReads
+from pooltree.server.live.model import LiveJob
+from pooltree.server.live.snapshot import ReadSnapshot, TreeRead
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
@@ -137,8 +137,6 @@ class WebUI:
         self.env = _environment()
         self.history = history or PoolHistory()
         self.history.attach(self.scheduler)
-        self.reads = RecentReads(self.scheduler.lock, service.clock)
-        """What the pages read under the scheduling lock, answered from a second ago while the lock is busy."""
 
     def routes(self) -> list[Route]:
         page = self._page
@@ -261,8 +259,8 @@ class WebUI:
 
     # -- Scheduling
 
-    def _tree_name(self, request: Request) -> str | None:
-        trees = sorted(self.scheduler.views)
+    def _tree_name(self, request: Request, snapshot: ReadSnapshot) -> str | None:
+        trees = sorted(snapshot.trees)
         wanted = request.query_params.get("tree")
         if wanted in trees:
             return wanted
@@ -270,46 +268,10 @@ class WebUI:
         return default if default in trees else (trees[0] if trees else None)
 
     def scheduling(self, request: Request) -> Response:
-        def gather() -> dict[str, Any]:
-            tree = self._tree_name(request)
-            trees = sorted(self.scheduler.views)
-            rows: list[dict[str, Any]] = []
-            tree_alerts: list[dict[str, Any]] = []
-            summary: dict[str, Any] = {}
-            segments: dict[str, Any] | None = None
-            gpu_plan: dict[str, Any] | None = None
-            if tree is not None:
-                view = self.scheduler.views[tree]
-                rows = _pool_rows(self.scheduler, tree, view)
-                segments = segments_summary(view.get("scheduling_segments"))
-                gpu_plan = gpu_plan_summary(view.get("gpu_assignment_plan"))
-                tree_alerts = self.scheduler.alert_center.tree_alerts(tree)
-                summary = {
-                    "resource_limits": view["resource_limits"],
-                    "resource_usage": view["resource_usage"],
-                    "pool_count": view["pool_count"],
-                    "operation_count": len(view["operations"]),
-                }
-            scheduler_alerts = [
-                a
-                for a in self.scheduler.scheduler_alerts()
-                if a["attributes"].get("pool_tree") in (None, tree)
-            ]
-            operation_alerts = [
-                (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
-            ]
-            return {
-                "tree": tree,
-                "trees": trees,
-                "rows": rows,
-                "alerts": _unique(tree_alerts + scheduler_alerts),
-                "operation_alerts": operation_alerts,
-                "summary": summary,
-                "segments": segments,
-                "gpu_plan": gpu_plan,
-            }
-
-        read = self.reads.read(("scheduling", request.query_params.get("tree")), gather)
+        self.scheduler.snapshots.watch_pages()  # its operations' alerts and pending reasons
+        snapshot = self.scheduler.snapshots.current
+        tree = self._tree_name(request, snapshot)
+        read = snapshot.derived(("scheduling", tree), lambda: _scheduling(snapshot, tree))
         forecast_rows, forecast_chart, forecast_info = self._tree_forecast(
             [row["id"] for row in read["rows"] if row["kind"] == "operation"]
         )
@@ -359,6 +321,7 @@ class WebUI:
             OperationFilter(user=user, state=state, limit=MAX_LISTED_OPERATIONS)
         )
         items: list[dict[str, Any]] = []
+        snapshot = self.scheduler.snapshots.current
         visible = self.service.security.operation_visible
         for record in records:
             if not visible(
@@ -377,7 +340,7 @@ class WebUI:
             }
             if pool is not None and pool != attributes.get("pool") and pool not in pools:
                 continue
-            items.append(self._operation_row(attributes))
+            items.append(self._operation_row(snapshot, attributes))
         return self._render(
             request,
             "operations.html",
@@ -388,21 +351,17 @@ class WebUI:
             states=["running", "pending", "completed", "failed", "aborted"],
         )
 
-    def _operation_row(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        def gather() -> dict[str, Any]:
-            shares: dict[str, Any] = {}
-            for tree, view in self.scheduler.views.items():
-                op_view = view["operations"].get(attributes["id"])
-                if op_view is not None:
-                    shares[tree] = {
-                        "fair_share_ratio": op_view.get("fair_share_ratio", 0.0),
-                        "usage_ratio": op_view.get("usage_ratio", 0.0),
-                        "demand_ratio": op_view.get("demand_ratio", 0.0),
-                        "starvation_status": op_view.get("starvation_status", "non_starving"),
-                    }
-            return shares
-
-        shares = self.reads.read(("shares", attributes["id"]), gather)
+    def _operation_row(self, snapshot: ReadSnapshot, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        shares: dict[str, Any] = {}
+        for tree, read in snapshot.trees.items():
+            op_view = read.view["operations"].get(attributes["id"])
+            if op_view is not None:
+                shares[tree] = {
+                    "fair_share_ratio": op_view.get("fair_share_ratio", 0.0),
+                    "usage_ratio": op_view.get("usage_ratio", 0.0),
+                    "demand_ratio": op_view.get("demand_ratio", 0.0),
+                    "starvation_status": op_view.get("starvation_status", "non_starving"),
+                }
         return {
             "id": attributes["id"],
             "state": attributes["state"],
@@ -424,29 +383,12 @@ class WebUI:
         )  # its ACL, as the API
         attributes = self.commands.operation_attributes(operation_id)
 
-        def gather() -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
-            jobs = [job_attributes(job) for job in self.commands.jobs.jobs(operation_id)]
-            explanations: dict[str, Any] = {}
-            op = self.scheduler.operations.get(operation_id)
-            if op is not None:
-                for tree in op.trees:
-                    reason = explain_pending(self.scheduler, op, tree)
-                    if reason is not None:
-                        explanations[tree] = reason
-            shares = {
-                tree: view["operations"][operation_id]
-                for tree, view in self.scheduler.views.items()
-                if operation_id in view["operations"]
-            }
-            preempting = [
-                e
-                for e in self.scheduler.event_log
-                if e.get("event") == "allocation_preempted"
-                and e.get("preemptor_operation_id") == operation_id
-            ]
-            return jobs, explanations, shares, preempting
-
-        jobs, explanations, shares, preempting = self.reads.read(("operation", operation_id), gather)
+        self.scheduler.snapshots.watch_pages()  # its pending reasons
+        snapshot = self.scheduler.snapshots.current
+        jobs = [job_attributes(job) for job in self._jobs(operation_id)]
+        explanations, shares, preempting = snapshot.derived(
+            ("operation", operation_id), lambda: _operation_reads(snapshot, operation_id)
+        )
         preempted = [j for j in jobs if j.get("interruption_info")]
         spec = {k: ("<hidden>" if k == "secure_vault" else v) for k, v in attributes["spec"].items()}
         latest, _ = self._forecast(operation_id)
@@ -471,6 +413,11 @@ class WebUI:
             forecast_chart=forecast_chart,
         )
 
+    def _jobs(self, operation_id: str) -> list[LiveJob]:
+        """The operation's jobs as last stored (started ones are stored before their nodes start them, finished
+        ones before their nodes are told), oldest first: read from the store, not the scheduler's memory."""
+        return [LiveJob.from_record(record) for record in self.scheduler.store.list_jobs(operation_id)]
+
     def job_stderr(self, request: Request) -> Response:
         operation_id = request.query_params.get("operation_id", "")
         job_id = request.query_params.get("job_id", "")
@@ -483,10 +430,8 @@ class WebUI:
     # -- History
 
     def history_page(self, request: Request) -> Response:
-        tree, trees = self.reads.read(
-            ("history", request.query_params.get("tree")),
-            lambda: (self._tree_name(request), sorted(self.scheduler.views)),
-        )
+        snapshot = self.scheduler.snapshots.current
+        tree, trees = self._tree_name(request, snapshot), sorted(snapshot.trees)
         pools = self.history.pools(tree) if tree else []
         pool = request.query_params.get("pool")
         if pool not in pools:
@@ -516,36 +461,8 @@ class WebUI:
 
     def nodes(self, request: Request) -> Response:
         now = self.service.clock()
-        rows = self.reads.read(("nodes",), lambda: self._node_rows(now))
+        rows = _node_rows(self.scheduler.snapshots.current, now)
         return self._render(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)
-
-    def _node_rows(self, now: float) -> list[dict[str, Any]]:
-        """The nodes page's rows (the scheduling lock held)."""
-        rows: list[dict[str, Any]] = []
-        for address, node in sorted(self.scheduler.nodes.items()):
-            usage = None
-            for tree in node.trees:
-                core = self.scheduler.cores.get(tree)
-                exec_node = core.strategy.nodes.get(address) if core is not None else None
-                if exec_node is not None:
-                    usage = exec_node.usage if usage is None else usage + exec_node.usage
-            running = sum(1 for job in self.scheduler.jobs.values() if job.address == address)
-            rows.append(
-                {
-                    "address": address,
-                    "limits": {r: float(node.resource_limits[i]) for i, r in enumerate(RESOURCES)},
-                    "usage": {
-                        r: float(usage[i]) if usage is not None else 0.0 for i, r in enumerate(RESOURCES)
-                    },
-                    "tags": sorted(node.tags),
-                    "trees": list(node.trees),
-                    "last_seen": node.last_seen,
-                    "last_seen_ago": ago(node.last_seen, now),
-                    "running_jobs": running,
-                    "alerts": list(node.alerts),
-                }
-            )
-        return rows
 
 
 class _HeaderOnly:
@@ -674,29 +591,101 @@ def _unique(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return result
 
 
-def _pool_rows(scheduler: Any, tree: str, view: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _scheduling(snapshot: ReadSnapshot, tree: str | None) -> dict[str, Any]:
+    """What the Scheduling page shows of ``tree`` in ``snapshot``."""
+    rows: list[dict[str, Any]] = []
+    tree_alerts: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {}
+    segments: dict[str, Any] | None = None
+    gpu_plan: dict[str, Any] | None = None
+    read = snapshot.trees.get(tree) if tree is not None else None
+    if read is not None:
+        view = read.view
+        rows = _pool_rows(snapshot, tree, read)
+        segments = segments_summary(view.get("scheduling_segments"))
+        gpu_plan = gpu_plan_summary(view.get("gpu_assignment_plan"))
+        tree_alerts = read.alerts
+        summary = {
+            "resource_limits": view["resource_limits"],
+            "resource_usage": view["resource_usage"],
+            "pool_count": view["pool_count"],
+            "operation_count": len(view["operations"]),
+        }
+    scheduler_alerts = [
+        a for a in snapshot.scheduler_alerts if a["attributes"].get("pool_tree") in (None, tree)
+    ]
+    operation_alerts = [
+        (row["id"], kind) for row in rows if row["kind"] == "operation" for kind in row["alerts"]
+    ]
+    return {
+        "tree": tree,
+        "trees": sorted(snapshot.trees),
+        "rows": rows,
+        "alerts": _unique(tree_alerts + scheduler_alerts),
+        "operation_alerts": operation_alerts,
+        "summary": summary,
+        "segments": segments,
+        "gpu_plan": gpu_plan,
+    }
+
+
+def _operation_reads(
+    snapshot: ReadSnapshot, operation_id: str
+) -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
+    """The operation page's reads of ``snapshot``: why its allocations wait per tree, its shares per tree, and the
+    preemptions it caused."""
+    explanations: dict[str, Any] = {}
+    op = snapshot.operations.get(operation_id) if snapshot.operations is not None else None
+    if op is not None:
+        explanations = {tree: reason for tree, reason in op.explanations.items() if reason is not None}
+    shares = {
+        tree: read.view["operations"][operation_id]
+        for tree, read in snapshot.trees.items()
+        if operation_id in read.view["operations"]
+    }
+    preempting = [
+        e
+        for e in snapshot.event_log
+        if e.get("event") == "allocation_preempted" and e.get("preemptor_operation_id") == operation_id
+    ]
+    return explanations, shares, preempting
+
+
+def _node_rows(snapshot: ReadSnapshot, now: float) -> list[dict[str, Any]]:
+    """The Nodes page's rows, by address."""
+    return [
+        {
+            "address": node.address,
+            "limits": {r: float(node.resource_limits[i]) for i, r in enumerate(RESOURCES)},
+            "usage": {
+                r: float(node.usage[i]) if node.usage is not None else 0.0 for i, r in enumerate(RESOURCES)
+            },
+            "tags": sorted(node.tags),
+            "trees": list(node.trees),
+            "last_seen": node.last_seen,
+            "last_seen_ago": ago(node.last_seen, now),
+            "running_jobs": node.running_jobs,
+            "alerts": list(node.alerts),
+        }
+        for node in sorted(snapshot.nodes, key=lambda node: node.address)
+    ]
+
+
+def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[str, Any]]:
     """Pools depth-first (as YTsaurus's Scheduling page lists them), each with its operations below it."""
-    pools = view["pools"]
-    operations = view["operations"]
+    pools = read.view["pools"]
+    operations = read.view["operations"]
     children: dict[str | None, list[str]] = {}
     for name, pool in pools.items():
         children.setdefault(pool.get("parent"), []).append(name)
     op_children: dict[str, list[str]] = {}
     for op_id, op in operations.items():
         op_children.setdefault(op.get("parent") or op.get("pool"), []).append(op_id)
-    pool_tree = scheduler.registry.trees.get(tree)
     rows: list[dict[str, Any]] = []
 
     def visit(name: str, depth: int, parent: str | None) -> None:
         pool = pools[name]
-        config = None
-        if pool_tree is not None:
-            try:
-                config = pool_tree.pool(name).config
-            except (PooltreeError, KeyError):
-                config = None
-        integral = config.integral_guarantees if config is not None else None
-        limits = config.resource_limits.to_dict() if config is not None else {}
+        settings = read.pools.get(name)
         rows.append(
             {
                 "kind": "pool",
@@ -705,8 +694,8 @@ def _pool_rows(scheduler: Any, tree: str, view: Mapping[str, Any]) -> list[dict[
                 "depth": depth,
                 "has_children": bool(children.get(name) or op_children.get(name)),
                 "view": pool,
-                "integral_type": integral.guarantee_type if integral is not None else "none",
-                "limits": limits,
+                "integral_type": settings.integral_type if settings is not None else "none",
+                "limits": settings.resource_limits if settings is not None else {},
                 "running": pool.get("running_operation_count", 0),
                 "max_running": pool.get("max_running_operation_count"),
                 "total": pool.get("operation_count", 0),
@@ -718,15 +707,7 @@ def _pool_rows(scheduler: Any, tree: str, view: Mapping[str, Any]) -> list[dict[
             visit(child, depth + 1, name)
         for op_id in sorted(op_children.get(name, [])):
             op = operations[op_id]
-            live = scheduler.operations.get(op_id)
-            op_limits: dict[str, Any] = {}
-            if pool_tree is not None:
-                try:
-                    op_limits = resources_to_dict(
-                        pool_tree.operation(op_id).resource_limits, drop_infinite=True
-                    )
-                except PooltreeError:
-                    op_limits = {}
+            live = snapshot.operations.get(op_id) if snapshot.operations is not None else None
             rows.append(
                 {
                     "kind": "operation",
@@ -736,10 +717,10 @@ def _pool_rows(scheduler: Any, tree: str, view: Mapping[str, Any]) -> list[dict[
                     "has_children": False,
                     "view": op,
                     "user": op.get("user"),
-                    "limits": op_limits,
-                    "alerts": sorted(scheduler.alerts(live)) if live is not None else [],
+                    "limits": live.limits.get(tree, {}) if live is not None else {},
+                    "alerts": list(live.alert_types) if live is not None else [],
                     "state": live.state if live is not None else "",
-                    "explanation": explain_pending(scheduler, live, tree) if live is not None else None,
+                    "explanation": live.explanations.get(tree) if live is not None else None,
                 }
             )
 

@@ -1,5 +1,6 @@
-"""The pool history reads a tree's view (built per element on first read after an update) only when it takes a
-sample: one in ``period`` seconds, not at every fair-share update."""
+"""The pool history reads a tree's view (assembled per element on first read after an update) only when it takes a
+sample: one in ``period`` seconds, not at every fair-share update. The read snapshot published with every update
+captures the view's inputs, never assembles it: readers do, off the lock (``live/snapshot.py``)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from pooltree.web.history import PoolHistory
 
 def test_a_view_is_built_only_for_the_samples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     built: list[int] = []
-    tree_view = views.tree_view
+    assemble_view = views.assemble_view
 
     def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
         built.append(1)
-        return tree_view(*args, **kwargs)
+        return assemble_view(*args, **kwargs)
 
-    monkeypatch.setattr(views, "tree_view", counting)
+    monkeypatch.setattr(views, "assemble_view", counting)
     scheduler = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'history.db'}"))
     scheduler.apply_pool_trees(parse_pool_trees({"default": {"pools": {"a": {}}}}), None, 0.0)
     history = PoolHistory(period=10.0)
@@ -32,3 +33,4 @@ def test_a_view_is_built_only_for_the_samples(tmp_path: Path, monkeypatch: pytes
     assert len(built) == 3
     assert "default" in scheduler.views and "other" not in scheduler.views
     assert len(built) == 3  # telling whether a tree has a view builds none
+    assert scheduler.snapshots.published >= 30  # every update published a snapshot, and assembled no view

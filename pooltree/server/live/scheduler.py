@@ -44,6 +44,7 @@ from pooltree.server.live.model import (
 from pooltree.server.live.persistence import LivePersistence
 from pooltree.server.live.pool_trees import LivePoolTrees
 from pooltree.server.live.revival import LiveRevival
+from pooltree.server.live.snapshot import ReadPublisher
 from pooltree.server.live.tentative import LiveTentative
 from pooltree.server.live.throttle import HeartbeatThrottle, ThrottleSettings
 from pooltree.server.live.updates import FairShareUpdates
@@ -148,6 +149,8 @@ class LiveScheduler:
         """Node heartbeats and jobs (``jobs.py``)."""
         self.revival = LiveRevival(self)
         """Revival after a restart (``revival.py``)."""
+        self.snapshots = ReadPublisher(self)
+        """The snapshot the orchid and the web pages read, published with the trees (``snapshot.py``)."""
         self.counts.load(
             store.list_operations(OperationFilter(limit=ALL_OPERATIONS)), final_states=FINAL_STATES
         )
@@ -201,14 +204,24 @@ class LiveScheduler:
         *,
         single_tree_default: bool = True,
     ) -> None:
-        """Apply the last good pool trees document (from Cypress) to the runtime (``pool_trees.py``)."""
-        self.pool_trees.apply_pool_trees(
-            definitions, default_tree, now, single_tree_default=single_tree_default
-        )
+        """Apply the last good pool trees document (from Cypress) to the runtime (``pool_trees.py``); the read
+        snapshot is published after it, refused or not (``update_pools`` alert)."""
+        with self.lock:
+            try:
+                self.pool_trees.apply_pool_trees(
+                    definitions, default_tree, now, single_tree_default=single_tree_default
+                )
+            finally:
+                self.snapshots.publish()
 
     def set_user_default_parent_pools(self, mapping: Mapping[str, str], now: float) -> None:
-        """Apply ``//sys/scheduler/user_to_default_pool`` (from Cypress, ``pool_trees.py``)."""
-        self.pool_trees.set_user_default_parent_pools(mapping, now)
+        """Apply ``//sys/scheduler/user_to_default_pool`` (from Cypress, ``pool_trees.py``); the read snapshot is
+        published after it."""
+        with self.lock:
+            try:
+                self.pool_trees.set_user_default_parent_pools(mapping, now)
+            finally:
+                self.snapshots.publish()
 
     def fair_share_update_period(self, tree: str) -> float:
         """The period of ``tree``'s fair-share update: the scheduler's ``fair_share_update_period`` (YTsaurus has

@@ -90,6 +90,8 @@ class FairShareUpdates:
                 self.update_tree(tree, now, in_parts=self.in_parts)
                 if not scheduler.cores[tree].finish_update(0):
                     self.unfinished.add(tree)
+                else:
+                    scheduler.snapshots.tree_finished(tree)
 
     def publish_stale_apart(self, now: float) -> None:
         """Publish the stale trees before a heartbeat takes the lock for its own work (on a heartbeat thread, the
@@ -114,8 +116,11 @@ class FairShareUpdates:
             core = self.publish_computed_apart(tree, now, stale_only=True)
             if core is not None:
                 with lock:
-                    if scheduler.cores.get(tree) is core and not core.finish_update(0):
-                        self.unfinished.add(tree)
+                    if scheduler.cores.get(tree) is core:
+                        if not core.finish_update(0):
+                            self.unfinished.add(tree)
+                        else:
+                            scheduler.snapshots.tree_finished(tree)
 
     def update_fair_share(self, tree: str, now: float) -> None:
         """The periodic update of one tree: finish completed operations, recompute shares, publish, fail the
@@ -244,6 +249,7 @@ class FairShareUpdates:
                         break
                 else:
                     scheduler.views.forget(core.pool_tree.name)  # a view read meanwhile counted old lists
+                    scheduler.snapshots.tree_finished(core.pool_tree.name)
                     return
 
     def needs_update(self, tree: str, now: float, period: float) -> bool:
@@ -323,6 +329,7 @@ class FairShareUpdates:
         scheduler.generation.updated(tree, core)
         for listener in scheduler.update_listeners:
             listener(tree, now)
+        scheduler.snapshots.tree_published(tree)
 
     def operation_shares(self, tree: str, operation_id: str) -> dict[str, Any] | None:
         """One operation's shares and starvation in the last published update of ``tree``; zero shares for a

@@ -6,11 +6,17 @@ Read with the scheduler's lock held (``scheduler.py``: ``scheduler.views``, ``sc
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.errors import PooltreeError
-from pooltree.orchid import tree_view, unpublished_operation_view
+from pooltree.fairshare.model import FairShareResult
+from pooltree.orchid import ROOT, element_view, pending_view
+from pooltree.resources import resources_to_dict
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
@@ -38,71 +44,199 @@ def progress(op: LiveOperation) -> dict[str, Any]:
     }
 
 
+class ViewCapture:
+    """What a tree's orchid view shows of the scheduler's state that can change after its update: read under the
+    lock (``capture_view``, per element of the tree) and assembled into the view once, on first read, without it
+    (``view``: the shares' formatting, most of a view's cost, reads only the update's result, which no one
+    changes)."""
+
+    def __init__(
+        self,
+        result: FairShareResult,
+        total_resources: np.ndarray,
+        placements: dict[str, dict[str, Any]],
+        unpublished: dict[str, dict[str, Any]],
+        extras: dict[str, dict[str, Any]],
+        alerts: list[str],
+        discretized: frozenset[str] | None,
+        segments: dict[str, Any] | None,
+        gpu_plan: dict[str, Any] | None,
+    ) -> None:
+        self.result = result
+        self.total_resources = total_resources
+        self.placements = placements
+        """Element of the update → its placement in the tree ({} when the tree dropped it since), result order."""
+        self.unpublished = unpublished
+        """Operations of the tree the update does not hold (pending, or registered after it) → their placement."""
+        self.extras = extras
+        """Element or operation → the strategy's fields and counts overlaid on its entry."""
+        self.alerts = alerts
+        self.discretized = discretized
+        """The update's operations with a discretized fair share active, when the tree's option is on."""
+        self.segments = segments
+        self.gpu_plan = gpu_plan
+        self._view: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def view(self) -> dict[str, Any]:
+        """The assembled view (made once; readers must not change it)."""
+        view = self._view
+        if view is None:
+            with self._lock:
+                view = self._view
+                if view is None:
+                    view = self._view = assemble_view(self)
+        return view
+
+    @property
+    def pools(self) -> list[str]:
+        """The tree's pools in the view, in its order."""
+        return [
+            element_id for element_id, element in self.result.elements.items() if not element.is_operation
+        ]
+
+    @property
+    def operations(self) -> list[str]:
+        """The tree's operations in the view, in its order."""
+        published = [
+            element_id for element_id, element in self.result.elements.items() if element.is_operation
+        ]
+        return [*published, *self.unpublished]
+
+
+def capture_view(core: SchedulerCore) -> ViewCapture:
+    """The mutable part of ``core``'s view of its last published update (the scheduler's lock held)."""
+    tree, result = core.pool_tree, core.last_result
+    assert result is not None
+    positions = tree.pending_positions()
+    placements: dict[str, dict[str, Any]] = {}
+    for element_id, element in result.elements.items():
+        # A view may be built after the update it shows: an element the tree has dropped since (a finished
+        # operation, an emptied ephemeral pool) keeps its shares only.
+        try:
+            if element.is_operation:
+                placements[element_id] = tree.operation_orchid(element_id, position=positions.get(element_id))
+            else:
+                placements[element_id] = tree.pool_orchid(element_id)
+        except PooltreeError:
+            placements[element_id] = {}
+    unpublished = {
+        operation_id: tree.operation_orchid(operation_id, position=positions.get(operation_id))
+        for operation_id in tree.operations
+        if operation_id not in result.elements
+    }
+    extras: dict[str, dict[str, Any]] = {}
+    for element_id in (*result.elements, *unpublished):
+        try:
+            extra = core.strategy.element_view(element_id)
+        except PooltreeError:
+            continue
+        if element_id in unpublished or result.elements[element_id].is_operation:
+            for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
+                if name in extra:
+                    extra[old_name] = extra[name]
+            registered = tree.operations.get(element_id)
+            if registered is not None:
+                extra["aggressive_preemption_allowed"] = operation_aggressive_preemption_allowed(
+                    tree, registered.spec
+                )
+            controller = core.controllers.get(element_id)
+            if controller is not None:
+                extra["progress"] = controller.progress()
+        extras[element_id] = extra
+    discretized = None
+    if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
+        discretized = frozenset(getattr(result, "discretized_fair_share_active", frozenset()))
+    return ViewCapture(
+        result=result,
+        total_resources=np.array(core.total_resources, dtype=float),
+        placements=placements,
+        unpublished=unpublished,
+        extras=extras,
+        alerts=[issue_text(issue) for issue in fair_share_issues(tree, result.errors)],
+        discretized=discretized,
+        segments=core.segments_view() if core.strategy.segments.enabled else None,
+        gpu_plan=core.gpu_policy_view() if core.strategy.gpu_policy.config.planning else None,
+    )
+
+
+def assemble_view(capture: ViewCapture) -> dict[str, Any]:
+    """The orchid view of a captured tree (``pooltree.orchid.tree_view``'s layout, the strategy's fields overlaid),
+    without the lock."""
+    pools: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    result = capture.result
+    for element_id, element in result.elements.items():
+        entry = {**capture.placements[element_id], **element_view(element)}
+        (operations if element.is_operation else pools)[element_id] = entry
+    if capture.discretized is not None:
+        for operation_id, entry in operations.items():
+            entry["discretized_fair_share_active"] = operation_id in capture.discretized
+    for operation_id, placement in capture.unpublished.items():
+        operations[operation_id] = pending_view(placement)
+    view: dict[str, Any] = {
+        "resource_limits": resources_to_dict(capture.total_resources),
+        "resource_usage": resources_to_dict(result.elements[ROOT].resource_usage),
+        "pool_count": len(pools) - 1,
+        "pools": pools,
+        "operations": operations,
+        "alerts": capture.alerts,
+    }
+    for section in (pools, operations):
+        for element_id, entry in section.items():
+            extra = capture.extras.get(element_id)
+            if extra is not None:
+                entry.update(extra)
+    if capture.segments is not None:
+        view["scheduling_segments"] = capture.segments
+    if capture.gpu_plan is not None:
+        view["gpu_assignment_plan"] = capture.gpu_plan
+    return view
+
+
 class TreeViews(Mapping[str, dict[str, Any]]):
     """``tree → orchid view`` of the last published fair-share update, built on first read and kept until the
     next update of that tree. Building a view costs per element of the tree (shares, placement, strategy
     fields), far more than the update at thousands of pending operations, so it is paid only when read (the
-    orchid, ``/metrics``). Read with the scheduler's lock held."""
+    metrics, the pool history, an operation's pending reason). Read with the scheduler's lock held; the orchid
+    and the web pages read the published snapshot's (``snapshot.py``: captured per update, assembled off the
+    lock)."""
 
     def __init__(self, scheduler: LiveScheduler) -> None:
         self.scheduler = scheduler
-        self._built: dict[str, dict[str, Any]] = {}
+        self._captured: dict[str, ViewCapture] = {}
 
     def forget(self, tree: str) -> None:
-        self._built.pop(tree, None)
+        """``tree``'s view no longer shows its state: captured again when read, and published (``snapshot.py``)."""
+        self._captured.pop(tree, None)
+        self.scheduler.snapshots.changed()
+
+    def capture(self, tree: str) -> ViewCapture:
+        """``tree``'s capture, made now unless one was made since the tree's view was last forgotten (KeyError: no
+        published update)."""
+        captured = self._captured.get(tree)
+        if captured is not None:
+            return captured
+        core = self.published_core(tree)
+        if core is None:
+            raise KeyError(tree)
+        captured = self._captured[tree] = capture_view(core)
+        return captured
 
     def _published(self) -> list[str]:
         return [name for name, core in self.scheduler.cores.items() if core.last_result is not None]
 
-    def _published_core(self, tree: object) -> SchedulerCore | None:
+    def published_core(self, tree: object) -> SchedulerCore | None:
         """``tree``'s core when it has published a fair-share update (a view can be built), else None."""
         core = self.scheduler.cores.get(tree) if isinstance(tree, str) else None
         return core if core is not None and core.last_result is not None else None
 
     def __getitem__(self, tree: str) -> dict[str, Any]:
-        view = self._built.get(tree)
-        if view is not None:
-            return view
-        core = self._published_core(tree)
-        if core is None:
-            raise KeyError(tree)
-        view = tree_view(core.pool_tree, core.last_result, core.total_resources)
-        missing = [i for i in core.pool_tree.operations if i not in core.last_result.elements]
-        if missing:
-            positions = core.pool_tree.pending_positions()
-            for operation_id in missing:
-                view["operations"][operation_id] = unpublished_operation_view(
-                    core.pool_tree, operation_id, positions.get(operation_id)
-                )
-        for section in ("pools", "operations"):
-            for element_id, entry in view[section].items():
-                try:
-                    extra = core.strategy.element_view(element_id)
-                except PooltreeError:
-                    continue
-                if section == "operations":
-                    for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
-                        if name in extra:
-                            extra[old_name] = extra[name]
-                    registered = core.pool_tree.operations.get(element_id)
-                    if registered is not None:
-                        extra["aggressive_preemption_allowed"] = operation_aggressive_preemption_allowed(
-                            core.pool_tree, registered.spec
-                        )
-                    controller = core.controllers.get(element_id)
-                    if controller is not None:
-                        extra["progress"] = controller.progress()
-                entry.update(extra)
-        if core.strategy.segments.enabled:
-            view["scheduling_segments"] = core.segments_view()
-        if core.strategy.gpu_policy.config.planning:
-            view["gpu_assignment_plan"] = core.gpu_policy_view()
-        self._built[tree] = view
-        return view
+        return self.capture(tree).view()
 
     def __contains__(self, tree: object) -> bool:
         """Whether ``tree`` has a view, without building it (``Mapping``'s own test reads the item)."""
-        return tree in self._built or self._published_core(tree) is not None
+        return tree in self._captured or self.published_core(tree) is not None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._published())

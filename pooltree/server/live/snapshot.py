@@ -1,0 +1,292 @@
+"""The read snapshot: what the orchid and the web pages show, published by the live scheduler with its trees.
+
+YTsaurus serves its scheduler orchid from the fair-share tree snapshot published after each fair-share update.
+Here ``ReadPublisher.publish`` captures a ``ReadSnapshot`` under the scheduling lock whenever what those readers
+show changed as a whole: a tree's fair-share update published and run to its end (the views count its preemptible
+lists), the pool trees or the users' default parent pools applied, and, for changes between updates (a start, a
+node's heartbeat), at the latest one fair-share period after the change (``SchedulerService``'s loop,
+``ReadPublisher.due``). Readers (``pooltree/server/orchid.py``, ``pooltree/web``) take ``publisher.current``, one
+attribute read, and never the lock: each read sees the state of the last publication, whole.
+
+The capture reads under the lock what can change after it (placements, strategy fields, nodes, alerts), copied or
+never changed after; a tree's views are assembled from it and from the update's result (which no one changes) on
+first read, off the lock (``views.ViewCapture``), as is what readers derive (the orchid document, a page's rows:
+``ReadSnapshot.derived``, once per snapshot). Nothing in a snapshot is changed once published.
+
+What only the web pages show per operation (its alerts, why its allocations wait, its configured limits) costs a
+look at each operation's state (``explain_pending``: nodes, pools, siblings): it is captured only while a page
+that shows it was asked for in the last ``PAGE_WATCH`` seconds (``ReadPublisher.watch_pages``), so an unwatched
+scheduler pays nothing for it. A page opened after that long shows them from the next publication on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+import numpy as np
+
+from pooltree.errors import PooltreeError
+from pooltree.resources import resources_to_dict
+from pooltree.server.live.alerts import explain_pending
+from pooltree.server.live.views import ViewCapture
+from pooltree.server.tree_options import effective_tree_config
+
+if TYPE_CHECKING:
+    from pooltree.server.live.scheduler import LiveScheduler
+
+T = TypeVar("T")
+
+PAGE_WATCH = 30.0
+"""Seconds after a page asked for the per-operation reads (``PageReads``) that publications still capture them (a
+page refreshes every 3 s)."""
+MAX_DERIVED = 256
+"""Derived values (orchid answers per path, page rows) kept per snapshot; past it the oldest are made again."""
+
+
+class NodeRead(NamedTuple):
+    """An exec node as published: its limits, trees, tags, last heartbeat and alerts (the objects its last heartbeat
+    set, which a heartbeat replaces and never changes), its usage in its trees' cores (a copy; None when no core has
+    it) and its running jobs."""
+
+    address: str
+    resource_limits: np.ndarray
+    trees: tuple[str, ...]
+    tags: frozenset[str]
+    last_seen: float
+    alerts: list[dict[str, Any]]
+    usage: np.ndarray | None
+    running_jobs: int
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """What the Scheduling page shows of a pool's configuration."""
+
+    integral_type: str
+    resource_limits: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TreeRead:
+    """One published tree: its fair-share view (captured, ``view`` assembles it), effective config and ephemeral
+    pools (the orchid's ``config`` and ``user_to_ephemeral_pools``), alerts and its pools' settings (None: the pool
+    has no configuration)."""
+
+    capture: ViewCapture
+    orchid: dict[str, Any]
+    alerts: list[dict[str, Any]]
+    pools: dict[str, PoolSettings | None]
+
+    @property
+    def view(self) -> dict[str, Any]:
+        return self.capture.view()
+
+
+@dataclass(frozen=True)
+class OperationRead:
+    """A live operation as the web pages show it: its state, its alert types, per tree why its allocations wait
+    (``explain_pending``; None when none wait) and its configured resource limits."""
+
+    state: str
+    alert_types: tuple[str, ...]
+    explanations: dict[str, dict[str, Any] | None]
+    limits: dict[str, dict[str, Any]]
+
+
+@dataclass
+class ReadSnapshot:
+    """What the orchid and the web pages read, as of one publication (``number``; 0: nothing published yet)."""
+
+    number: int = 0
+    updates: int = 0
+    """Fair-share updates published before it (every tree)."""
+    now: float = 0.0
+    """The scheduler's time at the publication."""
+    trees: dict[str, TreeRead] = field(default_factory=dict)
+    """Published trees, in the order the scheduler holds them."""
+    nodes: tuple[NodeRead, ...] = ()
+    """In the order the scheduler first saw them."""
+    scheduler_alerts: list[dict[str, Any]] = field(default_factory=list)
+    event_log: tuple[dict[str, Any], ...] = ()
+    operations: dict[str, OperationRead] | None = None
+    """Live operations' page reads, captured while pages were watched (None: not in this snapshot)."""
+    _derived: dict[Hashable, Any] = field(default_factory=dict, repr=False)
+    _derived_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
+        """What ``make`` derives from this snapshot, made once per ``key`` (readers must not change it)."""
+        found = self._derived.get(key, _MISSING)
+        if found is not _MISSING:
+            return found  # type: ignore[no-any-return]
+        with self._derived_lock:  # one reader makes it, the others wait for it (not for the scheduling lock)
+            found = self._derived.get(key, _MISSING)
+            if found is _MISSING:
+                found = make()
+                if len(self._derived) >= MAX_DERIVED:
+                    self._derived.pop(next(iter(self._derived)))
+                self._derived[key] = found
+        return found  # type: ignore[no-any-return]
+
+
+_MISSING = object()
+
+
+class ReadPublisher:
+    """Publishes ``ReadSnapshot`` s of one ``LiveScheduler`` (``scheduler.snapshots``); ``current`` is the last."""
+
+    def __init__(self, scheduler: LiveScheduler) -> None:
+        self.scheduler = scheduler
+        self.current = ReadSnapshot()
+        self.unfinished: set[str] = set()
+        """Trees whose published update has preemptible lists left to configure: published when it ends."""
+        self.changed_at: float | None = None
+        """When (``time.monotonic``) something the snapshot shows changed after the last publication (None: not
+        since): published by ``due`` one fair-share period later if no update publishes it before."""
+        self.pages_until = float("-inf")
+        """Until when (``time.monotonic``) publications capture the pages' per-operation reads."""
+        self.published = 0
+        self.published_at = time.monotonic()
+        """When (``time.monotonic``) the last snapshot was published."""
+        self.capture_seconds = 0.0
+        """Thread CPU seconds spent capturing snapshots under the lock, over ``published`` publications."""
+        self.capture_max = 0.0
+
+    def watch_pages(self) -> None:
+        """A page showing per-operation reads was asked for: publications capture them for ``PAGE_WATCH`` s."""
+        self.pages_until = time.monotonic() + PAGE_WATCH
+
+    def changed(self) -> None:
+        """Something the snapshot shows changed between publications (a start, a tree's views forgotten)."""
+        if self.changed_at is None:
+            self.changed_at = time.monotonic()
+
+    def tree_published(self, tree: str) -> None:
+        """``tree``'s fair-share update was published (lock held): published now if it ran to its end, else when
+        its lists are configured (``tree_finished``)."""
+        core = self.scheduler.cores.get(tree)
+        if core is not None and not core.update_finished:
+            self.unfinished.add(tree)
+            self.changed()
+            return
+        self.unfinished.discard(tree)
+        self.publish()
+
+    def tree_finished(self, tree: str) -> None:
+        """The end of ``tree``'s last update ran (lock held)."""
+        if tree in self.unfinished:
+            self.unfinished.discard(tree)
+            self.publish()
+
+    def due(self, period: float) -> bool:
+        """Whether ``period`` seconds passed since the last publication, or since a change no publication took
+        (read without the lock: a hint). The service's loop then publishes: what changes without a fair-share
+        update (alerts, a node's last heartbeat, a start in a tree no update is due in) shows within a period."""
+        changed_at = self.changed_at
+        now = time.monotonic()
+        return now - self.published_at >= period or (changed_at is not None and now - changed_at >= period)
+
+    def publish(self) -> ReadSnapshot:
+        """Capture and publish a snapshot of the scheduler's state now (takes the lock; re-entrant)."""
+        scheduler = self.scheduler
+        with scheduler.lock:
+            began = time.thread_time()
+            self.changed_at = None
+            pages = time.monotonic() < self.pages_until
+            snapshot = capture(scheduler, self.current.number + 1, pages=pages)
+            self.current = snapshot
+            self.published_at = time.monotonic()
+            spent = time.thread_time() - began
+            self.published += 1
+            self.capture_seconds += spent
+            self.capture_max = max(self.capture_max, spent)
+        return snapshot
+
+
+def capture(scheduler: LiveScheduler, number: int, *, pages: bool) -> ReadSnapshot:
+    """The snapshot of ``scheduler``'s state now (its lock held); ``pages``: with the pages' per-operation reads."""
+    trees = {name: _tree_read(scheduler, name) for name in scheduler.views}
+    return ReadSnapshot(
+        number=number,
+        updates=scheduler.updates.published_updates,
+        now=scheduler.now,
+        trees=trees,
+        nodes=_node_reads(scheduler),
+        scheduler_alerts=scheduler.scheduler_alerts(),
+        event_log=tuple(scheduler.event_log),
+        operations=(
+            {op_id: _operation_read(scheduler, op) for op_id, op in scheduler.operations.items()}
+            if pages
+            else None
+        ),
+    )
+
+
+def _tree_read(scheduler: LiveScheduler, name: str) -> TreeRead:
+    capture = scheduler.views.capture(name)
+    pool_tree = scheduler.registry.trees.get(name)
+    pools: dict[str, PoolSettings | None] = {}
+    orchid: dict[str, Any] = {}
+    if pool_tree is not None:
+        orchid = {
+            "config": effective_tree_config(pool_tree.config),
+            "user_to_ephemeral_pools": pool_tree.user_to_ephemeral_pools(),
+        }
+        for pool_name in capture.pools:
+            try:
+                config = pool_tree.pool(pool_name).config
+            except (PooltreeError, KeyError):
+                config = None
+            pools[pool_name] = (
+                None
+                if config is None
+                else PoolSettings(config.integral_guarantees.guarantee_type, config.resource_limits.to_dict())
+            )
+    return TreeRead(capture, orchid, scheduler.alert_center.tree_alerts(name), pools)
+
+
+def _node_reads(scheduler: LiveScheduler) -> tuple[NodeRead, ...]:
+    exec_nodes = {tree: core.strategy.nodes for tree, core in scheduler.cores.items()}
+    running_jobs = scheduler.jobs.count_on_node
+    reads = []
+    for address, node in scheduler.nodes.items():
+        usage = None
+        for tree in node.trees:
+            exec_node = exec_nodes[tree].get(address) if tree in exec_nodes else None
+            if exec_node is not None:  # the strategy changes its usage in place: copied
+                usage = exec_node.usage.copy() if usage is None else usage + exec_node.usage
+        reads.append(
+            NodeRead(
+                address,
+                node.resource_limits,
+                tuple(node.trees),
+                node.tags,
+                node.last_seen,
+                node.alerts,
+                usage,
+                running_jobs(address),
+            )
+        )
+    return tuple(reads)
+
+
+def _operation_read(scheduler: LiveScheduler, op: Any) -> OperationRead:
+    limits: dict[str, dict[str, Any]] = {}
+    for tree in op.trees:
+        pool_tree = scheduler.registry.trees.get(tree)
+        if pool_tree is not None:
+            try:
+                limits[tree] = resources_to_dict(
+                    pool_tree.operation(op.id).resource_limits, drop_infinite=True
+                )
+            except PooltreeError:
+                continue
+    return OperationRead(
+        state=op.state,
+        alert_types=tuple(sorted(scheduler.alerts(op))),
+        explanations={tree: explain_pending(scheduler, op, tree) for tree in op.trees},
+        limits=limits,
+    )
