@@ -24,7 +24,10 @@ one per N heartbeats during the run, ``--max-running`` makes finished operations
 stored, as the service's group commit stores the heartbeats its event loop processed while the last transaction
 was written (1, the default: one transaction per heartbeat; ``live_nodes.py`` reports the service's figure,
 ``group_commit_submissions_per_batch``). ``decisions_sha256``: a digest of every answer's starts and stops (by
-operation place and job index, ids being random), equal between two builds that decide alike.
+operation place and job index, ids being random), equal between two builds that decide alike. ``store_*``: the
+loaded phase's job-record transactions (the group commit's writes of job rows, each one SQLite transaction), the
+CPU they took per transaction and their share of the loaded heartbeats' CPU (the largest single part of a loaded
+heartbeat: ``bench/RESULTS.md``).
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
@@ -214,6 +217,23 @@ class ProfiledCluster:
         self.decisions = hashlib.sha256()
         self.quiet = Counted()
         self.loaded = Counted()
+        self.store_writes = 0
+        self.store_cpu = 0.0
+        """Job-record transactions the group commit wrote, and their CPU seconds (``timed_write``)."""
+        self.live.commits._write = self.timed_write(self.live.commits._write)
+
+    def timed_write(self, write: Any) -> Any:
+        """The group commit's write of job rows (one store transaction), its calls and CPU counted."""
+
+        def timed(records: Any) -> None:
+            began = time.process_time()
+            try:
+                write(records)
+            finally:
+                self.store_cpu += time.process_time() - began
+                self.store_writes += 1
+
+        return timed
 
     def start_operation(self) -> None:
         operation = self.live.start_operation("vanilla", self.spec, "root", self.now)
@@ -388,9 +408,14 @@ class ProfiledCluster:
         began = self.now
         self.run(began + args.warmup_seconds, None)
         marks = self.shard_marks()
+        store_before = (self.store_writes, self.store_cpu)
         self.run(began + args.seconds, self.loaded)
         loaded, quiet = self.loaded, self.quiet
         figures = loaded.figures()
+        writes, store_cpu = self.store_writes - store_before[0], self.store_cpu - store_before[1]
+        figures["store_transactions"] = writes
+        figures["store_cpu_ms_per_transaction"] = round(1000 * store_cpu / max(writes, 1), 4)
+        figures["store_cpu_share"] = round(store_cpu / max(loaded.cpu, 1e-9), 3)
         if self.shards is not None:
             figures.update(self.shard_figures(marks))
         if self.updates:
