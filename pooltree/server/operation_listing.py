@@ -3,9 +3,11 @@ operation matching the filters, each listed operation's brief attributes (``BRIE
 ``get_operation`` shows them).
 
 ``OperationListing(scheduler, clock)`` is a ``CommandProvider``; ``OperationCommands`` makes one (its
-``listing``). A page is one indexed store query; the counters come from the scheduler's in-memory counts; a live
-operation is briefed from memory without the scheduling lock, a finished one from its record as kept when first
-listed (slimmed; its stored body is not decoded again); each listed brief is encoded once per change.
+``listing``). A page's operations are taken in the order kept in memory beside the store (``live/pages.py``), or
+by one indexed store query when memory cannot tell; the counters come from the scheduler's in-memory counts; a
+live operation is briefed from memory without the scheduling lock, a finished one from its record as kept when
+first listed (slimmed; its stored body is not decoded again); each listed brief is encoded once per change. A page
+of live operations only, in JSON, is answered on the event loop (``list_operations_fast``): no store, no thread.
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ class OperationListing:
         whose row's state or finish time differs is read anew."""
 
     def register_commands(self, registry: CommandRegistry) -> None:
-        registry.register("list_operations", self.list_operations_encoded)
+        registry.register("list_operations", self.list_operations_encoded, fast=self.list_operations_fast)
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
         """One page of operations with the counters (see ``_listing``)."""
@@ -201,7 +203,32 @@ class OperationListing:
         if fmt.name != "json" or fmt.attributes.get("format") == "pretty":
             data, content_type = encode_structured(self.list_operations(ctx), fmt, plain=True)
             return Encoded(data, content_type)
-        page, incomplete, counters, now = self._listing(ctx)
+        listing = self._listing(ctx)
+        assert listing is not None  # blocking: always answered
+        return self._joined(ctx, fmt, *listing)
+
+    def list_operations_fast(self, ctx: CommandContext) -> Encoded | None:
+        """``list_operations_encoded``'s answer on the event loop when its page is all in memory (the page's order
+        from ``counts.pages``, every operation on it live): no store query and no worker thread. None otherwise
+        (the command goes to a read thread). On a thread a listing waited for one of the
+        two read threads, not for its own work (session 28's ``live_queue --split``: 208 of its 216 ms at the
+        median beside 1,000 nodes), and each thread was held until the event loop took its answer back."""
+        fmt = output_format(ctx.parameters)
+        if fmt.name != "json" or fmt.attributes.get("format") == "pretty":
+            return None
+        listing = self._listing(ctx, blocking=False)
+        return None if listing is None else self._joined(ctx, fmt, *listing)
+
+    def _joined(
+        self,
+        ctx: CommandContext,
+        fmt: Any,
+        page: list[OperationRecord],
+        incomplete: bool,
+        counters: dict[str, Any],
+        now: float,
+    ) -> Encoded:
+        """The JSON answer joined from the listed operations' kept fragments."""
         fmt_key = repr(ctx.parameters.get("output_format"))
         now_text = f'"build_time": "{iso_time(now)}"'.encode()
         fragments = [self._fragment(record, now, now_text, fmt, fmt_key) for record in page]
@@ -244,11 +271,15 @@ class OperationListing:
             return found[1]
         return found[1].replace(BUILD_TIME_FIELD, now_text, 1)
 
-    def _listing(self, ctx: CommandContext) -> tuple[list[OperationRecord], bool, dict[str, Any], float]:
+    def _listing(
+        self, ctx: CommandContext, *, blocking: bool = True
+    ) -> tuple[list[OperationRecord], bool, dict[str, Any], float] | None:
         """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
-        of every operation matching the filters.
+        of every operation matching the filters; not ``blocking`` (on the event loop), None when the page is not
+        all in memory (its ids from ``_memory_ids``, its operations live: ``_live_page``).
 
-        The page is one indexed store query of ``limit + 1`` rows; the counters come from the in-memory counts
+        The page is taken in memory's order (``counts.pages``) or by one indexed store query of ``limit + 1``
+        rows; the counters come from the in-memory counts
         (``LiveScheduler.counts``), so a call costs the page, not the number of operations. Time bounds
         (``from_time``/``to_time``), ``filter`` text and ``with_failed_jobs`` are not columns of the index: with
         them the matching rows are read and counted (the cost grows with how many match)."""
@@ -273,7 +304,6 @@ class OperationListing:
             type=filters["type"],
             with_failed_jobs=with_failed_jobs,
         )
-        store = self.scheduler.store
         if from_time is None and to_time is None and not text and with_failed_jobs is None:
             query = OperationFilter(
                 state=filters["state"],
@@ -284,19 +314,19 @@ class OperationListing:
                 cursor_direction=direction,
                 limit=limit + 1,
             )
-            page = self._live_page(store.list_operation_ids(query), direction)
+            ids = self._memory_ids(query)
+            page = None if ids is None else self._live_page(ids, direction)
             if page is None:
-                page = store.list_operations(
-                    query,
-                    # live ones are briefed from memory and finished ones listed before from their kept records:
-                    # their bodies are not decoded
-                    known=_Held(self.scheduler.operations, self._finished),
-                )
+                if not blocking:
+                    return None
+                page = self._stored_page(query, ids)
             counters = self.scheduler.counts.counters(count_filter)
+        elif not blocking:
+            return None
         else:
             page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
+            page = [self._whole(record) for record in page]
         now = self.clock()
-        page = [self._whole(record) for record in page]
         listed = [
             record
             for record in page[:limit]
@@ -306,10 +336,36 @@ class OperationListing:
         ]
         return listed, len(page) > limit, counters, now
 
+    def _memory_ids(self, query: OperationFilter) -> list[str] | None:
+        """The ids of ``query``'s page in the store's order from memory (``counts.pages``), on a store that orders
+        ids as Python does (``Store.code_point_ids``); None when memory cannot tell."""
+        if not self.scheduler.store.code_point_ids:
+            return None
+        return self.scheduler.counts.pages.ids(query)
+
+    def _stored_page(self, query: OperationFilter, ids: list[str] | None) -> list[OperationRecord]:
+        """The page of ``query`` read from the store, whole (``_whole``): its ids known from memory (``ids``), or
+        asked first (a page of live operations is then made from memory: ``_live_page``)."""
+        store = self.scheduler.store
+        page = (
+            None
+            if ids is not None
+            else self._live_page(store.list_operation_ids(query), query.cursor_direction)
+        )
+        if page is None:
+            page = store.list_operations(
+                query,
+                # live ones are briefed from memory and finished ones listed before from their kept records:
+                # their bodies are not decoded
+                known=_Held(self.scheduler.operations, self._finished),
+            )
+            return [self._whole(record) for record in page]
+        return page
+
     def _live_page(self, ids: list[str], direction: str) -> list[OperationRecord] | None:
         """A page whose operations are all live, from memory in the store's order (``ids``), as the store lists
-        them without bodies (``partial``); None when one is not live (then the store lists the page's rows), or
-        when ``ids`` are not in the page's order. What a listing reads of a live operation's row is its id and
+        them without bodies (``partial``), with the spec and runtime parameters ``_whole`` gives them; None when
+        one is not live (then the store lists the page's rows), or when ``ids`` are not in the page's order. What a listing reads of a live operation's row is its id and
         user (its brief is its live state), so the rows are not read: per page, a hundred rows the store steps
         one by one, letting the GIL go at each, and a hundred records made from them."""
         operations = self.scheduler.operations
@@ -318,18 +374,19 @@ class OperationListing:
             op = operations.get(operation_id)
             if op is None:
                 return None
-            page.append(
-                OperationRecord(
-                    op.id,
-                    op.type,
-                    op.state,
-                    op.user,
-                    next(iter(op.pools.values()), None),
-                    op.start_time,
-                    op.finish_time,
-                    partial=True,
-                )
+            record = OperationRecord(
+                op.id,
+                op.type,
+                op.state,
+                op.user,
+                next(iter(op.pools.values()), None),
+                op.start_time,
+                op.finish_time,
+                partial=True,
             )
+            record.spec = op.spec  # whole, as ``_whole`` makes a live one
+            record.runtime_parameters = op.runtime_parameters
+            page.append(record)
         keys = [(record.start_time, record.id) for record in page]
         if keys != sorted(keys, reverse=direction == "past"):
             return None

@@ -223,6 +223,7 @@ class OperationCommands:
                     self.roll_back_start(op, now)
                 scheduler.counts.forget(op.id, None)
             raise
+        scheduler.counts.stored(op.id)
         return op
 
     def admit(

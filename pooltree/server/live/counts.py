@@ -2,7 +2,7 @@
 has failed jobs), kept in memory beside the store so a listing never counts rows.
 
 ``OperationCounts`` is loaded once from the store at start (one pass) and then follows every operation record the
-scheduler writes (``put``). The counters of a listing are computed from these few groups, as YTsaurus does
+scheduler writes (``put``); so does its ``pages``, the order a listing's page is taken in (``pages.py``). The counters of a listing are computed from these few groups, as YTsaurus does
 (``TListOperationsCountingFilter``): each counter counts the operations that pass every filter except its own
 dimension, and an operation failing two or more filters counts nowhere.
 """
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pooltree.server.live.pages import PageOrder
 from pooltree.server.store import OperationRecord
 
 
@@ -116,6 +117,8 @@ class OperationCounts:
         self._keys: dict[str, CountKey] = {}
         """Operation id → its current group, for the operations this scheduler may still write."""
         self.loaded = False
+        self.pages = PageOrder()
+        """Which operations a listing's page holds, without a store query (``pages.py``)."""
 
     def load(self, records: Iterable[OperationRecord], *, final_states: Iterable[str] = ()) -> None:
         """Count every stored operation (replacing what was counted). Operations in ``final_states`` are counted
@@ -123,6 +126,8 @@ class OperationCounts:
         final = set(final_states)
         groups: Counter[CountKey] = Counter()
         keys: dict[str, CountKey] = {}
+        records = list(records)
+        self.pages.load(records, final_states=final)
         for record in records:
             key = count_key(record)
             groups[key] += 1
@@ -133,8 +138,10 @@ class OperationCounts:
             self._keys = keys
             self.loaded = True
 
-    def put(self, record: OperationRecord, *, final: bool = False) -> None:
-        """An operation was written: move it to its new group (``final``: it will not be written again)."""
+    def put(self, record: OperationRecord, *, final: bool = False, stored: bool = True) -> None:
+        """An operation was written: move it to its new group (``final``: it will not be written again;
+        ``stored`` False: queued for the group commit, listed on pages once ``stored`` is called)."""
+        self.pages.put(record, final=final, stored=stored)
         key = count_key(record)
         with self._lock:
             old = self._keys.pop(record.id, None)
@@ -146,8 +153,13 @@ class OperationCounts:
             if not final:
                 self._keys[record.id] = key
 
+    def stored(self, operation_id: str) -> None:
+        """A started operation's queued first record is stored: pages list it from now on."""
+        self.pages.stored(operation_id)
+
     def forget(self, operation_id: str, record: OperationRecord | None) -> None:
         """An operation was removed from the store (``record`` as it was, when not remembered by id)."""
+        self.pages.forget(operation_id)
         with self._lock:
             key = self._keys.pop(operation_id, None)
             if key is None and record is not None:

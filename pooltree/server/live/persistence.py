@@ -86,7 +86,8 @@ class LivePersistence:
         op.revision += 1
         record = self.operation_record(op)
         ticket = scheduler.commits.submit((), [(record, mutation)])
-        scheduler.counts.put(record, final=op.is_final)
+        # counted now, listed on pages once stored (``OperationCommands.store_start``), as the store would list it
+        scheduler.counts.put(record, final=op.is_final, stored=False)
         return ticket
 
     def operation_record(self, op: LiveOperation) -> OperationRecord:

@@ -219,6 +219,9 @@ class Store(ABC):
     """
 
     url: str
+    code_point_ids = False
+    """Whether ``list_operations`` orders equal start times by id as Python compares strings (code points), so a
+    listing's page may be taken in memory (``live/pages.py``); PostgreSQL orders text by the database's collation."""
     _trouble: StoreHealth | None = None
     _out_of_space: StoreHealth | None = None
 

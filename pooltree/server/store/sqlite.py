@@ -53,6 +53,7 @@ class SqliteStore(SqlStore):
 
     placeholder = "?"
     database_errors = (sqlite3.Error,)
+    code_point_ids = True  # TEXT compares with BINARY collation: UTF-8 bytes, the code points' order
 
     def __init__(self, path: str | Path, *, url: str | None = None, sealer: Sealer | None = None) -> None:
         path = Path(path)
