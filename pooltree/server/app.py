@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
@@ -20,11 +21,12 @@ import os
 import secrets
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
-import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -98,6 +100,11 @@ switch intervals for its turn. Reads have their own threads so that they never q
 the scheduling lock (a start blocks on it while a fair-share update or heartbeats hold it; ``list_operations`` and
 stored operations need no lock). Heartbeats and fair-share updates have threads of their own (Starlette's pool).
 ``POOLTREE_COMMAND_THREADS`` overrides it."""
+
+
+def command_executor(changes: bool) -> ThreadPoolExecutor:
+    """The ``command_threads()`` worker threads of reads (``changes`` False) or of changes."""
+    return ThreadPoolExecutor(command_threads(), thread_name_prefix="changes" if changes else "reads")
 
 
 def command_threads() -> int:
@@ -487,9 +494,9 @@ class YtApi:
         self._last_prune = float("-inf")
         self._in_flight = MutationsInFlight()
         """Mutation ids of the requests running now (a retry waits for its first request)."""
-        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
-        """Worker threads commands run on at once, for reads (False) and for changes (True): made on the event loop
-        at the first command of each kind."""
+        self._threads: dict[bool, ThreadPoolExecutor] = {}
+        """The worker threads commands run on, for reads (False) and for changes (True): made on the event loop
+        at the first command of each kind, shut down with this object."""
 
     def error_response(self, error: BaseException, request_id: str) -> Response:
         return error_response(error, request_id, self.host, self.clock())
@@ -583,11 +590,15 @@ class YtApi:
                 return self._output(descriptor, result, params, request_id)
         # one trip to a worker thread: each hand-over costs a wake-up and a GIL switch, several per request
         # added up to much of a cheap command's time under load
-        limiter = self._limiters.get(descriptor.is_volatile)
-        if limiter is None:
-            limiter = self._limiters[descriptor.is_volatile] = anyio.CapacityLimiter(command_threads())
-        answer = await anyio.to_thread.run_sync(
-            functools.partial(self._run, descriptor, handler, ctx, request_id), limiter=limiter
+        threads = self._threads.get(descriptor.is_volatile)
+        if threads is None:
+            threads = self._threads[descriptor.is_volatile] = command_executor(descriptor.is_volatile)
+            weakref.finalize(self, threads.shutdown, wait=False)
+        # a thread takes the next command as soon as this one's work ends, not once the loop has taken its
+        # answer back (anyio's limiter held its token until then: with the loop behind, the threads sat idle)
+        run = functools.partial(self._run, descriptor, handler, ctx, request_id)
+        answer = await asyncio.get_running_loop().run_in_executor(
+            threads, contextvars.copy_context().run, run
         )
         if isinstance(answer, Deferred):  # waited for here, on the loop: no command thread is held
             with contextlib.suppress(TimeoutError):
