@@ -6,7 +6,8 @@ seconds (comparable with the bench's own clock):
 
 * ``before``: from the request's headers being whole (``http_protocol.ARRIVED``, the loop's clock) to the call:
   how far behind the API's event loop was;
-* ``fast``: answered on the event loop (``get_operation``'s fast path): its wall and CPU there;
+* ``fast``: answered on the event loop (``get_operation``'s and ``list_operations``'s fast paths): its wall and
+  CPU there;
 * else ``queued``: from the call to a worker thread starting it (the command-thread limiter's queue, the hop);
 * ``wall`` / ``cpu`` / ``nvcsw`` / ``nivcsw``: on the worker thread, from ``_run``'s start to its end, with that
   thread's CPU (``time.thread_time``) and its voluntary / involuntary context switches (``RUSAGE_THREAD``): a
@@ -50,6 +51,7 @@ def _install(out: str) -> None:
 
     from pooltree.forecast import process as forecast_process
     from pooltree.server import app as app_module
+    from pooltree.server import operation_listing
     from pooltree.server.http_protocol import ARRIVED
     from pooltree.server.live import lock as lock_module
     from pooltree.server.operations import OperationCommands
@@ -139,22 +141,27 @@ def _install(out: str) -> None:
 
     api._command, api._run = _command, _run
 
-    plain_fast = OperationCommands.get_operation_fast
+    def timed_fast(plain):  # type: ignore[no-untyped-def]
+        def fast(self, ctx):  # type: ignore[no-untyped-def]
+            began, cpu, (vol, invol) = monotonic(), thread_time(), switches()
+            try:
+                return plain(self, ctx)
+            finally:
+                ended, cpu_after, (vol_after, invol_after) = monotonic(), thread_time(), switches()
+                split[ctx.request_id] = {
+                    "fast": ended - began,
+                    "fast_cpu": cpu_after - cpu,
+                    "fast_nvcsw": vol_after - vol,
+                    "fast_nivcsw": invol_after - invol,
+                }
 
-    def get_operation_fast(self, ctx):  # type: ignore[no-untyped-def]
-        began, cpu, (vol, invol) = monotonic(), thread_time(), switches()
-        try:
-            return plain_fast(self, ctx)
-        finally:
-            ended, cpu_after, (vol_after, invol_after) = monotonic(), thread_time(), switches()
-            split[ctx.request_id] = {
-                "fast": ended - began,
-                "fast_cpu": cpu_after - cpu,
-                "fast_nvcsw": vol_after - vol,
-                "fast_nivcsw": invol_after - invol,
-            }
+        return fast
 
-    OperationCommands.get_operation_fast = get_operation_fast  # type: ignore[method-assign]
+    commands_class = OperationCommands
+    commands_class.get_operation_fast = timed_fast(commands_class.get_operation_fast)  # type: ignore[method-assign]
+    listing_class = operation_listing.OperationListing
+    if hasattr(listing_class, "list_operations_fast"):  # a listing answered on the loop (not in older trees)
+        listing_class.list_operations_fast = timed_fast(listing_class.list_operations_fast)
 
     lock_class = lock_module.SchedulingLock
     plain_acquire = lock_class.acquire
