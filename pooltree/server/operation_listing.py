@@ -315,7 +315,7 @@ class OperationListing:
                 limit=limit + 1,
             )
             ids = self._memory_ids(query)
-            page = None if ids is None else self._live_page(ids, direction)
+            page = None if ids is None else self._live_page(ids, None)
             if page is None:
                 if not blocking:
                     return None
@@ -362,34 +362,38 @@ class OperationListing:
             return [self._whole(record) for record in page]
         return page
 
-    def _live_page(self, ids: list[str], direction: str) -> list[OperationRecord] | None:
+    def _live_page(self, ids: list[str], direction: str | None) -> list[OperationRecord] | None:
         """A page whose operations are all live, from memory in the store's order (``ids``), as the store lists
         them without bodies (``partial``), with the spec and runtime parameters ``_whole`` gives them; None when
-        one is not live (then the store lists the page's rows), or when ``ids`` are not in the page's order. What a listing reads of a live operation's row is its id and
-        user (its brief is its live state), so the rows are not read: per page, a hundred rows the store steps
-        one by one, letting the GIL go at each, and a hundred records made from them."""
+        one is not live (then the store lists the page's rows), or when ``ids`` read from the store are not in
+        the page's ``direction`` (None: ``ids`` from memory's order, the operations' own start times). What a
+        listing reads of a live operation's row is its id and user (its brief is its live state), so the rows are
+        not read: per page, a hundred rows the store steps one by one, letting the GIL go at each."""
         operations = self.scheduler.operations
         page = []
         for operation_id in ids:
             op = operations.get(operation_id)
             if op is None:
                 return None
-            record = OperationRecord(
-                op.id,
-                op.type,
-                op.state,
-                op.user,
-                next(iter(op.pools.values()), None),
-                op.start_time,
-                op.finish_time,
-                partial=True,
+            pool = next(iter(op.pools.values()), None)
+            page.append(
+                OperationRecord(
+                    op.id,
+                    op.type,
+                    op.state,
+                    op.user,
+                    pool,
+                    op.start_time,
+                    op.finish_time,
+                    op.spec,  # whole, as ``_whole`` makes a live one
+                    op.runtime_parameters,
+                    partial=True,
+                )
             )
-            record.spec = op.spec  # whole, as ``_whole`` makes a live one
-            record.runtime_parameters = op.runtime_parameters
-            page.append(record)
-        keys = [(record.start_time, record.id) for record in page]
-        if keys != sorted(keys, reverse=direction == "past"):
-            return None
+        if direction is not None:
+            keys = [(record.start_time, record.id) for record in page]
+            if keys != sorted(keys, reverse=direction == "past"):
+                return None
         return page
 
     def _whole(self, record: OperationRecord) -> OperationRecord:
