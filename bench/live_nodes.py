@@ -39,8 +39,12 @@ phase's start and end: the fair-share updates in it and their mean wall time, an
 scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far, and (builds that
 compute the fair share outside the lock) the updates computed again because their tree changed meanwhile.
 
+``--read-every S``: a reader beside the load (``read_probe.py``) reads the orchid and, apart, the web pages (the
+Scheduling and Nodes fragments, the History page) every S seconds each; per phase ``reads`` has their p50/p99/max.
+
 Usage: .venv/bin/python bench/live_nodes.py [--nodes 100] [--period 1] [--drivers 3] [--operations 200]
        [--jobs 200] [--seconds 15] [--warmup-seconds 5] [--quiet-seconds 5] [--repeat 1] [--shards 1,2]
+       [--read-every 0.2]
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from live_common import (
     stop_process,
     yt_client,
 )
+from read_probe import ReadProbe
 
 from pooltree.node import wire
 
@@ -488,9 +493,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
         end = context.Value("d", float("inf"))
         queue: Any = context.Queue()
         drivers: list[Any] = []
+        probe: ReadProbe | None = None
         try:
             start_node_drivers(context, scheduler, args, end, queue, drivers)
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
+            if args.read_every > 0:
+                probe = ReadProbe(scheduler.url, scheduler.token, args.read_every)
             windows: list[tuple[str, tuple[float, float], float]] = []
 
             split: dict[str, tuple[float, float]] = {}
@@ -532,7 +540,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             end.value = time.time()
             results = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
             phases = [_phase(name, results, window, cpu, args) for name, window, cpu in windows]
-            for phase in phases:
+            for phase, (_, window, _) in zip(phases, windows, strict=True):
+                if probe is not None:
+                    phase["reads"] = probe.figures(*window)
                 leader, shards = split[phase["phase"]]
                 answered = max(phase["answered"], 1)
                 phase["shards"] = args.shards_now
@@ -576,6 +586,8 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             return {"phases": phases, "start_operations_seconds": round(start_seconds, 2)}
         finally:
             end.value = min(end.value, time.time())
+            if probe is not None:
+                probe.close()
             join_processes(drivers, REQUEST_TIMEOUT + 10)
             scheduler.close()
 
@@ -645,11 +657,20 @@ def _median_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key, value in phase.items():
             if key == "phase":
                 continue
-            values = [run["phases"][index].get(key) for run in runs]
-            numbers = [v for v in values if isinstance(v, int | float)]
-            merged[key] = statistics.median(numbers) if numbers else value
+            merged[key] = _median_value([run["phases"][index].get(key) for run in runs], value)
         out.append(merged)
     return out
+
+
+def _median_value(values: list[Any], first: Any) -> Any:
+    """The median of the numbers among ``values``, per key for maps (the read probe's figures); else ``first``."""
+    if isinstance(first, dict):
+        return {
+            key: _median_value([v.get(key) if isinstance(v, dict) else None for v in values], item)
+            for key, item in first.items()
+        }
+    numbers = [v for v in values if isinstance(v, int | float)]
+    return statistics.median(numbers) if numbers else first
 
 
 def main() -> None:
@@ -664,6 +685,13 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--quiet-seconds", type=float, default=5.0)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--read-every",
+        type=float,
+        default=0.0,
+        help="seconds between two orchid reads, and between two web page reads, beside the load "
+        "(bench/read_probe.py; reported per phase under reads: p50/p99/max ms); 0: none",
+    )
     parser.add_argument(
         "--shards",
         default="1",
