@@ -20,9 +20,10 @@ Built from the latest forecast without the scheduler's lock (a `Forecast` is nev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pooltree.forecast.live import tree_limitation
 from pooltree.forecast.run import Forecast, OperationForecast
 
 
@@ -41,6 +42,30 @@ def operation_forecast_map(
         "preempts": [dict(item) for item in found.preempts],
         "job_durations": {task: dict(values) for task, values in found.durations.items()},
     }
+
+
+def live_scheduling_forecast(
+    result: Forecast | None,
+    operation_id: str,
+    trees: Sequence[str],
+    reasons: Sequence[dict[str, Any] | None],
+    *,
+    error: str | None,
+    time_format: Callable[[float], str | None],
+) -> dict[str, Any]:
+    """A live operation's attribute in ``trees``: waiting for the first of ``reasons`` (per tree, in the trees'
+    order) that holds, with the ``limitation`` of a forecast of several trees (``tree_limitation``)."""
+    attribute = scheduling_forecast(
+        result,
+        operation_id,
+        waiting_for=next((reason for reason in reasons if reason), None),  # its first tree's that holds it
+        error=error,
+        time_format=time_format,
+    )
+    limitation = tree_limitation(trees, result)
+    if limitation is not None:
+        attribute["limitation"] = limitation
+    return attribute
 
 
 def scheduling_forecast(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from pooltree.errors import ConfigError, PooltreeError
-from pooltree.forecast.attribute import operation_forecast_map, scheduling_forecast
+from pooltree.forecast.attribute import live_scheduling_forecast, operation_forecast_map
 from pooltree.forecast.live import count_limit_holder, submitted_operation, tree_limitation
 from pooltree.forecast.worker import ForecastService
 from pooltree.server.aliases import OperationAliases
@@ -361,19 +361,14 @@ class OperationCommands:
             scheduling_info,
         )
         if self.forecasts is not None:
-            reasons = (scheduling_info.get(tree, {}).get("pending_allocations_reason") for tree in op.trees)
-            attributes["scheduling_forecast"] = scheduling_forecast(
+            attributes["scheduling_forecast"] = live_scheduling_forecast(
                 self.forecasts.latest,
                 op.id,
-                waiting_for=next(
-                    (reason for reason in reasons if reason), None
-                ),  # its first tree's that holds it
+                op.trees,
+                [scheduling_info.get(tree, {}).get("pending_allocations_reason") for tree in op.trees],
                 error=self.forecasts.last_error,
                 time_format=iso_time,
             )
-            limitation = tree_limitation(op.trees, self.forecasts.latest)
-            if limitation is not None:
-                attributes["scheduling_forecast"]["limitation"] = limitation
         return attributes
 
     def _stored_attributes(self, record: OperationRecord) -> dict[str, Any]:

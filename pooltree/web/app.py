@@ -29,11 +29,15 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from pooltree.errors import PooltreeError
+from pooltree.forecast.attribute import live_scheduling_forecast
 from pooltree.resources import RESOURCES, format_size
 from pooltree.server.app import read_body
 from pooltree.server.job_commands import job_attributes
 from pooltree.server.live.model import LiveJob
 from pooltree.server.live.snapshot import ReadSnapshot, TreeRead
+from pooltree.server.operation_listing import live_brief
+from pooltree.server.operation_maps import attribute_map
+from pooltree.server.operation_times import iso_time
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
@@ -321,6 +325,7 @@ class WebUI:
             OperationFilter(user=user, state=state, limit=MAX_LISTED_OPERATIONS)
         )
         items: list[dict[str, Any]] = []
+        self.scheduler.snapshots.watch_pages()  # its live operations' maps
         snapshot = self.scheduler.snapshots.current
         visible = self.service.security.operation_visible
         for record in records:
@@ -329,7 +334,7 @@ class WebUI:
             ):
                 continue  # the user may not read it (its ACL), as list_operations
             try:
-                attributes = self.commands.operation_attributes(record.id)
+                attributes = self._attributes(snapshot, record.id)
             except PooltreeError:
                 continue
             pools = {
@@ -350,6 +355,27 @@ class WebUI:
             filters={"state": state or "", "pool": pool or "", "user": user or ""},
             states=["running", "pending", "completed", "failed", "aborted"],
         )
+
+    def _attributes(self, snapshot: ReadSnapshot, operation_id: str) -> dict[str, Any]:
+        """An operation's attribute map as the pages read it: a live one's from ``snapshot`` (its brief, error,
+        alerts and the latest forecast), when the snapshot holds the pages' reads; else ``get_operation``'s (a
+        finished one's from the store)."""
+        read = snapshot.operations.get(operation_id) if snapshot.operations is not None else None
+        if read is None:
+            return self.commands.operation_attributes(operation_id)
+        attributes = attribute_map(
+            live_brief(read, read.jobs, snapshot.now), {}, read.error, [], read.alerts, [], {}
+        )
+        forecasts = self.service.forecasts
+        attributes["scheduling_forecast"] = live_scheduling_forecast(
+            forecasts.latest,
+            read.id,
+            read.trees,
+            [read.explanations.get(tree) for tree in read.trees],
+            error=forecasts.last_error,
+            time_format=iso_time,
+        )
+        return attributes
 
     def _operation_row(self, snapshot: ReadSnapshot, attributes: Mapping[str, Any]) -> dict[str, Any]:
         shares: dict[str, Any] = {}
@@ -381,10 +407,9 @@ class WebUI:
         self.service.security.require_operation(
             request.state.user, "read", operation_id
         )  # its ACL, as the API
-        attributes = self.commands.operation_attributes(operation_id)
-
-        self.scheduler.snapshots.watch_pages()  # its pending reasons
+        self.scheduler.snapshots.watch_pages()  # its map and pending reasons
         snapshot = self.scheduler.snapshots.current
+        attributes = self._attributes(snapshot, operation_id)
         jobs = [job_attributes(job) for job in self._jobs(operation_id)]
         explanations, shares, preempting = snapshot.derived(
             ("operation", operation_id), lambda: _operation_reads(snapshot, operation_id)

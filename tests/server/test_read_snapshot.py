@@ -63,9 +63,13 @@ def test_orchid_and_pages_are_answered_while_the_lock_is_held(
     served: tuple[SchedulerService, str, list[float]],
 ) -> None:
     """Paths and pages never read before, long after the last read, are answered while another thread holds the
-    scheduling lock. (Before, a read with no answer of its own kept from the last second waited for the lock.)"""
+    scheduling lock. (Before, a read with no answer of its own kept from the last second waited for the lock.) The
+    operation pages read the live operation's map from the snapshot too, captured since a page asked for it."""
     service, url, now = served
     op_id = next(iter(service.scheduler.operations))
+    with httpx.Client(base_url=url, timeout=ANSWER_WITHIN) as http:
+        assert http.get("/").status_code == 200  # a page asks for the operations' page reads...
+    service.scheduler.update_fair_share("default", now[0] + 2)  # ...which the next publication captures
     now[0] += 60.0  # nothing read in the last minute
     orchid_paths = [
         "/pool_trees/default/operations",
@@ -76,7 +80,14 @@ def test_orchid_and_pages_are_answered_while_the_lock_is_held(
         "/event_log",
         "",
     ]
-    pages = ["/", "/?page=scheduling&tree=default", "/nodes", "/history"]
+    pages = [
+        "/",
+        "/?page=scheduling&tree=default",
+        "/nodes",
+        "/history",
+        f"/operation/{op_id}",
+        "/operations",
+    ]
     with httpx.Client(base_url=url, timeout=ANSWER_WITHIN) as http, held_elsewhere(service.scheduler.lock):
         began = time.monotonic()
         answers = {path: _orchid(http, path) for path in orchid_paths}

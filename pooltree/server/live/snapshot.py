@@ -13,10 +13,13 @@ never changed after; a tree's views are assembled from it and from the update's 
 first read, off the lock (``views.ViewCapture``), as is what readers derive (the orchid document, a page's rows:
 ``ReadSnapshot.derived``, once per snapshot). Nothing in a snapshot is changed once published.
 
-What only the web pages show per operation (its alerts, why its allocations wait, its configured limits) costs a
-look at each operation's state (``explain_pending``: nodes, pools, siblings): it is captured only while a page
-that shows it was asked for in the last ``PAGE_WATCH`` seconds (``ReadPublisher.watch_pages``), so an unwatched
-scheduler pays nothing for it. A page opened after that long shows them from the next publication on.
+What only the web pages show per live operation (its brief and alerts, why its allocations wait, its configured
+limits: ``OperationRead``) costs a look at each operation's state (``explain_pending``: nodes, pools, siblings): it
+is captured only while a page that shows it was asked for in the last ``PAGE_WATCH`` seconds
+(``ReadPublisher.watch_pages``), so an unwatched scheduler pays nothing for it. A page opened after that long reads
+an operation's map through ``get_operation`` (``OperationCommands.operation_attributes``: it waits for the lock only
+when its kept map is over a second old and the lock is busy) and the per-operation columns from the next
+publication on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.resources import resources_to_dict
 from pooltree.server.live.alerts import explain_pending
-from pooltree.server.live.views import ViewCapture
+from pooltree.server.live.views import ViewCapture, progress
 from pooltree.server.tree_options import effective_tree_config
 
 if TYPE_CHECKING:
@@ -86,15 +89,32 @@ class TreeRead:
         return self.capture.view()
 
 
-@dataclass(frozen=True)
-class OperationRead:
-    """A live operation as the web pages show it: its state, its alert types, per tree why its allocations wait
+class OperationRead(NamedTuple):
+    """A live operation as the web pages show it: the attributes its brief reads (``operation_listing.live_brief``,
+    which takes this for the operation), its job counts, error and alerts, per tree why its allocations wait
     (``explain_pending``; None when none wait) and its configured resource limits."""
 
+    id: str
+    type: str
     state: str
-    alert_types: tuple[str, ...]
+    user: str
+    start_time: float
+    finish_time: float | None
+    spec: dict[str, Any]
+    runtime_parameters: dict[str, Any]
+    """The operation's own map (a change of parameters replaces it, never changes it)."""
+    suspended: bool
+    pools: dict[str, str]
+    trees: list[str]
+    jobs: dict[str, Any]
+    error: dict[str, Any] | None
+    alerts: dict[str, dict[str, Any]]
     explanations: dict[str, dict[str, Any] | None]
     limits: dict[str, dict[str, Any]]
+
+    @property
+    def alert_types(self) -> list[str]:
+        return sorted(self.alerts)
 
 
 @dataclass
@@ -285,8 +305,20 @@ def _operation_read(scheduler: LiveScheduler, op: Any) -> OperationRead:
             except PooltreeError:
                 continue
     return OperationRead(
-        state=op.state,
-        alert_types=tuple(sorted(scheduler.alerts(op))),
-        explanations={tree: explain_pending(scheduler, op, tree) for tree in op.trees},
-        limits=limits,
+        op.id,
+        op.type,
+        op.state,
+        op.user,
+        op.start_time,
+        op.finish_time,
+        op.spec,
+        op.runtime_parameters,
+        op.suspended,
+        dict(op.pools),
+        list(op.trees),
+        progress(op),
+        op.error,
+        scheduler.alerts(op),
+        {tree: explain_pending(scheduler, op, tree) for tree in op.trees},
+        limits,
     )
