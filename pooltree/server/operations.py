@@ -317,7 +317,10 @@ class OperationCommands:
         if found is None:
             assert entry.attributes is not None, "an entry without its map is only read for its encodings"
             data, content_type = encode_structured(
-                self._select(entry.attributes, wanted), output_format(ctx.parameters)
+                # plain: JSON values with string keys (json.dumps first; a value it cannot take is normalized)
+                self._select(entry.attributes, wanted),
+                output_format(ctx.parameters),
+                plain=True,
             )
             found = Encoded(data, content_type)
             if len(entry.encoded) < ENCODINGS_PER_OPERATION:  # never evicted: readers on other threads

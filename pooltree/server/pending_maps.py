@@ -86,7 +86,7 @@ class Template:
         """The answer with ``values`` (one per slot, in order) each encoded alone in its gap."""
         parts = [self.pieces[0]]
         for value, piece in zip(values, self.pieces[1:], strict=True):
-            parts.append(encode_structured(value, fmt)[0])
+            parts.append(encode_structured(value, fmt, plain=True)[0])
             parts.append(piece)
         return b"".join(parts)
 
@@ -136,7 +136,7 @@ def make_template(
     if isinstance(forecast, dict) and WAITING_FOR in forecast:
         marked["scheduling_forecast"] = forecast = dict(forecast)
         forecast[WAITING_FOR] = mark((None, WAITING_FOR), forecast[WAITING_FOR])
-    data, content_type = encode_structured(select(marked), fmt)
+    data, content_type = encode_structured(select(marked), fmt, plain=True)
     found: list[tuple[int, int, int]] = []  # (offset, length, slot index), sorted: the document's order
     for index in range(len(slots)):
         quoted = json.dumps(f"{_MARK}{index}").encode()
