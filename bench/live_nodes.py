@@ -498,7 +498,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             start_node_drivers(context, scheduler, args, end, queue, drivers)
             time.sleep(2 * args.period + 1.0)  # every node registered by its first heartbeats
             if args.read_every > 0:
-                probe = ReadProbe(scheduler.url, scheduler.token, args.read_every)
+                probe = ReadProbe(
+                    scheduler.url, scheduler.token, args.read_every, tuple(args.read_kinds.split(","))
+                )
             windows: list[tuple[str, tuple[float, float], float]] = []
 
             split: dict[str, tuple[float, float]] = {}
@@ -693,6 +695,9 @@ def main() -> None:
         "(bench/read_probe.py; reported per phase under reads: p50/p99/max ms); 0: none",
     )
     parser.add_argument(
+        "--read-kinds", default="orchid,page", help="what the reader reads: orchid, page or both"
+    )
+    parser.add_argument(
         "--shards",
         default="1",
         help="node shard settings to run, e.g. 1,2,1s,2s: N is --node-shards N (1: no shard process), Ns adds "
@@ -701,6 +706,8 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
+    if not args.read_kinds or set(args.read_kinds.split(",")) - {"orchid", "page"}:
+        parser.error(f"--read-kinds must be orchid, page or orchid,page, got {args.read_kinds!r}")
     counts = [part.strip() for part in args.shards.split(",")]
     try:
         settings = [_shard_setting(part) for part in counts]

@@ -26,18 +26,19 @@ ORCHID_PATHS = (
 )
 PAGES = ("/?page=scheduling&tree=default", "/nodes", "/history")
 TIMEOUT = 60.0
+KINDS = ("orchid", "page")
 
 
 class ReadProbe:
     """Reads of each kind every ``every`` seconds against ``url`` (with ``token``) until ``close``."""
 
-    def __init__(self, url: str, token: str, every: float) -> None:
+    def __init__(self, url: str, token: str, every: float, kinds: tuple[str, ...] = KINDS) -> None:
         parsed = urllib.parse.urlsplit(url)
         self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self.token = token
         self.every = every
         self.stopping = threading.Event()
-        self.reads: dict[str, list[tuple[float, float, int]]] = {"orchid": [], "page": []}
+        self.reads: dict[str, list[tuple[float, float, int]]] = {kind: [] for kind in kinds}
         """kind → (sent at, seconds to the whole answer, status) per read."""
         self.threads = [
             threading.Thread(target=self._loop, args=(kind,), daemon=True, name=f"read-{kind}")

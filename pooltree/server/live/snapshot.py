@@ -16,7 +16,8 @@ first read, off the lock (``views.ViewCapture``), as is what readers derive (the
 What only the web pages show per live operation (its brief and alerts, why its allocations wait, its configured
 limits: ``OperationRead``) costs a look at each operation's state (``explain_pending``: nodes, pools, siblings): it
 is captured only while a page that shows it was asked for in the last ``PAGE_WATCH`` seconds
-(``ReadPublisher.watch_pages``), so an unwatched scheduler pays nothing for it. A page opened after that long reads
+(``ReadPublisher.watch_pages``), so an unwatched scheduler pays nothing for it, and then at most once per
+``PAGE_READS_PERIOD`` (the pages' refresh; the publications between carry the last). A page opened after that long reads
 an operation's map through ``get_operation`` (``OperationCommands.operation_attributes``: it waits for the lock only
 when its kept map is over a second old and the lock is busy) and the per-operation columns from the next
 publication on.
@@ -46,6 +47,9 @@ T = TypeVar("T")
 PAGE_WATCH = 30.0
 """Seconds after a page asked for the per-operation reads (``PageReads``) that publications still capture them (a
 page refreshes every 3 s)."""
+PAGE_READS_PERIOD = 3.0
+"""Seconds between two captures of the pages' per-operation reads (the pages refresh every 3 s): a publication in
+between carries the last ones (at 10,000 operations they cost ~0.5 s of the lock: bench/RESULTS.md)."""
 MAX_DERIVED = 256
 """Derived values (orchid answers per path, page rows) kept per snapshot; past it the oldest are made again."""
 
@@ -168,6 +172,8 @@ class ReadPublisher:
         since): published by ``due`` one fair-share period later if no update publishes it before."""
         self.pages_until = float("-inf")
         """Until when (``time.monotonic``) publications capture the pages' per-operation reads."""
+        self.pages_read_at = float("-inf")
+        """When (``time.monotonic``) they were last captured (at most every ``PAGE_READS_PERIOD``)."""
         self.published = 0
         self.published_at = time.monotonic()
         """When (``time.monotonic``) the last snapshot was published."""
@@ -215,8 +221,16 @@ class ReadPublisher:
         with scheduler.lock:
             began = time.thread_time()
             self.changed_at = None
-            pages = time.monotonic() < self.pages_until
-            snapshot = capture(scheduler, self.current.number + 1, pages=pages)
+            now = time.monotonic()
+            operations = None
+            if now < self.pages_until:
+                operations = self.current.operations
+                if operations is None or now - self.pages_read_at >= PAGE_READS_PERIOD:
+                    operations = {
+                        op_id: _operation_read(scheduler, op) for op_id, op in scheduler.operations.items()
+                    }
+                    self.pages_read_at = now
+            snapshot = capture(scheduler, self.current.number + 1, operations)
             self.current = snapshot
             self.published_at = time.monotonic()
             spent = time.thread_time() - began
@@ -226,8 +240,10 @@ class ReadPublisher:
         return snapshot
 
 
-def capture(scheduler: LiveScheduler, number: int, *, pages: bool) -> ReadSnapshot:
-    """The snapshot of ``scheduler``'s state now (its lock held); ``pages``: with the pages' per-operation reads."""
+def capture(
+    scheduler: LiveScheduler, number: int, operations: dict[str, OperationRead] | None = None
+) -> ReadSnapshot:
+    """The snapshot of ``scheduler``'s state now (its lock held), with the pages' per-operation reads given."""
     trees = {name: _tree_read(scheduler, name) for name in scheduler.views}
     return ReadSnapshot(
         number=number,
@@ -237,11 +253,7 @@ def capture(scheduler: LiveScheduler, number: int, *, pages: bool) -> ReadSnapsh
         nodes=_node_reads(scheduler),
         scheduler_alerts=scheduler.scheduler_alerts(),
         event_log=tuple(scheduler.event_log),
-        operations=(
-            {op_id: _operation_read(scheduler, op) for op_id, op in scheduler.operations.items()}
-            if pages
-            else None
-        ),
+        operations=operations,
     )
 
 

@@ -126,7 +126,10 @@ def capture_view(core: SchedulerCore) -> ViewCapture:
         if operation_id not in result.elements
     }
     extras: dict[str, dict[str, Any]] = {}
+    strategy_elements = core.strategy.state.elements  # element_view refuses any other (pending operations)
     for element_id in (*result.elements, *unpublished):
+        if element_id not in strategy_elements:
+            continue
         try:
             extra = core.strategy.element_view(element_id)
         except PooltreeError:
