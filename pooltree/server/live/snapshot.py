@@ -17,9 +17,9 @@ What only the web pages show per live operation (its brief and alerts, why its a
 limits: ``OperationRead``) costs a look at each operation's state (``explain_pending``: nodes, pools, siblings): it
 is captured only while a page that shows it was asked for in the last ``PAGE_WATCH`` seconds
 (``ReadPublisher.watch_pages``), so an unwatched scheduler pays nothing for it, and then at most once per
-``PAGE_READS_PERIOD`` (the pages' refresh; the publications between carry the last). A page opened after that long reads
-an operation's map through ``get_operation`` (``OperationCommands.operation_attributes``: it waits for the lock only
-when its kept map is over a second old and the lock is busy) and the per-operation columns from the next
+``PAGE_READS_PERIOD`` (the pages' refresh; the publications between carry the last). A page opened after that long
+reads an operation's map through ``get_operation`` (``OperationCommands.operation_attributes``: it waits for the
+lock only when its kept map is over a second old and the lock is busy) and the per-operation columns from the next
 publication on.
 """
 
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 PAGE_WATCH = 30.0
-"""Seconds after a page asked for the per-operation reads (``PageReads``) that publications still capture them (a
-page refreshes every 3 s)."""
+"""Seconds after a page asked for the per-operation reads (``OperationRead``) that publications still capture them
+(a page refreshes every 3 s)."""
 PAGE_READS_PERIOD = 3.0
 """Seconds between two captures of the pages' per-operation reads (the pages refresh every 3 s): a publication in
 between carries the last ones (at 10,000 operations they cost ~0.5 s of the lock: bench/RESULTS.md)."""
