@@ -299,6 +299,8 @@ def machine() -> dict[str, Any]:
 OPERATION_MARK = "ffffffff-eeeeeeee-dddddddd-cccccccc"
 """Stands for the operation id while a request is recorded (replaced by the real one when replayed)."""
 CURSOR_MARK = "2099-12-31T23:59:59.999999Z"
+CYPRESS_PATH = "//sys/pool_trees"
+"""What ``YtRequests.cypress_get`` reads: a Cypress read served on a read thread, beside listings."""
 
 
 class YtRequests:
@@ -306,7 +308,8 @@ class YtRequests:
     127.0.0.1 that answers with ``url``'s discovery (``GET /api/v4``), then filled in per request.
 
     ``get_operation(op_id)``, ``list_operations(kind, cursor)`` (kind 0: newest 100; 1: ``state=pending``;
-    2: paging with ``cursor_time``) and ``start_operation()`` return the request bytes; the correlation id (and a
+    2: paging with ``cursor_time``), ``start_operation()`` and ``cypress_get()`` (``get`` of ``CYPRESS_PATH``) return
+    the request bytes; the correlation id (and a
     start's mutation id) are new in each, as the client makes them.
     """
 
@@ -322,6 +325,7 @@ class YtRequests:
                 lambda client: client.list_operations(limit=100, state="pending"),
                 lambda client: client.list_operations(limit=100, cursor_time=CURSOR_MARK),
                 lambda client: _start(client, start_spec),
+                lambda client: client.get(CYPRESS_PATH),
             ],
         )
         self.templates = {
@@ -330,6 +334,7 @@ class YtRequests:
             "list_1": recorded[2],
             "list_2": recorded[3],
             "start_operation": recorded[4],
+            "cypress_get": recorded[5],
         }
         for name, raw in self.templates.items():
             if b"Authorization: OAuth " not in raw or b"X-YT-Header-Format" not in raw:
@@ -354,6 +359,9 @@ class YtRequests:
 
     def list_operations(self, kind: int, cursor: str) -> bytes:
         return self._fill(self.templates[f"list_{kind}"], **{CURSOR_MARK: cursor})
+
+    def cypress_get(self) -> bytes:
+        return self._fill(self.templates["cypress_get"])
 
     def start_operation(self) -> bytes:
         raw = self.templates["start_operation"]

@@ -37,8 +37,12 @@ phases, from ``--sim-drivers`` (3) driver processes of ``live_nodes.py`` (the re
 queue's operations stay pending), so the API's figures are taken while the scheduler answers their heartbeats.
 ``heartbeats`` reports, per phase, their answered rate, errors and latency p50/p99, and the drivers' CPU.
 
+``--probe-get-period S`` (0: none) has one probe send a Cypress ``get`` of ``//sys/pool_trees`` every S seconds through
+each mixed run (open loop, on its own connection, outside the mix and its requests/s): a read served on the read
+threads beside the listings and starts, reported per run as ``cypress_get`` (count, errors, p50/p99/max).
+
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
-       [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4] [--sim-nodes 1000]
+       [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4] [--sim-nodes 1000] [--probe-get-period 0.05]
 """
 
 from __future__ import annotations
@@ -195,7 +199,13 @@ def run_queue(
 
 
 async def _mixed_clients(
-    requests: YtRequests, clients: int, seconds: float, op_ids: list[str], starts: list[str], seed: int
+    requests: YtRequests,
+    clients: int,
+    seconds: float,
+    op_ids: list[str],
+    starts: list[str],
+    seed: int,
+    probe_period: float = 0.0,
 ) -> dict[str, Any]:
     host, port = requests.host.split(":")
     rng = random.Random(seed)
@@ -231,13 +241,36 @@ async def _mixed_clients(
         finally:
             writer.close()
 
+    probed: list[float] = []
+    probe_errors = [0, 0]  # 4xx and 5xx, 5xx
+
+    async def probe() -> None:
+        """A Cypress ``get`` every ``probe_period`` seconds (open loop, on a connection of its own)."""
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            due = time.monotonic()
+            while time.monotonic() < deadline:
+                due += probe_period
+                began = time.perf_counter()
+                writer.write(requests.cypress_get())
+                await writer.drain()
+                status = await asyncio.wait_for(read_response(reader), 60)
+                probed.append(time.perf_counter() - began)
+                probe_errors[0] += status >= 400
+                probe_errors[1] += status >= 500
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+        finally:
+            writer.close()
+
     began = time.monotonic()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    probes = [probe()] if probe_period > 0 else []
+    await asyncio.gather(*(client() for _ in range(clients)), *probes)
     return {
         "elapsed": time.monotonic() - began,
         "latencies": latencies,
         "errors": errors,
         "server_errors": server_errors,
+        "probe": {"latencies": probed, "errors": probe_errors[0], "server_errors": probe_errors[1]},
     }
 
 
@@ -249,9 +282,10 @@ def _mixed_worker(
     starts: list[str],
     seed: int,
     out: Any,
+    probe_period: float = 0.0,
 ) -> None:
     try:
-        out.put(asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed)))
+        out.put(asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed, probe_period)))
     except BaseException as error:  # reported, so the parent does not wait for a result that never comes
         out.put({"failed": f"{type(error).__name__}: {error}"})
         raise
@@ -270,12 +304,19 @@ def run_mixed(
     processes: int,
     op_ids: list[str],
     starts: list[str],
+    probe_period: float = 0.0,
 ) -> dict[str, Any]:
+    """The mix from ``clients`` clients in ``processes`` load processes for ``seconds``; ``probe_period`` > 0: the
+    first process also sends a Cypress ``get`` every that many seconds (``cypress_get``, not in the mix's
+    requests/s)."""
     processes = max(1, min(processes, clients))
     share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     out: Any = mp.Queue()
     workers = [
-        mp.Process(target=_mixed_worker, args=(requests, n, seconds, op_ids, starts, i, out))
+        mp.Process(
+            target=_mixed_worker,
+            args=(requests, n, seconds, op_ids, starts, i, out, probe_period if i == 0 else 0.0),
+        )
         for i, n in enumerate(share)
     ]
     children_before = _children_cpu()
@@ -305,6 +346,17 @@ def run_mixed(
             "p50_ms": quantile_ms(values, 0.5),
             "p99_ms": quantile_ms(values, 0.99),
             "max_ms": quantile_ms(values, 1.0),
+        }
+    if probe_period > 0:
+        probed = [v for part in parts for v in part["probe"]["latencies"]]
+        commands["cypress_get"] = {
+            "requests": len(probed),
+            "period_seconds": probe_period,
+            "errors": sum(part["probe"]["errors"] for part in parts),
+            "server_errors": sum(part["probe"]["server_errors"] for part in parts),
+            "p50_ms": quantile_ms(probed, 0.5),
+            "p99_ms": quantile_ms(probed, 0.99),
+            "max_ms": quantile_ms(probed, 1.0),
         }
     cpu: dict[str, Any] = {"load_generators_cpu_per_second": round(load_cpu / wall, 3)}
     if scheduler_before is not None and scheduler_after is not None:
@@ -431,6 +483,13 @@ def main() -> None:
     parser.add_argument("--sim-drivers", type=int, default=3)
     parser.add_argument("--sim-period", type=float, default=1.0)
     parser.add_argument(
+        "--probe-get-period",
+        type=float,
+        default=0.0,
+        help="seconds between the Cypress gets (of live_common.CYPRESS_PATH) one probe sends through each mixed "
+        "run, open loop, outside the mix (0: none); reported as the run's cypress_get",
+    )
+    parser.add_argument(
         "--split",
         type=Path,
         default=None,
@@ -482,7 +541,8 @@ def main() -> None:
                 requests = YtRequests(local.url, local.token, START_SPEC)
                 pid = local.scheduler_pid()
                 began = time.time()
-                single = run_mixed(requests, pid, 1, args.single_seconds, 1, op_ids, starts)
+                probe = args.probe_get_period
+                single = run_mixed(requests, pid, 1, args.single_seconds, 1, op_ids, starts, probe)
                 many = run_mixed(
                     requests,
                     pid,
@@ -491,6 +551,7 @@ def main() -> None:
                     args.load_processes,
                     op_ids,
                     starts,
+                    probe,
                 )
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
