@@ -27,7 +27,7 @@ from pooltree.resources import unlimited
 from pooltree.tree.elements import EPHEMERAL_DELIMITER, ROOT_POOL_NAME, PoolElement, TreeOperation
 from pooltree.tree.live_config import LiveConfig
 from pooltree.tree.naming import PoolNaming, lowest_violating_pool
-from pooltree.tree.tree_views import TreeViews
+from pooltree.tree.tree_views import OperationFacts, TreeViews
 from pooltree.tree.values import (
     DEFAULT_EPHEMERAL_POOL_NAME_REGEX,
     NO_SUCH_OPERATION_CODE,
@@ -149,6 +149,9 @@ class PoolTree:
 
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         return self.views.operation_orchid(operation_id, position=position)
+
+    def operation_facts(self, operation_id: str, *, position: int | None = None) -> OperationFacts:
+        return self.views.operation_facts(operation_id, position=position)
 
     def orchid(self) -> dict[str, Any]:
         return self.views.orchid()

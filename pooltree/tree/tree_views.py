@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -140,39 +140,38 @@ class TreeViews:
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         """An operation's placement in this tree; a pending one names the pool holding it and its position
         (``position`` when the caller already knows it)."""
+        return operation_placement(self.operation_facts(operation_id, position=position))
+
+    def operation_facts(self, operation_id: str, *, position: int | None = None) -> OperationFacts:
+        """What ``operation_orchid`` shows of an operation, read now, formatted later (``operation_placement``):
+        the live service reads it under its lock and formats it without (``server/live/views.py``)."""
         op = self.tree.operation(operation_id)
-        info: dict[str, Any] = {
-            "pool": op.pool.name,
-            "user": op.user,
-            "type": op.operation_type,
-            "start_time": op.start_time,
-            "weight": op.weight,
-            "resource_limits": resources_to_dict(op.resource_limits, drop_infinite=True),
-            "lightweight": op.lightweight,
-            "offloading": op.offloading,
-            "running": op.running,
-            "suspended": op.suspended,
-            "alerts": {},
-        }
+        pending = None
         if not op.running and op.pending_pool is not None:
             holder = op.pending_pool
             if position is None:
                 position = self.pending_position(holder, op.id)
-            info.update(
-                pending_pool=holder.name,
-                pending_position=position,
-                pending_reason=(
-                    f'Max running operation count of pool "{holder.name}" reached '
-                    f"({holder.running_operation_count} of {holder.max_running_operation_count}); "
-                    f"position {position + 1} of {len(holder.pending)} in its queue"
-                ),
+            pending = (
+                holder.name,
+                position,
+                holder.running_operation_count,
+                holder.max_running_operation_count,
+                len(holder.pending),
             )
-            if op.alert is not None:
-                info["alerts"][OPERATION_PENDING_ALERT] = {
-                    "message": op.alert["message"],
-                    "attributes": dict(op.alert["attributes"]),
-                }
-        return info
+        return OperationFacts(
+            op.pool.name,
+            op.user,
+            op.operation_type,
+            op.start_time,
+            op.weight,
+            op.resource_limits,
+            op.lightweight,
+            op.offloading,
+            op.running,
+            op.suspended,
+            pending,
+            op.alert if pending is not None else None,
+        )
 
     def orchid(self) -> dict[str, Any]:
         """Every pool (top-down) and every operation of the tree."""
@@ -225,3 +224,56 @@ def _starvation_options(config: Any) -> dict[str, Any]:
     if config.fair_share_starvation_tolerance is not None:
         out["fair_share_starvation_tolerance"] = config.fair_share_starvation_tolerance
     return out
+
+
+class OperationFacts(NamedTuple):
+    """An operation's placement in its tree as read (``TreeViews.operation_facts``); ``pending``: (holding pool,
+    position, its running and maximum running operation counts, its queue's length) of a pending one, with its
+    ``operation_pending`` alert (set by the tree when it queues, replaced, never changed)."""
+
+    pool: str
+    user: Any
+    operation_type: Any
+    start_time: Any
+    weight: Any
+    resource_limits: Any
+    lightweight: bool
+    offloading: Any
+    running: bool
+    suspended: bool
+    pending: tuple[str, int, int, Any, int] | None
+    alert: dict[str, Any] | None
+
+
+def operation_placement(facts: OperationFacts) -> dict[str, Any]:
+    """``TreeViews.operation_orchid``'s map from its facts."""
+    info: dict[str, Any] = {
+        "pool": facts.pool,
+        "user": facts.user,
+        "type": facts.operation_type,
+        "start_time": facts.start_time,
+        "weight": facts.weight,
+        "resource_limits": resources_to_dict(facts.resource_limits, drop_infinite=True),
+        "lightweight": facts.lightweight,
+        "offloading": facts.offloading,
+        "running": facts.running,
+        "suspended": facts.suspended,
+        "alerts": {},
+    }
+    if facts.pending is not None:
+        holder, position, running, max_running, length = facts.pending
+        info.update(
+            pending_pool=holder,
+            pending_position=position,
+            pending_reason=(
+                f'Max running operation count of pool "{holder}" reached '
+                f"({running} of {max_running}); "
+                f"position {position + 1} of {length} in its queue"
+            ),
+        )
+        if facts.alert is not None:
+            info["alerts"][OPERATION_PENDING_ALERT] = {
+                "message": facts.alert["message"],
+                "attributes": dict(facts.alert["attributes"]),
+            }
+    return info

@@ -20,6 +20,7 @@ from pooltree.resources import resources_to_dict
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
+from pooltree.tree.tree_views import OperationFacts, operation_placement
 
 if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
@@ -55,7 +56,7 @@ class ViewCapture:
         result: FairShareResult,
         total_resources: np.ndarray,
         placements: dict[str, dict[str, Any]],
-        unpublished: dict[str, dict[str, Any]],
+        unpublished: dict[str, OperationFacts],
         extras: dict[str, dict[str, Any]],
         alerts: list[str],
         discretized: frozenset[str] | None,
@@ -67,7 +68,8 @@ class ViewCapture:
         self.placements = placements
         """Element of the update → its placement in the tree ({} when the tree dropped it since), result order."""
         self.unpublished = unpublished
-        """Operations of the tree the update does not hold (pending, or registered after it) → their placement."""
+        """Operations of the tree the update does not hold (pending, or registered after it) → their placement's
+        facts (formatted by the assembly: thousands of pending operations cost the lock ~1 us each, not ~6)."""
         self.extras = extras
         """Element or operation → the strategy's fields and counts overlaid on its entry."""
         self.alerts = alerts
@@ -121,7 +123,7 @@ def capture_view(core: SchedulerCore) -> ViewCapture:
         except PooltreeError:
             placements[element_id] = {}
     unpublished = {
-        operation_id: tree.operation_orchid(operation_id, position=positions.get(operation_id))
+        operation_id: tree.operation_facts(operation_id, position=positions.get(operation_id))
         for operation_id in tree.operations
         if operation_id not in result.elements
     }
@@ -175,8 +177,8 @@ def assemble_view(capture: ViewCapture) -> dict[str, Any]:
     if capture.discretized is not None:
         for operation_id, entry in operations.items():
             entry["discretized_fair_share_active"] = operation_id in capture.discretized
-    for operation_id, placement in capture.unpublished.items():
-        operations[operation_id] = pending_view(placement)
+    for operation_id, facts in capture.unpublished.items():
+        operations[operation_id] = pending_view(operation_placement(facts))
     view: dict[str, Any] = {
         "resource_limits": resources_to_dict(capture.total_resources),
         "resource_usage": resources_to_dict(result.elements[ROOT].resource_usage),
