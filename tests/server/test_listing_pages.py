@@ -5,9 +5,11 @@ answers it from the store's rows, while the read threads are busy."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -193,10 +195,10 @@ def test_a_page_of_live_operations_is_answered_without_the_store_as_from_its_row
     store.close()
 
 
-@pytest.mark.anyio
-async def test_a_listing_of_live_operations_does_not_wait_for_a_read_thread(tmp_path: Path) -> None:
-    """With every read thread held by listings the store keeps waiting (a text filter reads rows), a listing
-    of live operations is still answered: on the event loop."""
+@contextlib.asynccontextmanager
+async def _served(tmp_path: Path) -> AsyncIterator[tuple[SchedulerService, httpx.AsyncClient]]:
+    """A started service on a SQLite store and a client of its ASGI app with the superuser's token; both ended
+    after."""
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True, token=TOKEN
     )
@@ -207,44 +209,54 @@ async def test_a_listing_of_live_operations_does_not_wait_for_a_read_thread(tmp_
         headers={"Authorization": f"OAuth {TOKEN}"},
         timeout=60,
     )
-    store = service.scheduler.store
-    rows = store.list_operations
-    release = threading.Event()
-    waiting: list[int] = []
-
-    def held(query: OperationFilter = OperationFilter(), **kwargs: Any) -> list[OperationRecord]:
-        if query.limit > 1000:  # the text filter's scan
-            waiting.append(1)
-            release.wait(60)
-        return rows(query, **kwargs)
-
-    store.list_operations = held  # type: ignore[method-assign]
     try:
-        start = {
-            "operation_type": "vanilla",
-            "spec": {"tasks": {"main": {"command": "true", "job_count": 1}}},
-        }
-        first = await client.post("/api/v4/start_operation", json=start)
-        assert first.status_code == 200, first.text
-        scans = [
-            asyncio.ensure_future(client.get("/api/v4/list_operations", params={"filter": "vanilla"}))
-            for _ in range(COMMAND_THREADS + 1)
-        ]
-        deadline = time.monotonic() + ANSWER_WITHIN
-        while len(waiting) < COMMAND_THREADS:  # every read thread waits in the store
-            assert time.monotonic() < deadline, "the scans never reached the store"
-            await asyncio.sleep(0.01)
-        listing = await asyncio.wait_for(client.get("/api/v4/list_operations"), ANSWER_WITHIN)
-        assert listing.status_code == 200, listing.text
-        assert [op["id"] for op in listing.json()["operations"]] == [first.json()["operation_id"]]
-        assert not any(scan.done() for scan in scans)  # the read threads are still held
-        release.set()
-        answers = await asyncio.gather(*scans)
-        assert all(answer.status_code == 200 for answer in answers)
+        yield service, client
     finally:
-        release.set()
         await client.aclose()
         await service.stop()
+
+
+@pytest.mark.anyio
+async def test_a_listing_of_live_operations_does_not_wait_for_a_read_thread(tmp_path: Path) -> None:
+    """With every read thread held by listings the store keeps waiting (a text filter reads rows), a listing
+    of live operations is still answered: on the event loop."""
+    async with _served(tmp_path) as (service, client):
+        store = service.scheduler.store
+        rows = store.list_operations
+        release = threading.Event()
+        waiting: list[int] = []
+
+        def held(query: OperationFilter = OperationFilter(), **kwargs: Any) -> list[OperationRecord]:
+            if query.limit > 1000:  # the text filter's scan
+                waiting.append(1)
+                release.wait(60)
+            return rows(query, **kwargs)
+
+        store.list_operations = held  # type: ignore[method-assign]
+        try:
+            start = {
+                "operation_type": "vanilla",
+                "spec": {"tasks": {"main": {"command": "true", "job_count": 1}}},
+            }
+            first = await client.post("/api/v4/start_operation", json=start)
+            assert first.status_code == 200, first.text
+            scans = [
+                asyncio.ensure_future(client.get("/api/v4/list_operations", params={"filter": "vanilla"}))
+                for _ in range(COMMAND_THREADS + 1)
+            ]
+            deadline = time.monotonic() + ANSWER_WITHIN
+            while len(waiting) < COMMAND_THREADS:  # every read thread waits in the store
+                assert time.monotonic() < deadline, "the scans never reached the store"
+                await asyncio.sleep(0.01)
+            listing = await asyncio.wait_for(client.get("/api/v4/list_operations"), ANSWER_WITHIN)
+            assert listing.status_code == 200, listing.text
+            assert [op["id"] for op in listing.json()["operations"]] == [first.json()["operation_id"]]
+            assert not any(scan.done() for scan in scans)  # the read threads are still held
+            release.set()
+            answers = await asyncio.gather(*scans)
+            assert all(answer.status_code == 200 for answer in answers)
+        finally:
+            release.set()
 
 
 @pytest.mark.anyio
@@ -252,49 +264,38 @@ async def test_a_read_thread_takes_the_next_command_while_the_event_loop_is_busy
     """A worker thread whose command's work is done takes the next queued command at once, while the event loop
     has not yet taken the answer back (the loop is held here): a thread's turn is its command's work, not the
     loop's delay as well."""
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), create_default_tree=True, token=TOKEN
-    )
-    await service.start()
-    client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=service.asgi),
-        base_url="http://test",
-        headers={"Authorization": f"OAuth {TOKEN}"},
-        timeout=60,
-    )
-    store = service.scheduler.store
-    rows = store.list_operations
-    release, last_started = threading.Event(), threading.Event()
-    started: list[int] = []
+    async with _served(tmp_path) as (service, client):
+        store = service.scheduler.store
+        rows = store.list_operations
+        release, last_started = threading.Event(), threading.Event()
+        started: list[int] = []
 
-    def held(query: OperationFilter = OperationFilter(), **kwargs: Any) -> list[OperationRecord]:
-        if query.limit > 1000:  # the text filter's scan
-            started.append(1)
-            if len(started) > COMMAND_THREADS:
-                last_started.set()
-            else:
-                release.wait(60)
-        return rows(query, **kwargs)
+        def held(query: OperationFilter = OperationFilter(), **kwargs: Any) -> list[OperationRecord]:
+            if query.limit > 1000:  # the text filter's scan
+                started.append(1)
+                if len(started) > COMMAND_THREADS:
+                    last_started.set()
+                else:
+                    release.wait(60)
+            return rows(query, **kwargs)
 
-    store.list_operations = held  # type: ignore[method-assign]
-    try:
-        scans = [
-            asyncio.ensure_future(client.get("/api/v4/list_operations", params={"filter": "vanilla"}))
-            for _ in range(COMMAND_THREADS + 1)
-        ]
-        deadline = time.monotonic() + ANSWER_WITHIN
-        while len(started) < COMMAND_THREADS:  # every read thread is held; one more scan is queued
-            assert time.monotonic() < deadline, "the scans never reached the store"
-            await asyncio.sleep(0.01)
-        for _ in range(100):  # turns of the loop: the last scan reaches its queue
-            await asyncio.sleep(0)
-        release.set()
-        # the loop is held (no await) until the queued scan has started on a thread, or for ANSWER_WITHIN
-        took_next = last_started.wait(ANSWER_WITHIN)
-        assert took_next, "the queued command waited for the event loop to take a finished one's answer"
-        answers = await asyncio.gather(*scans)
-        assert all(answer.status_code == 200 for answer in answers)
-    finally:
-        release.set()
-        await client.aclose()
-        await service.stop()
+        store.list_operations = held  # type: ignore[method-assign]
+        try:
+            scans = [
+                asyncio.ensure_future(client.get("/api/v4/list_operations", params={"filter": "vanilla"}))
+                for _ in range(COMMAND_THREADS + 1)
+            ]
+            deadline = time.monotonic() + ANSWER_WITHIN
+            while len(started) < COMMAND_THREADS:  # every read thread is held; one more scan is queued
+                assert time.monotonic() < deadline, "the scans never reached the store"
+                await asyncio.sleep(0.01)
+            for _ in range(100):  # turns of the loop: the last scan reaches its queue
+                await asyncio.sleep(0)
+            release.set()
+            # the loop is held (no await) until the queued scan has started on a thread, or for ANSWER_WITHIN
+            took_next = last_started.wait(ANSWER_WITHIN)
+            assert took_next, "the queued command waited for the event loop to take a finished one's answer"
+            answers = await asyncio.gather(*scans)
+            assert all(answer.status_code == 200 for answer in answers)
+        finally:
+            release.set()
