@@ -145,7 +145,7 @@ class Cluster:
         document = timed("orchid_document", lambda: orchid_document(snapshot, "default"))
         timed("orchid_json", lambda: json.dumps(document, default=float))
         timed("scheduling_rows", lambda: _scheduling(snapshot, "default"))
-        timed("nodes_rows", lambda: _node_rows(snapshot, self.now))
+        timed("nodes_rows", lambda: _node_rows(snapshot, ""))
         return costs
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from collections.abc import Callable, Mapping
+import secrets
+from collections.abc import Callable, Hashable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,8 @@ from pooltree.server.operation_times import iso_time
 from pooltree.server.store import OperationFilter
 from pooltree.web.charts import forecast_figure, history_figure
 from pooltree.web.history import PoolHistory
+from pooltree.web.kept import PageCache, Rendered, ago
+from pooltree.web.summaries import gpu_plan_summary, segments_summary
 
 if TYPE_CHECKING:
     from pooltree.server.service import SchedulerService
@@ -101,18 +104,6 @@ def when(seconds: Any) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def ago(seconds: Any, now: float) -> str:
-    try:
-        delta = max(now - float(seconds), 0.0)
-    except (TypeError, ValueError):
-        return "–"
-    if delta < 60:
-        return f"{delta:.1f} s ago"
-    if delta < 3600:
-        return f"{delta / 60:.1f} min ago"
-    return f"{delta / 3600:.1f} h ago"
-
-
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("pooltree.web", "templates"), autoescape=select_autoescape(["html"])
@@ -141,6 +132,7 @@ class WebUI:
         self.env = _environment()
         self.history = history or PoolHistory()
         self.history.attach(self.scheduler)
+        self.pages = PageCache()
 
     def routes(self) -> list[Route]:
         page = self._page
@@ -246,10 +238,32 @@ class WebUI:
 
     def _render(self, request: Request, template: str, fragment: str, **context: Any) -> Response:
         """The whole page, or only its refreshing fragment when htmx asks (``HX-Request``)."""
+        return HTMLResponse(self._render_text(request, template, fragment, **context))
+
+    def _render_text(self, request: Request, template: str, fragment: str, **context: Any) -> str:
         context.setdefault("now", self.service.clock())
         name = fragment if request.headers.get("hx-request") else template
-        html = self.env.get_template(name).render(request=request, body_template=fragment, **context)
-        return HTMLResponse(html)
+        return self._render_html(name, request=request, body_template=fragment, **context)
+
+    def _render_html(self, name: str, **context: Any) -> str:
+        """Template ``name`` rendered (every page goes through here)."""
+        return self.env.get_template(name).render(**context)
+
+    def _kept(
+        self, request: Request, snapshot: ReadSnapshot, extra: Hashable, render: Callable[[], Rendered]
+    ) -> Response:
+        """The page ``render`` makes from ``snapshot``, rendered once per snapshot and what else its text reads:
+        the path and query (the refreshing fragment's URL, the page's parameters), whole page or fragment, the
+        user, and ``extra`` (what the page reads besides the snapshot). What shows the request's clock ("x s ago")
+        is left out of the kept text and filled in per request (``Rendered.text``)."""
+        key = (
+            request.url.path,
+            request.url.query,
+            bool(request.headers.get("hx-request")),
+            getattr(request.state, "user", None),
+            extra,
+        )
+        return HTMLResponse(self.pages.get(snapshot, key, render).text(self.service.clock()))
 
     def index(self, request: Request) -> Response:
         params = request.query_params
@@ -274,12 +288,22 @@ class WebUI:
     def scheduling(self, request: Request) -> Response:
         self.scheduler.snapshots.watch_pages()  # its operations' alerts and pending reasons
         snapshot = self.scheduler.snapshots.current
+        latest, error = self._forecast()  # read per request: a page view keeps the forecasts' refreshes going
+        made = None if latest is None else (id(latest), latest.now)
+        return self._kept(
+            request,
+            snapshot,
+            ("scheduling", made, error),
+            lambda: self._scheduling_page(request, snapshot, latest, error),
+        )
+
+    def _scheduling_page(self, request: Request, snapshot: ReadSnapshot, latest: Any, error: Any) -> Rendered:
         tree = self._tree_name(request, snapshot)
         read = snapshot.derived(("scheduling", tree), lambda: _scheduling(snapshot, tree))
-        forecast_rows, forecast_chart, forecast_info = self._tree_forecast(
-            [row["id"] for row in read["rows"] if row["kind"] == "operation"]
+        forecast_rows, forecast_chart, forecast_info = _tree_forecast(
+            [row["id"] for row in read["rows"] if row["kind"] == "operation"], latest, error
         )
-        return self._render(
+        text = self._render_text(
             request,
             "scheduling.html",
             "scheduling_body.html",
@@ -289,6 +313,7 @@ class WebUI:
             forecast_chart=forecast_chart,
             forecast_info=forecast_info,
         )
+        return Rendered((text,))
 
     def _forecast(self, operation_id: str | None = None) -> Any:
         """The latest forecast (a page view keeps refreshes going, and asks for one at once when the forecast is
@@ -296,23 +321,6 @@ class WebUI:
         forecasts = self.service.forecasts
         op = None if operation_id is None else self.scheduler.operations.get(operation_id)
         return forecasts.read(op), forecasts.last_error
-
-    def _tree_forecast(self, operation_ids: list[str]) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
-        """The waiting operations among ``operation_ids`` with their forecast, soonest first (at most
-        ``FORECAST_ROWS``), the chart of their ranges, and when the forecast was made."""
-        latest, error = self._forecast()
-        info: dict[str, Any] = {"error": error, "now": None if latest is None else latest.now}
-        if latest is None:
-            return [], "", info
-        rows = []
-        for operation_id in operation_ids:
-            found = latest.operations.get(operation_id)
-            if found is None or found.started:
-                continue
-            rows.append(_forecast_row(operation_id, found, latest))
-        rows.sort(key=lambda row: (row["start"]["p50"] is None, row["start"]["p50"] or 0.0, row["label"]))
-        rows = rows[:FORECAST_ROWS]
-        return rows, forecast_figure(rows, latest.now) if rows else "", info
 
     # -- Operations
 
@@ -456,6 +464,11 @@ class WebUI:
 
     def history_page(self, request: Request) -> Response:
         snapshot = self.scheduler.snapshots.current
+        return self._kept(
+            request, snapshot, ("history", self.history.version), lambda: self._history(request, snapshot)
+        )
+
+    def _history(self, request: Request, snapshot: ReadSnapshot) -> Rendered:
         tree, trees = self._tree_name(request, snapshot), sorted(snapshot.trees)
         pools = self.history.pools(tree) if tree else []
         pool = request.query_params.get("pool")
@@ -466,28 +479,47 @@ class WebUI:
         if tree is not None and pool is not None:
             series = self.history.series(tree, pool)
             chart = history_figure(series, f"{tree} / {pool}")
-        return self._render(
-            request,
-            "history.html",
-            "history_body.html",
-            page="history",
-            tree=tree,
-            trees=trees,
-            pool=pool,
-            pools=pools,
-            chart=chart,
-            samples=len(series.get("time", [])),
-            preemptions=series.get("preemptions", []),
-            period=self.history.period,
-            size=self.history.size,
+        return Rendered(
+            (
+                self._render_text(
+                    request,
+                    "history.html",
+                    "history_body.html",
+                    page="history",
+                    tree=tree,
+                    trees=trees,
+                    pool=pool,
+                    pools=pools,
+                    chart=chart,
+                    samples=len(series.get("time", [])),
+                    preemptions=series.get("preemptions", []),
+                    period=self.history.period,
+                    size=self.history.size,
+                ),
+            )
         )
 
     # -- Nodes
 
     def nodes(self, request: Request) -> Response:
-        now = self.service.clock()
-        rows = _node_rows(self.scheduler.snapshots.current, now)
-        return self._render(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)
+        snapshot = self.scheduler.snapshots.current
+        return self._kept(request, snapshot, "nodes", lambda: self._nodes(request, snapshot))
+
+    def _nodes(self, request: Request, snapshot: ReadSnapshot) -> Rendered:
+        """The Nodes page with each node's "x s ago" left as a mark the request's clock fills in."""
+        mark = f"\x00{secrets.token_hex(8)}\x00"
+        rows = _node_rows(snapshot, mark)
+        text = self._render_text(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows)
+        parts = tuple(text.split(mark))
+        if len(parts) != len(rows) + 1:  # the template shows the age other than once a row: rendered whole
+            now = self.service.clock()
+            for row in rows:
+                row["last_seen_ago"] = ago(row["last_seen"], now)
+            return Rendered(
+                (self._render_text(request, "nodes.html", "nodes_body.html", page="nodes", nodes=rows),),
+                keep=False,
+            )
+        return Rendered(parts, tuple(row["last_seen"] for row in rows))
 
 
 class _HeaderOnly:
@@ -495,6 +527,25 @@ class _HeaderOnly:
 
     def __init__(self, headers: Mapping[str, str]) -> None:
         self.headers = headers
+
+
+def _tree_forecast(
+    operation_ids: list[str], latest: Any, error: Any
+) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """The waiting operations among ``operation_ids`` with their forecast ``latest``, soonest first (at most
+    ``FORECAST_ROWS``), the chart of their ranges, and when the forecast was made."""
+    info: dict[str, Any] = {"error": error, "now": None if latest is None else latest.now}
+    if latest is None:
+        return [], "", info
+    rows = []
+    for operation_id in operation_ids:
+        found = latest.operations.get(operation_id)
+        if found is None or found.started:
+            continue
+        rows.append(_forecast_row(operation_id, found, latest))
+    rows.sort(key=lambda row: (row["start"]["p50"] is None, row["start"]["p50"] or 0.0, row["label"]))
+    rows = rows[:FORECAST_ROWS]
+    return rows, forecast_figure(rows, latest.now) if rows else "", info
 
 
 def _forecast_row(operation_id: str, found: Any, latest: Any) -> dict[str, Any]:
@@ -505,103 +556,6 @@ def _forecast_row(operation_id: str, found: Any, latest: Any) -> dict[str, Any]:
         "finish": found.finish,
         "horizon": latest.now + latest.horizon,
         "preempts": found.preempts,
-    }
-
-
-def gpu_plan_summary(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The scheduling page's GPU plan (``policy_kind: gpu``) from the orchid's ``gpu_assignment_plan``: per module
-    its nodes and full-host gangs, per node its planned and running assignments; None when the policy is off."""
-    if not info or info.get("mode", "noop") == "noop":
-        return None
-    nodes = []
-    for address, node in sorted((info.get("nodes") or {}).items()):
-        assignments = node.get("assignments", [])
-        nodes.append(
-            {
-                "address": address,
-                "module": node.get("scheduling_module"),
-                "assigned_gpu": node.get("assigned_resource_usage", {}).get("gpu", 0.0),
-                "gpu": node.get("resource_limits", {}).get("gpu", 0.0),
-                "running": sum(1 for a in assignments if a.get("allocation_id")),
-                "planned": sum(1 for a in assignments if not a.get("allocation_id")),
-                "preemptible": sum(1 for a in assignments if a.get("preemptible")),
-                "operations": sorted({a["operation_id"] for a in assignments}),
-                "to_preempt": len(node.get("allocations_to_preempt", [])),
-            }
-        )
-    gangs = [
-        {
-            "id": op_id,
-            "module": op.get("scheduling_module"),
-            "waiting": op.get("waiting_for_assignments_since"),
-        }
-        for op_id, op in sorted((info.get("operations") or {}).items())
-        if op.get("full_host_module_bound")
-    ]
-    return {
-        "mode": info.get("mode"),
-        "policy_kind": info.get("policy_kind"),
-        "modules": info.get("modules", {}),
-        "statistics": info.get("statistics", {}),
-        "nodes": nodes,
-        "gangs": gangs,
-    }
-
-
-def segments_summary(info: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The scheduling page's segments table from the orchid's ``scheduling_segments`` (None when they are off)."""
-    if not info or info.get("mode", "disabled") == "disabled":
-        return None
-    fair = info.get("fair_resource_amount_per_segment", {})
-    current = info.get("current_resource_amount_per_segment", {})
-    capacity = info.get("total_capacity_per_module", {})
-    remaining = info.get("remaining_capacity_per_module", {})
-    nodes: dict[tuple[str, str | None], int] = {}
-    for node in (info.get("nodes") or {}).values():
-        segment = node.get("scheduling_segment")
-        key = (segment, node.get("scheduling_segment_module") if segment != "default" else None)
-        nodes[key] = nodes.get(key, 0) + 1
-    unsatisfied = set(info.get("unsatisfied_segments", []))
-    rows = []
-    for segment in sorted(set(fair) | set(current)):
-        if isinstance(fair.get(segment), Mapping) or isinstance(current.get(segment), Mapping):
-            modules = sorted(set(fair.get(segment, {})) | set(current.get(segment, {})) - {"None"})
-            for module in modules:
-                rows.append(
-                    {
-                        "segment": segment,
-                        "module": module,
-                        "fair": fair.get(segment, {}).get(module, 0.0),
-                        "current": current.get(segment, {}).get(module, 0.0),
-                        "capacity": capacity.get(module),
-                        "remaining": remaining.get(module),
-                        "nodes": nodes.get((segment, module), 0),
-                        "unsatisfied": f"{segment}@{module}" in unsatisfied,
-                    }
-                )
-        else:
-            rows.append(
-                {
-                    "segment": segment,
-                    "module": None,
-                    "fair": fair.get(segment, 0.0),
-                    "current": current.get(segment, 0.0),
-                    "capacity": None,
-                    "remaining": None,
-                    "nodes": nodes.get((segment, None), 0),
-                    "unsatisfied": segment in unsatisfied,
-                }
-            )
-    return {
-        "mode": info.get("mode"),
-        "module_type": info.get("module_type"),
-        "scheduling_segment_modules": info.get("scheduling_segment_modules", []),
-        "rows": rows,
-        "balanced": info.get("balanced", True),
-        "unsatisfied": sorted(unsatisfied),
-        "imbalanced_since": info.get("imbalanced_since"),
-        "moved": len(info.get("moved_nodes", [])),
-        "errors": info.get("errors", []),
     }
 
 
@@ -676,8 +630,8 @@ def _operation_reads(
     return explanations, shares, preempting
 
 
-def _node_rows(snapshot: ReadSnapshot, now: float) -> list[dict[str, Any]]:
-    """The Nodes page's rows, by address."""
+def _node_rows(snapshot: ReadSnapshot, last_seen_ago: str) -> list[dict[str, Any]]:
+    """The Nodes page's rows, by address (``last_seen_ago``: what each shows as its age, filled in later)."""
     return [
         {
             "address": node.address,
@@ -688,7 +642,7 @@ def _node_rows(snapshot: ReadSnapshot, now: float) -> list[dict[str, Any]]:
             "tags": sorted(node.tags),
             "trees": list(node.trees),
             "last_seen": node.last_seen,
-            "last_seen_ago": ago(node.last_seen, now),
+            "last_seen_ago": last_seen_ago,
             "running_jobs": node.running_jobs,
             "alerts": list(node.alerts),
         }

@@ -48,6 +48,9 @@ class PoolHistory:
         self._lock = threading.Lock()
         self._seen_events = 0
         self._scheduler: LiveScheduler | None = None
+        self.version = 0
+        """Counts the changes of what ``series`` and ``pools`` answer (a sample or a preemption kept): the web
+        pages keep a rendered History page per snapshot and ``version``."""
 
     def attach(self, scheduler: LiveScheduler) -> None:
         self._scheduler = scheduler
@@ -80,6 +83,7 @@ class PoolHistory:
                 for name, pool in view["pools"].items()
             }
             history.samples.append(Sample(now, pools))
+            self.version += 1
             for name in [t for t in self.trees if t not in scheduler.views]:
                 del self.trees[name]
 
@@ -102,6 +106,7 @@ class PoolHistory:
                 pool = view.get("pool")
             preemptor = event.get("preemptor_operation_id")
             preemptor_view = scheduler.views.get(tree, {}).get("operations", {}).get(preemptor)
+            self.version += 1
             history.preemptions.append(
                 {
                     "time": float(event.get("time", 0.0)),
