@@ -14,8 +14,8 @@ import httpx
 import pytest
 from busy_lock import held_elsewhere
 from loopback import ServerThread
+from published_cluster import publish_one_running_operation
 
-from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -34,21 +34,10 @@ def served(tmp_path: Path) -> Iterator[tuple[SchedulerService, str, list[float]]
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), authentication=False, clock=lambda: now[0]
     )
-    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
-    service.cypress.set("//sys/pool_trees/@default_tree", "default")
-    _heartbeat(service, "n1", now[0])
-    service.scheduler.start_operation("vanilla", SPEC, "root", now[0])
-    service.scheduler.update_fair_share("default", now[0])
-    _heartbeat(service, "n1", now[0] + 0.5)
-    service.scheduler.update_fair_share("default", now[0] + 1)
+    publish_one_running_operation(service, SPEC, now[0])
     with ServerThread(service.app) as server:
         yield service, server.url, now
     service.store.close()
-
-
-def _heartbeat(service: SchedulerService, address: str, now: float) -> dict[str, Any]:
-    data = {"node_address": address, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": 8 << 30}}
-    return service.scheduler.process_heartbeat(parse_heartbeat(data), now)
 
 
 def _orchid(http: httpx.Client, path: str) -> Any:

@@ -17,8 +17,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 from loopback import ServerThread
+from published_cluster import heartbeat, publish_one_running_operation
 
-from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 
@@ -36,13 +36,7 @@ def pages_served(
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), token=ROOT_TOKEN, clock=lambda: now[0]
     )
-    service.cypress.create("scheduler_pool_tree", "//sys/pool_trees/default")
-    service.cypress.set("//sys/pool_trees/@default_tree", "default")
-    _beat(service, "n1", now[0])
-    service.scheduler.start_operation("vanilla", SPEC, "root", now[0])
-    service.scheduler.update_fair_share("default", now[0])
-    _beat(service, "n1", now[0] + 0.5)
-    service.scheduler.update_fair_share("default", now[0] + 1)
+    publish_one_running_operation(service, SPEC, now[0])
     directory = service.security.directory
     directory.create_user("alice")
     tokens = {"root": ROOT_TOKEN, "alice": directory.issue_token("alice")}
@@ -58,11 +52,6 @@ def pages_served(
     with ServerThread(service.app) as server:
         yield service, server.url, now, tokens, renders
     service.store.close()
-
-
-def _beat(service: SchedulerService, address: str, now: float) -> None:
-    data = {"node_address": address, "resource_limits": {"user_slots": 4, "cpu": 4, "memory": 8 << 30}}
-    service.scheduler.process_heartbeat(parse_heartbeat(data), now)
 
 
 def _get(url: str, token: str, path: str, fragment: bool = False) -> str:
@@ -114,7 +103,7 @@ def test_a_page_is_rendered_once_per_snapshot_and_key(
         assert f'<span id="pool-name">{html.escape(pool)}</span>' in chart, pool
     assert len(set(charts.values())) == len(charts)
     # A new publication renders anew and shows what changed.
-    _beat(service, "n2", now[0])
+    heartbeat(service, "n2", now[0])
     rendered = sum(renders.values())
     assert "node-n2" not in _get(url, root, "/nodes", True)  # the last publication's
     assert sum(renders.values()) == rendered
