@@ -10,7 +10,8 @@ history.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from pooltree.resources import RESOURCES, Vector, resources_to_dict, share_to_di
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build import scheduling_tree_from_runtime
 from pooltree.tree.pool_tree import PoolTree
+from pooltree.tree.tree_views import OperationFacts, operation_placement
 
 ROOT = "<Root>"
 
@@ -75,17 +77,11 @@ def element_view(result: Any) -> dict[str, Any]:
     }
 
 
-def unpublished_operation_view(
-    tree: PoolTree, operation_id: str, position: int | None = None
-) -> dict[str, Any]:
-    """A pending operation (not an element of the fair-share update, as in YTsaurus), or one registered in ``tree``
-    after the update a view shows, as an update shows it while it is pending: its placement and queue position and
-    zero shares (a pending operation has no usage and no demand)."""
-    return pending_view(tree.operation_orchid(operation_id, position=position))
-
-
 def pending_view(placement: dict[str, Any]) -> dict[str, Any]:
-    """``unpublished_operation_view`` from the operation's placement (``PoolTree.operation_orchid``)."""
+    """A pending operation (not an element of the fair-share update, as in YTsaurus), or one registered in its tree
+    after the update a view shows, as an update shows it while it is pending: its placement and queue position
+    (``placement``: ``PoolTree.operation_orchid``) and zero shares (a pending operation has no usage and no
+    demand)."""
     zero = zeros()
     view = {
         **placement,
@@ -119,6 +115,75 @@ def snapshot_strategy(
     return scheduler
 
 
+class ViewParts(NamedTuple):
+    """What a tree's view reads of the tree itself besides its fair-share result (``view_parts``): each element's
+    placement ({} when the tree dropped it since the update), the facts of the operations the update does not hold
+    (pending, or registered after it), the tree's alerts, and the operations with a discretized fair share active
+    when the tree's option is on (else None). The live service reads them under its lock and assembles the view
+    without it (``server/live/views.py``)."""
+
+    placements: dict[str, dict[str, Any]]
+    unpublished: dict[str, OperationFacts]
+    alerts: list[str]
+    discretized: frozenset[str] | None
+
+
+def view_parts(tree: PoolTree, result: FairShareResult) -> ViewParts:
+    """``tree``'s parts of the view of ``result`` (see ``ViewParts``)."""
+    positions = tree.pending_positions()
+    placements: dict[str, dict[str, Any]] = {}
+    for element_id, element in result.elements.items():
+        # A view may be built after the update it shows (the live service builds it when read): an element the
+        # tree has dropped since (a finished operation, an emptied ephemeral pool) keeps its shares only.
+        try:
+            if element.is_operation:
+                placements[element_id] = tree.operation_orchid(element_id, position=positions.get(element_id))
+            else:
+                placements[element_id] = tree.pool_orchid(element_id)
+        except PooltreeError:
+            placements[element_id] = {}
+    unpublished = {
+        operation_id: tree.operation_facts(operation_id, position=positions.get(operation_id))
+        for operation_id in tree.operations
+        if operation_id not in result.elements
+    }
+    discretized = None
+    if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
+        discretized = frozenset(getattr(result, "discretized_fair_share_active", frozenset()))
+    alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
+    return ViewParts(placements, unpublished, alerts, discretized)
+
+
+def assemble_tree_view(
+    parts: ViewParts,
+    result: FairShareResult,
+    total_resources: Vector,
+    strategy_fields: Callable[[str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One tree in the orchid layout from its parts and fair-share result: pools (including ``<Root>``) and
+    operations with shares and counters, an element's ``strategy_fields`` (when given) over its shares."""
+    pools: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    for element_id, element in result.elements.items():
+        view = element_view(element)
+        if strategy_fields is not None:
+            view.update(strategy_fields(element_id))
+        (operations if element.is_operation else pools)[element_id] = {**parts.placements[element_id], **view}
+    if parts.discretized is not None:
+        for operation_id, entry in operations.items():
+            entry["discretized_fair_share_active"] = operation_id in parts.discretized
+    for operation_id, facts in parts.unpublished.items():
+        operations[operation_id] = pending_view(operation_placement(facts))
+    return {
+        "resource_limits": resources_to_dict(total_resources),
+        "resource_usage": resources_to_dict(result.elements[ROOT].resource_usage),
+        "pool_count": len(pools) - 1,
+        "pools": pools,
+        "operations": operations,
+        "alerts": parts.alerts,
+    }
+
+
 def tree_view(
     tree: PoolTree,
     result: FairShareResult,
@@ -132,43 +197,14 @@ def tree_view(
     fair-share update's errors and the tree's own alerts; pending operations carry their ``operation_pending``
     alert under ``alerts``.
     """
-    pools: dict[str, Any] = {}
-    operations: dict[str, Any] = {}
-    positions = tree.pending_positions()
-    for element_id, element in result.elements.items():
-        view = element_view(element)
-        if strategy is not None:
+    fields = None
+    if strategy is not None:
+
+        def fields(element_id: str) -> dict[str, Any]:
             extra = strategy.element_view(element_id)
-            view.update((key, extra[key]) for key in STRATEGY_FIELDS if key in extra)
-        # A view may be built after the update it shows (the live service builds it when read): an element the
-        # tree has dropped since (a finished operation, an emptied ephemeral pool) keeps its shares only.
-        try:
-            if element.is_operation:
-                placement = tree.operation_orchid(element_id, position=positions.get(element_id))
-            else:
-                placement = tree.pool_orchid(element_id)
-        except PooltreeError:
-            placement = {}
-        (operations if element.is_operation else pools)[element_id] = {**placement, **view}
-    if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
-        active = getattr(result, "discretized_fair_share_active", frozenset())
-        for operation_id, entry in operations.items():
-            entry["discretized_fair_share_active"] = operation_id in active
-    for operation_id in tree.operations:
-        if operation_id not in operations:
-            operations[operation_id] = unpublished_operation_view(
-                tree, operation_id, positions.get(operation_id)
-            )
-    root = result.elements[ROOT]
-    alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
-    view = {
-        "resource_limits": resources_to_dict(total_resources),
-        "resource_usage": resources_to_dict(root.resource_usage),
-        "pool_count": len(pools) - 1,
-        "pools": pools,
-        "operations": operations,
-        "alerts": alerts,
-    }
+            return {key: extra[key] for key in STRATEGY_FIELDS if key in extra}
+
+    view = assemble_tree_view(view_parts(tree, result), result, total_resources, fields)
     if strategy is not None and strategy.segments.enabled:
         view["scheduling_segments"] = strategy.segments.view({a: n.tags for a, n in strategy.nodes.items()})
     if strategy is not None and strategy.gpu_policy.config.planning:

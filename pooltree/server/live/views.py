@@ -12,15 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
-from pooltree.orchid import ROOT, element_view, pending_view
-from pooltree.resources import resources_to_dict
+from pooltree.orchid import ViewParts, assemble_tree_view, view_parts
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
-from pooltree.tree.tree_views import OperationFacts, operation_placement
 
 if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
@@ -55,26 +52,18 @@ class ViewCapture:
         self,
         result: FairShareResult,
         total_resources: np.ndarray,
-        placements: dict[str, dict[str, Any]],
-        unpublished: dict[str, OperationFacts],
+        parts: ViewParts,
         extras: dict[str, dict[str, Any]],
-        alerts: list[str],
-        discretized: frozenset[str] | None,
         segments: dict[str, Any] | None,
         gpu_plan: dict[str, Any] | None,
     ) -> None:
         self.result = result
         self.total_resources = total_resources
-        self.placements = placements
-        """Element of the update → its placement in the tree ({} when the tree dropped it since), result order."""
-        self.unpublished = unpublished
-        """Operations of the tree the update does not hold (pending, or registered after it) → their placement's
-        facts (formatted by the assembly: thousands of pending operations cost the lock ~1 us each, not ~6)."""
+        self.parts = parts
+        """The tree's placements, unpublished operations' facts (formatted by the assembly: thousands of pending
+        operations cost the lock ~1 us each, not ~6), alerts and discretized flags (``orchid.view_parts``)."""
         self.extras = extras
         """Element or operation → the strategy's fields and counts overlaid on its entry."""
-        self.alerts = alerts
-        self.discretized = discretized
-        """The update's operations with a discretized fair share active, when the tree's option is on."""
         self.segments = segments
         self.gpu_plan = gpu_plan
         self._view: dict[str, Any] | None = None
@@ -103,30 +92,15 @@ class ViewCapture:
         published = [
             element_id for element_id, element in self.result.elements.items() if element.is_operation
         ]
-        return [*published, *self.unpublished]
+        return [*published, *self.parts.unpublished]
 
 
 def capture_view(core: SchedulerCore) -> ViewCapture:
     """The mutable part of ``core``'s view of its last published update (the scheduler's lock held)."""
     tree, result = core.pool_tree, core.last_result
     assert result is not None
-    positions = tree.pending_positions()
-    placements: dict[str, dict[str, Any]] = {}
-    for element_id, element in result.elements.items():
-        # A view may be built after the update it shows: an element the tree has dropped since (a finished
-        # operation, an emptied ephemeral pool) keeps its shares only.
-        try:
-            if element.is_operation:
-                placements[element_id] = tree.operation_orchid(element_id, position=positions.get(element_id))
-            else:
-                placements[element_id] = tree.pool_orchid(element_id)
-        except PooltreeError:
-            placements[element_id] = {}
-    unpublished = {
-        operation_id: tree.operation_facts(operation_id, position=positions.get(operation_id))
-        for operation_id in tree.operations
-        if operation_id not in result.elements
-    }
+    parts = view_parts(tree, result)
+    unpublished = parts.unpublished
     extras: dict[str, dict[str, Any]] = {}
     strategy_elements = core.strategy.state.elements  # element_view refuses any other (pending operations)
     for element_id in (*result.elements, *unpublished):
@@ -149,17 +123,11 @@ def capture_view(core: SchedulerCore) -> ViewCapture:
             if controller is not None:
                 extra["progress"] = controller.progress()
         extras[element_id] = extra
-    discretized = None
-    if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
-        discretized = frozenset(getattr(result, "discretized_fair_share_active", frozenset()))
     return ViewCapture(
         result=result,
         total_resources=np.array(core.total_resources, dtype=float),
-        placements=placements,
-        unpublished=unpublished,
+        parts=parts,
         extras=extras,
-        alerts=[issue_text(issue) for issue in fair_share_issues(tree, result.errors)],
-        discretized=discretized,
         segments=core.segments_view() if core.strategy.segments.enabled else None,
         gpu_plan=core.gpu_policy_view() if core.strategy.gpu_policy.config.planning else None,
     )
@@ -168,26 +136,8 @@ def capture_view(core: SchedulerCore) -> ViewCapture:
 def assemble_view(capture: ViewCapture) -> dict[str, Any]:
     """The orchid view of a captured tree (``pooltree.orchid.tree_view``'s layout, the strategy's fields overlaid),
     without the lock."""
-    pools: dict[str, Any] = {}
-    operations: dict[str, Any] = {}
-    result = capture.result
-    for element_id, element in result.elements.items():
-        entry = {**capture.placements[element_id], **element_view(element)}
-        (operations if element.is_operation else pools)[element_id] = entry
-    if capture.discretized is not None:
-        for operation_id, entry in operations.items():
-            entry["discretized_fair_share_active"] = operation_id in capture.discretized
-    for operation_id, facts in capture.unpublished.items():
-        operations[operation_id] = pending_view(operation_placement(facts))
-    view: dict[str, Any] = {
-        "resource_limits": resources_to_dict(capture.total_resources),
-        "resource_usage": resources_to_dict(result.elements[ROOT].resource_usage),
-        "pool_count": len(pools) - 1,
-        "pools": pools,
-        "operations": operations,
-        "alerts": capture.alerts,
-    }
-    for section in (pools, operations):
+    view = assemble_tree_view(capture.parts, capture.result, capture.total_resources)
+    for section in (view["pools"], view["operations"]):
         for element_id, entry in section.items():
             extra = capture.extras.get(element_id)
             if extra is not None:
