@@ -368,7 +368,7 @@ class WebUI:
         """An operation's attribute map as the pages read it: a live one's from ``snapshot`` (its brief, error,
         alerts and the latest forecast), when the snapshot holds the pages' reads; else ``get_operation``'s (a
         finished one's from the store)."""
-        read = snapshot.operations.get(operation_id) if snapshot.operations is not None else None
+        read = snapshot.operation(operation_id)
         if read is None:
             return self.commands.operation_attributes(operation_id)
         attributes = attribute_map(
@@ -614,7 +614,7 @@ def _operation_reads(
     """The operation page's reads of ``snapshot``: why its allocations wait per tree, its shares per tree, and the
     preemptions it caused."""
     explanations: dict[str, Any] = {}
-    op = snapshot.operations.get(operation_id) if snapshot.operations is not None else None
+    op = snapshot.operation(operation_id)
     if op is not None:
         explanations = {tree: reason for tree, reason in op.explanations.items() if reason is not None}
     shares = {
@@ -686,7 +686,7 @@ def _pool_rows(snapshot: ReadSnapshot, tree: str, read: TreeRead) -> list[dict[s
             visit(child, depth + 1, name)
         for op_id in sorted(op_children.get(name, [])):
             op = operations[op_id]
-            live = snapshot.operations.get(op_id) if snapshot.operations is not None else None
+            live = snapshot.operation(op_id)
             rows.append(
                 {
                     "kind": "operation",

@@ -141,6 +141,10 @@ class ReadSnapshot:
     _derived: dict[Hashable, Any] = field(default_factory=dict, repr=False)
     _derived_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
+    def operation(self, operation_id: str) -> OperationRead | None:
+        """The pages' reads of live operation ``operation_id`` (None: not live, or not captured in this snapshot)."""
+        return None if self.operations is None else self.operations.get(operation_id)
+
     def derived(self, key: Hashable, make: Callable[[], T]) -> T:
         """What ``make`` derives from this snapshot, made once per ``key`` (readers must not change it)."""
         found = self._derived.get(key, _MISSING)
