@@ -92,7 +92,14 @@ log = logging.getLogger(__name__)
 
 
 class Cypress:
-    """The virtual Cypress over a ``Store``; thread-safe, mutations are validated and atomic."""
+    """The virtual Cypress over a ``Store``; thread-safe, mutations are validated and atomic.
+
+    Reads take no lock: a mutation changes a copy of the tree and replaces the published one whole (``_mutate``,
+    under the lock), never a published node in place, so a read that takes ``self._root`` once reads one published
+    state however long it takes. A read thus never waits behind a mutation, nor behind a start, which holds this
+    lock (the scheduler's ``config_lock``) while it waits for the scheduling lock: an orchid read (answered from the
+    scheduler's read snapshot) and the security checks of every command (``security_chain``, ``security_target``)
+    are answered while starts queue."""
 
     def __init__(
         self,
@@ -192,7 +199,7 @@ class Cypress:
             return parse(node_value(self._root, watch.tokens, self._plain_value))
 
     def _plain_value(self, node: Node, tokens: tuple[str, ...]) -> Any:
-        return self._value(node, tokens, None)
+        return self._value(self._root, node, tokens, None)  # no attributes: the root is not read
 
     @property
     def parsed_pool_trees(self) -> Any:
@@ -225,11 +232,10 @@ class Cypress:
         As in YTsaurus, only the attribute makes a tree the default: without it (or while it names a tree that
         does not exist) operations must name their ``pool_trees``, even when there is one tree.
         """
-        with self._lock:
-            configured = self.default_tree_attribute()
-            trees = node_at(self._root, POOL_TREES).children
-            if configured is not None and configured in trees:
-                return configured
+        root = self._root  # published whole: no lock (the class's docstring)
+        configured = self.default_tree_attribute(root)
+        if configured is not None and configured in node_at(root, POOL_TREES).children:
+            return configured
         reason = (
             "set //sys/pool_trees/@default_tree"
             if configured is None
@@ -282,49 +288,43 @@ class Cypress:
     def get(self, path: str, *, attributes: Sequence[str] | None = None) -> Any:
         """The value at ``path`` (``@attr`` paths give attributes); ``attributes`` decorates every node."""
         ypath = parse_ypath(path)
-        with self._lock:
-            root = self._root
-            tokens = resolve_tokens(root, ypath)
-            node, rest = find(root, tokens, ypath.text)
-            if node is None:
-                return self._orchid_get(rest, ypath)
-            if ypath.attribute is not None:
-                return copy.deepcopy(self._attribute(node, tokens, ypath))
-            return self._value(node, tokens, list(attributes) if attributes else None)
+        root = self._root  # published whole: no lock (the class's docstring)
+        tokens = resolve_tokens(root, ypath)
+        node, rest = find(root, tokens, ypath.text)
+        if node is None:
+            return self._orchid_get(rest, ypath)
+        if ypath.attribute is not None:
+            return copy.deepcopy(self._attribute(root, node, tokens, ypath))
+        return self._value(root, node, tokens, list(attributes) if attributes else None)
 
     def list(self, path: str, *, attributes: Sequence[str] | None = None, max_size: int | None = None) -> Any:
         """Child names (or attribute names for ``/@``), sorted, with ``<incomplete=%true>`` past ``max_size``."""
         ypath = parse_ypath(path)
-        with self._lock:
-            root = self._root
-            tokens = resolve_tokens(root, ypath)
-            node, rest = find(root, tokens, ypath.text)
-            if node is None:
-                value = self._orchid_get(rest, ypath)
-                if not isinstance(value, dict):
-                    raise YtError(
-                        f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text}
-                    )
-                names: list[Any] = sorted(value)
-            elif ypath.attribute is not None:
-                value = self._attribute(node, tokens, ypath)
-                if not isinstance(value, dict):
-                    raise YtError(
-                        f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text}
-                    )
-                names = sorted(value)
-            else:
-                if node.type not in COMPOSITE_TYPES:
-                    raise YtError(
-                        f"Cannot list node {ypath.text} of type {node.type}",
-                        attributes={"path": ypath.text, "type": node.type},
-                    )
-                names = list(node.children)
-                if attributes:
-                    names = [
-                        self._decorate(name, child, (*tokens, name), list(attributes))
-                        for name, child in node.children.items()
-                    ]
+        root = self._root  # published whole: no lock (the class's docstring)
+        tokens = resolve_tokens(root, ypath)
+        node, rest = find(root, tokens, ypath.text)
+        if node is None:
+            value = self._orchid_get(rest, ypath)
+            if not isinstance(value, dict):
+                raise YtError(f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text})
+            names: list[Any] = sorted(value)
+        elif ypath.attribute is not None:
+            value = self._attribute(root, node, tokens, ypath)
+            if not isinstance(value, dict):
+                raise YtError(f"Cannot list {ypath.text}: it is not a map", attributes={"path": ypath.text})
+            names = sorted(value)
+        else:
+            if node.type not in COMPOSITE_TYPES:
+                raise YtError(
+                    f"Cannot list node {ypath.text} of type {node.type}",
+                    attributes={"path": ypath.text, "type": node.type},
+                )
+            names = list(node.children)
+            if attributes:
+                names = [
+                    self._decorate(root, name, child, (*tokens, name), list(attributes))
+                    for name, child in node.children.items()
+                ]
         if max_size is not None and len(names) > max_size:
             return {"$attributes": {"incomplete": True}, "$value": names[: max(0, max_size)]}
         return names
@@ -342,29 +342,29 @@ class Cypress:
         """For ``pooltree.security``: ``(path, type, {acl, inherit_acl})`` of the node at ``path`` (or of its
         nearest existing ancestor) and of every ancestor up to the root, nearest first."""
         ypath = parse_ypath(path)
-        with self._lock:
-            root = self._root
-            tokens = resolve_tokens(root, ypath)
-            found: list[tuple[tuple[str, ...], Node]] = [((), root)]
-            for index, token in enumerate(tokens):
-                child = found[-1][1].children.get(token)
-                if child is None:
-                    break
-                found.append((tokens[: index + 1], child))
-            return [
-                (
-                    join_tokens(t),
-                    n.type,
-                    {k: copy.deepcopy(n.attributes[k]) for k in ("acl", "inherit_acl") if k in n.attributes},
-                )
-                for t, n in reversed(found)
-            ]
+        root = self._root  # published whole: no lock (the class's docstring)
+        tokens = resolve_tokens(root, ypath)
+        found: list[tuple[tuple[str, ...], Node]] = [((), root)]
+        for index, token in enumerate(tokens):
+            child = found[-1][1].children.get(token)
+            if child is None:
+                break
+            found.append((tokens[: index + 1], child))
+        return [
+            (
+                join_tokens(t),
+                n.type,
+                {k: copy.deepcopy(n.attributes[k]) for k in ("acl", "inherit_acl") if k in n.attributes},
+            )
+            for t, n in reversed(found)
+        ]
 
     def _published(self, ypath: YPath) -> tuple[tuple[str, ...], Node | None]:
-        """The resolved tokens of ``ypath`` and its node in the published tree (None when missing); the caller
-        holds the lock."""
-        tokens = resolve_tokens(self._root, ypath)
-        node: Node | None = self._root
+        """The resolved tokens of ``ypath`` and its node in the published tree (None when missing); no lock (the
+        class's docstring)."""
+        root = self._root
+        tokens = resolve_tokens(root, ypath)
+        node: Node | None = root
         for token in tokens:
             node = node.children.get(token) if node is not None else None
         return tokens, node
@@ -374,38 +374,35 @@ class Cypress:
         not exist, whether it has ``acl``/``inherit_acl``/``owner`` of its own)`` of a YPath (object ids
         resolved; a malformed path is the YT error naming it)."""
         ypath = parse_ypath(path)
-        with self._lock:
-            tokens, node = self._published(ypath)
-            parent = join_tokens(tokens[:-1]) if tokens else "/"
-            if node is None:
-                return join_tokens(tokens), ypath.attribute, parent, None, False
-            own = any(key in node.attributes for key in ("acl", "inherit_acl", "owner"))
-            return join_tokens(tokens), ypath.attribute, parent, node.type, own
+        tokens, node = self._published(ypath)
+        parent = join_tokens(tokens[:-1]) if tokens else "/"
+        if node is None:
+            return join_tokens(tokens), ypath.attribute, parent, None, False
+        own = any(key in node.attributes for key in ("acl", "inherit_acl", "owner"))
+        return join_tokens(tokens), ypath.attribute, parent, node.type, own
 
     def security_subtree(self, path: str) -> list[tuple[tuple[str, ...], str, Any, Any]]:
         """``(tokens, type, acl, inherit_acl)`` of every node below ``path``, parents before their children
         (empty when there is no such node). The values are the published tree's own: a mutation works on a copy
         and replaces the tree whole, so they never change under the caller, who must not change them either."""
-        with self._lock:
-            tokens, node = self._published(parse_ypath(path))
-            if node is None:
-                return []
-            return [
-                (found, child.type, child.attributes.get("acl"), child.attributes.get("inherit_acl"))
-                for found, child in walk(node, tokens)
-                if found != tokens
-            ]
+        tokens, node = self._published(parse_ypath(path))
+        if node is None:
+            return []
+        return [
+            (found, child.type, child.attributes.get("acl"), child.attributes.get("inherit_acl"))
+            for found, child in walk(node, tokens)
+            if found != tokens
+        ]
 
     def pool_path(self, tree: str, pool: str) -> str | None:
         """The Cypress path of pool ``pool`` of pool tree ``tree`` (None when there is no such pool)."""
-        with self._lock:
-            trees = node_at(self._root, POOL_TREES)
-            if tree not in trees.children:
-                return None
-            tree_tokens = (*POOL_TREES, tree)
-            for tokens, _ in walk(trees.children[tree], tree_tokens):
-                if len(tokens) > len(tree_tokens) and tokens[-1] == pool:
-                    return join_tokens(tokens)
+        trees = node_at(self._root, POOL_TREES)  # published whole: no lock (the class's docstring)
+        if tree not in trees.children:
+            return None
+        tree_tokens = (*POOL_TREES, tree)
+        for tokens, _ in walk(trees.children[tree], tree_tokens):
+            if len(tokens) > len(tree_tokens) and tokens[-1] == pool:
+                return join_tokens(tokens)
         return None
 
     def _orchid_get(self, tokens: tuple[str, ...], ypath: YPath) -> Any:
@@ -432,7 +429,7 @@ class Cypress:
         except YtError:
             return None
 
-    def _system_attributes(self, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
+    def _system_attributes(self, root: Node, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
         attrs: dict[str, Any] = {
             "id": node.id,
             "type": node.type,
@@ -440,13 +437,13 @@ class Cypress:
             "path": join_tokens(tokens),
             "creation_time": format_datetime(node.creation_time),
             "modification_time": format_datetime(node.modification_time),
-            "account": quotas.account_of(self._root, tokens),
+            "account": quotas.account_of(root, tokens),
             "resource_usage": {"node_count": 1, "chunk_count": 0, "disk_space": 0, "tablet_count": 0},
         }
         if node.type == ACCOUNT_TYPE:
-            attrs.update(quotas.account_attributes(self._root, tokens[-1], node))
+            attrs.update(quotas.account_attributes(root, tokens[-1], node))
         if tokens:
-            attrs["parent_id"] = node_at(self._root, tokens[:-1]).id if self._has(tokens[:-1]) else None
+            attrs["parent_id"] = node_at(root, tokens[:-1]).id if _has(root, tokens[:-1]) else None
         if node.type in COMPOSITE_TYPES:
             attrs["child_count"] = len(node.children)
         if node.type in SCALAR_TYPES:
@@ -466,44 +463,40 @@ class Cypress:
             attrs["parent_name"] = tokens[-2] if len(tokens) > 4 else ROOT_POOL
         return attrs
 
-    def _has(self, tokens: tuple[str, ...]) -> bool:
-        try:
-            node_at(self._root, tokens)
-        except KeyError:
-            return False
-        return True
+    def _all_attributes(self, root: Node, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
+        return {**self._system_attributes(root, node, tokens), **copy.deepcopy(node.attributes)}
 
-    def _all_attributes(self, node: Node, tokens: tuple[str, ...]) -> dict[str, Any]:
-        return {**self._system_attributes(node, tokens), **copy.deepcopy(node.attributes)}
-
-    def _attribute(self, node: Node, tokens: tuple[str, ...], ypath: YPath) -> Any:
+    def _attribute(self, root: Node, node: Node, tokens: tuple[str, ...], ypath: YPath) -> Any:
         keys = canonical_keys(node, ypath.attribute or ())
         refuse_pool_option_on_tree(node, keys, ypath.text, reading=True)
         if not keys:
-            return self._all_attributes(node, tokens)
+            return self._all_attributes(root, node, tokens)
         name = keys[0]
         if name in node.attributes:
             value = node.attributes[name]
         else:
-            system = self._system_attributes(node, tokens)
+            system = self._system_attributes(root, node, tokens)
             if name not in system:
                 raise resolve_error(ypath.text, f'Attribute "{name}" is not found')
             value = system[name]
         return lookup_nested(value, keys[1:], ypath.text)
 
-    def _value(self, node: Node, tokens: tuple[str, ...], attributes: list[str] | None) -> Any:
+    def _value(self, root: Node, node: Node, tokens: tuple[str, ...], attributes: list[str] | None) -> Any:
         if node.type in COMPOSITE_TYPES:
             value: Any = {
-                name: self._value(child, (*tokens, name), attributes) for name, child in node.children.items()
+                name: self._value(root, child, (*tokens, name), attributes)
+                for name, child in node.children.items()
             }
         elif node.type == "orchid":
             value = None
         else:
             value = copy.deepcopy(node.value)
-        return self._decorate(value, node, tokens, attributes) if attributes else value
+        return self._decorate(root, value, node, tokens, attributes) if attributes else value
 
-    def _decorate(self, value: Any, node: Node, tokens: tuple[str, ...], attributes: list[str]) -> Any:
-        every = self._all_attributes(node, tokens)
+    def _decorate(
+        self, root: Node, value: Any, node: Node, tokens: tuple[str, ...], attributes: list[str]
+    ) -> Any:
+        every = self._all_attributes(root, node, tokens)
         return {"$attributes": {k: every[k] for k in attributes if k in every}, "$value": value}
 
     # Mutations.
@@ -749,3 +742,11 @@ def cypress_path_of_field(field_path: str) -> str | None:
     if rest:
         path += "/@" + "/".join(part.strip("[]") for part in rest)
     return path
+
+
+def _has(root: Node, tokens: tuple[str, ...]) -> bool:
+    try:
+        node_at(root, tokens)
+    except KeyError:
+        return False
+    return True

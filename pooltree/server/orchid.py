@@ -29,8 +29,8 @@ class LiveOrchid:
     """``//sys/scheduler/orchid/...`` from the last published read snapshot (the ``pooltree fair-share`` layout).
 
     The document is assembled once per snapshot, and each path's answer (JSON text) once per snapshot and default
-    tree, on first read; every read decodes its own copy. The default tree is Cypress's at the read (Cypress
-    calls this under its own lock and owns that attribute)."""
+    tree, on first read; every read decodes its own copy. The default tree is Cypress's at the read (Cypress owns
+    that attribute; it reads it, as the orchid path, without its lock)."""
 
     def __init__(self, scheduler: LiveScheduler, cypress_default: Callable[[], str | None]) -> None:
         self.scheduler = scheduler
