@@ -144,3 +144,51 @@ def test_the_kept_groups_follow_nodes_that_change_join_and_leave(tmp_path: Path)
             seen.add(expected is None)
             assert scheduler.alert_center._unfit(op) == expected, (step, op.id)
     assert seen == {True, False}
+
+
+def test_a_read_verdict_is_kept_per_grouping_and_tree_settings(tmp_path: Path) -> None:
+    """Reads (``_unfit(op)``: an operation's ``alerts``) judge operations of one spec once per grouping of the
+    nodes and per each tree's ``min_spare_allocation_resources_on_node``: a second read of the same spec finds no
+    verdict anew, a spare that no node can keep (a pool trees change) or a node joining judges anew, and each
+    answer is the per-node walk's, a copy the caller may change."""
+    scheduler = two_trees(tmp_path, safe_online_node_count=1)
+    center = scheduler.alert_center
+    judged: list[str] = []
+    unfit_tasks = center._unfit_tasks
+
+    def counted(op: Any, tasks: Any, fleet: Any) -> Any:
+        judged.append(op.id)
+        return unfit_tasks(op, tasks, fleet)
+
+    center._unfit_tasks = counted  # type: ignore[method-assign]
+    beat = {"node_address": "n0", "resource_limits": {"user_slots": 4, "cpu": 4, "memory": 8 * GIB}}
+    scheduler.process_heartbeat(parse_heartbeat(beat), 0.5)
+    spec = {"tasks": {"main": {"command": "true", "job_count": 2, "cpu_limit": 2}}}
+    small, twin = (scheduler.start_operation("vanilla", spec, "u", 1.0) for _ in range(2))
+    big = scheduler.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 1, "cpu_limit": 8}}}, "u", 1.0
+    )
+    for op in (small, twin, big, small, big):
+        assert center._unfit(op) == per_node_unfit(scheduler, op)
+    assert judged == [small.id, big.id]  # the twin and the repeats: the kept verdicts
+    error = center._unfit(big)
+    assert error is not None
+    error["attributes"]["changed"] = True  # the caller's copy
+    assert center._unfit(big) == per_node_unfit(scheduler, big)
+    # a spare of 6 cpu: the 4-cpu node can run nothing of tree default
+    trees = {
+        "default": {
+            "config": {"node_tag_filter": "!gpu", "min_spare_allocation_resources_on_node": {"cpu": 6}},
+            "pools": {},
+        },
+        "gpu": {"config": {"node_tag_filter": "gpu"}, "pools": {}},
+    }
+    scheduler.apply_pool_trees(parse_pool_trees(trees), "default", 2.0)
+    judged.clear()
+    assert center._unfit(small) is not None
+    assert center._unfit(small) == per_node_unfit(scheduler, small)
+    assert judged == [small.id]
+    big_node = {"node_address": "n1", "resource_limits": {"user_slots": 4, "cpu": 16, "memory": 8 * GIB}}
+    scheduler.process_heartbeat(parse_heartbeat(big_node), 3.0)  # joins: grouped anew
+    assert center._unfit(small) is None
+    assert judged == [small.id, small.id]

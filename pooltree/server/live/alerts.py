@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from pooltree.tree.pool_tree import PoolTree
 
 
+READ_VERDICTS = 4096
+"""Verdicts of ``SchedulerAlerts._read_verdict`` kept per grouping of the nodes (past it, they are found anew)."""
+
+
 class SchedulerAlerts:
     """Alerts of one ``LiveScheduler``; every method expects the scheduler's lock to be held."""
 
@@ -74,6 +78,9 @@ class SchedulerAlerts:
         """Moved whenever a node joins, leaves or changes its limits, tags or trees (``fleet_moved``)."""
         self._fleet: tuple[int, NodeFleet] | None = None
         """The nodes grouped at ``fleet_revision`` (a start's alert check read every node before: ~1 ms with 1,000)."""
+        self._read_verdicts: tuple[NodeFleet, dict[Hashable, dict[str, Any] | None]] | None = None
+        """``_unfit``'s verdicts for reads against the grouped nodes (``fleet()``), by what else they read: dropped
+        with that grouping (``READ_VERDICTS`` at most)."""
 
     def fleet_moved(self) -> None:
         """A node joined, left or changed what ``NodeFleet`` groups it by: the next alert check groups anew."""
@@ -310,16 +317,41 @@ class SchedulerAlerts:
         if op.is_final or op.controller.pending_allocation_count == 0:
             return None
         tasks = op.controller.pending_task_resources()
-        if verdicts is None:
-            return self._unfit_tasks(op, tasks, fleet)
-        key = (
+        key: tuple[Any, ...] = (
             tuple(op.trees),
             op.model.scheduling_tag_filter,
             tuple((name, tuple(needed.tolist())) for name, needed in tasks.items()),
         )
+        if verdicts is None and fleet is None:
+            return self._read_verdict(op, tasks, key)
+        if verdicts is None:
+            return self._unfit_tasks(op, tasks, fleet)
         if key not in verdicts:
             verdicts[key] = self._unfit_tasks(op, tasks, fleet)
         return verdicts[key]
+
+    def _read_verdict(
+        self, op: LiveOperation, tasks: dict[str, np.ndarray], key: tuple[Any, ...]
+    ) -> dict[str, Any] | None:
+        """``_unfit`` of a read (an operation's ``alerts``: every ``get_operation`` of a live operation builds
+        them, ~a quarter of its map's cost beside 1,000 nodes), found once per grouping of the nodes
+        (``fleet()``) and per what else it reads (``key``: trees, tag filter, pending tasks' needs; the settings'
+        ``safe_online_node_count`` and each tree's ``min_spare_allocation_resources_on_node``). The answer is a
+        copy: the kept one is not to be changed."""
+        fleet = self.fleet()
+        kept = self._read_verdicts
+        if kept is None or kept[0] is not fleet or len(kept[1]) >= READ_VERDICTS:
+            kept = self._read_verdicts = (fleet, {})
+        key = (
+            *key,
+            self.settings.safe_online_node_count,
+            tuple(tuple(self._min_spare(tree).tolist()) for tree in op.trees),
+        )
+        verdicts = kept[1]
+        if key not in verdicts:
+            verdicts[key] = self._unfit_tasks(op, tasks, fleet)
+        found = verdicts[key]
+        return None if found is None else copy.deepcopy(found)
 
     def _unfit_tasks(
         self, op: LiveOperation, tasks: dict[str, np.ndarray], fleet: NodeFleet | None
