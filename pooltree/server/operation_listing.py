@@ -39,6 +39,10 @@ BUILD_TIME_MARK = "build-time-of-the-listing"
 BUILD_TIME_FIELD = f'"build_time": "{BUILD_TIME_MARK}"'.encode()
 """Where a cached live brief's ``build_time`` goes (a user's string cannot hold it: its quotes would be escaped)."""
 
+Listed = OperationRecord | LiveOperation
+"""A listed operation: a live one itself (a page of live operations from memory: ``_live_page``), else its record.
+A listing reads of either only what both have: id, user, state, finish time, spec, runtime parameters."""
+
 
 def _filter_factors(record: OperationRecord) -> str:
     """The text ``list_operations``'s ``filter`` searches (lower case): id, user, state, type, pools and title."""
@@ -178,7 +182,7 @@ class OperationListing:
         self.visible: Callable[[str, str, str, dict[str, Any], dict[str, Any]], bool] | None = None
         """``visible(user, operation_id, owner, spec, runtime_parameters)``: set by the service from
         ``pooltree.security``; ``list_operations`` shows only what it allows."""
-        self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes]] = OrderedDict()
+        self._fragments: OrderedDict[tuple[str, str], tuple[Hashable, bytes, bytes | None]] = OrderedDict()
         self._fragments_lock = threading.Lock()
         """Guards ``_fragments`` and ``_finished`` against concurrent threadpool readers."""
         self._finished: OrderedDict[str, OperationRecord] = OrderedDict()
@@ -223,7 +227,7 @@ class OperationListing:
         self,
         ctx: CommandContext,
         fmt: Any,
-        page: list[OperationRecord],
+        page: list[Listed],
         incomplete: bool,
         counters: dict[str, Any],
         now: float,
@@ -231,49 +235,80 @@ class OperationListing:
         """The JSON answer joined from the listed operations' kept fragments."""
         fmt_key = repr(ctx.parameters.get("output_format"))
         now_text = f'"build_time": "{iso_time(now)}"'.encode()
-        fragments = [self._fragment(record, now, now_text, fmt, fmt_key) for record in page]
+        parts = [b'{"operations": [']
+        for index, fragment in enumerate(self._fragments_of(page, now, fmt, fmt_key)):
+            if index:
+                parts.append(b", ")
+            parts.append(fragment[0])
+            if fragment[1] is not None:  # a live brief: the listing's time between its two parts
+                parts += (now_text, fragment[1])
         rest, content_type = encode_structured({"incomplete": incomplete, **counters}, fmt, plain=True)
-        return Encoded(b'{"operations": [' + b", ".join(fragments) + b"], " + rest[1:], content_type)
+        parts += (b"], ", rest[1:])
+        return Encoded(b"".join(parts), content_type)
 
-    def _fragment(
-        self, record: OperationRecord, now: float, now_text: bytes, fmt: Any, fmt_key: str
-    ) -> bytes:
-        """One listed operation's brief, encoded; kept while what it shows is unchanged: a live operation's
-        revision, state, suspension and job counts (its ``build_time`` is the listing's time, put in when
-        joined), a finished one's state."""
-        op = self.scheduler.operations.get(record.id)
-        if op is not None:
-            # what its brief shows moves its change mark or its running count (``views.progress`` reads only
-            # those counters): a key without building the progress map of every listed operation
-            try:
-                key: Hashable | None = (op.change_mark(), op.running_job_count)
-            except RuntimeError:  # its reservations changed while counted: not cached
-                key = None
-        elif record.state in FINAL_STATES:
-            key = ("final", record.state, record.finish_time)
-        else:
-            key = None
-        if key is None:
-            return encode_structured(self._brief(record, now), fmt, plain=True)[0]
+    def _fragments_of(
+        self, page: list[Listed], now: float, fmt: Any, fmt_key: str
+    ) -> list[tuple[bytes, bytes | None]]:
+        """The listed operations' briefs, encoded: a finished one's whole (None), a live one's in two parts
+        around its ``build_time`` (the listing's time, put in when joined). Each is kept while what it shows is
+        unchanged (``_fragment_key``); the kept ones are looked up under one hold of the lock per page."""
+        keys = [self._fragment_key(item) for item in page]
         with self._fragments_lock:
-            found = self._fragments.get((record.id, fmt_key))
-        if found is None or found[0] != key:
-            brief = self._brief(record, now)
-            if op is not None:
-                brief["brief_progress"]["build_time"] = BUILD_TIME_MARK
-            found = (key, encode_structured(brief, fmt, plain=True)[0])
-            with self._fragments_lock:
-                self._fragments[(record.id, fmt_key)] = found
-                self._fragments.move_to_end((record.id, fmt_key))
-                while len(self._fragments) > FRAGMENT_CACHE_SIZE:
-                    self._fragments.popitem(last=False)
-        if op is None:
-            return found[1]
-        return found[1].replace(BUILD_TIME_FIELD, now_text, 1)
+            kept = [self._fragments.get((item.id, fmt_key)) for item in page]
+        fragments: list[tuple[bytes, bytes | None]] = []
+        for item, key, found in zip(page, keys, kept, strict=True):
+            if key is None:
+                fragments.append((encode_structured(self._brief(item, now), fmt, plain=True)[0], None))
+                continue
+            if found is None or found[0] != key:
+                found = self._keep_fragment(item, key, now, fmt, fmt_key)
+            fragments.append(found[1:])
+        return fragments
+
+    def _fragment_key(self, item: Listed) -> Hashable | None:
+        """What a listed operation's brief shows: a live operation's revision, state, suspension and job counts
+        (its change mark and running count: ``views.progress`` reads only those counters, so no progress map is
+        built per listed operation), a finished one's state; None when it cannot be told now (not kept)."""
+        op = item if isinstance(item, LiveOperation) else self.scheduler.operations.get(item.id)
+        if op is not None:
+            try:
+                return (op.change_mark(), op.running_job_count)
+            except RuntimeError:  # its reservations changed while counted: not cached
+                return None
+        if item.state in FINAL_STATES:
+            return ("final", item.state, item.finish_time)
+        return None
+
+    def _keep_fragment(
+        self, item: Listed, key: Hashable, now: float, fmt: Any, fmt_key: str
+    ) -> tuple[Hashable, bytes, bytes | None]:
+        """``item``'s brief encoded and kept under ``key`` (a live one split at its ``build_time``)."""
+        brief = self._brief(item, now)
+        live = isinstance(key, tuple) and key[0] != "final"
+        if live:
+            brief["brief_progress"]["build_time"] = BUILD_TIME_MARK
+        data = encode_structured(brief, fmt, plain=True)[0]
+        if live:
+            head, _, tail = data.partition(BUILD_TIME_FIELD)
+            found: tuple[Hashable, bytes, bytes | None] = (key, head, tail)
+        else:
+            found = (key, data, None)
+        with self._fragments_lock:
+            self._fragments[(item.id, fmt_key)] = found
+            self._fragments.move_to_end((item.id, fmt_key))
+            while len(self._fragments) > FRAGMENT_CACHE_SIZE:
+                self._fragments.popitem(last=False)
+        return found
+
+    def _live(self, item: Listed) -> LiveOperation | None:
+        """The live operation ``item`` is (or whose record it is), None when it is not live (any more)."""
+        if isinstance(item, LiveOperation):
+            return item
+        return self.scheduler.operations.get(item.id)
 
     def _listing(
         self, ctx: CommandContext, *, blocking: bool = True
-    ) -> tuple[list[OperationRecord], bool, dict[str, Any], float] | None:
+    ) -> tuple[list[Listed], bool, dict[str, Any], float] | None:
         """One page of operations (newest first; ``cursor_time`` / ``cursor_direction`` page on) with the counters
         of every operation matching the filters; not ``blocking`` (on the event loop), None when the page is not
         all in memory (its ids from ``_memory_ids``, its operations live: ``_live_page``).
@@ -315,7 +350,7 @@ class OperationListing:
                 limit=limit + 1,
             )
             ids = self._memory_ids(query)
-            page = None if ids is None else self._live_page(ids, None)
+            page: list[Listed] | None = None if ids is None else self._live_page(ids, None)
             if page is None:
                 if not blocking:
                     return None
@@ -324,8 +359,10 @@ class OperationListing:
         elif not blocking:
             return None
         else:
-            page, counters = self._scan(count_filter, text, from_time, to_time, cursor_time, direction, limit)
-            page = [self._whole(record) for record in page]
+            scanned, counters = self._scan(
+                count_filter, text, from_time, to_time, cursor_time, direction, limit
+            )
+            page = [self._whole(record) for record in scanned]
         now = self.clock()
         listed = [
             record
@@ -343,7 +380,7 @@ class OperationListing:
             return None
         return self.scheduler.counts.pages.ids(query)
 
-    def _stored_page(self, query: OperationFilter, ids: list[str] | None) -> list[OperationRecord]:
+    def _stored_page(self, query: OperationFilter, ids: list[str] | None) -> list[Listed]:
         """The page of ``query`` read from the store, whole (``_whole``): its ids known from memory (``ids``), or
         asked first (a page of live operations is then made from memory: ``_live_page``)."""
         store = self.scheduler.store
@@ -353,45 +390,31 @@ class OperationListing:
             else self._live_page(store.list_operation_ids(query), query.cursor_direction)
         )
         if page is None:
-            page = store.list_operations(
+            records = store.list_operations(
                 query,
                 # live ones are briefed from memory and finished ones listed before from their kept records:
                 # their bodies are not decoded
                 known=_Held(self.scheduler.operations, self._finished),
             )
-            return [self._whole(record) for record in page]
+            return [self._whole(record) for record in records]
         return page
 
-    def _live_page(self, ids: list[str], direction: str | None) -> list[OperationRecord] | None:
-        """A page whose operations are all live, from memory in the store's order (``ids``), as the store lists
-        them without bodies (``partial``), with the spec and runtime parameters ``_whole`` gives them; None when
-        one is not live (then the store lists the page's rows), or when ``ids`` read from the store are not in
-        the page's ``direction`` (None: ``ids`` from memory's order, the operations' own start times). What a
-        listing reads of a live operation's row is its id and user (its brief is its live state), so the rows are
-        not read: per page, a hundred rows the store steps one by one, letting the GIL go at each."""
+    def _live_page(self, ids: list[str], direction: str | None) -> list[Listed] | None:
+        """A page whose operations are all live: the live operations themselves, in the store's order (``ids``);
+        None when one is not live (then the store lists the page's rows), or when ``ids`` read from the store are
+        not in the page's ``direction`` (None: ``ids`` from memory's order, the operations' own start times).
+        What a listing reads of a live operation's row is its id and user (its brief is its live state), so the
+        rows are not read (per page, a hundred rows the store steps one by one, letting the GIL go at each), nor
+        made into records (a third of a page's cost on the event loop)."""
         operations = self.scheduler.operations
-        page = []
+        page: list[Listed] = []
         for operation_id in ids:
             op = operations.get(operation_id)
             if op is None:
                 return None
-            pool = next(iter(op.pools.values()), None)
-            page.append(
-                OperationRecord(
-                    op.id,
-                    op.type,
-                    op.state,
-                    op.user,
-                    pool,
-                    op.start_time,
-                    op.finish_time,
-                    op.spec,  # whole, as ``_whole`` makes a live one
-                    op.runtime_parameters,
-                    partial=True,
-                )
-            )
+            page.append(op)
         if direction is not None:
-            keys = [(record.start_time, record.id) for record in page]
+            keys = [(op.start_time, op.id) for op in page]
             if keys != sorted(keys, reverse=direction == "past"):
                 return None
         return page
@@ -422,16 +445,19 @@ class OperationListing:
             return kept
         return record
 
-    def _brief(self, record: OperationRecord, now: float) -> dict[str, Any]:
+    def _brief(self, item: Listed, now: float) -> dict[str, Any]:
         """A listed operation's brief attributes (``BRIEF_ATTRIBUTES``, as ``get_operation`` shows them): a live
         operation's current state and progress, read without the scheduler's lock; else the stored record's."""
-        op = self.scheduler.operations.get(record.id)
+        op = self._live(item)
         if op is None:
-            return brief_attributes(stored_brief(record))
+            assert isinstance(item, OperationRecord)  # a live one listed is itself (``_live``)
+            return brief_attributes(stored_brief(item))
         try:
             jobs = self.scheduler.progress(op)
-        except RuntimeError:  # its jobs changed while counted: the progress the store has
-            jobs = stored_progress(record.document)
+        except (
+            RuntimeError
+        ):  # its jobs changed while counted: the progress the store has (none kept in memory)
+            jobs = stored_progress(item.document if isinstance(item, OperationRecord) else None)
         return brief_attributes(live_brief(op, jobs, now))
 
     def _scan(

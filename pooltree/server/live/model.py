@@ -223,7 +223,8 @@ class LiveVanillaController(VanillaController):
 
     @property
     def reserved_count(self) -> int:
-        return sum(len(jobs) for jobs in self._reserved.values())
+        # read per listed operation (``change_mark``): summed without a generator
+        return sum(map(len, self._reserved.values()))
 
 
 @dataclass
