@@ -37,7 +37,11 @@ proofs the leader made per answered heartbeat (builds with ``pooltree_node_shard
 of its node until the state generation moves). From ``/metrics`` read at a
 phase's start and end: the fair-share updates in it and their mean wall time, and (builds that count the
 scheduling lock's holds) the holds longer than 50 and 100 ms in it and the longest hold so far, and (builds that
-compute the fair share outside the lock) the updates computed again because their tree changed meanwhile.
+compute the fair share outside the lock) the updates computed again because their tree changed meanwhile. Under
+``tail`` (builds with ``GET /internal/heartbeat_tail``, ``bench/heartbeat_tail.py``): how many heartbeats took
+over 50 ms at the drivers and in the scheduler, where the slow ones' time went by phase (queued, decode,
+lock_wait, processing, commit, wake, answer; collections' pauses inside them), which stalls they overlapped
+(lock holds by holder, group-commit transactions, store commits, collections, fair-share updates).
 
 ``--read-every S``: a reader beside the load (``read_probe.py``) reads the orchid and, apart, the web pages (the
 Scheduling and Nodes fragments, the History page) every S seconds each; per phase ``reads`` has their p50/p99/max.
@@ -69,6 +73,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from heartbeat_tail import read_tail, tail_figures
 from live_common import (
     HttpConnection,
     join_processes,
@@ -406,6 +411,15 @@ def _cpu_between(samples: list[tuple[float, float]], begin: float, finish: float
     return inside[-1] - inside[0] if len(inside) >= 2 else 0.0
 
 
+def _records(
+    drivers: list[tuple[list[tuple[float, float, int, int]], list[tuple[float, float]]]],
+    window: tuple[float, float],
+) -> list[tuple[float, float, int, int]]:
+    """The heartbeats the drivers sent inside ``window``."""
+    begin, finish = window
+    return [r for records, _ in drivers for r in records if begin <= r[0] < finish]
+
+
 def _phase(
     name: str,
     drivers: list[tuple[list[tuple[float, float, int, int]], list[tuple[float, float]]]],
@@ -505,10 +519,11 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
 
             split: dict[str, tuple[float, float]] = {}
             by_shards: dict[str, float] = {}
-            ways: dict[str, tuple[float, float]] = {}
+            ways: dict[str, tuple[float, float, float]] = {}
             made: dict[str, float] = {}
 
             holds: dict[str, dict[str, Any]] = {}
+            tails: dict[str, tuple[Any, Any]] = {}
 
             def measure(name: str, seconds: float) -> None:
                 local = scheduler.answered_by_shards()
@@ -517,10 +532,12 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 back = scheduler.metric_sum(TAKEN_BACK)
                 proofs = scheduler.metric_sum(PROOFS_MADE)
                 metrics_before = scheduler.metrics()
+                tail_before = read_tail(scheduler.url, scheduler.token, time.time())
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
                 holds[name] = lock_figures(metrics_before, scheduler.metrics())
+                tails[name] = (tail_before, read_tail(scheduler.url, scheduler.token, begin))
                 now_local = scheduler.answered_by_shards()
                 if local is not None and now_local is not None:
                     by_shards[name] = now_local - local
@@ -545,41 +562,16 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             for phase, (_, window, _) in zip(phases, windows, strict=True):
                 if probe is not None:
                     phase["reads"] = probe.figures(*window)
-                leader, shards = split[phase["phase"]]
-                answered = max(phase["answered"], 1)
                 phase["shards"] = args.shards_now
                 phase.update(holds[phase["phase"]])
-                # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
-                if phase["phase"] in by_shards:
-                    phase["answered_by_shards_share"] = round(by_shards[phase["phase"]] / answered, 3)
+                sent_in = [r[1] - r[0] for r in _records(results, window) if r[2] == 200]
+                phase["tail"] = tail_figures(*tails[phase["phase"]], window, sent_in)
                 if (
-                    phase["phase"] in made
-                ):  # proofs the leader made per answered heartbeat, and how many were used
-                    phase["proofs_per_heartbeat"] = round(made[phase["phase"]] / answered, 3)
-                    if made[phase["phase"]] and phase["phase"] in by_shards:
-                        phase["shard_answers_per_proof"] = round(
-                            by_shards[phase["phase"]] / made[phase["phase"]], 3
-                        )
-                phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
-                phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
-                total = leader + shards
-                phase["heartbeats_per_scheduler_cpu_second"] = (
-                    round(phase["answered"] / total, 1) if total else None
-                )
-                phase["allocations_started_per_scheduler_cpu_second"] = (
-                    round(phase["started"] / total, 1) if total else None
-                )
-                phase["leader_cpu_ms_per_started_allocation"] = (
-                    round(1000 * leader / phase["started"], 3) if phase["started"] else None
-                )
-                phase["shards_cpu_ms_per_started_allocation"] = (
-                    round(1000 * shards / phase["started"], 3) if phase["started"] else None
-                )
-                granted, claimed, back = ways.get(phase["phase"], (0.0, 0.0, 0.0))
-                if granted + claimed > 0:  # the shard passes' starts that took a grant (no round trip)
-                    phase["shard_starts_granted_share"] = round(granted / (granted + claimed), 3)
-                    # grants no start took (each a controller's choice made and undone by the leader)
-                    phase["grants_taken_back_per_start"] = round(back / (granted + claimed), 3)
+                    args.tail_dump
+                ):  # the scheduler's whole report and the drivers' slow heartbeats, to read apart
+                    _dump_tail(args.tail_dump, phase["phase"], tails[phase["phase"]][1], results, window)
+                name = phase["phase"]
+                _shard_figures(phase, split[name], by_shards.get(name), made.get(name), ways.get(name))
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(
@@ -592,6 +584,59 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 probe.close()
             join_processes(drivers, REQUEST_TIMEOUT + 10)
             scheduler.close()
+
+
+def _dump_tail(
+    path: str,
+    name: str,
+    report: dict[str, Any] | None,
+    drivers: list[tuple[list[tuple[float, float, int, int]], list[tuple[float, float]]]],
+    window: tuple[float, float],
+) -> None:
+    """``--tail-dump``: the phase's tail report and the drivers' heartbeats over 50 ms (sent, answered) as JSON."""
+    slow = [(sent, got) for sent, got, status, _ in _records(drivers, window) if got - sent >= 0.05]
+    Path(f"{path}.{name}.json").write_text(
+        json.dumps({"window": window, "report": report, "driver_slow": slow})
+    )
+
+
+def _shard_figures(
+    phase: dict[str, Any],
+    split: tuple[float, float],
+    by_shards: float | None,
+    made: float | None,
+    ways: tuple[float, float, float] | None,
+) -> None:
+    """A phase's figures of the leader and the shard processes: ``split`` is their CPU seconds, ``by_shards`` the
+    heartbeats the shards answered, ``made`` the proofs the leader made, ``ways`` the shard passes' starts
+    (granted, claimed, grants taken back)."""
+    leader, shards = split
+    answered = max(phase["answered"], 1)
+    # notes reach the leader within 0.5 s: a share of the window's answers, not exact at its edges
+    if by_shards is not None:
+        phase["answered_by_shards_share"] = round(by_shards / answered, 3)
+    if made is not None:  # proofs the leader made per answered heartbeat, and how many were used
+        phase["proofs_per_heartbeat"] = round(made / answered, 3)
+        if made and by_shards is not None:
+            phase["shard_answers_per_proof"] = round(by_shards / made, 3)
+    phase["leader_cpu_ms_per_heartbeat"] = round(1000 * leader / answered, 3)
+    phase["shards_cpu_ms_per_heartbeat"] = round(1000 * shards / answered, 3)
+    total = leader + shards
+    phase["heartbeats_per_scheduler_cpu_second"] = round(phase["answered"] / total, 1) if total else None
+    phase["allocations_started_per_scheduler_cpu_second"] = (
+        round(phase["started"] / total, 1) if total else None
+    )
+    phase["leader_cpu_ms_per_started_allocation"] = (
+        round(1000 * leader / phase["started"], 3) if phase["started"] else None
+    )
+    phase["shards_cpu_ms_per_started_allocation"] = (
+        round(1000 * shards / phase["started"], 3) if phase["started"] else None
+    )
+    granted, claimed, back = ways or (0.0, 0.0, 0.0)
+    if granted + claimed > 0:  # the shard passes' starts that took a grant (no round trip)
+        phase["shard_starts_granted_share"] = round(granted / (granted + claimed), 3)
+        # grants no start took (each a controller's choice made and undone by the leader)
+        phase["grants_taken_back_per_start"] = round(back / (granted + claimed), 3)
 
 
 def _sample(text: str, name: str) -> float | None:
@@ -696,6 +741,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--read-kinds", default="orchid,page", help="what the reader reads: orchid, page or both"
+    )
+    parser.add_argument(
+        "--tail-dump",
+        default="",
+        help="write each phase's heartbeat tail report (GET /internal/heartbeat_tail) and the drivers' heartbeats "
+        "over 50 ms to PATH.<phase>.json",
     )
     parser.add_argument(
         "--shards",

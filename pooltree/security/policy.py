@@ -680,6 +680,7 @@ ROUTE_RULES: dict[str, RouteRule] = {
     "/internal/job_stderr/{operation_id}/{job_id}": RouteRule("node", "the node secret"),
     "/internal/store_health": RouteRule("operator", "a superuser's token or the node secret"),
     "/metrics": RouteRule("metrics", "a token, unless the scheduler runs with --metrics-public"),
+    "/internal/heartbeat_tail": RouteRule("metrics", "as /metrics: slow heartbeats and stalls"),
     "/": RouteRule("user", "a token (cookie); pages show what the user may read"),
     "/ui/": RouteRule("user", "a token (cookie)"),
     "/scheduling": RouteRule("user", "a token (cookie)"),

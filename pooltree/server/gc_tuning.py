@@ -40,6 +40,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamil
 from prometheus_client.registry import Collector
 
 from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled
+from pooltree.server.stalls import StallRing
 
 __all__ = [
     "ENVIRONMENT",
@@ -64,6 +65,10 @@ class GcTuning:
         self.clock = clock
         # generation -> [count, total seconds, longest seconds]
         self.pauses: dict[int, list[float]] = {0: [0, 0.0, 0.0], 1: [0, 0.0, 0.0], 2: [0, 0.0, 0.0]}
+        self.paused_seconds = 0.0
+        """Every generation's pauses summed (a heartbeat reads it at its start and end: the pauses inside it)."""
+        self.long_pauses = StallRing()
+        """Collections of at least ``STALL_SECONDS`` (``live/tail.py``), by generation."""
         self.tuned = False
         self._began: float | None = None
         self._installed = 0
@@ -86,7 +91,9 @@ class GcTuning:
         seconds = time.perf_counter() - self._began
         self._began = None
         generation = int(info.get("generation", 0))
+        self.long_pauses.note(seconds, f"generation {generation}")
         with self.lock:
+            self.paused_seconds += seconds
             entry = self.pauses.setdefault(generation, [0, 0.0, 0.0])
             entry[0] += 1
             entry[1] += seconds

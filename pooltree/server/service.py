@@ -53,11 +53,13 @@ from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live.jobs import DeferredHeartbeat
+from pooltree.server.live.tail import HeartbeatTail, PhaseClock, TailCollector
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
 from pooltree.server.operations import OperationCommands
 from pooltree.server.orchid import LiveOrchid
 from pooltree.server.protocol import YtError
+from pooltree.server.stalls import StallRing
 from pooltree.server.store import Store
 from pooltree.shards.host import MAX_NODE_SHARDS, NodeShards, ShardMetrics, ShardSettings
 from pooltree.shards.remote import ProcessShardStarts
@@ -189,6 +191,7 @@ class SchedulerService:
         metrics.register(GcCollector())
         metrics.register(ForecastCollector(self.forecasts.health))
         metrics.register(ShardMetrics(lambda: self.shards))
+        metrics.register(TailCollector(lambda: self.tail))  # made with the heartbeat parts
         return metrics
 
     def _heartbeat_parts(self) -> None:
@@ -206,6 +209,10 @@ class SchedulerService:
         self._heartbeat_threads: ThreadPoolExecutor | None = None
         """Heartbeats waiting for the scheduling lock or for their job records to be stored (from ``start``
         to ``stop``; before and after, Starlette's threads)."""
+        self.tail = HeartbeatTail()
+        """The heartbeats' phases and the slow ones (``live/tail.py``, ``GET /internal/heartbeat_tail``)."""
+        self.update_stalls = StallRing()
+        """Fair-share updates (their wall time: lock waits and the computation outside the lock included)."""
 
     def _follow_cypress(self) -> None:
         """The scheduler takes its pool trees and users' default parent pools from Cypress, now and on every change
@@ -244,6 +251,7 @@ class SchedulerService:
         app.router.routes[0:0] = [
             Route(wire.HEARTBEAT_PATH, self._heartbeat, methods=["POST"]),
             Route("/metrics", self._metrics, methods=["GET"]),
+            Route("/internal/heartbeat_tail", self._heartbeat_tail, methods=["GET"]),
             Route("/internal/file_blob/{blob_id}", self._file_blob, methods=["GET"]),
             Route("/internal/job_stderr/{operation_id}/{job_id}", self._job_stderr, methods=["PUT"]),
         ]
@@ -329,6 +337,7 @@ class SchedulerService:
         request_id = new_request_id()
         arrived = scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
         queued = asyncio.get_running_loop().time() - arrived if arrived is not None else 0.0
+        clock, paused = PhaseClock(queued), GC.paused_seconds
         try:
             client = scope.get("client")
             peer = client[0] if client else None
@@ -341,11 +350,16 @@ class SchedulerService:
             limit = self.enter_heartbeat(heartbeat, queued)  # counted in flight from here
             names = self.shards is not None or (self.heartbeat_port is not None and not on_listener)
             hostname = Request(scope).url.hostname if names else None  # parsed only when named
+            clock.mark_decoded()
             try:
-                response = await self._answer_heartbeat_async(heartbeat, peer, limit is not None, hostname)
+                response = await self._answer_heartbeat_async(
+                    heartbeat, peer, limit is not None, hostname, clock
+                )
             finally:
                 self.leave_heartbeat()
-            return wire.encode(response)
+            answer = wire.encode(response)
+            self.tail.record(heartbeat.address, clock.phases(), GC.paused_seconds - paused)
+            return answer
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
         except Exception as error:
@@ -356,14 +370,20 @@ class SchedulerService:
             )
 
     async def _answer_heartbeat_async(
-        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
+        self,
+        heartbeat: HeartbeatRequest,
+        peer: str | None,
+        throttled: bool,
+        hostname: str | None,
+        clock: PhaseClock | None = None,
     ) -> dict[str, Any]:
         """``answer_heartbeat`` on the event loop: the heartbeat is processed right here when the scheduling lock
         is free (its work is a fraction of a millisecond; a hop to a worker thread and back cost about as much);
         when the lock is busy (a fair-share update, a command) it waits for the lock's release without blocking
         the loop (``live/lock.py``) and tries again; its job records are stored by the group commit, whose
         write runs on the group commit's thread (``GroupCommit.wait_async``). A heartbeat that would first publish a
-        stale tree (a fair-share pass) is answered on a heartbeat thread."""
+        stale tree (a fair-share pass) is answered on a heartbeat thread. ``clock``: its phases' marks."""
+        clock = clock or PhaseClock(0.0)
         threads = self._heartbeat_threads
         scheduler = self.scheduler
         if threads is None:  # not started (a test client of ``app``): Starlette's threads
@@ -373,6 +393,7 @@ class SchedulerService:
         self.security.bind_node(heartbeat.address, peer)
         began = time.perf_counter()
         while True:
+            clock.mark_try()
             if scheduler.publishing:
                 return await loop.run_in_executor(
                     threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
@@ -381,6 +402,7 @@ class SchedulerService:
             if attempt is not None:
                 break
             released = scheduler.lock.released(loop)
+            clock.mark_try()
             attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
             if attempt is not None:
                 break
@@ -390,8 +412,9 @@ class SchedulerService:
             # its reports made a tree stale: published computed apart, then scheduled, on a heartbeat thread
             attempt = await loop.run_in_executor(threads, attempt.finish)
         response, ticket = attempt
+        clock.mark_processed()
         try:
-            await scheduler.commits.wait_async(ticket)
+            clock.mark_committed(await scheduler.commits.wait_async(ticket))
         finally:
             scheduler.record_duration("heartbeat", time.perf_counter() - began)
         self._name_shard(response, heartbeat.address, hostname)
@@ -473,7 +496,10 @@ class SchedulerService:
         try:
             return function(*args)
         finally:
-            self.scheduler.record_duration(work, time.perf_counter() - began)
+            seconds = time.perf_counter() - began
+            self.scheduler.record_duration(work, seconds)
+            if work == "fair_share_update":
+                self.update_stalls.note(seconds, str(args[0]) if args else "")
 
     async def _metrics(self, request: Request) -> Response:
         try:
@@ -482,6 +508,26 @@ class SchedulerService:
             return self._api.error_response(error, new_request_id())
         data = await run_in_threadpool(render, self.metrics)
         return Response(data, media_type=CONTENT_TYPE)
+
+    async def _heartbeat_tail(self, request: Request) -> Response:
+        """The slow heartbeats' phases and the stalls beside them (``live/tail.py``), read as ``/metrics`` is;
+        ``?since=T`` (wall-clock seconds): only those that ended after T."""
+        try:
+            self.security.authenticate_metrics(request.headers)
+            since = float(request.query_params.get("since", "0"))
+        except PooltreeError as error:
+            return self._api.error_response(error, new_request_id())
+        except ValueError:
+            return self._api.error_response(YtError("since must be seconds"), new_request_id())
+        scheduler, store_commits = self.scheduler, getattr(self.store, "long_commits", None)
+        stalls = {
+            "lock_holds": scheduler.lock.long_holds.since(since),
+            "commit_batches": scheduler.commits.long_batches.since(since),
+            "store_commits": store_commits.since(since) if store_commits is not None else [],
+            "gc": GC.long_pauses.since(since),
+            "fair_share_updates": self.update_stalls.since(since),
+        }
+        return Response(wire.encode(self.tail.report(stalls, since)), media_type="application/json")
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
-from pooltree.server.live.lock import resolve_all
+from pooltree.server.stalls import StallRing
 from pooltree.server.store import JobRecord, Mutation, OperationRecord
 
 FAILURES_KEPT = 64
@@ -64,13 +65,15 @@ class GroupCommit:
         """(first ticket, last ticket, error) of failed batches, the latest ``FAILURES_KEPT``."""
         self._executor: ThreadPoolExecutor | None = None
         """The thread ``wait_async``'s committers write on (made at the first)."""
-        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[float]]] = []
         """Event-loop waiters of the batch being committed (resolved when it ends)."""
         self.batches = 0
         """Transactions written (``pooltree_scheduler_group_commit_batches_total``)."""
         self.tickets = 0
         """Submissions (heartbeats with records) those transactions stored: per batch, how much a sync served."""
         self.records = 0
+        self.long_batches = StallRing()
+        """Transactions of at least ``STALL_SECONDS`` (every waiter of their batch waited that long)."""
 
     def submit(self, records: Iterable[JobRecord], operations: Sequence[OperationWrite] = ()) -> int:
         """Queue ``records`` (and ``operations``: needs ``write_operations``); returns the ticket to ``wait`` for
@@ -102,20 +105,22 @@ class GroupCommit:
                 batch, last, first = self._take()
             self._commit(batch, first, last)
 
-    async def wait_async(self, ticket: int) -> None:
+    async def wait_async(self, ticket: int) -> float | None:
         """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
         committer its batch is written on the group commit's thread. The committer waits on a future of its loop
         as every other waiter of its batch does, so the batch's end wakes each loop once (``_commit``): no second
-        wake-up for the write's own completion."""
+        wake-up for the write's own completion. Returns when (``time.perf_counter``) the batch that stored the
+        ticket ended, None when it was stored before the call (the caller's wait past that is its loop's)."""
         if ticket <= 0:
-            return
+            return None
         loop = asyncio.get_running_loop()
+        ended_at: float | None = None
         while True:
             with self._condition:
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
-                    return
-                ended: asyncio.Future[None] = loop.create_future()
+                    return ended_at
+                ended: asyncio.Future[float] = loop.create_future()
                 self._async_waiters.append((loop, ended))
                 taken = None if self._committing else self._take()
             if taken is not None:
@@ -125,7 +130,7 @@ class GroupCommit:
                 except RuntimeError:
                     # the thread is shut down (``close``): written here (``ended`` resolved too)
                     self._commit(batch, first, last)
-            await ended
+            ended_at = await ended
 
     def _take(self) -> tuple[_Batch, int, int]:
         """Everything queued as the next batch (the condition held): (the batch, its last ticket, its first)."""
@@ -155,6 +160,7 @@ class GroupCommit:
 
     def _commit(self, batch: _Batch, first: int, last: int) -> None:
         error: BaseException | None = None
+        began = time.perf_counter()
         try:
             if batch.operations:
                 assert self._write_operations is not None
@@ -163,6 +169,8 @@ class GroupCommit:
                 self._write(batch.jobs)
         except BaseException as exc:  # every waiter of the batch gets it
             error = exc
+        ended = time.perf_counter()
+        self.long_batches.note(ended - began, f"{len(batch.jobs)} records, {last - first + 1} submissions")
         with self._condition:
             self._committing = False
             self._durable = last
@@ -174,12 +182,12 @@ class GroupCommit:
                 del self._failures[:-FAILURES_KEPT]
             self._condition.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        for loop, ended in waiters:
-            by_loop.setdefault(loop, []).append(ended)
+        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[float]]] = {}
+        for loop, future in waiters:
+            by_loop.setdefault(loop, []).append(future)
         for loop, futures in by_loop.items():  # one wake-up per loop, not one per waiter (each is a write)
             try:
-                loop.call_soon_threadsafe(resolve_all, futures)
+                loop.call_soon_threadsafe(_resolve_with, futures, ended)
             except RuntimeError:  # its loop is closed
                 continue
 
@@ -187,6 +195,13 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
+
+
+def _resolve_with(futures: list[asyncio.Future[float]], ended: float) -> None:
+    """On their loop: the waiters of a batch learn when it ended."""
+    for future in futures:
+        if not future.done():
+            future.set_result(ended)
 
 
 class _Batch:

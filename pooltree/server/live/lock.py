@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from pooltree.server.stalls import STALL_SECONDS, StallRing
 
 
 class SchedulingLock:
@@ -44,6 +47,8 @@ class SchedulingLock:
         """Seconds the lock was held, summed over every hold."""
         self.hold_max = 0.0
         """The longest single hold so far, seconds."""
+        self.long_holds = StallRing()
+        """Holds of at least ``STALL_SECONDS``, each with the function that released the lock (``live/tail.py``)."""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not self._lock.acquire(False):
@@ -84,6 +89,8 @@ class SchedulingLock:
             self.hold_seconds += held
             if held > self.hold_max:
                 self.hold_max = held
+            if held >= STALL_SECONDS:
+                self.long_holds.add(held, _holder())
         self._lock.release()
         if self._waiters:
             self._wake()
@@ -143,6 +150,14 @@ class SchedulingLock:
             except RuntimeError:  # the loop is closed: nobody waits any more
                 passed.mark()
                 continue
+
+
+def _holder() -> str:
+    """The function that released the lock (the first frame outside this module): who held it."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_code.co_qualname if frame is not None else "?"
 
 
 HOLD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

@@ -18,12 +18,14 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from pooltree.security.sealing import Sealer
+from pooltree.server.stalls import StallRing
 from pooltree.server.store.base import (
     JOURNAL_BOUND,
     OperationFilter,
@@ -65,6 +67,9 @@ class SqliteStore(SqlStore):
         super().__init__(url or f"sqlite:///{path}", sealer=sealer)
         self.path = path
         self._fd: int | None = None
+        self.long_commits = StallRing()
+        """``COMMIT`` statements of at least ``STALL_SECONDS``: a checkpoint of the WAL into the database file runs
+        inside the commit that crosses ``wal_autocheckpoint`` (``live/tail.py``)."""
         try:
             if self.path.exists():
                 mode = self.path.stat().st_mode
@@ -203,7 +208,9 @@ class SqliteStore(SqlStore):
                 self._rescue_journal()
             raise
         else:
+            began = time.perf_counter()
             cur.execute("COMMIT")
+            self.long_commits.note(time.perf_counter() - began, "COMMIT")
         finally:
             cur.close()
 

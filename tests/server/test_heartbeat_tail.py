@@ -1,0 +1,215 @@
+"""Where a slow heartbeat's time went (``live/tail.py``): each heartbeat's phases counted, the slow ones kept with
+the stalls beside them, and ``GET /internal/heartbeat_tail`` / ``/metrics`` showing them. A heartbeat that waits
+for a lock held by another thread shows its time under ``lock_wait`` with the holder's function; one whose job
+records' transaction is slow shows it under ``commit`` with the group commit's transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pooltree.node import wire
+from pooltree.server.gc_tuning import GcTuning
+from pooltree.server.live.lock import SchedulingLock
+from pooltree.server.live.tail import PHASES, SLOW_SECONDS, HeartbeatTail, PhaseClock
+from pooltree.server.service import SchedulerService
+from pooltree.server.stalls import STALL_SECONDS, StallRing
+from pooltree.server.store import JobRecord, open_store
+
+sys.path.insert(0, str(Path(__file__).parent))
+from heartbeat_maps import node_heartbeat, published
+
+WAIT = 30.0
+TOKEN = "ytct-0000-" + "7a11" * 8
+SECRET = "ptns-test-node-secret-" + "cd" * 16
+HELD = 2 * SLOW_SECONDS
+"""How long the test's stall lasts past the heartbeat's arrival (seconds, by the clock, not a sleep's promise)."""
+
+
+def _spin_until(moment: float) -> None:
+    """Return once ``time.perf_counter()`` has passed ``moment`` (a stall of a known least length)."""
+    while time.perf_counter() < moment:
+        time.sleep(0.001)
+
+
+def test_the_tail_counts_every_heartbeat_and_keeps_the_slow_ones_whole() -> None:
+    tail = HeartbeatTail()
+    fast = (0.001, 0.0001, 0.0, 0.0004, 0.002, 0.0001, 0.00005)
+    slow = (0.002, 0.0001, 0.060, 0.0005, 0.010, 0.0002, 0.00005)
+    tail.record("n1", fast)
+    tail.record("n2", slow, gc_seconds=0.004)
+    ring = StallRing()
+    ring.note(STALL_SECONDS / 2, "too short to keep")
+    ring.note(0.06, "held")
+    report = tail.report({"lock_holds": ring.stalls})
+    assert report["heartbeats"] == 2 and report["slow_heartbeats"] == 1
+    assert report["phase_seconds"]["lock_wait"] == pytest.approx(0.060)
+    assert report["slow_phase_seconds"]["commit"] == pytest.approx(0.010)
+    assert report["slow_phase_seconds"]["queued"] == pytest.approx(0.002)  # only the slow one's
+    assert report["slow_gc_seconds"] == pytest.approx(0.004)
+    [kept] = report["slow"]
+    assert kept["address"] == "n2" and kept["phases_ms"]["lock_wait"] == pytest.approx(60.0)
+    assert [stall["what"] for stall in report["stalls"]["lock_holds"]] == ["held"]
+    later = tail.report({"lock_holds": ring.stalls}, since=time.time() + 60)
+    assert later["slow"] == [] and later["stalls"]["lock_holds"] == [] and later["slow_heartbeats"] == 1
+
+
+def test_a_phase_clock_splits_the_wait_for_a_batch_from_the_loop_s_wake_up() -> None:
+    clock = PhaseClock(queued=0.003)
+    clock.mark_decoded()
+    clock.mark_try()
+    clock.mark_processed()
+    ended = time.perf_counter()
+    _spin_until(ended + 0.005)  # the loop resumes the heartbeat 5 ms after its batch ended
+    clock.mark_committed(ended)
+    phases = dict(zip(PHASES, clock.phases(), strict=True))
+    assert phases["queued"] == 0.003
+    assert phases["wake"] >= 0.005 and phases["commit"] < 0.005
+    assert all(value >= 0 for value in phases.values())
+    stored_before = PhaseClock(queued=-1.0)  # a negative backlog (clock skew) counts as none
+    stored_before.mark_decoded()
+    stored_before.mark_processed()
+    stored_before.mark_committed(None)  # stored before the wait: no wake-up of a batch
+    assert stored_before.phases()[PHASES.index("wake")] == 0.0 and stored_before.phases()[0] == 0.0
+
+
+def test_a_long_hold_of_the_lock_is_kept_with_the_function_that_held_it() -> None:
+    lock = SchedulingLock()
+
+    def the_fair_share_part() -> None:
+        with lock:
+            _spin_until(time.perf_counter() + STALL_SECONDS)
+
+    the_fair_share_part()
+    with lock:
+        pass  # short: not kept
+    [(_, seconds, holder)] = list(lock.long_holds.stalls)
+    assert seconds >= STALL_SECONDS and holder.endswith("the_fair_share_part")
+
+
+def test_the_collector_hook_sums_every_pause() -> None:
+    tuning = GcTuning()
+    tuning.install()
+    try:
+        before = tuning.paused_seconds
+        gc.collect()
+        assert tuning.paused_seconds > before
+        assert tuning.pauses[2][0] >= 1
+    finally:
+        tuning.uninstall()
+
+
+@pytest.mark.anyio
+async def test_a_heartbeat_behind_a_held_lock_shows_its_wait_and_the_holder(tmp_path: Path) -> None:
+    async def stall(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
+        held, release = threading.Event(), threading.Event()
+
+        def a_long_update_part() -> None:  # the lock held on another thread, as a fair-share update's part
+            with service.scheduler.lock:
+                held.set()
+                release.wait(WAIT)
+
+        holder = threading.Thread(target=a_long_update_part)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, WAIT)
+        return {"holder": holder, "release": release}
+
+    report, metrics = await _slow_heartbeat(tmp_path, stall)
+    [slow] = report["slow"]
+    assert slow["phases_ms"]["lock_wait"] >= 1000 * HELD
+    assert max(slow["phases_ms"], key=slow["phases_ms"].get) == "lock_wait"
+    holders = [stall["what"] for stall in report["stalls"]["lock_holds"]]
+    assert any(holder.endswith("a_long_update_part") for holder in holders)
+    assert "pooltree_scheduler_slow_heartbeats_total 1.0" in metrics
+    assert 'pooltree_scheduler_slow_heartbeat_phase_seconds_total{phase="lock_wait"}' in metrics
+
+
+@pytest.mark.anyio
+async def test_a_heartbeat_behind_a_slow_transaction_shows_its_commit(tmp_path: Path) -> None:
+    async def stall(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
+        commits = service.scheduler.commits
+        write, release = commits._write, threading.Event()
+
+        def slow_write(records: Sequence[JobRecord]) -> None:  # the store's transaction, stalled
+            release.wait(WAIT)
+            write(records)
+
+        commits._write = slow_write  # type: ignore[method-assign]
+        return {"release": release}
+
+    report, _ = await _slow_heartbeat(tmp_path, stall)
+    [slow] = report["slow"]
+    assert slow["phases_ms"]["commit"] >= 1000 * HELD
+    assert max(slow["phases_ms"], key=slow["phases_ms"].get) == "commit"
+    [batch] = report["stalls"]["commit_batches"]
+    assert batch["ms"] >= 1000 * HELD and batch["what"].startswith("2 records")
+
+
+async def _slow_heartbeat(tmp_path: Path, stall: Any) -> tuple[dict[str, Any], str]:
+    """A service with one operation of 2 jobs; ``stall(service, in_flight)`` sets up what holds the heartbeat
+    (returns its ``release`` event, and its ``holder`` thread if any); the heartbeat that starts the jobs is
+    sent, held at least ``HELD`` past its arrival, answered; then the tail report and ``/metrics``."""
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=SECRET,
+    )
+    await service.start()
+    transport = httpx.ASGITransport(app=service.asgi, client=("127.0.0.1", 1234))
+    throttle = service.scheduler.heartbeat_throttle
+    parts: dict[str, Any] = {}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
+        ) as client:
+            started = await client.post(
+                "/api/v4/start_operation",
+                json={
+                    "operation_type": "vanilla",
+                    "spec": {"tasks": {"main": {"command": "true", "job_count": 2}}},
+                },
+            )
+            assert started.status_code == 200, started.text
+            assert await asyncio.to_thread(published, service.scheduler, started.json()["operation_id"], WAIT)
+            parts = await stall(service, lambda: throttle.in_flight == 1)
+            body = wire.encode(node_heartbeat("n1", limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30}))
+            beat = asyncio.ensure_future(
+                client.post(wire.HEARTBEAT_PATH, content=body, headers={"X-Pooltree-Node-Secret": SECRET})
+            )
+            deadline = time.monotonic() + WAIT
+            while throttle.in_flight != 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            assert throttle.in_flight == 1
+            await asyncio.to_thread(_spin_until, time.perf_counter() + HELD)
+            parts["release"].set()
+            answer = await asyncio.wait_for(beat, WAIT)
+            assert answer.status_code == 200, answer.text
+            assert len(wire.decode(answer.content)[wire.START]) == 2
+            tail = await client.get("/internal/heartbeat_tail", params={"since": "0"})
+            assert tail.status_code == 200, tail.text
+            metrics = await client.get("/metrics")
+            refused = await client.get("/internal/heartbeat_tail", params={"since": "soon"})
+            assert refused.status_code == 400
+            return tail.json(), metrics.text
+    finally:
+        if "release" in parts:
+            parts["release"].set()
+        if "holder" in parts:
+            parts["holder"].join(WAIT)
+        await service.stop()
+        service.store.close()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
