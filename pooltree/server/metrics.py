@@ -1,4 +1,5 @@
-"""Prometheus metrics of the live scheduler, read from the last fair-share views at scrape time.
+"""Prometheus metrics of the live scheduler, read at scrape time from the last read snapshot (``live/snapshot.py``:
+the published fair-share views and scheduler alerts) and from counters, without the scheduling lock.
 
 One ``CollectorRegistry`` per service (never the global one), so several services in one process (tests) do not
 collide. Per tree, pool and operation: fair share, usage, demand (dominant ratios), starvation; per pool running
@@ -27,7 +28,8 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class SchedulerCollector(Collector):
-    """Builds the metric families from ``LiveScheduler.views`` under its lock."""
+    """Builds the metric families from the scheduler's read snapshot and counters, never under its lock: a scrape
+    (every operation's alerts, every pool and operation of the views) does not hold heartbeats up."""
 
     def __init__(self, scheduler: LiveScheduler) -> None:
         self.scheduler = scheduler
@@ -40,8 +42,9 @@ class SchedulerCollector(Collector):
 
 
 def _tree_metrics(scheduler: LiveScheduler) -> Iterator[Metric]:
-    """Per tree, pool and operation the last fair-share views' ratios and starvation, the preemptions so far, the
-    nodes heard from and the alerts holding now: read together under the scheduling lock."""
+    """Per tree, pool and operation the published fair-share views' ratios and starvation (the read snapshot's,
+    as the orchid shows them), the preemptions so far, the nodes heard from and the alerts holding now (the
+    snapshot's scheduler alerts; the operations' read without the lock: ``SchedulerAlerts.counts``)."""
     pool_gauges = {
         key: GaugeMetricFamily(
             f"pooltree_pool_{key}", f"Pool {key.replace('_', ' ')}", labels=["tree", "pool"]
@@ -79,23 +82,25 @@ def _tree_metrics(scheduler: LiveScheduler) -> Iterator[Metric]:
         "Alerts holding now, by scope (scheduler, operation) and type",
         labels=["scope", "type"],
     )
-    with scheduler.lock:
-        for (scope, kind), count in sorted(scheduler.alert_center.counts(scheduler.now).items()):
-            alerts.add_metric([scope, kind], float(count))
-        for tree, view in scheduler.views.items():
-            for name, pool in view.get("pools", {}).items():
-                for key, gauge in pool_gauges.items():
-                    gauge.add_metric([tree, name], float(pool.get(key, 0.0)))
-                pool_starving.add_metric([tree, name], _starving(pool.get("starvation_status")))
-                running.add_metric([tree, name], float(pool.get("running_operation_count", 0)))
-                pending.add_metric([tree, name], float(pool.get("pending_operation_count", 0)))
-            for op_id, op in view.get("operations", {}).items():
-                for key, gauge in op_gauges.items():
-                    gauge.add_metric([tree, op_id], float(op.get(key, 0.0)))
-                op_starving.add_metric([tree, op_id], _starving(op.get("starvation_status")))
-        for (tree, reason), count in sorted(scheduler.preemptions.items()):
-            preemptions.add_metric([tree, reason], float(count))
-        nodes.add_metric([], float(len(scheduler.nodes)))
+    snapshot = scheduler.snapshots.current
+    counts = scheduler.alert_center.counts(scheduler.now, snapshot.scheduler_alerts)
+    for (scope, kind), count in sorted(counts.items()):
+        alerts.add_metric([scope, kind], float(count))
+    for tree, read in snapshot.trees.items():
+        view = read.view
+        for name, pool in view.get("pools", {}).items():
+            for key, gauge in pool_gauges.items():
+                gauge.add_metric([tree, name], float(pool.get(key, 0.0)))
+            pool_starving.add_metric([tree, name], _starving(pool.get("starvation_status")))
+            running.add_metric([tree, name], float(pool.get("running_operation_count", 0)))
+            pending.add_metric([tree, name], float(pool.get("pending_operation_count", 0)))
+        for op_id, op in view.get("operations", {}).items():
+            for key, gauge in op_gauges.items():
+                gauge.add_metric([tree, op_id], float(op.get(key, 0.0)))
+            op_starving.add_metric([tree, op_id], _starving(op.get("starvation_status")))
+    for (tree, reason), count in sorted(dict(scheduler.preemptions).items()):  # a copy: heartbeats add to it
+        preemptions.add_metric([tree, reason], float(count))
+    nodes.add_metric([], float(len(scheduler.nodes)))
     yield from pool_gauges.values()
     yield from (pool_starving, running, pending)
     yield from op_gauges.values()

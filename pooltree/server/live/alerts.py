@@ -59,8 +59,13 @@ READ_VERDICTS = 4096
 """Verdicts of ``SchedulerAlerts._read_verdict`` kept per grouping of the nodes (past it, they are found anew)."""
 
 
+UNLOCKED_READS = 3
+"""Times ``SchedulerAlerts.counts`` reads an operation's alerts without the lock before it takes the lock."""
+
+
 class SchedulerAlerts:
-    """Alerts of one ``LiveScheduler``; every method expects the scheduler's lock to be held."""
+    """Alerts of one ``LiveScheduler``; every method expects the scheduler's lock to be held, but ``counts`` and an
+    operation's alerts of a read (``operation_alerts`` of a queued operation, as ``get_operation`` reads it)."""
 
     def __init__(self, scheduler: LiveScheduler, settings: AlertSettings | None = None) -> None:
         self.scheduler = scheduler
@@ -422,18 +427,32 @@ class SchedulerAlerts:
 
     # -- counts for /metrics
 
-    def counts(self, now: float) -> dict[tuple[str, str], int]:
-        """(scope, alert type) → how many alerts hold now (scope ``scheduler`` or ``operation``)."""
+    def counts(self, now: float, scheduler_alerts: list[dict[str, Any]]) -> dict[tuple[str, str], int]:
+        """(scope, alert type) → how many alerts hold now (scope ``scheduler`` or ``operation``), for ``/metrics``:
+        the scheduler's ``scheduler_alerts`` (those of the read snapshot), the operations' read without the lock
+        (``_operation_alert_types``)."""
         counts: dict[tuple[str, str], int] = {("scheduler", kind): 0 for kind in SCHEDULER_ALERT_TYPES}
         counts.update({("operation", kind): 0 for kind in OPERATION_ALERT_TYPES})
-        for item in self.scheduler_alerts():
+        for item in scheduler_alerts:
             key = ("scheduler", item["attributes"]["alert_type"])
             counts[key] = counts.get(key, 0) + 1
-        for op in self.scheduler.operations.values():
-            for kind in self.operation_alerts(op, now):
+        for op in list(self.scheduler.operations.values()):
+            for kind in self._operation_alert_types(op, now):
                 key = ("operation", kind)
                 counts[key] = counts.get(key, 0) + 1
         return counts
+
+    def _operation_alert_types(self, op: LiveOperation, now: float) -> list[str]:
+        """The types of ``op``'s alerts read without the scheduling lock, as ``get_operation`` reads a queued
+        operation's: read again (up to ``UNLOCKED_READS`` times) when the operation changed while read, and only
+        then under the lock."""
+        for _ in range(UNLOCKED_READS):
+            try:
+                return list(self.operation_alerts(op, now))
+            except (RuntimeError, KeyError, ValueError, PooltreeError):  # changed while read
+                continue
+        with self.scheduler.lock:
+            return list(self.operation_alerts(op, now))
 
 
 # ---------------------------------------------------------------------- why an operation's allocations wait
