@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sys
 import time
@@ -445,12 +444,27 @@ class SchedulerService:
         """One authenticated node heartbeat (on a worker thread, counted in flight by the caller): the node's
         address stays bound to its host, the scheduler processes it, and with node shards the answer names the
         node's shard (``wire.HEARTBEAT_URL``). The HTTP route and the node shards' requests both come here."""
+        began = time.perf_counter()
+        try:
+            response, ticket = self.answer_heartbeat_unwaited(heartbeat, peer, throttled, hostname)
+            self.scheduler.commits.wait(ticket)
+        finally:
+            self.scheduler.record_duration("heartbeat", time.perf_counter() - began)
+        return response
+
+    def answer_heartbeat_unwaited(
+        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None = None
+    ) -> tuple[dict[str, Any], int]:
+        """``answer_heartbeat`` without its wait for the store: (the answer, the group commit ticket its job
+        records go in). The caller waits for the ticket (``scheduler.commits.wait``) before the answer leaves and
+        accounts the heartbeat's duration (the node shards' leader, ``shards/host.py``)."""
         self.store.check_writable()
         self.security.bind_node(heartbeat.address, peer)
-        process = functools.partial(self.scheduler.process_heartbeat, throttled=throttled)
-        response = self._timed("heartbeat", process, heartbeat, self.clock())
+        response, ticket = self.scheduler.process_heartbeat_unwaited(
+            heartbeat, self.clock(), throttled=throttled
+        )
         self._name_shard(response, heartbeat.address, hostname)
-        return response
+        return response, ticket
 
     def _name_shard(self, response: dict[str, Any], address: str, hostname: str | None) -> None:
         """With node shards, the answer names the node's shard (``wire.HEARTBEAT_URL``); without, an answer on the

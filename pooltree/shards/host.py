@@ -2,9 +2,11 @@
 
 ``NodeShards(count, settings, service)`` spawns ``count`` shard processes (``process.py``). Each serves
 ``POST /internal/node_heartbeat`` on a port of its own: it authenticates the node, reads and decodes the body
-(JSON and the wire module) and sends the parsed ``HeartbeatRequest`` over its pipe; the leader answers it with the
-scheduler's ``answer_heartbeat`` (the same call the leader's own HTTP route makes: same throttle, same lock, same
-group commit, same strategy) and sends the answer map back, which the shard encodes and returns. A node is owned
+(JSON and the wire module) and sends the parsed ``HeartbeatRequest`` over its pipe; the leader processes it with
+the scheduler's ``answer_heartbeat_unwaited`` (what the leader's own HTTP route runs: same throttle, same lock, same
+group commit, same strategy) on the shard's own leader thread, one heartbeat after the other, and a finisher
+thread waits for its job records to be stored, proves the node's next heartbeat and sends the answer map back,
+which the shard encodes and returns. A node is owned
 by shard ``blake2b(address) % count``; the leader's answers name that shard's URL (``wire.HEARTBEAT_URL``) and the
 node sends its next heartbeats there.
 
@@ -28,6 +30,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -55,9 +58,10 @@ GENERATION_POLL = 0.01
 shard may answer a heartbeat on an older proof within that window: the node's work waits one heartbeat)."""
 SYNC_TIMEOUT = 10.0
 """Seconds ``NodeShards.sync`` waits for every shard."""
-WORKERS_PER_SHARD = 4
-"""Leader threads per shard answering its heartbeats (each holds the scheduling lock only for the heartbeat's
-memory work, then waits for the group commit: several in flight let the commit batch them)."""
+FINISHERS = 1
+"""Leader threads that finish the shards' heartbeats (wait for their job records to be stored, prove the node's
+next heartbeat, send the answer); each shard's heartbeats are processed by one thread of its own
+(``NodeShards._answer``)."""
 
 
 class HeartbeatService(Protocol):
@@ -70,9 +74,9 @@ class HeartbeatService(Protocol):
 
     def leave_heartbeat(self) -> None: ...
 
-    def answer_heartbeat(
+    def answer_heartbeat_unwaited(
         self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
-    ) -> dict[str, Any]: ...
+    ) -> tuple[dict[str, Any], int]: ...
 
     def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]: ...
 
@@ -103,9 +107,10 @@ class PassLinks(Protocol):
 
 
 class _Workers:
-    """The leader threads that answer the shards' heartbeats: a fixed pool fed by one `queue.SimpleQueue` (a C
+    """Leader threads that take the shards' heartbeats' work: a fixed pool fed by one `queue.SimpleQueue` (a C
     queue: a heartbeat handed over costs a put and a get, where `ThreadPoolExecutor` makes a future and takes
-    Python-level locks and a semaphore per item). ``shutdown``: work still queued is dropped, work running ends."""
+    Python-level locks and a semaphore per item); with one thread, the work runs in the order submitted.
+    ``shutdown``: work still queued is dropped, work running ends."""
 
     def __init__(self, count: int, name: str) -> None:
         self._work: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
@@ -172,7 +177,10 @@ class NodeShards:
         """Shards that start allocations: each process also runs its nodes' passes (``remote.py``) on a second
         pipe; None: the leader runs every pass (the shards answer the heartbeats proven empty)."""
         self._context = multiprocessing.get_context("spawn")
-        self._workers = _Workers(WORKERS_PER_SHARD * count, "node-shard")
+        self._answerers = [_Workers(1, f"node-shard-{index}-answers") for index in range(count)]
+        """Per shard, the one thread that processes its heartbeats, in the order they came (``_answer``)."""
+        self._finishers = _Workers(FINISHERS, "node-shard-finish")
+        """The threads that wait for the answers' job records to be stored, then prove and send (``_finish``)."""
         self._lock = threading.Lock()
         self._closing = False
         self._shards: list[_Shard | None] = [None] * count
@@ -200,7 +208,7 @@ class NodeShards:
             with ThreadPoolExecutor(count, thread_name_prefix="node-shard-start") as starting:
                 list(starting.map(self._start, range(count)))
         except BaseException:
-            self._workers.shutdown()
+            self._shutdown_workers()
             raise
         self._pusher.start()
 
@@ -276,7 +284,7 @@ class NodeShards:
             except Exception as error:
                 self._send(shard, self._error_reply(shard, request_id, error))
                 continue
-            self._workers.submit(
+            self._answerers[shard.index].submit(
                 self._answer, shard, request_id, heartbeat, peer, hostname, limit is not None
             )
         shard.alive = False
@@ -310,21 +318,55 @@ class NodeShards:
         hostname: str | None,
         throttled: bool,
     ) -> None:
-        """Answer one heartbeat on a leader thread (counted in flight by the reader; left here)."""
+        """Process one heartbeat on the shard's own leader thread (counted in flight by the reader), then hand it
+        to a finisher (``_finish``), which waits for its job records to be stored before anything is sent.
+
+        One thread per shard, not a pool: the heartbeats of a shard take the scheduling lock one after the other
+        anyway, and several threads per shard contending for it (and for the interpreter) cost the leader CPU per
+        heartbeat; with shards that start allocations, fewer passes of one shard in flight also let its passes
+        take the allocations granted ahead instead of a claim's round trip (``bench/RESULTS.md``, session 30).
+        The store's write is not waited for here, so the next heartbeat's memory work overlaps it and the group
+        commit still batches the heartbeats of every shard."""
+        began = time.perf_counter()
         try:
             with self.starts.carrying(shard.index) if self.starts is not None else contextlib.nullcontext():
-                answer = self.service.answer_heartbeat(heartbeat, peer, throttled, hostname)
+                response, ticket = self.service.answer_heartbeat_unwaited(
+                    heartbeat, peer, throttled, hostname
+                )
+        except Exception as error:
+            self._done(shard, self._error_reply(shard, request_id, error), began)
+            return
+        self._finishers.submit(self._finish, shard, request_id, heartbeat, response, ticket, began)
+
+    def _finish(
+        self,
+        shard: _Shard,
+        request_id: int,
+        heartbeat: HeartbeatRequest,
+        response: dict[str, Any],
+        ticket: int,
+        began: float,
+    ) -> None:
+        """A processed heartbeat's end: its job records stored (a started job is stored before its node hears of
+        it, an acknowledged one is durable; a failed write answers an error, as the leader's own route does), the
+        proof of the node's next heartbeat, the answer sent."""
+        try:
+            self.service.scheduler.commits.wait(ticket)
             reply: tuple[Any, ...] = (
                 request_id,
                 200,
-                answer,
-                self._proven(heartbeat, answer),
+                response,
+                self._proven(heartbeat, response),
                 self.service.clock(),
             )
         except Exception as error:
             reply = self._error_reply(shard, request_id, error)
-        finally:
-            self.service.leave_heartbeat()
+        self._done(shard, reply, began)
+
+    def _done(self, shard: _Shard, reply: tuple[Any, ...], began: float) -> None:
+        """The heartbeat leaves the leader: its duration accounted, out of flight, its reply sent."""
+        self.service.scheduler.record_duration("heartbeat", time.perf_counter() - began)
+        self.service.leave_heartbeat()
         self._send(shard, reply)
 
     def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
@@ -453,7 +495,12 @@ class NodeShards:
                 shard.process.join(timeout=5.0)
             if self.starts is not None:
                 self.starts.detach(shard.index)
-        self._workers.shutdown()
+        self._shutdown_workers()
+
+    def _shutdown_workers(self) -> None:
+        for answerer in self._answerers:
+            answerer.shutdown()
+        self._finishers.shutdown()
 
 
 class ShardMetrics:

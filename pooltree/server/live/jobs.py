@@ -123,15 +123,23 @@ class LiveJobs:
         heartbeat's own reports: an operation completed, another activated) is published computed without the lock
         (``FairShareUpdates.publish_stale_apart``) before the heartbeat schedules (``DeferredHeartbeat``), so the
         heartbeat's holds run no update."""
+        response, ticket = self.process_heartbeat_unwaited(heartbeat, now, throttled=throttled)
+        self.scheduler.commits.wait(ticket)
+        return response
+
+    def process_heartbeat_unwaited(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> tuple[dict[str, Any], int]:
+        """``process_heartbeat`` up to its wait: (the response, the group commit ticket of its job records). The
+        caller must wait for the ticket (``GroupCommit.wait``) before the response leaves the scheduler (the node
+        shards' leader answers each shard's heartbeats in order on one thread and waits on another)."""
         scheduler = self.scheduler
         apart = not scheduler.lock.held  # a caller holding the lock keeps the whole heartbeat in its hold
         if apart and scheduler.updates.waiting:  # read without the lock: a hint
             scheduler.updates.publish_stale_apart(now)
         with scheduler.lock:
             attempt = self._locked_heartbeat(heartbeat, now, throttled, defer=apart)
-        response, ticket = attempt.finish() if isinstance(attempt, DeferredHeartbeat) else attempt
-        scheduler.commits.wait(ticket)
-        return response
+        return attempt.finish() if isinstance(attempt, DeferredHeartbeat) else attempt
 
     def try_process_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False

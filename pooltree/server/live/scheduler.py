@@ -161,6 +161,13 @@ class LiveScheduler:
         """One node heartbeat: its answer, once its job records are stored (``jobs.py``)."""
         return self.heartbeats.process_heartbeat(heartbeat, now, throttled=throttled)
 
+    def process_heartbeat_unwaited(
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+    ) -> tuple[dict[str, Any], int]:
+        """``process_heartbeat`` without its wait for the store: (the answer, the group commit ticket the caller
+        waits for before the answer leaves, ``jobs.py``)."""
+        return self.heartbeats.process_heartbeat_unwaited(heartbeat, now, throttled=throttled)
+
     def try_process_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
     ) -> tuple[dict[str, Any], int] | DeferredHeartbeat | None:

@@ -1,0 +1,150 @@
+"""The leader answers a shard's heartbeat only once its job records are stored, on the thread that finishes
+heartbeats (``host.NodeShards._finish``), while the shard's own leader thread goes on with its next heartbeats: a
+job is stored before its node is told to start it, a finished job is acknowledged only once durable, and a failed
+write answers an error (the node retries) instead of the start. Real shard processes, real HTTP on 127.0.0.1, a
+real SQLite store whose job writes the test holds."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from polling import wait_for
+
+from pooltree.config import parse_pool_trees
+from pooltree.node import wire
+from pooltree.server.service import SchedulerService
+from pooltree.server.store import JobRecord, StoreUnavailable, open_store
+from pooltree.shards.host import NodeShards, ShardSettings, shard_of
+
+HEARTBEAT = "/internal/node_heartbeat"
+WAIT = 30.0
+LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
+
+
+class HeldStore:
+    """A store whose job writes wait for ``release`` while ``hold`` is set, or fail while ``fail`` is."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.hold = False
+        self.fail = False
+
+    def put_jobs(self, records: Sequence[JobRecord]) -> None:
+        if self.fail:
+            raise StoreUnavailable("the test's disk is gone")
+        if self.hold:
+            self.entered.set()
+            assert self.release.wait(WAIT)
+        self._store.put_jobs(records)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+@pytest.fixture
+def sharded(tmp_path: Path) -> Iterator[tuple[SchedulerService, HeldStore]]:
+    store = HeldStore(open_store(f"sqlite:///{tmp_path / 'sharded.db'}"))
+    service = SchedulerService(store, authentication=False)  # type: ignore[arg-type]
+    service.scheduler.apply_pool_trees(parse_pool_trees({"default": {"config": {}, "pools": {}}}), None, 0.0)
+    service.shards = NodeShards(2, ShardSettings("127.0.0.1", False, None, None, "test"), service)
+    try:
+        yield service, store
+    finally:
+        service.shards.close()
+
+
+def _heartbeat(address: str, finished: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return wire.heartbeat(
+        address,
+        sequence=0,
+        time=0.0,
+        resource_limits=LIMITS,
+        resource_usage={},
+        memory_limit=LIMITS["memory"],
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=[],
+        finished_jobs=finished or [],
+    )
+
+
+def _two_nodes_of_one_shard(service: SchedulerService) -> tuple[str, str, str]:
+    """Two node addresses owned by the same shard, and that shard's URL."""
+    addresses = [f"n{index}" for index in range(20)]
+    first = addresses[0]
+    second = next(a for a in addresses[1:] if shard_of(a, 2) == shard_of(first, 2))
+    assert service.shards is not None
+    url = service.shards.url_for(first, "127.0.0.1")
+    assert url is not None
+    return first, second, url
+
+
+def test_a_start_is_answered_only_once_stored_while_the_shard_s_next_heartbeat_is_processed(
+    sharded: tuple[SchedulerService, HeldStore],
+) -> None:
+    service, store = sharded
+    op = service.scheduler.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 2}}}, "u", 1.0
+    )
+    first, second, url = _two_nodes_of_one_shard(service)
+    store.hold = True
+    with httpx.Client(timeout=WAIT) as client, ThreadPoolExecutor(2) as sending:
+        answer: Future[httpx.Response] = sending.submit(client.post, url + HEARTBEAT, json=_heartbeat(first))
+        assert store.entered.wait(WAIT)  # the heartbeat's job records are being written...
+        started = [job for job in service.scheduler.jobs.values() if job.address == first]
+        assert len(started) == 2 and all(store.get_job(op.id, job.id) is None for job in started)
+        # ...its node has not been told to start them, and the shard's next heartbeat is processed meanwhile (the
+        # shard's leader thread does not wait for the store)
+        other = sending.submit(client.post, url + HEARTBEAT, json=_heartbeat(second))
+        wait_for(lambda: second in service.scheduler.nodes, timeout=WAIT)
+        assert not answer.done()
+        store.release.set()
+        response = answer.result(WAIT)
+        assert response.status_code == 200, response.text
+        assert other.result(WAIT).status_code == 200
+    specs = response.json()[wire.START]
+    assert sorted(spec["job_id"] for spec in specs) == sorted(job.id for job in started)
+    assert all(store.get_job(op.id, spec["job_id"]) is not None for spec in specs)
+
+
+def test_a_finished_job_is_acknowledged_only_once_stored(sharded: tuple[SchedulerService, HeldStore]) -> None:
+    service, store = sharded
+    op = service.scheduler.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 3}}}, "u", 1.0
+    )
+    first, _, url = _two_nodes_of_one_shard(service)
+    with httpx.Client(timeout=WAIT) as client, ThreadPoolExecutor(1) as sending:
+        started = client.post(url + HEARTBEAT, json=_heartbeat(first)).json()[wire.START][0]["job_id"]
+        report = wire.finished_job(started, op.id, "main", "completed", 2.0, 3.0)
+        store.hold = True
+        answer = sending.submit(client.post, url + HEARTBEAT, json=_heartbeat(first, [report]))
+        assert store.entered.wait(WAIT)
+        assert not answer.done()
+        assert store.get_job(op.id, started).state == "running"  # type: ignore[union-attr]
+        store.release.set()
+        response = answer.result(WAIT)
+    assert response.status_code == 200, response.text
+    assert response.json()[wire.ACKNOWLEDGE] == [started]
+    assert store.get_job(op.id, started).state == "completed"  # type: ignore[union-attr]
+
+
+def test_a_failed_write_answers_an_error_not_the_start(sharded: tuple[SchedulerService, HeldStore]) -> None:
+    service, store = sharded
+    service.scheduler.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 2}}}, "u", 1.0
+    )
+    first, _, url = _two_nodes_of_one_shard(service)
+    store.fail = True
+    with httpx.Client(timeout=WAIT) as client:
+        response = client.post(url + HEARTBEAT, json=_heartbeat(first))
+    assert response.status_code >= 500
+    assert "the test's disk is gone" in response.headers["X-YT-Error"]
+    assert service.scheduler.heartbeat_throttle.in_flight == 0  # out of flight, as after any answer
