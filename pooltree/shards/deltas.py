@@ -66,6 +66,9 @@ class StartCounted:
 
     operation_id: str
     amounts: tuple[float, ...]
+    serial: int = 0
+    """The truth's start serial of it (``TreeState.start_serial``), which the replica stamps as the truth did so
+    that its least-recently-served tie order is the truth's; 0: the replica's own next serial."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,9 @@ class StartOrder:
 
     allocation_id: str
     order: int
+    serial: int = 0
+    """The truth's start serial of it: the replica stamps its own start again with it (`restamp`), in the truth's
+    order among the other shards' starts; 0: left as the replica's pass stamped it."""
 
 
 @dataclass(frozen=True)
@@ -207,13 +213,39 @@ def drop_others(strategy: TreeScheduler, owns: Any) -> None:
 # ------------------------------------------------------------------ deltas
 
 
-def count_start(strategy: TreeScheduler, operation_id: str, amounts: Sequence[float]) -> None:
-    """`RegularStage.started` of another node's allocation, as far as this replica reads it: the serial, the
-    operation's and its pools' usage, the heaps."""
+def at_serial(strategy: TreeScheduler, serial: int) -> None:
+    """The next start the replica stamps takes the truth's ``serial`` (0: its own next one)."""
+    if serial > 0:
+        strategy.state.start_serial = serial - 1
+
+
+def restamp(strategy: TreeScheduler, operation_id: str, serial: int) -> None:
+    """The truth stamped a start of the replica's own pass with ``serial``: the operation and its pools take it
+    as the truth's did (applied in the truth's order, so the last start under a pool stamps it last), and the
+    heaps are keyed again. Passes of several shards in flight book their starts in the truth interleaved, while
+    each replica stamped its own first: without this, between equally satisfied operations a replica's heaps
+    order otherwise than the truth's, and the truth's guesses of a pass's starts (grants) miss."""
+    if serial <= 0:
+        return
+    state = strategy.state
+    element = state.elements.get(operation_id)
+    if element is None or element.op is None:
+        return
+    state.start_serial = serial - 1
+    state.stamp_start(element)
+    strategy.heaps.refresh_leaf(element)
+
+
+def count_start(
+    strategy: TreeScheduler, operation_id: str, amounts: Sequence[float], serial: int = 0
+) -> None:
+    """`RegularStage.started` of another node's allocation, as far as this replica reads it: the serial (the
+    truth's, when given), the operation's and its pools' usage, the heaps."""
     state = strategy.state
     element = state.elements[operation_id]
     runtime = element.op
     assert runtime is not None
+    at_serial(strategy, serial)
     state.stamp_start(element)
     state.account(runtime, element, amounts, add_floats)
     strategy.heaps.refresh_leaf(element)

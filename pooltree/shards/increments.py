@@ -47,9 +47,11 @@ _NODE_FIELD = 7
 """The node's address in `pickling.allocation_fields`."""
 
 
-def encode_started(allocation: Allocation, stage: SchedulingStage, time: float) -> tuple[Any, ...]:
-    """A start the truth booked, taken now (the truth's allocation moves on)."""
-    return (_STARTED, allocation_fields(allocation), stage.value, time)
+def encode_started(
+    allocation: Allocation, stage: SchedulingStage, time: float, serial: int = 0
+) -> tuple[Any, ...]:
+    """A start the truth booked, taken now (the truth's allocation moves on), with the truth's start serial."""
+    return (_STARTED, allocation_fields(allocation), stage.value, time, serial)
 
 
 def encode(increment: Increment) -> Any:
@@ -77,17 +79,17 @@ def encode(increment: Increment) -> Any:
     if isinstance(increment, UsageChanged):
         return (_USAGE, increment.allocation_id, increment.resources, increment.operation_id, increment.delta)
     if isinstance(increment, StartCounted):
-        return (_COUNTED, increment.operation_id, increment.amounts)
+        return (_COUNTED, increment.operation_id, increment.amounts, increment.serial)
     if isinstance(increment, PreemptCounted):
         return (_PREEMPT_COUNTED, increment.operation_id, increment.amounts)
     if isinstance(increment, StartOrder):
-        return (_ORDER, increment.allocation_id, increment.order)
+        return (_ORDER, increment.allocation_id, increment.order, increment.serial)
     if isinstance(increment, ClassesMoved):
         return (_CLASSES, increment.boundaries)
     if isinstance(increment, NodeSynced):
         return (_NODE, increment.address, increment.limits, increment.tags, increment.time)
     if isinstance(increment, AllocationStarted):
-        return encode_started(increment.allocation, increment.stage, increment.time)
+        return encode_started(increment.allocation, increment.stage, increment.time, increment.serial)
     return increment
 
 
@@ -157,18 +159,18 @@ def decode(entry: Any, owns: Callable[[str], bool] | None = None) -> Increment:
     if kind == _STARTED:
         fields = entry[1]
         if owns is not None and not owns(fields[_NODE_FIELD]):
-            return StartCounted(fields[1], tuple(fields[2]))
-        return AllocationStarted(allocation_of(fields), SchedulingStage(entry[2]), entry[3])
+            return StartCounted(fields[1], tuple(fields[2]), entry[4])
+        return AllocationStarted(allocation_of(fields), SchedulingStage(entry[2]), entry[3], entry[4])
     if kind == _USAGE:
         return UsageChanged(entry[1], entry[2], entry[3], entry[4])
     if kind == _NODE:
         return NodeSynced(entry[1], entry[2], entry[3], entry[4])
     if kind == _COUNTED:
-        return StartCounted(entry[1], entry[2])
+        return StartCounted(entry[1], entry[2], entry[3])
     if kind == _PREEMPT_COUNTED:
         return PreemptCounted(entry[1], entry[2])
     if kind == _ORDER:
-        return StartOrder(entry[1], entry[2])
+        return StartOrder(entry[1], entry[2], entry[3])
     if kind == _CLASSES:
         return ClassesMoved(entry[1])
     raise ValueError(f"unknown increment entry kind {kind!r}")

@@ -260,8 +260,11 @@ class ProcessShardStarts(ShardStarts):
         if tree_log.entries > LOG_LIMIT:
             self._bound(tree, tree_log)
 
-    def _send_started(self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float) -> None:
-        """The start's fields taken now into the log (no copy of the allocation), for every shard but the origin."""
+    def _send_started(
+        self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float, serial: int
+    ) -> None:
+        """The start's fields and the truth's serial taken now into the log (no copy of the allocation), for every
+        shard but the origin."""
         if not any(link is not None and tree in link.nodes for link in self.links):
             self.logs.pop(tree, None)
             return
@@ -269,7 +272,7 @@ class ProcessShardStarts(ShardStarts):
         if tree_log is None:
             tree_log = self.logs[tree] = IncrementLog()
         tree_log.append(
-            encode_started(allocation, stage, now), ANY_SHARD if self.origin is None else self.origin
+            encode_started(allocation, stage, now, serial), ANY_SHARD if self.origin is None else self.origin
         )
         if tree_log.entries > LOG_LIMIT:
             self._bound(tree, tree_log)

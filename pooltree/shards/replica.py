@@ -48,12 +48,14 @@ from pooltree.shards.deltas import (
     PreemptCounted,
     StartCounted,
     StartOrder,
+    at_serial,
     count_finish,
     count_preempt,
     count_start,
     count_usage,
     drop_lists,
     drop_others,
+    restamp,
     unregister_in_order,
 )
 from pooltree.shards.pickling import TAPPED, Pending, load_snapshot
@@ -102,6 +104,8 @@ class AllocationStarted:
     allocation: Allocation
     stage: SchedulingStage
     time: float
+    serial: int = 0
+    """The truth's start serial of it (`deltas.at_serial`; 0: the replica's own next one)."""
 
 
 @dataclass(frozen=True)
@@ -614,17 +618,20 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
     elif isinstance(increment, NodeSynced):
         strategy.sync_node(NodeHeartbeat(increment.address, increment.limits, increment.tags), increment.time)
     elif isinstance(increment, StartCounted):
-        count_start(strategy, increment.operation_id, increment.amounts)
+        count_start(strategy, increment.operation_id, increment.amounts, increment.serial)
     elif isinstance(increment, PreemptCounted):
         count_preempt(strategy, increment.operation_id, increment.amounts)
     elif isinstance(increment, AllocationStarted):
         if not replica.owns(increment.allocation.node_address):
-            count_start(strategy, increment.allocation.operation_id, increment.allocation.amounts)
+            count_start(
+                strategy, increment.allocation.operation_id, increment.allocation.amounts, increment.serial
+            )
             return
         allocation = increment.allocation if owned else copy_allocation(increment.allocation)
         element = strategy.state.elements[allocation.operation_id]
         node = strategy.nodes[allocation.node_address]
         result = HeartbeatResult(address=node.address)
+        at_serial(strategy, increment.serial)
         strategy.regular.started(allocation, element, node, increment.time, result, increment.stage, None)
     elif isinstance(increment, AllocationPreempted):
         record = increment.record
@@ -651,6 +658,7 @@ def _apply(replica: TreeReplica, strategy: TreeScheduler, increment: Increment, 
         allocation = strategy.allocations.get(increment.allocation_id)
         if allocation is not None:
             allocation.start_order = increment.order
+            restamp(strategy, allocation.operation_id, increment.serial)
     elif isinstance(increment, Published):
         strategy.high_priority = increment.high_priority
         strategy.fifo_unschedulable = increment.fifo_unschedulable

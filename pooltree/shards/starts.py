@@ -346,9 +346,12 @@ class ShardStarts:
         known = self.published.get(tree)
         return known[1] if known is not None and known[0] is truth.state.tree else None
 
-    def _send_started(self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float) -> None:
-        """The truth started ``allocation``: an increment for every shard but the origin (whose pass booked it)."""
-        self._send(tree, AllocationStarted(copy_allocation(allocation), stage, now), others=True)
+    def _send_started(
+        self, tree: str, allocation: Allocation, stage: SchedulingStage, now: float, serial: int
+    ) -> None:
+        """The truth started ``allocation`` (its start serial ``serial``): an increment for every shard but the
+        origin (whose pass booked it)."""
+        self._send(tree, AllocationStarted(copy_allocation(allocation), stage, now, serial), others=True)
 
     def _holds(self, shard: int, tree: str) -> bool:
         """Whether the shard holds a replica of ``tree`` (increments are kept for it)."""
@@ -390,11 +393,14 @@ class ShardStarts:
             if event["stage"] not in STAGES:  # a start outside the stages (a gang restart, an adopted job)
                 self._recopy(tree)
                 return
+            serial = truth.state.start_serial  # the truth's serial of this start (stamped before the event)
             if self.origin is None:
-                self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"])
+                self._send_started(tree, allocation, SchedulingStage(event["stage"]), event["time"], serial)
             else:  # a shard's pass booked it on its own node: the others read its amounts, the origin its number
-                self._send(tree, StartCounted(allocation.operation_id, allocation.amounts), others=True)
-                self._send(tree, StartOrder(allocation_id, allocation.start_order))
+                self._send(
+                    tree, StartCounted(allocation.operation_id, allocation.amounts, serial), others=True
+                )
+                self._send(tree, StartOrder(allocation_id, allocation.start_order, serial))
         elif kind == "allocation_preempted":
             allocation = truth.allocations.get(allocation_id)
             if allocation is None or allocation.preemption is None:

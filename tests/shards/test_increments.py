@@ -47,10 +47,11 @@ def _allocation() -> Allocation:
 
 def test_a_start_comes_back_as_the_allocation_without_its_payload_and_with_its_own_vectors() -> None:
     allocation = _allocation()
-    entry = loads(dumps(encode_started(allocation, SchedulingStage.REGULAR_MEDIUM_PRIORITY, 13.0)))
+    entry = loads(dumps(encode_started(allocation, SchedulingStage.REGULAR_MEDIUM_PRIORITY, 13.0, 41)))
     increment = decode(entry)
     assert isinstance(increment, AllocationStarted)
     assert increment.stage is SchedulingStage.REGULAR_MEDIUM_PRIORITY and increment.time == 13.0
+    assert increment.serial == 41  # the truth's start serial
     copy = increment.allocation
     assert copy is not allocation and copy.payload is None
     for name in Allocation.__slots__:
@@ -89,8 +90,8 @@ def test_an_allocation_whose_reserve_is_its_resources_keeps_them_one_vector() ->
             FinishedAllocation("op-1/3", "completed", processed_fraction=0.5), 4.0, "op-1", None, False
         ),
         UsageChanged("op-1/2", np.array([1.0, 5e9, 0.0, 0.0, 1.0]), "op-1", (0.0, 3e9, 0.0, 0.0, 0.0)),
-        StartOrder("op-1/2", 17),
-        StartCounted("op-1", (1.0, 2e9, 0.0, 0.0, 1.0)),
+        StartOrder("op-1/2", 17, 42),
+        StartCounted("op-1", (1.0, 2e9, 0.0, 0.0, 1.0), 43),
         PreemptCounted("op-1", (1.0, 2e9, 0.0, 0.0, 1.0)),
         ClassesMoved((("op-1", 3, float("inf")), ("op-2", 0, 4))),
         Rekeyed(frozenset({"op-1"})),

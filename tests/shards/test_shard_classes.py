@@ -92,7 +92,10 @@ def test_replicas_without_other_shards_allocations_decide_as_one_process(
     monkeypatch.setattr(
         replica,
         "count_start",
-        lambda strategy, op, amounts: (counted.append(op), count_start(strategy, op, amounts)),
+        lambda strategy, op, amounts, serial=0: (
+            counted.append(op),
+            count_start(strategy, op, amounts, serial),
+        ),
     )
     assert replay(recorder.recording, scheduler) == recorded
     assert shards.passes > 0 and shards.leader_passes == 0

@@ -212,6 +212,56 @@ def test_replicas_behind_the_truth_never_overshoot_a_limit(
     assert sum(r.refused for replicas in shards.replicas for r in replicas.values()) > 0
 
 
+@pytest.mark.parametrize("serials", [True, False])
+def test_replicas_behind_the_truth_take_its_tie_order_when_they_catch_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serials: bool
+) -> None:
+    """Replicas behind the truth (as above) stamp their own passes' starts before the starts the truth booked
+    meanwhile for the other shard; once a replica has applied everything the truth did, every element's
+    least-recently-served serial (``last_start``, the heaps' tie order) and the next serial are the truth's,
+    because start increments carry the truth's serial (`deltas.at_serial`, `deltas.restamp`). Without the
+    serials the replicas' tie order drifts from the truth's (their grants' guesses then miss)."""
+    if not serials:
+        monkeypatch.setattr(replica_module, "at_serial", lambda strategy, serial: None)
+        monkeypatch.setattr(replica_module, "restamp", lambda strategy, operation_id, serial: None)
+    apply, copy_from = TreeReplica.apply, TreeReplica.copy_from
+    held: dict[int, list[object]] = {}
+    passes = [0]
+    compared: list[bool] = []
+    scheduler = make_scheduler(tmp_path / "behind.db", BUSY)
+
+    def late(replica: TreeReplica, increments: list[object]) -> None:
+        waiting = held.setdefault(id(replica), [])
+        waiting.extend(increments)
+        passes[0] += 1
+        if passes[0] % 4 == 0:
+            held[id(replica)] = []
+            apply(replica, waiting)  # type: ignore[arg-type]
+            truth = scheduler.cores["default"].strategy.state
+            copy = replica.strategy.state  # type: ignore[union-attr]
+            compared.append(
+                copy.start_serial == truth.start_serial
+                and all(
+                    element.last_start == truth.elements[element_id].last_start
+                    for element_id, element in copy.elements.items()
+                )
+            )
+
+    def fresh(replica: TreeReplica, *args: object) -> None:
+        held.pop(id(replica), None)  # a copy is the truth itself: nothing is late
+        copy_from(replica, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(TreeReplica, "apply", late)
+    monkeypatch.setattr(TreeReplica, "copy_from", fresh)
+    ShardStarts(scheduler, 2)
+    _, decisions = record_busy_run(tmp_path / "unused.db", scheduler)
+    assert decisions.started_count > 50 and len(compared) > 20
+    if serials:
+        assert all(compared)
+    else:
+        assert not all(compared)
+
+
 @pytest.mark.parametrize("run", ["busy", "swelling"])
 def test_replicas_made_and_fed_in_their_pickling_form_decide_as_one_process(tmp_path: Path, run: str) -> None:
     """Each replica made from the truth's snapshot in bytes (`pickling.snapshot_of`, what a shard process
