@@ -92,6 +92,10 @@ def tail_figures(
         figures["long_commit_records_mean"] = round(
             sum(int(s["what"].split(" ", 1)[0]) for s in batches) / len(batches), 1
         )
+    updates = [s["what"].rsplit(": ", 1)[-1] for s in stalls.get("fair_share_updates", [])]
+    cpu = [float(what.split(" ", 1)[0]) for what in updates if what.endswith(" ms of CPU")]
+    if cpu:  # the update thread's CPU per update (its wall time is the stall's)
+        figures["fair_share_update_cpu_ms_mean"] = round(sum(cpu) / len(cpu), 1)
     holders: dict[str, list[float]] = {}
     for hold in stalls.get("lock_holds", []):
         holders.setdefault(hold["what"], []).append(hold["ms"])

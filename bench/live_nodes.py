@@ -649,8 +649,9 @@ def _sample(text: str, name: str) -> float | None:
 
 def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     """What a phase did to the scheduling lock, from ``/metrics`` read at its start and end: holds longer than
-    50 and 100 ms in it, the longest hold so far (the metric is not per phase), and the fair-share updates'
-    mean wall time in it (lock waits included; older builds without the lock's histogram report only this)."""
+    50 and 100 ms in it, the longest hold so far (the metric is not per phase), the fair-share updates' mean wall
+    time in it (lock waits included; older builds without the lock's histogram report only this) and the garbage
+    collections' count and pauses per generation."""
     if before is None or after is None:
         return {}
     figures: dict[str, Any] = {}
@@ -678,6 +679,18 @@ def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     overtaken = [_sample(text, OVERTAKEN) for text in (before, after)]
     if None not in overtaken:  # builds that compute the fair share outside the lock
         figures["fair_share_computes_overtaken"] = overtaken[1] - overtaken[0]  # type: ignore[operator]
+    collections = {}
+    for generation in ("0", "1", "2"):  # the garbage collector's pauses in the phase, per generation
+        label = f'{{generation="{generation}"}}'
+        counts = [_sample(text, f"pooltree_gc_pause_seconds_count{label}") for text in (before, after)]
+        sums = [_sample(text, f"pooltree_gc_pause_seconds_sum{label}") for text in (before, after)]
+        if None not in counts and None not in sums:
+            collections[generation] = {
+                "count": counts[1] - counts[0],  # type: ignore[operator]
+                "total_ms": round(1000 * (sums[1] - sums[0]), 1),  # type: ignore[operator]
+            }
+    if collections:
+        figures["gc_pauses"] = collections
     batches = [_sample(text, COMMIT_BATCHES) for text in (before, after)]
     submissions = [_sample(text, COMMIT_SUBMISSIONS) for text in (before, after)]
     if None not in batches and None not in submissions and batches[1] > batches[0]:  # type: ignore[operator]
