@@ -393,10 +393,14 @@ class SchedulerService:
         began = time.perf_counter()
         while True:
             clock.mark_try()
-            if scheduler.publishing:
-                return await loop.run_in_executor(
+            if (
+                scheduler.publishing
+            ):  # the publish, the heartbeat and its commit on a heartbeat thread: processing
+                response = await loop.run_in_executor(
                     threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
                 )
+                clock.mark_processed()
+                return response
             attempt = scheduler.try_process_heartbeat(heartbeat, self.clock(), throttled=throttled)
             if attempt is not None:
                 break

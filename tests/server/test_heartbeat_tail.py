@@ -154,6 +154,40 @@ async def test_a_heartbeat_behind_a_slow_transaction_shows_its_commit(tmp_path: 
     assert batch["ms"] >= 1000 * HELD and batch["what"].startswith("2 records")
 
 
+@pytest.mark.anyio
+async def test_a_heartbeat_that_publishes_first_counts_its_thread_s_work_as_processing(
+    tmp_path: Path,
+) -> None:
+    """A heartbeat that meets a stale tree is answered on a heartbeat thread (the publish, its work and its
+    commit there): that time is its ``processing``, and no phase is negative."""
+    service = SchedulerService(
+        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        create_default_tree=True,
+        token=TOKEN,
+        node_secret=SECRET,
+    )
+    await service.start()
+    transport = httpx.ASGITransport(app=service.asgi, client=("127.0.0.1", 1234))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
+        ) as client:
+            service.scheduler.updates.stale_trees.add("default")  # a tree that waits to be published
+            assert service.scheduler.publishing
+            body = wire.encode(node_heartbeat("n1", limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30}))
+            answer = await client.post(
+                wire.HEARTBEAT_PATH, content=body, headers={"X-Pooltree-Node-Secret": SECRET}
+            )
+            assert answer.status_code == 200, answer.text
+        tail = service.tail
+        phases = dict(zip(PHASES, tail.seconds, strict=True))
+        assert tail.timed == 1 and min(phases.values()) >= 0, phases
+        assert phases["processing"] > 0 and phases["commit"] == 0 and phases["wake"] == 0
+    finally:
+        await service.stop()
+        service.store.close()
+
+
 async def _slow_heartbeat(tmp_path: Path, stall: Any) -> tuple[dict[str, Any], str]:
     """A service with one operation of 2 jobs; ``stall(service, in_flight)`` sets up what holds the heartbeat
     (returns its ``release`` event, and its ``holder`` thread if any); the heartbeat that starts the jobs is
