@@ -190,7 +190,10 @@ class OperationListing:
         whose row's state or finish time differs is read anew."""
 
     def register_commands(self, registry: CommandRegistry) -> None:
-        registry.register("list_operations", self.list_operations_encoded, fast=self.list_operations_fast)
+        # a page costs the event loop several get_operation answers: those waiting go first
+        registry.register(
+            "list_operations", self.list_operations_encoded, fast=self.list_operations_fast, fast_yields=True
+        )
 
     def list_operations(self, ctx: CommandContext) -> dict[str, Any]:
         """One page of operations with the counters (see ``_listing``)."""

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from pooltree.config import parse_pool_trees
-from pooltree.server.app import COMMAND_THREADS, CommandContext
+from pooltree.server.app import COMMAND_THREADS, YIELD_TO_CHEAPER, CommandContext
 from pooltree.server.live import LiveScheduler
 from pooltree.server.live import pages as pages_module
 from pooltree.server.live.pages import PageOrder
@@ -299,3 +299,81 @@ async def test_a_read_thread_takes_the_next_command_while_the_event_loop_is_busy
             assert all(answer.status_code == 200 for answer in answers)
         finally:
             release.set()
+
+
+@pytest.mark.anyio
+async def test_a_listing_lets_the_gets_waiting_on_the_event_loop_go_first(tmp_path: Path) -> None:
+    """A listing answered on the event loop (``fast_yields``) lets the ``get_operation`` requests that came in with
+    it go first (``YtApi.after_cheaper_reads``)."""
+    async with _served(tmp_path) as (service, client):
+        start = {
+            "operation_type": "vanilla",
+            "spec": {"tasks": {"main": {"command": "true", "job_count": 1}}},
+        }
+        ids = [
+            (await client.post("/api/v4/start_operation", json=start)).json()["operation_id"]
+            for _ in range(3)
+        ]
+        fast = service.app.state.registry._fast
+        answered: list[str] = []
+        for name in ("get_operation", "list_operations"):
+
+            def recorded(ctx: CommandContext, name: str = name, handler: Any = fast[name]) -> Any:
+                answered.append(name)
+                return handler(ctx)
+
+            fast[name] = recorded
+        # one listing, then six gets, sent in that order in one turn of the loop
+        listing = asyncio.ensure_future(client.get("/api/v4/list_operations"))
+        gets = [
+            asyncio.ensure_future(client.get("/api/v4/get_operation", params={"operation_id": i}))
+            for i in ids * 2
+        ]
+        answers = await asyncio.wait_for(asyncio.gather(listing, *gets), ANSWER_WITHIN)
+        assert answered == ["get_operation"] * 6 + ["list_operations"]
+        assert [answer.json()["id"] for answer in answers[1:]] == ids * 2
+        assert {op["id"] for op in answers[0].json()["operations"]} == set(ids)
+
+
+@pytest.mark.anyio
+async def test_a_listing_yields_to_cheaper_reads_for_a_bounded_time(tmp_path: Path) -> None:
+    """``YtApi.after_cheaper_reads`` yields turns of the event loop while the last one answered a cheaper read: one
+    turn on a quiet loop, and under a stream answered every turn at most ``YIELD_TO_CHEAPER`` (not the stream's
+    length)."""
+    async with _served(tmp_path) as (service, _client):
+        api = service.app.state.api
+        loop = asyncio.get_running_loop()
+        turns = 0
+        counting = True
+
+        async def count() -> None:  # the turns of the loop
+            nonlocal turns
+            while counting:
+                turns += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.ensure_future(count())
+        await asyncio.sleep(0)
+        before = turns
+        await api.after_cheaper_reads()  # quiet: no cheaper read answered (bounded by itself)
+        assert turns - before <= 2  # left after its one turn
+        counting = False
+        await asyncio.wait_for(counter, ANSWER_WITHIN)
+        streaming = True
+
+        async def stream() -> None:  # a cheaper read answered on every turn of the loop
+            while streaming:
+                api._cheap_answers += 1
+                await asyncio.sleep(0)
+
+        streamer = asyncio.ensure_future(stream())
+        try:
+            await asyncio.sleep(0)
+            began = loop.time()
+            await asyncio.wait_for(api.after_cheaper_reads(), ANSWER_WITHIN)
+            waited = loop.time() - began
+            assert not streamer.done()  # the stream still ran
+        finally:
+            streaming = False
+            await asyncio.wait_for(streamer, ANSWER_WITHIN)
+        assert YIELD_TO_CHEAPER <= waited < ANSWER_WITHIN / 2, waited
