@@ -32,6 +32,11 @@ WRITER = textwrap.dedent(
         store.put_operation(OperationRecord(f"op-{index}", "vanilla", "running", "alice", None, float(index)))
     print("acknowledged 50", flush=True)
     sys.stdin.readline()  # the test deletes the journal now
+    if sys.argv[2:] == ["read-first"]:  # a read (a listing) comes before the next write
+        try:
+            print("read", len(store.list_operations()), flush=True)
+        except StoreUnavailable as error:
+            print("read refused:", error.message, flush=True)
     try:
         store.put_operation(OperationRecord("op-late", "vanilla", "running", "alice", None, 99.0))
         print("late write acknowledged", flush=True)
@@ -43,10 +48,15 @@ WRITER = textwrap.dedent(
 )
 
 
-def test_a_deleted_journal_puts_the_store_in_trouble_and_loses_no_acknowledged_commit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", ["write", "read-first"])
+def test_a_deleted_journal_puts_the_store_in_trouble_and_loses_no_acknowledged_commit(
+    tmp_path: Path, first: str
+) -> None:
+    # read-first: a reader connection's first read after the deletion made a new empty journal under the path,
+    # and every acknowledged commit was lost (the readers now read once when the store opens them)
     database = tmp_path / "state" / "pooltree.db"
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, f"sqlite:///{database}"],
+        [sys.executable, "-c", WRITER, f"sqlite:///{database}", first],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -59,6 +69,8 @@ def test_a_deleted_journal_puts_the_store_in_trouble_and_loses_no_acknowledged_c
         journal.unlink()
         writer.stdin.write("go\n")
         writer.stdin.flush()
+        if first == "read-first":
+            assert writer.stdout.readline().strip() == "read 50"
         answer = writer.stdout.readline()
         health = writer.stdout.readline()
         assert answer.startswith("refused:") and "journal" in answer and "deleted" in answer, answer

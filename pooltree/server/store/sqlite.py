@@ -114,7 +114,8 @@ class SqliteStore(SqlStore):
         """The write-ahead log SQLite writes commits to (it exists once the schema is written): watched like the
         database file, since commits not yet checkpointed live only there."""
         self._readers: list[sqlite3.Connection] = []
-        """Every reader connection, opened here (one opened later on a deleted path would create a new file)."""
+        """Every reader connection, opened here with its first read (one opened, or reading first, later, on a deleted
+        path would create a new file)."""
         try:
             for _ in range(READERS):
                 reader = sqlite3.connect(
@@ -122,6 +123,9 @@ class SqliteStore(SqlStore):
                 )
                 self._readers.append(reader)
                 reader.execute("PRAGMA busy_timeout=10000")
+                # a read now opens the journal (SQLite opens it at a connection's first read): a first read after
+                # the journal was deleted would make a new empty one under its path and lose the commits it held
+                reader.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as error:
             for reader in self._readers:
                 reader.close()
