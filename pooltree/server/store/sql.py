@@ -75,15 +75,20 @@ class SqlStore(Store):
             with self._read_transaction() if read else self._connection_transaction() as cur:
                 yield cur
         except self.database_errors as error:
-            if self._is_out_of_space(error):
-                raise self.mark_out_of_space(self._describe(error)) from error
-            self.mark_trouble(self._describe(error))
-            raise StoreUnavailable(
-                f"Scheduler store is unavailable, nothing is acknowledged: {self._describe(error)}",
-                attributes={"store": redact_url(self.url)},
-            ) from error
+            raise self._refused(error) from error
         if not read and self._out_of_space is not None:
             self.space_returned()
+
+    def _refused(self, error: BaseException) -> StoreUnavailable:
+        """What a transaction that met the driver's ``error`` raises: a full disk refuses the write
+        (``mark_out_of_space``), anything else puts the store in trouble."""
+        if self._is_out_of_space(error):
+            return self.mark_out_of_space(self._describe(error))
+        self.mark_trouble(self._describe(error))
+        return StoreUnavailable(
+            f"Scheduler store is unavailable, nothing is acknowledged: {self._describe(error)}",
+            attributes={"store": redact_url(self.url)},
+        )
 
     def _is_out_of_space(self, error: BaseException) -> bool:
         """The driver's error says the disk (or the database server's) is full."""

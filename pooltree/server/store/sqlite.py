@@ -19,7 +19,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from pooltree.security.sealing import Sealer
 from pooltree.server.stalls import StallRing
 from pooltree.server.store.base import (
     JOURNAL_BOUND,
+    JobRecord,
     OperationFilter,
     StoreError,
     StoreHealth,
@@ -193,23 +194,11 @@ class SqliteStore(SqlStore):
     def _connection_transaction(self) -> Iterator[Any]:
         cur = self._conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
-        problem: str | None = None
         try:
             yield cur
-            if self._fd is not None:
-                problem = self._verify()
-                if problem is not None:
-                    self.mark_trouble(problem)
-                    raise StoreUnavailable(
-                        f"Scheduler store is unavailable, nothing is acknowledged: {problem}",
-                        attributes={"store": self.url},
-                    )
-        except BaseException:
-            # already rolled back by SQLite, or the file is gone: the original error tells why
-            with contextlib.suppress(sqlite3.Error):
-                cur.execute("ROLLBACK")
-            if problem is not None and self._verify_journal() is not None:
-                self._rescue_journal()
+            self._check_before_commit()
+        except BaseException as error:
+            self._roll_back(cur, error)
             raise
         else:
             began = time.perf_counter()
@@ -217,6 +206,53 @@ class SqliteStore(SqlStore):
             self.long_commits.note(time.perf_counter() - began, "COMMIT")
         finally:
             cur.close()
+
+    def _check_before_commit(self) -> None:
+        """The file check of every write transaction before its commit: a problem puts the store in trouble and is
+        raised (``_FileProblem``, a ``StoreUnavailable``)."""
+        if self._fd is None:
+            return
+        problem = self._verify()
+        if problem is not None:
+            self.mark_trouble(problem)
+            raise _FileProblem(problem, self.url)
+
+    def _roll_back(self, cur: Any, error: BaseException) -> None:
+        """A write transaction that failed with ``error``: rolled back (already, by SQLite, or the file is gone:
+        the original error tells why); a journal gone under the file check is rescued."""
+        with contextlib.suppress(sqlite3.Error):
+            cur.execute("ROLLBACK")
+        if isinstance(error, _FileProblem) and self._verify_journal() is not None:
+            self._rescue_journal()
+
+    def put_jobs(self, records: Sequence[JobRecord]) -> None:
+        """``SqlStore.put_jobs``'s transaction written straight, without the two generator context managers of
+        ``_transaction`` and ``_connection_transaction`` (the group commit's write of every heartbeat's job rows):
+        the same statements, file check, roll-back, long-commit note and store trouble."""
+        if not records:
+            return
+        with self._lock:
+            self.check_writable()
+            rows = [self._job_row(record) for record in records]
+            try:
+                cur = self._conn.cursor()
+                try:
+                    cur.execute("BEGIN IMMEDIATE")
+                    try:
+                        cur.executemany(self._PUT_JOB, rows)
+                        self._check_before_commit()
+                    except BaseException as error:
+                        self._roll_back(cur, error)
+                        raise
+                    began = time.perf_counter()
+                    cur.execute("COMMIT")
+                    self.long_commits.note(time.perf_counter() - began, "COMMIT")
+                finally:
+                    cur.close()
+            except sqlite3.Error as error:
+                raise self._refused(error) from error
+            if self._out_of_space is not None:
+                self.space_returned()
 
     @contextmanager
     def _read_transaction(self) -> Iterator[Any]:
@@ -293,6 +329,16 @@ class SqliteStore(SqlStore):
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+class _FileProblem(StoreUnavailable):
+    """The file check before a commit found the file deleted, replaced or corrupted (the store in trouble)."""
+
+    def __init__(self, problem: str, url: str) -> None:
+        super().__init__(
+            f"Scheduler store is unavailable, nothing is acknowledged: {problem}", attributes={"store": url}
+        )
+        self.problem = problem
 
 
 def _identity_of(path: Path) -> tuple[int, int] | None:
