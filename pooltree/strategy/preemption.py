@@ -93,6 +93,10 @@ class PreemptiveStages:
         """The tree's ``ssd_priority_preemption`` (`ssd_preemption.py`)."""
         self.full_host = full_host
         """The tree's ``default_gpu_full_host_preemption`` (`full_host_preemption.py`)."""
+        self._graceful_publish = -1
+        self._graceful_operations = True
+        """Whether an element of the tree's last publish is in graceful preemption mode (`graceful`), and the
+        publish it was read for (`StrategyState.publishes`)."""
         self.class_reader: ClassReader = lists_of
         """Where the stages read an operation's preemption classes (`classes`): its own lists (`lists_of`); a node
         shard's replica, which holds no lists, reads the leader's boundaries instead (`pooltree/shards/replica.py`,
@@ -102,7 +106,15 @@ class PreemptiveStages:
 
     def graceful(self, node: ExecNode, now: float, result: HeartbeatResult) -> None:
         """§e.1 graceful preemption (YTsaurus `PreemptAllocationsGracefully`): preempt the node's preemptible allocations of graceful operations."""
-        elements = self.state.elements
+        state = self.state
+        elements = state.elements
+        if self._graceful_publish != state.publishes:  # specs change only when a publish begins
+            self._graceful_publish = state.publishes
+            self._graceful_operations = any(
+                element.spec.preemption_mode == "graceful" for element in elements.values()
+            )
+        if not self._graceful_operations:  # no allocation's element is graceful: the filter below finds none
+            return
         # the operation's mode first (it does not move while the stage runs): most nodes hold no graceful ones
         graceful = [
             allocation

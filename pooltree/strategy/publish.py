@@ -60,6 +60,7 @@ class SnapshotPublisher:
         """Take a new snapshot: statuses, starvation, preemption priorities, preemptible lists and heaps. The
         incremental publish leaves the changed operations' lists to `ChangedPublisher.configure_lists`; what the
         previous publish left is configured first."""
+        self.state.publishes += 1  # the elements and their specs change from here on
         self.changes.configure_lists()
         respecced = tree.respecced
         # every published element's spec is the last published tree's: derived from it, only these can differ

@@ -37,6 +37,7 @@ class StrategyState:
         "nodes",
         "operations",
         "ops_by_priority",
+        "publishes",
         "queued_preemptions",
         "serial",
         "spare",
@@ -70,6 +71,9 @@ class StrategyState:
         """Serial of the last best-leaf pass (`_Pass`): an element excluded in a pass holds that pass's serial."""
         self.start_serial = 0
         """Serial of the last allocation started: ``last_start`` of its operation and pools."""
+        self.publishes = 0
+        """Publishes begun so far (`publish.TreePublisher.publish`, the only place that changes ``elements`` and
+        their specs): what is derived from the specs alone stays current while it is unchanged."""
         self.event_sink = event_sink
         self.last_update_time: float | None = None
         """When the last publish with a time took place."""
