@@ -52,7 +52,11 @@ class GroupCommit:
         self._write = write
         self._write_operations = write_operations
         """Writes a batch holding operation records (theirs and the job records in one transaction)."""
-        self._condition = threading.Condition()
+        self._mutex = threading.RLock()
+        """Guards the queue and the counters; taken directly (its C context manager) where nothing waits."""
+        self._condition = threading.Condition(self._mutex)
+        self._sleepers = 0
+        """Synchronous waiters asleep on ``_condition`` (``wait``): a batch's end wakes them only when there are."""
         self._queue: dict[tuple[str, str], JobRecord] = {}
         self._operations: list[OperationWrite] = []
         """Operation records queued (``submit``'s ``operations``), in the order submitted."""
@@ -80,7 +84,7 @@ class GroupCommit:
         (0 when there was nothing to write)."""
         if operations and self._write_operations is None:
             raise ValueError("this group commit writes no operation records")
-        with self._condition:
+        with self._mutex:
             added = bool(operations)
             self._operations.extend(operations)
             for record in records:
@@ -96,14 +100,22 @@ class GroupCommit:
         if ticket <= 0:
             return
         while True:
-            with self._condition:
+            with self._mutex:
                 while ticket > self._durable and self._committing:
-                    self._condition.wait()
+                    self._sleepers += 1
+                    try:
+                        self._condition.wait()
+                    finally:
+                        self._sleepers -= 1
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
                     return
                 batch, last, first = self._take()
-            self._commit(batch, first, last)
+            error = self._commit(batch, first, last)
+            if ticket <= last:  # its own batch (taken with everything queued up to ``last``): settled now
+                if error is not None:
+                    raise error
+                return
 
     async def wait_async(self, ticket: int) -> float | None:
         """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
@@ -116,7 +128,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         ended_at: float | None = None
         while True:
-            with self._condition:
+            with self._mutex:
                 if ticket <= self._durable:
                     self._raise_if_failed(ticket)
                     return ended_at
@@ -140,25 +152,27 @@ class GroupCommit:
         return batch, self._submitted, self._durable + 1
 
     def _writer(self) -> Executor:
-        with self._condition:
+        with self._mutex:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="group-commit")
             return self._executor
 
     def close(self) -> None:
         """End the commit thread of ``wait_async`` (idle once nothing waits)."""
-        with self._condition:
+        with self._mutex:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)
 
     def flush(self) -> None:
         """Store everything queued so far (the caller's later write then cannot overtake it)."""
-        with self._condition:
+        with self._mutex:
             ticket = self._submitted
         self.wait(ticket)
 
-    def _commit(self, batch: _Batch, first: int, last: int) -> None:
+    def _commit(self, batch: _Batch, first: int, last: int) -> BaseException | None:
+        """Write ``batch`` (tickets ``first``..``last``), settle its tickets and wake their waiters; the error its
+        write raised (kept for every waiter of the batch), or None."""
         error: BaseException | None = None
         began = time.perf_counter()
         try:
@@ -171,7 +185,7 @@ class GroupCommit:
             error = exc
         ended = time.perf_counter()
         self.long_batches.note(ended - began, f"{len(batch.jobs)} records, {last - first + 1} submissions")
-        with self._condition:
+        with self._mutex:
             self._committing = False
             self._durable = last
             self.batches += 1
@@ -180,8 +194,11 @@ class GroupCommit:
             if error is not None:
                 self._failures.append((first, last, error))
                 del self._failures[:-FAILURES_KEPT]
-            self._condition.notify_all()
+            if self._sleepers:  # (counted under the mutex: none can be going to sleep unseen)
+                self._condition.notify_all()
             waiters, self._async_waiters = self._async_waiters, []
+        if not waiters:
+            return error
         by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[float]]] = {}
         for loop, future in waiters:
             by_loop.setdefault(loop, []).append(future)
@@ -190,6 +207,7 @@ class GroupCommit:
                 loop.call_soon_threadsafe(_resolve_with, futures, ended)
             except RuntimeError:  # its loop is closed
                 continue
+        return error
 
     def _raise_if_failed(self, ticket: int) -> None:
         for first, last, error in self._failures:
