@@ -224,6 +224,10 @@ def test_a_heartbeat_whose_report_activates_an_operation_starts_it_over_http(
     assert [spec["operation_id"] for spec in started] == [running]
     job = started[0]["job_id"]
     done = wire.finished_job(job, running, "main", "completed", 1.0, 2.0)
+    # no periodic update from here on, and none still running: a heartbeat that meets one in flight leaves the
+    # stale tree to it (``refresh_stale_trees``) and starts the activated operation only at the node's next one
+    monkeypatch.setattr(live, "needs_update", lambda *_: False)
+    wait_for(lambda: not live.updates.updating and not live.updates.computing, WAIT)
     answer = beat(finished=[done])
     assert answer[wire.ACKNOWLEDGE] == [job]
     assert [spec["operation_id"] for spec in answer.get(wire.START, [])] == [queued]
