@@ -150,8 +150,9 @@ async def test_a_heartbeat_behind_a_slow_transaction_shows_its_commit(tmp_path: 
     [slow] = report["slow"]
     assert slow["phases_ms"]["commit"] >= 1000 * HELD
     assert max(slow["phases_ms"], key=slow["phases_ms"].get) == "commit"
-    [batch] = report["stalls"]["commit_batches"]
-    assert batch["ms"] >= 1000 * HELD and batch["what"].startswith("2 records")
+    # the heartbeat's batch (its two started jobs); under load other transactions (the start's) pass 10 ms too
+    [batch] = [batch for batch in report["stalls"]["commit_batches"] if batch["what"].startswith("2 records")]
+    assert batch["ms"] >= 1000 * HELD
 
 
 @pytest.mark.anyio
