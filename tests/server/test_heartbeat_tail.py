@@ -10,7 +10,8 @@ import gc
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,24 @@ async def test_a_heartbeat_that_publishes_first_counts_its_thread_s_work_as_proc
 ) -> None:
     """A heartbeat that meets a stale tree is answered on a heartbeat thread (the publish, its work and its
     commit there): that time is its ``processing``, and no phase is negative."""
+    async with _served(tmp_path) as (service, client):
+        service.scheduler.updates.stale_trees.add("default")  # a tree that waits to be published
+        assert service.scheduler.publishing
+        body = wire.encode(node_heartbeat("n1", limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30}))
+        answer = await client.post(
+            wire.HEARTBEAT_PATH, content=body, headers={"X-Pooltree-Node-Secret": SECRET}
+        )
+        assert answer.status_code == 200, answer.text
+        tail = service.tail
+        phases = dict(zip(PHASES, tail.seconds, strict=True))
+        assert tail.timed == 1 and min(phases.values()) >= 0, phases
+        assert phases["processing"] > 0 and phases["commit"] == 0 and phases["wake"] == 0
+
+
+@asynccontextmanager
+async def _served(tmp_path: Path) -> AsyncIterator[tuple[SchedulerService, httpx.AsyncClient]]:
+    """A started service with the default tree on a SQLite file, and a root client of its ASGI app (in process);
+    stopped and closed after the block."""
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
         create_default_tree=True,
@@ -173,17 +192,7 @@ async def test_a_heartbeat_that_publishes_first_counts_its_thread_s_work_as_proc
         async with httpx.AsyncClient(
             transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
         ) as client:
-            service.scheduler.updates.stale_trees.add("default")  # a tree that waits to be published
-            assert service.scheduler.publishing
-            body = wire.encode(node_heartbeat("n1", limits={"cpu": 4, "user_slots": 4, "memory": 8 << 30}))
-            answer = await client.post(
-                wire.HEARTBEAT_PATH, content=body, headers={"X-Pooltree-Node-Secret": SECRET}
-            )
-            assert answer.status_code == 200, answer.text
-        tail = service.tail
-        phases = dict(zip(PHASES, tail.seconds, strict=True))
-        assert tail.timed == 1 and min(phases.values()) >= 0, phases
-        assert phases["processing"] > 0 and phases["commit"] == 0 and phases["wake"] == 0
+            yield service, client
     finally:
         await service.stop()
         service.store.close()
@@ -193,20 +202,10 @@ async def _slow_heartbeat(tmp_path: Path, stall: Any) -> tuple[dict[str, Any], s
     """A service with one operation of 2 jobs; ``stall(service, in_flight)`` sets up what holds the heartbeat
     (returns its ``release`` event, and its ``holder`` thread if any); the heartbeat that starts the jobs is
     sent, held at least ``HELD`` past its arrival, answered; then the tail report and ``/metrics``."""
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"),
-        create_default_tree=True,
-        token=TOKEN,
-        node_secret=SECRET,
-    )
-    await service.start()
-    transport = httpx.ASGITransport(app=service.asgi, client=("127.0.0.1", 1234))
-    throttle = service.scheduler.heartbeat_throttle
-    parts: dict[str, Any] = {}
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://test", headers={"Authorization": f"OAuth {TOKEN}"}
-        ) as client:
+    async with _served(tmp_path) as (service, client):
+        throttle = service.scheduler.heartbeat_throttle
+        parts: dict[str, Any] = {}
+        try:
             started = await client.post(
                 "/api/v4/start_operation",
                 json={
@@ -236,13 +235,11 @@ async def _slow_heartbeat(tmp_path: Path, stall: Any) -> tuple[dict[str, Any], s
             refused = await client.get("/internal/heartbeat_tail", params={"since": "soon"})
             assert refused.status_code == 400
             return tail.json(), metrics.text
-    finally:
-        if "release" in parts:
-            parts["release"].set()
-        if "holder" in parts:
-            parts["holder"].join(WAIT)
-        await service.stop()
-        service.store.close()
+        finally:
+            if "release" in parts:
+                parts["release"].set()
+            if "holder" in parts:
+                parts["holder"].join(WAIT)
 
 
 @pytest.fixture
