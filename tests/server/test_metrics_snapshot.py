@@ -11,16 +11,13 @@ from typing import Any
 import httpx
 import pytest
 from busy_lock import held_elsewhere
-from loopback import ServerThread
-from published_cluster import publish_one_running_operation
+from published_cluster import published_service, serving
 
 from pooltree.server.live.alerts import UNLOCKED_READS
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
 
 ANSWER_WITHIN = 10.0
 """Seconds a scrape may take while the lock is held (the holder keeps it for ``busy_lock.WAIT``, 30 s)."""
-SPEC = {"tasks": {"main": {"command": "true", "job_count": 4, "cpu_limit": 1}}}
 TOO_BIG = {"tasks": {"main": {"command": "true", "job_count": 1, "cpu_limit": 64}}}
 
 
@@ -29,13 +26,9 @@ def served(tmp_path: Path) -> Iterator[tuple[SchedulerService, str, list[float]]
     """A service without authentication on 127.0.0.1 on a clock the test moves (no loops: the test publishes),
     one node (4 cpu) and one running operation published."""
     now = [1000.0]
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), authentication=False, clock=lambda: now[0]
-    )
-    publish_one_running_operation(service, SPEC, now[0])
-    with ServerThread(service.app) as server:
-        yield service, server.url, now
-    service.store.close()
+    service = published_service(tmp_path, now, authentication=False)
+    with serving(service) as url:
+        yield service, url, now
 
 
 def test_metrics_are_scraped_while_the_lock_is_held(

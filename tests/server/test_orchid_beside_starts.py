@@ -15,14 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from busy_lock import held_elsewhere
-from loopback import ServerThread
-from published_cluster import publish_one_running_operation
+from published_cluster import SPEC, published_service, root_and_alice, serving
 
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
 
 ROOT_TOKEN = "root-token-for-orchid-starts-0123456789"
-SPEC = {"tasks": {"main": {"command": "true", "job_count": 4, "cpu_limit": 1}}}
 ANSWER_WITHIN = 10.0
 """Seconds a read may take while the start waits (the lock's holder keeps it for ``busy_lock.WAIT``, 30 s)."""
 ORCHID = "//sys/scheduler/orchid/scheduler"
@@ -32,17 +29,10 @@ ORCHID = "//sys/scheduler/orchid/scheduler"
 def served(tmp_path: Path) -> Iterator[tuple[SchedulerService, str, dict[str, str]]]:
     """A service with authentication on 127.0.0.1 (no loops: the test publishes), one node and one running
     operation published, users root and alice with their tokens."""
-    now = [1000.0]
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), token=ROOT_TOKEN, clock=lambda: now[0]
-    )
-    publish_one_running_operation(service, SPEC, now[0])
-    directory = service.security.directory
-    directory.create_user("alice")
-    tokens = {"root": ROOT_TOKEN, "alice": directory.issue_token("alice")}
-    with ServerThread(service.app) as server:
-        yield service, server.url, tokens
-    service.store.close()
+    service = published_service(tmp_path, [1000.0], token=ROOT_TOKEN)
+    tokens = root_and_alice(service, ROOT_TOKEN)
+    with serving(service) as url:
+        yield service, url, tokens
 
 
 def _held_by_another_thread(lock: Any) -> bool:

@@ -13,16 +13,13 @@ from typing import Any
 import httpx
 import pytest
 from busy_lock import held_elsewhere
-from loopback import ServerThread
-from published_cluster import publish_one_running_operation
+from published_cluster import SPEC, published_service, serving
 
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
 
 ANSWER_WITHIN = 10.0
 """Seconds a read may take while the lock is held (a read that waits for the lock takes the holder's 30): the
 client's timeout, generous for a loaded CI machine."""
-SPEC = {"tasks": {"main": {"command": "true", "job_count": 4, "cpu_limit": 1}}}
 ORCHID = "//sys/scheduler/orchid/scheduler"
 
 
@@ -31,13 +28,9 @@ def served(tmp_path: Path) -> Iterator[tuple[SchedulerService, str, list[float]]
     """A service without authentication served by uvicorn on 127.0.0.1, on a clock the test moves (no loops: the
     test runs the fair-share updates), with tree ``default``, one node and one running operation published."""
     now = [1000.0]
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), authentication=False, clock=lambda: now[0]
-    )
-    publish_one_running_operation(service, SPEC, now[0])
-    with ServerThread(service.app) as server:
-        yield service, server.url, now
-    service.store.close()
+    service = published_service(tmp_path, now, authentication=False)
+    with serving(service) as url:
+        yield service, url, now
 
 
 def _orchid(http: httpx.Client, path: str) -> Any:

@@ -16,14 +16,16 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from loopback import ServerThread
-from published_cluster import heartbeat, publish_one_running_operation
+from published_cluster import (
+    heartbeat,
+    published_service,
+    root_and_alice,
+    serving,
+)
 
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import open_store
 
 ROOT_TOKEN = "root-token-for-page-cache-0123456789"
-SPEC = {"tasks": {"main": {"command": "true", "job_count": 4, "cpu_limit": 1}}}
 
 
 @pytest.fixture
@@ -33,13 +35,8 @@ def pages_served(
     """A service with authentication served on 127.0.0.1 on a clock the test moves (no loops: the test publishes),
     one node, one running operation, users root and alice with their tokens, and a count of template renders."""
     now = [1000.0]
-    service = SchedulerService(
-        open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), token=ROOT_TOKEN, clock=lambda: now[0]
-    )
-    publish_one_running_operation(service, SPEC, now[0])
-    directory = service.security.directory
-    directory.create_user("alice")
-    tokens = {"root": ROOT_TOKEN, "alice": directory.issue_token("alice")}
+    service = published_service(tmp_path, now, token=ROOT_TOKEN)
+    tokens = root_and_alice(service, ROOT_TOKEN)
     renders: Counter[str] = Counter()
     env = service.web.env
     get_template = env.get_template
@@ -49,9 +46,8 @@ def pages_served(
         return get_template(name, *args, **kwargs)
 
     env.get_template = counted  # type: ignore[method-assign]
-    with ServerThread(service.app) as server:
-        yield service, server.url, now, tokens, renders
-    service.store.close()
+    with serving(service) as url:
+        yield service, url, now, tokens, renders
 
 
 def _get(url: str, token: str, path: str, fragment: bool = False) -> str:
