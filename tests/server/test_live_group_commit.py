@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from held_store import HeldStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import generate_latest
@@ -111,25 +112,6 @@ def test_later_records_of_a_job_replace_earlier_ones_in_a_batch() -> None:
     commits.submit([_record("a", "completed")])
     commits.flush()
     assert [(r.id, r.state) for r in written] == [("a", "completed")]
-
-
-class HeldStore:
-    """A store whose ``put_jobs`` waits for ``release`` (what a slow disk sync looks like)."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.hold = False
-
-    def put_jobs(self, records: Sequence[JobRecord]) -> None:
-        if self.hold:
-            self.entered.set()
-            assert self.release.wait(WAIT)
-        self._store.put_jobs(records)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 def test_a_heartbeat_is_answered_after_its_jobs_are_stored_and_the_lock_is_free_meanwhile(

@@ -6,47 +6,25 @@ real SQLite store whose job writes the test holds."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from held_store import HeldStore
 from polling import wait_for
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import JobRecord, StoreUnavailable, open_store
+from pooltree.server.store import open_store
 from pooltree.shards.host import NodeShards, ShardSettings, shard_of
 
 HEARTBEAT = "/internal/node_heartbeat"
 WAIT = 30.0
 LIMITS = {"user_slots": 2, "cpu": 2, "memory": 4 << 30}
-
-
-class HeldStore:
-    """A store whose job writes wait for ``release`` while ``hold`` is set, or fail while ``fail`` is."""
-
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.hold = False
-        self.fail = False
-
-    def put_jobs(self, records: Sequence[JobRecord]) -> None:
-        if self.fail:
-            raise StoreUnavailable("the test's disk is gone")
-        if self.hold:
-            self.entered.set()
-            assert self.release.wait(WAIT)
-        self._store.put_jobs(records)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 @pytest.fixture
