@@ -9,6 +9,7 @@ comparison.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -173,12 +174,12 @@ def test_verdicts_and_shards_that_start_allocations_decide_as_one_process(tmp_pa
     assert verdicts.answered >= len(recorded.started) * 0.4 and starts.passes > 0
 
 
-def test_replicas_behind_the_truth_never_overshoot_a_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def keep_replicas_behind(
+    monkeypatch: pytest.MonkeyPatch, caught_up: Callable[[TreeReplica], None] = lambda replica: None
 ) -> None:
-    """Replicas that take their increments late (three passes in four see nothing new, as shard processes a pipe's
-    latency behind would) claim starts in pool ``c`` (cpu limit 5) that the truth has no room for: the leader
-    refuses them, and the pool's usage in the truth never goes above its limit."""
+    """Replicas take their increments late: three passes in four see nothing new, the fourth applies everything
+    held since (as shard processes a pipe's latency behind would), then ``caught_up(replica)`` runs; a replica
+    copied from the truth is behind in nothing."""
     apply, copy_from = TreeReplica.apply, TreeReplica.copy_from
     held: dict[int, list[object]] = {}
     passes = [0]
@@ -190,6 +191,7 @@ def test_replicas_behind_the_truth_never_overshoot_a_limit(
         if passes[0] % 4 == 0:
             held[id(replica)] = []
             apply(replica, waiting)  # type: ignore[arg-type]
+            caught_up(replica)
 
     def fresh(replica: TreeReplica, *args: object) -> None:
         held.pop(id(replica), None)  # a copy is the truth itself: nothing is late
@@ -197,6 +199,15 @@ def test_replicas_behind_the_truth_never_overshoot_a_limit(
 
     monkeypatch.setattr(TreeReplica, "apply", late)
     monkeypatch.setattr(TreeReplica, "copy_from", fresh)
+
+
+def test_replicas_behind_the_truth_never_overshoot_a_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas that take their increments late (three passes in four see nothing new, as shard processes a pipe's
+    latency behind would) claim starts in pool ``c`` (cpu limit 5) that the truth has no room for: the leader
+    refuses them, and the pool's usage in the truth never goes above its limit."""
+    keep_replicas_behind(monkeypatch)
     scheduler = make_scheduler(tmp_path / "behind.db", BUSY)
     shards = ShardStarts(scheduler, 2)
     used: list[float] = []
@@ -224,35 +235,21 @@ def test_replicas_behind_the_truth_take_its_tie_order_when_they_catch_up(
     if not serials:
         monkeypatch.setattr(replica_module, "at_serial", lambda strategy, serial: None)
         monkeypatch.setattr(replica_module, "restamp", lambda strategy, operation_id, serial: None)
-    apply, copy_from = TreeReplica.apply, TreeReplica.copy_from
-    held: dict[int, list[object]] = {}
-    passes = [0]
     compared: list[bool] = []
     scheduler = make_scheduler(tmp_path / "behind.db", BUSY)
 
-    def late(replica: TreeReplica, increments: list[object]) -> None:
-        waiting = held.setdefault(id(replica), [])
-        waiting.extend(increments)
-        passes[0] += 1
-        if passes[0] % 4 == 0:
-            held[id(replica)] = []
-            apply(replica, waiting)  # type: ignore[arg-type]
-            truth = scheduler.cores["default"].strategy.state
-            copy = replica.strategy.state  # type: ignore[union-attr]
-            compared.append(
-                copy.start_serial == truth.start_serial
-                and all(
-                    element.last_start == truth.elements[element_id].last_start
-                    for element_id, element in copy.elements.items()
-                )
+    def caught_up(replica: TreeReplica) -> None:
+        truth = scheduler.cores["default"].strategy.state
+        copy = replica.strategy.state  # type: ignore[union-attr]
+        compared.append(
+            copy.start_serial == truth.start_serial
+            and all(
+                element.last_start == truth.elements[element_id].last_start
+                for element_id, element in copy.elements.items()
             )
+        )
 
-    def fresh(replica: TreeReplica, *args: object) -> None:
-        held.pop(id(replica), None)  # a copy is the truth itself: nothing is late
-        copy_from(replica, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(TreeReplica, "apply", late)
-    monkeypatch.setattr(TreeReplica, "copy_from", fresh)
+    keep_replicas_behind(monkeypatch, caught_up)
     ShardStarts(scheduler, 2)
     _, decisions = record_busy_run(tmp_path / "unused.db", scheduler)
     assert decisions.started_count > 50 and len(compared) > 20
