@@ -8,12 +8,13 @@ root (`kill_orphans`). Its own module so that a node process imports the node's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,19 +94,8 @@ def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list
     roots = [path for path in (root, sandbox_location(root)) if path.is_dir()]
     if not roots:
         return [], 0
-    own_group = os.getpgrp()
     killed = [pid for path in roots for pid in processes_in_sandboxes(path)]
-    for pid in killed:
-        try:
-            group = os.getpgid(pid)
-            if group == pid and group != own_group:  # a job: the leader of its own session, take it all
-                os.killpg(group, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        except PermissionError:
-            log.warning("cannot kill leftover job process %d under %s: permission denied", pid, root)
+    _kill_groups_first(killed, root)
     deadline = time.monotonic() + timeout
     waiting = list(killed)
     for _ in range(int(timeout / 0.02) + 1):
@@ -121,6 +111,38 @@ def kill_orphans(root: Path, timeout: float = ORPHAN_KILL_TIMEOUT) -> tuple[list
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     return killed, removed
+
+
+def _kill_groups_first(pids: list[int], root: Path) -> None:
+    """SIGKILL ``pids``: first the whole group of each one leading its own (a job runs in a session of its own),
+    then the others outside those groups. A job's member killed alone first would wake its shell, which could
+    run on (a trap, its exit status) before its group's signal came; /proc lists by pid, and pids wrap."""
+    own_group = os.getpgrp()
+    groups: set[int] = set()
+    members: list[int] = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            group = os.getpgid(pid)
+            if group == pid and group != own_group:
+                groups.add(group)
+            else:
+                members.append(pid)
+    for group in sorted(groups):
+        _kill(os.killpg, group, root)
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(pid) not in groups:  # else its group was killed whole above
+                _kill(os.kill, pid, root)
+
+
+def _kill(kill: Callable[[int, int], None], target: int, root: Path) -> None:
+    """``kill(target, SIGKILL)`` (a group or a process); one gone already is fine, one we may not kill is logged."""
+    try:
+        kill(target, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        log.warning("cannot kill leftover job process %d under %s: permission denied", target, root)
 
 
 def parse_node_resources(text: str | None) -> dict[str, Any] | None:

@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 from typing import IO
 
+import pytest
+
+from pooltree.cli import node as node_cli
 from pooltree.cli.node import kill_orphans, processes_in_sandboxes
 
 
@@ -81,7 +84,17 @@ def _read_until(stream: IO[bytes], marker: bytes, timeout: float) -> bytes:
     return b"".join(lines)
 
 
-def test_kill_orphans_kills_the_job_groups_and_removes_the_directories(tmp_path: Path) -> None:
+@pytest.mark.parametrize("listed", ["as /proc lists them", "members before their leaders"])
+def test_kill_orphans_kills_the_job_groups_and_removes_the_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listed: str
+) -> None:
+    # /proc lists by pid, and pids wrap: a job's child can come before its shell. Killed first alone, the child's
+    # death woke the shell, which exited 137 before its group's SIGKILL came (seen once in CI): groups go first.
+    if listed != "as /proc lists them":
+        found = node_cli.processes_in_sandboxes
+        monkeypatch.setattr(
+            node_cli, "processes_in_sandboxes", lambda root: sorted(found(root), reverse=True)
+        )
     root = tmp_path / "node"
     jobs = [_leftover_job(root, f"job-{i}") for i in range(2)]
     bystander = subprocess.Popen(["sleep", "60"], cwd=tmp_path, start_new_session=True)
