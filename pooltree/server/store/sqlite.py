@@ -201,9 +201,7 @@ class SqliteStore(SqlStore):
             self._roll_back(cur, error)
             raise
         else:
-            began = time.perf_counter()
-            cur.execute("COMMIT")
-            self.long_commits.note(time.perf_counter() - began, "COMMIT")
+            self._commit(cur)
         finally:
             cur.close()
 
@@ -216,6 +214,12 @@ class SqliteStore(SqlStore):
         if problem is not None:
             self.mark_trouble(problem)
             raise _FileProblem(problem, self.url)
+
+    def _commit(self, cur: Any) -> None:
+        """``COMMIT`` a write transaction, timed: a long one goes to ``long_commits`` (a checkpoint runs inside)."""
+        began = time.perf_counter()
+        cur.execute("COMMIT")
+        self.long_commits.note(time.perf_counter() - began, "COMMIT")
 
     def _roll_back(self, cur: Any, error: BaseException) -> None:
         """A write transaction that failed with ``error``: rolled back (already, by SQLite, or the file is gone:
@@ -244,9 +248,7 @@ class SqliteStore(SqlStore):
                     except BaseException as error:
                         self._roll_back(cur, error)
                         raise
-                    began = time.perf_counter()
-                    cur.execute("COMMIT")
-                    self.long_commits.note(time.perf_counter() - began, "COMMIT")
+                    self._commit(cur)
                 finally:
                     cur.close()
             except sqlite3.Error as error:
@@ -338,7 +340,6 @@ class _FileProblem(StoreUnavailable):
         super().__init__(
             f"Scheduler store is unavailable, nothing is acknowledged: {problem}", attributes={"store": url}
         )
-        self.problem = problem
 
 
 def _identity_of(path: Path) -> tuple[int, int] | None:
