@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
+from pooltree.server.live.lock import resolve_all
 from pooltree.server.stalls import StallRing
 from pooltree.server.store import JobRecord, Mutation, OperationRecord
 
@@ -204,7 +205,7 @@ class GroupCommit:
             by_loop.setdefault(loop, []).append(future)
         for loop, futures in by_loop.items():  # one wake-up per loop, not one per waiter (each is a write)
             try:
-                loop.call_soon_threadsafe(_resolve_with, futures, ended)
+                loop.call_soon_threadsafe(resolve_all, futures, ended)  # they learn when it ended
             except RuntimeError:  # its loop is closed
                 continue
         return error
@@ -213,13 +214,6 @@ class GroupCommit:
         for first, last, error in self._failures:
             if first <= ticket <= last:
                 raise error
-
-
-def _resolve_with(futures: list[asyncio.Future[float]], ended: float) -> None:
-    """On their loop: the waiters of a batch learn when it ended."""
-    for future in futures:
-        if not future.done():
-            future.set_result(ended)
 
 
 class _Batch:

@@ -189,8 +189,9 @@ def resolve_then_mark(
     loop.call_soon(passed.mark)
 
 
-def resolve_all(futures: list[asyncio.Future[None]]) -> None:
-    """Resolve the futures not yet done (the wake-up of event-loop waiters, called on their loop)."""
+def resolve_all(futures: list[asyncio.Future[Any]], result: Any = None) -> None:
+    """Resolve the futures not yet done with ``result`` (the wake-up of event-loop waiters, called on their
+    loop)."""
     for future in futures:
         if not future.done():
-            future.set_result(None)
+            future.set_result(result)
