@@ -457,9 +457,8 @@ class OperationListing:
             return brief_attributes(stored_brief(item))
         try:
             jobs = self.scheduler.progress(op)
-        except (
-            RuntimeError
-        ):  # its jobs changed while counted: the progress the store has (none kept in memory)
+        except RuntimeError:
+            # its jobs changed while counted: the progress the store has (none kept in memory)
             jobs = stored_progress(item.document if isinstance(item, OperationRecord) else None)
         return brief_attributes(live_brief(op, jobs, now))
 

@@ -393,9 +393,8 @@ class SchedulerService:
         began = time.perf_counter()
         while True:
             clock.mark_try()
-            if (
-                scheduler.publishing
-            ):  # the publish, the heartbeat and its commit on a heartbeat thread: processing
+            # the publish, the heartbeat and its commit on a heartbeat thread: processing
+            if scheduler.publishing:
                 response = await loop.run_in_executor(
                     threads, self.answer_heartbeat, heartbeat, peer, throttled, hostname
                 )
@@ -508,17 +507,18 @@ class SchedulerService:
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
 
-    def _timed(self, work: str, function: Callable[..., Any], *args: Any) -> Any:
-        """Run ``function`` (on a worker thread) and account its wall time under ``work``."""
+    def _timed_update(self, tree: str, now: float) -> None:
+        """The periodic fair-share update of ``tree`` (on a worker thread): its wall time accounted under
+        ``fair_share_update``, and a long one kept with its thread's CPU (the rest waited: the lock, the
+        interpreter)."""
         began, cpu = time.perf_counter(), time.thread_time()
         try:
-            return function(*args)
+            self.scheduler.update_fair_share(tree, now)
         finally:
             seconds = time.perf_counter() - began
-            self.scheduler.record_duration(work, seconds)
-            if work == "fair_share_update":  # its thread's CPU: the rest waited (the lock, the interpreter)
-                cpu_ms = 1000 * (time.thread_time() - cpu)
-                self.update_stalls.note(seconds, f"{args[0] if args else ''}: {cpu_ms:.1f} ms of CPU")
+            self.scheduler.record_duration("fair_share_update", seconds)
+            cpu_ms = 1000 * (time.thread_time() - cpu)
+            self.update_stalls.note(seconds, f"{tree}: {cpu_ms:.1f} ms of CPU")
 
     async def _metrics(self, request: Request) -> Response:
         try:
@@ -615,9 +615,7 @@ class SchedulerService:
                 try:
                     period = self.scheduler.fair_share_update_period(tree)
                     if self.scheduler.needs_update(tree, now, period):
-                        await run_in_threadpool(
-                            self._timed, "fair_share_update", self.scheduler.update_fair_share, tree, now
-                        )
+                        await run_in_threadpool(self._timed_update, tree, now)
                 except PooltreeError as error:
                     log.warning("fair-share update of tree %s failed: %s", tree, error.message)
                 except KeyError:
