@@ -27,7 +27,8 @@ was written (1, the default: one transaction per heartbeat; ``live_nodes.py`` re
 operation place and job index, ids being random), equal between two builds that decide alike. ``store_*``: the
 loaded phase's job-record transactions (the group commit's writes of job rows, each one SQLite transaction), the
 CPU they took per transaction and their share of the loaded heartbeats' CPU (the largest single part of a loaded
-heartbeat: ``bench/RESULTS.md``).
+heartbeat: ``bench/RESULTS.md``); ``store_long_commit*``: the SQLite ``COMMIT``s of at least 10 ms in it (wall; a
+checkpoint of the journal runs inside the commit that crosses ``wal_autocheckpoint``), their count, sum and longest.
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
@@ -409,6 +410,9 @@ class ProfiledCluster:
         self.run(began + args.warmup_seconds, None)
         marks = self.shard_marks()
         store_before = (self.store_writes, self.store_cpu)
+        long_commits = getattr(self.live.store, "long_commits", None)
+        long_before = (long_commits.count, long_commits.seconds) if long_commits is not None else (0, 0.0)
+        loaded_wall = time.time()
         self.run(began + args.seconds, self.loaded)
         loaded, quiet = self.loaded, self.quiet
         figures = loaded.figures()
@@ -416,6 +420,12 @@ class ProfiledCluster:
         figures["store_transactions"] = writes
         figures["store_cpu_ms_per_transaction"] = round(1000 * store_cpu / max(writes, 1), 4)
         figures["store_cpu_share"] = round(store_cpu / max(loaded.cpu, 1e-9), 3)
+        if long_commits is not None:
+            figures["store_long_commits"] = long_commits.count - long_before[0]
+            figures["store_long_commit_ms_total"] = round(1000 * (long_commits.seconds - long_before[1]), 1)
+            figures["store_long_commit_ms_max"] = round(
+                1000 * max((stall[1] for stall in long_commits.since(loaded_wall)), default=0.0), 1
+            )
         if self.shards is not None:
             figures.update(self.shard_figures(marks))
         if self.updates:
