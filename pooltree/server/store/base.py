@@ -477,13 +477,6 @@ def operation_page_sql(
     return sql, args
 
 
-JOBS_TABLE = (
-    "CREATE TABLE IF NOT EXISTS jobs (operation_id TEXT NOT NULL, id TEXT NOT NULL, state TEXT NOT NULL,"
-    " address TEXT NOT NULL, start_time DOUBLE PRECISION NOT NULL, finish_time DOUBLE PRECISION,"
-    " stderr_ref TEXT, body TEXT NOT NULL, PRIMARY KEY (operation_id, id))"
-)
-"""The job rows, keyed by operation and job: a start inserts its row, its end rewrites it (one upsert each)."""
-
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS cypress_nodes (path TEXT PRIMARY KEY, record TEXT NOT NULL)",
@@ -498,7 +491,9 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS operations_user_start ON operations (user_name, start_time, id)",
     "CREATE INDEX IF NOT EXISTS operations_pool_start ON operations (pool, start_time, id)",
     "CREATE INDEX IF NOT EXISTS operations_type_start ON operations (type, start_time, id)",
-    JOBS_TABLE,
+    "CREATE TABLE IF NOT EXISTS jobs (operation_id TEXT NOT NULL, id TEXT NOT NULL, state TEXT NOT NULL,"
+    " address TEXT NOT NULL, start_time DOUBLE PRECISION NOT NULL, finish_time DOUBLE PRECISION,"
+    " stderr_ref TEXT, body TEXT NOT NULL, PRIMARY KEY (operation_id, id))",
     "CREATE TABLE IF NOT EXISTS mutations (id TEXT PRIMARY KEY, created DOUBLE PRECISION NOT NULL,"
     " response TEXT NOT NULL)",
 )

@@ -41,8 +41,6 @@ class SqlStore(Store):
     """``Store`` over a DB-API connection; every public method runs in one transaction under a lock."""
 
     placeholder = "?"
-    schema: tuple[str, ...] = SCHEMA
-    """The tables and indexes, created where missing when the store opens."""
     database_errors: tuple[type[BaseException], ...] = ()
     """The driver's errors: any of them inside a transaction puts the store in trouble."""
 
@@ -114,7 +112,7 @@ class SqlStore(Store):
 
     def _init_schema(self) -> None:
         with self._lock, self._transaction() as cur:
-            for statement in self.schema:
+            for statement in SCHEMA:
                 cur.execute(statement)
             cur.execute(self._q("SELECT value FROM meta WHERE key = ?"), ("schema_version",))
             row = cur.fetchone()

@@ -27,9 +27,7 @@ from typing import Any
 from pooltree.security.sealing import Sealer
 from pooltree.server.stalls import StallRing
 from pooltree.server.store.base import (
-    JOBS_TABLE,
     JOURNAL_BOUND,
-    SCHEMA,
     JobRecord,
     OperationFilter,
     StoreError,
@@ -46,14 +44,6 @@ READERS = 4
 under one lock, a listing that lost the GIL between two of its rows (``sqlite3`` lets it go at every row) held
 every other read meanwhile: another listing, a start's mutation-id check (session 28's ``live_queue --split``)."""
 
-SQLITE_SCHEMA = tuple(
-    statement + " WITHOUT ROWID" if statement == JOBS_TABLE else statement for statement in SCHEMA
-)
-"""The common schema with the job rows in one b-tree, ordered by their key (``WITHOUT ROWID``), instead of a table
-by rowid and a second b-tree for the key: a start's row is one page written instead of two (the key's page and the
-table's last one), its end's rewrite finds the row in the key's b-tree itself (``bench/RESULTS.md``, session 31).
-Stores made before keep their rowid table: the same statements read and write both."""
-
 log = logging.getLogger(__name__)
 
 
@@ -65,7 +55,6 @@ class SqliteStore(SqlStore):
     """
 
     placeholder = "?"
-    schema = SQLITE_SCHEMA
     database_errors = (sqlite3.Error,)
     code_point_ids = True  # TEXT compares with BINARY collation: UTF-8 bytes, the code points' order
 
