@@ -83,6 +83,7 @@ class PreemptibleLists:
         "_next_order",
         "_normal",
         "_open",
+        "_open_only",
         "_usage",
         "aggressive_threshold",
         "blocked",
@@ -110,6 +111,9 @@ class PreemptibleLists:
         self._inverse_total: tuple[float, ...] = (1.0,) * RESOURCE_COUNT
         self._all_blocked = True
         self._open: tuple[int, ...] = ()
+        self._open_only = False
+        """``below`` reads only the open resources' shares (no non-preemptible usage threshold, some resource not
+        blocked): `_balance_open` tests them inline."""
         self.non_preemptible_threshold: tuple[float, ...] | None = None
         self.aggressive_threshold = 0.2
         self.threshold = 1.0
@@ -145,6 +149,7 @@ class PreemptibleLists:
         demand_is_zero = all(d <= EPSILON for d in demand)
         self.preemptible = not (fs_is_demand and not demand_is_zero)
         self._open = tuple(r for r, is_blocked in enumerate(self.blocked) if not is_blocked)
+        self._open_only = self.non_preemptible_threshold is None and not self._all_blocked
         # the two bounds are fixed until the next configure: compute them once
         self._aggressive_bound = tuple(f * aggressive_threshold for f in self.fair_share)
         self._normal = (
@@ -296,6 +301,51 @@ class PreemptibleLists:
 
     def _balance(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> bool:
         """Move the boundary between lists ``left`` and ``left + 1`` to where ``bound`` puts it; whether it moved."""
+        if self._open_only and not self.inclusive and bound[0] != _INF:
+            return self._balance_open(left, bound, cumulative)
+        return self._balance_plain(left, bound, cumulative)
+
+    def _balance_open(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> bool:
+        """`_balance_plain` where `_below` reads only the open resources (``_open_only``, not ``inclusive``, a
+        finite bound): its tests written inline on the same floats (``bound[r] > (prefix[r] - amount[r]) *
+        inverse[r]``), the prefix without the left tail made only when the tail moves. The same moves, statuses
+        and usages (`tests/strategy/test_preemptible_open.py`)."""
+        moved = False
+        left_list, right_list = self._lists[left], self._lists[left + 1]
+        left_usage, right_usage = self._usage[left], self._usage[left + 1]
+        inverse = self._inverse_total
+        opened = self._open
+        while left_list:
+            last = left_list[-1]
+            amounts = last.amounts
+            for r in opened:
+                if not bound[r] > (cumulative[r] - amounts[r]) * inverse[r]:
+                    break
+            else:  # below the bound without it: the tail stays
+                break
+            left_list.pop()
+            right_list.appendleft(last)
+            last.preemption_status = _STATUSES[left + 1]
+            _sub(left_usage, amounts)
+            _add(right_usage, amounts)
+            _sub(cumulative, amounts)
+            moved = True
+        while right_list:
+            for r in opened:
+                if not bound[r] > cumulative[r] * inverse[r]:
+                    return moved
+            head = right_list.popleft()
+            amounts = head.amounts
+            left_list.append(head)
+            head.preemption_status = _STATUSES[left]
+            _sub(right_usage, amounts)
+            _add(left_usage, amounts)
+            _add(cumulative, amounts)
+            moved = True
+        return moved
+
+    def _balance_plain(self, left: int, bound: tuple[float, ...], cumulative: list[float]) -> bool:
+        """`_balance` for every case: each test through `_below`."""
         moved = False
         left_list, right_list = self._lists[left], self._lists[left + 1]
         left_usage, right_usage = self._usage[left], self._usage[left + 1]
