@@ -219,10 +219,19 @@ class BestLeaf:
         return _Pass(self.state.serial)
 
     def finish_pass(self, current: _Pass) -> None:
-        """Put back what the pass set aside and re-key the pools it touched, deepest first."""
+        """Put back what the pass set aside and re-key the pools it touched, deepest first.
+
+        A pass that set nothing aside re-keys nothing: a pool's key leaves an excluded operation out only once a
+        `peek` meets its entry and sets it aside, so without that every touched pool was keyed as outside a pass
+        by the last `propagate` through it, after the last change below it (a start stamps every pool above it,
+        so that propagation reaches the root). A re-key would find the same best child, key and last start; only
+        the root, whose ``keyed_start`` is always 0, would count a move, with no parent to push to and no heap
+        entry reading its version (`tests/strategy/test_pass_rekey_skip.py`)."""
         for heap, entry in current.popped:
             heapq.heappush(heap, entry)
         self.state.serial += 1
+        if not current.popped:
+            return
         # deepest first, then tree order: never the set's own order (identity-hashed elements, memory addresses)
         for composite in sorted(current.touched, key=lambda e: (-e.depth, e.index)):
             if self.recompute(composite, None):
