@@ -245,8 +245,7 @@ class RegularStage:
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         state.allocations[allocation.id] = allocation
-        state.stamp_start(element)
-        state.charge(allocation, runtime, element)
+        state.book_start(allocation, runtime, element)
         self.heaps.refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
         if state.event_sink is not None:
