@@ -1,4 +1,5 @@
-"""The process's garbage-collector policy: freeze what survives each full collection.
+"""The process's garbage-collector policy: freeze what survives each full (in the live service: each middle)
+collection.
 
 CPython's full (generation 2) collection walks every tracked object. A scheduler process holds hundreds of
 thousands of them (a 1,110-pool / 10,000-operation tree: ~420k; with 10,000 queued operations ~670k), nearly all
@@ -20,14 +21,25 @@ Two ways to freeze, one policy:
   fair-share``): the collector's own ``stop`` callback freezes, so a long period that triggers several full
   collections walks each survivor once (``gc.freeze`` only splices the collector's lists; nothing else runs);
 * *at the next tick* (``tick``, the live service's loop, ``pooltree.server.gc_tuning``, which also settles after
-  revival: one full collection nobody waits for, then a freeze).
+  revival: one full collection nobody waits for, then a freeze);
+* *at every middle collection* too (``middle``, the live service): a middle collection has just removed the
+  garbage among the young objects, and its survivors are frozen at its end, so the old generation stays empty and
+  a full collection walks no more than a middle one. At 1,000 heartbeats/s beside ~1,000 API requests/s the
+  freeze-after-full policy left a full collection about every second, walking the ~20-40k objects (~200k
+  references) promoted since the last, 10-55 ms each (up to 160 ms on a loaded machine), a quarter to a third
+  of the collector's time (``bench/RESULTS.md``, session 31).
 
 The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed by
-reference counting, i.e. nearly all, are freed as before), until the policy is released. Collections never change
-a result: nothing in the core depends on when an object is collected.
+reference counting, i.e. nearly all, are freed as before), until the policy is released. With ``middle`` that is
+any cycle that lives past its first middle collection (a few tenths of a second), not only past a full one. The
+live service's paths make none: ``bench/gc_heap.py`` reports the frozen objects a ``gc.collect()`` after an
+unfreeze finds unreachable (``frozen_garbage``), and ``tests/server/test_gc_tuning.py`` checks heartbeats,
+updates, publications, starts and reads leave none. Collections never change a result: nothing in the core
+depends on when an object is collected.
 
-``POOLTREE_GC_TUNING=0`` in the environment turns the policy off everywhere (for comparisons); any value other
-than ``0`` or ``1`` is a ``ConfigError`` naming the variable.
+``POOLTREE_GC_TUNING`` in the environment (`MODES`): ``0`` turns the policy off everywhere (for comparisons),
+``full`` keeps the live service to freezing full collections' survivors only; any other value than ``0``, ``1``
+or ``full`` is a ``ConfigError`` naming the variable.
 """
 
 from __future__ import annotations
@@ -44,12 +56,23 @@ ENVIRONMENT = "POOLTREE_GC_TUNING"
 THRESHOLDS = (1_000, 5, 2)
 
 
-def tuning_enabled(environ: Mapping[str, str] | None = None) -> bool:
-    """``POOLTREE_GC_TUNING`` is ``1`` (default) or ``0``; anything else is a ``ConfigError`` naming it."""
+MODES = ("0", "1", "full")
+"""``POOLTREE_GC_TUNING``'s values: off; on (the live service also freezes each middle collection's survivors,
+``GcPolicy.acquire``'s ``middle``); on with only full collections' survivors frozen (the policy before
+session 31, for comparisons and for a workload whose longer-lived garbage forms cycles)."""
+
+
+def tuning_mode(environ: Mapping[str, str] | None = None) -> str:
+    """``POOLTREE_GC_TUNING``: one of `MODES` (``1`` by default); anything else is a ``ConfigError`` naming it."""
     value = (os.environ if environ is None else environ).get(ENVIRONMENT, "1").strip()
-    if value not in ("0", "1"):
-        raise ConfigError(ENVIRONMENT, f"must be 0 or 1, got {value!r}")
-    return value == "1"
+    if value not in MODES:
+        raise ConfigError(ENVIRONMENT, f"must be 0, 1 or full, got {value!r}")
+    return value
+
+
+def tuning_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``POOLTREE_GC_TUNING`` (`tuning_mode`) turns the policy on (``1`` or ``full``)."""
+    return tuning_mode(environ) != "0"
 
 
 class GcPolicy:
@@ -57,15 +80,19 @@ class GcPolicy:
 
     Holders ``acquire`` and ``release`` it (counted, so a simulator run inside a tuned service neither tunes twice
     nor undoes the service's tuning); while one holder freezes at the collection, every full collection's
-    survivors are frozen at once, else they are frozen at the next ``tick``.
+    survivors are frozen at once, else they are frozen at the next ``tick``; while one holder asks for ``middle``,
+    every middle and full collection's survivors are frozen at once.
     """
 
     def __init__(self) -> None:
         self.freezes = 0
         self.full_collections = 0
         """Full collections seen while held (``settle``'s own not counted)."""
+        self.middle_freezes = 0
+        """Freezes at the end of a middle collection (holders with ``middle``)."""
         self._holders = 0
         self._immediate = 0
+        self._middle = 0
         self._due = False
         self._settling = False
         self._saved_thresholds: tuple[int, int, int] | None = None
@@ -75,18 +102,28 @@ class GcPolicy:
         return self._holders > 0
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase != "stop" or info.get("generation") != 2 or self._settling:
+        if phase != "stop" or self._settling:
+            return
+        generation = info.get("generation")
+        if generation == 1 and self._middle:
+            gc.freeze()  # the survivors of a middle collection (the young generation is empty at its end)
+            self.freezes += 1
+            self.middle_freezes += 1
+            return
+        if generation != 2:
             return
         self.full_collections += 1
-        if self._immediate:
+        if self._immediate or self._middle:
             gc.freeze()  # the collector's lists are consistent at "stop"; freeze only splices them
             self.freezes += 1
         else:
             self._due = True
 
-    def acquire(self, *, at_collection: bool) -> None:
+    def acquire(self, *, at_collection: bool, middle: bool = False) -> None:
         """Hold the policy: the first holder installs the callback and the thresholds. ``at_collection``: freeze
-        a full collection's survivors from the collector's callback (else at the next ``tick``)."""
+        a full collection's survivors from the collector's callback (else at the next ``tick``). ``middle``: also
+        freeze the survivors of every middle collection from the callback (and a full one's at once), so no
+        full collection walks more than a middle one does (the live service's, unless ``POOLTREE_GC_TUNING=full``)."""
         if self._holders == 0:
             self._saved_thresholds = gc.get_threshold()
             gc.callbacks.append(self._callback)
@@ -94,15 +131,19 @@ class GcPolicy:
         self._holders += 1
         if at_collection:
             self._immediate += 1
+        if middle:
+            self._middle += 1
 
-    def release(self, *, at_collection: bool) -> None:
-        """Undo one ``acquire`` (with the same ``at_collection``); the last one unfreezes everything and
-        restores the thresholds."""
+    def release(self, *, at_collection: bool, middle: bool = False) -> None:
+        """Undo one ``acquire`` (with the same ``at_collection`` and ``middle``); the last one unfreezes
+        everything and restores the thresholds."""
         if self._holders == 0:
             return
         self._holders -= 1
         if at_collection and self._immediate:
             self._immediate -= 1
+        if middle and self._middle:
+            self._middle -= 1
         if self._holders:
             return
         if self._callback in gc.callbacks:

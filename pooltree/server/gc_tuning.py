@@ -9,14 +9,15 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
   (everything alive then moves to the permanent generation, which no collection walks) and short-walk thresholds
   (``THRESHOLDS``): a middle-generation collection walks at most ~1000 x (5 + 1) objects and, with the survivors
   of each full collection frozen, a full one at most ~3 times that (it comes every 3rd middle one);
-* after every full collection the process runs anyway (``tick``, called from the service's loop): freeze the
-  survivors too. A full collection has just removed the garbage, so what is frozen is alive; the next full
-  collection walks only what was allocated since. CPython starts a full collection only when the objects that
-  survived the middle generation since the last one exceed a quarter of those the last one kept, so the pauses
-  shrink with the walked set instead of growing with the queue.
+* at the end of every middle and full collection (``pooltree.gc_policy``'s ``middle``): freeze the survivors too.
+  The collection has just removed the garbage among what it walked, so what is frozen is alive; the old
+  generation stays empty and a full collection walks no more than a middle one (``POOLTREE_GC_TUNING=full``: only
+  the survivors of each full collection, at the service loop's next ``tick``, the policy before session 31: a
+  full collection then walked everything promoted since the last, about once a second at 1,000 nodes).
 
 The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed
-by reference counting, i.e. nearly all, are freed as before). ``POOLTREE_GC_TUNING=0`` in the environment turns
+by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle that outlives its first
+middle collection (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep). ``POOLTREE_GC_TUNING=0`` in the environment turns
 the tuning off (for comparisons, see bench/live_queue.py); the pauses are measured either way and exported in
 ``GET /metrics`` as ``pooltree_gc_pause_seconds`` / ``pooltree_gc_pause_max_seconds`` by generation and
 ``pooltree_gc_frozen_objects``.
@@ -39,7 +40,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled
+from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled, tuning_mode
 from pooltree.server.stalls import StallRing
 
 __all__ = [
@@ -70,6 +71,8 @@ class GcTuning:
         self.long_pauses = StallRing()
         """Collections of at least ``STALL_SECONDS`` (``live/tail.py``), by generation."""
         self.tuned = False
+        self.middle = False
+        """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=1``)."""
         self._began: float | None = None
         self._installed = 0
         self._settling = False
@@ -115,8 +118,10 @@ class GcTuning:
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
         if self.tuned:
-            POLICY.release(at_collection=False)  # the last holder unfreezes and restores the thresholds
+            # the last holder unfreezes and restores the thresholds
+            POLICY.release(at_collection=False, middle=self.middle)
             self.tuned = False
+            self.middle = False
             self._frozen = None
 
     # ------------------------------------------------------------------ tuning
@@ -125,7 +130,8 @@ class GcTuning:
         """After revival and start-up: hold the policy (short-walk thresholds, survivors of each full collection
         frozen at the next ``tick``), one full collection, freeze what survives."""
         if not self.tuned:
-            POLICY.acquire(at_collection=False)
+            self.middle = tuning_mode() == "1"
+            POLICY.acquire(at_collection=False, middle=self.middle)
             self.tuned = True
         self._settling = True  # start-up's own collection is not a pause anyone waits for: not counted
         try:

@@ -131,8 +131,9 @@ class SchedulerService:
     ) -> None:
         """``token`` is the superuser's (root's) token; nodes authenticate with ``node_secret`` from networks in
         ``node_networks`` (any when None); ``authentication=False`` makes every caller root (loopback tests only).
-        ``tune_gc``: freeze the garbage collector's survivors after start-up and after every full collection
-        (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process do not).
+        ``tune_gc``: freeze the garbage collector's survivors after start-up and after every middle and full
+        collection (``pooltree.server.gc_tuning``; the process's gc, so ``serve`` asks for it, tests in one process
+        do not).
         ``node_shards`` > 1: node heartbeats are taken by that many shard processes listening on ``shard_host``
         (``pooltree.shards``), started by ``start()``; 1 answers them in this process only. ``shard_starts``: the
         shard processes also run their nodes' scheduling passes (``pooltree.shards.remote``); with ``node_shards`` 1

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
+from published_cluster import SPEC, heartbeat, published_service, serving
 
 from pooltree.errors import ConfigError
+from pooltree.gc_policy import tuning_mode
 from pooltree.server.gc_tuning import FROZEN_RECOUNT_SECONDS, GC, THRESHOLDS, GcTuning, tuning_enabled
 from pooltree.server.metrics import render
 from pooltree.server.service import SchedulerService
@@ -102,3 +106,116 @@ def test_frozen_objects_are_counted_at_most_once_per_period(monkeypatch: pytest.
     now[0] += 1
     assert tuning.snapshot()["frozen"] == 9
     assert len(counts) == 2
+
+
+def test_middle_collections_freeze_their_survivors_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POOLTREE_GC_TUNING=1: a middle collection's survivors are frozen at its end (no full collection walks
+    them); the old policy (``full``) left them to the next full collection."""
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "1")
+    thresholds = gc.get_threshold()
+    service = _service(tmp_path, tune_gc=True)
+
+    async def scenario() -> None:
+        await service.start()
+        try:
+            frozen = gc.get_freeze_count()
+            kept = [[index] for index in range(5_000)]
+            gc.collect(1)
+            assert gc.get_freeze_count() >= frozen + len(kept)
+            assert (
+                gc.get_objects(generation=2) == []
+            )  # the old generation is empty: a full walk is a short one
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
+
+
+def test_full_mode_freezes_only_full_collections_survivors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POOLTREE_GC_TUNING=full: the policy before session 31, kept for comparisons: a middle collection freezes
+    nothing, a full one's survivors are frozen at the service loop's next tick."""
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "full")
+    service = _service(tmp_path, tune_gc=True)
+
+    async def scenario() -> None:
+        await service.start()
+        try:
+            frozen = gc.get_freeze_count()
+            kept = [[index] for index in range(5_000)]
+            gc.collect(1)
+            assert gc.get_freeze_count() < frozen + len(kept)
+            gc.collect()
+            for _ in range(200):
+                if gc.get_freeze_count() >= frozen + len(kept):
+                    break
+                await asyncio.sleep(0.01)
+            assert gc.get_freeze_count() >= frozen + len(kept)
+        finally:
+            await service.stop()
+
+    asyncio.run(scenario())
+    assert gc.get_freeze_count() == 0
+
+
+def test_environment_modes_are_checked() -> None:
+    assert tuning_mode({}) == "1"
+    assert tuning_mode({"POOLTREE_GC_TUNING": "full"}) == "full"
+    assert tuning_enabled({"POOLTREE_GC_TUNING": "full"}) is True
+    with pytest.raises(ConfigError, match="0, 1 or full"):
+        tuning_mode({"POOLTREE_GC_TUNING": "middle"})
+
+
+def test_the_live_paths_leave_no_cycles_for_the_policy_to_freeze(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The price of freezing each middle collection's survivors is that a reference cycle which outlives its
+    first middle collection is never collected. Heartbeats, starts, fair-share updates, publications and API
+    reads over real HTTP (an operation read, a listing, the orchid, a page, a read of an unknown operation: an
+    error's path), each followed by a middle collection that freezes what lives, leave none: everything unfrozen,
+    a full collection finds nothing unreachable."""
+    monkeypatch.setenv("POOLTREE_GC_TUNING", "1")
+    now = [1000.0]
+    service = published_service(tmp_path, now, authentication=False)
+    scheduler = service.scheduler
+    with serving(service) as url, httpx.Client(base_url=url, timeout=30) as http:
+        assert http.get("/api/v4/list_operations").status_code == 200  # the server's first-use objects made
+        gc.collect()
+        GC.install()
+        GC.settle()
+        try:
+            frozen = gc.get_freeze_count()
+            for _ in range(12):
+                now[0] += 0.5
+                heartbeat(service, "n1", now[0])
+                started = scheduler.start_operation("vanilla", SPEC, "root", now[0])
+                scheduler.update_fair_share("default", now[0])
+                scheduler.snapshots.publish()
+                for path, params in (
+                    ("/api/v4/get_operation", {"operation_id": started.id}),
+                    ("/api/v4/get_operation", {"operation_id": "0-0-0-0"}),
+                    ("/api/v4/list_operations", {"limit": 5}),
+                    ("/api/v4/get", {"path": "//sys/scheduler/orchid/scheduler/pool_trees/default"}),
+                    ("/", {}),
+                ):
+                    assert http.get(path, params=params).status_code in (200, 400), path
+                gc.collect(1)
+            assert gc.get_freeze_count() > frozen  # the rounds' survivors were frozen
+            gc.collect()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                gc.unfreeze()
+                found = gc.collect()
+                kinds = Counter(type(garbage).__qualname__ for garbage in gc.garbage)
+            finally:
+                gc.garbage.clear()
+                gc.set_debug(0)
+            assert found == 0, kinds.most_common(10)
+        finally:
+            GC.uninstall()
+    assert gc.get_freeze_count() == 0
