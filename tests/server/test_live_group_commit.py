@@ -178,4 +178,7 @@ def test_running_jobs_by_node_matches_a_scan(steps: list[tuple[str, int, str]]) 
         for node in ("n1", "n2", "n3"):
             expected = {j.id for j in jobs.values() if j.address == node}
             assert {j.id for j in jobs.on_node(node)} == expected
+            assert {job_id: job.id for job_id, job in jobs.node_index(node).items()} == {
+                i: i for i in expected
+            }
             assert jobs.count_on_node(node) == len(expected)

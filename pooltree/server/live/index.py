@@ -11,6 +11,9 @@ from collections.abc import Callable, Iterator, MutableMapping
 
 from pooltree.server.live.model import LiveJob
 
+_EMPTY: dict[str, LiveJob] = {}
+"""``node_index`` of a node without running jobs (never changed)."""
+
 
 class RunningJobs(MutableMapping[str, LiveJob]):
     """Running jobs by id (a mapping), also indexed by their node's address.
@@ -63,6 +66,13 @@ class RunningJobs(MutableMapping[str, LiveJob]):
         """How many jobs run on ``address``."""
         on_node = self._by_node.get(address)
         return 0 if on_node is None else len(on_node)
+
+    def node_index(self, address: str) -> dict[str, LiveJob]:
+        """The jobs running on ``address`` by id: the index's own dict, to read (not to keep or change) while
+        nothing is added to or removed from the index. A heartbeat's running reports look their jobs up here: the
+        node's few jobs, whose entries its finished reports have just touched, cost a fraction of a lookup among
+        every running job (``LiveJobs._take_running_reports``)."""
+        return self._by_node.get(address) or _EMPTY
 
     def on_node(self, address: str) -> list[LiveJob]:
         """The jobs running on ``address`` (a list: callers may change the index while they walk it)."""

@@ -317,15 +317,21 @@ class LiveJobs:
         aborted (``unknown_job``), a known one is confirmed, a new GPU placement is kept, and measured memory above
         a job's reserve counts as its allocation's usage (``SchedulerCore.report_usage``). Returns how many of the
         node's running jobs the report confirmed (distinct ids), so the caller walks the node's jobs for missing
-        ones only when some are missing."""
+        ones only when some are missing.
+
+        A job is looked up among the node's own running jobs first (``RunningJobs.node_index``: the same job when
+        it runs there), and among all only when it is not one of them (unknown, or another node's)."""
         scheduler = self.scheduler
         address = heartbeat.address
         seen: set[str] = set()
         confirmed = 0
+        own = scheduler.jobs.node_index(address).get  # the index is not changed while the reports are taken
         find = scheduler.jobs.finder()
         for report in heartbeat.running:
             job_id = report.job_id
-            job = find(job_id)
+            job = own(job_id)
+            if job is None:
+                job = find(job_id)
             first = job_id not in seen
             if first:
                 seen.add(job_id)
