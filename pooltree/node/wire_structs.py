@@ -19,7 +19,7 @@ for orjson's decoding and the checks in Python after it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -34,7 +34,6 @@ from pooltree.node.wire import (
     RunningReports,
     _device_indices,
     _limits,
-    _plain_values,
     _shallow,
     decode,
     parse_node_alerts,
@@ -50,11 +49,27 @@ _LOW, _HIGH = -(2**63), 2**64
 """The integers orjson reads as integers; past them it reads floats, so such a heartbeat takes the plain path."""
 
 
+_Amount = Annotated[int, msgspec.Meta(ge=0)] | Annotated[float, msgspec.Meta(ge=0)]
+"""A resource amount as ``wire._plain_values`` takes it: a number from 0 (msgspec refuses the rest, and numbers
+too large for a float, while decoding); integers past 64 bits are refused after (``_whole``)."""
+
+
+class _Usage(msgspec.Struct, forbid_unknown_fields=True):
+    """A running job's ``resource_usage`` under the canonical names (``pooltree.resources.RESOURCES``), the
+    absent ones 0.0 (as ``wire._plain_values`` reads them); any other name: the plain path."""
+
+    user_slots: _Amount = 0.0
+    cpu: _Amount = 0.0
+    gpu: _Amount = 0.0
+    memory: _Amount = 0.0
+    network: _Amount = 0.0
+
+
 class _Running(msgspec.Struct):
     job_id: str
     operation_id: str
     task_name: str | None = None
-    resource_usage: dict[str, int | float] | None = None
+    resource_usage: _Usage | None = None
     memory_usage: int | float | None = 0.0
     statistics: msgspec.Raw = _NONE
     gpu_devices: list[int] | None = None
@@ -166,17 +181,23 @@ def _report(entry: _Running) -> RunningJobReport:
     task_name = "main" if entry.task_name is None else entry.task_name
     if not entry.job_id or not entry.operation_id or not task_name:
         raise _Plain
-    usage_raw = entry.resource_usage
-    if usage_raw is None:
+    usage_read = entry.resource_usage
+    if usage_read is None:
         usage: tuple[float, ...] = _NO_USAGE
     else:
-        for value in usage_raw.values():
+        # checked while decoding: known names, numbers from 0; what is left of ``wire._plain_values``
+        slots, cpu, gpu, memory_amount, network = (
+            usage_read.user_slots,
+            usage_read.cpu,
+            usage_read.gpu,
+            usage_read.memory,
+            usage_read.network,
+        )
+        for value in (slots, cpu, gpu, memory_amount, network):
             _whole(value)
-        values = _plain_values(usage_raw)
-        if values is None:
-            raise _Plain
-        # the plain path reads a job with GPU devices through its checked path, whose amounts are all floats
-        usage = tuple(values) if entry.gpu_devices is None else tuple(map(float, values))
+        usage = (slots, round(float(cpu), 2), gpu, float(round(memory_amount)), network)
+        if entry.gpu_devices is not None:  # the plain path reads it through its checked path: all floats
+            usage = tuple(map(float, usage))
     memory = entry.memory_usage
     _whole(memory)
     devices = () if entry.gpu_devices is None else _gpu_devices(entry.gpu_devices)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from pooltree.errors import ConfigError
 from pooltree.node import wire
 from pooltree.node.wire_structs import read_heartbeat
+from pooltree.resources import RESOURCES
 from pooltree.server.heartbeats import decode_heartbeat
 from pooltree.server.protocol import YtError
 
@@ -223,3 +224,54 @@ def test_decode_heartbeat_answers_the_plain_errors() -> None:
             decode_heartbeat(body, wire.RunningReports())
         assert raised.value.attributes["field"].startswith(field), raised.value.attributes
     assert math.isfinite(decode_heartbeat(_body(_heartbeat())).resource_limits[0])
+
+
+AMOUNTS: tuple[Any, ...] = (
+    0,
+    1,
+    3,
+    0.0,
+    -0.0,
+    1.0,
+    1.005,
+    2.675,
+    0.5,
+    1.5,
+    2.5,
+    2**40,
+    2**63,
+    1e300,
+    -1,
+    -0.5,
+)
+
+
+def test_each_resource_amount_of_a_running_job_reads_alike_or_goes_the_plain_way() -> None:
+    """A running job's usage is checked while decoding (known names, numbers from 0): every resource at each
+    amount (rounding cases, signs, big integers, floats near the bounds), names unknown and sent twice, read as
+    the plain path reads them, to the type of each amount, or are left to it."""
+    base = _heartbeat()
+    bodies = []
+    for name in RESOURCES:
+        for amount in AMOUNTS:
+            entry = {**base["running_jobs"][0], "resource_usage": {"cpu": 1, name: amount}}
+            bodies.append(_body({**base, "running_jobs": [entry]}))
+    entry = json.dumps(base["running_jobs"][0])
+    for usage in (
+        '{"cpu": 1, "cpu": 2.5}',
+        '{"memory": 1e999}',
+        '{"cpu": 1, "disk": 0}',
+        '{"cpu": null}',
+        "[]",
+    ):
+        text = entry.replace(json.dumps(base["running_jobs"][0]["resource_usage"]), usage)
+        bodies.append(
+            _body({**base, "running_jobs": []}).replace(
+                b'"running_jobs": []', f'"running_jobs": [{text}]'.encode()
+            )
+        )
+    taken = 0
+    for body in bodies:
+        _assert_alike(body, wire.RunningReports(), wire.RunningReports())
+        taken += read_heartbeat(body) is not None
+    assert taken >= len(RESOURCES) * 10  # most amounts are taken by the fast path, and compared
