@@ -29,6 +29,9 @@ from pooltree.strategy.shares import plus_floats as _plus
 from pooltree.strategy.shares import sub_floats as _sub
 
 _INF = math.inf
+_WHOLE_AMOUNT = float(2**40)
+"""Amounts up to this, whole, and fewer than `_WHOLE_COUNT` of them listed: every sum of them is exact."""
+_WHOLE_COUNT = 2**13
 
 
 class PreemptionClasses(Protocol):
@@ -78,6 +81,8 @@ class PreemptibleLists:
     __slots__ = (
         "_aggressive_bound",
         "_all_blocked",
+        "_checked",
+        "_integral",
         "_inverse_total",
         "_lists",
         "_next_order",
@@ -121,6 +126,12 @@ class PreemptibleLists:
         self.inclusive = False
         """An allocation stays in the less preemptible class only if the prefix including it is below the bound."""
         self.dirty = False
+        self._integral = True
+        """Every amount ever listed was a whole number in [0, 2**40] and fewer than 2**13 were listed at once, so
+        every usage, prefix and sum the balance computes is exact (`rebalance` skips its second pass by it);
+        cleared for good otherwise (`_note`)."""
+        self._checked: tuple[float, ...] = ()
+        """The last amounts `_note` found whole (an operation's allocations mostly share theirs)."""
         self._aggressive_bound: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
         self._normal: tuple[float, ...] = (0.0,) * RESOURCE_COUNT
 
@@ -199,6 +210,7 @@ class PreemptibleLists:
         too: with a non-empty Preemptible list the new tail needs no rebalancing at all, and otherwise only the
         AggressivelyPreemptible | Preemptible boundary can move (onto the new allocation).
         """
+        self._note(allocation.amounts)
         if allocation.revived:
             self._insert_in_start_order(allocation)
             return
@@ -272,6 +284,7 @@ class PreemptibleLists:
         listed[listed.index(old)] = new
         new.preemption_status = old.preemption_status
         new.start_order = old.start_order
+        self._note(new.amounts)
         _sub(self._usage[index], old.amounts)
         _add(self._usage[index], new.amounts)
         self.rebalance()
@@ -282,7 +295,24 @@ class PreemptibleLists:
         _sub(self._usage[index], allocation.amounts)
         allocation.resources = resources
         _add(self._usage[index], allocation.amounts)
+        self._note(allocation.amounts)
         self.rebalance()
+
+    def _note(self, amounts: tuple[float, ...]) -> None:
+        """Keep ``_integral``: amounts entering the lists' usages, checked (before the balance that reads them)."""
+        if not self._integral or amounts == self._checked:
+            lists = self._lists
+            if self._integral and len(lists[0]) + len(lists[1]) + len(lists[2]) >= _WHOLE_COUNT:
+                self._integral = False
+            return
+        for value in amounts:
+            if not (0.0 <= value <= _WHOLE_AMOUNT and value.is_integer()):
+                self._integral = False
+                return
+        self._checked = amounts
+        lists = self._lists
+        if len(lists[0]) + len(lists[1]) + len(lists[2]) >= _WHOLE_COUNT:
+            self._integral = False
 
     def _below(self, prefix: list[float], bound: tuple[float, ...]) -> bool:
         """below(P, B) of §d: under the non-preemptible usage threshold, or B strictly dominates share(P)."""
@@ -378,13 +408,26 @@ class PreemptibleLists:
 
     def rebalance(self) -> None:
         """Two passes of both boundaries so that large threshold changes propagate. A first pass that moves
-        nothing leaves the lists, usages and bounds it read, so the second would move nothing: it is skipped."""
+        nothing leaves the lists, usages and bounds it read, so the second would move nothing: it is skipped.
+
+        With exact sums (``_integral``) and the crossing allocation in the less preemptible class (not
+        ``inclusive``), the second pass repeats tests the first one ended on, unless the first boundary's balance
+        emptied the AggressivelyPreemptible list and the second one's filled it again: each balance ends with its
+        left tail's test passed (the last allocation it moved left was admitted by the prefix before it, which the
+        exact sum gives back) and its right head's failed or its right list empty, and the second balance does not
+        touch what the first one tests. So the second pass is skipped then too
+        (`tests/strategy/test_preemptible_second_pass.py`)."""
         aggressive_bound = self._aggressive_bound
         normal_bound = self._normal
-        for _ in range(2):
-            moved = self._balance(0, aggressive_bound, list(self._usage[0]))
-            if not self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1])) and not moved:
-                return
+        lists = self._lists
+        moved = self._balance(0, aggressive_bound, list(self._usage[0]))
+        emptied = not lists[1]
+        if not self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1])) and not moved:
+            return
+        if self._integral and not self.inclusive and not (emptied and lists[1]):
+            return
+        self._balance(0, aggressive_bound, list(self._usage[0]))
+        self._balance(1, normal_bound, _plus(self._usage[0], self._usage[1]))
 
 
 _STATUSES = (
