@@ -124,9 +124,8 @@ def test_middle_collections_freeze_their_survivors_at_once(
             kept = [[index] for index in range(5_000)]
             gc.collect(1)
             assert gc.get_freeze_count() >= frozen + len(kept)
-            assert (
-                gc.get_objects(generation=2) == []
-            )  # the old generation is empty: a full walk is a short one
+            # the old generation is empty: a full walk is a short one
+            assert gc.get_objects(generation=2) == []
         finally:
             await service.stop()
 

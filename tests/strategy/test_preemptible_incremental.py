@@ -3,6 +3,7 @@
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lockstep_lists import Lockstep
 
 from pooltree.resources import vector
 from pooltree.strategy import Allocation, PreemptibleLists
@@ -89,24 +90,14 @@ def test_a_rebalance_whose_first_pass_moves_nothing_skips_the_second_with_the_sa
     for lists in both:
         lists.inclusive = inclusive
         lists.configure(share(30), share(60), total, threshold, *thresholds)
-    running: list[tuple[Allocation, Allocation]] = []
+    step = Lockstep(both)
     for index, (kind, pick) in enumerate(steps):
-        if kind == "add" or not running:
-            pair = tuple(
-                Allocation(f"a{index}", "op", vector(user_slots=1, cpu=1 + pick % 5), start_time=index)
-                for _ in both
-            )
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.add(allocation)
-            running.append(pair)  # type: ignore[arg-type]
+        if kind == "add" or not step.running:
+            step.add(f"a{index}", vector(user_slots=1, cpu=1 + pick % 5), index)
         elif kind == "remove":
-            pair = running.pop(pick % len(running))
-            for lists, allocation in zip(both, pair, strict=True):
-                assert lists.remove(allocation)
+            step.remove(pick)
         elif kind == "resize":
-            pair = running[pick % len(running)]
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.update_usage(allocation, vector(user_slots=1, cpu=1 + (pick // 7) % 6))
+            step.resize(pick, vector(user_slots=1, cpu=1 + (pick // 7) % 6))
         else:
             for lists in both:
                 lists.configure(share(pick % 101), share((pick // 101) % 151), total, threshold, *thresholds)

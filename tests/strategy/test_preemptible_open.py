@@ -12,9 +12,10 @@ import pytest
 from golden_trace import golden_trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lockstep_lists import Lockstep
 
 from pooltree.resources import vector
-from pooltree.strategy import Allocation, PreemptibleLists
+from pooltree.strategy import PreemptibleLists
 
 
 class _Plain(PreemptibleLists):
@@ -62,24 +63,17 @@ def test_open_balance_moves_what_the_plain_one_moves(steps, thresholds, slots_th
     for lists in both:
         lists.inclusive = inclusive
         lists.configure(*shares(12345), total, threshold, *thresholds)
-    running: list[tuple[Allocation, Allocation]] = []
+    step = Lockstep(both)
     for index, (kind, pick) in enumerate(steps):
         amounts = vector(
             user_slots=1, cpu=_CPUS[pick % len(_CPUS)], memory=_MEMORY[(pick // 9) % len(_MEMORY)]
         )
-        if kind == "add" or not running:
-            pair = tuple(Allocation(f"a{index}", "op", amounts, start_time=index) for _ in both)
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.add(allocation)
-            running.append(pair)  # type: ignore[arg-type]
+        if kind == "add" or not step.running:
+            step.add(f"a{index}", amounts, index)
         elif kind == "remove":
-            pair = running.pop(pick % len(running))
-            for lists, allocation in zip(both, pair, strict=True):
-                assert lists.remove(allocation)
+            step.remove(pick)
         elif kind == "resize":
-            pair = running[pick % len(running)]
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.update_usage(allocation, amounts)
+            step.resize(pick, amounts)
         else:
             for lists in both:
                 lists.configure(*shares(pick), total, threshold, *thresholds)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lockstep_lists import Lockstep
 
 from pooltree.resources import vector
 from pooltree.strategy import Allocation, PreemptibleLists
@@ -73,21 +74,15 @@ def test_the_second_pass_skipped_leaves_what_both_passes_leave(
     for lists in both:
         lists.inclusive = inclusive
         lists.configure(*shares(0o123456), total, threshold, *thresholds)
-    running: list[tuple[Allocation, Allocation]] = []
+    step = Lockstep(both)
+    running = step.running
     for index, (kind, pick) in enumerate(steps):
         if kind == "add" or not running:
-            pair = tuple(Allocation(f"a{index}", "op", amounts(pick), start_time=index) for _ in both)
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.add(allocation)
-            running.append(pair)  # type: ignore[arg-type]
+            step.add(f"a{index}", amounts(pick), index)
         elif kind == "remove":
-            pair = running.pop(pick % len(running))
-            for lists, allocation in zip(both, pair, strict=True):
-                assert lists.remove(allocation)
+            step.remove(pick)
         elif kind == "resize":
-            pair = running[pick % len(running)]
-            for lists, allocation in zip(both, pair, strict=True):
-                lists.update_usage(allocation, amounts(pick // 3))
+            step.resize(pick, amounts(pick // 3))
         elif kind == "restart":  # a gang's job restarted in its allocation
             place = pick % len(running)
             new = tuple(Allocation(f"r{index}", "op", amounts(pick // 11), start_time=index) for _ in both)

@@ -1,0 +1,38 @@
+"""Preemptible lists driven by the same steps together: the tests that compare a faster path of the lists with the
+plain one (`test_preemptible_incremental`, `test_preemptible_open`, `test_preemptible_second_pass`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pooltree.strategy import Allocation, PreemptibleLists
+
+
+class Lockstep:
+    """Lists (one per implementation compared) that take every add, removal and usage change together. ``running``
+    holds each live allocation as its copies, one per list, in the order added."""
+
+    def __init__(self, lists: Sequence[PreemptibleLists]) -> None:
+        self.lists = tuple(lists)
+        self.running: list[tuple[Allocation, ...]] = []
+
+    def add(self, name: str, amounts: np.ndarray, start_time: float) -> None:
+        """A new allocation in every list (each list its own copy)."""
+        copies = tuple(Allocation(name, "op", amounts.copy(), start_time=start_time) for _ in self.lists)
+        for lists, allocation in zip(self.lists, copies, strict=True):
+            lists.add(allocation)
+        self.running.append(copies)
+
+    def remove(self, pick: int) -> None:
+        """The running allocation ``pick`` (modulo their number) removed from every list."""
+        copies = self.running.pop(pick % len(self.running))
+        for lists, allocation in zip(self.lists, copies, strict=True):
+            assert lists.remove(allocation)
+
+    def resize(self, pick: int, amounts: np.ndarray) -> None:
+        """The running allocation ``pick`` (modulo their number) using ``amounts`` in every list."""
+        copies = self.running[pick % len(self.running)]
+        for lists, allocation in zip(self.lists, copies, strict=True):
+            lists.update_usage(allocation, amounts)
