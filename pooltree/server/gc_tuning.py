@@ -17,10 +17,10 @@ simulator and ``pooltree fair-share`` (``pooltree.gc_policy``); the service appl
 
 The price: a reference cycle among frozen objects that later becomes garbage is never collected (objects freed
 by reference counting, i.e. nearly all, are freed as before): with ``middle``, any cycle that outlives its first
-middle collection (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep). ``POOLTREE_GC_TUNING=0`` in the environment turns
-the tuning off (for comparisons, see bench/live_queue.py); the pauses are measured either way and exported in
-``GET /metrics`` as ``pooltree_gc_pause_seconds`` / ``pooltree_gc_pause_max_seconds`` by generation and
-``pooltree_gc_frozen_objects``.
+middle collection (``bench/gc_heap.py``'s ``frozen_garbage`` measures what such cycles would keep).
+``POOLTREE_GC_TUNING=0`` in the environment turns the tuning off (for comparisons, see bench/live_queue.py); the
+pauses are measured either way and exported in ``GET /metrics`` as ``pooltree_gc_pause_seconds`` /
+``pooltree_gc_pause_max_seconds`` by generation and ``pooltree_gc_frozen_objects``.
 
 ``pooltree_gc_frozen_objects`` is counted at most once per ``FROZEN_RECOUNT_SECONDS`` and kept between: CPython
 counts the permanent generation by walking it with the GIL held (~50 ms per million objects), and frozen objects
