@@ -245,7 +245,8 @@ class RegularStage:
         node.allocations[allocation.id] = allocation
         node.usage += allocation.resources
         state.allocations[allocation.id] = allocation
-        state.book_start(allocation, runtime, element)
+        state.stamp_start(element)
+        state.charge(allocation, runtime, element)
         self.heaps.refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
         if state.event_sink is not None:

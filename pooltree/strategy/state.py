@@ -126,22 +126,9 @@ class StrategyState:
         runtime.lists.remove(allocation)
         self.account(runtime, element, allocation.amounts, _sub_list)
 
-    def book_start(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
-        """An allocation started under ``element`` (whose runtime is ``runtime``): `stamp_start`, then its usage
-        into the operation's and its pools' (`account` with ``add_floats``), in one walk up the tree (the two touch
-        different fields, so the order within the walk changes nothing), then into the preemptible lists."""
-        self.start_serial += 1
-        serial = self.start_serial
-        amounts = allocation.amounts
-        _add_list(runtime.usage, amounts)
-        self.changes.usage.add(runtime.id)
-        element.last_start = serial
-        cursor = element.parent
-        while cursor is not None:
-            cursor.last_start = serial
-            _add_list(cursor.usage, amounts)
-            cursor = cursor.parent
-        element.usage = runtime.usage
+    def charge(self, allocation: Allocation, runtime: OperationRuntime, element: _Element) -> None:
+        """An allocation starts counting: into the operation's usage (and its pools') and preemptible lists."""
+        self.account(runtime, element, allocation.amounts, _add_list)
         runtime.lists_settled = False
         runtime.lists.add(allocation)
 
