@@ -300,16 +300,14 @@ class PreemptibleLists:
 
     def _note(self, amounts: tuple[float, ...]) -> None:
         """Keep ``_integral``: amounts entering the lists' usages, checked (before the balance that reads them)."""
-        if not self._integral or amounts == self._checked:
-            lists = self._lists
-            if self._integral and len(lists[0]) + len(lists[1]) + len(lists[2]) >= _WHOLE_COUNT:
-                self._integral = False
+        if not self._integral:
             return
-        for value in amounts:
-            if not (0.0 <= value <= _WHOLE_AMOUNT and value.is_integer()):
-                self._integral = False
-                return
-        self._checked = amounts
+        if amounts != self._checked:
+            for value in amounts:
+                if not (0.0 <= value <= _WHOLE_AMOUNT and value.is_integer()):
+                    self._integral = False
+                    return
+            self._checked = amounts
         lists = self._lists
         if len(lists[0]) + len(lists[1]) + len(lists[2]) >= _WHOLE_COUNT:
             self._integral = False
