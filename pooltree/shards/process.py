@@ -14,9 +14,9 @@ of the heartbeats answered here since the last forwarded one); the leader's answ
 200, answer map, proof or None, leader's clock)``, which is encoded here, or ``(request id, status,
 headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
 state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
-go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. A reader thread resolves the waiting requests and passes
-the leader's messages to the loop; end-of-file on the pipe (the leader died or closed the shard) ends the
-process at once.
+go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop
+(``pipe.LoopPipe``: no reader thread), which resolves the waiting requests and takes the leader's other messages;
+end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from multiprocessing.connection import Connection
@@ -55,6 +56,7 @@ from pooltree.server.heartbeats import (
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import pack
 from pooltree.shards.passes import serve_passes
+from pooltree.shards.pipe import LoopPipe
 from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
 
 try:
@@ -119,6 +121,8 @@ class ShardServer:
         self.conn = conn
         self.settings = settings
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.pipe: LoopPipe | None = None
+        """The pipe to the leader on the loop (``attach``)."""
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
@@ -131,6 +135,12 @@ class ShardServer:
         """The leader's proofs of this shard's nodes' next heartbeats, and notes of those answered here."""
         self._leader_time: float | None = None
         """The leader's clock at its latest message (``leader_now``)."""
+
+    def attach(self, loop: asyncio.AbstractEventLoop, ended: Callable[[], None]) -> None:
+        """Serve on ``loop`` (the running one): the leader's messages are read there; ``ended`` is called when
+        the pipe ends (the process then ends: nothing here outlives the leader)."""
+        self.loop = loop
+        self.pipe = LoopPipe(self.conn, loop, self._resolve, ended)
 
     def leader_now(self) -> float | None:
         """The leader's clock now (None before its first message): the wall clock, as the leader's, unless
@@ -189,13 +199,13 @@ class ShardServer:
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 
     async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
-        assert self.loop is not None
+        assert self.loop is not None and self.pipe is not None
         self._serial += 1
         request_id = self._serial
         future: asyncio.Future[tuple[Any, ...]] = self.loop.create_future()
         self._waiting[request_id] = future
         try:
-            self.conn.send((request_id, *payload))
+            self.pipe.send((request_id, *payload))
             return await future
         finally:
             self._waiting.pop(request_id, None)
@@ -214,9 +224,10 @@ class ShardServer:
             future.set_result(reply)
 
     def _send_quietly(self, message: tuple[Any, ...]) -> None:
-        """A message to the leader from the loop; a broken pipe ends the process through the reader."""
+        """A message to the leader from the loop; a broken pipe ends the process when the loop reads its end."""
+        assert self.pipe is not None
         with contextlib.suppress(OSError, ValueError):
-            self.conn.send(message)
+            self.pipe.send(message)
 
     async def flush_skips(self) -> None:
         """Every ``SKIP_FLUSH_PERIOD``, the notes no forwarded heartbeat carried (the leader's node sweep)."""
@@ -225,16 +236,6 @@ class ShardServer:
             skips = self.nodes.take_skips()
             if skips:
                 self._send_quietly(("skips", skips))
-
-    def read_replies(self) -> None:
-        """The reader thread: the leader's answers to the waiting requests; the process ends with the pipe."""
-        assert self.loop is not None
-        while True:
-            try:
-                reply = self.conn.recv()
-            except (EOFError, OSError):
-                os._exit(0)  # the leader is gone: nothing here outlives it
-            self.loop.call_soon_threadsafe(self._resolve, reply)
 
 
 def run_shard(
@@ -264,11 +265,11 @@ def run_shard(
     uvicorn_server = uvicorn.Server(config)
 
     async def main() -> None:
-        server.loop = asyncio.get_running_loop()
-        threading.Thread(target=server.read_replies, name="leader-replies", daemon=True).start()
+        server.attach(asyncio.get_running_loop(), lambda: os._exit(0))
         if passes is not None:
             threading.Thread(target=serve_passes, args=(passes,), name="passes", daemon=True).start()
-        conn.send(("ready", sock.getsockname()[1]))
+        assert server.pipe is not None
+        server.pipe.send(("ready", sock.getsockname()[1]))
         flusher = asyncio.create_task(server.flush_skips(), name="flush-skips")
         try:
             await uvicorn_server.serve(sockets=[sock])

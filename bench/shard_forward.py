@@ -1,0 +1,307 @@
+"""A node shard process's CPU per forwarded heartbeat, against a stand-in leader; prints one JSON object.
+
+Runs one real shard process (``pooltree/shards/process.py``'s ``run_shard``, started as ``python -c`` from
+``--code``, a pooltree checkout with its ``.venv``: the A/B of two builds' shard processes under one bench) at the
+end of a socket pair, and plays the leader in this process: every forwarded heartbeat is answered at once, with
+no proof (so the shard answers none itself), acknowledging the node's finished jobs and starting jobs on its free
+cpus with job specs shaped as the live scheduler's (a one-cpu vanilla job: ``START_SPEC``); a thread pushes a new
+state generation every ``--generation-poll`` seconds (0.01, ``host.GENERATION_POLL``: the leader's state moves
+that often under load). ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
+``--job-seconds`` x U[0.5, 1.5]) heartbeat every ``--period`` from ``--drivers`` driver processes over keep-alive
+connections, as in ``live_nodes.py`` (a loaded heartbeat: ~16 running reports, ~1.6 finished jobs, ~1.6 starts).
+
+After ``--warmup-seconds`` the shard process's CPU (``/proc/PID/task/*/schedstat``: nanoseconds on a CPU) is
+measured over ``--seconds``: per forwarded heartbeat, split by thread (``main``: the event loop; ``other``: the
+rest, e.g. a pipe reader); with ``--rounds N`` the whole run is repeated and each figure's median reported beside
+the runs. ``--callgrind PREFIX``: the shard under callgrind, instructions per forwarded heartbeat (user space,
+independent of the machine's load; use few ``--nodes`` and a ``--generation-poll`` that keeps the live ratio of
+pushes to heartbeats, e.g. 20 nodes and 0.075 s for ~0.67 pushes per heartbeat). ``--py-spy BINARY`` records the window's samples (``--py-spy-flags=--gil``; py-spy stops the process
+per sample, so that run's CPU figures are not the code's), ``--attach CMD`` runs another tool over it. What the real
+leader costs is not here (``live_nodes.py --shards 2`` measures the whole).
+
+Usage: .venv/bin/python bench/shard_forward.py [--code /work/wt/s32base] [--nodes 150] [--seconds 10]
+       [--warmup-seconds 4] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from live_common import join_processes, machine, start_drivers
+from live_nodes import _driver
+
+NODE_CPU = 16
+START_SPEC: dict[str, Any] = {
+    "job_id": "",
+    "operation_id": "a5cb6b2e-fe9aceb6-d2af2b8b-c56d0f68",
+    "task_name": "main",
+    "job_index": 0,
+    "command": "true",
+    "environment": {
+        "YT_OPERATION_ID": "a5cb6b2e-fe9aceb6-d2af2b8b-c56d0f68",
+        "YT_JOB_ID": "",
+        "YT_JOB_INDEX": "0",
+        "YT_TASK_NAME": "main",
+    },
+    "memory_limit": 536870912.0,
+    "resources": {"user_slots": 1, "cpu": 1.0, "gpu": 0, "memory": 352321536, "network": 0},
+    "memory_reserve": 268435456.0,
+    "job_proxy_memory_reserve": 67108864.0,
+    "job_proxy_estimated_memory": 67108864.0,
+}
+"""A start entry as the live scheduler sends it (captured from ``LiveScheduler``; ids and index per job)."""
+
+CHILD = """
+import sys
+from multiprocessing.connection import Connection
+from pooltree.shards.process import ShardSettings, run_shard
+run_shard(Connection(int(sys.argv[1])), 0, ShardSettings("127.0.0.1", False, None, None, "shard-forward"))
+"""
+
+
+class StandInLeader:
+    """The leader's end of the shard's pipe: forwarded heartbeats answered at once, generations pushed."""
+
+    def __init__(self, conn: Connection, generation_poll: float) -> None:
+        self.conn = conn
+        self.generation_poll = generation_poll
+        self.lock = threading.Lock()
+        self.forwarded = 0
+        self.jobs = 0
+        self.stopping = threading.Event()
+
+    def start(self) -> int:
+        kind, port = self.conn.recv()
+        if kind != "ready":
+            raise RuntimeError(f"the shard sent {kind!r} instead of its port")
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._push, daemon=True).start()
+        return int(port)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] in ("skips", "synced"):
+                continue
+            request_id, packed = message[0], message[1]
+            self.forwarded += 1
+            self._send((request_id, 200, self._answer(packed), None, time.time()))
+
+    def _answer(self, packed: tuple[Any, ...]) -> dict[str, Any]:
+        running, finished = packed[3], packed[4]
+        start = []
+        for _ in range(max(0, NODE_CPU - len(running))):
+            self.jobs += 1
+            job_id = f"{self.jobs:08x}-5c39031f-19b9de8f-77665247"
+            spec = dict(START_SPEC)
+            spec["job_id"] = job_id
+            spec["job_index"] = self.jobs
+            spec["environment"] = {
+                **START_SPEC["environment"],
+                "YT_JOB_ID": job_id,
+                "YT_JOB_INDEX": str(self.jobs),
+            }
+            spec["resources"] = dict(START_SPEC["resources"])
+            start.append(spec)
+        return {
+            "start": start,
+            "preempt": [],
+            "abort": [],
+            "acknowledge": [entry[0] for entry in finished],
+            "heartbeat_period": 1.0,
+        }
+
+    def _push(self) -> None:
+        value = 0
+        while not self.stopping.wait(self.generation_poll):
+            value += 1
+            self._send(("generation", value, time.time(), value, ()))
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        try:
+            with self.lock:
+                self.conn.send(message)
+        except (OSError, ValueError):
+            pass
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each live thread of ``pid`` by thread id (``/proc/.../schedstat``: nanoseconds on a CPU,
+    finer than ``stat``'s clock ticks)."""
+    figures = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                figures[int(tid)] = int(stat.read().split()[0]) / 1e9
+        except OSError:
+            continue
+    return figures
+
+
+def callgrind_instructions(prefix: str) -> int | None:
+    """The instructions of the window: the ``summary`` of callgrind's dump taken at its end (``PREFIX.1``)."""
+    try:
+        with open(f"{prefix}.1") as dump:
+            for line in dump:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def watch(args: argparse.Namespace, pid: int) -> None:
+    """The measured window: a sleep, or a tool over it (``--py-spy``, ``--attach``)."""
+    if args.py_spy:  # py-spy stops the process per sample: that run's CPU figures are not the code's
+        flags = ["-d", str(int(args.seconds)), "-r", "500", "-f", "raw", "-o", args.py_spy_out]
+        command = [args.py_spy, "record", "-p", str(pid), *flags, *args.py_spy_flags.split()]
+        subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
+    elif args.callgrind:  # instructions counted from here (the process's start-up left out)
+        subprocess.run(["callgrind_control", "-z", str(pid)], check=True, stdout=subprocess.DEVNULL)
+        time.sleep(args.seconds)
+        subprocess.run(["callgrind_control", "-d", str(pid)], check=True, stdout=subprocess.DEVNULL)
+    elif args.attach:
+        command = args.attach.replace("{pid}", str(pid)).replace("{seconds}", str(args.seconds)).split()
+        subprocess.run(command, check=False, timeout=args.seconds + 30)
+    else:
+        time.sleep(args.seconds)
+
+
+def one_run(args: argparse.Namespace) -> dict[str, Any]:
+    leader_end, shard_end = socket.socketpair()
+    python = Path(args.code) / ".venv" / "bin" / "python"
+    tool = (
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={args.callgrind}.%p"]
+        if args.callgrind
+        else []
+    )
+    child = subprocess.Popen(
+        [*tool, str(python), "-c", CHILD, str(shard_end.fileno())],
+        pass_fds=(shard_end.fileno(),),
+        cwd=args.code,
+        stdin=subprocess.DEVNULL,
+    )
+    shard_end.close()
+    leader = StandInLeader(Connection(leader_end.detach()), args.generation_poll)
+    context = mp.get_context("spawn")
+    drivers: list[Any] = []
+    try:
+        port = leader.start()
+        end = context.Value("d", time.time() + 3600.0)
+        out = context.Queue()
+        options = {
+            "node_cpu": NODE_CPU,
+            "node_memory": 64 * 2**30,
+            "job_seconds": args.job_seconds,
+            "job_jitter": 0.5,
+            "period": args.period,
+        }
+        addresses = [f"n{i:05d}" for i in range(args.nodes)]
+        start_drivers(
+            context,
+            _driver,
+            f"http://127.0.0.1:{port}",
+            "",
+            addresses,
+            args.drivers,
+            options,
+            end,
+            out,
+            60.0,
+            drivers,
+        )
+        time.sleep(args.warmup_seconds)
+        before, threads_before, forwarded_before = time.time(), thread_cpu(child.pid), leader.forwarded
+        watch(args, child.pid)
+        after, threads_after, forwarded = (
+            time.time(),
+            thread_cpu(child.pid),
+            leader.forwarded - forwarded_before,
+        )
+        end.value = time.time()
+        records = []
+        for _ in drivers:
+            got, _cpu = out.get(timeout=60.0)
+            records.extend(got)
+    finally:
+        leader.stopping.set()
+        join_processes(drivers, 30.0)
+        child.kill()
+        child.wait(10)
+    instructions = callgrind_instructions(f"{args.callgrind}.{child.pid}") if args.callgrind else None
+    spent = {tid: threads_after[tid] - threads_before.get(tid, 0.0) for tid in threads_after}
+    main = spent.get(child.pid, 0.0)
+    other = sum(value for tid, value in spent.items() if tid != child.pid)
+    failed = sum(1 for record in records if record[2] != 200)
+    return {
+        "forwarded_per_second": round(forwarded / (after - before), 1),
+        "shard_cpu_ms_per_forwarded": round((main + other) * 1000 / max(forwarded, 1), 4),
+        "main_thread_ms_per_forwarded": round(main * 1000 / max(forwarded, 1), 4),
+        "other_threads_ms_per_forwarded": round(other * 1000 / max(forwarded, 1), 4),
+        "shard_cpu_share": round((main + other) / (after - before), 3),
+        "threads": len(spent),
+        **(
+            {"instructions_per_forwarded": round(instructions / max(forwarded, 1))}
+            if instructions is not None
+            else {}
+        ),
+        "failed_heartbeats": failed,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--code", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument("--nodes", type=int, default=150)
+    parser.add_argument("--period", type=float, default=1.0)
+    parser.add_argument("--drivers", type=int, default=2)
+    parser.add_argument("--job-seconds", type=float, default=10.0)
+    parser.add_argument("--generation-poll", type=float, default=0.01)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warmup-seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--callgrind",
+        default="",
+        help="run the shard under valgrind's callgrind (dumps at PREFIX.PID.N) and report the instructions per "
+        "forwarded heartbeat over the window (a load-independent figure; ~50x slower: few nodes, a longer poll)",
+    )
+    parser.add_argument("--py-spy", default="", help="a py-spy binary: record the shard over the window")
+    parser.add_argument("--py-spy-out", default="shard_forward.txt")
+    parser.add_argument(
+        "--attach",
+        default="",
+        help="a command run over the window instead of a sleep, {pid} and {seconds} filled in, e.g. "
+        "'perf stat -p {pid} -- sleep {seconds}'",
+    )
+    parser.add_argument("--py-spy-flags", default="", help="more py-spy flags, e.g. '--gil' or '--native'")
+    args = parser.parse_args()
+    runs = [one_run(args) for _ in range(args.rounds)]
+    figures = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    print(
+        json.dumps(
+            {"code": args.code, "nodes": args.nodes, "median": figures, "runs": runs, "machine": machine()},
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""A shard process reads and writes its pipe to the leader on its event loop (``shards/pipe.py``): the frames are
+``multiprocessing.connection.Connection``'s both ways, a reply reaches its heartbeat's answer with the bytes the
+leader's answer map encodes to (also a reply cut across writes), and the shard ends when the leader's end does."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import pickle
+import random
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from typing import Any
+
+import httpx
+import pytest
+
+from pooltree.node import wire
+from pooltree.shards.pipe import Frames, frame
+from pooltree.shards.process import ShardSettings, run_shard
+
+HEARTBEAT = "/internal/node_heartbeat"
+TIMEOUT = 30.0
+
+MESSAGES: list[Any] = [
+    ("generation", 7, 12.5, 3, [("n1", 4)]),
+    (1, 200, {"start": [], "acknowledge": ["j"] * 3, "heartbeat_period": 1.0}, None, 13.0),
+    (2, 200, {"start": [{"job_id": "x" * 40_000}]}, (1, 2), 14.0),  # over 16 KiB: the leader writes it in two
+    ("sync", 3, 8, 15.0, 4, ()),
+    (3, 503, {"X-YT-Error": "{}"}, b'{"code": 1}'),
+]
+
+
+def _written_by_connection(messages: list[Any]) -> bytes:
+    """The bytes ``Connection.send`` writes for ``messages`` (read off the other end of a socket pair)."""
+    left, right = socket.socketpair()
+    sender = Connection(left.detach())
+    chunks = []
+    with right:
+        for message in messages:
+            sender.send(message)
+            while True:
+                right.setblocking(False)
+                try:
+                    chunks.append(right.recv(1 << 20))
+                except BlockingIOError:
+                    break
+    sender.close()
+    return b"".join(chunks)
+
+
+def test_frames_read_what_the_leader_s_connection_writes_however_it_is_cut() -> None:
+    data = _written_by_connection(MESSAGES)
+    rng = random.Random(25)
+    for cuts in ([1] * 64, [len(data)], [rng.randint(1, 9000) for _ in range(200)]):
+        frames, read, at = Frames(), [], 0
+        for size in cuts * (len(data) // sum(cuts) + 1):
+            read += frames.feed(data[at : at + size])
+            at += size
+            if at >= len(data):
+                break
+        assert read == MESSAGES and frames.holding == 0
+
+
+def test_the_leader_s_connection_reads_what_the_shard_writes() -> None:
+    left, right = socket.socketpair()
+    receiver = Connection(right.detach())
+    with left:
+        for message in MESSAGES[:3]:
+            left.sendall(frame(message))
+        assert [receiver.recv() for _ in MESSAGES[:3]] == MESSAGES[:3]
+    receiver.close()
+
+
+@pytest.fixture
+def shard() -> Iterator[tuple[Connection, str, Any]]:
+    """A real shard process at the end of a pipe whose leader's end the test holds: (that end, its URL, the
+    process)."""
+    context = multiprocessing.get_context("spawn")
+    leader, child = context.Pipe(duplex=True)
+    process = context.Process(
+        target=run_shard,
+        args=(child, 0, ShardSettings("127.0.0.1", False, None, None, "test")),
+        daemon=True,
+    )
+    process.start()
+    child.close()
+    try:
+        assert leader.poll(60.0), "the shard did not start"
+        kind, port = leader.recv()
+        assert kind == "ready"
+        yield leader, f"http://127.0.0.1:{port}", process
+    finally:
+        leader.close()
+        process.join(TIMEOUT)
+        if process.is_alive():
+            process.kill()
+            process.join(TIMEOUT)
+
+
+def _heartbeat(address: str) -> dict[str, Any]:
+    return wire.heartbeat(
+        address,
+        sequence=0,
+        time=0.0,
+        resource_limits={"user_slots": 2, "cpu": 2, "memory": 1 << 30},
+        resource_usage={},
+        memory_limit=1 << 30,
+        memory_usage=0,
+        memory_meter="none",
+        running_jobs=[],
+        finished_jobs=[],
+    )
+
+
+def _forwarded(leader: Connection) -> tuple[Any, ...]:
+    """The next heartbeat the shard forwards (generation pushes and notes are not heartbeats)."""
+    while True:
+        assert leader.poll(TIMEOUT), "the shard forwarded nothing"
+        message = leader.recv()
+        if message[0] not in ("skips", "synced"):
+            return message
+
+
+def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
+    shard: tuple[Connection, str, Any],
+) -> None:
+    leader, url, _ = shard
+    big_start = [
+        {"job_id": f"j{i}", "environment": {"YT_JOB_INDEX": str(i)}, "pad": f"{i:0300d}"} for i in range(90)
+    ]
+    answers = [
+        {"start": [], "preempt": [], "abort": [], "acknowledge": ["a", "b"], "heartbeat_period": 1.0},
+        {"start": big_start, "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 2.5},
+    ]
+    # the leader's Connection writes the header and the payload of a message over 16 KiB apart
+    assert len(pickle.dumps(answers[1])) > 16_384
+    with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
+        for index, answer in enumerate(answers):
+            leader.send(("generation", index + 1, 100.0 + index, index, ()))
+            sent = node.submit(
+                client.post, url + HEARTBEAT, content=json.dumps(_heartbeat(f"n{index}")).encode()
+            )
+            request_id, packed, peer, hostname, _skips = _forwarded(leader)
+            assert packed[0] == f"n{index}" and peer == "127.0.0.1" and hostname == "127.0.0.1"
+            leader.send((request_id, 200, answer, None, 101.0))
+            response = sent.result(TIMEOUT)
+            assert response.status_code == 200
+            assert response.headers["content-type"] == wire.MEDIA_TYPE
+            assert response.content == wire.encode(answer)
+        error_headers = {"X-YT-Error": '{"code": 1, "message": "m"}', "X-YT-Response-Code": "1"}
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n9")).encode())
+        leader.send((_forwarded(leader)[0], 503, error_headers, b'{"code": 1, "message": "m"}'))
+        response = sent.result(TIMEOUT)
+        assert response.status_code == 503 and response.content == b'{"code": 1, "message": "m"}'
+        assert response.headers["X-YT-Response-Code"] == "1"
+
+
+def test_the_shard_ends_when_the_leader_s_end_of_the_pipe_closes(shard: tuple[Connection, str, Any]) -> None:
+    leader, url, process = shard
+    with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
+        leader.send(("generation", 1, 1.0, 0, ()))
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n1")).encode())
+        _forwarded(leader)  # a heartbeat waits for the leader's reply
+        leader.close()
+        process.join(TIMEOUT)
+        assert process.exitcode == 0
+        with pytest.raises(httpx.HTTPError):  # its connection ends unanswered: the node asks the leader next
+            sent.result(TIMEOUT)
