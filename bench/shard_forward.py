@@ -104,8 +104,12 @@ class StandInLeader:
             self.forwarded += 1
             self._send((request_id, 200, self._answer(packed), None, time.time()))
 
-    def _answer(self, packed: tuple[Any, ...]) -> dict[str, Any]:
-        running, finished = packed[3], packed[4]
+    def _answer(self, packed: Any) -> dict[str, Any]:
+        if isinstance(packed, bytes):  # the node's body (``shards/messages.py``)
+            data = json.loads(packed)
+            running, finished = data["running_jobs"], [entry["job_id"] for entry in data["finished_jobs"]]
+        else:  # builds before: the decoded request as tuples
+            running, finished = packed[3], [entry[0] for entry in packed[4]]
         start = []
         for _ in range(max(0, NODE_CPU - len(running))):
             self.jobs += 1
@@ -124,7 +128,7 @@ class StandInLeader:
             "start": start,
             "preempt": [],
             "abort": [],
-            "acknowledge": [entry[0] for entry in finished],
+            "acknowledge": finished,
             "heartbeat_period": 1.0,
         }
 
@@ -186,7 +190,10 @@ def watch(args: argparse.Namespace, pid: int) -> None:
 
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
     leader_end, shard_end = socket.socketpair()
-    python = Path(args.code) / ".venv" / "bin" / "python"
+    own = Path(args.code) / ".venv" / "bin" / "python"
+    python = (
+        own if own.exists() else Path(sys.executable)
+    )  # ``-c`` imports pooltree from ``--code`` (the cwd)
     tool = (
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={args.callgrind}.%p"]
         if args.callgrind

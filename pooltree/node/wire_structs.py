@@ -102,7 +102,12 @@ class _Heartbeat(msgspec.Struct):
     alerts: msgspec.Raw = _NONE
 
 
+class _Address(msgspec.Struct):
+    node_address: str
+
+
 _DECODER = msgspec.json.Decoder(_Heartbeat)
+_ADDRESS_DECODER = msgspec.json.Decoder(_Address)
 _RUNNING_DECODER = msgspec.json.Decoder(_Running)
 
 
@@ -120,6 +125,17 @@ def read_heartbeat(body: bytes, reports: RunningReports | None = None) -> Heartb
         return _request(data, reports)
     except (_Plain, ConfigError, msgspec.MsgspecError, ValueError, RecursionError):
         return None
+
+
+def read_address(body: bytes) -> str | None:
+    """The ``node_address`` of a heartbeat body (the rest is skipped, not read) when the body is a JSON map whose
+    address is a non-empty string; None otherwise. A body this gives an address for reads as a heartbeat of that
+    node or not at all (``read_heartbeat`` and the plain path take the address as msgspec reads it here)."""
+    try:
+        address = _ADDRESS_DECODER.decode(body).node_address
+    except (msgspec.MsgspecError, RecursionError, ValueError):
+        return None
+    return address or None
 
 
 def _request(data: _Heartbeat, reports: RunningReports | None) -> HeartbeatRequest:

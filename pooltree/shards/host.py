@@ -1,8 +1,8 @@
 """Node shards in processes, the leader's side: start them, carry their heartbeats to the scheduler, restart them.
 
 ``NodeShards(count, settings, service)`` spawns ``count`` shard processes (``process.py``). Each serves
-``POST /internal/node_heartbeat`` on a port of its own: it authenticates the node, reads and decodes the body
-(JSON and the wire module) and sends the parsed ``HeartbeatRequest`` over its pipe; the leader processes it with
+``POST /internal/node_heartbeat`` on a port of its own: it authenticates the node, reads the body and sends it
+over its pipe, which the leader's reader decodes (``messages.unpack``); the leader processes it with
 the scheduler's ``answer_heartbeat_unwaited`` (what the leader's own HTTP route runs: same throttle, same lock, same
 group commit, same strategy) on the shard's own leader thread, one heartbeat after the other, and a finisher
 thread waits for its job records to be stored, proves the node's next heartbeat and sends the answer map back,

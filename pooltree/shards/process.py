@@ -5,14 +5,16 @@
 and uvloop when installed, as the scheduler) with the leader's heartbeat listener's protocol
 (``server/heartbeat_protocol.py``: plain node heartbeats answered past uvicorn's per-request machinery, anything
 else by uvicorn's). Per heartbeat it does the work that does not need the scheduler's
-state: the node secret and network check (``check_node_credentials``, the leader's own), the bounded body read,
-JSON decoding and the wire module's validation (``decode_heartbeat``); malformed or unauthenticated heartbeats are
-answered here and never reach the leader. A heartbeat the leader proved empty after the node's previous one is
-answered here too (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other
-goes over the pipe as ``(request id, packed HeartbeatRequest, peer, hostname, notes)`` (``messages.py``; the notes
-of the heartbeats answered here since the last forwarded one); the leader's answer comes back as ``(request id,
-200, answer map, proof or None, leader's clock)``, which is encoded here, or ``(request id, status,
-headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
+state: the node secret and network check (``check_node_credentials``, the leader's own; unauthenticated
+heartbeats are answered here and never reach the leader), the bounded body read and the node's address
+(``messages.heartbeat_address``; a body without one is decoded here, ``decode_heartbeat``, and refused). A
+heartbeat of a node the leader proved empty after its previous one is decoded and, when it is the proven one,
+answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other goes
+over the pipe as ``(request id, body, peer, hostname, notes)`` (``messages.py``: the leader decodes the body, and
+refuses a malformed one with the error this process would have answered; the notes of the heartbeats answered here
+since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer map, proof or None,
+leader's clock)``, which is encoded here (with a proof, the body is decoded here too: the node's expected next
+heartbeat is kept), or ``(request id, status, headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
 state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
 go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop
 (``pipe.LoopPipe``: no reader thread), which resolves the waiting requests and takes the leader's other messages;
@@ -49,15 +51,16 @@ from pooltree.server.app import error_response, new_request_id, read_body
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
+    HeartbeatRequest,
     RunningReports,
     decode_heartbeat,
     direct_heartbeats,
 )
 from pooltree.server.protocol import YtError
-from pooltree.shards.messages import pack
+from pooltree.shards.messages import heartbeat_address, pack
 from pooltree.shards.passes import serve_passes
 from pooltree.shards.pipe import LoopPipe
-from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
+from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, Proof, ShardNodes
 
 try:
     import uvloop
@@ -173,14 +176,16 @@ class ShardServer:
                     self.settings.node_networks,
                 )
             body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
-            heartbeat = decode_heartbeat(body, self.reports)
-            now = self.leader_now()
-            local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
-            if local is not None:
-                return Response(wire.encode(local), media_type=wire.MEDIA_TYPE)
-            reply = await self._ask(
-                (pack(heartbeat), peer, request_hostname(request), self.nodes.take_skips())
-            )
+            address = heartbeat_address(body)
+            heartbeat = None
+            if address is None or self.nodes.holds(address):  # one it may answer, or not a heartbeat at all
+                heartbeat = decode_heartbeat(body, self.reports)  # a malformed one refused here
+                address = heartbeat.address
+                now = self.leader_now()
+                local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
+                if local is not None:
+                    return Response(wire.encode(local), media_type=wire.MEDIA_TYPE)
+            reply = await self._ask((pack(body), peer, request_hostname(request), self.nodes.take_skips()))
         except PooltreeError as error:
             return error_response(error, request_id, self.settings.proxy, time.time())
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
@@ -193,10 +198,32 @@ class ShardServer:
         if reply[1] == 200:
             _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
-            self.nodes.remember(heartbeat, peer, answer, proof)
+            self._remember(address, heartbeat, body, peer, answer, proof)
             return Response(wire.encode(answer), media_type=wire.MEDIA_TYPE)
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
+
+    def _remember(
+        self,
+        address: str,
+        heartbeat: HeartbeatRequest | None,
+        body: bytes,
+        peer: str | None,
+        answer: dict[str, Any],
+        proof: Proof | None,
+    ) -> None:
+        """The leader's answer to a forwarded heartbeat of ``address``: with a proof the node's expected next
+        heartbeat is kept (the body decoded now if it was not before), without one its verdict is dropped."""
+        if proof is None:
+            self.nodes.forget(address)
+            return
+        if heartbeat is None:
+            try:
+                heartbeat = decode_heartbeat(body, self.reports)
+            except PooltreeError:  # the leader read it, so this does not happen; no verdict then
+                self.nodes.forget(address)
+                return
+        self.nodes.remember(heartbeat, peer, answer, proof)
 
     async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self.loop is not None and self.pipe is not None

@@ -227,6 +227,14 @@ class ShardNodes:
         key = heartbeat_key(heartbeat, bounds)
         self._verdicts[heartbeat.address] = NodeVerdict(generation, key, bounds, peer, reply, full)
 
+    def holds(self, address: str) -> bool:
+        """Whether a verdict of ``address`` is kept (without one, ``answer`` is None for its heartbeats)."""
+        return address in self._verdicts
+
+    def forget(self, address: str) -> None:
+        """The leader answered a heartbeat of ``address`` without a proof (``remember`` with None)."""
+        self._verdicts.pop(address, None)
+
     def answer(self, heartbeat: HeartbeatRequest, peer: str | None, now: float) -> dict[str, Any] | None:
         """The answer to ``heartbeat`` at the leader's time ``now`` when a verdict proves it empty, else None."""
         verdict = self._verdicts.get(heartbeat.address)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from pooltree.node import wire
+from pooltree.shards.messages import unpack
 from pooltree.shards.pipe import Frames, frame
 from pooltree.shards.process import ShardSettings, run_shard
 
@@ -144,7 +145,7 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
                 client.post, url + HEARTBEAT, content=json.dumps(_heartbeat(f"n{index}")).encode()
             )
             request_id, packed, peer, hostname, _skips = _forwarded(leader)
-            assert packed[0] == f"n{index}" and peer == "127.0.0.1" and hostname == "127.0.0.1"
+            assert unpack(packed).address == f"n{index}" and peer == "127.0.0.1" and hostname == "127.0.0.1"
             leader.send((request_id, 200, answer, None, 101.0))
             response = sent.result(TIMEOUT)
             assert response.status_code == 200

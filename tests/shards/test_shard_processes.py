@@ -206,6 +206,9 @@ def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
     with httpx.Client(timeout=30.0) as client:
         refused = client.post(url + HEARTBEAT, json={"node_address": 7})
         assert refused.status_code == 400 and "node_address" in refused.headers["X-YT-Error"]
+        # a node's body the shard does not read (no verdict of it there) is refused by the leader, alike
+        forwarded = client.post(url + HEARTBEAT, json={"node_address": "n0", "resource_limits": 5})
+        assert forwarded.status_code == 400 and "resource_limits" in forwarded.headers["X-YT-Error"]
         assert "n0" not in service.scheduler.nodes
         index = shard_of("n0", 2)
         pid = service.shards.pids()[index]
