@@ -1,5 +1,6 @@
 """The scheduler's side of the node heartbeat wire format: ``pooltree.node.wire`` (one module for both sides), and
-``decode_heartbeat``, the body → ``HeartbeatRequest`` step that the service and the node shard processes share."""
+``decode_heartbeat``, the body → ``HeartbeatRequest`` step that the service and the node shard processes share,
+and ``HeartbeatRoute``, the heartbeat route past Starlette's request and response objects that both serve."""
 
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ __all__ = [
     "RunningJobReport",
     "RunningReports",
     "decode_heartbeat",
-    "direct_heartbeats",
     "parse_heartbeat",
     "parse_node_alerts",
     "read_heartbeat_body",
@@ -84,7 +84,8 @@ class HeartbeatRoute:
     body goes out as the two messages ``Response(body, media_type=wire.MEDIA_TYPE)`` sends (the same status and
     headers), an error's ``Response`` as it is; what an early answer leaves of the body is drained
     (``DrainUnreadBody``); everything else to ``app``. The scheduler's entry (``SchedulerService.asgi``), whose
-    app route answers the same (``tests/server/test_heartbeat_route.py``)."""
+    app route answers the same (``tests/server/test_heartbeat_route.py``), and a node shard's
+    (``shards/process.py``)."""
 
     def __init__(self, answer: Answer, app: Any) -> None:
         self.answer = answer
@@ -105,17 +106,6 @@ class HeartbeatRoute:
         headers = [(b"content-length", b"%d" % len(answer)), (b"content-type", _ANSWER_TYPE)]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
-
-
-def direct_heartbeats(endpoint: Callable[[Request], Awaitable[Response]], app: Any) -> HeartbeatRoute:
-    """``HeartbeatRoute`` for an endpoint that takes a Starlette ``Request`` and returns a ``Response`` (a node
-    shard's, ``shards/process.py``): heartbeats straight to it, past the app's middleware and route matching;
-    everything else to ``app``."""
-
-    async def answer(scope: dict[str, Any], receive: Any) -> Response:
-        return await endpoint(Request(scope, receive))
-
-    return HeartbeatRoute(answer, app)
 
 
 async def read_heartbeat_body(scope: dict[str, Any], receive: Any) -> bytes:

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -47,14 +48,14 @@ from pooltree.errors import PooltreeError
 from pooltree.gc_policy import survivors_frozen
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
-from pooltree.server.app import error_response, new_request_id, read_body
+from pooltree.server.app import error_response, new_request_id
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.heartbeats import (
-    MAX_HEARTBEAT_BYTES,
     HeartbeatRequest,
+    HeartbeatRoute,
     RunningReports,
     decode_heartbeat,
-    direct_heartbeats,
+    read_heartbeat_body,
 )
 from pooltree.server.protocol import YtError
 from pooltree.shards.messages import heartbeat_address, pack
@@ -77,11 +78,10 @@ def _host_name(scheme: str, netloc: str) -> str | None:
     return urlsplit(f"{scheme}://{netloc}").hostname
 
 
-def request_hostname(request: Request) -> str | None:
-    """``request.url.hostname`` (the host the node reached this shard at: its Host header, else the server's
-    address) without building the request's whole URL, which cost this process 5% of its CPU per heartbeat; a
-    shard's nodes send few distinct Host headers, so each is split once."""
-    scope = request.scope
+def request_hostname(scope: dict[str, Any]) -> str | None:
+    """Starlette's ``Request(scope).url.hostname`` (the host the node reached this shard at: its Host header, else
+    the server's address) without building the request's whole URL, which cost this process 5% of its CPU per
+    heartbeat; a shard's nodes send few distinct Host headers, so each is split once."""
     scheme = scope.get("scheme", "http")
     for key, value in scope["headers"]:
         if key == b"host":
@@ -129,10 +129,10 @@ class ShardServer:
         self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
-        self.asgi = direct_heartbeats(
-            self.heartbeat, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
+        self.asgi = HeartbeatRoute(
+            self.answer, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
         )
-        """The shard's ASGI app: heartbeats straight to ``heartbeat``, anything else to Starlette (404/405)."""
+        """The shard's ASGI app: heartbeats straight to ``answer``, anything else to Starlette (404/405)."""
         self._serial = 0
         self.nodes = ShardNodes()
         """The leader's proofs of this shard's nodes' next heartbeats, and notes of those answered here."""
@@ -165,17 +165,24 @@ class ShardServer:
         self._leader_time = leader_now
 
     async def heartbeat(self, request: Request) -> Response:
-        request_id = new_request_id()
+        """``answer`` as a Starlette endpoint (the route that answers other methods 405)."""
+        answer = await self.answer(request.scope, request.receive)
+        return answer if isinstance(answer, Response) else Response(answer, media_type=wire.MEDIA_TYPE)
+
+    async def answer(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
+        """One heartbeat request (``heartbeats.HeartbeatRoute``): the answer's body (200, JSON) or an error's
+        response."""
         try:
-            peer = request.client.host if request.client is not None else None
+            client = scope.get("client")
+            peer = client[0] if client else None
             if self.settings.authentication:
                 check_node_credentials(
-                    request.headers.get(NODE_SECRET_HEADER, ""),
+                    Headers(scope=scope).get(NODE_SECRET_HEADER, ""),
                     peer,
                     self.settings.node_secret,
                     self.settings.node_networks,
                 )
-            body = await read_body(request, MAX_HEARTBEAT_BYTES, "Heartbeat")
+            body = await read_heartbeat_body(scope, receive)
             address = heartbeat_address(body)
             heartbeat = None
             if address is None or self.nodes.holds(address):  # one it may answer, or not a heartbeat at all
@@ -184,14 +191,14 @@ class ShardServer:
                 now = self.leader_now()
                 local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
                 if local is not None:
-                    return Response(wire.encode(local), media_type=wire.MEDIA_TYPE)
-            reply = await self._ask((pack(body), peer, request_hostname(request), self.nodes.take_skips()))
+                    return wire.encode(local)
+            reply = await self._ask((pack(body), peer, request_hostname(scope), self.nodes.take_skips()))
         except PooltreeError as error:
-            return error_response(error, request_id, self.settings.proxy, time.time())
+            return error_response(error, new_request_id(), self.settings.proxy, time.time())
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
             return error_response(
                 LeaderGone(f"Node shard lost its scheduler: {error}"),
-                request_id,
+                new_request_id(),
                 self.settings.proxy,
                 time.time(),
             )
@@ -199,7 +206,7 @@ class ShardServer:
             _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
             self._remember(address, heartbeat, body, peer, answer, proof)
-            return Response(wire.encode(answer), media_type=wire.MEDIA_TYPE)
+            return wire.encode(answer)
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 

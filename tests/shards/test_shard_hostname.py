@@ -36,4 +36,6 @@ def _request(host: bytes | None, server: tuple[str, int] | None, scheme: str = "
     ],
 )
 def test_the_hostname_is_starlettes(host: bytes | None, server: tuple[str, int] | None, scheme: str) -> None:
-    assert request_hostname(_request(host, server, scheme)) == _request(host, server, scheme).url.hostname
+    assert (
+        request_hostname(_request(host, server, scheme).scope) == _request(host, server, scheme).url.hostname
+    )
