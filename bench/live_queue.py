@@ -76,7 +76,7 @@ from live_common import (
     yt_client,
 )
 from live_nodes import _cpu_between, _driver
-from request_split import probe_environment, summary
+from request_split import SENT_HEADER, client_path, probe_environment, summary
 
 POOL = "queue"
 ACCEPT_TARGET_SECONDS = 120.0
@@ -206,6 +206,7 @@ async def _mixed_clients(
     starts: list[str],
     seed: int,
     probe_period: float = 0.0,
+    trace: bool = False,
 ) -> dict[str, Any]:
     host, port = requests.host.split(":")
     rng = random.Random(seed)
@@ -215,6 +216,7 @@ async def _mixed_clients(
     names = [name for name, _ in MIX]
     weights = [weight for _, weight in MIX]
     deadline = time.monotonic() + seconds
+    traced: list[tuple[float, float]] = []
 
     def request(command: str) -> bytes:
         if command == "get_operation":
@@ -229,11 +231,16 @@ async def _mixed_clients(
             while time.monotonic() < deadline:
                 command = rng.choices(names, weights)[0]
                 data = request(command)
+                if trace and command == "get_operation":  # when it was sent, for the probe's records
+                    sent = time.monotonic()
+                    data = data.replace(b"\r\n", b"\r\n%s: %r\r\n" % (SENT_HEADER, sent), 1)
                 began = time.perf_counter()
                 writer.write(data)
                 await writer.drain()
                 status = await asyncio.wait_for(read_response(reader), 60)
                 latencies[command].append(time.perf_counter() - began)
+                if trace and command == "get_operation":
+                    traced.append((sent, time.monotonic()))
                 if status >= 400:
                     errors[command] += 1
                 if status >= 500:
@@ -271,6 +278,7 @@ async def _mixed_clients(
         "errors": errors,
         "server_errors": server_errors,
         "probe": {"latencies": probed, "errors": probe_errors[0], "server_errors": probe_errors[1]},
+        "traced": traced,
     }
 
 
@@ -283,9 +291,12 @@ def _mixed_worker(
     seed: int,
     out: Any,
     probe_period: float = 0.0,
+    trace: bool = False,
 ) -> None:
     try:
-        out.put(asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed, probe_period)))
+        out.put(
+            asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed, probe_period, trace))
+        )
     except BaseException as error:  # reported, so the parent does not wait for a result that never comes
         out.put({"failed": f"{type(error).__name__}: {error}"})
         raise
@@ -305,17 +316,19 @@ def run_mixed(
     op_ids: list[str],
     starts: list[str],
     probe_period: float = 0.0,
+    trace: bool = False,
 ) -> dict[str, Any]:
     """The mix from ``clients`` clients in ``processes`` load processes for ``seconds``; ``probe_period`` > 0: the
     first process also sends a Cypress ``get`` every that many seconds (``cypress_get``, not in the mix's
-    requests/s)."""
+    requests/s). ``trace``: each ``get_operation`` carries when it was sent (``SENT_HEADER``), and ``traced``
+    holds (sent, answer read) of each, ``time.monotonic`` seconds."""
     processes = max(1, min(processes, clients))
     share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     out: Any = mp.Queue()
     workers = [
         mp.Process(
             target=_mixed_worker,
-            args=(requests, n, seconds, op_ids, starts, i, out, probe_period if i == 0 else 0.0),
+            args=(requests, n, seconds, op_ids, starts, i, out, probe_period if i == 0 else 0.0, trace),
         )
         for i, n in enumerate(share)
     ]
@@ -365,6 +378,7 @@ def run_mixed(
         cpu["scheduler_cpu_ms_per_request"] = round(1000 * used / max(total, 1), 3)
     return {
         "window": (wall_began, wall_began + wall),
+        "traced": [pair for part in parts for pair in part["traced"]],
         "clients": clients,
         "processes": processes,
         "seconds": round(elapsed, 2),
@@ -552,14 +566,17 @@ def main() -> None:
                     op_ids,
                     starts,
                     probe,
+                    trace=args.split is not None,
                 )
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
-                many_window = many.pop("window")
+                many_window, traced = many.pop("window"), many.pop("traced")
                 single.pop("window")
+                single.pop("traced")
                 if args.split is not None:
                     time.sleep(1.5)  # the probe writes its records every second
                     report["split"] = summary(args.split.resolve(), *many_window)
+                    report["split"]["get_operation_path"] = client_path(args.split.resolve(), traced)
                 report["mixed"] = {
                     "operations_held": client.list_operations(limit=0)["state_counts"],
                     "one_client": single,

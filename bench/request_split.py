@@ -9,13 +9,16 @@ not spent on its CPU (``wall - cpu``); ``store_wait`` the same inside the store'
 a callback due every 10 ms ran on the API's event loop, and its thread's share of a CPU and voluntary switches (one
 per sleep: in epoll with nothing to do, or waiting for the GIL) per second. ``pauses``: per kind (a garbage
 collection's generation, a forecast refresh's pickling), those of 2 ms or more: one C call each, during which no
-other thread of the scheduler runs Python.
+other thread of the scheduler runs Python. ``threads``: each kind of thread's share of a CPU over the window (its
+name with the pool's numbering dropped: ``heartbeat``, ``AnyIO worker thread``, ...), from the probe's samples of
+every thread's CPU each second, and the share of a second each waited runnable for a CPU (the machine's other work).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,9 @@ PARTS = (
     "nivcsw",
 )
 FAST_PARTS = ("before", "total", "fast", "fast_cpu", "fast_nvcsw", "fast_nivcsw")
+SENT_HEADER = b"x-bench-sent"
+"""The header a traced request carries: when the load generator sent it (``time.monotonic``, ``repr``); the probe
+keeps it as the command's ``sent``."""
 
 
 def probe_environment(out: Path) -> dict[str, str]:
@@ -87,6 +93,80 @@ def read(
     return records, lags, pauses, interval
 
 
+def thread_shares(path: Path, begin: float, end: float) -> dict[str, dict[str, float]]:
+    """Per kind of thread, between the probe's first and last samples in [begin, end): its CPU seconds per second
+    (``cpu``) and the seconds per second it waited runnable for a CPU (``runqueue``, the kernel's schedstat)."""
+    samples = []
+    for line in path.read_text().splitlines():
+        if line.startswith('{"threads"'):
+            at, threads = json.loads(line)["threads"]
+            if begin <= at < end:
+                samples.append((at, {entry[0]: entry[1:] for entry in threads}))
+    if len(samples) < 2:
+        return {}
+    (first_at, first), (last_at, last) = samples[0], samples[-1]
+    sums: dict[str, list[float]] = {}
+    for name, values in last.items():
+        kind = re.sub(r"[-_ ]?\d+$", "", name.rsplit("#", 1)[0])
+        before = first.get(name, [0.0] * len(values))
+        mine = sums.setdefault(kind, [0.0, 0.0])
+        mine[0] += values[0] - before[0]
+        if len(values) > 2:
+            mine[1] += values[2] - before[2]
+    seconds = max(last_at - first_at, 1e-9)
+    return {
+        kind: {"cpu": round(cpu / seconds, 3), "runqueue": round(waited / seconds, 3)}
+        for kind, (cpu, waited) in sorted(sums.items(), key=lambda kv: -kv[1][0])
+        if cpu or waited
+    }
+
+
+def client_path(path: Path, traced: list[tuple[float, float]]) -> dict[str, Any]:
+    """Where a traced request's time went, from the client's send to its reading the answer (ms): ``to_handler``
+    (sent to the handler's call on the API loop: the socket, the loop reading it, the loop's backlog), ``handler``
+    (the probe's ``total``), ``to_client`` (the answer made to the client having read it), split in ``to_write``
+    (to the held write's flush on the loop: the answer's way out through the HTTP layer, then the loop's backlog),
+    ``write`` (the flush, the socket's ``send``) and ``to_read`` (the write's end to the load generator having read
+    the answer: its process waking, its event loop). Per part p50 / p99 over the traced requests, and the mean of each over those whose
+    client time was in the slowest 1%."""
+    seen, written = {}, {}
+    for line in path.read_text().splitlines():
+        if line.startswith('{"written"'):
+            written.update((entry[0], entry[1:]) for entry in json.loads(line)["written"])
+        elif '"sent"' in line:
+            record = json.loads(line)
+            seen[record["sent"]] = record
+    rows = []
+    for sent, done in traced:
+        record = seen.get(sent)
+        if record is not None:
+            t0, total = record["t0"], record["total"]
+            flushed, wrote = written.get(sent, (done, done))
+            row = (
+                done - sent,
+                t0 - sent,
+                total,
+                done - t0 - total,
+                flushed - t0 - total,
+                wrote - flushed,
+                done - wrote,
+            )
+            rows.append(row)
+    if not rows:
+        return {"matched": 0}
+    slowest = sorted(rows)[-max(1, len(rows) // 100) :]
+    report: dict[str, Any] = {"matched": len(rows), "traced": len(traced), "written": len(written)}
+    names = ("client", "to_handler", "handler", "to_client", "to_write", "write", "to_read")
+    for index, name in enumerate(names):
+        values = [row[index] for row in rows]
+        report[name] = {
+            "p50": _ms(_quantile(values, 0.5)),
+            "p99": _ms(_quantile(values, 0.99)),
+            "mean_of_slowest_1pct": _ms(sum(row[index] for row in slowest) / len(slowest)),
+        }
+    return report
+
+
 def _parts(records: list[dict], names: tuple[str, ...]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     slowest = sorted(records, key=lambda r: r["total"])[-max(1, len(records) // 100) :]
@@ -130,6 +210,7 @@ def summary(path: Path, begin: float = float("-inf"), end: float = float("inf"))
             "thread_cpu_share": round(sum(lag[2] for lag in lags[1:]) / max(seconds, 1e-9), 3),
             "voluntary_switches_per_second": round(sum(lag[3] for lag in lags[1:]) / max(seconds, 1e-9), 1),
         }
+    report["threads"] = thread_shares(path, begin, end)
     for command in sorted({r["command"] for r in records}):
         mine = [r for r in records if r["command"] == command]
         threaded = [r for r in mine if "wall" in r]

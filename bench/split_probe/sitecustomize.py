@@ -18,12 +18,21 @@ seconds (comparable with the bench's own clock):
   query, one ``sqlite3_step`` per row, each of which lets the GIL go);
 * ``read_lock``: seconds waiting for the SQLite store's read lock (one reader connection, one read at a time);
 * ``back``: from the worker's end to the event loop resuming the command (the hop back).
+* ``sent``: when the load generator sent it (its ``x-bench-sent`` header, ``live_queue --split``'s gets), so the
+  bench joins the client's time with these parts (``request_split.client_path``); and for such a request when its
+  answer's held write was flushed to the socket and when that write returned (``written``: the coalesced write
+  waits for its turn on the loop).
 
 And every ``LAG_PERIOD`` on the API's event loop: how late a callback due then ran, with the loop thread's CPU and
 voluntary switches since the last one (a loop late with its thread off the CPU waited for the GIL or the kernel).
 And the pauses of every thread at once: garbage collections and forecast picklings of ``PAUSE`` or longer.
+And every second each thread's CPU seconds so far (``/proc/self/task/TID/stat``) and the seconds it waited runnable
+for a CPU (``schedstat``), by its Python name (``threads``): which threads the API loop shares the interpreter with,
+and how much of their time the machine's other processes took.
 
-Nothing else changes: the probe wraps methods and records; it is written out every second as JSON lines.
+Nothing else changes: the probe wraps methods and records; it is written out every second as JSON lines. Except
+on request: ``POOLTREE_SPLIT_NODE_SHARDS=N`` runs the scheduler with N node shard processes (``--node-shards``,
+which ``pooltree local`` does not take), to compare the API with the heartbeats in processes of their own.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ Python meanwhile) is recorded as a pause."""
 def _install(out: str) -> None:
     import asyncio
     import atexit
+    import contextvars
     import gc
     import json
     import pickle
@@ -51,7 +61,7 @@ def _install(out: str) -> None:
 
     from pooltree.forecast import process as forecast_process
     from pooltree.server import app as app_module
-    from pooltree.server import operation_listing
+    from pooltree.server import http_protocol, operation_listing
     from pooltree.server.http_protocol import ARRIVED
     from pooltree.server.live import lock as lock_module
     from pooltree.server.operations import OperationCommands
@@ -91,8 +101,30 @@ def _install(out: str) -> None:
         lags.append((now, now - due, cpu_now - cpu, vol_now - vol))
         loop.call_at(now + LAG_PERIOD, sample_loop, loop, now + LAG_PERIOD, cpu_now, vol_now)
 
+    traced = contextvars.ContextVar("split_sent", default=None)
+    """A traced request's ``sent``, in its task's context: its answer's write (``CoalescedWrites.flush``, a callback
+    the task's write scheduled with a copy of that context) finds it."""
+    written: list[tuple[float, float, float]] = []
+
+    plain_flush = http_protocol.CoalescedWrites.flush
+
+    def flush(self):  # type: ignore[no-untyped-def]
+        sent = traced.get()
+        if sent is None or not self.held:
+            return plain_flush(self)
+        began = monotonic()
+        try:
+            return plain_flush(self)
+        finally:
+            written.append((sent, began, monotonic()))
+
+    http_protocol.CoalescedWrites.flush = flush
+
     async def _command(self, request, request_id):  # type: ignore[no-untyped-def]
         began = monotonic()
+        sent = request.headers.get("x-bench-sent")  # a traced request: when its client sent it
+        if sent is not None:
+            traced.set(float(sent))
         if not sampling:  # the API's event loop: how late a callback due every LAG_PERIOD runs there
             sampling.append(True)
             loop = asyncio.get_running_loop()
@@ -112,6 +144,8 @@ def _install(out: str) -> None:
                 "before": None if arrived is None else began - arrived,
                 **parts,
             }
+            if sent is not None:
+                record["sent"] = float(sent)
             if "started" in parts:
                 record["queued"] = parts["started"] - began
                 record["back"] = ended - parts["stopped"]
@@ -257,10 +291,47 @@ def _install(out: str) -> None:
 
     forecast_process.pickle = TimedPickle
 
+    shards = os.environ.get("POOLTREE_SPLIT_NODE_SHARDS")
+    if shards:  # a comparison: the scheduler with node shard processes taking the heartbeats
+        from pooltree.server import service
+
+        plain_serve = service.serve
+
+        async def serve(*args, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs["node_shards"] = int(shards)
+            return await plain_serve(*args, **kwargs)
+
+        service.serve = serve
+
     handle = open(out, "a", buffering=1 << 16)  # noqa: SIM115
-    handle.write(json.dumps({"switch_interval": sys.getswitchinterval(), "pid": os.getpid()}) + "\n")
+    first = {"switch_interval": sys.getswitchinterval(), "pid": os.getpid(), "code": app_module.__file__}
+    handle.write(json.dumps(first) + "\n")
+
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def thread_cpu() -> list[tuple[str, float, float, float]]:
+        """(name, CPU seconds so far, seconds run and seconds waited for a CPU by the kernel's schedstat) of every
+        thread of the process (Python's name, else the kernel's)."""
+        names = {thread.native_id: thread.name for thread in threading.enumerate()}
+        found = []
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as stat:
+                    text = stat.read()
+            except OSError:
+                continue
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                    ran, waited = (int(v) / 1e9 for v in stat.read().split()[:2])
+            except (OSError, ValueError):
+                ran = waited = 0.0
+            fields = text[text.rindex(")") + 2 :].split()
+            name = names.get(int(tid)) or text[text.index("(") + 1 : text.rindex(")")]
+            found.append((f"{name}#{tid}", (int(fields[11]) + int(fields[12])) / ticks, ran, waited))
+        return found
 
     def flush() -> None:
+        handle.write(json.dumps({"threads": [monotonic(), thread_cpu()]}) + "\n")
         with records_lock:
             taken = records[:]
             del records[:]
@@ -268,6 +339,10 @@ def _install(out: str) -> None:
             del lags[:]
             taken_pauses = pauses[:]
             del pauses[:]
+            taken_written = written[:]
+            del written[:]
+        if taken_written:
+            handle.write(json.dumps({"written": taken_written}) + "\n")
         if taken_pauses:
             handle.write(json.dumps({"pauses": taken_pauses}) + "\n")
         if taken_lags:
