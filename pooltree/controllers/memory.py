@@ -429,9 +429,11 @@ class TaskMemoryReserve:
             )
         self.resource_overdraft_count = 0
         self._factors_key: tuple[object, ...] | None = None
-        """What ``_factors`` was computed from: the settings, the prior and the versions of the digests."""
-        self._factors = (0.0, 0.0)
-        """The (user job, job proxy) factors of a new job, recomputed only when a digest they read moved."""
+        """What ``_factors`` was computed from: the settings, the options, the prior and the versions of the
+        digests."""
+        self._factors = (0.0, 0.0, 0.0)
+        """The (user job, job proxy) factors of a new job and its memory demand, recomputed only when a digest
+        they read moved."""
 
     def _apply_warm_start(self, state: WarmStartState) -> bool:
         """Load carried counters where the digest layout (bounds, precision) is unchanged; report success."""
@@ -477,19 +479,23 @@ class TaskMemoryReserve:
         """The job-proxy factor for a new job: the job-proxy digest quantile."""
         return self.job_proxy_digest.get_quantile(self.settings.job_proxy_memory_reserve_quantile)
 
-    def _new_job_factors(self) -> tuple[float, float]:
-        """``(user_job_reserve_factor(), job_proxy_reserve_factor())``, kept while the settings, the prior and
-        the counters of every digest they read are unchanged (a start reads them; only samples move them)."""
+    def _new_job_factors(self) -> tuple[float, float, float]:
+        """``(user_job_reserve_factor(), job_proxy_reserve_factor())`` and the new job's memory demand from them,
+        kept while the settings, the options, the prior and the counters of every digest they read are unchanged
+        (a start reads them; only samples move them)."""
         prior, recent = self.cold_start_prior, self.recent_user_job_digest
         key = (
             self.settings,
+            self.options,
             self.user_job_digest.version,
             self.job_proxy_digest.version,
             None if recent is None else recent.version,
             None if prior is None else prior.version,
         )
         if key != self._factors_key:
-            self._factors = (self.user_job_reserve_factor(), self.job_proxy_reserve_factor())
+            uj, jp = self.user_job_reserve_factor(), self.job_proxy_reserve_factor()
+            o = self.options  # JobMemoryReserve.memory_demand's sum, in its order
+            self._factors = (uj, jp, o.footprint_memory + o.job_proxy_memory * jp + o.memory_limit * uj)
             self._factors_key = key
         return self._factors
 
@@ -497,9 +503,7 @@ class TaskMemoryReserve:
         """Allocation memory demand in bytes for the next job (of ``cookie``, honouring a restart reserve)."""
         if cookie is not None and cookie in self._restarts:
             return self._make_reserve(cookie).memory_demand
-        uj, jp = self._new_job_factors()
-        o = self.options  # JobMemoryReserve.memory_demand's sum, in its order
-        return o.footprint_memory + o.job_proxy_memory * jp + o.memory_limit * uj
+        return self._new_job_factors()[2]
 
     def reserve_for_restart(self, cookie: Hashable) -> RestartReserve | None:
         """The dedicated reserve the re-run of ``cookie`` gets after an overdraft abort, if any."""
@@ -507,7 +511,7 @@ class TaskMemoryReserve:
 
     def _make_reserve(self, cookie: Hashable | None) -> JobMemoryReserve:
         restart = self._restarts.get(cookie) if cookie is not None else None
-        uj, jp = self._new_job_factors()
+        uj, jp, _ = self._new_job_factors()
         if restart is not None:
             uj = restart.user_job_reserve_factor if restart.user_job_reserve_factor is not None else uj
             jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
@@ -567,12 +571,13 @@ class TaskMemoryReserve:
         cookie: Hashable | None = None,
     ) -> None:
         """A completed job adds its plain ratios; it also ends the cookie's dedicated restart reserve."""
-        user = self._check_memory(user_job_max_memory, "user_job/max_memory")
-        proxy = self._check_memory(job_proxy_max_memory, "job_proxy/max_memory")
-        if user is not None:
-            self._add_user_job_sample(self._user_job_ratio(user))
-        if proxy is not None:
-            self.job_proxy_digest.add_sample(self._job_proxy_ratio(proxy))
+        if user_job_max_memory is not None or job_proxy_max_memory is not None:  # no statistics: no sample
+            user = self._check_memory(user_job_max_memory, "user_job/max_memory")
+            proxy = self._check_memory(job_proxy_max_memory, "job_proxy/max_memory")
+            if user is not None:
+                self._add_user_job_sample(self._user_job_ratio(user))
+            if proxy is not None:
+                self.job_proxy_digest.add_sample(self._job_proxy_ratio(proxy))
         if cookie is not None:
             self._running.pop(cookie, None)
             self._restarts.pop(cookie, None)

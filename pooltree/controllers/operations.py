@@ -186,9 +186,9 @@ class OperationControllerBase:
         """``(into, key)`` pairs: whenever the pending work is set anew, ``key`` is added to ``into`` (a change
         notification: ``SchedulerCore`` and ``TreeScheduler`` visit only the operations whose pending work moved
         instead of polling every one; see ``pooltree.strategy.watch``)."""
-        self._min_signature: tuple[bool, ...] | None = None
-        self._min_demands: tuple[float, ...] = ()
-        """The per-job memory demands of the pending tasks with reserves that ``_base_min_needed`` was made with."""
+        self._min_key: list[float | bool | None] | None = None
+        """What ``_base_min_needed`` was made from: per task, None (no pending job), True (pending, no memory
+        reserve) or the memory a new job of it demands (pending, with a reserve)."""
         self._base_min_needed: Vector = np.zeros(RESOURCE_COUNT)
         self.speculation: SpeculativeJobs | None = None
         """Speculative copies of slow jobs (``job_speculation_timeout``), when the spec asks for them
@@ -259,40 +259,37 @@ class OperationControllerBase:
         """Set pending count, needed and min needed resources (called whenever pending jobs change).
 
         Called once per started allocation, so it does the least it can: the count exactly; ``_needed`` lazily
-        (computed on first read, see the property); ``_min_needed`` again only when the set of tasks with pending
-        jobs changed or the per-job memory a task's reserve demands moved (a sample, a warm start). Subclasses may
-        adjust all three afterwards.
+        (computed on first read, see the property); ``_min_needed`` again only when what it is made of moved:
+        per task, whether it has pending jobs and, for a task with a memory reserve, the memory a new job of it
+        demands (a sample, a warm start). Subclasses may adjust all three afterwards.
         """
         self.pending_revision += 1
         for into, key in self.pending_watchers:
             into.add(key)
         count = 0
-        with_pending: list[bool] = []
-        pending_demands: list[float] = []  # per task with pending jobs and a memory reserve, in task order
         speculation = self.speculation
+        # per task: None (no pending job), True (pending, no reserve) or a new job's memory demand (pending)
+        key: list[float | bool | None] = []
         for state in self._tasks.values():
             pending = len(state.pending)
             if speculation is not None:
                 pending += speculation.pending_count(state.spec.name)  # requested copies are demand too
-            count += pending
-            with_pending.append(pending > 0)
             if pending:
+                count += pending
                 reserve = state.spec.memory_reserve
-                if reserve is not None:
-                    pending_demands.append(reserve.memory_demand())
+                key.append(True if reserve is None else reserve.memory_demand())
+            else:
+                key.append(None)
         self._pending_count = count
         self._needed_cache = None
-        signature = tuple(with_pending)
-        demands = tuple(pending_demands)
-        if signature != self._min_signature or demands != self._min_demands:
+        if key != self._min_key:
             min_needed: Vector | None = None
-            for state, pending in zip(self._tasks.values(), with_pending, strict=True):
-                if pending:
+            for state, pending in zip(self._tasks.values(), key, strict=True):
+                if pending is not None:
                     per_job = self._per_job(state)
                     min_needed = per_job.copy() if min_needed is None else np.minimum(min_needed, per_job)
             self._base_min_needed = min_needed if min_needed is not None else np.zeros(RESOURCE_COUNT)
-            self._min_signature = signature
-            self._min_demands = demands
+            self._min_key = key
         self._min_needed = self._base_min_needed
 
     @property
@@ -551,9 +548,9 @@ class VanillaController(OperationControllerBase):
     def on_allocation_finished(
         self, allocation: Allocation, finished: FinishedAllocation, now: float
     ) -> None:
-        job = self._running.get(allocation.id)
+        job = self._running.get(allocation.id) if self.is_gang else None
         super().on_allocation_finished(allocation, finished, now)
-        if job is None or not self.is_gang or job.incarnation != self.incarnation:
+        if job is None or job.incarnation != self.incarnation:
             return
         gang_size = self._tasks[job.task].spec.gang_size
         if gang_size is None or job.index >= gang_size:

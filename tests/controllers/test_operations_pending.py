@@ -60,7 +60,7 @@ def test_min_needed_follows_which_tasks_have_pending_jobs():
     tasks=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 4)), min_size=1, max_size=3),
     steps=st.lists(st.tuples(st.sampled_from(["start", "complete", "abort", "fail"]), st.integers(0, 99))),
     vanilla=st.booleans(),
-    reserve=st.booleans(),
+    reserve=st.sampled_from(["none", "first", "all"]),
 )
 def test_pending_needed_and_min_needed_stay_exact(tasks, steps, vanilla, reserve):
     specs = [
@@ -68,7 +68,9 @@ def test_pending_needed_and_min_needed_stay_exact(tasks, steps, vanilla, reserve
             f"t{index}",
             jobs,
             vector(user_slots=1, cpu=cpu, memory=cpu * 2**30),
-            memory_reserve=TaskMemoryReserve() if reserve and index == 0 else None,
+            memory_reserve=TaskMemoryReserve()
+            if reserve == "all" or (reserve == "first" and index == 0)
+            else None,
         )
         for index, (jobs, cpu) in enumerate(tasks)
     ]

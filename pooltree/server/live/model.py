@@ -97,6 +97,8 @@ class LiveVanillaController(VanillaController):
 
     def _refresh(self) -> None:
         super()._refresh()
+        if not self._reserved:
+            return
         had_pending = self._pending_count > 0
         for jobs in self._reserved.values():
             for job, _ in jobs.values():
