@@ -51,7 +51,7 @@ from pooltree.server.http_protocol import ARRIVED
 from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
-from pooltree.server.live.jobs import DeferredHeartbeat
+from pooltree.server.live.jobs import DeferredHeartbeat, Then
 from pooltree.server.live.tail import HeartbeatTail, PhaseClock, TailCollector
 from pooltree.server.live.throttle import ThrottleSettings
 from pooltree.server.metrics import CONTENT_TYPE, make_registry, render
@@ -457,15 +457,21 @@ class SchedulerService:
         return response
 
     def answer_heartbeat_unwaited(
-        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None = None
+        self,
+        heartbeat: HeartbeatRequest,
+        peer: str | None,
+        throttled: bool,
+        hostname: str | None = None,
+        then: Then | None = None,
     ) -> tuple[dict[str, Any], int]:
         """``answer_heartbeat`` without its wait for the store: (the answer, the group commit ticket its job
         records go in). The caller waits for the ticket (``scheduler.commits.wait``) before the answer leaves and
-        accounts the heartbeat's duration (the node shards' leader, ``shards/host.py``)."""
+        accounts the heartbeat's duration (the node shards' leader, ``shards/host.py``); ``then`` is called with
+        the answer under the scheduling lock, in the hold that made it (``LiveJobs.process_heartbeat_unwaited``)."""
         self.store.check_writable()
         self.security.bind_node(heartbeat.address, peer)
         response, ticket = self.scheduler.process_heartbeat_unwaited(
-            heartbeat, self.clock(), throttled=throttled
+            heartbeat, self.clock(), throttled=throttled, then=then
         )
         self._name_shard(response, heartbeat.address, hostname)
         return response, ticket

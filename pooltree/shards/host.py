@@ -4,9 +4,9 @@
 ``POST /internal/node_heartbeat`` on a port of its own: it authenticates the node, reads the body and sends it
 over its pipe, which the leader's reader decodes (``messages.unpack``); the leader processes it with
 the scheduler's ``answer_heartbeat_unwaited`` (what the leader's own HTTP route runs: same throttle, same lock, same
-group commit, same strategy) on the shard's own leader thread, one heartbeat after the other, and a finisher
-thread waits for its job records to be stored, proves the node's next heartbeat and sends the answer map back,
-which the shard encodes and returns. A node is owned
+group commit, same strategy) on the thread that reads the shard's pipe, one heartbeat after the other, proving the
+node's next heartbeat in the same hold of the scheduling lock, and a finisher thread waits for its job records to
+be stored and sends the answer map back, which the shard encodes and returns. A node is owned
 by shard ``blake2b(address) % count``; the leader's answers name that shard's URL (``wire.HEARTBEAT_URL``) and the
 node sends its next heartbeats there.
 
@@ -31,6 +31,7 @@ import multiprocessing
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -59,9 +60,8 @@ shard may answer a heartbeat on an older proof within that window: the node's wo
 SYNC_TIMEOUT = 10.0
 """Seconds ``NodeShards.sync`` waits for every shard."""
 FINISHERS = 1
-"""Leader threads that finish the shards' heartbeats (wait for their job records to be stored, prove the node's
-next heartbeat, send the answer); each shard's heartbeats are processed by one thread of its own
-(``NodeShards._answer``)."""
+"""Leader threads that finish the shards' heartbeats (wait for their job records to be stored, send the answer);
+each shard's heartbeats are processed by the thread that reads its pipe (``NodeShards._read``)."""
 
 
 class HeartbeatService(Protocol):
@@ -75,7 +75,12 @@ class HeartbeatService(Protocol):
     def leave_heartbeat(self) -> None: ...
 
     def answer_heartbeat_unwaited(
-        self, heartbeat: HeartbeatRequest, peer: str | None, throttled: bool, hostname: str | None
+        self,
+        heartbeat: HeartbeatRequest,
+        peer: str | None,
+        throttled: bool,
+        hostname: str | None,
+        then: Callable[[dict[str, Any]], None] | None,
     ) -> tuple[dict[str, Any], int]: ...
 
     def render_error(self, error: BaseException, request_id: str) -> tuple[int, dict[str, str], bytes]: ...
@@ -146,6 +151,11 @@ class _Workers:
             self._work.put(None)
 
 
+_Arrived = tuple[HeartbeatRequest | None, Any]
+"""A shard's message waiting on its reader: (a heartbeat, (request id, peer, hostname, throttled)), or (None, the
+notes of heartbeats the shard answered)."""
+
+
 @dataclass
 class _Shard:
     index: int
@@ -177,8 +187,6 @@ class NodeShards:
         """Shards that start allocations: each process also runs its nodes' passes (``remote.py``) on a second
         pipe; None: the leader runs every pass (the shards answer the heartbeats proven empty)."""
         self._context = multiprocessing.get_context("spawn")
-        self._answerers = [_Workers(1, f"node-shard-{index}-answers") for index in range(count)]
-        """Per shard, the one thread that processes its heartbeats, in the order they came (``_answer``)."""
         self._finishers = _Workers(FINISHERS, "node-shard-finish")
         """The threads that wait for the answers' job records to be stored, then prove and send (``_finish``)."""
         self._lock = threading.Lock()
@@ -257,36 +265,21 @@ class NodeShards:
         log.info("node shard %d (pid %d) serves heartbeats on port %d", index, process.pid, shard.port)
 
     def _read(self, shard: _Shard) -> None:
-        """Take the shard's heartbeats until its pipe ends; then restart it unless closing."""
-        while True:
-            try:
-                message = shard.conn.recv()
-            except (EOFError, OSError):
-                break
-            except TypeError:  # `close` closed the pipe under this read (its handle is gone): the end
-                if shard.alive:
-                    raise
-                break
-            if message[0] == "skips":
-                self._apply_skips(shard, message[1])
-                continue
-            if message[0] == "synced":
-                self._synced(shard, message[1])
-                continue
-            self.answered[shard.index] += 1
-            request_id, packed, peer, hostname, skips = message
-            self._apply_skips(shard, skips)  # in order: before the heartbeat that follows them
-            try:
-                heartbeat = unpack(packed)
-                # in flight from its arrival (the leader's HTTP route counts the same way): heartbeats waiting
-                # for a leader thread count towards the throttle's limits
-                limit = self.service.enter_heartbeat(heartbeat)
-            except Exception as error:
-                self._send(shard, self._error_reply(shard, request_id, error))
-                continue
-            self._answerers[shard.index].submit(
-                self._answer, shard, request_id, heartbeat, peer, hostname, limit is not None
-            )
+        """Take the shard's messages until its pipe ends and process its heartbeats, in the order they came, on
+        this thread; then restart the shard unless closing.
+
+        Between two heartbeats it takes everything the pipe holds, so a heartbeat is counted in flight (the
+        throttle) about when it arrives, as on the leader's own route, although it waits here for the ones before
+        it. Processing them on the thread that reads them saves each heartbeat a hand-over to another thread
+        (a wake-up, and a switch of the interpreter between the two; ``bench/RESULTS.md``, session 32); the
+        heartbeats of one shard take the scheduling lock one after the other anyway."""
+        pending: deque[_Arrived] = deque()
+        while self._take_arrived(shard, pending, block=not pending):
+            if pending:
+                self._process(shard, pending.popleft())
+        for arrived in pending:  # the shard is gone: nobody waits for these answers (its nodes ask again)
+            if arrived[0] is not None:
+                self.service.leave_heartbeat()
         shard.alive = False
         if self.starts is not None:
             self.starts.detach(shard.index)
@@ -309,6 +302,58 @@ class NodeShards:
         except Exception:  # the leader keeps answering the shard's nodes itself
             log.exception("node shard %d could not be restarted", shard.index)
 
+    def _take_arrived(self, shard: _Shard, pending: deque[_Arrived], block: bool) -> bool:
+        """The shard's messages the pipe holds (with ``block``, at least one) taken: heartbeats counted in flight
+        and queued in ``pending`` with the notes before them; False once the pipe ended."""
+        conn = shard.conn
+        try:
+            if block:
+                self._arrive(shard, conn.recv(), pending)
+            while conn.poll():
+                self._arrive(shard, conn.recv(), pending)
+        except (EOFError, OSError):
+            return False
+        except TypeError:  # `close` closed the pipe under this read (its handle is gone): the end
+            if shard.alive:
+                raise
+            return False
+        return True
+
+    def _arrive(self, shard: _Shard, message: tuple[Any, ...], pending: deque[_Arrived]) -> None:
+        """One message of the shard: notes queued to be applied in order (before the heartbeat that follows
+        them), a sync answered, a heartbeat counted in flight (an error answered at once) and queued."""
+        kind = message[0]
+        if kind == "skips":
+            pending.append((None, message[1]))
+            return
+        if kind == "synced":
+            self._synced(shard, message[1])
+            return
+        self.answered[shard.index] += 1
+        request_id, packed, peer, hostname, skips = message
+        if skips:
+            pending.append((None, skips))
+        try:
+            heartbeat = unpack(packed)
+            # in flight from its arrival (the leader's HTTP route counts the same way): heartbeats waiting for
+            # the ones before them count towards the throttle's limits
+            limit = self.service.enter_heartbeat(heartbeat)
+        except Exception as error:
+            self._send(shard, self._error_reply(shard, request_id, error))
+            return
+        pending.append((heartbeat, (request_id, peer, hostname, limit is not None)))
+
+    def _process(self, shard: _Shard, arrived: _Arrived) -> None:
+        heartbeat, rest = arrived
+        if heartbeat is None:
+            self._apply_skips(shard, rest)
+            return
+        request_id, peer, hostname, throttled = rest
+        try:
+            self._answer(shard, request_id, heartbeat, peer, hostname, throttled)
+        except Exception:
+            log.exception("a node shard's heartbeat failed on its leader thread")
+
     def _answer(
         self,
         shard: _Shard,
@@ -318,8 +363,9 @@ class NodeShards:
         hostname: str | None,
         throttled: bool,
     ) -> None:
-        """Process one heartbeat on the shard's own leader thread (counted in flight by the reader), then hand it
-        to a finisher (``_finish``), which waits for its job records to be stored before anything is sent.
+        """Process one heartbeat on the shard's own leader thread (its reader; counted in flight when it arrived),
+        the proof of the node's next heartbeat made in its hold of the scheduling lock, then hand it to a
+        finisher (``_finish``), which waits for its job records to be stored before anything is sent.
 
         One thread per shard, not a pool: the heartbeats of a shard take the scheduling lock one after the other
         anyway, and several threads per shard contending for it (and for the interpreter) cost the leader CPU per
@@ -328,37 +374,37 @@ class NodeShards:
         The store's write is not waited for here, so the next heartbeat's memory work overlaps it and the group
         commit still batches the heartbeats of every shard."""
         began = time.perf_counter()
+        proofs: list[Proof | None] = []
+
+        def prove(answer: dict[str, Any]) -> None:  # in the heartbeat's hold of the scheduling lock
+            proofs.append(self._proven(heartbeat, answer))
+
         try:
             with self.starts.carrying(shard.index) if self.starts is not None else contextlib.nullcontext():
                 response, ticket = self.service.answer_heartbeat_unwaited(
-                    heartbeat, peer, throttled, hostname
+                    heartbeat, peer, throttled, hostname, prove
                 )
         except Exception as error:
             self._done(shard, self._error_reply(shard, request_id, error), began)
             return
-        self._finishers.submit(self._finish, shard, request_id, heartbeat, response, ticket, began)
+        proof = proofs[-1] if proofs else None
+        self._finishers.submit(self._finish, shard, request_id, response, proof, ticket, began)
 
     def _finish(
         self,
         shard: _Shard,
         request_id: int,
-        heartbeat: HeartbeatRequest,
         response: dict[str, Any],
+        proof: Proof | None,
         ticket: int,
         began: float,
     ) -> None:
         """A processed heartbeat's end: its job records stored (a started job is stored before its node hears of
         it, an acknowledged one is durable; a failed write answers an error, as the leader's own route does), the
-        proof of the node's next heartbeat, the answer sent."""
+        answer sent with the proof of the node's next heartbeat made in the heartbeat's hold."""
         try:
             self.service.scheduler.commits.wait(ticket)
-            reply: tuple[Any, ...] = (
-                request_id,
-                200,
-                response,
-                self._proven(heartbeat, response),
-                self.service.clock(),
-            )
+            reply: tuple[Any, ...] = (request_id, 200, response, proof, self.service.clock())
         except Exception as error:
             reply = self._error_reply(shard, request_id, error)
         self._done(shard, reply, began)
@@ -370,10 +416,10 @@ class NodeShards:
         self._send(shard, reply)
 
     def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
-        """The proof that the node's next equal heartbeat is empty (None: not proven; a failed proof only sends
-        that heartbeat to the leader)."""
+        """The proof that the node's next equal heartbeat is empty, the scheduling lock held (None: not proven; a
+        failed proof only sends that heartbeat to the leader)."""
         try:
-            return self.verdicts.proven(heartbeat, answer)
+            return self.verdicts.prove(heartbeat, answer)
         except Exception:
             log.exception("no proof for node %s's next heartbeat", heartbeat.address)
             return None
@@ -498,8 +544,6 @@ class NodeShards:
         self._shutdown_workers()
 
     def _shutdown_workers(self) -> None:
-        for answerer in self._answerers:
-            answerer.shutdown()
         self._finishers.shutdown()
 
 

@@ -2,10 +2,11 @@
 
 ``InProcessShards(scheduler, count)`` takes heartbeat maps as ``recording.replay``'s sender does: the node's
 shard (``shard_of``) answers a heartbeat its verdict proves empty (``verdicts.ShardNodes``); any other goes to the
-leader with the shard's notes of answered heartbeats applied first, and the leader's verdict comes back to the
-shard. It is the flow of ``host.py`` and ``process.py`` without processes, HTTP or latency: the shards learn
-every new state generation (and ``coarse`` counter and node stamps) before the next heartbeat (the processes learn it a pipe's latency later), so a
-replay through it must decide exactly as the single-process scheduler does.
+leader with the shard's notes of answered heartbeats applied first, and the leader's verdict (made in the
+heartbeat's hold of the scheduling lock, as ``host.py`` makes it) comes back to the shard. It is the flow of
+``host.py`` and ``process.py`` without processes, HTTP or latency: the shards learn every new state generation
+(and ``coarse`` counter and node stamps) before the next heartbeat (the processes learn it a pipe's latency
+later), so a replay through it must decide exactly as the single-process scheduler does.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from pooltree.node.wire import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.host import shard_of
-from pooltree.shards.verdicts import LeaderVerdicts, ShardNodes
+from pooltree.shards.verdicts import LeaderVerdicts, Proof, ShardNodes
 
 
 class InProcessShards:
@@ -48,6 +49,10 @@ class InProcessShards:
             return local
         self.leader.apply_skips(shard.take_skips())
         self.forwarded += 1
-        answer = self.scheduler.process_heartbeat(heartbeat, now)
-        shard.remember(heartbeat, None, answer, self.leader.proven(heartbeat, answer))
+        proofs: list[Proof | None] = []
+        answer, ticket = self.scheduler.process_heartbeat_unwaited(
+            heartbeat, now, then=lambda answer: proofs.append(self.leader.prove(heartbeat, answer))
+        )
+        self.scheduler.commits.wait(ticket)
+        shard.remember(heartbeat, None, answer, proofs[-1] if proofs else None)
         return answer

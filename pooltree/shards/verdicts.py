@@ -287,9 +287,16 @@ class LeaderVerdicts:
         """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
 
     def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
-        """After the leader answered ``heartbeat`` with ``answer``: the proof that the node's next heartbeat as
-        the answer leaves it (``expected_next``: with the started jobs running) changes nothing (the state
-        generation it holds at, the running jobs' memory bounds, the full node's stamp), or None.
+        """``prove`` in a hold of the scheduling lock of its own (after the heartbeat's)."""
+        with self.scheduler.lock:
+            return self.prove(heartbeat, answer)
+
+    def prove(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
+        """After the leader answered ``heartbeat`` with ``answer`` (the scheduling lock held: the node shards'
+        leader calls it at the end of the heartbeat's own hold, ``LiveJobs.process_heartbeat_unwaited``'s
+        ``then``): the proof that the node's next heartbeat as the answer leaves it (``expected_next``: with the
+        started jobs running) changes nothing (the state generation it holds at, the running jobs' memory bounds,
+        the full node's stamp), or None.
 
         None also when the node's last `UNUSED_PROOFS` proofs were not used (no heartbeat of it answered by a
         shard since), but for every `PROOF_PROBE`-th such heartbeat: not proving only sends the node's next
@@ -298,10 +305,6 @@ class LeaderVerdicts:
         are spared."""
         if answer.get(wire.PREEMPT) or answer.get(wire.ABORT) or answer.get(wire.SCHEDULING_SKIPPED):
             return None  # the node's next heartbeat reports what this one stopped, or it was throttled
-        expected = expected_next(heartbeat, answer, self.entries)
-        if expected is None:
-            return None
-        heartbeat = expected
         address = heartbeat.address
         if self._unused.get(address, 0) >= UNUSED_PROOFS:
             unproven = self._unproven.get(address, 0) + 1
@@ -310,13 +313,12 @@ class LeaderVerdicts:
                 self.proofs_spared += 1
                 return None
             self._unproven[address] = 0
-        scheduler = self.scheduler
-        with scheduler.lock:
-            if not self._quiet(heartbeat):
-                return None
-            generation = scheduler.generation
-            full = generation.full_stamp(address) if self._full(address) else None
-            proof = generation.value, self._memory_bounds(heartbeat), full
+        expected = expected_next(heartbeat, answer, self.entries)
+        if expected is None or not self._quiet(expected):
+            return None
+        generation = self.scheduler.generation
+        full = generation.full_stamp(address) if self._full(address) else None
+        proof = generation.value, self._memory_bounds(expected), full
         self._unused[address] = self._unused.get(address, 0) + 1
         self.proofs_made += 1
         return proof

@@ -162,3 +162,31 @@ def test_a_node_swept_between_the_two_holds_is_answered_without_a_pass(tmp_path:
     assert not response.get(wire.START)
     assert sorted(response[wire.ACKNOWLEDGE]) == sorted(job.job_id for job in heartbeat.finished)
     assert not live.updates.stale_trees  # published all the same
+
+
+def test_then_runs_with_the_answer_at_the_end_of_the_hold_that_made_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """``process_heartbeat_unwaited``'s ``then`` (the node shards' proof of the node's next heartbeat) is called
+    once per heartbeat with its answer, in the caller's hold of the lock after the state generation settled; for
+    a heartbeat deferred by a stale tree, at the end of its second hold. The decisions are the whole heartbeat's."""
+    expected = _drive(_scheduler(tmp_path, "whole.sqlite"), _whole)
+    deferred: list[DeferredHeartbeat] = []
+    finish = DeferredHeartbeat.finish
+    monkeypatch.setattr(DeferredHeartbeat, "finish", lambda self: deferred.append(self) or finish(self))
+    calls: list[tuple[dict[str, Any], bool, int]] = []
+
+    def beat(live: LiveScheduler, heartbeat: Any, now: float) -> dict[str, Any]:
+        def then(answer: dict[str, Any]) -> None:
+            calls.append((answer, live.lock.held, live.generation.value))
+
+        response, ticket = live.process_heartbeat_unwaited(heartbeat, now, then=then)
+        assert [(answer is response, held, value) for answer, held, value in calls] == [
+            (True, True, live.generation.value)
+        ]
+        calls.clear()
+        live.commits.wait(ticket)
+        return response
+
+    assert _drive(_scheduler(tmp_path, "then.sqlite"), beat) == expected
+    assert deferred  # heartbeats whose own reports made the tree stale

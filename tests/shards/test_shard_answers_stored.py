@@ -21,6 +21,7 @@ from pooltree.node import wire
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
 from pooltree.shards.host import NodeShards, ShardSettings, shard_of
+from pooltree.shards.verdicts import UNUSED_PROOFS
 
 HEARTBEAT = "/internal/node_heartbeat"
 WAIT = 30.0
@@ -126,3 +127,26 @@ def test_a_failed_write_answers_an_error_not_the_start(sharded: tuple[SchedulerS
     assert response.status_code >= 500
     assert "the test's disk is gone" in response.headers["X-YT-Error"]
     assert service.scheduler.heartbeat_throttle.in_flight == 0  # out of flight, as after any answer
+
+
+def test_the_proof_of_the_next_heartbeat_takes_no_hold_of_the_lock_of_its_own(
+    sharded: tuple[SchedulerService, HeldStore],
+) -> None:
+    """The leader proves a forwarded heartbeat's node's next heartbeat in the hold that processed it (the node's
+    jobs still in the cache, no second wait for the lock): one hold per heartbeat, and the proof still made (a
+    heartbeat equal to the proven one is then answered by the shard)."""
+    service, _ = sharded
+    assert service.shards is not None
+    first, _, url = _two_nodes_of_one_shard(service)
+    lock, verdicts = service.scheduler.lock, service.shards.verdicts
+    with httpx.Client(timeout=WAIT) as client:
+        assert client.post(url + HEARTBEAT, json=_heartbeat(first)).status_code == 200  # registers the node
+        for serial in range(UNUSED_PROOFS - 1):  # each differs from the proven one (its alerts): forwarded
+            heartbeat = _heartbeat(first)
+            heartbeat[wire.ALERTS] = [{"code": 1, "message": f"alert {serial}"}]
+            holds, proofs = sum(lock.holds), verdicts.proofs_made
+            assert client.post(url + HEARTBEAT, json=heartbeat).status_code == 200
+            assert (sum(lock.holds) - holds, verdicts.proofs_made - proofs) == (1, 1)
+        forwarded = sum(service.shards.answered)
+        assert client.post(url + HEARTBEAT, json=heartbeat).status_code == 200
+    assert sum(service.shards.answered) == forwarded  # answered by the shard on the last proof

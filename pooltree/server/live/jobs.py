@@ -7,6 +7,7 @@ under the scheduler's lock.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREEMPTION_ERROR_ATTRIBUTES = ("preemption_reason", "preempted_for")
+
+Then = Callable[[dict[str, Any]], None]
+"""Called with a heartbeat's response under the scheduling lock, at the end of the hold that made it
+(``LiveJobs.process_heartbeat_unwaited``)."""
 
 
 def reported_usage(report: RunningJobReport) -> np.ndarray:
@@ -85,6 +90,8 @@ class DeferredHeartbeat:
         self.throttled = throttled
         self.ticket = 0
         """The group commit ticket of the first hold's records (the finished jobs it acknowledges)."""
+        self.then: Then | None = None
+        """Called with the response at the end of the second hold (``process_heartbeat_unwaited``'s)."""
 
     def finish(self) -> tuple[dict[str, Any], int]:
         return self.jobs.finish_deferred(self)
@@ -128,17 +135,24 @@ class LiveJobs:
         return response
 
     def process_heartbeat_unwaited(
-        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False, then: Then | None = None
     ) -> tuple[dict[str, Any], int]:
         """``process_heartbeat`` up to its wait: (the response, the group commit ticket of its job records). The
         caller must wait for the ticket (``GroupCommit.wait``) before the response leaves the scheduler (the node
-        shards' leader answers each shard's heartbeats in order on one thread and waits on another)."""
+        shards' leader answers each shard's heartbeats in order on one thread and waits on another). ``then``
+        is called with the response in the hold that made it, after its records were queued and the state
+        generation settled (the node shards' proof of the node's next heartbeat: no second hold of the lock, and
+        the node's jobs are still in the processor's cache)."""
         scheduler = self.scheduler
         apart = not scheduler.lock.held  # a caller holding the lock keeps the whole heartbeat in its hold
         if apart and scheduler.updates.waiting:  # read without the lock: a hint
             scheduler.updates.publish_stale_apart(now)
         with scheduler.lock:
             attempt = self._locked_heartbeat(heartbeat, now, throttled, defer=apart)
+            if isinstance(attempt, DeferredHeartbeat):
+                attempt.then = then
+            elif then is not None:
+                then(attempt[0])
         return attempt.finish() if isinstance(attempt, DeferredHeartbeat) else attempt
 
     def try_process_heartbeat(
@@ -198,7 +212,8 @@ class LiveJobs:
     def finish_deferred(self, deferred: DeferredHeartbeat) -> tuple[dict[str, Any], int]:
         """The rest of a ``DeferredHeartbeat`` (the lock not held): the stale trees published computed apart,
         then, in a second hold, the stale trees left (published whole, as before) and the scheduling pass. The
-        ticket covers both holds' records. A node swept between the two holds is answered without a pass."""
+        ticket covers both holds' records. A node swept between the two holds is answered without a pass.
+        Its ``then`` is called at the end of the second hold."""
         scheduler = self.scheduler
         scheduler.updates.publish_stale_apart(deferred.now)
         with scheduler.lock:
@@ -215,6 +230,8 @@ class LiveJobs:
                 writes, scheduler.persistence.job_writes = scheduler.persistence.job_writes, None
                 ticket = scheduler.commits.submit(writes.values())
                 scheduler.generation.settle(scheduler.cores, scheduler.stale_for_full_nodes())
+            if deferred.then is not None:
+                deferred.then(response)
         return response, max(ticket, deferred.ticket)
 
     def _take_reports(self, heartbeat: HeartbeatRequest, now: float) -> tuple[NodeState, list[str]]:

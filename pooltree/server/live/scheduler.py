@@ -30,7 +30,7 @@ from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.counts import OperationCounts
 from pooltree.server.live.generation import StateGeneration
 from pooltree.server.live.index import Reservations, RunningJobs
-from pooltree.server.live.jobs import DeferredHeartbeat, LiveJobs
+from pooltree.server.live.jobs import DeferredHeartbeat, LiveJobs, Then
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.model import (
     DEFAULT_FAIR_SHARE_UPDATE_PERIOD,
@@ -162,11 +162,11 @@ class LiveScheduler:
         return self.heartbeats.process_heartbeat(heartbeat, now, throttled=throttled)
 
     def process_heartbeat_unwaited(
-        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
+        self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False, then: Then | None = None
     ) -> tuple[dict[str, Any], int]:
         """``process_heartbeat`` without its wait for the store: (the answer, the group commit ticket the caller
-        waits for before the answer leaves, ``jobs.py``)."""
-        return self.heartbeats.process_heartbeat_unwaited(heartbeat, now, throttled=throttled)
+        waits for before the answer leaves, ``jobs.py``); ``then`` called with the answer in its hold."""
+        return self.heartbeats.process_heartbeat_unwaited(heartbeat, now, throttled=throttled, then=then)
 
     def try_process_heartbeat(
         self, heartbeat: HeartbeatRequest, now: float, *, throttled: bool = False
