@@ -39,10 +39,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_common import join_processes, machine, start_drivers
 from live_nodes import _driver
+
+from pooltree.node import wire
 
 NODE_CPU = 16
 START_SPEC: dict[str, Any] = {
@@ -76,9 +79,11 @@ run_shard(Connection(int(sys.argv[1])), 0, ShardSettings("127.0.0.1", False, Non
 class StandInLeader:
     """The leader's end of the shard's pipe: forwarded heartbeats answered at once, generations pushed."""
 
-    def __init__(self, conn: Connection, generation_poll: float) -> None:
+    def __init__(self, conn: Connection, generation_poll: float, encoded: bool) -> None:
         self.conn = conn
         self.generation_poll = generation_poll
+        self.encoded = encoded
+        """Answers go as the node's JSON body (``messages.answer_body``), else as maps (builds before)."""
         self.lock = threading.Lock()
         self.forwarded = 0
         self.jobs = 0
@@ -102,7 +107,8 @@ class StandInLeader:
                 continue
             request_id, packed = message[0], message[1]
             self.forwarded += 1
-            self._send((request_id, 200, self._answer(packed), None, time.time()))
+            answer = self._answer(packed)
+            self._send((request_id, 200, wire.encode(answer) if self.encoded else answer, None, time.time()))
 
     def _answer(self, packed: Any) -> dict[str, Any]:
         if isinstance(packed, bytes):  # the node's body (``shards/messages.py``)
@@ -206,7 +212,8 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         stdin=subprocess.DEVNULL,
     )
     shard_end.close()
-    leader = StandInLeader(Connection(leader_end.detach()), args.generation_poll)
+    encoded = "def answer_body(" in (Path(args.code) / "pooltree" / "shards" / "messages.py").read_text()
+    leader = StandInLeader(Connection(leader_end.detach()), args.generation_poll, encoded)
     context = mp.get_context("spawn")
     drivers: list[Any] = []
     try:

@@ -10,12 +10,18 @@ when it may answer it itself (``heartbeat_address``: the node has a verdict ther
 carries a proof (the shard then keeps the node's expected next heartbeat). ``unpack(pack(body))`` is the request
 ``decode_heartbeat(body)`` gives, errors included (a malformed body is refused by the leader with the error the
 shard would have answered).
+
+The leader's answer comes back as the JSON body the node gets (``answer_body``), which the shard sends on as it
+is and decodes only when the reply carries a proof (the node's expected next heartbeat is made from the answer's
+starts, as the node reads them).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+from pooltree.node import wire
 from pooltree.node.wire import HeartbeatRequest, RunningReports
 from pooltree.node.wire_structs import read_address
 from pooltree.server.heartbeats import decode_heartbeat
@@ -44,3 +50,9 @@ def unpack(packed: Packed) -> HeartbeatRequest:
     if reports is None:
         reports = _READERS.reports = RunningReports()
     return decode_heartbeat(packed, reports)
+
+
+def answer_body(answer: dict[str, Any]) -> bytes:
+    """The leader's answer as its reply carries it: the JSON body the shard sends the node as it is (an answer
+    with starts pickles and unpickles as a map in ~16 µs and is then encoded, as bytes in ~3 µs)."""
+    return wire.encode(answer)

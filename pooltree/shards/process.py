@@ -12,9 +12,10 @@ heartbeat of a node the leader proved empty after its previous one is decoded an
 answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other goes
 over the pipe as ``(request id, body, peer, hostname, notes)`` (``messages.py``: the leader decodes the body, and
 refuses a malformed one with the error this process would have answered; the notes of the heartbeats answered here
-since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer map, proof or None,
-leader's clock)``, which is encoded here (with a proof, the body is decoded here too: the node's expected next
-heartbeat is kept), or ``(request id, status, headers, body)``: a YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
+since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer, proof or None,
+leader's clock)``, the answer being the JSON body the node gets, sent on as it is (with a proof, body and answer
+are decoded here too: the node's expected next heartbeat is kept), or ``(request id, status, headers, body)``: a
+YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
 state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
 go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop
 (``pipe.LoopPipe``: no reader thread), which resolves the waiting requests and takes the leader's other messages;
@@ -206,7 +207,7 @@ class ShardServer:
             _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
             self._remember(address, heartbeat, body, peer, answer, proof)
-            return wire.encode(answer)
+            return answer
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 
@@ -216,21 +217,23 @@ class ShardServer:
         heartbeat: HeartbeatRequest | None,
         body: bytes,
         peer: str | None,
-        answer: dict[str, Any],
+        answer: bytes,
         proof: Proof | None,
     ) -> None:
-        """The leader's answer to a forwarded heartbeat of ``address``: with a proof the node's expected next
-        heartbeat is kept (the body decoded now if it was not before), without one its verdict is dropped."""
+        """The leader's answer (the node's JSON body) to a forwarded heartbeat of ``address``: with a proof the
+        node's expected next heartbeat is kept (body and answer decoded now: the body only if it was not
+        before), without one its verdict is dropped."""
         if proof is None:
             self.nodes.forget(address)
             return
-        if heartbeat is None:
-            try:
+        try:
+            if heartbeat is None:
                 heartbeat = decode_heartbeat(body, self.reports)
-            except PooltreeError:  # the leader read it, so this does not happen; no verdict then
-                self.nodes.forget(address)
-                return
-        self.nodes.remember(heartbeat, peer, answer, proof)
+            answered = wire.decode(answer)
+        except (PooltreeError, ValueError):  # the leader read and wrote them, so this does not happen
+            self.nodes.forget(address)
+            return
+        self.nodes.remember(heartbeat, peer, answered, proof)
 
     async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self.loop is not None and self.pipe is not None

@@ -1,6 +1,7 @@
 """A shard process reads and writes its pipe to the leader on its event loop (``shards/pipe.py``): the frames are
 ``multiprocessing.connection.Connection``'s both ways, a reply reaches its heartbeat's answer with the bytes the
-leader's answer map encodes to (also a reply cut across writes), and the shard ends when the leader's end does."""
+leader's answer map encodes to (also a reply cut across writes), a reply with a proof lets the shard answer the
+node's next heartbeat itself, and the shard ends when the leader's end does."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from pooltree.node import wire
-from pooltree.shards.messages import unpack
+from pooltree.shards.messages import answer_body, unpack
 from pooltree.shards.pipe import Frames, frame
 from pooltree.shards.process import ShardSettings, run_shard
 
@@ -137,7 +138,7 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
         {"start": big_start, "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 2.5},
     ]
     # the leader's Connection writes the header and the payload of a message over 16 KiB apart
-    assert len(pickle.dumps(answers[1])) > 16_384
+    assert len(pickle.dumps(answer_body(answers[1]))) > 16_384
     with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
         for index, answer in enumerate(answers):
             leader.send(("generation", index + 1, 100.0 + index, index, ()))
@@ -146,7 +147,7 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
             )
             request_id, packed, peer, hostname, _skips = _forwarded(leader)
             assert unpack(packed).address == f"n{index}" and peer == "127.0.0.1" and hostname == "127.0.0.1"
-            leader.send((request_id, 200, answer, None, 101.0))
+            leader.send((request_id, 200, answer_body(answer), None, 101.0))
             response = sent.result(TIMEOUT)
             assert response.status_code == 200
             assert response.headers["content-type"] == wire.MEDIA_TYPE
@@ -157,6 +158,45 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
         response = sent.result(TIMEOUT)
         assert response.status_code == 503 and response.content == b'{"code": 1, "message": "m"}'
         assert response.headers["X-YT-Response-Code"] == "1"
+
+
+def test_a_reply_with_a_proof_lets_the_shard_answer_the_node_s_next_heartbeat(
+    shard: tuple[Connection, str, Any],
+) -> None:
+    """The answer comes as the node's JSON body; with a proof the shard decodes body and answer and answers the
+    node's equal next heartbeat itself (its note reaches the leader with the next forwarded heartbeat), after
+    starts the heartbeat that reports the started job as its start entry gave it."""
+    leader, url, _ = shard
+    start = {
+        "job_id": "j1",
+        "operation_id": "o1",
+        "task_name": "main",
+        "resources": {"user_slots": 1, "cpu": 1},
+    }
+    answer = {"start": [start], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 2.0}
+    started = _heartbeat("n1")
+    started["running_jobs"] = [
+        wire.running_job("j1", "o1", "main", start_time=1.0, resource_usage={"user_slots": 1, "cpu": 1})
+    ]
+    with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
+        leader.send(("generation", 4, 50.0, 0, ()))
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n1")).encode())
+        leader.send((_forwarded(leader)[0], 200, answer_body(answer), (4, {}, None), 50.5))
+        assert sent.result(TIMEOUT).content == answer_body(answer)
+        local = client.post(url + HEARTBEAT, content=json.dumps(started).encode())
+        assert local.status_code == 200
+        assert json.loads(local.content) == {
+            "start": [],
+            "preempt": [],
+            "abort": [],
+            "acknowledge": [],
+            "heartbeat_period": 2.0,
+        }
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n2")).encode())
+        request_id, packed, _, _, skips = _forwarded(leader)
+        assert unpack(packed).address == "n2" and [address for address, _ in skips] == ["n1"]
+        leader.send((request_id, 200, answer_body({"start": []}), None, 51.0))
+        assert sent.result(TIMEOUT).status_code == 200
 
 
 def test_the_shard_ends_when_the_leader_s_end_of_the_pipe_closes(shard: tuple[Connection, str, Any]) -> None:
