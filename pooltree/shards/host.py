@@ -6,7 +6,8 @@ over its pipe, which the leader's reader decodes (``messages.unpack``); the lead
 the scheduler's ``answer_heartbeat_unwaited`` (what the leader's own HTTP route runs: same throttle, same lock, same
 group commit, same strategy) on the thread that reads the shard's pipe, one heartbeat after the other, proving the
 node's next heartbeat in the same hold of the scheduling lock, and a finisher thread waits for its job records to
-be stored and sends the answer map back, which the shard encodes and returns. A node is owned
+be stored and sends the answer back as the node's JSON body (``messages.answer_body``), which the shard returns as
+it is. A node is owned
 by shard ``blake2b(address) % count``; the leader's answers name that shard's URL (``wire.HEARTBEAT_URL``) and the
 node sends its next heartbeats there.
 
