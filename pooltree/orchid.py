@@ -11,7 +11,7 @@ history.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from pooltree.fairshare.model import FairShareResult
 from pooltree.resources import RESOURCES, Vector, resources_to_dict, share_to_dict, zeros
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build import scheduling_tree_from_runtime
+from pooltree.tree.elements import TreeOperation
 from pooltree.tree.pool_tree import PoolTree
-from pooltree.tree.tree_views import OperationFacts, operation_placement
+from pooltree.tree.tree_views import OperationFacts, QueueFacts, operation_placement
 
 ROOT = "<Root>"
 
@@ -116,42 +117,51 @@ def snapshot_strategy(
 
 
 class ViewParts(NamedTuple):
-    """What a tree's view reads of the tree itself besides its fair-share result (``view_parts``): each element's
-    placement ({} when the tree dropped it since the update), the facts of the operations the update does not hold
-    (pending, or registered after it), the tree's alerts, and the operations with a discretized fair share active
+    """What a tree's view reads of the tree itself besides its fair-share result (``view_parts``): each pool
+    element's placement ({} when the tree dropped it since the update), the facts of each operation element
+    (None when dropped) and of the operations the update does not hold (pending, or registered after it), the
+    queues holding pending ones, the tree's alerts, and the operations with a discretized fair share active
     when the tree's option is on (else None). The live service reads them under its lock and assembles the view
     without it (``server/live/views.py``)."""
 
     placements: dict[str, dict[str, Any]]
+    operations: dict[str, OperationFacts | None]
     unpublished: dict[str, OperationFacts]
+    queues: dict[str, QueueFacts]
     alerts: list[str]
     discretized: frozenset[str] | None
 
 
-def view_parts(tree: PoolTree, result: FairShareResult) -> ViewParts:
-    """``tree``'s parts of the view of ``result`` (see ``ViewParts``)."""
-    positions = tree.pending_positions()
+def view_parts(tree: PoolTree, result: FairShareResult, previous: ViewParts | None = None) -> ViewParts:
+    """``tree``'s parts of the view of ``result`` (see ``ViewParts``). An operation whose facts are those it had in
+    ``previous`` (an earlier read of the same tree) keeps that object (``TreeViews.facts_of``)."""
     placements: dict[str, dict[str, Any]] = {}
-    for element_id, element in result.elements.items():
+    registered = tree.operations
+    elements = result.elements
+    published: list[tuple[str, TreeOperation | None]] = []
+    for element_id, element in elements.items():
+        if element.is_operation:
+            published.append((element_id, registered.get(element_id)))
+            continue
         # A view may be built after the update it shows (the live service builds it when read): an element the
         # tree has dropped since (a finished operation, an emptied ephemeral pool) keeps its shares only.
         try:
-            if element.is_operation:
-                placements[element_id] = tree.operation_orchid(element_id, position=positions.get(element_id))
-            else:
-                placements[element_id] = tree.pool_orchid(element_id)
+            placements[element_id] = tree.pool_orchid(element_id)
         except PooltreeError:
             placements[element_id] = {}
-    unpublished = {
-        operation_id: tree.operation_facts(operation_id, position=positions.get(operation_id))
-        for operation_id in tree.operations
-        if operation_id not in result.elements
-    }
+    unpublished_operations = [(op_id, op) for op_id, op in registered.items() if op_id not in elements]
+    queues: dict[str, QueueFacts] = {}
+    facts_of = tree.views.facts_of
+    operations = facts_of(published, previous.operations if previous is not None else {}, queues)
+    unpublished = cast(
+        dict[str, OperationFacts],
+        facts_of(unpublished_operations, previous.unpublished if previous is not None else {}, queues),
+    )
     discretized = None
     if tree.config.enable_discretized_fair_share:  # YTsaurus's orchid flag (`fairshare/discretized.py`)
         discretized = frozenset(getattr(result, "discretized_fair_share_active", frozenset()))
     alerts = [issue_text(issue) for issue in fair_share_issues(tree, result.errors)]
-    return ViewParts(placements, unpublished, alerts, discretized)
+    return ViewParts(placements, operations, unpublished, queues, alerts, discretized)
 
 
 def assemble_tree_view(
@@ -164,16 +174,22 @@ def assemble_tree_view(
     operations with shares and counters, an element's ``strategy_fields`` (when given) over its shares."""
     pools: dict[str, Any] = {}
     operations: dict[str, Any] = {}
+    queues = parts.queues
     for element_id, element in result.elements.items():
         view = element_view(element)
         if strategy_fields is not None:
             view.update(strategy_fields(element_id))
-        (operations if element.is_operation else pools)[element_id] = {**parts.placements[element_id], **view}
+        if element.is_operation:
+            facts = parts.operations[element_id]
+            placement = operation_placement(element_id, facts, queues) if facts is not None else {}
+            operations[element_id] = {**placement, **view}
+        else:
+            pools[element_id] = {**parts.placements[element_id], **view}
     if parts.discretized is not None:
         for operation_id, entry in operations.items():
             entry["discretized_fair_share_active"] = operation_id in parts.discretized
     for operation_id, facts in parts.unpublished.items():
-        operations[operation_id] = pending_view(operation_placement(facts))
+        operations[operation_id] = pending_view(operation_placement(operation_id, facts, queues))
     return {
         "resource_limits": resources_to_dict(total_resources),
         "resource_usage": resources_to_dict(result.elements[ROOT].resource_usage),

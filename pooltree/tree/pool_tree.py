@@ -150,8 +150,8 @@ class PoolTree:
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         return self.views.operation_orchid(operation_id, position=position)
 
-    def operation_facts(self, operation_id: str, *, position: int | None = None) -> OperationFacts:
-        return self.views.operation_facts(operation_id, position=position)
+    def operation_facts(self, operation_id: str) -> OperationFacts:
+        return self.views.operation_facts(operation_id)
 
     def orchid(self) -> dict[str, Any]:
         return self.views.orchid()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from operator import is_
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -119,13 +120,17 @@ class TreeViews:
         return {op_id: i for pool in self.tree._pools.values() for i, op_id in enumerate(pool.pending)}
 
     def pending_position(self, holder: PoolElement, operation_id: str) -> int:
-        """``operation_id``'s position in ``holder``'s pending queue. The queue's positions are computed in one pass
-        and kept while the queue has the same length, head and tail: operations only join at the tail and leave
-        (anywhere), so any change alters one of the three, and reading every pending operation's position costs
-        one pass per change of the queue instead of one per read."""
-        queue = holder.pending
-        if not queue:
+        """``operation_id``'s position in ``holder``'s pending queue (``queue_positions``)."""
+        if not holder.pending:
             raise KeyError(operation_id)
+        return self.queue_positions(holder)[operation_id]
+
+    def queue_positions(self, holder: PoolElement) -> dict[str, int]:
+        """Every operation's position in ``holder``'s (non-empty) pending queue. The positions are computed in one
+        pass and kept while the queue has the same length, head and tail: operations only join at the tail and
+        leave (anywhere), so any change alters one of the three, and reading every pending operation's position
+        costs one pass per change of the queue instead of one per read."""
+        queue = holder.pending
         key = (len(queue), next(iter(queue)), next(reversed(queue)))
         cached = self.tree._position_cache.get(holder.name)
         if cached is None or cached[0] != key:
@@ -135,43 +140,60 @@ class TreeViews:
                 positions if positions is not None else {op_id: i for i, op_id in enumerate(queue)},
             )
             self.tree._position_cache[holder.name] = cached
-        return cached[1][operation_id]
+        return cached[1]
+
+    def queue_facts(self, holder: PoolElement, positions: Mapping[str, int]) -> QueueFacts:
+        """What a pending operation's reason says of the queue holding it, read now, with ``positions``."""
+        return QueueFacts(
+            holder.running_operation_count, holder.max_running_operation_count, len(holder.pending), positions
+        )
 
     def operation_orchid(self, operation_id: str, *, position: int | None = None) -> dict[str, Any]:
         """An operation's placement in this tree; a pending one names the pool holding it and its position
         (``position`` when the caller already knows it)."""
-        return operation_placement(self.operation_facts(operation_id, position=position))
-
-    def operation_facts(self, operation_id: str, *, position: int | None = None) -> OperationFacts:
-        """What ``operation_orchid`` shows of an operation, read now, formatted later (``operation_placement``):
-        the live service reads it under its lock and formats it without (``server/live/views.py``)."""
-        op = self.tree.operation(operation_id)
-        pending = None
-        if not op.running and op.pending_pool is not None:
-            holder = op.pending_pool
+        facts = self.operation_facts(operation_id)
+        queues: dict[str, QueueFacts] = {}
+        if facts.pending is not None:
+            holder = self.tree.operation(operation_id).pending_pool
+            assert holder is not None
             if position is None:
-                position = self.pending_position(holder, op.id)
-            pending = (
-                holder.name,
-                position,
-                holder.running_operation_count,
-                holder.max_running_operation_count,
-                len(holder.pending),
-            )
-        return OperationFacts(
-            op.pool.name,
-            op.user,
-            op.operation_type,
-            op.start_time,
-            op.weight,
-            op.resource_limits,
-            op.lightweight,
-            op.offloading,
-            op.running,
-            op.suspended,
-            pending,
-            op.alert if pending is not None else None,
-        )
+                position = self.pending_position(holder, operation_id)
+            queues[holder.name] = self.queue_facts(holder, {operation_id: position})
+        return operation_placement(operation_id, facts, queues)
+
+    def operation_facts(self, operation_id: str) -> OperationFacts:
+        """What ``operation_orchid`` shows of an operation, read now, formatted later (``operation_placement``,
+        with the ``queue_facts`` of the queue holding a pending one): the live service reads it under its lock
+        and formats it without (``server/live/views.py``)."""
+        op = self.tree.operation(operation_id)
+        return _facts(_fields(op, None if op.running or op.pending_pool is None else op.pending_pool.name))
+
+    def facts_of(
+        self,
+        operations: Iterable[tuple[str, TreeOperation | None]],
+        previous: Mapping[str, OperationFacts | None],
+        queues: dict[str, QueueFacts],
+    ) -> dict[str, OperationFacts | None]:
+        """``operation_facts`` of each operation of ``operations`` (id, and the operation or None when it is not in
+        the tree: None), the queues holding pending ones added to ``queues`` (with every position in them, as
+        now). An operation whose facts in ``previous`` are what it shows now (``_same``) keeps that object: an
+        operation that did not change since the last read keeps its facts (a view read once a second does not
+        make thousands of new objects for the collector to walk)."""
+        found: dict[str, OperationFacts | None] = {}
+        for operation_id, op in operations:
+            if op is None:
+                found[operation_id] = None
+                continue
+            name = None
+            if not op.running and op.pending_pool is not None:
+                holder = op.pending_pool
+                name = holder.name
+                if name not in queues:  # the positions as now: the tree's kept ones grow in place
+                    queues[name] = self.queue_facts(holder, dict(self.queue_positions(holder)))
+            fields = _fields(op, name)
+            kept = previous.get(operation_id)
+            found[operation_id] = kept if kept is not None and all(map(is_, fields, kept)) else _facts(fields)
+        return found
 
     def orchid(self) -> dict[str, Any]:
         """Every pool (top-down) and every operation of the tree."""
@@ -227,9 +249,11 @@ def _starvation_options(config: Any) -> dict[str, Any]:
 
 
 class OperationFacts(NamedTuple):
-    """An operation's placement in its tree as read (``TreeViews.operation_facts``); ``pending``: (holding pool,
-    position, its running and maximum running operation counts, its queue's length) of a pending one, with its
-    ``operation_pending`` alert (set by the tree when it queues, replaced, never changed)."""
+    """An operation's placement in its tree as read (``TreeViews.operation_facts``); ``pending``: the pool whose
+    queue holds a pending one, with its ``operation_pending`` alert (set by the tree when it queues, replaced,
+    never changed). What the reason says of the queue (the operation's position, the queue's length, the pool's
+    running counts) is the queue's (``QueueFacts``), read apart: operations joining or leaving a queue change no
+    other operation's facts."""
 
     pool: str
     user: Any
@@ -241,12 +265,48 @@ class OperationFacts(NamedTuple):
     offloading: Any
     running: bool
     suspended: bool
-    pending: tuple[str, int, int, Any, int] | None
+    pending: str | None
     alert: dict[str, Any] | None
 
 
-def operation_placement(facts: OperationFacts) -> dict[str, Any]:
-    """``TreeViews.operation_orchid``'s map from its facts."""
+class QueueFacts(NamedTuple):
+    """A pool holding pending operations, as their reasons show it (``TreeViews.queue_facts``): its running and
+    maximum running operation counts, its queue's length and the positions in it (by operation id)."""
+
+    running: int
+    max_running: Any
+    length: int
+    positions: Mapping[str, int]
+
+
+def _fields(op: TreeOperation, pending: str | None) -> tuple[Any, ...]:
+    """The fields of ``op``'s ``OperationFacts``, pending in the queue of pool ``pending`` (None: not pending).
+    Facts whose every field is the same object show the same (``TreeViews.facts_of`` keeps them)."""
+    return (
+        op.pool.name,
+        op.user,
+        op.operation_type,
+        op.start_time,
+        op.weight,
+        op.resource_limits,
+        op.lightweight,
+        op.offloading,
+        op.running,
+        op.suspended,
+        pending,
+        op.alert if pending is not None else None,
+    )
+
+
+def _facts(fields: tuple[Any, ...]) -> OperationFacts:
+    return cast(OperationFacts, tuple.__new__(OperationFacts, fields))  # NamedTuple's own __new__ is Python's
+
+
+def operation_placement(
+    operation_id: str, facts: OperationFacts, queues: Mapping[str, QueueFacts]
+) -> dict[str, Any]:
+    """``TreeViews.operation_orchid``'s map of ``operation_id`` from its facts and the facts of the queue holding it
+    (``queues``: by pool name)."""
     info: dict[str, Any] = {
         "pool": facts.pool,
         "user": facts.user,
@@ -261,7 +321,9 @@ def operation_placement(facts: OperationFacts) -> dict[str, Any]:
         "alerts": {},
     }
     if facts.pending is not None:
-        holder, position, running, max_running, length = facts.pending
+        holder = facts.pending
+        running, max_running, length, positions = queues[holder]
+        position = positions[operation_id]
         info.update(
             pending_pool=holder,
             pending_position=position,

@@ -95,11 +95,12 @@ class ViewCapture:
         return [*published, *self.parts.unpublished]
 
 
-def capture_view(core: SchedulerCore) -> ViewCapture:
-    """The mutable part of ``core``'s view of its last published update (the scheduler's lock held)."""
+def capture_view(core: SchedulerCore, previous: ViewParts | None = None) -> ViewCapture:
+    """The mutable part of ``core``'s view of its last published update (the scheduler's lock held); operations
+    whose facts did not change since ``previous`` (the tree's last capture) keep them (``orchid.view_parts``)."""
     tree, result = core.pool_tree, core.last_result
     assert result is not None
-    parts = view_parts(tree, result)
+    parts = view_parts(tree, result, previous)
     unpublished = parts.unpublished
     extras: dict[str, dict[str, Any]] = {}
     strategy_elements = core.strategy.state.elements  # element_view refuses any other (pending operations)
@@ -160,6 +161,9 @@ class TreeViews(Mapping[str, dict[str, Any]]):
     def __init__(self, scheduler: LiveScheduler) -> None:
         self.scheduler = scheduler
         self._captured: dict[str, ViewCapture] = {}
+        self._last: dict[str, ViewParts] = {}
+        """Per tree, the parts of its last capture: the next capture keeps the facts of the operations that did
+        not change since (a capture a second at thousands of pending operations)."""
 
     def forget(self, tree: str) -> None:
         """``tree``'s view no longer shows its state: captured again when read, and published (``snapshot.py``)."""
@@ -175,7 +179,10 @@ class TreeViews(Mapping[str, dict[str, Any]]):
         core = self.published_core(tree)
         if core is None:
             raise KeyError(tree)
-        captured = self._captured[tree] = capture_view(core)
+        for gone in [name for name in self._last if name not in self.scheduler.cores]:
+            del self._last[gone]  # a tree removed: its facts are no one's to keep
+        captured = self._captured[tree] = capture_view(core, self._last.get(tree))
+        self._last[tree] = captured.parts
         return captured
 
     def _published(self) -> list[str]:
