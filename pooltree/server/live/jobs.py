@@ -141,8 +141,8 @@ class LiveJobs:
         caller must wait for the ticket (``GroupCommit.wait``) before the response leaves the scheduler (the node
         shards' leader answers each shard's heartbeats in order on one thread and waits on another). ``then``
         is called with the response in the hold that made it, after its records were queued and the state
-        generation settled (the node shards' proof of the node's next heartbeat: no second hold of the lock, and
-        the node's jobs are still in the processor's cache)."""
+        generation settled (the node shards' proof of the node's next heartbeat, without a second hold of the
+        lock)."""
         scheduler = self.scheduler
         apart = not scheduler.lock.held  # a caller holding the lock keeps the whole heartbeat in its hold
         if apart and scheduler.updates.waiting:  # read without the lock: a hint
