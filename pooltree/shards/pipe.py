@@ -14,6 +14,7 @@ calls ``ended``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import pickle
@@ -82,7 +83,15 @@ class Frames:
 
 class LoopPipe:
     """The shard's end of ``conn`` on ``loop``: messages to ``deliver`` as they arrive, ``ended()`` at end of file
-    or a broken pipe; ``send`` writes (blocking, as ``Connection.send``: the leader reads its pipe all the time)."""
+    or a broken pipe; ``send`` writes without blocking the loop, in order.
+
+    The pipe is non-blocking (uvloop's ``add_reader`` makes the file description so anyway, and a write that
+    blocked would stop the shard's loop). While the leader is slow to read (its reader thread processes a
+    heartbeat between two reads; a fair-share update holds the lock) the pipe's buffer fills: what it cannot take
+    waits here, whole frames after the part written, and goes out as the pipe becomes writable
+    (``loop.add_writer``). A write that failed for a full buffer once answered the node 503 and could leave half a
+    frame in the pipe. What waits is bounded by the heartbeats in flight (a node waits for its answer before its
+    next heartbeat) and the shard's few messages of its own."""
 
     def __init__(
         self,
@@ -97,15 +106,62 @@ class LoopPipe:
         self._deliver = deliver
         self._ended = ended
         self._frames = Frames()
+        self._unsent: collections.deque[memoryview] = collections.deque()
+        """What the pipe could not take yet, in order (the first entry may be the rest of a frame)."""
+        self._broken: OSError | None = None
+        """Why a write failed (the leader's end is gone): every later ``send`` raises it."""
+        self._sock.setblocking(False)
         loop.add_reader(self._sock.fileno(), self._readable)
 
     def send(self, message: Any) -> None:
-        """``message`` to the leader; OSError when the pipe is broken."""
-        self._sock.sendall(frame(message))
+        """``message`` to the leader, now or queued behind what waits; OSError when the pipe is broken."""
+        if self._broken is not None:
+            raise BrokenPipeError(f"the pipe to the leader is broken: {self._broken}")
+        data = frame(message)
+        if self._unsent:
+            self._unsent.append(memoryview(data))
+            return
+        try:
+            sent = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            self._unsent.append(memoryview(data)[sent:])
+            self._loop.add_writer(self._sock.fileno(), self._writable)
+
+    @property
+    def unsent(self) -> int:
+        """Bytes waiting for the pipe to take them."""
+        return sum(len(chunk) for chunk in self._unsent)
 
     def close(self) -> None:
-        self._loop.remove_reader(self._sock.fileno())
+        fd = self._sock.fileno()
+        self._loop.remove_reader(fd)
+        if self._unsent:
+            self._loop.remove_writer(fd)
+            self._unsent.clear()
         self._sock.close()
+
+    def _writable(self) -> None:
+        """The pipe takes more: what waits, in order, until it is full again or nothing waits."""
+        unsent = self._unsent
+        while unsent:
+            chunk = unsent[0]
+            try:
+                sent = self._sock.send(chunk)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:  # the leader's end is gone
+                self._broken = error
+                unsent.clear()
+                self._loop.remove_writer(self._sock.fileno())
+                self._ended()
+                return
+            if sent < len(chunk):
+                unsent[0] = chunk[sent:]
+                return
+            unsent.popleft()
+        self._loop.remove_writer(self._sock.fileno())
 
     def _readable(self) -> None:
         try:
