@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from node_bodies import idle_heartbeat
 
 from pooltree.node import wire
 from pooltree.shards.messages import answer_body, unpack
@@ -161,21 +162,6 @@ def shard() -> Iterator[tuple[Connection, str, Any]]:
             process.join(TIMEOUT)
 
 
-def _heartbeat(address: str) -> dict[str, Any]:
-    return wire.heartbeat(
-        address,
-        sequence=0,
-        time=0.0,
-        resource_limits={"user_slots": 2, "cpu": 2, "memory": 1 << 30},
-        resource_usage={},
-        memory_limit=1 << 30,
-        memory_usage=0,
-        memory_meter="none",
-        running_jobs=[],
-        finished_jobs=[],
-    )
-
-
 def _forwarded(leader: Connection, notes: list[Any] | None = None) -> tuple[Any, ...]:
     """The next heartbeat the shard forwards; the notes sent apart before it (``("skips", notes)`` every
     ``SKIP_FLUSH_PERIOD``) are added to ``notes``."""
@@ -205,7 +191,7 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
         for index, answer in enumerate(answers):
             leader.send(("generation", index + 1, 100.0 + index, index, ()))
             sent = node.submit(
-                client.post, url + HEARTBEAT, content=json.dumps(_heartbeat(f"n{index}")).encode()
+                client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat(f"n{index}", 2)).encode()
             )
             request_id, packed, peer, hostname, _skips = _forwarded(leader)
             assert unpack(packed).address == f"n{index}" and peer == "127.0.0.1" and hostname == "127.0.0.1"
@@ -215,7 +201,7 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
             assert response.headers["content-type"] == wire.MEDIA_TYPE
             assert response.content == wire.encode(answer)
         error_headers = {"X-YT-Error": '{"code": 1, "message": "m"}', "X-YT-Response-Code": "1"}
-        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n9")).encode())
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat("n9", 2)).encode())
         leader.send((_forwarded(leader)[0], 503, error_headers, b'{"code": 1, "message": "m"}'))
         response = sent.result(TIMEOUT)
         assert response.status_code == 503 and response.content == b'{"code": 1, "message": "m"}'
@@ -236,13 +222,13 @@ def test_a_reply_with_a_proof_lets_the_shard_answer_the_node_s_next_heartbeat(
         "resources": {"user_slots": 1, "cpu": 1},
     }
     answer = {"start": [start], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 2.0}
-    started = _heartbeat("n1")
+    started = idle_heartbeat("n1", 2)
     started["running_jobs"] = [
         wire.running_job("j1", "o1", "main", start_time=1.0, resource_usage={"user_slots": 1, "cpu": 1})
     ]
     with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
         leader.send(("generation", 4, 50.0, 0, ()))
-        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n1")).encode())
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat("n1", 2)).encode())
         leader.send((_forwarded(leader)[0], 200, answer_body(answer), (4, {}, None), 50.5))
         assert sent.result(TIMEOUT).content == answer_body(answer)
         local = client.post(url + HEARTBEAT, content=json.dumps(started).encode())
@@ -254,7 +240,7 @@ def test_a_reply_with_a_proof_lets_the_shard_answer_the_node_s_next_heartbeat(
             "acknowledge": [],
             "heartbeat_period": 2.0,
         }
-        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n2")).encode())
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat("n2", 2)).encode())
         notes: list[Any] = []  # the local answer's note: sent apart if the flush came first, else with n2's
         request_id, packed, _, _, skips = _forwarded(leader, notes)
         assert unpack(packed).address == "n2" and [address for address, _ in notes + skips] == ["n1"]
@@ -266,7 +252,7 @@ def test_the_shard_ends_when_the_leader_s_end_of_the_pipe_closes(shard: tuple[Co
     leader, url, process = shard
     with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
         leader.send(("generation", 1, 1.0, 0, ()))
-        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(_heartbeat("n1")).encode())
+        sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat("n1", 2)).encode())
         _forwarded(leader)  # a heartbeat waits for the leader's reply
         leader.close()
         process.join(TIMEOUT)

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from node_bodies import idle_heartbeat
 from polling import wait_for
 from recorded_run import (
     BUSY,
@@ -217,7 +218,7 @@ def test_a_shard_refuses_a_malformed_heartbeat_and_comes_back_after_a_kill(
         wait_for(lambda: service.shards.pids()[index] not in (None, pid), timeout=60.0)
         restarted = service.shards.url_for("n0", "127.0.0.1")
         assert restarted is not None and restarted != url
-        answer = client.post(restarted + HEARTBEAT, json=_idle_heartbeat("n0"))
+        answer = client.post(restarted + HEARTBEAT, json=idle_heartbeat("n0"))
         assert answer.status_code == 200 and answer.json()[wire.HEARTBEAT_URL] == restarted
     assert service.shards.restarts == 1
 
@@ -231,7 +232,7 @@ def test_a_shard_answers_what_its_heartbeat_protocol_hands_to_uvicorn_as_before(
     assert service.shards is not None
     url = service.shards.url_for("n1", "127.0.0.1")
     assert url is not None
-    body = json.dumps(_idle_heartbeat("n1")).encode()
+    body = json.dumps(idle_heartbeat("n1")).encode()
     with httpx.Client(timeout=30.0) as client:
         assert client.get(url + HEARTBEAT).status_code == 405
         assert client.post(url + "/internal/other", content=body).status_code == 404
@@ -240,18 +241,3 @@ def test_a_shard_answers_what_its_heartbeat_protocol_hands_to_uvicorn_as_before(
         plain = client.post(url + HEARTBEAT, content=body)
         assert plain.status_code == 200, plain.text
         assert plain.json()[wire.HEARTBEAT_URL] == chunked.json()[wire.HEARTBEAT_URL] == url
-
-
-def _idle_heartbeat(address: str) -> dict[str, Any]:
-    return wire.heartbeat(
-        address,
-        sequence=0,
-        time=0.0,
-        resource_limits={"user_slots": 1, "cpu": 1, "memory": 1 << 30},
-        resource_usage={},
-        memory_limit=1 << 30,
-        memory_usage=0,
-        memory_meter="none",
-        running_jobs=[],
-        finished_jobs=[],
-    )
