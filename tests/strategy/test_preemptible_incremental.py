@@ -99,9 +99,7 @@ def test_a_rebalance_whose_first_pass_moves_nothing_skips_the_second_with_the_sa
         elif kind == "resize":
             step.resize(pick, vector(user_slots=1, cpu=1 + (pick // 7) % 6))
         else:
-            for lists in both:
-                lists.configure(share(pick % 101), share((pick // 101) % 151), total, threshold, *thresholds)
-                lists.rebalance()
+            step.reconfigure(share(pick % 101), share((pick // 101) % 151), total, threshold, *thresholds)
         fast, plain = both
         assert _snapshot(fast) == _snapshot(plain)
         for list_index in range(3):

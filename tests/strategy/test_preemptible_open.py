@@ -75,9 +75,7 @@ def test_open_balance_moves_what_the_plain_one_moves(steps, thresholds, slots_th
         elif kind == "resize":
             step.resize(pick, amounts)
         else:
-            for lists in both:
-                lists.configure(*shares(pick), total, threshold, *thresholds)
-                lists.rebalance()
+            step.reconfigure(*shares(pick), total, threshold, *thresholds)
         fast, plain = both
         assert _state(fast) == _state(plain)
 

@@ -75,24 +75,17 @@ def test_the_second_pass_skipped_leaves_what_both_passes_leave(
         lists.inclusive = inclusive
         lists.configure(*shares(0o123456), total, threshold, *thresholds)
     step = Lockstep(both)
-    running = step.running
     for index, (kind, pick) in enumerate(steps):
-        if kind == "add" or not running:
+        if kind == "add" or not step.running:
             step.add(f"a{index}", amounts(pick), index)
         elif kind == "remove":
             step.remove(pick)
         elif kind == "resize":
             step.resize(pick, amounts(pick // 3))
         elif kind == "restart":  # a gang's job restarted in its allocation
-            place = pick % len(running)
-            new = tuple(Allocation(f"r{index}", "op", amounts(pick // 11), start_time=index) for _ in both)
-            for lists, old, allocation in zip(both, running[place], new, strict=True):
-                lists.replace(old, allocation)
-            running[place] = new  # type: ignore[assignment]
+            step.replace(pick, f"r{index}", amounts(pick // 11), index)
         else:
-            for lists in both:
-                lists.configure(*shares(pick), total, threshold, *thresholds)
-                lists.rebalance()
+            step.reconfigure(*shares(pick), total, threshold, *thresholds)
         skipping, plain = both
         assert _state(skipping) == _state(plain)
 
