@@ -5,7 +5,7 @@ finds nothing to start, stop or acknowledge (a full node, or no pending work tha
 process such heartbeats in parallel against the tree snapshot; here the leader proves them empty with the
 strategy's own rule, and the shard answers them without the leader.
 
-After processing a node's heartbeat, the leader (``LeaderVerdicts.proven``, under the scheduler's lock) asks
+After processing a node's heartbeat, the leader (``LeaderVerdicts.prove``, in the heartbeat's hold of the scheduler's lock) asks
 whether a heartbeat reporting the same running jobs (same ids, usage, memory, GPUs), no finished job, the same
 limits, tags, memory meter and alerts would change anything, and answers with its state generation when it
 provably would not (the shard keeps that as the node's ``NodeVerdict``, bound to the same peer): the node runs exactly the jobs the scheduler holds running there, no
@@ -208,7 +208,7 @@ class ShardNodes:
         self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], proof: Proof | None
     ) -> None:
         """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty
-        (``LeaderVerdicts.proven``; None: not proven, the node's next heartbeat goes to the leader)."""
+        (``LeaderVerdicts.prove``; None: not proven, the node's next heartbeat goes to the leader)."""
         expected = expected_next(heartbeat, answer, self.entries) if proof is not None else None
         if proof is None or expected is None:
             self._verdicts.pop(heartbeat.address, None)
@@ -285,11 +285,6 @@ class LeaderVerdicts:
         self.proofs_made = 0
         self.proofs_spared = 0
         """Quiet heartbeats not proven because the node's last `UNUSED_PROOFS` proofs went unused."""
-
-    def proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
-        """``prove`` in a hold of the scheduling lock of its own (after the heartbeat's)."""
-        with self.scheduler.lock:
-            return self.prove(heartbeat, answer)
 
     def prove(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
         """After the leader answered ``heartbeat`` with ``answer`` (the scheduling lock held: the node shards'

@@ -336,7 +336,8 @@ def test_the_leader_proves_a_node_sparingly_while_its_proofs_go_unused(tmp_path:
         for _ in range(count):
             now += 1.0
             answer = scheduler.process_heartbeat(node, now)
-            made.append(leader.proven(node, answer) is not None)
+            with scheduler.lock:
+                made.append(leader.prove(node, answer) is not None)
         return made
 
     probe = [False] * (PROOF_PROBE - 1) + [True]
