@@ -100,7 +100,6 @@ class LoopPipe:
         deliver: Callable[[Any], None],
         ended: Callable[[], None],
     ) -> None:
-        self._conn = conn
         self._sock = socket.socket(fileno=os.dup(conn.fileno()))
         self._loop = loop
         self._deliver = deliver
