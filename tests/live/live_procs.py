@@ -56,7 +56,8 @@ class Procs:
         write_secret_file(self.token_file, ROOT_TOKEN)
         write_secret_file(self.node_secret_file, NODE_SECRET)
 
-    def spawn(self, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """``pooltree ARGS`` with this environment and ``env``'s variables on top of it."""
         log = open(self.root / f"proc-{len(self.processes)}-{args[0]}.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
             [PYTHON, "-m", "pooltree.cli", *args],
@@ -64,6 +65,7 @@ class Procs:
             stderr=log,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            env=None if env is None else {**os.environ, **env},
         )
         log.close()
         self.processes.append(process)
@@ -89,11 +91,13 @@ class Procs:
                 return line.strip()
         raise AssertionError(f"no {marker!r} within {timeout} s")
 
-    def scheduler(self, data: Path, port: int = 0, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    def scheduler(
+        self, data: Path, port: int = 0, *extra: str, env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], str]:
         process = self.spawn(
             "scheduler", "--data", str(data), "--port", str(port), "--create-default-tree",
             "--token-file", str(self.token_file), "--node-secret-file", str(self.node_secret_file),
-            "--store-key-file", str(self.store_key_file), *extra,
+            "--store-key-file", str(self.store_key_file), *extra, env=env,
         )  # fmt: skip
         line = self.read_until(process, READY_PREFIX)
         return process, line[len(READY_PREFIX) :]
