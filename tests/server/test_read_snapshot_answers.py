@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from starlette.testclient import TestClient
 
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import model
@@ -61,9 +61,10 @@ def _heartbeat(service: SchedulerService, address: str, now: float, **extra: Any
     return service.scheduler.process_heartbeat(parse_heartbeat(data), now)
 
 
-def _state(tmp_path: Path) -> tuple[SchedulerService, list[str]]:
+def _state(tmp_path: Path, serve: Callable[[object], str]) -> tuple[SchedulerService, list[str], str]:
     """Two pools (one queue of one running operation), three nodes, four operations (one pending), jobs started,
-    two fair-share updates; then the pages that show per-operation reads asked for once, and one more update."""
+    two fair-share updates; then the pages that show per-operation reads asked for once, and one more update.
+    The service's app is served by uvicorn on loopback; its URL is returned beside it."""
     now = [1000.0]
     service = SchedulerService(
         open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"), authentication=False, clock=lambda: now[0]
@@ -87,31 +88,34 @@ def _state(tmp_path: Path) -> tuple[SchedulerService, list[str]]:
         _heartbeat(service, f"n{i}", now[0] + 1.5 + i / 10)
     scheduler.update_fair_share("default", now[0] + 2)
     now[0] += 5
-    client = TestClient(service.app)
-    client.get("/")  # the Scheduling page asks for its operations' alerts and pending reasons
+    url = serve(service.app)
+    # the Scheduling page asks for its operations' alerts and pending reasons
+    assert httpx.get(url + "/", timeout=30).status_code == 200
     scheduler.update_fair_share("default", now[0])
-    return service, ids
+    return service, ids, url
 
 
-def _answers(service: SchedulerService, ids: list[str]) -> dict[str, Any]:
-    client = TestClient(service.app)
+def _answers(service: SchedulerService, ids: list[str], url: str) -> dict[str, Any]:
     answers: dict[str, Any] = {}
     for path in ORCHID_PATHS:
         answers["orchid:/" + "/".join(path)] = json.dumps(service.orchid.get(path))
     pages = ["/", "/?page=scheduling&tree=default", "/nodes", "/history", "/operations"]
     pages += [f"/?page=operation&mode=detail&id={op_id}" for op_id in ids]
-    for page in pages:
-        for fragment in (False, True):
-            response = client.get(page, headers={"HX-Request": "true"} if fragment else {})
-            assert response.status_code == 200, page
-            answers[f"page:{page}{' (fragment)' if fragment else ''}"] = response.text
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for page in pages:
+            for fragment in (False, True):
+                response = client.get(page, headers={"HX-Request": "true"} if fragment else {})
+                assert response.status_code == 200, page
+                answers[f"page:{page}{' (fragment)' if fragment else ''}"] = response.text
     return answers
 
 
-def test_answers_are_those_read_under_the_lock_before(tmp_path: Path, seeded_ids: None) -> None:
-    service, ids = _state(tmp_path)
+def test_answers_are_those_read_under_the_lock_before(
+    tmp_path: Path, seeded_ids: None, serve: Callable[[object], str]
+) -> None:
+    service, ids, url = _state(tmp_path, serve)
     try:
-        answers = _answers(service, ids)
+        answers = _answers(service, ids, url)
     finally:
         service.store.close()
     if os.environ.get("POOLTREE_WRITE_READ_GOLDEN"):
