@@ -106,8 +106,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--period", type=float, default=1.0)
     parser.add_argument("--job-seconds", type=float, default=10.0)
     parser.add_argument("--job-jitter", type=float, default=0.5)
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--warmup-seconds", type=float, default=12.0)
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="simulated seconds from the starts, the warm-up included"
+    )
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=12.0, help="the first of --seconds, not counted"
+    )
     parser.add_argument("--quiet-seconds", type=float, default=3.0)
     parser.add_argument(
         "--max-running",
@@ -153,6 +157,8 @@ def _arguments() -> argparse.Namespace:
         "shards' is what their passes report",
     )
     args = parser.parse_args()
+    if not 0 <= args.warmup_seconds < args.seconds:
+        parser.error("--warmup-seconds is the start of --seconds, not counted: it must be below --seconds")
     if args.shard_starts and args.shard_processes:
         parser.error("--shard-starts and --shard-processes are two forms of the same: choose one")
     if args.commit_batch < 1 or (args.commit_batch > 1 and (args.shard_starts or args.shard_processes)):
