@@ -64,6 +64,7 @@ from pooltree.strategy.scheduler import usage_above_reserve
 
 if TYPE_CHECKING:
     from pooltree.server.live import LiveScheduler
+    from pooltree.strategy.model import Allocation
 
 SKIP_FLUSH_PERIOD = 0.5
 """Seconds a shard keeps notes of the heartbeats it answered before sending them without a forwarded one."""
@@ -110,6 +111,47 @@ class StartEntryResources:
                 known.clear()
             usage = known[key] = tuple(parse_resources(resources, "resources").tolist())
         return usage
+
+
+_BOUNDS_LIMIT = 4096
+"""Distinct (report, reserve, resources) a `MemoryBounds` keeps at most."""
+
+
+class MemoryBounds:
+    """A running job's memory bound by what it is a function of (the report's resource usage, the allocation's
+    reserve and resources), kept per distinct inputs: the jobs of an operation share theirs, so the rule's numpy
+    work (``reported_usage``, ``usage_above_reserve``, ``np.array_equal``: ~20 us a job) is done about once per
+    operation and reserve, not for every job new since the node's last proof (several per proof on a loaded
+    cluster; ``bench/RESULTS.md``, session 33). At most `_BOUNDS_LIMIT` inputs (then forgotten all at once)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Any, ...], float | None] = {}
+
+    def bound(self, usage: tuple[float, ...], allocation: Allocation) -> float | None:
+        """The measured memory up to which a report of ``usage`` changes nothing for ``allocation`` (a live one):
+        its reserve's memory when a report at the reserve leaves the allocation's accounted usage as it is
+        (``reported_usage``, ``usage_above_reserve``: the rule ``LiveJobs`` applies); None (the memory must be
+        the same) when a report has raised it above."""
+        reserve = allocation.reserve
+        # the reserve is the resources, the same array, until a report raised it: then its floats are the key
+        key = (
+            usage,
+            None if reserve is allocation.resources else tuple(reserve.tolist()),
+            allocation.amounts,
+        )
+        known = self._known
+        try:
+            return known[key]
+        except KeyError:
+            pass
+        memory = float(reserve[MEMORY])
+        at_reserve = reported_usage(RunningJobReport("", "", "", usage, memory))
+        above = usage_above_reserve(reserve, at_reserve)
+        bound = memory if np.array_equal(above, allocation.resources) else None
+        if len(known) >= _BOUNDS_LIMIT:
+            known.clear()
+        known[key] = bound
+        return bound
 
 
 def expected_next(
@@ -278,8 +320,8 @@ class LeaderVerdicts:
         """Per node, the proofs made for it since a shard last answered one of its heartbeats (absent: none)."""
         self._unproven: dict[str, int] = {}
         """Per node whose proofs go unused, its quiet heartbeats not proven since its last proof."""
-        self._bounds: dict[str, dict[str, tuple[Any, float | None]]] = {}
-        """Per node, its running jobs' memory bounds of its last proof with what they were computed from."""
+        self.memory_bounds = MemoryBounds()
+        """Running jobs' memory bounds by what they are computed from."""
         self.entries = StartEntryResources()
         """Start entries' resources as reports read them (`expected_next`)."""
         self.proofs_made = 0
@@ -355,16 +397,16 @@ class LeaderVerdicts:
 
     def _memory_bounds(self, heartbeat: HeartbeatRequest) -> dict[str, float]:
         """Per running job, the measured memory up to which a report changes nothing (lock held): any, when the
-        scheduler does not count the job's reports (no live allocation); its reserve, when a report at the
-        reserve leaves the allocation's accounted usage as it is (``reported_usage``, ``usage_above_reserve``:
-        the rule ``LiveJobs`` applies); none (the memory must be the same) when a report has raised it above."""
+        scheduler does not count the job's reports (no live allocation); else ``MemoryBounds.bound`` of its
+        report and allocation (its reserve, or none: the memory must be the same)."""
         scheduler = self.scheduler
+        jobs = scheduler.jobs
+        cores = scheduler.cores
+        bound_of = self.memory_bounds.bound
         bounds: dict[str, float] = {}
-        known = self._bounds.get(heartbeat.address, {})
-        kept: dict[str, tuple[Any, float | None]] = {}
         for report in heartbeat.running:
-            job = scheduler.jobs.get(report.job_id)
-            core = scheduler.cores.get(job.tree) if job is not None and job.tree else None
+            job = jobs.get(report.job_id)
+            core = cores.get(job.tree) if job is not None and job.tree else None
             allocation = (
                 core.strategy.allocations.get(job.allocation_id)
                 if core is not None and job is not None and job.allocation_id is not None
@@ -373,26 +415,9 @@ class LeaderVerdicts:
             if allocation is None or allocation.preempted:
                 bounds[report.job_id] = math.inf
                 continue
-            # the bound is a function of these: computed again only when one of them changed (the reserve is
-            # the resources, the same array, until a report raised them: then its floats are compared)
-            reserve = allocation.reserve
-            inputs = (
-                report.resource_usage,
-                None if reserve is allocation.resources else reserve.tolist(),
-                allocation.amounts,
-            )
-            cached = known.get(report.job_id)
-            if cached is not None and cached[0] == inputs:
-                bound = cached[1]
-            else:
-                memory = float(reserve[MEMORY])
-                at_reserve = reported_usage(replace(report, memory_usage=memory))
-                above = usage_above_reserve(reserve, at_reserve)
-                bound = memory if np.array_equal(above, allocation.resources) else None
-            kept[report.job_id] = (inputs, bound)
+            bound = bound_of(report.resource_usage, allocation)
             if bound is not None:
                 bounds[report.job_id] = bound
-        self._bounds[heartbeat.address] = kept
         return bounds
 
     def apply_skips(self, skips: Iterable[Skip]) -> None:

@@ -31,6 +31,7 @@ from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import ReplayDivergence, replay
 from pooltree.shards.verdicts import PROOF_PROBE, UNUSED_PROOFS, LeaderVerdicts, ShardNodes
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.model import Allocation
 
 
 def _two_cpu_heartbeat(address: str, now: float, running: list[dict[str, object]]) -> dict[str, object]:
@@ -380,3 +381,54 @@ def test_start_entry_resources_are_read_as_a_report_and_kept_per_owner_within_th
     assert len(mine._known) <= verdicts._REPORTED_LIMIT
     assert mine.reported(entry) == read
     assert ShardNodes().entries is not ShardNodes().entries
+
+
+def test_memory_bounds_follow_the_rule_and_are_computed_once_per_distinct_inputs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's memory bound is the rule's (``reported_usage``, ``usage_above_reserve``: its reserve's memory when a
+    report at the reserve leaves the accounted usage as it is, else none), for a reserve that is the resources and
+    one a report raised; the jobs that share their inputs share one computation; past the limit all are forgotten."""
+    computed: list[object] = []
+    rule = verdicts.usage_above_reserve
+
+    def counted(reserve: np.ndarray, reported: np.ndarray) -> np.ndarray:
+        computed.append(reserve)
+        return rule(reserve, reported)
+
+    monkeypatch.setattr(verdicts, "usage_above_reserve", counted)
+
+    def allocation(name: str, resources: list[float], reserve: list[float] | None = None) -> Allocation:
+        made = Allocation(name, "op", np.array(resources), node_address="n1")
+        if reserve is not None:
+            made.reserve = np.array(reserve)
+        return made
+
+    def expected(usage: tuple[float, ...], made: Allocation) -> float | None:
+        memory = float(made.reserve[verdicts.MEMORY])
+        report = RunningJobReport("j", "op", "main", usage, memory)
+        above = rule(made.reserve, verdicts.reported_usage(report))
+        return memory if np.array_equal(above, made.resources) else None
+
+    bounds = verdicts.MemoryBounds()
+    gib = float(1 << 30)
+    usage = (1, 1.0, 0, gib, 0)
+    cases = [
+        (usage, allocation("a", [1.0, 1.0, 0.0, gib, 0.0])),  # at the reserve: bound = the reserve
+        (usage, allocation("b", [1.0, 1.0, 0.0, 2 * gib, 0.0], [1.0, 1.0, 0.0, gib, 0.0])),  # raised: none
+        (
+            (1, 1.0, 0, 2 * gib, 0),
+            allocation("c", [1.0, 1.0, 0.0, gib, 0.0]),
+        ),  # reports more than its reserve
+        ((1, 2.0, 0, gib, 0), allocation("d", [1.0, 1.0, 0.0, gib, 0.0])),  # reports more cpu than accounted
+    ]
+    answers = [bounds.bound(u, made) for u, made in cases]
+    assert answers == [expected(u, made) for u, made in cases]
+    assert answers[0] == gib and answers[1] is None
+    assert len(computed) == 4
+    for index in range(5):  # jobs with the same inputs: no computation of their own
+        assert bounds.bound(usage, allocation(f"e{index}", [1.0, 1.0, 0.0, gib, 0.0])) == gib
+    assert len(computed) == 4
+    for index in range(verdicts._BOUNDS_LIMIT + 1):
+        bounds.bound((1, float(index), 0, gib, 0), allocation("f", [1.0, float(index), 0.0, gib, 0.0]))
+    assert len(bounds._known) <= verdicts._BOUNDS_LIMIT
