@@ -29,7 +29,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import queue
+import socket
 import threading
 import time
 from collections import deque
@@ -46,6 +48,7 @@ from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.deltas import shard_of
 from pooltree.shards.messages import answer_body, unpack
+from pooltree.shards.pipe import READ_BYTES, Frames
 from pooltree.shards.process import ShardSettings, run_shard
 from pooltree.shards.verdicts import LeaderVerdicts, Proof
 
@@ -150,6 +153,35 @@ class _Workers:
         self._stopping = True
         for _ in self._threads:
             self._work.put(None)
+
+
+class _PipeReader:
+    """A shard's pipe as its leader thread reads it: the whole messages of what one ``recv`` takes (``pipe.Frames``,
+    the frames ``Connection.send`` writes), waiting for bytes (``block``) or never (``MSG_DONTWAIT``), on a
+    duplicate of the pipe's socket that stays blocking (the leader's sends on the ``Connection`` block while the
+    shard's buffer is full). ``Connection.recv`` read each message in two reads and ``Connection.poll`` made a
+    selector for each look at the pipe between two heartbeats (~27 us of the leader live, 1.5 looks per
+    forwarded heartbeat: ``bench/RESULTS.md``, session 32)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._sock = socket.socket(fileno=os.dup(conn.fileno()))
+        self._frames = Frames()
+
+    def take(self, block: bool) -> list[Any] | None:
+        """The messages completed by what the pipe holds now (``block``: once it holds a byte); None once it
+        ended (end of file, or the shard's end is gone)."""
+        try:
+            data = self._sock.recv(READ_BYTES) if block else self._sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            return None
+        if not data:
+            return None
+        return self._frames.feed(data)
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 _Arrived = tuple[HeartbeatRequest | None, Any]
@@ -275,9 +307,13 @@ class NodeShards:
         (a wake-up, and a switch of the interpreter between the two; ``bench/RESULTS.md``, session 32); the
         heartbeats of one shard take the scheduling lock one after the other anyway."""
         pending: deque[_Arrived] = deque()
-        while self._take_arrived(shard, pending, block=not pending):
-            if pending:
-                self._process(shard, pending.popleft())
+        pipe = _PipeReader(shard.conn)
+        try:
+            while self._take_arrived(shard, pipe, pending, block=not pending):
+                if pending:
+                    self._process(shard, pending.popleft())
+        finally:
+            pipe.close()
         for arrived in pending:  # the shard is gone: nobody waits for these answers (its nodes ask again)
             if arrived[0] is not None:
                 self.service.leave_heartbeat()
@@ -303,21 +339,14 @@ class NodeShards:
         except Exception:  # the leader keeps answering the shard's nodes itself
             log.exception("node shard %d could not be restarted", shard.index)
 
-    def _take_arrived(self, shard: _Shard, pending: deque[_Arrived], block: bool) -> bool:
-        """The shard's messages the pipe holds (with ``block``, at least one) taken: heartbeats counted in flight
-        and queued in ``pending`` with the notes before them; False once the pipe ended."""
-        conn = shard.conn
-        try:
-            if block:
-                self._arrive(shard, conn.recv(), pending)
-            while conn.poll():
-                self._arrive(shard, conn.recv(), pending)
-        except (EOFError, OSError):
+    def _take_arrived(self, shard: _Shard, pipe: _PipeReader, pending: deque[_Arrived], block: bool) -> bool:
+        """The shard's messages the pipe holds (with ``block``, once it holds any) taken: heartbeats counted in
+        flight and queued in ``pending`` with the notes before them; False once the pipe ended."""
+        messages = pipe.take(block)
+        if messages is None:
             return False
-        except TypeError:  # `close` closed the pipe under this read (its handle is gone): the end
-            if shard.alive:
-                raise
-            return False
+        for message in messages:
+            self._arrive(shard, message, pending)
         return True
 
     def _arrive(self, shard: _Shard, message: tuple[Any, ...], pending: deque[_Arrived]) -> None:
