@@ -41,8 +41,15 @@ queue's operations stay pending), so the API's figures are taken while the sched
 each mixed run (open loop, on its own connection, outside the mix and its requests/s): a read served on the read
 threads beside the listings and starts, reported per run as ``cypress_get`` (count, errors, p50/p99/max).
 
+``--front relay|cache`` (default ``none``) puts ``bench/read_front.py``, a prototype read process, between the mixed
+phase's clients and the scheduler: ``relay`` relays every request (what the hop costs), ``cache`` answers each
+``get_operation`` with the scheduler's last answer to the same request, every operation read once through it
+first (``front_warm``): an upper bound of a read process's effect, not a correct server (see its docstring). Each
+mixed run then also reports the front's CPU (``front_cpu_per_second``, ``front_cpu_ms_per_request``).
+
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
        [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4] [--sim-nodes 1000] [--probe-get-period 0.05]
+       [--front none|relay|cache]
 """
 
 from __future__ import annotations
@@ -55,7 +62,9 @@ import os
 import random
 import re
 import resource
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -317,6 +326,7 @@ def run_mixed(
     starts: list[str],
     probe_period: float = 0.0,
     trace: bool = False,
+    front_pid: int | None = None,
 ) -> dict[str, Any]:
     """The mix from ``clients`` clients in ``processes`` load processes for ``seconds``; ``probe_period`` > 0: the
     first process also sends a Cypress ``get`` every that many seconds (``cypress_get``, not in the mix's
@@ -334,6 +344,7 @@ def run_mixed(
     ]
     children_before = _children_cpu()
     scheduler_before = process_cpu_seconds(scheduler_pid) if scheduler_pid else None
+    front_before = process_cpu_seconds(front_pid) if front_pid else None
     wall_began = time.monotonic()
     for worker in workers:
         worker.start()
@@ -342,6 +353,7 @@ def run_mixed(
     if failed:
         raise RuntimeError(f"load generator failed: {failed[0]}")
     scheduler_after = process_cpu_seconds(scheduler_pid) if scheduler_pid else None
+    front_after = process_cpu_seconds(front_pid) if front_pid else None
     wall = time.monotonic() - wall_began
     for worker in workers:
         worker.join(60)
@@ -376,6 +388,10 @@ def run_mixed(
         used = scheduler_after - scheduler_before
         cpu["scheduler_cpu_per_second"] = round(used / wall, 3)
         cpu["scheduler_cpu_ms_per_request"] = round(1000 * used / max(total, 1), 3)
+    if front_before is not None and front_after is not None:
+        used = front_after - front_before
+        cpu["front_cpu_per_second"] = round(used / wall, 3)
+        cpu["front_cpu_ms_per_request"] = round(1000 * used / max(total, 1), 3)
     return {
         "window": (wall_began, wall_began + wall),
         "traced": [pair for part in parts for pair in part["traced"]],
@@ -478,6 +494,50 @@ def _gc_figures(url: str, token: str) -> dict[str, Any]:
     return figures
 
 
+async def _warm(requests: YtRequests, op_ids: list[str], connections: int) -> int:
+    """Each of ``op_ids`` read once with ``get_operation`` over ``connections`` connections; the errors."""
+    host, port = requests.host.split(":")
+    todo = list(op_ids)
+    errors = 0
+
+    async def reader() -> None:
+        nonlocal errors
+        stream, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while todo:
+                writer.write(requests.get_operation(todo.pop()))
+                await writer.drain()
+                errors += await asyncio.wait_for(read_response(stream), 60) >= 400
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(reader() for _ in range(connections)))
+    return errors
+
+
+def start_front(url: str, mode: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``bench/read_front.py`` in ``mode`` relaying to ``url``'s scheduler; the process and the front's URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = Path(__file__).resolve().parent / "read_front.py"
+    upstream = url.removeprefix("http://")
+    front = subprocess.Popen(
+        [sys.executable, str(script), "--listen-port", str(port), "--upstream", upstream, "--mode", mode]
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or front.poll() is not None:
+                front.kill()
+                raise RuntimeError("the read front did not start") from None
+            time.sleep(0.05)
+    return front, f"http://127.0.0.1:{port}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--operations", type=int, default=10_000)
@@ -510,6 +570,13 @@ def main() -> None:
         help="load bench/split_probe into the scheduler, writing its records to this file, and report where "
         "the 50-client run's commands spent their time (request_split.py)",
     )
+    parser.add_argument(
+        "--front",
+        choices=("none", "relay", "cache"),
+        default="none",
+        help="the mixed phase's clients talk to bench/read_front.py in this mode instead of the scheduler "
+        "(relay: every request relayed; cache: gets answered from the last relayed answer, an upper bound)",
+    )
     args = parser.parse_args()
     if args.split is not None:
         os.environ.update(probe_environment(args.split.resolve()))
@@ -531,11 +598,13 @@ def main() -> None:
             "simulated_node_period": args.sim_period,
             "pool": f"{POOL} (max_running_operation_count 0)",
             "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
+            "front": args.front,
         },
     }
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
         local = Local(Path(tmp) / "data", nodes=1)
         nodes: SimulatedNodes | None = None
+        front: subprocess.Popen[bytes] | None = None
         windows: dict[str, tuple[float, float]] = {}
         try:
             if args.sim_nodes > 0:
@@ -552,11 +621,21 @@ def main() -> None:
             if args.mode in ("both", "mixed"):
                 listed = client.list_operations(limit=1000)["operations"]
                 starts = [o["start_time"] for o in listed]
-                requests = YtRequests(local.url, local.token, START_SPEC)
+                mixed_url = local.url
+                if args.front != "none":
+                    front, mixed_url = start_front(local.url, args.front)
+                requests = YtRequests(mixed_url, local.token, START_SPEC)
+                if args.front == "cache":  # every operation's answer kept once: the front's steady state
+                    warmed = time.monotonic()
+                    errors = asyncio.run(_warm(requests, op_ids, 8))
+                    report["front_warm"] = {"seconds": round(time.monotonic() - warmed, 2), "errors": errors}
                 pid = local.scheduler_pid()
+                front_pid = front.pid if front is not None else None
                 began = time.time()
                 probe = args.probe_get_period
-                single = run_mixed(requests, pid, 1, args.single_seconds, 1, op_ids, starts, probe)
+                single = run_mixed(
+                    requests, pid, 1, args.single_seconds, 1, op_ids, starts, probe, front_pid=front_pid
+                )
                 many = run_mixed(
                     requests,
                     pid,
@@ -567,6 +646,7 @@ def main() -> None:
                     starts,
                     probe,
                     trace=args.split is not None,
+                    front_pid=front_pid,
                 )
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
@@ -597,6 +677,9 @@ def main() -> None:
                 nodes.close()
                 report["heartbeats"] = {name: nodes.figures(*window) for name, window in windows.items()}
         finally:
+            if front is not None:
+                front.terminate()
+                front.wait(30)
             if nodes is not None:
                 nodes.close()
             local.close()
