@@ -47,7 +47,7 @@ from pooltree.errors import PooltreeError
 from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.deltas import shard_of
-from pooltree.shards.messages import answer_body, unpack
+from pooltree.shards.messages import answer_reply, unpack
 from pooltree.shards.pipe import READ_BYTES, Frames
 from pooltree.shards.process import ShardSettings, run_shard
 from pooltree.shards.verdicts import LeaderVerdicts, Proof
@@ -434,7 +434,7 @@ class NodeShards:
         answer sent with the proof of the node's next heartbeat made in the heartbeat's hold."""
         try:
             self.service.scheduler.commits.wait(ticket)
-            reply: tuple[Any, ...] = (request_id, 200, answer_body(response), proof, self.service.clock())
+            reply = answer_reply(request_id, response, proof, self.service.clock())
         except Exception as error:
             reply = self._error_reply(shard, request_id, error)
         self._done(shard, reply, began)

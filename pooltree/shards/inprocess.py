@@ -16,7 +16,7 @@ from typing import Any
 from pooltree.node.wire import parse_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.host import shard_of
-from pooltree.shards.verdicts import LeaderVerdicts, Proof, ShardNodes
+from pooltree.shards.verdicts import LeaderVerdicts, Proof, ShardNodes, proven
 
 
 class InProcessShards:
@@ -54,5 +54,6 @@ class InProcessShards:
             heartbeat, now, then=lambda answer: proofs.append(self.leader.prove(heartbeat, answer))
         )
         self.scheduler.commits.wait(ticket)
-        shard.remember(heartbeat, None, answer, proofs[-1] if proofs else None)
+        proof = proofs[-1] if proofs else None
+        shard.remember(heartbeat.address, None, None if proof is None else proven(proof, answer))
         return answer

@@ -12,8 +12,10 @@ carries a proof (the shard then keeps the node's expected next heartbeat). ``unp
 shard would have answered).
 
 The leader's answer comes back as the JSON body the node gets (``answer_body``), which the shard sends on as it
-is and decodes only when the reply carries a proof (the node's expected next heartbeat is made from the answer's
-starts, as the node reads them).
+is, in the reply ``answer_reply`` makes: with a proof, the proof as the shard keeps it (``verdicts.proven``: the
+expected next heartbeat's key, made by the leader, which has the heartbeat and the answer decoded already, and the
+answer's period and shard URL), so that the shard decodes neither the body nor the answer after a proof (it did,
+~110 µs per proof when cold, ~0.4 proofs per forwarded heartbeat live).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pooltree.node import wire
 from pooltree.node.wire import HeartbeatRequest, RunningReports
 from pooltree.node.wire_structs import read_address
 from pooltree.server.heartbeats import decode_heartbeat
+from pooltree.shards.verdicts import Proof, proven
 
 Packed = bytes
 
@@ -56,3 +59,12 @@ def answer_body(answer: dict[str, Any]) -> bytes:
     """The leader's answer as its reply carries it: the JSON body the shard sends the node as it is (an answer
     with starts pickles and unpickles as a map in ~16 µs and is then encoded, as bytes in ~3 µs)."""
     return wire.encode(answer)
+
+
+def answer_reply(
+    request_id: int, answer: dict[str, Any], proof: Proof | None, clock: float
+) -> tuple[Any, ...]:
+    """The leader's reply to a forwarded heartbeat: ``(request id, 200, the node's JSON body, the proof as the
+    shard keeps it or None, the leader's clock)``."""
+    kept = None if proof is None else proven(proof, answer)
+    return request_id, 200, answer_body(answer), kept, clock

@@ -13,10 +13,11 @@ answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state 
 over the pipe as ``(request id, body, peer, hostname, notes)`` (``messages.py``: the leader decodes the body, and
 refuses a malformed one with the error this process would have answered; the notes of the heartbeats answered here
 since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer, proof or None,
-leader's clock)``, the answer being the JSON body the node gets, sent on as it is (with a proof, body and answer
-are decoded here too: the node's expected next heartbeat is kept), or ``(request id, status, headers, body)``: a
-YT error the leader rendered. The leader also sends ``("generation", g, clock, coarse, stamps)`` when its
-state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
+leader's clock)``, the answer being the JSON body the node gets, sent on as it is, and the proof as a shard keeps
+it (``verdicts.proven``: the key of the node's expected next heartbeat made by the leader, so neither the body nor
+the answer is decoded here), or ``(request id, status, headers, body)``: a YT error the leader rendered. A
+heartbeat is decoded here only when its node's verdict holds at the latest generation (``ShardNodes.holds``). The
+leader also sends ``("generation", g, clock, coarse, stamps)`` when its state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
 go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop
 (``pipe.LoopPipe``: no reader thread), which resolves the waiting requests and takes the leader's other messages;
 end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
@@ -52,7 +53,6 @@ from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.heartbeats import (
-    HeartbeatRequest,
     HeartbeatRoute,
     RunningReports,
     decode_heartbeat,
@@ -62,7 +62,7 @@ from pooltree.server.protocol import YtError
 from pooltree.shards.messages import heartbeat_address, pack
 from pooltree.shards.passes import serve_passes
 from pooltree.shards.pipe import LoopPipe
-from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, Proof, ShardNodes
+from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
 
 try:
     import uvloop
@@ -185,8 +185,8 @@ class ShardServer:
                 )
             body = await read_heartbeat_body(scope, receive)
             address = heartbeat_address(body)
-            heartbeat = None
-            if address is None or self.nodes.holds(address):  # one it may answer, or not a heartbeat at all
+            # one it may answer (its verdict holds), or not a heartbeat at all
+            if address is None or self.nodes.holds(address, peer):
                 heartbeat = decode_heartbeat(body, self.reports)  # a malformed one refused here
                 address = heartbeat.address
                 now = self.leader_now()
@@ -206,34 +206,10 @@ class ShardServer:
         if reply[1] == 200:
             _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
-            self._remember(address, heartbeat, body, peer, answer, proof)
+            self.nodes.remember(address, peer, proof)
             return answer
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
-
-    def _remember(
-        self,
-        address: str,
-        heartbeat: HeartbeatRequest | None,
-        body: bytes,
-        peer: str | None,
-        answer: bytes,
-        proof: Proof | None,
-    ) -> None:
-        """The leader's answer (the node's JSON body) to a forwarded heartbeat of ``address``: with a proof the
-        node's expected next heartbeat is kept (body and answer decoded now: the body only if it was not
-        before), without one its verdict is dropped."""
-        if proof is None:
-            self.nodes.forget(address)
-            return
-        try:
-            if heartbeat is None:
-                heartbeat = decode_heartbeat(body, self.reports)
-            answered = wire.decode(answer)
-        except (PooltreeError, ValueError):  # the leader read and wrote them, so this does not happen
-            self.nodes.forget(address)
-            return
-        self.nodes.remember(heartbeat, peer, answered, proof)
 
     async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
         assert self.loop is not None and self.pipe is not None

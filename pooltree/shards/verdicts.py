@@ -75,9 +75,19 @@ Skip = tuple[str, float]
 FullStamp = tuple[int, int]
 """(the generation's ``coarse`` counter, the node's stamp): what a full node's proof also holds at."""
 
-Proof = tuple[int, dict[str, float], FullStamp | None]
+Key = tuple[Any, ...]
+"""What the leader reads of a heartbeat that reports no finished job (``heartbeat_key``)."""
+
+Proof = tuple[int, dict[str, float], FullStamp | None, HeartbeatRequest]
 """(the state generation it holds at, per running job a bound its measured memory may vary up to, the full
-node's stamp or None: a node that can start more)."""
+node's stamp or None: a node that can start more, the proven heartbeat: the node's next one as the answer leaves it,
+``expected_next``)."""
+
+Proven = tuple[int, dict[str, float], FullStamp | None, Key, float, str | None]
+"""A proof as a shard keeps it (``proven``): the generation, bounds and full node's stamp of the ``Proof``, the
+proven heartbeat's ``heartbeat_key``, and the heartbeat period and shard URL (None: none) of the leader's answer,
+which the shard's own answer repeats. A shard process so keeps a verdict without decoding the node's heartbeat or
+the leader's answer."""
 
 UNUSED_PROOFS = 3
 """Proofs for a node in a row that no shard-answered heartbeat used, after which the leader proves only every
@@ -95,7 +105,7 @@ _REPORTED_LIMIT = 4096
 
 class StartEntryResources:
     """Start entries' resources as a node's running report of them reads (``parse_resources``), kept per distinct
-    map (an operation's jobs share theirs): owned by the `ShardNodes` or `LeaderVerdicts` that reads them, at most
+    map (an operation's jobs share theirs): owned by the `LeaderVerdicts` that reads them, at most
     `_REPORTED_LIMIT` maps (then forgotten all at once)."""
 
     def __init__(self) -> None:
@@ -200,6 +210,14 @@ def heartbeat_key(heartbeat: HeartbeatRequest, bounds: dict[str, float]) -> tupl
     )
 
 
+def proven(proof: Proof, answer: dict[str, Any]) -> Proven:
+    """``proof`` as a shard keeps it, with the period and shard URL of ``answer`` (the leader's whole answer to
+    the heartbeat, as the node gets it)."""
+    generation, bounds, full, heartbeat = proof
+    key = heartbeat_key(heartbeat, bounds)
+    return generation, bounds, full, key, answer[wire.HEARTBEAT_PERIOD], answer.get(wire.HEARTBEAT_URL)
+
+
 @dataclass(frozen=True)
 class NodeVerdict:
     """The leader's proof that a heartbeat with ``key`` from ``peer`` changes nothing while the scheduler's state
@@ -231,8 +249,6 @@ class ShardNodes:
         """Heartbeats this shard answered itself."""
         self.answered_full = 0
         """Of those, the heartbeats of full nodes answered after the generation moved (on ``NodeVerdict.full``)."""
-        self.entries = StartEntryResources()
-        """Start entries' resources as reports read them (`expected_next`)."""
 
     def learn(self, generation: int, coarse: int = 0, stamps: Iterable[tuple[str, int]] = ()) -> None:
         """The leader's state generation is at least ``generation``, its ``coarse`` counter at least ``coarse``,
@@ -246,47 +262,48 @@ class ShardNodes:
             if stamp > known.get(address, 0):
                 known[address] = stamp
 
-    def remember(
-        self, heartbeat: HeartbeatRequest, peer: str | None, answer: dict[str, Any], proof: Proof | None
-    ) -> None:
-        """The leader answered ``heartbeat`` from ``peer`` with ``answer`` and proved an equal next one empty
-        (``LeaderVerdicts.prove``; None: not proven, the node's next heartbeat goes to the leader)."""
-        expected = expected_next(heartbeat, answer, self.entries) if proof is not None else None
-        if proof is None or expected is None:
-            self._verdicts.pop(heartbeat.address, None)
+    def remember(self, address: str, peer: str | None, proof: Proven | None) -> None:
+        """The leader answered a heartbeat of ``address`` from ``peer`` and proved the node's next one empty
+        (``LeaderVerdicts.prove``, as ``proven`` gives it; None: not proven, the node's next heartbeat goes to the
+        leader)."""
+        if proof is None:
+            self._verdicts.pop(address, None)
             return
-        heartbeat = expected
-        generation, bounds, full = proof
+        generation, bounds, full, key, period, url = proof
         if full is None:
             self.learn(generation)
         else:
-            self.learn(generation, full[0], ((heartbeat.address, full[1]),))
-        reply = wire.response(
-            start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=answer[wire.HEARTBEAT_PERIOD]
-        )
-        if wire.HEARTBEAT_URL in answer:
-            reply[wire.HEARTBEAT_URL] = answer[wire.HEARTBEAT_URL]
-        key = heartbeat_key(heartbeat, bounds)
-        self._verdicts[heartbeat.address] = NodeVerdict(generation, key, bounds, peer, reply, full)
+            self.learn(generation, full[0], ((address, full[1]),))
+        reply = wire.response(start=[], preempt=[], abort=[], acknowledge=[], heartbeat_period=period)
+        if url is not None:
+            reply[wire.HEARTBEAT_URL] = url
+        self._verdicts[address] = NodeVerdict(generation, key, bounds, peer, reply, full)
 
-    def holds(self, address: str) -> bool:
-        """Whether a verdict of ``address`` is kept (without one, ``answer`` is None for its heartbeats)."""
-        return address in self._verdicts
+    def holds(self, address: str, peer: str | None) -> bool:
+        """Whether a verdict of ``address`` from ``peer`` is kept that holds at the generation the leader told
+        this shard last (without one, ``answer`` is None for the node's heartbeats: the shard need not decode
+        them)."""
+        verdict = self._verdicts.get(address)
+        return verdict is not None and peer == verdict.peer and self._holds(address, verdict) is not None
 
-    def forget(self, address: str) -> None:
-        """The leader answered a heartbeat of ``address`` without a proof (``remember`` with None)."""
-        self._verdicts.pop(address, None)
+    def _holds(self, address: str, verdict: NodeVerdict) -> bool | None:
+        """None when ``verdict`` does not hold at the latest generation, coarse counter and stamp; else whether
+        it holds only as a full node's (the generation moved)."""
+        if verdict.generation == self.generation:
+            return False
+        full = verdict.full
+        if full is None or full[0] != self.coarse or full[1] != self.stamps.get(address, 0):
+            return None
+        return True
 
     def answer(self, heartbeat: HeartbeatRequest, peer: str | None, now: float) -> dict[str, Any] | None:
         """The answer to ``heartbeat`` at the leader's time ``now`` when a verdict proves it empty, else None."""
         verdict = self._verdicts.get(heartbeat.address)
         if verdict is None or heartbeat.finished or peer != verdict.peer:
             return None
-        on_full = verdict.generation != self.generation
-        if on_full:
-            full = verdict.full
-            if full is None or full[0] != self.coarse or full[1] != self.stamps.get(heartbeat.address, 0):
-                return None
+        on_full = self._holds(heartbeat.address, verdict)
+        if on_full is None:
+            return None
         bounds = verdict.bounds
         if heartbeat_key(heartbeat, bounds) != verdict.key:
             return None
@@ -333,7 +350,7 @@ class LeaderVerdicts:
         leader calls it at the end of the heartbeat's own hold, ``LiveJobs.process_heartbeat_unwaited``'s
         ``then``): the proof that the node's next heartbeat as the answer leaves it (``expected_next``: with the
         started jobs running) changes nothing (the state generation it holds at, the running jobs' memory bounds,
-        the full node's stamp), or None.
+        the full node's stamp, that expected heartbeat), or None.
 
         None also when the node's last `UNUSED_PROOFS` proofs were not used (no heartbeat of it answered by a
         shard since), but for every `PROOF_PROBE`-th such heartbeat: not proving only sends the node's next
@@ -355,7 +372,7 @@ class LeaderVerdicts:
             return None
         generation = self.scheduler.generation
         full = generation.full_stamp(address) if self._full(address) else None
-        proof = generation.value, self._memory_bounds(expected), full
+        proof = generation.value, self._memory_bounds(expected), full, expected
         self._unused[address] = self._unused.get(address, 0) + 1
         self.proofs_made += 1
         return proof

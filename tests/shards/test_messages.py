@@ -1,16 +1,29 @@
-"""A heartbeat a shard forwards over the pipe is the same request when the leader unpacks it, errors included."""
+"""A heartbeat a shard forwards over the pipe is the same request when the leader unpacks it, errors included; the
+proof the leader's reply carries is what the shard made of the body and the answer itself."""
 
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from recorded_run import PREEMPTING, make_scheduler, record_full_run, record_quiet_run, wavering_memory
 
 from pooltree.node import wire
-from pooltree.server.heartbeats import decode_heartbeat
+from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.protocol import YtError
-from pooltree.shards.messages import heartbeat_address, pack, unpack
+from pooltree.shards.inprocess import InProcessShards
+from pooltree.shards.messages import answer_reply, heartbeat_address, pack, unpack
+from pooltree.shards.recording import replay
+from pooltree.shards.verdicts import (
+    LeaderVerdicts,
+    Proof,
+    StartEntryResources,
+    expected_next,
+    heartbeat_key,
+)
 
 
 def test_a_packed_heartbeat_unpacks_to_the_same_request() -> None:
@@ -85,3 +98,54 @@ def test_a_malformed_body_is_refused_by_the_leader_as_the_shard_refused_it(body:
     assert (ours.value.message, ours.value.attributes) == (theirs.value.message, theirs.value.attributes)
     # what the shard reads of it: the address only when it is a non-empty string (the rest not read)
     assert heartbeat_address(body) == ("n1" if body.startswith(b'{"node_address": "n1"') else None)
+
+
+class _Bodies(InProcessShards):
+    """``InProcessShards`` that keep the body of the heartbeat being processed (as its node would send it)."""
+
+    body = b""
+
+    def __call__(self, data: dict[str, Any], now: float) -> dict[str, Any]:
+        self.body = wire.encode(data)
+        return super().__call__(data, now)
+
+
+@pytest.mark.parametrize("run", ["full", "wavering"])
+def test_a_reply_s_proof_is_what_the_shard_made_of_the_body_and_the_answer(
+    tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key of the node's expected next heartbeat that a reply with a proof carries (made by the leader from
+    its decoded heartbeat and its answer map) equals the key a shard made before from the node's body and the
+    answer's JSON (``expected_next`` of them, ``heartbeat_key``), after the pipe's pickling; the period and shard
+    URL are the answer's. Runs with starts (jobs reported as their start entries gave them) and with measured
+    memory under and over the reserve (bounds)."""
+    if run == "full":
+        recorder, recorded = record_full_run(tmp_path / "recorded.db")
+    else:
+        recorder, recorded = record_quiet_run(tmp_path / "recorded.db", wavering_memory)
+    scheduler = make_scheduler(tmp_path / "sharded.db", PREEMPTING)
+    shards = _Bodies(scheduler, 2)
+    replies: list[tuple[bytes, bytes, Any]] = []
+    prove = LeaderVerdicts.prove
+
+    def proving(self: LeaderVerdicts, heartbeat: Any, answer: dict[str, Any]) -> Proof | None:
+        proof = prove(self, heartbeat, answer)
+        if proof is not None:
+            replies.append((shards.body, pickle.dumps(answer_reply(7, answer, proof, 1.0)), proof[:3]))
+        return proof
+
+    monkeypatch.setattr(LeaderVerdicts, "prove", proving)
+    assert replay(recorder.recording, scheduler, shards) == recorded
+    after_starts = bounded = 0
+    for body, pickled, made in replies:
+        request_id, status, answer_bytes, kept, clock = pickle.loads(pickled)
+        answer = wire.decode(answer_bytes)
+        expected = expected_next(decode_heartbeat(body, RunningReports()), answer, StartEntryResources())
+        assert expected is not None
+        generation, bounds, full, key, period, url = kept
+        assert key == heartbeat_key(expected, bounds) and (generation, bounds, full) == made
+        assert (request_id, status, clock, period, url) == (7, 200, 1.0, answer["heartbeat_period"], None)
+        after_starts += bool(answer["start"])
+        bounded += any(bound != float("inf") for bound in bounds.values())
+    assert len(replies) >= 20 and shards.answered > 0
+    assert after_starts > 0 if run == "full" else bounded > 0

@@ -21,9 +21,10 @@ import pytest
 from node_bodies import idle_heartbeat
 
 from pooltree.node import wire
-from pooltree.shards.messages import answer_body, unpack
+from pooltree.shards.messages import answer_body, answer_reply, unpack
 from pooltree.shards.pipe import Frames, LoopPipe, frame
 from pooltree.shards.process import ShardSettings, run_shard
+from pooltree.shards.verdicts import StartEntryResources, expected_next
 
 try:
     import uvloop
@@ -211,9 +212,10 @@ def test_a_reply_read_on_the_loop_answers_the_leader_s_map_as_its_bytes(
 def test_a_reply_with_a_proof_lets_the_shard_answer_the_node_s_next_heartbeat(
     shard: tuple[Connection, str, Any],
 ) -> None:
-    """The answer comes as the node's JSON body; with a proof the shard decodes body and answer and answers the
-    node's equal next heartbeat itself (its note reaches the leader, apart or with the next forwarded one), after
-    starts the heartbeat that reports the started job as its start entry gave it."""
+    """The answer comes as the node's JSON body; with a proof (as the leader's reply carries it: the key of the
+    node's expected next heartbeat, made by the leader) the shard answers the node's equal next heartbeat itself
+    (its note reaches the leader, apart or with the next forwarded one), after starts the heartbeat that reports
+    the started job as its start entry gave it."""
     leader, url, _ = shard
     start = {
         "job_id": "j1",
@@ -229,7 +231,10 @@ def test_a_reply_with_a_proof_lets_the_shard_answer_the_node_s_next_heartbeat(
     with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
         leader.send(("generation", 4, 50.0, 0, ()))
         sent = node.submit(client.post, url + HEARTBEAT, content=json.dumps(idle_heartbeat("n1", 2)).encode())
-        leader.send((_forwarded(leader)[0], 200, answer_body(answer), (4, {}, None), 50.5))
+        request_id, packed, _, _, _ = _forwarded(leader)
+        expected = expected_next(unpack(packed), answer, StartEntryResources())
+        assert expected is not None
+        leader.send(answer_reply(request_id, answer, (4, {}, None, expected), 50.5))
         assert sent.result(TIMEOUT).content == answer_body(answer)
         local = client.post(url + HEARTBEAT, content=json.dumps(started).encode())
         assert local.status_code == 200

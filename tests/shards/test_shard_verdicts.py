@@ -10,6 +10,7 @@ generation misses changes (none at all, or none after fair-share updates) is cau
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,7 +30,16 @@ from pooltree.server.live import generation
 from pooltree.shards import verdicts
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.recording import ReplayDivergence, replay
-from pooltree.shards.verdicts import PROOF_PROBE, UNUSED_PROOFS, LeaderVerdicts, ShardNodes
+from pooltree.shards.verdicts import (
+    PROOF_PROBE,
+    UNUSED_PROOFS,
+    LeaderVerdicts,
+    Proven,
+    ShardNodes,
+    StartEntryResources,
+    expected_next,
+    proven,
+)
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.model import Allocation
 
@@ -219,12 +229,27 @@ def _heartbeat(
     )
 
 
+def _kept(
+    heartbeat: HeartbeatRequest,
+    answer: dict[str, Any],
+    generation: int,
+    bounds: dict[str, float],
+    full: tuple[int, int] | None,
+) -> Proven:
+    """The leader's proof of ``heartbeat``'s next one after ``answer`` as a shard keeps it."""
+    expected = expected_next(heartbeat, answer, StartEntryResources())
+    assert expected is not None
+    return proven((generation, bounds, full, expected), answer)
+
+
 def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() -> None:
     job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 1})
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job]), "10.0.0.1", {**answer, "acknowledge": ["j0"]}, (3, {}, None))
+    shard.remember("n1", "10.0.0.1", _kept(_heartbeat([job]), {**answer, "acknowledge": ["j0"]}, 3, {}, None))
     assert shard.generation == 3
+    # what a shard process decodes a body for: a verdict from that peer that holds at the latest generation
+    assert shard.holds("n1", "10.0.0.1") and not shard.holds("n1", "10.0.0.2") and not shard.holds("n2", None)
     # the same reports (running jobs' statistics are not read by the scheduler) from the same peer: answered
     same = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), statistics={"t": 2})
     assert shard.answer(_heartbeat([same]), "10.0.0.1", 5.0) == answer
@@ -237,12 +262,12 @@ def test_a_shard_answers_only_the_proven_heartbeat_at_the_proven_generation() ->
     assert shard.answer(_heartbeat([]), "10.0.0.1", 6.0) is None
     # the leader's state moved on: to the leader, until a new verdict
     shard.learn(4)
-    assert shard.answer(_heartbeat([same]), "10.0.0.1", 7.0) is None
+    assert shard.answer(_heartbeat([same]), "10.0.0.1", 7.0) is None and not shard.holds("n1", "10.0.0.1")
     shard.learn(2)  # an older generation never goes back
     assert shard.generation == 4
     assert shard.take_skips() == [("n1", 5.0)] and shard.take_skips() == []
     assert shard.answered == 1
-    shard.remember(_heartbeat([job]), "10.0.0.1", answer, None)
+    shard.remember("n1", "10.0.0.1", None)
     assert shard.answer(_heartbeat([same]), "10.0.0.1", 8.0) is None
 
 
@@ -250,22 +275,22 @@ def test_a_full_nodes_verdict_holds_while_its_stamp_and_the_coarse_counter_do() 
     job = RunningJobReport("j1", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0))
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job]), None, answer, (7, {}, (5, 6)))
+    shard.remember("n1", None, _kept(_heartbeat([job]), answer, 7, {}, (5, 6)))
     assert (shard.generation, shard.coarse, shard.stamps) == (7, 5, {"n1": 6})
     shard.learn(
         9, 5, [("n2", 8)]
     )  # another node's job and pending work moved: the generation, not n1's stamp
-    assert shard.answer(_heartbeat([job]), None, 1.0) == answer
+    assert shard.holds("n1", None) and shard.answer(_heartbeat([job]), None, 1.0) == answer
     assert shard.answered_full == 1
     shard.learn(10, 5, [("n1", 10)])  # n1's own change (a stop queued for it): to the leader
-    assert shard.answer(_heartbeat([job]), None, 2.0) is None
-    shard.remember(_heartbeat([job]), None, answer, (11, {}, (5, 10)))
+    assert not shard.holds("n1", None) and shard.answer(_heartbeat([job]), None, 2.0) is None
+    shard.remember("n1", None, _kept(_heartbeat([job]), answer, 11, {}, (5, 10)))
     shard.learn(12, 5, [("n1", 10)])
     assert shard.answer(_heartbeat([job]), None, 3.0) == answer
     shard.learn(13, 13)  # a change that can give any node work: to the leader
     assert shard.answer(_heartbeat([job]), None, 4.0) is None
     # a verdict of a node that could start more holds at its generation only
-    shard.remember(_heartbeat([job]), None, answer, (13, {}, None))
+    shard.remember("n1", None, _kept(_heartbeat([job]), answer, 13, {}, None))
     shard.learn(14, 13, [("n2", 14)])
     assert shard.answer(_heartbeat([job]), None, 5.0) is None
 
@@ -305,7 +330,7 @@ def test_a_shard_lets_memory_vary_up_to_its_bound() -> None:
     other = RunningJobReport("j2", "op1", "main", (1.0, 1.0, 0.0, 0.0, 0.0), memory_usage=500.0)
     answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 1.0}
     shard = ShardNodes()
-    shard.remember(_heartbeat([job, other]), None, answer, (1, {"j1": 300.0}, None))
+    shard.remember("n1", None, _kept(_heartbeat([job, other]), answer, 1, {"j1": 300.0}, None))
 
     def with_memory(first: float, second: float) -> HeartbeatRequest:
         return _heartbeat(
@@ -368,8 +393,8 @@ def test_sparing_proofs_keeps_the_decisions_and_the_quiet_answers(tmp_path: Path
 
 def test_start_entry_resources_are_read_as_a_report_and_kept_per_owner_within_the_limit() -> None:
     """A start entry's resources read as the node's report of them (``parse_resources``), kept per distinct map by
-    the `StartEntryResources` that read them (each `ShardNodes` and `LeaderVerdicts` owns its own; none is module
-    state), and forgotten all at once past the limit."""
+    the `StartEntryResources` that read them (each `LeaderVerdicts` owns its own; none is module state), and
+    forgotten all at once past the limit."""
     entry = {"cpu": 1, "memory": "1Gi", "user_slots": 1}
     mine, other = verdicts.StartEntryResources(), verdicts.StartEntryResources()
     read = mine.reported(entry)
@@ -380,7 +405,7 @@ def test_start_entry_resources_are_read_as_a_report_and_kept_per_owner_within_th
         mine.reported({"cpu": index, "user_slots": 1})
     assert len(mine._known) <= verdicts._REPORTED_LIMIT
     assert mine.reported(entry) == read
-    assert ShardNodes().entries is not ShardNodes().entries
+    assert LeaderVerdicts(None).entries is not LeaderVerdicts(None).entries  # type: ignore[arg-type]
 
 
 def test_memory_bounds_follow_the_rule_and_are_computed_once_per_distinct_inputs(
