@@ -6,7 +6,9 @@ end of a socket pair, and plays the leader in this process: every forwarded hear
 no proof (so the shard answers none itself), acknowledging the node's finished jobs and starting jobs on its free
 cpus with job specs shaped as the live scheduler's (a one-cpu vanilla job: ``START_SPEC``); a thread pushes a new
 state generation every ``--generation-poll`` seconds (0.01, ``host.GENERATION_POLL``: the leader's state moves
-that often under load). ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
+that often under load); with ``--proof-share S`` that share of its answers carries a proof of the node's next
+heartbeat at the current generation (live, loaded: ~0.4 per forwarded heartbeat), which the next push voids (as
+under load for nodes that can start more), in the form the build under test takes. ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
 ``--job-seconds`` x U[0.5, 1.5]) heartbeat every ``--period`` from ``--drivers`` driver processes over keep-alive
 connections, as in ``live_nodes.py`` (a loaded heartbeat: ~16 running reports, ~1.6 finished jobs, ~1.6 starts).
 
@@ -29,6 +31,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -46,6 +49,8 @@ from live_common import join_processes, machine, start_drivers
 from live_nodes import _driver
 
 from pooltree.node import wire
+from pooltree.shards.messages import answer_reply, unpack
+from pooltree.shards.verdicts import StartEntryResources, expected_next
 
 NODE_CPU = 16
 START_SPEC: dict[str, Any] = {
@@ -77,17 +82,30 @@ run_shard(Connection(int(sys.argv[1])), 0, ShardSettings("127.0.0.1", False, Non
 
 
 class StandInLeader:
-    """The leader's end of the shard's pipe: forwarded heartbeats answered at once, generations pushed."""
+    """The leader's end of the shard's pipe: forwarded heartbeats answered at once, generations pushed; with
+    ``proof_share`` that share of the answers carries a proof of the node's next heartbeat at the current
+    generation (in the form the shard's build takes: ``form``), which the next push voids, as the live leader's
+    proofs of nodes that can start more are voided under load."""
 
-    def __init__(self, conn: Connection, generation_poll: float, encoded: bool) -> None:
+    def __init__(
+        self, conn: Connection, generation_poll: float, encoded: bool, proof_share: float, form: str
+    ) -> None:
         self.conn = conn
         self.generation_poll = generation_poll
         self.encoded = encoded
         """Answers go as the node's JSON body (``messages.answer_body``), else as maps (builds before)."""
+        self.proof_share = proof_share
+        self.form = form
+        """``kept``: the proof as the shard keeps it (``messages.answer_reply``); ``plain``: (generation, bounds,
+        full), the shard decoding body and answer (builds before)."""
         self.lock = threading.Lock()
         self.forwarded = 0
+        self.proofs = 0
         self.jobs = 0
+        self.generation = 0
         self.stopping = threading.Event()
+        self.random = random.Random(7)
+        self.entries = StartEntryResources()
 
     def start(self) -> int:
         kind, port = self.conn.recv()
@@ -108,7 +126,19 @@ class StandInLeader:
             request_id, packed = message[0], message[1]
             self.forwarded += 1
             answer = self._answer(packed)
+            if self.proof_share and self.random.random() < self.proof_share:
+                self.proofs += 1
+                self._send(self._proven(request_id, packed, answer))
+                continue
             self._send((request_id, 200, wire.encode(answer) if self.encoded else answer, None, time.time()))
+
+    def _proven(self, request_id: int, packed: bytes, answer: dict[str, Any]) -> tuple[Any, ...]:
+        """A reply with a proof at the current generation (no memory bounds, not a full node's)."""
+        if self.form == "kept":
+            expected = expected_next(unpack(packed), answer, self.entries)
+            assert expected is not None
+            return answer_reply(request_id, answer, (self.generation, {}, None, expected), time.time())
+        return (request_id, 200, wire.encode(answer), (self.generation, {}, None), time.time())
 
     def _answer(self, packed: Any) -> dict[str, Any]:
         if isinstance(packed, bytes):  # the node's body (``shards/messages.py``)
@@ -139,9 +169,9 @@ class StandInLeader:
         }
 
     def _push(self) -> None:
-        value = 0
         while not self.stopping.wait(self.generation_poll):
-            value += 1
+            self.generation += 1
+            value = self.generation
             self._send(("generation", value, time.time(), value, ()))
 
     def _send(self, message: tuple[Any, ...]) -> None:
@@ -212,8 +242,14 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         stdin=subprocess.DEVNULL,
     )
     shard_end.close()
-    encoded = "def answer_body(" in (Path(args.code) / "pooltree" / "shards" / "messages.py").read_text()
-    leader = StandInLeader(Connection(leader_end.detach()), args.generation_poll, encoded)
+    messages = (Path(args.code) / "pooltree" / "shards" / "messages.py").read_text()
+    encoded = "def answer_body(" in messages
+    if args.proof_share and not encoded:
+        raise SystemExit("--proof-share needs a build whose leader answers with the node's JSON body")
+    form = "kept" if "def answer_reply(" in messages else "plain"
+    leader = StandInLeader(
+        Connection(leader_end.detach()), args.generation_poll, encoded, args.proof_share, form
+    )
     context = mp.get_context("spawn")
     drivers: list[Any] = []
     try:
@@ -242,12 +278,14 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
             drivers,
         )
         time.sleep(args.warmup_seconds)
-        before, threads_before, forwarded_before = time.time(), thread_cpu(child.pid), leader.forwarded
+        before, threads_before = time.time(), thread_cpu(child.pid)
+        forwarded_before, proofs_before = leader.forwarded, leader.proofs
         watch(args, child.pid)
-        after, threads_after, forwarded = (
+        after, threads_after, forwarded, proofs = (
             time.time(),
             thread_cpu(child.pid),
             leader.forwarded - forwarded_before,
+            leader.proofs - proofs_before,
         )
         end.value = time.time()
         records = []
@@ -266,6 +304,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
     failed = sum(1 for record in records if record[2] != 200)
     return {
         "forwarded_per_second": round(forwarded / (after - before), 1),
+        "proofs_per_forwarded": round(proofs / max(forwarded, 1), 3),
         "shard_cpu_ms_per_forwarded": round((main + other) * 1000 / max(forwarded, 1), 4),
         "main_thread_ms_per_forwarded": round(main * 1000 / max(forwarded, 1), 4),
         "other_threads_ms_per_forwarded": round(other * 1000 / max(forwarded, 1), 4),
@@ -288,6 +327,12 @@ def main() -> None:
     parser.add_argument("--drivers", type=int, default=2)
     parser.add_argument("--job-seconds", type=float, default=10.0)
     parser.add_argument("--generation-poll", type=float, default=0.01)
+    parser.add_argument(
+        "--proof-share",
+        type=float,
+        default=0.0,
+        help="share of the answers that carry a proof of the node's next heartbeat (live, loaded: ~0.4)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup-seconds", type=float, default=4.0)
     parser.add_argument("--rounds", type=int, default=1)
