@@ -16,6 +16,14 @@ take, a request still partial after ``PARTIAL_SECONDS``) hands the connection, w
 request onwards, to uvicorn's protocol (``BoundedHeadersProtocol``) for the rest of its life, as uvicorn hands a
 connection to its WebSocket protocol: such requests get exactly the answers they got before.
 
+An app that also offers ``direct_heartbeat`` (``DirectHeartbeats``: a node shard process's, ``shards/process.py``)
+gets the plain heartbeats this protocol takes past ASGI: called with the head's headers, the whole body and the
+connection's addresses, it answers through ``Answering`` (status, headers, body: written as ``_write_whole``
+writes an ASGI answer), at once or later from the loop, with no task, scope or messages per request (in a shard
+process the ASGI layers, the task and the future a forwarded heartbeat waited on were a quarter of its
+instructions per forwarded heartbeat: ``bench/shard_forward.py``, ``bench/RESULTS.md`` session 33).
+What it hands over still reaches the app's ASGI side, as before.
+
 Idle keep-alive connections are closed after uvicorn's ``timeout_keep_alive``, as uvicorn closes them, by one timer
 per connection re-armed lazily (not one per request).
 """
@@ -26,7 +34,7 @@ import asyncio
 import http
 import logging
 import re
-from typing import Any
+from typing import Any, Protocol
 
 from pooltree.node.wire import HEARTBEAT_PATH
 from pooltree.server.http_protocol import ARRIVED, BODY_WHOLE, BoundedHeadersProtocol
@@ -54,6 +62,42 @@ _STATUS_LINES = {
 }
 
 
+RawHeaders = list[tuple[bytes, bytes]]
+
+
+class Answering:
+    """One plain heartbeat given to an app's ``direct_heartbeat``: ``answer`` it once (now or later, on the loop),
+    or ``fail`` (what a crashed ASGI app gets: logged, a 500 when nothing was written, the connection closed)."""
+
+    __slots__ = ("_protocol", "_serial")
+
+    def __init__(self, protocol: HeartbeatProtocol, serial: int) -> None:
+        self._protocol = protocol
+        self._serial = serial
+
+    def answer(self, status: int, headers: RawHeaders, body: bytes) -> None:
+        """The answer: ``status``, the app's ``headers`` (names lowercase; uvicorn's default ones are added) and
+        ``body``; nothing when the connection is gone."""
+        self._protocol._answered(self._serial, status, headers, body)
+
+    def fail(self, error: BaseException) -> None:
+        self._protocol._failed(self._serial, error)
+
+
+class DirectHeartbeats(Protocol):
+    """An ASGI app's way past ASGI for the plain heartbeats ``HeartbeatProtocol`` takes (its attribute
+    ``direct_heartbeat``)."""
+
+    def __call__(
+        self,
+        headers: RawHeaders,
+        body: bytes,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        answering: Answering,
+    ) -> None: ...
+
+
 class HeartbeatProtocol(asyncio.Protocol):
     """``uvicorn.Config(app, http=HeartbeatProtocol)``: plain node heartbeats answered here, everything else by
     ``BoundedHeadersProtocol`` (see the module docstring). Constructed by uvicorn as its HTTP protocols are."""
@@ -63,6 +107,10 @@ class HeartbeatProtocol(asyncio.Protocol):
             config.load()
         self.config = config
         self.app = config.loaded_app
+        self.direct: DirectHeartbeats | None = getattr(self.app, "direct_heartbeat", None)
+        """The app's way past ASGI for plain heartbeats, if it has one."""
+        self.answering_now = False
+        """``direct`` is running: an answer it gives now leaves taking the next request to ``_next``."""
         self.loop = _loop or asyncio.get_event_loop()
         self.server_state = server_state
         self.app_state = app_state
@@ -148,37 +196,50 @@ class HeartbeatProtocol(asyncio.Protocol):
     # ------------------------------------------------------------------ requests
 
     def _next(self) -> None:
-        """Take the next whole request held, if any; hand over what this protocol does not take."""
-        buffer = self.buffer
-        if not buffer:
-            self.partial_since = None
-            return
-        end = buffer.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buffer) > MAX_HEAD_BYTES or not _REQUEST_LINE.startswith(
-                bytes(buffer[: len(_REQUEST_LINE)])
-            ):
-                self._hand_over()
-            else:
+        """Take the next whole request held, if any; hand over what this protocol does not take. Heartbeats the
+        app answers at once (``direct``) are followed by the next one held, in this call."""
+        answered = False
+        while True:
+            buffer = self.buffer
+            if not buffer:
+                self.partial_since = None
+                break
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > MAX_HEAD_BYTES or not _REQUEST_LINE.startswith(
+                    bytes(buffer[: len(_REQUEST_LINE)])
+                ):
+                    self._hand_over()
+                    return
                 self._wait_partial()
-            return
-        line_end = buffer.find(b"\r\n")
-        if buffer[:line_end] != _REQUEST_LINE:
-            self._hand_over()
-            return
-        headers = self._headers(buffer, line_end + 2, end + 2)
-        length = _content_length(headers) if headers is not None else None
-        if length is None:
-            self._hand_over()
-            return
-        start = end + 4
-        if len(buffer) < start + length:
-            self._wait_partial()
-            return
-        body = bytes(buffer[start : start + length])
-        del buffer[: start + length]
-        self.partial_since = self.loop.time() if buffer else None
-        self._run(headers, body)  # type: ignore[arg-type]
+                break
+            line_end = buffer.find(b"\r\n")
+            if buffer[:line_end] != _REQUEST_LINE:
+                self._hand_over()
+                return
+            headers = self._headers(buffer, line_end + 2, end + 2)
+            length = _content_length(headers) if headers is not None else None
+            if length is None:
+                self._hand_over()
+                return
+            start = end + 4
+            if len(buffer) < start + length:
+                self._wait_partial()
+                break
+            body = bytes(buffer[start : start + length])
+            del buffer[: start + length]
+            self.partial_since = self.loop.time() if buffer else None
+            if self.direct is None:
+                self._run(headers, body)  # type: ignore[arg-type]
+                return
+            if not self._run_direct(headers, body):  # type: ignore[arg-type]
+                return  # answered later (``_answered`` goes on from there), or failed
+            if self.write_paused or self.closing or self.disconnected:
+                return
+            answered = True
+            self.last_activity = self.loop.time()
+        if answered and self.timer is None:
+            self._arm(self.last_activity + self.keep_alive_seconds)
 
     def _headers(self, buffer: bytearray, begin: int, end: int) -> list[tuple[bytes, bytes]] | None:
         """The head's header lines (names lowercased, values stripped), None when it is not one this protocol
@@ -224,6 +285,41 @@ class HeartbeatProtocol(asyncio.Protocol):
             BODY_WHOLE: True,
         }
         self.server_state.tasks.add(self.loop.create_task(self._answer(scope, body, self.serial)))
+
+    def _run_direct(self, headers: RawHeaders, body: bytes) -> bool:
+        """The heartbeat to the app's ``direct``; whether it was answered at once."""
+        assert self.direct is not None
+        self.busy = True
+        self.serial += 1
+        self.response_started = False
+        self.answering_now = True
+        try:
+            self.direct(headers, body, self.client, self.server, Answering(self, self.serial))
+        except BaseException as error:
+            self.answering_now = False
+            self._failed(self.serial, error)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            return False
+        self.answering_now = False
+        return not self.busy
+
+    def _answered(self, serial: int, status: int, headers: RawHeaders, body: bytes) -> None:
+        """``Answering.answer``: written as an ASGI answer is (``_send``), then the next request held."""
+        if self.disconnected or not self.busy or serial != self.serial:
+            return
+        self._write_whole(status, headers, body)
+        self.busy = False
+        self.server_state.total_requests += 1
+        if self.closing:
+            self.transport.close()
+        elif not self.answering_now:
+            self._continue()
+
+    def _failed(self, serial: int, error: BaseException) -> None:
+        """``Answering.fail``: what ``_answer`` does with a crashed app."""
+        log.error("Exception in ASGI application", exc_info=error)
+        self._end_unanswered(serial)
 
     async def _answer(self, scope: dict[str, Any], body: bytes, serial: int) -> None:
         messages = [{"type": "http.request", "body": body, "more_body": False}]

@@ -3,10 +3,11 @@
 ``run_shard(conn, index, settings)`` is the process's body (spawned by ``host.NodeShards``). It binds a port on
 ``settings.host``, sends ``("ready", port)`` and serves ``POST /internal/node_heartbeat`` under uvicorn (httptools
 and uvloop when installed, as the scheduler) with the leader's heartbeat listener's protocol
-(``server/heartbeat_protocol.py``: plain node heartbeats answered past uvicorn's per-request machinery, anything
-else by uvicorn's). Per heartbeat it does the work that does not need the scheduler's
-state: the node secret and network check (``check_node_credentials``, the leader's own; unauthenticated
-heartbeats are answered here and never reach the leader), the bounded body read and the node's address
+(``server/heartbeat_protocol.py``: plain node heartbeats answered past uvicorn's per-request machinery and past
+ASGI, ``ShardServer.direct_heartbeat``, the leader's reply taken by a callback from the pipe with no task or future;
+anything else by uvicorn's, through ``ShardApp``'s ASGI route). Per heartbeat it does the work that does not need
+the scheduler's state: the node secret and network check (``check_node_credentials``, the leader's own;
+unauthenticated heartbeats are answered here and never reach the leader), the bounded body read and the node's address
 (``messages.heartbeat_address``; a body without one is decoded here, ``decode_heartbeat``, and refused). A
 heartbeat of a node the leader proved empty after its previous one is decoded and, when it is the proven one,
 answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other goes
@@ -17,10 +18,11 @@ leader's clock)``, the answer being the JSON body the node gets, sent on as it i
 it (``verdicts.proven``: the key of the node's expected next heartbeat made by the leader, so neither the body nor
 the answer is decoded here), or ``(request id, status, headers, body)``: a YT error the leader rendered. A
 heartbeat is decoded here only when its node's verdict holds at the latest generation (``ShardNodes.holds``). The
-leader also sends ``("generation", g, clock, coarse, stamps)`` when its state moves and ``("sync", token, g, clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat
-go as ``("skips", notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop
-(``pipe.LoopPipe``: no reader thread), which resolves the waiting requests and takes the leader's other messages;
-end-of-file on the pipe (the leader died or closed the shard) ends the process at once.
+leader also sends ``("generation", g, clock, coarse, stamps)`` when its state moves and ``("sync", token, g,
+clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat go as ``("skips",
+notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop (``pipe.LoopPipe``: no reader
+thread), which hands the waiting requests their replies and takes the leader's other messages; end-of-file on the
+pipe (the leader died or closed the shard) ends the process at once.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import urlsplit
@@ -51,7 +53,7 @@ from pooltree.gc_policy import survivors_frozen
 from pooltree.node import wire
 from pooltree.security.guard import NODE_SECRET_HEADER, check_node_credentials
 from pooltree.server.app import error_response, new_request_id
-from pooltree.server.heartbeat_protocol import HeartbeatProtocol
+from pooltree.server.heartbeat_protocol import Answering, DirectHeartbeats, HeartbeatProtocol, RawHeaders
 from pooltree.server.heartbeats import (
     HeartbeatRoute,
     RunningReports,
@@ -74,6 +76,10 @@ log = logging.getLogger(__name__)
 HEARTBEAT_PATH = wire.HEARTBEAT_PATH
 
 
+_ANSWER_TYPE = wire.MEDIA_TYPE.encode("latin-1")
+_SECRET_HEADER = NODE_SECRET_HEADER.lower().encode("latin-1")
+
+
 @lru_cache(maxsize=64)
 def _host_name(scheme: str, netloc: str) -> str | None:
     return urlsplit(f"{scheme}://{netloc}").hostname
@@ -83,16 +89,37 @@ def request_hostname(scope: dict[str, Any]) -> str | None:
     """Starlette's ``Request(scope).url.hostname`` (the host the node reached this shard at: its Host header, else
     the server's address) without building the request's whole URL, which cost this process 5% of its CPU per
     heartbeat; a shard's nodes send few distinct Host headers, so each is split once."""
-    scheme = scope.get("scheme", "http")
-    for key, value in scope["headers"]:
+    return hostname_of(scope["headers"], scope.get("server"), scope.get("scheme", "http"))
+
+
+def hostname_of(headers: RawHeaders, server: tuple[str, int] | None, scheme: str = "http") -> str | None:
+    """``request_hostname`` of a request with ``headers`` (names lowercase) that reached ``server``."""
+    for key, value in headers:
         if key == b"host":
             return _host_name(scheme, value.decode("latin-1"))
-    server = scope.get("server")
     if server is None:
         return None
     host, port = server
     default = {"http": 80, "https": 443, "ws": 80, "wss": 443}.get(scheme)
     return _host_name(scheme, host if port == default else f"{host}:{port}")
+
+
+def _header(headers: RawHeaders, name: bytes) -> str:
+    """Starlette's ``Headers(scope=scope).get(name, "")`` of a request whose header names are lowercase."""
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def _answer(answering: Answering, result: bytes | Response) -> None:
+    """``result`` as ``HeartbeatRoute`` sends it: an answer's body with its length and the wire's media type, an
+    error's ``Response`` as Starlette sends one (no background task)."""
+    if isinstance(result, Response):
+        answering.answer(result.status_code, result.raw_headers, bytes(result.body))
+        return
+    headers = [(b"content-length", b"%d" % len(result)), (b"content-type", _ANSWER_TYPE)]
+    answering.answer(200, headers, result)
 
 
 class LeaderGone(YtError):
@@ -118,6 +145,18 @@ class ShardSettings:
     time as its latest message gave it (a test syncs the shards before each heartbeat), not this process's."""
 
 
+class ShardApp:
+    """The shard's ASGI app (``route``) with its way past ASGI for the plain heartbeats its listener's protocol
+    takes (``direct_heartbeat``: ``heartbeat_protocol.DirectHeartbeats``)."""
+
+    def __init__(self, route: HeartbeatRoute, direct: DirectHeartbeats) -> None:
+        self.route = route
+        self.direct_heartbeat = direct
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self.route(scope, receive, send)
+
+
 class ShardServer:
     """The shard's heartbeat endpoint and its requests waiting for the leader."""
 
@@ -127,13 +166,18 @@ class ShardServer:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pipe: LoopPipe | None = None
         """The pipe to the leader on the loop (``attach``)."""
-        self._waiting: dict[int, asyncio.Future[tuple[Any, ...]]] = {}
+        self._waiting: dict[int, Callable[[tuple[Any, ...]], None]] = {}
+        """Per forwarded heartbeat waiting for the leader (by request id), what takes the leader's reply."""
         self.reports = RunningReports()
         """This shard's nodes' last running-job reports (unchanged ones are not read again)."""
-        self.asgi = HeartbeatRoute(
-            self.answer, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
+        self.asgi = ShardApp(
+            HeartbeatRoute(
+                self.answer, Starlette(routes=[Route(HEARTBEAT_PATH, self.heartbeat, methods=["POST"])])
+            ),
+            self.direct_heartbeat,
         )
-        """The shard's ASGI app: heartbeats straight to ``answer``, anything else to Starlette (404/405)."""
+        """The shard's ASGI app: heartbeats straight to ``answer``, anything else to Starlette (404/405); the
+        plain heartbeats its listener's protocol takes to ``direct_heartbeat``."""
         self._serial = 0
         self.nodes = ShardNodes()
         """The leader's proofs of this shard's nodes' next heartbeats, and notes of those answered here."""
@@ -171,54 +215,121 @@ class ShardServer:
         return answer if isinstance(answer, Response) else Response(answer, media_type=wire.MEDIA_TYPE)
 
     async def answer(self, scope: dict[str, Any], receive: Any) -> bytes | Response:
-        """One heartbeat request (``heartbeats.HeartbeatRoute``): the answer's body (200, JSON) or an error's
-        response."""
+        """One heartbeat request (``heartbeats.HeartbeatRoute``: the requests the listener's protocol hands to
+        uvicorn's): the answer's body (200, JSON) or an error's response."""
         try:
             client = scope.get("client")
             peer = client[0] if client else None
             if self.settings.authentication:
-                check_node_credentials(
-                    Headers(scope=scope).get(NODE_SECRET_HEADER, ""),
-                    peer,
-                    self.settings.node_secret,
-                    self.settings.node_networks,
-                )
+                self._check(Headers(scope=scope).get(NODE_SECRET_HEADER, ""), peer)
             body = await read_heartbeat_body(scope, receive)
-            address = heartbeat_address(body)
-            # one it may answer (its verdict holds), or not a heartbeat at all
-            if address is None or self.nodes.holds(address, peer):
-                heartbeat = decode_heartbeat(body, self.reports)  # a malformed one refused here
-                address = heartbeat.address
-                now = self.leader_now()
-                local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
-                if local is not None:
-                    return wire.encode(local)
+            local, address = self._arrived(body, peer)
+            if local is not None:
+                return local
             reply = await self._ask((pack(body), peer, request_hostname(scope), self.nodes.take_skips()))
         except PooltreeError as error:
-            return error_response(error, new_request_id(), self.settings.proxy, time.time())
+            return self._refused(error)
         except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
-            return error_response(
-                LeaderGone(f"Node shard lost its scheduler: {error}"),
-                new_request_id(),
-                self.settings.proxy,
-                time.time(),
-            )
+            return self._lost(error)
+        return self._replied(reply, address, peer)
+
+    def direct_heartbeat(
+        self,
+        headers: RawHeaders,
+        body: bytes,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        answering: Answering,
+    ) -> None:
+        """A plain heartbeat past ASGI (``heartbeat_protocol.DirectHeartbeats``): ``answer``'s work and answers,
+        the leader's reply taken from the pipe by a callback (no task, no future, no scope)."""
+        peer = client[0] if client else None
+        result: bytes | Response
+        try:
+            if self.settings.authentication:
+                self._check(_header(headers, _SECRET_HEADER), peer)
+            local, address = self._arrived(body, peer)
+            if local is None:
+                payload = (pack(body), peer, hostname_of(headers, server), self.nodes.take_skips())
+                self._forward(payload, partial(self._forwarded, answering, address, peer))
+                return
+            result = local
+        except PooltreeError as error:
+            result = self._refused(error)
+        except (OSError, ValueError, EOFError) as error:  # the pipe to the leader is broken
+            result = self._lost(error)
+        _answer(answering, result)
+
+    def _forwarded(
+        self, answering: Answering, address: str, peer: str | None, reply: tuple[Any, ...]
+    ) -> None:
+        """The leader's reply to a heartbeat ``direct_heartbeat`` forwarded."""
+        try:
+            result = self._replied(reply, address, peer)
+        except Exception as error:
+            answering.fail(error)
+            return
+        _answer(answering, result)
+
+    def _check(self, secret: str, peer: str | None) -> None:
+        """The node secret and network check (a YT error when the node may not heartbeat here)."""
+        settings = self.settings
+        check_node_credentials(secret, peer, settings.node_secret, settings.node_networks)
+
+    def _arrived(self, body: bytes, peer: str | None) -> tuple[bytes | None, str]:
+        """A heartbeat's body: (its answer when answered here, else None; the node's address). Decoded only when
+        the node's verdict holds, or to refuse it (a YT error) when it has no address."""
+        address = heartbeat_address(body)
+        # one it may answer (its verdict holds), or not a heartbeat at all
+        if address is None or self.nodes.holds(address, peer):
+            heartbeat = decode_heartbeat(body, self.reports)  # a malformed one refused here
+            address = heartbeat.address
+            now = self.leader_now()
+            local = self.nodes.answer(heartbeat, peer, now) if now is not None else None
+            if local is not None:
+                return wire.encode(local), address
+        return None, address
+
+    def _replied(self, reply: tuple[Any, ...], address: str, peer: str | None) -> bytes | Response:
+        """The leader's reply to a forwarded heartbeat of ``address``: the answer's body (its proof kept), or the
+        YT error it rendered."""
         if reply[1] == 200:
             _, _, answer, proof, leader_now = reply
             self._leader_time = leader_now
             self.nodes.remember(address, peer, proof)
-            return answer
+            return answer  # type: ignore[no-any-return]
         _, status, headers, content = reply
         return Response(content, status_code=status, media_type="application/json", headers=headers)
 
-    async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
-        assert self.loop is not None and self.pipe is not None
+    def _refused(self, error: PooltreeError) -> Response:
+        return error_response(error, new_request_id(), self.settings.proxy, time.time())
+
+    def _lost(self, error: BaseException) -> Response:
+        return self._refused(LeaderGone(f"Node shard lost its scheduler: {error}"))
+
+    def _forward(self, payload: tuple[Any, ...], then: Callable[[tuple[Any, ...]], None]) -> int:
+        """``payload`` to the leader under a new request id (returned); ``then`` takes the leader's reply."""
+        assert self.pipe is not None
         self._serial += 1
         request_id = self._serial
-        future: asyncio.Future[tuple[Any, ...]] = self.loop.create_future()
-        self._waiting[request_id] = future
+        self._waiting[request_id] = then
         try:
             self.pipe.send((request_id, *payload))
+        except BaseException:
+            self._waiting.pop(request_id, None)
+            raise
+        return request_id
+
+    async def _ask(self, payload: tuple[Any, ...]) -> tuple[Any, ...]:
+        assert self.loop is not None
+        future: asyncio.Future[tuple[Any, ...]] = self.loop.create_future()
+
+        def then(reply: tuple[Any, ...]) -> None:
+            if not future.done():
+                future.set_result(reply)
+
+        request_id = self._forward(payload, then)
+        try:
             return await future
         finally:
             self._waiting.pop(request_id, None)
@@ -232,9 +343,9 @@ class ShardServer:
             self.learn(reply[2], reply[3], reply[4], reply[5])
             self._send_quietly(("synced", reply[1]))
             return
-        future = self._waiting.get(kind)
-        if future is not None and not future.done():
-            future.set_result(reply)
+        then = self._waiting.pop(kind, None)
+        if then is not None:
+            then(reply)
 
     def _send_quietly(self, message: tuple[Any, ...]) -> None:
         """A message to the leader from the loop; a broken pipe ends the process when the loop reads its end."""

@@ -25,6 +25,7 @@ from pooltree.shards.messages import answer_body, answer_reply, unpack
 from pooltree.shards.pipe import Frames, LoopPipe, frame
 from pooltree.shards.process import ShardSettings, run_shard
 from pooltree.shards.verdicts import StartEntryResources, expected_next
+from tests.server.heartbeat_maps import comparable_answer
 
 try:
     import uvloop
@@ -264,3 +265,99 @@ def test_the_shard_ends_when_the_leader_s_end_of_the_pipe_closes(shard: tuple[Co
         assert process.exitcode == 0
         with pytest.raises(httpx.HTTPError):  # its connection ends unanswered: the node asks the leader next
             sent.result(TIMEOUT)
+
+
+SECRET = "node-secret-" + "5" * 32
+
+
+@pytest.fixture
+def guarded() -> Iterator[tuple[Connection, str, Any]]:
+    """A real shard process that checks the node secret, at the end of a pipe whose leader's end the test holds."""
+    context = multiprocessing.get_context("spawn")
+    leader, child = context.Pipe(duplex=True)
+    process = context.Process(
+        target=run_shard,
+        args=(child, 0, ShardSettings("127.0.0.1", True, SECRET, None, "test")),
+        daemon=True,
+    )
+    process.start()
+    child.close()
+    try:
+        assert leader.poll(60.0), "the shard did not start"
+        kind, port = leader.recv()
+        assert kind == "ready"
+        yield leader, f"http://127.0.0.1:{port}", process
+    finally:
+        leader.close()
+        process.join(TIMEOUT)
+        if process.is_alive():
+            process.kill()
+            process.join(TIMEOUT)
+
+
+def test_plain_heartbeats_past_asgi_get_the_answers_uvicorn_s_route_gives(
+    guarded: tuple[Connection, str, Any],
+) -> None:
+    """The shard answers the plain heartbeats its listener's protocol takes past ASGI (``direct_heartbeat``) as
+    it answers the same requests handed to uvicorn's protocol (``Connection: close``: ``ShardServer.answer``
+    through the ASGI route): a forwarded heartbeat's answer, the leader's error, refusals of the secret and of
+    the body, a heartbeat answered here after a proof; status, type, length, ``X-YT-*`` and body alike."""
+    leader, url, _ = guarded
+    good = {"X-Pooltree-Node-Secret": SECRET}
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": ["j"], "heartbeat_period": 1.5}
+    error_headers = {"X-YT-Error": '{"code": 1, "message": "m"}', "X-YT-Response-Code": "1"}
+
+    def ok(request_id: int, packed: bytes) -> tuple[Any, ...]:
+        return request_id, 200, answer_body(answer), None, 60.0
+
+    def failed(request_id: int, packed: bytes) -> tuple[Any, ...]:
+        return request_id, 503, error_headers, b'{"code": 1, "message": "m"}'
+
+    def proven(request_id: int, packed: bytes) -> tuple[Any, ...]:
+        expected = expected_next(unpack(packed), answer, StartEntryResources())
+        assert expected is not None
+        return answer_reply(request_id, answer, (5, {}, None, expected), 60.0)
+
+    cases: list[tuple[dict[str, str], bytes, Any, int]] = [
+        (good, json.dumps(idle_heartbeat("n1", 2)).encode(), ok, 200),
+        ({"X-Pooltree-Node-Secret": "wrong"}, json.dumps(idle_heartbeat("n1", 2)).encode(), None, 401),
+        ({}, json.dumps(idle_heartbeat("n1", 2)).encode(), None, 401),
+        (good, b'{"node_address": 7}', None, 400),
+        (good, b"not json", None, 400),
+        (good, b"", None, 400),
+        (good, json.dumps(idle_heartbeat("n2", 2)).encode(), failed, 503),
+        (good, json.dumps({"node_address": "n2", "resource_limits": 5}).encode(), ok, 200),
+    ]
+    leader.send(("generation", 5, 60.0, 0, ()))
+    with httpx.Client(timeout=TIMEOUT) as client, ThreadPoolExecutor(1) as node:
+        for headers, body, reply, status in cases:
+            got = []
+            for extra in ({}, {"Connection": "close"}):  # past ASGI, then through uvicorn's protocol
+                sent = node.submit(client.post, url + HEARTBEAT, headers={**headers, **extra}, content=body)
+                if reply is not None:
+                    request_id, packed, *_ = _forwarded(leader)
+                    leader.send(reply(request_id, packed))
+                response = sent.result(TIMEOUT)
+                got.append(comparable_answer(response.status_code, dict(response.headers), response.content))
+            assert got[0] == got[1], (headers, body[:40])
+            assert got[0][0] == status, (headers, body[:40])
+        # after a proof, the node's equal next heartbeat is answered here, on either path
+        body = json.dumps(idle_heartbeat("n3", 2)).encode()
+        sent = node.submit(client.post, url + HEARTBEAT, headers=good, content=body)
+        request_id, packed, *_ = _forwarded(leader)
+        leader.send(proven(request_id, packed))
+        assert sent.result(TIMEOUT).status_code == 200
+        local = [
+            client.post(url + HEARTBEAT, headers={**good, **extra}, content=body)
+            for extra in ({}, {"Connection": "close"})
+        ]
+        assert [response.status_code for response in local] == [200, 200]
+        assert local[0].content == local[1].content == wire.encode({**answer, "acknowledge": []})
+        notes: list[Any] = []
+        sent = node.submit(
+            client.post, url + HEARTBEAT, headers=good, content=json.dumps(idle_heartbeat("n4", 2)).encode()
+        )
+        request_id, _, _, _, skips = _forwarded(leader, notes)
+        assert [address for address, _ in notes + skips] == ["n3", "n3"]  # both answered here, both noted
+        leader.send(ok(request_id, b""))
+        assert sent.result(TIMEOUT).status_code == 200
