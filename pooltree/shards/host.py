@@ -321,6 +321,7 @@ class NodeShards:
         if self.starts is not None:
             self.starts.detach(shard.index)
         with self._lock:
+            self._not_syncing(shard.index)
             if self._closing:
                 return
             if self._shards[shard.index] is shard:
@@ -521,6 +522,16 @@ class NodeShards:
                 entry[1].discard(shard.index)
                 if not entry[1]:
                     entry[0].set()
+
+    def _not_syncing(self, index: int) -> None:
+        """Shard ``index`` ended (lock held): the syncs waiting for it stop waiting (it is not a live shard any
+        more; its restarted process starts with the leader's state and no verdict). Else a sync that counted it
+        before its reader saw the end waited its whole timeout for an answer that never comes."""
+        for done, waiting in self._syncs.values():
+            if index in waiting:
+                waiting.discard(index)
+                if not waiting:
+                    done.set()
 
     def _error_reply(self, shard: _Shard, request_id: int, error: Exception) -> tuple[Any, ...]:
         if not isinstance(error, PooltreeError):
