@@ -16,12 +16,12 @@ A heartbeat the leader proved empty after the node's previous one is answered by
 generation to the shards (``GENERATION_POLL``), and the shards send their notes of the heartbeats they answered,
 which the reader applies in order before the shard's next heartbeat (``LeaderVerdicts.apply_skips``).
 
-Shards hold no scheduler state but those proofs: a shard that dies loses only the answers it had not yet sent (a started job's
-record is stored before its answer leaves the leader, so such a job is the node's missing job, lost and run again
-by its controller after ``LOST_AFTER_MISSED_HEARTBEATS``; an unsent acknowledgement makes the node report the
-finished job again, which is acknowledged once more). Its nodes' next heartbeats fail over to the leader, which
-answers them itself until the shard is restarted and then names its new URL. When the leader dies, each shard
-reads end-of-file on its pipe and exits.
+Shards hold no scheduler state but those proofs: a shard that dies loses only the answers it had not yet sent (a
+started job's record is stored before its answer leaves the leader, so such a job is the node's missing job, lost
+and run again by its controller after ``LOST_AFTER_MISSED_HEARTBEATS``; an unsent acknowledgement makes the node
+report the finished job again, which is acknowledged once more). Its nodes' next heartbeats fail over to the
+leader, which answers them itself until the shard is restarted and then names its new URL. When the leader dies,
+each shard reads end-of-file on its pipe and exits.
 """
 
 from __future__ import annotations

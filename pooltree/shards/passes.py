@@ -1,19 +1,20 @@
 """A shard process's side of shards that start allocations: its replicas, and the heartbeat passes it runs.
 
 The leader sends a `PassRequest` per heartbeat and tree of one of this shard's nodes (over the shard's pass pipe,
-`serve_passes`): the increments since the shard's last pass of the tree in the leader's order (or first a
-snapshot of the truth, `pickling.snapshot_of`; the increments as batches of the tree's log, `increments.py`, the
-same bytes for every shard), the node's limits and tags, the time and the node's preemptive
-backoff as the leader holds it. `ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of
-the node's heartbeat on it. Its replica holds its own nodes' allocations only (`deltas.py`). Each start it decides takes an allocation the request granted ahead (`replica.Grant`,
-when it answers the start exactly) or is a `Claim` sent to the leader, which answers it (`ClaimAnswer`: the real
-controller's allocation, or None); a class read of an operation the pass changed is a
-`deltas.ClassQuery`, answered with the truth's boundaries and start orders; what the pass books goes to the
-leader in order (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with its next
-claim or class query or with the pass's end, each message a list (the bookings, then the claim or the end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took here). Every message is in
-the pickling form (`pickling.dumps`), each of these dataclasses as a plain tuple (`flat`, `unflat`): unpickling
-a dataclass costs a Python call and its state dict, several times a tuple's cost, and these messages cross the
-pipe at every pass.
+`serve_passes`): the increments since the shard's last pass of the tree in the leader's order (or first a snapshot
+of the truth, `pickling.snapshot_of`; the increments as batches of the tree's log, `increments.py`, the same bytes
+for every shard), the node's limits and tags, the time and the node's preemptive backoff as the leader holds it.
+`ShardPasses.run` brings the tree's `TreeReplica` forward and runs the stages of the node's heartbeat on it. Its
+replica holds its own nodes' allocations only (`deltas.py`). Each start it decides takes an allocation the request
+granted ahead (`replica.Grant`, when it answers the start exactly) or is a `Claim` sent to the leader, which
+answers it (`ClaimAnswer`: the real controller's allocation, or None); a class read of an operation the pass
+changed is a `deltas.ClassQuery`, answered with the truth's boundaries and start orders; what the pass books goes
+to the leader in order (`Started`, `Preempted`; a granted allocation the pass could not book, `Unclaimed`) with
+its next claim or class query or with the pass's end, each message a list (the bookings, then the claim or the
+end), and the pass ends with `PassDone` (the pass's flags, the node's backoff after it, the CPU seconds it took
+here). Every message is in the pickling form (`pickling.dumps`), each of these dataclasses as a plain tuple
+(`flat`, `unflat`): unpickling a dataclass costs a Python call and its state dict, several times a tuple's cost,
+and these messages cross the pipe at every pass.
 """
 
 from __future__ import annotations

@@ -18,13 +18,14 @@ Per heartbeat and tree, on the leader thread that answers it:
    (`replica.Grant`). A start of the pass that a grant answers exactly (the same node and time, no more offered,
    the allocation fits) takes it without a round trip; its booking carries the usage the replica decided on, and
    the leader makes the claim's limit check then.
-3. Each claim (and each class read of an operation the pass changed, `deltas.ClassQuery`), with the bookings the pass made since its last message (sent together, in order), is handled under
-   the scheduling lock, briefly, with the heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
-   preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the
-   node gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes
-   back to its controller and the shard takes a new copy before its next pass. A claim for an operation whose
-   grants the pass did not take first has those taken back before it is answered (`take_back`: the controller
-   as if they were never made, so the claim gets what it would have got).
+3. Each claim (and each class read of an operation the pass changed, `deltas.ClassQuery`), with the bookings the
+   pass made since its last message (sent together, in order), is handled under the scheduling lock, briefly, with
+   the heartbeat's job writes in place: the claim checked against the truth (`ShardStarts._check_claim`), a start or
+   preemption applied to the truth as it is now. A booking the truth can no longer take (the operation gone, the node
+   gone, a victim already stopped or started by a pass still in flight) is not applied: its allocation goes back to
+   its controller and the shard takes a new copy before its next pass. A claim for an operation whose grants the pass
+   did not take first has those taken back before it is answered (`take_back`: the controller as if they were never
+   made, so the claim gets what it would have got).
 4. The scheduling lock is taken again; the grants no start took are taken back (last made first); the heartbeat
    goes on as in one process (job records of the starts, stored before the node is told; stops queued).
 

@@ -1,4 +1,5 @@
-"""A node shard's replica of one tree's strategy: the same `TreeScheduler`, brought forward by the leader's increments.
+"""A node shard's replica of one tree's strategy: the same `TreeScheduler`, brought forward by the leader's
+increments.
 
 The leader's `TreeScheduler` of a tree is the truth. A shard holds a replica of it per tree: a copy of the truth
 taken when the truth's published state moves (a fair-share update, an operation or node joining or leaving: the
@@ -203,7 +204,8 @@ class Registered:
 @dataclass(frozen=True)
 class Unregistered:
     """An operation left the tree (its allocations no longer count): ``running``, its running allocations in the
-    truth's order, each one's id and amounts (None: preempted), released in that order (`deltas.unregister_in_order`)."""
+    truth's order, each one's id and amounts (None: preempted), released in that order
+    (`deltas.unregister_in_order`)."""
 
     operation_id: str
     running: tuple[tuple[str, tuple[float, ...] | None], ...]
@@ -237,7 +239,8 @@ Increment = (
 
 def copy_allocation(allocation: Allocation) -> Allocation:
     """An allocation as a replica holds it: its own object (a replica's bookkeeping writes into it), with its
-    own vectors (`Allocation.__slots__` copied one by one: `copy.copy` of a slotted object is several times slower)."""
+    own vectors (`Allocation.__slots__` copied one by one: `copy.copy` of a slotted object is several times
+    slower)."""
     out = Allocation.__new__(Allocation)
     for name in Allocation.__slots__:
         setattr(out, name, getattr(allocation, name))

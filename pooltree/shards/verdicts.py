@@ -5,15 +5,16 @@ finds nothing to start, stop or acknowledge (a full node, or no pending work tha
 process such heartbeats in parallel against the tree snapshot; here the leader proves them empty with the
 strategy's own rule, and the shard answers them without the leader.
 
-After processing a node's heartbeat, the leader (``LeaderVerdicts.prove``, in the heartbeat's hold of the scheduler's lock) asks
-whether a heartbeat reporting the same running jobs (same ids, usage, memory, GPUs), no finished job, the same
-limits, tags, memory meter and alerts would change anything, and answers with its state generation when it
-provably would not (the shard keeps that as the node's ``NodeVerdict``, bound to the same peer): the node runs exactly the jobs the scheduler holds running there, no
-revived job is reserved for it, no stop or abort is queued for it, no tree waits to be published and no tentative
-ban to be applied, and in each of its trees ``SchedulerCore.heartbeat_is_noop`` (the rule the simulator skips
-heartbeats by) holds even with the preemptive stages due. That proof reads the node's usage, the tree's pending
-work (``generation.pending_min_needed``), starving operations, violated limits and queued stops; it holds while
-the scheduler's ``StateGeneration`` (``server/live/generation.py``) is the one it was made at.
+After processing a node's heartbeat, the leader (``LeaderVerdicts.prove``, in the heartbeat's hold of the
+scheduler's lock) asks whether a heartbeat reporting the same running jobs (same ids, usage, memory, GPUs), no
+finished job, the same limits, tags, memory meter and alerts would change anything, and answers with its state
+generation when it provably would not (the shard keeps that as the node's ``NodeVerdict``, bound to the same
+peer): the node runs exactly the jobs the scheduler holds running there, no revived job is reserved for it, no
+stop or abort is queued for it, no tree waits to be published and no tentative ban to be applied, and in each of
+its trees ``SchedulerCore.heartbeat_is_noop`` (the rule the simulator skips heartbeats by) holds even with the
+preemptive stages due. That proof reads the node's usage, the tree's pending work
+(``generation.pending_min_needed``), starving operations, violated limits and queued stops; it holds while the
+scheduler's ``StateGeneration`` (``server/live/generation.py``) is the one it was made at.
 
 The shard keeps each node's last verdict (``ShardNodes``) and the latest generation the leader told it. A
 heartbeat equal to the proven one while the generation holds is answered by the shard: nothing to start, stop
