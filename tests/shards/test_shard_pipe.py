@@ -6,6 +6,7 @@ node's next heartbeat itself, and the shard ends when the leader's end does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import pickle
@@ -138,17 +139,13 @@ def test_a_send_after_the_leader_s_end_is_gone_raises() -> None:
         shard_end.close()
 
 
-@pytest.fixture
-def shard() -> Iterator[tuple[Connection, str, Any]]:
-    """A real shard process at the end of a pipe whose leader's end the test holds: (that end, its URL, the
-    process)."""
+@contextlib.contextmanager
+def _shard_process(settings: ShardSettings) -> Iterator[tuple[Connection, str, Any]]:
+    """A real shard process with ``settings`` at the end of a pipe whose leader's end the test holds: (that end,
+    its URL, the process)."""
     context = multiprocessing.get_context("spawn")
     leader, child = context.Pipe(duplex=True)
-    process = context.Process(
-        target=run_shard,
-        args=(child, 0, ShardSettings("127.0.0.1", False, None, None, "test")),
-        daemon=True,
-    )
+    process = context.Process(target=run_shard, args=(child, 0, settings), daemon=True)
     process.start()
     child.close()
     try:
@@ -162,6 +159,13 @@ def shard() -> Iterator[tuple[Connection, str, Any]]:
         if process.is_alive():
             process.kill()
             process.join(TIMEOUT)
+
+
+@pytest.fixture
+def shard() -> Iterator[tuple[Connection, str, Any]]:
+    """A real shard process (no node authentication) at the end of a pipe whose leader's end the test holds."""
+    with _shard_process(ShardSettings("127.0.0.1", False, None, None, "test")) as ends:
+        yield ends
 
 
 def _forwarded(leader: Connection, notes: list[Any] | None = None) -> tuple[Any, ...]:
@@ -273,26 +277,8 @@ SECRET = "node-secret-" + "5" * 32
 @pytest.fixture
 def guarded() -> Iterator[tuple[Connection, str, Any]]:
     """A real shard process that checks the node secret, at the end of a pipe whose leader's end the test holds."""
-    context = multiprocessing.get_context("spawn")
-    leader, child = context.Pipe(duplex=True)
-    process = context.Process(
-        target=run_shard,
-        args=(child, 0, ShardSettings("127.0.0.1", True, SECRET, None, "test")),
-        daemon=True,
-    )
-    process.start()
-    child.close()
-    try:
-        assert leader.poll(60.0), "the shard did not start"
-        kind, port = leader.recv()
-        assert kind == "ready"
-        yield leader, f"http://127.0.0.1:{port}", process
-    finally:
-        leader.close()
-        process.join(TIMEOUT)
-        if process.is_alive():
-            process.kill()
-            process.join(TIMEOUT)
+    with _shard_process(ShardSettings("127.0.0.1", True, SECRET, None, "test")) as ends:
+        yield ends
 
 
 def test_plain_heartbeats_past_asgi_get_the_answers_uvicorn_s_route_gives(
