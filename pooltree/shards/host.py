@@ -48,7 +48,7 @@ from pooltree.node.wire import HeartbeatRequest
 from pooltree.server.live import LiveScheduler
 from pooltree.shards.deltas import shard_of
 from pooltree.shards.messages import answer_reply, unpack
-from pooltree.shards.pipe import READ_BYTES, Frames
+from pooltree.shards.pipe import Frames, receive
 from pooltree.shards.process import ShardSettings, run_shard
 from pooltree.shards.verdicts import LeaderVerdicts, Proof
 
@@ -170,15 +170,7 @@ class _PipeReader:
     def take(self, block: bool) -> list[Any] | None:
         """The messages completed by what the pipe holds now (``block``: once it holds a byte); None once it
         ended (end of file, or the shard's end is gone)."""
-        try:
-            data = self._sock.recv(READ_BYTES) if block else self._sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            return None
-        if not data:
-            return None
-        return self._frames.feed(data)
+        return receive(self._sock, self._frames, 0 if block else socket.MSG_DONTWAIT)
 
     def close(self) -> None:
         self._sock.close()

@@ -81,6 +81,22 @@ class Frames:
         return len(self._held)
 
 
+def receive(sock: socket.socket, frames: Frames, flags: int = 0) -> list[Any] | None:
+    """One ``recv`` of the pipe's socket (``flags``: ``MSG_DONTWAIT`` never waits) fed to ``frames``: the messages
+    it completes ([] when nothing was there to read), None once the pipe ended (end of file, or the other end is
+    gone). A payload that is not frames raises (``Frames.feed``). Both ends read so: the shard's ``LoopPipe`` and
+    the leader's reader thread (``host.NodeShards``)."""
+    try:
+        data = sock.recv(READ_BYTES, flags)
+    except (BlockingIOError, InterruptedError):
+        return []
+    except OSError:
+        return None
+    if not data:
+        return None
+    return frames.feed(data)
+
+
 class LoopPipe:
     """The shard's end of ``conn`` on ``loop``: messages to ``deliver`` as they arrive, ``ended()`` at end of file
     or a broken pipe; ``send`` writes without blocking the loop, in order.
@@ -164,19 +180,11 @@ class LoopPipe:
 
     def _readable(self) -> None:
         try:
-            data = self._sock.recv(READ_BYTES, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._loop.remove_reader(self._sock.fileno())
-            self._ended()
-            return
-        try:
-            messages = self._frames.feed(data)
+            messages = receive(self._sock, self._frames, socket.MSG_DONTWAIT)
         except Exception:  # not the leader's frames: nothing after it can be read
             log.exception("the leader's pipe carried what is not a message")
+            messages = None
+        if messages is None:
             self._loop.remove_reader(self._sock.fileno())
             self._ended()
             return
