@@ -29,6 +29,9 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   ``forecast_worker_died``: the scheduling forecast's worker process died (killed, out of memory, crashed) and no
   forecast succeeded since, or did so less than 10 minutes ago (``pooltree/forecast/health.py``): deaths, deaths
   in a row, how the last one ended, seconds until the next restart.
+  ``read_process_died``: the read process that owns the API port (``pooltree/reads``) died; the scheduler serves
+  the port itself until a new one takes it over, and the alert holds 10 minutes after that
+  (``pooltree/reads/health.py``): deaths, deaths in a row, restarts, how the last one ended.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 
 operation (its ``alerts`` attribute: a map alert type → error, as YTsaurus's operation ``@alerts``)
@@ -73,6 +76,7 @@ UNRECOGNIZED_OPTIONS = UNRECOGNIZED_OPTIONS_ALERT
 STORE_TROUBLE = "store_trouble"
 HEARTBEATS_THROTTLED = "heartbeats_throttled"
 FORECAST_WORKER_DIED = "forecast_worker_died"
+READ_PROCESS_DIED = "read_process_died"
 OPERATION_PENDING = "operation_pending"
 NO_ONLINE_NODE = "no_online_node_to_schedule_job"
 OPERATION_STARVING = "operation_starving"
@@ -88,6 +92,7 @@ SCHEDULER_ALERT_TYPES = (
     STORE_TROUBLE,
     HEARTBEATS_THROTTLED,
     FORECAST_WORKER_DIED,
+    READ_PROCESS_DIED,
 )
 OPERATION_ALERT_TYPES = (
     OPERATION_PENDING,

@@ -254,6 +254,14 @@ SHARD_STARTS_OPTION = typer.Option(
     help="Each node shard process also runs its nodes' scheduling passes on its replica of the strategy, "
     "claiming starts from the scheduler (pooltree.shards: remote.py); with --node-shards 1, one shard process.",
 )
+READ_PROCESS_OPTION = typer.Option(
+    False,
+    "--read-process/--no-read-process",
+    envvar="POOLTREE_READ_PROCESS",
+    help="A read process of the scheduler's own owns --port and relays each request to the scheduler (which "
+    "serves the port itself if it dies), so reads it can answer never wait for the scheduler's event loop "
+    "(pooltree/reads; docs/live-cluster.md).",
+)
 DEFAULT_TENTATIVE_POOL_TREES_OPTION = typer.Option(
     "",
     "--default-tentative-pool-trees",
@@ -286,6 +294,7 @@ def scheduler_command(
     node_shards: int = NODE_SHARDS_OPTION,
     shard_starts: bool = SHARD_STARTS_OPTION,
     default_tentative_pool_trees: str = DEFAULT_TENTATIVE_POOL_TREES_OPTION,
+    read_process: bool = READ_PROCESS_OPTION,
 ) -> None:
     """Run the scheduler: YTsaurus HTTP API, node heartbeats, fair-share updates, revival from the store."""
     setup_logging()
@@ -339,6 +348,7 @@ def scheduler_command(
                 shard_starts=shard_starts,
                 default_tentative_pool_trees=default_trees,
                 heartbeat_port=heartbeats,
+                read_process=read_process,
             )
         )
     except PooltreeError as error:
@@ -428,6 +438,7 @@ async def _run_scheduler(
     shard_starts: bool = False,
     default_tentative_pool_trees: tuple[str, ...] = (),
     heartbeat_port: int | None = None,
+    read_process: bool = False,
 ) -> None:
     from pooltree.server.service import serve
 
@@ -463,6 +474,7 @@ async def _run_scheduler(
         shard_starts=shard_starts,
         default_tentative_pool_trees=default_tentative_pool_trees,
         heartbeat_port=heartbeat_port,
+        read_process=read_process,
     )
     log.info("scheduler stopped")
 
@@ -490,6 +502,7 @@ def local_command(
     heartbeat_period: float = HEARTBEAT_PERIOD_OPTION,
     fair_share_update_period: float = FAIR_SHARE_UPDATE_PERIOD_OPTION,
     isolation: str = ISOLATION_OPTION,
+    read_process: bool = READ_PROCESS_OPTION,
 ) -> None:
     """Start a scheduler (pool tree 'default') and N nodes on this machine; run until interrupted."""
     setup_logging()
@@ -518,6 +531,7 @@ def local_command(
             heartbeat_period=heartbeat_period,
             fair_share_update_period=fair_share_update_period,
             isolation=isolation,
+            read_process=read_process,
         )
         code = asyncio.run(_run_local(cluster, job_isolation))
     except PooltreeError as error:

@@ -59,8 +59,11 @@ class LocalCluster:
         heartbeat_period: float = 1.0,
         fair_share_update_period: float = 1.0,
         isolation: str = "auto",
+        read_process: bool = False,
     ) -> None:
         self.data = data
+        self.read_process = read_process
+        """The scheduler's ``--read-process`` (``pooltree/reads``)."""
         self.isolation = isolation
         """The nodes' ``--isolation`` (``node/isolation.py``)."""
         self.heartbeat_period = heartbeat_period
@@ -119,6 +122,7 @@ class LocalCluster:
                 str(self.heartbeat_period),
                 "--fair-share-update-period",
                 str(self.fair_share_update_period),
+                "--read-process" if self.read_process else "--no-read-process",
             ),
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,

@@ -36,6 +36,9 @@ import uvicorn
 from starlette.concurrency import run_in_threadpool
 
 from pooltree.errors import PooltreeError
+from pooltree.reads.host import ReadPort
+from pooltree.reads.peer import peer_line_protocol, stamped
+from pooltree.reads.relay import UPSTREAM_KEEP_ALIVE
 from pooltree.security.sealing import Sealer
 from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
@@ -79,6 +82,10 @@ class LeadingService(Protocol):
         ...
 
     def store_health(self) -> dict[str, Any]: ...
+
+    def watch_read_process(self, health: Any) -> None:
+        """The runner's read process (``pooltree/reads``): its alert and metrics among the service's."""
+        ...
 
     async def start(self) -> None: ...
 
@@ -132,11 +139,16 @@ class SchedulerRunner:
         store_key_file: Path | None = None,
         operator_check: Callable[[Mapping[str, str]], None] | None = None,
         heartbeat_port: int | None = None,
+        read_process: bool = False,
     ) -> None:
         """``heartbeat_port``: node heartbeats are also taken on that port (0: a free one) by a listener with an
         event loop of its own (``heartbeat_listener.py``), which answers on the API's port name; None: heartbeats
-        only on the API's port and loop."""
+        only on the API's port and loop. ``read_process``: a read process owns the API port and relays to this
+        process's internal listener (``pooltree/reads``)."""
         self.store_url = store_url
+        self.read_process = read_process
+        self.reads: ReadPort | None = None
+        """The read process and the port it owns while HTTP is served with ``read_process``."""
         self.heartbeat_port = heartbeat_port
         self.heartbeats: HeartbeatListener | None = None
         """The heartbeat listener while HTTP is served (``heartbeat_port`` not None)."""
@@ -300,6 +312,8 @@ class SchedulerRunner:
         service.heartbeat_port = self.heartbeats.port if self.heartbeats is not None else None
         await service.start()
         self.service = service
+        if self.reads is not None:
+            self.reads.lead(service)
         self.trouble = None
         self.leader = None
         self._set_role("leader")
@@ -311,10 +325,26 @@ class SchedulerRunner:
             await run_in_threadpool(lock.announce, url)
 
     async def _start_http(self) -> None:
+        reads, sockets = None, None
         config = http_config(self, self.host, self.port)
+        if self.read_process:
+            try:
+                reads = ReadPort(self.host, self.port, bind_socket)
+            except OSError as error:
+                raise PooltreeError(
+                    f"scheduler HTTP server cannot listen on {self.host}:{self.port}: {error.strerror or error}"
+                ) from None
+            self.reads, sockets = reads, [reads.internal]
+            public_config = config
+            internal = stamped(self, self._read_feed)
+            config = http_config(
+                internal, "127.0.0.1", reads.internal_port, http=peer_line_protocol(reads.secret)
+            )
+            config.interface = "asgi3"
+            config.timeout_keep_alive = int(UPSTREAM_KEEP_ALIVE)
         server = uvicorn.Server(config)
         self._server = server
-        self._server_task = asyncio.create_task(server.serve(), name="uvicorn")
+        self._server_task = asyncio.create_task(server.serve(sockets=sockets), name="uvicorn")
         for _ in range(2000):
             if server.started or self._server_task.done():
                 break
@@ -323,12 +353,23 @@ class SchedulerRunner:
             if self._server_task.done():
                 self._server_task.result()
             raise PooltreeError(f"scheduler HTTP server did not start on {self.host}:{self.port}")
-        bound = server.servers[0].sockets[0].getsockname()[1]
+        if reads is not None:
+            await reads.start(server, public_config)
+            if self.service is not None:
+                reads.lead(self.service)
+            bound = reads.port
+        else:
+            bound = server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://{self.host}:{bound}"
         if self.heartbeat_port is not None:
             await self._start_heartbeats(self.heartbeat_port)
         if self.on_ready is not None:
             self.on_ready(self.url)
+
+    def _read_feed(self) -> Any:
+        """The leading service's feed of the read process's replica (None: none, or no service leads)."""
+        service = self.service
+        return getattr(service, "read_feed", None) if service is not None else None
 
     async def _start_heartbeats(self, port: int) -> None:
         """The heartbeat listener on ``port`` (0: a free one) of the API's host, named to nodes from now on."""
@@ -472,6 +513,8 @@ class SchedulerRunner:
         """The store failed under the leader: drop the in-memory state now; revive from the store later."""
         self.trouble = reason
         service, self.service = self.service, None
+        if self.reads is not None:
+            self.reads.unlead()
         self._set_role("recovering")
         log.error("store trouble: %s; in-memory state dropped, waiting for the store", reason)
         if service is not None:
@@ -486,11 +529,16 @@ class SchedulerRunner:
                 await run_in_threadpool(store.close)
 
     async def _shutdown(self) -> None:
+        if self.reads is not None:  # first: its answers in flight are still served by the scheduler
+            await self.reads.close()
         if self._server is not None:
             self._server.should_exit = True
         if self._server_task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(self._server_task), 10.0)
+        if self.reads is not None:
+            reads, self.reads = self.reads, None
+            reads.close_sockets()
         if self.heartbeats is not None:
             listener, self.heartbeats = self.heartbeats, None
             await run_in_threadpool(listener.stop)

@@ -32,6 +32,8 @@ from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node import wire
 from pooltree.node.service import check_period
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.reads.health import ReadProcessHealth, ReadProcessMetrics
+from pooltree.reads.seam import ReadFeed
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
 from pooltree.server.access import ServiceResolver
@@ -184,6 +186,18 @@ class SchedulerService:
         self._heartbeat_parts()
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
+        self.read_feed: ReadFeed | None = None
+        """The feed of the read process's replica (``pooltree/reads/seam.py``); None: the read process relays
+        every request and the internal listener stamps nothing."""
+        self._read_process_metrics: ReadProcessMetrics | None = None
+
+    def watch_read_process(self, health: ReadProcessHealth) -> None:
+        """The runner's read process (``pooltree/reads``): its ``read_process_died`` alert among the scheduler's
+        alerts, its counters in ``/metrics``."""
+        self.scheduler.alert_center.read_process_alert = health.alert
+        if self._read_process_metrics is None:
+            self._read_process_metrics = ReadProcessMetrics(health)
+            self.metrics.register(self._read_process_metrics)
 
     def _metrics_registry(self) -> CollectorRegistry:
         """``GET /metrics``' registry: the scheduler's families, the garbage collector's, the forecast's, the shards'."""
@@ -678,6 +692,7 @@ async def serve(
     default_tentative_pool_trees: Sequence[str] = (),
     shard_starts: bool = False,
     heartbeat_port: int | None = None,
+    read_process: bool = False,
 ) -> None:
     """Run a scheduler on ``store_url`` until ``stop`` is set (or the task is cancelled); closes everything.
 
@@ -689,6 +704,7 @@ async def serve(
     ``store_key_file`` seals the store's secrets (``SchedulerRunner``). ``node_shards`` > 1 runs that many node
     shard processes on ``host`` while this process leads (``pooltree.shards``). ``heartbeat_port`` (0: a free
     port; None: none) takes node heartbeats on a listener and event loop of their own (``heartbeat_listener.py``).
+    ``read_process``: a read process of its own owns the API port (``pooltree/reads``).
     """
     check_period(heartbeat_period, "heartbeat_period")
     if not authentication and not is_loopback(host):
@@ -731,5 +747,6 @@ async def serve(
         store_key_file=store_key_file,
         operator_check=bootstrap_operator_check(token, node_secret, authentication=authentication),
         heartbeat_port=heartbeat_port,
+        read_process=read_process,
     )
     await runner.run(stop)

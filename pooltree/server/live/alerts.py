@@ -10,6 +10,7 @@ the strategy use without the live service; its docstring lists every alert and w
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,8 @@ class SchedulerAlerts:
         """A callable returning None (healthy) or an error message / mapping; set by the service."""
         self.forecast_alert: Any = None
         """A callable of the scheduler's time returning the forecast worker's alert or None; set by the service."""
+        self.read_process_alert: Any = None
+        """A callable of the wall-clock time returning the read process's alert or None (``pooltree/reads``)."""
         self.fleet_revision = 0
         """Moved whenever a node joins, leaves or changes its limits, tags or trees (``fleet_moved``)."""
         self._fleet: tuple[int, NodeFleet] | None = None
@@ -212,6 +215,9 @@ class SchedulerAlerts:
         forecast = self.forecast_alert(scheduler.now) if self.forecast_alert is not None else None
         if forecast is not None:
             alerts.append(forecast)
+        reads = self.read_process_alert(time.time()) if self.read_process_alert is not None else None
+        if reads is not None:
+            alerts.append(reads)
         throttle = scheduler.heartbeat_throttle
         if throttle.recently_throttled(scheduler.now):
             settings = throttle.settings
