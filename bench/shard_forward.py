@@ -8,7 +8,9 @@ cpus with job specs shaped as the live scheduler's (a one-cpu vanilla job: ``STA
 state generation every ``--generation-poll`` seconds (0.01, ``host.GENERATION_POLL``: the leader's state moves
 that often under load); with ``--proof-share S`` that share of its answers carries a proof of the node's next
 heartbeat at the current generation (live, loaded: ~0.4 per forwarded heartbeat), which the next push voids (as
-under load for nodes that can start more), in the form the build under test takes. ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
+under load for nodes that can start more), in the form the build under test takes; with ``--full-proofs`` the
+proofs are full nodes', which the pushes leave holding (as live under load for full nodes, whose next heartbeats
+mostly report a finished job). ``--nodes`` simulated nodes (``live_nodes.SimNode``, 16 cpus, jobs "running"
 ``--job-seconds`` x U[0.5, 1.5]) heartbeat every ``--period`` from ``--drivers`` driver processes over keep-alive
 connections, as in ``live_nodes.py`` (a loaded heartbeat: ~16 running reports, ~1.6 finished jobs, ~1.6 starts).
 
@@ -88,7 +90,13 @@ class StandInLeader:
     proofs of nodes that can start more are voided under load."""
 
     def __init__(
-        self, conn: Connection, generation_poll: float, encoded: bool, proof_share: float, form: str
+        self,
+        conn: Connection,
+        generation_poll: float,
+        encoded: bool,
+        proof_share: float,
+        form: str,
+        full_proofs: bool = False,
     ) -> None:
         self.conn = conn
         self.generation_poll = generation_poll
@@ -100,6 +108,9 @@ class StandInLeader:
         full), the shard decoding body and answer (builds before)."""
         self.lock = threading.Lock()
         self.forwarded = 0
+        self.full_proofs = full_proofs
+        """Proofs are a full node's (``verdicts.FullStamp``): the pushes move the generation, not the ``coarse``
+        counter or the node's stamp, so a proof holds until the node's next heartbeat, as live for full nodes."""
         self.proofs = 0
         self.jobs = 0
         self.generation = 0
@@ -133,12 +144,14 @@ class StandInLeader:
             self._send((request_id, 200, wire.encode(answer) if self.encoded else answer, None, time.time()))
 
     def _proven(self, request_id: int, packed: bytes, answer: dict[str, Any]) -> tuple[Any, ...]:
-        """A reply with a proof at the current generation (no memory bounds, not a full node's)."""
+        """A reply with a proof at the current generation (no memory bounds; a full node's with
+        ``full_proofs``)."""
+        full = (0, 0) if self.full_proofs else None
         if self.form == "kept":
             expected = expected_next(unpack(packed), answer, self.entries)
             assert expected is not None
-            return answer_reply(request_id, answer, (self.generation, {}, None, expected), time.time())
-        return (request_id, 200, wire.encode(answer), (self.generation, {}, None), time.time())
+            return answer_reply(request_id, answer, (self.generation, {}, full, expected), time.time())
+        return (request_id, 200, wire.encode(answer), (self.generation, {}, full), time.time())
 
     def _answer(self, packed: Any) -> dict[str, Any]:
         if isinstance(packed, bytes):  # the node's body (``shards/messages.py``)
@@ -172,7 +185,7 @@ class StandInLeader:
         while not self.stopping.wait(self.generation_poll):
             self.generation += 1
             value = self.generation
-            self._send(("generation", value, time.time(), value, ()))
+            self._send(("generation", value, time.time(), 0 if self.full_proofs else value, ()))
 
     def _send(self, message: tuple[Any, ...]) -> None:
         try:
@@ -248,7 +261,12 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("--proof-share needs a build whose leader answers with the node's JSON body")
     form = "kept" if "def answer_reply(" in messages else "plain"
     leader = StandInLeader(
-        Connection(leader_end.detach()), args.generation_poll, encoded, args.proof_share, form
+        Connection(leader_end.detach()),
+        args.generation_poll,
+        encoded,
+        args.proof_share,
+        form,
+        args.full_proofs,
     )
     context = mp.get_context("spawn")
     drivers: list[Any] = []
@@ -332,6 +350,12 @@ def main() -> None:
         type=float,
         default=0.0,
         help="share of the answers that carry a proof of the node's next heartbeat (live, loaded: ~0.4)",
+    )
+    parser.add_argument(
+        "--full-proofs",
+        action="store_true",
+        help="the proofs are full nodes' (held across the pushes until the node's next heartbeat, as live under "
+        "load: most of those heartbeats report a finished job)",
     )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup-seconds", type=float, default=4.0)

@@ -45,6 +45,8 @@ _EMPTY = (b"", b"null", b"{}")
 """Raw free-form maps that read as an empty map (the bytes of the ``Raw``)."""
 _ABSENT = (b"", b"null")
 """A raw field not sent, or sent as null."""
+_JSON_SPACE = b" \t\r\n"
+"""The whitespace JSON allows between tokens."""
 _LOW, _HIGH = -(2**63), 2**64
 """The integers orjson reads as integers; past them it reads floats, so such a heartbeat takes the plain path."""
 
@@ -104,6 +106,8 @@ class _Heartbeat(msgspec.Struct):
 
 class _Address(msgspec.Struct):
     node_address: str
+    finished_jobs: msgspec.Raw = _NONE
+    """Taken as its text, not read (``read_head``)."""
 
 
 _DECODER = msgspec.json.Decoder(_Heartbeat)
@@ -131,11 +135,20 @@ def read_address(body: bytes) -> str | None:
     """The ``node_address`` of a heartbeat body (the rest is skipped, not read) when the body is a JSON map whose
     address is a non-empty string; None otherwise. A body this gives an address for reads as a heartbeat of that
     node or not at all (``read_heartbeat`` and the plain path take the address as msgspec reads it here)."""
+    return read_head(body)[0]
+
+
+def read_head(body: bytes) -> tuple[str | None, bool]:
+    """``read_address`` of a body, and whether its ``finished_jobs`` is a list with an entry (its text looked at,
+    not read): a body that reads as a heartbeat reports finished jobs exactly when this says so (the last of
+    duplicate keys counts here as in both decodings); one that says so and does not read is refused by either
+    path. A node shard decodes a body only when it may answer it, which one with finished jobs never is."""
     try:
-        address = _ADDRESS_DECODER.decode(body).node_address
+        head = _ADDRESS_DECODER.decode(body)
     except (msgspec.MsgspecError, RecursionError, ValueError):
-        return None
-    return address or None
+        return None, False
+    finished = bytes(head.finished_jobs)
+    return head.node_address or None, finished[:1] == b"[" and finished[1:].lstrip(_JSON_SPACE)[:1] != b"]"
 
 
 def _request(data: _Heartbeat, reports: RunningReports | None) -> HeartbeatRequest:

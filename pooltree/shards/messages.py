@@ -6,8 +6,8 @@ the shard's decoding 36 µs, packing 13 µs and pickling 17 µs, the leader's un
 The body itself pickles in 2 µs and unpickles in 1 µs, and the leader's decoding of it (``unpack``: the wire
 module's ``decode_heartbeat``, with its reader thread's own ``RunningReports``, so that a node's unchanged running
 jobs are not read again) costs it 32 µs. So a shard forwards the body (``pack``) and decodes a heartbeat only
-when it may answer it itself (``heartbeat_address``: the node has a verdict there) or when the leader's answer
-carries a proof (the shard then keeps the node's expected next heartbeat). ``unpack(pack(body))`` is the request
+when it may answer it itself (``heartbeat_head``: the node has a verdict there and the body reports no finished
+job) or when the leader's answer carries a proof (the shard then keeps the node's expected next heartbeat). ``unpack(pack(body))`` is the request
 ``decode_heartbeat(body)`` gives, errors included (a malformed body is refused by the leader with the error the
 shard would have answered).
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from pooltree.node import wire
 from pooltree.node.wire import HeartbeatRequest, RunningReports
-from pooltree.node.wire_structs import read_address
+from pooltree.node.wire_structs import read_address, read_head
 from pooltree.server.heartbeats import decode_heartbeat
 from pooltree.shards.verdicts import Proof, proven
 
@@ -44,6 +44,14 @@ def heartbeat_address(body: bytes) -> str | None:
     """The ``node_address`` of a heartbeat body when it is a non-empty string, without reading the rest; None
     otherwise (``decode_heartbeat`` then names what is wrong)."""
     return read_address(body)
+
+
+def heartbeat_head(body: bytes) -> tuple[str | None, bool]:
+    """``heartbeat_address`` of a body, and whether it reports a finished job (``wire_structs.read_head``: the
+    rest not read). A shard answers no heartbeat with a finished job (its acknowledgement waits for the store),
+    so it forwards such a body undecoded even when the node's verdict holds: under load most heartbeats after a
+    full node's proof report one (``bench/RESULTS.md``, session 34)."""
+    return read_head(body)
 
 
 def unpack(packed: Packed) -> HeartbeatRequest:

@@ -8,16 +8,17 @@ ASGI, ``ShardServer.direct_heartbeat``, the leader's reply taken by a callback f
 anything else by uvicorn's, through ``ShardApp``'s ASGI route). Per heartbeat it does the work that does not need
 the scheduler's state: the node secret and network check (``check_node_credentials``, the leader's own;
 unauthenticated heartbeats are answered here and never reach the leader), the bounded body read and the node's address
-(``messages.heartbeat_address``; a body without one is decoded here, ``decode_heartbeat``, and refused). A
-heartbeat of a node the leader proved empty after its previous one is decoded and, when it is the proven one,
-answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other goes
+with whether it reports a finished job (``messages.heartbeat_head``; a body without an address is decoded here,
+``decode_heartbeat``, and refused). A heartbeat of a node the leader proved empty after its previous one that
+reports no finished job is decoded and, when it is the proven one, answered here (``verdicts.ShardNodes``: nothing to do, while the leader's state generation holds). Any other goes
 over the pipe as ``(request id, body, peer, hostname, notes)`` (``messages.py``: the leader decodes the body, and
 refuses a malformed one with the error this process would have answered; the notes of the heartbeats answered here
 since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer, proof or None,
 leader's clock)``, the answer being the JSON body the node gets, sent on as it is, and the proof as a shard keeps
 it (``verdicts.proven``: the key of the node's expected next heartbeat made by the leader, so neither the body nor
 the answer is decoded here), or ``(request id, status, headers, body)``: a YT error the leader rendered. A
-heartbeat is decoded here only when its node's verdict holds at the latest generation (``ShardNodes.holds``). The
+heartbeat is decoded here only when its node's verdict holds at the latest generation (``ShardNodes.holds``) and it
+reports no finished job. The
 leader also sends ``("generation", g, clock, coarse, stamps)`` when its state moves and ``("sync", token, g,
 clock, coarse, stamps)``, answered ``("synced", token)``; notes not carried by a heartbeat go as ``("skips",
 notes)`` every ``SKIP_FLUSH_PERIOD``. The pipe is read and written on the event loop (``pipe.LoopPipe``: no reader
@@ -61,7 +62,7 @@ from pooltree.server.heartbeats import (
     read_heartbeat_body,
 )
 from pooltree.server.protocol import YtError
-from pooltree.shards.messages import heartbeat_address, pack
+from pooltree.shards.messages import heartbeat_head, pack
 from pooltree.shards.passes import serve_passes
 from pooltree.shards.pipe import LoopPipe
 from pooltree.shards.verdicts import SKIP_FLUSH_PERIOD, ShardNodes
@@ -278,10 +279,11 @@ class ShardServer:
 
     def _arrived(self, body: bytes, peer: str | None) -> tuple[bytes | None, str]:
         """A heartbeat's body: (its answer when answered here, else None; the node's address). Decoded only when
-        the node's verdict holds, or to refuse it (a YT error) when it has no address."""
-        address = heartbeat_address(body)
-        # one it may answer (its verdict holds), or not a heartbeat at all
-        if address is None or self.nodes.holds(address, peer):
+        the node's verdict holds and the body reports no finished job (``ShardNodes.answer`` answers none that
+        does), or to refuse it (a YT error) when it has no address."""
+        address, finished = heartbeat_head(body)
+        # one it may answer (its verdict holds, no finished job), or not a heartbeat at all
+        if address is None or (not finished and self.nodes.holds(address, peer)):
             heartbeat = decode_heartbeat(body, self.reports)  # a malformed one refused here
             address = heartbeat.address
             now = self.leader_now()

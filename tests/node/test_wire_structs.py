@@ -1,7 +1,8 @@
 """The typed fast path of heartbeat decoding (``wire_structs.read_heartbeat``) gives what the plain path
 (``wire.decode`` + ``wire.parse_heartbeat``) gives, or nothing: the plain path then answers, errors included. The
 address read alone (``read_address``, what a node shard reads of a body it forwards) is the address of every body
-that reads as a heartbeat."""
+that reads as a heartbeat, and whether such a body reports a finished job, looked at with it (``read_head``), is
+what the decoding reads."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from pooltree.errors import ConfigError
 from pooltree.node import wire
-from pooltree.node.wire_structs import read_address, read_heartbeat
+from pooltree.node.wire_structs import read_address, read_head, read_heartbeat
 from pooltree.resources import RESOURCES
 from pooltree.server.heartbeats import decode_heartbeat
 from pooltree.server.protocol import YtError
@@ -54,6 +55,8 @@ def _assert_alike(body: bytes, fast: wire.RunningReports, plain: wire.RunningRep
     expected = _plain(body, plain)
     if not isinstance(expected, str):  # a heartbeat that reads: its address read alone is its address
         assert read_address(body) == expected[0]
+        # and whether it reports a finished job, looked at with the address, is what the decoding reads
+        assert read_head(body) == (expected[0], bool(expected[6]))
     got = read_heartbeat(body, fast)
     if got is None:
         return  # the plain path answers it
@@ -279,3 +282,29 @@ def test_each_resource_amount_of_a_running_job_reads_alike_or_goes_the_plain_way
         _assert_alike(body, wire.RunningReports(), wire.RunningReports())
         taken += read_heartbeat(body) is not None
     assert taken >= len(RESOURCES) * 10  # most amounts are taken by the fast path, and compared
+
+
+@pytest.mark.parametrize(
+    ("finished_text", "reported"),
+    [
+        (b"[]", False),
+        (b"[ \n\t\r ]", False),
+        (b"null", False),
+        (None, False),
+        (b'[\n{"job_id": "j9"}]', True),
+        (b"[0]", True),
+        (b'[{"job_id": "j9"}], "finished_jobs": []', False),  # the last of duplicate keys, as both decodings
+        (b'[], "finished_jobs": [{"job_id": "j9"}]', True),
+    ],
+)
+def test_a_finished_job_is_seen_with_the_address_as_its_text_says(
+    finished_text: bytes | None, reported: bool
+) -> None:
+    """``read_head`` looks at the text of ``finished_jobs`` only: a list with an entry is a report of finished
+    jobs (one that does not read as such is refused by either decoding: ``_assert_alike`` checks the ones that
+    read), an empty list, null or no field is none."""
+    tail = b"" if finished_text is None else b', "finished_jobs": ' + finished_text
+    body = b'{"node_address": "n1"' + tail + b', "resource_limits": {"cpu": 1}}'
+    assert read_head(body) == ("n1", reported)
+    assert read_head(b'{"node_address": ""' + tail + b"}") == (None, reported)
+    assert read_head(b"[1]") == (None, False)

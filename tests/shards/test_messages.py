@@ -3,19 +3,23 @@ proof the leader's reply carries is what the shard made of the body and the answ
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
+from node_bodies import idle_heartbeat
 from recorded_run import PREEMPTING, make_scheduler, record_full_run, record_quiet_run, wavering_memory
 
 from pooltree.node import wire
 from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.protocol import YtError
+from pooltree.shards import process as shard_process
 from pooltree.shards.inprocess import InProcessShards
 from pooltree.shards.messages import answer_reply, heartbeat_address, pack, unpack
+from pooltree.shards.process import ShardSettings
 from pooltree.shards.recording import replay
 from pooltree.shards.verdicts import (
     LeaderVerdicts,
@@ -23,6 +27,7 @@ from pooltree.shards.verdicts import (
     StartEntryResources,
     expected_next,
     heartbeat_key,
+    proven,
 )
 
 
@@ -149,3 +154,36 @@ def test_a_reply_s_proof_is_what_the_shard_made_of_the_body_and_the_answer(
         bounded += any(bound != float("inf") for bound in bounds.values())
     assert len(replies) >= 20 and shards.answered > 0
     assert after_starts > 0 if run == "full" else bounded > 0
+
+
+def test_a_heartbeat_reporting_a_finished_job_is_forwarded_undecoded_though_its_verdict_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shard answers no heartbeat with a finished job (``ShardNodes.answer``), so it does not decode one to find
+    that out, even when the node's verdict holds (under load most heartbeats after a full node's proof report a
+    finished job: ``bench/RESULTS.md``, session 34); the proven quiet heartbeat is still decoded and answered."""
+    decoded: list[bytes] = []
+
+    def counted(body: bytes, reports: RunningReports | None = None) -> wire.HeartbeatRequest:
+        decoded.append(body)
+        return decode_heartbeat(body, reports)
+
+    monkeypatch.setattr(shard_process, "decode_heartbeat", counted)
+    server = shard_process.ShardServer(cast(Any, None), ShardSettings("127.0.0.1", False, None, None, "test"))
+    server.learn(4, 50.0)
+    quiet = idle_heartbeat("n1", 2)
+    answer = {"start": [], "preempt": [], "abort": [], "acknowledge": [], "heartbeat_period": 2.0}
+    server.nodes.remember("n1", "10.0.0.1", proven((4, {}, None, decode_heartbeat(_json(quiet))), answer))
+    with_finished = dict(quiet, finished_jobs=[wire.finished_job("j9", "o1", "main", "completed", 1.0, 2.0)])
+    assert server.nodes.holds("n1", "10.0.0.1")
+    # decoded, it would not be answered here either: the leader answers it, as before
+    assert server.nodes.answer(decode_heartbeat(_json(with_finished)), "10.0.0.1", 50.0) is None
+    assert server._arrived(_json(with_finished), "10.0.0.1") == (None, "n1")
+    assert decoded == []
+    local, address = server._arrived(_json(quiet), "10.0.0.1")
+    assert address == "n1" and local is not None and json.loads(local)["heartbeat_period"] == 2.0
+    assert decoded == [_json(quiet)]
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return json.dumps(data).encode()
