@@ -73,6 +73,8 @@ class Directory:
         self._lock = threading.RLock()
         self._doc = self._load()
         self._closure_cache: dict[str, frozenset[str]] = {}
+        self.revision = 0
+        """Moves with every change (a read process's copy, ``replica_document``, is sent again when it moves)."""
 
     # ------------------------------------------------------------------ persistence
 
@@ -103,6 +105,7 @@ class Directory:
             self._store.set_value(STORE_KEY, doc)
         self._doc = doc
         self._closure_cache = {}
+        self.revision += 1
 
     def _change(self, change: Callable[[dict[str, Any]], Any]) -> Any:
         with self._lock:
@@ -187,6 +190,18 @@ class Directory:
 
     def is_superuser(self, user: str) -> bool:
         return SUPERUSERS in self.subjects_of(user)
+
+    def replica_document(self) -> dict[str, Any]:
+        """What a read process needs to authenticate and authorize as this directory does (``pooltree/reads``):
+        the users, the groups with their members and the tokens' SHA-256s with their users; no password hash,
+        token description or creation time. ``Directory(ReplicaStore(document))`` answers the same reads."""
+        with self._lock:
+            doc = self._doc
+            return {
+                "users": sorted(doc["users"]),
+                "groups": {name: list(record["members"]) for name, record in doc["groups"].items()},
+                "tokens": {digest: str(record["user"]) for digest, record in doc["tokens"].items()},
+            }
 
     # ------------------------------------------------------------------ users and groups
 

@@ -13,8 +13,8 @@ import concurrent.futures
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Protocol
 
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.attribute import live_scheduling_forecast, operation_forecast_map
@@ -118,6 +118,18 @@ def _spec_error(error: ConfigError) -> YtError:
     )
 
 
+class ReadHooks(Protocol):
+    """What ``OperationCommands`` tells a read process's feed (``pooltree/reads/feed.py``)."""
+
+    def read(self, operation_id: str, parameters: Mapping[str, Any]) -> None:
+        """``get_operation`` of ``operation_id`` with ``parameters`` was asked here (on the event loop)."""
+        ...
+
+    def changed(self, operation_id: str) -> None:
+        """A command changed ``operation_id`` (what a read process holds of it is void)."""
+        ...
+
+
 class OperationCommands:
     """The operation commands over a ``LiveScheduler`` (the job commands are its ``jobs``)."""
 
@@ -140,6 +152,9 @@ class OperationCommands:
         """Resolves ``file_paths`` when an operation starts (set by the service)."""
         self.forecasts: ForecastService | None = None
         """The forecast of the live cluster (``scheduling_forecast``; set by the service)."""
+        self.read_feed: ReadHooks | None = None
+        """A read process's feed (``pooltree/reads/feed.py``): told of ``get_operation`` reads (it sends their
+        templates) and of the operations the commands change (it voids theirs); None without a read process."""
 
     # ------------------------------------------------------------------ cached attribute maps
 
@@ -535,6 +550,8 @@ class OperationCommands:
         ``live_queue --split``: ~1% of the reads, 140-210 ms each, which made ``get_operation``'s p99)."""
         operation_id = self._operation_id(ctx)
         self._read_forecast(operation_id)
+        if self.read_feed is not None:
+            self.read_feed.read(operation_id, ctx.parameters)
         entry = self._cached(operation_id)
         if entry is not None:
             if entry.attributes is not None:
@@ -599,6 +616,39 @@ class OperationCommands:
             built.attributes, op.trees, waiting, fmt, lambda marked: self._select(marked, wanted)
         )
 
+    def read_template(
+        self, operation_id: str, parameters: Mapping[str, Any]
+    ) -> tuple[Template, tuple[Any, ...], LiveOperation] | None:
+        """For a read process (``pooltree/reads/feed.py``): the template of a pending operation's answer to
+        ``get_operation`` with ``parameters`` (its build time a slot too), the placement it was made at (per tree,
+        as ``_placement``) and the operation; None when it is not pending, the format is not templated, or it
+        moved while read (built without the lock, as ``_pending_entry``)."""
+        op = self.scheduler.operations.get(operation_id)
+        if op is None or op.state != "pending":
+            return None
+        ctx = CommandContext("get_operation", dict(parameters))
+        fmt = output_format(ctx.parameters)
+        if not templated(fmt):
+            return None
+        built = self._pending_entry(op, keep=False)
+        if built is None or built.attributes is None or not isinstance(built.fingerprint, tuple):
+            return None
+        wanted = ctx.list_param("attributes")
+        placement = built.fingerprint[-2]
+        waiting = [place[0] for place in placement if len(place) > 2]
+        made = make_template(
+            built.attributes, op.trees, waiting, fmt, lambda m: self._select(m, wanted), with_time=True
+        )
+        return None if made is None else (made[0], placement, op)
+
+    def forecast_mark(self) -> Hashable:
+        """Which forecast the attribute maps show now (a read process's templates are void when it moves)."""
+        return self._forecast_mark()
+
+    def _changed(self, operation_id: str) -> None:
+        if self.read_feed is not None:
+            self.read_feed.changed(operation_id)
+
     def _filled(self, op: LiveOperation, ctx: CommandContext) -> Encoded | None:
         """A pending operation's answer from its template (``pending_maps.py``) when its map changed only in its
         queue numbers since the template was made; None otherwise (then it is built whole)."""
@@ -640,7 +690,10 @@ class OperationCommands:
                 "inner_errors": [],
             }
         self._known(operation_id)
-        self.scheduler.finish_operation(operation_id, final, self.clock(), error=error)
+        try:
+            self.scheduler.finish_operation(operation_id, final, self.clock(), error=error)
+        finally:
+            self._changed(operation_id)
 
     def _known(self, operation_id: str) -> None:
         if operation_id not in self.scheduler.operations:
@@ -661,14 +714,20 @@ class OperationCommands:
     def suspend_operation(self, ctx: CommandContext) -> None:
         operation_id = self._operation_id(ctx)
         self._known(operation_id)
-        self.scheduler.suspend_operation(
-            operation_id, self.clock(), abort_running_jobs=ctx.bool_param("abort_running_jobs", False)
-        )
+        try:
+            self.scheduler.suspend_operation(
+                operation_id, self.clock(), abort_running_jobs=ctx.bool_param("abort_running_jobs", False)
+            )
+        finally:
+            self._changed(operation_id)
 
     def resume_operation(self, ctx: CommandContext) -> None:
         operation_id = self._operation_id(ctx)
         self._known(operation_id)
-        self.scheduler.resume_operation(operation_id, self.clock())
+        try:
+            self.scheduler.resume_operation(operation_id, self.clock())
+        finally:
+            self._changed(operation_id)
 
     def update_operation_parameters(self, ctx: CommandContext) -> None:
         operation_id = self._operation_id(ctx)
@@ -684,6 +743,8 @@ class OperationCommands:
                 attributes={"field": error.path, "reason": error.reason},
                 inner_errors=[error],
             ) from error
+        finally:
+            self._changed(operation_id)
 
     def register_commands(self, registry: CommandRegistry) -> None:
         # the start saves its mutation id in the operation's own commit

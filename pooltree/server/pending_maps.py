@@ -31,6 +31,9 @@ PLACEMENT_KEYS = ("pending_pool", "pending_reason", "pending_position", "running
 QUEUE_KEYS = ("pending_position", "pending_reason", "pending_allocations_reason")
 """Of a tree's scheduling info, what the queue numbers decide (filled in per read)."""
 WAITING_FOR = "waiting_for"
+BUILD_TIME = "build_time"
+"""The slot key of the map's build time (``progress/build_time``, ``brief_progress/build_time``) in a template made
+``with_time`` (a read process's: it shows when it answered, ``pooltree/reads``)."""
 
 _MARK = f"pooltree-slot-{secrets.token_hex(8)}-"
 """Markers put in place of the filled values: plain ASCII, unchanged by the encoder, never in a real map."""
@@ -60,9 +63,12 @@ class Template:
     (None for the trees whose reason is)."""
     content_type: str
 
-    def fill(self, placements: Mapping[str, Mapping[str, Any]], fmt: Format) -> bytes | None:
-        """The answer with the operation's placement (``operation_orchid``) in each tree where it waits in a pool;
-        None when a slot's tree is missing from ``placements``."""
+    def fill(
+        self, placements: Mapping[str, Mapping[str, Any]], fmt: Format, build_time: str | None = None
+    ) -> bytes | None:
+        """The answer with the operation's placement (``operation_orchid``) in each tree where it waits in a pool
+        (and ``build_time``, the map's build time as shown, in a template made ``with_time``); None when a slot's
+        tree is missing from ``placements`` or a build time slot has no ``build_time``."""
         if any(tree is not None and tree not in placements for tree, _ in self.slots):
             return None
         reasons: dict[str, Any] = {}
@@ -71,7 +77,11 @@ class Template:
             reasons[tree] = count_limit_reason(placement) if placement is not None else fixed
         values = []
         for tree, key in self.slots:
-            if tree is None:
+            if tree is None and key == BUILD_TIME:
+                if build_time is None:
+                    return None
+                values.append(build_time)
+            elif tree is None:
                 values.append(next((reason for reason in reasons.values() if reason), None))
             elif key == "pending_allocations_reason":
                 values.append(reasons[tree])
@@ -97,11 +107,14 @@ def make_template(
     waiting: Sequence[str],
     fmt: Format,
     select: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    with_time: bool = False,
 ) -> tuple[Template, list[Any]] | None:
     """The template of ``attributes`` (a pending operation's map, its trees ``trees`` in order, waiting in a pool in
     the trees ``waiting``) encoded in ``fmt`` after ``select`` (the requested attributes), and the values its slots
     had in ``attributes`` (``template.join(values, fmt)`` is ``attributes``' answer); None when a marker is not
-    found where it was put (then the map is encoded whole per read)."""
+    found where it was put (then the map is encoded whole per read). ``with_time``: the map's build time is a slot
+    too (``BUILD_TIME``, filled by ``fill``'s ``build_time``)."""
     marked = dict(attributes)
     slots: list[tuple[str | None, str]] = []
     originals: list[Any] = []
@@ -132,6 +145,12 @@ def make_template(
             per_tree[tree] = info = dict(info)
             for key in QUEUE_KEYS:
                 info[key] = mark((tree, key), info[key])
+    if with_time:
+        for name in ("progress", "brief_progress"):
+            part = marked.get(name)
+            if isinstance(part, dict) and BUILD_TIME in part:
+                marked[name] = part = dict(part)
+                part[BUILD_TIME] = mark((None, BUILD_TIME), part[BUILD_TIME])
     forecast = marked.get("scheduling_forecast")
     if isinstance(forecast, dict) and WAITING_FOR in forecast:
         marked["scheduling_forecast"] = forecast = dict(forecast)

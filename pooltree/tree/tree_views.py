@@ -302,6 +302,23 @@ def _facts(fields: tuple[Any, ...]) -> OperationFacts:
     return cast(OperationFacts, tuple.__new__(OperationFacts, fields))  # NamedTuple's own __new__ is Python's
 
 
+def queue_placement(
+    holder: str, running: int, max_running: Any, length: int, position: int
+) -> dict[str, Any]:
+    """What ``operation_placement`` shows of an operation waiting at ``position`` (from 0) in the queue of pool
+    ``holder``, whose queue is ``length`` long and which runs ``running`` of at most ``max_running`` operations
+    (also what a read process's replica of the queues fills in, ``pooltree/reads``)."""
+    return {
+        "pending_pool": holder,
+        "pending_position": position,
+        "pending_reason": (
+            f'Max running operation count of pool "{holder}" reached '
+            f"({running} of {max_running}); "
+            f"position {position + 1} of {length} in its queue"
+        ),
+    }
+
+
 def operation_placement(
     operation_id: str, facts: OperationFacts, queues: Mapping[str, QueueFacts]
 ) -> dict[str, Any]:
@@ -323,16 +340,7 @@ def operation_placement(
     if facts.pending is not None:
         holder = facts.pending
         running, max_running, length, positions = queues[holder]
-        position = positions[operation_id]
-        info.update(
-            pending_pool=holder,
-            pending_position=position,
-            pending_reason=(
-                f'Max running operation count of pool "{holder}" reached '
-                f"({running} of {max_running}); "
-                f"position {position + 1} of {length} in its queue"
-            ),
-        )
+        info.update(queue_placement(holder, running, max_running, length, positions[operation_id]))
         if facts.alert is not None:
             info["alerts"][OPERATION_PENDING_ALERT] = {
                 "message": facts.alert["message"],

@@ -1,0 +1,364 @@
+"""The scheduler's side of the read process's replica: what it sends (``wire.py``) and when.
+
+``ReadFeed(scheduler, commands, security, host)`` is told of ``get_operation`` reads and of the operations the
+commands change (``OperationCommands.read_feed``), of finished operations (``LiveScheduler.listeners``) and of
+pool tree changes (``pool_trees_changed``); ``tick()`` returns the messages that bring a replica up to now, ending
+with a ``counter``, and ``stamp()`` the counter an answer written now is stamped with (the next tick's: whatever
+the answer shows happened before that tick began).
+
+What it sends, and what it costs the scheduler:
+
+* a pending operation's template for a request shape the first time a get of it reaches the scheduler (a replica's
+  miss, or any client's read): built as the scheduler's own get builds it, without the lock
+  (``OperationCommands.read_template``), once per operation and shape until it is void;
+* the queues those operations wait in: whole the first time, then per tick only what was appended (or whole again
+  when an operation left), and the pool's running counts; a tick reads a queue's length, head, tail and counts;
+* voids: an operation a command changed (suspend, resume, parameters, abort, complete) or that finished; every
+  operation at a new forecast, when the nodes' grouping moves (``fleet_revision``: the ``no_online_node`` alert)
+  and when the pool trees change. A fair-share update changes nothing of a pending operation's map but its build
+  time (a slot), so updates void nothing (the equal-answer test checks it);
+* the security directory when it moves (``Directory.revision``).
+
+Thread-safe: the hooks run on the API loop and the command threads, ``tick`` on the feed's sender.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pooltree.reads import wire
+from pooltree.security import Security
+from pooltree.security.guard import access_of
+from pooltree.server.live import LiveScheduler
+from pooltree.server.operations import OperationCommands
+
+log = logging.getLogger(__name__)
+
+QUEUE_READ_TRIES = 3
+"""Times a queue is read without the lock before it is sent as unknown (its operations relayed until read)."""
+IDLE_PERIOD = 0.05
+"""Seconds between ticks when nothing tells the feed to tick: what no hook or stamp announces (an operation a
+heartbeat's finish activated, a queue a start moved while no answer was stamped) reaches the replica this late."""
+MIN_INTERVAL = 0.002
+"""Seconds at least between two ticks (what several answers and hooks announce together goes in one batch)."""
+
+
+@dataclass
+class _Sent:
+    """What the replica holds of one operation: its request shapes and the pools it waits in."""
+
+    keys: set[str] = field(default_factory=set)
+    waits: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class _SentQueue:
+    """A queue as last sent: its length, head, tail and running counts."""
+
+    length: int
+    head: str | None
+    tail: str | None
+    running: int
+    max_running: Any
+
+
+@dataclass
+class FeedCounts:
+    """What the feed sent (for the bench and the tests)."""
+
+    ticks: int = 0
+    templates: int = 0
+    voids: int = 0
+    queues_whole: int = 0
+    queue_appends: int = 0
+
+
+class ReadFeed:
+    """The scheduler's feed of a read process's replica (module docstring; ``seam.ReadFeed``)."""
+
+    replica = "pooltree.reads.replica:Replica"
+    """What the read process makes to apply this feed (``seam.make_replica``)."""
+
+    def __init__(
+        self, scheduler: LiveScheduler, commands: OperationCommands, security: Security, host: str
+    ) -> None:
+        self.scheduler = scheduler
+        self.commands = commands
+        self.security = security
+        self.host = host
+        self.counts = FeedCounts()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._owed = False
+        """An answer was stamped with the next counter: the next tick sends one even with nothing else."""
+        self._dirty = False
+        """A hook said something the replica holds changed since the last tick began."""
+        self._generation = -1
+        """``scheduler.generation.value`` when the last tick began (a stamp owes a tick when it moved since)."""
+        self._wanted: dict[tuple[str, str], dict[str, Any]] = {}
+        self._voids: set[str] = set()
+        self._void_all = False
+        self._sent: dict[str, _Sent] = {}
+        self._queues: dict[tuple[str, str], _SentQueue | None] = {}
+        """The queues the replica holds (None: to be sent whole)."""
+        self._security_revision: int | None = None
+        self._forecast_mark: Hashable = None
+        self._fleet_revision: int | None = None
+        self._send: Callable[[Any], None] | None = None
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def listen(self, subscribe: Callable[[Callable[..., None]], None] | None = None) -> None:
+        """Be told of reads and changes (``OperationCommands.read_feed``), finishes (``LiveScheduler.listeners``)
+        and, through ``subscribe`` (``Cypress.subscribe``), pool tree changes."""
+        self.commands.read_feed = self
+        self.scheduler.listeners.append(self.finished)
+        if subscribe is not None:
+            subscribe(self.pool_trees_changed)
+
+    def attach(self, send: Callable[[Any], None], *, ticking: bool = True) -> None:
+        """A read process listens from now on (a new, empty replica): ``send`` gets each tick's messages as one
+        list, from the feed's thread (``ticking`` False: no thread, the caller calls ``tick``)."""
+        self.detach()
+        self.reset()
+        self._send = send
+        self._stopped.clear()
+        if ticking:
+            self._thread = threading.Thread(target=self._run, name="read-feed", daemon=True)
+            self._thread.start()
+
+    def detach(self) -> None:
+        """The read process is gone: no more ticks."""
+        self._send = None
+        self._stopped.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stopped.is_set():
+            self._wake.wait(IDLE_PERIOD)
+            self._wake.clear()
+            pause = last + MIN_INTERVAL - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            last = time.monotonic()
+            send = self._send
+            if send is None or self._stopped.is_set():
+                return
+            try:
+                batch = self.tick()
+                if batch:
+                    send(batch)
+            except Exception:  # a tick that failed sends nothing: the replica stays behind, answers relay
+                log.exception("read feed: a tick failed")
+
+    def reset(self) -> None:
+        """A new replica (a read process started again): everything is sent anew from the next tick."""
+        with self._lock:
+            self._wanted.clear()
+            self._voids.clear()
+            self._void_all = False
+            self._sent.clear()
+            self._queues.clear()
+            self._security_revision = None
+            self._owed = True
+
+    # ------------------------------------------------------------------ hooks
+
+    def read(self, operation_id: str, parameters: Mapping[str, Any]) -> None:
+        """``get_operation`` of ``operation_id`` reached the scheduler: its template is sent if it has none."""
+        key = wire.encoding_key(parameters)
+        if key is None:
+            return
+        sent = self._sent.get(operation_id)
+        if sent is not None and key in sent.keys:
+            return
+        if self._send is None:
+            return
+        with self._lock:
+            self._wanted[(operation_id, key)] = dict(parameters)
+        self._wake.set()
+
+    def changed(self, operation_id: str) -> None:
+        """A command changed ``operation_id``: what the replica holds of it is void."""
+        if operation_id in self._sent:
+            with self._lock:
+                self._voids.add(operation_id)
+                self._dirty = True
+            self._wake.set()
+
+    def finished(self, operation_id: str, state: str) -> None:
+        """``LiveScheduler.listeners``: an operation finished."""
+        self.changed(operation_id)
+
+    def pool_trees_changed(self, *_: Any) -> None:
+        """The pool trees changed (a Cypress listener): every template and queue is void."""
+        with self._lock:
+            self._void_all = True
+            self._dirty = True
+        self._wake.set()
+
+    def stamp(self) -> int:
+        """The counter an answer written now carries: the last tick's when nothing the replica holds can have moved
+        since that tick began (no operation record, hook, directory, forecast or node grouping change), else the
+        next tick's (which is then owed, and woken)."""
+        if not self._dirty and self._unmoved():
+            return self._counter
+        with self._lock:
+            self._owed = True
+            counter = self._counter + 1
+        self._wake.set()
+        return counter
+
+    def _unmoved(self) -> bool:
+        """Nothing that can change what the replica holds moved since the last tick began (read without the lock:
+        each is one attribute; a change caught half-way is caught by the next look)."""
+        return (
+            self.scheduler.generation.value == self._generation
+            and self.security.directory.revision == self._security_revision
+            and self.scheduler.alert_center.fleet_revision == self._fleet_revision
+            and self.commands.forecast_mark() == self._forecast_mark
+        )
+
+    # ------------------------------------------------------------------ ticks
+
+    def tick(self) -> list[dict[str, Any]]:
+        """The messages that bring the replica up to now, ending with their ``counter``; [] when nothing moved and
+        nothing was asked since the last tick (no counter is used then: every counter ``stamp`` gives is sent)."""
+        with self._lock:
+            idle = not (self._owed or self._dirty or self._wanted or self._voids or self._void_all)
+            if idle and self._unmoved():
+                return []
+            self._counter += 1
+            counter = self._counter
+            self._generation = self.scheduler.generation.value
+            self._dirty = False
+            self._owed = False
+            wanted, self._wanted = self._wanted, {}
+            voids, self._voids = self._voids, set()
+            void_all, self._void_all = self._void_all, False
+        messages: list[dict[str, Any]] = []
+        forecast_mark = self.commands.forecast_mark()
+        fleet_revision = self.scheduler.alert_center.fleet_revision
+        if forecast_mark != self._forecast_mark or fleet_revision != self._fleet_revision:
+            self._forecast_mark, self._fleet_revision = forecast_mark, fleet_revision
+            void_all = True
+        if void_all:
+            if self._sent or self._queues:
+                messages.append({"kind": wire.VOID, "all": True})
+            self._sent.clear()
+            self._queues.clear()
+        for operation_id in voids:
+            if self._sent.pop(operation_id, None) is not None:
+                messages.append({"kind": wire.VOID, "operation": operation_id})
+        directory = self.security.directory
+        if directory.revision != self._security_revision:
+            self._security_revision = directory.revision
+            messages.append(
+                {
+                    "kind": wire.SECURITY,
+                    "authentication": self.security.authentication,
+                    "host": self.host,
+                    "document": directory.replica_document(),
+                }
+            )
+        for (operation_id, key), parameters in wanted.items():
+            self._template(operation_id, key, parameters, messages)
+        for holder in list(self._queues):
+            self._queue(holder, messages)
+        self.counts.ticks += 1
+        messages.append({"kind": wire.COUNTER, "value": counter})
+        return messages
+
+    def _template(
+        self, operation_id: str, key: str, parameters: dict[str, Any], out: list[dict[str, Any]]
+    ) -> None:
+        sent = self._sent.get(operation_id)
+        if sent is not None and key in sent.keys:
+            return
+        made = self.commands.read_template(operation_id, parameters)
+        if made is None:
+            return
+        template, placement, op = made
+        waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
+        if sent is not None and sent.waits != waits:
+            out.append({"kind": wire.VOID, "operation": operation_id})
+            sent = None
+        if sent is None:
+            sent = self._sent[operation_id] = _Sent(waits=waits)
+        sent.keys.add(key)
+        access = access_of(op.id, op.user, op.spec, op.runtime_parameters)
+        out.append(wire.template_message(operation_id, key, template, waits, access))
+        self.counts.templates += 1
+        for holder in waits:
+            self._queues.setdefault(holder, None)
+
+    def _queue(self, holder: tuple[str, str], out: list[dict[str, Any]]) -> None:
+        """The queue of ``holder`` (tree, pool) if it moved since it was sent: what was appended, else whole."""
+        tree_name, pool_name = holder
+        for _ in range(QUEUE_READ_TRIES):
+            try:
+                message = self._read_queue(tree_name, pool_name)
+            except (RuntimeError, StopIteration, KeyError):
+                continue  # changed while read (no lock)
+            if message is not None:
+                out.append(message)
+            return
+        self._queues[holder] = None
+        out.append({"kind": wire.QUEUE, "tree": tree_name, "pool": pool_name, "start": 0, "ids": None})
+
+    def _read_queue(self, tree_name: str, pool_name: str) -> dict[str, Any] | None:
+        holder = (tree_name, pool_name)
+        tree = self.scheduler.registry.trees.get(tree_name)
+        pool = None if tree is None else tree.pools.get(pool_name)
+        if pool is None:
+            del self._queues[holder]
+            return {"kind": wire.QUEUE, "tree": tree_name, "pool": pool_name, "start": 0, "ids": None}
+        queue = pool.pending
+        now = _SentQueue(
+            len(queue),
+            next(iter(queue), None),
+            next(reversed(queue), None),
+            pool.running_operation_count,
+            pool.max_running_operation_count,
+        )
+        last = self._queues.get(holder)
+        if last == now:
+            return None
+        start = 0
+        ids: list[str] | None = None
+        if last is not None and last.length > 0 and now.length >= last.length and now.head == last.head:
+            # only appends since when the operation ``appended`` places from the end is the old tail
+            appended = now.length - last.length
+            newest = list(itertools.islice(reversed(queue), appended + 1))
+            if len(newest) == appended + 1 and newest[-1] == last.tail:
+                start, ids = last.length, newest[:appended][::-1]
+        if ids is None:
+            ids = list(queue)
+        check = (len(queue), next(iter(queue), None), next(reversed(queue), None))
+        if check != (now.length, now.head, now.tail) or start + len(ids) != now.length:
+            raise RuntimeError("the queue moved while read")
+        self._queues[holder] = now
+        if start == 0:
+            self.counts.queues_whole += 1
+        else:
+            self.counts.queue_appends += 1
+        return {
+            "kind": wire.QUEUE,
+            "tree": tree_name,
+            "pool": pool_name,
+            "start": start,
+            "ids": ids,
+            "running": now.running,
+            "max_running": now.max_running,
+        }

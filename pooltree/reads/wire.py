@@ -1,0 +1,136 @@
+"""What the scheduler's feed (``feed.py``) sends the read process's replica (``replica.py``): plain JSON-able maps,
+one ``kind`` each, applied in the order sent.
+
+* ``counter`` ``{value}``: every message before it is applied; the scheduler stamps its answers with the counter
+  its next batch will carry (``ReadFeed.stamp``), so a replica at or past an answer's stamp shows what it showed.
+* ``security`` ``{authentication, host, document}``: the directory as ``Directory.replica_document`` gives it
+  (users, groups and members, token SHA-256s with their users: never a token, password or vault value) and the
+  ``X-YT-Proxy`` host the scheduler answers with.
+* ``template`` ``{operation, key, template, waits, access}``: a pending operation's ``get_operation`` answer for
+  one request shape (``encoding_key``) cut where its queue numbers and build time go (``pending_maps.Template``,
+  pieces as Latin-1 text so that any byte survives JSON), the pools it waits in per tree, and who may read it
+  (``OperationAccess``: owner, ACEs, ``owners``).
+* ``queue`` ``{tree, pool, running, max_running, ids, start}``: a pool's pending queue from position ``start``
+  (0: the whole queue; else these ids were appended to a queue ``start`` long) and its running counts; ``ids`` None:
+  the queue is unknown (its operations are relayed until it is sent whole).
+* ``void`` ``{operation}`` or ``{all: true}``: what the replica holds of an operation (or of every operation and
+  queue) no longer holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pooltree.errors import PooltreeError
+from pooltree.security.acl import OPERATION_PERMISSIONS, parse_acl
+from pooltree.security.guard import OperationAccess
+from pooltree.server.pending_maps import Template
+
+COUNTER = "counter"
+SECURITY = "security"
+TEMPLATE = "template"
+QUEUE = "queue"
+VOID = "void"
+KINDS = (COUNTER, SECURITY, TEMPLATE, QUEUE, VOID)
+
+
+class BadMessage(ValueError):
+    """A feed message that does not have the shape ``wire.py`` gives (it is not applied)."""
+
+
+def encoding_key(parameters: Mapping[str, Any]) -> str | None:
+    """What a ``get_operation``'s answer is made of besides the operation (its output format and attribute list),
+    as text both sides make from the parameters they decoded; None when these are not plain JSON values."""
+    try:
+        return json.dumps(
+            [parameters.get("output_format"), parameters.get("attributes")], sort_keys=True, allow_nan=False
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def template_message(
+    operation_id: str,
+    key: str,
+    template: Template,
+    waits: Sequence[tuple[str, str]],
+    access: OperationAccess,
+) -> dict[str, Any]:
+    return {
+        "kind": TEMPLATE,
+        "operation": operation_id,
+        "key": key,
+        "template": {
+            "pieces": [piece.decode("latin-1") for piece in template.pieces],
+            "slots": [list(slot) for slot in template.slots],
+            "fixed_reasons": [list(item) for item in template.fixed_reasons],
+            "content_type": template.content_type,
+        },
+        "waits": [list(wait) for wait in waits],
+        "access": {
+            "owner": access.owner,
+            "acl": [ace.to_json() for ace in access.acl],
+            "owners": list(access.owners),
+        },
+    }
+
+
+def _strings(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise BadMessage(f"{what}: expected a list of strings")
+    return value
+
+
+def template_of(raw: Any) -> Template:
+    """The ``Template`` a ``template`` message carries (``BadMessage`` when it is not one)."""
+    if not isinstance(raw, dict):
+        raise BadMessage("template: expected a map")
+    pieces = _strings(raw.get("pieces"), "template.pieces")
+    slots = raw.get("slots")
+    fixed = raw.get("fixed_reasons")
+    content_type = raw.get("content_type")
+    if not isinstance(slots, list) or not isinstance(fixed, list) or not isinstance(content_type, str):
+        raise BadMessage("template: slots, fixed_reasons and content_type are required")
+    parsed_slots: list[tuple[str | None, str]] = []
+    for slot in slots:
+        if not (isinstance(slot, list) and len(slot) == 2 and isinstance(slot[1], str)):
+            raise BadMessage("template.slots: expected [tree or null, key] pairs")
+        if slot[0] is not None and not isinstance(slot[0], str):
+            raise BadMessage("template.slots: a tree is a string")
+        parsed_slots.append((slot[0], slot[1]))
+    parsed_fixed: list[tuple[str, Any]] = []
+    for item in fixed:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise BadMessage("template.fixed_reasons: expected [tree, reason] pairs")
+        parsed_fixed.append((item[0], item[1]))
+    if len(pieces) != len(parsed_slots) + 1:
+        raise BadMessage("template: one piece more than slots expected")
+    return Template(
+        tuple(piece.encode("latin-1") for piece in pieces),
+        tuple(parsed_slots),
+        tuple(parsed_fixed),
+        content_type,
+    )
+
+
+def access_of_message(operation_id: str, raw: Any) -> OperationAccess:
+    """The ``OperationAccess`` a ``template`` message carries (its ACL parsed as the scheduler parses one)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("owner"), str):
+        raise BadMessage("access: expected a map with the owner")
+    try:
+        acl = parse_acl(raw.get("acl"), "acl", permissions=OPERATION_PERMISSIONS)
+    except PooltreeError as error:
+        raise BadMessage(f"access.acl: {error}") from error
+    owners = tuple(_strings(raw.get("owners", []), "access.owners"))
+    return OperationAccess(operation_id, raw["owner"], acl, owners)
+
+
+def waits_of(raw: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, list) or not all(
+        isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)
+        for item in raw
+    ):
+        raise BadMessage("waits: expected [tree, pool] pairs")
+    return tuple((item[0], item[1]) for item in raw)
