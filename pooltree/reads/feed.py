@@ -159,6 +159,11 @@ class ReadFeed:
                 batch = self.tick()
                 if batch:
                     send(batch)
+                forecasts = self.commands.forecasts
+                if self._sent and forecasts is not None:
+                    # the replica answers gets the scheduler no longer sees: a read keeps the forecast's
+                    # periodic refreshes going (``ForecastService.read``), as those gets would here
+                    forecasts.read()
             except Exception:  # a tick that failed sends nothing: the replica stays behind, answers relay
                 log.exception("read feed: a tick failed")
 
@@ -256,11 +261,13 @@ class ReadFeed:
         if void_all:
             if self._sent or self._queues:
                 messages.append({"kind": wire.VOID, "all": True})
+                self.counts.voids += 1
             self._sent.clear()
             self._queues.clear()
         for operation_id in voids:
             if self._sent.pop(operation_id, None) is not None:
                 messages.append({"kind": wire.VOID, "operation": operation_id})
+                self.counts.voids += 1
         directory = self.security.directory
         if directory.revision != self._security_revision:
             self._security_revision = directory.revision
@@ -293,6 +300,7 @@ class ReadFeed:
         waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
         if sent is not None and sent.waits != waits:
             out.append({"kind": wire.VOID, "operation": operation_id})
+            self.counts.voids += 1
             sent = None
         if sent is None:
             sent = self._sent[operation_id] = _Sent(waits=waits)

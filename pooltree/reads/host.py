@@ -271,7 +271,7 @@ class ReadPort:
         if feed is None or process is None:
             return
         process.send(("install", feed.replica))
-        feed.attach(process.send)
+        feed.attach(lambda message: process.send(("feed", message)))  # the pipe's ("feed", message)
         self.feed = feed
 
     def _detach(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import http
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -43,9 +44,18 @@ from pooltree.tree.tree_views import queue_placement
 log = logging.getLogger(__name__)
 
 GET_OPERATION_PATH = b"/api/v4/get_operation"
-KNOWN_PARAMETERS = frozenset(("operation_id", "attributes", "output_format", "include_runtime"))
-"""What ``get_operation``'s handler reads (``include_runtime``: read by nothing, as in the scheduler); a request with
-any other parameter (``operation_alias``, ``transaction_id``, ...) is relayed."""
+KNOWN_PARAMETERS = frozenset(
+    (
+        "operation_id",
+        "attributes",
+        "output_format",
+        "include_runtime",
+        "suppress_transaction_coordinator_sync",
+    )
+)
+"""What ``get_operation``'s handler reads (``include_runtime`` and ``suppress_transaction_coordinator_sync``, which
+``yt.wrapper`` sends: read by nothing, as in the scheduler); a request with any other parameter
+(``operation_alias``, ``transaction_id``, ...) is relayed."""
 READ_HEADERS = ("authorization", "x-yt-parameters", "x-yt-header-format", "content-type")
 """The headers the scheduler's pipeline reads for a ``get_operation`` (one of them sent twice: relayed)."""
 SERVER_HEADER = (b"server", b"uvicorn")
@@ -105,7 +115,11 @@ class ReplicaStore:
 
 
 class _Relay(Exception):
-    """The request is the scheduler's to answer."""
+    """The request is the scheduler's to answer (``reason``: why, counted in ``Replica.relays``)."""
+
+    def __init__(self, reason: str = "a question only the scheduler answers") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Resolver:
@@ -160,7 +174,9 @@ class Replica:
         self.broken = False
         """A message was not applied: nothing is answered any more (every request relayed)."""
         self.answered = 0
-        self.relayed = 0
+        """Requests answered here."""
+        self.relays: Counter[str] = Counter()
+        """Requests relayed, by why."""
 
     # ------------------------------------------------------------------ the feed
 
@@ -260,28 +276,29 @@ class Replica:
         docstring). Never raises on what the request holds."""
         try:
             found = self._answer(request, floor)
-        except _Relay:
-            found = None
+        except _Relay as relay:
+            self.relays[relay.reason] += 1
+            return None
         except Exception:  # a request this code does not expect: relayed, never a crash of the read process
             log.exception("read replica: a request could not be answered here; relayed")
-            found = None
-        if found is None:
-            self.relayed += 1
-        else:
-            self.answered += 1
+            self.relays["failed"] += 1
+            return None
+        self.answered += 1
         return found
 
-    def _answer(self, request: ReadRequest, floor: int) -> bytes | None:
+    def _answer(self, request: ReadRequest, floor: int) -> bytes:
         security = self.security
-        if self.broken or security is None or self.counter < floor:
-            return None
+        if self.broken or security is None:
+            raise _Relay("no replica")
+        if self.counter < floor:
+            raise _Relay("behind the floor")
         if request.method != b"GET" or request.target != GET_OPERATION_PATH or request.body:
-            return None
+            raise _Relay("not a get_operation")
         headers: dict[str, str] = {}
         for raw_name, raw_value in request.headers:
             name = raw_name.decode("latin-1")
             if name in READ_HEADERS and name in headers:
-                return None
+                raise _Relay("a header twice")
             headers.setdefault(name, raw_value.decode("latin-1"))
         try:
             user = security.authenticate(headers)
@@ -294,21 +311,21 @@ class Replica:
                 keep=True,
             )
         except PooltreeError:
-            return None  # the scheduler answers unknown tokens and bad parameters
+            raise _Relay("unknown token or bad parameters") from None  # the scheduler answers them
         if not set(params) <= KNOWN_PARAMETERS:
-            return None
+            raise _Relay("a parameter it does not know")
         operation_id = params.get("operation_id")
         key = wire.encoding_key(params)
         held = self.operations.get(operation_id) if isinstance(operation_id, str) else None
         template = held.templates.get(key) if held is not None and key is not None else None
         if held is None or template is None:
-            return None
+            raise _Relay("no template")
         placements: dict[str, dict[str, Any]] = {}
         for tree, pool in held.waits:
             queue = self.queues.get((tree, pool))
             position = None if queue is None else queue.positions.get(held.access.operation_id)
             if queue is None or position is None:
-                return None
+                raise _Relay("not in its queue")
             placements[tree] = queue_placement(
                 pool, queue.running, queue.max_running, len(queue.ids), position
             )
@@ -319,7 +336,7 @@ class Replica:
             if not security.authorize(
                 "get_operation", user, params, None, rule=RULES["get_operation"], blocking=False
             ):
-                return None
+                raise _Relay("authorization needs the store")
         except PooltreeError as error:
             denial = error_response(error, request_id, self.host, now)
             return http_answer(denial, now, keep_alive=request.keep_alive)
@@ -327,7 +344,7 @@ class Replica:
             security.resolver = None
         data = template.fill(placements, output_format(params), build_time=iso_time(now))
         if data is None:
-            return None
+            raise _Relay("template not filled")
         headers_out = {"X-YT-Request-Id": request_id, "X-YT-Proxy": self.host}
         found = Response(data, media_type=template.content_type, headers=headers_out)
         return http_answer(found, now, keep_alive=request.keep_alive)

@@ -32,6 +32,7 @@ from pooltree.forecast.worker import ForecastService, WorkerSettings
 from pooltree.node import wire
 from pooltree.node.service import check_period
 from pooltree.node.wire import HeartbeatRequest
+from pooltree.reads.feed import ReadFeed as PendingReadFeed
 from pooltree.reads.health import ReadProcessHealth, ReadProcessMetrics
 from pooltree.reads.seam import ReadFeed
 from pooltree.security import Security
@@ -186,9 +187,13 @@ class SchedulerService:
         self._heartbeat_parts()
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
-        self.read_feed: ReadFeed | None = None
-        """The feed of the read process's replica (``pooltree/reads/seam.py``); None: the read process relays
-        every request and the internal listener stamps nothing."""
+        self.read_feed: ReadFeed | None = PendingReadFeed(
+            self.scheduler, self.commands, self.security, self._api.host
+        )
+        """The feed of the read process's replica (``pooltree/reads/seam.py``; ``reads/feed.py``: pending
+        operations' gets); None: the read process relays every request and the internal listener stamps nothing.
+        Told of reads and changes from here on; it sends only while a read process is attached."""
+        self.read_feed.listen(self.cypress.subscribe)
         self._read_process_metrics: ReadProcessMetrics | None = None
 
     def watch_read_process(self, health: ReadProcessHealth) -> None:

@@ -42,7 +42,7 @@ SHAPES: tuple[tuple[str | None, str | None], ...] = (
     (None, None),
     ('["id"; "state"; "progress"]', None),
     ('["progress"; "scheduling_forecast"; "brief_progress"]', None),
-    (None, '"json"'),
+    (None, '"json"'),  # with ``suppress_transaction_coordinator_sync``: what ``yt.wrapper`` sends
     ('["id"]', "<format=text>yson"),  # not templated: always relayed
 )
 
@@ -93,6 +93,8 @@ def _request(operation_id: str, token: str, shape: tuple[str | None, str | None]
         parameters += f'; "attributes"={attributes}'
     if fmt is not None:
         parameters += f'; "output_format"={fmt}'
+    if fmt == '"json"':
+        parameters = '"suppress_transaction_coordinator_sync"=%false; ' + parameters
     headers = (
         ("host", "localhost"),
         ("authorization", f"OAuth {token}"),
