@@ -29,6 +29,12 @@ loaded phase's job-record transactions (the group commit's writes of job rows, e
 CPU they took per transaction and their share of the loaded heartbeats' CPU (the largest single part of a loaded
 heartbeat: ``bench/RESULTS.md``); ``store_long_commit*``: the SQLite ``COMMIT``s of at least 10 ms in it (wall; a
 checkpoint of the journal runs inside the commit that crosses ``wal_autocheckpoint``), their count, sum and longest.
+``--gc service`` (the default): the collector runs as in the scheduler service (``pooltree/server/gc_tuning.py``:
+the policy held after set-up, one settling collection, the survivors of every middle and full collection frozen;
+``POOLTREE_GC_TUNING`` read as the service reads it); ``--gc plain``: the interpreter's defaults, nothing frozen
+(every figure before session 34: full collections walking the whole heap, ~16% of a loaded heartbeat's CPU at
+1,000 nodes). ``gc_cpu_seconds`` / ``gc_cpu_share`` / ``gc_collections``: the collections that ran inside the
+counted work (their CPU is in ``cpu_seconds`` too), by generation.
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import hashlib
 import json
 import multiprocessing as mp
@@ -56,6 +63,7 @@ from live_nodes import SimNode
 
 from pooltree.config import parse_pool_trees
 from pooltree.node import wire
+from pooltree.server.gc_tuning import GcTuning, tuning_enabled
 from pooltree.server.heartbeats import RunningReports, decode_heartbeat
 from pooltree.server.live import LiveScheduler
 from pooltree.server.store import open_store
@@ -72,6 +80,10 @@ class Counted:
         self.heartbeats = 0
         self.started = 0
         self.cpu = 0.0
+        self.gc_cpu = 0.0
+        """CPU seconds of the collections that ran inside the phase's counted work (in ``cpu`` too)."""
+        self.collections = [0, 0, 0]
+        """Collections inside the counted work, by generation."""
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -82,7 +94,29 @@ class Counted:
             "cpu_ms_per_started_allocation": round(1000 * self.cpu / self.started, 4)
             if self.started
             else None,
+            "gc_cpu_seconds": round(self.gc_cpu, 3),
+            "gc_cpu_share": round(self.gc_cpu / max(self.cpu, 1e-9), 3),
+            "gc_collections": list(self.collections),
         }
+
+
+class CollectionClock:
+    """The collector's CPU inside counted work: a ``gc.callbacks`` hook that adds each collection's process CPU
+    and count to the ``Counted`` phase set while its work runs (``counting``; None outside counted work)."""
+
+    def __init__(self) -> None:
+        self.counting: Counted | None = None
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        counted = self.counting
+        if counted is None:
+            return
+        if phase == "start":
+            self._began = time.process_time()
+            return
+        counted.gc_cpu += time.process_time() - self._began
+        counted.collections[min(int(info.get("generation", 0)), 2)] += 1
 
 
 def _hold_figures(holds: dict[str, list[float]]) -> dict[str, Any]:
@@ -156,6 +190,14 @@ def _arguments() -> argparse.Namespace:
         "passes.py: replicas in their processes, claims over pipes); the leader's CPU is this process's, the "
         "shards' is what their passes report",
     )
+    parser.add_argument(
+        "--gc",
+        choices=("service", "plain"),
+        default="service",
+        help="service: the scheduler service's collector policy (pooltree/server/gc_tuning.py: held after "
+        "set-up, one settling collection, survivors of every middle and full collection frozen), as live_nodes.py's "
+        "scheduler runs; plain: the interpreter's default thresholds, nothing frozen (the figures before session 34)",
+    )
     args = parser.parse_args()
     if not 0 <= args.warmup_seconds < args.seconds:
         parser.error("--warmup-seconds is the start of --seconds, not counted: it must be below --seconds")
@@ -228,6 +270,14 @@ class ProfiledCluster:
         self.store_cpu = 0.0
         """Job-record transactions the group commit wrote, and their CPU seconds (``timed_write``)."""
         self.live.commits._write = self.timed_write(self.live.commits._write)
+        self.collections = CollectionClock()
+        self.gc_tuning: GcTuning | None = None
+        """The service's collector policy, held from here to ``close`` (``--gc service``)."""
+        if args.gc == "service" and tuning_enabled():  # as the service's start-up: hold the policy, settle
+            self.gc_tuning = GcTuning()
+            self.gc_tuning.install()
+            self.gc_tuning.settle()
+        gc.callbacks.append(self.collections)
 
     def timed_write(self, write: Any) -> Any:
         """The group commit's write of job rows (one store transaction), its calls and CPU counted."""
@@ -284,7 +334,9 @@ class ProfiledCluster:
             began = time.process_time()
             if profiling:
                 self.profile.enable()
+            self.collections.counting = counted
             self.live.commits.wait(self.ticket)
+            self.collections.counting = None
             if profiling:
                 self.profile.disable()
             if counted is not None:
@@ -325,6 +377,7 @@ class ProfiledCluster:
         began = time.process_time()
         if profiling:
             self.profile.enable()
+        self.collections.counting = counted
         heartbeat = decode_heartbeat(body, self.reports)
         if self.remote is not None:  # as through the node's shard (`NodeShards`)
             with self.remote.carrying(shard_of(node.address, args.shard_processes)):
@@ -333,6 +386,7 @@ class ProfiledCluster:
             answer = self.batched(heartbeat, now)
         else:
             answer = wire.encode(live.process_heartbeat(heartbeat, now))
+        self.collections.counting = None
         if profiling:
             self.profile.disable()
         spent = time.process_time() - began
@@ -454,7 +508,13 @@ class ProfiledCluster:
         }
 
     def close(self) -> None:
-        """Shard processes end as their pipes close with the leader's objects; else they are ended here."""
+        """Shard processes end as their pipes close with the leader's objects; else they are ended here. The
+        collector's policy and hook are released."""
+        if self.collections in gc.callbacks:
+            gc.callbacks.remove(self.collections)
+        if self.gc_tuning is not None:
+            self.gc_tuning.uninstall()
+            self.gc_tuning = None
         for process in self.processes:
             process.join(timeout=5.0)
             if process.is_alive():
