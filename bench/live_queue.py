@@ -47,9 +47,14 @@ phase's clients and the scheduler: ``relay`` relays every request (what the hop 
 first (``front_warm``): an upper bound of a read process's effect, not a correct server (see its docstring). Each
 mixed run then also reports the front's CPU (``front_cpu_per_second``, ``front_cpu_ms_per_request``).
 
+``--read-process`` runs the scheduler with its read process (``pooltree/reads``: it owns the API port and relays
+to the scheduler, answering what its replica can); each mixed run then reports the read process's CPU as the
+front's (``front_cpu_per_second``, ``front_cpu_ms_per_request``); without it the scheduler serves its port itself
+(``POOLTREE_READ_PROCESS=0`` for the child processes, whatever the option's default).
+
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
        [--mixed-clients 50] [--mixed-seconds 30] [--load-processes 4] [--sim-nodes 1000] [--probe-get-period 0.05]
-       [--front none|relay|cache]
+       [--front none|relay|cache] [--read-process]
 """
 
 from __future__ import annotations
@@ -515,6 +520,21 @@ async def _warm(requests: YtRequests, op_ids: list[str], connections: int) -> in
     return errors
 
 
+def read_process_pid(scheduler_pid: int | None) -> int:
+    """The scheduler's read process (its child running ``pooltree.reads.process``)."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(scheduler_pid)], capture_output=True, text=True, timeout=10
+    ).stdout.split()
+    for child in children:
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pooltree.reads.process" in argv:
+            return int(child)
+    raise RuntimeError("the scheduler runs no read process")
+
+
 def start_front(url: str, mode: str) -> tuple[subprocess.Popen[bytes], str]:
     """``bench/read_front.py`` in ``mode`` relaying to ``url``'s scheduler; the process and the front's URL."""
     with socket.socket() as probe:
@@ -577,7 +597,16 @@ def main() -> None:
         help="the mixed phase's clients talk to bench/read_front.py in this mode instead of the scheduler "
         "(relay: every request relayed; cache: gets answered from the last relayed answer, an upper bound)",
     )
+    parser.add_argument(
+        "--read-process",
+        action="store_true",
+        help="run the scheduler with its read process (pooltree scheduler --read-process); its CPU is reported "
+        "as the front's",
+    )
     args = parser.parse_args()
+    if args.read_process and args.front != "none":
+        parser.error("--read-process and --front measure different fronts: give one")
+    os.environ["POOLTREE_READ_PROCESS"] = "1" if args.read_process else "0"
     if args.split is not None:
         os.environ.update(probe_environment(args.split.resolve()))
     machine_before = machine()
@@ -599,6 +628,7 @@ def main() -> None:
             "pool": f"{POOL} (max_running_operation_count 0)",
             "gc_tuning": os.environ.get("POOLTREE_GC_TUNING", "1"),
             "front": args.front,
+            "read_process": args.read_process,
         },
     }
     with tempfile.TemporaryDirectory(prefix="pooltree-queue-") as tmp:
@@ -631,6 +661,8 @@ def main() -> None:
                     report["front_warm"] = {"seconds": round(time.monotonic() - warmed, 2), "errors": errors}
                 pid = local.scheduler_pid()
                 front_pid = front.pid if front is not None else None
+                if args.read_process:
+                    front_pid = read_process_pid(pid)
                 began = time.time()
                 probe = args.probe_get_period
                 single = run_mixed(

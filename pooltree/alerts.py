@@ -30,7 +30,7 @@ scheduler (``//sys/scheduler/@alerts``, orchid ``scheduler/alerts``)
   forecast succeeded since, or did so less than 10 minutes ago (``pooltree/forecast/health.py``): deaths, deaths
   in a row, how the last one ended, seconds until the next restart.
   ``read_process_died``: the read process that owns the API port (``pooltree/reads``) died; the scheduler serves
-  the port itself until a new one takes it over, and the alert holds 10 minutes after that
+  the port itself until a new one takes it over; the alert holds while it does and until 10 minutes after the death
   (``pooltree/reads/health.py``): deaths, deaths in a row, restarts, how the last one ended.
   The per-tree ones are also under orchid ``scheduler/pool_trees/<tree>/alerts``.
 

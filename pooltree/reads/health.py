@@ -2,8 +2,8 @@
 metrics.
 
 The scheduler alert ``read_process_died`` holds while the scheduler serves its client-facing port itself after a
-read process died, and for ``ALERT_HOLD`` seconds after a new one took the port over (a read process that dies now
-and then stays visible). ``GET /metrics`` shows ``pooltree_read_process_deaths_total``,
+read process died and, once a new one took the port over, until ``ALERT_HOLD`` seconds after the death (a read
+process that dies now and then stays visible). ``GET /metrics`` shows ``pooltree_read_process_deaths_total``,
 ``pooltree_read_process_restarts_total``, ``pooltree_read_process_up`` (1 while a read process serves the port)
 and ``pooltree_read_process_requests_total{answered_by="scheduler|replica"}`` (requests the read processes relayed
 or answered from their replica, as far as their counts reached the scheduler).

@@ -48,6 +48,9 @@ READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 """Seconds ``ReadProcess.stop`` waits after SIGTERM (the read process ends its answers in flight) before SIGKILL."""
 BACKLOG = 2048
+FEED_BACKLOG_MAX = 256 * 1024 * 1024
+"""Bytes of feed messages that may wait for a read process to take them; past that it is stuck (its event loop
+does not read its pipe) and is killed: the scheduler serves the port and a new one starts with a fresh replica."""
 SECRET_ENVIRONMENT = ("POOLTREE_TOKEN", "POOLTREE_NODE_SECRET")
 """Variables the read process is started without: it needs no secret (``cli/secrets_options.py``'s ``TOKEN_ENV``,
 ``NODE_SECRET_ENV``; the command line's package is not imported by the scheduler's shell)."""
@@ -77,6 +80,9 @@ class ReadProcess:
         self.ended = threading.Event()
         self._frames = Frames()
         self._out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queued = 0
+        """Bytes put on ``_out`` and not yet written."""
+        self._queued_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
     @property
@@ -122,8 +128,23 @@ class ReadProcess:
 
     def send(self, message: Any) -> None:
         """``message`` to the read process (never blocks; dropped once it ended)."""
-        if not self.ended.is_set():
-            self._out.put(frame(message))
+        if self.ended.is_set():
+            return
+        data = frame(message)
+        with self._queued_lock:
+            self._queued += len(data)
+            stuck = self._queued > FEED_BACKLOG_MAX
+        if stuck:
+            log.error("the read process took no feed while %d bytes waited: killed as stuck", self._queued)
+            self.kill()
+            return
+        self._out.put(data)
+
+    def kill(self) -> None:
+        """SIGKILL (a stuck read process: its death is taken over as any other)."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
 
     def _write(self) -> None:
         pipe = self.pipe
@@ -136,6 +157,8 @@ class ReadProcess:
                 pipe.sendall(data)
             except OSError:
                 return  # it ended: the reader sees the end
+            with self._queued_lock:
+                self._queued -= len(data)
 
     def _read(self) -> None:
         pipe = self.pipe
@@ -237,7 +260,11 @@ class ReadPort:
 
     async def _spawn(self, restarted: bool) -> None:
         process = ReadProcess(
-            self.listen, ("127.0.0.1", self.internal_port), self.secret, self._died, self.health.counted
+            self.listen,
+            ("127.0.0.1", self.internal_port),
+            self.secret,
+            lambda reason: self._died(process, reason),
+            self.health.counted,
         )
         await asyncio.to_thread(process.start)
         if self.closing:
@@ -245,6 +272,9 @@ class ReadPort:
             return
         self.process = process
         self.health.serving(time.monotonic(), restarted)
+        if process.ended.is_set() and not process.stopping:  # it died before it was taken as the port's
+            await self._take_over("ended as it began to serve")
+            return
         if (
             self.own is not None
         ):  # the scheduler served the port since the last death: the new process takes it
@@ -281,12 +311,16 @@ class ReadPort:
             if self.process is not None:
                 self.process.send(("install", None))
 
-    def _died(self, reason: str) -> None:
-        """On the watcher thread: the read process died."""
+    def _died(self, process: ReadProcess, reason: str) -> None:
+        """On the watcher thread: ``process`` died (one that died before it served is its starter's to report)."""
         loop = self.loop
         if loop is not None and not self.closing:
             with contextlib.suppress(RuntimeError):  # the loop closed
-                loop.call_soon_threadsafe(lambda: loop.create_task(self._take_over(reason)))
+                loop.call_soon_threadsafe(lambda: loop.create_task(self._lost(process, reason)))
+
+    async def _lost(self, process: ReadProcess, reason: str) -> None:
+        if process is self.process:
+            await self._take_over(reason)
 
     async def _take_over(self, reason: str) -> None:
         """Serve the port ourselves, then start a new read process after the back-off."""
@@ -313,6 +347,8 @@ class ReadPort:
     async def _serve_port(self) -> None:
         server, config = self.server, self.public_config
         assert server is not None and config is not None and self.loop is not None
+        if self.own is not None:  # serving it already (a new read process ended as it began)
+            return
         if not config.loaded:
             config.load()
         http = config.http_protocol_class

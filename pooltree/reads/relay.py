@@ -276,11 +276,11 @@ class ClientSide(asyncio.Protocol):
             self.last_active = self.relay.loop.time()
 
     def upstream_lost(self) -> None:
-        """The scheduler closed the relayed connection: the client's goes too if anything was in flight on it
-        (or it is a tunnel, or the client had ended); else the next request opens a new one."""
+        """The scheduler closed the relayed connection: the client's closes too, after what was written to it
+        (an answer with ``Connection: close``, an HTTP/1.0 answer delimited by the close, a request refused, the
+        scheduler stopping; it keeps an idle connection longer than the relay does, ``UPSTREAM_KEEP_ALIVE``)."""
         self.upstream = None
-        if self.outstanding or self.tunnel or self.closing or self.begun != self.completed:
-            self.close()
+        self.close()
 
     def expired(self, now: float) -> bool:
         if self.tunnel:

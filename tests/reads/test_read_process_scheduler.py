@@ -119,8 +119,23 @@ def test_kill_9_of_the_read_process_loses_and_doubles_no_start(procs: Procs) -> 
             except Exception as error:  # what the client sees
                 failures.append(error)
 
+    plain_errors: list[str] = []
+    plain_statuses: set[int] = set()
+
+    def read_plainly() -> None:  # a client that does not retry: what it sees of the death
+        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+            while not stop.is_set():
+                try:
+                    plain_statuses.add(
+                        http.get("/api/v4/get", params={"path": "//sys/pool_trees"}).status_code
+                    )
+                except httpx.TransportError as error:
+                    plain_errors.append(type(error).__name__)
+
     starter = threading.Thread(target=start_operations, daemon=True)
+    reader = threading.Thread(target=read_plainly, daemon=True)
     starter.start()
+    reader.start()
     wait_for(lambda: len(started) >= 5, timeout=60)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
@@ -136,8 +151,11 @@ def test_kill_9_of_the_read_process_loses_and_doubles_no_start(procs: Procs) -> 
     wait_for(lambda: len(started) >= at_restart + 5, timeout=60)  # through the new read process
     stop.set()
     starter.join(120)
-    assert not starter.is_alive()
+    reader.join(30)
+    assert not starter.is_alive() and not reader.is_alive()
     assert failures == [], f"the client saw {failures!r}"
+    assert plain_statuses == {200}, "a plain client saw an HTTP error, not a closed connection"
+    assert len(plain_errors) <= 1, plain_errors  # at most its one request in flight at the kill
     listed = yt.list_operations(limit=1000)["operations"]
     ids = [operation["id"] for operation in listed]
     assert sorted(ids) == sorted(started), "a start was lost or doubled"

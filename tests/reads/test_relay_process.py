@@ -24,9 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from pooltree.reads import host
 from pooltree.reads.host import ReadProcess
 from pooltree.reads.peer import peer_line_protocol, stamped
-from pooltree.reads.relay import peer_line
+from pooltree.reads.relay import KEEP_ALIVE, peer_line
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 LARGE = 16 * 1024 * 1024
@@ -173,6 +174,23 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(front: Front) -
         assert read_answers(sock, 1) == [(200, b"after")]
 
 
+def test_an_answer_that_closes_its_connection_closes_the_clients(front: Front) -> None:
+    """``Connection: close`` (and HTTP/1.0): the scheduler closes its side after the answer, and the client sees
+    its connection end then, not at the read process's keep-alive timeout."""
+    for request in (
+        b"GET /client HTTP/1.1\r\nHost: front\r\nConnection: close\r\n\r\n",
+        b"GET /client HTTP/1.0\r\n\r\n",
+    ):
+        with socket.create_connection(("127.0.0.1", front.port)) as sock:
+            sock.sendall(request)
+            sock.settimeout(10)
+            began, data = time.monotonic(), b""
+            while piece := sock.recv(65536):
+                data += piece
+            assert data.startswith(b"HTTP/1.1 200"), data
+            assert time.monotonic() - began < KEEP_ALIVE / 2, "the connection outlived its answer"
+
+
 def test_the_scheduler_sees_the_clients_address_not_the_read_processs(front: Front) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.2", 0))  # any 127/8 address reaches 127.0.0.1; the read process connects from .1
@@ -299,6 +317,7 @@ def test_the_replica_answers_only_at_or_past_the_floor(front: Front) -> None:
         wait_for(lambda: client.get("/replica").content == b"replica applied=5 floor=5", timeout=10)
         front.process.send(("feed", "fail"))
         wait_for(lambda: client.get("/replica").content == b"scheduler", timeout=10)
+        front.upstream.feed.counter = 0  # a new service leads: its stamps start again with the new replica
         front.process.send(("install", "counting_replica:make"))
         front.process.send(("feed", 1))
         wait_for(lambda: client.get("/replica").content == b"replica applied=1 floor=0", timeout=10)
@@ -311,3 +330,18 @@ def test_the_read_process_ends_at_its_pipes_end(front: Front) -> None:
     front.process.pipe.shutdown(socket.SHUT_RDWR)
     child.wait(timeout=20)
     assert not child.is_running()
+
+
+def test_a_read_process_that_takes_no_feed_is_killed_as_stuck(
+    monkeypatch: pytest.MonkeyPatch, front: Front
+) -> None:
+    """Feed messages wait for the read process on the scheduler's side; past ``FEED_BACKLOG_MAX`` bytes it is stuck
+    (stopped here with SIGSTOP), killed, and its end reported as a death."""
+    monkeypatch.setattr(host, "FEED_BACKLOG_MAX", 4 * 1024 * 1024)
+    child = front.child
+    child.suspend()
+    piece = b"f" * 65536
+    wait_for(lambda: front.process.send(("feed", piece)) or front.process.ended.is_set(), timeout=30)
+    child.wait(10)
+    assert front.deaths == ["killed by SIGKILL"]
+    front.deaths.clear()  # the fixture's check is for deaths nobody caused
