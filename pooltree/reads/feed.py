@@ -28,6 +28,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,15 @@ IDLE_PERIOD = 0.05
 heartbeat's finish activated, a queue a start moved while no answer was stamped) reaches the replica this late."""
 MIN_INTERVAL = 0.002
 """Seconds at least between two ticks (what several answers and hooks announce together goes in one batch)."""
+WARM_SHAPES = 2
+"""Request shapes (``wire.encoding_key``) whose templates are made before a get asks: the most asked so far."""
+WARM_EVERY = 0.02
+"""Seconds at least between two ticks that make templates before they are asked for."""
+WARM_BUDGET = 0.002
+"""Seconds of CPU a tick spends at most making templates before they are asked for (with ``WARM_EVERY``, at most a
+tenth of a core; what was not made waits for the next such tick)."""
+MAX_SHAPES = 64
+"""Distinct request shapes counted (a client asking in ever new shapes is not remembered past these)."""
 
 
 @dataclass
@@ -77,6 +87,7 @@ class FeedCounts:
     voids: int = 0
     queues_whole: int = 0
     queue_appends: int = 0
+    warmed: int = 0
 
 
 class ReadFeed:
@@ -100,7 +111,10 @@ class ReadFeed:
         self._dirty = False
         """A hook said something the replica holds changed since the last tick began."""
         self._generation = -1
-        """``scheduler.generation.value`` when the last tick began (a stamp owes a tick when it moved since)."""
+        """``scheduler.generation.coarse`` when the last tick began (a stamp owes a tick when it moved since): it
+        moves with every operation record (starts, finishes, activations, suspensions, parameters) and pool tree
+        change, which is everything that moves a queue or a pending operation's map, and not with job records and
+        the heartbeats' pending work (``value``), which move neither."""
         self._wanted: dict[tuple[str, str], dict[str, Any]] = {}
         self._voids: set[str] = set()
         self._void_all = False
@@ -110,7 +124,15 @@ class ReadFeed:
         self._security_revision: int | None = None
         self._forecast_mark: Hashable = None
         self._fleet_revision: int | None = None
+        self._shapes: Counter[str] = Counter()
+        """Gets by request shape (``wire.encoding_key``): the most asked are made before they are asked for."""
+        self._shape_parameters: dict[str, dict[str, Any]] = {}
+        self._cold: deque[str] = deque()
+        """Operations the queues the replica holds showed (whole or appended) whose templates may not be made yet."""
+        self._last_warm = 0.0
         self._send: Callable[[Any], None] | None = None
+        self._ticking = threading.Lock()
+        """Held by a tick from its beginning until its messages are sent (the feed's thread, or a stamp's)."""
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,9 +178,10 @@ class ReadFeed:
             if send is None or self._stopped.is_set():
                 return
             try:
-                batch = self.tick()
-                if batch:
-                    send(batch)
+                with self._ticking:
+                    batch = self.tick()
+                    if batch:
+                        send(batch)
                 forecasts = self.commands.forecasts
                 if self._sent and forecasts is not None:
                     # the replica answers gets the scheduler no longer sees: a read keeps the forecast's
@@ -166,6 +189,10 @@ class ReadFeed:
                     forecasts.read()
             except Exception:  # a tick that failed sends nothing: the replica stays behind, answers relay
                 log.exception("read feed: a tick failed")
+
+    def ticking(self) -> threading.Lock:
+        """The lock a tick holds until its messages are sent (a caller that ticks itself takes it too)."""
+        return self._ticking
 
     def reset(self) -> None:
         """A new replica (a read process started again): everything is sent anew from the next tick."""
@@ -175,6 +202,7 @@ class ReadFeed:
             self._void_all = False
             self._sent.clear()
             self._queues.clear()
+            self._cold.clear()
             self._security_revision = None
             self._owed = True
 
@@ -185,6 +213,12 @@ class ReadFeed:
         key = wire.encoding_key(parameters)
         if key is None:
             return
+        if key in self._shapes or len(self._shapes) < MAX_SHAPES:
+            self._shapes[key] += 1
+            if key not in self._shape_parameters:
+                self._shape_parameters[key] = {
+                    name: value for name, value in parameters.items() if name != "operation_id"
+                }
         sent = self._sent.get(operation_id)
         if sent is not None and key in sent.keys:
             return
@@ -215,10 +249,23 @@ class ReadFeed:
 
     def stamp(self) -> int:
         """The counter an answer written now carries: the last tick's when nothing the replica holds can have moved
-        since that tick began (no operation record, hook, directory, forecast or node grouping change), else the
-        next tick's (which is then owed, and woken)."""
+        since that tick began (no operation record or pool tree change: ``generation.coarse``; no hook, directory,
+        forecast or node grouping change), else the next tick's (which is then owed, and woken)."""
         if not self._dirty and self._unmoved():
             return self._counter
+        send = self._send
+        if send is not None and self._ticking.acquire(blocking=False):
+            # the tick now, without the templates asked for or made ahead (the feed's thread makes those): the
+            # replica has what this answer shows as soon as the pipe brings it, not after the thread's next turn
+            try:
+                batch = self.tick(templates=False)
+                if batch:
+                    send(batch)
+                return self._counter
+            except Exception:
+                log.exception("read feed: a stamp's tick failed")
+            finally:
+                self._ticking.release()
         with self._lock:
             self._owed = True
             counter = self._counter + 1
@@ -229,7 +276,7 @@ class ReadFeed:
         """Nothing that can change what the replica holds moved since the last tick began (read without the lock:
         each is one attribute; a change caught half-way is caught by the next look)."""
         return (
-            self.scheduler.generation.value == self._generation
+            self.scheduler.generation.coarse == self._generation
             and self.security.directory.revision == self._security_revision
             and self.scheduler.alert_center.fleet_revision == self._fleet_revision
             and self.commands.forecast_mark() == self._forecast_mark
@@ -237,19 +284,24 @@ class ReadFeed:
 
     # ------------------------------------------------------------------ ticks
 
-    def tick(self) -> list[dict[str, Any]]:
+    def tick(self, *, templates: bool = True) -> list[dict[str, Any]]:
         """The messages that bring the replica up to now, ending with their ``counter``; [] when nothing moved and
-        nothing was asked since the last tick (no counter is used then: every counter ``stamp`` gives is sent)."""
+        nothing was asked since the last tick (no counter is used then: every counter ``stamp`` gives is sent).
+        ``templates`` False: the templates asked for and those made ahead wait for the next tick. One tick at a
+        time, its messages sent before the next begins (``ticking``)."""
         with self._lock:
-            idle = not (self._owed or self._dirty or self._wanted or self._voids or self._void_all)
+            idle = not (self._owed or self._dirty or self._voids or self._void_all)
+            idle = idle and not (templates and (self._wanted or (self._cold and self._shapes)))
             if idle and self._unmoved():
                 return []
             self._counter += 1
             counter = self._counter
-            self._generation = self.scheduler.generation.value
+            self._generation = self.scheduler.generation.coarse
             self._dirty = False
             self._owed = False
-            wanted, self._wanted = self._wanted, {}
+            wanted: dict[tuple[str, str], dict[str, Any]] = {}
+            if templates:
+                wanted, self._wanted = self._wanted, {}
             voids, self._voids = self._voids, set()
             void_all, self._void_all = self._void_all, False
         messages: list[dict[str, Any]] = []
@@ -264,6 +316,7 @@ class ReadFeed:
                 self.counts.voids += 1
             self._sent.clear()
             self._queues.clear()
+            self._cold.clear()
         for operation_id in voids:
             if self._sent.pop(operation_id, None) is not None:
                 messages.append({"kind": wire.VOID, "operation": operation_id})
@@ -283,9 +336,30 @@ class ReadFeed:
             self._template(operation_id, key, parameters, messages)
         for holder in list(self._queues):
             self._queue(holder, messages)
+        if templates:
+            self._warm(messages)
         self.counts.ticks += 1
         messages.append({"kind": wire.COUNTER, "value": counter})
         return messages
+
+    def _warm(self, out: list[dict[str, Any]]) -> None:
+        """Templates of the most asked request shapes for operations the held queues showed, made before a get asks
+        (a first get of an operation is otherwise a miss, relayed): at most ``WARM_BUDGET`` of CPU every
+        ``WARM_EVERY`` seconds."""
+        if not self._cold or not self._shapes:
+            return
+        now = time.monotonic()
+        if now - self._last_warm < WARM_EVERY:
+            return
+        self._last_warm = now
+        shapes = [key for key, _ in self._shapes.most_common(WARM_SHAPES)]
+        deadline = time.thread_time() + WARM_BUDGET
+        while self._cold and time.thread_time() < deadline:
+            operation_id = self._cold.popleft()
+            for key in shapes:
+                parameters = {**self._shape_parameters[key], "operation_id": operation_id}
+                self._template(operation_id, key, parameters, out)
+                self.counts.warmed += 1
 
     def _template(
         self, operation_id: str, key: str, parameters: dict[str, Any], out: list[dict[str, Any]]
@@ -298,6 +372,8 @@ class ReadFeed:
             return
         template, placement, op = made
         waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
+        if not waits:  # pending in no queue: nothing would tell the replica when it runs
+            return
         if sent is not None and sent.waits != waits:
             out.append({"kind": wire.VOID, "operation": operation_id})
             self.counts.voids += 1
@@ -357,6 +433,7 @@ class ReadFeed:
         if check != (now.length, now.head, now.tail) or start + len(ids) != now.length:
             raise RuntimeError("the queue moved while read")
         self._queues[holder] = now
+        self._cold.extend(ids)
         if start == 0:
             self.counts.queues_whole += 1
         else:
