@@ -14,8 +14,9 @@ backlog are kept), the death is logged, counted and alerted (``health.py``), the
 process is started after the back-off (``health.RESTART_DELAY``, doubling per death in a row up to a minute): a
 read process is what keeps gets off the scheduler's event loop, and one bad request that killed it should not
 leave the cluster on the slow path until a restart, while a read process that keeps dying costs its clients'
-connections only once a minute. Once the new one serves, the scheduler stops accepting on the port (its own
-connections end where they are).
+connections only once a minute. Once the new one serves, the scheduler stops accepting on the port and ends its
+own connections as uvicorn's graceful shutdown does (an idle one at once, a busy one after its answer), so that
+keep-alive clients come back to the read process.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -245,6 +247,8 @@ class ReadPort:
         self.public_config: uvicorn.Config | None = None
         self.own: asyncio.base_events.Server | None = None
         """The scheduler's own listener on the port while no read process serves it."""
+        self.own_connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        """The protocols of the connections the scheduler's own listener accepted (``_hand_back``)."""
         self.closing = False
         self._restart: asyncio.TimerHandle | None = None
 
@@ -278,10 +282,20 @@ class ReadPort:
         if (
             self.own is not None
         ):  # the scheduler served the port since the last death: the new process takes it
-            own, self.own = self.own, None
-            own.close()
+            self._hand_back()
             log.warning("a new read process (pid %d) serves the API port again", process.pid)
         self._attach()
+
+    def _hand_back(self) -> None:
+        """Stop accepting on the port, and end the scheduler's own connections (an idle one now, a busy one after
+        its answer, uvicorn's graceful ``shutdown``): their clients' next connections reach the read process.
+        Without it a keep-alive client stayed on the scheduler's event loop as long as it kept its connection."""
+        own, self.own = self.own, None
+        if own is not None:
+            own.close()
+        for protocol in list(self.own_connections):
+            with contextlib.suppress(Exception):
+                protocol.shutdown()
 
     def lead(self, service: Any) -> None:
         """``service`` leads: its alert and metrics follow the read process, its feed goes to it."""
@@ -354,7 +368,9 @@ class ReadPort:
         http = config.http_protocol_class
 
         def protocol() -> asyncio.Protocol:
-            return http(config=config, server_state=server.server_state, app_state={})  # type: ignore[call-arg]
+            made = http(config=config, server_state=server.server_state, app_state={})  # type: ignore[call-arg]
+            self.own_connections.add(made)
+            return made
 
         own = await self.loop.create_server(protocol, sock=self.listen.dup(), backlog=BACKLOG)
         self.own = own
