@@ -63,9 +63,6 @@ GENERATION_POLL = 0.01
 shard may answer a heartbeat on an older proof within that window: the node's work waits one heartbeat)."""
 SYNC_TIMEOUT = 10.0
 """Seconds ``NodeShards.sync`` waits for every shard."""
-FINISHERS = 1
-"""Leader threads that finish the shards' heartbeats (wait for their job records to be stored, send the answer);
-each shard's heartbeats are processed by the thread that reads its pipe (``NodeShards._read``)."""
 
 
 class HeartbeatService(Protocol):
@@ -115,44 +112,50 @@ class PassLinks(Protocol):
     def grants_taken_back(self) -> int: ...
 
 
-class _Workers:
-    """Leader threads that take the shards' heartbeats' work: a fixed pool fed by one `queue.SimpleQueue` (a C
-    queue: a heartbeat handed over costs a put and a get, where `ThreadPoolExecutor` makes a future and takes
-    Python-level locks and a semaphore per item); with one thread, the work runs in the order submitted.
-    ``shutdown``: work still queued is dropped, work running ends."""
+class _Finisher:
+    """The leader thread that finishes the shards' processed heartbeats (``finish``: their records stored, their
+    answers sent), fed by one `queue.SimpleQueue` (a C queue: a heartbeat handed over costs a put and a get). It
+    takes everything queued at once, in the order submitted, so that the answers a commit settles together go
+    to each shard in one message (``NodeShards._finish``). ``shutdown``: what is still queued is dropped, what
+    runs ends."""
 
-    def __init__(self, count: int, name: str) -> None:
-        self._work: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
+    def __init__(self, finish: Callable[[list[_Processed]], None], name: str) -> None:
+        self._finish = finish
+        self._work: queue.SimpleQueue[_Processed | None] = queue.SimpleQueue()
         self._stopping = False
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"{name}-{index}", daemon=True)
-            for index in range(count)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._thread = threading.Thread(target=self._serve, name=f"{name}-0", daemon=True)
+        self._thread.start()
 
-    def submit(self, work: Callable[..., None], *args: Any) -> None:
-        self._work.put((work, args))
+    def submit(self, processed: _Processed) -> None:
+        self._work.put(processed)
+
+    def queued(self) -> int:
+        """Heartbeats handed over and not yet taken."""
+        return self._work.qsize()
 
     def _serve(self) -> None:
+        work = self._work
         while True:
-            item = self._work.get()
-            if item is None:
-                return
+            item = work.get()
+            taken: list[_Processed] = []
+            while item is not None:
+                taken.append(item)
+                try:
+                    item = work.get_nowait()
+                except queue.Empty:
+                    break
             if self._stopping:
-                continue
-            work, args = item
+                return
             try:
-                work(*args)
+                self._finish(taken)
             except Exception:
-                log.exception("a node shard's heartbeat failed on its leader thread")
+                log.exception("node shards' heartbeats failed on their finishing thread")
+            if item is None:  # shut down after what came before it
+                return
 
     def shutdown(self) -> None:
         self._stopping = True
-        for _ in self._threads:
-            self._work.put(None)
+        self._work.put(None)
 
 
 class _PipeReader:
@@ -191,6 +194,11 @@ class _Shard:
     alive: bool = True
 
 
+_Processed = tuple[_Shard, int, dict[str, Any], Proof | None, int, float]
+"""A heartbeat a shard's reader processed, for the finisher: (its shard, request id, answer, proof of the node's
+next heartbeat, group commit ticket, when it arrived)."""
+
+
 class NodeShards:
     """``count`` shard processes answering node heartbeats for ``service``; ``close()`` ends them."""
 
@@ -212,8 +220,12 @@ class NodeShards:
         """Shards that start allocations: each process also runs its nodes' passes (``remote.py``) on a second
         pipe; None: the leader runs every pass (the shards answer the heartbeats proven empty)."""
         self._context = multiprocessing.get_context("spawn")
-        self._finishers = _Workers(FINISHERS, "node-shard-finish")
-        """The threads that wait for the answers' job records to be stored, then prove and send (``_finish``)."""
+        self._finisher = _Finisher(self._finish, "node-shard-finish")
+        """The thread that waits for the answers' job records to be stored, then sends them (``_finish``)."""
+        self.reply_messages = 0
+        """Messages the finisher sent the shards with answers (``("replies", [...])`` carries several)."""
+        self.replies = 0
+        """Answers the finisher sent the shards."""
         self._lock = threading.Lock()
         self._closing = False
         self._shards: list[_Shard | None] = [None] * count
@@ -411,31 +423,46 @@ class NodeShards:
             self._done(shard, self._error_reply(shard, request_id, error), began)
             return
         proof = proofs[-1] if proofs else None
-        self._finishers.submit(self._finish, shard, request_id, response, proof, ticket, began)
+        self._finisher.submit((shard, request_id, response, proof, ticket, began))
 
-    def _finish(
-        self,
-        shard: _Shard,
-        request_id: int,
-        response: dict[str, Any],
-        proof: Proof | None,
-        ticket: int,
-        began: float,
-    ) -> None:
-        """A processed heartbeat's end: its job records stored (a started job is stored before its node hears of
-        it, an acknowledged one is durable; a failed write answers an error, as the leader's own route does), the
-        answer sent with the proof of the node's next heartbeat made in the heartbeat's hold."""
-        try:
-            self.service.scheduler.commits.wait(ticket)
-            reply = answer_reply(request_id, response, proof, self.service.clock())
-        except Exception as error:
-            reply = self._error_reply(shard, request_id, error)
-        self._done(shard, reply, began)
+    def _finish(self, processed: list[_Processed]) -> None:
+        """Processed heartbeats' ends, in order: each one's job records stored (a started job is stored before its
+        node hears of it, an acknowledged one is durable; a failed write answers an error, as the leader's own
+        route does), its answer made with the proof of the node's next heartbeat made in its hold. The answers
+        ready go to each shard in one message before the finisher waits for the store, and at the end: a commit
+        settles the records of several heartbeats, so their answers leave together (one pickling, one write and
+        one wake-up of the shard, where each answer took its own)."""
+        commits = self.service.scheduler.commits
+        ready: dict[int, tuple[_Shard, list[tuple[Any, ...]]]] = {}
+        for shard, request_id, response, proof, ticket, began in processed:
+            if ready and not commits.settled(ticket):
+                self._send_ready(ready)
+            try:
+                commits.wait(ticket)
+                reply = answer_reply(request_id, response, proof, self.service.clock())
+            except Exception as error:
+                reply = self._error_reply(shard, request_id, error)
+            self._leave(began)
+            ready.setdefault(shard.index, (shard, []))[1].append(reply)
+        self._send_ready(ready)
 
-    def _done(self, shard: _Shard, reply: tuple[Any, ...], began: float) -> None:
-        """The heartbeat leaves the leader: its duration accounted, out of flight, its reply sent."""
+    def _send_ready(self, ready: dict[int, tuple[_Shard, list[tuple[Any, ...]]]]) -> None:
+        """Each shard's ready answers in one message (one alone as itself, several as ``("replies", [...])``, in
+        order)."""
+        for shard, replies in ready.values():
+            self._send(shard, replies[0] if len(replies) == 1 else ("replies", replies))
+            self.reply_messages += 1
+            self.replies += len(replies)
+        ready.clear()
+
+    def _leave(self, began: float) -> None:
+        """A heartbeat leaves the leader: its duration accounted, out of flight."""
         self.service.scheduler.record_duration("heartbeat", time.perf_counter() - began)
         self.service.leave_heartbeat()
+
+    def _done(self, shard: _Shard, reply: tuple[Any, ...], began: float) -> None:
+        """The heartbeat leaves the leader with its reply sent at once (an error the reader answers)."""
+        self._leave(began)
         self._send(shard, reply)
 
     def _proven(self, heartbeat: HeartbeatRequest, answer: dict[str, Any]) -> Proof | None:
@@ -577,7 +604,7 @@ class NodeShards:
         self._shutdown_workers()
 
     def _shutdown_workers(self) -> None:
-        self._finishers.shutdown()
+        self._finisher.shutdown()
 
 
 class ShardMetrics:

@@ -16,7 +16,8 @@ refuses a malformed one with the error this process would have answered; the not
 since the last forwarded one); the leader's answer comes back as ``(request id, 200, answer, proof or None,
 leader's clock)``, the answer being the JSON body the node gets, sent on as it is, and the proof as a shard keeps
 it (``verdicts.proven``: the key of the node's expected next heartbeat made by the leader, so neither the body nor
-the answer is decoded here), or ``(request id, status, headers, body)``: a YT error the leader rendered. A
+the answer is decoded here), or ``(request id, status, headers, body)``: a YT error the leader rendered; answers
+one commit of the leader's store settled together come as one ``("replies", [reply, ...])``, in order. A
 heartbeat is decoded here only when its node's verdict holds at the latest generation (``ShardNodes.holds``) and it
 reports no finished job. The
 leader also sends ``("generation", g, clock, coarse, stamps)`` when its state moves and ``("sync", token, g,
@@ -338,6 +339,10 @@ class ShardServer:
 
     def _resolve(self, reply: tuple[Any, ...]) -> None:
         kind = reply[0]
+        if kind == "replies":  # the leader's answers a commit settled together, in order
+            for each in reply[1]:
+                self._resolve(each)
+            return
         if kind == "generation":
             self.learn(reply[1], reply[2], reply[3], reply[4])
             return

@@ -150,3 +150,39 @@ def test_the_proof_of_the_next_heartbeat_takes_no_hold_of_the_lock_of_its_own(
         forwarded = sum(service.shards.answered)
         assert client.post(url + HEARTBEAT, json=heartbeat).status_code == 200
     assert sum(service.shards.answered) == forwarded  # answered by the shard on the last proof
+
+
+def test_answers_one_commit_stores_together_go_to_their_shard_in_one_message_each_once_stored(
+    sharded: tuple[SchedulerService, HeldStore],
+) -> None:
+    """Two heartbeats of one shard processed while the store holds the first one's records: once it lets go,
+    their records are stored in one commit and their answers reach the shard as one message
+    (``("replies", [...])``), each node still getting its own starts, all stored before it hears of them."""
+    service, store = sharded
+    assert service.shards is not None
+    op = service.scheduler.start_operation(
+        "vanilla", {"tasks": {"main": {"command": "true", "job_count": 6}}}, "u", 1.0
+    )
+    first, second, url = _two_nodes_of_one_shard(service)
+    third = next(f"n{index}" for index in range(20, 60) if shard_of(f"n{index}", 2) == shard_of(first, 2))
+    store.hold = True
+    with httpx.Client(timeout=WAIT) as client, ThreadPoolExecutor(3) as sending:
+        answers = [sending.submit(client.post, url + HEARTBEAT, json=_heartbeat(first))]
+        assert store.entered.wait(
+            WAIT
+        )  # the first heartbeat's records are being written (the finisher waits)
+        answers += [
+            sending.submit(client.post, url + HEARTBEAT, json=_heartbeat(node)) for node in (second, third)
+        ]
+        wait_for(lambda: service.shards._finisher.queued() == 2, timeout=WAIT)  # both processed, handed over
+        messages, replies = service.shards.reply_messages, service.shards.replies
+        store.release.set()
+        responses = [answer.result(WAIT) for answer in answers]
+    assert [response.status_code for response in responses] == [200, 200, 200]
+    assert (service.shards.reply_messages - messages, service.shards.replies - replies) == (2, 3)
+    for node, response in zip((first, second, third), responses, strict=True):
+        specs = response.json()[wire.START]
+        assert sorted(spec["job_id"] for spec in specs) == sorted(
+            job.id for job in service.scheduler.jobs.values() if job.address == node
+        )
+        assert len(specs) == 2 and all(store.get_job(op.id, spec["job_id"]) is not None for spec in specs)

@@ -118,6 +118,11 @@ class GroupCommit:
                     raise error
                 return
 
+    def settled(self, ticket: int) -> bool:
+        """Whether ``wait(ticket)`` would return (or raise its batch's error) without waiting (read without the
+        mutex: the settled tickets only grow)."""
+        return ticket <= self._durable
+
     async def wait_async(self, ticket: int) -> float | None:
         """``wait`` for a caller on an event loop: the loop is never blocked; when this caller becomes the
         committer its batch is written on the group commit's thread. The committer waits on a future of its loop
