@@ -14,9 +14,9 @@ backlog are kept), the death is logged, counted and alerted (``health.py``), the
 process is started after the back-off (``health.RESTART_DELAY``, doubling per death in a row up to a minute): a
 read process is what keeps gets off the scheduler's event loop, and one bad request that killed it should not
 leave the cluster on the slow path until a restart, while a read process that keeps dying costs its clients'
-connections only once a minute. Once the new one serves, the scheduler stops accepting on the port and ends its
-own connections as uvicorn's graceful shutdown does (an idle one at once, a busy one after its answer), so that
-keep-alive clients come back to the read process.
+connections only once a minute. Once the new one serves, the scheduler stops accepting on the port and makes the
+next answer on each of its own connections the last (``Connection: close``), so that keep-alive clients come back
+to the read process without a request cut.
 """
 
 from __future__ import annotations
@@ -221,6 +221,23 @@ class ReadProcess:
         self.ended.set()
 
 
+def last_answer_protocol(base: type[Any]) -> type[Any]:
+    """uvicorn's HTTP protocol ``base`` whose next answer can be made its connection's last (``last_answer_next``:
+    the next request's cycle is not kept alive, uvicorn answers it with ``Connection: close`` and closes)."""
+
+    class LastAnswer(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.last_answer_next = False
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            if self.last_answer_next and self.cycle is not None:
+                self.cycle.keep_alive = False
+
+    return LastAnswer
+
+
 class ReadPort:
     """The client-facing port while a read process owns it: the sockets, the read process, the scheduler's own
     serving of the port after a death, the feed of the leading service.
@@ -287,15 +304,20 @@ class ReadPort:
         self._attach()
 
     def _hand_back(self) -> None:
-        """Stop accepting on the port, and end the scheduler's own connections (an idle one now, a busy one after
-        its answer, uvicorn's graceful ``shutdown``): their clients' next connections reach the read process.
-        Without it a keep-alive client stayed on the scheduler's event loop as long as it kept its connection."""
+        """Stop accepting on the port, and make the next answer on each of the scheduler's own connections its
+        last (``Connection: close``; the one being answered, or the next request's; an idle one left unused ends
+        at uvicorn's keep-alive timeout): their clients' next connections reach the read process, and no client
+        has a request cut by it. Without it a keep-alive client stayed on the scheduler's event loop as long as it
+        kept its connection; closing idle connections at once cut requests sent as they closed."""
         own, self.own = self.own, None
         if own is not None:
             own.close()
         for protocol in list(self.own_connections):
-            with contextlib.suppress(Exception):
-                protocol.shutdown()
+            cycle = protocol.cycle
+            if cycle is not None and not cycle.response_complete:
+                cycle.keep_alive = False
+            else:
+                protocol.last_answer_next = True
 
     def lead(self, service: Any) -> None:
         """``service`` leads: its alert and metrics follow the read process, its feed goes to it."""
@@ -365,7 +387,7 @@ class ReadPort:
             return
         if not config.loaded:
             config.load()
-        http = config.http_protocol_class
+        http = last_answer_protocol(config.http_protocol_class)
 
         def protocol() -> asyncio.Protocol:
             made = http(config=config, server_state=server.server_state, app_state={})  # type: ignore[call-arg]
