@@ -78,6 +78,18 @@ class _SentQueue:
     max_running: Any
 
 
+@dataclass(frozen=True)
+class _Made:
+    """A template made outside a tick (``ReadFeed._make``), sent by the next tick unless its operation (or
+    everything) was voided since it was begun (``epoch``)."""
+
+    operation_id: str
+    key: str
+    epoch: tuple[int, int]
+    waits: tuple[tuple[str, str], ...]
+    message: dict[str, Any]
+
+
 @dataclass
 class FeedCounts:
     """What the feed sent (for the bench and the tests)."""
@@ -118,6 +130,11 @@ class ReadFeed:
         self._wanted: dict[tuple[str, str], dict[str, Any]] = {}
         self._voids: set[str] = set()
         self._void_all = False
+        self._epoch_all = 0
+        """Moved by every void of everything (a template begun before it is not sent)."""
+        self._epochs: dict[str, int] = {}
+        """Per operation, moved by every change a hook told of (a template begun before it is not sent); cleared
+        with ``_epoch_all``'s moves."""
         self._sent: dict[str, _Sent] = {}
         self._queues: dict[tuple[str, str], _SentQueue | None] = {}
         """The queues the replica holds (None: to be sent whole)."""
@@ -178,8 +195,9 @@ class ReadFeed:
             if send is None or self._stopped.is_set():
                 return
             try:
+                made = self._make()  # templates are made without the tick's lock: a stamp may tick meanwhile
                 with self._ticking:
-                    batch = self.tick()
+                    batch = self._tick(made)
                     if batch:
                         send(batch)
                 forecasts = self.commands.forecasts
@@ -203,6 +221,8 @@ class ReadFeed:
             self._sent.clear()
             self._queues.clear()
             self._cold.clear()
+            self._epoch_all += 1
+            self._epochs.clear()
             self._security_revision = None
             self._owed = True
 
@@ -230,11 +250,12 @@ class ReadFeed:
 
     def changed(self, operation_id: str) -> None:
         """A command changed ``operation_id``: what the replica holds of it is void."""
-        if operation_id in self._sent:
-            with self._lock:
+        with self._lock:
+            self._epochs[operation_id] = self._epochs.get(operation_id, 0) + 1
+            if operation_id in self._sent:
                 self._voids.add(operation_id)
                 self._dirty = True
-            self._wake.set()
+        self._wake.set()
 
     def finished(self, operation_id: str, state: str) -> None:
         """``LiveScheduler.listeners``: an operation finished."""
@@ -289,9 +310,11 @@ class ReadFeed:
         nothing was asked since the last tick (no counter is used then: every counter ``stamp`` gives is sent).
         ``templates`` False: the templates asked for and those made ahead wait for the next tick. One tick at a
         time, its messages sent before the next begins (``ticking``)."""
+        return self._tick(self._make() if templates else [])
+
+    def _tick(self, made: list[_Made]) -> list[dict[str, Any]]:
         with self._lock:
-            idle = not (self._owed or self._dirty or self._voids or self._void_all)
-            idle = idle and not (templates and (self._wanted or (self._cold and self._shapes)))
+            idle = not (self._owed or self._dirty or self._voids or self._void_all or made)
             if idle and self._unmoved():
                 return []
             self._counter += 1
@@ -299,9 +322,6 @@ class ReadFeed:
             self._generation = self.scheduler.generation.coarse
             self._dirty = False
             self._owed = False
-            wanted: dict[tuple[str, str], dict[str, Any]] = {}
-            if templates:
-                wanted, self._wanted = self._wanted, {}
             voids, self._voids = self._voids, set()
             void_all, self._void_all = self._void_all, False
         messages: list[dict[str, Any]] = []
@@ -317,6 +337,9 @@ class ReadFeed:
             self._sent.clear()
             self._queues.clear()
             self._cold.clear()
+            with self._lock:
+                self._epoch_all += 1
+                self._epochs.clear()
         for operation_id in voids:
             if self._sent.pop(operation_id, None) is not None:
                 messages.append({"kind": wire.VOID, "operation": operation_id})
@@ -332,17 +355,25 @@ class ReadFeed:
                     "document": directory.replica_document(),
                 }
             )
-        for (operation_id, key), parameters in wanted.items():
-            self._template(operation_id, key, parameters, messages)
+        for item in made:
+            self._register(item, messages)
         for holder in list(self._queues):
             self._queue(holder, messages)
-        if templates:
-            self._warm(messages)
         self.counts.ticks += 1
         messages.append({"kind": wire.COUNTER, "value": counter})
         return messages
 
-    def _warm(self, out: list[dict[str, Any]]) -> None:
+    def _make(self) -> list[_Made]:
+        """The templates asked for since the last tick and those made ahead (``_warm``), for the next tick."""
+        with self._lock:
+            wanted, self._wanted = self._wanted, {}
+        made: list[_Made] = []
+        for (operation_id, key), parameters in wanted.items():
+            self._make_one(operation_id, key, parameters, made)
+        self._warm(made)
+        return made
+
+    def _warm(self, out: list[_Made]) -> None:
         """Templates of the most asked request shapes for operations the held queues showed, made before a get asks
         (a first get of an operation is otherwise a miss, relayed): at most ``WARM_BUDGET`` of CPU every
         ``WARM_EVERY`` seconds."""
@@ -358,15 +389,14 @@ class ReadFeed:
             operation_id = self._cold.popleft()
             for key in shapes:
                 parameters = {**self._shape_parameters[key], "operation_id": operation_id}
-                self._template(operation_id, key, parameters, out)
+                self._make_one(operation_id, key, parameters, out)
                 self.counts.warmed += 1
 
-    def _template(
-        self, operation_id: str, key: str, parameters: dict[str, Any], out: list[dict[str, Any]]
-    ) -> None:
+    def _make_one(self, operation_id: str, key: str, parameters: dict[str, Any], out: list[_Made]) -> None:
         sent = self._sent.get(operation_id)
         if sent is not None and key in sent.keys:
             return
+        epoch = (self._epoch_all, self._epochs.get(operation_id, 0))  # before the operation is read
         made = self.commands.read_template(operation_id, parameters)
         if made is None:
             return
@@ -374,17 +404,28 @@ class ReadFeed:
         waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
         if not waits:  # pending in no queue: nothing would tell the replica when it runs
             return
-        if sent is not None and sent.waits != waits:
+        access = access_of(op.id, op.user, op.spec, op.runtime_parameters)
+        message = wire.template_message(operation_id, key, template, waits, access)
+        out.append(_Made(operation_id, key, epoch, waits, message))
+
+    def _register(self, item: _Made, out: list[dict[str, Any]]) -> None:
+        """``item`` sent (in a tick, after its voids) unless a void since it was begun makes it stale."""
+        operation_id = item.operation_id
+        if item.epoch != (self._epoch_all, self._epochs.get(operation_id, 0)):
+            return  # changed while it was made: the next get asks again
+        sent = self._sent.get(operation_id)
+        if sent is not None and item.key in sent.keys:
+            return
+        if sent is not None and sent.waits != item.waits:
             out.append({"kind": wire.VOID, "operation": operation_id})
             self.counts.voids += 1
             sent = None
         if sent is None:
-            sent = self._sent[operation_id] = _Sent(waits=waits)
-        sent.keys.add(key)
-        access = access_of(op.id, op.user, op.spec, op.runtime_parameters)
-        out.append(wire.template_message(operation_id, key, template, waits, access))
+            sent = self._sent[operation_id] = _Sent(waits=item.waits)
+        sent.keys.add(item.key)
+        out.append(item.message)
         self.counts.templates += 1
-        for holder in waits:
+        for holder in item.waits:
             self._queues.setdefault(holder, None)
 
     def _queue(self, holder: tuple[str, str], out: list[dict[str, Any]]) -> None:

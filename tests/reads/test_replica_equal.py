@@ -311,3 +311,34 @@ def test_a_replica_behind_the_floor_relays(service: SchedulerService) -> None:
     assert stamp == process.replica.counter
     answer = process.replica.answer(request, stamp)
     assert answer is not None and b"position 1 of 3 in its queue" in answer
+
+
+def test_a_template_made_while_its_operation_changed_is_not_sent(service: SchedulerService) -> None:
+    """A command that changes an operation while its template is being made (the feed's thread makes it without
+    the tick's lock) keeps that template from the replica: the next get is a miss, then answered as it is now."""
+    tokens = _tokens(service)
+    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
+    feed.listen(service.cypress.subscribe)
+    process = _ReadProcess(service, feed)
+    feed.attach(process.deliver, ticking=False)
+    spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    service.scheduler.start_operation("vanilla", spec, "root", NOW)
+    op = service.scheduler.start_operation("vanilla", spec, "root", NOW)  # pending: the pool runs one
+    request = _request(op.id, tokens["root"], SHAPES[0])
+    process.sync()
+    real = service.commands.read_template
+
+    def changed_meanwhile(operation_id: str, parameters: Any) -> Any:
+        made = real(operation_id, parameters)
+        service.commands.suspend_operation(_ctx(operation_id))  # lands after the map was read
+        return made
+
+    service.commands.read_template = changed_meanwhile  # type: ignore[method-assign]
+    try:
+        process.get(request)  # a miss: its template is asked for, made by the next tick while it changes
+    finally:
+        service.commands.read_template = real  # type: ignore[method-assign]
+    assert op.id not in process.replica.operations
+    process.get(request)  # a miss again
+    process.get(request)
+    assert process.compared == 1 and process.relayed == 2
