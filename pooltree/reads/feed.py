@@ -36,6 +36,7 @@ from typing import Any
 from pooltree.reads import wire
 from pooltree.security import Security
 from pooltree.security.guard import access_of
+from pooltree.server.knobs import seconds_override
 from pooltree.server.live import LiveScheduler
 from pooltree.server.operations import OperationCommands
 
@@ -52,9 +53,12 @@ WARM_SHAPES = 2
 """Request shapes (``wire.encoding_key``) whose templates are made before a get asks: the most asked so far."""
 WARM_EVERY = 0.02
 """Seconds at least between two ticks that make templates before they are asked for."""
-WARM_BUDGET = 0.002
+WARM_BUDGET = seconds_override(
+    "POOLTREE_READ_WARM_BUDGET", 0.002, lambda value: 0 <= value <= 0.02, "[0, 0.02]"
+)
 """Seconds of CPU a tick spends at most making templates before they are asked for (with ``WARM_EVERY``, at most a
-tenth of a core; what was not made waits for the next such tick)."""
+tenth of a core; what was not made waits for the next such tick). ``POOLTREE_READ_WARM_BUDGET`` overrides it (0:
+no template is made before a get asks; for back-to-back comparisons)."""
 MAX_SHAPES = 64
 """Distinct request shapes counted (a client asking in ever new shapes is not remembered past these)."""
 
