@@ -345,3 +345,27 @@ def test_a_read_process_that_takes_no_feed_is_killed_as_stuck(
     child.wait(10)
     assert front.deaths == ["killed by SIGKILL"]
     front.deaths.clear()  # the fixture's check is for deaths nobody caused
+
+
+def test_the_read_process_is_started_without_the_schedulers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$POOLTREE_TOKEN`` and ``$POOLTREE_NODE_SECRET`` stay in the scheduler: the read process needs no secret (its
+    peer-line secret comes over the pipe, not the environment or the command line)."""
+    monkeypatch.setenv("POOLTREE_TOKEN", "ytct-must-not-leave")
+    monkeypatch.setenv("POOLTREE_NODE_SECRET", "ptns-must-not-leave")
+    upstream = Upstream()
+    with upstream.server:
+        listen = bound_socket()
+        listen.listen(16)
+        process = ReadProcess(
+            listen, ("127.0.0.1", upstream.server.port), SECRET, lambda _: None, lambda *c: None
+        )
+        process.start()
+        try:
+            assert process.pid is not None
+            environment = Path(f"/proc/{process.pid}/environ").read_bytes()
+            command = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+            assert b"must-not-leave" not in environment
+            assert SECRET not in environment and SECRET not in command
+        finally:
+            process.stop()
+            listen.close()
