@@ -248,14 +248,18 @@ class LiveJobs:
             moved = True
         node.last_seen = now
         node.resource_limits = heartbeat.resource_limits
-        node.tags = heartbeat.tags
+        # What equals the node's last heartbeat's is kept, not replaced by this heartbeat's equal object: a
+        # replacement lives a heartbeat period, long enough for the collector to walk it twice before freezing it.
+        if node.tags != heartbeat.tags:
+            node.tags = heartbeat.tags
         node.memory_meter = heartbeat.memory_meter
-        node.alerts = heartbeat.alerts
+        if heartbeat.alerts or node.alerts:
+            node.alerts = heartbeat.alerts
         scheduler.expected_nodes.pop(heartbeat.address, None)
-        trees = self._trees_of_node(heartbeat.address, heartbeat.tags)
+        trees = self._trees_of_node(heartbeat.address, node.tags)
         if moved or trees != node.trees:
             scheduler.alert_center.fleet_moved()  # the nodes' kinds the alert checks group by
-        node.trees = trees
+            node.trees = trees
         for tree, core in scheduler.cores.items():
             # a node whose tags or trees' filters changed leaves the trees it no longer matches (YTsaurus)
             if tree not in node.trees and heartbeat.address in core.node_limits:
@@ -317,17 +321,23 @@ class LiveJobs:
         if throttled:  # YTsaurus: scheduling skipped, the node backs off
             extra[wire.SCHEDULING_SKIPPED] = True
             period = scheduler.heartbeat_throttle.backoff_period(period, scheduler.node_heartbeat_timeout)
-        response = wire.response(
+        preempts, aborts = node.preempts, node.aborts
+        if preempts:
+            node.preempts = []
+        else:  # the node keeps its empty list; the answer's own dies with the answer
+            preempts = []
+        if aborts:
+            node.aborts = []
+        else:
+            aborts = []
+        return wire.response(
             start=start,
-            preempt=node.preempts,
-            abort=node.aborts,
+            preempt=preempts,
+            abort=aborts,
             acknowledge=acknowledge,
             heartbeat_period=period,
             **extra,
         )
-        node.preempts = []
-        node.aborts = []
-        return response
 
     def _take_running_reports(self, node: NodeState, heartbeat: HeartbeatRequest) -> int:
         """The node's running-job reports, in one pass: a job the scheduler does not know (or another node's) is
@@ -382,7 +392,7 @@ class LiveJobs:
         for tree in node.trees:
             core = scheduler.cores[tree]
             limits_before = core.node_limits.get(heartbeat.address)
-            report = NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, heartbeat.tags)
+            report = NodeHeartbeat(heartbeat.address, heartbeat.resource_limits, node.tags)  # equal, kept
             if scheduler.tree_pass is not None:  # node shards start allocations (`pooltree.shards.starts`)
                 result = scheduler.tree_pass(tree, core, report, now)
             else:
