@@ -40,6 +40,18 @@ class _LazyCommands(typer.core.TyperGroup):
             self.commands.update(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(
+        self, ctx: typer.core._click.Context, args: list[str]
+    ) -> tuple[str | None, typer.core._click.Command | None, list[str]]:
+        """typer suggests a close command name for a mistyped one from the commands registered so far: a name no
+        command has loads every command's module first, so the suggestion (``Did you mean 'simulate'?``) is the
+        same in a fresh process as after the commands were looked up (only on that error's path)."""
+        if args and args[0] not in COMMANDS and self.suggest_commands:
+            for module in dict.fromkeys(COMMANDS.values()):
+                importlib.import_module(module)
+            self.commands.update(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+        return super().resolve_command(ctx, args)
+
 
 app = typer.Typer(
     cls=_LazyCommands,

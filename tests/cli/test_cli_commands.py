@@ -4,6 +4,7 @@ the map names every registered command, and a process running one command has no
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -40,6 +41,21 @@ def test_help_lists_every_command() -> None:
         if line.startswith("│ ") and len(line.split()) > 2
     ]
     assert [name for name in listed if name in COMMANDS] == list(COMMANDS)
+
+
+def test_a_mistyped_command_gets_its_suggestion_in_a_fresh_process() -> None:
+    """``pooltree simulat`` as a user runs it: nothing but the app was imported, yet the suggestion names the
+    command (typer suggests from the commands registered so far; the test above ran after others had loaded them)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pooltree.cli", "simulat"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "No such command 'simulat'" in result.stderr, result.stderr
+    assert "Did you mean 'simulate'?" in result.stderr, result.stderr
 
 
 def _modules_after(*args: str) -> set[str]:
