@@ -137,8 +137,10 @@ class ReadFeed:
         self._epoch_all = 0
         """Moved by every void of everything (a template begun before it is not sent)."""
         self._epochs: dict[str, int] = {}
-        """Per operation, moved by every change a hook told of (a template begun before it is not sent); cleared
-        with ``_epoch_all``'s moves."""
+        """Per operation, moved by every change a hook told of while a read process listens (a template begun
+        before it is not sent); cleared as each round of templates begins (``_make``: none is being made then, so
+        only changes during a template's making count) and with ``_epoch_all``'s moves, so it holds at most the
+        operations changed since the last round, not every operation the scheduler ever changed."""
         self._sent: dict[str, _Sent] = {}
         self._queues: dict[tuple[str, str], _SentQueue | None] = {}
         """The queues the replica holds (None: to be sent whole)."""
@@ -253,7 +255,10 @@ class ReadFeed:
         self._wake.set()
 
     def changed(self, operation_id: str) -> None:
-        """A command changed ``operation_id``: what the replica holds of it is void."""
+        """A command changed ``operation_id``: what the replica holds of it is void. Without a read process nothing
+        is held or being made (``attach`` starts anew), so nothing is kept."""
+        if self._send is None:
+            return
         with self._lock:
             self._epochs[operation_id] = self._epochs.get(operation_id, 0) + 1
             if operation_id in self._sent:
@@ -371,6 +376,7 @@ class ReadFeed:
         """The templates asked for since the last tick and those made ahead (``_warm``), for the next tick."""
         with self._lock:
             wanted, self._wanted = self._wanted, {}
+            self._epochs.clear()  # no template is being made: each begun below reads its epoch after this
         made: list[_Made] = []
         for (operation_id, key), parameters in wanted.items():
             self._make_one(operation_id, key, parameters, made)

@@ -342,3 +342,23 @@ def test_a_template_made_while_its_operation_changed_is_not_sent(service: Schedu
     process.get(request)  # a miss again
     process.get(request)
     assert process.compared == 1 and process.relayed == 2
+
+
+def test_the_feed_keeps_no_mark_per_changed_operation(service: SchedulerService) -> None:
+    """Operations a command changed leave no mark in the feed: none while no read process listens (every service
+    holds a feed), and only those changed since the last round of templates while one does. Before, the per-operation
+    marks of template races grew with every operation the scheduler ever changed."""
+    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
+    feed.listen(service.cypress.subscribe)
+    spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    started = [service.scheduler.start_operation("vanilla", spec, "root", NOW) for _ in range(20)]
+    for op in started[1:]:
+        service.commands.suspend_operation(_ctx(op.id))
+    assert feed._epochs == {}
+    process = _ReadProcess(service, feed)
+    feed.attach(process.deliver, ticking=False)
+    for op in started[1:]:
+        service.commands.resume_operation(_ctx(op.id))
+    assert len(feed._epochs) == len(started) - 1
+    process.sync()
+    assert feed._epochs == {}
