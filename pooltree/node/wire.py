@@ -611,7 +611,8 @@ class RunningReports:
         self._nodes: dict[str, dict[str, tuple[dict[str, Any], RunningJobReport]]] = {}
         self.struct_nodes: dict[str, tuple[bytes, Vector, dict[bytes, RunningJobReport]]] = {}
         """The same for heartbeats read into structs (``wire_structs.read_heartbeat``), by the text sent: the node's
-        ``resource_limits`` and the vector they read as, and its running-job entries' reports."""
+        ``resource_limits`` and the vector they read as, and its running-job entries' reports (its last heartbeat's and
+        earlier ones' until ``wire_structs._running`` drops those no longer sent)."""
 
     def parse(self, address: str, entries: list[Any]) -> list[RunningJobReport]:
         previous = self._nodes.pop(address, None) or {}

@@ -169,12 +169,17 @@ def _request(data: _Heartbeat, reports: RunningReports | None) -> HeartbeatReque
             raise _Plain
         limits = _limits(raw_limits)
     entries = data.running_jobs or []
-    running, current = _running(entries, known[2] if known is not None else {})
+    kept = known[2] if known is not None else {}
+    running, current = _running(entries, kept)
     finished = [_finished(entry) for entry in data.finished_jobs or ()]
     raw_alerts = bytes(data.alerts)
     alerts = [] if raw_alerts in _ABSENT else parse_node_alerts({"alerts": decode(raw_alerts)})
     if reports is not None:
-        reports.struct_nodes[address] = (limits_text, limits.copy(), current)
+        if known is not None and known[0] == limits_text and current is kept:
+            # the same limits and the same entry map: nothing new to keep
+            reports.struct_nodes[address] = known
+        else:
+            reports.struct_nodes[address] = (limits_text, limits.copy(), current)
         if len(reports.struct_nodes) > reports.max_nodes:
             del reports.struct_nodes[next(iter(reports.struct_nodes))]
     return HeartbeatRequest(
@@ -188,21 +193,31 @@ def _request(data: _Heartbeat, reports: RunningReports | None) -> HeartbeatReque
     )
 
 
+KEPT_ENTRIES_SLACK = 16
+"""A node's remembered entries are made anew from its heartbeat's once they number more than twice its entries
+and this many: the entries of jobs it no longer reports go then."""
+
+
 def _running(
-    entries: list[msgspec.Raw], previous: dict[bytes, RunningJobReport]
+    entries: list[msgspec.Raw], kept: dict[bytes, RunningJobReport]
 ) -> tuple[list[RunningJobReport], dict[bytes, RunningJobReport]]:
-    """The running jobs' reports, and the node's entries to remember: an entry whose text is the text of one in
-    the node's last heartbeat (``previous``) gives the report read then, unread (the same text reads the same)."""
-    current: dict[bytes, RunningJobReport] = {}
+    """The running jobs' reports, and the node's entries to remember: an entry whose text is the text of one
+    remembered (``kept``: this heartbeat's and earlier ones') gives the report read then, unread (the same text reads
+    the same). New entries are added to ``kept`` itself, which is returned, so a node's map lives on between its
+    heartbeats instead of a new one each heartbeat (one object less for the collector to walk twice per heartbeat);
+    entries no longer reported are dropped when ``kept`` grows past ``2 x entries + KEPT_ENTRIES_SLACK``: a new map
+    of this heartbeat's entries is returned then."""
     out: list[RunningJobReport] = []
     for raw in entries:
         text = bytes(raw)
-        report = previous.get(text)
+        report = kept.get(text)
         if report is None:
             report = _report(_RUNNING_DECODER.decode(text))
-        current[text] = report
+            kept[text] = report
         out.append(report)
-    return out, current
+    if len(kept) > 2 * len(out) + KEPT_ENTRIES_SLACK:
+        kept = {bytes(raw): report for raw, report in zip(entries, out, strict=True)}
+    return out, kept
 
 
 def _report(entry: _Running) -> RunningJobReport:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pooltree.errors import ConfigError
 from pooltree.node import wire
-from pooltree.node.wire_structs import read_address, read_head, read_heartbeat
+from pooltree.node.wire_structs import KEPT_ENTRIES_SLACK, read_address, read_head, read_heartbeat
 from pooltree.resources import RESOURCES
 from pooltree.server.heartbeats import decode_heartbeat
 from pooltree.server.protocol import YtError
@@ -308,3 +308,34 @@ def test_a_finished_job_is_seen_with_the_address_as_its_text_says(
     assert read_head(body) == ("n1", reported)
     assert read_head(b'{"node_address": ""' + tail + b"}") == (None, reported)
     assert read_head(b"[1]") == (None, False)
+
+
+def test_a_node_keeps_one_entry_map_and_drops_entries_no_longer_sent() -> None:
+    """A node's remembered entries are one map kept between its heartbeats (its entry in ``struct_nodes`` too, while
+    its limits are the same), not a new one each heartbeat; entries of jobs no longer sent stay until the map holds
+    more than ``2 x entries + KEPT_ENTRIES_SLACK``, then go. Every heartbeat reads as afresh, and an entry sent
+    again while remembered gives the report read before."""
+    reports = wire.RunningReports()
+
+    def entry(index: int) -> dict[str, Any]:
+        return wire.running_job(f"j{index}", "op1", "main", start_time=1.0, resource_usage={"cpu": 1.0})
+
+    first = _body(_heartbeat(running_jobs=[entry(0), entry(1)]))
+    got = read_heartbeat(first, reports)
+    assert got is not None and _comparable(got) == _plain(first, None)
+    kept = reports.struct_nodes["n1"]
+    bound = 2 * 2 + KEPT_ENTRIES_SLACK
+    sizes = []
+    for step in range(1, 40):
+        body = _body(_heartbeat(running_jobs=[entry(step), entry(step + 1)]))
+        got = read_heartbeat(body, reports)
+        assert got is not None and _comparable(got) == _plain(body, None)
+        entries = reports.struct_nodes["n1"][2]
+        sizes.append(len(entries))
+        assert len(entries) <= bound
+        if step == 1:  # one new entry added to the same map, the node's tuple kept
+            assert reports.struct_nodes["n1"] is kept and entries is kept[2]
+            assert (
+                got.running[0] is read_heartbeat(first, reports).running[1]
+            )  # j1 again: the report read before
+    assert max(sizes) == bound and min(sizes) == 2  # grew to the bound, then made anew of the heartbeat's two
