@@ -235,16 +235,27 @@ def _step(service: SchedulerService, rng: random.Random, users: tuple[str, ...])
         )
 
 
+def _listening(service: SchedulerService) -> ReadFeed:
+    """The service's feed as the runner makes it, told of reads, changes, finishes and pool tree changes."""
+    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
+    feed.listen(service.cypress.subscribe)
+    return feed
+
+
+def _attached(service: SchedulerService, feed: ReadFeed, replica: Replica | None = None) -> _ReadProcess:
+    """A read process in the test's hands attached to ``feed`` (the test ticks it itself: ``_ReadProcess.sync``)."""
+    process = _ReadProcess(service, feed)
+    if replica is not None:
+        process.replica = replica
+    feed.attach(process.deliver, ticking=False)
+    return process
+
+
 def _drive(service: SchedulerService, seed: int, replica: Replica | None = None) -> _ReadProcess:
     """Seeded steps, after each a get of up to 6 pending operations by every user in every shape (``_ReadProcess``
     compares every answer the replica gives with the scheduler's)."""
     tokens = _tokens(service)
-    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
-    feed.listen(service.cypress.subscribe)
-    process = _ReadProcess(service, feed)
-    if replica is not None:
-        process.replica = replica
-    feed.attach(process.deliver, ticking=False)  # the test ticks itself
+    process = _attached(service, _listening(service), replica)
     rng = random.Random(seed)
     for _ in range(60):
         with contextlib.suppress(PooltreeError):  # a refused change (a pool's limit, a finished operation)
@@ -283,10 +294,8 @@ def test_a_replica_that_keeps_void_templates_is_caught(service: SchedulerService
 
 def test_a_replica_behind_the_floor_relays(service: SchedulerService) -> None:
     tokens = _tokens(service)
-    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
-    feed.listen(service.cypress.subscribe)
-    process = _ReadProcess(service, feed)
-    feed.attach(process.deliver, ticking=False)
+    feed = _listening(service)
+    process = _attached(service, feed)
     spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
     service.scheduler.start_operation("vanilla", spec, "root", NOW)
     op = service.scheduler.start_operation("vanilla", spec, "root", NOW)  # pending: the pool runs one
@@ -317,10 +326,7 @@ def test_a_template_made_while_its_operation_changed_is_not_sent(service: Schedu
     """A command that changes an operation while its template is being made (the feed's thread makes it without
     the tick's lock) keeps that template from the replica: the next get is a miss, then answered as it is now."""
     tokens = _tokens(service)
-    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
-    feed.listen(service.cypress.subscribe)
-    process = _ReadProcess(service, feed)
-    feed.attach(process.deliver, ticking=False)
+    process = _attached(service, _listening(service))
     spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
     service.scheduler.start_operation("vanilla", spec, "root", NOW)
     op = service.scheduler.start_operation("vanilla", spec, "root", NOW)  # pending: the pool runs one
@@ -348,15 +354,13 @@ def test_the_feed_keeps_no_mark_per_changed_operation(service: SchedulerService)
     """Operations a command changed leave no mark in the feed: none while no read process listens (every service
     holds a feed), and only those changed since the last round of templates while one does. Before, the per-operation
     marks of template races grew with every operation the scheduler ever changed."""
-    feed = ReadFeed(service.scheduler, service.commands, service.security, service.app.state.api.host)
-    feed.listen(service.cypress.subscribe)
+    feed = _listening(service)
     spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
     started = [service.scheduler.start_operation("vanilla", spec, "root", NOW) for _ in range(20)]
     for op in started[1:]:
         service.commands.suspend_operation(_ctx(op.id))
     assert feed._epochs == {}
-    process = _ReadProcess(service, feed)
-    feed.attach(process.deliver, ticking=False)
+    process = _attached(service, feed)
     for op in started[1:]:
         service.commands.resume_operation(_ctx(op.id))
     assert len(feed._epochs) == len(started) - 1
