@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yt.wrapper as ytw
 
 
@@ -83,17 +84,7 @@ class Local:
 
     def scheduler_pid(self) -> int | None:
         """The scheduler process (a child of ``pooltree local`` whose command is ``pooltree.cli scheduler``)."""
-        children = subprocess.run(
-            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True, timeout=10
-        ).stdout.split()
-        for child in children:
-            try:
-                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if len(argv) > 3 and argv[3] == b"scheduler":
-                return int(child)
-        return None
+        return child_process(self.process.pid, lambda argv: len(argv) > 3 and argv[3] == "scheduler")
 
     def close(self) -> None:
         stop_process(self.process)
@@ -448,3 +439,15 @@ def _record(discovery: bytes, token: str, calls: list[Callable[[ytw.YtClient], A
     if len(recorded) != len(calls):
         raise RuntimeError(f"recorded {len(recorded)} of {len(calls)} yt.wrapper requests")
     return recorded
+
+
+def child_process(parent: int, matches: Callable[[list[str]], bool]) -> int | None:
+    """The pid of a child of ``parent`` whose command line (``argv``) ``matches``; None when none does."""
+    for child in psutil.Process(parent).children():
+        try:
+            argv = child.cmdline()
+        except psutil.Error:  # ended meanwhile
+            continue
+        if matches(argv):
+            return child.pid
+    return None

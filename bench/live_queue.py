@@ -81,6 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from live_common import (
     Local,
     YtRequests,
+    child_process,
     join_processes,
     machine,
     process_cpu_seconds,
@@ -522,17 +523,13 @@ async def _warm(requests: YtRequests, op_ids: list[str], connections: int) -> in
 
 def read_process_pid(scheduler_pid: int | None) -> int:
     """The scheduler's read process (its child running ``pooltree.reads.process``)."""
-    children = subprocess.run(
-        ["pgrep", "-P", str(scheduler_pid)], capture_output=True, text=True, timeout=10
-    ).stdout.split()
-    for child in children:
-        try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"pooltree.reads.process" in argv:
-            return int(child)
-    raise RuntimeError("the scheduler runs no read process")
+    found = None if scheduler_pid is None else child_process(scheduler_pid, lambda argv: READ_PROCESS in argv)
+    if found is None:
+        raise RuntimeError("the scheduler runs no read process")
+    return found
+
+
+READ_PROCESS = "pooltree.reads.process"
 
 
 def start_front(url: str, mode: str) -> tuple[subprocess.Popen[bytes], str]:
