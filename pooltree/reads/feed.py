@@ -235,7 +235,11 @@ class ReadFeed:
     # ------------------------------------------------------------------ hooks
 
     def read(self, operation_id: str, parameters: Mapping[str, Any]) -> None:
-        """``get_operation`` of ``operation_id`` reached the scheduler: its template is sent if it has none."""
+        """``get_operation`` of ``operation_id`` reached the scheduler: its template is sent if it has none. Without
+        a read process nothing is asked or counted (a get's shape is learnt from the gets that reach the scheduler
+        while one listens)."""
+        if self._send is None:
+            return
         key = wire.encoding_key(parameters)
         if key is None:
             return
@@ -247,8 +251,6 @@ class ReadFeed:
                 }
         sent = self._sent.get(operation_id)
         if sent is not None and key in sent.keys:
-            return
-        if self._send is None:
             return
         with self._lock:
             self._wanted[(operation_id, key)] = dict(parameters)
