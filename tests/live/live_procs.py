@@ -32,6 +32,8 @@ YT = str(Path(sys.executable).parent / "yt")
 READY_PREFIX = "listening on "
 ORCHID = "//sys/scheduler/orchid/scheduler/pool_trees"
 ROOT_TOKEN = "ytct-0000-" + "9a" * 16
+ROOT_AUTH = {"Authorization": f"OAuth {ROOT_TOKEN}"}
+"""The root token as a request's header."""
 NODE_SECRET = "ptns-live-procs-" + "5c" * 16
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,22 +15,12 @@ import pytest
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "live"))
-from live_procs import NODE_HEADERS, ROOT_TOKEN, Procs, client, slotless_heartbeat, vanilla
+from live_procs import NODE_HEADERS, ROOT_AUTH, Procs, client, slotless_heartbeat, vanilla
 from polling import wait_for
 
 from pooltree.node import wire
 
 READ_PROCESS_MODULE = "pooltree.reads.process"
-AUTH = {"Authorization": f"OAuth {ROOT_TOKEN}"}
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    made = Procs(tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def read_processes(scheduler_pid: int) -> list[psutil.Process]:
@@ -60,7 +49,7 @@ def clients_on(pid: int, port: int) -> int:
 
 
 def metric(url: str, name: str) -> float | None:
-    text = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10).text
+    text = httpx.get(f"{url}/metrics", headers=ROOT_AUTH, timeout=10).text
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
@@ -132,7 +121,7 @@ def test_kill_9_of_the_read_process_loses_and_doubles_no_start(procs: Procs) -> 
     plain_statuses: set[int] = set()
 
     def read_plainly() -> None:  # a client that does not retry: what it sees of the death
-        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as http:
+        with httpx.Client(base_url=url, headers=ROOT_AUTH, timeout=10) as http:
             while not stop.is_set():
                 try:
                     plain_statuses.add(
@@ -192,7 +181,7 @@ def test_the_read_process_ends_with_its_scheduler(procs: Procs) -> None:
     killed.wait(10)
     orphan.wait(20)  # its pipe ended: no read process serves a port no scheduler is behind
     with pytest.raises(httpx.TransportError):
-        httpx.get(f"{url}/api/v4/get?path=//sys/pool_trees", headers=AUTH, timeout=5)
+        httpx.get(f"{url}/api/v4/get?path=//sys/pool_trees", headers=ROOT_AUTH, timeout=5)
 
 
 def test_the_whole_api_answers_the_same_through_the_read_process(procs: Procs) -> None:

@@ -7,7 +7,6 @@ operation as it is."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,23 +14,12 @@ import pytest
 from yt.common import YtResponseError
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "live"))
-from live_procs import ROOT_TOKEN, Procs, client, vanilla
+from live_procs import ROOT_AUTH, Procs, client, vanilla
 from polling import wait_for
-
-AUTH = {"Authorization": f"OAuth {ROOT_TOKEN}"}
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    made = Procs(tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def answered_by_replica(url: str) -> float:
-    text = httpx.get(f"{url}/metrics", headers=AUTH, timeout=10).text
+    text = httpx.get(f"{url}/metrics", headers=ROOT_AUTH, timeout=10).text
     for line in text.splitlines():
         if line.startswith('pooltree_read_process_requests_total{answered_by="replica"}'):
             return float(line.split()[1])
