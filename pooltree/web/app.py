@@ -366,10 +366,13 @@ class WebUI:
 
     def _attributes(self, snapshot: ReadSnapshot, operation_id: str) -> dict[str, Any]:
         """An operation's attribute map as the pages read it: a live one's from ``snapshot`` (its brief, error,
-        alerts and the latest forecast), when the snapshot holds the pages' reads; else ``get_operation``'s (a
-        finished one's from the store)."""
+        alerts and the latest forecast), when the snapshot holds the pages' reads and the operation is still in
+        the state they show; else ``get_operation``'s (a finished one's from the store). An operation that finished
+        after the last publication is gone from the live map or in another state: the page then shows what the API
+        answers, never the snapshot's older state."""
         read = snapshot.operation(operation_id)
-        if read is None:
+        live = self.scheduler.operations.get(operation_id)
+        if read is None or live is None or live.state != read.state:
             return self.commands.operation_attributes(operation_id)
         attributes = attribute_map(
             live_brief(read, read.jobs, snapshot.now), {}, read.error, [], read.alerts, [], {}

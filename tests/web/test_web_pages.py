@@ -213,3 +213,31 @@ async def test_operation_page_names_the_preemptor(open_service: SchedulerService
         marks = history.split('id="history-preemptions"')[1].split("</table>")[0]
         assert hog.id in marks and late.id in marks
         assert '"name":"preemption"' in history.replace(" ", "")
+
+
+@pytest.mark.anyio
+async def test_operation_page_never_shows_an_older_state_than_the_api(open_service: SchedulerService) -> None:
+    """The page reads a live operation from the last published snapshot; one that failed after it shows failed,
+    with its error, as ``get_operation`` answers (the browser test once saw 'running' after the API said failed)."""
+    from pooltree.config import parse_pool_trees
+
+    scheduler = open_service.scheduler
+    scheduler.apply_pool_trees(parse_pool_trees({"default": {"pools": {"a": {}}}}), "default", 0.0)
+    _heartbeat(open_service, "n1", 0.5)
+    task = {"main": {"command": "sleep 100", "job_count": 1, "cpu_limit": 1}}
+    op = scheduler.start_operation("vanilla", {"tasks": task}, "alice", 1.0)
+    _heartbeat(open_service, "n1", 1.1)
+    async with client(open_service) as web:
+        await web.get(f"/?page=operation&mode=detail&id={op.id}")  # the page is watched: snapshots capture it
+        scheduler.snapshots.publish()
+        assert scheduler.snapshots.current.operation(op.id) is not None
+        running = (await web.get(f"/?page=operation&mode=detail&id={op.id}")).text
+        assert 'id="operation-state">running<' in running
+        error = {"code": 4410, "message": "No online node can satisfy the resource demand", "attributes": {}}
+        scheduler.finish_operation(op.id, "failed", 2.0, error=error)
+        assert scheduler.snapshots.current.operation(op.id) is not None  # not published since
+        failed = (await web.get(f"/?page=operation&mode=detail&id={op.id}")).text
+        assert 'id="operation-state">failed<' in failed
+        assert "No online node can satisfy the resource demand" in failed
+        listing = (await web.get("/operations")).text
+        assert "running" not in listing.split(op.id, 1)[1].split("</tr>", 1)[0]
