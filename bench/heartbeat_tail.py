@@ -119,3 +119,93 @@ def _overlaps(slow: dict[str, Any], stalls: list[dict[str, Any]]) -> bool:
     end = slow["answered"]
     start = end - slow["ms"] / 1000
     return any(s["began"] < end and s["began"] + s["ms"] / 1000 > start for s in stalls)
+
+
+PHASES = ("queued", "decode", "lock_wait", "processing", "commit", "wake", "answer")
+"""``pooltree/server/live/tail.py``'s phases, in the order the trace lists them."""
+
+
+def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> dict[str, Any]:
+    """A phase's attribution from the scheduler's trace (``pooltree/server/heartbeat_trace.py``, on with
+    ``POOLTREE_HEARTBEAT_TRACE``): for the heartbeats answered in ``window`` that took the trace's bound or
+    longer, the mean milliseconds per phase; of their lock wait, the holders whose holds (1 ms or more)
+    overlapped it, and the rest (no hold that long: the loop's wake after the release, or holds under 1 ms);
+    the collections' pauses overlapping their span; their span split into their loop thread's CPU (the loop's
+    own work: other heartbeats, their commits' wake-ups), the other threads' CPU (the update's computation,
+    the group commit's thread, the API) and the rest (``off_cpu``: the process had no core). Beside them, the
+    window's holds by holder (count, wall and the holder's CPU: long in work or long in waiting) and its
+    collections by generation (count, wall, CPU). Empty when the build or the run has no trace."""
+    trace = (after or {}).get("trace")
+    if not trace:
+        return {}
+    begin, finish = window
+    slow = [h for h in trace["heartbeats"] if begin <= h["answered"] <= finish]
+    holds = [h for h in trace["holds"] if begin <= h["began"] <= finish]
+    collections = [c for c in trace["collections"] if begin <= c["began"] <= finish]
+    figures: dict[str, Any] = {"bound_ms": round(1000 * trace["seconds"], 1), "heartbeats": len(slow)}
+    by_holder: dict[str, list[dict[str, Any]]] = {}
+    for hold in holds:
+        by_holder.setdefault(hold["what"], []).append(hold)
+    figures["holds"] = {
+        name: {
+            "count": len(kept),
+            "total_ms": round(sum(h["ms"] for h in kept), 1),
+            "cpu_ms": round(sum(h["cpu_ms"] for h in kept), 1),
+            "max_ms": max(h["ms"] for h in kept),
+        }
+        for name, kept in sorted(by_holder.items(), key=lambda item: -sum(h["ms"] for h in item[1]))[:8]
+    }
+    by_generation: dict[int, list[dict[str, Any]]] = {}
+    for pause in collections:
+        by_generation.setdefault(pause["generation"], []).append(pause)
+    figures["collections"] = {
+        str(generation): {
+            "count": len(kept),
+            "total_ms": round(sum(c["ms"] for c in kept), 1),
+            "cpu_ms": round(sum(c["cpu_ms"] for c in kept), 1),
+            "max_ms": max(c["ms"] for c in kept),
+        }
+        for generation, kept in sorted(by_generation.items())
+    }
+    if not slow:
+        return figures
+    count = len(slow)
+    phases = [sum(h["phases_ms"][index] for h in slow) / count for index in range(len(PHASES))]
+    figures["mean_ms"] = round(sum(h["ms"] for h in slow) / count, 1)
+    figures["phase_ms"] = {name: round(value, 1) for name, value in zip(PHASES, phases, strict=True)}
+    waited: dict[str, float] = {}
+    unheld = gc_in = loop_cpu = others = off_cpu = 0.0
+    for heartbeat in slow:
+        end = heartbeat["answered"]
+        start = end - heartbeat["ms"] / 1000
+        queued, decode, lock_wait = heartbeat["phases_ms"][:3]
+        wait_start = start + (queued + decode) / 1000
+        wait_end = wait_start + lock_wait / 1000
+        covered = 0.0
+        for hold in holds:
+            overlap = _overlap(hold, wait_start, wait_end)
+            if overlap > 0:
+                waited[hold["what"]] = waited.get(hold["what"], 0.0) + overlap
+                covered += overlap
+        unheld += max(lock_wait - covered, 0.0)
+        gc_in += sum(_overlap(pause, start, end) for pause in collections)
+        loop_cpu += heartbeat["loop_cpu_ms"]
+        others += max(heartbeat["process_cpu_ms"] - heartbeat["loop_cpu_ms"], 0.0)
+        off_cpu += max(heartbeat["ms"] - heartbeat["process_cpu_ms"], 0.0)
+    figures["lock_wait_by_holder_ms"] = {
+        name: round(ms / count, 1) for name, ms in sorted(waited.items(), key=lambda item: -item[1])[:8]
+    }
+    figures["lock_wait_unheld_ms"] = round(unheld / count, 1)
+    figures["gc_overlap_ms"] = round(gc_in / count, 1)
+    figures["span_ms"] = {
+        "loop_cpu": round(loop_cpu / count, 1),
+        "other_threads_cpu": round(others / count, 1),
+        "off_cpu": round(off_cpu / count, 1),
+    }
+    return figures
+
+
+def _overlap(stall: dict[str, Any], start: float, end: float) -> float:
+    """Milliseconds of ``stall`` (``began``, ``ms``) inside [``start``, ``end``] (wall clock)."""
+    began = stall["began"]
+    return max(0.0, min(end, began + stall["ms"] / 1000) - max(start, began)) * 1000

@@ -43,6 +43,10 @@ over 50 ms at the drivers and in the scheduler, where the slow ones' time went b
 lock_wait, processing, commit, wake, answer; collections' pauses inside them), which stalls they overlapped
 (lock holds by holder, group-commit transactions, store commits, collections, fair-share updates).
 
+``--trace S``: the scheduler runs with ``POOLTREE_HEARTBEAT_TRACE=S`` (``pooltree/server/heartbeat_trace.py``);
+per phase ``trace`` (``heartbeat_tail.trace_figures``) attributes its heartbeats of S seconds or more: phases, lock
+waits by holder, collections, and their spans' loop CPU, other threads' CPU and time without a core.
+
 ``--read-every S``: a reader beside the load (``read_probe.py``) reads the orchid and, apart, the web pages (the
 Scheduling and Nodes fragments, the History page) every S seconds each; per phase ``reads`` has their p50/p99/max.
 
@@ -73,7 +77,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from heartbeat_tail import read_tail, tail_figures
+from heartbeat_tail import read_tail, tail_figures, trace_figures
 from live_common import (
     HttpConnection,
     join_processes,
@@ -566,6 +570,9 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 phase.update(holds[phase["phase"]])
                 sent_in = [r[1] - r[0] for r in _records(results, window) if r[2] == 200]
                 phase["tail"] = tail_figures(*tails[phase["phase"]], window, sent_in)
+                traced = trace_figures(tails[phase["phase"]][1], window)
+                if traced:
+                    phase["trace"] = traced
                 if (
                     args.tail_dump
                 ):  # the scheduler's whole report and the drivers' slow heartbeats, to read apart
@@ -762,6 +769,13 @@ def main() -> None:
         "over 50 ms to PATH.<phase>.json",
     )
     parser.add_argument(
+        "--trace",
+        type=float,
+        default=0.0,
+        help="seconds: run the scheduler with POOLTREE_HEARTBEAT_TRACE (pooltree/server/heartbeat_trace.py) and "
+        "report per phase under trace where its heartbeats that slow went (builds without it ignore it); 0: off",
+    )
+    parser.add_argument(
         "--shards",
         default="1",
         help="node shard settings to run, e.g. 1,2,1s,2s: N is --node-shards N (1: no shard process), Ns adds "
@@ -770,6 +784,10 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.nodes, args.drivers, args.repeat) < 1 or args.period <= 0 or args.seconds <= 0:
         parser.error("--nodes, --drivers, --repeat, --period and --seconds must be positive")
+    if args.trace < 0:
+        parser.error("--trace must be seconds, 0 or more")
+    if args.trace > 0:  # the scheduler inherits the environment (the drivers ignore it)
+        os.environ["POOLTREE_HEARTBEAT_TRACE"] = str(args.trace)
     if not args.read_kinds or set(args.read_kinds.split(",")) - {"orchid", "page"}:
         parser.error(f"--read-kinds must be orchid, page or orchid,page, got {args.read_kinds!r}")
     counts = [part.strip() for part in args.shards.split(",")]

@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamil
 from prometheus_client.registry import Collector
 
 from pooltree.gc_policy import ENVIRONMENT, POLICY, THRESHOLDS, tuning_enabled, tuning_mode
+from pooltree.server.heartbeat_trace import TRACE
 from pooltree.server.stalls import StallRing
 
 __all__ = [
@@ -74,6 +75,8 @@ class GcTuning:
         self.middle = False
         """Whether the held policy freezes each middle collection's survivors (``POOLTREE_GC_TUNING=1``)."""
         self._began: float | None = None
+        self._began_cpu = 0.0
+        """The collecting thread's CPU clock at the collection's start (only while ``heartbeat_trace.py`` is on)."""
         self._installed = 0
         self._settling = False
         self._frozen: tuple[float, int] | None = None
@@ -88,12 +91,17 @@ class GcTuning:
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._began = time.perf_counter()
+            if TRACE.enabled:
+                self._began_cpu = time.thread_time()
             return
         if self._began is None or self._settling:
             return
         seconds = time.perf_counter() - self._began
         self._began = None
         generation = int(info.get("generation", 0))
+        if TRACE.enabled:
+            cpu = time.thread_time() - self._began_cpu
+            TRACE.collections.append((time.time() - seconds, seconds, generation, cpu))
         self.long_pauses.note(seconds, f"generation {generation}")
         with self.lock:
             self.paused_seconds += seconds

@@ -37,7 +37,8 @@ import re
 from typing import Any, Protocol
 
 from pooltree.node.wire import HEARTBEAT_PATH
-from pooltree.server.http_protocol import ARRIVED, BODY_WHOLE, BoundedHeadersProtocol
+from pooltree.server.heartbeat_trace import TRACE, SpanCpu
+from pooltree.server.http_protocol import ARRIVED, ARRIVED_CPU, BODY_WHOLE, BoundedHeadersProtocol
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class HeartbeatProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.arrived = 0.0
         """Loop time of the last bytes received (a request's ``ARRIVED``)."""
+        self.arrived_cpu: SpanCpu | None = None
+        """The CPU clocks then (a request's ``ARRIVED_CPU``; only while ``heartbeat_trace`` is on)."""
         self.partial_since: float | None = None
         """Loop time of the first byte of a request not yet whole (None: none is)."""
         self.busy = False
@@ -159,6 +162,8 @@ class HeartbeatProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = self.loop.time()
         self.last_activity = self.arrived = now
+        if TRACE.enabled:
+            self.arrived_cpu = SpanCpu()
         if not self.buffer:
             self.partial_since = now
         self.buffer += data
@@ -282,6 +287,7 @@ class HeartbeatProtocol(asyncio.Protocol):
             "raw_path": HEARTBEAT_PATH.encode("ascii"),
             "query_string": b"",
             ARRIVED: self.arrived,
+            ARRIVED_CPU: self.arrived_cpu,
             BODY_WHOLE: True,
         }
         self.server_state.tasks.add(self.loop.create_task(self._answer(scope, body, self.serial)))

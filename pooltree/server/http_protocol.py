@@ -26,6 +26,9 @@ HEADER_TIMEOUT = 20.0
 ARRIVED = "pooltree.arrived"
 """The ASGI scope key of the event loop's time when the request's headers were whole (how long a request then
 waited for its handler is how far the loop is behind: ``live/throttle.py``'s ``queued`` limit)."""
+ARRIVED_CPU = "pooltree.arrived_cpu"
+"""The ASGI scope key of the loop thread's and the process's CPU clocks when ``ARRIVED`` was taken
+(``heartbeat_trace.SpanCpu``; only while the trace is on)."""
 BODY_WHOLE = "pooltree.body_whole"
 """The ASGI scope key set once the request's whole body is in the protocol's buffer (its last byte parsed): the
 body is then read with no wait, so ``app.read_body`` arms no timer for it (a timer per request was a tenth of a

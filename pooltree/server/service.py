@@ -43,6 +43,7 @@ from pooltree.server.cypress import Cypress, PoolTreesChange, default_validator
 from pooltree.server.cypress_watch import USER_TO_DEFAULT_POOL_PATH, parse_user_to_default_pool
 from pooltree.server.gc_tuning import GC, GcCollector, tuning_enabled
 from pooltree.server.heartbeat_listener import url_for
+from pooltree.server.heartbeat_trace import TRACE, SpanCpu
 from pooltree.server.heartbeats import (
     MAX_HEARTBEAT_BYTES,
     HeartbeatRoute,
@@ -50,7 +51,7 @@ from pooltree.server.heartbeats import (
     decode_heartbeat,
     read_heartbeat_body,
 )
-from pooltree.server.http_protocol import ARRIVED
+from pooltree.server.http_protocol import ARRIVED, ARRIVED_CPU
 from pooltree.server.knobs import seconds_override
 from pooltree.server.leader import SchedulerRunner
 from pooltree.server.live import LiveScheduler
@@ -357,6 +358,7 @@ class SchedulerService:
         arrived = scope.get(ARRIVED)  # how long it waited for this handler: the loop's backlog
         queued = asyncio.get_running_loop().time() - arrived if arrived is not None else 0.0
         clock, paused = PhaseClock(queued), GC.paused_seconds
+        span = (scope.get(ARRIVED_CPU) or SpanCpu()) if TRACE.enabled else None
         try:
             client = scope.get("client")
             peer = client[0] if client else None
@@ -377,7 +379,10 @@ class SchedulerService:
             finally:
                 self.leave_heartbeat()
             answer = wire.encode(response)
-            self.tail.record(heartbeat.address, clock.phases(), GC.paused_seconds - paused)
+            phases, gc_seconds = clock.phases(), GC.paused_seconds - paused
+            self.tail.record(heartbeat.address, phases, gc_seconds)
+            if span is not None:
+                TRACE.heartbeat(heartbeat.address, phases, gc_seconds, span)
             return answer
         except PooltreeError as error:
             return self._api.error_response(error, request_id)
@@ -572,7 +577,10 @@ class SchedulerService:
             "gc": GC.long_pauses.since(since),
             "fair_share_updates": self.update_stalls.since(since),
         }
-        return Response(wire.encode(self.tail.report(stalls, since)), media_type="application/json")
+        report = self.tail.report(stalls, since)
+        if TRACE.enabled:
+            report["trace"] = TRACE.report(since)
+        return Response(wire.encode(report), media_type="application/json")
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -18,8 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from pooltree.errors import ConfigError
 from pooltree.node import wire
 from pooltree.server.gc_tuning import GcTuning
+from pooltree.server.heartbeat_trace import HOLD_SECONDS, TRACE, HeartbeatTrace, trace_seconds
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.tail import PHASES, SLOW_SECONDS, HeartbeatTail, PhaseClock
 from pooltree.server.service import SchedulerService
@@ -27,7 +29,9 @@ from pooltree.server.stalls import STALL_SECONDS, StallRing
 from pooltree.server.store import JobRecord, open_store
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
 from heartbeat_maps import node_heartbeat, published
+from heartbeat_tail import trace_figures
 
 WAIT = 30.0
 TOKEN = "ytct-0000-" + "7a11" * 8
@@ -132,6 +136,140 @@ async def test_a_heartbeat_behind_a_held_lock_shows_its_wait_and_the_holder(tmp_
     assert any(holder.endswith("a_long_update_part") for holder in holders)
     assert "pooltree_scheduler_slow_heartbeats_total 1.0" in metrics
     assert 'pooltree_scheduler_slow_heartbeat_phase_seconds_total{phase="lock_wait"}' in metrics
+
+
+@pytest.fixture
+def traced(monkeypatch: pytest.MonkeyPatch) -> HeartbeatTrace:
+    """The process's trace on (``POOLTREE_HEARTBEAT_TRACE=0.05``) for the test, with empty rings."""
+    fresh = HeartbeatTrace(SLOW_SECONDS)
+    for name in ("seconds", "enabled", "heartbeats", "holds", "collections"):
+        monkeypatch.setattr(TRACE, name, getattr(fresh, name))
+    return TRACE
+
+
+def test_the_trace_is_off_unless_its_variable_names_seconds() -> None:
+    assert trace_seconds({}) == 0.0 and trace_seconds({"POOLTREE_HEARTBEAT_TRACE": " "}) == 0.0
+    assert trace_seconds({"POOLTREE_HEARTBEAT_TRACE": "0.1"}) == 0.1
+    assert not HeartbeatTrace(0.0).enabled and HeartbeatTrace(0.1).enabled
+    for bad in ("soon", "-1", "nan", "inf"):
+        with pytest.raises(ConfigError, match="POOLTREE_HEARTBEAT_TRACE"):
+            trace_seconds({"POOLTREE_HEARTBEAT_TRACE": bad})
+
+
+def test_an_untraced_process_keeps_no_holds_or_collections() -> None:
+    assert not TRACE.enabled  # the test run's environment has no trace
+    lock, held = SchedulingLock(), len(TRACE.holds)
+    with lock:
+        _spin_until(time.perf_counter() + 2 * HOLD_SECONDS)
+    tuning = GcTuning()
+    tuning.install()
+    try:
+        gc.collect()
+    finally:
+        tuning.uninstall()
+    assert len(TRACE.holds) == held == 0 and not TRACE.collections
+
+
+def test_the_trace_keeps_holds_from_a_millisecond_with_their_cpu_and_every_collection(
+    traced: HeartbeatTrace,
+) -> None:
+    lock = SchedulingLock()
+
+    def a_short_update_part() -> (
+        None
+    ):  # under STALL_SECONDS: the tail's ring keeps nothing, the trace keeps it
+        with lock:
+            _spin_until(time.perf_counter() + 2 * HOLD_SECONDS)
+
+    a_short_update_part()
+    with lock:
+        pass  # under HOLD_SECONDS: not kept
+    [(began, seconds, holder, cpu)] = list(traced.holds)
+    assert holder.endswith("a_short_update_part") and 2 * HOLD_SECONDS <= seconds < STALL_SECONDS * 50
+    assert 0 < cpu <= seconds + 0.01 and began <= time.time() - seconds
+    assert not lock.long_holds.stalls
+    tuning = GcTuning()
+    tuning.install()
+    try:
+        gc.collect()
+    finally:
+        tuning.uninstall()
+    [(_, paused, generation, gc_cpu)] = list(traced.collections)
+    assert generation == 2 and paused > 0 and gc_cpu >= 0
+    report = traced.report(0.0)
+    assert [hold["what"] for hold in report["holds"]] == [holder]
+    assert report["collections"][0]["generation"] == 2 and traced.report(time.time() + 60)["holds"] == []
+
+
+@pytest.mark.anyio
+async def test_a_traced_heartbeat_behind_a_held_lock_is_attributed_to_the_holder(
+    tmp_path: Path, traced: HeartbeatTrace
+) -> None:
+    """With the trace on, the slow heartbeat is kept with its span's CPU, the holder's hold with its own, and
+    the bench's attribution puts the heartbeat's lock wait on that holder."""
+
+    async def stall(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
+        held, release = threading.Event(), threading.Event()
+
+        def a_long_update_part() -> None:
+            with service.scheduler.lock:
+                held.set()
+                release.wait(WAIT)
+
+        holder = threading.Thread(target=a_long_update_part)
+        holder.start()
+        assert await asyncio.to_thread(held.wait, WAIT)
+        return {"holder": holder, "release": release}
+
+    began = time.time()
+    report, _ = await _slow_heartbeat(tmp_path, stall)
+    trace = report["trace"]
+    assert trace["seconds"] == SLOW_SECONDS
+    [beat] = [h for h in trace["heartbeats"] if h["address"] == "n1"]
+    assert beat["phases_ms"][PHASES.index("lock_wait")] >= 1000 * HELD
+    assert 0 <= beat["loop_cpu_ms"] <= beat["process_cpu_ms"] + 1
+    [hold] = [h for h in trace["holds"] if h["what"].endswith("a_long_update_part")]
+    assert hold["ms"] >= 1000 * HELD and hold["cpu_ms"] < hold["ms"]  # it waited, it did not work
+    figures = trace_figures(report, (began, time.time() + 1))
+    assert figures["heartbeats"] >= 1
+    waited = figures["lock_wait_by_holder_ms"]
+    assert max(waited, key=waited.get).endswith("a_long_update_part")
+
+
+def test_the_attribution_splits_a_slow_heartbeat_by_holder_collection_and_cpu() -> None:
+    """``bench/heartbeat_tail.trace_figures`` on a made-up trace: a 200 ms heartbeat that waited 100 ms for
+    the lock (60 of them inside a hold, 40 in none), with a 10 ms collection in its span."""
+    answered = 1000.2
+    report = {
+        "trace": {
+            "seconds": 0.1,
+            "heartbeats": [
+                {
+                    "answered": answered,
+                    "address": "n1",
+                    "ms": 200.0,
+                    "phases_ms": [20.0, 0.0, 100.0, 1.0, 50.0, 29.0, 0.0],
+                    "gc_ms": 10.0,
+                    "loop_cpu_ms": 80.0,
+                    "process_cpu_ms": 120.0,
+                }
+            ],
+            "holds": [
+                {"began": 1000.02, "ms": 60.0, "what": "FairShareUpdates.finish_in_parts", "cpu_ms": 5.0},
+                {"began": 1000.5, "ms": 30.0, "what": "later", "cpu_ms": 30.0},
+            ],
+            "collections": [{"began": 1000.15, "ms": 10.0, "generation": 1, "cpu_ms": 9.0}],
+        }
+    }
+    figures = trace_figures(report, (999.0, 1001.0))
+    assert figures["heartbeats"] == 1 and figures["mean_ms"] == 200.0
+    assert figures["lock_wait_by_holder_ms"] == {"FairShareUpdates.finish_in_parts": 60.0}
+    assert figures["lock_wait_unheld_ms"] == 40.0
+    assert figures["gc_overlap_ms"] == 10.0
+    assert figures["span_ms"] == {"loop_cpu": 80.0, "other_threads_cpu": 40.0, "off_cpu": 80.0}
+    assert figures["holds"]["FairShareUpdates.finish_in_parts"]["cpu_ms"] == 5.0
+    assert figures["collections"]["1"] == {"count": 1, "total_ms": 10.0, "cpu_ms": 9.0, "max_ms": 10.0}
+    assert trace_figures({}, (0.0, 1.0)) == {} and trace_figures(None, (0.0, 1.0)) == {}
 
 
 @pytest.mark.anyio

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pooltree.server.heartbeat_trace import HOLD_SECONDS, TRACE
 from pooltree.server.stalls import STALL_SECONDS, StallRing
 
 
@@ -41,6 +42,8 @@ class SchedulingLock:
         """Set once every loop woken at the last release with waiters has run them (`let_waiters_in`)."""
         self._since = 0.0
         """When the current holder took the lock (outermost)."""
+        self._since_cpu = 0.0
+        """The holder thread's CPU clock when it took the lock (outermost; only while ``heartbeat_trace.py`` is on)."""
         self.holds = [0] * (len(HOLD_BUCKETS) + 1)
         """Holds of the lock (outermost acquire to release) per `HOLD_BUCKETS` upper bound, the last past them."""
         self.hold_seconds = 0.0
@@ -66,6 +69,8 @@ class SchedulingLock:
         self._depth += 1
         if self._depth == 1:
             self._since = time.perf_counter()
+            if TRACE.enabled:
+                self._since_cpu = time.thread_time()
         return True
 
     @property
@@ -89,7 +94,12 @@ class SchedulingLock:
             self.hold_seconds += held
             if held > self.hold_max:
                 self.hold_max = held
-            if held >= STALL_SECONDS:
+            if held >= HOLD_SECONDS and TRACE.enabled:
+                holder = _holder()
+                TRACE.holds.append((time.time() - held, held, holder, time.thread_time() - self._since_cpu))
+                if held >= STALL_SECONDS:
+                    self.long_holds.add(held, holder)
+            elif held >= STALL_SECONDS:
                 self.long_holds.add(held, _holder())
         self._lock.release()
         if self._waiters:
