@@ -176,7 +176,7 @@ class YtDigest:
 
     def observe(self, u: float, aborted: bool, r: float) -> None:
         if aborted:
-            job = JobMemoryReserve(None, r, 1.0, LIMIT, self.task.options.job_proxy_memory, 0.0)
+            job = JobMemoryReserve(r, 1.0, LIMIT, self.task.options.job_proxy_memory, 0.0)
             self.task.on_job_aborted_resource_overdraft(None, u * LIMIT, reserve=job)
         else:
             self.task.on_job_completed(u * LIMIT)

@@ -304,9 +304,11 @@ class TaskMemoryOptions:
 
 @dataclass(frozen=True)
 class JobMemoryReserve:
-    """The memory reserve one job starts with (factors and bytes); ``restarted`` marks a dedicated reserve."""
+    """The memory reserve a job starts with (factors and bytes); ``restarted`` marks a dedicated reserve.
 
-    cookie: Hashable | None
+    A value: the jobs of a task started while its factors are the same share one (``TaskMemoryReserve``
+    remembers which reserve each running job, by its cookie, started with), so a start makes no object here."""
+
     user_job_reserve_factor: float
     job_proxy_reserve_factor: float
     memory_limit: float
@@ -434,6 +436,9 @@ class TaskMemoryReserve:
         self._factors = (0.0, 0.0, 0.0)
         """The (user job, job proxy) factors of a new job and its memory demand, recomputed only when a digest
         they read moved."""
+        self._shared: JobMemoryReserve | None = None
+        """The reserve of a new job without a restart reserve (``_make_reserve``): kept while the factors and the
+        options it was made from are the same, so the jobs started meanwhile share it."""
 
     def _apply_warm_start(self, state: WarmStartState) -> bool:
         """Load carried counters where the digest layout (bounds, precision) is unchanged; report success."""
@@ -512,17 +517,34 @@ class TaskMemoryReserve:
     def _make_reserve(self, cookie: Hashable | None) -> JobMemoryReserve:
         restart = self._restarts.get(cookie) if cookie is not None else None
         uj, jp, _ = self._new_job_factors()
-        if restart is not None:
-            uj = restart.user_job_reserve_factor if restart.user_job_reserve_factor is not None else uj
-            jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
+        if restart is None:
+            shared = self._shared
+            o = self.options
+            if (
+                shared is None
+                or shared.user_job_reserve_factor != uj
+                or shared.job_proxy_reserve_factor != jp
+                or shared.memory_limit != o.memory_limit
+                or shared.job_proxy_estimate != o.job_proxy_memory
+                or shared.footprint_memory != o.footprint_memory
+            ):
+                shared = self._shared = JobMemoryReserve(
+                    user_job_reserve_factor=uj,
+                    job_proxy_reserve_factor=jp,
+                    memory_limit=o.memory_limit,
+                    job_proxy_estimate=o.job_proxy_memory,
+                    footprint_memory=o.footprint_memory,
+                )
+            return shared
+        uj = restart.user_job_reserve_factor if restart.user_job_reserve_factor is not None else uj
+        jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
         return JobMemoryReserve(
-            cookie=cookie,
             user_job_reserve_factor=uj,
             job_proxy_reserve_factor=jp,
             memory_limit=self.options.memory_limit,
             job_proxy_estimate=self.options.job_proxy_memory,
             footprint_memory=self.options.footprint_memory,
-            restarted=restart is not None,
+            restarted=True,
         )
 
     def start_job(self, cookie: Hashable | None = None) -> JobMemoryReserve:

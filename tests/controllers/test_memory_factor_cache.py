@@ -29,7 +29,6 @@ def plain_demand(reserve: TaskMemoryReserve, cookie: object) -> float:
         jp = restart.job_proxy_reserve_factor if restart.job_proxy_reserve_factor is not None else jp
     o = reserve.options
     return JobMemoryReserve(
-        cookie=cookie,
         user_job_reserve_factor=uj,
         job_proxy_reserve_factor=jp,
         memory_limit=o.memory_limit,

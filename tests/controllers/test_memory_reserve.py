@@ -201,3 +201,23 @@ def test_blame_goes_to_the_process_above_its_reserve() -> None:
     assert restart.user_job_reserve_factor is None  # user job keeps using its digest
     # the user job added its plain ratio (not bumped)
     assert t.user_job_reserve_factor() == edge(0.1)
+
+
+def test_jobs_started_with_the_same_factors_share_one_reserve() -> None:
+    """A start makes no reserve object while the factors hold: the jobs share one (a value), each running job
+    keeps the one it started with, and a move of the factors or a restart reserve gives another."""
+    t = task()
+    first, second = t.start_job(("main", 0)), t.start_job(("main", 1))
+    assert second is first and not first.restarted
+    for _ in range(10):
+        t.on_job_completed(0.3 * GiB, 100 * MiB)
+    moved = t.start_job(("main", 2))
+    assert moved is not first and moved.user_job_reserve_factor == edge(0.3)
+    assert t.running_reserve(("main", 0)) is first and t.running_reserve(("main", 2)) is moved
+    assert first.user_job_reserve_factor == 0.5  # what the first job started with, kept
+    t.on_job_completed(0.3 * GiB, 100 * MiB)  # another sample: the factors read again, the same values
+    assert t.start_job(("main", 3)) is moved
+    t.on_job_aborted_resource_overdraft(("main", 2), 0.9 * GiB)
+    rerun = t.start_job(("main", 2))
+    assert rerun.restarted and rerun is not moved and rerun.user_job_reserve_factor == 1.0
+    assert t.start_job(("main", 4)).restarted is False

@@ -8,9 +8,11 @@ for it without a walk over every operation.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
 
 from pooltree.server.live.model import LiveJob
 
+_MISSING: Any = object()
 _EMPTY: dict[str, LiveJob] = {}
 """``node_index`` of a node without running jobs (never changed)."""
 
@@ -48,6 +50,21 @@ class RunningJobs(MutableMapping[str, LiveJob]):
 
     def __delitem__(self, job_id: str) -> None:
         self._unindex(self._by_id.pop(job_id))
+
+    def pop(self, job_id: str, default: Any = _MISSING) -> Any:
+        """``MutableMapping.pop`` in one call (a finished job's, once per finish): its generic version looks the
+        id up twice and deletes through ``__delitem__``."""
+        job = self._by_id.pop(job_id, None)
+        if job is None:
+            if default is _MISSING:
+                raise KeyError(job_id)
+            return default
+        on_node = self._by_node.get(job.address)
+        if on_node is not None:
+            on_node.pop(job_id, None)
+            if not on_node:
+                del self._by_node[job.address]
+        return job
 
     def _unindex(self, job: LiveJob) -> None:
         on_node = self._by_node.get(job.address)
