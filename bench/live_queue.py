@@ -78,6 +78,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from heartbeat_tail import read_tail, tail_figures
 from live_common import (
     Local,
     YtRequests,
@@ -633,6 +634,7 @@ def main() -> None:
         nodes: SimulatedNodes | None = None
         front: subprocess.Popen[bytes] | None = None
         windows: dict[str, tuple[float, float]] = {}
+        tails: tuple[dict[str, Any] | None, dict[str, Any] | None, tuple[float, float]] | None = None
         try:
             if args.sim_nodes > 0:
                 secret = (Path(tmp) / "data" / "node_secret").read_text().strip()
@@ -665,6 +667,8 @@ def main() -> None:
                 single = run_mixed(
                     requests, pid, 1, args.single_seconds, 1, op_ids, starts, probe, front_pid=front_pid
                 )
+                many_began = time.time()
+                tail_before = read_tail(local.url, local.token, many_began) if nodes is not None else None
                 many = run_mixed(
                     requests,
                     pid,
@@ -680,6 +684,12 @@ def main() -> None:
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
                 many_window, traced = many.pop("window"), many.pop("traced")
+                if nodes is not None:  # the 50-client run's window in wall-clock time, as the tail's
+                    tails = (
+                        tail_before,
+                        read_tail(local.url, local.token, many_began),
+                        (many_began, time.time()),
+                    )
                 single.pop("window")
                 single.pop("traced")
                 if args.split is not None:
@@ -705,6 +715,15 @@ def main() -> None:
             if nodes is not None:
                 nodes.close()
                 report["heartbeats"] = {name: nodes.figures(*window) for name, window in windows.items()}
+                if tails is not None:  # where the 50-client run's slow heartbeats spent their time
+                    sent_in = [
+                        got - sent
+                        for records, _ in nodes.results
+                        for sent, got, status, _ in records
+                        if tails[2][0] <= sent < tails[2][1] and status == 200
+                    ]
+                    report["heartbeats"]["many_clients"] = nodes.figures(*tails[2])
+                    report["heartbeats"]["many_clients_tail"] = tail_figures(*tails, sent_in)
         finally:
             if front is not None:
                 front.terminate()

@@ -4,8 +4,9 @@
 an internal listener on 127.0.0.1 for the scheduler's own uvicorn, and starts a ``ReadProcess``: ``python -m
 pooltree.reads.process`` with the port's listening socket and its end of a socket pair inherited (``pass_fds``),
 the environment without the scheduler's secrets, and the run's peer-line secret as the pipe's first message.
-A thread reads the pipe (``("ready",)``, the counts); another writes the feed's frames, so ``send`` never blocks
-the scheduler's thread that calls it.
+A thread reads the pipe (``("ready",)``, the counts); ``send`` writes a feed frame on the pipe itself when the
+pipe takes it whole without waiting, else another thread writes it (and all after it, in order), so ``send`` never
+blocks the scheduler's thread that calls it.
 
 When the pipe ends and the scheduler did not stop the child, the read process died: the thread reaps it, and on the
 scheduler's event loop the port is served by the scheduler itself (a listener of the same uvicorn server on a
@@ -83,7 +84,9 @@ class ReadProcess:
         self._frames = Frames()
         self._out: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._queued = 0
-        """Bytes put on ``_out`` and not yet written."""
+        """Bytes put on ``_out`` and not yet written (while any wait, ``send`` leaves the pipe to the writer)."""
+        self.direct = 0
+        """Messages ``send`` began to write itself (the rest of one the pipe did not take went to the writer)."""
         self._queued_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
 
@@ -129,11 +132,25 @@ class ReadProcess:
         log.info("the read process (pid %d) serves the API port", self.process.pid)
 
     def send(self, message: Any) -> None:
-        """``message`` to the read process (never blocks; dropped once it ended)."""
+        """``message`` to the read process (never blocks; dropped once it ended). Written on the pipe here and now
+        when nothing waits for the writer thread and the pipe's buffer takes it whole (the common case: a tick's
+        message reaches the read process without another thread's turn for the interpreter); else what is left
+        waits, in order, for the writer thread."""
         if self.ended.is_set():
             return
         data = frame(message)
         with self._queued_lock:
+            if self._queued == 0 and self.pipe is not None:
+                try:
+                    sent = self.pipe.send(data, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
+                except OSError:
+                    return  # it ended: the reader sees the end
+                self.direct += 1
+                if sent == len(data):
+                    return
+                data = data[sent:]  # the rest of the frame first, before anything sent after it
             self._queued += len(data)
             stuck = self._queued > FEED_BACKLOG_MAX
         if stuck:

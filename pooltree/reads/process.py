@@ -85,6 +85,8 @@ class ReadProcess:
                     "the replica failed to apply a feed message; nothing is answered until the next one"
                 )
                 self.relay.install(NoReplica())
+                return
+            self.relay.fed()
         elif kind == "install":
             try:
                 replica = make_replica(message[1])
@@ -142,7 +144,7 @@ async def serve(
     server.close()
     if reason == "SIGTERM":
         deadline = loop.time() + STOP_GRACE
-        while loop.time() < deadline and any(client.outstanding for client in relay.connections):
+        while loop.time() < deadline and any(client.busy for client in relay.connections):
             await asyncio.sleep(0.02)
     for client in list(relay.connections):
         client.close()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -41,6 +42,12 @@ TUNNEL_IDLE = 120.0
 UPSTREAM_KEEP_ALIVE = KEEP_ALIVE + 60.0
 """The scheduler's internal listener's ``timeout_keep_alive``: longer than the relay keeps an idle client, so the
 relay closes an idle pair first."""
+HOLD_MAX = 0.02
+"""Seconds at most a request is held in the read process for the replica's feed (``Replica.holds``: it would be
+the replica's to answer but for the floor, the answer that carried the stamp having come before the tick's
+message): it is asked again as each feed message is applied, and relayed when this passes first. About the
+feed's ticks under load (the scheduler's ``feed.MIN_INTERVAL`` apart when owed, a tick's own time besides): a
+held get costs its client at most this before the relay it would have had at once."""
 SWEEP_PERIOD = 1.0
 """Seconds between looks for idle connections."""
 PEER_LINE = b"POOLTREE-PEER"
@@ -73,13 +80,38 @@ class Relay:
         """Requests the replica answered."""
         self.tunnelled = 0
         """Connections that became plain pipes of bytes (not HTTP the relay parses, an upgrade, a HEAD)."""
+        self.held: set[ClientSide] = set()
+        """Connections whose request waits for the feed (``ClientSide.held``)."""
+        self.holds = 0
+        """Requests held for the feed, whether the replica then answered them or they were relayed."""
         self.connections: set[ClientSide] = set()
 
     def install(self, replica: Replica) -> None:
-        """A fresh replica (a service began leading, or stopped: ``NoReplica``); the floor starts again."""
+        """A fresh replica (a service began leading, or stopped: ``NoReplica``); the floor starts again, and what
+        waited for the old replica's feed is relayed."""
         self.replica = replica
         self.asks = not isinstance(replica, NoReplica)
         self.floor = 0
+        for client in list(self.held):
+            client.release(relay=True)
+
+    def fed(self) -> None:
+        """The replica applied a feed message: each held request is asked again (answered, relayed, or held on
+        while the replica is still behind its floor)."""
+        for client in list(self.held):
+            client.release()
+
+    def holds_for(self, request: ReadRequest, floor: int) -> bool:
+        """Whether the replica would have ``request`` wait for its feed to reach ``floor`` (``Replica.holds``); a
+        replica that fails, or has no ``holds``, holds nothing."""
+        holds = getattr(self.replica, "holds", None)
+        if holds is None:
+            return False
+        try:
+            return bool(holds(request, floor))
+        except Exception:
+            log.exception("the replica failed to say whether %r waits for its feed", request.target)
+            return False
 
     def raise_floor(self, value: bytes) -> None:
         try:
@@ -89,10 +121,11 @@ class Relay:
         if stamp > self.floor:
             self.floor = stamp
 
-    def ask(self, request: ReadRequest) -> bytes | None:
-        """The replica's answer to ``request`` (None: relay it); a replica that fails relays."""
+    def ask(self, request: ReadRequest, floor: int | None = None) -> bytes | None:
+        """The replica's answer to ``request`` at ``floor`` (None: the floor now; the result None: relay it); a
+        replica that fails relays."""
         try:
-            return self.replica.answer(request, self.floor)
+            return self.replica.answer(request, self.floor if floor is None else floor)
         except Exception:
             log.exception(
                 "the replica failed to answer %s %r; relayed", request.method.decode(), request.target
@@ -114,6 +147,16 @@ class Relay:
         while True:
             await asyncio.sleep(SWEEP_PERIOD)
             self.sweep()
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A request waiting for the replica's feed: it, the floor when it came, its bytes, its ``HOLD_MAX`` timer."""
+
+    request: ReadRequest
+    floor: int
+    data: bytes
+    timer: asyncio.TimerHandle
 
 
 class ClientSide(asyncio.Protocol):
@@ -139,6 +182,9 @@ class ClientSide(asyncio.Protocol):
         """Bytes to relay while the upstream connection opens (None: not opening)."""
         self.closing = False
         """The client sent end of file."""
+        self.held: Held | None = None
+        """A request the replica holds for its feed (``Relay.holds_for``): reading paused until it is answered or
+        relayed (``release``)."""
         # the request being parsed, kept only while the replica may answer (``Relay.asks``)
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -212,9 +258,14 @@ class ClientSide(asyncio.Protocol):
             and not self.head
             and self.body_size <= MAX_ANSWERABLE_BODY
         ):
-            answer = self.relay.ask(self._request())
+            request = self._request()
+            relay = self.relay
+            if relay.holds_for(request, relay.floor):
+                self._hold(request, data)
+                return
+            answer = relay.ask(request)
             if answer is not None:
-                self._answer(answer)
+                self._answer(answer, request.keep_alive)
                 return
         self._relay(data, new)
         if self.head and not self.tunnel:
@@ -225,14 +276,52 @@ class ClientSide(asyncio.Protocol):
         body = self.body[0] if len(self.body) == 1 else b"".join(self.body)
         return ReadRequest(method, self.url, tuple(self.headers), body, self.peer, self.keep_alive)
 
-    def _answer(self, answer: bytes) -> None:
+    def _answer(self, answer: bytes, keep_alive: bool) -> None:
         self.relay.answered += 1
         transport = self.transport
         if transport is None:
             return
         transport.write(answer)
-        if not self.keep_alive:
+        if not keep_alive:
             transport.close()
+
+    def _hold(self, request: ReadRequest, data: bytes) -> None:
+        """``request`` (``data``: its bytes, all that came) waits for the feed: asked again at each feed message
+        (``Relay.fed``), relayed after ``HOLD_MAX``; nothing more is read from the client meanwhile (what it
+        sends next is answered after it, in order)."""
+        relay = self.relay
+        timer = relay.loop.call_later(HOLD_MAX, self.release, True)
+        self.held = Held(request, relay.floor, data, timer)
+        relay.held.add(self)
+        relay.holds += 1
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def release(self, relay: bool = False) -> None:
+        """The held request answered by the replica if it may now (its floor the one it came at: what the read
+        process had relayed before it), else relayed when ``relay`` (its time is up, or a new replica came) or the
+        replica no longer holds it; otherwise it waits on."""
+        held = self.held
+        if held is None:
+            return
+        if not relay and self.relay.holds_for(held.request, held.floor):
+            return
+        self._unhold(held)
+        transport = self.transport
+        if transport is None:
+            return
+        answer = None if relay else self.relay.ask(held.request, held.floor)
+        if answer is not None:
+            self._answer(answer, held.request.keep_alive)
+        else:
+            self._relay(held.data, 1)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def _unhold(self, held: Held) -> None:
+        self.held = None
+        held.timer.cancel()
+        self.relay.held.discard(self)
 
     def _become_tunnel(self) -> None:
         self.tunnel = True
@@ -282,10 +371,15 @@ class ClientSide(asyncio.Protocol):
         self.upstream = None
         self.close()
 
+    @property
+    def busy(self) -> bool:
+        """A request of this connection is unanswered (relayed, or held for the feed)."""
+        return self.outstanding > 0 or self.held is not None
+
     def expired(self, now: float) -> bool:
         if self.tunnel:
             return now - self.last_active > TUNNEL_IDLE
-        if self.outstanding or self.begun != self.completed or self.waiting is not None:
+        if self.busy or self.begun != self.completed or self.waiting is not None:
             return False
         limit = KEEP_ALIVE if self.ever else FIRST_REQUEST_TIMEOUT
         return now - self.last_active > limit
@@ -306,6 +400,8 @@ class ClientSide(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.relay.connections.discard(self)
+        if self.held is not None:
+            self._unhold(self.held)
         if self.upstream is not None:
             self.upstream.close()
 

@@ -286,6 +286,18 @@ class Replica:
         self.answered += 1
         return found
 
+    def holds(self, request: ReadRequest, floor: int) -> bool:
+        """A ``get_operation`` (the only request ``answer`` answers) while what was applied is below ``floor``: the
+        read process holds it for the next feed message (``seam.Replica.holds``), then asks ``answer``."""
+        return (
+            self.counter < floor
+            and not self.broken
+            and self.security is not None
+            and request.method == b"GET"
+            and request.target == GET_OPERATION_PATH
+            and not request.body
+        )
+
     def _answer(self, request: ReadRequest, floor: int) -> bytes:
         security = self.security
         if self.broken or security is None:

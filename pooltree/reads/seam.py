@@ -3,7 +3,9 @@ answers (the replica, the feed, the access checks): the interface both sides are
 
 The read process calls ``Replica.answer(request, floor)`` for a request that came whole in one read with nothing
 unanswered before it on its connection; ``None`` relays it to the scheduler, bytes are written to the client as the
-whole HTTP response. ``floor`` is the largest feed counter the scheduler stamped on an answer the read process
+whole HTTP response. First it asks ``Replica.holds(request, floor)``: True (a request ``answer`` would answer but
+for the floor) holds the request until the next feed message brings the replica up to it (at most
+``relay.HOLD_MAX``), then ``answer`` is asked with the floor the request came at. ``floor`` is the largest feed counter the scheduler stamped on an answer the read process
 relayed (``FEED_HEADER``): the replica answers only when it has applied the feed at least that far, so a client
 never reads older state through the read process than the scheduler already showed it (read-your-writes after a
 start, no going backwards). Every message the scheduler's ``ReadFeed`` sends goes, in order, to the replica's
@@ -61,6 +63,13 @@ class Replica(Protocol):
         None to relay it to the scheduler. Answers only if what it has applied reaches ``floor``."""
         ...
 
+    def holds(self, request: ReadRequest, floor: int) -> bool:
+        """Whether ``request`` should wait for the feed: it is of the kind ``answer`` may answer, and what the
+        replica applied is below ``floor``. The read process then asks ``answer`` again (with that floor) after
+        each feed message it applies, and relays the request after ``relay.HOLD_MAX`` seconds at most. Cheap: it
+        is asked before ``answer`` for every request ``answer`` would be."""
+        ...
+
 
 class NoReplica:
     """The read process without a replica: it knows nothing, answers nothing (every request is relayed)."""
@@ -70,6 +79,9 @@ class NoReplica:
 
     def answer(self, request: ReadRequest, floor: int) -> bytes | None:
         return None
+
+    def holds(self, request: ReadRequest, floor: int) -> bool:
+        return False
 
 
 class ReadFeed(Protocol):

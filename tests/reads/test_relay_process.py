@@ -323,6 +323,36 @@ def test_the_replica_answers_only_at_or_past_the_floor(front: Front) -> None:
         wait_for(lambda: client.get("/replica").content == b"replica applied=1 floor=0", timeout=10)
 
 
+def test_feed_messages_arrive_in_order_whether_written_at_once_or_by_the_writer(front: Front) -> None:
+    """``ReadProcess.send`` writes on the pipe itself while nothing waits and the pipe takes the frame, else leaves
+    it (and all after it) to the writer thread: a read process that stops reading (SIGSTOP) makes later messages
+    wait, and the replica (which refuses a number not above the last) still applies every one in order."""
+    child = front.child
+    process = front.process
+    process.send(("install", "counting_replica:make"))
+    process.send(("feed", 1))
+    assert process.direct == 2  # the pipe took them without the writer thread
+    child.suspend()
+    try:
+        piece = b"p" * 16384
+        count = 1
+        while process._queued == 0:  # until the pipe's buffer is full and the writer holds the rest
+            count += 1
+            process.send(("feed", (count, piece)))
+            assert count < 10_000, "the pipe never filled"
+        for _ in range(20):
+            count += 1
+            process.send(("feed", (count, piece)))
+    finally:
+        child.resume()
+    for _ in range(2000):  # while the writer drains what waits: these must wait behind it
+        count += 1
+        process.send(("feed", (count, piece)))
+    with httpx.Client(base_url=front.url, timeout=10) as client:
+        wanted = b"replica applied=%d floor=0" % count
+        wait_for(lambda: client.get("/replica").content == wanted, timeout=20)
+
+
 def test_the_read_process_ends_at_its_pipes_end(front: Front) -> None:
     child = front.child
     assert front.process.pipe is not None

@@ -1,6 +1,7 @@
 """The read process's replica (``pooltree/reads/replica.py``) fed by the scheduler's feed (``feed.py``) answers
 ``get_operation`` byte for byte as the scheduler's own pipeline does at the same state and clock (the request id
-aside: each process numbers its own), denials too; a replica behind the floor relays.
+aside: each process numbers its own), denials too; a replica behind the floor holds a get (the read process waits
+for the next tick) and then answers it as the scheduler does.
 
 The scheduler is a real ``SchedulerService`` in process driven by seeded random steps (starts by three users, with
 and without ACLs, aborts, completions, suspends, resumes, weight and pool changes, fair-share updates, pool limit
@@ -310,8 +311,11 @@ def test_a_replica_behind_the_floor_relays(service: SchedulerService) -> None:
     with feed.ticking():  # the feed's thread is mid-tick: the start's answer is stamped with the next one
         stamp = feed.stamp()
     assert stamp == process.replica.counter + 1
+    assert process.replica.holds(request, stamp)  # the read process holds it for the next tick
     assert process.replica.answer(request, stamp) is None
     process.sync()
+    # the held get is asked again: the scheduler's answer now
+    assert not process.replica.holds(request, stamp)
     answer = process.replica.answer(request, stamp)
     assert answer is not None and b"position 1 of 2 in its queue" in answer
     assert _same(answer) == _same(scheduler_answer(service, request))

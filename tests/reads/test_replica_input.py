@@ -124,6 +124,21 @@ def test_behind_the_floor_it_relays() -> None:
     assert replica.relays["behind the floor"] == 1
 
 
+def test_only_a_get_behind_the_floor_is_held() -> None:
+    """``holds``: the read process waits for the feed only with a get the replica answers but for the floor."""
+    replica = _fed()
+    assert replica.holds(_request(GOOD), 2)
+    assert not replica.holds(_request(GOOD), 1)  # at the floor: asked at once
+    for other in (
+        _request(GOOD, method=b"POST"),
+        _request(GOOD, target=b"/api/v4/list_operations"),
+        _request(GOOD, body=b"x"),
+    ):
+        assert not replica.holds(other, 2)
+    replica.apply("not a map")  # broken: it answers nothing, so holds nothing
+    assert not replica.holds(_request(GOOD), 2)
+
+
 @pytest.mark.parametrize(
     "message",
     [
