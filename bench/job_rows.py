@@ -9,10 +9,13 @@ a fixed number of heartbeats (``--heartbeats``: what a group commit batching tha
 settings interleaved, ``--rounds`` times. Reported per setting: the median CPU (user and system apart) and wall time
 per row and per transaction, and per heartbeat's rows. Also: bytes of the stored body and of the whole row by the
 job's state (a started job's running record, a finished one's), and the CPU of building the rows
-(``SqlStore._job_row``: the document's JSON) apart from writing them.
+(``SqlStore._job_row``: the document's JSON) apart from writing them. ``write_calls_per_transaction``: the
+write system calls per transaction (``/proc/self/io``; SQLite's journal writes each page as two). ``--log-heartbeats
+N,...``: the same transactions as ``--heartbeats`` appended to a plain file instead (``replay_log``: one ``write`` a
+transaction, no sync), what job rows kept outside SQLite's journal would pay before being folded into the table.
 
 Usage: .venv/bin/python bench/job_rows.py [--nodes 300] [--seconds 25] [--rows 1,5,20,100]
-       [--heartbeats 1,2,5,10] [--rounds 3]
+       [--heartbeats 1,2,5,10] [--log-heartbeats 2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -78,18 +83,55 @@ def record_rows(args: argparse.Namespace, folder: Path) -> list[list[JobRecord]]
     return [batch for batch in batches if batch]
 
 
+def _write_calls() -> int:
+    """The process's write system calls so far (``/proc/self/io``'s ``syscw``; 0 where there is none)."""
+    try:
+        with open("/proc/self/io") as io:
+            return next((int(line.split()[1]) for line in io if line.startswith("syscw:")), 0)
+    except OSError:
+        return 0
+
+
 def replay(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
-    """Write ``transactions`` into a fresh store at ``path``: CPU (user, system) and wall seconds."""
+    """Write ``transactions`` into a fresh store at ``path``: CPU (user, system), wall seconds, write calls."""
     store = open_store(f"sqlite:///{path}")
     assert isinstance(store, SqlStore)
-    before, wall = os.times(), time.perf_counter()
+    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
     for transaction in transactions:
         store.put_jobs(transaction)
-    after, wall = os.times(), time.perf_counter() - wall
+    after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
     store.close()
     for suffix in ("", "-wal", "-shm", ".key"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    return {"user": after.user - before.user, "system": after.system - before.system, "wall": wall}
+    return {
+        "user": after.user - before.user,
+        "system": after.system - before.system,
+        "wall": wall,
+        "writes": calls,
+    }
+
+
+def replay_log(transactions: list[list[JobRecord]], path: Path) -> dict[str, float]:
+    """The same rows (``SqlStore._job_row``, orjson lines) appended to a plain file, one ``os.write`` a transaction
+    and no sync: what job rows kept outside SQLite's journal would pay per transaction before being folded into the
+    table (the durability of SQLite's ``synchronous=NORMAL`` journal: a process crash loses nothing written, a
+    power loss may lose the last). Not a store: nothing reads it back."""
+    row = SqlStore._job_row
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    calls, before, wall = _write_calls(), os.times(), time.perf_counter()
+    try:
+        for transaction in transactions:
+            os.write(fd, b"".join(orjson.dumps(row(record)) + b"\n" for record in transaction))
+        after, wall, calls = os.times(), time.perf_counter() - wall, _write_calls() - calls
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return {
+        "user": after.user - before.user,
+        "system": after.system - before.system,
+        "wall": wall,
+        "writes": calls,
+    }
 
 
 def chunks(rows: list[JobRecord], size: int) -> list[list[JobRecord]]:
@@ -141,6 +183,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--rows", default="1,5,20,100")
     parser.add_argument("--heartbeats", default="1,2,5,10")
+    parser.add_argument("--log-heartbeats", default="")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pooltree-job-rows-") as tmp:
@@ -152,11 +195,14 @@ def main() -> None:
             settings[f"rows_{size}"] = chunks(rows, size)
         for count in (int(x) for x in args.heartbeats.split(",") if x):
             settings[f"heartbeats_{count}"] = grouped(batches, count)
+        for count in (int(x) for x in args.log_heartbeats.split(",") if x):
+            settings[f"log_heartbeats_{count}"] = grouped(batches, count)
         runs: dict[str, list[dict[str, float]]] = defaultdict(list)
         for round_index in range(args.rounds):
             order = list(settings) if round_index % 2 == 0 else list(reversed(settings))
             for name in order:
-                runs[name].append(replay(settings[name], folder / f"{name}.sqlite"))
+                write = replay_log if name.startswith("log_") else replay
+                runs[name].append(write(settings[name], folder / f"{name}.sqlite"))
         figures: dict[str, Any] = {}
         for name, transactions in settings.items():
             written = sum(len(t) for t in transactions)
@@ -172,6 +218,9 @@ def main() -> None:
                 ),
                 "wall_us_per_row": round(1e6 * statistics.median(r["wall"] for r in runs[name]) / written, 2),
                 "cpu_us_per_transaction": round(1e6 * cpu / len(transactions), 1),
+                "write_calls_per_transaction": round(
+                    statistics.median(r["writes"] for r in runs[name]) / len(transactions), 2
+                ),
                 "cpu_us_per_heartbeat": round(1e6 * cpu / len(batches), 1),
             }
         result = {
