@@ -78,7 +78,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from heartbeat_tail import read_tail, tail_figures
+from heartbeat_tail import read_tail, tail_figures, trace_figures
 from live_common import (
     Local,
     YtRequests,
@@ -724,6 +724,9 @@ def main() -> None:
                     ]
                     report["heartbeats"]["many_clients"] = nodes.figures(*tails[2])
                     report["heartbeats"]["many_clients_tail"] = tail_figures(*tails, sent_in)
+                    trace = trace_figures(tails[1], tails[2])  # with POOLTREE_HEARTBEAT_TRACE set
+                    if trace:
+                        report["heartbeats"]["many_clients_trace"] = trace
         finally:
             if front is not None:
                 front.terminate()

@@ -19,17 +19,19 @@ What it sends, and what it costs the scheduler:
   time (a slot), so updates void nothing (the equal-answer test checks it);
 * the security directory when it moves (``Directory.revision``).
 
-Thread-safe: the hooks run on the API loop and the command threads, ``tick`` on the feed's sender.
+Thread-safe: the hooks run on the API loop and the command threads; the feed ticks on a task of the API loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,10 +157,15 @@ class ReadFeed:
         self._last_warm = 0.0
         self._send: Callable[[Any], None] | None = None
         self._ticking = threading.Lock()
-        """Held by a tick from its beginning until its messages are sent (the feed's thread, or a stamp's)."""
-        self._wake = threading.Event()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
+        """Held by a tick from its beginning until its messages are sent (the feed's task, or a stamp's)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The event loop the feed's task runs on (the scheduler's API loop, where ``attach`` was called)."""
+        self._loop_thread: int | None = None
+        self._event: asyncio.Event | None = None
+        """Set to wake the feed's task (``_wake``)."""
+        self._woken = False
+        """A wake-up is on its way to the loop (a hook from another thread writes the loop's self-pipe once)."""
+        self._task: asyncio.Task[None] | None = None
 
     def listen(self, subscribe: Callable[[Callable[..., None]], None] | None = None) -> None:
         """Be told of reads and changes (``OperationCommands.read_feed``), finishes (``LiveScheduler.listeners``)
@@ -170,38 +177,65 @@ class ReadFeed:
 
     def attach(self, send: Callable[[Any], None], *, ticking: bool = True) -> None:
         """A read process listens from now on (a new, empty replica): ``send`` gets each tick's messages as one
-        list, from the feed's thread (``ticking`` False: no thread, the caller calls ``tick``)."""
+        list. ``ticking``: the feed ticks on a task of the running event loop (the scheduler's API loop: called
+        there), not on a thread of its own: every thread that wakes for the interpreter takes it from the others
+        (a heartbeat loop, a command under the scheduling lock) for up to a switch interval, and the feed's many
+        small turns made heartbeats wait (``bench/RESULTS.md``, session 35). False: no task, the caller calls
+        ``tick``."""
         self.detach()
         self.reset()
         self._send = send
-        self._stopped.clear()
         if ticking:
-            self._thread = threading.Thread(target=self._run, name="read-feed", daemon=True)
-            self._thread.start()
+            loop = asyncio.get_running_loop()
+            self._loop, self._loop_thread = loop, threading.get_ident()
+            self._event = asyncio.Event()
+            self._woken = False
+            self._task = loop.create_task(self._run(), name="read-feed")
 
     def detach(self) -> None:
-        """The read process is gone: no more ticks."""
+        """The read process is gone: no more ticks (on the loop ``attach`` ran on: a tick is never under way
+        there, so none is sent after this)."""
         self._send = None
-        self._stopped.set()
-        self._wake.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=5)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        self._loop = self._event = None
 
-    def _run(self) -> None:
+    def _wake(self) -> None:
+        """Wake the feed's task: directly on its loop, else through the loop's self-pipe (once until it runs)."""
+        loop, event = self._loop, self._event
+        if loop is None or event is None or self._woken:
+            return
+        self._woken = True
+        if threading.get_ident() == self._loop_thread:
+            event.set()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                loop.call_soon_threadsafe(event.set)
+
+    async def _run(self) -> None:
         last = 0.0
-        while not self._stopped.is_set():
-            self._wake.wait(IDLE_PERIOD)
-            self._wake.clear()
+        while True:
+            event = self._event
+            if event is None:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), IDLE_PERIOD)
+            event.clear()
+            self._woken = False
             pause = last + MIN_INTERVAL - time.monotonic()
             if pause > 0:
-                time.sleep(pause)
+                await asyncio.sleep(pause)
             last = time.monotonic()
-            send = self._send
-            if send is None or self._stopped.is_set():
+            if self._send is None:
                 return
             try:
-                made = self._make()  # templates are made without the tick's lock: a stamp may tick meanwhile
+                made: list[_Made] = []
+                for _ in self._making(made):  # a template per turn of the loop: requests go between them
+                    await asyncio.sleep(0)
+                send = self._send
+                if send is None:
+                    return
                 with self._ticking:
                     batch = self._tick(made)
                     if batch:
@@ -254,7 +288,7 @@ class ReadFeed:
             return
         with self._lock:
             self._wanted[(operation_id, key)] = dict(parameters)
-        self._wake.set()
+        self._wake()
 
     def changed(self, operation_id: str) -> None:
         """A command changed ``operation_id``: what the replica holds of it is void. Without a read process nothing
@@ -266,7 +300,7 @@ class ReadFeed:
             if operation_id in self._sent:
                 self._voids.add(operation_id)
                 self._dirty = True
-        self._wake.set()
+        self._wake()
 
     def finished(self, operation_id: str, state: str) -> None:
         """``LiveScheduler.listeners``: an operation finished."""
@@ -277,7 +311,7 @@ class ReadFeed:
         with self._lock:
             self._void_all = True
             self._dirty = True
-        self._wake.set()
+        self._wake()
 
     def stamp(self) -> int:
         """The counter an answer written now carries: the last tick's when nothing the replica holds can have moved
@@ -287,8 +321,8 @@ class ReadFeed:
             return self._counter
         send = self._send
         if send is not None and self._ticking.acquire(blocking=False):
-            # the tick now, without the templates asked for or made ahead (the feed's thread makes those): the
-            # replica has what this answer shows as soon as the pipe brings it, not after the thread's next turn
+            # the tick now, without the templates asked for or made ahead (the feed's task makes those): the
+            # replica has what this answer shows as soon as the pipe brings it, not after the task's next turn
             try:
                 batch = self.tick(templates=False)
                 if batch:
@@ -301,7 +335,7 @@ class ReadFeed:
         with self._lock:
             self._owed = True
             counter = self._counter + 1
-        self._wake.set()
+        self._wake()
         return counter
 
     def _unmoved(self) -> bool:
@@ -376,19 +410,26 @@ class ReadFeed:
 
     def _make(self) -> list[_Made]:
         """The templates asked for since the last tick and those made ahead (``_warm``), for the next tick."""
+        made: list[_Made] = []
+        for _ in self._making(made):
+            pass
+        return made
+
+    def _making(self, out: list[_Made]) -> Iterator[None]:
+        """``_make`` one template at a time: each is appended to ``out``, then a pause (the feed's task gives the
+        loop a turn there)."""
         with self._lock:
             wanted, self._wanted = self._wanted, {}
             self._epochs.clear()  # no template is being made: each begun below reads its epoch after this
-        made: list[_Made] = []
         for (operation_id, key), parameters in wanted.items():
-            self._make_one(operation_id, key, parameters, made)
-        self._warm(made)
-        return made
+            if self._make_one(operation_id, key, parameters, out):
+                yield
+        yield from self._warm(out)
 
-    def _warm(self, out: list[_Made]) -> None:
+    def _warm(self, out: list[_Made]) -> Iterator[None]:
         """Templates of the most asked request shapes for operations the held queues showed, made before a get asks
         (a first get of an operation is otherwise a miss, relayed): at most ``WARM_BUDGET`` of CPU every
-        ``WARM_EVERY`` seconds."""
+        ``WARM_EVERY`` seconds (the templates' own CPU: the turns between them are others')."""
         if not self._cold or not self._shapes:
             return
         now = time.monotonic()
@@ -396,29 +437,35 @@ class ReadFeed:
             return
         self._last_warm = now
         shapes = [key for key, _ in self._shapes.most_common(WARM_SHAPES)]
-        deadline = time.thread_time() + WARM_BUDGET
-        while self._cold and time.thread_time() < deadline:
+        spent = 0.0
+        while self._cold and spent < WARM_BUDGET:
             operation_id = self._cold.popleft()
+            began = time.thread_time()
             for key in shapes:
                 parameters = {**self._shape_parameters[key], "operation_id": operation_id}
                 self._make_one(operation_id, key, parameters, out)
                 self.counts.warmed += 1
+            spent += time.thread_time() - began
+            yield
 
-    def _make_one(self, operation_id: str, key: str, parameters: dict[str, Any], out: list[_Made]) -> None:
+    def _make_one(self, operation_id: str, key: str, parameters: dict[str, Any], out: list[_Made]) -> bool:
+        """The template of ``operation_id`` for ``key`` appended to ``out`` unless sent already or not to be made;
+        whether it was tried (the scheduler's CPU was spent)."""
         sent = self._sent.get(operation_id)
         if sent is not None and key in sent.keys:
-            return
+            return False
         epoch = (self._epoch_all, self._epochs.get(operation_id, 0))  # before the operation is read
         made = self.commands.read_template(operation_id, parameters)
         if made is None:
-            return
+            return True
         template, placement, op = made
         waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
         if not waits:  # pending in no queue: nothing would tell the replica when it runs
-            return
+            return True
         access = access_of(op.id, op.user, op.spec, op.runtime_parameters)
         message = wire.template_message(operation_id, key, template, waits, access)
         out.append(_Made(operation_id, key, epoch, waits, message))
+        return True
 
     def _register(self, item: _Made, out: list[dict[str, Any]]) -> None:
         """``item`` sent (in a tick, after its voids) unless a void since it was begun makes it stale."""

@@ -18,6 +18,7 @@ import http
 import json
 import random
 import re
+import threading
 import time
 from collections.abc import Iterator
 from email.utils import formatdate
@@ -27,6 +28,7 @@ from typing import Any
 import pytest
 
 from pooltree.errors import PooltreeError
+from pooltree.reads import feed as feed_module
 from pooltree.reads import wire
 from pooltree.reads.feed import ReadFeed
 from pooltree.reads.replica import Replica
@@ -370,3 +372,33 @@ def test_the_feed_keeps_no_mark_per_changed_operation(service: SchedulerService)
     assert len(feed._epochs) == len(started) - 1
     process.sync()
     assert feed._epochs == {}
+
+
+def test_the_feed_ticks_on_its_loop_woken_from_any_thread(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``attach`` runs the feed on a task of the calling event loop (no thread of its own): a hook from another
+    thread wakes it through the loop (the idle period made far longer than the test's bound, so only a wake-up
+    ticks), again after each tick; after ``detach`` nothing more is sent."""
+    monkeypatch.setattr(feed_module, "IDLE_PERIOD", 60.0)
+    feed = _listening(service)
+    sent: list[list[dict[str, Any]]] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        threads = {thread.name for thread in threading.enumerate()}
+        feed.attach(sent.append)
+        assert {thread.name for thread in threading.enumerate()} == threads
+        deadline = loop.time() + 20
+        for wakes in (1, 2):
+            await asyncio.to_thread(feed.pool_trees_changed)
+            while len(sent) < wakes:
+                assert loop.time() < deadline, "a hook from another thread did not wake the feed"
+                await asyncio.sleep(0.001)
+            assert sent[-1][-1]["kind"] == wire.COUNTER
+        feed.detach()
+        await asyncio.to_thread(feed.pool_trees_changed)
+        await asyncio.sleep(0.05)  # the loop's turns after the hook: the cancelled task sends nothing
+        assert len(sent) == 2
+
+    asyncio.run(scenario())
