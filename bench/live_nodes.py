@@ -103,6 +103,7 @@ CLAIMED = 'pooltree_node_shard_starts_total{way="claimed"'
 TAKEN_BACK = "pooltree_node_shard_grants_taken_back_total "
 PROOFS_MADE = "pooltree_node_shard_proofs_made_total "
 OVERTAKEN = "pooltree_scheduler_fair_share_computes_overtaken_total"
+CAPTURES = "pooltree_scheduler_read_snapshot_capture_cpu_seconds"
 COMMIT_BATCHES = "pooltree_scheduler_group_commit_batches_total"
 COMMIT_SUBMISSIONS = "pooltree_scheduler_group_commit_submissions_total"
 
@@ -657,7 +658,8 @@ def _sample(text: str, name: str) -> float | None:
 def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     """What a phase did to the scheduling lock, from ``/metrics`` read at its start and end: holds longer than
     50 and 100 ms in it, the longest hold so far (the metric is not per phase), the fair-share updates' mean wall
-    time in it (lock waits included; older builds without the lock's histogram report only this) and the garbage
+    time in it (lock waits included; older builds without the lock's histogram report only this), the read
+    snapshot's captures in it and their mean thread CPU under the lock (builds that count them) and the garbage
     collections' count and pauses per generation."""
     if before is None or after is None:
         return {}
@@ -686,6 +688,15 @@ def lock_figures(before: str | None, after: str | None) -> dict[str, Any]:
     overtaken = [_sample(text, OVERTAKEN) for text in (before, after)]
     if None not in overtaken:  # builds that compute the fair share outside the lock
         figures["fair_share_computes_overtaken"] = overtaken[1] - overtaken[0]  # type: ignore[operator]
+    captures = [_sample(text, f"{CAPTURES}_count") for text in (before, after)]
+    capture_cpu = [_sample(text, f"{CAPTURES}_sum") for text in (before, after)]
+    if None not in captures and None not in capture_cpu and captures[1] > captures[0]:  # type: ignore[operator]
+        # the read snapshot's captures under the lock in the phase, their thread CPU (builds that count them)
+        figures["read_snapshot_captures"] = captures[1] - captures[0]  # type: ignore[operator]
+        figures["read_snapshot_capture_cpu_ms_mean"] = round(
+            1000 * (capture_cpu[1] - capture_cpu[0]) / (captures[1] - captures[0]),  # type: ignore[operator]
+            2,
+        )
     collections = {}
     for generation in ("0", "1", "2"):  # the garbage collector's pauses in the phase, per generation
         label = f'{{generation="{generation}"}}'

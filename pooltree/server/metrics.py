@@ -181,7 +181,18 @@ def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
         "meanwhile (live/updates.py publish_computed_apart)",
     )
     overtaken.add_metric([], float(scheduler.updates.computes_overtaken))
-    yield from (histogram, longest, overtaken)
+    snapshots = scheduler.snapshots
+    captures = SummaryMetricFamily(
+        "pooltree_scheduler_read_snapshot_capture_cpu_seconds",
+        "Read snapshots published and their captures' thread CPU under the scheduling lock (live/snapshot.py)",
+    )
+    captures.add_metric([], count_value=snapshots.published, sum_value=snapshots.capture_seconds)
+    longest_capture = GaugeMetricFamily(
+        "pooltree_scheduler_read_snapshot_capture_cpu_max_seconds",
+        "The longest read snapshot capture's thread CPU so far",
+    )
+    longest_capture.add_metric([], snapshots.capture_max)
+    yield from (histogram, longest, overtaken, captures, longest_capture)
     yield from _group_commit(scheduler)
 
 

@@ -49,6 +49,10 @@ def test_metrics_are_scraped_while_the_lock_is_held(
     assert 'pooltree_alerts{scope="operation",type="no_online_node_to_schedule_job"} 1.0' in metrics
     assert 'pooltree_alerts{scope="scheduler",type="pool_tree_without_nodes"} 0.0' in metrics
     assert "pooltree_nodes 1.0" in metrics
+    published = scheduler.snapshots.published
+    assert published >= 1 and scheduler.snapshots.capture_seconds > 0
+    assert f"pooltree_scheduler_read_snapshot_capture_cpu_seconds_count {float(published)}" in metrics
+    assert "pooltree_scheduler_read_snapshot_capture_cpu_max_seconds " in metrics
 
 
 def test_an_operation_changed_while_its_alerts_are_read_is_read_again(
