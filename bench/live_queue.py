@@ -501,6 +501,16 @@ def _gc_figures(url: str, token: str) -> dict[str, Any]:
     return figures
 
 
+def _read_process_requests(url: str, token: str) -> dict[str, int]:
+    """Requests the read process relayed (``scheduler``) and its replica answered so far (``/metrics``'
+    ``pooltree_read_process_requests_total``, counted up to a second late)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30, headers={"Authorization": f"OAuth {token}"}).text
+    found = re.findall(r'pooltree_read_process_requests_total\{answered_by="(\w+)"\} ([0-9.e+-]+)', text)
+    return {who: int(float(value)) for who, value in found}
+
+
 async def _warm(requests: YtRequests, op_ids: list[str], connections: int) -> int:
     """Each of ``op_ids`` read once with ``get_operation`` over ``connections`` connections; the errors."""
     host, port = requests.host.split(":")
@@ -712,6 +722,8 @@ def main() -> None:
                     and many["requests_per_second"] >= single["requests_per_second"],
                 }
             report["gc_at_end"] = _gc_figures(local.url, local.token)
+            if args.read_process:
+                report["read_process_requests"] = _read_process_requests(local.url, local.token)
             if nodes is not None:
                 nodes.close()
                 report["heartbeats"] = {name: nodes.figures(*window) for name, window in windows.items()}

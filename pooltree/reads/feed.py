@@ -52,6 +52,12 @@ heartbeat's finish activated, a queue a start moved while no answer was stamped)
 MIN_INTERVAL = 0.002
 """Seconds at least between two ticks (what several answers and hooks announce together goes in one batch)."""
 WARM_SHAPES = 2
+WARM_SHAPE_SHARE = 0.25
+"""A shape after the most asked one is made ahead only if asked at least this share as often as it (one asked a
+few times would otherwise double the templates made ahead of every operation)."""
+WARM_CATCH_UP = 5
+"""``WARM_BUDGET``s at most one warm-up spends after a longer pause than ``WARM_EVERY`` (the budget is a share of
+the time since the last: a feed woken only every ``IDLE_PERIOD`` keeps the same share of a core)."""
 """Request shapes (``wire.encoding_key``) whose templates are made before a get asks: the most asked so far."""
 WARM_EVERY = 0.02
 """Seconds at least between two ticks that make templates before they are asked for."""
@@ -61,6 +67,10 @@ WARM_BUDGET = seconds_override(
 """Seconds of CPU a tick spends at most making templates before they are asked for (with ``WARM_EVERY``, at most a
 tenth of a core; what was not made waits for the next such tick). ``POOLTREE_READ_WARM_BUDGET`` overrides it (0:
 no template is made before a get asks; for back-to-back comparisons)."""
+MAKE_SLICE = 0.001
+"""Seconds of CPU the feed's task makes templates for in one turn of the loop before it gives the loop a turn (the
+interpreter's switch interval: a request waits no longer behind them than behind another thread's turn). One
+template per turn fell behind the starts on a busy loop (each turn of 50 clients' requests takes milliseconds)."""
 MAX_SHAPES = 64
 """Distinct request shapes counted (a client asking in ever new shapes is not remembered past these)."""
 
@@ -231,8 +241,11 @@ class ReadFeed:
                 return
             try:
                 made: list[_Made] = []
-                for _ in self._making(made):  # a template per turn of the loop: requests go between them
-                    await asyncio.sleep(0)
+                turn = time.thread_time()
+                for _ in self._making(made):  # templates for a slice of CPU per turn: requests go between
+                    if time.thread_time() - turn >= MAKE_SLICE:
+                        await asyncio.sleep(0)
+                        turn = time.thread_time()
                 send = self._send
                 if send is None:
                     return
@@ -429,16 +442,20 @@ class ReadFeed:
     def _warm(self, out: list[_Made]) -> Iterator[None]:
         """Templates of the most asked request shapes for operations the held queues showed, made before a get asks
         (a first get of an operation is otherwise a miss, relayed): at most ``WARM_BUDGET`` of CPU every
-        ``WARM_EVERY`` seconds (the templates' own CPU: the turns between them are others')."""
+        ``WARM_EVERY`` seconds, as a share of the time since the last (``WARM_CATCH_UP``), in the shapes asked
+        often enough (``WARM_SHAPE_SHARE``); the templates' own CPU (the turns between them are others')."""
         if not self._cold or not self._shapes:
             return
         now = time.monotonic()
-        if now - self._last_warm < WARM_EVERY:
+        since = now - self._last_warm
+        if since < WARM_EVERY:
             return
         self._last_warm = now
-        shapes = [key for key, _ in self._shapes.most_common(WARM_SHAPES)]
+        budget = WARM_BUDGET * min(since / WARM_EVERY, WARM_CATCH_UP)
+        asked = self._shapes.most_common(WARM_SHAPES)
+        shapes = [key for key, count in asked if count >= WARM_SHAPE_SHARE * asked[0][1]]
         spent = 0.0
-        while self._cold and spent < WARM_BUDGET:
+        while self._cold and spent < budget:
             operation_id = self._cold.popleft()
             began = time.thread_time()
             for key in shapes:

@@ -402,3 +402,31 @@ def test_the_feed_ticks_on_its_loop_woken_from_any_thread(
         assert len(sent) == 2
 
     asyncio.run(scenario())
+
+
+def test_a_shape_asked_rarely_is_not_made_ahead(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Templates made before a get asks are made in the most asked shape, and in the next one only when it is asked
+    at least ``WARM_SHAPE_SHARE`` as often: one asked once would double the work for every queued operation."""
+    monkeypatch.setattr(feed_module, "WARM_EVERY", 1e-9)
+    tokens = _tokens(service)
+    process = _attached(service, _listening(service))
+    spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    ops = [service.scheduler.start_operation("vanilla", spec, "root", NOW) for _ in range(6)]
+    process.sync()
+    for _ in range(8):
+        process.get(_request(ops[1].id, tokens["root"], SHAPES[0]))
+    process.get(_request(ops[1].id, tokens["root"], SHAPES[3]))  # asked once
+    process.sync()
+    process.sync()  # the queue the replica now holds shows the others: made ahead
+    held = process.replica.operations
+    assert {op.id for op in ops[2:]} <= set(held)
+    keys = {key for op in ops[2:] for key in held[op.id].templates}
+    assert len(keys) == 1  # the most asked shape only
+    for _ in range(4):
+        process.get(_request(ops[1].id, tokens["root"], SHAPES[3]))
+    newest = service.scheduler.start_operation("vanilla", spec, "root", NOW)
+    process.sync()
+    process.sync()
+    assert len(held[newest.id].templates) == 2  # asked often enough now: both shapes made ahead
