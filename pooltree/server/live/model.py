@@ -435,6 +435,7 @@ class NodeState:
     resource_limits: Vector
     tags: frozenset[str] = frozenset()
     trees: list[str] = field(default_factory=list)
+    """Replaced when the node's trees change, never changed in place (the read snapshot keeps it)."""
     aborts: list[dict[str, str]] = field(default_factory=list)
     preempts: list[list[Any]] = field(default_factory=list)
     memory_meter: str | None = None

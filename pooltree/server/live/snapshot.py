@@ -10,7 +10,8 @@ attribute read, and never the lock: each read sees the state of the last publica
 
 The capture reads under the lock what can change after it (placements, strategy fields, nodes, alerts), copied or
 never changed after; a tree's views are assembled from it and from the update's result (which no one changes) on
-first read, off the lock (``views.ViewCapture``), as is what readers derive (the orchid document, a page's rows:
+first read, off the lock (``views.ViewCapture``), as are the nodes' reads (``NodeCapture``: their fields taken a
+column at a time under the lock) and what readers derive (the orchid document, a page's rows:
 ``ReadSnapshot.derived``, once per snapshot). Nothing in a snapshot is changed once published.
 
 What only the web pages show per live operation (its brief and alerts, why its allocations wait, its configured
@@ -132,14 +133,22 @@ class ReadSnapshot:
     """The scheduler's time at the publication."""
     trees: dict[str, TreeRead] = field(default_factory=dict)
     """Published trees, in the order the scheduler holds them."""
-    nodes: tuple[NodeRead, ...] = ()
-    """In the order the scheduler first saw them."""
+    node_capture: NodeCapture | None = None
+    """The nodes' fields as captured under the lock (None: no node); ``nodes`` makes their reads from it."""
     scheduler_alerts: list[dict[str, Any]] = field(default_factory=list)
     event_log: tuple[dict[str, Any], ...] = ()
     operations: dict[str, OperationRead] | None = None
     """Live operations' page reads, captured while pages were watched (None: not in this snapshot)."""
     _derived: dict[Hashable, Any] = field(default_factory=dict, repr=False)
     _derived_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def nodes(self) -> tuple[NodeRead, ...]:
+        """The nodes' reads, in the order the scheduler first saw them (made once, off the lock)."""
+        node_capture = self.node_capture
+        if node_capture is None:
+            return ()
+        return self.derived(_NODES, node_capture.reads)
 
     def operation(self, operation_id: str) -> OperationRead | None:
         """The pages' reads of live operation ``operation_id`` (None: not live, or not captured in this snapshot)."""
@@ -161,6 +170,8 @@ class ReadSnapshot:
 
 
 _MISSING = object()
+_NODES = ("pooltree.snapshot.nodes",)
+"""``ReadSnapshot.derived``'s key of the nodes' reads."""
 
 
 class ReadPublisher:
@@ -254,7 +265,7 @@ def capture(
         updates=scheduler.updates.published_updates,
         now=scheduler.now,
         trees=trees,
-        nodes=_node_reads(scheduler),
+        node_capture=NodeCapture.take(scheduler),
         scheduler_alerts=scheduler.scheduler_alerts(),
         event_log=tuple(scheduler.event_log),
         operations=operations,
@@ -284,29 +295,88 @@ def _tree_read(scheduler: LiveScheduler, name: str) -> TreeRead:
     return TreeRead(capture, orchid, scheduler.alert_center.tree_alerts(name), pools)
 
 
-def _node_reads(scheduler: LiveScheduler) -> tuple[NodeRead, ...]:
-    exec_nodes = {tree: core.strategy.nodes for tree, core in scheduler.cores.items()}
-    running_jobs = scheduler.jobs.count_on_node
-    reads = []
-    for address, node in scheduler.nodes.items():
-        usage = None
-        for tree in node.trees:
-            exec_node = exec_nodes[tree].get(address) if tree in exec_nodes else None
-            if exec_node is not None:  # the strategy changes its usage in place: copied
-                usage = exec_node.usage.copy() if usage is None else usage + exec_node.usage
-        reads.append(
-            NodeRead(
-                address,
-                node.resource_limits,
-                tuple(node.trees),
-                node.tags,
-                node.last_seen,
-                node.alerts,
-                usage,
-                running_jobs(address),
-            )
+class NodeCapture:
+    """The exec nodes' fields as one publication shows them, taken under the lock column by column (``take``: a
+    list per field and one array per tree of its nodes' usage, a few C-level passes over the nodes instead of a
+    tuple, an array and a read object per node) and made into the nodes' reads (``reads``) off the lock, on first
+    read. Every field but the usage is an object a heartbeat replaces and never changes (``LiveJobs``: limits, tags,
+    trees, alerts) or a number; the strategy changes a node's usage in place, so it is copied into the tree's
+    array."""
+
+    __slots__ = ("addresses", "alerts", "last_seen", "limits", "running", "tags", "tree_usage", "trees")
+
+    def __init__(
+        self,
+        addresses: list[str],
+        limits: list[np.ndarray],
+        trees: list[list[str]],
+        tags: list[frozenset[str]],
+        last_seen: list[float],
+        alerts: list[list[dict[str, Any]]],
+        running: list[int],
+        tree_usage: dict[str, tuple[list[str], np.ndarray]],
+    ) -> None:
+        self.addresses = addresses
+        self.limits = limits
+        self.trees = trees
+        self.tags = tags
+        self.last_seen = last_seen
+        self.alerts = alerts
+        self.running = running
+        self.tree_usage = tree_usage
+        """Per tree with a core: its strategy's node addresses and their usage, a row each (a copy)."""
+
+    @classmethod
+    def take(cls, scheduler: LiveScheduler) -> NodeCapture | None:
+        """``scheduler``'s nodes now (its lock held); None when it has none."""
+        if not scheduler.nodes:
+            return None
+        nodes = list(scheduler.nodes.values())
+        addresses = list(scheduler.nodes)
+        running_jobs = scheduler.jobs.count_on_node
+        tree_usage: dict[str, tuple[list[str], np.ndarray]] = {}
+        for tree, core in scheduler.cores.items():
+            exec_nodes = core.strategy.nodes
+            if exec_nodes:
+                tree_usage[tree] = (list(exec_nodes), np.array([node.usage for node in exec_nodes.values()]))
+        return cls(
+            addresses,
+            [node.resource_limits for node in nodes],
+            [node.trees for node in nodes],
+            [node.tags for node in nodes],
+            [node.last_seen for node in nodes],
+            [node.alerts for node in nodes],
+            [running_jobs(address) for address in addresses],
+            tree_usage,
         )
-    return tuple(reads)
+
+    def reads(self) -> tuple[NodeRead, ...]:
+        """The nodes' reads: per node its usage summed over its trees' cores that have it (None: none has)."""
+        rows = {
+            tree: {address: usage[row] for row, address in enumerate(addresses)}
+            for tree, (addresses, usage) in self.tree_usage.items()
+        }
+        reads = []
+        for index, address in enumerate(self.addresses):
+            trees = self.trees[index]
+            usage = None
+            for tree in trees:
+                tree_usage = rows[tree].get(address) if tree in rows else None
+                if tree_usage is not None:
+                    usage = tree_usage.copy() if usage is None else usage + tree_usage
+            reads.append(
+                NodeRead(
+                    address,
+                    self.limits[index],
+                    tuple(trees),
+                    self.tags[index],
+                    self.last_seen[index],
+                    self.alerts[index],
+                    usage,
+                    self.running[index],
+                )
+            )
+        return tuple(reads)
 
 
 def _operation_read(scheduler: LiveScheduler, op: Any) -> OperationRead:
