@@ -53,17 +53,13 @@ class RunningJobs(MutableMapping[str, LiveJob]):
 
     def pop(self, job_id: str, default: Any = _MISSING) -> Any:
         """``MutableMapping.pop`` in one call (a finished job's, once per finish): its generic version looks the
-        id up twice and deletes through ``__delitem__``."""
+        id up twice and deletes through ``__delitem__``; the node's index is left as ``__delitem__`` leaves it."""
         job = self._by_id.pop(job_id, None)
         if job is None:
             if default is _MISSING:
                 raise KeyError(job_id)
             return default
-        on_node = self._by_node.get(job.address)
-        if on_node is not None:
-            on_node.pop(job_id, None)
-            if not on_node:
-                del self._by_node[job.address]
+        self._unindex(job)
         return job
 
     def _unindex(self, job: LiveJob) -> None:
