@@ -1,10 +1,12 @@
 """The read snapshot's nodes (``snapshot.NodeCapture``): taken column by column under the scheduling lock and made
 into ``NodeRead`` s off it on first read, they equal what the reads made under the lock showed (the old
 ``_node_reads``, kept here as the reference) at the publication, however the nodes changed before the first read:
-usage the strategy changes in place, last heartbeats, running jobs, a node in no tree."""
+usage the strategy changes in place, last heartbeats, running jobs, a node in no tree. A snapshot replaced inside
+an update's hold is freed after it."""
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import numpy as np
 from pooltree.config import parse_pool_trees
 from pooltree.server.heartbeats import parse_heartbeat
 from pooltree.server.live import LiveScheduler
-from pooltree.server.live.snapshot import NodeRead, ReadSnapshot
+from pooltree.server.live.snapshot import RETIRED_MAX, NodeRead, ReadSnapshot
 from pooltree.server.store import open_store
 
 TREES = {
@@ -113,4 +115,31 @@ def test_published_nodes_equal_the_reads_made_under_the_lock_at_the_publication(
     assert _comparable(first.nodes) == _comparable(first_reference)
     assert _comparable(second.nodes) == _comparable(second_reference)
     assert first.nodes is first.nodes  # made once per snapshot
+    scheduler.store.close()
+
+
+def test_a_replaced_snapshot_is_freed_out_of_the_hold_that_replaced_it(tmp_path: Path) -> None:
+    """A publication inside a hold (an update's) keeps the snapshot it replaced until the hold ends
+    (``ReadPublisher.release_retired``): freeing it cost the hold ms at 1,000 nodes live. The update frees them
+    when its holds end; a caller that never does keeps at most ``RETIRED_MAX``."""
+    scheduler = LiveScheduler(open_store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    scheduler.apply_pool_trees(parse_pool_trees(TREES), "default", 0.0)
+    _all_heartbeat(scheduler, 1.0)
+    _update(scheduler, 1.5)
+    publisher = scheduler.snapshots
+    assert publisher.retired == []  # the update freed what its publications replaced
+    before = weakref.ref(publisher.current)
+    with scheduler.lock:
+        published = publisher.publish()
+        assert publisher.current is published
+        assert before() is not None and publisher.retired == [before()]  # kept while the hold lasts
+    publisher.release_retired()
+    assert publisher.retired == []
+    assert before() is None  # freed, here, out of the hold
+    with scheduler.lock:
+        for _ in range(RETIRED_MAX + 3):
+            publisher.publish()
+        assert len(publisher.retired) == RETIRED_MAX
+    publisher.publish()  # a publication out of any hold frees them itself
+    assert publisher.retired == []
     scheduler.store.close()

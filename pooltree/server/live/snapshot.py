@@ -51,6 +51,8 @@ PAGE_WATCH = 30.0
 PAGE_READS_PERIOD = 3.0
 """Seconds between two captures of the pages' per-operation reads (the pages refresh every 3 s): a publication in
 between carries the last ones (at 10,000 operations they cost ~0.5 s of the lock: bench/RESULTS.md)."""
+RETIRED_MAX = 4
+"""Replaced snapshots kept for ``ReadPublisher.release_retired`` at most; past it the oldest is freed at once."""
 MAX_DERIVED = 256
 """Derived values (orchid answers per path, page rows) kept per snapshot; past it the oldest are made again."""
 
@@ -195,6 +197,9 @@ class ReadPublisher:
         self.capture_seconds = 0.0
         """Thread CPU seconds spent capturing snapshots under the lock, over ``published`` publications."""
         self.capture_max = 0.0
+        self.retired: list[ReadSnapshot] = []
+        """Snapshots replaced while the lock stayed held after their publication (inside an update's hold): kept
+        until ``release_retired`` drops them outside it."""
 
     def watch_pages(self) -> None:
         """A page showing per-operation reads was asked for: publications capture them for ``PAGE_WATCH`` s."""
@@ -246,13 +251,25 @@ class ReadPublisher:
                     }
                     self.pages_read_at = now
             snapshot = capture(scheduler, self.current.number + 1, operations)
+            if len(self.retired) >= RETIRED_MAX:  # a caller that never releases them: freed here, as before
+                del self.retired[0]
+            self.retired.append(self.current)  # freed after the hold, not in it
             self.current = snapshot
             self.published_at = time.monotonic()
             spent = time.thread_time() - began
             self.published += 1
             self.capture_seconds += spent
             self.capture_max = max(self.capture_max, spent)
+        if not scheduler.lock.held:
+            self.release_retired()
         return snapshot
+
+    def release_retired(self) -> None:
+        """Drop the replaced snapshots (call without the lock): freeing one, its views' fields, the nodes' columns
+        and what readers derived from it, costs the hold ms in a loaded heap (bench/RESULTS.md, session 35
+        ``capture``). Readers still holding one keep it."""
+        if self.retired:
+            self.retired = []
 
 
 def capture(

@@ -130,6 +130,14 @@ class FairShareUpdates:
         heartbeats are served while the update runs, each against a whole state (the last publish's snapshot,
         and each operation's lists configured from its old or its new shares, as YTsaurus's node shards see an
         operation's preemptible list updated while they schedule)."""
+        try:
+            self._update_fair_share(tree, now)
+        finally:
+            # the snapshots its publications replaced are freed out of its holds
+            if not self.scheduler.lock.held:
+                self.scheduler.snapshots.release_retired()
+
+    def _update_fair_share(self, tree: str, now: float) -> None:
         scheduler = self.scheduler
         lock = scheduler.lock
         with lock:
@@ -238,19 +246,23 @@ class FairShareUpdates:
         scheduler = self.scheduler
         lock = scheduler.lock
         # read without the lock: a publish that leaves lists after this look notes them in `unfinished`
-        while not core.update_finished:
-            lock.let_waiters_in(WAITERS_TIMEOUT)
-            with lock:
-                if scheduler.cores.get(core.pool_tree.name) is not core:
-                    return
-                began = time.perf_counter()
-                while not core.finish_update(LISTS_PER_PART):
-                    if time.perf_counter() - began >= HOLD_BUDGET:
-                        break
-                else:
-                    scheduler.views.forget(core.pool_tree.name)  # a view read meanwhile counted old lists
-                    scheduler.snapshots.tree_finished(core.pool_tree.name)
-                    return
+        try:
+            while not core.update_finished:
+                lock.let_waiters_in(WAITERS_TIMEOUT)
+                with lock:
+                    if scheduler.cores.get(core.pool_tree.name) is not core:
+                        return
+                    began = time.perf_counter()
+                    while not core.finish_update(LISTS_PER_PART):
+                        if time.perf_counter() - began >= HOLD_BUDGET:
+                            break
+                    else:
+                        scheduler.views.forget(core.pool_tree.name)  # a view read meanwhile counted old lists
+                        scheduler.snapshots.tree_finished(core.pool_tree.name)
+                        return
+        finally:
+            if not lock.held:  # the snapshot the last part replaced is freed out of the hold
+                scheduler.snapshots.release_retired()
 
     def needs_update(self, tree: str, now: float, period: float) -> bool:
         """Whether ``tree`` is due an update: at once when operations wait to run (stale); at its period when
