@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pooltree.errors import ConfigError
@@ -98,27 +98,24 @@ class HeartbeatTrace:
                 for answered, address, total, phases, gc, loop_cpu, process_cpu in list(self.heartbeats)
                 if answered >= since
             ],
-            "holds": [
-                {
-                    "began": round(began, 5),
-                    "ms": round(1000 * seconds, 3),
-                    "what": what,
-                    "cpu_ms": round(1000 * cpu, 3),
-                }
-                for began, seconds, what, cpu in list(self.holds)
-                if began + seconds >= since
-            ],
-            "collections": [
-                {
-                    "began": round(began, 5),
-                    "ms": round(1000 * seconds, 3),
-                    "generation": generation,
-                    "cpu_ms": round(1000 * cpu, 3),
-                }
-                for began, seconds, generation, cpu in list(self.collections)
-                if began + seconds >= since
-            ],
+            "holds": _spans(self.holds, "what", since),
+            "collections": _spans(self.collections, "generation", since),
         }
+
+
+def _spans(ring: Iterable[tuple[float, float, Any, float]], label: str, since: float) -> list[dict[str, Any]]:
+    """The spans of ``ring`` (began, seconds, what, thread CPU) that end at ``since`` or later, as the report's
+    maps; ``label`` names the third field."""
+    return [
+        {
+            "began": round(began, 5),
+            "ms": round(1000 * seconds, 3),
+            label: what,
+            "cpu_ms": round(1000 * cpu, 3),
+        }
+        for began, seconds, what, cpu in list(ring)
+        if began + seconds >= since
+    ]
 
 
 TRACE = HeartbeatTrace(trace_seconds())

@@ -144,18 +144,26 @@ def _heartbeat_queue(scheduler: LiveScheduler) -> Iterator[Metric]:
     )
     for limit, count in sorted(throttle.throttled.items()):
         throttled.add_metric([limit], float(count))
-    waited = SummaryMetricFamily(
-        "pooltree_scheduler_heartbeat_queue_wait_seconds",
+    yield from (in_flight, most, throttled)
+    yield from _summary_and_max(
+        "pooltree_scheduler_heartbeat_queue_wait",
         "How long node heartbeats waited for their handler after their headers arrived (the event loop's "
         "backlog; past the queued limit a heartbeat is throttled)",
-    )
-    waited.add_metric([], count_value=throttle.queue_waits, sum_value=throttle.queue_wait_seconds)
-    longest_wait = GaugeMetricFamily(
-        "pooltree_scheduler_heartbeat_queue_wait_max_seconds",
         "Longest wait of a node heartbeat for its handler so far",
+        (throttle.queue_waits, throttle.queue_wait_seconds, throttle.queue_wait_max),
     )
-    longest_wait.add_metric([], throttle.queue_wait_max)
-    yield from (in_flight, most, throttled, waited, longest_wait)
+
+
+def _summary_and_max(
+    name: str, summary_help: str, max_help: str, figures: tuple[float, float, float]
+) -> Iterator[Metric]:
+    """``name``_seconds, a summary of ``figures``' count and sum, and ``name``_max_seconds, its longest."""
+    count, total, longest = figures
+    summary = SummaryMetricFamily(f"{name}_seconds", summary_help)
+    summary.add_metric([], count_value=count, sum_value=total)
+    gauge = GaugeMetricFamily(f"{name}_max_seconds", max_help)
+    gauge.add_metric([], longest)
+    yield from (summary, gauge)
 
 
 def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
@@ -182,17 +190,13 @@ def _lock_holds(scheduler: LiveScheduler) -> Iterator[Metric]:
     )
     overtaken.add_metric([], float(scheduler.updates.computes_overtaken))
     snapshots = scheduler.snapshots
-    captures = SummaryMetricFamily(
-        "pooltree_scheduler_read_snapshot_capture_cpu_seconds",
+    yield from (histogram, longest, overtaken)
+    yield from _summary_and_max(
+        "pooltree_scheduler_read_snapshot_capture_cpu",
         "Read snapshots published and their captures' thread CPU under the scheduling lock (live/snapshot.py)",
-    )
-    captures.add_metric([], count_value=snapshots.published, sum_value=snapshots.capture_seconds)
-    longest_capture = GaugeMetricFamily(
-        "pooltree_scheduler_read_snapshot_capture_cpu_max_seconds",
         "The longest read snapshot capture's thread CPU so far",
+        (snapshots.published, snapshots.capture_seconds, snapshots.capture_max),
     )
-    longest_capture.add_metric([], snapshots.capture_max)
-    yield from (histogram, longest, overtaken, captures, longest_capture)
     yield from _group_commit(scheduler)
 
 

@@ -113,22 +113,25 @@ def test_the_collector_hook_sums_every_pause() -> None:
         tuning.uninstall()
 
 
+async def _hold_the_lock(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
+    """A stall for ``_slow_heartbeat``: the scheduling lock held on another thread, as a fair-share update's part,
+    until the returned ``release`` is set."""
+    held, release = threading.Event(), threading.Event()
+
+    def a_long_update_part() -> None:
+        with service.scheduler.lock:
+            held.set()
+            release.wait(WAIT)
+
+    holder = threading.Thread(target=a_long_update_part)
+    holder.start()
+    assert await asyncio.to_thread(held.wait, WAIT)
+    return {"holder": holder, "release": release}
+
+
 @pytest.mark.anyio
 async def test_a_heartbeat_behind_a_held_lock_shows_its_wait_and_the_holder(tmp_path: Path) -> None:
-    async def stall(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
-        held, release = threading.Event(), threading.Event()
-
-        def a_long_update_part() -> None:  # the lock held on another thread, as a fair-share update's part
-            with service.scheduler.lock:
-                held.set()
-                release.wait(WAIT)
-
-        holder = threading.Thread(target=a_long_update_part)
-        holder.start()
-        assert await asyncio.to_thread(held.wait, WAIT)
-        return {"holder": holder, "release": release}
-
-    report, metrics = await _slow_heartbeat(tmp_path, stall)
+    report, metrics = await _slow_heartbeat(tmp_path, _hold_the_lock)
     [slow] = report["slow"]
     assert slow["phases_ms"]["lock_wait"] >= 1000 * HELD
     assert max(slow["phases_ms"], key=slow["phases_ms"].get) == "lock_wait"
@@ -208,21 +211,8 @@ async def test_a_traced_heartbeat_behind_a_held_lock_is_attributed_to_the_holder
     """With the trace on, the slow heartbeat is kept with its span's CPU, the holder's hold with its own, and
     the bench's attribution puts the heartbeat's lock wait on that holder."""
 
-    async def stall(service: SchedulerService, in_flight: Callable[[], bool]) -> dict[str, Any]:
-        held, release = threading.Event(), threading.Event()
-
-        def a_long_update_part() -> None:
-            with service.scheduler.lock:
-                held.set()
-                release.wait(WAIT)
-
-        holder = threading.Thread(target=a_long_update_part)
-        holder.start()
-        assert await asyncio.to_thread(held.wait, WAIT)
-        return {"holder": holder, "release": release}
-
     began = time.time()
-    report, _ = await _slow_heartbeat(tmp_path, stall)
+    report, _ = await _slow_heartbeat(tmp_path, _hold_the_lock)
     trace = report["trace"]
     assert trace["seconds"] == SLOW_SECONDS
     [beat] = [h for h in trace["heartbeats"] if h["address"] == "n1"]
