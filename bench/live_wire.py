@@ -41,11 +41,11 @@ from live_nodes import (
     REQUEST_TIMEOUT,
     Scheduler,
     _phase,
-    _sample,
     _start_operations,
     add_driver_arguments,
     start_node_drivers,
 )
+from phase_metrics import sample
 
 TICKS = os.sysconf("SC_CLK_TCK")
 GC_COUNT = 'pooltree_gc_pause_seconds_count{{generation="{}"}}'
@@ -141,7 +141,7 @@ def metric_deltas(before: str | None, after: str | None, heartbeats: int, second
         return {}
 
     def delta(name: str) -> float:
-        return (_sample(after, name) or 0.0) - (_sample(before, name) or 0.0)
+        return (sample(after, name) or 0.0) - (sample(before, name) or 0.0)
 
     figures: dict[str, Any] = {}
     for generation in (0, 1, 2):
