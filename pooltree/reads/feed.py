@@ -52,13 +52,13 @@ heartbeat's finish activated, a queue a start moved while no answer was stamped)
 MIN_INTERVAL = 0.002
 """Seconds at least between two ticks (what several answers and hooks announce together goes in one batch)."""
 WARM_SHAPES = 2
+"""Request shapes (``wire.encoding_key``) whose templates are made before a get asks: the most asked so far."""
 WARM_SHAPE_SHARE = 0.25
 """A shape after the most asked one is made ahead only if asked at least this share as often as it (one asked a
 few times would otherwise double the templates made ahead of every operation)."""
 WARM_CATCH_UP = 5
 """``WARM_BUDGET``s at most one warm-up spends after a longer pause than ``WARM_EVERY`` (the budget is a share of
 the time since the last: a feed woken only every ``IDLE_PERIOD`` keeps the same share of a core)."""
-"""Request shapes (``wire.encoding_key``) whose templates are made before a get asks: the most asked so far."""
 WARM_EVERY = 0.02
 """Seconds at least between two ticks that make templates before they are asked for."""
 WARM_BUDGET = seconds_override(
