@@ -103,12 +103,9 @@ class Relay:
 
     def holds_for(self, request: ReadRequest, floor: int) -> bool:
         """Whether the replica would have ``request`` wait for its feed to reach ``floor`` (``Replica.holds``); a
-        replica that fails, or has no ``holds``, holds nothing."""
-        holds = getattr(self.replica, "holds", None)
-        if holds is None:
-            return False
+        replica that fails holds nothing."""
         try:
-            return bool(holds(request, floor))
+            return bool(self.replica.holds(request, floor))
         except Exception:
             log.exception("the replica failed to say whether %r waits for its feed", request.target)
             return False

@@ -85,6 +85,12 @@ def http_answer(response: Response, now: float, *, keep_alive: bool = True) -> b
     return b"".join(parts)
 
 
+def _is_get_operation(request: ReadRequest) -> bool:
+    """Whether ``request`` is of the one kind the replica answers (and so holds): a ``get_operation`` with its
+    parameters in the header, no body."""
+    return request.method == b"GET" and request.target == GET_OPERATION_PATH and not request.body
+
+
 class ReplicaStore:
     """The store a read process's ``Directory`` loads its document from: the feed's security document (read only;
     what the directory would write back is dropped)."""
@@ -293,9 +299,7 @@ class Replica:
             self.counter < floor
             and not self.broken
             and self.security is not None
-            and request.method == b"GET"
-            and request.target == GET_OPERATION_PATH
-            and not request.body
+            and _is_get_operation(request)
         )
 
     def _answer(self, request: ReadRequest, floor: int) -> bytes:
@@ -304,7 +308,7 @@ class Replica:
             raise _Relay("no replica")
         if self.counter < floor:
             raise _Relay("behind the floor")
-        if request.method != b"GET" or request.target != GET_OPERATION_PATH or request.body:
+        if not _is_get_operation(request):
             raise _Relay("not a get_operation")
         headers: dict[str, str] = {}
         for raw_name, raw_value in request.headers:

@@ -25,6 +25,9 @@ class Answering:
     def apply(self, message: int) -> None:
         self.applied = message
 
+    def holds(self, request: ReadRequest, floor: int) -> bool:
+        return self.applied < floor
+
     def answer(self, request: ReadRequest, floor: int) -> bytes | None:
         if self.applied < floor:
             return None
