@@ -37,6 +37,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pg_server import PgServer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_common import wait_until
+
 READY = "listening on "
 
 
@@ -110,16 +113,6 @@ def start(url: str, command: str, jobs: int) -> str | None:
     return response.json()["operation_id"] if response.status_code == 200 else None
 
 
-def wait(predicate: Any, timeout: float, period: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(period)
-    raise RuntimeError(f"condition not met within {timeout} s")
-
-
 def running_jobs(url: str, op_ids: list[str]) -> int:
     total = 0
     for op in op_ids:
@@ -185,18 +178,18 @@ def main() -> None:
         for _ in range(args.kills):
             url = urls[leader]
             batch = [
-                wait(lambda url=url: start(url, f"sleep {args.job_seconds}", args.jobs), 30)
+                wait_until(lambda url=url: start(url, f"sleep {args.job_seconds}", args.jobs), 30)
                 for _ in range(args.operations)
             ]
             acknowledged.extend(batch)
             expected.update(dict.fromkeys(batch, args.jobs))
-            wait(lambda url=url, batch=batch: running_jobs(url, batch) > 0, 30)
+            wait_until(lambda url=url, batch=batch: running_jobs(url, batch) > 0, 30)
             victim = schedulers[leader]
             assert victim is not None
             victim.stop(signal.SIGKILL)
             killed = time.monotonic()
             survivor = urls[1 - leader]
-            answered = wait(lambda survivor=survivor: start(survivor, "true", 1), 60, period=0.05)
+            answered = wait_until(lambda survivor=survivor: start(survivor, "true", 1), 60, period=0.05)
             times.append(time.monotonic() - killed)
             acknowledged.append(answered)
             expected[answered] = 1
@@ -218,7 +211,7 @@ def main() -> None:
                     return False
             return True
 
-        wait(all_final, 120, period=0.2)
+        wait_until(all_final, 120, period=0.2)
         listed = {op["id"]: op for op in call(url, "list_operations", limit=1000).json()["operations"]}
         lost_ops = [op for op in acknowledged if listed.get(op, {}).get("state") != "completed"]
         duplicated_ops = [op for op in listed if op not in set(acknowledged)]

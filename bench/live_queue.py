@@ -82,11 +82,11 @@ from heartbeat_tail import read_tail, tail_figures, trace_figures
 from live_common import (
     Local,
     YtRequests,
-    child_process,
     join_processes,
     machine,
     process_cpu_seconds,
     quantile_ms,
+    read_process_of,
     read_response,
     start_drivers,
     yt_client,
@@ -534,13 +534,10 @@ async def _warm(requests: YtRequests, op_ids: list[str], connections: int) -> in
 
 def read_process_pid(scheduler_pid: int | None) -> int:
     """The scheduler's read process (its child running ``pooltree.reads.process``)."""
-    found = None if scheduler_pid is None else child_process(scheduler_pid, lambda argv: READ_PROCESS in argv)
+    found = None if scheduler_pid is None else read_process_of(scheduler_pid)
     if found is None:
         raise RuntimeError("the scheduler runs no read process")
     return found
-
-
-READ_PROCESS = "pooltree.reads.process"
 
 
 def start_front(url: str, mode: str) -> tuple[subprocess.Popen[bytes], str]:

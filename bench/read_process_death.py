@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import yt.wrapper as ytw
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_common import read_process_of, wait_until
 
 READY = "listening on "
 POOL = "death"
@@ -50,26 +52,6 @@ class RetryCounter(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "New retry" in record.getMessage():
             self.retries += 1
-
-
-def read_process_of(scheduler: int) -> psutil.Process | None:
-    for child in psutil.Process(scheduler).children():
-        try:
-            if "pooltree.reads.process" in child.cmdline():
-                return child
-        except psutil.Error:
-            continue
-    return None
-
-
-def wait(predicate: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.01)
-    raise RuntimeError("condition not met in time")
 
 
 def main() -> None:
@@ -151,10 +133,12 @@ def run(
     try:
         for _ in range(args.kills):
             time.sleep(args.period)
-            victim = wait(lambda: read_process_of(pid), 120)
+            victim = wait_until(lambda: read_process_of(pid), 120, period=0.01)
             killed_at, killed_wall = time.monotonic(), time.time()
-            victim.send_signal(signal.SIGKILL)
-            wait(lambda gone=victim: (read_process_of(pid) or gone).pid != gone.pid, 120)  # a new one serves
+            os.kill(victim, signal.SIGKILL)
+            wait_until(
+                lambda gone=victim: (read_process_of(pid) or gone) != gone, 120, period=0.01
+            )  # a new one serves
             kills.append((killed_at, killed_wall, time.time()))
         time.sleep(1.0)
     finally:
