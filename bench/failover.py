@@ -130,7 +130,8 @@ def scheduler(root: Path, name: str, port: int, store: str) -> Process:
     data = root / name
     return Process(root, name, "scheduler", "--store", store, "--data", str(data), "--port", str(port),
                    "--create-default-tree", "--heartbeat-period", "0.2",
-                   "--token-file", str(root / "token"), "--node-secret-file", str(root / "node_secret"))  # fmt: skip
+                   "--token-file", str(root / "token"), "--node-secret-file", str(root / "node_secret"),
+                   "--store-key-file", str(root / "store_key"))  # fmt: skip
 
 
 def write_secret(path: Path, value: str) -> None:
