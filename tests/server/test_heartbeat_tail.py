@@ -159,17 +159,22 @@ def test_the_trace_is_off_unless_its_variable_names_seconds() -> None:
             trace_seconds({"POOLTREE_HEARTBEAT_TRACE": bad})
 
 
-def test_an_untraced_process_keeps_no_holds_or_collections() -> None:
-    assert not TRACE.enabled  # the test run's environment has no trace
-    lock, held = SchedulingLock(), len(TRACE.holds)
-    with lock:
-        _spin_until(time.perf_counter() + 2 * HOLD_SECONDS)
+def _collect_with_the_service_hook() -> None:
+    """A full collection with the service's collector hook (``GcTuning``) installed, as the scheduler runs."""
     tuning = GcTuning()
     tuning.install()
     try:
         gc.collect()
     finally:
         tuning.uninstall()
+
+
+def test_an_untraced_process_keeps_no_holds_or_collections() -> None:
+    assert not TRACE.enabled  # the test run's environment has no trace
+    lock, held = SchedulingLock(), len(TRACE.holds)
+    with lock:
+        _spin_until(time.perf_counter() + 2 * HOLD_SECONDS)
+    _collect_with_the_service_hook()
     assert len(TRACE.holds) == held == 0 and not TRACE.collections
 
 
@@ -191,12 +196,7 @@ def test_the_trace_keeps_holds_from_a_millisecond_with_their_cpu_and_every_colle
     assert holder.endswith("a_short_update_part") and 2 * HOLD_SECONDS <= seconds < STALL_SECONDS * 50
     assert 0 < cpu <= seconds + 0.01 and began <= time.time() - seconds
     assert not lock.long_holds.stalls
-    tuning = GcTuning()
-    tuning.install()
-    try:
-        gc.collect()
-    finally:
-        tuning.uninstall()
+    _collect_with_the_service_hook()
     [(_, paused, generation, gc_cpu)] = list(traced.collections)
     assert generation == 2 and paused > 0 and gc_cpu >= 0
     report = traced.report(0.0)
