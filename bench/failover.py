@@ -36,9 +36,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from pg_server import PgServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from live_common import wait_until
+from polling import wait_for
 
 READY = "listening on "
 
@@ -179,18 +177,18 @@ def main() -> None:
         for _ in range(args.kills):
             url = urls[leader]
             batch = [
-                wait_until(lambda url=url: start(url, f"sleep {args.job_seconds}", args.jobs), 30)
+                wait_for(lambda url=url: start(url, f"sleep {args.job_seconds}", args.jobs), 30)
                 for _ in range(args.operations)
             ]
             acknowledged.extend(batch)
             expected.update(dict.fromkeys(batch, args.jobs))
-            wait_until(lambda url=url, batch=batch: running_jobs(url, batch) > 0, 30)
+            wait_for(lambda url=url, batch=batch: running_jobs(url, batch) > 0, 30)
             victim = schedulers[leader]
             assert victim is not None
             victim.stop(signal.SIGKILL)
             killed = time.monotonic()
             survivor = urls[1 - leader]
-            answered = wait_until(lambda survivor=survivor: start(survivor, "true", 1), 60, period=0.05)
+            answered = wait_for(lambda survivor=survivor: start(survivor, "true", 1), 60, period=0.05)
             times.append(time.monotonic() - killed)
             acknowledged.append(answered)
             expected[answered] = 1
@@ -212,7 +210,7 @@ def main() -> None:
                     return False
             return True
 
-        wait_until(all_final, 120, period=0.2)
+        wait_for(all_final, 120, period=0.2)
         listed = {op["id"]: op for op in call(url, "list_operations", limit=1000).json()["operations"]}
         lost_ops = [op for op in acknowledged if listed.get(op, {}).get("state") != "completed"]
         duplicated_ops = [op for op in listed if op not in set(acknowledged)]

@@ -460,14 +460,3 @@ READ_PROCESS = "pooltree.reads.process"
 def read_process_of(scheduler: int) -> int | None:
     """The pid of ``scheduler``'s read process (its child running ``READ_PROCESS``); None when it runs none."""
     return child_process(scheduler, lambda argv: READ_PROCESS in argv)
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, period: float = 0.05) -> Any:
-    """``predicate``'s first true value, asked every ``period`` s; RuntimeError past ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(period)
-    raise RuntimeError(f"condition not met within {timeout} s")

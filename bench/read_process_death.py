@@ -37,7 +37,10 @@ import httpx
 import yt.wrapper as ytw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from live_common import read_process_of, wait_until
+from live_common import read_process_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from polling import wait_for
 
 READY = "listening on "
 POOL = "death"
@@ -133,10 +136,10 @@ def run(
     try:
         for _ in range(args.kills):
             time.sleep(args.period)
-            victim = wait_until(lambda: read_process_of(pid), 120, period=0.01)
+            victim = wait_for(lambda: read_process_of(pid), 120, period=0.01)
             killed_at, killed_wall = time.monotonic(), time.time()
             os.kill(victim, signal.SIGKILL)
-            wait_until(
+            wait_for(
                 lambda gone=victim: (read_process_of(pid) or gone) != gone, 120, period=0.01
             )  # a new one serves
             kills.append((killed_at, killed_wall, time.time()))
