@@ -44,7 +44,7 @@ from pooltree.server.heartbeat_listener import HeartbeatListener, bind_socket
 from pooltree.server.heartbeat_protocol import HeartbeatProtocol
 from pooltree.server.http_protocol import BoundedHeadersProtocol
 from pooltree.server.protocol import error_json, error_to_dict, header_text
-from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, open_store
+from pooltree.server.store import STORE_UNAVAILABLE, Store, StoreError, StoreRefused, open_store
 from pooltree.server.store.base import redact_url
 from pooltree.server.store.leadership import (
     LeaderInfo,
@@ -171,6 +171,8 @@ class SchedulerRunner:
         self.role = "starting"
         self.leader: LeaderInfo | None = None
         self.trouble: str | None = None
+        self._key_verified = False
+        """The store's sealed value opened with this scheduler's key (checked by a standby until it does)."""
         self.url: str | None = None
         self._server: uvicorn.Server | None = None
         self._server_task: asyncio.Task[None] | None = None
@@ -469,8 +471,7 @@ class SchedulerRunner:
             await run_in_threadpool(store.init_schema)  # type: ignore[attr-defined]
             await self._lead(store)
         else:
-            self.leader = await run_in_threadpool(self.lock.holder)
-            self._set_role("standby")
+            await self._stand_by(store)
         await self._start_http()
         if self.service is not None:
             await self._announce()
@@ -501,13 +502,26 @@ class SchedulerRunner:
                     await self._announce()
                     log.info("took over as the leader of %s", self.store_url)
                     continue
-                self.leader = await run_in_threadpool(self.lock.holder)
-                self._set_role("standby")
+                await self._stand_by(store)
+            except StoreRefused:
+                # it could never lead this store: the lock goes back at once, for a standby that can
+                await run_in_threadpool(self.lock.release)
+                raise
             except StoreError as error:
                 self.trouble = error.message
                 if self.service is not None:
                     await self._step_down(error.message)
             await self._wait(stop, STANDBY_POLL)
+
+    async def _stand_by(self, store: Store) -> None:
+        """Wait as a standby, after refusing a key that cannot open what the store sealed (``StoreRefused``
+        ends the process, as it ends a leader's start: a standby that could never lead must not wait to take
+        the lock when the leader dies, and must say so now, not then)."""
+        if not self._key_verified:
+            self._key_verified = await run_in_threadpool(store.verify_key)  # type: ignore[attr-defined]
+        assert self.lock is not None
+        self.leader = await run_in_threadpool(self.lock.holder)
+        self._set_role("standby")
 
     async def _step_down(self, reason: str | None) -> None:
         """The store failed under the leader: drop the in-memory state now; revive from the store later."""

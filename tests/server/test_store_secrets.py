@@ -20,7 +20,7 @@ import yt.wrapper as ytw
 from pooltree.security.credentials import sha256_hex
 from pooltree.security.sealing import Sealer
 from pooltree.server.service import SchedulerService
-from pooltree.server.store import Store, StoreError, open_store
+from pooltree.server.store import Store, StoreError, StoreRefused, open_store
 from pooltree.server.store.base import mutation_key
 from pooltree.server.store.postgres import PostgresStore
 from pooltree.server.store.sqlite import SqliteStore
@@ -189,3 +189,32 @@ def test_a_scheduler_with_another_store_key_is_refused_at_start(store_url: str, 
         assert again.get_mutation(mutation_key("root", "m"))[0] is True
     finally:
         again.close()
+
+
+def test_a_standby_checks_its_key_without_writing(fresh_postgres_url: str, tmp_path: Path) -> None:
+    """``verify_key``, a standby's check: nothing to check on an empty database (and nothing created there), the
+    sealed value opened with the same key, ``StoreRefused`` naming the fix with another key."""
+    first, second = Sealer.from_file(tmp_path / "first_key"), Sealer.from_file(tmp_path / "second_key")
+    standby = PostgresStore(fresh_postgres_url, init_schema=False, sealer=first)
+    try:
+        assert standby.verify_key() is False
+        assert standby.execute_autocommit("SELECT to_regclass('meta') IS NULL") is True  # nothing created
+    finally:
+        standby.close()
+    PostgresStore(fresh_postgres_url, sealer=second).close()  # the first leader seals its key's value
+    for sealer in (first, Sealer.ephemeral()):
+        stranger = PostgresStore(fresh_postgres_url, init_schema=False, sealer=sealer)
+        try:
+            if sealer is first:
+                with pytest.raises(StoreRefused) as refused:
+                    stranger.verify_key()
+                assert "another key" in refused.value.message and "--store-key-file" in refused.value.message
+            else:
+                assert stranger.verify_key() is False  # a key of the process only is not checked
+        finally:
+            stranger.close()
+    same = PostgresStore(fresh_postgres_url, init_schema=False, sealer=second)
+    try:
+        assert same.verify_key() is True
+    finally:
+        same.close()

@@ -15,6 +15,7 @@ from pooltree.server.store.base import (
     Store,
     StoreError,
     StoreHealth,
+    StoreRefused,
     StoreUnavailable,
 )
 from pooltree.server.store.sqlite import SqliteStore
@@ -29,6 +30,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreHealth",
+    "StoreRefused",
     "StoreUnavailable",
     "open_store",
 ]

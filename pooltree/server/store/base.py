@@ -39,6 +39,12 @@ class StoreUnavailable(StoreError):
     code = STORE_UNAVAILABLE
 
 
+class StoreRefused(StoreError):
+    """This scheduler, as configured, can never use the store: its key opens no value the store sealed, or the
+    store's schema is another version. Waiting or retrying cannot help: a standby that finds it leaves rather
+    than hold (or later take) the leader lock it could not lead with."""
+
+
 @dataclass(frozen=True)
 class StoreHealth:
     """What ``Store.health()`` reports: ``ok``, else the trouble (``error``) and when it was noticed."""

@@ -26,6 +26,7 @@ class PostgresStore(SqlStore):
     """
 
     placeholder = "%s"
+    table_exists_sql = "SELECT 1 WHERE to_regclass(%s) IS NOT NULL"
 
     def __init__(
         self,

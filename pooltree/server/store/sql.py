@@ -19,7 +19,7 @@ from pooltree.server.store.base import (
     OperationFilter,
     OperationRecord,
     Store,
-    StoreError,
+    StoreRefused,
     StoreUnavailable,
     dump_document,
     dump_json,
@@ -41,6 +41,8 @@ class SqlStore(Store):
     """``Store`` over a DB-API connection; every public method runs in one transaction under a lock."""
 
     placeholder = "?"
+    table_exists_sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    """One row when the table named by the parameter exists (``verify_key`` creates nothing)."""
     database_errors: tuple[type[BaseException], ...] = ()
     """The driver's errors: any of them inside a transaction puts the store in trouble."""
 
@@ -122,7 +124,7 @@ class SqlStore(Store):
                     ("schema_version", str(SCHEMA_VERSION)),
                 )
             elif int(row[0]) != SCHEMA_VERSION:
-                raise StoreError(
+                raise StoreRefused(
                     f"store {self.url} has schema version {row[0]}, this pooltree expects {SCHEMA_VERSION}",
                     attributes={"url": self.url},
                 )
@@ -142,10 +144,31 @@ class SqlStore(Store):
                 (KEY_CHECK, self.sealer.seal(KEY_CHECK)),
             )
             return
+        self._open_key_check(row[0])
+
+    def verify_key(self) -> bool:
+        """``_check_key`` without writing, for a standby (which creates nothing before it holds the lock): raises
+        ``StoreRefused`` when the store's sealed value does not open with this key. True when it opened (the
+        answer cannot change while the store lives), False when there is nothing to check yet (no tables, no
+        value sealed, or a key of this process only)."""
+        if self.sealer.source == "ephemeral":
+            return False
+        with self._read_lock, self._transaction(read=True) as cur:
+            cur.execute(self._q(self.table_exists_sql), ("meta",))
+            if cur.fetchone() is None:
+                return False
+            cur.execute(self._q("SELECT value FROM meta WHERE key = ?"), (KEY_CHECK,))
+            row = cur.fetchone()
+        if row is None:
+            return False
+        self._open_key_check(row[0])
+        return True
+
+    def _open_key_check(self, sealed: str) -> None:
         try:
-            self.sealer.open(row[0])
+            self.sealer.open(sealed)
         except SealError:
-            raise StoreError(
+            raise StoreRefused(
                 f"store {redact_url(self.url)} keeps secrets sealed with another key than the one in "
                 f"{self.sealer.source}: give every scheduler of this store the same --store-key-file "
                 "(the first scheduler's DATA/store_key)",
