@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yt.yson as yson
-from yt.yson.yson_types import YsonBoolean, YsonEntity, YsonStringProxy
+from yt.yson.yson_types import NotUnicodeError, YsonBoolean, YsonEntity, YsonStringProxy
 
 from pooltree.errors import GENERIC_ERROR, ConfigError, PooltreeError, YtError
 from pooltree.server.yson_templates import YsonTemplates
@@ -330,7 +330,8 @@ def _parse_yson(data: bytes, what: str) -> Any:
         value = from_yson(yson.loads(data))
     except RecursionError as error:
         raise _too_deep(what) from error
-    except (yson.YsonError, ValueError, OverflowError) as error:
+    except (yson.YsonError, ValueError, OverflowError, NotUnicodeError) as error:
+        # NotUnicodeError (a TypeError): an attribute key that is not UTF-8, which the parser itself reads
         raise YtError(
             f"Cannot parse {what} as YSON: {_first_line(error)}", attributes={"field": what}
         ) from error

@@ -71,6 +71,7 @@ def test_post_body_parameters_yson_json_and_sniffed() -> None:
     ("header", "header_format", "match"),
     [
         ("{path=", "<format=text>yson", "Cannot parse X-YT-Parameters as YSON"),
+        ('<"a\xff"=1>{}', "<format=text>yson", "Cannot parse X-YT-Parameters as YSON"),  # a key not UTF-8
         ('{"path": ', "json", "Cannot parse X-YT-Parameters as JSON"),
         ("[1;2]", "yson", "must be a map of parameters"),
         ("{}", "<format=text", "Cannot parse X-YT-Header-Format"),
