@@ -134,7 +134,9 @@ def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> 
     own work: other heartbeats, their commits' wake-ups), the other threads' CPU (the update's computation,
     the group commit's thread, the API) and the rest (``off_cpu``: the process had no core). Beside them, the
     window's holds by holder (count, wall and the holder's CPU: long in work or long in waiting) and its
-    collections by generation (count, wall, CPU). Empty when the build or the run has no trace."""
+    collections by generation (count, wall, CPU); ``rings_cut`` names the rings that had dropped entries of the
+    window (full: the figures from them cover its later part only). Empty when the build or the run has no
+    trace."""
     trace = (after or {}).get("trace")
     if not trace:
         return {}
@@ -143,6 +145,11 @@ def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> 
     holds = [h for h in trace["holds"] if begin <= h["began"] <= finish]
     collections = [c for c in trace["collections"] if begin <= c["began"] <= finish]
     figures: dict[str, Any] = {"bound_ms": round(1000 * trace["seconds"], 1), "heartbeats": len(slow)}
+    cut = sorted(
+        ring for ring, kept_from in trace.get("kept_from", {}).items() if kept_from and kept_from > begin
+    )
+    if cut:  # those rings dropped entries of the window (``KEPT``): their figures cover only its later part
+        figures["rings_cut"] = cut
     by_holder: dict[str, list[dict[str, Any]]] = {}
     for hold in holds:
         by_holder.setdefault(hold["what"], []).append(hold)

@@ -100,7 +100,23 @@ class HeartbeatTrace:
             ],
             "holds": _spans(self.holds, "what", since),
             "collections": _spans(self.collections, "generation", since),
+            "kept_from": {
+                "heartbeats": _kept_from(self.heartbeats),
+                "holds": _kept_from(self.holds),
+                "collections": _kept_from(self.collections),
+            },
         }
+
+
+def _kept_from(ring: deque[Any]) -> float | None:
+    """When a full ring's oldest entry was taken (wall clock; entries before it were dropped to keep ``KEPT``),
+    None while the ring has dropped nothing: a window that begins earlier is not whole in that ring."""
+    if len(ring) < KEPT:
+        return None
+    try:
+        return round(float(ring[0][0]), 5)
+    except IndexError:  # emptied meanwhile (never, today: nothing pops)
+        return None
 
 
 def _spans(ring: Iterable[tuple[float, float, Any, float]], label: str, since: float) -> list[dict[str, Any]]:

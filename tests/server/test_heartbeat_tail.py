@@ -21,7 +21,7 @@ import pytest
 from pooltree.errors import ConfigError
 from pooltree.node import wire
 from pooltree.server.gc_tuning import GcTuning
-from pooltree.server.heartbeat_trace import HOLD_SECONDS, TRACE, HeartbeatTrace, trace_seconds
+from pooltree.server.heartbeat_trace import HOLD_SECONDS, KEPT, TRACE, HeartbeatTrace, trace_seconds
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.tail import PHASES, SLOW_SECONDS, HeartbeatTail, PhaseClock
 from pooltree.server.service import SchedulerService
@@ -373,3 +373,22 @@ async def _slow_heartbeat(tmp_path: Path, stall: Any) -> tuple[dict[str, Any], s
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_a_full_ring_says_from_when_it_is_whole_and_the_figures_name_it() -> None:
+    """The rings keep the latest ``KEPT`` entries: once one has dropped entries, the report says from when it is
+    whole, and ``trace_figures`` names it for a window that begins earlier (its figures cover only the end)."""
+    trace = HeartbeatTrace(0.1)
+    now = time.time()
+    for index in range(KEPT + 10):
+        trace.holds.append((now - 100 + index / 1000, 0.002, "update", 0.001))
+    trace.collections.append((now - 50, 0.001, 0, 0.001))
+    report = trace.report(0.0)
+    assert report["kept_from"] == {
+        "heartbeats": None,
+        "holds": round(now - 100 + 0.01, 5),
+        "collections": None,
+    }
+    assert len(report["holds"]) == KEPT
+    assert trace_figures({"trace": report}, (now - 100, now))["rings_cut"] == ["holds"]
+    assert "rings_cut" not in trace_figures({"trace": report}, (now - 50, now))
