@@ -134,9 +134,10 @@ def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> 
     own work: other heartbeats, their commits' wake-ups), the other threads' CPU (the update's computation,
     the group commit's thread, the API) and the rest (``off_cpu``: the process had no core). Beside them, the
     window's holds by holder (count, wall and the holder's CPU: long in work or long in waiting) and its
-    collections by generation (count, wall, CPU); ``rings_cut`` names the rings that had dropped entries of the
-    window (full: the figures from them cover its later part only). Empty when the build or the run has no
-    trace."""
+    collections by generation (count, wall, CPU) and its group-commit transactions (``commit_batches``, and those of
+    ``LONG_BATCH_MS`` or more apart: records, wall, the committing thread's CPU, the other threads' and the time
+    without a core); ``rings_cut`` names the rings that had dropped entries of the window (full: the figures from
+    them cover its later part only). Empty when the build or the run has no trace."""
     trace = (after or {}).get("trace")
     if not trace:
         return {}
@@ -174,6 +175,12 @@ def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> 
         }
         for generation, kept in sorted(by_generation.items())
     }
+    batches = [b for b in trace.get("batches", []) if begin <= b["began"] <= finish]
+    if batches:
+        figures["commit_batches"] = _batch_figures(batches)
+        long = [b for b in batches if b["ms"] >= LONG_BATCH_MS]
+        if long:
+            figures["commit_batches_long"] = _batch_figures(long)
     if not slow:
         return figures
     count = len(slow)
@@ -210,6 +217,29 @@ def trace_figures(after: dict[str, Any] | None, window: tuple[float, float]) -> 
         "off_cpu": round(off_cpu / count, 1),
     }
     return figures
+
+
+LONG_BATCH_MS = 20.0
+"""Group-commit transactions this long or longer are summed apart in ``trace_figures`` (``commit_batches_long``)."""
+
+
+def _batch_figures(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Group-commit transactions' count and means: records, wall, the committing thread's CPU, the other threads'
+    CPU meanwhile and the rest (the process without a core), milliseconds."""
+    count = len(batches)
+    wall = sum(b["ms"] for b in batches)
+    cpu = sum(b["cpu_ms"] for b in batches)
+    process = sum(b["process_cpu_ms"] for b in batches)
+    return {
+        "count": count,
+        "records_mean": round(sum(b["records"] for b in batches) / count, 1),
+        "ms_mean": round(wall / count, 2),
+        "max_ms": max(b["ms"] for b in batches),
+        "thread_cpu_ms_mean": round(cpu / count, 2),
+        "other_threads_cpu_ms_mean": round(max(process - cpu, 0.0) / count, 2),
+        "off_cpu_ms_mean": round(max(wall - process, 0.0) / count, 2),
+        "thread_cpu_us_per_record": round(1000 * cpu / max(sum(b["records"] for b in batches), 1), 1),
+    }
 
 
 def _overlap(stall: dict[str, Any], start: float, end: float) -> float:

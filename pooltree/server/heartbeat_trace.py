@@ -12,7 +12,9 @@ latest):
   and the process's CPU (every thread) from its arrival to its answer;
 * every hold of the scheduling lock of ``HOLD_SECONDS`` or more: when, how long, the holder's function and the
   holder thread's CPU during the hold;
-* every garbage collection: when, how long, its generation and the collecting thread's CPU during it.
+* every garbage collection: when, how long, its generation and the collecting thread's CPU during it;
+* every group-commit transaction (``live/commit.py``): when, how long, its job records and the committing thread's
+  CPU and the process's during it (wall past the thread's CPU: the interpreter held by other threads, or no core).
 
 ``GET /internal/heartbeat_tail`` adds them (``trace``) when on; ``bench/heartbeat_tail.py`` (``trace_figures``)
 attributes each slow heartbeat's time: lock waits by the holders that overlapped them, collections, the group
@@ -70,6 +72,8 @@ class HeartbeatTrace:
         """(began, wall clock; seconds; the holder's function; the holder thread's CPU seconds)."""
         self.collections: deque[tuple[float, float, int, float]] = deque(maxlen=KEPT)
         """(began, wall clock; seconds; generation; the collecting thread's CPU seconds)."""
+        self.batches: deque[tuple[float, float, int, float, float]] = deque(maxlen=KEPT)
+        """(began, wall clock; seconds; job records; the committing thread's CPU seconds and the process's)."""
 
     def heartbeat(self, address: str, phases: tuple[float, ...], gc_seconds: float, span: SpanCpu) -> None:
         """One heartbeat answered (its ``tail.PHASES``' seconds, the collections' pauses inside it, the CPU
@@ -100,10 +104,22 @@ class HeartbeatTrace:
             ],
             "holds": _spans(self.holds, "what", since),
             "collections": _spans(self.collections, "generation", since),
+            "batches": [
+                {
+                    "began": round(began, 5),
+                    "ms": round(1000 * seconds, 3),
+                    "records": records,
+                    "cpu_ms": round(1000 * cpu, 3),
+                    "process_cpu_ms": round(1000 * process_cpu, 3),
+                }
+                for began, seconds, records, cpu, process_cpu in list(self.batches)
+                if began + seconds >= since
+            ],
             "kept_from": {
                 "heartbeats": _kept_from(self.heartbeats),
                 "holds": _kept_from(self.holds),
                 "collections": _kept_from(self.collections),
+                "batches": _kept_from(self.batches),
             },
         }
 

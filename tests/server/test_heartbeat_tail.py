@@ -22,6 +22,7 @@ from pooltree.errors import ConfigError
 from pooltree.node import wire
 from pooltree.server.gc_tuning import GcTuning
 from pooltree.server.heartbeat_trace import HOLD_SECONDS, KEPT, TRACE, HeartbeatTrace, trace_seconds
+from pooltree.server.live.commit import GroupCommit
 from pooltree.server.live.lock import SchedulingLock
 from pooltree.server.live.tail import PHASES, SLOW_SECONDS, HeartbeatTail, PhaseClock
 from pooltree.server.service import SchedulerService
@@ -145,7 +146,7 @@ async def test_a_heartbeat_behind_a_held_lock_shows_its_wait_and_the_holder(tmp_
 def traced(monkeypatch: pytest.MonkeyPatch) -> HeartbeatTrace:
     """The process's trace on (``POOLTREE_HEARTBEAT_TRACE=0.05``) for the test, with empty rings."""
     fresh = HeartbeatTrace(SLOW_SECONDS)
-    for name in ("seconds", "enabled", "heartbeats", "holds", "collections"):
+    for name in ("seconds", "enabled", "heartbeats", "holds", "collections", "batches"):
         monkeypatch.setattr(TRACE, name, getattr(fresh, name))
     return TRACE
 
@@ -260,6 +261,43 @@ def test_the_attribution_splits_a_slow_heartbeat_by_holder_collection_and_cpu() 
     assert figures["holds"]["FairShareUpdates.finish_in_parts"]["cpu_ms"] == 5.0
     assert figures["collections"]["1"] == {"count": 1, "total_ms": 10.0, "cpu_ms": 9.0, "max_ms": 10.0}
     assert trace_figures({}, (0.0, 1.0)) == {} and trace_figures(None, (0.0, 1.0)) == {}
+
+
+def test_the_trace_keeps_every_group_commit_transaction_with_its_records_and_cpu(
+    traced: HeartbeatTrace,
+) -> None:
+    """Each transaction of the group commit, however short, is kept with its records and the committing thread's
+    CPU and the process's; ``trace_figures`` sums them, the long ones (20 ms or more) apart."""
+    written: list[int] = []
+
+    def write(records: Sequence[JobRecord]) -> None:
+        if len(records) == 3:  # a long one: 25 ms of the thread's own CPU
+            worked = time.thread_time() + 0.025
+            while time.thread_time() < worked:
+                pass
+        written.append(len(records))
+
+    commits = GroupCommit(write)
+    began = time.time()
+    for count in (1, 3):
+        commits.wait(commits.submit([JobRecord("op", f"j{count}-{i}", "running") for i in range(count)]))
+    assert written == [1, 3]
+    short, long = traced.report(0.0)["batches"]
+    assert short["records"] == 1 and long["records"] == 3 and long["ms"] >= 25.0
+    assert 0 <= short["cpu_ms"] <= short["process_cpu_ms"] + 1 and long["cpu_ms"] >= 20.0
+    figures = trace_figures({"trace": traced.report(0.0)}, (began - 1, time.time() + 1))
+    assert figures["commit_batches"]["count"] == 2 and figures["commit_batches"]["records_mean"] == 2.0
+    assert (
+        figures["commit_batches_long"]["count"] == 1 and figures["commit_batches_long"]["records_mean"] == 3.0
+    )
+    assert figures["commit_batches_long"]["thread_cpu_ms_mean"] >= 20.0
+
+
+def test_an_untraced_group_commit_keeps_no_transactions() -> None:
+    assert not TRACE.enabled
+    commits = GroupCommit(lambda records: None)
+    commits.wait(commits.submit([JobRecord("op", "j", "running")]))
+    assert not TRACE.batches
 
 
 @pytest.mark.anyio
@@ -388,6 +426,7 @@ def test_a_full_ring_says_from_when_it_is_whole_and_the_figures_name_it() -> Non
         "heartbeats": None,
         "holds": round(now - 100 + 0.01, 5),
         "collections": None,
+        "batches": None,
     }
     assert len(report["holds"]) == KEPT
     assert trace_figures({"trace": report}, (now - 100, now))["rings_cut"] == ["holds"]

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
+from pooltree.server.heartbeat_trace import TRACE
 from pooltree.server.live.lock import resolve_all
 from pooltree.server.stalls import StallRing
 from pooltree.server.store import JobRecord, Mutation, OperationRecord
@@ -180,6 +181,7 @@ class GroupCommit:
         """Write ``batch`` (tickets ``first``..``last``), settle its tickets and wake their waiters; the error its
         write raised (kept for every waiter of the batch), or None."""
         error: BaseException | None = None
+        traced = (time.thread_time(), time.process_time()) if TRACE.enabled else None
         began = time.perf_counter()
         try:
             if batch.operations:
@@ -190,6 +192,11 @@ class GroupCommit:
         except BaseException as exc:  # every waiter of the batch gets it
             error = exc
         ended = time.perf_counter()
+        if traced is not None:
+            thread_cpu, process_cpu = time.thread_time() - traced[0], time.process_time() - traced[1]
+            TRACE.batches.append(
+                (time.time() - (ended - began), ended - began, len(batch.jobs), thread_cpu, process_cpu)
+            )
         self.long_batches.note(ended - began, f"{len(batch.jobs)} records, {last - first + 1} submissions")
         with self._mutex:
             self._committing = False
