@@ -12,7 +12,11 @@ each read once through the scheduler's ``get_operation`` fast path (what a read 
   queue's append read and sent), of ``stamp``, and of the replica's ``apply``; the same starts' own CPU;
 * ``updates``: fair-share updates of the tree, each followed by a tick (the feed voids nothing at an update);
 * ``answers``: the replica's answer to ``yt.wrapper``'s ``get_operation`` request for random operations, CPU per
-  answer (the read process's part of a get besides its HTTP).
+  answer (the read process's part of a get besides its HTTP);
+* ``forecast``: a real forecast of the queue (``ForecastService.refresh``), then the feed's tick that sends it
+  (``wire.FORECAST``: it voids no template), the tick's pickled frame (what ``ReadProcess.send`` writes), the
+  replica's ``apply``, and the answers again: how many the replica still answers (every one) and their CPU now
+  that each fills in a forecast map with the operation's estimates.
 
 CPU is the thread's (``time.thread_time``); medians of ``--repeat`` (3) passes where it says so.
 
@@ -37,6 +41,7 @@ from pooltree.reads.seam import ReadRequest
 from pooltree.server.commands import CommandContext
 from pooltree.server.service import SchedulerService
 from pooltree.server.store import open_store
+from pooltree.shards.pipe import frame
 
 TOKEN = "ytct-0000-" + "9a9a" * 8
 NOW = 1_700_000_000.0
@@ -175,7 +180,44 @@ def _measure(service: SchedulerService, operations: int, starts: int, repeat: in
         "replica_ms_per_answer": round(statistics.median(answer_cpu), 4),
         "runs": [round(value, 4) for value in answer_cpu],
     }
+    report["forecast"] = _forecast(service, feed, replica, requests, repeat)
     return report
+
+
+def _forecast(
+    service: SchedulerService, feed: ReadFeed, replica: Replica, requests: list[ReadRequest], repeat: int
+) -> dict[str, Any]:
+    """A new forecast: its tick, frame and apply, then the replica's answers with it (module docstring)."""
+    forecasts = service.forecasts
+    refresh_began = time.monotonic()
+    found = forecasts.refresh()
+    refresh_seconds = time.monotonic() - refresh_began
+    if found is None:
+        return {"error": forecasts.last_error}
+    voids = feed.counts.voids
+    tick_cpu, batch = _cpu(feed.tick)
+    frame_cpu, data = _cpu(lambda: frame(batch))
+    apply_cpu, _ = _cpu(lambda: replica.apply(batch))
+    answered = replica.answered
+    answer_cpu: list[float] = []
+    for _ in range(repeat):
+        spent, answers = _cpu(lambda: [replica.answer(request, 0) for request in requests])
+        answer_cpu.append(1000 * spent / len(requests))
+    ready = sum(1 for answer in answers if answer is not None and b'"state": "ready"' in answer)
+    return {
+        "operations_forecast": len(found.operations),
+        "refresh_seconds": round(refresh_seconds, 2),
+        "feed_tick_ms": round(1000 * tick_cpu, 3),
+        "frame_ms": round(1000 * frame_cpu, 3),
+        "frame_bytes": len(data),
+        "replica_apply_ms": round(1000 * apply_cpu, 3),
+        "voids_sent": feed.counts.voids - voids,
+        "answered_after": replica.answered - answered,
+        "asked_after": len(requests) * repeat,
+        "answers_showing_ready": ready,
+        "replica_ms_per_answer": round(statistics.median(answer_cpu), 4),
+        "runs": [round(value, 4) for value in answer_cpu],
+    }
 
 
 def main() -> None:

@@ -128,6 +128,11 @@ class ForecastService:
         if listeners is not None:  # an operation that starts and ends between two copies is still seen
             listeners.append(self._on_state)
         self.latest: Forecast | None = None
+        self.latest_parcel: tuple[Forecast, tuple[bytes, ...]] | None = None
+        """``latest`` and its operations as the worker sent them, each ``(id, OperationForecast)`` pickled on its
+        own in ``latest.operations``' order (``forecast_parcel``): a read process's feed forwards them unopened
+        (``pooltree/reads/wire.py``). Set before ``latest``: a reader that finds another forecast here than in
+        ``latest`` pickles ``latest``'s itself."""
         self.last_error: str | None = None if self.settings.enabled else OFF
         self.last_read = -float("inf")
         self.refreshes = 0
@@ -213,6 +218,7 @@ class ForecastService:
             self.health.failed()
             log.warning("forecast failed: %s", self.last_error)
             return None
+        self.latest_parcel = (found, parcel[1])
         self.latest = found
         self.last_error = None
         self.refreshes += 1

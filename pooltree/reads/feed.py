@@ -14,9 +14,12 @@ What it sends, and what it costs the scheduler:
 * the queues those operations wait in: whole the first time, then per tick only what was appended (or whole again
   when an operation left), and the pool's running counts; a tick reads a queue's length, head, tail and counts;
 * voids: an operation a command changed (suspend, resume, parameters, abort, complete) or that finished; every
-  operation at a new forecast, when the nodes' grouping moves (``fleet_revision``: the ``no_online_node`` alert)
-  and when the pool trees change. A fair-share update changes nothing of a pending operation's map but its build
-  time (a slot), so updates void nothing (the equal-answer test checks it);
+  operation when the nodes' grouping moves (``fleet_revision``: the ``no_online_node`` alert) and when the pool
+  trees change. A fair-share update changes nothing of a pending operation's map but its build time (a slot), so
+  updates void nothing (the equal-answer test checks it);
+* the forecast the maps show, when it moves (a new forecast, a failed refresh): a template's
+  ``scheduling_forecast`` is a slot the replica fills from it, so a new forecast voids no template (it voided
+  every one until session 36: the replica was cold for 15-25 s after each);
 * the security directory when it moves (``Directory.revision``).
 
 Thread-safe: the hooks run on the API loop and the command threads; the feed ticks on a task of the API loop.
@@ -75,6 +78,10 @@ MAX_SHAPES = 64
 """Distinct request shapes counted (a client asking in ever new shapes is not remembered past these)."""
 
 
+_UNSENT: Hashable = ("the forecast was not sent",)
+"""``ReadFeed._forecast_mark`` before the replica was sent a forecast (no mark equals it)."""
+
+
 @dataclass
 class _Sent:
     """What the replica holds of one operation: its request shapes and the pools it waits in."""
@@ -116,6 +123,7 @@ class FeedCounts:
     queues_whole: int = 0
     queue_appends: int = 0
     warmed: int = 0
+    forecasts: int = 0
 
 
 class ReadFeed:
@@ -157,7 +165,8 @@ class ReadFeed:
         self._queues: dict[tuple[str, str], _SentQueue | None] = {}
         """The queues the replica holds (None: to be sent whole)."""
         self._security_revision: int | None = None
-        self._forecast_mark: Hashable = None
+        self._forecast_mark: Hashable = _UNSENT
+        """``OperationCommands.forecast_shown``'s mark when the forecast was last sent (``_UNSENT``: not yet)."""
         self._fleet_revision: int | None = None
         self._shapes: Counter[str] = Counter()
         """Gets by request shape (``wire.encoding_key``): the most asked are made before they are asked for."""
@@ -277,6 +286,10 @@ class ReadFeed:
             self._epoch_all += 1
             self._epochs.clear()
             self._security_revision = None
+            self._forecast_mark = _UNSENT
+            # the node grouping as a new replica begins: only a move after it voids what it is sent (the first
+            # tick voided everything, so the templates made for it were dropped)
+            self._fleet_revision = self.scheduler.alert_center.fleet_revision
             self._owed = True
 
     # ------------------------------------------------------------------ hooks
@@ -383,10 +396,9 @@ class ReadFeed:
             voids, self._voids = self._voids, set()
             void_all, self._void_all = self._void_all, False
         messages: list[dict[str, Any]] = []
-        forecast_mark = self.commands.forecast_mark()
         fleet_revision = self.scheduler.alert_center.fleet_revision
-        if forecast_mark != self._forecast_mark or fleet_revision != self._fleet_revision:
-            self._forecast_mark, self._fleet_revision = forecast_mark, fleet_revision
+        if fleet_revision != self._fleet_revision:
+            self._fleet_revision = fleet_revision
             void_all = True
         if void_all:
             if self._sent or self._queues:
@@ -402,6 +414,15 @@ class ReadFeed:
             if self._sent.pop(operation_id, None) is not None:
                 messages.append({"kind": wire.VOID, "operation": operation_id})
                 self.counts.voids += 1
+        forecast_mark, forecast, error = self.commands.forecast_shown()
+        if forecast_mark != self._forecast_mark:
+            # a template's forecast map is a slot the replica fills from this: a new forecast voids nothing
+            self._forecast_mark = forecast_mark
+            forecasts = self.commands.forecasts
+            parcel = None if forecasts is None else forecasts.latest_parcel
+            pickled = parcel[1] if parcel is not None and parcel[0] is forecast else None
+            messages.append(wire.forecast_message(forecast, error, pickled))
+            self.counts.forecasts += 1
         directory = self.security.directory
         if directory.revision != self._security_revision:
             self._security_revision = directory.revision

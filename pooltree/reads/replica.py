@@ -29,6 +29,8 @@ from typing import Any
 from starlette.responses import Response
 
 from pooltree.errors import PooltreeError
+from pooltree.forecast.attribute import live_scheduling_forecast
+from pooltree.forecast.run import Forecast
 from pooltree.reads import wire
 from pooltree.reads.seam import ReadRequest
 from pooltree.security.directory import STORE_KEY
@@ -175,6 +177,13 @@ class Replica:
         self.security: Security | None = None
         self.operations: dict[str, HeldOperation] = {}
         self.queues: dict[tuple[str, str], Queue] = {}
+        self.forecast: Forecast | None = None
+        """The forecast the scheduler's maps show (``wire.FORECAST``), its last refresh's error, and whether one was
+        applied (a template's ``scheduling_forecast`` slot is filled from them; before, such gets are relayed). Its
+        ``operations`` holds those opened so far: the others wait in ``_forecast_entries`` until a get asks."""
+        self.forecast_error: str | None = None
+        self.forecast_known = False
+        self._forecast_entries: dict[str, str] = {}
         self.refused = 0
         """Feed messages that were not applied (not of ``wire.py``'s shapes)."""
         self.broken = False
@@ -214,6 +223,9 @@ class Replica:
             self._apply_template(message)
         elif kind == wire.QUEUE:
             self._apply_queue(message)
+        elif kind == wire.FORECAST:
+            self.forecast, self._forecast_entries, self.forecast_error = wire.forecast_of(message)
+            self.forecast_known = True
         elif kind == wire.VOID:
             if message.get("all") is True:
                 self.operations.clear()
@@ -358,9 +370,39 @@ class Replica:
             return http_answer(denial, now, keep_alive=request.keep_alive)
         finally:
             security.resolver = None
-        data = template.fill(placements, output_format(params), build_time=iso_time(now))
+        data = template.fill(
+            placements,
+            output_format(params),
+            build_time=iso_time(now),
+            forecast=self._forecast_of(held.access.operation_id, template.trees),
+        )
         if data is None:
             raise _Relay("template not filled")
         headers_out = {"X-YT-Request-Id": request_id, "X-YT-Proxy": self.host}
         found = Response(data, media_type=template.content_type, headers=headers_out)
         return http_answer(found, now, keep_alive=request.keep_alive)
+
+    def _forecast_of(
+        self, operation_id: str, trees: tuple[str, ...]
+    ) -> Callable[[list[Any]], dict[str, Any]] | None:
+        """What fills a template's ``scheduling_forecast`` slot for ``operation_id`` (in ``trees``): the scheduler's
+        ``live_scheduling_forecast`` of the forecast applied, given the trees' reasons; None before one was."""
+        if not self.forecast_known:
+            return None
+        forecast, error = self.forecast, self.forecast_error
+        entry = self._forecast_entries.pop(operation_id, None)
+        if entry is not None and forecast is not None:
+            try:
+                forecast.operations[operation_id] = wire.opened_entry(operation_id, entry)
+            except wire.BadMessage as bad:  # not what the feed sends: answered by the scheduler from now on
+                log.error("read replica: %s", bad)
+                self.refused += 1
+                self.broken = True
+                raise _Relay("no replica") from bad
+
+        def fill(reasons: list[Any]) -> dict[str, Any]:
+            return live_scheduling_forecast(
+                forecast, operation_id, trees, reasons, error=error, time_format=iso_time
+            )
+
+        return fill

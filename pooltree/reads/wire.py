@@ -15,15 +15,22 @@ one ``kind`` each, applied in the order sent.
   the queue is unknown (its operations are relayed until it is sent whole).
 * ``void`` ``{operation}`` or ``{all: true}``: what the replica holds of an operation (or of every operation and
   queue) no longer holds.
+* ``forecast`` ``{error, result}``: the forecast the scheduler's maps show now (``OperationCommands.forecast_shown``):
+  the last refresh's error, and the latest ``Forecast`` (None before the first): its fields the attribute reads,
+  and per operation id its ``(id, OperationForecast)`` pickled, as Latin-1 text (opened on the first get of it). A
+  template's ``scheduling_forecast`` is a slot the replica fills from it (``pending_maps.FORECAST``): a new forecast
+  voids no template.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pooltree.errors import PooltreeError
+from pooltree.forecast.run import Forecast, OperationForecast
 from pooltree.security.acl import OPERATION_PERMISSIONS, parse_acl
 from pooltree.security.guard import OperationAccess
 from pooltree.server.pending_maps import Template
@@ -33,7 +40,8 @@ SECURITY = "security"
 TEMPLATE = "template"
 QUEUE = "queue"
 VOID = "void"
-KINDS = (COUNTER, SECURITY, TEMPLATE, QUEUE, VOID)
+FORECAST = "forecast"
+KINDS = (COUNTER, SECURITY, TEMPLATE, QUEUE, VOID, FORECAST)
 
 
 class BadMessage(ValueError):
@@ -134,3 +142,85 @@ def waits_of(raw: Any) -> tuple[tuple[str, str], ...]:
     ):
         raise BadMessage("waits: expected [tree, pool] pairs")
     return tuple((item[0], item[1]) for item in raw)
+
+
+def forecast_message(
+    result: Forecast | None, error: str | None, pickled: Sequence[bytes] | None = None
+) -> dict[str, Any]:
+    """The ``forecast`` message of ``result`` and ``error``: what ``live_scheduling_forecast`` reads of the forecast
+    as a whole, and per operation its ``(id, OperationForecast)`` pickled on its own (``pickled``: those the worker
+    sent, in ``result.operations``' order, ``ForecastService.latest_parcel``; else pickled here), as Latin-1 text.
+    The replica opens an operation's when a get first asks for it: a forecast of thousands of operations is a few
+    thousand strings on the pipe, not tens of thousands of maps for the read process to unpickle and collect
+    (``bench/read_feed.py``'s ``forecast``)."""
+    data: dict[str, Any] | None = None
+    if result is not None:
+        if pickled is None or len(pickled) != len(result.operations):
+            pickled = [pickle.dumps(item, pickle.HIGHEST_PROTOCOL) for item in result.operations.items()]
+        data = {
+            "now": result.now,
+            "horizon": result.horizon,
+            "seeds": result.seeds,
+            "simulated": result.simulated,
+            "arrivals": result.arrivals,
+            "operations": {
+                operation_id: entry.decode("latin-1")
+                for operation_id, entry in zip(result.operations, pickled, strict=True)
+            },
+        }
+    return {"kind": FORECAST, "error": error, "result": data}
+
+
+def _number(value: Any, what: str, *, optional: bool = False) -> Any:
+    if (value is None and optional) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    raise BadMessage(f"{what}: expected a number")
+
+
+def forecast_of(raw: Any) -> tuple[Forecast | None, dict[str, str], str | None]:
+    """What a ``forecast`` message carries (``BadMessage`` when it is not one): the forecast without its operations
+    (the work counters the attribute does not read are 0), its operations' entries unopened (``opened_entry``), the
+    last refresh's error."""
+    if not isinstance(raw, dict):
+        raise BadMessage("forecast: expected a map")
+    error, data = raw.get("error"), raw.get("result")
+    if error is not None and not isinstance(error, str):
+        raise BadMessage("forecast.error: expected a string or null")
+    if data is None:
+        return None, {}, error
+    if not isinstance(data, dict):
+        raise BadMessage("forecast.result: expected a map or null")
+    entries, arrivals, seeds = data.get("operations"), data.get("arrivals"), data.get("seeds")
+    if not isinstance(entries, dict) or not isinstance(arrivals, dict):
+        raise BadMessage("forecast.result: operations and arrivals are maps")
+    if not all(isinstance(key, str) and isinstance(value, str) for key, value in entries.items()):
+        raise BadMessage("forecast.result.operations: expected id -> pickled entry as text")
+    if not isinstance(seeds, int) or isinstance(seeds, bool):
+        raise BadMessage("forecast.result.seeds: expected an integer")
+    head = Forecast(
+        now=_number(data.get("now"), "forecast.result.now"),
+        horizon=_number(data.get("horizon"), "forecast.result.horizon"),
+        seeds=seeds,
+        operations={},
+        events=0,
+        simulated=_number(data.get("simulated"), "forecast.result.simulated", optional=True),
+        arrivals=arrivals,
+    )
+    return head, entries, error
+
+
+def opened_entry(operation_id: str, entry: str) -> OperationForecast:
+    """An operation's forecast from its ``forecast`` message's entry (``BadMessage`` when it is not one: the pickle
+    is the scheduler's, from the read process's own parent)."""
+    try:
+        found = pickle.loads(entry.encode("latin-1"))
+    except Exception as error:  # any unpickling failure: the entry is not one the feed made
+        raise BadMessage(f"forecast entry of {operation_id}: {error}") from error
+    if not (
+        isinstance(found, tuple)
+        and len(found) == 2
+        and found[0] == operation_id
+        and isinstance(found[1], OperationForecast)
+    ):
+        raise BadMessage(f"forecast entry of {operation_id}: not its (id, OperationForecast)")
+    return found[1]

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pooltree.errors import ConfigError, PooltreeError
 from pooltree.forecast.attribute import live_scheduling_forecast, operation_forecast_map
 from pooltree.forecast.live import count_limit_holder, submitted_operation, tree_limitation
+from pooltree.forecast.run import Forecast
 from pooltree.forecast.worker import ForecastService
 from pooltree.server.aliases import OperationAliases
 from pooltree.server.commands import CommandContext, CommandRegistry, Deferred, Encoded, output_format
@@ -209,11 +210,16 @@ class OperationCommands:
 
     def _forecast_mark(self) -> Hashable:
         """Which forecast an attribute map shows (a new one, or a failed refresh, makes the map stale)."""
+        return self.forecast_shown()[0]
+
+    def forecast_shown(self) -> tuple[Hashable, Forecast | None, str | None]:
+        """Which forecast an attribute map shows now (its mark: ``forecast_mark``), the forecast and the last
+        refresh's error, read together (a read process's replica is sent the two when the mark moves)."""
         forecasts = self.forecasts
         if forecasts is None:
-            return None
-        latest = forecasts.latest
-        return (None if latest is None else latest.now, forecasts.last_error)
+            return None, None, None
+        latest, error = forecasts.latest, forecasts.last_error
+        return (None if latest is None else latest.now, error), latest, error
 
     def _cached(self, operation_id: str) -> _Attributes | None:
         """The cached attribute map if it is current; never blocks (runs on the event loop, without the lock)."""
@@ -620,7 +626,7 @@ class OperationCommands:
         self, operation_id: str, parameters: Mapping[str, Any]
     ) -> tuple[Template, tuple[Any, ...], LiveOperation] | None:
         """For a read process (``pooltree/reads/feed.py``): the template of a pending operation's answer to
-        ``get_operation`` with ``parameters`` (its build time a slot too), the placement it was made at (per tree,
+        ``get_operation`` with ``parameters`` (its build time and its forecast map slots too), the placement it was made at (per tree,
         as ``_placement``) and the operation; None when it is not pending, the format is not templated, or it
         moved while read (built without the lock, as ``_pending_entry``)."""
         op = self.scheduler.operations.get(operation_id)
@@ -637,12 +643,18 @@ class OperationCommands:
         placement = built.fingerprint[-2]
         waiting = [place[0] for place in placement if len(place) > 2]
         made = make_template(
-            built.attributes, op.trees, waiting, fmt, lambda m: self._select(m, wanted), with_time=True
+            built.attributes,
+            op.trees,
+            waiting,
+            fmt,
+            lambda m: self._select(m, wanted),
+            with_time=True,
+            forecast_apart=True,
         )
         return None if made is None else (made[0], placement, op)
 
     def forecast_mark(self) -> Hashable:
-        """Which forecast the attribute maps show now (a read process's templates are void when it moves)."""
+        """Which forecast the attribute maps show now (a read process's replica is sent it when it moves)."""
         return self._forecast_mark()
 
     def _changed(self, operation_id: str) -> None:

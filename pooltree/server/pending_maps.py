@@ -10,6 +10,9 @@ at the markers. A read fills in those values, each encoded alone: per tree where
 holds it, ``pending_position``, ``pending_reason`` and the ``pending_allocations_reason`` made of them
 (``alerts.count_limit_reason``), and the forecast's ``waiting_for`` (the first of its trees' reasons).
 
+A read process's templates (``forecast_apart``, ``pooltree/reads``) make the whole ``scheduling_forecast`` map a
+slot too: its replica fills it from the forecast it was sent, so a new forecast keeps them.
+
 Only JSON without pretty printing (what ``yt.wrapper`` asks for): there a value's encoding is the same wherever it
 stands in the document. The bytes are those of the whole map built and encoded anew (tested).
 """
@@ -31,6 +34,9 @@ PLACEMENT_KEYS = ("pending_pool", "pending_reason", "pending_position", "running
 QUEUE_KEYS = ("pending_position", "pending_reason", "pending_allocations_reason")
 """Of a tree's scheduling info, what the queue numbers decide (filled in per read)."""
 WAITING_FOR = "waiting_for"
+FORECAST = "scheduling_forecast"
+"""The slot key of the whole ``scheduling_forecast`` map in a template made ``forecast_apart`` (a read process's:
+its replica holds the forecast apart and fills the map in per answer, so a new forecast keeps the templates)."""
 BUILD_TIME = "build_time"
 """The slot key of the map's build time (``progress/build_time``, ``brief_progress/build_time``) in a template made
 ``with_time`` (a read process's: it shows when it answered, ``pooltree/reads``)."""
@@ -57,18 +63,30 @@ class Template:
 
     pieces: tuple[bytes, ...]
     slots: tuple[tuple[str | None, str], ...]
-    """(tree, key) per gap; (None, ``WAITING_FOR``) for the forecast's."""
+    """(tree, key) per gap; (None, ``WAITING_FOR``) for the forecast's reason, (None, ``FORECAST``) for the whole
+    forecast map, (None, ``BUILD_TIME``) for the build time."""
     fixed_reasons: tuple[tuple[str, Any], ...]
     """The operation's trees in order, each with its ``pending_allocations_reason`` when that is not filled in
     (None for the trees whose reason is)."""
     content_type: str
 
+    @property
+    def trees(self) -> tuple[str, ...]:
+        """The operation's trees in order (those of ``fixed_reasons``)."""
+        return tuple(tree for tree, _ in self.fixed_reasons)
+
     def fill(
-        self, placements: Mapping[str, Mapping[str, Any]], fmt: Format, build_time: str | None = None
+        self,
+        placements: Mapping[str, Mapping[str, Any]],
+        fmt: Format,
+        build_time: str | None = None,
+        forecast: Callable[[list[Any]], Any] | None = None,
     ) -> bytes | None:
         """The answer with the operation's placement (``operation_orchid``) in each tree where it waits in a pool
-        (and ``build_time``, the map's build time as shown, in a template made ``with_time``); None when a slot's
-        tree is missing from ``placements`` or a build time slot has no ``build_time``."""
+        (and ``build_time``, the map's build time as shown, in a template made ``with_time``; the forecast map,
+        ``forecast`` of the trees' ``pending_allocations_reason`` in ``trees``' order, in one made
+        ``forecast_apart``); None when a slot's tree is missing from ``placements``, a build time slot has no
+        ``build_time`` or a forecast slot no ``forecast``."""
         if any(tree is not None and tree not in placements for tree, _ in self.slots):
             return None
         reasons: dict[str, Any] = {}
@@ -81,6 +99,10 @@ class Template:
                 if build_time is None:
                     return None
                 values.append(build_time)
+            elif tree is None and key == FORECAST:
+                if forecast is None:
+                    return None
+                values.append(forecast(list(reasons.values())))
             elif tree is None:
                 values.append(next((reason for reason in reasons.values() if reason), None))
             elif key == "pending_allocations_reason":
@@ -109,12 +131,15 @@ def make_template(
     select: Callable[[dict[str, Any]], dict[str, Any]],
     *,
     with_time: bool = False,
+    forecast_apart: bool = False,
 ) -> tuple[Template, list[Any]] | None:
     """The template of ``attributes`` (a pending operation's map, its trees ``trees`` in order, waiting in a pool in
     the trees ``waiting``) encoded in ``fmt`` after ``select`` (the requested attributes), and the values its slots
     had in ``attributes`` (``template.join(values, fmt)`` is ``attributes``' answer); None when a marker is not
     found where it was put (then the map is encoded whole per read). ``with_time``: the map's build time is a slot
-    too (``BUILD_TIME``, filled by ``fill``'s ``build_time``)."""
+    too (``BUILD_TIME``, filled by ``fill``'s ``build_time``). ``forecast_apart``: the whole ``scheduling_forecast``
+    map is a slot (``FORECAST``, filled by ``fill``'s ``forecast``), and every tree of ``trees`` must be in the map's
+    scheduling info (``fill`` gives ``forecast`` their reasons in order; else None)."""
     marked = dict(attributes)
     slots: list[tuple[str | None, str]] = []
     originals: list[Any] = []
@@ -151,9 +176,13 @@ def make_template(
             if isinstance(part, dict) and BUILD_TIME in part:
                 marked[name] = part = dict(part)
                 part[BUILD_TIME] = mark((None, BUILD_TIME), part[BUILD_TIME])
-    forecast = marked.get("scheduling_forecast")
-    if isinstance(forecast, dict) and WAITING_FOR in forecast:
-        marked["scheduling_forecast"] = forecast = dict(forecast)
+    forecast = marked.get(FORECAST)
+    if forecast_apart and FORECAST in marked:
+        if len(fixed) != len(trees):
+            return None
+        marked[FORECAST] = mark((None, FORECAST), forecast)
+    elif isinstance(forecast, dict) and WAITING_FOR in forecast:
+        marked[FORECAST] = forecast = dict(forecast)
         forecast[WAITING_FOR] = mark((None, WAITING_FOR), forecast[WAITING_FOR])
     data, content_type = encode_structured(select(marked), fmt, plain=True)
     found: list[tuple[int, int, int]] = []  # (offset, length, slot index), sorted: the document's order

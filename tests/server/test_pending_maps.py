@@ -121,6 +121,38 @@ def test_a_template_refuses_a_map_without_its_values() -> None:
     assert template.fill({}, Format("json")) == encode_structured(attributes, Format("json"))[0]
 
 
+def test_a_template_made_forecast_apart_fills_the_forecast_map_per_answer() -> None:
+    """A read process's template (``forecast_apart``): the whole ``scheduling_forecast`` map is one slot, filled by
+    the caller's forecast of the trees' reasons (in the trees' order); the bytes are the whole map's encoding. A map
+    without scheduling info gives none (the forecast is given every tree's reason from there)."""
+    fmt = Format("json")
+    info = {"t": {"pool": "p", "pending_allocations_reason": {"reason": "fixed"}}, "u": {"pool": "q"}}
+    forecast = {"waiting_for": {"reason": "fixed"}, "state": "ready", "seeds": 8}
+    attributes = {
+        "id": "x",
+        "progress": {"scheduling_info_per_pool_tree": info},
+        "scheduling_forecast": forecast,
+    }
+    made = make_template(attributes, ["t", "u"], [], fmt, dict, forecast_apart=True)
+    assert made is not None
+    template, values = made
+    assert template.slots == ((None, "scheduling_forecast"),) and template.trees == ("t", "u")
+    assert template.join(values, fmt) == encode_structured(attributes, fmt)[0]
+    asked: list[list[Any]] = []
+
+    def filled(reasons: list[Any]) -> dict[str, Any]:
+        asked.append(reasons)
+        return {**forecast, "state": "computing"}
+
+    data = template.fill({}, fmt, forecast=filled)
+    assert asked == [[{"reason": "fixed"}, None]]
+    assert data == encode_structured({**attributes, "scheduling_forecast": filled([])}, fmt)[0]
+    assert template.fill({}, fmt) is None  # no forecast to fill it with
+    bare = {"id": "x", "scheduling_forecast": forecast}  # no scheduling info: no reasons to give the forecast
+    assert make_template(bare, ["t"], [], fmt, dict, forecast_apart=True) is None
+    assert make_template(bare, ["t"], [], fmt, dict) is not None
+
+
 def test_a_queued_operation_moved_while_read_is_read_again_on_the_loop(service: SchedulerService) -> None:
     """A start into its pool while a queued operation's map is built (read without the lock) makes that read give
     up; the event loop reads it again instead of handing it to a worker thread, where it would queue behind every
