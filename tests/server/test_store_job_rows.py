@@ -1,7 +1,9 @@
 """The SQLite store's job rows written straight (``SqliteStore.put_jobs``, the group commit's write of every
-heartbeat's rows) end as the generic transaction (``SqlStore.put_jobs`` through ``_transaction``) ends them: the
-same rows stored, and the same refusal, store trouble, roll-back and rescued journal when the file is deleted,
-replaced or corrupted under it, a statement fails or a row cannot be built."""
+heartbeat's rows) end as the generic transaction (``SqlStore.put_jobs`` through ``_transaction``) ends them, and
+both, writing many rows a statement (``SqliteStore._write_job_rows``), as one statement a row
+(``SqlStore._write_job_rows``, ``executemany``) ends them: the same rows stored, and the same refusal, store
+trouble, roll-back and rescued journal when the file is deleted, replaced or corrupted under it, a statement fails
+or a row cannot be built."""
 
 from __future__ import annotations
 
@@ -14,13 +16,24 @@ import pytest
 
 from pooltree.server.store import JobRecord, StoreUnavailable, open_store
 from pooltree.server.store.sql import SqlStore
-from pooltree.server.store.sqlite import SqliteStore
+from pooltree.server.store.sqlite import ROWS_PER_STATEMENT, ROWS_STEP, SqliteStore, job_row_chunks
 
 Writer = Callable[[SqliteStore, Sequence[JobRecord]], None]
+
+
+def _a_statement_a_row(store: SqliteStore, records: Sequence[JobRecord]) -> None:
+    """The generic transaction with one statement a row (``SqlStore._write_job_rows``: ``executemany``)."""
+    store._write_job_rows = SqlStore._write_job_rows.__get__(store)  # type: ignore[method-assign]
+    try:
+        SqlStore.put_jobs(store, records)
+    finally:
+        del store._write_job_rows
+
 
 WRITERS: dict[str, Writer] = {
     "straight": SqliteStore.put_jobs,
     "generic": SqlStore.put_jobs,
+    "a_statement_a_row": _a_statement_a_row,
 }
 
 
@@ -105,7 +118,7 @@ def test_the_straight_write_ends_as_the_generic_transaction(tmp_path: Path, scen
     late, damage = SCENARIOS[scenario]
     outcomes = {name: _outcome(tmp_path / name, writer, late, damage) for name, writer in WRITERS.items()}
     straight, generic = outcomes["straight"], outcomes["generic"]
-    assert straight == generic
+    assert straight == generic == outcomes["a_statement_a_row"]
     raised, health, rows = straight
     if scenario == "stored":
         assert raised is None and health is None
@@ -131,3 +144,58 @@ def test_the_straight_write_ends_as_the_generic_transaction(tmp_path: Path, scen
     if rows is not None:  # the late batch left nothing; what was acknowledged before is kept
         assert {row[1] for row in rows} == {"a", "b", "c", "d"}
         assert ("op-1", "b", "running", None, (("task_name", "main"),)) in rows
+
+
+def _statements(store: SqliteStore) -> list[str]:
+    """The job upserts the store's writer connection runs from now on (its trace callback)."""
+    seen: list[str] = []
+    store._conn.set_trace_callback(
+        lambda sql: seen.append(sql) if sql.startswith("INSERT INTO jobs") else None
+    )
+    return seen
+
+
+@pytest.mark.parametrize("largest", [256, 3])
+def test_many_rows_a_statement_store_what_a_statement_a_row_stores(tmp_path: Path, largest: int) -> None:
+    """A batch of a few hundred rows (a post-update burst's), with rows of one job repeated (the last wins) and
+    every column's kinds, is stored as one statement a row stores it, in a few statements
+    (``job_row_chunks``: 441 rows in 3 of at most 256; a library that allows fewer variables, fewer rows each)."""
+    records = [
+        JobRecord(
+            f"op-{index % 300 % 7}",
+            f"job-{index % 300}",
+            "running" if index < 300 else "completed",
+            f"node-{index}",
+            1000.0 + index / 3,
+            None if index < 300 else 2000.0 + index / 7,
+            None if index % 2 else f"stderr-{index}",
+            {"task_name": "main", "index": index, "ratio": index / 9, "nested": {"a": [index]}},
+        )
+        for index in range(441)
+    ]
+    stored: dict[str, list[JobRecord]] = {}
+    for name, writer in (("many", SqliteStore.put_jobs), ("one", _a_statement_a_row)):
+        store = open_store(f"sqlite:///{tmp_path / name / 'pooltree.db'}")
+        assert isinstance(store, SqliteStore)
+        store._rows_per_statement = largest
+        statements = _statements(store)
+        writer(store, records)
+        expected = len(records) if name == "one" else len(job_row_chunks(len(records), largest))
+        assert len(statements) == expected
+        stored[name] = [job for operation in range(7) for job in store.list_jobs(f"op-{operation}")]
+        store.close()
+    assert stored["many"] == stored["one"] and len(stored["many"]) == 300
+    if largest == 256:
+        assert job_row_chunks(441) == [256, 176, 9]
+
+
+def test_a_batch_s_statements_are_few_and_of_few_shapes() -> None:
+    """Every batch size from 0 to 1,000 rows: the chunks add up, none passes the largest, at most two are below
+    it, and all the sizes used are at most 31 (the statement texts the connection's cache holds)."""
+    shapes: set[int] = set()
+    for count in range(1001):
+        chunks = job_row_chunks(count)
+        assert sum(chunks) == count and all(0 < chunk <= ROWS_PER_STATEMENT for chunk in chunks)
+        assert sum(1 for chunk in chunks if chunk < ROWS_PER_STATEMENT) <= 2
+        shapes.update(chunks)
+    assert len(shapes) <= 2 * ROWS_STEP - 1 and job_row_chunks(5, 1) == [1] * 5

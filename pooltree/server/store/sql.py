@@ -235,7 +235,7 @@ class SqlStore(Store):
                 if mutation is not None:
                     self._remember(cur, mutation)
             if jobs:
-                cur.executemany(self._q(self._PUT_JOB), [self._job_row(job) for job in jobs])
+                self._write_job_rows(cur, [self._job_row(job) for job in jobs])
             for record, _ in operations:
                 self._put_operation_row(cur, record)
 
@@ -343,6 +343,11 @@ class SqlStore(Store):
             dump_document(record.document),
         )
 
+    def _write_job_rows(self, cur: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Upsert job rows (``_job_row``'s) in the open transaction of ``cur``, in order (a later row of the same
+        job wins)."""
+        cur.executemany(self._q(self._PUT_JOB), rows)
+
     def put_job(self, record: JobRecord) -> None:
         with self._lock, self._transaction() as cur:
             cur.execute(self._q(self._PUT_JOB), self._job_row(record))
@@ -351,7 +356,7 @@ class SqlStore(Store):
         if not records:
             return
         with self._lock, self._transaction() as cur:
-            cur.executemany(self._q(self._PUT_JOB), [self._job_row(record) for record in records])
+            self._write_job_rows(cur, [self._job_row(record) for record in records])
 
     def get_job(self, operation_id: str, job_id: str) -> JobRecord | None:
         rows = self._rows(
