@@ -76,6 +76,14 @@ interpreter's switch interval: a request waits no longer behind them than behind
 template per turn fell behind the starts on a busy loop (each turn of 50 clients' requests takes milliseconds)."""
 MAX_SHAPES = 64
 """Distinct request shapes counted (a client asking in ever new shapes is not remembered past these)."""
+CLIENT_SHAPE = {"output_format": "json"}
+"""The shape of ``yt.wrapper``'s ``get_operation`` (its parameters besides the operation that make the answer):
+made ahead before any get was counted, so a new read process is warm for the official client when the first gets
+come (counted as asked 0 times: once clients asked other shapes, only as often as it is asked)."""
+DISCOVER_EVERY = 1.0
+"""Seconds at least between two looks for pools with pending operations whose queue the replica does not hold yet:
+they are held from then on and their operations' templates made ahead. Without the look a queue was held only after
+a get of one of its operations missed, so a new read process (or a new queue) began cold for every get."""
 
 
 _UNSENT: Hashable = ("the forecast was not sent",)
@@ -171,6 +179,11 @@ class ReadFeed:
         self._shapes: Counter[str] = Counter()
         """Gets by request shape (``wire.encoding_key``): the most asked are made before they are asked for."""
         self._shape_parameters: dict[str, dict[str, Any]] = {}
+        client_key = wire.encoding_key(CLIENT_SHAPE)
+        assert client_key is not None
+        self._shapes[client_key] = 0
+        self._shape_parameters[client_key] = dict(CLIENT_SHAPE)
+        self._last_discover = -float("inf")
         self._cold: deque[str] = deque()
         """Operations the queues the replica holds showed (whole or appended) whose templates may not be made yet."""
         self._last_warm = 0.0
@@ -283,6 +296,7 @@ class ReadFeed:
             self._sent.clear()
             self._queues.clear()
             self._cold.clear()
+            self._last_discover = -float("inf")
             self._epoch_all += 1
             self._epochs.clear()
             self._security_revision = None
@@ -436,11 +450,28 @@ class ReadFeed:
             )
         for item in made:
             self._register(item, messages)
+        self._discover()
         for holder in list(self._queues):
             self._queue(holder, messages)
         self.counts.ticks += 1
         messages.append({"kind": wire.COUNTER, "value": counter})
         return messages
+
+    def _discover(self) -> None:
+        """Every ``DISCOVER_EVERY`` seconds, hold the queue of every pool with pending operations (sent whole by this
+        tick, its operations then made ahead by ``_warm``); read without the lock (a pool tree changed while read is
+        looked at again next time)."""
+        now = time.monotonic()
+        if now - self._last_discover < DISCOVER_EVERY:
+            return
+        self._last_discover = now
+        try:
+            for tree_name, tree in list(self.scheduler.registry.trees.items()):
+                for pool in list(tree.pools.values()):
+                    if pool.pending:
+                        self._queues.setdefault((tree_name, pool.name), None)
+        except RuntimeError:  # changed while read (no lock)
+            pass
 
     def _make(self) -> list[_Made]:
         """The templates asked for since the last tick and those made ahead (``_warm``), for the next tick."""

@@ -505,3 +505,22 @@ def test_a_replica_that_keeps_an_old_forecast_is_caught(service: SchedulerServic
     """The comparison can fail: a replica deaf to new forecasts answers with the forecast of before."""
     with pytest.raises(AssertionError, match=r"^\(ReadRequest\("):  # the comparison's, not a relay count's
         _forecast_moves(service, clock, _DeafToNewForecasts(clock=clock))
+
+
+def test_a_new_replica_is_warm_for_the_clients_shape_before_any_get(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool with pending operations is found without a get (``DISCOVER_EVERY``) and its operations' templates made
+    ahead in ``yt.wrapper``'s shape (``CLIENT_SHAPE``) before any get was counted: the first gets are answered by the
+    replica, equal to the scheduler's. Before, a queue was held only after a get of it missed, and a shape made
+    ahead only once asked: a new read process began cold (``live_queue``'s first seconds of gets relayed)."""
+    monkeypatch.setattr(feed_module, "WARM_EVERY", 1e-9)
+    tokens = _tokens(service)
+    process = _attached(service, _listening(service))
+    spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    ops = [service.scheduler.start_operation("vanilla", spec, "root", NOW) for _ in range(5)]
+    process.sync()  # the queue found and sent whole
+    process.sync()  # its operations made ahead
+    for op in ops[1:]:  # the pool runs the first
+        process.get(_request(op.id, tokens["alice"], SHAPES[3]))
+    assert process.relayed == 0 and process.compared == 4
