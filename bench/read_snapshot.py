@@ -78,7 +78,9 @@ class Cluster:
         cypress.set("//sys/pool_trees/@default_tree", "default")
         big = args.operations + args.pending + 10
         cypress.create(
-            "scheduler_pool", "//sys/pool_trees/default/bench", attributes={"max_operation_count": big}
+            "scheduler_pool",
+            "//sys/pool_trees/default/bench",
+            attributes={"max_operation_count": big, "max_running_operation_count": big},
         )
         cypress.create(
             "scheduler_pool",

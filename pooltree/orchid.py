@@ -18,6 +18,7 @@ import numpy as np
 from pooltree.alerts import fair_share_issues, issue_text
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
+from pooltree.fairshare.results import element_kinds
 from pooltree.resources import RESOURCES, Vector, resources_to_dict, share_to_dict, zeros
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build import scheduling_tree_from_runtime
@@ -139,8 +140,8 @@ def view_parts(tree: PoolTree, result: FairShareResult, previous: ViewParts | No
     registered = tree.operations
     elements = result.elements
     published: list[tuple[str, TreeOperation | None]] = []
-    for element_id, element in elements.items():
-        if element.is_operation:
+    for element_id, is_operation in element_kinds(elements):  # the elements' results are not made here
+        if is_operation:
             published.append((element_id, registered.get(element_id)))
             continue
         # A view may be built after the update it shows (the live service builds it when read): an element the

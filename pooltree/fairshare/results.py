@@ -108,6 +108,14 @@ def _satisfaction_levels(tree: _Tree) -> list[tuple[Any, ...]]:
     return levels
 
 
+def element_kinds(elements: Mapping[str, ElementResult]) -> Iterator[tuple[str, bool]]:
+    """``(id, is_operation)`` of each element of an update's results in order; an ``ElementResults`` answers from its
+    arrays without materialising its elements (``ElementResults.kinds``), another mapping from its results."""
+    if isinstance(elements, ElementResults):
+        return elements.kinds()
+    return ((element_id, element.is_operation) for element_id, element in elements.items())
+
+
 class ElementResults(Mapping[str, ElementResult]):
     """Per-element results as a read-only mapping id → ElementResult, built on access from the update's arrays.
 
@@ -148,6 +156,12 @@ class ElementResults(Mapping[str, ElementResult]):
 
     def __contains__(self, element_id: object) -> bool:
         return element_id in self.index
+
+    def kinds(self) -> Iterator[tuple[str, bool]]:
+        """``(id, is_operation)`` of each element in order, read from the arrays: no ``ElementResult`` is made (a
+        caller that only tells pools from operations, such as the read snapshot's capture under the scheduling
+        lock, does not pay the ~20 array copies per element the first look-up of a new update's element costs)."""
+        return zip(self.ids, self._is_op.tolist(), strict=True)
 
     def _build(self, i: int) -> ElementResult:
         a = self.arrays

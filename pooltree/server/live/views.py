@@ -14,6 +14,7 @@ import numpy as np
 
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
+from pooltree.fairshare.results import element_kinds
 from pooltree.orchid import ViewParts, assemble_tree_view, view_parts
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
@@ -83,14 +84,14 @@ class ViewCapture:
     def pools(self) -> list[str]:
         """The tree's pools in the view, in its order."""
         return [
-            element_id for element_id, element in self.result.elements.items() if not element.is_operation
+            element_id for element_id, is_operation in element_kinds(self.result.elements) if not is_operation
         ]
 
     @property
     def operations(self) -> list[str]:
         """The tree's operations in the view, in its order."""
         published = [
-            element_id for element_id, element in self.result.elements.items() if element.is_operation
+            element_id for element_id, is_operation in element_kinds(self.result.elements) if is_operation
         ]
         return [*published, *self.parts.unpublished]
 
@@ -104,14 +105,15 @@ def capture_view(core: SchedulerCore, previous: ViewParts | None = None) -> View
     unpublished = parts.unpublished
     extras: dict[str, dict[str, Any]] = {}
     strategy_elements = core.strategy.state.elements  # element_view refuses any other (pending operations)
-    for element_id in (*result.elements, *unpublished):
+    kinds = [*element_kinds(result.elements), *((operation_id, True) for operation_id in unpublished)]
+    for element_id, is_operation in kinds:  # the update's element results are made off the lock (``view``)
         if element_id not in strategy_elements:
             continue
         try:
             extra = core.strategy.element_view(element_id)
         except PooltreeError:
             continue
-        if element_id in unpublished or result.elements[element_id].is_operation:
+        if is_operation:
             for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
                 if name in extra:
                     extra[old_name] = extra[name]
