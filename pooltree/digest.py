@@ -148,10 +148,10 @@ class LogDigest:
     """
 
     __slots__ = (
-        "_counts",
         "_edges",
         "_log_step",
         "bucket_count",
+        "counters",
         "default_value",
         "lower_bound",
         "relative_precision",
@@ -206,22 +206,24 @@ class LogDigest:
         self._log_step = log_step
         self.bucket_count = max(1, math.ceil(raw_count))
         self._edges = _geometric_edges(lower, step, self.bucket_count)
-        self._counts = _BucketCounts(self.bucket_count)
+        self.counters = _BucketCounts(self.bucket_count)
+        """The bucket counters; their object and ``revision`` are the digest's version (``version``), which readers
+        caching what they derive from the digest compare attribute by attribute, without the property's tuple."""
 
     @property
     def sample_count(self) -> int:
         """Number of accepted samples."""
-        return self._counts.total
+        return self.counters.total
 
     @property
     def version(self) -> tuple[object, int]:
         """Equal versions, equal counters: the counters' object and their revision (a copy is another object)."""
-        return self._counts, self._counts.revision
+        return self.counters, self.counters.revision
 
     @property
     def buckets(self) -> tuple[int, ...]:
         """A copy of the bucket counters, lowest bucket first."""
-        return tuple(self._counts.counts)
+        return tuple(self.counters.counts)
 
     def bucket_index(self, value: float) -> int | None:
         """Bucket a sample goes to, or ``None`` if YTsaurus discards it (v ≤ 0, NaN, ±inf, out of int32)."""
@@ -243,21 +245,21 @@ class LogDigest:
         """Count one sample; invalid values are dropped silently, as in YTsaurus."""
         bucket = self.bucket_index(value)
         if bucket is not None:
-            self._counts.add(bucket)
+            self.counters.add(bucket)
 
     def discard_sample(self, value: float) -> bool:
         """Uncount one earlier sample of this value (a pooltree extension for sliding windows; YTsaurus never
         removes samples). Returns whether a sample was removed (invalid values and empty buckets: no)."""
         bucket = self.bucket_index(value)
-        if bucket is None or self._counts.counts[bucket] == 0:
+        if bucket is None or self.counters.counts[bucket] == 0:
             return False
-        self._counts.remove(bucket)
+        self.counters.remove(bucket)
         return True
 
     def get_quantile(self, q: float) -> float:
         """The α-quantile: upper edge of the bucket holding the ⌈α·N⌉-th sample; default while empty."""
         q = _check_quantile(q)
-        count = self._counts.total
+        count = self.counters.total
         if count == 0:
             return self.default_value
         threshold = q * count
@@ -265,18 +267,18 @@ class LogDigest:
             return self.lower_bound
         # Buckets 0 … pos−1 hold fewer than the threshold; the YTsaurus walk stops at bucket pos + 1 and
         # answers its lower edge, which is the upper edge of bucket pos.
-        k = self._counts.prefix_below(threshold) + 1
+        k = self.counters.prefix_below(threshold) + 1
         return self._edges[k] if k < self.bucket_count else self.upper_bound
 
     def get_quantile_linear(self, q: float) -> float:
         """The same quantile by the literal YTsaurus bucket walk (reference for tests)."""
         q = _check_quantile(q)
-        total = self._counts.total
+        total = self.counters.total
         if total == 0:
             return self.default_value
         value = self.lower_bound
         running = 0
-        for count in self._counts.counts:
+        for count in self.counters.counts:
             if running >= q * total:
                 return value
             running += count
@@ -292,10 +294,10 @@ class LogDigest:
         edge could still be cheaper, so a query touches the upper tail only.
         """
         cost = _check_positive_number(overdraft_cost, "overdraft_cost")
-        total = self._counts.total
+        total = self.counters.total
         if total == 0:
             return self.default_value
-        counts = self._counts.counts
+        counts = self.counters.counts
         edges = self._edges
         last = self.bucket_count - 1
         best_value = self.upper_bound
@@ -303,10 +305,10 @@ class LogDigest:
         above = counts[last]  # samples in the last bucket sit at or beyond the upper bound
         per_sample = cost / (total + 1)
         # No candidate lies below the upper edge of the lowest non-empty bucket.
-        lowest = self._counts.prefix_below(1)
+        lowest = self.counters.prefix_below(1)
         floor = edges[lowest + 1] if lowest < last else self.upper_bound
         # Buckets above the largest sample's bucket only lower the candidate edge down to that bucket's edge.
-        highest = min(self._counts.prefix_below(total), last)
+        highest = min(self.counters.prefix_below(total), last)
         for k in range(min(highest, last - 1), -1, -1):
             penalty = per_sample * (above + 1)
             if floor + penalty >= best:
@@ -321,7 +323,7 @@ class LogDigest:
 
     def reset(self) -> None:
         """Forget every sample (YTsaurus ``Reset``)."""
-        self._counts.load([0] * self.bucket_count)
+        self.counters.load([0] * self.bucket_count)
 
     def _same_layout(self, other: LogDigest) -> bool:
         return (
@@ -340,7 +342,7 @@ class LogDigest:
                     "other": other.config() if isinstance(other, LogDigest) else None,
                 },
             )
-        self._counts.load([a + b for a, b in zip(self._counts.counts, other._counts.counts, strict=True)])
+        self.counters.load([a + b for a, b in zip(self.counters.counts, other.counters.counts, strict=True)])
 
     def config(self) -> dict[str, float]:
         """The digest's configuration as a YTsaurus ``TLogDigestConfig`` map."""
@@ -357,12 +359,12 @@ class LogDigest:
         twin = LogDigest.__new__(LogDigest)
         for name in LogDigest.__slots__:
             setattr(twin, name, getattr(self, name))
-        twin._counts = self._counts.copy()
+        twin.counters = self.counters.copy()
         return twin
 
     def to_state(self) -> dict[str, Any]:
         """Plain-data state (config plus counters) for snapshots and warm starts."""
-        return {**self.config(), "sample_count": self._counts.total, "buckets": list(self._counts.counts)}
+        return {**self.config(), "sample_count": self.counters.total, "buckets": list(self.counters.counts)}
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], *, path: str = "") -> LogDigest:
@@ -391,11 +393,11 @@ class LogDigest:
                 raise ConfigError(
                     join_path(join_path(path, "buckets"), index), f"expected a count >= 0, got {count!r}"
                 )
-        digest._counts.load(list(buckets))
-        if "sample_count" in state and state["sample_count"] != digest._counts.total:
+        digest.counters.load(list(buckets))
+        if "sample_count" in state and state["sample_count"] != digest.counters.total:
             raise ConfigError(
                 join_path(path, "sample_count"),
-                f"is {state['sample_count']!r} but the buckets hold {digest._counts.total}",
+                f"is {state['sample_count']!r} but the buckets hold {digest.counters.total}",
             )
         return digest
 
@@ -403,7 +405,7 @@ class LogDigest:
         return (
             f"LogDigest(lower_bound={self.lower_bound!r}, upper_bound={self.upper_bound!r}, "
             f"relative_precision={self.relative_precision!r}, default_value={self.default_value!r}, "
-            f"sample_count={self._counts.total})"
+            f"sample_count={self.counters.total})"
         )
 
 

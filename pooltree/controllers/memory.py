@@ -431,8 +431,8 @@ class TaskMemoryReserve:
             )
         self.resource_overdraft_count = 0
         self._factors_key: tuple[object, ...] | None = None
-        """What ``_factors`` was computed from: the settings, the options, the prior and the versions of the
-        digests."""
+        """What ``_factors`` was computed from: the settings, the options and the versions of the digests and the
+        prior (each as its counters' object and revision)."""
         self._factors = (0.0, 0.0, 0.0)
         """The (user job, job proxy) factors of a new job and its memory demand, recomputed only when a digest
         they read moved."""
@@ -489,13 +489,19 @@ class TaskMemoryReserve:
         kept while the settings, the options, the prior and the counters of every digest they read are unchanged
         (a start reads them; only samples move them)."""
         prior, recent = self.cold_start_prior, self.recent_user_job_digest
+        user, proxy = self.user_job_digest.counters, self.job_proxy_digest.counters
+        # each digest's ``version`` read as its two attributes (two property calls less a read, four reads a start)
         key = (
             self.settings,
             self.options,
-            self.user_job_digest.version,
-            self.job_proxy_digest.version,
-            None if recent is None else recent.version,
-            None if prior is None else prior.version,
+            user,
+            user.revision,
+            proxy,
+            proxy.revision,
+            None if recent is None else recent.counters,
+            None if recent is None else recent.counters.revision,
+            None if prior is None else prior.counters,
+            None if prior is None else prior.counters.revision,
         )
         if key != self._factors_key:
             uj, jp = self.user_job_reserve_factor(), self.job_proxy_reserve_factor()

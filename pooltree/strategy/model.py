@@ -204,7 +204,7 @@ class Allocation:
         self.id = id
         self.operation_id = operation_id
         self.resources = resources
-        self.reserve: Vector = self.resources
+        self.reserve: Vector = self._resources
         """What the allocation was started with (the controller's reserve); node reports above it raise
         ``resources`` (``usage_above_reserve``), never below it."""
         self.task = task

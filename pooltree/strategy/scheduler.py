@@ -383,7 +383,7 @@ class TreeScheduler:
         node = self.nodes.get(allocation.node_address)
         runtime = self.operations.get(allocation.operation_id)
         element = self.state.elements.get(allocation.operation_id)
-        if not allocation.preempted:
+        if allocation.preemption is None:  # not preempted (`Allocation.preempted`, read without the property)
             if node is not None:
                 _sub_np(node.usage, allocation.resources)
             if runtime is not None:
@@ -403,22 +403,23 @@ class TreeScheduler:
                         self.stop_allocation(loser, AbortReason(reason), explanation, now)
             if element is not None and element.op is runtime:
                 self.heaps.refresh_leaf(element)
-        self.state.emit(
-            {
-                "event": "allocation_finished"
-                if finished.state == "completed"
-                else "allocation_" + finished.state,
-                "time": now,
-                "allocation_id": allocation.id,
-                "operation_id": allocation.operation_id,
-                "node": allocation.node_address,
-                "state": finished.state,
-                "reason": allocation.preemption.reason.value if allocation.preemption else None,
-                "preemptor_operation_id": allocation.preemption.preemptor_operation_id
-                if allocation.preemption
-                else None,
-            }
-        )
+        sink = self.state.event_sink  # called as `StrategyState.emit` calls it, one call less a finish
+        if sink is not None:
+            preemption = allocation.preemption
+            sink(
+                {
+                    "event": "allocation_finished"
+                    if finished.state == "completed"
+                    else "allocation_" + finished.state,
+                    "time": now,
+                    "allocation_id": allocation.id,
+                    "operation_id": allocation.operation_id,
+                    "node": allocation.node_address,
+                    "state": finished.state,
+                    "reason": preemption.reason.value if preemption else None,
+                    "preemptor_operation_id": preemption.preemptor_operation_id if preemption else None,
+                }
+            )
         return allocation
 
     def _change_usage(self, allocation: Allocation, usage: Vector) -> None:

@@ -249,15 +249,16 @@ class RegularStage:
         state.charge(allocation, runtime, element)
         self.heaps.refresh_leaf(element, current)
         result.allocations_to_start.append(allocation)
-        if state.event_sink is not None:
-            state.emit(
+        sink = state.event_sink  # called as `StrategyState.emit` calls it, one call less a start
+        if sink is not None:
+            sink(
                 {
                     "event": "allocation_started",
                     "time": now,
                     "allocation_id": allocation.id,
                     "operation_id": allocation.operation_id,
                     "node": node.address,
-                    "stage": stage.value,
+                    "stage": str(stage),  # a StrEnum's str is its value, without the enum's property
                     "resources": dict(zip(RESOURCES, allocation.amounts, strict=True)),  # the same floats
                 }
             )
