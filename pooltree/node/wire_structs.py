@@ -225,8 +225,10 @@ def _report(entry: _Running) -> RunningJobReport:
     task_name = "main" if entry.task_name is None else entry.task_name
     if not entry.job_id or not entry.operation_id or not task_name:
         raise _Plain
+    memory = entry.memory_usage
     usage_read = entry.resource_usage
     if usage_read is None:
+        _whole(memory)
         usage: tuple[float, ...] = _NO_USAGE
     else:
         # checked while decoding: known names, numbers from 0; what is left of ``wire._plain_values``
@@ -237,13 +239,10 @@ def _report(entry: _Running) -> RunningJobReport:
             usage_read.memory,
             usage_read.network,
         )
-        for value in (slots, cpu, gpu, memory_amount, network):
-            _whole(value)
+        _wholes((slots, cpu, gpu, memory_amount, network, memory))
         usage = (slots, round(float(cpu), 2), gpu, float(round(memory_amount)), network)
         if entry.gpu_devices is not None:  # the plain path reads it through its checked path: all floats
             usage = tuple(map(float, usage))
-    memory = entry.memory_usage
-    _whole(memory)
     devices = () if entry.gpu_devices is None else _gpu_devices(entry.gpu_devices)
     return RunningJobReport(
         entry.job_id,
@@ -268,8 +267,7 @@ def _finished(entry: _Finished) -> FinishedJobReport:
         or entry.interruption_reason == ""
     ):
         raise _Plain
-    for value in (entry.start_time, entry.finish_time, entry.exit_code, entry.stderr_size):
-        _whole(value)
+    _wholes((entry.start_time, entry.finish_time, entry.exit_code, entry.stderr_size))
     error = None if bytes(entry.error) in _ABSENT else _free_map(entry.error)
     encoded_size = len(entry.stderr.encode())
     size = entry.stderr_size
@@ -313,3 +311,10 @@ def _whole(value: Any) -> None:
     """Refuse an integer orjson would read as a float (past 64 bits)."""
     if type(value) is int and not _LOW <= value < _HIGH:
         raise _Plain
+
+
+def _wholes(values: tuple[Any, ...]) -> None:
+    """`_whole` of each value, in one call (an entry's numbers: one call a report instead of one a number)."""
+    for value in values:
+        if type(value) is int and not _LOW <= value < _HIGH:
+            raise _Plain

@@ -57,7 +57,7 @@ class JobSpecs:
             )
             return _copy(spec)
         template = kept[2]
-        amounts = allocation.resources.tolist()
+        amounts = list(allocation.amounts)  # ``resources.tolist()``: the same floats, kept by the allocation
         # most jobs of a task get the same resources: the template's output map, copied, unless they differ
         resources = dict(template["resources"]) if amounts == kept[3] else resources_to_dict(amounts)
         reserve = op.controller.running_memory_reserve(job.task_name, job.job_index)
