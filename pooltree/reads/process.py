@@ -29,6 +29,7 @@ from typing import Any
 
 import uvloop
 
+from pooltree.gc_policy import POLICY, tuning_enabled
 from pooltree.reads.relay import Relay
 from pooltree.reads.seam import NoReplica, make_replica
 from pooltree.shards.pipe import Frames, LoopPipe
@@ -119,6 +120,19 @@ class ReadProcess:
                     return
 
 
+def hold_collector() -> bool:
+    """The collector as the batch shells hold it (``pooltree.gc_policy``, unless ``POOLTREE_GC_TUNING=0``): what
+    start-up imported and made frozen now, and every full collection's survivors at its end, so no full collection
+    walks the modules and the replica's templates again. Untuned, a loaded read process's full collections took
+    72-93 ms each (every request in it waiting), the gets' p99 beside 1,000 nodes (``bench/RESULTS.md``, session
+    36); whether it holds."""
+    if not tuning_enabled():
+        return False
+    POLICY.acquire(at_collection=True)
+    POLICY.settle()
+    return True
+
+
 async def serve(
     listen: socket.socket,
     conn: Connection,
@@ -134,6 +148,7 @@ async def serve(
     pipe = LoopPipe(conn, loop, process.deliver, process.ended)
     process.pipe = pipe
     loop.add_signal_handler(signal.SIGTERM, process.terminate)
+    hold_collector()
     server = await loop.create_server(relay.protocol, sock=listen, backlog=BACKLOG)
     pipe.send(("ready",))
     tasks = [
