@@ -30,13 +30,18 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.resources import RESOURCE_COUNT, RESOURCES, Vector
 from pooltree.strategy.best_leaf import BestLeaf
+from pooltree.strategy.element_fields import (
+    ElementFields,
+    OperationFields,
+    fields_view,
+    lowest_starving_ancestors,
+)
 from pooltree.strategy.elements import (
     EventSink,
     OperationController,
     OperationRuntime,
     StarvationState,
     _Element,
-    _lowest,
     _sub_np,
     usage_above_reserve,
 )
@@ -78,6 +83,9 @@ __all__ = [
     "TreeScheduler",
     "usage_above_reserve",
 ]
+
+_NO_STARVATION = StarvationState()
+"""What ``element_fields`` reads of an element without starvation bookkeeping (read, never changed)."""
 
 
 class TreeScheduler:
@@ -457,47 +465,51 @@ class TreeScheduler:
 
     def element_view(self, element_id: str) -> dict[str, Any]:
         """Strategy fields of one element for the orchid (starvation, status, preemption counts, reasons)."""
+        return fields_view(self.element_fields(element_id))
+
+    def element_fields(self, element_id: str) -> ElementFields:
+        """``element_view``'s values, plain (``element_fields.py``): what the read snapshot's capture takes under the
+        scheduling lock, the view made of them off it."""
         element = self.state.elements.get(element_id)
         if element is None:
             raise PooltreeError(f"no element {element_id} in tree {self.tree.name}", code=500)
-        state = self.starvation.get(element_id, StarvationState())
-        lowest = _lowest(element, lambda e: e.starvation != StarvationStatus.NON_STARVING)
-        lowest_aggressive = _lowest(element, lambda e: e.starvation == StarvationStatus.AGGRESSIVELY_STARVING)
-        view: dict[str, Any] = {
-            "scheduling_status": element.status.value,
-            "starvation_status": state.status.value,
-            "below_fair_share_since": state.below_fair_share_since,
-            "starving_since": state.starving_since,
-            "lowest_starving_ancestor": lowest,
-            "lowest_aggressively_starving_ancestor": lowest_aggressive,
-            "local_satisfaction_ratio": self.heaps.local_satisfaction(element),
-            "effective_fair_share_starvation_tolerance": element.settings.starvation_tolerance,
-            "effective_fair_share_starvation_timeout": element.settings.starvation_timeout,
-            "effective_aggressive_starvation_enabled": element.settings.aggressive_starvation_enabled,
-            "effective_aggressive_preemption_allowed": element.settings.allow_aggressive_preemption,
-            "resource_usage": {name: element.usage[i] for i, name in enumerate(RESOURCES)},
-        }
+        state = self.starvation.get(element_id, _NO_STARVATION)
+        operation = None
         runtime = element.op
         if element.is_op and runtime is not None:
             counts = runtime.lists.counts()
-            view.update(
-                {
-                    "preemptible_allocation_count": counts["preemptible"],
-                    "aggressively_preemptible_allocation_count": counts["aggressively_preemptible"],
-                    "non_preemptible_allocation_count": counts["non_preemptible"],
-                    "running_allocation_count": len(runtime.lists),
-                    "preempted_allocation_count": runtime.preempted_allocation_count,
-                    "deactivation_reasons": self.publisher.changes.deactivation_reasons(element),
-                    "preemption_priority": runtime.preemption_priority.name.lower(),
-                    "preemption_mode": element.spec.preemption_mode,
-                    "allocation_preemption_timeout": self.config.allocation_preemption_timeout,
-                    "allocation_graceful_preemption_timeout": self.config.allocation_graceful_preemption_timeout,
-                }
+            config = self.config
+            operation = OperationFields(
+                counts["non_preemptible"],
+                counts["aggressively_preemptible"],
+                counts["preemptible"],
+                runtime.preempted_allocation_count,
+                self.publisher.changes.deactivation_reasons(element),
+                runtime.preemption_priority,
+                element.spec.preemption_mode,
+                config.allocation_preemption_timeout,
+                config.allocation_graceful_preemption_timeout,
+                (
+                    self.segments.operation_view(element_id),
+                    self.gpu_policy.operation_view(element_id),
+                    self.ssd.operation_view(element_id),
+                ),
             )
-            view.update(self.segments.operation_view(element_id))
-            view.update(self.gpu_policy.operation_view(element_id))
-            view.update(self.ssd.operation_view(element_id))
-        return view
+        lowest, lowest_aggressive = lowest_starving_ancestors(element)
+        return ElementFields(
+            element.status,
+            state.status,
+            state.below_fair_share_since,
+            state.starving_since,
+            lowest,
+            lowest_aggressive,
+            element.settings,
+            tuple(element.usage),
+            self.state.total,
+            element.fair_share,
+            element.blocked,
+            operation,
+        )
 
     def starvation_status(self, element_id: str) -> StarvationStatus:
         return self.starvation.get(element_id, StarvationState()).status

@@ -80,6 +80,11 @@ class RunningJobs(MutableMapping[str, LiveJob]):
         on_node = self._by_node.get(address)
         return 0 if on_node is None else len(on_node)
 
+    def counts_by_node(self) -> dict[str, int]:
+        """How many jobs run on each node running some (``count_on_node`` of them all, in C-level passes)."""
+        by_node = self._by_node
+        return dict(zip(by_node, map(len, by_node.values()), strict=True))
+
     def node_index(self, address: str) -> dict[str, LiveJob]:
         """The jobs running on ``address`` by id: the index's own dict, to read (not to keep or change) while
         nothing is added to or removed from the index. A heartbeat's running reports look their jobs up here: the

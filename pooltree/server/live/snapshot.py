@@ -330,7 +330,7 @@ class NodeCapture:
         tags: list[frozenset[str]],
         last_seen: list[float],
         alerts: list[list[dict[str, Any]]],
-        running: list[int],
+        running: dict[str, int],
         tree_usage: dict[str, tuple[list[str], np.ndarray]],
     ) -> None:
         self.addresses = addresses
@@ -340,6 +340,7 @@ class NodeCapture:
         self.last_seen = last_seen
         self.alerts = alerts
         self.running = running
+        """Jobs running per node with some (a node without is not in it)."""
         self.tree_usage = tree_usage
         """Per tree with a core: its strategy's node addresses and their usage, a row each (a copy)."""
 
@@ -350,12 +351,12 @@ class NodeCapture:
             return None
         nodes = list(scheduler.nodes.values())
         addresses = list(scheduler.nodes)
-        running_jobs = scheduler.jobs.count_on_node
         tree_usage: dict[str, tuple[list[str], np.ndarray]] = {}
         for tree, core in scheduler.cores.items():
             exec_nodes = core.strategy.nodes
-            if exec_nodes:
-                tree_usage[tree] = (list(exec_nodes), np.array([node.usage for node in exec_nodes.values()]))
+            if exec_nodes:  # one copy of the rows, flat: np.array of many small arrays costs twice as much
+                usage = np.concatenate([node.usage for node in exec_nodes.values()])
+                tree_usage[tree] = (list(exec_nodes), usage.reshape(len(exec_nodes), -1))
         return cls(
             addresses,
             [node.resource_limits for node in nodes],
@@ -363,7 +364,7 @@ class NodeCapture:
             [node.tags for node in nodes],
             [node.last_seen for node in nodes],
             [node.alerts for node in nodes],
-            [running_jobs(address) for address in addresses],
+            scheduler.jobs.counts_by_node(),
             tree_usage,
         )
 
@@ -390,7 +391,7 @@ class NodeCapture:
                     self.last_seen[index],
                     self.alerts[index],
                     usage,
-                    self.running[index],
+                    self.running.get(address, 0),
                 )
             )
         return tuple(reads)

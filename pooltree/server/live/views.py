@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from pooltree.orchid import ViewParts, assemble_tree_view, view_parts
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
+from pooltree.strategy.element_fields import ElementFields, fields_view
 
 if TYPE_CHECKING:
     from pooltree.server.live.scheduler import LiveScheduler
@@ -54,7 +55,7 @@ class ViewCapture:
         result: FairShareResult,
         total_resources: np.ndarray,
         parts: ViewParts,
-        extras: dict[str, dict[str, Any]],
+        extras: dict[str, ElementCapture],
         segments: dict[str, Any] | None,
         gpu_plan: dict[str, Any] | None,
     ) -> None:
@@ -64,7 +65,8 @@ class ViewCapture:
         """The tree's placements, unpublished operations' facts (formatted by the assembly: thousands of pending
         operations cost the lock ~1 us each, not ~6), alerts and discretized flags (``orchid.view_parts``)."""
         self.extras = extras
-        """Element or operation → the strategy's fields and counts overlaid on its entry."""
+        """Element or operation → the strategy's fields and counts overlaid on its entry, as captured (their maps
+        are made by ``view``)."""
         self.segments = segments
         self.gpu_plan = gpu_plan
         self._view: dict[str, Any] | None = None
@@ -96,44 +98,77 @@ class ViewCapture:
         return [*published, *self.parts.unpublished]
 
 
+class ElementCapture(NamedTuple):
+    """What a view overlays on one element's entry, as the capture takes it under the lock: the strategy's fields
+    (plain values, ``TreeScheduler.element_fields``), and for an operation whether it may be preempted aggressively
+    (``_UNSET``: not registered in the tree) and its controller's progress (None: no controller)."""
+
+    fields: ElementFields
+    is_operation: bool
+    aggressive_preemption_allowed: Any
+    progress: dict[str, Any] | None
+
+
+_UNSET = object()
+"""``ElementCapture.aggressive_preemption_allowed`` of an element with no such field (a pool, an operation no
+longer registered)."""
+
+
 def capture_view(core: SchedulerCore, previous: ViewParts | None = None) -> ViewCapture:
     """The mutable part of ``core``'s view of its last published update (the scheduler's lock held); operations
-    whose facts did not change since ``previous`` (the tree's last capture) keep them (``orchid.view_parts``)."""
+    whose facts did not change since ``previous`` (the tree's last capture) keep them (``orchid.view_parts``). The
+    elements' fields are taken as plain values; their maps are made with the view, off the lock (``extra_of``)."""
     tree, result = core.pool_tree, core.last_result
     assert result is not None
     parts = view_parts(tree, result, previous)
     unpublished = parts.unpublished
-    extras: dict[str, dict[str, Any]] = {}
-    strategy_elements = core.strategy.state.elements  # element_view refuses any other (pending operations)
+    extras: dict[str, ElementCapture] = {}
+    strategy = core.strategy
+    element_fields = strategy.element_fields
+    strategy_elements = strategy.state.elements  # element_fields refuses any other (pending operations)
+    registered_operations = tree.operations
+    controllers = core.controllers
     kinds = [*element_kinds(result.elements), *((operation_id, True) for operation_id in unpublished)]
     for element_id, is_operation in kinds:  # the update's element results are made off the lock (``view``)
         if element_id not in strategy_elements:
             continue
         try:
-            extra = core.strategy.element_view(element_id)
+            fields = element_fields(element_id)
         except PooltreeError:
             continue
-        if is_operation:
-            for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
-                if name in extra:
-                    extra[old_name] = extra[name]
-            registered = tree.operations.get(element_id)
-            if registered is not None:
-                extra["aggressive_preemption_allowed"] = operation_aggressive_preemption_allowed(
-                    tree, registered.spec
-                )
-            controller = core.controllers.get(element_id)
-            if controller is not None:
-                extra["progress"] = controller.progress()
-        extras[element_id] = extra
+        if not is_operation:
+            extras[element_id] = ElementCapture(fields, False, _UNSET, None)
+            continue
+        registered = registered_operations.get(element_id)
+        controller = controllers.get(element_id)
+        extras[element_id] = ElementCapture(
+            fields,
+            True,
+            _UNSET if registered is None else operation_aggressive_preemption_allowed(tree, registered.spec),
+            None if controller is None else controller.progress(),
+        )
     return ViewCapture(
         result=result,
         total_resources=np.array(core.total_resources, dtype=float),
         parts=parts,
         extras=extras,
-        segments=core.segments_view() if core.strategy.segments.enabled else None,
-        gpu_plan=core.gpu_policy_view() if core.strategy.gpu_policy.config.planning else None,
+        segments=core.segments_view() if strategy.segments.enabled else None,
+        gpu_plan=core.gpu_policy_view() if strategy.gpu_policy.config.planning else None,
     )
+
+
+def extra_of(capture: ElementCapture) -> dict[str, Any]:
+    """The fields a view overlays on an element's entry, made from its capture (without the lock)."""
+    extra = fields_view(capture.fields)
+    if capture.is_operation:
+        for old_name, name in _ORCHID_JOB_NAMES:  # YTsaurus's operation orchid still says "job"
+            if name in extra:
+                extra[old_name] = extra[name]
+        if capture.aggressive_preemption_allowed is not _UNSET:
+            extra["aggressive_preemption_allowed"] = capture.aggressive_preemption_allowed
+        if capture.progress is not None:
+            extra["progress"] = capture.progress
+    return extra
 
 
 def assemble_view(capture: ViewCapture) -> dict[str, Any]:
@@ -142,9 +177,9 @@ def assemble_view(capture: ViewCapture) -> dict[str, Any]:
     view = assemble_tree_view(capture.parts, capture.result, capture.total_resources)
     for section in (view["pools"], view["operations"]):
         for element_id, entry in section.items():
-            extra = capture.extras.get(element_id)
-            if extra is not None:
-                entry.update(extra)
+            captured = capture.extras.get(element_id)
+            if captured is not None:
+                entry.update(extra_of(captured))
     if capture.segments is not None:
         view["scheduling_segments"] = capture.segments
     if capture.gpu_plan is not None:
