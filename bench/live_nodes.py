@@ -47,6 +47,10 @@ lock_wait, processing, commit, wake, answer; collections' pauses inside them), w
 per phase ``trace`` (``heartbeat_tail.trace_figures``) attributes its heartbeats of S seconds or more: phases, lock
 waits by holder, collections, and their spans' loop CPU, other threads' CPU and time without a core.
 
+``--threads``: per phase ``thread_cpu_seconds`` (each scheduler thread's user and system CPU, by Python thread name)
+and, in the loaded phase, ``thread_marginal_us_per_start`` (``bench/thread_cpu.py``): which threads a loaded
+heartbeat's CPU beyond the quiet one lands on (the heartbeat loop, the group commit, the fair-share update).
+
 ``--read-every S``: a reader beside the load (``read_probe.py``) reads the orchid and, apart, the web pages (the
 Scheduling and Nodes fragments, the History page) every S seconds each; per phase ``reads`` has their p50/p99/max.
 
@@ -90,6 +94,7 @@ from live_common import (
 )
 from phase_metrics import lock_figures
 from read_probe import ReadProbe
+from thread_cpu import thread_figures, thread_names, thread_times
 
 from pooltree.node import wire
 
@@ -526,6 +531,7 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
 
             holds: dict[str, dict[str, Any]] = {}
             tails: dict[str, tuple[Any, Any]] = {}
+            threads: dict[str, tuple[Any, Any]] = {}  # --threads: each thread's CPU at the window's edges
 
             def measure(name: str, seconds: float) -> None:
                 local = scheduler.answered_by_shards()
@@ -535,9 +541,13 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                 proofs = scheduler.metric_sum(PROOFS_MADE)
                 metrics_before = scheduler.metrics()
                 tail_before = read_tail(scheduler.url, scheduler.token, time.time())
+                pid = scheduler.process.pid
+                began_threads = thread_times(pid) if args.threads else {}
                 begin, before = time.time(), scheduler.cpu_by_process()
                 time.sleep(seconds)
                 after = scheduler.cpu_by_process()
+                if args.threads:
+                    threads[name] = (began_threads, thread_times(pid))
                 holds[name] = lock_figures(metrics_before, scheduler.metrics())
                 tails[name] = (tail_before, read_tail(scheduler.url, scheduler.token, begin))
                 now_local = scheduler.answered_by_shards()
@@ -558,9 +568,11 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
             start_seconds = _start_operations(scheduler.url, scheduler.token, args.operations, args.jobs)
             time.sleep(args.warmup_seconds)
             measure("loaded", args.seconds)
+            names = thread_names(scheduler.process.pid) if args.threads else {}  # outside the windows
             end.value = time.time()
             results = [queue.get(timeout=REQUEST_TIMEOUT + 30) for _ in drivers]
             phases = [_phase(name, results, window, cpu, args) for name, window, cpu in windows]
+            quiet_threads: tuple[dict[str, list[float]], int] | None = None
             for phase, (_, window, _) in zip(phases, windows, strict=True):
                 if probe is not None:
                     phase["reads"] = probe.figures(*window)
@@ -577,6 +589,13 @@ def run_once(args: argparse.Namespace) -> dict[str, Any]:
                     _dump_tail(args.tail_dump, phase["phase"], tails[phase["phase"]][1], results, window)
                 name = phase["phase"]
                 _shard_figures(phase, split[name], by_shards.get(name), made.get(name), ways.get(name))
+                if name in threads:
+                    figures, spent = thread_figures(
+                        threads[name], names, quiet_threads, phase["answered"], phase["started"]
+                    )
+                    phase.update(figures)
+                    if name == "quiet":
+                        quiet_threads = (spent, phase["answered"])
             if len(phases) == 2 and phases[0]["scheduler_cpu_ms_per_heartbeat"] and phases[1]["started"]:
                 quiet_ms, loaded = phases[0]["scheduler_cpu_ms_per_heartbeat"], phases[1]
                 loaded["marginal_ms_per_started_allocation"] = round(
@@ -708,6 +727,12 @@ def main() -> None:
         default=0.0,
         help="seconds: run the scheduler with POOLTREE_HEARTBEAT_TRACE (pooltree/server/heartbeat_trace.py) and "
         "report per phase under trace where its heartbeats that slow went (builds without it ignore it); 0: off",
+    )
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="per phase, each scheduler thread's user and system CPU (/proc) by name (py-spy dump, when "
+        "installed) and, loaded, its marginal microseconds per start (bench/thread_cpu.py)",
     )
     parser.add_argument(
         "--shards",
