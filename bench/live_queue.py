@@ -14,7 +14,8 @@ stays pending and the queue only grows. Two phases:
   seconds until all were accepted, and how many fair-share updates the scheduler ran meanwhile (``/metrics``).
   Targets: last-1,000 median <= 1.5x the first-1,000 median and <= 20 ms; all accepted within 120 s.
 * ``mixed``: over the cluster now holding those operations, ``--mixed-clients`` (50) concurrent clients for
-  ``--mixed-seconds`` (30) each send requests back to back: 60% ``get_operation`` (a random known operation),
+  ``--mixed-seconds`` (30) each send requests back to back (``--mixed-rate R``: together at most R a second, so two
+  fronts are compared at the same work): 60% ``get_operation`` (a random known operation),
   25% ``list_operations`` (newest 100; a third with ``state=pending``, a third paging with ``cursor_time``),
   15% ``start_operation`` (into ``queue``). The same mix runs first with one client. Reported per command:
   count, errors, 5xx, p50/p99; requests/s with 1 and with N clients. Targets: get_operation p99 <= 50 ms,
@@ -223,6 +224,7 @@ async def _mixed_clients(
     seed: int,
     probe_period: float = 0.0,
     trace: bool = False,
+    pace: float = 0.0,
 ) -> dict[str, Any]:
     host, port = requests.host.split(":")
     rng = random.Random(seed)
@@ -241,10 +243,18 @@ async def _mixed_clients(
             return requests.list_operations(rng.randrange(3), rng.choice(starts))
         return requests.start_operation()
 
-    async def client() -> None:
+    async def client(index: int) -> None:
         reader, writer = await asyncio.open_connection(host, int(port))
+        due = time.monotonic() + pace * index / max(clients, 1)  # paced clients spread over one interval
         try:
             while time.monotonic() < deadline:
+                if pace > 0:  # at most one request every ``pace`` seconds; one late by more sends at once
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    elif delay < -pace:
+                        due = time.monotonic()
+                    due += pace
                 command = rng.choices(names, weights)[0]
                 data = request(command)
                 if trace and command == "get_operation":  # when it was sent, for the probe's records
@@ -287,7 +297,7 @@ async def _mixed_clients(
 
     began = time.monotonic()
     probes = [probe()] if probe_period > 0 else []
-    await asyncio.gather(*(client() for _ in range(clients)), *probes)
+    await asyncio.gather(*(client(index) for index in range(clients)), *probes)
     return {
         "elapsed": time.monotonic() - began,
         "latencies": latencies,
@@ -308,10 +318,13 @@ def _mixed_worker(
     out: Any,
     probe_period: float = 0.0,
     trace: bool = False,
+    pace: float = 0.0,
 ) -> None:
     try:
         out.put(
-            asyncio.run(_mixed_clients(requests, clients, seconds, op_ids, starts, seed, probe_period, trace))
+            asyncio.run(
+                _mixed_clients(requests, clients, seconds, op_ids, starts, seed, probe_period, trace, pace)
+            )
         )
     except BaseException as error:  # reported, so the parent does not wait for a result that never comes
         out.put({"failed": f"{type(error).__name__}: {error}"})
@@ -334,18 +347,31 @@ def run_mixed(
     probe_period: float = 0.0,
     trace: bool = False,
     front_pid: int | None = None,
+    rate: float = 0.0,
 ) -> dict[str, Any]:
     """The mix from ``clients`` clients in ``processes`` load processes for ``seconds``; ``probe_period`` > 0: the
     first process also sends a Cypress ``get`` every that many seconds (``cypress_get``, not in the mix's
     requests/s). ``trace``: each ``get_operation`` carries when it was sent (``SENT_HEADER``), and ``traced``
-    holds (sent, answer read) of each, ``time.monotonic`` seconds."""
+    holds (sent, answer read) of each, ``time.monotonic`` seconds. ``rate`` > 0: the clients together send at most
+    that many requests a second (each at most one every ``clients / rate`` seconds, still one at a time)."""
     processes = max(1, min(processes, clients))
     share = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
     out: Any = mp.Queue()
     workers = [
         mp.Process(
             target=_mixed_worker,
-            args=(requests, n, seconds, op_ids, starts, i, out, probe_period if i == 0 else 0.0, trace),
+            args=(
+                requests,
+                n,
+                seconds,
+                op_ids,
+                starts,
+                i,
+                out,
+                probe_period if i == 0 else 0.0,
+                trace,
+                clients / rate if rate > 0 else 0.0,
+            ),
         )
         for i, n in enumerate(share)
     ]
@@ -576,6 +602,13 @@ def main() -> None:
     parser.add_argument("--mode", choices=("both", "queue", "mixed"), default="both")
     parser.add_argument("--mixed-clients", type=int, default=50)
     parser.add_argument("--mixed-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--mixed-rate",
+        type=float,
+        default=0.0,
+        help="requests a second the N clients send at most together (0: each back to back): two fronts compared "
+        "at the same work, not at what each lets closed-loop clients send",
+    )
     parser.add_argument("--single-seconds", type=float, default=10.0)
     parser.add_argument("--load-processes", type=int, default=4)
     parser.add_argument("--sim-nodes", type=int, default=0, help="simulated nodes heartbeating meanwhile")
@@ -624,6 +657,7 @@ def main() -> None:
             "mode": args.mode,
             "mixed_clients": args.mixed_clients,
             "mixed_seconds": args.mixed_seconds,
+            "mixed_rate": args.mixed_rate,
             "single_client_seconds": args.single_seconds,
             "load_processes": args.load_processes,
             "store": "sqlite",
@@ -687,6 +721,7 @@ def main() -> None:
                     probe,
                     trace=args.split is not None,
                     front_pid=front_pid,
+                    rate=args.mixed_rate,
                 )
                 windows["mixed"] = (began, time.time())
                 commands = many["commands"]
