@@ -165,6 +165,32 @@ def view_parts(tree: PoolTree, result: FairShareResult, previous: ViewParts | No
     return ViewParts(placements, operations, unpublished, queues, alerts, discretized)
 
 
+def pool_entry(
+    parts: ViewParts,
+    element_id: str,
+    element: Any,
+    strategy_fields: Callable[[str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A pool's entry of a tree's view (``assemble_tree_view``'s ``pools``) from its parts and its element's result;
+    its ``strategy_fields`` (when given) over its shares."""
+    view = element_view(element)
+    if strategy_fields is not None:
+        view.update(strategy_fields(element_id))
+    return {**parts.placements[element_id], **view}
+
+
+def operation_pool(parts: ViewParts, operation_id: str) -> Any:
+    """The ``pool`` of an operation's entry in the view assembled from ``parts`` (``assemble_tree_view``: its
+    placement's; an update's element and the strategy's fields have none), None when the view has no such entry or
+    its entry no pool, without assembling the view."""
+    facts = parts.unpublished.get(operation_id)
+    if facts is None:
+        facts = parts.operations.get(operation_id)
+    if facts is None:
+        return None
+    return operation_placement(operation_id, facts, parts.queues).get("pool")
+
+
 def assemble_tree_view(
     parts: ViewParts,
     result: FairShareResult,
@@ -177,15 +203,15 @@ def assemble_tree_view(
     operations: dict[str, Any] = {}
     queues = parts.queues
     for element_id, element in result.elements.items():
+        if not element.is_operation:
+            pools[element_id] = pool_entry(parts, element_id, element, strategy_fields)
+            continue
         view = element_view(element)
         if strategy_fields is not None:
             view.update(strategy_fields(element_id))
-        if element.is_operation:
-            facts = parts.operations[element_id]
-            placement = operation_placement(element_id, facts, queues) if facts is not None else {}
-            operations[element_id] = {**placement, **view}
-        else:
-            pools[element_id] = {**parts.placements[element_id], **view}
+        facts = parts.operations[element_id]
+        placement = operation_placement(element_id, facts, queues) if facts is not None else {}
+        operations[element_id] = {**placement, **view}
     if parts.discretized is not None:
         for operation_id, entry in operations.items():
             entry["discretized_fair_share_active"] = operation_id in parts.discretized

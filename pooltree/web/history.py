@@ -71,7 +71,9 @@ class PoolHistory:
             self._collect_preemptions(scheduler)
             if now - history.last_sample < self.period:
                 return
-            view = scheduler.views[tree]
+            # the pools alone: the capture is the one the update's publication takes, the operations' entries
+            # (most of a view) are not made under the lock (``ViewCapture.pools_view``)
+            view_pools = scheduler.views.capture(tree).pools_view()
             history.last_sample = now
             pools = {
                 name: (
@@ -80,7 +82,7 @@ class PoolHistory:
                     float(pool.get("demand_ratio", 0.0)),
                     pool.get("starvation_status", "non_starving") != "non_starving",
                 )
-                for name, pool in view["pools"].items()
+                for name, pool in view_pools.items()
             }
             history.samples.append(Sample(now, pools))
             self.version += 1
@@ -100,12 +102,11 @@ class PoolHistory:
             history = self.trees.get(tree) if isinstance(tree, str) else None
             if history is None:
                 continue
-            pool = None
-            view = scheduler.views.get(tree, {}).get("operations", {}).get(event.get("operation_id"))
-            if view is not None:
-                pool = view.get("pool")
+            capture = scheduler.views.capture(tree) if tree in scheduler.views else None  # no view assembled
+            operation_id = event.get("operation_id")
+            pool = capture.operation_pool(operation_id) if capture is not None and operation_id else None
             preemptor = event.get("preemptor_operation_id")
-            preemptor_view = scheduler.views.get(tree, {}).get("operations", {}).get(preemptor)
+            preemptor_pool = capture.operation_pool(preemptor) if capture is not None and preemptor else None
             self.version += 1
             history.preemptions.append(
                 {
@@ -113,7 +114,7 @@ class PoolHistory:
                     "operation_id": event.get("operation_id"),
                     "pool": pool,
                     "preemptor_operation_id": preemptor,
-                    "preemptor_pool": preemptor_view.get("pool") if preemptor_view else None,
+                    "preemptor_pool": preemptor_pool,
                     "reason": event.get("reason"),
                 }
             )

@@ -1,8 +1,10 @@
 """The read snapshot's tree views (``views.capture_view`` under the scheduling lock, ``ViewCapture.view`` off it):
 assembled on first read, however the scheduler changed before that read (jobs started and completed, operations
 activated from a queue, starvation, another update), each equals the view the capture of session 35 made at its
-publication (``_reference_view``: its code kept here as the reference, the strategy's ``element_view`` included).
-The capture makes none of the update's element results (~20 array copies each): the view's assembly does."""
+publication (``_reference_view``: its code kept here as the reference, the strategy's ``element_view`` included),
+and so do its pools and operations' pools read without the view (``pools_view``, ``operation_pool``: the pool
+history's reads under the lock). The capture makes none of the update's element results (~20 array copies each):
+the view's assembly does."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from pooltree.config import parse_pool_trees
 from pooltree.errors import PooltreeError
@@ -20,14 +23,16 @@ from pooltree.node import wire
 from pooltree.orchid import assemble_tree_view, view_parts
 from pooltree.resources import RESOURCES
 from pooltree.server.heartbeats import parse_heartbeat
-from pooltree.server.live import LiveScheduler
+from pooltree.server.live import LiveScheduler, views
 from pooltree.server.live.snapshot import ReadSnapshot
+from pooltree.server.live.views import ViewCapture, assemble_view
 from pooltree.server.store import open_store
 from pooltree.strategy import TreeScheduler
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
 from pooltree.strategy.elements import StarvationState, _lowest
 from pooltree.strategy.model import StarvationStatus
+from pooltree.web.history import PoolHistory
 
 LIMITS = {"user_slots": 4, "cpu": 4, "memory": 16 << 30}
 TREES = {
@@ -235,7 +240,53 @@ def test_views_read_after_changes_equal_the_capture_made_at_the_publication(tmp_
     assert len({snapshot.number for snapshot, _ in published}) == len(published)
 
     for snapshot, reference in published:  # read for the first time only now, after all the changes
+        capture = snapshot.trees["default"].capture
+        expected = json.loads(reference)
+        # the pools alone and an operation's pool, without the view (the pool history's reads under the lock)
+        assert _text(capture.pools_view()) == _text(expected["pools"])
+        for operation_id, entry in expected["operations"].items():
+            assert capture.operation_pool(operation_id) == entry.get("pool")
+        assert capture.operation_pool("9-9-9-9") is None
+        assert capture._view is None
         assert _text(snapshot.trees["default"].view) == reference
+        assert capture.pools_view() is capture.view()["pools"]
+    scheduler.store.close()
+
+
+def test_the_pool_history_samples_without_assembling_the_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool history's sample at an update (under the lock) reads the pools of a capture, not the whole view:
+    the operations' entries are made off the lock, by the first reader."""
+    scheduler, nodes = _scheduler(tmp_path)
+    history = PoolHistory(period=0.0)
+    history.attach(scheduler)
+    assembled: list[ViewCapture] = []
+
+    def counted(capture: ViewCapture) -> dict[str, Any]:
+        assembled.append(capture)
+        return assemble_view(capture)
+
+    monkeypatch.setattr(views, "assemble_view", counted)
+    scheduler.update_fair_share("default", 1.5)
+    for node in nodes:
+        node.heartbeat(scheduler, 1.6)
+    scheduler.update_fair_share("default", 2.5)
+    assert assembled == []  # sampled twice, published: no view assembled
+    tree = scheduler.snapshots.current.trees["default"]
+    samples = history.trees["default"].samples
+    assert len(samples) == 2
+    pools = tree.view["pools"]
+    assert samples[-1].pools == {
+        name: (
+            float(pool["fair_share_ratio"]),
+            float(pool["usage_ratio"]),
+            float(pool["demand_ratio"]),
+            pool["starvation_status"] != "non_starving",
+        )
+        for name, pool in pools.items()
+    }
+    assert set(samples[-1].pools) == {"<Root>", "queue", "hungry"}
     scheduler.store.close()
 
 

@@ -113,14 +113,20 @@ def test_numbers_are_rounded_for_people() -> None:
 def test_history_is_bounded() -> None:
     history = PoolHistory(period=0.0, size=3)
 
+    class FakeCapture:  # a tree's captured view: the history reads its pools
+        def pools_view(self) -> dict:
+            return {"<Root>": {"fair_share_ratio": 1.0, "usage_ratio": 0.5}}
+
+    class FakeViews(dict):
+        def capture(self, tree: str) -> FakeCapture:
+            return self[tree]
+
     class FakeScheduler:
         def __init__(self) -> None:
             self.update_listeners: list = []
             self.event_log: list = []
             self.event_count = 0
-            self.views = {
-                "t": {"pools": {"<Root>": {"fair_share_ratio": 1.0, "usage_ratio": 0.5}}, "operations": {}}
-            }
+            self.views = FakeViews(t=FakeCapture())
 
     fake = FakeScheduler()
     history.attach(fake)  # type: ignore[arg-type]

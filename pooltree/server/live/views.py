@@ -15,7 +15,7 @@ import numpy as np
 from pooltree.errors import PooltreeError
 from pooltree.fairshare.model import FairShareResult
 from pooltree.fairshare.results import element_kinds
-from pooltree.orchid import ViewParts, assemble_tree_view, view_parts
+from pooltree.orchid import ViewParts, assemble_tree_view, operation_pool, pool_entry, view_parts
 from pooltree.server.live.model import LiveOperation
 from pooltree.strategy.build_static import operation_aggressive_preemption_allowed
 from pooltree.strategy.core import SchedulerCore
@@ -81,6 +81,23 @@ class ViewCapture:
                 if view is None:
                     view = self._view = assemble_view(self)
         return view
+
+    def pools_view(self) -> dict[str, dict[str, Any]]:
+        """The view's ``pools`` (readers must not change them): the assembled view's when it was made, else made
+        alone (a tree's few pools, not its thousands of operations: the pool history samples them under the lock
+        at an update)."""
+        view = self._view
+        if view is not None:
+            return view["pools"]  # type: ignore[no-any-return]
+        return assemble_pools(self)
+
+    def operation_pool(self, operation_id: str) -> Any:
+        """``view()["operations"][operation_id].get("pool")`` (None: no such entry), without assembling the view."""
+        view = self._view
+        if view is not None:
+            entry = view["operations"].get(operation_id)
+            return None if entry is None else entry.get("pool")
+        return operation_pool(self.parts, operation_id)
 
     @property
     def pools(self) -> list[str]:
@@ -177,14 +194,29 @@ def assemble_view(capture: ViewCapture) -> dict[str, Any]:
     view = assemble_tree_view(capture.parts, capture.result, capture.total_resources)
     for section in (view["pools"], view["operations"]):
         for element_id, entry in section.items():
-            captured = capture.extras.get(element_id)
-            if captured is not None:
-                entry.update(extra_of(captured))
+            _overlay(entry, capture.extras.get(element_id))
     if capture.segments is not None:
         view["scheduling_segments"] = capture.segments
     if capture.gpu_plan is not None:
         view["gpu_assignment_plan"] = capture.gpu_plan
     return view
+
+
+def assemble_pools(capture: ViewCapture) -> dict[str, dict[str, Any]]:
+    """The pools of ``capture``'s view, as ``assemble_view`` makes them, alone."""
+    elements = capture.result.elements
+    pools: dict[str, dict[str, Any]] = {}
+    for element_id, is_operation in element_kinds(elements):
+        if not is_operation:
+            entry = pool_entry(capture.parts, element_id, elements[element_id])
+            _overlay(entry, capture.extras.get(element_id))
+            pools[element_id] = entry
+    return pools
+
+
+def _overlay(entry: dict[str, Any], captured: ElementCapture | None) -> None:
+    if captured is not None:
+        entry.update(extra_of(captured))
 
 
 class TreeViews(Mapping[str, dict[str, Any]]):
