@@ -34,7 +34,10 @@ the policy held after set-up, one settling collection, the survivors of every mi
 ``POOLTREE_GC_TUNING`` read as the service reads it); ``--gc plain``: the interpreter's defaults, nothing frozen
 (every figure before session 34: full collections walking the whole heap, ~16% of a loaded heartbeat's CPU at
 1,000 nodes). ``gc_cpu_seconds`` / ``gc_cpu_share`` / ``gc_collections``: the collections that ran inside the
-counted work (their CPU is in ``cpu_seconds`` too), by generation.
+counted work (their CPU is in ``cpu_seconds`` too), by generation. ``update_cpu_seconds`` /
+``update_cpu_ms_per_update`` / ``update_cpu_us_per_started_allocation``: the phase's fair-share updates' CPU, apart
+(not in ``cpu_seconds`` nor the marginal: live, the service runs them on threads of their own and ``live_nodes.py
+--threads`` shows them).
 
 Usage: .venv/bin/python bench/heartbeat_profile.py [--nodes 300] [--seconds 30] [--quiet-seconds 3] [--profile]
        [--profile-sort tottime] [--profile-lines 45] [--shard-starts N | --shard-processes N]
@@ -84,6 +87,11 @@ class Counted:
         """CPU seconds of the collections that ran inside the phase's counted work (in ``cpu`` too)."""
         self.collections = [0, 0, 0]
         """Collections inside the counted work, by generation."""
+        self.update_cpu = 0.0
+        """CPU seconds of the phase's fair-share updates (not in ``cpu``: the service runs them on threads of their
+        own, a cost per second that ``live_nodes.py``'s figures per start include)."""
+        self.updates = 0
+        """The phase's fair-share updates."""
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -97,6 +105,13 @@ class Counted:
             "gc_cpu_seconds": round(self.gc_cpu, 3),
             "gc_cpu_share": round(self.gc_cpu / max(self.cpu, 1e-9), 3),
             "gc_collections": list(self.collections),
+            "update_cpu_seconds": round(self.update_cpu, 3),
+            "update_cpu_ms_per_update": round(1000 * self.update_cpu / self.updates, 3)
+            if self.updates
+            else None,
+            "update_cpu_us_per_started_allocation": round(1e6 * self.update_cpu / self.started, 1)
+            if self.started
+            else None,
         }
 
 
@@ -355,9 +370,11 @@ class ProfiledCluster:
         longest = getattr(lock, "hold_max", None)
         if longest is not None:
             lock.hold_max = 0.0
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         self.live.update_fair_share("default", now)
         if counted is not None:  # a lock without hold figures (older code): the whole update
+            counted.update_cpu += time.process_time() - began_cpu
+            counted.updates += 1
             self.updates.append(time.perf_counter() - began if longest is None else lock.hold_max)
         self.next_update += 1.0
 
