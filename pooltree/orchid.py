@@ -173,10 +173,17 @@ def pool_entry(
 ) -> dict[str, Any]:
     """A pool's entry of a tree's view (``assemble_tree_view``'s ``pools``) from its parts and its element's result;
     its ``strategy_fields`` (when given) over its shares."""
+    return {**parts.placements[element_id], **_shares_view(element_id, element, strategy_fields)}
+
+
+def _shares_view(
+    element_id: str, element: Any, strategy_fields: Callable[[str], dict[str, Any]] | None
+) -> dict[str, Any]:
+    """An element's shares and counters (``element_view``), its ``strategy_fields`` (when given) over them."""
     view = element_view(element)
     if strategy_fields is not None:
         view.update(strategy_fields(element_id))
-    return {**parts.placements[element_id], **view}
+    return view
 
 
 def operation_pool(parts: ViewParts, operation_id: str) -> Any:
@@ -206,12 +213,9 @@ def assemble_tree_view(
         if not element.is_operation:
             pools[element_id] = pool_entry(parts, element_id, element, strategy_fields)
             continue
-        view = element_view(element)
-        if strategy_fields is not None:
-            view.update(strategy_fields(element_id))
         facts = parts.operations[element_id]
         placement = operation_placement(element_id, facts, queues) if facts is not None else {}
-        operations[element_id] = {**placement, **view}
+        operations[element_id] = {**placement, **_shares_view(element_id, element, strategy_fields)}
     if parts.discretized is not None:
         for operation_id, entry in operations.items():
             entry["discretized_fair_share_active"] = operation_id in parts.discretized

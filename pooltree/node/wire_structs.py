@@ -309,8 +309,7 @@ def _gpu_devices(value: list[int]) -> tuple[int, ...]:
 
 def _whole(value: Any) -> None:
     """Refuse an integer orjson would read as a float (past 64 bits)."""
-    if type(value) is int and not _LOW <= value < _HIGH:
-        raise _Plain
+    _wholes((value,))
 
 
 def _wholes(values: tuple[Any, ...]) -> None:
