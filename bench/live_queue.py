@@ -50,7 +50,9 @@ mixed run then also reports the front's CPU (``front_cpu_per_second``, ``front_c
 
 ``--read-process`` runs the scheduler with its read process (``pooltree/reads``: it owns the API port and relays
 to the scheduler, answering what its replica can); each mixed run then reports the read process's CPU as the
-front's (``front_cpu_per_second``, ``front_cpu_ms_per_request``); without it the scheduler serves its port itself
+front's (``front_cpu_per_second``, ``front_cpu_ms_per_request``), and ``read_feed`` what the feed cost the
+scheduler in the 50-client run (``/metrics``' ``pooltree_read_feed_*``: ticks and templates made per second, CPU ms
+per template and per tick, its share of a core); without it the scheduler serves its port itself
 (``POOLTREE_READ_PROCESS=0`` for the child processes, whatever the option's default).
 
 Usage: .venv/bin/python bench/live_queue.py [--operations 10000] [--clients 8] [--mode both|queue|mixed]
@@ -527,6 +529,31 @@ def _gc_figures(url: str, token: str) -> dict[str, Any]:
     return figures
 
 
+def _feed_counts(url: str, token: str) -> dict[str, float]:
+    """The read feed's counters (``/metrics``' ``pooltree_read_feed_*_total``: ticks, templates made and sent, the
+    scheduler's CPU seconds making them and ticking)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", timeout=30, headers={"Authorization": f"OAuth {token}"}).text
+    found = re.findall(r"^pooltree_read_feed_(\w+)_total ([0-9.e+-]+)$", text, re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def feed_figures(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, Any]:
+    """What the feed cost the scheduler between two ``_feed_counts``: per second, and CPU ms per template made and
+    per tick."""
+    delta = {name: after[name] - before.get(name, 0.0) for name in after}
+    made, ticks = delta.get("templates_made", 0.0), delta.get("ticks", 0.0)
+    return {
+        "per_second": {name: round(value / seconds, 2) for name, value in delta.items()},
+        "make_ms_per_template": round(1000 * delta.get("make_cpu_seconds", 0.0) / made, 4) if made else None,
+        "tick_ms_per_tick": round(1000 * delta.get("tick_cpu_seconds", 0.0) / ticks, 4) if ticks else None,
+        "cpu_share": round(
+            (delta.get("make_cpu_seconds", 0.0) + delta.get("tick_cpu_seconds", 0.0)) / seconds, 4
+        ),
+    }
+
+
 def _read_process_requests(url: str, token: str) -> dict[str, int]:
     """Requests the read process relayed (``scheduler``) and its replica answered so far (``/metrics``'
     ``pooltree_read_process_requests_total``, counted up to a second late)."""
@@ -710,6 +737,8 @@ def main() -> None:
                 )
                 many_began = time.time()
                 tail_before = read_tail(local.url, local.token, many_began) if nodes is not None else None
+                feed_before = _feed_counts(local.url, local.token) if args.read_process else None
+                feed_began = time.monotonic()
                 many = run_mixed(
                     requests,
                     pid,
@@ -724,6 +753,10 @@ def main() -> None:
                     rate=args.mixed_rate,
                 )
                 windows["mixed"] = (began, time.time())
+                if feed_before is not None:  # what the feed cost the scheduler in the 50-client run
+                    report["read_feed"] = feed_figures(
+                        feed_before, _feed_counts(local.url, local.token), time.monotonic() - feed_began
+                    )
                 commands = many["commands"]
                 many_window, traced = many.pop("window"), many.pop("traced")
                 if nodes is not None:  # the 50-client run's window in wall-clock time, as the tail's

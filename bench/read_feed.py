@@ -5,8 +5,8 @@ In process (a real ``SchedulerService``, SQLite under a temporary directory, a f
 (3,000) vanilla operations pending in pool ``queue`` (``max_running_operation_count`` 0, as ``live_queue.py``),
 each read once through the scheduler's ``get_operation`` fast path (what a read process's miss does), then:
 
-* ``templates``: the feed's tick that makes and sends every operation's template (``OperationCommands.
-  read_template``), CPU per template, and the replica's ``apply`` of them;
+* ``templates``: the feed's tick that sends every operation's map for its template (``OperationCommands.
+  read_map``), CPU per template, and the replica's ``apply`` of them (it makes each template at the first answer);
 * ``starts``: ``--starts`` (1,000) starts into the queue, each followed by the stamp of its answer and the feed's
   tick (what ``live_queue``'s starts cost the scheduler beside the start itself): CPU per start of the ticks (the
   queue's append read and sent), of ``stamp``, and of the replica's ``apply``; the same starts' own CPU;

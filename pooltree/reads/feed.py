@@ -8,9 +8,11 @@ the answer shows happened before that tick began).
 
 What it sends, and what it costs the scheduler:
 
-* a pending operation's template for a request shape the first time a get of it reaches the scheduler (a replica's
-  miss, or any client's read): built as the scheduler's own get builds it, without the lock
-  (``OperationCommands.read_template``), once per operation and shape until it is void;
+* a pending operation's map for a request shape's template the first time a get of it reaches the scheduler (a
+  replica's miss, or any client's read), and ahead of gets for the queues held: built as the scheduler's own get
+  builds it, without the lock (``OperationCommands.read_map``), once per operation and shape until it is void; the
+  replica makes the template of it (``wire.UnmadeTemplate``: the encoding and the cut, about half of a template's
+  CPU, are the read process's since session 37);
 * the queues those operations wait in: whole the first time, then per tick only what was appended (or whole again
   when an operation left), and the pool's running counts; a tick reads a queue's length, head, tail and counts;
 * voids: an operation a command changed (suspend, resume, parameters, abort, complete) or that finished; every
@@ -132,6 +134,12 @@ class FeedCounts:
     queue_appends: int = 0
     warmed: int = 0
     forecasts: int = 0
+    made: int = 0
+    """Templates' maps the scheduler built (``OperationCommands.read_map``), sent or not."""
+    make_cpu: float = 0.0
+    """Seconds of the scheduler's CPU (its thread's) spent building them and their messages."""
+    tick_cpu: float = 0.0
+    """Seconds of the scheduler's CPU spent in ticks (the feed's task's and the stamps'), templates apart."""
 
 
 class ReadFeed:
@@ -398,6 +406,13 @@ class ReadFeed:
         return self._tick(self._make() if templates else [])
 
     def _tick(self, made: list[_Made]) -> list[dict[str, Any]]:
+        began = time.thread_time()
+        try:
+            return self._ticked(made)
+        finally:
+            self.counts.tick_cpu += time.thread_time() - began
+
+    def _ticked(self, made: list[_Made]) -> list[dict[str, Any]]:
         with self._lock:
             idle = not (self._owed or self._dirty or self._voids or self._void_all or made)
             if idle and self._unmoved():
@@ -524,17 +539,32 @@ class ReadFeed:
         if sent is not None and key in sent.keys:
             return False
         epoch = (self._epoch_all, self._epochs.get(operation_id, 0))  # before the operation is read
-        made = self.commands.read_template(operation_id, parameters)
-        if made is None:
-            return True
-        template, placement, op = made
+        began = time.thread_time()
+        try:
+            item = self._made(operation_id, key, parameters, epoch)
+        finally:
+            self.counts.made += 1
+            self.counts.make_cpu += time.thread_time() - began
+        if item is not None:
+            out.append(item)
+        return True
+
+    def _made(
+        self, operation_id: str, key: str, parameters: dict[str, Any], epoch: tuple[int, int]
+    ) -> _Made | None:
+        read = self.commands.read_map(operation_id, parameters)
+        if read is None:
+            return None
+        attributes, placement, op = read
         waits = tuple((place[0], place[1]) for place in placement if len(place) > 2)
         if not waits:  # pending in no queue: nothing would tell the replica when it runs
-            return True
+            return None
         access = access_of(op.id, op.user, op.spec, op.runtime_parameters)
-        message = wire.template_message(operation_id, key, template, waits, access)
-        out.append(_Made(operation_id, key, epoch, waits, message))
-        return True
+        waiting = [place[0] for place in placement if len(place) > 2]
+        message = wire.map_message(
+            operation_id, key, attributes, op.trees, waiting, parameters, waits, access
+        )
+        return _Made(operation_id, key, epoch, waits, message)
 
     def _register(self, item: _Made, out: list[dict[str, Any]]) -> None:
         """``item`` sent (in a tick, after its voids) unless a void since it was begun makes it stale."""

@@ -6,13 +6,14 @@ read process died and, once a new one took the port over, until ``ALERT_HOLD`` s
 process that dies now and then stays visible). ``GET /metrics`` shows ``pooltree_read_process_deaths_total``,
 ``pooltree_read_process_restarts_total``, ``pooltree_read_process_up`` (1 while a read process serves the port)
 and ``pooltree_read_process_requests_total{answered_by="scheduler|replica"}`` (requests the read processes relayed
-or answered from their replica, as far as their counts reached the scheduler).
+or answered from their replica, as far as their counts reached the scheduler); ``pooltree_read_feed_*_total`` what the
+feed cost the scheduler (ticks, templates made and sent, and the CPU seconds of each: ``FEED_COUNTERS``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -146,3 +147,37 @@ class ReadProcessMetrics(Collector):
         requests.add_metric(["scheduler"], relayed)
         requests.add_metric(["replica"], answered)
         yield requests
+
+
+FEED_COUNTERS = (
+    ("ticks", "pooltree_read_feed_ticks", "Ticks the read process's feed sent"),
+    ("templates", "pooltree_read_feed_templates", "Templates the feed sent"),
+    ("made", "pooltree_read_feed_templates_made", "Templates the scheduler made for the feed, sent or not"),
+    ("warmed", "pooltree_read_feed_templates_ahead", "Templates made before a get asked for them"),
+    ("voids", "pooltree_read_feed_voids", "Voids the feed sent"),
+    ("forecasts", "pooltree_read_feed_forecasts", "Forecasts the feed sent"),
+    ("make_cpu", "pooltree_read_feed_make_cpu_seconds", "The scheduler's CPU seconds making templates"),
+    (
+        "tick_cpu",
+        "pooltree_read_feed_tick_cpu_seconds",
+        "The scheduler's CPU seconds in ticks, templates apart",
+    ),
+)
+"""``FeedCounts`` fields shown in ``/metrics`` (what the feed costs the scheduler, per unit: ``bench/live_queue``)."""
+
+
+class ReadFeedMetrics(Collector):
+    """``pooltree_read_feed_*`` counters of the leading service's feed (``counts_of()``: its ``FeedCounts``, None:
+    none)."""
+
+    def __init__(self, counts_of: Callable[[], Any]) -> None:
+        self.counts_of = counts_of
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.counts_of()
+        if counts is None:
+            return
+        for field, name, documentation in FEED_COUNTERS:
+            family = CounterMetricFamily(name, documentation)
+            family.add_metric([], getattr(counts, field))
+            yield family

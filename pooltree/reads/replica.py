@@ -152,7 +152,8 @@ class HeldOperation:
 
     access: OperationAccess
     waits: tuple[tuple[str, str], ...]
-    templates: dict[str, Template] = field(default_factory=dict)
+    templates: dict[str, Template | wire.UnmadeTemplate] = field(default_factory=dict)
+    """By request shape: the template, or the map it is made of when a get first asks (``wire.UnmadeTemplate``)."""
 
 
 @dataclass
@@ -252,7 +253,11 @@ class Replica:
         operation_id, key = message["operation"], message["key"]
         if not isinstance(operation_id, str) or not isinstance(key, str):
             raise wire.BadMessage("template: operation and key are strings")
-        template = wire.template_of(message["template"])
+        template: Template | wire.UnmadeTemplate
+        if "map" in message:
+            template = wire.unmade_of(message["map"])
+        else:
+            template = wire.template_of(message["template"])
         waits = wire.waits_of(message["waits"])
         access = wire.access_of_message(operation_id, message["access"])
         held = self.operations.get(operation_id)
@@ -348,6 +353,12 @@ class Replica:
         template = held.templates.get(key) if held is not None and key is not None else None
         if held is None or template is None:
             raise _Relay("no template")
+        if isinstance(template, wire.UnmadeTemplate):  # the first get of it: made here, kept
+            made = template.make()
+            if made is None:
+                del held.templates[key]  # type: ignore[arg-type]
+                raise _Relay("no template of its map")
+            template = held.templates[key] = made  # type: ignore[index]
         placements: dict[str, dict[str, Any]] = {}
         for tree, pool in held.waits:
             queue = self.queues.get((tree, pool))

@@ -6,10 +6,13 @@ one ``kind`` each, applied in the order sent.
 * ``security`` ``{authentication, host, document}``: the directory as ``Directory.replica_document`` gives it
   (users, groups and members, token SHA-256s with their users: never a token, password or vault value) and the
   ``X-YT-Proxy`` host the scheduler answers with.
-* ``template`` ``{operation, key, template, waits, access}``: a pending operation's ``get_operation`` answer for
-  one request shape (``encoding_key``) cut where its queue numbers and build time go (``pending_maps.Template``,
-  pieces as Latin-1 text so that any byte survives JSON), the pools it waits in per tree, and who may read it
-  (``OperationAccess``: owner, ACEs, ``owners``).
+* ``template`` ``{operation, key, map, waits, access}``: a pending operation's map for its ``get_operation`` answer in
+  one request shape (``encoding_key``): ``{attributes, trees, waiting, parameters}``, of which the replica makes the
+  answer's template (``pending_maps.read_template``: encoded and cut where its queue numbers, build time and
+  forecast go) when a get first asks for it (``UnmadeTemplate``: the scheduler only builds the map); or, instead of
+  ``map``, the template made (``template``: ``pending_maps.Template``, pieces as Latin-1 text so that any byte
+  survives JSON); the pools it waits in per tree, and who may read it (``OperationAccess``: owner, ACEs,
+  ``owners``).
 * ``queue`` ``{tree, pool, running, max_running, ids, start}``: a pool's pending queue from position ``start``
   (0: the whole queue; else these ids were appended to a queue ``start`` long) and its running counts; ``ids`` None:
   the queue is unknown (its operations are relayed until it is sent whole).
@@ -25,15 +28,17 @@ one ``kind`` each, applied in the order sent.
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pooltree.errors import PooltreeError
 from pooltree.forecast.run import Forecast, OperationForecast
 from pooltree.security.acl import OPERATION_PERMISSIONS, parse_acl
 from pooltree.security.guard import OperationAccess
-from pooltree.server.pending_maps import Template
+from pooltree.server.pending_maps import Template, read_template
 
 COUNTER = "counter"
 SECURITY = "security"
@@ -42,6 +47,8 @@ QUEUE = "queue"
 VOID = "void"
 FORECAST = "forecast"
 KINDS = (COUNTER, SECURITY, TEMPLATE, QUEUE, VOID, FORECAST)
+
+log = logging.getLogger(__name__)
 
 
 class BadMessage(ValueError):
@@ -59,30 +66,73 @@ def encoding_key(parameters: Mapping[str, Any]) -> str | None:
         return None
 
 
-def template_message(
+def map_message(
     operation_id: str,
     key: str,
-    template: Template,
+    attributes: Mapping[str, Any],
+    trees: Sequence[str],
+    waiting: Sequence[str],
+    parameters: Mapping[str, Any],
     waits: Sequence[tuple[str, str]],
     access: OperationAccess,
 ) -> dict[str, Any]:
+    """The ``template`` message of a pending operation's map (the replica makes the template: ``UnmadeTemplate``)."""
     return {
         "kind": TEMPLATE,
         "operation": operation_id,
         "key": key,
-        "template": {
-            "pieces": [piece.decode("latin-1") for piece in template.pieces],
-            "slots": [list(slot) for slot in template.slots],
-            "fixed_reasons": [list(item) for item in template.fixed_reasons],
-            "content_type": template.content_type,
+        "map": {
+            "attributes": attributes,
+            "trees": list(trees),
+            "waiting": list(waiting),
+            "parameters": {name: value for name, value in parameters.items() if name != "operation_id"},
         },
         "waits": [list(wait) for wait in waits],
-        "access": {
-            "owner": access.owner,
-            "acl": [ace.to_json() for ace in access.acl],
-            "owners": list(access.owners),
-        },
+        "access": _access_json(access),
     }
+
+
+def _access_json(access: OperationAccess) -> dict[str, Any]:
+    return {
+        "owner": access.owner,
+        "acl": [ace.to_json() for ace in access.acl],
+        "owners": list(access.owners),
+    }
+
+
+@dataclass(frozen=True)
+class UnmadeTemplate:
+    """A ``template`` message's map, made into the template when a get first asks for it (``make``): the
+    encoding and the cut are the read process's CPU, and only for the operations and shapes gets ask for."""
+
+    attributes: dict[str, Any]
+    trees: tuple[str, ...]
+    waiting: tuple[str, ...]
+    parameters: dict[str, Any]
+
+    def make(self) -> Template | None:
+        """The template (``pending_maps.read_template``, as the scheduler would make it); None when none can be
+        made of this map (then its gets are relayed)."""
+        try:
+            return read_template(self.attributes, self.trees, self.waiting, self.parameters)
+        except Exception as error:  # a map the scheduler's code does not take: relayed, never a crash
+            log.error("read replica: no template of a map: %r", error)
+            return None
+
+
+def unmade_of(raw: Any) -> UnmadeTemplate:
+    """The ``UnmadeTemplate`` a ``template`` message's ``map`` carries (``BadMessage`` when it is not one)."""
+    if not isinstance(raw, dict):
+        raise BadMessage("map: expected a map")
+    attributes, parameters = raw.get("attributes"), raw.get("parameters")
+    if not isinstance(attributes, dict) or not isinstance(parameters, dict):
+        raise BadMessage("map: attributes and parameters are maps")
+    return UnmadeTemplate(
+        attributes,
+        tuple(_strings(raw.get("trees"), "map.trees")),
+        tuple(_strings(raw.get("waiting"), "map.waiting")),
+        parameters,
+    )
 
 
 def _strings(value: Any, what: str) -> list[str]:

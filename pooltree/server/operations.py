@@ -42,6 +42,7 @@ from pooltree.server.pending_maps import (
     base_of,
     make_template,
     placements_of,
+    select_attributes,
     templated,
 )
 from pooltree.server.pool_rules import check_pool_name
@@ -402,11 +403,7 @@ class OperationCommands:
         """The full attribute map of one operation (live or stored); callers must not modify it (it is cached)."""
         return self._entry(operation_id).attributes
 
-    @staticmethod
-    def _select(attributes: dict[str, Any], wanted: list[str] | None) -> dict[str, Any]:
-        if wanted is None:
-            return attributes
-        return {key: attributes[key] for key in wanted if key in attributes}
+    _select = staticmethod(select_attributes)
 
     # ------------------------------------------------------------------ handlers
 
@@ -622,36 +619,23 @@ class OperationCommands:
             built.attributes, op.trees, waiting, fmt, lambda marked: self._select(marked, wanted)
         )
 
-    def read_template(
+    def read_map(
         self, operation_id: str, parameters: Mapping[str, Any]
-    ) -> tuple[Template, tuple[Any, ...], LiveOperation] | None:
-        """For a read process (``pooltree/reads/feed.py``): the template of a pending operation's answer to
-        ``get_operation`` with ``parameters`` (its build time and its forecast map slots too), the placement it was made at (per tree,
-        as ``_placement``) and the operation; None when it is not pending, the format is not templated, or it
-        moved while read (built without the lock, as ``_pending_entry``)."""
+    ) -> tuple[dict[str, Any], tuple[Any, ...], LiveOperation] | None:
+        """For a read process (``pooltree/reads/feed.py``): a pending operation's map as its own get builds it,
+        the placement it was built at (per tree, as ``_placement``) and the operation, for the template of its
+        answer to ``get_operation`` with ``parameters`` that the read process makes of it
+        (``pending_maps.read_template``); None when it is not pending, the format is not templated, or it moved
+        while read (built without the lock, as ``_pending_entry``)."""
         op = self.scheduler.operations.get(operation_id)
         if op is None or op.state != "pending":
             return None
-        ctx = CommandContext("get_operation", dict(parameters))
-        fmt = output_format(ctx.parameters)
-        if not templated(fmt):
+        if not templated(output_format(dict(parameters))):
             return None
         built = self._pending_entry(op, keep=False)
         if built is None or built.attributes is None or not isinstance(built.fingerprint, tuple):
             return None
-        wanted = ctx.list_param("attributes")
-        placement = built.fingerprint[-2]
-        waiting = [place[0] for place in placement if len(place) > 2]
-        made = make_template(
-            built.attributes,
-            op.trees,
-            waiting,
-            fmt,
-            lambda m: self._select(m, wanted),
-            with_time=True,
-            forecast_apart=True,
-        )
-        return None if made is None else (made[0], placement, op)
+        return built.attributes, built.fingerprint[-2], op
 
     def forecast_mark(self) -> Hashable:
         """Which forecast the attribute maps show now (a read process's replica is sent it when it moves)."""

@@ -11,7 +11,9 @@ holds it, ``pending_position``, ``pending_reason`` and the ``pending_allocations
 (``alerts.count_limit_reason``), and the forecast's ``waiting_for`` (the first of its trees' reasons).
 
 A read process's templates (``forecast_apart``, ``pooltree/reads``) make the whole ``scheduling_forecast`` map a
-slot too: its replica fills it from the forecast it was sent, so a new forecast keeps them.
+slot too: its replica fills it from the forecast it was sent, so a new forecast keeps them. The scheduler builds such
+a template's map and the replica makes the template of it (``read_template``: the encoding and the cut are the read
+process's CPU, not the scheduler's).
 
 Only JSON without pretty printing (what ``yt.wrapper`` asks for): there a value's encoding is the same wherever it
 stands in the document. The bytes are those of the whole map built and encoded anew (tested).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pooltree.alerts import count_limit_reason
+from pooltree.server.commands import CommandContext, output_format
 from pooltree.server.protocol import Format, encode_structured
 
 PLACEMENT_KEYS = ("pending_pool", "pending_reason", "pending_position", "running")
@@ -205,6 +208,40 @@ def make_template(
     kept = [index for _, _, index in found]
     template = Template(tuple(pieces), tuple(slots[i] for i in kept), tuple(fixed), content_type)
     return template, [originals[i] for i in kept]
+
+
+def select_attributes(attributes: dict[str, Any], wanted: list[str] | None) -> dict[str, Any]:
+    """Of an operation's map, the ``attributes`` a ``get_operation`` asked for (``wanted``; None: all)."""
+    if wanted is None:
+        return attributes
+    return {key: attributes[key] for key in wanted if key in attributes}
+
+
+def read_template(
+    attributes: Mapping[str, Any],
+    trees: Sequence[str],
+    waiting: Sequence[str],
+    parameters: Mapping[str, Any],
+) -> Template | None:
+    """A read process's template (its build time and its forecast map slots too) of a pending operation's answer to
+    ``get_operation`` with ``parameters``, from its map ``attributes`` (``trees``, ``waiting`` as in
+    ``make_template``); None when the format is not templated or ``make_template`` gives none. The scheduler builds
+    the map (``OperationCommands.read_map``), the read process's replica makes the template of it."""
+    ctx = CommandContext("get_operation", dict(parameters))
+    fmt = output_format(ctx.parameters)
+    if not templated(fmt):
+        return None
+    wanted = ctx.list_param("attributes")
+    made = make_template(
+        attributes,
+        trees,
+        waiting,
+        fmt,
+        lambda marked: select_attributes(marked, wanted),
+        with_time=True,
+        forecast_apart=True,
+    )
+    return None if made is None else made[0]
 
 
 def placements_of(

@@ -33,7 +33,7 @@ from pooltree.node import wire
 from pooltree.node.service import check_period
 from pooltree.node.wire import HeartbeatRequest
 from pooltree.reads.feed import ReadFeed as PendingReadFeed
-from pooltree.reads.health import ReadProcessHealth, ReadProcessMetrics
+from pooltree.reads.health import ReadFeedMetrics, ReadProcessHealth, ReadProcessMetrics
 from pooltree.reads.seam import ReadFeed
 from pooltree.security import Security
 from pooltree.security.guard import bootstrap_operator_check, is_loopback
@@ -204,6 +204,7 @@ class SchedulerService:
         if self._read_process_metrics is None:
             self._read_process_metrics = ReadProcessMetrics(health)
             self.metrics.register(self._read_process_metrics)
+            self.metrics.register(ReadFeedMetrics(lambda: getattr(self.read_feed, "counts", None)))
 
     def _metrics_registry(self) -> CollectorRegistry:
         """``GET /metrics``' registry: the scheduler's families, the garbage collector's, the forecast's, the shards'."""

@@ -353,18 +353,18 @@ def test_a_template_made_while_its_operation_changed_is_not_sent(service: Schedu
     op = service.scheduler.start_operation("vanilla", spec, "root", NOW)  # pending: the pool runs one
     request = _request(op.id, tokens["root"], SHAPES[0])
     process.sync()
-    real = service.commands.read_template
+    real = service.commands.read_map
 
     def changed_meanwhile(operation_id: str, parameters: Any) -> Any:
         made = real(operation_id, parameters)
         service.commands.suspend_operation(_ctx(operation_id))  # lands after the map was read
         return made
 
-    service.commands.read_template = changed_meanwhile  # type: ignore[method-assign]
+    service.commands.read_map = changed_meanwhile  # type: ignore[method-assign]
     try:
         process.get(request)  # a miss: its template is asked for, made by the next tick while it changes
     finally:
-        service.commands.read_template = real  # type: ignore[method-assign]
+        service.commands.read_map = real  # type: ignore[method-assign]
     assert op.id not in process.replica.operations
     process.get(request)  # a miss again
     process.get(request)
@@ -524,3 +524,49 @@ def test_a_new_replica_is_warm_for_the_clients_shape_before_any_get(
     for op in ops[1:]:  # the pool runs the first
         process.get(_request(op.id, tokens["alice"], SHAPES[3]))
     assert process.relayed == 0 and process.compared == 4
+
+
+def test_the_replica_makes_the_templates_of_the_maps_the_scheduler_sends(
+    service: SchedulerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The feed's templates cost the scheduler only the operations' maps: the encoding and the cut
+    (``pending_maps.make_template``) are the read process's, when a get first asks (``wire.UnmadeTemplate``), and
+    its answers equal the scheduler's in every templated shape. Before, the scheduler made every template itself
+    (about half of a template's CPU on its loop, ``bench/RESULTS.md``, session 37)."""
+    from pooltree.server import operations as operations_module
+    from pooltree.server import pending_maps
+
+    monkeypatch.setattr(feed_module, "WARM_EVERY", 1e-9)
+    tokens = _tokens(service)
+    process = _attached(service, _listening(service))
+    spec = {"pool": "queue", "tasks": {"main": {"command": "true", "job_count": 1}}}
+    ops = [service.scheduler.start_operation("vanilla", spec, "root", NOW) for _ in range(6)]
+    process.sync()  # the queue found and sent whole
+    asked = ({}, {"attributes": ["id", "state", "progress"]}, {"output_format": "json"})
+    for op in ops[1:]:  # a scheduler's get in each shape asks the feed for its template (a replica's miss)
+        for parameters in asked:
+            process.feed.read(op.id, {"operation_id": op.id, **parameters})
+    made_by_scheduler = 0
+    real = operations_module.make_template
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal made_by_scheduler
+        made_by_scheduler += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(operations_module, "make_template", counted)
+    monkeypatch.setattr(pending_maps, "make_template", counted)
+    with process.feed.ticking():
+        batch = process.feed.tick()
+    monkeypatch.setattr(operations_module, "make_template", real)
+    monkeypatch.setattr(pending_maps, "make_template", real)
+    templates = [one for one in batch if one["kind"] == wire.TEMPLATE]
+    assert len(templates) == len(asked) * len(ops[1:]) and made_by_scheduler == 0
+    assert all("map" in one and "template" not in one for one in templates)
+    process.deliver(batch)
+    for op in ops[1:]:
+        for shape in (SHAPES[0], SHAPES[1], SHAPES[3]):
+            process.get(_request(op.id, tokens["bob"], shape))
+    assert process.relayed == 0 and process.compared == len(asked) * len(ops[1:])
+    held = process.replica.operations[ops[1].id]
+    assert not any(isinstance(template, wire.UnmadeTemplate) for template in held.templates.values())

@@ -18,12 +18,16 @@ from live_procs import ROOT_AUTH, Procs, client, vanilla
 from polling import wait_for
 
 
-def answered_by_replica(url: str) -> float:
+def metric(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics", headers=ROOT_AUTH, timeout=10).text
     for line in text.splitlines():
-        if line.startswith('pooltree_read_process_requests_total{answered_by="replica"}'):
+        if line.startswith(name + " "):
             return float(line.split()[1])
     return 0.0
+
+
+def answered_by_replica(url: str) -> float:
+    return metric(url, 'pooltree_read_process_requests_total{answered_by="replica"}')
 
 
 def test_the_read_process_answers_pending_gets_from_its_replica(procs: Procs) -> None:
@@ -67,4 +71,8 @@ def test_the_read_process_answers_pending_gets_from_its_replica(procs: Procs) ->
     )
     assert unknown.status_code == 401
     wait_for(lambda: answered_by_replica(url) >= 12 or None, timeout=30, period=0.2)
+    # what the feed cost the scheduler: the templates' maps it built and their CPU (``pooltree_read_feed_*``)
+    assert metric(url, "pooltree_read_feed_templates_made_total") >= len(ids) + 1
+    assert metric(url, "pooltree_read_feed_make_cpu_seconds_total") > 0
+    assert metric(url, "pooltree_read_feed_ticks_total") > 0
     assert process.poll() is None
